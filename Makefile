@@ -1,0 +1,33 @@
+# Lanefleet — a Go worker fleet on NATS JetStream that runs LLM agent turns.
+GO ?= go
+PKGS := ./...
+
+.PHONY: help build demo test test-short lint bench fuzz tidy
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+build: ## build the worker and publisher into bin/
+	$(GO) build -o bin/worker ./cmd/worker
+	$(GO) build -o bin/publisher ./cmd/publisher
+
+demo: build ## embedded NATS + a worker + one message and its streamed reply
+	./scripts/demo.sh
+
+test: ## vet, then every test with the race detector
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+test-short: ## quick tests without the fleet integration suite
+	$(GO) test -short -count=1 $(PKGS)
+
+lint: ## gofmt and vet
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+	$(GO) vet $(PKGS)
+
+bench: build ## fleet benchmark against an embedded server, then Go benchmarks
+	$(GO) run ./cmd/lanebench
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+fuzz: ## run each fuzz target briefly
+	./scripts/fuzz.sh 20s
