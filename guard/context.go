@@ -1,0 +1,259 @@
+package guard
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// Per-request context guard constants (runtime spec §11.2).
+const (
+	// ContextNotice ends a tool result cut by the per-request guard.
+	ContextNotice = "\n[truncated: output exceeded context limit]"
+	// CompactedPlaceholder replaces a tool result dropped to free context.
+	CompactedPlaceholder = "[compacted: tool output removed to free context]"
+
+	imageChars          = 8000 // estimated characters of one image
+	otherMessageChars   = 256  // estimated characters of a message of another role
+	toolResultWeight    = 2.0  // tool results count double
+	minGuardBudget      = 1024
+	contextShare        = 0.75
+	singleResultShare   = 0.5
+	toolCharsPerToken   = 2
+	newlineCutThreshold = 0.7
+)
+
+// Budgets are the per-request guard's limits in estimated characters.
+type Budgets struct {
+	// Context is the whole request: max(1024, floor(ctx*4*0.75)).
+	Context int `json:"contextBudgetChars"`
+	// SingleToolResult is one tool result: max(1024, floor(ctx*2*0.5)).
+	SingleToolResult int `json:"maxSingleToolResultChars"`
+}
+
+// ContextBudgets returns the per-request guard budgets for a window of
+// contextTokens.
+func ContextBudgets(contextTokens int) Budgets {
+	ctx := float64(max(1, contextTokens))
+	return Budgets{
+		Context:          max(minGuardBudget, int(math.Floor(ctx*CharsPerToken*contextShare))),
+		SingleToolResult: max(minGuardBudget, int(math.Floor(ctx*toolCharsPerToken*singleResultShare))),
+	}
+}
+
+// Outcome is what the per-request guard did to one message.
+type Outcome string
+
+// Outcomes of the per-request guard.
+const (
+	// OutcomeUnchanged: the text is as before (the message may still have
+	// been rebuilt without details, see DetailsRemoved).
+	OutcomeUnchanged Outcome = "unchanged"
+	// OutcomeTruncated: the text was cut and ContextNotice appended.
+	OutcomeTruncated Outcome = "truncatedWithNotice"
+	// OutcomeNoticeOnly: an oversized result without text became the bare notice.
+	OutcomeNoticeOnly Outcome = "noticeOnly"
+	// OutcomeCompacted: the result was replaced by CompactedPlaceholder.
+	OutcomeCompacted Outcome = "compactedPlaceholder"
+)
+
+// MessageOutcome reports the guard's action on one message.
+type MessageOutcome struct {
+	Outcome        Outcome
+	DetailsRemoved bool
+	KeptPrefix     int // UTF-16 units of the original text kept (truncated only)
+}
+
+// ContextResult is the outcome of GuardContext.
+type ContextResult struct {
+	Budgets  Budgets
+	Messages []MessageOutcome // one per input message
+	// Changed reports whether any message was rewritten.
+	Changed bool
+	// Estimate is the total estimated size after the guard ran.
+	Estimate int
+	// OverBudget reports that even after compaction the estimate exceeds
+	// the context budget (the request will likely overflow).
+	OverBudget bool
+}
+
+// GuardContext runs the per-request tool-result context guard over the
+// messages about to be sent for a window of contextTokens. Pass 1 cuts each
+// tool result whose weighted estimate exceeds the single-result budget;
+// pass 2, when the total estimate exceeds the context budget, replaces tool
+// results oldest first with CompactedPlaceholder until enough is freed.
+// Rewritten results lose their details. The input is never modified; when
+// nothing changes the returned slice is the input.
+func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message, ContextResult) {
+	b := ContextBudgets(contextTokens)
+	res := ContextResult{Budgets: b, Messages: make([]MessageOutcome, len(msgs))}
+	for i := range res.Messages {
+		res.Messages[i].Outcome = OutcomeUnchanged
+	}
+	out := msgs
+	set := func(i int, m message.Message) {
+		if !res.Changed {
+			out = append([]message.Message(nil), msgs...)
+			res.Changed = true
+		}
+		out[i] = m
+	}
+
+	est := make([]int, len(msgs))
+	for i, m := range msgs {
+		est[i] = EstimateChars(m)
+		if !IsToolResult(m) || est[i] <= b.SingleToolResult {
+			continue
+		}
+		text := joinedText(toolContent(m))
+		var nt string
+		switch {
+		case text == "":
+			nt = ContextNotice
+			res.Messages[i].Outcome = OutcomeNoticeOnly
+		case units(text) <= b.SingleToolResult:
+			nt = text
+		default:
+			var kept int
+			nt, kept = cutForContext(text, b.SingleToolResult)
+			res.Messages[i].Outcome = OutcomeTruncated
+			res.Messages[i].KeptPrefix = kept
+		}
+		res.Messages[i].DetailsRemoved = details(m) != nil
+		nm := replaceToolText(m, nt)
+		set(i, nm)
+		est[i] = EstimateChars(nm)
+	}
+
+	total := 0
+	for _, e := range est {
+		total += e
+	}
+	if total > b.Context {
+		need := total - b.Context
+		freed := 0
+		placeholder := units(CompactedPlaceholder)
+		for i, m := range out {
+			if freed >= need {
+				break
+			}
+			if !IsToolResult(m) || est[i] <= placeholder {
+				continue
+			}
+			res.Messages[i].DetailsRemoved = res.Messages[i].DetailsRemoved || details(m) != nil
+			nm := replaceToolText(m, CompactedPlaceholder)
+			after := EstimateChars(nm)
+			freed += max(0, est[i]-after)
+			total -= est[i] - after
+			est[i] = after
+			set(i, nm)
+			res.Messages[i].Outcome = OutcomeCompacted
+			res.Messages[i].KeptPrefix = 0
+		}
+	}
+	res.Estimate = total
+	res.OverBudget = total > b.Context
+	return out, res
+}
+
+// cutForContext cuts text to budget units including ContextNotice; the cut
+// moves back to the last newline when it lies beyond 70 % of the body.
+func cutForContext(text string, budget int) (string, int) {
+	body := max(0, budget-units(ContextNotice))
+	cut := body
+	if nl := lastNewlineAtOrBefore(text, body); nl >= 0 && float64(nl) > newlineCutThreshold*float64(body) {
+		cut = nl
+	}
+	p, kept := prefix(text, cut)
+	return p + ContextNotice, kept
+}
+
+// replaceToolText rebuilds a tool result around one text: a plain string
+// stays a plain string, anything else becomes one text block; details are
+// dropped.
+func replaceToolText(m message.Message, text string) message.Message {
+	c := message.BlocksOf(message.Text(text))
+	if old := toolContent(m); old.IsPlain() || len(old.Blocks) == 0 {
+		c = message.PlainText(text)
+	}
+	return withoutDetails(withToolContent(m, c))
+}
+
+func joinedText(c message.Content) string {
+	var parts []string
+	for _, b := range c.Blocks {
+		if b.Type == message.BlockText {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// EstimateChars estimates the size of one message as the per-request guard
+// sees it: user text and other blocks by length (images 8000), assistant
+// text, thinking and tool-call arguments, tool results (text, images,
+// details) counted double, any other message 256.
+func EstimateChars(m message.Message) int {
+	switch {
+	case IsToolResult(m):
+		n := 0
+		for _, b := range toolContent(m).Blocks {
+			switch b.Type {
+			case message.BlockText:
+				n += units(b.Text)
+			case message.BlockImage:
+				n += imageChars
+			}
+		}
+		if d := details(m); d != nil {
+			n += jsonLen(d)
+		}
+		return max(n, int(math.Ceil(float64(n)*toolResultWeight)))
+	case m.Role == message.RoleUser:
+		n := 0
+		for _, b := range m.Content.Blocks {
+			switch b.Type {
+			case message.BlockText:
+				n += units(b.Text)
+			case message.BlockImage:
+				n += imageChars
+			default:
+				n += jsonLen(b)
+			}
+		}
+		return n
+	case m.Role == message.RoleAssistant:
+		n := 0
+		for _, b := range m.Content.Blocks {
+			switch b.Type {
+			case message.BlockText:
+				n += units(b.Text)
+			case message.BlockThinking:
+				n += units(b.Thinking)
+			case message.BlockToolCall:
+				if b.Arguments != nil {
+					n += jsonLen(b.Arguments)
+				} else {
+					n += jsonLen(map[string]any{})
+				}
+			}
+		}
+		return n
+	}
+	return otherMessageChars
+}
+
+// jsonLen is the UTF-16 length of v as JavaScript's JSON.stringify writes
+// it (no HTML escaping, no trailing newline).
+func jsonLen(v any) int {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return 0
+	}
+	return units(strings.TrimSuffix(buf.String(), "\n"))
+}
