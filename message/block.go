@@ -121,7 +121,9 @@ func blockFromObj(m obj, path string) (Block, error) {
 		b.TextSignature = r.str("textSignature")
 	case BlockThinking:
 		b.Thinking = r.str("thinking")
-		b.ThinkingSignature = r.str("thinkingSignature")
+		// A signature that is not a string (OpenAI reasoning items are
+		// sometimes stored as objects) stays in Extra.
+		b.ThinkingSignature = r.optStr("thinkingSignature")
 		b.Redacted = r.boolean("redacted")
 	case BlockImage:
 		b.Data = r.str("data")
@@ -140,7 +142,9 @@ func blockFromObj(m obj, path string) (Block, error) {
 				r.m["arguments"] = v
 			}
 		}
-		b.ThoughtSignature = r.str("thoughtSignature")
+		// A non-string thought signature stays in Extra for the sanitiser
+		// to remove.
+		b.ThoughtSignature = r.optStr("thoughtSignature")
 	}
 	if r.err != nil {
 		return Block{}, r.err

@@ -159,6 +159,16 @@ func (r *reader) str(field string) string {
 	return s
 }
 
+// optStr takes field when it is a string and leaves any other value in place,
+// so that it ends up among the unknown fields.
+func (r *reader) optStr(field string) string {
+	if s, ok := r.m[field].(string); ok {
+		delete(r.m, field)
+		return s
+	}
+	return ""
+}
+
 func (r *reader) boolean(field string) bool {
 	v, ok := r.take(field)
 	if !ok || v == nil {

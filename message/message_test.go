@@ -229,3 +229,23 @@ func BenchmarkMessageCodec(b *testing.B) {
 		}
 	})
 }
+
+func TestNonStringSignaturesKeptInExtra(t *testing.T) {
+	t.Parallel()
+	for _, line := range []string{
+		`{"type":"thinking","thinking":"r","thinkingSignature":{"id":"rs_1","type":"reasoning"}}`,
+		`{"type":"toolCall","id":"c","name":"n","arguments":{},"thoughtSignature":42}`,
+	} {
+		var b Block
+		if err := json.Unmarshal([]byte(line), &b); err != nil {
+			t.Fatalf("unmarshal %s: %v", line, err)
+		}
+		out, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := canonical(t, out), canonical(t, []byte(line)); !reflect.DeepEqual(got, want) {
+			t.Errorf("round trip changed the block\n got %s\nwant %s", out, line)
+		}
+	}
+}
