@@ -1,0 +1,159 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Event streams, as in the reference runtime's agent events.
+const (
+	StreamLifecycle  = "lifecycle"  // Data.Phase: start, end, error, restart
+	StreamAssistant  = "assistant"  // Data.Delta, Data.Text
+	StreamThinking   = "thinking"   // Data.Delta, Data.Text
+	StreamTool       = "tool"       // Data.Phase: start, update, result
+	StreamCompaction = "compaction" // Data.Phase: start, end
+	StreamFinal      = "final"      // Data.Result; always the last event of a run
+)
+
+// Lifecycle phases.
+const (
+	PhaseStart   = "start"
+	PhaseEnd     = "end"
+	PhaseError   = "error"
+	PhaseRestart = "restart" // the run's previous attempt died; it starts again
+)
+
+// Event is one event of a run, published on agent.ev.<lane>.<run>. Seq counts
+// from 1 within a run and never repeats, across worker restarts too.
+type Event struct {
+	V          int       `json:"v" msgpack:"v"`
+	RunID      string    `json:"runId" msgpack:"runId"`
+	SessionKey string    `json:"sessionKey" msgpack:"sessionKey"`
+	Seq        uint64    `json:"seq" msgpack:"seq"`
+	Stream     string    `json:"stream" msgpack:"stream"`
+	TS         int64     `json:"ts" msgpack:"ts"` // Unix ms
+	Data       EventData `json:"data" msgpack:"data"`
+}
+
+// Terminal reports whether e ends its run's event stream.
+func (e *Event) Terminal() bool { return e.Stream == StreamFinal }
+
+// EventData is the payload of an event; which fields are set depends on the stream.
+type EventData struct {
+	Phase      string  `json:"phase,omitempty" msgpack:"phase,omitempty"`
+	Text       string  `json:"text,omitempty" msgpack:"text,omitempty"`
+	Delta      string  `json:"delta,omitempty" msgpack:"delta,omitempty"`
+	StartedAt  int64   `json:"startedAt,omitempty" msgpack:"startedAt,omitempty"`
+	EndedAt    int64   `json:"endedAt,omitempty" msgpack:"endedAt,omitempty"`
+	Error      string  `json:"error,omitempty" msgpack:"error,omitempty"`
+	Worker     string  `json:"worker,omitempty" msgpack:"worker,omitempty"`
+	Attempt    int     `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
+	InboundSeq uint64  `json:"inboundSeq,omitempty" msgpack:"inboundSeq,omitempty"`
+	Name       string  `json:"name,omitempty" msgpack:"name,omitempty"`             // tool name
+	ToolCallID string  `json:"toolCallId,omitempty" msgpack:"toolCallId,omitempty"` // tool events
+	Args       any     `json:"args,omitempty" msgpack:"args,omitempty"`
+	Result     *Result `json:"result,omitempty" msgpack:"result,omitempty"` // final
+	WillRetry  bool    `json:"willRetry,omitempty" msgpack:"willRetry,omitempty"`
+	IsError    bool    `json:"isError,omitempty" msgpack:"isError,omitempty"`
+	Payload    any     `json:"payload,omitempty" msgpack:"payload,omitempty"` // tool result/partial result
+}
+
+// Result is the outcome of a run, shaped like the reference runtime's result.
+type Result struct {
+	Payloads []Payload `json:"payloads,omitempty" msgpack:"payloads,omitempty"`
+	Meta     Meta      `json:"meta" msgpack:"meta"`
+}
+
+// Payload is one reply item.
+type Payload struct {
+	Text    string `json:"text,omitempty" msgpack:"text,omitempty"`
+	IsError bool   `json:"isError,omitempty" msgpack:"isError,omitempty"`
+}
+
+// Meta is the run's metadata.
+type Meta struct {
+	DurationMs       int64         `json:"durationMs" msgpack:"durationMs"`
+	Aborted          bool          `json:"aborted,omitempty" msgpack:"aborted,omitempty"`
+	AgentMeta        *AgentMeta    `json:"agentMeta,omitempty" msgpack:"agentMeta,omitempty"`
+	Error            *RunError     `json:"error,omitempty" msgpack:"error,omitempty"`
+	StopReason       string        `json:"stopReason,omitempty" msgpack:"stopReason,omitempty"`
+	PendingToolCalls []PendingCall `json:"pendingToolCalls,omitempty" msgpack:"pendingToolCalls,omitempty"`
+}
+
+// AgentMeta describes the model side of a run.
+type AgentMeta struct {
+	SessionID       string     `json:"sessionId" msgpack:"sessionId"`
+	Provider        string     `json:"provider" msgpack:"provider"`
+	Model           string     `json:"model" msgpack:"model"`
+	CompactionCount int        `json:"compactionCount,omitempty" msgpack:"compactionCount,omitempty"`
+	PromptTokens    int64      `json:"promptTokens,omitempty" msgpack:"promptTokens,omitempty"`
+	Usage           *UsageMeta `json:"usage,omitempty" msgpack:"usage,omitempty"`
+	LastCallUsage   *UsageMeta `json:"lastCallUsage,omitempty" msgpack:"lastCallUsage,omitempty"`
+}
+
+// UsageMeta is usage as the reference result reports it: zero fields omitted.
+type UsageMeta struct {
+	Input      int64 `json:"input,omitempty" msgpack:"input,omitempty"`
+	Output     int64 `json:"output,omitempty" msgpack:"output,omitempty"`
+	CacheRead  int64 `json:"cacheRead,omitempty" msgpack:"cacheRead,omitempty"`
+	CacheWrite int64 `json:"cacheWrite,omitempty" msgpack:"cacheWrite,omitempty"`
+	Total      int64 `json:"total,omitempty" msgpack:"total,omitempty"`
+}
+
+// RunError says why a run failed. Kind is one of the reference's kinds
+// (context_overflow, compaction_failure, role_ordering, image_size,
+// retry_limit) or one of Lanefleet's: invalid_input, provider_error,
+// poison_message, internal.
+type RunError struct {
+	Kind    string `json:"kind" msgpack:"kind"`
+	Message string `json:"message" msgpack:"message"`
+}
+
+// PendingCall is a client tool call the run stopped for.
+type PendingCall struct {
+	ID        string `json:"id" msgpack:"id"`
+	Name      string `json:"name" msgpack:"name"`
+	Arguments string `json:"arguments" msgpack:"arguments"` // JSON text
+}
+
+// EncodeEvent encodes e as msgpack, or as JSON when asJSON is set, and
+// returns the content type.
+func EncodeEvent(e *Event, asJSON bool) ([]byte, string, error) {
+	if e.V == 0 {
+		e.V = Version
+	}
+	if asJSON {
+		b, err := json.Marshal(e)
+		return b, ContentJSON, err
+	}
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(e); err != nil {
+		return nil, "", err
+	}
+	return buf.Bytes(), ContentMsgpack, nil
+}
+
+// DecodeEvent decodes an event. Unknown fields are ignored, so old clients
+// read events of newer workers.
+func DecodeEvent(contentType string, data []byte) (*Event, error) {
+	var e Event
+	if IsJSON(contentType, data) {
+		if err := json.Unmarshal(data, &e); err != nil {
+			return nil, &DecodeError{Reason: "malformed JSON event: " + jsonReason(err), Err: err}
+		}
+	} else if err := msgpack.Unmarshal(data, &e); err != nil {
+		return nil, &DecodeError{Reason: "malformed msgpack event: " + err.Error(), Err: err}
+	}
+	if e.Stream == "" {
+		return nil, &DecodeError{Field: "stream", Reason: "missing"}
+	}
+	if e.V > Version {
+		return nil, &DecodeError{Field: "v", Reason: fmt.Sprintf("event schema version %d is newer than this client (%d)", e.V, Version)}
+	}
+	return &e, nil
+}

@@ -1,0 +1,184 @@
+package events
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Version is the schema version this package writes and the highest it reads.
+const Version = 1
+
+// DefaultMaxPayload is the default limit on an inbound payload, in bytes.
+const DefaultMaxPayload = 4 << 20
+
+// Image is an image attached to an inbound message.
+type Image struct {
+	MimeType string `json:"mimeType" msgpack:"mimeType"`
+	Data     string `json:"data" msgpack:"data"` // base64, no data: prefix
+}
+
+// Inbound is what a client publishes to agent.in.<lane>. Only Text (or an
+// image) is required: `{"text":"hi"}` is a complete message.
+type Inbound struct {
+	V        int     `json:"v,omitempty" msgpack:"v,omitempty"`               // schema version; 0 means 1
+	ID       string  `json:"id,omitempty" msgpack:"id,omitempty"`             // client message id (also the Nats-Msg-Id)
+	Session  string  `json:"session,omitempty" msgpack:"session,omitempty"`   // optional; must match the subject when set
+	Text     string  `json:"text,omitempty" msgpack:"text,omitempty"`         // the user's message
+	Images   []Image `json:"images,omitempty" msgpack:"images,omitempty"`     // prompt images
+	Mode     string  `json:"mode,omitempty" msgpack:"mode,omitempty"`         // queue mode for this message
+	Model    string  `json:"model,omitempty" msgpack:"model,omitempty"`       // "provider/model-id"
+	Thinking string  `json:"thinking,omitempty" msgpack:"thinking,omitempty"` // thinking level
+	Sent     int64   `json:"sent,omitempty" msgpack:"sent,omitempty"`         // client send time, Unix ms
+}
+
+// Known queue modes, with the reference's aliases and the LangGraph names.
+var queueModes = map[string]bool{
+	"followup": true, "enqueue": true, "queue": true, "collect": true, "steer": true,
+	"steer-backlog": true, "steer+backlog": true, "interrupt": true, "reject": true, "rollback": true,
+}
+
+var thinkingLevels = map[string]bool{
+	"off": true, "minimal": true, "low": true, "medium": true, "high": true, "xhigh": true,
+}
+
+// MaxTextBytes is the longest inbound text accepted.
+const MaxTextBytes = 1 << 20
+
+// DecodeError is an inbound payload or event that could not be decoded or is
+// invalid. Its message is safe to show the sender.
+type DecodeError struct {
+	Field  string // the offending field, when known
+	Reason string
+	Err    error
+}
+
+func (e *DecodeError) Error() string {
+	if e.Field != "" {
+		return "invalid message: " + e.Field + ": " + e.Reason
+	}
+	return "invalid message: " + e.Reason
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ErrTooLarge is wrapped by the DecodeError of an oversized payload.
+var ErrTooLarge = errors.New("payload too large")
+
+// IsJSON reports whether a payload is JSON: by its content type when one is
+// given, else by its first non-space byte.
+func IsJSON(contentType string, data []byte) bool {
+	ct := strings.ToLower(strings.TrimSpace(contentType))
+	if ct != "" {
+		return strings.Contains(ct, "json")
+	}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '{'
+}
+
+// DecodeInbound decodes and validates an inbound payload. maxBytes ≤ 0 means
+// DefaultMaxPayload. Unknown fields are rejected: a typo such as "txt" must not
+// silently send an empty message.
+func DecodeInbound(contentType string, data []byte, maxBytes int) (*Inbound, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxPayload
+	}
+	if len(data) > maxBytes {
+		return nil, &DecodeError{Reason: fmt.Sprintf("payload is %d bytes, the limit is %d", len(data), maxBytes), Err: ErrTooLarge}
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, &DecodeError{Reason: "empty payload"}
+	}
+	var in Inbound
+	if IsJSON(contentType, data) {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			return nil, &DecodeError{Reason: "malformed JSON: " + jsonReason(err), Err: err}
+		}
+		if dec.More() {
+			return nil, &DecodeError{Reason: "malformed JSON: trailing data after the object"}
+		}
+	} else {
+		dec := msgpack.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields(true)
+		if err := dec.Decode(&in); err != nil {
+			return nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
+		}
+	}
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+func jsonReason(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%v (at byte %d)", se, se.Offset)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
+	}
+	return err.Error()
+}
+
+// Validate checks an inbound message's fields.
+func (in *Inbound) Validate() error {
+	switch {
+	case in.V < 0 || in.V > Version:
+		return &DecodeError{Field: "v", Reason: fmt.Sprintf("unsupported schema version %d (this worker reads up to %d)", in.V, Version)}
+	case in.Session != "" && ValidateKey(in.Session) != nil:
+		return &DecodeError{Field: "session", Reason: ValidateKey(in.Session).Error()}
+	case strings.TrimSpace(in.Text) == "" && len(in.Images) == 0:
+		return &DecodeError{Field: "text", Reason: "empty: a message needs text or an image"}
+	case len(in.Text) > MaxTextBytes:
+		return &DecodeError{Field: "text", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(in.Text), MaxTextBytes), Err: ErrTooLarge}
+	case !utf8.ValidString(in.Text):
+		return &DecodeError{Field: "text", Reason: "not valid UTF-8"}
+	case len(in.ID) > 128:
+		return &DecodeError{Field: "id", Reason: "longer than 128 bytes"}
+	case in.Mode != "" && !queueModes[strings.ToLower(in.Mode)]:
+		return &DecodeError{Field: "mode", Reason: fmt.Sprintf("unknown queue mode %q (followup, collect, steer, steer-backlog, interrupt, enqueue, reject, rollback)", clip(in.Mode))}
+	case in.Thinking != "" && !thinkingLevels[strings.ToLower(in.Thinking)]:
+		return &DecodeError{Field: "thinking", Reason: fmt.Sprintf("unknown thinking level %q (off, minimal, low, medium, high, xhigh)", clip(in.Thinking))}
+	case in.Model != "" && !validModelRef(in.Model):
+		return &DecodeError{Field: "model", Reason: fmt.Sprintf("%q is not provider/model-id", clip(in.Model))}
+	}
+	for i, img := range in.Images {
+		field := fmt.Sprintf("images[%d]", i)
+		if !strings.HasPrefix(img.MimeType, "image/") {
+			return &DecodeError{Field: field + ".mimeType", Reason: fmt.Sprintf("%q is not an image type", clip(img.MimeType))}
+		}
+		if _, err := base64.StdEncoding.DecodeString(img.Data); err != nil || img.Data == "" {
+			return &DecodeError{Field: field + ".data", Reason: "not valid base64"}
+		}
+	}
+	return nil
+}
+
+func validModelRef(s string) bool {
+	p, id, ok := strings.Cut(s, "/")
+	return ok && p != "" && id != "" && len(s) <= 200 && utf8.ValidString(s) && !strings.ContainsAny(s, " \t\r\n")
+}
+
+// EncodeInbound encodes in as msgpack, or JSON when asJSON is set, and
+// returns the content type to send with it.
+func EncodeInbound(in *Inbound, asJSON bool) ([]byte, string, error) {
+	if in.V == 0 {
+		in.V = Version
+	}
+	if asJSON {
+		b, err := json.Marshal(in)
+		return b, ContentJSON, err
+	}
+	b, err := msgpack.Marshal(in)
+	return b, ContentMsgpack, err
+}

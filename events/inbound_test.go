@@ -1,0 +1,205 @@
+package events
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func mustPack(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDecodeInbound(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		ct      string
+		data    []byte
+		max     int
+		want    string // text of the decoded message
+		errPart string // substring of the error, "" = success
+	}{
+		{"json typed by hand", "", []byte(`{"text":"hi"}`), 0, "hi", ""},
+		{"json with leading space", "", []byte(" \n{\"text\":\"hi\"}"), 0, "hi", ""},
+		{"json by header", "application/json", []byte(`{"text":"hi","mode":"collect"}`), 0, "hi", ""},
+		{"msgpack default", "", mustPack(t, map[string]any{"text": "hi", "v": 1}), 0, "hi", ""},
+		{"msgpack by header", ContentMsgpack, mustPack(t, map[string]any{"text": "yo"}), 0, "yo", ""},
+		{"malformed json", "", []byte(`{"text":`), 0, "", "malformed JSON"},
+		{"json trailing data", "", []byte(`{"text":"a"} {}`), 0, "", "trailing data"},
+		{"malformed msgpack", "", []byte{0x85, 0x01}, 0, "", "malformed msgpack"},
+		{"empty payload", "", nil, 0, "", "empty payload"},
+		{"empty text", "", []byte(`{"text":"  "}`), 0, "", "text: empty"},
+		{"unknown json field", "", []byte(`{"txt":"hi"}`), 0, "", `unknown field "txt"`},
+		{"unknown msgpack field", "", mustPack(t, map[string]any{"text": "a", "bogus": 1}), 0, "", "bogus"},
+		{"wrong type", "", []byte(`{"text":5}`), 0, "", `field "text" must be string`},
+		{"oversized", "", []byte(`{"text":"` + strings.Repeat("a", 100) + `"}`), 50, "", "limit is 50"},
+		{"future version", "", []byte(`{"v":2,"text":"a"}`), 0, "", "unsupported schema version 2"},
+		{"bad mode", "", []byte(`{"text":"a","mode":"sideways"}`), 0, "", "unknown queue mode"},
+		{"bad thinking", "", []byte(`{"text":"a","thinking":"max"}`), 0, "", "unknown thinking level"},
+		{"bad model", "", []byte(`{"text":"a","model":"gpt"}`), 0, "", "not provider/model-id"},
+		{"bad image", "", []byte(`{"images":[{"mimeType":"image/png","data":"%%%"}]}`), 0, "", "not valid base64"},
+		{"image only is fine", "", []byte(`{"images":[{"mimeType":"image/png","data":"aGk="}]}`), 0, "", ""},
+		{"invalid utf-8 text", "", mustPack(t, map[string]any{"text": "a\xff"}), 0, "", "UTF-8"},
+		{"bad session field", "", []byte(`{"text":"a","session":""}`), 0, "a", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in, err := DecodeInbound(tt.ct, tt.data, tt.max)
+			if tt.errPart != "" {
+				var de *DecodeError
+				if !errors.As(err, &de) || !strings.Contains(err.Error(), tt.errPart) {
+					t.Fatalf("err = %v, want a DecodeError containing %q", err, tt.errPart)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if in.Text != tt.want {
+				t.Fatalf("text = %q, want %q", in.Text, tt.want)
+			}
+		})
+	}
+}
+
+func TestOversizedIsErrTooLarge(t *testing.T) {
+	t.Parallel()
+	_, err := DecodeInbound("", make([]byte, 10), 5)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+}
+
+func TestInboundRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, asJSON := range []bool{false, true} {
+		in := &Inbound{ID: "m1", Text: "hello", Mode: "steer", Model: "scripted/echo", Thinking: "low",
+			Images: []Image{{MimeType: "image/png", Data: "aGk="}}}
+		data, ct, err := EncodeInbound(in, asJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if IsJSON(ct, data) != asJSON {
+			t.Fatalf("content type %q does not match format", ct)
+		}
+		got, err := DecodeInbound(ct, data, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Text != "hello" || got.Mode != "steer" || len(got.Images) != 1 || got.V != Version {
+			t.Fatalf("round trip = %+v", got)
+		}
+	}
+}
+
+func TestEventRoundTrip(t *testing.T) {
+	t.Parallel()
+	ev := &Event{RunID: "42", SessionKey: "a.b", Seq: 7, Stream: StreamFinal, TS: 1,
+		Data: EventData{Result: &Result{Payloads: []Payload{{Text: "hi"}}, Meta: Meta{DurationMs: 5,
+			AgentMeta: &AgentMeta{SessionID: "s", Provider: "scripted", Model: "echo", Usage: &UsageMeta{Input: 3}},
+			Error:     &RunError{Kind: "provider_error", Message: "boom"}}}}}
+	for _, asJSON := range []bool{false, true} {
+		data, ct, err := EncodeEvent(ev, asJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeEvent(ct, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Terminal() || got.Data.Result.Payloads[0].Text != "hi" || got.Data.Result.Meta.AgentMeta.Usage.Input != 3 || got.Data.Result.Meta.Error.Kind != "provider_error" {
+			t.Fatalf("round trip (json=%v) = %+v", asJSON, got)
+		}
+	}
+	if _, err := DecodeEvent("", []byte(`{"seq":1}`)); err == nil {
+		t.Fatal("event without stream accepted")
+	}
+}
+
+func FuzzDecodeInbound(f *testing.F) {
+	f.Add("", []byte(`{"text":"hi"}`))
+	f.Add("application/json", []byte(`{"text":"a","images":[{"mimeType":"image/png","data":"aGk="}]}`))
+	f.Add("", mustPack(f, map[string]any{"text": "hi", "mode": "collect"}))
+	f.Add("", []byte{0x85, 0x01})
+	f.Fuzz(func(t *testing.T, ct string, data []byte) {
+		in, err := DecodeInbound(ct, data, 1<<16)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("error is not a DecodeError: %T %v", err, err)
+			}
+			return
+		}
+		if in.Validate() != nil {
+			t.Fatal("decoded message does not validate")
+		}
+		for _, asJSON := range []bool{false, true} {
+			b, ct2, err := EncodeInbound(in, asJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := DecodeInbound(ct2, b, 0)
+			if err != nil || back.Text != in.Text {
+				t.Fatalf("re-decode: %v", err)
+			}
+		}
+	})
+}
+
+func FuzzDecodeEvent(f *testing.F) {
+	data, ct, _ := EncodeEvent(&Event{Stream: StreamAssistant, Data: EventData{Delta: "x"}}, false)
+	f.Add(ct, data)
+	f.Add("", []byte(`{"stream":"final","data":{"result":{"meta":{"durationMs":1}}}}`))
+	f.Fuzz(func(t *testing.T, ct string, data []byte) {
+		_, _ = DecodeEvent(ct, data)
+	})
+}
+
+func BenchmarkCodec(b *testing.B) {
+	in := &Inbound{ID: "abc123", Text: "hello there, how are you today?", Mode: "followup"}
+	packed, ct, _ := EncodeInbound(in, false)
+	js, jct, _ := EncodeInbound(in, true)
+	ev := &Event{RunID: "123", SessionKey: "alice", Seq: 3, Stream: StreamAssistant, TS: 1, Data: EventData{Delta: "hello ", Text: "hello "}}
+	b.Run("inbound-decode-msgpack", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeInbound(ct, packed, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("inbound-decode-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeInbound(jct, js, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("event-encode-msgpack", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := EncodeEvent(ev, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	evb, evct, _ := EncodeEvent(ev, false)
+	b.Run("event-decode-msgpack", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeEvent(evct, evb); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,136 @@
+package events
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestKeyToken(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, key, token string
+		err              error
+	}{
+		{"plain key is its own token", "alice", "alice", nil},
+		{"plain alphabet with dash and underscore", "a-b_C9", "a-b_C9", nil},
+		{"64 plain chars stay plain", strings.Repeat("a", 64), strings.Repeat("a", 64), nil},
+		{"65 plain chars get encoded", strings.Repeat("a", 65), "=" + b64.EncodeToString([]byte(strings.Repeat("a", 65))), nil},
+		{"colons are encoded", "agent:main:telegram:dm:42", "=YWdlbnQ6bWFpbjp0ZWxlZ3JhbTpkbTo0Mg", nil},
+		{"dot cannot split the subject", "a.b", "=YS5i", nil},
+		{"wildcard star cannot inject", "*", "=Kg", nil},
+		{"wildcard gt cannot inject", ">", "=Pg", nil},
+		{"spaces are encoded", "a b", "=YSBi", nil},
+		{"a key that looks encoded is encoded again", "=YS5i", "=PVlTNWk", nil},
+		{"unicode", "日本", "=5pel5pys", nil},
+		{"empty", "", "", ErrEmptyKey},
+		{"too long", strings.Repeat("x", 257), "", ErrKeyTooLong},
+		{"256 bytes is fine", strings.Repeat("é", 128), "=" + b64.EncodeToString([]byte(strings.Repeat("é", 128))), nil},
+		{"invalid utf-8", "a\xffb", "", ErrKeyUTF8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tok, err := KeyToken(tt.key)
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("KeyToken(%q) err = %v, want %v", tt.key, err, tt.err)
+			}
+			if err != nil {
+				return
+			}
+			if tok != tt.token {
+				t.Fatalf("KeyToken(%q) = %q, want %q", tt.key, tok, tt.token)
+			}
+			back, err := TokenKey(tok)
+			if err != nil || back != tt.key {
+				t.Fatalf("TokenKey(%q) = %q, %v; want %q", tok, back, err, tt.key)
+			}
+		})
+	}
+}
+
+func TestTokenKeyRejectsNonCanonical(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, token string }{
+		{"empty", ""},
+		{"bare prefix", "="},
+		{"bad base64", "=!!"},
+		{"padding is not canonical", "=YS5i=="},
+		{"encoding of a plain key", "=YWxpY2U"}, // "alice"
+		{"dot", "a.b"},
+		{"wildcard", "*"},
+		{"decodes to invalid utf-8", "=_w"},
+		{"non-canonical trailing bits", "=YS5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if k, err := TokenKey(tt.token); err == nil {
+				t.Fatalf("TokenKey(%q) = %q, want an error", tt.token, k)
+			}
+		})
+	}
+}
+
+func TestLaneOf(t *testing.T) {
+	t.Parallel()
+	tok, key, err := LaneOf("agent.in.=YS5i")
+	if err != nil || tok != "=YS5i" || key != "a.b" {
+		t.Fatalf("LaneOf = %q %q %v", tok, key, err)
+	}
+	for _, bad := range []string{"agent.in.", "agent.in.a.b", "agent.ev.a", "agent.in.=!!"} {
+		if _, _, err := LaneOf(bad); !errors.Is(err, ErrBadToken) {
+			t.Errorf("LaneOf(%q) err = %v, want ErrBadToken", bad, err)
+		}
+	}
+}
+
+func FuzzKeyToken(f *testing.F) {
+	for _, s := range []string{"alice", "a.b", "*", ">", "agent:main:x", "=YS5i", "日本", strings.Repeat("a", 65)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		tok, err := KeyToken(key)
+		if err != nil {
+			if ValidateKey(key) == nil {
+				t.Fatalf("valid key %q rejected: %v", key, err)
+			}
+			return
+		}
+		if tok == "" || strings.ContainsAny(tok, ".*> \t\r\n") || !utf8.ValidString(tok) {
+			t.Fatalf("token %q of %q is not subject-safe", tok, key)
+		}
+		back, err := TokenKey(tok)
+		if err != nil || back != key {
+			t.Fatalf("round trip %q -> %q -> %q, %v", key, tok, back, err)
+		}
+		// A token decodes to at most one key, and that key encodes back to it.
+		if k2, err := TokenKey(key); err == nil {
+			if t2, _ := KeyToken(k2); t2 != key {
+				t.Fatalf("token %q decodes to %q which encodes to %q", key, k2, t2)
+			}
+		}
+	})
+}
+
+func BenchmarkKeyToken(b *testing.B) {
+	b.Run("plain", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = KeyToken("session-12345")
+		}
+	})
+	b.Run("encoded", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = KeyToken("agent:main:telegram:dm:123456789")
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = TokenKey("=YWdlbnQ6bWFpbjp0ZWxlZ3JhbTpkbTo0Mg")
+		}
+	})
+}

@@ -1,0 +1,67 @@
+package events
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Subjects and stream names of the fleet.
+const (
+	InboundPrefix = "agent.in."  // agent.in.<lane token>
+	EventPrefix   = "agent.ev."  // agent.ev.<lane token>.<run id>
+	DeadPrefix    = "agent.dlq." // agent.dlq.<reason>
+
+	InboundStream = "AGENT_IN"
+	EventStream   = "AGENT_EV"
+	DeadStream    = "AGENT_DLQ"
+)
+
+// Header names used on fleet messages.
+const (
+	HeaderContentType = "Content-Type"
+	HeaderMsgID       = "Nats-Msg-Id"
+	HeaderStream      = "Lanefleet-Stream" // event stream name, e.g. "final"
+	HeaderError       = "Lanefleet-Error"  // dead letters: why
+	HeaderSubject     = "Lanefleet-Subject"
+	HeaderSeq         = "Lanefleet-Seq"
+)
+
+// Content types.
+const (
+	ContentMsgpack = "application/msgpack"
+	ContentJSON    = "application/json"
+)
+
+// InboundSubject returns the subject of a session's lane.
+func InboundSubject(key string) (string, error) {
+	tok, err := KeyToken(key)
+	if err != nil {
+		return "", err
+	}
+	return InboundPrefix + tok, nil
+}
+
+// EventSubject returns the subject of one run's events.
+func EventSubject(key, run string) (string, error) {
+	tok, err := KeyToken(key)
+	if err != nil {
+		return "", err
+	}
+	if !isPlain(run) {
+		return "", fmt.Errorf("events: run id %q is not a subject token", clip(run))
+	}
+	return EventPrefix + tok + "." + run, nil
+}
+
+// LaneOf returns the lane token and session key of an inbound subject.
+func LaneOf(subject string) (token, key string, err error) {
+	tok, ok := strings.CutPrefix(subject, InboundPrefix)
+	if !ok || tok == "" || strings.Contains(tok, ".") {
+		return "", "", fmt.Errorf("%w: subject %q is not agent.in.<token>", ErrBadToken, clip(subject))
+	}
+	key, err = TokenKey(tok)
+	if err != nil {
+		return "", "", err
+	}
+	return tok, key, nil
+}
