@@ -1,0 +1,357 @@
+package authprofile
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lanefleet/lanefleet/provider"
+)
+
+// profileConfig returns the configured entry for id.
+func (c Config) profileConfig(id string) (ProfileConfig, bool) {
+	for _, p := range c.Profiles {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return ProfileConfig{}, false
+}
+
+// Valid reports whether p may serve prov at now: the providers match
+// (normalised); a configured entry for p, if any, has the same provider and a
+// mode equal to p's type (mode oauth also accepts a token); an api_key has a
+// non-blank key; a token is non-blank and not expired; an oauth credential
+// has a non-blank access or refresh token.
+func (c Config) Valid(p Profile, prov string, now time.Time) bool {
+	key := NormalizeProvider(prov)
+	if NormalizeProvider(p.Provider) != key {
+		return false
+	}
+	if pc, ok := c.profileConfig(p.ID); ok {
+		if NormalizeProvider(pc.Provider) != key {
+			return false
+		}
+		if pc.Mode != p.Type && !(pc.Mode == TypeOAuth && p.Type == TypeToken) {
+			return false
+		}
+	}
+	switch p.Type {
+	case TypeAPIKey:
+		return strings.TrimSpace(p.Key.Reveal()) != ""
+	case TypeToken:
+		if strings.TrimSpace(p.Token.Reveal()) == "" {
+			return false
+		}
+		return !(p.Expires > 0 && ms(now) >= p.Expires)
+	case TypeOAuth:
+		return strings.TrimSpace(p.Access.Reveal()) != "" || strings.TrimSpace(p.Refresh.Reveal()) != ""
+	}
+	return false
+}
+
+// until is when s stops blocking model (0 = not blocked at all).
+func until(s State, model string) int64 { return max(s.unusableUntil(), s.modelUntil(model)) }
+
+// InCooldown reports whether a profile of provider prov with state s is
+// cooling or disabled for model at now (model "" = any model). OpenRouter
+// profiles are never in cooldown.
+func InCooldown(prov string, s State, model string, now time.Time) bool {
+	if isOpenRouter(prov) {
+		return false
+	}
+	return ms(now) < until(s, model)
+}
+
+// CanProbe reports whether a cooling profile may be probed under the fleet
+// policy: probing is on, the profile is not disabled, its window for model
+// ends within ProbeMargin, and it was not probed within ProbeInterval.
+func (c Config) CanProbe(prov string, s State, model string, now time.Time) bool {
+	if c.Fleet.ProbeMargin <= 0 || !InCooldown(prov, s, model, now) {
+		return false
+	}
+	t := ms(now)
+	if s.DisabledUntil > t {
+		return false
+	}
+	if until(s, model)-t > c.Fleet.ProbeMargin.Milliseconds() {
+		return false
+	}
+	last := s.LastProbeAt
+	if model != "" && s.Models[model].CooldownUntil > t {
+		last = s.Models[model].LastProbeAt
+	}
+	return last == 0 || t-last >= c.Fleet.probeInterval().Milliseconds()
+}
+
+// OrderRequest says which profiles to order.
+type OrderRequest struct {
+	Provider  string
+	Model     string // per-model cooldowns are consulted for this model; "" = none
+	Preferred string // moved to the front when in the list, even if cooling
+}
+
+// lookupOrder finds the order list whose provider key normalises to key.
+// An exact key wins; otherwise the smallest matching key (for determinism).
+func lookupOrder(m map[string][]string, key string) ([]string, bool) {
+	if v, ok := m[key]; ok {
+		return v, true
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if NormalizeProvider(k) == key {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, false
+	}
+	sort.Strings(keys)
+	return m[keys[0]], true
+}
+
+// Order returns the profile ids to try for req.Provider, best first (the
+// reference's resolveAuthProfileOrder). The base list is the store's order
+// for the provider, else the configured order, else the configured profiles
+// for the provider, else every stored profile for it; invalid profiles are
+// dropped. An explicit order is kept as given, a derived one is sorted round
+// robin (oauth, token, api_key, then least recently used); cooling profiles
+// go last, soonest expiry first; the preferred profile goes first. Expired
+// windows count as ended (call ClearExpired to persist that). With probing
+// on, a profile that may be probed keeps its place among the available ones.
+func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
+	key := NormalizeProvider(req.Provider)
+	explicit, hasExplicit := lookupOrder(s.Order, key)
+	if !hasExplicit {
+		explicit, hasExplicit = lookupOrder(c.Order, key)
+	}
+	var configured []string
+	for _, p := range c.Profiles {
+		if NormalizeProvider(p.Provider) == key {
+			configured = append(configured, p.ID)
+		}
+	}
+	var stored []string
+	for _, p := range s.Profiles {
+		if NormalizeProvider(p.Provider) == key {
+			stored = append(stored, p.ID)
+		}
+	}
+	base := stored
+	switch {
+	case hasExplicit:
+		base = explicit
+	case len(configured) > 0:
+		base = configured
+	}
+	if len(base) == 0 {
+		return []string{}
+	}
+
+	valid := func(ids []string) []string {
+		var out []string
+		for _, id := range ids {
+			p, ok := s.Profile(id)
+			if ok && c.Valid(p, key, now) && !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	ids := valid(base)
+	if len(ids) == 0 && len(configured) > 0 && !slices.ContainsFunc(base, func(id string) bool { _, ok := s.Profile(id); return ok }) {
+		ids = valid(stored)
+	}
+
+	type entry struct {
+		id       string
+		rank     int
+		lastUsed int64
+		until    int64
+	}
+	var avail, cooling []entry
+	for _, id := range ids {
+		p, _ := s.Profile(id)
+		st := s.Usage[id]
+		e := entry{id: id, rank: typeRank(p.Type), lastUsed: st.LastUsed, until: until(st, req.Model)}
+		if InCooldown(p.Provider, st, req.Model, now) && !c.CanProbe(p.Provider, st, req.Model, now) {
+			cooling = append(cooling, e)
+		} else {
+			avail = append(avail, e)
+		}
+	}
+	if !(hasExplicit && len(explicit) > 0) {
+		slices.SortStableFunc(avail, func(a, b entry) int {
+			if a.rank != b.rank {
+				return a.rank - b.rank
+			}
+			return cmpInt(a.lastUsed, b.lastUsed)
+		})
+	}
+	slices.SortStableFunc(cooling, func(a, b entry) int { return cmpInt(a.until, b.until) })
+	out := make([]string, 0, len(ids))
+	for _, e := range avail {
+		out = append(out, e.id)
+	}
+	for _, e := range cooling {
+		out = append(out, e.id)
+	}
+	if req.Preferred != "" {
+		if i := slices.Index(out, req.Preferred); i > 0 {
+			out = slices.Insert(slices.Delete(out, i, i+1), 0, req.Preferred)
+		}
+	}
+	return out
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Selection is the profile a run should use.
+type Selection struct {
+	// ID is the chosen profile, "" when none is usable.
+	ID string
+	// Probe reports that ID is cooling and chosen as a probe: claim it by
+	// applying EventProbe (under compare-and-swap) before using it.
+	Probe bool
+	// AllInCooldown reports that there were candidates and all were cooling.
+	AllInCooldown bool
+}
+
+// Select picks the first of ids (an Order result) that is not cooling for
+// model, or else, with probing on, the first that may be probed.
+func Select(s Store, c Config, ids []string, model string, now time.Time) Selection {
+	probe := ""
+	for _, id := range ids {
+		p, _ := s.Profile(id)
+		st := s.Usage[id]
+		if !InCooldown(p.Provider, st, model, now) {
+			return Selection{ID: id}
+		}
+		if probe == "" && c.CanProbe(p.Provider, st, model, now) {
+			probe = id
+		}
+	}
+	if probe != "" {
+		return Selection{ID: probe, Probe: true}
+	}
+	return Selection{AllInCooldown: len(ids) > 0}
+}
+
+// reasonPriority breaks ties in UnavailableReason.
+var reasonPriority = []provider.Reason{
+	provider.ReasonAuthPermanent, provider.ReasonAuth, provider.ReasonBilling, provider.ReasonFormat,
+	provider.ReasonModelNotFound, provider.ReasonTimeout, provider.ReasonRateLimit, provider.ReasonUnknown,
+}
+
+func priority(r provider.Reason) int {
+	if i := slices.Index(reasonPriority, r); i >= 0 {
+		return i
+	}
+	return len(reasonPriority)
+}
+
+// UnavailableReason infers why the profiles ids are unavailable for model
+// at now: an active disable with a reason scores 1000 for it; otherwise each
+// active cooldown adds its failure counts (rate_limit 1 when it has none).
+// The highest score wins, ties broken by auth_permanent, auth, billing,
+// format, model_not_found, timeout, rate_limit, unknown. "" when nothing is
+// active.
+func UnavailableReason(usage map[string]State, ids []string, model string, now time.Time) provider.Reason {
+	t := ms(now)
+	scores := map[provider.Reason]int{}
+	add := func(counts map[provider.Reason]int) {
+		n := 0
+		for r, c := range counts {
+			if c > 0 {
+				scores[r] += c
+				n++
+			}
+		}
+		if n == 0 {
+			scores[provider.ReasonRateLimit]++
+		}
+	}
+	for _, id := range ids {
+		st, ok := usage[id]
+		if !ok {
+			continue
+		}
+		if st.DisabledUntil > t && st.DisabledReason != "" {
+			scores[st.DisabledReason] += 1000
+			continue
+		}
+		if st.unusableUntil() > t {
+			add(st.FailureCounts)
+		}
+		if st.modelUntil(model) > t {
+			add(st.Models[model].FailureCounts)
+		}
+	}
+	best := provider.Reason("")
+	for r, sc := range scores {
+		if best == "" || sc > scores[best] || (sc == scores[best] && (priority(r) < priority(best) || (priority(r) == priority(best) && r < best))) {
+			best = r
+		}
+	}
+	return best
+}
+
+// ProviderStatus summarises a provider's profiles for the model-fallback
+// decision.
+type ProviderStatus struct {
+	// Profiles is how many usable profiles the provider has.
+	Profiles int
+	// AllCooling reports that there are profiles and every one is cooling
+	// or disabled for the model.
+	AllCooling bool
+	// Reason is UnavailableReason over the profiles when AllCooling ("" =
+	// unknown).
+	Reason provider.Reason
+	// SoonestExpiry is the earliest end of their windows (zero = unknown).
+	SoonestExpiry time.Time
+}
+
+// Status reports on prov's profiles for model at now.
+func Status(s Store, c Config, prov, model string, now time.Time) ProviderStatus {
+	ids := Order(s, c, OrderRequest{Provider: prov, Model: model}, now)
+	st := ProviderStatus{Profiles: len(ids)}
+	if len(ids) == 0 {
+		return st
+	}
+	soonest := int64(0)
+	for _, id := range ids {
+		p, _ := s.Profile(id)
+		u := s.Usage[id]
+		if !InCooldown(p.Provider, u, model, now) {
+			return st
+		}
+		if e := until(u, model); e > 0 && (soonest == 0 || e < soonest) {
+			soonest = e
+		}
+	}
+	st.AllCooling = true
+	st.Reason = UnavailableReason(s.Usage, ids, model, now)
+	if soonest > 0 {
+		st.SoonestExpiry = time.UnixMilli(soonest)
+	}
+	return st
+}
+
+// MarkGood records id as the last good profile of prov (exact provider
+// string, as the reference does). lastGood is informational: Order never
+// uses it.
+func (s *Store) MarkGood(prov, id string) {
+	if s.LastGood == nil {
+		s.LastGood = map[string]string{}
+	}
+	s.LastGood[prov] = id
+}
