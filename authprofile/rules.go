@@ -1,8 +1,8 @@
 package authprofile
 
 import (
-	"math"
 	"maps"
+	"math"
 	"time"
 
 	"github.com/lanefleet/lanefleet/provider"

@@ -62,7 +62,7 @@ type Profile struct {
 // usage state. The fleet builds one from its configuration and its KV bucket.
 type Store struct {
 	Version  int
-	Profiles []Profile          // in file order, which breaks round-robin ties
+	Profiles []Profile           // in file order, which breaks round-robin ties
 	Order    map[string][]string // provider → profile ids
 	LastGood map[string]string   // provider → profile id
 	Usage    map[string]State    // profile id → state
