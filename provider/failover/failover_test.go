@@ -1,0 +1,218 @@
+package failover_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/failover"
+)
+
+// wireCase is one entry of testdata/cases.json (a copy of shared/wire).
+type wireCase struct {
+	File    string            `json:"file"`
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers"`
+	Expect  struct {
+		ErrorClass   *string `json:"errorClass"`
+		ErrorMessage string  `json:"errorMessage"`
+	} `json:"expect"`
+	Alternatives []*string `json:"errorClassAlternatives"`
+}
+
+// TestFromHTTPWireBodies classifies every recorded error body.
+func TestFromHTTPWireBodies(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("testdata/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []wireCase
+	if err := json.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2025, 5, 29, 10, 15, 0, 0, time.UTC)
+	n := 0
+	for _, c := range cases {
+		if filepath.Ext(c.File) != ".json" {
+			continue
+		}
+		n++
+		t.Run(c.File, func(t *testing.T) {
+			body, err := os.ReadFile(filepath.Join("testdata", c.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := http.Header{}
+			for k, v := range c.Headers {
+				h.Set(k, v)
+			}
+			e := failover.FromHTTP(c.Status, h, body, nil, now)
+			if e.Message != c.Expect.ErrorMessage {
+				t.Errorf("message = %q, want %q", e.Message, c.Expect.ErrorMessage)
+			}
+			if want := *c.Expect.ErrorClass; string(e.Reason) != want {
+				t.Errorf("reason = %s, want %s", e.Reason, want)
+			}
+			if e.Status != c.Status {
+				t.Errorf("status = %d", e.Status)
+			}
+		})
+	}
+	if n == 0 {
+		t.Fatal("no error bodies")
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		body string
+		msg  string
+		want time.Duration
+	}{
+		{"seconds", hdr("Retry-After", "23"), "", "", 23 * time.Second},
+		{"milliseconds header wins", hdr("Retry-After", "23", "retry-after-ms", "1500"), "", "", 1500 * time.Millisecond},
+		{"http date", hdr("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat)), "", "", 90 * time.Second},
+		{"date in the past", hdr("Retry-After", now.Add(-time.Minute).Format(http.TimeFormat)), "", "", 0},
+		{"gemini retryDelay", nil, `{"details":[{"retryDelay": "45.5s"}]}`, "", 45500 * time.Millisecond},
+		{"openai message", nil, "", "Please try again in 1.574s. Visit", 1574 * time.Millisecond},
+		{"openai message ms", nil, "", "Please try again in 20ms.", 20 * time.Millisecond},
+		{"none", nil, "", "slow down", 0},
+		{"garbage header", hdr("Retry-After", "soon"), "", "", 0},
+	} {
+		if got := failover.RetryAfter(tc.h, []byte(tc.body), tc.msg, now); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestClassifyHTTP(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   failover.Info
+		want provider.Reason
+	}{
+		// OpenAI insufficient_quota arrives as 429 but is billing.
+		{failover.Info{Status: 429, Type: "insufficient_quota", Code: "insufficient_quota", Message: "You exceeded your current quota, please check your plan and billing details."}, provider.ReasonBilling},
+		{failover.Info{Status: 402, Message: "Insufficient credits"}, provider.ReasonBilling},
+		// Gemini invalid key is a 400 with reason API_KEY_INVALID.
+		{failover.Info{Status: 400, Type: "INVALID_ARGUMENT", Code: "API_KEY_INVALID", Message: "API key not valid. Please pass a valid API key."}, provider.ReasonAuthPermanent},
+		{failover.Info{Status: 401, Type: "invalid_request_error", Code: "invalid_api_key", Message: "Incorrect API key provided"}, provider.ReasonAuthPermanent},
+		{failover.Info{Status: 403, Message: "Forbidden"}, provider.ReasonAuth},
+		{failover.Info{Status: 529, Type: "overloaded_error", Message: "Overloaded"}, provider.ReasonOverloaded},
+		{failover.Info{Status: 503, Message: "The engine is currently overloaded, please try again later"}, provider.ReasonOverloaded},
+		{failover.Info{Status: 503, Message: "upstream connect error"}, provider.ReasonTimeout},
+		{failover.Info{Status: 502, Message: "Bad gateway"}, provider.ReasonTimeout},
+		{failover.Info{Status: 400, Message: "prompt is too long: 208423 tokens > 200000 maximum"}, provider.ReasonContextOverflow},
+		{failover.Info{Status: 400, Message: "messages: roles must alternate between \"user\" and \"assistant\""}, provider.ReasonRoleOrdering},
+		{failover.Info{Status: 400, Message: "image exceeds 5 MB maximum"}, provider.ReasonImageSize},
+		{failover.Info{Status: 400, Message: "something odd"}, provider.ReasonFormat},
+		{failover.Info{Status: 413, Message: ""}, provider.ReasonContextOverflow},
+		{failover.Info{Status: 0, Type: "server_is_overloaded", Message: "busy"}, provider.ReasonOverloaded},
+		{failover.Info{Status: 0, Message: "Provider disconnected unexpectedly"}, provider.ReasonTimeout},
+		{failover.Info{Status: 0, Message: "mystery"}, provider.ReasonTimeout},
+		{failover.Info{Status: 418, Message: "teapot"}, provider.ReasonUnknown},
+	} {
+		if got := failover.ClassifyHTTP(tc.in); got != tc.want {
+			t.Errorf("%+v: got %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestClassifyError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want provider.Reason
+	}{
+		{nil, ""},
+		{&provider.Error{Reason: provider.ReasonBilling}, provider.ReasonBilling},
+		{fmt.Errorf("wrap: %w", &provider.Error{Reason: provider.ReasonFormat}), provider.ReasonFormat},
+		{fmt.Errorf("x: %w", errors.Join(errors.New("a"), contextCanceled())), provider.ReasonAborted},
+		{io.ErrUnexpectedEOF, provider.ReasonTimeout},
+		{fmt.Errorf("read: %w", syscall.ECONNRESET), provider.ReasonTimeout},
+		{timeoutErr{}, provider.ReasonTimeout},
+		{errors.New("429 Too Many Requests"), provider.ReasonRateLimit},
+		{errors.New("Overloaded"), provider.ReasonOverloaded},
+		{errors.New("529 Overloaded"), provider.ReasonOverloaded},
+		{errors.New("what"), provider.ReasonUnknown},
+	} {
+		if got := failover.ClassifyError(tc.err); got != tc.want {
+			t.Errorf("%v: got %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestUserTextBillingNamesProvider(t *testing.T) {
+	t.Parallel()
+	got := failover.UserText("Your credit balance is too low", "anthropic", "claude-opus-4-6")
+	want := "⚠️ anthropic (claude-opus-4-6) returned a billing error — your API key has run out of credits or has an insufficient balance. Check your anthropic billing dashboard and top up or switch to a different API key."
+	if got != want {
+		t.Errorf("got %q", got)
+	}
+	if got := failover.UserText("502 <!DOCTYPE html><html>bad</html>", "", ""); got != "The AI service is temporarily unavailable (HTTP 502). Please try again in a moment." {
+		t.Errorf("html page: %q", got)
+	}
+}
+
+func TestNormalizeThinkingLevel(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]provider.ThinkingLevel{
+		"x-high": provider.ThinkingXHigh, "Extra High": provider.ThinkingXHigh, "on": provider.ThinkingLow,
+		"think": provider.ThinkingMinimal, "max": provider.ThinkingHigh, "med": provider.ThinkingMedium,
+		"OFF": provider.ThinkingOff,
+	} {
+		if got, ok := failover.NormalizeThinkingLevel(in); !ok || got != want {
+			t.Errorf("%q: got %q %v, want %q", in, got, ok, want)
+		}
+	}
+	if _, ok := failover.NormalizeThinkingLevel("auto"); ok {
+		t.Error("auto is not a level")
+	}
+}
+
+// FuzzClassify checks the classifiers never panic and agree with each other.
+func FuzzClassify(f *testing.F) {
+	for _, s := range []string{"", "429", "prompt is too long", "500 <html></html>", "image exceeds 5 MB", `{"error":{"message":"x"}}`, "Supported values are: 'low'"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fl := failover.Classify(s)
+		r := failover.ClassifyMessage(s)
+		if fl.ContextOverflow && r != provider.ReasonContextOverflow && r != provider.ReasonImageSize {
+			t.Errorf("%q: strict overflow but ClassifyMessage = %s", s, r)
+		}
+		_ = failover.UserText(s, "p", "m")
+		_, _ = failover.ThinkingFallback(s, nil)
+	})
+}
+
+func contextCanceled() error { return fmtCanceled }
+
+var fmtCanceled = fmt.Errorf("stream: %w", context.Canceled)

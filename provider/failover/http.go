@@ -1,0 +1,170 @@
+package failover
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lanefleet/lanefleet/provider"
+)
+
+// ParseBody extracts the provider's error type, code and message from an
+// error body. It understands Anthropic ({"type":"error","error":{"type",
+// "message"}}), OpenAI ({"error":{"message","type","code"}}), Gemini
+// ({"error":{"code","message","status","details"}}) and flat bodies such as
+// Mistral's ({"object":"error","message","type","code"}). A body that is not
+// JSON becomes the message, trimmed.
+func ParseBody(body []byte) Info {
+	var in Info
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(body, &raw) != nil {
+		in.Message = strings.TrimSpace(string(body))
+		return in
+	}
+	var flat struct {
+		Type    string          `json:"type"`
+		Message string          `json:"message"`
+		Code    json.RawMessage `json:"code"`
+	}
+	_ = json.Unmarshal(body, &flat)
+	in.Message, in.Code = flat.Message, rawString(flat.Code)
+	if flat.Type != "error" {
+		in.Type = flat.Type
+	}
+	if e, ok := raw["error"]; ok {
+		var nested struct {
+			Type    string          `json:"type"`
+			Message string          `json:"message"`
+			Code    json.RawMessage `json:"code"`
+			Status  string          `json:"status"`
+			Details []struct {
+				Reason     string `json:"reason"`
+				RetryDelay string `json:"retryDelay"`
+			} `json:"details"`
+		}
+		if json.Unmarshal(e, &nested) == nil {
+			if nested.Message != "" {
+				in.Message = nested.Message
+			}
+			if nested.Type != "" {
+				in.Type = nested.Type
+			} else if nested.Status != "" {
+				in.Type = nested.Status
+			}
+			if c := rawString(nested.Code); c != "" {
+				in.Code = c
+			}
+			for _, d := range nested.Details {
+				if d.Reason != "" {
+					// Gemini ErrorInfo reasons (API_KEY_INVALID) are the
+					// most specific code there is.
+					in.Code = d.Reason
+				}
+			}
+		} else {
+			var s string
+			if json.Unmarshal(e, &s) == nil {
+				in.Message = s
+			}
+		}
+	}
+	return in
+}
+
+// rawString renders a JSON string or number as text; numeric codes (Gemini's
+// "code": 400) are dropped because the status already carries them.
+func rawString(r json.RawMessage) string {
+	var s string
+	if json.Unmarshal(r, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+var (
+	tryAgainRe   = regexp.MustCompile(`(?i)(?:try again|retry) in\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\b`)
+	retryDelayRe = regexp.MustCompile(`"retryDelay"\s*:\s*"([0-9]+(?:\.[0-9]+)?)s"`)
+)
+
+// RetryAfter returns the delay a server asked for: the retry-after-ms header,
+// the Retry-After header (seconds or an HTTP date, relative to now), a Gemini
+// RetryInfo retryDelay in the body, or a "try again in 1.574s" hint in the
+// message. 0 means none.
+func RetryAfter(h http.Header, body []byte, message string, now time.Time) time.Duration {
+	if h != nil {
+		if v := h.Get("Retry-After-Ms"); v != "" {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 {
+				return time.Duration(f * float64(time.Millisecond))
+			}
+		}
+		if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				if f > 0 {
+					return time.Duration(f * float64(time.Second))
+				}
+			} else if t, err := http.ParseTime(v); err == nil {
+				if d := t.Sub(now); d > 0 {
+					return d
+				}
+			}
+		}
+	}
+	if m := retryDelayRe.FindSubmatch(body); m != nil {
+		if f, err := strconv.ParseFloat(string(m[1]), 64); err == nil && f > 0 {
+			return time.Duration(f * float64(time.Second))
+		}
+	}
+	if m := tryAgainRe.FindStringSubmatch(message); m != nil {
+		f, err := strconv.ParseFloat(m[1], 64)
+		if err == nil && f > 0 {
+			unit := time.Second
+			switch u := strings.ToLower(m[2]); {
+			case strings.HasPrefix(u, "ms"), strings.HasPrefix(u, "milli"):
+				unit = time.Millisecond
+			case strings.HasPrefix(u, "m"):
+				unit = time.Minute
+			}
+			return time.Duration(f * float64(unit))
+		}
+	}
+	return 0
+}
+
+// FromHTTP builds the classified error for a failed HTTP response from its
+// status, headers and body. cause (may be nil) is kept as the wrapped error;
+// it must not contain credentials.
+func FromHTTP(status int, h http.Header, body []byte, cause error, now time.Time) *provider.Error {
+	in := ParseBody(body)
+	in.Status = status
+	if in.Message == "" {
+		in.Message = http.StatusText(status)
+	}
+	return &provider.Error{
+		Reason:     ClassifyHTTP(in),
+		Status:     status,
+		RetryAfter: RetryAfter(h, body, in.Message, now),
+		Message:    in.Message,
+		Err:        cause,
+	}
+}
+
+// FromStream builds the classified error for an error reported inside a 200
+// stream (an SSE error event, a response.failed event, a chunk with a
+// top-level error object). body is the event's JSON, parsed like an error
+// body.
+func FromStream(body []byte, cause error) *provider.Error {
+	in := ParseBody(body)
+	return &provider.Error{
+		Reason:  ClassifyHTTP(in),
+		Message: in.Message,
+		Err:     cause,
+	}
+}
+
+// FromInfo builds a classified error from what an adapter already extracted.
+func FromInfo(in Info, retryAfter time.Duration, cause error) *provider.Error {
+	return &provider.Error{Reason: ClassifyHTTP(in), Status: in.Status, RetryAfter: retryAfter, Message: in.Message, Err: cause}
+}
