@@ -1,0 +1,146 @@
+// Package kvstore is the NATS adapter for Lanefleet's per-lane state: one
+// JetStream KV bucket ("lanes") holding, for every lane token T,
+//
+//	T.lease      the owner's lease (per-key TTL; its revision is the fencing token)
+//	T.cursor     the last processed inbound sequence and the turn in flight
+//	T.tx.<seq>   one transcript record per inbound message (pi session entries)
+//
+// Keeping all three in one stream lets every durable write of an owner carry
+// the header Nats-Expected-Last-Subject-Sequence-Subject = T.lease: the server
+// rejects the write when the lease has moved on, so a stale owner (a zombie
+// after a GC pause or partition) can never write. Direct Get is disabled on the
+// bucket's stream so ownership decisions read from the stream leader.
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults.
+const (
+	DefaultBucket    = "lanes"
+	DefaultLeaseTTL  = 30 * time.Second
+	DefaultMarkerTTL = time.Minute
+)
+
+// Errors callers branch on.
+var (
+	// ErrHeld means another owner holds the lease (confirmed by a leader read).
+	ErrHeld = errors.New("kvstore: lease held by another owner")
+	// ErrLeaseLost means a renewal or fenced write was rejected because the
+	// lease is no longer ours.
+	ErrLeaseLost = errors.New("kvstore: lease lost")
+)
+
+// Config configures the lanes bucket.
+type Config struct {
+	Bucket    string        // default DefaultBucket
+	Replicas  int           // default 1
+	LeaseTTL  time.Duration // default DefaultLeaseTTL; at least 1s
+	MarkerTTL time.Duration // how long delete markers live; default DefaultMarkerTTL
+}
+
+func (c Config) withDefaults() Config {
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.LeaseTTL < time.Second {
+		c.LeaseTTL = time.Second
+	}
+	if c.MarkerTTL == 0 {
+		c.MarkerTTL = DefaultMarkerTTL
+	}
+	return c
+}
+
+// Lanes is the lanes bucket.
+type Lanes struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	cfg    Config
+	prefix string // "$KV.<bucket>."
+}
+
+// Open creates the bucket when missing, makes sure its stream serves reads
+// from the leader only, and binds to it.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, error) {
+	cfg = cfg.withDefaults()
+	_, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:         cfg.Bucket,
+			Description:    "Lanefleet lanes: leases, cursors, transcripts",
+			History:        1,
+			Storage:        jetstream.FileStorage,
+			Replicas:       cfg.Replicas,
+			LimitMarkerTTL: cfg.MarkerTTL,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			err = nil // another worker created it first
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
+	}
+	streamName := "KV_" + cfg.Bucket
+	stream, err := leaderReadsOnly(ctx, js, streamName)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", cfg.Bucket, err)
+	}
+	return &Lanes{js: js, kv: kv, stream: stream, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
+}
+
+// leaderReadsOnly turns Direct Get off on a stream, so Get and GetMsg are
+// answered by the stream leader and never by a lagging replica.
+func leaderReadsOnly(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: stream %s: %w", name, err)
+	}
+	info := s.CachedInfo()
+	if !info.Config.AllowDirect {
+		return s, nil
+	}
+	cfg := info.Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("kvstore: disable direct get on %s: %w", name, err)
+	}
+	return js.Stream(ctx, name)
+}
+
+// LeaseTTL returns the configured lease lifetime.
+func (l *Lanes) LeaseTTL() time.Duration { return l.cfg.LeaseTTL }
+
+// Stream returns the bucket's underlying stream.
+func (l *Lanes) Stream() jetstream.Stream { return l.stream }
+
+func leaseKey(token string) string              { return token + ".lease" }
+func cursorKey(token string) string             { return token + ".cursor" }
+func recordKey(token string, seq uint64) string { return fmt.Sprintf("%s.tx.%d", token, seq) }
+
+// isWrongLastSeq reports a failed expected-sequence check (10071 on R1,
+// 10164 on replicated streams).
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}

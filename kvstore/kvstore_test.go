@@ -1,0 +1,164 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+type bundle struct {
+	lanes *Lanes
+	js    jetstream.JetStream
+}
+
+func setup(t *testing.T, ttl time.Duration) *bundle {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := Open(t.Context(), js, Config{LeaseTTL: ttl, MarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{lanes: lanes, js: js}
+}
+
+func TestOpenDisablesDirectGet(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Second)
+	info, err := b.lanes.Stream().Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.AllowDirect {
+		t.Fatal("KV_lanes still allows direct get: ownership reads could be stale")
+	}
+	// Opening again (a second worker starting) keeps it off and succeeds.
+	if _, err := Open(t.Context(), b.js, Config{LeaseTTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeaseExclusiveAndFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2*time.Second)
+	ctx := t.Context()
+	a, err := b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "b"}); !errors.Is(err, ErrHeld) {
+		t.Fatalf("second acquire err = %v, want ErrHeld", err)
+	}
+	if info, ok, _ := b.lanes.Holder(ctx, "alice"); !ok || info.Worker != "a" {
+		t.Fatalf("holder = %+v %v", info, ok)
+	}
+	if err := a.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec := Record{InboundSeq: 1, RunID: "1", Entries: []message.Entry{{Type: message.EntryMessage, ID: "aaaaaaaa",
+		Message: &message.Message{Role: message.RoleUser, Content: message.PlainText("hi")}}}}
+	if err := a.PutRecord(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetCursor(ctx, Cursor{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A's lease expires (it stops renewing, like a paused zombie); B takes over.
+	var bl *Lease
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		bl, err = b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "b"})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("takeover: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The zombie's writes and renewals are rejected by the server.
+	rec.Entries[0].ID = "zzzzzzzz"
+	if err := a.PutRecord(ctx, rec); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("zombie record write err = %v, want ErrLeaseLost", err)
+	}
+	if err := a.SetCursor(ctx, Cursor{Seq: 99}); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("zombie cursor write err = %v, want ErrLeaseLost", err)
+	}
+	if err := a.Renew(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("zombie renew err = %v, want ErrLeaseLost", err)
+	}
+	// The zombie's release must not free B's lease.
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, ok, _ := b.lanes.Holder(ctx, "alice"); !ok || info.Worker != "b" {
+		t.Fatalf("after zombie release holder = %+v %v, want b", info, ok)
+	}
+	c, err := b.lanes.Cursor(ctx, "alice")
+	if err != nil || c.Seq != 1 {
+		t.Fatalf("cursor = %+v %v", c, err)
+	}
+	// B re-runs turn 1: the record is replaced, not duplicated.
+	rec.Entries[0].ID = "bbbbbbbb"
+	if err := bl.PutRecord(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := b.lanes.Records(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Entries[0].ID != "bbbbbbbb" {
+		t.Fatalf("records = %+v", recs)
+	}
+	if err := bl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Released: anyone can take it at once.
+	cl, err := b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "c"})
+	if err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	_ = cl.Release(ctx)
+}
+
+func TestRecordsOrderAndEmpty(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	recs, err := b.lanes.Records(ctx, "nobody")
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("empty lane records = %v, %v", recs, err)
+	}
+	l, err := b.lanes.Acquire(ctx, "=YS5i", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 300; i++ {
+		if err := l.PutRecord(ctx, Record{InboundSeq: i * 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err = b.lanes.Records(ctx, "=YS5i")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 300 {
+		t.Fatalf("got %d records, want 300", len(recs))
+	}
+	for i, r := range recs {
+		if r.InboundSeq != uint64(i+1)*10 {
+			t.Fatalf("record %d has seq %d", i, r.InboundSeq)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// Record is the transcript of one turn: the pi session entries it added,
+// keyed by the inbound message that started it. A turn re-run after a crash
+// writes the same key, so it replaces the earlier record instead of
+// duplicating it.
+type Record struct {
+	InboundSeq uint64          `msgpack:"inboundSeq"`
+	RunID      string          `msgpack:"runId"`
+	Entries    []message.Entry `msgpack:"entries"`
+}
+
+// PutRecord writes a turn record under the fence.
+func (s *Lease) PutRecord(ctx context.Context, r Record) error {
+	data, err := msgpack.Marshal(&r)
+	if err != nil {
+		return fmt.Errorf("kvstore: encode record: %w", err)
+	}
+	return s.put(ctx, recordKey(s.token, r.InboundSeq), data)
+}
+
+// Records reads a lane's transcript records in the order they were written.
+func (l *Lanes) Records(ctx context.Context, token string) ([]Record, error) {
+	filter := l.prefix + token + ".tx.>"
+	last, err := l.stream.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
+	}
+	cons, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
+	}
+	defer func() {
+		// Ordered consumers are ephemeral; deleting it now frees the server
+		// at once instead of after its inactivity threshold.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2e9)
+		defer cancel()
+		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
+	var out []Record
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
+		}
+		done := false
+		for msg := range batch.Messages() {
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
+			}
+			if len(msg.Data()) > 0 && msg.Headers().Get("KV-Operation") == "" {
+				var r Record
+				if err := msgpack.Unmarshal(msg.Data(), &r); err != nil {
+					return nil, fmt.Errorf("kvstore: record %s (stream seq %d): %w", msg.Subject(), md.Sequence.Stream, err)
+				}
+				out = append(out, r)
+			}
+			if md.Sequence.Stream >= last.Sequence || md.NumPending == 0 {
+				done = true
+				break // do not wait for the rest of the batch to expire
+			}
+		}
+		if done {
+			return out, nil
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("kvstore: records %s: %w", token, ctx.Err())
+		}
+	}
+}
+
+// Entries flattens records into the session's entries.
+func Entries(records []Record) []message.Entry {
+	var n int
+	for _, r := range records {
+		n += len(r.Entries)
+	}
+	out := make([]message.Entry, 0, n)
+	for _, r := range records {
+		out = append(out, r.Entries...)
+	}
+	return out
+}
