@@ -1,0 +1,204 @@
+package sanitize
+
+import "github.com/lanefleet/lanefleet/message"
+
+// MissingToolResultText is the text of a synthetic tool result inserted for a
+// tool call whose result is missing from the history.
+const MissingToolResultText = "[openclaw] missing tool result in session history; inserted synthetic error result for transcript repair."
+
+// PairingReport says what RepairPairing did.
+type PairingReport struct {
+	// Changed is true when the output differs from the input, or when the
+	// reference would report a change (see Moved).
+	Changed bool
+	// AddedSyntheticFor lists the call ids that got a synthetic result, in
+	// order.
+	AddedSyntheticFor []string
+	// DroppedDuplicateCount counts results dropped because the same
+	// assistant message already got a result for that id.
+	DroppedDuplicateCount int
+	// DroppedOrphanCount counts results that answer no call of the assistant
+	// message before them.
+	DroppedOrphanCount int
+	// Moved is true when anything changed or when an assistant's span held
+	// both a matched result and another message (which the reference reports
+	// as moved even when the order stays the same).
+	Moved bool
+}
+
+// SyntheticToolResult returns the error result inserted for a call without
+// one. An empty name becomes "unknown".
+func SyntheticToolResult(callID, toolName string, now int64) message.Message {
+	if toolName == "" {
+		toolName = "unknown"
+	}
+	return message.Message{
+		Role:       message.RoleToolResult,
+		ToolCallID: callID,
+		ToolName:   toolName,
+		Content:    message.BlocksOf(message.Text(MissingToolResultText)),
+		IsError:    true,
+		Timestamp:  now,
+	}
+}
+
+type callRef struct {
+	id   string
+	name string
+}
+
+// appendCalls appends the tool calls of an assistant message that have a
+// non-empty string id.
+func appendCalls(dst []callRef, m *message.Message) []callRef {
+	for i := range m.Content.Blocks {
+		b := &m.Content.Blocks[i]
+		if !IsToolCall(b) {
+			continue
+		}
+		id, ok := callID(b)
+		if !ok || id == "" {
+			continue
+		}
+		name, _ := callName(b)
+		dst = append(dst, callRef{id: id, name: name})
+	}
+	return dst
+}
+
+// RepairPairing makes every tool call of an assistant message be followed
+// directly by exactly one result, in call order:
+//
+//   - a result in the assistant's span (the messages up to the next
+//     assistant) that answers one of its calls is moved right after it; a
+//     second result for the same call is dropped;
+//   - a call without a result gets SyntheticToolResult (timestamp now);
+//   - any other result (before the first assistant, after an assistant
+//     without calls or with stopReason error/aborted, or answering a call of
+//     another message) is dropped as an orphan;
+//   - the other messages of the span follow the results in their order.
+//
+// Unlike the reference this repairs the end of a transcript too (results out
+// of order, duplicated results) and lets a call id reused by a later
+// assistant message keep that message's result. msgs is not modified; when
+// nothing changes msgs itself is returned.
+func RepairPairing(msgs []message.Message, now int64) ([]message.Message, PairingReport) {
+	var rep PairingReport
+	out := make([]message.Message, 0, len(msgs)+4)
+	identity := true // out[k] is msgs[k] for every k so far
+	push := func(src int) {
+		if identity && (src != len(out)) {
+			identity = false
+		}
+		out = append(out, msgs[src])
+	}
+	var (
+		calls     []callRef
+		found     []int // per call: index in msgs of its result, -1 if none
+		remainder []int
+		emitted   []string
+	)
+	refMoved := false
+	for i := 0; i < len(msgs); i++ {
+		m := &msgs[i]
+		if m.Role != message.RoleAssistant {
+			if m.Role == message.RoleToolResult {
+				rep.DroppedOrphanCount++
+				identity = false
+				continue
+			}
+			push(i)
+			continue
+		}
+		calls = calls[:0]
+		if m.StopReason != message.StopError && m.StopReason != message.StopAborted {
+			calls = appendCalls(calls, m)
+		}
+		if len(calls) == 0 {
+			push(i)
+			continue
+		}
+		found = found[:0]
+		for range calls {
+			found = append(found, -1)
+		}
+		remainder = remainder[:0]
+		matched := false
+		j := i + 1
+		for ; j < len(msgs); j++ {
+			n := &msgs[j]
+			if n.Role == message.RoleAssistant {
+				break
+			}
+			if n.Role != message.RoleToolResult {
+				remainder = append(remainder, j)
+				continue
+			}
+			id := resultID(n)
+			k := -1
+			if id != "" {
+				for c := range calls {
+					if calls[c].id == id {
+						k = c
+						break
+					}
+				}
+			}
+			if k < 0 {
+				rep.DroppedOrphanCount++
+				identity = false
+				continue
+			}
+			matched = true
+			if found[k] >= 0 {
+				// A second result for the same call: the first one wins.
+				rep.DroppedDuplicateCount++
+				identity = false
+				continue
+			}
+			found[k] = j
+		}
+		if matched && len(remainder) > 0 {
+			refMoved = true
+		}
+		push(i)
+		emitted = emitted[:0]
+		for c, call := range calls {
+			dup := false
+			for _, e := range emitted {
+				if e == call.id {
+					dup = true
+					break
+				}
+			}
+			if dup {
+				// The same id called twice in one message: one result only.
+				rep.DroppedDuplicateCount++
+				identity = false
+				continue
+			}
+			emitted = append(emitted, call.id)
+			if found[c] >= 0 {
+				push(found[c])
+				continue
+			}
+			rep.AddedSyntheticFor = append(rep.AddedSyntheticFor, call.id)
+			identity = false
+			out = append(out, SyntheticToolResult(call.id, call.name, now))
+		}
+		for _, r := range remainder {
+			push(r)
+		}
+		i = j - 1
+	}
+	if identity && len(out) == len(msgs) {
+		rep.Moved = refMoved
+		rep.Changed = refMoved
+		return msgs, rep
+	}
+	rep.Changed = true
+	rep.Moved = true
+	if rep.AddedSyntheticFor == nil {
+		rep.AddedSyntheticFor = []string{}
+	}
+	return out, rep
+}
