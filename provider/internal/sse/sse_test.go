@@ -1,0 +1,68 @@
+package sse_test
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/lanefleet/lanefleet/provider/internal/sse"
+)
+
+func TestReader(t *testing.T) {
+	t.Parallel()
+	body := ": comment\r\nevent: a\r\ndata: {\"x\":1}\r\n\r\n" +
+		"data: one\ndata: two\nid: 7\nretry: 5\n\n" +
+		"data:nospace\n\n\n\n" +
+		"event: tail\ndata: last"
+	type ev struct{ name, data string }
+	want := []ev{{"a", `{"x":1}`}, {"", "one\ntwo"}, {"", "nospace"}, {"tail", "last"}}
+	for _, r := range []io.Reader{strings.NewReader(body), iotest.OneByteReader(strings.NewReader(body))} {
+		rd := sse.NewReader(r)
+		var got []ev
+		for {
+			e, err := rd.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ev{string(e.Name), string(e.Data)})
+		}
+		if len(got) != len(want) {
+			t.Fatalf("got %v", got)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%d: got %v want %v", i, got[i], want[i])
+			}
+		}
+		if rd.BytesRead() != int64(len(body)) {
+			t.Errorf("bytes read %d", rd.BytesRead())
+		}
+	}
+}
+
+func TestReaderLongLine(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 200<<10)
+	rd := sse.NewReader(strings.NewReader("data: " + big + "\n\n"))
+	e, err := rd.Next()
+	if err != nil || string(e.Data) != big {
+		t.Fatalf("err %v len %d", err, len(e.Data))
+	}
+}
+
+func TestReaderError(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	rd := sse.NewReader(io.MultiReader(strings.NewReader("data: a\n\ndata: b"), iotest.ErrReader(boom)))
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rd.Next(); !errors.Is(err, boom) {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -1,0 +1,155 @@
+// Package transform prepares a conversation for one target model before any
+// adapter maps it to the wire (pi-ai's transformMessages): it drops or
+// converts provider-specific reasoning that only the model that produced it
+// can read, rewrites tool call ids the target API would reject (consistently
+// in calls and results), drops failed assistant turns and inserts synthetic
+// results for tool calls that never got one.
+package transform
+
+import (
+	"strings"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+)
+
+// NoResultText is the text of a synthetic tool result.
+const NoResultText = "No result provided"
+
+// SameModel reports whether assistant message m was produced by target:
+// provider, api and model id all equal.
+func SameModel(m *message.Message, target provider.Model) bool {
+	return m.Provider == target.Provider && m.API == target.API && m.Model == target.ID
+}
+
+// Messages returns msgs prepared for target; msgs is not modified.
+// normalizeID rewrites tool call ids of other models' calls for the target
+// API (nil keeps them). Per assistant block:
+//
+//   - redacted thinking is kept only for the same model;
+//   - signed thinking of the same model is kept even when its text is empty;
+//   - thinking with blank text is dropped;
+//   - thinking of another model becomes a plain text block;
+//   - text of another model loses its textSignature;
+//   - tool calls of another model lose their thoughtSignature and get
+//     normalizeID(id), and later tool results follow the new id.
+//
+// Then assistant messages that ended in error or aborted are dropped, and a
+// tool call with no result before the next assistant or user message gets a
+// synthetic error result ("No result provided"); calls at the very end of
+// the list are left for the caller.
+func Messages(msgs []message.Message, target provider.Model, normalizeID func(string) string) []message.Message {
+	idMap := map[string]string{}
+	pass1 := make([]message.Message, 0, len(msgs))
+	for i := range msgs {
+		m := msgs[i]
+		switch m.Role {
+		case message.RoleAssistant:
+			same := SameModel(&m, target)
+			blocks := make([]message.Block, 0, len(m.Content.Blocks))
+			for _, b := range m.Content.Blocks {
+				switch b.Type {
+				case message.BlockThinking:
+					switch {
+					case b.Redacted:
+						if same {
+							blocks = append(blocks, b)
+						}
+					case same && b.ThinkingSignature != "":
+						blocks = append(blocks, b)
+					case strings.TrimSpace(b.Thinking) == "":
+					case same:
+						blocks = append(blocks, b)
+					default:
+						blocks = append(blocks, message.Text(b.Thinking))
+					}
+				case message.BlockText:
+					if !same {
+						b.TextSignature = ""
+					}
+					blocks = append(blocks, b)
+				case message.BlockToolCall:
+					if !same {
+						b = b.Clone()
+						b.ThoughtSignature = ""
+						if normalizeID != nil {
+							if n := normalizeID(b.ID); n != b.ID {
+								idMap[b.ID] = n
+								b.ID = n
+							}
+						}
+					}
+					blocks = append(blocks, b)
+				default:
+					blocks = append(blocks, b)
+				}
+			}
+			m.Content = message.BlocksOf(blocks...)
+		case message.RoleToolResult:
+			if n, ok := idMap[m.ToolCallID]; ok {
+				m.ToolCallID = n
+			}
+		}
+		pass1 = append(pass1, m)
+	}
+
+	out := make([]message.Message, 0, len(pass1))
+	var pending []message.Block // tool calls of the last assistant still waiting
+	answered := map[string]bool{}
+	flush := func() {
+		for _, c := range pending {
+			if !answered[c.ID] {
+				out = append(out, message.Message{
+					Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+					Content: message.BlocksOf(message.Text(NoResultText)), IsError: true,
+					Timestamp: lastTimestamp(out),
+				})
+			}
+		}
+		pending, answered = nil, map[string]bool{}
+	}
+	for _, m := range pass1 {
+		switch m.Role {
+		case message.RoleAssistant:
+			if m.StopReason == message.StopError || m.StopReason == message.StopAborted {
+				continue
+			}
+			flush()
+			pending = m.ToolCalls()
+		case message.RoleToolResult:
+			answered[m.ToolCallID] = true
+		case message.RoleUser:
+			flush()
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func lastTimestamp(ms []message.Message) int64 {
+	if len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Timestamp
+}
+
+// SanitizeID replaces characters outside [A-Za-z0-9_-] with "_" and cuts the
+// result at max bytes (0 = no limit).
+func SanitizeID(id string, max int) string {
+	b := []byte(id)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if max > 0 && len(b) > max {
+		b = b[:max]
+	}
+	return string(b)
+}
+
+// SanitizeSurrogates returns s with invalid UTF-8 (lone surrogates decoded
+// from JSON, broken bytes) removed, as providers reject it.
+func SanitizeSurrogates(s string) string {
+	return strings.ToValidUTF8(s, "")
+}
