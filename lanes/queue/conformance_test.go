@@ -1,0 +1,92 @@
+package queue
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/internal/conformance"
+)
+
+type queueCase struct {
+	Op                 string   `json:"op"`
+	Raw                string   `json:"raw"`
+	Cap                int      `json:"cap"`
+	DropPolicy         string   `json:"dropPolicy"`
+	Queued             []string `json:"queued"`
+	Incoming           string   `json:"incoming"`
+	Items              []string `json:"items"`
+	Summary            string   `json:"summary"`
+	IsActive           bool     `json:"isActive"`
+	HasQueuedFollowups bool     `json:"hasQueuedFollowups"`
+	IsHeartbeat        bool     `json:"isHeartbeat"`
+	ShouldFollowup     bool     `json:"shouldFollowup"`
+	QueueMode          string   `json:"queueMode"`
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	conformance.Run(t, "queue", func(t *testing.T, cs conformance.Case) {
+		raw, err := json.Marshal(conformance.Decode(t, cs.Input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in queueCase
+		if err := json.Unmarshal(raw, &in); err != nil {
+			t.Fatalf("decode input: %v", err)
+		}
+		var got map[string]any
+		switch in.Op {
+		case "normalizeMode":
+			var v any
+			if m, ok := ParseMode(in.Raw); ok {
+				v = string(m)
+			}
+			got = map[string]any{"mode": v}
+		case "normalizeDrop":
+			var v any
+			if p, ok := ParseDropPolicy(in.Raw); ok {
+				v = string(p)
+			}
+			got = map[string]any{"drop": v}
+		case "enqueue":
+			drop, _ := ParseDropPolicy(in.DropPolicy)
+			s := Settings{Mode: ModeFollowup, Cap: in.Cap, Drop: drop}
+			var p Pending
+			now := time.UnixMilli(conformance.Now)
+			for _, q := range in.Queued {
+				p.Items = append(p.Items, Item{Prompt: q})
+			}
+			accepted, _ := p.Add(Item{Prompt: in.Incoming}, s, now)
+			queued := []string{}
+			for _, it := range p.Items {
+				queued = append(queued, it.Prompt)
+			}
+			var prompt any
+			if sp := p.SummaryPrompt(s); sp != "" {
+				prompt = sp
+			}
+			got = map[string]any{
+				"accepted":      accepted,
+				"queued":        queued,
+				"droppedCount":  p.DroppedCount,
+				"summaryLines":  append([]string{}, p.SummaryLines...),
+				"summaryPrompt": prompt,
+			}
+		case "collectPrompt":
+			got = map[string]any{"prompt": CollectPrompt(in.Items, in.Summary)}
+		case "activeRunAction":
+			mode, _ := ParseMode(in.QueueMode)
+			got = map[string]any{"action": string(ActiveRunAction(ActiveRunQuery{
+				IsActive:           in.IsActive,
+				HasQueuedFollowups: in.HasQueuedFollowups,
+				IsHeartbeat:        in.IsHeartbeat,
+				ShouldFollowup:     in.ShouldFollowup,
+				Mode:               mode,
+			}))}
+		default:
+			t.Skipf("unknown op %q", in.Op)
+		}
+		conformance.Check(t, got, conformance.Decode(t, cs.Expected))
+	})
+}
