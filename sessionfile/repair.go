@@ -1,0 +1,356 @@
+package sessionfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// RepairResult is the outcome of Repair. Repair never fails: what went wrong
+// is in Reason and Warnings.
+type RepairResult struct {
+	// Repaired is true when the file was rewritten.
+	Repaired bool `json:"repaired"`
+	// DroppedLines counts the lines that were not JSON.
+	DroppedLines int `json:"droppedLines"`
+	// Reason says why nothing was repaired ("missing session file", "empty
+	// session file", "invalid session header", "failed to read session
+	// file: …", "repair failed: …"); empty otherwise.
+	Reason string `json:"reason,omitempty"`
+	// BackupPath is the copy of the original file ("<file>.bak-<pid>-<ms>").
+	BackupPath string `json:"backupPath,omitempty"`
+	// Warnings are the messages the reference logs as warnings.
+	Warnings []string `json:"warnings"`
+}
+
+// RepairOptions tunes Repair; the zero value is the reference's behaviour.
+type RepairOptions struct {
+	// Now returns the clock for the backup and temporary file names
+	// (time.Now when nil).
+	Now func() time.Time
+}
+
+// Repair checks a session file on disk and, when some lines are not JSON,
+// rewrites it without them: the original is copied to
+// "<file>.bak-<pid>-<epochMs>" (same mode), the surviving lines are written
+// compactly to a temporary file beside it, which then replaces the file.
+// Blank lines are ignored. Nothing is written when the file is missing or
+// empty, when its first JSON line is not a session header with an id, or when
+// every line is valid.
+func Repair(path string, opts RepairOptions) RepairResult {
+	res := RepairResult{Warnings: []string{}}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	if strings.TrimSpace(path) == "" {
+		res.Reason = "missing session file"
+		return res
+	}
+	base := filepath.Base(path)
+	orig, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		res.Reason = "missing session file"
+		return res
+	}
+	if err != nil {
+		res.Reason = "failed to read session file: " + nodeError(err, path)
+		res.Warnings = append(res.Warnings, fmt.Sprintf("session file repair skipped: %s (%s)", res.Reason, base))
+		return res
+	}
+	out, dropped, reason := repairContent(orig)
+	res.DroppedLines = dropped
+	if reason != "" {
+		res.Reason = reason
+		if reason == reasonInvalidHeader {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("session file repair skipped: %s (%s)", reason, base))
+		}
+		return res
+	}
+	if dropped == 0 {
+		return res
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return repairFailed(res, err, base)
+	}
+	stamp := fmt.Sprintf("%d-%d", os.Getpid(), now().UnixMilli())
+	backup := path + ".bak-" + stamp
+	if err := os.WriteFile(backup, orig, info.Mode().Perm()); err != nil {
+		return repairFailed(res, err, base)
+	}
+	tmp := path + ".repair-" + stamp + ".tmp"
+	if err := writeSync(tmp, out, info.Mode().Perm()); err != nil {
+		os.Remove(tmp)
+		return repairFailed(res, err, base)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return repairFailed(res, err, base)
+	}
+	res.Repaired = true
+	res.BackupPath = backup
+	res.Warnings = append(res.Warnings, fmt.Sprintf("session file repaired: dropped %d malformed line(s) (%s)", dropped, base))
+	return res
+}
+
+const reasonInvalidHeader = "invalid session header"
+
+func repairFailed(res RepairResult, err error, base string) RepairResult {
+	res.Reason = "repair failed: " + err.Error()
+	res.Warnings = append(res.Warnings, fmt.Sprintf("session file repair failed: %v (%s)", err, base))
+	return res
+}
+
+func writeSync(path string, data []byte, mode fs.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// nodeError words common read errors as Node.js does, since the reference's
+// reasons carry them.
+func nodeError(err error, path string) string {
+	switch {
+	case errors.Is(err, syscall.EISDIR):
+		return "EISDIR: illegal operation on a directory, read"
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("EACCES: permission denied, open '%s'", path)
+	}
+	return err.Error()
+}
+
+// RepairContent returns the content of a session file with its non-JSON lines
+// removed (surviving lines re-serialised compactly, in key order, one per line
+// with a trailing newline) and the number of lines dropped. It returns an
+// error wrapping ErrEmpty or ErrInvalidHeader when the content has no JSON
+// line or does not start with a session header.
+func RepairContent(data []byte) ([]byte, int, error) {
+	out, dropped, reason := repairContent(data)
+	switch reason {
+	case "empty session file":
+		return nil, dropped, ErrEmpty
+	case reasonInvalidHeader:
+		return nil, dropped, ErrInvalidHeader
+	}
+	return out, dropped, nil
+}
+
+func repairContent(data []byte) (out []byte, dropped int, reason string) {
+	var buf bytes.Buffer
+	parsed := 0
+	for len(data) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			line, data = data, nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if isBlank(line) {
+			continue
+		}
+		start := buf.Len()
+		if err := stringify(&buf, line); err != nil {
+			buf.Truncate(start)
+			dropped++
+			continue
+		}
+		if parsed == 0 && !isHeader(line) {
+			return nil, dropped, reasonInvalidHeader
+		}
+		parsed++
+		buf.WriteByte('\n')
+	}
+	if parsed == 0 {
+		return nil, dropped, "empty session file"
+	}
+	return buf.Bytes(), dropped, ""
+}
+
+// isBlank reports whether a line is empty after JavaScript's trim.
+func isBlank(line []byte) bool {
+	for len(line) > 0 {
+		r, n := utf8.DecodeRune(line)
+		switch r {
+		case '\t', '\n', '\v', '\f', '\r', ' ', 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF:
+		default:
+			if r < 0x2000 || r > 0x200A {
+				return false
+			}
+		}
+		line = line[n:]
+	}
+	return true
+}
+
+func isHeader(line []byte) bool {
+	var h struct {
+		Type any `json:"type"`
+		ID   any `json:"id"`
+	}
+	if json.Unmarshal(line, &h) != nil {
+		return false
+	}
+	id, _ := h.ID.(string)
+	return h.Type == "session" && id != ""
+}
+
+// stringify writes the JSON value of line as JavaScript's
+// JSON.stringify(JSON.parse(line)) would: compact, keys in their order,
+// numbers and strings spelled the JavaScript way. It fails on anything
+// JSON.parse rejects.
+func stringify(w *bytes.Buffer, line []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	type frame struct {
+		object bool
+		n      int // values (arrays) or keys+values (objects) written
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			w.WriteByte(byte(d))
+		} else {
+			if len(stack) > 0 {
+				top := &stack[len(stack)-1]
+				switch {
+				case top.object && top.n%2 == 1:
+					w.WriteByte(':')
+				case top.n > 0:
+					w.WriteByte(',')
+				}
+				top.n++
+			}
+			switch v := tok.(type) {
+			case json.Delim:
+				w.WriteByte(byte(v))
+				stack = append(stack, frame{object: v == '{'})
+				continue
+			case string:
+				writeJSString(w, v)
+			case json.Number:
+				writeJSNumber(w, string(v))
+			case bool:
+				w.WriteString(strconv.FormatBool(v))
+			case nil:
+				w.WriteString("null")
+			}
+		}
+		if len(stack) == 0 {
+			break
+		}
+	}
+	// JSON.parse allows only white space after the value.
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after JSON value")
+	}
+	return nil
+}
+
+func writeJSString(w *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	w.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"':
+			w.WriteString(`\"`)
+		case c == '\\':
+			w.WriteString(`\\`)
+		case c == '\b':
+			w.WriteString(`\b`)
+		case c == '\f':
+			w.WriteString(`\f`)
+		case c == '\n':
+			w.WriteString(`\n`)
+		case c == '\r':
+			w.WriteString(`\r`)
+		case c == '\t':
+			w.WriteString(`\t`)
+		case c < 0x20:
+			w.WriteString(`\u00`)
+			w.WriteByte(hex[c>>4])
+			w.WriteByte(hex[c&0xF])
+		default:
+			w.WriteByte(c)
+		}
+	}
+	w.WriteByte('"')
+}
+
+// writeJSNumber writes a JSON number as JavaScript's Number.prototype.toString
+// spells the double it parses to.
+func writeJSNumber(w *bytes.Buffer, lit string) {
+	// The decoder has checked the syntax; a range error leaves ±Inf or a
+	// value rounded to zero, as JavaScript does.
+	f, _ := strconv.ParseFloat(lit, 64)
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		w.WriteString("null")
+		return
+	}
+	if f == 0 {
+		w.WriteByte('0')
+		return
+	}
+	if f < 0 {
+		w.WriteByte('-')
+		f = -f
+	}
+	// Shortest round-trip digits d1.d2…dk × 10^(n-1).
+	e := strconv.FormatFloat(f, 'e', -1, 64)
+	mant, exp, _ := strings.Cut(e, "e")
+	digits := strings.Replace(mant, ".", "", 1)
+	x, _ := strconv.Atoi(exp)
+	k, n := len(digits), x+1
+	switch {
+	case k <= n && n <= 21:
+		w.WriteString(digits)
+		w.WriteString(strings.Repeat("0", n-k))
+	case 0 < n && n <= 21:
+		w.WriteString(digits[:n])
+		w.WriteByte('.')
+		w.WriteString(digits[n:])
+	case -6 < n && n <= 0:
+		w.WriteString("0.")
+		w.WriteString(strings.Repeat("0", -n))
+		w.WriteString(digits)
+	default:
+		w.WriteByte(digits[0])
+		if k > 1 {
+			w.WriteByte('.')
+			w.WriteString(digits[1:])
+		}
+		w.WriteByte('e')
+		if n-1 >= 0 {
+			w.WriteByte('+')
+		}
+		w.WriteString(strconv.Itoa(n - 1))
+	}
+}
