@@ -19,6 +19,26 @@ type Record struct {
 	InboundSeq uint64          `msgpack:"inboundSeq"`
 	RunID      string          `msgpack:"runId"`
 	Entries    []message.Entry `msgpack:"entries"`
+	// Final is the run's encoded final event, so a turn that was committed
+	// just before a crash can have its final event published again without
+	// running the model a second time.
+	Final []byte `msgpack:"final,omitempty"`
+}
+
+// Record reads the record of one turn (leader read).
+func (l *Lanes) Record(ctx context.Context, token string, seq uint64) (Record, bool, error) {
+	var r Record
+	e, err := l.kv.Get(ctx, recordKey(token, seq))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("kvstore: record %s/%d: %w", token, seq, err)
+	}
+	if err := msgpack.Unmarshal(e.Value(), &r); err != nil {
+		return r, false, fmt.Errorf("kvstore: record %s/%d: %w", token, seq, err)
+	}
+	return r, true, nil
 }
 
 // PutRecord writes a turn record under the fence.

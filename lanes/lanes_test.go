@@ -1,0 +1,192 @@
+package lanes
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// echoHandler records what it saw and echoes the text back.
+type echoHandler struct {
+	mu   sync.Mutex
+	seen map[string][]string // session key -> texts in handling order
+	hook func(t *Turn) error
+}
+
+func (h *echoHandler) HandleTurn(ctx context.Context, t *Turn) (*Outcome, error) {
+	if h.hook != nil {
+		if err := h.hook(t); err != nil {
+			return nil, err
+		}
+	}
+	h.mu.Lock()
+	if h.seen == nil {
+		h.seen = map[string][]string{}
+	}
+	h.seen[t.SessionKey] = append(h.seen[t.SessionKey], t.Inbound.Text)
+	h.mu.Unlock()
+	t.Emit(events.StreamAssistant, events.EventData{Delta: "ok ", Text: "ok "})
+	t.Emit(events.StreamAssistant, events.EventData{Delta: t.Inbound.Text, Text: "ok " + t.Inbound.Text})
+	user := message.User(t.Inbound.Text, 1)
+	asst := message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(message.Text("ok " + t.Inbound.Text)), StopReason: message.StopStop}
+	return &Outcome{
+		Entries: []message.Entry{{Type: message.EntryMessage, ID: "u" + t.RunID, Message: &user}, {Type: message.EntryMessage, ID: "a" + t.RunID, Message: &asst}},
+		Result:  &events.Result{Payloads: []events.Payload{{Text: "ok " + t.Inbound.Text}}},
+	}, nil
+}
+
+type fleet struct {
+	url     string
+	js      jetstream.JetStream
+	streams *Streams
+	lanes   *kvstore.Lanes
+}
+
+func newFleet(t *testing.T, ackWait, leaseTTL time.Duration) *fleet {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: ackWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := kvstore.Open(t.Context(), js, kvstore.Config{LeaseTTL: leaseTTL, MarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fleet{url: srv.URL, js: js, streams: streams, lanes: lanes}
+}
+
+// startWorker runs a worker on its own connection until the returned stop is called.
+func (f *fleet) startWorker(t *testing.T, h Handler, cfg Config) (stop func()) {
+	t.Helper()
+	nc := natstest.Connect(t, f.url)
+	js, _ := jetstream.New(nc)
+	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := kvstore.Open(t.Context(), js, kvstore.Config{LeaseTTL: f.lanes.LeaseTTL(), MarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	w, err := NewWorker(js, streams, lanes, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func (f *fleet) publish(t *testing.T, key, text string) uint64 {
+	t.Helper()
+	subj, err := events.InboundSubject(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, ct, _ := events.EncodeInbound(&events.Inbound{Text: text}, false)
+	m := nats.NewMsg(subj)
+	m.Data = data
+	m.Header.Set(events.HeaderContentType, ct)
+	ack, err := f.js.PublishMsg(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// waitFinal waits for the final event of a run.
+func (f *fleet) waitFinal(t *testing.T, key string, seq uint64) *events.Event {
+	t.Helper()
+	subj, _ := events.EventSubject(key, fmt.Sprint(seq))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cons, err := f.streams.Events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			t.Fatalf("waiting for final event of %s/%d: %v", key, seq, err)
+		}
+		ev, err := events.DecodeEvent(m.Headers().Get(events.HeaderContentType), m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Terminal() {
+			return ev
+		}
+	}
+}
+
+func TestLaneOrderAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	h := &echoHandler{}
+	for range 3 {
+		f.startWorker(t, h, Config{Concurrency: 8})
+	}
+	keys := []string{"alice", "agent:main:dm:1", "a.b", "*", "日本"}
+	var last []uint64
+	for i := range 20 {
+		for _, k := range keys {
+			seq := f.publish(t, k, fmt.Sprintf("%s-%02d", k, i))
+			if i == 19 {
+				last = append(last, seq)
+			}
+		}
+	}
+	for i, k := range keys {
+		ev := f.waitFinal(t, k, last[i])
+		if got := ev.Data.Result.Payloads[0].Text; got != fmt.Sprintf("ok %s-19", k) {
+			t.Fatalf("final of %s = %q", k, got)
+		}
+	}
+	for _, k := range keys {
+		tok, _ := events.KeyToken(k)
+		recs, err := f.lanes.Records(t.Context(), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != 20 {
+			t.Fatalf("%s has %d records, want 20", k, len(recs))
+		}
+		for i, r := range recs {
+			want := fmt.Sprintf("%s-%02d", k, i)
+			if got := r.Entries[0].Message.Content.Text(); got != want {
+				t.Fatalf("%s record %d = %q, want %q", k, i, got, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,588 @@
+package lanes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// ErrShutdown is the cause of contexts cancelled because the worker stops.
+var ErrShutdown = errors.New("lanes: worker shutting down")
+
+// Config configures a Worker.
+type Config struct {
+	ID            string        // worker id in logs, leases and events; default random
+	Concurrency   int           // lanes owned (turns running) at once; default 64
+	MaxPayload    int           // inbound payload limit in bytes; default events.DefaultMaxPayload
+	MaxAttempts   int           // starts of one message before it is dead-lettered; default 3
+	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
+	RetryDelay    time.Duration // first delay before retrying a failed turn; default 500ms
+	Logger        zerolog.Logger
+}
+
+// Config defaults.
+const (
+	DefaultConcurrency   = 64
+	DefaultMaxAttempts   = 3
+	DefaultShutdownGrace = 10 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		c.ID = "w-" + randomHex(4)
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = events.DefaultMaxPayload
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = 500 * time.Millisecond
+	}
+	return c
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Worker owns lanes: it takes dispatch deliveries, acquires the lane's lease,
+// drains the lane in order through the Handler, and hands lanes over when it
+// stops.
+type Worker struct {
+	cfg     Config
+	js      jetstream.JetStream
+	streams *Streams
+	lanes   *kvstore.Lanes
+	handler Handler
+	log     zerolog.Logger
+
+	slots    chan struct{}
+	stopping atomic.Bool
+	turnCtx  context.Context // cancelled when the shutdown grace runs out
+	turnStop context.CancelCauseFunc
+	wg       sync.WaitGroup
+
+	stats Stats
+}
+
+// Stats counts what a worker did.
+type Stats struct {
+	Turns, FollowerAcks, Naks, DeadLetters, Acquired, Released atomic.Int64
+}
+
+// NewWorker returns a worker. It does not start consuming until Run.
+func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h Handler, cfg Config) (*Worker, error) {
+	if js == nil || streams == nil || lanes == nil || h == nil {
+		return nil, errors.New("lanes: NewWorker needs a JetStream, streams, lanes and a handler")
+	}
+	cfg = cfg.withDefaults()
+	w := &Worker{cfg: cfg, js: js, streams: streams, lanes: lanes, handler: h,
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), slots: make(chan struct{}, cfg.Concurrency)}
+	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
+	return w, nil
+}
+
+// ID returns the worker id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() *Stats { return &w.stats }
+
+// Run consumes dispatch deliveries until ctx is done, then stops gracefully:
+// it stops pulling, lets running turns finish within the shutdown grace
+// (cancelling them after it), releases every lease and Naks the lanes'
+// triggers so other workers take them over at once.
+func (w *Worker) Run(ctx context.Context) error {
+	batch := min(max(w.cfg.Concurrency, 16), 256)
+	cc, err := w.streams.Dispatch.Consume(w.onDelivery, jetstream.PullMaxMessages(batch),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				w.log.Debug().Err(err).Msg("dispatch consume")
+			}
+		}))
+	if err != nil {
+		return fmt.Errorf("lanes: consume dispatch: %w", err)
+	}
+	w.log.Info().Int("concurrency", w.cfg.Concurrency).Msg("worker started")
+	<-ctx.Done()
+	w.stopping.Store(true)
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(2 * time.Second):
+		cc.Stop()
+	}
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.ShutdownGrace):
+		w.log.Warn().Dur("grace", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling running turns")
+		w.turnStop(ErrShutdown)
+		<-done
+	}
+	w.turnStop(ErrShutdown)
+	w.log.Info().Int64("turns", w.stats.Turns.Load()).Msg("worker stopped")
+	return nil
+}
+
+// onDelivery runs serially for the consume context, so it only takes a slot
+// and hands the delivery off.
+func (w *Worker) onDelivery(msg jetstream.Msg) {
+	if w.stopping.Load() {
+		w.nak(msg, 0)
+		return
+	}
+	w.slots <- struct{}{}
+	w.wg.Add(1)
+	go func() {
+		defer func() { <-w.slots; w.wg.Done() }()
+		w.handleDelivery(msg)
+	}()
+}
+
+func (w *Worker) nak(msg jetstream.Msg, delay time.Duration) {
+	w.stats.Naks.Add(1)
+	var err error
+	if delay > 0 {
+		err = msg.NakWithDelay(delay)
+	} else {
+		err = msg.Nak()
+	}
+	if err != nil {
+		w.log.Debug().Err(err).Msg("nak")
+	}
+}
+
+func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
+	if err := msg.DoubleAck(ctx); err != nil {
+		w.log.Debug().Err(err).Msg("ack")
+	}
+}
+
+func (w *Worker) handleDelivery(msg jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	md, err := msg.Metadata()
+	if err != nil {
+		w.log.Error().Err(err).Msg("delivery without metadata")
+		w.nak(msg, time.Second)
+		return
+	}
+	token, key, err := events.LaneOf(msg.Subject())
+	if err != nil {
+		// No lane can be derived: keep the message in the dead-letter stream.
+		w.deadLetter(ctx, "bad-lane", msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err)
+		w.ack(ctx, msg)
+		w.deleteInbound(ctx, md.Sequence.Stream)
+		return
+	}
+	log := w.log.With().Str("lane", token).Logger()
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	switch {
+	case errors.Is(err, kvstore.ErrHeld) && md.NumDelivered == 1:
+		// A live owner exists and drains this message.
+		w.stats.FollowerAcks.Add(1)
+		w.ack(ctx, msg)
+		return
+	case errors.Is(err, kvstore.ErrHeld):
+		// Possibly the trigger of a dead owner: retry until its lease lapses.
+		w.nak(msg, time.Second)
+		return
+	case err != nil:
+		log.Warn().Err(err).Msg("acquire lease")
+		w.nak(msg, time.Second)
+		return
+	}
+	w.stats.Acquired.Add(1)
+	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), trigger: msg, triggerSeq: md.Sequence.Stream,
+		lease: lease, log: log}
+	o.run()
+}
+
+// deadLetter stores a message that cannot be processed, with the reason.
+func (w *Worker) deadLetter(ctx context.Context, reason, subject string, seq uint64, hdr nats.Header, data []byte, cause error) {
+	w.stats.DeadLetters.Add(1)
+	m := nats.NewMsg(events.DeadPrefix + reason)
+	m.Data = data
+	for k, v := range hdr {
+		if k != events.HeaderMsgID {
+			m.Header[k] = v
+		}
+	}
+	m.Header.Set(events.HeaderError, cause.Error())
+	m.Header.Set(events.HeaderSubject, subject)
+	m.Header.Set(events.HeaderSeq, strconv.FormatUint(seq, 10))
+	if _, err := w.js.PublishMsg(ctx, m); err != nil {
+		w.log.Error().Err(err).Str("subject", subject).Uint64("seq", seq).Msg("dead letter not stored; message stays in the inbound stream")
+		return
+	}
+	w.log.Warn().Str("reason", reason).Str("subject", subject).Uint64("seq", seq).Err(cause).Msg("dead-lettered")
+}
+
+func (w *Worker) deleteInbound(ctx context.Context, seq uint64) {
+	if err := w.streams.Inbound.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		w.log.Debug().Err(err).Uint64("seq", seq).Msg("delete processed message")
+	}
+}
+
+// owner drains one lane while it holds the lease.
+type owner struct {
+	w          *Worker
+	token, key string
+	subject    string
+	trigger    jetstream.Msg
+	triggerSeq uint64
+	lease      *kvstore.Lease
+	log        zerolog.Logger
+
+	cursor  kvstore.Cursor
+	history []message.Entry
+	loaded  bool
+}
+
+// run drains the lane, then releases it (lease-and-drain).
+func (o *owner) run() {
+	laneCtx, cancelLane := context.WithCancelCause(o.w.turnCtx)
+	defer cancelLane(nil)
+	hbDone := make(chan struct{})
+	go o.heartbeat(laneCtx, cancelLane, hbDone)
+	defer func() { cancelLane(nil); <-hbDone }()
+
+	for {
+		handedOver := o.drain(laneCtx)
+		if handedOver {
+			return
+		}
+		if laneCtx.Err() != nil {
+			o.abandon(laneCtx)
+			return
+		}
+		if !o.release() {
+			return
+		}
+	}
+}
+
+// heartbeat renews the lease and keeps the trigger delivery alive.
+func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(o.w.lanes.RenewEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, o.w.lanes.RenewEvery())
+		err := o.lease.Renew(rctx)
+		rcancel()
+		if errors.Is(err, kvstore.ErrLeaseLost) {
+			o.log.Warn().Err(err).Msg("lease lost: stopping the lane's work")
+			cancel(err)
+			return
+		}
+		if err != nil {
+			o.log.Warn().Err(err).Msg("renew lease")
+		}
+		if err := o.trigger.InProgress(); err != nil {
+			o.log.Debug().Err(err).Msg("trigger in progress")
+		}
+	}
+}
+
+// drain processes the lane's messages in order until none is left, the
+// worker stops, or the lease is lost. It reports true when the lane has been
+// handed over already (lease lost).
+func (o *owner) drain(ctx context.Context) bool {
+	c, err := o.w.lanes.Cursor(ctx, o.token)
+	if err != nil {
+		o.log.Warn().Err(err).Msg("read cursor")
+		return false
+	}
+	o.cursor = c
+	for !o.w.stopping.Load() && ctx.Err() == nil {
+		raw, err := o.w.streams.Inbound.GetMsg(ctx, o.cursor.Seq+1, jetstream.WithGetMsgSubject(o.subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				o.log.Warn().Err(err).Msg("read lane")
+			}
+			return false
+		}
+		if err := o.process(ctx, raw); err != nil {
+			if errors.Is(err, kvstore.ErrLeaseLost) || errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost) {
+				// Someone else owns the lane now; our trigger is redelivered
+				// to whoever needs it.
+				o.w.nak(o.trigger, 0)
+				return true
+			}
+			if ctx.Err() != nil {
+				return false
+			}
+			o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("attempt", o.cursor.Attempts).Msg("turn failed; retrying")
+			select {
+			case <-time.After(o.w.cfg.RetryDelay * time.Duration(o.cursor.Attempts)):
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// process runs one inbound message as a turn.
+func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error {
+	seq := raw.Sequence
+	run := strconv.FormatUint(seq, 10)
+	log := o.log.With().Str("run_id", run).Logger()
+	em := &emitter{js: o.w.js, key: o.key, run: run, log: log,
+		subject: events.EventPrefix + o.token + "." + run,
+		asJSON:  events.IsJSON(raw.Header.Get(events.HeaderContentType), raw.Data)}
+
+	attempts := 1
+	if o.cursor.Inflight == seq {
+		attempts = o.cursor.Attempts + 1
+	}
+	if o.cursor.SessionID == "" {
+		o.cursor.SessionID = newSessionID()
+	}
+	finished, err := em.resume(ctx, o.w.streams.Events)
+	if err != nil {
+		return err
+	}
+	if attempts > 1 {
+		// The turn was started before (crash, lost lease or failure). If it
+		// was committed, only the cursor is missing.
+		if done, err := o.alreadyCommitted(ctx, seq); err != nil {
+			return err
+		} else if done {
+			if !finished {
+				o.republishFinal(ctx, em, seq)
+			}
+			return o.advance(ctx, seq, nil)
+		}
+	}
+	if attempts > o.w.cfg.MaxAttempts {
+		cause := fmt.Errorf("turn started %d times without finishing", attempts-1)
+		o.w.deadLetter(ctx, "poison", o.subject, seq, raw.Header, raw.Data, cause)
+		o.failTurn(ctx, em, "poison_message", cause.Error()+"; the message was dead-lettered", attempts)
+		return o.advance(ctx, seq, nil)
+	}
+	o.cursor.Inflight, o.cursor.Attempts = seq, attempts
+	if err := o.lease.SetCursor(ctx, o.cursor); err != nil {
+		return err
+	}
+	if attempts > 1 && em.seq > 0 && !finished {
+		em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRestart, Attempt: attempts, Worker: o.w.cfg.ID})
+	}
+
+	in, err := events.DecodeInbound(raw.Header.Get(events.HeaderContentType), raw.Data, o.w.cfg.MaxPayload)
+	if err == nil && in.Session != "" && in.Session != o.key {
+		err = &events.DecodeError{Field: "session", Reason: fmt.Sprintf("%q does not match the lane's session", in.Session)}
+	}
+	if err != nil {
+		o.w.deadLetter(ctx, "invalid", o.subject, seq, raw.Header, raw.Data, err)
+		o.failTurn(ctx, em, "invalid_input", err.Error(), attempts)
+		return o.advance(ctx, seq, nil)
+	}
+	if !o.loaded {
+		recs, err := o.w.lanes.Records(ctx, o.token)
+		if err != nil {
+			return err
+		}
+		o.history, o.loaded = kvstore.Entries(recs), true
+	}
+	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
+		Attempt: attempts, Worker: o.w.cfg.ID, Inbound: in, History: o.history, Received: raw.Time, em: em}
+	out, err := o.callHandler(ctx, turn, log)
+	if err != nil {
+		return err
+	}
+	rec := kvstore.Record{InboundSeq: seq, RunID: run, Entries: out.Entries}
+	if out.Result != nil {
+		if rec.Final, _, err = events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: out.Result}}, false); err != nil {
+			return err
+		}
+	}
+	if err := o.lease.PutRecord(ctx, rec); err != nil {
+		return err
+	}
+	if out.Result != nil {
+		if err := em.final(ctx, out.Result); err != nil {
+			return err
+		}
+	}
+	o.w.stats.Turns.Add(1)
+	return o.advance(ctx, seq, out.Entries)
+}
+
+func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (out *Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("handler panicked")
+			err = fmt.Errorf("lanes: handler panicked: %v", p)
+		}
+	}()
+	out, err = o.w.handler.HandleTurn(log.WithContext(ctx), t)
+	if err == nil && out == nil {
+		err = errors.New("lanes: handler returned no outcome")
+	}
+	return out, err
+}
+
+// failTurn ends a run that the handler never saw with an error final event.
+func (o *owner) failTurn(ctx context.Context, em *emitter, kind, msg string, attempt int) {
+	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli(), Attempt: attempt})
+	res := &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
+		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}
+	if err := em.final(ctx, res); err != nil {
+		o.log.Warn().Err(err).Msg("publish error event")
+	}
+}
+
+func (o *owner) alreadyCommitted(ctx context.Context, seq uint64) (bool, error) {
+	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
+	if err != nil || !ok {
+		return false, err
+	}
+	if !o.loaded {
+		return true, nil // loaded with the record in it on the next turn
+	}
+	o.history = append(o.history, rec.Entries...)
+	return true, nil
+}
+
+func (o *owner) republishFinal(ctx context.Context, em *emitter, seq uint64) {
+	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
+	if err != nil || !ok || len(rec.Final) == 0 {
+		return
+	}
+	ev, err := events.DecodeEvent(events.ContentMsgpack, rec.Final)
+	if err != nil || ev.Data.Result == nil {
+		return
+	}
+	if err := em.final(ctx, ev.Data.Result); err != nil {
+		o.log.Warn().Err(err).Msg("republish final event")
+	}
+}
+
+// advance marks seq processed, remembers the turn's entries and deletes the
+// inbound message (the trigger's message is deleted when it is acked).
+func (o *owner) advance(ctx context.Context, seq uint64, entries []message.Entry) error {
+	o.cursor.Seq, o.cursor.Inflight, o.cursor.Attempts = seq, 0, 0
+	if err := o.lease.SetCursor(ctx, o.cursor); err != nil {
+		return err
+	}
+	if o.loaded {
+		o.history = append(o.history, entries...)
+	}
+	if seq != o.triggerSeq {
+		o.w.deleteInbound(ctx, seq)
+	}
+	return nil
+}
+
+// release gives the lane up after a drain; it reports whether the owner
+// should drain again (a message arrived during the release and the lease was
+// re-acquired).
+func (o *owner) release() (again bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := o.lease.Release(ctx); err != nil {
+		o.log.Warn().Err(err).Msg("release lease")
+		return false // trigger redelivered after AckWait; the lease expires
+	}
+	o.w.stats.Released.Add(1)
+	// Re-check on the leader after releasing: a message stored before a
+	// follower saw our lease is found here or by the next owner.
+	_, err := o.w.streams.Inbound.GetMsg(ctx, o.cursor.Seq+1, jetstream.WithGetMsgSubject(o.subject))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		o.finishTrigger(ctx)
+		return false
+	case err != nil:
+		o.log.Warn().Err(err).Msg("re-check lane")
+		return false
+	}
+	if o.w.stopping.Load() {
+		o.w.nak(o.trigger, 0)
+		return false
+	}
+	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	switch {
+	case err == nil:
+		o.lease = lease
+		o.w.stats.Acquired.Add(1)
+		return true
+	case errors.Is(err, kvstore.ErrHeld):
+		o.finishTrigger(ctx)
+	default:
+		o.log.Warn().Err(err).Msg("re-acquire lease")
+	}
+	return false
+}
+
+// abandon hands the lane over at once when the worker stops mid-drain.
+func (o *owner) abandon(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost) {
+		o.w.nak(o.trigger, 0)
+		return
+	}
+	if err := o.lease.Release(rctx); err != nil {
+		o.log.Warn().Err(err).Msg("release lease on stop")
+	}
+	o.w.stats.Released.Add(1)
+	o.w.nak(o.trigger, 0)
+}
+
+// finishTrigger acks the trigger and deletes its message once processed.
+func (o *owner) finishTrigger(ctx context.Context) {
+	if o.w.stopping.Load() && o.triggerSeq > o.cursor.Seq {
+		o.w.nak(o.trigger, 0)
+		return
+	}
+	o.w.ack(ctx, o.trigger)
+	if o.triggerSeq <= o.cursor.Seq {
+		o.w.deleteInbound(ctx, o.triggerSeq)
+	}
+}
+
+func newSessionID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
