@@ -1,0 +1,308 @@
+// Package catalog is the model catalog: the models shipped with the binary
+// (embedded JSON: id, api, provider, base URL, context window, max output
+// tokens, reasoning, input kinds, price), the known providers with their
+// default API, base URL and credential variables, user model files that add
+// or override entries, and the conservative defaults for a "provider/model"
+// the catalog does not know.
+package catalog
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/provider"
+)
+
+// Wire APIs an adapter exists for.
+const (
+	APIAnthropicMessages  = "anthropic-messages"
+	APIOpenAICompletions  = "openai-completions"
+	APIOpenAIResponses    = "openai-responses"
+	APIGoogleGenerativeAI = "google-generative-ai"
+)
+
+// Conservative defaults for a model the catalog does not know.
+const (
+	UnknownContextWindow = 128000
+	UnknownMaxTokens     = 8192
+)
+
+// ErrUnknownProvider is returned for a model reference whose provider is
+// neither known nor named by any catalog entry.
+var ErrUnknownProvider = errors.New("catalog: unknown provider")
+
+//go:embed models.json
+var builtin []byte
+
+// ProviderInfo describes a known provider: its default wire API and base
+// URL, the environment variables that may hold its API key (first non-empty
+// wins) and override its base URL, and whether it runs without a key (local
+// servers).
+type ProviderInfo struct {
+	Name       string
+	API        string
+	BaseURL    string
+	KeyEnv     []string
+	BaseURLEnv []string
+	NoKey      bool
+}
+
+var providers = []ProviderInfo{
+	{Name: "anthropic", API: APIAnthropicMessages, BaseURL: "https://api.anthropic.com", KeyEnv: []string{"ANTHROPIC_API_KEY"}, BaseURLEnv: []string{"ANTHROPIC_BASE_URL"}},
+	{Name: "openai", API: APIOpenAIResponses, BaseURL: "https://api.openai.com/v1", KeyEnv: []string{"OPENAI_API_KEY"}, BaseURLEnv: []string{"OPENAI_BASE_URL"}},
+	{Name: "google", API: APIGoogleGenerativeAI, BaseURL: "https://generativelanguage.googleapis.com/v1beta", KeyEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, BaseURLEnv: []string{"GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"}},
+	{Name: "openrouter", API: APIOpenAICompletions, BaseURL: "https://openrouter.ai/api/v1", KeyEnv: []string{"OPENROUTER_API_KEY"}, BaseURLEnv: []string{"OPENROUTER_BASE_URL"}},
+	{Name: "mistral", API: APIOpenAICompletions, BaseURL: "https://api.mistral.ai/v1", KeyEnv: []string{"MISTRAL_API_KEY"}, BaseURLEnv: []string{"MISTRAL_BASE_URL"}},
+	{Name: "groq", API: APIOpenAICompletions, BaseURL: "https://api.groq.com/openai/v1", KeyEnv: []string{"GROQ_API_KEY"}, BaseURLEnv: []string{"GROQ_BASE_URL"}},
+	{Name: "xai", API: APIOpenAICompletions, BaseURL: "https://api.x.ai/v1", KeyEnv: []string{"XAI_API_KEY"}, BaseURLEnv: []string{"XAI_BASE_URL"}},
+	{Name: "cerebras", API: APIOpenAICompletions, BaseURL: "https://api.cerebras.ai/v1", KeyEnv: []string{"CEREBRAS_API_KEY"}, BaseURLEnv: []string{"CEREBRAS_BASE_URL"}},
+	{Name: "deepseek", API: APIOpenAICompletions, BaseURL: "https://api.deepseek.com/v1", KeyEnv: []string{"DEEPSEEK_API_KEY"}, BaseURLEnv: []string{"DEEPSEEK_BASE_URL"}},
+	{Name: "zai", API: APIOpenAICompletions, BaseURL: "https://api.z.ai/api/coding/paas/v4", KeyEnv: []string{"ZAI_API_KEY"}, BaseURLEnv: []string{"ZAI_BASE_URL"}},
+	{Name: "ollama", API: APIOpenAICompletions, BaseURL: "http://localhost:11434/v1", BaseURLEnv: []string{"OLLAMA_BASE_URL"}, NoKey: true},
+	{Name: "vllm", API: APIOpenAICompletions, BaseURL: "http://localhost:8000/v1", KeyEnv: []string{"VLLM_API_KEY"}, BaseURLEnv: []string{"VLLM_BASE_URL"}, NoKey: true},
+	{Name: "lmstudio", API: APIOpenAICompletions, BaseURL: "http://localhost:1234/v1", BaseURLEnv: []string{"LMSTUDIO_BASE_URL"}, NoKey: true},
+}
+
+// Providers returns the known providers.
+func Providers() []ProviderInfo {
+	out := make([]ProviderInfo, len(providers))
+	copy(out, providers)
+	return out
+}
+
+// Provider returns the known provider name.
+func Provider(name string) (ProviderInfo, bool) {
+	for _, p := range providers {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return ProviderInfo{}, false
+}
+
+// KnownAPI reports whether an adapter exists for api.
+func KnownAPI(api string) bool {
+	switch api {
+	case APIAnthropicMessages, APIOpenAICompletions, APIOpenAIResponses, APIGoogleGenerativeAI:
+		return true
+	}
+	return false
+}
+
+// Catalog is an immutable set of models keyed by "provider/id".
+type Catalog struct {
+	models map[string]provider.Model
+}
+
+// Builtin returns the catalog shipped with the binary.
+func Builtin() *Catalog {
+	ms, err := Parse(builtin)
+	if err != nil {
+		panic("catalog: embedded models.json: " + err.Error()) // a build defect, caught by tests
+	}
+	return New(ms...)
+}
+
+// New returns a catalog of models; later entries override earlier ones.
+func New(models ...provider.Model) *Catalog {
+	c := &Catalog{models: make(map[string]provider.Model, len(models))}
+	for _, m := range models {
+		c.models[m.Ref()] = m
+	}
+	return c
+}
+
+// With returns a copy of c with models added; a model whose provider/id is
+// already present is merged field by field (non-zero fields of the new entry
+// win), so a user file may change just a base URL or a price.
+func (c *Catalog) With(models ...provider.Model) *Catalog {
+	out := &Catalog{models: make(map[string]provider.Model, len(c.models)+len(models))}
+	for k, v := range c.models {
+		out.models[k] = v
+	}
+	for _, m := range models {
+		if old, ok := out.models[m.Ref()]; ok {
+			m = merge(old, m)
+		}
+		out.models[m.Ref()] = m
+	}
+	return out
+}
+
+func merge(old, m provider.Model) provider.Model {
+	if m.API == "" {
+		m.API = old.API
+	}
+	if m.BaseURL == "" {
+		m.BaseURL = old.BaseURL
+	}
+	if m.ContextWindow == 0 {
+		m.ContextWindow = old.ContextWindow
+	}
+	if m.MaxTokens == 0 {
+		m.MaxTokens = old.MaxTokens
+	}
+	if !m.Reasoning {
+		m.Reasoning = old.Reasoning
+	}
+	if len(m.Input) == 0 {
+		m.Input = old.Input
+	}
+	if m.Cost == (provider.ModelCost{}) {
+		m.Cost = old.Cost
+	}
+	return m
+}
+
+// Models returns every model, sorted by provider/id.
+func (c *Catalog) Models() []provider.Model {
+	out := make([]provider.Model, 0, len(c.models))
+	for _, m := range c.models {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ref() < out[j].Ref() })
+	return out
+}
+
+// Lookup returns the model with reference "provider/id".
+func (c *Catalog) Lookup(ref string) (provider.Model, bool) {
+	m, ok := c.models[ref]
+	if ok {
+		m.Input = slices.Clone(m.Input)
+	}
+	return m, ok
+}
+
+// Resolved is a model reference resolved against the catalog. Warning is
+// non-empty when the model was not in the catalog and conservative defaults
+// were used.
+type Resolved struct {
+	Model   provider.Model
+	Warning string
+}
+
+// Resolve returns the model for "provider/model-id" (the id may itself hold
+// slashes: "openrouter/anthropic/claude-sonnet-4.5"). A model not in the
+// catalog is still usable when its provider is known (or named by another
+// entry): it gets that provider's API and base URL, a 128,000-token context
+// window, 8,192 output tokens, text input, no reasoning, no price, and a
+// warning. It returns an error wrapping ErrUnknownProvider otherwise.
+func (c *Catalog) Resolve(ref string) (Resolved, error) {
+	if m, ok := c.Lookup(ref); ok {
+		return Resolved{Model: m}, nil
+	}
+	prov, id, ok := strings.Cut(ref, "/")
+	if !ok || prov == "" || id == "" {
+		return Resolved{}, fmt.Errorf("catalog: model %q: want provider/model-id", ref)
+	}
+	m := provider.Model{
+		ID: id, Provider: prov, ContextWindow: UnknownContextWindow, MaxTokens: UnknownMaxTokens,
+		Input: []string{"text"},
+	}
+	if p, ok := Provider(prov); ok {
+		m.API, m.BaseURL = p.API, p.BaseURL
+	} else {
+		for _, e := range c.Models() {
+			if e.Provider == prov {
+				m.API, m.BaseURL = e.API, e.BaseURL
+				break
+			}
+		}
+	}
+	if m.API == "" {
+		return Resolved{}, fmt.Errorf("%w %q (model %q)", ErrUnknownProvider, prov, ref)
+	}
+	return Resolved{
+		Model: m,
+		Warning: fmt.Sprintf("model %s is not in the catalog; using %s at %s with a %d-token context window and %d output tokens",
+			ref, m.API, m.BaseURL, m.ContextWindow, m.MaxTokens),
+	}, nil
+}
+
+type fileProvider struct {
+	BaseURL string           `json:"baseUrl"`
+	API     string           `json:"api"`
+	Models  []provider.Model `json:"models"`
+}
+
+// Parse reads a models file. Three shapes are accepted: a JSON array of
+// models; {"models": [...]}; and pi's {"providers": {"<name>": {"baseUrl",
+// "api", "models": [...]}}}, whose models inherit provider, baseUrl and api.
+// Every model needs an id and a provider; api, when set (or inherited), must
+// be one an adapter exists for. Unknown fields are ignored.
+func Parse(data []byte) ([]provider.Model, error) {
+	var out []provider.Model
+	trimmed := strings.TrimSpace(string(data))
+	switch {
+	case strings.HasPrefix(trimmed, "["):
+		if err := json.Unmarshal(data, &out); err != nil {
+			return nil, fmt.Errorf("catalog: parse models: %w", err)
+		}
+	default:
+		var f struct {
+			Models    []provider.Model        `json:"models"`
+			Providers map[string]fileProvider `json:"providers"`
+		}
+		if err := json.Unmarshal(data, &f); err != nil {
+			return nil, fmt.Errorf("catalog: parse models: %w", err)
+		}
+		out = f.Models
+		names := make([]string, 0, len(f.Providers))
+		for n := range f.Providers {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			p := f.Providers[n]
+			for _, m := range p.Models {
+				if m.Provider == "" {
+					m.Provider = n
+				}
+				if m.BaseURL == "" {
+					m.BaseURL = p.BaseURL
+				}
+				if m.API == "" {
+					m.API = p.API
+				}
+				out = append(out, m)
+			}
+		}
+	}
+	for i, m := range out {
+		if m.ID == "" || m.Provider == "" {
+			return nil, fmt.Errorf("catalog: model %d: id and provider are required", i)
+		}
+		if m.API == "" {
+			if p, ok := Provider(m.Provider); ok {
+				out[i].API = p.API
+				if m.BaseURL == "" {
+					out[i].BaseURL = p.BaseURL
+				}
+			}
+		}
+		if out[i].API != "" && !KnownAPI(out[i].API) {
+			return nil, fmt.Errorf("catalog: model %s: unsupported api %q", m.Ref(), out[i].API)
+		}
+	}
+	return out, nil
+}
+
+// LoadFile reads a user models file (see Parse) and returns c with its models
+// added or merged. A missing file is an error wrapping fs.ErrNotExist.
+func (c *Catalog) LoadFile(path string) (*Catalog, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	ms, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return c.With(ms...), nil
+}
