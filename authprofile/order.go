@@ -226,22 +226,21 @@ type Selection struct {
 	AllInCooldown bool
 }
 
-// Select picks the first of ids (an Order result) that is not cooling for
-// model, or else, with probing on, the first that may be probed.
+// Select picks the first of ids (an Order result) that is usable for model:
+// not cooling, or, with probing on, cooling but due for a probe. Because
+// Order keeps a probe-due profile in its rank, a recovering higher-priority
+// profile is tried again before its window ends (re-promotion); only one
+// worker wins the probe when each claims it with EventProbe under CAS.
 func Select(s Store, c Config, ids []string, model string, now time.Time) Selection {
-	probe := ""
 	for _, id := range ids {
 		p, _ := s.Profile(id)
 		st := s.Usage[id]
 		if !InCooldown(p.Provider, st, model, now) {
 			return Selection{ID: id}
 		}
-		if probe == "" && c.CanProbe(p.Provider, st, model, now) {
-			probe = id
+		if c.CanProbe(p.Provider, st, model, now) {
+			return Selection{ID: id, Probe: true}
 		}
-	}
-	if probe != "" {
-		return Selection{ID: probe, Probe: true}
 	}
 	return Selection{AllInCooldown: len(ids) > 0}
 }
