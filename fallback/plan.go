@@ -269,10 +269,12 @@ func (p *Plan) Err() error {
 type ExhaustedError struct {
 	Attempts   []Attempt
 	Candidates int
-	Last       error // the last candidate error, may be nil
+	Last       error  // the last candidate error, may be nil
+	Label      string // what failed; "" = "models"
 }
 
-// Error returns "All models failed (<n>): <p>/<m>: <error> (<reason>) | …".
+// Error returns "All models failed (<n>): <p>/<m>: <error> (<reason>) | …"
+// ("All image models failed …" for image fallback).
 func (e *ExhaustedError) Error() string {
 	n := len(e.Attempts)
 	if n == 0 {
@@ -289,7 +291,11 @@ func (e *ExhaustedError) Error() string {
 	if summary == "" {
 		summary = "unknown"
 	}
-	return fmt.Sprintf("All models failed (%d): %s", n, summary)
+	label := e.Label
+	if label == "" {
+		label = "models"
+	}
+	return fmt.Sprintf("All %s failed (%d): %s", label, n, summary)
 }
 
 // Unwrap returns the last candidate error.
