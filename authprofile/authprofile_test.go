@@ -187,6 +187,14 @@ func TestProbe(t *testing.T) {
 	if sel := Select(store, fleet, ids, "", t0.Add(10*time.Second)); sel.ID != "b" || sel.Probe {
 		t.Errorf("selection after claim %+v", sel)
 	}
+	// A failure 10 s ago blocks the probe: no immediate retry of what just failed.
+	if fleet.CanProbe("anthropic", State{CooldownUntil: at(time.Minute), LastFailureAt: at(-10 * time.Second)}, "", t0) {
+		t.Errorf("probe allowed right after a failure")
+	}
+	// A pending Retry-After blocks the probe even near expiry.
+	if fleet.CanProbe("anthropic", State{CooldownUntil: at(time.Minute), LastFailureAt: at(-time.Minute), RetryUntil: at(time.Minute)}, "", t0) {
+		t.Errorf("probe allowed before Retry-After")
+	}
 	// Far from expiry: no probe.
 	store.Usage["a"] = State{CooldownUntil: at(time.Hour)}
 	if fleet.CanProbe("anthropic", store.Usage["a"], "", t0) {
@@ -351,8 +359,8 @@ func TestDecodeStore(t *testing.T) {
 func TestStateRoundTrip(t *testing.T) {
 	t.Parallel()
 	s := State{LastUsed: 1, CooldownUntil: 2, DisabledUntil: 3, DisabledReason: "billing", ErrorCount: 4,
-		FailureCounts: map[provider.Reason]int{"billing": 4}, LastFailureAt: 5, LastProbeAt: 6, FailedRun: "r",
-		Models: map[string]ModelState{"m": {CooldownUntil: 7, ErrorCount: 1, FailureCounts: map[provider.Reason]int{"rate_limit": 1}, LastFailureAt: 8, LastProbeAt: 9}}}
+		FailureCounts: map[provider.Reason]int{"billing": 4}, LastFailureAt: 5, LastProbeAt: 6, FailedRun: "r", RetryUntil: 10,
+		Models: map[string]ModelState{"m": {CooldownUntil: 7, ErrorCount: 1, FailureCounts: map[provider.Reason]int{"rate_limit": 1}, LastFailureAt: 8, LastProbeAt: 9, RetryUntil: 11}}}
 	data, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)

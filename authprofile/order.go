@@ -66,7 +66,8 @@ func InCooldown(prov string, s State, model string, now time.Time) bool {
 
 // CanProbe reports whether a cooling profile may be probed under the fleet
 // policy: probing is on, the profile is not disabled, its window for model
-// ends within ProbeMargin, and it was not probed within ProbeInterval.
+// ends within ProbeMargin, neither a failure nor a probe happened within
+// ProbeInterval, and no Retry-After it got is still pending.
 func (c Config) CanProbe(prov string, s State, model string, now time.Time) bool {
 	if c.Fleet.ProbeMargin <= 0 || !InCooldown(prov, s, model, now) {
 		return false
@@ -78,11 +79,11 @@ func (c Config) CanProbe(prov string, s State, model string, now time.Time) bool
 	if until(s, model)-t > c.Fleet.ProbeMargin.Milliseconds() {
 		return false
 	}
-	last := s.LastProbeAt
-	if model != "" && s.Models[model].CooldownUntil > t {
-		last = s.Models[model].LastProbeAt
+	last, retry := max(s.LastProbeAt, s.LastFailureAt), s.RetryUntil
+	if m := s.Models[model]; model != "" && m.CooldownUntil > t {
+		last, retry = max(m.LastProbeAt, m.LastFailureAt), m.RetryUntil
 	}
-	return last == 0 || t-last >= c.Fleet.probeInterval().Milliseconds()
+	return t >= retry && t-last >= c.Fleet.probeInterval().Milliseconds()
 }
 
 // OrderRequest says which profiles to order.

@@ -207,6 +207,7 @@ func (c Config) Apply(s State, ev Event, now time.Time) State {
 		out.FailureCounts = nil
 		out.Models = nil
 		out.FailedRun = ""
+		out.RetryUntil = 0
 		return out
 	case EventProbe:
 		out := s.Clone()
@@ -233,6 +234,7 @@ func (c Config) used(s State, ev Event, now time.Time) State {
 	out.FailureCounts = nil
 	out.FailedRun = ""
 	out.LastProbeAt = 0
+	out.RetryUntil = 0
 	if ev.Model != "" && out.Models != nil {
 		delete(out.Models, ev.Model)
 		if len(out.Models) == 0 {
@@ -280,6 +282,7 @@ func (c Config) fail(s State, ev Event, now time.Time) State {
 		m.FailureCounts = bump(m.FailureCounts, reason)
 		m.LastFailureAt = t
 		m.CooldownUntil = c.window(m.CooldownUntil, c.Cooldown(m.ErrorCount), ev.RetryAfter, now)
+		m.RetryUntil = c.retryUntil(m.RetryUntil, ev.RetryAfter, now)
 		if out.Models == nil {
 			out.Models = map[string]ModelState{}
 		}
@@ -292,6 +295,7 @@ func (c Config) fail(s State, ev Event, now time.Time) State {
 	out.ErrorCount++
 	out.FailureCounts = bump(out.FailureCounts, reason)
 	out.LastFailureAt = t
+	out.RetryUntil = c.retryUntil(out.RetryUntil, ev.RetryAfter, now)
 	if Disabling(reason) {
 		if out.DisabledUntil <= t {
 			out.DisabledReason = reason
@@ -301,6 +305,14 @@ func (c Config) fail(s State, ev Event, now time.Time) State {
 	}
 	out.CooldownUntil = c.window(out.CooldownUntil, c.Cooldown(out.ErrorCount), ev.RetryAfter, now)
 	return out
+}
+
+// retryUntil keeps the latest server-requested retry time.
+func (c Config) retryUntil(cur int64, retryAfter time.Duration, now time.Time) int64 {
+	if !c.Fleet.RetryAfterFloor || retryAfter <= 0 {
+		return cur
+	}
+	return max(cur, ms(now)+retryAfter.Milliseconds())
 }
 
 func bump(m map[provider.Reason]int, r provider.Reason) map[provider.Reason]int {

@@ -38,6 +38,9 @@ type State struct {
 	// FailedRun is the run that recorded the last failure
 	// (Fleet.KeepFailureInRun).
 	FailedRun string `json:"failedRun,omitempty" msgpack:"failedRun,omitempty"`
+	// RetryUntil is the latest Retry-After a profile-wide failure asked
+	// for (Fleet.RetryAfterFloor); no probe happens before it.
+	RetryUntil int64 `json:"retryUntil,omitempty" msgpack:"retryUntil,omitempty"`
 }
 
 // ModelState is the cooldown of one (profile, model) pair.
@@ -47,6 +50,7 @@ type ModelState struct {
 	FailureCounts map[provider.Reason]int `json:"failureCounts,omitempty" msgpack:"failureCounts,omitempty"`
 	LastFailureAt int64                   `json:"lastFailureAt,omitempty" msgpack:"lastFailureAt,omitempty"`
 	LastProbeAt   int64                   `json:"lastProbeAt,omitempty" msgpack:"lastProbeAt,omitempty"`
+	RetryUntil    int64                   `json:"retryUntil,omitempty" msgpack:"retryUntil,omitempty"`
 }
 
 // Clone returns a deep copy of s.
@@ -82,6 +86,7 @@ func (s *State) UnmarshalJSON(data []byte) error {
 	st.DisabledUntil = posNum(m["disabledUntil"])
 	st.LastFailureAt = posNum(m["lastFailureAt"])
 	st.LastProbeAt = posNum(m["lastProbeAt"])
+	st.RetryUntil = posNum(m["retryUntil"])
 	st.ErrorCount = int(posNum(m["errorCount"]))
 	if r, ok := m["disabledReason"].(string); ok {
 		st.DisabledReason = provider.Reason(r)
@@ -105,6 +110,7 @@ func (s *State) UnmarshalJSON(data []byte) error {
 				FailureCounts: counts(mm["failureCounts"]),
 				LastFailureAt: posNum(mm["lastFailureAt"]),
 				LastProbeAt:   posNum(mm["lastProbeAt"]),
+				RetryUntil:    posNum(mm["retryUntil"]),
 			}
 		}
 	}
@@ -172,6 +178,10 @@ func ClearExpired(s State, now time.Time) (State, bool) {
 	if cleared && out.unusableUntil() <= t {
 		out.ErrorCount = 0
 		out.FailureCounts = nil
+	}
+	if out.RetryUntil > 0 && out.RetryUntil <= t {
+		out.RetryUntil = 0
+		cleared = true
 	}
 	for id, m := range out.Models {
 		if m.CooldownUntil > 0 && m.CooldownUntil <= t {

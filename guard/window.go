@@ -116,6 +116,8 @@ type WindowTooSmallError struct {
 	Min    int // the hard minimum
 }
 
+// Error returns the reference's message, "Model context window too small
+// (<n> tokens). Minimum is <min>."
 func (e *WindowTooSmallError) Error() string {
 	return fmt.Sprintf("Model context window too small (%d tokens). Minimum is %d.", e.Tokens, e.Min)
 }
