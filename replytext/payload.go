@@ -1,0 +1,262 @@
+package replytext
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// Payload is one reply item of a finished run.
+type Payload struct {
+	Text           string   `json:"text,omitempty"`
+	MediaURL       string   `json:"mediaUrl,omitempty"`
+	MediaURLs      []string `json:"mediaUrls,omitempty"`
+	ReplyToID      string   `json:"replyToId,omitempty"`
+	ReplyToTag     bool     `json:"replyToTag,omitempty"`
+	ReplyToCurrent bool     `json:"replyToCurrent,omitempty"`
+	AudioAsVoice   bool     `json:"audioAsVoice,omitempty"`
+	IsError        bool     `json:"isError,omitempty"`
+}
+
+// Reply is a text split into its reply directives (media, reply-to, audio
+// as voice) and the remaining text.
+type Reply struct {
+	Text           string
+	MediaURLs      []string
+	AudioAsVoice   bool
+	ReplyToID      string
+	ReplyToTag     bool
+	ReplyToCurrent bool
+}
+
+// ToolError is the last failing tool of a run.
+type ToolError struct {
+	// Name is the tool name.
+	Name string
+	// Summary is the tool's display summary ("read ~/notes.md"); empty
+	// means Name, with ": "+Meta when Meta is set.
+	Summary string
+	// Meta is the tool's short description of the call, if any.
+	Meta string
+	// Error is the normalised error text (ToolErrorMessage).
+	Error string
+	// Mutating marks a tool that changes state (writes, sends); its
+	// failure is always reported.
+	Mutating bool
+}
+
+// GenericErrorText is the reference's generic assistant error text.
+const GenericErrorText = "The AI service returned an error. Please try again."
+
+// PayloadInput is everything BuildPayloads needs.
+type PayloadInput struct {
+	// AssistantTexts are the texts streamed during the run (block replies
+	// or final texts), in order.
+	AssistantTexts []string
+	// LastAssistant is the run's last assistant message, if any.
+	LastAssistant *message.Message
+	// ErrorText is the user-facing text for LastAssistant's error (from
+	// the error classifier); empty when it did not fail.
+	ErrorText string
+	// FormattedRawError is the raw error message as the UI shows it, if
+	// the caller has it (optional; used to spot repeated errors).
+	FormattedRawError string
+	// ReasoningText is the formatted reasoning to send first when the
+	// reasoning level is "on"; empty otherwise.
+	ReasoningText string
+	// LastToolError is the last failing tool, if any.
+	LastToolError *ToolError
+	// Verbose adds the error text to tool error warnings and reports exec
+	// and bash failures too.
+	Verbose bool
+	// SuppressToolErrorWarnings hides every tool error warning (e.g. for
+	// heartbeat runs).
+	SuppressToolErrorWarnings bool
+	// SuppressToolErrors is messages.suppressToolErrors: hides warnings of
+	// non-mutating tools.
+	SuppressToolErrors bool
+	// Directives parses reply directives out of a text; nil keeps texts
+	// as they are.
+	Directives func(text string) Reply
+}
+
+var recoverableHints = []string{"required", "missing", "invalid", "must be", "must have", "needs", "requires"}
+
+// BuildPayloads assembles a run's reply payloads, in order: the assistant
+// error, the reasoning text, the answer texts (AssistantTexts, else the
+// last assistant's text; texts that only repeat the error are dropped when
+// the last assistant errored), then a tool error warning "⚠️ <tool>
+// failed[: <error>]" when warranted. Texts are trimmed; items with neither
+// text nor media, and items that are exactly NO_REPLY, are dropped.
+func BuildPayloads(in PayloadInput) []Payload {
+	parse := in.Directives
+	if parse == nil {
+		parse = func(t string) Reply { return Reply{Text: t} }
+	}
+	type item struct {
+		Reply
+		isError bool
+	}
+	var items []item
+	last := in.LastAssistant
+	errored := last != nil && last.StopReason == message.StopError
+	if in.ErrorText != "" {
+		items = append(items, item{Reply: Reply{Text: in.ErrorText}, isError: true})
+	}
+	if in.ReasoningText != "" {
+		items = append(items, item{Reply: Reply{Text: in.ReasoningText}})
+	}
+
+	rawErr := ""
+	if errored {
+		rawErr = jsTrim(last.ErrorMessage)
+	}
+	repeatsError := func(text string) bool {
+		if !errored {
+			return false
+		}
+		t := jsTrim(text)
+		if t == "" {
+			return false
+		}
+		norm := NormalizeForComparison(t)
+		if in.ErrorText != "" {
+			if norm != "" && norm == NormalizeForComparison(in.ErrorText) {
+				return true
+			}
+			if t == GenericErrorText {
+				return true
+			}
+		}
+		if rawErr != "" {
+			if t == rawErr || (norm != "" && norm == NormalizeForComparison(rawErr)) {
+				return true
+			}
+			if fp := apiErrorFingerprint(rawErr); fp != "" && fp == apiErrorFingerprint(t) {
+				return true
+			}
+		}
+		if in.FormattedRawError != "" {
+			if t == in.FormattedRawError || (norm != "" && norm == NormalizeForComparison(in.FormattedRawError)) {
+				return true
+			}
+		}
+		return apiErrorFingerprint(t) != ""
+	}
+	answers := in.AssistantTexts
+	if len(answers) == 0 && last != nil {
+		if t := last.Content.Text(); t != "" {
+			answers = []string{t}
+		}
+	}
+	for _, t := range answers {
+		if repeatsError(t) {
+			continue
+		}
+		r := parse(t)
+		if r.Text == "" && len(r.MediaURLs) == 0 && !r.AudioAsVoice {
+			continue
+		}
+		items = append(items, item{Reply: r})
+	}
+
+	if te := in.LastToolError; te != nil && !in.SuppressToolErrorWarnings {
+		name := strings.ToLower(strings.TrimSpace(te.Name))
+		skip := name == "sessions_send" || ((name == "exec" || name == "bash") && !in.Verbose)
+		if !skip {
+			show := te.Mutating
+			if !show {
+				hasReply := len(items) > 0 && !(last != nil && (len(last.ToolCalls()) > 0 || last.StopReason == message.StopToolUse))
+				lower := strings.ToLower(te.Error)
+				recoverable := false
+				for _, h := range recoverableHints {
+					if strings.Contains(lower, h) {
+						recoverable = true
+						break
+					}
+				}
+				show = !hasReply && !recoverable && !in.SuppressToolErrors
+			}
+			if show {
+				summary := te.Summary
+				if summary == "" {
+					summary = te.Name
+					if te.Meta != "" {
+						summary += ": " + te.Meta
+					}
+				}
+				text := "⚠️ " + summary + " failed"
+				if in.Verbose && te.Error != "" {
+					text += ": " + te.Error
+				}
+				dup := false
+				for _, it := range items {
+					if jsTrim(it.Text) == text {
+						dup = true
+						break
+					}
+				}
+				if !dup {
+					items = append(items, item{Reply: Reply{Text: text}, isError: true})
+				}
+			}
+		}
+	}
+
+	audio := false
+	for _, it := range items {
+		audio = audio || it.AudioAsVoice
+	}
+	out := make([]Payload, 0, len(items))
+	for _, it := range items {
+		p := Payload{
+			Text:           jsTrim(it.Text),
+			MediaURLs:      it.MediaURLs,
+			ReplyToID:      it.ReplyToID,
+			ReplyToTag:     it.ReplyToTag,
+			ReplyToCurrent: it.ReplyToCurrent,
+			IsError:        it.isError,
+			AudioAsVoice:   it.AudioAsVoice || (audio && len(it.MediaURLs) > 0),
+		}
+		if len(p.MediaURLs) > 0 {
+			p.MediaURL = p.MediaURLs[0]
+		} else {
+			p.MediaURLs = nil
+		}
+		if p.Text == "" && p.MediaURL == "" {
+			continue
+		}
+		if p.Text != "" && IsSilent(p.Text) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// apiErrorFingerprint recognises a raw provider error payload (a JSON object
+// with an "error" object carrying a type or message, optionally behind an
+// "Error: " or HTTP status prefix) and returns a fingerprint of its type and
+// message, or "" when text is not one.
+func apiErrorFingerprint(text string) string {
+	t := jsTrim(text)
+	i := strings.IndexByte(t, '{')
+	if i < 0 || !strings.HasSuffix(t, "}") || i > 32 {
+		return ""
+	}
+	var obj map[string]any
+	if json.Unmarshal([]byte(t[i:]), &obj) != nil {
+		return ""
+	}
+	e, ok := obj["error"].(map[string]any)
+	if !ok {
+		return ""
+	}
+	typ, _ := e["type"].(string)
+	msg, _ := e["message"].(string)
+	if typ == "" && msg == "" {
+		return ""
+	}
+	return typ + "\x00" + msg
+}
