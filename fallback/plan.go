@@ -203,7 +203,10 @@ func (p *Plan) cooldownDecision(step *Step, av Availability, now time.Time) (ski
 	probe := step.Primary && len(p.cands) > 1 &&
 		!now.Before(p.req.Probes.LastProbe(c.Provider).Add(ProbeInterval)) &&
 		(av.SoonestExpiry.IsZero() || !now.Before(av.SoonestExpiry.Add(-ProbeMargin)))
-	attempt := (step.Primary && (!requested || probe)) || (!step.Primary && reason == provider.ReasonRateLimit)
+	// Overloaded is this port's split of the reference's rate_limit, so it
+	// is as transient as a rate limit here.
+	transient := reason == provider.ReasonRateLimit || reason == provider.ReasonOverloaded
+	attempt := (step.Primary && (!requested || probe)) || (!step.Primary && transient)
 	if !attempt {
 		return true, fmt.Sprintf("Provider %s is in cooldown (all profiles unavailable)", c.Provider), reason
 	}
