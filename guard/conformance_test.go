@@ -70,10 +70,11 @@ func TestConformance(t *testing.T) {
 		var in struct {
 			ContextWindowTokens int `json:"contextWindowTokens"`
 			Messages            []struct {
-				Role    string `json:"role"`
-				ID      string `json:"id"`
-				Text    string `json:"text"`
-				Details any    `json:"details"`
+				Role    string          `json:"role"`
+				ID      string          `json:"id"`
+				Text    string          `json:"text"`
+				Content json.RawMessage `json:"content"`
+				Details any             `json:"details"`
 			} `json:"messages"`
 		}
 		decodeInto(t, c.Input, &in)
@@ -88,6 +89,17 @@ func TestConformance(t *testing.T) {
 				msgs[i] = message.Message{Role: message.RoleToolResult, ToolCallID: m.ID, Content: message.BlocksOf(message.Text(m.Text)), Details: m.Details}
 			default:
 				msgs[i] = message.Message{Role: message.Role(m.Role), Content: message.BlocksOf(message.Text(m.Text))}
+			}
+		}
+		for i, m := range in.Messages {
+			// Cases may spell the content out instead of giving one text.
+			if len(m.Content) > 0 {
+				raw, _ := json.Marshal(map[string]any{"role": "user", "content": json.RawMessage(m.Content)})
+				var um message.Message
+				if err := json.Unmarshal(raw, &um); err != nil {
+					t.Fatal(err)
+				}
+				msgs[i].Content = um.Content
 			}
 		}
 		out, res := GuardContext(msgs, in.ContextWindowTokens)
