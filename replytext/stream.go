@@ -66,45 +66,41 @@ type Update struct {
 
 // Stream turns the text events of one assistant message into assistant
 // updates: the visible text is the accumulated raw text with reasoning and
-// <final> tags stripped and trimmed, and an update is published only when
-// that text grows (a shrinking or rewritten text publishes nothing until it
-// grows past what was published).
+// <final> tags stripped (read incrementally, see Stripper) and trimmed, and
+// an update is published whenever it grows.
 type Stream struct {
 	// EnforceFinal keeps only text inside <final> (see Stripper).
 	EnforceFinal bool
 
 	acc       Accumulator
-	partial   Stripper
+	strip     Stripper
+	visible   strings.Builder
 	published string
 }
 
 // Reset starts a new assistant message.
 func (s *Stream) Reset() {
 	s.acc.Reset()
-	s.partial = Stripper{EnforceFinal: s.EnforceFinal}
+	s.strip = Stripper{EnforceFinal: s.EnforceFinal}
+	s.visible.Reset()
 	s.published = ""
 }
 
 // Add feeds one text event. It returns the raw chunk the event contributed
-// (for a block chunker), the visible part of that chunk, and the update to
-// publish if the visible text grew.
+// (for a block chunker), the text of the chunk that became visible, and the
+// update to publish if the visible text grew.
 func (s *Stream) Add(eventType, delta, content string) (chunk, visibleDelta string, up Update, ok bool) {
-	s.partial.EnforceFinal = s.EnforceFinal
+	s.strip.EnforceFinal = s.EnforceFinal
 	chunk = s.acc.Add(eventType, delta, content)
-	next := jsTrim((&Stripper{EnforceFinal: s.EnforceFinal}).Strip(s.acc.Text()))
-	if next == "" {
-		return chunk, "", Update{}, false
-	}
 	if chunk != "" {
-		visibleDelta = s.partial.Strip(chunk)
+		visibleDelta = s.strip.Write(chunk)
+		s.visible.WriteString(visibleDelta)
 	}
-	if s.published != "" && !strings.HasPrefix(next, s.published) {
+	next := jsTrim(s.visible.String())
+	if len(next) <= len(s.published) || !strings.HasPrefix(next, s.published) {
 		return chunk, visibleDelta, Update{}, false
 	}
 	d := next[len(s.published):]
-	if d == "" {
-		return chunk, visibleDelta, Update{}, false
-	}
 	s.published = next
 	return chunk, visibleDelta, Update{Text: next, Delta: d}, true
 }

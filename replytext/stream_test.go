@@ -67,14 +67,17 @@ func TestStream(t *testing.T) {
 			t.Errorf("step %d: got (%q, %+v, %v), want (%q, %q/%q, %v)", i, vd, up, ok, st.visibleDel, st.text, st.d, st.ok)
 		}
 	}
-	// A visible text that stops extending what was published (a half tag
-	// completing into a reasoning block) is not published.
+	// A partial tag at the end of a chunk is held back until decided, so
+	// the published text never has to be taken back.
 	var r Stream
-	if _, _, up, ok := r.Add(EventTextDelta, "a <thi", ""); !ok || up.Text != "a <thi" {
+	if _, _, up, ok := r.Add(EventTextDelta, "a <thi", ""); !ok || up.Text != "a" {
 		t.Fatalf("first update %+v %v", up, ok)
 	}
-	if _, _, up, ok := r.Add(EventTextDelta, "nk>b", ""); ok {
-		t.Errorf("rewrite published: %+v", up)
+	if _, vd, up, ok := r.Add(EventTextDelta, "nk>b", ""); ok || vd != "" {
+		t.Errorf("reasoning published: %q %+v", vd, up)
+	}
+	if _, _, up, ok := r.Add(EventTextDelta, "</think> c", ""); !ok || up.Text != "a  c" || up.Delta != "  c" {
+		t.Errorf("after reasoning: %+v %v", up, ok)
 	}
 }
 

@@ -1,6 +1,7 @@
 package replytext
 
 import (
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -78,6 +79,39 @@ func TestStripperAcrossChunks(t *testing.T) {
 	}
 }
 
+func TestStripperWrite(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		chunks []string
+		want   []string // Write results; the last entry is Flush
+	}{
+		// A tag split over chunks is held back, then removed.
+		{"split tag", []string{"a<th", "ink>b</think>c"}, []string{"a", "c", ""}},
+		// A "<" that turns out not to be a tag is released.
+		{"not a tag", []string{"x <", "3"}, []string{"x ", "<3", ""}},
+		// Flush releases a partial tag as text.
+		{"flush partial", []string{"x <thin"}, []string{"x ", "<thin"}},
+		// A fence line split over chunks still protects the tags in it.
+		{"split fence", []string{"``", "`\n<think>\n```\nok"}, []string{"", "```\n<think>\n```\nok", ""}},
+		// Leading spaces of a line wait for the fence check.
+		{"line start spaces", []string{"a\n  ", "b"}, []string{"a\n", "  b", ""}},
+		// An unclosed inline code span protects tags in later chunks.
+		{"inline across", []string{"`x ", "<think> y`<think>z"}, []string{"`x ", "<think> y`", ""}},
+	}
+	for _, tt := range tests {
+		var s Stripper
+		for i, c := range tt.chunks {
+			if got := s.Write(c); got != tt.want[i] {
+				t.Errorf("%s: Write %d = %q, want %q", tt.name, i, got, tt.want[i])
+			}
+		}
+		if got := s.Flush(); got != tt.want[len(tt.want)-1] {
+			t.Errorf("%s: Flush = %q, want %q", tt.name, got, tt.want[len(tt.want)-1])
+		}
+	}
+}
+
 func FuzzStripTags(f *testing.F) {
 	for _, s := range []string{
 		"a<think>secret</think>b", "<<think>x</think>think>tail", "`<think>`", "```\n<think>\n```\n<think>x",
@@ -96,15 +130,22 @@ func FuzzStripTags(f *testing.F) {
 				t.Fatalf("not idempotent:\n in %q\nout %q\nagain %q", in, out, again)
 			}
 		}
-		// Streaming over arbitrary chunk boundaries never panics.
+		// Any chunking gives the same visible text as the whole text.
+		whole := (&Stripper{EnforceFinal: enforce}).Strip(in)
 		s := Stripper{EnforceFinal: enforce}
-		for len(in) > 0 {
-			n := min(len(in), 1+len(in)%7)
-			for n < len(in) && !utf8.RuneStart(in[n]) {
+		var got strings.Builder
+		rest := in
+		for len(rest) > 0 {
+			n := min(len(rest), 1+len(rest)%7)
+			for n < len(rest) && !utf8.RuneStart(rest[n]) {
 				n++
 			}
-			_ = s.Strip(in[:n])
-			in = in[n:]
+			got.WriteString(s.Write(rest[:n]))
+			rest = rest[n:]
+		}
+		got.WriteString(s.Flush())
+		if got.String() != whole {
+			t.Fatalf("chunking changed the result:\n in %q\nwhole %q\nchunked %q", in, whole, got.String())
 		}
 	})
 }
