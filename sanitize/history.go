@@ -115,19 +115,22 @@ func Prepare(req Request) Result {
 	}
 	res := Result{Policy: pol}
 
-	msgs := annotateInterSession(req.Messages)
-	msgs = sanitizeContent(msgs, pol, req.Images, now)
+	// The sanitising stages work in place on one copy of the history;
+	// blocks and maps stay shared with the caller and are copied on write.
+	msgs := slices.Clone(req.Messages)
+	msgs = annotateInterSession(msgs, true)
+	msgs = sanitizeContent(msgs, pol, req.Images, now, true)
 	if pol.DropThinkingBlocks {
-		msgs, _ = DropThinkingBlocks(msgs)
+		msgs, _ = dropThinkingBlocks(msgs, true)
 	}
-	msgs, _ = RepairToolCallInputs(msgs, req.AllowedToolNames)
+	msgs, _ = repairToolCallInputs(msgs, newAllowSet(req.AllowedToolNames), true)
 	if pol.RepairToolUseResultPairing {
 		msgs, _ = RepairPairing(msgs, now)
 	}
-	msgs = stripToolResultDetails(msgs)
-	msgs = ZeroStaleUsage(msgs)
+	msgs = stripToolResultDetails(msgs, true)
+	msgs = zeroStaleUsage(msgs, true)
 	if req.API == "openai-responses" || req.API == "openai-codex-responses" {
-		msgs = DowngradeOpenAIReasoning(msgs)
+		msgs = downgradeOpenAIReasoning(msgs, true)
 	}
 	if req.Provider != "" || req.API != "" || req.ModelID != "" {
 		if snap, ok := snapshotEntry(req, now); ok {
@@ -141,11 +144,8 @@ func Prepare(req Request) Result {
 			res.Appended = append(res.Appended, CustomEntry{CustomType: CustomGoogleBootstrap, Data: map[string]any{"timestamp": now}})
 		}
 	}
-	if len(msgs) == 0 {
+	if msgs == nil {
 		msgs = []message.Message{}
-	} else if len(req.Messages) > 0 && &msgs[0] == &req.Messages[0] {
-		// Nothing changed: never hand out the caller's slice.
-		msgs = slices.Clone(msgs)
 	}
 	res.Sanitized = msgs
 
@@ -220,21 +220,23 @@ func interSessionPrefix(m *message.Message) string {
 }
 
 // annotateInterSession prefixes user messages that came from another session.
-func annotateInterSession(msgs []message.Message) []message.Message {
-	var out []message.Message
+func annotateInterSession(msgs []message.Message, inPlace bool) []message.Message {
+	rw := rewriter{src: msgs, inPlace: inPlace}
 	for i := range msgs {
 		m := &msgs[i]
-		if m.Role != message.RoleUser || m.Extra == nil {
-			continue
+		prefix := ""
+		if m.Role == message.RoleUser && m.Extra != nil {
+			prefix = interSessionPrefix(m)
 		}
-		prefix := interSessionPrefix(m)
 		if prefix == "" {
+			rw.keep(i)
 			continue
 		}
 		nm := *m
 		if m.Content.IsPlain() {
 			text := m.Content.Text()
 			if strings.HasPrefix(text, InterSessionPrefix) {
+				rw.keep(i)
 				continue
 			}
 			nm.Content = message.PlainText(prefix + "\n" + text)
@@ -242,6 +244,7 @@ func annotateInterSession(msgs []message.Message) []message.Message {
 			first := slices.IndexFunc(m.Content.Blocks, func(b message.Block) bool { return b.Type == message.BlockText })
 			if first >= 0 {
 				if strings.HasPrefix(m.Content.Blocks[first].Text, InterSessionPrefix) {
+					rw.keep(i)
 					continue
 				}
 				blocks := copyBlocks(m.Content.Blocks)
@@ -253,59 +256,52 @@ func annotateInterSession(msgs []message.Message) []message.Message {
 				nm.Content = message.BlocksOf(append(blocks, m.Content.Blocks...)...)
 			}
 		}
-		if out == nil {
-			out = slices.Clone(msgs)
-		}
-		out[i] = nm
+		rw.replace(nm)
 	}
-	if out == nil {
-		return msgs
-	}
+	out, _ := rw.result()
 	return out
 }
 
 // sanitizeContent is the reference's sanitizeSessionMessagesImages: tool-call
 // ids (full mode), images everywhere, and in full mode thought signatures,
 // blank text blocks and emptied assistant messages.
-func sanitizeContent(msgs []message.Message, pol Policy, lim ImageLimits, now int64) []message.Message {
+func sanitizeContent(msgs []message.Message, pol Policy, lim ImageLimits, now int64, inPlace bool) []message.Message {
 	if pol.SanitizeMode == ModeFull && pol.SanitizeToolCallIDs && pol.ToolCallIDMode != "" {
-		msgs, _ = SanitizeToolCallIDs(msgs, pol.ToolCallIDMode, now)
+		var changed bool
+		msgs, changed = sanitizeToolCallIDs(msgs, pol.ToolCallIDMode, now, inPlace)
+		inPlace = inPlace || changed
 	}
 	var sigOpts ThoughtSignatureOptions
 	if pol.SanitizeThoughtSignatures != nil {
 		sigOpts = *pol.SanitizeThoughtSignatures
 	}
-	var out []message.Message
-	changedAt := func(i int) {
-		if out == nil {
-			out = make([]message.Message, i, len(msgs))
-			copy(out, msgs[:i])
-		}
+	rw := rewriter{src: msgs, inPlace: inPlace}
+	withBlocks := func(m *message.Message, blocks []message.Block) {
+		nm := *m
+		nm.Content = message.BlocksOf(blocks...)
+		rw.replace(nm)
 	}
 	for i := range msgs {
 		m := &msgs[i]
 		switch {
 		case m.Role == message.RoleToolResult:
 			blocks, changed := SanitizeImageBlocks(m.Content.Blocks, LabelHistory, lim)
-			if changed || m.Content.IsPlain() {
+			if m.Content.IsPlain() {
 				// A plain-string result becomes one text block (the
 				// reference empties it).
-				changedAt(i)
-				nm := *m
-				if m.Content.IsPlain() && m.Content.Text() == "" {
+				if m.Content.Text() == "" {
 					blocks = nil
 				}
-				nm.Content = message.BlocksOf(blocks...)
-				out = append(out, nm)
+				changed = true
+			}
+			if changed {
+				withBlocks(m, blocks)
 				continue
 			}
 		case m.Role == message.RoleUser && !m.Content.IsPlain(),
 			m.Role == message.RoleAssistant && !m.Content.IsPlain() && (m.StopReason == message.StopError || pol.SanitizeMode != ModeFull):
 			if blocks, changed := SanitizeImageBlocks(m.Content.Blocks, LabelHistory, lim); changed {
-				changedAt(i)
-				nm := *m
-				nm.Content = message.BlocksOf(blocks...)
-				out = append(out, nm)
+				withBlocks(m, blocks)
 				continue
 			}
 		case m.Role == message.RoleAssistant && !m.Content.IsPlain():
@@ -322,24 +318,17 @@ func sanitizeContent(msgs []message.Message, pol Policy, lim ImageLimits, now in
 				blocks, changed = b, true
 			}
 			if len(blocks) == 0 {
-				changedAt(i)
+				rw.drop()
 				continue
 			}
 			if changed {
-				changedAt(i)
-				nm := *m
-				nm.Content = message.BlocksOf(blocks...)
-				out = append(out, nm)
+				withBlocks(m, blocks)
 				continue
 			}
 		}
-		if out != nil {
-			out = append(out, *m)
-		}
+		rw.keep(i)
 	}
-	if out == nil {
-		return msgs
-	}
+	out, _ := rw.result()
 	return out
 }
 
@@ -351,42 +340,41 @@ func blankText(b message.Block) bool {
 // assistant message left without blocks keeps a single empty text block. It
 // reports whether anything changed; msgs is not modified.
 func DropThinkingBlocks(msgs []message.Message) ([]message.Message, bool) {
+	return dropThinkingBlocks(msgs, false)
+}
+
+func dropThinkingBlocks(msgs []message.Message, inPlace bool) ([]message.Message, bool) {
 	isThinking := func(b message.Block) bool { return b.Type == message.BlockThinking }
-	var out []message.Message
+	rw := rewriter{src: msgs, inPlace: inPlace}
 	for i := range msgs {
 		m := &msgs[i]
 		if m.Role != message.RoleAssistant || m.Content.IsPlain() || !slices.ContainsFunc(m.Content.Blocks, isThinking) {
+			rw.keep(i)
 			continue
 		}
 		blocks := slices.DeleteFunc(slices.Clone(m.Content.Blocks), isThinking)
 		if len(blocks) == 0 {
 			blocks = []message.Block{message.Text("")}
 		}
-		if out == nil {
-			out = slices.Clone(msgs)
-		}
-		out[i].Content = message.BlocksOf(blocks...)
+		nm := *m
+		nm.Content = message.BlocksOf(blocks...)
+		rw.replace(nm)
 	}
-	if out == nil {
-		return msgs, false
-	}
-	return out, true
+	return rw.result()
 }
 
-func stripToolResultDetails(msgs []message.Message) []message.Message {
-	var out []message.Message
+func stripToolResultDetails(msgs []message.Message, inPlace bool) []message.Message {
+	rw := rewriter{src: msgs, inPlace: inPlace}
 	for i := range msgs {
 		if msgs[i].Role != message.RoleToolResult || msgs[i].Details == nil {
+			rw.keep(i)
 			continue
 		}
-		if out == nil {
-			out = slices.Clone(msgs)
-		}
-		out[i].Details = nil
+		nm := msgs[i]
+		nm.Details = nil
+		rw.replace(nm)
 	}
-	if out == nil {
-		return msgs
-	}
+	out, _ := rw.result()
 	return out
 }
 
@@ -420,6 +408,10 @@ func messageTime(m *message.Message) (int64, bool) {
 // longer exists. msgs is not modified; when nothing changes msgs itself is
 // returned.
 func ZeroStaleUsage(msgs []message.Message) []message.Message {
+	return zeroStaleUsage(msgs, false)
+}
+
+func zeroStaleUsage(msgs []message.Message, inPlace bool) []message.Message {
 	idx := -1
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == roleCompactionSummary {
@@ -431,29 +423,27 @@ func ZeroStaleUsage(msgs []message.Message) []message.Message {
 		return msgs
 	}
 	summaryTS, hasTS := messageTime(&msgs[idx])
-	var out []message.Message
+	rw := rewriter{src: msgs, inPlace: inPlace}
 	for i := range msgs {
 		m := &msgs[i]
-		if m.Role != message.RoleAssistant || m.Usage == nil {
-			continue
-		}
-		stale := i < idx
-		if !stale && hasTS {
-			if ts, ok := messageTime(m); ok && ts <= summaryTS {
-				stale = true
+		stale := false
+		if m.Role == message.RoleAssistant && m.Usage != nil {
+			stale = i < idx
+			if !stale && hasTS {
+				if ts, ok := messageTime(m); ok && ts <= summaryTS {
+					stale = true
+				}
 			}
 		}
 		if !stale {
+			rw.keep(i)
 			continue
 		}
-		if out == nil {
-			out = slices.Clone(msgs)
-		}
-		out[i].Usage = zeroUsage()
+		nm := *m
+		nm.Usage = zeroUsage()
+		rw.replace(nm)
 	}
-	if out == nil {
-		return msgs
-	}
+	out, _ := rw.result()
 	return out
 }
 
@@ -464,7 +454,11 @@ func ZeroStaleUsage(msgs []message.Message) []message.Message {
 // assistant message left empty is removed. msgs is not modified; when nothing
 // changes msgs itself is returned.
 func DowngradeOpenAIReasoning(msgs []message.Message) []message.Message {
-	var out []message.Message
+	return downgradeOpenAIReasoning(msgs, false)
+}
+
+func downgradeOpenAIReasoning(msgs []message.Message, inPlace bool) []message.Message {
+	rw := rewriter{src: msgs, inPlace: inPlace}
 	for i := range msgs {
 		m := &msgs[i]
 		var blocks []message.Block
@@ -490,25 +484,17 @@ func DowngradeOpenAIReasoning(msgs []message.Message) []message.Message {
 				}
 			}
 		}
-		if blocks == nil {
-			if out != nil {
-				out = append(out, *m)
-			}
-			continue
+		switch {
+		case blocks == nil:
+			rw.keep(i)
+		case len(blocks) == 0:
+			rw.drop()
+		default:
+			nm := *m
+			nm.Content = message.BlocksOf(blocks...)
+			rw.replace(nm)
 		}
-		if out == nil {
-			out = make([]message.Message, i, len(msgs))
-			copy(out, msgs[:i])
-		}
-		if len(blocks) == 0 {
-			continue
-		}
-		nm := *m
-		nm.Content = message.BlocksOf(blocks...)
-		out = append(out, nm)
 	}
-	if out == nil {
-		return msgs
-	}
+	out, _ := rw.result()
 	return out
 }

@@ -164,6 +164,14 @@ func PlanImage(info ImageInfo, lim ImageLimits) ImagePlan {
 	return ImagePlan{Action: ActionResizeToJPEG, Mime: "image/jpeg", Sides: sides, Qualities: qs}
 }
 
+// MaxImagePixels bounds the pixels of an image the sanitiser decodes, so
+// that a small file declaring huge dimensions cannot exhaust memory. (The
+// reference's image library stops at 0x3FFF², which needs a gigabyte.)
+const MaxImagePixels = 50_000_000
+
+// errPixelLimit is the reference's (sharp's) text for too many pixels.
+var errPixelLimit = errors.New("Input image exceeds pixel limit")
+
 // errUnsupportedImage is the reference's (sharp's) text for data that is no
 // image it knows.
 var errUnsupportedImage = errors.New("Input buffer contains unsupported image format")
@@ -218,6 +226,9 @@ func sanitizeImage(b *message.Block, label string, lim ImageLimits) (message.Blo
 		nb.Data, nb.MimeType = data, plan.Mime
 		return nb, true
 	}
+	if info.Width*info.Height > MaxImagePixels {
+		return message.Text(fmt.Sprintf("[%s] omitted image payload: Error: %s", label, errPixelLimit)), true
+	}
 	jpg, err := resizeToJPEG(data, plan, lim.MaxBytes)
 	if err != nil {
 		return message.Text(fmt.Sprintf("[%s] omitted image payload: Error: %s", label, err.Error())), true
@@ -232,6 +243,16 @@ func resizeToJPEG(data string, plan ImagePlan, maxBytes int) ([]byte, error) {
 	raw, err := base64.StdEncoding.DecodeString(data)
 	if err != nil {
 		return nil, fmt.Errorf("decode base64: %w", err)
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(raw))
+	if err != nil {
+		if errors.Is(err, image.ErrFormat) {
+			return nil, errUnsupportedImage
+		}
+		return nil, err
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width*cfg.Height > MaxImagePixels {
+		return nil, errPixelLimit
 	}
 	src, _, err := image.Decode(bytes.NewReader(raw))
 	if err != nil {

@@ -83,12 +83,21 @@ func appendCalls(dst []callRef, m *message.Message) []callRef {
 // nothing changes msgs itself is returned.
 func RepairPairing(msgs []message.Message, now int64) ([]message.Message, PairingReport) {
 	var rep PairingReport
-	out := make([]message.Message, 0, len(msgs)+4)
-	identity := true // out[k] is msgs[k] for every k so far
-	push := func(src int) {
-		if identity && (src != len(out)) {
-			identity = false
+	// While the output is msgs[:n] nothing is allocated.
+	var out []message.Message
+	n := 0
+	materialize := func() {
+		if out == nil {
+			out = make([]message.Message, n, len(msgs)+8)
+			copy(out, msgs[:n])
 		}
+	}
+	push := func(src int) {
+		if out == nil && src == n {
+			n++
+			return
+		}
+		materialize()
 		out = append(out, msgs[src])
 	}
 	var (
@@ -103,7 +112,6 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 		if m.Role != message.RoleAssistant {
 			if m.Role == message.RoleToolResult {
 				rep.DroppedOrphanCount++
-				identity = false
 				continue
 			}
 			push(i)
@@ -145,14 +153,12 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 			}
 			if k < 0 {
 				rep.DroppedOrphanCount++
-				identity = false
 				continue
 			}
 			matched = true
 			if found[k] >= 0 {
 				// A second result for the same call: the first one wins.
 				rep.DroppedDuplicateCount++
-				identity = false
 				continue
 			}
 			found[k] = j
@@ -173,7 +179,6 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 			if dup {
 				// The same id called twice in one message: one result only.
 				rep.DroppedDuplicateCount++
-				identity = false
 				continue
 			}
 			emitted = append(emitted, call.id)
@@ -182,7 +187,7 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 				continue
 			}
 			rep.AddedSyntheticFor = append(rep.AddedSyntheticFor, call.id)
-			identity = false
+			materialize()
 			out = append(out, SyntheticToolResult(call.id, call.name, now))
 		}
 		for _, r := range remainder {
@@ -190,15 +195,17 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 		}
 		i = j - 1
 	}
-	if identity && len(out) == len(msgs) {
-		rep.Moved = refMoved
-		rep.Changed = refMoved
+	if out == nil && n == len(msgs) {
+		// Same messages, but the reference still reports what it counted.
+		rep.Changed = refMoved || rep.DroppedDuplicateCount > 0
+		rep.Moved = rep.Changed
 		return msgs, rep
 	}
 	rep.Changed = true
 	rep.Moved = true
-	if rep.AddedSyntheticFor == nil {
-		rep.AddedSyntheticFor = []string{}
+	if out == nil {
+		// Only messages at the end were dropped.
+		return msgs[:n:n], rep
 	}
 	return out, rep
 }

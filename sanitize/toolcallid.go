@@ -154,16 +154,12 @@ func (im *idMapper) unique(id string) string {
 // ids share a rewritten one. now (Unix ms) only feeds the last-resort suffix.
 // It reports whether any id changed; msgs is not modified.
 func SanitizeToolCallIDs(msgs []message.Message, mode IDMode, now int64) ([]message.Message, bool) {
+	return sanitizeToolCallIDs(msgs, mode, now, false)
+}
+
+func sanitizeToolCallIDs(msgs []message.Message, mode IDMode, now int64, inPlace bool) ([]message.Message, bool) {
 	im := &idMapper{mode: mode, now: now, m: map[string]string{}, used: map[string]struct{}{}}
-	var out []message.Message
-	changed := false
-	set := func(i int) *message.Message {
-		if out == nil {
-			out = make([]message.Message, len(msgs))
-			copy(out, msgs)
-		}
-		return &out[i]
-	}
+	rw := rewriter{src: msgs, inPlace: inPlace}
 	for i := range msgs {
 		m := &msgs[i]
 		switch m.Role {
@@ -188,27 +184,30 @@ func SanitizeToolCallIDs(msgs []message.Message, mode IDMode, now int64) ([]mess
 				setCallID(&blocks[j], nid)
 			}
 			if blocks != nil {
-				changed = true
-				set(i).Content.Blocks = blocks
+				nm := *m
+				nm.Content.Blocks = blocks
+				rw.replace(nm)
+				continue
 			}
 		case message.RoleToolResult:
+			nm := *m
+			changed := false
 			if m.ToolCallID != "" {
 				if nid := im.resolve(m.ToolCallID); nid != m.ToolCallID {
-					changed = true
-					set(i).ToolCallID = nid
+					nm.ToolCallID, changed = nid, true
 				}
 			}
 			if id, ok := m.Extra["toolUseId"].(string); ok && id != "" {
 				if nid := im.resolve(id); nid != id {
-					changed = true
-					nm := set(i)
-					nm.Extra = withField(nm.Extra, "toolUseId", nid)
+					nm.Extra, changed = withField(nm.Extra, "toolUseId", nid), true
 				}
 			}
+			if changed {
+				rw.replace(nm)
+				continue
+			}
 		}
+		rw.keep(i)
 	}
-	if out == nil {
-		return msgs, false
-	}
-	return out, changed
+	return rw.result()
 }

@@ -58,12 +58,12 @@ func newAllowSet(names []string) allowSet {
 // message left without blocks is removed. msgs is not modified; when nothing
 // changes msgs itself is returned.
 func RepairToolCallInputs(msgs []message.Message, allowed []string) ([]message.Message, ToolInputReport) {
-	return repairToolCallInputs(msgs, newAllowSet(allowed))
+	return repairToolCallInputs(msgs, newAllowSet(allowed), false)
 }
 
-func repairToolCallInputs(msgs []message.Message, allow allowSet) ([]message.Message, ToolInputReport) {
+func repairToolCallInputs(msgs []message.Message, allow allowSet, inPlace bool) ([]message.Message, ToolInputReport) {
 	var rep ToolInputReport
-	var out []message.Message
+	rw := rewriter{src: msgs, inPlace: inPlace}
 	for i := range msgs {
 		m := &msgs[i]
 		var blocks []message.Block
@@ -99,28 +99,21 @@ func repairToolCallInputs(msgs []message.Message, allow allowSet) ([]message.Mes
 			}
 		}
 		if blocks == nil {
-			if out != nil {
-				out = append(out, *m)
-			}
+			rw.keep(i)
 			continue
 		}
 		rep.Changed = true
-		if out == nil {
-			out = make([]message.Message, i, len(msgs))
-			copy(out, msgs[:i])
-		}
 		if dropped && len(blocks) == 0 {
 			rep.DroppedAssistantMessages++
+			rw.drop()
 			continue
 		}
 		nm := *m
 		nm.Content.Blocks = blocks
 		nm.Content.SetPlain(false)
-		out = append(out, nm)
+		rw.replace(nm)
 	}
-	if out == nil {
-		return msgs, rep
-	}
+	out, _ := rw.result()
 	return out, rep
 }
 

@@ -67,7 +67,7 @@ func Read(r io.Reader) (*File, error) {
 }
 
 func decode(r io.Reader) (*File, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
+	br := bufio.NewReaderSize(r, 64<<10)
 	f := &File{}
 	haveHeader := false
 	var long []byte
