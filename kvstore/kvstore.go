@@ -144,3 +144,21 @@ func isWrongLastSeq(err error) bool {
 	}
 	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
+
+// Bind binds to an existing lanes bucket without creating or changing it,
+// for readers such as clients printing a transcript.
+func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (*Lanes, error) {
+	if bucket == "" {
+		bucket = DefaultBucket
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", bucket, err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", bucket, err)
+	}
+	cfg := Config{Bucket: bucket}.withDefaults()
+	return &Lanes{js: js, kv: kv, stream: stream, cfg: cfg, prefix: "$KV." + bucket + "."}, nil
+}

@@ -1,0 +1,272 @@
+// Package lanefleet is the Go client of a Lanefleet fleet: send a message to a
+// session's lane, follow the run's events as they stream, and read the
+// session's transcript.
+//
+//	c, err := lanefleet.Connect("nats://127.0.0.1:4222")
+//	run, err := c.Send(ctx, "alice", "hello")
+//	for ev, err := range run.Events(ctx) { … }
+package lanefleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// ErrNoFleet means the NATS server has no Lanefleet streams: no worker has
+// run against it yet.
+var ErrNoFleet = errors.New("lanefleet: no fleet on this NATS server (start a worker first)")
+
+// Client talks to a fleet over one NATS connection.
+type Client struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	owns bool
+}
+
+// New returns a client using an existing connection.
+func New(nc *nats.Conn) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: %w", err)
+	}
+	return &Client{nc: nc, js: js}, nil
+}
+
+// Connect connects to NATS and returns a client that owns the connection.
+func Connect(url string, opts ...nats.Option) (*Client, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("lanefleet-client")}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: connect to %s: %w", url, err)
+	}
+	c, err := New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.owns = true
+	return c, nil
+}
+
+// Close closes the connection if the client opened it.
+func (c *Client) Close() {
+	if c.owns {
+		c.nc.Close()
+	}
+}
+
+type sendOptions struct {
+	in     events.Inbound
+	asJSON bool
+}
+
+// SendOption configures Send.
+type SendOption func(*sendOptions) error
+
+// WithMode sets the queue mode of the message (followup, collect, steer,
+// steer-backlog, interrupt, reject, rollback).
+func WithMode(mode string) SendOption {
+	return func(o *sendOptions) error { o.in.Mode = mode; return nil }
+}
+
+// WithModel asks for a model, "provider/model-id".
+func WithModel(ref string) SendOption {
+	return func(o *sendOptions) error { o.in.Model = ref; return nil }
+}
+
+// WithThinking sets the thinking level (off, minimal, low, medium, high, xhigh).
+func WithThinking(level string) SendOption {
+	return func(o *sendOptions) error { o.in.Thinking = level; return nil }
+}
+
+// WithImage attaches an image.
+func WithImage(mimeType string, data []byte) SendOption {
+	return func(o *sendOptions) error {
+		o.in.Images = append(o.in.Images, events.Image{MimeType: mimeType, Data: base64.StdEncoding.EncodeToString(data)})
+		return nil
+	}
+}
+
+// WithMessageID sets the message id used for de-duplication: sending the same
+// id again within the dedupe window returns the first message's run.
+func WithMessageID(id string) SendOption {
+	return func(o *sendOptions) error { o.in.ID = id; return nil }
+}
+
+// WithJSON sends the message as JSON instead of msgpack; the run's events are
+// then published as JSON too.
+func WithJSON() SendOption {
+	return func(o *sendOptions) error { o.asJSON = true; return nil }
+}
+
+// Run is a sent message's run.
+type Run struct {
+	Session   string
+	ID        string // run id: the message's inbound stream sequence
+	Seq       uint64
+	Duplicate bool // the message id was seen before; this is the earlier run
+	c         *Client
+}
+
+// Send publishes text to a session's lane and returns its run. The message is
+// validated before it is sent; a *events.DecodeError says what is wrong.
+func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOption) (*Run, error) {
+	o := sendOptions{in: events.Inbound{Text: text}}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.in.ID == "" {
+		o.in.ID = newID()
+	}
+	subj, err := events.InboundSubject(session)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
+	}
+	if err := o.in.Validate(); err != nil {
+		return nil, err
+	}
+	data, ct, err := events.EncodeInbound(&o.in, o.asJSON)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: encode: %w", err)
+	}
+	m := nats.NewMsg(subj)
+	m.Data = data
+	m.Header.Set(events.HeaderContentType, ct)
+	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithMsgID(o.in.ID))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			return nil, ErrNoFleet
+		}
+		return nil, fmt.Errorf("lanefleet: publish: %w", err)
+	}
+	return &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence, Duplicate: ack.Duplicate, c: c}, nil
+}
+
+// Run returns a handle on an existing run, e.g. to replay its events.
+func (c *Client) Run(session, runID string) *Run {
+	seq, _ := strconv.ParseUint(runID, 10, 64)
+	return &Run{Session: session, ID: runID, Seq: seq, c: c}
+}
+
+// Events yields the run's events from its first one, in order and each once,
+// and stops after the final event. Joining late replays what was missed.
+// Iteration ends early with an error when ctx is done.
+func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
+	return func(yield func(*events.Event, error) bool) {
+		subj, err := events.EventSubject(r.Session, r.ID)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		stream, err := r.c.js.Stream(ctx, events.EventStream)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				err = ErrNoFleet
+			}
+			yield(nil, err)
+			return
+		}
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+		if err != nil {
+			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err))
+			return
+		}
+		msgs, err := cons.Messages(jetstream.PullMaxMessages(500))
+		if err != nil {
+			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err))
+			return
+		}
+		defer msgs.Stop()
+		for {
+			m, err := msgs.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				if ctx.Err() != nil {
+					err = fmt.Errorf("lanefleet: follow run %s: %w", r.ID, ctx.Err())
+				}
+				yield(nil, err)
+				return
+			}
+			ev, err := events.DecodeEvent(m.Headers().Get(events.HeaderContentType), m.Data())
+			if err != nil {
+				if !yield(nil, err) {
+					return
+				}
+				continue
+			}
+			if !yield(ev, nil) || ev.Terminal() {
+				return
+			}
+		}
+	}
+}
+
+// RunError is a run that ended with an error result.
+type RunError struct {
+	Kind    string
+	Message string
+	Result  *events.Result
+}
+
+func (e *RunError) Error() string { return "lanefleet: run failed: " + e.Kind + ": " + e.Message }
+
+// Wait follows the run to its end and returns its result. A run that ended
+// in error returns the result and a *RunError.
+func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
+	for ev, err := range r.Events(ctx) {
+		if err != nil {
+			return nil, err
+		}
+		if ev.Terminal() {
+			res := ev.Data.Result
+			if res == nil {
+				res = &events.Result{}
+			}
+			if res.Meta.Error != nil {
+				return res, &RunError{Kind: res.Meta.Error.Kind, Message: res.Meta.Error.Message, Result: res}
+			}
+			return res, nil
+		}
+	}
+	return nil, fmt.Errorf("lanefleet: run %s: event stream ended without a final event", r.ID)
+}
+
+// History returns a session's transcript as pi session entries.
+func (c *Client) History(ctx context.Context, session string) ([]message.Entry, error) {
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
+	}
+	l, err := kvstore.Bind(ctx, c.js, "")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, ErrNoFleet
+		}
+		return nil, err
+	}
+	recs, err := l.Records(ctx, tok)
+	if err != nil {
+		return nil, err
+	}
+	return kvstore.Entries(recs), nil
+}
+
+func newID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return strings.ToLower(hex.EncodeToString(b))
+}

@@ -1,0 +1,271 @@
+// Package fleet assembles one fleet member: a NATS connection (or an embedded
+// JetStream server when no URL is given), the fleet's streams and buckets, the
+// runner with its providers, and a lanes worker driving it. cmd/worker is its
+// flag-parsing front; integration tests and the benchmark start members
+// in-process through it.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/internal/embedded"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/scripted"
+	"github.com/lanefleet/lanefleet/runner"
+)
+
+// Config configures a member.
+type Config struct {
+	// Joining an existing deployment.
+	NATSURL   string // comma-separated server URLs; empty = start an embedded server
+	CredsFile string // NATS credentials file
+	NKeyFile  string // NKey seed file
+	TLSCert   string // client certificate
+	TLSKey    string // client key
+	TLSCA     string // CA bundle for the server certificate
+
+	// The embedded server (NATSURL empty).
+	DataDir    string // JetStream store; required for the embedded server
+	Listen     string // host:port for clients and other workers; default 127.0.0.1:4222
+	SyncAlways bool   // fsync every write before acknowledging (default in cmd/worker)
+
+	// The fleet.
+	WorkerID      string
+	Replicas      int           // stream and bucket replicas (3 on a cluster)
+	Concurrency   int           // lanes owned at once by this worker
+	AckWait       time.Duration // dispatch AckWait
+	LeaseTTL      time.Duration // lane lease TTL
+	ShutdownGrace time.Duration
+	MaxPayload    int
+
+	// The runner.
+	DefaultModel  string        // "provider/model-id"
+	ScriptedDelay time.Duration // pause before each scripted/echo delta
+	Scripts       map[string]scripted.Script
+
+	Logger zerolog.Logger
+	// Env reads configuration such as API keys; default os.Getenv. Runs never
+	// change the process environment.
+	Env func(string) string
+}
+
+// Member is a running fleet member.
+type Member struct {
+	cfg     Config
+	Server  *server.Server // nil when joined to an external deployment
+	Conn    *nats.Conn
+	JS      jetstream.JetStream
+	Streams *lanes.Streams
+	Lanes   *kvstore.Lanes
+	Worker  *lanes.Worker
+	Runner  *runner.Runner
+	log     zerolog.Logger
+}
+
+// Start connects (or starts the embedded server), prepares the fleet's
+// streams and buckets, and builds the worker. Call Run to process lanes.
+func Start(ctx context.Context, cfg Config) (*Member, error) {
+	if cfg.Env == nil {
+		cfg.Env = os.Getenv
+	}
+	m := &Member{cfg: cfg, log: cfg.Logger}
+	url := cfg.NATSURL
+	if url == "" {
+		srv, err := startEmbedded(cfg)
+		if err != nil {
+			return nil, err
+		}
+		m.Server = srv
+		url = srv.ClientURL()
+		m.log.Info().Str("url", url).Str("data_dir", cfg.DataDir).Bool("sync_always", cfg.SyncAlways).Msg("embedded NATS server started")
+	}
+	opts, err := connectOptions(cfg)
+	if err != nil {
+		m.close()
+		return nil, err
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		m.close()
+		return nil, fmt.Errorf("fleet: connect to NATS at %s: %w", url, err)
+	}
+	m.Conn = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		m.close()
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	m.JS = js
+	if err := m.build(ctx); err != nil {
+		m.close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Member) build(ctx context.Context) error {
+	cfg := m.cfg
+	var err error
+	// A cluster may still be electing leaders right after start: retry.
+	for attempt := 0; ; attempt++ {
+		m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait})
+		if err == nil {
+			m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL})
+		}
+		if err == nil || attempt >= 10 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("fleet: prepare streams: %w", err)
+	}
+	res := NewResolver(cfg.Env, scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts}))
+	def := cfg.DefaultModel
+	if def == "" {
+		def = res.DefaultModel()
+	}
+	m.Runner, err = runner.New(runner.Config{DefaultModel: def, Resolver: res, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.handle), lanes.Config{
+		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload,
+		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger,
+	})
+	return err
+}
+
+// handle adapts a lane turn to the runner.
+func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
+	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
+		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History}, t)
+	if err != nil {
+		return nil, err
+	}
+	return &lanes.Outcome{Entries: out.Entries, Result: out.Result}, nil
+}
+
+// ClientURL returns the URL clients and other workers use.
+func (m *Member) ClientURL() string { return m.Conn.ConnectedUrl() }
+
+// Run processes lanes until ctx is done, then stops gracefully and closes the
+// connection and the embedded server.
+func (m *Member) Run(ctx context.Context) error {
+	defer m.close()
+	return m.Worker.Run(ctx)
+}
+
+func (m *Member) close() {
+	if m.Conn != nil {
+		_ = m.Conn.Drain()
+		deadline := time.Now().Add(5 * time.Second)
+		for !m.Conn.IsClosed() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		m.Conn.Close()
+	}
+	if m.Server != nil {
+		m.Server.Shutdown()
+		m.Server.WaitForShutdown()
+	}
+}
+
+func startEmbedded(cfg Config) (*server.Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("fleet: the embedded server needs a data directory (--data-dir)")
+	}
+	host, port := "127.0.0.1", 4222
+	if cfg.Listen != "" {
+		h, p, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: --listen %q: %w", cfg.Listen, err)
+		}
+		if h != "" {
+			host = h
+		}
+		if port, err = strconv.Atoi(p); err != nil || port < 0 {
+			return nil, fmt.Errorf("fleet: --listen %q: bad port", cfg.Listen)
+		}
+	}
+	sync := cfg.SyncAlways
+	return embedded.Start(embedded.Config{Name: "lanefleet", Host: host, Port: port,
+		DataDir: filepath.Join(cfg.DataDir, "jetstream"), SyncAlways: &sync})
+}
+
+func connectOptions(cfg Config) ([]nats.Option, error) {
+	name := "lanefleet-worker"
+	if cfg.WorkerID != "" {
+		name += "-" + cfg.WorkerID
+	}
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				cfg.Logger.Warn().Err(err).Msg("disconnected from NATS")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			cfg.Logger.Info().Str("url", nc.ConnectedUrl()).Msg("reconnected to NATS")
+		}),
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.NKeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if cfg.TLSCert != "" || cfg.TLSKey != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
+	if cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	return opts, nil
+}
+
+// Resolver maps "provider/model-id" to a model and the provider that serves
+// it: scripted models always, real providers when their adapter and key are
+// configured.
+type Resolver struct {
+	env      func(string) string
+	scripted *scripted.Provider
+}
+
+// NewResolver returns the member's model resolver.
+func NewResolver(env func(string) string, s *scripted.Provider) *Resolver {
+	return &Resolver{env: env, scripted: s}
+}
+
+// DefaultModel is scripted/echo until a real provider is configured.
+func (r *Resolver) DefaultModel() string { return "scripted/echo" }
+
+// Resolve implements runner.Resolver.
+func (r *Resolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
+	p, id, ok := strings.Cut(ref, "/")
+	if !ok || p == "" || id == "" {
+		return provider.Model{}, nil, fmt.Errorf("%q is not provider/model-id", ref)
+	}
+	if p == scripted.ProviderName {
+		return scripted.Model(id), r.scripted, nil
+	}
+	return provider.Model{ID: id, Provider: p}, nil, fmt.Errorf("provider %q is not available in this build", p)
+}
