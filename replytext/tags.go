@@ -108,6 +108,13 @@ func skipJSSpace(s string, i int) int {
 // The zero value strips in the default mode; set EnforceFinal before the
 // first chunk to keep only text inside <final>…</final> (nothing before the
 // first <final>).
+//
+// Differences from the reference, which strips each chunk on its own with
+// two regular-expression passes: fenced code is recognised across chunk
+// boundaries (the reference sees only fences inside one chunk); code spans
+// for <final> tags are judged on the original text, not on the text left
+// after removing reasoning; a fence line ending in "\r" is a fence line;
+// and a partial tag is held back instead of shown and then removed.
 type Stripper struct {
 	// EnforceFinal keeps only text inside <final> blocks.
 	EnforceFinal bool
