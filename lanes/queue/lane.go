@@ -22,7 +22,8 @@ type Turn struct {
 	// Prompt is the text to run.
 	Prompt string
 	// Items are the queued messages the turn answers, oldest first (none
-	// for a summary turn).
+	// for a summary turn). A collected turn runs with the run settings
+	// (model, thinking level…) of its last item, as the reference does.
 	Items []Item
 	// Route is where the reply goes: the item's route, or for a collected
 	// turn the first non-empty value of each routing field.
@@ -105,15 +106,7 @@ func (l *Lane) Offer(it Item, active, streaming bool, now time.Time) Outcome {
 // It reports whether it was queued; Dropped holds it when refused
 // (duplicate or drop policy new) and any queued messages evicted for it.
 func (l *Lane) Enqueue(it Item, now time.Time) (bool, []Dropped) {
-	dup := false
-	if it.ID != "" {
-		for _, q := range l.pending.Items {
-			if q.ID == it.ID {
-				dup = true
-				break
-			}
-		}
-	}
+	dup := l.pending.Duplicate(it, l.settings.Dedupe)
 	ok, evicted := l.pending.Add(it, l.settings, now)
 	if !ok {
 		reason := ReasonCapRefused

@@ -20,8 +20,8 @@ type Route struct {
 type Item struct {
 	// Seq is the message's inbound stream sequence (order and cursor).
 	Seq uint64
-	// ID is the client's message id; a second item with the same ID is a
-	// duplicate. Empty IDs are never duplicates.
+	// ID is the client's message id; a second item with the same ID and
+	// Route is a duplicate (DedupeMessageID). Empty IDs never are.
 	ID string
 	// Prompt is the message text as the agent sees it.
 	Prompt string
@@ -76,15 +76,11 @@ type Pending struct {
 
 // Add queues it under the cap and drop policy of s and reports whether it
 // was accepted and which queued items were evicted to make room. A
-// duplicate (same non-empty ID as a queued item) is not accepted.
+// duplicate of a queued item (see DedupeMode) is not accepted.
 func (p *Pending) Add(it Item, s Settings, now time.Time) (accepted bool, evicted []Dropped) {
 	s = s.normalized()
-	if it.ID != "" {
-		for _, q := range p.Items {
-			if q.ID == it.ID {
-				return false, nil
-			}
-		}
+	if p.Duplicate(it, s.Dedupe) {
+		return false, nil
 	}
 	p.LastEnqueuedAt = now
 	if len(p.Items) >= s.Cap {
@@ -111,6 +107,28 @@ func (p *Pending) Add(it Item, s Settings, now time.Time) (accepted bool, evicte
 	}
 	p.Items = append(p.Items, it)
 	return true, evicted
+}
+
+// Duplicate reports whether it duplicates a queued item under mode.
+func (p *Pending) Duplicate(it Item, mode DedupeMode) bool {
+	for _, q := range p.Items {
+		if q.Route != it.Route {
+			continue
+		}
+		switch mode {
+		case DedupeNone:
+			return false
+		case DedupePrompt:
+			if q.Prompt == it.Prompt {
+				return true
+			}
+		default:
+			if it.ID != "" && q.ID == it.ID {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // SummaryPrompt returns the overflow summary of drop policy summarize

@@ -365,3 +365,33 @@ func TestParseDirective(t *testing.T) {
 		}
 	}
 }
+
+func TestDedupe(t *testing.T) {
+	t.Parallel()
+	tg := Route{Channel: "telegram", To: "1"}
+	tests := []struct {
+		name string
+		mode DedupeMode
+		a, b Item
+		dup  bool
+	}{
+		// Same id and route: duplicate (the default).
+		{"same id", "", Item{ID: "x", Route: tg}, Item{ID: "x", Route: tg}, true},
+		// Same id on another route: not a duplicate.
+		{"other route", "", Item{ID: "x", Route: tg}, Item{ID: "x"}, false},
+		// Empty ids never match.
+		{"empty id", DedupeMessageID, Item{Prompt: "p"}, Item{Prompt: "p"}, false},
+		// Prompt mode compares the text.
+		{"prompt", DedupePrompt, Item{ID: "1", Prompt: "p"}, Item{ID: "2", Prompt: "p"}, true},
+		// None never dedupes.
+		{"none", DedupeNone, Item{ID: "x"}, Item{ID: "x"}, false},
+	}
+	for _, tt := range tests {
+		l := NewLane(Settings{Mode: ModeFollowup, Dedupe: tt.mode})
+		l.Enqueue(tt.a, at(0))
+		ok, dropped := l.Enqueue(tt.b, at(1))
+		if ok == tt.dup || (tt.dup && (len(dropped) != 1 || dropped[0].Reason != ReasonDuplicate)) {
+			t.Errorf("%s: queued=%v dropped=%+v", tt.name, ok, dropped)
+		}
+	}
+}

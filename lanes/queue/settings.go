@@ -20,7 +20,23 @@ type Settings struct {
 	Cap int
 	// Drop is what happens at the cap.
 	Drop DropPolicy
+	// Dedupe is how a duplicate of a queued message is recognised.
+	Dedupe DedupeMode
 }
+
+// DedupeMode says when an arriving message duplicates a queued one. Only
+// messages with the same Route are compared.
+type DedupeMode string
+
+// Dedupe modes. The zero value is DedupeMessageID.
+const (
+	// DedupeMessageID: same non-empty client message id.
+	DedupeMessageID DedupeMode = "message-id"
+	// DedupePrompt: same prompt text.
+	DedupePrompt DedupeMode = "prompt"
+	// DedupeNone: never a duplicate.
+	DedupeNone DedupeMode = "none"
+)
 
 // DefaultSettings returns the reference defaults: collect, 1 s debounce, cap
 // 20, summarize.
@@ -35,6 +51,7 @@ type Overrides struct {
 	Debounce *time.Duration
 	Cap      int
 	Drop     DropPolicy
+	Dedupe   DedupeMode
 }
 
 // Resolve applies layers in precedence order, first set value wins: pass the
@@ -56,6 +73,9 @@ func Resolve(layers ...Overrides) Settings {
 		}
 		if s.Drop == "" && l.Drop != "" {
 			s.Drop = l.Drop
+		}
+		if s.Dedupe == "" && l.Dedupe != "" {
+			s.Dedupe = l.Dedupe
 		}
 	}
 	d := DefaultSettings()

@@ -1,0 +1,48 @@
+package replytext
+
+import (
+	"testing"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+func TestFormatReasoning(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"", ""},                               // nothing to show
+		{" \n\t ", ""},                         // blank
+		{"one line", "Reasoning:\n_one line_"}, // single line
+		{"a\n\nb\n", "Reasoning:\n_a_\n\n_b_"}, // blank lines stay unwrapped
+	}
+	for _, tt := range tests {
+		if got := FormatReasoning(tt.in); got != tt.want {
+			t.Errorf("FormatReasoning(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	m := &message.Message{Content: message.BlocksOf(message.Thinking(" first ", ""), message.Text("x"), message.Thinking("  ", ""), message.Thinking("second", ""))}
+	if got := Thinking(m); got != "first\nsecond" {
+		t.Errorf("Thinking = %q", got)
+	}
+}
+
+func TestToolErrors(t *testing.T) {
+	t.Parallel()
+	var te ToolErrors
+	// A read failure is forgotten after any success.
+	te.Record(ToolError{Name: "read", Error: "ENOENT"}, "read:a", true)
+	te.Record(ToolError{Name: "ls"}, "ls", false)
+	if te.Last() != nil {
+		t.Fatal("non-mutating failure stuck")
+	}
+	// A write failure sticks through other successes...
+	te.Record(ToolError{Name: "write", Error: "EACCES", Mutating: true}, "write:/etc/x", true)
+	te.Record(ToolError{Name: "read"}, "read:b", false)
+	if l := te.Last(); l == nil || l.Name != "write" {
+		t.Fatalf("mutating failure lost: %+v", l)
+	}
+	// ...until the same action succeeds.
+	te.Record(ToolError{Name: "write", Mutating: true}, "write:/etc/x", false)
+	if te.Last() != nil {
+		t.Fatal("mutating failure not cleared by the same action")
+	}
+}
