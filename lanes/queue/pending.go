@@ -77,13 +77,18 @@ type Pending struct {
 // Add queues it under the cap and drop policy of s and reports whether it
 // was accepted and which queued items were evicted to make room. A
 // duplicate of a queued item (see DedupeMode) is not accepted.
+//
+// A cap below 1 means no cap (Settings from Resolve or a Lane always have
+// one); an empty drop policy means DropDefault.
 func (p *Pending) Add(it Item, s Settings, now time.Time) (accepted bool, evicted []Dropped) {
-	s = s.normalized()
+	if s.Drop == "" {
+		s.Drop = DropDefault
+	}
 	if p.Duplicate(it, s.Dedupe) {
 		return false, nil
 	}
 	p.LastEnqueuedAt = now
-	if len(p.Items) >= s.Cap {
+	if s.Cap > 0 && len(p.Items) >= s.Cap {
 		if s.Drop == DropNew {
 			return false, nil
 		}
