@@ -169,3 +169,10 @@ func (e *Entry) DecodeMsgpack(dec *msgpack.Decoder) error {
 	*e = v
 	return nil
 }
+
+// EntryFromMap builds an entry from one decoded JSON line whose values are
+// nil, bool, string, int64 (integral numbers), float64, []any or
+// map[string]any, as a streaming JSON decoder produces them; it lets such a
+// decoder skip the generic decode of UnmarshalJSON. The entry takes ownership
+// of m and of everything in it. Errors are those of UnmarshalJSON.
+func EntryFromMap(m map[string]any) (Entry, error) { return entryFromObj(m) }

@@ -88,8 +88,8 @@ func decode(r io.Reader) (*File, error) {
 			return nil, fmt.Errorf("sessionfile: read: %w", err)
 		}
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-			var e message.Entry
-			if perr := json.Unmarshal(trimmed, &e); perr != nil {
+			e, perr := decodeEntry(trimmed)
+			if perr != nil {
 				f.Skipped = append(f.Skipped, &LineError{Line: lineNo, Err: perr})
 			} else if !haveHeader {
 				if !e.IsHeader() || e.ID == "" {
@@ -111,6 +111,18 @@ func decode(r io.Reader) (*File, error) {
 		return nil, ErrEmpty
 	}
 	return f, nil
+}
+
+func decodeEntry(line []byte) (message.Entry, error) {
+	v, err := parseJSON(line)
+	if err != nil {
+		return message.Entry{}, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return message.Entry{}, errors.New("not a JSON object")
+	}
+	return message.EntryFromMap(m)
 }
 
 // Write writes f as JSON Lines: the header, then every entry, each line
