@@ -269,18 +269,30 @@ func BenchmarkChunker(b *testing.B) {
 	}
 	text := sb.String()
 	const delta = 64 // a typical streamed text delta
+	run := func(b *testing.B, text string, pref BreakPreference) {
+		b.SetBytes(int64(len(text)))
+		emit := func(string) {}
+		for b.Loop() {
+			c := New(Config{MinChars: MinCharsDefault, MaxChars: MaxCharsDefault, BreakPreference: pref})
+			for i := 0; i < len(text); {
+				j := min(i+delta, len(text))
+				for j < len(text) && !utf8.RuneStart(text[j]) {
+					j++
+				}
+				c.Append(text[i:j])
+				c.Drain(false, emit)
+				i = j
+			}
+			c.Drain(true, emit)
+		}
+	}
+	// Non-ASCII text takes the UTF-16 offset path.
+	b.Run("unicode", func(b *testing.B) {
+		run(b, strings.ReplaceAll(strings.ReplaceAll(text, "e", "é"), "words", "wörds 😀"), BreakParagraph)
+	})
 	for _, pref := range []BreakPreference{BreakParagraph, BreakNewline, BreakSentence} {
 		b.Run(string(pref), func(b *testing.B) {
-			b.SetBytes(int64(len(text)))
-			emit := func(string) {}
-			for b.Loop() {
-				c := New(Config{MinChars: MinCharsDefault, MaxChars: MaxCharsDefault, BreakPreference: pref})
-				for i := 0; i < len(text); i += delta {
-					c.Append(text[i:min(i+delta, len(text))])
-					c.Drain(false, emit)
-				}
-				c.Drain(true, emit)
-			}
+			run(b, text, pref)
 		})
 	}
 }
