@@ -131,16 +131,3 @@ func jsTrim(s string) string {
 	}
 	return strings.TrimFunc(s, jsSpace)
 }
-
-// utf16Len returns the length of s in UTF-16 code units, as JavaScript counts.
-func utf16Len(s string) int {
-	n := 0
-	for _, r := range s {
-		if r >= 0x10000 {
-			n += 2
-		} else {
-			n++
-		}
-	}
-	return n
-}

@@ -11,9 +11,17 @@
 // (the "final" stage, what is handed to the model).
 //
 // Every stage is also exported on its own. No function modifies the messages
-// it is given: results are new slices, and a message that changes is copied
-// first. Unchanged messages, argument maps and Extra maps may be shared
-// between input and output, so treat both as read-only or Clone them.
+// it is given: a message that changes is copied first, and a stage that
+// changes nothing returns its input slice. Prepare always returns new slices,
+// but unchanged content blocks, argument maps and Extra maps stay shared with
+// the request, so treat both as read-only or Clone the messages.
+//
+// Where the reference loses data this package does the right thing instead
+// (see testdata/conformance/DEVIATIONS): the Anthropic user-turn merge keeps
+// plain-string contents, a plain-string tool result becomes a text block
+// instead of being emptied, the pairing repair also orders and de-duplicates
+// results at the end of a transcript, and a call id reused by a later
+// assistant message keeps that message's result.
 //
 // The package is pure: it imports no NATS and does no I/O.
 package sanitize

@@ -198,6 +198,15 @@ func snapshotEntry(req Request, now int64) (CustomEntry, bool) {
 	return CustomEntry{CustomType: CustomModelSnapshot, Data: data}, true
 }
 
+// AnnotateInterSession prefixes the text of every user message whose
+// provenance kind is "inter_session" with InterSessionPrefix and its
+// non-blank sourceSession, sourceChannel and sourceTool, unless the text
+// already starts with it. msgs is not modified; when nothing changes msgs
+// itself is returned.
+func AnnotateInterSession(msgs []message.Message) []message.Message {
+	return annotateInterSession(msgs, false)
+}
+
 // interSessionPrefix returns the annotation for a user message's provenance,
 // or "" when it did not come from another session.
 func interSessionPrefix(m *message.Message) string {

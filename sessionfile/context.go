@@ -135,3 +135,20 @@ func isoMillis(s string) int64 {
 	}
 	return t.UnixMilli()
 }
+
+// NewCustomEntry returns a "custom" entry (extension or runtime state such as
+// sanitize's model-snapshot) with a fresh id, to be appended after parentID
+// (nil for a root) at time ts.
+func NewCustomEntry(customType string, data map[string]any, parentID *string, ts time.Time) message.Entry {
+	fields := map[string]any{"customType": customType}
+	if data != nil {
+		fields["data"] = data
+	}
+	return message.Entry{
+		Type:      message.EntryCustom,
+		ID:        NewEntryID(),
+		ParentID:  parentID,
+		Timestamp: ts.UTC().Format("2006-01-02T15:04:05.000Z"),
+		Fields:    fields,
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -254,5 +255,19 @@ func TestRepairKeepsModeAndBacksUp(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 2 {
 		t.Errorf("left %d files (temporary file not cleaned?)", len(entries))
+	}
+}
+
+func TestNewCustomEntry(t *testing.T) {
+	t.Parallel()
+	parent := "abcd1234"
+	e := NewCustomEntry("model-snapshot", map[string]any{"provider": "openai"}, &parent, time.UnixMilli(1750000000123))
+	data, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"customType":"model-snapshot","data":{"provider":"openai"},"id":%q,"parentId":"abcd1234","timestamp":"2025-06-15T15:06:40.123Z","type":"custom"}`, e.ID)
+	if string(data) != want || len(e.ID) != 8 {
+		t.Errorf("got  %s\nwant %s", data, want)
 	}
 }
