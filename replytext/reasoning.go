@@ -81,3 +81,29 @@ func (t *ToolErrors) Last() *ToolError {
 // Reset forgets everything (a compaction retry restarts the run's
 // accumulators).
 func (t *ToolErrors) Reset() { t.last, t.key = nil, "" }
+
+// ReasoningStream turns the growing reasoning of one assistant message into
+// thinking events (reasoning mode "stream"): the formatted text and what it
+// added since the last event.
+type ReasoningStream struct {
+	last string
+}
+
+// Update takes the reasoning so far and returns the event to publish, if the
+// formatted text changed. When it does not extend the previous text (a
+// rewrite), the whole text is the delta.
+func (r *ReasoningStream) Update(reasoning string) (text, delta string, ok bool) {
+	f := FormatReasoning(reasoning)
+	if f == "" || f == r.last {
+		return "", "", false
+	}
+	delta = f
+	if strings.HasPrefix(f, r.last) {
+		delta = f[len(r.last):]
+	}
+	r.last = f
+	return f, delta, true
+}
+
+// Reset starts a new assistant message.
+func (r *ReasoningStream) Reset() { r.last = "" }

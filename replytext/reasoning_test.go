@@ -46,3 +46,25 @@ func TestToolErrors(t *testing.T) {
 		t.Fatal("mutating failure not cleared by the same action")
 	}
 }
+
+func TestReasoningStream(t *testing.T) {
+	t.Parallel()
+	var r ReasoningStream
+	// First text: everything is new.
+	if text, d, ok := r.Update("think"); !ok || text != "Reasoning:\n_think_" || d != text {
+		t.Errorf("first: %q %q %v", text, d, ok)
+	}
+	// Unchanged: nothing to publish.
+	if _, _, ok := r.Update(" think "); ok {
+		t.Error("unchanged published")
+	}
+	// A grown line rewrites the closing underscore, so the whole text is
+	// the delta.
+	if text, d, ok := r.Update("thinking"); !ok || d != text {
+		t.Errorf("rewrite: %q %q %v", text, d, ok)
+	}
+	// A new line extends the text: only the tail is new.
+	if _, d, ok := r.Update("thinking\nmore"); !ok || d != "\n_more_" {
+		t.Errorf("extend: %q %v", d, ok)
+	}
+}
