@@ -220,11 +220,24 @@ func FuzzChunker(f *testing.F) {
 		c := New(Config{MinChars: minChars, MaxChars: maxChars, BreakPreference: prefs[(pref%3+3)%3], FlushOnParagraph: flush})
 		step = 1 + (step%64+64)%64
 		var out strings.Builder
+		limit := max(max(1, minChars), maxChars, 2) // 2: one surrogate pair when MaxChars is 1
 		emit := func(b string) {
 			if b == "" {
 				t.Fatalf("empty block emitted")
 			}
 			out.WriteString(b)
+			// Without its fence repair, no block exceeds MaxChars.
+			body := b
+			if strings.HasSuffix(body, "\n") {
+				trimmed := body[:len(body)-1]
+				nl := strings.LastIndexByte(trimmed, '\n')
+				if _, _, ok := matchFenceLine(trimmed[nl+1:]); ok && nl >= 0 {
+					body = trimmed[:nl]
+				}
+			}
+			if u16len(body) > limit {
+				t.Fatalf("block of %d units over the limit %d: %q", u16len(body), limit, b)
+			}
 		}
 		rest := input
 		for rest != "" {
