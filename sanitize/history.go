@@ -177,7 +177,8 @@ func snapshotEntry(req Request, now int64) (CustomEntry, bool) {
 	var last map[string]any
 	found := false
 	for _, e := range req.Session {
-		if e.CustomType == CustomModelSnapshot {
+		// An entry without data does not count, as in the reference.
+		if e.CustomType == CustomModelSnapshot && e.Data != nil {
 			last, found = e.Data, true
 		}
 	}
@@ -201,7 +202,7 @@ func snapshotEntry(req Request, now int64) (CustomEntry, bool) {
 // AnnotateInterSession prefixes the text of every user message whose
 // provenance kind is "inter_session" with InterSessionPrefix and its
 // non-blank sourceSession, sourceChannel and sourceTool, unless the text
-// already starts with it. msgs is not modified; when nothing changes msgs
+// already starts with that exact prefix. msgs is not modified; when nothing changes msgs
 // itself is returned.
 func AnnotateInterSession(msgs []message.Message) []message.Message {
 	return annotateInterSession(msgs, false)
@@ -244,7 +245,7 @@ func annotateInterSession(msgs []message.Message, inPlace bool) []message.Messag
 		nm := *m
 		if m.Content.IsPlain() {
 			text := m.Content.Text()
-			if strings.HasPrefix(text, InterSessionPrefix) {
+			if strings.HasPrefix(text, prefix) {
 				rw.keep(i)
 				continue
 			}
@@ -252,7 +253,7 @@ func annotateInterSession(msgs []message.Message, inPlace bool) []message.Messag
 		} else {
 			first := slices.IndexFunc(m.Content.Blocks, func(b message.Block) bool { return b.Type == message.BlockText })
 			if first >= 0 {
-				if strings.HasPrefix(m.Content.Blocks[first].Text, InterSessionPrefix) {
+				if strings.HasPrefix(m.Content.Blocks[first].Text, prefix) {
 					rw.keep(i)
 					continue
 				}

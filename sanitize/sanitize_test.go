@@ -254,8 +254,8 @@ func TestInterSessionAnnotation(t *testing.T) {
 			`{"role":"user","content":[{"type":"text","text":"[session:history] omitted empty image payload"},{"type":"text","text":"` + prefix + `\nhi"}],` + prov + `}`},
 		{"no text block", `{"role":"user","content":[],` + prov + `}`,
 			`{"role":"user","content":[{"type":"text","text":"` + prefix + `"}],` + prov + `}`},
-		{"already prefixed", `{"role":"user","content":"[Inter-session message] x",` + prov + `}`,
-			`{"role":"user","content":"[Inter-session message] x",` + prov + `}`},
+		{"already prefixed", `{"role":"user","content":"` + prefix + `\nx",` + prov + `}`,
+			`{"role":"user","content":"` + prefix + `\nx",` + prov + `}`},
 		{"other provenance", `{"role":"user","content":"hi","provenance":{"kind":"channel"}}`,
 			`{"role":"user","content":"hi","provenance":{"kind":"channel"}}`},
 	}
@@ -265,6 +265,33 @@ func TestInterSessionAnnotation(t *testing.T) {
 			res := Prepare(Request{Provider: "openai", API: "openai-responses", ModelID: "gpt-5.2", Now: testNow, Messages: parse(t, "["+tt.in+"]")})
 			checkJSON(t, res.Final, "["+tt.want+"]")
 		})
+	}
+}
+
+func TestModelSnapshot(t *testing.T) {
+	t.Parallel()
+	snap := func(provider string) CustomEntry {
+		return CustomEntry{CustomType: CustomModelSnapshot, Data: map[string]any{"provider": provider, "modelApi": "anthropic-messages", "modelId": "m"}}
+	}
+	tests := []struct {
+		name    string
+		session []CustomEntry
+		want    bool
+	}{
+		{"none", nil, true},
+		{"same", []CustomEntry{snap("anthropic")}, false},
+		{"changed", []CustomEntry{snap("anthropic"), snap("other")}, true},
+		{"back to the same", []CustomEntry{snap("other"), snap("anthropic")}, false},
+		{"last without data is ignored", []CustomEntry{snap("anthropic"), {CustomType: CustomModelSnapshot}}, false},
+	}
+	for _, tt := range tests {
+		res := Prepare(Request{Provider: "anthropic", API: "anthropic-messages", ModelID: "m", Now: testNow, Session: tt.session})
+		if got := len(res.Appended) == 1; got != tt.want {
+			t.Errorf("%s: appended %v", tt.name, res.Appended)
+		}
+	}
+	if res := Prepare(Request{Now: testNow}); len(res.Appended) != 0 || res.Final == nil {
+		t.Errorf("no model: %+v", res)
 	}
 }
 

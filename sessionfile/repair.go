@@ -83,21 +83,21 @@ func Repair(path string, opts RepairOptions) RepairResult {
 	}
 	info, err := os.Stat(path)
 	if err != nil {
-		return repairFailed(res, err, base)
+		return repairFailed(res, err)
 	}
 	stamp := fmt.Sprintf("%d-%d", os.Getpid(), now().UnixMilli())
 	backup := path + ".bak-" + stamp
 	if err := os.WriteFile(backup, orig, info.Mode().Perm()); err != nil {
-		return repairFailed(res, err, base)
+		return repairFailed(res, err)
 	}
 	tmp := path + ".repair-" + stamp + ".tmp"
 	if err := writeSync(tmp, out, info.Mode().Perm()); err != nil {
 		os.Remove(tmp)
-		return repairFailed(res, err, base)
+		return repairFailed(res, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return repairFailed(res, err, base)
+		return repairFailed(res, err)
 	}
 	res.Repaired = true
 	res.BackupPath = backup
@@ -107,9 +107,9 @@ func Repair(path string, opts RepairOptions) RepairResult {
 
 const reasonInvalidHeader = "invalid session header"
 
-func repairFailed(res RepairResult, err error, base string) RepairResult {
+// repairFailed reports a failed rewrite; the reference logs no warning for it.
+func repairFailed(res RepairResult, err error) RepairResult {
 	res.Reason = "repair failed: " + err.Error()
-	res.Warnings = append(res.Warnings, fmt.Sprintf("session file repair failed: %v (%s)", err, base))
 	return res
 }
 
@@ -160,6 +160,7 @@ func RepairContent(data []byte) ([]byte, int, error) {
 func repairContent(data []byte) (out []byte, dropped int, reason string) {
 	var buf bytes.Buffer
 	parsed := 0
+	header := false
 	for len(data) > 0 {
 		var line []byte
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -177,14 +178,18 @@ func repairContent(data []byte) (out []byte, dropped int, reason string) {
 			dropped++
 			continue
 		}
-		if parsed == 0 && !isHeader(line) {
-			return nil, dropped, reasonInvalidHeader
+		if parsed == 0 {
+			header = isHeader(line)
 		}
 		parsed++
 		buf.WriteByte('\n')
 	}
-	if parsed == 0 {
+	switch {
+	case parsed == 0:
 		return nil, dropped, "empty session file"
+	case !header:
+		// Every line is still counted, as the reference does.
+		return nil, dropped, reasonInvalidHeader
 	}
 	return buf.Bytes(), dropped, ""
 }

@@ -223,7 +223,7 @@ func TestRepairContent(t *testing.T) {
 		{"clean", header + "\n", header + "\n", 0, nil},
 		{"scalar lines count as entries", header + "\n42\nnull\n{bad\n", header + "\n42\nnull\n", 1, nil},
 		{"bad first line then header", "oops\n" + header + "\n", header + "\n", 1, nil},
-		{"header not first", `{"type":"x"}` + "\n" + header, "", 0, ErrInvalidHeader},
+		{"header not first", `{"type":"x"}` + "\n" + header + "\nbad", "", 1, ErrInvalidHeader},
 		{"only garbage", "a\nb\n", "", 2, ErrEmpty},
 	}
 	for _, tt := range tests {
