@@ -109,9 +109,11 @@ func (c *Chunker) offsets() offsets {
 
 // Drain emits the blocks that are ready, in order, through emit. Without
 // force it emits only blocks of at least MinChars (or whole paragraphs with
-// FlushOnParagraph) and keeps the rest; with force it empties the buffer,
-// emitting everything that is not blank. Emitted blocks may end with
-// newlines; callers trim them.
+// FlushOnParagraph) and keeps the rest; with force it empties the buffer.
+// Whitespace at a cut is dropped, and so is a buffer or block that is only
+// whitespace, except that (as in the reference) a forced drain may emit a
+// whitespace-only tail. Emitted blocks may end with newlines: callers trim
+// the end and skip empty blocks. emit must not call back into c.
 func (c *Chunker) Drain(force bool, emit func(block string)) {
 	if len(c.data) == 0 {
 		return
