@@ -77,6 +77,14 @@ func TestValidateAnthropicTurnsKeepsStrings(t *testing.T) {
 			want: `[{"role":"user","content":[{"type":"text","text":"x"}]}]`,
 		},
 		{
+			// As in the reference: a message without a role does not end
+			// the run, and the next user message is merged into it (its
+			// content is not a known block list, so only b is left).
+			name: "message without role",
+			in:   `[{"role":"user","content":"a"},{"content":[{"type":"text","text":"x"}],"note":1},{"role":"user","content":"b"}]`,
+			want: `[{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","text":"b"}]}]`,
+		},
+		{
 			name: "later fields win",
 			in:   `[{"role":"user","content":"a","k":1},{"role":"user","content":"b","k":2}]`,
 			want: `[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"k":2}]`,

@@ -2,35 +2,31 @@ package sanitize
 
 import "github.com/lanefleet/lanefleet/message"
 
-// mergeRuns merges each message into the previously kept one when both have
-// role target. Messages without a role are kept and do not interrupt a run.
+// mergeRuns merges a message of role target into the previously kept
+// message when the last message with a role was also of role target. As in
+// the reference, messages without a role are kept and do not interrupt a run,
+// so such a message right before the merged one is what it is merged into.
 func mergeRuns(msgs []message.Message, target message.Role, merge func(prev, cur *message.Message) message.Message) []message.Message {
 	var out []message.Message
 	lastRole := message.Role("")
-	last := -1 // index in out of the last message with a role
+	kept := 0 // messages in the output so far
 	for i := range msgs {
 		m := &msgs[i]
-		if m.Role == "" {
-			if out != nil {
-				out = append(out, *m)
-			}
-			continue
-		}
-		if m.Role == target && lastRole == target {
+		if m.Role != "" && m.Role == target && lastRole == target {
 			if out == nil {
 				out = make([]message.Message, i, len(msgs))
 				copy(out, msgs[:i])
 			}
-			out[last] = merge(&out[last], m)
+			out[kept-1] = merge(&out[kept-1], m)
 			continue
 		}
-		lastRole = m.Role
+		if m.Role != "" {
+			lastRole = m.Role
+		}
 		if out != nil {
 			out = append(out, *m)
-			last = len(out) - 1
-		} else {
-			last = i
 		}
+		kept++
 	}
 	if out == nil {
 		return msgs
