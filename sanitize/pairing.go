@@ -130,6 +130,14 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 			found = append(found, -1)
 		}
 		remainder = remainder[:0]
+		// Many calls in one message: index them so the span stays linear.
+		var index map[string]int
+		if len(calls) > 16 {
+			index = make(map[string]int, len(calls))
+			for c := len(calls) - 1; c >= 0; c-- {
+				index[calls[c].id] = c
+			}
+		}
 		matched := false
 		j := i + 1
 		for ; j < len(msgs); j++ {
@@ -143,7 +151,13 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 			}
 			id := resultID(n)
 			k := -1
-			if id != "" {
+			switch {
+			case id == "":
+			case index != nil:
+				if c, ok := index[id]; ok {
+					k = c
+				}
+			default:
 				for c := range calls {
 					if calls[c].id == id {
 						k = c
@@ -169,11 +183,11 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 		push(i)
 		emitted = emitted[:0]
 		for c, call := range calls {
-			dup := false
-			for _, e := range emitted {
-				if e == call.id {
+			// With an index, the first call of an id is the one it names.
+			dup := index != nil && index[call.id] != c
+			for e := 0; index == nil && e < len(emitted); e++ {
+				if emitted[e] == call.id {
 					dup = true
-					break
 				}
 			}
 			if dup {

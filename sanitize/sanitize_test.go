@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -209,6 +210,30 @@ func TestRepairPairing(t *testing.T) {
 				t.Errorf("second repair changed the result: %+v", rep2)
 			}
 		})
+	}
+}
+
+func TestRepairPairingManyCalls(t *testing.T) {
+	t.Parallel()
+	// Past 16 calls the span is matched through an index; the result must
+	// be the same as the linear scan.
+	var blocks []message.Block
+	var msgs []message.Message
+	for i := 0; i < 40; i++ {
+		blocks = append(blocks, message.ToolCall(fmt.Sprintf("c%d", i%30), "read", map[string]any{}))
+	}
+	msgs = append(msgs, message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(blocks...)})
+	for i := 29; i >= 0; i -= 2 {
+		msgs = append(msgs, message.Message{Role: message.RoleToolResult, ToolCallID: fmt.Sprintf("c%d", i)})
+	}
+	out, rep := RepairPairing(msgs, testNow)
+	if len(out) != 31 || rep.DroppedDuplicateCount != 10 || len(rep.AddedSyntheticFor) != 15 {
+		t.Fatalf("got %d messages, report %+v", len(out), rep)
+	}
+	for i := 1; i <= 30; i++ {
+		if out[i].ToolCallID != fmt.Sprintf("c%d", i-1) {
+			t.Fatalf("result %d answers %s", i, out[i].ToolCallID)
+		}
 	}
 }
 
