@@ -50,13 +50,14 @@ func DefaultConfig(textLimit int) Config {
 // Chunker buffers streamed text and cuts it into blocks. The zero value is
 // not usable; call New.
 type Chunker struct {
-	cfg   Config
-	pref  BreakPreference
-	data  []byte // the buffer between drains; appends amortise
-	buf   string // the buffer while a drain cuts it
-	n     int    // length of the buffer in UTF-16 units
-	ascii bool   // the buffer is all ASCII (byte offsets are UTF-16 offsets)
-	spans []fence
+	cfg    Config
+	pref   BreakPreference
+	data   []byte // the buffer between drains; appends amortise
+	buf    string // the buffer while a drain cuts it
+	n      int    // length of the buffer in UTF-16 units
+	ascii  bool   // the buffer is all ASCII (byte offsets are UTF-16 offsets)
+	spans  []fence
+	offTab []int32 // scratch for offsets of non-ASCII buffers
 }
 
 // New returns a chunker for cfg.
@@ -104,7 +105,9 @@ func (c *Chunker) offsets() offsets {
 	if c.ascii {
 		return offsets{ascii: true}
 	}
-	return newOffsets(c.buf)
+	o := newOffsets(c.buf, c.offTab)
+	c.offTab = o.u16
+	return o
 }
 
 // Drain emits the blocks that are ready, in order, through emit. Without

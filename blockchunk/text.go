@@ -89,11 +89,15 @@ type offsets struct {
 	u16   []int32 // u16[b] = UTF-16 offset of byte offset b (valid at rune starts and len)
 }
 
-func newOffsets(s string) offsets {
+func newOffsets(s string, scratch []int32) offsets {
 	if isASCII(s) {
 		return offsets{ascii: true}
 	}
-	t := make([]int32, len(s)+1)
+	t := scratch[:0]
+	if cap(t) < len(s)+1 {
+		t = make([]int32, len(s)+1)
+	}
+	t = t[:len(s)+1]
 	n := int32(0)
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
