@@ -1,0 +1,131 @@
+package openai
+
+import (
+	"crypto/sha256"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/transform"
+)
+
+// Thinking formats of OpenAI-compatible servers.
+const (
+	thinkOpenAI     = "openai"     // reasoning_effort
+	thinkOpenRouter = "openrouter" // reasoning: {effort}
+	thinkZAI        = "zai"        // enable_thinking: bool
+	thinkNone       = "none"       // no reasoning parameter (xAI)
+)
+
+// compat is what a Chat Completions endpoint accepts, detected from the
+// model's provider, base URL and id.
+type compat struct {
+	openai             bool   // api.openai.com itself
+	store              bool   // send store:false
+	developerRole      bool   // system prompt as "developer" on reasoning models
+	usageInStreaming   bool   // stream_options.include_usage
+	maxTokensField     string // max_completion_tokens or max_tokens
+	strict             bool   // tools accept "strict"
+	toolResultName     bool   // tool messages carry "name"
+	assistantAfterTool bool   // insert an assistant turn between tool results and a user turn
+	thinking           string
+	idMode             string // "openai" (cap 40), "mistral" (9 alphanumerics), ""
+	anthropicCache     bool   // OpenRouter anthropic/* prompt caching
+}
+
+func has(s, sub string) bool { return strings.Contains(s, sub) }
+
+func detectCompat(m provider.Model) compat {
+	url := strings.ToLower(m.BaseURL)
+	p := strings.ToLower(m.Provider)
+	id := strings.ToLower(m.ID)
+	c := compat{usageInStreaming: true, maxTokensField: "max_tokens", thinking: thinkOpenAI}
+	switch {
+	case p == "openai" || has(url, "api.openai.com") || url == "":
+		c.openai, c.store, c.developerRole, c.strict = true, true, true, true
+		c.maxTokensField = "max_completion_tokens"
+		c.idMode = "openai"
+	case p == "openrouter" || has(url, "openrouter.ai"):
+		c.thinking = thinkOpenRouter
+		c.anthropicCache = strings.HasPrefix(id, "anthropic/")
+	case p == "xai" || has(url, "api.x.ai"):
+		c.thinking = thinkNone
+	case p == "zai" || has(url, "z.ai"):
+		c.thinking = thinkZAI
+	case p == "mistral" || has(url, "mistral.ai"):
+		c.toolResultName, c.assistantAfterTool = true, true
+	}
+	if !c.openai && isMistralFamily(id) {
+		c.idMode = "mistral"
+	}
+	return c
+}
+
+func isMistralFamily(id string) bool {
+	for _, s := range []string{"mistral", "devstral", "codestral", "magistral", "pixtral", "ministral"} {
+		if strings.Contains(id, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// normalizeID rewrites another model's tool call id for this endpoint:
+// Responses-style "call|item" ids keep the call part; OpenAI caps ids at 40
+// characters of [A-Za-z0-9_-]; Mistral-family models need exactly nine
+// alphanumerics.
+func (c compat) normalizeID(id string) string {
+	if c.idMode == "mistral" {
+		return strict9(id)
+	}
+	if before, _, ok := strings.Cut(id, "|"); ok {
+		return transform.SanitizeID(before, 40)
+	}
+	if c.idMode == "openai" && len(id) > 40 {
+		return transform.SanitizeID(id, 40)
+	}
+	return id
+}
+
+// strict9 keeps an id of exactly nine alphanumerics; any other id becomes
+// nine alphanumerics derived from its SHA-256, so the same id always maps to
+// the same value within and across requests.
+func strict9(id string) string {
+	alnum := make([]byte, 0, len(id))
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			alnum = append(alnum, c)
+		}
+	}
+	if len(alnum) == 9 {
+		return string(alnum)
+	}
+	const digits = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	sum := sha256.Sum256([]byte(id))
+	out := make([]byte, 9)
+	for i := range out {
+		out[i] = digits[int(sum[i])%len(digits)]
+	}
+	return string(out)
+}
+
+// supportsXhigh reports whether a model accepts the xhigh effort.
+func supportsXhigh(id string) bool {
+	for _, s := range []string{"gpt-5.2", "gpt-5.3", "gpt-5.4", "opus-4-6", "opus-4.6"} {
+		if strings.Contains(id, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// effort maps a thinking level to a reasoning effort; "" means send none.
+func effort(m provider.Model, level provider.ThinkingLevel) string {
+	if !m.Reasoning || level == "" || level == provider.ThinkingOff {
+		return ""
+	}
+	if level == provider.ThinkingXHigh && !supportsXhigh(m.ID) {
+		return string(provider.ThinkingHigh)
+	}
+	return string(level)
+}

@@ -1,0 +1,325 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/sse"
+	"github.com/lanefleet/lanefleet/provider/internal/stream"
+)
+
+// Completions streams Chat Completions ("openai-completions").
+type Completions struct {
+	cfg Config
+}
+
+// NewCompletions returns a Chat Completions adapter.
+func NewCompletions(cfg Config) *Completions { return &Completions{cfg: cfg.withDefaults()} }
+
+var _ provider.Provider = (*Completions)(nil)
+
+// Stream sends req and streams the reply (see provider.Provider). Failures
+// return the partial message and a *provider.Error.
+func (c *Completions) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	b := stream.NewBuilder(req.Model, c.cfg.Now(), emit)
+	body, err := buildChatRequest(req)
+	if err != nil {
+		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "openai: build request: " + err.Error(), Err: err})
+	}
+	w := stream.NewWatch(ctx, c.cfg.IdleTimeout)
+	defer w.Stop()
+	resp, perr := c.cfg.post(ctx, w, req, "chat/completions", body)
+	if perr != nil {
+		return b.Fail(perr)
+	}
+	defer resp.Body.Close()
+	b.Start()
+	p := chatParser{b: b, toolIdx: map[int]int{}, cur: -1}
+	rd := sse.NewReader(w.Body(resp.Body))
+	for !p.finished {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			perr := stream.Classify(ctx, w, "openai: read stream", err)
+			if p.finish != "" && perr.Reason == provider.ReasonTimeout {
+				break // finished; only the trailing usage or [DONE] went missing
+			}
+			return b.Fail(perr)
+		}
+		if perr := p.event(ev); perr != nil {
+			return b.Fail(perr)
+		}
+	}
+	if ctx.Err() != nil {
+		return b.Fail(stream.Classify(ctx, w, "openai", ctx.Err()))
+	}
+	if p.finish == "" {
+		return b.Fail(stream.Protocol("openai: stream ended before a finish_reason"))
+	}
+	p.attachReasoningDetails()
+	stop, perr := p.stopReason()
+	if perr != nil {
+		return b.Fail(perr)
+	}
+	return b.Done(stop), nil
+}
+
+type chatChunk struct {
+	Choices []chatChoice    `json:"choices"`
+	Usage   *chatUsage      `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type chatChoice struct {
+	Delta        chatDelta  `json:"delta"`
+	FinishReason *string    `json:"finish_reason"`
+	Usage        *chatUsage `json:"usage"`
+}
+
+type chatDelta struct {
+	Content          *string             `json:"content"`
+	Refusal          *string             `json:"refusal"`
+	ReasoningContent *string             `json:"reasoning_content"`
+	Reasoning        *string             `json:"reasoning"`
+	ReasoningText    *string             `json:"reasoning_text"`
+	ToolCalls        []chatToolCallDelta `json:"tool_calls"`
+	ReasoningDetails []json.RawMessage   `json:"reasoning_details"`
+}
+
+type chatToolCallDelta struct {
+	Index    *int   `json:"index"`
+	ID       string `json:"id"`
+	Function struct {
+		Name      string  `json:"name"`
+		Arguments *string `json:"arguments"`
+	} `json:"function"`
+}
+
+type chatUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	TotalTokens         int64 `json:"total_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens     int64 `json:"cached_tokens"`
+		CacheWriteTokens int64 `json:"cache_write_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// chatParser folds chunks into the builder.
+type chatParser struct {
+	b        *stream.Builder
+	cur      int         // index of the block deltas currently go to, -1 = none
+	curKind  string      // its type
+	toolIdx  map[int]int // wire tool call index → block index
+	details  []json.RawMessage
+	finish   string
+	finished bool // [DONE] seen
+}
+
+var doneMarker = []byte("[DONE]")
+
+func (p *chatParser) event(ev sse.Event) *provider.Error {
+	switch string(ev.Name) {
+	case "", "message", "chunk":
+	case "error":
+		return failover.FromStream(ev.Data, errors.New("openai: error event"))
+	default:
+		return stream.Protocol("openai: unknown event type %q", ev.Name)
+	}
+	data := bytes.TrimSpace(ev.Data)
+	if len(data) == 0 {
+		return nil
+	}
+	if bytes.Equal(data, doneMarker) {
+		p.finished = true
+		return nil
+	}
+	var ch chatChunk
+	if err := json.Unmarshal(data, &ch); err != nil {
+		return stream.Protocol("openai: malformed chunk: %v", err)
+	}
+	if len(ch.Error) > 0 && !bytes.Equal(ch.Error, []byte("null")) {
+		return failover.FromStream(data, errors.New("openai: error in stream"))
+	}
+	if ch.Usage != nil {
+		p.usage(ch.Usage)
+	}
+	for i := range ch.Choices {
+		if err := p.choice(&ch.Choices[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *chatParser) switchTo(kind string) int {
+	if p.cur >= 0 && p.curKind == kind && p.b.IsOpen(p.cur) {
+		return p.cur
+	}
+	if p.cur >= 0 && p.curKind != message.BlockToolCall {
+		p.b.End(p.cur)
+	}
+	switch kind {
+	case message.BlockText:
+		p.cur = p.b.BeginText()
+	case message.BlockThinking:
+		p.cur = p.b.BeginThinking()
+	}
+	p.curKind = kind
+	return p.cur
+}
+
+func (p *chatParser) choice(c *chatChoice) *provider.Error {
+	d := &c.Delta
+	var field string
+	var reasoning *string
+	switch {
+	case d.ReasoningContent != nil && *d.ReasoningContent != "":
+		field, reasoning = "reasoning_content", d.ReasoningContent
+	case d.Reasoning != nil && *d.Reasoning != "":
+		field, reasoning = "reasoning", d.Reasoning
+	case d.ReasoningText != nil && *d.ReasoningText != "":
+		field, reasoning = "reasoning_text", d.ReasoningText
+	}
+	if reasoning != nil {
+		i := p.switchTo(message.BlockThinking)
+		if p.b.Block(i).ThinkingSignature == "" {
+			p.b.Block(i).ThinkingSignature = field
+		}
+		p.b.Append(i, *reasoning)
+	}
+	if d.Content != nil && *d.Content != "" {
+		p.b.Append(p.switchTo(message.BlockText), *d.Content)
+	}
+	if d.Refusal != nil && *d.Refusal != "" {
+		p.b.Append(p.switchTo(message.BlockText), *d.Refusal)
+	}
+	for _, tc := range d.ToolCalls {
+		idx := 0
+		if tc.Index != nil {
+			idx = *tc.Index
+		}
+		bi, ok := p.toolIdx[idx]
+		if ok && tc.ID != "" && p.b.Block(bi).ID != "" && p.b.Block(bi).ID != tc.ID {
+			ok = false // a new call reusing the index
+		}
+		if !ok {
+			if p.cur >= 0 && p.curKind != message.BlockToolCall {
+				p.b.End(p.cur)
+			}
+			bi = p.b.BeginToolCall(tc.ID, tc.Function.Name)
+			p.toolIdx[idx] = bi
+			p.cur, p.curKind = bi, message.BlockToolCall
+		} else {
+			blk := p.b.Block(bi)
+			if blk.ID == "" {
+				blk.ID = tc.ID
+			}
+			if blk.Name == "" {
+				blk.Name = tc.Function.Name
+			}
+		}
+		if tc.Function.Arguments != nil {
+			p.b.Append(bi, *tc.Function.Arguments)
+		}
+	}
+	p.details = append(p.details, d.ReasoningDetails...)
+	if c.Usage != nil {
+		p.usage(c.Usage)
+	}
+	if c.FinishReason != nil && *c.FinishReason != "" {
+		p.finish = *c.FinishReason
+	}
+	return nil
+}
+
+func (p *chatParser) usage(u *chatUsage) {
+	var cached, write, reasoning int64
+	if d := u.PromptTokensDetails; d != nil {
+		cached, write = d.CachedTokens, d.CacheWriteTokens
+	}
+	if d := u.CompletionTokensDetails; d != nil {
+		reasoning = d.ReasoningTokens
+	}
+	out := u.CompletionTokens
+	// Some servers (xAI) count reasoning outside completion_tokens: their
+	// total is prompt + completion + reasoning.
+	if reasoning > 0 && u.TotalTokens == u.PromptTokens+u.CompletionTokens+reasoning {
+		out += reasoning
+	}
+	in := u.PromptTokens - cached - write
+	if in < 0 {
+		in = 0
+	}
+	p.b.SetUsage(message.Usage{Input: in, Output: out, CacheRead: cached, CacheWrite: write})
+}
+
+// attachReasoningDetails puts OpenRouter's encrypted reasoning details on the
+// tool calls they belong to (matched by id, else in order), so the next
+// request can send them back.
+func (p *chatParser) attachReasoningDetails() {
+	if len(p.details) == 0 {
+		return
+	}
+	var calls []*message.Block
+	for i := 0; i < p.b.Len(); i++ {
+		if blk := p.b.Block(i); blk.Type == message.BlockToolCall {
+			calls = append(calls, blk)
+		}
+	}
+	next := 0
+	for _, d := range p.details {
+		var h struct {
+			Type string `json:"type"`
+			ID   string `json:"id"`
+		}
+		if json.Unmarshal(d, &h) != nil || h.Type != "reasoning.encrypted" {
+			continue
+		}
+		var target *message.Block
+		for _, c := range calls {
+			if h.ID != "" && c.ID == h.ID {
+				target = c
+			}
+		}
+		for target == nil && next < len(calls) {
+			if calls[next].ThoughtSignature == "" {
+				target = calls[next]
+			}
+			next++
+		}
+		if target != nil {
+			target.ThoughtSignature = string(d)
+		}
+	}
+}
+
+func (p *chatParser) stopReason() (message.StopReason, *provider.Error) {
+	switch p.finish {
+	case "stop", "end", "eos":
+		if p.b.HasToolCalls() {
+			return message.StopToolUse, nil
+		}
+		return message.StopStop, nil
+	case "length", "max_tokens", "model_length":
+		return message.StopLength, nil
+	case "tool_calls", "function_call":
+		return message.StopToolUse, nil
+	case "content_filter":
+		return "", &provider.Error{Reason: provider.ReasonUnknown, Message: "openai: response blocked by content filter"}
+	case "error":
+		return "", stream.Protocol("openai: finish_reason error without details")
+	}
+	return "", stream.Protocol("openai: unknown finish_reason %q", p.finish)
+}

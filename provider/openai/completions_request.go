@@ -1,0 +1,330 @@
+package openai
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/transform"
+)
+
+// DefaultMaxTokens caps max tokens when a request leaves them unset.
+const DefaultMaxTokens = 32000
+
+type chatRequest struct {
+	Model               string            `json:"model"`
+	Messages            []chatMessage     `json:"messages"`
+	Stream              bool              `json:"stream"`
+	StreamOptions       *streamOptions    `json:"stream_options,omitempty"`
+	Store               *bool             `json:"store,omitempty"`
+	MaxCompletionTokens int               `json:"max_completion_tokens,omitempty"`
+	MaxTokens           int               `json:"max_tokens,omitempty"`
+	Temperature         *float64          `json:"temperature,omitempty"`
+	Tools               *[]chatTool       `json:"tools,omitempty"`
+	ReasoningEffort     string            `json:"reasoning_effort,omitempty"`
+	Reasoning           *openRouterReason `json:"reasoning,omitempty"`
+	EnableThinking      *bool             `json:"enable_thinking,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type openRouterReason struct {
+	Effort string `json:"effort"`
+}
+
+type chatTool struct {
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description,omitempty"`
+	Parameters  map[string]any `json:"parameters"`
+	Strict      *bool          `json:"strict,omitempty"`
+}
+
+// chatMessage is one message on the wire. Content is a string or a list of
+// parts; reasoning fields are set by name (reasoning_content, reasoning,
+// reasoning_text) through Extra.
+type chatMessage struct {
+	Role             string            `json:"role"`
+	Content          any               `json:"content,omitempty"`
+	Name             string            `json:"name,omitempty"`
+	ToolCallID       string            `json:"tool_call_id,omitempty"`
+	ToolCalls        []chatToolCall    `json:"tool_calls,omitempty"`
+	ReasoningDetails []json.RawMessage `json:"reasoning_details,omitempty"`
+	ReasoningContent string            `json:"reasoning_content,omitempty"`
+	Reasoning        string            `json:"reasoning,omitempty"`
+	ReasoningText    string            `json:"reasoning_text,omitempty"`
+}
+
+type chatToolCall struct {
+	ID       string           `json:"id"`
+	Type     string           `json:"type"`
+	Function chatCallFunction `json:"function"`
+}
+
+type chatCallFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type chatPart struct {
+	Type         string        `json:"type"`
+	Text         string        `json:"text,omitempty"`
+	ImageURL     *chatImageURL `json:"image_url,omitempty"`
+	CacheControl *cacheControl `json:"cache_control,omitempty"`
+}
+
+type chatImageURL struct {
+	URL string `json:"url"`
+}
+
+type cacheControl struct {
+	Type string `json:"type"`
+}
+
+func hasImageInput(m provider.Model) bool {
+	for _, k := range m.Input {
+		if k == "image" {
+			return true
+		}
+	}
+	return false
+}
+
+func maxTokens(req *provider.Request) int {
+	if req.MaxTokens > 0 {
+		return req.MaxTokens
+	}
+	n := req.Model.MaxTokens
+	if n <= 0 || n > DefaultMaxTokens {
+		n = DefaultMaxTokens
+	}
+	return n
+}
+
+// buildChatRequest maps a request to a Chat Completions body.
+func buildChatRequest(req *provider.Request) ([]byte, error) {
+	m := req.Model
+	c := detectCompat(m)
+	msgs := transform.Messages(req.Messages, m, c.normalizeID)
+	images := hasImageInput(m)
+
+	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature}
+	if c.usageInStreaming {
+		body.StreamOptions = &streamOptions{IncludeUsage: true}
+	}
+	if c.store {
+		f := false
+		body.Store = &f
+	}
+	if c.maxTokensField == "max_completion_tokens" {
+		body.MaxCompletionTokens = maxTokens(req)
+	} else {
+		body.MaxTokens = maxTokens(req)
+	}
+	if e := effort(m, req.Thinking); e != "" {
+		switch c.thinking {
+		case thinkOpenAI:
+			body.ReasoningEffort = e
+		case thinkOpenRouter:
+			body.Reasoning = &openRouterReason{Effort: e}
+		case thinkZAI:
+			t := true
+			body.EnableThinking = &t
+		}
+	} else if c.thinking == thinkZAI && m.Reasoning {
+		f := false
+		body.EnableThinking = &f
+	}
+
+	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
+		role := "system"
+		if m.Reasoning && c.developerRole {
+			role = "developer"
+		}
+		body.Messages = append(body.Messages, chatMessage{Role: role, Content: sp})
+	}
+
+	hadToolCalls := false
+	for i := 0; i < len(msgs); i++ {
+		msg := msgs[i]
+		switch msg.Role {
+		case message.RoleUser:
+			if c.assistantAfterTool && len(body.Messages) > 0 && body.Messages[len(body.Messages)-1].Role == "tool" {
+				body.Messages = append(body.Messages, chatMessage{Role: "assistant", Content: "I have processed the tool results."})
+			}
+			if cm, ok := userMessage(msg, images); ok {
+				body.Messages = append(body.Messages, cm)
+			}
+		case message.RoleAssistant:
+			cm, ok := assistantMessage(msg)
+			if ok {
+				hadToolCalls = hadToolCalls || len(cm.ToolCalls) > 0
+				body.Messages = append(body.Messages, cm)
+			}
+		case message.RoleToolResult:
+			// Consecutive results; images are collected into one user
+			// message after them.
+			var imgs []chatPart
+			for ; i < len(msgs) && msgs[i].Role == message.RoleToolResult; i++ {
+				tr := msgs[i]
+				var texts []string
+				hasImg := false
+				for _, b := range tr.Content.Blocks {
+					switch b.Type {
+					case message.BlockText:
+						texts = append(texts, transform.SanitizeSurrogates(b.Text))
+					case message.BlockImage:
+						hasImg = true
+						if images {
+							imgs = append(imgs, imagePart(b))
+						}
+					}
+				}
+				text := strings.Join(texts, "\n")
+				if text == "" && hasImg {
+					text = "(see attached image)"
+				}
+				tm := chatMessage{Role: "tool", ToolCallID: tr.ToolCallID, Content: text}
+				if c.toolResultName {
+					tm.Name = tr.ToolName
+				}
+				body.Messages = append(body.Messages, tm)
+			}
+			i--
+			if len(imgs) > 0 {
+				if c.assistantAfterTool {
+					body.Messages = append(body.Messages, chatMessage{Role: "assistant", Content: "I have processed the tool results."})
+				}
+				parts := append([]chatPart{{Type: "text", Text: "Attached image(s) from tool result:"}}, imgs...)
+				body.Messages = append(body.Messages, chatMessage{Role: "user", Content: parts})
+			}
+		}
+	}
+
+	if len(req.Tools) > 0 {
+		tools := make([]chatTool, 0, len(req.Tools))
+		for _, t := range req.Tools {
+			f := chatFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+			if f.Parameters == nil {
+				f.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
+			}
+			if c.strict {
+				s := false
+				f.Strict = &s
+			}
+			tools = append(tools, chatTool{Type: "function", Function: f})
+		}
+		body.Tools = &tools
+	} else if hadToolCalls {
+		// Some endpoints reject tool calls in the history without tools.
+		empty := []chatTool{}
+		body.Tools = &empty
+	}
+	if c.anthropicCache {
+		addCacheControl(body.Messages)
+	}
+	return json.Marshal(body)
+}
+
+func imagePart(b message.Block) chatPart {
+	return chatPart{Type: "image_url", ImageURL: &chatImageURL{URL: "data:" + b.MimeType + ";base64," + b.Data}}
+}
+
+func userMessage(msg message.Message, images bool) (chatMessage, bool) {
+	if msg.Content.IsPlain() {
+		t := transform.SanitizeSurrogates(msg.Content.Text())
+		if strings.TrimSpace(t) == "" {
+			return chatMessage{}, false
+		}
+		return chatMessage{Role: "user", Content: t}, true
+	}
+	var parts []chatPart
+	for _, b := range msg.Content.Blocks {
+		switch b.Type {
+		case message.BlockText:
+			if strings.TrimSpace(b.Text) != "" {
+				parts = append(parts, chatPart{Type: "text", Text: transform.SanitizeSurrogates(b.Text)})
+			}
+		case message.BlockImage:
+			if images {
+				parts = append(parts, imagePart(b))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return chatMessage{}, false
+	}
+	return chatMessage{Role: "user", Content: parts}, true
+}
+
+func assistantMessage(msg message.Message) (chatMessage, bool) {
+	cm := chatMessage{Role: "assistant"}
+	var text strings.Builder
+	for _, b := range msg.Content.Blocks {
+		switch b.Type {
+		case message.BlockText:
+			if strings.TrimSpace(b.Text) != "" {
+				text.WriteString(transform.SanitizeSurrogates(b.Text))
+			}
+		case message.BlockThinking:
+			// The signature names the delta field the thinking came in.
+			t := transform.SanitizeSurrogates(b.Thinking)
+			switch b.ThinkingSignature {
+			case "reasoning_content":
+				cm.ReasoningContent += t
+			case "reasoning":
+				cm.Reasoning += t
+			case "reasoning_text":
+				cm.ReasoningText += t
+			}
+		case message.BlockToolCall:
+			args, err := json.Marshal(b.Arguments)
+			if err != nil || b.Arguments == nil {
+				args = []byte("{}")
+			}
+			cm.ToolCalls = append(cm.ToolCalls, chatToolCall{
+				ID: b.ID, Type: "function", Function: chatCallFunction{Name: b.Name, Arguments: string(args)},
+			})
+			if b.ThoughtSignature != "" && json.Valid([]byte(b.ThoughtSignature)) {
+				cm.ReasoningDetails = append(cm.ReasoningDetails, json.RawMessage(b.ThoughtSignature))
+			}
+		}
+	}
+	if text.Len() > 0 {
+		cm.Content = text.String()
+	}
+	if cm.Content == nil && len(cm.ToolCalls) == 0 {
+		return chatMessage{}, false
+	}
+	return cm, true
+}
+
+// addCacheControl marks the last text part of the last user or assistant
+// message as a prompt-cache breakpoint (OpenRouter with Anthropic models).
+func addCacheControl(msgs []chatMessage) {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := &msgs[i]
+		if m.Role != "user" && m.Role != "assistant" {
+			continue
+		}
+		switch c := m.Content.(type) {
+		case string:
+			m.Content = []chatPart{{Type: "text", Text: c, CacheControl: &cacheControl{Type: "ephemeral"}}}
+			return
+		case []chatPart:
+			for j := len(c) - 1; j >= 0; j-- {
+				if c[j].Type == "text" {
+					c[j].CacheControl = &cacheControl{Type: "ephemeral"}
+					return
+				}
+			}
+		}
+	}
+}
