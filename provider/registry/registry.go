@@ -1,0 +1,200 @@
+// Package registry is what the worker calls to get a Provider for a model:
+// it resolves "provider/model-id" against the catalog, applies base URL
+// overrides and API keys from an explicit environment (never the process
+// environment implicitly), and dispatches by the model's wire API to the
+// adapter for it.
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/catalog"
+	"github.com/lanefleet/lanefleet/provider/openai"
+)
+
+// ErrUnsupportedAPI is returned for a model whose wire API has no adapter.
+var ErrUnsupportedAPI = errors.New("registry: unsupported api")
+
+// Config configures a Registry. The zero value has no environment (no keys
+// configured) and the built-in catalog.
+type Config struct {
+	// Env looks up environment variables (os.Getenv in the worker, a map in
+	// tests). nil means an empty environment.
+	Env func(string) string
+	// Catalog resolves model references; nil = catalog.Builtin().
+	Catalog *catalog.Catalog
+	// HTTPClient is shared by the adapters; nil = a client without an
+	// overall timeout.
+	HTTPClient *http.Client
+	// IdleTimeout abandons a silent stream; 0 = 90 s.
+	IdleTimeout time.Duration
+	// Now is the clock for message timestamps; nil = time.Now.
+	Now func() time.Time
+}
+
+// Registry hands out providers. It is safe for concurrent use and keeps no
+// per-run state.
+type Registry struct {
+	env         func(string) string
+	catalog     *catalog.Catalog
+	adapters    map[string]provider.Provider
+}
+
+// New returns a registry for cfg.
+func New(cfg Config) *Registry {
+	if cfg.Env == nil {
+		cfg.Env = func(string) string { return "" }
+	}
+	if cfg.Catalog == nil {
+		cfg.Catalog = catalog.Builtin()
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	oc := openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now}
+	r := &Registry{env: cfg.Env, catalog: cfg.Catalog}
+	r.adapters = map[string]provider.Provider{
+		catalog.APIOpenAICompletions: openai.NewCompletions(oc),
+	}
+	addAdapters(r.adapters, cfg)
+	return r
+}
+
+// FromEnv returns a registry over env with the built-in catalog.
+func FromEnv(env func(string) string) *Registry { return New(Config{Env: env}) }
+
+// Catalog returns the registry's catalog.
+func (r *Registry) Catalog() *catalog.Catalog { return r.catalog }
+
+// Resolve returns the model for "provider/model-id" with its base URL
+// overridden from the provider's base URL variable (ANTHROPIC_BASE_URL,
+// OPENAI_BASE_URL, …) when the model uses the provider's default URL. A
+// model not in the catalog resolves with conservative defaults and a
+// warning (see catalog.Resolve).
+func (r *Registry) Resolve(ref string) (catalog.Resolved, error) {
+	res, err := r.catalog.Resolve(ref)
+	if err != nil {
+		return res, err
+	}
+	res.Model = r.applyBaseURL(res.Model)
+	return res, nil
+}
+
+func (r *Registry) applyBaseURL(m provider.Model) provider.Model {
+	p, ok := catalog.Provider(m.Provider)
+	if !ok || (m.BaseURL != "" && m.BaseURL != p.BaseURL) {
+		return m
+	}
+	for _, name := range p.BaseURLEnv {
+		if v := strings.TrimSpace(r.env(name)); v != "" {
+			m.BaseURL = v
+			return m
+		}
+	}
+	return m
+}
+
+// APIKey returns the API key configured for a provider: the first non-empty
+// of its key variables (ANTHROPIC_API_KEY; OPENAI_API_KEY; GEMINI_API_KEY
+// then GOOGLE_API_KEY; OPENROUTER_API_KEY; MISTRAL_API_KEY; …). ok is false
+// when none is set.
+func (r *Registry) APIKey(providerName string) (key provider.Secret, ok bool) {
+	p, known := catalog.Provider(providerName)
+	if !known {
+		return "", false
+	}
+	for _, name := range p.KeyEnv {
+		if v := strings.TrimSpace(r.env(name)); v != "" {
+			return provider.Secret(v), true
+		}
+	}
+	return "", false
+}
+
+// HasAPIKey reports whether any real provider API key is configured, i.e.
+// whether the worker can talk to a hosted model at all (otherwise it falls
+// back to the scripted provider). Keyless local servers do not count.
+func (r *Registry) HasAPIKey() bool { return HasAPIKey(r.env) }
+
+// HasAPIKey reports whether env holds an API key for any known provider.
+func HasAPIKey(env func(string) string) bool {
+	if env == nil {
+		return false
+	}
+	for _, p := range catalog.Providers() {
+		for _, name := range p.KeyEnv {
+			if p.NoKey {
+				continue
+			}
+			if strings.TrimSpace(env(name)) != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Provider returns the provider that serves m, dispatching on m.API. The
+// returned provider fills Request.APIKey from the environment when the
+// request has none, and fails with an auth error ("No API key found for
+// provider …") when the provider needs a key and none is configured. It
+// returns an error wrapping ErrUnsupportedAPI for an API without adapter.
+func (r *Registry) Provider(m provider.Model) (provider.Provider, error) {
+	a, ok := r.adapters[m.API]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (model %s)", ErrUnsupportedAPI, m.API, m.Ref())
+	}
+	return &keyed{r: r, next: a}, nil
+}
+
+// ProviderFor resolves ref and returns its model and provider.
+func (r *Registry) ProviderFor(ref string) (catalog.Resolved, provider.Provider, error) {
+	res, err := r.Resolve(ref)
+	if err != nil {
+		return res, nil, err
+	}
+	p, err := r.Provider(res.Model)
+	return res, p, err
+}
+
+type keyed struct {
+	r    *Registry
+	next provider.Provider
+}
+
+func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	if req.APIKey == "" {
+		key, ok := k.r.APIKey(req.Model.Provider)
+		p, known := catalog.Provider(req.Model.Provider)
+		if !ok && (!known || !p.NoKey) && needsKey(req.Model) {
+			err := &provider.Error{Reason: provider.ReasonAuth, Message: fmt.Sprintf("No API key found for provider %q.", req.Model.Provider)}
+			msg := message.Message{Role: message.RoleAssistant, API: req.Model.API, Provider: req.Model.Provider, Model: req.Model.ID,
+				StopReason: message.StopError, ErrorMessage: err.Message, Usage: &message.Usage{}}
+			if emit != nil {
+				out := msg.Clone()
+				emit(provider.Event{Type: provider.EventError, Reason: message.StopError, Message: &out})
+			}
+			return msg, err
+		}
+		if ok {
+			r := *req
+			r.APIKey = key
+			req = &r
+		}
+	}
+	return k.next.Stream(ctx, req, emit)
+}
+
+// needsKey reports whether a model's endpoint needs a key: local servers
+// (localhost, 127.0.0.1) and providers marked keyless do not.
+func needsKey(m provider.Model) bool {
+	u := strings.ToLower(m.BaseURL)
+	return !strings.Contains(u, "://localhost") && !strings.Contains(u, "://127.0.0.1") && !strings.Contains(u, "://[::1]")
+}
