@@ -42,9 +42,9 @@ type Config struct {
 // Registry hands out providers. It is safe for concurrent use and keeps no
 // per-run state.
 type Registry struct {
-	env         func(string) string
-	catalog     *catalog.Catalog
-	adapters    map[string]provider.Provider
+	env      func(string) string
+	catalog  *catalog.Catalog
+	adapters map[string]provider.Provider
 }
 
 // New returns a registry for cfg.
