@@ -266,21 +266,27 @@ type owner struct {
 	loaded  bool
 }
 
-// run drains the lane, then releases it (lease-and-drain).
+// run drains the lane, then releases it (lease-and-drain). Each lease gets
+// its own heartbeat, stopped before the lease is released so a renewal never
+// races the release.
 func (o *owner) run() {
-	laneCtx, cancelLane := context.WithCancelCause(o.w.turnCtx)
-	defer cancelLane(nil)
-	hbDone := make(chan struct{})
-	go o.heartbeat(laneCtx, cancelLane, hbDone)
-	defer func() { cancelLane(nil); <-hbDone }()
-
 	for {
-		handedOver := o.drain(laneCtx)
-		if handedOver {
+		ctx, cancel := context.WithCancelCause(o.w.turnCtx)
+		hbDone := make(chan struct{})
+		go o.heartbeat(ctx, cancel, o.lease, hbDone)
+		lostInDrain := o.drain(ctx)
+		lost := lostInDrain || errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost)
+		cancelled := ctx.Err() != nil
+		cancel(nil)
+		<-hbDone
+		switch {
+		case lost:
+			// Someone else may own the lane now, or nobody: let the trigger
+			// be redelivered to whoever needs it.
+			o.w.nak(o.trigger, 0)
 			return
-		}
-		if laneCtx.Err() != nil {
-			o.abandon(laneCtx)
+		case cancelled:
+			o.abandon()
 			return
 		}
 		if !o.release() {
@@ -290,7 +296,7 @@ func (o *owner) run() {
 }
 
 // heartbeat renews the lease and keeps the trigger delivery alive.
-func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, done chan<- struct{}) {
+func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease *kvstore.Lease, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(o.w.lanes.RenewEvery())
 	defer t.Stop()
@@ -301,14 +307,14 @@ func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, d
 		case <-t.C:
 		}
 		rctx, rcancel := context.WithTimeout(ctx, o.w.lanes.RenewEvery())
-		err := o.lease.Renew(rctx)
+		err := lease.Renew(rctx)
 		rcancel()
 		if errors.Is(err, kvstore.ErrLeaseLost) {
 			o.log.Warn().Err(err).Msg("lease lost: stopping the lane's work")
 			cancel(err)
 			return
 		}
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			o.log.Warn().Err(err).Msg("renew lease")
 		}
 		if err := o.trigger.InProgress(); err != nil {
@@ -318,8 +324,8 @@ func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, d
 }
 
 // drain processes the lane's messages in order until none is left, the
-// worker stops, or the lease is lost. It reports true when the lane has been
-// handed over already (lease lost).
+// worker stops, or the lease is lost. It reports true when a fenced write
+// found the lease lost.
 func (o *owner) drain(ctx context.Context) bool {
 	c, err := o.w.lanes.Cursor(ctx, o.token)
 	if err != nil {
@@ -339,10 +345,7 @@ func (o *owner) drain(ctx context.Context) bool {
 			return false
 		}
 		if err := o.process(ctx, raw); err != nil {
-			if errors.Is(err, kvstore.ErrLeaseLost) || errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost) {
-				// Someone else owns the lane now; our trigger is redelivered
-				// to whoever needs it.
-				o.w.nak(o.trigger, 0)
+			if errors.Is(err, kvstore.ErrLeaseLost) {
 				return true
 			}
 			if ctx.Err() != nil {
@@ -552,13 +555,9 @@ func (o *owner) release() (again bool) {
 }
 
 // abandon hands the lane over at once when the worker stops mid-drain.
-func (o *owner) abandon(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+func (o *owner) abandon() {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost) {
-		o.w.nak(o.trigger, 0)
-		return
-	}
 	if err := o.lease.Release(rctx); err != nil {
 		o.log.Warn().Err(err).Msg("release lease on stop")
 	}

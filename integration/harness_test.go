@@ -1,0 +1,297 @@
+// Package integration holds black-box tests of the whole fleet: real
+// embedded nats-servers (single node and a 3-node cluster), workers as
+// in-process members on their own connections or as separate OS processes,
+// the Go client, and the scripted model.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// member starts an in-process fleet member on its own connection and stops it
+// (gracefully) when the test ends or stop is called.
+type member struct {
+	m    *fleet.Member
+	stop func()
+	done chan struct{}
+}
+
+func startMember(t *testing.T, url string, cfg fleet.Config) *member {
+	t.Helper()
+	cfg.NATSURL = url
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 5 * time.Second
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 5 * time.Second
+	}
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Str("worker", cfg.WorkerID).Logger()
+	m, err := fleet.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mem := &member{m: m, done: make(chan struct{})}
+	go func() {
+		defer close(mem.done)
+		if err := m.Run(ctx); err != nil {
+			t.Errorf("member %s: %v", cfg.WorkerID, err)
+		}
+	}()
+	var once sync.Once
+	mem.stop = func() { once.Do(func() { cancel(); <-mem.done }) }
+	t.Cleanup(mem.stop)
+	return mem
+}
+
+// finals counts final events per run as they are published, through a core
+// subscription on the event subjects.
+type finals struct {
+	mu     sync.Mutex
+	seen   map[string]*events.Event // subject -> final event
+	dups   int
+	notify chan struct{}
+}
+
+func watchFinals(t *testing.T, nc *nats.Conn) *finals {
+	t.Helper()
+	f := &finals{seen: map[string]*events.Event{}, notify: make(chan struct{}, 1)}
+	sub, err := nc.Subscribe(events.EventPrefix+">", func(m *nats.Msg) {
+		if m.Header.Get(events.HeaderStream) != events.StreamFinal {
+			return
+		}
+		ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)
+		if err != nil {
+			t.Errorf("bad final event on %s: %v", m.Subject, err)
+			return
+		}
+		f.mu.Lock()
+		if _, ok := f.seen[m.Subject]; ok {
+			f.dups++
+		}
+		f.seen[m.Subject] = ev
+		f.mu.Unlock()
+		select {
+		case f.notify <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *finals) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.seen)
+}
+
+// waitFor waits until n distinct runs have a final event.
+func (f *finals) waitFor(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for f.count() < n {
+		select {
+		case <-f.notify:
+		case <-time.After(time.Second):
+		case <-deadline:
+			t.Fatalf("only %d of %d runs finished within %v", f.count(), n, timeout)
+		}
+	}
+}
+
+// publishAll publishes msgs (session, text) asynchronously with message ids
+// and waits for every ack, retrying through leader changes.
+type outMsg struct{ session, text, id string }
+
+func publishAll(t *testing.T, js jetstream.JetStream, msgs []outMsg) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	pending := msgs
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt > 20 {
+			t.Fatalf("%d messages not acknowledged after retries", len(pending))
+		}
+		type fut struct {
+			m outMsg
+			f jetstream.PubAckFuture
+		}
+		var futs []fut
+		var failed []outMsg
+		for _, m := range pending {
+			subj, err := events.InboundSubject(m.session)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, ct, _ := events.EncodeInbound(&events.Inbound{Text: m.text, ID: m.id}, false)
+			msg := nats.NewMsg(subj)
+			msg.Data = data
+			msg.Header.Set(events.HeaderContentType, ct)
+			f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id))
+			if err != nil {
+				failed = append(failed, m)
+				continue
+			}
+			futs = append(futs, fut{m, f})
+		}
+		for _, f := range futs {
+			select {
+			case <-f.f.Ok():
+			case <-f.f.Err():
+				failed = append(failed, f.m)
+			case <-ctx.Done():
+				t.Fatal("publish timed out")
+			}
+		}
+		pending = failed
+		if len(pending) > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// checkTranscripts asserts each session's transcript holds exactly its
+// messages, in publish order, each answered once.
+func checkTranscripts(t *testing.T, c *lanefleet.Client, want map[string][]string) {
+	t.Helper()
+	for session, texts := range want {
+		var entries []message.Entry
+		var err error
+		for range 5 {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			entries, err = c.History(ctx, session)
+			cancel()
+			if err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("history of %q: %v", session, err)
+		}
+		var users, answers []string
+		for _, e := range entries {
+			if e.Message == nil {
+				continue
+			}
+			switch e.Message.Role {
+			case message.RoleUser:
+				users = append(users, e.Message.Content.Text())
+			case message.RoleAssistant:
+				answers = append(answers, e.Message.Content.Text())
+			}
+		}
+		if strings.Join(users, "|") != strings.Join(texts, "|") {
+			t.Fatalf("session %q user turns:\n got %q\nwant %q", session, users, texts)
+		}
+		if len(answers) != len(texts) {
+			t.Fatalf("session %q has %d answers for %d turns", session, len(answers), len(texts))
+		}
+		for i, a := range answers {
+			if a != "echo: "+texts[i] {
+				t.Fatalf("session %q answer %d = %q, want %q", session, i, a, "echo: "+texts[i])
+			}
+		}
+	}
+}
+
+var (
+	buildOnce sync.Once
+	workerBin string
+	buildErr  error
+)
+
+// workerBinary builds cmd/worker once per test binary.
+func workerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lanefleet-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		workerBin = filepath.Join(dir, "worker")
+		out, err := exec.Command("go", "build", "-o", workerBin, "../cmd/worker").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return workerBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if workerBin != "" {
+		os.RemoveAll(filepath.Dir(workerBin))
+	}
+	os.Exit(code)
+}
+
+// waitDrained waits until the fleet has processed everything: the inbound
+// stream is empty (processed messages are deleted) and the dispatch consumer
+// has nothing pending or un-acked. It reads durable state, so it cannot miss
+// a notification the way a core subscription can under load.
+func waitDrained(t *testing.T, js jetstream.JetStream, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	var last string
+	for {
+		s, err := js.Stream(ctx, events.InboundStream)
+		if err == nil {
+			var cons jetstream.Consumer
+			var ci *jetstream.ConsumerInfo
+			cons, err = js.Consumer(ctx, events.InboundStream, "dispatch")
+			if err == nil {
+				ci, err = cons.Info(ctx)
+			}
+			if err == nil {
+				st := s.CachedInfo().State
+				if info, ierr := s.Info(ctx); ierr == nil {
+					st = info.State
+				}
+				last = fmt.Sprintf("inbound msgs=%d, dispatch pending=%d ack-pending=%d", st.Msgs, ci.NumPending, ci.NumAckPending)
+				if st.Msgs == 0 && ci.NumPending == 0 && ci.NumAckPending == 0 {
+					return
+				}
+			}
+		}
+		if err != nil {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("fleet not drained within %v: %s", timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
