@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestBadInput: malformed, oversized, empty and unknown-field payloads end
+// their run with a clear invalid_input error event and a dead letter; hostile
+// subjects from which no lane can be derived go to the dead-letter stream;
+// the lane keeps working and the worker never crashes.
+func TestBadInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	w := startMember(t, srv.URL, fleet.Config{WorkerID: "edge", MaxPayload: 2048})
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	pack := func(v any) []byte { b, _ := msgpack.Marshal(v); return b }
+	tests := []struct {
+		name, ct string
+		data     []byte
+		reason   string // substring of the error event
+	}{
+		{"malformed JSON", "", []byte(`{"text": "unterminated`), "malformed JSON"},
+		{"malformed msgpack", "", []byte{0x82, 0xa4, 't', 'e'}, "malformed msgpack"},
+		{"not an object", "", []byte("just some words"), "malformed msgpack"},
+		{"oversized", "", []byte(`{"text":"` + strings.Repeat("x", 4096) + `"}`), "the limit is 2048"},
+		{"empty text", "", []byte(`{"text":""}`), "text: empty"},
+		{"unknown field", "", []byte(`{"text":"hi","colour":"blue"}`), `unknown field "colour"`},
+		{"unknown msgpack field", events.ContentMsgpack, pack(map[string]any{"text": "hi", "x": 1}), "x"},
+		{"session mismatch", "", []byte(`{"text":"hi","session":"someone-else"}`), "does not match"},
+		{"future version", "", []byte(`{"v":9,"text":"hi"}`), "unsupported schema version"},
+	}
+	for _, tt := range tests {
+		m := nats.NewMsg("agent.in.edge")
+		m.Data = tt.data
+		if tt.ct != "" {
+			m.Header.Set(events.HeaderContentType, tt.ct)
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatalf("%s: publish: %v", tt.name, err)
+		}
+		res, err := c.Run("edge", itoa(ack.Sequence)).Wait(ctx)
+		var re *lanefleet.RunError
+		if !errors.As(err, &re) || re.Kind != "invalid_input" || !strings.Contains(re.Message, tt.reason) {
+			t.Fatalf("%s: result %+v, err %v; want invalid_input containing %q", tt.name, res, err, tt.reason)
+		}
+		if len(res.Payloads) != 1 || !res.Payloads[0].IsError {
+			t.Fatalf("%s: payloads %+v, want one error payload", tt.name, res.Payloads)
+		}
+	}
+
+	// Subjects no lane can be derived from: dead-lettered with the reason.
+	for _, subj := range []string{"agent.in.=!!!", "agent.in.=YWxpY2U", "agent.in.=_w"} {
+		if _, err := js.Publish(ctx, subj, []byte(`{"text":"hi"}`)); err != nil {
+			t.Fatalf("publish %s: %v", subj, err)
+		}
+	}
+	// Hostile keys through the client are encoded, never injected.
+	for _, key := range []string{"a.b.>", "*", "> x", "agent.in.edge", "tab\tkey"} {
+		r, err := c.Send(ctx, key, "still fine")
+		if err != nil {
+			t.Fatalf("send to %q: %v", key, err)
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			t.Fatalf("run for %q: %v", key, err)
+		}
+	}
+	// The lane keeps working after all that.
+	r, err := c.Send(ctx, "edge", "are you still there?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Wait(ctx)
+	if err != nil || res.Payloads[0].Text != "echo: are you still there?" {
+		t.Fatalf("good message after bad ones: %+v, %v", res, err)
+	}
+	waitDrained(t, js, time.Minute)
+
+	dlq, err := js.Stream(ctx, events.DeadStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := dlq.Info(ctx, jetstream.WithSubjectFilter(events.DeadPrefix+">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Subjects["agent.dlq.bad-lane"] != 3 || info.State.Subjects["agent.dlq.invalid"] != uint64(len(tests)) {
+		t.Fatalf("dead letters by subject = %v, want 3 bad-lane and %d invalid", info.State.Subjects, len(tests))
+	}
+	dead, err := dlq.GetLastMsgForSubject(ctx, "agent.dlq.bad-lane")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dead.Header.Get(events.HeaderError) == "" || dead.Header.Get(events.HeaderSubject) != "agent.in.=_w" {
+		t.Fatalf("dead letter headers = %v", dead.Header)
+	}
+	// History shows only the good turn of the lane.
+	hist, err := c.History(ctx, "edge")
+	if err != nil || len(hist) != 2 {
+		t.Fatalf("history = %d entries, %v; want the one good turn", len(hist), err)
+	}
+	if st := w.m.Worker.Stats(); st.DeadLetters.Load() != int64(3+len(tests)) {
+		t.Fatalf("worker dead letters = %d", st.DeadLetters.Load())
+	}
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
