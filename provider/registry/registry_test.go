@@ -74,3 +74,25 @@ func TestProviderErrors(t *testing.T) {
 		t.Errorf("unsupported api: %v", err)
 	}
 }
+
+func TestAnthropicDispatch(t *testing.T) {
+	t.Parallel()
+	body := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"yo\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	srv := wiretest.ServeBody(t, 200, "text/event-stream", []byte(body), 0)
+	r := registry.FromEnv(envOf(map[string]string{"ANTHROPIC_API_KEY": "ak", "ANTHROPIC_BASE_URL": srv.URL}))
+	res, p, err := r.ProviderFor("anthropic/claude-sonnet-4-6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := p.Stream(t.Context(), &provider.Request{Model: res.Model, Messages: []message.Message{message.User("q", 1)}}, nil)
+	if err != nil || msg.Content.Text() != "yo" || msg.Usage.Cost.Total == 0 {
+		t.Fatalf("%v %+v", err, msg)
+	}
+	if srv.Last(t).Header.Get("X-Api-Key") != "ak" {
+		t.Error("key not sent")
+	}
+}

@@ -1,0 +1,367 @@
+// Package anthropic adapts the Anthropic Messages API ("anthropic-messages")
+// to provider.Provider. Requests go out through anthropic-sdk-go with its
+// retries and environment defaults off (the run loop owns retries and keys
+// come from the request); the SSE body is decoded here, so every failure —
+// an HTTP error, an error event, a malformed or truncated stream, a
+// connection reset, a stall, an unknown event — ends as a classified
+// *provider.Error. Thinking signatures and redacted thinking round-trip byte
+// for byte; the system prompt and the last user message carry prompt-cache
+// breakpoints.
+package anthropic
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	sdk "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
+	"github.com/lanefleet/lanefleet/provider/internal/sse"
+	"github.com/lanefleet/lanefleet/provider/internal/stream"
+)
+
+// DefaultBaseURL is the Anthropic API base URL used when a model has none.
+const DefaultBaseURL = "https://api.anthropic.com"
+
+// Config configures the adapter. The zero value is usable.
+type Config struct {
+	// HTTPClient sends requests; nil uses a client without an overall
+	// timeout (streams are bounded by IdleTimeout and the context).
+	HTTPClient *http.Client
+	// IdleTimeout abandons a stream that sends nothing for this long;
+	// 0 means 90 s.
+	IdleTimeout time.Duration
+	// Headers are added to every request.
+	Headers map[string]string
+	// Now is the clock for message timestamps; nil = time.Now.
+	Now func() time.Time
+}
+
+// Adapter streams Anthropic Messages.
+type Adapter struct {
+	cfg Config
+}
+
+// New returns an Anthropic Messages adapter.
+func New(cfg Config) *Adapter {
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Adapter{cfg: cfg}
+}
+
+var _ provider.Provider = (*Adapter)(nil)
+
+// Stream sends req and streams the reply (see provider.Provider). Failures
+// return the partial message and a *provider.Error.
+func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	b := stream.NewBuilder(req.Model, a.cfg.Now(), emit)
+	body, betas, err := buildRequest(req)
+	if err != nil {
+		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "anthropic: build request: " + err.Error(), Err: err})
+	}
+	w := stream.NewWatch(ctx, a.cfg.IdleTimeout)
+	defer w.Stop()
+	resp, perr := a.post(ctx, w, req, body, betas)
+	if perr != nil {
+		return b.Fail(perr)
+	}
+	defer resp.Body.Close()
+	b.Start()
+	p := parser{b: b, blocks: map[int]int{}}
+	rd := sse.NewReader(w.Body(resp.Body))
+	for !p.stopped {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			perr := stream.Classify(ctx, w, "anthropic: read stream", err)
+			if p.stopReason != "" && perr.Reason == provider.ReasonTimeout {
+				break // message_delta carried the stop reason; only message_stop is missing
+			}
+			return b.Fail(perr)
+		}
+		if perr := p.event(ev); perr != nil {
+			return b.Fail(perr)
+		}
+	}
+	if ctx.Err() != nil {
+		return b.Fail(stream.Classify(ctx, w, "anthropic", ctx.Err()))
+	}
+	if p.stopReason == "" {
+		return b.Fail(stream.Protocol("anthropic: stream ended before message_stop"))
+	}
+	switch p.stopReason {
+	case "end_turn", "pause_turn", "stop_sequence":
+		return b.Done(message.StopStop), nil
+	case "max_tokens":
+		return b.Done(message.StopLength), nil
+	case "tool_use":
+		return b.Done(message.StopToolUse), nil
+	case "model_context_window_exceeded":
+		return b.Fail(&provider.Error{Reason: provider.ReasonContextOverflow, Message: "anthropic: stop reason model_context_window_exceeded"})
+	case "refusal":
+		return b.Fail(&provider.Error{Reason: provider.ReasonUnknown, Message: "anthropic: the model refused to answer (stop reason refusal)"})
+	}
+	return b.Fail(&provider.Error{Reason: provider.ReasonUnknown, Message: "anthropic: unhandled stop reason: " + p.stopReason})
+}
+
+func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Request, body []byte, betas []string) (*http.Response, *provider.Error) {
+	base := req.Model.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	opts := []option.RequestOption{
+		option.WithoutEnvironmentDefaults(),
+		option.WithHTTPClient(a.cfg.HTTPClient),
+		option.WithBaseURL(base),
+		option.WithMaxRetries(0),
+		option.WithHeader("accept", "text/event-stream"),
+	}
+	key := req.APIKey.Reveal()
+	switch {
+	case strings.Contains(key, "sk-ant-oat"):
+		// An OAuth token (Claude subscriptions) authenticates as a bearer.
+		opts = append(opts, option.WithHeader("authorization", "Bearer "+key))
+		betas = append(betas, "oauth-2025-04-20")
+	case key != "":
+		opts = append(opts, option.WithHeader("x-api-key", key))
+	}
+	opts = append(opts, option.WithHeader("anthropic-beta", strings.Join(betas, ",")))
+	for k, v := range a.cfg.Headers {
+		opts = append(opts, option.WithHeader(k, v))
+	}
+	client := sdk.NewClient(opts...)
+	var resp *http.Response
+	err := client.Post(w.Context(), "v1/messages", body, &resp)
+	if err != nil {
+		var apiErr *sdk.Error
+		if errors.As(err, &apiErr) && apiErr.Response != nil {
+			raw, _ := io.ReadAll(io.LimitReader(apiErr.Response.Body, 1<<20))
+			_ = apiErr.Response.Body.Close()
+			return nil, failover.FromHTTP(apiErr.StatusCode, apiErr.Response.Header, raw, errors.New(http.StatusText(apiErr.StatusCode)), a.cfg.Now())
+		}
+		if resp != nil && resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+		return nil, scrub(stream.Classify(ctx, w, "anthropic: send request", err), req.APIKey)
+	}
+	return resp, nil
+}
+
+// scrub removes the API key from a classified error.
+func scrub(e *provider.Error, key provider.Secret) *provider.Error {
+	k := key.Reveal()
+	if k == "" || !strings.Contains(e.Error(), k) && (e.Err == nil || !strings.Contains(e.Err.Error(), k)) {
+		return e
+	}
+	c := *e
+	c.Message = strings.ReplaceAll(c.Message, k, "[redacted]")
+	if c.Err != nil {
+		c.Err = errors.New(strings.ReplaceAll(c.Err.Error(), k, "[redacted]"))
+	}
+	return &c
+}
+
+// event is the union of the stream's event payloads.
+type event struct {
+	Type    string `json:"type"`
+	Message *struct {
+		Usage *apiUsage `json:"usage"`
+	} `json:"message"`
+	Index        int `json:"index"`
+	ContentBlock *struct {
+		Type      string          `json:"type"`
+		Text      string          `json:"text"`
+		Thinking  string          `json:"thinking"`
+		Signature string          `json:"signature"`
+		Data      string          `json:"data"`
+		ID        string          `json:"id"`
+		Name      string          `json:"name"`
+		Input     json.RawMessage `json:"input"`
+	} `json:"content_block"`
+	Delta *struct {
+		Type        string  `json:"type"`
+		Text        string  `json:"text"`
+		Thinking    string  `json:"thinking"`
+		Signature   string  `json:"signature"`
+		PartialJSON string  `json:"partial_json"`
+		StopReason  *string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *apiUsage `json:"usage"`
+}
+
+type apiUsage struct {
+	InputTokens              *int64 `json:"input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+}
+
+type parser struct {
+	b          *stream.Builder
+	blocks     map[int]int // wire index → block index
+	usage      message.Usage
+	stopReason string
+	stopped    bool
+}
+
+func (p *parser) setUsage(u *apiUsage) {
+	if u == nil {
+		return
+	}
+	set := func(dst *int64, v *int64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&p.usage.Input, u.InputTokens)
+	set(&p.usage.Output, u.OutputTokens)
+	set(&p.usage.CacheRead, u.CacheReadInputTokens)
+	set(&p.usage.CacheWrite, u.CacheCreationInputTokens)
+	u2 := p.usage
+	u2.TotalTokens = 0
+	p.b.SetUsage(u2)
+}
+
+var (
+	textDelta     = []byte(`"type":"text_delta"`)
+	thinkingDelta = []byte(`"type":"thinking_delta"`)
+	inputDelta    = []byte(`"type":"input_json_delta"`)
+)
+
+// fastDelta applies the common delta events without reflection; false means
+// the event needs the full decoder.
+func (p *parser) fastDelta(data []byte) bool {
+	idx, ok := jsonfast.Int(data, "index")
+	if !ok {
+		return false
+	}
+	i, ok := p.blocks[idx]
+	if !ok {
+		return false
+	}
+	var key string
+	switch {
+	case bytes.Contains(data, textDelta):
+		key = "text"
+	case bytes.Contains(data, thinkingDelta):
+		key = "thinking"
+	case bytes.Contains(data, inputDelta):
+		key = "partial_json"
+	default:
+		return false
+	}
+	s, ok := jsonfast.Str(data, key)
+	if !ok {
+		return false
+	}
+	p.b.Append(i, s)
+	return true
+}
+
+func (p *parser) event(ev sse.Event) *provider.Error {
+	data := bytes.TrimSpace(ev.Data)
+	name := string(ev.Name)
+	if name == "error" {
+		return failover.FromStream(data, errors.New("anthropic: error event"))
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if name == "content_block_delta" && p.fastDelta(data) {
+		return nil
+	}
+	var e event
+	if err := json.Unmarshal(data, &e); err != nil {
+		return stream.Protocol("anthropic: malformed %s event: %v", name, err)
+	}
+	if name == "" {
+		name = e.Type
+	}
+	switch name {
+	case "ping":
+	case "message_start":
+		if e.Message != nil {
+			p.setUsage(e.Message.Usage)
+		}
+	case "content_block_start":
+		cb := e.ContentBlock
+		if cb == nil {
+			return stream.Protocol("anthropic: content_block_start without content_block")
+		}
+		var i int
+		switch cb.Type {
+		case "text":
+			i = p.b.BeginText()
+			p.b.Append(i, cb.Text)
+		case "thinking":
+			i = p.b.BeginThinking()
+			p.b.Append(i, cb.Thinking)
+			p.b.Block(i).ThinkingSignature = cb.Signature
+		case "redacted_thinking":
+			i = p.b.BeginThinking()
+			blk := p.b.Block(i)
+			blk.Redacted = true
+			blk.ThinkingSignature = cb.Data
+			p.b.Append(i, "[Reasoning redacted]")
+		case "tool_use", "server_tool_use":
+			i = p.b.BeginToolCall(cb.ID, cb.Name)
+			if in := bytes.TrimSpace(cb.Input); len(in) > 0 && !bytes.Equal(in, []byte("{}")) && !bytes.Equal(in, []byte("null")) {
+				p.b.SetArgs(i, string(in))
+			}
+		default:
+			return stream.Protocol("anthropic: unknown content block type %q", cb.Type)
+		}
+		p.blocks[e.Index] = i
+	case "content_block_delta":
+		i, ok := p.blocks[e.Index]
+		if !ok || e.Delta == nil {
+			return stream.Protocol("anthropic: delta for unknown block %d", e.Index)
+		}
+		switch e.Delta.Type {
+		case "text_delta":
+			p.b.Append(i, e.Delta.Text)
+		case "thinking_delta":
+			p.b.Append(i, e.Delta.Thinking)
+		case "signature_delta":
+			p.b.Block(i).ThinkingSignature += e.Delta.Signature
+		case "input_json_delta":
+			p.b.Append(i, e.Delta.PartialJSON)
+		case "citations_delta":
+		default:
+			return stream.Protocol("anthropic: unknown delta type %q", e.Delta.Type)
+		}
+	case "content_block_stop":
+		if i, ok := p.blocks[e.Index]; ok {
+			p.b.End(i)
+		}
+	case "message_delta":
+		if e.Delta != nil && e.Delta.StopReason != nil {
+			p.stopReason = *e.Delta.StopReason
+		}
+		p.setUsage(e.Usage)
+	case "message_stop":
+		p.stopped = true
+		if p.stopReason == "" {
+			return stream.Protocol("anthropic: message_stop without a stop reason")
+		}
+	default:
+		return stream.Protocol("anthropic: unknown event type %q", name)
+	}
+	return nil
+}
