@@ -216,3 +216,25 @@ func Migrate(f *File, newID func() string) bool {
 	f.Header.Version = message.SessionVersion
 	return true
 }
+
+// ReadEntries is Read for callers that keep a session as one list of lines:
+// the header first, then the entries. Skipped lines are reported in the
+// error only when no header could be read.
+func ReadEntries(r io.Reader) ([]message.Entry, error) {
+	f, err := Read(r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]message.Entry, 0, len(f.Entries)+1)
+	out = append(out, f.Header)
+	return append(out, f.Entries...), nil
+}
+
+// WriteEntries writes lines (the header first) as a session file. It returns
+// ErrInvalidHeader when the first line is not a session header with an id.
+func WriteEntries(w io.Writer, lines []message.Entry) error {
+	if len(lines) == 0 || !lines[0].IsHeader() || lines[0].ID == "" {
+		return ErrInvalidHeader
+	}
+	return Write(w, &File{Header: lines[0], Entries: lines[1:]})
+}

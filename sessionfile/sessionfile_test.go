@@ -271,3 +271,22 @@ func TestNewCustomEntry(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", data, want)
 	}
 }
+
+func TestReadWriteEntries(t *testing.T) {
+	t.Parallel()
+	in := `{"type":"session","version":3,"id":"s"}` + "\n" + `{"type":"label","id":"a","parentId":null,"targetId":"x","label":"l"}` + "\n"
+	lines, err := ReadEntries(strings.NewReader(in))
+	if err != nil || len(lines) != 2 || !lines[0].IsHeader() {
+		t.Fatalf("%v %v", lines, err)
+	}
+	var buf bytes.Buffer
+	if err := WriteEntries(&buf, lines); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := canonLines(t, buf.Bytes()), canonLines(t, []byte(in)); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %s", buf.Bytes())
+	}
+	if err := WriteEntries(&buf, lines[1:]); !errors.Is(err, ErrInvalidHeader) {
+		t.Errorf("no header: %v", err)
+	}
+}
