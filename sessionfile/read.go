@@ -218,8 +218,8 @@ func Migrate(f *File, newID func() string) bool {
 }
 
 // ReadEntries is Read for callers that keep a session as one list of lines:
-// the header first, then the entries. Skipped lines are reported in the
-// error only when no header could be read.
+// the header first, then the entries. Malformed lines are left out silently;
+// use Read to see them.
 func ReadEntries(r io.Reader) ([]message.Entry, error) {
 	f, err := Read(r)
 	if err != nil {
