@@ -105,7 +105,7 @@ func (p *parser) object(depth int) (any, error) {
 		if p.data[p.pos] != '"' {
 			return nil, p.errorf("invalid character %q looking for beginning of object key string", p.data[p.pos])
 		}
-		k, err := p.str()
+		k, err := p.key()
 		if err != nil {
 			return nil, err
 		}
@@ -166,6 +166,44 @@ func (p *parser) array(depth int) (any, error) {
 			return nil, p.errorf("invalid character %q after array element", p.data[p.pos])
 		}
 	}
+}
+
+// knownKeys are the object keys of session lines, shared instead of
+// allocated for every line.
+var knownKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"type", "id", "parentId", "timestamp", "version", "cwd", "message", "role", "content",
+		"text", "textSignature", "thinking", "thinkingSignature", "redacted", "data", "mimeType",
+		"name", "arguments", "thoughtSignature", "partialJson", "api", "provider", "model", "usage",
+		"input", "output", "cacheRead", "cacheWrite", "totalTokens", "cost", "total", "stopReason",
+		"errorMessage", "toolCallId", "toolName", "details", "isError", "customType", "display",
+		"summary", "firstKeptEntryId", "tokensBefore", "fromId", "fromHook", "modelId",
+		"thinkingLevel", "targetId", "label", "path", "command",
+	} {
+		m[k] = k
+	}
+	return m
+}()
+
+// key decodes an object key, reusing the string of a known key.
+func (p *parser) key() (string, error) {
+	if end := p.pos + 1; end < len(p.data) {
+		for i := end; i < len(p.data) && i-end < 32; i++ {
+			c := p.data[i]
+			if c == '"' {
+				if k, ok := knownKeys[string(p.data[end:i])]; ok {
+					p.pos = i + 1
+					return k, nil
+				}
+				break
+			}
+			if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+				break
+			}
+		}
+	}
+	return p.str()
 }
 
 // str decodes the string starting at p.pos (a '"').
