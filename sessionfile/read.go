@@ -30,6 +30,7 @@ type LineError struct {
 	Err error
 }
 
+// Error implements error.
 func (e *LineError) Error() string { return fmt.Sprintf("sessionfile: line %d: %v", e.Line, e.Err) }
 
 // Unwrap returns the cause.
