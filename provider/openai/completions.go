@@ -10,6 +10,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
 )
@@ -145,6 +146,9 @@ func (p *chatParser) event(ev sse.Event) *provider.Error {
 		p.finished = true
 		return nil
 	}
+	if p.fastContent(data) {
+		return nil
+	}
 	var ch chatChunk
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return stream.Protocol("openai: malformed chunk: %v", err)
@@ -161,6 +165,37 @@ func (p *chatParser) event(ev sse.Event) *provider.Error {
 		}
 	}
 	return nil
+}
+
+var (
+	fastNeedles = [][]byte{[]byte(`"tool_calls"`), []byte(`"reasoning`), []byte(`"refusal":"`), []byte(`"error"`), []byte(`"usage":{`), []byte(`"choices":[]`)}
+	deltaKey    = []byte(`"delta"`)
+	finishKey   = []byte(`"finish_reason"`)
+	finishNull  = []byte(`"finish_reason":null`)
+)
+
+// fastContent applies a chunk that carries only a text delta without
+// reflection; false means the chunk needs the full decoder.
+func (p *chatParser) fastContent(data []byte) bool {
+	if bytes.Count(data, deltaKey) != 1 {
+		return false
+	}
+	if bytes.Contains(data, finishKey) && !bytes.Contains(data, finishNull) {
+		return false
+	}
+	for _, n := range fastNeedles {
+		if bytes.Contains(data, n) {
+			return false
+		}
+	}
+	s, ok := jsonfast.Str(data, "content")
+	if !ok {
+		return false
+	}
+	if s != "" {
+		p.b.Append(p.switchTo(message.BlockText), s)
+	}
+	return true
 }
 
 func (p *chatParser) switchTo(kind string) int {

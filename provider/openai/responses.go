@@ -1,0 +1,282 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
+	"github.com/lanefleet/lanefleet/provider/internal/sse"
+	"github.com/lanefleet/lanefleet/provider/internal/stream"
+)
+
+// Responses streams the Responses API ("openai-responses"). Reasoning items
+// (with their encrypted content) are kept whole in the thinking block's
+// signature and sent back verbatim; tool call ids are stored as
+// "call_id|item_id".
+type Responses struct {
+	cfg Config
+}
+
+// NewResponses returns a Responses adapter.
+func NewResponses(cfg Config) *Responses { return &Responses{cfg: cfg.withDefaults()} }
+
+var _ provider.Provider = (*Responses)(nil)
+
+// Stream sends req and streams the reply (see provider.Provider). Failures
+// return the partial message and a *provider.Error.
+func (r *Responses) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	b := stream.NewBuilder(req.Model, r.cfg.Now(), emit)
+	body, err := buildResponsesRequest(req)
+	if err != nil {
+		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "openai: build request: " + err.Error(), Err: err})
+	}
+	w := stream.NewWatch(ctx, r.cfg.IdleTimeout)
+	defer w.Stop()
+	resp, perr := r.cfg.post(ctx, w, req, "responses", body)
+	if perr != nil {
+		return b.Fail(perr)
+	}
+	defer resp.Body.Close()
+	b.Start()
+	p := respParser{b: b, items: map[int]int{}, parts: map[int]int{}, model: req.Model}
+	rd := sse.NewReader(w.Body(resp.Body))
+	for p.stop == "" {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return b.Fail(stream.Classify(ctx, w, "openai: read stream", err))
+		}
+		if perr := p.event(ev); perr != nil {
+			return b.Fail(perr)
+		}
+	}
+	if ctx.Err() != nil {
+		return b.Fail(stream.Classify(ctx, w, "openai", ctx.Err()))
+	}
+	if p.stop == "" {
+		return b.Fail(stream.Protocol("openai: stream ended before response.completed"))
+	}
+	if p.stop == message.StopStop && b.HasToolCalls() {
+		p.stop = message.StopToolUse
+	}
+	return b.Done(p.stop), nil
+}
+
+type respEvent struct {
+	Type        string          `json:"type"`
+	OutputIndex int             `json:"output_index"`
+	Delta       string          `json:"delta"`
+	Arguments   *string         `json:"arguments"`
+	Item        json.RawMessage `json:"item"`
+	Response    *respResponse   `json:"response"`
+}
+
+type respItem struct {
+	Type      string  `json:"type"`
+	ID        string  `json:"id"`
+	CallID    string  `json:"call_id"`
+	Name      string  `json:"name"`
+	Arguments *string `json:"arguments"`
+	Phase     string  `json:"phase"`
+}
+
+type respResponse struct {
+	Status            string          `json:"status"`
+	ServiceTier       string          `json:"service_tier"`
+	Error             json.RawMessage `json:"error"`
+	IncompleteDetails *struct {
+		Reason string `json:"reason"`
+	} `json:"incomplete_details"`
+	Usage *struct {
+		InputTokens        int64 `json:"input_tokens"`
+		OutputTokens       int64 `json:"output_tokens"`
+		TotalTokens        int64 `json:"total_tokens"`
+		InputTokensDetails *struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"input_tokens_details"`
+	} `json:"usage"`
+}
+
+type respParser struct {
+	b     *stream.Builder
+	model provider.Model
+	items map[int]int // output_index → block index
+	parts map[int]int // output_index → summary parts seen
+	stop  message.StopReason
+}
+
+// ignoredEvents carry nothing the message needs.
+var ignoredEvents = map[string]bool{
+	"response.created": true, "response.in_progress": true, "response.queued": true,
+	"response.content_part.added": true, "response.content_part.done": true,
+	"response.output_text.done": true, "response.refusal.done": true,
+	"response.reasoning_summary_part.done": true, "response.reasoning_summary_text.done": true,
+	"response.reasoning_text.done": true, "response.output_text.annotation.added": true,
+	"keepalive": true, "ping": true,
+}
+
+func (p *respParser) block(idx int, kind string) int {
+	if i, ok := p.items[idx]; ok && p.b.IsOpen(i) {
+		return i
+	}
+	var i int
+	if kind == message.BlockThinking {
+		i = p.b.BeginThinking()
+	} else {
+		i = p.b.BeginText()
+	}
+	p.items[idx] = i
+	return i
+}
+
+func (p *respParser) event(ev sse.Event) *provider.Error {
+	data := bytes.TrimSpace(ev.Data)
+	if len(data) == 0 {
+		return nil
+	}
+	name := string(ev.Name)
+	if name == "response.output_text.delta" || name == "response.reasoning_summary_text.delta" {
+		if idx, ok := jsonfast.Int(data, "output_index"); ok {
+			if d, ok := jsonfast.Str(data, "delta"); ok {
+				kind := message.BlockText
+				if name != "response.output_text.delta" {
+					kind = message.BlockThinking
+				}
+				p.b.Append(p.block(idx, kind), d)
+				return nil
+			}
+		}
+	}
+	var e respEvent
+	if err := json.Unmarshal(data, &e); err != nil {
+		return stream.Protocol("openai: malformed %s event: %v", name, err)
+	}
+	if name == "" {
+		name = e.Type
+	}
+	switch name {
+	case "error":
+		return failover.FromStream(data, errors.New("openai: error event"))
+	case "response.output_item.added":
+		var it respItem
+		if err := json.Unmarshal(e.Item, &it); err != nil {
+			return stream.Protocol("openai: malformed output item: %v", err)
+		}
+		switch it.Type {
+		case "reasoning":
+			p.items[e.OutputIndex] = p.b.BeginThinking()
+		case "message":
+			p.items[e.OutputIndex] = p.b.BeginText()
+		case "function_call":
+			i := p.b.BeginToolCall(it.CallID+"|"+it.ID, it.Name)
+			p.items[e.OutputIndex] = i
+			if it.Arguments != nil && *it.Arguments != "" {
+				p.b.Append(i, *it.Arguments)
+			}
+		}
+	case "response.reasoning_summary_part.added":
+		i := p.block(e.OutputIndex, message.BlockThinking)
+		if p.parts[e.OutputIndex] > 0 {
+			p.b.Append(i, "\n\n")
+		}
+		p.parts[e.OutputIndex]++
+	case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		p.b.Append(p.block(e.OutputIndex, message.BlockThinking), e.Delta)
+	case "response.output_text.delta", "response.refusal.delta":
+		p.b.Append(p.block(e.OutputIndex, message.BlockText), e.Delta)
+	case "response.function_call_arguments.delta":
+		if i, ok := p.items[e.OutputIndex]; ok {
+			p.b.Append(i, e.Delta)
+		}
+	case "response.function_call_arguments.done":
+		if i, ok := p.items[e.OutputIndex]; ok && e.Arguments != nil {
+			p.b.SetArgs(i, *e.Arguments)
+		}
+	case "response.output_item.done":
+		var it respItem
+		if err := json.Unmarshal(e.Item, &it); err != nil {
+			return stream.Protocol("openai: malformed output item: %v", err)
+		}
+		i, ok := p.items[e.OutputIndex]
+		if !ok {
+			return nil
+		}
+		blk := p.b.Block(i)
+		switch it.Type {
+		case "reasoning":
+			blk.ThinkingSignature = string(e.Item)
+		case "message":
+			sig, _ := json.Marshal(textSig{V: 1, ID: it.ID, Phase: it.Phase})
+			blk.TextSignature = string(sig)
+		case "function_call":
+			if it.Arguments != nil && p.b.IsOpen(i) {
+				p.b.SetArgs(i, *it.Arguments)
+			}
+		}
+		p.b.End(i)
+	case "response.completed":
+		p.usage(e.Response)
+		p.stop = message.StopStop
+	case "response.incomplete":
+		p.usage(e.Response)
+		if e.Response != nil && e.Response.IncompleteDetails != nil && e.Response.IncompleteDetails.Reason == "content_filter" {
+			return &provider.Error{Reason: provider.ReasonUnknown, Message: "openai: response incomplete: content_filter"}
+		}
+		p.stop = message.StopLength
+	case "response.failed", "response.cancelled":
+		if e.Response != nil {
+			p.usage(e.Response)
+			if len(e.Response.Error) > 0 && !bytes.Equal(e.Response.Error, []byte("null")) {
+				body := append(append([]byte(`{"error":`), e.Response.Error...), '}')
+				return failover.FromStream(body, errors.New("openai: "+name))
+			}
+		}
+		return stream.Protocol("openai: %s without an error", name)
+	default:
+		if !ignoredEvents[name] {
+			return stream.Protocol("openai: unknown event type %q", name)
+		}
+	}
+	return nil
+}
+
+func (p *respParser) usage(r *respResponse) {
+	if r == nil || r.Usage == nil {
+		return
+	}
+	u := r.Usage
+	var cached int64
+	if u.InputTokensDetails != nil {
+		cached = u.InputTokensDetails.CachedTokens
+	}
+	mu := message.Usage{Input: max(u.InputTokens-cached, 0), Output: u.OutputTokens, CacheRead: cached, TotalTokens: u.TotalTokens}
+	p.b.SetUsage(mu)
+	if mult := tierMultiplier(r.ServiceTier); mult != 1 {
+		got := p.b.Usage()
+		got.Cost.Input *= mult
+		got.Cost.Output *= mult
+		got.Cost.CacheRead *= mult
+		got.Cost.CacheWrite *= mult
+		got.Cost.Total *= mult
+	}
+}
+
+// tierMultiplier is the price factor of a service tier (flex half price,
+// priority double).
+func tierMultiplier(tier string) float64 {
+	switch tier {
+	case "flex":
+		return 0.5
+	case "priority":
+		return 2
+	}
+	return 1
+}

@@ -1,0 +1,218 @@
+package openai
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/transform"
+)
+
+type respRequest struct {
+	Model           string         `json:"model"`
+	Input           []any          `json:"input"`
+	Stream          bool           `json:"stream"`
+	Store           bool           `json:"store"`
+	MaxOutputTokens int            `json:"max_output_tokens,omitempty"`
+	Temperature     *float64       `json:"temperature,omitempty"`
+	Tools           []respTool     `json:"tools,omitempty"`
+	Reasoning       *respReasoning `json:"reasoning,omitempty"`
+	Include         []string       `json:"include,omitempty"`
+	PromptCacheKey  string         `json:"prompt_cache_key,omitempty"`
+}
+
+type respReasoning struct {
+	Effort  string `json:"effort"`
+	Summary string `json:"summary"`
+}
+
+type respTool struct {
+	Type        string         `json:"type"`
+	Name        string         `json:"name"`
+	Description string         `json:"description,omitempty"`
+	Parameters  map[string]any `json:"parameters"`
+	Strict      bool           `json:"strict"`
+}
+
+type respInputMessage struct {
+	Role    string `json:"role"`
+	Content any    `json:"content"`
+}
+
+type respPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text,omitempty"`
+	ImageURL string `json:"image_url,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+type respOutputMessage struct {
+	Type    string           `json:"type"`
+	ID      string           `json:"id"`
+	Role    string           `json:"role"`
+	Status  string           `json:"status"`
+	Content []respOutputText `json:"content"`
+	Phase   string           `json:"phase,omitempty"`
+}
+
+type respOutputText struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Annotations []any  `json:"annotations"`
+}
+
+type respFunctionCall struct {
+	Type      string `json:"type"`
+	ID        string `json:"id,omitempty"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type respFunctionOutput struct {
+	Type   string `json:"type"`
+	CallID string `json:"call_id"`
+	Output any    `json:"output"`
+}
+
+// textSig is the textSignature of a Responses text block.
+type textSig struct {
+	V     int    `json:"v"`
+	ID    string `json:"id"`
+	Phase string `json:"phase,omitempty"`
+}
+
+// splitCallID splits a stored "call_id|item_id" tool call id.
+func splitCallID(id string) (callID, itemID string) {
+	callID, itemID, _ = strings.Cut(id, "|")
+	return callID, itemID
+}
+
+// respNormalizeID rewrites another model's tool call id: its call part,
+// sanitised and capped at 64; the item id is dropped so the API does not
+// try to pair it with reasoning of another model.
+func respNormalizeID(id string) string {
+	callID, _ := splitCallID(id)
+	return strings.TrimRight(transform.SanitizeID(callID, 64), "_")
+}
+
+func respEffort(m provider.Model, level provider.ThinkingLevel) string {
+	e := effort(m, level)
+	if e == string(provider.ThinkingMinimal) {
+		for _, s := range []string{"gpt-5.2", "gpt-5.3", "gpt-5.4"} {
+			if strings.Contains(m.ID, s) {
+				return string(provider.ThinkingLow)
+			}
+		}
+	}
+	return e
+}
+
+// buildResponsesRequest maps a request to a Responses body.
+func buildResponsesRequest(req *provider.Request) ([]byte, error) {
+	m := req.Model
+	images := hasImageInput(m)
+	body := respRequest{Model: m.ID, Stream: true, MaxOutputTokens: maxTokens(req), Temperature: req.Temperature, PromptCacheKey: req.SessionID}
+	if e := respEffort(m, req.Thinking); e != "" {
+		body.Reasoning = &respReasoning{Effort: e, Summary: "auto"}
+		body.Include = []string{"reasoning.encrypted_content"}
+		body.Temperature = nil
+	}
+	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
+		role := "system"
+		if m.Reasoning {
+			role = "developer"
+		}
+		body.Input = append(body.Input, respInputMessage{Role: role, Content: sp})
+	}
+	msgs := transform.Messages(req.Messages, m, respNormalizeID)
+	for _, msg := range msgs {
+		switch msg.Role {
+		case message.RoleUser:
+			var parts []respPart
+			for _, b := range msg.Content.Blocks {
+				switch b.Type {
+				case message.BlockText:
+					if strings.TrimSpace(b.Text) != "" {
+						parts = append(parts, respPart{Type: "input_text", Text: transform.SanitizeSurrogates(b.Text)})
+					}
+				case message.BlockImage:
+					if images {
+						parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
+					}
+				}
+			}
+			if len(parts) > 0 {
+				body.Input = append(body.Input, respInputMessage{Role: "user", Content: parts})
+			}
+		case message.RoleAssistant:
+			same := transform.SameModel(&msg, m)
+			for _, b := range msg.Content.Blocks {
+				switch b.Type {
+				case message.BlockThinking:
+					if same && b.ThinkingSignature != "" && json.Valid([]byte(b.ThinkingSignature)) {
+						body.Input = append(body.Input, json.RawMessage(b.ThinkingSignature))
+					}
+				case message.BlockText:
+					if strings.TrimSpace(b.Text) == "" {
+						continue
+					}
+					text := transform.SanitizeSurrogates(b.Text)
+					var sig textSig
+					if same && b.TextSignature != "" {
+						if json.Unmarshal([]byte(b.TextSignature), &sig) != nil {
+							sig = textSig{ID: b.TextSignature} // older sessions store a bare id
+						}
+					}
+					if sig.ID != "" && len(sig.ID) <= 64 {
+						body.Input = append(body.Input, respOutputMessage{Type: "message", ID: sig.ID, Role: "assistant", Status: "completed",
+							Content: []respOutputText{{Type: "output_text", Text: text, Annotations: []any{}}}, Phase: sig.Phase})
+					} else {
+						body.Input = append(body.Input, respInputMessage{Role: "assistant", Content: text})
+					}
+				case message.BlockToolCall:
+					callID, itemID := splitCallID(b.ID)
+					args, err := json.Marshal(b.Arguments)
+					if err != nil || b.Arguments == nil {
+						args = []byte("{}")
+					}
+					fc := respFunctionCall{Type: "function_call", CallID: callID, Name: b.Name, Arguments: string(args)}
+					if same {
+						fc.ID = itemID
+					}
+					body.Input = append(body.Input, fc)
+				}
+			}
+		case message.RoleToolResult:
+			callID, _ := splitCallID(msg.ToolCallID)
+			var texts []string
+			var parts []respPart
+			for _, b := range msg.Content.Blocks {
+				switch b.Type {
+				case message.BlockText:
+					t := transform.SanitizeSurrogates(b.Text)
+					texts = append(texts, t)
+					parts = append(parts, respPart{Type: "input_text", Text: t})
+				case message.BlockImage:
+					if images {
+						parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
+					}
+				}
+			}
+			out := respFunctionOutput{Type: "function_call_output", CallID: callID, Output: strings.Join(texts, "\n")}
+			if len(parts) > len(texts) {
+				out.Output = parts
+			}
+			body.Input = append(body.Input, out)
+		}
+	}
+	for _, t := range req.Tools {
+		p := t.Parameters
+		if p == nil {
+			p = map[string]any{"type": "object", "properties": map[string]any{}}
+		}
+		body.Tools = append(body.Tools, respTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: p})
+	}
+	return json.Marshal(body)
+}
