@@ -33,6 +33,7 @@ type Event struct {
 	RunID      string    `json:"runId" msgpack:"runId"`
 	SessionKey string    `json:"sessionKey" msgpack:"sessionKey"`
 	Seq        uint64    `json:"seq" msgpack:"seq"`
+	Attempt    int       `json:"attempt,omitempty" msgpack:"attempt,omitempty"` // 1 + earlier tries of this run
 	Stream     string    `json:"stream" msgpack:"stream"`
 	TS         int64     `json:"ts" msgpack:"ts"` // Unix ms
 	Data       EventData `json:"data" msgpack:"data"`

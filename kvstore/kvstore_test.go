@@ -65,12 +65,9 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 	if err := a.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rec := Record{InboundSeq: 1, RunID: "1", Entries: []message.Entry{{Type: message.EntryMessage, ID: "aaaaaaaa",
+	rec := Record{InboundSeq: 1, RunID: "1", SessionID: "s1", Entries: []message.Entry{{Type: message.EntryMessage, ID: "aaaaaaaa",
 		Message: &message.Message{Role: message.RoleUser, Content: message.PlainText("hi")}}}}
 	if err := a.PutRecord(ctx, rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.SetCursor(ctx, Cursor{Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// A's lease expires (it stops renewing, like a paused zombie); B takes over.
@@ -91,9 +88,6 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 	if err := a.PutRecord(ctx, rec); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("zombie record write err = %v, want ErrLeaseLost", err)
 	}
-	if err := a.SetCursor(ctx, Cursor{Seq: 99}); !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("zombie cursor write err = %v, want ErrLeaseLost", err)
-	}
 	if err := a.Renew(ctx); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("zombie renew err = %v, want ErrLeaseLost", err)
 	}
@@ -106,7 +100,7 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 	}
 	c, err := b.lanes.Cursor(ctx, "alice")
 	if err != nil || c.Seq != 1 {
-		t.Fatalf("cursor = %+v %v", c, err)
+		t.Fatalf("cursor = %+v %v, want the zombie-free record's seq 1", c, err)
 	}
 	// B re-runs turn 1: the record is replaced, not duplicated.
 	rec.Entries[0].ID = "bbbbbbbb"
@@ -152,6 +146,9 @@ func TestRecordsOrderAndEmpty(t *testing.T) {
 	recs, err = b.lanes.Records(ctx, "=YS5i")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c, err := b.lanes.Cursor(ctx, "=YS5i"); err != nil || c.Seq != 3000 {
+		t.Fatalf("cursor = %+v, %v; want the newest record's seq 3000", c, err)
 	}
 	if len(recs) != 300 {
 		t.Fatalf("got %d records, want 300", len(recs))

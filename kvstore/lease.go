@@ -131,38 +131,5 @@ func (s *Lease) put(ctx context.Context, key string, data []byte) error {
 	return nil
 }
 
-// Cursor is a lane's progress.
-type Cursor struct {
-	Seq       uint64 `msgpack:"seq"`                 // last processed inbound sequence
-	Inflight  uint64 `msgpack:"inflight,omitempty"`  // inbound sequence of the turn started but not finished
-	Attempts  int    `msgpack:"attempts,omitempty"`  // how many times Inflight was started
-	SessionID string `msgpack:"sessionId,omitempty"` // the pi session id of the lane's transcript
-}
-
-// Cursor reads a lane's cursor (zero value when the lane is new).
-func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
-	var c Cursor
-	e, err := l.kv.Get(ctx, cursorKey(token))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return c, nil
-	}
-	if err != nil {
-		return c, fmt.Errorf("kvstore: cursor %s: %w", token, err)
-	}
-	if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
-		return c, fmt.Errorf("kvstore: cursor %s: %w", token, err)
-	}
-	return c, nil
-}
-
-// SetCursor writes the cursor under the fence.
-func (s *Lease) SetCursor(ctx context.Context, c Cursor) error {
-	data, err := msgpack.Marshal(c)
-	if err != nil {
-		return err
-	}
-	return s.put(ctx, cursorKey(s.token), data)
-}
-
 // RenewEvery is how often an owner should renew: a third of the TTL.
 func (l *Lanes) RenewEvery() time.Duration { return l.cfg.LeaseTTL / 3 }

@@ -18,6 +18,7 @@ import (
 type Record struct {
 	InboundSeq uint64          `msgpack:"inboundSeq"`
 	RunID      string          `msgpack:"runId"`
+	SessionID  string          `msgpack:"sessionId,omitempty"`
 	Entries    []message.Entry `msgpack:"entries"`
 	// Final is the run's encoded final event, so a turn that was committed
 	// just before a crash can have its final event published again without
@@ -39,6 +40,34 @@ func (l *Lanes) Record(ctx context.Context, token string, seq uint64) (Record, b
 		return r, false, fmt.Errorf("kvstore: record %s/%d: %w", token, seq, err)
 	}
 	return r, true, nil
+}
+
+// Cursor is a lane's progress: the inbound sequence of its last committed
+// turn. It is not stored on its own: the newest record is the cursor, so a
+// turn commits with one fenced write.
+type Cursor struct {
+	Seq       uint64
+	SessionID string
+}
+
+// Cursor reads a lane's cursor (zero value for a new lane) from its newest
+// record, on the stream leader.
+func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
+	raw, err := l.stream.GetLastMsgForSubject(ctx, l.prefix+token+".tx.>")
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Cursor{}, nil
+	}
+	if err != nil {
+		return Cursor{}, fmt.Errorf("kvstore: cursor %s: %w", token, err)
+	}
+	if len(raw.Data) == 0 {
+		return Cursor{}, nil // the transcript was deleted
+	}
+	var r Record
+	if err := msgpack.Unmarshal(raw.Data, &r); err != nil {
+		return Cursor{}, fmt.Errorf("kvstore: cursor %s: %w", token, err)
+	}
+	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID}, nil
 }
 
 // PutRecord writes a turn record under the fence.

@@ -190,3 +190,34 @@ func TestLaneOrderAcrossWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestPoisonMessageDeadLettered: a message whose turn fails every time (here
+// the handler panics) is tried MaxAttempts times, then ends with a
+// poison_message error event and a dead letter; the lane goes on.
+func TestPoisonMessageDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	h := &echoHandler{hook: func(t *Turn) error {
+		if t.Inbound.Text == "poison" {
+			panic("this message always kills its turn")
+		}
+		return nil
+	}}
+	f.startWorker(t, h, Config{RetryDelay: time.Millisecond, MaxAttempts: 3})
+	bad := f.publish(t, "victim", "poison")
+	good := f.publish(t, "victim", "after")
+	ev := f.waitFinal(t, "victim", bad)
+	if e := ev.Data.Result.Meta.Error; e == nil || e.Kind != "poison_message" {
+		t.Fatalf("poison final = %+v", ev.Data.Result)
+	}
+	if ev.Attempt != 4 {
+		t.Fatalf("final event attempt = %d, want 4 (three failed tries, then the dead letter)", ev.Attempt)
+	}
+	if ev := f.waitFinal(t, "victim", good); ev.Data.Result.Payloads[0].Text != "ok after" {
+		t.Fatalf("next message = %+v", ev.Data.Result)
+	}
+	info, err := f.streams.Dead.Info(t.Context())
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("dead letters = %v, %v", info.State.Msgs, err)
+	}
+}

@@ -40,7 +40,8 @@ type Turn struct {
 // Publishing is asynchronous: a lost event never fails the turn.
 func (t *Turn) Emit(stream string, data events.EventData) { t.em.emit(stream, data) }
 
-// Outcome is what a handler returns for a completed turn.
+// Outcome is what a handler returns for a completed turn. An empty Outcome
+// writes nothing but the cursor (a no-op turn).
 type Outcome struct {
 	Entries []message.Entry // appended to the transcript
 	Result  *events.Result  // published as the run's final event
@@ -74,6 +75,7 @@ type emitter struct {
 
 	mu      sync.Mutex
 	seq     uint64
+	attempt int
 	pending *events.Event // coalescing delta frame
 	timer   *time.Timer
 	futures []jetstream.PubAckFuture
@@ -108,8 +110,8 @@ func (e *emitter) emit(stream string, data events.EventData) {
 
 func (e *emitter) newEvent(stream string, data events.EventData) *events.Event {
 	e.seq++
-	return &events.Event{V: events.Version, RunID: e.run, SessionKey: e.key, Seq: e.seq, Stream: stream,
-		TS: time.Now().UnixMilli(), Data: data}
+	return &events.Event{V: events.Version, RunID: e.run, SessionKey: e.key, Seq: e.seq, Attempt: e.attempt,
+		Stream: stream, TS: time.Now().UnixMilli(), Data: data}
 }
 
 func (e *emitter) flushLocked() {
@@ -179,23 +181,41 @@ func (e *emitter) final(ctx context.Context, res *events.Result) error {
 	return nil
 }
 
-// resume finds the last event already published for this run (by an earlier
-// attempt) so the sequence continues, and reports whether that attempt ended
-// with a final event.
-func (e *emitter) resume(ctx context.Context, stream jetstream.Stream) (finished bool, err error) {
+// sync starts an attempt: it publishes its first event synchronously, so
+// the attempt is on record before any work.
+func (e *emitter) sync(ctx context.Context, stream string, data events.EventData, attempt int) error {
+	e.mu.Lock()
+	e.attempt = attempt
+	data.Attempt = attempt
+	ev := e.newEvent(stream, data)
+	e.mu.Unlock()
+	m, err := e.encode(ev)
+	if err != nil {
+		return fmt.Errorf("lanes: encode event: %w", err)
+	}
+	if _, err := e.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("lanes: publish %s event: %w", stream, err)
+	}
+	return nil
+}
+
+// resume finds the last event already published for this run by earlier
+// attempts, so the sequence continues, and reports that attempt's number and
+// whether the run already has its final event.
+func (e *emitter) resume(ctx context.Context, stream jetstream.Stream) (attempt int, finished bool, err error) {
 	raw, err := stream.GetLastMsgForSubject(ctx, e.subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("lanes: last event of run %s: %w", e.run, err)
+		return 0, false, fmt.Errorf("lanes: last event of run %s: %w", e.run, err)
 	}
 	ev, err := events.DecodeEvent(raw.Header.Get(events.HeaderContentType), raw.Data)
 	if err != nil {
 		// An undecodable last event: continue after its stream position.
 		e.seq = raw.Sequence
-		return false, nil
+		return 1, false, nil
 	}
 	e.seq = ev.Seq
-	return ev.Terminal(), nil
+	return max(ev.Attempt, 1), ev.Terminal(), nil
 }

@@ -261,9 +261,12 @@ type owner struct {
 	lease      *kvstore.Lease
 	log        zerolog.Logger
 
-	cursor  kvstore.Cursor
-	history []message.Entry
-	loaded  bool
+	cursor      kvstore.Cursor
+	history     []message.Entry
+	loaded      bool
+	checkedLast bool
+	failures    map[uint64]int // attempts started by this owner, per inbound seq
+	purgedTo    uint64
 }
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
@@ -284,6 +287,9 @@ func (o *owner) run() {
 			// Someone else may own the lane now, or nobody: let the trigger
 			// be redelivered to whoever needs it.
 			o.w.nak(o.trigger, 0)
+			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			o.purgeProcessed(pctx)
+			pcancel()
 			return
 		case cancelled:
 			o.abandon()
@@ -333,6 +339,12 @@ func (o *owner) drain(ctx context.Context) bool {
 		return false
 	}
 	o.cursor = c
+	if c.Seq > 0 && !o.checkedLast {
+		// The last committed turn may have died between its record and its
+		// final event: publish the final from the record.
+		o.checkedLast = true
+		o.ensureFinal(ctx, c.Seq)
+	}
 	for !o.w.stopping.Load() && ctx.Err() == nil {
 		raw, err := o.w.streams.Inbound.GetMsg(ctx, o.cursor.Seq+1, jetstream.WithGetMsgSubject(o.subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -351,9 +363,10 @@ func (o *owner) drain(ctx context.Context) bool {
 			if ctx.Err() != nil {
 				return false
 			}
-			o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("attempt", o.cursor.Attempts).Msg("turn failed; retrying")
+			n := o.failures[raw.Sequence]
+			o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
 			select {
-			case <-time.After(o.w.cfg.RetryDelay * time.Duration(o.cursor.Attempts)):
+			case <-time.After(o.w.cfg.RetryDelay * time.Duration(n)):
 			case <-ctx.Done():
 				return false
 			}
@@ -362,51 +375,42 @@ func (o *owner) drain(ctx context.Context) bool {
 	return false
 }
 
-// process runs one inbound message as a turn.
+// process runs one inbound message as a turn. The turn is committed by one
+// fenced write, its record, which also moves the lane's cursor.
 func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error {
 	seq := raw.Sequence
 	run := strconv.FormatUint(seq, 10)
 	log := o.log.With().Str("run_id", run).Logger()
-	em := &emitter{js: o.w.js, key: o.key, run: run, log: log,
-		subject: events.EventPrefix + o.token + "." + run,
-		asJSON:  events.IsJSON(raw.Header.Get(events.HeaderContentType), raw.Data)}
-
-	attempts := 1
-	if o.cursor.Inflight == seq {
-		attempts = o.cursor.Attempts + 1
-	}
+	em := o.newEmitter(run, log, events.IsJSON(raw.Header.Get(events.HeaderContentType), raw.Data))
 	if o.cursor.SessionID == "" {
 		o.cursor.SessionID = newSessionID()
 	}
-	finished, err := em.resume(ctx, o.w.streams.Events)
+	// Earlier attempts (a crash, a lost lease, a failed try) left events:
+	// continue their sequence and count them.
+	prior, _, err := em.resume(ctx, o.w.streams.Events)
 	if err != nil {
 		return err
 	}
-	if attempts > 1 {
-		// The turn was started before (crash, lost lease or failure). If it
-		// was committed, only the cursor is missing.
-		if done, err := o.alreadyCommitted(ctx, seq); err != nil {
-			return err
-		} else if done {
-			if !finished {
-				o.republishFinal(ctx, em, seq)
-			}
-			return o.advance(ctx, seq, nil)
-		}
+	if o.failures == nil {
+		o.failures = map[uint64]int{}
 	}
-	if attempts > o.w.cfg.MaxAttempts {
-		cause := fmt.Errorf("turn started %d times without finishing", attempts-1)
+	attempt := max(prior, o.failures[seq]) + 1
+	em.attempt = attempt
+	if attempt > o.w.cfg.MaxAttempts {
+		cause := fmt.Errorf("turn started %d times without finishing", attempt-1)
 		o.w.deadLetter(ctx, "poison", o.subject, seq, raw.Header, raw.Data, cause)
-		o.failTurn(ctx, em, "poison_message", cause.Error()+"; the message was dead-lettered", attempts)
-		return o.advance(ctx, seq, nil)
+		return o.failTurn(ctx, em, seq, "poison_message", cause.Error()+"; the message was dead-lettered", attempt)
 	}
-	o.cursor.Inflight, o.cursor.Attempts = seq, attempts
-	if err := o.lease.SetCursor(ctx, o.cursor); err != nil {
+	// The first event of every attempt is stored before the turn starts, so
+	// a message that kills its worker is counted and dead-lettered at last.
+	startData := events.EventData{Phase: events.PhaseStart, StartedAt: time.Now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: seq}
+	if prior > 0 {
+		startData.Phase = events.PhaseRestart
+	}
+	if err := em.sync(ctx, events.StreamLifecycle, startData, attempt); err != nil {
 		return err
 	}
-	if attempts > 1 && em.seq > 0 && !finished {
-		em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRestart, Attempt: attempts, Worker: o.w.cfg.ID})
-	}
+	o.failures[seq] = attempt
 
 	in, err := events.DecodeInbound(raw.Header.Get(events.HeaderContentType), raw.Data, o.w.cfg.MaxPayload)
 	if err == nil && in.Session != "" && in.Session != o.key {
@@ -414,8 +418,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	}
 	if err != nil {
 		o.w.deadLetter(ctx, "invalid", o.subject, seq, raw.Header, raw.Data, err)
-		o.failTurn(ctx, em, "invalid_input", err.Error(), attempts)
-		return o.advance(ctx, seq, nil)
+		return o.failTurn(ctx, em, seq, "invalid_input", err.Error(), attempt)
 	}
 	if !o.loaded {
 		recs, err := o.w.lanes.Records(ctx, o.token)
@@ -425,13 +428,24 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		o.history, o.loaded = kvstore.Entries(recs), true
 	}
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
-		Attempt: attempts, Worker: o.w.cfg.ID, Inbound: in, History: o.history, Received: raw.Time, em: em}
+		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: in, History: o.history, Received: raw.Time, em: em}
 	out, err := o.callHandler(ctx, turn, log)
 	if err != nil {
 		return err
 	}
-	rec := kvstore.Record{InboundSeq: seq, RunID: run, Entries: out.Entries}
+	if err := o.commit(ctx, em, seq, out); err != nil {
+		return err
+	}
+	o.w.stats.Turns.Add(1)
+	return nil
+}
+
+// commit writes the turn's record (fenced), publishes its final event and
+// moves the cursor past it.
+func (o *owner) commit(ctx context.Context, em *emitter, seq uint64, out *Outcome) error {
+	rec := kvstore.Record{InboundSeq: seq, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries}
 	if out.Result != nil {
+		var err error
 		if rec.Final, _, err = events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: out.Result}}, false); err != nil {
 			return err
 		}
@@ -441,11 +455,22 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	}
 	if out.Result != nil {
 		if err := em.final(ctx, out.Result); err != nil {
-			return err
+			// The turn is committed; the final event is published again by
+			// the lane's next owner (ensureFinal) if it never got stored.
+			o.log.Warn().Err(err).Msg("final event")
 		}
 	}
-	o.w.stats.Turns.Add(1)
-	return o.advance(ctx, seq, out.Entries)
+	o.cursor.Seq = seq
+	delete(o.failures, seq)
+	if o.loaded {
+		o.history = append(o.history, out.Entries...)
+	}
+	return nil
+}
+
+func (o *owner) newEmitter(run string, log zerolog.Logger, asJSON bool) *emitter {
+	return &emitter{js: o.w.js, key: o.key, run: run, log: log, asJSON: asJSON,
+		subject: events.EventPrefix + o.token + "." + run}
 }
 
 func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (out *Outcome, err error) {
@@ -462,29 +487,23 @@ func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (o
 	return out, err
 }
 
-// failTurn ends a run that the handler never saw with an error final event.
-func (o *owner) failTurn(ctx context.Context, em *emitter, kind, msg string, attempt int) {
+// failTurn ends a run the handler never saw with an error event and commits
+// it (no entries) so the lane moves on.
+func (o *owner) failTurn(ctx context.Context, em *emitter, seq uint64, kind, msg string, attempt int) error {
 	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli(), Attempt: attempt})
 	res := &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
 		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}
-	if err := em.final(ctx, res); err != nil {
-		o.log.Warn().Err(err).Msg("publish error event")
-	}
+	return o.commit(ctx, em, seq, &Outcome{Result: res})
 }
 
-func (o *owner) alreadyCommitted(ctx context.Context, seq uint64) (bool, error) {
-	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
-	if err != nil || !ok {
-		return false, err
+// ensureFinal publishes the final event of a committed run whose final
+// event is missing.
+func (o *owner) ensureFinal(ctx context.Context, seq uint64) {
+	em := o.newEmitter(strconv.FormatUint(seq, 10), o.log, false)
+	_, finished, err := em.resume(ctx, o.w.streams.Events)
+	if err != nil || finished {
+		return
 	}
-	if !o.loaded {
-		return true, nil // loaded with the record in it on the next turn
-	}
-	o.history = append(o.history, rec.Entries...)
-	return true, nil
-}
-
-func (o *owner) republishFinal(ctx context.Context, em *emitter, seq uint64) {
 	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
 	if err != nil || !ok || len(rec.Final) == 0 {
 		return
@@ -498,20 +517,18 @@ func (o *owner) republishFinal(ctx context.Context, em *emitter, seq uint64) {
 	}
 }
 
-// advance marks seq processed, remembers the turn's entries and deletes the
-// inbound message (the trigger's message is deleted when it is acked).
-func (o *owner) advance(ctx context.Context, seq uint64, entries []message.Entry) error {
-	o.cursor.Seq, o.cursor.Inflight, o.cursor.Attempts = seq, 0, 0
-	if err := o.lease.SetCursor(ctx, o.cursor); err != nil {
-		return err
+// purgeProcessed removes the lane's processed inbound messages (all below the
+// cursor) in one call, keeping next-by-subject lookups on the fast path.
+func (o *owner) purgeProcessed(ctx context.Context) {
+	if o.cursor.Seq < o.purgedTo {
+		return
 	}
-	if o.loaded {
-		o.history = append(o.history, entries...)
+	err := o.w.streams.Inbound.Purge(ctx, jetstream.WithPurgeSubject(o.subject), jetstream.WithPurgeSequence(o.cursor.Seq+1))
+	if err != nil {
+		o.log.Debug().Err(err).Msg("purge processed messages")
+		return
 	}
-	if seq != o.triggerSeq {
-		o.w.deleteInbound(ctx, seq)
-	}
-	return nil
+	o.purgedTo = o.cursor.Seq + 1
 }
 
 // release gives the lane up after a drain; it reports whether the owner
@@ -538,6 +555,7 @@ func (o *owner) release() (again bool) {
 	}
 	if o.w.stopping.Load() {
 		o.w.nak(o.trigger, 0)
+		o.purgeProcessed(ctx)
 		return false
 	}
 	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli()})
@@ -561,20 +579,19 @@ func (o *owner) abandon() {
 	if err := o.lease.Release(rctx); err != nil {
 		o.log.Warn().Err(err).Msg("release lease on stop")
 	}
+	o.purgeProcessed(rctx)
 	o.w.stats.Released.Add(1)
 	o.w.nak(o.trigger, 0)
 }
 
-// finishTrigger acks the trigger and deletes its message once processed.
+// finishTrigger acks the trigger and purges the processed messages.
 func (o *owner) finishTrigger(ctx context.Context) {
 	if o.w.stopping.Load() && o.triggerSeq > o.cursor.Seq {
 		o.w.nak(o.trigger, 0)
 		return
 	}
 	o.w.ack(ctx, o.trigger)
-	if o.triggerSeq <= o.cursor.Seq {
-		o.w.deleteInbound(ctx, o.triggerSeq)
-	}
+	o.purgeProcessed(ctx)
 }
 
 func newSessionID() string {

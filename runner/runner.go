@@ -83,8 +83,8 @@ func New(cfg Config) (*Runner, error) {
 // returns an error only when the turn could not be run at all and should be
 // retried, e.g. because ctx was cancelled.
 func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) {
+	// The lane publishes the lifecycle start event before calling the runner.
 	start := r.cfg.Now()
-	sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseStart, StartedAt: start.UnixMilli(), Attempt: in.Attempt})
 
 	b := &builder{now: r.cfg.Now, parent: lastID(in.History)}
 	history := contextMessages(in.History)

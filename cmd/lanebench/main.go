@@ -1,0 +1,437 @@
+// Command lanebench measures the fleet against an embedded JetStream server
+// and prints every figure next to baselines measured in the same run with the
+// same durability settings, as ratios, because machines here are noisy:
+//
+//   - raw JetStream async publish rate and plain durable consume+ack rate;
+//   - the project's lanes with a no-op handler (lease-and-drain alone);
+//   - full turns with the instant scripted/echo model on 1 and 4 workers;
+//   - publish→first-event and publish→final-event latency at an offered load.
+//
+// Each scenario gets a fresh server and data directory.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/embedded"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes"
+)
+
+type options struct {
+	sessions, turns int
+	sync            bool
+	latencyN        int
+	latencyRate     int
+	concurrency     int
+}
+
+func main() {
+	var o options
+	syncMode := flag.String("sync", "always", "server fsync: always (the worker's default) or default")
+	flag.IntVar(&o.sessions, "sessions", 10000, "sessions")
+	flag.IntVar(&o.turns, "turns", 10, "turns per session")
+	flag.IntVar(&o.latencyN, "latency-n", 1500, "messages in the latency run")
+	flag.IntVar(&o.latencyRate, "latency-rate", 100, "offered load of the latency run, turns/s")
+	flag.IntVar(&o.concurrency, "concurrency", 256, "lanes per worker")
+	flag.Parse()
+	o.sync = *syncMode == "always"
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "lanebench:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	name string
+	rate float64 // per second
+	note string
+}
+
+func run(o options) error {
+	n := o.sessions * o.turns
+	fmt.Printf("lanebench: %d sessions × %d turns = %d messages, sync_interval %s, R1 file store, GOMAXPROCS %d\n\n",
+		o.sessions, o.turns, n, map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtimeProcs())
+	var res []result
+	add := func(r result, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		fmt.Printf("  %-44s %10.0f /s  %s\n", r.name, r.rate, r.note)
+		res = append(res, r)
+		return nil
+	}
+	if err := add(rawPublish(o, n)); err != nil {
+		return err
+	}
+	if err := add(rawConsume(o, n)); err != nil {
+		return err
+	}
+	if err := add(lanesRate(o, 1, true)); err != nil {
+		return err
+	}
+	if err := add(lanesRate(o, 4, true)); err != nil {
+		return err
+	}
+	if err := add(lanesRate(o, 1, false)); err != nil {
+		return err
+	}
+	if err := add(lanesRate(o, 4, false)); err != nil {
+		return err
+	}
+	lat, err := latency(o)
+	if err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+
+	pub, cons, noop1, noop4, full1, full4 := res[0].rate, res[1].rate, res[2].rate, res[3].rate, res[4].rate, res[5].rate
+	fmt.Printf("\nratios (same run, same durability)\n")
+	fmt.Printf("  no-op lanes, 1 worker / durable consume+ack     %6.1f%%\n", 100*noop1/cons)
+	fmt.Printf("  full turns, 1 worker / no-op lanes, 1 worker    %6.1f%%   (target ≥ 40%%)\n", 100*full1/noop1)
+	fmt.Printf("  full turns, 4 workers / no-op lanes, 4 workers  %6.1f%%   (target ≥ 40%%)\n", 100*full4/noop4)
+	fmt.Printf("  full turns, 1 worker / raw async publish        %6.1f%%\n", 100*full1/pub)
+	fmt.Printf("\nlatency at %d turns/s offered (%d turns, 1 worker)\n", o.latencyRate, o.latencyN)
+	fmt.Printf("  publish→first event  p50 %6.2f ms  p99 %6.2f ms   (target p50 ≤ 3 ms, p99 ≤ 15 ms)\n", ms(lat.first, 50), ms(lat.first, 99))
+	fmt.Printf("  publish→final event  p50 %6.2f ms  p99 %6.2f ms\n", ms(lat.final, 50), ms(lat.final, 99))
+	fmt.Printf("  raw sync publish RTT p50 %6.2f ms  p99 %6.2f ms   (baseline: one durable JetStream publish)\n", ms(lat.pub, 50), ms(lat.pub, 99))
+	return nil
+}
+
+func runtimeProcs() int { return runtimeGOMAXPROCS() }
+
+// server starts a fresh embedded server in a temp dir.
+func startServer(o options) (*server.Server, func(), error) {
+	dir, err := os.MkdirTemp("", "lanebench")
+	if err != nil {
+		return nil, nil, err
+	}
+	sync := o.sync
+	s, err := embedded.Start(embedded.Config{Name: "bench", DataDir: filepath.Join(dir, "js"), SyncAlways: &sync})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return s, func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }, nil
+}
+
+func connect(url string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+func payload(i int) []byte {
+	data, _, _ := events.EncodeInbound(&events.Inbound{Text: "message " + strconv.Itoa(i)}, false)
+	return data
+}
+
+func rawPublish(o options, n int) (result, error) {
+	r := result{name: "baseline: raw JetStream async publish"}
+	s, stop, err := startServer(o)
+	if err != nil {
+		return r, err
+	}
+	defer stop()
+	nc, js, err := connect(s.ClientURL())
+	if err != nil {
+		return r, err
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.*"}, Storage: jetstream.FileStorage}); err != nil {
+		return r, err
+	}
+	start := time.Now()
+	if err := publishAsync(js, n, o.sessions, func(s int) string { return "raw.s" + strconv.Itoa(s) }); err != nil {
+		return r, err
+	}
+	r.rate = float64(n) / time.Since(start).Seconds()
+	return r, nil
+}
+
+func publishAsync(js jetstream.JetStream, n, sessions int, subj func(int) string) error {
+	for i := range n {
+		m := nats.NewMsg(subj(i % sessions))
+		m.Data = payload(i)
+		m.Header.Set(events.HeaderContentType, events.ContentMsgpack)
+		if _, err := js.PublishMsgAsync(m, jetstream.WithMsgID("m"+strconv.Itoa(i)), jetstream.WithStallWait(time.Minute)); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+		return nil
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("publish acks not complete")
+	}
+}
+
+func rawConsume(o options, n int) (result, error) {
+	r := result{name: "baseline: durable consume + ack"}
+	s, stop, err := startServer(o)
+	if err != nil {
+		return r, err
+	}
+	defer stop()
+	nc, js, err := connect(s.ClientURL())
+	if err != nil {
+		return r, err
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.*"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		return r, err
+	}
+	if err := publishAsync(js, n, o.sessions, func(s int) string { return "raw.s" + strconv.Itoa(s) }); err != nil {
+		return r, err
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
+	if err != nil {
+		return r, err
+	}
+	var got atomic.Int64
+	done := make(chan struct{})
+	start := time.Now()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		_ = m.Ack()
+		if got.Add(1) == int64(n) {
+			close(done)
+		}
+	}, jetstream.PullMaxMessages(500))
+	if err != nil {
+		return r, err
+	}
+	defer cc.Stop()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		return r, fmt.Errorf("consumed %d of %d", got.Load(), n)
+	}
+	// Acks are async; wait until the server has them all.
+	for {
+		ci, err := cons.Info(ctx)
+		if err == nil && ci.NumAckPending == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.rate = float64(n) / time.Since(start).Seconds()
+	return r, nil
+}
+
+// lanesRate runs workers end to end: publishing starts with the workers
+// running; the clock stops when the fleet has drained.
+func lanesRate(o options, workers int, noop bool) (result, error) {
+	n := o.sessions * o.turns
+	r := result{name: fmt.Sprintf("lanes, no-op handler, %d worker(s)", workers)}
+	if !noop {
+		r.name = fmt.Sprintf("full turns, scripted/echo, %d worker(s)", workers)
+	}
+	s, stop, err := startServer(o)
+	if err != nil {
+		return r, err
+	}
+	defer stop()
+	url := s.ClientURL()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var statsFns []func() int64
+	for i := range workers {
+		id := "b" + strconv.Itoa(i)
+		if noop {
+			nc, js, err := connect(url)
+			if err != nil {
+				return r, err
+			}
+			defer nc.Close()
+			streams, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{})
+			if err != nil {
+				return r, err
+			}
+			kv, err := kvstore.Open(ctx, js, kvstore.Config{})
+			if err != nil {
+				return r, err
+			}
+			w, err := lanes.NewWorker(js, streams, kv, lanes.HandlerFunc(func(context.Context, *lanes.Turn) (*lanes.Outcome, error) {
+				return &lanes.Outcome{}, nil
+			}), lanes.Config{ID: id, Concurrency: o.concurrency, Logger: zerolog.Nop()})
+			if err != nil {
+				return r, err
+			}
+			statsFns = append(statsFns, w.Stats().Turns.Load)
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = w.Run(ctx) }()
+			continue
+		}
+		m, err := fleet.Start(ctx, fleet.Config{NATSURL: url, WorkerID: id, Concurrency: o.concurrency, Logger: zerolog.Nop()})
+		if err != nil {
+			return r, err
+		}
+		statsFns = append(statsFns, m.Worker.Stats().Turns.Load)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = m.Run(ctx) }()
+	}
+	nc, js, err := connect(url)
+	if err != nil {
+		return r, err
+	}
+	defer nc.Close()
+	start := time.Now()
+	if err := publishAsync(js, n, o.sessions, func(s int) string { return events.InboundPrefix + "s" + strconv.Itoa(s) }); err != nil {
+		return r, err
+	}
+	in, err := js.Stream(ctx, events.InboundStream)
+	if err != nil {
+		return r, err
+	}
+	for {
+		info, err := in.Info(ctx)
+		if err == nil && info.State.Msgs == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	el := time.Since(start)
+	var done int64
+	for _, f := range statsFns {
+		done += f()
+	}
+	r.rate = float64(n) / el.Seconds()
+	if noop {
+		r.note = fmt.Sprintf("(%v)", el.Round(time.Millisecond))
+	} else {
+		r.note = fmt.Sprintf("(%v, %d turns counted)", el.Round(time.Millisecond), done)
+	}
+	return r, nil
+}
+
+type latencies struct{ first, final, pub []time.Duration }
+
+// latency offers o.latencyRate turns/s to one worker and records, per run,
+// publish→first event and publish→final event as a core subscriber sees them.
+func latency(o options) (latencies, error) {
+	var lat latencies
+	s, stop, err := startServer(o)
+	if err != nil {
+		return lat, err
+	}
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := fleet.Start(ctx, fleet.Config{NATSURL: s.ClientURL(), WorkerID: "lat", Concurrency: o.concurrency, Logger: zerolog.Nop()})
+	if err != nil {
+		return lat, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	nc, js, err := connect(s.ClientURL())
+	if err != nil {
+		return lat, err
+	}
+	defer nc.Close()
+	type times struct{ first, final time.Time }
+	var mu sync.Mutex
+	seen := map[string]*times{}
+	finals := make(chan struct{}, o.latencyN)
+	sub, err := nc.Subscribe(events.EventPrefix+">", func(msg *nats.Msg) {
+		now := time.Now()
+		mu.Lock()
+		tm := seen[msg.Subject]
+		if tm == nil {
+			tm = &times{first: now}
+			seen[msg.Subject] = tm
+		}
+		final := msg.Header.Get(events.HeaderStream) == events.StreamFinal
+		if final {
+			tm.final = now
+		}
+		mu.Unlock()
+		if final {
+			finals <- struct{}{}
+		}
+	})
+	if err != nil {
+		return lat, err
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	// Warm up the lanes' streams before measuring.
+	if _, err := js.Stream(ctx, events.InboundStream); err != nil {
+		return lat, err
+	}
+	interval := time.Second / time.Duration(o.latencyRate)
+	sent := map[string]time.Time{}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for i := range o.latencyN {
+		<-tick.C
+		subj := events.InboundPrefix + "lat" + strconv.Itoa(i%1000)
+		msg := nats.NewMsg(subj)
+		msg.Data = payload(i)
+		msg.Header.Set(events.HeaderContentType, events.ContentMsgpack)
+		t0 := time.Now()
+		ack, err := js.PublishMsg(ctx, msg)
+		if err != nil {
+			return lat, err
+		}
+		lat.pub = append(lat.pub, time.Since(t0))
+		sent[events.EventPrefix+"lat"+strconv.Itoa(i%1000)+"."+strconv.FormatUint(ack.Sequence, 10)] = t0
+	}
+	deadline := time.After(2 * time.Minute)
+	for range o.latencyN {
+		select {
+		case <-finals:
+		case <-deadline:
+			return lat, fmt.Errorf("not every run finished")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for subj, t0 := range sent {
+		tm := seen[subj]
+		if tm == nil {
+			continue
+		}
+		lat.first = append(lat.first, tm.first.Sub(t0))
+		lat.final = append(lat.final, tm.final.Sub(t0))
+	}
+	return lat, nil
+}
+
+func ms(d []time.Duration, p int) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := min(len(s)-1, len(s)*p/100)
+	return float64(s[i].Microseconds()) / 1000
+}
