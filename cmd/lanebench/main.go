@@ -244,8 +244,8 @@ func rawConsume(o options, n int) (result, error) {
 	return r, nil
 }
 
-// lanesRate runs workers end to end: publishing starts with the workers
-// running; the clock stops when the fleet has drained.
+// lanesRate drains a published backlog of n messages over o.sessions lanes:
+// the clock starts with the workers and stops when the fleet has drained.
 func lanesRate(o options, workers int, noop bool) (result, error) {
 	n := o.sessions * o.turns
 	r := result{name: fmt.Sprintf("lanes, no-op handler, %d worker(s)", workers)}
@@ -261,24 +261,38 @@ func lanesRate(o options, workers int, noop bool) (result, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
+	// The backlog is published first (its rate is the publish baseline);
+	// the clock runs from the workers' start until the lanes are drained.
+	nc, js, err := connect(url)
+	if err != nil {
+		return r, err
+	}
+	defer nc.Close()
+	if _, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{}); err != nil {
+		return r, err
+	}
+	if err := publishAsync(js, n, o.sessions, func(s int) string { return events.InboundPrefix + "s" + strconv.Itoa(s) }); err != nil {
+		return r, err
+	}
+	start := time.Now()
 	var statsFns []func() int64
 	for i := range workers {
 		id := "b" + strconv.Itoa(i)
 		if noop {
-			nc, js, err := connect(url)
+			wnc, wjs, err := connect(url)
 			if err != nil {
 				return r, err
 			}
-			defer nc.Close()
-			streams, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{})
+			defer wnc.Close()
+			streams, err := lanes.EnsureStreams(ctx, wjs, lanes.StreamConfig{})
 			if err != nil {
 				return r, err
 			}
-			kv, err := kvstore.Open(ctx, js, kvstore.Config{})
+			kv, err := kvstore.Open(ctx, wjs, kvstore.Config{})
 			if err != nil {
 				return r, err
 			}
-			w, err := lanes.NewWorker(js, streams, kv, lanes.HandlerFunc(func(context.Context, *lanes.Turn) (*lanes.Outcome, error) {
+			w, err := lanes.NewWorker(wjs, streams, kv, lanes.HandlerFunc(func(context.Context, *lanes.Turn) (*lanes.Outcome, error) {
 				return &lanes.Outcome{}, nil
 			}), lanes.Config{ID: id, Concurrency: o.concurrency, Logger: zerolog.Nop()})
 			if err != nil {
@@ -296,15 +310,6 @@ func lanesRate(o options, workers int, noop bool) (result, error) {
 		statsFns = append(statsFns, m.Worker.Stats().Turns.Load)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = m.Run(ctx) }()
-	}
-	nc, js, err := connect(url)
-	if err != nil {
-		return r, err
-	}
-	defer nc.Close()
-	start := time.Now()
-	if err := publishAsync(js, n, o.sessions, func(s int) string { return events.InboundPrefix + "s" + strconv.Itoa(s) }); err != nil {
-		return r, err
 	}
 	in, err := js.Stream(ctx, events.InboundStream)
 	if err != nil {
