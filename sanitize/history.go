@@ -97,7 +97,8 @@ func (r *Result) Messages(s Stage) []message.Message {
 // The sanitized stage: inter-session annotation; image and content
 // sanitising (with transcript-wide tool-call id rewriting in full mode);
 // thinking-block dropping (Copilot Claude); malformed tool-call removal;
-// pairing repair; tool-result details stripped; usage before the last
+// pairing repair; new ids for call ids reused across messages (when ids are
+// rewritten); tool-result details stripped; usage before the last
 // compaction zeroed; OpenAI reasoning-only thinking dropped for the Responses
 // APIs; a model snapshot entry when the model changed; a bootstrap user turn
 // for Google APIs when the history starts with an assistant message.
@@ -126,6 +127,10 @@ func Prepare(req Request) Result {
 	msgs, _ = repairToolCallInputs(msgs, newAllowSet(req.AllowedToolNames), true)
 	if pol.RepairToolUseResultPairing {
 		msgs, _ = RepairPairing(msgs, now)
+	}
+	if pol.SanitizeMode == ModeFull && pol.SanitizeToolCallIDs && pol.ToolCallIDMode != "" {
+		// Providers whose ids are rewritten also reject duplicate ids.
+		msgs = uniqueCallIDs(msgs, pol.ToolCallIDMode, true)
 	}
 	msgs = stripToolResultDetails(msgs, true)
 	msgs = zeroStaleUsage(msgs, true)

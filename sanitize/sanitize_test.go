@@ -529,3 +529,49 @@ func TestPrepareIsIdempotent(t *testing.T) {
 		}
 	}
 }
+
+func TestPrepareReusedCallIDBecomesUnique(t *testing.T) {
+	t.Parallel()
+	in := `[{"role":"user","content":"a"},
+		{"role":"assistant","content":[{"type":"toolCall","id":"call_1","name":"read","arguments":{}}],"stopReason":"toolUse"},
+		{"role":"toolResult","toolCallId":"call_1","toolName":"read","content":[{"type":"text","text":"first"}],"isError":false},
+		{"role":"user","content":"again"},
+		{"role":"assistant","content":[{"type":"toolCall","id":"call_1","name":"read","arguments":{}}],"stopReason":"toolUse"},
+		{"role":"toolResult","toolCallId":"call_1","toolName":"read","content":[{"type":"text","text":"second"}],"isError":false},
+		{"role":"assistant","content":[{"type":"toolCall","id":"call_1","name":"read","arguments":{}}],"stopReason":"toolUse"}]`
+	for _, tt := range []struct {
+		target [3]string
+		unique bool
+	}{
+		{[3]string{"anthropic", "anthropic-messages", "claude-opus-4-6"}, true},
+		{[3]string{"mistral", "openai-completions", "mistral-large"}, true},
+		// Kimi reuses its own ids across turns; they are left alone.
+		{[3]string{"moonshot", "openai-completions", "kimi-k2.5"}, false},
+	} {
+		res := Prepare(Request{Provider: tt.target[0], API: tt.target[1], ModelID: tt.target[2], Now: testNow, Messages: parse(t, in)})
+		var calls, results []string
+		for _, m := range res.Final {
+			for _, b := range m.ToolCalls() {
+				calls = append(calls, b.ID)
+			}
+			if m.Role == message.RoleToolResult {
+				results = append(results, m.ToolCallID)
+			}
+		}
+		if !reflect.DeepEqual(calls, results) || len(calls) != 3 {
+			t.Errorf("%s: calls %v, results %v", tt.target[0], calls, results)
+		}
+		distinct := calls[0] != calls[1] && calls[1] != calls[2] && calls[0] != calls[2]
+		if distinct != tt.unique {
+			t.Errorf("%s: ids %v, want unique=%v", tt.target[0], calls, tt.unique)
+		}
+		if res.Final[3].Content.Text() != "second" && res.Final[5].Content.Text() != "second" {
+			t.Errorf("%s: the second result was lost", tt.target[0])
+		}
+		for _, id := range calls {
+			if tt.unique && !ValidID(id, PolicyFor(tt.target[0], tt.target[1], tt.target[2]).ToolCallIDMode) {
+				t.Errorf("%s: invalid id %q", tt.target[0], id)
+			}
+		}
+	}
+}
