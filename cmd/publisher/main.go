@@ -120,6 +120,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			opts = append(opts, lanefleet.WithImage(mt, data))
 		}
+		// Say what is wrong with the message before touching the network.
+		if err := events.ValidateKey(c.session); err != nil {
+			return fmt.Errorf("send: --session: %w", err)
+		}
+		check := events.Inbound{Text: text, Mode: *mode, Model: *model, Thinking: *thinking}
+		if len(images) > 0 {
+			check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
+		}
+		if err := check.Validate(); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
 		cl, err := c.connect()
 		if err != nil {
 			return err
@@ -161,6 +172,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if c.session == "" {
 			return errors.New("history: --session is required")
+		}
+		if err := events.ValidateKey(c.session); err != nil {
+			return fmt.Errorf("history: --session: %w", err)
 		}
 		cl, err := c.connect()
 		if err != nil {

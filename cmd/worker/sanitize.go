@@ -1,11 +1,14 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"io"
+
+	"github.com/lanefleet/lanefleet/sanitize/sanitizecmd"
 )
 
-// sanitize is wired to the sanitize package's command once it lands.
+// sanitize runs `worker sanitize`: it prints the history a provider would be
+// sent, so users can see why a provider rejects theirs.
 func sanitize(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	return errors.New("sanitize: not available in this build yet")
+	return sanitizecmd.Run(context.Background(), args, stdin, stdout, stderr)
 }

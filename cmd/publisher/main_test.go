@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+func startFleet(t *testing.T) string {
+	t.Helper()
+	srv := natstest.Start(t)
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return srv.URL
+}
+
+func publisher(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = run(ctx, args, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func TestSendFollowsTheReply(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	out, _, err := publisher(t, "send", "--nats-url", url, "--session", "agent:main:dm:7", "hello", "there")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "echo: hello there\n" {
+		t.Fatalf("stdout = %q", out)
+	}
+	// --json prints one event per line, ending with the final event.
+	out, _, err = publisher(t, "send", "--json", "--nats-url", url, "--session", "agent:main:dm:7", "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var last struct {
+		Stream string `json:"stream"`
+		Seq    int    `json:"seq"`
+		Data   struct {
+			Result struct {
+				Payloads []struct{ Text string } `json:"payloads"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last.Stream != "final" || last.Data.Result.Payloads[0].Text != "echo: again" || last.Seq != len(lines) {
+		t.Fatalf("last line = %+v of %d lines", last, len(lines))
+	}
+	out, _, err = publisher(t, "history", "--nats-url", url, "--session", "agent:main:dm:7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "user: hello there\nassistant (scripted/echo): echo: hello there\nuser: again\nassistant (scripted/echo): echo: again\n"
+	if out != want {
+		t.Fatalf("history =\n%s\nwant\n%s", out, want)
+	}
+	// History as pi session JSONL.
+	out, _, err = publisher(t, "history", "--json", "--nats-url", url, "--session", "agent:main:dm:7")
+	if err != nil || strings.Count(out, `"type":"message"`) != 4 {
+		t.Fatalf("jsonl history = %q, %v", out, err)
+	}
+}
+
+func TestRunErrorExitsNonZero(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	script := `#script {"replies":[{"error":{"status":429,"message":"rate limited, slow down"}}]}`
+	_, stderr, err := publisher(t, "send", "--nats-url", url, "--session", "s", "--model", "scripted/script", script)
+	if !errors.Is(err, errReported) || !strings.Contains(stderr, "error (provider_error)") {
+		t.Fatalf("err = %v, stderr = %q", err, stderr)
+	}
+}
+
+func TestClearErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"nats unreachable", []string{"send", "--nats-url", "nats://127.0.0.1:1", "--session", "a", "hi"}, "cannot reach NATS"},
+		{"no session", []string{"send", "hi"}, "--session is required"},
+		{"unknown command", []string{"shout"}, `unknown command "shout"`},
+		{"bad mode", []string{"send", "--nats-url", "nats://127.0.0.1:1", "--session", "a", "--mode", "sideways", "hi"}, "unknown queue mode"},
+		{"key too long", []string{"history", "--nats-url", "nats://127.0.0.1:1", "--session", strings.Repeat("k", 300)}, "longer than 256 bytes"},
+		{"empty text", []string{"send", "--nats-url", "nats://127.0.0.1:1", "--session", "a", " "}, "text: empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := publisher(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidationBeforeSending(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	for _, args := range [][]string{
+		{"send", "--nats-url", url, "--session", "a", "--mode", "sideways", "hi"},
+		{"send", "--nats-url", url, "--session", "a", ""},
+		{"send", "--nats-url", url, "--session", strings.Repeat("k", 300), "hi"},
+	} {
+		if _, _, err := publisher(t, args...); err == nil {
+			t.Fatalf("%v: no error", args)
+		}
+	}
+}
