@@ -21,7 +21,8 @@
 // plain-string contents, a plain-string tool result becomes a text block
 // instead of being emptied, the pairing repair also orders and de-duplicates
 // results at the end of a transcript, and a call id reused by a later
-// assistant message keeps that message's result.
+// assistant message keeps that message's result (and, for providers whose ids
+// are rewritten, gets a fresh id: see UniqueCallIDs).
 //
 // The package is pure: it imports no NATS and does no I/O.
 package sanitize
