@@ -4,11 +4,13 @@ import (
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/anthropic"
 	"github.com/lanefleet/lanefleet/provider/catalog"
+	"github.com/lanefleet/lanefleet/provider/google"
 	"github.com/lanefleet/lanefleet/provider/openai"
 )
 
 // addAdapters registers the adapters besides Chat Completions.
 func addAdapters(m map[string]provider.Provider, cfg Config) {
 	m[catalog.APIAnthropicMessages] = anthropic.New(anthropic.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now})
+	m[catalog.APIGoogleGenerativeAI] = google.New(google.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now})
 	m[catalog.APIOpenAIResponses] = openai.NewResponses(openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now})
 }

@@ -1,0 +1,381 @@
+// Package google adapts the Gemini API ("google-generative-ai",
+// streamGenerateContent with alt=sse) to provider.Provider.
+//
+// The request body is built from genai's wire types where they match the
+// REST format (function declarations, thinking config); the POST and the
+// SSE decoding are done here rather than through genai's stream reader,
+// which round-trips every chunk through a map, logs through the global
+// logger and cannot report a stalled body, and whose []byte thought
+// signatures cannot carry Gemini 3's non-base64 skip sentinel. Every
+// failure — an HTTP error, an error chunk, a malformed or truncated stream,
+// a connection reset, a stall — ends as a classified *provider.Error.
+// Thought signatures round-trip on thinking, text and function call parts;
+// Gemini 3 function calls without one get the skip sentinel.
+package google
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/genai"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
+	"github.com/lanefleet/lanefleet/provider/internal/sse"
+	"github.com/lanefleet/lanefleet/provider/internal/stream"
+)
+
+// DefaultBaseURL is the Gemini API base URL (with API version) used when a
+// model has none.
+const DefaultBaseURL = "https://generativelanguage.googleapis.com/v1beta"
+
+// Config configures the adapter. The zero value is usable.
+type Config struct {
+	// HTTPClient sends requests; nil uses a client without an overall
+	// timeout (streams are bounded by IdleTimeout and the context).
+	HTTPClient *http.Client
+	// IdleTimeout abandons a stream that sends nothing for this long;
+	// 0 means 90 s.
+	IdleTimeout time.Duration
+	// Headers are added to every request.
+	Headers map[string]string
+	// Now is the clock for message timestamps and invented call ids;
+	// nil = time.Now.
+	Now func() time.Time
+}
+
+// Adapter streams Gemini generateContent.
+type Adapter struct {
+	cfg Config
+}
+
+// New returns a Gemini adapter.
+func New(cfg Config) *Adapter {
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Adapter{cfg: cfg}
+}
+
+var _ provider.Provider = (*Adapter)(nil)
+
+// Stream sends req and streams the reply (see provider.Provider). Failures
+// return the partial message and a *provider.Error.
+func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	now := a.cfg.Now()
+	b := stream.NewBuilder(req.Model, now, emit)
+	body, err := buildRequest(req)
+	if err != nil {
+		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "google: build request: " + err.Error(), Err: err})
+	}
+	w := stream.NewWatch(ctx, a.cfg.IdleTimeout)
+	defer w.Stop()
+	resp, perr := a.post(ctx, w, req, body)
+	if perr != nil {
+		return b.Fail(perr)
+	}
+	defer resp.Body.Close()
+	b.Start()
+	p := parser{b: b, cur: -1, ids: map[string]bool{}, nowMs: now.UnixMilli()}
+	rd := sse.NewReader(w.Body(resp.Body))
+	for {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			perr := stream.Classify(ctx, w, "google: read stream", err)
+			if p.finish != "" && perr.Reason == provider.ReasonTimeout {
+				break
+			}
+			return b.Fail(perr)
+		}
+		if perr := p.event(ev); perr != nil {
+			return b.Fail(perr)
+		}
+	}
+	if ctx.Err() != nil {
+		return b.Fail(stream.Classify(ctx, w, "google", ctx.Err()))
+	}
+	switch genai.FinishReason(p.finish) {
+	case "":
+		return b.Fail(stream.Protocol("google: stream ended before a finishReason"))
+	case genai.FinishReasonStop:
+		if b.HasToolCalls() {
+			return b.Done(message.StopToolUse), nil
+		}
+		return b.Done(message.StopStop), nil
+	case genai.FinishReasonMaxTokens:
+		return b.Done(message.StopLength), nil
+	case genai.FinishReasonMalformedFunctionCall, genai.FinishReasonUnexpectedToolCall:
+		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "google: finish reason " + p.finish + p.finishMessage()})
+	}
+	return b.Fail(&provider.Error{Reason: provider.ReasonUnknown, Message: "google: finish reason " + p.finish + p.finishMessage()})
+}
+
+// endpoint splits a base URL into the host part and API version.
+func endpoint(base string) string {
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	base = strings.TrimRight(base, "/")
+	if !strings.HasSuffix(base, "/v1beta") && !strings.HasSuffix(base, "/v1") && !strings.HasSuffix(base, "/v1alpha") {
+		base += "/v1beta"
+	}
+	return base
+}
+
+func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Request, body []byte) (*http.Response, *provider.Error) {
+	u := endpoint(req.Model.BaseURL) + "/models/" + url.PathEscape(req.Model.ID) + ":streamGenerateContent?alt=sse"
+	hr, err := http.NewRequestWithContext(w.Context(), http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: "google: " + err.Error(), Err: err}
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", "text/event-stream")
+	if k := req.APIKey.Reveal(); k != "" {
+		hr.Header.Set("x-goog-api-key", k)
+	}
+	for k, v := range a.cfg.Headers {
+		hr.Header.Set(k, v)
+	}
+	resp, err := a.cfg.HTTPClient.Do(hr)
+	if err != nil {
+		pe := stream.Classify(ctx, w, "google: send request", err)
+		return nil, scrub(pe, req.APIKey)
+	}
+	if resp.StatusCode >= 400 {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		_ = resp.Body.Close()
+		return nil, failover.FromHTTP(resp.StatusCode, resp.Header, raw, errors.New(resp.Status), a.cfg.Now())
+	}
+	return resp, nil
+}
+
+func scrub(e *provider.Error, key provider.Secret) *provider.Error {
+	k := key.Reveal()
+	if k == "" || !strings.Contains(e.Error(), k) && (e.Err == nil || !strings.Contains(e.Err.Error(), k)) {
+		return e
+	}
+	c := *e
+	c.Message = strings.ReplaceAll(c.Message, k, "[redacted]")
+	if c.Err != nil {
+		c.Err = errors.New(strings.ReplaceAll(c.Err.Error(), k, "[redacted]"))
+	}
+	return &c
+}
+
+type chunk struct {
+	Candidates []struct {
+		Content *struct {
+			Parts []struct {
+				Text             *string `json:"text"`
+				Thought          bool    `json:"thought"`
+				ThoughtSignature string  `json:"thoughtSignature"`
+				FunctionCall     *struct {
+					ID   string          `json:"id"`
+					Name string          `json:"name"`
+					Args json.RawMessage `json:"args"`
+				} `json:"functionCall"`
+			} `json:"parts"`
+		} `json:"content"`
+		FinishReason  string `json:"finishReason"`
+		FinishMessage string `json:"finishMessage"`
+	} `json:"candidates"`
+	UsageMetadata *struct {
+		PromptTokenCount        int64 `json:"promptTokenCount"`
+		CandidatesTokenCount    int64 `json:"candidatesTokenCount"`
+		ThoughtsTokenCount      int64 `json:"thoughtsTokenCount"`
+		CachedContentTokenCount int64 `json:"cachedContentTokenCount"`
+		TotalTokenCount         int64 `json:"totalTokenCount"`
+	} `json:"usageMetadata"`
+	PromptFeedback *struct {
+		BlockReason string `json:"blockReason"`
+	} `json:"promptFeedback"`
+	Error json.RawMessage `json:"error"`
+}
+
+type parser struct {
+	b       *stream.Builder
+	cur     int
+	curKind string
+	ids     map[string]bool
+	counter int
+	nowMs   int64
+	finish  string
+	finMsg  string
+}
+
+func (p *parser) finishMessage() string {
+	if p.finMsg == "" {
+		return ""
+	}
+	return ": " + p.finMsg
+}
+
+func (p *parser) event(ev sse.Event) *provider.Error {
+	if len(ev.Name) > 0 && string(ev.Name) != "message" {
+		return stream.Protocol("google: unknown event type %q", ev.Name)
+	}
+	data := bytes.TrimSpace(ev.Data)
+	if len(data) == 0 {
+		return nil
+	}
+	if p.fastText(data) {
+		return nil
+	}
+	var c chunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return stream.Protocol("google: malformed chunk: %v", err)
+	}
+	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
+		return failover.FromStream(data, errors.New("google: error in stream"))
+	}
+	if c.PromptFeedback != nil && c.PromptFeedback.BlockReason != "" && len(c.Candidates) == 0 {
+		return &provider.Error{Reason: provider.ReasonUnknown, Message: "google: prompt blocked: " + c.PromptFeedback.BlockReason}
+	}
+	if u := c.UsageMetadata; u != nil {
+		p.b.SetUsage(message.Usage{
+			Input:       max(u.PromptTokenCount-u.CachedContentTokenCount, 0),
+			Output:      u.CandidatesTokenCount + u.ThoughtsTokenCount,
+			CacheRead:   u.CachedContentTokenCount,
+			TotalTokens: u.TotalTokenCount,
+		})
+	}
+	if len(c.Candidates) == 0 {
+		return nil
+	}
+	cand := c.Candidates[0]
+	if cand.Content != nil {
+		for _, part := range cand.Content.Parts {
+			switch {
+			case part.FunctionCall != nil:
+				p.endCurrent()
+				fc := part.FunctionCall
+				id := fc.ID
+				if id == "" || p.ids[id] {
+					p.counter++
+					id = fmt.Sprintf("%s_%d_%d", fc.Name, p.nowMs, p.counter)
+				}
+				p.ids[id] = true
+				i := p.b.BeginToolCall(id, fc.Name)
+				p.b.Block(i).ThoughtSignature = part.ThoughtSignature
+				if len(fc.Args) > 0 && !bytes.Equal(fc.Args, []byte("null")) {
+					p.b.Append(i, string(fc.Args))
+				}
+				p.b.End(i)
+			case part.Text != nil:
+				kind := message.BlockText
+				if part.Thought {
+					kind = message.BlockThinking
+				}
+				if *part.Text == "" && part.ThoughtSignature == "" {
+					continue
+				}
+				i := p.switchTo(kind)
+				p.b.Append(i, *part.Text)
+				if part.ThoughtSignature != "" {
+					blk := p.b.Block(i)
+					if kind == message.BlockThinking {
+						blk.ThinkingSignature = part.ThoughtSignature
+					} else {
+						blk.TextSignature = part.ThoughtSignature
+					}
+				}
+			}
+		}
+	}
+	if cand.FinishReason != "" {
+		p.finish = cand.FinishReason
+		p.finMsg = cand.FinishMessage
+	}
+	return nil
+}
+
+var (
+	textKey      = []byte(`"text"`)
+	usageKey     = []byte(`"usageMetadata"`)
+	slowNeedles  = [][]byte{[]byte(`"thought`), []byte(`"functionCall"`), []byte(`"finishReason"`), []byte(`"error"`), []byte(`"promptFeedback"`), []byte(`"candidates": []`), []byte(`"candidates":[]`)}
+	usageFields  = []string{"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "cachedContentTokenCount", "totalTokenCount"}
+	quotedFields = func() [][]byte {
+		out := make([][]byte, len(usageFields))
+		for i, f := range usageFields {
+			out[i] = []byte(`"` + f + `"`)
+		}
+		return out
+	}()
+)
+
+// fastText applies a chunk that carries one plain text part (and maybe
+// usage) without reflection; false means the chunk needs the full decoder.
+func (p *parser) fastText(data []byte) bool {
+	if bytes.Count(data, textKey) != 1 {
+		return false
+	}
+	for _, n := range slowNeedles {
+		if bytes.Contains(data, n) {
+			return false
+		}
+	}
+	var counts [5]int64
+	hasUsage := bytes.Contains(data, usageKey)
+	if hasUsage {
+		for i, f := range usageFields {
+			if !bytes.Contains(data, quotedFields[i]) {
+				continue
+			}
+			n, ok := jsonfast.Int(data, f)
+			if !ok {
+				return false
+			}
+			counts[i] = int64(n)
+		}
+	}
+	text, ok := jsonfast.Str(data, "text")
+	if !ok {
+		return false
+	}
+	if hasUsage {
+		p.b.SetUsage(message.Usage{
+			Input: max(counts[0]-counts[3], 0), Output: counts[1] + counts[2], CacheRead: counts[3], TotalTokens: counts[4],
+		})
+	}
+	if text != "" {
+		p.b.Append(p.switchTo(message.BlockText), text)
+	}
+	return true
+}
+
+func (p *parser) endCurrent() {
+	if p.cur >= 0 {
+		p.b.End(p.cur)
+		p.cur = -1
+	}
+}
+
+func (p *parser) switchTo(kind string) int {
+	if p.cur >= 0 && p.curKind == kind && p.b.IsOpen(p.cur) {
+		return p.cur
+	}
+	p.endCurrent()
+	if kind == message.BlockThinking {
+		p.cur = p.b.BeginThinking()
+	} else {
+		p.cur = p.b.BeginText()
+	}
+	p.curKind = kind
+	return p.cur
+}
