@@ -1,0 +1,150 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/scripted"
+)
+
+type sink struct {
+	mu  sync.Mutex
+	evs []events.Event
+}
+
+func (s *sink) Emit(stream string, d events.EventData) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evs = append(s.evs, events.Event{Stream: stream, Data: d})
+}
+
+type resolver struct{ p *scripted.Provider }
+
+func (r resolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
+	p, id, _ := strings.Cut(ref, "/")
+	if p != "scripted" {
+		return provider.Model{Provider: p, ID: id}, nil, errors.New("no such provider")
+	}
+	return scripted.Model(id), r.p, nil
+}
+
+func newRunner(t *testing.T) *Runner {
+	t.Helper()
+	now := time.UnixMilli(1750000000000)
+	r, err := New(Config{Resolver: resolver{scripted.New(scripted.Config{})}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestEchoTurn(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t)
+	prev := "abcd1234"
+	history := []message.Entry{{Type: message.EntryMessage, ID: prev, Message: &message.Message{Role: message.RoleUser, Content: message.PlainText("earlier")}}}
+	s := &sink{}
+	out, err := r.Run(t.Context(), Input{SessionID: "sid", RunID: "7", Inbound: &events.Inbound{Text: "hi there"}, History: history}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Entries) != 2 || *out.Entries[0].ParentID != prev || *out.Entries[1].ParentID != out.Entries[0].ID {
+		t.Fatalf("entries not chained: %+v", out.Entries)
+	}
+	res := out.Result
+	if len(res.Payloads) != 1 || res.Payloads[0].Text != "echo: hi there" || res.Meta.Error != nil {
+		t.Fatalf("result = %+v", res)
+	}
+	am := res.Meta.AgentMeta
+	if am.SessionID != "sid" || am.Provider != "scripted" || am.Model != "echo" || am.Usage == nil || am.LastCallUsage == nil || am.PromptTokens == 0 {
+		t.Fatalf("agent meta = %+v", am)
+	}
+	var text string
+	for _, e := range s.evs {
+		if e.Stream == events.StreamAssistant {
+			text = e.Data.Text
+		}
+	}
+	if text != "echo: hi there" || s.evs[len(s.evs)-1].Data.Phase != events.PhaseEnd {
+		t.Fatalf("events = %+v", s.evs)
+	}
+}
+
+func TestTurnOutcomes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		in        events.Inbound
+		kind      string // expected Meta.Error.Kind, "" for success
+		entries   int
+		wantText  string
+		stopReson string
+	}{
+		{"provider error is a finished turn with an error payload",
+			events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"error":{"status":429,"message":"429 Too Many Requests: rate limit"}}]}`},
+			"provider_error", 2, "", "error"},
+		{"tool calls without tools get error results and the loop goes on",
+			events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"toolCalls":[{"name":"read"},{"name":"exec"}]},{"text":"gave up"}]}`},
+			"", 5, "gave up", "stop"},
+		{"unknown model", events.Inbound{Model: "nowhere/model", Text: "hi"}, "model_not_found", 1, "", ""},
+		{"endless tool loop hits the iteration cap",
+			events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"toolCalls":[{"name":"again"}]}]}`},
+			"retry_limit", 1 + 2*32, "", "toolUse"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := newRunner(t).Run(t.Context(), Input{Inbound: &tt.in}, &sink{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := out.Result
+			if (res.Meta.Error == nil) != (tt.kind == "") || (res.Meta.Error != nil && res.Meta.Error.Kind != tt.kind) {
+				t.Fatalf("error = %+v, want kind %q", res.Meta.Error, tt.kind)
+			}
+			if len(out.Entries) != tt.entries {
+				t.Fatalf("%d entries, want %d", len(out.Entries), tt.entries)
+			}
+			if tt.wantText != "" && res.Payloads[0].Text != tt.wantText {
+				t.Fatalf("payloads = %+v", res.Payloads)
+			}
+			if tt.kind != "" && (len(res.Payloads) == 0 || !res.Payloads[len(res.Payloads)-1].IsError) {
+				t.Fatalf("error run without an error payload: %+v", res.Payloads)
+			}
+			if res.Meta.StopReason != tt.stopReson {
+				t.Fatalf("stopReason = %q, want %q", res.Meta.StopReason, tt.stopReson)
+			}
+		})
+	}
+}
+
+func TestRateLimitUserText(t *testing.T) {
+	t.Parallel()
+	in := events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"error":{"status":429,"message":"429 rate limit exceeded"}}]}`}
+	out, err := newRunner(t).Run(t.Context(), Input{Inbound: &in}, &sink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The user sees the reference's friendly rate-limit text, not the raw error.
+	p := out.Result.Payloads[0]
+	if !p.IsError || p.Text == "429 rate limit exceeded" || !strings.Contains(strings.ToLower(p.Text), "rate") {
+		t.Fatalf("payload = %+v", p)
+	}
+}
+
+func TestCancelledTurnIsRetried(t *testing.T) {
+	t.Parallel()
+	r, _ := New(Config{Resolver: resolver{scripted.New(scripted.Config{Delay: time.Second})}})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := r.Run(ctx, Input{Inbound: &events.Inbound{Text: "slow"}}, &sink{}); err == nil {
+		t.Fatal("a cancelled turn must return an error so the lane retries it")
+	}
+}
