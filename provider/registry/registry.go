@@ -169,6 +169,7 @@ type keyed struct {
 	next provider.Provider
 }
 
+// Stream fills the API key from the environment and calls the adapter.
 func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	if req.APIKey == "" {
 		key, ok := k.r.APIKey(req.Model.Provider)

@@ -302,6 +302,7 @@ type watchedBody struct {
 	w  *Watch
 }
 
+// Read reads from the body and restarts the idle timer on progress.
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
@@ -310,6 +311,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the body.
 func (b *watchedBody) Close() error { return b.rc.Close() }
 
 // Classify turns a failure of the call into a classified error: aborted when
