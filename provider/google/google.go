@@ -45,7 +45,7 @@ type Config struct {
 	// timeout (streams are bounded by IdleTimeout and the context).
 	HTTPClient *http.Client
 	// IdleTimeout abandons a stream that sends nothing for this long;
-	// 0 means 90 s.
+	// 0 means 5 minutes.
 	IdleTimeout time.Duration
 	// Headers are added to every request.
 	Headers map[string]string

@@ -33,7 +33,7 @@ type Config struct {
 	// timeout (streams are bounded by IdleTimeout and the context).
 	HTTPClient *http.Client
 	// IdleTimeout abandons a stream that sends nothing for this long;
-	// 0 means stream.IdleTimeoutDefault (90 s).
+	// 0 means stream.IdleTimeoutDefault (5 min).
 	IdleTimeout time.Duration
 	// Headers are added to every request.
 	Headers map[string]string

@@ -33,7 +33,7 @@ type Config struct {
 	// HTTPClient is shared by the adapters; nil = a client without an
 	// overall timeout.
 	HTTPClient *http.Client
-	// IdleTimeout abandons a silent stream; 0 = 90 s.
+	// IdleTimeout abandons a silent stream; 0 = 5 minutes.
 	IdleTimeout time.Duration
 	// Now is the clock for message timestamps; nil = time.Now.
 	Now func() time.Time

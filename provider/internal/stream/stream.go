@@ -19,8 +19,10 @@ import (
 )
 
 // IdleTimeoutDefault is how long a stream may go without a byte before it is
-// abandoned as stalled.
-const IdleTimeoutDefault = 90 * time.Second
+// abandoned as stalled. It is generous because some endpoints stay silent
+// while a model reasons (Chat Completions sends nothing until the first
+// token).
+const IdleTimeoutDefault = 5 * time.Minute
 
 // ErrStalled is the cancel cause of a request whose body went silent.
 var ErrStalled = errors.New("stream stalled")
@@ -216,8 +218,9 @@ func (b *Builder) Done(stop message.StopReason) message.Message {
 }
 
 // Fail ends the message with err: partial content stays, the stop reason is
-// aborted for ReasonAborted and error otherwise, ErrorMessage is set, and an
-// error event is emitted. It returns the message and err.
+// aborted for ReasonAborted and error otherwise, ErrorMessage is set (the
+// provider's message, prefixed with the HTTP status when there is one), and
+// an error event is emitted. It returns the message and err.
 func (b *Builder) Fail(err *provider.Error) (message.Message, error) {
 	b.Start()
 	b.flush()
@@ -228,6 +231,11 @@ func (b *Builder) Fail(err *provider.Error) (message.Message, error) {
 	b.msg.ErrorMessage = err.Message
 	if b.msg.ErrorMessage == "" {
 		b.msg.ErrorMessage = err.Error()
+	}
+	if err.Status != 0 {
+		// "<status> <message>", as the JavaScript SDKs word HTTP errors, so
+		// text classifiers (failover.FailoverReason, UserText) see the status.
+		b.msg.ErrorMessage = fmt.Sprintf("%d %s", err.Status, b.msg.ErrorMessage)
 	}
 	if b.msg.Usage == nil {
 		b.SetUsage(message.Usage{})

@@ -66,6 +66,10 @@ func TestFail(t *testing.T) {
 	if msg.StopReason != message.StopError || msg.ErrorMessage == "" || msg.Usage == nil {
 		t.Errorf("%+v", msg)
 	}
+	msg, _ = stream.NewBuilder(model, time.Now(), nil).Fail(&provider.Error{Reason: provider.ReasonOverloaded, Status: 529, Message: "Overloaded"})
+	if msg.ErrorMessage != "529 Overloaded" {
+		t.Errorf("error message %q", msg.ErrorMessage)
+	}
 }
 
 type blockingBody struct{ ctx context.Context }
