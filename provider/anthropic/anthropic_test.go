@@ -1,6 +1,7 @@
 package anthropic_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -316,6 +317,20 @@ func TestBrokenConnections(t *testing.T) {
 		srv := wiretest.Reset(t, prefix)
 		msg, err := anthropic.New(anthropic.Config{}).Stream(t.Context(), &provider.Request{Model: model(srv.URL, "x")}, nil)
 		if provider.ReasonOf(err) != provider.ReasonTimeout || msg.Content.Text() != "partial" {
+			t.Errorf("%v %+v", err, msg)
+		}
+	})
+	t.Run("abort", func(t *testing.T) {
+		t.Parallel()
+		srv := wiretest.Stall(t, prefix)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		msg, err := anthropic.New(anthropic.Config{}).Stream(ctx, &provider.Request{Model: model(srv.URL, "x")}, func(e provider.Event) {
+			if e.Type == provider.EventTextDelta {
+				cancel()
+			}
+		})
+		if provider.ReasonOf(err) != provider.ReasonAborted || msg.StopReason != message.StopAborted || msg.Content.Text() != "partial" {
 			t.Errorf("%v %+v", err, msg)
 		}
 	})

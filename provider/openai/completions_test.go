@@ -225,6 +225,29 @@ func TestCompletionsCompat(t *testing.T) {
 			t.Errorf("history with tool calls needs tools: [] (got %v)", body["tools"])
 		}
 	})
+	t.Run("same-model reasoning replay", func(t *testing.T) {
+		t.Parallel()
+		srv := wiretest.ServeBody(t, 200, "text/event-stream", reply, 0)
+		m := chatModel(srv.URL, "openrouter", "google/gemini-2.5-pro")
+		m.Reasoning = true
+		enc := `{"type":"reasoning.encrypted","id":"call_1","data":"ENC"}`
+		hist := []message.Message{
+			message.User("q", 1),
+			{Role: message.RoleAssistant, API: m.API, Provider: m.Provider, Model: m.ID, StopReason: message.StopToolUse,
+				Content: message.BlocksOf(message.Thinking("why", "reasoning"),
+					message.Block{Type: message.BlockToolCall, ID: "call_1", Name: "read", Arguments: map[string]any{}, ThoughtSignature: enc})},
+			{Role: message.RoleToolResult, ToolCallID: "call_1", ToolName: "read", Content: message.BlocksOf(message.Text("r"))},
+		}
+		_, err := openai.NewCompletions(openai.Config{}).Stream(t.Context(), &provider.Request{Model: m, Messages: hist}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asst := decode(t, srv.Last(t).Body)["messages"].([]any)[1].(map[string]any)
+		det, _ := asst["reasoning_details"].([]any)
+		if asst["reasoning"] != "why" || len(det) != 1 || det[0].(map[string]any)["data"] != "ENC" {
+			t.Errorf("assistant %v", asst)
+		}
+	})
 	t.Run("ollama without key", func(t *testing.T) {
 		t.Parallel()
 		srv := wiretest.ServeBody(t, 200, "text/event-stream", reply, 0)

@@ -2,7 +2,9 @@ package openai_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +192,49 @@ func BenchmarkResponsesStream(b *testing.B) {
 		if err != nil || len(msg.Content.Blocks) != 1 {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestResponsesHTTPErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status int
+		hdr    map[string]string
+		body   string
+		reason provider.Reason
+		retry  time.Duration
+	}{
+		{400, nil, `{"error":{"message":"Your input exceeds the context window of this model.","type":"invalid_request_error","code":"context_length_exceeded"}}`, provider.ReasonContextOverflow, 0},
+		{401, nil, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`, provider.ReasonAuthPermanent, 0},
+		{429, map[string]string{"Retry-After": "3"}, `{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}`, provider.ReasonRateLimit, 3 * time.Second},
+		{500, nil, `{"error":{"message":"The server had an error","type":"server_error"}}`, provider.ReasonTimeout, 0},
+	} {
+		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
+			t.Parallel()
+			h := map[string]string{"Content-Type": "application/json"}
+			for k, v := range tc.hdr {
+				h[k] = v
+			}
+			srv := wiretest.New(t, func(w http.ResponseWriter, r *http.Request) { wiretest.Reply(w, tc.status, h, []byte(tc.body), 0) })
+			msg, err := openai.NewResponses(openai.Config{}).Stream(t.Context(), &provider.Request{Model: respModel(srv.URL, "gpt-5"), APIKey: "k"}, nil)
+			var pe *provider.Error
+			if !errors.As(err, &pe) || pe.Reason != tc.reason || pe.Status != tc.status || pe.RetryAfter != tc.retry || msg.StopReason != message.StopError {
+				t.Errorf("got %+v", err)
+			}
+		})
+	}
+}
+
+func TestResponsesAbort(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.Stall(t, []byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"partial\"}\n\n"))
+	ctx, cancel := contextWithCancel(t)
+	msg, err := openai.NewResponses(openai.Config{}).Stream(ctx, &provider.Request{Model: respModel(srv.URL, "gpt-5")}, func(e provider.Event) {
+		if e.Type == provider.EventTextDelta {
+			cancel()
+		}
+	})
+	if provider.ReasonOf(err) != provider.ReasonAborted || msg.StopReason != message.StopAborted || msg.Content.Text() != "partial" {
+		t.Errorf("%v %+v", err, msg)
 	}
 }
