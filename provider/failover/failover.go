@@ -387,7 +387,8 @@ func ClassifyError(err error) provider.Reason {
 
 // StatusOf is the HTTP status the reference attaches to a failover reason
 // (billing 402, rate_limit 429, auth 401, auth_permanent 403, timeout 408,
-// format 400, model_not_found 404); 0 for any other reason.
+// format 400, model_not_found 404), plus overloaded 503 (a Lanefleet
+// reason the reference folds into rate_limit); 0 for any other reason.
 func StatusOf(r provider.Reason) int {
 	switch r {
 	case provider.ReasonBilling:
@@ -404,6 +405,8 @@ func StatusOf(r provider.Reason) int {
 		return 400
 	case provider.ReasonModelNotFound:
 		return 404
+	case provider.ReasonOverloaded:
+		return 503
 	}
 	return 0
 }

@@ -95,7 +95,7 @@ func TestRequest(t *testing.T) {
 			{Role: message.RoleToolResult, ToolCallID: "c1", ToolName: "read", Content: message.BlocksOf(message.Text("R"), message.Image("image/png", "AAAA"))},
 			{Role: message.RoleAssistant, API: "anthropic-messages", Provider: "anthropic", Model: "c", StopReason: message.StopToolUse,
 				Content: message.BlocksOf(message.ToolCall("toolu_1", "read", nil))},
-			{Role: message.RoleToolResult, ToolCallID: "toolu_1", ToolName: "read", IsError: true, Content: message.BlocksOf(message.Text("bad"))},
+			{Role: message.RoleToolResult, ToolCallID: "toolu_1", IsError: true, Content: message.BlocksOf(message.Text("bad"))},
 		}}
 	msg, err := google.New(google.Config{}).Stream(t.Context(), req, nil)
 	if err != nil || msg.Content.Text() != "ok" {
@@ -132,8 +132,8 @@ func TestRequest(t *testing.T) {
 	if sig := body.Contents[3].Parts[0]["thoughtSignature"]; sig != google.SkipSignature {
 		t.Errorf("gemini 3 unsigned call: %v", sig)
 	}
-	if r := body.Contents[4].Parts[0]["functionResponse"].(map[string]any)["response"].(map[string]any); r["error"] != "bad" {
-		t.Errorf("error response %v", r)
+	if fr := body.Contents[4].Parts[0]["functionResponse"].(map[string]any); fr["response"].(map[string]any)["error"] != "bad" || fr["name"] != "read" {
+		t.Errorf("error response without tool name %v", fr)
 	}
 	if body.Tools[0]["functionDeclarations"].([]any)[0].(map[string]any)["parametersJsonSchema"] == nil {
 		t.Errorf("tools %v", body.Tools)

@@ -157,6 +157,7 @@ func buildRequest(req *provider.Request) ([]byte, error) {
 		idFix = normalizeID
 	}
 	msgs := transform.Messages(req.Messages, m, idFix)
+	callNames := map[string]string{} // tool call id → name, for results without a tool name
 	for i := 0; i < len(msgs); i++ {
 		msg := msgs[i]
 		switch msg.Role {
@@ -204,6 +205,7 @@ func buildRequest(req *provider.Request) ([]byte, error) {
 					}
 					parts = append(parts, p)
 				case message.BlockToolCall:
+					callNames[b.ID] = b.Name
 					args := b.Arguments
 					if args == nil {
 						args = map[string]any{}
@@ -249,7 +251,11 @@ func buildRequest(req *provider.Request) ([]byte, error) {
 				if tr.IsError {
 					key = "error"
 				}
-				fr := &apiFunctionResp{Name: tr.ToolName, Response: map[string]any{key: text}}
+				name := tr.ToolName
+				if name == "" {
+					name = callNames[tr.ToolCallID]
+				}
+				fr := &apiFunctionResp{Name: name, Response: map[string]any{key: text}}
 				if sendsCallIDs(m.ID) {
 					fr.ID = tr.ToolCallID
 				}

@@ -52,7 +52,8 @@ func detectCompat(m provider.Model) compat {
 	case p == "zai" || has(url, "z.ai"):
 		c.thinking = thinkZAI
 	case p == "mistral" || has(url, "mistral.ai"):
-		c.toolResultName, c.assistantAfterTool = true, true
+		// Mistral rejects unknown fields and sends usage unasked.
+		c.toolResultName, c.assistantAfterTool, c.usageInStreaming = true, true, false
 	}
 	if !c.openai && isMistralFamily(id) {
 		c.idMode = "mistral"

@@ -199,7 +199,7 @@ func TestCompletionsCompat(t *testing.T) {
 		if msgs[4].(map[string]any)["role"] != "assistant" || msgs[0].(map[string]any)["role"] != "system" {
 			t.Errorf("mistral ordering: %s", srv.Last(t).Body)
 		}
-		if _, ok := body["max_tokens"]; !ok || body["store"] != nil {
+		if _, ok := body["max_tokens"]; !ok || body["store"] != nil || body["stream_options"] != nil {
 			t.Errorf("mistral fields: %s", srv.Last(t).Body)
 		}
 	})
