@@ -160,6 +160,9 @@ func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Reque
 		}
 		return nil, scrub(stream.Classify(ctx, w, "anthropic: send request", err), req.APIKey)
 	}
+	if pe := stream.NotAStream(resp); pe != nil {
+		return nil, pe
+	}
 	return resp, nil
 }
 

@@ -162,6 +162,9 @@ func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Reque
 		_ = resp.Body.Close()
 		return nil, failover.FromHTTP(resp.StatusCode, resp.Header, raw, errors.New(resp.Status), a.cfg.Now())
 	}
+	if pe := stream.NotAStream(resp); pe != nil {
+		return nil, pe
+	}
 	return resp, nil
 }
 

@@ -430,3 +430,14 @@ func TestCompletionsBrokenConnections(t *testing.T) {
 		}
 	})
 }
+
+// TestCompletionsJSONInsteadOfStream: a gateway answering 200 with a JSON
+// error body ends as that classified error.
+func TestCompletionsJSONInsteadOfStream(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.ServeBody(t, 200, "application/json", []byte(`{"error":{"message":"Rate limit exceeded: free-models-per-day","code":429}}`), 0)
+	msg, err := openai.NewCompletions(openai.Config{}).Stream(t.Context(), &provider.Request{Model: chatModel(srv.URL, "openrouter", "x")}, nil)
+	if provider.ReasonOf(err) != provider.ReasonRateLimit || msg.StopReason != message.StopError {
+		t.Errorf("%v %+v", err, msg)
+	}
+}

@@ -85,6 +85,9 @@ func (c Config) post(ctx context.Context, w *stream.Watch, req *provider.Request
 		}
 		return nil, scrub(stream.Classify(ctx, w, "openai: send request", err), req.APIKey)
 	}
+	if pe := stream.NotAStream(resp); pe != nil {
+		return nil, pe
+	}
 	return resp, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -346,6 +347,27 @@ func Classify(parent context.Context, w *Watch, where string, err error) *provid
 		r = provider.ReasonTimeout
 	}
 	return &provider.Error{Reason: r, Message: where + ": " + err.Error(), Err: err}
+}
+
+// NotAStream checks a 200 response that should be an event stream. A JSON
+// body (some gateways answer errors with 200 and a JSON error object)
+// is read, closed and returned as a classified error; nil means the body is
+// a stream (or unlabelled) and the caller reads it.
+func NotAStream(resp *http.Response) *provider.Error {
+	ct := strings.ToLower(resp.Header.Get("Content-Type"))
+	if !strings.Contains(ct, "application/json") {
+		return nil
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	_ = resp.Body.Close()
+	if err != nil {
+		return &provider.Error{Reason: provider.ReasonTimeout, Message: "read response: " + err.Error(), Err: err}
+	}
+	pe := failover.FromStream(raw, errors.New("JSON body instead of an event stream"))
+	if pe.Message == "" {
+		pe.Message = "expected an event stream, got a JSON body"
+	}
+	return pe
 }
 
 // Protocol returns the error for a stream that broke the protocol (malformed
