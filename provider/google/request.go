@@ -184,7 +184,7 @@ func buildRequest(req *provider.Request) ([]byte, error) {
 			for _, b := range msg.Content.Blocks {
 				switch b.Type {
 				case message.BlockThinking:
-					if strings.TrimSpace(b.Thinking) == "" {
+					if strings.TrimSpace(b.Thinking) == "" && !(same && validSignature(b.ThinkingSignature)) {
 						continue
 					}
 					p := apiPart{Text: str(transform.SanitizeSurrogates(b.Thinking))}
@@ -196,7 +196,8 @@ func buildRequest(req *provider.Request) ([]byte, error) {
 					}
 					parts = append(parts, p)
 				case message.BlockText:
-					if strings.TrimSpace(b.Text) == "" {
+					// A blank part is sent only to carry its signature back.
+					if strings.TrimSpace(b.Text) == "" && !(same && validSignature(b.TextSignature)) {
 						continue
 					}
 					p := apiPart{Text: str(transform.SanitizeSurrogates(b.Text))}
