@@ -44,7 +44,10 @@ func flagsObj(text string) map[string]any {
 		out["imageSize"] = map[string]any{"maxMb": *f.ImageSizeMB}
 	}
 	if d := f.ImageDimension; d != nil {
-		m := map[string]any{"maxDimensionPx": d.MaxDimensionPx}
+		m := map[string]any{}
+		if d.MaxDimensionPx >= 0 {
+			m["maxDimensionPx"] = d.MaxDimensionPx
+		}
 		if d.MessageIndex >= 0 {
 			m["messageIndex"] = d.MessageIndex
 			m["contentIndex"] = d.ContentIndex

@@ -176,7 +176,7 @@ func TestUserTextBillingNamesProvider(t *testing.T) {
 	if got != want {
 		t.Errorf("got %q", got)
 	}
-	if got := failover.UserText("502 <!DOCTYPE html><html>bad</html>", "", ""); got != "The AI service is temporarily unavailable (HTTP 502). Please try again in a moment." {
+	if got := failover.UserText("502 <!DOCTYPE html><html>Bad Gateway</html>", "", ""); got != "The AI service is temporarily unavailable (HTTP 502). Please try again in a moment." {
 		t.Errorf("html page: %q", got)
 	}
 }

@@ -215,7 +215,7 @@ func isJSONInternalError(text string) bool {
 }
 
 // ImageDimension describes an "image dimensions exceed max allowed size"
-// rejection. MessageIndex and ContentIndex are -1 when the text names no path.
+// rejection. Each field is -1 when the text does not name it.
 type ImageDimension struct {
 	MaxDimensionPx int
 	MessageIndex   int
@@ -232,7 +232,7 @@ func ParseImageDimension(text string) (ImageDimension, bool) {
 	if !IsImageDimension(text) {
 		return ImageDimension{}, false
 	}
-	d := ImageDimension{MessageIndex: -1, ContentIndex: -1}
+	d := ImageDimension{MaxDimensionPx: -1, MessageIndex: -1, ContentIndex: -1}
 	if m := imageDimensionRe.FindStringSubmatch(text); m != nil {
 		d.MaxDimensionPx, _ = strconv.Atoi(m[1])
 	}

@@ -82,7 +82,7 @@ func UserText(raw, providerName, model string) string {
 		return TextTimeout
 	case IsBilling(raw):
 		return BillingText(providerName, model)
-	case IsHTMLErrorPage(raw), isLikelyHTTPErrorText(raw), isAPIErrorPayload(raw):
+	case isLikelyHTTPErrorText(raw), isAPIErrorPayload(raw):
 		return formatRaw(raw)
 	}
 	return truncateUnits(raw, maxRawUnits)
