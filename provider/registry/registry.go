@@ -103,12 +103,15 @@ func (r *Registry) applyBaseURL(m provider.Model) provider.Model {
 
 // APIKey returns the API key configured for a provider: the first non-empty
 // of its key variables (ANTHROPIC_API_KEY; OPENAI_API_KEY; GEMINI_API_KEY
-// then GOOGLE_API_KEY; OPENROUTER_API_KEY; MISTRAL_API_KEY; …). ok is false
-// when none is set.
+// then GOOGLE_API_KEY; OPENROUTER_API_KEY; MISTRAL_API_KEY; …), or for a
+// provider the catalog does not know (one from a user models file)
+// <PROVIDER>_API_KEY with the name upper-cased and non-alphanumerics as
+// "_". ok is false when none is set.
 func (r *Registry) APIKey(providerName string) (key provider.Secret, ok bool) {
 	p, known := catalog.Provider(providerName)
 	if !known {
-		return "", false
+		// A provider from a user models file: <NAME>_API_KEY.
+		p.KeyEnv = []string{envName(providerName) + "_API_KEY"}
 	}
 	for _, name := range p.KeyEnv {
 		if v := strings.TrimSpace(r.env(name)); v != "" {
@@ -144,7 +147,8 @@ func HasAPIKey(env func(string) string) bool {
 // Provider returns the provider that serves m, dispatching on m.API. The
 // returned provider fills Request.APIKey from the environment when the
 // request has none, and fails with an auth error ("No API key found for
-// provider …") when the provider needs a key and none is configured. It
+// provider …") when a known hosted provider has no key configured (local
+// servers and custom providers are called without one). It
 // returns an error wrapping ErrUnsupportedAPI for an API without adapter.
 func (r *Registry) Provider(m provider.Model) (provider.Provider, error) {
 	a, ok := r.adapters[m.API]
@@ -174,7 +178,9 @@ func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(pro
 	if req.APIKey == "" {
 		key, ok := k.r.APIKey(req.Model.Provider)
 		p, known := catalog.Provider(req.Model.Provider)
-		if !ok && (!known || !p.NoKey) && needsKey(req.Model) {
+		// Only known hosted providers are refused up front; a custom
+		// endpoint may not need a key and answers 401 if it does.
+		if !ok && known && !p.NoKey && needsKey(req.Model) {
 			err := &provider.Error{Reason: provider.ReasonAuth, Message: fmt.Sprintf("No API key found for provider %q.", req.Model.Provider)}
 			msg := message.Message{Role: message.RoleAssistant, API: req.Model.API, Provider: req.Model.Provider, Model: req.Model.ID,
 				StopReason: message.StopError, ErrorMessage: err.Message, Usage: &message.Usage{}}
@@ -191,6 +197,17 @@ func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(pro
 		}
 	}
 	return k.next.Stream(ctx, req, emit)
+}
+
+// envName upper-cases a provider name for an environment variable.
+func envName(provider string) string {
+	b := []byte(strings.ToUpper(provider))
+	for i, c := range b {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // needsKey reports whether a model's endpoint needs a key: local servers

@@ -96,3 +96,24 @@ func TestAnthropicDispatch(t *testing.T) {
 		t.Error("key not sent")
 	}
 }
+
+func TestCustomProviderKey(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.ServeBody(t, 200, "text/event-stream", []byte("data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n"), 0)
+	m := provider.Model{ID: "llama", Provider: "my-gpu.box", API: "openai-completions", BaseURL: srv.URL + "/v1"}
+	for _, tc := range []struct {
+		env  map[string]string
+		auth string
+	}{{map[string]string{"MY_GPU_BOX_API_KEY": "ck"}, "Bearer ck"}, {nil, ""}} {
+		p, err := registry.FromEnv(envOf(tc.env)).Provider(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Stream(t.Context(), &provider.Request{Model: m}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := srv.Last(t).Header.Get("Authorization"); got != tc.auth {
+			t.Errorf("authorization %q, want %q", got, tc.auth)
+		}
+	}
+}
