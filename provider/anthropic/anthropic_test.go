@@ -304,6 +304,9 @@ func TestHTTPErrors(t *testing.T) {
 			if !errors.As(err, &pe) || pe.Reason != tc.reason || pe.Status != tc.status || pe.RetryAfter != tc.retry {
 				t.Errorf("got %+v", err)
 			}
+			if n := len(srv.Requests()); n != 1 {
+				t.Errorf("%d requests: SDK retries must be off", n)
+			}
 		})
 	}
 }

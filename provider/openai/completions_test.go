@@ -370,6 +370,9 @@ func TestCompletionsHTTPErrors(t *testing.T) {
 			if strings.Contains(err.Error(), "sk-secret") {
 				t.Error("key in error")
 			}
+			if n := len(srv.Requests()); n != 1 {
+				t.Errorf("%d requests: SDK retries must be off", n)
+			}
 		})
 	}
 }
