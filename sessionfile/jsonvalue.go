@@ -34,7 +34,19 @@ type parser struct {
 	data []byte
 	pos  int
 	buf  []byte // scratch for strings with escapes
+	// ordered makes objects *jsObject and numbers jsNumber, keeping what
+	// JavaScript's JSON.stringify needs to write a line back.
+	ordered bool
 }
+
+// jsObject is an object in key order, as JavaScript keeps it.
+type jsObject struct {
+	keys []string
+	vals []any
+}
+
+// jsNumber is a number literal.
+type jsNumber string
 
 func (p *parser) errorf(format string, args ...any) error {
 	return fmt.Errorf("json: offset %d: %s", p.pos, fmt.Sprintf(format, args...))
@@ -91,10 +103,19 @@ func (p *parser) literal(lit string) error {
 
 func (p *parser) object(depth int) (any, error) {
 	p.pos++ // {
-	m := make(map[string]any, 8)
+	var m map[string]any
+	var o *jsObject
+	if p.ordered {
+		o = &jsObject{}
+	} else {
+		m = make(map[string]any, 8)
+	}
 	p.space()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
+		if o != nil {
+			return o, nil
+		}
 		return m, nil
 	}
 	for {
@@ -121,7 +142,11 @@ func (p *parser) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		m[k] = v
+		if o != nil {
+			o.set(k, v)
+		} else {
+			m[k] = v
+		}
 		p.space()
 		if p.pos >= len(p.data) {
 			return nil, errEOF
@@ -131,6 +156,9 @@ func (p *parser) object(depth int) (any, error) {
 			p.pos++
 		case '}':
 			p.pos++
+			if o != nil {
+				return o, nil
+			}
 			return m, nil
 		default:
 			return nil, p.errorf("invalid character %q after object key:value pair", p.data[p.pos])
@@ -275,6 +303,12 @@ func (p *parser) str() (string, error) {
 						// is decoded on its own.
 						p.pos = save
 					}
+					if p.ordered {
+						// JavaScript keeps a lone surrogate; carry it as
+						// its WTF-8 bytes for writeJSString.
+						b = append(b, 0xED, byte(0x80|(r>>6)&0x3F), byte(0x80|r&0x3F))
+						continue
+					}
 					r = utf8.RuneError
 				}
 				b = utf8.AppendRune(b, r)
@@ -362,6 +396,9 @@ func (p *parser) number() (any, error) {
 	}
 	p.pos = i
 	lit := string(d[start:i])
+	if p.ordered {
+		return jsNumber(lit), nil
+	}
 	if integer {
 		if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
 			return n, nil
@@ -372,4 +409,17 @@ func (p *parser) number() (any, error) {
 		return lit, nil
 	}
 	return f, nil
+}
+
+// set adds a key, or replaces the value of a key seen before while keeping
+// its place, as JSON.parse does.
+func (o *jsObject) set(k string, v any) {
+	for i, key := range o.keys {
+		if key == k {
+			o.vals[i] = v
+			return
+		}
+	}
+	o.keys = append(o.keys, k)
+	o.vals = append(o.vals, v)
 }

@@ -68,7 +68,12 @@ func Read(r io.Reader) (*File, error) {
 }
 
 func decode(r io.Reader) (*File, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	size := 64 << 10
+	if l, ok := r.(interface{ Len() int }); ok && l.Len() < size {
+		// Small in-memory input: no need for a large buffer.
+		size = max(l.Len()+1, 512)
+	}
+	br := bufio.NewReaderSize(r, size)
 	f := &File{}
 	haveHeader := false
 	var long []byte
@@ -129,7 +134,7 @@ func decodeEntry(line []byte) (message.Entry, error) {
 // Write writes f as JSON Lines: the header, then every entry, each line
 // ending in "\n".
 func Write(w io.Writer, f *File) error {
-	bw := bufio.NewWriterSize(w, 64<<10)
+	bw := bufio.NewWriterSize(w, 32<<10)
 	put := func(e *message.Entry) error {
 		data, err := json.Marshal(e)
 		if err != nil {

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -223,60 +223,96 @@ func isHeader(line []byte) bool {
 }
 
 // stringify writes the JSON value of line as JavaScript's
-// JSON.stringify(JSON.parse(line)) would: compact, keys in their order,
-// numbers and strings spelled the JavaScript way. It fails on anything
-// JSON.parse rejects.
+// JSON.stringify(JSON.parse(line)) would: compact, keys in JavaScript's order
+// (array-index keys first in ascending order, then the others as they first
+// appear; a repeated key keeps its first place and its last value), numbers
+// and strings spelled the JavaScript way. It fails on anything JSON.parse
+// rejects.
 func stringify(w *bytes.Buffer, line []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	type frame struct {
-		object bool
-		n      int // values (arrays) or keys+values (objects) written
+	p := parser{data: line, ordered: true}
+	v, err := p.value(0)
+	if err != nil {
+		return err
 	}
-	var stack []frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			stack = stack[:len(stack)-1]
-			w.WriteByte(byte(d))
-		} else {
-			if len(stack) > 0 {
-				top := &stack[len(stack)-1]
-				switch {
-				case top.object && top.n%2 == 1:
-					w.WriteByte(':')
-				case top.n > 0:
-					w.WriteByte(',')
-				}
-				top.n++
-			}
-			switch v := tok.(type) {
-			case json.Delim:
-				w.WriteByte(byte(v))
-				stack = append(stack, frame{object: v == '{'})
-				continue
-			case string:
-				writeJSString(w, v)
-			case json.Number:
-				writeJSNumber(w, string(v))
-			case bool:
-				w.WriteString(strconv.FormatBool(v))
-			case nil:
-				w.WriteString("null")
-			}
-		}
-		if len(stack) == 0 {
-			break
-		}
-	}
-	// JSON.parse allows only white space after the value.
-	if _, err := dec.Token(); err != io.EOF {
+	p.space()
+	if p.pos != len(p.data) {
 		return errors.New("trailing data after JSON value")
 	}
+	writeJS(w, v)
 	return nil
+}
+
+func writeJS(w *bytes.Buffer, v any) {
+	switch x := v.(type) {
+	case nil:
+		w.WriteString("null")
+	case bool:
+		w.WriteString(strconv.FormatBool(x))
+	case string:
+		writeJSString(w, x)
+	case jsNumber:
+		writeJSNumber(w, string(x))
+	case []any:
+		w.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				w.WriteByte(',')
+			}
+			writeJS(w, e)
+		}
+		w.WriteByte(']')
+	case *jsObject:
+		w.WriteByte('{')
+		n := 0
+		put := func(i int) {
+			if n > 0 {
+				w.WriteByte(',')
+			}
+			n++
+			writeJSString(w, x.keys[i])
+			w.WriteByte(':')
+			writeJS(w, x.vals[i])
+		}
+		var index []int
+		for i, k := range x.keys {
+			if isArrayIndex(k) {
+				index = append(index, i)
+			}
+		}
+		if len(index) > 0 {
+			slices.SortFunc(index, func(a, b int) int {
+				ka, kb := x.keys[a], x.keys[b]
+				if len(ka) != len(kb) {
+					return len(ka) - len(kb)
+				}
+				return strings.Compare(ka, kb)
+			})
+			for _, i := range index {
+				put(i)
+			}
+		}
+		for i, k := range x.keys {
+			if len(index) == 0 || !isArrayIndex(k) {
+				put(i)
+			}
+		}
+		w.WriteByte('}')
+	}
+}
+
+// isArrayIndex reports whether k is a canonical array index (0 to 2³²−2),
+// which JavaScript objects order before every other key.
+func isArrayIndex(k string) bool {
+	if k == "" || len(k) > 10 || (len(k) > 1 && k[0] == '0') {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < '0' || k[i] > '9' {
+			return false
+		}
+	}
+	n, err := strconv.ParseUint(k, 10, 64)
+	return err == nil && n < 1<<32-1
 }
 
 func writeJSString(w *bytes.Buffer, s string) {
@@ -303,6 +339,15 @@ func writeJSString(w *bytes.Buffer, s string) {
 			w.WriteString(`\u00`)
 			w.WriteByte(hex[c>>4])
 			w.WriteByte(hex[c&0xF])
+		case c == 0xED && i+2 < len(s) && s[i+1] >= 0xA0 && s[i+1] <= 0xBF:
+			// A lone surrogate from an escape (WTF-8, see parser.str),
+			// escaped as JSON.stringify does.
+			r := rune(c&0x0F)<<12 | rune(s[i+1]&0x3F)<<6 | rune(s[i+2]&0x3F)
+			w.WriteString(`\u`)
+			for shift := 12; shift >= 0; shift -= 4 {
+				w.WriteByte(hex[(r>>shift)&0xF])
+			}
+			i += 2
 		default:
 			w.WriteByte(c)
 		}
