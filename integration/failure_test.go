@@ -239,10 +239,10 @@ func TestClusterNodeLoss(t *testing.T) {
 			want[key] = append(want[key], text)
 		}
 	}
-	publishAll(t, js, first)
+	publishOrdered(t, js, first)
 	cl.Stop(2)
 	t.Log("node n3 shut down")
-	publishAll(t, js, second)
+	publishOrdered(t, js, second)
 	waitDrained(t, js, 3*time.Minute)
 	c, _ := lanefleet.New(nc)
 	checkTranscripts(t, c, want)

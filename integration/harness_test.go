@@ -6,10 +6,12 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -127,7 +130,10 @@ func (f *finals) waitFor(t *testing.T, n int, timeout time.Duration) {
 }
 
 // publishAll publishes msgs (session, text) asynchronously with message ids
-// and waits for every ack, retrying through leader changes.
+// and waits for every ack, retrying failures with the same id. On a healthy
+// connection async publishes are stored in the order sent; use publishOrdered
+// where connections drop, since a lost publish retried later would land
+// after its session's next messages.
 type outMsg struct{ session, text, id string }
 
 func publishAll(t *testing.T, js jetstream.JetStream, msgs []outMsg) {
@@ -154,7 +160,10 @@ func publishAll(t *testing.T, js jetstream.JetStream, msgs []outMsg) {
 			msg := nats.NewMsg(subj)
 			msg.Data = data
 			msg.Header.Set(events.HeaderContentType, ct)
-			f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id))
+			// A long stall wait: an async publish that is refused at once
+			// (too many outstanding) would be retried after later messages of
+			// its session and so land out of order.
+			f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id), jetstream.WithStallWait(time.Minute))
 			if err != nil {
 				failed = append(failed, m)
 				continue
@@ -283,6 +292,19 @@ func waitDrained(t *testing.T, js jetstream.JetStream, timeout time.Duration) {
 				if st.Msgs == 0 && ci.NumPending == 0 && ci.NumAckPending == 0 {
 					return
 				}
+				if ci.NumPending == 0 && ci.NumAckPending == 0 {
+					// Messages left with nothing pending: they must all be
+					// processed ones whose purge failed (e.g. during a
+					// failover); an unprocessed one is stranded.
+					stranded, err := unprocessed(ctx, js, s, st)
+					if err == nil && len(stranded) == 0 {
+						t.Logf("drained; %d processed messages left unpurged", st.Msgs)
+						return
+					}
+					if err == nil {
+						last = fmt.Sprintf("%s; stranded: %v", last, stranded)
+					}
+				}
 			}
 		}
 		if err != nil {
@@ -290,8 +312,73 @@ func waitDrained(t *testing.T, js jetstream.JetStream, timeout time.Duration) {
 		}
 		select {
 		case <-ctx.Done():
+			if f, err := os.CreateTemp("", "lanefleet-goroutines-*.txt"); err == nil {
+				_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+				f.Close()
+				t.Logf("goroutines written to %s", f.Name())
+			}
 			t.Fatalf("fleet not drained within %v: %s", timeout, last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// publishOrdered publishes msgs one at a time, each retried with its message
+// id until acknowledged, so a session's messages keep their order through
+// node failures and reconnects.
+func publishOrdered(t *testing.T, js jetstream.JetStream, msgs []outMsg) {
+	t.Helper()
+	for _, m := range msgs {
+		subj, err := events.InboundSubject(m.session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, ct, _ := events.EncodeInbound(&events.Inbound{Text: m.text, ID: m.id}, false)
+		for attempt := 0; ; attempt++ {
+			msg := nats.NewMsg(subj)
+			msg.Data = data
+			msg.Header.Set(events.HeaderContentType, ct)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.id))
+			cancel()
+			if err == nil {
+				break
+			}
+			if attempt > 50 {
+				t.Fatalf("publish %s: %v", m.id, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// unprocessed lists the inbound messages above their lane's cursor.
+func unprocessed(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, st jetstream.StreamState) ([]string, error) {
+	l, err := kvstore.Bind(ctx, js, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for seq := st.FirstSeq; seq <= st.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		tok, _, err := events.LaneOf(m.Subject)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%d(bad lane)", seq))
+			continue
+		}
+		c, err := l.Cursor(ctx, tok)
+		if err != nil {
+			return nil, err
+		}
+		if c.Seq < seq {
+			out = append(out, fmt.Sprintf("%s@%d(cursor %d)", m.Subject, seq, c.Seq))
+		}
+	}
+	return out, nil
 }

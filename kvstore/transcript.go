@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -80,62 +81,38 @@ func (s *Lease) PutRecord(ctx context.Context, r Record) error {
 }
 
 // Records reads a lane's transcript records in the order they were written.
+// It walks the stream with leader reads (next message by subject filter), one
+// request per record: plain request/response survives leader changes, where
+// an ordered consumer created during a failover can wait forever.
 func (l *Lanes) Records(ctx context.Context, token string) ([]Record, error) {
-	filter := l.prefix + token + ".tx.>"
-	last, err := l.stream.GetLastMsgForSubject(ctx, filter)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
-	}
-	cons, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
-	}
-	defer func() {
-		// Ordered consumers are ephemeral; deleting it now frees the server
-		// at once instead of after its inactivity threshold.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2e9)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
-	}()
+	}
+	filter := l.prefix + token + ".tx.>"
 	var out []Record
-	for {
-		batch, err := cons.Fetch(256, jetstream.FetchContext(ctx))
+	for seq := uint64(1); ; {
+		// Each read gets its own short deadline: a request lost in a leader
+		// change is retried by the caller instead of waiting out the minute.
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		raw, err := l.stream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(filter))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
 		}
-		done := false
-		for msg := range batch.Messages() {
-			md, err := msg.Metadata()
-			if err != nil {
-				return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
-			}
-			if len(msg.Data()) > 0 && msg.Headers().Get("KV-Operation") == "" {
-				var r Record
-				if err := msgpack.Unmarshal(msg.Data(), &r); err != nil {
-					return nil, fmt.Errorf("kvstore: record %s (stream seq %d): %w", msg.Subject(), md.Sequence.Stream, err)
-				}
-				out = append(out, r)
-			}
-			if md.Sequence.Stream >= last.Sequence || md.NumPending == 0 {
-				done = true
-				break // do not wait for the rest of the batch to expire
-			}
+		seq = raw.Sequence + 1
+		if len(raw.Data) == 0 || raw.Header.Get("KV-Operation") != "" {
+			continue // a delete or purge marker
 		}
-		if done {
-			return out, nil
+		var r Record
+		if err := msgpack.Unmarshal(raw.Data, &r); err != nil {
+			return nil, fmt.Errorf("kvstore: record %s (stream seq %d): %w", raw.Subject, raw.Sequence, err)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("kvstore: records %s: %w", token, ctx.Err())
-		}
+		out = append(out, r)
 	}
 }
 

@@ -221,3 +221,29 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 		t.Fatalf("dead letters = %v, %v", info.State.Msgs, err)
 	}
 }
+
+// TestSweeperDrainsStrandedLane: a lane whose every dispatch delivery was
+// acked without anyone draining it (as when a follower acked a message
+// because of a lease whose owner then vanished) is found and drained by the
+// sweep.
+func TestSweeperDrainsStrandedLane(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	seq := f.publish(t, "stranded", "anyone?")
+	// Swallow the delivery the way a wrongly trusting follower would.
+	msgs, err := f.streams.Dispatch.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range msgs.Messages() {
+		if err := m.DoubleAck(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &echoHandler{}
+	f.startWorker(t, h, Config{SweepEvery: 200 * time.Millisecond})
+	ev := f.waitFinal(t, "stranded", seq)
+	if ev.Data.Result.Payloads[0].Text != "ok anyone?" {
+		t.Fatalf("final = %+v", ev.Data.Result)
+	}
+}

@@ -162,15 +162,23 @@ func (e *emitter) final(ctx context.Context, res *events.Result) error {
 	e.futures = nil
 	ev := e.newEvent(events.StreamFinal, events.EventData{Result: res})
 	e.mu.Unlock()
+	// Wait for the run's events to be stored, but never forever: an async
+	// publish lost in a reconnect may never be answered.
+	wait := time.NewTimer(10 * time.Second)
+	defer wait.Stop()
 	for _, f := range futures {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
 			e.log.Warn().Err(err).Msg("event not stored")
+		case <-wait.C:
+			e.log.Warn().Msg("events not acknowledged within 10s; publishing the final event anyway")
+			goto publish
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+publish:
 	m, err := e.encode(ev)
 	if err != nil {
 		return fmt.Errorf("lanes: encode final event: %w", err)

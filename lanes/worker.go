@@ -32,6 +32,7 @@ type Config struct {
 	MaxAttempts   int           // starts of one message before it is dead-lettered; default 3
 	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
 	RetryDelay    time.Duration // first delay before retrying a failed turn; default 500ms
+	SweepEvery    time.Duration // how often stranded lanes are looked for; default the dispatch AckWait, <0 disables
 	Logger        zerolog.Logger
 }
 
@@ -92,7 +93,7 @@ type Worker struct {
 
 // Stats counts what a worker did.
 type Stats struct {
-	Turns, FollowerAcks, Naks, DeadLetters, Acquired, Released atomic.Int64
+	Turns, FollowerAcks, Naks, DeadLetters, Acquired, Released, Swept atomic.Int64
 }
 
 // NewWorker returns a worker. It does not start consuming until Run.
@@ -101,6 +102,9 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		return nil, errors.New("lanes: NewWorker needs a JetStream, streams, lanes and a handler")
 	}
 	cfg = cfg.withDefaults()
+	if cfg.SweepEvery == 0 {
+		cfg.SweepEvery = streams.cfg.AckWait
+	}
 	w := &Worker{cfg: cfg, js: js, streams: streams, lanes: lanes, handler: h,
 		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), slots: make(chan struct{}, cfg.Concurrency)}
 	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
@@ -129,8 +133,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("lanes: consume dispatch: %w", err)
 	}
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Msg("worker started")
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		if w.cfg.SweepEvery > 0 {
+			w.sweep(sweepCtx)
+		}
+	}()
 	<-ctx.Done()
 	w.stopping.Store(true)
+	stopSweep()
+	<-sweepDone
 	cc.Drain()
 	select {
 	case <-cc.Closed():
@@ -167,6 +181,9 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 }
 
 func (w *Worker) nak(msg jetstream.Msg, delay time.Duration) {
+	if msg == nil {
+		return // a lane taken by the sweeper has no trigger delivery
+	}
 	w.stats.Naks.Add(1)
 	var err error
 	if delay > 0 {
@@ -180,6 +197,9 @@ func (w *Worker) nak(msg jetstream.Msg, delay time.Duration) {
 }
 
 func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
+	if msg == nil {
+		return
+	}
 	if err := msg.DoubleAck(ctx); err != nil {
 		w.log.Debug().Err(err).Msg("ack")
 	}
@@ -288,7 +308,7 @@ func (o *owner) run() {
 			// be redelivered to whoever needs it.
 			o.w.nak(o.trigger, 0)
 			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			o.purgeProcessed(pctx)
+			o.purgeProcessed(pctx, true)
 			pcancel()
 			return
 		case cancelled:
@@ -323,8 +343,10 @@ func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l
 		if err != nil && ctx.Err() == nil {
 			o.log.Warn().Err(err).Msg("renew lease")
 		}
-		if err := o.trigger.InProgress(); err != nil {
-			o.log.Debug().Err(err).Msg("trigger in progress")
+		if o.trigger != nil {
+			if err := o.trigger.InProgress(); err != nil {
+				o.log.Debug().Err(err).Msg("trigger in progress")
+			}
 		}
 	}
 }
@@ -517,18 +539,25 @@ func (o *owner) ensureFinal(ctx context.Context, seq uint64) {
 	}
 }
 
-// purgeProcessed removes the lane's processed inbound messages (all below the
-// cursor) in one call, keeping next-by-subject lookups on the fast path.
-func (o *owner) purgeProcessed(ctx context.Context) {
-	if o.cursor.Seq < o.purgedTo {
+// purgeProcessed removes the lane's processed inbound messages in one call,
+// keeping next-by-subject lookups on the fast path. With keepTrigger the
+// trigger's message and everything after it stay: a Nak'd trigger whose
+// message is gone is never redelivered, which would strand the lane's
+// remaining messages.
+func (o *owner) purgeProcessed(ctx context.Context, keepTrigger bool) {
+	upTo := o.cursor.Seq
+	if keepTrigger && o.trigger != nil && o.triggerSeq <= upTo {
+		upTo = o.triggerSeq - 1
+	}
+	if upTo < o.purgedTo || upTo == 0 {
 		return
 	}
-	err := o.w.streams.Inbound.Purge(ctx, jetstream.WithPurgeSubject(o.subject), jetstream.WithPurgeSequence(o.cursor.Seq+1))
+	err := o.w.streams.Inbound.Purge(ctx, jetstream.WithPurgeSubject(o.subject), jetstream.WithPurgeSequence(upTo+1))
 	if err != nil {
 		o.log.Debug().Err(err).Msg("purge processed messages")
 		return
 	}
-	o.purgedTo = o.cursor.Seq + 1
+	o.purgedTo = upTo + 1
 }
 
 // release gives the lane up after a drain; it reports whether the owner
@@ -555,7 +584,7 @@ func (o *owner) release() (again bool) {
 	}
 	if o.w.stopping.Load() {
 		o.w.nak(o.trigger, 0)
-		o.purgeProcessed(ctx)
+		o.purgeProcessed(ctx, true)
 		return false
 	}
 	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli()})
@@ -579,19 +608,19 @@ func (o *owner) abandon() {
 	if err := o.lease.Release(rctx); err != nil {
 		o.log.Warn().Err(err).Msg("release lease on stop")
 	}
-	o.purgeProcessed(rctx)
+	o.purgeProcessed(rctx, true)
 	o.w.stats.Released.Add(1)
 	o.w.nak(o.trigger, 0)
 }
 
 // finishTrigger acks the trigger and purges the processed messages.
 func (o *owner) finishTrigger(ctx context.Context) {
-	if o.w.stopping.Load() && o.triggerSeq > o.cursor.Seq {
+	if o.w.stopping.Load() && o.trigger != nil && o.triggerSeq > o.cursor.Seq {
 		o.w.nak(o.trigger, 0)
 		return
 	}
 	o.w.ack(ctx, o.trigger)
-	o.purgeProcessed(ctx)
+	o.purgeProcessed(ctx, false)
 }
 
 func newSessionID() string {

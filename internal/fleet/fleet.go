@@ -105,7 +105,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("fleet: connect to NATS at %s: %w", url, err)
 	}
 	m.Conn = nc
-	js, err := jetstream.New(nc)
+	// Async publishes lost in a reconnect are never answered unless they
+	// time out.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		m.close()
 		return nil, fmt.Errorf("fleet: %w", err)
