@@ -61,6 +61,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "on stop, how long running turns may finish before they are cancelled and handed over")
 	fs.IntVar(&cfg.MaxPayload, "max-payload", 4<<20, "largest inbound payload in bytes")
 	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default scripted/echo without API keys)")
+	fs.StringVar(&cfg.ModelsFile, "models-file", env("LANEFLEET_MODELS_FILE"), "user models file (JSON) adding to or overriding the built-in catalog (env LANEFLEET_MODELS_FILE)")
 	fs.DurationVar(&cfg.ScriptedDelay, "scripted-delay", 0, "pause before each scripted/echo delta (0 = instant)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -88,7 +89,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info().Str("worker", m.Worker.ID()).Str("nats", m.ClientURL()).Msg("ready")
+	log.Info().Str("worker", m.Worker.ID()).Str("nats", m.ClientURL()).Str("model", m.DefaultModel()).Msg("ready")
 	return m.Run(ctx)
 }
 

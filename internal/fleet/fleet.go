@@ -25,6 +25,8 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/catalog"
+	"github.com/lanefleet/lanefleet/provider/registry"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/runner"
 )
@@ -54,7 +56,8 @@ type Config struct {
 	MaxPayload    int
 
 	// The runner.
-	DefaultModel  string        // "provider/model-id"
+	DefaultModel  string        // "provider/model-id"; default: by the API keys present, else scripted/echo
+	ModelsFile    string        // user models file adding to or overriding the built-in catalog
 	ScriptedDelay time.Duration // pause before each scripted/echo delta
 	Scripts       map[string]scripted.Script
 
@@ -75,7 +78,12 @@ type Member struct {
 	Worker  *lanes.Worker
 	Runner  *runner.Runner
 	log     zerolog.Logger
+
+	defaultModel string
 }
+
+// DefaultModel returns the model turns use when the message names none.
+func (m *Member) DefaultModel() string { return m.defaultModel }
 
 // Start connects (or starts the embedded server), prepares the fleet's
 // streams and buckets, and builds the worker. Call Run to process lanes.
@@ -137,11 +145,15 @@ func (m *Member) build(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet: prepare streams: %w", err)
 	}
-	res := NewResolver(cfg.Env, scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts}))
+	res, err := NewResolver(cfg.Env, scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts}), cfg.ModelsFile, cfg.Logger)
+	if err != nil {
+		return err
+	}
 	def := cfg.DefaultModel
 	if def == "" {
 		def = res.DefaultModel()
 	}
+	m.defaultModel = def
 	m.Runner, err = runner.New(runner.Config{DefaultModel: def, Resolver: res, Logger: cfg.Logger})
 	if err != nil {
 		return err
@@ -245,20 +257,50 @@ func connectOptions(cfg Config) ([]nats.Option, error) {
 }
 
 // Resolver maps "provider/model-id" to a model and the provider that serves
-// it: scripted models always, real providers when their adapter and key are
-// configured.
+// it: scripted models from the built-in scripted provider, everything else
+// through the provider registry (catalog, API keys and base URLs from the
+// member's environment).
 type Resolver struct {
 	env      func(string) string
 	scripted *scripted.Provider
+	registry *registry.Registry
+	log      zerolog.Logger
 }
 
-// NewResolver returns the member's model resolver.
-func NewResolver(env func(string) string, s *scripted.Provider) *Resolver {
-	return &Resolver{env: env, scripted: s}
+// NewResolver returns the member's model resolver. modelsFile, when set, adds
+// or overrides catalog entries.
+func NewResolver(env func(string) string, s *scripted.Provider, modelsFile string, log zerolog.Logger) (*Resolver, error) {
+	cat := catalog.Builtin()
+	if modelsFile != "" {
+		var err error
+		if cat, err = cat.LoadFile(modelsFile); err != nil {
+			return nil, fmt.Errorf("fleet: models file: %w", err)
+		}
+	}
+	return &Resolver{env: env, scripted: s, log: log, registry: registry.New(registry.Config{Env: env, Catalog: cat})}, nil
 }
 
-// DefaultModel is scripted/echo until a real provider is configured.
-func (r *Resolver) DefaultModel() string { return "scripted/echo" }
+// defaultModels is the default model per provider key, in the order keys are
+// looked for.
+var defaultModels = []struct{ env, ref string }{
+	{"ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-6"},
+	{"OPENAI_API_KEY", "openai/gpt-5-mini"},
+	{"GEMINI_API_KEY", "google/gemini-2.5-flash"},
+	{"GOOGLE_API_KEY", "google/gemini-2.5-flash"},
+	{"OPENROUTER_API_KEY", "openrouter/anthropic/claude-sonnet-4.5"},
+	{"MISTRAL_API_KEY", "mistral/devstral-medium-latest"},
+}
+
+// DefaultModel is the model of the first provider with an API key in the
+// environment, else scripted/echo.
+func (r *Resolver) DefaultModel() string {
+	for _, d := range defaultModels {
+		if r.env(d.env) != "" {
+			return d.ref
+		}
+	}
+	return "scripted/echo"
+}
 
 // Resolve implements runner.Resolver.
 func (r *Resolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
@@ -269,5 +311,12 @@ func (r *Resolver) Resolve(ref string) (provider.Model, provider.Provider, error
 	if p == scripted.ProviderName {
 		return scripted.Model(id), r.scripted, nil
 	}
-	return provider.Model{ID: id, Provider: p}, nil, fmt.Errorf("provider %q is not available in this build", p)
+	res, prov, err := r.registry.ProviderFor(ref)
+	if err != nil {
+		return provider.Model{ID: id, Provider: p}, nil, err
+	}
+	if res.Warning != "" {
+		r.log.Warn().Str("model", ref).Msg(res.Warning)
+	}
+	return res.Model, prov, nil
 }
