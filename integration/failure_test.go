@@ -92,10 +92,14 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	a, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", "40ms", "--concurrency", "64")
 
-	// Wait until the victim has prepared the streams.
+	// Wait until the victim has prepared the streams and the lanes bucket.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := js.Stream(t.Context(), events.InboundStream); err == nil {
+		_, err := js.Stream(t.Context(), events.InboundStream)
+		if err == nil {
+			_, err = kvstore.Bind(t.Context(), js, "")
+		}
+		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
