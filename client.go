@@ -14,9 +14,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,6 +26,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
 // ErrNoFleet means the NATS server has no Lanefleet streams: no worker has
@@ -247,10 +250,66 @@ func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
 
 // History returns a session's transcript as pi session entries.
 func (c *Client) History(ctx context.Context, session string) ([]message.Entry, error) {
+	recs, err := c.records(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	return kvstore.Entries(recs), nil
+}
+
+// Export writes a session's transcript as a pi session file (JSON Lines: a
+// version 3 session header, then every entry), the format pi and OpenClaw
+// read.
+func (c *Client) Export(ctx context.Context, session string, w io.Writer) error {
+	recs, err := c.records(ctx, session)
+	if err != nil {
+		return err
+	}
+	entries := kvstore.Entries(recs)
+	header := message.Entry{Type: message.EntrySession, Version: message.SessionVersion,
+		Timestamp: time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}
+	for _, r := range recs {
+		if r.SessionID != "" {
+			header.ID = r.SessionID
+		}
+	}
+	if len(entries) > 0 && entries[0].Timestamp != "" {
+		header.Timestamp = entries[0].Timestamp
+	}
+	if header.ID == "" {
+		header.ID = newUUID()
+	}
+	return sessionfile.WriteEntries(w, append([]message.Entry{header}, entries...))
+}
+
+// Import reads a pi/OpenClaw session file (any version; it is migrated, and
+// malformed lines are skipped) and stores it as the transcript of session,
+// which must be new. Later turns continue the imported conversation under the
+// file's session id.
+func (c *Client) Import(ctx context.Context, session string, r io.Reader) error {
 	tok, err := events.KeyToken(session)
 	if err != nil {
-		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
+		return fmt.Errorf("lanefleet: session %q: %w", session, err)
 	}
+	f, err := sessionfile.Read(r)
+	if err != nil {
+		return fmt.Errorf("lanefleet: import: %w", err)
+	}
+	l, err := c.lanes(ctx)
+	if err != nil {
+		return err
+	}
+	err = l.Import(ctx, tok, f.Header.ID, kvstore.LeaseInfo{Worker: "import", Acquired: time.Now().UnixMilli()}, f.Entries)
+	switch {
+	case errors.Is(err, kvstore.ErrHeld):
+		return fmt.Errorf("lanefleet: import into %q: a worker is running the session; try again when it is idle", session)
+	case errors.Is(err, kvstore.ErrNotEmpty):
+		return fmt.Errorf("lanefleet: import into %q: the session already has a transcript", session)
+	}
+	return err
+}
+
+func (c *Client) lanes(ctx context.Context) (*kvstore.Lanes, error) {
 	l, err := kvstore.Bind(ctx, c.js, "")
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -258,11 +317,28 @@ func (c *Client) History(ctx context.Context, session string) ([]message.Entry, 
 		}
 		return nil, err
 	}
-	recs, err := l.Records(ctx, tok)
+	return l, nil
+}
+
+func (c *Client) records(ctx context.Context, session string) ([]kvstore.Record, error) {
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
+	}
+	l, err := c.lanes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return kvstore.Entries(recs), nil
+	return l.Records(ctx, tok)
+}
+
+func newUUID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 func newID() string {

@@ -128,3 +128,23 @@ func Entries(records []Record) []message.Entry {
 	}
 	return out
 }
+
+// ErrNotEmpty is returned when importing into a session that has a transcript.
+var ErrNotEmpty = errors.New("kvstore: the session already has a transcript")
+
+// Import stores entries (a pi session's entries, without the header) as the
+// transcript of a new, empty lane. It takes the lane's lease for the write, so
+// it fails with ErrHeld while a worker runs the lane and never races a turn.
+func (l *Lanes) Import(ctx context.Context, token, sessionID string, info LeaseInfo, entries []message.Entry) error {
+	lease, err := l.Acquire(ctx, token, info)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lease.Release(context.WithoutCancel(ctx)) }()
+	if _, err := l.stream.GetLastMsgForSubject(ctx, l.prefix+token+".tx.>"); err == nil {
+		return ErrNotEmpty
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("kvstore: import %s: %w", token, err)
+	}
+	return lease.PutRecord(ctx, Record{InboundSeq: 0, RunID: "import", SessionID: sessionID, Entries: entries})
+}

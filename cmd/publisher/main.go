@@ -4,6 +4,7 @@
 //	publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE] TEXT
 //	publisher follow --session KEY --run ID [--json]
 //	publisher history --session KEY [--json]
+//	publisher import --session KEY FILE.jsonl
 //
 // NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222).
 package main
@@ -33,7 +34,8 @@ import (
 const usage = `usage:
   publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE] TEXT
   publisher follow --session KEY --run ID [--json]
-  publisher history --session KEY [--json]
+  publisher history --session KEY [--json]     (--json: a pi session JSONL file)
+  publisher import --session KEY FILE.jsonl    (a pi/OpenClaw session file into a new session)
 `
 
 func main() {
@@ -183,11 +185,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cl.Close()
 		ctx, cancel := context.WithTimeout(ctx, c.timeout)
 		defer cancel()
+		if c.asJSON {
+			return cl.Export(ctx, c.session, stdout)
+		}
 		entries, err := cl.History(ctx, c.session)
 		if err != nil {
 			return err
 		}
-		return printHistory(entries, c.asJSON, stdout)
+		return printHistory(entries, stdout)
+	case "import":
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if c.session == "" || fs.NArg() != 1 {
+			return errors.New("import: usage: publisher import --session KEY FILE.jsonl")
+		}
+		if err := events.ValidateKey(c.session); err != nil {
+			return fmt.Errorf("import: --session: %w", err)
+		}
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
+		defer f.Close()
+		cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+		if err := cl.Import(ctx, c.session, f); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "imported %s into session %s\n", fs.Arg(0), c.session)
+		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -298,17 +330,7 @@ func follow(ctx context.Context, r *lanefleet.Run, asJSON bool, stdout, stderr i
 	return fmt.Errorf("run %s: event stream ended without a final event", r.ID)
 }
 
-func printHistory(entries []message.Entry, asJSON bool, w io.Writer) error {
-	if asJSON {
-		// pi session JSONL lines.
-		enc := json.NewEncoder(w)
-		for _, e := range entries {
-			if err := enc.Encode(e); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+func printHistory(entries []message.Entry, w io.Writer) error {
 	for _, e := range entries {
 		if e.Type != message.EntryMessage || e.Message == nil {
 			fmt.Fprintf(w, "[%s]\n", e.Type)

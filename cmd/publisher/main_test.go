@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,46 @@ func TestValidationBeforeSending(t *testing.T) {
 		if _, _, err := publisher(t, args...); err == nil {
 			t.Fatalf("%v: no error", args)
 		}
+	}
+}
+
+func TestExportImportRoundTrip(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	for _, text := range []string{"first", "second"} {
+		if _, _, err := publisher(t, "send", "--nats-url", url, "--session", "src", text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exported, _, err := publisher(t, "history", "--json", "--nats-url", url, "--session", "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(exported), "\n")
+	if len(lines) != 5 || !strings.Contains(lines[0], `"type":"session"`) || !strings.Contains(lines[0], `"version":3`) {
+		t.Fatalf("export is not a pi session file:\n%s", exported)
+	}
+	path := t.TempDir() + "/src.jsonl"
+	if err := os.WriteFile(path, []byte(exported), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := publisher(t, "import", "--nats-url", url, "--session", "dst", path); err != nil {
+		t.Fatal(err)
+	}
+	// Importing again is refused: the session has a transcript now.
+	if _, _, err := publisher(t, "import", "--nats-url", url, "--session", "dst", path); err == nil || !strings.Contains(err.Error(), "already has a transcript") {
+		t.Fatalf("second import: %v", err)
+	}
+	// The conversation continues under the imported session id.
+	if _, _, err := publisher(t, "send", "--nats-url", url, "--session", "dst", "third"); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := publisher(t, "history", "--json", "--nats-url", url, "--session", "dst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSpace(again), "\n")
+	if len(got) != 7 || got[0] != lines[0] || got[1] != lines[1] || got[4] != lines[4] {
+		t.Fatalf("imported session:\n%s\nwant the export's lines first:\n%s", again, exported)
 	}
 }
