@@ -1,21 +1,16 @@
 package guard
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/lanefleet/lanefleet/internal/deptest"
 )
 
 // TestDeps keeps the package pure: no NATS, no network adapters.
 func TestDeps(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Skipf("go list: %v", err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.Contains(dep, "nats-io") || strings.HasPrefix(dep, "github.com/lanefleet/lanefleet/lanes") || strings.HasPrefix(dep, "github.com/lanefleet/lanefleet/kvstore") {
-			t.Errorf("impure dependency %s", dep)
-		}
-	}
+	deptest.NoImports(t,
+		deptest.Contains("nats-io"),
+		deptest.Prefix("github.com/lanefleet/lanefleet/lanes"),
+		deptest.Prefix("github.com/lanefleet/lanefleet/kvstore"))
 }

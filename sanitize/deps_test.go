@@ -1,9 +1,9 @@
 package sanitize
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/lanefleet/lanefleet/internal/deptest"
 )
 
 // TestPureDependencies keeps the sanitiser, its command and the session file
@@ -13,18 +13,7 @@ func TestPureDependencies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the go command")
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go command not found")
-	}
-	out, err := exec.CommandContext(t.Context(), gobin, "list", "-deps",
-		"github.com/lanefleet/lanefleet/sanitize/...", "github.com/lanefleet/lanefleet/sessionfile").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.Contains(dep, "nats") || dep == "net/http" || dep == "net" {
-			t.Errorf("depends on %s", dep)
-		}
-	}
+	deptest.PackagesNoImports(t,
+		[]string{"github.com/lanefleet/lanefleet/sanitize/...", "github.com/lanefleet/lanefleet/sessionfile"},
+		deptest.Contains("nats"), deptest.Exact("net/http"), deptest.Exact("net"))
 }

@@ -1,9 +1,9 @@
 package registry_test
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/lanefleet/lanefleet/internal/deptest"
 )
 
 // TestNoNATS keeps the provider layer pure: nothing it links may be NATS.
@@ -12,13 +12,6 @@ func TestNoNATS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
-	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "github.com/lanefleet/lanefleet/provider/...").CombinedOutput()
-	if err != nil {
-		t.Skipf("go list unavailable: %v: %s", err, out)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.Contains(dep, "nats-io") {
-			t.Errorf("provider packages depend on %s", dep)
-		}
-	}
+	deptest.PackagesNoImports(t, []string{"github.com/lanefleet/lanefleet/provider/..."},
+		deptest.Contains("nats-io"))
 }
