@@ -3,6 +3,8 @@ package blockchunk
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
 
 // BreakPreference says where the chunker prefers to cut a block.
@@ -78,7 +80,7 @@ func (c *Chunker) Append(text string) {
 		c.ascii = true
 	}
 	c.data = append(c.data, text...)
-	n, ascii := u16count(text)
+	n, ascii := jstext.LenASCII(text)
 	c.n += n
 	c.ascii = c.ascii && ascii
 }
@@ -97,7 +99,7 @@ func (c *Chunker) HasBuffered() bool { return len(c.data) > 0 }
 
 func (c *Chunker) set(s string) {
 	c.buf = s
-	c.n, c.ascii = u16count(s)
+	c.n, c.ascii = jstext.LenASCII(s)
 }
 
 // offsets returns the offset table of the current buffer.
@@ -140,7 +142,7 @@ func (c *Chunker) Drain(force bool, emit func(block string)) {
 		return
 	}
 	if force && c.n <= maxChars {
-		if !isBlank(c.buf) {
+		if !jstext.IsBlank(c.buf) {
 			emit(c.buf)
 		}
 		c.set("")
@@ -191,7 +193,7 @@ func (c *Chunker) drainParagraphs(emit func(string), maxChars int) {
 	for c.buf != "" {
 		c.spans = parseFences(c.buf, c.spans)
 		idx, length := nextParagraphBreak(c.buf, c.spans)
-		if idx < 0 || u16len(c.buf[:idx]) > maxChars {
+		if idx < 0 || jstext.Len(c.buf[:idx]) > maxChars {
 			if c.n >= maxChars {
 				if br := c.pick(1); br.index > 0 {
 					c.emitBreak(br, emit)
@@ -200,7 +202,7 @@ func (c *Chunker) drainParagraphs(emit func(string), maxChars int) {
 			}
 			return
 		}
-		if chunk := c.buf[:idx]; !isBlank(chunk) {
+		if chunk := c.buf[:idx]; !jstext.IsBlank(chunk) {
 			emit(chunk)
 		}
 		c.set(stripLeadingNewlines(c.buf[idx+length:]))
@@ -244,8 +246,8 @@ func (c *Chunker) emitBreak(br brk, emit func(string)) bool {
 		return false
 	}
 	chunk := c.buf[:idx]
-	if isBlank(chunk) {
-		c.set(strings.TrimLeftFunc(stripLeadingNewlines(c.buf[idx:]), isJSSpace))
+	if jstext.IsBlank(chunk) {
+		c.set(jstext.TrimStart(stripLeadingNewlines(c.buf[idx:])))
 		return false
 	}
 	if f := br.fence; f != nil {
@@ -272,7 +274,7 @@ func (c *Chunker) emitBreak(br brk, emit func(string)) bool {
 	emit(chunk)
 	next := idx
 	if idx < len(c.buf) {
-		if r, size := utf8.DecodeRuneInString(c.buf[idx:]); isJSSpace(r) {
+		if r, size := utf8.DecodeRuneInString(c.buf[idx:]); jstext.IsSpace(r) {
 			next += size
 		}
 	}
@@ -323,7 +325,7 @@ func (c *Chunker) pick(minOverride int) brk {
 		if off.at(i) < minChars {
 			break
 		}
-		if isJSSpace(r) && safeBreak(spans, i) {
+		if jstext.IsSpace(r) && safeBreak(spans, i) {
 			return brk{index: i}
 		}
 	}
@@ -441,7 +443,7 @@ func sentenceBreak(text string, spans []fence, off offsets, minChars int) int {
 			continue
 		}
 		if i+1 < len(text) {
-			if r, _ := utf8.DecodeRuneInString(text[i+1:]); !isJSSpace(r) {
+			if r, _ := utf8.DecodeRuneInString(text[i+1:]); !jstext.IsSpace(r) {
 				continue
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
 
 func drainAll(c *Chunker, force bool) []string {
@@ -188,7 +190,7 @@ func TestDefaultConfig(t *testing.T) {
 // squeeze removes whitespace, which the chunker may drop at cuts.
 func squeeze(s string) string {
 	return strings.Map(func(r rune) rune {
-		if isJSSpace(r) || unicode.IsSpace(r) {
+		if jstext.IsSpace(r) || unicode.IsSpace(r) {
 			return -1
 		}
 		return r
@@ -235,8 +237,8 @@ func FuzzChunker(f *testing.F) {
 					body = trimmed[:nl]
 				}
 			}
-			if u16len(body) > limit {
-				t.Fatalf("block of %d units over the limit %d: %q", u16len(body), limit, b)
+			if jstext.Len(body) > limit {
+				t.Fatalf("block of %d units over the limit %d: %q", jstext.Len(body), limit, b)
 			}
 		}
 		rest := input

@@ -1,6 +1,10 @@
 package blockchunk
 
-import "time"
+import (
+	"time"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
+)
 
 // CoalesceIdleDefault is the reference's coalescing idle time.
 const CoalesceIdleDefault = 1000 * time.Millisecond
@@ -73,19 +77,19 @@ func NewCoalescer(cfg CoalesceConfig) *Coalescer {
 // when the block would make it exceed MaxChars, a block that alone reaches
 // MaxChars, or the merged buffer once it reaches MaxChars.
 func (c *Coalescer) Add(block string, now time.Time) []string {
-	if isBlank(block) {
+	if jstext.IsBlank(block) {
 		return nil
 	}
 	next := block
 	if c.buf != "" {
 		next = c.buf + c.joiner + block
 	}
-	if u16len(next) > c.maxChars {
+	if jstext.Len(next) > c.maxChars {
 		if c.buf == "" {
 			return []string{block}
 		}
 		out := []string{c.take()}
-		if u16len(block) >= c.maxChars {
+		if jstext.Len(block) >= c.maxChars {
 			return append(out, block)
 		}
 		c.buf = block
@@ -93,7 +97,7 @@ func (c *Coalescer) Add(block string, now time.Time) []string {
 		return out
 	}
 	c.buf = next
-	if u16len(c.buf) >= c.maxChars {
+	if jstext.Len(c.buf) >= c.maxChars {
 		return []string{c.take()}
 	}
 	c.arm(now)
@@ -110,7 +114,7 @@ func (c *Coalescer) Tick(now time.Time) []string {
 	if c.buf == "" {
 		return nil
 	}
-	if u16len(c.buf) < c.minChars {
+	if jstext.Len(c.buf) < c.minChars {
 		c.arm(now)
 		return nil
 	}

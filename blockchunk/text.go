@@ -1,76 +1,10 @@
 package blockchunk
 
 import (
-	"strings"
 	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
-
-// isJSSpace reports whether r is whitespace for a JavaScript regular
-// expression (\s), which is what the reference tests break characters with.
-func isJSSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ', 0x00a0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000, 0xfeff:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200a
-}
-
-// jsTrim trims JavaScript whitespace from both ends (String.prototype.trim).
-func jsTrim(s string) string { return strings.TrimFunc(s, isJSSpace) }
-
-// isBlank reports whether s is empty after jsTrim, without allocating.
-func isBlank(s string) bool {
-	for _, r := range s {
-		if !isJSSpace(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// u16count returns the length of s in UTF-16 code units and whether s is
-// all ASCII.
-func u16count(s string) (int, bool) {
-	ascii := true
-	n := 0
-	for i := 0; i < len(s); {
-		if s[i] < utf8.RuneSelf {
-			n++
-			i++
-			continue
-		}
-		ascii = false
-		r, size := utf8.DecodeRuneInString(s[i:])
-		i += size
-		if r >= 0x10000 {
-			n += 2
-		} else {
-			n++
-		}
-	}
-	return n, ascii
-}
-
-// u16len returns the length of s in UTF-16 code units.
-func u16len(s string) int {
-	n := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			n++
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		i += size
-		if r >= 0x10000 {
-			n += 2
-		} else {
-			n++
-		}
-	}
-	return n
-}
 
 // isASCII reports whether s has only ASCII bytes.
 func isASCII(s string) bool {
@@ -105,11 +39,7 @@ func newOffsets(s string, scratch []int32) offsets {
 			t[i+k] = n
 		}
 		i += size
-		if r >= 0x10000 {
-			n += 2
-		} else {
-			n++
-		}
+		n += int32(jstext.RuneLen(r))
 	}
 	t[len(s)] = n
 	return offsets{u16: t}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -114,7 +115,7 @@ func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message,
 		case text == "":
 			nt = ContextNotice
 			res.Messages[i].Outcome = OutcomeNoticeOnly
-		case units(text) <= b.SingleToolResult:
+		case jstext.Len(text) <= b.SingleToolResult:
 			nt = text
 		default:
 			var kept int
@@ -135,7 +136,7 @@ func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message,
 	if total > b.Context {
 		need := total - b.Context
 		freed := 0
-		placeholder := units(CompactedPlaceholder)
+		placeholder := jstext.Len(CompactedPlaceholder)
 		for i, m := range out {
 			if freed >= need {
 				break
@@ -162,12 +163,13 @@ func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message,
 // cutForContext cuts text to budget units including ContextNotice; the cut
 // moves back to the last newline when it lies beyond 70 % of the body.
 func cutForContext(text string, budget int) (string, int) {
-	body := max(0, budget-units(ContextNotice))
+	body := max(0, budget-jstext.Len(ContextNotice))
 	cut := body
-	if nl := lastNewlineAtOrBefore(text, body); nl >= 0 && float64(nl) > newlineCutThreshold*float64(body) {
+	if nl := jstext.LastIndexByte(text, '\n', body); nl >= 0 && float64(nl) > newlineCutThreshold*float64(body) {
 		cut = nl
 	}
-	p, kept := prefix(text, cut)
+	p := jstext.Prefix(text, cut)
+	kept := jstext.Len(p)
 	return p + ContextNotice, kept
 }
 
@@ -203,7 +205,7 @@ func EstimateChars(m message.Message) int {
 		for _, b := range toolContent(m).Blocks {
 			switch b.Type {
 			case message.BlockText:
-				n += units(b.Text)
+				n += jstext.Len(b.Text)
 			case message.BlockImage:
 				n += imageChars
 			}
@@ -217,7 +219,7 @@ func EstimateChars(m message.Message) int {
 		for _, b := range m.Content.Blocks {
 			switch b.Type {
 			case message.BlockText:
-				n += units(b.Text)
+				n += jstext.Len(b.Text)
 			case message.BlockImage:
 				n += imageChars
 			default:
@@ -230,9 +232,9 @@ func EstimateChars(m message.Message) int {
 		for _, b := range m.Content.Blocks {
 			switch b.Type {
 			case message.BlockText:
-				n += units(b.Text)
+				n += jstext.Len(b.Text)
 			case message.BlockThinking:
-				n += units(b.Thinking)
+				n += jstext.Len(b.Thinking)
 			case message.BlockToolCall:
 				if b.Arguments != nil {
 					n += jsonLen(b.Arguments)
@@ -255,5 +257,5 @@ func jsonLen(v any) int {
 	if enc.Encode(v) != nil {
 		return 0
 	}
-	return units(strings.TrimSuffix(buf.String(), "\n"))
+	return jstext.Len(strings.TrimSuffix(buf.String(), "\n"))
 }

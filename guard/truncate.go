@@ -3,6 +3,7 @@ package guard
 import (
 	"math"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -30,7 +31,7 @@ const (
 
 // UTF16Len returns the length of s in UTF-16 code units, the unit every
 // budget of this package is expressed in.
-func UTF16Len(s string) int { return units(s) }
+func UTF16Len(s string) int { return jstext.Len(s) }
 
 // MaxToolResultChars returns the largest tool result, in UTF-16 units, that
 // overflow recovery leaves alone for a window of contextTokens:
@@ -76,19 +77,20 @@ type TextCut struct {
 // 80 % of it, and appends the notice. The result can exceed maxChars when
 // MinKeep applies.
 func TruncateText(text string, maxChars int, opts TruncateOptions) (string, TextCut) {
-	n := units(text)
+	n := jstext.Len(text)
 	if n <= maxChars {
 		return text, TextCut{KeptPrefix: n, Output: n}
 	}
 	opts = opts.withDefaults()
-	notice := units(opts.Notice)
+	notice := jstext.Len(opts.Notice)
 	keep := max(opts.MinKeep, maxChars-notice)
 	cut := keep
 	atNewline := false
-	if nl := lastNewlineAtOrBefore(text, keep); nl >= 0 && float64(nl) > 0.8*float64(keep) {
+	if nl := jstext.LastIndexByte(text, '\n', keep); nl >= 0 && float64(nl) > 0.8*float64(keep) {
 		cut, atNewline = nl, true
 	}
-	p, kept := prefix(text, cut)
+	p := jstext.Prefix(text, cut)
+	kept := jstext.Len(p)
 	return p + opts.Notice, TextCut{Truncated: true, KeptPrefix: kept, CutAtNewline: atNewline, Output: kept + notice}
 }
 
@@ -98,7 +100,7 @@ func TextLen(c message.Content) int {
 	n := 0
 	for _, b := range c.Blocks {
 		if b.Type == message.BlockText {
-			n += units(b.Text)
+			n += jstext.Len(b.Text)
 		}
 	}
 	return n
@@ -116,7 +118,7 @@ func TruncateContent(c message.Content, maxChars int, opts TruncateOptions) (out
 	total := 0
 	for i, b := range c.Blocks {
 		if b.Type == message.BlockText {
-			lens[i] = units(b.Text)
+			lens[i] = jstext.Len(b.Text)
 			total += lens[i]
 			cuts[i] = TextCut{KeptPrefix: lens[i], Output: lens[i]}
 		}
@@ -124,7 +126,7 @@ func TruncateContent(c message.Content, maxChars int, opts TruncateOptions) (out
 	if total <= maxChars {
 		return c, cuts, false
 	}
-	floor := opts.MinKeep + units(opts.Notice)
+	floor := opts.MinKeep + jstext.Len(opts.Notice)
 	out = c.Clone()
 	for i, b := range out.Blocks {
 		if b.Type != message.BlockText {

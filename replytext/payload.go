@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -110,13 +111,13 @@ func BuildPayloads(in PayloadInput) []Payload {
 
 	rawErr := ""
 	if errored {
-		rawErr = jsTrim(last.ErrorMessage)
+		rawErr = jstext.Trim(last.ErrorMessage)
 	}
 	repeatsError := func(text string) bool {
 		if !errored {
 			return false
 		}
-		t := jsTrim(text)
+		t := jstext.Trim(text)
 		if t == "" {
 			return false
 		}
@@ -192,7 +193,7 @@ func BuildPayloads(in PayloadInput) []Payload {
 				}
 				dup := false
 				for _, it := range items {
-					if jsTrim(it.Text) == text {
+					if jstext.Trim(it.Text) == text {
 						dup = true
 						break
 					}
@@ -211,7 +212,7 @@ func BuildPayloads(in PayloadInput) []Payload {
 	out := make([]Payload, 0, len(items))
 	for _, it := range items {
 		p := Payload{
-			Text:           jsTrim(it.Text),
+			Text:           jstext.Trim(it.Text),
 			MediaURLs:      it.MediaURLs,
 			ReplyToID:      it.ReplyToID,
 			ReplyToTag:     it.ReplyToTag,
@@ -240,7 +241,7 @@ func BuildPayloads(in PayloadInput) []Payload {
 // "Error: " or HTTP status prefix) and returns a fingerprint of its type and
 // message, or "" when text is not one.
 func apiErrorFingerprint(text string) string {
-	t := jsTrim(text)
+	t := jstext.Trim(text)
 	i := strings.IndexByte(t, '{')
 	if i < 0 || !strings.HasSuffix(t, "}") || i > 32 {
 		return ""

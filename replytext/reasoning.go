@@ -3,6 +3,7 @@ package replytext
 import (
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -17,11 +18,11 @@ func Thinking(m *message.Message) string {
 		if b.Type != message.BlockThinking {
 			continue
 		}
-		if t := jsTrim(b.Thinking); t != "" {
+		if t := jstext.Trim(b.Thinking); t != "" {
 			parts = append(parts, t)
 		}
 	}
-	return jsTrim(strings.Join(parts, "\n"))
+	return jstext.Trim(strings.Join(parts, "\n"))
 }
 
 // FormatReasoning formats reasoning for a reply or a thinking event:
@@ -29,7 +30,7 @@ func Thinking(m *message.Message) string {
 // (italic in Markdown; one line at a time because some channels cannot
 // italicise across lines). Blank reasoning gives "".
 func FormatReasoning(text string) string {
-	t := jsTrim(text)
+	t := jstext.Trim(text)
 	if t == "" {
 		return ""
 	}

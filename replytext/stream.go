@@ -3,6 +3,8 @@ package replytext
 import (
 	"regexp"
 	"strings"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
 
 // Text event types of an assistant message stream.
@@ -96,7 +98,7 @@ func (s *Stream) Add(eventType, delta, content string) (chunk, visibleDelta stri
 		visibleDelta = s.strip.Write(chunk)
 		s.visible.WriteString(visibleDelta)
 	}
-	next := jsTrim(s.visible.String())
+	next := jstext.Trim(s.visible.String())
 	if len(next) <= len(s.published) || !strings.HasPrefix(next, s.published) {
 		return chunk, visibleDelta, Update{}, false
 	}
@@ -116,16 +118,16 @@ const SilentToken = "NO_REPLY"
 
 // IsSilent reports whether text is exactly the silent token, optionally
 // surrounded by whitespace. Text that merely ends with it is a real reply.
-func IsSilent(text string) bool { return jsTrim(text) == SilentToken }
+func IsSilent(text string) bool { return jstext.Trim(text) == SilentToken }
 
 // SilentFallback resolves a final text of NO_REPLY: it becomes the last text
 // sent through a messaging tool during the run (trimmed), if any; any other
 // text is returned unchanged.
 func SilentFallback(text string, messagingSent []string) string {
-	if jsTrim(text) != SilentToken || len(messagingSent) == 0 {
+	if jstext.Trim(text) != SilentToken || len(messagingSent) == 0 {
 		return text
 	}
-	if fb := jsTrim(messagingSent[len(messagingSent)-1]); fb != "" {
+	if fb := jstext.Trim(messagingSent[len(messagingSent)-1]); fb != "" {
 		return fb
 	}
 	return text
@@ -162,7 +164,7 @@ func (f *BlockFilter) Reset() {
 // false when the chunk must be skipped.
 func (f *BlockFilter) Filter(chunk string) (string, bool) {
 	f.tags.EnforceFinal = f.EnforceFinal
-	out := jsTrimEnd(StripDowngradedToolCallText(f.tags.Strip(chunk)))
+	out := jstext.TrimEnd(StripDowngradedToolCallText(f.tags.Strip(chunk)))
 	if out == "" || out == f.last {
 		return "", false
 	}

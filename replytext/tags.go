@@ -1,6 +1,10 @@
 package replytext
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
+)
 
 // thinkingNames are the reasoning tags whose content is hidden.
 var thinkingNames = map[string]bool{"think": true, "thinking": true, "thought": true, "antthinking": true}
@@ -88,7 +92,7 @@ func skipJSSpace(s string, i int) int {
 			return i
 		}
 		r, size := decodeRune(s[i:])
-		if !isJSSpace(r) {
+		if !jstext.IsSpace(r) {
 			return i
 		}
 		i += size

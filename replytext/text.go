@@ -4,58 +4,9 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
-
-// isJSSpace reports whether r is JavaScript whitespace (\s, trim).
-func isJSSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ', 0x00a0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000, 0xfeff:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200a
-}
-
-// jsTrim is String.prototype.trim.
-func jsTrim(s string) string { return strings.TrimFunc(s, isJSSpace) }
-
-// jsTrimEnd is String.prototype.trimEnd.
-func jsTrimEnd(s string) string { return strings.TrimRightFunc(s, isJSSpace) }
-
-// u16len is the length of s in UTF-16 code units.
-func u16len(s string) int {
-	n := 0
-	for i := 0; i < len(s); {
-		if s[i] < utf8.RuneSelf {
-			n++
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		i += size
-		n++
-		if r >= 0x10000 {
-			n++
-		}
-	}
-	return n
-}
-
-// truncateU16 returns the longest prefix of s of at most n UTF-16 units
-// without splitting a surrogate pair (the reference's truncateUtf16Safe).
-func truncateU16(s string, n int) string {
-	u := 0
-	for i, r := range s {
-		w := 1
-		if r >= 0x10000 {
-			w = 2
-		}
-		if u+w > n {
-			return s[:i]
-		}
-		u += w
-	}
-	return s
-}
 
 // isEmoji reports whether r is an emoji or emoji modifier the comparison
 // normaliser removes.
@@ -84,7 +35,7 @@ func NormalizeForComparison(s string) string {
 		if isEmoji(r) {
 			continue
 		}
-		if isJSSpace(r) || unicode.IsSpace(r) {
+		if jstext.IsSpace(r) || unicode.IsSpace(r) {
 			space = true
 			continue
 		}
@@ -105,11 +56,11 @@ const DuplicateMinChars = 10
 // result) duplicates a text already sent through a messaging tool: both at
 // least DuplicateMinChars long and one contains the other.
 func IsMessagingDuplicate(normalized string, sentNormalized []string) bool {
-	if u16len(normalized) < DuplicateMinChars {
+	if jstext.Len(normalized) < DuplicateMinChars {
 		return false
 	}
 	for _, s := range sentNormalized {
-		if u16len(s) < DuplicateMinChars {
+		if jstext.Len(s) < DuplicateMinChars {
 			continue
 		}
 		if strings.Contains(normalized, s) || strings.Contains(s, normalized) {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"regexp"
 	"strings"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
 
 // Caps on tool output carried in events.
@@ -20,10 +22,10 @@ const (
 // TruncateToolText caps a tool-result text at ToolResultMaxChars UTF-16
 // units, adding ToolTruncatedSuffix when it cut.
 func TruncateToolText(s string) string {
-	if u16len(s) <= ToolResultMaxChars {
+	if jstext.Len(s) <= ToolResultMaxChars {
 		return s
 	}
-	return truncateU16(s, ToolResultMaxChars) + ToolTruncatedSuffix
+	return jstext.Prefix(s, ToolResultMaxChars) + ToolTruncatedSuffix
 }
 
 // SanitizeToolResult returns a copy of a JSON-shaped tool result
@@ -66,7 +68,7 @@ func SanitizeToolResult(result any) any {
 			c := copyMap(entry)
 			delete(c, "data")
 			if data, ok := entry["data"].(string); ok && data != "" {
-				c["bytes"] = u16len(data)
+				c["bytes"] = jstext.Len(data)
 			} else {
 				delete(c, "bytes")
 			}
@@ -94,16 +96,16 @@ var crlf = regexp.MustCompile(`\r?\n`)
 // only, capped at ToolErrorMaxChars UTF-16 units with "…". It reports false
 // when nothing is left.
 func ToolErrorText(text string) (string, bool) {
-	t := jsTrim(text)
+	t := jstext.Trim(text)
 	if t == "" {
 		return "", false
 	}
-	first := jsTrim(crlf.Split(t, 2)[0])
+	first := jstext.Trim(crlf.Split(t, 2)[0])
 	if first == "" {
 		return "", false
 	}
-	if u16len(first) > ToolErrorMaxChars {
-		return truncateU16(first, ToolErrorMaxChars) + "…", true
+	if jstext.Len(first) > ToolErrorMaxChars {
+		return jstext.Prefix(first, ToolErrorMaxChars) + "…", true
 	}
 	return first, true
 }
@@ -189,7 +191,7 @@ func toolResultText(rec map[string]any) string {
 			continue
 		}
 		if s, ok := entry["text"].(string); ok {
-			if t := jsTrim(s); t != "" {
+			if t := jstext.Trim(s); t != "" {
 				parts = append(parts, t)
 			}
 		}

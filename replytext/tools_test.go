@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -22,7 +23,7 @@ func TestTruncateToolText(t *testing.T) {
 	// Emoji count two units; the cut never splits one.
 	got := TruncateToolText("a" + strings.Repeat("😀", 4000))
 	if got != "a"+strings.Repeat("😀", 3999)+ToolTruncatedSuffix {
-		t.Errorf("emoji cut: %d units", u16len(got))
+		t.Errorf("emoji cut: %d units", jstext.Len(got))
 	}
 }
 
@@ -40,8 +41,8 @@ func TestSanitizeToolResult(t *testing.T) {
 	out := SanitizeToolResult(in).(map[string]any)
 	c := out["content"].([]any)
 	// Text capped.
-	if txt := c[0].(map[string]any)["text"].(string); !strings.HasSuffix(txt, ToolTruncatedSuffix) || u16len(txt) != 8000+u16len(ToolTruncatedSuffix) {
-		t.Errorf("text not capped: %d", u16len(txt))
+	if txt := c[0].(map[string]any)["text"].(string); !strings.HasSuffix(txt, ToolTruncatedSuffix) || jstext.Len(txt) != 8000+jstext.Len(ToolTruncatedSuffix) {
+		t.Errorf("text not capped: %d", jstext.Len(txt))
 	}
 	// Image data replaced by its size and an omitted flag.
 	if want := (map[string]any{"type": "image", "mimeType": "image/png", "bytes": 4, "omitted": true}); !reflect.DeepEqual(c[1], want) {

@@ -1,11 +1,6 @@
 package sanitize
 
-import (
-	"strings"
-	"unicode/utf8"
-
-	"github.com/lanefleet/lanefleet/message"
-)
+import "github.com/lanefleet/lanefleet/message"
 
 // Legacy block types that are tool calls too. Old transcripts (and some
 // providers' raw blocks) use them; the message package keeps their fields in
@@ -112,22 +107,4 @@ func copyBlocks(b []message.Block) []message.Block {
 	out := make([]message.Block, len(b))
 	copy(out, b)
 	return out
-}
-
-// jsSpace reports whether r is white space for JavaScript's String.trim.
-func jsSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ', 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200A
-}
-
-// jsTrim trims like JavaScript's String.prototype.trim.
-func jsTrim(s string) string {
-	// Fast path: ASCII without surrounding space.
-	if s == "" || (s[0] > ' ' && s[0] < utf8.RuneSelf && s[len(s)-1] > ' ' && s[len(s)-1] < utf8.RuneSelf) {
-		return s
-	}
-	return strings.TrimFunc(s, jsSpace)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -227,8 +228,8 @@ func interSessionPrefix(m *message.Message) string {
 		{"sourceChannel", "sourceChannel"},
 		{"sourceTool", "sourceTool"},
 	} {
-		if s, ok := p[f.key].(string); ok && jsTrim(s) != "" {
-			b.WriteString(" " + f.label + "=" + jsTrim(s))
+		if s, ok := p[f.key].(string); ok && jstext.Trim(s) != "" {
+			b.WriteString(" " + f.label + "=" + jstext.Trim(s))
 		}
 	}
 	return b.String()
@@ -348,7 +349,7 @@ func sanitizeContent(msgs []message.Message, pol Policy, lim ImageLimits, now in
 }
 
 func blankText(b message.Block) bool {
-	return b.Type == message.BlockText && jsTrim(b.Text) == ""
+	return b.Type == message.BlockText && jstext.Trim(b.Text) == ""
 }
 
 // DropThinkingBlocks removes every thinking block from assistant messages; an
@@ -410,7 +411,7 @@ func messageTime(m *message.Message) (int64, bool) {
 		return 0, false
 	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.000Z0700", "2006-01-02T15:04:05", "2006-01-02"} {
-		if t, err := time.Parse(layout, jsTrim(s)); err == nil {
+		if t, err := time.Parse(layout, jstext.Trim(s)); err == nil {
 			return t.UnixMilli(), true
 		}
 	}

@@ -1,6 +1,10 @@
 package sanitize
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
+)
 
 // Mode is how thoroughly assistant messages are sanitised.
 type Mode string
@@ -70,7 +74,7 @@ var providerAliases = map[string]string{
 // and with the reference's aliases resolved ("z.ai" → "zai", "bedrock" →
 // "amazon-bedrock", …).
 func NormalizeProvider(provider string) string {
-	p := strings.ToLower(jsTrim(provider))
+	p := strings.ToLower(jstext.Trim(provider))
 	if a, ok := providerAliases[p]; ok {
 		return a
 	}

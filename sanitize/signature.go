@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -24,9 +25,9 @@ func ValidBase64Signature(v any) bool {
 	if !ok {
 		return false
 	}
-	if strings.IndexFunc(s, jsSpace) >= 0 {
+	if strings.IndexFunc(s, jstext.IsSpace) >= 0 {
 		s = strings.Map(func(r rune) rune {
-			if jsSpace(r) {
+			if jstext.IsSpace(r) {
 				return -1
 			}
 			return r
@@ -122,7 +123,7 @@ func isOpenAIReasoningSignature(sig any) bool {
 	var obj map[string]any
 	switch s := sig.(type) {
 	case string:
-		t := jsTrim(s)
+		t := jstext.Trim(s)
 		if !strings.HasPrefix(t, "{") || json.Unmarshal([]byte(t), &obj) != nil {
 			return false
 		}

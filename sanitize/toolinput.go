@@ -3,6 +3,7 @@ package sanitize
 import (
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -39,7 +40,7 @@ type allowSet map[string]struct{}
 func newAllowSet(names []string) allowSet {
 	s := make(allowSet, len(names))
 	for _, n := range names {
-		if t := strings.ToLower(jsTrim(n)); t != "" {
+		if t := strings.ToLower(jstext.Trim(n)); t != "" {
 			s[t] = struct{}{}
 		}
 	}
@@ -124,14 +125,14 @@ func checkCall(b *message.Block, allow allowSet) (keep bool, trimmed string) {
 		return false, ""
 	}
 	id, ok := callID(b)
-	if !ok || jsTrim(id) == "" {
+	if !ok || jstext.Trim(id) == "" {
 		return false, ""
 	}
 	name, ok := callName(b)
 	if !ok {
 		return false, ""
 	}
-	t := jsTrim(name)
+	t := jstext.Trim(name)
 	if !validToolName(t) {
 		return false, ""
 	}

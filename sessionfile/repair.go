@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
 
 // RepairResult is the outcome of Repair. Repair never fails: what went wrong
@@ -198,12 +200,8 @@ func repairContent(data []byte) (out []byte, dropped int, reason string) {
 func isBlank(line []byte) bool {
 	for len(line) > 0 {
 		r, n := utf8.DecodeRune(line)
-		switch r {
-		case '\t', '\n', '\v', '\f', '\r', ' ', 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF:
-		default:
-			if r < 0x2000 || r > 0x200A {
-				return false
-			}
+		if !jstext.IsSpace(r) {
+			return false
 		}
 		line = line[n:]
 	}

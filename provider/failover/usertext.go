@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
 
 // User-facing texts.
@@ -209,16 +211,9 @@ func parseAPIErrorInfo(raw string) (apiErrorInfo, bool) {
 // truncateUnits cuts s after n UTF-16 code units (the reference counts in
 // JavaScript string units) and appends "…"; it never splits a character.
 func truncateUnits(s string, n int) string {
-	units := 0
-	for i, r := range s {
-		w := 1
-		if r >= 0x10000 {
-			w = 2
-		}
-		if units+w > n {
-			return s[:i] + "…"
-		}
-		units += w
+	p := jstext.Prefix(s, n)
+	if len(p) == len(s) {
+		return s
 	}
-	return s
+	return p + "…"
 }
