@@ -1,9 +1,9 @@
 package queue
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/lanefleet/lanefleet/internal/deptest"
 )
 
 // TestNoNATS keeps the package pure: nothing it imports, directly or not,
@@ -12,13 +12,5 @@ func TestNoNATS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Skipf("go list: %v", err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if strings.Contains(p, "nats-io") || strings.HasSuffix(p, "/lanes") {
-			t.Errorf("imports %s", p)
-		}
-	}
+	deptest.NoImports(t, deptest.Contains("nats-io"), deptest.Suffix("/lanes"))
 }

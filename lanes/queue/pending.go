@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"strconv"
 	"strings"
 	"time"
@@ -174,12 +175,12 @@ const SummaryLineMax = 160
 // collapsed to one space, trimmed, and elided to SummaryLineMax UTF-16 units
 // with a trailing "…".
 func SummaryLine(text string) string {
-	cleaned := strings.Join(strings.FieldsFunc(text, isJSSpace), " ")
-	if u16len(cleaned) <= SummaryLineMax {
+	cleaned := strings.Join(strings.FieldsFunc(text, jstext.IsSpace), " ")
+	if jstext.Len(cleaned) <= SummaryLineMax {
 		return cleaned
 	}
-	cut := u16prefix(cleaned, SummaryLineMax-1)
-	return strings.TrimRightFunc(cut, isJSSpace) + "…"
+	cut := jstext.Prefix(cleaned, SummaryLineMax-1)
+	return strings.TrimRightFunc(cut, jstext.IsSpace) + "…"
 }
 
 // CollectTitle heads a collected prompt.
@@ -198,42 +199,4 @@ func CollectPrompt(prompts []string, summary string) string {
 		blocks = append(blocks, "---\nQueued #"+strconv.Itoa(i+1)+"\n"+p)
 	}
 	return strings.Join(blocks, "\n\n")
-}
-
-// isJSSpace is JavaScript's \s.
-func isJSSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ', 0x00a0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000, 0xfeff:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200a
-}
-
-// u16len is the length of s in UTF-16 code units.
-func u16len(s string) int {
-	n := 0
-	for _, r := range s {
-		n++
-		if r >= 0x10000 {
-			n++
-		}
-	}
-	return n
-}
-
-// u16prefix returns the longest prefix of s of at most n UTF-16 units,
-// never splitting a surrogate pair.
-func u16prefix(s string, n int) string {
-	u := 0
-	for i, r := range s {
-		w := 1
-		if r >= 0x10000 {
-			w = 2
-		}
-		if u+w > n {
-			return s[:i]
-		}
-		u += w
-	}
-	return s
 }

@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -113,7 +114,7 @@ func TestSummaryLine(t *testing.T) {
 	// Emoji count two units and are never split.
 	got := SummaryLine(strings.Repeat("😀", 81))
 	if got != strings.Repeat("😀", 79)+"…" {
-		t.Errorf("emoji: %q (%d units)", got, u16len(got))
+		t.Errorf("emoji: %q (%d units)", got, jstext.Len(got))
 	}
 	// Whitespace before the cut is trimmed before the ellipsis.
 	if got := SummaryLine(strings.Repeat("x", 158) + " yyy"); got != strings.Repeat("x", 158)+"…" {
