@@ -387,8 +387,9 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			n := o.failures[raw.Sequence]
 			o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
+			delay := min(o.w.cfg.RetryDelay*time.Duration(max(n, 1)), 30*time.Second)
 			select {
-			case <-time.After(o.w.cfg.RetryDelay * time.Duration(n)):
+			case <-time.After(delay):
 			case <-ctx.Done():
 				return false
 			}
@@ -423,6 +424,15 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		o.w.deadLetter(ctx, "poison", o.subject, seq, raw.Header, raw.Data, cause)
 		return o.failTurn(ctx, em, seq, "poison_message", cause.Error()+"; the message was dead-lettered", attempt)
 	}
+	// Read what the turn needs before it counts as an attempt: a store that
+	// is briefly unavailable delays the lane but never dead-letters a message.
+	if !o.loaded {
+		recs, err := o.w.lanes.Records(ctx, o.token)
+		if err != nil {
+			return err
+		}
+		o.history, o.loaded = kvstore.Entries(recs), true
+	}
 	// The first event of every attempt is stored before the turn starts, so
 	// a message that kills its worker is counted and dead-lettered at last.
 	startData := events.EventData{Phase: events.PhaseStart, StartedAt: time.Now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: seq}
@@ -441,13 +451,6 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	if err != nil {
 		o.w.deadLetter(ctx, "invalid", o.subject, seq, raw.Header, raw.Data, err)
 		return o.failTurn(ctx, em, seq, "invalid_input", err.Error(), attempt)
-	}
-	if !o.loaded {
-		recs, err := o.w.lanes.Records(ctx, o.token)
-		if err != nil {
-			return err
-		}
-		o.history, o.loaded = kvstore.Entries(recs), true
 	}
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
 		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: in, History: o.history, Received: raw.Time, em: em}
