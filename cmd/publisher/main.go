@@ -71,12 +71,25 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up following after this long")
 }
 
-func (c *common) connect() (*lanefleet.Client, error) {
+// open connects and bounds the command by --timeout; done releases both.
+func (c *common) open(ctx context.Context) (*lanefleet.Client, context.Context, func(), error) {
 	cl, err := lanefleet.Connect(c.url, nats.Timeout(3*time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s (is a worker running? set --nats-url or NATS_URL): %w", c.url, errors.Unwrap(err))
+		return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s (is a worker running? set --nats-url or NATS_URL): %w", c.url, errors.Unwrap(err))
 	}
-	return cl, nil
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return cl, ctx, func() { cancel(); cl.Close() }, nil
+}
+
+// checkSession says what is wrong with --session before touching the network.
+func (c *common) checkSession(cmd string) error {
+	if c.session == "" {
+		return fmt.Errorf("%s: --session is required", cmd)
+	}
+	if err := events.ValidateKey(c.session); err != nil {
+		return fmt.Errorf("%s: --session: %w", cmd, err)
+	}
+	return nil
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -104,8 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		text := strings.Join(fs.Args(), " ")
-		if c.session == "" {
-			return errors.New("send: --session is required")
+		if err := c.checkSession("send"); err != nil {
+			return err
 		}
 		opts := []lanefleet.SendOption{lanefleet.WithMode(*mode), lanefleet.WithModel(*model), lanefleet.WithThinking(*thinking), lanefleet.WithMessageID(*msgID)}
 		if c.asJSON {
@@ -123,9 +136,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			opts = append(opts, lanefleet.WithImage(mt, data))
 		}
 		// Say what is wrong with the message before touching the network.
-		if err := events.ValidateKey(c.session); err != nil {
-			return fmt.Errorf("send: --session: %w", err)
-		}
 		check := events.Inbound{Text: text, Mode: *mode, Model: *model, Thinking: *thinking}
 		if len(images) > 0 {
 			check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
@@ -133,13 +143,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := check.Validate(); err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
-		cl, err := c.connect()
+		cl, ctx, done, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(ctx, c.timeout)
-		defer cancel()
+		defer done()
 		r, err := cl.Send(ctx, c.session, text, opts...)
 		if err != nil {
 			return err
@@ -157,34 +165,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := parse(fs, args); err != nil {
 			return err
 		}
-		if c.session == "" || *runID == "" {
-			return errors.New("follow: --session and --run are required")
+		if *runID == "" {
+			return errors.New("follow: --run is required")
 		}
-		cl, err := c.connect()
+		if err := c.checkSession("follow"); err != nil {
+			return err
+		}
+		cl, ctx, done, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(ctx, c.timeout)
-		defer cancel()
+		defer done()
 		return follow(ctx, cl.Run(c.session, *runID), c.asJSON, stdout, stderr)
 	case "history":
 		if err := parse(fs, args); err != nil {
 			return err
 		}
-		if c.session == "" {
-			return errors.New("history: --session is required")
+		if err := c.checkSession("history"); err != nil {
+			return err
 		}
-		if err := events.ValidateKey(c.session); err != nil {
-			return fmt.Errorf("history: --session: %w", err)
-		}
-		cl, err := c.connect()
+		cl, ctx, done, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(ctx, c.timeout)
-		defer cancel()
+		defer done()
 		if c.asJSON {
 			return cl.Export(ctx, c.session, stdout)
 		}
@@ -197,24 +201,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := parse(fs, args); err != nil {
 			return err
 		}
-		if c.session == "" || fs.NArg() != 1 {
+		if fs.NArg() != 1 {
 			return errors.New("import: usage: publisher import --session KEY FILE.jsonl")
 		}
-		if err := events.ValidateKey(c.session); err != nil {
-			return fmt.Errorf("import: --session: %w", err)
+		if err := c.checkSession("import"); err != nil {
+			return err
 		}
 		f, err := os.Open(fs.Arg(0))
 		if err != nil {
 			return fmt.Errorf("import: %w", err)
 		}
 		defer f.Close()
-		cl, err := c.connect()
+		cl, ctx, done, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(ctx, c.timeout)
-		defer cancel()
+		defer done()
 		if err := cl.Import(ctx, c.session, f); err != nil {
 			return err
 		}
