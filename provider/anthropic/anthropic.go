@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -82,25 +81,11 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(p
 	defer resp.Body.Close()
 	b.Start()
 	p := parser{b: b, blocks: map[int]int{}}
-	rd := sse.NewReader(w.Body(resp.Body))
-	for !p.stopped {
-		ev, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			perr := stream.Classify(ctx, w, "anthropic: read stream", err)
-			if p.stopReason != "" && perr.Reason == provider.ReasonTimeout {
-				break // message_delta carried the stop reason; only message_stop is missing
-			}
-			return b.Fail(perr)
-		}
-		if perr := p.event(ev); perr != nil {
-			return b.Fail(perr)
-		}
-	}
-	if ctx.Err() != nil {
-		return b.Fail(stream.Classify(ctx, w, "anthropic", ctx.Err()))
+	// A stall after message_delta carried the stop reason only loses message_stop.
+	stopped := func() bool { return p.stopped }
+	hasStop := func() bool { return p.stopReason != "" }
+	if perr := stream.Drain(ctx, w, "anthropic", w.Body(resp.Body), stopped, hasStop, p.event); perr != nil {
+		return b.Fail(perr)
 	}
 	if p.stopReason == "" {
 		return b.Fail(stream.Protocol("anthropic: stream ended before message_stop"))
@@ -151,33 +136,17 @@ func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Reque
 	if err != nil {
 		var apiErr *sdk.Error
 		if errors.As(err, &apiErr) && apiErr.Response != nil {
-			raw, _ := io.ReadAll(io.LimitReader(apiErr.Response.Body, 1<<20))
-			_ = apiErr.Response.Body.Close()
-			return nil, failover.FromHTTP(apiErr.StatusCode, apiErr.Response.Header, raw, errors.New(http.StatusText(apiErr.StatusCode)), a.cfg.Now())
+			return nil, stream.HTTPError(apiErr.StatusCode, apiErr.Response.Header, apiErr.Response.Body, errors.New(http.StatusText(apiErr.StatusCode)), a.cfg.Now())
 		}
 		if resp != nil && resp.Body != nil {
 			_ = resp.Body.Close()
 		}
-		return nil, scrub(stream.Classify(ctx, w, "anthropic: send request", err), req.APIKey)
+		return nil, stream.Scrub(stream.Classify(ctx, w, "anthropic: send request", err), req.APIKey)
 	}
 	if pe := stream.NotAStream(resp); pe != nil {
 		return nil, pe
 	}
 	return resp, nil
-}
-
-// scrub removes the API key from a classified error.
-func scrub(e *provider.Error, key provider.Secret) *provider.Error {
-	k := key.Reveal()
-	if k == "" || !strings.Contains(e.Error(), k) && (e.Err == nil || !strings.Contains(e.Err.Error(), k)) {
-		return e
-	}
-	c := *e
-	c.Message = strings.ReplaceAll(c.Message, k, "[redacted]")
-	if c.Err != nil {
-		c.Err = errors.New(strings.ReplaceAll(c.Err.Error(), k, "[redacted]"))
-	}
-	return &c
 }
 
 // event is the union of the stream's event payloads.

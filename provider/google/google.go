@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -29,7 +28,6 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
-	"github.com/lanefleet/lanefleet/provider/failover"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
@@ -90,25 +88,10 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(p
 	defer resp.Body.Close()
 	b.Start()
 	p := parser{b: b, cur: -1, ids: map[string]bool{}, nowMs: now.UnixMilli()}
-	rd := sse.NewReader(w.Body(resp.Body))
-	for {
-		ev, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			perr := stream.Classify(ctx, w, "google: read stream", err)
-			if p.finish != "" && perr.Reason == provider.ReasonTimeout {
-				break
-			}
-			return b.Fail(perr)
-		}
-		if perr := p.event(ev); perr != nil {
-			return b.Fail(perr)
-		}
-	}
-	if ctx.Err() != nil {
-		return b.Fail(stream.Classify(ctx, w, "google", ctx.Err()))
+	// A stall after the finishReason only loses the trailing chunks.
+	hasFinish := func() bool { return p.finish != "" }
+	if perr := stream.Drain(ctx, w, "google", w.Body(resp.Body), nil, hasFinish, p.event); perr != nil {
+		return b.Fail(perr)
 	}
 	switch genai.FinishReason(p.finish) {
 	case "":
@@ -155,30 +138,15 @@ func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Reque
 	resp, err := a.cfg.HTTPClient.Do(hr)
 	if err != nil {
 		pe := stream.Classify(ctx, w, "google: send request", err)
-		return nil, scrub(pe, req.APIKey)
+		return nil, stream.Scrub(pe, req.APIKey)
 	}
 	if resp.StatusCode >= 400 {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		_ = resp.Body.Close()
-		return nil, failover.FromHTTP(resp.StatusCode, resp.Header, raw, errors.New(resp.Status), a.cfg.Now())
+		return nil, stream.HTTPError(resp.StatusCode, resp.Header, resp.Body, errors.New(resp.Status), a.cfg.Now())
 	}
 	if pe := stream.NotAStream(resp); pe != nil {
 		return nil, pe
 	}
 	return resp, nil
-}
-
-func scrub(e *provider.Error, key provider.Secret) *provider.Error {
-	k := key.Reveal()
-	if k == "" || !strings.Contains(e.Error(), k) && (e.Err == nil || !strings.Contains(e.Err.Error(), k)) {
-		return e
-	}
-	c := *e
-	c.Message = strings.ReplaceAll(c.Message, k, "[redacted]")
-	if c.Err != nil {
-		c.Err = errors.New(strings.ReplaceAll(c.Err.Error(), k, "[redacted]"))
-	}
-	return &c
 }
 
 type chunk struct {
@@ -244,8 +212,8 @@ func (p *parser) event(ev sse.Event) *provider.Error {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return stream.Protocol("google: malformed chunk: %v", err)
 	}
-	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
-		return failover.FromStream(data, errors.New("google: error in stream"))
+	if perr := stream.InBand(c.Error, data, "google: error in stream"); perr != nil {
+		return perr
 	}
 	if c.PromptFeedback != nil && c.PromptFeedback.BlockReason != "" && len(c.Candidates) == 0 {
 		return &provider.Error{Reason: provider.ReasonUnknown, Message: "google: prompt blocked: " + c.PromptFeedback.BlockReason}

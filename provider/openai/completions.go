@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -42,25 +41,11 @@ func (c *Completions) Stream(ctx context.Context, req *provider.Request, emit fu
 	defer resp.Body.Close()
 	b.Start()
 	p := chatParser{b: b, toolIdx: map[int]int{}, cur: -1}
-	rd := sse.NewReader(w.Body(resp.Body))
-	for !p.finished {
-		ev, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			perr := stream.Classify(ctx, w, "openai: read stream", err)
-			if p.finish != "" && perr.Reason == provider.ReasonTimeout {
-				break // finished; only the trailing usage or [DONE] went missing
-			}
-			return b.Fail(perr)
-		}
-		if perr := p.event(ev); perr != nil {
-			return b.Fail(perr)
-		}
-	}
-	if ctx.Err() != nil {
-		return b.Fail(stream.Classify(ctx, w, "openai", ctx.Err()))
+	// A stall after the finish_reason only loses the trailing usage or [DONE].
+	finished := func() bool { return p.finished }
+	hasFinish := func() bool { return p.finish != "" }
+	if perr := stream.Drain(ctx, w, "openai", w.Body(resp.Body), finished, hasFinish, p.event); perr != nil {
+		return b.Fail(perr)
 	}
 	if p.finish == "" {
 		return b.Fail(stream.Protocol("openai: stream ended before a finish_reason"))
@@ -153,8 +138,8 @@ func (p *chatParser) event(ev sse.Event) *provider.Error {
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return stream.Protocol("openai: malformed chunk: %v", err)
 	}
-	if len(ch.Error) > 0 && !bytes.Equal(ch.Error, []byte("null")) {
-		return failover.FromStream(data, errors.New("openai: error in stream"))
+	if perr := stream.InBand(ch.Error, data, "openai: error in stream"); perr != nil {
+		return perr
 	}
 	if ch.Usage != nil {
 		p.usage(ch.Usage)

@@ -11,16 +11,13 @@ package openai
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/lanefleet/lanefleet/provider"
-	"github.com/lanefleet/lanefleet/provider/failover"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
 )
 
@@ -76,32 +73,15 @@ func (c Config) post(ctx context.Context, w *stream.Watch, req *provider.Request
 	if err != nil {
 		var apiErr *sdk.Error
 		if errors.As(err, &apiErr) && apiErr.Response != nil {
-			raw, _ := io.ReadAll(io.LimitReader(apiErr.Response.Body, 1<<20))
-			_ = apiErr.Response.Body.Close()
-			return nil, failover.FromHTTP(apiErr.StatusCode, apiErr.Response.Header, raw, errors.New(http.StatusText(apiErr.StatusCode)), c.Now())
+			return nil, stream.HTTPError(apiErr.StatusCode, apiErr.Response.Header, apiErr.Response.Body, errors.New(http.StatusText(apiErr.StatusCode)), c.Now())
 		}
 		if resp != nil && resp.Body != nil {
 			_ = resp.Body.Close()
 		}
-		return nil, scrub(stream.Classify(ctx, w, "openai: send request", err), req.APIKey)
+		return nil, stream.Scrub(stream.Classify(ctx, w, "openai: send request", err), req.APIKey)
 	}
 	if pe := stream.NotAStream(resp); pe != nil {
 		return nil, pe
 	}
 	return resp, nil
-}
-
-// scrub removes the API key from a classified error, should a transport
-// error ever echo a header.
-func scrub(e *provider.Error, key provider.Secret) *provider.Error {
-	k := key.Reveal()
-	if k == "" || !strings.Contains(e.Error(), k) && (e.Err == nil || !strings.Contains(e.Err.Error(), k)) {
-		return e
-	}
-	c := *e
-	c.Message = strings.ReplaceAll(c.Message, k, "[redacted]")
-	if c.Err != nil {
-		c.Err = errors.New(strings.ReplaceAll(c.Err.Error(), k, "[redacted]"))
-	}
-	return &c
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -45,21 +44,9 @@ func (r *Responses) Stream(ctx context.Context, req *provider.Request, emit func
 	defer resp.Body.Close()
 	b.Start()
 	p := respParser{b: b, items: map[int]int{}, parts: map[int]int{}, model: req.Model}
-	rd := sse.NewReader(w.Body(resp.Body))
-	for p.stop == "" {
-		ev, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return b.Fail(stream.Classify(ctx, w, "openai: read stream", err))
-		}
-		if perr := p.event(ev); perr != nil {
-			return b.Fail(perr)
-		}
-	}
-	if ctx.Err() != nil {
-		return b.Fail(stream.Classify(ctx, w, "openai", ctx.Err()))
+	stopped := func() bool { return p.stop != "" }
+	if perr := stream.Drain(ctx, w, "openai", w.Body(resp.Body), stopped, nil, p.event); perr != nil {
+		return b.Fail(perr)
 	}
 	if p.stop == "" {
 		return b.Fail(stream.Protocol("openai: stream ended before response.completed"))

@@ -5,6 +5,7 @@
 package stream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/sse"
 )
 
 // IdleTimeoutDefault is how long a stream may go without a byte before it is
@@ -376,4 +378,72 @@ func NotAStream(resp *http.Response) *provider.Error {
 func Protocol(format string, args ...any) *provider.Error {
 	err := fmt.Errorf(format, args...)
 	return &provider.Error{Reason: provider.ReasonTimeout, Message: err.Error(), Err: err}
+}
+
+// Drain reads the SSE events of body, the watched response body, and hands
+// each to handle until stop reports true or the body ends, then checks the
+// caller's context. It returns nil when the reply may be finished, else the
+// classified failure: handle's error as is; a read failure as Classify
+// "<name>: read stream", except a stall after done reports true (the
+// terminal event arrived, only trailing data is missing), which ends the
+// loop like the body's end; and Classify "<name>" when ctx ended. stop and
+// done may be nil (never).
+func Drain(ctx context.Context, w *Watch, name string, body io.Reader, stop, done func() bool, handle func(sse.Event) *provider.Error) *provider.Error {
+	rd := sse.NewReader(body)
+	for stop == nil || !stop() {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			perr := Classify(ctx, w, name+": read stream", err)
+			if done != nil && done() && perr.Reason == provider.ReasonTimeout {
+				break
+			}
+			return perr
+		}
+		if perr := handle(ev); perr != nil {
+			return perr
+		}
+	}
+	if ctx.Err() != nil {
+		return Classify(ctx, w, name, ctx.Err())
+	}
+	return nil
+}
+
+// HTTPError reads (at most 1 MiB of) and closes the body of an HTTP error
+// response and classifies it with failover.FromHTTP; cause is the error
+// kept on it (the status text) and now the clock for Retry-After dates.
+func HTTPError(status int, header http.Header, body io.ReadCloser, cause error, now time.Time) *provider.Error {
+	raw, _ := io.ReadAll(io.LimitReader(body, 1<<20))
+	_ = body.Close()
+	return failover.FromHTTP(status, header, raw, cause, now)
+}
+
+// InBand returns the classified error of a chunk whose error field is set
+// (present and not null), or nil. data is the whole chunk, given to
+// failover.FromStream; where names the error kept on it
+// ("openai: error in stream").
+func InBand(field json.RawMessage, data []byte, where string) *provider.Error {
+	if len(field) == 0 || bytes.Equal(field, []byte("null")) {
+		return nil
+	}
+	return failover.FromStream(data, errors.New(where))
+}
+
+// Scrub returns e with the API key replaced by "[redacted]" in its message
+// and wrapped error, should a transport error ever echo a header; e itself
+// when the key is empty or absent.
+func Scrub(e *provider.Error, key provider.Secret) *provider.Error {
+	k := key.Reveal()
+	if k == "" || !strings.Contains(e.Error(), k) && (e.Err == nil || !strings.Contains(e.Err.Error(), k)) {
+		return e
+	}
+	c := *e
+	c.Message = strings.ReplaceAll(c.Message, k, "[redacted]")
+	if c.Err != nil {
+		c.Err = errors.New(strings.ReplaceAll(c.Err.Error(), k, "[redacted]"))
+	}
+	return &c
 }

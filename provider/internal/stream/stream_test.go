@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
 )
 
@@ -109,5 +110,49 @@ func TestParseArgs(t *testing.T) {
 		if got := stream.ParseArgs([]byte(in)); got == nil || len(got) != n {
 			t.Errorf("%q: %v", in, got)
 		}
+	}
+}
+
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	body := "data: 1\n\ndata: 2\n\ndata: 3\n\n"
+	var got []string
+	handle := func(ev sse.Event) *provider.Error { got = append(got, string(ev.Data)); return nil }
+	stop := func() bool { return len(got) == 2 }
+	if perr := stream.Drain(t.Context(), nil, "x", strings.NewReader(body), stop, nil, handle); perr != nil || strings.Join(got, ",") != "1,2" {
+		t.Fatalf("stop: %v %v", got, perr)
+	}
+	got = nil
+	if perr := stream.Drain(t.Context(), nil, "x", strings.NewReader(body), nil, nil, handle); perr != nil || len(got) != 3 {
+		t.Fatalf("EOF: %v %v", got, perr)
+	}
+	boom := stream.Protocol("boom")
+	if perr := stream.Drain(t.Context(), nil, "x", strings.NewReader(body), nil, nil, func(sse.Event) *provider.Error { return boom }); perr != boom {
+		t.Fatalf("handle error: %v", perr)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if perr := stream.Drain(ctx, nil, "x", strings.NewReader(""), nil, nil, handle); perr == nil || perr.Reason != provider.ReasonAborted {
+		t.Fatalf("cancelled: %v", perr)
+	}
+}
+
+func TestScrubAndInBand(t *testing.T) {
+	t.Parallel()
+	key := provider.Secret("sk-123")
+	e := &provider.Error{Reason: provider.ReasonTimeout, Message: "send: bad header sk-123", Err: errors.New("bad header sk-123")}
+	s := stream.Scrub(e, key)
+	if strings.Contains(s.Error(), "sk-123") || strings.Contains(s.Err.Error(), "sk-123") || !strings.Contains(e.Message, "sk-123") {
+		t.Fatalf("scrub: %+v (original %+v)", s, e)
+	}
+	clean := &provider.Error{Message: "fine"}
+	if stream.Scrub(clean, key) != clean {
+		t.Fatal("scrub copied an error without the key")
+	}
+	if stream.InBand(nil, nil, "x") != nil || stream.InBand([]byte("null"), []byte(`{"error":null}`), "x") != nil {
+		t.Fatal("no error field gave an error")
+	}
+	if stream.InBand([]byte(`{"message":"m"}`), []byte(`{"error":{"message":"m"}}`), "x") == nil {
+		t.Fatal("error field ignored")
 	}
 }
