@@ -315,34 +315,7 @@ func TestBrokenConnections(t *testing.T) {
 	t.Parallel()
 	prefix := sse(msgStart, `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"partial"}}`)
-	t.Run("reset", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Reset(t, prefix)
-		msg, err := anthropic.New(anthropic.Config{}).Stream(t.Context(), &provider.Request{Model: model(srv.URL, "x")}, nil)
-		if provider.ReasonOf(err) != provider.ReasonTimeout || msg.Content.Text() != "partial" {
-			t.Errorf("%v %+v", err, msg)
-		}
-	})
-	t.Run("abort", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Stall(t, prefix)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		msg, err := anthropic.New(anthropic.Config{}).Stream(ctx, &provider.Request{Model: model(srv.URL, "x")}, func(e provider.Event) {
-			if e.Type == provider.EventTextDelta {
-				cancel()
-			}
-		})
-		if provider.ReasonOf(err) != provider.ReasonAborted || msg.StopReason != message.StopAborted || msg.Content.Text() != "partial" {
-			t.Errorf("%v %+v", err, msg)
-		}
-	})
-	t.Run("stall", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Stall(t, prefix)
-		msg, err := anthropic.New(anthropic.Config{IdleTimeout: 150 * time.Millisecond}).Stream(t.Context(), &provider.Request{Model: model(srv.URL, "x")}, nil)
-		if provider.ReasonOf(err) != provider.ReasonTimeout || msg.Content.Text() != "partial" {
-			t.Errorf("%v %+v", err, msg)
-		}
+	wiretest.Broken(t, prefix, "partial", func(ctx context.Context, url string, idle time.Duration, emit func(provider.Event)) (message.Message, error) {
+		return anthropic.New(anthropic.Config{IdleTimeout: idle}).Stream(ctx, &provider.Request{Model: model(url, "x")}, emit)
 	})
 }

@@ -236,35 +236,8 @@ func TestHTTPErrors(t *testing.T) {
 func TestBrokenConnections(t *testing.T) {
 	t.Parallel()
 	prefix := sse(`{"candidates":[{"content":{"parts":[{"text":"partial"}]}}]}`)
-	t.Run("reset", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Reset(t, prefix)
-		msg, err := google.New(google.Config{}).Stream(t.Context(), &provider.Request{Model: model(srv.URL, "x")}, nil)
-		if provider.ReasonOf(err) != provider.ReasonTimeout || msg.Content.Text() != "partial" {
-			t.Errorf("%v %+v", err, msg)
-		}
-	})
-	t.Run("abort", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Stall(t, prefix)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		msg, err := google.New(google.Config{}).Stream(ctx, &provider.Request{Model: model(srv.URL, "x")}, func(e provider.Event) {
-			if e.Type == provider.EventTextDelta {
-				cancel()
-			}
-		})
-		if provider.ReasonOf(err) != provider.ReasonAborted || msg.StopReason != message.StopAborted || msg.Content.Text() != "partial" {
-			t.Errorf("%v %+v", err, msg)
-		}
-	})
-	t.Run("stall", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Stall(t, prefix)
-		msg, err := google.New(google.Config{IdleTimeout: 150 * time.Millisecond}).Stream(t.Context(), &provider.Request{Model: model(srv.URL, "x")}, nil)
-		if provider.ReasonOf(err) != provider.ReasonTimeout || msg.Content.Text() != "partial" {
-			t.Errorf("%v %+v", err, msg)
-		}
+	wiretest.Broken(t, prefix, "partial", func(ctx context.Context, url string, idle time.Duration, emit func(provider.Event)) (message.Message, error) {
+		return google.New(google.Config{IdleTimeout: idle}).Stream(ctx, &provider.Request{Model: model(url, "x")}, emit)
 	})
 }
 

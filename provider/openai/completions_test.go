@@ -1,6 +1,7 @@
 package openai_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -382,45 +383,8 @@ func TestCompletionsHTTPErrors(t *testing.T) {
 func TestCompletionsBrokenConnections(t *testing.T) {
 	t.Parallel()
 	prefix := sse(`{"choices":[{"delta":{"content":"par"}}]}`, `{"choices":[{"delta":{"content":"tial"}}]}`)
-	t.Run("reset", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Reset(t, prefix)
-		msg, err := openai.NewCompletions(openai.Config{}).Stream(t.Context(), &provider.Request{Model: chatModel(srv.URL, "openai", "x")}, nil)
-		if provider.ReasonOf(err) != provider.ReasonTimeout || msg.Content.Text() != "partial" {
-			t.Errorf("%v %+v", err, msg)
-		}
-	})
-	t.Run("stall", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Stall(t, prefix)
-		start := time.Now()
-		msg, err := openai.NewCompletions(openai.Config{IdleTimeout: 200 * time.Millisecond}).Stream(t.Context(), &provider.Request{Model: chatModel(srv.URL, "openai", "x")}, nil)
-		if provider.ReasonOf(err) != provider.ReasonTimeout || msg.Content.Text() != "partial" || !strings.Contains(err.Error(), "stalled") {
-			t.Errorf("%v %+v", err, msg)
-		}
-		if time.Since(start) > 10*time.Second {
-			t.Error("stall detection too slow")
-		}
-	})
-	t.Run("abort", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.Stall(t, prefix)
-		ctx, cancel := contextWithCancel(t)
-		var msg message.Message
-		var err error
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			msg, err = openai.NewCompletions(openai.Config{}).Stream(ctx, &provider.Request{Model: chatModel(srv.URL, "openai", "x")}, func(e provider.Event) {
-				if e.Type == provider.EventTextDelta && e.Delta == "tial" {
-					cancel()
-				}
-			})
-		}()
-		<-done
-		if provider.ReasonOf(err) != provider.ReasonAborted || msg.StopReason != message.StopAborted || msg.Content.Text() != "partial" {
-			t.Errorf("%v %+v", err, msg)
-		}
+	wiretest.Broken(t, prefix, "partial", func(ctx context.Context, url string, idle time.Duration, emit func(provider.Event)) (message.Message, error) {
+		return openai.NewCompletions(openai.Config{IdleTimeout: idle}).Stream(ctx, &provider.Request{Model: chatModel(url, "openai", "x")}, emit)
 	})
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()

@@ -1,6 +1,7 @@
 package openai_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -225,16 +226,10 @@ func TestResponsesHTTPErrors(t *testing.T) {
 	}
 }
 
-func TestResponsesAbort(t *testing.T) {
+func TestResponsesBrokenConnections(t *testing.T) {
 	t.Parallel()
-	srv := wiretest.Stall(t, []byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"partial\"}\n\n"))
-	ctx, cancel := contextWithCancel(t)
-	msg, err := openai.NewResponses(openai.Config{}).Stream(ctx, &provider.Request{Model: respModel(srv.URL, "gpt-5")}, func(e provider.Event) {
-		if e.Type == provider.EventTextDelta {
-			cancel()
-		}
+	prefix := []byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"partial\"}\n\n")
+	wiretest.Broken(t, prefix, "partial", func(ctx context.Context, url string, idle time.Duration, emit func(provider.Event)) (message.Message, error) {
+		return openai.NewResponses(openai.Config{IdleTimeout: idle}).Stream(ctx, &provider.Request{Model: respModel(url, "gpt-5")}, emit)
 	})
-	if provider.ReasonOf(err) != provider.ReasonAborted || msg.StopReason != message.StopAborted || msg.Content.Text() != "partial" {
-		t.Errorf("%v %+v", err, msg)
-	}
 }
