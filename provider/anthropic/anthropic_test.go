@@ -264,15 +264,7 @@ func TestStreams(t *testing.T) {
 			t.Parallel()
 			srv := wiretest.ServeBody(t, 200, "text/event-stream", tc.body, 11)
 			msg, err := anthropic.New(anthropic.Config{}).Stream(t.Context(), &provider.Request{Model: model(srv.URL, "claude-haiku-4-5")}, nil)
-			if tc.reason != "" && (provider.ReasonOf(err) != tc.reason || msg.StopReason != message.StopError) {
-				t.Errorf("got %v (%s), want %s", err, msg.StopReason, tc.reason)
-			}
-			if tc.reason == "" && err != nil {
-				t.Fatal(err)
-			}
-			if tc.check != nil {
-				tc.check(t, msg)
-			}
+			wiretest.Outcome(t, msg, err, tc.reason, tc.check)
 		})
 	}
 }

@@ -24,15 +24,7 @@ func BenchmarkStream(b *testing.B) {
 	sb.WriteString("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2000}}\n\n")
 	sb.WriteString("event: message_stop\ndata: " + msgStop + "\n\n")
 	body := []byte(sb.String())
-	srv := wiretest.ServeBody(b, 200, "text/event-stream", body, 0)
-	a := anthropic.New(anthropic.Config{})
-	req := &provider.Request{Model: model(srv.URL, "claude-haiku-4-5"), Messages: []message.Message{message.User("hi", 1)}}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		msg, err := a.Stream(b.Context(), req, func(provider.Event) {})
-		if err != nil || len(msg.Content.Blocks) != 1 {
-			b.Fatal(err)
-		}
-	}
+	wiretest.Bench(b, body, func(url string) (provider.Provider, *provider.Request) {
+		return anthropic.New(anthropic.Config{}), &provider.Request{Model: model(url, "claude-haiku-4-5"), Messages: []message.Message{message.User("hi", 1)}}
+	})
 }

@@ -194,15 +194,7 @@ func TestStreams(t *testing.T) {
 			t.Parallel()
 			srv := wiretest.ServeBody(t, 200, "text/event-stream", tc.body, 13)
 			msg, err := google.New(google.Config{}).Stream(t.Context(), &provider.Request{Model: model(srv.URL, "gemini-2.5-pro")}, nil)
-			if tc.reason != "" && (provider.ReasonOf(err) != tc.reason || msg.StopReason != message.StopError) {
-				t.Errorf("got %v %s, want %s", err, msg.StopReason, tc.reason)
-			}
-			if tc.reason == "" && err != nil {
-				t.Fatal(err)
-			}
-			if tc.check != nil {
-				tc.check(t, msg)
-			}
+			wiretest.Outcome(t, msg, err, tc.reason, tc.check)
 		})
 	}
 }
@@ -248,15 +240,7 @@ func BenchmarkStream(b *testing.B) {
 	}
 	sb.WriteString("data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 65,\"candidatesTokenCount\": 2000,\"totalTokenCount\": 2065}}\r\n\r\n")
 	body := []byte(sb.String())
-	srv := wiretest.ServeBody(b, 200, "text/event-stream", body, 0)
-	a := google.New(google.Config{})
-	req := &provider.Request{Model: model(srv.URL, "gemini-2.5-flash"), Messages: []message.Message{message.User("hi", 1)}}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		msg, err := a.Stream(b.Context(), req, func(provider.Event) {})
-		if err != nil || len(msg.Content.Blocks) != 1 {
-			b.Fatal(err)
-		}
-	}
+	wiretest.Bench(b, body, func(url string) (provider.Provider, *provider.Request) {
+		return google.New(google.Config{}), &provider.Request{Model: model(url, "gemini-2.5-flash"), Messages: []message.Message{message.User("hi", 1)}}
+	})
 }

@@ -27,15 +27,7 @@ func chatBenchBody() []byte {
 // MB/s of SSE decoded and assembled, allocations per reply.
 func BenchmarkCompletionsStream(b *testing.B) {
 	body := chatBenchBody()
-	srv := wiretest.ServeBody(b, 200, "text/event-stream", body, 0)
-	c := openai.NewCompletions(openai.Config{})
-	req := &provider.Request{Model: chatModel(srv.URL, "openai", "gpt-4o-mini"), Messages: []message.Message{message.User("hi", 1)}}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		msg, err := c.Stream(b.Context(), req, func(provider.Event) {})
-		if err != nil || len(msg.Content.Blocks) != 1 {
-			b.Fatal(err)
-		}
-	}
+	wiretest.Bench(b, body, func(url string) (provider.Provider, *provider.Request) {
+		return openai.NewCompletions(openai.Config{}), &provider.Request{Model: chatModel(url, "openai", "gpt-4o-mini"), Messages: []message.Message{message.User("hi", 1)}}
+	})
 }

@@ -162,15 +162,7 @@ func TestResponsesStreams(t *testing.T) {
 			t.Parallel()
 			srv := wiretest.ServeBody(t, 200, "text/event-stream", []byte(tc.body), 9)
 			msg, err := openai.NewResponses(openai.Config{IdleTimeout: time.Second}).Stream(t.Context(), &provider.Request{Model: respModel(srv.URL, "gpt-5")}, nil)
-			if tc.reason != "" && (provider.ReasonOf(err) != tc.reason || msg.StopReason != message.StopError) {
-				t.Errorf("got %v %s, want %s", err, msg.StopReason, tc.reason)
-			}
-			if tc.reason == "" && err != nil {
-				t.Fatal(err)
-			}
-			if tc.check != nil {
-				tc.check(t, msg)
-			}
+			wiretest.Outcome(t, msg, err, tc.reason, tc.check)
 		})
 	}
 }
@@ -183,17 +175,9 @@ func BenchmarkResponsesStream(b *testing.B) {
 	}
 	sb.WriteString("event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":2000,\"total_tokens\":2005}}}\n\n")
 	body := []byte(sb.String())
-	srv := wiretest.ServeBody(b, 200, "text/event-stream", body, 0)
-	r := openai.NewResponses(openai.Config{})
-	req := &provider.Request{Model: respModel(srv.URL, "gpt-5"), Messages: []message.Message{message.User("hi", 1)}}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		msg, err := r.Stream(b.Context(), req, func(provider.Event) {})
-		if err != nil || len(msg.Content.Blocks) != 1 {
-			b.Fatal(err)
-		}
-	}
+	wiretest.Bench(b, body, func(url string) (provider.Provider, *provider.Request) {
+		return openai.NewResponses(openai.Config{}), &provider.Request{Model: respModel(url, "gpt-5"), Messages: []message.Message{message.User("hi", 1)}}
+	})
 }
 
 func TestResponsesHTTPErrors(t *testing.T) {
