@@ -166,6 +166,10 @@ func (c *Client) Run(session, runID string) *Run {
 	return &Run{Session: session, ID: runID, Seq: seq, c: c}
 }
 
+// Follow returns the run runID of the same session, e.g. the run named by
+// Meta.MergedInto of a message that collect mode merged into it.
+func (r *Run) Follow(runID string) *Run { return r.c.Run(r.Session, runID) }
+
 // Events yields the run's events from its first one, in order and each once,
 // and stops after the final event. Joining late replays what was missed.
 // Iteration ends early with an error when ctx is done.
@@ -228,7 +232,8 @@ type RunError struct {
 func (e *RunError) Error() string { return "lanefleet: run failed: " + e.Kind + ": " + e.Message }
 
 // Wait follows the run to its end and returns its result. A run that ended
-// in error returns the result and a *RunError.
+// in error returns the result and a *RunError. A message merged into another
+// run by collect mode returns that run's result.
 func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
 	for ev, err := range r.Events(ctx) {
 		if err != nil {
@@ -241,6 +246,11 @@ func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
 			}
 			if res.Meta.Error != nil {
 				return res, &RunError{Kind: res.Meta.Error.Kind, Message: res.Meta.Error.Message, Result: res}
+			}
+			if into := res.Meta.MergedInto; into != "" && into != r.ID {
+				// A collect turn answered this message with others: its
+				// result is that run's.
+				return r.c.Run(r.Session, into).Wait(ctx)
 			}
 			return res, nil
 		}

@@ -24,6 +24,7 @@ const (
 	PhaseEnd     = "end"
 	PhaseError   = "error"
 	PhaseRestart = "restart" // the run's previous attempt died; it starts again
+	PhaseMerged  = "merged"  // collect mode: the message was merged into another run
 )
 
 // Event is one event of a run, published on agent.ev.<lane>.<run>. Seq counts
@@ -82,6 +83,9 @@ type Meta struct {
 	Error            *RunError     `json:"error,omitempty" msgpack:"error,omitempty"`
 	StopReason       string        `json:"stopReason,omitempty" msgpack:"stopReason,omitempty"`
 	PendingToolCalls []PendingCall `json:"pendingToolCalls,omitempty" msgpack:"pendingToolCalls,omitempty"`
+	// MergedInto is set on the final event of a message that a collect turn
+	// merged into another run: that run carries its reply.
+	MergedInto string `json:"mergedInto,omitempty" msgpack:"mergedInto,omitempty"`
 }
 
 // AgentMeta describes the model side of a run.

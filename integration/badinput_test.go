@@ -127,3 +127,52 @@ func TestBadInput(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestCollectThroughTheClient: messages sent with mode collect while the
+// session is busy end in one merged turn; Wait on any of them returns that
+// turn's result.
+func TestCollectThroughTheClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "collector", ScriptedDelay: 40 * time.Millisecond})
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	// A long first turn (many words, 40 ms each) keeps the session busy.
+	first, err := c.Send(ctx, "col", strings.Repeat("word ", 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []*lanefleet.Run
+	for _, text := range []string{"a", "b", "c", "d", "e"} {
+		r, err := c.Send(ctx, "col", text, lanefleet.WithMode("collect"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	if _, err := first.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, r := range runs {
+		res, err := r.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, res.Payloads[0].Text)
+	}
+	for i := range texts {
+		if texts[i] != texts[0] || !strings.Contains(texts[0], "Queued #5\ne") {
+			t.Fatalf("collected replies differ or lack the merged prompt: %q", texts)
+		}
+	}
+	hist, _ := c.History(ctx, "col")
+	if len(hist) != 4 {
+		t.Fatalf("history has %d entries, want 2 turns (the long one, the merged one)", len(hist))
+	}
+}

@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,5 +246,95 @@ func TestSweeperDrainsStrandedLane(t *testing.T) {
 	ev := f.waitFinal(t, "stranded", seq)
 	if ev.Data.Result.Payloads[0].Text != "ok anyone?" {
 		t.Fatalf("final = %+v", ev.Data.Result)
+	}
+}
+
+func (f *fleet) publishMode(t *testing.T, key, text, mode string) uint64 {
+	t.Helper()
+	subj, _ := events.InboundSubject(key)
+	data, ct, _ := events.EncodeInbound(&events.Inbound{Text: text, Mode: mode}, false)
+	m := nats.NewMsg(subj)
+	m.Data = data
+	m.Header.Set(events.HeaderContentType, ct)
+	ack, err := f.js.PublishMsg(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// blockingHandler holds the turn whose text is "hold" until release is closed.
+func blockingHandler(started chan<- struct{}, release <-chan struct{}) *echoHandler {
+	return &echoHandler{hook: func(t *Turn) error {
+		if t.Inbound.Text == "hold" {
+			close(started)
+			<-release
+		}
+		return nil
+	}}
+}
+
+// TestCollectMergesQueuedMessages: collect-mode messages that queued up
+// while a turn ran become one turn with the reference's merged prompt; the
+// other messages' runs end with a final event naming that turn's run.
+func TestCollectMergesQueuedMessages(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	started, release := make(chan struct{}), make(chan struct{})
+	h := blockingHandler(started, release)
+	f.startWorker(t, h, Config{})
+	f.publish(t, "c", "hold")
+	<-started
+	var seqs []uint64
+	for _, text := range []string{"one", "two", "three", "four", "five"} {
+		seqs = append(seqs, f.publishMode(t, "c", text, "collect"))
+	}
+	after := f.publish(t, "c", "after")
+	close(release)
+	ev := f.waitFinal(t, "c", seqs[0])
+	got := ev.Data.Result.Payloads[0].Text
+	for i, text := range []string{"one", "two", "three", "four", "five"} {
+		if !strings.Contains(got, fmt.Sprintf("Queued #%d\n%s", i+1, text)) {
+			t.Fatalf("merged reply %q lacks queued #%d %q", got, i+1, text)
+		}
+	}
+	for _, s := range seqs[1:] {
+		if ev := f.waitFinal(t, "c", s); ev.Data.Result.Meta.MergedInto != fmt.Sprint(seqs[0]) {
+			t.Fatalf("run %d final = %+v, want mergedInto %d", s, ev.Data.Result.Meta, seqs[0])
+		}
+	}
+	if ev := f.waitFinal(t, "c", after); ev.Data.Result.Payloads[0].Text != "ok after" {
+		t.Fatalf("followup after the batch = %+v", ev.Data.Result)
+	}
+	h.mu.Lock()
+	turns := len(h.seen["c"])
+	h.mu.Unlock()
+	if turns != 3 {
+		t.Fatalf("%d turns ran, want 3 (hold, the merged batch, after)", turns)
+	}
+	recs, _ := f.lanes.Records(t.Context(), "c")
+	if len(recs) != 3 || recs[1].InboundSeq != seqs[4] {
+		t.Fatalf("records = %d, batch record seq %d; want 3 and %d", len(recs), recs[1].InboundSeq, seqs[4])
+	}
+}
+
+// TestRejectWhileBusy: a reject-mode message that arrives while the session
+// runs a turn is refused with a clear final event; once idle, it runs.
+func TestRejectWhileBusy(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	started, release := make(chan struct{}), make(chan struct{})
+	f.startWorker(t, blockingHandler(started, release), Config{})
+	f.publish(t, "r", "hold")
+	<-started
+	busy := f.publishMode(t, "r", "now please", "reject")
+	close(release)
+	ev := f.waitFinal(t, "r", busy)
+	if e := ev.Data.Result.Meta.Error; e == nil || e.Kind != "rejected" {
+		t.Fatalf("busy reject = %+v", ev.Data.Result)
+	}
+	idle := f.publishMode(t, "r", "now", "reject")
+	if ev := f.waitFinal(t, "r", idle); ev.Data.Result.Meta.Error != nil || ev.Data.Result.Payloads[0].Text != "ok now" {
+		t.Fatalf("idle reject-mode message = %+v", ev.Data.Result)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -287,6 +288,7 @@ type owner struct {
 	checkedLast bool
 	failures    map[uint64]int // attempts started by this owner, per inbound seq
 	purgedTo    uint64
+	lastEnd     time.Time // when this owner's last turn ended (mode reject)
 }
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
@@ -452,21 +454,101 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		o.w.deadLetter(ctx, "invalid", o.subject, seq, raw.Header, raw.Data, err)
 		return o.failTurn(ctx, em, seq, "invalid_input", err.Error(), attempt)
 	}
+	mode, _ := queue.ParseMode(in.Mode)
+	if mode == queue.ModeReject && raw.Time.Before(o.lastEnd) {
+		// It arrived while the session was busy (the turn before it ended
+		// after it arrived): refuse it, as the sender asked.
+		return o.failTurn(ctx, em, seq, "rejected", "the session was busy when this message arrived (mode reject); it was not run", attempt)
+	}
+	var merged []collected
+	if mode == queue.ModeCollect {
+		if merged, err = o.collect(ctx, raw, in); err != nil {
+			return err
+		}
+		if len(merged) > 1 {
+			in = mergeInbound(merged)
+		}
+	}
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
 		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: in, History: o.history, Received: raw.Time, em: em}
 	out, err := o.callHandler(ctx, turn, log)
 	if err != nil {
 		return err
 	}
-	if err := o.commit(ctx, em, seq, out); err != nil {
+	through := seq
+	if len(merged) > 1 {
+		through = merged[len(merged)-1].raw.Sequence
+	}
+	if err := o.commit(ctx, em, through, out); err != nil {
 		return err
+	}
+	for _, m := range merged[min(1, len(merged)):] {
+		o.announceMerged(ctx, m, run)
 	}
 	o.w.stats.Turns.Add(1)
 	return nil
 }
 
+// collected is one message of a collect batch.
+type collected struct {
+	raw *jetstream.RawStreamMsg
+	in  *events.Inbound
+}
+
+// collect gathers the collect-mode messages waiting right after first (up
+// to the reference's cap of 20) into one batch. A message of another mode,
+// or one that does not decode, ends the batch and gets its own turn.
+func (o *owner) collect(ctx context.Context, first *jetstream.RawStreamMsg, in *events.Inbound) ([]collected, error) {
+	batch := []collected{{raw: first, in: in}}
+	for len(batch) < queue.CapDefault {
+		next, err := o.w.streams.Inbound.GetMsg(ctx, batch[len(batch)-1].raw.Sequence+1, jetstream.WithGetMsgSubject(o.subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		nin, err := events.DecodeInbound(next.Header.Get(events.HeaderContentType), next.Data, o.w.cfg.MaxPayload)
+		if err != nil || (nin.Session != "" && nin.Session != o.key) {
+			break
+		}
+		if m, _ := queue.ParseMode(nin.Mode); m != queue.ModeCollect {
+			break
+		}
+		batch = append(batch, collected{raw: next, in: nin})
+	}
+	return batch, nil
+}
+
+// mergeInbound makes one inbound message of a collect batch, with the
+// reference's merged prompt and every image.
+func mergeInbound(batch []collected) *events.Inbound {
+	merged := *batch[0].in
+	merged.Images = nil
+	texts := make([]string, len(batch))
+	for i, c := range batch {
+		texts[i] = c.in.Text
+		merged.Images = append(merged.Images, c.in.Images...)
+	}
+	merged.Text = queue.CollectPrompt(texts, "")
+	return &merged
+}
+
+// announceMerged tells the sender of a merged message which run answers it.
+func (o *owner) announceMerged(ctx context.Context, m collected, into string) {
+	run := strconv.FormatUint(m.raw.Sequence, 10)
+	em := o.newEmitter(run, o.log, events.IsJSON(m.raw.Header.Get(events.HeaderContentType), m.raw.Data))
+	if _, _, err := em.resume(ctx, o.w.streams.Events); err != nil {
+		o.log.Warn().Err(err).Msg("merged run events")
+	}
+	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseMerged, Text: into})
+	if err := em.final(ctx, &events.Result{Meta: events.Meta{MergedInto: into}}); err != nil {
+		o.log.Warn().Err(err).Str("run_id", run).Msg("merged run final event")
+	}
+}
+
 // commit writes the turn's record (fenced), publishes its final event and
-// moves the cursor past it.
+// moves the cursor to seq, the last inbound message the turn consumed.
 func (o *owner) commit(ctx context.Context, em *emitter, seq uint64, out *Outcome) error {
 	rec := kvstore.Record{InboundSeq: seq, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries}
 	if out.Result != nil {
@@ -486,7 +568,8 @@ func (o *owner) commit(ctx context.Context, em *emitter, seq uint64, out *Outcom
 		}
 	}
 	o.cursor.Seq = seq
-	delete(o.failures, seq)
+	o.lastEnd = time.Now()
+	clear(o.failures)
 	if o.loaded {
 		o.history = append(o.history, out.Entries...)
 	}

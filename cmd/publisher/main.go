@@ -308,6 +308,12 @@ func follow(ctx context.Context, r *lanefleet.Run, asJSON bool, stdout, stderr i
 		}
 		if ev.Terminal() {
 			res := ev.Data.Result
+			if res != nil && res.Meta.MergedInto != "" && res.Meta.MergedInto != r.ID {
+				if !asJSON {
+					fmt.Fprintf(stderr, "[collected with other queued messages into run %s]\n", res.Meta.MergedInto)
+				}
+				return follow(ctx, r.Follow(res.Meta.MergedInto), asJSON, stdout, stderr)
+			}
 			if !asJSON && printed == "" && res != nil {
 				for _, p := range res.Payloads {
 					if !p.IsError {
