@@ -338,3 +338,45 @@ func TestRejectWhileBusy(t *testing.T) {
 		t.Fatalf("idle reject-mode message = %+v", ev.Data.Result)
 	}
 }
+
+// TestInterruptStopsTheRunningTurn: an interrupt-mode message cancels the
+// running turn at once, drops the messages queued before it (each with a
+// final event saying so) and runs next.
+func TestInterruptStopsTheRunningTurn(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	started := make(chan struct{})
+	echo := &echoHandler{}
+	f.startWorker(t, HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
+		if turn.Inbound.Text == "long" {
+			close(started)
+			<-ctx.Done() // a model call that would take minutes
+			return nil, context.Cause(ctx)
+		}
+		return echo.HandleTurn(ctx, turn)
+	}), Config{})
+	long := f.publish(t, "i", "long")
+	<-started
+	q1 := f.publish(t, "i", "queued one")
+	q2 := f.publish(t, "i", "queued two")
+	at := time.Now()
+	stop := f.publishMode(t, "i", "stop that", "interrupt")
+	ev := f.waitFinal(t, "i", long)
+	t.Logf("interrupted %v after the interrupt was published", time.Since(at).Round(time.Millisecond))
+	if e := ev.Data.Result.Meta.Error; e == nil || e.Kind != "interrupted" || !ev.Data.Result.Meta.Aborted {
+		t.Fatalf("interrupted run final = %+v", ev.Data.Result.Meta)
+	}
+	for _, q := range []uint64{q1, q2} {
+		if e := f.waitFinal(t, "i", q).Data.Result.Meta.Error; e == nil || e.Kind != "interrupted" {
+			t.Fatalf("queued run %d final error = %+v, want interrupted", q, e)
+		}
+	}
+	if ev := f.waitFinal(t, "i", stop); ev.Data.Result.Payloads[0].Text != "ok stop that" {
+		t.Fatalf("interrupt message = %+v", ev.Data.Result)
+	}
+	echo.mu.Lock()
+	defer echo.mu.Unlock()
+	if got := echo.seen["i"]; len(got) != 1 || got[0] != "stop that" {
+		t.Fatalf("turns run after the interrupt: %q, want only the interrupt message", got)
+	}
+}

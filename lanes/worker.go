@@ -77,6 +77,7 @@ func randomHex(n int) string {
 // stops.
 type Worker struct {
 	cfg     Config
+	nc      *nats.Conn
 	js      jetstream.JetStream
 	streams *Streams
 	lanes   *kvstore.Lanes
@@ -106,7 +107,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 	if cfg.SweepEvery == 0 {
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
-	w := &Worker{cfg: cfg, js: js, streams: streams, lanes: lanes, handler: h,
+	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h,
 		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), slots: make(chan struct{}, cfg.Concurrency)}
 	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
 	return w, nil
@@ -471,7 +472,13 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	}
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
 		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: in, History: o.history, Received: raw.Time, em: em}
-	out, err := o.callHandler(ctx, turn, log)
+	turnCtx, stopWatch := o.watchInterrupts(ctx)
+	out, err := o.callHandler(turnCtx, turn, log)
+	interrupted := errors.Is(context.Cause(turnCtx), errInterrupted)
+	stopWatch()
+	if interrupted && err != nil && ctx.Err() == nil {
+		return o.interrupted(ctx, em, seq, attempt)
+	}
 	if err != nil {
 		return err
 	}
@@ -486,6 +493,77 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		o.announceMerged(ctx, m, run)
 	}
 	o.w.stats.Turns.Add(1)
+	return nil
+}
+
+// errInterrupted cancels a turn when an interrupt-mode message arrives.
+var errInterrupted = errors.New("lanes: interrupted by a newer message")
+
+// watchInterrupts returns the turn's context, cancelled with errInterrupted
+// as soon as an interrupt or rollback message is published to the lane. A
+// core subscription sees every message the stream stores; if it misses one
+// (a reconnect), that message still runs as a follow-up.
+func (o *owner) watchInterrupts(ctx context.Context) (context.Context, func()) {
+	turnCtx, cancel := context.WithCancelCause(ctx)
+	sub, err := o.w.nc.Subscribe(o.subject, func(m *nats.Msg) {
+		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, o.w.cfg.MaxPayload)
+		if err != nil {
+			return
+		}
+		if mode, _ := queue.ParseMode(in.Mode); mode == queue.ModeInterrupt || mode == queue.ModeRollback {
+			cancel(errInterrupted)
+		}
+	})
+	if err != nil {
+		o.log.Debug().Err(err).Msg("watch for interrupts")
+		return turnCtx, func() { cancel(nil) }
+	}
+	return turnCtx, func() { _ = sub.Unsubscribe(); cancel(nil) }
+}
+
+// interrupted ends a turn cut short by an interrupt: its run and every
+// message queued before the interrupt end with an "interrupted" final event
+// and nothing in the transcript; the interrupt message runs next.
+func (o *owner) interrupted(ctx context.Context, em *emitter, seq uint64, attempt int) error {
+	const why = "interrupted: a newer message asked to interrupt the session"
+	through := seq
+	var dropped []*jetstream.RawStreamMsg
+	for {
+		next, err := o.w.streams.Inbound.GetMsg(ctx, through+1, jetstream.WithGetMsgSubject(o.subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		in, derr := events.DecodeInbound(next.Header.Get(events.HeaderContentType), next.Data, o.w.cfg.MaxPayload)
+		if derr == nil {
+			if mode, _ := queue.ParseMode(in.Mode); mode == queue.ModeInterrupt || mode == queue.ModeRollback {
+				break
+			}
+		}
+		dropped = append(dropped, next)
+		through = next.Sequence
+	}
+	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: why, EndedAt: time.Now().UnixMilli(), Attempt: attempt})
+	res := &events.Result{Payloads: []events.Payload{{Text: "Interrupted.", IsError: true}},
+		Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: "interrupted", Message: why}}}
+	if err := o.commit(ctx, em, through, &Outcome{Result: res}); err != nil {
+		return err
+	}
+	for _, d := range dropped {
+		run := strconv.FormatUint(d.Sequence, 10)
+		dem := o.newEmitter(run, o.log, events.IsJSON(d.Header.Get(events.HeaderContentType), d.Data))
+		if _, _, err := dem.resume(ctx, o.w.streams.Events); err != nil {
+			o.log.Warn().Err(err).Msg("dropped run events")
+		}
+		msg := "dropped: an interrupt arrived after this message, before it ran"
+		dem.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli()})
+		if err := dem.final(ctx, &events.Result{Payloads: []events.Payload{{Text: "Dropped by an interrupt.", IsError: true}},
+			Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: "interrupted", Message: msg}}}); err != nil {
+			o.log.Warn().Err(err).Str("run_id", run).Msg("dropped run final event")
+		}
+	}
 	return nil
 }
 
