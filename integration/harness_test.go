@@ -382,3 +382,5 @@ func unprocessed(ctx context.Context, js jetstream.JetStream, s jetstream.Stream
 	}
 	return out, nil
 }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

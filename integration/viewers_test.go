@@ -1,0 +1,83 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestViewersJoiningMidRun: 100 viewers of one run, joining before, during
+// and after it, each see every event exactly once, in order (seq 1..n with no
+// gap), ending with the final event.
+func TestViewersJoiningMidRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "viewed", ScriptedDelay: 15 * time.Millisecond})
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	run, err := c.Send(ctx, "viewed", strings.Repeat("token ", 60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const viewers = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, viewers)
+	counts := make([]int, viewers)
+	for v := range viewers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Stagger the joins over about the run's length and beyond.
+			time.Sleep(time.Duration(v) * 15 * time.Millisecond)
+			vc, err := lanefleet.Connect(srv.URL)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer vc.Close()
+			var want uint64 = 1
+			var text string
+			for ev, err := range vc.Run("viewed", run.ID).Events(ctx) {
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ev.Seq != want {
+					errs <- errorf("viewer %d: event seq %d, want %d", v, ev.Seq, want)
+					return
+				}
+				want++
+				if ev.Stream == "assistant" {
+					text += ev.Data.Delta
+				}
+				if ev.Terminal() && ev.Data.Result.Payloads[0].Text != strings.TrimSpace(text) {
+					errs <- errorf("viewer %d: deltas %q differ from the final text", v, text)
+					return
+				}
+			}
+			counts[v] = int(want - 1)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for v, n := range counts {
+		if n != counts[0] || n < 3 {
+			t.Fatalf("viewer %d saw %d events, viewer 0 saw %d", v, n, counts[0])
+		}
+	}
+	t.Logf("%d viewers each saw all %d events", viewers, counts[0])
+}
