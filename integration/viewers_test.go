@@ -81,3 +81,56 @@ func TestViewersJoiningMidRun(t *testing.T) {
 	}
 	t.Logf("%d viewers each saw all %d events", viewers, counts[0])
 }
+
+// TestSteerJoinsTheRunningTurn: a steer-mode message sent while a turn runs
+// joins that turn at its next boundary: the model answers it in the same
+// run, the transcript shows it inside the turn, and its own run ends
+// pointing at the turn that answered it.
+func TestSteerJoinsTheRunningTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "steered", ScriptedDelay: 30 * time.Millisecond})
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	first, err := c.Send(ctx, "steer", strings.Repeat("walk ", 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Send the steer once the turn is streaming.
+	for ev, err := range first.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == "assistant" {
+			break
+		}
+	}
+	steer, err := c.Send(ctx, "steer", "turn left", lanefleet.WithMode("steer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := first.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Payloads[0].Text != "echo: turn left" {
+		t.Fatalf("the turn's reply = %q, want the answer to the steered message", res.Payloads[0].Text)
+	}
+	sres, err := steer.Wait(ctx)
+	if err != nil || sres.Payloads[0].Text != "echo: turn left" {
+		t.Fatalf("steer run result = %+v, %v", sres, err)
+	}
+	hist, _ := c.History(ctx, "steer")
+	var roles []string
+	for _, e := range hist {
+		roles = append(roles, string(e.Message.Role)+":"+strings.Fields(e.Message.Content.Text()+" x")[0])
+	}
+	if strings.Join(roles, " ") != "user:walk assistant:echo: user:turn assistant:echo:" {
+		t.Fatalf("transcript = %v", roles)
+	}
+}

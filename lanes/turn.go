@@ -32,7 +32,19 @@ type Turn struct {
 	History    []message.Entry // the session so far; do not modify
 	Received   time.Time
 
-	em *emitter
+	em    *emitter
+	steer func(ctx context.Context) []*events.Inbound
+}
+
+// Steer returns the steer-mode messages that reached the lane, right behind
+// this turn, since the last call, and makes them part of this turn: they are
+// committed with it and their runs end pointing at it. A handler that never
+// calls Steer leaves them to run as follow-ups.
+func (t *Turn) Steer(ctx context.Context) []*events.Inbound {
+	if t.steer == nil {
+		return nil
+	}
+	return t.steer(ctx)
 }
 
 // Emit publishes an event of the run. Consecutive assistant or thinking

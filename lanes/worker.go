@@ -472,6 +472,24 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	}
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
 		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: in, History: o.history, Received: raw.Time, em: em}
+	var steered []collected
+	last := seq
+	if len(merged) > 1 {
+		last = merged[len(merged)-1].raw.Sequence
+	}
+	turn.steer = func(ctx context.Context) []*events.Inbound {
+		batch, err := o.pendingSteers(ctx, last)
+		if err != nil || len(batch) == 0 {
+			return nil
+		}
+		steered = append(steered, batch...)
+		last = batch[len(batch)-1].raw.Sequence
+		out := make([]*events.Inbound, len(batch))
+		for i, c := range batch {
+			out[i] = c.in
+		}
+		return out
+	}
 	turnCtx, stopWatch := o.watchInterrupts(ctx)
 	out, err := o.callHandler(turnCtx, turn, log)
 	interrupted := errors.Is(context.Cause(turnCtx), errInterrupted)
@@ -482,14 +500,10 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	if err != nil {
 		return err
 	}
-	through := seq
-	if len(merged) > 1 {
-		through = merged[len(merged)-1].raw.Sequence
-	}
-	if err := o.commit(ctx, em, through, out); err != nil {
+	if err := o.commit(ctx, em, last, out); err != nil {
 		return err
 	}
-	for _, m := range merged[min(1, len(merged)):] {
+	for _, m := range append(merged[min(1, len(merged)):], steered...) {
 		o.announceMerged(ctx, m, run)
 	}
 	o.w.stats.Turns.Add(1)
@@ -565,6 +579,31 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, seq uint64, attemp
 		}
 	}
 	return nil
+}
+
+// pendingSteers returns the steer-mode messages waiting right after seq. A
+// message of another mode ends the batch: order is kept, so a steer message
+// queued behind a follow-up waits for its own turn.
+func (o *owner) pendingSteers(ctx context.Context, seq uint64) ([]collected, error) {
+	var batch []collected
+	for {
+		next, err := o.w.streams.Inbound.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(o.subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return batch, nil
+		}
+		if err != nil {
+			return batch, err
+		}
+		in, err := events.DecodeInbound(next.Header.Get(events.HeaderContentType), next.Data, o.w.cfg.MaxPayload)
+		if err != nil || (in.Session != "" && in.Session != o.key) {
+			return batch, nil
+		}
+		if m, _ := queue.ParseMode(in.Mode); m != queue.ModeSteer {
+			return batch, nil
+		}
+		batch = append(batch, collected{raw: next, in: in})
+		seq = next.Sequence
+	}
 }
 
 // collected is one message of a collect batch.

@@ -40,6 +40,9 @@ type Input struct {
 	Attempt    int
 	Inbound    *events.Inbound
 	History    []message.Entry
+	// Steer, when set, returns the steer-mode messages that arrived since
+	// the last call; the runner polls it at every model-call boundary.
+	Steer func(ctx context.Context) []*events.Inbound
 }
 
 // Output is a finished turn: the entries to append and the result.
@@ -125,18 +128,32 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 			return r.finish(ctx, b, sink, start, in, model, last, &events.RunError{Kind: "provider_error", Message: string(reason) + ": " + errorText(err, &am)}, text, withUsage(&acc))
 		}
 		calls := am.ToolCalls()
-		if am.StopReason != message.StopToolUse || len(calls) == 0 {
-			break
+		if am.StopReason == message.StopToolUse {
+			// No tools are registered yet: answer each call with an error
+			// result, as the reference does for an unknown tool.
+			for _, c := range calls {
+				res := message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+					Content: message.BlocksOf(message.Text(fmt.Sprintf("Tool %s not found", c.Name))), IsError: true,
+					Timestamp: r.cfg.Now().UnixMilli()}
+				sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: true})
+				b.add(res)
+				msgs = append(msgs, res)
+			}
 		}
-		// No tools are registered yet: answer each call with an error
-		// result, as the reference does for an unknown tool.
-		for _, c := range calls {
-			res := message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
-				Content: message.BlocksOf(message.Text(fmt.Sprintf("Tool %s not found", c.Name))), IsError: true,
-				Timestamp: r.cfg.Now().UnixMilli()}
-			sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: true})
-			b.add(res)
-			msgs = append(msgs, res)
+		// Steering: messages sent in steer mode while the turn ran join it
+		// here, at the boundary after the tool results (or after the reply),
+		// and the model answers them in the same turn.
+		steered := 0
+		if in.Steer != nil {
+			for _, s := range in.Steer(ctx) {
+				um := userMessage(s, r.cfg.Now())
+				b.add(um)
+				msgs = append(msgs, um)
+				steered++
+			}
+		}
+		if steered == 0 && (am.StopReason != message.StopToolUse || len(calls) == 0) {
+			break
 		}
 	}
 	return r.finish(ctx, b, sink, start, in, model, last, nil, "", withUsage(&acc))

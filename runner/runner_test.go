@@ -148,3 +148,31 @@ func TestCancelledTurnIsRetried(t *testing.T) {
 		t.Fatal("a cancelled turn must return an error so the lane retries it")
 	}
 }
+
+// TestSteeredMessagesJoinTheTurn: what Steer returns at a boundary becomes
+// a user message of this turn, and the model is called again to answer it.
+func TestSteeredMessagesJoinTheTurn(t *testing.T) {
+	t.Parallel()
+	polls := 0
+	steer := func(context.Context) []*events.Inbound {
+		polls++
+		if polls == 1 {
+			return []*events.Inbound{{Text: "actually, this"}}
+		}
+		return nil
+	}
+	out, err := newRunner(t).Run(t.Context(), Input{Inbound: &events.Inbound{Text: "first"}, Steer: steer}, &sink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, e := range out.Entries {
+		texts = append(texts, e.Message.Content.Text())
+	}
+	if strings.Join(texts, "|") != "first|echo: first|actually, this|echo: actually, this" || polls != 2 {
+		t.Fatalf("entries %q after %d polls", texts, polls)
+	}
+	if out.Result.Payloads[0].Text != "echo: actually, this" {
+		t.Fatalf("payload = %+v", out.Result.Payloads)
+	}
+}

@@ -168,7 +168,7 @@ func (m *Member) build(ctx context.Context) error {
 // handle adapts a lane turn to the runner.
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History}, t)
+		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, t)
 	if err != nil {
 		return nil, err
 	}
