@@ -500,6 +500,9 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	if err != nil {
 		return err
 	}
+	// The turn ended now, before its final event is published: a message
+	// sent after a client saw that event never counts as "while busy".
+	o.lastEnd = time.Now()
 	if err := o.commit(ctx, em, last, out); err != nil {
 		return err
 	}
@@ -532,6 +535,9 @@ func (o *owner) watchInterrupts(ctx context.Context) (context.Context, func()) {
 		o.log.Debug().Err(err).Msg("watch for interrupts")
 		return turnCtx, func() { cancel(nil) }
 	}
+	// One round trip so the server has the subscription before the turn
+	// starts: an interrupt published from then on is seen.
+	_ = o.w.nc.FlushTimeout(time.Second)
 	return turnCtx, func() { _ = sub.Unsubscribe(); cancel(nil) }
 }
 
@@ -685,7 +691,6 @@ func (o *owner) commit(ctx context.Context, em *emitter, seq uint64, out *Outcom
 		}
 	}
 	o.cursor.Seq = seq
-	o.lastEnd = time.Now()
 	clear(o.failures)
 	if o.loaded {
 		o.history = append(o.history, out.Entries...)
