@@ -14,7 +14,8 @@ build: ## build the worker and publisher into bin/
 demo: build ## embedded NATS + a worker + one message and its streamed reply
 	./scripts/demo.sh
 
-test: ## vet, then every test with the race detector
+test: ## gofmt and vet, then every test with the race detector
+	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 

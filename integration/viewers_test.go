@@ -128,7 +128,7 @@ func TestSteerJoinsTheRunningTurn(t *testing.T) {
 	hist, _ := c.History(ctx, "steer")
 	var roles []string
 	for _, e := range hist {
-		roles = append(roles, string(e.Message.Role)+":"+strings.Fields(e.Message.Content.Text()+" x")[0])
+		roles = append(roles, string(e.Message.Role)+":"+strings.Fields(e.Message.Content.Text() + " x")[0])
 	}
 	if strings.Join(roles, " ") != "user:walk assistant:echo: user:turn assistant:echo:" {
 		t.Fatalf("transcript = %v", roles)
