@@ -287,7 +287,7 @@ func (c *Client) Export(ctx context.Context, session string, w io.Writer) error 
 		header.Timestamp = entries[0].Timestamp
 	}
 	if header.ID == "" {
-		header.ID = newUUID()
+		header.ID = sessionfile.NewSessionID()
 	}
 	return sessionfile.WriteEntries(w, append([]message.Entry{header}, entries...))
 }
@@ -340,15 +340,6 @@ func (c *Client) records(ctx context.Context, session string) ([]kvstore.Record,
 		return nil, err
 	}
 	return l.Records(ctx, tok)
-}
-
-func newUUID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b)
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 func newID() string {

@@ -20,6 +20,7 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
 // ErrShutdown is the cause of contexts cancelled because the worker stops.
@@ -409,7 +410,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	log := o.log.With().Str("run_id", run).Logger()
 	em := o.newEmitter(run, log, events.IsJSON(raw.Header.Get(events.HeaderContentType), raw.Data))
 	if o.cursor.SessionID == "" {
-		o.cursor.SessionID = newSessionID()
+		o.cursor.SessionID = sessionfile.NewSessionID()
 	}
 	// Earlier attempts (a crash, a lost lease, a failed try) left events:
 	// continue their sequence and count them.
@@ -829,13 +830,4 @@ func (o *owner) finishTrigger(ctx context.Context) {
 	}
 	o.w.ack(ctx, o.trigger)
 	o.purgeProcessed(ctx, false)
-}
-
-func newSessionID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b)
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

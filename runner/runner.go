@@ -7,8 +7,6 @@ package runner
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
 // Sink receives a run's events. lanes.Turn implements it.
@@ -278,7 +277,7 @@ type builder struct {
 }
 
 func (b *builder) add(m message.Message) {
-	id := newEntryID()
+	id := sessionfile.NewEntryID()
 	e := message.Entry{Type: message.EntryMessage, ID: id, Timestamp: b.now().UTC().Format("2006-01-02T15:04:05.000Z"), Message: &m}
 	if b.parent != "" {
 		p := b.parent
@@ -286,12 +285,6 @@ func (b *builder) add(m message.Message) {
 	}
 	b.parent = id
 	b.entries = append(b.entries, e)
-}
-
-func newEntryID() string {
-	var x [4]byte
-	_, _ = rand.Read(x[:])
-	return hex.EncodeToString(x[:])
 }
 
 // usageAcc accumulates usage as the reference result reports it.

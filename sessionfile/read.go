@@ -164,6 +164,17 @@ func NewEntryID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// NewSessionID returns a fresh session id: a random (version 4) UUID, as pi
+// writes in a session header.
+func NewSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
 // Migrate brings f to message.SessionVersion in place and reports whether it
 // changed anything. Version 1 (no version) gives every entry a fresh id from
 // newID (NewEntryID when nil) and the previous entry as parent, and turns a
