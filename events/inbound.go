@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
 // Version is the schema version this package writes and the highest it reads.
@@ -36,12 +38,6 @@ type Inbound struct {
 	Model    string  `json:"model,omitempty" msgpack:"model,omitempty"`       // "provider/model-id"
 	Thinking string  `json:"thinking,omitempty" msgpack:"thinking,omitempty"` // thinking level
 	Sent     int64   `json:"sent,omitempty" msgpack:"sent,omitempty"`         // client send time, Unix ms
-}
-
-// Known queue modes, with the reference's aliases and the LangGraph names.
-var queueModes = map[string]bool{
-	"followup": true, "enqueue": true, "queue": true, "collect": true, "steer": true,
-	"steer-backlog": true, "steer+backlog": true, "interrupt": true, "reject": true, "rollback": true,
 }
 
 var thinkingLevels = map[string]bool{
@@ -145,7 +141,7 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "text", Reason: "not valid UTF-8"}
 	case len(in.ID) > 128:
 		return &DecodeError{Field: "id", Reason: "longer than 128 bytes"}
-	case in.Mode != "" && !queueModes[strings.ToLower(in.Mode)]:
+	case in.Mode != "" && !validMode(in.Mode):
 		return &DecodeError{Field: "mode", Reason: fmt.Sprintf("unknown queue mode %q (followup, collect, steer, steer-backlog, interrupt, enqueue, reject, rollback)", clip(in.Mode))}
 	case in.Thinking != "" && !thinkingLevels[strings.ToLower(in.Thinking)]:
 		return &DecodeError{Field: "thinking", Reason: fmt.Sprintf("unknown thinking level %q (off, minimal, low, medium, high, xhigh)", clip(in.Thinking))}
@@ -162,6 +158,12 @@ func (in *Inbound) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validMode accepts exactly the names and aliases the lane owner acts on.
+func validMode(s string) bool {
+	_, ok := queue.ParseMode(s)
+	return ok
 }
 
 func validModelRef(s string) bool {
