@@ -573,17 +573,10 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, seq uint64, attemp
 		return err
 	}
 	for _, d := range dropped {
-		run := strconv.FormatUint(d.Sequence, 10)
-		dem := o.newEmitter(run, o.log, events.IsJSON(d.Header.Get(events.HeaderContentType), d.Data))
-		if _, _, err := dem.resume(ctx, o.w.streams.Events); err != nil {
-			o.log.Warn().Err(err).Msg("dropped run events")
-		}
-		msg := "dropped: an interrupt arrived after this message, before it ran"
-		dem.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli()})
-		if err := dem.final(ctx, &events.Result{Payloads: []events.Payload{{Text: "Dropped by an interrupt.", IsError: true}},
-			Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: "interrupted", Message: msg}}}); err != nil {
-			o.log.Warn().Err(err).Str("run_id", run).Msg("dropped run final event")
-		}
+		const msg = "dropped: an interrupt arrived after this message, before it ran"
+		o.endOther(ctx, d, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli()},
+			&events.Result{Payloads: []events.Payload{{Text: "Dropped by an interrupt.", IsError: true}},
+				Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: "interrupted", Message: msg}}})
 	}
 	return nil
 }
@@ -660,14 +653,21 @@ func mergeInbound(batch []collected) *events.Inbound {
 
 // announceMerged tells the sender of a merged message which run answers it.
 func (o *owner) announceMerged(ctx context.Context, m collected, into string) {
-	run := strconv.FormatUint(m.raw.Sequence, 10)
-	em := o.newEmitter(run, o.log, events.IsJSON(m.raw.Header.Get(events.HeaderContentType), m.raw.Data))
+	o.endOther(ctx, m.raw, events.EventData{Phase: events.PhaseMerged, Text: into}, &events.Result{Meta: events.Meta{MergedInto: into}})
+}
+
+// endOther ends the run of a message the current turn consumed without
+// running it (merged, steered or dropped): a lifecycle event saying why, then
+// its final event, continuing whatever that run published before.
+func (o *owner) endOther(ctx context.Context, raw *jetstream.RawStreamMsg, why events.EventData, res *events.Result) {
+	run := strconv.FormatUint(raw.Sequence, 10)
+	em := o.newEmitter(run, o.log, events.IsJSON(raw.Header.Get(events.HeaderContentType), raw.Data))
 	if _, _, err := em.resume(ctx, o.w.streams.Events); err != nil {
-		o.log.Warn().Err(err).Msg("merged run events")
+		o.log.Warn().Err(err).Str("run_id", run).Msg("events of a consumed run")
 	}
-	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseMerged, Text: into})
-	if err := em.final(ctx, &events.Result{Meta: events.Meta{MergedInto: into}}); err != nil {
-		o.log.Warn().Err(err).Str("run_id", run).Msg("merged run final event")
+	em.emit(events.StreamLifecycle, why)
+	if err := em.final(ctx, res); err != nil {
+		o.log.Warn().Err(err).Str("run_id", run).Msg("final event of a consumed run")
 	}
 }
 
