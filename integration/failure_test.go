@@ -163,14 +163,16 @@ func TestWorkerKilledMidRun(t *testing.T) {
 
 // TestGracefulStopHandsLanesOver: a worker stopped under load finishes its
 // running turns, releases its lanes and Naks their triggers, so the other
-// worker takes them over at once instead of after AckWait (30 s here).
+// worker takes them over at once. AckWait (and the sweep, which follows it) is
+// ten minutes here: the lanes can only drain within the test's minute if the
+// stop handed them over, so no timing is asserted.
 func TestGracefulStopHandsLanesOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet load test")
 	}
 	t.Parallel()
 	srv := natstest.Start(t)
-	cfg := fleet.Config{AckWait: 30 * time.Second, LeaseTTL: 30 * time.Second, ScriptedDelay: 3 * time.Millisecond, Concurrency: 16}
+	cfg := fleet.Config{AckWait: 10 * time.Minute, LeaseTTL: 30 * time.Second, ScriptedDelay: 3 * time.Millisecond, Concurrency: 16}
 	cfg.WorkerID = "leaving"
 	a := startMember(t, srv.URL, cfg)
 	cfg.WorkerID = "staying"
@@ -202,11 +204,7 @@ func TestGracefulStopHandsLanesOver(t *testing.T) {
 	a.stop()
 	t.Logf("stop took %v with %d lanes held", time.Since(stopAt).Round(time.Millisecond), len(held))
 	waitDrained(t, js, time.Minute)
-	took := time.Since(stopAt)
-	t.Logf("all lanes drained %v after the stop began", took.Round(time.Millisecond))
-	if took > 15*time.Second {
-		t.Fatalf("lanes took %v to drain after a graceful stop: they waited for AckWait instead of being handed over", took)
-	}
+	t.Logf("all lanes drained %v after the stop began", time.Since(stopAt).Round(time.Millisecond))
 	c, _ := lanefleet.New(nc)
 	checkTranscripts(t, c, want)
 	if st := a.m.Worker.Stats(); st.Turns.Load() == 0 {
