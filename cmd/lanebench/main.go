@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -68,7 +69,7 @@ type result struct {
 func run(o options) error {
 	n := o.sessions * o.turns
 	fmt.Printf("lanebench: %d sessions × %d turns = %d messages, sync_interval %s, R1 file store, GOMAXPROCS %d\n\n",
-		o.sessions, o.turns, n, map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtimeProcs())
+		o.sessions, o.turns, n, map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
 	var res []result
 	add := func(r result, err error) error {
 		if err != nil {
@@ -113,8 +114,6 @@ func run(o options) error {
 	fmt.Printf("  raw sync publish RTT p50 %6.2f ms  p99 %6.2f ms   (baseline: one durable JetStream publish)\n", ms(lat.pub, 50), ms(lat.pub, 99))
 	return nil
 }
-
-func runtimeProcs() int { return runtimeGOMAXPROCS() }
 
 // server starts a fresh embedded server in a temp dir.
 func startServer(o options) (*server.Server, func(), error) {
