@@ -70,18 +70,26 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 	if err := a.PutRecord(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	// A's lease expires (it stops renewing, like a paused zombie); B takes over.
-	var bl *Lease
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		bl, err = b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "b"})
-		if err == nil {
-			break
+	// A's lease expires (it stops renewing, like a paused zombie); B takes
+	// over once the server's expiry marker reaches a watcher of the key.
+	w, err := b.lanes.kv.Watch(ctx, "alice.lease", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	expiry, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for expired := false; !expired; {
+		select {
+		case e := <-w.Updates():
+			expired = e != nil && e.Operation() != jetstream.KeyValuePut
+		case <-expiry.Done():
+			t.Fatal("the lease never expired")
 		}
-		if !errors.Is(err, ErrHeld) || time.Now().After(deadline) {
-			t.Fatalf("takeover: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	}
+	bl, err := b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "b"})
+	if err != nil {
+		t.Fatalf("takeover after expiry: %v", err)
 	}
 	// The zombie's writes and renewals are rejected by the server.
 	rec.Entries[0].ID = "zzzzzzzz"
