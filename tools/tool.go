@@ -1,0 +1,91 @@
+// Package tools defines what the run loop calls when a model asks for a tool,
+// and holds the built-in tools (read, write, edit, exec) that work inside a
+// run's workspace directory.
+//
+// A tool failure is never a run failure: whatever a tool returns as an error
+// becomes an isError tool result that the model sees.
+package tools
+
+import (
+	"context"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+)
+
+// Tool is one callable tool.
+type Tool interface {
+	// Spec is the definition offered to the model.
+	Spec() provider.Tool
+	// Call runs the tool. A returned error becomes an isError result whose
+	// text is the error's message; Call must not panic on any arguments.
+	Call(ctx context.Context, call Call) (Result, error)
+}
+
+// Call is one tool call of the model.
+type Call struct {
+	ID   string
+	Name string
+	// Args are the decoded arguments; nil when the model sent none.
+	Args map[string]any
+	// Update, when set, receives partial results while the tool runs.
+	Update func(partial Result)
+}
+
+// Result is a tool's answer.
+type Result struct {
+	// Content is what the model sees: text and image blocks.
+	Content []message.Block
+	// Details is kept in the transcript and events but never sent to models.
+	Details map[string]any
+	// IsError marks a failed call.
+	IsError bool
+}
+
+// TextResult returns a result with one text block.
+func TextResult(text string) Result {
+	return Result{Content: []message.Block{message.Text(text)}}
+}
+
+// ErrorResult returns an isError result with one text block.
+func ErrorResult(text string) Result {
+	return Result{Content: []message.Block{message.Text(text)}, IsError: true}
+}
+
+// Set is the tools one run can call.
+type Set interface {
+	// Specs lists the tool definitions in a stable order.
+	Specs() []provider.Tool
+	// Lookup finds a tool by its exact name.
+	Lookup(name string) (Tool, bool)
+}
+
+// List is a Set backed by a slice; later tools with the same name replace
+// earlier ones.
+type List []Tool
+
+// Specs implements Set.
+func (l List) Specs() []provider.Tool {
+	out := make([]provider.Tool, 0, len(l))
+	seen := make(map[string]int, len(l))
+	for _, t := range l {
+		s := t.Spec()
+		if i, ok := seen[s.Name]; ok {
+			out[i] = s
+			continue
+		}
+		seen[s.Name] = len(out)
+		out = append(out, s)
+	}
+	return out
+}
+
+// Lookup implements Set.
+func (l List) Lookup(name string) (Tool, bool) {
+	for i := len(l) - 1; i >= 0; i-- {
+		if l[i].Spec().Name == name {
+			return l[i], true
+		}
+	}
+	return nil, false
+}
