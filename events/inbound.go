@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -38,7 +39,31 @@ type Inbound struct {
 	Model    string  `json:"model,omitempty" msgpack:"model,omitempty"`       // "provider/model-id"
 	Thinking string  `json:"thinking,omitempty" msgpack:"thinking,omitempty"` // thinking level
 	Sent     int64   `json:"sent,omitempty" msgpack:"sent,omitempty"`         // client send time, Unix ms
+	// Tools are client tools: offered to the model for this run; a call to
+	// one ends the run with stopReason "tool_calls" and pendingToolCalls,
+	// and the client answers with ToolResults in its next message.
+	Tools []ClientTool `json:"tools,omitempty" msgpack:"tools,omitempty"`
+	// ToolResults answer the pending client tool calls of the session's
+	// previous run. Text may then be empty.
+	ToolResults []ToolResult `json:"toolResults,omitempty" msgpack:"toolResults,omitempty"`
 }
+
+// ClientTool is a tool the client executes itself.
+type ClientTool struct {
+	Name        string         `json:"name" msgpack:"name"`
+	Description string         `json:"description,omitempty" msgpack:"description,omitempty"`
+	Parameters  map[string]any `json:"parameters,omitempty" msgpack:"parameters,omitempty"` // JSON Schema object
+}
+
+// ToolResult is the client's answer to one pending tool call.
+type ToolResult struct {
+	ToolCallID string `json:"toolCallId" msgpack:"toolCallId"`
+	Text       string `json:"text" msgpack:"text"`
+	IsError    bool   `json:"isError,omitempty" msgpack:"isError,omitempty"`
+}
+
+// MaxClientTools bounds the client tools of one message.
+const MaxClientTools = 64
 
 var thinkingLevels = map[string]bool{
 	"off": true, "minimal": true, "low": true, "medium": true, "high": true, "xhigh": true,
@@ -133,8 +158,8 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "v", Reason: fmt.Sprintf("unsupported schema version %d (this worker reads up to %d)", in.V, Version)}
 	case in.Session != "" && ValidateKey(in.Session) != nil:
 		return &DecodeError{Field: "session", Reason: ValidateKey(in.Session).Error()}
-	case strings.TrimSpace(in.Text) == "" && len(in.Images) == 0:
-		return &DecodeError{Field: "text", Reason: "empty: a message needs text or an image"}
+	case strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
+		return &DecodeError{Field: "text", Reason: "empty: a message needs text, an image or tool results"}
 	case len(in.Text) > MaxTextBytes:
 		return &DecodeError{Field: "text", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(in.Text), MaxTextBytes), Err: ErrTooLarge}
 	case !utf8.ValidString(in.Text):
@@ -148,6 +173,9 @@ func (in *Inbound) Validate() error {
 	case in.Model != "" && !validModelRef(in.Model):
 		return &DecodeError{Field: "model", Reason: fmt.Sprintf("%q is not provider/model-id", clip(in.Model))}
 	}
+	if err := validateTools(in); err != nil {
+		return err
+	}
 	for i, img := range in.Images {
 		field := fmt.Sprintf("images[%d]", i)
 		if !strings.HasPrefix(img.MimeType, "image/") {
@@ -155,6 +183,39 @@ func (in *Inbound) Validate() error {
 		}
 		if _, err := base64.StdEncoding.DecodeString(img.Data); err != nil || img.Data == "" {
 			return &DecodeError{Field: field + ".data", Reason: "not valid base64"}
+		}
+	}
+	return nil
+}
+
+var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func validateTools(in *Inbound) error {
+	if len(in.Tools) > MaxClientTools {
+		return &DecodeError{Field: "tools", Reason: fmt.Sprintf("%d tools, the limit is %d", len(in.Tools), MaxClientTools)}
+	}
+	seen := make(map[string]bool, len(in.Tools))
+	for i, t := range in.Tools {
+		field := fmt.Sprintf("tools[%d].name", i)
+		if !toolNameRE.MatchString(t.Name) {
+			return &DecodeError{Field: field, Reason: fmt.Sprintf("%q is not a tool name (1-64 of A-Z a-z 0-9 _ -)", clip(t.Name))}
+		}
+		if seen[t.Name] {
+			return &DecodeError{Field: field, Reason: fmt.Sprintf("duplicate tool %q", t.Name)}
+		}
+		seen[t.Name] = true
+	}
+	if len(in.ToolResults) > 256 {
+		return &DecodeError{Field: "toolResults", Reason: fmt.Sprintf("%d results, the limit is 256", len(in.ToolResults))}
+	}
+	for i, r := range in.ToolResults {
+		switch {
+		case r.ToolCallID == "" || len(r.ToolCallID) > 128:
+			return &DecodeError{Field: fmt.Sprintf("toolResults[%d].toolCallId", i), Reason: "must be 1-128 bytes"}
+		case !utf8.ValidString(r.Text):
+			return &DecodeError{Field: fmt.Sprintf("toolResults[%d].text", i), Reason: "not valid UTF-8"}
+		case len(r.Text) > MaxTextBytes:
+			return &DecodeError{Field: fmt.Sprintf("toolResults[%d].text", i), Reason: fmt.Sprintf("%d bytes, the limit is %d", len(r.Text), MaxTextBytes), Err: ErrTooLarge}
 		}
 	}
 	return nil
