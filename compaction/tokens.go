@@ -1,0 +1,277 @@
+package compaction
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/sessionfile"
+)
+
+// RoleBashExecution is the pi role of a user's "!command" run, stored as a
+// message entry; ConvertToLLM turns it into a user message.
+const RoleBashExecution message.Role = "bashExecution"
+
+// imageChars is what an image counts for in an estimate: 4800 characters,
+// 1200 tokens.
+const imageChars = 4800
+
+// EstimateTokens estimates the tokens m takes in a model's context the way
+// pi does: characters / 4, rounded up. Characters are counted as JavaScript
+// does (UTF-16 code units). Counted are the text of user, toolResult and
+// custom content (4800 characters an image), the text, thinking, tool name
+// and JSON arguments of an assistant message, a bashExecution's command and
+// output and a summary message's summary. Other roles count 0.
+func EstimateTokens(m message.Message) int {
+	var chars int
+	switch m.Role {
+	case message.RoleUser, message.RoleToolResult:
+		chars = contentChars(m.Content)
+	case message.RoleAssistant:
+		for i := range m.Content.Blocks {
+			b := &m.Content.Blocks[i]
+			switch b.Type {
+			case message.BlockText:
+				chars += jsLen(b.Text)
+			case message.BlockThinking:
+				chars += jsLen(b.Thinking)
+			case message.BlockToolCall:
+				chars += jsLen(b.Name) + jsLen(argsJSON(b.Arguments))
+			}
+		}
+	case sessionfile.RoleCustom:
+		chars = genericContentChars(m.Extra["content"])
+	case RoleBashExecution:
+		chars = jsLen(extraString(m, "command")) + jsLen(extraString(m, "output"))
+	case sessionfile.RoleBranchSummary, sessionfile.RoleCompactionSummary:
+		chars = jsLen(extraString(m, "summary"))
+	}
+	return (chars + 3) / 4
+}
+
+func contentChars(c message.Content) int {
+	var n int
+	for i := range c.Blocks {
+		switch c.Blocks[i].Type {
+		case message.BlockText:
+			n += jsLen(c.Blocks[i].Text)
+		case message.BlockImage:
+			n += imageChars
+		}
+	}
+	return n
+}
+
+// genericContentChars counts content still in its decoded JSON form (a
+// custom message's string or block list).
+func genericContentChars(v any) int {
+	switch c := v.(type) {
+	case string:
+		return jsLen(c)
+	case []any:
+		var n int
+		for _, e := range c {
+			b, _ := e.(map[string]any)
+			switch b["type"] {
+			case message.BlockText:
+				s, _ := b["text"].(string)
+				n += jsLen(s)
+			case message.BlockImage:
+				n += imageChars
+			}
+		}
+		return n
+	}
+	return 0
+}
+
+func extraString(m message.Message, key string) string {
+	s, _ := m.Extra[key].(string)
+	return s
+}
+
+// ContextTokens estimates the tokens of a model context as pi's
+// estimateContextTokens does: the total of the last valid usage (an
+// assistant message that did not end in error or aborted) plus the
+// estimates of the messages after it, or the sum of all estimates when no
+// usage is known. Usage reported at or before the last compactionSummary
+// message measured the context before that compaction and is not used.
+func ContextTokens(msgs []message.Message) int {
+	start := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == sessionfile.RoleCompactionSummary {
+			start = i + 1
+			break
+		}
+	}
+	total := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if i >= start {
+			if u := validUsage(&msgs[i]); u != nil {
+				return clampInt(u.Total()) + total
+			}
+		}
+		total += EstimateTokens(msgs[i])
+	}
+	return total
+}
+
+func validUsage(m *message.Message) *message.Usage {
+	if m.Role != message.RoleAssistant || m.Usage == nil ||
+		m.StopReason == message.StopError || m.StopReason == message.StopAborted {
+		return nil
+	}
+	return m.Usage
+}
+
+func clampInt(n int64) int {
+	if n > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	if n < 0 {
+		return 0
+	}
+	return int(n)
+}
+
+// jsLen is the length of s in UTF-16 code units, JavaScript's String.length.
+func jsLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return jsLenSlow(s)
+		}
+	}
+	return n
+}
+
+func jsLenSlow(s string) int {
+	n := 0
+	for _, r := range s {
+		if r >= 0x10000 {
+			n += 2
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// jsPrefix returns the longest prefix of s that is at most max UTF-16 code
+// units long and does not split a character.
+func jsPrefix(s string, max int) string {
+	n := 0
+	for i, r := range s {
+		w := 1
+		if r >= 0x10000 {
+			w = 2
+		}
+		if n+w > max {
+			return s[:i]
+		}
+		n += w
+	}
+	return s
+}
+
+// argsJSON is JSON.stringify of tool-call arguments; nil arguments encode
+// as {} as pi writes them.
+func argsJSON(args map[string]any) string {
+	if args == nil {
+		return "{}"
+	}
+	return string(appendJS(nil, args))
+}
+
+// appendJS appends JSON.stringify(v): no HTML escaping, U+2028/2029 kept
+// as they are, non-finite numbers as null. Object keys are sorted, since a
+// decoded Go map has lost the order JavaScript would keep.
+func appendJS(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...)
+	case bool:
+		return strconv.AppendBool(b, x)
+	case string:
+		return appendJSString(b, x)
+	case int64:
+		return strconv.AppendInt(b, x, 10)
+	case int:
+		return strconv.AppendInt(b, int64(x), 10)
+	case float64:
+		return appendJSNumber(b, x)
+	case json.Number:
+		return append(b, x...)
+	case []any:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJS(b, e)
+		}
+		return append(b, ']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSString(b, k)
+			b = append(b, ':')
+			b = appendJS(b, x[k])
+		}
+		return append(b, '}')
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return append(b, "null"...)
+	}
+	return append(b, data...)
+}
+
+func appendJSNumber(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, "null"...)
+	}
+	// encoding/json formats floats the way ECMAScript does.
+	data, _ := json.Marshal(f)
+	return append(b, data...)
+}
+
+const hexDigits = "0123456789abcdef"
+
+func appendJSString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			b = append(b, '\\', '"')
+		case r == '\\':
+			b = append(b, '\\', '\\')
+		case r == '\b':
+			b = append(b, '\\', 'b')
+		case r == '\f':
+			b = append(b, '\\', 'f')
+		case r == '\n':
+			b = append(b, '\\', 'n')
+		case r == '\r':
+			b = append(b, '\\', 'r')
+		case r == '\t':
+			b = append(b, '\\', 't')
+		case r < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+		default:
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return append(b, '"')
+}
