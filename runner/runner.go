@@ -10,15 +10,21 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/blockchunk"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/fallback"
+	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/replytext"
 	"github.com/lanefleet/lanefleet/sessionfile"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // Sink receives a run's events. lanes.Turn implements it.
@@ -50,18 +56,76 @@ type Output struct {
 	Result  *events.Result
 }
 
-// Config configures a Runner.
-type Config struct {
-	DefaultModel  string // "provider/model-id"; default "scripted/echo"
-	SystemPrompt  string
-	Resolver      Resolver
-	MaxIterations int // model calls per turn; default 32
-	Logger        zerolog.Logger
-	Now           func() time.Time
+// ToolSource gives a run its tools (built-in tools in the session's
+// workspace, remote tools, ...). Client tools come with the message.
+type ToolSource interface {
+	Tools(ctx context.Context, in Input) (tools.Set, error)
 }
 
+// CompactRequest is one compaction.
+type CompactRequest struct {
+	Model    provider.Model
+	Provider provider.Provider
+	APIKey   provider.Secret
+	// Entries is the session so far (history and this turn).
+	Entries []message.Entry
+	// Trigger is "overflow" or "threshold".
+	Trigger string
+}
+
+// Compactor summarises older history into a compaction entry (pi's
+// compaction, runtime spec §20).
+type Compactor interface {
+	// Compact returns the compaction entry to append after req.Entries.
+	Compact(ctx context.Context, req CompactRequest) (message.Entry, error)
+	// Due reports whether the context of entries has grown past the
+	// compaction threshold of a contextWindow-token model.
+	Due(entries []message.Entry, contextWindow int) bool
+}
+
+// Config configures a Runner.
+type Config struct {
+	DefaultModel string // "provider/model-id"; default "scripted/echo"
+	// Fallbacks are the models tried, in order, when the requested one
+	// fails with a failover error ("provider/model-id" or an alias).
+	Fallbacks []string
+	// Aliases maps model aliases to "provider/model-id".
+	Aliases      map[string]string
+	SystemPrompt string
+	Resolver     Resolver
+	// Auth holds the auth profiles; nil = every provider uses its
+	// environment key.
+	Auth      Auth
+	Tools     ToolSource // nil = no tools but the client's
+	Compactor Compactor  // nil = no compaction
+	// Window configures the context-window guard.
+	Window guard.WindowConfig
+	// MaxIterations bounds the model calls of one attempt; default 32.
+	MaxIterations int
+	// AttemptTimeout bounds one attempt (the reference's
+	// agents.defaults.timeoutSeconds); default 10 minutes.
+	AttemptTimeout time.Duration
+	// CompactionTimeout bounds one compaction; default 300 s.
+	CompactionTimeout time.Duration
+	// HistoryLimit keeps only the last n user turns in requests; 0 = all.
+	HistoryLimit int
+	// BlockReplies, when set, streams the reply as blocks (StreamBlock).
+	BlockReplies *blockchunk.Config
+	Logger       zerolog.Logger
+	Now          func() time.Time
+}
+
+// Defaults.
+const (
+	AttemptTimeoutDefault    = 10 * time.Minute
+	CompactionTimeoutDefault = 300 * time.Second
+)
+
 // Runner runs turns. It is safe for concurrent use.
-type Runner struct{ cfg Config }
+type Runner struct {
+	cfg    Config
+	probes *probeLog
+}
 
 // New returns a Runner.
 func New(cfg Config) (*Runner, error) {
@@ -74,10 +138,16 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxIterations <= 0 {
 		cfg.MaxIterations = 32
 	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = AttemptTimeoutDefault
+	}
+	if cfg.CompactionTimeout <= 0 {
+		cfg.CompactionTimeout = CompactionTimeoutDefault
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runner{cfg: cfg}, nil
+	return &Runner{cfg: cfg, probes: &probeLog{m: map[string]time.Time{}}}, nil
 }
 
 // Run runs one turn. Provider failures end the run with an error result (the
@@ -87,119 +157,201 @@ func New(cfg Config) (*Runner, error) {
 func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) {
 	// The lane publishes the lifecycle start event before calling the runner.
 	start := r.cfg.Now()
-
-	b := &builder{now: r.cfg.Now, parent: lastID(in.History)}
-	history := contextMessages(in.History)
-	user := userMessage(in.Inbound, start)
-	b.add(user)
+	ru := &run{r: r, in: in, sink: sink, history: in.History,
+		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
+	ru.addToolResults(in.Inbound.ToolResults)
+	if strings.TrimSpace(in.Inbound.Text) != "" || len(in.Inbound.Images) > 0 {
+		ru.b.add(userMessage(in.Inbound, start))
+	}
+	if err := ru.setupTools(ctx); err != nil {
+		return nil, err
+	}
 
 	ref := in.Inbound.Model
 	if ref == "" {
 		ref = r.cfg.DefaultModel
 	}
-	model, prov, err := r.cfg.Resolver.Resolve(ref)
+	fcfg := &fallback.Config{Primary: r.cfg.DefaultModel, Fallbacks: r.cfg.Fallbacks, Aliases: r.cfg.Aliases}
+	requested, _ := fcfg.ParseRef(ref, "")
+	plan, err := fallback.NewPlan(fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
+		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes})
 	if err != nil {
-		msg := fmt.Sprintf("model %q: %v", ref, err)
-		return r.finish(ctx, b, sink, start, in, model, nil, &events.RunError{Kind: "model_not_found", Message: msg}, msg)
+		return nil, err
 	}
-	msgs := append(history, user)
-	var acc usageAcc
-	var last *message.Message
-	for iter := 0; ; iter++ {
-		if iter >= r.cfg.MaxIterations {
-			msg := fmt.Sprintf("stopped after %d model calls in one turn", iter)
-			return r.finish(ctx, b, sink, start, in, model, last, &events.RunError{Kind: "retry_limit", Message: msg}, msg)
+	fallbackConfigured := len(plan.Candidates()) > 1
+	var model provider.Model
+	for step, ok := plan.Next(r.cfg.Now()); ok; step, ok = plan.Next(r.cfg.Now()) {
+		m, prov, err := r.cfg.Resolver.Resolve(step.Candidate.String())
+		if err != nil {
+			err = &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: fmt.Sprintf("Unknown model: %s (%v)", step.Candidate, err)}
+		} else {
+			model = m
+			w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), r.cfg.Window)
+			if werr := w.Err(); werr != nil {
+				err = &provider.Error{Reason: provider.ReasonUnknown, Message: werr.Error(), Err: werr}
+			} else {
+				if w.ShouldWarn {
+					r.cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
+				}
+				ru.window = w.Tokens
+				var out *loopOut
+				out, err = runModel(ctx, loopReq{runID: in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
+					thinking: provider.ThinkingLevel(strings.ToLower(in.Inbound.Thinking)), auth: r.cfg.Auth,
+					fallbackConfigured: fallbackConfigured, now: r.cfg.Now}, ru)
+				if err == nil {
+					return ru.finish(start, m, out), nil
+				}
+			}
 		}
-		req := &provider.Request{Model: model, SystemPrompt: r.cfg.SystemPrompt, Messages: msgs,
-			Thinking: provider.ThinkingLevel(in.Inbound.Thinking), SessionID: in.SessionID}
-		am, err := prov.Stream(ctx, req, streamTo(sink))
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		am.Timestamp = max(am.Timestamp, 1)
-		last = &am
-		acc.add(am.Usage)
-		b.add(am)
-		msgs = append(msgs, am)
+		if stop := plan.Failed(err); stop != nil {
+			return ru.fail(start, model, stop), nil
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return ru.fail(start, model, plan.Err()), nil
+}
+
+// setupTools gathers the run's tools: the source's and the client's.
+func (ru *run) setupTools(ctx context.Context) error {
+	var set tools.Set
+	if ru.r.cfg.Tools != nil {
+		s, err := ru.r.cfg.Tools.Tools(ctx, ru.in)
 		if err != nil {
-			reason := provider.ReasonOf(err)
-			text := failover.UserText(errorText(err, &am), model.Provider, model.ID)
-			return r.finish(ctx, b, sink, start, in, model, last, &events.RunError{Kind: "provider_error", Message: string(reason) + ": " + errorText(err, &am)}, text, withUsage(&acc))
+			return fmt.Errorf("runner: tools: %w", err)
 		}
-		calls := am.ToolCalls()
-		if am.StopReason == message.StopToolUse {
-			// No tools are registered yet: answer each call with an error
-			// result, as the reference does for an unknown tool.
-			for _, c := range calls {
-				res := message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
-					Content: message.BlocksOf(message.Text(fmt.Sprintf("Tool %s not found", c.Name))), IsError: true,
-					Timestamp: r.cfg.Now().UnixMilli()}
-				sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: true})
-				b.add(res)
-				msgs = append(msgs, res)
+		set = s
+	}
+	ru.tools = set
+	if set != nil {
+		ru.specs = set.Specs()
+	}
+	for _, t := range ru.in.Inbound.Tools {
+		if ru.client == nil {
+			ru.client = map[string]bool{}
+		}
+		ru.client[t.Name] = true
+		ru.specs = append(ru.specs, provider.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	}
+	return nil
+}
+
+// addToolResults answers the pending client tool calls of the session's
+// last assistant message with the client's results. Results for calls that
+// are not pending are ignored (logged): the model never saw such a call.
+func (ru *run) addToolResults(results []events.ToolResult) {
+	if len(results) == 0 {
+		return
+	}
+	pending := map[string]string{}
+	msgs := sessionfile.Messages(ru.history)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == message.RoleAssistant {
+			for _, c := range msgs[i].ToolCalls() {
+				pending[c.ID] = c.Name
 			}
-		}
-		// Steering: messages sent in steer mode while the turn ran join it
-		// here, at the boundary after the tool results (or after the reply),
-		// and the model answers them in the same turn.
-		steered := 0
-		if in.Steer != nil {
-			for _, s := range in.Steer(ctx) {
-				um := userMessage(s, r.cfg.Now())
-				b.add(um)
-				msgs = append(msgs, um)
-				steered++
+			for _, m := range msgs[i+1:] {
+				if m.Role == message.RoleToolResult {
+					delete(pending, m.ToolCallID)
+				}
 			}
-		}
-		if steered == 0 && (am.StopReason != message.StopToolUse || len(calls) == 0) {
 			break
 		}
 	}
-	return r.finish(ctx, b, sink, start, in, model, last, nil, "", withUsage(&acc))
-}
-
-type finishOpt func(*events.Meta)
-
-func withUsage(acc *usageAcc) finishOpt {
-	return func(m *events.Meta) {
-		if m.AgentMeta != nil {
-			m.AgentMeta.Usage = acc.total()
-			m.AgentMeta.LastCallUsage = acc.lastCall()
-			m.AgentMeta.PromptTokens = acc.lastIn + acc.lastCacheRead + acc.lastCacheWrite
+	for _, tr := range results {
+		name, ok := pending[tr.ToolCallID]
+		if !ok {
+			ru.r.cfg.Logger.Warn().Str("tool_call_id", tr.ToolCallID).Msg("tool result for a call that is not pending; ignored")
+			continue
 		}
+		delete(pending, tr.ToolCallID)
+		m := message.Message{Role: message.RoleToolResult, ToolCallID: tr.ToolCallID, ToolName: name,
+			Content: message.BlocksOf(message.Text(tr.Text)), IsError: tr.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
+		m, _ = guard.CapForPersistence(m)
+		ru.b.add(m)
+		ru.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: name, ToolCallID: tr.ToolCallID, IsError: tr.IsError,
+			Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": replytext.TruncateToolText(tr.Text)}}}})
 	}
 }
 
-func (r *Runner) finish(_ context.Context, b *builder, sink Sink, start time.Time, in Input, model provider.Model,
-	last *message.Message, runErr *events.RunError, errText string, opts ...finishOpt) (*Output, error) {
-	end := r.cfg.Now()
-	res := &events.Result{Meta: events.Meta{DurationMs: end.Sub(start).Milliseconds(), Error: runErr}}
-	am := &events.AgentMeta{SessionID: in.SessionID, Provider: model.Provider, Model: model.ID}
-	if last != nil {
-		am.Provider, am.Model = last.Provider, last.Model
+// finish makes the output of a run whose model loop returned.
+func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Output {
+	end := ru.r.cfg.Now()
+	res := &events.Result{Payloads: out.payloads, Meta: events.Meta{DurationMs: end.Sub(start).Milliseconds(), Error: out.runErr, Aborted: out.aborted}}
+	am := &events.AgentMeta{SessionID: ru.in.SessionID, Provider: model.Provider, Model: model.ID, CompactionCount: out.compactions}
+	if out.last != nil && out.last.Provider != "" {
+		am.Provider, am.Model = out.last.Provider, out.last.Model
 	}
+	am.Usage = ru.acc.total()
+	am.LastCallUsage = ru.acc.lastCall()
+	am.PromptTokens = ru.acc.lastIn + ru.acc.lastCacheRead + ru.acc.lastCacheWrite
 	res.Meta.AgentMeta = am
-	for _, o := range opts {
-		o(&res.Meta)
+	if out.last != nil {
+		res.Meta.StopReason = string(out.last.StopReason)
 	}
-	if last != nil {
-		res.Meta.StopReason = string(last.StopReason)
+	if len(out.pending) > 0 {
+		res.Meta.StopReason = "tool_calls"
+		res.Meta.PendingToolCalls = out.pending
 	}
-	if runErr != nil {
-		res.Payloads = append(res.Payloads, events.Payload{Text: errText, IsError: true})
-		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: errText, EndedAt: end.UnixMilli()})
-	} else {
-		if last != nil {
-			if text := strings.TrimSpace(last.Content.Text()); text != "" && text != "NO_REPLY" {
-				res.Payloads = append(res.Payloads, events.Payload{Text: text})
+	if out.runErr != nil {
+		text := out.runErr.Message
+		for _, p := range out.payloads {
+			if p.IsError {
+				text = p.Text
+				break
 			}
 		}
-		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
+		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: text, EndedAt: end.UnixMilli()})
+	} else {
+		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
 	}
-	return &Output{Entries: b.entries, Result: res}, nil
+	return &Output{Entries: ru.b.entries, Result: res}
 }
 
-func errorText(err error, am *message.Message) string {
+// fail makes the output of a run that ended with an error no model loop
+// could turn into a reply (the reference throws these).
+func (ru *run) fail(start time.Time, model provider.Model, err error) *Output {
+	text := errText(err, nil)
+	var pe *provider.Error
+	var ex *fallback.ExhaustedError
+	switch {
+	case errors.As(err, &ex):
+		text = ex.Error()
+	case errors.As(err, &pe):
+		text = failover.UserText(text, model.Provider, model.ID)
+	}
+	kind := "provider_error"
+	if failover.ClassifyError(err) == provider.ReasonModelNotFound {
+		kind = "model_not_found"
+	}
+	out := &loopOut{payloads: []events.Payload{{Text: text, IsError: true}},
+		runErr: &events.RunError{Kind: kind, Message: string(failover.ClassifyError(err)) + ": " + errText(err, nil)}}
+	return ru.finish(start, model, out)
+}
+
+// probeLog is a fallback.ProbeThrottle shared by a Runner's runs.
+type probeLog struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (p *probeLog) LastProbe(prov string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[prov]
+}
+
+func (p *probeLog) MarkProbe(prov string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.m[prov] = at
+}
+
+func errText(err error, am *message.Message) string {
 	var pe *provider.Error
 	if errors.As(err, &pe) && pe.Message != "" {
 		return pe.Message
@@ -208,39 +360,6 @@ func errorText(err error, am *message.Message) string {
 		return am.ErrorMessage
 	}
 	return err.Error()
-}
-
-// streamTo maps provider events onto run events.
-func streamTo(sink Sink) func(provider.Event) {
-	var text, thinking strings.Builder
-	return func(ev provider.Event) {
-		switch ev.Type {
-		case provider.EventStart:
-			text.Reset()
-			thinking.Reset()
-		case provider.EventTextDelta:
-			text.WriteString(ev.Delta)
-			sink.Emit(events.StreamAssistant, events.EventData{Delta: ev.Delta, Text: text.String()})
-		case provider.EventThinkingDelta:
-			thinking.WriteString(ev.Delta)
-			sink.Emit(events.StreamThinking, events.EventData{Delta: ev.Delta, Text: thinking.String()})
-		}
-	}
-}
-
-// contextMessages returns the LLM-visible messages of the history.
-func contextMessages(entries []message.Entry) []message.Message {
-	out := make([]message.Message, 0, len(entries))
-	for _, e := range entries {
-		if e.Type != message.EntryMessage || e.Message == nil {
-			continue
-		}
-		switch e.Message.Role {
-		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
-			out = append(out, *e.Message)
-		}
-	}
-	return out
 }
 
 func userMessage(in *events.Inbound, now time.Time) message.Message {
@@ -274,6 +393,19 @@ type builder struct {
 	now     func() time.Time
 	parent  string
 	entries []message.Entry
+}
+
+// addEntry appends a non-message entry (a compaction), chaining it.
+func (b *builder) addEntry(e message.Entry) {
+	if e.ID == "" {
+		e.ID = sessionfile.NewEntryID()
+	}
+	if b.parent != "" {
+		p := b.parent
+		e.ParentID = &p
+	}
+	b.parent = e.ID
+	b.entries = append(b.entries, e)
 }
 
 func (b *builder) add(m message.Message) {

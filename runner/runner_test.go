@@ -35,10 +35,14 @@ func (r resolver) Resolve(ref string) (provider.Model, provider.Provider, error)
 	return scripted.Model(id), r.p, nil
 }
 
-func newRunner(t *testing.T) *Runner {
+func newRunner(t *testing.T, model ...string) *Runner {
 	t.Helper()
 	now := time.UnixMilli(1750000000000)
-	r, err := New(Config{Resolver: resolver{scripted.New(scripted.Config{})}, Now: func() time.Time { return now }})
+	def := ""
+	if len(model) > 0 {
+		def = model[0]
+	}
+	r, err := New(Config{DefaultModel: def, Resolver: resolver{scripted.New(scripted.Config{})}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +105,15 @@ func TestTurnOutcomes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := newRunner(t).Run(t.Context(), Input{Inbound: &tt.in}, &sink{})
+			// The default model is the requested one: no fallback to another.
+			def := tt.in.Model
+			if def == "" || strings.HasPrefix(def, "nowhere/") {
+				def = "scripted/script"
+			}
+			if strings.HasPrefix(tt.in.Model, "nowhere/") {
+				def = "nowhere/else"
+			}
+			out, err := newRunner(t, def).Run(t.Context(), Input{Inbound: &tt.in}, &sink{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +140,7 @@ func TestTurnOutcomes(t *testing.T) {
 func TestRateLimitUserText(t *testing.T) {
 	t.Parallel()
 	in := events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"error":{"status":429,"message":"429 rate limit exceeded"}}]}`}
-	out, err := newRunner(t).Run(t.Context(), Input{Inbound: &in}, &sink{})
+	out, err := newRunner(t, "scripted/script").Run(t.Context(), Input{Inbound: &in}, &sink{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +184,8 @@ func TestSteeredMessagesJoinTheTurn(t *testing.T) {
 	if strings.Join(texts, "|") != "first|echo: first|actually, this|echo: actually, this" || polls != 2 {
 		t.Fatalf("entries %q after %d polls", texts, polls)
 	}
-	if out.Result.Payloads[0].Text != "echo: actually, this" {
+	// As in the reference, every assistant text of the run is a payload.
+	if len(out.Result.Payloads) != 2 || out.Result.Payloads[1].Text != "echo: actually, this" {
 		t.Fatalf("payload = %+v", out.Result.Payloads)
 	}
 }

@@ -1,0 +1,332 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/replytext"
+	"github.com/lanefleet/lanefleet/sanitize"
+	"github.com/lanefleet/lanefleet/sessionfile"
+	"github.com/lanefleet/lanefleet/tools"
+)
+
+// errAttemptTimeout is the cause of an attempt's context when its timer
+// fires.
+var errAttemptTimeout = errors.New("request timed out")
+
+// run is one turn in progress: the transcript so far and what every attempt
+// shares.
+type run struct {
+	r       *Runner
+	in      Input
+	sink    Sink
+	b       *builder
+	history []message.Entry // the session before this turn (may be rewritten in memory by truncation)
+	tools   tools.Set
+	specs   []provider.Tool
+	client  map[string]bool // client tool names
+	acc     usageAcc
+	window  int
+	sub     *subscriber
+	// compacting is set while a compaction runs (timeouts then count as
+	// timedOutDuringCompaction).
+	compacting bool
+}
+
+// entries returns the session as it stands: the history and this turn.
+func (r *run) entries() []message.Entry {
+	all := make([]message.Entry, 0, len(r.history)+len(r.b.entries))
+	return append(append(all, r.history...), r.b.entries...)
+}
+
+// contextMessages is what the model sees: the branch's messages (after the
+// latest compaction) converted for the LLM.
+func (r *run) contextMessages() []message.Message {
+	return toLLM(sessionfile.Messages(r.entries()))
+}
+
+func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
+	var out attemptOut
+	timeout := r.r.cfg.AttemptTimeout
+	actx, cancel := context.WithTimeoutCause(ctx, timeout, errAttemptTimeout)
+	defer cancel()
+	timedOut := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) }
+
+	// Threshold compaction before the prompt (pi compacts when the context
+	// is within reserveTokens of the window).
+	if c := r.r.cfg.Compactor; c != nil && c.Due(r.entries(), r.window) {
+		if r.compactWith(actx, req, "threshold") {
+			out.compactions++
+		}
+		if timedOut() {
+			out.timedOut, out.timedOutDuringCompaction, out.aborted = true, true, true
+			return out
+		}
+	}
+
+	for iter := 0; ; iter++ {
+		if iter >= r.r.cfg.MaxIterations {
+			out.iterLimit = iter
+			return out
+		}
+		msgs := r.prepare(req.model)
+		out.snapshot = msgs
+		preq := &provider.Request{Model: req.model, SystemPrompt: r.r.cfg.SystemPrompt, Messages: msgs, Tools: r.specs,
+			Thinking: req.thinking, APIKey: req.key, SessionID: r.in.SessionID}
+		r.sub.reset()
+		am, err := req.prov.Stream(actx, preq, r.sub.event)
+		r.sub.flushBlocks(true)
+		if ctx.Err() != nil {
+			out.aborted = true
+			return out
+		}
+		if timedOut() {
+			out.timedOut, out.aborted = true, true
+			if len(am.Content.Blocks) > 0 {
+				am.StopReason = message.StopAborted
+				r.addAssistant(&am)
+				out.last = r.lastAssistant()
+			}
+			out.texts = r.sub.texts
+			return out
+		}
+		if err != nil && am.StopReason != message.StopError && am.StopReason != message.StopAborted {
+			am.StopReason = message.StopError
+			if am.ErrorMessage == "" {
+				am.ErrorMessage = errText(err, nil)
+			}
+		}
+		r.addAssistant(&am)
+		out.last = r.lastAssistant()
+		out.texts = r.sub.texts
+		if am.StopReason == message.StopError || am.StopReason == message.StopAborted {
+			out.lastErr = err
+			if out.lastErr == nil {
+				out.lastErr = errors.New(am.ErrorMessage)
+			}
+			return out
+		}
+		calls := am.ToolCalls()
+		if am.StopReason == message.StopToolUse && len(calls) > 0 {
+			for _, c := range calls {
+				if r.client[c.Name] {
+					args, _ := json.Marshal(c.Arguments)
+					if c.Arguments == nil {
+						args = []byte("{}")
+					}
+					out.pending = append(out.pending, events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args)})
+					continue
+				}
+				if te := r.runTool(actx, c); te != nil {
+					out.toolError = te
+				}
+				if timedOut() || ctx.Err() != nil {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				out.aborted = true
+				return out
+			}
+			if timedOut() {
+				out.timedOut, out.aborted = true, true
+				return out
+			}
+			if len(out.pending) > 0 {
+				return out
+			}
+		}
+		if r.steer(actx) == 0 && (am.StopReason != message.StopToolUse || len(calls) == 0) {
+			return out
+		}
+	}
+}
+
+// prepare builds the messages of one model call: the context, sanitised for
+// the model (runtime spec §4 step 7), then bounded by the per-request
+// tool-result guard (§11.2).
+func (r *run) prepare(m provider.Model) []message.Message {
+	msgs := r.contextMessages()
+	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
+		AllowedToolNames: toolNames(r.specs), HistoryLimit: r.r.cfg.HistoryLimit})
+	if len(res.Final) > 0 {
+		msgs = res.Final
+	}
+	msgs, _ = guard.GuardContext(msgs, r.window)
+	return msgs
+}
+
+func toolNames(specs []provider.Tool) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.Name
+	}
+	return out
+}
+
+func (r *run) addAssistant(am *message.Message) {
+	am.Timestamp = max(am.Timestamp, 1)
+	r.acc.add(am.Usage)
+	r.b.add(*am)
+}
+
+func (r *run) lastAssistant() *message.Message {
+	for i := len(r.b.entries) - 1; i >= 0; i-- {
+		if m := r.b.entries[i].Message; m != nil && m.Role == message.RoleAssistant {
+			return m
+		}
+	}
+	return nil
+}
+
+// runTool executes one tool call and appends its result. It returns the
+// tool error to report, if the call failed.
+func (r *run) runTool(ctx context.Context, c message.Block) (te *replytext.ToolError) {
+	r.sub.flushBlocks(true)
+	r.sink.Emit(events.StreamTool, events.EventData{Phase: "start", Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
+	res := r.callTool(ctx, c)
+	msg := message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+		Content: message.BlocksOf(res.Content...), IsError: res.IsError, Timestamp: r.r.cfg.Now().UnixMilli()}
+	if len(res.Details) > 0 {
+		msg.Details = res.Details
+	}
+	msg, _ = guard.CapForPersistence(msg)
+	r.b.add(msg)
+	r.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: res.IsError,
+		Payload: replytext.SanitizeToolResult(toolResultView(res))})
+	if res.IsError {
+		text := ""
+		if len(res.Content) > 0 {
+			text = res.Content[0].Text
+		}
+		return &replytext.ToolError{Name: c.Name, Error: firstLine(text, 400), Mutating: c.Name == "write" || c.Name == "edit"}
+	}
+	return nil
+}
+
+// callTool finds and runs a tool; every failure becomes an error result.
+func (r *run) callTool(ctx context.Context, c message.Block) (res tools.Result) {
+	if r.tools == nil {
+		return tools.ErrorResult(fmt.Sprintf("Tool %s not found", c.Name))
+	}
+	t, ok := r.tools.Lookup(c.Name)
+	if !ok {
+		return tools.ErrorResult(fmt.Sprintf("Tool %s not found", c.Name))
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.r.cfg.Logger.Error().Str("tool", c.Name).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("tool panicked")
+			res = tools.ErrorResult(fmt.Sprintf("Tool %s failed: internal error", c.Name))
+		}
+	}()
+	call := tools.Call{ID: c.ID, Name: c.Name, Args: c.Arguments, Update: func(p tools.Result) {
+		r.sink.Emit(events.StreamTool, events.EventData{Phase: "update", Name: c.Name, ToolCallID: c.ID, Payload: replytext.SanitizeToolResult(toolResultView(p))})
+	}}
+	res, err := t.Call(ctx, call)
+	if err != nil {
+		return tools.ErrorResult(err.Error())
+	}
+	if len(res.Content) == 0 {
+		res.Content = []message.Block{message.Text("(no output)")}
+	}
+	return res
+}
+
+// toolResultView is a tool result as events show it.
+func toolResultView(res tools.Result) map[string]any {
+	content := make([]any, 0, len(res.Content))
+	for _, b := range res.Content {
+		switch b.Type {
+		case message.BlockImage:
+			content = append(content, map[string]any{"type": "image", "mimeType": b.MimeType, "data": b.Data})
+		default:
+			content = append(content, map[string]any{"type": "text", "text": b.Text})
+		}
+	}
+	out := map[string]any{"content": content}
+	if len(res.Details) > 0 {
+		out["details"] = res.Details
+	}
+	return out
+}
+
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > n {
+		s = s[:n]
+	}
+	return s
+}
+
+// steer appends the steer-mode messages that arrived since the last poll;
+// the model answers them in this turn.
+func (r *run) steer(ctx context.Context) int {
+	if r.in.Steer == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range r.in.Steer(ctx) {
+		r.b.add(userMessage(s, r.r.cfg.Now()))
+		n++
+	}
+	return n
+}
+
+// compact runs an overflow compaction for the loop.
+func (r *run) compact(ctx context.Context, req attemptReq, trigger string) bool {
+	if r.r.cfg.Compactor == nil {
+		return false
+	}
+	return r.compactWith(ctx, req, trigger)
+}
+
+func (r *run) compactWith(ctx context.Context, req attemptReq, trigger string) bool {
+	r.compacting = true
+	defer func() { r.compacting = false }()
+	r.sink.Emit(events.StreamCompaction, events.EventData{Phase: "start"})
+	cctx, cancel := context.WithTimeout(ctx, r.r.cfg.CompactionTimeout)
+	defer cancel()
+	e, err := r.r.cfg.Compactor.Compact(cctx, CompactRequest{Model: req.model, Provider: req.prov, APIKey: req.key,
+		Entries: r.entries(), Trigger: trigger})
+	if err != nil {
+		r.r.cfg.Logger.Warn().Err(err).Str("trigger", trigger).Msg("compaction failed")
+		r.sink.Emit(events.StreamCompaction, events.EventData{Phase: "end", Error: err.Error()})
+		return false
+	}
+	r.b.addEntry(e)
+	r.sink.Emit(events.StreamCompaction, events.EventData{Phase: "end", WillRetry: trigger == "overflow"})
+	return true
+}
+
+// truncate shortens oversized tool results (overflow recovery §11.3): in
+// this turn's entries, which are stored so, and in memory for the history,
+// which is stored by earlier turns.
+func (r *run) truncate(_ context.Context, window int) int {
+	n := 0
+	limit := guard.MaxToolResultChars(window)
+	cut := func(es []message.Entry) {
+		for i := range es {
+			m := es[i].Message
+			if m == nil || !guard.IsToolResult(*m) || guard.TextLen(m.Content) <= limit {
+				continue
+			}
+			t, _, changed := guard.TruncateToolResult(*m, limit, guard.TruncateOptions{})
+			if changed {
+				es[i].Message = &t
+				n++
+			}
+		}
+	}
+	r.history = append([]message.Entry(nil), r.history...)
+	cut(r.history)
+	cut(r.b.entries)
+	return n
+}

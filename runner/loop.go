@@ -1,0 +1,516 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/replytext"
+)
+
+// User-facing texts of the run loop (runtime spec §3.2).
+const (
+	TextRetryLimit      = "Request failed after repeated internal retries. Please try again, or use /new to start a fresh session."
+	TextContextOverflow = "Context overflow: prompt too large for the model. Try /reset (or /new) to start a fresh session, or use a larger-context model."
+	TextRoleOrdering    = "Message ordering conflict - please try again. If this persists, use /new to start a fresh session."
+	TextTimedOut        = "Request timed out before a response was generated. Please try again, or increase `agents.defaults.timeoutSeconds` in your config."
+)
+
+// Run-loop constants.
+const (
+	// MaxOverflowCompactions is how many times one run compacts on overflow.
+	MaxOverflowCompactions = 3
+)
+
+// IterationCap is the run loop's iteration cap for a number of profile
+// candidates: min(160, max(32, 24 + 8*max(1, n))).
+func IterationCap(profiles int) int {
+	return min(160, max(32, 24+8*max(1, profiles)))
+}
+
+// attemptReq is what one attempt runs with.
+type attemptReq struct {
+	model    provider.Model
+	prov     provider.Provider
+	profile  string // "" = the provider's environment or config key
+	key      provider.Secret
+	thinking provider.ThinkingLevel
+}
+
+// attemptOut is what one attempt reports (runtime spec §4 step 15).
+type attemptOut struct {
+	aborted, timedOut, timedOutDuringCompaction bool
+	// promptErr is a failure outside the model's reply (the request could
+	// not be made); provider failures end the reply instead (last.StopReason
+	// error, with lastErr the classified error).
+	promptErr error
+	lastErr   error
+	last      *message.Message
+	texts     []string // answer texts streamed by this attempt
+	// compactions counts compactions this attempt made itself (threshold).
+	compactions int
+	snapshot    []message.Message
+	pending     []events.PendingCall // client tool calls that ended the attempt
+	toolError   *replytext.ToolError
+	// iterLimit is set to the number of model calls when the attempt
+	// stopped at Config.MaxIterations (a tool loop that never ends).
+	iterLimit int
+}
+
+// attempter runs attempts and the overflow recovery for the loop.
+type attempter interface {
+	attempt(ctx context.Context, req attemptReq) attemptOut
+	// compact compacts the session (trigger "overflow"); false = it failed.
+	compact(ctx context.Context, req attemptReq, trigger string) bool
+	// truncate shortens oversized tool results in the session; it returns
+	// how many it shortened.
+	truncate(ctx context.Context, contextWindow int) int
+}
+
+// loopReq configures one model's run loop.
+type loopReq struct {
+	runID         string
+	model         provider.Model
+	prov          provider.Provider
+	contextWindow int
+	thinking      provider.ThinkingLevel
+	auth          Auth
+	// locked is a profile the user pinned: used even when cooling, never
+	// rotated away from.
+	locked             string
+	preferred          string
+	fallbackConfigured bool
+	now                func() time.Time
+	// iterCap replaces IterationCap when positive (tests reach the cap
+	// with fewer retry branches than the loop has).
+	iterCap int
+}
+
+// loopOut is a finished model run.
+type loopOut struct {
+	payloads    []events.Payload
+	runErr      *events.RunError
+	aborted     bool
+	last        *message.Message
+	compactions int
+	pending     []events.PendingCall
+	attempts    int
+	thinkLevels []provider.ThinkingLevel
+}
+
+// profileError is an auth-profile failure that is not a provider error (a
+// locked profile missing from the order, no usable key).
+type profileError struct{ msg string }
+
+func (e *profileError) Error() string { return e.msg }
+
+// modelLoop is the per-iteration decision order of runtime spec §3.2 for one
+// model.
+type modelLoop struct {
+	req      loopReq
+	at       attempter
+	profiles []string // candidates; [""] = no profiles
+	idx      int
+	// failedHere records profiles this run marked failed (no "failed then
+	// used" in one run with Fleet.KeepFailureInRun; the reference's quirk
+	// otherwise).
+	thinkLevel provider.ThinkingLevel
+	attempted  map[provider.ThinkingLevel]bool
+}
+
+func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
+	l := &modelLoop{req: req, at: at, thinkLevel: req.thinking, attempted: map[provider.ThinkingLevel]bool{}}
+	if l.thinkLevel == "" {
+		l.thinkLevel = provider.ThinkingOff
+	}
+	if err := l.resolveProfiles(); err != nil {
+		return nil, err
+	}
+	return l.run(ctx)
+}
+
+// resolveProfiles builds the candidates and activates the first usable one
+// (§3.1 steps 4-5).
+func (l *modelLoop) resolveProfiles() error {
+	l.profiles = []string{""}
+	if l.req.auth == nil {
+		return nil
+	}
+	s, c := l.req.auth.Snapshot()
+	now := l.req.now()
+	order := authprofile.Order(s, c, authprofile.OrderRequest{Provider: l.req.model.Provider, Model: l.req.model.ID, Preferred: l.req.preferred}, now)
+	if l.req.locked != "" {
+		if p, ok := s.Profile(l.req.locked); ok && authprofile.NormalizeProvider(p.Provider) == authprofile.NormalizeProvider(l.req.model.Provider) {
+			found := false
+			for _, id := range order {
+				found = found || id == l.req.locked
+			}
+			if !found {
+				return &profileError{fmt.Sprintf("Auth profile %q is not configured for %s.", l.req.locked, l.req.model.Provider)}
+			}
+			l.profiles = []string{l.req.locked}
+			return nil
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	l.profiles = order
+	l.idx = -1
+	if !l.advance(s, c, now) {
+		return l.profileFailover(s, c, now, "")
+	}
+	return nil
+}
+
+// usable reports whether profile id can be activated now.
+func (l *modelLoop) usable(s authprofile.Store, c authprofile.Config, id string, now time.Time) bool {
+	if id == l.req.locked {
+		return true
+	}
+	p, ok := s.Profile(id)
+	if !ok {
+		return false
+	}
+	if !authprofile.InCooldown(p.Provider, s.Usage[id], l.req.model.ID, now) {
+		return true
+	}
+	return c.CanProbe(p.Provider, s.Usage[id], l.req.model.ID, now)
+}
+
+// advance activates the next usable profile after the current one.
+func (l *modelLoop) advance(s authprofile.Store, c authprofile.Config, now time.Time) bool {
+	for i := l.idx + 1; i < len(l.profiles); i++ {
+		if l.usable(s, c, l.profiles[i], now) {
+			l.idx = i
+			l.thinkLevel = l.req.thinking
+			if l.thinkLevel == "" {
+				l.thinkLevel = provider.ThinkingOff
+			}
+			clear(l.attempted)
+			return true
+		}
+	}
+	return false
+}
+
+// profileFailover is the reference's auth-profile failover: every profile is
+// cooling (or none could be loaded).
+func (l *modelLoop) profileFailover(s authprofile.Store, c authprofile.Config, now time.Time, msg string) error {
+	prov := l.req.model.Provider
+	allCooling := msg == ""
+	if msg == "" {
+		msg = fmt.Sprintf("No available auth profile for %s (all in cooldown or unavailable).", prov)
+	}
+	var reason provider.Reason
+	if allCooling {
+		reason = authprofile.UnavailableReason(s.Usage, l.profiles, l.req.model.ID, now)
+		if reason == "" {
+			reason = provider.ReasonRateLimit
+		}
+	} else if reason = failover.FailoverReason(msg); reason == "" {
+		reason = provider.ReasonAuth
+	}
+	if l.req.fallbackConfigured {
+		return &provider.Error{Reason: reason, Status: failover.StatusOf(reason), Message: msg}
+	}
+	return &profileError{msg}
+}
+
+func (l *modelLoop) current() string {
+	if l.idx < 0 || l.idx >= len(l.profiles) {
+		return ""
+	}
+	return l.profiles[l.idx]
+}
+
+// key loads the active profile's secret, advancing past profiles whose
+// secret cannot be loaded.
+func (l *modelLoop) key() (provider.Secret, error) {
+	for {
+		id := l.current()
+		if id == "" || l.req.auth == nil {
+			return "", nil
+		}
+		s, c := l.req.auth.Snapshot()
+		p, _ := s.Profile(id)
+		k, err := profileKey(p)
+		if err == nil {
+			return k, nil
+		}
+		if id == l.req.locked || !l.advance(s, c, l.req.now()) {
+			return "", l.profileFailover(s, c, l.req.now(), err.Error())
+		}
+	}
+}
+
+func (l *modelLoop) mark(ctx context.Context, reason provider.Reason, retryAfter time.Duration) {
+	id := l.current()
+	if id == "" || l.req.auth == nil || reason == "" || reason == provider.ReasonTimeout {
+		return
+	}
+	_ = l.req.auth.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventFailure, Provider: l.req.model.Provider,
+		Reason: reason, Model: l.req.model.ID, RetryAfter: retryAfter, RunID: l.req.runID})
+}
+
+// rotate activates the next usable profile (never away from a locked one).
+func (l *modelLoop) rotate() bool {
+	if l.req.auth == nil || l.current() == "" || l.current() == l.req.locked {
+		return false
+	}
+	s, c := l.req.auth.Snapshot()
+	return l.advance(s, c, l.req.now())
+}
+
+func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
+	out := &loopOut{}
+	cap := IterationCap(len(l.profiles))
+	if l.profiles[0] == "" {
+		cap = IterationCap(0)
+	}
+	if l.req.iterCap > 0 {
+		cap = l.req.iterCap
+	}
+	overflowTries := 0
+	truncated := false
+	for iter := 0; ; iter++ {
+		if iter >= cap {
+			out.payloads = []events.Payload{{Text: TextRetryLimit, IsError: true}}
+			out.runErr = &events.RunError{Kind: "retry_limit", Message: fmt.Sprintf("Exceeded retry limit after %d attempts (max=%d).", iter, cap)}
+			return out, nil
+		}
+		key, err := l.key()
+		if err != nil {
+			return nil, err
+		}
+		l.attempted[l.thinkLevel] = true
+		out.thinkLevels = append(out.thinkLevels, l.thinkLevel)
+		req := attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel}
+		a := l.at.attempt(ctx, req)
+		out.attempts++
+		out.compactions += a.compactions
+		out.last = a.last
+		out.pending = a.pending
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if a.iterLimit > 0 {
+			out.payloads = []events.Payload{{Text: TextRetryLimit, IsError: true}}
+			out.runErr = &events.RunError{Kind: "retry_limit", Message: fmt.Sprintf("stopped after %d model calls in one turn", a.iterLimit)}
+			return out, nil
+		}
+		lastErrText := ""
+		if a.last != nil && a.last.StopReason == message.StopError {
+			lastErrText = strings.TrimSpace(a.last.ErrorMessage)
+			if lastErrText == "" && a.lastErr != nil {
+				lastErrText = errText(a.lastErr, nil)
+			}
+		}
+
+		// Context overflow (§3.2 steps 4-5).
+		if !a.aborted {
+			overflowText := ""
+			if a.promptErr != nil {
+				if t := errText(a.promptErr, nil); failover.IsLikelyContextOverflow(t) {
+					overflowText = t
+				}
+			} else if lastErrText != "" && (failover.IsLikelyContextOverflow(lastErrText) || provider.ReasonOf(a.lastErr) == provider.ReasonContextOverflow) {
+				overflowText = lastErrText
+			}
+			if overflowText != "" {
+				compactionFailure := failover.IsCompactionFailure(overflowText)
+				if !compactionFailure && overflowTries < MaxOverflowCompactions {
+					if a.compactions > 0 {
+						overflowTries++
+						continue
+					}
+					overflowTries++
+					if l.at.compact(ctx, req, "overflow") {
+						out.compactions++
+						continue
+					}
+					if ctx.Err() != nil {
+						return nil, context.Cause(ctx)
+					}
+				}
+				if !truncated && guard.HasOversizedToolResult(a.snapshot, l.req.contextWindow) {
+					truncated = true
+					if l.at.truncate(ctx, l.req.contextWindow) > 0 {
+						continue
+					}
+				}
+				kind := "context_overflow"
+				if compactionFailure {
+					kind = "compaction_failure"
+				}
+				out.payloads = []events.Payload{{Text: TextContextOverflow, IsError: true}}
+				out.runErr = &events.RunError{Kind: kind, Message: overflowText}
+				return out, nil
+			}
+		}
+
+		// Prompt errors (§3.2 step 6).
+		if a.promptErr != nil && !a.aborted {
+			text := errText(a.promptErr, nil)
+			switch {
+			case failover.IsRoleOrdering(text):
+				out.payloads = []events.Payload{{Text: TextRoleOrdering, IsError: true}}
+				out.runErr = &events.RunError{Kind: "role_ordering", Message: text}
+				return out, nil
+			case failover.IsImageSize(text):
+				msg := "Image too large for the model. Please compress or resize the image and try again."
+				if mb, ok := failover.ParseImageSize(text); ok {
+					msg = fmt.Sprintf("Image too large for the model (max %sMB). Please compress or resize the image and try again.", trimFloat(mb))
+				}
+				out.payloads = []events.Payload{{Text: msg, IsError: true}}
+				out.runErr = &events.RunError{Kind: "image_size", Message: text}
+				return out, nil
+			}
+			reason := failoverReason(a.promptErr, text)
+			l.mark(ctx, reason, retryAfter(a.promptErr))
+			if reason != "" && reason != provider.ReasonTimeout && l.rotate() {
+				continue
+			}
+			if lvl, ok := failover.ThinkingFallback(text, l.attemptedList()); ok {
+				l.thinkLevel = lvl
+				continue
+			}
+			if l.req.fallbackConfigured && reason != "" {
+				return nil, &provider.Error{Reason: reason, Status: failover.StatusOf(reason), Message: text, Err: a.promptErr}
+			}
+			return nil, a.promptErr
+		}
+
+		// Thinking-level fallback from the reply's error (§3.2 step 7).
+		if !a.aborted && lastErrText != "" {
+			if lvl, ok := failover.ThinkingFallback(lastErrText, l.attemptedList()); ok {
+				l.thinkLevel = lvl
+				continue
+			}
+		}
+
+		// Rotation (§3.2 step 8).
+		reason := provider.Reason("")
+		if lastErrText != "" {
+			reason = failoverReason(a.lastErr, lastErrText)
+		}
+		if (!a.aborted && reason != "") || (a.timedOut && !a.timedOutDuringCompaction) {
+			markReason := reason
+			if a.timedOut || reason == provider.ReasonTimeout {
+				markReason = provider.ReasonTimeout
+			} else if markReason == "" {
+				markReason = provider.ReasonUnknown
+			}
+			l.mark(ctx, markReason, retryAfter(a.lastErr))
+			if l.rotate() {
+				continue
+			}
+			if l.req.fallbackConfigured {
+				msg := ""
+				if lastErrText != "" {
+					msg = failover.UserText(lastErrText, l.req.model.Provider, l.req.model.ID)
+				}
+				if msg == "" {
+					msg = timeoutOr(a.timedOut, reason)
+				}
+				r := reason
+				if r == "" {
+					r = provider.ReasonUnknown
+				}
+				st := failover.StatusOf(r)
+				if st == 0 && (a.timedOut || failover.IsTimeout(msg)) {
+					st = 408
+				}
+				return nil, &provider.Error{Reason: r, Status: st, Message: msg, Err: a.lastErr}
+			}
+		}
+
+		// Payloads (§3.2 step 9, §23).
+		in := replytext.PayloadInput{AssistantTexts: a.texts, LastAssistant: a.last, LastToolError: a.toolError}
+		if lastErrText != "" {
+			in.ErrorText = failover.UserText(lastErrText, l.req.model.Provider, l.req.model.ID)
+			in.FormattedRawError = lastErrText
+		}
+		for _, p := range replytext.BuildPayloads(in) {
+			out.payloads = append(out.payloads, events.Payload{Text: p.Text, IsError: p.IsError})
+		}
+		if a.timedOut && !a.timedOutDuringCompaction && len(out.payloads) == 0 {
+			out.payloads = []events.Payload{{Text: TextTimedOut, IsError: true}}
+			out.aborted = true
+			return out, nil
+		}
+		out.aborted = a.aborted
+		if lastErrText != "" {
+			out.runErr = &events.RunError{Kind: "provider_error", Message: string(failover.ClassifyError(orText(a.lastErr, lastErrText))) + ": " + lastErrText}
+		}
+
+		// Success tail (§3.2 step 10).
+		if id := l.current(); id != "" && l.req.auth != nil && !a.timedOut {
+			_ = l.req.auth.MarkGood(ctx, l.req.model.Provider, id)
+			_ = l.req.auth.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventUsed, Provider: l.req.model.Provider, Model: l.req.model.ID, RunID: l.req.runID})
+		}
+		return out, nil
+	}
+}
+
+func (l *modelLoop) attemptedList() []provider.ThinkingLevel {
+	out := make([]provider.ThinkingLevel, 0, len(l.attempted))
+	for lvl := range l.attempted {
+		out = append(out, lvl)
+	}
+	return out
+}
+
+// failoverReason is the failover reason of an error: a classified provider
+// error's reason when it is a failover reason, else the reference's text
+// classification; "" when it is not a failover error.
+func failoverReason(err error, text string) provider.Reason {
+	var pe *provider.Error
+	if errors.As(err, &pe) && failover.IsFailover(pe.Reason) {
+		return pe.Reason
+	}
+	return failover.FailoverReason(text)
+}
+
+func retryAfter(err error) time.Duration {
+	var pe *provider.Error
+	if errors.As(err, &pe) {
+		return pe.RetryAfter
+	}
+	return 0
+}
+
+func timeoutOr(timedOut bool, r provider.Reason) string {
+	switch {
+	case timedOut || r == provider.ReasonTimeout:
+		return "LLM request timed out."
+	case r == provider.ReasonRateLimit:
+		return "LLM request rate limited."
+	case r == provider.ReasonBilling:
+		return failover.BillingText("", "")
+	case r == provider.ReasonAuth || r == provider.ReasonAuthPermanent:
+		return "LLM request unauthorized."
+	}
+	return "LLM request failed."
+}
+
+func orText(err error, text string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(text)
+}
+
+func trimFloat(f float64) string {
+	s := fmt.Sprintf("%.2f", f)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s
+}
