@@ -1,0 +1,68 @@
+package authstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/catalog"
+)
+
+// EnvProfileSuffix ends the id of a profile made from an environment
+// variable: ANTHROPIC_API_KEY becomes the api_key profile "anthropic:env".
+const EnvProfileSuffix = ":env"
+
+// LoadCredentials returns the credentials a worker may use: the profiles and
+// explicit orders of the auth-profiles.json file at path (see
+// authprofile.DecodeStore), followed by one api_key profile
+// "<provider>:env" per known provider whose key variable is set in env
+// (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or GOOGLE_API_KEY, …:
+// the variables of provider/catalog, first non-empty wins, as the provider
+// registry reads them). A file profile with the same id wins over the
+// environment. env is the environment to read (os.Getenv in the worker);
+// nil is an empty one.
+//
+// A missing file, or path "", means environment keys only. A file that
+// cannot be read or parsed is an error naming the file (and never quoting
+// its content). The file's usageStats and lastGood are dropped: that state
+// lives in the bucket.
+func LoadCredentials(path string, env func(string) string) (*authprofile.Store, error) {
+	creds := &authprofile.Store{Version: 1}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("authstore: read credentials: %w", err)
+		default:
+			st, err := authprofile.DecodeStore(data)
+			if err != nil {
+				return nil, fmt.Errorf("authstore: credentials file %s: %w", path, err)
+			}
+			creds = st
+			creds.Usage, creds.LastGood = nil, nil
+		}
+	}
+	if env == nil {
+		return creds, nil
+	}
+	for _, p := range catalog.Providers() {
+		id := p.Name + EnvProfileSuffix
+		if _, exists := creds.Profile(id); exists {
+			continue
+		}
+		for _, name := range p.KeyEnv {
+			if v := strings.TrimSpace(env(name)); v != "" {
+				creds.Profiles = append(creds.Profiles, authprofile.Profile{
+					ID: id, Type: authprofile.TypeAPIKey, Provider: p.Name, Key: provider.Secret(v),
+				})
+				break
+			}
+		}
+	}
+	return creds, nil
+}
