@@ -1,0 +1,212 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+)
+
+const (
+	// updateInterval is the least time between two partial results.
+	updateInterval = 100 * time.Millisecond
+	// drainGrace is how long exec keeps reading output after the shell
+	// exited (or was killed) while a background process still holds the
+	// output pipe.
+	drainGrace = 250 * time.Millisecond
+)
+
+// execTool is the built-in "exec": {command, timeout?}.
+//
+// It runs Shell -c command in the workspace directory with exactly
+// Workspace.Env as environment and stdin from /dev/null. It is a shell with
+// the worker's privileges, not a sandbox: the command can reach anything the
+// worker process can.
+//
+// The command runs in its own process group. On timeout or when ctx ends,
+// the whole group is killed (SIGKILL), so background children started by
+// the command die with it. When the shell exits by itself, background
+// children it left running are not killed; output they write after the
+// shell exited (beyond a short grace) is discarded.
+//
+// stdout and stderr are merged in one stream; beyond MaxOutputBytes its head
+// and tail are kept with a notice in between. The result text ends with the
+// exit status; the details carry exitCode, timedOut, aborted, signal,
+// durationMs, truncated and outputBytes. A non-zero exit, a timeout or an
+// abort is an isError result (with those details), not a Go error. While the
+// command runs, Call.Update receives the output so far at most every 100 ms.
+type execTool struct{ w *ws }
+
+func (t *execTool) Spec() provider.Tool {
+	return provider.Tool{
+		Name: "exec",
+		Description: fmt.Sprintf("Execute a shell command (sh -c) in the workspace directory. Returns stdout and stderr combined, and the exit code. "+
+			"Output beyond %s keeps its beginning and end. Timeout defaults to %s and can be raised to %s with the timeout parameter (seconds). "+
+			"Commands run non-interactively: stdin is empty.",
+			formatSize(int64(t.w.MaxOutputBytes)), secs(t.w.ExecTimeout), secs(t.w.MaxExecTimeout)),
+		Parameters: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"command": map[string]any{"type": "string", "description": "Shell command to execute"},
+				"timeout": map[string]any{"type": "number", "description": fmt.Sprintf("Timeout in seconds (default %s, max %s)", secs(t.w.ExecTimeout), secs(t.w.MaxExecTimeout))},
+			},
+			"required": []any{"command"},
+		},
+	}
+}
+
+func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
+	command, _, err := stringArg(call.Args, "command", true)
+	if err != nil {
+		return Result{}, err
+	}
+	if strings.TrimSpace(command) == "" {
+		return Result{}, errors.New("command is empty")
+	}
+	if strings.IndexByte(command, 0) >= 0 {
+		return Result{}, errors.New("command contains a NUL byte, which a shell command cannot hold")
+	}
+	timeout := t.w.ExecTimeout
+	var notes []string
+	if secsArg, ok, err := numberArg(call.Args, "timeout"); err != nil {
+		return Result{}, err
+	} else if ok {
+		if secsArg <= 0 {
+			return Result{}, fmt.Errorf("timeout must be a positive number of seconds (at most %s), got %v", secs(t.w.MaxExecTimeout), secsArg)
+		}
+		if secsArg > t.w.MaxExecTimeout.Seconds() {
+			notes = append(notes, fmt.Sprintf("[timeout %vs capped at the maximum of %s]", secsArg, secs(t.w.MaxExecTimeout)))
+			timeout = t.w.MaxExecTimeout
+		} else {
+			timeout = time.Duration(math.Round(secsArg * float64(time.Second)))
+			timeout = max(timeout, time.Millisecond)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("command not started: the run was aborted (%v)", err)
+	}
+
+	out := newHeadTail(t.w.MaxOutputBytes)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("cannot start the command: %v", err)
+	}
+	cmd := exec.Command(t.w.Shell, "-c", command)
+	cmd.Dir = t.w.Dir
+	cmd.Env = t.w.Env // never nil: an empty Env must not mean the process's
+	cmd.Stdout, cmd.Stderr = pw, pw
+	setProcessGroup(cmd)
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return Result{}, fmt.Errorf("cannot start the command: %v", unwrapPathErr(err))
+	}
+	pw.Close() // the children hold their copies
+
+	eof := make(chan struct{})
+	go func() {
+		defer close(eof)
+		io.Copy(out, pr) //nolint:errcheck // ends at EOF or when pr is closed
+	}()
+
+	// Partial results, from a single goroutine that is gone before Call
+	// returns, so Update is never called concurrently or late.
+	stopUpdates := make(chan struct{})
+	var updates sync.WaitGroup
+	if call.Update != nil {
+		updates.Go(func() {
+			tick := time.NewTicker(updateInterval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopUpdates:
+					return
+				case <-tick.C:
+					if out.takeDirty() {
+						text, truncated, total := out.snapshot()
+						call.Update(Result{
+							Content: []message.Block{message.Text(text)},
+							Details: map[string]any{"partial": true, "truncated": truncated, "outputBytes": total},
+						})
+					}
+				}
+			}
+		})
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var timedOut, aborted bool
+	select {
+	case <-waited:
+	case <-timer.C:
+		timedOut = true
+		killProcessGroup(cmd)
+		<-waited
+	case <-ctx.Done():
+		aborted = true
+		killProcessGroup(cmd)
+		<-waited
+	}
+	elapsed := time.Since(started)
+	select {
+	case <-eof:
+	case <-time.After(drainGrace):
+		notes = append(notes, "[output after the shell exited was discarded: a background process still holds it]")
+	}
+	pr.Close()
+	<-eof
+	close(stopUpdates)
+	updates.Wait()
+
+	text, truncated, total := out.snapshot()
+	state := cmd.ProcessState
+	exitCode := state.ExitCode()
+	details := map[string]any{
+		"exitCode":    int64(exitCode),
+		"timedOut":    timedOut,
+		"aborted":     aborted,
+		"durationMs":  elapsed.Milliseconds(),
+		"truncated":   truncated,
+		"outputBytes": total,
+	}
+	var status string
+	switch sig := exitSignal(state); {
+	case timedOut:
+		status = fmt.Sprintf("Command timed out after %s; its process group was killed.", secs(timeout))
+	case aborted:
+		status = "Command aborted; its process group was killed."
+	case sig != "":
+		details["signal"] = sig
+		status = fmt.Sprintf("Command was killed by signal %s.", sig)
+	default:
+		status = fmt.Sprintf("Command exited with code %d.", exitCode)
+	}
+	if text == "" {
+		text = "(no output)"
+	}
+	parts := append([]string{text}, notes...)
+	parts = append(parts, status)
+	return Result{
+		Content: []message.Block{message.Text(strings.Join(parts, "\n\n"))},
+		Details: details,
+		IsError: timedOut || aborted || exitCode != 0,
+	}, nil
+}
+
+// secs renders a duration in seconds for the model.
+func secs(d time.Duration) string {
+	return fmt.Sprintf("%vs", d.Seconds())
+}

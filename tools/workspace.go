@@ -1,0 +1,177 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Defaults of the Workspace limits, used for every limit left zero.
+const (
+	// DefaultExecTimeout is how long exec lets a command run when the model
+	// gives no timeout.
+	DefaultExecTimeout = 3 * time.Minute
+	// DefaultMaxExecTimeout caps the timeout the model may ask exec for.
+	DefaultMaxExecTimeout = 10 * time.Minute
+	// DefaultMaxOutputBytes caps the combined stdout+stderr exec returns.
+	DefaultMaxOutputBytes = 50 << 10
+	// DefaultMaxReadLines caps the lines one read returns.
+	DefaultMaxReadLines = 2000
+	// DefaultMaxReadBytes caps the bytes of text one read returns.
+	DefaultMaxReadBytes = 50 << 10
+	// DefaultMaxWriteBytes caps the content write accepts and the size of
+	// the files edit rewrites.
+	DefaultMaxWriteBytes = 10 << 20
+	// DefaultMaxImageBytes caps the size of an image file read returns.
+	DefaultMaxImageBytes = 5 << 20
+	// DefaultShell is the shell exec runs commands with.
+	DefaultShell = "/bin/sh"
+)
+
+// Workspace is the directory a run's built-in tools work in, and their
+// limits. Zero limits take the Default* values.
+//
+// The file tools (read, write, edit) reach only files inside Dir: every path
+// is resolved relative to Dir and opened through an [os.Root], so neither
+// "..", absolute paths outside Dir nor symbolic links (which must be relative
+// and stay inside Dir) can lead out of it. Hard links and bind mounts that
+// already exist inside Dir are not detected.
+//
+// exec is different: it runs a shell whose working directory is Dir, with
+// the user's privileges. It is not a sandbox; a command can read and write
+// anything the worker process can. Confine it with the OS (containers, a
+// dedicated user) when the model is not trusted.
+//
+// A Workspace never reads or changes the environment or the working directory
+// of the process, so many runs with different workspaces can share one
+// process.
+type Workspace struct {
+	// Dir is the absolute path of the workspace directory; it must exist.
+	Dir string
+	// Env is the exact environment of exec'd commands ("KEY=value"
+	// entries). Nil or empty means an empty environment, never the
+	// process's own.
+	Env []string
+	// Shell is the absolute path of the shell exec runs as `Shell -c
+	// command`; empty means DefaultShell.
+	Shell string
+
+	// ExecTimeout is the timeout of a command when the model gives none.
+	ExecTimeout time.Duration
+	// MaxExecTimeout caps the timeout the model may ask for.
+	MaxExecTimeout time.Duration
+	// MaxOutputBytes caps exec's combined output; beyond it the head and
+	// the tail are kept with a notice in between.
+	MaxOutputBytes int
+	// MaxReadLines caps the lines one read returns.
+	MaxReadLines int
+	// MaxReadBytes caps the text bytes one read returns.
+	MaxReadBytes int
+	// MaxWriteBytes caps write's content and the files edit rewrites.
+	MaxWriteBytes int
+	// MaxImageBytes caps the image files read returns as image blocks.
+	MaxImageBytes int
+}
+
+// ws is a validated Workspace with defaults filled in.
+type ws struct {
+	Workspace
+	// realDir is Dir with its symbolic links resolved, so that absolute
+	// paths given through either spelling are recognised as inside.
+	realDir string
+}
+
+// Builtin returns the built-in tools working in ws, in this order: read,
+// write, edit, exec. It fails if ws.Dir is not an absolute path of an
+// existing directory, if ws.Shell is set but not absolute, or if a limit is
+// negative.
+func Builtin(w Workspace) (List, error) {
+	v, err := w.validate()
+	if err != nil {
+		return nil, err
+	}
+	return List{&readTool{v}, &writeTool{v}, &editTool{v}, &execTool{v}}, nil
+}
+
+func (w Workspace) validate() (*ws, error) {
+	if w.Dir == "" {
+		return nil, errors.New("tools: Workspace.Dir is required")
+	}
+	if !filepath.IsAbs(w.Dir) {
+		return nil, fmt.Errorf("tools: Workspace.Dir %q is not absolute", w.Dir)
+	}
+	w.Dir = filepath.Clean(w.Dir)
+	fi, err := os.Stat(w.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("tools: Workspace.Dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("tools: Workspace.Dir %q is not a directory", w.Dir)
+	}
+	real, err := filepath.EvalSymlinks(w.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("tools: Workspace.Dir: %w", err)
+	}
+	if w.Shell == "" {
+		w.Shell = DefaultShell
+	}
+	if !filepath.IsAbs(w.Shell) {
+		return nil, fmt.Errorf("tools: Workspace.Shell %q is not absolute", w.Shell)
+	}
+	w.Env = slices.Clone(w.Env)
+	if w.Env == nil {
+		w.Env = []string{}
+	}
+	durs := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"ExecTimeout", &w.ExecTimeout, DefaultExecTimeout},
+		{"MaxExecTimeout", &w.MaxExecTimeout, DefaultMaxExecTimeout},
+	}
+	for _, d := range durs {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("tools: Workspace.%s is negative", d.name)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if w.ExecTimeout > w.MaxExecTimeout {
+		w.ExecTimeout = w.MaxExecTimeout
+	}
+	ints := []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MaxOutputBytes", &w.MaxOutputBytes, DefaultMaxOutputBytes},
+		{"MaxReadLines", &w.MaxReadLines, DefaultMaxReadLines},
+		{"MaxReadBytes", &w.MaxReadBytes, DefaultMaxReadBytes},
+		{"MaxWriteBytes", &w.MaxWriteBytes, DefaultMaxWriteBytes},
+		{"MaxImageBytes", &w.MaxImageBytes, DefaultMaxImageBytes},
+	}
+	for _, n := range ints {
+		if *n.v < 0 {
+			return nil, fmt.Errorf("tools: Workspace.%s is negative", n.name)
+		}
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+	}
+	return &ws{Workspace: w, realDir: real}, nil
+}
+
+// openRoot opens the workspace for one call. Opening per call (one
+// syscall) keeps the tools free of a lifecycle: nothing to close.
+func (w *ws) openRoot() (*os.Root, error) {
+	r, err := os.OpenRoot(w.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("workspace directory %s is not available: %v", w.Dir, unwrapPathErr(err))
+	}
+	return r, nil
+}
