@@ -1,0 +1,175 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/tools"
+)
+
+// headerRoom is what a request keeps free of its max payload for headers.
+const headerRoom = 1024
+
+// remoteTool is a tool served by some process on the NATS system.
+type remoteTool struct {
+	nc       *nats.Conn
+	spec     provider.Tool
+	subject  string
+	timeout  time.Duration
+	maxChars int
+}
+
+// Spec implements tools.Tool with the spec from the endpoint's metadata.
+func (t *remoteTool) Spec() provider.Tool { return t.spec }
+
+// Call implements tools.Tool: one request to the tool's subject, bounded by
+// the call timeout and ctx. Every failure is an *Error. A call that reached
+// a stopping instance is sent once more, as another instance may serve it.
+func (t *remoteTool) Call(ctx context.Context, call tools.Call) (tools.Result, error) {
+	name := t.spec.Name
+	ri := RunInfoFrom(ctx)
+	body, err := json.Marshal(request{ID: call.ID, Name: name, Args: call.Args, SessionKey: ri.SessionKey, RunID: ri.RunID})
+	if err != nil {
+		return tools.Result{}, &Error{Tool: name, Message: fmt.Sprintf("tool %s: arguments cannot be encoded as JSON: %v", name, err), Err: err}
+	}
+	if limit := t.nc.MaxPayload() - headerRoom; limit > 0 && int64(len(body)) > limit {
+		return tools.Result{}, &Error{Tool: name, Message: fmt.Sprintf("tool %s: arguments too large (%d bytes; the limit is %d)", name, len(body), limit), Err: nats.ErrMaxPayload}
+	}
+
+	// limit is how long this call may take, for error messages.
+	limit := t.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		limit = min(limit, time.Until(dl))
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, t.timeout, ErrTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		res, err := t.roundTrip(cctx, limit, body, call.Update)
+		var e *Error
+		if attempt == 0 && errors.As(err, &e) && e.Code == CodeUnavailable && cctx.Err() == nil {
+			continue
+		}
+		return res, err
+	}
+}
+
+// roundTrip sends one request and turns the outcome into a result or an
+// *Error.
+func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []byte, update func(tools.Result)) (tools.Result, error) {
+	name := t.spec.Name
+	msg := &nats.Msg{Subject: t.subject, Header: nats.Header{}, Data: body}
+	if dl, ok := ctx.Deadline(); ok {
+		msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(1, time.Until(dl).Milliseconds()), 10))
+	}
+	var rep *nats.Msg
+	var err error
+	if update == nil {
+		rep, err = t.nc.RequestMsgWithContext(ctx, msg)
+	} else {
+		msg.Header.Set(HeaderUpdates, "1")
+		rep, err = t.requestWithUpdates(ctx, msg, update)
+	}
+	if err != nil {
+		return tools.Result{}, t.requestError(ctx, limit, err)
+	}
+	if code := rep.Header.Get(micro.ErrorCodeHeader); code != "" {
+		text := rep.Header.Get(micro.ErrorHeader)
+		var eb errorBody
+		if json.Unmarshal(rep.Data, &eb) == nil && eb.Error != "" {
+			text = eb.Error
+		}
+		if text == "" {
+			text = fmt.Sprintf("tool %s failed (code %s)", name, code)
+		}
+		text = capString(text, t.maxChars)
+		cause := ErrToolFailed
+		switch code {
+		case CodeUnavailable:
+			cause = ErrUnavailable
+		case CodeTimeout:
+			// The service ended the call at the deadline the caller
+			// sent, a moment before the caller's own timer.
+			cause, text = ErrTimeout, timeoutText(name, limit)
+		}
+		return tools.Result{}, &Error{Tool: name, Code: code, Message: text, Err: cause}
+	}
+	res, err := decodeResult(rep.Data, t.maxChars)
+	if err != nil {
+		return tools.Result{}, &Error{Tool: name, Message: fmt.Sprintf("tool %s sent a malformed reply: %v", name, err), Err: fmt.Errorf("%w: %w", ErrBadReply, err)}
+	}
+	return res, nil
+}
+
+// requestWithUpdates sends msg with a reply subject of its own and hands
+// partial results to update, in order, until the reply comes. The service
+// publishes both on one connection, so none follows the reply.
+func (t *remoteTool) requestWithUpdates(ctx context.Context, msg *nats.Msg, update func(tools.Result)) (*nats.Msg, error) {
+	inbox := t.nc.NewInbox()
+	sub, err := t.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // the inbox is never reused
+	msg.Reply = inbox
+	if err := t.nc.PublishMsg(msg); err != nil {
+		return nil, err
+	}
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if m.Header.Get(HeaderUpdate) != "1" {
+			return m, nil
+		}
+		if p, err := decodeResult(m.Data, t.maxChars); err == nil {
+			update(p)
+		}
+	}
+}
+
+// requestError explains a failed request.
+func (t *remoteTool) requestError(ctx context.Context, limit time.Duration, err error) error {
+	name := t.spec.Name
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return &Error{Tool: name, Message: fmt.Sprintf("tool %s is not available: no process serves it", name), Err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrTimeout):
+		return &Error{Tool: name, Message: timeoutText(name, limit), Err: ErrTimeout}
+	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// The caller's own deadline (the run's budget) came first.
+		return &Error{Tool: name, Message: timeoutText(name, limit), Err: fmt.Errorf("%w: %w", ErrTimeout, context.Cause(ctx))}
+	case ctx.Err() != nil:
+		return &Error{Tool: name, Message: fmt.Sprintf("tool %s was cancelled: %v", name, context.Cause(ctx)), Err: context.Cause(ctx)}
+	default:
+		return &Error{Tool: name, Message: fmt.Sprintf("tool %s could not be called: %v", name, err), Err: err}
+	}
+}
+
+func timeoutText(name string, limit time.Duration) string {
+	return fmt.Sprintf("tool %s timed out after %s", name, roundDuration(limit))
+}
+
+// roundDuration makes a duration short to read: whole seconds from 10 s,
+// milliseconds below.
+func roundDuration(d time.Duration) time.Duration {
+	if d >= 10*time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// capString cuts an error text like a result text.
+func capString(s string, maxChars int) string {
+	b := capText([]message.Block{message.Text(s)}, maxChars)
+	return b[0].Text
+}

@@ -1,0 +1,664 @@
+package remote_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/internal/embedded"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/tools"
+	"github.com/lanefleet/lanefleet/tools/remote"
+)
+
+// funcTool is a tool whose Call is a function.
+type funcTool struct {
+	spec provider.Tool
+	fn   func(ctx context.Context, c tools.Call) (tools.Result, error)
+}
+
+func (f funcTool) Spec() provider.Tool { return f.spec }
+func (f funcTool) Call(ctx context.Context, c tools.Call) (tools.Result, error) {
+	return f.fn(ctx, c)
+}
+
+func newTool(name string, fn func(ctx context.Context, c tools.Call) (tools.Result, error)) funcTool {
+	return funcTool{
+		spec: provider.Tool{Name: name, Description: "the " + name + " tool",
+			Parameters: map[string]any{"type": "object", "properties": map[string]any{"q": map[string]any{"type": "string"}}}},
+		fn: fn,
+	}
+}
+
+// bundle is one server with a connection for services and one for callers.
+type bundle struct {
+	url    string
+	server *nats.Conn // connection of the serving process
+	client *nats.Conn // connection of the calling worker
+	log    zerolog.Logger
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	srv := natstest.Start(t)
+	return &bundle{
+		url:    srv.URL,
+		server: natstest.Connect(t, srv.URL),
+		client: natstest.Connect(t, srv.URL),
+		log:    zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	}
+}
+
+// serve serves ts on nc until the test ends.
+func (b *bundle) serve(t *testing.T, nc *nats.Conn, cfg remote.ServiceConfig, ts ...tools.Tool) *remote.Service {
+	t.Helper()
+	cfg.Logger = b.log
+	svc, err := remote.Serve(nc, cfg, ts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := svc.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return svc
+}
+
+// discover discovers from the client connection with a short window.
+func (b *bundle) discover(t *testing.T, cfg remote.DiscoverConfig) tools.List {
+	t.Helper()
+	if cfg.Window == 0 {
+		cfg.Window = 100 * time.Millisecond
+	}
+	cfg.Logger = b.log
+	list, err := remote.Discover(t.Context(), b.client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+// lookup discovers and returns the one tool called name.
+func (b *bundle) lookup(t *testing.T, name string, cfg remote.DiscoverConfig) tools.Tool {
+	t.Helper()
+	tool, ok := b.discover(t, cfg).Lookup(name)
+	if !ok {
+		t.Fatalf("tool %s not discovered", name)
+	}
+	return tool
+}
+
+// remoteErr asserts err is a *remote.Error wrapping want.
+func remoteErr(t *testing.T, err, want error) *remote.Error {
+	t.Helper()
+	var e *remote.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not a *remote.Error", err, err)
+	}
+	if !errors.Is(err, want) {
+		t.Fatalf("error %q (code %q) does not wrap %v", err, e.Code, want)
+	}
+	return e
+}
+
+func text(res tools.Result) string {
+	var sb strings.Builder
+	for _, b := range res.Content {
+		sb.WriteString(b.Text)
+	}
+	return sb.String()
+}
+
+func echo(ctx context.Context, c tools.Call) (tools.Result, error) {
+	ri := remote.RunInfoFrom(ctx)
+	q, _ := c.Args["q"].(string)
+	return tools.Result{
+		Content: []message.Block{message.Text("echo " + q), message.Image("image/png", "iVBORw0KGgo=")},
+		Details: map[string]any{"id": c.ID, "name": c.Name, "session": ri.SessionKey, "run": ri.RunID},
+	}, nil
+}
+
+func TestDiscoverAndCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t, b.server, remote.ServiceConfig{Version: "1.0.0"}, newTool("echo", echo), newTool("other", echo))
+
+	list := b.discover(t, remote.DiscoverConfig{})
+	specs := list.Specs()
+	if len(specs) != 2 || specs[0].Name != "echo" || specs[1].Name != "other" {
+		t.Fatalf("specs = %+v, want echo and other", specs)
+	}
+	if specs[0].Description != "the echo tool" {
+		t.Errorf("description = %q", specs[0].Description)
+	}
+	if props, _ := specs[0].Parameters["properties"].(map[string]any); props["q"] == nil {
+		t.Errorf("parameters = %v, want the served schema", specs[0].Parameters)
+	}
+
+	tool, _ := list.Lookup("echo")
+	ctx := remote.WithRunInfo(t.Context(), remote.RunInfo{SessionKey: "agent:main:dm:42", RunID: "run-1"})
+	res, err := tool.Call(ctx, tools.Call{ID: "call_1", Name: "echo", Args: map[string]any{"q": "hi <&>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || len(res.Content) != 2 || res.Content[0].Text != "echo hi <&>" ||
+		res.Content[1].Type != message.BlockImage || res.Content[1].Data != "iVBORw0KGgo=" {
+		t.Fatalf("result = %+v", res)
+	}
+	want := map[string]any{"id": "call_1", "name": "echo", "session": "agent:main:dm:42", "run": "run-1"}
+	if fmt.Sprint(res.Details) != fmt.Sprint(want) {
+		t.Errorf("details = %v, want %v", res.Details, want)
+	}
+}
+
+func TestIsErrorResultIsAResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("grep", func(context.Context, tools.Call) (tools.Result, error) {
+		return tools.ErrorResult("no match"), nil
+	}))
+	res, err := b.lookup(t, "grep", remote.DiscoverConfig{}).Call(t.Context(), tools.Call{ID: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || text(res) != "no match" {
+		t.Fatalf("result = %+v, want an isError result", res)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg, err := remote.NewRegistry(b.client, remote.DiscoverConfig{Window: 100 * time.Millisecond, Logger: b.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set tools.Set = reg
+	if len(set.Specs()) != 0 {
+		t.Fatal("a new registry has tools")
+	}
+	svc := b.serve(t, b.server, remote.ServiceConfig{}, newTool("echo", echo))
+	if err := reg.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := set.Lookup("echo"); !ok {
+		t.Fatal("echo not found after Refresh")
+	}
+	if err := svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Specs()) != 0 {
+		t.Fatalf("specs = %v after the service stopped", set.Specs())
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := reg.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run on a cancelled context = %v", err)
+	}
+}
+
+func TestTwoInstancesShareLoad(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var served [2]atomic.Int32
+	for i := range 2 {
+		nc := natstest.Connect(t, b.url)
+		tool := newTool("who", func(context.Context, tools.Call) (tools.Result, error) {
+			served[i].Add(1)
+			return tools.TextResult(fmt.Sprint(i)), nil
+		})
+		tool.spec.Description = fmt.Sprintf("instance %d", i)
+		// The newer instance's spec wins.
+		b.serve(t, nc, remote.ServiceConfig{Version: fmt.Sprintf("1.%d.0", 9+i)}, tool)
+	}
+
+	list := b.discover(t, remote.DiscoverConfig{})
+	if len(list) != 1 {
+		t.Fatalf("discovered %d tools, want who once", len(list))
+	}
+	if d := list[0].Spec().Description; d != "instance 1" {
+		t.Errorf("description = %q, want the one of version 1.10.0", d)
+	}
+	const calls = 60
+	for range calls {
+		if _, err := list[0].Call(t.Context(), tools.Call{ID: "c"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, c := served[0].Load(), served[1].Load()
+	if a+c != calls || a == 0 || c == 0 {
+		t.Fatalf("instances served %d and %d calls, want both a share of %d", a, c, calls)
+	}
+}
+
+func TestToolErrorReachesCaller(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("read", func(context.Context, tools.Call) (tools.Result, error) {
+		return tools.Result{}, errors.New("open notes.txt: no such file\nlisting: a.txt b.txt")
+	}))
+	_, err := b.lookup(t, "read", remote.DiscoverConfig{}).Call(t.Context(), tools.Call{ID: "c"})
+	e := remoteErr(t, err, remote.ErrToolFailed)
+	if e.Error() != "open notes.txt: no such file\nlisting: a.txt b.txt" || e.Code != remote.CodeToolFailed || e.Tool != "read" {
+		t.Fatalf("error = %q code %q tool %q", e.Error(), e.Code, e.Tool)
+	}
+}
+
+func TestPanicKeepsServiceRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t, b.server, remote.ServiceConfig{},
+		newTool("crash", func(context.Context, tools.Call) (tools.Result, error) {
+			var m map[string]int
+			m["x"] = 1 // nil map write
+			return tools.Result{}, nil
+		}),
+		newTool("echo", echo))
+	list := b.discover(t, remote.DiscoverConfig{})
+	crash, _ := list.Lookup("crash")
+	for range 2 {
+		_, err := crash.Call(t.Context(), tools.Call{ID: "c"})
+		e := remoteErr(t, err, remote.ErrToolFailed)
+		if !strings.Contains(e.Error(), "tool crash failed: it panicked: assignment to entry in nil map") {
+			t.Fatalf("error = %q", e.Error())
+		}
+	}
+	echoTool, _ := list.Lookup("echo")
+	if res, err := echoTool.Call(t.Context(), tools.Call{Args: map[string]any{"q": "still here"}}); err != nil || text(res) != "echo still here" {
+		t.Fatalf("after panics: %+v, %v", res, err)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	// The subtests run in order and share the tool; each call sends one
+	// value on started and, once its context ends, one on causes.
+	b := setup(t)
+	causes := make(chan error, 2)
+	started := make(chan struct{}, 3)
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("slow", func(ctx context.Context, _ tools.Call) (tools.Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return tools.Result{}, ctx.Err()
+	}))
+
+	t.Run("call timeout", func(t *testing.T) {
+		tool := b.lookup(t, "slow", remote.DiscoverConfig{CallTimeout: 200 * time.Millisecond})
+		_, err := tool.Call(t.Context(), tools.Call{ID: "c"})
+		e := remoteErr(t, err, remote.ErrTimeout)
+		if e.Error() != "tool slow timed out after 200ms" {
+			t.Fatalf("error = %q", e.Error())
+		}
+		// The service ends the tool's context when the caller gives up.
+		if cause := <-causes; cause == nil || !strings.Contains(cause.Error(), "caller stopped waiting") {
+			t.Fatalf("tool context cause = %v", cause)
+		}
+	})
+	t.Run("context deadline", func(t *testing.T) {
+		tool := b.lookup(t, "slow", remote.DiscoverConfig{})
+		ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+		defer cancel()
+		_, err := tool.Call(ctx, tools.Call{ID: "c"})
+		remoteErr(t, err, remote.ErrTimeout)
+		<-causes
+	})
+	t.Run("context cancelled", func(t *testing.T) {
+		tool := b.lookup(t, "slow", remote.DiscoverConfig{})
+		ctx, cancel := context.WithCancelCause(t.Context())
+		stop := errors.New("run aborted")
+		go func() { <-started; cancel(stop) }()
+		_, err := tool.Call(ctx, tools.Call{ID: "c"})
+		e := remoteErr(t, err, stop)
+		if e.Error() != "tool slow was cancelled: run aborted" {
+			t.Fatalf("error = %q", e.Error())
+		}
+	})
+}
+
+func TestStoppedServiceIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	svc := b.serve(t, b.server, remote.ServiceConfig{}, newTool("echo", echo))
+	tool := b.lookup(t, "echo", remote.DiscoverConfig{})
+	if err := svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !svc.Stopped() {
+		t.Fatal("Stopped() = false after Stop")
+	}
+	_, err := tool.Call(t.Context(), tools.Call{ID: "c"})
+	e := remoteErr(t, err, remote.ErrUnavailable)
+	if e.Error() != "tool echo is not available: no process serves it" {
+		t.Fatalf("error = %q", e.Error())
+	}
+	if !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("error %v does not wrap nats.ErrNoResponders", err)
+	}
+}
+
+func TestStopCancelsCallsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	svc := b.serve(t, b.server, remote.ServiceConfig{}, newTool("slow", func(ctx context.Context, _ tools.Call) (tools.Result, error) {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return tools.Result{}, ctx.Err()
+	}))
+	tool := b.lookup(t, "slow", remote.DiscoverConfig{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tool.Call(t.Context(), tools.Call{ID: "c"})
+		errc <- err
+	}()
+	<-started
+	if err := svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Stop returned, so the tool has returned.
+	if c := <-cause; !errors.Is(c, remote.ErrStopped) {
+		t.Fatalf("tool context cause = %v, want ErrStopped", c)
+	}
+	remoteErr(t, <-errc, remote.ErrUnavailable)
+}
+
+func TestShutdownLetsCallsFinish(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	svc := b.serve(t, b.server, remote.ServiceConfig{}, newTool("job", func(ctx context.Context, _ tools.Call) (tools.Result, error) {
+		close(started)
+		<-release
+		return tools.TextResult("done"), nil
+	}))
+	tool := b.lookup(t, "job", remote.DiscoverConfig{})
+	type out struct {
+		res tools.Result
+		err error
+	}
+	outc := make(chan out, 1)
+	go func() {
+		res, err := tool.Call(t.Context(), tools.Call{ID: "c"})
+		outc <- out{res, err}
+	}()
+	<-started
+	stopped := make(chan error, 1)
+	go func() { stopped <- svc.Shutdown(t.Context()) }()
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if o := <-outc; o.err != nil || text(o.res) != "done" {
+		t.Fatalf("call during shutdown = %+v, %v", o.res, o.err)
+	}
+}
+
+func TestMalformedRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("echo", echo))
+	for _, tc := range []struct {
+		name string
+		body string
+		hdr  nats.Header
+	}{
+		{"not JSON", "hello", nil},
+		{"args not an object", `{"id":"c","args":"q=1"}`, nil},
+		{"other tool's name", `{"id":"c","name":"rm","args":{}}`, nil},
+		{"bad timeout header", `{"id":"c"}`, nats.Header{remote.HeaderTimeout: []string{"soon"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := &nats.Msg{Subject: remote.Subject("echo"), Data: []byte(tc.body), Header: tc.hdr}
+			rep, err := b.client.RequestMsgWithContext(t.Context(), msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := rep.Header.Get(micro.ErrorCodeHeader); code != remote.CodeBadRequest {
+				t.Fatalf("code = %q (%q), want 400", code, rep.Header.Get(micro.ErrorHeader))
+			}
+			var body struct{ Error string }
+			if err := json.Unmarshal(rep.Data, &body); err != nil || !strings.HasPrefix(body.Error, "tool echo got a ") {
+				t.Fatalf("body = %s (%v)", rep.Data, err)
+			}
+		})
+	}
+	// The service still answers.
+	if _, err := b.lookup(t, "echo", remote.DiscoverConfig{}).Call(t.Context(), tools.Call{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMalformedReply(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A hand-written micro service whose endpoint is a tool by its
+	// metadata but answers garbage.
+	svc, err := micro.AddService(b.server, micro.Config{Name: remote.ServiceNameDefault, Version: "1.0.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	replies := map[string]string{
+		"garbage":  "<html>",
+		"thinking": `{"content":[{"type":"thinking","thinking":"hm"}]}`,
+	}
+	for name, body := range replies {
+		err := svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { _ = r.Respond([]byte(body)) }),
+			micro.WithEndpointSubject(remote.Subject(name)), micro.WithEndpointMetadata(map[string]string{remote.MetaParameters: "{}"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An endpoint without tool metadata is not a tool.
+	if err := svc.AddEndpoint("stats", micro.HandlerFunc(func(r micro.Request) { _ = r.Respond(nil) })); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.server.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	list := b.discover(t, remote.DiscoverConfig{})
+	if len(list) != 2 {
+		t.Fatalf("discovered %v, want garbage and thinking", list.Specs())
+	}
+	for _, tool := range list {
+		_, err := tool.Call(t.Context(), tools.Call{ID: "c"})
+		e := remoteErr(t, err, remote.ErrBadReply)
+		if want := "tool " + tool.Spec().Name + " sent a malformed reply: "; !strings.HasPrefix(e.Error(), want) {
+			t.Fatalf("error = %q, want prefix %q", e.Error(), want)
+		}
+	}
+}
+
+func TestHugeResult(t *testing.T) {
+	t.Parallel()
+	// The embedded server allows 8 MiB messages, NATS' default is 1 MiB:
+	// results are cut to 400 000 chars and then to what fits.
+	t.Run("8MiB", func(t *testing.T) { t.Parallel(); testHugeResult(t, setup(t)) })
+	t.Run("1MiB", func(t *testing.T) { t.Parallel(); testHugeResult(t, setupMaxPayload(t, 1<<20)) })
+}
+
+// setupMaxPayload is setup with a server whose max_payload is n.
+func setupMaxPayload(t *testing.T, n int32) *bundle {
+	t.Helper()
+	no := false
+	srv, err := embedded.Start(embedded.Config{Name: "test", DataDir: t.TempDir(), SyncAlways: &no, MaxPayload: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	b := setup(t)
+	b.url = srv.ClientURL()
+	b.server, b.client = natstest.Connect(t, b.url), natstest.Connect(t, b.url)
+	return b
+}
+
+func testHugeResult(t *testing.T, b *bundle) {
+	maxPayload := int(b.client.MaxPayload())
+	big := maxPayload + 1<<20
+	ascii := strings.Repeat("0123456789abcdef\n", big/17) // 1 byte per char
+	wide := strings.Repeat("漢", big/3)                    // 3 bytes per char
+	b.serve(t, b.server, remote.ServiceConfig{},
+		newTool("cat", func(_ context.Context, c tools.Call) (tools.Result, error) {
+			if c.Args["wide"] == true {
+				return tools.TextResult(wide), nil
+			}
+			return tools.TextResult(ascii), nil
+		}),
+		newTool("dump", func(context.Context, tools.Call) (tools.Result, error) {
+			return tools.Result{Content: []message.Block{message.Text("ok")}, Details: map[string]any{"blob": ascii}}, nil
+		}))
+	list := b.discover(t, remote.DiscoverConfig{})
+	cat, _ := list.Lookup("cat")
+	for _, wideText := range []bool{false, true} {
+		res, err := cat.Call(t.Context(), tools.Call{Args: map[string]any{"wide": wideText}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := text(res)
+		if !strings.HasSuffix(got, remote.TruncationNotice) {
+			t.Fatalf("wide=%v: result of %d bytes does not end with the notice", wideText, len(got))
+		}
+		if n := len([]rune(got)); n > remote.MaxResultCharsDefault+len([]rune(remote.TruncationNotice)) || n < 100_000 {
+			t.Fatalf("wide=%v: result has %d chars", wideText, n)
+		}
+		if len(got) > maxPayload {
+			t.Fatalf("wide=%v: result of %d bytes is over the max payload %d", wideText, len(got), maxPayload)
+		}
+	}
+	dump, _ := list.Lookup("dump")
+	_, err := dump.Call(t.Context(), tools.Call{})
+	if e := remoteErr(t, err, remote.ErrToolFailed); e.Code != remote.CodeTooLarge {
+		t.Fatalf("code = %q, error %q", e.Code, e)
+	}
+	// Arguments that cannot be sent fail before the request.
+	_, err = cat.Call(t.Context(), tools.Call{Args: map[string]any{"q": ascii}})
+	remoteErr(t, err, nats.ErrMaxPayload)
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 32
+	// Every call waits until all n run at once, so the test only ends if
+	// the service runs them concurrently.
+	var running sync.WaitGroup
+	running.Add(n)
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("echo", func(ctx context.Context, c tools.Call) (tools.Result, error) {
+		running.Done()
+		running.Wait()
+		return echo(ctx, c)
+	}))
+	tool := b.lookup(t, "echo", remote.DiscoverConfig{})
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			q := fmt.Sprint(i)
+			res, err := tool.Call(t.Context(), tools.Call{ID: q, Args: map[string]any{"q": q}})
+			if err == nil && text(res) != "echo "+q {
+				err = fmt.Errorf("call %d got %q", i, text(res))
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestPartialResults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("build", func(_ context.Context, c tools.Call) (tools.Result, error) {
+		for i := range 3 {
+			c.Update(tools.TextResult(fmt.Sprintf("step %d", i)))
+		}
+		return tools.TextResult("built"), nil
+	}))
+	tool := b.lookup(t, "build", remote.DiscoverConfig{})
+	var got []string
+	res, err := tool.Call(t.Context(), tools.Call{ID: "c", Update: func(p tools.Result) { got = append(got, text(p)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text(res) != "built" || strings.Join(got, ",") != "step 0,step 1,step 2" {
+		t.Fatalf("result %q, updates %q", text(res), got)
+	}
+}
+
+func TestServeRejectsBadTools(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		name string
+		ts   []tools.Tool
+		cfg  remote.ServiceConfig
+	}{
+		{"space in name", []tools.Tool{newTool("read file", echo)}, remote.ServiceConfig{}},
+		{"dot in name", []tools.Tool{newTool("fs.read", echo)}, remote.ServiceConfig{}},
+		{"empty name", []tools.Tool{newTool("", echo)}, remote.ServiceConfig{}},
+		{"name of 65", []tools.Tool{newTool(strings.Repeat("a", 65), echo)}, remote.ServiceConfig{}},
+		{"name twice", []tools.Tool{newTool("echo", echo), newTool("echo", echo)}, remote.ServiceConfig{}},
+		{"bad version", []tools.Tool{newTool("echo", echo)}, remote.ServiceConfig{Version: "v1"}},
+		{"bad service name", []tools.Tool{newTool("echo", echo)}, remote.ServiceConfig{Name: "my.tools"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if svc, err := remote.Serve(b.server, tc.cfg, tc.ts...); err == nil {
+				_ = svc.Stop()
+				t.Fatal("Serve accepted it")
+			}
+		})
+	}
+	if _, err := remote.NewRegistry(b.client, remote.DiscoverConfig{Services: []string{"a.>"}}); err == nil {
+		t.Fatal("NewRegistry accepted a wildcard service name")
+	}
+}
+
+func TestDiscoverWithoutServicesReturnsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// With a window of a minute, only the no-responders status can end
+	// discovery before the test's deadline.
+	list, err := remote.Discover(t.Context(), b.client, remote.DiscoverConfig{Window: time.Minute, Services: []string{"a", "b"}})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("Discover = %v, %v; want nothing", list, err)
+	}
+}
+
+func TestDiscoverOtherServiceNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t, b.server, remote.ServiceConfig{Name: "browser"}, newTool("open", echo))
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("echo", echo))
+	if list := b.discover(t, remote.DiscoverConfig{}); len(list) != 1 || list[0].Spec().Name != "echo" {
+		t.Fatalf("default discovery found %v", list.Specs())
+	}
+	list := b.discover(t, remote.DiscoverConfig{Services: []string{"browser", remote.ServiceNameDefault}})
+	if len(list) != 2 {
+		t.Fatalf("discovery of both services found %v", list.Specs())
+	}
+}

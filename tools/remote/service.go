@@ -1,0 +1,371 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/tools"
+)
+
+// Service defaults.
+const (
+	// ServiceNameDefault is the micro service name tools are offered under
+	// and discovered by.
+	ServiceNameDefault = "lanefleet-tools"
+	// VersionDefault is the service version when none is set.
+	VersionDefault = "0.1.0"
+	// MaxConcurrentDefault is how many calls one Service runs at once.
+	MaxConcurrentDefault = 64
+	// MaxResultCharsDefault caps the text of a result, in UTF-16 units
+	// (guard.HardMaxToolResultChars).
+	MaxResultCharsDefault = guard.HardMaxToolResultChars
+)
+
+// ServiceConfig configures Serve.
+type ServiceConfig struct {
+	// Name is the micro service name; ServiceNameDefault when empty.
+	// Callers discover tools by this name.
+	Name string
+	// Version is the service's SemVer version; VersionDefault when empty.
+	// When instances disagree on a tool's spec, callers take the one of
+	// the highest version.
+	Version string
+	// Description describes the service in $SRV.INFO replies.
+	Description string
+	// Metadata annotates the service.
+	Metadata map[string]string
+	// MaxConcurrent caps the calls running at once; more wait in the
+	// endpoint's subscription. MaxConcurrentDefault when 0.
+	MaxConcurrent int
+	// MaxResultChars caps the text of each result in UTF-16 units;
+	// MaxResultCharsDefault when 0. Results are also cut to fit the
+	// connection's max payload.
+	MaxResultChars int
+	// Logger receives panics and replies that could not be sent. Silent
+	// when zero.
+	Logger zerolog.Logger
+}
+
+func (c ServiceConfig) withDefaults() ServiceConfig {
+	if c.Name == "" {
+		c.Name = ServiceNameDefault
+	}
+	if c.Version == "" {
+		c.Version = VersionDefault
+	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = MaxConcurrentDefault
+	}
+	if c.MaxResultChars <= 0 {
+		c.MaxResultChars = MaxResultCharsDefault
+	}
+	return c
+}
+
+// flushTimeout bounds the flushes of Serve and Shutdown.
+const flushTimeout = 5 * time.Second
+
+// Service is a running set of tools offered over NATS. It is a
+// micro.Service whose Stop also waits for the calls in flight.
+type Service struct {
+	micro.Service
+	nc  *nats.Conn
+	cfg ServiceConfig
+	log zerolog.Logger
+
+	// ctx is the parent of every call's context; Stop cancels it with
+	// ErrStopped.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	slots  chan struct{}
+
+	mu       sync.Mutex
+	stopping bool
+	calls    sync.WaitGroup
+}
+
+// Serve offers ts on nc as the micro service cfg.Name, one endpoint per tool
+// on subject agent.tool.<name> in the micro default queue group, so the
+// processes that serve one tool share its calls. Each endpoint's metadata
+// carries the tool's description (MetaDescription) and JSON-encoded
+// parameters (MetaParameters).
+//
+// Calls run concurrently, up to cfg.MaxConcurrent at once. A tool that
+// returns an error or panics gets an error reply; the service keeps
+// serving. Serve returns an error when a tool's name is invalid (see
+// ValidName) or repeated, or when micro rejects the configuration
+// (micro.ErrConfigValidation) or cannot subscribe.
+func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error) {
+	cfg = cfg.withDefaults()
+	type endpoint struct {
+		name string
+		tool tools.Tool
+		meta map[string]string
+	}
+	eps := make([]endpoint, 0, len(ts))
+	seen := make(map[string]bool, len(ts))
+	for _, t := range ts {
+		spec := t.Spec()
+		if !ValidName(spec.Name) {
+			return nil, fmt.Errorf("remote: serve: tool name %q must match %s", spec.Name, nameRE)
+		}
+		if seen[spec.Name] {
+			return nil, fmt.Errorf("remote: serve: tool %s given twice", spec.Name)
+		}
+		seen[spec.Name] = true
+		params := spec.Parameters
+		if params == nil {
+			params = map[string]any{"type": "object", "properties": map[string]any{}}
+		}
+		pj, err := json.Marshal(params)
+		if err != nil {
+			return nil, fmt.Errorf("remote: serve: tool %s parameters: %w", spec.Name, err)
+		}
+		eps = append(eps, endpoint{spec.Name, t, map[string]string{MetaDescription: spec.Description, MetaParameters: string(pj)}})
+	}
+
+	ms, err := micro.AddService(nc, micro.Config{
+		Name:        cfg.Name,
+		Version:     cfg.Version,
+		Description: cfg.Description,
+		Metadata:    cfg.Metadata,
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			cfg.Logger.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("remote tools: subscription error")
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("remote: serve: %w", err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	s := &Service{
+		Service: ms, nc: nc, cfg: cfg, log: cfg.Logger,
+		ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent),
+	}
+	for _, ep := range eps {
+		err := ms.AddEndpoint(ep.name, s.handler(ep.name, ep.tool),
+			micro.WithEndpointSubject(Subject(ep.name)), micro.WithEndpointMetadata(ep.meta))
+		if err != nil {
+			_ = s.Stop() // the endpoint error is the one to report
+			return nil, fmt.Errorf("remote: serve: tool %s: %w", ep.name, err)
+		}
+	}
+	// Once Serve returns, the server routes calls and discovery here.
+	if err := nc.FlushTimeout(flushTimeout); err != nil {
+		_ = s.Stop() // the flush error is the one to report
+		return nil, fmt.Errorf("remote: serve: flush: %w", err)
+	}
+	return s, nil
+}
+
+// Stop stops taking calls, cancels the calls in flight (their context's
+// cause is ErrStopped), waits for them to return and stops the micro
+// service. A tool that ignores its context delays Stop until it returns.
+func (s *Service) Stop() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return s.Shutdown(ctx)
+}
+
+// Shutdown stops taking calls and waits for the calls in flight to finish;
+// when ctx ends first it cancels them (cause ErrStopped) and waits for them
+// to return. Once the server has the unsubscribes (a flush), calls go to
+// other instances or fail with no responders. It returns the error of the
+// micro service's Stop or of the flush.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	err := s.Service.Stop()
+	if err == nil {
+		// Once the server has the unsubscribes, calls go to other
+		// instances or fail fast with no responders.
+		if ferr := s.nc.FlushTimeout(flushTimeout); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
+			err = ferr
+		}
+	}
+
+	done := make(chan struct{})
+	go func() { s.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancel(ErrStopped)
+		<-done
+	}
+	s.cancel(ErrStopped)
+	if err != nil {
+		return fmt.Errorf("remote: stop: %w", err)
+	}
+	return nil
+}
+
+// handler returns the endpoint handler of one tool. It runs on the
+// endpoint's subscription goroutine, so it only takes a slot and hands the
+// call to a goroutine that Stop waits for.
+func (s *Service) handler(name string, t tools.Tool) micro.HandlerFunc {
+	return func(req micro.Request) {
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.ctx.Done():
+			s.respondError(req, name, CodeUnavailable, stoppingText(name))
+			return
+		}
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			<-s.slots
+			s.respondError(req, name, CodeUnavailable, stoppingText(name))
+			return
+		}
+		s.calls.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.calls.Done()
+			defer func() { <-s.slots }()
+			s.serve(req, name, t)
+		}()
+	}
+}
+
+func stoppingText(name string) string {
+	return fmt.Sprintf("tool %s is not available: the process serving it is stopping", name)
+}
+
+// errCallerTimeout is the cause of a call's context when the caller's
+// timeout passes.
+var errCallerTimeout = errors.New("the caller stopped waiting")
+
+// serve runs one call and replies.
+func (s *Service) serve(req micro.Request, name string, t tools.Tool) {
+	var in request
+	if err := json.Unmarshal(req.Data(), &in); err != nil {
+		s.respondError(req, name, CodeBadRequest, fmt.Sprintf("tool %s got a malformed request: %v", name, err))
+		return
+	}
+	if in.Name != "" && in.Name != name {
+		s.respondError(req, name, CodeBadRequest, fmt.Sprintf("tool %s got a request for tool %q", name, in.Name))
+		return
+	}
+	ctx := s.ctx
+	var timeout time.Duration
+	if v := req.Headers().Get(HeaderTimeout); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			s.respondError(req, name, CodeBadRequest, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderTimeout, v))
+			return
+		}
+		timeout = time.Duration(ms) * time.Millisecond
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errCallerTimeout)
+		defer cancel()
+	}
+	ctx = WithRunInfo(ctx, RunInfo{SessionKey: in.SessionKey, RunID: in.RunID})
+	call := tools.Call{ID: in.ID, Name: name, Args: in.Args}
+
+	var upd *updater
+	if req.Headers().Get(HeaderUpdates) == "1" && req.Reply() != "" {
+		upd = &updater{s: s, subject: req.Reply(), name: name}
+		call.Update = upd.send
+	}
+	res, err := s.call(ctx, t, call)
+	if upd != nil {
+		upd.close()
+	}
+
+	if err != nil {
+		switch cause := context.Cause(ctx); {
+		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
+			s.respondError(req, name, CodeUnavailable, fmt.Sprintf("tool %s was stopped: the process serving it is shutting down", name))
+		case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
+			s.respondError(req, name, CodeTimeout, fmt.Sprintf("tool %s timed out after %s", name, timeout))
+		default:
+			s.respondError(req, name, CodeToolFailed, err.Error())
+		}
+		return
+	}
+	data, err := encodeResult(res, s.cfg.MaxResultChars, s.maxPayload())
+	if err != nil {
+		s.respondError(req, name, CodeTooLarge, fmt.Sprintf("tool %s produced a result too large to send (over %d bytes even with its text cut); ask for less, e.g. fewer images", name, s.maxPayload()))
+		return
+	}
+	if err := req.Respond(data); err != nil {
+		s.log.Warn().Err(err).Str("tool", name).Msg("remote tools: reply not sent")
+	}
+}
+
+// call runs the tool, turning a panic into an error.
+func (s *Service) call(ctx context.Context, t tools.Tool, call tools.Call) (res tools.Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error().Str("tool", call.Name).Str("call_id", call.ID).Interface("panic", v).
+				Str("stack", string(debug.Stack())).Msg("remote tools: tool panicked")
+			err = fmt.Errorf("tool %s failed: it panicked: %v", call.Name, v)
+		}
+	}()
+	return t.Call(ctx, call)
+}
+
+// maxPayload is the largest message the connection may publish.
+func (s *Service) maxPayload() int {
+	if n := s.nc.MaxPayload(); n > 0 {
+		return int(n)
+	}
+	return 1 << 20
+}
+
+// respondError sends an error reply: a one-line description in the
+// Nats-Service-Error header and the whole message in the JSON body.
+func (s *Service) respondError(req micro.Request, name, code, msg string) {
+	body, _ := json.Marshal(errorBody{Error: msg}) // a string always encodes
+	if len(body) > s.maxPayload()-2*maxErrorHeader {
+		body = nil // the header still carries the start of the message
+	}
+	if err := req.Error(code, headerLine(msg), body); err != nil {
+		s.log.Warn().Err(err).Str("tool", name).Str("code", code).Msg("remote tools: error reply not sent")
+	}
+}
+
+// updater publishes a call's partial results to its reply subject until
+// the call returns.
+type updater struct {
+	s       *Service
+	subject string
+	name    string
+
+	mu   sync.Mutex
+	done bool
+}
+
+func (u *updater) send(p tools.Result) {
+	data, err := encodeResult(p, u.s.cfg.MaxResultChars, u.s.maxPayload()-128)
+	if err != nil {
+		return // partial results are best effort
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.done {
+		return
+	}
+	msg := &nats.Msg{Subject: u.subject, Header: nats.Header{HeaderUpdate: []string{"1"}}, Data: data}
+	if err := u.s.nc.PublishMsg(msg); err != nil {
+		u.s.log.Debug().Err(err).Str("tool", u.name).Msg("remote tools: partial result not sent")
+	}
+}
+
+// close stops further updates, so none follows the reply.
+func (u *updater) close() {
+	u.mu.Lock()
+	u.done = true
+	u.mu.Unlock()
+}

@@ -1,0 +1,186 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/tools"
+)
+
+// Wire constants shared by services and callers.
+const (
+	// SubjectPrefix opens the subject of every tool endpoint:
+	// agent.tool.<name>.
+	SubjectPrefix = "agent.tool."
+
+	// MetaDescription is the endpoint metadata key holding the tool's
+	// description.
+	MetaDescription = "description"
+	// MetaParameters is the endpoint metadata key holding the tool's
+	// JSON-schema parameters, JSON-encoded. Discovery only takes endpoints
+	// that carry it.
+	MetaParameters = "parameters"
+
+	// HeaderTimeout, on a request, is how many milliseconds the caller
+	// waits for the reply; the service cancels the call's context then.
+	HeaderTimeout = "Lanefleet-Tool-Timeout-Ms"
+	// HeaderUpdates, set to "1" on a request, asks the service to publish
+	// partial results to the request's reply subject before the reply.
+	HeaderUpdates = "Lanefleet-Tool-Updates"
+	// HeaderUpdate, set to "1", marks a message on the reply subject as a
+	// partial result rather than the reply.
+	HeaderUpdate = "Lanefleet-Tool-Update"
+)
+
+// Error codes a service puts in the Nats-Service-Error-Code header.
+const (
+	CodeBadRequest  = "400" // the request body is not a valid call
+	CodeTooLarge    = "413" // the result does not fit in one NATS message
+	CodeToolFailed  = "500" // the tool returned an error or panicked
+	CodeUnavailable = "503" // the service is stopping; another may answer
+	CodeTimeout     = "504" // the caller's timeout passed while the tool ran
+)
+
+// TruncationNotice ends a text block cut because the result was too large
+// to send or to hand to the model.
+const TruncationNotice = "\n\n⚠️ [Remote tool output truncated: it exceeded the size a tool result may have. Request a smaller part, e.g. with offset/limit parameters.]"
+
+// maxErrorHeader caps the one-line error description sent in the
+// Nats-Service-Error header; the whole message travels in the body.
+const maxErrorHeader = 1024
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidName reports whether name can be a remote tool's name:
+// 1 to 64 ASCII letters, digits, '_' or '-'.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
+// Subject returns the subject a tool named name is served on.
+func Subject(name string) string { return SubjectPrefix + name }
+
+// request is the body of a call.
+type request struct {
+	ID         string         `json:"id"`
+	Name       string         `json:"name"`
+	Args       map[string]any `json:"args"`
+	SessionKey string         `json:"sessionKey,omitempty"`
+	RunID      string         `json:"runId,omitempty"`
+}
+
+// reply is the body of a reply and of a partial result.
+type reply struct {
+	Content []message.Block `json:"content"`
+	Details map[string]any  `json:"details,omitempty"`
+	IsError bool            `json:"isError"`
+}
+
+// errorBody is the body of an error reply.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// RunInfo identifies the agent run a call belongs to.
+type RunInfo struct {
+	SessionKey string
+	RunID      string
+}
+
+type runInfoKey struct{}
+
+// WithRunInfo returns a context whose remote tool calls carry ri in their
+// request. A service hands it to the tool in the call's context.
+func WithRunInfo(ctx context.Context, ri RunInfo) context.Context {
+	return context.WithValue(ctx, runInfoKey{}, ri)
+}
+
+// RunInfoFrom returns the RunInfo of ctx, zero when there is none.
+func RunInfoFrom(ctx context.Context) RunInfo {
+	ri, _ := ctx.Value(runInfoKey{}).(RunInfo)
+	return ri
+}
+
+// errTooLarge means a result does not fit in one message even after its
+// text was cut.
+var errTooLarge = errors.New("too large")
+
+// capText cuts the text blocks of content to maxChars UTF-16 units in all,
+// each ending with TruncationNotice when cut. content is not modified.
+func capText(content []message.Block, maxChars int) []message.Block {
+	c, _, changed := guard.TruncateContent(message.BlocksOf(content...), maxChars, guard.TruncateOptions{Notice: TruncationNotice})
+	if !changed {
+		return content
+	}
+	return c.Blocks
+}
+
+// encodeResult encodes res as a reply body of at most maxBytes bytes, its
+// text first capped at maxChars and then cut further until the body fits.
+// It returns errTooLarge when cutting text cannot make it fit (large images
+// or details).
+func encodeResult(res tools.Result, maxChars, maxBytes int) ([]byte, error) {
+	r := reply{Content: capText(res.Content, maxChars), Details: res.Details, IsError: res.IsError}
+	if r.Content == nil {
+		r.Content = []message.Block{}
+	}
+	for range 6 {
+		data, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode result: %w", err)
+		}
+		if len(data) <= maxBytes {
+			return data, nil
+		}
+		text := guard.TextLen(message.BlocksOf(r.Content...))
+		if text == 0 {
+			break
+		}
+		// Shrink the text in proportion to the overshoot, with a margin
+		// for JSON escaping and multi-byte characters.
+		budget := int(float64(text) * float64(maxBytes) / float64(len(data)) * 0.9)
+		next := capText(r.Content, budget)
+		if guard.TextLen(message.BlocksOf(next...)) >= text {
+			break // the minimum kept per block was reached
+		}
+		r.Content = next
+	}
+	return nil, errTooLarge
+}
+
+// decodeResult decodes a reply or partial-result body and caps its text at
+// maxChars. Only text and image blocks are accepted.
+func decodeResult(data []byte, maxChars int) (tools.Result, error) {
+	var r reply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return tools.Result{}, err
+	}
+	for i, b := range r.Content {
+		if b.Type != message.BlockText && b.Type != message.BlockImage {
+			return tools.Result{}, fmt.Errorf("content block %d has type %q; a tool result holds text and image blocks", i, b.Type)
+		}
+	}
+	return tools.Result{Content: capText(r.Content, maxChars), Details: r.Details, IsError: r.IsError}, nil
+}
+
+// headerLine makes msg fit in a header value: one line of at most
+// maxErrorHeader bytes, never empty, never splitting a rune.
+func headerLine(msg string) string {
+	msg = strings.Join(strings.Fields(msg), " ")
+	if msg == "" {
+		return "tool failed"
+	}
+	if len(msg) <= maxErrorHeader {
+		return msg
+	}
+	cut := maxErrorHeader - len("…")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}
