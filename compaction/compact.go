@@ -172,7 +172,7 @@ func Compact(ctx context.Context, req Request) (*Result, error) {
 // summary concurrently, and joins them.
 func summarize(ctx context.Context, req *Request, p *Preparation) (string, message.Usage, error) {
 	reserve := p.Settings.ReserveTokens
-	history := func(ctx context.Context) call {
+	history := func(ctx context.Context) outcome {
 		return complete(ctx, req, "summarization",
 			summaryPromptText(p.MessagesToSummarize, p.PreviousSummary, req.CustomInstructions), reserve*4/5)
 	}
@@ -180,25 +180,25 @@ func summarize(ctx context.Context, req *Request, p *Preparation) (string, messa
 		c := history(ctx)
 		return c.text, c.usage, c.err
 	}
-	prefix := func(ctx context.Context) call {
+	prefix := func(ctx context.Context) outcome {
 		return complete(ctx, req, "turn prefix summarization", turnPrefixPromptText(p.TurnPrefixMessages), reserve/2)
 	}
 	if len(p.MessagesToSummarize) == 0 {
 		// Nothing before the turn: pi writes "No prior history.", which would
 		// lose a previous summary; keep that instead.
-		history = func(context.Context) call {
+		history = func(context.Context) outcome {
 			if p.PreviousSummary != "" {
-				return call{text: p.PreviousSummary}
+				return outcome{text: p.PreviousSummary}
 			}
-			return call{text: noPriorHistory}
+			return outcome{text: noPriorHistory}
 		}
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var calls [2]call
+	var calls [2]outcome
 	var wg sync.WaitGroup
-	for i, f := range []func(context.Context) call{history, prefix} {
+	for i, f := range []func(context.Context) outcome{history, prefix} {
 		wg.Go(func() {
 			calls[i] = f(ctx)
 			if calls[i].err != nil {
@@ -219,15 +219,15 @@ func summarize(ctx context.Context, req *Request, p *Preparation) (string, messa
 	return joinSplitTurn(calls[0].text, calls[1].text), calls[0].usage.Add(calls[1].usage), nil
 }
 
-// call is the outcome of one summary request.
-type call struct {
+// outcome is what one summary request gave.
+type outcome struct {
 	text  string
 	usage message.Usage
 	err   error
 }
 
 // complete makes one summary request and returns its text.
-func complete(ctx context.Context, req *Request, what, prompt string, maxTokens int) call {
+func complete(ctx context.Context, req *Request, what, prompt string, maxTokens int) outcome {
 	if req.Model.MaxTokens > 0 && maxTokens > req.Model.MaxTokens {
 		maxTokens = req.Model.MaxTokens
 	}
@@ -248,7 +248,7 @@ func complete(ctx context.Context, req *Request, what, prompt string, maxTokens 
 		APIKey:    req.APIKey,
 	}
 	m, err := req.Provider.Stream(ctx, r, func(provider.Event) {})
-	var c call
+	var c outcome
 	if m.Usage != nil {
 		c.usage = *m.Usage
 	}

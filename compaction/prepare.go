@@ -29,8 +29,9 @@ type Preparation struct {
 	FirstKeptEntryID string
 	// LeafID is the id of the last entry: the new compaction's parent.
 	LeafID string
-	// MessagesToSummarize are the messages, since the previous compaction,
-	// before the kept part (before the split turn's start, when IsSplitTurn).
+	// MessagesToSummarize are the messages not yet summarised (those the
+	// previous compaction kept, and everything after it) before the kept
+	// part, or before the split turn's start when IsSplitTurn.
 	MessagesToSummarize []message.Message
 	// TurnPrefixMessages are, for a split turn, the messages from the turn's
 	// start up to the first kept entry; they get a summary of their own.
@@ -60,7 +61,9 @@ type Preparation struct {
 // parentId chain ending at the last entry, as sessionfile.Branch finds it)
 // keeps and summarises, as pi's prepareCompaction does:
 //
-//   - only the entries after the previous compaction are considered;
+//   - only the entries from the previous compaction's first kept entry on
+//     are considered (newer pi; pi 0.58 started after the compaction and
+//     so lost what it had kept);
 //   - walking back from the newest message entry, estimates are summed
 //     until they reach s.KeepRecentTokens; the cut is at the first valid
 //     cut point at or after that entry (a user, assistant, bashExecution,
@@ -106,6 +109,14 @@ func Prepare(entries []message.Entry, s Settings) (*Preparation, error) {
 		}
 	}
 	start := prev + 1
+	if prev >= 0 {
+		// The entries the previous compaction kept are summarised now too
+		// (newer pi; v0.58 started after the compaction and lost them).
+		first := path[prev].Field("firstKeptEntryId")
+		if i := slices.IndexFunc(path[:prev], func(e message.Entry) bool { return e.ID == first && first != "" }); i >= 0 {
+			start = i
+		}
+	}
 	cut := findCutPoint(path, start, len(path), s.KeepRecentTokens)
 
 	p := &Preparation{
