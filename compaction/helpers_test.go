@@ -94,7 +94,9 @@ func (h *hist) compaction(summary, firstKept string, details map[string]any) str
 	return h.add(message.Entry{Type: message.EntryCompaction, Fields: f})
 }
 
-func call(id, name string, args map[string]any) message.Block { return message.ToolCall(id, name, args) }
+func call(id, name string, args map[string]any) message.Block {
+	return message.ToolCall(id, name, args)
+}
 
 func ids(entries []message.Entry) []string {
 	out := make([]string, len(entries))
