@@ -1,0 +1,301 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/scripted"
+)
+
+// keyed is a provider whose answer depends on the API key and request, as a
+// real endpoint's would; it records every call.
+type keyed struct {
+	mu    sync.Mutex
+	calls []provider.Request
+	fn    func(req *provider.Request) (string, error)
+}
+
+func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	k.mu.Lock()
+	k.calls = append(k.calls, *req)
+	k.mu.Unlock()
+	out := message.Message{Role: message.RoleAssistant, Provider: req.Model.Provider, Model: req.Model.ID, API: req.Model.API, Timestamp: 1}
+	text, err := k.fn(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			out.StopReason = message.StopAborted
+			return out, ctx.Err()
+		}
+		out.StopReason, out.ErrorMessage = message.StopError, err.Error()
+		if pe, ok := err.(*provider.Error); ok {
+			out.ErrorMessage = pe.Message
+		}
+		return out, err
+	}
+	emit(provider.Event{Type: provider.EventStart})
+	emit(provider.Event{Type: provider.EventTextDelta, Delta: text})
+	out.Content = message.BlocksOf(message.Text(text))
+	out.StopReason = message.StopStop
+	out.Usage = &message.Usage{Input: 10, Output: 2, TotalTokens: 12}
+	emit(provider.Event{Type: provider.EventDone, Message: &out})
+	return out, nil
+}
+
+func (k *keyed) keys() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for _, c := range k.calls {
+		out = append(out, c.APIKey.Reveal())
+	}
+	return out
+}
+
+// multiResolver serves "acme/*" from one provider and "scripted/*" from the
+// scripted provider.
+type multiResolver struct {
+	acme   provider.Provider
+	window int
+	other  provider.Provider
+}
+
+func (r multiResolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
+	p, id, _ := strings.Cut(ref, "/")
+	switch p {
+	case "acme":
+		return provider.Model{Provider: "acme", ID: id, API: "openai-completions", ContextWindow: r.window}, r.acme, nil
+	case "other":
+		return provider.Model{Provider: "other", ID: id, API: "openai-completions", ContextWindow: 200000}, r.other, nil
+	}
+	return scripted.Model(id), scripted.New(scripted.Config{}), nil
+}
+
+func twoProfiles(now func() time.Time) *MemoryAuth {
+	store := authprofile.Store{Usage: map[string]authprofile.State{}, Profiles: []authprofile.Profile{
+		{ID: "acme:a", Type: authprofile.TypeAPIKey, Provider: "acme", Key: "sk-a"},
+		{ID: "acme:b", Type: authprofile.TypeAPIKey, Provider: "acme", Key: "sk-b"},
+	}, Order: map[string][]string{"acme": {"acme:a", "acme:b"}}}
+	return NewMemoryAuth(store, authprofile.Config{Fleet: authprofile.FleetDefaults()}, now)
+}
+
+func runOnce(t *testing.T, cfg Config, in events.Inbound, history ...message.Entry) *Output {
+	t.Helper()
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Run(t.Context(), Input{RunID: "run", SessionID: "sid", Inbound: &in, History: history}, &sink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestScenarios(t *testing.T) {
+	t.Parallel()
+	now := time.Now
+	ok := func(req *provider.Request) (string, error) { return "fine", nil }
+
+	t.Run("429 on profile A rotates to B; the next run starts on B", func(t *testing.T) {
+		t.Parallel()
+		p := &keyed{fn: func(req *provider.Request) (string, error) {
+			if req.APIKey.Reveal() == "sk-a" && req.Model.ID == "m1" {
+				return "", &provider.Error{Reason: provider.ReasonRateLimit, Status: 429, Message: "429 rate limit reached", RetryAfter: 30 * time.Second}
+			}
+			return "fine", nil
+		}}
+		auth := twoProfiles(now)
+		cfg := Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}, Auth: auth}
+		out := runOnce(t, cfg, events.Inbound{Text: "hi"})
+		if out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "fine" {
+			t.Fatalf("result %+v", out.Result)
+		}
+		if got := strings.Join(p.keys(), ","); got != "sk-a,sk-b" {
+			t.Fatalf("keys used %s", got)
+		}
+		st := auth.State("acme:a")
+		if ms, ok := st.Models["m1"]; !ok || ms.CooldownUntil < time.Now().Add(29*time.Second).UnixMilli() {
+			t.Fatalf("profile a after 429: %+v (want a (profile, model) cooldown of at least the Retry-After)", st)
+		}
+		runOnce(t, cfg, events.Inbound{Text: "again"})
+		if got := strings.Join(p.keys(), ","); got != "sk-a,sk-b,sk-b" {
+			t.Fatalf("keys used %s: the cooling profile must not be tried first", got)
+		}
+		// Another model of the same profile is not blocked by m1's limit.
+		runOnce(t, cfg, events.Inbound{Text: "other model", Model: "acme/m2"})
+		if got := strings.Join(p.keys(), ","); got != "sk-a,sk-b,sk-b,sk-a" {
+			t.Fatalf("keys used %s: m2 must start on sk-a (cooldowns are per model)", got)
+		}
+	})
+
+	t.Run("billing error disables the profile for hours", func(t *testing.T) {
+		t.Parallel()
+		p := &keyed{fn: func(req *provider.Request) (string, error) {
+			if req.APIKey.Reveal() == "sk-a" {
+				return "", &provider.Error{Reason: provider.ReasonBilling, Status: 402, Message: "Your credit balance is too low to access the API."}
+			}
+			return "fine", nil
+		}}
+		auth := twoProfiles(now)
+		out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}, Auth: auth}, events.Inbound{Text: "hi"})
+		if out.Result.Meta.Error != nil {
+			t.Fatalf("result %+v", out.Result)
+		}
+		st := auth.State("acme:a")
+		if st.DisabledReason != provider.ReasonBilling || st.DisabledUntil < time.Now().Add(4*time.Hour).UnixMilli() {
+			t.Fatalf("profile a after a billing error: %+v", st)
+		}
+	})
+
+	t.Run("all profiles cooling: the next model of the chain answers", func(t *testing.T) {
+		t.Parallel()
+		p := &keyed{fn: func(*provider.Request) (string, error) {
+			return "", &provider.Error{Reason: provider.ReasonRateLimit, Status: 429, Message: "429 rate limit reached"}
+		}}
+		o := &keyed{fn: func(*provider.Request) (string, error) { return "from the fallback", nil }}
+		auth := twoProfiles(now)
+		cfg := Config{DefaultModel: "acme/m1", Fallbacks: []string{"other/m9"}, Resolver: multiResolver{acme: p, other: o}, Auth: auth}
+		out := runOnce(t, cfg, events.Inbound{Text: "hi"})
+		am := out.Result.Meta.AgentMeta
+		if out.Result.Meta.Error != nil || am.Provider != "other" || out.Result.Payloads[0].Text != "from the fallback" {
+			t.Fatalf("result %+v meta %+v", out.Result, am)
+		}
+		// Now both acme profiles are cooling: the next run skips acme.
+		before := len(p.keys())
+		out = runOnce(t, cfg, events.Inbound{Text: "again"})
+		if len(p.keys()) != before || out.Result.Meta.AgentMeta.Provider != "other" {
+			t.Fatalf("cooling provider was called again (%d calls) or not skipped: %+v", len(p.keys())-before, out.Result.Meta.AgentMeta)
+		}
+	})
+
+	t.Run("every model failing ends with the All models failed summary", func(t *testing.T) {
+		t.Parallel()
+		p := &keyed{fn: func(*provider.Request) (string, error) {
+			return "", &provider.Error{Reason: provider.ReasonOverloaded, Status: 529, Message: "overloaded_error: Overloaded"}
+		}}
+		cfg := Config{DefaultModel: "acme/m1", Fallbacks: []string{"other/m9"}, Resolver: multiResolver{acme: p, other: p}}
+		out := runOnce(t, cfg, events.Inbound{Text: "hi"})
+		if e := out.Result.Meta.Error; e == nil || !strings.HasPrefix(out.Result.Payloads[0].Text, "All models failed (2): acme/m1: ") {
+			t.Fatalf("result %+v", out.Result)
+		}
+	})
+
+	t.Run("unsupported thinking level is retried lower", func(t *testing.T) {
+		t.Parallel()
+		p := &keyed{fn: func(req *provider.Request) (string, error) {
+			if req.Thinking == provider.ThinkingXHigh {
+				return "", &provider.Error{Reason: provider.ReasonFormat, Status: 400, Message: "Unsupported value: 'xhigh'. Supported values are: 'low', 'medium', 'high'."}
+			}
+			return "thought at " + string(req.Thinking), nil
+		}}
+		out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}}, events.Inbound{Text: "hi", Thinking: "xhigh"})
+		if out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "thought at low" {
+			t.Fatalf("result %+v", out.Result)
+		}
+	})
+
+	t.Run("timeout rotates to the next profile without a cooldown", func(t *testing.T) {
+		t.Parallel()
+		p := &keyed{fn: func(req *provider.Request) (string, error) {
+			return "fine", nil
+		}}
+		slow := provider.Func(func(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+			if req.APIKey.Reveal() == "sk-a" {
+				<-ctx.Done()
+			}
+			return p.Stream(ctx, req, emit)
+		})
+		auth := twoProfiles(now)
+		out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: slow}, Auth: auth, AttemptTimeout: 100 * time.Millisecond}, events.Inbound{Text: "hi"})
+		if out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "fine" {
+			t.Fatalf("result %+v", out.Result)
+		}
+		if st := auth.State("acme:a"); st.CooldownUntil != 0 || len(st.Models) != 0 || st.ErrorCount != 0 {
+			t.Fatalf("a timeout cooled the profile: %+v", st)
+		}
+	})
+
+	t.Run("timeout on the only profile: the reference's timeout reply", func(t *testing.T) {
+		t.Parallel()
+		slow := provider.Func(func(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+			<-ctx.Done()
+			return message.Message{Role: message.RoleAssistant, StopReason: message.StopAborted}, ctx.Err()
+		})
+		out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: slow}, AttemptTimeout: 50 * time.Millisecond}, events.Inbound{Text: "hi"})
+		if !out.Result.Meta.Aborted || len(out.Result.Payloads) != 1 || out.Result.Payloads[0].Text != TextTimedOut {
+			t.Fatalf("result %+v", out.Result)
+		}
+	})
+
+	t.Run("unrecoverable overflow: the reference's user-facing error", func(t *testing.T) {
+		t.Parallel()
+		p := &keyed{fn: func(*provider.Request) (string, error) {
+			return "", &provider.Error{Reason: provider.ReasonContextOverflow, Status: 400, Message: "prompt is too long: 208423 tokens > 200000 maximum"}
+		}}
+		out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}}, events.Inbound{Text: "hi"})
+		e := out.Result.Meta.Error
+		if e == nil || e.Kind != "context_overflow" || out.Result.Payloads[0].Text != TextContextOverflow {
+			t.Fatalf("result %+v", out.Result)
+		}
+	})
+
+	t.Run("overflow with one huge tool result: truncated and retried", func(t *testing.T) {
+		t.Parallel()
+		const window = 20000 // max tool result = 0.3*20000*4 = 24000 chars
+		p := &keyed{fn: func(req *provider.Request) (string, error) {
+			for _, m := range req.Messages {
+				if m.Role == message.RoleToolResult && len(m.Content.Text()) > 24000 {
+					return "", &provider.Error{Reason: provider.ReasonContextOverflow, Status: 400, Message: "prompt is too long"}
+				}
+			}
+			return "fits now", nil
+		}}
+		history := toolHistory(strings.Repeat("log line\n", 12000))
+		out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p, window: window}}, events.Inbound{Text: "summarise the log"}, history...)
+		if out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "fits now" {
+			t.Fatalf("result %+v", out.Result)
+		}
+	})
+
+	t.Run("client tool: pending call, the client's answer continues the run", func(t *testing.T) {
+		t.Parallel()
+		script := `#script {"replies":[{"toolCalls":[{"id":"call_1","name":"weather","arguments":{"city":"Lisbon"}}]},{"text":"It is sunny in Lisbon."}]}`
+		cfg := Config{DefaultModel: "scripted/script", Resolver: multiResolver{acme: &keyed{fn: ok}}}
+		first := runOnce(t, cfg, events.Inbound{Text: script, Tools: []events.ClientTool{{Name: "weather", Description: "Current weather", Parameters: map[string]any{"type": "object"}}}})
+		m := first.Result.Meta
+		if m.StopReason != "tool_calls" || len(m.PendingToolCalls) != 1 || m.PendingToolCalls[0].ID != "call_1" || m.PendingToolCalls[0].Name != "weather" {
+			t.Fatalf("meta %+v", m)
+		}
+		var args map[string]any
+		if err := json.Unmarshal([]byte(m.PendingToolCalls[0].Arguments), &args); err != nil || args["city"] != "Lisbon" {
+			t.Fatalf("arguments %q", m.PendingToolCalls[0].Arguments)
+		}
+		second := runOnce(t, cfg, events.Inbound{ToolResults: []events.ToolResult{{ToolCallID: "call_1", Text: "22°C, clear"}}}, first.Entries...)
+		if second.Result.Meta.Error != nil || second.Result.Payloads[0].Text != "It is sunny in Lisbon." {
+			t.Fatalf("second run %+v", second.Result)
+		}
+		if len(second.Entries) != 2 || second.Entries[0].Message.Role != message.RoleToolResult || second.Entries[0].Message.ToolCallID != "call_1" {
+			t.Fatalf("second run entries %+v", second.Entries)
+		}
+	})
+}
+
+// toolHistory is a stored turn whose tool result is big.
+func toolHistory(result string) []message.Entry {
+	b := &builder{now: time.Now}
+	b.add(message.User("read the log", 1))
+	b.add(message.Message{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: "acme", Model: "m1", API: "openai-completions",
+		Content: message.BlocksOf(message.ToolCall("t1", "read", map[string]any{"path": "app.log"}))})
+	b.add(message.Message{Role: message.RoleToolResult, ToolCallID: "t1", ToolName: "read", Content: message.BlocksOf(message.Text(result))})
+	b.add(message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "acme", Model: "m1", API: "openai-completions",
+		Content: message.BlocksOf(message.Text("read it"))})
+	return b.entries
+}
