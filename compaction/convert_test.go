@@ -1,7 +1,7 @@
 package compaction
 
 import (
-	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -77,11 +77,15 @@ func TestConvertToLLMContext(t *testing.T) {
 		"content": []any{map[string]any{"type": "text", "text": "see image"}, map[string]any{"type": "image", "data": "iVBO", "mimeType": "image/png"}}}})
 	h.asst("answer")
 	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(ConvertToLLM(sessionfile.Messages(h.entries))); err != nil {
-		t.Fatal(err)
+	for _, m := range ConvertToLLM(sessionfile.Messages(h.entries)) {
+		fmt.Fprintf(&b, "== %s %d\n", m.Role, m.Timestamp)
+		for _, bl := range m.Content.Blocks {
+			if bl.Type == message.BlockText {
+				fmt.Fprintf(&b, "%s\n", bl.Text)
+			} else {
+				fmt.Fprintf(&b, "[%s %s]\n", bl.Type, bl.MimeType)
+			}
+		}
 	}
 	golden(t, "convert.golden", b.String())
 }
