@@ -58,9 +58,9 @@ type bundle struct {
 	log  zerolog.Logger
 }
 
-func setup(t testing.TB) *bundle {
+func setup(t testing.TB, opts ...natstest.Options) *bundle {
 	t.Helper()
-	b := &bundle{srv: natstest.Start(t), logs: &logBuffer{}}
+	b := &bundle{srv: natstest.Start(t, opts...), logs: &logBuffer{}}
 	var w io.Writer = b.logs
 	if tt, ok := t.(*testing.T); ok {
 		w = io.MultiWriter(b.logs, zerolog.NewTestWriter(tt))
