@@ -36,6 +36,7 @@ type run struct {
 	acc     usageAcc
 	window  int
 	sub     *subscriber
+	base    []message.Message // the history's context, built once
 	// compacting is set while a compaction runs (timeouts then count as
 	// timedOutDuringCompaction).
 	compacting bool
@@ -48,9 +49,26 @@ func (r *run) entries() []message.Entry {
 }
 
 // contextMessages is what the model sees: the branch's messages (after the
-// latest compaction) converted for the LLM.
+// latest compaction) converted for the LLM. The history's messages are
+// built once per run; this turn's entries are appended to them as long as
+// they only add messages on the same branch.
 func (r *run) contextMessages() []message.Message {
-	return toLLM(sessionfile.Messages(r.entries()))
+	if r.base == nil {
+		r.base = toLLM(sessionfile.MessagesShared(r.history))
+	}
+	out := make([]message.Message, 0, len(r.base)+len(r.b.entries))
+	out = append(out, r.base...)
+	for _, e := range r.b.entries {
+		if e.Type != message.EntryMessage || e.Message == nil {
+			// A compaction (or anything else) re-shapes the branch.
+			return toLLM(sessionfile.MessagesShared(r.entries()))
+		}
+		switch e.Message.Role {
+		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
+			out = append(out, *e.Message)
+		}
+	}
+	return out
 }
 
 func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
@@ -327,6 +345,7 @@ func (r *run) truncate(_ context.Context, window int) int {
 	}
 	r.history = append([]message.Entry(nil), r.history...)
 	cut(r.history)
+	r.base = nil
 	cut(r.b.entries)
 	return n
 }

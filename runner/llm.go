@@ -15,9 +15,10 @@ const (
 
 // toLLM converts session messages into what a model reads (pi's
 // convertToLlm): summaries and custom messages become user messages; user,
-// assistant and tool results pass through; anything else is dropped.
+// assistant and tool results pass through; anything else is dropped. It
+// works in place: msgs is reused for the result.
 func toLLM(msgs []message.Message) []message.Message {
-	out := msgs[:0:0]
+	out := msgs[:0]
 	for _, m := range msgs {
 		switch m.Role {
 		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:

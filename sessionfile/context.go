@@ -55,7 +55,15 @@ func Branch(entries []message.Entry) []message.Entry {
 // every entry. message entries give their message, custom_message entries a
 // "custom" message and branch_summary entries with a summary a
 // "branchSummary" message. The messages share no memory with entries.
-func Messages(entries []message.Entry) []message.Message {
+func Messages(entries []message.Entry) []message.Message { return messages(entries, true) }
+
+// MessagesShared is Messages without the copies: the messages of message
+// entries share their content with entries, so neither may be modified
+// while the other is in use. The run loop builds a request's context with
+// it on every model call.
+func MessagesShared(entries []message.Entry) []message.Message { return messages(entries, false) }
+
+func messages(entries []message.Entry, clone bool) []message.Message {
 	path := Branch(entries)
 	comp := -1
 	for i := len(path) - 1; i >= 0; i-- {
@@ -66,6 +74,12 @@ func Messages(entries []message.Entry) []message.Message {
 	}
 	out := make([]message.Message, 0, len(path)+1)
 	add := func(e *message.Entry) {
+		if !clone && e.Type == message.EntryMessage {
+			if e.Message != nil {
+				out = append(out, *e.Message)
+			}
+			return
+		}
 		if m, ok := entryMessage(e); ok {
 			out = append(out, m)
 		}
