@@ -94,33 +94,36 @@ func extraString(m message.Message, key string) string {
 }
 
 // ContextTokens estimates the tokens of a model context as pi's
-// estimateContextTokens does: the total of the last valid usage (an
-// assistant message that did not end in error or aborted) plus the
+// estimateContextTokens does: the total of the last valid usage plus the
 // estimates of the messages after it, or the sum of all estimates when no
-// usage is known. Usage reported at or before the last compactionSummary
-// message measured the context before that compaction and is not used.
+// usage is known. A valid usage is that of an assistant message that did
+// not end in error or aborted, with a non-zero total, and that is not
+// stale: a usage reported before the last compaction (an assistant
+// message placed before the compactionSummary message or not newer than
+// it, the test sanitize.ZeroStaleUsage applies) measured the context
+// before that compaction.
 func ContextTokens(msgs []message.Message) int {
-	start := 0
+	summary, summaryTS := -1, int64(0)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == sessionfile.RoleCompactionSummary {
-			start = i + 1
+			summary, summaryTS = i, msgs[i].Timestamp
 			break
 		}
 	}
 	total := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if i >= start {
-			if u := validUsage(&msgs[i]); u != nil {
-				return clampInt(u.Total()) + total
-			}
+		m := &msgs[i]
+		stale := i < summary || summary >= 0 && summaryTS != 0 && m.Timestamp != 0 && m.Timestamp <= summaryTS
+		if u := validUsage(m); u != nil && !stale {
+			return clampInt(u.Total()) + total
 		}
-		total += EstimateTokens(msgs[i])
+		total += EstimateTokens(*m)
 	}
 	return total
 }
 
 func validUsage(m *message.Message) *message.Usage {
-	if m.Role != message.RoleAssistant || m.Usage == nil ||
+	if m.Role != message.RoleAssistant || m.Usage == nil || m.Usage.Total() <= 0 ||
 		m.StopReason == message.StopError || m.StopReason == message.StopAborted {
 		return nil
 	}

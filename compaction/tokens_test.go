@@ -56,6 +56,7 @@ func TestContextTokens(t *testing.T) {
 	withUsage := func(stop message.StopReason, u message.Usage) message.Message {
 		return message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(message.Text(tok(10))), StopReason: stop, Usage: &u}
 	}
+	at := func(m message.Message, ts int64) message.Message { m.Timestamp = ts; return m }
 	summary := message.Message{Role: sessionfile.RoleCompactionSummary, Extra: map[string]any{"summary": tok(50)}}
 	tests := []struct {
 		name string
@@ -75,12 +76,18 @@ func TestContextTokens(t *testing.T) {
 			withUsage(message.StopError, message.Usage{TotalTokens: 99999})}, 1016},
 		{"aborted usage skipped", []message.Message{
 			withUsage(message.StopAborted, message.Usage{TotalTokens: 99999})}, 10},
+		// sanitize.ZeroStaleUsage leaves all-zero usage behind: no usage.
+		{"zero usage", []message.Message{
+			message.User(tok(5), 0), withUsage(message.StopStop, message.Usage{})}, 15},
 		// A usage reported before the last compaction measured the old,
-		// longer context.
-		{"stale usage before summary", []message.Message{
-			summary, withUsage(message.StopStop, message.Usage{TotalTokens: 150000}), message.User(tok(6), 0)}, 150006},
-		{"usage before summary ignored", []message.Message{
+		// longer context: placed before the summary, or kept after it
+		// but not newer.
+		{"usage before summary", []message.Message{
 			withUsage(message.StopStop, message.Usage{TotalTokens: 150000}), summary, message.User(tok(6), 0)}, 10 + 50 + 6},
+		{"kept usage not newer than summary", []message.Message{
+			at(summary, 2000), at(withUsage(message.StopStop, message.Usage{TotalTokens: 150000}), 1000), message.User(tok(6), 0)}, 50 + 10 + 6},
+		{"usage newer than summary", []message.Message{
+			at(summary, 2000), at(withUsage(message.StopStop, message.Usage{TotalTokens: 150000}), 3000), message.User(tok(6), 0)}, 150006},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
