@@ -146,13 +146,13 @@ func checkRoundTrip(t *testing.T, entries []message.Entry, res *Result) {
 }
 
 // withPreviousCompaction returns the fixture with a compaction after the
-// first answer (entry a000000c) that kept from the bash call (a0000007).
+// first answer (entry a000000c) that kept from the bash call (a0000008).
 func withPreviousCompaction(t *testing.T) []message.Entry {
 	entries := slices.Clone(readFixture(t))
 	parent := "a000000c"
 	c := message.Entry{Type: message.EntryCompaction, ID: "c0mpac71", ParentID: &parent, Timestamp: "2026-03-15T10:20:12.500Z",
 		Fields: map[string]any{"summary": "## Goal\nAdd a --verbose flag.\n\n<modified-files>\ncmd/tool/main.go\n</modified-files>",
-			"firstKeptEntryId": "a0000007", "tokensBefore": int64(5200), "fromHook": false,
+			"firstKeptEntryId": "a0000008", "tokensBefore": int64(5200), "fromHook": false,
 			"details": map[string]any{"readFiles": []any{}, "modifiedFiles": []any{"cmd/tool/main.go"}}}}
 	i := slices.IndexFunc(entries, func(e message.Entry) bool { return e.ID == parent })
 	next := entries[i+1].Clone()
