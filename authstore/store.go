@@ -26,6 +26,9 @@ const (
 	DefaultMaxAttempts = 20
 )
 
+// publishEvery bounds how many watched changes wait for one publish.
+const publishEvery = 64
+
 // Key prefixes in the bucket.
 const (
 	profilePrefix = "p."
@@ -87,7 +90,8 @@ type Store struct {
 	locks [64]chan struct{} // per-key stripes: local writers queue instead of racing
 
 	watcher jetstream.KeyWatcher
-	done    chan struct{} // closed when the watch loop has returned
+	cancel  context.CancelFunc // ends the watcher's context
+	done    chan struct{}      // closed when the watch loop has returned
 	closing atomic.Bool
 	stop    sync.Once
 
@@ -97,7 +101,8 @@ type Store struct {
 // Open creates the bucket when it is missing (or binds to it), loads every
 // entry and starts watching the bucket. It returns once the initial load is
 // complete, so the Store already knows every state the bucket held. Close
-// stops the watcher.
+// stops the watcher. Open returns the KV error, wrapped, when the bucket
+// cannot be created, bound or watched, and ctx's cause when ctx ends first.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
@@ -127,19 +132,29 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		s.locks[i] = make(chan struct{}, 1)
 	}
 
-	// The watcher outlives ctx, which only bounds the opening.
-	w, err := kv.WatchAll(context.Background())
+	// The watcher's context is kept by the client for recreating its
+	// consumer after a reconnect, so it must outlive ctx, which only bounds
+	// the opening.
+	wctx, cancel := context.WithCancel(context.Background())
+	detach := context.AfterFunc(ctx, cancel)
+	w, err := kv.WatchAll(wctx)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("authstore: watch bucket %s: %w", cfg.Bucket, err)
 	}
-	s.watcher = w
+	s.watcher, s.cancel = w, cancel
 	if err := s.load(ctx); err != nil {
 		_ = w.Stop()
 		for range w.Updates() { // closed once the subscription is gone
 		}
+		cancel()
 		return nil, err
 	}
 	go s.watch()
+	if !detach() { // ctx ended, and with it the watcher's context
+		_ = s.Close()
+		return nil, fmt.Errorf("authstore: open bucket %s: %w", cfg.Bucket, context.Cause(ctx))
+	}
 	return s, nil
 }
 
@@ -164,17 +179,20 @@ func (s *Store) load(ctx context.Context) error {
 }
 
 // watch applies the bucket's changes until the watcher is stopped. Changes
-// arriving in a burst are published together.
+// arriving in a burst are published together, at least every
+// publishEvery changes.
 func (s *Store) watch() {
 	defer close(s.done)
 	updates := s.watcher.Updates()
+	pending := 0
 	for e := range updates {
 		if e == nil {
 			continue
 		}
 		s.observe(e)
-		if len(updates) == 0 {
+		if pending++; pending >= publishEvery || len(updates) == 0 {
 			s.cache.publish()
+			pending = 0
 		}
 	}
 	s.cache.publish()
@@ -191,6 +209,7 @@ func (s *Store) Close() error {
 		_ = s.watcher.Stop() // fails only when the connection is already closed, which stops it too
 	})
 	<-s.done
+	s.cancel()
 	return nil
 }
 

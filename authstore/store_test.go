@@ -1,6 +1,7 @@
 package authstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -441,6 +442,31 @@ func TestAvailability(t *testing.T) {
 	}
 	if av := avail("openai", "gpt"); av.Profiles != 0 || av.AllCooling {
 		t.Errorf("openai: %+v", av)
+	}
+}
+
+// Workers starting together race to create the bucket; all of them open it.
+func TestOpenConcurrently(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wg sync.WaitGroup
+	for range 4 {
+		js := b.js(t)
+		wg.Go(func() {
+			s, err := Open(t.Context(), js, Config{Logger: b.log})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = s.Close()
+		})
+	}
+	wg.Wait()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := Open(ctx, b.js(t), Config{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open with an ended context: %v", err)
 	}
 }
 
