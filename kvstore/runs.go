@@ -1,0 +1,149 @@
+package kvstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultRunsBucket is the bucket of the active-run registry.
+const DefaultRunsBucket = "runs"
+
+// RunInfo is one active run as the registry shows it: which worker runs
+// which message of which session, and what it is doing.
+type RunInfo struct {
+	Session   string `json:"session"`
+	RunID     string `json:"runId"`
+	Worker    string `json:"worker"`
+	Attempt   int    `json:"attempt,omitempty"`
+	StartedAt int64  `json:"startedAt"` // Unix ms
+	// Phase is "running" or "compacting" (steering waits while compacting).
+	Phase string `json:"phase"`
+	// Handle tells registrations apart: a run clears or updates the entry
+	// only while it still holds its own handle.
+	Handle string `json:"handle"`
+}
+
+// Runs is the active-run registry: a KV bucket with one key per running
+// session (the lane token). Entries expire after the bucket's MaxAge, so a
+// run whose worker died vanishes even if no one clears it.
+type Runs struct{ kv jetstream.KeyValue }
+
+// OpenRuns creates or binds the registry bucket. maxAge bounds how long an
+// entry outlives a dead worker (default 1 hour; set it above the longest
+// run, since a live run's entry is rewritten only when its phase changes).
+func OpenRuns(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxAge time.Duration) (*Runs, error) {
+	if bucket == "" {
+		bucket = DefaultRunsBucket
+	}
+	if maxAge <= 0 {
+		maxAge = time.Hour
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Description: "Lanefleet active runs",
+		History: 1, TTL: maxAge, Storage: jetstream.MemoryStorage, Replicas: max(1, replicas)})
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: open bucket %s: %w", bucket, err)
+	}
+	return &Runs{kv: kv}, nil
+}
+
+// RunHandle is one registration.
+type RunHandle struct {
+	runs  *Runs
+	token string
+	info  RunInfo
+	rev   uint64
+}
+
+// Register records a run of the lane token; it replaces any entry a dead
+// run left behind.
+func (r *Runs) Register(ctx context.Context, token string, info RunInfo) (*RunHandle, error) {
+	if info.Phase == "" {
+		info.Phase = "running"
+	}
+	if info.Handle == "" {
+		info.Handle = fmt.Sprintf("%s/%s/%d", info.Worker, info.RunID, time.Now().UnixNano())
+	}
+	data, err := json.Marshal(info)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := r.kv.Put(ctx, token, data)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: register run %s: %w", info.RunID, err)
+	}
+	return &RunHandle{runs: r, token: token, info: info, rev: rev}, nil
+}
+
+// ErrStaleRun means the registry entry belongs to a newer run.
+var ErrStaleRun = errors.New("kvstore: the run registry entry belongs to a newer run")
+
+// SetPhase updates the run's phase, only if the entry is still this run's.
+func (h *RunHandle) SetPhase(ctx context.Context, phase string) error {
+	h.info.Phase = phase
+	data, err := json.Marshal(h.info)
+	if err != nil {
+		return err
+	}
+	rev, err := h.runs.kv.Update(ctx, h.token, data, h.rev)
+	if err != nil {
+		if isWrongLastSeq(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+			return ErrStaleRun
+		}
+		return fmt.Errorf("kvstore: update run %s: %w", h.info.RunID, err)
+	}
+	h.rev = rev
+	return nil
+}
+
+// Clear removes the entry if it is still this run's: a stale run never
+// clears a newer one.
+func (h *RunHandle) Clear(ctx context.Context) error {
+	err := h.runs.kv.Delete(ctx, h.token, jetstream.LastRevision(h.rev))
+	if err != nil && (isWrongLastSeq(err) || errors.Is(err, jetstream.ErrKeyNotFound)) {
+		return ErrStaleRun
+	}
+	if err != nil {
+		return fmt.Errorf("kvstore: clear run %s: %w", h.info.RunID, err)
+	}
+	return nil
+}
+
+// Get returns the active run of a lane token.
+func (r *Runs) Get(ctx context.Context, token string) (RunInfo, bool, error) {
+	e, err := r.kv.Get(ctx, token)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return RunInfo{}, false, nil
+	}
+	if err != nil {
+		return RunInfo{}, false, fmt.Errorf("kvstore: get run %s: %w", token, err)
+	}
+	var info RunInfo
+	if err := json.Unmarshal(e.Value(), &info); err != nil {
+		return RunInfo{}, false, fmt.Errorf("kvstore: run entry %s: %w", token, err)
+	}
+	return info, true, nil
+}
+
+// List returns every active run.
+func (r *Runs) List(ctx context.Context) ([]RunInfo, error) {
+	lister, err := r.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: list runs: %w", err)
+	}
+	var out []RunInfo
+	for k := range lister.Keys() {
+		info, ok, err := r.Get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
