@@ -132,9 +132,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		s.locks[i] = make(chan struct{}, 1)
 	}
 
-	// The watcher's context is kept by the client for recreating its
-	// consumer after a reconnect, so it must outlive ctx, which only bounds
-	// the opening.
+	// nats.go unsubscribes a watcher when its context ends (and keeps the
+	// context for recreating the consumer), so the watcher's context must
+	// outlive ctx, which only bounds the opening.
 	wctx, cancel := context.WithCancel(context.Background())
 	detach := context.AfterFunc(ctx, cancel)
 	w, err := kv.WatchAll(wctx)

@@ -468,6 +468,21 @@ func TestOpenConcurrently(t *testing.T) {
 	if _, err := Open(ctx, b.js(t), Config{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Open with an ended context: %v", err)
 	}
+
+	// The end of Open's context does not stop the watcher.
+	ctx, cancel = context.WithCancel(t.Context())
+	s, err := Open(ctx, b.js(t), Config{Logger: b.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cancel()
+	w := b.open(t, Config{})
+	if _, err := w.Apply(t.Context(), "a:b", failure(provider.ReasonRateLimit, "")); err != nil {
+		t.Fatal(err)
+	}
+	key, rev := revisionOf(t, w, "a:b")
+	seen(t, s, key, rev)
 }
 
 func TestUpdatesAfterClose(t *testing.T) {
