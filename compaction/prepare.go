@@ -53,6 +53,7 @@ type Preparation struct {
 	Settings Settings
 
 	path      []message.Entry // the branch, root first
+	start     int             // index into path: the first entry considered
 	firstKept int             // index into path
 	turnStart int             // index into path; -1 unless IsSplitTurn
 }
@@ -125,6 +126,7 @@ func Prepare(entries []message.Entry, s Settings) (*Preparation, error) {
 		TokensBefore: ContextTokens(sessionfile.Messages(entries)),
 		Settings:     s,
 		path:         path,
+		start:        start,
 		firstKept:    cut.firstKept,
 		turnStart:    cut.turnStart,
 	}
@@ -224,11 +226,14 @@ func isRole(e *message.Entry, r message.Role) bool {
 }
 
 // isCutPoint reports whether the kept part may start at e: anything that
-// becomes a message other than a tool result.
+// becomes a message other than a tool result. (pi also cuts at a
+// branch_summary without summary, which sessionfile.Messages leaves out.)
 func isCutPoint(e *message.Entry) bool {
 	switch e.Type {
-	case message.EntryBranchSummary, message.EntryCustomMessage:
+	case message.EntryCustomMessage:
 		return true
+	case message.EntryBranchSummary:
+		return e.Field("summary") != "" // an empty one gives no message
 	case message.EntryMessage:
 		if e.Message == nil {
 			return false
@@ -246,8 +251,10 @@ func isCutPoint(e *message.Entry) bool {
 // bashExecution, a custom_message or a branch_summary.
 func isTurnStart(e *message.Entry) bool {
 	switch e.Type {
-	case message.EntryBranchSummary, message.EntryCustomMessage:
+	case message.EntryCustomMessage:
 		return true
+	case message.EntryBranchSummary:
+		return e.Field("summary") != ""
 	}
 	return isRole(e, message.RoleUser) || isRole(e, RoleBashExecution)
 }
