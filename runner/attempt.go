@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/message"
@@ -54,14 +55,14 @@ func (r *run) entries() []message.Entry {
 // they only add messages on the same branch.
 func (r *run) contextMessages() []message.Message {
 	if r.base == nil {
-		r.base = toLLM(sessionfile.MessagesShared(r.history))
+		r.base = compaction.ConvertToLLM(sessionfile.MessagesShared(r.history))
 	}
 	out := make([]message.Message, 0, len(r.base)+len(r.b.entries))
 	out = append(out, r.base...)
 	for _, e := range r.b.entries {
 		if e.Type != message.EntryMessage || e.Message == nil {
 			// A compaction (or anything else) re-shapes the branch.
-			return toLLM(sessionfile.MessagesShared(r.entries()))
+			return compaction.ConvertToLLM(sessionfile.MessagesShared(r.entries()))
 		}
 		switch e.Message.Role {
 		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
@@ -80,7 +81,7 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 
 	// Threshold compaction before the prompt (pi compacts when the context
 	// is within reserveTokens of the window).
-	if c := r.r.cfg.Compactor; c != nil && c.Due(r.entries(), r.window) {
+	if c := r.r.cfg.Compactor; c != nil && c.Due(r.contextMessages(), r.window) {
 		if r.compactWith(actx, req, "threshold") {
 			out.compactions++
 		}

@@ -78,9 +78,9 @@ type CompactRequest struct {
 type Compactor interface {
 	// Compact returns the compaction entry to append after req.Entries.
 	Compact(ctx context.Context, req CompactRequest) (message.Entry, error)
-	// Due reports whether the context of entries has grown past the
-	// compaction threshold of a contextWindow-token model.
-	Due(entries []message.Entry, contextWindow int) bool
+	// Due reports whether a context (the messages of the next request) has
+	// grown past the compaction threshold of a contextWindow-token model.
+	Due(msgs []message.Message, contextWindow int) bool
 }
 
 // Config configures a Runner.

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -262,6 +264,60 @@ func TestScenarios(t *testing.T) {
 		out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p, window: window}}, events.Inbound{Text: "summarise the log"}, history...)
 		if out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "fits now" {
 			t.Fatalf("result %+v", out.Result)
+		}
+	})
+
+	t.Run("context overflow: compaction, retry, success", func(t *testing.T) {
+		t.Parallel()
+		var summaries atomic.Int32
+		p := &keyed{fn: func(req *provider.Request) (string, error) {
+			if strings.Contains(strings.ToLower(req.SystemPrompt), "summar") {
+				summaries.Add(1)
+				return "## Goal\nKeep talking about the log.", nil
+			}
+			for _, m := range req.Messages {
+				if strings.Contains(m.Content.Text(), "<summary>") {
+					return "answered after compaction", nil
+				}
+			}
+			return "", &provider.Error{Reason: provider.ReasonContextOverflow, Status: 400, Message: "prompt is too long: 208423 tokens > 200000 maximum"}
+		}}
+		var history []message.Entry
+		for i := 0; i < 30; i++ {
+			h := toolHistory(strings.Repeat("line of a long log\n", 100))
+			if len(history) > 0 {
+				id := history[len(history)-1].ID
+				h[0].ParentID = &id
+			}
+			history = append(history, h...)
+		}
+		s := &sink{}
+		r, err := New(Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}, Compactor: PiCompactor{Settings: compaction.Settings{KeepRecentTokens: 2000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.Run(t.Context(), Input{RunID: "run", SessionID: "sid", Inbound: &events.Inbound{Text: "and now?"}, History: history}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "answered after compaction" || out.Result.Meta.AgentMeta.CompactionCount != 1 || summaries.Load() == 0 {
+			t.Fatalf("result %+v (summaries %d)", out.Result, summaries.Load())
+		}
+		var kinds []string
+		for _, e := range out.Entries {
+			kinds = append(kinds, e.Type)
+		}
+		if strings.Join(kinds, ",") != "message,message,compaction,message" {
+			t.Fatalf("entries %v: want the user message, the failed reply, the compaction entry and the answer", kinds)
+		}
+		var phases []string
+		for _, e := range s.evs {
+			if e.Stream == events.StreamCompaction {
+				phases = append(phases, e.Data.Phase)
+			}
+		}
+		if strings.Join(phases, ",") != "start,end" {
+			t.Fatalf("compaction events %v", phases)
 		}
 	})
 
