@@ -125,13 +125,15 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 	var updates sync.WaitGroup
 	if call.Update != nil {
 		updates.Go(func() {
-			tick := time.NewTicker(updateInterval)
-			defer tick.Stop()
+			// The timer restarts after each update, so updates are at
+			// least updateInterval apart however late one was.
+			timer := time.NewTimer(updateInterval)
+			defer timer.Stop()
 			for {
 				select {
 				case <-stopUpdates:
 					return
-				case <-tick.C:
+				case <-timer.C:
 					if out.takeDirty() {
 						text, truncated, total := out.snapshot()
 						call.Update(Result{
@@ -139,6 +141,7 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 							Details: map[string]any{"partial": true, "truncated": truncated, "outputBytes": total},
 						})
 					}
+					timer.Reset(updateInterval)
 				}
 			}
 		})
@@ -194,6 +197,8 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 	default:
 		status = fmt.Sprintf("Command exited with code %d.", exitCode)
 	}
+	// One final newline is dropped: the status follows a blank line.
+	text = strings.TrimSuffix(text, "\n")
 	if text == "" {
 		text = "(no output)"
 	}
