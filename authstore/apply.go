@@ -141,7 +141,7 @@ func (s *Store) update(ctx context.Context, profileID string, fn mutation) (auth
 		if err == nil {
 			s.cache.setState(key, profileID, next, newRev)
 			s.cache.publish()
-			return next, true, nil
+			return next.Clone(), true, nil // next is shared with readers now
 		}
 		if !isConflict(err) {
 			return authprofile.State{}, false, err
@@ -178,7 +178,7 @@ func (s *Store) read(ctx context.Context, key, profileID string) (authprofile.St
 	st, err := decodeState(e.Value())
 	if err != nil {
 		s.log.Warn().Str("profile", profileID).Uint64("revision", e.Revision()).Int("bytes", len(e.Value())).Err(err).
-			Msg("authstore: malformed profile state in bucket; overwriting it")
+			Msg("authstore: malformed profile state in bucket; treating it as empty")
 	}
 	s.cache.setState(key, profileID, st, e.Revision())
 	s.cache.publish()

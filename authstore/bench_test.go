@@ -142,5 +142,8 @@ func withProfiles(b *testing.B, n int) (*Store, *authprofile.Store) {
 			b.Fatal(err)
 		}
 	}
+	if err := s.MarkGood(ctx, "anthropic", creds.Profiles[0].ID); err != nil {
+		b.Fatal(err)
+	}
 	return s, creds
 }

@@ -1,6 +1,8 @@
 package authstore
 
 import (
+	"maps"
+
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/fallback"
 )
@@ -10,13 +12,18 @@ import (
 // authprofile.Order, Select, Status and Pin. creds' own Usage and LastGood
 // are not used: state lives in the bucket. A nil creds has no profiles.
 //
-// Snapshot copies nothing: the returned Usage and LastGood maps, and the
-// maps inside each State, are shared with the Store and with every other
-// snapshot, and must not be modified (clone before changing). A snapshot
+// Snapshot does not copy the states: the returned Usage map, and the maps
+// inside each State, are shared with the Store and with every other
+// snapshot, and must not be modified (clone before changing; record changes
+// with Apply). LastGood is a copy, so authprofile.Store.MarkGood on the
+// snapshot is harmless (and not persisted: use Store.MarkGood). A snapshot
 // does not change afterwards; take a new one to see later changes.
 func (s *Store) Snapshot(creds *authprofile.Store) authprofile.Store {
 	v := s.cache.view.Load()
-	out := authprofile.Store{Version: 1, Usage: v.usage, LastGood: v.good}
+	out := authprofile.Store{Version: 1, Usage: v.usage}
+	if len(v.good) > 0 {
+		out.LastGood = maps.Clone(v.good)
+	}
 	if creds != nil {
 		out.Version, out.Profiles, out.Order = creds.Version, creds.Profiles, creds.Order
 	}
