@@ -26,6 +26,7 @@ type remoteTool struct {
 	subject  string
 	timeout  time.Duration
 	maxChars int
+	mux      *updateMux // for calls with an Update callback
 }
 
 // Spec implements tools.Tool with the spec from the endpoint's metadata.
@@ -76,7 +77,7 @@ func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []
 		rep, err = t.nc.RequestMsgWithContext(ctx, msg)
 	} else {
 		msg.Header.Set(HeaderUpdates, "1")
-		rep, err = t.requestWithUpdates(ctx, msg, update)
+		rep, err = t.mux.request(ctx, msg, t.maxChars, update)
 	}
 	if err != nil {
 		return tools.Result{}, t.requestError(ctx, limit, err)
@@ -107,34 +108,6 @@ func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []
 		return tools.Result{}, &Error{Tool: name, Message: fmt.Sprintf("tool %s sent a malformed reply: %v", name, err), Err: fmt.Errorf("%w: %w", ErrBadReply, err)}
 	}
 	return res, nil
-}
-
-// requestWithUpdates sends msg with a reply subject of its own and hands
-// partial results to update, in order, until the reply comes. The service
-// publishes both on one connection, so none follows the reply.
-func (t *remoteTool) requestWithUpdates(ctx context.Context, msg *nats.Msg, update func(tools.Result)) (*nats.Msg, error) {
-	inbox := t.nc.NewInbox()
-	sub, err := t.nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe() //nolint:errcheck // the inbox is never reused
-	msg.Reply = inbox
-	if err := t.nc.PublishMsg(msg); err != nil {
-		return nil, err
-	}
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if m.Header.Get(HeaderUpdate) != "1" {
-			return m, nil
-		}
-		if p, err := decodeResult(m.Data, t.maxChars); err == nil {
-			update(p)
-		}
-	}
 }
 
 // requestError explains a failed request.

@@ -107,6 +107,7 @@ type Registry struct {
 	nc    *nats.Conn
 	cfg   DiscoverConfig
 	log   zerolog.Logger
+	mux   *updateMux
 	tools atomic.Pointer[tools.List]
 }
 
@@ -117,7 +118,7 @@ func NewRegistry(nc *nats.Conn, cfg DiscoverConfig) (*Registry, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Registry{nc: nc, cfg: cfg, log: cfg.Logger}
+	r := &Registry{nc: nc, cfg: cfg, log: cfg.Logger, mux: &updateMux{nc: nc}}
 	r.tools.Store(&tools.List{})
 	return r, nil
 }
@@ -241,7 +242,7 @@ func (r *Registry) build(infos []micro.Info) tools.List {
 	list := make(tools.List, 0, len(names))
 	for _, n := range names {
 		c := best[n]
-		list = append(list, &remoteTool{nc: r.nc, spec: c.spec, subject: c.subject, timeout: r.cfg.CallTimeout, maxChars: r.cfg.MaxResultChars})
+		list = append(list, &remoteTool{nc: r.nc, spec: c.spec, subject: c.subject, timeout: r.cfg.CallTimeout, maxChars: r.cfg.MaxResultChars, mux: r.mux})
 	}
 	return list
 }

@@ -491,32 +491,12 @@ func TestMalformedReply(t *testing.T) {
 
 func TestHugeResult(t *testing.T) {
 	t.Parallel()
-	// The embedded server allows 8 MiB messages, NATS' default is 1 MiB:
-	// results are cut to 400 000 chars and then to what fits.
-	t.Run("8MiB", func(t *testing.T) { t.Parallel(); testHugeResult(t, setup(t)) })
-	t.Run("1MiB", func(t *testing.T) { t.Parallel(); testHugeResult(t, setupMaxPayload(t, 1<<20)) })
-}
-
-// setupMaxPayload is setup with a server whose max_payload is n.
-func setupMaxPayload(t *testing.T, n int32) *bundle {
-	t.Helper()
-	no := false
-	srv, err := embedded.Start(embedded.Config{Name: "test", DataDir: t.TempDir(), SyncAlways: &no, MaxPayload: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	b := setup(t)
-	b.url = srv.ClientURL()
-	b.server, b.client = natstest.Connect(t, b.url), natstest.Connect(t, b.url)
-	return b
-}
-
-func testHugeResult(t *testing.T, b *bundle) {
+	// NATS' default max payload (the embedded server allows 8 MiB).
+	b := setupMaxPayload(t, 1<<20)
 	maxPayload := int(b.client.MaxPayload())
-	big := maxPayload + 1<<20
-	ascii := strings.Repeat("0123456789abcdef\n", big/17) // 1 byte per char
-	wide := strings.Repeat("漢", big/3)                    // 3 bytes per char
+	ascii := strings.Repeat("0123456789abcdef\n", 600_000/17) // over 400 000 chars, under 1 MiB
+	wide := strings.Repeat("漢", 500_000)                      // 1.5 MB: 400 000 chars do not fit either
+	blob := strings.Repeat("x", maxPayload)                   // fits nowhere
 	b.serve(t, b.server, remote.ServiceConfig{},
 		newTool("cat", func(_ context.Context, c tools.Call) (tools.Result, error) {
 			if c.Args["wide"] == true {
@@ -525,7 +505,7 @@ func testHugeResult(t *testing.T, b *bundle) {
 			return tools.TextResult(ascii), nil
 		}),
 		newTool("dump", func(context.Context, tools.Call) (tools.Result, error) {
-			return tools.Result{Content: []message.Block{message.Text("ok")}, Details: map[string]any{"blob": ascii}}, nil
+			return tools.Result{Content: []message.Block{message.Text("ok")}, Details: map[string]any{"blob": blob}}, nil
 		}))
 	list := b.discover(t, remote.DiscoverConfig{})
 	cat, _ := list.Lookup("cat")
@@ -551,8 +531,26 @@ func testHugeResult(t *testing.T, b *bundle) {
 		t.Fatalf("code = %q, error %q", e.Code, e)
 	}
 	// Arguments that cannot be sent fail before the request.
-	_, err = cat.Call(t.Context(), tools.Call{Args: map[string]any{"q": ascii}})
+	_, err = cat.Call(t.Context(), tools.Call{Args: map[string]any{"q": blob}})
 	remoteErr(t, err, nats.ErrMaxPayload)
+}
+
+// setupMaxPayload is setup with a server whose max_payload is n.
+func setupMaxPayload(t *testing.T, n int32) *bundle {
+	t.Helper()
+	no := false
+	srv, err := embedded.Start(embedded.Config{Name: "test", DataDir: t.TempDir(), SyncAlways: &no, MaxPayload: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	url := srv.ClientURL()
+	return &bundle{
+		url:    url,
+		server: natstest.Connect(t, url),
+		client: natstest.Connect(t, url),
+		log:    zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	}
 }
 
 func TestConcurrentCalls(t *testing.T) {

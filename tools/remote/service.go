@@ -215,6 +215,12 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // call to a goroutine that Stop waits for.
 func (s *Service) handler(name string, t tools.Tool) micro.HandlerFunc {
 	return func(req micro.Request) {
+		if req.Reply() == "" {
+			// Nobody waits for the result: a tool with side effects
+			// must not run for a stray publish.
+			s.log.Debug().Str("tool", name).Msg("remote tools: ignored a call without a reply subject")
+			return
+		}
 		select {
 		case s.slots <- struct{}{}:
 		case <-s.ctx.Done():
@@ -274,7 +280,7 @@ func (s *Service) serve(req micro.Request, name string, t tools.Tool) {
 	call := tools.Call{ID: in.ID, Name: name, Args: in.Args}
 
 	var upd *updater
-	if req.Headers().Get(HeaderUpdates) == "1" && req.Reply() != "" {
+	if req.Headers().Get(HeaderUpdates) == "1" {
 		upd = &updater{s: s, subject: req.Reply(), name: name}
 		call.Update = upd.send
 	}
