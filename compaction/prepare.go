@@ -35,6 +35,9 @@ type Preparation struct {
 	MessagesToSummarize []message.Message
 	// TurnPrefixMessages are, for a split turn, the messages from the turn's
 	// start up to the first kept entry; they get a summary of their own.
+	//
+	// Both share their content with the entries given to Prepare: treat
+	// them as read-only.
 	TurnPrefixMessages []message.Message
 	// IsSplitTurn reports that the cut falls inside a turn: the first kept
 	// entry is not the user message that started it.
@@ -259,16 +262,21 @@ func isTurnStart(e *message.Entry) bool {
 	return isRole(e, message.RoleUser) || isRole(e, RoleBashExecution)
 }
 
-// entryMessages returns the messages entries give in a context, each
-// converted exactly as sessionfile.Messages converts it.
+// entryMessages returns the messages entries give in a context, as
+// sessionfile.Messages builds them. The messages of "message" entries are
+// not copied: they share their content with entries.
 func entryMessages(entries []message.Entry) []message.Message {
-	var out []message.Message
+	out := make([]message.Message, 0, len(entries))
 	for _, e := range entries {
-		if e.Type == message.EntryCompaction {
-			continue
+		switch e.Type {
+		case message.EntryMessage:
+			if e.Message != nil {
+				out = append(out, *e.Message)
+			}
+		case message.EntryCustomMessage, message.EntryBranchSummary:
+			e.ParentID = nil // a one-entry branch
+			out = append(out, sessionfile.Messages([]message.Entry{e})...)
 		}
-		e.ParentID = nil // a one-entry branch
-		out = append(out, sessionfile.Messages([]message.Entry{e})...)
 	}
 	return out
 }

@@ -34,14 +34,17 @@ func Serialize(msgs []message.Message) string {
 }
 
 func writeConversation(b *strings.Builder, msgs []message.Message) {
+	b.Grow(serializedSize(msgs))
 	first := true
-	para := func(tag, text string) {
+	para := func(tag string, text ...string) {
 		if !first {
 			b.WriteString("\n\n")
 		}
 		first = false
 		b.WriteString(tag)
-		b.WriteString(text)
+		for _, s := range text {
+			b.WriteString(s)
+		}
 	}
 	for i := range msgs {
 		m := &msgs[i]
@@ -74,10 +77,31 @@ func writeConversation(b *strings.Builder, msgs []message.Message) {
 			}
 		case message.RoleToolResult:
 			if s := m.Content.Text(); s != "" {
-				para("[Tool result]: ", truncateForSummary(s, toolResultMaxChars))
+				if n := jsLen(s); n > toolResultMaxChars {
+					para("[Tool result]: ", jsPrefix(s, toolResultMaxChars), "\n\n[... ", strconv.Itoa(n-toolResultMaxChars), " more characters truncated]")
+				} else {
+					para("[Tool result]: ", s)
+				}
 			}
 		}
 	}
+}
+
+// serializedSize guesses the transcript's length, to allocate it once.
+func serializedSize(msgs []message.Message) int {
+	n := 0
+	for i := range msgs {
+		size := 32
+		for j := range msgs[i].Content.Blocks {
+			bl := &msgs[i].Content.Blocks[j]
+			size += len(bl.Text) + len(bl.Thinking) + len(bl.Name) + 16*len(bl.Arguments)
+		}
+		if msgs[i].Role == message.RoleToolResult {
+			size = min(size, 4*toolResultMaxChars+64)
+		}
+		n += size
+	}
+	return n
 }
 
 // toolCallText renders a call as name(k=v, …) with JSON values.
@@ -101,12 +125,3 @@ func toolCallText(bl *message.Block) string {
 	return string(append(buf, ')'))
 }
 
-// truncateForSummary keeps the first max characters (UTF-16 code units) of
-// s and notes how many were cut.
-func truncateForSummary(s string, max int) string {
-	n := jsLen(s)
-	if n <= max {
-		return s
-	}
-	return jsPrefix(s, max) + "\n\n[... " + strconv.Itoa(n-max) + " more characters truncated]"
-}
