@@ -124,4 +124,3 @@ func toolCallText(bl *message.Block) string {
 	}
 	return string(append(buf, ')'))
 }
-
