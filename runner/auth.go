@@ -80,6 +80,11 @@ func (a *MemoryAuth) MarkGood(_ context.Context, prov, id string) error {
 	return nil
 }
 
+// ClaimProbe implements ProbeClaimer: in one process every claim wins.
+func (a *MemoryAuth) ClaimProbe(ctx context.Context, id, prov, model string) (bool, error) {
+	return true, a.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventProbe, Provider: prov, Model: model})
+}
+
 // State returns a profile's usage state.
 func (a *MemoryAuth) State(id string) authprofile.State {
 	a.mu.Lock()

@@ -131,7 +131,7 @@ func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) 
 	if l.thinkLevel == "" {
 		l.thinkLevel = provider.ThinkingOff
 	}
-	if err := l.resolveProfiles(); err != nil {
+	if err := l.resolveProfiles(ctx); err != nil {
 		return nil, err
 	}
 	return l.run(ctx)
@@ -139,7 +139,7 @@ func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) 
 
 // resolveProfiles builds the candidates and activates the first usable one
 // (§3.1 steps 4-5).
-func (l *modelLoop) resolveProfiles() error {
+func (l *modelLoop) resolveProfiles(ctx context.Context) error {
 	l.profiles = []string{""}
 	if l.req.auth == nil {
 		return nil
@@ -165,7 +165,7 @@ func (l *modelLoop) resolveProfiles() error {
 	}
 	l.profiles = order
 	l.idx = -1
-	if !l.advance(s, c, now) {
+	if !l.advance(ctx, s, c, now) {
 		return l.profileFailover(s, c, now, "")
 	}
 	return nil
@@ -186,10 +186,28 @@ func (l *modelLoop) usable(s authprofile.Store, c authprofile.Config, id string,
 	return c.CanProbe(p.Provider, s.Usage[id], l.req.model.ID, now)
 }
 
-// advance activates the next usable profile after the current one.
-func (l *modelLoop) advance(s authprofile.Store, c authprofile.Config, now time.Time) bool {
+// ProbeClaimer is implemented by an Auth that lets one worker at a time
+// probe a cooling profile (authstore claims it under compare-and-swap).
+type ProbeClaimer interface {
+	ClaimProbe(ctx context.Context, profileID, prov, model string) (won bool, err error)
+}
+
+// advance activates the next usable profile after the current one. A
+// cooling profile due for a probe is activated only when this run wins the
+// probe.
+func (l *modelLoop) advance(ctx context.Context, s authprofile.Store, c authprofile.Config, now time.Time) bool {
 	for i := l.idx + 1; i < len(l.profiles); i++ {
-		if l.usable(s, c, l.profiles[i], now) {
+		id := l.profiles[i]
+		if p, ok := s.Profile(id); ok && id != l.req.locked && authprofile.InCooldown(p.Provider, s.Usage[id], l.req.model.ID, now) {
+			pc, ok := l.req.auth.(ProbeClaimer)
+			if !ok || !c.CanProbe(p.Provider, s.Usage[id], l.req.model.ID, now) {
+				continue
+			}
+			if won, err := pc.ClaimProbe(ctx, id, p.Provider, l.req.model.ID); err != nil || !won {
+				continue
+			}
+		}
+		if l.usable(s, c, id, now) {
 			l.idx = i
 			l.thinkLevel = l.req.thinking
 			if l.thinkLevel == "" {
@@ -234,7 +252,7 @@ func (l *modelLoop) current() string {
 
 // key loads the active profile's secret, advancing past profiles whose
 // secret cannot be loaded.
-func (l *modelLoop) key() (provider.Secret, error) {
+func (l *modelLoop) key(ctx context.Context) (provider.Secret, error) {
 	for {
 		id := l.current()
 		if id == "" || l.req.auth == nil {
@@ -246,7 +264,7 @@ func (l *modelLoop) key() (provider.Secret, error) {
 		if err == nil {
 			return k, nil
 		}
-		if id == l.req.locked || !l.advance(s, c, l.req.now()) {
+		if id == l.req.locked || !l.advance(ctx, s, c, l.req.now()) {
 			return "", l.profileFailover(s, c, l.req.now(), err.Error())
 		}
 	}
@@ -262,12 +280,12 @@ func (l *modelLoop) mark(ctx context.Context, reason provider.Reason, retryAfter
 }
 
 // rotate activates the next usable profile (never away from a locked one).
-func (l *modelLoop) rotate() bool {
+func (l *modelLoop) rotate(ctx context.Context) bool {
 	if l.req.auth == nil || l.current() == "" || l.current() == l.req.locked {
 		return false
 	}
 	s, c := l.req.auth.Snapshot()
-	return l.advance(s, c, l.req.now())
+	return l.advance(ctx, s, c, l.req.now())
 }
 
 func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
@@ -287,7 +305,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 			out.runErr = &events.RunError{Kind: "retry_limit", Message: fmt.Sprintf("Exceeded retry limit after %d attempts (max=%d).", iter, cap)}
 			return out, nil
 		}
-		key, err := l.key()
+		key, err := l.key(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -376,7 +394,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 			}
 			reason := failoverReason(a.promptErr, text)
 			l.mark(ctx, reason, retryAfter(a.promptErr))
-			if reason != "" && reason != provider.ReasonTimeout && l.rotate() {
+			if reason != "" && reason != provider.ReasonTimeout && l.rotate(ctx) {
 				continue
 			}
 			if lvl, ok := failover.ThinkingFallback(text, l.attemptedList()); ok {
@@ -410,7 +428,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 				markReason = provider.ReasonUnknown
 			}
 			l.mark(ctx, markReason, retryAfter(a.lastErr))
-			if l.rotate() {
+			if l.rotate(ctx) {
 				continue
 			}
 			if l.req.fallbackConfigured {
