@@ -33,8 +33,9 @@ type remoteTool struct {
 func (t *remoteTool) Spec() provider.Tool { return t.spec }
 
 // Call implements tools.Tool: one request to the tool's subject, bounded by
-// the call timeout and ctx. Every failure is an *Error. A call that reached
-// a stopping instance is sent once more, as another instance may serve it.
+// the call timeout and ctx. Every failure is an *Error. A call that a
+// stopping instance refused without running it is sent once more, as
+// another instance may serve it.
 func (t *remoteTool) Call(ctx context.Context, call tools.Call) (tools.Result, error) {
 	name := t.spec.Name
 	ri := RunInfoFrom(ctx)
@@ -49,7 +50,7 @@ func (t *remoteTool) Call(ctx context.Context, call tools.Call) (tools.Result, e
 	// limit is how long this call may take, for error messages.
 	limit := t.timeout
 	if dl, ok := ctx.Deadline(); ok {
-		limit = min(limit, time.Until(dl))
+		limit = max(0, min(limit, time.Until(dl)))
 	}
 	cctx, cancel := context.WithTimeoutCause(ctx, t.timeout, ErrTimeout)
 	defer cancel()

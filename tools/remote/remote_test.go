@@ -379,7 +379,11 @@ func TestStopCancelsCallsInFlight(t *testing.T) {
 	if c := <-cause; !errors.Is(c, remote.ErrStopped) {
 		t.Fatalf("tool context cause = %v, want ErrStopped", c)
 	}
-	remoteErr(t, <-errc, remote.ErrUnavailable)
+	// The tool ran in part: the caller is told, and does not resend it.
+	e := remoteErr(t, <-errc, remote.ErrToolFailed)
+	if e.Error() != "tool slow was stopped before it finished: the process serving it is shutting down" {
+		t.Fatalf("error = %q", e.Error())
+	}
 }
 
 func TestShutdownLetsCallsFinish(t *testing.T) {
@@ -658,5 +662,47 @@ func TestDiscoverOtherServiceNames(t *testing.T) {
 	list := b.discover(t, remote.DiscoverConfig{Services: []string{"browser", remote.ServiceNameDefault}})
 	if len(list) != 2 {
 		t.Fatalf("discovery of both services found %v", list.Specs())
+	}
+}
+
+func TestRefusedCallIsResentOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A hand-written instance that refuses calls as a stopping Service
+	// does: 503, the call not run.
+	svc, err := micro.AddService(b.server, micro.Config{Name: remote.ServiceNameDefault, Version: "1.0.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	var requests [2]atomic.Int32
+	for i, name := range []string{"flaky", "down"} {
+		err := svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
+			if n := requests[i].Add(1); name == "down" || n == 1 {
+				_ = r.Error(remote.CodeUnavailable, "tool "+name+" is not available: the process serving it is stopping", nil)
+				return
+			}
+			_ = r.Respond([]byte(`{"content":[{"type":"text","text":"ok"}]}`))
+		}), micro.WithEndpointSubject(remote.Subject(name)), micro.WithEndpointMetadata(map[string]string{remote.MetaParameters: "{}"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.server.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	list := b.discover(t, remote.DiscoverConfig{})
+	down, _ := list.Lookup("down")
+	flaky, _ := list.Lookup("flaky")
+
+	if res, err := flaky.Call(t.Context(), tools.Call{}); err != nil || text(res) != "ok" {
+		t.Fatalf("flaky: %+v, %v", res, err)
+	}
+	_, err = down.Call(t.Context(), tools.Call{})
+	if e := remoteErr(t, err, remote.ErrUnavailable); e.Code != remote.CodeUnavailable {
+		t.Fatalf("down: code %q", e.Code)
+	}
+	if f, d := requests[0].Load(), requests[1].Load(); f != 2 || d != 2 {
+		t.Fatalf("requests: flaky %d, down %d; want each sent twice", f, d)
 	}
 }

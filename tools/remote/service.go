@@ -292,7 +292,9 @@ func (s *Service) serve(req micro.Request, name string, t tools.Tool) {
 	if err != nil {
 		switch cause := context.Cause(ctx); {
 		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
-			s.respondError(req, name, CodeUnavailable, fmt.Sprintf("tool %s was stopped: the process serving it is shutting down", name))
+			// Not CodeUnavailable: the tool ran in part, so the caller
+			// must not resend the call on its own.
+			s.respondError(req, name, CodeToolFailed, fmt.Sprintf("tool %s was stopped before it finished: the process serving it is shutting down", name))
 		case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
 			s.respondError(req, name, CodeTimeout, fmt.Sprintf("tool %s timed out after %s", name, timeout))
 		default:

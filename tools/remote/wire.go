@@ -43,8 +43,8 @@ const (
 const (
 	CodeBadRequest  = "400" // the request body is not a valid call
 	CodeTooLarge    = "413" // the result does not fit in one NATS message
-	CodeToolFailed  = "500" // the tool returned an error or panicked
-	CodeUnavailable = "503" // the service is stopping; another may answer
+	CodeToolFailed  = "500" // the tool returned an error, panicked or was stopped while running
+	CodeUnavailable = "503" // the service is stopping and did not run the call; another may
 	CodeTimeout     = "504" // the caller's timeout passed while the tool ran
 )
 
