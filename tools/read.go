@@ -22,9 +22,10 @@ const sniffLen = 8 << 10
 
 // readTool is the built-in "read": {path, offset?, limit?}.
 //
-// Text is returned by lines: from line offset (1-based, default 1), at most
-// limit lines, and never more than MaxReadLines lines or MaxReadBytes bytes;
-// a truncated answer ends with a notice naming the next offset. A first line
+// Text is returned by lines: from line offset (1-based, default 1; 0 counts
+// as 1), at most limit lines, and never more than MaxReadLines lines or
+// MaxReadBytes bytes; a truncated answer ends with a notice naming the next
+// offset. Reading streams the file, so its size does not matter. A first line
 // alone over MaxReadBytes is not shown; the notice suggests exec instead.
 // PNG, JPEG, GIF and WebP files (recognised by content) come back as an
 // image block; other binary files are refused with an error that says so.

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,9 +94,7 @@ func TestReadErrors(t *testing.T) {
 	f.file("bin.dat", "\x7fELF\x02\x01\x01\x00\x00\x00")
 	f.file("noise.dat", strings.Repeat("\x01\x02\x03abc", 100))
 	f.file("dir/x.txt", "x")
-	if err := syscall.Mkfifo(filepath.Join(f.dir, "fifo"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, filepath.Join(f.dir, "fifo"))
 	tests := []struct {
 		path   string
 		offset any

@@ -84,10 +84,30 @@ type ws struct {
 	realDir string
 }
 
-// Builtin returns the built-in tools working in ws, in this order: read,
-// write, edit, exec. It fails if ws.Dir is not an absolute path of an
-// existing directory, if ws.Shell is set but not absolute, or if a limit is
-// negative.
+// Builtin returns the built-in tools working in w, in this order:
+//
+//   - read {path, offset?, limit?}: a text file by lines from offset
+//     (1-based), within MaxReadLines lines and MaxReadBytes bytes, with a
+//     notice naming the offset to continue from when cut; PNG, JPEG, GIF and
+//     WebP files as image blocks (up to MaxImageBytes); other binary files,
+//     directories and non-regular files are refused.
+//   - write {path, content}: creates or overwrites a file, creating parent
+//     directories; content is capped at MaxWriteBytes.
+//   - edit {path, oldText, newText}: replaces the one occurrence of oldText
+//     (0 or several occurrences are errors); line endings are adapted to
+//     the file's; details carry line numbers and a line diff.
+//   - exec {command, timeout?}: Shell -c command in Dir with exactly Env,
+//     in its own process group that is killed on timeout or cancellation;
+//     combined output capped at MaxOutputBytes keeping head and tail; exit
+//     code in the text and the details; partial output through Call.Update
+//     at most every 100 ms. A failed command is an isError Result.
+//
+// Errors about arguments, paths and files are returned as errors whose text
+// tells the model what to do instead. The tools keep no state between calls
+// and may be called concurrently.
+//
+// Builtin fails if w.Dir is not an absolute path of an existing directory,
+// if w.Shell is set but not absolute, or if a limit is negative.
 func Builtin(w Workspace) (List, error) {
 	v, err := w.validate()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -15,7 +16,8 @@ import (
 // It creates the file (mode 0644 before umask) and its missing parent
 // directories (0755), or replaces the content of an existing file in place,
 // keeping its mode and following symbolic links that stay in the workspace.
-// Content over MaxWriteBytes, directories and non-regular files are refused.
+// Content over MaxWriteBytes, directories, paths ending in "/" and
+// non-regular files are refused.
 type writeTool struct{ w *ws }
 
 func (t *writeTool) Spec() provider.Tool {
@@ -53,6 +55,9 @@ func (t *writeTool) Call(ctx context.Context, call Call) (Result, error) {
 	}
 	if rel == "." {
 		return Result{}, fmt.Errorf("%q is the workspace directory itself, not a file", p)
+	}
+	if strings.HasSuffix(p, "/") {
+		return Result{}, fmt.Errorf("path %q ends with a slash; give the name of a file (parent directories are created as needed)", p)
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("write aborted: %w", err)

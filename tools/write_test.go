@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -58,9 +57,7 @@ func TestWriteErrors(t *testing.T) {
 	f := newFixture(t, func(w *Workspace) { w.MaxWriteBytes = 1 << 10 })
 	f.file("file.txt", "x")
 	f.file("dir/keep.txt", "keep")
-	if err := syscall.Mkfifo(filepath.Join(f.dir, "fifo"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, filepath.Join(f.dir, "fifo"))
 	tests := []struct {
 		path, content string
 		want          []string
@@ -68,6 +65,7 @@ func TestWriteErrors(t *testing.T) {
 		{"big.txt", strings.Repeat("b", 1<<10+1), []string{`content for "big.txt" is 1.0KB, over the 1.0KB write limit`}},
 		{"dir", "x", []string{`"dir" is a directory`}},
 		{".", "x", []string{"workspace directory itself"}},
+		{"newdir/", "x", []string{`path "newdir/" ends with a slash`}},
 		{"file.txt/child.txt", "x", []string{"file.txt"}},
 		{"fifo", "x", []string{`"fifo" is not a regular file`}},
 	}
