@@ -155,13 +155,9 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 	select {
 	case <-waited:
 	case <-timer.C:
-		timedOut = true
-		killProcessGroup(cmd)
-		<-waited
+		timedOut = kill(cmd, waited)
 	case <-ctx.Done():
-		aborted = true
-		killProcessGroup(cmd)
-		<-waited
+		aborted = kill(cmd, waited)
 	}
 	elapsed := time.Since(started)
 	select {
@@ -209,6 +205,20 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 		Details: details,
 		IsError: timedOut || aborted || exitCode != 0,
 	}, nil
+}
+
+// kill kills the command's process group and waits for the shell, unless
+// the shell already exited (a command that ends as its timer fires is not
+// reported as killed). It reports whether it killed.
+func kill(cmd *exec.Cmd, waited <-chan error) bool {
+	select {
+	case <-waited:
+		return false
+	default:
+	}
+	killProcessGroup(cmd)
+	<-waited
+	return true
 }
 
 // secs renders a duration in seconds for the model.
