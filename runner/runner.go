@@ -178,7 +178,10 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if err != nil {
 		return nil, err
 	}
-	fallbackConfigured := len(plan.Candidates()) > 1
+	// As in the reference, the loop throws failover errors to the model
+	// chain only when fallbacks are configured; otherwise a failed model
+	// ends the run with its error reply.
+	fallbackConfigured := len(r.cfg.Fallbacks) > 0
 	var model provider.Model
 	for step, ok := plan.Next(r.cfg.Now()); ok; step, ok = plan.Next(r.cfg.Now()) {
 		m, prov, err := r.cfg.Resolver.Resolve(step.Candidate.String())

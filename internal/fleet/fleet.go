@@ -21,6 +21,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/authstore"
+	"github.com/lanefleet/lanefleet/blockchunk"
+	"github.com/lanefleet/lanefleet/compaction"
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -29,6 +34,7 @@ import (
 	"github.com/lanefleet/lanefleet/provider/registry"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/runner"
+	"github.com/lanefleet/lanefleet/tools/remote"
 )
 
 // Config configures a member.
@@ -60,6 +66,20 @@ type Config struct {
 	ModelsFile    string        // user models file adding to or overriding the built-in catalog
 	ScriptedDelay time.Duration // pause before each scripted/echo delta
 	Scripts       map[string]scripted.Script
+	Fallbacks     []string // model fallback chain after the requested model
+	// AuthProfiles is an auth-profiles.json file of API keys and tokens;
+	// keys in the environment (ANTHROPIC_API_KEY, ...) are profiles too.
+	AuthProfiles   string
+	AttemptTimeout time.Duration // one attempt of a run; default 10 minutes
+	// WorkspaceRoot holds each session's workspace directory for the
+	// built-in tools; default <DataDir>/workspaces, else a temp directory.
+	WorkspaceRoot   string
+	NoBuiltinTools  bool // no read/write/edit/exec
+	NoRemoteTools   bool // do not discover tools served over NATS
+	NoCompaction    bool // no threshold compaction (overflow recovery still compacts)
+	NoBlockReplies  bool // no block reply events
+	SystemPrompt    string
+	RunsRegistryTTL time.Duration // how long a dead run's registry entry lives; default 1 hour
 
 	Logger zerolog.Logger
 	// Env reads configuration such as API keys; default os.Getenv. Runs never
@@ -77,6 +97,9 @@ type Member struct {
 	Lanes   *kvstore.Lanes
 	Worker  *lanes.Worker
 	Runner  *runner.Runner
+	Auth    *authstore.Store
+	Runs    *kvstore.Runs
+	Tools   *remote.Registry // nil when remote tools are off
 	log     zerolog.Logger
 
 	defaultModel string
@@ -154,7 +177,46 @@ func (m *Member) build(ctx context.Context) error {
 		def = res.DefaultModel()
 	}
 	m.defaultModel = def
-	m.Runner, err = runner.New(runner.Config{DefaultModel: def, Resolver: res, Logger: cfg.Logger})
+	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
+	if err != nil {
+		return err
+	}
+	authCfg := authprofile.Config{Fleet: authprofile.FleetDefaults()}
+	if m.Auth, err = authstore.Open(ctx, m.JS, authstore.Config{Replicas: cfg.Replicas, Auth: authCfg, Logger: cfg.Logger}); err != nil {
+		return err
+	}
+	if m.Runs, err = kvstore.OpenRuns(ctx, m.JS, "", cfg.Replicas, cfg.RunsRegistryTTL); err != nil {
+		return err
+	}
+	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}}
+	if !cfg.NoBuiltinTools {
+		ts.root = cfg.WorkspaceRoot
+		if ts.root == "" && cfg.DataDir != "" {
+			ts.root = filepath.Join(cfg.DataDir, "workspaces")
+		}
+		if ts.root == "" {
+			ts.root = filepath.Join(os.TempDir(), "lanefleet-workspaces")
+		}
+		if ts.root, err = filepath.Abs(ts.root); err != nil {
+			return err
+		}
+	}
+	if !cfg.NoRemoteTools {
+		if m.Tools, err = remote.NewRegistry(m.Conn, remote.DiscoverConfig{Logger: cfg.Logger}); err != nil {
+			return err
+		}
+	}
+	ts.remote = m.Tools
+	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
+	compactor.Settings.Enabled = !cfg.NoCompaction
+	rcfg := runner.Config{DefaultModel: def, Fallbacks: cfg.Fallbacks, Resolver: res, Logger: cfg.Logger,
+		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
+		SystemPrompt: cfg.SystemPrompt}
+	if !cfg.NoBlockReplies {
+		bc := blockchunk.DefaultConfig(0)
+		rcfg.BlockReplies = &bc
+	}
+	m.Runner, err = runner.New(rcfg)
 	if err != nil {
 		return err
 	}
@@ -165,14 +227,46 @@ func (m *Member) build(ctx context.Context) error {
 	return err
 }
 
-// handle adapts a lane turn to the runner.
+// handle adapts a lane turn to the runner, registering the run in the
+// active-run registry while it runs.
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
+	tok, _ := events.KeyToken(t.SessionKey)
+	reg, err := m.Runs.Register(ctx, tok, kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.cfg.WorkerID,
+		Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()})
+	if err != nil {
+		// The registry is informational: a run goes on without it.
+		m.log.Warn().Err(err).Str("run_id", t.RunID).Msg("run registry")
+	} else {
+		defer func() { _ = reg.Clear(context.WithoutCancel(ctx)) }()
+	}
 	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
 		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, t)
 	if err != nil {
 		return nil, err
 	}
 	return &lanes.Outcome{Entries: out.Entries, Result: out.Result}, nil
+}
+
+// fleetAuth is runner.Auth over the fleet's auth bucket and the member's
+// credentials.
+type fleetAuth struct {
+	s     *authstore.Store
+	creds *authprofile.Store
+}
+
+func (a fleetAuth) Snapshot() (authprofile.Store, authprofile.Config) {
+	return a.s.Snapshot(a.creds), a.s.Config().Auth
+}
+
+func (a fleetAuth) Apply(ctx context.Context, id string, ev authprofile.Event) error {
+	_, err := a.s.Apply(ctx, id, ev)
+	return err
+}
+
+func (a fleetAuth) MarkGood(ctx context.Context, prov, id string) error { return a.s.MarkGood(ctx, prov, id) }
+
+func (a fleetAuth) ClaimProbe(ctx context.Context, id, prov, model string) (bool, error) {
+	return a.s.ClaimProbe(ctx, id, prov, model)
 }
 
 // ClientURL returns the URL clients and other workers use.
@@ -182,10 +276,22 @@ func (m *Member) ClientURL() string { return m.Conn.ConnectedUrl() }
 // connection and the embedded server.
 func (m *Member) Run(ctx context.Context) error {
 	defer m.close()
+	if m.Tools != nil {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = m.Tools.Run(rctx) // refreshes the remote tools until cancelled
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	return m.Worker.Run(ctx)
 }
 
 func (m *Member) close() {
+	if m.Auth != nil {
+		_ = m.Auth.Close()
+	}
 	if m.Conn != nil {
 		_ = m.Conn.Drain()
 		deadline := time.Now().Add(5 * time.Second)
