@@ -263,7 +263,9 @@ func (a fleetAuth) Apply(ctx context.Context, id string, ev authprofile.Event) e
 	return err
 }
 
-func (a fleetAuth) MarkGood(ctx context.Context, prov, id string) error { return a.s.MarkGood(ctx, prov, id) }
+func (a fleetAuth) MarkGood(ctx context.Context, prov, id string) error {
+	return a.s.MarkGood(ctx, prov, id)
+}
 
 func (a fleetAuth) ClaimProbe(ctx context.Context, id, prov, model string) (bool, error) {
 	return a.s.ClaimProbe(ctx, id, prov, model)

@@ -16,8 +16,8 @@ import (
 // toolSource gives each run the built-in tools in its session's workspace
 // (<root>/<lane token>) and the remote tools the fleet offers over NATS.
 type toolSource struct {
-	root   string          // workspaces root; "" = no built-in tools
-	env    []string        // the exact environment of exec'd commands
+	root   string           // workspaces root; "" = no built-in tools
+	env    []string         // the exact environment of exec'd commands
 	remote *remote.Registry // nil = no remote tools
 }
 
