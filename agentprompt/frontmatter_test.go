@@ -1,0 +1,249 @@
+package agentprompt
+
+import (
+	"maps"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// frontmatterCases are the parser's table, and the fuzz test's seeds.
+var frontmatterCases = []struct {
+	name    string
+	src     string
+	want    map[string]string
+	wantErr string // substring of the error; "" means no error
+}{
+	{
+		name: "plain key value lines",
+		src:  "---\nname: pdf\ndescription: Extract text from PDFs.\n---\n# body\n",
+		want: map[string]string{"name": "pdf", "description": "Extract text from PDFs."},
+	},
+	{
+		// Windows editors and a byte order mark.
+		name: "CRLF and BOM",
+		src:  "\uFEFF---\r\nname: pdf\r\ndescription: x\r\n---\r\nbody",
+		want: map[string]string{"name": "pdf", "description": "x"},
+	},
+	{
+		name: "closing line may carry trailing spaces, body may be empty",
+		src:  "---\nname: a\n---  ",
+		want: map[string]string{"name": "a"},
+	},
+	{
+		name: "empty frontmatter",
+		src:  "---\n---\n",
+		want: map[string]string{},
+	},
+	{
+		// A colon not followed by a space belongs to the value.
+		name: "colons inside values",
+		src:  "---\nhomepage: https://example.com/a:b\ndescription: Use when: the task says so\n---\n",
+		want: map[string]string{"homepage": "https://example.com/a:b", "description": "Use when: the task says so"},
+	},
+	{
+		name: "comments: whole lines and after a space; a # inside a word stays",
+		src:  "---\n# a comment\nname: c-sharp # the name\ndescription: C# helpers\n  # indented comment\n---\n",
+		want: map[string]string{"name": "c-sharp", "description": "C# helpers"},
+	},
+	{
+		name: "double-quoted with escapes",
+		src:  "---\ndescription: \"Say \\\"hi\\\"\\tthen \\u00e9\\x41\\\\ \\/ # not a comment\" # comment\n---\n",
+		want: map[string]string{"description": "Say \"hi\"\tthen éA\\ / # not a comment"},
+	},
+	{
+		name: "single-quoted with a doubled quote",
+		src:  "---\ndescription: 'It''s # fine'\n---\n",
+		want: map[string]string{"description": "It's # fine"},
+	},
+	{
+		// Line breaks in quoted values fold to spaces; an empty line is a
+		// line break; an escaped line break joins.
+		name: "multi-line double-quoted",
+		src:  "---\ndescription: \"first\n  second   \n\n  third\\\n  joined\"\nname: x\n---\n",
+		want: map[string]string{"description": "first second\nthirdjoined", "name": "x"},
+	},
+	{
+		name: "multi-line single-quoted",
+		src:  "---\ndescription: 'one\n  two'\n---\n",
+		want: map[string]string{"description": "one two"},
+	},
+	{
+		name: "plain value continued on indented lines",
+		src:  "---\ndescription: Extract text\n  and tables\n\n  from PDFs.\nname: pdf\n---\n",
+		want: map[string]string{"description": "Extract text and tables\nfrom PDFs.", "name": "pdf"},
+	},
+	{
+		name: "folded block scalar, clip",
+		src:  "---\ndescription: >\n  Extract text\n  and tables.\n\n  Second paragraph.\nname: pdf\n---\n",
+		want: map[string]string{"description": "Extract text and tables.\nSecond paragraph.\n", "name": "pdf"},
+	},
+	{
+		name: "folded block scalar keeps more-indented lines",
+		src:  "---\ndescription: >-\n  a\n  b\n    code\n  c\n---\n",
+		want: map[string]string{"description": "a b\n  code\nc"},
+	},
+	{
+		name: "literal block scalar, strip",
+		src:  "---\ndescription: |-\n  line one\n    indented\n  line three\n---\n",
+		want: map[string]string{"description": "line one\n  indented\nline three"},
+	},
+	{
+		name: "literal block scalar, keep, with trailing empty lines",
+		src:  "---\ndescription: |+\n  text\n\n\nname: n\n---\n",
+		want: map[string]string{"description": "text\n\n\n", "name": "n"},
+	},
+	{
+		name: "block scalar with an indentation indicator",
+		src:  "---\ndescription: |2\n    two extra\n  base\n---\n",
+		want: map[string]string{"description": "  two extra\nbase\n"},
+	},
+	{
+		name: "empty block scalar",
+		src:  "---\ndescription: |\nname: x\n---\n",
+		want: map[string]string{"description": "", "name": "x"},
+	},
+	{
+		// A nested mapping is kept as raw, dedented text.
+		name: "nested metadata block",
+		src:  "---\nname: x\nmetadata:\n  openclaw:\n    primaryEnv: KEY\n\n  other: 1\nallowed-tools:\n  - read\n  - exec\n---\n",
+		want: map[string]string{
+			"name":          "x",
+			"metadata":      "openclaw:\n  primaryEnv: KEY\n\nother: 1",
+			"allowed-tools": "- read\n- exec",
+		},
+	},
+	{
+		name: "flow metadata as JSON on one line",
+		src:  "---\nmetadata: {\"openclaw\": {\"primaryEnv\": \"GEMINI_API_KEY\"}}\n---\n",
+		want: map[string]string{"metadata": "{\"openclaw\": {\"primaryEnv\": \"GEMINI_API_KEY\"}}"},
+	},
+	{
+		name: "flow value spread over lines",
+		src:  "---\nmetadata: {\n    \"a\": 1\n  }\n---\n",
+		want: map[string]string{"metadata": "{ \"a\": 1 }"},
+	},
+	{
+		name: "null and empty values",
+		src:  "---\na: ~\nb: null\nc:\nd: \"\"\n---\n",
+		want: map[string]string{"a": "", "b": "", "c": "", "d": ""},
+	},
+	{
+		name: "quoted key",
+		src:  "---\n\"disable-model-invocation\": true\n---\n",
+		want: map[string]string{"disable-model-invocation": "true"},
+	},
+	{
+		name: "a document without frontmatter",
+		src:  "# Just markdown\n\nname: not a field\n",
+		wantErr: "no frontmatter",
+	},
+	{
+		name: "unclosed frontmatter",
+		src:  "---\nname: x\ndescription: y\n",
+		wantErr: "not closed",
+	},
+	{
+		name: "duplicate key",
+		src:  "---\nname: a\nname: b\n---\n",
+		wantErr: `line 3: duplicate key "name"`,
+	},
+	{
+		name: "a line that is not key: value",
+		src:  "---\nname: a\njust text\n---\n",
+		wantErr: "line 3: expected",
+	},
+	{
+		name: "a top-level list",
+		src:  "---\n- a\n---\n",
+		wantErr: "not a list",
+	},
+	{
+		name: "indented first line",
+		src:  "---\n  name: a\n---\n",
+		wantErr: "line 2: unexpected indentation",
+	},
+	{
+		name: "unterminated double quote",
+		src:  "---\ndescription: \"open\n---\n",
+		wantErr: "unterminated double-quoted",
+	},
+	{
+		name: "unterminated single quote",
+		src:  "---\ndescription: 'open\n---\n",
+		wantErr: "unterminated single-quoted",
+	},
+	{
+		name: "text after a quoted value",
+		src:  "---\ndescription: \"a\" b\n---\n",
+		wantErr: "after the quoted value",
+	},
+	{
+		name: "unknown escape",
+		src:  "---\ndescription: \"\\q\"\n---\n",
+		wantErr: `unknown escape \q`,
+	},
+	{
+		name: "short unicode escape",
+		src:  "---\ndescription: \"\\u12\"\n---\n",
+		wantErr: "short \\u escape",
+	},
+	{
+		name: "text after a block scalar indicator",
+		src:  "---\ndescription: | nope\n  x\n---\n",
+		wantErr: "after the block scalar indicator",
+	},
+	{
+		name: "empty key",
+		src:  "---\n: value\n---\n",
+		wantErr: "empty key",
+	},
+}
+
+func TestParseFrontmatter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range frontmatterCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseFrontmatter(tc.src)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %q (fields %q)", err, tc.wantErr, got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("fields:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParseFrontmatter checks that the parser never panics, and that what it
+// accepts is well formed: keys are non-empty, and valid UTF-8 in gives valid
+// UTF-8 out.
+func FuzzParseFrontmatter(f *testing.F) {
+	for _, tc := range frontmatterCases {
+		f.Add(tc.src)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		fields, err := parseFrontmatter(src)
+		if err != nil {
+			if fields != nil {
+				t.Fatalf("fields %q returned with error %v", fields, err)
+			}
+			return
+		}
+		for k, v := range fields {
+			if k == "" {
+				t.Fatalf("empty key with value %q", v)
+			}
+			if utf8.ValidString(src) && (!utf8.ValidString(k) || !utf8.ValidString(v)) {
+				t.Fatalf("invalid UTF-8 out of valid input: %q: %q", k, v)
+			}
+		}
+	})
+}
