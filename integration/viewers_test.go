@@ -118,11 +118,13 @@ func TestSteerJoinsTheRunningTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Payloads[0].Text != "echo: turn left" {
-		t.Fatalf("the turn's reply = %q, want the answer to the steered message", res.Payloads[0].Text)
+	// Every reply of the turn is a payload (as in the reference): the
+	// first answer, then the answer to the steered message.
+	if n := len(res.Payloads); n != 2 || res.Payloads[n-1].Text != "echo: turn left" {
+		t.Fatalf("the turn's replies = %+v, want the first answer then the answer to the steered message", res.Payloads)
 	}
 	sres, err := steer.Wait(ctx)
-	if err != nil || sres.Payloads[0].Text != "echo: turn left" {
+	if err != nil || len(sres.Payloads) == 0 || sres.Payloads[len(sres.Payloads)-1].Text != "echo: turn left" {
 		t.Fatalf("steer run result = %+v, %v", sres, err)
 	}
 	hist, _ := c.History(ctx, "steer")
