@@ -321,3 +321,5 @@ func parseVersion(v string) ([4]int, bool) {
 	}
 	return out, true
 }
+
+var _ tools.Set = (*Registry)(nil)

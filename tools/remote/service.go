@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -89,11 +90,14 @@ type Service struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	slots  chan struct{}
+	stats  map[string]*toolStats // by tool name; the map is never written after Serve
 
 	mu       sync.Mutex
 	stopping bool
 	calls    sync.WaitGroup
 }
+
+var _ micro.Service = (*Service)(nil)
 
 // Serve offers ts on nc as the micro service cfg.Name, one endpoint per tool
 // on subject agent.tool.<name> in the micro default queue group, so the
@@ -135,11 +139,19 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 		eps = append(eps, endpoint{spec.Name, t, map[string]string{MetaDescription: spec.Description, MetaParameters: string(pj)}})
 	}
 
+	stats := make(map[string]*toolStats, len(eps))
+	for _, ep := range eps {
+		stats[ep.name] = &toolStats{}
+	}
 	ms, err := micro.AddService(nc, micro.Config{
 		Name:        cfg.Name,
 		Version:     cfg.Version,
 		Description: cfg.Description,
 		Metadata:    cfg.Metadata,
+		// Calls reply from their own goroutine, after micro's handler
+		// returned, so micro's error and time counts stay at zero; the
+		// real ones go in each endpoint's stats data.
+		StatsHandler: func(e *micro.Endpoint) any { return stats[e.Name].snapshot() },
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			cfg.Logger.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("remote tools: subscription error")
 		},
@@ -150,10 +162,10 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Service{
 		Service: ms, nc: nc, cfg: cfg, log: cfg.Logger,
-		ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent),
+		ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent), stats: stats,
 	}
 	for _, ep := range eps {
-		err := ms.AddEndpoint(ep.name, s.handler(ep.name, ep.tool),
+		err := ms.AddEndpoint(ep.name, s.handler(ep.name, ep.tool, stats[ep.name]),
 			micro.WithEndpointSubject(Subject(ep.name)), micro.WithEndpointMetadata(ep.meta))
 		if err != nil {
 			_ = s.Stop() // the endpoint error is the one to report
@@ -210,12 +222,23 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// inbound is a call taken off micro: micro.Request may only be answered
+// inside micro's handler, which must return at once so the endpoint's next
+// request is not held up, so calls answer on the connection themselves.
+type inbound struct {
+	name  string
+	reply string
+	data  []byte
+	hdr   nats.Header
+}
+
 // handler returns the endpoint handler of one tool. It runs on the
 // endpoint's subscription goroutine, so it only takes a slot and hands the
 // call to a goroutine that Stop waits for.
-func (s *Service) handler(name string, t tools.Tool) micro.HandlerFunc {
+func (s *Service) handler(name string, t tools.Tool, st *toolStats) micro.HandlerFunc {
 	return func(req micro.Request) {
-		if req.Reply() == "" {
+		in := &inbound{name: name, reply: req.Reply(), data: req.Data(), hdr: nats.Header(req.Headers())}
+		if in.reply == "" {
 			// Nobody waits for the result: a tool with side effects
 			// must not run for a stray publish.
 			s.log.Debug().Str("tool", name).Msg("remote tools: ignored a call without a reply subject")
@@ -224,14 +247,14 @@ func (s *Service) handler(name string, t tools.Tool) micro.HandlerFunc {
 		select {
 		case s.slots <- struct{}{}:
 		case <-s.ctx.Done():
-			s.respondError(req, name, CodeUnavailable, stoppingText(name))
+			s.respondError(in, CodeUnavailable, stoppingText(name))
 			return
 		}
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
 			<-s.slots
-			s.respondError(req, name, CodeUnavailable, stoppingText(name))
+			s.respondError(in, CodeUnavailable, stoppingText(name))
 			return
 		}
 		s.calls.Add(1)
@@ -239,7 +262,7 @@ func (s *Service) handler(name string, t tools.Tool) micro.HandlerFunc {
 		go func() {
 			defer s.calls.Done()
 			defer func() { <-s.slots }()
-			s.serve(req, name, t)
+			s.serve(in, t, st)
 		}()
 	}
 }
@@ -253,22 +276,31 @@ func stoppingText(name string) string {
 var errCallerTimeout = errors.New("the caller stopped waiting")
 
 // serve runs one call and replies.
-func (s *Service) serve(req micro.Request, name string, t tools.Tool) {
-	var in request
-	if err := json.Unmarshal(req.Data(), &in); err != nil {
-		s.respondError(req, name, CodeBadRequest, fmt.Sprintf("tool %s got a malformed request: %v", name, err))
+func (s *Service) serve(in *inbound, t tools.Tool, st *toolStats) {
+	name := in.name
+	st.inFlight.Add(1)
+	defer st.inFlight.Add(-1)
+	start := time.Now()
+	defer func() { st.busy.Add(int64(time.Since(start))) }()
+
+	var req request
+	if err := json.Unmarshal(in.data, &req); err != nil {
+		st.errors.Add(1)
+		s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a malformed request: %v", name, err))
 		return
 	}
-	if in.Name != "" && in.Name != name {
-		s.respondError(req, name, CodeBadRequest, fmt.Sprintf("tool %s got a request for tool %q", name, in.Name))
+	if req.Name != "" && req.Name != name {
+		st.errors.Add(1)
+		s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a request for tool %q", name, req.Name))
 		return
 	}
 	ctx := s.ctx
 	var timeout time.Duration
-	if v := req.Headers().Get(HeaderTimeout); v != "" {
+	if v := in.hdr.Get(HeaderTimeout); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 {
-			s.respondError(req, name, CodeBadRequest, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderTimeout, v))
+			st.errors.Add(1)
+			s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderTimeout, v))
 			return
 		}
 		timeout = time.Duration(ms) * time.Millisecond
@@ -276,46 +308,49 @@ func (s *Service) serve(req micro.Request, name string, t tools.Tool) {
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errCallerTimeout)
 		defer cancel()
 	}
-	ctx = WithRunInfo(ctx, RunInfo{SessionKey: in.SessionKey, RunID: in.RunID})
-	call := tools.Call{ID: in.ID, Name: name, Args: in.Args}
+	ctx = WithRunInfo(ctx, RunInfo{SessionKey: req.SessionKey, RunID: req.RunID})
+	call := tools.Call{ID: req.ID, Name: name, Args: req.Args}
 
 	var upd *updater
-	if req.Headers().Get(HeaderUpdates) == "1" {
-		upd = &updater{s: s, subject: req.Reply(), name: name}
+	if in.hdr.Get(HeaderUpdates) == "1" {
+		upd = &updater{s: s, subject: in.reply, name: name}
 		call.Update = upd.send
 	}
-	res, err := s.call(ctx, t, call)
+	res, err := s.call(ctx, t, call, st)
 	if upd != nil {
 		upd.close()
 	}
 
 	if err != nil {
+		st.errors.Add(1)
 		switch cause := context.Cause(ctx); {
 		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
 			// Not CodeUnavailable: the tool ran in part, so the caller
 			// must not resend the call on its own.
-			s.respondError(req, name, CodeToolFailed, fmt.Sprintf("tool %s was stopped before it finished: the process serving it is shutting down", name))
+			s.respondError(in, CodeToolFailed, fmt.Sprintf("tool %s was stopped before it finished: the process serving it is shutting down", name))
 		case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
-			s.respondError(req, name, CodeTimeout, fmt.Sprintf("tool %s timed out after %s", name, timeout))
+			s.respondError(in, CodeTimeout, fmt.Sprintf("tool %s timed out after %s", name, timeout))
 		default:
-			s.respondError(req, name, CodeToolFailed, err.Error())
+			s.respondError(in, CodeToolFailed, err.Error())
 		}
 		return
 	}
 	data, err := encodeResult(res, s.cfg.MaxResultChars, s.maxPayload())
 	if err != nil {
-		s.respondError(req, name, CodeTooLarge, fmt.Sprintf("tool %s produced a result too large to send (over %d bytes even with its text cut); ask for less, e.g. fewer images", name, s.maxPayload()))
+		st.errors.Add(1)
+		s.respondError(in, CodeTooLarge, fmt.Sprintf("tool %s produced a result too large to send (over %d bytes even with its text cut); ask for less, e.g. fewer images", name, s.maxPayload()))
 		return
 	}
-	if err := req.Respond(data); err != nil {
+	if err := s.nc.Publish(in.reply, data); err != nil {
 		s.log.Warn().Err(err).Str("tool", name).Msg("remote tools: reply not sent")
 	}
 }
 
 // call runs the tool, turning a panic into an error.
-func (s *Service) call(ctx context.Context, t tools.Tool, call tools.Call) (res tools.Result, err error) {
+func (s *Service) call(ctx context.Context, t tools.Tool, call tools.Call, st *toolStats) (res tools.Result, err error) {
 	defer func() {
 		if v := recover(); v != nil {
+			st.panics.Add(1)
 			s.log.Error().Str("tool", call.Name).Str("call_id", call.ID).Interface("panic", v).
 				Str("stack", string(debug.Stack())).Msg("remote tools: tool panicked")
 			err = fmt.Errorf("tool %s failed: it panicked: %v", call.Name, v)
@@ -334,14 +369,38 @@ func (s *Service) maxPayload() int {
 
 // respondError sends an error reply: a one-line description in the
 // Nats-Service-Error header and the whole message in the JSON body.
-func (s *Service) respondError(req micro.Request, name, code, msg string) {
+func (s *Service) respondError(in *inbound, code, msg string) {
 	body, _ := json.Marshal(errorBody{Error: msg}) // a string always encodes
 	if len(body) > s.maxPayload()-2*maxErrorHeader {
 		body = nil // the header still carries the start of the message
 	}
-	if err := req.Error(code, headerLine(msg), body); err != nil {
-		s.log.Warn().Err(err).Str("tool", name).Str("code", code).Msg("remote tools: error reply not sent")
+	m := &nats.Msg{Subject: in.reply, Data: body, Header: nats.Header{
+		micro.ErrorHeader:     []string{headerLine(msg)},
+		micro.ErrorCodeHeader: []string{code},
+	}}
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.log.Warn().Err(err).Str("tool", in.name).Str("code", code).Msg("remote tools: error reply not sent")
 	}
+}
+
+// toolStats counts one tool's calls for the $SRV.STATS endpoint data.
+type toolStats struct {
+	inFlight, errors, panics atomic.Int64
+	busy                     atomic.Int64 // nanoseconds spent in calls
+}
+
+// ToolStats is the data of a tool's endpoint in $SRV.STATS replies. micro's
+// own num_errors and processing_time stay zero: calls are answered after
+// micro's handler returns.
+type ToolStats struct {
+	InFlight       int64         `json:"in_flight"`
+	NumErrors      int64         `json:"num_errors"`
+	NumPanics      int64         `json:"num_panics"`
+	ProcessingTime time.Duration `json:"processing_time"`
+}
+
+func (st *toolStats) snapshot() ToolStats {
+	return ToolStats{InFlight: st.inFlight.Load(), NumErrors: st.errors.Load(), NumPanics: st.panics.Load(), ProcessingTime: time.Duration(st.busy.Load())}
 }
 
 // updater publishes a call's partial results to its reply subject until
