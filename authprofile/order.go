@@ -150,18 +150,25 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 		return []string{}
 	}
 
+	// One index of the stored profiles keeps ordering linear in their number.
+	index := make(map[string]int, len(s.Profiles))
+	for i := len(s.Profiles) - 1; i >= 0; i-- {
+		index[s.Profiles[i].ID] = i
+	}
 	valid := func(ids []string) []string {
-		var out []string
+		out := make([]string, 0, len(ids))
+		seen := make(map[string]bool, len(ids))
 		for _, id := range ids {
-			p, ok := s.Profile(id)
-			if ok && c.Valid(p, key, now) && !slices.Contains(out, id) {
+			i, ok := index[id]
+			if ok && !seen[id] && c.Valid(s.Profiles[i], key, now) {
+				seen[id] = true
 				out = append(out, id)
 			}
 		}
 		return out
 	}
 	ids := valid(base)
-	if len(ids) == 0 && len(configured) > 0 && !slices.ContainsFunc(base, func(id string) bool { _, ok := s.Profile(id); return ok }) {
+	if len(ids) == 0 && len(configured) > 0 && !slices.ContainsFunc(base, func(id string) bool { _, ok := index[id]; return ok }) {
 		ids = valid(stored)
 	}
 
@@ -173,7 +180,7 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 	}
 	var avail, cooling []entry
 	for _, id := range ids {
-		p, _ := s.Profile(id)
+		p := s.Profiles[index[id]]
 		st := s.Usage[id]
 		e := entry{id: id, rank: typeRank(p.Type), lastUsed: st.LastUsed, until: until(st, req.Model)}
 		if InCooldown(p.Provider, st, req.Model, now) && !c.CanProbe(p.Provider, st, req.Model, now) {
