@@ -15,7 +15,10 @@
 //
 // A served tool's context carries the run it was called for ([RunInfoFrom])
 // and ends when the caller's timeout passes (cause: the caller stopped
-// waiting) or the service stops (cause [ErrStopped]).
+// waiting) or the service stops (cause [ErrStopped]). Calls run
+// concurrently and answer on the connection themselves, so micro's own
+// error and time counts stay at zero; each endpoint's $SRV.STATS data is a
+// [ToolStats] with the real ones.
 //
 // # Calling
 //
@@ -27,6 +30,9 @@
 //	g.Go(func() error { return reg.Run(ctx) }) // refresh now and every 30 s
 //	...
 //	res, err := tool.Call(remote.WithRunInfo(ctx, remote.RunInfo{SessionKey: key, RunID: run}), call)
+//
+// A call with an Update callback receives the tool's partial results; a
+// Registry keeps one wildcard subscription for them, made on first use.
 //
 // Every failure of a remote Call is an [*Error] whose message the model can
 // act on ("tool weather is not available: no process serves it", "tool
