@@ -150,3 +150,138 @@ func TestRateLimitedProfileRotatesFleetWide(t *testing.T) {
 		t.Fatalf("keys used %q: the second worker tried the cooling profile", got)
 	}
 }
+
+// chatServer is a Chat Completions endpoint that plays one SSE body per
+// request, in order, and records each request's messages.
+type chatServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	bodies   []string
+	requests [][]map[string]any
+}
+
+func newChatServer(t *testing.T, bodies ...string) *chatServer {
+	t.Helper()
+	cs := &chatServer{bodies: bodies}
+	cs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []map[string]any `json:"messages"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		cs.mu.Lock()
+		n := len(cs.requests)
+		cs.requests = append(cs.requests, req.Messages)
+		body := cs.bodies[min(n, len(cs.bodies)-1)]
+		cs.mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(cs.Close)
+	return cs
+}
+
+// sseToolCalls is a Chat Completions stream whose reply is tool calls with
+// the given names and raw argument strings.
+func sseToolCalls(calls ...[2]string) string {
+	var b strings.Builder
+	for i, c := range calls {
+		delta := map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": fmt.Sprintf("call_%d", i), "type": "function",
+			"function": map[string]any{"name": c[0], "arguments": c[1]}}}}
+		if i == 0 {
+			delta["role"] = "assistant"
+		}
+		chunk, _ := json.Marshal(map[string]any{"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m1",
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": nil}}})
+		fmt.Fprintf(&b, "data: %s\n\n", chunk)
+	}
+	fmt.Fprintf(&b, "data: %s\n\n", `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m1","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`)
+	b.WriteString("data: [DONE]\n\n")
+	return b.String()
+}
+
+// sseText is a Chat Completions stream answering text.
+func sseText(text string) string {
+	chunk, _ := json.Marshal(map[string]any{"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": "m1",
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": text}, "finish_reason": nil}}})
+	return fmt.Sprintf("data: %s\n\ndata: %s\n\ndata: [DONE]\n\n", chunk,
+		`{"id":"c2","object":"chat.completion.chunk","created":1,"model":"m1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)
+}
+
+// TestHostileToolCalls: tool calls that try to leave the workspace, flood
+// the output or send arguments that are not JSON become tool errors (or
+// capped results) that the model sees on its next call; the worker goes on.
+func TestHostileToolCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	cs := newChatServer(t,
+		sseToolCalls(
+			[2]string{"read", `{"path":"../../../../etc/passwd"}`},
+			[2]string{"exec", `{"command":"head -c 3000000 /dev/zero | tr '\\0' x"}`},
+			[2]string{"write", `not json{`},
+			[2]string{"edit", `{"path":"/etc/hosts","oldText":"a","newText":"b"}`},
+			[2]string{"nosuchtool", `{}`},
+		),
+		sseText("I could not do any of that."))
+	models, profiles := acmeFiles(t, cs.URL)
+	srv := natstest.Start(t)
+	root := t.TempDir()
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
+		WorkspaceRoot: root, Env: func(k string) string {
+			if k == "PATH" {
+				return "/usr/bin:/bin"
+			}
+			return ""
+		}})
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	run, err := c.Send(ctx, "hostile", "do your worst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toolResults []string
+	for ev, err := range run.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == "tool" && ev.Data.Phase == "result" {
+			toolResults = append(toolResults, fmt.Sprintf("%s:%v", ev.Data.Name, ev.Data.IsError))
+		}
+	}
+	if got := strings.Join(toolResults, " "); got != "read:true exec:false write:true edit:true nosuchtool:true" {
+		t.Fatalf("tool results %s", got)
+	}
+	res, err := run.Wait(ctx)
+	if err != nil || res.Payloads[len(res.Payloads)-1].Text != "I could not do any of that." {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	cs.mu.Lock()
+	second := cs.requests[1]
+	cs.mu.Unlock()
+	var seen []string
+	for _, m := range second {
+		if m["role"] == "tool" {
+			content, _ := m["content"].(string)
+			seen = append(seen, content)
+			if len(content) > 100_000 {
+				t.Errorf("a tool result of %d chars reached the model", len(content))
+			}
+		}
+	}
+	// The call of a tool that does not exist is dropped from the history
+	// with its result by the sanitiser (allowed tool names), as in the
+	// reference; the other four results reach the model.
+	if len(seen) != 4 || !strings.Contains(seen[0], "escapes the workspace") || !strings.Contains(seen[1], "exited with code 0") ||
+		!strings.Contains(seen[2], "missing required argument") || !strings.Contains(seen[3], "outside the workspace") {
+		for i := range seen {
+			seen[i] = seen[i][:min(len(seen[i]), 120)]
+		}
+		t.Fatalf("the model saw %d tool results: %q", len(seen), seen)
+	}
+	if _, err := os.Stat(filepath.Join(root, "hostile")); err != nil {
+		t.Fatalf("the session's workspace: %v", err)
+	}
+}
