@@ -1,6 +1,7 @@
 package agentprompt
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -134,68 +135,68 @@ var frontmatterCases = []struct {
 		want: map[string]string{"disable-model-invocation": "true"},
 	},
 	{
-		name: "a document without frontmatter",
-		src:  "# Just markdown\n\nname: not a field\n",
+		name:    "a document without frontmatter",
+		src:     "# Just markdown\n\nname: not a field\n",
 		wantErr: "no frontmatter",
 	},
 	{
-		name: "unclosed frontmatter",
-		src:  "---\nname: x\ndescription: y\n",
+		name:    "unclosed frontmatter",
+		src:     "---\nname: x\ndescription: y\n",
 		wantErr: "not closed",
 	},
 	{
-		name: "duplicate key",
-		src:  "---\nname: a\nname: b\n---\n",
+		name:    "duplicate key",
+		src:     "---\nname: a\nname: b\n---\n",
 		wantErr: `line 3: duplicate key "name"`,
 	},
 	{
-		name: "a line that is not key: value",
-		src:  "---\nname: a\njust text\n---\n",
+		name:    "a line that is not key: value",
+		src:     "---\nname: a\njust text\n---\n",
 		wantErr: "line 3: expected",
 	},
 	{
-		name: "a top-level list",
-		src:  "---\n- a\n---\n",
+		name:    "a top-level list",
+		src:     "---\n- a\n---\n",
 		wantErr: "not a list",
 	},
 	{
-		name: "indented first line",
-		src:  "---\n  name: a\n---\n",
+		name:    "indented first line",
+		src:     "---\n  name: a\n---\n",
 		wantErr: "line 2: unexpected indentation",
 	},
 	{
-		name: "unterminated double quote",
-		src:  "---\ndescription: \"open\n---\n",
+		name:    "unterminated double quote",
+		src:     "---\ndescription: \"open\n---\n",
 		wantErr: "unterminated double-quoted",
 	},
 	{
-		name: "unterminated single quote",
-		src:  "---\ndescription: 'open\n---\n",
+		name:    "unterminated single quote",
+		src:     "---\ndescription: 'open\n---\n",
 		wantErr: "unterminated single-quoted",
 	},
 	{
-		name: "text after a quoted value",
-		src:  "---\ndescription: \"a\" b\n---\n",
+		name:    "text after a quoted value",
+		src:     "---\ndescription: \"a\" b\n---\n",
 		wantErr: "after the quoted value",
 	},
 	{
-		name: "unknown escape",
-		src:  "---\ndescription: \"\\q\"\n---\n",
+		name:    "unknown escape",
+		src:     "---\ndescription: \"\\q\"\n---\n",
 		wantErr: `unknown escape \q`,
 	},
 	{
-		name: "short unicode escape",
-		src:  "---\ndescription: \"\\u12\"\n---\n",
+		name:    "short unicode escape",
+		src:     "---\ndescription: \"\\u12\"\n---\n",
 		wantErr: "short \\u escape",
 	},
 	{
-		name: "text after a block scalar indicator",
-		src:  "---\ndescription: | nope\n  x\n---\n",
+		name:    "text after a block scalar indicator",
+		src:     "---\ndescription: | nope\n  x\n---\n",
 		wantErr: "after the block scalar indicator",
 	},
 	{
-		name: "empty key",
-		src:  "---\n: value\n---\n",
+		name:    "empty key",
+		src:     "---\n: value\n---\n",
 		wantErr: "empty key",
 	},
 }
@@ -244,6 +245,44 @@ func FuzzParseFrontmatter(f *testing.F) {
 			if utf8.ValidString(src) && (!utf8.ValidString(k) || !utf8.ValidString(v)) {
 				t.Fatalf("invalid UTF-8 out of valid input: %q: %q", k, v)
 			}
+		}
+	})
+}
+
+// FuzzFrontmatterQuotedRoundTrip checks the quoted-scalar readers against an
+// encoder: any string written as a double-quoted value (escapes for quotes,
+// backslashes and control characters) reads back unchanged, and so does any
+// single-line string written as a single-quoted value.
+func FuzzFrontmatterQuotedRoundTrip(f *testing.F) {
+	for _, s := range []string{"", "plain", `say "hi"`, `back\slash`, "tab\there", "multi\nline\n", "it's", "  spaces  ", "🦞 é", "\x00\x1f\x7f", "# not a comment"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		var dq strings.Builder
+		for i := 0; i < len(v); i++ {
+			switch c := v[i]; {
+			case c == '"' || c == '\\':
+				dq.WriteByte('\\')
+				dq.WriteByte(c)
+			case c == '\n':
+				dq.WriteString(`\n`)
+			case c < 0x20 || c == 0x7f:
+				fmt.Fprintf(&dq, `\x%02x`, c)
+			default:
+				dq.WriteByte(c)
+			}
+		}
+		fields, err := parseFrontmatter("---\nk: \"" + dq.String() + "\" # comment\n---\n")
+		if err != nil || fields["k"] != v {
+			t.Fatalf("double-quoted %q: got %q, %v", dq.String(), fields["k"], err)
+		}
+		if strings.ContainsAny(v, "\r\n") {
+			return
+		}
+		sq := "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		fields, err = parseFrontmatter("---\nk: " + sq + "\n---\n")
+		if err != nil || fields["k"] != v {
+			t.Fatalf("single-quoted %s: got %q, %v", sq, fields["k"], err)
 		}
 	})
 }
