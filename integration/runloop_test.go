@@ -20,6 +20,9 @@ import (
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/tools"
+	"github.com/lanefleet/lanefleet/tools/remote"
 )
 
 // keyServer is an OpenAI-compatible Chat Completions endpoint that answers
@@ -283,5 +286,75 @@ func TestHostileToolCalls(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "hostile")); err != nil {
 		t.Fatalf("the session's workspace: %v", err)
+	}
+}
+
+// weatherTool is a tool another process offers over NATS.
+type weatherTool struct {
+	mu   sync.Mutex
+	seen []remote.RunInfo
+}
+
+func (w *weatherTool) Spec() provider.Tool {
+	return provider.Tool{Name: "weather", Description: "Current weather in a city", Parameters: map[string]any{
+		"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []any{"city"}}}
+}
+
+func (w *weatherTool) Call(ctx context.Context, c tools.Call) (tools.Result, error) {
+	w.mu.Lock()
+	w.seen = append(w.seen, remote.RunInfoFrom(ctx))
+	w.mu.Unlock()
+	city, _ := c.Args["city"].(string)
+	if city == "" {
+		return tools.Result{}, fmt.Errorf("city is required")
+	}
+	return tools.TextResult("22°C and clear in " + city), nil
+}
+
+// TestRemoteToolThroughTheFleet: a tool served by another process with the
+// micro package is offered to the model and called by the worker; the tool
+// learns which session and run called it.
+func TestRemoteToolThroughTheFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	wt := &weatherTool{}
+	svc, err := remote.Serve(natstest.Connect(t, srv.URL), remote.ServiceConfig{}, wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", NoBuiltinTools: true})
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	script := `#script {"replies":[{"toolCalls":[{"id":"w1","name":"weather","arguments":{"city":"Lisbon"}}]},{"text":"It is nice out."}]}`
+	run, err := c.Send(ctx, "remote:1", script, lanefleet.WithModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var result string
+	for ev, err := range run.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == "tool" && ev.Data.Phase == "result" {
+			b, _ := json.Marshal(ev.Data.Payload)
+			result = string(b)
+			if ev.Data.IsError {
+				t.Fatalf("tool error: %s", result)
+			}
+		}
+	}
+	if !strings.Contains(result, "22°C and clear in Lisbon") {
+		t.Fatalf("tool result event %s", result)
+	}
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if len(wt.seen) != 1 || wt.seen[0].SessionKey != "remote:1" || wt.seen[0].RunID != run.ID {
+		t.Fatalf("the tool saw %+v, want session remote:1 run %s", wt.seen, run.ID)
 	}
 }

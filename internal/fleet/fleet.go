@@ -205,6 +205,10 @@ func (m *Member) build(ctx context.Context) error {
 		if m.Tools, err = remote.NewRegistry(m.Conn, remote.DiscoverConfig{Logger: cfg.Logger}); err != nil {
 			return err
 		}
+		// Know the tools served now before the first turn; Run refreshes.
+		if err := m.Tools.Refresh(ctx); err != nil {
+			m.log.Warn().Err(err).Msg("remote tools: first discovery failed")
+		}
 	}
 	ts.remote = m.Tools
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
