@@ -247,15 +247,16 @@ func blockScalar(header string, block []string) (string, error) {
 	chomp := byte(0) // 0 clip, '-' strip, '+' keep
 	ind := 0
 	h := header[1:]
-	for n := 0; n < 2 && h != ""; n++ {
-		switch c := h[0]; {
-		case (c == '-' || c == '+') && chomp == 0:
+	for range 2 { // at most one of each indicator, in either order
+		if h == "" {
+			break
+		}
+		if c := h[0]; (c == '-' || c == '+') && chomp == 0 {
 			chomp = c
-		case c >= '1' && c <= '9' && ind == 0:
+		} else if c >= '1' && c <= '9' && ind == 0 {
 			ind = int(c - '0')
-		default:
-			n = 2
-			continue
+		} else {
+			break
 		}
 		h = h[1:]
 	}
