@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -63,6 +64,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default scripted/echo without API keys)")
 	fs.StringVar(&cfg.ModelsFile, "models-file", env("LANEFLEET_MODELS_FILE"), "user models file (JSON) adding to or overriding the built-in catalog (env LANEFLEET_MODELS_FILE)")
 	fs.DurationVar(&cfg.ScriptedDelay, "scripted-delay", 0, "pause before each scripted/echo delta (0 = instant)")
+	fallbacks := fs.String("fallback", env("LANEFLEET_FALLBACKS"), "comma-separated model fallback chain tried after a failover error (env LANEFLEET_FALLBACKS)")
+	fs.StringVar(&cfg.AuthProfiles, "auth-profiles", env("LANEFLEET_AUTH_PROFILES"), "auth-profiles.json with API keys and tokens to rotate through (env LANEFLEET_AUTH_PROFILES); keys in the environment are profiles too")
+	fs.DurationVar(&cfg.AttemptTimeout, "timeout", 10*time.Minute, "how long one attempt of a run may take before it is aborted (and the next auth profile tried)")
+	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", env("LANEFLEET_WORKSPACES"), "directory holding each session's workspace for the read/write/edit/exec tools (default <data-dir>/workspaces, else a temp directory)")
+	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools (exec is a shell in the workspace, not a sandbox)")
+	fs.BoolVar(&cfg.NoRemoteTools, "no-remote-tools", false, "do not discover tools other processes serve over NATS (micro service lanefleet-tools)")
+	fs.BoolVar(&cfg.NoCompaction, "no-compaction", false, "no compaction when the context nears the window (overflow recovery still compacts)")
+	fs.BoolVar(&cfg.NoBlockReplies, "no-block-replies", false, "publish no block reply events")
+	systemPromptFile := fs.String("system-prompt-file", env("LANEFLEET_SYSTEM_PROMPT_FILE"), "file holding the system prompt (env LANEFLEET_SYSTEM_PROMPT_FILE)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -75,6 +85,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	case "default":
 	default:
 		return fmt.Errorf("--sync must be always or default, not %q", *sync)
+	}
+	for _, f := range strings.Split(*fallbacks, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			cfg.Fallbacks = append(cfg.Fallbacks, f)
+		}
+	}
+	if *systemPromptFile != "" {
+		b, err := os.ReadFile(*systemPromptFile)
+		if err != nil {
+			return fmt.Errorf("--system-prompt-file: %w", err)
+		}
+		cfg.SystemPrompt = string(b)
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
