@@ -358,3 +358,49 @@ func TestRemoteToolThroughTheFleet(t *testing.T) {
 		t.Fatalf("the tool saw %+v, want session remote:1 run %s", wt.seen, run.ID)
 	}
 }
+
+// TestSystemPromptFromTheWorkspace: a session's workspace context files and
+// skills, and the fleet's skills directory, reach the model's system prompt.
+func TestSystemPromptFromTheWorkspace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	cs := newChatServer(t, sseText("Olá!"))
+	models, profiles := acmeFiles(t, cs.URL)
+	root, skills := t.TempDir(), t.TempDir()
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(root, "prompt-1", "AGENTS.md"), "Always answer in Portuguese.")
+	write(filepath.Join(root, "prompt-1", "skills", "invoices", "SKILL.md"), "---\nname: invoices\ndescription: Read and total PDF invoices.\n---\nUse pdftotext.\n")
+	write(filepath.Join(skills, "weather", "SKILL.md"), "---\nname: weather\ndescription: Look up the weather.\n---\nCall the weather API.\n")
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
+		WorkspaceRoot: root, SkillsDir: skills, SystemPrompt: "You are the Lanefleet test agent.", NoRemoteTools: true})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	run, err := c.Send(ctx, "prompt-1", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cs.mu.Lock()
+	first := cs.requests[0][0]
+	cs.mu.Unlock()
+	system, _ := first["content"].(string)
+	for _, want := range []string{"You are the Lanefleet test agent.", "Always answer in Portuguese.", "invoices", "Read and total PDF invoices.", "weather", filepath.Join(root, "prompt-1")} {
+		if !strings.Contains(system, want) {
+			t.Errorf("system prompt (role %v) lacks %q", first["role"], want)
+		}
+	}
+}

@@ -38,6 +38,7 @@ type run struct {
 	window  int
 	sub     *subscriber
 	base    []message.Message // the history's context, built once
+	system  string            // the run's system prompt
 	// compacting is set while a compaction runs (timeouts then count as
 	// timedOutDuringCompaction).
 	compacting bool
@@ -98,7 +99,7 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		}
 		msgs := r.prepare(req.model)
 		out.snapshot = msgs
-		preq := &provider.Request{Model: req.model, SystemPrompt: r.r.cfg.SystemPrompt, Messages: msgs, Tools: r.specs,
+		preq := &provider.Request{Model: req.model, SystemPrompt: r.system, Messages: msgs, Tools: r.specs,
 			Thinking: req.thinking, APIKey: req.key, SessionID: r.in.SessionID}
 		r.sub.reset()
 		am, err := req.prov.Stream(actx, preq, r.sub.event)

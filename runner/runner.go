@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/blockchunk"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/fallback"
@@ -62,6 +63,12 @@ type ToolSource interface {
 	Tools(ctx context.Context, in Input) (tools.Set, error)
 }
 
+// PromptSource builds a run's system prompt (workspace, skills, context
+// files) given the tools offered to the model.
+type PromptSource interface {
+	SystemPrompt(ctx context.Context, in Input, specs []provider.Tool) string
+}
+
 // CompactRequest is one compaction.
 type CompactRequest struct {
 	Model    provider.Model
@@ -95,9 +102,14 @@ type Config struct {
 	Resolver     Resolver
 	// Auth holds the auth profiles; nil = every provider uses its
 	// environment key.
-	Auth      Auth
-	Tools     ToolSource // nil = no tools but the client's
-	Compactor Compactor  // nil = no compaction
+	Auth Auth
+	// Tools gives each run its tools; when it is also a PromptSource it
+	// builds each run's system prompt too. nil = no tools but the client's.
+	Tools ToolSource
+	// Hooks run before each run's prompt: they may prepend context to it
+	// or replace the system prompt; a failing hook only warns.
+	Hooks     []agentprompt.Hook
+	Compactor Compactor // nil = no compaction
 	// Window configures the context-window guard.
 	Window guard.WindowConfig
 	// MaxIterations bounds the model calls of one attempt; default 32.
@@ -160,11 +172,29 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	ru := &run{r: r, in: in, sink: sink, history: in.History,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
 	ru.addToolResults(in.Inbound.ToolResults)
-	if strings.TrimSpace(in.Inbound.Text) != "" || len(in.Inbound.Images) > 0 {
-		ru.b.add(userMessage(in.Inbound, start))
-	}
 	if err := ru.setupTools(ctx); err != nil {
 		return nil, err
+	}
+	ru.system = r.cfg.SystemPrompt
+	if ps, ok := r.cfg.Tools.(PromptSource); ok {
+		ru.system = ps.SystemPrompt(ctx, in, ru.specs)
+	}
+	if strings.TrimSpace(in.Inbound.Text) != "" || len(in.Inbound.Images) > 0 {
+		um := userMessage(in.Inbound, start)
+		if len(r.cfg.Hooks) > 0 {
+			prepend, override := agentprompt.RunHooks(ctx, r.cfg.Hooks, agentprompt.HookInput{Prompt: in.Inbound.Text,
+				SystemPrompt: ru.system, SessionKey: in.SessionKey, RunID: in.RunID},
+				func(err error) { r.cfg.Logger.Warn().Err(err).Str("run_id", in.RunID).Msg("before-start hook failed") })
+			if override != "" {
+				ru.system = override
+			}
+			if prepend != "" {
+				withContext := *in.Inbound
+				withContext.Text = agentprompt.JoinPrompt(prepend, in.Inbound.Text)
+				um = userMessage(&withContext, start)
+			}
+		}
+		ru.b.add(um)
 	}
 
 	ref := in.Inbound.Model

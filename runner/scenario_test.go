@@ -3,12 +3,14 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
@@ -354,4 +356,29 @@ func toolHistory(result string) []message.Entry {
 	b.add(message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "acme", Model: "m1", API: "openai-completions",
 		Content: message.BlocksOf(message.Text("read it"))})
 	return b.entries
+}
+
+func TestHooksPrependContext(t *testing.T) {
+	t.Parallel()
+	var seen []string
+	p := &keyed{fn: func(req *provider.Request) (string, error) {
+		seen = append(seen, req.SystemPrompt, req.Messages[len(req.Messages)-1].Content.Text())
+		return "ok", nil
+	}}
+	hooks := []agentprompt.Hook{
+		agentprompt.HookFunc(func(context.Context, agentprompt.HookInput) (agentprompt.HookResult, error) {
+			return agentprompt.HookResult{PrependContext: "The user is in Lisbon."}, nil
+		}),
+		agentprompt.HookFunc(func(context.Context, agentprompt.HookInput) (agentprompt.HookResult, error) {
+			return agentprompt.HookResult{}, errors.New("plugin crashed")
+		}),
+	}
+	out := runOnce(t, Config{DefaultModel: "acme/m1", SystemPrompt: "You are terse.", Resolver: multiResolver{acme: p}, Hooks: hooks},
+		events.Inbound{Text: "weather?"})
+	if out.Result.Meta.Error != nil || len(seen) != 2 || seen[0] != "You are terse." || seen[1] != "The user is in Lisbon.\n\nweather?" {
+		t.Fatalf("result %+v, provider saw %q", out.Result, seen)
+	}
+	if got := out.Entries[0].Message.Content.Text(); got != "The user is in Lisbon.\n\nweather?" {
+		t.Fatalf("stored prompt %q", got)
+	}
 }

@@ -74,11 +74,12 @@ type Config struct {
 	// WorkspaceRoot holds each session's workspace directory for the
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
 	WorkspaceRoot   string
-	NoBuiltinTools  bool // no read/write/edit/exec
-	NoRemoteTools   bool // do not discover tools served over NATS
-	NoCompaction    bool // no threshold compaction (overflow recovery still compacts)
-	NoBlockReplies  bool // no block reply events
-	SystemPrompt    string
+	NoBuiltinTools  bool          // no read/write/edit/exec
+	NoRemoteTools   bool          // do not discover tools served over NATS
+	NoCompaction    bool          // no threshold compaction (overflow recovery still compacts)
+	NoBlockReplies  bool          // no block reply events
+	SystemPrompt    string        // base of every run's system prompt (workspace, skills and context files are added)
+	SkillsDir       string        // directory of skills (<name>/SKILL.md) every session sees, besides <workspace>/skills
 	RunsRegistryTTL time.Duration // how long a dead run's registry entry lives; default 1 hour
 
 	Logger zerolog.Logger
@@ -188,7 +189,10 @@ func (m *Member) build(ctx context.Context) error {
 	if m.Runs, err = kvstore.OpenRuns(ctx, m.JS, "", cfg.Replicas, cfg.RunsRegistryTTL); err != nil {
 		return err
 	}
-	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}}
+	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger, now: time.Now}
+	if cfg.SkillsDir != "" {
+		ts.skillDirs = []string{cfg.SkillsDir}
+	}
 	if !cfg.NoBuiltinTools {
 		ts.root = cfg.WorkspaceRoot
 		if ts.root == "" && cfg.DataDir != "" {
@@ -214,8 +218,7 @@ func (m *Member) build(ctx context.Context) error {
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
 	rcfg := runner.Config{DefaultModel: def, Fallbacks: cfg.Fallbacks, Resolver: res, Logger: cfg.Logger,
-		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
-		SystemPrompt: cfg.SystemPrompt}
+		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout}
 	if !cfg.NoBlockReplies {
 		bc := blockchunk.DefaultConfig(0)
 		rcfg.BlockReplies = &bc

@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/runner"
@@ -17,8 +22,65 @@ import (
 // (<root>/<lane token>) and the remote tools the fleet offers over NATS.
 type toolSource struct {
 	root   string           // workspaces root; "" = no built-in tools
-	env    []string         // the exact environment of exec'd commands
+	env    []string         // the base environment of exec'd commands
 	remote *remote.Registry // nil = no remote tools
+	// The system prompt: base text, skills directories (lowest priority
+	// first; each workspace's skills/ comes last) and per-skill settings.
+	base      string
+	skillDirs []string
+	skillCfg  agentprompt.SkillConfigs
+	log       zerolog.Logger
+	now       func() time.Time
+}
+
+// workspace returns (and creates) the session's workspace directory.
+func (s *toolSource) workspace(session string) (string, error) {
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.root, tok)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("fleet: workspace %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// skills loads the skills a session's runs see.
+func (s *toolSource) skills(ws string) []agentprompt.Skill {
+	dirs := s.skillDirs
+	if ws != "" {
+		dirs = append(slices.Clone(dirs), filepath.Join(ws, "skills"))
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	sk, warns := agentprompt.LoadSkills(dirs...)
+	for _, w := range warns {
+		s.log.Warn().Str("path", w.Path).Msg(w.Message)
+	}
+	return agentprompt.EnabledSkills(sk, s.skillCfg)
+}
+
+// SystemPrompt implements runner.PromptSource: the base prompt, the tools,
+// the workspace, its skills and context files (AGENTS.md, ...), the date.
+func (s *toolSource) SystemPrompt(_ context.Context, in runner.Input, specs []provider.Tool) string {
+	var ws string
+	if s.root != "" {
+		ws, _ = s.workspace(in.SessionKey)
+	}
+	pin := agentprompt.Input{BasePrompt: s.base, Workspace: ws, Now: s.now().UTC().Truncate(time.Minute), Skills: s.skills(ws)}
+	for _, t := range specs {
+		pin.Tools = append(pin.Tools, agentprompt.Tool{Name: t.Name, Description: t.Description})
+	}
+	if ws != "" {
+		files, warns := agentprompt.LoadContextFiles(ws, agentprompt.ContextOptions{})
+		for _, w := range warns {
+			s.log.Warn().Str("path", w.Path).Msg(w.Message)
+		}
+		pin.ContextFiles = files
+	}
+	return agentprompt.Build(pin)
 }
 
 // Tools implements runner.ToolSource.
@@ -30,15 +92,12 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		}
 	}
 	if s.root != "" {
-		tok, err := events.KeyToken(in.SessionKey)
+		dir, err := s.workspace(in.SessionKey)
 		if err != nil {
 			return nil, err
 		}
-		dir := filepath.Join(s.root, tok)
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("fleet: workspace %s: %w", dir, err)
-		}
 		env := append([]string{"HOME=" + dir, "PWD=" + dir}, s.env...)
+		env = agentprompt.Environ(env, s.skills(dir), s.skillCfg)
 		builtin, err := tools.Builtin(tools.Workspace{Dir: dir, Env: env})
 		if err != nil {
 			return nil, err
