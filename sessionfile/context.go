@@ -1,6 +1,7 @@
 package sessionfile
 
 import (
+	"slices"
 	"time"
 
 	"github.com/lanefleet/lanefleet/message"
@@ -19,6 +20,19 @@ const (
 func Branch(entries []message.Entry) []message.Entry {
 	if len(entries) == 0 {
 		return nil
+	}
+	// Fast path: a file written by one writer is usually one chain, each
+	// entry the child of the one before it. (A file that reuses an id
+	// later on may resolve differently from the map walk below; ids are
+	// unique in every file pi or Lanefleet writes.)
+	for i := len(entries) - 1; i >= 0; i-- {
+		p := entries[i].ParentID
+		if p == nil {
+			return slices.Clone(entries[i:])
+		}
+		if i == 0 || entries[i-1].ID != *p || entries[i-1].ID == "" {
+			break
+		}
 	}
 	byID := make(map[string]int, len(entries))
 	for i := range entries {
