@@ -404,3 +404,60 @@ func TestSystemPromptFromTheWorkspace(t *testing.T) {
 		}
 	}
 }
+
+// TestClientToolRoundTrip: a run that calls a client tool ends with
+// stopReason tool_calls and the pending call; the client's next message
+// answers it and the run goes on from there, with the answer in the
+// transcript next to the call.
+func TestClientToolRoundTrip(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", NoBuiltinTools: true, NoRemoteTools: true})
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	send := func(in map[string]any) *lanefleet.Run {
+		t.Helper()
+		data, _ := json.Marshal(in)
+		ack, err := js.Publish(ctx, "agent.in.ctool", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Run("ctool", fmt.Sprint(ack.Sequence))
+	}
+	script := `#script {"replies":[{"text":"Let me check.","toolCalls":[{"id":"call_9","name":"location","arguments":{"precision":"city"}}]},{"text":"You are in Lisbon."}]}`
+	first := send(map[string]any{"text": script, "model": "scripted/script",
+		"tools": []any{map[string]any{"name": "location", "description": "The user's location", "parameters": map[string]any{"type": "object"}}}})
+	res, err := first.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Meta.StopReason != "tool_calls" || len(res.Meta.PendingToolCalls) != 1 || res.Meta.PendingToolCalls[0].ID != "call_9" ||
+		res.Meta.PendingToolCalls[0].Arguments != `{"precision":"city"}` {
+		t.Fatalf("first run meta %+v", res.Meta)
+	}
+	second := send(map[string]any{"model": "scripted/script", "toolResults": []any{map[string]any{"toolCallId": "call_9", "text": "Lisbon, PT"}}})
+	res, err = second.Wait(ctx)
+	if err != nil || res.Payloads[len(res.Payloads)-1].Text != "You are in Lisbon." {
+		t.Fatalf("second run %+v, %v", res, err)
+	}
+	hist, err := c.History(ctx, "ctool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, e := range hist {
+		roles = append(roles, string(e.Message.Role))
+	}
+	if got := strings.Join(roles, ","); got != "user,assistant,toolResult,assistant" {
+		t.Fatalf("transcript roles %s", got)
+	}
+	if hist[2].Message.ToolCallID != "call_9" || hist[2].Message.Content.Text() != "Lisbon, PT" {
+		t.Fatalf("tool result entry %+v", hist[2].Message)
+	}
+}
