@@ -74,12 +74,16 @@ func (ks *keyServer) used() string {
 
 // acmeFiles writes a models file for provider acme (Chat Completions at
 // url) and an auth-profiles.json with the profiles acme:a and acme:b.
-func acmeFiles(t *testing.T, url string) (models, profiles string) {
+func acmeFiles(t *testing.T, url string, window ...int) (models, profiles string) {
 	t.Helper()
+	ctx := 128000
+	if len(window) > 0 {
+		ctx = window[0]
+	}
 	dir := t.TempDir()
 	models = filepath.Join(dir, "models.json")
 	profiles = filepath.Join(dir, "auth-profiles.json")
-	m := fmt.Sprintf(`{"providers":{"acme":{"baseUrl":%q,"api":"openai-completions","models":[{"id":"m1","contextWindow":128000,"maxTokens":4096}]}}}`, url+"/v1")
+	m := fmt.Sprintf(`{"providers":{"acme":{"baseUrl":%q,"api":"openai-completions","models":[{"id":"m1","contextWindow":%d,"maxTokens":4096}]}}}`, url+"/v1", ctx)
 	p := `{"version":1,"profiles":{"acme:a":{"type":"api_key","provider":"acme","key":"sk-acme-a"},"acme:b":{"type":"api_key","provider":"acme","key":"sk-acme-b"}},"order":{"acme":["acme:a","acme:b"]}}`
 	for path, data := range map[string]string{models: m, profiles: p} {
 		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
@@ -459,5 +463,128 @@ func TestClientToolRoundTrip(t *testing.T) {
 	}
 	if hist[2].Message.ToolCallID != "call_9" || hist[2].Message.Content.Text() != "Lisbon, PT" {
 		t.Fatalf("tool result entry %+v", hist[2].Message)
+	}
+}
+
+// sseOverflow is a Chat Completions error stream body: the 400 a provider
+// answers when the prompt does not fit.
+const overflowBody = `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 208423 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`
+
+// TestOverflowCompactsThroughTheFleet: a session imported from a pi file
+// that no longer fits the model overflows; the worker compacts it with the
+// session's model (a pi compaction entry in the transcript), retries and
+// answers; the next turn sends the summary and the kept tail only.
+func TestOverflowCompactsThroughTheFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	var mu sync.Mutex
+	var sizes []int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []map[string]any `json:"messages"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		raw, _ := json.Marshal(req.Messages)
+		mu.Lock()
+		sizes = append(sizes, len(req.Messages))
+		mu.Unlock()
+		system, _ := req.Messages[0]["content"].(string)
+		switch {
+		case strings.Contains(strings.ToLower(system), "summar"):
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte(sseText("## Goal\nTalk about the long log.")))
+		case strings.Contains(string(raw), `\u003csummary\u003e`): // json.Marshal escapes < and >
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte(sseText("Answered with the summary.")))
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(overflowBody))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	// The window is large enough for the threshold to stay quiet: the
+	// provider's overflow is what triggers the compaction.
+	models, profiles := acmeFiles(t, srv.URL, 400000)
+
+	// A pi session of 60 turns of ~2,000 tokens each.
+	var file strings.Builder
+	file.WriteString(`{"type":"session","version":3,"id":"big-session","timestamp":"2026-11-01T10:00:00.000Z","cwd":"/tmp"}` + "\n")
+	parent := ""
+	for i := range 120 {
+		id := fmt.Sprintf("e%04d", i)
+		role, content := "user", fmt.Sprintf(`%q`, fmt.Sprintf("question %d: ", i)+strings.Repeat("words of the log ", 500))
+		if i%2 == 1 {
+			role, content = "assistant", fmt.Sprintf(`[{"type":"text","text":%q}]`, fmt.Sprintf("answer %d: ", i)+strings.Repeat("more words ", 700))
+		}
+		p := "null"
+		if parent != "" {
+			p = fmt.Sprintf("%q", parent)
+		}
+		extra := ""
+		if role == "assistant" {
+			extra = `,"api":"openai-completions","provider":"acme","model":"m1","stopReason":"stop","usage":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}`
+		}
+		fmt.Fprintf(&file, `{"type":"message","id":%q,"parentId":%s,"timestamp":"2026-11-01T10:00:00.000Z","message":{"role":%q,"content":%s,"timestamp":1761991200000%s}}`+"\n", id, p, role, content, extra)
+		parent = id
+	}
+	nats := natstest.Start(t)
+	startMember(t, nats.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1", NoRemoteTools: true, NoBuiltinTools: true})
+	c, _ := lanefleet.New(natstest.Connect(t, nats.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := c.Import(ctx, "big", strings.NewReader(file.String())); err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.Send(ctx, "big", "what was it about?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var phases []string
+	for ev, err := range run.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == "compaction" {
+			phases = append(phases, fmt.Sprintf("%s:%v", ev.Data.Phase, ev.Data.WillRetry))
+		}
+	}
+	res, err := run.Wait(ctx)
+	if err != nil || res.Payloads[len(res.Payloads)-1].Text != "Answered with the summary." || res.Meta.AgentMeta.CompactionCount != 1 {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	if strings.Join(phases, ",") != "start:false,end:true" {
+		t.Fatalf("compaction events %v, want one overflow compaction that retries", phases)
+	}
+	hist, err := c.History(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	compactions := 0
+	for _, e := range hist {
+		if e.Type == "compaction" {
+			compactions++
+			if s, _ := e.Fields["summary"].(string); !strings.Contains(s, "Talk about the long log.") {
+				t.Fatalf("compaction entry %+v", e.Fields)
+			}
+		}
+	}
+	if compactions != 1 {
+		t.Fatalf("%d compaction entries in the transcript", compactions)
+	}
+	// The next turn reads the compacted session: summary + kept tail.
+	run, err = c.Send(ctx, "big", "and then?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if last := sizes[len(sizes)-1]; last >= 60 {
+		t.Fatalf("the turn after compaction sent %d messages; the history had 120", last)
 	}
 }
