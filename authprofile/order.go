@@ -26,7 +26,7 @@ func (c Config) profileConfig(id string) (ProfileConfig, bool) {
 // has a non-blank access or refresh token.
 func (c Config) Valid(p Profile, prov string, now time.Time) bool {
 	key := NormalizeProvider(prov)
-	if NormalizeProvider(p.Provider) != key {
+	if p.Provider != key && NormalizeProvider(p.Provider) != key {
 		return false
 	}
 	if pc, ok := c.profileConfig(p.ID); ok {
@@ -133,9 +133,9 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 			configured = append(configured, p.ID)
 		}
 	}
-	var stored []string
+	stored := make([]string, 0, len(s.Profiles))
 	for _, p := range s.Profiles {
-		if NormalizeProvider(p.Provider) == key {
+		if p.Provider == key || NormalizeProvider(p.Provider) == key {
 			stored = append(stored, p.ID)
 		}
 	}
@@ -157,11 +157,11 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 	}
 	valid := func(ids []string) []string {
 		out := make([]string, 0, len(ids))
-		seen := make(map[string]bool, len(ids))
+		seen := make([]bool, len(s.Profiles))
 		for _, id := range ids {
 			i, ok := index[id]
-			if ok && !seen[id] && c.Valid(s.Profiles[i], key, now) {
-				seen[id] = true
+			if ok && !seen[i] && c.Valid(s.Profiles[i], key, now) {
+				seen[i] = true
 				out = append(out, id)
 			}
 		}
@@ -172,17 +172,20 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 		ids = valid(stored)
 	}
 
+	// Entries hold no pointers and carry their position, so sorting them is
+	// cheap and a plain sort with the position as last key is stable.
 	type entry struct {
-		id       string
-		rank     int
+		pos      int32 // in ids
+		rank     int32
 		lastUsed int64
 		until    int64
 	}
-	var avail, cooling []entry
-	for _, id := range ids {
-		p := s.Profiles[index[id]]
+	avail := make([]entry, 0, len(ids))
+	var cooling []entry
+	for i, id := range ids {
+		p := &s.Profiles[index[id]]
 		st := s.Usage[id]
-		e := entry{id: id, rank: typeRank(p.Type), lastUsed: st.LastUsed, until: until(st, req.Model)}
+		e := entry{pos: int32(i), rank: int32(typeRank(p.Type)), lastUsed: st.LastUsed, until: until(st, req.Model)}
 		if InCooldown(p.Provider, st, req.Model, now) && !c.CanProbe(p.Provider, st, req.Model, now) {
 			cooling = append(cooling, e)
 		} else {
@@ -190,20 +193,28 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 		}
 	}
 	if !(hasExplicit && len(explicit) > 0) {
-		slices.SortStableFunc(avail, func(a, b entry) int {
+		slices.SortFunc(avail, func(a, b entry) int {
 			if a.rank != b.rank {
-				return a.rank - b.rank
+				return int(a.rank - b.rank)
 			}
-			return cmpInt(a.lastUsed, b.lastUsed)
+			if c := cmpInt(a.lastUsed, b.lastUsed); c != 0 {
+				return c
+			}
+			return int(a.pos - b.pos)
 		})
 	}
-	slices.SortStableFunc(cooling, func(a, b entry) int { return cmpInt(a.until, b.until) })
+	slices.SortFunc(cooling, func(a, b entry) int {
+		if c := cmpInt(a.until, b.until); c != 0 {
+			return c
+		}
+		return int(a.pos - b.pos)
+	})
 	out := make([]string, 0, len(ids))
 	for _, e := range avail {
-		out = append(out, e.id)
+		out = append(out, ids[e.pos])
 	}
 	for _, e := range cooling {
-		out = append(out, e.id)
+		out = append(out, ids[e.pos])
 	}
 	if req.Preferred != "" {
 		if i := slices.Index(out, req.Preferred); i > 0 {

@@ -18,7 +18,9 @@ var providerAliases = map[string]string{
 // NormalizeProvider returns the canonical id of a provider: trimmed, lower
 // case, aliases resolved ("z.ai" and "Z-AI" become "zai").
 func NormalizeProvider(p string) string {
-	p = strings.ToLower(strings.TrimSpace(p))
+	if !canonical(p) {
+		p = strings.ToLower(strings.TrimSpace(p))
+	}
 	if a, ok := providerAliases[p]; ok {
 		return a
 	}
@@ -27,4 +29,20 @@ func NormalizeProvider(p string) string {
 
 // isOpenRouter reports whether provider is OpenRouter, whose profiles are
 // exempt from all cooldown bookkeeping.
-func isOpenRouter(provider string) bool { return NormalizeProvider(provider) == "openrouter" }
+func isOpenRouter(provider string) bool {
+	if canonical(provider) {
+		return provider == "openrouter" // no alias names OpenRouter
+	}
+	return NormalizeProvider(provider) == "openrouter"
+}
+
+// canonical reports whether p is already trimmed lower case (the common
+// case, checked without allocating).
+func canonical(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c >= 'A' && c <= 'Z' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
