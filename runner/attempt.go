@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
@@ -18,6 +19,9 @@ import (
 	"github.com/lanefleet/lanefleet/sessionfile"
 	"github.com/lanefleet/lanefleet/tools"
 )
+
+// steerPollTimeout bounds one poll for steering messages.
+const steerPollTimeout = 5 * time.Second
 
 // errAttemptTimeout is the cause of an attempt's context when its timer
 // fires.
@@ -292,8 +296,12 @@ func (r *run) steer(ctx context.Context) int {
 	if r.in.Steer == nil {
 		return 0
 	}
+	// The poll reads the lane's stream: bound it, so a store in failover
+	// delays the turn instead of hanging it.
+	sctx, cancel := context.WithTimeout(ctx, steerPollTimeout)
+	defer cancel()
 	n := 0
-	for _, s := range r.in.Steer(ctx) {
+	for _, s := range r.in.Steer(sctx) {
 		r.b.add(userMessage(s, r.r.cfg.Now()))
 		n++
 	}

@@ -238,13 +238,19 @@ func (m *Member) build(ctx context.Context) error {
 // active-run registry while it runs.
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	tok, _ := events.KeyToken(t.SessionKey)
-	reg, err := m.Runs.Register(ctx, tok, kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.cfg.WorkerID,
+	rctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	reg, err := m.Runs.Register(rctx, tok, kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.cfg.WorkerID,
 		Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()})
+	cancel()
 	if err != nil {
 		// The registry is informational: a run goes on without it.
 		m.log.Warn().Err(err).Str("run_id", t.RunID).Msg("run registry")
 	} else {
-		defer func() { _ = reg.Clear(context.WithoutCancel(ctx)) }()
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
+			defer cancel()
+			_ = reg.Clear(cctx)
+		}()
 	}
 	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
 		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, t)
@@ -265,18 +271,30 @@ func (a fleetAuth) Snapshot() (authprofile.Store, authprofile.Config) {
 	return a.s.Snapshot(a.creds), a.s.Config().Auth
 }
 
+// Auth writes are bounded: a store in failover costs a run a cooldown
+// record, never the run.
 func (a fleetAuth) Apply(ctx context.Context, id string, ev authprofile.Event) error {
+	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
 	_, err := a.s.Apply(ctx, id, ev)
 	return err
 }
 
 func (a fleetAuth) MarkGood(ctx context.Context, prov, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
 	return a.s.MarkGood(ctx, prov, id)
 }
 
 func (a fleetAuth) ClaimProbe(ctx context.Context, id, prov, model string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
 	return a.s.ClaimProbe(ctx, id, prov, model)
 }
+
+// stateTimeout bounds each write of fleet state a run makes besides its
+// transcript (registry, auth profiles).
+const stateTimeout = 5 * time.Second
 
 // ClientURL returns the URL clients and other workers use.
 func (m *Member) ClientURL() string { return m.Conn.ConnectedUrl() }
