@@ -10,7 +10,7 @@ import (
 
 // Event streams, as in the reference runtime's agent events.
 const (
-	StreamLifecycle  = "lifecycle"  // Data.Phase: start, end, error, restart
+	StreamLifecycle  = "lifecycle"  // Data.Phase: start, end, error, restart, aborted, merged, steered
 	StreamAssistant  = "assistant"  // Data.Delta, Data.Text
 	StreamThinking   = "thinking"   // Data.Delta, Data.Text
 	StreamTool       = "tool"       // Data.Phase: start, update, result
@@ -18,13 +18,40 @@ const (
 	StreamFinal      = "final"      // Data.Result; always the last event of a run
 )
 
-// Lifecycle phases.
+// Lifecycle phases. A run is tried in attempts; every event carries its
+// attempt number, and Seq keeps counting across attempts, so a viewer sees
+// each event once, in order, whatever happened to the workers:
+//
+//	start … end … final                       the usual run
+//	start … error … final                     a run that failed (final carries the error)
+//	start … aborted, restart … end … final    the first attempt's worker died (or the
+//	                                          attempt failed) mid-run; the next attempt
+//	                                          ran it again from the start
+//	start, error, final                       refused before running (invalid, rejected, poison)
+//	merged, final                             collect/steer: another run answered it
+//	                                          (final Meta.MergedInto names that run)
+//	error, final                              dropped at the queue cap or by an interrupt
+//	steered, start … end … final              steer-backlog: seen by the running turn,
+//	                                          then run as its own turn
+//
+// Text a viewer printed during an aborted attempt is superseded by the next
+// attempt's (see the assistant events' Text).
 const (
 	PhaseStart   = "start"
 	PhaseEnd     = "end"
 	PhaseError   = "error"
-	PhaseRestart = "restart" // the run's previous attempt died; it starts again
-	PhaseMerged  = "merged"  // collect mode: the message was merged into another run
+	PhaseRestart = "restart" // the run's previous attempt was aborted; it starts again
+	// PhaseAborted ends an attempt that will not finish: its worker died or
+	// lost the lane (published by the lane's next owner), or the attempt
+	// failed and is retried. Data.Attempt is the aborted attempt and
+	// Data.Error says why. It is not terminal: a restart follows, or an
+	// error and the final event when the message is given up.
+	PhaseAborted = "aborted"
+	PhaseMerged  = "merged" // collect or steer mode: the message was answered by another run (Data.Text)
+	// PhaseSteered: steer-backlog mode showed the message to another
+	// running turn (Data.Text is its run id); the message still runs as
+	// its own turn.
+	PhaseSteered = "steered"
 )
 
 // Event is one event of a run, published on agent.ev.<lane>.<run>. Seq counts
@@ -86,6 +113,22 @@ type Meta struct {
 	// MergedInto is set on the final event of a message that a collect turn
 	// merged into another run: that run carries its reply.
 	MergedInto string `json:"mergedInto,omitempty" msgpack:"mergedInto,omitempty"`
+	// Consumed lists the other messages this run's turn took off the lane
+	// without running them as turns of their own: merged into it by
+	// collect mode, steered into it, dropped at the queue cap, or dropped
+	// by an interrupt. Each of their runs ends with its own final event.
+	Consumed []ConsumedRun `json:"consumed,omitempty" msgpack:"consumed,omitempty"`
+}
+
+// ConsumedRun is a message a turn took off the lane without running it.
+type ConsumedRun struct {
+	RunID string `json:"runId" msgpack:"runId"`
+	// Kind is empty when this run answered the message (merged or
+	// steered), "settings" for a settings message applied on the way, else
+	// the error kind of the message's own final event (dropped,
+	// interrupted).
+	Kind   string `json:"kind,omitempty" msgpack:"kind,omitempty"`
+	Reason string `json:"reason,omitempty" msgpack:"reason,omitempty"`
 }
 
 // AgentMeta describes the model side of a run.
@@ -111,11 +154,20 @@ type UsageMeta struct {
 // RunError says why a run failed. Kind is one of the reference's kinds
 // (context_overflow, compaction_failure, role_ordering, image_size,
 // retry_limit) or one of Lanefleet's: invalid_input, provider_error,
-// poison_message, internal.
+// poison_message, internal, and the queue's: rejected (mode reject while
+// busy), interrupted (dropped or cut short by an interrupt), dropped (over
+// the session's queue cap; Message says which drop policy).
 type RunError struct {
 	Kind    string `json:"kind" msgpack:"kind"`
 	Message string `json:"message" msgpack:"message"`
 }
+
+// Error kinds of messages the lane answered without running them.
+const (
+	KindRejected    = "rejected"    // mode reject: the session was busy
+	KindInterrupted = "interrupted" // cut short or dropped by an interrupt
+	KindDropped     = "dropped"     // over the session's queue cap (drop policy old, new or summarize)
+)
 
 // PendingCall is a client tool call the run stopped for.
 type PendingCall struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -46,6 +47,121 @@ type Inbound struct {
 	// ToolResults answer the pending client tool calls of the session's
 	// previous run. Text may then be empty.
 	ToolResults []ToolResult `json:"toolResults,omitempty" msgpack:"toolResults,omitempty"`
+	// QueueSettings makes this a settings message: instead of running a
+	// turn, the lane stores the session's queue settings, which apply to
+	// every later message of the session that has no Mode. It travels
+	// through the lane like any message, so it takes effect exactly
+	// between the messages sent before and after it. It carries nothing
+	// else (no text, images or tools).
+	QueueSettings *QueueSettings `json:"queueSettings,omitempty" msgpack:"queueSettings,omitempty"`
+}
+
+// QueueSettings are a session's stored queue settings, or a change to them:
+// the fields set replace the stored ones; Reset first clears everything.
+// Unset fields fall back to the fleet's defaults: mode followup, and the
+// reference's debounce 1000 ms, cap 20, drop summarize for collect mode.
+type QueueSettings struct {
+	Mode       string `json:"mode,omitempty" msgpack:"mode,omitempty"`             // a queue mode name or alias
+	DebounceMs *int64 `json:"debounceMs,omitempty" msgpack:"debounceMs,omitempty"` // collect: quiet time before a queued batch runs; 0 is valid
+	Cap        int    `json:"cap,omitempty" msgpack:"cap,omitempty"`               // collect: most messages merged into one turn (≥ 1)
+	Drop       string `json:"drop,omitempty" msgpack:"drop,omitempty"`             // over the cap: old, new or summarize
+	Reset      bool   `json:"reset,omitempty" msgpack:"reset,omitempty"`           // clear the stored settings first
+}
+
+// MaxDebounceMs bounds a stored debounce (one hour).
+const MaxDebounceMs = 3600 * 1000
+
+// Validate checks the settings' values.
+func (q *QueueSettings) Validate() error {
+	switch {
+	case q.Mode != "" && !validMode(q.Mode):
+		return &DecodeError{Field: "queueSettings.mode", Reason: fmt.Sprintf("unknown queue mode %q", clip(q.Mode))}
+	case q.DebounceMs != nil && (*q.DebounceMs < 0 || *q.DebounceMs > MaxDebounceMs):
+		return &DecodeError{Field: "queueSettings.debounceMs", Reason: fmt.Sprintf("%d is not between 0 and %d", *q.DebounceMs, MaxDebounceMs)}
+	case q.Cap < 0 || q.Cap > 1000:
+		return &DecodeError{Field: "queueSettings.cap", Reason: fmt.Sprintf("%d is not between 1 and 1000", q.Cap)}
+	}
+	if q.Drop != "" {
+		if _, ok := queue.ParseDropPolicy(q.Drop); !ok {
+			return &DecodeError{Field: "queueSettings.drop", Reason: fmt.Sprintf("unknown drop policy %q (old, new, summarize)", clip(q.Drop))}
+		}
+	}
+	return nil
+}
+
+// Overrides returns the settings as a layer for queue.Resolve.
+func (q *QueueSettings) Overrides() queue.Overrides {
+	if q == nil {
+		return queue.Overrides{}
+	}
+	var o queue.Overrides
+	o.Mode, _ = queue.ParseMode(q.Mode)
+	o.Drop, _ = queue.ParseDropPolicy(q.Drop)
+	o.Cap = q.Cap
+	if q.DebounceMs != nil {
+		d := time.Duration(*q.DebounceMs) * time.Millisecond
+		o.Debounce = &d
+	}
+	return o
+}
+
+// Apply returns the stored settings q (nil = none) changed by ch.
+func (q *QueueSettings) Apply(ch *QueueSettings) *QueueSettings {
+	var out QueueSettings
+	if q != nil && !ch.Reset {
+		out = *q
+	}
+	out.Reset = false
+	if ch.Mode != "" {
+		m, _ := queue.ParseMode(ch.Mode)
+		out.Mode = string(m)
+	}
+	if ch.DebounceMs != nil {
+		d := *ch.DebounceMs
+		out.DebounceMs = &d
+	}
+	if ch.Cap != 0 {
+		out.Cap = ch.Cap
+	}
+	if ch.Drop != "" {
+		p, _ := queue.ParseDropPolicy(ch.Drop)
+		out.Drop = string(p)
+	}
+	return &out
+}
+
+// QueueSettingsOf converts an Overrides layer to its wire form.
+func QueueSettingsOf(o queue.Overrides) *QueueSettings {
+	q := &QueueSettings{Mode: string(o.Mode), Cap: o.Cap, Drop: string(o.Drop)}
+	if o.Debounce != nil {
+		ms := o.Debounce.Milliseconds()
+		q.DebounceMs = &ms
+	}
+	return q
+}
+
+// String describes the settings, e.g. "mode collect, debounce 1000ms, cap 20, drop summarize".
+func (q *QueueSettings) String() string {
+	if q == nil {
+		return "defaults"
+	}
+	var parts []string
+	if q.Mode != "" {
+		parts = append(parts, "mode "+q.Mode)
+	}
+	if q.DebounceMs != nil {
+		parts = append(parts, fmt.Sprintf("debounce %dms", *q.DebounceMs))
+	}
+	if q.Cap != 0 {
+		parts = append(parts, fmt.Sprintf("cap %d", q.Cap))
+	}
+	if q.Drop != "" {
+		parts = append(parts, "drop "+q.Drop)
+	}
+	if len(parts) == 0 {
+		return "defaults"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ClientTool is a tool the client executes itself.
@@ -158,7 +274,9 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "v", Reason: fmt.Sprintf("unsupported schema version %d (this worker reads up to %d)", in.V, Version)}
 	case in.Session != "" && ValidateKey(in.Session) != nil:
 		return &DecodeError{Field: "session", Reason: ValidateKey(in.Session).Error()}
-	case strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
+	case in.QueueSettings != nil && (in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != ""):
+		return &DecodeError{Field: "queueSettings", Reason: "a settings message carries nothing else (no text, images, tools or mode)"}
+	case in.QueueSettings == nil && strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
 		return &DecodeError{Field: "text", Reason: "empty: a message needs text, an image or tool results"}
 	case len(in.Text) > MaxTextBytes:
 		return &DecodeError{Field: "text", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(in.Text), MaxTextBytes), Err: ErrTooLarge}
@@ -172,6 +290,9 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "thinking", Reason: fmt.Sprintf("unknown thinking level %q (off, minimal, low, medium, high, xhigh)", clip(in.Thinking))}
 	case in.Model != "" && !validModelRef(in.Model):
 		return &DecodeError{Field: "model", Reason: fmt.Sprintf("%q is not provider/model-id", clip(in.Model))}
+	}
+	if in.QueueSettings != nil {
+		return in.QueueSettings.Validate()
 	}
 	if err := validateTools(in); err != nil {
 		return err

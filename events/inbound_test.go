@@ -49,6 +49,13 @@ func TestDecodeInbound(t *testing.T) {
 		{"image only is fine", "", []byte(`{"images":[{"mimeType":"image/png","data":"aGk="}]}`), 0, "", ""},
 		{"invalid utf-8 text", "", mustPack(t, map[string]any{"text": "a\xff"}), 0, "", "UTF-8"},
 		{"bad session field", "", []byte(`{"text":"a","session":""}`), 0, "a", ""},
+		// A settings message needs no text, and may carry nothing else.
+		{"settings message", "", []byte(`{"queueSettings":{"mode":"coalesce","debounceMs":0,"cap":5,"drop":"oldest"}}`), 0, "", ""},
+		{"settings with text", "", []byte(`{"text":"a","queueSettings":{"mode":"collect"}}`), 0, "", "carries nothing else"},
+		{"settings bad drop", "", []byte(`{"queueSettings":{"drop":"all"}}`), 0, "", "unknown drop policy"},
+		{"settings bad debounce", "", []byte(`{"queueSettings":{"debounceMs":-1}}`), 0, "", "debounceMs"},
+		{"settings bad cap", "", []byte(`{"queueSettings":{"cap":-2}}`), 0, "", "queueSettings.cap"},
+		{"settings bad mode", "", []byte(`{"queueSettings":{"mode":"sometimes"}}`), 0, "", "unknown queue mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,6 +129,34 @@ func TestEventRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodeEvent("", []byte(`{"seq":1}`)); err == nil {
 		t.Fatal("event without stream accepted")
+	}
+}
+
+func TestQueueSettingsApply(t *testing.T) {
+	t.Parallel()
+	ms := func(v int64) *int64 { return &v }
+	var stored *QueueSettings
+	// Aliases are stored normalised; unset fields stay unset.
+	stored = stored.Apply(&QueueSettings{Mode: "coalesce", Drop: "oldest"})
+	if got := stored.String(); got != "mode collect, drop old" {
+		t.Fatalf("first change: %s", got)
+	}
+	// A change replaces only the fields it sets; a zero debounce is a value.
+	stored = stored.Apply(&QueueSettings{DebounceMs: ms(0), Cap: 3})
+	if got := stored.String(); got != "mode collect, debounce 0ms, cap 3, drop old" {
+		t.Fatalf("second change: %s", got)
+	}
+	o := stored.Overrides()
+	if o.Mode != "collect" || o.Debounce == nil || *o.Debounce != 0 || o.Cap != 3 || o.Drop != "old" {
+		t.Fatalf("overrides = %+v", o)
+	}
+	// Reset clears first, then applies what the change sets.
+	stored = stored.Apply(&QueueSettings{Reset: true, Mode: "steer"})
+	if got := stored.String(); got != "mode steer" || stored.Reset {
+		t.Fatalf("reset: %s", got)
+	}
+	if got := QueueSettingsOf(o); got.String() != "mode collect, debounce 0ms, cap 3, drop old" {
+		t.Fatalf("QueueSettingsOf = %s", got)
 	}
 }
 
