@@ -38,8 +38,10 @@ type Turn struct {
 
 // Steer returns the steer-mode messages that reached the lane, right behind
 // this turn, since the last call, and makes them part of this turn: they are
-// committed with it and their runs end pointing at it. A handler that never
-// calls Steer leaves them to run as follow-ups.
+// committed with it and their runs end pointing at it. Steer-backlog
+// messages are returned too, but stay on the lane and run afterwards as
+// their own turns. A handler that never calls Steer leaves them all to run
+// as follow-ups.
 func (t *Turn) Steer(ctx context.Context) []*events.Inbound {
 	if t.steer == nil {
 		return nil
@@ -47,9 +49,13 @@ func (t *Turn) Steer(ctx context.Context) []*events.Inbound {
 	return t.steer(ctx)
 }
 
-// Emit publishes an event of the run. Consecutive assistant or thinking
-// deltas are coalesced into frames; every other event flushes them first.
-// Publishing is asynchronous: a lost event never fails the turn.
+// Emit publishes an event of the run. Assistant and thinking deltas are
+// coalesced into frames: a delta after a quiet spell goes out at once, and
+// the deltas that follow it within frameWindow (or up to frameMaxBytes) go
+// out together, so a viewer waits at most frameWindow for any delta while a
+// fast model costs a few hundred events per second. Every other event
+// flushes the pending frame first. Publishing is asynchronous: a lost event
+// never fails the turn.
 func (t *Turn) Emit(stream string, data events.EventData) { t.em.emit(stream, data) }
 
 // Outcome is what a handler returns for a completed turn. An empty Outcome
@@ -73,7 +79,7 @@ func (f HandlerFunc) HandleTurn(ctx context.Context, t *Turn) (*Outcome, error) 
 // Frame limits for delta coalescing.
 const (
 	frameMaxBytes = 1024
-	frameMaxAge   = 20 * time.Millisecond
+	frameWindow   = 5 * time.Millisecond
 )
 
 // emitter publishes one run's events with a per-run sequence.
@@ -85,13 +91,15 @@ type emitter struct {
 	asJSON  bool
 	log     zerolog.Logger
 
-	mu      sync.Mutex
-	seq     uint64
-	attempt int
-	pending *events.Event // coalescing delta frame
-	timer   *time.Timer
-	futures []jetstream.PubAckFuture
-	failed  int
+	mu        sync.Mutex
+	seq       uint64
+	attempt   int
+	pending   *events.Event // the delta frame being coalesced
+	buf       []byte        // its deltas
+	lastFrame time.Time     // when the last delta frame went out
+	timer     *time.Timer
+	futures   []jetstream.PubAckFuture
+	failed    int
 }
 
 func (e *emitter) emit(stream string, data events.EventData) {
@@ -99,25 +107,41 @@ func (e *emitter) emit(stream string, data events.EventData) {
 	defer e.mu.Unlock()
 	isDelta := (stream == events.StreamAssistant || stream == events.StreamThinking) && data.Phase == ""
 	if isDelta && e.pending != nil && e.pending.Stream == stream {
-		e.pending.Data.Delta += data.Delta
+		e.buf = append(e.buf, data.Delta...)
 		e.pending.Data.Text = data.Text
-		if len(e.pending.Data.Delta) >= frameMaxBytes {
+		if len(e.buf) >= frameMaxBytes {
 			e.flushLocked()
 		}
 		return
 	}
 	e.flushLocked()
 	ev := e.newEvent(stream, data)
-	if isDelta {
-		e.pending = ev
-		e.timer = time.AfterFunc(frameMaxAge, func() {
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			e.flushLocked()
-		})
+	if !isDelta {
+		e.publishAsyncLocked(ev)
 		return
 	}
-	e.publishAsyncLocked(ev)
+	now := time.Now()
+	wait := frameWindow - now.Sub(e.lastFrame)
+	if wait <= 0 {
+		// Nothing went out lately: no reason to hold this delta back.
+		e.lastFrame = now
+		e.publishAsyncLocked(ev)
+		return
+	}
+	// A frame just went out: collect what follows for the rest of the window.
+	e.pending = ev
+	e.buf = append(e.buf[:0], data.Delta...)
+	if e.timer == nil {
+		e.timer = time.AfterFunc(wait, e.onTimer)
+	} else {
+		e.timer.Reset(wait)
+	}
+}
+
+func (e *emitter) onTimer() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.flushLocked()
 }
 
 func (e *emitter) newEvent(stream string, data events.EventData) *events.Event {
@@ -127,14 +151,16 @@ func (e *emitter) newEvent(stream string, data events.EventData) *events.Event {
 }
 
 func (e *emitter) flushLocked() {
+	if e.pending == nil {
+		return
+	}
 	if e.timer != nil {
 		e.timer.Stop()
-		e.timer = nil
 	}
-	if e.pending != nil {
-		e.publishAsyncLocked(e.pending)
-		e.pending = nil
-	}
+	e.pending.Data.Delta = string(e.buf)
+	e.lastFrame = time.Now()
+	e.publishAsyncLocked(e.pending)
+	e.pending = nil
 }
 
 func (e *emitter) encode(ev *events.Event) (*nats.Msg, error) {
@@ -165,17 +191,15 @@ func (e *emitter) publishAsyncLocked(ev *events.Event) {
 	e.futures = append(e.futures, f)
 }
 
-// final flushes pending frames, waits for every event of the run to be
-// stored, then publishes the final event synchronously.
-func (e *emitter) final(ctx context.Context, res *events.Result) error {
+// settle flushes the pending frame and waits until every event published so
+// far is stored, but never forever: an async publish lost in a reconnect
+// may never be answered.
+func (e *emitter) settle(ctx context.Context) error {
 	e.mu.Lock()
 	e.flushLocked()
 	futures := e.futures
 	e.futures = nil
-	ev := e.newEvent(events.StreamFinal, events.EventData{Result: res})
 	e.mu.Unlock()
-	// Wait for the run's events to be stored, but never forever: an async
-	// publish lost in a reconnect may never be answered.
 	wait := time.NewTimer(10 * time.Second)
 	defer wait.Stop()
 	for _, f := range futures {
@@ -184,29 +208,54 @@ func (e *emitter) final(ctx context.Context, res *events.Result) error {
 		case err := <-f.Err():
 			e.log.Warn().Err(err).Msg("event not stored")
 		case <-wait.C:
-			e.log.Warn().Msg("events not acknowledged within 10s; publishing the final event anyway")
-			goto publish
+			e.log.Warn().Msg("events not acknowledged within 10s; going on")
+			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-publish:
-	m, err := e.encode(ev)
-	if err != nil {
-		return fmt.Errorf("lanes: encode final event: %w", err)
+	return nil
+}
+
+// final waits for the run's events to be stored, then publishes the final
+// event synchronously.
+func (e *emitter) final(ctx context.Context, res *events.Result) error {
+	if err := e.settle(ctx); err != nil {
+		return err
 	}
-	if _, err := e.js.PublishMsg(ctx, m); err != nil {
+	e.mu.Lock()
+	attempt := e.attempt
+	e.mu.Unlock()
+	if err := e.publish(ctx, events.StreamFinal, events.EventData{Result: res}, attempt); err != nil {
 		return fmt.Errorf("lanes: publish final event: %w", err)
 	}
 	return nil
 }
 
-// sync starts an attempt: it publishes its first event synchronously, so
+// abort ends the current attempt on record: its events are stored, then an
+// aborted event, so the next attempt's events follow it.
+func (e *emitter) abort(ctx context.Context, why string) error {
+	if err := e.settle(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	attempt := e.attempt
+	e.mu.Unlock()
+	return e.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
+		EndedAt: time.Now().UnixMilli(), Attempt: attempt}, attempt)
+}
+
+// start starts an attempt: it publishes its first event synchronously, so
 // the attempt is on record before any work.
-func (e *emitter) sync(ctx context.Context, stream string, data events.EventData, attempt int) error {
+func (e *emitter) start(ctx context.Context, data events.EventData, attempt int) error {
+	data.Attempt = attempt
+	return e.publish(ctx, events.StreamLifecycle, data, attempt)
+}
+
+// publish publishes one event synchronously as part of attempt.
+func (e *emitter) publish(ctx context.Context, stream string, data events.EventData, attempt int) error {
 	e.mu.Lock()
 	e.attempt = attempt
-	data.Attempt = attempt
 	ev := e.newEvent(stream, data)
 	e.mu.Unlock()
 	m, err := e.encode(ev)
@@ -219,23 +268,35 @@ func (e *emitter) sync(ctx context.Context, stream string, data events.EventData
 	return nil
 }
 
+// runState is what a run's earlier attempts left in the event stream.
+type runState struct {
+	attempt   int    // the last attempt that published an event; 0 = none
+	lastPhase string // the lifecycle phase of the last event, if it is one
+	finished  bool   // the run has its final event
+}
+
 // resume finds the last event already published for this run by earlier
-// attempts, so the sequence continues, and reports that attempt's number and
-// whether the run already has its final event.
-func (e *emitter) resume(ctx context.Context, stream jetstream.Stream) (attempt int, finished bool, err error) {
+// attempts, so the sequence continues, and reports what it says.
+func (e *emitter) resume(ctx context.Context, stream jetstream.Stream) (runState, error) {
 	raw, err := stream.GetLastMsgForSubject(ctx, e.subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, false, nil
+		return runState{}, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("lanes: last event of run %s: %w", e.run, err)
+		return runState{}, fmt.Errorf("lanes: last event of run %s: %w", e.run, err)
 	}
 	ev, err := events.DecodeEvent(raw.Header.Get(events.HeaderContentType), raw.Data)
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if err != nil {
 		// An undecodable last event: continue after its stream position.
 		e.seq = raw.Sequence
-		return 1, false, nil
+		return runState{attempt: 1}, nil
 	}
 	e.seq = ev.Seq
-	return max(ev.Attempt, 1), ev.Terminal(), nil
+	st := runState{attempt: ev.Attempt, finished: ev.Terminal()}
+	if ev.Stream == events.StreamLifecycle {
+		st.lastPhase = ev.Data.Phase
+	}
+	return st, nil
 }

@@ -1,0 +1,69 @@
+// Package lanes is the NATS adapter that runs session lanes: a Worker takes
+// dispatch deliveries from the AGENT_IN stream, owns a lane by its KV lease,
+// drains the lane's messages in stream order through a Handler it declares,
+// publishes each run's events on agent.ev.<lane>.<run>, and hands lanes over
+// when it stops or dies (lease-and-drain, see DESIGN.md).
+//
+// # Queue modes
+//
+// A message's mode is its own Mode field, else the session's stored mode,
+// else followup. (The reference runtime's default is collect; the fleet runs
+// one turn per message unless the session or the message asks otherwise.)
+// The pure decisions live in lanes/queue; this package applies them to the
+// stream, which is the queue: nothing is held in memory between turns.
+//
+//   - followup: one turn per message, in order.
+//   - collect: at a turn boundary the collect-mode messages waiting behind
+//     the first one are merged into one turn (queue.CollectPrompt). If the
+//     batch was queued behind a running turn, it waits until the lane has
+//     been quiet for the debounce time (reference default 1000 ms); the wait
+//     ends early when the batch reaches the cap or a message that cannot
+//     join arrives. Over the cap (default 20) the drop policy applies:
+//     summarize (default) and old drop the oldest, new refuses the newest;
+//     summarize puts a summary line of each dropped message in the prompt.
+//     A batch of one without a summary runs as the message itself. The
+//     turn runs as the run of the oldest message kept; the others' runs end
+//     with Meta.MergedInto, the dropped ones' with an error of kind dropped.
+//     An interrupt that arrives during the wait drops the batch.
+//   - steer: joins the running turn at its next model-call boundary
+//     (Turn.Steer) and is answered in it; its run ends with MergedInto. If
+//     the turn ends first it runs as a follow-up.
+//   - steer-backlog: the reference steers the live run and also enqueues a
+//     follow-up (runtime spec §19), and so do we: Turn.Steer shows the
+//     message to the running turn, and the message stays on the lane and
+//     runs afterwards as its own turn (its run gets a lifecycle "steered"
+//     event naming the turn that saw it, then its own events). The model
+//     thus sees the text twice, as in the reference. Because the cursor
+//     cannot pass a message that stays, a steer message behind a
+//     steer-backlog one waits for a later turn.
+//   - interrupt, rollback: cancel the running turn, drop every message
+//     queued before the interrupt (error kind interrupted), then run it.
+//   - reject: refused (error kind rejected) if it arrived while a turn ran.
+//
+// # Stored settings
+//
+// A settings message (events.Inbound.QueueSettings) is a lane message like
+// any other: when its turn comes, the owner stores the change under
+// <token>.settings in the lanes bucket, fenced by its lease, and the run
+// ends with a final event describing the settings in force. So settings
+// change exactly between the messages published before and after them, no
+// owner ever reads a stale value (each owner reads the key once when it
+// takes the lane, then applies the changes it processes itself), and a turn
+// never pays for a settings read.
+//
+// # Events and attempts
+//
+// Every event of a run carries a per-run Seq that continues across
+// attempts, so a viewer sees each event once, in order. An attempt that
+// will not finish is closed with a lifecycle "aborted" event before the
+// next one starts with "restart": by the owner itself when the handler
+// failed, or by the lane's next owner when the worker died or lost the
+// lease mid-run. See events for the sequences a viewer sees. Assistant and
+// thinking deltas are coalesced into frames (Turn.Emit).
+//
+// Every message taken off the lane ends with a final event: its own turn's,
+// MergedInto the turn that answered it, or an error saying why it was not
+// run. A turn lists the messages it consumed in its final event's
+// Meta.Consumed; if the owner dies after committing the turn, the lane's
+// next owner publishes the final events still missing.
+package lanes

@@ -1,0 +1,508 @@
+package lanes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/queue"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/sessionfile"
+)
+
+// owner drains one lane while it holds the lease.
+type owner struct {
+	w          *Worker
+	token, key string
+	subject    string
+	trigger    jetstream.Msg
+	triggerSeq uint64
+	lease      *kvstore.Lease
+	log        zerolog.Logger
+
+	cursor      kvstore.Cursor
+	settings    *events.QueueSettings // the lane's stored queue settings; nil = none
+	history     []message.Entry
+	loaded      bool
+	checkedLast bool
+	failures    map[uint64]int // attempts started by this owner, per inbound seq
+	purgedTo    uint64
+	lastEnd     time.Time // when this owner's last turn ended (reject, collect debounce)
+}
+
+// run drains the lane, then releases it (lease-and-drain). Each lease gets
+// its own heartbeat, stopped before the lease is released so a renewal never
+// races the release.
+func (o *owner) run() {
+	for {
+		ctx, cancel := context.WithCancelCause(o.w.turnCtx)
+		hbDone := make(chan struct{})
+		go o.heartbeat(ctx, cancel, o.lease, hbDone)
+		lostInDrain := o.drain(ctx)
+		lost := lostInDrain || errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost)
+		cancelled := ctx.Err() != nil
+		cancel(nil)
+		<-hbDone
+		switch {
+		case lost:
+			// Someone else may own the lane now, or nobody: let the trigger
+			// be redelivered to whoever needs it.
+			o.w.nak(o.trigger, 0)
+			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			o.purgeProcessed(pctx, true)
+			pcancel()
+			return
+		case cancelled:
+			o.abandon()
+			return
+		}
+		if !o.release() {
+			return
+		}
+	}
+}
+
+// heartbeat renews the lease and keeps the trigger delivery alive.
+func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease *kvstore.Lease, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(o.w.lanes.RenewEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, o.w.lanes.RenewEvery())
+		err := lease.Renew(rctx)
+		rcancel()
+		if errors.Is(err, kvstore.ErrLeaseLost) {
+			o.log.Warn().Err(err).Msg("lease lost: stopping the lane's work")
+			cancel(err)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			o.log.Warn().Err(err).Msg("renew lease")
+		}
+		if o.trigger != nil {
+			if err := o.trigger.InProgress(); err != nil {
+				o.log.Debug().Err(err).Msg("trigger in progress")
+			}
+		}
+	}
+}
+
+// errStopping ends a drain when the worker stops before a turn started.
+var errStopping = errors.New("lanes: worker stopping")
+
+// drain processes the lane's messages in order until none is left, the
+// worker stops, or the lease is lost. It reports true when a fenced write
+// found the lease lost.
+func (o *owner) drain(ctx context.Context) bool {
+	// The cursor and the stored settings are read together, on the leader.
+	var (
+		wg       sync.WaitGroup
+		settings []byte
+		serr     error
+	)
+	wg.Go(func() { settings, serr = o.w.lanes.Settings(ctx, o.token) })
+	c, err := o.w.lanes.Cursor(ctx, o.token)
+	wg.Wait()
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		o.log.Warn().Err(err).Msg("read cursor and settings")
+		return false
+	}
+	o.cursor = c
+	o.settings = nil
+	if len(settings) > 0 {
+		var s events.QueueSettings
+		if err := json.Unmarshal(settings, &s); err != nil || s.Validate() != nil {
+			o.log.Warn().Err(err).Msg("stored queue settings unreadable: using the defaults")
+		} else {
+			o.settings = &s
+		}
+	}
+	if c.Seq > 0 && !o.checkedLast {
+		// The last committed turn may have died between its record and its
+		// final events: publish them from the record.
+		o.checkedLast = true
+		o.ensureFinal(ctx, c.Seq)
+	}
+	for !o.w.stopping.Load() && ctx.Err() == nil {
+		raw, err := o.next(ctx, o.cursor.Seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				o.log.Warn().Err(err).Msg("read lane")
+			}
+			return false
+		}
+		if err := o.process(ctx, raw); err != nil {
+			if errors.Is(err, kvstore.ErrLeaseLost) {
+				return true
+			}
+			if ctx.Err() != nil || errors.Is(err, errStopping) {
+				return false
+			}
+			n := o.failures[raw.Sequence]
+			o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
+			delay := min(o.w.cfg.RetryDelay*time.Duration(max(n, 1)), 30*time.Second)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// readTimeout bounds one read of the lane: a request lost in a leader
+// change fails and is retried, instead of waiting out the caller's deadline
+// (a turn's can be many minutes).
+const readTimeout = 5 * time.Second
+
+// next reads the lane's first message after seq, on the stream leader.
+func (o *owner) next(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	return o.w.streams.Inbound.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(o.subject))
+}
+
+// decode decodes and checks an inbound message of the lane.
+func (o *owner) decode(raw *jetstream.RawStreamMsg) (*events.Inbound, error) {
+	in, err := events.DecodeInbound(raw.Header.Get(events.HeaderContentType), raw.Data, o.w.cfg.MaxPayload)
+	if err == nil && in.Session != "" && in.Session != o.key {
+		err = &events.DecodeError{Field: "session", Reason: fmt.Sprintf("%q does not match the lane's session", in.Session)}
+	}
+	return in, err
+}
+
+// process takes the next turn off the lane, starting at raw, and runs it.
+// The turn is committed by one fenced write, its record, which also moves
+// the lane's cursor past every message the turn consumed.
+func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error {
+	in, decErr := o.decode(raw)
+	p := &plan{run: collected{raw: raw, in: in}, in: in, through: raw.Sequence}
+	if decErr == nil && o.modeOf(in) == queue.ModeCollect {
+		var err error
+		if p, err = o.planCollect(ctx, collected{raw: raw, in: in}); err != nil {
+			return err
+		}
+	}
+	seq := p.run.raw.Sequence
+	run := strconv.FormatUint(seq, 10)
+	log := o.log.With().Str("run_id", run).Logger()
+	em := o.newEmitter(run, log, isJSON(p.run.raw))
+	if o.cursor.SessionID == "" {
+		o.cursor.SessionID = sessionfile.NewSessionID()
+	}
+	// Earlier attempts (a crash, a lost lease, a failed try) left events:
+	// continue their sequence, close an attempt that never ended, and
+	// count them.
+	st, err := em.resume(ctx, o.w.streams.Events)
+	if err != nil {
+		return err
+	}
+	if err := o.closeAttempt(ctx, em, st); err != nil {
+		return err
+	}
+	if o.failures == nil {
+		o.failures = map[uint64]int{}
+	}
+	attempt := max(st.attempt, o.failures[seq]) + 1
+	em.attempt = attempt
+	if attempt > o.w.cfg.MaxAttempts {
+		cause := fmt.Errorf("turn started %d times without finishing", attempt-1)
+		for _, c := range append([]collected{p.run}, p.merged...) {
+			o.w.deadLetter(ctx, "poison", o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause)
+		}
+		return o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", attempt)
+	}
+	// Read what the turn needs before it counts as an attempt: a store that
+	// is briefly unavailable delays the lane but never dead-letters a message.
+	if !o.loaded {
+		recs, err := o.w.lanes.Records(ctx, o.token)
+		if err != nil {
+			return err
+		}
+		o.history, o.loaded = kvstore.Entries(recs), true
+	}
+	// The first event of every attempt is stored before the turn starts, so
+	// a message that kills its worker is counted and dead-lettered at last.
+	startData := events.EventData{Phase: events.PhaseStart, StartedAt: time.Now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: seq}
+	if st.attempt > 0 {
+		startData.Phase = events.PhaseRestart
+	}
+	if err := em.start(ctx, startData, attempt); err != nil {
+		return err
+	}
+	o.failures[seq] = attempt
+
+	if decErr != nil {
+		o.w.deadLetter(ctx, "invalid", o.subject, seq, raw.Header, raw.Data, decErr)
+		return o.failTurn(ctx, em, p, "invalid_input", decErr.Error(), attempt)
+	}
+	if in.QueueSettings != nil {
+		return o.applySettings(ctx, em, p)
+	}
+	if o.modeOf(in) == queue.ModeReject && raw.Time.Before(o.lastEnd) {
+		// It arrived while the session was busy (the turn before it ended
+		// after it arrived): refuse it, as the sender asked.
+		return o.failTurn(ctx, em, p, events.KindRejected, "the session was busy when this message arrived (mode reject); it was not run", attempt)
+	}
+	if p.interrupt {
+		return o.interrupted(ctx, em, p, attempt)
+	}
+	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
+		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, em: em}
+	turn.steer = o.steerer(p)
+	turnCtx, stopWatch := o.watchInterrupts(ctx)
+	out, err := o.callHandler(turnCtx, turn, log)
+	interrupted := errors.Is(context.Cause(turnCtx), errInterrupted)
+	stopWatch()
+	if interrupted && err != nil && ctx.Err() == nil {
+		return o.interrupted(ctx, em, p, attempt)
+	}
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
+			// This owner retries the message: end the attempt on record
+			// first, so the next one continues after it.
+			o.w.stats.Aborted.Add(1)
+			if aerr := em.abort(ctx, fmt.Sprintf("attempt %d failed; it is retried", attempt)); aerr != nil {
+				log.Warn().Err(aerr).Msg("aborted event")
+			}
+		}
+		return err
+	}
+	// The turn ended now, before its final event is published: a message
+	// sent after a client saw that event never counts as "while busy".
+	o.lastEnd = time.Now()
+	if err := o.commit(ctx, em, p, out); err != nil {
+		return err
+	}
+	o.w.stats.Turns.Add(1)
+	return nil
+}
+
+// closeAttempt ends an attempt that started and never ended (its worker
+// died or lost the lane mid-run) with an aborted event, so a viewer sees
+// start … aborted, restart … rather than a restart out of nowhere.
+func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState) error {
+	if st.attempt == 0 || st.finished || st.lastPhase == events.PhaseAborted {
+		return nil
+	}
+	o.w.stats.Aborted.Add(1)
+	why := fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.attempt)
+	return em.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
+		EndedAt: time.Now().UnixMilli(), Attempt: st.attempt}, st.attempt)
+}
+
+// commit writes the turn's record (fenced), publishes its final event and
+// moves the cursor past every message the turn consumed; then it ends the
+// runs of the messages the turn consumed without running them.
+func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) error {
+	if out.Result != nil {
+		out.Result.Meta.Consumed = p.consumed()
+	}
+	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries}
+	if out.Result != nil {
+		var err error
+		if rec.Final, _, err = events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: out.Result}}, false); err != nil {
+			return err
+		}
+	}
+	if err := o.lease.PutRecord(ctx, rec); err != nil {
+		return err
+	}
+	if out.Result != nil {
+		if err := em.final(ctx, out.Result); err != nil {
+			// The turn is committed; the final event is published again by
+			// the lane's next owner (ensureFinal) if it never got stored.
+			o.log.Warn().Err(err).Msg("final event")
+		}
+	}
+	o.cursor.Seq = p.through
+	clear(o.failures)
+	if o.loaded {
+		o.history = append(o.history, out.Entries...)
+	}
+	if out.Result != nil {
+		for _, c := range out.Result.Meta.Consumed {
+			o.endConsumed(ctx, c, em.run, p.jsonOf(c.RunID))
+		}
+	}
+	for _, c := range p.backlog {
+		o.announceSteered(ctx, c, em.run)
+	}
+	return nil
+}
+
+func (o *owner) newEmitter(run string, log zerolog.Logger, asJSON bool) *emitter {
+	return &emitter{js: o.w.js, key: o.key, run: run, log: log, asJSON: asJSON,
+		subject: events.EventPrefix + o.token + "." + run}
+}
+
+func isJSON(raw *jetstream.RawStreamMsg) bool {
+	return events.IsJSON(raw.Header.Get(events.HeaderContentType), raw.Data)
+}
+
+func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (out *Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("handler panicked")
+			err = fmt.Errorf("lanes: handler panicked: %v", p)
+		}
+	}()
+	out, err = o.w.handler.HandleTurn(log.WithContext(ctx), t)
+	if err == nil && out == nil {
+		err = errors.New("lanes: handler returned no outcome")
+	}
+	return out, err
+}
+
+// failTurn ends a run the handler never saw with an error event and commits
+// it (no entries) so the lane moves on.
+func (o *owner) failTurn(ctx context.Context, em *emitter, p *plan, kind, msg string, attempt int) error {
+	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli(), Attempt: attempt})
+	res := &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
+		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}
+	return o.commit(ctx, em, p, &Outcome{Result: res})
+}
+
+// ensureFinal publishes the final events of the lane's last committed turn
+// that are missing: its own, and those of the messages it consumed. The run
+// of the last message consumed (seq) gets its final event last, so when it
+// has one there is nothing to do.
+func (o *owner) ensureFinal(ctx context.Context, seq uint64) {
+	em := o.newEmitter(strconv.FormatUint(seq, 10), o.log, false)
+	if st, err := em.resume(ctx, o.w.streams.Events); err != nil || st.finished {
+		return
+	}
+	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
+	if err != nil || !ok || len(rec.Final) == 0 {
+		return
+	}
+	ev, err := events.DecodeEvent(events.ContentMsgpack, rec.Final)
+	if err != nil || ev.Data.Result == nil {
+		return
+	}
+	if rec.RunID != "" && rec.RunID != em.run {
+		em = o.newEmitter(rec.RunID, o.log, false)
+		st, err := em.resume(ctx, o.w.streams.Events)
+		if err != nil {
+			return
+		}
+		if st.finished {
+			em = nil
+		}
+	}
+	if em != nil {
+		if err := em.final(ctx, ev.Data.Result); err != nil {
+			o.log.Warn().Err(err).Msg("republish final event")
+			return
+		}
+	}
+	for _, c := range ev.Data.Result.Meta.Consumed {
+		o.endConsumed(ctx, c, rec.RunID, false)
+	}
+}
+
+// purgeProcessed removes the lane's processed inbound messages in one call,
+// keeping next-by-subject lookups on the fast path. With keepTrigger the
+// trigger's message and everything after it stay: a Nak'd trigger whose
+// message is gone is never redelivered, which would strand the lane's
+// remaining messages.
+func (o *owner) purgeProcessed(ctx context.Context, keepTrigger bool) {
+	upTo := o.cursor.Seq
+	if keepTrigger && o.trigger != nil && o.triggerSeq <= upTo {
+		upTo = o.triggerSeq - 1
+	}
+	if upTo < o.purgedTo || upTo == 0 {
+		return
+	}
+	err := o.w.streams.Inbound.Purge(ctx, jetstream.WithPurgeSubject(o.subject), jetstream.WithPurgeSequence(upTo+1))
+	if err != nil {
+		o.log.Debug().Err(err).Msg("purge processed messages")
+		return
+	}
+	o.purgedTo = upTo + 1
+}
+
+// release gives the lane up after a drain; it reports whether the owner
+// should drain again (a message arrived during the release and the lease was
+// re-acquired).
+func (o *owner) release() (again bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := o.lease.Release(ctx); err != nil {
+		o.log.Warn().Err(err).Msg("release lease")
+		return false // trigger redelivered after AckWait; the lease expires
+	}
+	o.w.stats.Released.Add(1)
+	// Re-check on the leader after releasing: a message stored before a
+	// follower saw our lease is found here or by the next owner.
+	_, err := o.next(ctx, o.cursor.Seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		o.finishTrigger(ctx)
+		return false
+	case err != nil:
+		o.log.Warn().Err(err).Msg("re-check lane")
+		return false
+	}
+	if o.w.stopping.Load() {
+		o.w.nak(o.trigger, 0)
+		o.purgeProcessed(ctx, true)
+		return false
+	}
+	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	switch {
+	case err == nil:
+		o.lease = lease
+		o.w.stats.Acquired.Add(1)
+		return true
+	case errors.Is(err, kvstore.ErrHeld):
+		o.finishTrigger(ctx)
+	default:
+		o.log.Warn().Err(err).Msg("re-acquire lease")
+	}
+	return false
+}
+
+// abandon hands the lane over at once when the worker stops mid-drain.
+func (o *owner) abandon() {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := o.lease.Release(rctx); err != nil {
+		o.log.Warn().Err(err).Msg("release lease on stop")
+	}
+	o.purgeProcessed(rctx, true)
+	o.w.stats.Released.Add(1)
+	o.w.nak(o.trigger, 0)
+}
+
+// finishTrigger acks the trigger and purges the processed messages.
+func (o *owner) finishTrigger(ctx context.Context) {
+	if o.w.stopping.Load() && o.trigger != nil && o.triggerSeq > o.cursor.Seq {
+		o.w.nak(o.trigger, 0)
+		return
+	}
+	o.w.ack(ctx, o.trigger)
+	o.purgeProcessed(ctx, false)
+}
