@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
@@ -109,6 +111,27 @@ func WithMessageID(id string) SendOption {
 	return func(o *sendOptions) error { o.in.ID = id; return nil }
 }
 
+// WithTools offers client tools to the model for this run: tools the client
+// executes itself. When the model calls one, the run ends with
+// Meta.StopReason "tool_calls" and the calls in Meta.PendingToolCalls
+// (arguments as JSON text); the client runs them and answers in its next
+// message to the session with WithToolResults, and the model goes on from
+// there. Offer the same tools again with that message (and with every
+// later one while the conversation may use them): tools are per message,
+// and a call to a tool the run does not know is dropped from the history
+// the model sees. Names are 1-64 of A-Z a-z 0-9 _ -; Parameters is a JSON
+// Schema object.
+func WithTools(tools ...events.ClientTool) SendOption {
+	return func(o *sendOptions) error { o.in.Tools = append(o.in.Tools, tools...); return nil }
+}
+
+// WithToolResults answers the pending client tool calls of the session's
+// previous run, one result per call id (IsError for a call that failed).
+// The message's text may then be empty.
+func WithToolResults(results ...events.ToolResult) SendOption {
+	return func(o *sendOptions) error { o.in.ToolResults = append(o.in.ToolResults, results...); return nil }
+}
+
 // WithJSON sends the message as JSON instead of msgpack; the run's events are
 // then published as JSON too.
 func WithJSON() SendOption {
@@ -136,21 +159,28 @@ func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOpt
 	if o.in.ID == "" {
 		o.in.ID = newID()
 	}
-	subj, err := events.InboundSubject(session)
-	if err != nil {
+	if _, err := events.KeyToken(session); err != nil {
 		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
 	}
 	if err := o.in.Validate(); err != nil {
 		return nil, err
 	}
-	data, ct, err := events.EncodeInbound(&o.in, o.asJSON)
+	return c.publish(ctx, session, &o.in, o.asJSON)
+}
+
+func (c *Client) publish(ctx context.Context, session string, in *events.Inbound, asJSON bool) (*Run, error) {
+	subj, err := events.InboundSubject(session)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
+	}
+	data, ct, err := events.EncodeInbound(in, asJSON)
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: encode: %w", err)
 	}
 	m := nats.NewMsg(subj)
 	m.Data = data
 	m.Header.Set(events.HeaderContentType, ct)
-	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithMsgID(o.in.ID))
+	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithMsgID(in.ID))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			return nil, ErrNoFleet
@@ -158,6 +188,54 @@ func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOpt
 		return nil, fmt.Errorf("lanefleet: publish: %w", err)
 	}
 	return &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence, Duplicate: ack.Duplicate, c: c}, nil
+}
+
+// SetQueueSettings stores a session's queue settings: what happens to its
+// messages that name no mode (Mode), and for collect mode the debounce,
+// cap and drop policy (old, new or summarize). Only the fields set change;
+// unset ones keep their stored value or the default (mode followup;
+// debounce 1 s, cap 20, drop summarize). The change is a message of the
+// session's lane: it applies to every message sent after it, once the
+// messages sent before it have been taken; Wait on the returned run to know
+// it was applied (its result's text describes the settings in force).
+func (c *Client) SetQueueSettings(ctx context.Context, session string, s queue.Overrides) (*Run, error) {
+	return c.sendSettings(ctx, session, events.QueueSettingsOf(s))
+}
+
+// ResetQueueSettings clears a session's stored queue settings, in lane order
+// like SetQueueSettings.
+func (c *Client) ResetQueueSettings(ctx context.Context, session string) (*Run, error) {
+	return c.sendSettings(ctx, session, &events.QueueSettings{Reset: true})
+}
+
+func (c *Client) sendSettings(ctx context.Context, session string, q *events.QueueSettings) (*Run, error) {
+	in := events.Inbound{ID: newID(), QueueSettings: q}
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	return c.publish(ctx, session, &in, false)
+}
+
+// QueueSettings returns a session's stored queue settings (zero when none
+// are stored); queue.Resolve(s) gives the values in force.
+func (c *Client) QueueSettings(ctx context.Context, session string) (queue.Overrides, error) {
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		return queue.Overrides{}, fmt.Errorf("lanefleet: session %q: %w", session, err)
+	}
+	l, err := c.lanes(ctx)
+	if err != nil {
+		return queue.Overrides{}, err
+	}
+	raw, err := l.Settings(ctx, tok)
+	if err != nil || raw == nil {
+		return queue.Overrides{}, err
+	}
+	var q events.QueueSettings
+	if err := json.Unmarshal(raw, &q); err != nil {
+		return queue.Overrides{}, fmt.Errorf("lanefleet: stored settings of %q: %w", session, err)
+	}
+	return q.Overrides(), nil
 }
 
 // Run returns a handle on an existing run, e.g. to replay its events.
@@ -173,6 +251,12 @@ func (r *Run) Follow(runID string) *Run { return r.c.Run(r.Session, runID) }
 // Events yields the run's events from its first one, in order and each once,
 // and stops after the final event. Joining late replays what was missed.
 // Iteration ends early with an error when ctx is done.
+//
+// If the worker running the run dies (or the attempt fails), the attempt
+// ends with a lifecycle "aborted" event and the next one starts with
+// "restart": its assistant events' Text starts over. A message that did not
+// get a turn of its own ends with a lifecycle event saying why (merged,
+// error) and its final event.
 func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
 	return func(yield func(*events.Event, error) bool) {
 		subj, err := events.EventSubject(r.Session, r.ID)

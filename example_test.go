@@ -11,6 +11,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
 // startExampleFleet runs a worker with an embedded NATS server in a temp dir
@@ -91,4 +92,79 @@ func ExampleClient_History() {
 	// assistant: echo: one
 	// user: two
 	// assistant: echo: two
+}
+
+// Offer a client tool; the run stops with the model's call, the client runs
+// the tool and sends the result, and the model answers.
+func ExampleWithTools() {
+	url, stop := startExampleFleet()
+	defer stop()
+	c, _ := lanefleet.Connect(url)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	weather := events.ClientTool{Name: "weather", Description: "Current weather in a city",
+		Parameters: map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}}
+	// The scripted model plays a call to the tool, then a reply.
+	script := `#script {"replies":[{"toolCalls":[{"id":"call_1","name":"weather","arguments":{"city":"Lisbon"}}]},{"text":"It is sunny in Lisbon."}]}`
+	run, err := c.Send(ctx, "tools:1", script, lanefleet.WithModel("scripted/script"), lanefleet.WithTools(weather))
+	if err != nil {
+		panic(err)
+	}
+	res, err := run.Wait(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("stop reason:", res.Meta.StopReason)
+	var results []events.ToolResult
+	for _, call := range res.Meta.PendingToolCalls {
+		fmt.Printf("call %s: %s(%s)\n", call.ID, call.Name, call.Arguments)
+		results = append(results, events.ToolResult{ToolCallID: call.ID, Text: "22°C, clear"})
+	}
+	// The answer offers the same tools: the history's calls refer to them.
+	run, err = c.Send(ctx, "tools:1", "", lanefleet.WithModel("scripted/script"),
+		lanefleet.WithTools(weather), lanefleet.WithToolResults(results...))
+	if err != nil {
+		panic(err)
+	}
+	if res, err = run.Wait(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Payloads[0].Text)
+	// Output:
+	// stop reason: tool_calls
+	// call call_1: weather({"city":"Lisbon"})
+	// It is sunny in Lisbon.
+}
+
+// Store a session's queue settings: its messages that name no mode are then
+// collected, waiting for a quiet second before a batch queued behind a turn
+// runs, at most 5 to a turn, the oldest summarised beyond that.
+func ExampleClient_SetQueueSettings() {
+	url, stop := startExampleFleet()
+	defer stop()
+	c, _ := lanefleet.Connect(url)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	second := time.Second
+	run, err := c.SetQueueSettings(ctx, "chatty", queue.Overrides{Mode: queue.ModeCollect, Debounce: &second, Cap: 5, Drop: queue.DropSummarize})
+	if err != nil {
+		panic(err)
+	}
+	res, err := run.Wait(ctx) // applied in lane order
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Payloads[0].Text)
+	s, err := c.QueueSettings(ctx, "chatty")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%+v\n", queue.Resolve(s))
+	// Output:
+	// queue settings: mode collect, debounce 1000ms, cap 5, drop summarize
+	// {Mode:collect Debounce:1s Cap:5 Drop:summarize Dedupe:}
 }
