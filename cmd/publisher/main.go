@@ -1,10 +1,18 @@
 // Command publisher sends messages to Lanefleet sessions and follows their
 // replies live.
 //
-//	publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE] TEXT
+//	publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE]
+//	               [--tool-file FILE] [--tool-result ID=TEXT] [--tool-error ID=TEXT] TEXT
 //	publisher follow --session KEY --run ID [--json]
+//	publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]
 //	publisher history --session KEY [--json]
 //	publisher import --session KEY FILE.jsonl
+//
+// send and follow show the run live: the reply on stdout, and on stderr the
+// reasoning, tool calls and results, compaction, restarts and errors
+// (colored on a terminal, plain text otherwise); --json prints the raw
+// events, one per line. A run that stops for client tools lists the calls
+// to answer with --tool-result.
 //
 // NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222).
 package main
@@ -20,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,12 +37,16 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
 )
 
 const usage = `usage:
-  publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE] TEXT
+  publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE]
+                 [--tool-file FILE] [--tool-result ID=TEXT|@FILE] [--tool-error ID=TEXT] TEXT
   publisher follow --session KEY --run ID [--json]
+  publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]
+                                   (no change: print the stored settings)
   publisher history --session KEY [--json]     (--json: a pi session JSONL file)
   publisher import --session KEY FILE.jsonl    (a pi/OpenClaw session file into a new session)
 `
@@ -111,8 +124,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			thinking = fs.String("thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
 			msgID    = fs.String("id", "", "message id for de-duplication (default random)")
 			images   multiFlag
+			tools    multiFlag
+			results  multiFlag
+			failures multiFlag
 		)
 		fs.Var(&images, "image", "attach an image file (repeatable)")
+		fs.Var(&tools, "tool-file", "offer the client tools defined in a JSON file (repeatable): an array of {name, description, parameters}")
+		fs.Var(&results, "tool-result", "answer a pending tool call: ID=TEXT, or ID=@FILE (repeatable)")
+		fs.Var(&failures, "tool-error", "answer a pending tool call with an error: ID=TEXT (repeatable)")
 		if err := parse(fs, args); err != nil {
 			return err
 		}
@@ -135,8 +154,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			opts = append(opts, lanefleet.WithImage(mt, data))
 		}
+		var toolDefs []events.ClientTool
+		for _, path := range tools {
+			defs, err := readTools(path)
+			if err != nil {
+				return fmt.Errorf("send: --tool-file: %w", err)
+			}
+			toolDefs = append(toolDefs, defs...)
+		}
+		answers, err := toolResults(results, failures)
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		if len(toolDefs) > 0 {
+			opts = append(opts, lanefleet.WithTools(toolDefs...))
+		}
+		if len(answers) > 0 {
+			opts = append(opts, lanefleet.WithToolResults(answers...))
+		}
 		// Say what is wrong with the message before touching the network.
-		check := events.Inbound{Text: text, Mode: *mode, Model: *model, Thinking: *thinking}
+		check := events.Inbound{Text: text, Mode: *mode, Model: *model, Thinking: *thinking, Tools: toolDefs, ToolResults: answers}
 		if len(images) > 0 {
 			check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
 		}
@@ -177,6 +214,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer done()
 		return follow(ctx, cl.Run(c.session, *runID), c.asJSON, stdout, stderr)
+	case "settings":
+		return settings(ctx, fs, &c, args, stdout, stderr)
 	case "history":
 		if err := parse(fs, args); err != nil {
 			return err
@@ -267,10 +306,13 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-// follow prints a run's events until its final event.
+// follow shows a run's events until its final event (raw JSON lines with
+// asJSON). A message merged into another run is followed into that run.
 func follow(ctx context.Context, r *lanefleet.Run, asJSON bool, stdout, stderr io.Writer) error {
-	enc := json.NewEncoder(stdout)
-	var printed string
+	return followWith(ctx, r, asJSON, newView(stdout, stderr, r.Session), json.NewEncoder(stdout))
+}
+
+func followWith(ctx context.Context, r *lanefleet.Run, asJSON bool, v *view, enc *json.Encoder) error {
 	for ev, err := range r.Events(ctx) {
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -282,60 +324,172 @@ func follow(ctx context.Context, r *lanefleet.Run, asJSON bool, stdout, stderr i
 			if err := enc.Encode(ev); err != nil {
 				return err
 			}
-		} else {
-			switch ev.Stream {
-			case events.StreamAssistant:
-				// Print only what is new, so a restarted run does not repeat.
-				if strings.HasPrefix(ev.Data.Text, printed) && ev.Data.Text != "" {
-					fmt.Fprint(stdout, ev.Data.Text[len(printed):])
-					printed = ev.Data.Text
-				} else {
-					fmt.Fprint(stdout, ev.Data.Delta)
-					printed += ev.Data.Delta
-				}
-			case events.StreamThinking:
-				fmt.Fprintf(stderr, "\x1b[2m%s\x1b[0m", ev.Data.Delta)
-			case events.StreamTool:
-				if ev.Data.Phase == "start" || ev.Data.Phase == "result" {
-					fmt.Fprintf(stderr, "\n[tool %s %s]\n", ev.Data.Name, ev.Data.Phase)
-				}
-			case events.StreamLifecycle:
-				if ev.Data.Phase == events.PhaseRestart {
-					fmt.Fprintf(stderr, "\n[the worker running this turn stopped; restarted on %s]\n", ev.Data.Worker)
-					printed = ""
-				}
-			}
+		} else if !ev.Terminal() {
+			v.event(ev)
 		}
-		if ev.Terminal() {
-			res := ev.Data.Result
-			if res != nil && res.Meta.MergedInto != "" && res.Meta.MergedInto != r.ID {
-				if !asJSON {
-					fmt.Fprintf(stderr, "[collected with other queued messages into run %s]\n", res.Meta.MergedInto)
-				}
-				return follow(ctx, r.Follow(res.Meta.MergedInto), asJSON, stdout, stderr)
+		if !ev.Terminal() {
+			continue
+		}
+		res := ev.Data.Result
+		if res == nil {
+			res = &events.Result{}
+		}
+		if into := res.Meta.MergedInto; into != "" && into != r.ID {
+			if !asJSON {
+				v.note("%s", v.style(dim, "↪ answered by run "+into+" (collected or steered with other messages)"))
 			}
-			if !asJSON && printed == "" && res != nil {
-				for _, p := range res.Payloads {
-					if !p.IsError {
-						fmt.Fprint(stdout, p.Text)
-						printed = p.Text
-					}
-				}
-			}
-			if !asJSON && printed != "" {
-				fmt.Fprintln(stdout)
-			}
-			if res != nil && res.Meta.Error != nil {
-				if !asJSON {
-					fmt.Fprintf(stderr, "error (%s): %s\n", res.Meta.Error.Kind, res.Meta.Error.Message)
-					return errReported
-				}
-				return fmt.Errorf("run ended in error (%s): %s", res.Meta.Error.Kind, res.Meta.Error.Message)
+			return followWith(ctx, r.Follow(into), asJSON, v, enc)
+		}
+		if asJSON {
+			if e := res.Meta.Error; e != nil {
+				return fmt.Errorf("run ended in error (%s): %s", e.Kind, e.Message)
 			}
 			return nil
 		}
+		return v.final(res)
 	}
 	return fmt.Errorf("run %s: event stream ended without a final event", r.ID)
+}
+
+// readTools reads client tool definitions: a JSON array of {name,
+// description, parameters}, an object {"tools": [...]}, or OpenAI-style
+// [{"type": "function", "function": {...}}].
+func readTools(path string) ([]events.ClientTool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		var wrapped struct {
+			Tools []json.RawMessage `json:"tools"`
+		}
+		if err2 := json.Unmarshal(data, &wrapped); err2 != nil || wrapped.Tools == nil {
+			return nil, fmt.Errorf("%s: want a JSON array of tools or {\"tools\": [...]}: %v", path, err)
+		}
+		raw = wrapped.Tools
+	}
+	out := make([]events.ClientTool, 0, len(raw))
+	for i, r := range raw {
+		var t struct {
+			events.ClientTool
+			Type     string             `json:"type"`
+			Function *events.ClientTool `json:"function"`
+		}
+		if err := json.Unmarshal(r, &t); err != nil {
+			return nil, fmt.Errorf("%s: tool %d: %v", path, i, err)
+		}
+		tool := t.ClientTool
+		if t.Function != nil {
+			tool = *t.Function
+		}
+		if tool.Name == "" {
+			return nil, fmt.Errorf("%s: tool %d has no name", path, i)
+		}
+		out = append(out, tool)
+	}
+	return out, nil
+}
+
+// toolResults parses --tool-result ID=TEXT (ID=@FILE reads the file) and
+// --tool-error ID=TEXT.
+func toolResults(results, failures []string) ([]events.ToolResult, error) {
+	var out []events.ToolResult
+	for i, list := range [][]string{results, failures} {
+		flag := "--tool-result"
+		if i == 1 {
+			flag = "--tool-error"
+		}
+		for _, v := range list {
+			id, text, ok := strings.Cut(v, "=")
+			if !ok || id == "" {
+				return nil, fmt.Errorf("%s %q: want ID=TEXT", flag, v)
+			}
+			if path, ok := strings.CutPrefix(text, "@"); ok && i == 0 {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", flag, id, err)
+				}
+				text = string(data)
+			}
+			out = append(out, events.ToolResult{ToolCallID: id, Text: text, IsError: i == 1})
+		}
+	}
+	return out, nil
+}
+
+// settings prints or changes a session's stored queue settings.
+func settings(ctx context.Context, fs *flag.FlagSet, c *common, args []string, stdout, stderr io.Writer) error {
+	var (
+		mode     = fs.String("mode", "", "mode of messages that name none: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
+		debounce = fs.String("debounce", "", "collect: quiet time before a queued batch runs (1s, 500ms, or milliseconds)")
+		capN     = fs.Int("cap", 0, "collect: most messages merged into one turn")
+		drop     = fs.String("drop", "", "collect, over the cap: old, new or summarize")
+		reset    = fs.Bool("reset", false, "clear the stored settings first")
+		noFollow = fs.Bool("no-follow", false, "do not wait until a worker has applied the change")
+	)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.checkSession("settings"); err != nil {
+		return err
+	}
+	q := events.QueueSettings{Mode: *mode, Cap: *capN, Drop: *drop, Reset: *reset}
+	if *debounce != "" {
+		d, err := time.ParseDuration(*debounce)
+		if err != nil {
+			ms, perr := strconv.ParseInt(*debounce, 10, 64)
+			if perr != nil {
+				return fmt.Errorf("settings: --debounce %q: want a duration (1s, 500ms) or milliseconds", *debounce)
+			}
+			d = time.Duration(ms) * time.Millisecond
+		}
+		ms := d.Milliseconds()
+		q.DebounceMs = &ms
+	}
+	if err := q.Validate(); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	cl, ctx, done, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if q == (events.QueueSettings{}) {
+		o, err := cl.QueueSettings(ctx, c.session)
+		if err != nil {
+			return err
+		}
+		stored := events.QueueSettingsOf(o)
+		eff := queue.Resolve(o)
+		if o.Mode == "" {
+			eff.Mode = queue.ModeFollowup // the fleet's default for messages without a mode
+		}
+		if c.asJSON {
+			return json.NewEncoder(stdout).Encode(map[string]any{"session": c.session, "stored": stored,
+				"effective": map[string]any{"mode": eff.Mode, "debounceMs": eff.Debounce.Milliseconds(), "cap": eff.Cap, "drop": eff.Drop}})
+		}
+		fmt.Fprintf(stdout, "stored:    %s\n", stored)
+		fmt.Fprintf(stdout, "in force:  mode %s, debounce %dms, cap %d, drop %s\n", eff.Mode, eff.Debounce.Milliseconds(), eff.Cap, eff.Drop)
+		return nil
+	}
+	// A reset is its own message, followed by one with the values set.
+	var r *lanefleet.Run
+	if *reset {
+		if r, err = cl.ResetQueueSettings(ctx, c.session); err != nil {
+			return err
+		}
+	}
+	if q.Reset = false; q != (events.QueueSettings{}) {
+		if r, err = cl.SetQueueSettings(ctx, c.session, q.Overrides()); err != nil {
+			return err
+		}
+	}
+	if *noFollow {
+		fmt.Fprintf(stdout, "sent: session %s run %s (applies to messages sent after it)\n", r.Session, r.ID)
+		return nil
+	}
+	return follow(ctx, r, c.asJSON, stdout, stderr)
 }
 
 func printHistory(entries []message.Entry, w io.Writer) error {

@@ -174,3 +174,52 @@ func TestExportImportRoundTrip(t *testing.T) {
 		t.Fatalf("imported session:\n%s\nwant the export's lines first:\n%s", again, exported)
 	}
 }
+
+// TestSettingsCommand: settings are set through the lane (the command waits
+// until a worker applied them), then printed.
+func TestSettingsCommand(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	out, _, err := publisher(t, "settings", "--nats-url", url, "--session", "q", "--mode", "coalesce", "--debounce", "250ms", "--cap", "3", "--drop", "newest")
+	if err != nil || out != "queue settings: mode collect, debounce 250ms, cap 3, drop new\n" {
+		t.Fatalf("set: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "settings", "--nats-url", url, "--session", "q")
+	if err != nil || out != "stored:    mode collect, debounce 250ms, cap 3, drop new\nin force:  mode collect, debounce 250ms, cap 3, drop new\n" {
+		t.Fatalf("show: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "settings", "--nats-url", url, "--session", "q", "--reset", "--debounce", "0")
+	if err != nil || out != "queue settings: debounce 0ms\n" {
+		t.Fatalf("reset and set: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "settings", "--nats-url", url, "--session", "q")
+	if err != nil || !strings.Contains(out, "in force:  mode followup, debounce 0ms, cap 20, drop summarize") {
+		t.Fatalf("show after reset: %q, %v", out, err)
+	}
+	if _, _, err := publisher(t, "settings", "--nats-url", url, "--session", "q", "--drop", "all"); err == nil || !strings.Contains(err.Error(), "unknown drop policy") {
+		t.Fatalf("bad drop: %v", err)
+	}
+}
+
+// TestClientToolRoundTrip: send offers tools from a file; the run stops
+// with the model's call, listed on stdout; send --tool-result answers it.
+func TestClientToolRoundTrip(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	tools := t.TempDir() + "/tools.json"
+	if err := os.WriteFile(tools, []byte(`[{"name":"weather","description":"Current weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := `#script {"replies":[{"toolCalls":[{"id":"call_1","name":"weather","arguments":{"city":"Lisbon"}}]},{"text":"It is sunny in Lisbon."}]}`
+	out, stderr, err := publisher(t, "send", "--nats-url", url, "--session", "tools", "--model", "scripted/script", "--tool-file", tools, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "⏸ waiting for client tool results:\n  call_1  weather({\"city\":\"Lisbon\"})\n" || !strings.Contains(stderr, "--tool-result call_1=TEXT") {
+		t.Fatalf("stdout %q\nstderr %q", out, stderr)
+	}
+	out, _, err = publisher(t, "send", "--nats-url", url, "--session", "tools", "--model", "scripted/script", "--tool-file", tools, "--tool-result", "call_1=22°C, clear")
+	if err != nil || out != "It is sunny in Lisbon.\n" {
+		t.Fatalf("answer: %q, %v", out, err)
+	}
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// view renders a run's events for a person. The reply's text streams to out
+// (stdout), so `publisher send … > reply.txt` keeps just the reply; every
+// other line goes to notes (stderr): reasoning, prefixed and dimmed, tool
+// calls as "⚙ name(args…)" then "✓/✗ first line of the result", compaction,
+// restarts and errors. Colors are used only when notes is a terminal (and
+// NO_COLOR is unset); otherwise it is plain text.
+type view struct {
+	out, notes *line
+	color      bool
+	session    string
+	thinking   bool   // inside a reasoning block
+	printed    string // reply text printed in this attempt
+}
+
+// line tracks whether a writer's cursor is at the start of a line. When
+// stdout and stderr are the same terminal they share one line.
+type line struct {
+	w       io.Writer
+	atStart *bool
+}
+
+func (l *line) write(s string) {
+	if s == "" {
+		return
+	}
+	io.WriteString(l.w, s)
+	*l.atStart = strings.HasSuffix(s, "\n")
+}
+
+// newline ends the current line, if one is open.
+func (l *line) newline() {
+	if !*l.atStart {
+		l.write("\n")
+	}
+}
+
+func newView(stdout, stderr io.Writer, session string) *view {
+	outStart, notesStart := true, true
+	v := &view{session: session, color: isTerminal(stderr) && os.Getenv("NO_COLOR") == ""}
+	v.out = &line{w: stdout, atStart: &outStart}
+	if isTerminal(stdout) && isTerminal(stderr) {
+		v.notes = &line{w: stderr, atStart: &outStart}
+	} else {
+		v.notes = &line{w: stderr, atStart: &notesStart}
+	}
+	return v
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// ANSI styles.
+const (
+	dim   = "\x1b[2m"
+	red   = "\x1b[31m"
+	green = "\x1b[32m"
+	bold  = "\x1b[1m"
+	reset = "\x1b[0m"
+)
+
+func (v *view) style(code, s string) string {
+	if !v.color {
+		return s
+	}
+	return code + s + reset
+}
+
+// note writes one line to notes, on a line of its own.
+func (v *view) note(format string, args ...any) {
+	v.endThinking()
+	v.notes.newline() // on a shared terminal this ends the reply's line too
+	v.notes.write(fmt.Sprintf(format, args...) + "\n")
+}
+
+const thinkingPrefix = "┆ "
+
+func (v *view) endThinking() {
+	if v.thinking {
+		v.thinking = false
+		v.notes.newline()
+	}
+}
+
+// event renders one event; it is called for every event but the final one.
+func (v *view) event(ev *events.Event) {
+	d := ev.Data
+	switch ev.Stream {
+	case events.StreamAssistant:
+		v.endThinking()
+		// Print only what is new, so repeated text is never printed twice.
+		if d.Text != "" && strings.HasPrefix(d.Text, v.printed) {
+			v.reply(d.Text[len(v.printed):])
+		} else {
+			v.reply(d.Delta)
+		}
+	case events.StreamThinking:
+		v.reasoning(d.Delta)
+	case events.StreamTool:
+		switch d.Phase {
+		case "start":
+			v.note("%s", v.style(bold, "⚙ "+d.Name+"("+clipArgs(d.Args, 80)+")"))
+		case "result":
+			mark, code := "✓", green
+			if d.IsError {
+				mark, code = "✗", red
+			}
+			v.note("  %s %s", v.style(code, mark), v.style(dim, firstLine(toolText(d.Payload), 120)))
+		}
+	case events.StreamCompaction:
+		switch d.Phase {
+		case "start":
+			v.note("%s", v.style(dim, "⟳ compacting the conversation…"))
+		case "end":
+			msg := "⟳ compacted"
+			if d.WillRetry {
+				msg += "; retrying the request"
+			}
+			v.note("%s", v.style(dim, msg))
+		}
+	case events.StreamLifecycle:
+		switch d.Phase {
+		case events.PhaseAborted:
+			v.note("%s", v.style(red, fmt.Sprintf("✗ attempt %d aborted: %s", d.Attempt, d.Error)))
+		case events.PhaseRestart:
+			v.note("%s", v.style(dim, fmt.Sprintf("↻ restarted on worker %s (attempt %d)", d.Worker, d.Attempt)))
+			v.printed = ""
+		case events.PhaseSteered:
+			v.note("%s", v.style(dim, "↪ run "+d.Text+" saw this message while it ran; it runs on its own now"))
+		}
+	}
+}
+
+func (v *view) reply(s string) {
+	if s == "" {
+		return
+	}
+	v.out.write(s)
+	v.printed += s
+}
+
+func (v *view) reasoning(delta string) {
+	if delta == "" {
+		return
+	}
+	if !v.thinking {
+		v.notes.newline()
+		v.thinking = true
+	}
+	for i, part := range strings.Split(delta, "\n") {
+		if i > 0 {
+			v.notes.write("\n")
+		}
+		if part == "" {
+			continue
+		}
+		if *v.notes.atStart {
+			v.notes.write(v.style(dim, thinkingPrefix))
+		}
+		v.notes.write(v.style(dim, part))
+	}
+}
+
+// final renders the final event and returns the run's error, if any.
+func (v *view) final(res *events.Result) error {
+	v.endThinking()
+	if v.printed == "" {
+		for _, p := range res.Payloads {
+			if !p.IsError {
+				v.reply(p.Text)
+			}
+		}
+	}
+	v.out.newline()
+	if len(res.Meta.PendingToolCalls) > 0 {
+		v.out.write("⏸ waiting for client tool results:\n")
+		var ids []string
+		for _, c := range res.Meta.PendingToolCalls {
+			v.out.write(fmt.Sprintf("  %s  %s(%s)\n", c.ID, c.Name, clip(c.Arguments, 200)))
+			ids = append(ids, "--tool-result "+c.ID+"=TEXT")
+		}
+		v.note("answer with: publisher send --session %s --tool-file FILE %s", shellQuote(v.session), strings.Join(ids, " "))
+	}
+	if e := res.Meta.Error; e != nil {
+		v.note("%s", v.style(red, fmt.Sprintf("error (%s): %s", e.Kind, e.Message)))
+		return errReported
+	}
+	return nil
+}
+
+// toolText is the text of a tool result payload: a string, the text blocks
+// of {content: [{type: text, text}]}, or else its JSON.
+func toolText(p any) string {
+	switch x := p.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case map[string]any:
+		if blocks, ok := x["content"].([]any); ok {
+			var parts []string
+			for _, b := range blocks {
+				if m, ok := b.(map[string]any); ok {
+					if t, ok := m["text"].(string); ok {
+						parts = append(parts, t)
+					} else if typ, ok := m["type"].(string); ok {
+						parts = append(parts, "["+typ+"]")
+					}
+				}
+			}
+			return strings.Join(parts, " ")
+		}
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+// clipArgs renders tool arguments as compact JSON, at most n characters.
+func clipArgs(args any, n int) string {
+	if args == nil {
+		return ""
+	}
+	var s string
+	if str, ok := args.(string); ok {
+		s = str
+	} else {
+		b, err := json.Marshal(args)
+		if err != nil {
+			return "…"
+		}
+		s = string(b)
+	}
+	return clip(s, n)
+}
+
+// firstLine returns the first non-empty line of s, at most n characters,
+// with "…" when more was cut.
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	first, rest, _ := strings.Cut(s, "\n")
+	out := clip(strings.TrimSpace(first), n)
+	if strings.TrimSpace(rest) != "" && !strings.HasSuffix(out, "…") {
+		out += " …"
+	}
+	return out
+}
+
+// clip cuts s to n characters (runes), ending with "…" when cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

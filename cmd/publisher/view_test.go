@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// TestLiveView: the reply streams to stdout alone; reasoning, tools,
+// compaction, an aborted attempt and its restart are lines on stderr, in
+// plain text when it is not a terminal.
+func TestLiveView(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	evs := []events.Event{
+		{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart}},
+		{Stream: events.StreamThinking, Data: events.EventData{Delta: "Let me think.\nThe user"}},
+		{Stream: events.StreamThinking, Data: events.EventData{Delta: " wants files."}},
+		{Stream: events.StreamAssistant, Data: events.EventData{Delta: "Looking", Text: "Looking"}},
+		{Stream: events.StreamTool, Data: events.EventData{Phase: "start", Name: "read", Args: map[string]any{"path": strings.Repeat("a/", 60)}}},
+		{Stream: events.StreamTool, Data: events.EventData{Phase: "result", Name: "read", Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": "line one\nline two"}}}}},
+		{Stream: events.StreamTool, Data: events.EventData{Phase: "start", Name: "exec", Args: map[string]any{"cmd": "false"}}},
+		{Stream: events.StreamTool, Data: events.EventData{Phase: "result", Name: "exec", IsError: true, Payload: "exit status 1"}},
+		{Stream: events.StreamCompaction, Data: events.EventData{Phase: "start"}},
+		{Stream: events.StreamCompaction, Data: events.EventData{Phase: "end", WillRetry: true}},
+		{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseAborted, Attempt: 1, Error: "the worker stopped"}},
+		{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseRestart, Attempt: 2, Worker: "w2"}},
+		{Stream: events.StreamAssistant, Data: events.EventData{Delta: "Done.", Text: "Done."}},
+	}
+	for i := range evs {
+		v.event(&evs[i])
+	}
+	if err := v.final(&events.Result{Payloads: []events.Payload{{Text: "Done."}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "LookingDone.\n" {
+		t.Fatalf("stdout = %q", got)
+	}
+	want := "┆ Let me think.\n" +
+		"┆ The user wants files.\n" +
+		"⚙ read({\"path\":\"" + strings.Repeat("a/", 35) + "…)\n" + // arguments clipped to 80 characters
+		"  ✓ line one …\n" +
+		"⚙ exec({\"cmd\":\"false\"})\n" +
+		"  ✗ exit status 1\n" +
+		"⟳ compacting the conversation…\n" +
+		"⟳ compacted; retrying the request\n" +
+		"✗ attempt 1 aborted: the worker stopped\n" +
+		"↻ restarted on worker w2 (attempt 2)\n"
+	if got := notes.String(); got != want {
+		t.Fatalf("stderr:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestViewPendingToolCalls: a run that stopped for client tools lists the
+// calls on stdout and says how to answer them.
+func TestViewPendingToolCalls(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "agent:main:dm:1")
+	err := v.final(&events.Result{Meta: events.Meta{StopReason: "tool_calls", PendingToolCalls: []events.PendingCall{
+		{ID: "call_1", Name: "weather", Arguments: `{"city":"Lisbon"}`},
+		{ID: "call_2", Name: "time", Arguments: `{}`},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "⏸ waiting for client tool results:\n  call_1  weather({\"city\":\"Lisbon\"})\n  call_2  time({})\n"
+	if out.String() != want {
+		t.Fatalf("stdout = %q", out.String())
+	}
+	if !strings.Contains(notes.String(), "publisher send --session agent:main:dm:1 --tool-file FILE --tool-result call_1=TEXT --tool-result call_2=TEXT") {
+		t.Fatalf("stderr = %q", notes.String())
+	}
+}
+
+func TestReadTools(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"plain":   `[{"name":"weather","description":"Weather","parameters":{"type":"object"}}]`,
+		"wrapped": `{"tools":[{"name":"weather","parameters":{"type":"object"}}]}`,
+		"openai":  `[{"type":"function","function":{"name":"weather","parameters":{"type":"object"}}}]`,
+	} {
+		path := dir + "/" + name + ".json"
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tools, err := readTools(path)
+		if err != nil || len(tools) != 1 || tools[0].Name != "weather" || tools[0].Parameters["type"] != "object" {
+			t.Fatalf("%s: %+v, %v", name, tools, err)
+		}
+	}
+	if _, err := readTools(dir + "/plain.json.missing"); err == nil {
+		t.Fatal("missing file accepted")
+	}
+	res, err := toolResults([]string{"call_1=22°C", "call_2=a=b"}, []string{"call_3=boom"})
+	if err != nil || len(res) != 3 || res[1].Text != "a=b" || !res[2].IsError || res[0].IsError {
+		t.Fatalf("results %+v, %v", res, err)
+	}
+	if _, err := toolResults([]string{"nope"}, nil); err == nil {
+		t.Fatal("a result without an id accepted")
+	}
+}
