@@ -134,9 +134,11 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 		}
 	}
 	stored := make([]string, 0, len(s.Profiles))
-	for _, p := range s.Profiles {
+	storedPos := make([]int, 0, len(s.Profiles))
+	for i, p := range s.Profiles {
 		if p.Provider == key || NormalizeProvider(p.Provider) == key {
 			stored = append(stored, p.ID)
+			storedPos = append(storedPos, i)
 		}
 	}
 	base := stored
@@ -150,26 +152,45 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 		return []string{}
 	}
 
-	// One index of the stored profiles keeps ordering linear in their number.
-	index := make(map[string]int, len(s.Profiles))
-	for i := len(s.Profiles) - 1; i >= 0; i-- {
-		index[s.Profiles[i].ID] = i
-	}
-	valid := func(ids []string) []string {
-		out := make([]string, 0, len(ids))
-		seen := make([]bool, len(s.Profiles))
-		for _, id := range ids {
-			i, ok := index[id]
-			if ok && !seen[i] && c.Valid(s.Profiles[i], key, now) {
-				seen[i] = true
-				out = append(out, id)
+	// ids are the valid candidates, pos their profiles' positions. Profile
+	// ids are unique in a Store (they key auth-profiles.json), so the
+	// stored list needs no lookups; other lists go through one index.
+	var index map[string]int
+	lookup := func(id string) (int, bool) {
+		if index == nil {
+			index = make(map[string]int, len(s.Profiles))
+			for i := len(s.Profiles) - 1; i >= 0; i-- {
+				index[s.Profiles[i].ID] = i
 			}
 		}
-		return out
+		i, ok := index[id]
+		return i, ok
 	}
-	ids := valid(base)
-	if len(ids) == 0 && len(configured) > 0 && !slices.ContainsFunc(base, func(id string) bool { _, ok := index[id]; return ok }) {
-		ids = valid(stored)
+	var ids []string
+	var pos []int
+	valid := func(list []string, at []int) {
+		ids, pos = make([]string, 0, len(list)), make([]int, 0, len(list))
+		seen := make([]bool, len(s.Profiles))
+		for k, id := range list {
+			i, ok := 0, true
+			if at != nil {
+				i = at[k]
+			} else {
+				i, ok = lookup(id)
+			}
+			if ok && !seen[i] && c.Valid(s.Profiles[i], key, now) {
+				seen[i] = true
+				ids, pos = append(ids, id), append(pos, i)
+			}
+		}
+	}
+	if hasExplicit || len(configured) > 0 {
+		valid(base, nil)
+	} else {
+		valid(stored, storedPos)
+	}
+	if len(ids) == 0 && len(configured) > 0 && !slices.ContainsFunc(base, func(id string) bool { _, ok := lookup(id); return ok }) {
+		valid(stored, storedPos)
 	}
 
 	// Entries hold no pointers and carry their position, so sorting them is
@@ -183,7 +204,7 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 	avail := make([]entry, 0, len(ids))
 	var cooling []entry
 	for i, id := range ids {
-		p := &s.Profiles[index[id]]
+		p := &s.Profiles[pos[i]]
 		st := s.Usage[id]
 		e := entry{pos: int32(i), rank: int32(typeRank(p.Type)), lastUsed: st.LastUsed, until: until(st, req.Model)}
 		if InCooldown(p.Provider, st, req.Model, now) && !c.CanProbe(p.Provider, st, req.Model, now) {
