@@ -5,7 +5,10 @@
 //   - raw JetStream async publish rate and plain durable consume+ack rate;
 //   - the project's lanes with a no-op handler (lease-and-drain alone);
 //   - full turns with the instant scripted/echo model on 1 and 4 workers;
-//   - publish→first-event and publish→final-event latency at an offered load.
+//   - publish→first-event and publish→final-event latency at an offered load;
+//   - the event path: deltas/s through one worker with frames, and delta
+//     latency worker→viewer, against raw core and JetStream publishes
+//     (events.go).
 //
 // Each scenario gets a fresh server and data directory.
 package main
@@ -37,11 +40,13 @@ import (
 )
 
 type options struct {
+	scenario        string
 	sessions, turns int
 	sync            bool
 	latencyN        int
 	latencyRate     int
 	concurrency     int
+	events          eventOptions
 }
 
 func main() {
@@ -52,6 +57,12 @@ func main() {
 	flag.IntVar(&o.latencyN, "latency-n", 1500, "messages in the latency run")
 	flag.IntVar(&o.latencyRate, "latency-rate", 100, "offered load of the latency run, turns/s")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "lanes per worker")
+	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency) or events (delta throughput and latency)")
+	flag.IntVar(&o.events.sessions, "event-sessions", 8, "events: sessions streaming at once")
+	flag.IntVar(&o.events.turns, "event-turns", 5, "events: turns per session")
+	flag.IntVar(&o.events.deltas, "event-deltas", 5000, "events: deltas per turn")
+	flag.IntVar(&o.events.latencyDeltas, "event-latency-n", 2000, "events: deltas in the latency run")
+	flag.DurationVar(&o.events.pace, "event-pace", 2*time.Millisecond, "events: time between two deltas in the latency run")
 	flag.Parse()
 	o.sync = *syncMode == "always"
 	if err := run(o); err != nil {
@@ -67,6 +78,23 @@ type result struct {
 }
 
 func run(o options) error {
+	switch o.scenario {
+	case "all":
+		if err := lanesBench(o); err != nil {
+			return err
+		}
+		return eventsBench(o)
+	case "lanes":
+		return lanesBench(o)
+	case "events":
+		fmt.Printf("lanebench: sync_interval %s, R1 file store, GOMAXPROCS %d\n",
+			map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
+		return eventsBench(o)
+	}
+	return fmt.Errorf("unknown -scenario %q (all, lanes, events)", o.scenario)
+}
+
+func lanesBench(o options) error {
 	n := o.sessions * o.turns
 	fmt.Printf("lanebench: %d sessions × %d turns = %d messages, sync_interval %s, R1 file store, GOMAXPROCS %d\n\n",
 		o.sessions, o.turns, n, map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
