@@ -419,7 +419,9 @@ func TestClientToolRoundTrip(t *testing.T) {
 	}
 	t.Parallel()
 	srv := natstest.Start(t)
-	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", NoBuiltinTools: true, NoRemoteTools: true})
+	// Built-in tools are on: the answer need not offer the client tool
+	// again for its call to stay in the history.
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: t.TempDir(), NoRemoteTools: true})
 	nc := natstest.Connect(t, srv.URL)
 	js, _ := jetstream.New(nc)
 	c, _ := lanefleet.New(nc)
@@ -434,7 +436,7 @@ func TestClientToolRoundTrip(t *testing.T) {
 		}
 		return c.Run("ctool", fmt.Sprint(ack.Sequence))
 	}
-	script := `#script {"replies":[{"text":"Let me check.","toolCalls":[{"id":"call_9","name":"location","arguments":{"precision":"city"}}]},{"text":"You are in Lisbon."}]}`
+	script := `#script {"replies":[{"toolCalls":[{"id":"call_9","name":"location","arguments":{"precision":"city"}}]},{"text":"You are in Lisbon."}]}`
 	first := send(map[string]any{"text": script, "model": "scripted/script",
 		"tools": []any{map[string]any{"name": "location", "description": "The user's location", "parameters": map[string]any{"type": "object"}}}})
 	res, err := first.Wait(ctx)

@@ -43,6 +43,9 @@ type run struct {
 	sub     *subscriber
 	base    []message.Message // the history's context, built once
 	system  string            // the run's system prompt
+	// answered are the client tools whose pending calls this run's message
+	// answers.
+	answered []string
 	// compacting is set while a compaction runs (timeouts then count as
 	// timedOutDuringCompaction).
 	compacting bool
@@ -180,7 +183,7 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 func (r *run) prepare(m provider.Model) []message.Message {
 	msgs := r.contextMessages()
 	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
-		AllowedToolNames: toolNames(r.specs), HistoryLimit: r.r.cfg.HistoryLimit})
+		AllowedToolNames: r.allowedTools(), HistoryLimit: r.r.cfg.HistoryLimit})
 	if len(res.Final) > 0 {
 		msgs = res.Final
 	}
@@ -188,12 +191,18 @@ func (r *run) prepare(m provider.Model) []message.Message {
 	return msgs
 }
 
-func toolNames(specs []provider.Tool) []string {
-	out := make([]string, len(specs))
-	for i, s := range specs {
-		out[i] = s.Name
+// allowedTools are the tools whose calls the history keeps: the ones
+// offered to this run and the client tools whose calls this run answers
+// (the client need not offer them again with its results).
+func (r *run) allowedTools() []string {
+	if len(r.specs) == 0 {
+		return nil // nothing offered: no filter
 	}
-	return out
+	out := make([]string, 0, len(r.specs)+len(r.answered))
+	for _, s := range r.specs {
+		out = append(out, s.Name)
+	}
+	return append(out, r.answered...)
 }
 
 func (r *run) addAssistant(am *message.Message) {

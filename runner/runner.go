@@ -302,6 +302,7 @@ func (ru *run) addToolResults(results []events.ToolResult) {
 			continue
 		}
 		delete(pending, tr.ToolCallID)
+		ru.answered = append(ru.answered, name)
 		m := message.Message{Role: message.RoleToolResult, ToolCallID: tr.ToolCallID, ToolName: name,
 			Content: message.BlocksOf(message.Text(tr.Text)), IsError: tr.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
 		m, _ = guard.CapForPersistence(m)
