@@ -14,7 +14,8 @@ const (
 	StreamAssistant  = "assistant"  // Data.Delta, Data.Text
 	StreamThinking   = "thinking"   // Data.Delta, Data.Text
 	StreamTool       = "tool"       // Data.Phase: start, update, result
-	StreamCompaction = "compaction" // Data.Phase: start, end
+	StreamCompaction = "compaction" // Data.Phase: start, end (WillRetry after an overflow compaction)
+	StreamBlock      = "block"      // Data.Text: one finished block of the reply (block streaming)
 	StreamFinal      = "final"      // Data.Result; always the last event of a run
 )
 

@@ -121,7 +121,7 @@ type Config struct {
 	CompactionTimeout time.Duration
 	// HistoryLimit keeps only the last n user turns in requests; 0 = all.
 	HistoryLimit int
-	// BlockReplies, when set, streams the reply as blocks (StreamBlock).
+	// BlockReplies, when set, streams the reply as blocks (events.StreamBlock).
 	BlockReplies *blockchunk.Config
 	Logger       zerolog.Logger
 	Now          func() time.Time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/blockchunk"
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
@@ -380,5 +382,53 @@ func TestHooksPrependContext(t *testing.T) {
 	}
 	if got := out.Entries[0].Message.Content.Text(); got != "The user is in Lisbon.\n\nweather?" {
 		t.Fatalf("stored prompt %q", got)
+	}
+}
+
+// TestBlockReplies: a long streamed reply also arrives as blocks of the
+// configured size (cut at the best break the chunker finds: paragraph, then
+// newline, then sentence) that add up to the whole reply.
+func TestBlockReplies(t *testing.T) {
+	t.Parallel()
+	var paras []string
+	for i := range 12 {
+		paras = append(paras, fmt.Sprintf("Paragraph %d. ", i)+strings.Repeat("All work and no play. ", 12))
+	}
+	text := strings.Join(paras, "\n\n")
+	p := provider.Func(func(_ context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+		emit(provider.Event{Type: provider.EventStart})
+		for i := 0; i < len(text); i += 37 {
+			emit(provider.Event{Type: provider.EventTextDelta, Delta: text[i:min(i+37, len(text))]})
+		}
+		emit(provider.Event{Type: provider.EventTextEnd, Content: text})
+		out := message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Content: message.BlocksOf(message.Text(text)), Provider: "acme", Model: "m1"}
+		emit(provider.Event{Type: provider.EventDone, Message: &out})
+		return out, nil
+	})
+	cfg := blockchunk.Config{MinChars: 500, MaxChars: 900, BreakPreference: blockchunk.BreakParagraph}
+	r, err := New(Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}, BlockReplies: &cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sink{}
+	if _, err := r.Run(t.Context(), Input{RunID: "r", Inbound: &events.Inbound{Text: "write"}}, s); err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	for _, e := range s.evs {
+		if e.Stream == events.StreamBlock {
+			blocks = append(blocks, e.Data.Text)
+		}
+	}
+	if len(blocks) < 3 {
+		t.Fatalf("%d blocks", len(blocks))
+	}
+	for i, b := range blocks {
+		if len(b) > 900 || (i < len(blocks)-1 && len(b) < 500) {
+			t.Fatalf("block %d (%d chars) %.40q…", i, len(b), b)
+		}
+	}
+	if strings.Join(strings.Fields(strings.Join(blocks, " ")), " ") != strings.Join(strings.Fields(text), " ") {
+		t.Fatal("the blocks do not add up to the reply")
 	}
 }

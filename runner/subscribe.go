@@ -9,11 +9,6 @@ import (
 	"github.com/lanefleet/lanefleet/replytext"
 )
 
-// StreamBlock is the event stream of block replies: Data.Text is one
-// finished block of the reply (runtime spec §21), for channels that post a
-// long answer as several messages while it is written.
-const StreamBlock = "block"
-
 // subscriber turns one attempt's provider events into run events (runtime
 // spec §22): cleaned assistant text that only grows, thinking deltas, block
 // replies, and the answer texts the payloads are built from.
@@ -80,7 +75,7 @@ func (s *subscriber) flushBlocks(force bool) {
 	}
 	s.chunker.Drain(force, func(block string) {
 		if b, ok := s.filter.Filter(block); ok && !replytext.IsSilent(b) {
-			s.sink.Emit(StreamBlock, events.EventData{Text: b})
+			s.sink.Emit(events.StreamBlock, events.EventData{Text: b})
 		}
 	})
 }
