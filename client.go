@@ -8,6 +8,7 @@
 package lanefleet
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -401,6 +403,28 @@ func (c *Client) Import(ctx context.Context, session string, r io.Reader) error 
 		return fmt.Errorf("lanefleet: import into %q: the session already has a transcript", session)
 	}
 	return err
+}
+
+// ActiveRun is a run some worker is running now.
+type ActiveRun = kvstore.RunInfo
+
+// ActiveRuns lists the runs the fleet's workers are running now: session,
+// run id, worker, attempt, start time and phase. Entries of a worker that
+// died vanish after the registry's TTL (default 1 hour).
+func (c *Client) ActiveRuns(ctx context.Context) ([]ActiveRun, error) {
+	runs, err := kvstore.BindRuns(ctx, c.js, "")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, ErrNoFleet
+		}
+		return nil, err
+	}
+	list, err := runs.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(list, func(a, b ActiveRun) int { return cmp.Compare(a.StartedAt, b.StartedAt) })
+	return list, nil
 }
 
 func (c *Client) lanes(ctx context.Context) (*kvstore.Lanes, error) {

@@ -51,6 +51,19 @@ func OpenRuns(ctx context.Context, js jetstream.JetStream, bucket string, replic
 	return &Runs{kv: kv}, nil
 }
 
+// BindRuns binds to an existing registry bucket without creating it, for
+// readers such as clients listing what runs where.
+func BindRuns(ctx context.Context, js jetstream.JetStream, bucket string) (*Runs, error) {
+	if bucket == "" {
+		bucket = DefaultRunsBucket
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", bucket, err)
+	}
+	return &Runs{kv: kv}, nil
+}
+
 // RunHandle is one registration.
 type RunHandle struct {
 	runs  *Runs

@@ -49,6 +49,7 @@ const usage = `usage:
                                    (no change: print the stored settings)
   publisher history --session KEY [--json]     (--json: a pi session JSONL file)
   publisher import --session KEY FILE.jsonl    (a pi/OpenClaw session file into a new session)
+  publisher runs [--json]                      (the runs workers are running now)
 `
 
 func main() {
@@ -261,6 +262,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "imported %s into session %s\n", fs.Arg(0), c.session)
 		return nil
+	case "runs":
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		cl, ctx, done, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer done()
+		list, err := cl.ActiveRuns(ctx)
+		if err != nil {
+			return err
+		}
+		return printRuns(list, c.asJSON, time.Now(), stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -509,6 +524,28 @@ func printHistory(entries []message.Entry, w io.Writer) error {
 		default:
 			fmt.Fprintf(w, "%s: %s\n", m.Role, m.Content.Text())
 		}
+	}
+	return nil
+}
+
+// printRuns prints the active runs, oldest first.
+func printRuns(list []lanefleet.ActiveRun, asJSON bool, now time.Time, w io.Writer) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, r := range list {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(w, "no runs")
+		return nil
+	}
+	for _, r := range list {
+		age := now.Sub(time.UnixMilli(r.StartedAt)).Round(100 * time.Millisecond)
+		fmt.Fprintf(w, "%-24s run %-8s %-10s worker %s attempt %d, %s\n", r.Session, r.RunID, r.Phase, r.Worker, max(r.Attempt, 1), age)
 	}
 	return nil
 }

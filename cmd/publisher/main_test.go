@@ -223,3 +223,44 @@ func TestClientToolRoundTrip(t *testing.T) {
 		t.Fatalf("answer: %q, %v", out, err)
 	}
 }
+
+// TestRunsListsWhatRuns: a slow turn shows up in `publisher runs` with its
+// session, run and worker while it runs, and is gone once it ended.
+func TestRunsListsWhatRuns(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	out, _, err := publisher(t, "runs", "--nats-url", url)
+	if err != nil || strings.TrimSpace(out) != "no runs" {
+		t.Fatalf("idle fleet: %q, %v", out, err)
+	}
+	script := `#script {"replies":[{"text":"slow answer","chunks":20,"delayMs":100}]}`
+	out, _, err = publisher(t, "send", "--nats-url", url, "--session", "busy", "--model", "scripted/script", "--no-follow", script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := lastField(out) // "sent: session busy run 1"
+	var listed string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if listed, _, _ = publisher(t, "runs", "--nats-url", url, "--json"); strings.Contains(listed, `"session":"busy"`) {
+			break
+		}
+	}
+	if !strings.Contains(listed, `"session":"busy"`) || !strings.Contains(listed, `"phase":"running"`) ||
+		!strings.Contains(listed, `"runId":"`+runID+`"`) || !strings.Contains(listed, `"worker":"w-`) {
+		t.Fatalf("runs while busy: %q (run %q)", listed, runID)
+	}
+	if _, _, err := publisher(t, "follow", "--nats-url", url, "--session", "busy", "--run", runID); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := publisher(t, "runs", "--nats-url", url); err != nil || strings.TrimSpace(out) != "no runs" {
+		t.Fatalf("after the run: %q, %v", out, err)
+	}
+}
+
+func lastField(s string) string {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return s
+	}
+	return f[len(f)-1]
+}

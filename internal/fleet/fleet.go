@@ -239,7 +239,7 @@ func (m *Member) build(ctx context.Context) error {
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	tok, _ := events.KeyToken(t.SessionKey)
 	rctx, cancel := context.WithTimeout(ctx, stateTimeout)
-	reg, err := m.Runs.Register(rctx, tok, kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.cfg.WorkerID,
+	reg, err := m.Runs.Register(rctx, tok, kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(),
 		Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()})
 	cancel()
 	if err != nil {
@@ -252,12 +252,37 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 			_ = reg.Clear(cctx)
 		}()
 	}
+	var sink runner.Sink = t
+	if reg != nil {
+		sink = phaseSink{Sink: t, reg: reg, ctx: ctx}
+	}
 	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, t)
+		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, sink)
 	if err != nil {
 		return nil, err
 	}
 	return &lanes.Outcome{Entries: out.Entries, Result: out.Result}, nil
+}
+
+// phaseSink shows a run's compactions in the active-run registry.
+type phaseSink struct {
+	runner.Sink
+	reg *kvstore.RunHandle
+	ctx context.Context
+}
+
+func (p phaseSink) Emit(stream string, data events.EventData) {
+	p.Sink.Emit(stream, data)
+	if stream != events.StreamCompaction {
+		return
+	}
+	phase := "running"
+	if data.Phase == "start" {
+		phase = "compacting"
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, stateTimeout)
+	defer cancel()
+	_ = p.reg.SetPhase(ctx, phase)
 }
 
 // fleetAuth is runner.Auth over the fleet's auth bucket and the member's
