@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -588,5 +589,62 @@ func TestOverflowCompactsThroughTheFleet(t *testing.T) {
 	defer mu.Unlock()
 	if last := sizes[len(sizes)-1]; last >= 60 {
 		t.Fatalf("the turn after compaction sent %d messages; the history had 120", last)
+	}
+}
+
+// TestSkillEnvironmentReachesExec: a configured skill's environment is what
+// the commands of a run get; a disabled skill's is not.
+func TestSkillEnvironmentReachesExec(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	skills := t.TempDir()
+	for _, name := range []string{"weather", "mail"} {
+		dir := filepath.Join(skills, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		body := fmt.Sprintf("---\nname: %s\ndescription: The %s skill.\n---\n", name, name)
+		if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off := false
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: t.TempDir(), SkillsDir: skills, NoRemoteTools: true,
+		Skills: agentprompt.SkillConfigs{
+			"weather": {Env: map[string]string{"WEATHER_TOKEN": "wt-123"}},
+			"mail":    {Enabled: &off, Env: map[string]string{"MAIL_TOKEN": "mt-456"}},
+		},
+		Env: func(k string) string {
+			if k == "PATH" {
+				return "/usr/bin:/bin"
+			}
+			return ""
+		}})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	script := `#script {"replies":[{"toolCalls":[{"id":"x1","name":"exec","arguments":{"command":"echo weather=$WEATHER_TOKEN mail=$MAIL_TOKEN"}}]},{"text":"done"}]}`
+	run, err := c.Send(ctx, "skills", script, lanefleet.WithModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := c.History(ctx, "skills")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var output string
+	for _, e := range hist {
+		if e.Message != nil && e.Message.Role == "toolResult" {
+			output = e.Message.Content.Text()
+		}
+	}
+	if !strings.Contains(output, "weather=wt-123 mail=\n") && !strings.Contains(output, "weather=wt-123 mail=\r\n") {
+		t.Fatalf("exec output %q", output)
 	}
 }

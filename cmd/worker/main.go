@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -73,6 +74,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.NoCompaction, "no-compaction", false, "no compaction when the context nears the window (overflow recovery still compacts)")
 	fs.BoolVar(&cfg.NoBlockReplies, "no-block-replies", false, "publish no block reply events")
 	fs.StringVar(&cfg.SkillsDir, "skills-dir", env("LANEFLEET_SKILLS_DIR"), "directory of skills (<name>/SKILL.md) offered to every session, besides each workspace's skills/ (env LANEFLEET_SKILLS_DIR)")
+	skillsConfig := fs.String("skills-config", env("LANEFLEET_SKILLS_CONFIG"), `JSON file configuring skills by name: {"<skill>": {"enabled": false, "env": {"VAR": "value"}, "apiKey": "…"}} (env LANEFLEET_SKILLS_CONFIG)`)
 	systemPromptFile := fs.String("system-prompt-file", env("LANEFLEET_SYSTEM_PROMPT_FILE"), "file holding the system prompt (env LANEFLEET_SYSTEM_PROMPT_FILE)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -90,6 +92,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	for _, f := range strings.Split(*fallbacks, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			cfg.Fallbacks = append(cfg.Fallbacks, f)
+		}
+	}
+	if *skillsConfig != "" {
+		b, err := os.ReadFile(*skillsConfig)
+		if err != nil {
+			return fmt.Errorf("--skills-config: %w", err)
+		}
+		if err := json.Unmarshal(b, &cfg.Skills); err != nil {
+			return fmt.Errorf("--skills-config %s: %w", *skillsConfig, err)
 		}
 	}
 	if *systemPromptFile != "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/blockchunk"
@@ -73,13 +74,16 @@ type Config struct {
 	AttemptTimeout time.Duration // one attempt of a run; default 10 minutes
 	// WorkspaceRoot holds each session's workspace directory for the
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
-	WorkspaceRoot   string
-	NoBuiltinTools  bool          // no read/write/edit/exec
-	NoRemoteTools   bool          // do not discover tools served over NATS
-	NoCompaction    bool          // no threshold compaction (overflow recovery still compacts)
-	NoBlockReplies  bool          // no block reply events
-	SystemPrompt    string        // base of every run's system prompt (workspace, skills and context files are added)
-	SkillsDir       string        // directory of skills (<name>/SKILL.md) every session sees, besides <workspace>/skills
+	WorkspaceRoot  string
+	NoBuiltinTools bool   // no read/write/edit/exec
+	NoRemoteTools  bool   // do not discover tools served over NATS
+	NoCompaction   bool   // no threshold compaction (overflow recovery still compacts)
+	NoBlockReplies bool   // no block reply events
+	SystemPrompt   string // base of every run's system prompt (workspace, skills and context files are added)
+	SkillsDir      string // directory of skills (<name>/SKILL.md) every session sees, besides <workspace>/skills
+	// Skills configures skills by name (OpenClaw's skills.entries):
+	// enabled, and the environment their commands get (exec).
+	Skills          agentprompt.SkillConfigs
 	RunsRegistryTTL time.Duration // how long a dead run's registry entry lives; default 1 hour
 
 	Logger zerolog.Logger
@@ -193,6 +197,10 @@ func (m *Member) build(ctx context.Context) error {
 	if cfg.SkillsDir != "" {
 		ts.skillDirs = []string{cfg.SkillsDir}
 	}
+	if err := cfg.Skills.Validate(); err != nil {
+		return fmt.Errorf("fleet: skills configuration: %w", err)
+	}
+	ts.skillCfg = cfg.Skills
 	if !cfg.NoBuiltinTools {
 		ts.root = cfg.WorkspaceRoot
 		if ts.root == "" && cfg.DataDir != "" {
