@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -646,5 +647,61 @@ func TestSkillEnvironmentReachesExec(t *testing.T) {
 	}
 	if !strings.Contains(output, "weather=wt-123 mail=\n") && !strings.Contains(output, "weather=wt-123 mail=\r\n") {
 		t.Fatalf("exec output %q", output)
+	}
+}
+
+// TestSteerChangesATurnsCourse: a steer message sent while a turn runs a
+// tool joins the turn after the tool's result; the model answers it and the
+// rest of the original plan (a second tool call) never runs.
+func TestSteerChangesATurnsCourse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	root := t.TempDir()
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: root, NoRemoteTools: true,
+		Env: func(k string) string {
+			if k == "PATH" {
+				return "/usr/bin:/bin"
+			}
+			return ""
+		}})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	plan := `#script {"replies":[` +
+		`{"toolCalls":[{"id":"t1","name":"exec","arguments":{"command":"sleep 1; echo first step"}}]},` +
+		`{"toolCalls":[{"id":"t2","name":"write","arguments":{"path":"second-step.txt","content":"should not happen"}}]},` +
+		`{"text":"finished the original plan"}]}`
+	first, err := c.Send(ctx, "course", plan, lanefleet.WithModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := range first.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == "tool" && ev.Data.Phase == "start" {
+			break // the first tool runs now
+		}
+	}
+	steer, err := c.Send(ctx, "course", `#script {"replies":[{"text":"turning left instead"}]}`,
+		lanefleet.WithMode("steer"), lanefleet.WithModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := first.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := res.Payloads[len(res.Payloads)-1].Text; last != "turning left instead" {
+		t.Fatalf("the turn ended with %q", last)
+	}
+	if _, err := os.Stat(filepath.Join(root, "course", "second-step.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the original plan's second step ran: %v", err)
+	}
+	if sres, err := steer.Wait(ctx); err != nil || sres.Payloads[len(sres.Payloads)-1].Text != "turning left instead" {
+		t.Fatalf("steer run %+v, %v", sres, err)
 	}
 }
