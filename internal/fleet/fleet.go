@@ -245,37 +245,63 @@ func (m *Member) build(ctx context.Context) error {
 // handle adapts a lane turn to the runner, registering the run in the
 // active-run registry while it runs.
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
-	tok, _ := events.KeyToken(t.SessionKey)
-	rctx, cancel := context.WithTimeout(ctx, stateTimeout)
-	reg, err := m.Runs.Register(rctx, tok, kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(),
-		Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()})
-	cancel()
-	if err != nil {
-		// The registry is informational: a run goes on without it.
-		m.log.Warn().Err(err).Str("run_id", t.RunID).Msg("run registry")
-	} else {
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
-			defer cancel()
-			_ = reg.Clear(cctx)
-		}()
-	}
-	var sink runner.Sink = t
-	if reg != nil {
-		sink = phaseSink{Sink: t, reg: reg, ctx: ctx}
-	}
+	reg := m.register(ctx, t)
+	defer reg.clear(ctx)
 	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, sink)
+		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, phaseSink{Sink: t, reg: reg, ctx: ctx})
 	if err != nil {
 		return nil, err
 	}
 	return &lanes.Outcome{Entries: out.Entries, Result: out.Result}, nil
 }
 
+// registration is a run's entry in the active-run registry. The registry is
+// informational, so its writes stay off the turn's path: the entry is
+// written while the model runs and removed after the turn is committed.
+type registration struct {
+	done chan struct{}
+	h    *kvstore.RunHandle // nil when the write failed
+}
+
+func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
+	r := &registration{done: make(chan struct{})}
+	info := kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(), Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()}
+	go func() {
+		defer close(r.done)
+		tok, _ := events.KeyToken(t.SessionKey)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
+		defer cancel()
+		h, err := m.Runs.Register(rctx, tok, info)
+		if err != nil {
+			m.log.Warn().Err(err).Str("run_id", t.RunID).Msg("run registry")
+			return
+		}
+		r.h = h
+	}()
+	return r
+}
+
+// handle waits for the entry's write.
+func (r *registration) handle() *kvstore.RunHandle {
+	<-r.done
+	return r.h
+}
+
+// clear removes the entry once it is written (in the background).
+func (r *registration) clear(ctx context.Context) {
+	go func() {
+		if h := r.handle(); h != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
+			defer cancel()
+			_ = h.Clear(cctx)
+		}
+	}()
+}
+
 // phaseSink shows a run's compactions in the active-run registry.
 type phaseSink struct {
 	runner.Sink
-	reg *kvstore.RunHandle
+	reg *registration
 	ctx context.Context
 }
 
@@ -284,13 +310,17 @@ func (p phaseSink) Emit(stream string, data events.EventData) {
 	if stream != events.StreamCompaction {
 		return
 	}
+	h := p.reg.handle()
+	if h == nil {
+		return
+	}
 	phase := "running"
 	if data.Phase == "start" {
 		phase = "compacting"
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, stateTimeout)
 	defer cancel()
-	_ = p.reg.SetPhase(ctx, phase)
+	_ = h.SetPhase(ctx, phase)
 }
 
 // fleetAuth is runner.Auth over the fleet's auth bucket and the member's
