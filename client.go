@@ -256,7 +256,9 @@ func (r *Run) Follow(runID string) *Run { return r.c.Run(r.Session, runID) }
 //
 // If the worker running the run dies (or the attempt fails), the attempt
 // ends with a lifecycle "aborted" event and the next one starts with
-// "restart": its assistant events' Text starts over. A message that did not
+// "restart": its assistant events' Text starts over; events of an older
+// attempt that arrive after a newer one started (from a worker that lost the
+// lane) are skipped. A message that did not
 // get a turn of its own ends with a lifecycle event saying why (merged,
 // error) and its final event.
 func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
@@ -285,6 +287,7 @@ func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
 			return
 		}
 		defer msgs.Stop()
+		attempt := 0 // the newest attempt seen
 		for {
 			m, err := msgs.Next(jetstream.NextContext(ctx))
 			if err != nil {
@@ -301,6 +304,13 @@ func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
 				}
 				continue
 			}
+			// A worker that lost the lane may publish for a moment after
+			// the next owner started a new attempt: its late events are
+			// not part of the run any more.
+			if ev.Attempt > 0 && ev.Attempt < attempt && !ev.Terminal() {
+				continue
+			}
+			attempt = max(attempt, ev.Attempt)
 			if !yield(ev, nil) || ev.Terminal() {
 				return
 			}
