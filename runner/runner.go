@@ -64,9 +64,11 @@ type ToolSource interface {
 }
 
 // PromptSource builds a run's system prompt (workspace, skills, context
-// files) given the tools offered to the model.
+// files) given the tools offered to the model: set is what the ToolSource
+// returned for this run (nil without one), specs every tool offered,
+// client tools included.
 type PromptSource interface {
-	SystemPrompt(ctx context.Context, in Input, specs []provider.Tool) string
+	SystemPrompt(ctx context.Context, in Input, set tools.Set, specs []provider.Tool) string
 }
 
 // CompactRequest is one compaction.
@@ -177,7 +179,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	}
 	ru.system = r.cfg.SystemPrompt
 	if ps, ok := r.cfg.Tools.(PromptSource); ok {
-		ru.system = ps.SystemPrompt(ctx, in, ru.specs)
+		ru.system = ps.SystemPrompt(ctx, in, ru.tools, ru.specs)
 	}
 	if strings.TrimSpace(in.Inbound.Text) != "" || len(in.Inbound.Images) > 0 {
 		um := userMessage(in.Inbound, start)

@@ -64,17 +64,19 @@ func (s *toolSource) skills(ws string) []agentprompt.Skill {
 
 // SystemPrompt implements runner.PromptSource: the base prompt, the tools,
 // the workspace, its skills and context files (AGENTS.md, ...), the date.
-func (s *toolSource) SystemPrompt(_ context.Context, in runner.Input, specs []provider.Tool) string {
-	var ws string
-	if s.root != "" {
-		ws, _ = s.workspace(in.SessionKey)
+func (s *toolSource) SystemPrompt(_ context.Context, in runner.Input, set tools.Set, specs []provider.Tool) string {
+	pin := agentprompt.Input{BasePrompt: s.base, Now: s.now().UTC().Truncate(time.Minute)}
+	if rt, ok := set.(runTools); ok {
+		pin.Workspace, pin.Skills = rt.ws, rt.skills // found once for the run by Tools
+	} else if s.root != "" {
+		pin.Workspace, _ = s.workspace(in.SessionKey)
+		pin.Skills = s.skills(pin.Workspace)
 	}
-	pin := agentprompt.Input{BasePrompt: s.base, Workspace: ws, Now: s.now().UTC().Truncate(time.Minute), Skills: s.skills(ws)}
 	for _, t := range specs {
 		pin.Tools = append(pin.Tools, agentprompt.Tool{Name: t.Name, Description: t.Description})
 	}
-	if ws != "" {
-		files, warns := agentprompt.LoadContextFiles(ws, agentprompt.ContextOptions{})
+	if pin.Workspace != "" {
+		files, warns := agentprompt.LoadContextFiles(pin.Workspace, agentprompt.ContextOptions{})
 		for _, w := range warns {
 			s.log.Warn().Str("path", w.Path).Msg(w.Message)
 		}
@@ -83,29 +85,40 @@ func (s *toolSource) SystemPrompt(_ context.Context, in runner.Input, specs []pr
 	return agentprompt.Build(pin)
 }
 
+// runTools is one run's tool set with the workspace and skills it was
+// built for, so the run's system prompt reads them from here.
+type runTools struct {
+	tools.List
+	ws     string
+	skills []agentprompt.Skill
+}
+
 // Tools implements runner.ToolSource.
 func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error) {
-	var list tools.List
+	var rt runTools
 	if s.remote != nil {
 		for _, t := range s.remote.Tools() {
-			list = append(list, withRun{t, remote.RunInfo{SessionKey: in.SessionKey, RunID: in.RunID}})
+			rt.List = append(rt.List, withRun{t, remote.RunInfo{SessionKey: in.SessionKey, RunID: in.RunID}})
 		}
 	}
-	if s.root != "" {
+	if s.root == "" {
+		rt.skills = s.skills("") // the fleet's skills, for the prompt
+	} else {
 		dir, err := s.workspace(in.SessionKey)
 		if err != nil {
 			return nil, err
 		}
+		rt.ws, rt.skills = dir, s.skills(dir)
 		env := append([]string{"HOME=" + dir, "PWD=" + dir}, s.env...)
-		env = agentprompt.Environ(env, s.skills(dir), s.skillCfg)
+		env = agentprompt.Environ(env, rt.skills, s.skillCfg)
 		builtin, err := tools.Builtin(tools.Workspace{Dir: dir, Env: env})
 		if err != nil {
 			return nil, err
 		}
 		// Built-in tools win over remote tools of the same name.
-		list = append(list, builtin...)
+		rt.List = append(rt.List, builtin...)
 	}
-	return list, nil
+	return rt, nil
 }
 
 // withRun tells a remote tool which run calls it.
