@@ -119,18 +119,15 @@ type modelLoop struct {
 	at       attempter
 	profiles []string // candidates; [""] = no profiles
 	idx      int
-	// failedHere records profiles this run marked failed (no "failed then
-	// used" in one run with Fleet.KeepFailureInRun; the reference's quirk
-	// otherwise).
+	// thinkLevel is the level the next attempt asks for; attempted holds
+	// the levels tried since the profile was activated.
 	thinkLevel provider.ThinkingLevel
 	attempted  map[provider.ThinkingLevel]bool
 }
 
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
-	l := &modelLoop{req: req, at: at, thinkLevel: req.thinking, attempted: map[provider.ThinkingLevel]bool{}}
-	if l.thinkLevel == "" {
-		l.thinkLevel = provider.ThinkingOff
-	}
+	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}}
+	l.resetThinking()
 	if err := l.resolveProfiles(ctx); err != nil {
 		return nil, err
 	}
@@ -171,8 +168,28 @@ func (l *modelLoop) resolveProfiles(ctx context.Context) error {
 	return nil
 }
 
-// usable reports whether profile id can be activated now.
-func (l *modelLoop) usable(s authprofile.Store, c authprofile.Config, id string, now time.Time) bool {
+// ProbeClaimer is implemented by an Auth that lets one worker at a time
+// probe a cooling profile (authstore claims it under compare-and-swap).
+type ProbeClaimer interface {
+	ClaimProbe(ctx context.Context, profileID, prov, model string) (won bool, err error)
+}
+
+// advance activates the next usable profile after the current one.
+func (l *modelLoop) advance(ctx context.Context, s authprofile.Store, c authprofile.Config, now time.Time) bool {
+	for i := l.idx + 1; i < len(l.profiles); i++ {
+		if l.usable(ctx, s, c, l.profiles[i], now) {
+			l.idx = i
+			l.resetThinking()
+			return true
+		}
+	}
+	return false
+}
+
+// usable reports whether a profile can be activated now: the locked one
+// always; another when it is not cooling for the model, or when it is due
+// for a probe and this run wins the probe claim.
+func (l *modelLoop) usable(ctx context.Context, s authprofile.Store, c authprofile.Config, id string, now time.Time) bool {
 	if id == l.req.locked {
 		return true
 	}
@@ -180,44 +197,26 @@ func (l *modelLoop) usable(s authprofile.Store, c authprofile.Config, id string,
 	if !ok {
 		return false
 	}
-	if !authprofile.InCooldown(p.Provider, s.Usage[id], l.req.model.ID, now) {
+	st, model := s.Usage[id], l.req.model.ID
+	if !authprofile.InCooldown(p.Provider, st, model, now) {
 		return true
 	}
-	return c.CanProbe(p.Provider, s.Usage[id], l.req.model.ID, now)
-}
-
-// ProbeClaimer is implemented by an Auth that lets one worker at a time
-// probe a cooling profile (authstore claims it under compare-and-swap).
-type ProbeClaimer interface {
-	ClaimProbe(ctx context.Context, profileID, prov, model string) (won bool, err error)
-}
-
-// advance activates the next usable profile after the current one. A
-// cooling profile due for a probe is activated only when this run wins the
-// probe.
-func (l *modelLoop) advance(ctx context.Context, s authprofile.Store, c authprofile.Config, now time.Time) bool {
-	for i := l.idx + 1; i < len(l.profiles); i++ {
-		id := l.profiles[i]
-		if p, ok := s.Profile(id); ok && id != l.req.locked && authprofile.InCooldown(p.Provider, s.Usage[id], l.req.model.ID, now) {
-			pc, ok := l.req.auth.(ProbeClaimer)
-			if !ok || !c.CanProbe(p.Provider, s.Usage[id], l.req.model.ID, now) {
-				continue
-			}
-			if won, err := pc.ClaimProbe(ctx, id, p.Provider, l.req.model.ID); err != nil || !won {
-				continue
-			}
-		}
-		if l.usable(s, c, id, now) {
-			l.idx = i
-			l.thinkLevel = l.req.thinking
-			if l.thinkLevel == "" {
-				l.thinkLevel = provider.ThinkingOff
-			}
-			clear(l.attempted)
-			return true
-		}
+	pc, ok := l.req.auth.(ProbeClaimer)
+	if !ok || !c.CanProbe(p.Provider, st, model, now) {
+		return false
 	}
-	return false
+	won, err := pc.ClaimProbe(ctx, id, p.Provider, model)
+	return err == nil && won
+}
+
+// resetThinking starts over from the run's thinking level (a newly
+// activated profile may support what the last one rejected).
+func (l *modelLoop) resetThinking() {
+	l.thinkLevel = l.req.thinking
+	if l.thinkLevel == "" {
+		l.thinkLevel = provider.ThinkingOff
+	}
+	clear(l.attempted)
 }
 
 // profileFailover is the reference's auth-profile failover: every profile is
