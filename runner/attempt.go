@@ -46,9 +46,6 @@ type run struct {
 	// answered are the client tools whose pending calls this run's message
 	// answers.
 	answered []string
-	// compacting is set while a compaction runs (timeouts then count as
-	// timedOutDuringCompaction).
-	compacting bool
 }
 
 // entries returns the session as it stands: the history and this turn.
@@ -88,10 +85,13 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	timedOut := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) }
 
 	// Threshold compaction before the prompt (pi compacts when the context
-	// is within reserveTokens of the window).
-	if c := r.r.cfg.Compactor; c != nil && c.Due(r.contextMessages(), r.window) {
+	// is within reserveTokens of the window). The context it is judged on
+	// is the first call's, unless a compaction re-shapes it.
+	ctxMsgs := r.contextMessages()
+	if c := r.r.cfg.Compactor; c != nil && c.Due(ctxMsgs, r.window) {
 		if r.compactWith(actx, req, "threshold") {
 			out.compactions++
+			ctxMsgs = nil
 		}
 		if timedOut() {
 			out.timedOut, out.timedOutDuringCompaction, out.aborted = true, true, true
@@ -104,7 +104,11 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			out.iterLimit = iter
 			return out
 		}
-		msgs := r.prepare(req.model)
+		if ctxMsgs == nil {
+			ctxMsgs = r.contextMessages()
+		}
+		msgs := r.prepare(req.model, ctxMsgs)
+		ctxMsgs = nil
 		out.snapshot = msgs
 		preq := &provider.Request{Model: req.model, SystemPrompt: r.system, Messages: msgs, Tools: r.specs,
 			Thinking: req.thinking, APIKey: req.key, SessionID: r.in.SessionID}
@@ -177,11 +181,10 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	}
 }
 
-// prepare builds the messages of one model call: the context, sanitised for
+// prepare builds the messages of one model call from its context: sanitised for
 // the model (runtime spec §4 step 7), then bounded by the per-request
 // tool-result guard (§11.2).
-func (r *run) prepare(m provider.Model) []message.Message {
-	msgs := r.contextMessages()
+func (r *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
 	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
 		AllowedToolNames: r.allowedTools(), HistoryLimit: r.r.cfg.HistoryLimit})
 	if len(res.Final) > 0 {
@@ -326,8 +329,6 @@ func (r *run) compact(ctx context.Context, req attemptReq, trigger string) bool 
 }
 
 func (r *run) compactWith(ctx context.Context, req attemptReq, trigger string) bool {
-	r.compacting = true
-	defer func() { r.compacting = false }()
 	r.sink.Emit(events.StreamCompaction, events.EventData{Phase: "start"})
 	cctx, cancel := context.WithTimeout(ctx, r.r.cfg.CompactionTimeout)
 	defer cancel()

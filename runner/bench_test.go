@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -50,7 +51,10 @@ func BenchmarkRunOverhead(b *testing.B) {
 	hist := history200()
 	auth := NewMemoryAuth(authprofile.Store{Usage: map[string]authprofile.State{}, Profiles: []authprofile.Profile{
 		{ID: "acme:a", Type: authprofile.TypeAPIKey, Provider: "acme", Key: "sk-a"}}}, authprofile.Config{Fleet: authprofile.FleetDefaults()}, nil)
-	r, err := New(Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: answer}, Auth: auth})
+	// As a fleet member runs: auth profiles and pi compaction's threshold
+	// check on every attempt.
+	r, err := New(Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: answer}, Auth: auth,
+		Compactor: PiCompactor{Settings: compaction.DefaultSettings()}})
 	if err != nil {
 		b.Fatal(err)
 	}
