@@ -182,21 +182,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 		ru.system = ps.SystemPrompt(ctx, in, ru.tools, ru.specs)
 	}
 	if strings.TrimSpace(in.Inbound.Text) != "" || len(in.Inbound.Images) > 0 {
-		um := userMessage(in.Inbound, start)
-		if len(r.cfg.Hooks) > 0 {
-			prepend, override := agentprompt.RunHooks(ctx, r.cfg.Hooks, agentprompt.HookInput{Prompt: in.Inbound.Text,
-				SystemPrompt: ru.system, SessionKey: in.SessionKey, RunID: in.RunID},
-				func(err error) { r.cfg.Logger.Warn().Err(err).Str("run_id", in.RunID).Msg("before-start hook failed") })
-			if override != "" {
-				ru.system = override
-			}
-			if prepend != "" {
-				withContext := *in.Inbound
-				withContext.Text = agentprompt.JoinPrompt(prepend, in.Inbound.Text)
-				um = userMessage(&withContext, start)
-			}
-		}
-		ru.b.add(um)
+		ru.addPrompt(ctx, start)
 	}
 
 	ref := in.Inbound.Model
@@ -210,33 +196,12 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if err != nil {
 		return nil, err
 	}
-	// As in the reference, the loop throws failover errors to the model
-	// chain only when fallbacks are configured; otherwise a failed model
-	// ends the run with its error reply.
-	fallbackConfigured := len(r.cfg.Fallbacks) > 0
 	var model provider.Model
 	for step, ok := plan.Next(r.cfg.Now()); ok; step, ok = plan.Next(r.cfg.Now()) {
-		m, prov, err := r.cfg.Resolver.Resolve(step.Candidate.String())
-		if err != nil {
-			err = &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: fmt.Sprintf("Unknown model: %s (%v)", step.Candidate, err)}
-		} else {
-			model = m
-			w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), r.cfg.Window)
-			if werr := w.Err(); werr != nil {
-				err = &provider.Error{Reason: provider.ReasonUnknown, Message: werr.Error(), Err: werr}
-			} else {
-				if w.ShouldWarn {
-					r.cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
-				}
-				ru.window = w.Tokens
-				var out *loopOut
-				out, err = runModel(ctx, loopReq{runID: in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
-					thinking: provider.ThinkingLevel(strings.ToLower(in.Inbound.Thinking)), auth: r.cfg.Auth,
-					fallbackConfigured: fallbackConfigured, now: r.cfg.Now}, ru)
-				if err == nil {
-					return ru.finish(start, m, out), nil
-				}
-			}
+		var out *loopOut
+		out, err = ru.tryModel(ctx, step.Candidate.String(), &model)
+		if err == nil {
+			return ru.finish(start, model, out), nil
 		}
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
@@ -249,6 +214,51 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 		return nil, context.Cause(ctx)
 	}
 	return ru.fail(start, model, plan.Err()), nil
+}
+
+// addPrompt appends the user's message, with the context the before-start
+// hooks prepend; a hook may also replace the system prompt.
+func (ru *run) addPrompt(ctx context.Context, start time.Time) {
+	in, cfg := ru.in, ru.r.cfg
+	inbound := in.Inbound
+	if len(cfg.Hooks) > 0 {
+		prepend, override := agentprompt.RunHooks(ctx, cfg.Hooks, agentprompt.HookInput{Prompt: inbound.Text,
+			SystemPrompt: ru.system, SessionKey: in.SessionKey, RunID: in.RunID},
+			func(err error) { cfg.Logger.Warn().Err(err).Str("run_id", in.RunID).Msg("before-start hook failed") })
+		if override != "" {
+			ru.system = override
+		}
+		if prepend != "" {
+			withContext := *inbound
+			withContext.Text = agentprompt.JoinPrompt(prepend, inbound.Text)
+			inbound = &withContext
+		}
+	}
+	ru.b.add(userMessage(inbound, start))
+}
+
+// tryModel runs the loop on one candidate of the model chain; *model is
+// set once the candidate resolves. As in the reference, the loop throws
+// failover errors to the chain only when fallbacks are configured;
+// otherwise a failed model ends the run with its error reply.
+func (ru *run) tryModel(ctx context.Context, ref string, model *provider.Model) (*loopOut, error) {
+	cfg := ru.r.cfg
+	m, prov, err := cfg.Resolver.Resolve(ref)
+	if err != nil {
+		return nil, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: fmt.Sprintf("Unknown model: %s (%v)", ref, err)}
+	}
+	*model = m
+	w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), cfg.Window)
+	if err := w.Err(); err != nil {
+		return nil, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
+	}
+	if w.ShouldWarn {
+		cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
+	}
+	ru.window = w.Tokens
+	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
+		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
+		fallbackConfigured: len(cfg.Fallbacks) > 0, now: cfg.Now}, ru)
 }
 
 // setupTools gathers the run's tools: the source's and the client's.
