@@ -132,7 +132,7 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		if err != nil && am.StopReason != message.StopError && am.StopReason != message.StopAborted {
 			am.StopReason = message.StopError
 			if am.ErrorMessage == "" {
-				am.ErrorMessage = errText(err, nil)
+				am.ErrorMessage = errText(err)
 			}
 		}
 		r.addAssistant(&am)

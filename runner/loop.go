@@ -328,7 +328,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 		if a.last != nil && a.last.StopReason == message.StopError {
 			lastErrText = strings.TrimSpace(a.last.ErrorMessage)
 			if lastErrText == "" && a.lastErr != nil {
-				lastErrText = errText(a.lastErr, nil)
+				lastErrText = errText(a.lastErr)
 			}
 		}
 
@@ -336,7 +336,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 		if !a.aborted {
 			overflowText := ""
 			if a.promptErr != nil {
-				if t := errText(a.promptErr, nil); failover.IsLikelyContextOverflow(t) {
+				if t := errText(a.promptErr); failover.IsLikelyContextOverflow(t) {
 					overflowText = t
 				}
 			} else if lastErrText != "" && (failover.IsLikelyContextOverflow(lastErrText) || provider.ReasonOf(a.lastErr) == provider.ReasonContextOverflow) {
@@ -376,7 +376,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 
 		// Prompt errors (§3.2 step 6).
 		if a.promptErr != nil && !a.aborted {
-			text := errText(a.promptErr, nil)
+			text := errText(a.promptErr)
 			switch {
 			case failover.IsRoleOrdering(text):
 				out.payloads = []events.Payload{{Text: TextRoleOrdering, IsError: true}}

@@ -361,7 +361,7 @@ func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Outp
 // fail makes the output of a run that ended with an error no model loop
 // could turn into a reply (the reference throws these).
 func (ru *run) fail(start time.Time, model provider.Model, err error) *Output {
-	text := errText(err, nil)
+	text := errText(err)
 	var pe *provider.Error
 	var ex *fallback.ExhaustedError
 	switch {
@@ -375,7 +375,7 @@ func (ru *run) fail(start time.Time, model provider.Model, err error) *Output {
 		kind = "model_not_found"
 	}
 	out := &loopOut{payloads: []events.Payload{{Text: text, IsError: true}},
-		runErr: &events.RunError{Kind: kind, Message: string(failover.ClassifyError(err)) + ": " + errText(err, nil)}}
+		runErr: &events.RunError{Kind: kind, Message: string(failover.ClassifyError(err)) + ": " + errText(err)}}
 	return ru.finish(start, model, out)
 }
 
@@ -397,13 +397,12 @@ func (p *probeLog) MarkProbe(prov string, at time.Time) {
 	p.m[prov] = at
 }
 
-func errText(err error, am *message.Message) string {
+// errText is an error's message: a provider error's own text, else the
+// error's.
+func errText(err error) string {
 	var pe *provider.Error
 	if errors.As(err, &pe) && pe.Message != "" {
 		return pe.Message
-	}
-	if am != nil && am.ErrorMessage != "" {
-		return am.ErrorMessage
 	}
 	return err.Error()
 }
