@@ -158,60 +158,28 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 
 func (m *Member) build(ctx context.Context) error {
 	cfg := m.cfg
-	var err error
-	// A cluster may still be electing leaders right after start: retry.
+	if err := cfg.Skills.Validate(); err != nil {
+		return fmt.Errorf("fleet: skills configuration: %w", err)
+	}
+	res, err := NewResolver(cfg.Env, scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts}), cfg.ModelsFile, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
+	if err != nil {
+		return err
+	}
+	// A cluster may still be electing leaders right after start: retry
+	// what is not open yet.
 	for attempt := 0; ; attempt++ {
-		m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait})
-		if err == nil {
-			m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL})
-		}
+		err = m.openState(ctx)
 		if err == nil || attempt >= 10 || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
 	}
 	if err != nil {
-		return fmt.Errorf("fleet: prepare streams: %w", err)
-	}
-	res, err := NewResolver(cfg.Env, scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts}), cfg.ModelsFile, cfg.Logger)
-	if err != nil {
-		return err
-	}
-	def := cfg.DefaultModel
-	if def == "" {
-		def = res.DefaultModel()
-	}
-	m.defaultModel = def
-	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
-	if err != nil {
-		return err
-	}
-	authCfg := authprofile.Config{Fleet: authprofile.FleetDefaults()}
-	if m.Auth, err = authstore.Open(ctx, m.JS, authstore.Config{Replicas: cfg.Replicas, Auth: authCfg, Logger: cfg.Logger}); err != nil {
-		return err
-	}
-	if m.Runs, err = kvstore.OpenRuns(ctx, m.JS, "", cfg.Replicas, cfg.RunsRegistryTTL); err != nil {
-		return err
-	}
-	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger, now: time.Now}
-	if cfg.SkillsDir != "" {
-		ts.skillDirs = []string{cfg.SkillsDir}
-	}
-	if err := cfg.Skills.Validate(); err != nil {
-		return fmt.Errorf("fleet: skills configuration: %w", err)
-	}
-	ts.skillCfg = cfg.Skills
-	if !cfg.NoBuiltinTools {
-		ts.root = cfg.WorkspaceRoot
-		if ts.root == "" && cfg.DataDir != "" {
-			ts.root = filepath.Join(cfg.DataDir, "workspaces")
-		}
-		if ts.root == "" {
-			ts.root = filepath.Join(os.TempDir(), "lanefleet-workspaces")
-		}
-		if ts.root, err = filepath.Abs(ts.root); err != nil {
-			return err
-		}
+		return fmt.Errorf("fleet: prepare streams and buckets: %w", err)
 	}
 	if !cfg.NoRemoteTools {
 		if m.Tools, err = remote.NewRegistry(m.Conn, remote.DiscoverConfig{Logger: cfg.Logger}); err != nil {
@@ -222,17 +190,23 @@ func (m *Member) build(ctx context.Context) error {
 			m.log.Warn().Err(err).Msg("remote tools: first discovery failed")
 		}
 	}
-	ts.remote = m.Tools
+	ts, err := newToolSource(cfg, m.Tools)
+	if err != nil {
+		return err
+	}
+	m.defaultModel = cfg.DefaultModel
+	if m.defaultModel == "" {
+		m.defaultModel = res.DefaultModel()
+	}
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
-	rcfg := runner.Config{DefaultModel: def, Fallbacks: cfg.Fallbacks, Resolver: res, Logger: cfg.Logger,
+	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: res, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout}
 	if !cfg.NoBlockReplies {
 		bc := blockchunk.DefaultConfig(0)
 		rcfg.BlockReplies = &bc
 	}
-	m.Runner, err = runner.New(rcfg)
-	if err != nil {
+	if m.Runner, err = runner.New(rcfg); err != nil {
 		return err
 	}
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.handle), lanes.Config{
@@ -240,6 +214,35 @@ func (m *Member) build(ctx context.Context) error {
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger,
 	})
 	return err
+}
+
+// openState creates or binds the fleet's streams and buckets, skipping
+// those already open.
+func (m *Member) openState(ctx context.Context) error {
+	cfg := m.cfg
+	var err error
+	if m.Streams == nil {
+		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait}); err != nil {
+			return err
+		}
+	}
+	if m.Lanes == nil {
+		if m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL}); err != nil {
+			return err
+		}
+	}
+	if m.Auth == nil {
+		authCfg := authprofile.Config{Fleet: authprofile.FleetDefaults()}
+		if m.Auth, err = authstore.Open(ctx, m.JS, authstore.Config{Replicas: cfg.Replicas, Auth: authCfg, Logger: cfg.Logger}); err != nil {
+			return err
+		}
+	}
+	if m.Runs == nil {
+		if m.Runs, err = kvstore.OpenRuns(ctx, m.JS, "", cfg.Replicas, cfg.RunsRegistryTTL); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // handle adapts a lane turn to the runner, registering the run in the

@@ -33,6 +33,34 @@ type toolSource struct {
 	now       func() time.Time
 }
 
+// newToolSource configures the runs' tools and system prompt: the
+// workspaces root (unless built-in tools are off), the exec environment
+// (PATH from the member's environment), skills and the remote registry.
+func newToolSource(cfg Config, reg *remote.Registry) (*toolSource, error) {
+	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger,
+		now: time.Now, skillCfg: cfg.Skills, remote: reg}
+	if cfg.SkillsDir != "" {
+		ts.skillDirs = []string{cfg.SkillsDir}
+	}
+	if cfg.NoBuiltinTools {
+		return ts, nil
+	}
+	root := cfg.WorkspaceRoot
+	switch {
+	case root != "":
+	case cfg.DataDir != "":
+		root = filepath.Join(cfg.DataDir, "workspaces")
+	default:
+		root = filepath.Join(os.TempDir(), "lanefleet-workspaces")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: workspace root %s: %w", root, err)
+	}
+	ts.root = abs
+	return ts, nil
+}
+
 // workspace returns (and creates) the session's workspace directory.
 func (s *toolSource) workspace(session string) (string, error) {
 	tok, err := events.KeyToken(session)
