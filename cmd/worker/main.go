@@ -7,6 +7,7 @@
 //
 //	worker [flags]
 //	worker sanitize --provider P --api A --model M < history.json
+//	worker permissions --role worker|sender|viewer|tool-server|admin --user NAME [--session KEY ...] [--tool NAME ...]
 package main
 
 import (
@@ -37,6 +38,9 @@ func main() {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "sanitize" {
 		return sanitize(args[1:], stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "permissions" {
+		return permissions(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
