@@ -54,11 +54,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.NATSURL, "nats-url", env("NATS_URL"), "NATS server URLs to join (env NATS_URL); empty starts an embedded server")
 	fs.StringVar(&cfg.CredsFile, "creds", env("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&cfg.NKeyFile, "nkey", env("NATS_NKEY"), "NATS NKey seed file (env NATS_NKEY)")
+	fs.StringVar(&cfg.User, "nats-user", env("NATS_USER"), "NATS user name (env NATS_USER)")
+	fs.StringVar(&cfg.Password, "nats-password", env("NATS_PASSWORD"), "NATS password (env NATS_PASSWORD; prefer the variable: arguments are visible to other local users)")
+	fs.StringVar(&cfg.InboxPrefix, "inbox-prefix", env("NATS_INBOX_PREFIX"), "inbox prefix the worker's permissions allow (env NATS_INBOX_PREFIX; default _INBOX_<nats-user> with --nats-user, else _INBOX)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", env("NATS_TLS_CERT"), "client TLS certificate (env NATS_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", env("NATS_TLS_KEY"), "client TLS key (env NATS_TLS_KEY)")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", env("NATS_TLS_CA"), "CA bundle for the server certificate (env NATS_TLS_CA)")
-	fs.StringVar(&cfg.DataDir, "data-dir", "./lanefleet-data", "embedded server: JetStream data directory")
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:4222", "embedded server: client address for publishers and other workers")
+	fs.StringVar(&cfg.ServerConfig, "server-config", env("LANEFLEET_SERVER_CONFIG"), "embedded server: a nats-server configuration file (users, permissions, accounts, TLS, monitoring; env LANEFLEET_SERVER_CONFIG); --data-dir and --listen fill in what it leaves unset")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "embedded server: JetStream data directory (default ./lanefleet-data, or the server config's store_dir)")
+	fs.StringVar(&cfg.Listen, "listen", "", "embedded server: client address for publishers and other workers (default 127.0.0.1:4222, or the server config's)")
+	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", false, "embedded server: allow a non-loopback --listen without authentication (anyone who reaches it reads and writes every session)")
 	fs.StringVar(&cfg.WorkerID, "id", "", "worker id in logs, leases and events (default random)")
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "lanes this worker runs at once (the global lane)")
@@ -85,6 +90,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return nil
 		}
 		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if cfg.ServerConfig != "" {
+		if cfg.NATSURL != "" {
+			return errors.New("--server-config configures the embedded server, but NATS_URL/--nats-url joins another one: give one of them")
+		}
+		if given["sync"] {
+			return errors.New("--sync with --server-config: set jetstream { sync_interval } in the configuration file instead")
+		}
+	} else if cfg.DataDir == "" {
+		cfg.DataDir = "./lanefleet-data"
 	}
 	switch *sync {
 	case "always":
@@ -127,7 +144,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info().Str("worker", m.Worker.ID()).Str("nats", m.ClientURL()).Str("model", m.DefaultModel()).Msg("ready")
+	log.Info().Str("worker", m.Worker.ID()).Str("nats", fleet.RedactURL(m.ClientURL())).Str("model", m.DefaultModel()).Msg("ready")
 	return m.Run(ctx)
 }
 

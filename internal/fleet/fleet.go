@@ -6,10 +6,13 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,6 +33,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
 	"github.com/lanefleet/lanefleet/provider/registry"
@@ -40,18 +44,35 @@ import (
 
 // Config configures a member.
 type Config struct {
-	// Joining an existing deployment.
+	// The member's connection: to NATSURL, or to the embedded server.
 	NATSURL   string // comma-separated server URLs; empty = start an embedded server
 	CredsFile string // NATS credentials file
 	NKeyFile  string // NKey seed file
-	TLSCert   string // client certificate
-	TLSKey    string // client key
-	TLSCA     string // CA bundle for the server certificate
+	User      string // user name (with Password)
+	Password  string // never logged
+	// InboxPrefix is the connection's inbox prefix: the one the user's
+	// permissions let it subscribe to. Default permission.InboxPrefix(User)
+	// when User is set, else NATS's _INBOX.
+	InboxPrefix string
+	TLSCert     string // client certificate
+	TLSKey      string // client key
+	// TLSCA is the CA bundle for the server certificate. Without it, the
+	// connection to the embedded server trusts exactly the certificate that
+	// server presents.
+	TLSCA string
 
 	// The embedded server (NATSURL empty).
-	DataDir    string // JetStream store; required for the embedded server
-	Listen     string // host:port for clients and other workers; default 127.0.0.1:4222
-	SyncAlways bool   // fsync every write before acknowledging (default in cmd/worker)
+	// ServerConfig is a nats-server configuration file (users, nkeys,
+	// accounts, permissions, TLS, monitoring, ...); DataDir and Listen fill
+	// in what it leaves unset and must agree with what it sets, SyncAlways
+	// applies when it sets no jetstream sync_interval.
+	ServerConfig string
+	DataDir      string // JetStream store; required for the embedded server unless ServerConfig names one
+	Listen       string // host:port for clients and other workers; default 127.0.0.1:4222
+	SyncAlways   bool   // fsync every write before acknowledging (default in cmd/worker)
+	// InsecureListen lets the embedded server listen on a non-loopback
+	// address without authentication.
+	InsecureListen bool
 
 	// The fleet.
 	WorkerID      string
@@ -120,25 +141,37 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		cfg.Env = os.Getenv
 	}
 	m := &Member{cfg: cfg, log: cfg.Logger}
+	opts, err := connectOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
 	url := cfg.NATSURL
 	if url == "" {
-		srv, err := startEmbedded(cfg)
+		srv, sopts, err := startEmbedded(cfg)
 		if err != nil {
 			return nil, err
 		}
 		m.Server = srv
-		url = srv.ClientURL()
-		m.log.Info().Str("url", url).Str("data_dir", cfg.DataDir).Bool("sync_always", cfg.SyncAlways).Msg("embedded NATS server started")
-	}
-	opts, err := connectOptions(cfg)
-	if err != nil {
-		m.close()
-		return nil, err
+		url = embedded.ConnectURL(srv)
+		if sopts.TLSConfig != nil && cfg.TLSCA == "" {
+			pin, err := pinServerCert(sopts)
+			if err != nil {
+				m.close()
+				return nil, err
+			}
+			opts = append(opts, pin)
+		}
+		m.log.Info().Str("url", srv.ClientURL()).Str("data_dir", sopts.StoreDir).Bool("sync_always", sopts.SyncAlways).
+			Bool("auth", embedded.Authenticates(sopts)).Bool("tls", sopts.TLSConfig != nil).Msg("embedded NATS server started")
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		m.close()
-		return nil, fmt.Errorf("fleet: connect to NATS at %s: %w", url, err)
+		err = fmt.Errorf("fleet: connect to NATS at %s: %w", RedactURL(url), err)
+		if errors.Is(err, nats.ErrAuthorization) {
+			err = fmt.Errorf("%w (the server requires the worker's identity: --nats-user and NATS_PASSWORD, --creds or --nkey; `worker permissions --role worker` prints what it may do)", err)
+		}
+		return nil, err
 	}
 	m.Conn = nc
 	// Async publishes lost in a reconnect are never answered unless they
@@ -399,26 +432,94 @@ func (m *Member) close() {
 	}
 }
 
-func startEmbedded(cfg Config) (*server.Server, error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("fleet: the embedded server needs a data directory (--data-dir)")
+func startEmbedded(cfg Config) (*server.Server, *server.Options, error) {
+	if cfg.DataDir == "" && cfg.ServerConfig == "" {
+		return nil, nil, errors.New("fleet: the embedded server needs a data directory (--data-dir)")
 	}
-	host, port := "127.0.0.1", 4222
-	if cfg.Listen != "" {
+	ec := embedded.Config{Name: "lanefleet", ConfigFile: cfg.ServerConfig, SyncAlways: &cfg.SyncAlways, InsecureListen: cfg.InsecureListen}
+	if cfg.DataDir != "" {
+		ec.DataDir = filepath.Join(cfg.DataDir, "jetstream")
+	}
+	switch {
+	case cfg.Listen != "":
 		h, p, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("fleet: --listen %q: %w", cfg.Listen, err)
+			return nil, nil, fmt.Errorf("fleet: --listen %q: %w", cfg.Listen, err)
 		}
-		if h != "" {
-			host = h
+		port, err := strconv.Atoi(p)
+		if err != nil || port < 0 || port > 65535 {
+			return nil, nil, fmt.Errorf("fleet: --listen %q: bad port", cfg.Listen)
 		}
-		if port, err = strconv.Atoi(p); err != nil || port < 0 {
-			return nil, fmt.Errorf("fleet: --listen %q: bad port", cfg.Listen)
+		if port == 0 {
+			port = server.RANDOM_PORT
 		}
+		ec.Host, ec.Port = h, port
+	case cfg.ServerConfig == "":
+		ec.Host, ec.Port = "127.0.0.1", 4222
 	}
-	sync := cfg.SyncAlways
-	return embedded.Start(embedded.Config{Name: "lanefleet", Host: host, Port: port,
-		DataDir: filepath.Join(cfg.DataDir, "jetstream"), SyncAlways: &sync})
+	opts, err := embedded.Options(ec)
+	switch {
+	case errors.Is(err, embedded.ErrInsecureListen):
+		return nil, nil, fmt.Errorf("fleet: %w. Give the server users (--server-config nats.conf; `worker permissions` prints their permissions), listen on 127.0.0.1, or accept an open server with --insecure-listen", err)
+	case errors.Is(err, embedded.ErrNoStoreDir):
+		return nil, nil, fmt.Errorf("fleet: the embedded server needs a data directory: --data-dir, or jetstream { store_dir } in %s", cfg.ServerConfig)
+	case errors.Is(err, embedded.ErrConflict):
+		return nil, nil, fmt.Errorf("fleet: --server-config %s and --listen/--data-dir disagree: %w", cfg.ServerConfig, err)
+	case err != nil:
+		return nil, nil, fmt.Errorf("fleet: %w", err)
+	}
+	srv, err := embedded.StartOptions(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fleet: %w", err)
+	}
+	return srv, opts, nil
+}
+
+// pinServerCert makes the connection to the embedded server trust exactly
+// the certificate that server presents: the member runs it, so no CA is
+// needed to know it is talking to itself.
+func pinServerCert(opts *server.Options) (nats.Option, error) {
+	if len(opts.TLSConfig.Certificates) == 0 || len(opts.TLSConfig.Certificates[0].Certificate) == 0 {
+		return nil, errors.New("fleet: the embedded server's TLS certificate is not a file: give its CA with --tls-ca")
+	}
+	want := opts.TLSConfig.Certificates[0].Certificate[0]
+	tc := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Verification is the pin below, not a CA and a host name.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, want) {
+				return errors.New("fleet: the server is not the embedded server (certificate differs)")
+			}
+			return nil
+		},
+	}
+	return nats.Secure(tc), nil // a client certificate (ClientCert) still applies
+}
+
+// RedactURL returns a comma-separated list of server URLs with their
+// credentials hidden: a password, or a user part alone (a token).
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			if strings.Contains(p, "@") {
+				parts[i] = "<unparsable URL with credentials>"
+			}
+			continue
+		}
+		if u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		} else {
+			u.User = url.User("xxxxx")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 func connectOptions(cfg Config) ([]nats.Option, error) {
@@ -433,8 +534,27 @@ func connectOptions(cfg Config) ([]nats.Option, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			cfg.Logger.Info().Str("url", nc.ConnectedUrl()).Msg("reconnected to NATS")
+			cfg.Logger.Info().Str("url", RedactURL(nc.ConnectedUrl())).Msg("reconnected to NATS")
 		}),
+		// Permission violations and slow consumers arrive asynchronously:
+		// without this they would be silent.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := cfg.Logger.Error().Err(err)
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("NATS error")
+		}),
+	}
+	if cfg.User != "" || cfg.Password != "" {
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	inbox := cfg.InboxPrefix
+	if inbox == "" && cfg.User != "" {
+		inbox = permission.InboxPrefix(cfg.User)
+	}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
