@@ -22,6 +22,9 @@ import (
 const (
 	// DefaultBucket is the KV bucket holding auth-profile state.
 	DefaultBucket = "auth"
+	// DefaultMaxBytes caps the bucket: far more than the state of every
+	// profile and model of a fleet.
+	DefaultMaxBytes = 64 << 20
 	// DefaultMaxAttempts bounds the compare-and-swap attempts of one update.
 	DefaultMaxAttempts = 20
 )
@@ -44,12 +47,31 @@ var (
 	ErrClosed = errors.New("authstore: store closed")
 )
 
+// limitBucket gives a bucket made before it had a byte limit its limit.
+func limitBucket(ctx context.Context, js jetstream.JetStream, stream string, maxBytes int64) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.MaxBytes == maxBytes {
+		return nil
+	}
+	cfg.MaxBytes = maxBytes
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
+}
+
 // Config configures a Store.
 type Config struct {
 	// Bucket is the KV bucket; default DefaultBucket.
 	Bucket string
 	// Replicas of the bucket when Open creates it; default 1.
 	Replicas int
+	// MaxBytes caps the bucket; default DefaultMaxBytes, -1 = none. A full
+	// bucket refuses new state (a run then keeps going without recording
+	// its cooldown) and keeps what it holds.
+	MaxBytes int64
 	// Auth is the auth configuration and fleet policy every decision and
 	// every Apply uses (authprofile.Config; FleetDefaults for the fleet).
 	Auth authprofile.Config
@@ -69,6 +91,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
+	}
+	switch {
+	case c.MaxBytes == 0:
+		c.MaxBytes = DefaultMaxBytes
+	case c.MaxBytes < 0:
+		c.MaxBytes = -1
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = DefaultMaxAttempts
@@ -113,10 +141,14 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
+			MaxBytes:    cfg.MaxBytes,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, cfg.Bucket) // another worker created it first
 		}
+	}
+	if err == nil {
+		err = limitBucket(ctx, js, "KV_"+cfg.Bucket, cfg.MaxBytes)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("authstore: open bucket %s: %w", cfg.Bucket, err)

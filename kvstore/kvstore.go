@@ -26,6 +26,10 @@ const (
 	DefaultBucket    = "lanes"
 	DefaultLeaseTTL  = 30 * time.Second
 	DefaultMarkerTTL = time.Minute
+	// DefaultMaxBytes caps the lanes bucket: the largest share of a single
+	// node's default 8 GiB store, so the transcripts are never what fills
+	// it first.
+	DefaultMaxBytes = 4 << 30
 )
 
 // Errors callers branch on.
@@ -43,6 +47,9 @@ type Config struct {
 	Replicas  int           // default 1
 	LeaseTTL  time.Duration // default DefaultLeaseTTL; at least 1s
 	MarkerTTL time.Duration // how long delete markers live; default DefaultMarkerTTL
+	// MaxBytes caps the bucket; default DefaultMaxBytes, -1 = none. A full
+	// bucket refuses new writes (turns cannot commit) and keeps every record.
+	MaxBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -60,6 +67,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MarkerTTL == 0 {
 		c.MarkerTTL = DefaultMarkerTTL
+	}
+	switch {
+	case c.MaxBytes == 0:
+		c.MaxBytes = DefaultMaxBytes
+	case c.MaxBytes < 0:
+		c.MaxBytes = -1
 	}
 	return c
 }
@@ -86,6 +99,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 			Storage:        jetstream.FileStorage,
 			Replicas:       cfg.Replicas,
 			LimitMarkerTTL: cfg.MarkerTTL,
+			MaxBytes:       cfg.MaxBytes,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			err = nil // another worker created it first
@@ -95,7 +109,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
 	}
 	streamName := "KV_" + cfg.Bucket
-	stream, err := leaderReadsOnly(ctx, js, streamName)
+	stream, err := configureStream(ctx, js, streamName, cfg.MaxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -106,21 +120,23 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 	return &Lanes{js: js, kv: kv, stream: stream, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
 }
 
-// leaderReadsOnly turns Direct Get off on a stream, so Get and GetMsg are
-// answered by the stream leader and never by a lagging replica.
-func leaderReadsOnly(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+// configureStream turns Direct Get off on a bucket's stream, so Get and
+// GetMsg are answered by the stream leader and never by a lagging replica,
+// and sets its byte limit (a bucket made before it had one gets it here).
+func configureStream(ctx context.Context, js jetstream.JetStream, name string, maxBytes int64) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: stream %s: %w", name, err)
 	}
 	info := s.CachedInfo()
-	if !info.Config.AllowDirect {
+	if !info.Config.AllowDirect && info.Config.MaxBytes == maxBytes {
 		return s, nil
 	}
 	cfg := info.Config
 	cfg.AllowDirect = false
+	cfg.MaxBytes = maxBytes
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return nil, fmt.Errorf("kvstore: disable direct get on %s: %w", name, err)
+		return nil, fmt.Errorf("kvstore: configure %s: %w", name, err)
 	}
 	return js.Stream(ctx, name)
 }

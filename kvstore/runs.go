@@ -33,20 +33,41 @@ type RunInfo struct {
 // run whose worker died vanishes even if no one clears it.
 type Runs struct{ kv jetstream.KeyValue }
 
-// OpenRuns creates or binds the registry bucket. maxAge bounds how long an
-// entry outlives a dead worker (default 1 hour; set it above the longest
-// run, since a live run's entry is rewritten only when its phase changes).
-func OpenRuns(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxAge time.Duration) (*Runs, error) {
-	if bucket == "" {
-		bucket = DefaultRunsBucket
+// RunsConfig configures the registry bucket.
+type RunsConfig struct {
+	Bucket   string // default DefaultRunsBucket
+	Replicas int    // default 1
+	// MaxAge bounds how long an entry outlives a dead worker (default 1
+	// hour; set it above the longest run, since a live run's entry is
+	// rewritten only when its phase changes).
+	MaxAge time.Duration
+	// MaxBytes caps the bucket (memory); default DefaultRunsMaxBytes, -1 =
+	// none. A full registry refuses new entries; runs go on without them.
+	MaxBytes int64
+}
+
+// DefaultRunsMaxBytes caps the registry: a few hundred thousand entries,
+// within a single node's default 256 MiB of JetStream memory.
+const DefaultRunsMaxBytes = 64 << 20
+
+// OpenRuns creates or binds the registry bucket, updating its limits.
+func OpenRuns(ctx context.Context, js jetstream.JetStream, cfg RunsConfig) (*Runs, error) {
+	if cfg.Bucket == "" {
+		cfg.Bucket = DefaultRunsBucket
 	}
-	if maxAge <= 0 {
-		maxAge = time.Hour
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = time.Hour
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Description: "Lanefleet active runs",
-		History: 1, TTL: maxAge, Storage: jetstream.MemoryStorage, Replicas: max(1, replicas)})
+	switch {
+	case cfg.MaxBytes == 0:
+		cfg.MaxBytes = DefaultRunsMaxBytes
+	case cfg.MaxBytes < 0:
+		cfg.MaxBytes = -1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Description: "Lanefleet active runs",
+		History: 1, TTL: cfg.MaxAge, MaxBytes: cfg.MaxBytes, Storage: jetstream.MemoryStorage, Replicas: max(1, cfg.Replicas)})
 	if err != nil {
-		return nil, fmt.Errorf("kvstore: open bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
 	}
 	return &Runs{kv: kv}, nil
 }

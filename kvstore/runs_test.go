@@ -11,7 +11,7 @@ import (
 func TestRunsRegistryHandles(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Second)
-	runs, err := OpenRuns(t.Context(), b.js, "", 1, time.Minute)
+	runs, err := OpenRuns(t.Context(), b.js, RunsConfig{MaxAge: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

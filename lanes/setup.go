@@ -13,23 +13,49 @@ import (
 
 // StreamConfig sizes the fleet's streams and the dispatch consumer. Every
 // worker of a fleet must use the same values.
+//
+// Every stream has a byte limit (0 = its default, -1 = none), so no client
+// can fill the store. A full inbound stream refuses new messages (the
+// sender's publish fails with "maximum bytes exceeded") while turns go on
+// and free its space; a full dead-letter stream refuses new dead letters; a
+// full event stream drops its oldest events (they are replayable, not
+// kept). The defaults with the lanes bucket's (kvstore) fit a single node's
+// default 8 GiB store, so each stream meets its own limit before the store
+// is full and what is stored stays.
 type StreamConfig struct {
-	Replicas      int           // 1 (single node) or 3 (cluster); default 1
-	InboundMaxAge time.Duration // safety net for unprocessed messages; default 7 days
-	DedupeWindow  time.Duration // Nats-Msg-Id dedupe window; default 2 minutes
-	EventMaxAge   time.Duration // how long run events stay replayable; default 24h
-	EventMaxBytes int64         // cap on the event stream; default 1 GiB
-	AckWait       time.Duration // dispatch AckWait; default 30s
-	MaxAckPending int           // ≥ 1.5 × the fleet's total owner slots; default 20,000
-	DeadMaxAge    time.Duration // dead letters kept; default 30 days
-	DispatchName  string        // durable consumer name; default "dispatch"
+	Replicas        int           // 1 (single node) or 3 (cluster); default 1
+	InboundMaxAge   time.Duration // safety net for unprocessed messages; default 7 days
+	InboundMaxBytes int64         // cap on unprocessed inbound messages; default 1 GiB
+	DedupeWindow    time.Duration // Nats-Msg-Id dedupe window; default 2 minutes
+	EventMaxAge     time.Duration // how long run events stay replayable; default 24h
+	EventMaxBytes   int64         // cap on the event stream; default 1 GiB
+	AckWait         time.Duration // dispatch AckWait; default 30s
+	MaxAckPending   int           // ≥ 1.5 × the fleet's total owner slots; default 20,000
+	DeadMaxAge      time.Duration // dead letters kept; default 30 days
+	DeadMaxBytes    int64         // cap on dead letters; default 256 MiB
+	DispatchName    string        // durable consumer name; default "dispatch"
 }
 
 // StreamConfig defaults.
 const (
-	DefaultAckWait       = 30 * time.Second
-	DefaultMaxAckPending = 20000
+	DefaultAckWait         = 30 * time.Second
+	DefaultMaxAckPending   = 20000
+	DefaultInboundMaxBytes = 1 << 30
+	DefaultEventMaxBytes   = 1 << 30
+	DefaultDeadMaxBytes    = 256 << 20
 )
+
+// maxBytes maps a limit's configured value to JetStream's: 0 is the
+// default, a negative value none.
+func maxBytes(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return -1
+	}
+	return v
+}
 
 func (c StreamConfig) withDefaults() StreamConfig {
 	if c.Replicas == 0 {
@@ -44,9 +70,9 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	if c.EventMaxAge == 0 {
 		c.EventMaxAge = 24 * time.Hour
 	}
-	if c.EventMaxBytes == 0 {
-		c.EventMaxBytes = 1 << 30
-	}
+	c.InboundMaxBytes = maxBytes(c.InboundMaxBytes, DefaultInboundMaxBytes)
+	c.EventMaxBytes = maxBytes(c.EventMaxBytes, DefaultEventMaxBytes)
+	c.DeadMaxBytes = maxBytes(c.DeadMaxBytes, DefaultDeadMaxBytes)
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait
 	}
@@ -83,9 +109,11 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.InboundMaxAge,
+		MaxBytes:    cfg.InboundMaxBytes,
 		Duplicates:  cfg.DedupeWindow,
 		AllowDirect: false, // GetMsg decides ownership: leader reads only
-		Discard:     jetstream.DiscardOld,
+		// Full: refuse what is new, keep what was accepted.
+		Discard: jetstream.DiscardNew,
 	})
 	if err != nil {
 		return nil, err
@@ -118,6 +146,8 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.DeadMaxAge,
+		MaxBytes:    cfg.DeadMaxBytes,
+		Discard:     jetstream.DiscardNew,
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -251,12 +252,16 @@ func (w *Worker) handleDelivery(msg jetstream.Msg) {
 }
 
 // deadLetter stores a message that cannot be processed, with the reason.
+// The sender's headers go along, except those NATS acts on (Nats-*: the
+// Nats-Expected-* checks, Nats-Msg-Id, Nats-TTL, Nats-Rollup, ...): they
+// were meant for the inbound stream, and the dead-letter stream would
+// apply them to the dead letter and refuse it.
 func (w *Worker) deadLetter(ctx context.Context, reason, subject string, seq uint64, hdr nats.Header, data []byte, cause error) {
 	w.stats.DeadLetters.Add(1)
 	m := nats.NewMsg(events.DeadPrefix + reason)
 	m.Data = data
 	for k, v := range hdr {
-		if k != events.HeaderMsgID {
+		if len(k) < 5 || !strings.EqualFold(k[:5], "nats-") {
 			m.Header[k] = v
 		}
 	}

@@ -71,6 +71,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 30*time.Second, "lane lease TTL (renewed every third of it)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "on stop, how long running turns may finish before they are cancelled and handed over")
 	fs.IntVar(&cfg.MaxPayload, "max-payload", 4<<20, "largest inbound payload in bytes")
+	// Byte limits: the defaults fit a single node's 8 GiB store; every
+	// worker of a fleet must use the same.
+	fs.Var((*byteSize)(&cfg.Limits.Inbound), "max-inbound-bytes", "byte limit of unprocessed inbound messages (stream AGENT_IN; when full, new messages are refused; default 1G, -1 = none)")
+	fs.Var((*byteSize)(&cfg.Limits.Events), "max-event-bytes", "byte limit of run events (stream AGENT_EV; when full, the oldest are dropped; default 1G)")
+	fs.Var((*byteSize)(&cfg.Limits.Dead), "max-dead-bytes", "byte limit of dead letters (stream AGENT_DLQ; when full, new ones are refused; default 256M)")
+	fs.Var((*byteSize)(&cfg.Limits.Lanes), "max-lanes-bytes", "byte limit of transcripts, leases and cursors (bucket lanes; when full, turns cannot commit; default 4G)")
+	fs.Var((*byteSize)(&cfg.Limits.Auth), "max-auth-bytes", "byte limit of auth-profile state (bucket auth; default 64M)")
+	fs.Var((*byteSize)(&cfg.Limits.Runs), "max-runs-bytes", "byte limit of the active-run registry (bucket runs, in memory; default 64M)")
 	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default scripted/echo without API keys)")
 	fs.StringVar(&cfg.ModelsFile, "models-file", env("LANEFLEET_MODELS_FILE"), "user models file (JSON) adding to or overriding the built-in catalog (env LANEFLEET_MODELS_FILE)")
 	fs.DurationVar(&cfg.ScriptedDelay, "scripted-delay", 0, "pause before each scripted/echo delta (0 = instant)")

@@ -82,6 +82,7 @@ type Config struct {
 	LeaseTTL      time.Duration // lane lease TTL
 	ShutdownGrace time.Duration
 	MaxPayload    int
+	Limits        Limits // byte limits of the streams and buckets
 
 	// The runner.
 	DefaultModel  string        // "provider/model-id"; default: by the API keys present, else scripted/echo
@@ -111,6 +112,18 @@ type Config struct {
 	// Env reads configuration such as API keys; default os.Getenv. Runs never
 	// change the process environment.
 	Env func(string) string
+}
+
+// Limits are the byte limits of the fleet's streams and buckets, in bytes:
+// 0 is the default (sized for a single node's default 8 GiB store and 256
+// MiB of memory), -1 no limit. Every worker of a fleet must use the same.
+type Limits struct {
+	Inbound int64 // AGENT_IN: unprocessed messages; full = new ones refused (default 1 GiB)
+	Events  int64 // AGENT_EV: run events; full = oldest dropped (default 1 GiB)
+	Dead    int64 // AGENT_DLQ: dead letters; full = new ones refused (default 256 MiB)
+	Lanes   int64 // lanes bucket: transcripts, leases, cursors (default 4 GiB)
+	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
+	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
 }
 
 // Member is a running fleet member.
@@ -212,7 +225,7 @@ func (m *Member) build(ctx context.Context) error {
 		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
 	}
 	if err != nil {
-		return fmt.Errorf("fleet: prepare streams and buckets: %w", err)
+		return fmt.Errorf("fleet: prepare streams and buckets: %w%s", err, storageHint(err))
 	}
 	if !cfg.NoRemoteTools {
 		if m.Tools, err = remote.NewRegistry(m.Conn, remote.DiscoverConfig{Logger: cfg.Logger}); err != nil {
@@ -255,27 +268,42 @@ func (m *Member) openState(ctx context.Context) error {
 	cfg := m.cfg
 	var err error
 	if m.Streams == nil {
-		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait}); err != nil {
+		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait,
+			InboundMaxBytes: cfg.Limits.Inbound, EventMaxBytes: cfg.Limits.Events, DeadMaxBytes: cfg.Limits.Dead}); err != nil {
 			return err
 		}
 	}
 	if m.Lanes == nil {
-		if m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL}); err != nil {
+		if m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL, MaxBytes: cfg.Limits.Lanes}); err != nil {
 			return err
 		}
 	}
 	if m.Auth == nil {
 		authCfg := authprofile.Config{Fleet: authprofile.FleetDefaults()}
-		if m.Auth, err = authstore.Open(ctx, m.JS, authstore.Config{Replicas: cfg.Replicas, Auth: authCfg, Logger: cfg.Logger}); err != nil {
+		if m.Auth, err = authstore.Open(ctx, m.JS, authstore.Config{Replicas: cfg.Replicas, Auth: authCfg, Logger: cfg.Logger, MaxBytes: cfg.Limits.Auth}); err != nil {
 			return err
 		}
 	}
 	if m.Runs == nil {
-		if m.Runs, err = kvstore.OpenRuns(ctx, m.JS, "", cfg.Replicas, cfg.RunsRegistryTTL); err != nil {
+		if m.Runs, err = kvstore.OpenRuns(ctx, m.JS, kvstore.RunsConfig{Replicas: cfg.Replicas, MaxAge: cfg.RunsRegistryTTL, MaxBytes: cfg.Limits.Runs}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// storageHint explains an error creating a stream or bucket whose byte
+// limit the server cannot reserve; it is empty for other errors.
+func storageHint(err error) string {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return ""
+	}
+	switch apiErr.ErrorCode {
+	case 10023, 10028, 10047: // insufficient resources, memory, storage
+		return " (the server cannot reserve the byte limits of the fleet's streams and buckets: lower the worker's --max-*-bytes limits or raise the server's JetStream max_file_store/max_memory_store)"
+	}
+	return ""
 }
 
 // handle adapts a lane turn to the runner, registering the run in the
