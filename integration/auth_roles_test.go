@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/permission"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/tools"
+	"github.com/lanefleet/lanefleet/tools/remote"
+)
+
+// forecastTool reports progress twice before it answers, so its server
+// answers one call with several messages.
+type forecastTool struct{}
+
+func (forecastTool) Spec() provider.Tool {
+	return provider.Tool{Name: "forecast", Description: "Tomorrow's weather", Parameters: map[string]any{"type": "object"}}
+}
+
+func (forecastTool) Call(_ context.Context, c tools.Call) (tools.Result, error) {
+	if c.Update != nil {
+		c.Update(tools.TextResult("looking at the sky"))
+		c.Update(tools.TextResult("asking the clouds"))
+	}
+	return tools.TextResult("sunny"), nil
+}
+
+// roleUsers is one user per role.
+func roleUsers() []permission.User {
+	return []permission.User{
+		{Grant: permission.Grant{Role: permission.Worker, User: "worker"}},
+		{Grant: permission.Grant{Role: permission.Sender, User: "alice", Sessions: []string{"alice", "agent:main:alice"}}},
+		{Grant: permission.Grant{Role: permission.Sender, User: "bob", Sessions: []string{"bob"}}},
+		{Grant: permission.Grant{Role: permission.Viewer, User: "auditor", Sessions: []string{"agent:main:alice"}}},
+		{Grant: permission.Grant{Role: permission.ToolServer, User: "tools", Tools: []string{"forecast"}}},
+		{Grant: permission.Grant{Role: permission.Admin, User: "root"}},
+	}
+}
+
+// TestRolesRunATurn: the permissions `worker permissions` prints load in
+// nats-server and are enough for each role's work: a worker under the
+// worker role runs a turn that calls a tool served under the tool-server
+// role (which answers with partial results and a reply), a sender follows
+// the run live, a viewer reads it, an admin reads the buckets, and the
+// server logs no permission violation on the way.
+func TestRolesRunATurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	a := newAuthFleet(t, roleUsers(), "")
+	_, v := a.start(t)
+
+	toolServer := a.connectAs(t, "tools")
+	svc, err := remote.Serve(toolServer.nc, remote.ServiceConfig{}, forecastTool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	startMember(t, a.url(), fleet.Config{WorkerID: "w1", User: "worker", Password: a.passwords["worker"], NoBuiltinTools: true})
+
+	alice, auditor := a.connectAs(t, "alice"), a.connectAs(t, "auditor")
+	session := "agent:main:alice"
+	live, view := subscribeEvents(t, alice, session), subscribeEvents(t, auditor, session)
+	script := `#script {"replies":[{"toolCalls":[{"id":"f1","name":"forecast","arguments":{}}]},{"text":"Sunny it is."}]}`
+	run := sendRaw(t, alice, session, events.Inbound{Text: script, Model: "scripted/script"})
+
+	evs := live.run(t, run)
+	var updates int
+	var result string
+	for _, ev := range evs {
+		if ev.Stream == events.StreamTool && ev.Data.Phase == "update" {
+			updates++
+		}
+		if ev.Stream == events.StreamTool && ev.Data.Phase == "result" {
+			b, _ := json.Marshal(ev.Data.Payload)
+			result = string(b)
+		}
+	}
+	final := evs[len(evs)-1]
+	if final.Data.Result == nil || len(final.Data.Result.Payloads) == 0 || final.Data.Result.Payloads[0].Text != "Sunny it is." {
+		t.Fatalf("final event %+v", final.Data)
+	}
+	if !strings.Contains(result, "sunny") || updates == 0 {
+		t.Fatalf("tool result %s after %d updates", result, updates)
+	}
+	if got := view.run(t, run); len(got) != len(evs) {
+		t.Fatalf("the viewer saw %d events, the sender %d", len(got), len(evs))
+	}
+
+	root := a.connectAs(t, "root")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, bucket := range []string{permission.LanesBucket, permission.AuthBucket, permission.RunsBucket} {
+		if _, err := root.js.KeyValue(ctx, bucket); err != nil {
+			t.Errorf("admin: bucket %s: %v", bucket, err)
+		}
+	}
+	if vs := v.list(); len(vs) > 0 {
+		t.Fatalf("the server logged permission violations:\n%s", strings.Join(vs, "\n"))
+	}
+}
