@@ -27,10 +27,74 @@ func TestSanitizeSubcommand(t *testing.T) {
 
 func TestBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--sync", "sometimes"}, {"--log-format", "xml"}, {"--no-such-flag"}} {
+	for _, args := range [][]string{{"--sync", "sometimes"}, {"--log-format", "xml"}, {"--no-such-flag"},
+		{"--max-inbound-bytes", "lots"}, {"--max-lanes-bytes", "-2"},
+		{"permissions", "--role", "operator", "--user", "u"},
+		{"permissions", "--role", "sender", "--user", "u"},
+		{"permissions", "--role", "worker"},
+		{"permissions", "--role", "worker", "--user", "u", "--format", "yaml"}} {
 		var out, errb bytes.Buffer
 		if err := run(args, strings.NewReader(""), &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
+// TestPermissionsSubcommand: worker permissions prints the configuration
+// of the user it is asked for.
+func TestPermissionsSubcommand(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	err := run([]string{"permissions", "--role", "sender", "--user", "alice", "--session", "alice", "--session", "a.b", "--format", "users"},
+		strings.NewReader(""), &out, &errb)
+	if err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	for _, want := range []string{`user: "alice"`, "password: $LANEFLEET_PASSWORD_ALICE", `"agent.in.alice"`, `"agent.in.=YS5i"`, `"_INBOX_alice.>"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %s:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "authorization") {
+		t.Errorf("--format users printed a whole block:\n%s", out.String())
+	}
+}
+
+// TestParseSize: sizes are numbers with binary suffixes, as nats-server
+// reads them.
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true}, {"-1", -1, true}, {"1024", 1024, true}, {"16K", 16 << 10, true}, {"512M", 512 << 20, true},
+		{"1G", 1 << 30, true}, {"1GiB", 1 << 30, true}, {"2gb", 2 << 30, true}, {"1T", 1 << 40, true},
+		{"", 0, false}, {"G", 0, false}, {"-2", 0, false}, {"1.5G", 0, false}, {"10X", 0, false}, {"9999999999T", 0, false},
+	} {
+		got, err := parseSize(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("parseSize(%q) = %d, %v", c.in, got, err)
+		}
+	}
+}
+
+// TestServerConfigCombinations: flags that contradict a server
+// configuration file are refused before anything starts, saying why.
+func TestServerConfigCombinations(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--server-config", "nats.conf", "--sync", "always"}, "sync_interval"},
+		{[]string{"--server-config", "nats.conf", "--nats-url", "nats://127.0.0.1:4222"}, "NATS_URL"},
+	} {
+		var out, errb bytes.Buffer
+		err := run(c.args, strings.NewReader(""), &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error about %s", c.args, err, c.want)
 		}
 	}
 }
