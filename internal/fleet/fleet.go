@@ -219,7 +219,7 @@ func (m *Member) build(ctx context.Context) error {
 	// what is not open yet.
 	for attempt := 0; ; attempt++ {
 		err = m.openState(ctx)
-		if err == nil || attempt >= 10 || ctx.Err() != nil {
+		if err == nil || attempt >= 10 || ctx.Err() != nil || storageHint(err) != "" {
 			break
 		}
 		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
