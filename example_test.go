@@ -19,7 +19,7 @@ import (
 func startExampleFleet() (url string, stop func()) {
 	dir, _ := os.MkdirTemp("", "lanefleet-example")
 	ctx, cancel := context.WithCancel(context.Background())
-	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: zerolog.Nop()})
+	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", Scripted: true, Logger: zerolog.Nop()})
 	if err != nil {
 		panic(err)
 	}

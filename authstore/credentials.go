@@ -26,9 +26,9 @@ const EnvProfileSuffix = ":env"
 // environment. env is the environment to read (os.Getenv in the worker);
 // nil is an empty one.
 //
-// A missing file, or path "", means environment keys only. A file that
-// cannot be read or parsed is an error naming the file (and never quoting
-// its content). The file's usageStats and lastGood are dropped: that state
+// Path "" means environment keys only. A file that is missing, cannot be
+// read or cannot be parsed is an error naming the file (and never quoting
+// its content): a worker told to rotate keys must not start without them. The file's usageStats and lastGood are dropped: that state
 // lives in the bucket.
 func LoadCredentials(path string, env func(string) string) (*authprofile.Store, error) {
 	creds := &authprofile.Store{Version: 1}
@@ -36,6 +36,7 @@ func LoadCredentials(path string, env func(string) string) (*authprofile.Store, 
 		data, err := os.ReadFile(path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("authstore: credentials file %s does not exist", path)
 		case err != nil:
 			return nil, fmt.Errorf("authstore: read credentials: %w", err)
 		default:

@@ -44,8 +44,8 @@ func TestLoadCredentials(t *testing.T) {
 	}{
 		// No file, no environment: no profiles.
 		{"nothing", "", nil, map[string]string{}},
-		// A missing file is fine: environment keys only.
-		{"missing file", filepath.Join(t.TempDir(), "absent.json"), env,
+		// No file: environment keys only.
+		{"env only", "", env,
 			map[string]string{"anthropic:env": "anthropic/sk-env", "google:env": "google/g1", "openai:env": "openai/sk-openai"}},
 		// The file's profiles come first; a file profile wins over the
 		// environment's profile of the same id.
@@ -118,6 +118,9 @@ func TestLoadCredentialsMalformed(t *testing.T) {
 		}
 	}
 	// A path that is a directory cannot be read.
+	if _, err := LoadCredentials(filepath.Join(t.TempDir(), "absent.json"), nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("a missing file: %v, want an error saying so", err)
+	}
 	if _, err := LoadCredentials(t.TempDir(), nil); err == nil {
 		t.Error("directory: no error")
 	}

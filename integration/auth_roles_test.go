@@ -63,7 +63,8 @@ func TestRolesRunATurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svc.Stop()
-	startMember(t, a.url(), fleet.Config{WorkerID: "w1", User: "worker", Password: a.passwords["worker"], NoBuiltinTools: true})
+	startMember(t, a.url(), fleet.Config{WorkerID: "w1", User: "worker", Password: a.passwords["worker"], NoBuiltinTools: true,
+		RemoteTools: []string{"forecast"}})
 
 	alice, auditor := a.connectAs(t, "alice"), a.connectAs(t, "auditor")
 	session := "agent:main:alice"

@@ -48,7 +48,7 @@ type proc struct {
 // and the given environment additions.
 func workerProcess(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	args = append([]string{"--log-format", "json", "--log-level", "info", "--shutdown-grace", "2s", "--no-remote-tools"}, args...)
+	args = append([]string{"--scripted", "--log-format", "json", "--log-level", "info", "--shutdown-grace", "2s"}, args...)
 	p := &proc{cmd: exec.Command(workerBinary(t), args...), logs: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Env = append(p.cmd.Environ(), "NATS_URL=")
 	p.cmd.Env = append(p.cmd.Env, env...)

@@ -62,7 +62,7 @@ func TestAccountPerTenant(t *testing.T) {
 
 	// The default limits do not fit a 256 MiB account: the worker says so.
 	_, err = fleet.Start(t.Context(), fleet.Config{NATSURL: a.url(), User: "acme-worker", Password: a.passwords["acme-worker"],
-		NoRemoteTools: true, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+		Scripted: true, NoRemoteTools: true, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	if err == nil || !strings.Contains(err.Error(), "--max-*-bytes") {
 		t.Fatalf("default limits in a 256 MiB account: %v", err)
 	}

@@ -22,7 +22,7 @@ import (
 // startProcess runs cmd/worker as a separate OS process joined to url.
 func startProcess(t *testing.T, url, id string, extra ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
-	args := append([]string{"--id", id, "--ack-wait", "2s", "--lease-ttl", "2s", "--log-format", "json",
+	args := append([]string{"--scripted", "--id", id, "--ack-wait", "2s", "--lease-ttl", "2s", "--log-format", "json",
 		"--log-level", "warn", "--shutdown-grace", "2s"}, extra...)
 	cmd := exec.Command(workerBinary(t), args...)
 	cmd.Env = append(cmd.Environ(), "NATS_URL="+url)

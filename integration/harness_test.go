@@ -39,6 +39,7 @@ type member struct {
 func startMember(t *testing.T, url string, cfg fleet.Config) *member {
 	t.Helper()
 	cfg.NATSURL = url
+	cfg.Scripted = true // tests drive the fleet with the scripted models
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 5 * time.Second
 	}

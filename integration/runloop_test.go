@@ -332,7 +332,7 @@ func TestRemoteToolThroughTheFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svc.Stop()
-	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", NoBuiltinTools: true})
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", NoBuiltinTools: true, RemoteTools: []string{"weather"}})
 	nc := natstest.Connect(t, srv.URL)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -22,7 +22,7 @@ trap cleanup EXIT
 model_flag=()
 if [[ -z "${ANTHROPIC_API_KEY:-}${OPENAI_API_KEY:-}${GEMINI_API_KEY:-}${GOOGLE_API_KEY:-}${OPENROUTER_API_KEY:-}${MISTRAL_API_KEY:-}" ]]; then
 	echo "== no API key set: using the built-in scripted/echo model"
-	model_flag=(--model scripted/echo --scripted-delay 60ms)
+	model_flag=(--scripted --model scripted/echo --scripted-delay 60ms)
 fi
 
 echo "== starting a worker with an embedded NATS server on ${url} (data in ${dir})"

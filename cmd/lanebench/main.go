@@ -330,7 +330,7 @@ func lanesRate(o options, workers int, noop bool) (result, error) {
 			go func() { defer wg.Done(); _ = w.Run(ctx) }()
 			continue
 		}
-		m, err := fleet.Start(ctx, fleet.Config{NATSURL: url, WorkerID: id, Concurrency: o.concurrency, Logger: zerolog.Nop()})
+		m, err := fleet.Start(ctx, fleet.Config{NATSURL: url, WorkerID: id, Scripted: true, Concurrency: o.concurrency, Logger: zerolog.Nop()})
 		if err != nil {
 			return r, err
 		}
@@ -376,7 +376,7 @@ func latency(o options) (latencies, error) {
 	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m, err := fleet.Start(ctx, fleet.Config{NATSURL: s.ClientURL(), WorkerID: "lat", Concurrency: o.concurrency, Logger: zerolog.Nop()})
+	m, err := fleet.Start(ctx, fleet.Config{NATSURL: s.ClientURL(), WorkerID: "lat", Scripted: true, Concurrency: o.concurrency, Logger: zerolog.Nop()})
 	if err != nil {
 		return lat, err
 	}

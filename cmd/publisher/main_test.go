@@ -19,7 +19,7 @@ import (
 func startFleet(t *testing.T) string {
 	t.Helper()
 	srv := natstest.Start(t)
-	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, Logger: zerolog.Nop()})
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, Scripted: true, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

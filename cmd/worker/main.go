@@ -26,16 +26,28 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/redact"
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
+	// Every log line and error goes through the redactor: a NATS password
+	// or an API key never reaches the terminal or a log file.
+	red := redact.New()
+	stderr := red.Writer(os.Stderr)
+	if err := runWith(red, os.Args[1:], os.Stdin, os.Stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	red := redact.New()
+	return runWith(red, args, stdin, stdout, red.Writer(stderr))
+}
+
+// runWith runs the worker; red masks stderr and learns the secrets of the
+// configuration.
+func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "sanitize" {
 		return sanitize(args[1:], stdin, stdout, stderr)
 	}
@@ -79,15 +91,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.Var((*byteSize)(&cfg.Limits.Lanes), "max-lanes-bytes", "byte limit of transcripts, leases and cursors (bucket lanes; when full, turns cannot commit; default 4G)")
 	fs.Var((*byteSize)(&cfg.Limits.Auth), "max-auth-bytes", "byte limit of auth-profile state (bucket auth; default 64M)")
 	fs.Var((*byteSize)(&cfg.Limits.Runs), "max-runs-bytes", "byte limit of the active-run registry (bucket runs, in memory; default 64M)")
-	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default scripted/echo without API keys)")
+	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default by the API keys present, scripted/echo with --scripted)")
 	fs.StringVar(&cfg.ModelsFile, "models-file", env("LANEFLEET_MODELS_FILE"), "user models file (JSON) adding to or overriding the built-in catalog (env LANEFLEET_MODELS_FILE)")
+	fs.BoolVar(&cfg.Scripted, "scripted", false, "serve the built-in scripted/* test models (demos and tests only: scripted/script runs the tool calls a message scripts)")
 	fs.DurationVar(&cfg.ScriptedDelay, "scripted-delay", 0, "pause before each scripted/echo delta (0 = instant)")
+	allowModels := fs.String("allow-models", env("LANEFLEET_ALLOW_MODELS"), "comma-separated models messages may ask for, provider/model-id or glob patterns such as anthropic/* (env LANEFLEET_ALLOW_MODELS; default: the default model, the fallbacks, the catalog and models file, and scripted/* with --scripted)")
 	fallbacks := fs.String("fallback", env("LANEFLEET_FALLBACKS"), "comma-separated model fallback chain tried after a failover error (env LANEFLEET_FALLBACKS)")
 	fs.StringVar(&cfg.AuthProfiles, "auth-profiles", env("LANEFLEET_AUTH_PROFILES"), "auth-profiles.json with API keys and tokens to rotate through (env LANEFLEET_AUTH_PROFILES); keys in the environment are profiles too")
 	fs.DurationVar(&cfg.AttemptTimeout, "timeout", 10*time.Minute, "how long one attempt of a run may take before it is aborted (and the next auth profile tried)")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", env("LANEFLEET_WORKSPACES"), "directory holding each session's workspace for the read/write/edit/exec tools (default <data-dir>/workspaces, else a temp directory)")
 	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools (exec is a shell in the workspace, not a sandbox)")
-	fs.BoolVar(&cfg.NoRemoteTools, "no-remote-tools", false, "do not discover tools other processes serve over NATS (micro service lanefleet-tools)")
+	remoteTools := fs.String("remote-tools", env("LANEFLEET_REMOTE_TOOLS"), "comma-separated names of the tools served over NATS (micro service lanefleet-tools) that runs may use (env LANEFLEET_REMOTE_TOOLS); nothing discovered is used unless listed")
 	fs.BoolVar(&cfg.NoCompaction, "no-compaction", false, "no compaction when the context nears the window (overflow recovery still compacts)")
 	fs.BoolVar(&cfg.NoBlockReplies, "no-block-replies", false, "publish no block reply events")
 	fs.StringVar(&cfg.SkillsDir, "skills-dir", env("LANEFLEET_SKILLS_DIR"), "directory of skills (<name>/SKILL.md) offered to every session, besides each workspace's skills/ (env LANEFLEET_SKILLS_DIR)")
@@ -118,11 +132,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--sync must be always or default, not %q", *sync)
 	}
-	for _, f := range strings.Split(*fallbacks, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			cfg.Fallbacks = append(cfg.Fallbacks, f)
-		}
-	}
+	cfg.Fallbacks = splitList(*fallbacks)
+	cfg.AllowModels = splitList(*allowModels)
+	cfg.RemoteTools = splitList(*remoteTools)
 	if *skillsConfig != "" {
 		b, err := os.ReadFile(*skillsConfig)
 		if err != nil {
@@ -143,6 +155,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	red.Add(envSecrets(os.Environ())...)
+	cfg.Redactor = red
 	cfg.Logger = log
 	cfg.Env = env
 
@@ -152,8 +166,36 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info().Str("worker", m.Worker.ID()).Str("nats", fleet.RedactURL(m.ClientURL())).Str("model", m.DefaultModel()).Msg("ready")
+	log.Info().Str("worker", m.Worker.ID()).Str("nats", m.ClientURL()).Str("model", m.DefaultModel()).Msg("ready")
 	return m.Run(ctx)
+}
+
+// envSecrets returns the values of environment variables whose names say
+// they hold a secret (…_API_KEY, …_TOKEN, …_SECRET, …_PASSWORD).
+func envSecrets(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		k = strings.ToUpper(k)
+		for _, suffix := range []string{"_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY"} {
+			if strings.HasSuffix(k, suffix) {
+				out = append(out, v)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {

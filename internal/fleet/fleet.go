@@ -12,7 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,7 +38,9 @@ import (
 	"github.com/lanefleet/lanefleet/provider/catalog"
 	"github.com/lanefleet/lanefleet/provider/registry"
 	"github.com/lanefleet/lanefleet/provider/scripted"
+	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
+	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
 
@@ -85,11 +87,21 @@ type Config struct {
 	Limits        Limits // byte limits of the streams and buckets
 
 	// The runner.
-	DefaultModel  string        // "provider/model-id"; default: by the API keys present, else scripted/echo
-	ModelsFile    string        // user models file adding to or overriding the built-in catalog
+	DefaultModel string // "provider/model-id"; default: by the API keys present, else scripted/echo
+	ModelsFile   string // user models file adding to or overriding the built-in catalog
+	// Scripted serves the built-in scripted/* test models (make demo, tests,
+	// benchmarks). Never in production: scripted/script plays whatever tool
+	// calls the sender writes into the message.
+	Scripted      bool
 	ScriptedDelay time.Duration // pause before each scripted/echo delta
 	Scripts       map[string]scripted.Script
 	Fallbacks     []string // model fallback chain after the requested model
+	// AllowModels are the models a message may ask for: references or
+	// glob patterns (catalog.Allowlist). Empty: the default model, the
+	// fallbacks, every catalog and models-file entry, and scripted/* when
+	// Scripted is set. A message naming another model ends with an
+	// invalid_input error saying which are allowed.
+	AllowModels []string
 	// AuthProfiles is an auth-profiles.json file of API keys and tokens;
 	// keys in the environment (ANTHROPIC_API_KEY, ...) are profiles too.
 	AuthProfiles   string
@@ -97,8 +109,12 @@ type Config struct {
 	// WorkspaceRoot holds each session's workspace directory for the
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
 	WorkspaceRoot  string
-	NoBuiltinTools bool   // no read/write/edit/exec
-	NoRemoteTools  bool   // do not discover tools served over NATS
+	NoBuiltinTools bool // no read/write/edit/exec
+	NoRemoteTools  bool // do not discover tools served over NATS
+	// RemoteTools lists the tools served over NATS (micro service
+	// lanefleet-tools) that runs may use, by name. Nothing discovered is
+	// used unless listed; a listed name may not be a built-in tool's.
+	RemoteTools    []string
 	NoCompaction   bool   // no threshold compaction (overflow recovery still compacts)
 	NoBlockReplies bool   // no block reply events
 	SystemPrompt   string // base of every run's system prompt (workspace, skills and context files are added)
@@ -109,6 +125,11 @@ type Config struct {
 	RunsRegistryTTL time.Duration // how long a dead run's registry entry lives; default 1 hour
 
 	Logger zerolog.Logger
+	// Redactor masks the member's secrets (keys, tokens, NATS credentials)
+	// in everything it publishes; Start adds the secrets it finds in the
+	// configuration. Give the one that masks the logger's output too;
+	// default a new one.
+	Redactor *redact.Redactor
 	// Env reads configuration such as API keys; default os.Getenv. Runs never
 	// change the process environment.
 	Env func(string) string
@@ -142,6 +163,7 @@ type Member struct {
 	log     zerolog.Logger
 
 	defaultModel string
+	allowed      catalog.Allowlist
 }
 
 // DefaultModel returns the model turns use when the message names none.
@@ -152,6 +174,9 @@ func (m *Member) DefaultModel() string { return m.defaultModel }
 func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.Env == nil {
 		cfg.Env = os.Getenv
+	}
+	if cfg.Redactor == nil {
+		cfg.Redactor = redact.New()
 	}
 	m := &Member{cfg: cfg, log: cfg.Logger}
 	opts, err := connectOptions(cfg)
@@ -180,7 +205,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		m.close()
-		err = fmt.Errorf("fleet: connect to NATS at %s: %w", RedactURL(url), err)
+		err = fmt.Errorf("fleet: connect to NATS at %s: %w", redactURL(url), err)
 		if errors.Is(err, nats.ErrAuthorization) {
 			err = fmt.Errorf("%w (the server requires the worker's identity: --nats-user and NATS_PASSWORD, --creds or --nkey; `worker permissions --role worker` prints what it may do)", err)
 		}
@@ -194,7 +219,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	m.JS = js
+	m.JS = redactingJS{JetStream: js, r: cfg.Redactor}
 	if err := m.build(ctx); err != nil {
 		m.close()
 		return nil, err
@@ -207,13 +232,30 @@ func (m *Member) build(ctx context.Context) error {
 	if err := cfg.Skills.Validate(); err != nil {
 		return fmt.Errorf("fleet: skills configuration: %w", err)
 	}
-	res, err := NewResolver(cfg.Env, scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts}), cfg.ModelsFile, cfg.Logger)
+	var sp *scripted.Provider
+	if cfg.Scripted {
+		sp = scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts})
+	}
+	res, err := NewResolver(cfg.Env, sp, cfg.ModelsFile, cfg.Logger)
 	if err != nil {
+		return err
+	}
+	m.defaultModel = cfg.DefaultModel
+	if m.defaultModel == "" {
+		m.defaultModel = res.DefaultModel()
+	}
+	if m.defaultModel == "" {
+		return errors.New("fleet: no model: set a provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, …), name one with --model, or start with --scripted for the built-in test models")
+	}
+	if m.allowed, err = res.allowlist(cfg, m.defaultModel); err != nil {
 		return err
 	}
 	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
 	if err != nil {
 		return err
+	}
+	if short := cfg.Redactor.Add(secrets(cfg, creds)...); len(short) > 0 {
+		m.log.Warn().Int("count", len(short)).Int("min_bytes", redact.MinLen).Msg("configured secrets too short to be masked in events, transcripts and logs")
 	}
 	// A cluster may still be electing leaders right after start: retry
 	// what is not open yet.
@@ -227,9 +269,10 @@ func (m *Member) build(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet: prepare streams and buckets: %w%s", err, storageHint(err))
 	}
-	if !cfg.NoRemoteTools {
-		if m.Tools, err = remote.NewRegistry(m.Conn, remote.DiscoverConfig{Logger: cfg.Logger}); err != nil {
-			return err
+	if !cfg.NoRemoteTools && len(cfg.RemoteTools) > 0 {
+		dc := remote.DiscoverConfig{Allow: cfg.RemoteTools, Reserved: tools.BuiltinNames(), Logger: cfg.Logger}
+		if m.Tools, err = remote.NewRegistry(m.Conn, dc); err != nil {
+			return fmt.Errorf("fleet: --remote-tools: %w", err)
 		}
 		// Know the tools served now before the first turn; Run refreshes.
 		if err := m.Tools.Refresh(ctx); err != nil {
@@ -239,10 +282,6 @@ func (m *Member) build(ctx context.Context) error {
 	ts, err := newToolSource(cfg, m.Tools)
 	if err != nil {
 		return err
-	}
-	m.defaultModel = cfg.DefaultModel
-	if m.defaultModel == "" {
-		m.defaultModel = res.DefaultModel()
 	}
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
@@ -309,6 +348,9 @@ func storageHint(err error) string {
 // handle adapts a lane turn to the runner, registering the run in the
 // active-run registry while it runs.
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
+	if ref := t.Inbound.Model; ref != "" && !m.allowed.Allows(ref) {
+		return refuse(t, "invalid_input", fmt.Sprintf("model %q is not allowed on this fleet; allowed: %s", ref, m.allowed.Describe(12))), nil
+	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
 	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
@@ -317,6 +359,14 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		return nil, err
 	}
 	return &lanes.Outcome{Entries: out.Entries, Result: out.Result}, nil
+}
+
+// refuse ends a turn the runner never sees with an error event and an error
+// result; nothing is added to the transcript.
+func refuse(t *lanes.Turn, kind, msg string) *lanes.Outcome {
+	t.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli(), Attempt: t.Attempt})
+	return &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
+		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}}
 }
 
 // registration is a run's entry in the active-run registry. The registry is
@@ -423,8 +473,22 @@ func (a fleetAuth) ClaimProbe(ctx context.Context, id, prov, model string) (bool
 // transcript (registry, auth profiles).
 const stateTimeout = 5 * time.Second
 
-// ClientURL returns the URL clients and other workers use.
-func (m *Member) ClientURL() string { return m.Conn.ConnectedUrl() }
+// ClientURL returns the URL clients and other workers use, without
+// credentials.
+func (m *Member) ClientURL() string { return m.Conn.ConnectedUrlRedacted() }
+
+// redactURL drops the credentials of a comma-separated NATS URL list for
+// messages and logs.
+func redactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		if pu, err := neturl.Parse(strings.TrimSpace(u)); err == nil && pu.User != nil {
+			pu.User = neturl.User("[redacted]")
+			parts[i] = pu.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
 
 // Run processes lanes until ctx is done, then stops gracefully and closes the
 // connection and the embedded server.
@@ -525,31 +589,6 @@ func pinServerCert(opts *server.Options) (nats.Option, error) {
 	return nats.Secure(tc), nil // a client certificate (ClientCert) still applies
 }
 
-// RedactURL returns a comma-separated list of server URLs with their
-// credentials hidden: a password, or a user part alone (a token).
-func RedactURL(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil {
-			if strings.Contains(p, "@") {
-				parts[i] = "<unparsable URL with credentials>"
-			}
-			continue
-		}
-		if u.User == nil {
-			continue
-		}
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		} else {
-			u.User = url.User("xxxxx")
-		}
-		parts[i] = u.String()
-	}
-	return strings.Join(parts, ",")
-}
-
 func connectOptions(cfg Config) ([]nats.Option, error) {
 	name := "lanefleet-worker"
 	if cfg.WorkerID != "" {
@@ -562,7 +601,7 @@ func connectOptions(cfg Config) ([]nats.Option, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			cfg.Logger.Info().Str("url", RedactURL(nc.ConnectedUrl())).Msg("reconnected to NATS")
+			cfg.Logger.Info().Str("url", redactURL(nc.ConnectedUrl())).Msg("reconnected to NATS")
 		}),
 		// Permission violations and slow consumers arrive asynchronously:
 		// without this they would be silent.
@@ -614,8 +653,9 @@ type Resolver struct {
 	log      zerolog.Logger
 }
 
-// NewResolver returns the member's model resolver. modelsFile, when set, adds
-// or overrides catalog entries.
+// NewResolver returns the member's model resolver. s serves the scripted
+// test models; nil turns them off. modelsFile, when set, adds or overrides
+// catalog entries.
 func NewResolver(env func(string) string, s *scripted.Provider, modelsFile string, log zerolog.Logger) (*Resolver, error) {
 	cat := catalog.Builtin()
 	if modelsFile != "" {
@@ -639,14 +679,64 @@ var defaultModels = []struct{ env, ref string }{
 }
 
 // DefaultModel is the model of the first provider with an API key in the
-// environment, else scripted/echo.
+// environment, else scripted/echo when the scripted models are on, else "".
 func (r *Resolver) DefaultModel() string {
 	for _, d := range defaultModels {
 		if r.env(d.env) != "" {
 			return d.ref
 		}
 	}
-	return "scripted/echo"
+	if r.scripted != nil {
+		return "scripted/echo"
+	}
+	return ""
+}
+
+// check reports whether ref names a model the member can serve at all: a
+// known provider and wire API (keys are not checked: they may come from
+// the auth profiles).
+func (r *Resolver) check(ref string) error {
+	p, _, ok := strings.Cut(ref, "/")
+	switch {
+	case !ok:
+		return fmt.Errorf("%q is not provider/model-id", ref)
+	case p == scripted.ProviderName && r.scripted == nil:
+		return fmt.Errorf("%q: the scripted test models are off (start the worker with --scripted)", ref)
+	case p == scripted.ProviderName:
+		return nil
+	}
+	_, err := r.registry.Resolve(ref)
+	return err
+}
+
+// allowlist checks the default model and the fallbacks, and returns the
+// models messages may ask for: cfg.AllowModels, or by default the default
+// model, the fallbacks, the catalog (with the models file) and, when on,
+// the scripted models.
+func (r *Resolver) allowlist(cfg Config, defaultModel string) (catalog.Allowlist, error) {
+	if err := r.check(defaultModel); err != nil {
+		return catalog.Allowlist{}, fmt.Errorf("fleet: default model: %w", err)
+	}
+	for _, f := range cfg.Fallbacks {
+		if err := r.check(f); err != nil {
+			return catalog.Allowlist{}, fmt.Errorf("fleet: fallback model: %w", err)
+		}
+	}
+	patterns := cfg.AllowModels
+	if len(patterns) == 0 {
+		patterns = append([]string{defaultModel}, cfg.Fallbacks...)
+		for _, m := range r.registry.Catalog().Models() {
+			patterns = append(patterns, m.Ref())
+		}
+		if r.scripted != nil {
+			patterns = append(patterns, scripted.ProviderName+"/*")
+		}
+	}
+	a, err := catalog.NewAllowlist(patterns...)
+	if err != nil {
+		return catalog.Allowlist{}, fmt.Errorf("fleet: --allow-models: %w", err)
+	}
+	return a, nil
 }
 
 // Resolve implements runner.Resolver.
@@ -656,6 +746,9 @@ func (r *Resolver) Resolve(ref string) (provider.Model, provider.Provider, error
 		return provider.Model{}, nil, fmt.Errorf("%q is not provider/model-id", ref)
 	}
 	if p == scripted.ProviderName {
+		if r.scripted == nil {
+			return provider.Model{ID: id, Provider: p}, nil, errors.New("the scripted test models are off on this worker")
+		}
 		return scripted.Model(id), r.scripted, nil
 	}
 	res, prov, err := r.registry.ProviderFor(ref)

@@ -48,6 +48,14 @@ type DiscoverConfig struct {
 	// RefreshInterval is how often Registry.Run refreshes;
 	// RefreshIntervalDefault when 0.
 	RefreshInterval time.Duration
+	// Allow lists the tool names that may be used: an endpoint of another
+	// name is ignored, whoever serves it. nil means every tool found — the
+	// fleet always passes the operator's list, since any client that can
+	// answer $SRV.INFO could otherwise offer tools to every run.
+	Allow []string
+	// Reserved are names no remote tool may take (the built-in tools): an
+	// endpoint with such a name is ignored with a warning.
+	Reserved []string
 	// Logger receives skipped endpoints and failed background refreshes.
 	// Silent when zero.
 	Logger zerolog.Logger
@@ -79,6 +87,14 @@ func (c DiscoverConfig) validate() error {
 	for _, s := range c.Services {
 		if !serviceNameRE.MatchString(s) {
 			return fmt.Errorf("remote: service name %q must match %s", s, serviceNameRE)
+		}
+	}
+	for _, n := range c.Allow {
+		if !ValidName(n) {
+			return fmt.Errorf("remote: allowed tool %q is not a tool name (1-64 of A-Z a-z 0-9 _ -)", n)
+		}
+		if slices.Contains(c.Reserved, n) {
+			return fmt.Errorf("remote: tool %q is built in; a remote tool cannot take its name", n)
 		}
 	}
 	return nil
@@ -228,6 +244,13 @@ func (r *Registry) build(infos []micro.Info) tools.List {
 				r.log.Debug().Str("service", info.Name).Str("id", info.ID).Str("endpoint", ep.Name).Err(err).Msg("remote tools: skipped endpoint")
 				continue
 			}
+			if err := r.admit(c); errors.Is(err, errNotAllowed) {
+				r.log.Debug().Str("service", info.Name).Str("endpoint", ep.Name).Msg("remote tools: not in the allowed list")
+				continue
+			} else if err != nil {
+				r.log.Warn().Str("service", info.Name).Str("id", info.ID).Str("endpoint", ep.Name).Str("subject", ep.Subject).Err(err).Msg("remote tools: refused endpoint")
+				continue
+			}
 			c.version, c.id = info.Version, info.ID
 			if old, ok := best[c.spec.Name]; !ok || better(c, old) {
 				best[c.spec.Name] = c
@@ -245,6 +268,27 @@ func (r *Registry) build(infos []micro.Info) tools.List {
 		list = append(list, &remoteTool{nc: r.nc, spec: c.spec, subject: c.subject, timeout: r.cfg.CallTimeout, maxChars: r.cfg.MaxResultChars, mux: r.mux})
 	}
 	return list
+}
+
+// errNotAllowed refuses a tool the operator did not list.
+var errNotAllowed = errors.New("not an allowed remote tool")
+
+// admit applies the operator's policy to an endpoint: a reserved name is
+// refused, a name not allowed is refused, and the tool must be served on
+// its own subject (agent.tool.<name>): a responder advertising another
+// subject could otherwise make the worker send the model's arguments
+// anywhere its permissions reach.
+func (r *Registry) admit(c candidate) error {
+	name := c.spec.Name
+	switch {
+	case slices.Contains(r.cfg.Reserved, name):
+		return fmt.Errorf("tool %q is built in", name)
+	case r.cfg.Allow != nil && !slices.Contains(r.cfg.Allow, name):
+		return errNotAllowed
+	case c.subject != Subject(name):
+		return fmt.Errorf("tool %q is served on %q, not %q", name, c.subject, Subject(name))
+	}
+	return nil
 }
 
 func parseEndpoint(ep micro.EndpointInfo) (candidate, error) {

@@ -153,8 +153,14 @@ func encodeResult(res tools.Result, maxChars, maxBytes int) ([]byte, error) {
 	return nil, errTooLarge
 }
 
+// MaxDetailsBytes bounds the details of a remote result, encoded as JSON.
+// Details travel in the tool result event and the transcript record: a tool
+// server sending more must not make the turn too large to commit.
+const MaxDetailsBytes = 16 << 10
+
 // decodeResult decodes a reply or partial-result body and caps its text at
-// maxChars. Only text and image blocks are accepted.
+// maxChars and its details at MaxDetailsBytes (larger details are replaced
+// by a note saying so). Only text and image blocks are accepted.
 func decodeResult(data []byte, maxChars int) (tools.Result, error) {
 	var r reply
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -165,7 +171,20 @@ func decodeResult(data []byte, maxChars int) (tools.Result, error) {
 			return tools.Result{}, fmt.Errorf("content block %d has type %q; a tool result holds text and image blocks", i, b.Type)
 		}
 	}
-	return tools.Result{Content: capText(r.Content, maxChars), Details: r.Details, IsError: r.IsError}, nil
+	return tools.Result{Content: capText(r.Content, maxChars), Details: capDetails(r.Details), IsError: r.IsError}, nil
+}
+
+// capDetails returns d, or a note in its place when it encodes to more than
+// MaxDetailsBytes.
+func capDetails(d map[string]any) map[string]any {
+	if len(d) == 0 {
+		return d
+	}
+	b, err := json.Marshal(d)
+	if err == nil && len(b) <= MaxDetailsBytes {
+		return d
+	}
+	return map[string]any{"truncated": true, "note": fmt.Sprintf("the tool's details (%d bytes) were dropped: the limit is %d", len(b), MaxDetailsBytes)}
 }
 
 // headerLine makes msg fit in a header value: one line of at most

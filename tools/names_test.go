@@ -1,0 +1,20 @@
+package tools
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestBuiltinNames(t *testing.T) {
+	list, err := Builtin(Workspace{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list.Specs() {
+		names = append(names, s.Name)
+	}
+	if !slices.Equal(names, BuiltinNames()) {
+		t.Fatalf("Builtin offers %v, BuiltinNames says %v", names, BuiltinNames())
+	}
+}
