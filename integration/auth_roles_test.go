@@ -56,6 +56,11 @@ func TestRolesRunATurn(t *testing.T) {
 	t.Parallel()
 	a := newAuthFleet(t, roleUsers(), "")
 	_, v := a.start(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("permission violations: %q", v.list())
+		}
+	})
 
 	toolServer := a.connectAs(t, "tools")
 	svc, err := remote.Serve(toolServer.nc, remote.ServiceConfig{}, forecastTool{})
@@ -95,6 +100,33 @@ func TestRolesRunATurn(t *testing.T) {
 		t.Fatalf("the viewer saw %d events, the sender %d", len(got), len(evs))
 	}
 
+	// A turn long enough for the owner's heartbeats (lease renewals and
+	// the trigger's InProgress, every third of the 5 s lease), then one
+	// interrupted by the next message, then a message that is
+	// dead-lettered.
+	slow := `#script {"replies":[{"text":"slow and steady","chunks":8,"delayMs":600}]}`
+	run = sendRaw(t, alice, session, events.Inbound{Text: slow, Model: "scripted/script"})
+	if evs := live.run(t, run); evs[len(evs)-1].Data.Result.Payloads[0].Text != "slow and steady" {
+		t.Fatalf("slow turn: %+v", evs[len(evs)-1].Data)
+	}
+	cut := sendRaw(t, alice, session, events.Inbound{Text: slow, Model: "scripted/script"})
+	for streaming := false; !streaming; { // the cut turn is streaming its reply
+		m := <-live.ch
+		ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)
+		if err != nil || m.Subject != live.prefix+cut {
+			t.Fatalf("event on %s: %v", m.Subject, err)
+		}
+		streaming = ev.Stream == events.StreamAssistant
+	}
+	next := sendRaw(t, alice, session, events.Inbound{Text: "stop that", Mode: "interrupt"})
+	cutEvs := live.run(t, cut)
+	if e := cutEvs[len(cutEvs)-1]; e.Data.Result == nil || e.Data.Result.Meta.Error == nil || e.Data.Result.Meta.Error.Kind != events.KindInterrupted {
+		t.Fatalf("interrupted turn ended with %+v", e.Data.Result.Meta)
+	}
+	live.run(t, next)
+	bad := sendRaw(t, alice, session, events.Inbound{Text: "x", Mode: "no-such-mode"})
+	live.run(t, bad)
+
 	root := a.connectAs(t, "root")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -102,6 +134,13 @@ func TestRolesRunATurn(t *testing.T) {
 		if _, err := root.js.KeyValue(ctx, bucket); err != nil {
 			t.Errorf("admin: bucket %s: %v", bucket, err)
 		}
+	}
+	dlq, err := root.js.Stream(ctx, events.DeadStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("dead letters: %v, %v", info, err)
 	}
 	if vs := v.list(); len(vs) > 0 {
 		t.Fatalf("the server logged permission violations:\n%s", strings.Join(vs, "\n"))

@@ -239,27 +239,34 @@ func (g Grant) tokens() []string {
 // under exactly these permissions (integration tests fail on any
 // permission violation the server logs).
 func workerPermissions(inbox string) Permissions {
-	pub := []string{
-		// JetStream API: the streams, buckets and consumers the fleet
-		// creates and uses. The fleet's account should be its own (one
-		// per tenant), so the API reaches only the fleet's assets.
-		"$JS.API.>",
+	pub := []string{"$JS.API.INFO"}
+	// The JetStream API for the fleet's streams and buckets only: every
+	// request names its stream as the fifth or sixth token
+	// ($JS.API.STREAM.INFO.<s>, $JS.API.STREAM.MSG.GET.<s>,
+	// $JS.API.CONSUMER.CREATE.<s>.<name>.<filter>,
+	// $JS.API.CONSUMER.MSG.NEXT.<s>.<consumer>, $JS.API.DIRECT.GET.<s>...).
+	// (A consumer of another stream named like one of these matches too:
+	// the fleet is best alone in its account.)
+	for _, stream := range FleetStreams() {
+		pub = append(pub, "$JS.API.*.*."+stream, "$JS.API.*.*."+stream+".>", "$JS.API.*.*.*."+stream, "$JS.API.*.*.*."+stream+".>")
+	}
+	pub = append(pub,
 		// Acks and progress of the dispatch consumer's deliveries, and
 		// flow control of the bucket watchers.
-		"$JS.ACK." + events.InboundStream + ".>",
+		"$JS.ACK."+events.InboundStream+".>",
 		"$JS.FC.>",
 		// KV writes: leases, transcript records, cursors; auth-profile
 		// state; the active-run registry.
-		"$KV." + LanesBucket + ".>",
-		"$KV." + AuthBucket + ".>",
-		"$KV." + RunsBucket + ".>",
+		"$KV."+LanesBucket+".>",
+		"$KV."+AuthBucket+".>",
+		"$KV."+RunsBucket+".>",
 		// Run events and dead letters.
-		events.EventPrefix + ">",
-		events.DeadPrefix + ">",
+		events.EventPrefix+">",
+		events.DeadPrefix+">",
 		// Remote tools: discovery and calls.
-		"$SRV.INFO." + ToolService,
-		ToolPrefix + "*",
-	}
+		"$SRV.INFO."+ToolService,
+		ToolPrefix+"*",
+	)
 	sub := append([]string{
 		inbox,
 		// A lane's owner watches its inbound subject for messages that
@@ -270,6 +277,13 @@ func workerPermissions(inbox string) Permissions {
 	}, microControl(LaneService)...)
 	// The lane service answers its requests, micro its $SRV requests.
 	return Permissions{Publish: pub, Subscribe: sub, Responses: &Responses{Max: 1}}
+}
+
+// FleetStreams are the JetStream streams of a fleet: its three streams and
+// the streams of its three buckets.
+func FleetStreams() []string {
+	return []string{events.InboundStream, events.EventStream, events.DeadStream,
+		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket}
 }
 
 // microControl returns the control subjects a NATS micro service named
