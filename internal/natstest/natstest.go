@@ -83,7 +83,8 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		cfg := embedded.Config{
 			Name: fmt.Sprintf("n%d", i+1), Port: ports[i], DataDir: t.TempDir(), SyncAlways: &no,
 			ClusterName: "lanefleet-test", ClusterPort: ports[n+i], Routes: routes,
-			MaxStore: 1 << 30, MaxMemory: 64 << 20,
+			// The default store limits: the fleet's streams and buckets
+			// reserve their byte limits on every node.
 		}
 		c.cfgs = append(c.cfgs, cfg)
 		c.URLs = append(c.URLs, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
