@@ -26,11 +26,11 @@ import (
 
 // startPlainProcess runs cmd/worker joined to url with exactly args (no
 // test models), and returns its output buffer.
-func startPlainProcess(t *testing.T, url string, env []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+func startPlainProcess(t *testing.T, url string, env []string, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(workerBinary(t), append([]string{"--ack-wait", "2s", "--lease-ttl", "2s", "--log-format", "json", "--log-level", "info"}, args...)...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NATS_URL=" + url}, env...)
-	var logs bytes.Buffer
+	var logs syncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
