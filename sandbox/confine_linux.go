@@ -406,7 +406,11 @@ func probe(ctx context.Context, s *Sandbox) (Platform, error) {
 		Limits: s.cfg.Limits, Namespaces: true, MountProc: true, MountTmp: true, TmpSize: s.cfg.TmpSize,
 		PIDMax: pidMax(s.cfg.Limits.Processes), Loopback: !s.cfg.Network, Probe: true,
 	}
-	rep, nsErr := runProbe(ctx, sp, s.cfg.Network)
+	var rep *report
+	nsErr := errors.New("Config.NoNamespaces")
+	if !s.cfg.NoNamespaces {
+		rep, nsErr = runProbe(ctx, sp, s.cfg.Network)
+	}
 	if nsErr == nil {
 		p.Namespaces, p.PrivateProc, p.PrivateTmp, p.PIDMax = true, rep.Proc, rep.Tmp, rep.PIDMax
 	} else {

@@ -68,6 +68,10 @@ type Config struct {
 	// network namespace of its own with only a loopback interface (and,
 	// without namespaces, Landlock forbids TCP connect and bind).
 	Network bool
+	// NoNamespaces confines with Landlock and rlimits only, as on kernels
+	// that refuse unprivileged user namespaces (tests use it to check that
+	// Landlock alone holds).
+	NoNamespaces bool
 	// Limits are the resource limits of each command; zero fields take
 	// the Default* values.
 	Limits Limits

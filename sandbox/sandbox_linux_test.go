@@ -56,6 +56,25 @@ func newBox(t *testing.T, cfg Config) *Sandbox {
 	return skipUnavailable(t, box, err)
 }
 
+// eachMode runs fn as parallel subtests with cfg as is (namespaces where
+// the platform has them) and with NoNamespaces (Landlock and rlimits
+// alone, and no private /tmp hiding what lies in the host's).
+func eachMode(t *testing.T, cfg Config, fn func(t *testing.T, box *Sandbox)) {
+	t.Helper()
+	for _, noNS := range []bool{false, true} {
+		name := "namespaces"
+		if noNS {
+			name = "landlock-only"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := cfg
+			c.NoNamespaces = noNS
+			fn(t, newBox(t, c))
+		})
+	}
+}
+
 // env is the environment of the test commands.
 var env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
 
@@ -103,7 +122,10 @@ func sh(t *testing.T, box *Sandbox, dir, command string) (string, *os.ProcessSta
 
 func TestConfinedCommandsWork(t *testing.T) {
 	t.Parallel()
-	box := confined(t)
+	eachMode(t, Config{}, testCommandsWork)
+}
+
+func testCommandsWork(t *testing.T, box *Sandbox) {
 	s := newSetup(t)
 	if err := os.WriteFile(filepath.Join(s.ws, "data.txt"), []byte("b\na\nc\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -111,7 +133,7 @@ func TestConfinedCommandsWork(t *testing.T) {
 	tests := []struct{ name, command, want string }{
 		{"echo", "echo hello", "hello\n"},
 		{"pipeline", "cat data.txt | sort | tr '\\n' ' '", "a b c "},
-		{"list", "ls", "data.txt\n"},
+		{"list", "ls -d data.*", "data.txt\n"},
 		{"write in the workspace", "mkdir -p sub && echo made > sub/f && cat sub/f && mv sub/f g && cat g", "made\nmade\n"},
 		{"exact environment", `echo "$LANG ${HOME-nohome}"`, "C nohome\n"},
 		{"system files", "head -c 4 /etc/passwd; test -x /bin/sh && echo ok", "root" + "ok\n"},
@@ -148,7 +170,12 @@ func TestConfinedCannotReach(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	box := newBox(t, Config{ReadOnly: []string{ro}, Deny: []string{filepath.Join(ro, "auth-profiles.json")}})
+	eachMode(t, Config{ReadOnly: []string{ro}, Deny: []string{filepath.Join(ro, "auth-profiles.json")}}, func(t *testing.T, box *Sandbox) {
+		testCannotReach(t, box, s, ro)
+	})
+}
+
+func testCannotReach(t *testing.T, box *Sandbox, s setup, ro string) {
 	pid := strconv.Itoa(os.Getpid())
 	tests := []struct{ name, command string }{
 		{"worker environ", "cat /proc/" + pid + "/environ"},

@@ -25,9 +25,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/sandbox"
 )
 
 func main() {
+	sandbox.Main() // exec's confined commands start as this binary, never for a message
 	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
@@ -69,7 +71,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.AuthProfiles, "auth-profiles", env("LANEFLEET_AUTH_PROFILES"), "auth-profiles.json with API keys and tokens to rotate through (env LANEFLEET_AUTH_PROFILES); keys in the environment are profiles too")
 	fs.DurationVar(&cfg.AttemptTimeout, "timeout", 10*time.Minute, "how long one attempt of a run may take before it is aborted (and the next auth profile tried)")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", env("LANEFLEET_WORKSPACES"), "directory holding each session's workspace for the read/write/edit/exec tools (default <data-dir>/workspaces, else a temp directory)")
-	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools (exec is a shell in the workspace, not a sandbox)")
+	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools")
+	fs.BoolVar(&cfg.Exec, "exec", false, "offer the exec tool: a shell in the session's workspace, confined (Landlock, namespaces, rlimits); refuses to start where it cannot be confined")
+	fs.BoolVar(&cfg.ExecUnconfined, "exec-unconfined", false, "with --exec: run its commands unconfined, with the worker's privileges (for platforms without Landlock)")
 	fs.BoolVar(&cfg.NoRemoteTools, "no-remote-tools", false, "do not discover tools other processes serve over NATS (micro service lanefleet-tools)")
 	fs.BoolVar(&cfg.NoCompaction, "no-compaction", false, "no compaction when the context nears the window (overflow recovery still compacts)")
 	fs.BoolVar(&cfg.NoBlockReplies, "no-block-replies", false, "publish no block reply events")

@@ -76,6 +76,13 @@ type Config struct {
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
 	WorkspaceRoot  string
 	NoBuiltinTools bool   // no read/write/edit/exec
+	// Exec offers the exec tool: a shell in the session's workspace,
+	// confined by package sandbox. Start fails where the platform cannot
+	// confine it, unless ExecUnconfined is also set.
+	Exec bool
+	// ExecUnconfined runs exec's commands unconfined, with the worker's
+	// privileges (only with Exec).
+	ExecUnconfined bool
 	NoRemoteTools  bool   // do not discover tools served over NATS
 	NoCompaction   bool   // no threshold compaction (overflow recovery still compacts)
 	NoBlockReplies bool   // no block reply events
@@ -190,7 +197,7 @@ func (m *Member) build(ctx context.Context) error {
 			m.log.Warn().Err(err).Msg("remote tools: first discovery failed")
 		}
 	}
-	ts, err := newToolSource(cfg, m.Tools)
+	ts, err := newToolSource(ctx, cfg, m.Tools)
 	if err != nil {
 		return err
 	}
