@@ -92,7 +92,7 @@ func TestExecConfined(t *testing.T) {
 	profiles := filepath.Join(base, "secrets", "auth-profiles.json")
 	bob := filepath.Join(data, "workspaces", "bob") // another session's workspace
 	for path, content := range map[string]string{
-		profiles: `{"version":1,"profiles":{"acme:a":{"type":"api_key","provider":"acme","key":"` + authSecret + `"}}}`,
+		profiles:                        `{"version":1,"profiles":{"acme:a":{"type":"api_key","provider":"acme","key":"` + authSecret + `"}}}`,
 		filepath.Join(bob, "notes.txt"): bobSecret + "\n",
 	} {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -165,7 +165,7 @@ func TestExecConfined(t *testing.T) {
 	tree := strconv.Itoa(100000 + rand.IntN(800000)) // a sleep duration marking the test's processes
 	type call struct {
 		id, command string
-		timeout    float64
+		timeout     float64
 	}
 	calls := []call{
 		{"environ", "cat /proc/" + pid + "/environ", 0},

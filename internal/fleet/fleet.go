@@ -75,7 +75,7 @@ type Config struct {
 	// WorkspaceRoot holds each session's workspace directory for the
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
 	WorkspaceRoot  string
-	NoBuiltinTools bool   // no read/write/edit/exec
+	NoBuiltinTools bool // no read/write/edit/exec
 	// Exec offers the exec tool: a shell in the session's workspace,
 	// confined by package sandbox. Start fails where the platform cannot
 	// confine it, unless ExecUnconfined is also set.
