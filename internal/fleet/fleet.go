@@ -75,14 +75,7 @@ type Config struct {
 	// WorkspaceRoot holds each session's workspace directory for the
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
 	WorkspaceRoot  string
-	NoBuiltinTools bool // no read/write/edit/exec
-	// Exec offers the exec tool: a shell in the session's workspace,
-	// confined by package sandbox. Start fails where the platform cannot
-	// confine it, unless ExecUnconfined is also set.
-	Exec bool
-	// ExecUnconfined runs exec's commands unconfined, with the worker's
-	// privileges (only with Exec).
-	ExecUnconfined bool
+	NoBuiltinTools bool   // no read/write/edit/exec
 	NoRemoteTools  bool   // do not discover tools served over NATS
 	NoCompaction   bool   // no threshold compaction (overflow recovery still compacts)
 	NoBlockReplies bool   // no block reply events
@@ -92,6 +85,13 @@ type Config struct {
 	// enabled, and the environment their commands get (exec).
 	Skills          agentprompt.SkillConfigs
 	RunsRegistryTTL time.Duration // how long a dead run's registry entry lives; default 1 hour
+	// Exec offers the exec tool: a shell in the session's workspace,
+	// confined by package sandbox. Start fails where the platform cannot
+	// confine it, unless ExecUnconfined is also set.
+	Exec bool
+	// ExecUnconfined runs exec's commands unconfined, with the worker's
+	// privileges (only with Exec).
+	ExecUnconfined bool
 
 	Logger zerolog.Logger
 	// Env reads configuration such as API keys; default os.Getenv. Runs never
