@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sandbox"
@@ -260,5 +261,47 @@ func TestExecConfined(t *testing.T) {
 	case err := <-exited:
 		t.Fatalf("the worker died: %v", err)
 	default:
+	}
+}
+
+// TestExecOffByDefault: without Exec a member offers no exec tool, so a
+// message that calls it runs nothing; ExecUnconfined alone is refused.
+func TestExecOffByDefault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	if _, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, WorkspaceRoot: t.TempDir(), NoRemoteTools: true, ExecUnconfined: true}); err == nil || !strings.Contains(err.Error(), "without Exec") {
+		t.Fatalf("ExecUnconfined alone: %v", err)
+	}
+	root := t.TempDir()
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: root, NoRemoteTools: true})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	script := `#script {"replies":[{"toolCalls":[{"id":"r1","name":"read","arguments":{"path":"x"}},{"id":"x1","name":"exec","arguments":{"command":"touch pwned"}}]},{"text":"done"}]}`
+	run, err := c.Send(ctx, "eve", script, lanefleet.WithModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := c.History(ctx, "eve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var result *message.Message
+	for _, e := range hist {
+		if e.Message != nil && e.Message.Role == message.RoleToolResult && e.Message.ToolCallID == "x1" {
+			result = e.Message
+		}
+	}
+	if result == nil || !result.IsError || !strings.Contains(result.Content.Text(), "exec") {
+		t.Fatalf("exec result %+v", result)
+	}
+	if _, err := os.Stat(filepath.Join(root, "eve", "pwned")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a command ran: %v", err)
 	}
 }
