@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -141,6 +142,12 @@ func testCommandsWork(t *testing.T, box *Sandbox) {
 	}
 	if box.Platform().PrivateTmp {
 		tests = append(tests, struct{ name, command, want string }{"private tmp", "echo t > /tmp/f && cat /tmp/f", "t\n"})
+	}
+	if box.Platform().PrivateProc {
+		tests = append(tests,
+			struct{ name, command, want string }{"no capabilities, no new privileges", "grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status",
+				"CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"},
+			struct{ name, command, want string }{"init of its PID namespace", "echo $$; ls /proc | grep -c '^[0-9]'", "1\n3\n"})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -390,11 +397,14 @@ func TestLimits(t *testing.T) {
 	})
 }
 
-// TestNoNetwork: a command cannot reach a server on the host's loopback,
-// but can serve itself on its own.
+// TestNoNetwork: a command cannot reach a server on the host's loopback
+// unless Network is set.
 func TestNoNetwork(t *testing.T) {
 	t.Parallel()
-	box := confined(t)
+	eachMode(t, Config{}, testNoNetwork)
+}
+
+func testNoNetwork(t *testing.T, box *Sandbox) {
 	if _, err := os.Stat("/bin/bash"); err != nil {
 		t.Skip("needs bash for /dev/tcp")
 	}
@@ -419,11 +429,42 @@ func TestNoNetwork(t *testing.T) {
 	if st.ExitCode() == 0 || strings.Contains(out, secret) {
 		t.Fatalf("reached the host: exit %d, %q", st.ExitCode(), out)
 	}
-	// The sandbox's own network still works where it has a namespace.
-	box2 := newBox(t, Config{Network: true})
+	// Network: true keeps the host's network.
+	box2 := newBox(t, Config{Network: true, NoNamespaces: !box.Platform().Namespaces})
 	if out, st := sh(t, box2, s.ws, "exec /bin/bash -c 'cat < /dev/tcp/127.0.0.1/"+port+"'"); st.ExitCode() != 0 || out != secret+"\n" {
 		t.Fatalf("Network: true: exit %d, %q", st.ExitCode(), out)
 	}
+}
+
+// TestNestedHelperCannotWiden: a command that reaches the binary and starts
+// it as a helper itself, with instructions granting everything, stays
+// confined: Landlock domains only narrow (and without /proc, libpsx aborts
+// the helper before it can try).
+func TestNestedHelperCannotWiden(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/bin/bash"); err != nil {
+		t.Skip("needs bash for exec -a")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eachMode(t, Config{ReadOnly: []string{filepath.Dir(self)}}, func(t *testing.T, box *Sandbox) {
+		s := newSetup(t)
+		b, err := json.Marshal(spec{Path: "/bin/cat", Argv: []string{"cat", s.outside + "/secret.txt", "/etc/shadow"},
+			Grants: []grant{{Path: "/", Dir: true, Write: true}}, Limits: box.cfg.Limits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.ws, "spec.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := sh(t, box, s.ws, helperEnv+"="+helperValue+" /bin/bash -c 'exec -a "+helperArg0+" "+self+" 3<spec.json 4>report'; echo exit $?; cat report")
+		if strings.Contains(out, secret) || strings.Contains(out, "root:") || strings.Contains(out, "exit 0") {
+			t.Fatalf("%q", out)
+		}
+		t.Log(out)
+	})
 }
 
 // TestHelperFailure: a command that cannot start is a start error saying
