@@ -305,3 +305,35 @@ func TestExecOffByDefault(t *testing.T) {
 		t.Fatalf("a command ran: %v", err)
 	}
 }
+
+// BenchmarkExecCommand: the cost of one exec call of `true` in a binary
+// that links the whole worker (whose package initialisation the confined
+// helper pays on every call), unconfined and confined; report the ratio.
+func BenchmarkExecCommand(b *testing.B) {
+	dir := b.TempDir()
+	for _, cfg := range []sandbox.Config{{Unconfined: true}, {}} {
+		box, err := sandbox.New(b.Context(), cfg)
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			b.Logf("no confined run: %v", err)
+			continue
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := "confined"
+		if cfg.Unconfined {
+			name = "unconfined"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				cmd := box.Command(dir, []string{"PATH=/usr/bin:/bin"}, "/bin/true", "true")
+				if err := cmd.Start(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				if err := cmd.Wait(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
