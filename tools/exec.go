@@ -68,12 +68,24 @@ func Exec(w Workspace, box *sandbox.Sandbox) (Tool, error) {
 }
 
 func (t *execTool) Spec() provider.Tool {
+	desc := fmt.Sprintf("Execute a shell command (sh -c) in the workspace directory. Returns stdout and stderr combined, and the exit code. "+
+		"Output beyond %s keeps its beginning and end. Timeout defaults to %s and can be raised to %s with the timeout parameter (seconds). "+
+		"Commands run non-interactively: stdin is empty.",
+		formatSize(int64(t.w.MaxOutputBytes)), secs(t.w.ExecTimeout), secs(t.w.MaxExecTimeout))
+	if p := t.box.Platform(); p.Confined {
+		desc += " Commands run in a sandbox: they can write only inside the workspace"
+		if p.PrivateTmp {
+			desc += " (and a private /tmp)"
+		}
+		desc += ", read the system directories, and nothing else"
+		if !p.Network {
+			desc += "; there is no network"
+		}
+		desc += ". Processes left running are killed when the command ends."
+	}
 	return provider.Tool{
-		Name: "exec",
-		Description: fmt.Sprintf("Execute a shell command (sh -c) in the workspace directory. Returns stdout and stderr combined, and the exit code. "+
-			"Output beyond %s keeps its beginning and end. Timeout defaults to %s and can be raised to %s with the timeout parameter (seconds). "+
-			"Commands run non-interactively: stdin is empty.",
-			formatSize(int64(t.w.MaxOutputBytes)), secs(t.w.ExecTimeout), secs(t.w.MaxExecTimeout)),
+		Name:        "exec",
+		Description: desc,
 		Parameters: map[string]any{
 			"type": "object",
 			"properties": map[string]any{

@@ -393,3 +393,26 @@ func TestExecConfined(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// TestExecSpecSaysConfined: the model is told what the sandbox allows.
+func TestExecSpecSaysConfined(t *testing.T) {
+	t.Parallel()
+	confined, unconfined := boxes(t)
+	loose, err := Exec(Workspace{Dir: t.TempDir()}, unconfined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := loose.Spec().Description; strings.Contains(d, "sandbox") {
+		t.Fatalf("unconfined: %q", d)
+	}
+	if confined == nil {
+		t.Skip("no confinement on this platform")
+	}
+	tight, err := Exec(Workspace{Dir: t.TempDir()}, confined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := tight.Spec().Description; !strings.Contains(d, "sandbox: they can write only inside the workspace") || !strings.Contains(d, "no network") {
+		t.Fatalf("confined: %q", d)
+	}
+}
