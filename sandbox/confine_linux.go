@@ -497,6 +497,9 @@ func startHelper(ctx context.Context, sp *spec, dir string, stdout, stderr io.Wr
 }
 
 func (c *Cmd) startConfined(ctx context.Context) error {
+	if !filepath.IsAbs(c.dir) {
+		return fmt.Errorf("sandbox: directory %q is not absolute", c.dir)
+	}
 	p := c.box.platform
 	grants := append(append(append([]grant(nil), c.box.grants...), devices...), grant{Path: c.dir, Dir: true, Write: true})
 	sp := &spec{Path: c.path, Argv: c.argv, Env: c.env, Dir: c.dir, Grants: grants, Limits: c.box.cfg.Limits}

@@ -244,9 +244,9 @@ type Cmd struct {
 	tree bool
 }
 
-// Command prepares path with argv (argv[0] first) to run in dir with exactly
-// env. Confined, the command may read the system directories and write only
-// dir (and its private /tmp).
+// Command prepares path with argv (argv[0] first) to run in dir (absolute)
+// with exactly env. Confined, the command may read the system directories
+// and write only dir (and its private /tmp).
 func (s *Sandbox) Command(dir string, env []string, path string, argv ...string) *Cmd {
 	if env == nil {
 		env = []string{} // never the process's own

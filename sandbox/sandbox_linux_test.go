@@ -478,6 +478,10 @@ func TestHelperFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/sh") {
 		t.Fatalf("err %v", err)
 	}
+	// A relative directory.
+	if err := box.Command("ws", env, "/bin/sh", "sh", "-c", "true").Start(t.Context()); err == nil || !strings.Contains(err.Error(), "not absolute") {
+		t.Fatalf("relative directory: %v", err)
+	}
 	// A workspace that does not exist.
 	cmd = box.Command(filepath.Join(s.ws, "missing"), env, "/bin/sh", "sh", "-c", "true")
 	if err := cmd.Start(t.Context()); err == nil {
