@@ -26,6 +26,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/sandbox"
 )
 
 // member starts an in-process fleet member on its own connection and stops it
@@ -259,6 +260,7 @@ func workerBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	sandbox.Main() // in-process members confine exec's commands with this binary
 	code := m.Run()
 	if workerBin != "" {
 		os.RemoveAll(filepath.Dir(workerBin))

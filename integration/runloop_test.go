@@ -237,7 +237,7 @@ func TestHostileToolCalls(t *testing.T) {
 	srv := natstest.Start(t)
 	root := t.TempDir()
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
-		WorkspaceRoot: root, Env: func(k string) string {
+		WorkspaceRoot: root, Exec: true, ExecUnconfined: execUnconfined(t), Env: func(k string) string {
 			if k == "PATH" {
 				return "/usr/bin:/bin"
 			}
@@ -617,6 +617,7 @@ func TestSkillEnvironmentReachesExec(t *testing.T) {
 	off := false
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: t.TempDir(), SkillsDir: skills, NoRemoteTools: true,
+		Exec: true, ExecUnconfined: execUnconfined(t),
 		Skills: agentprompt.SkillConfigs{
 			"weather": {Env: map[string]string{"WEATHER_TOKEN": "wt-123"}},
 			"mail":    {Enabled: &off, Env: map[string]string{"MAIL_TOKEN": "mt-456"}},
@@ -664,6 +665,7 @@ func TestSteerChangesATurnsCourse(t *testing.T) {
 	srv := natstest.Start(t)
 	root := t.TempDir()
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: root, NoRemoteTools: true,
+		Exec: true, ExecUnconfined: execUnconfined(t),
 		Env: func(k string) string {
 			if k == "PATH" {
 				return "/usr/bin:/bin"

@@ -2,9 +2,11 @@ package tools_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
+	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
 )
 
@@ -34,15 +36,43 @@ func ExampleBuiltin() {
 	call("edit", map[string]any{"path": "notes/todo.txt", "oldText": "ship", "newText": "ship it"})
 	call("read", map[string]any{"path": "notes/todo.txt"})
 	call("read", map[string]any{"path": "../etc/passwd"})
-	call("exec", map[string]any{"command": "echo $GREETING; wc -l < notes/todo.txt"})
 	// Output:
 	// write: Successfully wrote 21 bytes to notes/todo.txt
 	// edit: Successfully replaced text in notes/todo.txt at line 2.
 	// read: - write tests
 	// - ship it
 	// read error: path "../etc/passwd" escapes the workspace through ".."; only files inside the workspace can be accessed
-	// exec: hello
-	// 2
+}
+
+func ExampleExec() {
+	dir, err := os.MkdirTemp("", "workspace")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+
+	// Confined where the platform allows (the binary calls sandbox.Main
+	// first thing); the fleet refuses to start otherwise, unless the
+	// operator asked for Unconfined.
+	ctx := context.Background()
+	box, err := sandbox.New(ctx, sandbox.Config{})
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		box, err = sandbox.New(ctx, sandbox.Config{Unconfined: true})
+	}
+	if err != nil {
+		panic(err)
+	}
+	exec, err := tools.Exec(tools.Workspace{Dir: dir, Env: []string{"GREETING=hello"}}, box)
+	if err != nil {
+		panic(err)
+	}
+	res, err := exec.Call(ctx, tools.Call{Name: "exec", Args: map[string]any{"command": "echo $GREETING > greeting; cat greeting"}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Content[0].Text)
+	// Output:
+	// hello
 	//
 	// Command exited with code 0.
 }

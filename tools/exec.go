@@ -7,13 +7,13 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/sandbox"
 )
 
 const (
@@ -28,15 +28,18 @@ const (
 // execTool is the built-in "exec": {command, timeout?}.
 //
 // It runs Shell -c command in the workspace directory with exactly
-// Workspace.Env as environment and stdin from /dev/null. It is a shell with
-// the worker's privileges, not a sandbox: the command can reach anything the
-// worker process can.
+// Workspace.Env as environment and stdin from /dev/null, through a
+// [sandbox.Sandbox]: confined, the command reads only the system
+// directories and writes only the workspace (see package sandbox for what
+// each platform gives); unconfined (the operator's explicit choice), it is
+// a shell with the worker's privileges.
 //
-// The command runs in its own process group. On timeout or when ctx ends,
-// the whole group is killed (SIGKILL), so background children started by
-// the command die with it. When the shell exits by itself, background
-// children it left running are not killed; output they write after the
-// shell exited (beyond a short grace) is discarded.
+// On timeout or when ctx ends, the command and every process it started are
+// killed (SIGKILL): its PID namespace, or else its process group. When the
+// shell exits by itself, what it left running is killed the same way.
+// Without a PID namespace, a process that left the group (setsid) survives;
+// output it writes after the shell exited (beyond a short grace) is
+// discarded.
 //
 // stdout and stderr are merged in one stream; beyond MaxOutputBytes its head
 // and tail are kept with a notice in between. The result text ends with the
@@ -44,15 +47,45 @@ const (
 // durationMs, truncated and outputBytes. A non-zero exit, a timeout or an
 // abort is an isError result (with those details), not a Go error. While the
 // command runs, Call.Update receives the output so far at most every 100 ms.
-type execTool struct{ w *ws }
+type execTool struct {
+	w   *ws
+	box *sandbox.Sandbox
+}
+
+// Exec returns the built-in exec tool working in w, every command run by
+// box (see [Builtin] for the other tools). It fails like Builtin on a bad
+// Workspace, and without a box: whether commands are confined is the
+// operator's decision, never a default.
+func Exec(w Workspace, box *sandbox.Sandbox) (Tool, error) {
+	if box == nil {
+		return nil, errors.New("tools: Exec needs a sandbox (sandbox.Config.Unconfined for none)")
+	}
+	v, err := w.validate()
+	if err != nil {
+		return nil, err
+	}
+	return &execTool{w: v, box: box}, nil
+}
 
 func (t *execTool) Spec() provider.Tool {
+	desc := fmt.Sprintf("Execute a shell command (sh -c) in the workspace directory. Returns stdout and stderr combined, and the exit code. "+
+		"Output beyond %s keeps its beginning and end. Timeout defaults to %s and can be raised to %s with the timeout parameter (seconds). "+
+		"Commands run non-interactively: stdin is empty.",
+		formatSize(int64(t.w.MaxOutputBytes)), secs(t.w.ExecTimeout), secs(t.w.MaxExecTimeout))
+	if p := t.box.Platform(); p.Confined {
+		desc += " Commands run in a sandbox: they can write only inside the workspace"
+		if p.PrivateTmp {
+			desc += " (and a private /tmp)"
+		}
+		desc += ", read the system directories, and nothing else"
+		if !p.Network {
+			desc += "; there is no network"
+		}
+		desc += ". Processes left running are killed when the command ends."
+	}
 	return provider.Tool{
-		Name: "exec",
-		Description: fmt.Sprintf("Execute a shell command (sh -c) in the workspace directory. Returns stdout and stderr combined, and the exit code. "+
-			"Output beyond %s keeps its beginning and end. Timeout defaults to %s and can be raised to %s with the timeout parameter (seconds). "+
-			"Commands run non-interactively: stdin is empty.",
-			formatSize(int64(t.w.MaxOutputBytes)), secs(t.w.ExecTimeout), secs(t.w.MaxExecTimeout)),
+		Name:        "exec",
+		Description: desc,
 		Parameters: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
@@ -100,18 +133,19 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("cannot start the command: %v", err)
 	}
-	cmd := exec.Command(t.w.Shell, "-c", command)
-	cmd.Dir = t.w.Dir
-	cmd.Env = t.w.Env // never nil: an empty Env must not mean the process's
+	// Env is never nil: an empty Env must not mean the process's.
+	cmd := t.box.Command(t.w.Dir, t.w.Env, t.w.Shell, t.w.Shell, "-c", command)
 	cmd.Stdout, cmd.Stderr = pw, pw
-	setProcessGroup(cmd)
 	started := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start(ctx)
+	pw.Close() // the children hold their copies
+	if err != nil {
 		pr.Close()
-		pw.Close()
+		if ctx.Err() != nil {
+			return Result{}, fmt.Errorf("command not started: the run was aborted (%v)", ctx.Err())
+		}
 		return Result{}, fmt.Errorf("cannot start the command: %v", unwrapPathErr(err))
 	}
-	pw.Close() // the children hold their copies
 
 	eof := make(chan struct{})
 	go func() {
@@ -171,7 +205,7 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 	updates.Wait()
 
 	text, truncated, total := out.snapshot()
-	state := cmd.ProcessState
+	state := cmd.ProcessState()
 	exitCode := state.ExitCode()
 	details := map[string]any{
 		"exitCode":    int64(exitCode),
@@ -184,9 +218,9 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 	var status string
 	switch sig := exitSignal(state); {
 	case timedOut:
-		status = fmt.Sprintf("Command timed out after %s; its process group was killed.", secs(timeout))
+		status = fmt.Sprintf("Command timed out after %s; it and the processes it started were killed.", secs(timeout))
 	case aborted:
-		status = "Command aborted; its process group was killed."
+		status = "Command aborted; it and the processes it started were killed."
 	case sig != "":
 		details["signal"] = sig
 		status = fmt.Sprintf("Command was killed by signal %s.", sig)
@@ -207,16 +241,16 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 	}, nil
 }
 
-// kill kills the command's process group and waits for the shell, unless
+// kill kills the command and its processes and waits for the shell, unless
 // the shell already exited (a command that ends as its timer fires is not
 // reported as killed). It reports whether it killed.
-func kill(cmd *exec.Cmd, waited <-chan error) bool {
+func kill(cmd *sandbox.Cmd, waited <-chan error) bool {
 	select {
 	case <-waited:
 		return false
 	default:
 	}
-	killProcessGroup(cmd)
+	cmd.Kill()
 	<-waited
 	return true
 }

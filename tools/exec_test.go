@@ -1,10 +1,11 @@
-//go:build unix
+//go:build linux
 
 package tools
 
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lanefleet/lanefleet/sandbox"
 )
 
 func TestExec(t *testing.T) {
@@ -67,13 +70,35 @@ func TestExecWorkingDirectory(t *testing.T) {
 	}
 }
 
+// TestExecSignal: a shell killed by a signal is reported with it. Run
+// unconfined: a confined shell is its PID namespace's init, which signals
+// from inside the namespace do not kill.
 func TestExecSignal(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	_, unconfined := boxes(t)
+	f := newFixtureBox(t, unconfined)
 	res := f.mustCall("exec", map[string]any{"command": "echo before; kill -KILL $$"})
 	if !res.IsError || res.Details["signal"] != "SIGKILL" || !strings.HasSuffix(text(res), "Command was killed by signal SIGKILL.") {
 		t.Fatalf("%q %v", text(res), res.Details)
 	}
+}
+
+// marked returns the host pids of the live processes whose command line
+// contains marker.
+func marked(marker string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), marker) && pidAlive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // pidAlive reports whether pid still runs (and is not a zombie).
@@ -83,68 +108,79 @@ func pidAlive(pid int) bool {
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return err == nil // no /proc: trust kill(0)
+		return false
 	}
 	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	return len(fields) == 0 || fields[0] != "Z"
 }
 
-func waitDead(t *testing.T, pid int) {
+// waitGone waits until no live process carries marker.
+func waitGone(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for pidAlive(pid) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := marked(marker)
+		if len(pids) == 0 {
+			return
+		}
 		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck
-			t.Fatalf("process %d survived", pid)
+			for _, p := range pids {
+				syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck
+			}
+			t.Fatalf("processes %v survived", pids)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-func readPid(t *testing.T, f *fixture, name string) int {
-	t.Helper()
-	pid, err := strconv.Atoi(strings.TrimSpace(f.content(name)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
-}
+// sleepMarker is a sleep duration no other process uses, so that the test
+// finds its sleeps in /proc whatever PID namespace they run in.
+func sleepMarker() string { return strconv.Itoa(100000 + rand.IntN(800000)) }
 
-// TestExecTimeoutKillsGroup: a timeout kills the shell and its background
-// children, and returns what was printed.
-func TestExecTimeoutKillsGroup(t *testing.T) {
+// TestExecTimeoutKillsTree: a timeout kills the shell, its background
+// children and (with a PID namespace) a setsid grandchild, and returns
+// what was printed.
+func TestExecTimeoutKillsTree(t *testing.T) {
 	t.Parallel()
+	confined, _ := boxes(t)
 	f := newFixture(t)
+	m := sleepMarker()
+	command := "sleep " + m + " & echo started; sleep " + m
+	if confined != nil && confined.Platform().Namespaces {
+		command = "setsid sleep " + m + " & " + command
+	}
 	start := time.Now()
-	res := f.mustCall("exec", map[string]any{"command": "sleep 30 & echo $! > bg.pid; echo started; sleep 30", "timeout": "0.5"})
-	if took := time.Since(start); took > 5*time.Second {
+	res := f.mustCall("exec", map[string]any{"command": command, "timeout": "2"})
+	if took := time.Since(start); took > 20*time.Second {
 		t.Fatalf("took %v", took)
 	}
-	want := "started\n\nCommand timed out after 0.5s; its process group was killed."
+	want := "started\n\nCommand timed out after 2s; it and the processes it started were killed."
 	if text(res) != want || !res.IsError || res.Details["timedOut"] != true || res.Details["exitCode"] != int64(-1) {
 		t.Fatalf("%q %v", text(res), res.Details)
 	}
-	waitDead(t, readPid(t, f, "bg.pid"))
+	waitGone(t, m)
 }
 
-// TestExecAbortKillsGroup: cancelling ctx kills the group too.
-func TestExecAbortKillsGroup(t *testing.T) {
+// TestExecAbortKillsTree: cancelling ctx kills the tree too.
+func TestExecAbortKillsTree(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
+	m := sleepMarker()
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
-	start := time.Now()
-	res, err := f.callCtx(ctx, "exec", map[string]any{"command": "sleep 30 & echo $! > bg.pid; sleep 30"})
+	go func() {
+		for len(marked(m)) < 2 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+	}()
+	res, err := f.callCtx(ctx, "exec", map[string]any{"command": "sleep " + m + " & sleep " + m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("took %v", took)
-	}
-	if !res.IsError || res.Details["aborted"] != true || !strings.HasSuffix(text(res), "Command aborted; its process group was killed.") {
+	if !res.IsError || res.Details["aborted"] != true || !strings.HasSuffix(text(res), "Command aborted; it and the processes it started were killed.") {
 		t.Fatalf("%q %v", text(res), res.Details)
 	}
-	waitDead(t, readPid(t, f, "bg.pid"))
+	waitGone(t, m)
 
 	// Already cancelled: nothing starts.
 	_, err = f.callCtx(ctx, "exec", map[string]any{"command": "touch started"})
@@ -154,30 +190,39 @@ func TestExecAbortKillsGroup(t *testing.T) {
 	}
 }
 
-// TestExecBackgroundSurvivesNormalExit: a process the command leaves in the
-// background does not hold the call beyond the drain grace.
-func TestExecBackgroundSurvivesNormalExit(t *testing.T) {
+// TestExecBackgroundDiesAtExit: what the command leaves running in the
+// background is killed when the shell exits, confined or not.
+func TestExecBackgroundDiesAtExit(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	start := time.Now()
-	res := f.mustCall("exec", map[string]any{"command": "sleep 30 & echo $! > bg.pid; echo done"})
-	took := time.Since(start)
-	pid := readPid(t, f, "bg.pid")
-	defer syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck
-	if took > 3*time.Second {
-		t.Fatalf("took %v", took)
+	confined, unconfined := boxes(t)
+	for _, box := range []*sandbox.Sandbox{confined, unconfined} {
+		if box == nil {
+			continue
+		}
+		f := newFixtureBox(t, box)
+		m := sleepMarker()
+		res := f.mustCall("exec", map[string]any{"command": "sleep " + m + " & sleep " + m + " >/dev/null 2>&1 & echo done"})
+		if got := text(res); got != "done\n\nCommand exited with code 0." || res.IsError {
+			t.Fatalf("%v: %q", box.Platform().Confined, got)
+		}
+		waitGone(t, m)
 	}
+	// Unconfined, a setsid process leaves the group and survives; holding
+	// the output, it costs only the drain grace.
+	f := newFixtureBox(t, unconfined)
+	m := sleepMarker()
+	start := time.Now()
+	res := f.mustCall("exec", map[string]any{"command": "setsid sh -c 'touch left; exec sleep " + m + "' & while [ ! -e left ]; do sleep 0.01; done; echo done"})
+	defer func() {
+		for _, p := range marked(m) {
+			syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck
+		}
+	}()
 	if got := text(res); !strings.HasPrefix(got, "done\n") || !strings.Contains(got, "background process") || res.IsError {
 		t.Fatalf("%q", got)
 	}
-	if !pidAlive(pid) {
-		t.Fatal("the background process was killed after a normal exit")
-	}
-	// With its output redirected, a background process costs no grace.
-	res = f.mustCall("exec", map[string]any{"command": "sleep 30 >/dev/null 2>&1 & echo $! > bg2.pid"})
-	defer syscall.Kill(readPid(t, f, "bg2.pid"), syscall.SIGKILL) //nolint:errcheck
-	if strings.Contains(text(res), "background") {
-		t.Fatalf("waited for a process that does not hold the output: %q", text(res))
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("took %v", took)
 	}
 }
 
@@ -315,5 +360,59 @@ func TestHeadTail(t *testing.T) {
 	o.Write([]byte(strings.Repeat("é", 20))) //nolint:errcheck
 	if s, _, _ := o.snapshot(); strings.Contains(s, "\uFFFD") {
 		t.Fatalf("split character: %q", s)
+	}
+}
+
+// TestExecConfined: exec runs its commands in the sandbox: the worker's
+// /proc entries and what lies outside the workspace are out of reach, the
+// workspace is not.
+func TestExecConfined(t *testing.T) {
+	t.Parallel()
+	confined, _ := boxes(t)
+	if confined == nil {
+		t.Skip("no confinement on this platform")
+	}
+	f := newFixtureBox(t, confined)
+	pid := strconv.Itoa(os.Getpid())
+	for _, command := range []string{
+		"cat /proc/" + pid + "/environ",
+		"cat /proc/" + pid + "/cmdline",
+		"cat " + f.outside + "/secret.txt",
+		"cat ../outside/secret.txt",
+		"echo x > " + f.outside + "/planted",
+		"ln -s " + f.outside + "/secret.txt s && cat s",
+	} {
+		res := f.mustCall("exec", map[string]any{"command": command})
+		if got := text(res); !res.IsError || strings.Contains(got, secret) || strings.Contains(got, "PATH=") {
+			t.Errorf("%q: %q", command, got)
+		}
+	}
+	f.checkOutside()
+	res := f.mustCall("exec", map[string]any{"command": "echo inside > in.txt && cat in.txt && ls /usr/bin/env"})
+	if got := text(res); got != "inside\n/usr/bin/env\n\nCommand exited with code 0." {
+		t.Fatalf("%q", got)
+	}
+}
+
+// TestExecSpecSaysConfined: the model is told what the sandbox allows.
+func TestExecSpecSaysConfined(t *testing.T) {
+	t.Parallel()
+	confined, unconfined := boxes(t)
+	loose, err := Exec(Workspace{Dir: t.TempDir()}, unconfined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := loose.Spec().Description; strings.Contains(d, "sandbox") {
+		t.Fatalf("unconfined: %q", d)
+	}
+	if confined == nil {
+		t.Skip("no confinement on this platform")
+	}
+	tight, err := Exec(Workspace{Dir: t.TempDir()}, confined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := tight.Spec().Description; !strings.Contains(d, "sandbox: they can write only inside the workspace") || !strings.Contains(d, "no network") {
+		t.Fatalf("confined: %q", d)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/sandbox"
 )
 
 // fixture is a workspace in a temp dir, next to an "outside" directory
@@ -21,7 +22,15 @@ type fixture struct {
 
 const secret = "TOP-SECRET-OUTSIDE"
 
+// newFixture builds the file tools and exec, confined where the platform
+// allows.
 func newFixture(t *testing.T, tweak ...func(*Workspace)) *fixture {
+	t.Helper()
+	return newFixtureBox(t, defaultBox(t), tweak...)
+}
+
+// newFixtureBox is newFixture with exec run by box.
+func newFixtureBox(t *testing.T, box *sandbox.Sandbox, tweak ...func(*Workspace)) *fixture {
 	t.Helper()
 	base := t.TempDir()
 	f := &fixture{t: t, dir: filepath.Join(base, "ws"), outside: filepath.Join(base, "outside")}
@@ -41,6 +50,11 @@ func newFixture(t *testing.T, tweak ...func(*Workspace)) *fixture {
 	if f.tools, err = Builtin(w); err != nil {
 		t.Fatal(err)
 	}
+	ex, err := Exec(w, box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tools = append(f.tools, ex)
 	return f
 }
 

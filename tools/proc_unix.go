@@ -4,28 +4,11 @@ package tools
 
 import (
 	"os"
-	"os/exec"
 	"syscall"
 )
 
 // oNonblock makes opening a FIFO fail or return at once instead of blocking.
 const oNonblock = syscall.O_NONBLOCK
-
-// setProcessGroup makes the command the leader of a new process group, so
-// that killProcessGroup reaches every process it starts.
-func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-}
-
-// killProcessGroup sends SIGKILL to the command's whole process group.
-func killProcessGroup(cmd *exec.Cmd) {
-	if cmd.Process == nil {
-		return
-	}
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
-		cmd.Process.Kill() //nolint:errcheck // best effort; the group may be gone
-	}
-}
 
 // exitSignal names the signal that ended the process, or "".
 func exitSignal(state *os.ProcessState) string {

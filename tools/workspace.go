@@ -40,10 +40,10 @@ const (
 // and stay inside Dir) can lead out of it. Hard links and bind mounts that
 // already exist inside Dir are not detected.
 //
-// exec is different: it runs a shell whose working directory is Dir, with
-// the user's privileges. It is not a sandbox; a command can read and write
-// anything the worker process can. Confine it with the OS (containers, a
-// dedicated user) when the model is not trusted.
+// exec (see [Exec]) is different: it runs a shell whose working directory is
+// Dir, confined by a [sandbox.Sandbox] to Dir and the read-only system
+// directories where the platform allows, else with the worker's privileges
+// if the operator chose so.
 //
 // A Workspace never reads or changes the environment or the working directory
 // of the process, so many runs with different workspaces can share one
@@ -84,7 +84,7 @@ type ws struct {
 	realDir string
 }
 
-// Builtin returns the built-in tools working in w, in this order:
+// Builtin returns the built-in file tools working in w, in this order:
 //
 //   - read {path, offset?, limit?}: a text file by lines from offset
 //     (1-based), within MaxReadLines lines and MaxReadBytes bytes, with a
@@ -96,11 +96,16 @@ type ws struct {
 //   - edit {path, oldText, newText}: replaces the one occurrence of oldText
 //     (0 or several occurrences are errors); line endings are adapted to
 //     the file's; details carry line numbers and a line diff.
+//
+// exec is not among them: a shell is offered only when the operator asks,
+// through [Exec]:
+//
 //   - exec {command, timeout?}: Shell -c command in Dir with exactly Env,
-//     in its own process group that is killed on timeout or cancellation;
-//     combined output capped at MaxOutputBytes keeping head and tail; exit
-//     code in the text and the details; partial output through Call.Update
-//     at most every 100 ms. A failed command is an isError Result.
+//     confined by the sandbox; the command and its processes are killed on
+//     timeout, cancellation and exit; combined output capped at
+//     MaxOutputBytes keeping head and tail; exit code in the text and the
+//     details; partial output through Call.Update at most every 100 ms. A
+//     failed command is an isError Result.
 //
 // Errors about arguments, paths and files are returned as errors whose text
 // tells the model what to do instead. The tools keep no state between calls
@@ -113,7 +118,7 @@ func Builtin(w Workspace) (List, error) {
 	if err != nil {
 		return nil, err
 	}
-	return List{&readTool{v}, &writeTool{v}, &editTool{v}, &execTool{v}}, nil
+	return List{&readTool{v}, &writeTool{v}, &editTool{v}}, nil
 }
 
 func (w Workspace) validate() (*ws, error) {

@@ -52,10 +52,23 @@ func TestBuiltinValidation(t *testing.T) {
 					t.Errorf("%s: spec does not marshal: %v", s.Name, err)
 				}
 			}
-			if got := strings.Join(names, ","); got != "read,write,edit,exec" {
+			if got := strings.Join(names, ","); got != "read,write,edit" {
 				t.Fatalf("tools = %s", got)
 			}
 		})
+	}
+}
+
+func TestExecValidation(t *testing.T) {
+	t.Parallel()
+	if _, err := Exec(Workspace{Dir: t.TempDir()}, nil); err == nil || !strings.Contains(err.Error(), "sandbox") {
+		t.Fatalf("Exec without a sandbox: %v", err)
+	}
+	_, err := Exec(Workspace{Dir: "relative"}, defaultBox(t))
+	wantErr(t, err, "not absolute")
+	tool, err := Exec(Workspace{Dir: t.TempDir()}, defaultBox(t))
+	if err != nil || tool.Spec().Name != "exec" {
+		t.Fatalf("%v %v", tool, err)
 	}
 }
 
@@ -84,8 +97,14 @@ func TestBuiltinCopiesEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tool, err := Exec(Workspace{Dir: t.TempDir(), Env: env}, defaultBox(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	env[0] = "A=2"
-	tool, _ := l.Lookup("exec")
+	if _, ok := l.Lookup("exec"); ok {
+		t.Fatal("Builtin offers exec")
+	}
 	res, err := tool.Call(t.Context(), Call{Args: map[string]any{"command": "echo $A"}})
 	if err != nil || !strings.HasPrefix(text(res), "1\n") {
 		t.Fatalf("got %q, %v", text(res), err)

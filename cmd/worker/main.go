@@ -27,9 +27,11 @@ import (
 
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/redact"
+	"github.com/lanefleet/lanefleet/sandbox"
 )
 
 func main() {
+	sandbox.Main() // exec's confined commands start as this binary, never for a message
 	// Every log line and error goes through the redactor: a NATS password
 	// or an API key never reaches the terminal or a log file.
 	red := redact.New()
@@ -100,7 +102,9 @@ func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stder
 	fs.StringVar(&cfg.AuthProfiles, "auth-profiles", env("LANEFLEET_AUTH_PROFILES"), "auth-profiles.json with API keys and tokens to rotate through (env LANEFLEET_AUTH_PROFILES); keys in the environment are profiles too")
 	fs.DurationVar(&cfg.AttemptTimeout, "timeout", 10*time.Minute, "how long one attempt of a run may take before it is aborted (and the next auth profile tried)")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", env("LANEFLEET_WORKSPACES"), "directory holding each session's workspace for the read/write/edit/exec tools (default <data-dir>/workspaces, else a temp directory)")
-	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools (exec is a shell in the workspace, not a sandbox)")
+	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools")
+	fs.BoolVar(&cfg.Exec, "exec", false, "offer the exec tool: a shell in the session's workspace, confined (Landlock, namespaces, rlimits); refuses to start where it cannot be confined")
+	fs.BoolVar(&cfg.ExecUnconfined, "exec-unconfined", false, "with --exec: run its commands unconfined, with the worker's privileges (for platforms without Landlock)")
 	remoteTools := fs.String("remote-tools", env("LANEFLEET_REMOTE_TOOLS"), "comma-separated names of the tools served over NATS (micro service lanefleet-tools) that runs may use (env LANEFLEET_REMOTE_TOOLS); nothing discovered is used unless listed")
 	fs.BoolVar(&cfg.NoCompaction, "no-compaction", false, "no compaction when the context nears the window (overflow recovery still compacts)")
 	fs.BoolVar(&cfg.NoBlockReplies, "no-block-replies", false, "publish no block reply events")

@@ -123,6 +123,13 @@ type Config struct {
 	// enabled, and the environment their commands get (exec).
 	Skills          agentprompt.SkillConfigs
 	RunsRegistryTTL time.Duration // how long a dead run's registry entry lives; default 1 hour
+	// Exec offers the exec tool: a shell in the session's workspace,
+	// confined by package sandbox. Start fails where the platform cannot
+	// confine it, unless ExecUnconfined is also set.
+	Exec bool
+	// ExecUnconfined runs exec's commands unconfined, with the worker's
+	// privileges (only with Exec).
+	ExecUnconfined bool
 
 	Logger zerolog.Logger
 	// Redactor masks the member's secrets (keys, tokens, NATS credentials)
@@ -279,7 +286,7 @@ func (m *Member) build(ctx context.Context) error {
 			m.log.Warn().Err(err).Msg("remote tools: first discovery failed")
 		}
 	}
-	ts, err := newToolSource(cfg, m.Tools)
+	ts, err := newToolSource(ctx, cfg, m.Tools)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/runner"
+	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
@@ -23,6 +25,7 @@ import (
 type toolSource struct {
 	root   string           // workspaces root; "" = no built-in tools
 	env    []string         // the base environment of exec'd commands
+	box    *sandbox.Sandbox // runs exec's commands; nil = no exec tool
 	remote *remote.Registry // nil = no remote tools
 	// The system prompt: base text, skills directories (lowest priority
 	// first; each workspace's skills/ comes last) and per-skill settings.
@@ -34,9 +37,13 @@ type toolSource struct {
 }
 
 // newToolSource configures the runs' tools and system prompt: the
-// workspaces root (unless built-in tools are off), the exec environment
-// (PATH from the member's environment), skills and the remote registry.
-func newToolSource(cfg Config, reg *remote.Registry) (*toolSource, error) {
+// workspaces root (unless built-in tools are off), exec's sandbox and
+// environment (PATH from the member's environment), skills and the remote
+// registry.
+func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry) (*toolSource, error) {
+	if cfg.ExecUnconfined && !cfg.Exec {
+		return nil, errors.New("fleet: ExecUnconfined (--exec-unconfined) without Exec (--exec)")
+	}
 	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger,
 		now: time.Now, skillCfg: cfg.Skills, remote: reg}
 	if cfg.SkillsDir != "" {
@@ -58,7 +65,50 @@ func newToolSource(cfg Config, reg *remote.Registry) (*toolSource, error) {
 		return nil, fmt.Errorf("fleet: workspace root %s: %w", root, err)
 	}
 	ts.root = abs
+	if cfg.Exec {
+		if ts.box, err = newSandbox(ctx, cfg, abs); err != nil {
+			return nil, err
+		}
+		if p := ts.box.Platform(); p.Confined {
+			ts.log.Info().Str("confinement", p.String()).Msg("exec tool on")
+		} else {
+			ts.log.Warn().Str("confinement", p.String()).Msg("exec tool on, unconfined")
+		}
+	}
 	return ts, nil
+}
+
+// newSandbox prepares the confinement of exec's commands: the system
+// directories and the skills directory read-only, never the member's data,
+// credentials, configuration files or the other workspaces (each command
+// gets its own workspace read-write).
+func newSandbox(ctx context.Context, cfg Config, root string) (*sandbox.Sandbox, error) {
+	sc := sandbox.Config{Unconfined: cfg.ExecUnconfined}
+	for _, p := range []string{cfg.DataDir, cfg.AuthProfiles, cfg.ModelsFile, cfg.CredsFile, cfg.NKeyFile, cfg.TLSKey, cfg.TLSCert, cfg.TLSCA, root} {
+		if p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: exec sandbox: %w", err)
+		}
+		sc.Deny = append(sc.Deny, abs)
+	}
+	if cfg.SkillsDir != "" {
+		abs, err := filepath.Abs(cfg.SkillsDir)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: exec sandbox: %w", err)
+		}
+		sc.ReadOnly = append(sc.ReadOnly, abs)
+	}
+	box, err := sandbox.New(ctx, sc)
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		return nil, fmt.Errorf("fleet: exec: %w; set ExecUnconfined (worker --exec-unconfined) to run it with the worker's privileges", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fleet: exec: %w", err)
+	}
+	return box, nil
 }
 
 // workspace returns (and creates) the session's workspace directory.
@@ -139,9 +189,17 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		rt.ws, rt.skills = dir, s.skills(dir)
 		env := append([]string{"HOME=" + dir, "PWD=" + dir}, s.env...)
 		env = agentprompt.Environ(env, rt.skills, s.skillCfg)
-		builtin, err := tools.Builtin(tools.Workspace{Dir: dir, Env: env})
+		w := tools.Workspace{Dir: dir, Env: env}
+		builtin, err := tools.Builtin(w)
 		if err != nil {
 			return nil, err
+		}
+		if s.box != nil {
+			ex, err := tools.Exec(w, s.box)
+			if err != nil {
+				return nil, err
+			}
+			builtin = append(builtin, ex)
 		}
 		// Built-in tools win over remote tools of the same name.
 		rt.List = append(rt.List, builtin...)

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+)
+
+// Main returns at once: off Linux, there is no helper.
+func Main() {}
+
+func probe(context.Context, *Sandbox) (Platform, error) {
+	return Platform{}, fmt.Errorf("%w: confinement needs Linux (Landlock, namespaces); on %s exec can only run unconfined", ErrUnavailable, runtime.GOOS)
+}
+
+func (c *Cmd) startConfined(context.Context) error {
+	return errors.New("sandbox: confinement needs Linux")
+}

@@ -1,0 +1,305 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Defaults of the Limits, used for every limit left zero.
+const (
+	// DefaultCPUTime is the CPU time each process may use (RLIMIT_CPU).
+	DefaultCPUTime = 10 * time.Minute
+	// DefaultMemory is the address space of each process (RLIMIT_AS).
+	DefaultMemory = 4 << 30
+	// DefaultProcesses bounds the processes and threads of one command.
+	DefaultProcesses = 256
+	// DefaultFileSize is the largest file a process may write (RLIMIT_FSIZE).
+	DefaultFileSize = 1 << 30
+	// DefaultOpenFiles is the open files of each process (RLIMIT_NOFILE).
+	DefaultOpenFiles = 1024
+	// DefaultTmpSize is the size of the private /tmp of one command.
+	DefaultTmpSize = 256 << 20
+)
+
+// ErrUnavailable is returned (wrapped, with what is missing) by [New] when
+// the platform cannot confine commands and Config.Unconfined is not set.
+var ErrUnavailable = errors.New("sandbox: confinement is not available")
+
+// Limits are the resource limits of a confined command. Each is set as both
+// the soft and the hard limit, so no process of the command can raise it.
+type Limits struct {
+	// CPUTime is the CPU time of each process, in whole seconds (rounded
+	// up); a process that uses it up is killed (SIGKILL).
+	CPUTime time.Duration
+	// Memory is the address space of each process in bytes.
+	Memory int64
+	// Processes bounds the processes and threads of the command: as
+	// RLIMIT_NPROC (counted per command in its own user namespace; root
+	// is exempt) and, where the kernel has one per PID namespace (Linux
+	// 6.14+), as its pid_max (at least 301, the kernel's minimum).
+	Processes int
+	// FileSize is the largest file a process may write, in bytes.
+	FileSize int64
+	// OpenFiles is the number of open files of each process.
+	OpenFiles int
+}
+
+// Config says how commands are confined.
+type Config struct {
+	// Unconfined runs commands with the worker's privileges, only in their
+	// own process group: the operator's explicit choice where the platform
+	// cannot confine them or they need what confinement takes away.
+	Unconfined bool
+	// ReadOnly are files or directories commands may read besides the
+	// system directories (for example a skills directory).
+	ReadOnly []string
+	// Deny are files or directories never granted, even when they lie
+	// inside a read-only directory: the worker's data directory, its
+	// credentials, the other workspaces.
+	Deny []string
+	// Network keeps the host's network. By default a command gets a
+	// network namespace of its own with only a loopback interface (and,
+	// without namespaces, Landlock forbids TCP connect and bind).
+	Network bool
+	// NoNamespaces confines with Landlock and rlimits only, as on kernels
+	// that refuse unprivileged user namespaces (tests use it to check that
+	// Landlock alone holds).
+	NoNamespaces bool
+	// Limits are the resource limits of each command; zero fields take
+	// the Default* values.
+	Limits Limits
+	// TmpSize is the size of the private /tmp (tmpfs) each command gets
+	// where it has a mount namespace; zero means DefaultTmpSize.
+	TmpSize int64
+}
+
+func (c Config) withDefaults() Config {
+	l := &c.Limits
+	if l.CPUTime <= 0 {
+		l.CPUTime = DefaultCPUTime
+	}
+	if l.Memory <= 0 {
+		l.Memory = DefaultMemory
+	}
+	if l.Processes <= 0 {
+		l.Processes = DefaultProcesses
+	}
+	if l.FileSize <= 0 {
+		l.FileSize = DefaultFileSize
+	}
+	if l.OpenFiles <= 0 {
+		l.OpenFiles = DefaultOpenFiles
+	}
+	if c.TmpSize <= 0 {
+		c.TmpSize = DefaultTmpSize
+	}
+	return c
+}
+
+// Platform is what confinement commands get on this machine, as found by
+// [New].
+type Platform struct {
+	// Confined is false when Config.Unconfined was set.
+	Confined bool
+	// LandlockABI is the kernel's Landlock ABI version (0: none).
+	LandlockABI int
+	// Namespaces: each command runs in new user, mount, PID and IPC
+	// namespaces (and a network namespace unless Network), sees a /proc
+	// of its own PID namespace (PrivateProc) and a private /tmp
+	// (PrivateTmp); its whole process tree dies with it.
+	Namespaces  bool
+	PrivateProc bool
+	PrivateTmp  bool
+	// NoNamespaces says why Namespaces is false.
+	NoNamespaces string
+	// Missing lists the parts of the confinement the probe found not to
+	// work (for example a pid_max this kernel keeps global).
+	Missing []string
+	// PIDMax: the PID namespace's pid_max bounds the command's processes.
+	PIDMax bool
+	// NPROC: RLIMIT_NPROC bounds them (false when the worker runs as
+	// root, which the kernel exempts).
+	NPROC bool
+	// Network: the command reaches the host's network.
+	Network bool
+	Limits  Limits
+}
+
+// String describes the platform in one line for the worker's log.
+func (p Platform) String() string {
+	if !p.Confined {
+		return "unconfined: commands run with the worker's privileges in their own process group"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "landlock ABI %d (read-only system directories, read-write workspace)", p.LandlockABI)
+	if p.Namespaces {
+		b.WriteString("; namespaces user+mount+pid+ipc")
+		if !p.Network {
+			b.WriteString("+net")
+		}
+		if p.PrivateProc {
+			b.WriteString(", private /proc")
+		}
+		if p.PrivateTmp {
+			b.WriteString(", private /tmp")
+		}
+	} else {
+		fmt.Fprintf(&b, "; no namespaces (%s): process group kill only, no /proc, no /tmp", p.NoNamespaces)
+	}
+	if p.Network {
+		b.WriteString("; host network")
+	} else {
+		b.WriteString("; no network")
+	}
+	procs := "unbounded (root is exempt from RLIMIT_NPROC and the kernel has no per-namespace pid_max)"
+	switch {
+	case p.NPROC && p.PIDMax:
+		procs = fmt.Sprintf("%d (rlimit and pid_max)", p.Limits.Processes)
+	case p.NPROC:
+		procs = fmt.Sprintf("%d (rlimit)", p.Limits.Processes)
+	case p.PIDMax:
+		procs = fmt.Sprintf("%d (pid_max)", pidMax(p.Limits.Processes))
+	}
+	fmt.Fprintf(&b, "; limits: cpu %s, memory %s, processes %s, file size %s, open files %d",
+		p.Limits.CPUTime, size(p.Limits.Memory), procs, size(p.Limits.FileSize), p.Limits.OpenFiles)
+	if len(p.Missing) > 0 {
+		fmt.Fprintf(&b, "; not available: %s", strings.Join(p.Missing, "; "))
+	}
+	return b.String()
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// pidMax is the pid_max of a command's PID namespace for a process limit.
+func pidMax(processes int) int { return max(processes+1, 301) }
+
+// Sandbox starts confined commands. It is safe for concurrent use.
+type Sandbox struct {
+	cfg      Config
+	platform Platform
+	// grants are the read-only paths, expanded once from the system
+	// directories, Config.ReadOnly and Config.Deny.
+	grants []grant
+}
+
+// New finds out what the platform gives and returns a Sandbox that confines
+// every command as much as it can. On Linux this runs the helper once (see
+// [Main]), so the binary must call Main first thing.
+//
+// Without Landlock (or off Linux) New fails with an error wrapping
+// [ErrUnavailable] that says what is missing, unless cfg.Unconfined is set.
+func New(ctx context.Context, cfg Config) (*Sandbox, error) {
+	cfg = cfg.withDefaults()
+	for _, p := range append(append([]string(nil), cfg.ReadOnly...), cfg.Deny...) {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("sandbox: path %q is not absolute", p)
+		}
+	}
+	s := &Sandbox{cfg: cfg, platform: Platform{Limits: cfg.Limits, Network: true}}
+	if cfg.Unconfined {
+		return s, nil
+	}
+	var err error
+	if s.grants, err = readOnlyGrants(systemDirs, privateDirs, cfg.ReadOnly, cfg.Deny); err != nil {
+		return nil, err
+	}
+	if s.platform, err = probe(ctx, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Platform returns what confinement commands get.
+func (s *Sandbox) Platform() Platform { return s.platform }
+
+// Cmd is a command prepared by [Sandbox.Command]. Its stdin is empty.
+type Cmd struct {
+	// Stdout and Stderr receive the output; nil discards it. Set them
+	// before Start.
+	Stdout, Stderr io.Writer
+
+	box  *Sandbox
+	path string
+	argv []string
+	dir  string
+	env  []string
+	cmd  *exec.Cmd
+	// tree: the command's processes die with its first one (the init of
+	// its PID namespace); otherwise the process group is killed.
+	tree bool
+}
+
+// Command prepares path with argv (argv[0] first) to run in dir (absolute)
+// with exactly env. Confined, the command may read the system directories
+// and write only dir (and its private /tmp).
+func (s *Sandbox) Command(dir string, env []string, path string, argv ...string) *Cmd {
+	if env == nil {
+		env = []string{} // never the process's own
+	}
+	return &Cmd{box: s, path: path, argv: argv, dir: dir, env: env}
+}
+
+// Start starts the command; when confined, it returns once the confinement
+// is in place and the command runs, or with the error that stopped it. ctx
+// bounds the start only; use Kill to stop the command.
+func (c *Cmd) Start(ctx context.Context) error {
+	if c.cmd != nil {
+		return errors.New("sandbox: command already started")
+	}
+	if !c.box.platform.Confined {
+		cmd := &exec.Cmd{Path: c.path, Args: c.argv, Dir: c.dir, Env: c.env, Stdout: c.Stdout, Stderr: c.Stderr}
+		setProcessGroup(cmd)
+		c.cmd = cmd
+		return cmd.Start()
+	}
+	return c.startConfined(ctx)
+}
+
+// Wait waits for the command to exit, then kills whatever it left running
+// (its process group; with a PID namespace, the kernel already did). Its
+// error is that of [exec.Cmd.Wait].
+func (c *Cmd) Wait() error {
+	if c.cmd == nil {
+		return errors.New("sandbox: command not started")
+	}
+	err := c.cmd.Wait()
+	if !c.tree {
+		killProcessGroup(c.cmd.Process.Pid)
+	}
+	return err
+}
+
+// Kill kills the command and every process it started. It may be called
+// concurrently with Wait.
+func (c *Cmd) Kill() {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return
+	}
+	if !c.tree {
+		killProcessGroup(c.cmd.Process.Pid)
+	}
+	c.cmd.Process.Kill() //nolint:errcheck // it may have exited
+}
+
+// ProcessState is the state of the exited command (nil before Wait).
+func (c *Cmd) ProcessState() *os.ProcessState {
+	if c.cmd == nil {
+		return nil
+	}
+	return c.cmd.ProcessState
+}
