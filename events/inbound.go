@@ -246,7 +246,7 @@ func DecodeInbound(contentType string, data []byte, maxBytes int) (*Inbound, err
 			return nil, &DecodeError{Reason: "malformed JSON: trailing data after the object"}
 		}
 	} else {
-		if err := unmarshalMsgpack(data, &in, true); err != nil {
+		if err := unmarshalMsgpack(data, &in, true, MaxInboundValues); err != nil {
 			return nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
 		}
 	}

@@ -57,6 +57,19 @@ func (e *MsgpackError) Unwrap() error { return e.Err }
 // left (each element takes at least one byte, a map pair two), and arrays
 // and maps may nest at most MaxDepth deep. It returns a *MsgpackError.
 func CheckMsgpack(data []byte) error {
+	return checkMsgpack(data, 0)
+}
+
+// MaxInboundValues bounds the values (scalars, strings, arrays and maps,
+// counted alike) in one inbound msgpack message. The walk bounds a
+// decoder's allocations by the payload's size, but a payload of one-byte
+// elements still decodes into tens of times its size (4 MiB of nils in
+// "images" are 4 Mi Images, 128 MiB); a real message has a few values per
+// client tool parameter, far below this.
+const MaxInboundValues = 1 << 16
+
+// checkMsgpack is CheckMsgpack; maxValues > 0 also bounds the values read.
+func checkMsgpack(data []byte, maxValues int) error {
 	// open holds, per open array or map (innermost last), how many of its
 	// elements are still to come; only its length matters (the depth).
 	// Sixteen levels cover every payload the fleet writes without a heap
@@ -64,8 +77,11 @@ func CheckMsgpack(data []byte) error {
 	var stack [16]uint64
 	open := stack[:0]
 	pending := uint64(1) // values still to read: the top-level one
-	pos := 0
+	pos, values := 0, 0
 	for pending > 0 {
+		if values++; maxValues > 0 && values > maxValues {
+			return &MsgpackError{Offset: pos, Reason: fmt.Sprintf("more than %d values", maxValues), Err: ErrTooLarge}
+		}
 		for len(open) > 0 && open[len(open)-1] == 0 {
 			open = open[:len(open)-1]
 		}
@@ -182,13 +198,13 @@ func readLen(data []byte, pos, n int) (uint64, int, error) {
 // through it (or through DecodeInbound and DecodeEvent, which use it). It
 // returns a *MsgpackError.
 func UnmarshalMsgpack(data []byte, v any) error {
-	return unmarshalMsgpack(data, v, false)
+	return unmarshalMsgpack(data, v, false, 0)
 }
 
 // unmarshalMsgpack is UnmarshalMsgpack; strict rejects map keys that name
-// no field of a struct.
-func unmarshalMsgpack(data []byte, v any, strict bool) error {
-	if err := CheckMsgpack(data); err != nil {
+// no field of a struct; maxValues > 0 bounds the values data may hold.
+func unmarshalMsgpack(data []byte, v any, strict bool, maxValues int) error {
+	if err := checkMsgpack(data, maxValues); err != nil {
 		return err
 	}
 	dec := msgpack.GetDecoder()

@@ -171,6 +171,7 @@ func TestHostilePayloads(t *testing.T) {
 		{"deep arrays", "", nested(1 << 20), ErrTooDeep},
 		{"deep maps", "", nestedMaps(1 << 18), ErrTooDeep},
 		{"bomb inside a tool's parameters", "", unhex("81 a5 746f6f6c73 91 82 a4 6e616d65 a1 78 aa 706172616d6574657273 81 a1 61 dfffffffff"), ErrTruncated},
+		{"many small values", ContentMsgpack, append(unhex("81 a6 696d61676573 dd 00010000"), bytes.Repeat([]byte{0xc0}, 1<<16)...), nil},
 		// encoding/json has its own depth limit (10000) and allocates as
 		// it reads, so JSON needs no walk; these pin that.
 		{"deep JSON arrays", ContentJSON, []byte(`{"text":"a","tools":[{"name":"x","parameters":{"a":` + deepJSON + `}}]}`), nil},
@@ -193,6 +194,32 @@ func TestHostilePayloads(t *testing.T) {
 				t.Fatalf("UnmarshalMsgpack = %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestInboundValueBudget: an inbound message holds at most
+// MaxInboundValues values; an event (written by workers) has no such bound.
+func TestInboundValueBudget(t *testing.T) {
+	t.Parallel()
+	parameters := func(n int) []byte {
+		p := unhex("81 a5 746f6f6c73 91 82 a4 6e616d65 a1 78 aa 706172616d6574657273 81 a1 61 dd")
+		p = append(p, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+		return append(p, bytes.Repeat([]byte{0x01}, n)...)
+	}
+	// The map, "tools", its array, the tool, two keys and "x", "parameters"
+	// map, "a" and its array: 10 values around the elements.
+	fits := parameters(MaxInboundValues - 10)
+	if _, err := DecodeInbound(ContentMsgpack, fits, 0); err == nil || errors.Is(err, ErrTooLarge) {
+		// The message has no text: it is refused, but not for its size.
+		t.Fatalf("DecodeInbound at the budget = %v, want an error that is not ErrTooLarge", err)
+	}
+	over := parameters(MaxInboundValues - 9)
+	if _, err := DecodeInbound(ContentMsgpack, over, 0); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "more than 65536 values") {
+		t.Fatalf("DecodeInbound over the budget = %v, want ErrTooLarge", err)
+	}
+	var v any
+	if err := UnmarshalMsgpack(over, &v); err != nil {
+		t.Fatalf("UnmarshalMsgpack has no budget: %v", err)
 	}
 }
 
@@ -260,4 +287,34 @@ func FuzzCheckMsgpack(f *testing.F) {
 		}
 		_ = dec.Decode(&v)
 	})
+}
+
+// BenchmarkDecodeInboundWorst measures what the walk still lets through: an
+// inbound payload with as many values as MaxInboundValues allows, shaped to
+// make the decoder allocate the most per byte. B/op is the most one message
+// can make a worker allocate that way.
+func BenchmarkDecodeInboundWorst(b *testing.B) {
+	n := MaxInboundValues - 16
+	arrayOf := func(prefix []byte, elem byte) []byte {
+		p := append(prefix, 0xdd, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+		return append(p, bytes.Repeat([]byte{elem}, n)...)
+	}
+	for _, tt := range []struct {
+		name string
+		data []byte
+	}{
+		// {"images": [nil, nil, …]}: one Image (32 bytes) per byte.
+		{"images", arrayOf(unhex("81 a6 696d61676573"), 0xc0)},
+		// {"tools": [{"name": "x", "parameters": {"a": [[], [], …]}}]}: one
+		// boxed empty slice per byte.
+		{"parameters", arrayOf(unhex("81 a5 746f6f6c73 91 82 a4 6e616d65 a1 78 aa 706172616d6574657273 81 a1 61"), 0x90)},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(tt.data)))
+			for b.Loop() {
+				_, _ = DecodeInbound(ContentMsgpack, tt.data, 0)
+			}
+		})
+	}
 }
