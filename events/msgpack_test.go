@@ -148,7 +148,7 @@ func TestCheckMsgpackDoesNotAllocate(t *testing.T) {
 	for _, tt := range []struct {
 		data []byte
 		max  float64
-	}{{mustEvent(t), 0}, {nested(16), 0}, {bomb, 4}, {nested(MaxDepth + 1), 4 + 14}} {
+	}{{mustEvent(t), 0}, {nested(16), 0}, {bomb, 8}, {nested(MaxDepth + 1), 8 + 14}} {
 		if n := testing.AllocsPerRun(20, func() { _ = CheckMsgpack(tt.data) }); n > tt.max {
 			t.Fatalf("CheckMsgpack(%x…) allocates %.0f times, want at most %.0f", tt.data[:8], n, tt.max)
 		}
