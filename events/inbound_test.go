@@ -290,6 +290,14 @@ func BenchmarkDecodeEvent(b *testing.B) {
 				}
 			}
 		})
+		b.Run(tt.name+"/walk", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := CheckMsgpack(tt.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
