@@ -34,13 +34,13 @@ func TestHostileDecode(t *testing.T) {
 	nc := natstest.Connect(t, srv.URL)
 	js, _ := jetstream.New(nc)
 	c, _ := lanefleet.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
 	created, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED." + events.InboundStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker, _ := startProcess(t, srv.URL, "target")
+	worker, _ := startProcess(t, srv.URL, "target") // builds the binary first: no deadline before
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	waitForStream(t, ctx, js, created)
 
 	const session = "hostile"
