@@ -201,7 +201,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 // messages sent before it have been taken; Wait on the returned run to know
 // it was applied (its result's text describes the settings in force).
 func (c *Client) SetQueueSettings(ctx context.Context, session string, s queue.Overrides) (*Run, error) {
-	return c.sendSettings(ctx, session, events.QueueSettingsOf(s))
+	return c.sendSettings(ctx, session, QueueSettingsOf(s))
 }
 
 // ResetQueueSettings clears a session's stored queue settings, in lane order
@@ -237,7 +237,34 @@ func (c *Client) QueueSettings(ctx context.Context, session string) (queue.Overr
 	if err := json.Unmarshal(raw, &q); err != nil {
 		return queue.Overrides{}, fmt.Errorf("lanefleet: stored settings of %q: %w", session, err)
 	}
-	return q.Overrides(), nil
+	return OverridesOf(&q), nil
+}
+
+// QueueSettingsOf returns queue settings in their wire form (what a
+// settings message carries and a lane stores).
+func QueueSettingsOf(o queue.Overrides) *events.QueueSettings {
+	q := &events.QueueSettings{Mode: string(o.Mode), Cap: o.Cap, Drop: string(o.Drop)}
+	if o.Debounce != nil {
+		ms := o.Debounce.Milliseconds()
+		q.DebounceMs = &ms
+	}
+	return q
+}
+
+// OverridesOf returns queue settings in their wire form (nil = none) as a
+// layer for queue.Resolve.
+func OverridesOf(q *events.QueueSettings) queue.Overrides {
+	if q == nil {
+		return queue.Overrides{}
+	}
+	o := queue.Overrides{Cap: q.Cap}
+	o.Mode, _ = queue.ParseMode(q.Mode)
+	o.Drop, _ = queue.ParseDropPolicy(q.Drop)
+	if q.DebounceMs != nil {
+		d := time.Duration(*q.DebounceMs) * time.Millisecond
+		o.Debounce = &d
+	}
+	return o
 }
 
 // Run returns a handle on an existing run, e.g. to replay its events.

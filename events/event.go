@@ -204,7 +204,7 @@ func DecodeEvent(contentType string, data []byte) (*Event, error) {
 		if err := json.Unmarshal(data, &e); err != nil {
 			return nil, &DecodeError{Reason: "malformed JSON event: " + jsonReason(err), Err: err}
 		}
-	} else if err := msgpack.Unmarshal(data, &e); err != nil {
+	} else if err := UnmarshalMsgpack(data, &e); err != nil {
 		return nil, &DecodeError{Reason: "malformed msgpack event: " + err.Error(), Err: err}
 	}
 	if e.Stream == "" {

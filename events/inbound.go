@@ -8,12 +8,9 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
 // Version is the schema version this package writes and the highest it reads.
@@ -81,31 +78,14 @@ func (q *QueueSettings) Validate() error {
 	case q.Cap < 0 || q.Cap > 1000:
 		return &DecodeError{Field: "queueSettings.cap", Reason: fmt.Sprintf("%d is not between 1 and 1000", q.Cap)}
 	}
-	if q.Drop != "" {
-		if _, ok := queue.ParseDropPolicy(q.Drop); !ok {
-			return &DecodeError{Field: "queueSettings.drop", Reason: fmt.Sprintf("unknown drop policy %q (old, new, summarize)", clip(q.Drop))}
-		}
+	if _, ok := dropName(q.Drop); q.Drop != "" && !ok {
+		return &DecodeError{Field: "queueSettings.drop", Reason: fmt.Sprintf("unknown drop policy %q (old, new, summarize)", clip(q.Drop))}
 	}
 	return nil
 }
 
-// Overrides returns the settings as a layer for queue.Resolve.
-func (q *QueueSettings) Overrides() queue.Overrides {
-	if q == nil {
-		return queue.Overrides{}
-	}
-	var o queue.Overrides
-	o.Mode, _ = queue.ParseMode(q.Mode)
-	o.Drop, _ = queue.ParseDropPolicy(q.Drop)
-	o.Cap = q.Cap
-	if q.DebounceMs != nil {
-		d := time.Duration(*q.DebounceMs) * time.Millisecond
-		o.Debounce = &d
-	}
-	return o
-}
-
-// Apply returns the stored settings q (nil = none) changed by ch.
+// Apply returns the stored settings q (nil = none) changed by ch. Mode and
+// drop names are stored by their canonical names.
 func (q *QueueSettings) Apply(ch *QueueSettings) *QueueSettings {
 	var out QueueSettings
 	if q != nil && !ch.Reset {
@@ -113,8 +93,7 @@ func (q *QueueSettings) Apply(ch *QueueSettings) *QueueSettings {
 	}
 	out.Reset = false
 	if ch.Mode != "" {
-		m, _ := queue.ParseMode(ch.Mode)
-		out.Mode = string(m)
+		out.Mode, _ = modeName(ch.Mode)
 	}
 	if ch.DebounceMs != nil {
 		d := *ch.DebounceMs
@@ -124,20 +103,44 @@ func (q *QueueSettings) Apply(ch *QueueSettings) *QueueSettings {
 		out.Cap = ch.Cap
 	}
 	if ch.Drop != "" {
-		p, _ := queue.ParseDropPolicy(ch.Drop)
-		out.Drop = string(p)
+		out.Drop, _ = dropName(ch.Drop)
 	}
 	return &out
 }
 
-// QueueSettingsOf converts an Overrides layer to its wire form.
-func QueueSettingsOf(o queue.Overrides) *QueueSettings {
-	q := &QueueSettings{Mode: string(o.Mode), Cap: o.Cap, Drop: string(o.Drop)}
-	if o.Debounce != nil {
-		ms := o.Debounce.Milliseconds()
-		q.DebounceMs = &ms
+// The wire schema names queue modes and drop policies itself: it is a leaf
+// package and validates at the edge without importing the lane runtime.
+// lanes/queue's ParseMode and ParseDropPolicy read exactly these names (a
+// test pins that the two agree).
+var (
+	modeNames = map[string]string{
+		"steer": "steer", "steering": "steer", "queue": "steer", "queued": "steer",
+		"followup": "followup", "follow-ups": "followup", "followups": "followup", "enqueue": "followup",
+		"collect": "collect", "coalesce": "collect",
+		"steer-backlog": "steer-backlog", "steer+backlog": "steer-backlog", "steer_backlog": "steer-backlog",
+		"interrupt": "interrupt", "interrupts": "interrupt", "abort": "interrupt",
+		"reject":   "reject",
+		"rollback": "rollback",
 	}
-	return q
+	dropNames = map[string]string{
+		"old": "old", "oldest": "old",
+		"new": "new", "newest": "new",
+		"summarize": "summarize", "summary": "summarize",
+	}
+)
+
+// modeName returns the canonical name of a queue mode name or alias
+// (case-insensitive, trimmed), or false when there is none.
+func modeName(s string) (string, bool) {
+	m, ok := modeNames[strings.ToLower(strings.TrimSpace(s))]
+	return m, ok
+}
+
+// dropName returns the canonical name of a drop policy name or alias
+// (case-insensitive, trimmed), or false when there is none.
+func dropName(s string) (string, bool) {
+	d, ok := dropNames[strings.ToLower(strings.TrimSpace(s))]
+	return d, ok
 }
 
 // String describes the settings, e.g. "mode collect, debounce 1000ms, cap 20, drop summarize".
@@ -243,9 +246,7 @@ func DecodeInbound(contentType string, data []byte, maxBytes int) (*Inbound, err
 			return nil, &DecodeError{Reason: "malformed JSON: trailing data after the object"}
 		}
 	} else {
-		dec := msgpack.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields(true)
-		if err := dec.Decode(&in); err != nil {
+		if err := unmarshalMsgpack(data, &in, true, MaxInboundValues); err != nil {
 			return nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
 		}
 	}
@@ -344,7 +345,7 @@ func validateTools(in *Inbound) error {
 
 // validMode accepts exactly the names and aliases the lane owner acts on.
 func validMode(s string) bool {
-	_, ok := queue.ParseMode(s)
+	_, ok := modeName(s)
 	return ok
 }
 

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -146,17 +147,10 @@ func TestQueueSettingsApply(t *testing.T) {
 	if got := stored.String(); got != "mode collect, debounce 0ms, cap 3, drop old" {
 		t.Fatalf("second change: %s", got)
 	}
-	o := stored.Overrides()
-	if o.Mode != "collect" || o.Debounce == nil || *o.Debounce != 0 || o.Cap != 3 || o.Drop != "old" {
-		t.Fatalf("overrides = %+v", o)
-	}
 	// Reset clears first, then applies what the change sets.
 	stored = stored.Apply(&QueueSettings{Reset: true, Mode: "steer"})
 	if got := stored.String(); got != "mode steer" || stored.Reset {
 		t.Fatalf("reset: %s", got)
-	}
-	if got := QueueSettingsOf(o); got.String() != "mode collect, debounce 0ms, cap 3, drop old" {
-		t.Fatalf("QueueSettingsOf = %s", got)
 	}
 }
 
@@ -165,6 +159,12 @@ func FuzzDecodeInbound(f *testing.F) {
 	f.Add("application/json", []byte(`{"text":"a","images":[{"mimeType":"image/png","data":"aGk="}]}`))
 	f.Add("", mustPack(f, map[string]any{"text": "hi", "mode": "collect"}))
 	f.Add("", []byte{0x85, 0x01})
+	// The attacks of issue 10: an allocation bomb, deep nesting.
+	f.Add("", bomb)
+	f.Add(ContentMsgpack, nested(MaxDepth+1))
+	f.Add("", nestedMaps(100))
+	f.Add("", unhex("81 a5 746f6f6c73 91 82 a4 6e616d65 a1 78 aa 706172616d6574657273 81 a1 61 dfffffffff"))
+	f.Add(ContentJSON, []byte(`{"text":"a","tools":[{"name":"x","parameters":{"a":`+strings.Repeat("[", 20000)+`}}]}`))
 	f.Fuzz(func(t *testing.T, ct string, data []byte) {
 		in, err := DecodeInbound(ct, data, 1<<16)
 		if err != nil {
@@ -194,9 +194,111 @@ func FuzzDecodeEvent(f *testing.F) {
 	data, ct, _ := EncodeEvent(&Event{Stream: StreamAssistant, Data: EventData{Delta: "x"}}, false)
 	f.Add(ct, data)
 	f.Add("", []byte(`{"stream":"final","data":{"result":{"meta":{"durationMs":1}}}}`))
+	f.Add("", bomb)
+	f.Add("", nested(MaxDepth+1))
+	f.Add("", mustEvent(f))
+	f.Add(ContentMsgpack, unhex("82 a6 73747265616d a4 74657874 a4 64617461 81 a4 61726773 dd ffffffff"))
 	f.Fuzz(func(t *testing.T, ct string, data []byte) {
-		_, _ = DecodeEvent(ct, data)
+		ev, err := DecodeEvent(ct, data)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("error is not a DecodeError: %T %v", err, err)
+			}
+			return
+		}
+		// What decodes encodes, and decodes again.
+		b, ct2, err := EncodeEvent(ev, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeEvent(ct2, b); err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
 	})
+}
+
+// BenchmarkDecodeInbound measures the bounds walk's cost on a typical
+// inbound message: checked is DecodeInbound (walk, decode, validate);
+// unchecked the same decode and validation without the walk; walk the walk
+// alone. The overhead is checked/unchecked.
+func BenchmarkDecodeInbound(b *testing.B) {
+	in := &Inbound{ID: "c0ffee-1234", Text: "hello there, how are you today? Tell me about the weather.",
+		Model: "anthropic/claude-sonnet-4-6", Sent: 1700000000000}
+	data, ct, _ := EncodeInbound(in, false)
+	b.Run("checked", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeInbound(ct, data, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("unchecked", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var in Inbound
+			dec := msgpack.GetDecoder()
+			dec.Reset(bytes.NewReader(data))
+			dec.DisallowUnknownFields(true)
+			if err := dec.Decode(&in); err != nil {
+				b.Fatal(err)
+			}
+			msgpack.PutDecoder(dec)
+			if err := in.Validate(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("walk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := CheckMsgpack(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDecodeEvent is BenchmarkDecodeInbound for events: a streamed
+// delta (most events) and a final event with a result.
+func BenchmarkDecodeEvent(b *testing.B) {
+	delta, _, _ := EncodeEvent(&Event{RunID: "1234", SessionKey: "alice", Seq: 17, Attempt: 1, Stream: StreamAssistant, TS: 1700000000000,
+		Data: EventData{Delta: "the weather ", Text: "Today the weather "}}, false)
+	final, _, _ := EncodeEvent(&Event{RunID: "1234", SessionKey: "alice", Seq: 40, Attempt: 1, Stream: StreamFinal, TS: 1700000000000,
+		Data: EventData{Result: &Result{Payloads: []Payload{{Text: strings.Repeat("Today the weather is fine. ", 20)}},
+			Meta: Meta{DurationMs: 1234, StopReason: "stop", AgentMeta: &AgentMeta{SessionID: "0193c0de-aaaa-bbbb-cccc-1234567890ab",
+				Provider: "anthropic", Model: "claude-sonnet-4-6", Usage: &UsageMeta{Input: 1200, Output: 300, Total: 1500}}}}}}, false)
+	for _, tt := range []struct {
+		name string
+		data []byte
+	}{{"delta", delta}, {"final", final}} {
+		b.Run(tt.name+"/checked", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeEvent(ContentMsgpack, tt.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tt.name+"/unchecked", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var e Event
+				if err := msgpack.Unmarshal(tt.data, &e); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tt.name+"/walk", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := CheckMsgpack(tt.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 func BenchmarkCodec(b *testing.B) {

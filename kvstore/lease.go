@@ -59,7 +59,9 @@ func (l *Lanes) Acquire(ctx context.Context, token string, info LeaseInfo) (*Lea
 	}
 }
 
-// Holder returns the current holder of a lane's lease, or ok=false.
+// Holder returns the current holder of a lane's lease, or ok=false. A lease
+// whose value does not decode is held (ok=true) by an unknown owner, with a
+// *CorruptError.
 func (l *Lanes) Holder(ctx context.Context, token string) (info LeaseInfo, ok bool, err error) {
 	e, err := l.kv.Get(ctx, leaseKey(token))
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
@@ -68,8 +70,8 @@ func (l *Lanes) Holder(ctx context.Context, token string) (info LeaseInfo, ok bo
 	if err != nil {
 		return LeaseInfo{}, false, fmt.Errorf("kvstore: holder %s: %w", token, err)
 	}
-	if err := msgpack.Unmarshal(e.Value(), &info); err != nil {
-		return LeaseInfo{}, false, fmt.Errorf("kvstore: holder %s: %w", token, err)
+	if err := decode(e.Key(), e.Revision(), e.Value(), &info); err != nil {
+		return LeaseInfo{}, true, err
 	}
 	return info, true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +28,8 @@ type Record struct {
 	Final []byte `msgpack:"final,omitempty"`
 }
 
-// Record reads the record of one turn (leader read).
+// Record reads the record of one turn (leader read). A record that does not
+// decode is a *CorruptError.
 func (l *Lanes) Record(ctx context.Context, token string, seq uint64) (Record, bool, error) {
 	var r Record
 	e, err := l.kv.Get(ctx, recordKey(token, seq))
@@ -37,8 +39,8 @@ func (l *Lanes) Record(ctx context.Context, token string, seq uint64) (Record, b
 	if err != nil {
 		return r, false, fmt.Errorf("kvstore: record %s/%d: %w", token, seq, err)
 	}
-	if err := msgpack.Unmarshal(e.Value(), &r); err != nil {
-		return r, false, fmt.Errorf("kvstore: record %s/%d: %w", token, seq, err)
+	if err := decode(e.Key(), e.Revision(), e.Value(), &r); err != nil {
+		return Record{}, false, err
 	}
 	return r, true, nil
 }
@@ -52,7 +54,9 @@ type Cursor struct {
 }
 
 // Cursor reads a lane's cursor (zero value for a new lane) from its newest
-// record, on the stream leader.
+// record, on the stream leader. When that record does not decode, Cursor
+// returns the position its key names, without a session id, and a
+// *CorruptError: the lane can go on.
 func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 	raw, err := l.stream.GetLastMsgForSubject(ctx, l.prefix+token+".tx.>")
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -65,8 +69,12 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 		return Cursor{}, nil // the transcript was deleted
 	}
 	var r Record
-	if err := msgpack.Unmarshal(raw.Data, &r); err != nil {
-		return Cursor{}, fmt.Errorf("kvstore: cursor %s: %w", token, err)
+	if err := decode(strings.TrimPrefix(raw.Subject, l.prefix), raw.Sequence, raw.Data, &r); err != nil {
+		seq, ok := recordSeq(raw.Subject)
+		if !ok {
+			return Cursor{}, fmt.Errorf("kvstore: cursor %s: %w", token, err)
+		}
+		return Cursor{Seq: seq}, err
 	}
 	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID}, nil
 }
@@ -81,7 +89,9 @@ func (s *Lease) PutRecord(ctx context.Context, r Record) error {
 }
 
 // Records reads a lane's transcript records in the order they were written.
-// It walks the stream with leader reads (next message by subject filter), one
+// Records that do not decode are skipped: the others are returned along
+// with a *CorruptError for each skipped one (joined), so a caller that can
+// go on without them does. It walks the stream with leader reads (next message by subject filter), one
 // request per record: plain request/response survives leader changes, where
 // an ordered consumer created during a failover can wait forever.
 func (l *Lanes) Records(ctx context.Context, token string) ([]Record, error) {
@@ -91,7 +101,10 @@ func (l *Lanes) Records(ctx context.Context, token string) ([]Record, error) {
 		defer cancel()
 	}
 	filter := l.prefix + token + ".tx.>"
-	var out []Record
+	var (
+		out     []Record
+		corrupt []error
+	)
 	for seq := uint64(1); ; {
 		// Each read gets its own short deadline: a request lost in a leader
 		// change is retried by the caller instead of waiting out the minute.
@@ -99,7 +112,7 @@ func (l *Lanes) Records(ctx context.Context, token string) ([]Record, error) {
 		raw, err := l.stream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(filter))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, nil
+			return out, errors.Join(corrupt...)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
@@ -109,8 +122,9 @@ func (l *Lanes) Records(ctx context.Context, token string) ([]Record, error) {
 			continue // a delete or purge marker
 		}
 		var r Record
-		if err := msgpack.Unmarshal(raw.Data, &r); err != nil {
-			return nil, fmt.Errorf("kvstore: record %s (stream seq %d): %w", raw.Subject, raw.Sequence, err)
+		if err := decode(strings.TrimPrefix(raw.Subject, l.prefix), raw.Sequence, raw.Data, &r); err != nil {
+			corrupt = append(corrupt, err)
+			continue
 		}
 		out = append(out, r)
 	}

@@ -86,6 +86,22 @@ func (p *plan) jsonOf(run string) bool {
 	return false
 }
 
+// overridesOf returns a session's stored queue settings (nil = none) as a
+// layer for queue.Resolve.
+func overridesOf(q *events.QueueSettings) queue.Overrides {
+	if q == nil {
+		return queue.Overrides{}
+	}
+	o := queue.Overrides{Cap: q.Cap}
+	o.Mode, _ = queue.ParseMode(q.Mode)
+	o.Drop, _ = queue.ParseDropPolicy(q.Drop)
+	if q.DebounceMs != nil {
+		d := time.Duration(*q.DebounceMs) * time.Millisecond
+		o.Debounce = &d
+	}
+	return o
+}
+
 // defaultMode is the mode of a message that names none: the session's
 // stored mode, else followup. (The reference's default is collect; the
 // fleet keeps one turn per message unless a session or message asks.)
@@ -122,7 +138,7 @@ const gatherMax = 1000
 // no longer grow); then the cap and drop policy pick what is merged, and the
 // turn runs as the run of the oldest message kept.
 func (o *owner) planCollect(ctx context.Context, first collected) (*plan, error) {
-	s := queue.Resolve(o.settings.Overrides())
+	s := queue.Resolve(overridesOf(o.settings))
 	batch := []collected{first}
 	closer, err := o.gather(ctx, &batch)
 	if err != nil {

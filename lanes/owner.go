@@ -118,6 +118,11 @@ func (o *owner) drain(ctx context.Context) bool {
 	wg.Go(func() { settings, serr = o.w.lanes.Settings(ctx, o.token) })
 	c, err := o.w.lanes.Cursor(ctx, o.token)
 	wg.Wait()
+	if errors.Is(err, kvstore.ErrCorrupt) {
+		// c still holds the lane's position (kvstore.ErrCorrupt says why).
+		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
+		err = nil
+	}
 	if err == nil {
 		err = serr
 	}
@@ -238,7 +243,9 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	// is briefly unavailable delays the lane but never dead-letters a message.
 	if !o.loaded {
 		recs, err := o.w.lanes.Records(ctx, o.token)
-		if err != nil {
+		if errors.Is(err, kvstore.ErrCorrupt) {
+			o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
+		} else if err != nil {
 			return err
 		}
 		o.history, o.loaded = kvstore.Entries(recs), true

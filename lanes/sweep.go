@@ -58,7 +58,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 			continue
 		}
 		cur, err := w.lanes.Cursor(ctx, token)
-		if err != nil {
+		if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 			continue
 		}
 		next, err := w.streams.Inbound.GetMsg(ctx, cur.Seq+1, jetstream.WithGetMsgSubject(subj))

@@ -475,7 +475,7 @@ func settings(ctx context.Context, fs *flag.FlagSet, c *common, args []string, s
 		if err != nil {
 			return err
 		}
-		stored := events.QueueSettingsOf(o)
+		stored := lanefleet.QueueSettingsOf(o)
 		eff := queue.Resolve(o)
 		if o.Mode == "" {
 			eff.Mode = queue.ModeFollowup // the fleet's default for messages without a mode
@@ -496,7 +496,7 @@ func settings(ctx context.Context, fs *flag.FlagSet, c *common, args []string, s
 		}
 	}
 	if q.Reset = false; q != (events.QueueSettings{}) {
-		if r, err = cl.SetQueueSettings(ctx, c.session, q.Overrides()); err != nil {
+		if r, err = cl.SetQueueSettings(ctx, c.session, lanefleet.OverridesOf(&q)); err != nil {
 			return err
 		}
 	}
