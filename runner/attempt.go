@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/lanefleet/lanefleet/compaction"
@@ -156,9 +155,7 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 					out.pending = append(out.pending, events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args)})
 					continue
 				}
-				if te := r.runTool(actx, c); te != nil {
-					out.toolError = te
-				}
+				r.runTool(actx, c, &out.toolErrors)
 				if timedOut() || ctx.Err() != nil {
 					break
 				}
@@ -223,9 +220,9 @@ func (r *run) lastAssistant() *message.Message {
 	return nil
 }
 
-// runTool executes one tool call and appends its result. It returns the
-// tool error to report, if the call failed.
-func (r *run) runTool(ctx context.Context, c message.Block) (te *replytext.ToolError) {
+// runTool executes one tool call, appends its result and records its end
+// in the attempt's tool-error memory.
+func (r *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolErrors) {
 	r.sub.flushBlocks(true)
 	r.sink.Emit(events.StreamTool, events.EventData{Phase: "start", Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
 	res := r.callTool(ctx, c)
@@ -236,16 +233,14 @@ func (r *run) runTool(ctx context.Context, c message.Block) (te *replytext.ToolE
 	}
 	msg, _ = guard.CapForPersistence(msg)
 	r.b.add(msg)
+	view := toolResultView(res)
 	r.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: res.IsError,
-		Payload: replytext.SanitizeToolResult(toolResultView(res))})
+		Payload: replytext.SanitizeToolResult(view)})
+	end := replytext.ToolEnd{Name: c.Name, Args: c.Arguments, Failed: res.IsError}
 	if res.IsError {
-		text := ""
-		if len(res.Content) > 0 {
-			text = res.Content[0].Text
-		}
-		return &replytext.ToolError{Name: c.Name, Error: firstLine(text, 400), Mutating: c.Name == "write" || c.Name == "edit"}
+		end.Error, _ = replytext.ToolErrorMessage(view)
 	}
-	return nil
+	te.Record(end)
 }
 
 // callTool finds and runs a tool; every failure becomes an error result.
@@ -292,14 +287,6 @@ func toolResultView(res tools.Result) map[string]any {
 		out["details"] = res.Details
 	}
 	return out
-}
-
-func firstLine(s string, n int) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	if len(s) > n {
-		s = s[:n]
-	}
-	return s
 }
 
 // steer appends the steer-mode messages that arrived since the last poll;

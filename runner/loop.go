@@ -59,7 +59,9 @@ type attemptOut struct {
 	compactions int
 	snapshot    []message.Message
 	pending     []events.PendingCall // client tool calls that ended the attempt
-	toolError   *replytext.ToolError
+	// toolErrors remembers the attempt's failing tools (its last standing
+	// failure ends the reply with a warning).
+	toolErrors replytext.ToolErrors
 	// iterLimit is set to the number of model calls when the attempt
 	// stopped at Config.MaxIterations (a tool loop that never ends).
 	iterLimit int
@@ -451,7 +453,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 		}
 
 		// Payloads (§3.2 step 9, §23).
-		in := replytext.PayloadInput{AssistantTexts: a.texts, LastAssistant: a.last, LastToolError: a.toolError}
+		in := replytext.PayloadInput{AssistantTexts: a.texts, LastAssistant: a.last, LastToolError: a.toolErrors.Last()}
 		if lastErrText != "" {
 			in.ErrorText = failover.UserText(lastErrText, l.req.model.Provider, l.req.model.ID)
 			in.FormattedRawError = lastErrText

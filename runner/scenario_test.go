@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +22,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/scripted"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // keyed is a provider whose answer depends on the API key and request, as a
@@ -430,5 +434,53 @@ func TestBlockReplies(t *testing.T) {
 	}
 	if strings.Join(strings.Fields(strings.Join(blocks, " ")), " ") != strings.Join(strings.Fields(text), " ") {
 		t.Fatal("the blocks do not add up to the reply")
+	}
+}
+
+// workspaceTools gives every run the built-in tools in one directory.
+type workspaceTools struct{ set tools.Set }
+
+func (w workspaceTools) Tools(context.Context, Input) (tools.Set, error) { return w.set, nil }
+
+// TestToolErrorWarning: the reply ends with "⚠️ <tool> failed" only while
+// the last failure stands (runtime spec §22, §23): a failed write is
+// forgotten once the same write succeeds, and remembered through the
+// success of a different one.
+func TestToolErrorWarning(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		calls  string // the scripted tool-call replies before the final text
+		want   []events.Payload
+		inFile string // a file the workspace must hold afterwards
+	}{
+		{"a write that fails and then succeeds leaves no warning",
+			`{"toolCalls":[{"name":"write","arguments":{"path":"notes.md"}}]},{"toolCalls":[{"name":"write","arguments":{"path":"notes.md","content":"hi"}}]}`,
+			[]events.Payload{{Text: "Saved."}}, "notes.md"},
+		{"a write that fails is reported although another write succeeds",
+			`{"toolCalls":[{"name":"write","arguments":{"path":"a.md"}}]},{"toolCalls":[{"name":"write","arguments":{"path":"b.md","content":"hi"}}]}`,
+			[]events.Payload{{Text: "Saved."}, {Text: "⚠️ write failed", IsError: true}}, "b.md"},
+		{"a failed read is forgotten after any success",
+			`{"toolCalls":[{"name":"read","arguments":{"path":"missing.md"}}]},{"toolCalls":[{"name":"write","arguments":{"path":"c.md","content":"hi"}}]}`,
+			[]events.Payload{{Text: "Saved."}}, "c.md"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			set, err := tools.Builtin(tools.Workspace{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			script := `#script {"replies":[` + tt.calls + `,{"text":"Saved."}]}`
+			cfg := Config{DefaultModel: "scripted/script", Resolver: multiResolver{}, Tools: workspaceTools{set}}
+			out := runOnce(t, cfg, events.Inbound{Text: script})
+			if !reflect.DeepEqual(out.Result.Payloads, tt.want) {
+				t.Fatalf("payloads %+v, want %+v", out.Result.Payloads, tt.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, tt.inFile)); err != nil {
+				t.Fatalf("the successful write did not happen: %v", err)
+			}
+		})
 	}
 }
