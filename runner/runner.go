@@ -191,29 +191,22 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	}
 	fcfg := &fallback.Config{Primary: r.cfg.DefaultModel, Fallbacks: r.cfg.Fallbacks, Aliases: r.cfg.Aliases}
 	requested, _ := fcfg.ParseRef(ref, "")
-	plan, err := fallback.NewPlan(fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
-		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes})
-	if err != nil {
-		return nil, err
-	}
+	req := fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
+		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes}
 	var model provider.Model
-	for step, ok := plan.Next(r.cfg.Now()); ok; step, ok = plan.Next(r.cfg.Now()) {
-		var out *loopOut
+	var out *loopOut
+	_, err := fallback.Run(ctx, req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
+		var err error
 		out, err = ru.tryModel(ctx, step.Candidate.String(), &model)
-		if err == nil {
-			return ru.finish(start, model, out), nil
-		}
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		if stop := plan.Failed(err); stop != nil {
-			return ru.fail(start, model, stop), nil
-		}
-	}
-	if ctx.Err() != nil {
+		return err
+	})
+	switch {
+	case err == nil:
+		return ru.finish(start, model, out), nil
+	case ctx.Err() != nil:
 		return nil, context.Cause(ctx)
 	}
-	return ru.fail(start, model, plan.Err()), nil
+	return ru.fail(start, model, err), nil
 }
 
 // addPrompt appends the user's message, with the context the before-start
