@@ -45,6 +45,8 @@ type run struct {
 	// answered are the client tools whose pending calls this run's message
 	// answers.
 	answered []string
+	// stateErrs are the auth-profile state writes that failed.
+	stateErrs []error
 }
 
 // entries returns the session as it stands: the history and this turn.

@@ -173,6 +173,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	start := r.cfg.Now()
 	ru := &run{r: r, in: in, sink: sink, history: in.History,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
+	defer ru.logStateErrors()
 	ru.addToolResults(in.Inbound.ToolResults)
 	if err := ru.setupTools(ctx); err != nil {
 		return nil, err
@@ -251,7 +252,19 @@ func (ru *run) tryModel(ctx context.Context, ref string, model *provider.Model) 
 	ru.window = w.Tokens
 	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
-		fallbackConfigured: len(cfg.Fallbacks) > 0, now: cfg.Now}, ru)
+		fallbackConfigured: len(cfg.Fallbacks) > 0, now: cfg.Now, stateErr: ru.stateErr}, ru)
+}
+
+// stateErr keeps a fleet-state write that failed: the run goes on (a lost
+// cooldown or usage mark is not worth failing a turn), and Run logs them
+// once when it ends.
+func (ru *run) stateErr(err error) { ru.stateErrs = append(ru.stateErrs, err) }
+
+func (ru *run) logStateErrors() {
+	if len(ru.stateErrs) > 0 {
+		ru.r.cfg.Logger.Warn().Err(errors.Join(ru.stateErrs...)).Str("run_id", ru.in.RunID).
+			Int("failed_writes", len(ru.stateErrs)).Msg("auth-profile state not recorded")
+	}
 }
 
 // setupTools gathers the run's tools: the source's and the client's.
