@@ -208,12 +208,22 @@ func TestConformanceRunLoop(t *testing.T) {
 		case out.runErr != nil || hasErrorPayload(out):
 			result = "errorPayload"
 		}
+		// Every expected key must be checked against what the loop did.
+		checked := map[string]bool{}
+		defer func() {
+			for key := range exp {
+				if !checked[key] {
+					t.Errorf("expected %q is not checked by the harness", key)
+				}
+			}
+		}()
 		check := func(key string, got any) {
 			t.Helper()
 			want, ok := exp[key]
 			if !ok {
 				return
 			}
+			checked[key] = true
 			if ok, diff := conformance.Equal(jsonValue(t, got), want); !ok {
 				t.Errorf("%s: %s", key, diff)
 			}
@@ -226,9 +236,7 @@ func TestConformanceRunLoop(t *testing.T) {
 			if out.runErr != nil {
 				kind = out.runErr.Kind
 			}
-			if result != "success" || exp["metaErrorKind"] != nil {
-				check("metaErrorKind", kind)
-			}
+			check("metaErrorKind", kind)
 			check("agentMetaCompactionCount", out.compactions)
 			check("payloads", out.payloads)
 			check("metaAborted", out.aborted)
@@ -255,6 +263,7 @@ func TestConformanceRunLoop(t *testing.T) {
 			check("profileCooldownAfterRun", cd)
 		}
 		if th, ok := exp["thrown"]; ok {
+			checked["thrown"] = true
 			if err == nil {
 				t.Fatalf("nothing thrown, want %v", th)
 			}
