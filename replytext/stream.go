@@ -146,12 +146,11 @@ type BlockFilter struct {
 	// committed by messaging tools during the run.
 	MessagingSent []string
 
-	tags      Stripper
-	last      string
-	lastText  string
-	lastNorm  string
-	haveLast  bool
-	delivered []string
+	tags     Stripper
+	last     string
+	lastText string
+	lastNorm string
+	haveLast bool
 }
 
 // Reset starts a new assistant message (MessagingSent is kept).

@@ -353,10 +353,4 @@ func IsFailover(r provider.Reason) bool {
 	return false
 }
 
-// Retryable reports whether the same request may succeed if simply sent
-// again later (rate_limit, overloaded, timeout).
-func Retryable(r provider.Reason) bool {
-	return r == provider.ReasonRateLimit || r == provider.ReasonOverloaded || r == provider.ReasonTimeout
-}
-
 func atoi(s string) int { n, _ := strconv.Atoi(strings.TrimSpace(s)); return n }
