@@ -3,6 +3,7 @@ package jstext
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"testing"
 )
 
@@ -51,4 +52,26 @@ func TestAppendJSON(t *testing.T) {
 			t.Errorf("%s: AppendJSON = %s, want %s", tt.name, got, tt.want)
 		}
 	}
+}
+
+// FuzzAppendJSON: whatever encoding/json reads, AppendJSON writes back as
+// valid JSON with the same value.
+func FuzzAppendJSON(f *testing.F) {
+	for _, s := range []string{`null`, `[1,"a",true,{"b":[]}]`, `{"x":"\u2028<&>","y":1e21,"z":-0.0}`, `"\ud800"`, `{"2":1,"1":0}`, `[5e-324,123e-20]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var v any
+		if json.Unmarshal(data, &v) != nil {
+			return
+		}
+		out := AppendJSON(nil, v)
+		var back any
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("AppendJSON(%s) = %s: not JSON: %v", data, out, err)
+		}
+		if !reflect.DeepEqual(v, back) {
+			t.Fatalf("AppendJSON(%s) = %s reads back as %#v, want %#v", data, out, back, v)
+		}
+	})
 }
