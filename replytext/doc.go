@@ -10,7 +10,7 @@
 //     resend the whole content), and Stream turns it into monotonically
 //     growing assistant updates;
 //   - BlockFilter cleans and de-duplicates block replies;
-//   - IsSilent and SilentFallback implement the NO_REPLY token;
+//   - IsSilent recognises the NO_REPLY token;
 //   - SanitizeToolResult, TruncateToolText and ToolErrorMessage cap tool
 //     results and errors for events;
 //   - ToolErrors remembers the failing tool a reply warns about: a

@@ -333,28 +333,35 @@ func (ru *run) compactWith(ctx context.Context, req attemptReq, trigger string) 
 	return true
 }
 
-// truncate shortens oversized tool results (overflow recovery §11.3): in
-// this turn's entries, which are stored so, and in memory for the history,
-// which is stored by earlier turns.
+// truncate shortens oversized tool results (overflow recovery §11.3, the
+// pass guard.TruncateToolResults makes): in this turn's entries, which are
+// stored so, and in memory for the history, which is stored by earlier
+// turns.
 func (ru *run) truncate(_ context.Context, window int) int {
-	n := 0
-	limit := guard.MaxToolResultChars(window)
-	cut := func(es []message.Entry) {
-		for i := range es {
-			m := es[i].Message
-			if m == nil || !guard.IsToolResult(*m) || guard.TextLen(m.Content) <= limit {
-				continue
-			}
-			t, _, changed := guard.TruncateToolResult(*m, limit, guard.TruncateOptions{})
-			if changed {
-				es[i].Message = &t
-				n++
+	ru.history = append([]message.Entry(nil), ru.history...)
+	ru.base = nil
+	return truncateEntries(ru.history, window) + truncateEntries(ru.b.entries, window)
+}
+
+// truncateEntries replaces, in es, the messages guard.TruncateToolResults
+// cut, and returns how many it cut.
+func truncateEntries(es []message.Entry, window int) int {
+	idx := make([]int, 0, len(es))
+	msgs := make([]message.Message, 0, len(es))
+	for i := range es {
+		if m := es[i].Message; m != nil {
+			idx = append(idx, i)
+			msgs = append(msgs, *m)
+		}
+	}
+	out, res := guard.TruncateToolResults(msgs, window)
+	for j, cuts := range res.PerMessage {
+		for _, c := range cuts {
+			if c.Truncated {
+				es[idx[j]].Message = &out[j]
+				break
 			}
 		}
 	}
-	ru.history = append([]message.Entry(nil), ru.history...)
-	cut(ru.history)
-	ru.base = nil
-	cut(ru.b.entries)
-	return n
+	return res.Truncated
 }
