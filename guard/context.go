@@ -249,7 +249,7 @@ func EstimateChars(m message.Message) int {
 // jsonLen is the UTF-16 length of v as JavaScript's JSON.stringify writes
 // it.
 func jsonLen(v any) int {
-	var buf [512]byte
+	var buf [128]byte
 	n := 0
 	for _, r := range string(jstext.AppendJSON(buf[:0], v)) {
 		n += jstext.RuneLen(r)

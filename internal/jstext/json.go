@@ -83,12 +83,7 @@ func AppendJSON(b []byte, v any) []byte {
 		slices.Sort(keys)
 		b = append(b, '{')
 		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = AppendJSON(b, x[k])
+			b = appendMember(b, i, k, x[k])
 		}
 		return append(b, '}')
 	case *Object:
@@ -109,16 +104,6 @@ func AppendJSON(b []byte, v any) []byte {
 
 func appendObject(b []byte, o *Object) []byte {
 	b = append(b, '{')
-	n := 0
-	put := func(i int) {
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = appendString(b, o.Keys[i])
-		b = append(b, ':')
-		b = AppendJSON(b, o.Values[i])
-	}
 	var index []int
 	for i, k := range o.Keys {
 		if isArrayIndex(k) {
@@ -132,15 +117,28 @@ func appendObject(b []byte, o *Object) []byte {
 		}
 		return strings.Compare(ka, kc)
 	})
+	n := 0
 	for _, i := range index {
-		put(i)
+		b = appendMember(b, n, o.Keys[i], o.Values[i])
+		n++
 	}
 	for i, k := range o.Keys {
 		if len(index) == 0 || !isArrayIndex(k) {
-			put(i)
+			b = appendMember(b, n, k, o.Values[i])
+			n++
 		}
 	}
 	return append(b, '}')
+}
+
+// appendMember appends the n-th member of an object.
+func appendMember(b []byte, n int, k string, v any) []byte {
+	if n > 0 {
+		b = append(b, ',')
+	}
+	b = appendString(b, k)
+	b = append(b, ':')
+	return AppendJSON(b, v)
 }
 
 // isArrayIndex reports whether k is a canonical array index (0 to 2³²−2),
