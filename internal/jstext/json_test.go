@@ -29,7 +29,7 @@ func TestAppendJSON(t *testing.T) {
 		// A lone surrogate a decoder kept as WTF-8.
 		{"lone surrogate", "a\xed\xa0\x80b", `"a\ud800b"`},
 		// Numbers as Number.prototype.toString spells the double.
-		{"numbers", []any{5e-324, 0.1, 1e21, 1e20, 123e-20, -0.0, 1.5e300, 100.0, -2.5}, `[5e-324,0.1,1e+21,100000000000000000000,1.23e-18,0,1.5e+300,100,-2.5]`},
+		{"numbers", []any{5e-324, 0.1, 1e21, 1e20, 123e-20, math.Copysign(0, -1), 1.5e300, 100.0, -2.5}, `[5e-324,0.1,1e+21,100000000000000000000,1.23e-18,0,1.5e+300,100,-2.5]`},
 		{"non-finite", []any{math.Inf(1), math.NaN()}, `[null,null]`},
 		{"integers", []any{42, int64(-7), int64(1) << 60}, `[42,-7,1152921504606847000]`},
 		{"literals", []any{json.Number("1e400"), Number("1e-400"), Number("1.0"), Number("12345678901234567890")}, `[null,0,1,12345678901234567000]`},
