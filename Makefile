@@ -22,9 +22,10 @@ test: ## gofmt and vet, then every test with the race detector
 test-short: ## quick tests without the fleet integration suite
 	$(GO) test -short -count=1 $(PKGS)
 
-lint: ## gofmt and vet
+lint: ## gofmt, vet, staticcheck and deadcode -test (tools pinned in go.mod; see .ci/lint)
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
 	$(GO) vet $(PKGS)
+	GO=$(GO) ./.ci/lint
 
 bench: build ## fleet benchmark against an embedded server, then Go benchmarks
 	$(GO) run ./cmd/lanebench

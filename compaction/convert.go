@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
@@ -111,7 +112,7 @@ func exitCode(v any) (string, bool) {
 	case int:
 		return strconv.Itoa(n), true
 	case float64:
-		return string(appendJSNumber(nil, n)), true
+		return string(jstext.AppendJSON(nil, n)), true
 	}
 	return "", false
 }

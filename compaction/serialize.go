@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -120,7 +121,7 @@ func toolCallText(bl *message.Block) string {
 		}
 		buf = append(buf, k...)
 		buf = append(buf, '=')
-		buf = appendJS(buf, bl.Arguments[k])
+		buf = jstext.AppendJSON(buf, bl.Arguments[k])
 	}
 	return string(append(buf, ')'))
 }

@@ -1,12 +1,10 @@
 package compaction
 
 import (
-	"encoding/json"
 	"math"
-	"slices"
-	"strconv"
 	"unicode/utf8"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
@@ -186,95 +184,5 @@ func argsJSON(args map[string]any) string {
 	if args == nil {
 		return "{}"
 	}
-	return string(appendJS(nil, args))
-}
-
-// appendJS appends JSON.stringify(v): no HTML escaping, U+2028/2029 kept
-// as they are, non-finite numbers as null. Object keys are sorted, since a
-// decoded Go map has lost the order JavaScript would keep.
-func appendJS(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case nil:
-		return append(b, "null"...)
-	case bool:
-		return strconv.AppendBool(b, x)
-	case string:
-		return appendJSString(b, x)
-	case int64:
-		return strconv.AppendInt(b, x, 10)
-	case int:
-		return strconv.AppendInt(b, int64(x), 10)
-	case float64:
-		return appendJSNumber(b, x)
-	case json.Number:
-		return append(b, x...)
-	case []any:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJS(b, e)
-		}
-		return append(b, ']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSString(b, k)
-			b = append(b, ':')
-			b = appendJS(b, x[k])
-		}
-		return append(b, '}')
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return append(b, "null"...)
-	}
-	return append(b, data...)
-}
-
-func appendJSNumber(b []byte, f float64) []byte {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return append(b, "null"...)
-	}
-	// encoding/json formats floats the way ECMAScript does.
-	data, _ := json.Marshal(f)
-	return append(b, data...)
-}
-
-const hexDigits = "0123456789abcdef"
-
-func appendJSString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for _, r := range s {
-		switch {
-		case r == '"':
-			b = append(b, '\\', '"')
-		case r == '\\':
-			b = append(b, '\\', '\\')
-		case r == '\b':
-			b = append(b, '\\', 'b')
-		case r == '\f':
-			b = append(b, '\\', 'f')
-		case r == '\n':
-			b = append(b, '\\', 'n')
-		case r == '\r':
-			b = append(b, '\\', 'r')
-		case r == '\t':
-			b = append(b, '\\', 't')
-		case r < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
-		default:
-			b = utf8.AppendRune(b, r)
-		}
-	}
-	return append(b, '"')
+	return string(jstext.AppendJSON(nil, args))
 }

@@ -126,26 +126,3 @@ func TestShouldCompact(t *testing.T) {
 		})
 	}
 }
-
-func TestAppendJS(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in   any
-		want string
-	}{
-		{nil, "null"},
-		{true, "true"},
-		{int64(30), "30"},
-		{1.5, "1.5"},
-		{1e21, "1e+21"},
-		// JSON.stringify escapes no HTML and keeps U+2028 as it is.
-		{"<a&b>\u2028\"\\\n\t\x01é😀", `"<a&b>` + "\u2028" + `\"\\\n\t\u0001é😀"`},
-		{[]any{int64(1), "x", nil}, `[1,"x",null]`},
-		{map[string]any{"b": int64(1), "a": map[string]any{}}, `{"a":{},"b":1}`},
-	}
-	for _, tt := range tests {
-		if got := string(appendJS(nil, tt.in)); got != tt.want {
-			t.Errorf("appendJS(%#v) = %s, want %s", tt.in, got, tt.want)
-		}
-	}
-}

@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,53 +12,7 @@ import (
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/internal/conformance"
 	"github.com/lanefleet/lanefleet/provider"
-	"github.com/lanefleet/lanefleet/provider/failover"
 )
-
-// jsError is an error as the cases describe one: a JavaScript error object
-// with a class name, message, HTTP status and system code, or a
-// FailoverError with a reason.
-type jsError struct {
-	Name     string          `json:"name"`
-	Message  string          `json:"message"`
-	Status   int             `json:"status"`
-	Code     string          `json:"code"`
-	Failover provider.Reason `json:"failover"`
-}
-
-func (e *jsError) Error() string { return e.Message }
-
-func (e *jsError) failure() failover.Failure {
-	f := failover.Failure{Name: e.Name, Message: e.Message, Status: e.Status, Code: e.Code}
-	if e.Failover != "" {
-		f.Name, f.Reason = "FailoverError", e.Failover
-	}
-	return f
-}
-
-// classify wires the real classifier (provider/failover) into the loop: the
-// reference's coerceToFailoverError, its fallback abort test and its
-// likely-context-overflow test.
-func classify(err error) Classification {
-	var je *jsError
-	if !errors.As(err, &je) {
-		je = &jsError{Name: "Error", Message: err.Error()}
-	}
-	f := je.failure()
-	c := Classification{Message: je.Message}
-	if je.Name == "AbortError" && je.Failover == "" && !failover.IsTimeoutFailure(f) {
-		c.Abort = true
-	}
-	c.ContextOverflow = failover.IsLikelyContextOverflow(je.Message)
-	c.Reason = failover.ReasonOfFailure(f)
-	if c.Reason != "" {
-		c.Status = je.Status
-		if c.Status == 0 {
-			c.Status = failover.StatusOf(c.Reason)
-		}
-	}
-	return c
-}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -78,17 +33,19 @@ func TestConformance(t *testing.T) {
 				} `json:"agents"`
 				Auth json.RawMessage `json:"auth"`
 			} `json:"config"`
-			Requested string              `json:"requested"`
-			Override  []string            `json:"fallbacksOverride"`
-			AuthStore json.RawMessage     `json:"authStore"`
-			Outcomes  map[string]*jsError `json:"outcomes"`
+			Requested string                          `json:"requested"`
+			Override  []string                        `json:"fallbacksOverride"`
+			AuthStore json.RawMessage                 `json:"authStore"`
+			Outcomes  map[string]*conformance.JSError `json:"outcomes"`
 		}
 		if err := json.Unmarshal(c.Input, &in); err != nil {
 			t.Fatal(err)
 		}
 		now := time.UnixMilli(in.Now)
 		prov, model, _ := strings.Cut(in.Requested, "/")
-		r := Request{Provider: prov, Model: model, Override: in.Override, Classifier: ClassifierFunc(classify)}
+		// The production classifier sees the Go error the fleet would get
+		// in place of each case error.
+		r := Request{Provider: prov, Model: model, Override: in.Override, Classifier: ProviderClassifier}
 		if in.Config != nil {
 			cfg := &Config{Primary: in.Config.Agents.Defaults.Model.Primary, Fallbacks: in.Config.Agents.Defaults.Model.Fallbacks}
 			for ref, m := range in.Config.Agents.Defaults.Models {
@@ -120,10 +77,10 @@ func TestConformance(t *testing.T) {
 		res, err := Run(context.Background(), r, func() time.Time { return now }, func(_ context.Context, s Step) error {
 			tried = append(tried, s.Candidate.String())
 			if e, ok := in.Outcomes[s.Candidate.String()]; ok {
-				return e
+				return e.Err()
 			}
 			if e, ok := in.Outcomes["*"]; ok {
-				return e
+				return e.Err()
 			}
 			return nil
 		})
@@ -152,18 +109,14 @@ func TestConformance(t *testing.T) {
 func thrown(err error) map[string]any {
 	var ex *ExhaustedError
 	var pe *provider.Error
-	var je *jsError
 	switch {
 	case errors.As(err, &ex):
 		return map[string]any{"name": "Error", "message": ex.Error(), "reason": nil}
 	case errors.As(err, &pe):
 		return map[string]any{"name": "FailoverError", "message": pe.Message, "reason": string(pe.Reason)}
-	case errors.As(err, &je):
-		name := je.Name
-		if name == "" {
-			name = "Error"
-		}
-		return map[string]any{"name": name, "message": je.Message, "reason": nil}
+	}
+	if je, ok := conformance.JSErrorOf(err); ok {
+		return map[string]any{"name": cmp.Or(je.Name, "Error"), "message": je.Message, "reason": nil}
 	}
 	return map[string]any{"name": "Error", "message": err.Error(), "reason": nil}
 }

@@ -7,7 +7,6 @@
 //
 // The package is pure. Error classification and auth-profile availability
 // are injected ([Classifier], [AvailabilityFunc]), the probe throttle is an
-// interface ([ProbeThrottle]) and the current time is an argument. [Plan]
-// is the step-by-step form a run loop drives; [Run] is the whole loop over a
-// callback.
+// interface ([ProbeThrottle]) and the current time is an argument. [Run]
+// is the whole loop over a callback that runs one candidate.
 package fallback

@@ -127,7 +127,7 @@ func TestPlanCooldown(t *testing.T) {
 			if !tt.last.IsZero() {
 				probes["a"] = tt.last
 			}
-			p, err := NewPlan(Request{Config: cfg, Provider: tt.prov, Model: tt.model, Classifier: ClassifierFunc(testClassifier), Availability: tt.av, Probes: probes})
+			p, err := newPlan(Request{Config: cfg, Provider: tt.prov, Model: tt.model, Classifier: ClassifierFunc(testClassifier), Availability: tt.av, Probes: probes})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,11 +159,11 @@ func TestPlanCooldown(t *testing.T) {
 
 func TestPlanErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := NewPlan(Request{}); !errors.Is(err, ErrNoClassifier) {
+	if _, err := newPlan(Request{}); !errors.Is(err, ErrNoClassifier) {
 		t.Errorf("got %v", err)
 	}
 	// Every candidate skipped: the summary still names them.
-	p, _ := NewPlan(Request{Config: &Config{Primary: "a/one", Fallbacks: []string{"a/two"}}, Classifier: ClassifierFunc(testClassifier),
+	p, _ := newPlan(Request{Config: &Config{Primary: "a/one", Fallbacks: []string{"a/two"}}, Classifier: ClassifierFunc(testClassifier),
 		Availability: func(string, string) Availability {
 			return Availability{Profiles: 1, AllCooling: true, Reason: provider.ReasonBilling}
 		}})
@@ -194,36 +194,5 @@ func TestPlanErrors(t *testing.T) {
 		func() time.Time { return t0 }, func(context.Context, Step) error { calls++; cancel(stop); return reasonErr{provider.ReasonRateLimit} })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Errorf("got %v after %d calls", err, calls)
-	}
-}
-
-func TestRunImage(t *testing.T) {
-	t.Parallel()
-	if _, err := RunImage(context.Background(), nil, "", nil, nil); !errors.Is(err, ErrNoImageModel) {
-		t.Errorf("got %v", err)
-	}
-	cfg := &Config{Primary: "openai/gpt-image", Fallbacks: []string{"google/imagen"}}
-	// Any error moves on; two failures are summarised.
-	_, err := RunImage(context.Background(), cfg, "", nil, func(_ context.Context, c Candidate) error { return errors.New("nope " + c.Model) })
-	want := "All image models failed (2): openai/gpt-image: nope gpt-image | google/imagen: nope imagen"
-	if err == nil || err.Error() != want {
-		t.Errorf("got %v", err)
-	}
-	// An override replaces the primary; success reports what failed before.
-	res, err := RunImage(context.Background(), cfg, "x/y", nil, func(_ context.Context, c Candidate) error {
-		if c.Provider == "x" {
-			return errors.New("down")
-		}
-		return nil
-	})
-	if err != nil || res.Candidate.String() != "google/imagen" || len(res.Attempts) != 1 {
-		t.Errorf("got %+v %v", res, err)
-	}
-	// A user abort stops at once.
-	abort := errors.New("aborted")
-	_, err = RunImage(context.Background(), cfg, "", ClassifierFunc(func(error) Classification { return Classification{Abort: true} }),
-		func(context.Context, Candidate) error { return abort })
-	if err != abort {
-		t.Errorf("got %v", err)
 	}
 }

@@ -98,7 +98,7 @@ type Request struct {
 	Probes ProbeThrottle
 }
 
-// ErrNoClassifier is returned by NewPlan for a Request without a Classifier.
+// ErrNoClassifier is returned by Run for a Request without a Classifier.
 var ErrNoClassifier = errors.New("fallback: request has no classifier")
 
 // Attempt records one candidate that did not produce the result.
@@ -115,7 +115,7 @@ type Attempt struct {
 // Step is the candidate to run next.
 type Step struct {
 	Candidate Candidate
-	Index     int  // position in Plan.Candidates
+	Index     int  // position in Candidates(req.Config, …)
 	Primary   bool // the first candidate
 	// DuringCooldown reports that every profile of the provider is cooling
 	// and the candidate is tried anyway.
@@ -125,17 +125,10 @@ type Step struct {
 	Probe bool
 }
 
-// Plan walks the candidates of one fallback run. Use it as
-//
-//	for step, ok := plan.Next(now); ok; step, ok = plan.Next(now) {
-//		err := call(step.Candidate)
-//		if err == nil { return success }
-//		if stop := plan.Failed(err); stop != nil { return stop }
-//	}
-//	return plan.Err()
-//
-// A Plan is not safe for concurrent use.
-type Plan struct {
+// plan walks the candidates of one fallback run for Run: Next returns the
+// candidate to call, Failed records its failure and says whether to stop,
+// Err is the outcome once no candidate is left.
+type plan struct {
 	req      Request
 	cands    []Candidate
 	next     int
@@ -144,27 +137,24 @@ type Plan struct {
 	lastErr  error
 }
 
-// NewPlan resolves the candidates of req.
-func NewPlan(req Request) (*Plan, error) {
+// newPlan resolves the candidates of req.
+func newPlan(req Request) (*plan, error) {
 	if req.Classifier == nil {
 		return nil, ErrNoClassifier
 	}
 	if req.Probes == nil {
 		req.Probes = ProbeLog{}
 	}
-	return &Plan{req: req, cands: Candidates(req.Config, req.Provider, req.Model, req.Override), cur: -1}, nil
+	return &plan{req: req, cands: Candidates(req.Config, req.Provider, req.Model, req.Override), cur: -1}, nil
 }
 
-// Candidates returns the candidates in the order they are considered.
-func (p *Plan) Candidates() []Candidate { return p.cands }
-
 // Attempts returns the candidates that failed or were skipped so far.
-func (p *Plan) Attempts() []Attempt { return p.attempts }
+func (p *plan) Attempts() []Attempt { return p.attempts }
 
 // Next returns the next candidate to run, recording the candidates it skips
 // because their provider is cooling. ok is false when none is left; then
 // Err returns the outcome.
-func (p *Plan) Next(now time.Time) (step Step, ok bool) {
+func (p *plan) Next(now time.Time) (step Step, ok bool) {
 	for p.next < len(p.cands) {
 		i := p.next
 		p.next++
@@ -189,7 +179,7 @@ func (p *Plan) Next(now time.Time) (step Step, ok bool) {
 
 // cooldownDecision decides whether a candidate whose provider is cooling is
 // tried anyway, marking a probe when it is.
-func (p *Plan) cooldownDecision(step *Step, av Availability, now time.Time) (skip bool, msg string, reason provider.Reason) {
+func (p *plan) cooldownDecision(step *Step, av Availability, now time.Time) (skip bool, msg string, reason provider.Reason) {
 	c := step.Candidate
 	reason = av.Reason
 	if reason == "" {
@@ -222,7 +212,7 @@ func (p *Plan) cooldownDecision(step *Step, av Availability, now time.Time) (ski
 // err. It returns err itself when the loop must stop at once: a user abort,
 // a likely context overflow, or an error that is not a failover error on
 // the last candidate. Otherwise it returns nil and the loop goes on.
-func (p *Plan) Failed(err error) error {
+func (p *plan) Failed(err error) error {
 	if err == nil || p.cur < 0 {
 		return nil
 	}
@@ -261,7 +251,7 @@ func coerce(err error, cls Classification, msg string) error {
 // Err returns the outcome of a plan whose candidates are exhausted: with at
 // most one recorded attempt, the last error (as a *provider.Error when it was
 // a failover error); otherwise an *ExhaustedError.
-func (p *Plan) Err() error {
+func (p *plan) Err() error {
 	if len(p.attempts) <= 1 && p.lastErr != nil {
 		return p.lastErr
 	}
@@ -272,12 +262,10 @@ func (p *Plan) Err() error {
 type ExhaustedError struct {
 	Attempts   []Attempt
 	Candidates int
-	Last       error  // the last candidate error, may be nil
-	Label      string // what failed; "" = "models"
+	Last       error // the last candidate error, may be nil
 }
 
-// Error returns "All models failed (<n>): <p>/<m>: <error> (<reason>) | …"
-// ("All image models failed …" for image fallback).
+// Error returns "All models failed (<n>): <p>/<m>: <error> (<reason>) | …".
 func (e *ExhaustedError) Error() string {
 	n := len(e.Attempts)
 	if n == 0 {
@@ -294,11 +282,7 @@ func (e *ExhaustedError) Error() string {
 	if summary == "" {
 		summary = "unknown"
 	}
-	label := e.Label
-	if label == "" {
-		label = "models"
-	}
-	return fmt.Sprintf("All %s failed (%d): %s", label, n, summary)
+	return fmt.Sprintf("All models failed (%d): %s", n, summary)
 }
 
 // Unwrap returns the last candidate error.
@@ -311,11 +295,20 @@ type Result struct {
 }
 
 // Run runs fn on the candidates of req in order until one succeeds, with
-// the time taken from now (called once per candidate). It returns fn's
-// error as is when the loop must stop (see Plan.Failed), the context's
-// cause when ctx ends between candidates, and otherwise Plan.Err.
+// the time taken from now (called once per candidate), skipping candidates
+// whose provider is cooling (and probing a cooling primary when due). It
+// returns:
+//
+//   - fn's error as is when the loop must stop at once: a user abort, a
+//     likely context overflow, or an error that is not a failover error on
+//     the last candidate;
+//   - the context's cause when ctx ends between candidates;
+//   - ErrNoClassifier for a Request without a Classifier;
+//   - once every candidate failed or was skipped: with at most one recorded
+//     attempt, the last error (as a *provider.Error when it was a failover
+//     error), otherwise an *ExhaustedError.
 func Run(ctx context.Context, req Request, now func() time.Time, fn func(ctx context.Context, step Step) error) (Result, error) {
-	p, err := NewPlan(req)
+	p, err := newPlan(req)
 	if err != nil {
 		return Result{}, err
 	}

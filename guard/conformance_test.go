@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lanefleet/lanefleet/internal/conformance"
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -146,16 +147,16 @@ func TestConformance(t *testing.T) {
 		case "constants":
 			got = map[string]any{
 				"defaultSuffix":                TruncationNotice,
-				"defaultSuffixUtf16Length":     UTF16Len(TruncationNotice),
+				"defaultSuffixUtf16Length":     jstext.Len(TruncationNotice),
 				"persistenceSuffix":            PersistenceNotice,
-				"persistenceSuffixUtf16Length": UTF16Len(PersistenceNotice),
+				"persistenceSuffixUtf16Length": jstext.Len(PersistenceNotice),
 				"hardMaxChars":                 HardMaxToolResultChars,
 				"minKeepChars":                 MinKeepChars,
 			}
 		case "truncateText":
 			out, cut := TruncateText(in.Text, in.MaxChars, opts)
-			if UTF16Len(out) != cut.Output {
-				t.Errorf("output length %d, reported %d", UTF16Len(out), cut.Output)
+			if jstext.Len(out) != cut.Output {
+				t.Errorf("output length %d, reported %d", jstext.Len(out), cut.Output)
 			}
 			if w, ok := want.(map[string]any); ok {
 				if _, ok := w["keptEndsWithNewline"]; ok {

@@ -1,8 +1,6 @@
 package guard
 
 import (
-	"bytes"
-	"encoding/json"
 	"math"
 	"strings"
 
@@ -249,13 +247,12 @@ func EstimateChars(m message.Message) int {
 }
 
 // jsonLen is the UTF-16 length of v as JavaScript's JSON.stringify writes
-// it (no HTML escaping, no trailing newline).
+// it.
 func jsonLen(v any) int {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(v) != nil {
-		return 0
+	var buf [128]byte
+	n := 0
+	for _, r := range string(jstext.AppendJSON(buf[:0], v)) {
+		n += jstext.RuneLen(r)
 	}
-	return jstext.Len(strings.TrimSuffix(buf.String(), "\n"))
+	return n
 }

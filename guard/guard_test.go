@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/lanefleet/lanefleet/internal/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -100,8 +101,8 @@ func TestTruncateText(t *testing.T) {
 			if out != tt.wantOut || cut.Truncated != tt.truncated || cut.CutAtNewline != tt.atNewline || cut.Output != tt.wantOutLen {
 				t.Errorf("got %q %+v, want %q truncated=%v atNewline=%v len=%d", out, cut, tt.wantOut, tt.truncated, tt.atNewline, tt.wantOutLen)
 			}
-			if UTF16Len(out) != cut.Output {
-				t.Errorf("reported length %d, real %d", cut.Output, UTF16Len(out))
+			if jstext.Len(out) != cut.Output {
+				t.Errorf("reported length %d, real %d", cut.Output, jstext.Len(out))
 			}
 		})
 	}
@@ -129,7 +130,7 @@ func FuzzTruncateText(f *testing.F) {
 		if utf8.ValidString(text) && !utf8.ValidString(out) {
 			t.Fatalf("valid input gave invalid output %q", out)
 		}
-		if UTF16Len(kept) != cut.KeptPrefix || UTF16Len(out) != cut.Output {
+		if jstext.Len(kept) != cut.KeptPrefix || jstext.Len(out) != cut.Output {
 			t.Fatalf("reported lengths %+v do not match %q", cut, out)
 		}
 	})
@@ -166,8 +167,8 @@ func TestCapForPersistence(t *testing.T) {
 	}
 	big := message.Message{Role: message.RoleToolResult, ToolCallID: "a", Content: message.BlocksOf(message.Text(strings.Repeat("q", HardMaxToolResultChars+1)))}
 	out, changed := CapForPersistence(big)
-	if !changed || !strings.HasSuffix(out.Content.Text(), PersistenceNotice) || UTF16Len(out.Content.Text()) != HardMaxToolResultChars {
-		t.Errorf("changed=%v len=%d", changed, UTF16Len(out.Content.Text()))
+	if !changed || !strings.HasSuffix(out.Content.Text(), PersistenceNotice) || jstext.Len(out.Content.Text()) != HardMaxToolResultChars {
+		t.Errorf("changed=%v len=%d", changed, jstext.Len(out.Content.Text()))
 	}
 	// Only tool results are capped.
 	user := message.User(strings.Repeat("u", HardMaxToolResultChars+1), 0)
@@ -259,7 +260,7 @@ func TestToolResultsOverflowPass(t *testing.T) {
 	if res.Truncated != 1 || res.PerMessage[0] != nil || !res.PerMessage[1][0].Truncated {
 		t.Fatalf("got %+v", res)
 	}
-	if UTF16Len(out[1].Content.Text()) != MaxToolResultChars(16000) || UTF16Len(in[1].Content.Text()) != 30000 {
+	if jstext.Len(out[1].Content.Text()) != MaxToolResultChars(16000) || jstext.Len(in[1].Content.Text()) != 30000 {
 		t.Errorf("lengths wrong or input modified")
 	}
 	// Nothing to do returns the input slice.

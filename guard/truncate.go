@@ -29,10 +29,6 @@ const (
 	PersistenceNotice = "\n\n⚠️ [Content truncated during persistence — original exceeded size limit. Use offset/limit parameters or request specific sections for large content.]"
 )
 
-// UTF16Len returns the length of s in UTF-16 code units, the unit every
-// budget of this package is expressed in.
-func UTF16Len(s string) int { return jstext.Len(s) }
-
 // MaxToolResultChars returns the largest tool result, in UTF-16 units, that
 // overflow recovery leaves alone for a window of contextTokens:
 // min(400000, floor(contextTokens*0.3)*4).

@@ -148,7 +148,6 @@ func (l *Lanes) LeaseTTL() time.Duration { return l.cfg.LeaseTTL }
 func (l *Lanes) Stream() jetstream.Stream { return l.stream }
 
 func leaseKey(token string) string              { return token + ".lease" }
-func cursorKey(token string) string             { return token + ".cursor" }
 func recordKey(token string, seq uint64) string { return fmt.Sprintf("%s.tx.%d", token, seq) }
 
 // isWrongLastSeq reports a failed expected-sequence check (10071 on R1,

@@ -10,9 +10,13 @@
 //     resend the whole content), and Stream turns it into monotonically
 //     growing assistant updates;
 //   - BlockFilter cleans and de-duplicates block replies;
-//   - IsSilent and SilentFallback implement the NO_REPLY token;
+//   - IsSilent recognises the NO_REPLY token;
 //   - SanitizeToolResult, TruncateToolText and ToolErrorMessage cap tool
 //     results and errors for events;
+//   - ToolErrors remembers the failing tool a reply warns about: a
+//     read-only tool's failure until any tool succeeds, a failure of a
+//     call that changes state (IsMutatingToolCall) until the same action
+//     (ActionFingerprint) succeeds;
 //   - BuildPayloads assembles the final reply payloads of a run.
 //
 // Lengths are UTF-16 code units, as in the reference. The package is pure:

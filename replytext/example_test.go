@@ -32,7 +32,7 @@ func Example() {
 	}
 	chunker.Drain(true, send) // text_end
 
-	final := replytext.SilentFallback(replytext.StripTags(stream.Raw(), false), nil)
+	final := replytext.StripTags(stream.Raw(), false)
 	fmt.Printf("final %q\n", final)
 	for _, p := range replytext.BuildPayloads(replytext.PayloadInput{AssistantTexts: blocks}) {
 		fmt.Printf("payload %q\n", p.Text)

@@ -31,7 +31,7 @@ type Reply struct {
 	ReplyToCurrent bool
 }
 
-// ToolError is the last failing tool of a run.
+// ToolError is the last failing tool of an attempt (see ToolErrors).
 type ToolError struct {
 	// Name is the tool name.
 	Name string
@@ -63,9 +63,6 @@ type PayloadInput struct {
 	// FormattedRawError is the raw error message as the UI shows it, if
 	// the caller has it (optional; used to spot repeated errors).
 	FormattedRawError string
-	// ReasoningText is the formatted reasoning to send first when the
-	// reasoning level is "on"; empty otherwise.
-	ReasoningText string
 	// LastToolError is the last failing tool, if any.
 	LastToolError *ToolError
 	// Verbose adds the error text to tool error warnings and reports exec
@@ -85,7 +82,7 @@ type PayloadInput struct {
 var recoverableHints = []string{"required", "missing", "invalid", "must be", "must have", "needs", "requires"}
 
 // BuildPayloads assembles a run's reply payloads, in order: the assistant
-// error, the reasoning text, the answer texts (AssistantTexts, else the
+// error, the answer texts (AssistantTexts, else the
 // last assistant's text; texts that only repeat the error are dropped when
 // the last assistant errored), then a tool error warning "⚠️ <tool>
 // failed[: <error>]" when warranted. Texts are trimmed; items with neither
@@ -104,9 +101,6 @@ func BuildPayloads(in PayloadInput) []Payload {
 	errored := last != nil && last.StopReason == message.StopError
 	if in.ErrorText != "" {
 		items = append(items, item{Reply: Reply{Text: in.ErrorText}, isError: true})
-	}
-	if in.ReasoningText != "" {
-		items = append(items, item{Reply: Reply{Text: in.ReasoningText}})
 	}
 
 	rawErr := ""

@@ -120,19 +120,6 @@ const SilentToken = "NO_REPLY"
 // surrounded by whitespace. Text that merely ends with it is a real reply.
 func IsSilent(text string) bool { return jstext.Trim(text) == SilentToken }
 
-// SilentFallback resolves a final text of NO_REPLY: it becomes the last text
-// sent through a messaging tool during the run (trimmed), if any; any other
-// text is returned unchanged.
-func SilentFallback(text string, messagingSent []string) string {
-	if jstext.Trim(text) != SilentToken || len(messagingSent) == 0 {
-		return text
-	}
-	if fb := jstext.Trim(messagingSent[len(messagingSent)-1]); fb != "" {
-		return fb
-	}
-	return text
-}
-
 // BlockFilter cleans block replies before they are sent: it strips
 // reasoning and <final> tags statefully across blocks, removes downgraded
 // tool-call text, trims the end, and skips a block that is empty, repeats
@@ -146,12 +133,11 @@ type BlockFilter struct {
 	// committed by messaging tools during the run.
 	MessagingSent []string
 
-	tags      Stripper
-	last      string
-	lastText  string
-	lastNorm  string
-	haveLast  bool
-	delivered []string
+	tags     Stripper
+	last     string
+	lastText string
+	lastNorm string
+	haveLast bool
 }
 
 // Reset starts a new assistant message (MessagingSent is kept).

@@ -95,18 +95,6 @@ func TestSilent(t *testing.T) {
 			t.Errorf("IsSilent(%q) = true", s)
 		}
 	}
-	// NO_REPLY falls back to the last messaging-tool text.
-	if got := SilentFallback(" NO_REPLY ", []string{"first", "  sent  "}); got != "sent" {
-		t.Errorf("fallback = %q", got)
-	}
-	// Without messaging texts it stays.
-	if got := SilentFallback("NO_REPLY", nil); got != "NO_REPLY" {
-		t.Errorf("no fallback = %q", got)
-	}
-	// Other texts are untouched.
-	if got := SilentFallback("hi", []string{"x"}); got != "hi" {
-		t.Errorf("other = %q", got)
-	}
 }
 
 func TestBlockFilter(t *testing.T) {

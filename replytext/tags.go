@@ -185,7 +185,6 @@ func (s *Stripper) run(chunk string, atEnd bool) string {
 			nl := strings.IndexByte(p[i:], '\n')
 			if nl < 0 {
 				emit(p[i:])
-				i = len(p)
 				break
 			}
 			emit(p[i : i+nl+1])

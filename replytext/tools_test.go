@@ -112,9 +112,9 @@ func TestBuildPayloads(t *testing.T) {
 		in   PayloadInput
 		want []Payload
 	}{
-		// Order: error, reasoning, answers.
-		{"order", PayloadInput{AssistantTexts: []string{" answer "}, ErrorText: "⚠️ Overloaded", ReasoningText: "Reasoning:\n_x_", LastAssistant: final},
-			[]Payload{{Text: "⚠️ Overloaded", IsError: true}, {Text: "Reasoning:\n_x_"}, {Text: "answer"}}},
+		// Order: error, answers.
+		{"order", PayloadInput{AssistantTexts: []string{" answer "}, ErrorText: "⚠️ Overloaded", LastAssistant: final},
+			[]Payload{{Text: "⚠️ Overloaded", IsError: true}, {Text: "answer"}}},
 		// Without streamed texts the last assistant's text is the answer.
 		{"fallback text", PayloadInput{LastAssistant: final}, []Payload{{Text: "fallback answer"}}},
 		// Texts repeating the error (raw JSON, generic text) are dropped.

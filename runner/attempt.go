@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/lanefleet/lanefleet/compaction"
@@ -46,28 +45,30 @@ type run struct {
 	// answered are the client tools whose pending calls this run's message
 	// answers.
 	answered []string
+	// stateErrs are the auth-profile state writes that failed.
+	stateErrs []error
 }
 
 // entries returns the session as it stands: the history and this turn.
-func (r *run) entries() []message.Entry {
-	all := make([]message.Entry, 0, len(r.history)+len(r.b.entries))
-	return append(append(all, r.history...), r.b.entries...)
+func (ru *run) entries() []message.Entry {
+	all := make([]message.Entry, 0, len(ru.history)+len(ru.b.entries))
+	return append(append(all, ru.history...), ru.b.entries...)
 }
 
 // contextMessages is what the model sees: the branch's messages (after the
 // latest compaction) converted for the LLM. The history's messages are
 // built once per run; this turn's entries are appended to them as long as
 // they only add messages on the same branch.
-func (r *run) contextMessages() []message.Message {
-	if r.base == nil {
-		r.base = compaction.ConvertToLLM(sessionfile.MessagesShared(r.history))
+func (ru *run) contextMessages() []message.Message {
+	if ru.base == nil {
+		ru.base = compaction.ConvertToLLM(sessionfile.MessagesShared(ru.history))
 	}
-	out := make([]message.Message, 0, len(r.base)+len(r.b.entries))
-	out = append(out, r.base...)
-	for _, e := range r.b.entries {
+	out := make([]message.Message, 0, len(ru.base)+len(ru.b.entries))
+	out = append(out, ru.base...)
+	for _, e := range ru.b.entries {
 		if e.Type != message.EntryMessage || e.Message == nil {
 			// A compaction (or anything else) re-shapes the branch.
-			return compaction.ConvertToLLM(sessionfile.MessagesShared(r.entries()))
+			return compaction.ConvertToLLM(sessionfile.MessagesShared(ru.entries()))
 		}
 		switch e.Message.Role {
 		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
@@ -77,9 +78,9 @@ func (r *run) contextMessages() []message.Message {
 	return out
 }
 
-func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
+func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	var out attemptOut
-	timeout := r.r.cfg.AttemptTimeout
+	timeout := ru.r.cfg.AttemptTimeout
 	actx, cancel := context.WithTimeoutCause(ctx, timeout, errAttemptTimeout)
 	defer cancel()
 	timedOut := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) }
@@ -87,9 +88,9 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	// Threshold compaction before the prompt (pi compacts when the context
 	// is within reserveTokens of the window). The context it is judged on
 	// is the first call's, unless a compaction re-shapes it.
-	ctxMsgs := r.contextMessages()
-	if c := r.r.cfg.Compactor; c != nil && c.Due(ctxMsgs, r.window) {
-		if r.compactWith(actx, req, "threshold") {
+	ctxMsgs := ru.contextMessages()
+	if c := ru.r.cfg.Compactor; c != nil && c.Due(ctxMsgs, ru.window) {
+		if ru.compactWith(actx, req, "threshold") {
 			out.compactions++
 			ctxMsgs = nil
 		}
@@ -100,21 +101,21 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	}
 
 	for iter := 0; ; iter++ {
-		if iter >= r.r.cfg.MaxIterations {
+		if iter >= ru.r.cfg.MaxIterations {
 			out.iterLimit = iter
 			return out
 		}
 		if ctxMsgs == nil {
-			ctxMsgs = r.contextMessages()
+			ctxMsgs = ru.contextMessages()
 		}
-		msgs := r.prepare(req.model, ctxMsgs)
+		msgs := ru.prepare(req.model, ctxMsgs)
 		ctxMsgs = nil
 		out.snapshot = msgs
-		preq := &provider.Request{Model: req.model, SystemPrompt: r.system, Messages: msgs, Tools: r.specs,
-			Thinking: req.thinking, APIKey: req.key, SessionID: r.in.SessionID}
-		r.sub.reset()
-		am, err := req.prov.Stream(actx, preq, r.sub.event)
-		r.sub.flushBlocks(true)
+		preq := &provider.Request{Model: req.model, SystemPrompt: ru.system, Messages: msgs, Tools: ru.specs,
+			Thinking: req.thinking, APIKey: req.key, SessionID: ru.in.SessionID}
+		ru.sub.reset()
+		am, err := req.prov.Stream(actx, preq, ru.sub.event)
+		ru.sub.flushBlocks(true)
 		if ctx.Err() != nil {
 			out.aborted = true
 			return out
@@ -123,10 +124,10 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			out.timedOut, out.aborted = true, true
 			if len(am.Content.Blocks) > 0 {
 				am.StopReason = message.StopAborted
-				r.addAssistant(&am)
-				out.last = r.lastAssistant()
+				ru.addAssistant(&am)
+				out.last = ru.lastAssistant()
 			}
-			out.texts = r.sub.texts
+			out.texts = ru.sub.texts
 			return out
 		}
 		if err != nil && am.StopReason != message.StopError && am.StopReason != message.StopAborted {
@@ -135,9 +136,9 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				am.ErrorMessage = errText(err)
 			}
 		}
-		r.addAssistant(&am)
-		out.last = r.lastAssistant()
-		out.texts = r.sub.texts
+		ru.addAssistant(&am)
+		out.last = ru.lastAssistant()
+		out.texts = ru.sub.texts
 		if am.StopReason == message.StopError || am.StopReason == message.StopAborted {
 			out.lastErr = err
 			if out.lastErr == nil {
@@ -148,7 +149,7 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		calls := am.ToolCalls()
 		if am.StopReason == message.StopToolUse && len(calls) > 0 {
 			for _, c := range calls {
-				if r.client[c.Name] {
+				if ru.client[c.Name] {
 					args, _ := json.Marshal(c.Arguments)
 					if c.Arguments == nil {
 						args = []byte("{}")
@@ -156,9 +157,7 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 					out.pending = append(out.pending, events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args)})
 					continue
 				}
-				if te := r.runTool(actx, c); te != nil {
-					out.toolError = te
-				}
+				ru.runTool(actx, c, &out.toolErrors)
 				if timedOut() || ctx.Err() != nil {
 					break
 				}
@@ -175,7 +174,7 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				return out
 			}
 		}
-		if r.steer(actx) == 0 && (am.StopReason != message.StopToolUse || len(calls) == 0) {
+		if ru.steer(actx) == 0 && (am.StopReason != message.StopToolUse || len(calls) == 0) {
 			return out
 		}
 	}
@@ -184,87 +183,85 @@ func (r *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 // prepare builds the messages of one model call from its context: sanitised for
 // the model (runtime spec §4 step 7), then bounded by the per-request
 // tool-result guard (§11.2).
-func (r *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
+func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
 	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
-		AllowedToolNames: r.allowedTools(), HistoryLimit: r.r.cfg.HistoryLimit})
+		AllowedToolNames: ru.allowedTools(), HistoryLimit: ru.r.cfg.HistoryLimit})
 	if len(res.Final) > 0 {
 		msgs = res.Final
 	}
-	msgs, _ = guard.GuardContext(msgs, r.window)
+	msgs, _ = guard.GuardContext(msgs, ru.window)
 	return msgs
 }
 
 // allowedTools are the tools whose calls the history keeps: the ones
 // offered to this run and the client tools whose calls this run answers
 // (the client need not offer them again with its results).
-func (r *run) allowedTools() []string {
-	if len(r.specs) == 0 {
+func (ru *run) allowedTools() []string {
+	if len(ru.specs) == 0 {
 		return nil // nothing offered: no filter
 	}
-	out := make([]string, 0, len(r.specs)+len(r.answered))
-	for _, s := range r.specs {
+	out := make([]string, 0, len(ru.specs)+len(ru.answered))
+	for _, s := range ru.specs {
 		out = append(out, s.Name)
 	}
-	return append(out, r.answered...)
+	return append(out, ru.answered...)
 }
 
-func (r *run) addAssistant(am *message.Message) {
+func (ru *run) addAssistant(am *message.Message) {
 	am.Timestamp = max(am.Timestamp, 1)
-	r.acc.add(am.Usage)
-	r.b.add(*am)
+	ru.acc.add(am.Usage)
+	ru.b.add(*am)
 }
 
-func (r *run) lastAssistant() *message.Message {
-	for i := len(r.b.entries) - 1; i >= 0; i-- {
-		if m := r.b.entries[i].Message; m != nil && m.Role == message.RoleAssistant {
+func (ru *run) lastAssistant() *message.Message {
+	for i := len(ru.b.entries) - 1; i >= 0; i-- {
+		if m := ru.b.entries[i].Message; m != nil && m.Role == message.RoleAssistant {
 			return m
 		}
 	}
 	return nil
 }
 
-// runTool executes one tool call and appends its result. It returns the
-// tool error to report, if the call failed.
-func (r *run) runTool(ctx context.Context, c message.Block) (te *replytext.ToolError) {
-	r.sub.flushBlocks(true)
-	r.sink.Emit(events.StreamTool, events.EventData{Phase: "start", Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
-	res := r.callTool(ctx, c)
+// runTool executes one tool call, appends its result and records its end
+// in the attempt's tool-error memory.
+func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolErrors) {
+	ru.sub.flushBlocks(true)
+	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "start", Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
+	res := ru.callTool(ctx, c)
 	msg := message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
-		Content: message.BlocksOf(res.Content...), IsError: res.IsError, Timestamp: r.r.cfg.Now().UnixMilli()}
+		Content: message.BlocksOf(res.Content...), IsError: res.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
 	if len(res.Details) > 0 {
 		msg.Details = res.Details
 	}
 	msg, _ = guard.CapForPersistence(msg)
-	r.b.add(msg)
-	r.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: res.IsError,
-		Payload: replytext.SanitizeToolResult(toolResultView(res))})
+	ru.b.add(msg)
+	view := toolResultView(res)
+	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: res.IsError,
+		Payload: replytext.SanitizeToolResult(view)})
+	end := replytext.ToolEnd{Name: c.Name, Args: c.Arguments, Failed: res.IsError}
 	if res.IsError {
-		text := ""
-		if len(res.Content) > 0 {
-			text = res.Content[0].Text
-		}
-		return &replytext.ToolError{Name: c.Name, Error: firstLine(text, 400), Mutating: c.Name == "write" || c.Name == "edit"}
+		end.Error, _ = replytext.ToolErrorMessage(view)
 	}
-	return nil
+	te.Record(end)
 }
 
 // callTool finds and runs a tool; every failure becomes an error result.
-func (r *run) callTool(ctx context.Context, c message.Block) (res tools.Result) {
-	if r.tools == nil {
+func (ru *run) callTool(ctx context.Context, c message.Block) (res tools.Result) {
+	if ru.tools == nil {
 		return tools.ErrorResult(fmt.Sprintf("Tool %s not found", c.Name))
 	}
-	t, ok := r.tools.Lookup(c.Name)
+	t, ok := ru.tools.Lookup(c.Name)
 	if !ok {
 		return tools.ErrorResult(fmt.Sprintf("Tool %s not found", c.Name))
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			r.r.cfg.Logger.Error().Str("tool", c.Name).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("tool panicked")
+			ru.r.cfg.Logger.Error().Str("tool", c.Name).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("tool panicked")
 			res = tools.ErrorResult(fmt.Sprintf("Tool %s failed: internal error", c.Name))
 		}
 	}()
 	call := tools.Call{ID: c.ID, Name: c.Name, Args: c.Arguments, Update: func(p tools.Result) {
-		r.sink.Emit(events.StreamTool, events.EventData{Phase: "update", Name: c.Name, ToolCallID: c.ID, Payload: replytext.SanitizeToolResult(toolResultView(p))})
+		ru.sink.Emit(events.StreamTool, events.EventData{Phase: "update", Name: c.Name, ToolCallID: c.ID, Payload: replytext.SanitizeToolResult(toolResultView(p))})
 	}}
 	res, err := t.Call(ctx, call)
 	if err != nil {
@@ -294,18 +291,10 @@ func toolResultView(res tools.Result) map[string]any {
 	return out
 }
 
-func firstLine(s string, n int) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	if len(s) > n {
-		s = s[:n]
-	}
-	return s
-}
-
 // steer appends the steer-mode messages that arrived since the last poll;
 // the model answers them in this turn.
-func (r *run) steer(ctx context.Context) int {
-	if r.in.Steer == nil {
+func (ru *run) steer(ctx context.Context) int {
+	if ru.in.Steer == nil {
 		return 0
 	}
 	// The poll reads the lane's stream: bound it, so a store in failover
@@ -313,59 +302,66 @@ func (r *run) steer(ctx context.Context) int {
 	sctx, cancel := context.WithTimeout(ctx, steerPollTimeout)
 	defer cancel()
 	n := 0
-	for _, s := range r.in.Steer(sctx) {
-		r.b.add(userMessage(s, r.r.cfg.Now()))
+	for _, s := range ru.in.Steer(sctx) {
+		ru.b.add(userMessage(s, ru.r.cfg.Now()))
 		n++
 	}
 	return n
 }
 
 // compact runs an overflow compaction for the loop.
-func (r *run) compact(ctx context.Context, req attemptReq, trigger string) bool {
-	if r.r.cfg.Compactor == nil {
+func (ru *run) compact(ctx context.Context, req attemptReq, trigger string) bool {
+	if ru.r.cfg.Compactor == nil {
 		return false
 	}
-	return r.compactWith(ctx, req, trigger)
+	return ru.compactWith(ctx, req, trigger)
 }
 
-func (r *run) compactWith(ctx context.Context, req attemptReq, trigger string) bool {
-	r.sink.Emit(events.StreamCompaction, events.EventData{Phase: "start"})
-	cctx, cancel := context.WithTimeout(ctx, r.r.cfg.CompactionTimeout)
+func (ru *run) compactWith(ctx context.Context, req attemptReq, trigger string) bool {
+	ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: "start"})
+	cctx, cancel := context.WithTimeout(ctx, ru.r.cfg.CompactionTimeout)
 	defer cancel()
-	e, err := r.r.cfg.Compactor.Compact(cctx, CompactRequest{Model: req.model, Provider: req.prov, APIKey: req.key,
-		Entries: r.entries(), Trigger: trigger})
+	e, err := ru.r.cfg.Compactor.Compact(cctx, CompactRequest{Model: req.model, Provider: req.prov, APIKey: req.key,
+		Entries: ru.entries(), Trigger: trigger})
 	if err != nil {
-		r.r.cfg.Logger.Warn().Err(err).Str("trigger", trigger).Msg("compaction failed")
-		r.sink.Emit(events.StreamCompaction, events.EventData{Phase: "end", Error: err.Error()})
+		ru.r.cfg.Logger.Warn().Err(err).Str("trigger", trigger).Msg("compaction failed")
+		ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: "end", Error: err.Error()})
 		return false
 	}
-	r.b.addEntry(e)
-	r.sink.Emit(events.StreamCompaction, events.EventData{Phase: "end", WillRetry: trigger == "overflow"})
+	ru.b.addEntry(e)
+	ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: "end", WillRetry: trigger == "overflow"})
 	return true
 }
 
-// truncate shortens oversized tool results (overflow recovery §11.3): in
-// this turn's entries, which are stored so, and in memory for the history,
-// which is stored by earlier turns.
-func (r *run) truncate(_ context.Context, window int) int {
-	n := 0
-	limit := guard.MaxToolResultChars(window)
-	cut := func(es []message.Entry) {
-		for i := range es {
-			m := es[i].Message
-			if m == nil || !guard.IsToolResult(*m) || guard.TextLen(m.Content) <= limit {
-				continue
-			}
-			t, _, changed := guard.TruncateToolResult(*m, limit, guard.TruncateOptions{})
-			if changed {
-				es[i].Message = &t
-				n++
+// truncate shortens oversized tool results (overflow recovery §11.3, the
+// pass guard.TruncateToolResults makes): in this turn's entries, which are
+// stored so, and in memory for the history, which is stored by earlier
+// turns.
+func (ru *run) truncate(_ context.Context, window int) int {
+	ru.history = append([]message.Entry(nil), ru.history...)
+	ru.base = nil
+	return truncateEntries(ru.history, window) + truncateEntries(ru.b.entries, window)
+}
+
+// truncateEntries replaces, in es, the messages guard.TruncateToolResults
+// cut, and returns how many it cut.
+func truncateEntries(es []message.Entry, window int) int {
+	idx := make([]int, 0, len(es))
+	msgs := make([]message.Message, 0, len(es))
+	for i := range es {
+		if m := es[i].Message; m != nil {
+			idx = append(idx, i)
+			msgs = append(msgs, *m)
+		}
+	}
+	out, res := guard.TruncateToolResults(msgs, window)
+	for j, cuts := range res.PerMessage {
+		for _, c := range cuts {
+			if c.Truncated {
+				es[idx[j]].Message = &out[j]
+				break
 			}
 		}
 	}
-	r.history = append([]message.Entry(nil), r.history...)
-	cut(r.history)
-	r.base = nil
-	cut(r.b.entries)
-	return n
+	return res.Truncated
 }

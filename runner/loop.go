@@ -59,7 +59,9 @@ type attemptOut struct {
 	compactions int
 	snapshot    []message.Message
 	pending     []events.PendingCall // client tool calls that ended the attempt
-	toolError   *replytext.ToolError
+	// toolErrors remembers the attempt's failing tools (its last standing
+	// failure ends the reply with a warning).
+	toolErrors replytext.ToolErrors
 	// iterLimit is set to the number of model calls when the attempt
 	// stopped at Config.MaxIterations (a tool loop that never ends).
 	iterLimit int
@@ -89,9 +91,9 @@ type loopReq struct {
 	preferred          string
 	fallbackConfigured bool
 	now                func() time.Time
-	// iterCap replaces IterationCap when positive (tests reach the cap
-	// with fewer retry branches than the loop has).
-	iterCap int
+	// stateErr receives each auth-profile state write that failed (the
+	// run goes on without it); nil = drop them.
+	stateErr func(error)
 }
 
 // loopOut is a finished model run.
@@ -102,7 +104,6 @@ type loopOut struct {
 	last        *message.Message
 	compactions int
 	pending     []events.PendingCall
-	attempts    int
 	thinkLevels []provider.ThinkingLevel
 }
 
@@ -113,17 +114,34 @@ type profileError struct{ msg string }
 func (e *profileError) Error() string { return e.msg }
 
 // modelLoop is the per-iteration decision order of runtime spec §3.2 for one
-// model.
+// model: run is the loop, each step of an iteration is a method.
 type modelLoop struct {
 	req      loopReq
 	at       attempter
 	profiles []string // candidates; [""] = no profiles
 	idx      int
+	// maxIter is the iteration cap (IterationCap of the candidates).
+	maxIter int
 	// thinkLevel is the level the next attempt asks for; attempted holds
 	// the levels tried since the profile was activated.
 	thinkLevel provider.ThinkingLevel
 	attempted  map[provider.ThinkingLevel]bool
+	// overflowTries counts overflow recoveries (at most
+	// MaxOverflowCompactions); truncated is set once tool results were
+	// truncated (once per run).
+	overflowTries int
+	truncated     bool
+	out           loopOut
 }
+
+// next is what a step of an iteration decided.
+type next int
+
+const (
+	goOn  next = iota // the step does not apply: the next step decides
+	retry             // run another attempt
+	stop              // the run ends: with l.out, or with the step's error
+)
 
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
 	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}}
@@ -131,7 +149,283 @@ func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) 
 	if err := l.resolveProfiles(ctx); err != nil {
 		return nil, err
 	}
+	n := len(l.profiles)
+	if l.profiles[0] == "" {
+		n = 0
+	}
+	l.maxIter = IterationCap(n)
 	return l.run(ctx)
+}
+
+// run is the loop: until a step ends the run, check the iteration cap
+// (§3.2 step 1), run an attempt (step 2) and decide on its outcome.
+func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
+	for iter := 0; ; iter++ {
+		if iter >= l.maxIter {
+			l.reply(TextRetryLimit, "retry_limit", fmt.Sprintf("Exceeded retry limit after %d attempts (max=%d).", iter, l.maxIter))
+			return &l.out, nil
+		}
+		a, err := l.attempt(ctx)
+		if err != nil {
+			return nil, err
+		}
+		n, err := l.decide(ctx, a)
+		switch {
+		case err != nil:
+			return nil, err
+		case n == retry:
+			continue
+		}
+		return &l.out, nil
+	}
+}
+
+// decide runs the steps after an attempt in the reference's order: the
+// first that retries or ends the run decides; when none does, the attempt's
+// reply is the run's.
+func (l *modelLoop) decide(ctx context.Context, a *outcome) (next, error) {
+	steps := []func(context.Context, *outcome) (next, error){
+		l.endlessToolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
+	}
+	for _, step := range steps {
+		if n, err := step(ctx, a); err != nil || n != goOn {
+			return n, err
+		}
+	}
+	l.payloads(ctx, a)
+	return stop, nil
+}
+
+// outcome is what one attempt ran with and reported, with its error text:
+// the trimmed error message of a reply that ended in error ("" otherwise).
+type outcome struct {
+	attemptOut
+	req         attemptReq
+	lastErrText string
+}
+
+// attempt runs one attempt with the active profile's key at the current
+// thinking level (§3.2 steps 2-3; usage is summed as replies are added).
+func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
+	key, err := l.key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.attempted[l.thinkLevel] = true
+	l.out.thinkLevels = append(l.out.thinkLevels, l.thinkLevel)
+	a := &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel}}
+	a.attemptOut = l.at.attempt(ctx, a.req)
+	l.out.compactions += a.compactions
+	l.out.last, l.out.pending = a.last, a.pending
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	if a.last != nil && a.last.StopReason == message.StopError {
+		a.lastErrText = strings.TrimSpace(a.last.ErrorMessage)
+		if a.lastErrText == "" && a.lastErr != nil {
+			a.lastErrText = errText(a.lastErr)
+		}
+	}
+	return a, nil
+}
+
+// reply ends the run with one error payload and its meta error.
+func (l *modelLoop) reply(text, kind, msg string) {
+	l.out.payloads = []events.Payload{{Text: text, IsError: true}}
+	l.out.runErr = &events.RunError{Kind: kind, Message: msg}
+}
+
+// endlessToolLoop ends a run whose attempt stopped at Config.MaxIterations
+// model calls (a tool loop that never ends) with the retry-limit reply.
+func (l *modelLoop) endlessToolLoop(_ context.Context, a *outcome) (next, error) {
+	if a.iterLimit == 0 {
+		return goOn, nil
+	}
+	l.reply(TextRetryLimit, "retry_limit", fmt.Sprintf("stopped after %d model calls in one turn", a.iterLimit))
+	return stop, nil
+}
+
+// contextOverflow detects an overflow and recovers from it (§3.2 steps
+// 4-5): retry after the attempt's own compaction, else compact and retry,
+// else truncate oversized tool results once and retry, else give up with
+// the overflow reply.
+func (l *modelLoop) contextOverflow(ctx context.Context, a *outcome) (next, error) {
+	text := overflowText(a)
+	if text == "" {
+		return goOn, nil
+	}
+	compactionFailure := failover.IsCompactionFailure(text)
+	if !compactionFailure && l.overflowTries < MaxOverflowCompactions {
+		l.overflowTries++
+		if a.compactions > 0 {
+			return retry, nil
+		}
+		if l.at.compact(ctx, a.req, "overflow") {
+			l.out.compactions++
+			return retry, nil
+		}
+		if ctx.Err() != nil {
+			return stop, context.Cause(ctx)
+		}
+	}
+	if !l.truncated && guard.HasOversizedToolResult(a.snapshot, l.req.contextWindow) {
+		l.truncated = true
+		if l.at.truncate(ctx, l.req.contextWindow) > 0 {
+			return retry, nil
+		}
+	}
+	kind := "context_overflow"
+	if compactionFailure {
+		kind = "compaction_failure"
+	}
+	l.reply(TextContextOverflow, kind, text)
+	return stop, nil
+}
+
+// overflowText is the error text of an attempt that overflowed the
+// context, "" when it did not (§3.2 step 4): the prompt error's when there
+// is one (a different prompt error stops the detection), else the reply's.
+func overflowText(a *outcome) string {
+	switch {
+	case a.aborted:
+		return ""
+	case a.promptErr != nil:
+		if t := errText(a.promptErr); failover.IsLikelyContextOverflow(t) {
+			return t
+		}
+		return ""
+	case a.lastErrText != "" && (failover.IsLikelyContextOverflow(a.lastErrText) || provider.ReasonOf(a.lastErr) == provider.ReasonContextOverflow):
+		return a.lastErrText
+	}
+	return ""
+}
+
+// promptError handles a failure outside the model's reply (§3.2 step 6):
+// role ordering and image size end the run with their replies; otherwise
+// the profile is marked failed and rotated away from, or the thinking level
+// lowered, or the error thrown (as a failover error when fallbacks are
+// configured).
+func (l *modelLoop) promptError(ctx context.Context, a *outcome) (next, error) {
+	if a.promptErr == nil || a.aborted {
+		return goOn, nil
+	}
+	text := errText(a.promptErr)
+	switch {
+	case failover.IsRoleOrdering(text):
+		l.reply(TextRoleOrdering, "role_ordering", text)
+		return stop, nil
+	case failover.IsImageSize(text):
+		msg := "Image too large for the model. Please compress or resize the image and try again."
+		if mb, ok := failover.ParseImageSize(text); ok {
+			msg = fmt.Sprintf("Image too large for the model (max %sMB). Please compress or resize the image and try again.", trimFloat(mb))
+		}
+		l.reply(msg, "image_size", text)
+		return stop, nil
+	}
+	reason := failoverReason(a.promptErr, text)
+	l.markFailed(ctx, reason, retryAfter(a.promptErr))
+	if reason != "" && reason != provider.ReasonTimeout && l.rotate(ctx) {
+		return retry, nil
+	}
+	if lvl, ok := failover.ThinkingFallback(text, l.attemptedList()); ok {
+		l.thinkLevel = lvl
+		return retry, nil
+	}
+	if l.req.fallbackConfigured && reason != "" {
+		return stop, &provider.Error{Reason: reason, Status: failover.StatusOf(reason), Message: text, Err: a.promptErr}
+	}
+	return stop, a.promptErr
+}
+
+// thinkingFallback retries at a lower thinking level when the reply's error
+// lists the supported ones (§3.2 step 7).
+func (l *modelLoop) thinkingFallback(_ context.Context, a *outcome) (next, error) {
+	if a.aborted || a.lastErrText == "" {
+		return goOn, nil
+	}
+	lvl, ok := failover.ThinkingFallback(a.lastErrText, l.attemptedList())
+	if !ok {
+		return goOn, nil
+	}
+	l.thinkLevel = lvl
+	return retry, nil
+}
+
+// rotation moves to the next profile after a reply that failed with a
+// failover reason or an attempt that timed out (§3.2 step 8), marking the
+// profile failed; with none left it throws a failover error when fallbacks
+// are configured, and otherwise lets the failed reply through.
+func (l *modelLoop) rotation(ctx context.Context, a *outcome) (next, error) {
+	var reason provider.Reason
+	if a.lastErrText != "" {
+		reason = failoverReason(a.lastErr, a.lastErrText)
+	}
+	if (a.aborted || reason == "") && (!a.timedOut || a.timedOutDuringCompaction) {
+		return goOn, nil
+	}
+	mark := reason
+	switch {
+	case a.timedOut || reason == provider.ReasonTimeout:
+		mark = provider.ReasonTimeout
+	case mark == "":
+		mark = provider.ReasonUnknown
+	}
+	l.markFailed(ctx, mark, retryAfter(a.lastErr))
+	if l.rotate(ctx) {
+		return retry, nil
+	}
+	if !l.req.fallbackConfigured {
+		return goOn, nil
+	}
+	msg := ""
+	if a.lastErrText != "" {
+		msg = failover.UserText(a.lastErrText, l.req.model.Provider, l.req.model.ID)
+	}
+	if msg == "" {
+		msg = timeoutOr(a.timedOut, reason)
+	}
+	if reason == "" {
+		reason = provider.ReasonUnknown
+	}
+	st := failover.StatusOf(reason)
+	if st == 0 && (a.timedOut || failover.IsTimeout(msg)) {
+		st = 408
+	}
+	return stop, &provider.Error{Reason: reason, Status: st, Message: msg, Err: a.lastErr}
+}
+
+// payloads builds the reply of a finished attempt (§3.2 step 9, §23) and,
+// unless it timed out, records the profile as good and used (step 10).
+func (l *modelLoop) payloads(ctx context.Context, a *outcome) {
+	in := replytext.PayloadInput{AssistantTexts: a.texts, LastAssistant: a.last, LastToolError: a.toolErrors.Last()}
+	if a.lastErrText != "" {
+		in.ErrorText = failover.UserText(a.lastErrText, l.req.model.Provider, l.req.model.ID)
+		in.FormattedRawError = a.lastErrText
+	}
+	for _, p := range replytext.BuildPayloads(in) {
+		l.out.payloads = append(l.out.payloads, events.Payload{Text: p.Text, IsError: p.IsError})
+	}
+	if a.timedOut && !a.timedOutDuringCompaction && len(l.out.payloads) == 0 {
+		l.out.payloads = []events.Payload{{Text: TextTimedOut, IsError: true}}
+		l.out.aborted = true
+		return
+	}
+	l.out.aborted = a.aborted
+	if a.lastErrText != "" {
+		l.out.runErr = &events.RunError{Kind: "provider_error", Message: string(failover.ClassifyError(orText(a.lastErr, a.lastErrText))) + ": " + a.lastErrText}
+	}
+	if id := l.current(); id != "" && l.req.auth != nil && !a.timedOut {
+		l.stateErr(l.req.auth.MarkGood(ctx, l.req.model.Provider, id))
+		l.stateErr(l.req.auth.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventUsed, Provider: l.req.model.Provider, Model: l.req.model.ID, RunID: l.req.runID}))
+	}
+}
+
+// stateErr hands a failed auth-profile state write to the run (nil is
+// ignored).
+func (l *modelLoop) stateErr(err error) {
+	if err != nil && l.req.stateErr != nil {
+		l.req.stateErr(err)
+	}
 }
 
 // resolveProfiles builds the candidates and activates the first usable one
@@ -206,7 +500,11 @@ func (l *modelLoop) usable(ctx context.Context, s authprofile.Store, c authprofi
 		return false
 	}
 	won, err := pc.ClaimProbe(ctx, id, p.Provider, model)
-	return err == nil && won
+	if err != nil {
+		l.stateErr(fmt.Errorf("runner: claim a probe of %s: %w", id, err))
+		return false
+	}
+	return won
 }
 
 // resetThinking starts over from the run's thinking level (a newly
@@ -269,13 +567,15 @@ func (l *modelLoop) key(ctx context.Context) (provider.Secret, error) {
 	}
 }
 
-func (l *modelLoop) mark(ctx context.Context, reason provider.Reason, retryAfter time.Duration) {
+// markFailed records a failure of the active profile, except for timeouts
+// (never a profile problem) and errors with no failover reason.
+func (l *modelLoop) markFailed(ctx context.Context, reason provider.Reason, retryAfter time.Duration) {
 	id := l.current()
 	if id == "" || l.req.auth == nil || reason == "" || reason == provider.ReasonTimeout {
 		return
 	}
-	_ = l.req.auth.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventFailure, Provider: l.req.model.Provider,
-		Reason: reason, Model: l.req.model.ID, RetryAfter: retryAfter, RunID: l.req.runID})
+	l.stateErr(l.req.auth.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventFailure, Provider: l.req.model.Provider,
+		Reason: reason, Model: l.req.model.ID, RetryAfter: retryAfter, RunID: l.req.runID}))
 }
 
 // rotate activates the next usable profile (never away from a locked one).
@@ -285,197 +585,6 @@ func (l *modelLoop) rotate(ctx context.Context) bool {
 	}
 	s, c := l.req.auth.Snapshot()
 	return l.advance(ctx, s, c, l.req.now())
-}
-
-func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
-	out := &loopOut{}
-	cap := IterationCap(len(l.profiles))
-	if l.profiles[0] == "" {
-		cap = IterationCap(0)
-	}
-	if l.req.iterCap > 0 {
-		cap = l.req.iterCap
-	}
-	overflowTries := 0
-	truncated := false
-	for iter := 0; ; iter++ {
-		if iter >= cap {
-			out.payloads = []events.Payload{{Text: TextRetryLimit, IsError: true}}
-			out.runErr = &events.RunError{Kind: "retry_limit", Message: fmt.Sprintf("Exceeded retry limit after %d attempts (max=%d).", iter, cap)}
-			return out, nil
-		}
-		key, err := l.key(ctx)
-		if err != nil {
-			return nil, err
-		}
-		l.attempted[l.thinkLevel] = true
-		out.thinkLevels = append(out.thinkLevels, l.thinkLevel)
-		req := attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel}
-		a := l.at.attempt(ctx, req)
-		out.attempts++
-		out.compactions += a.compactions
-		out.last = a.last
-		out.pending = a.pending
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		if a.iterLimit > 0 {
-			out.payloads = []events.Payload{{Text: TextRetryLimit, IsError: true}}
-			out.runErr = &events.RunError{Kind: "retry_limit", Message: fmt.Sprintf("stopped after %d model calls in one turn", a.iterLimit)}
-			return out, nil
-		}
-		lastErrText := ""
-		if a.last != nil && a.last.StopReason == message.StopError {
-			lastErrText = strings.TrimSpace(a.last.ErrorMessage)
-			if lastErrText == "" && a.lastErr != nil {
-				lastErrText = errText(a.lastErr)
-			}
-		}
-
-		// Context overflow (§3.2 steps 4-5).
-		if !a.aborted {
-			overflowText := ""
-			if a.promptErr != nil {
-				if t := errText(a.promptErr); failover.IsLikelyContextOverflow(t) {
-					overflowText = t
-				}
-			} else if lastErrText != "" && (failover.IsLikelyContextOverflow(lastErrText) || provider.ReasonOf(a.lastErr) == provider.ReasonContextOverflow) {
-				overflowText = lastErrText
-			}
-			if overflowText != "" {
-				compactionFailure := failover.IsCompactionFailure(overflowText)
-				if !compactionFailure && overflowTries < MaxOverflowCompactions {
-					if a.compactions > 0 {
-						overflowTries++
-						continue
-					}
-					overflowTries++
-					if l.at.compact(ctx, req, "overflow") {
-						out.compactions++
-						continue
-					}
-					if ctx.Err() != nil {
-						return nil, context.Cause(ctx)
-					}
-				}
-				if !truncated && guard.HasOversizedToolResult(a.snapshot, l.req.contextWindow) {
-					truncated = true
-					if l.at.truncate(ctx, l.req.contextWindow) > 0 {
-						continue
-					}
-				}
-				kind := "context_overflow"
-				if compactionFailure {
-					kind = "compaction_failure"
-				}
-				out.payloads = []events.Payload{{Text: TextContextOverflow, IsError: true}}
-				out.runErr = &events.RunError{Kind: kind, Message: overflowText}
-				return out, nil
-			}
-		}
-
-		// Prompt errors (§3.2 step 6).
-		if a.promptErr != nil && !a.aborted {
-			text := errText(a.promptErr)
-			switch {
-			case failover.IsRoleOrdering(text):
-				out.payloads = []events.Payload{{Text: TextRoleOrdering, IsError: true}}
-				out.runErr = &events.RunError{Kind: "role_ordering", Message: text}
-				return out, nil
-			case failover.IsImageSize(text):
-				msg := "Image too large for the model. Please compress or resize the image and try again."
-				if mb, ok := failover.ParseImageSize(text); ok {
-					msg = fmt.Sprintf("Image too large for the model (max %sMB). Please compress or resize the image and try again.", trimFloat(mb))
-				}
-				out.payloads = []events.Payload{{Text: msg, IsError: true}}
-				out.runErr = &events.RunError{Kind: "image_size", Message: text}
-				return out, nil
-			}
-			reason := failoverReason(a.promptErr, text)
-			l.mark(ctx, reason, retryAfter(a.promptErr))
-			if reason != "" && reason != provider.ReasonTimeout && l.rotate(ctx) {
-				continue
-			}
-			if lvl, ok := failover.ThinkingFallback(text, l.attemptedList()); ok {
-				l.thinkLevel = lvl
-				continue
-			}
-			if l.req.fallbackConfigured && reason != "" {
-				return nil, &provider.Error{Reason: reason, Status: failover.StatusOf(reason), Message: text, Err: a.promptErr}
-			}
-			return nil, a.promptErr
-		}
-
-		// Thinking-level fallback from the reply's error (§3.2 step 7).
-		if !a.aborted && lastErrText != "" {
-			if lvl, ok := failover.ThinkingFallback(lastErrText, l.attemptedList()); ok {
-				l.thinkLevel = lvl
-				continue
-			}
-		}
-
-		// Rotation (§3.2 step 8).
-		reason := provider.Reason("")
-		if lastErrText != "" {
-			reason = failoverReason(a.lastErr, lastErrText)
-		}
-		if (!a.aborted && reason != "") || (a.timedOut && !a.timedOutDuringCompaction) {
-			markReason := reason
-			if a.timedOut || reason == provider.ReasonTimeout {
-				markReason = provider.ReasonTimeout
-			} else if markReason == "" {
-				markReason = provider.ReasonUnknown
-			}
-			l.mark(ctx, markReason, retryAfter(a.lastErr))
-			if l.rotate(ctx) {
-				continue
-			}
-			if l.req.fallbackConfigured {
-				msg := ""
-				if lastErrText != "" {
-					msg = failover.UserText(lastErrText, l.req.model.Provider, l.req.model.ID)
-				}
-				if msg == "" {
-					msg = timeoutOr(a.timedOut, reason)
-				}
-				r := reason
-				if r == "" {
-					r = provider.ReasonUnknown
-				}
-				st := failover.StatusOf(r)
-				if st == 0 && (a.timedOut || failover.IsTimeout(msg)) {
-					st = 408
-				}
-				return nil, &provider.Error{Reason: r, Status: st, Message: msg, Err: a.lastErr}
-			}
-		}
-
-		// Payloads (§3.2 step 9, §23).
-		in := replytext.PayloadInput{AssistantTexts: a.texts, LastAssistant: a.last, LastToolError: a.toolError}
-		if lastErrText != "" {
-			in.ErrorText = failover.UserText(lastErrText, l.req.model.Provider, l.req.model.ID)
-			in.FormattedRawError = lastErrText
-		}
-		for _, p := range replytext.BuildPayloads(in) {
-			out.payloads = append(out.payloads, events.Payload{Text: p.Text, IsError: p.IsError})
-		}
-		if a.timedOut && !a.timedOutDuringCompaction && len(out.payloads) == 0 {
-			out.payloads = []events.Payload{{Text: TextTimedOut, IsError: true}}
-			out.aborted = true
-			return out, nil
-		}
-		out.aborted = a.aborted
-		if lastErrText != "" {
-			out.runErr = &events.RunError{Kind: "provider_error", Message: string(failover.ClassifyError(orText(a.lastErr, lastErrText))) + ": " + lastErrText}
-		}
-
-		// Success tail (§3.2 step 10).
-		if id := l.current(); id != "" && l.req.auth != nil && !a.timedOut {
-			_ = l.req.auth.MarkGood(ctx, l.req.model.Provider, id)
-			_ = l.req.auth.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventUsed, Provider: l.req.model.Provider, Model: l.req.model.ID, RunID: l.req.runID})
-		}
-		return out, nil
-	}
 }
 
 func (l *modelLoop) attemptedList() []provider.ThinkingLevel {

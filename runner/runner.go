@@ -173,6 +173,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	start := r.cfg.Now()
 	ru := &run{r: r, in: in, sink: sink, history: in.History,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
+	defer ru.logStateErrors()
 	ru.addToolResults(in.Inbound.ToolResults)
 	if err := ru.setupTools(ctx); err != nil {
 		return nil, err
@@ -191,29 +192,22 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	}
 	fcfg := &fallback.Config{Primary: r.cfg.DefaultModel, Fallbacks: r.cfg.Fallbacks, Aliases: r.cfg.Aliases}
 	requested, _ := fcfg.ParseRef(ref, "")
-	plan, err := fallback.NewPlan(fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
-		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes})
-	if err != nil {
-		return nil, err
-	}
+	req := fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
+		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes}
 	var model provider.Model
-	for step, ok := plan.Next(r.cfg.Now()); ok; step, ok = plan.Next(r.cfg.Now()) {
-		var out *loopOut
+	var out *loopOut
+	_, err := fallback.Run(ctx, req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
+		var err error
 		out, err = ru.tryModel(ctx, step.Candidate.String(), &model)
-		if err == nil {
-			return ru.finish(start, model, out), nil
-		}
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		if stop := plan.Failed(err); stop != nil {
-			return ru.fail(start, model, stop), nil
-		}
-	}
-	if ctx.Err() != nil {
+		return err
+	})
+	switch {
+	case err == nil:
+		return ru.finish(start, model, out), nil
+	case ctx.Err() != nil:
 		return nil, context.Cause(ctx)
 	}
-	return ru.fail(start, model, plan.Err()), nil
+	return ru.fail(start, model, err), nil
 }
 
 // addPrompt appends the user's message, with the context the before-start
@@ -258,7 +252,19 @@ func (ru *run) tryModel(ctx context.Context, ref string, model *provider.Model) 
 	ru.window = w.Tokens
 	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
-		fallbackConfigured: len(cfg.Fallbacks) > 0, now: cfg.Now}, ru)
+		fallbackConfigured: len(cfg.Fallbacks) > 0, now: cfg.Now, stateErr: ru.stateErr}, ru)
+}
+
+// stateErr keeps a fleet-state write that failed: the run goes on (a lost
+// cooldown or usage mark is not worth failing a turn), and Run logs them
+// once when it ends.
+func (ru *run) stateErr(err error) { ru.stateErrs = append(ru.stateErrs, err) }
+
+func (ru *run) logStateErrors() {
+	if len(ru.stateErrs) > 0 {
+		ru.r.cfg.Logger.Warn().Err(errors.Join(ru.stateErrs...)).Str("run_id", ru.in.RunID).
+			Int("failed_writes", len(ru.stateErrs)).Msg("auth-profile state not recorded")
+	}
 }
 
 // setupTools gathers the run's tools: the source's and the client's.

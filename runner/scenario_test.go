@@ -5,11 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/authprofile"
@@ -19,6 +24,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/scripted"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // keyed is a provider whose answer depends on the API key and request, as a
@@ -430,5 +436,129 @@ func TestBlockReplies(t *testing.T) {
 	}
 	if strings.Join(strings.Fields(strings.Join(blocks, " ")), " ") != strings.Join(strings.Fields(text), " ") {
 		t.Fatal("the blocks do not add up to the reply")
+	}
+}
+
+// workspaceTools gives every run the built-in tools in one directory.
+type workspaceTools struct{ set tools.Set }
+
+func (w workspaceTools) Tools(context.Context, Input) (tools.Set, error) { return w.set, nil }
+
+// TestToolErrorWarning: the reply ends with "⚠️ <tool> failed" only while
+// the last failure stands (runtime spec §22, §23): a failed write is
+// forgotten once the same write succeeds, and remembered through the
+// success of a different one.
+func TestToolErrorWarning(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		calls  string // the scripted tool-call replies before the final text
+		want   []events.Payload
+		inFile string // a file the workspace must hold afterwards
+	}{
+		{"a write that fails and then succeeds leaves no warning",
+			`{"toolCalls":[{"name":"write","arguments":{"path":"notes.md"}}]},{"toolCalls":[{"name":"write","arguments":{"path":"notes.md","content":"hi"}}]}`,
+			[]events.Payload{{Text: "Saved."}}, "notes.md"},
+		{"a write that fails is reported although another write succeeds",
+			`{"toolCalls":[{"name":"write","arguments":{"path":"a.md"}}]},{"toolCalls":[{"name":"write","arguments":{"path":"b.md","content":"hi"}}]}`,
+			[]events.Payload{{Text: "Saved."}, {Text: "⚠️ write failed", IsError: true}}, "b.md"},
+		{"a failed read is forgotten after any success",
+			`{"toolCalls":[{"name":"read","arguments":{"path":"missing.md"}}]},{"toolCalls":[{"name":"write","arguments":{"path":"c.md","content":"hi"}}]}`,
+			[]events.Payload{{Text: "Saved."}}, "c.md"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			set, err := tools.Builtin(tools.Workspace{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			script := `#script {"replies":[` + tt.calls + `,{"text":"Saved."}]}`
+			cfg := Config{DefaultModel: "scripted/script", Resolver: multiResolver{}, Tools: workspaceTools{set}}
+			out := runOnce(t, cfg, events.Inbound{Text: script})
+			if !reflect.DeepEqual(out.Result.Payloads, tt.want) {
+				t.Fatalf("payloads %+v, want %+v", out.Result.Payloads, tt.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, tt.inFile)); err != nil {
+				t.Fatalf("the successful write did not happen: %v", err)
+			}
+		})
+	}
+}
+
+// TestRetryLimitReached drives the run loop into its iteration cap the only
+// way the reference's bounded retry branches allow: many profiles, each
+// failing with a rate limit that lists the thinking levels, so every
+// profile is tried at every level before the next one is activated (30
+// profiles × 6 levels > the cap of 160).
+func TestRetryLimitReached(t *testing.T) {
+	t.Parallel()
+	const profiles = 30
+	store := authprofile.Store{Usage: map[string]authprofile.State{}, Order: map[string][]string{}}
+	for i := range profiles {
+		id := fmt.Sprintf("acme:%02d", i)
+		store.Profiles = append(store.Profiles, authprofile.Profile{ID: id, Type: authprofile.TypeAPIKey, Provider: "acme", Key: provider.Secret("sk-" + id)})
+		store.Order["acme"] = append(store.Order["acme"], id)
+	}
+	auth := NewMemoryAuth(store, authprofile.Config{Fleet: authprofile.FleetDefaults()}, time.Now)
+	p := &keyed{fn: func(*provider.Request) (string, error) {
+		return "", &provider.Error{Reason: provider.ReasonRateLimit, Status: 429,
+			Message: "429 rate limit reached. Supported values are: 'off', 'minimal', 'low', 'medium', 'high', 'xhigh'"}
+	}}
+	out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}, Auth: auth}, events.Inbound{Text: "hi"})
+	limit := IterationCap(profiles)
+	want := []events.Payload{{Text: TextRetryLimit, IsError: true}}
+	e := out.Result.Meta.Error
+	if e == nil || e.Kind != "retry_limit" || e.Message != fmt.Sprintf("Exceeded retry limit after %d attempts (max=%d).", limit, limit) ||
+		!reflect.DeepEqual(out.Result.Payloads, want) {
+		t.Fatalf("result %+v, error %+v", out.Result, e)
+	}
+	if n := len(p.keys()); n != limit {
+		t.Fatalf("%d provider calls, want the cap %d", n, limit)
+	}
+}
+
+// failingAuth is an auth store whose writes fail (a KV bucket that is down).
+type failingAuth struct{ *MemoryAuth }
+
+var errStoreDown = errors.New("auth store unavailable")
+
+func (failingAuth) Apply(context.Context, string, authprofile.Event) error { return errStoreDown }
+func (failingAuth) MarkGood(context.Context, string, string) error         { return errStoreDown }
+
+// TestStateWriteFailuresLogged: auth-profile writes that fail do not fail
+// the turn (the reply stands) and are logged once, when the run ends.
+func TestStateWriteFailuresLogged(t *testing.T) {
+	t.Parallel()
+	p := &keyed{fn: func(req *provider.Request) (string, error) {
+		if req.APIKey.Reveal() == "sk-a" {
+			return "", &provider.Error{Reason: provider.ReasonRateLimit, Status: 429, Message: "429 rate limit reached"}
+		}
+		return "fine", nil
+	}}
+	var logs strings.Builder
+	cfg := Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}, Auth: failingAuth{twoProfiles(time.Now)}, Logger: zerolog.New(&logs)}
+	out := runOnce(t, cfg, events.Inbound{Text: "hi"})
+	if out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "fine" {
+		t.Fatalf("result %+v", out.Result)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("want one log line, got %q", lines)
+	}
+	var line struct {
+		Level   string `json:"level"`
+		RunID   string `json:"run_id"`
+		Failed  int    `json:"failed_writes"`
+		Message string `json:"message"`
+		Error   string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &line); err != nil {
+		t.Fatal(err)
+	}
+	// The failure mark of profile a, then the good and used marks of b.
+	if line.Level != "warn" || line.RunID != "run" || line.Failed != 3 || !strings.Contains(line.Error, errStoreDown.Error()) {
+		t.Fatalf("log line %+v", line)
 	}
 }

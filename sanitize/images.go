@@ -171,10 +171,14 @@ func PlanImage(info ImageInfo, lim ImageLimits) ImagePlan {
 const MaxImagePixels = 50_000_000
 
 // errPixelLimit is the reference's (sharp's) text for too many pixels.
+//
+//lint:ignore ST1005 the reference's text, shown to users
 var errPixelLimit = errors.New("Input image exceeds pixel limit")
 
 // errUnsupportedImage is the reference's (sharp's) text for data that is no
 // image it knows.
+//
+//lint:ignore ST1005 the reference's text, shown to users
 var errUnsupportedImage = errors.New("Input buffer contains unsupported image format")
 
 // SanitizeImageBlocks checks every image block of blocks: empty or invalid
@@ -280,6 +284,7 @@ func resizeToJPEG(data string, plan ImagePlan, maxBytes int) ([]byte, error) {
 		}
 	}
 	const mb = 1024 * 1024
+	//lint:ignore ST1005 the reference's text, shown to users
 	return nil, fmt.Errorf("Image could not be reduced below %.0fMB (got %.2fMB)", float64(maxBytes)/mb, float64(smallest)/mb)
 }
 

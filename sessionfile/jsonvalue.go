@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/internal/jstext"
 )
 
 // parseJSON decodes one JSON value into the generic form message.EntryFromMap
@@ -34,19 +36,10 @@ type parser struct {
 	data []byte
 	pos  int
 	buf  []byte // scratch for strings with escapes
-	// ordered makes objects *jsObject and numbers jsNumber, keeping what
-	// JavaScript's JSON.stringify needs to write a line back.
+	// ordered makes objects *jstext.Object and numbers jstext.Number,
+	// keeping what JavaScript's JSON.stringify needs to write a line back.
 	ordered bool
 }
-
-// jsObject is an object in key order, as JavaScript keeps it.
-type jsObject struct {
-	keys []string
-	vals []any
-}
-
-// jsNumber is a number literal.
-type jsNumber string
 
 func (p *parser) errorf(format string, args ...any) error {
 	return fmt.Errorf("json: offset %d: %s", p.pos, fmt.Sprintf(format, args...))
@@ -104,9 +97,9 @@ func (p *parser) literal(lit string) error {
 func (p *parser) object(depth int) (any, error) {
 	p.pos++ // {
 	var m map[string]any
-	var o *jsObject
+	var o *jstext.Object
 	if p.ordered {
-		o = &jsObject{}
+		o = &jstext.Object{}
 	} else {
 		m = make(map[string]any, 8)
 	}
@@ -143,7 +136,7 @@ func (p *parser) object(depth int) (any, error) {
 			return nil, err
 		}
 		if o != nil {
-			o.set(k, v)
+			o.Set(k, v)
 		} else {
 			m[k] = v
 		}
@@ -397,7 +390,7 @@ func (p *parser) number() (any, error) {
 	p.pos = i
 	lit := string(d[start:i])
 	if p.ordered {
-		return jsNumber(lit), nil
+		return jstext.Number(lit), nil
 	}
 	if integer {
 		if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
@@ -413,13 +406,3 @@ func (p *parser) number() (any, error) {
 
 // set adds a key, or replaces the value of a key seen before while keeping
 // its place, as JSON.parse does.
-func (o *jsObject) set(k string, v any) {
-	for i, key := range o.keys {
-		if key == k {
-			o.vals[i] = v
-			return
-		}
-	}
-	o.keys = append(o.keys, k)
-	o.vals = append(o.vals, v)
-}

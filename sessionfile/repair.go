@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -221,10 +218,8 @@ func isHeader(line []byte) bool {
 }
 
 // stringify writes the JSON value of line as JavaScript's
-// JSON.stringify(JSON.parse(line)) would: compact, keys in JavaScript's order
-// (array-index keys first in ascending order, then the others as they first
-// appear; a repeated key keeps its first place and its last value), numbers
-// and strings spelled the JavaScript way. It fails on anything JSON.parse
+// JSON.stringify(JSON.parse(line)) would (jstext.AppendJSON of the value
+// read in key order, numbers as literals). It fails on anything JSON.parse
 // rejects.
 func stringify(w *bytes.Buffer, line []byte) error {
 	p := parser{data: line, ordered: true}
@@ -236,169 +231,6 @@ func stringify(w *bytes.Buffer, line []byte) error {
 	if p.pos != len(p.data) {
 		return errors.New("trailing data after JSON value")
 	}
-	writeJS(w, v)
+	w.Write(jstext.AppendJSON(w.AvailableBuffer(), v))
 	return nil
-}
-
-func writeJS(w *bytes.Buffer, v any) {
-	switch x := v.(type) {
-	case nil:
-		w.WriteString("null")
-	case bool:
-		w.WriteString(strconv.FormatBool(x))
-	case string:
-		writeJSString(w, x)
-	case jsNumber:
-		writeJSNumber(w, string(x))
-	case []any:
-		w.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				w.WriteByte(',')
-			}
-			writeJS(w, e)
-		}
-		w.WriteByte(']')
-	case *jsObject:
-		w.WriteByte('{')
-		n := 0
-		put := func(i int) {
-			if n > 0 {
-				w.WriteByte(',')
-			}
-			n++
-			writeJSString(w, x.keys[i])
-			w.WriteByte(':')
-			writeJS(w, x.vals[i])
-		}
-		var index []int
-		for i, k := range x.keys {
-			if isArrayIndex(k) {
-				index = append(index, i)
-			}
-		}
-		if len(index) > 0 {
-			slices.SortFunc(index, func(a, b int) int {
-				ka, kb := x.keys[a], x.keys[b]
-				if len(ka) != len(kb) {
-					return len(ka) - len(kb)
-				}
-				return strings.Compare(ka, kb)
-			})
-			for _, i := range index {
-				put(i)
-			}
-		}
-		for i, k := range x.keys {
-			if len(index) == 0 || !isArrayIndex(k) {
-				put(i)
-			}
-		}
-		w.WriteByte('}')
-	}
-}
-
-// isArrayIndex reports whether k is a canonical array index (0 to 2³²−2),
-// which JavaScript objects order before every other key.
-func isArrayIndex(k string) bool {
-	if k == "" || len(k) > 10 || (len(k) > 1 && k[0] == '0') {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < '0' || k[i] > '9' {
-			return false
-		}
-	}
-	n, err := strconv.ParseUint(k, 10, 64)
-	return err == nil && n < 1<<32-1
-}
-
-func writeJSString(w *bytes.Buffer, s string) {
-	const hex = "0123456789abcdef"
-	w.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"':
-			w.WriteString(`\"`)
-		case c == '\\':
-			w.WriteString(`\\`)
-		case c == '\b':
-			w.WriteString(`\b`)
-		case c == '\f':
-			w.WriteString(`\f`)
-		case c == '\n':
-			w.WriteString(`\n`)
-		case c == '\r':
-			w.WriteString(`\r`)
-		case c == '\t':
-			w.WriteString(`\t`)
-		case c < 0x20:
-			w.WriteString(`\u00`)
-			w.WriteByte(hex[c>>4])
-			w.WriteByte(hex[c&0xF])
-		case c == 0xED && i+2 < len(s) && s[i+1] >= 0xA0 && s[i+1] <= 0xBF:
-			// A lone surrogate from an escape (WTF-8, see parser.str),
-			// escaped as JSON.stringify does.
-			r := rune(c&0x0F)<<12 | rune(s[i+1]&0x3F)<<6 | rune(s[i+2]&0x3F)
-			w.WriteString(`\u`)
-			for shift := 12; shift >= 0; shift -= 4 {
-				w.WriteByte(hex[(r>>shift)&0xF])
-			}
-			i += 2
-		default:
-			w.WriteByte(c)
-		}
-	}
-	w.WriteByte('"')
-}
-
-// writeJSNumber writes a JSON number as JavaScript's Number.prototype.toString
-// spells the double it parses to.
-func writeJSNumber(w *bytes.Buffer, lit string) {
-	// The decoder has checked the syntax; a range error leaves ±Inf or a
-	// value rounded to zero, as JavaScript does.
-	f, _ := strconv.ParseFloat(lit, 64)
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		w.WriteString("null")
-		return
-	}
-	if f == 0 {
-		w.WriteByte('0')
-		return
-	}
-	if f < 0 {
-		w.WriteByte('-')
-		f = -f
-	}
-	// Shortest round-trip digits d1.d2…dk × 10^(n-1).
-	e := strconv.FormatFloat(f, 'e', -1, 64)
-	mant, exp, _ := strings.Cut(e, "e")
-	digits := strings.Replace(mant, ".", "", 1)
-	x, _ := strconv.Atoi(exp)
-	k, n := len(digits), x+1
-	switch {
-	case k <= n && n <= 21:
-		w.WriteString(digits)
-		w.WriteString(strings.Repeat("0", n-k))
-	case 0 < n && n <= 21:
-		w.WriteString(digits[:n])
-		w.WriteByte('.')
-		w.WriteString(digits[n:])
-	case -6 < n && n <= 0:
-		w.WriteString("0.")
-		w.WriteString(strings.Repeat("0", -n))
-		w.WriteString(digits)
-	default:
-		w.WriteByte(digits[0])
-		if k > 1 {
-			w.WriteByte('.')
-			w.WriteString(digits[1:])
-		}
-		w.WriteByte('e')
-		if n-1 >= 0 {
-			w.WriteByte('+')
-		}
-		w.WriteString(strconv.Itoa(n - 1))
-	}
 }

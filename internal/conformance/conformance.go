@@ -5,9 +5,12 @@
 // ./...` runs them all.
 //
 // The directory is $LANEFLEET_CONFORMANCE_DIR when set, else the module's
-// testdata/conformance. Cases named in its DEVIATIONS file are skipped with
-// the recorded reason; the owning package's own tests cover the fixed
-// behaviour.
+// testdata/conformance; a missing directory, file or an empty file fails the
+// test. Cases named in its DEVIATIONS file are skipped with the recorded
+// reason; the owning package's own tests cover the fixed behaviour. The
+// package's own tests check that every case file is run by some package,
+// that every deviation names a case, and that the vendored copy equals the
+// shared reference cases when those are present.
 package conformance
 
 import (
@@ -40,8 +43,16 @@ func Dir() string {
 	if d := os.Getenv("LANEFLEET_CONFORMANCE_DIR"); d != "" {
 		return d
 	}
+	return vendored()
+}
+
+// vendored is the module's own copy of the cases, testdata/conformance.
+func vendored() string { return filepath.Join(moduleRoot(), "testdata", "conformance") }
+
+// moduleRoot is the directory of the module's go.mod.
+func moduleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "conformance")
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 var (
@@ -56,9 +67,7 @@ var (
 func Deviations() map[string]string {
 	devOnce.Do(func() {
 		devs = map[string]string{}
-		_, file, _, _ := runtime.Caller(0)
-		own := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "conformance", "DEVIATIONS")
-		for _, p := range []string{own, filepath.Join(Dir(), "DEVIATIONS")} {
+		for _, p := range []string{filepath.Join(vendored(), "DEVIATIONS"), filepath.Join(Dir(), "DEVIATIONS")} {
 			readDeviations(p, devs)
 		}
 	})
@@ -83,22 +92,31 @@ func readDeviations(path string, into map[string]string) {
 }
 
 // Load reads the cases of one file ("sanitize-history", with or without .json).
-// A missing file yields no cases.
+// A missing directory or file, or a file without cases, fails t: a suite
+// that finds nothing to run must not pass.
 func Load(t testing.TB, file string) []Case {
 	t.Helper()
-	file = strings.TrimSuffix(file, ".json")
-	data, err := os.ReadFile(filepath.Join(Dir(), file+".json"))
-	if os.IsNotExist(err) {
-		return nil
-	}
+	cases, err := load(Dir(), file)
 	if err != nil {
 		t.Fatalf("conformance: %v", err)
 	}
+	return cases
+}
+
+func load(dir, file string) ([]Case, error) {
+	file = strings.TrimSuffix(file, ".json")
+	data, err := os.ReadFile(filepath.Join(dir, file+".json"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (LANEFLEET_CONFORMANCE_DIR or testdata/conformance must hold every case file)", file, err)
+	}
 	var cases []Case
 	if err := json.Unmarshal(data, &cases); err != nil {
-		t.Fatalf("conformance: %s: %v", file, err)
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	return cases
+	if len(cases) == 0 {
+		return nil, fmt.Errorf("%s: no cases", file)
+	}
+	return cases, nil
 }
 
 // Run runs every case of file as the subtest "<file>/<case name>", skipping

@@ -1,6 +1,7 @@
-// Package deptest checks, from a package's tests, that the package stays
-// pure: that nothing it links, directly or transitively, is forbidden (NATS,
-// the lane runtime, network code, ...).
+// Package deptest checks that packages link nothing forbidden, directly or
+// transitively (NATS, the lane runtime, network code, ...). The module's
+// rules live in one table, each with its reason, in this package's
+// TestModuleRules.
 //
 // It asks the go command (go list -deps -json), so it sees exactly what the
 // build links, test-only imports excluded.
@@ -57,8 +58,10 @@ func NoImports(t testing.TB, forbidden ...Rule) {
 
 // PackagesNoImports fails t if any package matched by the go list patterns
 // (e.g. "github.com/lanefleet/lanefleet/provider/...") links an import path
-// matched by one of forbidden. Each offending path is reported once, with a
-// chain of imports that leads to it.
+// matched by one of forbidden. The matched packages themselves are not
+// checked, only what they link (so "nothing of ours" can be said of a
+// package of ours). Each offending path is reported once, with a chain of
+// imports that leads to it.
 //
 // It skips t when the go command is not on PATH and fails it when go list
 // fails. It neither calls t.Parallel nor skips in -short mode: callers
@@ -82,6 +85,9 @@ func PackagesNoImports(t testing.TB, patterns []string, forbidden ...Rule) {
 		t.Fatalf("go list output: %v", err)
 	}
 	for _, p := range pkgs {
+		if !p.DepOnly {
+			continue
+		}
 		for _, r := range forbidden {
 			if r.match(p.ImportPath) {
 				t.Errorf("forbidden dependency %s (%s): %s", p.ImportPath, r, chain(pkgs, p.ImportPath))

@@ -21,4 +21,8 @@
 //     overloaded, context_overflow, role_ordering and image_size apart, know
 //     provider error codes (context_length_exceeded, insufficient_quota,
 //     API_KEY_INVALID, …) and a few provider wordings the reference misses.
+//     The conformance cases pin them too: a case's message through
+//     ClassifyMessage, and a case's error object (as the Go error the fleet
+//     sees instead) through ClassifyError, must give the reference's reason
+//     once overloaded is folded into rate_limit.
 package failover

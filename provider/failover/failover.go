@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -282,76 +281,6 @@ func codeReason(code string) provider.Reason {
 	return codeReasons[lower(strings.TrimSpace(code))]
 }
 
-// Failure describes an error as the reference runtime's resolveFailoverReason
-// sees a JavaScript error object: its class name ("AbortError",
-// "TimeoutError", "FailoverError"), message, HTTP status, system error code
-// ("ETIMEDOUT", "ECONNRESET"), the reason a FailoverError carries, and its
-// cause.
-type Failure struct {
-	Name    string
-	Message string
-	Status  int
-	Code    string
-	Reason  provider.Reason
-	Cause   *Failure
-}
-
-var timeoutishRe = regexp.MustCompile(`(?i)timeout|timed out|deadline exceeded|context deadline exceeded|stop reason: abort|reason: abort|unhandled stop reason: abort`)
-var abortRequestRe = regexp.MustCompile(`(?i)request (?:was )?aborted`)
-
-var timeoutCodes = map[string]bool{"ETIMEDOUT": true, "ESOCKETTIMEDOUT": true, "ECONNRESET": true, "ECONNABORTED": true}
-
-// IsTimeoutFailure reports whether f is timeout-like: a TimeoutError, a
-// timeout message, or an AbortError whose message says the request was
-// aborted or whose cause is timeout-like.
-func IsTimeoutFailure(f Failure) bool {
-	if f.Name == "TimeoutError" || timeoutishRe.MatchString(f.Message) {
-		return true
-	}
-	if f.Name == "AbortError" {
-		if abortRequestRe.MatchString(f.Message) {
-			return true
-		}
-		if f.Cause != nil && IsTimeoutFailure(*f.Cause) {
-			return true
-		}
-	}
-	return false
-}
-
-// ReasonOfFailure is the reference's resolveFailoverReason: a FailoverError's
-// own reason; else by status (402 billing, 429 rate_limit, 401/403 auth or
-// auth_permanent, 408 timeout, 502/503/504 timeout, 400 format); else a
-// timeout system code; else a timeout-like error; else the message's
-// FailoverReason. "" means not a failover error.
-func ReasonOfFailure(f Failure) provider.Reason {
-	if f.Name == "FailoverError" && f.Reason != "" {
-		return f.Reason
-	}
-	switch f.Status {
-	case 402:
-		return provider.ReasonBilling
-	case 429:
-		return provider.ReasonRateLimit
-	case 401, 403:
-		if IsAuthPermanent(f.Message) {
-			return provider.ReasonAuthPermanent
-		}
-		return provider.ReasonAuth
-	case 408, 502, 503, 504:
-		return provider.ReasonTimeout
-	case 400:
-		return provider.ReasonFormat
-	}
-	if timeoutCodes[strings.ToUpper(f.Code)] {
-		return provider.ReasonTimeout
-	}
-	if IsTimeoutFailure(f) {
-		return provider.ReasonTimeout
-	}
-	return FailoverReason(f.Message)
-}
-
 // ClassifyError returns the reason of any Go error: a *provider.Error's own
 // reason; aborted for context cancellation; timeout for deadlines, network
 // timeouts, connection resets and truncated bodies; otherwise the
@@ -422,12 +351,6 @@ func IsFailover(r provider.Reason) bool {
 		return true
 	}
 	return false
-}
-
-// Retryable reports whether the same request may succeed if simply sent
-// again later (rate_limit, overloaded, timeout).
-func Retryable(r provider.Reason) bool {
-	return r == provider.ReasonRateLimit || r == provider.ReasonOverloaded || r == provider.ReasonTimeout
 }
 
 func atoi(s string) int { n, _ := strconv.Atoi(strings.TrimSpace(s)); return n }

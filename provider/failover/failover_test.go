@@ -213,6 +213,6 @@ func FuzzClassify(f *testing.F) {
 	})
 }
 
-func contextCanceled() error { return fmtCanceled }
+func contextCanceled() error { return errStreamCanceled }
 
-var fmtCanceled = fmt.Errorf("stream: %w", context.Canceled)
+var errStreamCanceled = fmt.Errorf("stream: %w", context.Canceled)

@@ -163,8 +163,3 @@ func FromStream(body []byte, cause error) *provider.Error {
 		Err:     cause,
 	}
 }
-
-// FromInfo builds a classified error from what an adapter already extracted.
-func FromInfo(in Info, retryAfter time.Duration, cause error) *provider.Error {
-	return &provider.Error{Reason: ClassifyHTTP(in), Status: in.Status, RetryAfter: retryAfter, Message: in.Message, Err: cause}
-}

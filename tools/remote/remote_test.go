@@ -285,6 +285,7 @@ func TestPanicKeepsServiceRunning(t *testing.T) {
 	svc := b.serve(t, b.server, remote.ServiceConfig{},
 		newTool("crash", func(context.Context, tools.Call) (tools.Result, error) {
 			var m map[string]int
+			//lint:ignore SA5000 the tool panics on purpose
 			m["x"] = 1 // nil map write
 			return tools.Result{}, nil
 		}),

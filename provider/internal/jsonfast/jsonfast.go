@@ -23,7 +23,7 @@ func find(data []byte, key string) int {
 	p = append(p, key...)
 	p = append(p, '"')
 	i := bytes.Index(data, p)
-	if i < 0 || bytes.Index(data[i+len(p):], p) >= 0 {
+	if i < 0 || bytes.Contains(data[i+len(p):], p) {
 		return -1 // absent or ambiguous
 	}
 	j := i + len(p)

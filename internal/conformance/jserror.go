@@ -1,0 +1,129 @@
+package conformance
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/failover"
+)
+
+// JSError is an error as the cases describe one: a JavaScript error object
+// with a class name ("AbortError", "TimeoutError", "FailoverError"), message,
+// HTTP status, system error code ("ETIMEDOUT") and cause, or a FailoverError
+// with its reason.
+type JSError struct {
+	Name    string          `json:"name"`
+	Message string          `json:"message"`
+	Status  json.RawMessage `json:"status"` // a number or a numeric string
+	Code    string          `json:"code"`
+	Reason  provider.Reason `json:"reason"`   // a FailoverError's reason
+	Fail    provider.Reason `json:"failover"` // the same, as model-fallback.json spells it
+	Cause   *JSError        `json:"cause"`
+}
+
+// status is e's HTTP status, 0 when none.
+func (e *JSError) status() int {
+	var n json.Number
+	if json.Unmarshal(e.Status, &n) == nil {
+		i, _ := n.Int64()
+		return int(i)
+	}
+	var s string
+	if json.Unmarshal(e.Status, &s) == nil {
+		i, _ := strconv.Atoi(s)
+		return i
+	}
+	return 0
+}
+
+// abortedRequest is how a JavaScript HTTP client words an abort its own
+// request timer caused.
+var abortedRequest = regexp.MustCompile(`(?i)request (?:was )?aborted`)
+
+// timedOut reports whether e is what a JavaScript runtime throws when a
+// deadline passes: a TimeoutError, or an AbortError its request timer
+// caused (its message or its cause says so).
+func (e *JSError) timedOut() bool {
+	switch e.Name {
+	case "TimeoutError":
+		return true
+	case "AbortError":
+		return abortedRequest.MatchString(e.Message) || (e.Cause != nil && e.Cause.timedOut())
+	}
+	return false
+}
+
+var systemCodes = map[string]syscall.Errno{
+	"ETIMEDOUT": syscall.ETIMEDOUT, "ECONNRESET": syscall.ECONNRESET, "ECONNABORTED": syscall.ECONNABORTED,
+	"ECONNREFUSED": syscall.ECONNREFUSED, "EPIPE": syscall.EPIPE,
+}
+
+// Err returns the Go error the fleet sees where the reference sees e, so
+// that a case runs through the classification production uses:
+//
+//   - a FailoverError is a *provider.Error with its reason and status;
+//   - an error with an HTTP status is what an adapter builds from the
+//     response (failover.FromHTTP with the message as the body);
+//   - a TimeoutError, or an AbortError caused by a request timer, wraps
+//     context.DeadlineExceeded (Go's form of a passed deadline); another
+//     AbortError wraps context.Canceled (the caller gave up);
+//   - a system error code wraps the syscall error;
+//   - anything else is an error with the message.
+//
+// JSErrorOf recovers e from the result.
+func (e *JSError) Err() error {
+	self := &jsErr{js: e}
+	switch reason := cmp.Or(e.Reason, e.Fail); {
+	case e.Name == "FailoverError" || reason != "":
+		return &provider.Error{Reason: reason, Status: e.status(), Message: e.Message, Err: self}
+	case e.status() != 0:
+		return failover.FromHTTP(e.status(), nil, []byte(e.Message), self, time.Time{})
+	case e.timedOut():
+		self.cause = context.DeadlineExceeded
+	case e.Name == "AbortError":
+		self.cause = context.Canceled
+	case systemCodes[strings.ToUpper(e.Code)] != 0:
+		self.cause = systemCodes[strings.ToUpper(e.Code)]
+	}
+	return self
+}
+
+// jsErr is a case error in Go: its message, and the Go error it stands for.
+type jsErr struct {
+	js    *JSError
+	cause error
+}
+
+func (e *jsErr) Error() string { return e.js.Message }
+func (e *jsErr) Unwrap() error { return e.cause }
+
+// JSErrorOf returns the case error err was made from by JSError.Err.
+func JSErrorOf(err error) (*JSError, bool) {
+	var je *jsErr
+	if errors.As(err, &je) {
+		return je.js, true
+	}
+	return nil, false
+}
+
+// ReferenceReason is how the reference names a Lanefleet failover reason:
+// nil for a reason that is no failover reason there (context overflow, role
+// ordering, image size, aborted, unknown), rate_limit for overloaded (the
+// reference does not tell them apart), the reason itself otherwise.
+func ReferenceReason(r provider.Reason) any {
+	switch {
+	case !failover.IsFailover(r):
+		return nil
+	case r == provider.ReasonOverloaded:
+		return string(provider.ReasonRateLimit)
+	}
+	return string(r)
+}
