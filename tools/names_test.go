@@ -14,6 +14,12 @@ func TestBuiltinNames(t *testing.T) {
 	for _, s := range list.Specs() {
 		names = append(names, s.Name)
 	}
+	_, unconfined := boxes(t)
+	ex, err := Exec(Workspace{Dir: t.TempDir()}, unconfined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = append(names, ex.Spec().Name)
 	if !slices.Equal(names, BuiltinNames()) {
 		t.Fatalf("Builtin offers %v, BuiltinNames says %v", names, BuiltinNames())
 	}
