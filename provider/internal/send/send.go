@@ -185,7 +185,10 @@ func (p *Pool) Post(ctx context.Context, w *stream.Watch, r Request) (*http.Resp
 	hr.Header.Set("Accept", "text/event-stream")
 	hr.Header.Set("User-Agent", UserAgent)
 	for k, vs := range r.Header {
-		hr.Header[k] = vs
+		hr.Header.Del(k)
+		for _, v := range vs {
+			hr.Header.Add(k, v)
+		}
 	}
 	resp, err := p.Client(r.URL).Do(hr)
 	if err != nil {

@@ -409,20 +409,17 @@ func Protocol(format string, args ...any) *provider.Error {
 
 // Drain reads the SSE events of body, the watched response body, and hands
 // each to handle until stop reports true or the body ends, then checks the
-// caller's context. After stop it reads what is left of a body that ends
-// promptly, so the connection can be reused (see drainTail). It returns nil when the reply may be finished, else the
+// caller's context. It returns nil when the reply may be finished, else the
 // classified failure: handle's error as is; a read failure as Classify
 // "<name>: read stream", except a stall after done reports true (the
 // terminal event arrived, only trailing data is missing), which ends the
 // loop like the body's end; and Classify "<name>" when ctx ended. stop and
-// done may be nil (never).
+// done may be nil (never). After stop it reads what is left of a body that
+// ends promptly, so the connection can be reused (see drainTail); the reply
+// is whole by then, so nothing that happens to that read is an error.
 func Drain(ctx context.Context, w *Watch, name string, body io.Reader, stop, done func() bool, handle func(sse.Event) *provider.Error) *provider.Error {
 	rd := sse.NewReader(body)
-	for {
-		if stop != nil && stop() {
-			w.drainTail(body)
-			break
-		}
+	for stop == nil || !stop() {
 		ev, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			break
@@ -440,6 +437,10 @@ func Drain(ctx context.Context, w *Watch, name string, body io.Reader, stop, don
 	}
 	if ctx.Err() != nil {
 		return Classify(ctx, w, name, ctx.Err())
+	}
+	if stop != nil && stop() {
+		// The reply is whole; what follows is only read for the connection.
+		w.drainTail(body)
 	}
 	return nil
 }
