@@ -3,37 +3,43 @@ package agentprompt
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"go.yaml.in/yaml/v4"
 )
 
 // The frontmatter of a SKILL.md is a YAML mapping between two "---" lines.
-// pi parses it with a full YAML library; this package reads the subset that
-// skills use, without a YAML dependency:
+// pi reads it with a YAML library; so does this file (go.yaml.in/yaml/v4),
+// one top-level entry at a time, so that one bad value does not hide the
+// others. An entry starts on a line at column 0 and takes the indented and
+// blank lines that follow (and a closing "}" or "]" at column 0, where JSON
+// printers leave it); comment lines at column 0 belong to no entry. Keys
+// are unique. A value is:
 //
-//   - top-level "key: value" lines, in any order, keys unique;
-//   - plain values (an unquoted " #" starts a comment; more-indented lines
-//     that follow are folded into the value with spaces);
-//   - 'single-quoted' and "double-quoted" values (YAML escapes), which may
-//     span lines;
-//   - block scalars "|" and ">" with the chomping indicators "-" and "+" and
-//     an optional indentation digit;
-//   - an empty value followed by indented lines (a nested mapping or a
-//     list, such as metadata): the value is the block's raw text, dedented;
-//   - flow values ({...}, [...], such as metadata written as JSON on one
-//     line) are kept as raw text;
-//   - "null" and "~" read as the empty string.
+//   - a scalar's value (plain, quoted or block, with YAML's escapes and
+//     folding); null and an empty value read as "";
+//   - for a mapping or a list, its source text: a flow collection ({...},
+//     [...]) joined onto one line, a block dedented — metadata written as
+//     JSON is read as JSON later (see primaryEnv);
+//   - for a value YAML rejects that starts as plain text or a flow
+//     collection, the text read as a folded block scalar (lines joined with
+//     spaces, " #" comments dropped): YAML forbids ": " in a plain value,
+//     which skill descriptions use ("Use when: …"), and metadata may be
+//     broken JSON that primaryEnv then reports. Any other value YAML
+//     rejects is an error.
 //
-// Anchors, aliases, tags, multiple documents and complex keys are not
-// supported: they are read as plain text or rejected with an error, never a
-// panic.
+// Anchors work within one entry; an alias to another entry's anchor is an
+// error.
 
 // errNoFrontmatter reports a file that does not start with a "---" line.
 var errNoFrontmatter = errors.New("no frontmatter (the file must start with a --- line)")
 
 // parseFrontmatter returns the fields of the frontmatter at the start of src.
-// A UTF-8 byte order mark and CRLF line ends are accepted.
+// A UTF-8 byte order mark and CRLF line ends are accepted. Line numbers in
+// errors count from the file's first line (the opening "---").
 func parseFrontmatter(src string) (map[string]string, error) {
 	src = strings.TrimPrefix(src, "\uFEFF")
 	src = strings.ReplaceAll(src, "\r\n", "\n")
@@ -55,424 +61,179 @@ func parseFrontmatter(src string) (map[string]string, error) {
 	if !closed {
 		return nil, errors.New("frontmatter is not closed by a --- line")
 	}
-	return parseFields(lines)
-}
-
-// parseFields parses the lines between the two "---" lines. Line numbers in
-// errors count from the file's first line (the opening "---").
-func parseFields(lines []string) (map[string]string, error) {
-	fields := make(map[string]string)
-	for i := 0; i < len(lines); {
-		line := lines[i]
-		lineNo := i + 2
-		if isBlank(line) || isCommentLine(line) {
-			i++
-			continue
-		}
-		if indented(line) {
-			return nil, fmt.Errorf("line %d: unexpected indentation", lineNo)
-		}
-		key, val, err := splitKey(line)
+	entries, err := splitEntries(lines)
+	if err != nil {
+		return nil, err
+	}
+	fields := make(map[string]string, len(entries))
+	for _, e := range entries {
+		key, val, err := e.parse()
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", lineNo, err)
+			return nil, err
 		}
 		if _, dup := fields[key]; dup {
-			return nil, fmt.Errorf("line %d: duplicate key %q", lineNo, key)
+			return nil, fmt.Errorf("line %d: duplicate key %q", e.line, key)
 		}
-		// The value's block: every following line that is blank or indented.
-		i++
-		j := i
-		for j < len(lines) && (isBlank(lines[j]) || indented(lines[j])) {
-			j++
-		}
-		v, err := scalar(val, lines[i:j])
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %s: %w", lineNo, key, err)
-		}
-		fields[key] = v
-		i = j
+		fields[key] = val
 	}
 	return fields, nil
 }
 
-// splitKey splits a top-level "key: value" line.
-func splitKey(line string) (key, val string, err error) {
-	if line == "-" || strings.HasPrefix(line, "- ") {
-		return "", "", errors.New("expected a key: value mapping, not a list")
-	}
-	if line[0] == '"' || line[0] == '\'' {
-		// A quoted key.
-		end := strings.IndexByte(line[1:], line[0])
-		if end < 0 {
-			return "", "", errors.New("unterminated quoted key")
-		}
-		key, rest := line[1:1+end], line[2+end:]
-		if key == "" {
-			return "", "", errors.New("empty key")
-		}
-		if !strings.HasPrefix(rest, ":") || (len(rest) > 1 && rest[1] != ' ' && rest[1] != '\t') {
-			return "", "", errors.New(`expected ":" after the key`)
-		}
-		return key, rest[1:], nil
-	}
-	for i := 0; i < len(line); i++ {
-		if line[i] != ':' {
-			continue
-		}
-		if i+1 < len(line) && line[i+1] != ' ' && line[i+1] != '\t' {
-			continue // "a:b" is part of a plain key or value
-		}
-		key = strings.TrimRight(line[:i], " \t")
-		if key == "" {
-			return "", "", errors.New("empty key")
-		}
-		return key, line[i+1:], nil
-	}
-	return "", "", errors.New(`expected "key: value"`)
+// entry is one top-level "key: value" with the lines of its value.
+type entry struct {
+	line  int      // file line of its first line
+	lines []string // the key line, then its value's lines
 }
 
-// scalar reads the value that starts after a key's colon, with the key's
-// block (the indented or blank lines after the key line).
-func scalar(val string, block []string) (string, error) {
-	val = strings.TrimLeft(val, " \t")
-	switch {
-	case val == "" || val[0] == '#':
-		return nested(block), nil
-	case val[0] == '"' || val[0] == '\'':
-		text := val[1:]
-		if len(block) > 0 {
-			text += "\n" + strings.Join(block, "\n")
-		}
-		var (
-			v, rest string
-			err     error
-		)
-		if val[0] == '"' {
-			v, rest, err = doubleQuoted(text)
-		} else {
-			v, rest, err = singleQuoted(text)
-		}
-		if err != nil {
-			return "", err
-		}
-		for l := range strings.SplitSeq(rest, "\n") {
-			if t := strings.TrimSpace(l); t != "" && t[0] != '#' {
-				return "", fmt.Errorf("unexpected text %q after the quoted value", truncateForError(t))
+// splitEntries cuts the frontmatter's lines into top-level entries.
+func splitEntries(lines []string) ([]entry, error) {
+	var entries []entry
+	for i, l := range lines {
+		switch {
+		case l == "" || l[0] == ' ' || l[0] == '\t' || l[0] == '}' || l[0] == ']':
+			if len(entries) == 0 {
+				if isBlank(l) {
+					continue
+				}
+				return nil, fmt.Errorf("line %d: unexpected indentation", i+2)
 			}
+			e := &entries[len(entries)-1]
+			e.lines = append(e.lines, l)
+		case l[0] == '#':
+		default:
+			entries = append(entries, entry{line: i + 2, lines: []string{l}})
 		}
-		return v, nil
-	case val[0] == '|' || val[0] == '>':
-		return blockScalar(val, block)
-	case val[0] == '{' || val[0] == '[':
-		// Flow collections are kept as raw text: the only one skills use is
-		// metadata, which is JSON on one line.
-		parts := []string{strings.TrimSpace(val)}
-		for _, l := range block {
-			if t := strings.TrimSpace(l); t != "" {
+	}
+	return entries, nil
+}
+
+// parse reads the entry's key and value.
+func (e entry) parse() (key, val string, err error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(strings.Join(e.lines, "\n")+"\n"), &doc); err != nil {
+		if key, val, ok := e.lenient(); ok {
+			return key, val, nil
+		}
+		return "", "", e.errorf(err)
+	}
+	if len(doc.Content) != 1 {
+		return "", "", fmt.Errorf(`line %d: expected "key: value"`, e.line)
+	}
+	m := doc.Content[0]
+	switch {
+	case m.Kind == yaml.SequenceNode:
+		return "", "", fmt.Errorf("line %d: expected a key: value mapping, not a list", e.line)
+	case m.Kind != yaml.MappingNode || len(m.Content) != 2:
+		return "", "", fmt.Errorf(`line %d: expected "key: value"`, e.line)
+	}
+	k, v := m.Content[0], m.Content[1]
+	switch {
+	case k.Kind != yaml.ScalarNode:
+		return "", "", fmt.Errorf("line %d: a key must be text", e.line)
+	case k.Value == "":
+		return "", "", fmt.Errorf("line %d: empty key", e.line)
+	}
+	switch v.Kind {
+	case yaml.ScalarNode:
+		if v.Tag == "!!null" {
+			return k.Value, "", nil
+		}
+		return k.Value, v.Value, nil
+	case yaml.MappingNode, yaml.SequenceNode:
+		return k.Value, e.source(v), nil
+	}
+	return "", "", fmt.Errorf("line %d: %s: anchors and aliases are not supported", e.line, k.Value)
+}
+
+// source returns the source text of a collection value: a flow collection's
+// lines trimmed and joined with spaces, a block's lines dedented by the
+// indentation of its first line, without blank lines around either.
+func (e entry) source(v *yaml.Node) string {
+	lines := slices.Clone(e.lines[v.Line-1:])
+	// The node's column counts characters, from 1; what precedes it on its
+	// line (the key) becomes indentation.
+	if r := []rune(lines[0]); v.Column-1 <= len(r) {
+		lines[0] = strings.Repeat(" ", v.Column-1) + string(r[v.Column-1:])
+	}
+	for len(lines) > 0 && isBlank(lines[len(lines)-1]) {
+		lines = lines[:len(lines)-1]
+	}
+	if v.Style&yaml.FlowStyle != 0 {
+		var parts []string
+		for _, l := range lines {
+			if t := strings.TrimSpace(l); t != "" && t[0] != '#' {
 				parts = append(parts, t)
 			}
 		}
-		return strings.Join(parts, " "), nil
-	default:
-		return plain(val, block), nil
+		return strings.Join(parts, " ")
 	}
+	ind := indentOf(lines[0])
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = dedent(l, ind)
+	}
+	return strings.Join(out, "\n")
 }
 
-// plain reads a plain (unquoted) scalar: comments end it, continuation lines
-// are folded with spaces (an empty line is a line break).
-func plain(first string, block []string) string {
-	var b strings.Builder
-	b.WriteString(strings.TrimSpace(stripComment(first)))
-	empty := 0
-	for _, l := range block {
-		t := strings.TrimSpace(l)
-		if t == "" {
-			empty++
-			continue
-		}
-		if t[0] == '#' {
-			break // a comment line ends a plain scalar
-		}
-		if empty > 0 {
-			b.WriteString(strings.Repeat("\n", empty))
-		} else {
-			b.WriteByte(' ')
-		}
-		empty = 0
-		b.WriteString(strings.TrimSpace(stripComment(t)))
+// lenient reads an entry YAML rejected whose value starts as plain text or a
+// flow collection (see the top of the file) as a folded block scalar; ok is
+// false for any other entry.
+func (e entry) lenient() (key, val string, ok bool) {
+	k, first, found := strings.Cut(e.lines[0], ": ")
+	first = strings.TrimSpace(first)
+	if !found || k == "" || strings.ContainsAny(k[:1], `"'?-[{`) || first == "" || strings.ContainsAny(first[:1], "\"'|>&*!%@`#") {
+		return "", "", false
 	}
-	s := b.String()
-	switch s {
-	case "~", "null", "Null", "NULL":
-		return ""
+	ind := "  "
+	for _, l := range e.lines[1:] {
+		if !isBlank(l) {
+			ind = l[:indentOf(l)]
+			break
+		}
 	}
-	return s
+	folded := []string{"v: >-", ind + stripComment(first)}
+	for _, l := range e.lines[1:] {
+		if !strings.HasPrefix(strings.TrimLeft(l, " \t"), "#") {
+			folded = append(folded, stripComment(l))
+		}
+	}
+	var v struct{ V string }
+	if yaml.Unmarshal([]byte(strings.Join(folded, "\n")+"\n"), &v) != nil {
+		return "", "", false
+	}
+	return strings.TrimRight(k, " \t"), v.V, true
+}
+
+// yamlLine matches the position a YAML error starts with.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// errorf words a YAML error with the file's line number and the key, when
+// the entry's first line names one.
+func (e entry) errorf(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := e.line
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		line = e.line + min(max(n, 1), len(e.lines)) - 1
+		msg = err.Error()[len(m[0]):]
+	}
+	if k, _, ok := strings.Cut(e.lines[0], ":"); ok && strings.TrimSpace(k) != "" {
+		return fmt.Errorf("line %d: %s: %s", line, strings.Trim(strings.TrimSpace(k), `"'`), msg)
+	}
+	return fmt.Errorf("line %d: %s", line, msg)
 }
 
 // stripComment removes a " #" comment from a plain value.
 func stripComment(s string) string {
 	for i := 1; i < len(s); i++ {
 		if s[i] == '#' && (s[i-1] == ' ' || s[i-1] == '\t') {
-			return s[:i]
+			return strings.TrimRight(s[:i], " \t")
 		}
 	}
 	return s
 }
 
-// nested returns the raw text of a nested block (a mapping or list under a
-// key with no value), dedented by the indentation of its first line, without
-// leading and trailing blank lines.
-func nested(block []string) string {
-	start, end := 0, len(block)
-	for start < end && isBlank(block[start]) {
-		start++
-	}
-	for end > start && isBlank(block[end-1]) {
-		end--
-	}
-	if start == end {
-		return ""
-	}
-	ind := indentOf(block[start])
-	out := make([]string, 0, end-start)
-	for _, l := range block[start:end] {
-		out = append(out, dedent(l, ind))
-	}
-	return strings.Join(out, "\n")
-}
-
-// blockScalar reads a literal (|) or folded (>) block scalar.
-func blockScalar(header string, block []string) (string, error) {
-	literal := header[0] == '|'
-	chomp := byte(0) // 0 clip, '-' strip, '+' keep
-	ind := 0
-	h := header[1:]
-	for range 2 { // at most one of each indicator, in either order
-		if h == "" {
-			break
-		}
-		if c := h[0]; (c == '-' || c == '+') && chomp == 0 {
-			chomp = c
-		} else if c >= '1' && c <= '9' && ind == 0 {
-			ind = int(c - '0')
-		} else {
-			break
-		}
-		h = h[1:]
-	}
-	if h = strings.TrimLeft(h, " \t"); h != "" && h[0] != '#' {
-		return "", fmt.Errorf("unexpected text %q after the block scalar indicator", truncateForError(h))
-	}
-	if ind == 0 {
-		for _, l := range block {
-			if !isBlank(l) {
-				ind = indentOf(l)
-				break
-			}
-		}
-	}
-	lines := make([]string, len(block))
-	for i, l := range block {
-		if isBlank(l) && indentOf(l) <= ind {
-			lines[i] = ""
-			continue
-		}
-		lines[i] = dedent(l, ind)
-	}
-	// Trailing empty lines only matter for keep chomping.
-	trailing := 0
-	for len(lines) > 0 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-		trailing++
-	}
-	var body string
-	if literal {
-		body = strings.Join(lines, "\n")
-	} else {
-		body = fold(lines)
-	}
-	if len(lines) == 0 {
-		if chomp == '+' {
-			return strings.Repeat("\n", trailing), nil
-		}
-		return "", nil
-	}
-	switch chomp {
-	case '-':
-		return body, nil
-	case '+':
-		return body + strings.Repeat("\n", trailing+1), nil
-	}
-	return body + "\n", nil
-}
-
-// fold joins the lines of a folded block scalar: a line break between two
-// normal lines becomes a space, an empty line becomes a line break, and
-// more-indented lines keep their line breaks.
-func fold(lines []string) string {
-	var b strings.Builder
-	started, prevNormal := false, false
-	empty := 0
-	for _, l := range lines {
-		if l == "" {
-			empty++
-			continue
-		}
-		normal := l[0] != ' ' && l[0] != '\t'
-		switch {
-		case !started:
-			b.WriteString(strings.Repeat("\n", empty))
-		case empty > 0 && prevNormal && normal:
-			b.WriteString(strings.Repeat("\n", empty))
-		case empty > 0:
-			b.WriteString(strings.Repeat("\n", empty+1))
-		case prevNormal && normal:
-			b.WriteByte(' ')
-		default:
-			b.WriteByte('\n')
-		}
-		b.WriteString(l)
-		started, prevNormal, empty = true, normal, 0
-	}
-	return b.String()
-}
-
-// doubleQuoted reads a double-quoted scalar from s, which starts just after
-// the opening quote. It returns the value and the text after the closing
-// quote.
-func doubleQuoted(s string) (val, rest string, err error) {
-	var b []byte
-	for i := 0; i < len(s); {
-		c := s[i]
-		switch c {
-		case '"':
-			return string(b), s[i+1:], nil
-		case '\n':
-			b = foldBreak(b, s, &i)
-		case '\\':
-			if i+1 >= len(s) {
-				return "", "", errors.New("unterminated double-quoted value")
-			}
-			e := s[i+1]
-			i += 2
-			switch e {
-			case '\n': // an escaped line break joins the lines
-				for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
-					i++
-				}
-			case '0':
-				b = append(b, 0)
-			case 'a':
-				b = append(b, '\a')
-			case 'b':
-				b = append(b, '\b')
-			case 't', '\t':
-				b = append(b, '\t')
-			case 'n':
-				b = append(b, '\n')
-			case 'v':
-				b = append(b, '\v')
-			case 'f':
-				b = append(b, '\f')
-			case 'r':
-				b = append(b, '\r')
-			case 'e':
-				b = append(b, 0x1b)
-			case ' ', '"', '/', '\\':
-				b = append(b, e)
-			case 'N':
-				b = utf8.AppendRune(b, 0x85)
-			case '_':
-				b = utf8.AppendRune(b, 0xA0)
-			case 'L':
-				b = utf8.AppendRune(b, 0x2028)
-			case 'P':
-				b = utf8.AppendRune(b, 0x2029)
-			case 'x', 'u', 'U':
-				n := 2
-				if e == 'u' {
-					n = 4
-				} else if e == 'U' {
-					n = 8
-				}
-				if i+n > len(s) {
-					return "", "", fmt.Errorf(`short \%c escape`, e)
-				}
-				r, perr := strconv.ParseUint(s[i:i+n], 16, 32)
-				if perr != nil {
-					return "", "", fmt.Errorf(`bad \%c escape %q`, e, s[i:i+n])
-				}
-				b = utf8.AppendRune(b, rune(r)) // invalid code points become U+FFFD
-				i += n
-			default:
-				return "", "", fmt.Errorf(`unknown escape \%c`, e)
-			}
-		default:
-			b = append(b, c)
-			i++
-		}
-	}
-	return "", "", errors.New("unterminated double-quoted value")
-}
-
-// singleQuoted reads a single-quoted scalar from s, which starts just after
-// the opening quote; a doubled quote stands for one quote.
-func singleQuoted(s string) (val, rest string, err error) {
-	var b []byte
-	for i := 0; i < len(s); {
-		switch c := s[i]; c {
-		case '\'':
-			if i+1 < len(s) && s[i+1] == '\'' {
-				b = append(b, '\'')
-				i += 2
-				continue
-			}
-			return string(b), s[i+1:], nil
-		case '\n':
-			b = foldBreak(b, s, &i)
-		default:
-			b = append(b, c)
-			i++
-		}
-	}
-	return "", "", errors.New("unterminated single-quoted value")
-}
-
-// foldBreak folds the line break at s[*i] inside a quoted scalar: trailing
-// white space before it and leading white space after it are dropped, and
-// the break becomes a space, or n line breaks when n empty lines follow.
-func foldBreak(b []byte, s string, i *int) []byte {
-	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	j := *i + 1
-	empty := 0
-	for {
-		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
-			j++
-		}
-		if j < len(s) && s[j] == '\n' {
-			empty++
-			j++
-			continue
-		}
-		break
-	}
-	*i = j
-	if empty == 0 {
-		return append(b, ' ')
-	}
-	for range empty {
-		b = append(b, '\n')
-	}
-	return b
-}
-
 func isBlank(l string) bool { return strings.TrimLeft(l, " \t") == "" }
-
-func isCommentLine(l string) bool { return strings.HasPrefix(strings.TrimLeft(l, " \t"), "#") }
-
-func indented(l string) bool { return l != "" && (l[0] == ' ' || l[0] == '\t') }
 
 func indentOf(l string) int { return len(l) - len(strings.TrimLeft(l, " \t")) }
 
@@ -483,17 +244,4 @@ func dedent(l string, n int) string {
 		i++
 	}
 	return l[i:]
-}
-
-// truncateForError shortens text quoted in an error message.
-func truncateForError(s string) string {
-	const maxLen = 40
-	if len(s) <= maxLen {
-		return s
-	}
-	i := maxLen
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
 }

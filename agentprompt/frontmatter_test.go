@@ -135,6 +135,50 @@ var frontmatterCases = []struct {
 		want: map[string]string{"disable-model-invocation": "true"},
 	},
 	{
+		// YAML forbids ": " in a plain value; such a value is read as if
+		// folded, over several lines too.
+		name: "colons in a value YAML rejects",
+		src:  "---\ndescription: Use when: the user\n  asks: for it # note\nname: x\n---\n",
+		want: map[string]string{"description": "Use when: the user asks: for it", "name": "x"},
+	},
+	{
+		// Broken JSON metadata stays text, for the JSON reader to report.
+		name: "flow value YAML rejects",
+		src:  "---\nmetadata: {\"openclaw\": {\"primaryEnv\": }\nname: x\n---\n",
+		want: map[string]string{"metadata": `{"openclaw": {"primaryEnv": }`, "name": "x"},
+	},
+	{
+		// Pretty-printed JSON leaves its closing brace at column 0.
+		name: "flow value closed at column 0",
+		src:  "---\nmetadata: {\n  \"openclaw\": {\"primaryEnv\": \"K\"}\n}\n# a comment\nname: x\n---\n",
+		want: map[string]string{"metadata": `{ "openclaw": {"primaryEnv": "K"} }`, "name": "x"},
+	},
+	{
+		name: "flow value starting on the next line, with a comment",
+		src:  "---\nmetadata:\n  # JSON\n  {\"a\": [1, 2]}\n---\n",
+		want: map[string]string{"metadata": `{"a": [1, 2]}`},
+	},
+	{
+		name: "tags, anchors and non-string scalars read as text",
+		src:  "---\nname: !!str 123\nversion: 1.0\nflag: &f yes\n---\n",
+		want: map[string]string{"name": "123", "version": "1.0", "flag": "yes"},
+	},
+	{
+		name:    "an alias to another key's anchor",
+		src:     "---\na: &x 1\nb: *x\n---\n",
+		wantErr: "line 3: b: ",
+	},
+	{
+		name:    "a quoted value that is not a colon-tolerant plain value",
+		src:     "---\ndescription: \"Use when: x\" y\n---\n",
+		wantErr: "line 2: description: ",
+	},
+	{
+		name:    "a key that is a collection",
+		src:     "---\n[a, b]: c\n---\n",
+		wantErr: "line 2: a key must be text",
+	},
+	{
 		name:    "a document without frontmatter",
 		src:     "# Just markdown\n\nname: not a field\n",
 		wantErr: "no frontmatter",
@@ -167,32 +211,32 @@ var frontmatterCases = []struct {
 	{
 		name:    "unterminated double quote",
 		src:     "---\ndescription: \"open\n---\n",
-		wantErr: "unterminated double-quoted",
+		wantErr: "line 2: description: found unexpected end of stream",
 	},
 	{
 		name:    "unterminated single quote",
 		src:     "---\ndescription: 'open\n---\n",
-		wantErr: "unterminated single-quoted",
+		wantErr: "line 2: description: found unexpected end of stream",
 	},
 	{
 		name:    "text after a quoted value",
 		src:     "---\ndescription: \"a\" b\n---\n",
-		wantErr: "after the quoted value",
+		wantErr: "line 2: description: did not find expected key",
 	},
 	{
 		name:    "unknown escape",
 		src:     "---\ndescription: \"\\q\"\n---\n",
-		wantErr: `unknown escape \q`,
+		wantErr: "line 2: description: found unknown escape character",
 	},
 	{
 		name:    "short unicode escape",
 		src:     "---\ndescription: \"\\u12\"\n---\n",
-		wantErr: "short \\u escape",
+		wantErr: "line 2: description: did not find expected hexadecimal number",
 	},
 	{
 		name:    "text after a block scalar indicator",
 		src:     "---\ndescription: | nope\n  x\n---\n",
-		wantErr: "after the block scalar indicator",
+		wantErr: "line 2: description: did not find expected comment or line break",
 	},
 	{
 		name:    "empty key",
@@ -249,34 +293,41 @@ func FuzzParseFrontmatter(f *testing.F) {
 	})
 }
 
-// FuzzFrontmatterQuotedRoundTrip checks the quoted-scalar readers against an
-// encoder: any string written as a double-quoted value (escapes for quotes,
-// backslashes and control characters) reads back unchanged, and so does any
-// single-line string written as a single-quoted value.
+// FuzzFrontmatterQuotedRoundTrip checks the quoted-scalar reading against
+// an encoder: any UTF-8 string written as a double-quoted value (escapes for
+// quotes, backslashes, line breaks and whatever YAML does not allow as is)
+// reads back unchanged, and so does any single-line string of characters
+// YAML allows, written as a single-quoted value.
 func FuzzFrontmatterQuotedRoundTrip(f *testing.F) {
-	for _, s := range []string{"", "plain", `say "hi"`, `back\slash`, "tab\there", "multi\nline\n", "it's", "  spaces  ", "🦞 é", "\x00\x1f\x7f", "# not a comment"} {
+	for _, s := range []string{"", "plain", `say "hi"`, `back\slash`, "tab\there", "multi\nline\n", "it's", "  spaces  ", "🦞 é", "\x00\x1f\x7f", "# not a comment", "nel\u0085 ls\u2028 bom\ufeff"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
+		if !utf8.ValidString(v) {
+			return // YAML is text; a real parser rejects invalid UTF-8
+		}
 		var dq strings.Builder
-		for i := 0; i < len(v); i++ {
-			switch c := v[i]; {
-			case c == '"' || c == '\\':
+		plain := true // every character may stand as is
+		for _, r := range v {
+			switch {
+			case r == '"' || r == '\\':
 				dq.WriteByte('\\')
-				dq.WriteByte(c)
-			case c == '\n':
+				dq.WriteRune(r)
+			case r == '\n':
 				dq.WriteString(`\n`)
-			case c < 0x20 || c == 0x7f:
-				fmt.Fprintf(&dq, `\x%02x`, c)
+				plain = false
+			case !yamlPrintable(r):
+				fmt.Fprintf(&dq, `\U%08x`, r)
+				plain = false
 			default:
-				dq.WriteByte(c)
+				dq.WriteRune(r)
 			}
 		}
 		fields, err := parseFrontmatter("---\nk: \"" + dq.String() + "\" # comment\n---\n")
 		if err != nil || fields["k"] != v {
 			t.Fatalf("double-quoted %q: got %q, %v", dq.String(), fields["k"], err)
 		}
-		if strings.ContainsAny(v, "\r\n") {
+		if !plain {
 			return
 		}
 		sq := "'" + strings.ReplaceAll(v, "'", "''") + "'"
@@ -285,4 +336,18 @@ func FuzzFrontmatterQuotedRoundTrip(f *testing.F) {
 			t.Fatalf("single-quoted %s: got %q, %v", sq, fields["k"], err)
 		}
 	})
+}
+
+// yamlPrintable reports whether r may appear as is inside a quoted scalar:
+// YAML's printable characters, less the ones the parser takes for line
+// breaks (NEL, LS, PS) or a byte order mark, and less tab (it folds with
+// the spaces around a line break).
+func yamlPrintable(r rune) bool {
+	switch {
+	case r == 0x85 || r == 0x2028 || r == 0x2029 || r == 0xFEFF:
+		return false
+	case r >= 0x20 && r <= 0x7E, r >= 0xA0 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= 0x10FFFF:
+		return true
+	}
+	return false
 }

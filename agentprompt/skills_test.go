@@ -197,7 +197,7 @@ func TestLoadSkillsRules(t *testing.T) {
 			name:     "broken frontmatter",
 			dir:      "broken",
 			skillMD:  skillMD("name: broken", `description: "unterminated`),
-			wantWarn: "frontmatter: line 3: description: unterminated double-quoted value",
+			wantWarn: "frontmatter: line 3: description: found unexpected end of stream",
 		},
 		{
 			name:     "CRLF file",

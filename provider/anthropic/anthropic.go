@@ -1,9 +1,10 @@
 // Package anthropic adapts the Anthropic Messages API ("anthropic-messages")
-// to provider.Provider. Requests go out through anthropic-sdk-go with its
-// retries and environment defaults off (the run loop owns retries and keys
-// come from the request); the SSE body is decoded here, so every failure —
-// an HTTP error, an error event, a malformed or truncated stream, a
-// connection reset, a stall, an unknown event — ends as a classified
+// to provider.Provider over net/http: POST {base}/v1/messages with the
+// headers anthropic-sdk-go used to send (x-api-key or an OAuth bearer,
+// anthropic-version, anthropic-beta), no retries (the run loop owns them)
+// and keys only from the request. The SSE body is decoded here, so every
+// failure — an HTTP error, an error event, a malformed or truncated stream,
+// a connection reset, a stall, an unknown event — ends as a classified
 // *provider.Error. Thinking signatures and redacted thinking round-trip byte
 // for byte; the system prompt and the last user message carry prompt-cache
 // breakpoints.
@@ -18,13 +19,11 @@ import (
 	"strings"
 	"time"
 
-	sdk "github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
-
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
+	"github.com/lanefleet/lanefleet/provider/internal/send"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
 )
@@ -32,10 +31,17 @@ import (
 // DefaultBaseURL is the Anthropic API base URL used when a model has none.
 const DefaultBaseURL = "https://api.anthropic.com"
 
+// APIVersion is the anthropic-version header of every request: the version
+// anthropic-sdk-go v2.13.0 sent, which the adapter's requests and stream
+// decoding were written against.
+const APIVersion = "2026-10-21"
+
 // Config configures the adapter. The zero value is usable.
 type Config struct {
-	// HTTPClient sends requests; nil uses a client without an overall
-	// timeout (streams are bounded by IdleTimeout and the context).
+	// HTTPClient sends every request as it is; nil uses a pooled client
+	// per origin of the model's base URL (see NewTransport in
+	// provider/internal/send: keep-alive, HTTP/2, no overall timeout; a
+	// stream is bounded by IdleTimeout and the context).
 	HTTPClient *http.Client
 	// IdleTimeout abandons a stream that sends nothing for this long;
 	// 0 means 5 minutes.
@@ -48,18 +54,16 @@ type Config struct {
 
 // Adapter streams Anthropic Messages.
 type Adapter struct {
-	cfg Config
+	cfg  Config
+	pool *send.Pool
 }
 
 // New returns an Anthropic Messages adapter.
 func New(cfg Config) *Adapter {
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Adapter{cfg: cfg}
+	return &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
 }
 
 var _ provider.Provider = (*Adapter)(nil)
@@ -110,43 +114,28 @@ func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Reque
 	if base == "" {
 		base = DefaultBaseURL
 	}
-	opts := []option.RequestOption{
-		option.WithoutEnvironmentDefaults(),
-		option.WithHTTPClient(a.cfg.HTTPClient),
-		option.WithBaseURL(base),
-		option.WithMaxRetries(0),
-		option.WithHeader("accept", "text/event-stream"),
+	u, err := send.JoinURL(base, "v1/messages")
+	if err != nil {
+		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: "anthropic: " + err.Error(), Err: err}
 	}
+	h := http.Header{}
+	h.Set("anthropic-version", APIVersion)
 	key := req.APIKey.Reveal()
 	switch {
 	case strings.Contains(key, "sk-ant-oat"):
 		// An OAuth token (Claude subscriptions) authenticates as a bearer.
-		opts = append(opts, option.WithHeader("authorization", "Bearer "+key))
+		h.Set("authorization", "Bearer "+key)
 		betas = append(betas, "oauth-2025-04-20")
 	case key != "":
-		opts = append(opts, option.WithHeader("x-api-key", key))
+		h.Set("x-api-key", key)
 	}
-	opts = append(opts, option.WithHeader("anthropic-beta", strings.Join(betas, ",")))
+	if len(betas) > 0 {
+		h.Set("anthropic-beta", strings.Join(betas, ","))
+	}
 	for k, v := range a.cfg.Headers {
-		opts = append(opts, option.WithHeader(k, v))
+		h.Set(k, v)
 	}
-	client := sdk.NewClient(opts...)
-	var resp *http.Response
-	err := client.Post(w.Context(), "v1/messages", body, &resp)
-	if err != nil {
-		var apiErr *sdk.Error
-		if errors.As(err, &apiErr) && apiErr.Response != nil {
-			return nil, stream.HTTPError(apiErr.StatusCode, apiErr.Response.Header, apiErr.Response.Body, errors.New(http.StatusText(apiErr.StatusCode)), a.cfg.Now())
-		}
-		if resp != nil && resp.Body != nil {
-			_ = resp.Body.Close()
-		}
-		return nil, stream.Scrub(stream.Classify(ctx, w, "anthropic: send request", err), req.APIKey)
-	}
-	if pe := stream.NotAStream(resp); pe != nil {
-		return nil, pe
-	}
-	return resp, nil
+	return a.pool.Post(ctx, w, send.Request{Name: "anthropic", URL: u, Header: h, Body: body, Key: req.APIKey, Now: a.cfg.Now})
 }
 
 // event is the union of the stream's event payloads.

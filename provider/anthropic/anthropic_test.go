@@ -311,3 +311,69 @@ func TestBrokenConnections(t *testing.T) {
 		return anthropic.New(anthropic.Config{IdleTimeout: idle}).Stream(ctx, &provider.Request{Model: model(url, "x")}, emit)
 	})
 }
+
+// TestConnections: calls through one adapter reuse their connections,
+// though the adapter stops reading at message_stop; a server that keeps the
+// stream open after it does not hold up the reply.
+func TestConnections(t *testing.T) {
+	t.Parallel()
+	body := wiretest.Body(t, "anthropic-messages-thinking-tool-use.sse")
+	a := anthropic.New(anthropic.Config{})
+	call := func(ctx context.Context, url string) (message.Message, error) {
+		return a.Stream(ctx, &provider.Request{Model: model(url, "claude-sonnet-4-5"), Messages: []message.Message{message.User("hi", 1)}, APIKey: "k"}, nil)
+	}
+	t.Run("reuse", func(t *testing.T) { t.Parallel(); wiretest.Reuse(t, body, call) })
+	t.Run("held", func(t *testing.T) { t.Parallel(); wiretest.Held(t, body, call) })
+}
+
+// TestHeaders pins what the SDK used to send for us: the key as x-api-key,
+// an OAuth token as a bearer with the oauth beta, the API version, the
+// betas, configured headers on top; and the base URL joined as the SDK
+// joined it.
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.ServeBody(t, 200, "text/event-stream", sse(msgStart, `{"type":"message_delta","delta":{"stop_reason":"end_turn"}}`, msgStop), 0)
+	for _, tc := range []struct {
+		name, base, key string
+		headers         map[string]string
+		path            string
+		want            map[string]string // "" = absent
+	}{
+		{"api key", srv.URL, "sk-ant-api03-k", nil, "/v1/messages", map[string]string{
+			"X-Api-Key": "sk-ant-api03-k", "Authorization": "", "Anthropic-Version": anthropic.APIVersion,
+			"Anthropic-Beta": "fine-grained-tool-streaming-2025-05-14", "Content-Type": "application/json", "Accept": "text/event-stream"}},
+		{"oauth", srv.URL + "/", "sk-ant-oat01-k", nil, "/v1/messages", map[string]string{
+			"X-Api-Key": "", "Authorization": "Bearer sk-ant-oat01-k", "Anthropic-Beta": "fine-grained-tool-streaming-2025-05-14,oauth-2025-04-20"}},
+		{"no key", srv.URL + "/proxy/anthropic", "", nil, "/proxy/anthropic/v1/messages", map[string]string{
+			"X-Api-Key": "", "Authorization": "", "Anthropic-Version": anthropic.APIVersion}},
+		{"configured", srv.URL, "k", map[string]string{"anthropic-beta": "mine", "User-Agent": "ua", "X-Extra": "1"}, "/v1/messages", map[string]string{
+			"X-Api-Key": "k", "Anthropic-Beta": "mine", "User-Agent": "ua", "X-Extra": "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := anthropic.New(anthropic.Config{Headers: tc.headers})
+			req := &provider.Request{Model: model(tc.base, "claude-sonnet-4-5"), Messages: []message.Message{message.User("hi", 1)}, APIKey: provider.Secret(tc.key)}
+			if _, err := a.Stream(t.Context(), req, nil); err != nil {
+				t.Fatal(err)
+			}
+			r := srv.Last(t)
+			if r.Method != "POST" || r.Path != tc.path {
+				t.Errorf("%s %s", r.Method, r.Path)
+			}
+			for k, v := range tc.want {
+				if got := r.Header.Get(k); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+		})
+	}
+}
+
+// TestBadBaseURL: a base URL that is not absolute http(s) fails as a
+// format error before anything is sent.
+func TestBadBaseURL(t *testing.T) {
+	t.Parallel()
+	msg, err := anthropic.New(anthropic.Config{}).Stream(t.Context(), &provider.Request{Model: model("api.anthropic.com", "claude-sonnet-4-5")}, nil)
+	if provider.ReasonOf(err) != provider.ReasonFormat || !strings.Contains(msg.ErrorMessage, "base URL") {
+		t.Errorf("%v %q", err, msg.ErrorMessage)
+	}
+}

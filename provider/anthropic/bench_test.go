@@ -28,3 +28,17 @@ func BenchmarkStream(b *testing.B) {
 		return anthropic.New(anthropic.Config{}), &provider.Request{Model: model(url, "claude-haiku-4-5"), Messages: []message.Message{message.User("hi", 1)}}
 	})
 }
+
+// BenchmarkShortReply sends a request and reads a one-delta reply from a
+// local server: the fixed cost of a call (request, headers, connection,
+// stream setup), which the long reply above hides.
+func BenchmarkShortReply(b *testing.B) {
+	body := sse(msgStart,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}`, msgStop)
+	wiretest.Bench(b, body, func(url string) (provider.Provider, *provider.Request) {
+		return anthropic.New(anthropic.Config{}), &provider.Request{Model: model(url, "claude-haiku-4-5"), Messages: []message.Message{message.User("hi", 1)}, APIKey: "sk-ant-api03-k"}
+	})
+}

@@ -1,34 +1,28 @@
 // Package google adapts the Gemini API ("google-generative-ai",
-// streamGenerateContent with alt=sse) to provider.Provider.
-//
-// The request body is built from genai's wire types where they match the
-// REST format (function declarations, thinking config); the POST and the
-// SSE decoding are done here rather than through genai's stream reader,
-// which round-trips every chunk through a map, logs through the global
-// logger and cannot report a stalled body, and whose []byte thought
-// signatures cannot carry Gemini 3's non-base64 skip sentinel. Every
-// failure — an HTTP error, an error chunk, a malformed or truncated stream,
-// a connection reset, a stall — ends as a classified *provider.Error.
-// Thought signatures round-trip on thinking, text and function call parts;
-// Gemini 3 function calls without one get the skip sentinel.
+// streamGenerateContent with alt=sse) to provider.Provider over net/http,
+// with its own wire types for the request and the stream: thought
+// signatures stay strings (Gemini sends base64, and Gemini 3's skip
+// sentinel is not base64 at all). Every failure — an HTTP error, an error
+// chunk, a malformed or truncated stream, a connection reset, a stall —
+// ends as a classified *provider.Error. Thought signatures round-trip on
+// thinking, text and function call parts; Gemini 3 function calls without
+// one get the skip sentinel.
 package google
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
-	"google.golang.org/genai"
-
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
+	"github.com/lanefleet/lanefleet/provider/internal/send"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
 )
@@ -39,8 +33,10 @@ const DefaultBaseURL = "https://generativelanguage.googleapis.com/v1beta"
 
 // Config configures the adapter. The zero value is usable.
 type Config struct {
-	// HTTPClient sends requests; nil uses a client without an overall
-	// timeout (streams are bounded by IdleTimeout and the context).
+	// HTTPClient sends every request as it is; nil uses a pooled client
+	// per origin of the model's base URL (see NewTransport in
+	// provider/internal/send: keep-alive, HTTP/2, no overall timeout; a
+	// stream is bounded by IdleTimeout and the context).
 	HTTPClient *http.Client
 	// IdleTimeout abandons a stream that sends nothing for this long;
 	// 0 means 5 minutes.
@@ -54,18 +50,16 @@ type Config struct {
 
 // Adapter streams Gemini generateContent.
 type Adapter struct {
-	cfg Config
+	cfg  Config
+	pool *send.Pool
 }
 
 // New returns a Gemini adapter.
 func New(cfg Config) *Adapter {
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Adapter{cfg: cfg}
+	return &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
 }
 
 var _ provider.Provider = (*Adapter)(nil)
@@ -93,23 +87,33 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(p
 	if perr := stream.Drain(ctx, w, "google", w.Body(resp.Body), nil, hasFinish, p.event); perr != nil {
 		return b.Fail(perr)
 	}
-	switch genai.FinishReason(p.finish) {
+	switch p.finish {
 	case "":
 		return b.Fail(stream.Protocol("google: stream ended before a finishReason"))
-	case genai.FinishReasonStop:
+	case finishStop:
 		if b.HasToolCalls() {
 			return b.Done(message.StopToolUse), nil
 		}
 		return b.Done(message.StopStop), nil
-	case genai.FinishReasonMaxTokens:
+	case finishMaxTokens:
 		return b.Done(message.StopLength), nil
-	case genai.FinishReasonMalformedFunctionCall, genai.FinishReasonUnexpectedToolCall:
+	case finishMalformedFunctionCall, finishUnexpectedToolCall:
 		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "google: finish reason " + p.finish + p.finishMessage()})
 	}
 	return b.Fail(&provider.Error{Reason: provider.ReasonUnknown, Message: "google: finish reason " + p.finish + p.finishMessage()})
 }
 
-// endpoint splits a base URL into the host part and API version.
+// Finish reasons the adapter tells apart; any other ends the reply as an
+// error carrying the reason.
+const (
+	finishStop                  = "STOP"
+	finishMaxTokens             = "MAX_TOKENS"
+	finishMalformedFunctionCall = "MALFORMED_FUNCTION_CALL"
+	finishUnexpectedToolCall    = "UNEXPECTED_TOOL_CALL"
+)
+
+// endpoint returns the base URL with its API version: a base that ends in
+// none gets /v1beta.
 func endpoint(base string) string {
 	if base == "" {
 		base = DefaultBaseURL
@@ -122,31 +126,18 @@ func endpoint(base string) string {
 }
 
 func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Request, body []byte) (*http.Response, *provider.Error) {
-	u := endpoint(req.Model.BaseURL) + "/models/" + url.PathEscape(req.Model.ID) + ":streamGenerateContent?alt=sse"
-	hr, err := http.NewRequestWithContext(w.Context(), http.MethodPost, u, bytes.NewReader(body))
+	u, err := send.JoinURL(endpoint(req.Model.BaseURL), "models/"+url.PathEscape(req.Model.ID)+":streamGenerateContent?alt=sse")
 	if err != nil {
 		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: "google: " + err.Error(), Err: err}
 	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", "text/event-stream")
+	h := http.Header{}
 	if k := req.APIKey.Reveal(); k != "" {
-		hr.Header.Set("x-goog-api-key", k)
+		h.Set("x-goog-api-key", k)
 	}
 	for k, v := range a.cfg.Headers {
-		hr.Header.Set(k, v)
+		h.Set(k, v)
 	}
-	resp, err := a.cfg.HTTPClient.Do(hr)
-	if err != nil {
-		pe := stream.Classify(ctx, w, "google: send request", err)
-		return nil, stream.Scrub(pe, req.APIKey)
-	}
-	if resp.StatusCode >= 400 {
-		return nil, stream.HTTPError(resp.StatusCode, resp.Header, resp.Body, errors.New(resp.Status), a.cfg.Now())
-	}
-	if pe := stream.NotAStream(resp); pe != nil {
-		return nil, pe
-	}
-	return resp, nil
+	return a.pool.Post(ctx, w, send.Request{Name: "google", URL: u, Header: h, Body: body, Key: req.APIKey, Now: a.cfg.Now})
 }
 
 type chunk struct {

@@ -244,3 +244,53 @@ func BenchmarkStream(b *testing.B) {
 		return google.New(google.Config{}), &provider.Request{Model: model(url, "gemini-2.5-flash"), Messages: []message.Message{message.User("hi", 1)}}
 	})
 }
+
+// TestConnections: calls through one adapter reuse their connections.
+func TestConnections(t *testing.T) {
+	t.Parallel()
+	body := wiretest.Body(t, "google-generative-ai-parallel-function-calls.sse")
+	a := google.New(google.Config{})
+	wiretest.Reuse(t, body, func(ctx context.Context, url string) (message.Message, error) {
+		return a.Stream(ctx, &provider.Request{Model: model(url, "gemini-2.5-flash"), Messages: []message.Message{message.User("hi", 1)}, APIKey: "k"}, nil)
+	})
+}
+
+// TestURLAndHeaders: the API version is added to a base URL without one,
+// the model id is escaped into one path segment, the key goes in
+// x-goog-api-key and configured headers come on top.
+func TestURLAndHeaders(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.ServeBody(t, http.StatusOK, "text/event-stream", sse(`{"candidates":[{"content":{"parts":[{"text":"ok"}]},"finishReason":"STOP"}]}`), 0)
+	for _, tc := range []struct {
+		name, base, id, key string
+		headers             map[string]string
+		path                string
+		want                map[string]string // "" = absent
+	}{
+		{"default version", srv.URL, "gemini-2.5-flash", "g", nil, "/v1beta/models/gemini-2.5-flash:streamGenerateContent", map[string]string{
+			"X-Goog-Api-Key": "g", "Content-Type": "application/json", "Accept": "text/event-stream"}},
+		{"own version", srv.URL + "/v1/", "gemini-2.5-flash", "", nil, "/v1/models/gemini-2.5-flash:streamGenerateContent", map[string]string{"X-Goog-Api-Key": ""}},
+		{"proxy path", srv.URL + "/proxy/google", "gemini-2.5-flash", "g", nil, "/proxy/google/v1beta/models/gemini-2.5-flash:streamGenerateContent", nil},
+		{"escaped id", srv.URL + "/v1alpha", "tuned/a b", "g", nil, "/v1alpha/models/tuned%2Fa%20b:streamGenerateContent", nil},
+		{"configured", srv.URL, "gemini-2.5-flash", "g", map[string]string{"x-goog-api-key": "other", "X-Extra": "1"}, "/v1beta/models/gemini-2.5-flash:streamGenerateContent", map[string]string{
+			"X-Goog-Api-Key": "other", "X-Extra": "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := model(srv.URL, tc.id)
+			m.BaseURL = tc.base
+			_, err := google.New(google.Config{Headers: tc.headers}).Stream(t.Context(), &provider.Request{Model: m, Messages: []message.Message{message.User("hi", 1)}, APIKey: provider.Secret(tc.key)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := srv.Last(t)
+			if got.Method != "POST" || got.RawPath != tc.path || got.Query != "alt=sse" {
+				t.Errorf("%s %s?%s", got.Method, got.RawPath, got.Query)
+			}
+			for k, v := range tc.want {
+				if h := got.Header.Get(k); h != v {
+					t.Errorf("%s = %q, want %q", k, h, v)
+				}
+			}
+		})
+	}
+}

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 
-	"google.golang.org/genai"
-
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/transform"
@@ -27,13 +25,36 @@ type apiRequest struct {
 }
 
 type apiGenerationC struct {
-	MaxOutputTokens int                   `json:"maxOutputTokens,omitempty"`
-	Temperature     *float64              `json:"temperature,omitempty"`
-	ThinkingConfig  *genai.ThinkingConfig `json:"thinkingConfig,omitempty"`
+	MaxOutputTokens int                `json:"maxOutputTokens,omitempty"`
+	Temperature     *float64           `json:"temperature,omitempty"`
+	ThinkingConfig  *apiThinkingConfig `json:"thinkingConfig,omitempty"`
 }
 
+// apiThinkingConfig asks for thoughts with either a level (Gemini 3) or a
+// token budget (Gemini 2.5; -1 lets the model decide).
+type apiThinkingConfig struct {
+	IncludeThoughts bool   `json:"includeThoughts,omitempty"`
+	ThinkingBudget  *int32 `json:"thinkingBudget,omitempty"`
+	ThinkingLevel   string `json:"thinkingLevel,omitempty"`
+}
+
+// Thinking levels of Gemini 3.
+const (
+	levelMinimal = "MINIMAL"
+	levelLow     = "LOW"
+	levelMedium  = "MEDIUM"
+	levelHigh    = "HIGH"
+)
+
 type apiTool struct {
-	FunctionDeclarations []*genai.FunctionDeclaration `json:"functionDeclarations"`
+	FunctionDeclarations []apiFunctionDecl `json:"functionDeclarations"`
+}
+
+// apiFunctionDecl declares a tool with its parameters as JSON Schema.
+type apiFunctionDecl struct {
+	Description          string `json:"description,omitempty"`
+	Name                 string `json:"name,omitempty"`
+	ParametersJSONSchema any    `json:"parametersJsonSchema,omitempty"`
 }
 
 type apiContent struct {
@@ -101,25 +122,25 @@ func validSignature(s string) bool {
 // thinkingConfig maps a thinking level per model: Gemini 3 Pro takes LOW or
 // HIGH, Gemini 3 Flash MINIMAL to HIGH, Gemini 2.5 a token budget; off sends
 // nothing, so the model's default applies.
-func thinkingConfig(m provider.Model, level provider.ThinkingLevel) *genai.ThinkingConfig {
+func thinkingConfig(m provider.Model, level provider.ThinkingLevel) *apiThinkingConfig {
 	if !m.Reasoning || level == "" || level == provider.ThinkingOff {
 		return nil
 	}
 	if level == provider.ThinkingXHigh {
 		level = provider.ThinkingHigh
 	}
-	tc := &genai.ThinkingConfig{IncludeThoughts: true}
+	tc := &apiThinkingConfig{IncludeThoughts: true}
 	id := m.ID
 	switch {
 	case isGemini3(id) && strings.Contains(id, "pro"):
-		tc.ThinkingLevel = genai.ThinkingLevelHigh
+		tc.ThinkingLevel = levelHigh
 		if level == provider.ThinkingMinimal || level == provider.ThinkingLow {
-			tc.ThinkingLevel = genai.ThinkingLevelLow
+			tc.ThinkingLevel = levelLow
 		}
 	case isGemini3(id):
-		tc.ThinkingLevel = map[provider.ThinkingLevel]genai.ThinkingLevel{
-			provider.ThinkingMinimal: genai.ThinkingLevelMinimal, provider.ThinkingLow: genai.ThinkingLevelLow,
-			provider.ThinkingMedium: genai.ThinkingLevelMedium, provider.ThinkingHigh: genai.ThinkingLevelHigh,
+		tc.ThinkingLevel = map[provider.ThinkingLevel]string{
+			provider.ThinkingMinimal: levelMinimal, provider.ThinkingLow: levelLow,
+			provider.ThinkingMedium: levelMedium, provider.ThinkingHigh: levelHigh,
 		}[level]
 	default:
 		budgets := map[provider.ThinkingLevel]int32{provider.ThinkingMinimal: -1, provider.ThinkingLow: -1, provider.ThinkingMedium: -1, provider.ThinkingHigh: -1}
@@ -277,13 +298,13 @@ func buildRequest(req *provider.Request) ([]byte, error) {
 		}
 	}
 	if len(req.Tools) > 0 {
-		decls := make([]*genai.FunctionDeclaration, 0, len(req.Tools))
+		decls := make([]apiFunctionDecl, 0, len(req.Tools))
 		for _, t := range req.Tools {
 			var schema any = t.Parameters
 			if t.Parameters == nil {
 				schema = map[string]any{"type": "object", "properties": map[string]any{}}
 			}
-			decls = append(decls, &genai.FunctionDeclaration{Name: t.Name, Description: t.Description, ParametersJsonSchema: schema})
+			decls = append(decls, apiFunctionDecl{Name: t.Name, Description: t.Description, ParametersJSONSchema: schema})
 		}
 		body.Tools = []apiTool{{FunctionDeclarations: decls}}
 	}

@@ -31,3 +31,14 @@ func BenchmarkCompletionsStream(b *testing.B) {
 		return openai.NewCompletions(openai.Config{}), &provider.Request{Model: chatModel(url, "openai", "gpt-4o-mini"), Messages: []message.Message{message.User("hi", 1)}}
 	})
 }
+
+// BenchmarkCompletionsShortReply sends a request and reads a one-delta reply
+// from a local server: the fixed cost of a call (request, headers,
+// connection, stream setup), which the long reply above hides.
+func BenchmarkCompletionsShortReply(b *testing.B) {
+	body := []byte(`data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":null}]}` + "\n\n" +
+		`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}}` + "\n\ndata: [DONE]\n\n")
+	wiretest.Bench(b, body, func(url string) (provider.Provider, *provider.Request) {
+		return openai.NewCompletions(openai.Config{}), &provider.Request{Model: chatModel(url, "openai", "gpt-4o-mini"), Messages: []message.Message{message.User("hi", 1)}, APIKey: "sk-k"}
+	})
+}

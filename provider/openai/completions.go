@@ -16,11 +16,11 @@ import (
 
 // Completions streams Chat Completions ("openai-completions").
 type Completions struct {
-	cfg Config
+	poster
 }
 
 // NewCompletions returns a Chat Completions adapter.
-func NewCompletions(cfg Config) *Completions { return &Completions{cfg: cfg.withDefaults()} }
+func NewCompletions(cfg Config) *Completions { return &Completions{newPoster(cfg)} }
 
 var _ provider.Provider = (*Completions)(nil)
 
@@ -34,7 +34,7 @@ func (c *Completions) Stream(ctx context.Context, req *provider.Request, emit fu
 	}
 	w := stream.NewWatch(ctx, c.cfg.IdleTimeout)
 	defer w.Stop()
-	resp, perr := c.cfg.post(ctx, w, req, "chat/completions", body)
+	resp, perr := c.post(ctx, w, req, "chat/completions", body)
 	if perr != nil {
 		return b.Fail(perr)
 	}

@@ -386,16 +386,20 @@ func TestCompletionsBrokenConnections(t *testing.T) {
 	wiretest.Broken(t, prefix, "partial", func(ctx context.Context, url string, idle time.Duration, emit func(provider.Event)) (message.Message, error) {
 		return openai.NewCompletions(openai.Config{IdleTimeout: idle}).Stream(ctx, &provider.Request{Model: chatModel(url, "openai", "x")}, emit)
 	})
-	t.Run("refused", func(t *testing.T) {
-		t.Parallel()
-		srv := wiretest.ServeBody(t, 200, "text/event-stream", nil, 0)
-		url := srv.URL
-		srv.Close()
-		_, err := openai.NewCompletions(openai.Config{}).Stream(t.Context(), &provider.Request{Model: chatModel(url, "openai", "x")}, nil)
-		if provider.ReasonOf(err) != provider.ReasonTimeout {
-			t.Errorf("%v", err)
-		}
-	})
+}
+
+// TestCompletionsConnections: calls through one adapter reuse their
+// connections, though the adapter stops reading at [DONE]; a server that
+// keeps the stream open after it does not hold up the reply.
+func TestCompletionsConnections(t *testing.T) {
+	t.Parallel()
+	body := wiretest.Body(t, "openai-completions-parallel-tool-calls.sse")
+	a := openai.NewCompletions(openai.Config{})
+	call := func(ctx context.Context, url string) (message.Message, error) {
+		return a.Stream(ctx, &provider.Request{Model: chatModel(url, "openai", "gpt-4o"), Messages: []message.Message{message.User("hi", 1)}, APIKey: "k"}, nil)
+	}
+	t.Run("reuse", func(t *testing.T) { t.Parallel(); wiretest.Reuse(t, body, call) })
+	t.Run("held", func(t *testing.T) { t.Parallel(); wiretest.Held(t, body, call) })
 }
 
 // TestCompletionsJSONInsteadOfStream: a gateway answering 200 with a JSON
@@ -406,5 +410,44 @@ func TestCompletionsJSONInsteadOfStream(t *testing.T) {
 	msg, err := openai.NewCompletions(openai.Config{}).Stream(t.Context(), &provider.Request{Model: chatModel(srv.URL, "openrouter", "x")}, nil)
 	if provider.ReasonOf(err) != provider.ReasonRateLimit || msg.StopReason != message.StopError {
 		t.Errorf("%v %+v", err, msg)
+	}
+}
+
+// TestHeaders pins what the SDK used to send for us: the key as a bearer
+// (none without a key), configured headers on top, and the base URL joined
+// as the SDK joined it (its query dropped).
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.ServeBody(t, 200, "text/event-stream", sse(`{"choices":[{"delta":{"content":"ok"},"finish_reason":"stop"}]}`), 0)
+	for _, tc := range []struct {
+		name, base, key string
+		headers         map[string]string
+		path            string
+		want            map[string]string // "" = absent
+	}{
+		{"key", srv.URL + "/v1", "sk-k", nil, "/v1/chat/completions", map[string]string{
+			"Authorization": "Bearer sk-k", "Content-Type": "application/json", "Accept": "text/event-stream"}},
+		{"no key", srv.URL + "/api/v1/", "", nil, "/api/v1/chat/completions", map[string]string{"Authorization": ""}},
+		{"query dropped", srv.URL + "/v1?x=1", "", nil, "/v1/chat/completions", nil},
+		{"configured", srv.URL + "/v1", "sk-k", map[string]string{"Authorization": "Token t", "HTTP-Referer": "https://x"}, "/v1/chat/completions", map[string]string{
+			"Authorization": "Token t", "Http-Referer": "https://x"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := chatModel(srv.URL, "openai", "gpt-4o")
+			m.BaseURL = tc.base
+			_, err := openai.NewCompletions(openai.Config{Headers: tc.headers}).Stream(t.Context(), &provider.Request{Model: m, Messages: []message.Message{message.User("hi", 1)}, APIKey: provider.Secret(tc.key)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := srv.Last(t)
+			if r.Method != "POST" || r.Path != tc.path || r.Query != "" {
+				t.Errorf("%s %s?%s", r.Method, r.Path, r.Query)
+			}
+			for k, v := range tc.want {
+				if got := r.Header.Get(k); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+		})
 	}
 }

@@ -19,11 +19,11 @@ import (
 // signature and sent back verbatim; tool call ids are stored as
 // "call_id|item_id".
 type Responses struct {
-	cfg Config
+	poster
 }
 
 // NewResponses returns a Responses adapter.
-func NewResponses(cfg Config) *Responses { return &Responses{cfg: cfg.withDefaults()} }
+func NewResponses(cfg Config) *Responses { return &Responses{newPoster(cfg)} }
 
 var _ provider.Provider = (*Responses)(nil)
 
@@ -37,7 +37,7 @@ func (r *Responses) Stream(ctx context.Context, req *provider.Request, emit func
 	}
 	w := stream.NewWatch(ctx, r.cfg.IdleTimeout)
 	defer w.Stop()
-	resp, perr := r.cfg.post(ctx, w, req, "responses", body)
+	resp, perr := r.post(ctx, w, req, "responses", body)
 	if perr != nil {
 		return b.Fail(perr)
 	}

@@ -217,3 +217,17 @@ func TestResponsesBrokenConnections(t *testing.T) {
 		return openai.NewResponses(openai.Config{IdleTimeout: idle}).Stream(ctx, &provider.Request{Model: respModel(url, "gpt-5")}, emit)
 	})
 }
+
+// TestResponsesConnections: calls through one adapter reuse their
+// connections, though the adapter stops reading at response.completed; a
+// server that keeps the stream open after it does not hold up the reply.
+func TestResponsesConnections(t *testing.T) {
+	t.Parallel()
+	body := wiretest.Body(t, "openai-responses-parallel-function-calls.sse")
+	a := openai.NewResponses(openai.Config{})
+	call := func(ctx context.Context, url string) (message.Message, error) {
+		return a.Stream(ctx, &provider.Request{Model: respModel(url, "gpt-5"), Messages: []message.Message{message.User("hi", 1)}, APIKey: "k"}, nil)
+	}
+	t.Run("reuse", func(t *testing.T) { t.Parallel(); wiretest.Reuse(t, body, call) })
+	t.Run("held", func(t *testing.T) { t.Parallel(); wiretest.Held(t, body, call) })
+}

@@ -30,8 +30,9 @@ type Config struct {
 	Env func(string) string
 	// Catalog resolves model references; nil = catalog.Builtin().
 	Catalog *catalog.Catalog
-	// HTTPClient is shared by the adapters; nil = a client without an
-	// overall timeout.
+	// HTTPClient, when set, sends every adapter's requests as it is; nil
+	// gives each adapter a pooled client per origin (keep-alive sized for
+	// many concurrent turns, HTTP/2 where offered, no overall timeout).
 	HTTPClient *http.Client
 	// IdleTimeout abandons a silent stream; 0 = 5 minutes.
 	IdleTimeout time.Duration
@@ -54,9 +55,6 @@ func New(cfg Config) *Registry {
 	}
 	if cfg.Catalog == nil {
 		cfg.Catalog = catalog.Builtin()
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
 	}
 	oc := openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now}
 	r := &Registry{env: cfg.Env, catalog: cfg.Catalog}

@@ -280,6 +280,7 @@ type Watch struct {
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
 	idle   time.Duration
+	tail   bool // reading past the terminal event: reads no longer restart the timer
 }
 
 // NewWatch starts watching; the timer also covers the wait for headers.
@@ -296,8 +297,34 @@ func NewWatch(parent context.Context, idle time.Duration) *Watch {
 // Context is the request context.
 func (w *Watch) Context() context.Context { return w.ctx }
 
-// Touch restarts the idle timer.
-func (w *Watch) Touch() { w.timer.Reset(w.idle) }
+// Touch restarts the idle timer, unless the watch is reading a tail.
+func (w *Watch) Touch() {
+	if !w.tail {
+		w.timer.Reset(w.idle)
+	}
+}
+
+// Tail bounds on what Drain reads after a terminal event.
+const (
+	tailMax   = 64 << 10
+	tailGrace = time.Second
+)
+
+// drainTail reads and discards what follows a stream's terminal event —
+// at most tailMax bytes, for at most tailGrace, then the watch is spent. A
+// body that ends within those bounds (servers end the stream right after
+// the terminal event) has been read to its end, so net/http keeps its
+// HTTP/1.1 connection for the next request instead of closing it; a body
+// that goes on is closed with its connection. A nil watch reads nothing
+// (there is no timer to bound the read).
+func (w *Watch) drainTail(body io.Reader) {
+	if w == nil {
+		return
+	}
+	w.tail = true
+	w.timer.Reset(tailGrace)
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, tailMax))
+}
 
 // Stop releases the watch.
 func (w *Watch) Stop() {
@@ -387,7 +414,9 @@ func Protocol(format string, args ...any) *provider.Error {
 // "<name>: read stream", except a stall after done reports true (the
 // terminal event arrived, only trailing data is missing), which ends the
 // loop like the body's end; and Classify "<name>" when ctx ended. stop and
-// done may be nil (never).
+// done may be nil (never). After stop it reads what is left of a body that
+// ends promptly, so the connection can be reused (see drainTail); the reply
+// is whole by then, so nothing that happens to that read is an error.
 func Drain(ctx context.Context, w *Watch, name string, body io.Reader, stop, done func() bool, handle func(sse.Event) *provider.Error) *provider.Error {
 	rd := sse.NewReader(body)
 	for stop == nil || !stop() {
@@ -408,6 +437,10 @@ func Drain(ctx context.Context, w *Watch, name string, body io.Reader, stop, don
 	}
 	if ctx.Err() != nil {
 		return Classify(ctx, w, name, ctx.Err())
+	}
+	if stop != nil && stop() {
+		// The reply is whole; what follows is only read for the connection.
+		w.drainTail(body)
 	}
 	return nil
 }

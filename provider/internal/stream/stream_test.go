@@ -137,6 +137,54 @@ func TestDrain(t *testing.T) {
 	}
 }
 
+// eofReader hands out its body in pieces of at most 8 bytes and records
+// whether a read reached its end.
+type eofReader struct {
+	r   *strings.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p[:min(len(p), 8)])
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
+}
+
+// TestDrainTail: after the terminal event Drain reads what is left of a
+// body that ends (so an HTTP/1.1 connection can go back to its pool), and
+// hands none of it to the handler; with a tail longer than it reads, it
+// stops without an error.
+func TestDrainTail(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		tail string
+		eof  bool
+	}{
+		{"short tail", "data: late\n\n: comment\n\n", true},
+		{"no tail", "", true},
+		{"endless tail", strings.Repeat("data: x\n\n", 100<<10), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := stream.NewWatch(t.Context(), 0)
+			defer w.Stop()
+			body := &eofReader{r: strings.NewReader("data: 1\n\ndata: stop\n\n" + tc.tail)}
+			var got []string
+			handle := func(ev sse.Event) *provider.Error { got = append(got, string(ev.Data)); return nil }
+			stop := func() bool { return len(got) > 0 && got[len(got)-1] == "stop" }
+			if perr := stream.Drain(t.Context(), w, "x", w.Body(io.NopCloser(body)), stop, nil, handle); perr != nil {
+				t.Fatal(perr)
+			}
+			if strings.Join(got, ",") != "1,stop" || body.eof != tc.eof {
+				t.Errorf("events %v, read to the end %v", got, body.eof)
+			}
+		})
+	}
+}
+
 func TestScrubAndInBand(t *testing.T) {
 	t.Parallel()
 	key := provider.Secret("sk-123")

@@ -21,9 +21,22 @@ const BrokenIdle = 150 * time.Millisecond
 // after prefix, a stream body whose text deltas add up to partial: a reset
 // connection ends as a timeout, a stalled stream as a timeout that says it
 // stalled (within seconds, never a hang), and a caller cancelling once all
-// of partial has arrived as aborted; each keeps the partial text.
+// of partial has arrived as aborted; each keeps the partial text. A refused
+// connection says "connection refused" (a transient failure, like a
+// reset), not that something timed out or stalled.
 func Broken(t *testing.T, prefix []byte, partial string, call StreamFunc) {
 	t.Helper()
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		srv := ServeBody(t, 200, "text/event-stream", prefix, 0)
+		srv.Close()
+		msg, err := call(t.Context(), srv.URL, 0, nil)
+		text := strings.ToLower(msg.ErrorMessage)
+		if provider.ReasonOf(err) != provider.ReasonTimeout || !strings.Contains(text, "connection refused") ||
+			strings.Contains(text, "timeout") || strings.Contains(text, "timed out") || strings.Contains(text, "stalled") {
+			t.Errorf("%v %q", err, msg.ErrorMessage)
+		}
+	})
 	t.Run("reset", func(t *testing.T) {
 		t.Parallel()
 		srv := Reset(t, prefix)

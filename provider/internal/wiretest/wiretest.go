@@ -97,11 +97,12 @@ func Body(t testing.TB, file string) []byte {
 
 // Request is what the server received.
 type Request struct {
-	Method string
-	Path   string
-	Query  string
-	Header http.Header
-	Body   []byte
+	Method  string
+	Path    string
+	RawPath string // the path as sent, escaped
+	Query   string
+	Header  http.Header
+	Body    []byte
 }
 
 // Server is a test server with the requests it received.
@@ -131,7 +132,7 @@ func (s *Server) Last(t testing.TB) Request {
 func (s *Server) record(r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
-	s.reqs = append(s.reqs, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	s.reqs = append(s.reqs, Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 	s.mu.Unlock()
 }
 
