@@ -56,6 +56,11 @@ func TestThreeWorkers500Sessions(t *testing.T) {
 	}
 	start := time.Now()
 	publishAll(t, js, msgs)
+	// Re-publishing with the same message ids within AGENT_IN's duplicate
+	// window (2 minutes, counted from the first publish) adds no turns. It
+	// is checked right away: on a loaded machine the load alone can take
+	// longer than the window.
+	publishAll(t, js, msgs[:50])
 	waitDrained(t, js, 5*time.Minute)
 	t.Logf("%d turns on 3 workers in %v (%.0f turns/s)", len(msgs), time.Since(start), float64(len(msgs))/time.Since(start).Seconds())
 
@@ -67,8 +72,4 @@ func TestThreeWorkers500Sessions(t *testing.T) {
 	if fin.dups != 0 {
 		t.Errorf("%d runs published more than one final event", fin.dups)
 	}
-	// Re-publishing with the same message ids is deduplicated: no new turns.
-	publishAll(t, js, msgs[:50])
-	waitDrained(t, js, time.Minute)
-	checkTranscripts(t, c, map[string][]string{key(0): want[key(0)], key(1): want[key(1)]})
 }
