@@ -30,6 +30,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/lanes/service"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
 	"github.com/lanefleet/lanefleet/provider/registry"
@@ -369,6 +370,14 @@ func (m *Member) ClientURL() string { return m.Conn.ConnectedUrl() }
 // connection and the embedded server.
 func (m *Member) Run(ctx context.Context) error {
 	defer m.close()
+	// The lane service answers clients' reads of their sessions while the
+	// member runs lanes.
+	svc, err := service.Serve(m.Conn, service.Config{Lanes: m.Lanes, Inbound: m.Streams.Inbound, Events: m.Streams.Events,
+		Worker: m.Worker.ID(), Logger: m.log})
+	if err != nil {
+		return fmt.Errorf("fleet: lane service: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
 	if m.Tools != nil {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
