@@ -544,7 +544,7 @@ func printRuns(list []lanefleet.ActiveRun, asJSON bool, now time.Time, w io.Writ
 		return nil
 	}
 	for _, r := range list {
-		age := now.Sub(time.UnixMilli(r.StartedAt)).Round(100 * time.Millisecond)
+		age := now.Sub(r.StartedAt).Round(100 * time.Millisecond)
 		fmt.Fprintf(w, "%-24s run %-8s %-10s worker %s attempt %d, %s\n", r.Session, r.RunID, r.Phase, r.Worker, max(r.Attempt, 1), age)
 	}
 	return nil
