@@ -123,7 +123,10 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	// A channel of one: SubscribeSync would allocate its default 64Ki-slot
+	// channel for the one reply.
+	replies := make(chan *nats.Msg, 1)
+	sub, err := c.nc.ChanSubscribe(inbox, replies)
 	if err != nil {
 		return nil, err
 	}
@@ -142,9 +145,11 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 	if err := c.denied(before, "Subscription to", inbox); err != nil {
 		return nil, err
 	}
-	reply, err := sub.NextMsgWithContext(ctx)
-	if err != nil {
-		return nil, err
+	var reply *nats.Msg
+	select {
+	case reply = <-replies:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	if reply.Header.Get("Status") == "503" && len(reply.Data) == 0 {
 		return nil, nats.ErrNoResponders

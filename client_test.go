@@ -23,7 +23,7 @@ import (
 
 // serviceOnly starts a server with the fleet's streams and buckets and a
 // lane service, but no worker: tests publish what a worker would.
-func serviceOnly(t *testing.T) (*nats.Conn, jetstream.JetStream, context.Context) {
+func serviceOnly(t testing.TB) (*nats.Conn, jetstream.JetStream, context.Context) {
 	t.Helper()
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)

@@ -76,6 +76,7 @@ const (
 	unknownConfirm   = time.Second                         // a run unknown this long is unknown
 	tick             = time.Second                         // look at the connection at least this often
 	maxAhead         = 4096                                // live events held behind a gap
+	liveBuffer       = 1024                                // live events waiting to be read
 )
 
 // follower is the state of one Events iteration.
@@ -83,6 +84,7 @@ type follower struct {
 	r      *Run
 	tok    string
 	sub    *nats.Subscription
+	live   chan *nats.Msg           // the subscription's messages
 	next   uint64                   // seq of the next event to yield
 	newest int                      // newest attempt seen
 	cursor uint64                   // where the lane service resumes its walk
@@ -107,7 +109,10 @@ func (r *Run) follow() (*follower, error) {
 	tok, _ := events.KeyToken(r.Session)
 	nc := r.c.nc
 	before := nc.LastError()
-	sub, err := nc.SubscribeSync(subj)
+	// A full channel drops messages (Dropped counts them) and a catch-up
+	// brings them back; SubscribeSync would allocate 64Ki slots per run.
+	live := make(chan *nats.Msg, liveBuffer)
+	sub, err := nc.ChanSubscribe(subj, live)
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
 	}
@@ -125,7 +130,7 @@ func (r *Run) follow() (*follower, error) {
 		return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
 	}
 	now := time.Now()
-	return &follower{r: r, tok: tok, sub: sub, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin,
+	return &follower{r: r, tok: tok, sub: sub, live: live, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin,
 		gap: backoff{min: gapMin, max: gapMax}, errWait: backoff{min: errMin, max: errMax}, lastEvent: now,
 		reconnects: nc.Stats().Reconnects}, nil
 }
@@ -133,6 +138,8 @@ func (r *Run) follow() (*follower, error) {
 // run yields the run's events until the final one, an error that ends the
 // iteration, or the consumer stops.
 func (f *follower) run(ctx context.Context, yield func(*events.Event, error) bool) {
+	timer := time.NewTimer(tick)
+	defer timer.Stop()
 	for {
 		if ctx.Err() != nil {
 			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, context.Cause(ctx)))
@@ -146,15 +153,14 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 			continue
 		}
 		f.notify()
-		wctx, cancel := context.WithTimeout(ctx, min(time.Until(f.due), tick))
-		msg, err := f.sub.NextMsgWithContext(wctx)
-		cancel()
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-				continue
-			}
-			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, err))
-			return
+		timer.Reset(min(time.Until(f.due), tick))
+		var msg *nats.Msg
+		select {
+		case msg = <-f.live:
+		case <-timer.C:
+			continue
+		case <-ctx.Done():
+			continue
 		}
 		ev, err := events.DecodeEvent(msg.Header.Get(events.HeaderContentType), msg.Data)
 		if err != nil {
@@ -210,7 +216,9 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 		return f.offer(e, false, yield)
 	}
 	if len(f.ahead) == 0 {
+		// Events flow: the next look at the store waits for a silence.
 		f.gap.reset()
+		f.due = f.lastEvent.Add(f.idle)
 	}
 	return true
 }

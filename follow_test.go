@@ -60,17 +60,17 @@ func TestFollowerOrder(t *testing.T) {
 	}
 }
 
-// TestFollowerSchedulesCatchUp: a live gap asks the store at once; an event
-// pushes the idle catch-up out.
+// TestFollowerSchedulesCatchUp: an event in order pushes the next look at
+// the store to a silence of idleMin; a live gap asks the store at once.
 func TestFollowerSchedulesCatchUp(t *testing.T) {
 	t.Parallel()
-	later := time.Now().Add(time.Hour)
-	f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: idleMin,
-		gap: backoff{min: gapMin, max: gapMax}, due: later}
+	f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: 8 * idleMin,
+		gap: backoff{min: gapMin, max: gapMax}, due: time.Now()}
 	yield := func(*events.Event, error) bool { return true }
+	before := time.Now()
 	f.offer(&events.Event{Seq: 1, Stream: events.StreamAssistant}, false, yield)
-	if !f.due.Equal(later) {
-		t.Fatalf("an event in order scheduled a catch-up: %v", f.due)
+	if f.due.Before(before.Add(idleMin)) || f.due.After(time.Now().Add(idleMin)) {
+		t.Fatalf("after an event in order the next catch-up is in %v, want %v", time.Until(f.due), idleMin)
 	}
 	f.offer(&events.Event{Seq: 3, Stream: events.StreamAssistant}, false, yield)
 	if f.due.After(time.Now()) {

@@ -158,24 +158,32 @@ func (s *Service) events(ctx context.Context, r request) (any, error) {
 	if reply.More {
 		return reply, nil
 	}
-	// No final event in the stream: the run's committed turn record may hold
-	// it (its publish failed, or the run's events expired).
-	final, err := s.recordFinal(ctx, r, runSeq, q.Run, from, last)
-	if err != nil {
-		return nil, err
-	}
+	// No final event in the stream. A message that waits on the lane has
+	// not run; a run whose last event ended its attempt (or whose events
+	// are gone) may have its final only in its committed turn's record:
+	// the final's publish failed, or the run's events expired.
 	switch {
+	case !seen:
+		state, err := s.waiting(ctx, r.token, runSeq)
+		if err != nil || state == StateQueued {
+			reply.State = state
+			return reply, err
+		}
+		reply.State = StateUnknown
+	case last != nil && !(last.Stream == events.StreamLifecycle && (last.Data.Phase == events.PhaseEnd || last.Data.Phase == events.PhaseError)):
+		return reply, nil // running
+	}
+	final, err := s.recordFinal(ctx, r, runSeq, q.Run, from, last)
+	switch {
+	case err != nil:
+		return nil, err
 	case final != nil && size+len(final)+eventFraming <= budget:
 		reply.Events = append(reply.Events, StoredEvent{Data: final})
 		reply.State = StateDone
 	case final != nil:
 		reply.More = true // the next reply has room for it
-	case seen:
-		reply.State = StateRunning
-	default:
-		reply.State, err = s.waiting(ctx, r.token, runSeq)
 	}
-	return reply, err
+	return reply, nil
 }
 
 // recordFinal returns the final event stored with the run's committed turn,

@@ -334,23 +334,37 @@ func TestEventsState(t *testing.T) {
 		t.Fatalf("no such message: %s", s)
 	}
 
-	// A committed turn: one event stored, the final only in the record.
-	b.publishEvent(t, "lost", &events.Event{RunID: "5", SessionKey: "lost", Seq: 1, Attempt: 2, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart}}, false)
+	// A committed turn whose final never reached the stream: its events end
+	// with the attempt's end, and the final is in the record.
 	final, _, err := events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{Payloads: []events.Payload{{Text: "kept"}}}}}, false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	b.publishEvent(t, "lost", &events.Event{RunID: "5", SessionKey: "lost", Seq: 1, Attempt: 2, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart}}, false)
+	if s := state("lost", "5"); s != service.StateRunning {
+		t.Fatalf("a run that started: %s", s)
+	}
+	b.publishEvent(t, "lost", &events.Event{RunID: "5", SessionKey: "lost", Seq: 2, Attempt: 2, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseEnd}}, false)
+	if s := state("lost", "5"); s != service.StateRunning {
+		t.Fatalf("a run that ended its attempt, not committed yet: %s", s)
 	}
 	b.commit(t, "lost", kvstore.Record{InboundSeq: 5, RunID: "5", Final: final})
 	var rep service.EventsReply
 	if err := b.request(t, "lost", service.OpEvents, service.EventsRequest{Run: "5"}, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.State != service.StateDone || len(rep.Events) != 2 {
+	if rep.State != service.StateDone || len(rep.Events) != 3 {
 		t.Fatalf("record final: state %s, %d events", rep.State, len(rep.Events))
 	}
-	ev, err := events.DecodeEvent(rep.Events[1].ContentType(), rep.Events[1].Data)
-	if err != nil || !ev.Terminal() || ev.Seq != 2 || ev.Attempt != 2 || ev.RunID != "5" || ev.SessionKey != "lost" || ev.Data.Result.Payloads[0].Text != "kept" {
+	ev, err := events.DecodeEvent(rep.Events[2].ContentType(), rep.Events[2].Data)
+	if err != nil || !ev.Terminal() || ev.Seq != 3 || ev.Attempt != 2 || ev.RunID != "5" || ev.SessionKey != "lost" || ev.Data.Result.Payloads[0].Text != "kept" {
 		t.Fatalf("final from the record: %+v, %v", ev, err)
+	}
+	// Its events expired: the record still ends the run.
+	b.commit(t, "expired", kvstore.Record{InboundSeq: 6, RunID: "6", Final: final})
+	rep = service.EventsReply{}
+	if err := b.request(t, "expired", service.OpEvents, service.EventsRequest{Run: "6"}, &rep); err != nil || rep.State != service.StateDone || len(rep.Events) != 1 {
+		t.Fatalf("events expired: %+v, %v", rep, err)
 	}
 }
 
