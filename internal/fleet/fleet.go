@@ -366,8 +366,9 @@ const stateTimeout = 5 * time.Second
 // ClientURL returns the URL clients and other workers use.
 func (m *Member) ClientURL() string { return m.Conn.ConnectedUrl() }
 
-// Run processes lanes until ctx is done, then stops gracefully and closes the
-// connection and the embedded server.
+// Run processes lanes and serves the lane service (lanes/service) until ctx
+// is done, then stops gracefully and closes the connection and the embedded
+// server.
 func (m *Member) Run(ctx context.Context) error {
 	defer m.close()
 	// The lane service answers clients' reads of their sessions while the
