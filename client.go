@@ -183,7 +183,9 @@ type Run struct {
 // a timeout) is retried with the same message id, which the stream's
 // de-duplication makes safe, for up to a minute within ctx. ErrNoFleet means
 // no stream stores the session's messages and no worker answers;
-// ErrPermission that the connection's user may not send to the session.
+// ErrPermission that the connection's user may not send to the session;
+// ErrTooLarge that the message exceeds the server's max payload. A stream
+// that refuses the message (a full store) is an error at once.
 func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOption) (*Run, error) {
 	o := sendOptions{in: events.Inbound{Text: text}}
 	for _, opt := range opts {
@@ -257,6 +259,9 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 		default:
 			if errors.Is(err, ErrPermission) {
 				return nil, fmt.Errorf("%w (send to session %q)", err, session)
+			}
+			if errors.Is(err, nats.ErrMaxPayload) {
+				return nil, fmt.Errorf("%w: the message to %q is %d bytes", ErrTooLarge, session, len(data))
 			}
 			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
 		}
@@ -377,7 +382,8 @@ func (e *RunError) Error() string { return "lanefleet: run failed: " + e.Kind + 
 // Wait follows the run to its end and returns its result. A run that ended
 // in error returns the result and a *RunError. A message merged into another
 // run by collect mode returns that run's result. ErrUnknownRun means the
-// session has no such run.
+// session has no such run. Messages on the run's subject that are not
+// events are skipped.
 func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
 	for ev, err := range r.Events(ctx) {
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -311,3 +312,22 @@ func TestSendRetriesATimeoutWithTheSameID(t *testing.T) {
 }
 
 func natsURL(nc *nats.Conn) string { return nc.ConnectedUrl() }
+
+// TestSendTooLarge: a message over the server's max payload is ErrTooLarge,
+// before anything is sent.
+func TestSendTooLarge(t *testing.T) {
+	t.Parallel()
+	no := false
+	srv, err := embedded.Start(embedded.Config{Name: "small", DataDir: t.TempDir(), SyncAlways: &no, MaxPayload: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	c, _ := New(natstest.Connect(t, srv.ClientURL()))
+	if _, err := c.Send(t.Context(), "big", strings.Repeat("x", 8<<10)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("send: %v", err)
+	}
+	if err := c.Import(t.Context(), "big", strings.NewReader(strings.Repeat("x", 8<<10))); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("import: %v", err)
+	}
+}
