@@ -33,12 +33,12 @@ func eventConsumers(t *testing.T, js jetstream.JetStream) int {
 
 // TestThousandsOfWaits: 3,000 Send+Wait on one fleet within minutes (each
 // Wait used to leave a consumer for 5 minutes, and the 1,001st failed) all
-// succeed, and no consumer is left on AGENT_EV.
+// succeed, and no consumer is left on AGENT_EV. Not parallel: its 3,000
+// turns would slow the load tests that run beside it past their windows.
 func TestThousandsOfWaits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet test")
 	}
-	t.Parallel()
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "waited", Concurrency: 32, NoRemoteTools: true})
 	nc := natstest.Connect(t, srv.URL)

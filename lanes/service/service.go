@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +46,8 @@ const (
 	walkBudget = time.Second
 	// maxEventsPerReply bounds the events of one reply.
 	maxEventsPerReply = 1000
+	// maxDescription bounds an error reply's description, in bytes.
+	maxDescription = 1024
 )
 
 // Config configures Serve.
@@ -138,20 +141,22 @@ func (s *Service) Stop() error {
 
 // handler runs each request of op in its own goroutine, at most
 // MaxConcurrent at once: a slow history read never holds up a viewer's
-// catch-up.
+// catch-up. The goroutine replies on the request's reply subject itself:
+// micro's Request must not be used after the handler returned.
 func (s *Service) handler(op string, h handlerFunc) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
+		in := inbound{op: op, subject: req.Subject(), reply: req.Reply(), data: req.Data()}
 		select {
 		case s.slots <- struct{}{}:
 		case <-s.ctx.Done():
-			s.respondError(req, op, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
+			s.respondError(in, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
 			return
 		}
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
 			<-s.slots
-			s.respondError(req, op, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
+			s.respondError(in, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
 			return
 		}
 		s.inflight.Add(1)
@@ -161,51 +166,70 @@ func (s *Service) handler(op string, h handlerFunc) micro.Handler {
 				<-s.slots
 				s.inflight.Done()
 			}()
-			s.serve(op, h, req)
+			s.serve(h, in)
 		}()
 	})
 }
 
-func (s *Service) serve(op string, h handlerFunc, req micro.Request) {
+// inbound is a request as its goroutine keeps it.
+type inbound struct {
+	op, subject, reply string
+	data               []byte
+}
+
+func (s *Service) serve(h handlerFunc, in inbound) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Str("op", op).Msg("lane service: handler panicked")
-			s.respondError(req, op, &Error{Code: CodeInternal, Description: "internal error"})
+			s.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Str("op", in.op).Msg("lane service: handler panicked")
+			s.respondError(in, &Error{Code: CodeInternal, Description: "internal error"})
 		}
 	}()
-	tok, key, err := parseSubject(req.Subject(), op)
+	tok, key, err := parseSubject(in.subject, in.op)
 	if err != nil {
-		s.respondError(req, op, &Error{Code: CodeBadRequest, Description: err.Error()})
+		s.respondError(in, &Error{Code: CodeBadRequest, Description: err.Error()})
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 	defer cancel()
-	reply, err := h(ctx, request{token: tok, key: key, data: req.Data()})
+	reply, err := h(ctx, request{token: tok, key: key, data: in.data})
 	if err != nil {
-		s.respondError(req, op, err)
+		s.respondError(in, err)
 		return
 	}
 	data, err := msgpack.Marshal(reply)
 	if err != nil {
-		s.respondError(req, op, &Error{Code: CodeInternal, Description: "encode reply: " + err.Error()})
+		s.respondError(in, &Error{Code: CodeInternal, Description: "encode reply: " + err.Error()})
 		return
 	}
-	if err := req.Respond(data); err != nil {
-		s.log.Warn().Err(err).Str("op", op).Str("lane", tok).Int("bytes", len(data)).Msg("lane service: reply not sent")
-	}
+	s.respond(in, &nats.Msg{Data: data})
 }
 
-// respondError sends err as a micro error reply.
-func (s *Service) respondError(req micro.Request, op string, err error) {
+// respondError sends err as a micro error reply: its code and description
+// in the Nats-Service-Error-Code and Nats-Service-Error headers.
+func (s *Service) respondError(in inbound, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
 		e = &Error{Code: CodeUnavailable, Description: err.Error()}
 	}
 	if e.Code == CodeInternal || e.Code == CodeUnavailable {
-		s.log.Warn().Str("op", op).Str("subject", clip(req.Subject())).Str("code", e.Code).Str("error", e.Description).Msg("lane service")
+		s.log.Warn().Str("op", in.op).Str("subject", clip(in.subject)).Str("code", e.Code).Str("error", e.Description).Msg("lane service")
 	}
-	if rerr := req.Error(e.Code, e.Description, nil); rerr != nil {
-		s.log.Warn().Err(rerr).Str("op", op).Msg("lane service: error reply not sent")
+	// A header value is one line, and the description must not crowd out
+	// the reply.
+	desc := strings.Join(strings.Fields(e.Description), " ")
+	if len(desc) > maxDescription {
+		desc = strings.ToValidUTF8(desc[:maxDescription], "") + "…"
+	}
+	s.respond(in, &nats.Msg{Header: nats.Header{micro.ErrorCodeHeader: {e.Code}, micro.ErrorHeader: {desc}}})
+}
+
+func (s *Service) respond(in inbound, m *nats.Msg) {
+	if in.reply == "" {
+		return // a publish, not a request: nobody to answer
+	}
+	m.Subject = in.reply
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.log.Warn().Err(err).Str("op", in.op).Str("subject", clip(in.subject)).Int("bytes", len(m.Data)).Msg("lane service: reply not sent")
 	}
 }
 
