@@ -47,9 +47,11 @@ func BenchmarkSend(b *testing.B) {
 }
 
 // BenchmarkFollowEndedRun: replaying a finished run of 40 events with
-// Run.Events (one catch-up from the lane service, no consumer) against the
-// ordered consumer the client used before (baseline; it also left a
-// consumer on the server for 5 minutes).
+// Run.Events (a catch-up from the lane service: one stream read per event,
+// no consumer) against the ordered consumer the client used before, deleted
+// after each replay here (baseline; the client left it on the server for 5
+// minutes, and the 1,001st replay failed with "maximum consumers limit
+// reached").
 func BenchmarkFollowEndedRun(b *testing.B) {
 	nc, js, ctx := serviceOnly(b)
 	subj, _ := events.EventSubject("replayed", "3")
@@ -86,6 +88,9 @@ func BenchmarkFollowEndedRun(b *testing.B) {
 				}
 			}
 			msgs.Stop()
+			if err := stream.DeleteConsumer(ctx, cons.CachedInfo().Name); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 	c, _ := New(nc)
