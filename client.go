@@ -5,6 +5,13 @@
 //	c, err := lanefleet.Connect("nats://127.0.0.1:4222")
 //	run, err := c.Send(ctx, "alice", "hello")
 //	for ev, err := range run.Events(ctx) { … }
+//
+// The client needs no access to the JetStream API or the fleet's buckets: it
+// publishes on agent.in.<lane>, subscribes to agent.ev.<lane>.<run> and asks
+// the workers' lane service (agent.svc.<lane>.<op>) for the rest, so a NATS
+// user allowed only its own sessions' subjects (and its own inbox prefix,
+// see Credentials) can use it. ActiveRuns is the exception: it reads the
+// runs bucket, which only an admin may.
 package lanefleet
 
 import (
@@ -17,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,35 +35,53 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/queue"
+	"github.com/lanefleet/lanefleet/lanes/service"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
-// ErrNoFleet means the NATS server has no Lanefleet streams: no worker has
-// run against it yet.
-var ErrNoFleet = errors.New("lanefleet: no fleet on this NATS server (start a worker first)")
+// Errors callers branch on (errors.Is); the client wraps them with what it
+// was doing.
+var (
+	// ErrNoFleet means no fleet answers on this NATS server: no stream
+	// stores the session's messages and no worker serves the lane
+	// service (start a worker first).
+	ErrNoFleet = errors.New("lanefleet: no fleet on this NATS server (start a worker first)")
+	// ErrUnknownRun means the session has no such run: no stored event, no
+	// waiting message, no committed turn (a wrong id, or its events expired).
+	ErrUnknownRun = errors.New("lanefleet: unknown run")
+	// ErrSessionBusy means a worker is running the session (Import).
+	ErrSessionBusy = errors.New("lanefleet: a worker is running the session; try again when it is idle")
+	// ErrNotEmpty means the session already has a transcript (Import).
+	ErrNotEmpty = errors.New("lanefleet: the session already has a transcript")
+	// ErrTooLarge means a message or a stored item does not fit the NATS
+	// server's max payload.
+	ErrTooLarge = errors.New("lanefleet: larger than the NATS server's max payload")
+	// ErrPermission means the NATS server refused a subject to this
+	// connection's user (see the roles in the README).
+	ErrPermission = errors.New("lanefleet: permission denied")
+)
 
 // Client talks to a fleet over one NATS connection.
 type Client struct {
 	nc   *nats.Conn
-	js   jetstream.JetStream
 	owns bool
 }
 
 // New returns a client using an existing connection.
 func New(nc *nats.Conn) (*Client, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("lanefleet: %w", err)
+	if nc == nil {
+		return nil, errors.New("lanefleet: no connection")
 	}
-	return &Client{nc: nc, js: js}, nil
+	return &Client{nc: nc}, nil
 }
 
 // Connect connects to NATS and returns a client that owns the connection.
+// Credentials.Options gives the options for a server that authenticates.
 func Connect(url string, opts ...nats.Option) (*Client, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("lanefleet-client")}, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("lanefleet: connect to %s: %w", url, err)
+		return nil, fmt.Errorf("lanefleet: connect to %s: %w", redactURL(url), err)
 	}
 	c, err := New(nc)
 	if err != nil {
@@ -147,10 +171,21 @@ type Run struct {
 	Seq       uint64
 	Duplicate bool // the message id was seen before; this is the earlier run
 	c         *Client
+
+	waitAfter time.Duration
+	onWait    func(RunState)
 }
 
 // Send publishes text to a session's lane and returns its run. The message is
 // validated before it is sent; a *events.DecodeError says what is wrong.
+//
+// A publish that fails for a reason that passes (a stream leader election,
+// a timeout) is retried with the same message id, which the stream's
+// de-duplication makes safe, for up to a minute within ctx. ErrNoFleet means
+// no stream stores the session's messages and no worker answers;
+// ErrPermission that the connection's user may not send to the session;
+// ErrTooLarge that the message exceeds the server's max payload. A stream
+// that refuses the message (a full store) is an error at once.
 func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOption) (*Run, error) {
 	o := sendOptions{in: events.Inbound{Text: text}}
 	for _, opt := range opts {
@@ -170,26 +205,115 @@ func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOpt
 	return c.publish(ctx, session, &o.in, o.asJSON)
 }
 
+// Retry bounds of Send.
+const (
+	publishTimeout  = 5 * time.Second // one attempt
+	sendRetryBudget = time.Minute     // all attempts
+	noStreamConfirm = 2 * time.Second // no stream answers this long: ask the lane service whether a fleet exists
+)
+
 func (c *Client) publish(ctx context.Context, session string, in *events.Inbound, asJSON bool) (*Run, error) {
-	subj, err := events.InboundSubject(session)
+	tok, err := events.KeyToken(session)
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
 	}
+	subj := events.InboundPrefix + tok
 	data, ct, err := events.EncodeInbound(in, asJSON)
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: encode: %w", err)
 	}
-	m := nats.NewMsg(subj)
-	m.Data = data
-	m.Header.Set(events.HeaderContentType, ct)
-	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithMsgID(in.ID))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-			return nil, ErrNoFleet
+	start := time.Now()
+	var noStreamSince time.Time
+	maybeStored := false // an attempt timed out: the stream may hold the message already
+	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	for {
+		m := nats.NewMsg(subj)
+		m.Data = data
+		m.Header.Set(events.HeaderContentType, ct)
+		m.Header.Set(events.HeaderMsgID, in.ID)
+		ack, err := c.publishOnce(ctx, m)
+		if err == nil {
+			// A duplicate of our own earlier attempt is our message.
+			return &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence,
+				Duplicate: ack.Duplicate && !maybeStored, c: c}, nil
 		}
-		return nil, fmt.Errorf("lanefleet: publish: %w", err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, context.Cause(ctx))
+		}
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			// Nothing was stored: no stream listens on the subject. A
+			// cluster electing a leader answers again within seconds; a
+			// server without a fleet never does.
+			if noStreamSince.IsZero() {
+				noStreamSince = time.Now()
+			} else if time.Since(noStreamSince) >= noStreamConfirm {
+				if !c.workerAnswers(ctx, tok) {
+					return nil, fmt.Errorf("%w: no stream stores %s and no worker answers", ErrNoFleet, subj)
+				}
+				noStreamSince = time.Now()
+			}
+		case isTimeout(err):
+			maybeStored = true
+		case transientPubAck(err):
+		default:
+			if errors.Is(err, ErrPermission) {
+				return nil, fmt.Errorf("%w (send to session %q)", err, session)
+			}
+			if errors.Is(err, nats.ErrMaxPayload) {
+				return nil, fmt.Errorf("%w: the message to %q is %d bytes", ErrTooLarge, session, len(data))
+			}
+			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
+		}
+		if time.Since(start) > sendRetryBudget {
+			return nil, fmt.Errorf("lanefleet: send to %q: still failing after %v: %w", session, sendRetryBudget, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
+		}
 	}
-	return &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence, Duplicate: ack.Duplicate, c: c}, nil
+}
+
+// pubAckError is the error of a refused JetStream publish.
+type pubAckError struct{ jetstream.APIError }
+
+func (e *pubAckError) Error() string {
+	return fmt.Sprintf("stream refused the message: %s (code %d, error code %d)", e.Description, e.Code, e.ErrorCode)
+}
+
+// publishOnce publishes m to its stream and returns the stream's ack.
+func (c *Client) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	data, err := c.requestMsg(ctx, m, publishTimeout)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		jetstream.PubAck
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, fmt.Errorf("malformed stream ack: %w", err)
+	}
+	if resp.Error != nil {
+		return nil, &pubAckError{*resp.Error}
+	}
+	if resp.Stream == "" {
+		return nil, errors.New("malformed stream ack: no stream")
+	}
+	return &resp.PubAck, nil
+}
+
+// transientPubAck reports a refusal that passes: JetStream unavailable for
+// a moment (leader election, quorum loss).
+func transientPubAck(err error) bool {
+	var e *pubAckError
+	return errors.As(err, &e) && (e.ErrorCode == 10008 /* cluster not available */ || e.ErrorCode == 10004 /* incomplete */)
+}
+
+// workerAnswers reports whether some worker serves the lane service.
+func (c *Client) workerAnswers(ctx context.Context, token string) bool {
+	_, err := c.requestMsg(ctx, nats.NewMsg(service.Subject(token, service.OpSettings)), time.Second)
+	return !errors.Is(err, nats.ErrNoResponders)
 }
 
 // SetQueueSettings stores a session's queue settings: what happens to its
@@ -221,23 +345,14 @@ func (c *Client) sendSettings(ctx context.Context, session string, q *events.Que
 // QueueSettings returns a session's stored queue settings (zero when none
 // are stored); queue.Resolve(s) gives the values in force.
 func (c *Client) QueueSettings(ctx context.Context, session string) (queue.Overrides, error) {
-	tok, err := events.KeyToken(session)
-	if err != nil {
-		return queue.Overrides{}, fmt.Errorf("lanefleet: session %q: %w", session, err)
-	}
-	l, err := c.lanes(ctx)
-	if err != nil {
+	var rep service.SettingsReply
+	if err := c.call(ctx, session, service.OpSettings, nil, &rep); err != nil {
 		return queue.Overrides{}, err
 	}
-	raw, err := l.Settings(ctx, tok)
-	if err != nil || raw == nil {
-		return queue.Overrides{}, err
+	if rep.Settings == nil {
+		return queue.Overrides{}, nil
 	}
-	var q events.QueueSettings
-	if err := json.Unmarshal(raw, &q); err != nil {
-		return queue.Overrides{}, fmt.Errorf("lanefleet: stored settings of %q: %w", session, err)
-	}
-	return OverridesOf(&q), nil
+	return OverridesOf(rep.Settings), nil
 }
 
 // QueueSettingsOf returns queue settings in their wire form (what a
@@ -274,75 +389,12 @@ func (c *Client) Run(session, runID string) *Run {
 }
 
 // Follow returns the run runID of the same session, e.g. the run named by
-// Meta.MergedInto of a message that collect mode merged into it.
-func (r *Run) Follow(runID string) *Run { return r.c.Run(r.Session, runID) }
-
-// Events yields the run's events from its first one, in order and each once,
-// and stops after the final event. Joining late replays what was missed.
-// Iteration ends early with an error when ctx is done.
-//
-// If the worker running the run dies (or the attempt fails), the attempt
-// ends with a lifecycle "aborted" event and the next one starts with
-// "restart": its assistant events' Text starts over; events of an older
-// attempt that arrive after a newer one started (from a worker that lost the
-// lane) are skipped. A message that did not
-// get a turn of its own ends with a lifecycle event saying why (merged,
-// error) and its final event.
-func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
-	return func(yield func(*events.Event, error) bool) {
-		subj, err := events.EventSubject(r.Session, r.ID)
-		if err != nil {
-			yield(nil, err)
-			return
-		}
-		stream, err := r.c.js.Stream(ctx, events.EventStream)
-		if err != nil {
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				err = ErrNoFleet
-			}
-			yield(nil, err)
-			return
-		}
-		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-		if err != nil {
-			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err))
-			return
-		}
-		msgs, err := cons.Messages(jetstream.PullMaxMessages(500))
-		if err != nil {
-			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err))
-			return
-		}
-		defer msgs.Stop()
-		attempt := 0 // the newest attempt seen
-		for {
-			m, err := msgs.Next(jetstream.NextContext(ctx))
-			if err != nil {
-				if ctx.Err() != nil {
-					err = fmt.Errorf("lanefleet: follow run %s: %w", r.ID, ctx.Err())
-				}
-				yield(nil, err)
-				return
-			}
-			ev, err := events.DecodeEvent(m.Headers().Get(events.HeaderContentType), m.Data())
-			if err != nil {
-				if !yield(nil, err) {
-					return
-				}
-				continue
-			}
-			// A worker that lost the lane may publish for a moment after
-			// the next owner started a new attempt: its late events are
-			// not part of the run any more.
-			if ev.Attempt > 0 && ev.Attempt < attempt && !ev.Terminal() {
-				continue
-			}
-			attempt = max(attempt, ev.Attempt)
-			if !yield(ev, nil) || ev.Terminal() {
-				return
-			}
-		}
-	}
+// Meta.MergedInto of a message that collect mode merged into it. It keeps
+// r's OnWait.
+func (r *Run) Follow(runID string) *Run {
+	f := r.c.Run(r.Session, runID)
+	f.waitAfter, f.onWait = r.waitAfter, r.onWait
+	return f
 }
 
 // RunError is a run that ended with an error result.
@@ -356,10 +408,16 @@ func (e *RunError) Error() string { return "lanefleet: run failed: " + e.Kind + 
 
 // Wait follows the run to its end and returns its result. A run that ended
 // in error returns the result and a *RunError. A message merged into another
-// run by collect mode returns that run's result.
+// run by collect mode returns that run's result. ErrUnknownRun means the
+// session has no such run. Messages on the run's subject that are not
+// events are skipped.
 func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
 	for ev, err := range r.Events(ctx) {
 		if err != nil {
+			var de *events.DecodeError
+			if errors.As(err, &de) {
+				continue // not an event of the run (a forged or garbled message)
+			}
 			return nil, err
 		}
 		if ev.Terminal() {
@@ -373,7 +431,7 @@ func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
 			if into := res.Meta.MergedInto; into != "" && into != r.ID {
 				// A collect turn answered this message with others: its
 				// result is that run's.
-				return r.c.Run(r.Session, into).Wait(ctx)
+				return r.Follow(into).Wait(ctx)
 			}
 			return res, nil
 		}
@@ -381,31 +439,55 @@ func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
 	return nil, fmt.Errorf("lanefleet: run %s: event stream ended without a final event", r.ID)
 }
 
-// History returns a session's transcript as pi session entries.
+// History returns a session's transcript as pi session entries. It reads
+// the transcript in pages from the lane service; a turn committed while it
+// reads may or may not be included.
 func (c *Client) History(ctx context.Context, session string) ([]message.Entry, error) {
-	recs, err := c.records(ctx, session)
-	if err != nil {
-		return nil, err
+	entries, _, err := c.history(ctx, session)
+	return entries, err
+}
+
+// history pages through the transcript and returns its entries and the pi
+// session id of its newest record that has one.
+func (c *Client) history(ctx context.Context, session string) ([]message.Entry, string, error) {
+	var (
+		entries   []message.Entry
+		sessionID string
+		q         service.HistoryRequest
+	)
+	for {
+		body, err := json.Marshal(q)
+		if err != nil {
+			return nil, "", err
+		}
+		var page service.HistoryReply
+		if err := c.call(ctx, session, service.OpHistory, body, &page); err != nil {
+			return nil, "", err
+		}
+		entries = append(entries, page.Entries...)
+		if page.SessionID != "" {
+			sessionID = page.SessionID
+		}
+		if !page.More {
+			return entries, sessionID, nil
+		}
+		if page.Next < q.From || page.Next == q.From && page.Skip <= q.Skip {
+			return nil, "", fmt.Errorf("lanefleet: history of %q: the lane service did not advance (page at %d/%d)", session, page.Next, page.Skip)
+		}
+		q = service.HistoryRequest{From: page.Next, Skip: page.Skip}
 	}
-	return kvstore.Entries(recs), nil
 }
 
 // Export writes a session's transcript as a pi session file (JSON Lines: a
 // version 3 session header, then every entry), the format pi and OpenClaw
 // read.
 func (c *Client) Export(ctx context.Context, session string, w io.Writer) error {
-	recs, err := c.records(ctx, session)
+	entries, sessionID, err := c.history(ctx, session)
 	if err != nil {
 		return err
 	}
-	entries := kvstore.Entries(recs)
-	header := message.Entry{Type: message.EntrySession, Version: message.SessionVersion,
+	header := message.Entry{Type: message.EntrySession, Version: message.SessionVersion, ID: sessionID,
 		Timestamp: time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}
-	for _, r := range recs {
-		if r.SessionID != "" {
-			header.ID = r.SessionID
-		}
-	}
 	if len(entries) > 0 && entries[0].Timestamp != "" {
 		header.Timestamp = entries[0].Timestamp
 	}
@@ -415,76 +497,75 @@ func (c *Client) Export(ctx context.Context, session string, w io.Writer) error 
 	return sessionfile.WriteEntries(w, append([]message.Entry{header}, entries...))
 }
 
-// Import reads a pi/OpenClaw session file (any version; it is migrated, and
-// malformed lines are skipped) and stores it as the transcript of session,
-// which must be new. Later turns continue the imported conversation under the
-// file's session id.
+// Import reads a pi/OpenClaw session file (any version; a worker migrates
+// it and skips malformed lines) and stores it as the transcript of session,
+// which must be new. Later turns continue the imported conversation under
+// the file's session id. The file must fit the NATS server's max payload
+// (ErrTooLarge); ErrNotEmpty means the session has a transcript already,
+// ErrSessionBusy that a worker is running it.
 func (c *Client) Import(ctx context.Context, session string, r io.Reader) error {
-	tok, err := events.KeyToken(session)
-	if err != nil {
+	if _, err := events.KeyToken(session); err != nil {
 		return fmt.Errorf("lanefleet: session %q: %w", session, err)
 	}
-	f, err := sessionfile.Read(r)
+	limit := c.nc.MaxPayload()
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return fmt.Errorf("lanefleet: import: %w", err)
 	}
-	l, err := c.lanes(ctx)
-	if err != nil {
-		return err
+	if int64(len(data)) > limit {
+		return fmt.Errorf("%w: import into %q: the session file is over %d bytes", ErrTooLarge, session, limit)
 	}
-	err = l.Import(ctx, tok, f.Header.ID, kvstore.LeaseInfo{Worker: "import", Acquired: time.Now().UnixMilli()}, f.Entries)
-	switch {
-	case errors.Is(err, kvstore.ErrHeld):
-		return fmt.Errorf("lanefleet: import into %q: a worker is running the session; try again when it is idle", session)
-	case errors.Is(err, kvstore.ErrNotEmpty):
-		return fmt.Errorf("lanefleet: import into %q: the session already has a transcript", session)
-	}
-	return err
+	// The import is not repeated after a timeout: it may have been stored.
+	var rep service.ImportReply
+	return c.callOnce(ctx, session, service.OpImport, data, &rep)
 }
 
 // ActiveRun is a run some worker is running now.
-type ActiveRun = kvstore.RunInfo
+type ActiveRun struct {
+	Session   string    `json:"session"`
+	RunID     string    `json:"runId"`
+	Worker    string    `json:"worker"`
+	Attempt   int       `json:"attempt,omitempty"` // 1 + earlier tries of the run
+	StartedAt time.Time `json:"startedAt"`
+	// Phase is "running" or "compacting".
+	Phase string `json:"phase"`
+}
 
-// ActiveRuns lists the runs the fleet's workers are running now: session,
-// run id, worker, attempt, start time and phase. Entries of a worker that
-// died vanish after the registry's TTL (default 1 hour).
+// ActiveRuns lists the runs the fleet's workers are running now, oldest
+// first. Entries of a worker that died vanish after the registry's TTL
+// (default 1 hour). It reads the runs bucket, which a sender or viewer may
+// not: ErrPermission then.
 func (c *Client) ActiveRuns(ctx context.Context) ([]ActiveRun, error) {
-	runs, err := kvstore.BindRuns(ctx, c.js, "")
+	// A JetStream API request the user may not make is dropped by the
+	// server: ask once with a permission check first.
+	probe := nats.NewMsg("$JS.API.STREAM.INFO.KV_" + kvstore.DefaultRunsBucket)
+	if _, err := c.requestMsg(ctx, probe, 5*time.Second); errors.Is(err, ErrPermission) {
+		return nil, fmt.Errorf("%w (listing the runs needs read access to the %s bucket: the admin role)", err, kvstore.DefaultRunsBucket)
+	}
+	js, err := jetstream.New(c.nc)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, ErrNoFleet
+		return nil, fmt.Errorf("lanefleet: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	runs, err := kvstore.BindRuns(ctx, js, "")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return nil, fmt.Errorf("%w: no %s bucket", ErrNoFleet, kvstore.DefaultRunsBucket)
 		}
-		return nil, err
+		return nil, fmt.Errorf("lanefleet: runs: %w", err)
 	}
 	list, err := runs.List(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lanefleet: runs: %w", err)
 	}
-	slices.SortFunc(list, func(a, b ActiveRun) int { return cmp.Compare(a.StartedAt, b.StartedAt) })
-	return list, nil
-}
-
-func (c *Client) lanes(ctx context.Context) (*kvstore.Lanes, error) {
-	l, err := kvstore.Bind(ctx, c.js, "")
-	if err != nil {
-		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, ErrNoFleet
-		}
-		return nil, err
+	out := make([]ActiveRun, 0, len(list))
+	for _, r := range list {
+		out = append(out, ActiveRun{Session: r.Session, RunID: r.RunID, Worker: r.Worker, Attempt: r.Attempt,
+			StartedAt: time.UnixMilli(r.StartedAt), Phase: r.Phase})
 	}
-	return l, nil
-}
-
-func (c *Client) records(ctx context.Context, session string) ([]kvstore.Record, error) {
-	tok, err := events.KeyToken(session)
-	if err != nil {
-		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
-	}
-	l, err := c.lanes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return l.Records(ctx, tok)
+	slices.SortFunc(out, func(a, b ActiveRun) int { return cmp.Compare(a.StartedAt.UnixNano(), b.StartedAt.UnixNano()) })
+	return out, nil
 }
 
 func newID() string {

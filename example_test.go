@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
@@ -167,4 +170,80 @@ func ExampleClient_SetQueueSettings() {
 	// Output:
 	// queue settings: mode collect, debounce 1000ms, cap 5, drop summarize
 	// {Mode:collect Debounce:1s Cap:5 Drop:summarize Dedupe:}
+}
+
+// Follow a message sent while no worker runs: OnWait says why nothing
+// happens yet, and the run goes on once a worker starts.
+func ExampleRun_OnWait() {
+	dir, _ := os.MkdirTemp("", "lanefleet-example")
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{Name: "example", DataDir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A worker that prepared the fleet's streams, not running yet.
+	m, err := fleet.Start(ctx, fleet.Config{NATSURL: srv.ClientURL(), Logger: zerolog.Nop()})
+	if err != nil {
+		panic(err)
+	}
+	workerCtx, stopWorker := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	defer func() { stopWorker(); <-done }()
+
+	c, _ := lanefleet.Connect(srv.ClientURL())
+	defer c.Close()
+	run, err := c.Send(ctx, "early", "hello")
+	if err != nil {
+		panic(err)
+	}
+	var once sync.Once
+	run.OnWait(100*time.Millisecond, func(s lanefleet.RunState) {
+		once.Do(func() {
+			fmt.Println("waiting:", s)
+			go func() { defer close(done); _ = m.Run(workerCtx) }() // the worker starts
+		})
+	})
+	res, err := run.Wait(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Payloads[0].Text)
+	// Output:
+	// waiting: no-worker
+	// echo: hello
+}
+
+// Connect the way the nats CLI does, with credentials from the environment
+// (NATS_USER, NATS_PASSWORD, NATS_CREDS, NATS_CERT, … ) or flags, and a
+// per-user inbox prefix so no other user can read this client's replies.
+func ExampleCredentials() {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		Username: "alice", Password: "s3cret"})
+	if err != nil {
+		panic(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		panic("server not ready")
+	}
+	env := map[string]string{"NATS_USER": "alice", "NATS_PASSWORD": "s3cret"}
+	creds := lanefleet.Credentials{InboxPrefix: "_INBOX_alice"}.Or(lanefleet.CredentialsFromEnv(func(k string) string { return env[k] }))
+	fmt.Println(creds) // never shows a secret
+	opts, err := creds.Options()
+	if err != nil {
+		panic(err)
+	}
+	c, err := lanefleet.Connect(srv.ClientURL(), opts...)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	fmt.Println("connected")
+	// Output:
+	// {user=alice password=xxxxx inbox-prefix=_INBOX_alice}
+	// connected
 }

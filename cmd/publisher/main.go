@@ -14,10 +14,15 @@
 // events, one per line. A run that stops for client tools lists the calls
 // to answer with --tool-result.
 //
-// NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222).
+// NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222)
+// with the nats CLI's credentials: --creds, --nkey, --user/--password,
+// --tlscert/--tlskey/--tlsca and --inbox-prefix, or NATS_CREDS, NATS_NKEY,
+// NATS_USER, NATS_PASSWORD, NATS_CERT, NATS_KEY, NATS_CA, NATS_INBOX_PREFIX.
+// A sender's user needs only its sessions' subjects (see the README's roles).
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,7 +54,12 @@ const usage = `usage:
                                    (no change: print the stored settings)
   publisher history --session KEY [--json]     (--json: a pi session JSONL file)
   publisher import --session KEY FILE.jsonl    (a pi/OpenClaw session file into a new session)
-  publisher runs [--json]                      (the runs workers are running now)
+  publisher runs [--json]                      (the runs workers are running now; the admin role)
+
+every command: [--nats-url URL] [--creds FILE | --nkey FILE] [--user U --password P]
+               [--tlscert FILE --tlskey FILE] [--tlsca FILE] [--inbox-prefix P] [--timeout D]
+               (or NATS_URL, NATS_CREDS, NATS_NKEY, NATS_USER, NATS_PASSWORD, NATS_CERT,
+               NATS_KEY, NATS_CA, NATS_INBOX_PREFIX)
 `
 
 func main() {
@@ -69,17 +79,25 @@ var errReported = errors.New("reported")
 
 type common struct {
 	url     string
+	creds   lanefleet.Credentials
 	session string
 	asJSON  bool
 	timeout time.Duration
+	getenv  func(string) string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	def := os.Getenv("NATS_URL")
-	if def == "" {
-		def = nats.DefaultURL
-	}
-	fs.StringVar(&c.url, "nats-url", def, "NATS server URL (env NATS_URL)")
+	// Defaults come from the environment after parsing, so -h never prints
+	// a secret.
+	fs.StringVar(&c.url, "nats-url", "", "NATS server URL (env NATS_URL; default "+nats.DefaultURL+")")
+	fs.StringVar(&c.creds.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&c.creds.NKey, "nkey", "", "NATS nkey seed file (env NATS_NKEY)")
+	fs.StringVar(&c.creds.User, "user", "", "NATS user, or a token without --password (env NATS_USER)")
+	fs.StringVar(&c.creds.Password, "password", "", "NATS password (env NATS_PASSWORD)")
+	fs.StringVar(&c.creds.TLSCert, "tlscert", "", "TLS client certificate file (env NATS_CERT)")
+	fs.StringVar(&c.creds.TLSKey, "tlskey", "", "TLS client key file (env NATS_KEY)")
+	fs.StringVar(&c.creds.TLSCA, "tlsca", "", "CA certificates of the server (env NATS_CA)")
+	fs.StringVar(&c.creds.InboxPrefix, "inbox-prefix", "", "prefix of reply subjects, e.g. _INBOX_alice (env NATS_INBOX_PREFIX)")
 	fs.StringVar(&c.session, "session", "", "session key (any UTF-8 string up to 256 bytes)")
 	fs.BoolVar(&c.asJSON, "json", false, "print one JSON object per line")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up following after this long")
@@ -87,9 +105,17 @@ func (c *common) register(fs *flag.FlagSet) {
 
 // open connects and bounds the command by --timeout; done releases both.
 func (c *common) open(ctx context.Context) (*lanefleet.Client, context.Context, func(), error) {
-	cl, err := lanefleet.Connect(c.url, nats.Timeout(3*time.Second))
+	url := cmp.Or(c.url, c.getenv("NATS_URL"), nats.DefaultURL)
+	opts, err := c.creds.Or(lanefleet.CredentialsFromEnv(c.getenv)).Options()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s (is a worker running? set --nats-url or NATS_URL): %w", c.url, errors.Unwrap(err))
+		return nil, nil, nil, err
+	}
+	cl, err := lanefleet.Connect(url, append(opts, nats.Timeout(3*time.Second))...)
+	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			return nil, nil, nil, fmt.Errorf("NATS refused the credentials (--creds, --nkey, --user/--password, --tlscert or NATS_*): %w", err)
+		}
+		return nil, nil, nil, fmt.Errorf("cannot reach NATS (is a worker running? set --nats-url or NATS_URL): %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	return cl, ctx, func() { cancel(); cl.Close() }, nil
@@ -107,6 +133,11 @@ func (c *common) checkSession(cmd string) error {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runEnv(ctx, args, stdout, stderr, os.Getenv)
+}
+
+// runEnv is run with the environment read through getenv.
+func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errors.New("missing command")
@@ -114,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, args := args[0], args[1:]
 	fs := flag.NewFlagSet("publisher "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var c common
+	c := common{getenv: getenv}
 	c.register(fs)
 	switch cmd {
 	case "send":
@@ -272,6 +303,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer done()
 		list, err := cl.ActiveRuns(ctx)
+		if errors.Is(err, lanefleet.ErrPermission) {
+			return errors.New("runs: this NATS user may not list the fleet's runs (that takes the admin role: read access to the runs bucket); a sender sees its own runs with send and follow")
+		}
 		if err != nil {
 			return err
 		}
@@ -328,10 +362,27 @@ func follow(ctx context.Context, r *lanefleet.Run, asJSON bool, stdout, stderr i
 }
 
 func followWith(ctx context.Context, r *lanefleet.Run, asJSON bool, v *view, enc *json.Encoder) error {
+	waiting := lanefleet.RunState("")
+	r.OnWait(waitNoteAfter, func(s lanefleet.RunState) {
+		waiting = s
+		switch s {
+		case lanefleet.RunNoWorker:
+			v.note("%s", v.style(dim, fmt.Sprintf("… no worker is running: run %s is stored and runs when one starts (waiting; Ctrl-C to stop)", r.ID)))
+		case lanefleet.RunQueued:
+			v.note("%s", v.style(dim, fmt.Sprintf("… run %s waits on the session's lane for its turn", r.ID)))
+		}
+	})
 	for ev, err := range r.Events(ctx) {
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return fmt.Errorf("run %s: no final event before --timeout (is a worker running?)", r.ID)
+			var de *events.DecodeError
+			switch {
+			case errors.As(err, &de):
+				v.note("%s", v.style(red, "skipped a message that is not an event: "+err.Error()))
+				continue
+			case errors.Is(err, context.DeadlineExceeded) && waiting == lanefleet.RunNoWorker:
+				return fmt.Errorf("run %s: no worker ran it before --timeout (it stays stored; follow it later with: publisher follow --session %s --run %s)", r.ID, shellQuote(r.Session), r.ID)
+			case errors.Is(err, context.DeadlineExceeded):
+				return fmt.Errorf("run %s: no final event before --timeout", r.ID)
 			}
 			return err
 		}
@@ -365,6 +416,10 @@ func followWith(ctx context.Context, r *lanefleet.Run, asJSON bool, v *view, enc
 	}
 	return fmt.Errorf("run %s: event stream ended without a final event", r.ID)
 }
+
+// waitNoteAfter is how long following shows nothing before it says what it
+// waits for.
+const waitNoteAfter = 2 * time.Second
 
 // readTools reads client tool definitions: a JSON array of {name,
 // description, parameters}, an object {"tools": [...]}, or OpenAI-style
@@ -544,7 +599,7 @@ func printRuns(list []lanefleet.ActiveRun, asJSON bool, now time.Time, w io.Writ
 		return nil
 	}
 	for _, r := range list {
-		age := now.Sub(time.UnixMilli(r.StartedAt)).Round(100 * time.Millisecond)
+		age := now.Sub(r.StartedAt).Round(100 * time.Millisecond)
 		fmt.Fprintf(w, "%-24s run %-8s %-10s worker %s attempt %d, %s\n", r.Session, r.RunID, r.Phase, r.Worker, max(r.Attempt, 1), age)
 	}
 	return nil

@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/lanes"
 )
 
 func startFleet(t *testing.T) string {
@@ -270,4 +273,103 @@ func lastField(s string) string {
 		return s
 	}
 	return f[len(f)-1]
+}
+
+// TestSendWithoutAWorkerSaysSo: on a server where a fleet ran but no worker
+// runs now, send stores the message, says after a few seconds that no
+// worker runs, and at --timeout says how to follow the run later.
+func TestSendWithoutAWorkerSaysSo(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	if _, err := lanes.EnsureStreams(t.Context(), js, lanes.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := publisher(t, "send", "--nats-url", srv.URL, "--session", "lonely", "--timeout", "4s", "hello?")
+	if err == nil || !strings.Contains(err.Error(), "no worker ran it before --timeout") || !strings.Contains(err.Error(), "publisher follow --session lonely --run 1") {
+		t.Fatalf("err = %v", err)
+	}
+	if !strings.Contains(stderr, "no worker is running: run 1 is stored") {
+		t.Fatalf("stderr = %q", stderr)
+	}
+}
+
+// TestFollowUnknownRun: following a run the session does not have fails at
+// once with a clear error instead of waiting for --timeout.
+func TestFollowUnknownRun(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	start := time.Now()
+	_, _, err := publisher(t, "follow", "--nats-url", url, "--session", "s", "--run", "4242")
+	if err == nil || !strings.Contains(err.Error(), "unknown run") || time.Since(start) > 20*time.Second {
+		t.Fatalf("err = %v after %v", err, time.Since(start))
+	}
+}
+
+// TestCredentialsAndRoles: a sender's credentials from the environment (the
+// nats CLI's variables) or from flags send and follow its own session;
+// runs needs the admin role and says so; wrong credentials are named.
+func TestCredentialsAndRoles(t *testing.T) {
+	t.Parallel()
+	url := startUsersServer(t, "alice")
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: strings.Replace(url, "nats://", "nats://worker:w@", 1), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	env := map[string]string{"NATS_URL": url, "NATS_USER": "alice", "NATS_PASSWORD": "alice", "NATS_INBOX_PREFIX": "_INBOX_alice"}
+	out, _, err := publisherEnv(t, env, "send", "--session", "alice", "hi")
+	if err != nil || out != "echo: hi\n" {
+		t.Fatalf("send with env credentials: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "history", "--nats-url", url, "--user", "alice", "--password", "alice", "--inbox-prefix", "_INBOX_alice", "--session", "alice")
+	if err != nil || !strings.Contains(out, "user: hi") {
+		t.Fatalf("history with flag credentials: %q, %v", out, err)
+	}
+	if _, _, err := publisherEnv(t, env, "runs"); err == nil || !strings.Contains(err.Error(), "admin role") {
+		t.Fatalf("runs as a sender: %v", err)
+	}
+	if _, _, err := publisherEnv(t, env, "history", "--session", "bob"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("another session: %v", err)
+	}
+	if _, _, err := publisherEnv(t, env, "history", "--session", "alice", "--password", "wrong"); err == nil || !strings.Contains(err.Error(), "refused the credentials") {
+		t.Fatalf("wrong password: %v", err)
+	}
+}
+
+func publisherEnv(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = runEnv(ctx, args, &out, &errb, func(k string) string { return env[k] })
+	return out.String(), errb.String(), err
+}
+
+// startUsersServer starts a JetStream server with a worker user (allowed
+// everything) and sender users allowed their own session's subjects only.
+func startUsersServer(t *testing.T, senders ...string) string {
+	t.Helper()
+	users := []*server.User{{Username: "worker", Password: "w"}}
+	for _, s := range senders {
+		users = append(users, &server.User{Username: s, Password: s, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{"agent.in." + s, "agent.svc." + s + ".>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"agent.ev." + s + ".>", "_INBOX_" + s + ".>"}},
+		}})
+	}
+	s, err := server.NewServer(&server.Options{ServerName: "users", Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true,
+		NoSigs: true, JetStream: true, StoreDir: t.TempDir(), Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(15 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
 }

@@ -11,18 +11,22 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 )
 
-// view renders a run's events for a person. The reply's text streams to out
-// (stdout), so `publisher send … > reply.txt` keeps just the reply; every
-// other line goes to notes (stderr): reasoning, prefixed and dimmed, tool
-// calls as "⚙ name(args…)" then "✓/✗ first line of the result", compaction,
-// restarts and errors. Colors are used only when notes is a terminal (and
-// NO_COLOR is unset); otherwise it is plain text.
+// view renders a run's events for a person. On a terminal the reply's text
+// streams to out (stdout). Otherwise out gets the final reply alone, once the
+// run ended, so `publisher send … > reply.txt` holds just the reply even
+// after a hand-over (an aborted attempt, then a restart); the reply then
+// streams live on notes if that is a terminal. Every other line goes to notes
+// (stderr): reasoning, prefixed and dimmed, tool calls as "⚙ name(args…)"
+// then "✓/✗ first line of the result", compaction, restarts, waits and
+// errors. Colors are used only when notes is a terminal (and NO_COLOR is
+// unset); otherwise it is plain text.
 type view struct {
 	out, notes *line
+	live       *line // where the reply streams: out, notes or nowhere (nil)
 	color      bool
 	session    string
 	thinking   bool   // inside a reasoning block
-	printed    string // reply text printed in this attempt
+	printed    string // reply text of this attempt
 }
 
 // line tracks whether a writer's cursor is at the start of a line. When
@@ -55,6 +59,12 @@ func newView(stdout, stderr io.Writer, session string) *view {
 		v.notes = &line{w: stderr, atStart: &outStart}
 	} else {
 		v.notes = &line{w: stderr, atStart: &notesStart}
+	}
+	switch {
+	case isTerminal(stdout):
+		v.live = v.out
+	case isTerminal(stderr):
+		v.live = v.notes
 	}
 	return v
 }
@@ -153,7 +163,9 @@ func (v *view) reply(s string) {
 	if s == "" {
 		return
 	}
-	v.out.write(s)
+	if v.live != nil {
+		v.live.write(s)
+	}
 	v.printed += s
 }
 
@@ -182,12 +194,26 @@ func (v *view) reasoning(delta string) {
 // final renders the final event and returns the run's error, if any.
 func (v *view) final(res *events.Result) error {
 	v.endThinking()
-	if v.printed == "" {
-		for _, p := range res.Payloads {
-			if !p.IsError {
-				v.reply(p.Text)
-			}
+	var texts []string
+	for _, p := range res.Payloads {
+		if !p.IsError && p.Text != "" {
+			texts = append(texts, p.Text)
 		}
+	}
+	switch {
+	case v.live == v.out && v.printed == "":
+		v.out.write(strings.Join(texts, ""))
+	case v.live != v.out:
+		// The reply as the run ended it; what an aborted attempt streamed
+		// is not part of it.
+		if v.live != nil {
+			v.live.newline()
+		}
+		text := strings.Join(texts, "\n")
+		if text == "" {
+			text = v.printed
+		}
+		v.out.write(text)
 	}
 	v.out.newline()
 	if len(res.Meta.PendingToolCalls) > 0 {

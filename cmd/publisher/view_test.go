@@ -9,35 +9,39 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 )
 
-// TestLiveView: the reply streams to stdout alone; reasoning, tools,
-// compaction, an aborted attempt and its restart are lines on stderr, in
-// plain text when it is not a terminal.
+// handOver is a run whose first attempt streamed "Looking" before its
+// worker stopped; the second attempt answered "Done.".
+var handOver = []events.Event{
+	{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart}},
+	{Stream: events.StreamThinking, Data: events.EventData{Delta: "Let me think.\nThe user"}},
+	{Stream: events.StreamThinking, Data: events.EventData{Delta: " wants files."}},
+	{Stream: events.StreamAssistant, Data: events.EventData{Delta: "Looking", Text: "Looking"}},
+	{Stream: events.StreamTool, Data: events.EventData{Phase: "start", Name: "read", Args: map[string]any{"path": strings.Repeat("a/", 60)}}},
+	{Stream: events.StreamTool, Data: events.EventData{Phase: "result", Name: "read", Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": "line one\nline two"}}}}},
+	{Stream: events.StreamTool, Data: events.EventData{Phase: "start", Name: "exec", Args: map[string]any{"cmd": "false"}}},
+	{Stream: events.StreamTool, Data: events.EventData{Phase: "result", Name: "exec", IsError: true, Payload: "exit status 1"}},
+	{Stream: events.StreamCompaction, Data: events.EventData{Phase: "start"}},
+	{Stream: events.StreamCompaction, Data: events.EventData{Phase: "end", WillRetry: true}},
+	{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseAborted, Attempt: 1, Error: "the worker stopped"}},
+	{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseRestart, Attempt: 2, Worker: "w2"}},
+	{Stream: events.StreamAssistant, Data: events.EventData{Delta: "Done.", Text: "Done."}},
+}
+
+// TestLiveView: stdout holds just the final reply when it is not a terminal
+// (after a hand-over too); reasoning, tools, compaction, an aborted attempt
+// and its restart are lines on stderr, in plain text when it is not a
+// terminal.
 func TestLiveView(t *testing.T) {
 	t.Parallel()
 	var out, notes bytes.Buffer
 	v := newView(&out, &notes, "alice")
-	evs := []events.Event{
-		{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart}},
-		{Stream: events.StreamThinking, Data: events.EventData{Delta: "Let me think.\nThe user"}},
-		{Stream: events.StreamThinking, Data: events.EventData{Delta: " wants files."}},
-		{Stream: events.StreamAssistant, Data: events.EventData{Delta: "Looking", Text: "Looking"}},
-		{Stream: events.StreamTool, Data: events.EventData{Phase: "start", Name: "read", Args: map[string]any{"path": strings.Repeat("a/", 60)}}},
-		{Stream: events.StreamTool, Data: events.EventData{Phase: "result", Name: "read", Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": "line one\nline two"}}}}},
-		{Stream: events.StreamTool, Data: events.EventData{Phase: "start", Name: "exec", Args: map[string]any{"cmd": "false"}}},
-		{Stream: events.StreamTool, Data: events.EventData{Phase: "result", Name: "exec", IsError: true, Payload: "exit status 1"}},
-		{Stream: events.StreamCompaction, Data: events.EventData{Phase: "start"}},
-		{Stream: events.StreamCompaction, Data: events.EventData{Phase: "end", WillRetry: true}},
-		{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseAborted, Attempt: 1, Error: "the worker stopped"}},
-		{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseRestart, Attempt: 2, Worker: "w2"}},
-		{Stream: events.StreamAssistant, Data: events.EventData{Delta: "Done.", Text: "Done."}},
-	}
-	for i := range evs {
-		v.event(&evs[i])
+	for i := range handOver {
+		v.event(&handOver[i])
 	}
 	if err := v.final(&events.Result{Payloads: []events.Payload{{Text: "Done."}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := out.String(); got != "LookingDone.\n" {
+	if got := out.String(); got != "Done.\n" {
 		t.Fatalf("stdout = %q", got)
 	}
 	want := "┆ Let me think.\n" +
@@ -52,6 +56,42 @@ func TestLiveView(t *testing.T) {
 		"↻ restarted on worker w2 (attempt 2)\n"
 	if got := notes.String(); got != want {
 		t.Fatalf("stderr:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestLiveReply: on a terminal the reply streams where the person looks:
+// stdout when it is the terminal (both attempts show), else stderr, with
+// stdout still just the final reply.
+func TestLiveReply(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name            string
+		onStdout        bool
+		wantOut, inNote string
+	}{
+		// The notes' lines (on the same terminal) come between the attempts.
+		{"stdout is the terminal", true, "LookingDone.\n", "\n⚙ read"},
+		{"stderr is the terminal", false, "Done.\n", "Looking\n⚙ read"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, notes bytes.Buffer
+			v := newView(&out, &notes, "alice")
+			if tt.onStdout {
+				// A terminal's stdout and stderr share one line.
+				v.live, v.notes.atStart = v.out, v.out.atStart
+			} else {
+				v.live = v.notes
+			}
+			for i := range handOver {
+				v.event(&handOver[i])
+			}
+			if err := v.final(&events.Result{Payloads: []events.Payload{{Text: "Done."}}}); err != nil {
+				t.Fatal(err)
+			}
+			if out.String() != tt.wantOut || !strings.Contains(notes.String(), tt.inNote) || !strings.HasSuffix(notes.String(), "\n") {
+				t.Fatalf("stdout %q\nstderr %q", out.String(), notes.String())
+			}
+		})
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/lanes/service"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
@@ -497,10 +498,19 @@ func redactURL(urls string) string {
 	return strings.Join(parts, ",")
 }
 
-// Run processes lanes until ctx is done, then stops gracefully and closes the
-// connection and the embedded server.
+// Run processes lanes and serves the lane service (lanes/service) until ctx
+// is done, then stops gracefully and closes the connection and the embedded
+// server.
 func (m *Member) Run(ctx context.Context) error {
 	defer m.close()
+	// The lane service answers clients' reads of their sessions while the
+	// member runs lanes.
+	svc, err := service.Serve(m.Conn, service.Config{Lanes: m.Lanes, Inbound: m.Streams.Inbound, Events: m.Streams.Events,
+		Worker: m.Worker.ID(), Logger: m.log})
+	if err != nil {
+		return fmt.Errorf("fleet: lane service: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
 	if m.Tools != nil {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})

@@ -1,0 +1,111 @@
+package lanefleet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/lanes"
+)
+
+// BenchmarkSend: Client.Send (a request that checks permissions before it
+// waits, with retries) against a bare JetStream publish of the same
+// message (baseline), on a stream without workers.
+func BenchmarkSend(b *testing.B) {
+	srv := natstest.Start(b)
+	nc := natstest.Connect(b, srv.URL)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	c, _ := New(nc)
+	b.Run("baseline=jetstream.PublishMsg", func(b *testing.B) {
+		data, ct, _ := events.EncodeInbound(&events.Inbound{Text: "hello"}, false)
+		for b.Loop() {
+			m := nats.NewMsg(events.InboundPrefix + "bench")
+			m.Data = data
+			m.Header.Set(events.HeaderContentType, ct)
+			if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(newID())); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Client.Send", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.Send(ctx, "bench", "hello"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkFollowEndedRun: replaying a finished run of 40 events with
+// Run.Events (a catch-up from the lane service: one stream read per event,
+// no consumer) against the ordered consumer the client used before, deleted
+// after each replay here (baseline; the client left it on the server for 5
+// minutes, and the 1,001st replay failed with "maximum consumers limit
+// reached").
+func BenchmarkFollowEndedRun(b *testing.B) {
+	nc, js, ctx := serviceOnly(b)
+	subj, _ := events.EventSubject("replayed", "3")
+	for seq := uint64(1); seq <= 40; seq++ {
+		ev := &events.Event{RunID: "3", SessionKey: "replayed", Seq: seq, Stream: events.StreamAssistant, Data: events.EventData{Delta: "token "}}
+		if seq == 40 {
+			ev.Stream, ev.Data = events.StreamFinal, events.EventData{Result: &events.Result{}}
+		}
+		data, ct, _ := events.EncodeEvent(ev, false)
+		m := nats.NewMsg(subj)
+		m.Data = data
+		m.Header.Set(events.HeaderContentType, ct)
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	stream, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("baseline=OrderedConsumer", func(b *testing.B) {
+		for b.Loop() {
+			cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs, err := cons.Messages(jetstream.PullMaxMessages(500))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for n := 0; n < 40; n++ {
+				if _, err := msgs.Next(jetstream.NextContext(ctx)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			msgs.Stop()
+			if err := stream.DeleteConsumer(ctx, cons.CachedInfo().Name); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	c, _ := New(nc)
+	b.Run("Run.Events", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			for _, err := range c.Run("replayed", "3").Events(ctx) {
+				if err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			if n != 40 {
+				b.Fatalf("%d events", n)
+			}
+		}
+	})
+}

@@ -1,0 +1,227 @@
+package lanefleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/service"
+)
+
+// Bounds of requests to the lane service.
+const (
+	// callTimeout bounds one request; the service bounds its own work to
+	// service.RequestTimeout.
+	callTimeout = service.RequestTimeout + 5*time.Second
+	// callRetryBudget bounds the retries of a request that failed for a
+	// reason that passes (timeouts, JetStream unavailable on the worker).
+	callRetryBudget = time.Minute
+	// noWorkerWait is how long no worker may answer before a request
+	// fails with ErrNoFleet.
+	noWorkerWait = 5 * time.Second
+)
+
+// call asks the lane service of session for op with body and decodes the
+// reply into v, retrying what passes: no worker answering for a moment (a
+// restart), timeouts and unavailable replies (leader elections). Safe for
+// operations that change nothing.
+func (c *Client) call(ctx context.Context, session, op string, body []byte, v any) error {
+	return c.callRetry(ctx, session, op, body, v, true)
+}
+
+// callOnce is call for an operation that must not run twice: it retries
+// only while no worker answers (then nothing was received).
+func (c *Client) callOnce(ctx context.Context, session, op string, body []byte, v any) error {
+	return c.callRetry(ctx, session, op, body, v, false)
+}
+
+func (c *Client) callRetry(ctx context.Context, session, op string, body []byte, v any, retry bool) error {
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		return fmt.Errorf("lanefleet: session %q: %w", session, err)
+	}
+	subj := service.Subject(tok, op)
+	start := time.Now()
+	var noWorkerSince time.Time
+	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	for {
+		data, err := c.requestMsg(ctx, &nats.Msg{Subject: subj, Data: body}, callTimeout)
+		if err == nil {
+			if err := decodeReply(data, v); err != nil {
+				return fmt.Errorf("lanefleet: %s of session %q: malformed reply: %w", op, session, err)
+			}
+			return nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("lanefleet: %s of session %q: %w", op, session, context.Cause(ctx))
+		case errors.Is(err, nats.ErrNoResponders):
+			if noWorkerSince.IsZero() {
+				noWorkerSince = time.Now()
+			}
+			if time.Since(noWorkerSince) >= noWorkerWait {
+				return fmt.Errorf("%w: no worker answers %s", ErrNoFleet, subj)
+			}
+		case retry && transient(err) && time.Since(start) < callRetryBudget:
+		default:
+			return opError(op, session, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			return fmt.Errorf("lanefleet: %s of session %q: %w", op, session, err)
+		}
+	}
+}
+
+// opError says which operation failed, with the client's sentinel for the
+// lane service's error codes.
+func opError(op, session string, err error) error {
+	var se *service.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case service.CodeBusy:
+			return fmt.Errorf("%w (%s of session %q)", ErrSessionBusy, op, session)
+		case service.CodeNotEmpty:
+			return fmt.Errorf("%w (%s of session %q)", ErrNotEmpty, op, session)
+		case service.CodeTooLarge:
+			return fmt.Errorf("%w: %s of session %q: %w", ErrTooLarge, op, session, err)
+		}
+	}
+	if errors.Is(err, ErrPermission) {
+		return fmt.Errorf("%w (%s of session %q)", err, op, session)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("%w: %s of session %q", ErrTooLarge, op, session)
+	}
+	return fmt.Errorf("lanefleet: %s of session %q: %w", op, session, err)
+}
+
+// transient reports a failed request worth repeating.
+func transient(err error) bool {
+	var se *service.Error
+	return errors.As(err, &se) && se.Temporary() || isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
+// requestMsg sends m as a request and returns the reply's data. Unlike
+// nats.Conn.Request it flushes before it waits, so a subject the user may
+// not publish to (or an inbox it may not subscribe to) fails at once with
+// ErrPermission instead of timing out: the server's permission error comes
+// before the flush's answer. No responders is nats.ErrNoResponders; a micro
+// error reply is a *service.Error.
+func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	inbox := c.nc.NewInbox()
+	// A channel of one: SubscribeSync would allocate its default 64Ki-slot
+	// channel for the one reply.
+	replies := make(chan *nats.Msg, 1)
+	sub, err := c.nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	before := c.nc.LastError()
+	m.Reply = inbox
+	if err := c.nc.PublishMsg(m); err != nil {
+		return nil, err
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.denied(before, "Publish to", m.Subject); err != nil {
+		return nil, err
+	}
+	if err := c.denied(before, "Subscription to", inbox); err != nil {
+		return nil, err
+	}
+	var reply *nats.Msg
+	select {
+	case reply = <-replies:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if reply.Header.Get("Status") == "503" && len(reply.Data) == 0 {
+		return nil, nats.ErrNoResponders
+	}
+	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return nil, &service.Error{Code: code, Description: reply.Header.Get(micro.ErrorHeader)}
+	}
+	return reply.Data, nil
+}
+
+// denied returns ErrPermission when the server refused what ("Publish to" or
+// "Subscription to") on subject since the connection's last error was
+// before.
+func (c *Client) denied(before error, what, subject string) error {
+	err := c.nc.LastError()
+	if err == nil || err == before || !errors.Is(err, nats.ErrPermissionViolation) {
+		return nil
+	}
+	if !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(what+` "`+subject+`"`)) {
+		return nil
+	}
+	detail, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), nats.ErrPermissionViolation.Error()+": "), " on connection")
+	return fmt.Errorf("%w: %s", ErrPermission, detail)
+}
+
+// decodeReply decodes a lane service reply.
+func decodeReply(data []byte, v any) error {
+	return msgpack.Unmarshal(data, v)
+}
+
+// backoff waits between retries: min, doubling up to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// wait sleeps for the next delay, or until ctx is done.
+func (b *backoff) wait(ctx context.Context) error {
+	t := time.NewTimer(b.next())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// redactURL hides passwords in a server URL list for messages.
+func redactURL(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		} else {
+			u.User = url.User("xxxxx") // a token
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}

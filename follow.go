@@ -1,0 +1,327 @@
+package lanefleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/service"
+)
+
+// RunState says why following a run sees no event (see Run.OnWait).
+type RunState string
+
+// Run states reported to OnWait.
+const (
+	// RunNoWorker: no worker answers the lane service. The message is
+	// stored and runs once a worker starts.
+	RunNoWorker RunState = "no-worker"
+	// RunQueued: the message waits on its session's lane, behind the
+	// session's earlier messages or for a worker to take the lane.
+	RunQueued RunState = "queued"
+)
+
+// OnWait makes following the run (Events, Wait) call fn once it has seen no
+// event for after and knows why (RunNoWorker, RunQueued), and again when
+// that changes. fn runs on the goroutine that iterates the events. OnWait
+// returns r.
+func (r *Run) OnWait(after time.Duration, fn func(RunState)) *Run {
+	r.waitAfter, r.onWait = after, fn
+	return r
+}
+
+// Events yields the run's events from its first one, in order and each once,
+// and stops after the final event. Joining late replays what was missed.
+// Iteration ends early with an error when ctx is done, with ErrUnknownRun
+// when the session has no such run, and with ErrPermission when the
+// connection's user may not follow it; a message that is not an event of the
+// run yields a *events.DecodeError and iteration goes on.
+//
+// Following costs nothing that lasts on the server: a subscription to the
+// run's event subject, and requests to the workers' lane service for the
+// stored events (at the start, when a gap shows events were missed, after a
+// reconnect, and every few seconds without an event). A run that already
+// ended is read from the store alone. While no worker answers, following
+// keeps asking (see OnWait).
+//
+// If the worker running the run dies (or the attempt fails), the attempt
+// ends with a lifecycle "aborted" event and the next one starts with
+// "restart": its assistant events' Text starts over; events of an older
+// attempt that arrive after a newer one started (from a worker that lost the
+// lane) are skipped. A message that did not get a turn of its own ends with
+// a lifecycle event saying why (merged, error) and its final event.
+func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
+	return func(yield func(*events.Event, error) bool) {
+		f, err := r.follow()
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer func() { _ = f.sub.Unsubscribe() }()
+		f.run(ctx, yield)
+	}
+}
+
+// Follower timing.
+const (
+	idleMin, idleMax = 2 * time.Second, 15 * time.Second   // ask for stored events after this long without one
+	gapMin, gapMax   = 20 * time.Millisecond, time.Second  // ask again while live events wait behind a gap
+	errMin, errMax   = 250 * time.Millisecond, time.Second // ask again after a failed request
+	unknownConfirm   = time.Second                         // a run unknown this long is unknown
+	tick             = time.Second                         // look at the connection at least this often
+	maxAhead         = 4096                                // live events held behind a gap
+	liveBuffer       = 1024                                // live events waiting to be read
+)
+
+// follower is the state of one Events iteration.
+type follower struct {
+	r      *Run
+	tok    string
+	sub    *nats.Subscription
+	live   chan *nats.Msg           // the subscription's messages
+	next   uint64                   // seq of the next event to yield
+	newest int                      // newest attempt seen
+	cursor uint64                   // where the lane service resumes its walk
+	ahead  map[uint64]*events.Event // live events past a gap, by seq
+
+	due          time.Time // the next catch-up
+	idle         time.Duration
+	gap, errWait backoff
+	lastEvent    time.Time
+	unknownSince time.Time
+	state, noted RunState
+	reconnects   uint64
+	dropped      int
+}
+
+// follow subscribes to the run's events.
+func (r *Run) follow() (*follower, error) {
+	subj, err := events.EventSubject(r.Session, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	tok, _ := events.KeyToken(r.Session)
+	nc := r.c.nc
+	before := nc.LastError()
+	// A full channel drops messages (Dropped counts them) and a catch-up
+	// brings them back; SubscribeSync would allocate 64Ki slots per run.
+	live := make(chan *nats.Msg, liveBuffer)
+	sub, err := nc.ChanSubscribe(subj, live)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
+	}
+	// Live events from here on; the catch-up returns what came before. A
+	// refused subscription is reported before the flush's answer.
+	err = nc.Flush()
+	if err == nil {
+		err = r.c.denied(before, "Subscription to", subj)
+	}
+	if err != nil {
+		_ = sub.Unsubscribe()
+		if errors.Is(err, ErrPermission) {
+			return nil, fmt.Errorf("%w (follow run %s of session %q)", err, r.ID, r.Session)
+		}
+		return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
+	}
+	now := time.Now()
+	return &follower{r: r, tok: tok, sub: sub, live: live, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin,
+		gap: backoff{min: gapMin, max: gapMax}, errWait: backoff{min: errMin, max: errMax}, lastEvent: now,
+		reconnects: nc.Stats().Reconnects}, nil
+}
+
+// run yields the run's events until the final one, an error that ends the
+// iteration, or the consumer stops.
+func (f *follower) run(ctx context.Context, yield func(*events.Event, error) bool) {
+	timer := time.NewTimer(tick)
+	defer timer.Stop()
+	for {
+		if ctx.Err() != nil {
+			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, context.Cause(ctx)))
+			return
+		}
+		f.watchConn()
+		if !time.Now().Before(f.due) {
+			if !f.catchUp(ctx, yield) {
+				return
+			}
+			continue
+		}
+		f.notify()
+		timer.Reset(min(time.Until(f.due), tick))
+		var msg *nats.Msg
+		select {
+		case msg = <-f.live:
+		case <-timer.C:
+			continue
+		case <-ctx.Done():
+			continue
+		}
+		ev, err := events.DecodeEvent(msg.Header.Get(events.HeaderContentType), msg.Data)
+		if err != nil {
+			if !yield(nil, err) {
+				return
+			}
+			continue
+		}
+		if !f.offer(ev, false, yield) {
+			return
+		}
+	}
+}
+
+// offer yields ev if it is the next event of the run, and reports whether
+// the iteration goes on. Stored events (from a catch-up) are the truth: one
+// past a gap means the store never got the events in between, so the gap is
+// skipped. A live event past a gap waits for a catch-up to fill it.
+func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event, error) bool) bool {
+	if ev.Seq > f.next && !stored {
+		if len(f.ahead) < maxAhead {
+			f.ahead[ev.Seq] = ev
+		}
+		if f.gap.cur == 0 {
+			f.due = time.Now() // the first catch-up for a gap goes at once
+		}
+		return true
+	}
+	if !ev.Terminal() {
+		if ev.Seq < f.next {
+			return true // seen
+		}
+		// A worker that lost the lane may publish for a moment after the
+		// next owner started a new attempt: its late events are not part
+		// of the run any more.
+		if ev.Attempt > 0 && ev.Attempt < f.newest {
+			return true
+		}
+	}
+	f.newest = max(f.newest, ev.Attempt)
+	f.next = max(f.next, ev.Seq+1)
+	f.lastEvent, f.idle, f.noted = time.Now(), idleMin, ""
+	if !yield(ev, nil) || ev.Terminal() {
+		return false
+	}
+	for seq := range f.ahead {
+		if seq < f.next {
+			delete(f.ahead, seq)
+		}
+	}
+	if e, ok := f.ahead[f.next]; ok {
+		delete(f.ahead, f.next)
+		return f.offer(e, false, yield)
+	}
+	if len(f.ahead) == 0 {
+		// Events flow: the next look at the store waits for a silence.
+		f.gap.reset()
+		f.due = f.lastEvent.Add(f.idle)
+	}
+	return true
+}
+
+// catchUp asks the lane service for the stored events from the next one on
+// and yields them; it schedules the next catch-up and reports whether the
+// iteration goes on.
+func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error) bool) bool {
+	for {
+		rep, err := f.fetch(ctx)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, context.Cause(ctx)))
+				return false
+			case errors.Is(err, nats.ErrNoResponders):
+				f.state = RunNoWorker
+			case !transient(err):
+				yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, err))
+				return false
+			}
+			f.due = time.Now().Add(f.errWait.next())
+			return true
+		}
+		f.errWait.reset()
+		f.cursor = max(f.cursor, rep.Next)
+		for _, se := range rep.Events {
+			ev, err := events.DecodeEvent(se.ContentType(), se.Data)
+			if err != nil {
+				if !yield(nil, err) {
+					return false
+				}
+				continue
+			}
+			if !f.offer(ev, true, yield) {
+				return false
+			}
+		}
+		now := time.Now()
+		switch rep.State {
+		case service.StateUnknown:
+			// Confirmed by a second look: a message whose final is on its
+			// way can be between stores for a moment.
+			if f.unknownSince.IsZero() {
+				f.unknownSince = now
+			} else if now.Sub(f.unknownSince) >= unknownConfirm {
+				yield(nil, fmt.Errorf("%w: run %s of session %q (no such message, or its events expired)", ErrUnknownRun, f.r.ID, f.r.Session))
+				return false
+			}
+			f.due = f.unknownSince.Add(unknownConfirm)
+			return true
+		case service.StateQueued:
+			f.state = RunQueued
+		default:
+			f.state = ""
+		}
+		f.unknownSince = time.Time{}
+		if rep.More {
+			continue
+		}
+		if len(f.ahead) > 0 {
+			f.due = now.Add(f.gap.next())
+		} else {
+			f.due = now.Add(f.idle)
+			f.idle = min(2*f.idle, idleMax)
+		}
+		return true
+	}
+}
+
+// fetch asks the lane service for the stored events from the next one on.
+func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
+	body, err := json.Marshal(service.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor})
+	if err != nil {
+		return nil, err
+	}
+	data, err := f.r.c.requestMsg(ctx, &nats.Msg{Subject: service.Subject(f.tok, service.OpEvents), Data: body}, callTimeout)
+	if err != nil {
+		return nil, err
+	}
+	var rep service.EventsReply
+	if err := decodeReply(data, &rep); err != nil {
+		return nil, fmt.Errorf("malformed events reply: %w", err)
+	}
+	return &rep, nil
+}
+
+// watchConn schedules a catch-up at once when live events may have been
+// lost: the connection reconnected, or the subscription dropped messages.
+func (f *follower) watchConn() {
+	if n := f.r.c.nc.Stats().Reconnects; n != f.reconnects {
+		f.reconnects, f.due = n, time.Now()
+	}
+	if n, err := f.sub.Dropped(); err == nil && n != f.dropped {
+		f.dropped, f.due = n, time.Now()
+	}
+}
+
+// notify tells OnWait's function why no event came for a while.
+func (f *follower) notify() {
+	if f.r.onWait == nil || f.state == "" || f.state == f.noted || time.Since(f.lastEvent) < f.r.waitAfter {
+		return
+	}
+	f.noted = f.state
+	f.r.onWait(f.state)
+}

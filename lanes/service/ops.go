@@ -1,0 +1,266 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/sessionfile"
+)
+
+// Reply framing, in bytes, beyond the items a reply carries (short keys,
+// the largest integer encodings). A history page of one entry is smaller
+// than the record that held it, and an events reply of one event smaller
+// than the stored message with its headers, so whatever was stored can be
+// returned.
+const (
+	historyFraming = 40 // + the session id
+	eventsFraming  = 40
+	eventFraming   = 12 // per event
+)
+
+// maxSessionID bounds an imported session id (pi writes UUIDs).
+const maxSessionID = 256
+
+// historyPage is HistoryReply as the service builds it: entries encoded once,
+// as they are measured.
+type historyPage struct {
+	Entries   []msgpack.RawMessage `msgpack:"e"`
+	SessionID string               `msgpack:"s,omitempty"`
+	More      bool                 `msgpack:"m,omitempty"`
+	Next      uint64               `msgpack:"n,omitempty"`
+	Skip      int                  `msgpack:"k,omitempty"`
+}
+
+// history returns the next page of the lane's transcript: whole records
+// while they fit, a record split between pages when it does not.
+func (s *Service) history(ctx context.Context, r request) (any, error) {
+	var q HistoryRequest
+	if err := decodeRequest(r.data, &q); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	if q.Skip < 0 {
+		return nil, badRequest("skip %d is negative", q.Skip)
+	}
+	page := historyPage{Entries: []msgpack.RawMessage{}}
+	budget, size := s.budget(), historyFraming
+	from, skip := max(q.From, 1), q.Skip
+	deadline := time.Now().Add(walkBudget)
+	for {
+		rec, seq, ok, err := s.cfg.Lanes.NextRecord(ctx, r.token, from)
+		if err != nil {
+			if seq != 0 {
+				return nil, &Error{Code: CodeInternal, Description: err.Error()}
+			}
+			return nil, err
+		}
+		if !ok {
+			return page, nil
+		}
+		if rec.SessionID != "" {
+			size += len(rec.SessionID) - len(page.SessionID)
+			page.SessionID = rec.SessionID
+		}
+		for i := min(skip, len(rec.Entries)); i < len(rec.Entries); i++ {
+			b, err := msgpack.Marshal(&rec.Entries[i])
+			if err != nil {
+				return nil, &Error{Code: CodeInternal, Description: "encode entry: " + err.Error()}
+			}
+			if size+len(b) > budget {
+				if len(page.Entries) == 0 {
+					return nil, &Error{Code: CodeTooLarge, Description: "a transcript entry is larger than the server's max payload"}
+				}
+				page.More, page.Next, page.Skip = true, seq, i
+				return page, nil
+			}
+			page.Entries = append(page.Entries, b)
+			size += len(b)
+		}
+		from, skip = seq+1, 0
+		if time.Now().After(deadline) {
+			page.More, page.Next = true, from
+			return page, nil
+		}
+	}
+}
+
+// events returns the run's stored events from q.From on, in stream order,
+// up to the reply's budget, and the run's state.
+func (s *Service) events(ctx context.Context, r request) (any, error) {
+	var q EventsRequest
+	if err := decodeRequest(r.data, &q); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	runSeq, err := parseRun(q.Run)
+	if err != nil {
+		return nil, err
+	}
+	from := max(q.From, 1)
+	subj := events.EventPrefix + r.token + "." + q.Run
+	reply := &EventsReply{Events: []StoredEvent{}, State: StateRunning}
+	budget, size := s.budget(), eventsFraming
+	cursor := max(q.After, 1)
+	seen := q.From > 1 // the caller saw events of the run before
+	var last *events.Event
+	deadline := time.Now().Add(walkBudget)
+	for {
+		raw, err := s.cfg.Events.GetMsg(ctx, cursor, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		ct := raw.Header.Get(events.HeaderContentType)
+		ev, err := events.DecodeEvent(ct, raw.Data)
+		if err != nil {
+			// Not an event a worker wrote: nothing a viewer can use.
+			s.log.Debug().Err(err).Str("subject", subj).Uint64("stream_seq", raw.Sequence).Msg("lane service: skip undecodable event")
+			cursor = raw.Sequence + 1
+			continue
+		}
+		seen = true
+		if last == nil || ev.Seq >= last.Seq {
+			last = ev
+		}
+		if ev.Seq >= from || ev.Terminal() {
+			add := len(raw.Data) + eventFraming
+			if len(reply.Events) > 0 && (size+add > budget || len(reply.Events) >= maxEventsPerReply) {
+				reply.More = true
+				break
+			}
+			if size+add > budget {
+				s.log.Warn().Str("subject", subj).Uint64("stream_seq", raw.Sequence).Int("bytes", len(raw.Data)).Msg("lane service: event too large to replay")
+			} else {
+				reply.Events = append(reply.Events, StoredEvent{JSON: events.IsJSON(ct, raw.Data), Data: raw.Data})
+				size += add
+			}
+		}
+		cursor = raw.Sequence + 1
+		if ev.Terminal() {
+			reply.State, reply.Next = StateDone, cursor
+			return reply, nil
+		}
+		if time.Now().After(deadline) {
+			reply.More = true
+			break
+		}
+	}
+	reply.Next = cursor
+	if reply.More {
+		return reply, nil
+	}
+	// No final event in the stream. A message that waits on the lane has
+	// not run; a run whose last event ended its attempt (or whose events
+	// are gone) may have its final only in its committed turn's record:
+	// the final's publish failed, or the run's events expired.
+	switch {
+	case !seen:
+		state, err := s.waiting(ctx, r.token, runSeq)
+		if err != nil || state == StateQueued {
+			reply.State = state
+			return reply, err
+		}
+		reply.State = StateUnknown
+	case last != nil && !(last.Stream == events.StreamLifecycle && (last.Data.Phase == events.PhaseEnd || last.Data.Phase == events.PhaseError)):
+		return reply, nil // running
+	}
+	final, err := s.recordFinal(ctx, r, runSeq, q.Run, from, last)
+	switch {
+	case err != nil:
+		return nil, err
+	case final != nil && size+len(final)+eventFraming <= budget:
+		reply.Events = append(reply.Events, StoredEvent{Data: final})
+		reply.State = StateDone
+	case final != nil:
+		reply.More = true // the next reply has room for it
+	}
+	return reply, nil
+}
+
+// recordFinal returns the final event stored with the run's committed turn,
+// encoded as a stored event following last, or nil.
+func (s *Service) recordFinal(ctx context.Context, r request, runSeq uint64, run string, from uint64, last *events.Event) ([]byte, error) {
+	rec, ok, err := s.cfg.Lanes.Record(ctx, r.token, runSeq)
+	if err != nil || !ok || rec.RunID != run || len(rec.Final) == 0 {
+		return nil, err
+	}
+	ev, err := events.DecodeEvent(events.ContentMsgpack, rec.Final)
+	if err != nil || ev.Data.Result == nil {
+		s.log.Warn().Err(err).Str("lane", r.token).Str("run_id", run).Msg("lane service: record holds no usable final event")
+		return nil, nil
+	}
+	ev.V, ev.RunID, ev.SessionKey, ev.Seq, ev.TS = events.Version, run, r.key, from, time.Now().UnixMilli()
+	if last != nil {
+		ev.Seq, ev.Attempt = max(from, last.Seq+1), last.Attempt
+	}
+	data, _, err := events.EncodeEvent(ev, false)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "encode final event: " + err.Error()}
+	}
+	return data, nil
+}
+
+// waiting says whether the run's message waits on its lane (queued) or the
+// lane has no such run (unknown).
+func (s *Service) waiting(ctx context.Context, token string, runSeq uint64) (string, error) {
+	raw, err := s.cfg.Inbound.GetMsg(ctx, runSeq, jetstream.WithGetMsgSubject(events.InboundPrefix+token))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return StateUnknown, nil
+	case err != nil:
+		return "", err
+	case raw.Sequence != runSeq:
+		return StateUnknown, nil // a later message of the lane: runSeq is not one of its
+	}
+	return StateQueued, nil
+}
+
+// settings returns the lane's stored queue settings.
+func (s *Service) settings(ctx context.Context, r request) (any, error) {
+	if err := decodeRequest(r.data, &struct{}{}); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	raw, err := s.cfg.Lanes.Settings(ctx, r.token)
+	if err != nil || raw == nil {
+		return SettingsReply{}, err
+	}
+	var q events.QueueSettings
+	if err := json.Unmarshal(raw, &q); err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "stored settings: " + err.Error()}
+	}
+	return SettingsReply{Settings: &q}, nil
+}
+
+// importSession stores a pi session file (the request body) as the
+// transcript of a new session, holding the lane's lease while it writes.
+func (s *Service) importSession(ctx context.Context, r request) (any, error) {
+	f, err := sessionfile.Read(bytes.NewReader(r.data))
+	if err != nil {
+		return nil, badRequest("not a pi session file: %v", err)
+	}
+	if len(f.Header.ID) > maxSessionID {
+		return nil, badRequest("session id of %d bytes is longer than %d", len(f.Header.ID), maxSessionID)
+	}
+	info := kvstore.LeaseInfo{Worker: "import@" + s.cfg.Worker, Acquired: time.Now().UnixMilli()}
+	err = s.cfg.Lanes.Import(ctx, r.token, f.Header.ID, info, f.Entries)
+	switch {
+	case errors.Is(err, kvstore.ErrHeld):
+		return nil, &Error{Code: CodeBusy, Description: "a worker is running the session; try again when it is idle"}
+	case errors.Is(err, kvstore.ErrNotEmpty):
+		return nil, &Error{Code: CodeNotEmpty, Description: "the session already has a transcript"}
+	case errors.Is(err, nats.ErrMaxPayload):
+		return nil, &Error{Code: CodeTooLarge, Description: "the session is larger than the server's max payload"}
+	case err != nil:
+		return nil, err
+	}
+	return ImportReply{SessionID: f.Header.ID, Entries: len(f.Entries), Skipped: len(f.Skipped)}, nil
+}

@@ -1,0 +1,253 @@
+// Package service is the lane service every worker serves: a NATS micro
+// service (Name, queue group QueueGroup) that answers a session's reads and
+// its import on agent.svc.<lane token>.<op>:
+//
+//	history   the transcript, in pages that fit the server's max payload
+//	import    store a pi session file as the transcript of a new session
+//	events    a run's stored events from a seq, batched (a late viewer's catch-up)
+//	settings  the session's stored queue settings
+//
+// The lane comes from the subject, never from the body, so subject
+// permissions decide who reads what: a sender allowed to publish on
+// agent.svc.<its token>.> reads its own sessions and nothing else, and needs
+// no access to the JetStream API or the buckets. Requests are bounded
+// (MaxRequestBytes) and validated; failures are micro error replies with a
+// Code. Replies are msgpack (the wire types of this package).
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet/kvstore"
+)
+
+// Defaults.
+const (
+	// MaxConcurrentDefault is how many requests one Service answers at once;
+	// more wait in their endpoint's subscription.
+	MaxConcurrentDefault = 32
+	// RequestTimeout bounds the work of one request.
+	RequestTimeout = 10 * time.Second
+	// walkBudget bounds the time one reply spends reading the stream; the
+	// rest comes with the next page (More).
+	walkBudget = time.Second
+	// maxEventsPerReply bounds the events of one reply.
+	maxEventsPerReply = 1000
+	// maxDescription bounds an error reply's description, in bytes.
+	maxDescription = 1024
+)
+
+// Config configures Serve.
+type Config struct {
+	Lanes   *kvstore.Lanes   // transcripts, settings, imports (required)
+	Inbound jetstream.Stream // AGENT_IN: whether a run's message still waits (required)
+	Events  jetstream.Stream // AGENT_EV: stored run events (required)
+	// Worker names the serving worker in the service metadata and in the
+	// lease an import holds while it writes.
+	Worker        string
+	MaxConcurrent int // MaxConcurrentDefault when 0
+	Logger        zerolog.Logger
+}
+
+// Service is a running lane service.
+type Service struct {
+	svc    micro.Service
+	nc     *nats.Conn
+	cfg    Config
+	log    zerolog.Logger
+	ctx    context.Context // parent of every request's context; Stop cancels it
+	cancel context.CancelFunc
+	slots  chan struct{}
+
+	mu       sync.Mutex
+	stopping bool
+	inflight sync.WaitGroup
+}
+
+// handlerFunc answers one request of a lane: a reply value encoded as
+// msgpack, or an error (an *Error says which code; any other error is
+// CodeUnavailable).
+type handlerFunc func(ctx context.Context, r request) (any, error)
+
+// request is a request as the handlers see it.
+type request struct {
+	token, key string
+	data       []byte
+}
+
+// Serve starts the lane service on nc: one endpoint per operation, on
+// agent.svc.*.<op>, in queue group QueueGroup. It returns when the server
+// routes requests to it.
+func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
+	if cfg.Lanes == nil || cfg.Inbound == nil || cfg.Events == nil {
+		return nil, errors.New("service: Lanes, Inbound and Events are required")
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = MaxConcurrentDefault
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        Name,
+		Version:     Version,
+		Description: "Lanefleet lanes: history, import, run events and settings of a session, on " + Prefix + "<lane>.<op>",
+		Metadata:    map[string]string{"worker": cfg.Worker},
+		QueueGroup:  QueueGroup,
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			s.log.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("lane service: subscription error")
+		},
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	s.svc = svc
+	for op, h := range map[string]handlerFunc{OpHistory: s.history, OpImport: s.importSession, OpEvents: s.events, OpSettings: s.settings} {
+		if err := svc.AddEndpoint(op, s.handler(op, h), micro.WithEndpointSubject(Prefix+"*."+op)); err != nil {
+			_ = s.Stop()
+			return nil, fmt.Errorf("service: endpoint %s: %w", op, err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		_ = s.Stop()
+		return nil, fmt.Errorf("service: flush: %w", err)
+	}
+	return s, nil
+}
+
+// Stop stops taking requests, cancels those in flight and waits for them.
+func (s *Service) Stop() error {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	err := s.svc.Stop()
+	s.cancel()
+	s.inflight.Wait()
+	return err
+}
+
+// handler runs each request of op in its own goroutine, at most
+// MaxConcurrent at once: a slow history read never holds up a viewer's
+// catch-up. The goroutine replies on the request's reply subject itself:
+// micro's Request must not be used after the handler returned.
+func (s *Service) handler(op string, h handlerFunc) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		in := inbound{op: op, subject: req.Subject(), reply: req.Reply(), data: req.Data()}
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.ctx.Done():
+			s.respondError(in, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
+			return
+		}
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			<-s.slots
+			s.respondError(in, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
+			return
+		}
+		s.inflight.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer func() {
+				<-s.slots
+				s.inflight.Done()
+			}()
+			s.serve(h, in)
+		}()
+	})
+}
+
+// inbound is a request as its goroutine keeps it.
+type inbound struct {
+	op, subject, reply string
+	data               []byte
+}
+
+func (s *Service) serve(h handlerFunc, in inbound) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Str("op", in.op).Msg("lane service: handler panicked")
+			s.respondError(in, &Error{Code: CodeInternal, Description: "internal error"})
+		}
+	}()
+	tok, key, err := parseSubject(in.subject, in.op)
+	if err != nil {
+		s.respondError(in, &Error{Code: CodeBadRequest, Description: err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+	defer cancel()
+	reply, err := h(ctx, request{token: tok, key: key, data: in.data})
+	if err != nil {
+		s.respondError(in, err)
+		return
+	}
+	data, err := msgpack.Marshal(reply)
+	if err != nil {
+		s.respondError(in, &Error{Code: CodeInternal, Description: "encode reply: " + err.Error()})
+		return
+	}
+	s.respond(in, &nats.Msg{Data: data})
+}
+
+// respondError sends err as a micro error reply: its code and description
+// in the Nats-Service-Error-Code and Nats-Service-Error headers.
+func (s *Service) respondError(in inbound, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Code: CodeUnavailable, Description: err.Error()}
+	}
+	if e.Code == CodeInternal || e.Code == CodeUnavailable {
+		s.log.Warn().Str("op", in.op).Str("subject", clip(in.subject)).Str("code", e.Code).Str("error", e.Description).Msg("lane service")
+	}
+	// A header value is one line, and the description must not crowd out
+	// the reply.
+	desc := strings.Join(strings.Fields(e.Description), " ")
+	if len(desc) > maxDescription {
+		desc = strings.ToValidUTF8(desc[:maxDescription], "") + "…"
+	}
+	s.respond(in, &nats.Msg{Header: nats.Header{micro.ErrorCodeHeader: {e.Code}, micro.ErrorHeader: {desc}}})
+}
+
+func (s *Service) respond(in inbound, m *nats.Msg) {
+	if in.reply == "" {
+		return // a publish, not a request: nobody to answer
+	}
+	m.Subject = in.reply
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.log.Warn().Err(err).Str("op", in.op).Str("subject", clip(in.subject)).Int("bytes", len(m.Data)).Msg("lane service: reply not sent")
+	}
+}
+
+// budget is the most bytes a reply may carry: the server's max payload
+// (micro replies carry no headers).
+func (s *Service) budget() int {
+	return int(s.nc.MaxPayload())
+}
+
+func badRequest(format string, args ...any) error {
+	return &Error{Code: CodeBadRequest, Description: fmt.Sprintf(format, args...)}
+}
+
+// parseRun checks a run id: a canonical decimal inbound sequence.
+func parseRun(run string) (uint64, error) {
+	seq, err := strconv.ParseUint(run, 10, 64)
+	if err != nil || seq == 0 || strconv.FormatUint(seq, 10) != run {
+		return 0, badRequest("run %q is not a run id (a positive decimal number)", clip(run))
+	}
+	return seq, nil
+}

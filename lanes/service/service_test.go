@@ -1,0 +1,504 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/embedded"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// bundle is a lane service on a real JetStream server, with the handles a
+// test needs to write what a worker would.
+type bundle struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	lanes   *kvstore.Lanes
+	streams *lanes.Streams
+	svc     *service.Service
+	ctx     context.Context
+}
+
+// setup starts a server (maxPayload bytes per message; 0 for the default),
+// the fleet's streams and buckets, and the service.
+func setup(t *testing.T, maxPayload int32) *bundle {
+	t.Helper()
+	no := false
+	srv, err := embedded.Start(embedded.Config{Name: "svc", DataDir: t.TempDir(), SyncAlways: &no, MaxPayload: maxPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc := natstest.Connect(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	streams, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := kvstore.Open(ctx, js, kvstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := service.Serve(nc, service.Config{Lanes: l, Inbound: streams.Inbound, Events: streams.Events, Worker: "w1",
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	return &bundle{nc: nc, js: js, lanes: l, streams: streams, svc: svc, ctx: ctx}
+}
+
+// request sends body to op of token's lane and decodes the reply into v,
+// or returns the service's error.
+func (b *bundle) request(t *testing.T, token, op string, body any, v any) *service.Error {
+	t.Helper()
+	var data []byte
+	switch x := body.(type) {
+	case nil:
+	case []byte:
+		data = x
+	case string:
+		data = []byte(x)
+	default:
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg, err := b.nc.RequestWithContext(b.ctx, service.Subject(token, op), data)
+	if err != nil {
+		t.Fatalf("%s %s: %v", token, op, err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return &service.Error{Code: code, Description: msg.Header.Get(micro.ErrorHeader)}
+	}
+	if err := msgpack.Unmarshal(msg.Data, v); err != nil {
+		t.Fatalf("%s %s: decode reply: %v", token, op, err)
+	}
+	return nil
+}
+
+// commit writes a turn record of the lane under its lease, as a worker does.
+func (b *bundle) commit(t *testing.T, token string, rec kvstore.Record) {
+	t.Helper()
+	lease, err := b.lanes.Acquire(b.ctx, token, kvstore.LeaseInfo{Worker: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lease.Release(b.ctx) }()
+	if err := lease.PutRecord(b.ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publishEvent stores an event of a run as a worker does.
+func (b *bundle) publishEvent(t *testing.T, token string, ev *events.Event, asJSON bool) {
+	t.Helper()
+	data, ct, err := events.EncodeEvent(ev, asJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(events.EventPrefix + token + "." + ev.RunID)
+	m.Data = data
+	m.Header.Set(events.HeaderContentType, ct)
+	m.Header.Set(events.HeaderStream, ev.Stream)
+	if _, err := b.js.PublishMsg(b.ctx, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func entry(id string, size int) message.Entry {
+	return message.Entry{Type: message.EntryCustom, ID: id, Fields: map[string]any{"data": strings.Repeat("x", size)}}
+}
+
+func ids(entries []message.Entry) string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.ID)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestHistoryPages: on a server with a 16 KiB max payload, a transcript of
+// records larger than a page together is read in pages that each fit, a
+// record is split between pages when it must be, and the pages add up to
+// every entry once, in order, with the newest session id.
+func TestHistoryPages(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 16 << 10
+	b := setup(t, maxPayload)
+	var want []string
+	for turn := 1; turn <= 6; turn++ {
+		rec := kvstore.Record{InboundSeq: uint64(turn), RunID: fmt.Sprint(turn), SessionID: fmt.Sprintf("sess-%d", turn/4)}
+		for i := range 4 {
+			e := entry(fmt.Sprintf("t%de%d", turn, i), 3000)
+			rec.Entries = append(rec.Entries, e)
+			want = append(want, e.ID)
+		}
+		b.commit(t, "paged", rec)
+	}
+	// A record that alone fills most of a message: it fits a page of its own.
+	big := kvstore.Record{InboundSeq: 7, RunID: "7", SessionID: "sess-big", Entries: []message.Entry{entry("big", maxPayload-300)}}
+	b.commit(t, "paged", big)
+	want = append(want, "big")
+
+	var (
+		got   []message.Entry
+		pages int
+		split bool
+		q     service.HistoryRequest
+		sid   string
+	)
+	for {
+		var page service.HistoryReply
+		if err := b.request(t, "paged", service.OpHistory, q, &page); err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		got = append(got, page.Entries...)
+		if page.SessionID != "" {
+			sid = page.SessionID
+		}
+		if page.Skip > 0 {
+			split = true
+		}
+		if !page.More {
+			break
+		}
+		q = service.HistoryRequest{From: page.Next, Skip: page.Skip}
+		if pages > 50 {
+			t.Fatal("no end of pages")
+		}
+	}
+	if ids(got) != strings.Join(want, " ") {
+		t.Fatalf("entries\n got %s\nwant %s", ids(got), strings.Join(want, " "))
+	}
+	if pages < 6 || !split || sid != "sess-big" {
+		t.Fatalf("%d pages, a record split: %v, session id %q", pages, split, sid)
+	}
+	if got[0].Fields["data"] != entry("", 3000).Fields["data"] {
+		t.Fatalf("entry content changed: %v", got[0].Fields)
+	}
+	// An empty lane has an empty transcript.
+	var empty service.HistoryReply
+	if err := b.request(t, "nobody", service.OpHistory, nil, &empty); err != nil || len(empty.Entries) != 0 || empty.More {
+		t.Fatalf("empty lane: %+v, %v", empty, err)
+	}
+}
+
+// TestEventsCatchUp: the events of a run come back in stored order from the
+// seq asked for, with the run's state; a walk resumes at the cursor; JSON
+// and msgpack events both pass through as stored.
+func TestEventsCatchUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	tok := "viewer"
+	// Another run of the lane, and a run of another lane, interleaved:
+	// neither may show up.
+	for seq := uint64(1); seq <= 5; seq++ {
+		b.publishEvent(t, tok, &events.Event{RunID: "41", SessionKey: tok, Seq: seq, Attempt: 1, Stream: events.StreamAssistant, Data: events.EventData{Delta: "a"}}, seq%2 == 0)
+		b.publishEvent(t, tok, &events.Event{RunID: "40", SessionKey: tok, Seq: seq, Stream: events.StreamAssistant}, false)
+		b.publishEvent(t, "other", &events.Event{RunID: "41", SessionKey: "other", Seq: seq, Stream: events.StreamAssistant}, false)
+	}
+	decode := func(rep service.EventsReply) (seqs []uint64) {
+		for _, se := range rep.Events {
+			ev, err := events.DecodeEvent(se.ContentType(), se.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.RunID != "41" || ev.SessionKey != tok {
+				t.Fatalf("event of another run: %+v", ev)
+			}
+			seqs = append(seqs, ev.Seq)
+		}
+		return seqs
+	}
+	var rep service.EventsReply
+	if err := b.request(t, tok, service.OpEvents, service.EventsRequest{Run: "41"}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(decode(rep)); got != "[1 2 3 4 5]" || rep.State != service.StateRunning || rep.More {
+		t.Fatalf("from 1: %s, state %s, more %v", got, rep.State, rep.More)
+	}
+	cursor := rep.Next
+	// From a seq: only what the caller has not seen.
+	rep = service.EventsReply{}
+	if err := b.request(t, tok, service.OpEvents, service.EventsRequest{Run: "41", From: 4}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(decode(rep)); got != "[4 5]" {
+		t.Fatalf("from 4: %s", got)
+	}
+	// More events and the final; the walk resumes at the cursor.
+	b.publishEvent(t, tok, &events.Event{RunID: "41", SessionKey: tok, Seq: 6, Attempt: 1, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseEnd}}, false)
+	b.publishEvent(t, tok, &events.Event{RunID: "41", SessionKey: tok, Seq: 7, Attempt: 1, Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{Payloads: []events.Payload{{Text: "done"}}}}}, true)
+	b.publishEvent(t, tok, &events.Event{RunID: "41", SessionKey: tok, Seq: 8, Attempt: 1, Stream: events.StreamAssistant}, false) // after the final: never returned
+	rep = service.EventsReply{}
+	if err := b.request(t, tok, service.OpEvents, service.EventsRequest{Run: "41", From: 6, After: cursor}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(decode(rep)); got != "[6 7]" || rep.State != service.StateDone || !rep.Events[1].JSON {
+		t.Fatalf("after the cursor: %s, state %s", got, rep.State)
+	}
+}
+
+// TestEventsBatches: a run with more events than one reply carries comes
+// back in several replies (More), each within the server's max payload.
+func TestEventsBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 16<<10)
+	const n = 60
+	for seq := uint64(1); seq <= n; seq++ {
+		b.publishEvent(t, "long", &events.Event{RunID: "9", SessionKey: "long", Seq: seq, Stream: events.StreamAssistant,
+			Data: events.EventData{Delta: strings.Repeat("d", 1000)}}, false)
+	}
+	var (
+		got     uint64
+		replies int
+		q       = service.EventsRequest{Run: "9"}
+	)
+	for {
+		var rep service.EventsReply
+		if err := b.request(t, "long", service.OpEvents, q, &rep); err != nil {
+			t.Fatal(err)
+		}
+		replies++
+		for _, se := range rep.Events {
+			ev, err := events.DecodeEvent(se.ContentType(), se.Data)
+			if err != nil || ev.Seq != got+1 {
+				t.Fatalf("event %+v after %d: %v", ev, got, err)
+			}
+			got = ev.Seq
+		}
+		if !rep.More {
+			break
+		}
+		q = service.EventsRequest{Run: "9", From: got + 1, After: rep.Next}
+	}
+	if got != n || replies < 4 {
+		t.Fatalf("%d events in %d replies", got, replies)
+	}
+}
+
+// TestEventsState: a run with no event is queued while its message waits on
+// the lane, unknown when the lane has no such message; a committed turn
+// whose final event never reached the stream ends with the final stored in
+// its record.
+func TestEventsState(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	ack, err := b.js.Publish(b.ctx, events.InboundPrefix+"waiting", []byte(`{"text":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := b.js.Publish(b.ctx, events.InboundPrefix+"someone-else", []byte(`{"text":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(tok, run string) string {
+		var rep service.EventsReply
+		if err := b.request(t, tok, service.OpEvents, service.EventsRequest{Run: run}, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.State
+	}
+	if s := state("waiting", fmt.Sprint(ack.Sequence)); s != service.StateQueued {
+		t.Fatalf("waiting message: %s", s)
+	}
+	// Another lane's message is not a run of this one.
+	if s := state("waiting", fmt.Sprint(other.Sequence)); s != service.StateUnknown {
+		t.Fatalf("another lane's message: %s", s)
+	}
+	if s := state("waiting", "999"); s != service.StateUnknown {
+		t.Fatalf("no such message: %s", s)
+	}
+
+	// A committed turn whose final never reached the stream: its events end
+	// with the attempt's end, and the final is in the record.
+	final, _, err := events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{Payloads: []events.Payload{{Text: "kept"}}}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.publishEvent(t, "lost", &events.Event{RunID: "5", SessionKey: "lost", Seq: 1, Attempt: 2, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart}}, false)
+	if s := state("lost", "5"); s != service.StateRunning {
+		t.Fatalf("a run that started: %s", s)
+	}
+	b.publishEvent(t, "lost", &events.Event{RunID: "5", SessionKey: "lost", Seq: 2, Attempt: 2, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseEnd}}, false)
+	if s := state("lost", "5"); s != service.StateRunning {
+		t.Fatalf("a run that ended its attempt, not committed yet: %s", s)
+	}
+	b.commit(t, "lost", kvstore.Record{InboundSeq: 5, RunID: "5", Final: final})
+	var rep service.EventsReply
+	if err := b.request(t, "lost", service.OpEvents, service.EventsRequest{Run: "5"}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != service.StateDone || len(rep.Events) != 3 {
+		t.Fatalf("record final: state %s, %d events", rep.State, len(rep.Events))
+	}
+	ev, err := events.DecodeEvent(rep.Events[2].ContentType(), rep.Events[2].Data)
+	if err != nil || !ev.Terminal() || ev.Seq != 3 || ev.Attempt != 2 || ev.RunID != "5" || ev.SessionKey != "lost" || ev.Data.Result.Payloads[0].Text != "kept" {
+		t.Fatalf("final from the record: %+v, %v", ev, err)
+	}
+	// Its events expired: the record still ends the run.
+	b.commit(t, "expired", kvstore.Record{InboundSeq: 6, RunID: "6", Final: final})
+	rep = service.EventsReply{}
+	if err := b.request(t, "expired", service.OpEvents, service.EventsRequest{Run: "6"}, &rep); err != nil || rep.State != service.StateDone || len(rep.Events) != 1 {
+		t.Fatalf("events expired: %+v, %v", rep, err)
+	}
+}
+
+// TestSettingsAndImport: stored settings come back; an import stores a pi
+// session into a new session only, and not while a worker holds the lane.
+func TestSettingsAndImport(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	var s service.SettingsReply
+	if err := b.request(t, "cfg", service.OpSettings, nil, &s); err != nil || s.Settings != nil {
+		t.Fatalf("no settings: %+v, %v", s, err)
+	}
+	lease, err := b.lanes.Acquire(b.ctx, "cfg", kvstore.LeaseInfo{Worker: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.PutSettings(b.ctx, []byte(`{"mode":"collect","cap":3}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Held by a "worker": an import must wait.
+	file := `{"type":"session","version":3,"id":"imported-1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/"}
+{"type":"message","id":"a1","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"hi","timestamp":1}}
+not json
+`
+	var imp service.ImportReply
+	if err := b.request(t, "cfg", service.OpImport, file, &imp); err == nil || err.Code != service.CodeBusy {
+		t.Fatalf("import while held: %v", err)
+	}
+	if err := lease.Release(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.request(t, "cfg", service.OpSettings, "{}", &s); err != nil || s.Settings == nil || s.Settings.Mode != "collect" || s.Settings.Cap != 3 {
+		t.Fatalf("settings: %+v, %v", s.Settings, err)
+	}
+	if err := b.request(t, "cfg", service.OpImport, file, &imp); err != nil || imp != (service.ImportReply{SessionID: "imported-1", Entries: 1, Skipped: 1}) {
+		t.Fatalf("import: %+v, %v", imp, err)
+	}
+	if err := b.request(t, "cfg", service.OpImport, file, &imp); err == nil || err.Code != service.CodeNotEmpty {
+		t.Fatalf("second import: %v", err)
+	}
+	var page service.HistoryReply
+	if err := b.request(t, "cfg", service.OpHistory, nil, &page); err != nil || ids(page.Entries) != "a1" || page.SessionID != "imported-1" {
+		t.Fatalf("imported history: %+v, %v", page, err)
+	}
+}
+
+// TestHostileRequests: every malformed request gets a 400 error reply,
+// decided from the subject and the bytes alone; the lane always comes from
+// the subject.
+func TestHostileRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	tests := []struct {
+		name        string
+		token, op   string
+		body        string
+		wantCode    string
+		wantMention string
+	}{
+		{"non-canonical token", "=YWxpY2U", service.OpHistory, "", service.CodeBadRequest, "plain key"},
+		{"undecodable token", "=!!", service.OpHistory, "", service.CodeBadRequest, "not a lane token"},
+		{"unknown field", "a", service.OpHistory, `{"from":1,"session":"bob"}`, service.CodeBadRequest, "unknown field"},
+		{"trailing data", "a", service.OpHistory, `{} {}`, service.CodeBadRequest, "after the object"},
+		{"not JSON", "a", service.OpEvents, "\x81\xa3run\xa11", service.CodeBadRequest, "malformed JSON"},
+		{"oversized", "a", service.OpEvents, `{"run":"1","from":1` + strings.Repeat(" ", service.MaxRequestBytes) + `}`, service.CodeBadRequest, "larger than"},
+		{"negative skip", "a", service.OpHistory, `{"skip":-1}`, service.CodeBadRequest, "negative"},
+		{"no run", "a", service.OpEvents, `{}`, service.CodeBadRequest, "not a run id"},
+		{"run zero", "a", service.OpEvents, `{"run":"0"}`, service.CodeBadRequest, "not a run id"},
+		{"run with zeros", "a", service.OpEvents, `{"run":"007"}`, service.CodeBadRequest, "not a run id"},
+		{"run overflow", "a", service.OpEvents, `{"run":"18446744073709551616"}`, service.CodeBadRequest, "not a run id"},
+		{"run wildcard", "a", service.OpEvents, `{"run":">"}`, service.CodeBadRequest, "not a run id"},
+		{"settings body", "a", service.OpSettings, `{"mode":"collect"}`, service.CodeBadRequest, "unknown field"},
+		{"import garbage", "a", service.OpImport, "\x00\x01", service.CodeBadRequest, "not a pi session file"},
+		{"import no header", "a", service.OpImport, `{"type":"message","id":"x"}`, service.CodeBadRequest, "not a pi session file"},
+		{"import huge id", "a", service.OpImport, `{"type":"session","version":3,"id":"` + strings.Repeat("i", 300) + `"}`, service.CodeBadRequest, "longer than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var v map[string]any
+			err := b.request(t, tt.token, tt.op, tt.body, &v)
+			if err == nil || err.Code != tt.wantCode || !strings.Contains(err.Description, tt.wantMention) {
+				t.Fatalf("reply %v, error %v; want code %s mentioning %q", v, err, tt.wantCode, tt.wantMention)
+			}
+		})
+	}
+	// The import of a bad file stored nothing.
+	var page service.HistoryReply
+	if err := b.request(t, "a", service.OpHistory, nil, &page); err != nil || len(page.Entries) != 0 {
+		t.Fatalf("history after bad imports: %+v, %v", page, err)
+	}
+}
+
+// TestStopWaitsAndHandsOver: requests in flight finish or fail with a
+// retryable error when the service stops; afterwards another worker's
+// service answers, and none at all means no responders.
+func TestStopWaitsAndHandsOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg, err := b.nc.RequestWithContext(b.ctx, service.Subject("busy", service.OpHistory), nil)
+			switch {
+			case err != nil:
+				errs <- err
+			case msg.Header.Get(micro.ErrorCodeHeader) != "" && msg.Header.Get(micro.ErrorCodeHeader) != service.CodeUnavailable:
+				errs <- fmt.Errorf("error reply %s", msg.Header.Get(micro.ErrorCodeHeader))
+			}
+		}()
+	}
+	if err := b.svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		// A request sent after the stop finds no responders: never a hang.
+		if err != nats.ErrNoResponders {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.nc.RequestWithContext(b.ctx, service.Subject("busy", service.OpHistory), nil); err != nats.ErrNoResponders {
+		t.Fatalf("after stop: %v", err)
+	}
+	svc2, err := service.Serve(b.nc, service.Config{Lanes: b.lanes, Inbound: b.streams.Inbound, Events: b.streams.Events, Worker: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc2.Stop() }()
+	var page service.HistoryReply
+	if err := b.request(t, "busy", service.OpHistory, nil, &page); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,187 @@
+package service
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// The service and its subjects.
+const (
+	// Name is the micro service name every worker serves.
+	Name = "lanefleet-lanes"
+	// Version is the service's version (of this wire format).
+	Version = "1.0.0"
+	// Prefix starts every subject: agent.svc.<lane token>.<op>.
+	Prefix = "agent.svc."
+	// QueueGroup is the queue group of every endpoint: one worker answers
+	// each request.
+	QueueGroup = "lanefleet-lanes"
+)
+
+// Operations, the last token of the subject.
+const (
+	OpHistory  = "history"  // HistoryRequest → HistoryReply
+	OpImport   = "import"   // a pi session file (JSON Lines) → ImportReply
+	OpEvents   = "events"   // EventsRequest → EventsReply
+	OpSettings = "settings" // empty → SettingsReply
+)
+
+// Subject returns the subject of op on the lane of token (see
+// events.KeyToken).
+func Subject(token, op string) string { return Prefix + token + "." + op }
+
+// MaxRequestBytes bounds every request body but an import's (which the
+// server's max payload bounds).
+const MaxRequestBytes = 4 << 10
+
+// Error codes, in the micro error reply's Nats-Service-Error-Code header.
+// The description (Nats-Service-Error) says what happened.
+const (
+	CodeBadRequest  = "400" // the request is malformed: retrying it cannot help
+	CodeBusy        = "409" // import: a worker is running the session
+	CodeNotEmpty    = "412" // import: the session already has a transcript
+	CodeTooLarge    = "413" // an import or a stored item does not fit a message
+	CodeInternal    = "500" // stored data is corrupt
+	CodeUnavailable = "503" // JetStream did not answer (leader election, shutdown): retry
+)
+
+// HistoryRequest asks for a page of a session's transcript. The zero value
+// asks for the first page; a later page repeats the previous reply's Next
+// and Skip.
+type HistoryRequest struct {
+	From uint64 `json:"from,omitempty"` // stream sequence to resume at
+	Skip int    `json:"skip,omitempty"` // entries of the record at From already returned
+}
+
+// HistoryReply is a page of a transcript: pi session entries in order.
+// Keys are short: a page must fit the server's max payload, and a record
+// that did must fit a page of its own.
+type HistoryReply struct {
+	Entries []message.Entry `msgpack:"e"`
+	// SessionID is the pi session id of the newest record of the page that
+	// has one (the id an export's header carries).
+	SessionID string `msgpack:"s,omitempty"`
+	More      bool   `msgpack:"m,omitempty"` // ask again with Next and Skip
+	Next      uint64 `msgpack:"n,omitempty"`
+	Skip      int    `msgpack:"k,omitempty"`
+}
+
+// EventsRequest asks for a run's stored events from event sequence From.
+// After, the previous reply's Next, lets the service resume its walk of the
+// stream where the previous one stopped.
+type EventsRequest struct {
+	Run   string `json:"run"`
+	From  uint64 `json:"from,omitempty"`  // first event seq wanted; default 1
+	After uint64 `json:"after,omitempty"` // stream sequence to resume at
+}
+
+// Run states, in EventsReply.State.
+const (
+	StateUnknown = "unknown" // no event, no waiting message, no record: no such run of this session (or it expired)
+	StateQueued  = "queued"  // no event yet; the message waits on its lane
+	StateRunning = "running" // events but no final event yet
+	StateDone    = "done"    // the final event is stored (or the committed turn's record holds it)
+)
+
+// EventsReply carries stored events of a run, in the order they were stored.
+// Each is the message as the worker published it, decoded by the client
+// with events.DecodeEvent. When the stream holds no final event but the
+// run's committed turn record does (the final's publish failed, or the
+// run's events expired), that final comes last.
+type EventsReply struct {
+	Events []StoredEvent `msgpack:"v"`
+	Next   uint64        `msgpack:"n"`           // resume here (EventsRequest.After)
+	More   bool          `msgpack:"m,omitempty"` // cut at the reply's size or time budget: ask again
+	State  string        `msgpack:"s"`
+}
+
+// StoredEvent is one stored event message.
+type StoredEvent struct {
+	JSON bool   `msgpack:"j,omitempty"` // encoded as JSON, else msgpack
+	Data []byte `msgpack:"d"`
+}
+
+// ContentType returns the event's content type for events.DecodeEvent.
+func (e StoredEvent) ContentType() string {
+	if e.JSON {
+		return events.ContentJSON
+	}
+	return events.ContentMsgpack
+}
+
+// ImportReply says what an import stored.
+type ImportReply struct {
+	SessionID string `msgpack:"id"`
+	Entries   int    `msgpack:"n"`
+	Skipped   int    `msgpack:"skipped,omitempty"` // malformed lines left out
+}
+
+// SettingsReply carries a session's stored queue settings; nil when none
+// are stored.
+type SettingsReply struct {
+	Settings *events.QueueSettings `msgpack:"settings"`
+}
+
+// Error is an error reply of the service.
+type Error struct {
+	Code        string // one of the Code constants
+	Description string
+}
+
+func (e *Error) Error() string { return "lane service: " + e.Code + ": " + e.Description }
+
+// Temporary reports whether retrying the request may succeed.
+func (e *Error) Temporary() bool { return e.Code == CodeUnavailable }
+
+// parseSubject returns the lane token and session key of a request
+// subject agent.svc.<token>.<op>. Only canonical tokens are accepted, so a
+// token names exactly one session.
+func parseSubject(subject, op string) (token, key string, err error) {
+	rest, ok := strings.CutPrefix(subject, Prefix)
+	if !ok {
+		return "", "", fmt.Errorf("subject %q is not %s<token>.%s", clip(subject), Prefix, op)
+	}
+	token, ok = strings.CutSuffix(rest, "."+op)
+	if !ok || token == "" || strings.Contains(token, ".") {
+		return "", "", fmt.Errorf("subject %q is not %s<token>.%s", clip(subject), Prefix, op)
+	}
+	key, err = events.TokenKey(token)
+	if err != nil {
+		return "", "", err
+	}
+	return token, key, nil
+}
+
+// decodeRequest decodes a JSON request body into v: empty means the zero
+// value; unknown fields, trailing data and bodies over MaxRequestBytes are
+// refused.
+func decodeRequest(data []byte, v any) error {
+	if len(data) > MaxRequestBytes {
+		return fmt.Errorf("request of %d bytes is larger than %d", len(data), MaxRequestBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("malformed JSON request: %w", err)
+	}
+	if dec.More() {
+		return errors.New("malformed JSON request: data after the object")
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

@@ -1,0 +1,51 @@
+package service
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// FuzzRequest: any subject and body are either refused or give a canonical
+// lane token and a request within bounds; nothing panics.
+func FuzzRequest(f *testing.F) {
+	for _, seed := range []struct{ subject, body string }{
+		{"agent.svc.alice.events", `{"run":"17","from":3,"after":40}`},
+		{"agent.svc.=YWdlbnQ6bWFpbg.history", `{"from":9,"skip":2}`},
+		{"agent.svc.=YWxpY2U.events", `{"run":"1"}`},
+		{"agent.svc.a.b.events", ``},
+		{"agent.svc..events", `{}`},
+		{"agent.svc.alice.events", `{"run":"1"} {"run":"2"}`},
+		{"agent.svc.alice.events", "\x81\xa3run\xa11"},
+		{"agent.svc.alice.history", `{"skip":-1}`},
+		{"agent.svc.alice.events", `{"run":"18446744073709551616"}`},
+	} {
+		f.Add(seed.subject, []byte(seed.body))
+	}
+	f.Fuzz(func(t *testing.T, subject string, body []byte) {
+		for _, op := range []string{OpHistory, OpEvents, OpSettings} {
+			tok, key, err := parseSubject(subject, op)
+			if err != nil {
+				continue
+			}
+			if again, err := events.KeyToken(key); err != nil || again != tok {
+				t.Fatalf("token %q of key %q is not canonical (%q, %v)", tok, key, again, err)
+			}
+			if subject != Prefix+tok+"."+op || strings.ContainsAny(tok, ".*> ") {
+				t.Fatalf("subject %q gave token %q", subject, tok)
+			}
+		}
+		var e EventsRequest
+		if err := decodeRequest(body, &e); err == nil {
+			if len(body) > MaxRequestBytes {
+				t.Fatalf("accepted %d bytes", len(body))
+			}
+			if seq, err := parseRun(e.Run); err == nil && seq == 0 {
+				t.Fatal("run 0 accepted")
+			}
+		}
+		var h HistoryRequest
+		_ = decodeRequest(body, &h)
+	})
+}

@@ -1,0 +1,116 @@
+package lanefleet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// startUsersServer starts a JetStream server whose users are a worker
+// (everything) and senders limited to their own session's subjects, as
+// the sender role grants them: publish to its lane's inbound and service
+// subjects, subscribe to its lane's events and its own inbox prefix.
+func startUsersServer(t *testing.T, senders ...string) (url string) {
+	t.Helper()
+	users := []*server.User{{Username: "worker", Password: "w"}}
+	for _, s := range senders {
+		users = append(users, &server.User{Username: s, Password: s, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{"agent.in." + s, "agent.svc." + s + ".>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"agent.ev." + s + ".>", "_INBOX_" + s + ".>"}},
+		}})
+	}
+	opts := &server.Options{ServerName: "users", Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), Users: users}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(15 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+// TestSenderNeedsOnlyItsSessionsSubjects: a client whose user may use only
+// its own session's subjects sends, follows, reads and imports its session
+// (no JetStream API, no bucket), and gets ErrPermission, at once, for
+// another session and for the runs list.
+func TestSenderNeedsOnlyItsSessionsSubjects(t *testing.T) {
+	t.Parallel()
+	url := startUsersServer(t, "alice", "bob")
+	startMember(t, strings.Replace(url, "nats://", "nats://worker:w@", 1))
+	alice, err := Connect(url, nats.UserInfo("alice", "alice"), nats.CustomInboxPrefix("_INBOX_alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	file := `{"type":"session","version":3,"id":"alice-session","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/"}
+{"type":"message","id":"a1","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"earlier","timestamp":1}}
+`
+	if err := alice.Import(ctx, "alice", strings.NewReader(file)); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Import(ctx, "alice", strings.NewReader(file)); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("second import: %v", err)
+	}
+	run, err := alice.Send(ctx, "alice", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ev, err := range run.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		_ = ev
+	}
+	if res, err := run.Wait(ctx); err != nil || res.Payloads[0].Text != "echo: hello" || n < 3 {
+		t.Fatalf("wait: %+v, %v after %d events", res, err, n)
+	}
+	hist, err := alice.History(ctx, "alice")
+	if err != nil || len(hist) != 3 || hist[0].ID != "a1" {
+		t.Fatalf("history: %d entries, %v", len(hist), err)
+	}
+	var export strings.Builder
+	if err := alice.Export(ctx, "alice", &export); err != nil || !strings.Contains(export.String(), `"id":"alice-session"`) {
+		t.Fatalf("export: %v\n%s", err, export.String())
+	}
+	if _, err := alice.QueueSettings(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bob's session, and the fleet-wide list, are not alice's to see.
+	bob := alice.Run("bob", run.ID)
+	denied := []struct {
+		what string
+		do   func(context.Context) error
+	}{
+		{"history", func(ctx context.Context) error { _, err := alice.History(ctx, "bob"); return err }},
+		{"settings", func(ctx context.Context) error { _, err := alice.QueueSettings(ctx, "bob"); return err }},
+		{"import", func(ctx context.Context) error { return alice.Import(ctx, "bob", strings.NewReader(file)) }},
+		{"send", func(ctx context.Context) error { _, err := alice.Send(ctx, "bob", "hi"); return err }},
+		{"follow", func(ctx context.Context) error { _, err := bob.Wait(ctx); return err }},
+		{"runs", func(ctx context.Context) error { _, err := alice.ActiveRuns(ctx); return err }},
+	}
+	for _, d := range denied {
+		// Refused at once, not after a timeout.
+		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := d.do(dctx)
+		cancel()
+		if !errors.Is(err, ErrPermission) {
+			t.Fatalf("%s of bob: %v, want ErrPermission", d.what, err)
+		}
+		t.Log(err)
+	}
+}
