@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes/service"
@@ -175,9 +174,11 @@ func (c *Client) denied(before error, what, subject string) error {
 	return fmt.Errorf("%w: %s", ErrPermission, detail)
 }
 
-// decodeReply decodes a lane service reply.
+// decodeReply decodes a lane service reply through the bounded decoder:
+// whatever answers on a lane's service subject cannot make the client
+// allocate what a header declares.
 func decodeReply(data []byte, v any) error {
-	return msgpack.Unmarshal(data, v)
+	return events.UnmarshalMsgpack(data, v)
 }
 
 // backoff waits between retries: min, doubling up to max.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // NextRecord reads the lane's first transcript record stored at or after
@@ -29,8 +29,8 @@ func (l *Lanes) NextRecord(ctx context.Context, token string, from uint64) (rec 
 			from = raw.Sequence + 1
 			continue
 		}
-		if err := msgpack.Unmarshal(raw.Data, &rec); err != nil {
-			return Record{}, raw.Sequence, false, fmt.Errorf("kvstore: record %s (stream seq %d): %w", raw.Subject, raw.Sequence, err)
+		if err := decode(strings.TrimPrefix(raw.Subject, l.prefix), raw.Sequence, raw.Data, &rec); err != nil {
+			return Record{}, raw.Sequence, false, err
 		}
 		return rec, raw.Sequence, true, nil
 	}
