@@ -96,7 +96,7 @@ func TestEventsSkipAZombiesLateEvents(t *testing.T) {
 // the test ends.
 func startMember(t *testing.T, url string) {
 	t.Helper()
-	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: url, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: url, Scripted: true, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	if err != nil {
 		t.Fatal(err)
 	}

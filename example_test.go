@@ -185,7 +185,7 @@ func ExampleRun_OnWait() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// A worker that prepared the fleet's streams, not running yet.
-	m, err := fleet.Start(ctx, fleet.Config{NATSURL: srv.ClientURL(), Logger: zerolog.Nop()})
+	m, err := fleet.Start(ctx, fleet.Config{NATSURL: srv.ClientURL(), Scripted: true, Logger: zerolog.Nop()})
 	if err != nil {
 		panic(err)
 	}

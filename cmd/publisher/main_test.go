@@ -312,7 +312,7 @@ func TestFollowUnknownRun(t *testing.T) {
 func TestCredentialsAndRoles(t *testing.T) {
 	t.Parallel()
 	url := startUsersServer(t, "alice")
-	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: strings.Replace(url, "nats://", "nats://worker:w@", 1), Logger: zerolog.Nop()})
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: strings.Replace(url, "nats://", "nats://worker:w@", 1), Scripted: true, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
