@@ -1,10 +1,12 @@
 package service
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/permission"
 )
 
 // FuzzRequest: any subject and body are either refused or give a canonical
@@ -48,4 +50,26 @@ func FuzzRequest(f *testing.F) {
 		var h HistoryRequest
 		_ = decodeRequest(body, &h)
 	})
+}
+
+// TestPermissionModelNamesTheService: the permission model (a pure package
+// that cannot import this one) grants the subjects this service serves.
+func TestPermissionModelNamesTheService(t *testing.T) {
+	if permission.LaneService != Name || permission.ServicePrefix != Prefix {
+		t.Errorf("permission names %q on %q, the service is %q on %q", permission.LaneService, permission.ServicePrefix, Name, Prefix)
+	}
+	served := map[string]bool{OpHistory: true, OpImport: true, OpEvents: true, OpSettings: true}
+	for _, op := range permission.ReadOps {
+		if !served[op] && op != "backlog" { // backlog: the ops command of issue 14, not served yet
+			t.Errorf("permission.ReadOps grants %q, which the service does not serve", op)
+		}
+	}
+	for _, op := range []string{OpHistory, OpEvents, OpSettings} {
+		if !slices.Contains(permission.ReadOps, op) {
+			t.Errorf("read-only op %q is missing from permission.ReadOps: viewers could not use it", op)
+		}
+	}
+	if slices.Contains(permission.ReadOps, OpImport) {
+		t.Error("import writes a transcript: it must not be a read op")
+	}
 }
