@@ -100,9 +100,12 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		}
 	}
 
-	for iter := 0; ; iter++ {
-		if iter >= ru.r.cfg.MaxIterations {
-			out.iterLimit = iter
+	limit := ru.toolLoopLimit()
+	// calls counts the model calls that answered (the tool loop's
+	// iterations); retries the same-key retries since the last one.
+	for calls, retries := 0, 0; ; {
+		if calls >= limit {
+			out.toolLoopLimit = calls
 			return out
 		}
 		if ctxMsgs == nil {
@@ -139,6 +142,18 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		ru.addAssistant(&am)
 		out.last = ru.lastAssistant()
 		out.texts = ru.sub.texts
+		if d, ok := ru.retryWait(actx, req, &am, err, retries+1); ok {
+			retries++
+			if ru.pause(actx, d, retries, am.ErrorMessage) != nil {
+				// The run was cancelled or the attempt timed out while
+				// waiting: the loop sees the failed reply as it is.
+				out.timedOut = timedOut()
+				out.aborted = out.timedOut || ctx.Err() != nil
+			} else {
+				ctxMsgs = ru.contextMessages()
+				continue
+			}
+		}
 		if am.StopReason == message.StopError || am.StopReason == message.StopAborted {
 			out.lastErr = err
 			if out.lastErr == nil {
@@ -146,9 +161,10 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			}
 			return out
 		}
-		calls := am.ToolCalls()
-		if am.StopReason == message.StopToolUse && len(calls) > 0 {
-			for _, c := range calls {
+		calls, retries = calls+1, 0
+		toolCalls := am.ToolCalls()
+		if am.StopReason == message.StopToolUse && len(toolCalls) > 0 {
+			for _, c := range toolCalls {
 				if ru.client[c.Name] {
 					args, _ := json.Marshal(c.Arguments)
 					if c.Arguments == nil {
@@ -174,10 +190,28 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				return out
 			}
 		}
-		if ru.steer(actx) == 0 && (am.StopReason != message.StopToolUse || len(calls) == 0) {
+		if ru.steer(actx) == 0 && (am.StopReason != message.StopToolUse || len(toolCalls) == 0) {
 			return out
 		}
 	}
+}
+
+// toolLoopLimit is the run's tool-loop limit: its setting, within the
+// worker's.
+func (ru *run) toolLoopLimit() int {
+	limit := ru.r.cfg.MaxToolIterations
+	if n := ru.in.Settings.MaxToolIterations; n > 0 && n < limit {
+		return n
+	}
+	return limit
+}
+
+// historyLimit is the run's history limit: its setting, else the worker's.
+func (ru *run) historyLimit() int {
+	if n := ru.in.Settings.HistoryLimit; n > 0 {
+		return n
+	}
+	return ru.r.cfg.HistoryLimit
 }
 
 // prepare builds the messages of one model call from its context: sanitised for
@@ -185,7 +219,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 // tool-result guard (§11.2).
 func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
 	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
-		AllowedToolNames: ru.allowedTools(), HistoryLimit: ru.r.cfg.HistoryLimit})
+		AllowedToolNames: ru.allowedTools(), HistoryLimit: ru.historyLimit()})
 	if len(res.Final) > 0 {
 		msgs = res.Final
 	}

@@ -108,6 +108,8 @@ func (s *scriptedLoop) compact(context.Context, attemptReq, string) bool {
 	return ok
 }
 
+func (s *scriptedLoop) pause(context.Context, time.Duration, int, string) error { return nil }
+
 func (s *scriptedLoop) truncate(context.Context, int) int {
 	s.truncations++
 	return s.truncN

@@ -98,8 +98,13 @@ func twoProfiles(now func() time.Time) *MemoryAuth {
 	return NewMemoryAuth(store, authprofile.Config{Fleet: authprofile.FleetDefaults()}, now)
 }
 
+// runOnce runs one turn; without a Retry policy in cfg, with no same-key
+// retries (the scenarios that test them set one).
 func runOnce(t *testing.T, cfg Config, in events.Inbound, history ...message.Entry) *Output {
 	t.Helper()
+	if cfg.Retry == (RetryPolicy{}) {
+		cfg.Retry.MaxRetries = -1
+	}
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
