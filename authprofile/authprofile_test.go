@@ -405,3 +405,40 @@ func FuzzDecodeStore(f *testing.F) {
 		}
 	})
 }
+
+func TestLastResort(t *testing.T) {
+	t.Parallel()
+	fleet := Config{Fleet: FleetDefaults()}
+	rl := map[provider.Reason]int{provider.ReasonRateLimit: 1}
+	tests := []struct {
+		name   string
+		cfg    Config
+		usage  map[string]State
+		wantID string
+		wantAt int64 // 0 = none
+	}{
+		{"no Retry-After pending: the first, now", fleet, map[string]State{
+			"a": {CooldownUntil: at(time.Minute), FailureCounts: rl},
+			"b": {CooldownUntil: at(time.Minute), FailureCounts: rl}}, "a", at(0)},
+		{"the one whose Retry-After ends first", fleet, map[string]State{
+			"a": {CooldownUntil: at(time.Minute), FailureCounts: rl, RetryUntil: at(20 * time.Second)},
+			"b": {Models: map[string]ModelState{"m": {CooldownUntil: at(time.Minute), FailureCounts: rl, RetryUntil: at(5 * time.Second)}}}}, "b", at(5 * time.Second)},
+		{"another model's Retry-After does not count", fleet, map[string]State{
+			"a": {CooldownUntil: at(time.Minute), FailureCounts: rl, Models: map[string]ModelState{"other": {RetryUntil: at(time.Hour)}}}}, "a", at(0)},
+		{"an ended Retry-After counts as now", fleet, map[string]State{
+			"a": {CooldownUntil: at(time.Minute), FailureCounts: rl, RetryUntil: at(-time.Second)}}, "a", at(0)},
+		{"disabled and refused keys are no last resort", fleet, map[string]State{
+			"a": {DisabledUntil: at(time.Hour), DisabledReason: provider.ReasonBilling, FailureCounts: map[provider.Reason]int{provider.ReasonBilling: 1}},
+			"b": {CooldownUntil: at(time.Minute), FailureCounts: map[provider.Reason]int{provider.ReasonAuth: 1}}}, "", 0},
+		{"the reference has none", Config{}, map[string]State{"a": {CooldownUntil: at(time.Minute), FailureCounts: rl}}, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			id, when, ok := tt.cfg.LastResort(Store{Usage: tt.usage}, []string{"a", "b"}, "m", t0)
+			if id != tt.wantID || ok != (tt.wantID != "") || (ok && when.UnixMilli() != tt.wantAt) {
+				t.Fatalf("LastResort = %q, %v, %v; want %q at %d", id, when.UnixMilli(), ok, tt.wantID, tt.wantAt)
+			}
+		})
+	}
+}

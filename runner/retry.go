@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
@@ -110,7 +109,3 @@ func (ru *run) pause(ctx context.Context, d time.Duration, n int, why string) er
 		return context.Cause(ctx)
 	}
 }
-
-// errRetryWait is returned by a wait for a cooling profile that the run
-// cannot afford (the server asked for longer than the attempt may take).
-var errRetryWait = errors.New("runner: retry wait exceeds the attempt timeout")
