@@ -235,12 +235,12 @@ func TestRetryPolicyDelay(t *testing.T) {
 		{1, 0, 2 * time.Second, true},
 		{2, 0, 4 * time.Second, true},
 		{3, 0, 8 * time.Second, true},
-		{4, 0, 0, false},                                 // past MaxRetries
-		{0, 0, 0, false},                                 // no retry 0
-		{1, 30 * time.Second, 30 * time.Second, true},    // the server's delay when longer
-		{3, 5 * time.Second, 8 * time.Second, true},      // the backoff when longer
-		{1, 60 * time.Second, 60 * time.Second, true},    // MaxDelay itself is waited
-		{1, 61 * time.Second, 0, false},                  // longer: not on this key
+		{4, 0, 0, false},                              // past MaxRetries
+		{0, 0, 0, false},                              // no retry 0
+		{1, 30 * time.Second, 30 * time.Second, true}, // the server's delay when longer
+		{3, 5 * time.Second, 8 * time.Second, true},   // the backoff when longer
+		{1, 60 * time.Second, 60 * time.Second, true}, // MaxDelay itself is waited
+		{1, 61 * time.Second, 0, false},               // longer: not on this key
 		{2, 1500 * time.Millisecond, 4 * time.Second, true},
 	}
 	for _, tt := range tests {
