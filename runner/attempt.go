@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"time"
 
@@ -33,7 +34,7 @@ type run struct {
 	in      Input
 	sink    Sink
 	b       *builder
-	history []message.Entry // the session before this turn (may be rewritten in memory by truncation)
+	history []message.Entry // the session before this turn, as stored
 	tools   tools.Set
 	specs   []provider.Tool
 	client  map[string]bool // client tool names
@@ -41,6 +42,9 @@ type run struct {
 	window  int
 	sub     *subscriber
 	base    []message.Message // the history's context, built once
+	// branched is set once overflow truncation re-appended part of the
+	// history on a new branch (the context is then built from the branch).
+	branched bool
 	system  string            // the run's system prompt
 	// answered are the client tools whose pending calls this run's message
 	// answers.
@@ -60,15 +64,21 @@ func (ru *run) entries() []message.Entry {
 // built once per run; this turn's entries are appended to them as long as
 // they only add messages on the same branch.
 func (ru *run) contextMessages() []message.Message {
+	if ru.branched {
+		// The turn re-appended part of the history on a new branch.
+		return reshaped(ru.entries())
+	}
 	if ru.base == nil {
-		ru.base = compaction.ConvertToLLM(sessionfile.MessagesShared(ru.history))
+		// Images of user turns the model has answered are not sent again
+		// (runtime spec §10.3): the stored history keeps them.
+		ru.base, _ = sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(ru.history)))
 	}
 	out := make([]message.Message, 0, len(ru.base)+len(ru.b.entries))
 	out = append(out, ru.base...)
 	for _, e := range ru.b.entries {
 		if e.Type != message.EntryMessage || e.Message == nil {
 			// A compaction (or anything else) re-shapes the branch.
-			return compaction.ConvertToLLM(sessionfile.MessagesShared(ru.entries()))
+			return reshaped(ru.entries())
 		}
 		switch e.Message.Role {
 		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
@@ -76,6 +86,13 @@ func (ru *run) contextMessages() []message.Message {
 		}
 	}
 	return out
+}
+
+// reshaped returns the context of a branch this turn re-shaped (a
+// compaction): images of user turns the model answered are not sent.
+func reshaped(entries []message.Entry) []message.Message {
+	msgs, _ := sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(entries)))
+	return msgs
 }
 
 func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
@@ -368,13 +385,84 @@ func (ru *run) compactWith(ctx context.Context, req attemptReq, trigger string) 
 }
 
 // truncate shortens oversized tool results (overflow recovery §11.3, the
-// pass guard.TruncateToolResults makes): in this turn's entries, which are
-// stored so, and in memory for the history, which is stored by earlier
-// turns.
+// pass guard.TruncateToolResults makes) on the session's current branch.
+// This turn's entries are not stored yet and are cut in place. An oversized
+// result of an earlier turn is stored in that turn's record, which is never
+// rewritten; instead, as the reference rewrites its session file, the turn
+// branches: it re-appends every entry of the branch from that result on,
+// with the results cut, as a new branch off the result's parent, and this
+// turn's entries follow. The session's leaf is then on the cut branch, so
+// later turns read the cut results and never pay for this recovery again.
 func (ru *run) truncate(_ context.Context, window int) int {
-	ru.history = append([]message.Entry(nil), ru.history...)
-	ru.base = nil
-	return truncateEntries(ru.history, window) + truncateEntries(ru.b.entries, window)
+	n := truncateEntries(ru.b.entries, window)
+	own := make(map[string]bool, len(ru.b.entries))
+	for _, e := range ru.b.entries {
+		own[e.ID] = true
+	}
+	path := sessionfile.Branch(ru.entries())
+	first := -1
+	for i, e := range path {
+		if own[e.ID] {
+			break
+		}
+		if e.Message != nil && guard.HasOversizedToolResult([]message.Message{*e.Message}, window) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return n
+	}
+	copies := rebranch(path[first:], own, ru.r.cfg.Now())
+	n += truncateEntries(copies, window)
+	if len(ru.b.entries) > 0 {
+		last := copies[len(copies)-1].ID
+		ru.b.entries[0].ParentID = &last
+	} else {
+		ru.b.parent = copies[len(copies)-1].ID
+	}
+	ru.b.entries = append(copies, ru.b.entries...)
+	ru.base, ru.branched = nil, true
+	return n
+}
+
+// rebranch copies the stored entries of a branch tail (those not in own,
+// this turn's) as a new chain off the tail's first parent, with fresh ids,
+// as the reference re-appends a session branch: messages, compactions,
+// thinking-level and model changes, custom entries and session info are
+// kept, branch summaries and labels dropped. A compaction's first kept
+// entry follows its copy.
+func rebranch(tail []message.Entry, own map[string]bool, now time.Time) []message.Entry {
+	ids := make(map[string]string, len(tail))
+	parent := tail[0].ParentID
+	ts := now.UTC().Format("2006-01-02T15:04:05.000Z")
+	out := make([]message.Entry, 0, len(tail))
+	for _, e := range tail {
+		if own[e.ID] {
+			break
+		}
+		switch e.Type {
+		case message.EntryBranchSummary, message.EntryLabel, message.EntrySession:
+			continue
+		}
+		c := e
+		c.ID = sessionfile.NewEntryID()
+		c.Timestamp = ts
+		if parent != nil {
+			p := *parent
+			c.ParentID = &p
+		}
+		if e.Type == message.EntryCompaction {
+			if first, ok := e.Fields["firstKeptEntryId"].(string); ok && ids[first] != "" {
+				c.Fields = maps.Clone(e.Fields)
+				c.Fields["firstKeptEntryId"] = ids[first]
+			}
+		}
+		ids[e.ID] = c.ID
+		parent = &c.ID
+		out = append(out, c)
+	}
+	return out
 }
 
 // truncateEntries replaces, in es, the messages guard.TruncateToolResults

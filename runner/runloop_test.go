@@ -14,6 +14,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/transform"
+	"github.com/lanefleet/lanefleet/sanitize"
 )
 
 // TestToolLoopLimit: a turn whose model keeps calling tools stops at the
@@ -341,5 +342,99 @@ func TestLastResort(t *testing.T) {
 				t.Fatalf("payloads %+v, want %q", out.Result.Payloads, tt.text)
 			}
 		})
+	}
+}
+
+// TestTruncationIsSavedAsABranch: an oversized tool result of an earlier
+// turn that overflows the context is cut once and stays cut: the turn that
+// cut it re-appends the branch from that result on (the earlier turn's
+// record is not rewritten), so the next turn sends the cut result at once,
+// with no failed call and no second recovery.
+func TestTruncationIsSavedAsABranch(t *testing.T) {
+	t.Parallel()
+	// A large window: the per-request guard leaves a result of up to
+	// `window` chars alone, more than the 400 000 chars overflow recovery
+	// keeps (with smaller windows the guard always cuts deeper first).
+	// keep is in bytes here: the notice's "⚠️" and "—" take more bytes
+	// than UTF-16 units.
+	const window, keep = 1_000_000, 400_000 + 8
+	var mu sync.Mutex
+	var sent []int // the longest tool result of each request
+	p := &keyed{fn: func(req *provider.Request) (string, error) {
+		longest := 0
+		for _, m := range req.Messages {
+			if m.Role == message.RoleToolResult {
+				longest = max(longest, len(m.Content.Text()))
+			}
+		}
+		mu.Lock()
+		sent = append(sent, longest)
+		mu.Unlock()
+		if longest > keep {
+			return "", &provider.Error{Reason: provider.ReasonContextOverflow, Status: 400, Message: "prompt is too long"}
+		}
+		return "fits now", nil
+	}}
+	big := strings.Repeat("log line\n", 50_000) // 450 000 chars
+	history := toolHistory(big)
+	cfg := Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p, window: window}}
+	first := runOnce(t, cfg, events.Inbound{Text: "summarise the log"}, history...)
+	if first.Result.Meta.Error != nil || first.Result.Payloads[0].Text != "fits now" || len(sent) != 2 || sent[1] > keep {
+		t.Fatalf("first turn %+v, requests' longest results %v", first.Result, sent)
+	}
+	// The turn starts with the re-appended tail of the branch: the cut
+	// result (a child of the call that asked for it) and the answer after it.
+	e := first.Entries
+	if len(e) < 4 || e[0].Message.Role != message.RoleToolResult || *e[0].ParentID != history[1].ID ||
+		len(e[0].Message.Content.Text()) > keep || e[0].ID == history[2].ID ||
+		e[1].Message.Content.Text() != "read it" || *e[1].ParentID != e[0].ID || *e[2].ParentID != e[1].ID {
+		t.Fatalf("turn entries do not branch off the cut result: %+v", e)
+	}
+	if history[2].Message.Content.Text() != big {
+		t.Fatal("the earlier turn's record was rewritten")
+	}
+	// The next turn reads the cut branch: one call, no overflow.
+	second := runOnce(t, cfg, events.Inbound{Text: "and the errors?"}, append(append([]message.Entry(nil), history...), first.Entries...)...)
+	if second.Result.Meta.Error != nil || len(sent) != 3 || sent[2] > keep || sent[2] == 0 {
+		t.Fatalf("second turn %+v, requests' longest results %v", second.Result, sent)
+	}
+}
+
+// TestAnsweredImagesNotResent: images of user turns the model has already
+// answered are replaced by a note in requests (runtime spec §10.3); the
+// new prompt's image is sent and the stored history keeps its images.
+func TestAnsweredImagesNotResent(t *testing.T) {
+	t.Parallel()
+	const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+	var req *provider.Request
+	p := &keyed{fn: func(r *provider.Request) (string, error) { req = r; return "a cat again", nil }}
+	b := &builder{now: time.Now}
+	b.add(message.Message{Role: message.RoleUser, Timestamp: 1, Content: message.BlocksOf(message.Text("what is this?"), message.Image("image/png", png))})
+	b.add(message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "acme", Model: "m1", API: "openai-completions",
+		Content: message.BlocksOf(message.Text("a cat"))})
+	out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}},
+		events.Inbound{Text: "and this?", Images: []events.Image{{MimeType: "image/png", Data: png}}}, b.entries...)
+	if out.Result.Meta.Error != nil || len(req.Messages) != 3 {
+		t.Fatalf("result %+v, request %+v", out.Result, req)
+	}
+	kinds := func(m message.Message) string {
+		var ks []string
+		for _, bl := range m.Content.Blocks {
+			k := string(bl.Type)
+			if bl.Type == message.BlockText {
+				k += ":" + bl.Text
+			}
+			ks = append(ks, k)
+		}
+		return strings.Join(ks, ",")
+	}
+	if got := kinds(req.Messages[0]); got != "text:what is this?,text:"+sanitize.ImagePrunedText {
+		t.Errorf("answered turn sent as %s", got)
+	}
+	if got := kinds(req.Messages[2]); got != "text:and this?,image" {
+		t.Errorf("new prompt sent as %s", got)
+	}
+	if b.entries[0].Message.Content.Blocks[1].Type != message.BlockImage {
+		t.Error("the stored history lost its image")
 	}
 }
