@@ -45,7 +45,7 @@ type run struct {
 	// branched is set once overflow truncation re-appended part of the
 	// history on a new branch (the context is then built from the branch).
 	branched bool
-	system  string            // the run's system prompt
+	system   string // the run's system prompt
 	// answered are the client tools whose pending calls this run's message
 	// answers.
 	answered []string
