@@ -438,3 +438,39 @@ func TestAnsweredImagesNotResent(t *testing.T) {
 		t.Error("the stored history lost its image")
 	}
 }
+
+// TestCostInResult: the result's usage carries the cost of every call of
+// the run (agentMeta.usage.cost the sum, lastCallUsage.cost the last
+// call's), and Output.Usage sums every call for a session's running total.
+func TestCostInResult(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	p := provider.Func(func(_ context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+		calls++
+		out := message.Message{Role: message.RoleAssistant, Provider: "acme", Model: "m1", API: "openai-completions", StopReason: message.StopStop,
+			Content: message.BlocksOf(message.Text("done")),
+			Usage: &message.Usage{Input: 100, Output: 10 * int64(calls), TotalTokens: 100 + 10*int64(calls),
+				Cost: message.Cost{Input: 0.001, Output: 0.0001 * float64(calls), Total: 0.001 + 0.0001*float64(calls)}}}
+		if calls == 1 {
+			out.StopReason = message.StopToolUse
+			out.Content = message.BlocksOf(message.ToolCall("c1", "lookup", map[string]any{}))
+		}
+		emit(provider.Event{Type: provider.EventDone, Message: &out})
+		return out, nil
+	})
+	out := runOnce(t, Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}}, events.Inbound{Text: "hi"})
+	am := out.Result.Meta.AgentMeta
+	if calls != 2 || am.Usage == nil || am.Usage.Cost == nil || am.LastCallUsage.Cost == nil {
+		t.Fatalf("%d calls, agent meta %+v", calls, am)
+	}
+	near := func(a, b float64) bool { return a-b < 1e-12 && b-a < 1e-12 }
+	if c := am.Usage.Cost; !near(c.Total, 0.0023) || !near(c.Input, 0.002) || !near(c.Output, 0.0003) {
+		t.Errorf("usage cost %+v, want the sum of both calls", c)
+	}
+	if c := am.LastCallUsage.Cost; !near(c.Total, 0.0012) {
+		t.Errorf("last call cost %+v", c)
+	}
+	if u := out.Usage; u.Input != 200 || u.Output != 30 || !near(u.Cost.Total, 0.0023) {
+		t.Errorf("run total %+v", u)
+	}
+}
