@@ -99,7 +99,10 @@ type loopReq struct {
 	model         provider.Model
 	prov          provider.Provider
 	contextWindow int
-	thinking      provider.ThinkingLevel
+	// hardMin is the smallest context window a run may start with; 0 =
+	// guard.HardMinTokensDefault.
+	hardMin  int
+	thinking provider.ThinkingLevel
 	auth          Auth
 	// locked is a profile the user pinned: used even when cooling, never
 	// rotated away from.
@@ -165,7 +168,19 @@ const (
 	stop              // the run ends: with l.out, or with the step's error
 )
 
+// runModel runs the loop for one model. The decisions the reference makes
+// before the first attempt come first, and throw without one: a context
+// window under the hard minimum (§3.1 step 3), then the auth profiles
+// (steps 4-5: a locked profile not configured for the provider, every
+// profile unavailable).
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
+	if req.hardMin <= 0 {
+		req.hardMin = guard.HardMinTokensDefault
+	}
+	if req.contextWindow > 0 && req.contextWindow < req.hardMin {
+		err := &guard.WindowTooSmallError{Tokens: req.contextWindow, Min: req.hardMin}
+		return nil, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
+	}
 	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}}
 	l.resetThinking()
 	if err := l.resolveProfiles(ctx); err != nil {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -472,5 +473,99 @@ func TestCostInResult(t *testing.T) {
 	}
 	if u := out.Usage; u.Input != 200 || u.Output != 30 || !near(u.Cost.Total, 0.0023) {
 		t.Errorf("run total %+v", u)
+	}
+}
+
+// TestDecisionsBeforeTheFirstAttempt: what the reference decides before
+// any attempt (runtime spec §3.1) throws without calling the provider: a
+// context window under the hard minimum, a requested model that does not
+// resolve, every profile unavailable with no fallbacks.
+func TestDecisionsBeforeTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1750000000000)
+	disabled := authprofile.State{DisabledUntil: now.Add(time.Hour).UnixMilli(), DisabledReason: provider.ReasonBilling,
+		FailureCounts: map[provider.Reason]int{provider.ReasonBilling: 1}, ErrorCount: 1}
+	tests := []struct {
+		name     string
+		window   int
+		hardMin  int
+		unknown  bool
+		usage    map[string]authprofile.State
+		fallback bool
+		thrown   string          // the error's text (a plain error)
+		reason   provider.Reason // a failover error's reason ("" = plain)
+		status   int
+		attempts int
+	}{
+		{"a window under the hard minimum", 8000, 0, false, nil, false,
+			"Model context window too small (8000 tokens). Minimum is 16000.", provider.ReasonUnknown, 0, 0},
+		{"the hard minimum itself is enough", 16000, 0, false, nil, false, "", "", 0, 1},
+		{"a configured hard minimum", 30000, 32000, false, nil, false,
+			"Model context window too small (30000 tokens). Minimum is 32000.", provider.ReasonUnknown, 0, 0},
+		{"an unknown model", 200000, 0, true, nil, true,
+			"Unknown model: anthropic/claude-opus-4-6", provider.ReasonModelNotFound, 404, 0},
+		{"every profile disabled, no fallbacks", 200000, 0, false, map[string]authprofile.State{"p1": disabled, "p2": disabled}, false,
+			"No available auth profile for anthropic (all in cooldown or unavailable).", "", 0, 0},
+		{"every profile disabled, fallbacks: a failover error for the chain", 200000, 0, false, map[string]authprofile.State{"p1": disabled, "p2": disabled}, true,
+			"No available auth profile for anthropic (all in cooldown or unavailable).", provider.ReasonBilling, 402, 0},
+		// A window of 0 is unknown, not too small (the guard's default applies).
+		{"no window known", 0, 0, false, nil, false, "", "", 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store := authprofile.Store{Usage: map[string]authprofile.State{}}
+			for _, id := range []string{"p1", "p2"} {
+				store.Profiles = append(store.Profiles, authprofile.Profile{ID: id, Type: authprofile.TypeAPIKey, Provider: "anthropic", Key: "sk-" + provider.Secret(id)})
+			}
+			for id, st := range tt.usage {
+				store.Usage[id] = st
+			}
+			sl := &scriptedLoop{}
+			req := loopReq{runID: "r", model: provider.Model{Provider: "anthropic", ID: "claude-opus-4-6"}, contextWindow: tt.window, hardMin: tt.hardMin,
+				auth: NewMemoryAuth(store, authprofile.Config{}, func() time.Time { return now }), fallbackConfigured: tt.fallback,
+				now: func() time.Time { return now }}
+			_, _, err := resolveModel(scenarioResolver{unknown: tt.unknown}, req.model.Ref())
+			if err == nil {
+				_, err = runModel(t.Context(), req, sl)
+			}
+			if sl.n != tt.attempts {
+				t.Errorf("%d attempts, want %d", sl.n, tt.attempts)
+			}
+			if tt.thrown == "" {
+				if err != nil {
+					t.Fatalf("thrown %v", err)
+				}
+				return
+			}
+			var pe *provider.Error
+			switch {
+			case err == nil:
+				t.Fatalf("nothing thrown, want %q", tt.thrown)
+			case tt.reason == "":
+				if errors.As(err, &pe) || err.Error() != tt.thrown {
+					t.Fatalf("thrown %T %v, want the plain error %q", err, err, tt.thrown)
+				}
+			case !errors.As(err, &pe) || pe.Reason != tt.reason || pe.Status != tt.status || pe.Message != tt.thrown:
+				t.Fatalf("thrown %T %+v, want a failover error %s/%d %q", err, err, tt.reason, tt.status, tt.thrown)
+			}
+		})
+	}
+}
+
+// TestUnnamedModelIsNotAnsweredByAnother: a requested model reference
+// that names no provider fails the run; the primary does not answer it in
+// its place.
+func TestUnnamedModelIsNotAnsweredByAnother(t *testing.T) {
+	t.Parallel()
+	for _, ref := range []string{"/nothing", "acme/", "just-a-name"} {
+		out, err := newRunner(t, "scripted/echo").Run(t.Context(), Input{Inbound: &events.Inbound{Model: ref, Text: "hi"}}, &sink{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := out.Result.Meta.Error
+		if e == nil || e.Kind != "model_not_found" || !strings.Contains(out.Result.Payloads[0].Text, "Unknown model: "+ref) || len(out.Entries) != 1 {
+			t.Errorf("%q: result %+v, error %+v", ref, out.Result, e)
+		}
 	}
 }

@@ -222,7 +222,12 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 		ref = r.cfg.DefaultModel
 	}
 	fcfg := &fallback.Config{Primary: r.cfg.DefaultModel, Fallbacks: r.cfg.Fallbacks, Aliases: r.cfg.Aliases}
-	requested, _ := fcfg.ParseRef(ref, "")
+	requested, ok := fcfg.ParseRef(ref, "")
+	if !ok || requested.Provider == "" {
+		// A model that cannot even be named is never answered by another
+		// one: the run fails before any attempt (runtime spec §3.1 step 2).
+		return ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref}), nil
+	}
 	req := fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
 		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes,
 		LastResort: lastResortOn(r.cfg.Auth)}
@@ -270,24 +275,32 @@ func (ru *run) addPrompt(ctx context.Context, start time.Time) {
 func (ru *run) tryModel(ctx context.Context, step fallback.Step, model *provider.Model) (*loopOut, error) {
 	cfg := ru.r.cfg
 	ref := step.Candidate.String()
-	m, prov, err := cfg.Resolver.Resolve(ref)
+	m, prov, err := resolveModel(cfg.Resolver, ref)
 	if err != nil {
-		return nil, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: fmt.Sprintf("Unknown model: %s (%v)", ref, err)}
+		return nil, err
 	}
 	*model = m
 	w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), cfg.Window)
-	if err := w.Err(); err != nil {
-		return nil, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
-	}
-	if w.ShouldWarn {
+	if w.ShouldWarn && !w.ShouldBlock {
 		cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
 	}
 	ru.window = w.Tokens
-	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
+	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens, hardMin: w.HardMin,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
 		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
 		fallbackConfigured: len(cfg.Fallbacks) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
 		now: cfg.Now, stateErr: ru.stateErr}, ru)
+}
+
+// resolveModel resolves a "provider/model-id" reference (runtime spec §3.1
+// step 2); an unknown model is a failover error with reason
+// model_not_found, "Unknown model: <ref>" and the resolver's reason.
+func resolveModel(res Resolver, ref string) (provider.Model, provider.Provider, error) {
+	m, prov, err := res.Resolve(ref)
+	if err != nil {
+		return m, nil, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref, Err: err}
+	}
+	return m, prov, nil
 }
 
 // locked is the profile a run's settings pin, "" when none.
