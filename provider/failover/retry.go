@@ -39,6 +39,12 @@ func IsRetryable(err error, text string) bool {
 	case provider.ReasonTimeout:
 		return !isContextDone(err)
 	case provider.ReasonUnknown:
+		// pi's SDKs put the status in the text; an adapter's error keeps
+		// it apart.
+		var pe *provider.Error
+		if errors.As(err, &pe) && (pe.Status == 429 || pe.Status >= 500) {
+			return true
+		}
 		return !IsLikelyContextOverflow(text) && retryableRe.MatchString(text)
 	}
 	return false

@@ -33,6 +33,8 @@ func TestIsRetryable(t *testing.T) {
 		{"unknown model", pe(provider.ReasonModelNotFound, 404, "model not found"), "model not found", false},
 		{"context overflow", pe(provider.ReasonContextOverflow, 400, "prompt is too long: 204290 tokens > 200000 maximum"), "prompt is too long: 204290 tokens > 200000 maximum", false},
 		{"image too large", pe(provider.ReasonImageSize, 400, "image exceeds 5 MB maximum"), "image exceeds 5 MB maximum", false},
+		{"an unclassified 500: its status", pe(provider.ReasonUnknown, 500, "boom"), "boom", true},
+		{"an unclassified 418", pe(provider.ReasonUnknown, 418, "teapot"), "teapot", false},
 		// Transport failures.
 		{"connection reset", fmt.Errorf("read: %w", syscall.ECONNRESET), "read: connection reset by peer", true},
 		{"truncated stream", fmt.Errorf("stream: %w", io.ErrUnexpectedEOF), "stream: unexpected EOF", true},
