@@ -103,7 +103,7 @@ type loopReq struct {
 	// guard.HardMinTokensDefault.
 	hardMin  int
 	thinking provider.ThinkingLevel
-	auth          Auth
+	auth     Auth
 	// locked is a profile the user pinned: used even when cooling, never
 	// rotated away from.
 	locked             string
