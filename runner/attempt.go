@@ -156,21 +156,23 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				am.ErrorMessage = errText(err)
 			}
 		}
+		if d, ok := ru.retryWait(actx, req, &am, err, retries+1); ok {
+			retries++
+			if ru.pause(actx, d, retries, am.ErrorMessage) == nil {
+				// The failed reply is not stored (a model never sees an
+				// errored reply again, and the retrying event told why);
+				// its usage counts.
+				ru.acc.add(am.Usage)
+				continue
+			}
+			// The run was cancelled or the attempt timed out while
+			// waiting: the loop sees the failed reply as it is.
+			out.timedOut = timedOut()
+			out.aborted = out.timedOut || ctx.Err() != nil
+		}
 		ru.addAssistant(&am)
 		out.last = ru.lastAssistant()
 		out.texts = ru.sub.texts
-		if d, ok := ru.retryWait(actx, req, &am, err, retries+1); ok {
-			retries++
-			if ru.pause(actx, d, retries, am.ErrorMessage) != nil {
-				// The run was cancelled or the attempt timed out while
-				// waiting: the loop sees the failed reply as it is.
-				out.timedOut = timedOut()
-				out.aborted = out.timedOut || ctx.Err() != nil
-			} else {
-				ctxMsgs = ru.contextMessages()
-				continue
-			}
-		}
 		if am.StopReason == message.StopError || am.StopReason == message.StopAborted {
 			out.lastErr = err
 			if out.lastErr == nil {

@@ -15,9 +15,10 @@ import (
 // error failover.IsRetryable accepts is made again with the same key after
 // BaseDelay·2^(n−1) (2 s, 4 s, 8 s), at most MaxRetries times in a row (a
 // successful call starts the count again), before the run loop sees the
-// failure and marks, rotates or falls back. The failed reply stays in the
-// transcript, as pi keeps it in its file; errored replies are never sent to
-// a model again.
+// failure and marks, rotates or falls back. pi keeps a retried failure in
+// its file; Lanefleet keeps only the failure that stands (a transcript of
+// identical failed replies tells a reader nothing the retrying events do
+// not, and errored replies are never sent to a model again).
 //
 // Lanefleet's additions: a server-requested delay (Retry-After) longer than
 // the backoff is waited instead, and one longer than MaxDelay is not waited
