@@ -405,3 +405,82 @@ func FuzzDecodeStore(f *testing.F) {
 		}
 	})
 }
+
+func TestLastResort(t *testing.T) {
+	t.Parallel()
+	fleet := Config{Fleet: FleetDefaults()}
+	rl := map[provider.Reason]int{provider.ReasonRateLimit: 1}
+	tests := []struct {
+		name   string
+		cfg    Config
+		usage  map[string]State
+		wantID string
+		wantAt int64 // 0 = none
+	}{
+		{"no Retry-After pending: the first, now", fleet, map[string]State{
+			"a": {CooldownUntil: at(time.Minute), FailureCounts: rl},
+			"b": {CooldownUntil: at(time.Minute), FailureCounts: rl}}, "a", at(0)},
+		{"the one whose Retry-After ends first", fleet, map[string]State{
+			"a": {CooldownUntil: at(time.Minute), FailureCounts: rl, RetryUntil: at(20 * time.Second)},
+			"b": {Models: map[string]ModelState{"m": {CooldownUntil: at(time.Minute), FailureCounts: rl, RetryUntil: at(5 * time.Second)}}}}, "b", at(5 * time.Second)},
+		{"another model's Retry-After does not count", fleet, map[string]State{
+			"a": {CooldownUntil: at(time.Minute), FailureCounts: rl, Models: map[string]ModelState{"other": {RetryUntil: at(time.Hour)}}}}, "a", at(0)},
+		{"an ended Retry-After counts as now", fleet, map[string]State{
+			"a": {CooldownUntil: at(time.Minute), FailureCounts: rl, RetryUntil: at(-time.Second)}}, "a", at(0)},
+		{"disabled and refused keys are no last resort", fleet, map[string]State{
+			"a": {DisabledUntil: at(time.Hour), DisabledReason: provider.ReasonBilling, FailureCounts: map[provider.Reason]int{provider.ReasonBilling: 1}},
+			"b": {CooldownUntil: at(time.Minute), FailureCounts: map[provider.Reason]int{provider.ReasonAuth: 1}}}, "", 0},
+		{"the reference has none", Config{}, map[string]State{"a": {CooldownUntil: at(time.Minute), FailureCounts: rl}}, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			id, when, ok := tt.cfg.LastResort(Store{Usage: tt.usage}, []string{"a", "b"}, "m", t0)
+			if id != tt.wantID || ok != (tt.wantID != "") || (ok && when.UnixMilli() != tt.wantAt) {
+				t.Fatalf("LastResort = %q, %v, %v; want %q at %d", id, when.UnixMilli(), ok, tt.wantID, tt.wantAt)
+			}
+		})
+	}
+}
+
+// TestUnusableWindows: windows that are zero, negative or not numbers are
+// no windows at all (runtime spec §17.5): the profile is not cooling, they
+// are not "expired" (nothing is cleared, the counters stay), a failure
+// opens a fresh window, and they weigh nothing in the unavailable reason.
+func TestUnusableWindows(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		`{"cooldownUntil":0,"disabledUntil":0,"errorCount":2,"failureCounts":{"rate_limit":2}}`,
+		`{"cooldownUntil":-60000,"disabledUntil":-1,"disabledReason":"billing","errorCount":2,"failureCounts":{"rate_limit":2}}`,
+		`{"cooldownUntil":"soon","disabledUntil":null,"errorCount":2,"failureCounts":{"rate_limit":2}}`,
+		`{"cooldownUntil":1e400,"errorCount":2,"failureCounts":{"rate_limit":2}}`,
+	} {
+		var st State
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			// 1e400 is not a JSON number Go reads: the reference's
+			// Infinity is just as unusable.
+			if strings.Contains(raw, "1e400") {
+				continue
+			}
+			t.Fatalf("%s: %v", raw, err)
+		}
+		if InCooldown("anthropic", st, "", t0) || InCooldown("anthropic", st, "m", t0) {
+			t.Errorf("%s: cooling", raw)
+		}
+		if after, changed := ClearExpired(st, t0); changed || after.ErrorCount != 2 || after.FailureCounts[provider.ReasonRateLimit] != 2 {
+			t.Errorf("%s: cleared %v to %+v", raw, changed, after)
+		}
+		if r := UnavailableReason(map[string]State{"a": st}, []string{"a"}, "", t0); r != "" {
+			t.Errorf("%s: unavailable reason %q", raw, r)
+		}
+		got := Config{}.Apply(st, Event{Kind: EventFailure, Provider: "anthropic", Reason: provider.ReasonRateLimit}, t0)
+		if got.CooldownUntil != at(CooldownFor(3)) || got.ErrorCount != 3 {
+			t.Errorf("%s: after a failure %+v, want a fresh window of the third step", raw, got)
+		}
+		store := Store{Profiles: []Profile{{ID: "a", Type: TypeAPIKey, Provider: "anthropic", Key: "k"}, {ID: "b", Type: TypeAPIKey, Provider: "anthropic", Key: "k"}},
+			Order: map[string][]string{"anthropic": {"a", "b"}}, Usage: map[string]State{"a": st}}
+		if ids := Order(store, Config{}, OrderRequest{Provider: "anthropic"}, t0); !reflect.DeepEqual(ids, []string{"a", "b"}) {
+			t.Errorf("%s: order %v", raw, ids)
+		}
+	}
+}

@@ -49,6 +49,10 @@ func statsAfter(before json.RawMessage, st State, want any) any {
 // stateView renders a state as the cases show a usage entry. The cases write
 // "errorCount": 0 where the reference reset the counter; State omits a zero
 // count, so a zero the case expects is filled in (absent and 0 mean the same).
+// Likewise a time the reference ignores and leaves in place (zero, negative
+// or not a number, runtime spec §17.5) is no time at all to State, which
+// drops it when it reads the entry: such a value the case expects is filled
+// in where State has none.
 func stateView(st State, want any) map[string]any {
 	data, _ := json.Marshal(st)
 	var m map[string]any
@@ -59,8 +63,26 @@ func stateView(st State, want any) map[string]any {
 				m["errorCount"] = 0
 			}
 		}
+		for _, k := range []string{"cooldownUntil", "disabledUntil", "lastUsed", "lastFailureAt"} {
+			v, expected := w[k]
+			if _, has := m[k]; has || !expected || !unusableTime(v) {
+				continue
+			}
+			m[k] = v
+		}
 	}
 	return m
+}
+
+// unusableTime reports a time value the reference ignores: a number that is
+// not positive, or anything that is not a number.
+func unusableTime(v any) bool {
+	n, ok := v.(json.Number)
+	if !ok {
+		return true
+	}
+	f, err := n.Float64()
+	return err != nil || f <= 0
 }
 
 func usageView(usage map[string]State, want any) map[string]any {

@@ -285,6 +285,40 @@ func Select(s Store, c Config, ids []string, model string, now time.Time) Select
 	return Selection{AllInCooldown: len(ids) > 0}
 }
 
+// LastResort picks the profile a run may still use for model when every
+// one of ids (an Order result) is cooling and nothing else can serve the run
+// (Fleet.LastResort; false when it is off): the one the server lets back
+// first. A profile that is disabled (billing, auth_permanent) or cooling
+// because its key was refused (auth) is never picked: waiting does not
+// mend those. at is when the profile may be called: its pending
+// Retry-After (profile-wide or for model), or now; ties keep the order of
+// ids.
+func (c Config) LastResort(s Store, ids []string, model string, now time.Time) (id string, at time.Time, ok bool) {
+	if !c.Fleet.LastResort {
+		return "", time.Time{}, false
+	}
+	t := ms(now)
+	best := int64(0)
+	for _, cand := range ids {
+		st := s.Usage[cand]
+		switch UnavailableReason(s.Usage, []string{cand}, model, now) {
+		case provider.ReasonAuth, provider.ReasonAuthPermanent, provider.ReasonBilling:
+			continue
+		}
+		if st.DisabledUntil > t {
+			continue
+		}
+		free := max(t, st.RetryUntil, st.Models[model].RetryUntil)
+		if !ok || free < best {
+			id, best, ok = cand, free, true
+		}
+	}
+	if !ok {
+		return "", time.Time{}, false
+	}
+	return id, time.UnixMilli(best), true
+}
+
 // reasonPriority breaks ties in UnavailableReason.
 var reasonPriority = []provider.Reason{
 	provider.ReasonAuthPermanent, provider.ReasonAuth, provider.ReasonBilling, provider.ReasonFormat,

@@ -74,6 +74,12 @@ type Fleet struct {
 	// KeepFailureInRun makes a success recorded by the run that recorded
 	// the last failure only stamp lastUsed instead of clearing the failure.
 	KeepFailureInRun bool
+	// LastResort lets a run whose every profile is cooling, with no other
+	// model left to try, still call the provider with the profile that
+	// frees up first (see Config.LastResort) instead of refusing: the
+	// cooldown ladder spreads load over keys, which a lone key cannot do,
+	// while the server's own Retry-After is still honoured.
+	LastResort bool
 }
 
 // ProbeIntervalDefault is the default Fleet.ProbeInterval.
@@ -81,8 +87,8 @@ const ProbeIntervalDefault = 30 * time.Second
 
 // FleetDefaults returns the policy the fleet runs with: per-model
 // cooldowns, Retry-After floor, a ladder capped at 5 minutes, probes 2
-// minutes before expiry at most every 30 s, and no clearing of a failure by
-// the run that caused it.
+// minutes before expiry at most every 30 s, no clearing of a failure by
+// the run that caused it, and the last-resort use of a cooling profile.
 func FleetDefaults() Fleet {
 	return Fleet{
 		PerModel:         true,
@@ -91,6 +97,7 @@ func FleetDefaults() Fleet {
 		ProbeMargin:      2 * time.Minute,
 		ProbeInterval:    ProbeIntervalDefault,
 		KeepFailureInRun: true,
+		LastResort:       true,
 	}
 }
 

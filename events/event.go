@@ -10,7 +10,7 @@ import (
 
 // Event streams, as in the reference runtime's agent events.
 const (
-	StreamLifecycle  = "lifecycle"  // Data.Phase: start, end, error, restart, aborted, merged, steered
+	StreamLifecycle  = "lifecycle"  // Data.Phase: start, end, error, restart, aborted, merged, steered, retrying
 	StreamAssistant  = "assistant"  // Data.Delta, Data.Text
 	StreamThinking   = "thinking"   // Data.Delta, Data.Text
 	StreamTool       = "tool"       // Data.Phase: start, update, result
@@ -53,6 +53,13 @@ const (
 	// running turn (Data.Text is its run id); the message still runs as
 	// its own turn.
 	PhaseSteered = "steered"
+	// PhaseRetrying: the run waits before calling the provider again
+	// (it stays in the same attempt and is not terminal). Data.DelayMs is
+	// the wait and Data.Error the failure that caused it. Data.Attempt is
+	// the same-key retry it precedes (1, 2, 3 after a transient failure),
+	// or 0 when the run waits for a cooling auth profile's Retry-After
+	// before its first call.
+	PhaseRetrying = "retrying"
 )
 
 // Event is one event of a run, published on agent.ev.<lane>.<run>. Seq counts
@@ -89,6 +96,7 @@ type EventData struct {
 	WillRetry  bool    `json:"willRetry,omitempty" msgpack:"willRetry,omitempty"`
 	IsError    bool    `json:"isError,omitempty" msgpack:"isError,omitempty"`
 	Payload    any     `json:"payload,omitempty" msgpack:"payload,omitempty"` // tool result/partial result
+	DelayMs    int64   `json:"delayMs,omitempty" msgpack:"delayMs,omitempty"` // lifecycle retrying: the wait
 }
 
 // Result is the outcome of a run, shaped like the reference runtime's result.
@@ -150,13 +158,27 @@ type UsageMeta struct {
 	CacheRead  int64 `json:"cacheRead,omitempty" msgpack:"cacheRead,omitempty"`
 	CacheWrite int64 `json:"cacheWrite,omitempty" msgpack:"cacheWrite,omitempty"`
 	Total      int64 `json:"total,omitempty" msgpack:"total,omitempty"`
+	// Cost is in USD (pi's usage.cost, priced from the model catalog).
+	// In AgentMeta.Usage it is the sum over every model call of the run
+	// (failed calls and same-key retries included), in
+	// LastCallUsage the last call's; nil when nothing was priced.
+	Cost *CostMeta `json:"cost,omitempty" msgpack:"cost,omitempty"`
+}
+
+// CostMeta is a cost in USD split like pi's usage.cost.
+type CostMeta struct {
+	Input      float64 `json:"input,omitempty" msgpack:"input,omitempty"`
+	Output     float64 `json:"output,omitempty" msgpack:"output,omitempty"`
+	CacheRead  float64 `json:"cacheRead,omitempty" msgpack:"cacheRead,omitempty"`
+	CacheWrite float64 `json:"cacheWrite,omitempty" msgpack:"cacheWrite,omitempty"`
+	Total      float64 `json:"total,omitempty" msgpack:"total,omitempty"`
 }
 
 // RunError says why a run failed. Kind is one of the reference's kinds
 // (context_overflow, compaction_failure, role_ordering, image_size,
-// retry_limit) or one of Lanefleet's: invalid_input, provider_error,
-// poison_message, internal, and the queue's: rejected (mode reject while
-// busy), interrupted (dropped or cut short by an interrupt), dropped (over
+// retry_limit) or one of Lanefleet's: tool_loop_limit, invalid_input,
+// provider_error, poison_message, internal, and the queue's: rejected (mode
+// reject while busy), interrupted (dropped or cut short by an interrupt), dropped (over
 // the session's queue cap; Message says which drop policy).
 type RunError struct {
 	Kind    string `json:"kind" msgpack:"kind"`

@@ -157,6 +157,54 @@ func TestPlanCooldown(t *testing.T) {
 	}
 }
 
+// TestPlanLastResort: with LastResort, the last candidate is tried although
+// its provider is cooling for a transient reason, so a run is never refused
+// without a provider call only because of the cooldown bookkeeping; what
+// waiting does not mend is still skipped, and earlier candidates keep the
+// reference's rule.
+func TestPlanLastResort(t *testing.T) {
+	t.Parallel()
+	cooling := func(reason provider.Reason) AvailabilityFunc {
+		return func(string, string) Availability {
+			return Availability{Profiles: 1, AllCooling: true, Reason: reason, SoonestExpiry: t0.Add(time.Hour)}
+		}
+	}
+	tests := []struct {
+		name       string
+		cfg        *Config
+		reason     provider.Reason
+		lastResort bool
+		tried      []string
+	}{
+		{"the only model, rate limited: tried", &Config{Primary: "a/one"}, provider.ReasonRateLimit, true, []string{"a/one"}},
+		{"the only model, overloaded: tried", &Config{Primary: "a/one"}, provider.ReasonOverloaded, true, []string{"a/one"}},
+		{"the only model, rate limited, reference rules: skipped", &Config{Primary: "a/one"}, provider.ReasonRateLimit, false, nil},
+		{"the only model, billing: skipped", &Config{Primary: "a/one"}, provider.ReasonBilling, true, nil},
+		{"the only model, auth: skipped", &Config{Primary: "a/one"}, provider.ReasonAuth, true, nil},
+		// The primary is still skipped (no probe due): the fallback is the
+		// last resort, and a non-primary rate-limited one is tried anyway.
+		{"a chain: the primary skipped, the last tried", &Config{Primary: "a/one", Fallbacks: []string{"b/two"}}, provider.ReasonFormat, true, []string{"b/two"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req := Request{Config: tt.cfg, Provider: "a", Model: "one", Classifier: ClassifierFunc(testClassifier),
+				Availability: cooling(tt.reason), LastResort: tt.lastResort}
+			var tried []string
+			_, _ = Run(t.Context(), req, func() time.Time { return t0 }, func(_ context.Context, s Step) error {
+				tried = append(tried, s.Candidate.String())
+				if !s.Last || !s.DuringCooldown {
+					t.Errorf("step %+v: want the last candidate, tried during cooldown", s)
+				}
+				return reasonErr{provider.ReasonRateLimit}
+			})
+			if !reflect.DeepEqual(tried, tt.tried) {
+				t.Fatalf("tried %v, want %v", tried, tt.tried)
+			}
+		})
+	}
+}
+
 func TestPlanErrors(t *testing.T) {
 	t.Parallel()
 	if _, err := newPlan(Request{}); !errors.Is(err, ErrNoClassifier) {

@@ -96,6 +96,12 @@ type Request struct {
 	Availability AvailabilityFunc
 	// Probes throttles probes of cooling primaries; nil = a fresh ProbeLog.
 	Probes ProbeThrottle
+	// LastResort tries the last candidate although its provider is cooling
+	// for a transient reason (not auth, auth_permanent or billing), rather
+	// than ending the run without calling any provider; the run then uses
+	// the provider's profile that frees up first
+	// (authprofile.Fleet.LastResort). The reference skips it.
+	LastResort bool
 }
 
 // ErrNoClassifier is returned by Run for a Request without a Classifier.
@@ -123,6 +129,8 @@ type Step struct {
 	// Probe reports that the attempt is a probe of a cooling primary (the
 	// throttle has been marked).
 	Probe bool
+	// Last reports that no candidate follows this one.
+	Last bool
 }
 
 // plan walks the candidates of one fallback run for Run: Next returns the
@@ -159,7 +167,7 @@ func (p *plan) Next(now time.Time) (step Step, ok bool) {
 		i := p.next
 		p.next++
 		c := p.cands[i]
-		step := Step{Candidate: c, Index: i, Primary: i == 0}
+		step := Step{Candidate: c, Index: i, Primary: i == 0, Last: i == len(p.cands)-1}
 		if p.req.Availability != nil {
 			av := p.req.Availability(c.Provider, c.Model)
 			if av.Profiles > 0 && av.AllCooling {
@@ -196,7 +204,7 @@ func (p *plan) cooldownDecision(step *Step, av Availability, now time.Time) (ski
 	// Overloaded is this port's split of the reference's rate_limit, so it
 	// is as transient as a rate limit here.
 	transient := reason == provider.ReasonRateLimit || reason == provider.ReasonOverloaded
-	attempt := (step.Primary && (!requested || probe)) || (!step.Primary && transient)
+	attempt := (step.Primary && (!requested || probe)) || (!step.Primary && transient) || (p.req.LastResort && step.Last)
 	if !attempt {
 		return true, fmt.Sprintf("Provider %s is in cooldown (all profiles unavailable)", c.Provider), reason
 	}

@@ -111,7 +111,8 @@ func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message,
 		var nt string
 		switch {
 		case text == "":
-			nt = ContextNotice
+			// The bare notice: no newline before it.
+			nt = strings.TrimPrefix(ContextNotice, "\n")
 			res.Messages[i].Outcome = OutcomeNoticeOnly
 		case jstext.Len(text) <= b.SingleToolResult:
 			nt = text
@@ -172,11 +173,11 @@ func cutForContext(text string, budget int) (string, int) {
 }
 
 // replaceToolText rebuilds a tool result around one text: a plain string
-// stays a plain string, anything else becomes one text block; details are
-// dropped.
+// (or no content at all) becomes a plain string, a block list (even an
+// empty one) one text block; details are dropped.
 func replaceToolText(m message.Message, text string) message.Message {
 	c := message.BlocksOf(message.Text(text))
-	if old := toolContent(m); old.IsPlain() || len(old.Blocks) == 0 {
+	if old := toolContent(m); old.IsPlain() || old.Blocks == nil {
 		c = message.PlainText(text)
 	}
 	return withoutDetails(withToolContent(m, c))
@@ -193,9 +194,11 @@ func joinedText(c message.Content) string {
 }
 
 // EstimateChars estimates the size of one message as the per-request guard
-// sees it: user text and other blocks by length (images 8000), assistant
-// text, thinking and tool-call arguments, tool results (text, images,
-// details) counted double, any other message 256.
+// sees it: user text and other blocks by length (images 8000, other blocks
+// their JSON), assistant text, thinking, tool-call arguments and the JSON
+// of other blocks, tool results (text, images 8000, other blocks and
+// details as JSON, a string of details by its length) counted double, any
+// other message 256.
 func EstimateChars(m message.Message) int {
 	switch {
 	case IsToolResult(m):
@@ -206,9 +209,15 @@ func EstimateChars(m message.Message) int {
 				n += jstext.Len(b.Text)
 			case message.BlockImage:
 				n += imageChars
+			default:
+				n += jsonLen(b)
 			}
 		}
-		if d := details(m); d != nil {
+		switch d := details(m).(type) {
+		case nil:
+		case string:
+			n += jstext.Len(d)
+		default:
 			n += jsonLen(d)
 		}
 		return max(n, int(math.Ceil(float64(n)*toolResultWeight)))
@@ -239,6 +248,8 @@ func EstimateChars(m message.Message) int {
 				} else {
 					n += jsonLen(map[string]any{})
 				}
+			default:
+				n += jsonLen(b)
 			}
 		}
 		return n

@@ -207,7 +207,10 @@ func TestGuardContext(t *testing.T) {
 		t.Parallel()
 		m := message.Message{Role: message.RoleToolResult, ToolCallID: "1", Content: message.BlocksOf(message.Image("image/png", "AAAA"))}
 		out, res := GuardContext([]message.Message{m}, 1000)
-		if res.Messages[0].Outcome != OutcomeNoticeOnly || out[0].Content.Text() != ContextNotice {
+		// The bare notice, without the newline that precedes it after a
+		// cut text.
+		if res.Messages[0].Outcome != OutcomeNoticeOnly || out[0].Content.Text() != "[truncated: output exceeded context limit]" ||
+			out[0].Content.IsPlain() {
 			t.Errorf("got %+v %q", res.Messages[0], out[0].Content.Text())
 		}
 	})
@@ -271,5 +274,51 @@ func TestToolResultsOverflowPass(t *testing.T) {
 	// Huge windows are capped at the hard maximum.
 	if got := MaxToolResultChars(10_000_000); got != HardMaxToolResultChars {
 		t.Errorf("max chars %d", got)
+	}
+}
+
+// TestEstimateDetails: a tool result's details count toward its estimate
+// as the reference's estimateUnknownChars counts them (runtime spec §11.2):
+// a string by its length, anything else by its JSON, then doubled with the
+// rest of the result; other content blocks count by their JSON too.
+func TestEstimateDetails(t *testing.T) {
+	t.Parallel()
+	res := func(details any, blocks ...message.Block) message.Message {
+		return message.Message{Role: message.RoleToolResult, ToolCallID: "1", Content: message.BlocksOf(blocks...), Details: details}
+	}
+	text := message.Text("abcd") // 4
+	tests := []struct {
+		name string
+		m    message.Message
+		want int
+	}{
+		{"no details", res(nil, text), 8},
+		{"a string: its length, unquoted", res("hello", text), (4 + 5) * 2},
+		{"a string with a quote: still its length", res(`say "hi"`, text), (4 + 8) * 2},
+		{"a number", res(float64(42), text), (4 + 2) * 2},
+		{"an object: its JSON", res(map[string]any{"exitCode": float64(0)}, text), (4 + len(`{"exitCode":0}`)) * 2},
+		{"an array", res([]any{"a", true}, text), (4 + len(`["a",true]`)) * 2},
+		{"an image and details", res(map[string]any{}, message.Image("image/png", "AAAA")), (8000 + 2) * 2},
+		{"a block of another type: its JSON", res(nil, message.ToolCall("x", "y", map[string]any{})),
+			2 * jsonLen(message.ToolCall("x", "y", map[string]any{}))},
+	}
+	for _, tt := range tests {
+		if got := EstimateChars(tt.m); got != tt.want {
+			t.Errorf("%s: estimate %d, want %d", tt.name, got, tt.want)
+		}
+	}
+	// Details can tip a result over the single-result budget: it is then
+	// rebuilt without them, its text kept.
+	m := res(strings.Repeat("d", 600), message.Text("short"))
+	out, r := GuardContext([]message.Message{m}, 1000)
+	if r.Messages[0].Outcome != OutcomeUnchanged || !r.Messages[0].DetailsRemoved || out[0].Details != nil || out[0].Content.Text() != "short" {
+		t.Errorf("details over budget: %+v %+v", r.Messages[0], out[0])
+	}
+	// Pass 2 drops details with the content it compacts; an empty block
+	// list stays a block list.
+	empty := message.Message{Role: message.RoleToolResult, ToolCallID: "2", Content: message.BlocksOf([]message.Block{}...), Details: strings.Repeat("x", 3000)}
+	out, r = GuardContext([]message.Message{message.User(strings.Repeat("u", 2000), 0), empty}, 1000)
+	if out[1].Content.IsPlain() || out[1].Details != nil || r.Messages[1].Outcome != OutcomeNoticeOnly {
+		t.Errorf("empty block list with details: %+v %+v", r.Messages[1], out[1])
 	}
 }

@@ -56,7 +56,9 @@ func TestRealProviderThroughTheFleet(t *testing.T) {
 		}
 		if n > 1 {
 			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", "7")
+			// Longer than a minute: not waited for on the same key, so the
+			// turn ends with the rate limit at once.
+			w.Header().Set("Retry-After", "120")
 			w.WriteHeader(http.StatusTooManyRequests)
 			_, _ = w.Write(limited)
 			return

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"time"
 
@@ -33,7 +34,7 @@ type run struct {
 	in      Input
 	sink    Sink
 	b       *builder
-	history []message.Entry // the session before this turn (may be rewritten in memory by truncation)
+	history []message.Entry // the session before this turn, as stored
 	tools   tools.Set
 	specs   []provider.Tool
 	client  map[string]bool // client tool names
@@ -41,7 +42,10 @@ type run struct {
 	window  int
 	sub     *subscriber
 	base    []message.Message // the history's context, built once
-	system  string            // the run's system prompt
+	// branched is set once overflow truncation re-appended part of the
+	// history on a new branch (the context is then built from the branch).
+	branched bool
+	system   string // the run's system prompt
 	// answered are the client tools whose pending calls this run's message
 	// answers.
 	answered []string
@@ -60,15 +64,21 @@ func (ru *run) entries() []message.Entry {
 // built once per run; this turn's entries are appended to them as long as
 // they only add messages on the same branch.
 func (ru *run) contextMessages() []message.Message {
+	if ru.branched {
+		// The turn re-appended part of the history on a new branch.
+		return reshaped(ru.entries())
+	}
 	if ru.base == nil {
-		ru.base = compaction.ConvertToLLM(sessionfile.MessagesShared(ru.history))
+		// Images of user turns the model has answered are not sent again
+		// (runtime spec §10.3): the stored history keeps them.
+		ru.base, _ = sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(ru.history)))
 	}
 	out := make([]message.Message, 0, len(ru.base)+len(ru.b.entries))
 	out = append(out, ru.base...)
 	for _, e := range ru.b.entries {
 		if e.Type != message.EntryMessage || e.Message == nil {
 			// A compaction (or anything else) re-shapes the branch.
-			return compaction.ConvertToLLM(sessionfile.MessagesShared(ru.entries()))
+			return reshaped(ru.entries())
 		}
 		switch e.Message.Role {
 		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
@@ -76,6 +86,13 @@ func (ru *run) contextMessages() []message.Message {
 		}
 	}
 	return out
+}
+
+// reshaped returns the context of a branch this turn re-shaped (a
+// compaction): images of user turns the model answered are not sent.
+func reshaped(entries []message.Entry) []message.Message {
+	msgs, _ := sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(entries)))
+	return msgs
 }
 
 func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
@@ -100,9 +117,12 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		}
 	}
 
-	for iter := 0; ; iter++ {
-		if iter >= ru.r.cfg.MaxIterations {
-			out.iterLimit = iter
+	limit := ru.toolLoopLimit()
+	// calls counts the model calls that answered (the tool loop's
+	// iterations); retries the same-key retries since the last one.
+	for calls, retries := 0, 0; ; {
+		if calls >= limit {
+			out.toolLoopLimit = calls
 			return out
 		}
 		if ctxMsgs == nil {
@@ -136,6 +156,20 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				am.ErrorMessage = errText(err)
 			}
 		}
+		if d, ok := ru.retryWait(actx, req, &am, err, retries+1); ok {
+			retries++
+			if ru.pause(actx, d, retries, am.ErrorMessage) == nil {
+				// The failed reply is not stored (a model never sees an
+				// errored reply again, and the retrying event told why);
+				// its usage counts.
+				ru.acc.add(am.Usage)
+				continue
+			}
+			// The run was cancelled or the attempt timed out while
+			// waiting: the loop sees the failed reply as it is.
+			out.timedOut = timedOut()
+			out.aborted = out.timedOut || ctx.Err() != nil
+		}
 		ru.addAssistant(&am)
 		out.last = ru.lastAssistant()
 		out.texts = ru.sub.texts
@@ -146,9 +180,10 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			}
 			return out
 		}
-		calls := am.ToolCalls()
-		if am.StopReason == message.StopToolUse && len(calls) > 0 {
-			for _, c := range calls {
+		calls, retries = calls+1, 0
+		toolCalls := am.ToolCalls()
+		if am.StopReason == message.StopToolUse && len(toolCalls) > 0 {
+			for _, c := range toolCalls {
 				if ru.client[c.Name] {
 					args, _ := json.Marshal(c.Arguments)
 					if c.Arguments == nil {
@@ -174,10 +209,28 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				return out
 			}
 		}
-		if ru.steer(actx) == 0 && (am.StopReason != message.StopToolUse || len(calls) == 0) {
+		if ru.steer(actx) == 0 && (am.StopReason != message.StopToolUse || len(toolCalls) == 0) {
 			return out
 		}
 	}
+}
+
+// toolLoopLimit is the run's tool-loop limit: its setting, within the
+// worker's.
+func (ru *run) toolLoopLimit() int {
+	limit := ru.r.cfg.MaxToolIterations
+	if n := ru.in.Settings.MaxToolIterations; n > 0 && n < limit {
+		return n
+	}
+	return limit
+}
+
+// historyLimit is the run's history limit: its setting, else the worker's.
+func (ru *run) historyLimit() int {
+	if n := ru.in.Settings.HistoryLimit; n > 0 {
+		return n
+	}
+	return ru.r.cfg.HistoryLimit
 }
 
 // prepare builds the messages of one model call from its context: sanitised for
@@ -185,7 +238,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 // tool-result guard (§11.2).
 func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
 	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
-		AllowedToolNames: ru.allowedTools(), HistoryLimit: ru.r.cfg.HistoryLimit})
+		AllowedToolNames: ru.allowedTools(), HistoryLimit: ru.historyLimit()})
 	if len(res.Final) > 0 {
 		msgs = res.Final
 	}
@@ -334,13 +387,84 @@ func (ru *run) compactWith(ctx context.Context, req attemptReq, trigger string) 
 }
 
 // truncate shortens oversized tool results (overflow recovery §11.3, the
-// pass guard.TruncateToolResults makes): in this turn's entries, which are
-// stored so, and in memory for the history, which is stored by earlier
-// turns.
+// pass guard.TruncateToolResults makes) on the session's current branch.
+// This turn's entries are not stored yet and are cut in place. An oversized
+// result of an earlier turn is stored in that turn's record, which is never
+// rewritten; instead, as the reference rewrites its session file, the turn
+// branches: it re-appends every entry of the branch from that result on,
+// with the results cut, as a new branch off the result's parent, and this
+// turn's entries follow. The session's leaf is then on the cut branch, so
+// later turns read the cut results and never pay for this recovery again.
 func (ru *run) truncate(_ context.Context, window int) int {
-	ru.history = append([]message.Entry(nil), ru.history...)
-	ru.base = nil
-	return truncateEntries(ru.history, window) + truncateEntries(ru.b.entries, window)
+	n := truncateEntries(ru.b.entries, window)
+	own := make(map[string]bool, len(ru.b.entries))
+	for _, e := range ru.b.entries {
+		own[e.ID] = true
+	}
+	path := sessionfile.Branch(ru.entries())
+	first := -1
+	for i, e := range path {
+		if own[e.ID] {
+			break
+		}
+		if e.Message != nil && guard.HasOversizedToolResult([]message.Message{*e.Message}, window) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return n
+	}
+	copies := rebranch(path[first:], own, ru.r.cfg.Now())
+	n += truncateEntries(copies, window)
+	if len(ru.b.entries) > 0 {
+		last := copies[len(copies)-1].ID
+		ru.b.entries[0].ParentID = &last
+	} else {
+		ru.b.parent = copies[len(copies)-1].ID
+	}
+	ru.b.entries = append(copies, ru.b.entries...)
+	ru.base, ru.branched = nil, true
+	return n
+}
+
+// rebranch copies the stored entries of a branch tail (those not in own,
+// this turn's) as a new chain off the tail's first parent, with fresh ids,
+// as the reference re-appends a session branch: messages, compactions,
+// thinking-level and model changes, custom entries and session info are
+// kept, branch summaries and labels dropped. A compaction's first kept
+// entry follows its copy.
+func rebranch(tail []message.Entry, own map[string]bool, now time.Time) []message.Entry {
+	ids := make(map[string]string, len(tail))
+	parent := tail[0].ParentID
+	ts := now.UTC().Format("2006-01-02T15:04:05.000Z")
+	out := make([]message.Entry, 0, len(tail))
+	for _, e := range tail {
+		if own[e.ID] {
+			break
+		}
+		switch e.Type {
+		case message.EntryBranchSummary, message.EntryLabel, message.EntrySession:
+			continue
+		}
+		c := e
+		c.ID = sessionfile.NewEntryID()
+		c.Timestamp = ts
+		if parent != nil {
+			p := *parent
+			c.ParentID = &p
+		}
+		if e.Type == message.EntryCompaction {
+			if first, ok := e.Fields["firstKeptEntryId"].(string); ok && ids[first] != "" {
+				c.Fields = maps.Clone(e.Fields)
+				c.Fields["firstKeptEntryId"] = ids[first]
+			}
+		}
+		ids[e.ID] = c.ID
+		parent = &c.ID
+		out = append(out, c)
+	}
+	return out
 }
 
 // truncateEntries replaces, in es, the messages guard.TruncateToolResults

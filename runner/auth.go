@@ -54,3 +54,13 @@ func availability(a Auth, now func() time.Time) fallback.AvailabilityFunc {
 		return fallback.Availability{Profiles: st.Profiles, AllCooling: st.AllCooling, Reason: st.Reason, SoonestExpiry: st.SoonestExpiry}
 	}
 }
+
+// lastResortOn reports whether a's rules use a cooling profile as a last
+// resort (authprofile.Fleet.LastResort).
+func lastResortOn(a Auth) bool {
+	if a == nil {
+		return false
+	}
+	_, c := a.Snapshot()
+	return c.Fleet.LastResort
+}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,6 +109,8 @@ func (s *scriptedLoop) compact(context.Context, attemptReq, string) bool {
 	return ok
 }
 
+func (s *scriptedLoop) pause(context.Context, time.Duration, int, string) error { return nil }
+
 func (s *scriptedLoop) truncate(context.Context, int) int {
 	s.truncations++
 	return s.truncN
@@ -155,8 +158,19 @@ func TestConformanceRunLoop(t *testing.T) {
 			ThinkLevel    string `json:"thinkLevel"`
 			LockedProfile string `json:"lockedProfile"`
 			ProfileStats  map[string]struct {
-				CooldownActive bool `json:"cooldownActive"`
+				CooldownActive bool           `json:"cooldownActive"`
+				DisabledActive bool           `json:"disabledActive"`
+				DisabledReason string         `json:"disabledReason"`
+				CooldownUntil  int64          `json:"cooldownUntil"`
+				DisabledUntil  int64          `json:"disabledUntil"`
+				ErrorCount     int            `json:"errorCount"`
+				FailureCounts  map[string]int `json:"failureCounts"`
 			} `json:"profileStats"`
+			// The requested model, and whether it resolves (§3.1 step 2).
+			Provider      string `json:"provider"`
+			Model         string `json:"model"`
+			UnknownModel  bool   `json:"unknownModel"`
+			ModelResolves *bool  `json:"modelResolves"`
 		}
 		var exp map[string]any
 		if err := json.Unmarshal(c.Input, &in); err != nil {
@@ -191,15 +205,37 @@ func TestConformanceRunLoop(t *testing.T) {
 		store := authprofile.Store{Usage: map[string]authprofile.State{}}
 		for _, id := range in.Profiles {
 			store.Profiles = append(store.Profiles, authprofile.Profile{ID: id, Type: authprofile.TypeAPIKey, Provider: "anthropic", Key: "sk-" + provider.Secret(id)})
-			if in.ProfileStats[id].CooldownActive {
-				store.Usage[id] = authprofile.State{CooldownUntil: now.Add(time.Hour).UnixMilli()}
+			ps := in.ProfileStats[id]
+			st := authprofile.State{CooldownUntil: ps.CooldownUntil, DisabledUntil: ps.DisabledUntil, ErrorCount: ps.ErrorCount}
+			if ps.CooldownActive {
+				st.CooldownUntil = now.Add(time.Hour).UnixMilli()
 			}
+			if ps.DisabledActive || ps.DisabledReason != "" && st.DisabledUntil == 0 {
+				st.DisabledUntil = now.Add(time.Hour).UnixMilli()
+			}
+			if st.DisabledUntil > 0 {
+				st.DisabledReason = provider.Reason(cmp.Or(ps.DisabledReason, string(provider.ReasonBilling)))
+			}
+			for r, n := range ps.FailureCounts {
+				if st.FailureCounts == nil {
+					st.FailureCounts = map[provider.Reason]int{}
+				}
+				st.FailureCounts[provider.Reason(r)] = n
+			}
+			store.Usage[id] = st
 		}
 		auth := &recordingAuth{MemoryAuth: NewMemoryAuth(store, authprofile.Config{}, func() time.Time { return now })}
-		req := loopReq{runID: "run-1", model: provider.Model{Provider: "anthropic", ID: "claude-opus-4-6"}, contextWindow: window,
+		model := provider.Model{Provider: cmp.Or(in.Provider, "anthropic"), ID: cmp.Or(in.Model, "claude-opus-4-6")}
+		req := loopReq{runID: "run-1", model: model, contextWindow: window,
 			thinking: provider.ThinkingLevel(in.ThinkLevel), auth: auth, locked: in.LockedProfile,
 			fallbackConfigured: in.FallbackConfigured, now: func() time.Time { return now }}
-		out, err := runModel(t.Context(), req, sl)
+		var out *loopOut
+		// The model resolves first (§3.1 step 2): an unknown one throws
+		// before anything else.
+		_, _, err := resolveModel(scenarioResolver{unknown: in.UnknownModel || (in.ModelResolves != nil && !*in.ModelResolves)}, model.Ref())
+		if err == nil {
+			out, err = runModel(t.Context(), req, sl)
+		}
 
 		result := "success"
 		switch {
@@ -280,7 +316,7 @@ func TestConformanceRunLoop(t *testing.T) {
 				if r, ok := th["reason"]; ok && string(pe.Reason) != r {
 					t.Errorf("reason %q, want %v", pe.Reason, r)
 				}
-				if s, ok := th["status"]; ok && float64(pe.Status) != s {
+				if s, ok := th["status"]; ok && (s == nil && pe.Status != 0 || s != nil && float64(pe.Status) != s) {
 					t.Errorf("status %d, want %v", pe.Status, s)
 				}
 				if m, ok := th["message"]; ok && pe.Message != m {
@@ -289,6 +325,17 @@ func TestConformanceRunLoop(t *testing.T) {
 			}
 		}
 	})
+}
+
+// scenarioResolver resolves every model of a scenario, or none.
+type scenarioResolver struct{ unknown bool }
+
+func (r scenarioResolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
+	if r.unknown {
+		return provider.Model{}, nil, errors.New("not in the catalog")
+	}
+	p, id, _ := strings.Cut(ref, "/")
+	return provider.Model{Provider: p, ID: id}, nil, nil
 }
 
 func hasErrorPayload(out *loopOut) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,7 +23,15 @@ const (
 	TextContextOverflow = "Context overflow: prompt too large for the model. Try /reset (or /new) to start a fresh session, or use a larger-context model."
 	TextRoleOrdering    = "Message ordering conflict - please try again. If this persists, use /new to start a fresh session."
 	TextTimedOut        = "Request timed out before a response was generated. Please try again, or increase `agents.defaults.timeoutSeconds` in your config."
+	// TextToolLoopLimit (with the number of model calls) ends a turn
+	// stopped by the tool-loop limit, a Lanefleet safety net the reference
+	// does not have.
+	TextToolLoopLimit = "Stopped after %d model calls in this turn (the tool-loop limit). Send another message to let the agent continue, or raise the limit."
 )
+
+// KindToolLoopLimit is the meta error kind of a turn stopped by the
+// tool-loop limit.
+const KindToolLoopLimit = "tool_loop_limit"
 
 // Run-loop constants.
 const (
@@ -43,6 +52,9 @@ type attemptReq struct {
 	profile  string // "" = the provider's environment or config key
 	key      provider.Secret
 	thinking provider.ThinkingLevel
+	// canRotate reports that another profile is ready should this one
+	// fail (a rate limit then rotates instead of retrying the key).
+	canRotate bool
 }
 
 // attemptOut is what one attempt reports (runtime spec §4 step 15).
@@ -62,9 +74,9 @@ type attemptOut struct {
 	// toolErrors remembers the attempt's failing tools (its last standing
 	// failure ends the reply with a warning).
 	toolErrors replytext.ToolErrors
-	// iterLimit is set to the number of model calls when the attempt
-	// stopped at Config.MaxIterations (a tool loop that never ends).
-	iterLimit int
+	// toolLoopLimit is set to the number of model calls when the
+	// attempt stopped at the run's tool-loop limit.
+	toolLoopLimit int
 }
 
 // attempter runs attempts and the overflow recovery for the loop.
@@ -75,6 +87,10 @@ type attempter interface {
 	// truncate shortens oversized tool results in the session; it returns
 	// how many it shortened.
 	truncate(ctx context.Context, contextWindow int) int
+	// pause waits d before a call, showing the wait (lifecycle retrying,
+	// attempt n, because of why); it returns ctx's cause when ctx ends
+	// first.
+	pause(ctx context.Context, d time.Duration, n int, why string) error
 }
 
 // loopReq configures one model's run loop.
@@ -83,14 +99,23 @@ type loopReq struct {
 	model         provider.Model
 	prov          provider.Provider
 	contextWindow int
-	thinking      provider.ThinkingLevel
-	auth          Auth
+	// hardMin is the smallest context window a run may start with; 0 =
+	// guard.HardMinTokensDefault.
+	hardMin  int
+	thinking provider.ThinkingLevel
+	auth     Auth
 	// locked is a profile the user pinned: used even when cooling, never
 	// rotated away from.
 	locked             string
 	preferred          string
 	fallbackConfigured bool
-	now                func() time.Time
+	// lastResort is set when no other model follows this one: with the
+	// fleet policy on (authprofile.Fleet.LastResort), a run whose every
+	// profile is cooling then waits out the pending Retry-After of the
+	// one that frees up first (at most maxWait) and uses it.
+	lastResort bool
+	maxWait    time.Duration
+	now        func() time.Time
 	// stateErr receives each auth-profile state write that failed (the
 	// run goes on without it); nil = drop them.
 	stateErr func(error)
@@ -143,7 +168,19 @@ const (
 	stop              // the run ends: with l.out, or with the step's error
 )
 
+// runModel runs the loop for one model. The decisions the reference makes
+// before the first attempt come first, and throw without one: a context
+// window under the hard minimum (§3.1 step 3), then the auth profiles
+// (steps 4-5: a locked profile not configured for the provider, every
+// profile unavailable).
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
+	if req.hardMin <= 0 {
+		req.hardMin = guard.HardMinTokensDefault
+	}
+	if req.contextWindow > 0 && req.contextWindow < req.hardMin {
+		err := &guard.WindowTooSmallError{Tokens: req.contextWindow, Min: req.hardMin}
+		return nil, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
+	}
 	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}}
 	l.resetThinking()
 	if err := l.resolveProfiles(ctx); err != nil {
@@ -185,7 +222,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 // reply is the run's.
 func (l *modelLoop) decide(ctx context.Context, a *outcome) (next, error) {
 	steps := []func(context.Context, *outcome) (next, error){
-		l.endlessToolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
+		l.toolLoopLimit, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
 	}
 	for _, step := range steps {
 		if n, err := step(ctx, a); err != nil || n != goOn {
@@ -213,7 +250,8 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 	}
 	l.attempted[l.thinkLevel] = true
 	l.out.thinkLevels = append(l.out.thinkLevels, l.thinkLevel)
-	a := &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel}}
+	a := &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
+		canRotate: l.canRotate()}}
 	a.attemptOut = l.at.attempt(ctx, a.req)
 	l.out.compactions += a.compactions
 	l.out.last, l.out.pending = a.last, a.pending
@@ -235,13 +273,16 @@ func (l *modelLoop) reply(text, kind, msg string) {
 	l.out.runErr = &events.RunError{Kind: kind, Message: msg}
 }
 
-// endlessToolLoop ends a run whose attempt stopped at Config.MaxIterations
-// model calls (a tool loop that never ends) with the retry-limit reply.
-func (l *modelLoop) endlessToolLoop(_ context.Context, a *outcome) (next, error) {
-	if a.iterLimit == 0 {
+// toolLoopLimit ends a run whose attempt stopped at the run's tool-loop
+// limit with its own reply (not the retry-limit one: nothing was retried).
+// The turn is complete: its calls and results are stored, and the next
+// message continues from them.
+func (l *modelLoop) toolLoopLimit(_ context.Context, a *outcome) (next, error) {
+	if a.toolLoopLimit == 0 {
 		return goOn, nil
 	}
-	l.reply(TextRetryLimit, "retry_limit", fmt.Sprintf("stopped after %d model calls in one turn", a.iterLimit))
+	l.reply(fmt.Sprintf(TextToolLoopLimit, a.toolLoopLimit), KindToolLoopLimit,
+		fmt.Sprintf("Tool loop stopped after %d model calls (max=%d).", a.toolLoopLimit, a.toolLoopLimit))
 	return stop, nil
 }
 
@@ -456,10 +497,40 @@ func (l *modelLoop) resolveProfiles(ctx context.Context) error {
 	}
 	l.profiles = order
 	l.idx = -1
-	if !l.advance(ctx, s, c, now) {
-		return l.profileFailover(s, c, now, "")
+	if l.advance(ctx, s, c, now) {
+		return nil
 	}
-	return nil
+	if ok, err := l.useLastResort(ctx, s, c, now); ok || err != nil {
+		return err
+	}
+	return l.profileFailover(s, c, now, "")
+}
+
+// useLastResort activates, when every profile is cooling and no other
+// model can serve the run, the profile the server lets back first, after
+// waiting out its pending Retry-After (authprofile.Config.LastResort). It
+// reports false when there is none, or when the wait would exceed maxWait.
+func (l *modelLoop) useLastResort(ctx context.Context, s authprofile.Store, c authprofile.Config, now time.Time) (bool, error) {
+	if !l.req.lastResort {
+		return false, nil
+	}
+	id, at, ok := c.LastResort(s, l.profiles, l.req.model.ID, now)
+	if !ok {
+		return false, nil
+	}
+	wait := at.Sub(now)
+	if l.req.maxWait > 0 && wait >= l.req.maxWait {
+		return false, nil
+	}
+	if wait > 0 {
+		why := fmt.Sprintf("every auth profile of %s is cooling down; %s may be used again in %s", l.req.model.Provider, id, wait.Round(time.Millisecond))
+		if err := l.at.pause(ctx, wait, 0, why); err != nil {
+			return false, err
+		}
+	}
+	l.idx = slices.Index(l.profiles, id)
+	l.resetThinking()
+	return true, nil
 }
 
 // ProbeClaimer is implemented by an Auth that lets one worker at a time
@@ -576,6 +647,22 @@ func (l *modelLoop) markFailed(ctx context.Context, reason provider.Reason, retr
 	}
 	l.stateErr(l.req.auth.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventFailure, Provider: l.req.model.Provider,
 		Reason: reason, Model: l.req.model.ID, RetryAfter: retryAfter, RunID: l.req.runID}))
+}
+
+// canRotate reports whether a profile after the active one is out of
+// cooldown (a probe-due one does not count: its claim is not made here).
+func (l *modelLoop) canRotate() bool {
+	if l.req.auth == nil || l.current() == "" || l.current() == l.req.locked || l.idx+1 >= len(l.profiles) {
+		return false
+	}
+	s, _ := l.req.auth.Snapshot()
+	now := l.req.now()
+	for _, id := range l.profiles[l.idx+1:] {
+		if p, ok := s.Profile(id); ok && !authprofile.InCooldown(p.Provider, s.Usage[id], l.req.model.ID, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // rotate activates the next usable profile (never away from a locked one).

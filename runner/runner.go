@@ -49,12 +49,36 @@ type Input struct {
 	// Steer, when set, returns the steer-mode messages that arrived since
 	// the last call; the runner polls it at every model-call boundary.
 	Steer func(ctx context.Context) []*events.Inbound
+	// Settings are the run's own settings (from the message, or stored
+	// with the session); the zero value takes the worker's.
+	Settings Settings
+}
+
+// Settings are one run's settings. Each zero field means the worker's
+// Config; none can exceed what the worker allows.
+type Settings struct {
+	// MaxToolIterations bounds the model calls of the turn's tool loop;
+	// capped by Config.MaxToolIterations.
+	MaxToolIterations int
+	// HistoryLimit keeps only the last n user turns in requests; 0 =
+	// Config.HistoryLimit.
+	HistoryLimit int
+	// AuthProfile is the auth profile the run starts with when it is
+	// usable (the session's sticky profile). With AuthProfileLocked the
+	// user pinned it: it is the only one used, even while cooling, and a
+	// profile that is not configured for the model's provider fails the
+	// run (runtime spec §3.1 step 4).
+	AuthProfile       string
+	AuthProfileLocked bool
 }
 
 // Output is a finished turn: the entries to append and the result.
 type Output struct {
 	Entries []message.Entry
 	Result  *events.Result
+	// Usage sums the usage of every model call the turn made, cost
+	// included: what a session's running total adds.
+	Usage message.Usage
 }
 
 // ToolSource gives a run its tools (built-in tools in the session's
@@ -114,8 +138,13 @@ type Config struct {
 	Compactor Compactor // nil = no compaction
 	// Window configures the context-window guard.
 	Window guard.WindowConfig
-	// MaxIterations bounds the model calls of one attempt; default 32.
-	MaxIterations int
+	// MaxToolIterations bounds the model calls of one turn's tool loop
+	// (an attempt); Input.Settings may lower it per run. The reference has
+	// no such cap: it stops a model that never stops calling tools.
+	// Default MaxToolIterationsDefault.
+	MaxToolIterations int
+	// Retry is the same-key retry of transient provider failures.
+	Retry RetryPolicy
 	// AttemptTimeout bounds one attempt (the reference's
 	// agents.defaults.timeoutSeconds); default 10 minutes.
 	AttemptTimeout time.Duration
@@ -133,6 +162,7 @@ type Config struct {
 const (
 	AttemptTimeoutDefault    = 10 * time.Minute
 	CompactionTimeoutDefault = 300 * time.Second
+	MaxToolIterationsDefault = 200
 )
 
 // Runner runs turns. It is safe for concurrent use.
@@ -149,9 +179,10 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.DefaultModel == "" {
 		cfg.DefaultModel = "scripted/echo"
 	}
-	if cfg.MaxIterations <= 0 {
-		cfg.MaxIterations = 32
+	if cfg.MaxToolIterations <= 0 {
+		cfg.MaxToolIterations = MaxToolIterationsDefault
 	}
+	cfg.Retry = cfg.Retry.withDefaults()
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = AttemptTimeoutDefault
 	}
@@ -191,14 +222,20 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 		ref = r.cfg.DefaultModel
 	}
 	fcfg := &fallback.Config{Primary: r.cfg.DefaultModel, Fallbacks: r.cfg.Fallbacks, Aliases: r.cfg.Aliases}
-	requested, _ := fcfg.ParseRef(ref, "")
+	requested, ok := fcfg.ParseRef(ref, "")
+	if !ok || requested.Provider == "" {
+		// A model that cannot even be named is never answered by another
+		// one: the run fails before any attempt (runtime spec §3.1 step 2).
+		return ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref}), nil
+	}
 	req := fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
-		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes}
+		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes,
+		LastResort: lastResortOn(r.cfg.Auth)}
 	var model provider.Model
 	var out *loopOut
 	_, err := fallback.Run(ctx, req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
 		var err error
-		out, err = ru.tryModel(ctx, step.Candidate.String(), &model)
+		out, err = ru.tryModel(ctx, step, &model)
 		return err
 	})
 	switch {
@@ -235,24 +272,43 @@ func (ru *run) addPrompt(ctx context.Context, start time.Time) {
 // set once the candidate resolves. As in the reference, the loop throws
 // failover errors to the chain only when fallbacks are configured;
 // otherwise a failed model ends the run with its error reply.
-func (ru *run) tryModel(ctx context.Context, ref string, model *provider.Model) (*loopOut, error) {
+func (ru *run) tryModel(ctx context.Context, step fallback.Step, model *provider.Model) (*loopOut, error) {
 	cfg := ru.r.cfg
-	m, prov, err := cfg.Resolver.Resolve(ref)
+	ref := step.Candidate.String()
+	m, prov, err := resolveModel(cfg.Resolver, ref)
 	if err != nil {
-		return nil, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: fmt.Sprintf("Unknown model: %s (%v)", ref, err)}
+		return nil, err
 	}
 	*model = m
 	w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), cfg.Window)
-	if err := w.Err(); err != nil {
-		return nil, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
-	}
-	if w.ShouldWarn {
+	if w.ShouldWarn && !w.ShouldBlock {
 		cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
 	}
 	ru.window = w.Tokens
-	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
+	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens, hardMin: w.HardMin,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
-		fallbackConfigured: len(cfg.Fallbacks) > 0, now: cfg.Now, stateErr: ru.stateErr}, ru)
+		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
+		fallbackConfigured: len(cfg.Fallbacks) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
+		now: cfg.Now, stateErr: ru.stateErr}, ru)
+}
+
+// resolveModel resolves a "provider/model-id" reference (runtime spec §3.1
+// step 2); an unknown model is a failover error with reason
+// model_not_found, "Unknown model: <ref>" and the resolver's reason.
+func resolveModel(res Resolver, ref string) (provider.Model, provider.Provider, error) {
+	m, prov, err := res.Resolve(ref)
+	if err != nil {
+		return m, nil, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref, Err: err}
+	}
+	return m, prov, nil
+}
+
+// locked is the profile a run's settings pin, "" when none.
+func locked(s Settings) string {
+	if s.AuthProfileLocked {
+		return s.AuthProfile
+	}
+	return ""
 }
 
 // stateErr keeps a fleet-state write that failed: the run goes on (a lost
@@ -361,7 +417,7 @@ func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Outp
 	} else {
 		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
 	}
-	return &Output{Entries: ru.b.entries, Result: res}
+	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.acc.sum}
 }
 
 // fail makes the output of a run that ended with an error no model loop
@@ -470,9 +526,10 @@ func (b *builder) add(m message.Message) {
 	b.entries = append(b.entries, e)
 }
 
-// usageAcc accumulates usage as the reference result reports it.
+// usageAcc accumulates usage as the reference result reports it, and the
+// plain sum of every call (cost included).
 type usageAcc struct {
-	input, output, cacheRead, cacheWrite  int64
+	sum                                   message.Usage
 	lastIn, lastCacheRead, lastCacheWrite int64
 	last                                  message.Usage
 	calls                                 int
@@ -483,25 +540,25 @@ func (a *usageAcc) add(u *message.Usage) {
 		return
 	}
 	a.calls++
-	a.input += u.Input
-	a.output += u.Output
-	a.cacheRead += u.CacheRead
-	a.cacheWrite += u.CacheWrite
+	a.sum = a.sum.Add(*u)
+	a.sum.Extra = nil
 	a.lastIn, a.lastCacheRead, a.lastCacheWrite = u.Input, u.CacheRead, u.CacheWrite
 	a.last = *u
 }
 
 // total reports input/cacheRead/cacheWrite of the last call, output summed,
-// and total as the last call's total (reference §3.3).
+// and total as the last call's total (reference §3.3); the cost is the sum
+// of every call's.
 func (a *usageAcc) total() *events.UsageMeta {
 	if a.calls == 0 {
 		return nil
 	}
 	t := a.last.Total()
 	if a.last.TotalTokens == 0 {
-		t = a.lastIn + a.lastCacheRead + a.lastCacheWrite + a.output
+		t = a.lastIn + a.lastCacheRead + a.lastCacheWrite + a.sum.Output
 	}
-	return &events.UsageMeta{Input: a.lastIn, Output: a.output, CacheRead: a.lastCacheRead, CacheWrite: a.lastCacheWrite, Total: t}
+	return &events.UsageMeta{Input: a.lastIn, Output: a.sum.Output, CacheRead: a.lastCacheRead, CacheWrite: a.lastCacheWrite, Total: t,
+		Cost: costMeta(a.sum.Cost)}
 }
 
 func (a *usageAcc) lastCall() *events.UsageMeta {
@@ -509,5 +566,14 @@ func (a *usageAcc) lastCall() *events.UsageMeta {
 		return nil
 	}
 	u := a.last
-	return &events.UsageMeta{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Total: u.Total()}
+	return &events.UsageMeta{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Total: u.Total(),
+		Cost: costMeta(u.Cost)}
+}
+
+// costMeta is c for a result's meta, nil when nothing was priced.
+func costMeta(c message.Cost) *events.CostMeta {
+	if c == (message.Cost{}) {
+		return nil
+	}
+	return &events.CostMeta{Input: c.Input, Output: c.Output, CacheRead: c.CacheRead, CacheWrite: c.CacheWrite, Total: c.Total}
 }

@@ -42,7 +42,9 @@ func newRunner(t *testing.T, model ...string) *Runner {
 	if len(model) > 0 {
 		def = model[0]
 	}
-	r, err := New(Config{DefaultModel: def, Resolver: resolver{scripted.New(scripted.Config{})}, Now: func() time.Time { return now }})
+	// No same-key retries: TestSameKeyRetry covers them.
+	r, err := New(Config{DefaultModel: def, Resolver: resolver{scripted.New(scripted.Config{})}, Now: func() time.Time { return now },
+		Retry: RetryPolicy{MaxRetries: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +100,9 @@ func TestTurnOutcomes(t *testing.T) {
 			events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"toolCalls":[{"name":"read"},{"name":"exec"}]},{"text":"gave up"}]}`},
 			"", 5, "gave up", "stop"},
 		{"unknown model", events.Inbound{Model: "nowhere/model", Text: "hi"}, "model_not_found", 1, "", ""},
-		{"endless tool loop hits the iteration cap",
+		{"endless tool loop hits the tool-loop limit",
 			events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"toolCalls":[{"name":"again"}]}]}`},
-			"retry_limit", 1 + 2*32, "", "toolUse"},
+			KindToolLoopLimit, 1 + 2*MaxToolIterationsDefault, "", "toolUse"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

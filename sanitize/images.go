@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"image"
 	"image/jpeg"
+	"math"
+	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 
 	// Image formats the sanitiser can measure and re-encode.
@@ -285,7 +288,32 @@ func resizeToJPEG(data string, plan ImagePlan, maxBytes int) ([]byte, error) {
 	}
 	const mb = 1024 * 1024
 	//lint:ignore ST1005 the reference's text, shown to users
-	return nil, fmt.Errorf("Image could not be reduced below %.0fMB (got %.2fMB)", float64(maxBytes)/mb, float64(smallest)/mb)
+	return nil, fmt.Errorf("Image could not be reduced below %sMB (got %sMB)", toFixed(float64(maxBytes)/mb, 0), toFixed(float64(smallest)/mb, 2))
+}
+
+// toFixed formats x ≥ 0 with digits decimals as JavaScript's
+// Number.prototype.toFixed does, which the reference's texts use: the
+// nearest decimal to x's exact value, and a tie rounds up (Go's %f rounds
+// a tie to even: 2.5 → "2" where JavaScript writes "3").
+func toFixed(x float64, digits int) string {
+	s := strconv.FormatFloat(x, 'f', digits, 64)
+	scaled := new(big.Float).SetPrec(256).SetFloat64(x)
+	scaled.Mul(scaled, new(big.Float).SetPrec(256).SetFloat64(math.Pow10(digits)))
+	whole, _ := scaled.Int(nil)
+	frac := new(big.Float).SetPrec(256).Sub(scaled, new(big.Float).SetPrec(256).SetInt(whole))
+	if frac.Cmp(big.NewFloat(0.5)) != 0 {
+		return s
+	}
+	// An exact tie: one more unit in the last place than the lower value.
+	whole.Add(whole, big.NewInt(1))
+	up := whole.String()
+	if digits == 0 {
+		return up
+	}
+	for len(up) <= digits {
+		up = "0" + up
+	}
+	return up[:len(up)-digits] + "." + up[len(up)-digits:]
 }
 
 // fitInside scales img down (never up) so that both sides are ≤ side.

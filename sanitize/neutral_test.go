@@ -21,6 +21,9 @@ const markKey = "__conformanceKeys"
 var (
 	defaultedResultKeys = []string{"isError", "toolCallId"}
 	defaultedUsageKeys  = []string{"input", "output", "cacheRead", "cacheWrite", "totalTokens", "cost"}
+	// A tool call's name and arguments are written even when a case left
+	// them out (a call without a name, §7.2).
+	defaultedCallKeys = []string{"name", "arguments"}
 )
 
 func keySet(m map[string]any) []any {
@@ -80,6 +83,8 @@ func toPiBlocks(blocks []any) {
 			rename(b, "signature", "thinkingSignature")
 		case "image":
 			rename(b, "mime", "mimeType")
+		case "toolCall":
+			b[markKey] = keySet(b)
 		}
 	}
 }
@@ -157,6 +162,8 @@ func neutral(v any) any {
 			rename(x, "thinkingSignature", "signature")
 		case "image":
 			rename(x, "mimeType", "mime")
+		case "toolCall":
+			restoreKeys(x, defaultedCallKeys)
 		}
 		for k, e := range x {
 			x[k] = neutral(e)

@@ -66,23 +66,29 @@ func appendCalls(dst []callRef, m *message.Message) []callRef {
 }
 
 // RepairPairing makes every tool call of an assistant message be followed
-// directly by exactly one result, in call order:
+// directly by exactly one result, in call order, as the reference's
+// repairToolUseResultPairing does (runtime spec §7.2):
 //
-//   - a result in the assistant's span (the messages up to the next
-//     assistant) that answers one of its calls is moved right after it; a
-//     second result for the same call is dropped;
+//   - the first result in the assistant's span (the messages up to the next
+//     assistant) that answers one of its calls is moved right after it;
+//     later results for the same call in the span are discarded silently;
 //   - a call without a result gets SyntheticToolResult (timestamp now);
 //   - any other result (before the first assistant, after an assistant
-//     without calls or with stopReason error/aborted, or answering a call of
-//     another message) is dropped as an orphan;
-//   - the other messages of the span follow the results in their order.
+//     without calls or with stopReason error/aborted, answering a call of
+//     another message, or without an id) is dropped as an orphan;
+//   - the other messages of the span follow the results in their order;
+//   - a call id that appears twice in one message gets one result.
 //
-// Unlike the reference this repairs the end of a transcript too (results out
-// of order, duplicated results) and lets a call id reused by a later
-// assistant message keep that message's result. msgs is not modified; when
-// nothing changes msgs itself is returned.
+// As in the reference, the input is returned as it is unless something was
+// dropped or synthesised, or a span held both a matched result and another
+// message: so results out of order, or a second result for a call, in a
+// span that ends the transcript are left alone (the next message of a turn
+// always ends that span). Unlike the reference, a call id reused by a later
+// assistant message keeps that message's result (DEVIATIONS). msgs is not
+// modified.
 func RepairPairing(msgs []message.Message, now int64) ([]message.Message, PairingReport) {
 	var rep PairingReport
+	changed := false
 	// While the output is msgs[:n] nothing is allocated.
 	var out []message.Message
 	n := 0
@@ -104,14 +110,13 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 		calls     []callRef
 		found     []int // per call: index in msgs of its result, -1 if none
 		remainder []int
-		emitted   []string
 	)
-	refMoved := false
 	for i := 0; i < len(msgs); i++ {
 		m := &msgs[i]
 		if m.Role != message.RoleAssistant {
 			if m.Role == message.RoleToolResult {
 				rep.DroppedOrphanCount++
+				changed = true
 				continue
 			}
 			push(i)
@@ -167,40 +172,47 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 			}
 			if k < 0 {
 				rep.DroppedOrphanCount++
+				changed = true
 				continue
 			}
 			matched = true
-			if found[k] >= 0 {
-				// A second result for the same call: the first one wins.
-				rep.DroppedDuplicateCount++
-				continue
+			if found[k] < 0 {
+				// Only the first result of a call counts; later ones are
+				// discarded without a report.
+				found[k] = j
 			}
-			found[k] = j
 		}
 		if matched && len(remainder) > 0 {
-			refMoved = true
+			changed = true
 		}
 		push(i)
-		emitted = emitted[:0]
 		for c, call := range calls {
-			// With an index, the first call of an id is the one it names.
-			dup := index != nil && index[call.id] != c
-			for e := 0; index == nil && e < len(emitted); e++ {
-				if emitted[e] == call.id {
-					dup = true
+			// The first call of an id holds its result.
+			first := c
+			if index != nil {
+				first = index[call.id]
+			} else {
+				for e := range c {
+					if calls[e].id == call.id {
+						first = e
+						break
+					}
 				}
 			}
-			if dup {
+			if found[first] < 0 {
+				rep.AddedSyntheticFor = append(rep.AddedSyntheticFor, call.id)
+				changed = true
+			}
+			if first != c {
 				// The same id called twice in one message: one result only.
 				rep.DroppedDuplicateCount++
+				changed = true
 				continue
 			}
-			emitted = append(emitted, call.id)
 			if found[c] >= 0 {
 				push(found[c])
 				continue
 			}
-			rep.AddedSyntheticFor = append(rep.AddedSyntheticFor, call.id)
 			materialize()
 			out = append(out, SyntheticToolResult(call.id, call.name, now))
 		}
@@ -209,10 +221,7 @@ func RepairPairing(msgs []message.Message, now int64) ([]message.Message, Pairin
 		}
 		i = j - 1
 	}
-	if out == nil && n == len(msgs) {
-		// Same messages, but the reference still reports what it counted.
-		rep.Changed = refMoved || rep.DroppedDuplicateCount > 0
-		rep.Moved = rep.Changed
+	if !changed {
 		return msgs, rep
 	}
 	rep.Changed = true

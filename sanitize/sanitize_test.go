@@ -149,24 +149,68 @@ func TestRepairPairing(t *testing.T) {
 			changed: true, added: []string{"c1"},
 		},
 		{
-			// The reference returns the input unchanged here because no span
-			// has a message other than results.
-			name:    "results out of order at the end are reordered",
-			in:      list(call("a", "b"), result("b", "B"), result("a", "A")),
-			want:    list(call("a", "b"), result("a", "A"), result("b", "B")),
+			// As the reference: nothing was dropped or synthesised and no
+			// span holds another message, so the input stands.
+			name: "results out of order at the end are left alone",
+			in:   list(call("a", "b"), result("b", "B"), result("a", "A")),
+			want: list(call("a", "b"), result("b", "B"), result("a", "A")),
+		},
+		{
+			name:    "results out of order before a user message are reordered",
+			in:      list(call("a", "b"), result("b", "B"), `{"role":"user","content":"q"}`, result("a", "A")),
+			want:    list(call("a", "b"), result("a", "A"), result("b", "B"), `{"role":"user","content":"q"}`),
 			changed: true,
 		},
 		{
-			name:    "duplicate result at the end is dropped",
-			in:      list(call("a"), result("a", "one"), result("a", "two")),
-			want:    list(call("a"), result("a", "one")),
-			changed: true, dups: 1,
+			// A second result for a call in the span is discarded without
+			// a report; at the very end the input stands (runtime spec §7.2).
+			name: "a second result in the span that ends the transcript is kept",
+			in:   list(call("a"), result("a", "one"), result("a", "two")),
+			want: list(call("a"), result("a", "one"), result("a", "two")),
+		},
+		{
+			name:    "a second result in a span that goes on is discarded, unreported",
+			in:      list(call("a"), result("a", "one"), result("a", "two"), `{"role":"user","content":"q"}`),
+			want:    list(call("a"), result("a", "one"), `{"role":"user","content":"q"}`),
+			changed: true,
+		},
+		{
+			name:    "a second result in a span that needs repair is discarded, unreported",
+			in:      list(call("a", "b"), result("a", "one"), result("a", "two")),
+			want:    list(call("a", "b"), result("a", "one"), synthetic("b", "read")),
+			changed: true, added: []string{"b"},
 		},
 		{
 			name:    "same id twice in one message gets one result",
 			in:      list(call("a", "a"), result("a", "one")),
 			want:    list(call("a", "a"), result("a", "one")),
 			changed: true, dups: 1,
+		},
+		{
+			// The reference synthesises for each call and then drops the
+			// second as a duplicate: both are reported.
+			name:    "same id twice in one message without a result",
+			in:      list(call("a", "a")),
+			want:    list(call("a", "a"), synthetic("a", "read")),
+			changed: true, dups: 1, added: []string{"a", "a"},
+		},
+		{
+			name:    "a call without a name gets a synthetic result named unknown",
+			in:      `[{"role":"assistant","content":[{"type":"toolCall","id":"n1","arguments":{}}]}]`,
+			want:    `[{"role":"assistant","content":[{"type":"toolCall","id":"n1","name":"","arguments":{}}]},` + synthetic("n1", "unknown") + `]`,
+			changed: true, added: []string{"n1"},
+		},
+		{
+			name:    "a legacy call without a name too",
+			in:      `[{"role":"assistant","content":[{"type":"toolUse","id":"n2","input":{}}]},{"role":"user","content":"q"}]`,
+			want:    `[{"role":"assistant","content":[{"type":"toolUse","id":"n2","input":{}}]},` + synthetic("n2", "unknown") + `,{"role":"user","content":"q"}]`,
+			changed: true, added: []string{"n2"},
+		},
+		{
+			name:    "a result without an id is an orphan",
+			in:      list(call("a"), `{"role":"toolResult","toolName":"read","content":[],"isError":false}`, result("a", "A")),
+			want:    list(call("a"), result("a", "A")),
+			changed: true, orphans: 1,
 		},
 		{
 			name: "well formed is untouched",
@@ -227,7 +271,10 @@ func TestRepairPairingManyCalls(t *testing.T) {
 		msgs = append(msgs, message.Message{Role: message.RoleToolResult, ToolCallID: fmt.Sprintf("c%d", i)})
 	}
 	out, rep := RepairPairing(msgs, testNow)
-	if len(out) != 31 || rep.DroppedDuplicateCount != 10 || len(rep.AddedSyntheticFor) != 15 {
+	// 15 results and 15 synthetic ones for the 30 ids; the 10 repeated
+	// calls are dropped as duplicates, the 5 of them without a result
+	// reported as synthesised too (as the reference does).
+	if len(out) != 31 || rep.DroppedDuplicateCount != 10 || len(rep.AddedSyntheticFor) != 20 {
 		t.Fatalf("got %d messages, report %+v", len(out), rep)
 	}
 	for i := 1; i <= 30; i++ {
@@ -265,12 +312,14 @@ func TestPlainStringToolResultKept(t *testing.T) {
 			Messages: parse(t, `[{"role":"user","content":"go"},
 				{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"exec","arguments":{}}],"stopReason":"toolUse"},
 				{"role":"toolResult","toolCallId":"c1","toolName":"exec","content":"the output","isError":false,"details":{"x":1}},
-				{"role":"toolResult","toolCallId":"c1","toolName":"exec","content":"","isError":false}]`),
+				{"role":"toolResult","toolCallId":"c1","toolName":"exec","content":"","isError":false},
+				{"role":"user","content":"thanks"}]`),
 		})
 		// The reference empties a plain-string result; it becomes a text
-		// block instead. The second result is a duplicate.
+		// block instead. The second result is a duplicate (dropped: the span
+		// goes on with the user's message).
 		checkJSON(t, res.Final[2], `{"role":"toolResult","toolCallId":"c1","toolName":"exec","content":[{"type":"text","text":"the output"}],"isError":false}`)
-		if len(res.Final) != 3 {
+		if len(res.Final) != 4 {
 			t.Errorf("%s: final has %d messages", provider[0], len(res.Final))
 		}
 	}

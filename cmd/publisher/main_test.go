@@ -91,7 +91,8 @@ func TestSendFollowsTheReply(t *testing.T) {
 func TestRunErrorExitsNonZero(t *testing.T) {
 	t.Parallel()
 	url := startFleet(t)
-	script := `#script {"replies":[{"error":{"status":429,"message":"rate limited, slow down"}}]}`
+	// A rejected request: a 429 or 5xx would first be retried on the same key.
+	script := `#script {"replies":[{"error":{"status":400,"message":"unknown parameter: frobnicate"}}]}`
 	_, stderr, err := publisher(t, "send", "--nats-url", url, "--session", "s", "--model", "scripted/script", script)
 	if !errors.Is(err, errReported) || !strings.Contains(stderr, "error (provider_error)") {
 		t.Fatalf("err = %v, stderr = %q", err, stderr)

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -201,6 +202,33 @@ func TestDeviationsNameCases(t *testing.T) {
 		}
 		if devs[name] == "" {
 			t.Errorf("%q: no reason given", name)
+		}
+	}
+}
+
+// TestJSErrorStatus: a case error's HTTP status is its status or its
+// statusCode, a number or a string of digits (runtime spec §15).
+func TestJSErrorStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{`{"status":429}`, 429},
+		{`{"status":"402"}`, 402},
+		{`{"statusCode":503}`, 503},
+		{`{"statusCode":"401"}`, 401},
+		{`{"status":"abc","statusCode":"408"}`, 408},
+		{`{"status":"4o4"}`, 0},
+		{`{}`, 0},
+	}
+	for _, tt := range tests {
+		var e JSError
+		if err := json.Unmarshal([]byte(tt.in), &e); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.status(); got != tt.want {
+			t.Errorf("%s: status %d, want %d", tt.in, got, tt.want)
 		}
 	}
 }

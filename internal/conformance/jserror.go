@@ -20,26 +20,33 @@ import (
 // HTTP status, system error code ("ETIMEDOUT") and cause, or a FailoverError
 // with its reason.
 type JSError struct {
-	Name    string          `json:"name"`
-	Message string          `json:"message"`
-	Status  json.RawMessage `json:"status"` // a number or a numeric string
-	Code    string          `json:"code"`
-	Reason  provider.Reason `json:"reason"`   // a FailoverError's reason
-	Fail    provider.Reason `json:"failover"` // the same, as model-fallback.json spells it
-	Cause   *JSError        `json:"cause"`
+	Name       string          `json:"name"`
+	Message    string          `json:"message"`
+	Status     json.RawMessage `json:"status"`     // a number or a numeric string
+	StatusCode json.RawMessage `json:"statusCode"` // the same, as some clients name it
+	Code       string          `json:"code"`
+	Reason     provider.Reason `json:"reason"`   // a FailoverError's reason
+	Fail       provider.Reason `json:"failover"` // the same, as model-fallback.json spells it
+	Cause      *JSError        `json:"cause"`
 }
 
-// status is e's HTTP status, 0 when none.
+// status is e's HTTP status (status, else statusCode: a number or a
+// string of digits), 0 when none.
 func (e *JSError) status() int {
-	var n json.Number
-	if json.Unmarshal(e.Status, &n) == nil {
-		i, _ := n.Int64()
-		return int(i)
-	}
-	var s string
-	if json.Unmarshal(e.Status, &s) == nil {
-		i, _ := strconv.Atoi(s)
-		return i
+	for _, raw := range []json.RawMessage{e.Status, e.StatusCode} {
+		var n json.Number
+		if json.Unmarshal(raw, &n) == nil {
+			if i, err := n.Int64(); err == nil && i > 0 {
+				return int(i)
+			}
+			continue
+		}
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			if i, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && i > 0 {
+				return i
+			}
+		}
 	}
 	return 0
 }

@@ -107,6 +107,12 @@ type Config struct {
 	// keys in the environment (ANTHROPIC_API_KEY, ...) are profiles too.
 	AuthProfiles   string
 	AttemptTimeout time.Duration // one attempt of a run; default 10 minutes
+	// MaxToolIterations bounds the model calls of one turn's tool loop;
+	// default runner.MaxToolIterationsDefault.
+	MaxToolIterations int
+	// Retry is the same-key retry of transient provider failures; zero =
+	// runner's defaults (3 tries after 2, 4, 8 s).
+	Retry runner.RetryPolicy
 	// WorkspaceRoot holds each session's workspace directory for the
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
 	WorkspaceRoot  string
@@ -294,7 +300,8 @@ func (m *Member) build(ctx context.Context) error {
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: res, Logger: cfg.Logger,
-		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout}
+		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
+		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry}
 	if !cfg.NoBlockReplies {
 		bc := blockchunk.DefaultConfig(0)
 		rcfg.BlockReplies = &bc

@@ -216,3 +216,55 @@ func FuzzClassify(f *testing.F) {
 func contextCanceled() error { return errStreamCanceled }
 
 var errStreamCanceled = fmt.Errorf("stream: %w", context.Canceled)
+
+// TestHTMLErrorPages: an HTML page behind a 5xx status (a proxy's, a
+// CDN's) is transient, and the user is told the service is unavailable
+// instead of being shown the page (runtime spec §14); an adapter words
+// such a body "<status> <page>" as JavaScript clients do, so the same rule
+// applies to it.
+func TestHTMLErrorPages(t *testing.T) {
+	t.Parallel()
+	page := "<!DOCTYPE html><html><head><title>502</title></head><body>nginx</body></html>"
+	unavailable := func(n int) string {
+		return fmt.Sprintf("The AI service is temporarily unavailable (HTTP %d). Please try again in a moment.", n)
+	}
+	tests := []struct {
+		text   string
+		html   bool
+		reason provider.Reason
+		user   string
+	}{
+		{"502 " + page, true, provider.ReasonTimeout, unavailable(502)},
+		{"HTTP 503 <html><body>x</body></html>", true, provider.ReasonTimeout, unavailable(503)},
+		{"  504   <HTML>oops</HTML>  ", true, provider.ReasonTimeout, unavailable(504)},
+		{"521 Web server is down", true, provider.ReasonTimeout, unavailable(521)},
+		{"520 <html>x</html>", true, "", unavailable(520)},
+		// Without its closing tag, or below 500, or without a status, it is
+		// not an error page.
+		{"500 <html>x", false, provider.ReasonTimeout, "500 <html>x"},
+		{"429 <html>too many</html>", false, provider.ReasonRateLimit, failover.TextRateLimit},
+		{page, false, "", page},
+	}
+	for _, tt := range tests {
+		f := failover.Classify(tt.text)
+		if f.HTMLErrorPage != tt.html || f.FailoverReason != tt.reason {
+			t.Errorf("%q: html %v reason %q, want %v %q", tt.text, f.HTMLErrorPage, f.FailoverReason, tt.html, tt.reason)
+		}
+		if got := failover.UserText(tt.text, "", ""); got != tt.user {
+			t.Errorf("%q: user text %q, want %q", tt.text, got, tt.user)
+		}
+	}
+	for _, status := range []int{502, 503, 521} {
+		e := failover.FromHTTP(status, nil, []byte(page), nil, time.Time{})
+		if want := fmt.Sprintf("%d %s", status, page); e.Message != want || e.Reason != provider.ReasonTimeout {
+			t.Errorf("FromHTTP(%d): %s %q", status, e.Reason, e.Message)
+		}
+		if got := failover.UserText(e.Message, "", ""); got != unavailable(status) {
+			t.Errorf("FromHTTP(%d): user text %q", status, got)
+		}
+	}
+	// A JSON body is not touched.
+	if e := failover.FromHTTP(502, nil, []byte(`{"error":{"message":"bad gateway"}}`), nil, time.Time{}); e.Message != "bad gateway" {
+		t.Errorf("JSON body: %q", e.Message)
+	}
+}

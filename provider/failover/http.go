@@ -142,11 +142,19 @@ func FromHTTP(status int, h http.Header, body []byte, cause error, now time.Time
 	if in.Message == "" {
 		in.Message = http.StatusText(status)
 	}
+	msg := in.Message
+	if htmlStart.MatchString(msg) {
+		// An HTML error page (a proxy's, a CDN's) is worded as a JavaScript
+		// client words it, "<status> <page>": the reference recognises
+		// such a page only behind its status and shows the user
+		// "temporarily unavailable (HTTP <status>)" instead of the page.
+		msg = strconv.Itoa(status) + " " + msg
+	}
 	return &provider.Error{
 		Reason:     ClassifyHTTP(in),
 		Status:     status,
 		RetryAfter: RetryAfter(h, body, in.Message, now),
-		Message:    in.Message,
+		Message:    msg,
 		Err:        cause,
 	}
 }

@@ -90,7 +90,12 @@ func UserText(raw, providerName, model string) string {
 	return truncateUnits(raw, maxRawUnits)
 }
 
+// isLikelyHTTPErrorText reports an HTML error page behind a status, or a
+// status line of 400 or more whose text names an error.
 func isLikelyHTTPErrorText(raw string) bool {
+	if IsHTMLErrorPage(raw) {
+		return true
+	}
 	m := httpStatusRe.FindStringSubmatch(raw)
 	if m == nil || atoi(m[1]) < 400 {
 		return false

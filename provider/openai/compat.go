@@ -2,6 +2,7 @@ package openai
 
 import (
 	"crypto/sha256"
+	"net/url"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/provider"
@@ -59,6 +60,45 @@ func detectCompat(m provider.Model) compat {
 		c.idMode = "mistral"
 	}
 	return c
+}
+
+// ollamaNumCtx is the context size to ask an Ollama endpoint for (runtime
+// spec §4 step 6: options.num_ctx = the model's context window, else its max
+// tokens, else 200 000), 0 for any other endpoint. Without it Ollama runs
+// the model with its small default context and silently drops the start of
+// a long session. An endpoint is Ollama's when the provider is "ollama",
+// when it is the local default (loopback port 11434, any path), or when the
+// provider id contains "ollama" and the URL is port 11434 with path / or
+// /v1. (The reference names localhost only; 127.0.0.1 and ::1 are the same
+// endpoint.)
+func ollamaNumCtx(m provider.Model) int {
+	if !isOllama(m) {
+		return 0
+	}
+	switch {
+	case m.ContextWindow > 0:
+		return m.ContextWindow
+	case m.MaxTokens > 0:
+		return m.MaxTokens
+	}
+	return 200_000
+}
+
+func isOllama(m provider.Model) bool {
+	p := strings.ToLower(strings.TrimSpace(m.Provider))
+	if p == "ollama" {
+		return true
+	}
+	u, err := url.Parse(m.BaseURL)
+	if err != nil || u.Port() != "11434" {
+		return false
+	}
+	switch strings.ToLower(u.Hostname()) {
+	case "localhost", "127.0.0.1", "::1":
+		return true
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	return strings.Contains(p, "ollama") && (path == "" || path == "/v1")
 }
 
 func isMistralFamily(id string) bool {

@@ -25,6 +25,13 @@ type chatRequest struct {
 	ReasoningEffort     string            `json:"reasoning_effort,omitempty"`
 	Reasoning           *openRouterReason `json:"reasoning,omitempty"`
 	EnableThinking      *bool             `json:"enable_thinking,omitempty"`
+	Options             *ollamaOptions    `json:"options,omitempty"`
+}
+
+// ollamaOptions are Ollama's model options, which its OpenAI-compatible
+// endpoint reads besides the standard fields.
+type ollamaOptions struct {
+	NumCtx int `json:"num_ctx"`
 }
 
 type streamOptions struct {
@@ -122,6 +129,9 @@ func buildChatRequest(req *provider.Request) ([]byte, error) {
 	if c.store {
 		f := false
 		body.Store = &f
+	}
+	if n := ollamaNumCtx(m); n > 0 {
+		body.Options = &ollamaOptions{NumCtx: n}
 	}
 	if c.maxTokensField == "max_completion_tokens" {
 		body.MaxCompletionTokens = maxTokens(req)

@@ -260,6 +260,22 @@ func TestCompletionsCompat(t *testing.T) {
 		if h := srv.Last(t).Header.Get("Authorization"); h != "" {
 			t.Errorf("authorization sent without a key: %q", h)
 		}
+		// Ollama runs the model with the model's window, not its small
+		// default that silently truncates long sessions.
+		if opts, _ := decode(t, srv.Last(t).Body)["options"].(map[string]any); opts["num_ctx"] != float64(m.ContextWindow) {
+			t.Errorf("options %v, want num_ctx %d", opts, m.ContextWindow)
+		}
+	})
+	t.Run("no ollama options elsewhere", func(t *testing.T) {
+		t.Parallel()
+		srv := wiretest.ServeBody(t, 200, "text/event-stream", reply, 0)
+		m := chatModel(srv.URL, "vllm", "qwen3")
+		if _, err := openai.NewCompletions(openai.Config{}).Stream(t.Context(), &provider.Request{Model: m, Messages: hist[:1]}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if opts, ok := decode(t, srv.Last(t).Body)["options"]; ok {
+			t.Errorf("options %v sent to a non-Ollama endpoint", opts)
+		}
 	})
 }
 

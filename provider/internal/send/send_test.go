@@ -150,7 +150,7 @@ func TestPostErrors(t *testing.T) {
 		msg         string
 		retryAfter  time.Duration
 	}{
-		{"html 502", 502, "text/html", "<html>bad gateway</html>", nil, provider.ReasonTimeout, "<html>bad gateway</html>", 0},
+		{"html 502", 502, "text/html", "<html>bad gateway</html>", nil, provider.ReasonTimeout, "502 <html>bad gateway</html>", 0},
 		{"anthropic 429", 429, "application/json", `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, map[string]string{"Retry-After": "23"}, provider.ReasonRateLimit, "slow down", 23 * time.Second},
 		{"openai 401", 401, "application/json", `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`, nil, provider.ReasonAuthPermanent, "Incorrect API key provided", 0},
 		{"not json 400", 400, "application/json", "not json", nil, provider.ReasonFormat, "not json", 0},
