@@ -197,6 +197,11 @@ type PendingCall struct {
 	ID        string `json:"id" msgpack:"id"`
 	Name      string `json:"name" msgpack:"name"`
 	Arguments string `json:"arguments" msgpack:"arguments"` // JSON text
+	// Approval marks a call of a worker tool that waits for the user's
+	// approval (the worker's or the session's tool policy asks for it):
+	// answer it with a tool result "approve" to run it, anything else to
+	// refuse it.
+	Approval bool `json:"approval,omitempty" msgpack:"approval,omitempty"`
 }
 
 // EncodeEvent encodes e as msgpack, or as JSON when asJSON is set, and

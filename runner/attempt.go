@@ -38,6 +38,7 @@ type run struct {
 	tools   tools.Set
 	specs   []provider.Tool
 	client  map[string]bool // client tool names
+	policy  tools.Policies  // the worker's and the session's tool policies
 	acc     usageAcc
 	window  int
 	sub     *subscriber
@@ -184,12 +185,12 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		toolCalls := am.ToolCalls()
 		if am.StopReason == message.StopToolUse && len(toolCalls) > 0 {
 			for _, c := range toolCalls {
-				if ru.client[c.Name] {
+				if approval := ru.needsApproval(c.Name); approval || ru.client[c.Name] {
 					args, _ := json.Marshal(c.Arguments)
 					if c.Arguments == nil {
 						args = []byte("{}")
 					}
-					out.pending = append(out.pending, events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args)})
+					out.pending = append(out.pending, events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args), Approval: approval})
 					continue
 				}
 				ru.runTool(actx, c, &out.toolErrors)

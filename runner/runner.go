@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +71,10 @@ type Settings struct {
 	// run (runtime spec §3.1 step 4).
 	AuthProfile       string
 	AuthProfileLocked bool
+	// Tools is the session's tool policy, applied within the worker's
+	// (Config.ToolPolicy): it can refuse more tools and ask approval for
+	// more, never allow what the worker refuses.
+	Tools tools.Policy
 }
 
 // Output is a finished turn: the entries to append and the result.
@@ -132,6 +137,12 @@ type Config struct {
 	// Tools gives each run its tools; when it is also a PromptSource it
 	// builds each run's system prompt too. nil = no tools but the client's.
 	Tools ToolSource
+	// ToolPolicy is the worker's tool policy: the tools it refuses are not
+	// offered, and every call of a tool it marks for approval ends the run
+	// with the call pending until the client answers "approve" (a session's
+	// Settings.Tools narrows it further). Client tools run on the client
+	// and are not subject to it.
+	ToolPolicy tools.Policy
 	// Hooks run before each run's prompt: they may prepend context to it
 	// or replace the system prompt; a failing hook only warns.
 	Hooks     []agentprompt.Hook
@@ -205,13 +216,14 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	ru := &run{r: r, in: in, sink: sink, history: in.History,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
 	defer ru.logStateErrors()
-	ru.addToolResults(in.Inbound.ToolResults)
-	if err := ru.setupTools(ctx); err != nil {
+	raw, err := ru.setupTools(ctx)
+	if err != nil {
 		return nil, err
 	}
+	ru.addToolResults(ctx, in.Inbound.ToolResults)
 	ru.system = r.cfg.SystemPrompt
 	if ps, ok := r.cfg.Tools.(PromptSource); ok {
-		ru.system = ps.SystemPrompt(ctx, in, ru.tools, ru.specs)
+		ru.system = ps.SystemPrompt(ctx, in, raw, ru.specs)
 	}
 	if strings.TrimSpace(in.Inbound.Text) != "" || len(in.Inbound.Images) > 0 {
 		ru.addPrompt(ctx, start)
@@ -233,7 +245,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 		LastResort: lastResortOn(r.cfg.Auth)}
 	var model provider.Model
 	var out *loopOut
-	_, err := fallback.Run(ctx, req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
+	_, err = fallback.Run(ctx, req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
 		var err error
 		out, err = ru.tryModel(ctx, step, &model)
 		return err
@@ -324,18 +336,16 @@ func (ru *run) logStateErrors() {
 }
 
 // setupTools gathers the run's tools: the source's and the client's.
-func (ru *run) setupTools(ctx context.Context) error {
-	var set tools.Set
+func (ru *run) setupTools(ctx context.Context) (raw tools.Set, err error) {
 	if ru.r.cfg.Tools != nil {
-		s, err := ru.r.cfg.Tools.Tools(ctx, ru.in)
-		if err != nil {
-			return fmt.Errorf("runner: tools: %w", err)
+		if raw, err = ru.r.cfg.Tools.Tools(ctx, ru.in); err != nil {
+			return nil, fmt.Errorf("runner: tools: %w", err)
 		}
-		set = s
 	}
-	ru.tools = set
-	if set != nil {
-		ru.specs = set.Specs()
+	ru.policy = tools.Policies{ru.r.cfg.ToolPolicy, ru.in.Settings.Tools}
+	ru.tools = ru.policy.Filter(raw)
+	if ru.tools != nil {
+		ru.specs = ru.tools.Specs()
 	}
 	for _, t := range ru.in.Inbound.Tools {
 		if ru.client == nil {
@@ -344,22 +354,31 @@ func (ru *run) setupTools(ctx context.Context) error {
 		ru.client[t.Name] = true
 		ru.specs = append(ru.specs, provider.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 	}
-	return nil
+	return raw, nil
 }
 
-// addToolResults answers the pending client tool calls of the session's
-// last assistant message with the client's results. Results for calls that
-// are not pending are ignored (logged): the model never saw such a call.
-func (ru *run) addToolResults(results []events.ToolResult) {
+// needsApproval reports whether a call of the named tool waits for the
+// client's approval: a worker tool (not the client's own) its policies mark.
+func (ru *run) needsApproval(name string) bool {
+	return !ru.client[name] && ru.policy.NeedsApproval(name)
+}
+
+// addToolResults answers the pending tool calls of the session's last
+// assistant message with the client's results: a client tool's result is
+// stored as given; a call that waited for approval runs now when the answer
+// approves it (ApprovalWords), and is answered with a refusal otherwise.
+// Results for calls that are not pending are ignored (logged): the model
+// never saw such a call.
+func (ru *run) addToolResults(ctx context.Context, results []events.ToolResult) {
 	if len(results) == 0 {
 		return
 	}
-	pending := map[string]string{}
+	pending := map[string]message.Block{}
 	msgs := sessionfile.Messages(ru.history)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == message.RoleAssistant {
 			for _, c := range msgs[i].ToolCalls() {
-				pending[c.ID] = c.Name
+				pending[c.ID] = c
 			}
 			for _, m := range msgs[i+1:] {
 				if m.Role == message.RoleToolResult {
@@ -370,12 +389,17 @@ func (ru *run) addToolResults(results []events.ToolResult) {
 		}
 	}
 	for _, tr := range results {
-		name, ok := pending[tr.ToolCallID]
+		call, ok := pending[tr.ToolCallID]
 		if !ok {
 			ru.r.cfg.Logger.Warn().Str("tool_call_id", tr.ToolCallID).Msg("tool result for a call that is not pending; ignored")
 			continue
 		}
 		delete(pending, tr.ToolCallID)
+		name := call.Name
+		if ru.needsApproval(name) {
+			ru.answerApproval(ctx, call, tr)
+			continue
+		}
 		ru.answered = append(ru.answered, name)
 		m := message.Message{Role: message.RoleToolResult, ToolCallID: tr.ToolCallID, ToolName: name,
 			Content: message.BlocksOf(message.Text(tr.Text)), IsError: tr.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
@@ -384,6 +408,32 @@ func (ru *run) addToolResults(results []events.ToolResult) {
 		ru.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: name, ToolCallID: tr.ToolCallID, IsError: tr.IsError,
 			Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": replytext.TruncateToolText(tr.Text)}}}})
 	}
+}
+
+// ApprovalWords are the answers that approve a call waiting for approval
+// (case-insensitive); any other answer, or an error result, refuses it.
+var ApprovalWords = []string{"approve", "approved", "yes", "allow"}
+
+// TextDenied is the tool result the model sees for a refused call.
+const TextDenied = "The user denied this tool call; it did not run."
+
+// answerApproval runs a call the client approved, or records its refusal.
+func (ru *run) answerApproval(ctx context.Context, call message.Block, tr events.ToolResult) {
+	answer := strings.ToLower(strings.TrimSpace(tr.Text))
+	if !tr.IsError && slices.Contains(ApprovalWords, answer) {
+		var te replytext.ToolErrors // the turn's reply warns about its own attempt's tools
+		ru.runTool(ctx, call, &te)
+		return
+	}
+	text := TextDenied
+	if answer != "" && answer != "deny" && answer != "denied" && answer != "no" {
+		text += " The user said: " + strings.TrimSpace(tr.Text)
+	}
+	m := message.Message{Role: message.RoleToolResult, ToolCallID: call.ID, ToolName: call.Name,
+		Content: message.BlocksOf(message.Text(text)), IsError: true, Timestamp: ru.r.cfg.Now().UnixMilli()}
+	ru.b.add(m)
+	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: call.Name, ToolCallID: call.ID, IsError: true,
+		Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}})
 }
 
 // finish makes the output of a run whose model loop returned.

@@ -29,6 +29,7 @@ import (
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 func main() {
@@ -102,6 +103,10 @@ func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stder
 	fallbacks := fs.String("fallback", env("LANEFLEET_FALLBACKS"), "comma-separated model fallback chain tried after a failover error (env LANEFLEET_FALLBACKS)")
 	fs.StringVar(&cfg.AuthProfiles, "auth-profiles", env("LANEFLEET_AUTH_PROFILES"), "auth-profiles.json with API keys and tokens to rotate through (env LANEFLEET_AUTH_PROFILES); keys in the environment are profiles too")
 	fs.DurationVar(&cfg.AttemptTimeout, "timeout", 10*time.Minute, "how long one attempt of a run may take before it is aborted (and the next auth profile tried)")
+	toolsAllow := fs.String("tools-allow", env("LANEFLEET_TOOLS_ALLOW"), "comma-separated tools runs may use, case-insensitive globs (env LANEFLEET_TOOLS_ALLOW; default all offered); client tools are not affected")
+	toolsDeny := fs.String("tools-deny", env("LANEFLEET_TOOLS_DENY"), "comma-separated tools runs may not use, globs; deny wins over allow (env LANEFLEET_TOOLS_DENY)")
+	toolsApprove := fs.String("tools-approve", env("LANEFLEET_TOOLS_APPROVE"), "comma-separated tools whose every call waits for the client's approval: the run ends with the call pending until a tool result \"approve\" (anything else refuses it) (env LANEFLEET_TOOLS_APPROVE)")
+	execApproval := fs.String("exec-approval", "off", "ask: every exec call waits for the client's approval (as --tools-approve exec); off: exec runs at once")
 	fs.IntVar(&cfg.MaxToolIterations, "max-tool-iterations", runner.MaxToolIterationsDefault, "most model calls one turn's tool loop makes before it stops with a tool-loop-limit reply (a run's own setting may lower it)")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", env("LANEFLEET_WORKSPACES"), "directory holding each session's workspace for the read/write/edit/exec tools (default <data-dir>/workspaces, else a temp directory)")
 	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools")
@@ -141,6 +146,14 @@ func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stder
 	cfg.Fallbacks = splitList(*fallbacks)
 	cfg.AllowModels = splitList(*allowModels)
 	cfg.RemoteTools = splitList(*remoteTools)
+	cfg.ToolPolicy = tools.Policy{Allow: splitList(*toolsAllow), Deny: splitList(*toolsDeny), Approve: splitList(*toolsApprove)}
+	switch *execApproval {
+	case "ask":
+		cfg.ToolPolicy.Approve = append(cfg.ToolPolicy.Approve, "exec")
+	case "off":
+	default:
+		return fmt.Errorf("--exec-approval must be ask or off, not %q", *execApproval)
+	}
 	if *skillsConfig != "" {
 		b, err := os.ReadFile(*skillsConfig)
 		if err != nil {

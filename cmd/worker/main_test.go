@@ -28,7 +28,7 @@ func TestSanitizeSubcommand(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"--sync", "sometimes"}, {"--log-format", "xml"}, {"--no-such-flag"},
-		{"--max-inbound-bytes", "lots"}, {"--max-lanes-bytes", "-2"},
+		{"--max-inbound-bytes", "lots"}, {"--max-lanes-bytes", "-2"}, {"--exec-approval", "maybe"},
 		{"permissions", "--role", "operator", "--user", "u"},
 		{"permissions", "--role", "sender", "--user", "u"},
 		{"permissions", "--role", "worker"},

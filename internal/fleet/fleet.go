@@ -110,6 +110,11 @@ type Config struct {
 	// MaxToolIterations bounds the model calls of one turn's tool loop;
 	// default runner.MaxToolIterationsDefault.
 	MaxToolIterations int
+	// ToolPolicy allows, denies and asks approval for tools by name
+	// (case-insensitive globs; deny wins; empty Allow = all): refused
+	// tools are not offered, and every call of a tool marked Approve ends
+	// the run pending until the client answers "approve".
+	ToolPolicy tools.Policy
 	// Retry is the same-key retry of transient provider failures; zero =
 	// runner's defaults (3 tries after 2, 4, 8 s).
 	Retry runner.RetryPolicy
@@ -243,6 +248,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 
 func (m *Member) build(ctx context.Context) error {
 	cfg := m.cfg
+	if err := cfg.ToolPolicy.Validate(); err != nil {
+		return fmt.Errorf("fleet: tool policy: %w", err)
+	}
 	if err := cfg.Skills.Validate(); err != nil {
 		return fmt.Errorf("fleet: skills configuration: %w", err)
 	}
@@ -301,7 +309,7 @@ func (m *Member) build(ctx context.Context) error {
 	compactor.Settings.Enabled = !cfg.NoCompaction
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: res, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
-		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry}
+		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
 	if !cfg.NoBlockReplies {
 		bc := blockchunk.DefaultConfig(0)
 		rcfg.BlockReplies = &bc

@@ -1,0 +1,101 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/tools"
+)
+
+// TestToolPolicy: a tool the worker's or the session's policy refuses is
+// neither offered nor run; a tool marked for approval ends the run with
+// its call pending (Approval set), runs when the client approves, and is
+// answered with a refusal otherwise.
+func TestToolPolicy(t *testing.T) {
+	t.Parallel()
+	const script = `#script {"replies":[{"toolCalls":[{"id":"w1","name":"write","arguments":{"path":"notes.md","content":"hi"}}]},{"text":"Done."}]}`
+	setup := func(t *testing.T, worker, session tools.Policy) (Config, string, events.Inbound) {
+		dir := t.TempDir()
+		set, err := tools.Builtin(tools.Workspace{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Config{DefaultModel: "scripted/script", Resolver: multiResolver{}, Tools: workspaceTools{set}, ToolPolicy: worker},
+			filepath.Join(dir, "notes.md"), events.Inbound{Text: script}
+	}
+	written := func(path string) bool { _, err := os.Stat(path); return err == nil }
+	resultOf := func(out *Output, id string) *message.Message {
+		for _, e := range out.Entries {
+			if e.Message != nil && e.Message.Role == message.RoleToolResult && e.Message.ToolCallID == id {
+				return e.Message
+			}
+		}
+		return nil
+	}
+
+	for _, tc := range []struct {
+		name            string
+		worker, session tools.Policy
+	}{
+		{"the worker denies it", tools.Policy{Deny: []string{"WRITE"}}, tools.Policy{}},
+		{"the worker allows others only", tools.Policy{Allow: []string{"read", "ed*"}}, tools.Policy{}},
+		{"the session denies what the worker allows", tools.Policy{}, tools.Policy{Deny: []string{"w*"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, file, in := setup(t, tc.worker, tc.session)
+			r, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &sink{}
+			out, err := r.Run(t.Context(), Input{RunID: "r", Inbound: &in, Settings: Settings{Tools: tc.session}}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if written(file) {
+				t.Fatal("a refused tool ran")
+			}
+			if res := resultOf(out, "w1"); res == nil || !res.IsError || !strings.Contains(res.Content.Text(), "not found") {
+				t.Fatalf("the refused call's result = %+v", res)
+			}
+		})
+	}
+
+	t.Run("approval", func(t *testing.T) {
+		t.Parallel()
+		for _, answer := range []struct {
+			text    string
+			isError bool
+			runs    bool
+		}{{"approve", false, true}, {" Yes ", false, true}, {"deny", false, false}, {"not in prod", false, false}, {"approve", true, false}} {
+			cfg, file, in := setup(t, tools.Policy{Approve: []string{"write"}}, tools.Policy{})
+			first := runOnce(t, cfg, in)
+			m := first.Result.Meta
+			if m.StopReason != "tool_calls" || len(m.PendingToolCalls) != 1 || !m.PendingToolCalls[0].Approval || m.PendingToolCalls[0].Name != "write" {
+				t.Fatalf("first run meta %+v", m)
+			}
+			if written(file) {
+				t.Fatal("the call ran before it was approved")
+			}
+			second := runOnce(t, cfg, events.Inbound{ToolResults: []events.ToolResult{{ToolCallID: "w1", Text: answer.text, IsError: answer.isError}}}, first.Entries...)
+			if written(file) != answer.runs {
+				t.Fatalf("answer %+v: ran = %v", answer, written(file))
+			}
+			res := resultOf(second, "w1")
+			if res == nil || res.IsError == answer.runs {
+				t.Fatalf("answer %+v: result %+v", answer, res)
+			}
+			if !answer.runs && !strings.HasPrefix(res.Content.Text(), TextDenied) {
+				t.Fatalf("answer %+v: refusal %q", answer, res.Content.Text())
+			}
+			if second.Result.Meta.Error != nil || second.Result.Payloads[0].Text != "Done." {
+				t.Fatalf("answer %+v: the run did not go on: %+v", answer, second.Result)
+			}
+		}
+	})
+}
