@@ -16,6 +16,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
+	"github.com/lanefleet/lanefleet/provider/local"
 	"github.com/lanefleet/lanefleet/provider/openai"
 )
 
@@ -73,30 +74,47 @@ func (r *Registry) Catalog() *catalog.Catalog { return r.catalog }
 
 // Resolve returns the model for "provider/model-id" with its base URL
 // overridden from the provider's base URL variable (ANTHROPIC_BASE_URL,
-// OPENAI_BASE_URL, …) when the model uses the provider's default URL. A
-// model not in the catalog resolves with conservative defaults and a
-// warning (see catalog.Resolve).
+// OPENAI_BASE_URL, …) when the model uses the provider's default URL. The
+// variable of a local server (OLLAMA_BASE_URL, VLLM_BASE_URL,
+// LMSTUDIO_BASE_URL) may be a bare origin, which gets /v1 (see
+// local.BaseURL); one that is not an http(s) URL is an error. A model not
+// in the catalog resolves with conservative defaults and a warning naming
+// the URL it will use (see catalog.Resolve).
 func (r *Registry) Resolve(ref string) (catalog.Resolved, error) {
 	res, err := r.catalog.Resolve(ref)
 	if err != nil {
 		return res, err
 	}
-	res.Model = r.applyBaseURL(res.Model)
+	if res.Model, err = r.applyBaseURL(res.Model); err != nil {
+		return res, err
+	}
+	if res.Warning != "" {
+		res.Warning = catalog.UnknownModelWarning(res.Model)
+	}
 	return res, nil
 }
 
-func (r *Registry) applyBaseURL(m provider.Model) provider.Model {
+func (r *Registry) applyBaseURL(m provider.Model) (provider.Model, error) {
 	p, ok := catalog.Provider(m.Provider)
 	if !ok || (m.BaseURL != "" && m.BaseURL != p.BaseURL) {
-		return m
+		return m, nil
 	}
 	for _, name := range p.BaseURLEnv {
-		if v := strings.TrimSpace(r.env(name)); v != "" {
-			m.BaseURL = v
-			return m
+		v := strings.TrimSpace(r.env(name))
+		if v == "" {
+			continue
 		}
+		if p.NoKey {
+			u, err := local.BaseURL(v)
+			if err != nil {
+				return m, fmt.Errorf("registry: %s: %w", name, err)
+			}
+			v = u
+		}
+		m.BaseURL = v
+		return m, nil
 	}
-	return m
+	return m, nil
 }
 
 // APIKey returns the API key configured for a provider: the first non-empty
