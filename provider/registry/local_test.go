@@ -60,3 +60,22 @@ func TestLocalServerProviders(t *testing.T) {
 		t.Errorf("a base URL without scheme: %v", err)
 	}
 }
+
+// TestConfigKeys: a key given in Config.Keys (a flag) is sent, and wins
+// over the environment's.
+func TestConfigKeys(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.ServeBody(t, 200, "text/event-stream", []byte("data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n"), 0)
+	m := provider.Model{ID: "qwen3", Provider: "local", API: "openai-completions", BaseURL: srv.URL + "/v1"}
+	r := registry.New(registry.Config{Env: envOf(map[string]string{"LOCAL_API_KEY": "from-env"}), Keys: map[string]provider.Secret{"local": "from-flag"}})
+	p, err := r.Provider(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Stream(t.Context(), &provider.Request{Model: m}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Last(t).Header.Get("Authorization"); got != "Bearer from-flag" {
+		t.Errorf("authorization %q", got)
+	}
+}

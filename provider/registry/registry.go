@@ -31,6 +31,9 @@ type Config struct {
 	Env func(string) string
 	// Catalog resolves model references; nil = catalog.Builtin().
 	Catalog *catalog.Catalog
+	// Keys are API keys by provider name given otherwise than in Env (a
+	// flag); they win over Env.
+	Keys map[string]provider.Secret
 	// HTTPClient, when set, sends every adapter's requests as it is; nil
 	// gives each adapter a pooled client per origin (keep-alive sized for
 	// many concurrent turns, HTTP/2 where offered, no overall timeout).
@@ -45,6 +48,7 @@ type Config struct {
 // per-run state.
 type Registry struct {
 	env      func(string) string
+	keys     map[string]provider.Secret
 	catalog  *catalog.Catalog
 	adapters map[string]provider.Provider
 }
@@ -58,7 +62,7 @@ func New(cfg Config) *Registry {
 		cfg.Catalog = catalog.Builtin()
 	}
 	oc := openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now}
-	r := &Registry{env: cfg.Env, catalog: cfg.Catalog}
+	r := &Registry{env: cfg.Env, keys: cfg.Keys, catalog: cfg.Catalog}
 	r.adapters = map[string]provider.Provider{
 		catalog.APIOpenAICompletions: openai.NewCompletions(oc),
 	}
@@ -117,13 +121,16 @@ func (r *Registry) applyBaseURL(m provider.Model) (provider.Model, error) {
 	return m, nil
 }
 
-// APIKey returns the API key configured for a provider: the first non-empty
-// of its key variables (ANTHROPIC_API_KEY; OPENAI_API_KEY; GEMINI_API_KEY
+// APIKey returns the API key configured for a provider: its key in
+// Config.Keys, else the first non-empty of its key variables (ANTHROPIC_API_KEY; OPENAI_API_KEY; GEMINI_API_KEY
 // then GOOGLE_API_KEY; OPENROUTER_API_KEY; MISTRAL_API_KEY; …), or for a
 // provider the catalog does not know (one from a user models file)
 // <PROVIDER>_API_KEY with the name upper-cased and non-alphanumerics as
 // "_". ok is false when none is set.
 func (r *Registry) APIKey(providerName string) (key provider.Secret, ok bool) {
+	if k := r.keys[providerName]; k != "" {
+		return k, true
+	}
 	p, known := catalog.Provider(providerName)
 	if !known {
 		// A provider from a user models file: <NAME>_API_KEY.
