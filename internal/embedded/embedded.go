@@ -248,7 +248,7 @@ func checkListen(host string, port int) error {
 	hp := net.JoinHostPort(host, strconv.Itoa(port))
 	l, err := net.Listen("tcp", hp)
 	if err != nil {
-		return fmt.Errorf("embedded: listen on %s: %w", hp, err)
+		return fmt.Errorf("embedded: %w", err) // "listen tcp host:port: bind: address already in use"
 	}
 	return l.Close()
 }
