@@ -90,7 +90,10 @@ type Config struct {
 	Limits        Limits // byte limits of the streams and buckets
 
 	// The runner.
-	DefaultModel string // "provider/model-id"; default: by the API keys present, else scripted/echo
+	// DefaultModel is "provider/model-id"; default: the OpenAICompatible
+	// server's first chat model, else by the API keys present, else
+	// scripted/echo (with Scripted).
+	DefaultModel string
 	ModelsFile   string // user models file adding to or overriding the built-in catalog (and the server's models)
 	// OpenAICompatible is the base URL of an OpenAI-compatible server
 	// (llama.cpp's llama-server, vLLM, Ollama, LM Studio; a bare origin gets
@@ -250,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	if m.storeLock != nil {
-		if err := m.storeLock.SetHolder(holder(cfg, m.Worker.ID(), m.Server.ClientURL())); err != nil {
+		if err := m.storeLock.SetHolder(holder(m.Worker.ID(), m.Server.ClientURL())); err != nil {
 			m.log.Warn().Err(err).Str("lock", m.storeLock.Path()).Msg("data directory lock: cannot name this worker in it")
 		}
 	}
@@ -258,7 +261,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 }
 
 // holder describes this process in the data directory's lock.
-func holder(cfg Config, worker, listen string) embedded.Holder {
+func holder(worker, listen string) embedded.Holder {
 	host, _ := os.Hostname()
 	return embedded.Holder{PID: os.Getpid(), Host: host, Worker: worker, Listen: listen, Since: time.Now().UTC().Truncate(time.Second)}
 }
@@ -613,7 +616,7 @@ func startEmbedded(cfg Config) (*server.Server, *server.Options, *embedded.Store
 	if opts.Port > 0 {
 		listen = "nats://" + net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
 	}
-	lock, err := embedded.LockStore(opts.StoreDir, holder(cfg, cfg.WorkerID, listen))
+	lock, err := embedded.LockStore(opts.StoreDir, holder(cfg.WorkerID, listen))
 	var locked *embedded.LockedError
 	switch {
 	case errors.As(err, &locked):
