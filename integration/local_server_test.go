@@ -220,4 +220,3 @@ func TestOpenAIBaseURLWithoutKey(t *testing.T) {
 		t.Fatalf("exit %v\n%s", err, w.logs.String())
 	}
 }
-
