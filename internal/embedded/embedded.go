@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -199,22 +200,85 @@ func Authenticates(opts *server.Options) bool {
 }
 
 // StartOptions starts a server with opts (from Options) and waits until it
-// accepts connections.
+// accepts connections. A client address another process listens on is an
+// error wrapping the listener's (errors.Is(err, syscall.EADDRINUSE)); a
+// server that cannot start (JetStream's store, another listener) is an
+// error carrying the server's reason as soon as it gives up, not after the
+// readiness timeout. A server that logs (opts.NoLog false) reports such
+// reasons itself, through its own logger.
 func StartOptions(opts *server.Options) (*server.Server, error) {
+	if err := checkListen(opts.Host, opts.Port); err != nil {
+		return nil, err
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
-	if !opts.NoLog {
+	fatal := &fatalLog{}
+	if opts.NoLog {
+		s.SetLogger(fatal, false, false)
+	} else {
 		s.ConfigureLogger()
 	}
-	s.Start()
-	if !s.ReadyForConnections(15 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded: server %q not ready after 15s", opts.ServerName)
+	s.Start() // returns after the listeners and JetStream are set up or failed
+	deadline := time.Now().Add(readyTimeout)
+	for !s.ReadyForConnections(100 * time.Millisecond) {
+		if reason := fatal.reason(); reason != "" || time.Now().After(deadline) {
+			s.Shutdown()
+			if reason != "" {
+				return nil, fmt.Errorf("embedded: server %q did not start: %s", opts.ServerName, reason)
+			}
+			return nil, fmt.Errorf("embedded: server %q not ready after %s", opts.ServerName, readyTimeout)
+		}
 	}
 	return s, nil
 }
+
+// readyTimeout bounds how long StartOptions waits for a server that has not
+// said why it is not ready.
+const readyTimeout = 15 * time.Second
+
+// checkListen reports a client address another process listens on, with
+// the listener's error, before the server tries it (a server that cannot
+// listen only logs why).
+func checkListen(host string, port int) error {
+	if port <= 0 {
+		return nil // random port
+	}
+	hp := net.JoinHostPort(host, strconv.Itoa(port))
+	l, err := net.Listen("tcp", hp)
+	if err != nil {
+		return fmt.Errorf("embedded: %w", err) // "listen tcp host:port: bind: address already in use"
+	}
+	return l.Close()
+}
+
+// fatalLog is the logger of a server that does not log: it keeps the first
+// fatal error (the server stops starting after one) and drops the rest.
+type fatalLog struct {
+	mu    sync.Mutex
+	first string
+}
+
+func (l *fatalLog) reason() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first
+}
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.first == "" {
+		l.first = fmt.Sprintf(format, v...)
+	}
+}
+
+func (*fatalLog) Noticef(string, ...any) {}
+func (*fatalLog) Warnf(string, ...any)   {}
+func (*fatalLog) Errorf(string, ...any)  {}
+func (*fatalLog) Debugf(string, ...any)  {}
+func (*fatalLog) Tracef(string, ...any)  {}
 
 // ConnectURL is the URL a process connects to its own embedded server
 // with: the client URL, on the loopback address when the server listens on

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -30,6 +31,7 @@ import (
 	"github.com/lanefleet/lanefleet/blockchunk"
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -37,6 +39,7 @@ import (
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
+	"github.com/lanefleet/lanefleet/provider/local"
 	"github.com/lanefleet/lanefleet/provider/registry"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/redact"
@@ -88,8 +91,24 @@ type Config struct {
 	Limits        Limits // byte limits of the streams and buckets
 
 	// The runner.
-	DefaultModel string // "provider/model-id"; default: by the API keys present, else scripted/echo
-	ModelsFile   string // user models file adding to or overriding the built-in catalog
+	// DefaultModel is "provider/model-id"; default: the OpenAICompatible
+	// server's first chat model, else by the API keys present, else
+	// scripted/echo (with Scripted).
+	DefaultModel string
+	ModelsFile   string // user models file adding to or overriding the built-in catalog (and the server's models)
+	// OpenAICompatible is the base URL of an OpenAI-compatible server
+	// (llama.cpp's llama-server, vLLM, Ollama, LM Studio; a bare origin gets
+	// /v1). Start lists its models (GET <url>/models) and serves them as
+	// local/<id> over Chat Completions; its first chat model is the default
+	// model when DefaultModel is empty. A server that cannot list its
+	// models fails Start with the reason.
+	OpenAICompatible string
+	// OpenAICompatibleKey is sent to that server as a bearer token; most
+	// local servers want none.
+	OpenAICompatibleKey string
+	// OpenAICompatibleWait is how long Start asks again while the server
+	// does not answer or answers 5xx (starting, loading a model); 0 = once.
+	OpenAICompatibleWait time.Duration
 	// Scripted serves the built-in scripted/* test models (make demo, tests,
 	// benchmarks). Never in production: scripted/script plays whatever tool
 	// calls the sender writes into the message.
@@ -180,6 +199,8 @@ type Member struct {
 	Runs    *kvstore.Runs
 	Tools   *remote.Registry // nil when remote tools are off
 	log     zerolog.Logger
+	// storeLock keeps a second embedded server off the data directory.
+	storeLock *embedded.StoreLock
 
 	defaultModel string
 	allowed      catalog.Allowlist
@@ -204,11 +225,11 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	url := cfg.NATSURL
 	if url == "" {
-		srv, sopts, err := startEmbedded(cfg)
+		srv, sopts, lock, err := startEmbedded(cfg)
 		if err != nil {
 			return nil, err
 		}
-		m.Server = srv
+		m.Server, m.storeLock = srv, lock
 		url = embedded.ConnectURL(srv)
 		if sopts.TLSConfig != nil && cfg.TLSCA == "" {
 			pin, err := pinServerCert(sopts)
@@ -243,7 +264,18 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.close()
 		return nil, err
 	}
+	if m.storeLock != nil {
+		if err := m.storeLock.SetHolder(holder(m.Worker.ID(), m.Server.ClientURL())); err != nil {
+			m.log.Warn().Err(err).Str("lock", m.storeLock.Path()).Msg("data directory lock: cannot name this worker in it")
+		}
+	}
 	return m, nil
+}
+
+// holder describes this process in the data directory's lock.
+func holder(worker, listen string) embedded.Holder {
+	host, _ := os.Hostname()
+	return embedded.Holder{PID: os.Getpid(), Host: host, Worker: worker, Listen: listen, Since: time.Now().UTC().Truncate(time.Second)}
 }
 
 func (m *Member) build(ctx context.Context) error {
@@ -258,16 +290,26 @@ func (m *Member) build(ctx context.Context) error {
 	if cfg.Scripted {
 		sp = scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts})
 	}
-	res, err := NewResolver(cfg.Env, sp, cfg.ModelsFile, cfg.Logger)
+	cfg.Redactor.Add(cfg.OpenAICompatibleKey) // before the server's answers are logged
+	cat, served, err := loadCatalog(ctx, cfg, cfg.Logger)
 	if err != nil {
 		return err
 	}
+	res := NewResolver(ResolverConfig{Env: cfg.Env, Scripted: sp, Catalog: cat, Served: served, Logger: cfg.Logger,
+		Keys: map[string]provider.Secret{local.ProviderName: provider.Secret(cfg.OpenAICompatibleKey)}})
 	m.defaultModel = cfg.DefaultModel
 	if m.defaultModel == "" {
 		m.defaultModel = res.DefaultModel()
 	}
+	hint := openAIBaseURLHint(cfg.Env)
 	if m.defaultModel == "" {
-		return errors.New("fleet: no model: set a provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, …), name one with --model, or start with --scripted for the built-in test models")
+		if hint != "" {
+			hint = " (" + hint + ")"
+		}
+		return errors.New("fleet: no model: set a provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, …), serve a local server's models with --openai-compatible URL, name one with --model, or start with --scripted for the built-in test models" + hint)
+	}
+	if hint != "" && cfg.OpenAICompatible == "" {
+		m.log.Warn().Msg(hint)
 	}
 	if m.allowed, err = res.allowlist(cfg, m.defaultModel); err != nil {
 		return err
@@ -554,11 +596,14 @@ func (m *Member) close() {
 		m.Server.Shutdown()
 		m.Server.WaitForShutdown()
 	}
+	if err := m.storeLock.Close(); err != nil {
+		m.log.Warn().Err(err).Msg("data directory lock")
+	}
 }
 
-func startEmbedded(cfg Config) (*server.Server, *server.Options, error) {
+func startEmbedded(cfg Config) (*server.Server, *server.Options, *embedded.StoreLock, error) {
 	if cfg.DataDir == "" && cfg.ServerConfig == "" {
-		return nil, nil, errors.New("fleet: the embedded server needs a data directory (--data-dir)")
+		return nil, nil, nil, errors.New("fleet: the embedded server needs a data directory (--data-dir)")
 	}
 	ec := embedded.Config{Name: "lanefleet", ConfigFile: cfg.ServerConfig, SyncAlways: &cfg.SyncAlways, InsecureListen: cfg.InsecureListen}
 	if cfg.DataDir != "" {
@@ -568,11 +613,11 @@ func startEmbedded(cfg Config) (*server.Server, *server.Options, error) {
 	case cfg.Listen != "":
 		h, p, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
-			return nil, nil, fmt.Errorf("fleet: --listen %q: %w", cfg.Listen, err)
+			return nil, nil, nil, fmt.Errorf("fleet: --listen %q: %w", cfg.Listen, err)
 		}
 		port, err := strconv.Atoi(p)
 		if err != nil || port < 0 || port > 65535 {
-			return nil, nil, fmt.Errorf("fleet: --listen %q: bad port", cfg.Listen)
+			return nil, nil, nil, fmt.Errorf("fleet: --listen %q: bad port", cfg.Listen)
 		}
 		if port == 0 {
 			port = server.RANDOM_PORT
@@ -584,19 +629,41 @@ func startEmbedded(cfg Config) (*server.Server, *server.Options, error) {
 	opts, err := embedded.Options(ec)
 	switch {
 	case errors.Is(err, embedded.ErrInsecureListen):
-		return nil, nil, fmt.Errorf("fleet: %w. Give the server users (--server-config nats.conf; `worker permissions` prints their permissions), listen on 127.0.0.1, or accept an open server with --insecure-listen", err)
+		return nil, nil, nil, fmt.Errorf("fleet: %w. Give the server users (--server-config nats.conf; `worker permissions` prints their permissions), listen on 127.0.0.1, or accept an open server with --insecure-listen", err)
 	case errors.Is(err, embedded.ErrNoStoreDir):
-		return nil, nil, fmt.Errorf("fleet: the embedded server needs a data directory: --data-dir, or jetstream { store_dir } in %s", cfg.ServerConfig)
+		return nil, nil, nil, fmt.Errorf("fleet: the embedded server needs a data directory: --data-dir, or jetstream { store_dir } in %s", cfg.ServerConfig)
 	case errors.Is(err, embedded.ErrConflict):
-		return nil, nil, fmt.Errorf("fleet: --server-config %s and --listen/--data-dir disagree: %w", cfg.ServerConfig, err)
+		return nil, nil, nil, fmt.Errorf("fleet: --server-config %s and --listen/--data-dir disagree: %w", cfg.ServerConfig, err)
 	case err != nil:
-		return nil, nil, fmt.Errorf("fleet: %w", err)
+		return nil, nil, nil, fmt.Errorf("fleet: %w", err)
+	}
+	listen := ""
+	if opts.Port > 0 {
+		listen = "nats://" + net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
+	}
+	lock, err := embedded.LockStore(opts.StoreDir, holder(cfg.WorkerID, listen))
+	var locked *embedded.LockedError
+	switch {
+	case errors.As(err, &locked):
+		join := "--nats-url nats://<its address>"
+		if strings.HasPrefix(locked.Holder.Listen, "nats://") {
+			join = "--nats-url " + locked.Holder.Listen
+		}
+		return nil, nil, nil, fmt.Errorf("fleet: %w: two servers must never share a store. Stop that worker first, give this one its own --data-dir, or add it to that one's fleet with %s", err, join)
+	case errors.Is(err, embedded.ErrStoreDir):
+		return nil, nil, nil, fmt.Errorf("fleet: --data-dir: %w", err)
+	case err != nil:
+		return nil, nil, nil, fmt.Errorf("fleet: %w", err)
 	}
 	srv, err := embedded.StartOptions(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("fleet: %w", err)
+		_ = lock.Close()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, nil, nil, fmt.Errorf("fleet: %w: another worker or NATS server listens there. Give this worker another --listen, or join that server with --nats-url", err)
+		}
+		return nil, nil, nil, fmt.Errorf("fleet: %w", err)
 	}
-	return srv, opts, nil
+	return srv, opts, lock, nil
 }
 
 // pinServerCert makes the connection to the embedded server trust exactly
@@ -681,22 +748,27 @@ func connectOptions(cfg Config) ([]nats.Option, error) {
 type Resolver struct {
 	env      func(string) string
 	scripted *scripted.Provider
+	served   []provider.Model
 	registry *registry.Registry
 	log      zerolog.Logger
 }
 
-// NewResolver returns the member's model resolver. s serves the scripted
-// test models; nil turns them off. modelsFile, when set, adds or overrides
-// catalog entries.
-func NewResolver(env func(string) string, s *scripted.Provider, modelsFile string, log zerolog.Logger) (*Resolver, error) {
-	cat := catalog.Builtin()
-	if modelsFile != "" {
-		var err error
-		if cat, err = cat.LoadFile(modelsFile); err != nil {
-			return nil, fmt.Errorf("fleet: models file: %w", err)
-		}
-	}
-	return &Resolver{env: env, scripted: s, log: log, registry: registry.New(registry.Config{Env: env, Catalog: cat})}, nil
+// ResolverConfig configures a Resolver.
+type ResolverConfig struct {
+	Env      func(string) string
+	Scripted *scripted.Provider // serves the scripted test models; nil turns them off
+	Catalog  *catalog.Catalog   // nil = catalog.Builtin()
+	// Served are the --openai-compatible server's models, in its order
+	// (also in Catalog).
+	Served []provider.Model
+	Keys   map[string]provider.Secret // API keys by provider besides Env's
+	Logger zerolog.Logger
+}
+
+// NewResolver returns the member's model resolver.
+func NewResolver(cfg ResolverConfig) *Resolver {
+	return &Resolver{env: cfg.Env, scripted: cfg.Scripted, served: cfg.Served, log: cfg.Logger,
+		registry: registry.New(registry.Config{Env: cfg.Env, Catalog: cfg.Catalog, Keys: cfg.Keys})}
 }
 
 // defaultModels is the default model per provider key, in the order keys are
@@ -710,9 +782,13 @@ var defaultModels = []struct{ env, ref string }{
 	{"MISTRAL_API_KEY", "mistral/devstral-medium-latest"},
 }
 
-// DefaultModel is the model of the first provider with an API key in the
-// environment, else scripted/echo when the scripted models are on, else "".
+// DefaultModel is the --openai-compatible server's first chat model, else
+// the model of the first provider with an API key in the environment, else
+// scripted/echo when the scripted models are on, else "".
 func (r *Resolver) DefaultModel() string {
+	if m, ok := local.DefaultModel(r.served); ok {
+		return m.Ref()
+	}
 	for _, d := range defaultModels {
 		if r.env(d.env) != "" {
 			return d.ref
@@ -725,10 +801,11 @@ func (r *Resolver) DefaultModel() string {
 }
 
 // check reports whether ref names a model the member can serve at all: a
-// known provider and wire API (keys are not checked: they may come from
-// the auth profiles).
+// known provider and wire API with an adapter, a context window the run
+// guard accepts, and for the --openai-compatible server's provider a model
+// it lists (keys are not checked: they may come from the auth profiles).
 func (r *Resolver) check(ref string) error {
-	p, _, ok := strings.Cut(ref, "/")
+	p, id, ok := strings.Cut(ref, "/")
 	switch {
 	case !ok:
 		return fmt.Errorf("%q is not provider/model-id", ref)
@@ -736,9 +813,17 @@ func (r *Resolver) check(ref string) error {
 		return fmt.Errorf("%q: the scripted test models are off (start the worker with --scripted)", ref)
 	case p == scripted.ProviderName:
 		return nil
+	case p == local.ProviderName && len(r.served) > 0 && !servedLists(r.served, id):
+		return fmt.Errorf("%q: the --openai-compatible server does not list %q; it lists %s", ref, id, servedIDs(r.served))
 	}
-	_, err := r.registry.Resolve(ref)
-	return err
+	res, _, err := r.registry.ProviderFor(ref)
+	if err != nil {
+		return err
+	}
+	if err := guard.ResolveWindow(p, id, float64(res.Model.ContextWindow), guard.WindowConfig{}).Err(); err != nil {
+		return fmt.Errorf("%q: %w (raise the model's contextWindow, and the server's context size, to at least that)", ref, err)
+	}
+	return nil
 }
 
 // allowlist checks the default model and the fallbacks, and returns the

@@ -15,11 +15,11 @@ import (
 )
 
 // secrets lists what the member must never publish or log: provider keys
-// in the environment, every auth profile's key and tokens, the NATS
-// password (given or in the URL) or token, the NKey seed and credentials
-// files, and the skills' API keys.
+// in the environment or given for the --openai-compatible server, every
+// auth profile's key and tokens, the NATS password (given or in the URL)
+// or token, the NKey seed and credentials files, and the skills' API keys.
 func secrets(cfg Config, creds *authprofile.Store) []string {
-	out := []string{cfg.Password}
+	out := []string{cfg.Password, cfg.OpenAICompatibleKey}
 	for _, p := range catalog.Providers() {
 		for _, name := range p.KeyEnv {
 			out = append(out, cfg.Env(name))

@@ -7,10 +7,13 @@
 package catalog
 
 import (
+	"cmp"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -87,13 +90,7 @@ func Provider(name string) (ProviderInfo, bool) {
 }
 
 // KnownAPI reports whether an adapter exists for api.
-func KnownAPI(api string) bool {
-	switch api {
-	case APIAnthropicMessages, APIOpenAICompletions, APIOpenAIResponses, APIGoogleGenerativeAI:
-		return true
-	}
-	return false
-}
+func KnownAPI(api string) bool { return slices.Contains(apis, api) }
 
 // Catalog is an immutable set of models keyed by "provider/id".
 type Catalog struct {
@@ -218,11 +215,15 @@ func (c *Catalog) Resolve(ref string) (Resolved, error) {
 	if m.API == "" {
 		return Resolved{}, fmt.Errorf("%w %q (model %q)", ErrUnknownProvider, prov, ref)
 	}
-	return Resolved{
-		Model: m,
-		Warning: fmt.Sprintf("model %s is not in the catalog; using %s at %s with a %d-token context window and %d output tokens",
-			ref, m.API, m.BaseURL, m.ContextWindow, m.MaxTokens),
-	}, nil
+	return Resolved{Model: m, Warning: UnknownModelWarning(m)}, nil
+}
+
+// UnknownModelWarning is the warning for a model resolved with the
+// defaults of an unknown model: it names what will be used, so a caller
+// that changes the base URL afterwards says the new one.
+func UnknownModelWarning(m provider.Model) string {
+	return fmt.Sprintf("model %s is not in the catalog; using %s at %s with a %d-token context window and %d output tokens",
+		m.Ref(), m.API, m.BaseURL, m.ContextWindow, m.MaxTokens)
 }
 
 type fileProvider struct {
@@ -235,7 +236,10 @@ type fileProvider struct {
 // models; {"models": [...]}; and pi's {"providers": {"<name>": {"baseUrl",
 // "api", "models": [...]}}}, whose models inherit provider, baseUrl and api.
 // Every model needs an id and a provider; api, when set (or inherited), must
-// be one an adapter exists for. Unknown fields are ignored.
+// be one an adapter exists for. A model of a built-in provider gets that
+// provider's api and base URL where it sets none; other fields may stay unset where the entry only
+// changes a model already in the catalog (LoadFile checks the merged
+// result). Unknown fields are ignored.
 func Parse(data []byte) ([]provider.Model, error) {
 	var out []provider.Model
 	trimmed := strings.TrimSpace(string(data))
@@ -278,31 +282,79 @@ func Parse(data []byte) ([]provider.Model, error) {
 		if m.ID == "" || m.Provider == "" {
 			return nil, fmt.Errorf("catalog: model %d: id and provider are required", i)
 		}
-		if m.API == "" {
-			if p, ok := Provider(m.Provider); ok {
-				out[i].API = p.API
-				if m.BaseURL == "" {
-					out[i].BaseURL = p.BaseURL
-				}
-			}
+		if p, ok := Provider(m.Provider); ok {
+			out[i].API = cmp.Or(m.API, p.API)
+			out[i].BaseURL = cmp.Or(m.BaseURL, p.BaseURL)
 		}
 		if out[i].API != "" && !KnownAPI(out[i].API) {
-			return nil, fmt.Errorf("catalog: model %s: unsupported api %q", m.Ref(), out[i].API)
+			return nil, fmt.Errorf("catalog: model %s: unsupported api %q (one of %s)", m.Ref(), out[i].API, strings.Join(apis, ", "))
 		}
 	}
 	return out, nil
 }
 
+// MaxFileBytes bounds a user models file.
+const MaxFileBytes = 16 << 20
+
 // LoadFile reads a user models file (see Parse) and returns c with its models
-// added or merged. A missing file is an error wrapping fs.ErrNotExist.
+// added or merged, then checked (see Check): an entry that is still
+// missing its api or base URL after the merge, such as one of a provider
+// the catalog does not know that names no "api", is an error naming it. A
+// missing file is an error wrapping fs.ErrNotExist.
 func (c *Catalog) LoadFile(path string) (*Catalog, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("catalog: models file %s is larger than %d bytes", path, MaxFileBytes)
 	}
 	ms, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, path)
 	}
-	return c.With(ms...), nil
+	out := c.With(ms...)
+	if err := out.Check(); err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return out, nil
 }
+
+// Check reports the first model (by provider/id) that no adapter could
+// call: one without an api an adapter exists for, or without an http(s)
+// base URL.
+func (c *Catalog) Check() error {
+	for _, m := range c.Models() {
+		if err := checkModel(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkModel(m provider.Model) error {
+	if m.API == "" {
+		why := ""
+		if _, known := Provider(m.Provider); !known {
+			why = fmt.Sprintf(" (provider %q is not built in, so nothing says which API it speaks)", m.Provider)
+		}
+		return fmt.Errorf("catalog: model %s has no \"api\"%s: set it on the model or its provider, one of %s",
+			m.Ref(), why, strings.Join(apis, ", "))
+	}
+	if !KnownAPI(m.API) {
+		return fmt.Errorf("catalog: model %s: unsupported api %q (one of %s)", m.Ref(), m.API, strings.Join(apis, ", "))
+	}
+	u, err := url.Parse(m.BaseURL)
+	if m.BaseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("catalog: model %s: \"baseUrl\" %q is not an http(s) URL: set it on the model or its provider", m.Ref(), m.BaseURL)
+	}
+	return nil
+}
+
+// apis are the wire APIs an adapter exists for, as error messages list them.
+var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI}

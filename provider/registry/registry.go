@@ -16,6 +16,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
+	"github.com/lanefleet/lanefleet/provider/local"
 	"github.com/lanefleet/lanefleet/provider/openai"
 )
 
@@ -30,6 +31,9 @@ type Config struct {
 	Env func(string) string
 	// Catalog resolves model references; nil = catalog.Builtin().
 	Catalog *catalog.Catalog
+	// Keys are API keys by provider name given otherwise than in Env (a
+	// flag); they win over Env.
+	Keys map[string]provider.Secret
 	// HTTPClient, when set, sends every adapter's requests as it is; nil
 	// gives each adapter a pooled client per origin (keep-alive sized for
 	// many concurrent turns, HTTP/2 where offered, no overall timeout).
@@ -44,6 +48,7 @@ type Config struct {
 // per-run state.
 type Registry struct {
 	env      func(string) string
+	keys     map[string]provider.Secret
 	catalog  *catalog.Catalog
 	adapters map[string]provider.Provider
 }
@@ -57,7 +62,7 @@ func New(cfg Config) *Registry {
 		cfg.Catalog = catalog.Builtin()
 	}
 	oc := openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now}
-	r := &Registry{env: cfg.Env, catalog: cfg.Catalog}
+	r := &Registry{env: cfg.Env, keys: cfg.Keys, catalog: cfg.Catalog}
 	r.adapters = map[string]provider.Provider{
 		catalog.APIOpenAICompletions: openai.NewCompletions(oc),
 	}
@@ -73,39 +78,59 @@ func (r *Registry) Catalog() *catalog.Catalog { return r.catalog }
 
 // Resolve returns the model for "provider/model-id" with its base URL
 // overridden from the provider's base URL variable (ANTHROPIC_BASE_URL,
-// OPENAI_BASE_URL, …) when the model uses the provider's default URL. A
-// model not in the catalog resolves with conservative defaults and a
-// warning (see catalog.Resolve).
+// OPENAI_BASE_URL, …) when the model uses the provider's default URL. The
+// variable of a local server (OLLAMA_BASE_URL, VLLM_BASE_URL,
+// LMSTUDIO_BASE_URL) may be a bare origin, which gets /v1 (see
+// local.BaseURL); one that is not an http(s) URL is an error. A model not
+// in the catalog resolves with conservative defaults and a warning naming
+// the URL it will use (see catalog.Resolve).
 func (r *Registry) Resolve(ref string) (catalog.Resolved, error) {
 	res, err := r.catalog.Resolve(ref)
 	if err != nil {
 		return res, err
 	}
-	res.Model = r.applyBaseURL(res.Model)
+	if res.Model, err = r.applyBaseURL(res.Model); err != nil {
+		return res, err
+	}
+	if res.Warning != "" {
+		res.Warning = catalog.UnknownModelWarning(res.Model)
+	}
 	return res, nil
 }
 
-func (r *Registry) applyBaseURL(m provider.Model) provider.Model {
+func (r *Registry) applyBaseURL(m provider.Model) (provider.Model, error) {
 	p, ok := catalog.Provider(m.Provider)
 	if !ok || (m.BaseURL != "" && m.BaseURL != p.BaseURL) {
-		return m
+		return m, nil
 	}
 	for _, name := range p.BaseURLEnv {
-		if v := strings.TrimSpace(r.env(name)); v != "" {
-			m.BaseURL = v
-			return m
+		v := strings.TrimSpace(r.env(name))
+		if v == "" {
+			continue
 		}
+		if p.NoKey {
+			u, err := local.BaseURL(v)
+			if err != nil {
+				return m, fmt.Errorf("registry: %s: %w", name, err)
+			}
+			v = u
+		}
+		m.BaseURL = v
+		return m, nil
 	}
-	return m
+	return m, nil
 }
 
-// APIKey returns the API key configured for a provider: the first non-empty
-// of its key variables (ANTHROPIC_API_KEY; OPENAI_API_KEY; GEMINI_API_KEY
+// APIKey returns the API key configured for a provider: its key in
+// Config.Keys, else the first non-empty of its key variables (ANTHROPIC_API_KEY; OPENAI_API_KEY; GEMINI_API_KEY
 // then GOOGLE_API_KEY; OPENROUTER_API_KEY; MISTRAL_API_KEY; …), or for a
 // provider the catalog does not know (one from a user models file)
 // <PROVIDER>_API_KEY with the name upper-cased and non-alphanumerics as
 // "_". ok is false when none is set.
 func (r *Registry) APIKey(providerName string) (key provider.Secret, ok bool) {
+	if k := r.keys[providerName]; k != "" {
+		return k, true
+	}
 	p, known := catalog.Provider(providerName)
 	if !known {
 		// A provider from a user models file: <NAME>_API_KEY.
