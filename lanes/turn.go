@@ -31,6 +31,9 @@ type Turn struct {
 	Inbound    *events.Inbound
 	History    []message.Entry // the session so far; do not modify
 	Received   time.Time
+	// Header is the inbound message's headers (its trace context); do not
+	// modify.
+	Header nats.Header
 
 	em    *emitter
 	steer func(ctx context.Context) []*events.Inbound
