@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -263,4 +264,65 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 		return nil, err
 	}
 	return ImportReply{SessionID: f.Header.ID, Entries: len(f.Entries), Skipped: len(f.Skipped)}, nil
+}
+
+// backlog counts the lane's messages after its last committed turn: the
+// subject's stored messages less the processed ones not yet purged, which
+// it steps over from the front (usually none or a few: an owner purges
+// them when it releases the lane).
+func (s *Service) backlog(ctx context.Context, r request) (any, error) {
+	if err := decodeRequest(r.data, &struct{}{}); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	subj := events.InboundPrefix + r.token
+	var rep BacklogReply
+	cur, err := s.cfg.Lanes.Cursor(ctx, r.token)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return nil, err
+	}
+	rep.Processed = cur.Seq
+	holder, held, err := s.cfg.Lanes.Holder(ctx, r.token)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return nil, err
+	}
+	if held {
+		rep.Holder, rep.HeldSince = holder.Worker, holder.Acquired
+		if rep.Holder == "" {
+			rep.Holder = "(unreadable lease)"
+		}
+	}
+	first, err := s.cfg.Inbound.GetMsg(ctx, cur.Seq+1, jetstream.WithGetMsgSubject(subj))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return rep, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep.OldestRun, rep.OldestAt = strconv.FormatUint(first.Sequence, 10), first.Time.UnixMilli()
+	info, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return nil, err
+	}
+	stored := int(info.State.Subjects[subj])
+	processed := 0
+	deadline := time.Now().Add(walkBudget)
+	for seq := uint64(1); ; processed++ {
+		if processed >= MaxBacklogWalk || time.Now().After(deadline) {
+			rep.More = true
+			break
+		}
+		m, err := s.cfg.Inbound.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.Sequence > cur.Seq {
+			break
+		}
+		seq = m.Sequence + 1
+	}
+	rep.Waiting = max(stored-processed, 1) // the oldest waiting message was found
+	return rep, nil
 }
