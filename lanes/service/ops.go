@@ -45,7 +45,7 @@ type historyPage struct {
 // while they fit, a record split between pages when it does not.
 func (s *Service) history(ctx context.Context, r request) (any, error) {
 	var q HistoryRequest
-	if err := decodeRequest(r.data, &q); err != nil {
+	if err := DecodeRequest(r.data, &q); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	if q.Skip < 0 {
@@ -97,7 +97,7 @@ func (s *Service) history(ctx context.Context, r request) (any, error) {
 // up to the reply's budget, and the run's state.
 func (s *Service) events(ctx context.Context, r request) (any, error) {
 	var q EventsRequest
-	if err := decodeRequest(r.data, &q); err != nil {
+	if err := DecodeRequest(r.data, &q); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	runSeq, err := parseRun(q.Run)
@@ -227,7 +227,7 @@ func (s *Service) waiting(ctx context.Context, token string, runSeq uint64) (str
 
 // settings returns the lane's stored queue settings.
 func (s *Service) settings(ctx context.Context, r request) (any, error) {
-	if err := decodeRequest(r.data, &struct{}{}); err != nil {
+	if err := DecodeRequest(r.data, &struct{}{}); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	raw, err := s.cfg.Lanes.Settings(ctx, r.token)
@@ -271,7 +271,7 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 // it steps over from the front (usually none or a few: an owner purges
 // them when it releases the lane).
 func (s *Service) backlog(ctx context.Context, r request) (any, error) {
-	if err := decodeRequest(r.data, &struct{}{}); err != nil {
+	if err := DecodeRequest(r.data, &struct{}{}); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	subj := events.InboundPrefix + r.token

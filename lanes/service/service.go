@@ -216,13 +216,18 @@ func (s *Service) respondError(in inbound, err error) {
 	if e.Code == CodeInternal || e.Code == CodeUnavailable {
 		s.log.Warn().Str("op", in.op).Str("subject", clip(in.subject)).Str("code", e.Code).Str("error", e.Description).Msg("lane service")
 	}
-	// A header value is one line, and the description must not crowd out
-	// the reply.
+	s.respond(in, &nats.Msg{Header: ErrorHeader(e)})
+}
+
+// ErrorHeader returns the headers of e's micro error reply: its code and
+// its description on one bounded line (a header value is one line, and
+// the description must not crowd out the reply).
+func ErrorHeader(e *Error) nats.Header {
 	desc := strings.Join(strings.Fields(e.Description), " ")
 	if len(desc) > maxDescription {
 		desc = strings.ToValidUTF8(desc[:maxDescription], "") + "…"
 	}
-	s.respond(in, &nats.Msg{Header: nats.Header{micro.ErrorCodeHeader: {e.Code}, micro.ErrorHeader: {desc}}})
+	return nats.Header{micro.ErrorCodeHeader: {e.Code}, micro.ErrorHeader: {desc}}
 }
 
 func (s *Service) respond(in inbound, m *nats.Msg) {

@@ -185,10 +185,10 @@ func parseSubject(subject, op string) (token, key string, err error) {
 	return token, key, nil
 }
 
-// decodeRequest decodes a JSON request body into v: empty means the zero
+// DecodeRequest decodes a JSON request body into v: empty means the zero
 // value; unknown fields, trailing data and bodies over MaxRequestBytes are
-// refused.
-func decodeRequest(data []byte, v any) error {
+// refused. The admin service reads its requests with it too.
+func DecodeRequest(data []byte, v any) error {
 	if len(data) > MaxRequestBytes {
 		return fmt.Errorf("request of %d bytes is larger than %d", len(data), MaxRequestBytes)
 	}

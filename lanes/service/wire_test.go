@@ -39,7 +39,7 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 		var e EventsRequest
-		if err := decodeRequest(body, &e); err == nil {
+		if err := DecodeRequest(body, &e); err == nil {
 			if len(body) > MaxRequestBytes {
 				t.Fatalf("accepted %d bytes", len(body))
 			}
@@ -48,7 +48,7 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 		var h HistoryRequest
-		_ = decodeRequest(body, &h)
+		_ = DecodeRequest(body, &h)
 	})
 }
 
