@@ -20,6 +20,7 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/permission"
 )
 
 // bundle is an admin service on a real JetStream server with the fleet's
@@ -288,4 +289,13 @@ func clipBody(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// TestPermissionModelNamesTheService: the permission model (a pure package
+// that cannot import this one) grants the subjects this service serves.
+func TestPermissionModelNamesTheService(t *testing.T) {
+	t.Parallel()
+	if permission.AdminService != admin.Name || permission.AdminPrefix != admin.Prefix {
+		t.Errorf("permission names %q on %q, the service is %q on %q", permission.AdminService, permission.AdminPrefix, admin.Name, admin.Prefix)
+	}
 }
