@@ -67,7 +67,7 @@ func (l *Lanes) Acquire(ctx context.Context, token string, info LeaseInfo) (*Lea
 		if err == nil {
 			return &Lease{lanes: l, token: token, value: val, rev: rev}, nil
 		}
-		busy, mismatch := writeConflict(err)
+		busy, mismatch := WriteConflict(err)
 		if !busy && !mismatch {
 			return nil, fmt.Errorf("kvstore: acquire %s: %w", token, err)
 		}
@@ -116,7 +116,7 @@ func pause(ctx context.Context, attempt int) error {
 // expectation, and a retry gets a real answer. mismatch: 10071 (or the KV
 // errors made of it), the subject's last sequence is not the one expected.
 // On nats-server v2.15 a stale expectation is 10071 on every replica count.
-func writeConflict(err error) (busy, mismatch bool) {
+func WriteConflict(err error) (busy, mismatch bool) {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
@@ -211,7 +211,7 @@ func (s *Lease) fenced(ctx context.Context, op string, write func(rev uint64) er
 		if err == nil {
 			return nil
 		}
-		busy, mismatch := writeConflict(err)
+		busy, mismatch := WriteConflict(err)
 		switch {
 		case busy && attempt < maxConflicts:
 			if perr := pause(ctx, attempt); perr != nil {

@@ -35,7 +35,6 @@ func BenchmarkEmitDeltas(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_ = streams
 	const delta = "tok " // a typical streamed token
 	event := func(seq uint64, text string) *nats.Msg {
 		ev := &events.Event{RunID: "1", SessionKey: "bench", Seq: seq, Attempt: 1, Stream: events.StreamAssistant,
@@ -100,7 +99,10 @@ func BenchmarkEmitDeltas(b *testing.B) {
 			if i%benchRunDeltas == 0 {
 				settle()
 				run := strconv.Itoa(i / benchRunDeltas)
-				em = &emitter{js: js, key: "bench", run: run, subject: "agent.ev.bench." + run, log: zerolog.Nop(), attempt: 1}
+				em = &emitter{js: js, events: streams.Events, key: "bench", run: run, subject: "agent.ev.bench." + run, log: zerolog.Nop(), attempt: 1}
+				if _, err := em.claim(b.Context(), 1); err != nil {
+					b.Fatal(err)
+				}
 				text.Reset()
 			}
 			text.WriteString(delta)
