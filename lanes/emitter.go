@@ -48,6 +48,9 @@ const (
 	maxRetries = 50
 	// wideWindow is the publish window on a stream that is not replicated.
 	wideWindow = 256
+	// probeAfter: an event published after this long without an answer
+	// from the server goes out alone (see pumpLocked).
+	probeAfter = time.Second
 )
 
 // emitter publishes one run's events with a per-run sequence, fenced (see
@@ -85,6 +88,8 @@ type emitter struct {
 	idle      chan struct{} // closed when nothing is queued or in flight; nil when idle
 	fenced    error         // why nothing more is published (a newer owner's fence)
 	dropping  bool          // settle gave up: no more retries
+	lastAck   time.Time     // when the server last answered a publish (or the claim)
+	probing   bool          // one event is out alone after a silence; the rest wait for its answer
 	failed    int
 }
 
@@ -151,7 +156,7 @@ func (e *emitter) claim(ctx context.Context, rev uint64) (fresh bool, err error)
 		ack, err := e.js.PublishMsg(ctx, m)
 		if err == nil {
 			e.mu.Lock()
-			e.fence, e.rev = ack.Sequence, rev
+			e.fence, e.rev, e.lastAck = ack.Sequence, rev, time.Now()
 			e.mu.Unlock()
 			return expect == 0, nil
 		}
@@ -372,11 +377,22 @@ func (e *emitter) enqueueLocked(ev *events.Event) {
 }
 
 // pumpLocked publishes queued events while the window has room, and starts
-// the watcher that collects their answers.
+// the watcher that collects their answers. After a long silence (the
+// process may have been paused, and its lane given to another worker
+// meanwhile) one event goes out alone first: if a newer owner has fenced
+// the run, that one refusal stops the emitter, so a core subscriber on the
+// run's subject (which sees publishes the stream refuses) sees at most that
+// one event of the old attempt.
 func (e *emitter) pumpLocked() {
 	w := e.window
 	if w <= 0 {
 		w = wideWindow
+	}
+	if len(e.inflight) == 0 && time.Since(e.lastAck) > probeAfter {
+		e.probing = true
+	}
+	if e.probing {
+		w = 1
 	}
 	for len(e.replay) == 0 && len(e.queue) > 0 && len(e.inflight) < w {
 		if e.fence == 0 {
@@ -432,6 +448,9 @@ func (e *emitter) watch(idle chan struct{}) {
 		}
 		retry := err != nil && e.refused(head, err)
 		e.mu.Lock()
+		if err == nil {
+			e.lastAck, e.probing = time.Now(), false
+		}
 		e.inflight[0] = nil
 		e.inflight = e.inflight[1:]
 		if retry && !e.stoppedLocked() {
@@ -599,6 +618,9 @@ func (e *emitter) publish(ctx context.Context, stream string, data events.EventD
 		e.mu.Unlock()
 		_, err := e.js.PublishMsg(ctx, m)
 		if err == nil {
+			e.mu.Lock()
+			e.lastAck = time.Now()
+			e.mu.Unlock()
 			return nil
 		}
 		busy, mismatch := kvstore.WriteConflict(err)
