@@ -42,7 +42,7 @@ const (
 	frameHardMax = 64 << 10
 	// ackTimeout is how long one event may stay unacknowledged before it
 	// is counted as lost: an answer lost in a reconnect never comes.
-	ackTimeout = 10 * time.Second
+	ackTimeout = 5 * time.Second
 	// maxRetries bounds the republishes of one event refused because of a
 	// concurrent write (10164) or a fence that had to be claimed again.
 	maxRetries = 50
@@ -89,7 +89,8 @@ type emitter struct {
 	fenced    error         // why nothing more is published (a newer owner's fence)
 	dropping  bool          // settle gave up: no more retries
 	lastAck   time.Time     // when the server last answered a publish (or the claim)
-	probing   bool          // one event is out alone after a silence; the rest wait for its answer
+	checking  bool          // after a silence: the fence is read before anything goes out
+	probing   bool          // then one event goes out alone; the rest wait for its answer
 	failed    int
 }
 
@@ -377,24 +378,26 @@ func (e *emitter) enqueueLocked(ev *events.Event) {
 }
 
 // pumpLocked publishes queued events while the window has room, and starts
-// the watcher that collects their answers. After a long silence (the
-// process may have been paused, and its lane given to another worker
-// meanwhile) one event goes out alone first: if a newer owner has fenced
-// the run, that one refusal stops the emitter, so a core subscriber on the
-// run's subject (which sees publishes the stream refuses) sees at most that
-// one event of the old attempt.
+// the watcher that collects their answers.
+//
+// A core subscriber on the run's subject sees every publish, also those the
+// stream refuses. So after a long silence (the process may have been
+// paused while its lane went to another worker) nothing goes out before
+// the watcher has read the run's fence: a newer owner's marker stops the
+// emitter without a word. Then one event goes out alone: if the lane was
+// taken just after the read, that one refusal stops the emitter.
 func (e *emitter) pumpLocked() {
 	w := e.window
 	if w <= 0 {
 		w = wideWindow
 	}
-	if len(e.inflight) == 0 && time.Since(e.lastAck) > probeAfter {
-		e.probing = true
+	if len(e.inflight) == 0 && len(e.queue) > 0 && !e.checking && time.Since(e.lastAck) > probeAfter {
+		e.checking, e.probing = true, true
 	}
 	if e.probing {
 		w = 1
 	}
-	for len(e.replay) == 0 && len(e.queue) > 0 && len(e.inflight) < w {
+	for !e.checking && len(e.replay) == 0 && len(e.queue) > 0 && len(e.inflight) < w {
 		if e.fence == 0 {
 			e.log.Error().Str("run_id", e.run).Msg("events published before the run was claimed: dropped")
 			e.queue = nil
@@ -413,10 +416,26 @@ func (e *emitter) pumpLocked() {
 		out.f, out.sent = f, time.Now()
 		e.inflight = append(e.inflight, out)
 	}
-	if len(e.inflight) > 0 && e.idle == nil {
+	if (len(e.inflight) > 0 || e.checking) && e.idle == nil {
 		e.idle = make(chan struct{})
 		go e.watch(e.idle)
 	}
+}
+
+// checkFence reads the run's fence after a silence and stops the emitter
+// (ErrLeaseLost) if a newer owner has claimed the run. A failed read says
+// nothing: the next write finds out.
+func (e *emitter) checkFence(ctx context.Context) error {
+	e.mu.Lock()
+	rev := e.rev
+	e.mu.Unlock()
+	raw, err := e.events.GetLastMsgForSubject(ctx, e.fenceSubject())
+	if err != nil || markerRev(raw.Data) <= rev {
+		return nil
+	}
+	err = fencedError(e.run, markerRev(raw.Data), rev)
+	e.stop(err)
+	return err
 }
 
 // errNoAck is an event whose answer did not come within ackTimeout.
@@ -430,6 +449,17 @@ func (e *emitter) watch(idle chan struct{}) {
 	defer t.Stop()
 	for {
 		e.mu.Lock()
+		if e.checking {
+			e.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+			err := e.checkFence(ctx)
+			cancel()
+			e.mu.Lock()
+			e.checking = false
+			if err == nil {
+				e.pumpLocked()
+			}
+		}
 		if len(e.inflight) == 0 {
 			e.idle = nil
 			close(idle)
@@ -591,6 +621,14 @@ func (e *emitter) start(ctx context.Context, data events.EventData, attempt int)
 func (e *emitter) publish(ctx context.Context, stream string, data events.EventData, attempt int) error {
 	if err := e.settle(ctx); err != nil {
 		return err
+	}
+	e.mu.Lock()
+	silent := e.fence != 0 && time.Since(e.lastAck) > probeAfter
+	e.mu.Unlock()
+	if silent {
+		if err := e.checkFence(ctx); err != nil {
+			return err
+		}
 	}
 	e.mu.Lock()
 	e.attempt = attempt

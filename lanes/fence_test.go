@@ -152,8 +152,8 @@ func fencing(t *testing.T, url string, js jetstream.JetStream, streams *Streams,
 		t.Fatalf("stored events:\n got %s\nwant %s", got, want)
 	}
 	// What a core subscriber on the subjects saw, in order: it also sees
-	// publishes the stream refused, but of the old attempt at most the one
-	// event that found out it was fenced.
+	// publishes the stream refused, but the woken zombie read the fence
+	// before publishing anything.
 	var seen []string
 	for range 100 {
 		seen = rec.lines(t)
@@ -171,7 +171,7 @@ func fencing(t *testing.T, url string, js jetstream.JetStream, streams *Streams,
 			late++
 		}
 	}
-	if marker < 0 || late > 1 {
+	if marker < 0 || late > 0 {
 		t.Fatalf("a core subscriber saw %d events of the old attempt after the new owner's marker:\n%s", late, strings.Join(seen, " "))
 	}
 }
@@ -350,20 +350,6 @@ func TestHoldsAsTrigger(t *testing.T) {
 	} {
 		if got := holdsAsTrigger(c.holder, c.md); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
-func TestPullExpiryUnderAckWait(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct{ ackWait, want time.Duration }{
-		{time.Second, time.Second}, // the client's minimum
-		{2 * time.Second, time.Second},
-		{30 * time.Second, 15 * time.Second},
-		{10 * time.Minute, 30 * time.Second},
-	} {
-		if got := pullExpiry(c.ackWait); got != c.want {
-			t.Errorf("pullExpiry(%v) = %v, want %v", c.ackWait, got, c.want)
 		}
 	}
 }

@@ -128,7 +128,6 @@ func (w *Worker) Stats() *Stats { return &w.stats }
 func (w *Worker) Run(ctx context.Context) error {
 	batch := min(max(w.cfg.Concurrency, 16), 256)
 	cc, err := w.streams.Dispatch.Consume(w.onDelivery, jetstream.PullMaxMessages(batch),
-		jetstream.PullExpiry(pullExpiry(w.streams.cfg.AckWait)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				w.log.Debug().Err(err).Msg("dispatch consume")
@@ -169,14 +168,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.turnStop(ErrShutdown)
 	w.log.Info().Int64("turns", w.stats.Turns.Load()).Msg("worker stopped")
 	return nil
-}
-
-// pullExpiry is how long one pull request for dispatch deliveries waits at
-// the server: well under AckWait, so when a worker is paused (SIGSTOP, a
-// frozen VM) its open requests are gone by the time its triggers are
-// redelivered, and the redeliveries go to workers that run.
-func pullExpiry(ackWait time.Duration) time.Duration {
-	return min(max(ackWait/2, time.Second), 30*time.Second)
 }
 
 // onDelivery runs serially for the consume context, so it only takes a slot
