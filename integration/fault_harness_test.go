@@ -196,47 +196,54 @@ func watchRunFinals(t *testing.T, url string) *finalWatch {
 	return f
 }
 
-// missing lists the runs without a final event seen yet.
-func (f *finalWatch) missing(runs []runRef) []runRef {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []runRef
-	for _, r := range runs {
-		subj, _ := events.EventSubject(r.session, r.run)
-		if f.finals[subj] == 0 {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// waitAll waits until every run has a final event (seen live, or stored:
-// a final published while the watcher's server was down is only in the
-// stream), failing after timeout.
+// waitAll waits until every run's final event is stored, failing after
+// timeout. Finals seen by the core subscription say when to look (a core
+// subscriber also sees publishes the stream refused, so it is no proof).
 func (f *finalWatch) waitAll(t *testing.T, js jetstream.JetStream, runs []runRef, timeout time.Duration) {
 	t.Helper()
 	deadline := time.After(timeout)
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
+	stored := map[runRef]bool{}
 	for {
-		miss := f.missing(runs)
-		if len(miss) == 0 {
+		f.mu.Lock()
+		var check []runRef
+		for _, r := range runs {
+			subj, _ := events.EventSubject(r.session, r.run)
+			if !stored[r] && f.finals[subj] > 0 {
+				check = append(check, r)
+			}
+		}
+		f.mu.Unlock()
+		for _, r := range check {
+			if a := auditRun(t.Context(), js, r); a.err == nil && a.finals > 0 {
+				stored[r] = true
+			}
+		}
+		if len(stored) == len(runs) {
 			return
 		}
 		select {
 		case <-f.notify:
 		case <-poll.C:
-			// Look in the stream for the ones not seen live.
-			for _, r := range miss {
-				if a := auditRun(t.Context(), js, r); a.err == nil && a.finals > 0 {
-					subj, _ := events.EventSubject(r.session, r.run)
-					f.mu.Lock()
-					f.finals[subj] = max(f.finals[subj], 1)
-					f.mu.Unlock()
+			// A final published while the watcher was cut off is only in
+			// the stream: look for every run.
+			for _, r := range runs {
+				if !stored[r] {
+					if a := auditRun(t.Context(), js, r); a.err == nil && a.finals > 0 {
+						stored[r] = true
+					}
 				}
 			}
+			if len(stored) == len(runs) {
+				return
+			}
 		case <-deadline:
-			t.Fatalf("%d of %d runs have no final event after %v, e.g. %+v", len(miss), len(runs), timeout, miss[0])
+			for _, r := range runs {
+				if !stored[r] {
+					t.Fatalf("%d of %d runs have no stored final event after %v, e.g. %+v", len(runs)-len(stored), len(runs), timeout, r)
+				}
+			}
 		}
 	}
 }
@@ -393,29 +400,36 @@ func (s *staleSeen) worst() (most, total int) {
 }
 
 // heldBy waits until worker id holds at least least of the sessions' lanes
-// and returns how many it holds.
-func heldBy(t *testing.T, js jetstream.JetStream, id string, sessions []string, least int, timeout time.Duration) int {
+// and returns them.
+func heldBy(t *testing.T, js jetstream.JetStream, id string, sessions []string, least int, timeout time.Duration) []string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		l, err := kvstore.Bind(t.Context(), js, "")
-		if err == nil {
-			n := 0
-			for _, s := range sessions {
-				tok, _ := events.KeyToken(s)
-				if h, ok, err := l.Holder(t.Context(), tok); err == nil && ok && h.Worker == id {
-					n++
-				}
-			}
-			if n >= least {
-				return n
-			}
+		if held := holders(t, js, id, sessions); len(held) >= least {
+			return held
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("worker %s never held %d lanes", id, least)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// holders returns the sessions whose lane worker id holds.
+func holders(t *testing.T, js jetstream.JetStream, id string, sessions []string) []string {
+	t.Helper()
+	l, err := kvstore.Bind(t.Context(), js, "")
+	if err != nil {
+		return nil
+	}
+	var held []string
+	for _, s := range sessions {
+		tok, _ := events.KeyToken(s)
+		if h, ok, err := l.Holder(t.Context(), tok); err == nil && ok && h.Worker == id {
+			held = append(held, s)
+		}
+	}
+	return held
 }
 
 // faultLoad is sessions × perSession messages of a few words each (the
