@@ -133,27 +133,11 @@ func sendOrdered(t *testing.T, js jetstream.JetStream, msgs []outMsg) []runRef {
 	t.Helper()
 	var runs []runRef
 	for _, m := range msgs {
-		subj, err := events.InboundSubject(m.session)
+		r, err := publishRetried(t.Context(), js, m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, ct, _ := events.EncodeInbound(&events.Inbound{Text: m.text, ID: m.id}, false)
-		for attempt := 0; ; attempt++ {
-			msg := nats.NewMsg(subj)
-			msg.Data = data
-			msg.Header.Set(events.HeaderContentType, ct)
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-			ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.id))
-			cancel()
-			if err == nil {
-				runs = append(runs, runRef{m.session, fmt.Sprint(ack.Sequence), m.text})
-				break
-			}
-			if attempt > 100 {
-				t.Fatalf("publish %s: %v", m.id, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		runs = append(runs, r)
 	}
 	return runs
 }

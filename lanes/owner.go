@@ -37,11 +37,13 @@ type owner struct {
 	loaded      bool
 	checkedLast bool
 	failures    map[uint64]int // attempts started by this owner, per inbound seq
-	purgedTo    uint64
-	lastEnd     time.Time // when this owner's last turn ended (reject, collect debounce)
+	lastEnd     time.Time      // when this owner's last turn ended (reject, collect debounce)
+	// done lists the inbound messages of committed turns this owner has
+	// not deleted yet.
+	done []uint64
 	// unsettled is the inbound sequence of a committed turn whose final
 	// events are not all stored yet; 0 = none. While it is set the owner
-	// neither moves on nor releases the lane, and it never purges that
+	// neither moves on nor releases the lane, and it never deletes that
 	// message: the lane's next owner (or the sweep) keeps the promise.
 	unsettled uint64
 }
@@ -66,7 +68,7 @@ func (o *owner) run() {
 			// be redelivered to whoever needs it.
 			o.w.nak(o.trigger, 0)
 			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			o.purgeProcessed(pctx, true)
+			o.deleteProcessed(pctx, true)
 			pcancel()
 			return
 		case cancelled || o.unsettled != 0:
@@ -350,6 +352,13 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 		return err
 	}
 	o.cursor.Seq = p.through
+	o.done = append(o.done, p.run.raw.Sequence)
+	for _, c := range p.merged {
+		o.done = append(o.done, c.raw.Sequence)
+	}
+	for _, d := range p.dropped {
+		o.done = append(o.done, d.c.raw.Sequence)
+	}
 	clear(o.failures)
 	if o.loaded {
 		o.history = append(o.history, out.Entries...)
@@ -509,29 +518,37 @@ func (o *owner) finishRecord(ctx context.Context, rec kvstore.Record) error {
 	return nil
 }
 
-// purgeProcessed removes the lane's processed inbound messages in one call,
-// keeping next-by-subject lookups on the fast path. With keepTrigger the
-// trigger's message and everything after it stay: a Nak'd trigger whose
-// message is gone is never redelivered, which would strand the lane's
-// remaining messages.
-func (o *owner) purgeProcessed(ctx context.Context, keepTrigger bool) {
-	upTo := o.cursor.Seq
-	if keepTrigger && o.trigger != nil && o.triggerSeq <= upTo {
-		upTo = o.triggerSeq - 1
+// deleteProcessed deletes the inbound messages of the turns this owner
+// committed, keeping next-by-subject lookups on the fast path. They are
+// deleted one by one: a purge of the stream, even of one subject, makes
+// nats-server (v2.15) drop the dispatch consumer's whole redelivery queue,
+// so every Nak'd delivery of every lane would wait out AckWait. With
+// keepTrigger the trigger's message stays (a Nak'd trigger whose message is
+// gone is never redelivered, which would strand the lane's remaining
+// messages), and so does the message of a turn whose final events are not
+// stored yet (the sweep finds such a lane by it).
+func (o *owner) deleteProcessed(ctx context.Context, keepTrigger bool) {
+	keep := o.done[:0]
+	var del []uint64
+	for _, seq := range o.done {
+		switch {
+		case keepTrigger && o.trigger != nil && seq == o.triggerSeq, seq == o.unsettled:
+			keep = append(keep, seq)
+		default:
+			del = append(del, seq)
+		}
 	}
-	if o.unsettled != 0 && o.unsettled <= upTo {
-		// The lane is found again by the sweep if no delivery wakes it.
-		upTo = o.unsettled - 1
+	o.done = keep
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, seq := range del {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o.w.deleteInbound(ctx, seq)
+		})
 	}
-	if upTo < o.purgedTo || upTo == 0 {
-		return
-	}
-	err := o.w.streams.Inbound.Purge(ctx, jetstream.WithPurgeSubject(o.subject), jetstream.WithPurgeSequence(upTo+1))
-	if err != nil {
-		o.log.Debug().Err(err).Msg("purge processed messages")
-		return
-	}
-	o.purgedTo = upTo + 1
+	wg.Wait()
 }
 
 // release gives the lane up after a drain; it reports whether the owner
@@ -562,7 +579,7 @@ func (o *owner) release() (again bool) {
 	}
 	if o.w.stopping.Load() {
 		o.w.nak(o.trigger, 0)
-		o.purgeProcessed(ctx, true)
+		o.deleteProcessed(ctx, true)
 		return false
 	}
 	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: o.triggerSeq})
@@ -587,7 +604,7 @@ func (o *owner) abandon() {
 	if err := o.lease.Release(rctx); err != nil {
 		o.log.Warn().Err(err).Msg("release lease on stop")
 	}
-	o.purgeProcessed(rctx, true)
+	o.deleteProcessed(rctx, true)
 	o.w.stats.Released.Add(1)
 	o.w.nak(o.trigger, 0)
 }
@@ -599,5 +616,5 @@ func (o *owner) finishTrigger(ctx context.Context) {
 		return
 	}
 	o.w.ack(ctx, o.trigger)
-	o.purgeProcessed(ctx, false)
+	o.deleteProcessed(ctx, false)
 }

@@ -239,3 +239,59 @@ func TestBusyWorkerHandsDeliveriesOn(t *testing.T) {
 		t.Fatalf("final = %+v", ev.Data.Result)
 	}
 }
+
+// TestDeletingProcessedKeepsRedeliveries: a delivery handed back (Nak) must
+// come back at once even when other lanes clean up meanwhile. A purge of the
+// inbound stream, even of another lane's subject only, makes the server
+// drop the dispatch consumer's redelivery queue, and the delivery would
+// wait out AckWait (ten minutes here); owners and the sweep delete
+// processed messages one by one instead.
+func TestDeletingProcessedKeepsRedeliveries(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 10*time.Minute, 5*time.Second)
+	ctx := t.Context()
+	handed := f.publish(t, "handed", "back")
+	finished := f.publish(t, "finished", "done")
+	leftover := f.publish(t, "leftover", "old")
+	msgs, err := f.streams.Dispatch.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range msgs.Messages() {
+		md, _ := m.Metadata()
+		if md.Sequence.Stream == handed {
+			if err := m.Nak(); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := NewWorker(f.js, f.streams, f.lanes, &echoHandler{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An owner deletes the message of the turn it committed ...
+	o := &owner{w: w, subject: "agent.in.finished", done: []uint64{finished}}
+	o.deleteProcessed(ctx, false)
+	// ... and the sweep the processed leftovers of an idle lane.
+	w.deleteLeftovers(ctx, "agent.in.leftover", leftover)
+	for _, seq := range []uint64{finished, leftover} {
+		if _, err := f.streams.Inbound.GetMsg(ctx, seq); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Fatalf("processed message %d not deleted: %v", seq, err)
+		}
+	}
+	again, err := f.streams.Dispatch.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m := range again.Messages() {
+		if md, _ := m.Metadata(); md.Sequence.Stream == handed {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatal("the delivery handed back did not come back")
+	}
+}

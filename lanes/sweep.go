@@ -20,7 +20,7 @@ import (
 // sure such a lane is still drained. A lane with only processed messages
 // left whose newest turn still owes final events (an owner that could not
 // store them kept that turn's message) is taken over too, at once, so an
-// owner publishes them; other processed leftovers are purged.
+// owner publishes them; other processed leftovers are deleted.
 func (w *Worker) sweep(ctx context.Context) {
 	every := w.cfg.SweepEvery
 	t := time.NewTicker(every)
@@ -71,8 +71,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 				}
 				continue
 			}
-			// Only processed messages left: purge them.
-			_ = w.streams.Inbound.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(cur.Seq+1))
+			w.deleteLeftovers(ctx, subj, cur.Seq)
 			continue
 		}
 		if err != nil || time.Since(next.Time) < age {
@@ -81,6 +80,23 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 		if !w.sweepLane(ctx, token, key, subj, "sweep: draining a lane no delivery woke") {
 			return
 		}
+	}
+}
+
+// maxLeftovers bounds the processed messages one sweep deletes per lane.
+const maxLeftovers = 256
+
+// deleteLeftovers deletes a lane's processed messages (up to the cursor)
+// one by one: a purge would drop the dispatch consumer's redelivery queue
+// (see owner.deleteProcessed).
+func (w *Worker) deleteLeftovers(ctx context.Context, subj string, cursor uint64) {
+	for seq, n := uint64(1), 0; n < maxLeftovers && ctx.Err() == nil; n++ {
+		raw, err := w.streams.Inbound.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if err != nil || raw.Sequence > cursor {
+			return
+		}
+		w.deleteInbound(ctx, raw.Sequence)
+		seq = raw.Sequence + 1
 	}
 }
 
