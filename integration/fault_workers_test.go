@@ -73,10 +73,11 @@ func TestFaultWorkerRestartedWithSIGTERM(t *testing.T) {
 }
 
 // TestFaultLeaseRaceOnR3: three worker processes on a 3-node cluster of
-// nats-server processes (R3). Each session's messages come one at a time
-// with pauses around a turn's length, so lanes are released and taken again
-// all the time, often by two workers at once. A lost race is "held": no
-// worker logs a raw "wrong last sequence" (10164) or fails to acquire a
+// nats-server processes (R3). Each session's next message is sent the
+// moment the previous one's final event is seen, which is when its owner
+// releases the lane: the owner's re-check takes the lane again while the new
+// message's delivery makes another worker try too. A lost race is "held":
+// no worker logs a raw "wrong last sequence" (10164) or fails to acquire a
 // lease, and every run ends exactly once.
 func TestFaultLeaseRaceOnR3(t *testing.T) {
 	if testing.Short() {
@@ -92,7 +93,7 @@ func TestFaultLeaseRaceOnR3(t *testing.T) {
 	waitForFleet(t, js)
 	fin := watchRunFinals(t, cl.URL())
 	msgs, keys, want := faultLoad("race", 30, 8)
-	runs := sendPaced(t, js, msgs, keys, 20*time.Millisecond, 80*time.Millisecond)
+	runs := sendOnFinal(t, nc, js, msgs, keys)
 	fin.waitAll(t, js, runs, 2*time.Minute)
 	audit(t, js, runs)
 	c, _ := lanefleet.New(nc)
@@ -108,24 +109,55 @@ func TestFaultLeaseRaceOnR3(t *testing.T) {
 	}
 }
 
-// sendPaced publishes every session's messages in order, sessions in
-// parallel, each message after a random pause in [lo, hi), and returns the
-// runs.
-func sendPaced(t *testing.T, js jetstream.JetStream, msgs []outMsg, keys []string, lo, hi time.Duration) []runRef {
+// sendOnFinal publishes every session's messages in order, sessions in
+// parallel, each message a random 0-2ms after the previous message's final
+// event was seen, and returns the runs.
+func sendOnFinal(t *testing.T, nc *nats.Conn, js jetstream.JetStream, msgs []outMsg, keys []string) []runRef {
 	t.Helper()
+	var (
+		mu      sync.Mutex
+		waiters = map[string]chan struct{}{}
+		runs    []runRef
+		wg      sync.WaitGroup
+	)
+	waiter := func(subj string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		ch, ok := waiters[subj]
+		if !ok {
+			ch = make(chan struct{})
+			waiters[subj] = ch
+		}
+		return ch
+	}
+	sub, err := nc.Subscribe(events.EventPrefix+">", func(m *nats.Msg) {
+		if m.Header.Get(events.HeaderStream) != events.StreamFinal {
+			return
+		}
+		ch := waiter(m.Subject)
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	bySession := map[string][]outMsg{}
 	for _, m := range msgs {
 		bySession[m.session] = append(bySession[m.session], m)
 	}
-	var (
-		mu   sync.Mutex
-		runs []runRef
-		wg   sync.WaitGroup
-	)
 	for _, key := range keys {
 		wg.Go(func() {
 			for _, m := range bySession[key] {
-				time.Sleep(lo + rand.N(hi-lo))
 				r, err := publishRetried(t.Context(), js, m)
 				if err != nil {
 					t.Error(err)
@@ -134,6 +166,14 @@ func sendPaced(t *testing.T, js jetstream.JetStream, msgs []outMsg, keys []strin
 				mu.Lock()
 				runs = append(runs, r)
 				mu.Unlock()
+				subj, _ := events.EventSubject(r.session, r.run)
+				select {
+				case <-waiter(subj):
+				case <-time.After(time.Minute):
+					t.Errorf("no final event of %s/%s", r.session, r.run)
+					return
+				}
+				time.Sleep(rand.N(2 * time.Millisecond))
 			}
 		})
 	}
