@@ -46,14 +46,14 @@ func TestFaultEventLeaderKilledAfterCommits(t *testing.T) {
 
 	// Watch turn records commit, and kill the event stream's leader once
 	// the first ones have: the rest commit around the kill.
-	kv, err := js.KeyValue(t.Context(), kvstore.DefaultBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := kv.Watch(t.Context(), "*.tx.*", jetstream.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
+	var w jetstream.KeyWatcher
+	waitUntil(t, time.Minute, "watch the lanes bucket", func(ctx context.Context) bool {
+		kv, err := js.KeyValue(ctx, kvstore.DefaultBucket)
+		if err == nil {
+			w, err = kv.Watch(ctx, "*.tx.*", jetstream.UpdatesOnly())
+		}
+		return err == nil // a busy cluster may time out once
+	})
 	defer w.Stop()
 	runs := sendOrdered(t, js, msgs)
 	for committed := 0; committed < 5; {
@@ -66,10 +66,12 @@ func TestFaultEventLeaderKilledAfterCommits(t *testing.T) {
 			t.Fatal("no turn committed")
 		}
 	}
-	leader, err := cl.StreamLeader(t.Context(), js, events.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var leader *natstest.Node
+	waitUntil(t, time.Minute, "find the event stream's leader", func(ctx context.Context) bool {
+		var err error
+		leader, err = cl.StreamLeader(ctx, js, events.EventStream)
+		return err == nil
+	})
 	leader.Kill()
 	killed := time.Now()
 	t.Logf("SIGKILLed %s, the %s leader, after 5 commits", leader.Name, events.EventStream)
