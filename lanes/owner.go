@@ -413,7 +413,9 @@ const (
 // promiseRetryMax) while the lease and the trigger are kept alive. It gives
 // up only when the lane is lost (ErrLeaseLost), ctx ends, or the worker
 // stops (errStopping): the lane is then handed over and its next owner
-// publishes what is missing.
+// publishes what is missing. A turn record that does not decode
+// (kvstore.ErrCorrupt) can never tell its finals: that is logged once and
+// the lane goes on, rather than retrying forever.
 func (o *owner) keepPromise(ctx context.Context, settle func(context.Context) error) error {
 	delay := promiseRetryFirst
 	for {
@@ -421,6 +423,9 @@ func (o *owner) keepPromise(ctx context.Context, settle func(context.Context) er
 		switch {
 		case err == nil, errors.Is(err, kvstore.ErrLeaseLost):
 			return err
+		case errors.Is(err, kvstore.ErrCorrupt):
+			o.log.Error().Err(err).Msg("a committed turn's record does not decode: its final events cannot be published")
+			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}

@@ -225,16 +225,6 @@ func (nd *Node) Kill() {
 	<-done
 }
 
-// PID returns the node's process id, or 0 when it is not running.
-func (nd *Node) PID() int {
-	nd.mu.Lock()
-	defer nd.mu.Unlock()
-	if nd.cmd == nil {
-		return 0
-	}
-	return nd.cmd.Process.Pid
-}
-
 type lockedWriter struct {
 	mu *sync.Mutex
 	b  *bytes.Buffer
