@@ -146,9 +146,6 @@ func (l *Lanes) Holder(ctx context.Context, token string) (info LeaseInfo, ok bo
 	return info, true, nil
 }
 
-// Token returns the lane token.
-func (s *Lease) Token() string { return s.token }
-
 // Revision returns the current fencing token.
 func (s *Lease) Revision() uint64 {
 	s.mu.RLock()
