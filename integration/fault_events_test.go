@@ -112,10 +112,16 @@ func TestFaultPausedWorker(t *testing.T) {
 	stopped := time.Now()
 	t.Logf("SIGSTOPped the worker holding %d lanes mid-run", len(held))
 	startWorkerProc(t, cl.URL(), "alive", slow...)
-	// The stopped worker's lanes are taken over while it is stopped. The
-	// deadline only detects a hang; it is far above AckWait (2s).
+	// The stopped worker's lanes are taken over while it is stopped: each
+	// is seen held by the other worker at some point (it may finish a lane
+	// and release it before the last one is taken). The deadline only
+	// detects a hang; it is far above AckWait (2s).
+	taken := map[string]bool{}
 	waitUntil(t, 25*time.Second, "the stopped worker's lanes taken over", func(context.Context) bool {
-		return len(holders(t, js, "alive", held)) == len(held)
+		for _, s := range holders(t, js, "alive", held) {
+			taken[s] = true
+		}
+		return len(taken) == len(held)
 	})
 	t.Logf("its %d lanes resumed on the other worker %v after SIGSTOP (AckWait 2s)", len(held), time.Since(stopped).Round(time.Millisecond))
 	victim.signal(syscall.SIGCONT)
