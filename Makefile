@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo test test-short lint bench fuzz tidy
+.PHONY: help build demo test test-short lint bench fuzz tidy chaos
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -18,6 +18,9 @@ test: ## gofmt and vet, then every test with the race detector
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+chaos: ## fault soak: nats-server and worker processes, random faults (LANEFLEET_CHAOS=5m)
+	LANEFLEET_CHAOS=$${LANEFLEET_CHAOS:-5m} $(GO) test -count=1 -timeout 2h -run TestChaosSoak -v ./integration
 
 test-short: ## quick tests without the fleet integration suite
 	$(GO) test -short -count=1 $(PKGS)

@@ -253,7 +253,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 				}
 				noStreamSince = time.Now()
 			}
-		case isTimeout(err):
+		case isTimeout(err), c.reconnecting(err):
 			maybeStored = true
 		case transientPubAck(err):
 		default:
@@ -308,6 +308,13 @@ func (c *Client) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAc
 func transientPubAck(err error) bool {
 	var e *pubAckError
 	return errors.As(err, &e) && (e.ErrorCode == 10008 /* cluster not available */ || e.ErrorCode == 10004 /* incomplete */)
+}
+
+// reconnecting reports whether err is a request cut short by the
+// connection losing its server while it reconnects to another (nats.go
+// ends pending flushes with ErrConnectionClosed then), not by Close.
+func (c *Client) reconnecting(err error) bool {
+	return (errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected)) && !c.nc.IsClosed()
 }
 
 // workerAnswers reports whether some worker serves the lane service.

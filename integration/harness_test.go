@@ -24,6 +24,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sandbox"
@@ -265,6 +266,7 @@ func TestMain(m *testing.M) {
 	if workerBin != "" {
 		os.RemoveAll(filepath.Dir(workerBin))
 	}
+	natstest.RemoveServerBinary()
 	os.Exit(code)
 }
 

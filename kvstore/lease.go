@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,24 @@ import (
 type LeaseInfo struct {
 	Worker   string `msgpack:"worker"`
 	Acquired int64  `msgpack:"acquired"` // Unix ms
+	// Trigger is the dispatch delivery (inbound stream sequence) the owner
+	// keeps un-acked while it holds the lane; 0 for none. A worker that is
+	// handed that same message again knows the owner stopped keeping it
+	// alive; any other message of a held lane is the owner's to drain.
+	Trigger uint64 `msgpack:"trigger,omitempty"`
 }
+
+// HeldError is ErrHeld with what the lease says about its holder.
+type HeldError struct {
+	Holder LeaseInfo
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%v (worker %s)", ErrHeld, e.Holder.Worker)
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
 // Lease is an acquired lane lease. Its revision is the fencing token of every
 // write made through it; Renew and the writes are serialised so a write never
@@ -29,9 +47,15 @@ type Lease struct {
 	rev uint64
 }
 
-// Acquire takes the lease of a lane. It returns ErrHeld only after a leader
-// read has confirmed a live lease: kv.Create can report an existing key when a
-// delete marker expires mid-call, and trusting that would strand the lane.
+// Acquire takes the lease of a lane. It returns ErrHeld (a *HeldError naming
+// the holder) only after a leader read has confirmed a live lease: kv.Create
+// can report an existing key when a delete marker expires mid-call, and
+// trusting that would strand the lane. A
+// create that loses a race on a replicated bucket fails with 10164 ("wrong
+// last sequence", another write to the key in flight) rather than "key
+// exists", and one racing a delete marker returns the raw error; both are
+// confirmed the same way, so a lost race is ErrHeld, never an error that
+// makes the caller retry a delivery every second.
 func (l *Lanes) Acquire(ctx context.Context, token string, info LeaseInfo) (*Lease, error) {
 	val, err := msgpack.Marshal(info)
 	if err != nil {
@@ -43,20 +67,66 @@ func (l *Lanes) Acquire(ctx context.Context, token string, info LeaseInfo) (*Lea
 		if err == nil {
 			return &Lease{lanes: l, token: token, value: val, rev: rev}, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		busy, mismatch := WriteConflict(err)
+		if !busy && !mismatch {
 			return nil, fmt.Errorf("kvstore: acquire %s: %w", token, err)
+		}
+		if busy {
+			// The competing write is not applied yet: give it a moment,
+			// or the confirming read below finds the key still free.
+			if err := pause(ctx, attempt); err != nil {
+				return nil, fmt.Errorf("kvstore: acquire %s: %w", token, err)
+			}
 		}
 		e, gerr := l.kv.Get(ctx, key)
 		switch {
 		case gerr == nil && e.Operation() == jetstream.KeyValuePut:
-			return nil, ErrHeld
+			held := &HeldError{}
+			_ = decode(e.Key(), e.Revision(), e.Value(), &held.Holder) // an unreadable value is still a held lease
+			return nil, held
 		case gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) && !errors.Is(gerr, jetstream.ErrKeyDeleted):
 			return nil, fmt.Errorf("kvstore: confirm lease %s: %w", token, gerr)
 		}
-		if attempt >= 3 {
+		if attempt >= maxConflicts {
 			return nil, fmt.Errorf("kvstore: acquire %s: lease neither held nor creatable after %d tries: %w", token, attempt+1, err)
 		}
 	}
+}
+
+// maxConflicts bounds the retries of one lease operation that keeps meeting
+// concurrent writes to its key.
+const maxConflicts = 8
+
+// pause waits a little longer on every retry of a conflicting write: about
+// one replicated write's time at first, never more than 50ms.
+func pause(ctx context.Context, attempt int) error {
+	t := time.NewTimer(min(time.Duration(attempt+1)*2*time.Millisecond, 50*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writeConflict sorts a failed conditional write. busy: 10164, the server
+// refused it because another write with an expectation on the same subject
+// was still in flight (replicated streams only); it says nothing about the
+// expectation, and a retry gets a real answer. mismatch: 10071 (or the KV
+// errors made of it), the subject's last sequence is not the one expected.
+// On nats-server v2.15 a stale expectation is 10071 on every replica count.
+func WriteConflict(err error) (busy, mismatch bool) {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+			return true, false
+		case jetstream.JSErrCodeStreamWrongLastSequence:
+			return false, true
+		}
+	}
+	return false, errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // Holder returns the current holder of a lane's lease, or ok=false. A lease
@@ -76,9 +146,6 @@ func (l *Lanes) Holder(ctx context.Context, token string) (info LeaseInfo, ok bo
 	return info, true, nil
 }
 
-// Token returns the lane token.
-func (s *Lease) Token() string { return s.token }
-
 // Revision returns the current fencing token.
 func (s *Lease) Revision() uint64 {
 	s.mu.RLock()
@@ -93,16 +160,14 @@ func (s *Lease) Renew(ctx context.Context) error {
 	defer s.mu.Unlock()
 	// kv.Update would drop the per-key TTL (nats.go#1994), so renewal is a
 	// raw publish that both checks the revision and sets the TTL again.
-	ack, err := s.lanes.js.Publish(ctx, s.lanes.prefix+leaseKey(s.token), s.value,
-		jetstream.WithExpectLastSequencePerSubject(s.rev), jetstream.WithMsgTTL(s.lanes.cfg.LeaseTTL))
-	if err != nil {
-		if isWrongLastSeq(err) {
-			return fmt.Errorf("%w: %s: %v", ErrLeaseLost, s.token, err)
+	return s.fenced(ctx, "renew", func(rev uint64) error {
+		ack, err := s.lanes.js.Publish(ctx, s.lanes.prefix+leaseKey(s.token), s.value,
+			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(s.lanes.cfg.LeaseTTL))
+		if err == nil {
+			s.rev = ack.Sequence
 		}
-		return fmt.Errorf("kvstore: renew %s: %w", s.token, err)
-	}
-	s.rev = ack.Sequence
-	return nil
+		return err
+	})
 }
 
 // Release gives the lease up. Releasing a lease that is already lost is not
@@ -110,27 +175,67 @@ func (s *Lease) Renew(ctx context.Context) error {
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.lanes.kv.Purge(ctx, leaseKey(s.token), jetstream.LastRevision(s.rev), jetstream.PurgeTTL(s.lanes.cfg.MarkerTTL))
-	if err != nil && !isWrongLastSeq(err) {
-		return fmt.Errorf("kvstore: release %s: %w", s.token, err)
+	err := s.fenced(ctx, "release", func(rev uint64) error {
+		return s.lanes.kv.Purge(ctx, leaseKey(s.token), jetstream.LastRevision(rev), jetstream.PurgeTTL(s.lanes.cfg.MarkerTTL))
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // put writes key under the fence: the server stores it only while the lease
 // subject's last sequence is our revision.
 func (s *Lease) put(ctx context.Context, key string, data []byte) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	_, err := s.lanes.js.Publish(ctx, s.lanes.prefix+key, data,
-		jetstream.WithExpectLastSequenceForSubject(s.rev, s.lanes.prefix+leaseKey(s.token)))
-	if err != nil {
-		if isWrongLastSeq(err) {
-			return fmt.Errorf("%w: %s: fenced write of %s rejected", ErrLeaseLost, s.token, key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fenced(ctx, "write "+key, func(rev uint64) error {
+		_, err := s.lanes.js.Publish(ctx, s.lanes.prefix+key, data,
+			jetstream.WithExpectLastSequenceForSubject(rev, s.lanes.prefix+leaseKey(s.token)))
+		return err
+	})
+}
+
+// fenced runs one write conditioned on the lease's revision (s.mu held) and
+// settles what a refusal means:
+//   - busy (another write to the lease key in flight, e.g. a worker trying
+//     to acquire the lane): retried, since it says nothing about the lease;
+//   - mismatch: the lease key moved on. If it still holds our value, the
+//     move was our own renewal whose answer we never got (a timeout during a
+//     leader change): adopt its revision and write again. Otherwise the
+//     lease is lost (ErrLeaseLost).
+func (s *Lease) fenced(ctx context.Context, op string, write func(rev uint64) error) error {
+	for attempt := 0; ; attempt++ {
+		err := write(s.rev)
+		if err == nil {
+			return nil
 		}
-		return fmt.Errorf("kvstore: write %s: %w", key, err)
+		busy, mismatch := WriteConflict(err)
+		switch {
+		case busy && attempt < maxConflicts:
+			if perr := pause(ctx, attempt); perr != nil {
+				return fmt.Errorf("kvstore: %s %s: %w", op, s.token, err)
+			}
+			continue
+		case mismatch && attempt < maxConflicts:
+			if rev, ours := s.current(ctx); ours && rev != s.rev {
+				s.rev = rev
+				continue
+			}
+			return fmt.Errorf("%w: %s: %s refused: %v", ErrLeaseLost, s.token, op, err)
+		}
+		return fmt.Errorf("kvstore: %s %s: %w", op, s.token, err)
 	}
-	return nil
+}
+
+// current reads the lease key on the leader and reports its revision and
+// whether it still holds this lease's value.
+func (s *Lease) current(ctx context.Context) (rev uint64, ours bool) {
+	e, err := s.lanes.kv.Get(ctx, leaseKey(s.token))
+	if err != nil || e.Operation() != jetstream.KeyValuePut {
+		return 0, false
+	}
+	return e.Revision(), bytes.Equal(e.Value(), s.value)
 }
 
 // RenewEvery is how often an owner should renew: a third of the TTL.

@@ -64,6 +64,22 @@
 // Every message taken off the lane ends with a final event: its own turn's,
 // MergedInto the turn that answered it, or an error saying why it was not
 // run. A turn lists the messages it consumed in its final event's
-// Meta.Consumed; if the owner dies after committing the turn, the lane's
-// next owner publishes the final events still missing.
+// Meta.Consumed. A committed turn's final events are a promise: its owner
+// retries them (bounded backoff) until they are stored before it takes the
+// next message or releases the lane; a worker that stops first hands the
+// lane over with its trigger un-acked, and the lane's next owner (or the
+// sweep, for a lane nothing else wakes) publishes what is missing.
+//
+// # Fenced events
+//
+// An owner claims a run before publishing any of its events: it stores a
+// marker naming its lease revision on agent.ev.<lane>.<run>.fence (never
+// over a newer owner's), and every event it publishes expects that marker
+// to be the subject's last message. So once the lane's next owner has
+// claimed the run, the stream refuses every event of the older one (a
+// worker paused past its lease, say), which stops at the first refusal and
+// ends its work on the lane; a run's final event is published at most once.
+// After a silence an owner reads the marker before publishing, so a woken
+// worker shows even core subscribers of the run's subject (who see
+// publishes the stream refuses) nothing. See FenceToken.
 package lanes

@@ -52,6 +52,7 @@ type fleet struct {
 	js      jetstream.JetStream
 	streams *Streams
 	lanes   *kvstore.Lanes
+	logHook zerolog.Hook // sees what workers started next log, if set
 }
 
 func newFleet(t *testing.T, ackWait, leaseTTL time.Duration) *fleet {
@@ -84,6 +85,9 @@ func (f *fleet) startWorker(t *testing.T, h Handler, cfg Config) (stop func()) {
 		t.Fatal(err)
 	}
 	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	if f.logHook != nil {
+		cfg.Logger = cfg.Logger.Hook(f.logHook)
+	}
 	w, err := NewWorker(js, streams, lanes, h, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -448,18 +448,16 @@ func (o *owner) storeSettings(ctx context.Context, change *events.QueueSettings)
 // (merged, steered, dropped, or a settings message applied on the way): a
 // lifecycle event saying why, then its final event, continuing whatever that
 // run published before. A run that already has its final event is left
-// alone, so the lane's next owner can call it again after a crash.
-func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into string, asJSON bool) {
-	em := o.newEmitter(c.RunID, o.log, asJSON)
-	st, err := em.resume(ctx, o.w.streams.Events)
-	if err != nil {
-		o.log.Warn().Err(err).Str("run_id", c.RunID).Msg("events of a consumed run")
-	}
-	if st.finished {
-		return
+// alone, so it can be called again after a failure or by the lane's next
+// owner after a crash.
+func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into string, asJSON bool) error {
+	em := o.newEmitter(ctx, c.RunID, o.log.With().Str("run_id", c.RunID).Logger(), asJSON)
+	st, err := em.open(ctx, o.lease.Revision())
+	if err != nil || st.finished {
+		return err
 	}
 	if err := o.closeAttempt(ctx, em, st); err != nil {
-		o.log.Warn().Err(err).Str("run_id", c.RunID).Msg("aborted event of a consumed run")
+		return err
 	}
 	var why events.EventData
 	var res *events.Result
@@ -478,21 +476,21 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 		res = &events.Result{Payloads: []events.Payload{{Text: c.Reason, IsError: true}},
 			Meta: events.Meta{Aborted: c.Kind == events.KindInterrupted, Error: &events.RunError{Kind: c.Kind, Message: c.Reason}}}
 	}
-	em.emit(events.StreamLifecycle, why)
-	if err := em.final(ctx, res); err != nil {
-		o.log.Warn().Err(err).Str("run_id", c.RunID).Msg("final event of a consumed run")
+	if st.lastPhase != why.Phase {
+		em.emit(events.StreamLifecycle, why) // not again when a failed try stored it
 	}
+	return em.final(ctx, res)
 }
 
 // announceSteered tells the sender of a steer-backlog message that a running
 // turn saw it; the message still runs as its own turn.
 func (o *owner) announceSteered(ctx context.Context, c collected, into string) {
-	em := o.newEmitter(c.runID(), o.log, isJSON(c.raw))
-	st, err := em.resume(ctx, o.w.streams.Events)
-	if err != nil || st.finished {
-		return
+	em := o.newEmitter(ctx, c.runID(), o.log, isJSON(c.raw))
+	st, err := em.open(ctx, o.lease.Revision())
+	if err == nil && !st.finished {
+		err = em.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseSteered, Text: into}, st.attempt)
 	}
-	if err := em.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseSteered, Text: into}, st.attempt); err != nil {
+	if err != nil {
 		o.log.Debug().Err(err).Str("run_id", c.runID()).Msg("steered event")
 	}
 }

@@ -29,6 +29,7 @@ type owner struct {
 	triggerSeq uint64
 	lease      *kvstore.Lease
 	log        zerolog.Logger
+	cancel     context.CancelCauseFunc // ends the current drain (a newer owner fenced its events)
 
 	cursor      kvstore.Cursor
 	settings    *events.QueueSettings // the lane's stored queue settings; nil = none
@@ -36,8 +37,15 @@ type owner struct {
 	loaded      bool
 	checkedLast bool
 	failures    map[uint64]int // attempts started by this owner, per inbound seq
-	purgedTo    uint64
-	lastEnd     time.Time // when this owner's last turn ended (reject, collect debounce)
+	lastEnd     time.Time      // when this owner's last turn ended (reject, collect debounce)
+	// done lists the inbound messages of committed turns this owner has
+	// not deleted yet.
+	done []uint64
+	// unsettled is the inbound sequence of a committed turn whose final
+	// events are not all stored yet; 0 = none. While it is set the owner
+	// neither moves on nor releases the lane, and it never deletes that
+	// message: the lane's next owner (or the sweep) keeps the promise.
+	unsettled uint64
 }
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
@@ -46,6 +54,7 @@ type owner struct {
 func (o *owner) run() {
 	for {
 		ctx, cancel := context.WithCancelCause(o.w.turnCtx)
+		o.cancel = cancel
 		hbDone := make(chan struct{})
 		go o.heartbeat(ctx, cancel, o.lease, hbDone)
 		lostInDrain := o.drain(ctx)
@@ -59,10 +68,13 @@ func (o *owner) run() {
 			// be redelivered to whoever needs it.
 			o.w.nak(o.trigger, 0)
 			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			o.purgeProcessed(pctx, true)
+			o.deleteProcessed(pctx, true)
 			pcancel()
 			return
-		case cancelled:
+		case cancelled || o.unsettled != 0:
+			// Stopping, or a committed turn's final events could not be
+			// stored before the worker began to stop: hand the lane over
+			// with its trigger, and the next owner keeps the promise.
 			o.abandon()
 			return
 		}
@@ -142,9 +154,15 @@ func (o *owner) drain(ctx context.Context) bool {
 	}
 	if c.Seq > 0 && !o.checkedLast {
 		// The last committed turn may have died between its record and its
-		// final events: publish them from the record.
-		o.checkedLast = true
-		o.ensureFinal(ctx, c.Seq)
+		// final events: publish them from the record before anything else.
+		// (Owners never move past a turn whose finals are missing, so only
+		// the newest record can owe any.)
+		o.unsettled = c.Seq
+		err := o.keepPromise(ctx, func(ctx context.Context) error { return o.settleRecord(ctx, c.Seq) })
+		if err != nil {
+			return errors.Is(err, kvstore.ErrLeaseLost)
+		}
+		o.unsettled, o.checkedLast = 0, true
 	}
 	for !o.w.stopping.Load() && ctx.Err() == nil {
 		raw, err := o.next(ctx, o.cursor.Seq)
@@ -213,14 +231,15 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	seq := p.run.raw.Sequence
 	run := strconv.FormatUint(seq, 10)
 	log := o.log.With().Str("run_id", run).Logger()
-	em := o.newEmitter(run, log, isJSON(p.run.raw))
+	em := o.newEmitter(ctx, run, log, isJSON(p.run.raw))
 	if o.cursor.SessionID == "" {
 		o.cursor.SessionID = sessionfile.NewSessionID()
 	}
-	// Earlier attempts (a crash, a lost lease, a failed try) left events:
-	// continue their sequence, close an attempt that never ended, and
-	// count them.
-	st, err := em.resume(ctx, o.w.streams.Events)
+	// Fence the run's events, so an earlier owner still running it can no
+	// longer publish; then continue what earlier attempts (a crash, a lost
+	// lease, a failed try) left: their sequence, an attempt that never
+	// ended, their count.
+	st, err := em.open(ctx, o.lease.Revision())
 	if err != nil {
 		return err
 	}
@@ -320,9 +339,11 @@ func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState) erro
 		EndedAt: time.Now().UnixMilli(), Attempt: st.attempt}, st.attempt)
 }
 
-// commit writes the turn's record (fenced), publishes its final event and
-// moves the cursor past every message the turn consumed; then it ends the
-// runs of the messages the turn consumed without running them.
+// commit writes the turn's record (fenced), which moves the cursor past
+// every message the turn consumed. The record is a promise: the turn's run
+// gets its final event, then the runs of the messages the turn consumed
+// without running them get theirs, and the owner retries until they are
+// stored before it takes the next message or releases the lane.
 func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) error {
 	if out.Result != nil {
 		out.Result.Meta.Consumed = p.consumed()
@@ -337,22 +358,29 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	if err := o.lease.PutRecord(ctx, rec); err != nil {
 		return err
 	}
-	if out.Result != nil {
-		if err := em.final(ctx, out.Result); err != nil {
-			// The turn is committed; the final event is published again by
-			// the lane's next owner (ensureFinal) if it never got stored.
-			o.log.Warn().Err(err).Msg("final event")
-		}
-	}
 	o.cursor.Seq = p.through
+	o.done = append(o.done, p.run.raw.Sequence)
+	for _, c := range p.merged {
+		o.done = append(o.done, c.raw.Sequence)
+	}
+	for _, d := range p.dropped {
+		o.done = append(o.done, d.c.raw.Sequence)
+	}
 	clear(o.failures)
 	if o.loaded {
 		o.history = append(o.history, out.Entries...)
 	}
 	if out.Result != nil {
-		for _, c := range out.Result.Meta.Consumed {
-			o.endConsumed(ctx, c, em.run, p.jsonOf(c.RunID))
+		o.unsettled = p.through
+		err := o.publishFinals(ctx, em, p, out.Result)
+		if err != nil && !errors.Is(err, kvstore.ErrLeaseLost) && ctx.Err() == nil {
+			o.log.Warn().Err(err).Msg("final events of a committed turn; retrying")
+			err = o.keepPromise(ctx, func(ctx context.Context) error { return o.finishRecord(ctx, rec) })
 		}
+		if err != nil {
+			return err
+		}
+		o.unsettled = 0
 	}
 	for _, c := range p.backlog {
 		o.announceSteered(ctx, c, em.run)
@@ -360,9 +388,75 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	return nil
 }
 
-func (o *owner) newEmitter(run string, log zerolog.Logger, asJSON bool) *emitter {
-	return &emitter{js: o.w.js, key: o.key, run: run, log: log, asJSON: asJSON,
-		subject: events.EventPrefix + o.token + "." + run}
+// publishFinals publishes the final events a committed turn owes: its run's,
+// then those of the messages it consumed, in sequence order.
+func (o *owner) publishFinals(ctx context.Context, em *emitter, p *plan, res *events.Result) error {
+	if err := em.final(ctx, res); err != nil {
+		return err
+	}
+	for _, c := range res.Meta.Consumed {
+		if err := o.endConsumed(ctx, c, em.run, p.jsonOf(c.RunID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Retry delays of a committed turn's final events.
+const (
+	promiseRetryFirst = 100 * time.Millisecond
+	promiseRetryMax   = 5 * time.Second
+)
+
+// keepPromise calls settle, which publishes the final events a committed
+// turn owes, until it succeeds, with a growing delay (bounded by
+// promiseRetryMax) while the lease and the trigger are kept alive. It gives
+// up only when the lane is lost (ErrLeaseLost), ctx ends, or the worker
+// stops (errStopping): the lane is then handed over and its next owner
+// publishes what is missing. A turn record that does not decode
+// (kvstore.ErrCorrupt) can never tell its finals: that is logged once and
+// the lane goes on, rather than retrying forever.
+func (o *owner) keepPromise(ctx context.Context, settle func(context.Context) error) error {
+	delay := promiseRetryFirst
+	for {
+		err := settle(ctx)
+		switch {
+		case err == nil, errors.Is(err, kvstore.ErrLeaseLost):
+			return err
+		case errors.Is(err, kvstore.ErrCorrupt):
+			o.log.Error().Err(err).Msg("a committed turn's record does not decode: its final events cannot be published")
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		o.log.Warn().Err(err).Dur("retry_in", delay).Msg("a committed turn's final events are not stored yet")
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-o.w.stopCh:
+			return errStopping
+		}
+		delay = min(2*delay, promiseRetryMax)
+	}
+}
+
+// newEmitter returns the emitter of one of the lane's runs, for the current
+// drain: it stops publishing when ctx ends, and a newer owner fencing its
+// events ends the drain with ErrLeaseLost.
+func (o *owner) newEmitter(ctx context.Context, run string, log zerolog.Logger, asJSON bool) *emitter {
+	window := wideWindow
+	if o.w.streams.cfg.Replicas > 1 {
+		window = 1
+	}
+	lose := o.cancel
+	return &emitter{js: o.w.js, events: o.w.streams.Events, key: o.key, run: run, log: log, asJSON: asJSON,
+		subject: events.EventPrefix + o.token + "." + run, window: window, done: ctx.Done(),
+		lost: func(err error) {
+			if lose != nil {
+				lose(err)
+			}
+		}}
 }
 
 func isJSON(raw *jetstream.RawStreamMsg) bool {
@@ -392,63 +486,81 @@ func (o *owner) failTurn(ctx context.Context, em *emitter, p *plan, kind, msg st
 	return o.commit(ctx, em, p, &Outcome{Result: res})
 }
 
-// ensureFinal publishes the final events of the lane's last committed turn
-// that are missing: its own, and those of the messages it consumed. The run
-// of the last message consumed (seq) gets its final event last, so when it
-// has one there is nothing to do.
-func (o *owner) ensureFinal(ctx context.Context, seq uint64) {
-	em := o.newEmitter(strconv.FormatUint(seq, 10), o.log, false)
-	if st, err := em.resume(ctx, o.w.streams.Events); err != nil || st.finished {
-		return
-	}
+// settleRecord publishes the final events the lane's record of seq owes.
+func (o *owner) settleRecord(ctx context.Context, seq uint64) error {
 	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
-	if err != nil || !ok || len(rec.Final) == 0 {
-		return
+	if err != nil || !ok {
+		return err
+	}
+	return o.finishRecord(ctx, rec)
+}
+
+// finishRecord publishes the final events a committed record owes and that
+// are not stored yet: its run's, then those of the messages it consumed.
+// Each run is claimed first (see FenceToken), so no earlier owner can
+// publish after the check that finds its final event missing.
+func (o *owner) finishRecord(ctx context.Context, rec kvstore.Record) error {
+	if len(rec.Final) == 0 {
+		return nil // a no-op turn: no final event
 	}
 	ev, err := events.DecodeEvent(events.ContentMsgpack, rec.Final)
 	if err != nil || ev.Data.Result == nil {
-		return
+		o.log.Error().Err(err).Uint64("seq", rec.InboundSeq).Msg("a committed turn's final event is unreadable; it cannot be published")
+		return nil
 	}
-	if rec.RunID != "" && rec.RunID != em.run {
-		em = o.newEmitter(rec.RunID, o.log, false)
-		st, err := em.resume(ctx, o.w.streams.Events)
-		if err != nil {
-			return
-		}
-		if st.finished {
-			em = nil
-		}
+	run := rec.RunID
+	if run == "" {
+		run = strconv.FormatUint(rec.InboundSeq, 10)
 	}
-	if em != nil {
+	em := o.newEmitter(ctx, run, o.log.With().Str("run_id", run).Logger(), false)
+	st, err := em.open(ctx, o.lease.Revision())
+	if err != nil {
+		return err
+	}
+	if !st.finished {
 		if err := em.final(ctx, ev.Data.Result); err != nil {
-			o.log.Warn().Err(err).Msg("republish final event")
-			return
+			return err
 		}
 	}
 	for _, c := range ev.Data.Result.Meta.Consumed {
-		o.endConsumed(ctx, c, rec.RunID, false)
+		if err := o.endConsumed(ctx, c, run, false); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
-// purgeProcessed removes the lane's processed inbound messages in one call,
-// keeping next-by-subject lookups on the fast path. With keepTrigger the
-// trigger's message and everything after it stay: a Nak'd trigger whose
-// message is gone is never redelivered, which would strand the lane's
-// remaining messages.
-func (o *owner) purgeProcessed(ctx context.Context, keepTrigger bool) {
-	upTo := o.cursor.Seq
-	if keepTrigger && o.trigger != nil && o.triggerSeq <= upTo {
-		upTo = o.triggerSeq - 1
+// deleteProcessed deletes the inbound messages of the turns this owner
+// committed, keeping next-by-subject lookups on the fast path. They are
+// deleted one by one: a purge of the stream, even of one subject, makes
+// nats-server (v2.15) drop the dispatch consumer's whole redelivery queue,
+// so every Nak'd delivery of every lane would wait out AckWait. With
+// keepTrigger the trigger's message stays (a Nak'd trigger whose message is
+// gone is never redelivered, which would strand the lane's remaining
+// messages), and so does the message of a turn whose final events are not
+// stored yet (the sweep finds such a lane by it).
+func (o *owner) deleteProcessed(ctx context.Context, keepTrigger bool) {
+	keep := o.done[:0]
+	var del []uint64
+	for _, seq := range o.done {
+		switch {
+		case keepTrigger && o.trigger != nil && seq == o.triggerSeq, seq == o.unsettled:
+			keep = append(keep, seq)
+		default:
+			del = append(del, seq)
+		}
 	}
-	if upTo < o.purgedTo || upTo == 0 {
-		return
+	o.done = keep
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, seq := range del {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o.w.deleteInbound(ctx, seq)
+		})
 	}
-	err := o.w.streams.Inbound.Purge(ctx, jetstream.WithPurgeSubject(o.subject), jetstream.WithPurgeSequence(upTo+1))
-	if err != nil {
-		o.log.Debug().Err(err).Msg("purge processed messages")
-		return
-	}
-	o.purgedTo = upTo + 1
+	wg.Wait()
 }
 
 // release gives the lane up after a drain; it reports whether the owner
@@ -458,8 +570,11 @@ func (o *owner) release() (again bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := o.lease.Release(ctx); err != nil {
+		// The trigger comes back soon; whoever gets it takes the lane once
+		// the lease is free (released after all, or expired).
 		o.log.Warn().Err(err).Msg("release lease")
-		return false // trigger redelivered after AckWait; the lease expires
+		o.w.nak(o.trigger, time.Second)
+		return false
 	}
 	o.w.stats.Released.Add(1)
 	// Re-check on the leader after releasing: a message stored before a
@@ -471,14 +586,15 @@ func (o *owner) release() (again bool) {
 		return false
 	case err != nil:
 		o.log.Warn().Err(err).Msg("re-check lane")
+		o.w.nak(o.trigger, time.Second)
 		return false
 	}
 	if o.w.stopping.Load() {
 		o.w.nak(o.trigger, 0)
-		o.purgeProcessed(ctx, true)
+		o.deleteProcessed(ctx, true)
 		return false
 	}
-	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: o.triggerSeq})
 	switch {
 	case err == nil:
 		o.lease = lease
@@ -488,6 +604,7 @@ func (o *owner) release() (again bool) {
 		o.finishTrigger(ctx)
 	default:
 		o.log.Warn().Err(err).Msg("re-acquire lease")
+		o.w.nak(o.trigger, time.Second)
 	}
 	return false
 }
@@ -499,7 +616,7 @@ func (o *owner) abandon() {
 	if err := o.lease.Release(rctx); err != nil {
 		o.log.Warn().Err(err).Msg("release lease on stop")
 	}
-	o.purgeProcessed(rctx, true)
+	o.deleteProcessed(rctx, true)
 	o.w.stats.Released.Add(1)
 	o.w.nak(o.trigger, 0)
 }
@@ -511,5 +628,5 @@ func (o *owner) finishTrigger(ctx context.Context) {
 		return
 	}
 	o.w.ack(ctx, o.trigger)
-	o.purgeProcessed(ctx, false)
+	o.deleteProcessed(ctx, false)
 }

@@ -17,8 +17,10 @@ import (
 // message has waited longer than AckWait with nobody holding its lease. A
 // lane only gets there if every dispatch delivery of it was lost (for
 // example a trigger whose message vanished in a failover); the sweep makes
-// sure such a lane is still drained. Lanes with only processed leftovers get
-// them purged.
+// sure such a lane is still drained. A lane with only processed messages
+// left whose newest turn still owes final events (an owner that could not
+// store them kept that turn's message) is taken over too, at once, so an
+// owner publishes them; other processed leftovers are deleted.
 func (w *Worker) sweep(ctx context.Context) {
 	every := w.cfg.SweepEvery
 	t := time.NewTicker(every)
@@ -63,30 +65,92 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 		}
 		next, err := w.streams.Inbound.GetMsg(ctx, cur.Seq+1, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			// Only processed messages left: purge them.
-			_ = w.streams.Inbound.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(cur.Seq+1))
+			if cur.Seq > 0 && w.owesFinals(ctx, token, cur.Seq) {
+				if !w.sweepLane(ctx, token, key, subj, "sweep: publishing the final events a committed turn owes") {
+					return
+				}
+				continue
+			}
+			w.deleteLeftovers(ctx, subj, cur.Seq)
 			continue
 		}
 		if err != nil || time.Since(next.Time) < age {
 			continue
 		}
-		select {
-		case w.slots <- struct{}{}:
-		default:
-			return // busy: the next sweep tries again
+		if !w.sweepLane(ctx, token, key, subj, "sweep: draining a lane no delivery woke") {
+			return
 		}
-		lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
-		if err != nil {
-			<-w.slots
-			continue
-		}
-		w.stats.Swept.Add(1)
-		w.log.Warn().Str("lane", token).Uint64("seq", next.Sequence).Dur("waited", time.Since(next.Time)).Msg("sweep: draining a lane no delivery woke")
-		w.wg.Add(1)
-		go func() {
-			defer func() { <-w.slots; w.wg.Done() }()
-			o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger()}
-			o.run()
-		}()
 	}
+}
+
+// maxLeftovers bounds the processed messages one sweep deletes per lane.
+const maxLeftovers = 256
+
+// deleteLeftovers deletes a lane's processed messages (up to the cursor)
+// one by one: a purge would drop the dispatch consumer's redelivery queue
+// (see owner.deleteProcessed).
+func (w *Worker) deleteLeftovers(ctx context.Context, subj string, cursor uint64) {
+	for seq, n := uint64(1), 0; n < maxLeftovers && ctx.Err() == nil; n++ {
+		raw, err := w.streams.Inbound.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if err != nil || raw.Sequence > cursor {
+			return
+		}
+		w.deleteInbound(ctx, raw.Sequence)
+		seq = raw.Sequence + 1
+	}
+}
+
+// sweepLane takes a lane over (no trigger) and runs its owner. It reports
+// false when the worker has no free slot: the next sweep tries again.
+func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bool {
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		return false
+	}
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	if err != nil {
+		<-w.slots
+		return true
+	}
+	w.stats.Swept.Add(1)
+	w.log.Warn().Str("lane", token).Msg(why)
+	w.wg.Add(1)
+	go func() {
+		defer func() { <-w.slots; w.wg.Done() }()
+		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger()}
+		o.run()
+	}()
+	return true
+}
+
+// owesFinals reports whether the lane's record of seq ends a run whose final
+// event is not stored (read errors say no: the next sweep looks again).
+func (w *Worker) owesFinals(ctx context.Context, token string, seq uint64) bool {
+	rec, ok, err := w.lanes.Record(ctx, token, seq)
+	if err != nil || !ok || len(rec.Final) == 0 {
+		return false
+	}
+	ev, err := events.DecodeEvent(events.ContentMsgpack, rec.Final)
+	if err != nil || ev.Data.Result == nil {
+		return false
+	}
+	runs := []string{rec.RunID}
+	for _, c := range ev.Data.Result.Meta.Consumed {
+		runs = append(runs, c.RunID)
+	}
+	for _, run := range runs {
+		raw, err := w.streams.Events.GetLastMsgForSubject(ctx, events.EventPrefix+token+"."+run)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		last, err := events.DecodeEvent(raw.Header.Get(events.HeaderContentType), raw.Data)
+		if err == nil && !last.Terminal() {
+			return true
+		}
+	}
+	return false
 }

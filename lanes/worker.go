@@ -206,18 +206,70 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // onDelivery runs serially for the consume context, so it only takes a slot
-// and hands the delivery off.
+// and hands the delivery off. With every slot busy it does not sit on the
+// delivery until AckWait (its lane would wait that long): see busyDelivery.
 func (w *Worker) onDelivery(msg jetstream.Msg) {
 	if w.stopping.Load() {
 		w.nak(msg, 0)
 		return
 	}
-	w.slots <- struct{}{}
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.busyDelivery(msg)
+		}()
+		return
+	}
 	w.wg.Add(1)
 	go func() {
 		defer func() { <-w.slots; w.wg.Done() }()
 		w.handleDelivery(msg)
 	}()
+}
+
+// busyNakDelay is how soon a delivery a busy worker could not take comes
+// back (to any worker).
+const busyNakDelay = 250 * time.Millisecond
+
+// busyDelivery settles a delivery that arrived while every slot was busy:
+// a message of a lane someone owns is acked (the owner drains it); any
+// other is handed back, so a worker with room takes the lane.
+func (w *Worker) busyDelivery(msg jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	md, err := msg.Metadata()
+	if err != nil {
+		w.nak(msg, busyNakDelay)
+		return
+	}
+	token, _, err := events.LaneOf(msg.Subject())
+	if err != nil {
+		w.nak(msg, busyNakDelay) // dead-lettered by a worker with room
+		return
+	}
+	h, held, err := w.lanes.Holder(ctx, token)
+	if err == nil && held && !holdsAsTrigger(h, md) {
+		w.stats.FollowerAcks.Add(1)
+		w.ack(ctx, msg)
+		return
+	}
+	w.nak(msg, busyNakDelay)
+}
+
+// holdsAsTrigger reports whether a delivery is the one the lane's holder
+// keeps un-acked as its trigger: coming back means the holder stopped
+// keeping it alive (it died, is paused, or lost its connection), so the
+// lane needs a new owner once the lease lapses. A lease without a trigger
+// (taken by the sweep, or written by an older worker) cannot tell: any
+// redelivery counts.
+func holdsAsTrigger(h kvstore.LeaseInfo, md *jetstream.MsgMetadata) bool {
+	if h.Trigger == 0 {
+		return md.NumDelivered > 1
+	}
+	return h.Trigger == md.Sequence.Stream
 }
 
 func (w *Worker) nak(msg jetstream.Msg, delay time.Duration) {
@@ -263,16 +315,19 @@ func (w *Worker) handleDelivery(msg jetstream.Msg) {
 		return
 	}
 	log := w.log.With().Str("lane", token).Logger()
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: md.Sequence.Stream})
+	var held *kvstore.HeldError
 	switch {
-	case errors.Is(err, kvstore.ErrHeld) && md.NumDelivered == 1:
-		// A live owner exists and drains this message.
-		w.stats.FollowerAcks.Add(1)
-		w.ack(ctx, msg)
+	case errors.As(err, &held) && holdsAsTrigger(held.Holder, md):
+		// The trigger of an owner that stopped keeping it alive: retry
+		// until its lease lapses.
+		w.nak(msg, time.Second)
 		return
 	case errors.Is(err, kvstore.ErrHeld):
-		// Possibly the trigger of a dead owner: retry until its lease lapses.
-		w.nak(msg, time.Second)
+		// The owner drains this message; if it dies, its own trigger
+		// wakes the lane.
+		w.stats.FollowerAcks.Add(1)
+		w.ack(ctx, msg)
 		return
 	case err != nil:
 		log.Warn().Err(err).Msg("acquire lease")

@@ -205,15 +205,6 @@ func snapshotEntry(req Request, now int64) (CustomEntry, bool) {
 	return CustomEntry{CustomType: CustomModelSnapshot, Data: data}, true
 }
 
-// AnnotateInterSession prefixes the text of every user message whose
-// provenance kind is "inter_session" with InterSessionPrefix and its
-// non-blank sourceSession, sourceChannel and sourceTool, unless the text
-// already starts with that exact prefix. msgs is not modified; when nothing changes msgs
-// itself is returned.
-func AnnotateInterSession(msgs []message.Message) []message.Message {
-	return annotateInterSession(msgs, false)
-}
-
 // interSessionPrefix returns the annotation for a user message's provenance,
 // or "" when it did not come from another session.
 func interSessionPrefix(m *message.Message) string {
@@ -350,13 +341,6 @@ func sanitizeContent(msgs []message.Message, pol Policy, lim ImageLimits, now in
 
 func blankText(b message.Block) bool {
 	return b.Type == message.BlockText && jstext.Trim(b.Text) == ""
-}
-
-// DropThinkingBlocks removes every thinking block from assistant messages; an
-// assistant message left without blocks keeps a single empty text block. It
-// reports whether anything changed; msgs is not modified.
-func DropThinkingBlocks(msgs []message.Message) ([]message.Message, bool) {
-	return dropThinkingBlocks(msgs, false)
 }
 
 func dropThinkingBlocks(msgs []message.Message, inPlace bool) ([]message.Message, bool) {

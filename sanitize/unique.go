@@ -6,18 +6,6 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 )
 
-// UniqueCallIDs gives a tool call whose id an earlier assistant message
-// already used a new id in the form mode requires, and renames the result
-// that follows it to match. Strict providers reject a request in which two
-// tool calls share an id (Anthropic: "tool_use ids must be unique"), so the
-// call and result RepairPairing keeps for a reused id must not keep the id
-// itself. Run it after RepairPairing, whose output puts every result right
-// after its call. msgs is not modified; when nothing changes msgs itself is
-// returned.
-func UniqueCallIDs(msgs []message.Message, mode IDMode) []message.Message {
-	return uniqueCallIDs(msgs, mode, false)
-}
-
 func uniqueCallIDs(msgs []message.Message, mode IDMode, inPlace bool) []message.Message {
 	seen := make(map[string]bool, len(msgs)/2)
 	var used map[string]bool

@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestChaosSoak is the long fault soak behind `make chaos`: a 3-node cluster
+// of nats-server processes (R3), three worker processes, hundreds of
+// sessions sending all the time, and a random fault every few seconds
+// (SIGKILL, SIGSTOP past AckWait, SIGTERM restart of a worker; SIGKILL of a
+// stream leader or any node). When the time is up the faults stop, every
+// run must end, and the audit counts lost and duplicated finals, events of
+// older attempts and transcripts. It runs only with LANEFLEET_CHAOS set to
+// a duration (LANEFLEET_CHAOS_SESSIONS: sessions, default 200).
+func TestChaosSoak(t *testing.T) {
+	dur, err := time.ParseDuration(os.Getenv("LANEFLEET_CHAOS"))
+	if err != nil || dur <= 0 {
+		t.Skip("set LANEFLEET_CHAOS to a duration (make chaos)")
+	}
+	sessions := 200
+	if n, err := strconv.Atoi(os.Getenv("LANEFLEET_CHAOS_SESSIONS")); err == nil && n > 0 {
+		sessions = n
+	}
+	cl := natstest.StartProcCluster(t, 3)
+	var workers []*procWorker
+	for i := range 3 {
+		workers = append(workers, startWorkerProc(t, cl.URL(), fmt.Sprintf("chaos%d", i),
+			"--replicas", "3", "--scripted-delay", "10ms", "--concurrency", "64"))
+	}
+	nc, js := connectProcs(t, cl)
+	waitForFleet(t, js)
+	fin := watchRunFinals(t, cl.URL())
+	seen := watchStale(t, cl.URL())
+
+	ctx, stop := context.WithTimeout(t.Context(), dur)
+	defer stop()
+	var (
+		mu   sync.Mutex
+		runs []runRef
+		want = map[string][]string{}
+		wg   sync.WaitGroup
+	)
+	for s := range sessions {
+		key := fmt.Sprintf("chaos:%d", s)
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				text := fmt.Sprintf("message %d of session %d in a few more words", i, s)
+				r, err := publishRetried(t.Context(), js, outMsg{key, text, fmt.Sprintf("chaos-%d-%d", s, i)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				runs = append(runs, r)
+				want[key] = append(want[key], text)
+				mu.Unlock()
+				select {
+				case <-ctx.Done():
+				case <-time.After(200*time.Millisecond + rand.N(3*time.Second)):
+				}
+			}
+		})
+	}
+
+	faults := map[string]int{}
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(3*time.Second + rand.N(5*time.Second)):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		w := workers[rand.N(len(workers))]
+		switch f := rand.N(5); f {
+		case 0:
+			faults["worker SIGKILL"]++
+			w.kill()
+			time.Sleep(rand.N(3 * time.Second))
+			w.start()
+		case 1:
+			faults["worker SIGSTOP past AckWait"]++
+			w.signal(syscall.SIGSTOP)
+			time.Sleep(2*time.Second + rand.N(3*time.Second))
+			w.signal(syscall.SIGCONT)
+		case 2:
+			faults["worker SIGTERM restart"]++
+			w.signal(syscall.SIGTERM)
+			w.wait()
+			w.start()
+		case 3, 4:
+			stream := events.EventStream
+			if f == 4 {
+				stream = []string{events.InboundStream, events.EventStream, "KV_lanes"}[rand.N(3)]
+			}
+			nd, err := cl.StreamLeader(t.Context(), js, stream)
+			if err != nil {
+				nd = cl.Nodes[rand.N(len(cl.Nodes))]
+			}
+			faults["nats-server SIGKILL ("+stream+" leader)"]++
+			nd.Kill()
+			time.Sleep(2*time.Second + rand.N(3*time.Second))
+			nd.Start()
+			cl.WaitReady(t)
+		}
+	}
+	wg.Wait()
+	t.Logf("faults: %v", faults)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d runs sent; waiting for every final event", len(runs))
+	fin.waitAll(t, js, runs, 10*time.Minute)
+	audit(t, js, runs)
+	most, total := seen.worst()
+	t.Logf("a core subscriber saw %d refused events of older attempts (at most %d in one run)", total, most)
+	c, _ := lanefleet.New(nc)
+	checkTranscripts(t, c, want)
+}

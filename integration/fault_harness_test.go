@@ -1,0 +1,434 @@
+package integration
+
+// The fault suite (fault_*_test.go): real nats-server processes built from
+// the module's version (natstest.StartProcCluster), worker processes
+// (cmd/worker), faults by PID. Every case audits the stored events of every
+// run it sent and prints how many finals were lost or duplicated.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes"
+)
+
+// procWorker is a cmd/worker process whose output can be read while it runs.
+type procWorker struct {
+	id   string
+	url  string
+	args []string
+	t    *testing.T
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	logs bytes.Buffer
+}
+
+func (w *procWorker) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.logs.Write(p)
+}
+
+// startWorkerProc starts cmd/worker joined to url with short fault timings
+// (AckWait and lease TTL 2s); it is killed when the test ends.
+func startWorkerProc(t *testing.T, url, id string, extra ...string) *procWorker {
+	t.Helper()
+	w := &procWorker{id: id, url: url, t: t, args: append([]string{"--id", id, "--ack-wait", "2s", "--lease-ttl", "2s",
+		"--log-format", "json", "--log-level", "warn", "--shutdown-grace", "2s", "--no-builtin-tools", "--scripted"}, extra...)}
+	w.start()
+	t.Cleanup(func() {
+		w.signal(syscall.SIGCONT)
+		w.kill()
+		if t.Failed() {
+			t.Logf("worker %s output:\n%s", id, w.output())
+		}
+	})
+	return w
+}
+
+func (w *procWorker) start() {
+	w.t.Helper()
+	cmd := exec.Command(workerBinary(w.t), w.args...)
+	cmd.Env = append(cmd.Environ(), "NATS_URL="+w.url)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	w.mu.Lock()
+	w.cmd, w.done = cmd, done
+	w.mu.Unlock()
+}
+
+func (w *procWorker) signal(sig syscall.Signal) {
+	w.mu.Lock()
+	cmd := w.cmd
+	w.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
+// kill SIGKILLs the process and waits for it.
+func (w *procWorker) kill() {
+	w.signal(syscall.SIGKILL)
+	w.wait()
+}
+
+// wait waits for the process to exit.
+func (w *procWorker) wait() {
+	w.mu.Lock()
+	done := w.done
+	w.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+func (w *procWorker) output() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.logs.String()
+}
+
+// logLines returns the output lines containing any of subs.
+func (w *procWorker) logLines(subs ...string) []string {
+	var out []string
+	for _, l := range strings.Split(w.output(), "\n") {
+		for _, s := range subs {
+			if strings.Contains(l, s) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// runRef is one sent message: its session and run id (inbound sequence).
+type runRef struct {
+	session, run, text string
+}
+
+// sendOrdered publishes msgs one at a time, each retried with its message id
+// until acknowledged (a retry of a stored message returns its sequence), and
+// returns their runs.
+func sendOrdered(t *testing.T, js jetstream.JetStream, msgs []outMsg) []runRef {
+	t.Helper()
+	var runs []runRef
+	for _, m := range msgs {
+		r, err := publishRetried(t.Context(), js, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	return runs
+}
+
+// finalWatch counts, per run subject, the final events a core subscriber
+// sees, and tells when a count of runs have one.
+type finalWatch struct {
+	mu     sync.Mutex
+	finals map[string]int
+	notify chan struct{}
+}
+
+func watchRunFinals(t *testing.T, url string) *finalWatch {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f := &finalWatch{finals: map[string]int{}, notify: make(chan struct{}, 1)}
+	sub, err := nc.Subscribe(events.EventPrefix+">", func(m *nats.Msg) {
+		if m.Header.Get(events.HeaderStream) != events.StreamFinal {
+			return
+		}
+		f.mu.Lock()
+		f.finals[m.Subject]++
+		f.mu.Unlock()
+		select {
+		case f.notify <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// waitAll waits until every run's final event is stored, failing after
+// timeout. Finals seen by the core subscription say when to look (a core
+// subscriber also sees publishes the stream refused, so it is no proof).
+func (f *finalWatch) waitAll(t *testing.T, js jetstream.JetStream, runs []runRef, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	stored := map[runRef]bool{}
+	for {
+		f.mu.Lock()
+		var check []runRef
+		for _, r := range runs {
+			subj, _ := events.EventSubject(r.session, r.run)
+			if !stored[r] && f.finals[subj] > 0 {
+				check = append(check, r)
+			}
+		}
+		f.mu.Unlock()
+		for _, r := range check {
+			if a := auditRun(t.Context(), js, r); a.err == nil && a.finals > 0 {
+				stored[r] = true
+			}
+		}
+		if len(stored) == len(runs) {
+			return
+		}
+		select {
+		case <-f.notify:
+		case <-poll.C:
+			// A final published while the watcher was cut off is only in
+			// the stream: look for every run.
+			for _, r := range runs {
+				if !stored[r] {
+					if a := auditRun(t.Context(), js, r); a.err == nil && a.finals > 0 {
+						stored[r] = true
+					}
+				}
+			}
+			if len(stored) == len(runs) {
+				return
+			}
+		case <-deadline:
+			for _, r := range runs {
+				if !stored[r] {
+					t.Fatalf("%d of %d runs have no stored final event after %v, e.g. %+v", len(runs)-len(stored), len(runs), timeout, r)
+				}
+			}
+		}
+	}
+}
+
+// runAudit is what one run's stored events say.
+type runAudit struct {
+	finals int
+	// stale counts events of an older attempt stored after a newer
+	// attempt's first event (a zombie's events); backwards counts events
+	// whose seq does not grow.
+	stale, backwards int
+	err              error
+}
+
+// auditRun reads a run's stored events in stream order.
+func auditRun(ctx context.Context, js jetstream.JetStream, r runRef) runAudit {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	subj, err := events.EventSubject(r.session, r.run)
+	if err != nil {
+		return runAudit{err: err}
+	}
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return runAudit{err: err}
+	}
+	var a runAudit
+	var lastSeq uint64
+	newest := 0
+	for seq := uint64(1); ; {
+		raw, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return a
+		}
+		if err != nil {
+			return runAudit{err: err}
+		}
+		seq = raw.Sequence + 1
+		ev, err := events.DecodeEvent(raw.Header.Get(events.HeaderContentType), raw.Data)
+		if err != nil {
+			return runAudit{err: err}
+		}
+		if ev.Terminal() {
+			a.finals++
+		}
+		if ev.Seq <= lastSeq {
+			a.backwards++
+		}
+		lastSeq = ev.Seq
+		// An aborted event names the attempt it closes: it belongs to the
+		// newer owner that published it.
+		att := ev.Attempt
+		if ev.Data.Phase == events.PhaseAborted {
+			att = max(att, newest)
+		}
+		if att < newest && !ev.Terminal() {
+			a.stale++
+		}
+		newest = max(newest, att)
+	}
+}
+
+// audit checks every run's stored events: exactly one final, no event of an
+// older attempt after a newer one began, seq growing. It prints the counts
+// and fails the test on any.
+func audit(t *testing.T, js jetstream.JetStream, runs []runRef) {
+	t.Helper()
+	var lost, dup, stale, backwards int
+	var examples []string
+	for _, r := range runs {
+		var a runAudit
+		for try := 0; try < 5; try++ {
+			if a = auditRun(t.Context(), js, r); a.err == nil {
+				break
+			}
+		}
+		if a.err != nil {
+			t.Fatalf("audit of %s/%s: %v", r.session, r.run, a.err)
+		}
+		switch {
+		case a.finals == 0:
+			lost++
+		case a.finals > 1:
+			dup++
+		}
+		stale += a.stale
+		backwards += a.backwards
+		if (a.finals != 1 || a.stale > 0 || a.backwards > 0) && len(examples) < 5 {
+			examples = append(examples, fmt.Sprintf("%s/%s: %d finals, %d stale, %d backwards", r.session, r.run, a.finals, a.stale, a.backwards))
+		}
+	}
+	t.Logf("audit of %d runs: lost finals %d, duplicated finals %d, stale-attempt events %d, seq going back %d",
+		len(runs), lost, dup, stale, backwards)
+	if lost+dup+stale+backwards > 0 {
+		t.Fatalf("events of runs are wrong: %s", strings.Join(examples, "; "))
+	}
+}
+
+// staleSeen counts, per run, what a core subscriber on agent.ev.> saw of an
+// older attempt after a newer attempt's first event: publishes the stream
+// refused reach core subscribers too.
+type staleSeen struct {
+	mu     sync.Mutex
+	newest map[string]int
+	late   map[string]int
+}
+
+func watchStale(t *testing.T, url string) *staleSeen {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s := &staleSeen{newest: map[string]int{}, late: map[string]int{}}
+	sub, err := nc.Subscribe(events.EventPrefix+">", func(m *nats.Msg) {
+		if strings.HasSuffix(m.Subject, "."+lanes.FenceToken) {
+			return
+		}
+		ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)
+		if err != nil {
+			return
+		}
+		att := ev.Attempt
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if ev.Data.Phase == events.PhaseAborted {
+			att = max(att, s.newest[m.Subject])
+		}
+		if att < s.newest[m.Subject] && !ev.Terminal() {
+			s.late[m.Subject]++
+		}
+		s.newest[m.Subject] = max(s.newest[m.Subject], att)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// worst returns the most late events any one run showed, and the total.
+func (s *staleSeen) worst() (most, total int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.late {
+		most = max(most, n)
+		total += n
+	}
+	return most, total
+}
+
+// heldBy waits until worker id holds at least least of the sessions' lanes
+// and returns them.
+func heldBy(t *testing.T, js jetstream.JetStream, id string, sessions []string, least int, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if held := holders(t, js, id, sessions); len(held) >= least {
+			return held
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s never held %d lanes", id, least)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holders returns the sessions whose lane worker id holds.
+func holders(t *testing.T, js jetstream.JetStream, id string, sessions []string) []string {
+	t.Helper()
+	l, err := kvstore.Bind(t.Context(), js, "")
+	if err != nil {
+		return nil
+	}
+	var held []string
+	for _, s := range sessions {
+		tok, _ := events.KeyToken(s)
+		if h, ok, err := l.Holder(t.Context(), tok); err == nil && ok && h.Worker == id {
+			held = append(held, s)
+		}
+	}
+	return held
+}
+
+// faultLoad is sessions × perSession messages of a few words each (the
+// scripted echo model streams one delta per word).
+func faultLoad(prefix string, sessions, perSession int) (msgs []outMsg, keys []string, want map[string][]string) {
+	want = map[string][]string{}
+	for s := range sessions {
+		keys = append(keys, fmt.Sprintf("%s:%d", prefix, s))
+	}
+	for i := range perSession {
+		for s, key := range keys {
+			text := fmt.Sprintf("message %d of session %d in a few more words", i, s)
+			msgs = append(msgs, outMsg{key, text, fmt.Sprintf("%s-%d-%d", prefix, s, i)})
+			want[key] = append(want[key], text)
+		}
+	}
+	return msgs, keys, want
+}

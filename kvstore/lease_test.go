@@ -1,0 +1,171 @@
+package kvstore
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestLeaseConflictsOnReplicatedBucket: on an R3 bucket the server refuses a
+// conditional write with 10164 while another one on the same key is in
+// flight. Losing such a race is "held" for an acquirer, and it is never
+// "lease lost" for the owner whose renewal or fenced write met an acquirer's
+// attempt.
+func TestLeaseConflictsOnReplicatedBucket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	t.Parallel()
+	cl := natstest.StartCluster(t, 3)
+	nc := natstest.Connect(t, cl.URL())
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := Open(t.Context(), js, Config{Replicas: 3, LeaseTTL: 30 * time.Second, MarkerTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const racers = 6
+
+	t.Run("racing acquirers after a release", func(t *testing.T) {
+		ctx := t.Context()
+		var raw []error
+		for round := range 20 {
+			// Round 0 races for a key never written; the others race right
+			// after a release, with the purge marker in place, where
+			// kv.Create's second try returns the server's error unwrapped.
+			if round > 0 {
+				l, err := lanes.Acquire(ctx, "race", LeaseInfo{Worker: "owner", Acquired: int64(round)})
+				if err != nil {
+					t.Fatalf("round %d: acquire before release: %v", round, err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var (
+				mu      sync.Mutex
+				winners []*Lease
+				wg      sync.WaitGroup
+				start   = make(chan struct{})
+			)
+			for i := range racers {
+				wg.Go(func() {
+					<-start
+					l, err := lanes.Acquire(ctx, "race", LeaseInfo{Worker: fmt.Sprintf("w%d", i), Acquired: int64(round)})
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						winners = append(winners, l)
+					case !errors.Is(err, ErrHeld):
+						raw = append(raw, err)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if len(winners) != 1 {
+				t.Fatalf("round %d: %d winners, want 1 (other errors: %v)", round, len(winners), raw)
+			}
+			if err := winners[0].Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(raw) > 0 {
+			t.Fatalf("%d lost races were errors instead of ErrHeld, e.g. %v", len(raw), raw[0])
+		}
+	})
+
+	t.Run("owner writes while others try to acquire", func(t *testing.T) {
+		ctx := t.Context()
+		owner, err := lanes.Acquire(ctx, "busy", LeaseInfo{Worker: "owner"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := lanes.Acquire(ctx, "busy", LeaseInfo{Worker: fmt.Sprintf("w%d", i)}); !errors.Is(err, ErrHeld) {
+						t.Errorf("acquire of a held lane: %v, want ErrHeld", err)
+						return
+					}
+				}
+			})
+		}
+		for i := range 150 {
+			var err error
+			if i%2 == 0 {
+				err = owner.Renew(ctx)
+			} else {
+				err = owner.PutRecord(ctx, Record{InboundSeq: uint64(i)})
+			}
+			if err != nil {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("write %d of the live owner: %v", i, err)
+			}
+		}
+		close(stop)
+		wg.Wait()
+		if err := owner.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, held, _ := lanes.Holder(ctx, "busy"); held {
+			t.Fatal("the lease is still held after its release")
+		}
+	})
+}
+
+// TestRenewWhoseAnswerWasLost: a renewal stored by the server whose answer
+// never came back (a timeout in a leader change) leaves the owner with an
+// old revision. The next write finds the lease key still holding its own
+// value and adopts the new revision instead of giving the lane up.
+func TestRenewWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 5*time.Second)
+	ctx := t.Context()
+	l, err := b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "a", Acquired: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The renewal as the server stored it, without l learning its revision.
+	if _, err := b.js.Publish(ctx, b.lanes.prefix+leaseKey("alice"), l.value,
+		jetstream.WithExpectLastSequencePerSubject(l.Revision()), jetstream.WithMsgTTL(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.PutRecord(ctx, Record{InboundSeq: 1}); err != nil {
+		t.Fatalf("write after a renewal with a lost answer: %v", err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatalf("renew after a renewal with a lost answer: %v", err)
+	}
+	// Another owner's value is never adopted.
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "b", Acquired: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.PutRecord(ctx, Record{InboundSeq: 2}); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("write through a released lease: %v, want ErrLeaseLost", err)
+	}
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,720 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+)
+
+// FenceToken ends the subject of a run's fence markers,
+// agent.ev.<lane>.<run>.fence, in the event stream next to the run's
+// events. An owner about to publish a run's events first stores a marker
+// there naming its lease revision (compare-and-swap on that subject, never
+// over a newer owner's marker); every event it publishes then carries the
+// expectation that the marker is still the subject's last message. Once
+// the lane's next owner stores its marker, the server refuses every event
+// of the older owner: a viewer, raw subscribers too, never sees an older
+// attempt's event after a newer one began. Markers carry the header
+// Lanefleet-Stream: fence and the decimal lease revision as payload; they
+// are not events (a viewer of one run subscribes to exactly
+// agent.ev.<lane>.<run>).
+const FenceToken = "fence"
+
+// fenceStream is the Lanefleet-Stream header of fence markers.
+const fenceStream = "fence"
+
+// Delta coalescing and publishing limits.
+const (
+	frameMaxBytes = 1024
+	frameWindow   = 5 * time.Millisecond
+	// frameHardMax bounds a frame that kept growing while the publish
+	// window was full.
+	frameHardMax = 64 << 10
+	// ackTimeout is how long one event may stay unacknowledged before it
+	// is counted as lost: an answer lost in a reconnect never comes.
+	ackTimeout = 5 * time.Second
+	// maxRetries bounds the republishes of one event refused because of a
+	// concurrent write (10164) or a fence that had to be claimed again.
+	maxRetries = 50
+	// wideWindow is the publish window on a stream that is not replicated.
+	wideWindow = 256
+	// probeAfter: an event published after this long without an answer
+	// from the server goes out alone (see pumpLocked).
+	probeAfter = time.Second
+)
+
+// emitter publishes one run's events with a per-run sequence, fenced (see
+// FenceToken). Events other than the first and last of an attempt go out
+// asynchronously, up to window of them unacknowledged at once. A replicated
+// stream refuses a write that expects a subject's last sequence while
+// another such write on that subject is in flight (10164), so there the
+// window is one event, and deltas arriving meanwhile coalesce into the next
+// frame.
+type emitter struct {
+	js      jetstream.JetStream
+	events  jetstream.Stream // the event stream: last event and marker reads
+	subject string           // agent.ev.<lane>.<run>
+	key     string
+	run     string
+	asJSON  bool
+	log     zerolog.Logger
+	window  int             // events in flight at once; 0 means wideWindow
+	done    <-chan struct{} // closed when the lane's work stops: nothing more is published
+	lost    func(error)     // told once when a newer owner fenced this one; may be nil
+
+	mu        sync.Mutex
+	seq       uint64
+	attempt   int
+	fence     uint64        // stream sequence of this owner's marker; 0 = none claimed
+	rev       uint64        // the lease revision the marker names
+	pending   *events.Event // the delta frame being coalesced
+	buf       []byte        // its deltas
+	heldBack  bool          // pending is due but the window is full
+	lastFrame time.Time     // when the last delta frame went out
+	timer     *time.Timer
+	queue     []*outEvent   // encoded, waiting for room in the window
+	inflight  []*outEvent   // published, unanswered, oldest first
+	replay    []*outEvent   // refused, republished once the in-flight ones are answered
+	idle      chan struct{} // closed when nothing is queued or in flight; nil when idle
+	fenced    error         // why nothing more is published (a newer owner's fence)
+	dropping  bool          // settle gave up: no more retries
+	lastAck   time.Time     // when the server last answered a publish (or the claim)
+	checking  bool          // after a silence: the fence is read before anything goes out
+	probing   bool          // then one event goes out alone; the rest wait for its answer
+	failed    int
+}
+
+// outEvent is one encoded event on its way out.
+type outEvent struct {
+	m     *nats.Msg
+	f     jetstream.PubAckFuture
+	sent  time.Time
+	tries int
+}
+
+func (e *emitter) fenceSubject() string { return e.subject + "." + FenceToken }
+
+// fencedError is the error of an owner whose events a newer owner fenced.
+func fencedError(run string, theirs, ours uint64) error {
+	return fmt.Errorf("%w: the events of run %s are fenced by a newer owner (lease revision %d, ours %d)",
+		kvstore.ErrLeaseLost, run, theirs, ours)
+}
+
+// open claims the run's events for the owner holding lease revision rev
+// and reads what earlier attempts left (the sequence continues after their
+// last event). A run nobody claimed before has no events; otherwise its last
+// event is read again once the marker fences every earlier owner, so
+// nothing such an owner publishes is missed. ErrLeaseLost means a newer
+// owner has claimed the run.
+func (e *emitter) open(ctx context.Context, rev uint64) (runState, error) {
+	var (
+		st   runState
+		rerr error
+		wg   sync.WaitGroup
+	)
+	wg.Go(func() { st, rerr = e.readLast(ctx) })
+	fresh, err := e.claim(ctx, rev)
+	wg.Wait()
+	if err != nil {
+		return runState{}, err
+	}
+	if !fresh {
+		st, rerr = e.readLast(ctx)
+	}
+	if rerr != nil {
+		return runState{}, rerr
+	}
+	e.mu.Lock()
+	e.seq, e.attempt = st.seq, st.attempt
+	if st.seq > 0 {
+		e.asJSON = st.json
+	}
+	e.mu.Unlock()
+	return st, nil
+}
+
+// claim stores this owner's fence marker on the run. The first try expects
+// no marker (a new run); a refusal reads the marker there and writes over it
+// unless it names a newer lease. fresh reports that no marker existed.
+func (e *emitter) claim(ctx context.Context, rev uint64) (fresh bool, err error) {
+	subj := e.fenceSubject()
+	expect := uint64(0)
+	for try := 0; ; try++ {
+		m := nats.NewMsg(subj)
+		m.Data = strconv.AppendUint(nil, rev, 10)
+		m.Header.Set(events.HeaderStream, fenceStream)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+		ack, err := e.js.PublishMsg(ctx, m)
+		if err == nil {
+			e.mu.Lock()
+			e.fence, e.rev, e.lastAck = ack.Sequence, rev, time.Now()
+			e.mu.Unlock()
+			return expect == 0, nil
+		}
+		busy, mismatch := kvstore.WriteConflict(err)
+		if (!busy && !mismatch) || try >= maxRetries {
+			return false, fmt.Errorf("lanes: fence the events of run %s: %w", e.run, err)
+		}
+		if busy {
+			if err := pause(ctx, try); err != nil {
+				return false, err
+			}
+			continue
+		}
+		raw, gerr := e.events.GetLastMsgForSubject(ctx, subj)
+		switch {
+		case errors.Is(gerr, jetstream.ErrMsgNotFound):
+			expect = 0
+		case gerr != nil:
+			return false, fmt.Errorf("lanes: fence of run %s: %w", e.run, gerr)
+		default:
+			if theirs := markerRev(raw.Data); theirs > rev {
+				return false, fencedError(e.run, theirs, rev)
+			}
+			expect = raw.Sequence
+		}
+	}
+}
+
+func markerRev(data []byte) uint64 {
+	rev, _ := strconv.ParseUint(string(data), 10, 64)
+	return rev
+}
+
+// recheck finds out why a write was refused for its fence: a newer owner's
+// marker (the emitter stops: ErrLeaseLost), or a marker of ours that is no
+// longer the subject's last (the write carried an older one, or the stream's
+// limits removed it): then the run is claimed again if needed and the write
+// is retried.
+func (e *emitter) recheck(ctx context.Context) error {
+	e.mu.Lock()
+	fence, rev := e.fence, e.rev
+	e.mu.Unlock()
+	raw, err := e.events.GetLastMsgForSubject(ctx, e.fenceSubject())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return nil // unknown: the retry asks the server again
+	case markerRev(raw.Data) > rev:
+		err := fencedError(e.run, markerRev(raw.Data), rev)
+		e.stop(err)
+		return err
+	case raw.Sequence == fence:
+		return nil // ours is the last: the refused write carried an older one
+	}
+	_, err = e.claim(ctx, rev)
+	if errors.Is(err, kvstore.ErrLeaseLost) {
+		e.stop(err)
+	}
+	return err
+}
+
+// stop ends publishing for good: queued events and the pending frame are
+// dropped and the owner is told the lane is lost.
+func (e *emitter) stop(err error) {
+	e.mu.Lock()
+	first := e.fenced == nil
+	if first {
+		e.fenced = err
+		e.dropLocked()
+	}
+	e.mu.Unlock()
+	if first {
+		e.log.Warn().Err(err).Msg("a newer owner fenced this run's events: stopping")
+		if e.lost != nil {
+			e.lost(err)
+		}
+	}
+}
+
+func (e *emitter) dropLocked() {
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	e.pending, e.heldBack = nil, false
+	e.queue, e.replay = nil, nil
+}
+
+// stoppedLocked reports that nothing more is to be published.
+func (e *emitter) stoppedLocked() bool {
+	if e.fenced != nil || e.dropping {
+		return true
+	}
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *emitter) roomLocked() bool {
+	w := e.window
+	if w <= 0 {
+		w = wideWindow
+	}
+	return len(e.replay) == 0 && len(e.queue) == 0 && len(e.inflight) < w
+}
+
+func (e *emitter) emit(stream string, data events.EventData) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stoppedLocked() {
+		return
+	}
+	isDelta := (stream == events.StreamAssistant || stream == events.StreamThinking) && data.Phase == ""
+	if isDelta && e.pending != nil && e.pending.Stream == stream {
+		e.buf = append(e.buf, data.Delta...)
+		e.pending.Data.Text = data.Text
+		if len(e.buf) >= frameMaxBytes {
+			if e.roomLocked() || len(e.buf) >= frameHardMax {
+				e.flushLocked()
+			} else {
+				e.heldBack = true
+			}
+		}
+		return
+	}
+	e.flushLocked()
+	ev := e.newEvent(stream, data)
+	if !isDelta {
+		e.enqueueLocked(ev)
+		return
+	}
+	now := time.Now()
+	wait := frameWindow - now.Sub(e.lastFrame)
+	if wait <= 0 && e.roomLocked() {
+		// Nothing went out lately: no reason to hold this delta back.
+		e.lastFrame = now
+		e.enqueueLocked(ev)
+		return
+	}
+	// A frame just went out, or the window is full: collect what follows.
+	e.pending = ev
+	e.buf = append(e.buf[:0], data.Delta...)
+	if wait <= 0 {
+		e.heldBack = true // goes out as soon as the window has room
+		return
+	}
+	if e.timer == nil {
+		e.timer = time.AfterFunc(wait, e.onTimer)
+	} else {
+		e.timer.Reset(wait)
+	}
+}
+
+func (e *emitter) onTimer() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.pending == nil {
+		return
+	}
+	if e.roomLocked() {
+		e.flushLocked()
+	} else {
+		e.heldBack = true
+	}
+}
+
+func (e *emitter) newEvent(stream string, data events.EventData) *events.Event {
+	e.seq++
+	return &events.Event{V: events.Version, RunID: e.run, SessionKey: e.key, Seq: e.seq, Attempt: e.attempt,
+		Stream: stream, TS: time.Now().UnixMilli(), Data: data}
+}
+
+// flushLocked sends the pending frame on its way.
+func (e *emitter) flushLocked() {
+	if e.pending == nil {
+		return
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	e.pending.Data.Delta = string(e.buf)
+	e.lastFrame = time.Now()
+	ev := e.pending
+	e.pending, e.heldBack = nil, false
+	e.enqueueLocked(ev)
+}
+
+func (e *emitter) encode(ev *events.Event) (*nats.Msg, error) {
+	data, ct, err := events.EncodeEvent(ev, e.asJSON)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(e.subject)
+	m.Data = data
+	m.Header.Set(events.HeaderContentType, ct)
+	m.Header.Set(events.HeaderStream, ev.Stream)
+	return m, nil
+}
+
+// setFenceLocked makes m conditional on the owner's marker being the last
+// message of the run's fence subject.
+func (e *emitter) setFenceLocked(m *nats.Msg) {
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.fence, 10))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, e.fenceSubject())
+}
+
+func (e *emitter) enqueueLocked(ev *events.Event) {
+	m, err := e.encode(ev)
+	if err != nil {
+		e.failed++
+		e.log.Error().Err(err).Msg("encode event")
+		return
+	}
+	e.queue = append(e.queue, &outEvent{m: m})
+	e.pumpLocked()
+}
+
+// pumpLocked publishes queued events while the window has room, and starts
+// the watcher that collects their answers.
+//
+// A core subscriber on the run's subject sees every publish, also those the
+// stream refuses. So after a long silence (the process may have been
+// paused while its lane went to another worker) nothing goes out before
+// the watcher has read the run's fence: a newer owner's marker stops the
+// emitter without a word. Then one event goes out alone: if the lane was
+// taken just after the read, that one refusal stops the emitter.
+func (e *emitter) pumpLocked() {
+	w := e.window
+	if w <= 0 {
+		w = wideWindow
+	}
+	if len(e.inflight) == 0 && len(e.queue) > 0 && !e.checking && time.Since(e.lastAck) > probeAfter {
+		e.checking, e.probing = true, true
+	}
+	if e.probing {
+		w = 1
+	}
+	for !e.checking && len(e.replay) == 0 && len(e.queue) > 0 && len(e.inflight) < w {
+		if e.fence == 0 {
+			e.log.Error().Str("run_id", e.run).Msg("events published before the run was claimed: dropped")
+			e.queue = nil
+			break
+		}
+		out := e.queue[0]
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+		e.setFenceLocked(out.m)
+		f, err := e.js.PublishMsgAsync(out.m)
+		if err != nil {
+			e.failed++
+			e.log.Warn().Err(err).Str("stream", out.m.Header.Get(events.HeaderStream)).Msg("publish event")
+			continue
+		}
+		out.f, out.sent = f, time.Now()
+		e.inflight = append(e.inflight, out)
+	}
+	if (len(e.inflight) > 0 || e.checking) && e.idle == nil {
+		e.idle = make(chan struct{})
+		go e.watch(e.idle)
+	}
+}
+
+// checkFence reads the run's fence after a silence and stops the emitter
+// (ErrLeaseLost) if a newer owner has claimed the run. A failed read says
+// nothing: the next write finds out.
+func (e *emitter) checkFence(ctx context.Context) error {
+	e.mu.Lock()
+	rev := e.rev
+	e.mu.Unlock()
+	raw, err := e.events.GetLastMsgForSubject(ctx, e.fenceSubject())
+	if err != nil || markerRev(raw.Data) <= rev {
+		return nil
+	}
+	err = fencedError(e.run, markerRev(raw.Data), rev)
+	e.stop(err)
+	return err
+}
+
+// errNoAck is an event whose answer did not come within ackTimeout.
+var errNoAck = errors.New("lanes: event not acknowledged in time")
+
+// watch collects the answers of the published events in order, retries the
+// refused ones that can be retried, publishes what waited for room, and
+// closes idle when nothing is left in flight.
+func (e *emitter) watch(idle chan struct{}) {
+	t := time.NewTimer(ackTimeout)
+	defer t.Stop()
+	for {
+		e.mu.Lock()
+		if e.checking {
+			e.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+			err := e.checkFence(ctx)
+			cancel()
+			e.mu.Lock()
+			e.checking = false
+			if err == nil {
+				e.pumpLocked()
+			}
+		}
+		if len(e.inflight) == 0 {
+			e.idle = nil
+			close(idle)
+			e.mu.Unlock()
+			return
+		}
+		head := e.inflight[0]
+		e.mu.Unlock()
+		t.Reset(time.Until(head.sent.Add(ackTimeout)))
+		var err error
+		select {
+		case <-head.f.Ok():
+		case err = <-head.f.Err():
+		case <-t.C:
+			err = errNoAck
+		}
+		retry := err != nil && e.refused(head, err)
+		e.mu.Lock()
+		if err == nil {
+			e.lastAck, e.probing = time.Now(), false
+		}
+		e.inflight[0] = nil
+		e.inflight = e.inflight[1:]
+		if retry && !e.stoppedLocked() {
+			e.replay = append(e.replay, head)
+		}
+		if len(e.inflight) == 0 && len(e.replay) > 0 {
+			// Every later event was refused too (same fence): republish
+			// them in order before anything queued after them.
+			e.queue = append(e.replay, e.queue...)
+			e.replay = nil
+		}
+		e.pumpLocked()
+		if e.pending != nil && e.heldBack && e.roomLocked() {
+			e.flushLocked()
+		}
+		e.mu.Unlock()
+	}
+}
+
+// refused decides what happens to an event the server refused: a write
+// that met another in flight (10164) is retried; one whose fence moved on is
+// retried if the fence is still ours (see recheck); anything else is lost
+// (events are replayable and losable; the final event is not sent this way).
+func (e *emitter) refused(out *outEvent, err error) (retry bool) {
+	busy, mismatch := kvstore.WriteConflict(err)
+	e.mu.Lock()
+	giveUp := e.dropping || e.fenced != nil
+	e.mu.Unlock()
+	if (busy || mismatch) && !giveUp && out.tries < maxRetries {
+		out.tries++
+		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+		defer cancel()
+		if busy {
+			return pause(ctx, out.tries) == nil
+		}
+		return e.recheck(ctx) == nil
+	}
+	if giveUp {
+		return false
+	}
+	e.mu.Lock()
+	e.failed++
+	e.mu.Unlock()
+	e.log.Warn().Err(err).Str("stream", out.m.Header.Get(events.HeaderStream)).Msg("event not stored")
+	return false
+}
+
+// settle sends the pending frame and waits until every event published so
+// far is answered, but not forever: after ackTimeout the events still
+// waiting for room are dropped, and only those in flight are waited for
+// (each for at most ackTimeout), so a final event published next is the
+// run's last.
+func (e *emitter) settle(ctx context.Context) error {
+	e.mu.Lock()
+	e.flushLocked()
+	idle := e.idle
+	e.mu.Unlock()
+	if idle != nil {
+		wait := time.NewTimer(ackTimeout)
+		defer wait.Stop()
+		select {
+		case <-idle:
+		case <-wait.C:
+			e.mu.Lock()
+			dropped := len(e.queue) + len(e.replay)
+			e.dropping = true
+			e.dropLocked()
+			idle = e.idle
+			e.mu.Unlock()
+			e.log.Warn().Int("dropped", dropped).Msg("events not acknowledged in time; going on without them")
+			if idle != nil {
+				select {
+				case <-idle:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			e.mu.Lock()
+			e.dropping = false
+			e.mu.Unlock()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fenced
+}
+
+// final waits for the run's events to be stored, then publishes the final
+// event synchronously. It is published at most once per run: a retry by
+// another emitter (the owner's next try, or the lane's next owner) claims
+// the run first, which makes the server refuse a try still on its way, and
+// then finds a try already stored (see owner.finishRecord). The message id
+// (per claim) makes a re-send of the same try a duplicate too.
+func (e *emitter) final(ctx context.Context, res *events.Result) error {
+	if err := e.settle(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	attempt := e.attempt
+	e.mu.Unlock()
+	if err := e.publish(ctx, events.StreamFinal, events.EventData{Result: res}, attempt); err != nil {
+		return fmt.Errorf("lanes: publish final event: %w", err)
+	}
+	return nil
+}
+
+// finalMsgIDLocked is the message id of a run's final event under the
+// current claim.
+func (e *emitter) finalMsgIDLocked() string {
+	return "final:" + e.subject + ":" + strconv.FormatUint(e.fence, 10)
+}
+
+// abort ends the current attempt on record: its events are stored, then an
+// aborted event, so the next attempt's events follow it.
+func (e *emitter) abort(ctx context.Context, why string) error {
+	if err := e.settle(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	attempt := e.attempt
+	e.mu.Unlock()
+	return e.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
+		EndedAt: time.Now().UnixMilli(), Attempt: attempt}, attempt)
+}
+
+// start starts an attempt: it publishes its first event synchronously, so
+// the attempt is on record before any work.
+func (e *emitter) start(ctx context.Context, data events.EventData, attempt int) error {
+	data.Attempt = attempt
+	return e.publish(ctx, events.StreamLifecycle, data, attempt)
+}
+
+// publish publishes one event synchronously, after every event before it,
+// as part of attempt. A write that met another in flight is retried; a
+// fence that moved on is checked (ErrLeaseLost when a newer owner has it).
+func (e *emitter) publish(ctx context.Context, stream string, data events.EventData, attempt int) error {
+	if err := e.settle(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	silent := e.fence != 0 && time.Since(e.lastAck) > probeAfter
+	e.mu.Unlock()
+	if silent {
+		if err := e.checkFence(ctx); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	e.attempt = attempt
+	ev := e.newEvent(stream, data)
+	e.mu.Unlock()
+	m, err := e.encode(ev)
+	if err != nil {
+		return fmt.Errorf("lanes: encode event: %w", err)
+	}
+	for try := 0; ; try++ {
+		e.mu.Lock()
+		if e.fenced != nil {
+			err := e.fenced
+			e.mu.Unlock()
+			return err
+		}
+		if e.fence == 0 {
+			e.mu.Unlock()
+			return fmt.Errorf("lanes: %s event of run %s published before the run was claimed", stream, e.run)
+		}
+		e.setFenceLocked(m)
+		if ev.Terminal() {
+			m.Header.Set(events.HeaderMsgID, e.finalMsgIDLocked())
+		}
+		e.mu.Unlock()
+		_, err := e.js.PublishMsg(ctx, m)
+		if err == nil {
+			e.mu.Lock()
+			e.lastAck = time.Now()
+			e.mu.Unlock()
+			return nil
+		}
+		busy, mismatch := kvstore.WriteConflict(err)
+		if (!busy && !mismatch) || try >= maxRetries {
+			return fmt.Errorf("lanes: publish %s event: %w", stream, err)
+		}
+		if busy {
+			err = pause(ctx, try)
+		} else {
+			err = e.recheck(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// pause waits a little longer on every retry of a conflicting write.
+func pause(ctx context.Context, try int) error {
+	t := time.NewTimer(min(time.Duration(try+1)*2*time.Millisecond, 50*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runState is what a run's earlier attempts left in the event stream.
+type runState struct {
+	seq       uint64 // the last event's sequence; 0 = none
+	attempt   int    // the last attempt that published an event; 0 = none
+	lastPhase string // the lifecycle phase of the last event, if it is one
+	finished  bool   // the run has its final event
+	json      bool   // the last event is JSON: the run's viewer asked for JSON
+}
+
+// readLast reads the run's last event and reports what it says.
+func (e *emitter) readLast(ctx context.Context) (runState, error) {
+	raw, err := e.events.GetLastMsgForSubject(ctx, e.subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return runState{}, nil
+	}
+	if err != nil {
+		return runState{}, fmt.Errorf("lanes: last event of run %s: %w", e.run, err)
+	}
+	ct := raw.Header.Get(events.HeaderContentType)
+	ev, err := events.DecodeEvent(ct, raw.Data)
+	if err != nil {
+		// An undecodable last event: continue after its stream position.
+		return runState{seq: raw.Sequence, attempt: 1}, nil
+	}
+	st := runState{seq: ev.Seq, attempt: ev.Attempt, finished: ev.Terminal(), json: ct == events.ContentJSON}
+	if ev.Stream == events.StreamLifecycle {
+		st.lastPhase = ev.Data.Phase
+	}
+	return st, nil
+}
