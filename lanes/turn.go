@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/nats-io/nats.go"
 )
 
 // Turn is one inbound message being processed by its lane's owner. The
