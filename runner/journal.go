@@ -22,13 +22,13 @@ import (
 // the lane's bucket, fenced by the lane's lease like the turn record, and
 // drop them once the turn commits.
 type StepStore interface {
-	// Steps returns the run's recorded steps in the order they were
-	// appended (none on a first attempt).
+	// Steps returns the run's recorded steps 1, 2, … in order (none on a
+	// first attempt).
 	Steps(ctx context.Context) ([][]byte, error)
-	// Append records one more step. It returns only once the step is
-	// stored; an error ends the attempt (the turn is retried, or the lane
-	// was lost).
-	Append(ctx context.Context, step []byte) error
+	// Put records step n (from 1), replacing any step n recorded before.
+	// It returns only once the step is stored; an error ends the attempt
+	// (the turn is retried, or the lane was lost).
+	Put(ctx context.Context, n int, step []byte) error
 }
 
 // MaxSteps bounds the steps a run's journal may hold: a model reply and a
@@ -58,7 +58,9 @@ type journal struct {
 	replayed map[string]bool
 	// resumed is how many steps the re-run found recorded.
 	resumed int
-	n       int // steps recorded (the next one's index)
+	// n is the steps recorded for this input: the next one is step n+1
+	// (over any step of other input a previous attempt left there).
+	n int
 }
 
 // errJournal wraps a failed step write: the attempt cannot go on, since a
@@ -128,7 +130,7 @@ func (j *journal) record(ctx context.Context, m message.Message) error {
 	if err != nil {
 		return &errJournal{err}
 	}
-	if err := j.store.Append(ctx, data); err != nil {
+	if err := j.store.Put(ctx, j.n+1, data); err != nil {
 		return &errJournal{err}
 	}
 	j.n++

@@ -418,8 +418,12 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
-	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, phaseSink{Sink: t, reg: reg, ctx: ctx})
+	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
+		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}
+	if steps := t.Steps(); steps != nil {
+		in.Steps = steps
+	}
+	out, err := m.Runner.Run(ctx, in, phaseSink{Sink: t, reg: reg, ctx: ctx})
 	if err != nil {
 		return nil, err
 	}
