@@ -40,7 +40,10 @@ const MaxSteps = 16384
 // recorded for other input (a collect-mode turn that merged other
 // messages on its re-run) is not replayed.
 type journalStep struct {
-	Input   string          `msgpack:"input"`
+	Input string `msgpack:"input"`
+	// Step is the model step the message belongs to: the reply's own
+	// number, or the number of the reply whose call it answers.
+	Step    int             `msgpack:"step"`
 	Message message.Message `msgpack:"message"`
 }
 
@@ -49,8 +52,12 @@ type journalStep struct {
 type journal struct {
 	store StepStore
 	input string
-	// replies are the recorded model replies not yet replayed, in order.
-	replies []message.Message
+	// replies are the recorded model replies by step number.
+	replies map[int]message.Message
+	// live is set once a model step was not replayed: the steps after it
+	// are made live too, even where a reply is recorded (a reply is only
+	// replayed after the very steps it followed).
+	live bool
 	// results are the recorded tool results by step-qualified call key.
 	results map[string]message.Message
 	// replayed are the keys of calls whose model reply came from the
@@ -75,7 +82,8 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 	if store == nil {
 		return nil, nil
 	}
-	j := &journal{store: store, input: inputFingerprint(in), results: map[string]message.Message{}, replayed: map[string]bool{}}
+	j := &journal{store: store, input: inputFingerprint(in), replies: map[int]message.Message{},
+		results: map[string]message.Message{}, replayed: map[string]bool{}}
 	raw, err := store.Steps(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("runner: read steps: %w", err)
@@ -83,10 +91,9 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 	if len(raw) > MaxSteps {
 		raw = raw[:MaxSteps]
 	}
-	model := 0
 	for _, b := range raw {
 		var s journalStep
-		if err := events.UnmarshalMsgpack(b, &s); err != nil || s.Input != j.input {
+		if err := events.UnmarshalMsgpack(b, &s); err != nil || s.Input != j.input || s.Step < 1 {
 			// A step of other input or one that does not decode: the
 			// journal's tail from here is not this turn's.
 			break
@@ -94,10 +101,9 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 		j.n++
 		switch s.Message.Role {
 		case message.RoleAssistant:
-			model++
-			j.replies = append(j.replies, s.Message)
+			j.replies[s.Step] = s.Message
 		case message.RoleToolResult:
-			j.results[callKey(model, s.Message.ToolCallID)] = s.Message
+			j.results[callKey(s.Step, s.Message.ToolCallID)] = s.Message
 		}
 	}
 	j.resumed = j.n
@@ -121,12 +127,12 @@ func inputFingerprint(in Input) string {
 // ids across replies ("call_0"), so the id alone does not name a call.
 func callKey(n int, id string) string { return strconv.Itoa(n) + "/" + id }
 
-// record appends one step.
-func (j *journal) record(ctx context.Context, m message.Message) error {
+// record appends one step: m, of model step n.
+func (j *journal) record(ctx context.Context, n int, m message.Message) error {
 	if j.n >= MaxSteps {
 		return &errJournal{fmt.Errorf("the run has %d steps, the most a journal keeps", MaxSteps)}
 	}
-	data, err := msgpack.Marshal(&journalStep{Input: j.input, Message: m})
+	data, err := msgpack.Marshal(&journalStep{Input: j.input, Step: n, Message: m})
 	if err != nil {
 		return &errJournal{err}
 	}
@@ -137,14 +143,14 @@ func (j *journal) record(ctx context.Context, m message.Message) error {
 	return nil
 }
 
-// nextReply returns the next recorded model reply, if any, as model step
-// n.
+// nextReply returns the recorded reply of model step n, unless a step
+// before it was made live.
 func (j *journal) nextReply(n int) (message.Message, bool) {
-	if len(j.replies) == 0 {
+	m, ok := j.replies[n]
+	if !ok || j.live {
+		j.live = true
 		return message.Message{}, false
 	}
-	m := j.replies[0]
-	j.replies = j.replies[1:]
 	for _, c := range m.ToolCalls() {
 		j.replayed[callKey(n, c.ID)] = true
 	}
@@ -184,9 +190,14 @@ func (ru *run) stream(ctx context.Context, prov provider.Provider, req *provider
 	if j == nil {
 		return am, nil
 	}
+	if am.StopReason != message.StopToolUse || len(am.ToolCalls()) == 0 {
+		// A reply that calls no tool is not recorded: the turn's record
+		// follows it at once, and a re-run that lost it only asks again.
+		return am, nil
+	}
 	stamped := am
 	stamped.Timestamp = max(stamped.Timestamp, 1) // as addAssistant stores it
-	if rerr := j.record(ctx, stamped); rerr != nil {
+	if rerr := j.record(ctx, ru.steps, stamped); rerr != nil {
 		ru.halt(rerr)
 	}
 	return am, nil
@@ -260,7 +271,7 @@ func (ru *run) recordResult(ctx context.Context, m message.Message) {
 	if ru.journal == nil || ru.fatal != nil {
 		return
 	}
-	if err := ru.journal.record(ctx, m); err != nil {
+	if err := ru.journal.record(ctx, ru.steps, m); err != nil {
 		ru.halt(err)
 	}
 }
