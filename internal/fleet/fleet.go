@@ -132,6 +132,10 @@ type Config struct {
 	// MaxToolIterations bounds the model calls of one turn's tool loop;
 	// default runner.MaxToolIterationsDefault.
 	MaxToolIterations int
+	// NoStepJournal turns the step journal off: a turn re-run after its
+	// worker died then repeats every model and tool call it had made
+	// (the journal costs a synchronous write per step).
+	NoStepJournal bool
 	// ToolPolicy allows, denies and asks approval for tools by name
 	// (case-insensitive globs; deny wins; empty Allow = all): refused
 	// tools are not offered, and every call of a tool marked Approve ends
@@ -455,8 +459,12 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
-	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, observeSink(ctx, phaseSink{Sink: t, reg: reg, ctx: ctx}))
+	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
+		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}
+	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
+		in.Steps = steps
+	}
+	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: t, reg: reg, ctx: ctx}))
 	if err != nil {
 		return nil, err
 	}
