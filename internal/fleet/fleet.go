@@ -248,6 +248,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	url := cfg.NATSURL
+	if url != "" && cfg.NATSMonitor != "" {
+		return nil, errors.New("fleet: --nats-monitor serves the embedded server's monitoring, but NATS_URL/--nats-url joins another server: enable monitoring on that server (http_port) instead")
+	}
 	if url == "" {
 		srv, sopts, lock, err := startEmbedded(cfg)
 		if err != nil {
@@ -264,7 +267,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 			opts = append(opts, pin)
 		}
 		m.log.Info().Str("url", srv.ClientURL()).Str("data_dir", sopts.StoreDir).Bool("sync_always", sopts.SyncAlways).
-			Bool("auth", embedded.Authenticates(sopts)).Bool("tls", sopts.TLSConfig != nil).Msg("embedded NATS server started")
+			Bool("auth", embedded.Authenticates(sopts)).Bool("tls", sopts.TLSConfig != nil).Str("monitor", m.NATSMonitorAddr()).Msg("embedded NATS server started")
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -712,6 +715,9 @@ func startEmbedded(cfg Config) (*server.Server, *server.Options, *embedded.Store
 	case err != nil:
 		return nil, nil, nil, fmt.Errorf("fleet: %w", err)
 	}
+	if err := monitorOn(opts, cfg); err != nil {
+		return nil, nil, nil, err
+	}
 	listen := ""
 	if opts.Port > 0 {
 		listen = "nats://" + net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
@@ -739,6 +745,46 @@ func startEmbedded(cfg Config) (*server.Server, *server.Options, *embedded.Store
 		return nil, nil, nil, fmt.Errorf("fleet: %w", err)
 	}
 	return srv, opts, lock, nil
+}
+
+// monitorOn sets the embedded server's monitoring listener (/varz, /jsz,
+// /healthz, ...) to cfg.NATSMonitor. It has no authentication, so a
+// non-loopback address needs InsecureListen, as the client port does.
+func monitorOn(opts *server.Options, cfg Config) error {
+	if cfg.NATSMonitor == "" {
+		return nil
+	}
+	if opts.HTTPPort != 0 {
+		return fmt.Errorf("fleet: --nats-monitor and the monitoring port of --server-config %s: configure it in one place", cfg.ServerConfig)
+	}
+	h, p, err := net.SplitHostPort(cfg.NATSMonitor)
+	if err != nil {
+		return fmt.Errorf("fleet: --nats-monitor %q: %w", cfg.NATSMonitor, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return fmt.Errorf("fleet: --nats-monitor %q: bad port", cfg.NATSMonitor)
+	}
+	if ip := net.ParseIP(h); (ip == nil || !ip.IsLoopback()) && h != "localhost" && !cfg.InsecureListen {
+		return fmt.Errorf("fleet: --nats-monitor %s: the monitoring endpoints have no authentication and show every connection and stream; listen on 127.0.0.1 or accept that with --insecure-listen", cfg.NATSMonitor)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts.HTTPHost, opts.HTTPPort = h, port
+	return nil
+}
+
+// NATSMonitorAddr returns the embedded server's monitoring address, or ""
+// when it serves none.
+func (m *Member) NATSMonitorAddr() string {
+	if m.Server == nil {
+		return ""
+	}
+	if a := m.Server.MonitorAddr(); a != nil {
+		return a.String()
+	}
+	return ""
 }
 
 // pinServerCert makes the connection to the embedded server trust exactly

@@ -102,7 +102,9 @@ func TestExportDecodesAsOTLP(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp, err := NewTracerProvider(exp, Service{Name: "lanefleet-worker", Version: "v9", Instance: "w-1"},
-		func(k string) string { return map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=test,team=a%20b"}[k] })
+		func(k string) string {
+			return map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=test,team=a%20b"}[k]
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
