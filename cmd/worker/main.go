@@ -371,7 +371,19 @@ func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Logger{}, fmt.Errorf("--log-format must be json, console or auto, not %q", format)
 	}
-	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+	return zerolog.New(out).Level(lvl).Hook(msTimestamp{}), nil
+}
+
+// msTimestamp stamps every line with its time to the millisecond. The
+// logger's own Timestamp follows zerolog.TimeFieldFormat, a process global
+// that defaults to whole seconds (the console showed .000 for every line).
+type msTimestamp struct{}
+
+// TimeFormat is the "time" field of every log line.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func (msTimestamp) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, time.Now().Format(TimeFormat))
 }
 
 func isTerminal(w io.Writer) bool {

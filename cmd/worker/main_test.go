@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSanitizeSubcommand(t *testing.T) {
@@ -151,6 +153,30 @@ func TestHelpPrintsNoSecret(t *testing.T) {
 	for _, secret := range []string{"hunter2-the-nats-password", "sk-local-server-key-123"} {
 		if strings.Contains(out.String()+errb.String(), secret) {
 			t.Errorf("help shows %s", secret)
+		}
+	}
+}
+
+// TestLogTimestampsHaveMilliseconds: log lines carry the millisecond, in
+// JSON and on the console (the console showed .000 on every line).
+func TestLogTimestampsHaveMilliseconds(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "console"} {
+		var b bytes.Buffer
+		log, err := newLogger(&b, format, "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Several lines: one may fall on a whole second, not all.
+		for range 5 {
+			log.Info().Msg("tick")
+			time.Sleep(3 * time.Millisecond)
+		}
+		if !regexp.MustCompile(`:\d\d\.\d\d\d`).MatchString(b.String()) {
+			t.Fatalf("%s: no milliseconds:\n%s", format, b.String())
+		}
+		if !regexp.MustCompile(`:\d\d\.(\d\d[1-9]|\d[1-9]\d|[1-9]\d\d)`).MatchString(b.String()) {
+			t.Errorf("%s: every line at .000:\n%s", format, b.String())
 		}
 	}
 }
