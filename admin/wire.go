@@ -29,11 +29,6 @@ const (
 	OpAuthReset  = "auth.reset"  // AuthResetRequest → AuthResetReply
 )
 
-// Ops lists every operation.
-func Ops() []string {
-	return []string{OpSessions, OpDeadList, OpDeadShow, OpDeadReplay, OpDeadPurge, OpAuthStatus, OpAuthReset}
-}
-
 // Subject returns the subject of op.
 func Subject(op string) string { return Prefix + op }
 
