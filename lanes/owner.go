@@ -296,7 +296,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		return o.interrupted(ctx, em, p, attempt)
 	}
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
-		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, em: em}
+		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, Header: p.run.raw.Header, em: em}
 	turn.steer = o.steerer(p)
 	turn.steps = &StepLog{lanes: o.w.lanes, lease: o.lease, token: o.token, seq: seq, first: attempt == 1}
 	turnCtx, stopWatch := o.watchInterrupts(ctx)

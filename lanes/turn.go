@@ -7,6 +7,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/nats-io/nats.go"
 )
 
 // Turn is one inbound message being processed by its lane's owner. The
@@ -25,6 +26,9 @@ type Turn struct {
 	Inbound    *events.Inbound
 	History    []message.Entry // the session so far; do not modify
 	Received   time.Time
+	// Header is the inbound message's headers (its trace context); do not
+	// modify.
+	Header nats.Header
 
 	em    *emitter
 	steer func(ctx context.Context) []*events.Inbound
