@@ -5,6 +5,7 @@
 //	               [--tool-file FILE] [--tool-result ID=TEXT] [--tool-error ID=TEXT] TEXT
 //	publisher follow --session KEY --run ID [--json]
 //	publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]
+//	publisher stop --session KEY [--no-follow]
 //	publisher history --session KEY [--json]
 //	publisher import --session KEY FILE.jsonl
 //
@@ -52,6 +53,7 @@ const usage = `usage:
   publisher follow --session KEY --run ID [--json]
   publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]
                                    (no change: print the stored settings)
+  publisher stop --session KEY [--no-follow]   (end the running turn; drops what was queued before)
   publisher history --session KEY [--json]     (--json: a pi session JSONL file)
   publisher import --session KEY FILE.jsonl    (a pi/OpenClaw session file into a new session)
   publisher runs [--json]                      (the runs workers are running now; the admin role)
@@ -248,6 +250,8 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		return follow(ctx, cl.Run(c.session, *runID), c.asJSON, stdout, stderr)
 	case "settings":
 		return settings(ctx, fs, &c, args, stdout, stderr)
+	case "stop":
+		return stop(ctx, fs, &c, args, stdout, stderr)
 	case "history":
 		if err := parse(fs, args); err != nil {
 			return err
@@ -557,6 +561,31 @@ func settings(ctx context.Context, fs *flag.FlagSet, c *common, args []string, s
 	}
 	if *noFollow {
 		fmt.Fprintf(stdout, "sent: session %s run %s (applies to messages sent after it)\n", r.Session, r.ID)
+		return nil
+	}
+	return follow(ctx, r, c.asJSON, stdout, stderr)
+}
+
+// stop ends a session's running turn and prints what it stopped.
+func stop(ctx context.Context, fs *flag.FlagSet, c *common, args []string, stdout, stderr io.Writer) error {
+	noFollow := fs.Bool("no-follow", false, "do not wait until a worker has stopped the turn")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.checkSession("stop"); err != nil {
+		return err
+	}
+	cl, ctx, done, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := cl.Stop(ctx, c.session)
+	if err != nil {
+		return err
+	}
+	if *noFollow {
+		fmt.Fprintf(stdout, "sent: session %s run %s\n", r.Session, r.ID)
 		return nil
 	}
 	return follow(ctx, r, c.asJSON, stdout, stderr)
