@@ -325,6 +325,20 @@ func (c *Client) workerAnswers(ctx context.Context, token string) bool {
 	return !errors.Is(err, nats.ErrNoResponders)
 }
 
+// Stop ends the session's running turn without sending a new prompt: a stop
+// command travels through the session's lane, cuts the turn at once (its
+// run ends with an interrupted final event) and drops the messages queued
+// before it, as the reference's /stop does; messages sent after it run as
+// usual. Wait on the returned run for its result, whose text says which run
+// it stopped, or that nothing was running.
+func (c *Client) Stop(ctx context.Context, session string) (*Run, error) {
+	in := events.Inbound{ID: newID(), Stop: true}
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	return c.publish(ctx, session, &in, false)
+}
+
 // SetQueueSettings stores a session's queue settings: what happens to its
 // messages that name no mode (Mode), and for collect mode the debounce,
 // cap and drop policy (old, new or summarize). Only the fields set change;

@@ -169,7 +169,7 @@ func ExampleClient_SetQueueSettings() {
 	fmt.Printf("%+v\n", queue.Resolve(s))
 	// Output:
 	// queue settings: mode collect, debounce 1000ms, cap 5, drop summarize
-	// {Mode:collect Debounce:1s Cap:5 Drop:summarize Dedupe:}
+	// {Mode:collect Debounce:1s Cap:5 Drop:summarize}
 }
 
 // Follow a message sent while no worker runs: OnWait says why nothing

@@ -51,6 +51,11 @@ type Inbound struct {
 	// between the messages sent before and after it. It carries nothing
 	// else (no text, images or tools).
 	QueueSettings *QueueSettings `json:"queueSettings,omitempty" msgpack:"queueSettings,omitempty"`
+	// Stop makes this a stop command: it ends the session's running turn
+	// (its run ends interrupted) and drops the messages queued before it,
+	// without running a prompt; its own run ends with a final event saying
+	// what it stopped. It carries nothing else.
+	Stop bool `json:"stop,omitempty" msgpack:"stop,omitempty"`
 }
 
 // QueueSettings are a session's stored queue settings, or a change to them:
@@ -277,7 +282,9 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "session", Reason: ValidateKey(in.Session).Error()}
 	case in.QueueSettings != nil && (in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != ""):
 		return &DecodeError{Field: "queueSettings", Reason: "a settings message carries nothing else (no text, images, tools or mode)"}
-	case in.QueueSettings == nil && strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
+	case in.Stop && (in.QueueSettings != nil || in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != ""):
+		return &DecodeError{Field: "stop", Reason: "a stop command carries nothing else (no text, images, tools, mode or settings)"}
+	case !in.Stop && in.QueueSettings == nil && strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
 		return &DecodeError{Field: "text", Reason: "empty: a message needs text, an image or tool results"}
 	case len(in.Text) > MaxTextBytes:
 		return &DecodeError{Field: "text", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(in.Text), MaxTextBytes), Err: ErrTooLarge}

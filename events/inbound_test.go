@@ -57,6 +57,11 @@ func TestDecodeInbound(t *testing.T) {
 		{"settings bad debounce", "", []byte(`{"queueSettings":{"debounceMs":-1}}`), 0, "", "debounceMs"},
 		{"settings bad cap", "", []byte(`{"queueSettings":{"cap":-2}}`), 0, "", "queueSettings.cap"},
 		{"settings bad mode", "", []byte(`{"queueSettings":{"mode":"sometimes"}}`), 0, "", "unknown queue mode"},
+		{"stop command", "", []byte(`{"stop":true}`), 0, "", ""},
+		{"stop with text", "", []byte(`{"stop":true,"text":"a"}`), 0, "", "a stop command carries nothing else"},
+		{"stop with mode", "", []byte(`{"stop":true,"mode":"interrupt"}`), 0, "", "a stop command carries nothing else"},
+		{"stop with settings", "", []byte(`{"stop":true,"queueSettings":{"cap":2}}`), 0, "", "a stop command carries nothing else"},
+		{"stop false is empty", "", []byte(`{"stop":false}`), 0, "", "empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,8 +9,11 @@
 // A message's mode is its own Mode field, else the session's stored mode,
 // else followup. (The reference runtime's default is collect; the fleet runs
 // one turn per message unless the session or the message asks otherwise.)
-// The pure decisions live in lanes/queue; this package applies them to the
-// stream, which is the queue: nothing is held in memory between turns.
+// Every decision is lanes/queue's planner (PlanTurn at a turn boundary,
+// OnArrival while a turn runs, Steer at its model-call boundaries, AfterCut
+// behind a cut turn); this package reads the messages it asks for, carries
+// out its plan on the stream, which is the queue (nothing is held in memory
+// between turns), and settles the trigger delivery in one place (settle).
 //
 //   - followup: one turn per message, in order.
 //   - collect: at a turn boundary the collect-mode messages waiting behind
@@ -38,7 +41,22 @@
 //     steer-backlog one waits for a later turn.
 //   - interrupt, rollback: cancel the running turn, drop every message
 //     queued before the interrupt (error kind interrupted), then run it.
+//     The owner watches the lane for them from before a turn's start event,
+//     so an interrupt sent by a client that saw the start is never missed.
+//     (An interrupt queued behind a non-collect message before that message
+//     started does not cut it: it runs, then the interrupt.)
 //   - reject: refused (error kind rejected) if it arrived while a turn ran.
+//
+// # Stop
+//
+// A stop command (events.Inbound.Stop, Client.Stop) cuts the running turn
+// like an interrupt and, as the reference's /stop does, drops the messages
+// queued before it; settings messages among them are applied. It runs no
+// prompt: its own run ends with a final event saying which run it stopped
+// and how many queued messages it dropped, or "nothing was running". (That
+// is remembered by the owner that cut the turn; a stop that reaches a new
+// owner after a crash says nothing was running.) Messages sent after the
+// stop run as usual. The stopped turn's partial progress is discarded.
 //
 // # Stored settings
 //

@@ -457,6 +457,11 @@ func (e *emitter) watch(idle chan struct{}) {
 			e.mu.Lock()
 			e.checking = false
 			if err == nil {
+				// The read counts as the server's answer (a failed read
+				// leaves it to the probe's write): the probe goes out
+				// now, alone, instead of starting another read, which
+				// left the queue unpublished for good.
+				e.lastAck = time.Now()
 				e.pumpLocked()
 			}
 		}

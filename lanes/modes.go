@@ -22,6 +22,7 @@ import (
 type collected struct {
 	raw *jetstream.RawStreamMsg
 	in  *events.Inbound // nil when it does not decode
+	msg queue.Msg       // what the planner knows of it
 }
 
 func (c collected) runID() string { return strconv.FormatUint(c.raw.Sequence, 10) }
@@ -36,19 +37,18 @@ type dropped struct {
 // kindSettings marks a settings message applied on the way (ConsumedRun.Kind).
 const kindSettings = "settings"
 
-// plan is what one turn takes off the lane. The cursor moves past through
-// when the turn commits; every message up to it is the turn's own, merged
-// into it, or dropped, and each of their runs gets a final event.
+// plan is what one turn takes off the lane: queue.PlanTurn's plan with the
+// messages it names. The cursor moves past through when the turn commits;
+// every message up to it is the turn's own, merged into it, or dropped, and
+// each of their runs gets a final event.
 type plan struct {
+	verb    queue.Verb
 	run     collected       // the message whose run carries the turn
 	in      *events.Inbound // what the turn runs: run's message, or a collect batch merged
 	merged  []collected     // other messages the turn answers: a collect batch, then steered ones
 	dropped []dropped       // messages the turn consumed without answering them
 	backlog []collected     // steer-backlog messages shown to the turn; each still runs on its own
 	through uint64          // the last inbound sequence the turn consumed
-	// interrupt: an interrupt is queued behind run; run and what follows
-	// it up to the interrupt are dropped without running.
-	interrupt bool
 }
 
 // consumed lists the messages the turn consumed besides its own.
@@ -102,85 +102,110 @@ func overridesOf(q *events.QueueSettings) queue.Overrides {
 	return o
 }
 
-// defaultMode is the mode of a message that names none: the session's
-// stored mode, else followup. (The reference's default is collect; the
-// fleet keeps one turn per message unless a session or message asks.)
-func (o *owner) defaultMode() queue.Mode {
-	if o.settings != nil {
-		if m, ok := queue.ParseMode(o.settings.Mode); ok {
-			return m
-		}
+// read decodes a message read off the lane and says what the planner
+// knows of it.
+func (o *owner) read(raw *jetstream.RawStreamMsg) collected {
+	in, err := o.decode(raw)
+	if err != nil {
+		in = nil
 	}
-	return queue.ModeFollowup
+	return collected{raw: raw, in: in, msg: msgOf(raw, in, o.storedMode(), time.Now())}
 }
 
-// modeOf is the queue mode a message runs in; "" for a settings message,
-// which is never merged, steered or treated as an interrupt.
-func (o *owner) modeOf(in *events.Inbound) queue.Mode { return modeWith(in, o.defaultMode()) }
+// msgOf is what the planner knows of an inbound message (in nil: it does
+// not decode), read at now, in a session whose stored mode is stored.
+func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, stored queue.Mode, now time.Time) queue.Msg {
+	m := queue.Msg{Seq: raw.Sequence, At: raw.Time}
+	if now.Before(m.At) {
+		m.At = now // a skewed clock never stretches a debounce
+	}
+	switch {
+	case in == nil:
+		m.Kind = queue.KindInvalid
+	case in.QueueSettings != nil:
+		m.Kind = queue.KindSettings
+	case in.Stop:
+		m.Kind = queue.KindStop
+	default:
+		own, _ := queue.ParseMode(in.Mode)
+		m.Mode, m.Prompt = queue.ModeOf(own, stored), in.Text
+	}
+	return m
+}
 
-func modeWith(in *events.Inbound, def queue.Mode) queue.Mode {
-	if in == nil || in.QueueSettings != nil {
+// storedMode is the session's stored queue mode ("" = none).
+func (o *owner) storedMode() queue.Mode {
+	if o.settings == nil {
 		return ""
 	}
-	if m, ok := queue.ParseMode(in.Mode); ok {
-		return m
-	}
-	return def
+	m, _ := queue.ParseMode(o.settings.Mode)
+	return m
 }
 
-// gatherMax bounds the messages one collect batch reads off the lane.
-const gatherMax = 1000
+// planTurn plans the turn that starts at head (queue.PlanTurn): it reads
+// the messages behind head and waits for a collect batch's debounce as
+// the planner asks, then names the messages of its plan.
+func (o *owner) planTurn(ctx context.Context, head collected) (*plan, error) {
+	pending := []collected{head}
+	msgs := []queue.Msg{head.msg}
+	complete := false
+	var w *laneWatch
+	defer func() { w.close() }()
+	for {
+		qp := queue.PlanTurn(queue.Input{Pending: msgs, Complete: complete, Settings: queue.Resolve(overridesOf(o.settings)),
+			LastEnd: o.lastEnd, Now: time.Now()})
+		switch qp.Verb {
+		case queue.VerbRead:
+			next, err := o.next(ctx, pending[len(pending)-1].raw.Sequence)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				complete = true
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			c := o.read(next)
+			pending, msgs = append(pending, c), append(msgs, c.msg)
+		case queue.VerbWait:
+			if w == nil {
+				var err error
+				if w, err = o.watchLane(); err != nil {
+					return nil, err
+				}
+			}
+			if err := w.wait(ctx, qp.Until, o.w.stopCh); err != nil {
+				return nil, err
+			}
+			complete = false
+		default:
+			return o.planOf(qp, pending), nil
+		}
+	}
+}
 
-// planCollect builds a collect turn starting at first: the collect-mode
-// messages waiting right behind it are gathered; if the batch was queued
-// behind a running turn it is drained only once the lane has been quiet for
-// the debounce time (it stops waiting when the batch reaches the cap or can
-// no longer grow); then the cap and drop policy pick what is merged, and the
-// turn runs as the run of the oldest message kept.
-func (o *owner) planCollect(ctx context.Context, first collected) (*plan, error) {
-	s := queue.Resolve(overridesOf(o.settings))
-	batch := []collected{first}
-	closer, err := o.gather(ctx, &batch)
-	if err != nil {
-		return nil, err
-	}
-	if closer == nil && len(batch) < s.Cap && s.Debounce > 0 && first.raw.Time.Before(o.lastEnd) {
-		if closer, err = o.debounce(ctx, &batch, s); err != nil {
-			return nil, err
-		}
-	}
-	if closer != nil && closer.in != nil {
-		if m := o.modeOf(closer.in); m == queue.ModeInterrupt || m == queue.ModeRollback {
-			// An interrupt arrived before the batch ran: it drops the
-			// batch like any message queued before it.
-			return &plan{run: first, in: first.in, through: first.raw.Sequence, interrupt: true}, nil
-		}
-	}
-	items := make([]queue.Item, len(batch))
-	bySeq := make(map[uint64]collected, len(batch))
-	for i, c := range batch {
-		items[i] = queue.Item{Seq: c.raw.Sequence, Prompt: c.in.Text, At: c.raw.Time}
+// planOf names the messages of a planner's plan; pending holds every
+// message it can name.
+func (o *owner) planOf(qp queue.Plan, pending []collected) *plan {
+	bySeq := make(map[uint64]collected, len(pending))
+	for _, c := range pending {
 		bySeq[c.raw.Sequence] = c
 	}
-	b, _ := queue.Collect(items, queue.Settings{Mode: queue.ModeCollect, Cap: s.Cap, Drop: s.Drop, Dedupe: queue.DedupeNone})
-	kept := make([]collected, len(b.Turn.Items))
-	for i, it := range b.Turn.Items {
-		kept[i] = bySeq[it.Seq]
+	p := &plan{verb: qp.Verb, run: bySeq[qp.Run.Seq], through: qp.Through}
+	p.in = p.run.in
+	for _, m := range qp.Merged {
+		p.merged = append(p.merged, bySeq[m.Seq])
 	}
-	p := &plan{run: kept[0], merged: kept[1:], in: kept[0].in, through: batch[len(batch)-1].raw.Sequence}
-	summarized := false
-	for _, d := range b.Dropped {
+	for _, d := range qp.Dropped {
 		reason := fmt.Sprintf("%s; run %s answered the messages kept", d.Reason, p.run.runID())
 		if d.Reason == queue.ReasonCapSummarized {
-			summarized = true
 			reason = fmt.Sprintf("%s; its summary line is in the prompt of run %s", d.Reason, p.run.runID())
 		}
 		p.dropped = append(p.dropped, dropped{c: bySeq[d.Item.Seq], kind: events.KindDropped, reason: reason})
 	}
-	if len(kept) > 1 || summarized {
-		p.in = mergeInbound(kept, b.Turn.Prompt)
+	if qp.Merge {
+		p.in = mergeInbound(append([]collected{p.run}, p.merged...), qp.Prompt)
 	}
-	return p, nil
+	return p
 }
 
 // Polling bounds of the debounce wait: a core subscription on the lane says
@@ -191,88 +216,55 @@ const (
 	debouncePoll    = time.Second
 )
 
-// debounce waits until the lane has been quiet (no new collect message) for
-// the debounce time, gathering what arrives into *batch. It stops early
-// when the batch reaches the cap or something that cannot join arrives,
-// and returns that message.
-func (o *owner) debounce(ctx context.Context, batch *[]collected, s queue.Settings) (closer *collected, err error) {
-	notify := make(chan *nats.Msg, 64)
-	sub, err := o.w.nc.ChanSubscribe(o.subject, notify)
+// laneWatch tells a debounce wait that a message arrived on the lane.
+type laneWatch struct {
+	sub    *nats.Subscription
+	notify chan *nats.Msg
+}
+
+func (o *owner) watchLane() (*laneWatch, error) {
+	w := &laneWatch{notify: make(chan *nats.Msg, 64)}
+	sub, err := o.w.nc.ChanSubscribe(o.subject, w.notify)
 	if err != nil {
 		return nil, fmt.Errorf("lanes: watch lane: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	w.sub = sub
 	_ = o.w.nc.FlushTimeout(time.Second)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	recheck := time.NewTimer(time.Hour)
-	recheck.Stop()
-	defer recheck.Stop()
-	poll := time.NewTicker(debouncePoll)
-	defer poll.Stop()
-	for {
-		// Anything that arrived before the subscription, or since.
-		n := len(*batch)
-		if closer, err = o.gather(ctx, batch); err != nil || closer != nil || len(*batch) >= s.Cap {
-			return closer, err
-		}
-		last := (*batch)[len(*batch)-1].raw.Time
-		// The debounce counts from the newest message's stream time, never
-		// longer than one debounce from now (clock skew).
-		wait := min(s.Debounce, time.Until(last.Add(s.Debounce)))
-		if wait <= 0 {
-			return nil, nil
-		}
-		timer.Reset(wait)
-		select {
-		case <-timer.C:
-			// Quiet for the whole debounce unless the last look found
-			// something new.
-			if len(*batch) == n {
-				if closer, err = o.gather(ctx, batch); err != nil || closer != nil || len(*batch) == n {
-					return closer, err
-				}
-			}
-		case <-notify:
-			for len(notify) > 0 {
-				<-notify
-			}
-			recheck.Reset(debounceRecheck)
-		case <-recheck.C:
-		case <-poll.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-o.w.stopCh:
-			return nil, errStopping
-		}
+	return w, nil
+}
+
+func (w *laneWatch) close() {
+	if w != nil {
+		_ = w.sub.Unsubscribe()
 	}
 }
 
-// gather appends to *batch the collect-mode messages waiting right after its
-// last one. It returns the message that closes the batch, if one follows: a
-// message that cannot join (another mode, a settings message, one that does
-// not decode). A batch of gatherMax messages is closed too (by its last).
-func (o *owner) gather(ctx context.Context, batch *[]collected) (closer *collected, err error) {
-	for len(*batch) < gatherMax {
-		last := (*batch)[len(*batch)-1].raw.Sequence
-		next, err := o.next(ctx, last)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, nil
+// wait returns when the lane may have a new message (shortly after a
+// notice, or at the latest after debouncePoll) or at until, whichever
+// comes first; never later than one debounce poll from now.
+func (w *laneWatch) wait(ctx context.Context, until time.Time, stop <-chan struct{}) error {
+	timer := time.NewTimer(max(0, time.Until(until)))
+	defer timer.Stop()
+	poll := time.NewTimer(debouncePoll)
+	defer poll.Stop()
+	select {
+	case <-timer.C:
+	case <-w.notify:
+		for len(w.notify) > 0 {
+			<-w.notify
 		}
-		if err != nil {
-			return nil, err
+		select {
+		case <-time.After(debounceRecheck):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		in, err := o.decode(next)
-		if err != nil {
-			in = nil
-		}
-		c := collected{raw: next, in: in}
-		if o.modeOf(in) != queue.ModeCollect {
-			return &c, nil
-		}
-		*batch = append(*batch, c)
+	case <-poll.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return errStopping
 	}
-	return &(*batch)[len(*batch)-1], nil
+	return nil
 }
 
 // mergeInbound makes one inbound message of a collect batch: the merged
@@ -290,16 +282,14 @@ func mergeInbound(batch []collected, prompt string) *events.Inbound {
 	return &merged
 }
 
-// steerer returns the Turn's Steer function. Steer-mode messages waiting
-// right behind the turn join it and are consumed with it. Steer-backlog
-// messages are shown to the turn too but stay on the lane and run as their
-// own follow-up turns afterwards (reference §19: steer the live run and
-// enqueue a follow-up); since the cursor cannot pass a message that stays,
-// a steer message behind a steer-backlog one waits for a later turn.
+// steerer returns the Turn's Steer function: at each model-call boundary
+// it reads the steerable messages waiting behind the turn and takes what
+// queue.Steer picks. Joined steer messages are consumed with the turn;
+// steer-backlog ones are shown to it and stay on the lane.
 func (o *owner) steerer(p *plan) func(ctx context.Context) []*events.Inbound {
 	var mu sync.Mutex
 	scan := p.through
-	kept := false // a steer-backlog message was shown and stays on the lane
+	shown := false // a steer-backlog message was shown and stays on the lane
 	return func(ctx context.Context) []*events.Inbound {
 		mu.Lock()
 		defer mu.Unlock()
@@ -307,28 +297,31 @@ func (o *owner) steerer(p *plan) func(ctx context.Context) []*events.Inbound {
 		if err != nil && ctx.Err() == nil {
 			o.log.Debug().Err(err).Msg("read steered messages")
 		}
+		msgs := make([]queue.Msg, len(batch))
+		for i, c := range batch {
+			msgs[i] = c.msg
+		}
+		sp := queue.Steer(msgs, scan, shown)
+		scan, shown = sp.Scanned, sp.BacklogShown
 		var out []*events.Inbound
 		for _, c := range batch {
-			if o.modeOf(c.in) == queue.ModeSteer {
-				if kept {
-					break
-				}
+			if c.raw.Sequence > sp.Scanned {
+				break
+			}
+			if c.msg.Mode == queue.ModeSteer {
 				p.merged = append(p.merged, c)
 				p.through = c.raw.Sequence
 			} else {
-				kept = true
 				p.backlog = append(p.backlog, c)
 			}
-			scan = c.raw.Sequence
 			out = append(out, c.in)
 		}
 		return out
 	}
 }
 
-// pendingSteers returns the steer and steer-backlog messages waiting right
-// after seq. A message of another mode ends the batch: order is kept, so a
-// steer message queued behind a follow-up waits for its own turn.
+// pendingSteers reads the steerable messages (queue.Steerable) waiting
+// right after seq.
 func (o *owner) pendingSteers(ctx context.Context, seq uint64) ([]collected, error) {
 	var batch []collected
 	for {
@@ -339,35 +332,45 @@ func (o *owner) pendingSteers(ctx context.Context, seq uint64) ([]collected, err
 		if err != nil {
 			return batch, err
 		}
-		in, err := o.decode(next)
-		if err != nil {
+		c := o.read(next)
+		if !queue.Steerable(c.msg) {
 			return batch, nil
 		}
-		if m := o.modeOf(in); m != queue.ModeSteer && m != queue.ModeSteerBacklog {
-			return batch, nil
-		}
-		batch = append(batch, collected{raw: next, in: in})
+		batch = append(batch, c)
 		seq = next.Sequence
 	}
 }
 
-// errInterrupted cancels a turn when an interrupt-mode message arrives.
-var errInterrupted = errors.New("lanes: interrupted by a newer message")
+// Causes of a cut turn's context.
+var (
+	// errInterrupted: an interrupt or rollback message arrived.
+	errInterrupted = errors.New("lanes: interrupted by a newer message")
+	// errStopped: a stop command arrived.
+	errStopped = errors.New("lanes: stopped by a stop command")
+)
 
-// watchInterrupts returns the turn's context, cancelled with errInterrupted
-// as soon as an interrupt or rollback message is published to the lane. A
-// core subscription sees every message the stream stores; if it misses one
-// (a reconnect), that message still runs as a follow-up.
-func (o *owner) watchInterrupts(ctx context.Context) (context.Context, func()) {
+// watchCuts returns the turn's context, cancelled as soon as a message that
+// cuts the running turn (queue.OnArrival: interrupt, rollback, stop) is
+// published to the lane. It subscribes before the turn's start event is
+// published, so a cut sent by a client that saw that event is never
+// missed. A core subscription sees every message the stream stores; if it
+// misses one (a reconnect), that message still runs in order after the
+// turn.
+func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	turnCtx, cancel := context.WithCancelCause(ctx)
-	def := o.defaultMode() // the callback must not read the owner's state
+	stored := o.storedMode() // the callback must not read the owner's state
 	sub, err := o.w.nc.Subscribe(o.subject, func(m *nats.Msg) {
 		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, o.w.cfg.MaxPayload)
 		if err != nil {
 			return
 		}
-		if mode := modeWith(in, def); mode == queue.ModeInterrupt || mode == queue.ModeRollback {
-			cancel(errInterrupted)
+		msg := msgOf(&jetstream.RawStreamMsg{}, in, stored, time.Now())
+		if queue.OnArrival(msg, true) == queue.ArriveCut {
+			cause := errInterrupted
+			if msg.Kind == queue.KindStop {
+				cause = errStopped
+			}
+			cancel(cause)
 		}
 	})
 	if err != nil {
@@ -375,18 +378,31 @@ func (o *owner) watchInterrupts(ctx context.Context) (context.Context, func()) {
 		return turnCtx, func() { cancel(nil) }
 	}
 	// One round trip so the server has the subscription before the turn
-	// starts: an interrupt published from then on is seen.
+	// starts: a cut published from then on is seen.
 	_ = o.w.nc.FlushTimeout(time.Second)
 	return turnCtx, func() { _ = sub.Unsubscribe(); cancel(nil) }
 }
 
-// interrupted ends a turn cut short by an interrupt: its run and every
-// message queued before the interrupt end with an "interrupted" final event
-// and nothing in the transcript (settings messages among them are applied);
-// the interrupt message runs next.
+// cutReasons are the errors of a turn that a message cut, and of the
+// messages queued before the cut.
+func cutReasons(cut *queue.Msg) (turn, queued string) {
+	if cut != nil && cut.Kind == queue.KindStop {
+		return "stopped: a stop command ended the session's running turn",
+			"dropped: a stop command arrived after this message, before it ran"
+	}
+	return "interrupted: a newer message asked to interrupt the session",
+		"dropped: an interrupt arrived after this message, before it ran"
+}
+
+// interrupted ends a turn cut short by an interrupt, rollback or stop (or
+// a collect batch with one queued behind it): its run and every message
+// queued before the cut end with an "interrupted" final event and nothing
+// in the transcript (settings messages among them are applied,
+// queue.AfterCut); the cutting message runs next.
 func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt int) error {
-	const why = "interrupted: a newer message asked to interrupt the session"
-	for {
+	var cut *queue.Msg
+	var drops []collected
+	for cut == nil {
 		next, err := o.next(ctx, p.through)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
@@ -394,29 +410,54 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 		if err != nil {
 			return err
 		}
-		in, derr := o.decode(next)
-		c := collected{raw: next, in: in}
-		if derr == nil {
-			if mode := o.modeOf(in); mode == queue.ModeInterrupt || mode == queue.ModeRollback {
-				break
+		c := o.read(next)
+		switch queue.AfterCut(c.msg) {
+		case queue.CutEnd:
+			cut = &c.msg
+			continue
+		case queue.CutApply:
+			if err := o.storeSettings(ctx, c.in.QueueSettings); err != nil {
+				return err
 			}
-			if in.QueueSettings != nil {
-				if err := o.storeSettings(ctx, in.QueueSettings); err != nil {
-					return err
-				}
-				p.dropped = append(p.dropped, dropped{c: c, kind: kindSettings, reason: "queue settings: " + o.settings.String()})
-				p.through = next.Sequence
-				continue
-			}
+			p.dropped = append(p.dropped, dropped{c: c, kind: kindSettings, reason: "queue settings: " + o.settings.String()})
+		default:
+			drops = append(drops, c)
 		}
-		p.dropped = append(p.dropped, dropped{c: c, kind: events.KindInterrupted,
-			reason: "dropped: an interrupt arrived after this message, before it ran"})
 		p.through = next.Sequence
+	}
+	why, dropWhy := cutReasons(cut)
+	if cut != nil && cut.Kind == queue.KindStop {
+		o.stopped = stopped{seq: cut.Seq, run: em.run, dropped: len(drops)}
+	}
+	for _, c := range drops {
+		p.dropped = append(p.dropped, dropped{c: c, kind: events.KindInterrupted, reason: dropWhy})
 	}
 	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: why, EndedAt: time.Now().UnixMilli(), Attempt: attempt})
 	res := &events.Result{Payloads: []events.Payload{{Text: "Interrupted.", IsError: true}},
 		Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: events.KindInterrupted, Message: why}}}
 	return o.commit(ctx, em, p, &Outcome{Result: res})
+}
+
+// stopped remembers what the lane's last stop command cut, for its own run.
+type stopped struct {
+	seq     uint64 // the stop message
+	run     string // the run it ended
+	dropped int    // the messages queued before it that it dropped
+}
+
+// stop ends a stop command's run with a final event saying what it
+// stopped. The turn it cut has ended (see interrupted); a stop that found
+// no turn running (or reached a new owner after a crash) says so.
+func (o *owner) stop(ctx context.Context, em *emitter, p *plan) error {
+	text := "nothing was running"
+	if st := o.stopped; st.seq == p.run.raw.Sequence {
+		text = fmt.Sprintf("stopped run %s", st.run)
+		if st.dropped > 0 {
+			text += fmt.Sprintf("; dropped %d queued message(s)", st.dropped)
+		}
+	}
+	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: time.Now().UnixMilli(), Text: text})
+	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
 }
 
 // applySettings runs a settings message: the session's stored settings

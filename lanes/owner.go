@@ -41,6 +41,8 @@ type owner struct {
 	// done lists the inbound messages of committed turns this owner has
 	// not deleted yet.
 	done []uint64
+	// stopped is what the lane's last stop command cut.
+	stopped stopped
 	// unsettled is the inbound sequence of a committed turn whose final
 	// events are not all stored yet; 0 = none. While it is set the owner
 	// neither moves on nor releases the lane, and it never deletes that
@@ -50,7 +52,8 @@ type owner struct {
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
 // its own heartbeat, stopped before the lease is released so a renewal never
-// races the release.
+// races the release. How the drain ended decides, in settle, what becomes
+// of the trigger delivery.
 func (o *owner) run() {
 	for {
 		ctx, cancel := context.WithCancelCause(o.w.turnCtx)
@@ -62,25 +65,80 @@ func (o *owner) run() {
 		cancelled := ctx.Err() != nil
 		cancel(nil)
 		<-hbDone
+		var end ending
 		switch {
 		case lost:
 			// Someone else may own the lane now, or nobody: let the trigger
 			// be redelivered to whoever needs it.
-			o.w.nak(o.trigger, 0)
-			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			o.deleteProcessed(pctx, true)
-			pcancel()
-			return
+			end = endLost
 		case cancelled || o.unsettled != 0:
 			// Stopping, or a committed turn's final events could not be
 			// stored before the worker began to stop: hand the lane over
 			// with its trigger, and the next owner keeps the promise.
-			o.abandon()
+			end = endHandOver
+		default:
+			end = o.release()
+		}
+		if end == endAgain {
+			continue
+		}
+		o.settle(end)
+		return
+	}
+}
+
+// ending is how an owner's work on its lane ended; settle acts on it.
+type ending uint8
+
+const (
+	// endDone: the lane was drained and released (or another owner took
+	// it right after): ack the trigger, delete what was processed.
+	endDone ending = iota
+	// endAgain: a message arrived during the release and the lease was
+	// taken again: drain once more.
+	endAgain
+	// endLost: the lease was lost: hand the trigger back at once.
+	endLost
+	// endHandOver: the worker stops mid-drain, or a committed turn's
+	// final events are not stored: release the lease and hand the
+	// trigger back at once; the next owner continues.
+	endHandOver
+	// endStopping: released with messages left while the worker stops:
+	// hand the trigger back at once.
+	endStopping
+	// endRetry: the release, the re-check or the re-acquire failed: the
+	// trigger comes back in a second, to whoever can take the lane then.
+	endRetry
+)
+
+// settle is the one place that acks or naks the trigger delivery, and
+// deletes the messages of committed turns, for how the owner's work ended.
+// The trigger's own message stays whenever the trigger is handed back (a
+// Nak'd trigger whose message is gone is never redelivered), and so does
+// the message of a turn whose final events are not stored yet.
+func (o *owner) settle(end ending) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch end {
+	case endDone:
+		if o.w.stopping.Load() && o.trigger != nil && o.triggerSeq > o.cursor.Seq {
+			o.w.nak(o.trigger, 0)
 			return
 		}
-		if !o.release() {
-			return
+		o.w.ack(ctx, o.trigger)
+		o.deleteProcessed(ctx, false)
+	case endHandOver:
+		if err := o.lease.Release(ctx); err != nil {
+			o.log.Warn().Err(err).Msg("release lease on stop")
 		}
+		o.deleteProcessed(ctx, true)
+		o.w.stats.Released.Add(1)
+		o.w.nak(o.trigger, 0)
+	case endLost, endStopping:
+		o.w.nak(o.trigger, 0)
+		o.deleteProcessed(ctx, true)
+	case endRetry:
+		o.w.nak(o.trigger, time.Second)
 	}
 }
 
@@ -216,18 +274,67 @@ func (o *owner) decode(raw *jetstream.RawStreamMsg) (*events.Inbound, error) {
 	return in, err
 }
 
-// process takes the next turn off the lane, starting at raw, and runs it.
-// The turn is committed by one fenced write, its record, which also moves
-// the lane's cursor past every message the turn consumed.
+// process takes the next turn off the lane, starting at raw, and carries
+// it out. The turn is committed by one fenced write, its record, which also
+// moves the lane's cursor past every message the turn consumed.
 func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error {
-	in, decErr := o.decode(raw)
-	p := &plan{run: collected{raw: raw, in: in}, in: in, through: raw.Sequence}
-	if decErr == nil && o.modeOf(in) == queue.ModeCollect {
-		var err error
-		if p, err = o.planCollect(ctx, collected{raw: raw, in: in}); err != nil {
-			return err
-		}
+	p, err := o.planTurn(ctx, o.read(raw))
+	if err != nil {
+		return err
 	}
+	a, err := o.open(ctx, p)
+	if err != nil || a.done {
+		return err
+	}
+	if err := o.loadHistory(ctx); err != nil {
+		return err
+	}
+	// A turn that runs the handler watches for cuts from before its start
+	// event on: a client that saw the start and sends an interrupt or a
+	// stop is never missed.
+	turnCtx, stopWatch := ctx, func() {}
+	if p.verb == queue.VerbRun {
+		turnCtx, stopWatch = o.watchCuts(ctx)
+	}
+	defer stopWatch()
+	if err := o.start(ctx, a); err != nil {
+		return err
+	}
+	switch p.verb {
+	case queue.VerbInvalid:
+		_, decErr := o.decode(p.run.raw)
+		o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr)
+		return o.failTurn(ctx, a.em, p, "invalid_input", decErr.Error(), a.attempt)
+	case queue.VerbSettings:
+		return o.applySettings(ctx, a.em, p)
+	case queue.VerbStop:
+		return o.stop(ctx, a.em, p)
+	case queue.VerbReject:
+		// It arrived while the session was busy (the turn before it ended
+		// after it arrived): refuse it, as the sender asked.
+		return o.failTurn(ctx, a.em, p, events.KindRejected, "the session was busy when this message arrived (mode reject); it was not run", a.attempt)
+	case queue.VerbInterrupted:
+		return o.interrupted(ctx, a.em, p, a.attempt)
+	}
+	return o.runTurn(ctx, turnCtx, stopWatch, a, p)
+}
+
+// attempt is one attempt at a turn: its run's emitter, fenced for this
+// owner, and its number.
+type attempt struct {
+	em      *emitter
+	seq     uint64 // the inbound sequence whose run carries the turn
+	attempt int
+	restart bool // an earlier attempt started
+	log     zerolog.Logger
+	done    bool // the turn ended before it started (dead-lettered as poison)
+}
+
+// open fences the run's events, so an earlier owner still running it can no
+// longer publish; then continues what earlier attempts (a crash, a lost
+// lease, a failed try) left: their sequence, an attempt that never ended,
+// their count. A turn started too often is dead-lettered as poison.
+func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	seq := p.run.raw.Sequence
 	run := strconv.FormatUint(seq, 10)
 	log := o.log.With().Str("run_id", run).Logger()
@@ -235,84 +342,80 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	if o.cursor.SessionID == "" {
 		o.cursor.SessionID = sessionfile.NewSessionID()
 	}
-	// Fence the run's events, so an earlier owner still running it can no
-	// longer publish; then continue what earlier attempts (a crash, a lost
-	// lease, a failed try) left: their sequence, an attempt that never
-	// ended, their count.
 	st, err := em.open(ctx, o.lease.Revision())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := o.closeAttempt(ctx, em, st); err != nil {
-		return err
+		return nil, err
 	}
 	if o.failures == nil {
 		o.failures = map[uint64]int{}
 	}
-	attempt := max(st.attempt, o.failures[seq]) + 1
-	em.attempt = attempt
-	if attempt > o.w.cfg.MaxAttempts {
-		cause := fmt.Errorf("turn started %d times without finishing", attempt-1)
+	a := &attempt{em: em, seq: seq, attempt: max(st.attempt, o.failures[seq]) + 1, restart: st.attempt > 0, log: log}
+	em.attempt = a.attempt
+	if a.attempt > o.w.cfg.MaxAttempts {
+		cause := fmt.Errorf("turn started %d times without finishing", a.attempt-1)
 		for _, c := range append([]collected{p.run}, p.merged...) {
 			o.w.deadLetter(ctx, "poison", o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause)
 		}
-		return o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", attempt)
+		a.done = true
+		return a, o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", a.attempt)
 	}
-	// Read what the turn needs before it counts as an attempt: a store that
-	// is briefly unavailable delays the lane but never dead-letters a message.
-	if !o.loaded {
-		recs, err := o.w.lanes.Records(ctx, o.token)
-		if errors.Is(err, kvstore.ErrCorrupt) {
-			o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
-		} else if err != nil {
-			return err
-		}
-		o.history, o.loaded = kvstore.Entries(recs), true
+	return a, nil
+}
+
+// loadHistory reads the transcript once per owner, before the turn counts
+// as an attempt: a store that is briefly unavailable delays the lane but
+// never dead-letters a message.
+func (o *owner) loadHistory(ctx context.Context) error {
+	if o.loaded {
+		return nil
 	}
-	// The first event of every attempt is stored before the turn starts, so
-	// a message that kills its worker is counted and dead-lettered at last.
-	startData := events.EventData{Phase: events.PhaseStart, StartedAt: time.Now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: seq}
-	if st.attempt > 0 {
-		startData.Phase = events.PhaseRestart
-	}
-	if err := em.start(ctx, startData, attempt); err != nil {
+	recs, err := o.w.lanes.Records(ctx, o.token)
+	if errors.Is(err, kvstore.ErrCorrupt) {
+		o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
+	} else if err != nil {
 		return err
 	}
-	o.failures[seq] = attempt
+	o.history, o.loaded = kvstore.Entries(recs), true
+	return nil
+}
 
-	if decErr != nil {
-		o.w.deadLetter(ctx, "invalid", o.subject, seq, raw.Header, raw.Data, decErr)
-		return o.failTurn(ctx, em, p, "invalid_input", decErr.Error(), attempt)
+// start stores the attempt's first event before the turn starts, so a
+// message that kills its worker is counted and dead-lettered at last.
+func (o *owner) start(ctx context.Context, a *attempt) error {
+	data := events.EventData{Phase: events.PhaseStart, StartedAt: time.Now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq}
+	if a.restart {
+		data.Phase = events.PhaseRestart
 	}
-	if in.QueueSettings != nil {
-		return o.applySettings(ctx, em, p)
+	if err := a.em.start(ctx, data, a.attempt); err != nil {
+		return err
 	}
-	if o.modeOf(in) == queue.ModeReject && raw.Time.Before(o.lastEnd) {
-		// It arrived while the session was busy (the turn before it ended
-		// after it arrived): refuse it, as the sender asked.
-		return o.failTurn(ctx, em, p, events.KindRejected, "the session was busy when this message arrived (mode reject); it was not run", attempt)
-	}
-	if p.interrupt {
-		return o.interrupted(ctx, em, p, attempt)
-	}
-	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
-		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, Header: p.run.raw.Header, em: em}
+	o.failures[a.seq] = a.attempt
+	return nil
+}
+
+// runTurn runs the handler on the turn, under turnCtx (cut by an
+// interrupt, rollback or stop: see watchCuts), and commits what it returns.
+func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attempt, p *plan) error {
+	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: a.em.run, Seq: a.seq,
+		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em}
 	turn.steer = o.steerer(p)
-	turn.steps = &StepLog{lanes: o.w.lanes, lease: o.lease, token: o.token, seq: seq, first: attempt == 1}
-	turnCtx, stopWatch := o.watchInterrupts(ctx)
-	out, err := o.callHandler(turnCtx, turn, log)
-	interrupted := errors.Is(context.Cause(turnCtx), errInterrupted)
+	turn.steps = &StepLog{lanes: o.w.lanes, lease: o.lease, token: o.token, seq: a.seq, first: a.attempt == 1}
+	out, err := o.callHandler(turnCtx, turn, a.log)
+	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	stopWatch()
-	if interrupted && err != nil && ctx.Err() == nil {
-		return o.interrupted(ctx, em, p, attempt)
+	if cut && err != nil && ctx.Err() == nil {
+		return o.interrupted(ctx, a.em, p, a.attempt)
 	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
 			// This owner retries the message: end the attempt on record
 			// first, so the next one continues after it.
 			o.w.stats.Aborted.Add(1)
-			if aerr := em.abort(ctx, fmt.Sprintf("attempt %d failed; it is retried", attempt)); aerr != nil {
-				log.Warn().Err(aerr).Msg("aborted event")
+			if aerr := a.em.abort(ctx, fmt.Sprintf("attempt %d failed; it is retried", a.attempt)); aerr != nil {
+				a.log.Warn().Err(aerr).Msg("aborted event")
 			}
 		}
 		return err
@@ -320,11 +423,11 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	// The turn ended now, before its final event is published: a message
 	// sent after a client saw that event never counts as "while busy".
 	o.lastEnd = time.Now()
-	if err := o.commit(ctx, em, p, out); err != nil {
+	if err := o.commit(ctx, a.em, p, out); err != nil {
 		return err
 	}
 	if err := turn.steps.drop(ctx); err != nil {
-		log.Warn().Err(err).Msg("drop the committed turn's step journal (it expires)")
+		a.log.Warn().Err(err).Msg("drop the committed turn's step journal (it expires)")
 	}
 	o.w.stats.Turns.Add(1)
 	return nil
@@ -567,18 +670,16 @@ func (o *owner) deleteProcessed(ctx context.Context, keepTrigger bool) {
 	wg.Wait()
 }
 
-// release gives the lane up after a drain; it reports whether the owner
-// should drain again (a message arrived during the release and the lease was
-// re-acquired).
-func (o *owner) release() (again bool) {
+// release gives the lane up after a drain and says how that ended: endAgain
+// when a message arrived during the release and the lease was taken again.
+func (o *owner) release() ending {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := o.lease.Release(ctx); err != nil {
 		// The trigger comes back soon; whoever gets it takes the lane once
 		// the lease is free (released after all, or expired).
 		o.log.Warn().Err(err).Msg("release lease")
-		o.w.nak(o.trigger, time.Second)
-		return false
+		return endRetry
 	}
 	o.w.stats.Released.Add(1)
 	// Re-check on the leader after releasing: a message stored before a
@@ -586,51 +687,23 @@ func (o *owner) release() (again bool) {
 	_, err := o.next(ctx, o.cursor.Seq)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		o.finishTrigger(ctx)
-		return false
+		return endDone
 	case err != nil:
 		o.log.Warn().Err(err).Msg("re-check lane")
-		o.w.nak(o.trigger, time.Second)
-		return false
+		return endRetry
 	}
 	if o.w.stopping.Load() {
-		o.w.nak(o.trigger, 0)
-		o.deleteProcessed(ctx, true)
-		return false
+		return endStopping
 	}
 	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: o.triggerSeq})
 	switch {
 	case err == nil:
 		o.lease = lease
 		o.w.stats.Acquired.Add(1)
-		return true
+		return endAgain
 	case errors.Is(err, kvstore.ErrHeld):
-		o.finishTrigger(ctx)
-	default:
-		o.log.Warn().Err(err).Msg("re-acquire lease")
-		o.w.nak(o.trigger, time.Second)
+		return endDone
 	}
-	return false
-}
-
-// abandon hands the lane over at once when the worker stops mid-drain.
-func (o *owner) abandon() {
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := o.lease.Release(rctx); err != nil {
-		o.log.Warn().Err(err).Msg("release lease on stop")
-	}
-	o.deleteProcessed(rctx, true)
-	o.w.stats.Released.Add(1)
-	o.w.nak(o.trigger, 0)
-}
-
-// finishTrigger acks the trigger and purges the processed messages.
-func (o *owner) finishTrigger(ctx context.Context) {
-	if o.w.stopping.Load() && o.trigger != nil && o.triggerSeq > o.cursor.Seq {
-		o.w.nak(o.trigger, 0)
-		return
-	}
-	o.w.ack(ctx, o.trigger)
-	o.deleteProcessed(ctx, false)
+	o.log.Warn().Err(err).Msg("re-acquire lease")
+	return endRetry
 }

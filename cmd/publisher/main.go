@@ -7,6 +7,7 @@
 //	publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]
 //	publisher history --session KEY [--json]
 //	publisher import --session KEY FILE.jsonl
+//	publisher stop --session KEY [--no-follow]
 //	publisher runs | sessions | backlog --session KEY | dlq list|show|replay|purge | auth status|reset
 //	publisher version (also --version)
 //
@@ -218,12 +219,10 @@ command line.`,
 	})
 	c.register(root.PersistentFlags())
 	root.AddGroup(&cobra.Group{ID: "session", Title: "Sessions:"}, &cobra.Group{ID: "ops", Title: "Operating the fleet:"})
-	for _, cmd := range []*cobra.Command{sendCommand(c), followCommand(c), settingsCommand(c), historyCommand(c), importCommand(c)} {
+	for _, cmd := range []*cobra.Command{sendCommand(c), followCommand(c), stopCommand(c), settingsCommand(c), historyCommand(c), importCommand(c)} {
 		cmd.GroupID = "session"
 		root.AddCommand(cmd)
 	}
-	// A `stop --session S` command (cancel the running turn) belongs here,
-	// next to backlog: it acts on one session's lane.
 	for _, cmd := range []*cobra.Command{runsCommand(c), sessionsCommand(c), backlogCommand(c), dlqCommand(c), authCommand(c)} {
 		cmd.GroupID = "ops"
 		root.AddCommand(cmd)
@@ -612,6 +611,39 @@ func toolResults(results, failures []string) ([]events.ToolResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// stopCommand ends a session's running turn without a new prompt.
+func stopCommand(c *common) *cobra.Command {
+	var noFollow bool
+	cmd := &cobra.Command{
+		Use:   "stop --session KEY [--no-follow]",
+		Short: "End the session's running turn (the messages queued before the stop are dropped)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := c.checkSession("stop"); err != nil {
+				return err
+			}
+			cl, ctx, done, err := c.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			r, err := cl.Stop(ctx, c.session)
+			if err != nil {
+				return err
+			}
+			if noFollow {
+				fmt.Fprintf(c.stdout, "sent: session %s run %s\n", r.Session, r.ID)
+				return nil
+			}
+			return follow(ctx, r, c.asJSON, c.stdout, c.stderr)
+		},
+	}
+	c.sessionFlag(cmd)
+	c.jsonFlag(cmd, "print the stop's events as JSON lines")
+	cmd.Flags().BoolVar(&noFollow, "no-follow", false, "do not wait until a worker has stopped the turn")
+	return cmd
 }
 
 // settings prints or changes a session's stored queue settings.

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -379,4 +381,41 @@ func startUsersServer(t *testing.T, senders ...string) string {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s.ClientURL()
+}
+
+// TestStopCommand: stop ends the session's running turn (a scripted reply
+// that would stream for minutes) and prints what it stopped.
+func TestStopCommand(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	cl, err := lanefleet.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	slow := `#script {"replies":[{"text":"` + strings.Repeat("word ", 1000) + `","chunks":1000,"delayMs":200}]}`
+	r, err := cl.Send(t.Context(), "halt", slow, lanefleet.WithModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := range r.Events(t.Context()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == events.StreamAssistant {
+			break // the turn runs
+		}
+	}
+	out, _, err := publisher(t, "stop", "--nats-url", url, "--session", "halt")
+	if want := "stopped run " + r.ID + "\n"; err != nil || out != want {
+		t.Fatalf("stop: %q, %v; want %q", out, err, want)
+	}
+	var re *lanefleet.RunError
+	if _, err := r.Wait(t.Context()); !errors.As(err, &re) || re.Kind != events.KindInterrupted {
+		t.Fatalf("stopped run: %v", err)
+	}
+	out, _, err = publisher(t, "stop", "--nats-url", url, "--session", "halt")
+	if err != nil || out != "nothing was running\n" {
+		t.Fatalf("second stop: %q, %v", out, err)
+	}
 }

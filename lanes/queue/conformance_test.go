@@ -79,16 +79,22 @@ func TestConformance(t *testing.T) {
 		case "collectPrompt":
 			got = map[string]any{"prompt": CollectPrompt(in.Items, in.Summary)}
 		case "activeRunAction":
-			mode, _ := ParseMode(in.QueueMode)
-			got = map[string]any{"action": string(ActiveRunAction(ActiveRunQuery{
-				IsActive:           in.IsActive,
-				HasQueuedFollowups: in.HasQueuedFollowups,
-				IsHeartbeat:        in.IsHeartbeat,
-				ShouldFollowup:     in.ShouldFollowup,
-				Mode:               mode,
-			}))}
+			// The lane has no heartbeats; a vector that needs one must not
+			// pass untested.
+			if in.IsHeartbeat {
+				t.Fatalf("heartbeat vectors are not supported by the lane planner")
+			}
+			mode, ok := ParseMode(in.QueueMode)
+			if !ok {
+				t.Fatalf("unknown queue mode %q", in.QueueMode)
+			}
+			if queues := mode == ModeFollowup || mode == ModeCollect || mode == ModeSteerBacklog; in.ShouldFollowup != queues {
+				t.Fatalf("shouldFollowup %v disagrees with mode %s", in.ShouldFollowup, mode)
+			}
+			busy := in.IsActive || in.HasQueuedFollowups
+			got = map[string]any{"action": string(OnArrival(Msg{Kind: KindPrompt, Mode: mode}, busy))}
 		default:
-			t.Skipf("unknown op %q", in.Op)
+			t.Fatalf("unknown op %q: the harness must test every case it is given", in.Op)
 		}
 		conformance.Check(t, got, conformance.Decode(t, cs.Expected))
 	})

@@ -1,23 +1,27 @@
-// Package queue is the queue policy of one session lane: what happens to a
-// message that arrives while the lane's agent is busy (run now, steer it into
-// the running turn, queue it as a follow-up, interrupt, reject or drop it),
-// how the queued messages are capped (drop the oldest, refuse the newest, or
-// drop and summarise) and how they are drained after the run (one turn per
-// message, or every pending message merged into one collected prompt once
-// the debounce time has passed).
+// Package queue is the queue policy of one session lane, as one pure
+// planner that the lane owner runs:
 //
-// It reproduces the reply queue of the reference runtime (spec §19) and
-// accepts the LangGraph multitask names too: enqueue (= followup), reject
-// (refuse while busy) and rollback (interrupt and discard the interrupted
-// turn).
+//   - PlanTurn decides the lane's next turn from the messages at its head:
+//     run one prompt, merge a collect batch (after its debounce, under its
+//     cap and drop policy), store a settings message, end a stop command's
+//     run, refuse a reject-mode prompt that arrived while the session was
+//     busy, dead-letter a message that does not decode, or drop a batch a
+//     cut is queued behind. When it needs more it says so (read the next
+//     message, wait until a time) and is asked again.
+//   - OnArrival says what a message arriving while a turn runs does at once:
+//     interrupt, rollback and stop cut the turn; everything else waits on
+//     the lane.
+//   - Steer picks what a running turn takes at a model-call boundary
+//     (steer joins it, steer-backlog is shown and stays).
+//   - AfterCut says what happens to each message queued behind a cut turn.
 //
-// Everything is a value or a small state machine driven by its caller, with
-// the current time passed in: the NATS lane owner calls Lane.Decide for each
-// arriving message, Lane.Enqueue for those it queues, and Lane.Next/Commit to
-// drain; or, when the stream itself holds the pending messages, Collect on
-// the pending list at a turn boundary. No message is dropped silently: each
-// accepted message ends in a Turn (alone or merged), or is returned with a
-// Reason.
+// It reproduces the reply queue of the reference runtime (spec §19; the
+// queue.json conformance cases pin Pending, CollectPrompt, the mode and drop
+// names and OnArrival) and accepts the LangGraph multitask names too:
+// enqueue (= followup), reject (refuse while busy) and rollback (interrupt
+// and discard the interrupted turn). The lane's stream is the queue: the
+// planner holds no state between calls; its caller passes the messages, the
+// settings and the time.
 //
 // The package is pure: no NATS, no clocks, no goroutines.
 package queue

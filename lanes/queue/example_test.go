@@ -7,32 +7,33 @@ import (
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
-// A lane owner drives one Lane per owned session: Offer for each arriving
-// message, Next whenever no turn runs.
-func ExampleLane() {
-	l := queue.NewLane(queue.Settings{Mode: queue.ModeCollect, Debounce: time.Second})
+// The lane owner asks PlanTurn at each turn boundary, reading and waiting
+// as it is told, then carries out the plan.
+func ExamplePlanTurn() {
 	t0 := time.Unix(1750000000, 0)
-
-	// A turn is running when two messages arrive: both are queued.
-	for i, text := range []string{"hi", "are you there?"} {
-		out := l.Offer(queue.Item{Seq: uint64(i + 1), Prompt: text}, true, false, t0)
-		fmt.Println(out.Action, out.Queued)
+	s := queue.Settings{Mode: queue.ModeCollect, Debounce: time.Second, Cap: 20, Drop: queue.DropSummarize}
+	// Two collect messages queued while the previous turn ran (it ended at
+	// t0+300ms).
+	lane := []queue.Msg{
+		{Seq: 7, At: t0, Kind: queue.KindPrompt, Mode: queue.ModeCollect, Prompt: "hi"},
+		{Seq: 8, At: t0.Add(200 * time.Millisecond), Kind: queue.KindPrompt, Mode: queue.ModeCollect, Prompt: "are you there?"},
 	}
-
-	// The turn ended. Nothing is drained before the debounce time...
-	_, ok := l.Next(t0.Add(500 * time.Millisecond))
-	fmt.Println("early:", ok)
-
-	// ...then both messages become one collected turn.
-	at, _ := l.ReadyAt()
-	turn, _ := l.Next(at)
-	fmt.Println(turn.Kind, len(turn.Items))
-	fmt.Println(turn.Prompt)
+	in := queue.Input{Pending: lane[:1], Settings: s, LastEnd: t0.Add(300 * time.Millisecond), Now: t0.Add(400 * time.Millisecond)}
+	fmt.Println(queue.PlanTurn(in).Verb) // is there more behind the first?
+	in.Pending = lane
+	fmt.Println(queue.PlanTurn(in).Verb)
+	in.Complete = true // nothing more on the lane
+	p := queue.PlanTurn(in)
+	fmt.Println(p.Verb, p.Until.Sub(t0))
+	in.Now = p.Until // quiet for the debounce
+	p = queue.PlanTurn(in)
+	fmt.Println(p.Verb, "as run", p.Run.Seq, "through", p.Through)
+	fmt.Println(p.Prompt)
 	// Output:
-	// enqueue-followup true
-	// enqueue-followup true
-	// early: false
-	// collected 2
+	// read
+	// read
+	// wait 1.2s
+	// run as run 7 through 8
 	// [Queued messages while agent was busy]
 	//
 	// ---
@@ -42,25 +43,4 @@ func ExampleLane() {
 	// ---
 	// Queued #2
 	// are you there?
-}
-
-// When the stream itself holds the pending messages, the owner reads them at
-// a turn boundary and builds the next turn with Collect.
-func ExampleCollect() {
-	t0 := time.Unix(1750000000, 0)
-	pending := []queue.Item{
-		{Seq: 7, Prompt: "one", At: t0},
-		{Seq: 8, Prompt: "two", At: t0},
-		{Seq: 9, Prompt: "three", At: t0},
-	}
-	b, _ := queue.Collect(pending, queue.Settings{Mode: queue.ModeFollowup, Cap: 2, Drop: queue.DropOld})
-	fmt.Println(b.Turn.Kind, b.Turn.Prompt)
-	for _, d := range b.Dropped {
-		fmt.Println("dropped", d.Item.Seq, "-", d.Reason)
-	}
-	fmt.Println("advance cursor to", b.Through)
-	// Output:
-	// single two
-	// dropped 7 - queue full: oldest message evicted (drop policy old)
-	// advance cursor to 8
 }

@@ -96,15 +96,3 @@ func ParseDropPolicy(raw string) (DropPolicy, bool) {
 	}
 	return "", false
 }
-
-// queues reports whether the mode keeps a busy-time message for a later
-// turn (the reference's "should follow up").
-func (m Mode) queues() bool {
-	return m == ModeFollowup || m == ModeCollect || m == ModeSteerBacklog
-}
-
-// steers reports whether the mode injects into a running turn.
-func (m Mode) steers() bool { return m == ModeSteer || m == ModeSteerBacklog }
-
-// interrupts reports whether the mode aborts a running turn.
-func (m Mode) interrupts() bool { return m == ModeInterrupt || m == ModeRollback }

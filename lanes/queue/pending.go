@@ -1,37 +1,21 @@
 package queue
 
 import (
-	"github.com/lanefleet/lanefleet/internal/jstext"
 	"strconv"
 	"strings"
 	"time"
-)
 
-// Route is where a queued message came from and where its reply goes.
-// The zero Route means "no routing" (e.g. a message published straight to
-// the lane).
-type Route struct {
-	Channel   string
-	To        string
-	AccountID string
-	ThreadID  string
-}
+	"github.com/lanefleet/lanefleet/internal/jstext"
+)
 
 // Item is one queued message.
 type Item struct {
 	// Seq is the message's inbound stream sequence (order and cursor).
 	Seq uint64
-	// ID is the client's message id; a second item with the same ID and
-	// Route is a duplicate (DedupeMessageID). Empty IDs never are.
-	ID string
 	// Prompt is the message text as the agent sees it.
 	Prompt string
-	// Route is the message's routing.
-	Route Route
 	// At is when the message arrived.
 	At time.Time
-	// Heartbeat marks a heartbeat poll.
-	Heartbeat bool
 }
 
 // Reason says why a message did not get a turn of its own.
@@ -46,14 +30,6 @@ const (
 	// ReasonCapSummarized: evicted at the cap by drop policy summarize;
 	// its summary line is sent with a later turn.
 	ReasonCapSummarized Reason = "queue full: oldest message summarized (drop policy summarize)"
-	// ReasonInterrupted: dropped from the queue by an interrupt.
-	ReasonInterrupted Reason = "queued message dropped by an interrupt"
-	// ReasonHeartbeatBusy: a heartbeat arrived while the session was busy.
-	ReasonHeartbeatBusy Reason = "heartbeat dropped while the session is busy"
-	// ReasonRejectedBusy: reject mode refused a message while busy.
-	ReasonRejectedBusy Reason = "session busy: message rejected (queue mode reject)"
-	// ReasonDuplicate: a message with the same id is already queued.
-	ReasonDuplicate Reason = "duplicate of a queued message"
 )
 
 // Dropped is a message that will not get a turn of its own, and why.
@@ -76,17 +52,13 @@ type Pending struct {
 }
 
 // Add queues it under the cap and drop policy of s and reports whether it
-// was accepted and which queued items were evicted to make room. A
-// duplicate of a queued item (see DedupeMode) is not accepted.
+// was accepted and which queued items were evicted to make room.
 //
-// A cap below 1 means no cap (Settings from Resolve or a Lane always have
-// one); an empty drop policy means DropDefault.
+// A cap below 1 means no cap (Settings from Resolve always have one); an
+// empty drop policy means DropDefault.
 func (p *Pending) Add(it Item, s Settings, now time.Time) (accepted bool, evicted []Dropped) {
 	if s.Drop == "" {
 		s.Drop = DropDefault
-	}
-	if p.Duplicate(it, s.Dedupe) {
-		return false, nil
 	}
 	p.LastEnqueuedAt = now
 	if s.Cap > 0 && len(p.Items) >= s.Cap {
@@ -115,28 +87,6 @@ func (p *Pending) Add(it Item, s Settings, now time.Time) (accepted bool, evicte
 	return true, evicted
 }
 
-// Duplicate reports whether it duplicates a queued item under mode.
-func (p *Pending) Duplicate(it Item, mode DedupeMode) bool {
-	for _, q := range p.Items {
-		if q.Route != it.Route {
-			continue
-		}
-		switch mode {
-		case DedupeNone:
-			return false
-		case DedupePrompt:
-			if q.Prompt == it.Prompt {
-				return true
-			}
-		default:
-			if it.ID != "" && q.ID == it.ID {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // SummaryPrompt returns the overflow summary of drop policy summarize
 // ("[Queue overflow] Dropped <n> message(s) due to cap." and the summary
 // lines), or "" when nothing was summarised. It does not clear it.
@@ -160,12 +110,6 @@ func (p *Pending) SummaryPrompt(s Settings) string {
 		}
 	}
 	return b.String()
-}
-
-// clearSummary forgets the overflow summary once it was sent.
-func (p *Pending) clearSummary() {
-	p.DroppedCount = 0
-	p.SummaryLines = nil
 }
 
 // SummaryLineMax is the longest summary line, in UTF-16 units.

@@ -1,13 +1,6 @@
 package queue
 
-import (
-	"errors"
-	"fmt"
-	"math"
-	"strconv"
-	"strings"
-	"time"
-)
+import "time"
 
 // Settings are the queue settings in force for one lane.
 type Settings struct {
@@ -20,23 +13,7 @@ type Settings struct {
 	Cap int
 	// Drop is what happens at the cap.
 	Drop DropPolicy
-	// Dedupe is how a duplicate of a queued message is recognised.
-	Dedupe DedupeMode
 }
-
-// DedupeMode says when an arriving message duplicates a queued one. Only
-// messages with the same Route are compared.
-type DedupeMode string
-
-// Dedupe modes. The zero value is DedupeMessageID.
-const (
-	// DedupeMessageID: same non-empty client message id.
-	DedupeMessageID DedupeMode = "message-id"
-	// DedupePrompt: same prompt text.
-	DedupePrompt DedupeMode = "prompt"
-	// DedupeNone: never a duplicate.
-	DedupeNone DedupeMode = "none"
-)
 
 // DefaultSettings returns the reference defaults: collect, 1 s debounce, cap
 // 20, summarize.
@@ -51,7 +28,6 @@ type Overrides struct {
 	Debounce *time.Duration
 	Cap      int
 	Drop     DropPolicy
-	Dedupe   DedupeMode
 }
 
 // Resolve applies layers in precedence order, first set value wins: pass the
@@ -73,9 +49,6 @@ func Resolve(layers ...Overrides) Settings {
 		}
 		if s.Drop == "" && l.Drop != "" {
 			s.Drop = l.Drop
-		}
-		if s.Dedupe == "" && l.Dedupe != "" {
-			s.Dedupe = l.Dedupe
 		}
 	}
 	d := DefaultSettings()
@@ -108,86 +81,4 @@ func (s Settings) normalized() Settings {
 		s.Drop = d.Drop
 	}
 	return s
-}
-
-// ErrDirective is wrapped by every error of ParseDirective.
-var ErrDirective = errors.New("queue: bad /queue directive")
-
-// Directive is a parsed "/queue" command.
-type Directive struct {
-	// Reset clears the session's queue settings (default, reset, clear).
-	Reset bool
-	// Set holds the values the directive sets.
-	Set Overrides
-}
-
-// ParseDirective parses the arguments of a "/queue" command (with or
-// without the leading "/queue"): an optional mode, then options
-// debounce:<duration> (Go duration or milliseconds), cap:<n> and
-// drop:<policy>, in any order. Errors wrap ErrDirective.
-func ParseDirective(text string) (Directive, error) {
-	var d Directive
-	fields := strings.Fields(text)
-	if len(fields) > 0 && strings.EqualFold(fields[0], "/queue") {
-		fields = fields[1:]
-	}
-	for _, f := range fields {
-		key, val, ok := strings.Cut(f, ":")
-		if !ok {
-			key, val, ok = strings.Cut(f, "=")
-		}
-		if !ok {
-			switch strings.ToLower(f) {
-			case "default", "reset", "clear":
-				d.Reset = true
-				continue
-			}
-			m, ok := ParseMode(f)
-			if !ok {
-				return Directive{}, fmt.Errorf("%w: unknown mode %q", ErrDirective, f)
-			}
-			d.Set.Mode = m
-			continue
-		}
-		switch strings.ToLower(key) {
-		case "debounce":
-			dur, err := parseDuration(val)
-			if err != nil {
-				return Directive{}, fmt.Errorf("%w: debounce %q: %w", ErrDirective, val, err)
-			}
-			d.Set.Debounce = &dur
-		case "cap":
-			n, err := strconv.ParseFloat(val, 64)
-			if err != nil || n < 1 || math.IsInf(n, 0) {
-				return Directive{}, fmt.Errorf("%w: cap %q is not a number ≥ 1", ErrDirective, val)
-			}
-			d.Set.Cap = int(math.Floor(min(n, math.MaxInt32)))
-		case "drop":
-			p, ok := ParseDropPolicy(val)
-			if !ok {
-				return Directive{}, fmt.Errorf("%w: unknown drop policy %q", ErrDirective, val)
-			}
-			d.Set.Drop = p
-		default:
-			return Directive{}, fmt.Errorf("%w: unknown option %q", ErrDirective, key)
-		}
-	}
-	return d, nil
-}
-
-func parseDuration(s string) (time.Duration, error) {
-	if n, err := strconv.ParseFloat(s, 64); err == nil {
-		if n < 0 || math.IsNaN(n) || n > float64(math.MaxInt64/int64(time.Millisecond)) {
-			return 0, errors.New("out of range")
-		}
-		return time.Duration(n * float64(time.Millisecond)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, err
-	}
-	if d < 0 {
-		return 0, errors.New("negative")
-	}
-	return d, nil
 }
