@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -382,5 +383,60 @@ func TestInterruptStopsTheRunningTurn(t *testing.T) {
 	defer echo.mu.Unlock()
 	if got := echo.seen["i"]; len(got) != 1 || got[0] != "stop that" {
 		t.Fatalf("turns run after the interrupt: %q, want only the interrupt message", got)
+	}
+}
+
+// TestCutTurnKeepsItsProgress: a turn cut by an interrupt or a stop keeps
+// what it did (the handler's partial outcome: its prompt and completed
+// steps) in the transcript; a rollback discards it.
+func TestCutTurnKeepsItsProgress(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"interrupt", "stop", "rollback"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			f := newFleet(t, 5*time.Second, 5*time.Second)
+			started := make(chan struct{})
+			echo := &echoHandler{}
+			f.startWorker(t, HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
+				if turn.Inbound.Text != "long" {
+					return echo.HandleTurn(ctx, turn)
+				}
+				close(started)
+				<-ctx.Done()
+				user := message.Message{Role: message.RoleUser, Content: message.PlainText("long")}
+				half := message.Message{Role: message.RoleAssistant, Content: message.PlainText("half done"), StopReason: message.StopToolUse}
+				return &Outcome{Entries: []message.Entry{{Type: message.EntryMessage, ID: "u-long", Message: &user},
+					{Type: message.EntryMessage, ID: "a-long", Message: &half}}}, context.Cause(ctx)
+			}), Config{})
+			key := "k" + mode
+			long := f.publish(t, key, "long")
+			<-started
+			var cut uint64
+			if mode == "stop" {
+				cut = f.publishIn(t, key, &events.Inbound{Stop: true})
+			} else {
+				cut = f.publishMode(t, key, "next", mode)
+			}
+			if e := f.waitFinal(t, key, long).Data.Result.Meta.Error; e == nil || e.Kind != events.KindInterrupted {
+				t.Fatalf("cut run's error %+v", e)
+			}
+			f.waitFinal(t, key, cut)
+			recs, err := f.lanes.Records(t.Context(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var texts []string
+			for _, e := range kvstore.Entries(recs) {
+				texts = append(texts, e.Message.Content.Text())
+			}
+			want := map[string][]string{
+				"interrupt": {"long", "half done", "next", "ok next"},
+				"stop":      {"long", "half done"},
+				"rollback":  {"next", "ok next"},
+			}[mode]
+			if !slices.Equal(texts, want) {
+				t.Fatalf("transcript %q, want %q", texts, want)
+			}
+		})
 	}
 }

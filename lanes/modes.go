@@ -396,10 +396,13 @@ func cutReasons(cut *queue.Msg) (turn, queued string) {
 
 // interrupted ends a turn cut short by an interrupt, rollback or stop (or
 // a collect batch with one queued behind it): its run and every message
-// queued before the cut end with an "interrupted" final event and nothing
-// in the transcript (settings messages among them are applied,
-// queue.AfterCut); the cutting message runs next.
-func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt int) error {
+// queued before the cut end with an "interrupted" final event (settings
+// messages among them are applied, queue.AfterCut); the cutting message
+// runs next. What the cut turn did (partial, the handler's outcome of a
+// cancelled turn: its prompt, completed replies and tool results) is kept
+// in the transcript, as the reference and LangGraph's interrupt keep it,
+// unless the cut is a rollback, which discards it.
+func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt int, partial *Outcome) error {
 	var cut *queue.Msg
 	var drops []collected
 	for cut == nil {
@@ -435,7 +438,11 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: why, EndedAt: time.Now().UnixMilli(), Attempt: attempt})
 	res := &events.Result{Payloads: []events.Payload{{Text: "Interrupted.", IsError: true}},
 		Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: events.KindInterrupted, Message: why}}}
-	return o.commit(ctx, em, p, &Outcome{Result: res})
+	out := &Outcome{Result: res}
+	if partial != nil && (cut == nil || cut.Mode != queue.ModeRollback) {
+		out.Entries = partial.Entries
+	}
+	return o.commit(ctx, em, p, out)
 }
 
 // stopped remembers what the lane's last stop command cut, for its own run.

@@ -314,7 +314,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// after it arrived): refuse it, as the sender asked.
 		return o.failTurn(ctx, a.em, p, events.KindRejected, "the session was busy when this message arrived (mode reject); it was not run", a.attempt)
 	case queue.VerbInterrupted:
-		return o.interrupted(ctx, a.em, p, a.attempt)
+		return o.interrupted(ctx, a.em, p, a.attempt, nil)
 	}
 	return o.runTurn(ctx, turnCtx, stopWatch, a, p)
 }
@@ -407,7 +407,13 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	stopWatch()
 	if cut && err != nil && ctx.Err() == nil {
-		return o.interrupted(ctx, a.em, p, a.attempt)
+		err := o.interrupted(ctx, a.em, p, a.attempt, out)
+		if err == nil {
+			if derr := turn.steps.drop(ctx); derr != nil {
+				a.log.Warn().Err(derr).Msg("drop the cut turn's step journal (it expires)")
+			}
+		}
+		return err
 	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {

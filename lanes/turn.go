@@ -107,7 +107,10 @@ type Outcome struct {
 	Result  *events.Result  // published as the run's final event
 }
 
-// Handler runs turns.
+// Handler runs turns. A handler whose ctx is cancelled by a message that
+// cuts the turn (interrupt, stop) may return what the turn did so far as
+// an Outcome along with its error: the lane keeps its Entries in the
+// transcript, unless the cut was a rollback.
 type Handler interface {
 	HandleTurn(ctx context.Context, t *Turn) (*Outcome, error)
 }

@@ -333,3 +333,36 @@ func TestJournalWriteFails(t *testing.T) {
 		t.Fatalf("model %d, act %d, look %d: the run went on after a step was lost", f.model.calls, f.act.count(), f.look.count())
 	}
 }
+
+// TestCancelledRunReturnsItsProgress: a run cancelled in its second model
+// call returns what it did (the prompt, the first reply and its tool's
+// result) with the cancellation's cause, for a lane that keeps it.
+func TestCancelledRunReturnsItsProgress(t *testing.T) {
+	t.Parallel()
+	f := newJournalFixture(t, "act", false)
+	cause := errors.New("interrupted by a newer message")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	model := provider.Func(func(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+		if toolResults(req.Messages) == 1 {
+			cancel(cause)
+			return message.Message{Role: message.RoleAssistant, StopReason: message.StopAborted}, ctx.Err()
+		}
+		return f.model.Stream(ctx, req, emit)
+	})
+	r, err := New(Config{DefaultModel: "other/m", Resolver: multiResolver{other: model}, Tools: workspaceTools{tools.List{f.act, f.look}},
+		Retry: RetryPolicy{MaxRetries: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Run(ctx, Input{RunID: "7", Inbound: f.in}, &sink{})
+	if !errors.Is(err, cause) || out == nil || out.Result != nil {
+		t.Fatalf("Run = %+v, %v; want the partial turn and the cause", out, err)
+	}
+	var roles []string
+	for _, e := range out.Entries {
+		roles = append(roles, string(e.Message.Role))
+	}
+	if got := strings.Join(roles, " "); got != "user assistant toolResult" {
+		t.Fatalf("partial turn %q", got)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
 	"github.com/lanefleet/lanefleet/replytext"
+	"github.com/lanefleet/lanefleet/sanitize"
 	"github.com/lanefleet/lanefleet/sessionfile"
 	"github.com/lanefleet/lanefleet/tools"
 )
@@ -270,9 +271,31 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	case err == nil:
 		return ru.finish(start, model, out), nil
 	case ctx.Err() != nil:
-		return nil, context.Cause(ctx)
+		return ru.partial(), context.Cause(ctx)
 	}
 	return ru.fail(start, model, err), nil
+}
+
+// partial is a cancelled turn so far, for a caller that keeps what
+// happened (an interrupt): the prompt, the completed replies and the tool
+// results, and for each call of the last reply left without a result the
+// reference's synthetic error result. Its Result is nil.
+func (ru *run) partial() *Output {
+	answered := map[string]bool{}
+	for _, e := range ru.b.entries {
+		if m := e.Message; m != nil && m.Role == message.RoleToolResult {
+			answered[m.ToolCallID] = true
+		}
+	}
+	if last := ru.lastAssistant(); last != nil {
+		for _, c := range last.ToolCalls() {
+			if !answered[c.ID] {
+				ru.b.add(message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+					Content: message.BlocksOf(message.Text(sanitize.MissingToolResultText)), IsError: true, Timestamp: ru.r.cfg.Now().UnixMilli()})
+			}
+		}
+	}
+	return &Output{Entries: ru.b.entries, Usage: ru.acc.sum}
 }
 
 // addPrompt appends the user's message, with the context the before-start

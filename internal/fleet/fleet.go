@@ -469,6 +469,10 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	}
 	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: t, reg: reg, ctx: ctx}))
 	if err != nil {
+		if out != nil {
+			// A cut turn's progress, which an interrupt keeps.
+			return &lanes.Outcome{Entries: out.Entries}, err
+		}
 		return nil, err
 	}
 	return &lanes.Outcome{Entries: out.Entries, Result: out.Result}, nil
