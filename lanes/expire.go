@@ -1,0 +1,185 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/retention"
+)
+
+// ExpireStats counts what one retention pass did.
+type ExpireStats struct {
+	Scanned int // stored messages of the lanes bucket read
+	Expired int // sessions forgotten
+	Keys    int // transcript records and settings removed
+	Skipped int // idle sessions left as they were: held, or a message waiting
+}
+
+// maxExpirePerPass bounds the sessions one pass of the sweep forgets; the
+// next pass goes on where it stopped.
+const maxExpirePerPass = 10_000
+
+// expire runs the retention pass of the sweep (Config.SessionTTL), within
+// the sweep's period.
+func (w *Worker) expire(ctx context.Context) {
+	p := retention.Policy{SessionTTL: w.cfg.SessionTTL}
+	if !p.Enabled() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.SweepEvery)
+	defer cancel()
+	st, err := w.ExpireIdle(ctx, p.Cutoff(time.Now()), maxExpirePerPass)
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn().Err(err).Msg("retention pass")
+	}
+	if st.Expired > 0 || st.Skipped > 0 {
+		w.log.Info().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Msg("retention: idle sessions forgotten")
+	}
+}
+
+// ExpireIdle runs one retention pass (see package retention): it walks the
+// lanes bucket from the stored scan position up to cutoff and forgets every
+// session whose last write is older than cutoff, at most limit of them,
+// then stores the position it reached. A session is forgotten under its
+// lease, so never while someone runs it, and never while a message waits
+// for it. An error leaves the position at the session it happened on, so
+// the next pass tries that one again; passes of several workers at once
+// are safe (each session is forgotten under its lease) and the position
+// only moves forward.
+func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (ExpireStats, error) {
+	var st ExpireStats
+	pos, rev, err := w.lanes.RetentionPos(ctx)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return st, err
+	}
+	seq := pos
+	var passErr error
+	for st.Expired < limit && passErr == nil {
+		m, ok, err := w.lanes.Scan(ctx, seq)
+		if err != nil {
+			passErr = err
+			break
+		}
+		if !ok || !m.Time.Before(cutoff) {
+			break
+		}
+		st.Scanned++
+		if !m.Data {
+			seq = m.Seq + 1
+			continue
+		}
+		forgot, keys, err := w.forgetIdle(ctx, m.Token, cutoff)
+		switch {
+		case err != nil:
+			passErr = err
+		case forgot:
+			st.Expired++
+			st.Keys += keys
+			seq = m.Seq + 1
+		default:
+			if keys < 0 {
+				st.Skipped++
+			}
+			seq = m.Seq + 1
+		}
+	}
+	if seq != pos {
+		if err := w.lanes.SetRetentionPos(context.WithoutCancel(ctx), seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
+			passErr = errors.Join(passErr, err)
+		}
+	}
+	return st, passErr
+}
+
+// forgetIdle forgets the lane if it is idle: its last write before cutoff,
+// nobody holding it, no message waiting. keys is how many keys it removed,
+// or -1 when an idle lane was left because it was held or had a message
+// waiting.
+func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time) (forgot bool, keys int, err error) {
+	last, ok, err := w.lanes.LastWrite(ctx, token)
+	if err != nil {
+		return false, 0, err
+	}
+	if !ok || retention.Decide(retention.Lane{LastWrite: last}, cutoff) == retention.Keep {
+		return false, 0, nil
+	}
+	key, err := events.TokenKey(token)
+	if err != nil {
+		return false, 0, nil // not a lane of ours
+	}
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	if errors.Is(err, kvstore.ErrHeld) {
+		return false, -1, nil
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	// The lane is ours now: no owner can start on it, and no write of an
+	// earlier one can land. A turn that committed between the read above
+	// and the acquire wrote a record after the cutoff; a message that
+	// waits is a session about to speak.
+	subj := events.InboundPrefix + token
+	lane, err := w.idleState(ctx, token, subj)
+	idle := err == nil && retention.Decide(lane, cutoff) == retention.Forget
+	if idle {
+		keys, err = lease.Forget(ctx)
+	}
+	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil {
+		w.log.Warn().Err(rerr).Str("lane", token).Msg("retention: release lease")
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("lanes: forget %s: %w", token, err)
+	}
+	// A message stored while the lane was held was acked by the worker it
+	// was delivered to, for the holder to drain: take the lane over now.
+	if _, gerr := w.streams.Inbound.GetLastMsgForSubject(ctx, subj); gerr == nil {
+		w.sweepLane(ctx, token, key, subj, "retention: a message arrived while the session was checked")
+	}
+	if !idle {
+		return false, -1, nil
+	}
+	return true, keys, nil
+}
+
+// idleState reads, holding the lane's lease, when its transcript and
+// settings were last written and whether an unprocessed message waits for
+// it. Processed messages left behind are deleted on the way, since the
+// cursor that marks them processed goes with the transcript.
+func (w *Worker) idleState(ctx context.Context, token, subj string) (retention.Lane, error) {
+	var lane retention.Lane
+	for _, filter := range []string{token + ".tx.>", token + ".settings"} {
+		t, ok, err := w.lanes.LastWriteOf(ctx, filter)
+		if err != nil {
+			return lane, err
+		}
+		if ok && t.After(lane.LastWrite) {
+			lane.LastWrite = t
+		}
+	}
+	cur, err := w.lanes.Cursor(ctx, token)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return lane, err
+	}
+	for n := 0; ; n++ {
+		raw, err := w.streams.Inbound.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return lane, nil
+		}
+		if err != nil {
+			return lane, err
+		}
+		if raw.Sequence > cur.Seq || n >= maxLeftovers {
+			lane.Pending = true
+			return lane, nil
+		}
+		if err := w.streams.Inbound.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return lane, err
+		}
+	}
+}
