@@ -62,13 +62,6 @@ func (l *Lanes) Scan(ctx context.Context, seq uint64) (st Stored, ok bool, err e
 	return st, true, nil
 }
 
-// LastWrite returns when the lane's newest message in the bucket was
-// written (any key: lease, records, settings, markers); ok is false when
-// the lane has none.
-func (l *Lanes) LastWrite(ctx context.Context, token string) (t time.Time, ok bool, err error) {
-	return l.LastWriteOf(ctx, token+".>")
-}
-
 // LastWriteOf returns when the newest message of the keys that filter
 // matches (a key or a pattern such as T.tx.>) was written; ok is false when
 // there is none.

@@ -102,11 +102,11 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 // or -1 when an idle lane was left because it was held or had a message
 // waiting.
 func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time) (forgot bool, keys int, err error) {
-	last, ok, err := w.lanes.LastWrite(ctx, token)
+	last, err := w.lastData(ctx, token)
 	if err != nil {
 		return false, 0, err
 	}
-	if !ok || retention.Decide(retention.Lane{LastWrite: last}, cutoff) == retention.Keep {
+	if retention.Decide(retention.Lane{LastWrite: last}, cutoff) == retention.Keep {
 		return false, 0, nil
 	}
 	key, err := events.TokenKey(token)
@@ -152,15 +152,12 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 // it. Processed messages left behind are deleted on the way, since the
 // cursor that marks them processed goes with the transcript.
 func (w *Worker) idleState(ctx context.Context, token, subj string) (retention.Lane, error) {
-	var lane retention.Lane
-	for _, filter := range []string{token + ".tx.>", token + ".settings"} {
-		t, ok, err := w.lanes.LastWriteOf(ctx, filter)
-		if err != nil {
-			return lane, err
-		}
-		if ok && t.After(lane.LastWrite) {
-			lane.LastWrite = t
-		}
+	var (
+		lane retention.Lane
+		err  error
+	)
+	if lane.LastWrite, err = w.lastData(ctx, token); err != nil {
+		return lane, err
 	}
 	cur, err := w.lanes.Cursor(ctx, token)
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
@@ -182,4 +179,20 @@ func (w *Worker) idleState(ctx context.Context, token, subj string) (retention.L
 			return lane, err
 		}
 	}
+}
+
+// lastData returns when the lane's transcript or settings were last
+// written (zero when it has neither).
+func (w *Worker) lastData(ctx context.Context, token string) (time.Time, error) {
+	var last time.Time
+	for _, filter := range []string{token + ".tx.>", token + ".settings"} {
+		t, ok, err := w.lanes.LastWriteOf(ctx, filter)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ok && t.After(last) {
+			last = t
+		}
+	}
+	return last, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,10 @@ import (
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/kvstore"
 )
+
+// sessionsHeapProfile names a file for a heap profile taken on the full
+// store, before the reads.
+var sessionsHeapProfile = flag.String("sessions-heap-profile", "", "sessions: write a heap profile of the full store to this file")
 
 // sessionsDefault is the session count of -scenario sessions when -sessions
 // is not given (the lanes scenario's default is smaller).
@@ -119,6 +124,11 @@ func sessionsBench(o options) error {
 	fmt.Printf("  sessions %d..%d, third turn, full store        %7.2f ms   %.2f×   (target ≤ 1.2×)\n", n-sessionsProbes+1, n, ms(last, 50), ms(last, 50)/ms(first, 50))
 	fmt.Printf("  sessions %d..%d, first turn, full store        %7.2f ms   %.2f×\n", n+1, n+sessionsProbes, ms(fresh, 50), ms(fresh, 50)/ms(first, 50))
 
+	if *sessionsHeapProfile != "" {
+		if err := writeHeapProfile(*sessionsHeapProfile); err != nil {
+			return err
+		}
+	}
 	if err := b.reads(n); err != nil {
 		return err
 	}
@@ -366,7 +376,7 @@ func (b *sessionsRun) expire() error {
 	defer cancel()
 	before := b.sample(0)
 	t0 := time.Now()
-	st, err := expireIdleStub(ctx, time.Now(), expireProbe)
+	st, err := b.m.Worker.ExpireIdle(ctx, time.Now(), expireProbe)
 	if err != nil {
 		return fmt.Errorf("expire: %w", err)
 	}
@@ -422,6 +432,15 @@ func rss() int64 {
 	return 0
 }
 
-type expStats struct{ Expired, Keys, Skipped int }
-
-func expireIdleStub(context.Context, time.Time, int) (expStats, error) { return expStats{}, nil }
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
