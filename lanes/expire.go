@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,10 +46,10 @@ func (w *Worker) expire(ctx context.Context) {
 
 // ExpireIdle runs one retention pass (see package retention): it walks the
 // lanes bucket from the stored scan position up to cutoff and forgets every
-// session whose last write is older than cutoff, at most limit of them,
-// then stores the position it reached. A session is forgotten under its
-// lease, so never while someone runs it, and never while a message waits
-// for it. An error leaves the position at the session it happened on, so
+// session whose last write is older than cutoff, stopping after the batch
+// in which it reached limit, then stores the position it reached. A
+// session is forgotten under its lease, so never while someone runs it,
+// and never while a message waits for it. An error leaves the position at the session it happened on, so
 // the next pass tries that one again; passes of several workers at once
 // are safe (each session is forgotten under its lease) and the position
 // only moves forward.
@@ -58,36 +59,66 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 		return st, err
 	}
-	seq := pos
+	seq, done := pos, false
 	var passErr error
-	for st.Expired < limit && passErr == nil {
-		m, ok, err := w.lanes.Scan(ctx, seq)
-		if err != nil {
-			passErr = err
-			break
+	for !done && st.Expired < limit && passErr == nil {
+		// A batch of lanes with data written before the cutoff, each
+		// once, in stream order; then each is looked at concurrently.
+		var batch []kvstore.Stored
+		seen := map[string]bool{}
+		next := seq
+		for len(batch) < expireBatch {
+			m, ok, err := w.lanes.Scan(ctx, next)
+			if err != nil {
+				passErr = err
+				break
+			}
+			if !ok || !m.Time.Before(cutoff) {
+				done = true
+				break
+			}
+			st.Scanned++
+			next = m.Seq + 1
+			if m.Data && !seen[m.Token] {
+				seen[m.Token] = true
+				batch = append(batch, m)
+			}
 		}
-		if !ok || !m.Time.Before(cutoff) {
-			break
+		type result struct {
+			forgot bool
+			keys   int
+			err    error
 		}
-		st.Scanned++
-		if !m.Data {
-			seq = m.Seq + 1
-			continue
+		results := make([]result, len(batch))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, expireParallel)
+		for i, m := range batch {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				r := &results[i]
+				r.forgot, r.keys, r.err = w.forgetIdle(ctx, m.Token, cutoff)
+			})
 		}
-		forgot, keys, err := w.forgetIdle(ctx, m.Token, cutoff)
-		switch {
-		case err != nil:
-			passErr = err
-		case forgot:
-			st.Expired++
-			st.Keys += keys
-			seq = m.Seq + 1
-		default:
-			if keys < 0 {
+		wg.Wait()
+		// The position passes the batch unless a lane failed: then it
+		// stays at the first that did, which the next pass retries.
+		moved := next
+		for i, r := range results {
+			switch {
+			case r.err != nil:
+				if batch[i].Seq < moved {
+					moved = batch[i].Seq
+				}
+				passErr = errors.Join(passErr, r.err)
+			case r.forgot:
+				st.Expired++
+				st.Keys += r.keys
+			case r.keys < 0:
 				st.Skipped++
 			}
-			seq = m.Seq + 1
 		}
+		seq = moved
 	}
 	if seq != pos {
 		if err := w.lanes.SetRetentionPos(context.WithoutCancel(ctx), seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
@@ -96,6 +127,12 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	}
 	return st, passErr
 }
+
+// Retention pass sizes: lanes read ahead, and looked at at once.
+const (
+	expireBatch    = 256
+	expireParallel = 16
+)
 
 // forgetIdle forgets the lane if it is idle: its last write before cutoff,
 // nobody holding it, no message waiting. keys is how many keys it removed,

@@ -88,13 +88,13 @@ const (
 // records written before the cutoff, read while it holds the lane's lease
 // (a lane someone else holds is kept without asking).
 type Lane struct {
-	LastWrite time.Time // its newest transcript record or settings
+	LastWrite time.Time // its newest transcript record or settings; zero: none (nothing to forget)
 	Pending   bool      // a message waits for it in AGENT_IN
 }
 
 // Decide returns what to do with a lane, given the cutoff.
 func Decide(l Lane, cutoff time.Time) Verdict {
-	if l.Pending || !l.LastWrite.Before(cutoff) {
+	if l.Pending || l.LastWrite.IsZero() || !l.LastWrite.Before(cutoff) {
 		return Keep
 	}
 	return Forget
