@@ -1,9 +1,11 @@
 package kvstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,18 +64,64 @@ func (l *Lanes) Scan(ctx context.Context, seq uint64) (st Stored, ok bool, err e
 	return st, true, nil
 }
 
-// LastWriteOf returns when the newest message of the keys that filter
-// matches (a key or a pattern such as T.tx.>) was written; ok is false when
-// there is none.
-func (l *Lanes) LastWriteOf(ctx context.Context, filter string) (t time.Time, ok bool, err error) {
-	raw, err := l.stream.GetLastMsgForSubject(ctx, l.prefix+filter)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return time.Time{}, false, nil
-	}
+// LaneData is what a lane keeps in the bucket, as the retention pass sees it.
+type LaneData struct {
+	Keys      []string  // its transcript records and settings (a removed one's marker may be among them: removing it again is harmless)
+	LastWrite time.Time // when the newest of them was written; zero when there is none
+	Cursor    uint64    // the inbound sequence of its newest record (its cursor)
+}
+
+// Data reads what the lane keeps (leader reads). Its keys come from the
+// stream's subject index (a stream info request filtered by the lane's
+// keys: an index lookup, where a wildcard message lookup would read message
+// blocks), then the newest record and the settings are read by key.
+func (l *Lanes) Data(ctx context.Context, token string) (LaneData, error) {
+	var d LaneData
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(l.prefix+token+".>"))
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("kvstore: last write of %s: %w", filter, err)
+		return d, fmt.Errorf("kvstore: keys of %s: %w", token, err)
 	}
-	return raw.Time, true, nil
+	type record struct {
+		key string
+		seq uint64
+	}
+	var records []record
+	for subj := range info.State.Subjects {
+		key := strings.TrimPrefix(subj, l.prefix)
+		switch rest := strings.TrimPrefix(key, token+"."); {
+		case rest == "settings":
+			d.Keys = append(d.Keys, key)
+		case strings.HasPrefix(rest, "tx."):
+			if seq, ok := recordSeq(subj); ok {
+				records = append(records, record{key, seq})
+				d.Keys = append(d.Keys, key)
+			}
+		}
+	}
+	// The newest record holding a value is the cursor and the last write
+	// (a key already removed keeps only its marker for a while).
+	slices.SortFunc(records, func(a, b record) int { return cmp.Compare(b.seq, a.seq) })
+	for _, r := range records {
+		e, err := l.kv.Get(ctx, r.key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue
+		}
+		if err != nil {
+			return d, fmt.Errorf("kvstore: %s: %w", r.key, err)
+		}
+		d.LastWrite, d.Cursor = e.Created(), r.seq
+		break
+	}
+	e, err := l.kv.Get(ctx, settingsKey(token))
+	switch {
+	case err == nil:
+		if e.Created().After(d.LastWrite) {
+			d.LastWrite = e.Created()
+		}
+	case !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted):
+		return d, fmt.Errorf("kvstore: settings of %s: %w", token, err)
+	}
+	return d, nil
 }
 
 // RetentionPos returns the retention pass's scan position and the key's
@@ -116,37 +164,20 @@ func (l *Lanes) SetRetentionPos(ctx context.Context, pos, rev uint64) error {
 	return nil
 }
 
-// Forget removes the lane's transcript records and stored settings under
-// the lease's fence, and reports how many keys it removed. Each key gets a
-// purge marker that rolls its value up and expires after the bucket's
-// MarkerTTL, so nothing of the session stays behind but the lease, which
-// its release removes the same way. ErrLeaseLost means a newer owner took
-// the lane: what was not removed yet stays.
-func (s *Lease) Forget(ctx context.Context) (int, error) {
+// Forget removes the lane's transcript records and stored settings (keys,
+// from Data) under the lease's fence, and reports how many it removed.
+// Each key gets a purge marker that rolls its value up and expires after
+// the bucket's MarkerTTL, so nothing of the session stays behind but the
+// lease, which its release removes the same way. ErrLeaseLost means a
+// newer owner took the lane: what was not removed yet stays.
+func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 	l := s.lanes
-	var keys []string
-	if _, err := l.kv.Get(ctx, settingsKey(s.token)); err == nil {
-		keys = append(keys, settingsKey(s.token))
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
-		return 0, fmt.Errorf("kvstore: forget %s: %w", s.token, err)
-	}
-	filter := l.prefix + s.token + ".tx.>"
-	for seq := uint64(1); ; {
-		raw, err := l.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			return 0, fmt.Errorf("kvstore: forget %s: %w", s.token, err)
-		}
-		seq = raw.Sequence + 1
-		if len(raw.Data) > 0 && raw.Header.Get("KV-Operation") == "" {
-			keys = append(keys, strings.TrimPrefix(raw.Subject, l.prefix))
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, key := range keys {
+		if !strings.HasPrefix(key, s.token+".") || key == leaseKey(s.token) {
+			return i, fmt.Errorf("kvstore: forget %s: %q is not one of its records", s.token, key)
+		}
 		err := s.fenced(ctx, "forget "+key, func(rev uint64) error {
 			m := nats.NewMsg(l.prefix + key)
 			m.Header.Set("KV-Operation", "PURGE")

@@ -38,7 +38,11 @@ func TestForgetIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := stale.Forget(ctx); !errors.Is(err, ErrLeaseLost) || n != 0 {
+	d, err := b.lanes.Data(ctx, "bob")
+	if err != nil || len(d.Keys) != 3 || d.Cursor != 2 || d.LastWrite.IsZero() {
+		t.Fatalf("Data: %+v, %v; want 2 records and settings, cursor 2", d, err)
+	}
+	if n, err := stale.Forget(ctx, d.Keys); !errors.Is(err, ErrLeaseLost) || n != 0 {
 		t.Fatalf("stale Forget: %d keys, %v; want none, ErrLeaseLost", n, err)
 	}
 	if recs, err := b.lanes.Records(ctx, "bob"); err != nil || len(recs) != 2 {
@@ -66,7 +70,10 @@ func TestForgetIsFenced(t *testing.T) {
 	if data != 3 || other != 1 {
 		t.Fatalf("scan: %d data, %d other messages; want 3 (records, settings) and 1 (lease)", data, other)
 	}
-	n, err := holder.Forget(ctx)
+	if _, err := holder.Forget(ctx, []string{"bob.lease"}); err == nil {
+		t.Fatal("Forget removed the lease")
+	}
+	n, err := holder.Forget(ctx, d.Keys)
 	if err != nil || n != 3 {
 		t.Fatalf("Forget: %d keys, %v; want 3", n, err)
 	}
@@ -78,6 +85,10 @@ func TestForgetIsFenced(t *testing.T) {
 	}
 	if s, err := b.lanes.Settings(ctx, "bob"); err != nil || s != nil {
 		t.Fatalf("after Forget: settings %q, %v", s, err)
+	}
+	// Only markers are left (they expire after MarkerTTL): nothing written.
+	if d, err := b.lanes.Data(ctx, "bob"); err != nil || d.Cursor != 0 || !d.LastWrite.IsZero() {
+		t.Fatalf("Data after Forget: %+v, %v; want nothing written", d, err)
 	}
 
 	pos, rev, err := b.lanes.RetentionPos(ctx)

@@ -139,11 +139,11 @@ const (
 // or -1 when an idle lane was left because it was held or had a message
 // waiting.
 func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time) (forgot bool, keys int, err error) {
-	last, err := w.lastData(ctx, token)
+	d, err := w.lanes.Data(ctx, token)
 	if err != nil {
 		return false, 0, err
 	}
-	if retention.Decide(retention.Lane{LastWrite: last}, cutoff) == retention.Keep {
+	if retention.Decide(retention.Lane{LastWrite: d.LastWrite}, cutoff) == retention.Keep {
 		return false, 0, nil
 	}
 	key, err := events.TokenKey(token)
@@ -162,10 +162,10 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	// and the acquire wrote a record after the cutoff; a message that
 	// waits is a session about to speak.
 	subj := events.InboundPrefix + token
-	lane, err := w.idleState(ctx, token, subj)
+	d, lane, err := w.idleState(ctx, token, subj)
 	idle := err == nil && retention.Decide(lane, cutoff) == retention.Forget
 	if idle {
-		keys, err = lease.Forget(ctx)
+		keys, err = lease.Forget(ctx, d.Keys)
 	}
 	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil {
 		w.log.Warn().Err(rerr).Str("lane", token).Msg("retention: release lease")
@@ -175,7 +175,7 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	}
 	// A message stored while the lane was held was acked by the worker it
 	// was delivered to, for the holder to drain: take the lane over now.
-	if _, gerr := w.streams.Inbound.GetLastMsgForSubject(ctx, subj); gerr == nil {
+	if _, gerr := w.streams.Inbound.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj)); gerr == nil {
 		w.sweepLane(ctx, token, key, subj, "retention: a message arrived while the session was checked")
 	}
 	if !idle {
@@ -184,52 +184,30 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	return true, keys, nil
 }
 
-// idleState reads, holding the lane's lease, when its transcript and
-// settings were last written and whether an unprocessed message waits for
-// it. Processed messages left behind are deleted on the way, since the
-// cursor that marks them processed goes with the transcript.
-func (w *Worker) idleState(ctx context.Context, token, subj string) (retention.Lane, error) {
-	var (
-		lane retention.Lane
-		err  error
-	)
-	if lane.LastWrite, err = w.lastData(ctx, token); err != nil {
-		return lane, err
-	}
-	cur, err := w.lanes.Cursor(ctx, token)
-	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
-		return lane, err
+// idleState reads, holding the lane's lease, what it keeps and whether an
+// unprocessed message waits for it. Processed messages left behind are
+// deleted on the way, since the cursor that marks them processed goes with
+// the transcript.
+func (w *Worker) idleState(ctx context.Context, token, subj string) (kvstore.LaneData, retention.Lane, error) {
+	d, err := w.lanes.Data(ctx, token)
+	lane := retention.Lane{LastWrite: d.LastWrite}
+	if err != nil {
+		return d, lane, err
 	}
 	for n := 0; ; n++ {
 		raw, err := w.streams.Inbound.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return lane, nil
+			return d, lane, nil
 		}
 		if err != nil {
-			return lane, err
+			return d, lane, err
 		}
-		if raw.Sequence > cur.Seq || n >= maxLeftovers {
+		if raw.Sequence > d.Cursor || n >= maxLeftovers {
 			lane.Pending = true
-			return lane, nil
+			return d, lane, nil
 		}
 		if err := w.streams.Inbound.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return lane, err
+			return d, lane, err
 		}
 	}
-}
-
-// lastData returns when the lane's transcript or settings were last
-// written (zero when it has neither).
-func (w *Worker) lastData(ctx context.Context, token string) (time.Time, error) {
-	var last time.Time
-	for _, filter := range []string{token + ".tx.>", token + ".settings"} {
-		t, ok, err := w.lanes.LastWriteOf(ctx, filter)
-		if err != nil {
-			return time.Time{}, err
-		}
-		if ok && t.After(last) {
-			last = t
-		}
-	}
-	return last, nil
 }
