@@ -38,6 +38,7 @@ const (
 	sessionsWave   = 10_000 // sessions per checkpoint
 	sessionsProbes = 30     // sequential turns per latency probe
 	historyProbes  = 20     // History calls per session measured
+	listProbes     = 5      // sessions listings measured
 	expireProbe    = 2_000  // sessions the retention pass measured removes
 )
 
@@ -344,9 +345,8 @@ func (b *sessionsRun) print(s sessionsSample) {
 		mb(int64(s.heap)), mb(s.rss), mb(s.store), mb(int64(s.lanesBytes)), s.lanesKeys, s.evSubjects, s.inSubjects, s.runsMsgs, s.subs)
 }
 
-// reads times History of the first and the last session and a listing of
-// the lanes bucket's keys (there is no sessions listing operation yet: the
-// admin package's is not on main).
+// reads times History of the first and the last session, the admin
+// service's sessions listing and a listing of the lanes bucket's keys.
 func (b *sessionsRun) reads(n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -365,6 +365,18 @@ func (b *sessionsRun) reads(n int) error {
 		}
 		fmt.Printf("  History, session %-7d (%d entries)            p50 %7.2f ms  max %7.2f ms\n", i, entries, ms(d, 50), ms(d, 100))
 	}
+	var d []time.Duration
+	var listed, total int
+	for range listProbes {
+		t0 := time.Now()
+		rep, err := b.c.Sessions(ctx, 0)
+		if err != nil {
+			return fmt.Errorf("sessions listing: %w", err)
+		}
+		d = append(d, time.Since(t0))
+		listed, total = len(rep.Sessions), rep.Total
+	}
+	fmt.Printf("  admin sessions listing (Client.Sessions, default limit)  p50 %7.0f ms  max %7.0f ms   %d listed of %d\n", ms(d, 50), ms(d, 100), listed, total)
 	kv, err := b.js.KeyValue(ctx, kvstore.DefaultBucket)
 	if err != nil {
 		return err
