@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo test test-short lint bench fuzz tidy chaos
+.PHONY: help build demo test test-short lint bench bench-sessions fuzz tidy chaos
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -33,6 +33,9 @@ lint: ## gofmt, vet, staticcheck and deadcode -test (tools pinned in go.mod; see
 bench: build ## fleet benchmark against an embedded server, then Go benchmarks
 	$(GO) run ./cmd/lanebench
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)
+	$(GO) run ./cmd/lanebench -scenario sessions -sessions $${LANEFLEET_SESSIONS:-100000}
 
 fuzz: ## run each fuzz target briefly
 	./scripts/fuzz.sh 20s

@@ -29,9 +29,14 @@ type RunInfo struct {
 }
 
 // Runs is the active-run registry: a KV bucket with one key per running
-// session (the lane token). Entries expire after the bucket's MaxAge, so a
-// run whose worker died vanishes even if no one clears it.
+// session (the lane token). A run's entry is removed when it ends, leaving
+// a marker that lives runsMarkerTTL; entries expire after the bucket's
+// MaxAge, so a run whose worker died vanishes even if no one clears it.
 type Runs struct{ kv jetstream.KeyValue }
+
+// runsMarkerTTL is how long the marker of a cleared entry, or of one the
+// bucket's MaxAge removed, stays: the shortest per-message TTL.
+const runsMarkerTTL = time.Second
 
 // RunsConfig configures the registry bucket.
 type RunsConfig struct {
@@ -65,7 +70,7 @@ func OpenRuns(ctx context.Context, js jetstream.JetStream, cfg RunsConfig) (*Run
 		cfg.MaxBytes = -1
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Description: "Lanefleet active runs",
-		History: 1, TTL: cfg.MaxAge, MaxBytes: cfg.MaxBytes, Storage: jetstream.MemoryStorage, Replicas: max(1, cfg.Replicas)})
+		History: 1, TTL: cfg.MaxAge, LimitMarkerTTL: runsMarkerTTL, MaxBytes: cfg.MaxBytes, Storage: jetstream.MemoryStorage, Replicas: max(1, cfg.Replicas)})
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
 	}
@@ -135,9 +140,11 @@ func (h *RunHandle) SetPhase(ctx context.Context, phase string) error {
 }
 
 // Clear removes the entry if it is still this run's: a stale run never
-// clears a newer one.
+// clears a newer one. It purges the key with a marker that expires after
+// runsMarkerTTL: a plain delete marker would stay for the bucket's MaxAge,
+// one per session that ran in that time.
 func (h *RunHandle) Clear(ctx context.Context) error {
-	err := h.runs.kv.Delete(ctx, h.token, jetstream.LastRevision(h.rev))
+	err := h.runs.kv.Purge(ctx, h.token, jetstream.LastRevision(h.rev), jetstream.PurgeTTL(runsMarkerTTL))
 	if err != nil && (isWrongLastSeq(err) || errors.Is(err, jetstream.ErrKeyNotFound)) {
 		return ErrStaleRun
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestRunsRegistryHandles: a stale run never clears or updates the entry of
@@ -54,5 +56,67 @@ func TestRunsRegistryHandles(t *testing.T) {
 	}
 	if _, ok, _ := runs.Get(ctx, "lane1"); ok {
 		t.Fatal("entry still there after its run cleared it")
+	}
+}
+
+// TestRunsLeaveNothing: a cleared entry leaves no message in the registry
+// (no delete marker living the bucket's MaxAge), and the entry of a run
+// that is never cleared (its worker died) expires after MaxAge.
+func TestRunsLeaveNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Second)
+	ctx := t.Context()
+	// A registry an older worker made, without markers, is updated.
+	if _, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: DefaultRunsBucket, History: 1, TTL: time.Hour,
+		Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := OpenRuns(ctx, b.js, RunsConfig{MaxAge: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := runs.Register(ctx, "done", RunInfo{Session: "done", RunID: "1", Worker: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SetPhase(ctx, "compacting"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The purge marker expires; then the bucket holds nothing.
+	stream, err := b.js.Stream(ctx, "KV_"+DefaultRunsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second) // detects a hang only
+	for {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cleared entry left %d messages in the registry", info.State.Msgs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := h.Clear(ctx); !errors.Is(err, ErrStaleRun) {
+		t.Fatalf("second Clear: %v, want ErrStaleRun", err)
+	}
+	if _, err := runs.Register(ctx, "dead", RunInfo{Session: "dead", RunID: "2", Worker: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, ok, err := runs.Get(ctx, "dead"); err == nil && !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a dead run's entry outlived the registry's MaxAge")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

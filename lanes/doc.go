@@ -108,4 +108,12 @@
 // After a silence an owner reads the marker before publishing, so a woken
 // worker shows even core subscribers of the run's subject (who see
 // publishes the stream refuses) nothing. See FenceToken.
+//
+// # Retention
+//
+// With Config.SessionTTL the sweep also runs the retention pass
+// (Worker.ExpireIdle, policy in package retention): a session whose
+// transcript and settings were last written longer ago than the TTL is
+// forgotten under its lease, never while it is held or a message waits for
+// it, and a message that reaches it meanwhile is taken over at once.
 package lanes

@@ -20,7 +20,8 @@ import (
 // sure such a lane is still drained. A lane with only processed messages
 // left whose newest turn still owes final events (an owner that could not
 // store them kept that turn's message) is taken over too, at once, so an
-// owner publishes them; other processed leftovers are deleted.
+// owner publishes them; other processed leftovers are deleted. With a
+// session TTL it then runs the retention pass (expire.go).
 func (w *Worker) sweep(ctx context.Context) {
 	every := w.cfg.SweepEvery
 	t := time.NewTicker(every)
@@ -35,6 +36,7 @@ func (w *Worker) sweep(ctx context.Context) {
 			return
 		}
 		w.sweepOnce(ctx)
+		w.expire(ctx)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/retention"
 )
 
 // ErrShutdown is the cause of contexts cancelled because the worker stops.
@@ -32,7 +33,10 @@ type Config struct {
 	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
 	RetryDelay    time.Duration // first delay before retrying a failed turn; default 500ms
 	SweepEvery    time.Duration // how often stranded lanes are looked for; default the dispatch AckWait, <0 disables
-	Logger        zerolog.Logger
+	// SessionTTL forgets sessions untouched that long (package
+	// retention), checked by the sweep; 0 keeps them forever.
+	SessionTTL time.Duration
+	Logger     zerolog.Logger
 }
 
 // Config defaults.
@@ -132,6 +136,9 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		return nil, errors.New("lanes: NewWorker needs a JetStream, streams, lanes and a handler")
 	}
 	cfg = cfg.withDefaults()
+	if err := (retention.Policy{SessionTTL: cfg.SessionTTL}).Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.SweepEvery == 0 {
 		cfg.SweepEvery = streams.cfg.AckWait
 	}

@@ -262,8 +262,10 @@ func workerPermissions(inbox string) Permissions {
 		// flow control of the bucket watchers.
 		"$JS.ACK."+events.InboundStream+".>",
 		"$JS.FC.>",
-		// KV writes: leases, transcript records, cursors; auth-profile
-		// state; the active-run registry.
+		// KV writes: leases, transcript records, cursors, settings and
+		// the retention pass's position (key "retention"); auth-profile
+		// state; the active-run registry (entries and their TTL'd purge
+		// markers).
 		"$KV."+LanesBucket+".>",
 		"$KV."+AuthBucket+".>",
 		"$KV."+RunsBucket+".>",

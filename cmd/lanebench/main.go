@@ -57,7 +57,7 @@ func main() {
 	flag.IntVar(&o.latencyN, "latency-n", 1500, "messages in the latency run")
 	flag.IntVar(&o.latencyRate, "latency-rate", 100, "offered load of the latency run, turns/s")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "lanes per worker")
-	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency) or events (delta throughput and latency)")
+	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency) or sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all)")
 	flag.IntVar(&o.events.sessions, "event-sessions", 8, "events: sessions streaming at once")
 	flag.IntVar(&o.events.turns, "event-turns", 5, "events: turns per session")
 	flag.IntVar(&o.events.deltas, "event-deltas", 5000, "events: deltas per turn")
@@ -86,6 +86,8 @@ func run(o options) error {
 		return eventsBench(o)
 	case "lanes":
 		return lanesBench(o)
+	case "sessions":
+		return sessionsBench(o)
 	case "events":
 		fmt.Printf("lanebench: sync_interval %s, R1 file store, GOMAXPROCS %d\n",
 			map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))

@@ -150,6 +150,9 @@ is set: spans go over OTLP/HTTP.`,
 	fs.Var((*byteSize)(&cfg.Limits.Lanes), "max-lanes-bytes", "byte limit of transcripts, leases and cursors (bucket lanes; when full, turns cannot commit; default 4G)")
 	fs.Var((*byteSize)(&cfg.Limits.Auth), "max-auth-bytes", "byte limit of auth-profile state (bucket auth; default 64M)")
 	fs.Var((*byteSize)(&cfg.Limits.Runs), "max-runs-bytes", "byte limit of the active-run registry (bucket runs, in memory; default 64M)")
+	// Retention (package retention): the same on every worker.
+	fs.DurationVar(&cfg.SessionTTL, "session-ttl", 0, "forget a session untouched this long: its transcript and stored settings are removed (never while it is running or a message waits), and it starts over if it speaks again; 0 = keep sessions forever")
+	fs.DurationVar(&cfg.EventMaxAge, "event-max-age", 24*time.Hour, "how long run events stay replayable (stream AGENT_EV: two subjects per run stay in its index this long)")
 	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default by the API keys present, scripted/echo with --scripted)")
 	fs.StringVar(&cfg.ModelsFile, "models-file", env("LANEFLEET_MODELS_FILE"), "user models file (JSON) adding to or overriding the built-in catalog (env LANEFLEET_MODELS_FILE)")
 	fs.StringVar(&cfg.OpenAICompatible, "openai-compatible", env("OPENAI_COMPATIBLE_BASE_URL"), "base URL of an OpenAI-compatible server such as llama.cpp's llama-server, vLLM, Ollama or LM Studio (env OPENAI_COMPATIBLE_BASE_URL; http://host:port gets /v1): its models, listed at start from <url>/models, are served as local/<id> over Chat Completions, and the first is the default model")

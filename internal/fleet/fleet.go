@@ -92,6 +92,11 @@ type Config struct {
 	ShutdownGrace time.Duration
 	MaxPayload    int
 	Limits        Limits // byte limits of the streams and buckets
+	// Retention (package retention): SessionTTL forgets sessions untouched
+	// that long (0 = never); EventMaxAge is how long run events stay
+	// replayable (0 = 24 h). Every worker of a fleet should use the same.
+	SessionTTL  time.Duration
+	EventMaxAge time.Duration
 
 	// The runner.
 	// DefaultModel is "provider/model-id"; default: the OpenAICompatible
@@ -405,7 +410,7 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload,
-		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger,
+		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
 	})
 	return err
 }
@@ -417,7 +422,8 @@ func (m *Member) openState(ctx context.Context) error {
 	var err error
 	if m.Streams == nil {
 		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait,
-			InboundMaxBytes: cfg.Limits.Inbound, EventMaxBytes: cfg.Limits.Events, DeadMaxBytes: cfg.Limits.Dead}); err != nil {
+			InboundMaxBytes: cfg.Limits.Inbound, EventMaxBytes: cfg.Limits.Events, DeadMaxBytes: cfg.Limits.Dead,
+			EventMaxAge: cfg.EventMaxAge}); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+)
+
+// TestNothingOutlivesItsTurn: after many sessions' turns, each followed by
+// the client, the server holds nothing per session or per run but what a
+// policy bounds: the server's subscriptions are back where they were, no
+// consumer is left but the dispatch consumer and the auth watcher, no
+// inbound subject remains, the run registry empties, and with
+// --session-ttl the idle sessions' transcripts go too.
+func TestNothingOutlivesItsTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "ttl", Concurrency: 8, NoRemoteTools: true, SessionTTL: time.Second})
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	turn := func(session, text string) {
+		t.Helper()
+		run, err := c.Send(ctx, session, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	turn("warm-up", "hello") // the client's request subscription, set up once
+	baseSubs := srv.NumSubscriptions()
+	const sessions = 40
+	for i := range sessions {
+		for j := range 2 {
+			turn(fmt.Sprintf("s%d", i), fmt.Sprintf("turn %d", j))
+		}
+	}
+	consumers := func() map[string]int {
+		out := map[string]int{}
+		for name := range js.StreamNames(ctx).Name() {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = s.CachedInfo().State.Consumers
+		}
+		return out
+	}
+	state := func(name string) jetstream.StreamState {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State
+	}
+	eventually(t, "subscriptions back to the baseline", func() bool { return srv.NumSubscriptions() <= baseSubs })
+	if got := consumers(); got[events.InboundStream] != 1 || got[events.EventStream] != 0 || got["KV_"+kvstore.DefaultBucket] != 0 ||
+		got["KV_"+kvstore.DefaultRunsBucket] != 0 {
+		t.Fatalf("consumers per stream: %v, want the dispatch consumer alone (and the auth watcher)", got)
+	}
+	// Processed messages are deleted once their run's final is stored.
+	eventually(t, "no message or subject left in AGENT_IN", func() bool {
+		st := state(events.InboundStream)
+		return st.Msgs == 0 && st.NumSubjects == 0
+	})
+	eventually(t, "the run registry empty (markers expired)", func() bool { return state("KV_"+kvstore.DefaultRunsBucket).Msgs == 0 })
+	// The sweep (every AckWait, 5 s here) forgets sessions idle for 1 s.
+	history := func(session string) int {
+		h, err := c.History(ctx, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(h)
+	}
+	eventually(t, "the last idle session's transcript forgotten", func() bool { return history(fmt.Sprintf("s%d", sessions-1)) == 0 })
+	for i := range sessions {
+		if n := history(fmt.Sprintf("s%d", i)); n != 0 {
+			t.Fatalf("session s%d still has %d entries", i, n)
+		}
+	}
+}
+
+// eventually polls cond until it holds; the deadline only detects a hang.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

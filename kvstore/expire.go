@@ -1,0 +1,194 @@
+package kvstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// What a session leaves in the bucket, and how each part goes away:
+//
+//	T.lease     per-key TTL (LeaseTTL); a release purges it with a marker
+//	            that lives MarkerTTL: never older than a lease TTL
+//	T.tx.<seq>  one record per turn, kept until the session expires
+//	            (Lease.Forget, called by the worker's retention pass)
+//	T.settings  the same
+//
+// The retention pass walks the bucket's stream in sequence (= time) order
+// from a position stored under the key retentionKey, which no lane key can
+// be (every lane key has a dot).
+
+// retentionKey holds the retention pass's scan position.
+const retentionKey = "retention"
+
+// Stored is one message of the bucket's stream as the retention pass reads
+// it.
+type Stored struct {
+	Seq  uint64
+	Time time.Time
+	// Token is the lane the key belongs to; empty for keys of no lane.
+	Token string
+	// Data reports a transcript record or settings (session data the
+	// session's expiry removes), false for leases, delete and purge
+	// markers and the server's TTL markers, which expire on their own.
+	Data bool
+}
+
+// Scan reads the first message of the bucket's stream at or after seq
+// (leader read). ok is false when there is none.
+func (l *Lanes) Scan(ctx context.Context, seq uint64) (st Stored, ok bool, err error) {
+	raw, err := l.stream.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(l.prefix+">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Stored{}, false, nil
+	}
+	if err != nil {
+		return Stored{}, false, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
+	}
+	st = Stored{Seq: raw.Sequence, Time: raw.Time}
+	key := strings.TrimPrefix(raw.Subject, l.prefix)
+	tok, rest, lane := strings.Cut(key, ".")
+	if !lane {
+		return st, true, nil
+	}
+	st.Token = tok
+	marker := len(raw.Data) == 0 || raw.Header.Get("KV-Operation") != "" || raw.Header.Get(jetstream.MarkerReasonHeader) != ""
+	st.Data = !marker && (rest == "settings" || strings.HasPrefix(rest, "tx."))
+	return st, true, nil
+}
+
+// LaneData is what a lane keeps in the bucket, as the retention pass sees it.
+type LaneData struct {
+	Keys      []string  // its transcript records and settings (a removed one's marker may be among them: removing it again is harmless)
+	LastWrite time.Time // when the newest of them was written; zero when there is none
+	Cursor    uint64    // the inbound sequence of its newest record (its cursor)
+}
+
+// Data reads what the lane keeps (leader reads). Its keys come from the
+// stream's subject index (a stream info request filtered by the lane's
+// keys: an index lookup, where a wildcard message lookup would read message
+// blocks), then the newest record and the settings are read by key.
+func (l *Lanes) Data(ctx context.Context, token string) (LaneData, error) {
+	var d LaneData
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(l.prefix+token+".>"))
+	if err != nil {
+		return d, fmt.Errorf("kvstore: keys of %s: %w", token, err)
+	}
+	type record struct {
+		key string
+		seq uint64
+	}
+	var records []record
+	for subj := range info.State.Subjects {
+		key := strings.TrimPrefix(subj, l.prefix)
+		switch rest := strings.TrimPrefix(key, token+"."); {
+		case rest == "settings":
+			d.Keys = append(d.Keys, key)
+		case strings.HasPrefix(rest, "tx."):
+			if seq, ok := recordSeq(subj); ok {
+				records = append(records, record{key, seq})
+				d.Keys = append(d.Keys, key)
+			}
+		}
+	}
+	// The newest record holding a value is the cursor and the last write
+	// (a key already removed keeps only its marker for a while).
+	slices.SortFunc(records, func(a, b record) int { return cmp.Compare(b.seq, a.seq) })
+	for _, r := range records {
+		e, err := l.kv.Get(ctx, r.key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue
+		}
+		if err != nil {
+			return d, fmt.Errorf("kvstore: %s: %w", r.key, err)
+		}
+		d.LastWrite, d.Cursor = e.Created(), r.seq
+		break
+	}
+	e, err := l.kv.Get(ctx, settingsKey(token))
+	switch {
+	case err == nil:
+		if e.Created().After(d.LastWrite) {
+			d.LastWrite = e.Created()
+		}
+	case !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted):
+		return d, fmt.Errorf("kvstore: settings of %s: %w", token, err)
+	}
+	return d, nil
+}
+
+// RetentionPos returns the retention pass's scan position and the key's
+// revision (0, 0 when none is stored).
+func (l *Lanes) RetentionPos(ctx context.Context) (pos, rev uint64, err error) {
+	e, err := l.kv.Get(ctx, retentionKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("kvstore: retention position: %w", err)
+	}
+	if err := decode(e.Key(), e.Revision(), e.Value(), &pos); err != nil {
+		return 0, e.Revision(), err // start over: the pass is idempotent
+	}
+	return pos, e.Revision(), nil
+}
+
+// ErrPosMoved means another worker stored a newer retention position.
+var ErrPosMoved = errors.New("kvstore: the retention position moved")
+
+// SetRetentionPos stores the scan position if the key is still at revision
+// rev (0: not stored yet); ErrPosMoved if another worker moved it first.
+func (l *Lanes) SetRetentionPos(ctx context.Context, pos, rev uint64) error {
+	data, err := msgpack.Marshal(pos)
+	if err != nil {
+		return err
+	}
+	if rev == 0 {
+		_, err = l.kv.Create(ctx, retentionKey, data)
+	} else {
+		_, err = l.kv.Update(ctx, retentionKey, data, rev)
+	}
+	if isWrongLastSeq(err) {
+		return ErrPosMoved
+	}
+	if err != nil {
+		return fmt.Errorf("kvstore: store retention position: %w", err)
+	}
+	return nil
+}
+
+// Forget removes the lane's transcript records and stored settings (keys,
+// from Data) under the lease's fence, and reports how many it removed.
+// Each key gets a purge marker that rolls its value up and expires after
+// the bucket's MarkerTTL, so nothing of the session stays behind but the
+// lease, which its release removes the same way. ErrLeaseLost means a
+// newer owner took the lane: what was not removed yet stays.
+func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
+	l := s.lanes
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, key := range keys {
+		if !strings.HasPrefix(key, s.token+".") || key == leaseKey(s.token) {
+			return i, fmt.Errorf("kvstore: forget %s: %q is not one of its records", s.token, key)
+		}
+		err := s.fenced(ctx, "forget "+key, func(rev uint64) error {
+			m := nats.NewMsg(l.prefix + key)
+			m.Header.Set("KV-Operation", "PURGE")
+			m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+			_, err := l.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(l.cfg.MarkerTTL),
+				jetstream.WithExpectLastSequenceForSubject(rev, l.prefix+leaseKey(s.token)))
+			return err
+		})
+		if err != nil {
+			return i, err
+		}
+	}
+	return len(keys), nil
+}

@@ -1,0 +1,107 @@
+package kvstore
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// TestForgetIsFenced: a lease that lost its lane removes nothing; the
+// lane's holder removes its records and settings, leaving no record for
+// Records or Cursor and no settings; Scan tells data from lease keys and
+// markers, and the retention position is compare-and-swap.
+func TestForgetIsFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 5*time.Second)
+	ctx := t.Context()
+	stale, err := b.lanes.Acquire(ctx, "bob", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		rec := Record{InboundSeq: seq, RunID: "r", Entries: []message.Entry{{Type: message.EntryMessage, ID: "e",
+			Message: &message.Message{Role: message.RoleUser, Content: message.PlainText("hi")}}}}
+		if err := stale.PutRecord(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stale.PutSettings(ctx, []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	// The lane moves on without the stale owner knowing.
+	if err := b.lanes.kv.Purge(ctx, leaseKey("bob")); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := b.lanes.Acquire(ctx, "bob", LeaseInfo{Worker: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.lanes.Data(ctx, "bob")
+	if err != nil || len(d.Keys) != 3 || d.Cursor != 2 || d.LastWrite.IsZero() {
+		t.Fatalf("Data: %+v, %v; want 2 records and settings, cursor 2", d, err)
+	}
+	if n, err := stale.Forget(ctx, d.Keys); !errors.Is(err, ErrLeaseLost) || n != 0 {
+		t.Fatalf("stale Forget: %d keys, %v; want none, ErrLeaseLost", n, err)
+	}
+	if recs, err := b.lanes.Records(ctx, "bob"); err != nil || len(recs) != 2 {
+		t.Fatalf("after the stale Forget: %d records, %v", len(recs), err)
+	}
+	var data, other int
+	for seq := uint64(1); ; {
+		st, ok, err := b.lanes.Scan(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if st.Token != "bob" {
+			t.Fatalf("scan: token %q", st.Token)
+		}
+		if st.Data {
+			data++
+		} else {
+			other++
+		}
+		seq = st.Seq + 1
+	}
+	if data != 3 || other != 1 {
+		t.Fatalf("scan: %d data, %d other messages; want 3 (records, settings) and 1 (lease)", data, other)
+	}
+	if _, err := holder.Forget(ctx, []string{"bob.lease"}); err == nil {
+		t.Fatal("Forget removed the lease")
+	}
+	n, err := holder.Forget(ctx, d.Keys)
+	if err != nil || n != 3 {
+		t.Fatalf("Forget: %d keys, %v; want 3", n, err)
+	}
+	if recs, err := b.lanes.Records(ctx, "bob"); err != nil || len(recs) != 0 {
+		t.Fatalf("after Forget: %d records, %v", len(recs), err)
+	}
+	if cur, err := b.lanes.Cursor(ctx, "bob"); err != nil || cur.Seq != 0 {
+		t.Fatalf("after Forget: cursor %+v, %v", cur, err)
+	}
+	if s, err := b.lanes.Settings(ctx, "bob"); err != nil || s != nil {
+		t.Fatalf("after Forget: settings %q, %v", s, err)
+	}
+	// Only markers are left (they expire after MarkerTTL): nothing written.
+	if d, err := b.lanes.Data(ctx, "bob"); err != nil || d.Cursor != 0 || !d.LastWrite.IsZero() {
+		t.Fatalf("Data after Forget: %+v, %v; want nothing written", d, err)
+	}
+
+	pos, rev, err := b.lanes.RetentionPos(ctx)
+	if err != nil || pos != 0 || rev != 0 {
+		t.Fatalf("no position yet: %d, %d, %v", pos, rev, err)
+	}
+	if err := b.lanes.SetRetentionPos(ctx, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lanes.SetRetentionPos(ctx, 5, 0); !errors.Is(err, ErrPosMoved) {
+		t.Fatalf("a second first position: %v, want ErrPosMoved", err)
+	}
+	if pos, _, err := b.lanes.RetentionPos(ctx); err != nil || pos != 7 {
+		t.Fatalf("position %d, %v; want 7", pos, err)
+	}
+}

@@ -1,0 +1,213 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/retention"
+)
+
+// ExpireStats counts what one retention pass did.
+type ExpireStats struct {
+	Scanned int // stored messages of the lanes bucket read
+	Expired int // sessions forgotten
+	Keys    int // transcript records and settings removed
+	Skipped int // idle sessions left as they were: held, or a message waiting
+}
+
+// maxExpirePerPass bounds the sessions one pass of the sweep forgets; the
+// next pass goes on where it stopped.
+const maxExpirePerPass = 10_000
+
+// expire runs the retention pass of the sweep (Config.SessionTTL), within
+// the sweep's period.
+func (w *Worker) expire(ctx context.Context) {
+	p := retention.Policy{SessionTTL: w.cfg.SessionTTL}
+	if !p.Enabled() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.SweepEvery)
+	defer cancel()
+	st, err := w.ExpireIdle(ctx, p.Cutoff(time.Now()), maxExpirePerPass)
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn().Err(err).Msg("retention pass")
+	}
+	if st.Expired > 0 || st.Skipped > 0 {
+		w.log.Info().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Msg("retention: idle sessions forgotten")
+	}
+}
+
+// ExpireIdle runs one retention pass (see package retention): it walks the
+// lanes bucket from the stored scan position up to cutoff and forgets every
+// session whose last write is older than cutoff, stopping after the batch
+// in which it reached limit, then stores the position it reached. A
+// session is forgotten under its lease, so never while someone runs it,
+// and never while a message waits for it. An error leaves the position at the session it happened on, so
+// the next pass tries that one again; passes of several workers at once
+// are safe (each session is forgotten under its lease) and the position
+// only moves forward.
+func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (ExpireStats, error) {
+	var st ExpireStats
+	pos, rev, err := w.lanes.RetentionPos(ctx)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return st, err
+	}
+	seq, done := pos, false
+	var passErr error
+	for !done && st.Expired < limit && passErr == nil {
+		// A batch of lanes with data written before the cutoff, each
+		// once, in stream order; then each is looked at concurrently.
+		var batch []kvstore.Stored
+		seen := map[string]bool{}
+		next := seq
+		for len(batch) < expireBatch {
+			m, ok, err := w.lanes.Scan(ctx, next)
+			if err != nil {
+				passErr = err
+				break
+			}
+			if !ok || !m.Time.Before(cutoff) {
+				done = true
+				break
+			}
+			st.Scanned++
+			next = m.Seq + 1
+			if m.Data && !seen[m.Token] {
+				seen[m.Token] = true
+				batch = append(batch, m)
+			}
+		}
+		type result struct {
+			forgot bool
+			keys   int
+			err    error
+		}
+		results := make([]result, len(batch))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, expireParallel)
+		for i, m := range batch {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				r := &results[i]
+				r.forgot, r.keys, r.err = w.forgetIdle(ctx, m.Token, cutoff)
+			})
+		}
+		wg.Wait()
+		// The position passes the batch unless a lane failed: then it
+		// stays at the first that did, which the next pass retries.
+		moved := next
+		for i, r := range results {
+			switch {
+			case r.err != nil:
+				if batch[i].Seq < moved {
+					moved = batch[i].Seq
+				}
+				passErr = errors.Join(passErr, r.err)
+			case r.forgot:
+				st.Expired++
+				st.Keys += r.keys
+			case r.keys < 0:
+				st.Skipped++
+			}
+		}
+		seq = moved
+	}
+	if seq != pos {
+		if err := w.lanes.SetRetentionPos(context.WithoutCancel(ctx), seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
+			passErr = errors.Join(passErr, err)
+		}
+	}
+	return st, passErr
+}
+
+// Retention pass sizes: lanes read ahead, and looked at at once.
+const (
+	expireBatch    = 256
+	expireParallel = 16
+)
+
+// forgetIdle forgets the lane if it is idle: its last write before cutoff,
+// nobody holding it, no message waiting. keys is how many keys it removed,
+// or -1 when an idle lane was left because it was held or had a message
+// waiting.
+func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time) (forgot bool, keys int, err error) {
+	d, err := w.lanes.Data(ctx, token)
+	if err != nil {
+		return false, 0, err
+	}
+	if retention.Decide(retention.Lane{LastWrite: d.LastWrite}, cutoff) == retention.Keep {
+		return false, 0, nil
+	}
+	key, err := events.TokenKey(token)
+	if err != nil {
+		return false, 0, nil // not a lane of ours
+	}
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	if errors.Is(err, kvstore.ErrHeld) {
+		return false, -1, nil
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	// The lane is ours now: no owner can start on it, and no write of an
+	// earlier one can land. A turn that committed between the read above
+	// and the acquire wrote a record after the cutoff; a message that
+	// waits is a session about to speak.
+	subj := events.InboundPrefix + token
+	d, lane, err := w.idleState(ctx, token, subj)
+	idle := err == nil && retention.Decide(lane, cutoff) == retention.Forget
+	if idle {
+		keys, err = lease.Forget(ctx, d.Keys)
+	}
+	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil {
+		w.log.Warn().Err(rerr).Str("lane", token).Msg("retention: release lease")
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("lanes: forget %s: %w", token, err)
+	}
+	// A message stored while the lane was held was acked by the worker it
+	// was delivered to, for the holder to drain: take the lane over now.
+	if _, gerr := w.streams.Inbound.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj)); gerr == nil {
+		w.sweepLane(ctx, token, key, subj, "retention: a message arrived while the session was checked")
+	}
+	if !idle {
+		return false, -1, nil
+	}
+	return true, keys, nil
+}
+
+// idleState reads, holding the lane's lease, what it keeps and whether an
+// unprocessed message waits for it. Processed messages left behind are
+// deleted on the way, since the cursor that marks them processed goes with
+// the transcript.
+func (w *Worker) idleState(ctx context.Context, token, subj string) (kvstore.LaneData, retention.Lane, error) {
+	d, err := w.lanes.Data(ctx, token)
+	lane := retention.Lane{LastWrite: d.LastWrite}
+	if err != nil {
+		return d, lane, err
+	}
+	for n := 0; ; n++ {
+		raw, err := w.streams.Inbound.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return d, lane, nil
+		}
+		if err != nil {
+			return d, lane, err
+		}
+		if raw.Sequence > d.Cursor || n >= maxLeftovers {
+			lane.Pending = true
+			return d, lane, nil
+		}
+		if err := w.streams.Inbound.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return d, lane, err
+		}
+	}
+}

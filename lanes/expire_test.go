@@ -1,0 +1,190 @@
+package lanes
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+)
+
+// runWorker runs a worker on its own connection until the test ends and
+// returns it.
+func (f *fleet) runWorker(t *testing.T, h Handler, cfg Config) *Worker {
+	t.Helper()
+	nc := natstest.Connect(t, f.url)
+	js, _ := jetstream.New(nc)
+	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := kvstore.Open(t.Context(), js, kvstore.Config{LeaseTTL: f.lanes.LeaseTTL(), MarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	w, err := NewWorker(js, streams, lanes, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	return w
+}
+
+func (f *fleet) publishSettings(t *testing.T, key string, q *events.QueueSettings) uint64 {
+	t.Helper()
+	subj, _ := events.InboundSubject(key)
+	data, ct, _ := events.EncodeInbound(&events.Inbound{QueueSettings: q}, false)
+	m := nats.NewMsg(subj)
+	m.Data = data
+	m.Header.Set(events.HeaderContentType, ct)
+	ack, err := f.js.PublishMsg(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+func (f *fleet) records(t *testing.T, key string) int {
+	t.Helper()
+	tok, _ := events.KeyToken(key)
+	recs, err := f.lanes.Records(t.Context(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(recs)
+}
+
+// TestExpireIdleForgetsOnlyIdleSessions: a retention pass forgets a
+// session untouched since the cutoff (records and settings), and keeps a
+// session written after it, one whose lane someone holds, and one with a
+// message waiting; a forgotten session that speaks again starts over; a
+// second pass starts where the first stopped.
+func TestExpireIdleForgetsOnlyIdleSessions(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	var (
+		mu      sync.Mutex
+		history = map[string]int{}
+	)
+	h := &echoHandler{hook: func(t *Turn) error {
+		mu.Lock()
+		history[t.SessionKey+"/"+t.Inbound.Text] = len(t.History)
+		mu.Unlock()
+		return nil
+	}}
+	w := f.runWorker(t, h, Config{SweepEvery: -1})
+	for _, key := range []string{"idle", "held", "later", "waiting"} {
+		f.waitFinal(t, key, f.publish(t, key, "one"))
+	}
+	f.waitFinal(t, "idle", f.publishSettings(t, "idle", &events.QueueSettings{Mode: "collect"}))
+	// The pass's cutoff falls here: "later" speaks after it.
+	cutoff := time.Now()
+	f.waitFinal(t, "later", f.publish(t, "later", "two"))
+	held, err := f.lanes.Acquire(t.Context(), "held", kvstore.LeaseInfo{Worker: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A message waits for "waiting": it was stored while its lane was held,
+	// and the worker it was delivered to left it to the holder.
+	waiting, err := f.lanes.Acquire(t.Context(), "waiting", kvstore.LeaseInfo{Worker: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := f.publish(t, "waiting", "two")
+	waitCond(t, "the waiting lane's delivery acked as a follower", func() bool { return w.Stats().FollowerAcks.Load() > 0 })
+	if err := waiting.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := w.ExpireIdle(t.Context(), cutoff, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Expired != 1 || st.Keys != 3 || st.Skipped != 2 {
+		t.Fatalf("pass: %+v, want 1 session (2 records, settings) forgotten, 2 skipped", st)
+	}
+	if n := f.records(t, "idle"); n != 0 {
+		t.Fatalf("idle session still has %d records", n)
+	}
+	if s, err := f.lanes.Settings(t.Context(), "idle"); err != nil || s != nil {
+		t.Fatalf("idle session's settings: %q, %v", s, err)
+	}
+	for key, want := range map[string]int{"held": 1, "later": 2} {
+		if n := f.records(t, key); n != want {
+			t.Fatalf("%s: %d records, want %d", key, n, want)
+		}
+	}
+	// The waiting message is not lost: the pass took its lane over.
+	f.waitFinal(t, "waiting", pending)
+	if n := f.records(t, "waiting"); n != 2 {
+		t.Fatalf("waiting: %d records, want 2", n)
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	again, err := w.ExpireIdle(t.Context(), cutoff, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Expired != 0 || again.Scanned != 0 {
+		t.Fatalf("second pass with the same cutoff: %+v, want nothing scanned", again)
+	}
+	// The forgotten session speaks again: a new session.
+	f.waitFinal(t, "idle", f.publish(t, "idle", "back"))
+	mu.Lock()
+	defer mu.Unlock()
+	if n := history["idle/back"]; n != 0 {
+		t.Fatalf("the forgotten session's next turn saw %d history entries", n)
+	}
+	if history["later/two"] != 2 {
+		t.Fatalf("later's second turn saw %d entries, want 2", history["later/two"])
+	}
+}
+
+// TestSessionTTLSweep: with Config.SessionTTL the sweep forgets a session
+// once it has been idle that long.
+func TestSessionTTLSweep(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	f.runWorker(t, &echoHandler{}, Config{SweepEvery: 100 * time.Millisecond, SessionTTL: time.Second})
+	f.waitFinal(t, "brief", f.publish(t, "brief", "hello"))
+	waitCond(t, "the idle session forgotten", func() bool { return f.records(t, "brief") == 0 })
+}
+
+// TestSessionTTLValidated: a TTL below the minimum is refused.
+func TestSessionTTLValidated(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	if _, err := NewWorker(f.js, f.streams, f.lanes, &echoHandler{}, Config{SessionTTL: time.Millisecond}); err == nil {
+		t.Fatal("a 1ms session TTL was accepted")
+	}
+}
+
+// waitCond polls cond until it holds; the deadline only detects a hang.
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,101 @@
+// Package retention is the fleet's policy for what a session and a run leave
+// behind on the server, and when it goes away. Every per-session and per-run
+// thing is bounded by one of these:
+//
+//	what                                    bounded by
+//	agent.in.<lane> (AGENT_IN)              deleted when processed; a lane's subject
+//	                                        leaves the index with its last message
+//	lanes: <lane>.lease                     per-key TTL (--lease-ttl); released with
+//	                                        a purge marker living MarkerTTL
+//	lanes: <lane>.tx.<seq>, <lane>.settings the session TTL (--session-ttl), below
+//	agent.ev.<lane>.<run>[.fence] (AGENT_EV) the event stream's MaxAge (--event-max-age)
+//	                                        and byte limit
+//	runs: <lane>                            removed when its run ends; a dead run's
+//	                                        entry by the bucket's MaxAge
+//	dispatch deliveries                     one un-acked trigger per owned lane
+//	subscriptions                           an owner's on its lane while it drains;
+//	                                        a follower's on a run while it follows
+//
+// A session untouched for the session TTL (no message processed, no
+// settings stored, nobody holding its lane) is forgotten: its transcript
+// records and stored settings are removed, so it starts over as a new
+// session if it ever speaks again. We chose removal over archiving: an
+// archive would need its own reader in every History path and a restore
+// before a returning session's next turn, while a session's transcript can
+// already be exported (Client.Export, pi session JSONL) by whoever must keep
+// it. 0 keeps sessions forever.
+//
+// The worker's retention pass walks the lanes bucket's stream in sequence
+// order, which is time order, up to the cutoff (now minus the TTL). At a
+// transcript record or settings value written before the cutoff, it asks
+// Decide about that record's lane: a lane whose newest write of any kind is
+// also older than the cutoff is idle and is forgotten (under its lease,
+// after checking that no message waits for it); any other lane wrote later,
+// and the pass will reach that later write in its turn. So one forward pass
+// finds every idle session, remembers only its position, and reads each
+// stored message once.
+package retention
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MinSessionTTL is the shortest session TTL: longer than any lease or
+// marker lives, so a lane's own bookkeeping never looks like activity that
+// outlives it.
+const MinSessionTTL = time.Second
+
+// ErrBadPolicy is returned by Validate.
+var ErrBadPolicy = errors.New("retention: bad policy")
+
+// Policy is the fleet's retention policy. Every worker of a fleet should
+// use the same.
+type Policy struct {
+	// SessionTTL is how long an untouched session's transcript and
+	// settings are kept; 0 = forever.
+	SessionTTL time.Duration
+}
+
+// Validate reports a TTL that is negative or shorter than MinSessionTTL.
+func (p Policy) Validate() error {
+	if p.SessionTTL < 0 || (p.SessionTTL > 0 && p.SessionTTL < MinSessionTTL) {
+		return fmt.Errorf("%w: session TTL %v (0 keeps sessions, else at least %v)", ErrBadPolicy, p.SessionTTL, MinSessionTTL)
+	}
+	return nil
+}
+
+// Enabled reports whether sessions expire at all.
+func (p Policy) Enabled() bool { return p.SessionTTL > 0 }
+
+// Cutoff is the time before which a session's last write makes it idle.
+func (p Policy) Cutoff(now time.Time) time.Time { return now.Add(-p.SessionTTL) }
+
+// Verdict is what the retention pass does with a lane.
+type Verdict int
+
+// Verdicts.
+const (
+	// Keep: the lane was written after the cutoff, or is busy; the pass
+	// moves on (it reaches the lane's later write in its turn).
+	Keep Verdict = iota
+	// Forget: remove the lane's transcript and settings.
+	Forget
+)
+
+// Lane is what the pass knows about a lane when it reaches one of its
+// records written before the cutoff, read while it holds the lane's lease
+// (a lane someone else holds is kept without asking).
+type Lane struct {
+	LastWrite time.Time // its newest transcript record or settings; zero: none (nothing to forget)
+	Pending   bool      // a message waits for it in AGENT_IN
+}
+
+// Decide returns what to do with a lane, given the cutoff.
+func Decide(l Lane, cutoff time.Time) Verdict {
+	if l.Pending || l.LastWrite.IsZero() || !l.LastWrite.Before(cutoff) {
+		return Keep
+	}
+	return Forget
+}

@@ -1,0 +1,62 @@
+package retention
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/internal/deptest"
+)
+
+// TestDeps keeps the policy pure.
+func TestDeps(t *testing.T) {
+	t.Parallel()
+	deptest.NoImports(t, deptest.Contains("nats-io"), deptest.Prefix("github.com/lanefleet/lanefleet/"))
+}
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	cutoff := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		lane Lane
+		want Verdict
+	}{
+		{"written before the cutoff: idle", Lane{LastWrite: cutoff.Add(-time.Second)}, Forget},
+		{"written at the cutoff: kept", Lane{LastWrite: cutoff}, Keep},
+		{"written after the cutoff", Lane{LastWrite: cutoff.Add(time.Second)}, Keep},
+		{"idle but a message waits: about to speak", Lane{LastWrite: cutoff.Add(-time.Hour), Pending: true}, Keep},
+		{"no transcript or settings: nothing to forget", Lane{}, Keep},
+	} {
+		if got := Decide(c.lane, cutoff); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ttl    time.Duration
+		ok, on bool
+	}{
+		{0, true, false},
+		{MinSessionTTL, true, true},
+		{30 * 24 * time.Hour, true, true},
+		{time.Millisecond, false, true},
+		{-time.Hour, false, false},
+	} {
+		p := Policy{SessionTTL: c.ttl}
+		err := p.Validate()
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrBadPolicy)) {
+			t.Errorf("Validate(%v) = %v", c.ttl, err)
+		}
+		if p.Enabled() != c.on {
+			t.Errorf("Enabled(%v) = %v", c.ttl, p.Enabled())
+		}
+	}
+	now := time.Now()
+	if got := (Policy{SessionTTL: time.Hour}).Cutoff(now); !got.Equal(now.Add(-time.Hour)) {
+		t.Errorf("Cutoff = %v", got)
+	}
+}
