@@ -31,7 +31,8 @@ func Example() {
 	// The process serving the hook.
 	hookConn, _ := nats.Connect(srv.ClientURL())
 	defer hookConn.Close()
-	svc, err := hooks.Serve(hookConn, hooks.ServeConfig{Name: "guard"}, hooks.Handlers{
+	svc, err := hooks.Serve(hookConn, hooks.ServeConfig{}, hooks.Hook{
+		Name: "guard",
 		BeforeAgentStart: func(ctx context.Context, ev hooks.StartEvent) (hooks.StartResult, error) {
 			return hooks.StartResult{PrependContext: "The user is on call this week."}, nil
 		},

@@ -26,9 +26,10 @@ func setup(t *testing.T) (hookConn, workerConn *nats.Conn) {
 	return natstest.Connect(t, s.URL), natstest.Connect(t, s.URL)
 }
 
-func serve(t *testing.T, nc *nats.Conn, name string, h hooks.Handlers) *hooks.Service {
+func serve(t *testing.T, nc *nats.Conn, name string, h hooks.Hook) *hooks.Service {
 	t.Helper()
-	svc, err := hooks.Serve(nc, hooks.ServeConfig{Name: name}, h)
+	h.Name = name
+	svc, err := hooks.Serve(nc, hooks.ServeConfig{}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +60,8 @@ func TestStartHooks(t *testing.T) {
 	hc, wc := setup(t)
 	var mu sync.Mutex
 	var calls []string
-	start := func(name, ctxText, sys string, err error) hooks.Handlers {
-		return hooks.Handlers{BeforeAgentStart: func(ctx context.Context, ev hooks.StartEvent) (hooks.StartResult, error) {
+	start := func(name, ctxText, sys string, err error) hooks.Hook {
+		return hooks.Hook{BeforeAgentStart: func(ctx context.Context, ev hooks.StartEvent) (hooks.StartResult, error) {
 			mu.Lock()
 			calls = append(calls, name+":"+ev.Prompt+":"+ev.SessionKey)
 			mu.Unlock()
@@ -77,7 +78,7 @@ func TestStartHooks(t *testing.T) {
 	serve(t, hc, "slow", start("slow", "", "", nil))
 	serve(t, hc, "unlisted", start("unlisted", "never", "never", nil))
 
-	r := registry(t, wc, hooks.Config{Names: []string{"second", "failing", "slow", "first", "missing"}, Timeout: 200 * time.Millisecond})
+	r := registry(t, wc, hooks.Config{Names: []string{"second", "failing", "slow", "first", "missing"}, Timeout: time.Second})
 	var warns []string
 	prepend, sys := agentprompt.RunHooks(t.Context(), r.StartHooks(), agentprompt.HookInput{Prompt: "hi", SessionKey: "s1"},
 		func(err error) { warns = append(warns, err.Error()) })
@@ -99,13 +100,13 @@ func TestStartHooks(t *testing.T) {
 func TestBeforeToolCall(t *testing.T) {
 	t.Parallel()
 	hc, wc := setup(t)
-	serve(t, hc, "rewrite", hooks.Handlers{BeforeToolCall: func(_ context.Context, ev hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
+	serve(t, hc, "rewrite", hooks.Hook{BeforeToolCall: func(_ context.Context, ev hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
 		if ev.ToolName == "write" {
 			return hooks.ToolCallResult{Params: map[string]any{"path": "safe/" + ev.Params["path"].(string)}}, nil
 		}
 		return hooks.ToolCallResult{}, nil
 	}})
-	serve(t, hc, "deny", hooks.Handlers{BeforeToolCall: func(_ context.Context, ev hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
+	serve(t, hc, "deny", hooks.Hook{BeforeToolCall: func(_ context.Context, ev hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
 		switch {
 		case ev.ToolName == "exec":
 			return hooks.ToolCallResult{Block: true, BlockReason: "  no shell  "}, nil
@@ -141,14 +142,14 @@ func TestBeforeToolCall(t *testing.T) {
 func TestToolCallFailure(t *testing.T) {
 	t.Parallel()
 	hc, wc := setup(t)
-	gone := serve(t, hc, "gone", hooks.Handlers{BeforeToolCall: func(context.Context, hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
+	gone := serve(t, hc, "gone", hooks.Hook{BeforeToolCall: func(context.Context, hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
 		return hooks.ToolCallResult{}, nil
 	}})
-	serve(t, hc, "slow", hooks.Handlers{BeforeToolCall: func(ctx context.Context, _ hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
+	serve(t, hc, "slow", hooks.Hook{BeforeToolCall: func(ctx context.Context, _ hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
 		<-ctx.Done()
 		return hooks.ToolCallResult{}, nil
 	}})
-	serve(t, hc, "failing", hooks.Handlers{BeforeToolCall: func(context.Context, hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
+	serve(t, hc, "failing", hooks.Hook{BeforeToolCall: func(context.Context, hooks.ToolCallEvent) (hooks.ToolCallResult, error) {
 		panic("bug")
 	}})
 	hostile := map[string]string{
@@ -168,11 +169,23 @@ func TestToolCallFailure(t *testing.T) {
 	var regs []reg
 	for _, name := range []string{"gone", "slow", "failing", "big", "deep", "params", "junk", "two"} {
 		for _, mode := range []hooks.FailMode{hooks.FailClosed, hooks.FailOpen} {
-			r := registry(t, wc, hooks.Config{Names: []string{name}, Timeout: 300 * time.Millisecond, ToolFailure: mode, Window: 50 * time.Millisecond})
-			if !r.Serves(name, hooks.BeforeToolCall) {
-				t.Fatalf("%s not discovered", name)
+			r, err := hooks.NewRegistry(wc, hooks.Config{Names: []string{name}, Timeout: 300 * time.Millisecond, ToolFailure: mode, Window: time.Second})
+			if err != nil {
+				t.Fatal(err)
 			}
 			regs = append(regs, reg{name, mode, r})
+		}
+	}
+	// Discover concurrently: each refresh waits out its window.
+	var wg sync.WaitGroup
+	errs := make([]error, len(regs))
+	for i, g := range regs {
+		wg.Go(func() { errs[i] = g.r.Refresh(t.Context()) })
+	}
+	wg.Wait()
+	for i, g := range regs {
+		if errs[i] != nil || !g.r.Serves(g.name, hooks.BeforeToolCall) {
+			t.Fatalf("%s not discovered: %v", g.name, errs[i])
 		}
 	}
 	if err := gone.Stop(); err != nil {
@@ -208,7 +221,7 @@ func rawHook(t *testing.T, nc *nats.Conn, replies map[string]string) {
 		}
 		t.Cleanup(func() { _ = svc.Stop() })
 		err = svc.AddEndpoint(string(hooks.BeforeToolCall), micro.HandlerFunc(func(req micro.Request) { _ = req.Respond([]byte(body)) }),
-			micro.WithEndpointSubject(hooks.Subject(name, hooks.BeforeToolCall)), micro.WithEndpointMetadata(map[string]string{hooks.MetaHook: name}))
+			micro.WithEndpointSubject(hooks.Subject(name, hooks.BeforeToolCall)), micro.WithEndpointMetadata(map[string]string{hooks.MetaHook: name, hooks.MetaKind: string(hooks.BeforeToolCall)}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,8 +239,8 @@ func TestDiscoveryRefuses(t *testing.T) {
 	}
 	defer svc.Stop()
 	nop := micro.HandlerFunc(func(req micro.Request) { _ = req.Respond([]byte(`{}`)) })
-	_ = svc.AddEndpoint(string(hooks.BeforeToolCall), nop, micro.WithEndpointSubject("agent.tool.exec"), micro.WithEndpointMetadata(map[string]string{hooks.MetaHook: "guard"}))
-	_ = svc.AddEndpoint("after_everything", nop, micro.WithEndpointSubject("agent.hook.guard.after_everything"), micro.WithEndpointMetadata(map[string]string{hooks.MetaHook: "guard"}))
+	_ = svc.AddEndpoint(string(hooks.BeforeToolCall), nop, micro.WithEndpointSubject("agent.tool.exec"), micro.WithEndpointMetadata(map[string]string{hooks.MetaHook: "guard", hooks.MetaKind: string(hooks.BeforeToolCall)}))
+	_ = svc.AddEndpoint("after_everything", nop, micro.WithEndpointSubject("agent.hook.guard.after_everything"), micro.WithEndpointMetadata(map[string]string{hooks.MetaHook: "guard", hooks.MetaKind: "after_everything"}))
 	r := registry(t, wc, hooks.Config{Names: []string{"guard"}})
 	for _, k := range hooks.Kinds() {
 		if r.Serves("guard", k) {
@@ -251,7 +264,7 @@ func TestAgentEnd(t *testing.T) {
 	t.Parallel()
 	hc, wc := setup(t)
 	got := make(chan hooks.EndEvent, 4)
-	serve(t, hc, "audit", hooks.Handlers{AgentEnd: func(_ context.Context, ev hooks.EndEvent) { got <- ev }})
+	serve(t, hc, "audit", hooks.Hook{AgentEnd: func(_ context.Context, ev hooks.EndEvent) { got <- ev }})
 	r := registry(t, wc, hooks.Config{Names: []string{"audit"}})
 	r.AgentEnd(runner.EndHookInput{SessionKey: "s", RunID: "9", Attempt: 2, Result: &events.Result{Payloads: []events.Payload{{Text: "done"}}}})
 	ev := <-got

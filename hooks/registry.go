@@ -165,7 +165,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	defer r.mu.Unlock()
 	for _, info := range infos {
 		for _, ep := range info.Endpoints {
-			name, kind := ep.Metadata[MetaHook], Kind(ep.Name)
+			name, kind := ep.Metadata[MetaHook], Kind(ep.Metadata[MetaKind])
 			switch {
 			case !slices.Contains(r.cfg.Names, name):
 				continue

@@ -15,10 +15,12 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Handlers are the kinds one hook serves; a nil field is a kind it does
-// not serve. Each handler runs on its own goroutine with a context that
-// ends when the worker stops waiting or the Service stops.
-type Handlers struct {
+// Hook is one hook a process serves: its name (what workers list in
+// --hooks) and the kinds it handles; a nil handler is a kind it does not
+// serve. Each handler runs on its own goroutine with a context that ends
+// when the worker stops waiting or the Service stops.
+type Hook struct {
+	Name string
 	// BeforeAgentStart returns the hook's contribution to a run's prompt.
 	// An error contributes nothing (the worker warns).
 	BeforeAgentStart func(ctx context.Context, ev StartEvent) (StartResult, error)
@@ -31,8 +33,6 @@ type Handlers struct {
 
 // ServeConfig configures Serve.
 type ServeConfig struct {
-	// Name is the hook's name, what workers list in --hooks.
-	Name string
 	// Version is the service's SemVer version; "0.1.0" when empty.
 	Version string
 	// MaxConcurrent caps the handlers running at once; 64 when 0.
@@ -47,10 +47,12 @@ type ServeConfig struct {
 // flushTimeout bounds the flushes of Serve and Stop.
 const flushTimeout = 5 * time.Second
 
-// Service is a hook served over NATS: a micro service named ServiceName
-// with one endpoint per kind served, on agent.hook.<name>.<kind>, in the
-// micro default queue group (the processes serving one hook share its
-// calls).
+// Service is a set of hooks served over NATS: one micro service named
+// ServiceName with one endpoint per hook and kind, on
+// agent.hook.<name>.<kind>, in the micro default queue group (the
+// processes serving one hook share its calls). One service answers a
+// discovery request once, whatever the number of hooks, which is what the
+// hook-server permission allows.
 type Service struct {
 	micro.Service
 	nc  *nats.Conn
@@ -65,15 +67,27 @@ type Service struct {
 	calls    sync.WaitGroup
 }
 
-// Serve serves the hook cfg.Name on nc. It returns an error when the name
-// is not valid (ValidName), h serves no kind, or micro cannot add the
+// handlerFunc decodes one request and runs a hook's handler.
+type handlerFunc func(context.Context, []byte) (any, error)
+
+// Serve serves hs on nc. It returns an error when a name is not valid
+// (ValidName) or repeated, a hook handles no kind, or micro cannot add the
 // service or its endpoints.
-func Serve(nc *nats.Conn, cfg ServeConfig, h Handlers) (*Service, error) {
-	if !ValidName(cfg.Name) {
-		return nil, fmt.Errorf("hooks: serve: hook name %q must be 1-64 letters, digits, '_' or '-'", cfg.Name)
+func Serve(nc *nats.Conn, cfg ServeConfig, hs ...Hook) (*Service, error) {
+	if len(hs) == 0 {
+		return nil, errors.New("hooks: serve: no hooks")
 	}
-	if h.BeforeAgentStart == nil && h.BeforeToolCall == nil && h.AgentEnd == nil {
-		return nil, fmt.Errorf("hooks: serve: hook %s handles no kind", cfg.Name)
+	seen := map[string]bool{}
+	for _, h := range hs {
+		switch {
+		case !ValidName(h.Name):
+			return nil, fmt.Errorf("hooks: serve: hook name %q must be 1-64 letters, digits, '_' or '-'", h.Name)
+		case seen[h.Name]:
+			return nil, fmt.Errorf("hooks: serve: hook %s given twice", h.Name)
+		case h.BeforeAgentStart == nil && h.BeforeToolCall == nil && h.AgentEnd == nil:
+			return nil, fmt.Errorf("hooks: serve: hook %s handles no kind", h.Name)
+		}
+		seen[h.Name] = true
 	}
 	if cfg.Version == "" {
 		cfg.Version = "0.1.0"
@@ -84,8 +98,7 @@ func Serve(nc *nats.Conn, cfg ServeConfig, h Handlers) (*Service, error) {
 	if cfg.AgentEndTimeout <= 0 {
 		cfg.AgentEndTimeout = time.Minute
 	}
-	ms, err := micro.AddService(nc, micro.Config{Name: ServiceName, Version: cfg.Version,
-		Description: "lanefleet hook " + cfg.Name, Metadata: map[string]string{MetaHook: cfg.Name},
+	ms, err := micro.AddService(nc, micro.Config{Name: ServiceName, Version: cfg.Version, Description: "lanefleet run hooks",
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			cfg.Logger.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("hooks: subscription error")
 		}})
@@ -94,44 +107,18 @@ func Serve(nc *nats.Conn, cfg ServeConfig, h Handlers) (*Service, error) {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Service{Service: ms, nc: nc, cfg: cfg, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent)}
-	eps := map[Kind]func(context.Context, []byte) (any, error){}
-	if f := h.BeforeAgentStart; f != nil {
-		eps[BeforeAgentStart] = func(ctx context.Context, data []byte) (any, error) {
-			var ev StartEvent
-			if err := json.Unmarshal(data, &ev); err != nil {
-				return nil, badRequest{err}
+	for _, h := range hs {
+		for _, k := range Kinds() {
+			f := handlerOf(h, k)
+			if f == nil {
+				continue
 			}
-			return f(ctx, ev)
-		}
-	}
-	if f := h.BeforeToolCall; f != nil {
-		eps[BeforeToolCall] = func(ctx context.Context, data []byte) (any, error) {
-			var ev ToolCallEvent
-			if err := json.Unmarshal(data, &ev); err != nil {
-				return nil, badRequest{err}
+			err := ms.AddEndpoint(h.Name+"-"+string(k), s.handler(h.Name, k, f), micro.WithEndpointSubject(Subject(h.Name, k)),
+				micro.WithEndpointMetadata(map[string]string{MetaHook: h.Name, MetaKind: string(k)}))
+			if err != nil {
+				_ = s.Stop()
+				return nil, fmt.Errorf("hooks: serve: %s %s: %w", h.Name, k, err)
 			}
-			return f(ctx, ev)
-		}
-	}
-	if f := h.AgentEnd; f != nil {
-		eps[AgentEnd] = func(ctx context.Context, data []byte) (any, error) {
-			var ev EndEvent
-			if err := json.Unmarshal(data, &ev); err != nil {
-				return nil, badRequest{err}
-			}
-			f(ctx, ev)
-			return nil, nil
-		}
-	}
-	for _, k := range Kinds() {
-		f, ok := eps[k]
-		if !ok {
-			continue
-		}
-		if err := ms.AddEndpoint(string(k), s.handler(k, f), micro.WithEndpointSubject(Subject(cfg.Name, k)),
-			micro.WithEndpointMetadata(map[string]string{MetaHook: cfg.Name})); err != nil {
-			_ = s.Stop()
-			return nil, fmt.Errorf("hooks: serve: %s: %w", k, err)
 		}
 	}
 	if err := nc.FlushTimeout(flushTimeout); err != nil {
@@ -139,6 +126,38 @@ func Serve(nc *nats.Conn, cfg ServeConfig, h Handlers) (*Service, error) {
 		return nil, fmt.Errorf("hooks: serve: flush: %w", err)
 	}
 	return s, nil
+}
+
+// handlerOf returns h's handler of kind k, nil when h does not serve it.
+func handlerOf(h Hook, k Kind) handlerFunc {
+	switch {
+	case k == BeforeAgentStart && h.BeforeAgentStart != nil:
+		return func(ctx context.Context, data []byte) (any, error) {
+			var ev StartEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return nil, badRequest{err}
+			}
+			return h.BeforeAgentStart(ctx, ev)
+		}
+	case k == BeforeToolCall && h.BeforeToolCall != nil:
+		return func(ctx context.Context, data []byte) (any, error) {
+			var ev ToolCallEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return nil, badRequest{err}
+			}
+			return h.BeforeToolCall(ctx, ev)
+		}
+	case k == AgentEnd && h.AgentEnd != nil:
+		return func(ctx context.Context, data []byte) (any, error) {
+			var ev EndEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return nil, badRequest{err}
+			}
+			h.AgentEnd(ctx, ev)
+			return nil, nil
+		}
+	}
+	return nil
 }
 
 // badRequest marks a request that does not decode.
@@ -168,7 +187,7 @@ func (s *Service) Stop() error {
 
 // handler takes a request off micro's subscription goroutine and runs it
 // on its own, so a slow handler does not hold up the next request.
-func (s *Service) handler(kind Kind, f func(context.Context, []byte) (any, error)) micro.HandlerFunc {
+func (s *Service) handler(name string, kind Kind, f handlerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
 		reply, data, hdr := req.Reply(), req.Data(), req.Headers()
 		if reply == "" && kind != AgentEnd {
@@ -178,14 +197,14 @@ func (s *Service) handler(kind Kind, f func(context.Context, []byte) (any, error
 		select {
 		case s.slots <- struct{}{}:
 		case <-s.ctx.Done():
-			s.respondError(reply, CodeUnavailable, "hook "+s.cfg.Name+" is stopping")
+			s.respondError(name, reply, CodeUnavailable, "hook "+name+" is stopping")
 			return
 		}
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
 			<-s.slots
-			s.respondError(reply, CodeUnavailable, "hook "+s.cfg.Name+" is stopping")
+			s.respondError(name, reply, CodeUnavailable, "hook "+name+" is stopping")
 			return
 		}
 		s.calls.Add(1)
@@ -193,7 +212,7 @@ func (s *Service) handler(kind Kind, f func(context.Context, []byte) (any, error
 		go func() {
 			defer s.calls.Done()
 			defer func() { <-s.slots }()
-			s.serve(kind, f, reply, data, nats.Header(hdr))
+			s.serve(name, kind, f, reply, data, nats.Header(hdr))
 		}()
 	}
 }
@@ -203,13 +222,12 @@ func (s *Service) handler(kind Kind, f func(context.Context, []byte) (any, error
 var errCallerTimeout = errors.New("the worker stopped waiting")
 
 // serve runs one handler and replies.
-func (s *Service) serve(kind Kind, f func(context.Context, []byte) (any, error), reply string, data []byte, hdr nats.Header) {
-	name := s.cfg.Name
+func (s *Service) serve(name string, kind Kind, f handlerFunc, reply string, data []byte, hdr nats.Header) {
 	timeout := s.cfg.AgentEndTimeout
 	if v := hdr.Get(HeaderTimeout); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 {
-			s.respondError(reply, CodeBadRequest, fmt.Sprintf("hook %s got a malformed %s header %q", name, HeaderTimeout, v))
+			s.respondError(name, reply, CodeBadRequest, fmt.Sprintf("hook %s got a malformed %s header %q", name, HeaderTimeout, v))
 			return
 		}
 		timeout = min(time.Duration(ms)*time.Millisecond, MaxTimeout)
@@ -217,6 +235,12 @@ func (s *Service) serve(kind Kind, f func(context.Context, []byte) (any, error),
 	ctx, cancel := context.WithTimeoutCause(s.ctx, timeout, errCallerTimeout)
 	defer cancel()
 	res, err := call(ctx, f, data)
+	if err == nil && ctx.Err() != nil {
+		// The worker stopped waiting: whatever the handler decided
+		// came too late (and a handler that merely gave up must not
+		// read as "allow").
+		err = context.Cause(ctx)
+	}
 	if pe := (*panicError)(nil); errors.As(err, &pe) {
 		s.cfg.Logger.Error().Str("hook", name).Str("kind", string(kind)).Interface("panic", pe.value).Bytes("stack", pe.stack).Msg("hooks: handler panicked")
 	}
@@ -230,13 +254,13 @@ func (s *Service) serve(kind Kind, f func(context.Context, []byte) (any, error),
 		var br badRequest
 		switch cause := context.Cause(ctx); {
 		case errors.As(err, &br):
-			s.respondError(reply, CodeBadRequest, fmt.Sprintf("hook %s (%s) got a %v", name, kind, err))
+			s.respondError(name, reply, CodeBadRequest, fmt.Sprintf("hook %s (%s) got a %v", name, kind, err))
 		case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
-			s.respondError(reply, CodeTimeout, fmt.Sprintf("hook %s (%s) timed out after %s", name, kind, timeout))
+			s.respondError(name, reply, CodeTimeout, fmt.Sprintf("hook %s (%s) timed out after %s", name, kind, timeout))
 		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
-			s.respondError(reply, CodeFailed, fmt.Sprintf("hook %s (%s) was stopped before it finished", name, kind))
+			s.respondError(name, reply, CodeFailed, fmt.Sprintf("hook %s (%s) was stopped before it finished", name, kind))
 		default:
-			s.respondError(reply, CodeFailed, err.Error())
+			s.respondError(name, reply, CodeFailed, err.Error())
 		}
 		return
 	}
@@ -245,7 +269,7 @@ func (s *Service) serve(kind Kind, f func(context.Context, []byte) (any, error),
 		err = fmt.Errorf("%d bytes; the limit is %d", len(out), MaxReplyBytes)
 	}
 	if err != nil {
-		s.respondError(reply, CodeFailed, fmt.Sprintf("hook %s (%s) produced a reply that cannot be sent: %v", name, kind, err))
+		s.respondError(name, reply, CodeFailed, fmt.Sprintf("hook %s (%s) produced a reply that cannot be sent: %v", name, kind, err))
 		return
 	}
 	if err := s.nc.Publish(reply, out); err != nil {
@@ -254,7 +278,7 @@ func (s *Service) serve(kind Kind, f func(context.Context, []byte) (any, error),
 }
 
 // call runs f, turning a panic into an error.
-func call(ctx context.Context, f func(context.Context, []byte) (any, error), data []byte) (res any, err error) {
+func call(ctx context.Context, f handlerFunc, data []byte) (res any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			res, err = nil, &panicError{value: r, stack: debug.Stack()}
@@ -274,15 +298,15 @@ func (p *panicError) Error() string { return fmt.Sprintf("panic: %v", p.value) }
 
 // respondError sends a micro error reply; without a reply subject it only
 // logs.
-func (s *Service) respondError(reply, code, text string) {
+func (s *Service) respondError(name, reply, code, text string) {
 	if reply == "" {
-		s.cfg.Logger.Warn().Str("hook", s.cfg.Name).Str("code", code).Msg(text)
+		s.cfg.Logger.Warn().Str("hook", name).Str("code", code).Msg(text)
 		return
 	}
 	body, _ := json.Marshal(errorBody{Error: text})
 	msg := &nats.Msg{Subject: reply, Data: body, Header: nats.Header{
 		micro.ErrorHeader: []string{headerLine(text)}, micro.ErrorCodeHeader: []string{code}}}
 	if err := s.nc.PublishMsg(msg); err != nil {
-		s.cfg.Logger.Warn().Err(err).Str("hook", s.cfg.Name).Msg("hooks: error reply not sent")
+		s.cfg.Logger.Warn().Err(err).Str("hook", name).Msg("hooks: error reply not sent")
 	}
 }

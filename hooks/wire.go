@@ -40,6 +40,8 @@ const (
 	SubjectPrefix = "agent.hook."
 	// MetaHook is the endpoint metadata key holding the hook's name.
 	MetaHook = "hook"
+	// MetaKind is the endpoint metadata key holding the hook's kind.
+	MetaKind = "kind"
 	// HeaderTimeout, on a request, is how many milliseconds the worker
 	// waits for the reply; the service cancels the handler's context then.
 	HeaderTimeout = "Lanefleet-Hook-Timeout-Ms"

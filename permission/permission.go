@@ -247,7 +247,9 @@ func (g Grant) Permissions() (Permissions, error) {
 		for _, name := range g.Hooks {
 			p.Subscribe = append(p.Subscribe, HookPrefix+name+".*")
 		}
-		// One reply per before_agent_start or before_tool_call request.
+		// One reply per discovery ($SRV.INFO: a process serves all its
+		// hooks as one micro service) and per before_agent_start or
+		// before_tool_call request.
 		p.Responses = &Responses{Max: 1, Expires: HookResponseTTL}
 	}
 	p.Publish = sortedSet(p.Publish)
