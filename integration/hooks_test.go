@@ -82,7 +82,7 @@ func TestHooksThroughTheFleet(t *testing.T) {
 	root := t.TempDir()
 	startMember(t, a.url(), fleet.Config{WorkerID: "w1", User: "worker", Password: a.passwords["worker"],
 		ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1", WorkspaceRoot: root, Env: func(string) string { return "" },
-		Hooks: fleet.HooksConfig{Names: []string{"slow", "context", "guard", "unserved"}, Timeout: 500 * time.Millisecond}})
+		Hooks: fleet.HooksConfig{Names: []string{"slow", "context", "guard", "unserved"}, Timeout: 2 * time.Second}})
 
 	alice := a.connectAs(t, "alice")
 	live := subscribeEvents(t, alice, session)
