@@ -1,7 +1,7 @@
 package message
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -42,7 +42,20 @@ type Entry struct {
 
 	// Fields holds every other top-level field, encoded back unchanged.
 	Fields map[string]any
+
+	// Raw is the line the entry was read from, verbatim (without its
+	// newline), when it came from an imported session file; nil
+	// otherwise. sessionfile.Write writes it back instead of re-encoding
+	// the entry while it still decodes to the same entry, so an imported
+	// file exports byte for byte. It travels in msgpack (storage, the lane
+	// service's history when asked for) and never in JSON.
+	Raw []byte
 }
+
+// rawKey is the msgpack key of Entry.Raw: a NUL cannot start a key pi
+// writes, and a JSON line that has one keeps it as a field (it is only read
+// back from msgpack, as a binary value).
+const rawKey = "\x00raw"
 
 // IsHeader reports whether e is a session header line.
 func (e *Entry) IsHeader() bool { return e.Type == EntrySession }
@@ -59,6 +72,7 @@ func (e Entry) Clone() Entry {
 		c.Message = &m
 	}
 	c.Fields = cloneMap(e.Fields)
+	c.Raw = bytes.Clone(e.Raw)
 	return c
 }
 
@@ -136,8 +150,9 @@ func entryFromObj(o obj) (Entry, error) {
 	return e, nil
 }
 
-// MarshalJSON encodes the entry as one pi session line (without newline).
-func (e Entry) MarshalJSON() ([]byte, error) { return json.Marshal(e.toObj()) }
+// MarshalJSON encodes the entry as one pi session line (without newline),
+// in pi's key order (AppendJSON).
+func (e Entry) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil), nil }
 
 // UnmarshalJSON decodes one session line, keeping unknown fields.
 func (e *Entry) UnmarshalJSON(data []byte) error {
@@ -154,7 +169,13 @@ func (e *Entry) UnmarshalJSON(data []byte) error {
 }
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
-func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeMsgpackObj(enc, e.toObj()) }
+func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
+	o := e.toObj()
+	if _, taken := o[rawKey]; e.Raw != nil && !taken {
+		o[rawKey] = e.Raw
+	}
+	return encodeMsgpackObj(enc, o)
+}
 
 // DecodeMsgpack implements msgpack.CustomDecoder.
 func (e *Entry) DecodeMsgpack(dec *msgpack.Decoder) error {
@@ -162,10 +183,15 @@ func (e *Entry) DecodeMsgpack(dec *msgpack.Decoder) error {
 	if err != nil {
 		return fmt.Errorf("message: entry: %w", err)
 	}
+	raw, _ := o[rawKey].([]byte)
+	if raw != nil {
+		delete(o, rawKey)
+	}
 	v, err := entryFromObj(o)
 	if err != nil {
 		return err
 	}
+	v.Raw = raw
 	*e = v
 	return nil
 }
