@@ -52,9 +52,9 @@ type Entry struct {
 	Raw []byte
 }
 
-// rawKey is the msgpack key of Entry.Raw: a NUL cannot start a key pi
-// writes, and a JSON line that has one keeps it as a field (it is only read
-// back from msgpack, as a binary value).
+// rawKey is the msgpack key of a stored Entry.Raw (see EncodeMsgpack): an
+// entry's fields always include "type", so a map of this key alone is a
+// stored line, whatever fields a hostile line has.
 const rawKey = "\x00raw"
 
 // IsHeader reports whether e is a session header line.
@@ -168,13 +168,21 @@ func (e *Entry) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// EncodeMsgpack implements msgpack.CustomEncoder.
+// EncodeMsgpack implements msgpack.CustomEncoder. An entry whose Raw line
+// still decodes to it is encoded as that line alone (a map of one binary
+// value under rawKey), so storing an imported file costs what the file
+// does; any other entry as its fields, without a stale Raw.
 func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
-	o := e.toObj()
-	if _, taken := o[rawKey]; e.Raw != nil && !taken {
-		o[rawKey] = e.Raw
+	if e.RawFaithful() {
+		if err := enc.EncodeMapLen(1); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(rawKey); err != nil {
+			return err
+		}
+		return enc.EncodeBytes(e.Raw)
 	}
-	return encodeMsgpackObj(enc, o)
+	return encodeMsgpackObj(enc, e.toObj())
 }
 
 // DecodeMsgpack implements msgpack.CustomDecoder.
@@ -183,17 +191,48 @@ func (e *Entry) DecodeMsgpack(dec *msgpack.Decoder) error {
 	if err != nil {
 		return fmt.Errorf("message: entry: %w", err)
 	}
-	raw, _ := o[rawKey].([]byte)
-	if raw != nil {
-		delete(o, rawKey)
+	if raw, ok := o[rawKey].([]byte); ok && len(o) == 1 {
+		v, err := decodeRawLine(raw)
+		if err != nil {
+			return fmt.Errorf("message: entry: stored line: %w", err)
+		}
+		*e = v
+		return nil
 	}
 	v, err := entryFromObj(o)
 	if err != nil {
 		return err
 	}
-	v.Raw = raw
 	*e = v
 	return nil
+}
+
+// decodeRawLine decodes a session line into an entry that keeps it as Raw.
+func decodeRawLine(raw []byte) (Entry, error) {
+	o, err := decodeJSONObject(bytes.TrimSpace(raw))
+	if err != nil {
+		return Entry{}, err
+	}
+	v, err := entryFromObj(o)
+	if err != nil {
+		return Entry{}, err
+	}
+	v.Raw = raw
+	return v, nil
+}
+
+// RawFaithful reports whether e.Raw is one line that decodes to e itself,
+// so writing it gives back what was read: false without Raw, or when e was
+// changed after it was read (a copy with a new id, a cut result).
+func (e *Entry) RawFaithful() bool {
+	if len(e.Raw) == 0 || bytes.IndexByte(e.Raw, '\n') >= 0 {
+		return false
+	}
+	d, err := decodeRawLine(e.Raw)
+	if err != nil {
+		return false
+	}
+	return bytes.Equal(d.AppendJSON(nil), e.AppendJSON(nil))
 }
 
 // EntryFromMap builds an entry from one decoded JSON line whose values are

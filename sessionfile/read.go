@@ -151,7 +151,7 @@ func Write(w io.Writer, f *File) error {
 	bw := bufio.NewWriterSize(w, 32<<10)
 	var buf []byte
 	put := func(e *message.Entry) error {
-		if Faithful(e) {
+		if e.RawFaithful() {
 			bw.Write(e.Raw)
 		} else {
 			buf = e.AppendJSON(buf[:0])
@@ -171,20 +171,6 @@ func Write(w io.Writer, f *File) error {
 		return fmt.Errorf("sessionfile: write: %w", err)
 	}
 	return nil
-}
-
-// Faithful reports whether e.Raw is a line that decodes to e itself, so
-// writing it gives back what was read: false without Raw, or when e was
-// changed after it was read.
-func Faithful(e *message.Entry) bool {
-	if len(e.Raw) == 0 || bytes.IndexByte(e.Raw, '\n') >= 0 {
-		return false
-	}
-	d, err := decodeEntry(bytes.TrimSpace(e.Raw))
-	if err != nil {
-		return false
-	}
-	return bytes.Equal(d.AppendJSON(nil), e.AppendJSON(nil))
 }
 
 // NewEntryID returns a fresh entry id: 8 random hex digits, as pi writes.

@@ -161,4 +161,20 @@ func TestChangedEntryIsReencoded(t *testing.T) {
 	if orig := strings.Split(string(data), "\n"); lines[2] != orig[2] {
 		t.Fatalf("an unchanged line changed:\n%s\n%s", lines[2], orig[2])
 	}
+
+	// A copy with a new id (a turn re-appending a branch) is stored as
+	// itself, not as the line it was copied from.
+	c := f.Entries[1].Clone()
+	c.ID = "newid"
+	b, err := msgpack.Marshal(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d message.Entry
+	if err := msgpack.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.ID != "newid" || d.Raw != nil {
+		t.Fatalf("stored copy: id %q, raw %q", d.ID, d.Raw)
+	}
 }
