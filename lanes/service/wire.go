@@ -76,8 +76,8 @@ type HistoryReply struct {
 	// imported.
 	Header *message.Entry `msgpack:"h,omitempty"`
 	More   bool           `msgpack:"m,omitempty"` // ask again with Next and Skip
-	Next      uint64 `msgpack:"n,omitempty"`
-	Skip      int    `msgpack:"k,omitempty"`
+	Next   uint64         `msgpack:"n,omitempty"`
+	Skip   int            `msgpack:"k,omitempty"`
 }
 
 // EventsRequest asks for a run's stored events from event sequence From.
