@@ -32,7 +32,7 @@ func TestHooksThroughTheFleet(t *testing.T) {
 	const session = "hooks:1"
 	a := newAuthFleet(t, []permission.User{
 		{Grant: permission.Grant{Role: permission.Worker, User: "worker"}},
-		{Grant: permission.Grant{Role: permission.Sender, User: "alice", Sessions: []string{session}}},
+		{Grant: permission.Grant{Role: permission.Sender, User: "alice", Sessions: []string{session, "hooks:slow"}}},
 		{Grant: permission.Grant{Role: permission.HookServer, User: "hooks", Hooks: []string{"context", "guard", "slow"}}},
 	}, "")
 	_, v := a.start(t)
@@ -66,9 +66,12 @@ func TestHooksThroughTheFleet(t *testing.T) {
 			},
 			AgentEnd: func(_ context.Context, ev hooks.EndEvent) { ended <- ev },
 		},
-		hooks.Hook{Name: "slow", BeforeAgentStart: func(ctx context.Context, _ hooks.StartEvent) (hooks.StartResult, error) {
-			<-ctx.Done()
-			return hooks.StartResult{PrependContext: "too late"}, nil
+		hooks.Hook{Name: "slow", BeforeAgentStart: func(ctx context.Context, ev hooks.StartEvent) (hooks.StartResult, error) {
+			if ev.SessionKey == "hooks:slow" {
+				<-ctx.Done()
+				return hooks.StartResult{PrependContext: "too late"}, nil
+			}
+			return hooks.StartResult{}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -77,12 +80,12 @@ func TestHooksThroughTheFleet(t *testing.T) {
 
 	cs := newChatServer(t,
 		sseToolCalls([2]string{"write", `{"path":"secret.txt","content":"s3cr3t"}`}, [2]string{"write", `{"path":"a.md","content":"hello"}`}),
-		sseText("All done."))
+		sseText("All done."), sseText("Still here."))
 	models, profiles := acmeFiles(t, cs.URL)
 	root := t.TempDir()
 	startMember(t, a.url(), fleet.Config{WorkerID: "w1", User: "worker", Password: a.passwords["worker"],
 		ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1", WorkspaceRoot: root, Env: func(string) string { return "" },
-		Hooks: fleet.HooksConfig{Names: []string{"slow", "context", "guard", "unserved"}, Timeout: 2 * time.Second}})
+		Hooks: fleet.HooksConfig{Names: []string{"slow", "context", "guard", "unserved"}, Timeout: time.Second}})
 
 	alice := a.connectAs(t, "alice")
 	live := subscribeEvents(t, alice, session)
@@ -134,6 +137,19 @@ func TestHooksThroughTheFleet(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no agent_end")
+	}
+	// A hook that does not answer in time only warns: the run goes on
+	// without its context.
+	slow := subscribeEvents(t, alice, "hooks:slow")
+	run = sendRaw(t, alice, "hooks:slow", events.Inbound{Text: "and now?"})
+	if evs := slow.run(t, run); evs[len(evs)-1].Data.Result == nil || evs[len(evs)-1].Data.Result.Meta.Error != nil {
+		t.Fatalf("slow hook's run: %+v", evs[len(evs)-1].Data.Result)
+	}
+	cs.mu.Lock()
+	last, _ := json.Marshal(cs.requests[len(cs.requests)-1])
+	cs.mu.Unlock()
+	if strings.Contains(string(last), "too late") || !strings.Contains(string(last), `Hook context: the user is on call.\n\nand now?`) {
+		t.Fatalf("the model's request after a slow hook: %s", last)
 	}
 	if vs := v.list(); len(vs) > 0 {
 		t.Fatalf("the server logged permission violations:\n%s", strings.Join(vs, "\n"))
