@@ -38,6 +38,7 @@ import (
 	"github.com/lanefleet/lanefleet/lanes/service"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
+	"github.com/lanefleet/lanefleet/tracing"
 )
 
 // Errors callers branch on (errors.Is); the client wraps them with what it
@@ -231,6 +232,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 		m.Data = data
 		m.Header.Set(events.HeaderContentType, ct)
 		m.Header.Set(events.HeaderMsgID, in.ID)
+		tracing.Inject(ctx, m.Header) // the caller's trace continues into the turn
 		ack, err := c.publishOnce(ctx, m)
 		if err == nil {
 			// A duplicate of our own earlier attempt is our message.

@@ -60,6 +60,12 @@ const (
 	// or 0 when the run waits for a cooling auth profile's Retry-After
 	// before its first call.
 	PhaseRetrying = "retrying"
+	// PhaseResumed: this attempt of the run replays the steps an earlier
+	// attempt completed (Data.Steps model replies and tool results, from
+	// the run's step journal) instead of repeating them, then goes on
+	// live. Replayed replies are streamed again; replayed tool calls show
+	// their recorded results.
+	PhaseResumed = "resumed"
 )
 
 // Event is one event of a run, published on agent.ev.<lane>.<run>. Seq counts
@@ -88,6 +94,7 @@ type EventData struct {
 	Error      string  `json:"error,omitempty" msgpack:"error,omitempty"`
 	Worker     string  `json:"worker,omitempty" msgpack:"worker,omitempty"`
 	Attempt    int     `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
+	Steps      int     `json:"steps,omitempty" msgpack:"steps,omitempty"` // resumed: recorded steps replayed
 	InboundSeq uint64  `json:"inboundSeq,omitempty" msgpack:"inboundSeq,omitempty"`
 	Name       string  `json:"name,omitempty" msgpack:"name,omitempty"`             // tool name
 	ToolCallID string  `json:"toolCallId,omitempty" msgpack:"toolCallId,omitempty"` // tool events

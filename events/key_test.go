@@ -134,3 +134,15 @@ func BenchmarkKeyToken(b *testing.B) {
 		}
 	})
 }
+
+// TestFingerprint: stable, short, and not the key.
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	a, b := Fingerprint("agent:main:telegram:dm:42"), Fingerprint("agent:main:telegram:dm:43")
+	if len(a) != 12 || a == b || a != Fingerprint("agent:main:telegram:dm:42") || Fingerprint("alice") == "alice" {
+		t.Fatalf("fingerprints %q %q", a, b)
+	}
+	if got := Fingerprint("alice"); got != "2bd806c97f0e" {
+		t.Fatalf("Fingerprint(alice) = %q (sha256 prefix)", got)
+	}
+}

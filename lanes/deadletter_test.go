@@ -1,13 +1,18 @@
 package lanes
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
 )
 
 // TestDeadLetterDropsJetStreamHeaders: an invalid message whose sender set
@@ -54,4 +59,63 @@ func TestDeadLetterDropsJetStreamHeaders(t *testing.T) {
 			t.Errorf("dead letter kept header %s", k)
 		}
 	}
+}
+
+// TestSubjectThatIsNoLaneDeadLettered: a raw publish to agent.in.a.b (more
+// tokens than a lane has) is stored by the inbound stream and
+// dead-lettered as bad-lane by dispatch, not dropped unseen; the inbound
+// stream keeps nothing of it, and the worker counts it by reason.
+func TestSubjectThatIsNoLaneDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	nc := natstest.Connect(t, f.url)
+	js, _ := jetstream.New(nc)
+	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(js, streams, f.lanes, &echoHandler{}, Config{Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ack, err := f.js.Publish(t.Context(), events.InboundPrefix+"a.b", []byte(`{"text":"hi"}`))
+	if err != nil {
+		t.Fatalf("agent.in.a.b is not stored: %v", err)
+	}
+	dead := waitDeadLetter(t, f.streams.Dead, "agent.dlq.bad-lane")
+	if dead.Header.Get(events.HeaderSubject) != "agent.in.a.b" || dead.Header.Get(events.HeaderSeq) != fmt.Sprint(ack.Sequence) || string(dead.Data) != `{"text":"hi"}` {
+		t.Fatalf("dead letter %v %q", dead.Header, dead.Data)
+	}
+	if _, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("inbound message still stored: %v", err)
+	}
+	if got := w.Stats().DeadLettersByReason(); got["bad-lane"] != 1 {
+		t.Fatalf("dead letters by reason = %v", got)
+	}
+}
+
+// waitDeadLetter waits for the first dead letter on subject.
+func waitDeadLetter(t *testing.T, dead jetstream.Stream, subject string) *jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cons, err := dead.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(25 * time.Second))
+	if err != nil {
+		t.Fatalf("no dead letter on %s: %v", subject, err)
+	}
+	md, _ := m.Metadata()
+	raw, err := dead.GetMsg(ctx, md.Sequence.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }

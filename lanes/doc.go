@@ -70,6 +70,14 @@
 // lane over with its trigger un-acked, and the lane's next owner (or the
 // sweep, for a lane nothing else wakes) publishes what is missing.
 //
+// # Step journal
+//
+// A turn's handler gets the run's step journal (Turn.Steps, a
+// runner.StepStore): steps written under the lease next to the turn's
+// record (kvstore: <lane>.j.<seq>.<n>), read only on a later attempt of the
+// same message, dropped once the turn commits. The runner decides what a
+// step is and how a re-run replays it.
+//
 // # Fenced events
 //
 // An owner claims a run before publishing any of its events: it stores a

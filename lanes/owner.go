@@ -296,8 +296,9 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		return o.interrupted(ctx, em, p, attempt)
 	}
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: run, Seq: seq,
-		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, em: em}
+		Attempt: attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, Header: p.run.raw.Header, em: em}
 	turn.steer = o.steerer(p)
+	turn.steps = &StepLog{lanes: o.w.lanes, lease: o.lease, token: o.token, seq: seq, first: attempt == 1}
 	turnCtx, stopWatch := o.watchInterrupts(ctx)
 	out, err := o.callHandler(turnCtx, turn, log)
 	interrupted := errors.Is(context.Cause(turnCtx), errInterrupted)
@@ -321,6 +322,9 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	o.lastEnd = time.Now()
 	if err := o.commit(ctx, em, p, out); err != nil {
 		return err
+	}
+	if err := turn.steps.drop(ctx); err != nil {
+		log.Warn().Err(err).Msg("drop the committed turn's step journal (it expires)")
 	}
 	o.w.stats.Turns.Add(1)
 	return nil

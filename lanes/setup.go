@@ -104,7 +104,10 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 	in, err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        events.InboundStream,
 		Description: "Lanefleet inbound messages, one subject per session lane",
-		Subjects:    []string{events.InboundPrefix + "*"},
+		// agent.in.> and not agent.in.*: a message on a subject that
+		// cannot be a lane (agent.in.a.b) is stored, and dispatch
+		// dead-letters it instead of it vanishing unseen.
+		Subjects:    []string{events.InboundPrefix + ">"},
 		Retention:   jetstream.LimitsPolicy, // not WorkQueue: the dispatch ack must not delete
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
@@ -158,7 +161,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
-		FilterSubject: events.InboundPrefix + "*",
+		FilterSubject: events.InboundPrefix + ">",
 		MaxAckPending: cfg.MaxAckPending,
 		Replicas:      cfg.Replicas,
 		DeliverPolicy: jetstream.DeliverAllPolicy,

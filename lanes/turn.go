@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/nats-io/nats.go"
 )
 
 // Turn is one inbound message being processed by its lane's owner. The
@@ -24,9 +26,56 @@ type Turn struct {
 	Inbound    *events.Inbound
 	History    []message.Entry // the session so far; do not modify
 	Received   time.Time
+	// Header is the inbound message's headers (its trace context); do not
+	// modify.
+	Header nats.Header
 
 	em    *emitter
 	steer func(ctx context.Context) []*events.Inbound
+	steps *StepLog
+}
+
+// StepLog is a run's step journal in the lane's bucket (see
+// runner.StepStore): its steps are written under the lane's lease, like
+// the turn's record, and dropped when the turn commits.
+type StepLog struct {
+	lanes *kvstore.Lanes
+	lease *kvstore.Lease
+	token string
+	seq   uint64
+	first bool // the run's first attempt: nothing can be recorded yet
+	wrote bool
+}
+
+// Steps returns the run's step journal; nil for a turn that is not run by
+// a lane owner.
+func (t *Turn) Steps() *StepLog { return t.steps }
+
+// Steps returns the recorded steps, in order.
+func (s *StepLog) Steps(ctx context.Context) ([][]byte, error) {
+	if s.first {
+		return nil, nil
+	}
+	steps, err := s.lanes.Steps(ctx, s.token, s.seq)
+	if len(steps) > 0 {
+		s.wrote = true
+	}
+	return steps, err
+}
+
+// Put records step n under the lane's lease.
+func (s *StepLog) Put(ctx context.Context, n int, step []byte) error {
+	s.wrote = true
+	return s.lease.PutStep(ctx, s.seq, n, step)
+}
+
+// drop removes the journal once the turn committed. A failure only leaves
+// it to expire (kvstore.StepTTL): nothing reads a committed turn's steps.
+func (s *StepLog) drop(ctx context.Context) error {
+	if s == nil || !s.wrote {
+		return nil
+	}
+	return s.lanes.DropSteps(ctx, s.token, s.seq)
 }
 
 // Steer returns the steer-mode messages that reached the lane, right behind

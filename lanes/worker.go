@@ -82,12 +82,13 @@ type Worker struct {
 	handler Handler
 	log     zerolog.Logger
 
-	slots    chan struct{}
-	stopping atomic.Bool
-	stopCh   chan struct{}   // closed when the worker starts stopping
-	turnCtx  context.Context // cancelled when the shutdown grace runs out
-	turnStop context.CancelCauseFunc
-	wg       sync.WaitGroup
+	slots     chan struct{}
+	consuming atomic.Bool // Run consumes dispatch deliveries
+	stopping  atomic.Bool
+	stopCh    chan struct{}   // closed when the worker starts stopping
+	turnCtx   context.Context // cancelled when the shutdown grace runs out
+	turnStop  context.CancelCauseFunc
+	wg        sync.WaitGroup
 
 	stats Stats
 }
@@ -99,6 +100,30 @@ type Stats struct {
 	// Dropped those ended without a turn by the queue (cap, interrupt),
 	// Aborted the attempts ended with an aborted event.
 	Merged, Dropped, Aborted atomic.Int64
+
+	deadMu sync.Mutex
+	deadBy map[string]int64 // dead letters stored, by reason
+}
+
+// DeadLettersByReason returns how many dead letters the worker stored, by
+// reason (the last token of agent.dlq.<reason>).
+func (s *Stats) DeadLettersByReason() map[string]int64 {
+	s.deadMu.Lock()
+	defer s.deadMu.Unlock()
+	out := make(map[string]int64, len(s.deadBy))
+	for k, v := range s.deadBy {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *Stats) addDeadLetter(reason string) {
+	s.deadMu.Lock()
+	defer s.deadMu.Unlock()
+	if s.deadBy == nil {
+		s.deadBy = map[string]int64{}
+	}
+	s.deadBy[reason]++
 }
 
 // NewWorker returns a worker. It does not start consuming until Run.
@@ -122,6 +147,13 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // Stats returns the worker's counters.
 func (w *Worker) Stats() *Stats { return &w.stats }
 
+// Active returns how many lanes the worker runs now (its slots in use).
+func (w *Worker) Active() int { return len(w.slots) }
+
+// Accepting reports whether the worker takes lanes: Run is consuming and
+// the worker is not stopping.
+func (w *Worker) Accepting() bool { return w.consuming.Load() && !w.stopping.Load() }
+
 // Run consumes dispatch deliveries until ctx is done, then stops gracefully:
 // it stops pulling, lets running turns finish within the shutdown grace
 // (cancelling them after it), releases every lease and Naks the lanes'
@@ -137,6 +169,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("lanes: consume dispatch: %w", err)
 	}
+	w.consuming.Store(true)
+	defer w.consuming.Store(false)
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Msg("worker started")
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	sweepDone := make(chan struct{})
@@ -327,6 +361,7 @@ func (w *Worker) deadLetter(ctx context.Context, reason, subject string, seq uin
 		w.log.Error().Err(err).Str("subject", subject).Uint64("seq", seq).Msg("dead letter not stored; message stays in the inbound stream")
 		return
 	}
+	w.stats.addDeadLetter(reason)
 	w.log.Warn().Str("reason", reason).Str("subject", subject).Uint64("seq", seq).Err(cause).Msg("dead-lettered")
 }
 

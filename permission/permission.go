@@ -16,8 +16,9 @@
 //   - a hook server serves agent.hook.<name>.<kind> for its hooks (and
 //     the micro control subjects of its service) and answers them;
 //   - a worker uses JetStream, the fleet's streams and buckets, serves the
-//     lane service and calls tools and hooks;
-//   - an admin may do everything.
+//     lane service and the admin service and calls tools and hooks;
+//   - an admin may do everything, the admin service's agent.admin.<op>
+//     included: no other role may request it.
 //
 // Every user has its own inbox prefix ([InboxPrefix]), so no user can
 // subscribe to the replies meant for another.
@@ -70,6 +71,12 @@ const (
 	LaneService = "lanefleet-lanes"
 	// ServicePrefix opens the lane service's subjects: agent.svc.<tok>.<op>.
 	ServicePrefix = "agent.svc."
+	// AdminService is the micro service name of the admin service the
+	// workers serve on agent.admin.<op> (sessions, dead letters, auth
+	// profiles): only the admin role may request it.
+	AdminService = "lanefleet-admin"
+	// AdminPrefix opens the admin service's subjects: agent.admin.<op>.
+	AdminPrefix = "agent.admin."
 	// ToolService is the micro service name remote tools are served under.
 	ToolService = "lanefleet-tools"
 	// ToolPrefix opens the subject of every tool: agent.tool.<name>.
@@ -299,6 +306,8 @@ func workerPermissions(inbox string) Permissions {
 		// Run events and dead letters.
 		events.EventPrefix+">",
 		events.DeadPrefix+">",
+		// Dead letters an operator replays go back on their lane.
+		events.InboundPrefix+"*",
 		// Remote tools: discovery and calls.
 		"$SRV.INFO."+ToolService,
 		ToolPrefix+"*",
@@ -311,10 +320,13 @@ func workerPermissions(inbox string) Permissions {
 		// A lane's owner watches its inbound subject for messages that
 		// interrupt or steer the running turn.
 		events.InboundPrefix + "*",
-		// The lane service.
+		// The lane service and the admin service.
 		ServicePrefix + "*.*",
+		AdminPrefix + ">",
 	}, microControl(LaneService)...)
-	// The lane service answers its requests, micro its $SRV requests.
+	sub = append(sub, microControl(AdminService)...)
+	// The lane and admin services answer their requests, micro its $SRV
+	// requests.
 	return Permissions{Publish: pub, Subscribe: sub, Responses: &Responses{Max: 1}}
 }
 

@@ -300,3 +300,69 @@ func FuzzSessionGrant(f *testing.F) {
 		}
 	})
 }
+
+// TestAdminServiceIsAdminOnly: the admin service's subjects are requested
+// by the admin role alone (a sender of every session, a viewer, a tool
+// server cannot publish to them), served by workers, and a worker may put
+// a replayed dead letter back on a lane.
+func TestAdminServiceIsAdminOnly(t *testing.T) {
+	t.Parallel()
+	subjects := []string{AdminPrefix + "sessions", AdminPrefix + "dlq.replay", AdminPrefix + "auth.reset"}
+	for _, g := range []Grant{
+		{Role: Sender, User: "fe", AllSessions: true},
+		{Role: Viewer, User: "v", AllSessions: true},
+		{Role: ToolServer, User: "t", Tools: []string{"x"}},
+		{Role: Worker, User: "w"},
+	} {
+		p, err := g.Permissions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range subjects {
+			if matchesAny(p.Publish, subj) {
+				t.Errorf("%s may publish to %s", g.Role, subj)
+			}
+		}
+	}
+	w, _ := Grant{Role: Worker, User: "w"}.Permissions()
+	a, _ := Grant{Role: Admin, User: "root"}.Permissions()
+	for _, subj := range subjects {
+		if !matchesAny(w.Subscribe, subj) || !matchesAny(a.Publish, subj) {
+			t.Errorf("%s: the worker does not serve it or the admin cannot ask", subj)
+		}
+	}
+	for _, subj := range []string{"$SRV.PING." + AdminService, "$SRV.INFO." + AdminService + ".id1"} {
+		if !matchesAny(w.Subscribe, subj) {
+			t.Errorf("the worker's admin service cannot answer %s", subj)
+		}
+	}
+	if !matchesAny(w.Publish, "agent.in.alice") || matchesAny(w.Publish, "agent.in.a.b") {
+		t.Errorf("worker publish %q: a replay goes to a lane, and only to one", w.Publish)
+	}
+}
+
+// matchesAny reports whether a NATS subject pattern of patterns matches
+// subject ('*' one token, '>' the rest).
+func matchesAny(patterns []string, subject string) bool {
+	for _, p := range patterns {
+		pt, st := strings.Split(p, "."), strings.Split(subject, ".")
+		ok := true
+		for i, tok := range pt {
+			if tok == ">" {
+				ok = len(st) > i
+				break
+			}
+			if i >= len(st) || tok != "*" && tok != st[i] {
+				ok = false
+				break
+			}
+			if i == len(pt)-1 && len(st) != len(pt) {
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}

@@ -53,6 +53,14 @@ type run struct {
 	answered []string
 	// stateErrs are the auth-profile state writes that failed.
 	stateErrs []error
+	// journal replays and records the run's steps (nil without a
+	// StepStore); steps counts its completed model replies.
+	journal *journal
+	steps   int
+	// fatal ends the run (a step that could not be recorded); cancel
+	// cancels the run's context with it.
+	fatal  error
+	cancel context.CancelCauseFunc
 }
 
 // entries returns the session as it stands: the history and this turn.
@@ -136,7 +144,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		preq := &provider.Request{Model: req.model, SystemPrompt: ru.system, Messages: msgs, Tools: ru.specs,
 			Thinking: req.thinking, APIKey: req.key, SessionID: ru.in.SessionID}
 		ru.sub.reset()
-		am, err := req.prov.Stream(actx, preq, ru.sub.event)
+		am, err := ru.stream(actx, req.prov, preq)
 		ru.sub.flushBlocks(true)
 		if ctx.Err() != nil {
 			out.aborted = true
@@ -282,14 +290,24 @@ func (ru *run) lastAssistant() *message.Message {
 func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolErrors) {
 	ru.sub.flushBlocks(true)
 	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "start", Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
-	res := ru.callTool(ctx, c)
-	msg := message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
-		Content: message.BlocksOf(res.Content...), IsError: res.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
-	if len(res.Details) > 0 {
-		msg.Details = res.Details
+	msg, from := ru.journaledCall(c)
+	if from == callLive {
+		res := ru.callTool(ctx, c)
+		msg = message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+			Content: message.BlocksOf(res.Content...), IsError: res.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
+		if len(res.Details) > 0 {
+			msg.Details = res.Details
+		}
+		msg, _ = guard.CapForPersistence(msg)
 	}
-	msg, _ = guard.CapForPersistence(msg)
+	if ctx.Err() == nil && from != callRecorded {
+		// A call cut short by the run's end is not recorded: its re-run
+		// reports its outcome unknown.
+		ru.recordResult(ctx, msg)
+	}
 	ru.b.add(msg)
+	res := tools.Result{Content: msg.Content.Blocks, IsError: msg.IsError}
+	res.Details, _ = msg.Details.(map[string]any)
 	view := toolResultView(res)
 	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: res.IsError,
 		Payload: replytext.SanitizeToolResult(view)})
@@ -327,7 +345,7 @@ func (ru *run) callTool(ctx context.Context, c message.Block) (res tools.Result)
 			args = d.Args
 		}
 	}
-	call := tools.Call{ID: c.ID, Name: c.Name, Args: args, Update: func(p tools.Result) {
+	call := tools.Call{ID: c.ID, Name: c.Name, Args: args, Key: ru.callKeyOf(c.ID), Update: func(p tools.Result) {
 		ru.sink.Emit(events.StreamTool, events.EventData{Phase: "update", Name: c.Name, ToolCallID: c.ID, Payload: replytext.SanitizeToolResult(toolResultView(p))})
 	}}
 	res, err := t.Call(ctx, call)

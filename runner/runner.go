@@ -53,6 +53,10 @@ type Input struct {
 	// Settings are the run's own settings (from the message, or stored
 	// with the session); the zero value takes the worker's.
 	Settings Settings
+	// Steps, when set, journals the run's completed steps: a re-run of
+	// the turn replays the model replies and tool results recorded there
+	// instead of making those calls again, then goes on live.
+	Steps StepStore
 }
 
 // Settings are one run's settings. Each zero field means the worker's
@@ -265,9 +269,19 @@ func New(cfg Config) (*Runner, error) {
 func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) {
 	// The lane publishes the lifecycle start event before calling the runner.
 	start := r.cfg.Now()
-	ru := &run{r: r, in: in, sink: sink, history: in.History,
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ru := &run{r: r, in: in, sink: sink, history: in.History, cancel: cancel,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
 	defer ru.logStateErrors()
+	j, err := openJournal(ctx, in.Steps, in)
+	if err != nil {
+		return nil, err
+	}
+	ru.journal = j
+	if j != nil && j.resumed > 0 {
+		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseResumed, Steps: j.resumed})
+	}
 	raw, err := ru.setupTools(ctx)
 	if err != nil {
 		return nil, err
@@ -303,6 +317,8 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 		return err
 	})
 	switch {
+	case ru.fatal != nil:
+		return nil, ru.fatal
 	case err == nil:
 		return ru.ended(ru.finish(start, model, out)), nil
 	case ctx.Err() != nil:

@@ -340,3 +340,6 @@ func formatSize(n int64) string {
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// Idempotent implements Idempotent: reading changes nothing.
+func (t *readTool) Idempotent() bool { return true }

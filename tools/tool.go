@@ -31,6 +31,25 @@ type Call struct {
 	Args map[string]any
 	// Update, when set, receives partial results while the tool runs.
 	Update func(partial Result)
+	// Key is the call's idempotency key: the same for every execution of
+	// this call (a turn re-run after its worker died asks again with the
+	// same key), different for every other call. Remote tools receive it
+	// in a header so a tool server can de-duplicate; "" outside a run.
+	Key string
+}
+
+// Idempotent is implemented by tools that are safe to run again with the
+// same arguments (reading, or writing the same content). A call of such a
+// tool whose outcome was lost with its worker is run again on the turn's
+// re-run; any other tool's is reported to the model as unknown instead.
+type Idempotent interface {
+	Idempotent() bool
+}
+
+// IsIdempotent reports whether t declares itself idempotent.
+func IsIdempotent(t Tool) bool {
+	i, ok := t.(Idempotent)
+	return ok && i.Idempotent()
 }
 
 // Result is a tool's answer.

@@ -119,3 +119,8 @@ func writeFile(root *os.Root, p, rel string, data []byte, create bool) (int, err
 	}
 	return n, nil
 }
+
+// Idempotent implements Idempotent: writing the same content again leaves
+// the same file. (edit is not: an edit whose new text contains its old
+// text would apply twice.)
+func (t *writeTool) Idempotent() bool { return true }

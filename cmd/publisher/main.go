@@ -1,12 +1,14 @@
-// Command publisher sends messages to Lanefleet sessions and follows their
-// replies live.
+// Command publisher sends messages to Lanefleet sessions, follows their
+// replies live, and lets operators see and steer the fleet.
 //
 //	publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE]
-//	               [--tool-file FILE] [--tool-result ID=TEXT] [--tool-error ID=TEXT] TEXT
+//	               [--tool-file FILE] [--tool-result ID=TEXT] [--tool-error ID=TEXT] TEXT|-
 //	publisher follow --session KEY --run ID [--json]
 //	publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]
 //	publisher history --session KEY [--json]
 //	publisher import --session KEY FILE.jsonl
+//	publisher runs | sessions | backlog --session KEY | dlq list|show|replay|purge | auth status|reset
+//	publisher version (also --version)
 //
 // send and follow show the run live: the reply on stdout, and on stderr the
 // reasoning, tool calls and results, compaction, restarts and errors
@@ -26,7 +28,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"mime"
@@ -39,44 +40,56 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
 )
-
-const usage = `usage:
-  publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE]
-                 [--tool-file FILE] [--tool-result ID=TEXT|@FILE] [--tool-error ID=TEXT] TEXT
-  publisher follow --session KEY --run ID [--json]
-  publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]
-                                   (no change: print the stored settings)
-  publisher history --session KEY [--json]     (--json: a pi session JSONL file)
-  publisher import --session KEY FILE.jsonl    (a pi/OpenClaw session file into a new session)
-  publisher runs [--json]                      (the runs workers are running now; the admin role)
-
-every command: [--nats-url URL] [--creds FILE | --nkey FILE] [--user U --password P]
-               [--tlscert FILE --tlskey FILE] [--tlsca FILE] [--inbox-prefix P] [--timeout D]
-               (or NATS_URL, NATS_CREDS, NATS_NKEY, NATS_USER, NATS_PASSWORD, NATS_CERT,
-               NATS_KEY, NATS_CA, NATS_INBOX_PREFIX)
-`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, errReported) {
-			fmt.Fprintln(os.Stderr, "publisher:", err)
-		}
-		os.Exit(1)
+	if err != nil && !errors.Is(err, errReported) {
+		fmt.Fprintln(os.Stderr, "publisher:", err)
 	}
+	os.Exit(exitCode(err))
 }
 
 // errReported is a failure already explained on stderr.
 var errReported = errors.New("reported")
 
+// Exit codes: 0 done (also -h, --version), 1 the command failed (a run
+// that ended in error, an unreachable server), 2 the command line is wrong.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// usageError is a command line that cannot run: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, new(usageError)):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// common holds what every command connects with, and the session and
+// output options of the commands that take them.
 type common struct {
 	url     string
 	creds   lanefleet.Credentials
@@ -84,9 +97,13 @@ type common struct {
 	asJSON  bool
 	timeout time.Duration
 	getenv  func(string) string
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
-func (c *common) register(fs *flag.FlagSet) {
+// register adds the connection flags every command takes.
+func (c *common) register(fs *pflag.FlagSet) {
 	// Defaults come from the environment after parsing, so -h never prints
 	// a secret.
 	fs.StringVar(&c.url, "nats-url", "", "NATS server URL (env NATS_URL; default "+nats.DefaultURL+")")
@@ -98,9 +115,17 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.creds.TLSKey, "tlskey", "", "TLS client key file (env NATS_KEY)")
 	fs.StringVar(&c.creds.TLSCA, "tlsca", "", "CA certificates of the server (env NATS_CA)")
 	fs.StringVar(&c.creds.InboxPrefix, "inbox-prefix", "", "prefix of reply subjects, e.g. _INBOX_alice (env NATS_INBOX_PREFIX)")
-	fs.StringVar(&c.session, "session", "", "session key (any UTF-8 string up to 256 bytes)")
-	fs.BoolVar(&c.asJSON, "json", false, "print one JSON object per line")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up following after this long")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up after this long")
+}
+
+// sessionFlag adds --session to a command that acts on one session.
+func (c *common) sessionFlag(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&c.session, "session", "", "session key (any UTF-8 string up to 256 bytes)")
+}
+
+// jsonFlag adds --json.
+func (c *common) jsonFlag(cmd *cobra.Command, help string) {
+	cmd.Flags().BoolVar(&c.asJSON, "json", false, help)
 }
 
 // open connects and bounds the command by --timeout; done releases both.
@@ -124,236 +149,337 @@ func (c *common) open(ctx context.Context) (*lanefleet.Client, context.Context, 
 // checkSession says what is wrong with --session before touching the network.
 func (c *common) checkSession(cmd string) error {
 	if c.session == "" {
-		return fmt.Errorf("%s: --session is required", cmd)
+		return usagef("%s: --session is required", cmd)
 	}
 	if err := events.ValidateKey(c.session); err != nil {
-		return fmt.Errorf("%s: --session: %w", cmd, err)
+		return usagef("%s: --session: %w", cmd, err)
 	}
 	return nil
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runEnv(ctx, args, stdout, stderr, os.Getenv)
+	return runIO(ctx, args, os.Stdin, stdout, stderr, os.Getenv)
 }
 
 // runEnv is run with the environment read through getenv.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	return runIO(ctx, args, os.Stdin, stdout, stderr, getenv)
+}
+
+// runIO runs the command line with its standard streams and environment.
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
+	c := &common{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := rootCommand(c)
+	root.SetArgs(args)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("missing command")
+		_ = root.Usage()
+		return usagef("missing command")
 	}
-	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("publisher "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := common{getenv: getenv}
-	c.register(fs)
-	switch cmd {
-	case "send":
-		var (
-			noFollow = fs.Bool("no-follow", false, "publish and print the run id without following the reply")
-			mode     = fs.String("mode", "", "queue mode: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
-			model    = fs.String("model", "", "model provider/model-id")
-			thinking = fs.String("thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
-			msgID    = fs.String("id", "", "message id for de-duplication (default random)")
-			images   multiFlag
-			tools    multiFlag
-			results  multiFlag
-			failures multiFlag
-		)
-		fs.Var(&images, "image", "attach an image file (repeatable)")
-		fs.Var(&tools, "tool-file", "offer the client tools defined in a JSON file (repeatable): an array of {name, description, parameters}")
-		fs.Var(&results, "tool-result", "answer a pending tool call: ID=TEXT, or ID=@FILE (repeatable)")
-		fs.Var(&failures, "tool-error", "answer a pending tool call with an error: ID=TEXT (repeatable)")
-		if err := parse(fs, args); err != nil {
+	return root.ExecuteContext(ctx)
+}
+
+// rootCommand is the command tree: the session commands, then the
+// operators' (sessions, backlog, dlq, auth).
+func rootCommand(c *common) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "publisher",
+		Short: "Send messages to Lanefleet sessions, follow their replies, and operate the fleet",
+		Long: `publisher sends messages to Lanefleet sessions and follows their replies live,
+and lets operators see and steer the fleet.
+
+send and follow show the run live: the reply on stdout, and on stderr the
+reasoning, tool calls and results, compaction, restarts and errors (colored on
+a terminal, plain text otherwise); --json prints the raw events, one per line.
+A run that stops for client tools lists the calls to answer with --tool-result.
+
+NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222) with
+the nats CLI's credentials: --creds, --nkey, --user/--password,
+--tlscert/--tlskey/--tlsca and --inbox-prefix, or NATS_CREDS, NATS_NKEY,
+NATS_USER, NATS_PASSWORD, NATS_CERT, NATS_KEY, NATS_CA, NATS_INBOX_PREFIX. A
+sender's user needs only its sessions' subjects; sessions, dlq and auth need
+the admin role (see the README's roles).
+
+Exit codes: 0 done, 1 failed (a run that ended in error, no server), 2 a wrong
+command line.`,
+		Version:       version.Get().String(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef("missing command (see %s -h)", cmd.CommandPath())
+		},
+	}
+	root.SetIn(c.stdin)
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w (see %s -h)", err, cmd.CommandPath())}
+	})
+	c.register(root.PersistentFlags())
+	root.AddGroup(&cobra.Group{ID: "session", Title: "Sessions:"}, &cobra.Group{ID: "ops", Title: "Operating the fleet:"})
+	for _, cmd := range []*cobra.Command{sendCommand(c), followCommand(c), settingsCommand(c), historyCommand(c), importCommand(c)} {
+		cmd.GroupID = "session"
+		root.AddCommand(cmd)
+	}
+	// A `stop --session S` command (cancel the running turn) belongs here,
+	// next to backlog: it acts on one session's lane.
+	for _, cmd := range []*cobra.Command{runsCommand(c), sessionsCommand(c), backlogCommand(c), dlqCommand(c), authCommand(c)} {
+		cmd.GroupID = "ops"
+		root.AddCommand(cmd)
+	}
+	root.AddCommand(versionCommand(c))
+	return root
+}
+
+// noArgs refuses arguments to a command that takes none.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return usagef("unknown command %q for %q (see %s -h)", args[0], cmd.CommandPath(), cmd.CommandPath())
+		}
+		return usagef("%s: unexpected argument %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+func versionCommand(c *common) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the module version and commit of this build",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(c.stdout, version.Get())
 			return err
-		}
-		text := strings.Join(fs.Args(), " ")
-		if err := c.checkSession("send"); err != nil {
-			return err
-		}
-		opts := []lanefleet.SendOption{lanefleet.WithMode(*mode), lanefleet.WithModel(*model), lanefleet.WithThinking(*thinking), lanefleet.WithMessageID(*msgID)}
-		if c.asJSON {
-			opts = append(opts, lanefleet.WithJSON())
-		}
-		for _, path := range images {
-			data, err := os.ReadFile(path)
+		},
+	}
+}
+
+func sendCommand(c *common) *cobra.Command {
+	var (
+		noFollow              bool
+		mode, model, thinking string
+		msgID                 string
+		images, tools         []string
+		results, failures     []string
+	)
+	cmd := &cobra.Command{
+		Use:   "send --session KEY [flags] TEXT|-",
+		Short: "Send a message and follow its reply (TEXT - reads the message from stdin)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			text, err := messageText(args, c.stdin)
 			if err != nil {
-				return fmt.Errorf("send: --image: %w", err)
+				return err
 			}
-			mt := mime.TypeByExtension(strings.ToLower(filepath.Ext(path)))
-			if !strings.HasPrefix(mt, "image/") {
-				return fmt.Errorf("send: --image %s: not an image file type (%q)", path, mt)
+			if err := c.checkSession("send"); err != nil {
+				return err
 			}
-			opts = append(opts, lanefleet.WithImage(mt, data))
-		}
-		var toolDefs []events.ClientTool
-		for _, path := range tools {
-			defs, err := readTools(path)
-			if err != nil {
-				return fmt.Errorf("send: --tool-file: %w", err)
-			}
-			toolDefs = append(toolDefs, defs...)
-		}
-		answers, err := toolResults(results, failures)
-		if err != nil {
-			return fmt.Errorf("send: %w", err)
-		}
-		if len(toolDefs) > 0 {
-			opts = append(opts, lanefleet.WithTools(toolDefs...))
-		}
-		if len(answers) > 0 {
-			opts = append(opts, lanefleet.WithToolResults(answers...))
-		}
-		// Say what is wrong with the message before touching the network.
-		check := events.Inbound{Text: text, Mode: *mode, Model: *model, Thinking: *thinking, Tools: toolDefs, ToolResults: answers}
-		if len(images) > 0 {
-			check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
-		}
-		if err := check.Validate(); err != nil {
-			return fmt.Errorf("send: %w", err)
-		}
-		cl, ctx, done, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		r, err := cl.Send(ctx, c.session, text, opts...)
-		if err != nil {
-			return err
-		}
-		if *noFollow {
+			opts := []lanefleet.SendOption{lanefleet.WithMode(mode), lanefleet.WithModel(model), lanefleet.WithThinking(thinking), lanefleet.WithMessageID(msgID)}
 			if c.asJSON {
-				return json.NewEncoder(stdout).Encode(map[string]any{"session": r.Session, "run": r.ID, "duplicate": r.Duplicate})
+				opts = append(opts, lanefleet.WithJSON())
 			}
-			fmt.Fprintf(stdout, "sent: session %s run %s\n", r.Session, r.ID)
-			return nil
-		}
-		return follow(ctx, r, c.asJSON, stdout, stderr)
-	case "follow":
-		runID := fs.String("run", "", "run id (printed by send --no-follow)")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if *runID == "" {
-			return errors.New("follow: --run is required")
-		}
-		if err := c.checkSession("follow"); err != nil {
-			return err
-		}
-		cl, ctx, done, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		return follow(ctx, cl.Run(c.session, *runID), c.asJSON, stdout, stderr)
-	case "settings":
-		return settings(ctx, fs, &c, args, stdout, stderr)
-	case "history":
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if err := c.checkSession("history"); err != nil {
-			return err
-		}
-		cl, ctx, done, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		if c.asJSON {
-			return cl.Export(ctx, c.session, stdout)
-		}
-		entries, err := cl.History(ctx, c.session)
-		if err != nil {
-			return err
-		}
-		return printHistory(entries, stdout)
-	case "import":
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return errors.New("import: usage: publisher import --session KEY FILE.jsonl")
-		}
-		if err := c.checkSession("import"); err != nil {
-			return err
-		}
-		f, err := os.Open(fs.Arg(0))
-		if err != nil {
-			return fmt.Errorf("import: %w", err)
-		}
-		defer f.Close()
-		cl, ctx, done, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		if err := cl.Import(ctx, c.session, f); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "imported %s into session %s\n", fs.Arg(0), c.session)
-		return nil
-	case "runs":
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		cl, ctx, done, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		list, err := cl.ActiveRuns(ctx)
-		if errors.Is(err, lanefleet.ErrPermission) {
-			return errors.New("runs: this NATS user may not list the fleet's runs (that takes the admin role: read access to the runs bucket); a sender sees its own runs with send and follow")
-		}
-		if err != nil {
-			return err
-		}
-		return printRuns(list, c.asJSON, time.Now(), stdout)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", cmd)
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	// Allow flags after the text too: "send --session a hello --json".
-	var flags, rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			rest = append(rest, args[i+1:]...)
-			break
-		}
-		if strings.HasPrefix(a, "-") && len(a) > 1 {
-			flags = append(flags, a)
-			name := strings.TrimLeft(a, "-")
-			if !strings.Contains(name, "=") {
-				if f := fs.Lookup(name); f != nil {
-					if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !bf.IsBoolFlag() {
-						if i+1 < len(args) {
-							flags = append(flags, args[i+1])
-							i++
-						}
-					}
+			for _, path := range images {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return fmt.Errorf("send: --image: %w", err)
 				}
+				mt := mime.TypeByExtension(strings.ToLower(filepath.Ext(path)))
+				if !strings.HasPrefix(mt, "image/") {
+					return usagef("send: --image %s: not an image file type (%q)", path, mt)
+				}
+				opts = append(opts, lanefleet.WithImage(mt, data))
 			}
-			continue
-		}
-		rest = append(rest, a)
+			var toolDefs []events.ClientTool
+			for _, path := range tools {
+				defs, err := readTools(path)
+				if err != nil {
+					return fmt.Errorf("send: --tool-file: %w", err)
+				}
+				toolDefs = append(toolDefs, defs...)
+			}
+			answers, err := toolResults(results, failures)
+			if err != nil {
+				return usagef("send: %w", err)
+			}
+			if len(toolDefs) > 0 {
+				opts = append(opts, lanefleet.WithTools(toolDefs...))
+			}
+			if len(answers) > 0 {
+				opts = append(opts, lanefleet.WithToolResults(answers...))
+			}
+			// Say what is wrong with the message before touching the network.
+			check := events.Inbound{Text: text, Mode: mode, Model: model, Thinking: thinking, Tools: toolDefs, ToolResults: answers}
+			if len(images) > 0 {
+				check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
+			}
+			if err := check.Validate(); err != nil {
+				return usagef("send: %w", err)
+			}
+			cl, ctx, done, err := c.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			r, err := cl.Send(ctx, c.session, text, opts...)
+			if err != nil {
+				return err
+			}
+			if noFollow {
+				if c.asJSON {
+					return json.NewEncoder(c.stdout).Encode(map[string]any{"session": r.Session, "run": r.ID, "duplicate": r.Duplicate})
+				}
+				fmt.Fprintf(c.stdout, "sent: session %s run %s\n", r.Session, r.ID)
+				return nil
+			}
+			return follow(ctx, r, c.asJSON, c.stdout, c.stderr)
+		},
 	}
-	if err := fs.Parse(flags); err != nil {
-		return err
-	}
-	return fs.Parse(append(fs.Args(), rest...))
+	c.sessionFlag(cmd)
+	c.jsonFlag(cmd, "print the run's events, one JSON object per line")
+	fs := cmd.Flags()
+	fs.BoolVar(&noFollow, "no-follow", false, "publish and print the run id without following the reply")
+	fs.StringVar(&mode, "mode", "", "queue mode: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
+	fs.StringVar(&model, "model", "", "model provider/model-id")
+	fs.StringVar(&thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
+	fs.StringVar(&msgID, "id", "", "message id for de-duplication (default random)")
+	fs.StringArrayVar(&images, "image", nil, "attach an image file (repeatable)")
+	fs.StringArrayVar(&tools, "tool-file", nil, "offer the client tools defined in a JSON file (repeatable): an array of {name, description, parameters}")
+	fs.StringArrayVar(&results, "tool-result", nil, "answer a pending tool call: ID=TEXT, or ID=@FILE (repeatable)")
+	fs.StringArrayVar(&failures, "tool-error", nil, "answer a pending tool call with an error: ID=TEXT (repeatable)")
+	return cmd
 }
 
-type multiFlag []string
+// messageText is send's text: its arguments joined by spaces, or stdin
+// when the one argument is "-" (at most events.MaxTextBytes).
+func messageText(args []string, stdin io.Reader) (string, error) {
+	if len(args) != 1 || args[0] != "-" {
+		return strings.Join(args, " "), nil
+	}
+	if stdin == nil {
+		return "", usagef("send -: no standard input")
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, events.MaxTextBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("send -: reading stdin: %w", err)
+	}
+	if len(b) > events.MaxTextBytes {
+		return "", usagef("send -: the message on stdin is longer than %d bytes", events.MaxTextBytes)
+	}
+	return strings.TrimSuffix(string(b), "\n"), nil
+}
 
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+func followCommand(c *common) *cobra.Command {
+	var runID string
+	cmd := &cobra.Command{
+		Use:   "follow --session KEY --run ID",
+		Short: "Follow a run's events to its end",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runID == "" {
+				return usagef("follow: --run is required")
+			}
+			if err := c.checkSession("follow"); err != nil {
+				return err
+			}
+			cl, ctx, done, err := c.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			return follow(ctx, cl.Run(c.session, runID), c.asJSON, c.stdout, c.stderr)
+		},
+	}
+	c.sessionFlag(cmd)
+	c.jsonFlag(cmd, "print the run's events, one JSON object per line")
+	cmd.Flags().StringVar(&runID, "run", "", "run id (printed by send --no-follow)")
+	return cmd
+}
+
+func historyCommand(c *common) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "history --session KEY",
+		Short: "Print a session's transcript (--json: a pi session JSONL file)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := c.checkSession("history"); err != nil {
+				return err
+			}
+			cl, ctx, done, err := c.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			if c.asJSON {
+				return cl.Export(ctx, c.session, c.stdout)
+			}
+			entries, err := cl.History(ctx, c.session)
+			if err != nil {
+				return err
+			}
+			return printHistory(entries, c.stdout)
+		},
+	}
+	c.sessionFlag(cmd)
+	c.jsonFlag(cmd, "print a pi session JSONL file")
+	return cmd
+}
+
+func importCommand(c *common) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "import --session KEY FILE.jsonl",
+		Short: "Import a pi/OpenClaw session file into a new session",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("import: usage: publisher import --session KEY FILE.jsonl")
+			}
+			if err := c.checkSession("import"); err != nil {
+				return err
+			}
+			f, err := os.Open(args[0])
+			if err != nil {
+				return fmt.Errorf("import: %w", err)
+			}
+			defer f.Close()
+			cl, ctx, done, err := c.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := cl.Import(ctx, c.session, f); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stdout, "imported %s into session %s\n", args[0], c.session)
+			return nil
+		},
+	}
+	c.sessionFlag(cmd)
+	return cmd
+}
+
+func runsCommand(c *common) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List the runs the workers are running now (the admin role)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, ctx, done, err := c.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			list, err := cl.ActiveRuns(ctx)
+			if errors.Is(err, lanefleet.ErrPermission) {
+				return errors.New("runs: this NATS user may not list the fleet's runs (that takes the admin role: read access to the runs bucket); a sender sees its own runs with send and follow")
+			}
+			if err != nil {
+				return err
+			}
+			return printRuns(list, c.asJSON, time.Now(), c.stdout)
+		},
+	}
+	c.jsonFlag(cmd, "print one JSON object per run")
+	return cmd
+}
 
 // follow shows a run's events until its final event (raw JSON lines with
 // asJSON). A message merged into another run is followed into that run.
@@ -489,28 +615,44 @@ func toolResults(results, failures []string) ([]events.ToolResult, error) {
 }
 
 // settings prints or changes a session's stored queue settings.
-func settings(ctx context.Context, fs *flag.FlagSet, c *common, args []string, stdout, stderr io.Writer) error {
+func settingsCommand(c *common) *cobra.Command {
 	var (
-		mode     = fs.String("mode", "", "mode of messages that name none: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
-		debounce = fs.String("debounce", "", "collect: quiet time before a queued batch runs (1s, 500ms, or milliseconds)")
-		capN     = fs.Int("cap", 0, "collect: most messages merged into one turn")
-		drop     = fs.String("drop", "", "collect, over the cap: old, new or summarize")
-		reset    = fs.Bool("reset", false, "clear the stored settings first")
-		noFollow = fs.Bool("no-follow", false, "do not wait until a worker has applied the change")
+		mode, debounce, drop string
+		capN                 int
+		reset, noFollow      bool
 	)
-	if err := parse(fs, args); err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]",
+		Short: "Print a session's queue settings, or change them",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return settings(cmd.Context(), c, mode, debounce, drop, capN, reset, noFollow)
+		},
 	}
+	c.sessionFlag(cmd)
+	c.jsonFlag(cmd, "print JSON")
+	fs := cmd.Flags()
+	fs.StringVar(&mode, "mode", "", "mode of messages that name none: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
+	fs.StringVar(&debounce, "debounce", "", "collect: quiet time before a queued batch runs (1s, 500ms, or milliseconds)")
+	fs.IntVar(&capN, "cap", 0, "collect: most messages merged into one turn")
+	fs.StringVar(&drop, "drop", "", "collect, over the cap: old, new or summarize")
+	fs.BoolVar(&reset, "reset", false, "clear the stored settings first")
+	fs.BoolVar(&noFollow, "no-follow", false, "do not wait until a worker has applied the change")
+	return cmd
+}
+
+func settings(ctx context.Context, c *common, mode, debounce, drop string, capN int, reset, noFollow bool) error {
+	stdout, stderr := c.stdout, c.stderr
 	if err := c.checkSession("settings"); err != nil {
 		return err
 	}
-	q := events.QueueSettings{Mode: *mode, Cap: *capN, Drop: *drop, Reset: *reset}
-	if *debounce != "" {
-		d, err := time.ParseDuration(*debounce)
+	q := events.QueueSettings{Mode: mode, Cap: capN, Drop: drop, Reset: reset}
+	if debounce != "" {
+		d, err := time.ParseDuration(debounce)
 		if err != nil {
-			ms, perr := strconv.ParseInt(*debounce, 10, 64)
+			ms, perr := strconv.ParseInt(debounce, 10, 64)
 			if perr != nil {
-				return fmt.Errorf("settings: --debounce %q: want a duration (1s, 500ms) or milliseconds", *debounce)
+				return usagef("settings: --debounce %q: want a duration (1s, 500ms) or milliseconds", debounce)
 			}
 			d = time.Duration(ms) * time.Millisecond
 		}
@@ -518,7 +660,7 @@ func settings(ctx context.Context, fs *flag.FlagSet, c *common, args []string, s
 		q.DebounceMs = &ms
 	}
 	if err := q.Validate(); err != nil {
-		return fmt.Errorf("settings: %w", err)
+		return usagef("settings: %w", err)
 	}
 	cl, ctx, done, err := c.open(ctx)
 	if err != nil {
@@ -545,7 +687,7 @@ func settings(ctx context.Context, fs *flag.FlagSet, c *common, args []string, s
 	}
 	// A reset is its own message, followed by one with the values set.
 	var r *lanefleet.Run
-	if *reset {
+	if reset {
 		if r, err = cl.ResetQueueSettings(ctx, c.session); err != nil {
 			return err
 		}
@@ -555,7 +697,7 @@ func settings(ctx context.Context, fs *flag.FlagSet, c *common, args []string, s
 			return err
 		}
 	}
-	if *noFollow {
+	if noFollow {
 		fmt.Fprintf(stdout, "sent: session %s run %s (applies to messages sent after it)\n", r.Session, r.ID)
 		return nil
 	}

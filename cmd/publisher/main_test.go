@@ -313,14 +313,7 @@ func TestFollowUnknownRun(t *testing.T) {
 func TestCredentialsAndRoles(t *testing.T) {
 	t.Parallel()
 	url := startUsersServer(t, "alice")
-	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: strings.Replace(url, "nats://", "nats://worker:w@", 1), Scripted: true, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	startWorkerOn(t, strings.Replace(url, "nats://", "nats://worker:w@", 1))
 
 	env := map[string]string{"NATS_URL": url, "NATS_USER": "alice", "NATS_PASSWORD": "alice", "NATS_INBOX_PREFIX": "_INBOX_alice"}
 	out, _, err := publisherEnv(t, env, "send", "--session", "alice", "hi")
@@ -340,6 +333,19 @@ func TestCredentialsAndRoles(t *testing.T) {
 	if _, _, err := publisherEnv(t, env, "history", "--session", "alice", "--password", "wrong"); err == nil || !strings.Contains(err.Error(), "refused the credentials") {
 		t.Fatalf("wrong password: %v", err)
 	}
+}
+
+// startWorkerOn runs a scripted fleet member on the server at url.
+func startWorkerOn(t *testing.T, url string) {
+	t.Helper()
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: url, Scripted: true, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 func publisherEnv(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {

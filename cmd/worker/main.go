@@ -6,17 +6,21 @@
 // with the same NATS_URL.
 //
 //	worker [flags]
+//	worker version [--json]           (also worker --version)
 //	worker sanitize --provider P --api A --model M < history.json
 //	worker permissions --role worker|sender|viewer|tool-server|admin --user NAME [--session KEY ...] [--tool NAME ...]
+//
+// -h on any command prints its help and exits 0; a wrong command line
+// exits 2, a worker that fails 1.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,13 +28,16 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
 
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
+	"github.com/lanefleet/lanefleet/tracing/otlp"
 )
 
 func main() {
@@ -39,10 +46,34 @@ func main() {
 	// or an API key never reaches the terminal or a log file.
 	red := redact.New()
 	stderr := red.Writer(os.Stderr)
-	if err := runWith(red, os.Args[1:], os.Stdin, os.Stdout, stderr); err != nil {
+	err := runWith(red, os.Args[1:], os.Stdin, os.Stdout, stderr)
+	if err != nil {
 		fmt.Fprintln(stderr, "worker:", err)
-		os.Exit(1)
 	}
+	os.Exit(exitCode(err))
+}
+
+// Exit codes: 0 done (also -h, --version), 1 the worker failed, 2 the
+// command line is wrong.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// usageError is a command line that cannot run: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, new(usageError)):
+		return exitUsage
+	}
+	return exitFailure
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -50,20 +81,44 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return runWith(red, args, stdin, stdout, red.Writer(stderr))
 }
 
-// runWith runs the worker; red masks stderr and learns the secrets of the
-// configuration.
+// runWith runs the worker command line; red masks stderr and learns the
+// secrets of the configuration.
 func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "sanitize" {
-		return sanitize(args[1:], stdin, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "permissions" {
-		return permissions(args[1:], stdout, stderr)
-	}
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	root := rootCommand(red, stdin, stdout, stderr)
+	root.SetArgs(args)
+	return root.Execute()
+}
+
+// rootCommand is `worker`: it runs a fleet member; its subcommands print
+// things and start nothing.
+func rootCommand(red *redact.Redactor, stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	env := os.Getenv
+	var cfg fleet.Config
+	root := &cobra.Command{
+		Use:   "worker [flags]",
+		Short: "Run a Lanefleet fleet member",
+		Long: `worker runs a Lanefleet fleet member.
+
+Without NATS_URL it starts an embedded JetStream nats-server (file store under
+--data-dir; clients and other workers connect on --listen); with NATS_URL it
+joins that deployment. Add capacity by starting another worker with the same
+NATS_URL. Tracing is on when OTEL_EXPORTER_OTLP_ENDPOINT (or the _TRACES_ one)
+is set: spans go over OTLP/HTTP.`,
+		Version:       version.Get().String(),
+		Args:          noArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w (see %s -h)", err, c.CommandPath())}
+	})
+	fs := root.Flags()
+	fs.SortFlags = false
 	var (
-		cfg       fleet.Config
 		sync      = fs.String("sync", "always", "embedded server fsync: always (every write is on disk before it is acknowledged) or default (NATS's 2-minute interval)")
 		logFormat = fs.String("log-format", "auto", "log format: json, console, or auto (console on a terminal)")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -72,7 +127,7 @@ func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stder
 	fs.StringVar(&cfg.CredsFile, "creds", env("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&cfg.NKeyFile, "nkey", env("NATS_NKEY"), "NATS NKey seed file (env NATS_NKEY)")
 	fs.StringVar(&cfg.User, "nats-user", env("NATS_USER"), "NATS user name (env NATS_USER)")
-	fs.StringVar(&cfg.Password, "nats-password", env("NATS_PASSWORD"), "NATS password (env NATS_PASSWORD; prefer the variable: arguments are visible to other local users)")
+	fs.StringVar(&cfg.Password, "nats-password", "", "NATS password (env NATS_PASSWORD; prefer the variable: arguments are visible to other local users)")
 	fs.StringVar(&cfg.InboxPrefix, "inbox-prefix", env("NATS_INBOX_PREFIX"), "inbox prefix the worker's permissions allow (env NATS_INBOX_PREFIX; default _INBOX_<nats-user> with --nats-user, else _INBOX)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", env("NATS_TLS_CERT"), "client TLS certificate (env NATS_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", env("NATS_TLS_KEY"), "client TLS key (env NATS_TLS_KEY)")
@@ -99,7 +154,7 @@ func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stder
 	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default by the API keys present, scripted/echo with --scripted)")
 	fs.StringVar(&cfg.ModelsFile, "models-file", env("LANEFLEET_MODELS_FILE"), "user models file (JSON) adding to or overriding the built-in catalog (env LANEFLEET_MODELS_FILE)")
 	fs.StringVar(&cfg.OpenAICompatible, "openai-compatible", env("OPENAI_COMPATIBLE_BASE_URL"), "base URL of an OpenAI-compatible server such as llama.cpp's llama-server, vLLM, Ollama or LM Studio (env OPENAI_COMPATIBLE_BASE_URL; http://host:port gets /v1): its models, listed at start from <url>/models, are served as local/<id> over Chat Completions, and the first is the default model")
-	fs.StringVar(&cfg.OpenAICompatibleKey, "openai-compatible-key", env("OPENAI_COMPATIBLE_API_KEY"), "API key for that server, when it wants one (env OPENAI_COMPATIBLE_API_KEY; prefer the variable: arguments are visible to other local users)")
+	fs.StringVar(&cfg.OpenAICompatibleKey, "openai-compatible-key", "", "API key for that server, when it wants one (env OPENAI_COMPATIBLE_API_KEY; prefer the variable: arguments are visible to other local users)")
 	fs.DurationVar(&cfg.OpenAICompatibleWait, "openai-compatible-wait", 0, "how long to wait at start while that server does not list its models (starting, loading a model); 0 = fail at once")
 	fs.BoolVar(&cfg.Scripted, "scripted", false, "serve the built-in scripted/* test models (demos and tests only: scripted/script runs the tool calls a message scripts)")
 	fs.DurationVar(&cfg.ScriptedDelay, "scripted-delay", 0, "pause before each scripted/echo delta (0 = instant)")
@@ -112,6 +167,7 @@ func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stder
 	toolsApprove := fs.String("tools-approve", env("LANEFLEET_TOOLS_APPROVE"), "comma-separated tools whose every call waits for the client's approval: the run ends with the call pending until a tool result \"approve\" (anything else refuses it) (env LANEFLEET_TOOLS_APPROVE)")
 	execApproval := fs.String("exec-approval", "off", "ask: every exec call waits for the client's approval (as --tools-approve exec); off: exec runs at once")
 	fs.IntVar(&cfg.MaxToolIterations, "max-tool-iterations", runner.MaxToolIterationsDefault, "most model calls one turn's tool loop makes before it stops with a tool-loop-limit reply (a run's own setting may lower it)")
+	fs.BoolVar(&cfg.NoStepJournal, "no-step-journal", false, "do not journal a turn's steps: a turn re-run after its worker died repeats every model and tool call it had made (saves one synchronous write per tool-calling reply and per tool result)")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", env("LANEFLEET_WORKSPACES"), "directory holding each session's workspace for the read/write/edit/exec tools (default <data-dir>/workspaces, else a temp directory)")
 	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools")
 	fs.BoolVar(&cfg.Exec, "exec", false, "offer the exec tool: a shell in the session's workspace, confined (Landlock, namespaces, rlimits); refuses to start where it cannot be confined")
@@ -122,84 +178,163 @@ func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stder
 	hookFailure := fs.String("hooks-tool-failure", "closed", "a before_tool_call hook that cannot decide (unreachable, timed out, failed): closed blocks the call and tells the model, open lets it run unchecked with a warning")
 	fs.BoolVar(&cfg.NoCompaction, "no-compaction", false, "no compaction when the context nears the window (overflow recovery still compacts)")
 	fs.BoolVar(&cfg.NoBlockReplies, "no-block-replies", false, "publish no block reply events")
+	fs.StringVar(&cfg.MetricsListen, "metrics", env("LANEFLEET_METRICS"), "serve Prometheus /metrics, /healthz and /readyz on this host:port, e.g. 127.0.0.1:9464 (env LANEFLEET_METRICS; default none)")
+	fs.StringVar(&cfg.NATSMonitor, "nats-monitor", "", "embedded server: serve its monitoring endpoints (/varz, /jsz, /connz, /healthz) on this host:port, e.g. 127.0.0.1:8222 (no authentication: loopback unless --insecure-listen)")
 	fs.StringVar(&cfg.SkillsDir, "skills-dir", env("LANEFLEET_SKILLS_DIR"), "directory of skills (<name>/SKILL.md) offered to every session, besides each workspace's skills/ (env LANEFLEET_SKILLS_DIR)")
 	skillsConfig := fs.String("skills-config", env("LANEFLEET_SKILLS_CONFIG"), `JSON file configuring skills by name: {"<skill>": {"enabled": false, "env": {"VAR": "value"}, "apiKey": "…"}} (env LANEFLEET_SKILLS_CONFIG)`)
 	systemPromptFile := fs.String("system-prompt-file", env("LANEFLEET_SYSTEM_PROMPT_FILE"), "file holding the system prompt (env LANEFLEET_SYSTEM_PROMPT_FILE)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		// Secrets come from the environment after parsing, so -h never
+		// prints one as a default.
+		if !fs.Changed("nats-password") {
+			cfg.Password = env("NATS_PASSWORD")
 		}
-		return err
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if cfg.ServerConfig != "" {
-		if cfg.NATSURL != "" {
-			return errors.New("--server-config configures the embedded server, but NATS_URL/--nats-url joins another one: give one of them")
+		if !fs.Changed("openai-compatible-key") {
+			cfg.OpenAICompatibleKey = env("OPENAI_COMPATIBLE_API_KEY")
 		}
-		if given["sync"] {
-			return errors.New("--sync with --server-config: set jetstream { sync_interval } in the configuration file instead")
+		given := func(name string) bool { return fs.Changed(name) }
+		if cfg.ServerConfig != "" {
+			if cfg.NATSURL != "" {
+				return usageError{errors.New("--server-config configures the embedded server, but NATS_URL/--nats-url joins another one: give one of them")}
+			}
+			if given("sync") {
+				return usageError{errors.New("--sync with --server-config: set jetstream { sync_interval } in the configuration file instead")}
+			}
+		} else if cfg.DataDir == "" {
+			cfg.DataDir = "./lanefleet-data"
 		}
-	} else if cfg.DataDir == "" {
-		cfg.DataDir = "./lanefleet-data"
-	}
-	switch *sync {
-	case "always":
-		cfg.SyncAlways = true
-	case "default":
-	default:
-		return fmt.Errorf("--sync must be always or default, not %q", *sync)
-	}
-	cfg.Fallbacks = splitList(*fallbacks)
-	cfg.AllowModels = splitList(*allowModels)
-	cfg.RemoteTools = splitList(*remoteTools)
-	cfg.Hooks.Names = splitList(*hookNames)
-	mode, err := hooks.ParseFailMode(*hookFailure)
-	if err != nil {
-		return fmt.Errorf("--hooks-tool-failure: %w", err)
-	}
-	cfg.Hooks.ToolFailure = mode
-	cfg.ToolPolicy = tools.Policy{Allow: splitList(*toolsAllow), Deny: splitList(*toolsDeny), Approve: splitList(*toolsApprove)}
-	switch *execApproval {
-	case "ask":
-		cfg.ToolPolicy.Approve = append(cfg.ToolPolicy.Approve, "exec")
-	case "off":
-	default:
-		return fmt.Errorf("--exec-approval must be ask or off, not %q", *execApproval)
-	}
-	if *skillsConfig != "" {
-		b, err := os.ReadFile(*skillsConfig)
+		switch *sync {
+		case "always":
+			cfg.SyncAlways = true
+		case "default":
+		default:
+			return usageError{fmt.Errorf("--sync must be always or default, not %q", *sync)}
+		}
+		cfg.Fallbacks = splitList(*fallbacks)
+		cfg.AllowModels = splitList(*allowModels)
+		cfg.RemoteTools = splitList(*remoteTools)
+		cfg.Hooks.Names = splitList(*hookNames)
+		mode, err := hooks.ParseFailMode(*hookFailure)
 		if err != nil {
-			return fmt.Errorf("--skills-config: %w", err)
+			return usageError{fmt.Errorf("--hooks-tool-failure: %w", err)}
 		}
-		if err := json.Unmarshal(b, &cfg.Skills); err != nil {
-			return fmt.Errorf("--skills-config %s: %w", *skillsConfig, err)
+		cfg.Hooks.ToolFailure = mode
+		cfg.ToolPolicy = tools.Policy{Allow: splitList(*toolsAllow), Deny: splitList(*toolsDeny), Approve: splitList(*toolsApprove)}
+		switch *execApproval {
+		case "ask":
+			cfg.ToolPolicy.Approve = append(cfg.ToolPolicy.Approve, "exec")
+		case "off":
+		default:
+			return usageError{fmt.Errorf("--exec-approval must be ask or off, not %q", *execApproval)}
 		}
-	}
-	if *systemPromptFile != "" {
-		b, err := os.ReadFile(*systemPromptFile)
+		if *skillsConfig != "" {
+			b, err := os.ReadFile(*skillsConfig)
+			if err != nil {
+				return fmt.Errorf("--skills-config: %w", err)
+			}
+			if err := json.Unmarshal(b, &cfg.Skills); err != nil {
+				return fmt.Errorf("--skills-config %s: %w", *skillsConfig, err)
+			}
+		}
+		if *systemPromptFile != "" {
+			b, err := os.ReadFile(*systemPromptFile)
+			if err != nil {
+				return fmt.Errorf("--system-prompt-file: %w", err)
+			}
+			cfg.SystemPrompt = string(b)
+		}
+		log, err := newLogger(stderr, *logFormat, *logLevel)
 		if err != nil {
-			return fmt.Errorf("--system-prompt-file: %w", err)
+			return usageError{err}
 		}
-		cfg.SystemPrompt = string(b)
-	}
-	log, err := newLogger(stderr, *logFormat, *logLevel)
-	if err != nil {
-		return err
-	}
-	red.Add(envSecrets(os.Environ())...)
-	cfg.Redactor = red
-	cfg.Logger = log
-	cfg.Env = env
+		red.Add(envSecrets(os.Environ())...)
+		cfg.Redactor = red
+		cfg.Logger = log
+		cfg.Env = env
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		return serve(cmd.Context(), cfg, red, log, env)
+	}
+	root.AddCommand(versionCommand(stdout), sanitizeCommand(stdin, stdout, stderr), permissionsCommand(stdout))
+	return root
+}
+
+// serve runs the member until a signal, with tracing when the OTEL_*
+// variables ask for it.
+func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	oenv, tracingOn, err := otlp.FromEnv(env)
+	if err != nil {
+		return usageError{err}
+	}
+	if tracingOn {
+		red.Add(oenv.Secrets...)
+		oenv.Logger = log
+		exp, err := otlp.New(oenv.Config)
+		if err != nil {
+			return usageError{err}
+		}
+		tp, err := otlp.NewTracerProvider(exp, otlp.Service{Name: "lanefleet-worker", Version: version.Get().Version, Instance: cfg.WorkerID}, env)
+		if err != nil {
+			return usageError{err}
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn().Err(err).Msg("tracing: the last spans were not exported")
+			}
+		}()
+		cfg.TracerProvider = tp
+		log.Info().Str("endpoint", endpointOf(oenv.URL)).Msg("tracing: exporting spans over OTLP/HTTP")
+	}
 	m, err := fleet.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	log.Info().Str("worker", m.Worker.ID()).Str("nats", m.ClientURL()).Str("model", m.DefaultModel()).Msg("ready")
+	log.Info().Str("worker", m.Worker.ID()).Str("nats", m.ClientURL()).Str("model", m.DefaultModel()).Str("version", version.Get().String()).Msg("ready")
 	return m.Run(ctx)
+}
+
+// endpointOf is an export URL without credentials or query, for the log.
+func endpointOf(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "?"
+	}
+	return u.Scheme + "://" + u.Host + u.Path
+}
+
+// noArgs refuses arguments: a worker takes flags only, and a misspelt
+// subcommand must not start one.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("unknown command %q for %q (see %s -h)", args[0], cmd.CommandPath(), cmd.CommandPath())}
+	}
+	return nil
+}
+
+// versionCommand is `worker version`: it prints the build and starts
+// nothing.
+func versionCommand(stdout io.Writer) *cobra.Command {
+	asJSON := false
+	c := &cobra.Command{
+		Use:   "version",
+		Short: "Print the module version and commit of this build",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if asJSON {
+				return json.NewEncoder(stdout).Encode(version.Get())
+			}
+			_, err := fmt.Fprintln(stdout, version.Get())
+			return err
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON object")
+	return c
 }
 
 // envSecrets returns the values of environment variables whose names say
@@ -247,7 +382,19 @@ func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Logger{}, fmt.Errorf("--log-format must be json, console or auto, not %q", format)
 	}
-	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+	return zerolog.New(out).Level(lvl).Hook(msTimestamp{}), nil
+}
+
+// msTimestamp stamps every line with its time to the millisecond. The
+// logger's own Timestamp follows zerolog.TimeFieldFormat, a process global
+// that defaults to whole seconds (the console showed .000 for every line).
+type msTimestamp struct{}
+
+// TimeFormat is the "time" field of every log line.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func (msTimestamp) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, time.Now().Format(TimeFormat))
 }
 
 func isTerminal(w io.Writer) bool {

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSanitizeSubcommand(t *testing.T) {
@@ -96,6 +98,86 @@ func TestServerConfigCombinations(t *testing.T) {
 		err := run(c.args, strings.NewReader(""), &out, &errb)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error about %s", c.args, err, c.want)
+		}
+	}
+}
+
+// TestConventionalCLI: help and version exit 0 and start nothing (a
+// worker would block here, on a data dir of the current directory); a
+// wrong command line is a usage error (exit 2); subcommand help lists only
+// that command's flags.
+func TestConventionalCLI(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args     []string
+		code     int
+		out, not string
+	}{
+		{[]string{"--version"}, 0, "lanefleet ", ""},
+		{[]string{"version"}, 0, "lanefleet ", ""},
+		{[]string{"version", "--json"}, 0, `"revision":`, ""},
+		{[]string{"-h"}, 0, "--metrics", ""},
+		{[]string{"--help"}, 0, "--nats-monitor", ""},
+		{[]string{"permissions", "-h"}, 0, "--role", "--data-dir"},
+		{[]string{"version", "-h"}, 0, "--json", "--model"},
+		{[]string{"sanitize", "-h"}, 0, "", ""},
+		{[]string{"nosuch"}, 2, "", ""},
+		{[]string{"--no-such-flag"}, 2, "", ""},
+		{[]string{"--sync", "sometimes"}, 2, "", ""},
+		{[]string{"version", "extra"}, 2, "", ""},
+		{[]string{"sanitize", "--provider", "anthropic"}, 2, "", ""},
+		{[]string{"permissions", "--role", "operator", "--user", "u"}, 2, "", ""},
+	} {
+		var out, errb bytes.Buffer
+		err := run(c.args, strings.NewReader(""), &out, &errb)
+		if got := exitCode(err); got != c.code {
+			t.Errorf("%v: exit %d (%v), want %d", c.args, got, err, c.code)
+		}
+		if c.out != "" && !strings.Contains(out.String(), c.out) {
+			t.Errorf("%v: stdout lacks %q:\n%s", c.args, c.out, out.String())
+		}
+		if c.not != "" && strings.Contains(out.String(), c.not) {
+			t.Errorf("%v: stdout lists %q, a flag the command ignores", c.args, c.not)
+		}
+	}
+}
+
+// TestHelpPrintsNoSecret: the password and key flags take their
+// environment defaults after parsing, so help never shows them.
+func TestHelpPrintsNoSecret(t *testing.T) {
+	t.Setenv("NATS_PASSWORD", "hunter2-the-nats-password")
+	t.Setenv("OPENAI_COMPATIBLE_API_KEY", "sk-local-server-key-123")
+	var out, errb bytes.Buffer
+	if err := run([]string{"-h"}, strings.NewReader(""), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"hunter2-the-nats-password", "sk-local-server-key-123"} {
+		if strings.Contains(out.String()+errb.String(), secret) {
+			t.Errorf("help shows %s", secret)
+		}
+	}
+}
+
+// TestLogTimestampsHaveMilliseconds: log lines carry the millisecond, in
+// JSON and on the console (the console showed .000 on every line).
+func TestLogTimestampsHaveMilliseconds(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "console"} {
+		var b bytes.Buffer
+		log, err := newLogger(&b, format, "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Several lines: one may fall on a whole second, not all.
+		for range 5 {
+			log.Info().Msg("tick")
+			time.Sleep(3 * time.Millisecond)
+		}
+		if !regexp.MustCompile(`:\d\d\.\d\d\d`).MatchString(b.String()) {
+			t.Fatalf("%s: no milliseconds:\n%s", format, b.String())
+		}
+		if !regexp.MustCompile(`:\d\d\.(\d\d[1-9]|\d[1-9]\d|[1-9]\d\d)`).MatchString(b.String()) {
+			t.Errorf("%s: every line at .000:\n%s", format, b.String())
 		}
 	}
 }

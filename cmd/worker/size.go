@@ -14,6 +14,9 @@ type byteSize int64
 
 func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
 
+// Type names the value in help.
+func (b *byteSize) Type() string { return "size" }
+
 func (b *byteSize) Set(s string) error {
 	n, err := parseSize(s)
 	if err != nil {

@@ -24,7 +24,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
@@ -37,6 +39,7 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/metrics"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
@@ -130,6 +133,10 @@ type Config struct {
 	// MaxToolIterations bounds the model calls of one turn's tool loop;
 	// default runner.MaxToolIterationsDefault.
 	MaxToolIterations int
+	// NoStepJournal turns the step journal off: a turn re-run after its
+	// worker died then repeats every model and tool call it had made
+	// (the journal costs a synchronous write per step).
+	NoStepJournal bool
 	// ToolPolicy allows, denies and asks approval for tools by name
 	// (case-insensitive globs; deny wins; empty Allow = all): refused
 	// tools are not offered, and every call of a tool marked Approve ends
@@ -166,6 +173,19 @@ type Config struct {
 	// ExecUnconfined runs exec's commands unconfined, with the worker's
 	// privileges (only with Exec).
 	ExecUnconfined bool
+
+	// Operations.
+	// MetricsListen is the host:port of the member's /metrics, /healthz
+	// and /readyz (package metrics); empty = none. A busy address fails
+	// Start.
+	MetricsListen string
+	// NATSMonitor is the host:port of the embedded server's monitoring
+	// endpoints (/varz, /jsz, /healthz, ...); empty = none. They have no
+	// authentication: a non-loopback address needs InsecureListen.
+	NATSMonitor string
+	// TracerProvider records the spans of turns, attempts, model calls
+	// and tool calls; nil = none.
+	TracerProvider trace.TracerProvider
 
 	Logger zerolog.Logger
 	// Redactor masks the member's secrets (keys, tokens, NATS credentials)
@@ -217,6 +237,10 @@ type Member struct {
 	Tools   *remote.Registry // nil when remote tools are off
 	Hooks   *hooks.Registry  // nil without hooks
 	log     zerolog.Logger
+	obs     observer
+	creds   *authprofile.Store // the member's auth profiles
+	// metricsSrv serves /metrics, /healthz and /readyz; nil when off.
+	metricsSrv *metrics.Server
 	// storeLock keeps a second embedded server off the data directory.
 	storeLock *embedded.StoreLock
 
@@ -242,6 +266,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	url := cfg.NATSURL
+	if url != "" && cfg.NATSMonitor != "" {
+		return nil, errors.New("fleet: --nats-monitor serves the embedded server's monitoring, but NATS_URL/--nats-url joins another server: enable monitoring on that server (http_port) instead")
+	}
 	if url == "" {
 		srv, sopts, lock, err := startEmbedded(cfg)
 		if err != nil {
@@ -258,7 +285,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 			opts = append(opts, pin)
 		}
 		m.log.Info().Str("url", srv.ClientURL()).Str("data_dir", sopts.StoreDir).Bool("sync_always", sopts.SyncAlways).
-			Bool("auth", embedded.Authenticates(sopts)).Bool("tls", sopts.TLSConfig != nil).Msg("embedded NATS server started")
+			Bool("auth", embedded.Authenticates(sopts)).Bool("tls", sopts.TLSConfig != nil).Str("monitor", m.NATSMonitorAddr()).Msg("embedded NATS server started")
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -278,9 +305,25 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	m.JS = redactingJS{JetStream: js, r: cfg.Redactor}
+	var reg *metrics.Metrics
+	if cfg.MetricsListen != "" {
+		reg = metrics.New()
+	}
+	m.obs = newObserver(cfg, reg)
 	if err := m.build(ctx); err != nil {
 		m.close()
 		return nil, err
+	}
+	if reg != nil {
+		if err := reg.Watch(m.metricsState()); err != nil {
+			m.close()
+			return nil, fmt.Errorf("fleet: metrics: %w", err)
+		}
+		if m.metricsSrv, err = metrics.Listen(cfg.MetricsListen, metrics.Handler(reg, m.ready, m.log)); err != nil {
+			m.close()
+			return nil, fmt.Errorf("fleet: %w (give --metrics another address)", err)
+		}
+		m.log.Info().Str("addr", m.metricsSrv.Addr()).Msg("serving /metrics, /healthz and /readyz")
 	}
 	if m.storeLock != nil {
 		if err := m.storeLock.SetHolder(holder(m.Worker.ID(), m.Server.ClientURL())); err != nil {
@@ -336,6 +379,7 @@ func (m *Member) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.creds = creds
 	if short := cfg.Redactor.Add(secrets(cfg, creds)...); len(short) > 0 {
 		m.log.Warn().Int("count", len(short)).Int("min_bytes", redact.MinLen).Msg("configured secrets too short to be masked in events, transcripts and logs")
 	}
@@ -367,7 +411,7 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
-	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: res, Logger: cfg.Logger,
+	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: observedResolver{Resolver: res, obs: &m.obs}, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
 	if !cfg.NoBlockReplies {
@@ -382,7 +426,7 @@ func (m *Member) build(ctx context.Context) error {
 	if m.Runner, err = runner.New(rcfg); err != nil {
 		return err
 	}
-	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.handle), lanes.Config{
+	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger,
 	})
@@ -457,8 +501,12 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
-	out, err := m.Runner.Run(ctx, runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}, phaseSink{Sink: t, reg: reg, ctx: ctx})
+	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
+		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}
+	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
+		in.Steps = steps
+	}
+	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: t, reg: reg, ctx: ctx}))
 	if err != nil {
 		return nil, err
 	}
@@ -607,6 +655,28 @@ func (m *Member) Run(ctx context.Context) error {
 		return fmt.Errorf("fleet: lane service: %w", err)
 	}
 	defer func() { _ = svc.Stop() }()
+	// The admin service answers operators (admin role) fleet-wide.
+	adm, err := admin.Serve(m.Conn, admin.Config{JS: m.JS, Inbound: m.Streams.Inbound, Events: m.Streams.Events, Dead: m.Streams.Dead,
+		Runs: m.Runs, Auth: m.authBook(), Worker: m.Worker.ID(), Logger: m.log})
+	if err != nil {
+		return fmt.Errorf("fleet: admin service: %w", err)
+	}
+	defer func() { _ = adm.Stop() }()
+	if m.metricsSrv != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := m.metricsSrv.Serve(); err != nil {
+				m.log.Error().Err(err).Msg("metrics listener stopped")
+			}
+		}()
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = m.metricsSrv.Close(ctx)
+			<-done
+		}()
+	}
 	if m.Tools != nil {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -626,6 +696,14 @@ func (m *Member) Run(ctx context.Context) error {
 		defer func() { cancel(); <-done }()
 	}
 	return m.Worker.Run(ctx)
+}
+
+// MetricsAddr returns the address /metrics is served on, or "" when off.
+func (m *Member) MetricsAddr() string {
+	if m.metricsSrv == nil {
+		return ""
+	}
+	return m.metricsSrv.Addr()
 }
 
 func (m *Member) close() {
@@ -685,6 +763,9 @@ func startEmbedded(cfg Config) (*server.Server, *server.Options, *embedded.Store
 	case err != nil:
 		return nil, nil, nil, fmt.Errorf("fleet: %w", err)
 	}
+	if err := monitorOn(opts, cfg); err != nil {
+		return nil, nil, nil, err
+	}
 	listen := ""
 	if opts.Port > 0 {
 		listen = "nats://" + net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
@@ -712,6 +793,46 @@ func startEmbedded(cfg Config) (*server.Server, *server.Options, *embedded.Store
 		return nil, nil, nil, fmt.Errorf("fleet: %w", err)
 	}
 	return srv, opts, lock, nil
+}
+
+// monitorOn sets the embedded server's monitoring listener (/varz, /jsz,
+// /healthz, ...) to cfg.NATSMonitor. It has no authentication, so a
+// non-loopback address needs InsecureListen, as the client port does.
+func monitorOn(opts *server.Options, cfg Config) error {
+	if cfg.NATSMonitor == "" {
+		return nil
+	}
+	if opts.HTTPPort != 0 {
+		return fmt.Errorf("fleet: --nats-monitor and the monitoring port of --server-config %s: configure it in one place", cfg.ServerConfig)
+	}
+	h, p, err := net.SplitHostPort(cfg.NATSMonitor)
+	if err != nil {
+		return fmt.Errorf("fleet: --nats-monitor %q: %w", cfg.NATSMonitor, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return fmt.Errorf("fleet: --nats-monitor %q: bad port", cfg.NATSMonitor)
+	}
+	if ip := net.ParseIP(h); (ip == nil || !ip.IsLoopback()) && h != "localhost" && !cfg.InsecureListen {
+		return fmt.Errorf("fleet: --nats-monitor %s: the monitoring endpoints have no authentication and show every connection and stream; listen on 127.0.0.1 or accept that with --insecure-listen", cfg.NATSMonitor)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts.HTTPHost, opts.HTTPPort = h, port
+	return nil
+}
+
+// NATSMonitorAddr returns the embedded server's monitoring address, or ""
+// when it serves none.
+func (m *Member) NATSMonitorAddr() string {
+	if m.Server == nil {
+		return ""
+	}
+	if a := m.Server.MonitorAddr(); a != nil {
+		return a.String()
+	}
+	return ""
 }
 
 // pinServerCert makes the connection to the embedded server trust exactly

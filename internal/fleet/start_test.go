@@ -3,7 +3,9 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,5 +85,62 @@ func TestUnwritableDataDir(t *testing.T) {
 	t.Log(err)
 	if !errors.Is(err, syscall.ENOTDIR) || !strings.Contains(err.Error(), "--data-dir") || !strings.Contains(err.Error(), "not writable") {
 		t.Fatalf("data dir under a file: %v", err)
+	}
+}
+
+// TestSilentMisconfigurations: flags that can only be mistakes fail at
+// start saying which (they were accepted, and the worker ran without what
+// they named).
+func TestSilentMisconfigurations(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "SKILL.md")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"missing skills dir", Config{SkillsDir: filepath.Join(t.TempDir(), "nosuch")}, "--skills-dir"},
+		{"skills dir a file", Config{SkillsDir: file}, "not a directory"},
+		{"unknown fallback", Config{Fallbacks: []string{"nosuch/model"}}, "fallback model"},
+		{"unknown default model", Config{DefaultModel: "nosuch/model"}, "default model"},
+		{"missing auth profiles", Config{AuthProfiles: filepath.Join(t.TempDir(), "auth-profiles.json")}, "does not exist"},
+		{"monitor of a joined server", Config{NATSURL: "nats://127.0.0.1:1", NATSMonitor: "127.0.0.1:0"}, "--nats-monitor"},
+		{"open monitor", Config{NATSMonitor: "0.0.0.0:0"}, "no authentication"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.cfg.DataDir = t.TempDir()
+			_, err := startMember(t, c.cfg)
+			t.Log(err)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v; want an error about %s", err, c.want)
+			}
+		})
+	}
+}
+
+// TestNATSMonitor: --nats-monitor serves the embedded server's monitoring
+// endpoints.
+func TestNATSMonitor(t *testing.T) {
+	t.Parallel()
+	m, err := startMember(t, Config{DataDir: t.TempDir(), NATSMonitor: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := m.NATSMonitorAddr()
+	if addr == "" {
+		t.Fatal("no monitoring address")
+	}
+	resp, err := http.Get("http://" + addr + "/jsz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"streams"`) {
+		t.Fatalf("/jsz: %d %s", resp.StatusCode, body)
 	}
 }

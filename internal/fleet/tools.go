@@ -47,6 +47,13 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry) (*tool
 	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger,
 		now: time.Now, skillCfg: cfg.Skills, remote: reg}
 	if cfg.SkillsDir != "" {
+		// A skills directory that is not there can only be a mistake:
+		// every session would silently go without its skills.
+		if st, err := os.Stat(cfg.SkillsDir); err != nil {
+			return nil, fmt.Errorf("fleet: --skills-dir: %w", err)
+		} else if !st.IsDir() {
+			return nil, fmt.Errorf("fleet: --skills-dir %s is not a directory (it holds <name>/SKILL.md)", cfg.SkillsDir)
+		}
 		ts.skillDirs = []string{cfg.SkillsDir}
 	}
 	if cfg.NoBuiltinTools {

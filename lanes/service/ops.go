@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -45,7 +46,7 @@ type historyPage struct {
 // while they fit, a record split between pages when it does not.
 func (s *Service) history(ctx context.Context, r request) (any, error) {
 	var q HistoryRequest
-	if err := decodeRequest(r.data, &q); err != nil {
+	if err := DecodeRequest(r.data, &q); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	if q.Skip < 0 {
@@ -119,7 +120,7 @@ func (s *Service) history(ctx context.Context, r request) (any, error) {
 // up to the reply's budget, and the run's state.
 func (s *Service) events(ctx context.Context, r request) (any, error) {
 	var q EventsRequest
-	if err := decodeRequest(r.data, &q); err != nil {
+	if err := DecodeRequest(r.data, &q); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	runSeq, err := parseRun(q.Run)
@@ -249,7 +250,7 @@ func (s *Service) waiting(ctx context.Context, token string, runSeq uint64) (str
 
 // settings returns the lane's stored queue settings.
 func (s *Service) settings(ctx context.Context, r request) (any, error) {
-	if err := decodeRequest(r.data, &struct{}{}); err != nil {
+	if err := DecodeRequest(r.data, &struct{}{}); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	raw, err := s.cfg.Lanes.Settings(ctx, r.token)
@@ -325,4 +326,65 @@ func deepestLine(data []byte) (line, deepest int) {
 		}
 	}
 	return line, deepest
+}
+
+// backlog counts the lane's messages after its last committed turn: the
+// subject's stored messages less the processed ones not yet purged, which
+// it steps over from the front (usually none or a few: an owner purges
+// them when it releases the lane).
+func (s *Service) backlog(ctx context.Context, r request) (any, error) {
+	if err := DecodeRequest(r.data, &struct{}{}); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	subj := events.InboundPrefix + r.token
+	var rep BacklogReply
+	cur, err := s.cfg.Lanes.Cursor(ctx, r.token)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return nil, err
+	}
+	rep.Processed = cur.Seq
+	holder, held, err := s.cfg.Lanes.Holder(ctx, r.token)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return nil, err
+	}
+	if held {
+		rep.Holder, rep.HeldSince = holder.Worker, holder.Acquired
+		if rep.Holder == "" {
+			rep.Holder = "(unreadable lease)"
+		}
+	}
+	first, err := s.cfg.Inbound.GetMsg(ctx, cur.Seq+1, jetstream.WithGetMsgSubject(subj))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return rep, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep.OldestRun, rep.OldestAt = strconv.FormatUint(first.Sequence, 10), first.Time.UnixMilli()
+	info, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return nil, err
+	}
+	stored := int(info.State.Subjects[subj])
+	processed := 0
+	deadline := time.Now().Add(walkBudget)
+	for seq := uint64(1); ; processed++ {
+		if processed >= MaxBacklogWalk || time.Now().After(deadline) {
+			rep.More = true
+			break
+		}
+		m, err := s.cfg.Inbound.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.Sequence > cur.Seq {
+			break
+		}
+		seq = m.Sequence + 1
+	}
+	rep.Waiting = max(stored-processed, 1) // the oldest waiting message was found
+	return rep, nil
 }

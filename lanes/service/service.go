@@ -6,6 +6,7 @@
 //	import    store a pi session file as the transcript of a new session
 //	events    a run's stored events from a seq, batched (a late viewer's catch-up)
 //	settings  the session's stored queue settings
+//	backlog   what waits on the lane, and the worker holding it
 //
 // The lane comes from the subject, never from the body, so subject
 // permissions decide who reads what: a sender allowed to publish on
@@ -103,7 +104,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "Lanefleet lanes: history, import, run events and settings of a session, on " + Prefix + "<lane>.<op>",
+		Description: "Lanefleet lanes: history, import, run events, settings and backlog of a session, on " + Prefix + "<lane>.<op>",
 		Metadata:    map[string]string{"worker": cfg.Worker},
 		QueueGroup:  QueueGroup,
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
@@ -115,7 +116,8 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	s.svc = svc
-	for op, h := range map[string]handlerFunc{OpHistory: s.history, OpImport: s.importSession, OpEvents: s.events, OpSettings: s.settings} {
+	for op, h := range map[string]handlerFunc{OpHistory: s.history, OpImport: s.importSession, OpEvents: s.events, OpSettings: s.settings,
+		OpBacklog: s.backlog} {
 		if err := svc.AddEndpoint(op, s.handler(op, h), micro.WithEndpointSubject(Prefix+"*."+op)); err != nil {
 			_ = s.Stop()
 			return nil, fmt.Errorf("service: endpoint %s: %w", op, err)
@@ -214,13 +216,18 @@ func (s *Service) respondError(in inbound, err error) {
 	if e.Code == CodeInternal || e.Code == CodeUnavailable {
 		s.log.Warn().Str("op", in.op).Str("subject", clip(in.subject)).Str("code", e.Code).Str("error", e.Description).Msg("lane service")
 	}
-	// A header value is one line, and the description must not crowd out
-	// the reply.
+	s.respond(in, &nats.Msg{Header: ErrorHeader(e)})
+}
+
+// ErrorHeader returns the headers of e's micro error reply: its code and
+// its description on one bounded line (a header value is one line, and
+// the description must not crowd out the reply).
+func ErrorHeader(e *Error) nats.Header {
 	desc := strings.Join(strings.Fields(e.Description), " ")
 	if len(desc) > maxDescription {
 		desc = strings.ToValidUTF8(desc[:maxDescription], "") + "…"
 	}
-	s.respond(in, &nats.Msg{Header: nats.Header{micro.ErrorCodeHeader: {e.Code}, micro.ErrorHeader: {desc}}})
+	return nats.Header{micro.ErrorCodeHeader: {e.Code}, micro.ErrorHeader: {desc}}
 }
 
 func (s *Service) respond(in inbound, m *nats.Msg) {

@@ -502,3 +502,48 @@ func TestStopWaitsAndHandsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBacklog: the messages after the lane's last committed turn are
+// counted (the processed ones still stored are not), with the oldest
+// waiting one and the worker holding the lane.
+func TestBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	var rep service.BacklogReply
+	if err := b.request(t, "quiet", service.OpBacklog, nil, &rep); err != nil || rep != (service.BacklogReply{}) {
+		t.Fatalf("empty lane: %+v, %v", rep, err)
+	}
+	var seqs []uint64
+	for i := range 4 {
+		ack, err := b.js.Publish(b.ctx, events.InboundPrefix+"busy", fmt.Appendf(nil, `{"text":"m%d"}`, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+		if _, err := b.js.Publish(b.ctx, events.InboundPrefix+"other", []byte(`{"text":"x"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.request(t, "busy", service.OpBacklog, nil, &rep); err != nil || rep.Waiting != 4 || rep.OldestRun != fmt.Sprint(seqs[0]) || rep.OldestAt == 0 || rep.Holder != "" {
+		t.Fatalf("nothing processed: %+v, %v", rep, err)
+	}
+	// Two turns committed (their messages not purged yet); a worker holds
+	// the lane.
+	b.commit(t, "busy", kvstore.Record{InboundSeq: seqs[1], RunID: fmt.Sprint(seqs[1])})
+	lease, err := b.lanes.Acquire(b.ctx, "busy", kvstore.LeaseInfo{Worker: "w-7", Acquired: 1234})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lease.Release(b.ctx) }()
+	rep = service.BacklogReply{}
+	if err := b.request(t, "busy", service.OpBacklog, "{}", &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := service.BacklogReply{Waiting: 2, OldestRun: fmt.Sprint(seqs[2]), OldestAt: rep.OldestAt, Processed: seqs[1], Holder: "w-7", HeldSince: 1234}
+	if rep != want || rep.OldestAt == 0 {
+		t.Fatalf("backlog = %+v, want %+v", rep, want)
+	}
+	if err := b.request(t, "busy", service.OpBacklog, `{"x":1}`, &rep); err == nil || err.Code != service.CodeBadRequest {
+		t.Fatalf("malformed request: %v", err)
+	}
+}

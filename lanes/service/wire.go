@@ -30,6 +30,7 @@ const (
 	OpImport   = "import"   // a pi session file (JSON Lines) → ImportReply
 	OpEvents   = "events"   // EventsRequest → EventsReply
 	OpSettings = "settings" // empty → SettingsReply
+	OpBacklog  = "backlog"  // empty → BacklogReply
 )
 
 // Subject returns the subject of op on the lane of token (see
@@ -136,6 +137,32 @@ type SettingsReply struct {
 	Settings *events.QueueSettings `msgpack:"settings"`
 }
 
+// BacklogReply says what waits on a session's lane: the messages not yet
+// answered by a committed turn (the one running now included), the oldest
+// of them, and the worker that holds the lane.
+type BacklogReply struct {
+	// Waiting counts the lane's messages after its last committed turn.
+	Waiting int `msgpack:"w"`
+	// More means the count stopped at its bound (MaxBacklogWalk stored
+	// messages already processed and not yet purged): Waiting is then an
+	// upper bound.
+	More bool `msgpack:"m,omitempty"`
+	// OldestRun is the run id of the oldest waiting message, OldestAt when
+	// it was stored (Unix ms).
+	OldestRun string `msgpack:"o,omitempty"`
+	OldestAt  int64  `msgpack:"t,omitempty"`
+	// Processed is the inbound sequence of the last committed turn.
+	Processed uint64 `msgpack:"p,omitempty"`
+	// Holder is the worker holding the lane's lease (running its turns),
+	// HeldSince when it took the lane (Unix ms); empty when idle.
+	Holder    string `msgpack:"h,omitempty"`
+	HeldSince int64  `msgpack:"s,omitempty"`
+}
+
+// MaxBacklogWalk bounds the processed messages a backlog request steps
+// over (they are purged when the lane's owner releases it).
+const MaxBacklogWalk = 1000
+
 // Error is an error reply of the service.
 type Error struct {
 	Code        string // one of the Code constants
@@ -166,10 +193,10 @@ func parseSubject(subject, op string) (token, key string, err error) {
 	return token, key, nil
 }
 
-// decodeRequest decodes a JSON request body into v: empty means the zero
+// DecodeRequest decodes a JSON request body into v: empty means the zero
 // value; unknown fields, trailing data and bodies over MaxRequestBytes are
-// refused.
-func decodeRequest(data []byte, v any) error {
+// refused. The admin service reads its requests with it too.
+func DecodeRequest(data []byte, v any) error {
 	if len(data) > MaxRequestBytes {
 		return fmt.Errorf("request of %d bytes is larger than %d", len(data), MaxRequestBytes)
 	}

@@ -39,7 +39,7 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 		var e EventsRequest
-		if err := decodeRequest(body, &e); err == nil {
+		if err := DecodeRequest(body, &e); err == nil {
 			if len(body) > MaxRequestBytes {
 				t.Fatalf("accepted %d bytes", len(body))
 			}
@@ -48,7 +48,7 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 		var h HistoryRequest
-		_ = decodeRequest(body, &h)
+		_ = DecodeRequest(body, &h)
 	})
 }
 
@@ -58,13 +58,13 @@ func TestPermissionModelNamesTheService(t *testing.T) {
 	if permission.LaneService != Name || permission.ServicePrefix != Prefix {
 		t.Errorf("permission names %q on %q, the service is %q on %q", permission.LaneService, permission.ServicePrefix, Name, Prefix)
 	}
-	served := map[string]bool{OpHistory: true, OpImport: true, OpEvents: true, OpSettings: true}
+	served := map[string]bool{OpHistory: true, OpImport: true, OpEvents: true, OpSettings: true, OpBacklog: true}
 	for _, op := range permission.ReadOps {
-		if !served[op] && op != "backlog" { // backlog: the ops command of issue 14, not served yet
+		if !served[op] {
 			t.Errorf("permission.ReadOps grants %q, which the service does not serve", op)
 		}
 	}
-	for _, op := range []string{OpHistory, OpEvents, OpSettings} {
+	for _, op := range []string{OpHistory, OpEvents, OpSettings, OpBacklog} {
 		if !slices.Contains(permission.ReadOps, op) {
 			t.Errorf("read-only op %q is missing from permission.ReadOps: viewers could not use it", op)
 		}

@@ -27,7 +27,13 @@ type remoteTool struct {
 	timeout  time.Duration
 	maxChars int
 	mux      *updateMux // for calls with an Update callback
+	// idempotent: the service declares the tool safe to call again
+	// (MetaIdempotent).
+	idempotent bool
 }
+
+// Idempotent implements tools.Idempotent as the service declares it.
+func (t *remoteTool) Idempotent() bool { return t.idempotent }
 
 // Spec implements tools.Tool with the spec from the endpoint's metadata.
 func (t *remoteTool) Spec() provider.Tool { return t.spec }
@@ -55,7 +61,7 @@ func (t *remoteTool) Call(ctx context.Context, call tools.Call) (tools.Result, e
 	cctx, cancel := context.WithTimeoutCause(ctx, t.timeout, ErrTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		res, err := t.roundTrip(cctx, limit, body, call.Update)
+		res, err := t.roundTrip(cctx, limit, body, call.Key, call.Update)
 		var e *Error
 		if attempt == 0 && errors.As(err, &e) && e.Code == CodeUnavailable && cctx.Err() == nil {
 			continue
@@ -66,9 +72,12 @@ func (t *remoteTool) Call(ctx context.Context, call tools.Call) (tools.Result, e
 
 // roundTrip sends one request and turns the outcome into a result or an
 // *Error.
-func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []byte, update func(tools.Result)) (tools.Result, error) {
+func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []byte, key string, update func(tools.Result)) (tools.Result, error) {
 	name := t.spec.Name
 	msg := &nats.Msg{Subject: t.subject, Header: nats.Header{}, Data: body}
+	if key != "" {
+		msg.Header.Set(HeaderIdempotencyKey, key)
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(1, time.Until(dl).Milliseconds()), 10))
 	}

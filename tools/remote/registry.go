@@ -230,6 +230,8 @@ type candidate struct {
 	subject string
 	version string
 	id      string
+	// idempotent: the endpoint declares the tool safe to call again.
+	idempotent bool
 }
 
 // build turns service infos into one tool per endpoint name. When
@@ -265,7 +267,7 @@ func (r *Registry) build(infos []micro.Info) tools.List {
 	list := make(tools.List, 0, len(names))
 	for _, n := range names {
 		c := best[n]
-		list = append(list, &remoteTool{nc: r.nc, spec: c.spec, subject: c.subject, timeout: r.cfg.CallTimeout, maxChars: r.cfg.MaxResultChars, mux: r.mux})
+		list = append(list, &remoteTool{nc: r.nc, spec: c.spec, subject: c.subject, idempotent: c.idempotent, timeout: r.cfg.CallTimeout, maxChars: r.cfg.MaxResultChars, mux: r.mux})
 	}
 	return list
 }
@@ -307,8 +309,9 @@ func parseEndpoint(ep micro.EndpointInfo) (candidate, error) {
 		return candidate{}, fmt.Errorf("parameters metadata is not a JSON object: %v", err)
 	}
 	return candidate{
-		spec:    provider.Tool{Name: ep.Name, Description: ep.Metadata[MetaDescription], Parameters: params},
-		subject: ep.Subject,
+		spec:       provider.Tool{Name: ep.Name, Description: ep.Metadata[MetaDescription], Parameters: params},
+		subject:    ep.Subject,
+		idempotent: ep.Metadata[MetaIdempotent] == "true",
 	}, nil
 }
 

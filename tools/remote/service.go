@@ -136,7 +136,11 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 		if err != nil {
 			return nil, fmt.Errorf("remote: serve: tool %s parameters: %w", spec.Name, err)
 		}
-		eps = append(eps, endpoint{spec.Name, t, map[string]string{MetaDescription: spec.Description, MetaParameters: string(pj)}})
+		meta := map[string]string{MetaDescription: spec.Description, MetaParameters: string(pj)}
+		if tools.IsIdempotent(t) {
+			meta[MetaIdempotent] = "true"
+		}
+		eps = append(eps, endpoint{spec.Name, t, meta})
 	}
 
 	stats := make(map[string]*toolStats, len(eps))
@@ -309,7 +313,7 @@ func (s *Service) serve(in *inbound, t tools.Tool, st *toolStats) {
 		defer cancel()
 	}
 	ctx = WithRunInfo(ctx, RunInfo{SessionKey: req.SessionKey, RunID: req.RunID})
-	call := tools.Call{ID: req.ID, Name: name, Args: req.Args}
+	call := tools.Call{ID: req.ID, Name: name, Args: req.Args, Key: in.hdr.Get(HeaderIdempotencyKey)}
 
 	var upd *updater
 	if in.hdr.Get(HeaderUpdates) == "1" {

@@ -27,6 +27,10 @@ const (
 	// JSON-schema parameters, JSON-encoded. Discovery only takes endpoints
 	// that carry it.
 	MetaParameters = "parameters"
+	// MetaIdempotent, set to "true", declares the tool safe to call again
+	// with the same arguments (tools.Idempotent): a call whose outcome was
+	// lost with its worker is then repeated instead of reported unknown.
+	MetaIdempotent = "idempotent"
 
 	// HeaderTimeout, on a request, is how many milliseconds the caller
 	// waits for the reply; the service cancels the call's context then.
@@ -37,6 +41,11 @@ const (
 	// HeaderUpdate, set to "1", marks a message on the reply subject as a
 	// partial result rather than the reply.
 	HeaderUpdate = "Lanefleet-Tool-Update"
+	// HeaderIdempotencyKey, on a request, is the call's idempotency key
+	// (tools.Call.Key): the same on every execution of one call, so a
+	// service that keeps the results of recent keys can answer a repeated
+	// call without repeating its effect.
+	HeaderIdempotencyKey = "Lanefleet-Idempotency-Key"
 )
 
 // Error codes a service puts in the Nats-Service-Error-Code header.

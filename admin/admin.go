@@ -1,0 +1,280 @@
+// Package admin is the service operators steer a fleet through: a NATS
+// micro service (Name, queue group QueueGroup) every worker serves on
+// agent.admin.<op>, so an operator's tools need no access to the JetStream
+// API or the buckets, only the admin role's subjects:
+//
+//	sessions     the sessions with recent activity, their backlog and running run
+//	dlq.list     dead letters, without their data, in pages
+//	dlq.show     one dead letter with its headers and data
+//	dlq.replay   publish dead letters again on their lanes (new runs)
+//	dlq.purge    delete dead letters
+//	auth.status  auth profiles and their cooldowns
+//	auth.reset   clear a profile's cooldowns across the fleet
+//
+// A session's own backlog is the lane service's backlog op
+// (lanes/service), which a session's sender and viewers may ask for.
+// Requests are JSON (at most service.MaxRequestBytes), replies msgpack,
+// errors micro error replies with the lane service's codes and
+// CodeNotFound. Every worker answers from the same fleet state, except
+// auth.status, whose profiles are the answering worker's configuration.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/service"
+)
+
+// Defaults.
+const (
+	// MaxConcurrent is how many requests one worker answers at once.
+	MaxConcurrent = 4
+	// RequestTimeout bounds the work of one request.
+	RequestTimeout = 20 * time.Second
+)
+
+// AuthBook is the member's auth profiles: their fleet-wide state and the
+// reset of a profile's cooldowns.
+type AuthBook interface {
+	// Status returns every profile the worker knows, with its state at
+	// now, and the last good profile per provider.
+	Status(now time.Time) ([]AuthProfile, map[string]string)
+	// Reset clears a profile's cooldowns fleet-wide; cleared is false when
+	// there was nothing to clear, ok false when the worker knows no such
+	// profile.
+	Reset(ctx context.Context, id string) (cleared, ok bool, err error)
+}
+
+// Config configures Serve.
+type Config struct {
+	JS      jetstream.JetStream // publishes replayed dead letters (required)
+	Inbound jetstream.Stream    // AGENT_IN (required)
+	Events  jetstream.Stream    // AGENT_EV (required)
+	Dead    jetstream.Stream    // AGENT_DLQ (required)
+	Runs    *kvstore.Runs       // the active-run registry; nil = no running runs listed
+	Auth    AuthBook            // nil = auth ops answer 503
+	Worker  string              // the serving worker, in the service metadata
+	Logger  zerolog.Logger
+	Now     func() time.Time // default time.Now
+}
+
+// Service is a running admin service.
+type Service struct {
+	svc   micro.Service
+	nc    *nats.Conn
+	cfg   Config
+	log   zerolog.Logger
+	ctx   context.Context
+	stop  context.CancelFunc
+	slots chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	done  bool
+}
+
+type handlerFunc func(ctx context.Context, data []byte) (any, error)
+
+// Serve starts the admin service on nc, one endpoint per operation.
+func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
+	if cfg.JS == nil || cfg.Inbound == nil || cfg.Events == nil || cfg.Dead == nil {
+		return nil, errors.New("admin: JS, Inbound, Events and Dead are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, ctx: ctx, stop: cancel, slots: make(chan struct{}, MaxConcurrent)}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        Name,
+		Version:     Version,
+		Description: "Lanefleet administration: sessions, dead letters, auth profiles, on " + Prefix + "<op>",
+		Metadata:    map[string]string{"worker": cfg.Worker},
+		QueueGroup:  QueueGroup,
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			s.log.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("admin service: subscription error")
+		},
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	s.svc = svc
+	ops := map[string]handlerFunc{OpSessions: s.sessions, OpDeadList: s.deadList, OpDeadShow: s.deadShow,
+		OpDeadReplay: s.deadReplay, OpDeadPurge: s.deadPurge, OpAuthStatus: s.authStatus, OpAuthReset: s.authReset}
+	for op, h := range ops {
+		// Endpoint names are one token: dlq-list serves agent.admin.dlq.list.
+		name := strings.ReplaceAll(op, ".", "-")
+		if err := svc.AddEndpoint(name, s.handler(op, h), micro.WithEndpointSubject(Subject(op))); err != nil {
+			_ = s.Stop()
+			return nil, fmt.Errorf("admin: endpoint %s: %w", op, err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		_ = s.Stop()
+		return nil, fmt.Errorf("admin: flush: %w", err)
+	}
+	return s, nil
+}
+
+// Stop stops taking requests, cancels those in flight and waits for them.
+func (s *Service) Stop() error {
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
+	err := s.svc.Stop()
+	s.stop()
+	s.wg.Wait()
+	return err
+}
+
+// handler answers each request in its own goroutine, at most MaxConcurrent
+// at once, replying on the request's reply subject itself (micro's Request
+// must not be used after the handler returned).
+func (s *Service) handler(op string, h handlerFunc) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		reply, data := req.Reply(), req.Data()
+		s.mu.Lock()
+		if s.done {
+			s.mu.Unlock()
+			s.respondError(op, reply, &service.Error{Code: service.CodeUnavailable, Description: "the worker is stopping"})
+			return
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			select {
+			case s.slots <- struct{}{}:
+			case <-s.ctx.Done():
+				s.respondError(op, reply, &service.Error{Code: service.CodeUnavailable, Description: "the worker is stopping"})
+				return
+			}
+			defer func() { <-s.slots }()
+			s.serve(op, reply, data, h)
+		}()
+	})
+}
+
+func (s *Service) serve(op, reply string, data []byte, h handlerFunc) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Str("op", op).Msg("admin service: handler panicked")
+			s.respondError(op, reply, &service.Error{Code: service.CodeInternal, Description: "internal error"})
+		}
+	}()
+	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+	defer cancel()
+	v, err := h(ctx, data)
+	if err != nil {
+		s.respondError(op, reply, err)
+		return
+	}
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		s.respondError(op, reply, &service.Error{Code: service.CodeInternal, Description: "encode reply: " + err.Error()})
+		return
+	}
+	s.respond(op, reply, &nats.Msg{Data: b})
+}
+
+func (s *Service) respondError(op, reply string, err error) {
+	var e *service.Error
+	if !errors.As(err, &e) {
+		e = &service.Error{Code: service.CodeUnavailable, Description: err.Error()}
+	}
+	if e.Code == service.CodeInternal || e.Code == service.CodeUnavailable {
+		s.log.Warn().Str("op", op).Str("code", e.Code).Str("error", e.Description).Msg("admin service")
+	}
+	s.respond(op, reply, &nats.Msg{Header: service.ErrorHeader(e)})
+}
+
+func (s *Service) respond(op, reply string, m *nats.Msg) {
+	if reply == "" {
+		return
+	}
+	m.Subject = reply
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.log.Warn().Err(err).Str("op", op).Int("bytes", len(m.Data)).Msg("admin service: reply not sent")
+	}
+}
+
+func badRequest(format string, args ...any) error {
+	return &service.Error{Code: service.CodeBadRequest, Description: fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) error {
+	return &service.Error{Code: CodeNotFound, Description: fmt.Sprintf(format, args...)}
+}
+
+// decode reads a request body into v (JSON, bounded, no unknown fields).
+func decode(data []byte, v any) error {
+	if err := service.DecodeRequest(data, v); err != nil {
+		return badRequest("%v", err)
+	}
+	return nil
+}
+
+// limit returns a request's limit with its default and bound.
+func limit(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, badRequest("limit %d is negative", n)
+	case n == 0:
+		return LimitDefault, nil
+	case n > LimitMax:
+		return 0, badRequest("limit %d is over %d", n, LimitMax)
+	}
+	return n, nil
+}
+
+// authStatus lists the worker's auth profiles and their state.
+func (s *Service) authStatus(_ context.Context, data []byte) (any, error) {
+	if err := decode(data, &struct{}{}); err != nil {
+		return nil, err
+	}
+	if s.cfg.Auth == nil {
+		return nil, &service.Error{Code: service.CodeUnavailable, Description: "this worker serves no auth profiles"}
+	}
+	now := s.cfg.Now()
+	profiles, good := s.cfg.Auth.Status(now)
+	if profiles == nil {
+		profiles = []AuthProfile{}
+	}
+	return AuthStatusReply{Worker: s.cfg.Worker, Now: now.UnixMilli(), Profiles: profiles, LastGood: good}, nil
+}
+
+// authReset clears a profile's cooldowns fleet-wide.
+func (s *Service) authReset(ctx context.Context, data []byte) (any, error) {
+	var q AuthResetRequest
+	if err := decode(data, &q); err != nil {
+		return nil, err
+	}
+	if q.Profile == "" {
+		return nil, badRequest("profile is required")
+	}
+	if s.cfg.Auth == nil {
+		return nil, &service.Error{Code: service.CodeUnavailable, Description: "this worker serves no auth profiles"}
+	}
+	cleared, ok, err := s.cfg.Auth.Reset(ctx, q.Profile)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
+		return nil, notFound("no auth profile %q on worker %s (auth status lists them)", clip(q.Profile), s.cfg.Worker)
+	}
+	s.log.Info().Str("profile", q.Profile).Bool("cleared", cleared).Msg("auth profile reset by an operator")
+	return AuthResetReply{Profile: q.Profile, Cleared: cleared}, nil
+}

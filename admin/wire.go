@@ -1,0 +1,221 @@
+package admin
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// The service and its subjects.
+const (
+	// Name is the micro service name every worker serves.
+	Name = "lanefleet-admin"
+	// Version is the service's version (of this wire format).
+	Version = "1.0.0"
+	// Prefix starts every subject: agent.admin.<op>.
+	Prefix = "agent.admin."
+	// QueueGroup is the queue group of every endpoint: one worker answers
+	// each request.
+	QueueGroup = "lanefleet-admin"
+)
+
+// Operations: the subject is Prefix + op.
+const (
+	OpSessions   = "sessions"    // SessionsRequest → SessionsReply
+	OpDeadList   = "dlq.list"    // DeadListRequest → DeadListReply
+	OpDeadShow   = "dlq.show"    // DeadShowRequest → DeadLetter (with Headers and Data)
+	OpDeadReplay = "dlq.replay"  // DeadSelect → DeadReplayReply
+	OpDeadPurge  = "dlq.purge"   // DeadSelect → DeadPurgeReply
+	OpAuthStatus = "auth.status" // empty → AuthStatusReply
+	OpAuthReset  = "auth.reset"  // AuthResetRequest → AuthResetReply
+)
+
+// Subject returns the subject of op.
+func Subject(op string) string { return Prefix + op }
+
+// CodeNotFound is the error code of a request naming a dead letter or an
+// auth profile that does not exist. The other codes are the lane service's
+// (service.CodeBadRequest, ...).
+const CodeNotFound = "404"
+
+// Bounds.
+const (
+	// LimitDefault is how many items a listing returns by default;
+	// LimitMax the most a request may ask for.
+	LimitDefault = 100
+	LimitMax     = 1000
+	// ReplayMax is the most dead letters one replay request replays.
+	ReplayMax = 100
+)
+
+// SessionsRequest asks for the sessions with recent activity, newest
+// first.
+type SessionsRequest struct {
+	Limit int `json:"limit,omitempty"` // LimitDefault when 0, at most LimitMax
+}
+
+// SessionsReply lists sessions: those with run events still stored (the
+// event stream keeps them for its max age, 24 hours by default), with
+// messages stored on their lane, or with a run running now.
+type SessionsReply struct {
+	Sessions []Session `msgpack:"sessions"`
+	// Total counts the sessions found, before the limit.
+	Total int `msgpack:"total"`
+}
+
+// Session is one session in a listing.
+type Session struct {
+	Key         string `msgpack:"key"`
+	Fingerprint string `msgpack:"fp"` // what the workers' log lines name it by
+	// LastActivity is when its newest run last published an event, or its
+	// newest message was stored (Unix ms).
+	LastActivity int64  `msgpack:"last"`
+	LastRun      string `msgpack:"lastRun,omitempty"`
+	// Runs counts its runs whose events are still stored.
+	Runs int `msgpack:"runs"`
+	// Stored counts the messages stored on its lane: waiting, running, or
+	// processed and not purged yet (backlog --session gives the exact
+	// backlog).
+	Stored int `msgpack:"stored"`
+	// Running is the run a worker runs now, on Worker.
+	Running string `msgpack:"running,omitempty"`
+	Worker  string `msgpack:"worker,omitempty"`
+}
+
+// DeadListRequest asks for dead letters in stream order after After,
+// optionally of one reason.
+type DeadListRequest struct {
+	Reason string `json:"reason,omitempty"` // e.g. poison, invalid, bad-lane
+	After  uint64 `json:"after,omitempty"`  // the previous page's Next
+	Limit  int    `json:"limit,omitempty"`  // LimitDefault when 0, at most LimitMax
+}
+
+// DeadListReply is a page of dead letters (without their data).
+type DeadListReply struct {
+	Letters []DeadLetter `msgpack:"letters"`
+	More    bool         `msgpack:"more,omitempty"` // ask again with After = Next
+	Next    uint64       `msgpack:"next,omitempty"`
+}
+
+// DeadLetter is a message the fleet could not process, as the dead-letter
+// stream keeps it.
+type DeadLetter struct {
+	Seq    uint64 `msgpack:"seq"`    // its sequence in the dead-letter stream: its id
+	Reason string `msgpack:"reason"` // poison, invalid, bad-lane
+	Time   int64  `msgpack:"time"`   // when it was dead-lettered (Unix ms)
+	// Subject is the inbound subject it was published on; Session its
+	// session key when that subject is a lane's.
+	Subject     string `msgpack:"subject"`
+	Session     string `msgpack:"session,omitempty"`
+	Fingerprint string `msgpack:"fp,omitempty"`
+	InboundSeq  uint64 `msgpack:"inboundSeq,omitempty"` // its run id
+	Error       string `msgpack:"error,omitempty"`      // why
+	Size        int    `msgpack:"size"`                 // bytes of data
+	// Headers and Data are set by dlq.show only. Data is cut to fit a
+	// reply when it does not (Truncated).
+	Headers   map[string][]string `msgpack:"headers,omitempty"`
+	Data      []byte              `msgpack:"data,omitempty"`
+	Truncated bool                `msgpack:"truncated,omitempty"`
+}
+
+// DeadShowRequest names one dead letter.
+type DeadShowRequest struct {
+	Seq uint64 `json:"seq"`
+}
+
+// DeadSelect picks the dead letters a replay or purge applies to: exactly
+// one of Seqs, Reason or All.
+type DeadSelect struct {
+	Seqs   []uint64 `json:"seqs,omitempty"`
+	Reason string   `json:"reason,omitempty"`
+	All    bool     `json:"all,omitempty"`
+	// Keep leaves replayed dead letters in the stream (replay only).
+	Keep bool `json:"keep,omitempty"`
+}
+
+// DeadReplayReply says what a replay did. A replayed message is published
+// again on its lane (a new run) and its dead letter deleted; a message
+// whose subject is no lane's cannot be replayed.
+type DeadReplayReply struct {
+	Replayed []Replayed `msgpack:"replayed"`
+	Skipped  []Skipped  `msgpack:"skipped,omitempty"`
+	// More means the request selected more than ReplayMax letters: ask
+	// again.
+	More bool `msgpack:"more,omitempty"`
+}
+
+// Replayed is one replayed dead letter and the run it became.
+type Replayed struct {
+	Seq     uint64 `msgpack:"seq"`
+	Session string `msgpack:"session"`
+	Run     string `msgpack:"run"`
+}
+
+// Skipped is a selected dead letter that was not replayed, and why.
+type Skipped struct {
+	Seq uint64 `msgpack:"seq"`
+	Why string `msgpack:"why"`
+}
+
+// DeadPurgeReply says how many dead letters a purge removed.
+type DeadPurgeReply struct {
+	Purged uint64 `msgpack:"purged"`
+}
+
+// AuthStatusReply is the auth profiles of the answering worker and their
+// fleet-wide state (cooldowns live in the auth bucket, shared by every
+// worker; the profiles are the worker's configuration). No key or token
+// is ever part of it.
+type AuthStatusReply struct {
+	Worker   string            `msgpack:"worker"`
+	Now      int64             `msgpack:"now"` // the worker's clock (Unix ms)
+	Profiles []AuthProfile     `msgpack:"profiles"`
+	LastGood map[string]string `msgpack:"lastGood,omitempty"` // provider → profile id
+}
+
+// AuthProfile is one auth profile's state.
+type AuthProfile struct {
+	ID       string `msgpack:"id"`
+	Provider string `msgpack:"provider"`
+	Type     string `msgpack:"type"`
+	// Cooling is true while the profile is in cooldown or disabled for
+	// every model; Models lists per-model cooldowns (model → until).
+	Cooling        bool             `msgpack:"cooling"`
+	CooldownUntil  int64            `msgpack:"cooldownUntil,omitempty"`
+	DisabledUntil  int64            `msgpack:"disabledUntil,omitempty"`
+	DisabledReason string           `msgpack:"disabledReason,omitempty"`
+	RetryUntil     int64            `msgpack:"retryUntil,omitempty"`
+	ErrorCount     int              `msgpack:"errorCount,omitempty"`
+	FailureCounts  map[string]int   `msgpack:"failureCounts,omitempty"`
+	Models         map[string]int64 `msgpack:"models,omitempty"`
+	LastUsed       int64            `msgpack:"lastUsed,omitempty"`
+	LastFailureAt  int64            `msgpack:"lastFailureAt,omitempty"`
+}
+
+// AuthResetRequest names the profile whose cooldowns to clear.
+type AuthResetRequest struct {
+	Profile string `json:"profile"`
+}
+
+// AuthResetReply says whether there was anything to clear.
+type AuthResetReply struct {
+	Profile string `msgpack:"profile"`
+	Cleared bool   `msgpack:"cleared"`
+}
+
+// reasonRE is a dead-letter reason: one subject token.
+var reasonRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// checkReason validates a reason given in a request.
+func checkReason(r string) error {
+	if r != "" && !reasonRE.MatchString(r) {
+		return fmt.Errorf("reason %q is not a dead-letter reason (letters, digits, '_', '-')", clip(r))
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

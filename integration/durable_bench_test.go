@@ -1,0 +1,99 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// BenchmarkTurnWithTool measures full turns that make one tool call (a
+// model reply calling read, its result, the answer: three journal steps)
+// with the step journal and without it, on the same kind of server, with
+// the worker's default fsync on every write and with the server's
+// default. The figure to read is the ratio of turns/s between the two
+// sub-benchmarks of one durability setting (issue 13: at most 15% lower
+// with the journal).
+func BenchmarkTurnWithTool(b *testing.B) {
+	for _, sync := range []bool{true, false} {
+		for _, journal := range []bool{false, true} {
+			name := fmt.Sprintf("sync-always=%v/journal=%v", sync, journal)
+			b.Run(name, func(b *testing.B) { benchTurns(b, sync, !journal) })
+		}
+	}
+}
+
+func benchTurns(b *testing.B, syncAlways, noJournal bool) {
+	srv := natstest.Start(b, natstest.Options{SyncAlways: syncAlways})
+	m, err := fleet.Start(b.Context(), fleet.Config{NATSURL: srv.URL, WorkerID: "bench", Scripted: true, NoStepJournal: noJournal,
+		WorkspaceRoot: b.TempDir(), Concurrency: 64, Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	nc := natstest.Connect(b, srv.URL)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ended := make(chan struct{}, 1<<16)
+	sub, err := nc.Subscribe(events.EventPrefix+">", func(msg *nats.Msg) {
+		if msg.Header.Get(events.HeaderStream) == events.StreamFinal {
+			ended <- struct{}{}
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	defer func() { _ = sub.Unsubscribe() }()
+
+	const sessions = 64
+	script := `#script {"replies":[{"toolCalls":[{"name":"read","arguments":{"path":"notes.txt"}}]},{"text":"ok"}]}`
+	data, ct, err := events.EncodeInbound(&events.Inbound{Text: script, Model: "scripted/script"}, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	send := func(i int) {
+		msg := nats.NewMsg(fmt.Sprintf("%sbench-%d", events.InboundPrefix, i%sessions))
+		msg.Data = data
+		msg.Header.Set(events.HeaderContentType, ct)
+		if _, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wait := func(n int) {
+		deadline := time.After(5 * time.Minute)
+		for range n {
+			select {
+			case <-ended:
+			case <-deadline:
+				b.Fatal("turns did not finish within 5 minutes")
+			}
+		}
+	}
+	// Warm up: every session's lane exists before the timer starts.
+	for i := range sessions {
+		send(i)
+	}
+	wait(sessions)
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		send(i)
+	}
+	wait(b.N)
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "turns/s")
+}

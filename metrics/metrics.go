@@ -1,0 +1,288 @@
+// Package metrics holds a fleet member's Prometheus collectors and serves
+// them, with health and readiness, on one HTTP listener:
+//
+//	/metrics  Prometheus text exposition
+//	/healthz  200 while the process is up
+//	/readyz   200 while the member is connected, its streams answer and it takes lanes
+//
+// The member feeds it from its edges (the turn handler, the providers, the
+// event sink, the lane worker's counters, the stream state at scrape); no
+// label ever holds a session key, and the labels a sender can influence
+// (model, tool) are capped in how many values they take.
+package metrics
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lanefleet/lanefleet/internal/version"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// Namespace prefixes every metric.
+const Namespace = "lanefleet"
+
+// MaxLabelValues bounds the distinct values of a label a sender can
+// influence (the model a message asks for, a tool name); later values
+// are counted as "other".
+const MaxLabelValues = 200
+
+// Turn outcomes (lanefleet_turns_total{outcome}).
+const (
+	OutcomeOK        = "ok"         // the run ended with a reply
+	OutcomeToolCalls = "tool_calls" // it stopped for client tool calls or an approval
+	OutcomeError     = "error"      // it ended with an error result (lanefleet_turn_errors_total says which)
+	OutcomeAborted   = "aborted"    // cancelled: interrupted, or the worker stopped
+	OutcomeFailed    = "failed"     // the handler failed: the lane retries the turn
+)
+
+// Metrics are a member's collectors. The zero value is not usable; New
+// returns one. A nil *Metrics records nothing, so callers need not check.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	turns        *prometheus.CounterVec
+	turnErrors   *prometheus.CounterVec
+	turnDuration prometheus.Histogram
+	firstEvent   prometheus.Histogram
+	queueWait    prometheus.Histogram
+	provReqs     *prometheus.CounterVec
+	provLatency  *prometheus.HistogramVec
+	tokens       *prometheus.CounterVec
+	cost         *prometheus.CounterVec
+	toolCalls    *prometheus.CounterVec
+	compactions  *prometheus.CounterVec
+
+	models capped
+	tools  capped
+}
+
+// New returns a member's collectors registered on a registry of their own,
+// with the Go runtime's and the process's.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	f := factory{m.reg}
+	m.turns = f.counterVec("turns_total", "Turns run by this worker, by outcome (ok, tool_calls, error, aborted, failed).", "outcome")
+	m.turnErrors = f.counterVec("turn_errors_total", "Turns that ended with an error result, by error kind.", "kind")
+	m.turnDuration = f.histogram("turn_duration_seconds", "How long a turn ran on this worker, from its start to its result.", prometheus.ExponentialBuckets(0.1, 2, 13))
+	m.firstEvent = f.histogram("first_event_seconds", "Time from a message's arrival in the inbound stream to its turn's first reply delta (assistant or thinking): what a user waits for the first token.", prometheus.ExponentialBuckets(0.05, 2, 13))
+	m.queueWait = f.histogram("queue_wait_seconds", "Time from a message's arrival in the inbound stream to the start of its turn.", prometheus.ExponentialBuckets(0.01, 2.5, 12))
+	m.provReqs = f.counterVec("provider_requests_total", "Model calls, by provider, model and outcome (ok, or the failover reason: rate_limit, overloaded, auth, timeout, ...).", "provider", "model", "outcome")
+	m.provLatency = f.histogramVec("provider_latency_seconds", "How long a model call took, to its last streamed byte.", prometheus.ExponentialBuckets(0.1, 2, 13), "provider", "model")
+	m.tokens = f.counterVec("tokens_total", "Tokens of model calls, by provider, model and kind (input, output, cache_read, cache_write).", "provider", "model", "kind")
+	m.cost = f.counterVec("cost_usd_total", "Cost of model calls in USD, priced from the model catalog.", "provider", "model")
+	m.toolCalls = f.counterVec("tool_calls_total", "Tool calls run by this worker, by tool and outcome (ok, error); client tools' results are tool=\"client\".", "tool", "outcome")
+	m.compactions = f.counterVec("compactions_total", "Transcript compactions, by reason (threshold, overflow, failed).", "reason")
+	bi := version.Get()
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info", Help: "The running build: 1, with its version, commit and Go version.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Revision, "goversion": bi.Go}})
+	info.Set(1)
+	m.reg.MustRegister(info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.models.max, m.tools.max = MaxLabelValues, MaxLabelValues
+	return m
+}
+
+// Registry returns the registry the collectors are on.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+type factory struct{ reg prometheus.Registerer }
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
+	f.reg.MustRegister(h)
+	return h
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}
+
+// TurnEnded records a turn's end: its outcome (Outcome*), the error kind
+// of an OutcomeError, and how long it ran.
+func (m *Metrics) TurnEnded(outcome, errKind string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.turns.WithLabelValues(outcome).Inc()
+	if outcome == OutcomeError && errKind != "" {
+		m.turnErrors.WithLabelValues(errKind).Inc()
+	}
+	m.turnDuration.Observe(d.Seconds())
+}
+
+// QueueWait records how long a message waited for its turn.
+func (m *Metrics) QueueWait(d time.Duration) {
+	if m != nil {
+		m.queueWait.Observe(max(d, 0).Seconds())
+	}
+}
+
+// FirstEvent records how long a message waited for its first reply delta.
+func (m *Metrics) FirstEvent(d time.Duration) {
+	if m != nil {
+		m.firstEvent.Observe(max(d, 0).Seconds())
+	}
+}
+
+// ProviderCall records a model call: its outcome ("ok" or a failover
+// reason), duration, and the usage of the message it returned (nil when
+// none).
+func (m *Metrics) ProviderCall(prov, model, outcome string, d time.Duration, u *message.Usage) {
+	if m == nil {
+		return
+	}
+	model = m.models.value(prov + "/" + model)
+	if model == other {
+		prov = other
+	} else {
+		model = model[len(prov)+1:]
+	}
+	m.provReqs.WithLabelValues(prov, model, outcome).Inc()
+	m.provLatency.WithLabelValues(prov, model).Observe(d.Seconds())
+	if u == nil {
+		return
+	}
+	for _, t := range []struct {
+		kind string
+		n    int64
+	}{{"input", u.Input}, {"output", u.Output}, {"cache_read", u.CacheRead}, {"cache_write", u.CacheWrite}} {
+		if t.n > 0 {
+			m.tokens.WithLabelValues(prov, model, t.kind).Add(float64(t.n))
+		}
+	}
+	if c := u.Cost.Total; c > 0 {
+		m.cost.WithLabelValues(prov, model).Add(c)
+	}
+}
+
+// ToolCall records a tool call's end.
+func (m *Metrics) ToolCall(tool string, failed bool) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if failed {
+		outcome = "error"
+	}
+	m.toolCalls.WithLabelValues(m.tools.value(tool), outcome).Inc()
+}
+
+// Compaction records a compaction by reason (threshold, overflow, failed).
+func (m *Metrics) Compaction(reason string) {
+	if m != nil {
+		m.compactions.WithLabelValues(reason).Inc()
+	}
+}
+
+// other is the label value past MaxLabelValues.
+const other = "other"
+
+// capped hands out label values, the first max distinct ones as they are
+// and "other" after.
+type capped struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]bool
+}
+
+func (c *capped) value(v string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[v] {
+		return v
+	}
+	if len(c.seen) >= c.max {
+		return other
+	}
+	if c.seen == nil {
+		c.seen = map[string]bool{}
+	}
+	c.seen[v] = true
+	return v
+}
+
+// State is what the member reads at scrape time.
+type State struct {
+	// LanesActive returns the lanes the worker runs now.
+	LanesActive func() int
+	// Backlog returns the messages stored in the inbound stream (fleet
+	// wide: every worker reports the same).
+	Backlog func(ctx context.Context) (uint64, error)
+	// Cooldowns returns the auth profiles in cooldown or disabled now, by
+	// provider.
+	Cooldowns func() map[string]int
+	// DeadLetters returns the dead letters this worker stored, by reason.
+	DeadLetters func() map[string]int64
+	// LaneEvents returns the lane worker's counters by event (acquired,
+	// released, merged, dropped, aborted, swept, naks, follower_acks).
+	LaneEvents func() map[string]int64
+}
+
+// Watch registers the collectors that read st at every scrape.
+func (m *Metrics) Watch(st State) error {
+	return m.reg.Register(&stateCollector{st: st})
+}
+
+// scrapeTimeout bounds what a scrape waits for the stream state.
+const scrapeTimeout = 2 * time.Second
+
+var (
+	descLanes    = prometheus.NewDesc(Namespace+"_lanes_active", "Lanes this worker runs now (turns running or draining).", nil, nil)
+	descBacklog  = prometheus.NewDesc(Namespace+"_inbound_backlog_messages", "Messages stored in the inbound stream, fleet-wide: waiting, running, or processed and not purged yet (every worker reports the same; take the max).", nil, nil)
+	descCooldown = prometheus.NewDesc(Namespace+"_auth_profile_cooldowns", "Auth profiles in cooldown or disabled now, by provider (fleet-wide state of this worker's profiles).", []string{"provider"}, nil)
+	descDead     = prometheus.NewDesc(Namespace+"_dead_letters_total", "Dead letters this worker stored, by reason (poison, invalid, bad-lane).", []string{"reason"}, nil)
+	descLaneEv   = prometheus.NewDesc(Namespace+"_lane_events_total", "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, attempts aborted, lanes swept, naks, deliveries acked as followers.", []string{"event"}, nil)
+	descScrapeOK = prometheus.NewDesc(Namespace+"_inbound_backlog_scrape_ok", "1 when the last scrape read the inbound stream's state, 0 when it failed.", nil, nil)
+)
+
+type stateCollector struct{ st State }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLanes, descBacklog, descCooldown, descDead, descLaneEv, descScrapeOK} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if f := c.st.LanesActive; f != nil {
+		ch <- prometheus.MustNewConstMetric(descLanes, prometheus.GaugeValue, float64(f()))
+	}
+	if f := c.st.Backlog; f != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+		n, err := f(ctx)
+		cancel()
+		ok := 0.0
+		if err == nil {
+			ok = 1
+			ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(n))
+		}
+		ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, ok)
+	}
+	if f := c.st.Cooldowns; f != nil {
+		for prov, n := range f() {
+			ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, float64(n), prov)
+		}
+	}
+	if f := c.st.DeadLetters; f != nil {
+		for reason, n := range f() {
+			ch <- prometheus.MustNewConstMetric(descDead, prometheus.CounterValue, float64(n), reason)
+		}
+	}
+	if f := c.st.LaneEvents; f != nil {
+		for ev, n := range f() {
+			ch <- prometheus.MustNewConstMetric(descLaneEv, prometheus.CounterValue, float64(n), ev)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package lanefleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/lanes/service"
+)
+
+// Operations for operators. Backlog is a session's (its sender and viewers
+// may ask); the others are fleet-wide and go through the admin service
+// (package admin), which only the admin role may reach: ErrPermission
+// otherwise.
+
+// ErrNotFound means the admin service knows no such dead letter or auth
+// profile.
+var ErrNotFound = errors.New("lanefleet: not found")
+
+// Backlog says what waits on a session's lane: the messages after its last
+// committed turn, the oldest of them and the worker holding the lane.
+func (c *Client) Backlog(ctx context.Context, session string) (service.BacklogReply, error) {
+	var rep service.BacklogReply
+	err := c.call(ctx, session, service.OpBacklog, nil, &rep)
+	return rep, err
+}
+
+// Sessions lists the sessions with recent activity, most recent first, at
+// most limit (0 = the service's default).
+func (c *Client) Sessions(ctx context.Context, limit int) (admin.SessionsReply, error) {
+	var rep admin.SessionsReply
+	err := c.admin(ctx, admin.OpSessions, admin.SessionsRequest{Limit: limit}, &rep, true)
+	return rep, err
+}
+
+// DeadLetters lists a page of dead letters without their data.
+func (c *Client) DeadLetters(ctx context.Context, q admin.DeadListRequest) (admin.DeadListReply, error) {
+	var rep admin.DeadListReply
+	err := c.admin(ctx, admin.OpDeadList, q, &rep, true)
+	return rep, err
+}
+
+// DeadLetter returns one dead letter with its headers and data;
+// ErrNotFound when there is none with that sequence.
+func (c *Client) DeadLetter(ctx context.Context, seq uint64) (admin.DeadLetter, error) {
+	var rep admin.DeadLetter
+	err := c.admin(ctx, admin.OpDeadShow, admin.DeadShowRequest{Seq: seq}, &rep, true)
+	return rep, err
+}
+
+// ReplayDeadLetters publishes the selected dead letters again on their
+// lanes, as new runs. A replay is idempotent: the same dead letter
+// replayed twice is one message.
+func (c *Client) ReplayDeadLetters(ctx context.Context, sel admin.DeadSelect) (admin.DeadReplayReply, error) {
+	var rep admin.DeadReplayReply
+	err := c.admin(ctx, admin.OpDeadReplay, sel, &rep, false)
+	return rep, err
+}
+
+// PurgeDeadLetters deletes the selected dead letters.
+func (c *Client) PurgeDeadLetters(ctx context.Context, sel admin.DeadSelect) (admin.DeadPurgeReply, error) {
+	var rep admin.DeadPurgeReply
+	err := c.admin(ctx, admin.OpDeadPurge, sel, &rep, false)
+	return rep, err
+}
+
+// AuthStatus returns the auth profiles of the worker that answers, with
+// their fleet-wide cooldowns.
+func (c *Client) AuthStatus(ctx context.Context) (admin.AuthStatusReply, error) {
+	var rep admin.AuthStatusReply
+	err := c.admin(ctx, admin.OpAuthStatus, nil, &rep, true)
+	return rep, err
+}
+
+// ResetAuthProfile clears a profile's cooldowns across the fleet;
+// ErrNotFound when the answering worker knows no such profile.
+func (c *Client) ResetAuthProfile(ctx context.Context, profile string) (admin.AuthResetReply, error) {
+	var rep admin.AuthResetReply
+	err := c.admin(ctx, admin.OpAuthReset, admin.AuthResetRequest{Profile: profile}, &rep, true)
+	return rep, err
+}
+
+// admin asks the admin service for op with req (JSON; nil = empty) and
+// decodes the reply into v. Like call, it waits a moment for a worker to
+// answer and, when retry is set, repeats what passes.
+func (c *Client) admin(ctx context.Context, op string, req, v any, retry bool) error {
+	var body []byte
+	if req != nil {
+		var err error
+		if body, err = json.Marshal(req); err != nil {
+			return fmt.Errorf("lanefleet: %s: %w", op, err)
+		}
+	}
+	subj := admin.Subject(op)
+	start := time.Now()
+	var noWorkerSince time.Time
+	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	for {
+		data, err := c.requestMsg(ctx, &nats.Msg{Subject: subj, Data: body}, admin.RequestTimeout+5*time.Second)
+		if err == nil {
+			if err := decodeReply(data, v); err != nil {
+				return fmt.Errorf("lanefleet: %s: malformed reply: %w", op, err)
+			}
+			return nil
+		}
+		var se *service.Error
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("lanefleet: %s: %w", op, context.Cause(ctx))
+		case errors.Is(err, ErrPermission):
+			return fmt.Errorf("%w (%s is an admin operation: the admin role)", err, subj)
+		case errors.As(err, &se) && se.Code == admin.CodeNotFound:
+			return fmt.Errorf("%w: %s", ErrNotFound, se.Description)
+		case errors.Is(err, nats.ErrNoResponders):
+			if noWorkerSince.IsZero() {
+				noWorkerSince = time.Now()
+			}
+			if time.Since(noWorkerSince) >= noWorkerWait {
+				return fmt.Errorf("%w: no worker answers %s", ErrNoFleet, subj)
+			}
+		case retry && transient(err) && time.Since(start) < callRetryBudget:
+		default:
+			return fmt.Errorf("lanefleet: %s: %w", op, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			return fmt.Errorf("lanefleet: %s: %w", op, err)
+		}
+	}
+}
