@@ -466,50 +466,71 @@ func (r *Run) Wait(ctx context.Context) (*events.Result, error) {
 // the transcript in pages from the lane service; a turn committed while it
 // reads may or may not be included.
 func (c *Client) History(ctx context.Context, session string) ([]message.Entry, error) {
-	entries, _, err := c.history(ctx, session)
-	return entries, err
+	h, err := c.history(ctx, session, false)
+	return h.entries, err
 }
 
-// history pages through the transcript and returns its entries and the pi
-// session id of its newest record that has one.
-func (c *Client) history(ctx context.Context, session string) ([]message.Entry, string, error) {
+// transcript is a session's history as the lane service returns it.
+type transcript struct {
+	entries   []message.Entry
+	sessionID string         // the pi session id of the newest record that has one
+	header    *message.Entry // the imported file's header, nil when none
+}
+
+// history pages through the transcript. With raw it asks for the lines
+// imported entries were read from; a worker too old to know them is asked
+// again without.
+func (c *Client) history(ctx context.Context, session string, raw bool) (transcript, error) {
 	var (
-		entries   []message.Entry
-		sessionID string
-		q         service.HistoryRequest
+		t transcript
+		q = service.HistoryRequest{Raw: raw}
 	)
 	for {
 		body, err := json.Marshal(q)
 		if err != nil {
-			return nil, "", err
+			return transcript{}, err
 		}
 		var page service.HistoryReply
 		if err := c.call(ctx, session, service.OpHistory, body, &page); err != nil {
-			return nil, "", err
+			var se *service.Error
+			if q.Raw && q.From == 0 && errors.As(err, &se) && se.Code == service.CodeBadRequest {
+				q.Raw = false // a worker of a version without raw lines
+				continue
+			}
+			return transcript{}, err
 		}
-		entries = append(entries, page.Entries...)
+		t.entries = append(t.entries, page.Entries...)
 		if page.SessionID != "" {
-			sessionID = page.SessionID
+			t.sessionID = page.SessionID
+		}
+		if page.Header != nil && t.header == nil {
+			t.header = page.Header
 		}
 		if !page.More {
-			return entries, sessionID, nil
+			return t, nil
 		}
 		if page.Next < q.From || page.Next == q.From && page.Skip <= q.Skip {
-			return nil, "", fmt.Errorf("lanefleet: history of %q: the lane service did not advance (page at %d/%d)", session, page.Next, page.Skip)
+			return transcript{}, fmt.Errorf("lanefleet: history of %q: the lane service did not advance (page at %d/%d)", session, page.Next, page.Skip)
 		}
-		q = service.HistoryRequest{From: page.Next, Skip: page.Skip}
+		q = service.HistoryRequest{From: page.Next, Skip: page.Skip, Raw: q.Raw}
 	}
 }
 
 // Export writes a session's transcript as a pi session file (JSON Lines: a
 // version 3 session header, then every entry), the format pi and OpenClaw
-// read.
+// read. An imported session keeps the file's header and lines as they
+// were, so importing a file and exporting it unchanged gives the same
+// bytes; the entries of later turns are written as pi writes them.
 func (c *Client) Export(ctx context.Context, session string, w io.Writer) error {
-	entries, sessionID, err := c.history(ctx, session)
+	t, err := c.history(ctx, session, true)
 	if err != nil {
 		return err
 	}
-	header := message.Entry{Type: message.EntrySession, Version: message.SessionVersion, ID: sessionID,
+	entries := t.entries
+	if h := t.header; h != nil && h.IsHeader() && h.ID != "" && (t.sessionID == "" || t.sessionID == h.ID) {
+		return sessionfile.WriteEntries(w, append([]message.Entry{*h}, entries...))
+	}
+	header := message.Entry{Type: message.EntrySession, Version: message.SessionVersion, ID: t.sessionID,
 		Timestamp: time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}
 	if len(entries) > 0 && entries[0].Timestamp != "" {
 		header.Timestamp = entries[0].Timestamp

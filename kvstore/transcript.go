@@ -18,10 +18,13 @@ import (
 // writes the same key, so it replaces the earlier record instead of
 // duplicating it.
 type Record struct {
-	InboundSeq uint64          `msgpack:"inboundSeq"`
-	RunID      string          `msgpack:"runId"`
-	SessionID  string          `msgpack:"sessionId,omitempty"`
-	Entries    []message.Entry `msgpack:"entries"`
+	InboundSeq uint64 `msgpack:"inboundSeq"`
+	RunID      string `msgpack:"runId"`
+	SessionID  string `msgpack:"sessionId,omitempty"`
+	// Header is the session header of an imported file (the import
+	// record only): an export gives it back as it was.
+	Header  *message.Entry  `msgpack:"header,omitempty"`
+	Entries []message.Entry `msgpack:"entries"`
 	// Final is the run's encoded final event, so a turn that was committed
 	// just before a crash can have its final event published again without
 	// running the model a second time.
@@ -146,10 +149,11 @@ func Entries(records []Record) []message.Entry {
 // ErrNotEmpty is returned when importing into a session that has a transcript.
 var ErrNotEmpty = errors.New("kvstore: the session already has a transcript")
 
-// Import stores entries (a pi session's entries, without the header) as the
-// transcript of a new, empty lane. It takes the lane's lease for the write, so
-// it fails with ErrHeld while a worker runs the lane and never races a turn.
-func (l *Lanes) Import(ctx context.Context, token, sessionID string, info LeaseInfo, entries []message.Entry) error {
+// Import stores entries (a pi session's entries) and their header as the
+// transcript of a new, empty lane; the header's id is the session id. It
+// takes the lane's lease for the write, so it fails with ErrHeld while a
+// worker runs the lane and never races a turn.
+func (l *Lanes) Import(ctx context.Context, token string, header message.Entry, info LeaseInfo, entries []message.Entry) error {
 	lease, err := l.Acquire(ctx, token, info)
 	if err != nil {
 		return err
@@ -160,5 +164,5 @@ func (l *Lanes) Import(ctx context.Context, token, sessionID string, info LeaseI
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("kvstore: import %s: %w", token, err)
 	}
-	return lease.PutRecord(ctx, Record{InboundSeq: 0, RunID: "import", SessionID: sessionID, Entries: entries})
+	return lease.PutRecord(ctx, Record{InboundSeq: 0, RunID: "import", SessionID: header.ID, Header: &header, Entries: entries})
 }

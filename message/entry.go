@@ -1,7 +1,7 @@
 package message
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -42,7 +42,20 @@ type Entry struct {
 
 	// Fields holds every other top-level field, encoded back unchanged.
 	Fields map[string]any
+
+	// Raw is the line the entry was read from, verbatim (without its
+	// newline), when it came from an imported session file; nil
+	// otherwise. sessionfile.Write writes it back instead of re-encoding
+	// the entry while it still decodes to the same entry, so an imported
+	// file exports byte for byte. It travels in msgpack (storage, the lane
+	// service's history when asked for) and never in JSON.
+	Raw []byte
 }
+
+// rawKey is the msgpack key of a stored Entry.Raw (see EncodeMsgpack): an
+// entry's fields always include "type", so a map of this key alone is a
+// stored line, whatever fields a hostile line has.
+const rawKey = "\x00raw"
 
 // IsHeader reports whether e is a session header line.
 func (e *Entry) IsHeader() bool { return e.Type == EntrySession }
@@ -59,6 +72,7 @@ func (e Entry) Clone() Entry {
 		c.Message = &m
 	}
 	c.Fields = cloneMap(e.Fields)
+	c.Raw = bytes.Clone(e.Raw)
 	return c
 }
 
@@ -136,8 +150,9 @@ func entryFromObj(o obj) (Entry, error) {
 	return e, nil
 }
 
-// MarshalJSON encodes the entry as one pi session line (without newline).
-func (e Entry) MarshalJSON() ([]byte, error) { return json.Marshal(e.toObj()) }
+// MarshalJSON encodes the entry as one pi session line (without newline),
+// in pi's key order (AppendJSON).
+func (e Entry) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil), nil }
 
 // UnmarshalJSON decodes one session line, keeping unknown fields.
 func (e *Entry) UnmarshalJSON(data []byte) error {
@@ -153,8 +168,22 @@ func (e *Entry) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// EncodeMsgpack implements msgpack.CustomEncoder.
-func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeMsgpackObj(enc, e.toObj()) }
+// EncodeMsgpack implements msgpack.CustomEncoder. An entry whose Raw line
+// still decodes to it is encoded as that line alone (a map of one binary
+// value under rawKey), so storing an imported file costs what the file
+// does; any other entry as its fields, without a stale Raw.
+func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if e.RawFaithful() {
+		if err := enc.EncodeMapLen(1); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(rawKey); err != nil {
+			return err
+		}
+		return enc.EncodeBytes(e.Raw)
+	}
+	return encodeMsgpackObj(enc, e.toObj())
+}
 
 // DecodeMsgpack implements msgpack.CustomDecoder.
 func (e *Entry) DecodeMsgpack(dec *msgpack.Decoder) error {
@@ -162,12 +191,48 @@ func (e *Entry) DecodeMsgpack(dec *msgpack.Decoder) error {
 	if err != nil {
 		return fmt.Errorf("message: entry: %w", err)
 	}
+	if raw, ok := o[rawKey].([]byte); ok && len(o) == 1 {
+		v, err := decodeRawLine(raw)
+		if err != nil {
+			return fmt.Errorf("message: entry: stored line: %w", err)
+		}
+		*e = v
+		return nil
+	}
 	v, err := entryFromObj(o)
 	if err != nil {
 		return err
 	}
 	*e = v
 	return nil
+}
+
+// decodeRawLine decodes a session line into an entry that keeps it as Raw.
+func decodeRawLine(raw []byte) (Entry, error) {
+	o, err := decodeJSONObject(bytes.TrimSpace(raw))
+	if err != nil {
+		return Entry{}, err
+	}
+	v, err := entryFromObj(o)
+	if err != nil {
+		return Entry{}, err
+	}
+	v.Raw = raw
+	return v, nil
+}
+
+// RawFaithful reports whether e.Raw is one line that decodes to e itself,
+// so writing it gives back what was read: false without Raw, or when e was
+// changed after it was read (a copy with a new id, a cut result).
+func (e *Entry) RawFaithful() bool {
+	if len(e.Raw) == 0 || bytes.IndexByte(e.Raw, '\n') >= 0 {
+		return false
+	}
+	d, err := decodeRawLine(e.Raw)
+	if err != nil {
+		return false
+	}
+	return bytes.Equal(d.AppendJSON(nil), e.AppendJSON(nil))
 }
 
 // EntryFromMap builds an entry from one decoded JSON line whose values are

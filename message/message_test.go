@@ -249,3 +249,29 @@ func TestNonStringSignaturesKeptInExtra(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEntryJSON encodes an assistant entry in pi's order against the
+// baseline of encoding/json on the same fields (sorted keys, HTML escaped).
+func BenchmarkEntryJSON(b *testing.B) {
+	m := Message{Role: RoleAssistant, API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-6", StopReason: StopStop, Timestamp: 1773570032000,
+		Content: BlocksOf(Text("The handler writes a greeting with the request path; I changed the pattern to \"/hello/\" <done>."),
+			Block{Type: BlockToolCall, ID: "toolu_01", Name: "read", Arguments: map[string]any{"path": "a.go", "limit": int64(200)}}),
+		Usage: &Usage{Input: 400, Output: 80, CacheRead: 3000, TotalTokens: 3480, Cost: Cost{Input: 0.0012, Output: 0.0012, CacheRead: 0.0009, Total: 0.0033}}}
+	parent := "c3d4e5f6"
+	e := Entry{Type: EntryMessage, ID: "d4e5f6a7", ParentID: &parent, Timestamp: "2026-03-15T10:20:31.000Z", Message: &m}
+	b.Run("baseline=encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(e.toObj()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pi-order", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf = e.AppendJSON(buf[:0])
+		}
+	})
+}

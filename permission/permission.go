@@ -13,8 +13,10 @@
 //     operations of the lane service;
 //   - a tool server serves agent.tool.<name> (and the micro control
 //     subjects of its service) and answers the requests it receives;
+//   - a hook server serves agent.hook.<name>.<kind> for its hooks (and
+//     the micro control subjects of its service) and answers them;
 //   - a worker uses JetStream, the fleet's streams and buckets, serves the
-//     lane service and the admin service and calls tools;
+//     lane service and the admin service and calls tools and hooks;
 //   - an admin may do everything, the admin service's agent.admin.<op>
 //     included: no other role may request it.
 //
@@ -43,11 +45,12 @@ const (
 	Sender     Role = "sender"      // sends to and follows its sessions
 	Viewer     Role = "viewer"      // reads its sessions' events and history
 	ToolServer Role = "tool-server" // serves remote tools
+	HookServer Role = "hook-server" // serves run hooks
 	Admin      Role = "admin"       // everything
 )
 
 // Roles lists every role, in the order the command line documents them.
-func Roles() []Role { return []Role{Worker, Sender, Viewer, ToolServer, Admin} }
+func Roles() []Role { return []Role{Worker, Sender, Viewer, ToolServer, HookServer, Admin} }
 
 // ParseRole returns the role named s.
 func ParseRole(s string) (Role, error) {
@@ -56,7 +59,7 @@ func ParseRole(s string) (Role, error) {
 			return r, nil
 		}
 	}
-	return "", fmt.Errorf("%w: %q (one of worker, sender, viewer, tool-server, admin)", ErrUnknownRole, s)
+	return "", fmt.Errorf("%w: %q (one of worker, sender, viewer, tool-server, hook-server, admin)", ErrUnknownRole, s)
 }
 
 // Subjects and names the permissions are written against. The lane
@@ -78,6 +81,11 @@ const (
 	ToolService = "lanefleet-tools"
 	// ToolPrefix opens the subject of every tool: agent.tool.<name>.
 	ToolPrefix = "agent.tool."
+	// HookService is the micro service name run hooks are served under.
+	HookService = "lanefleet-hooks"
+	// HookPrefix opens the subject of every hook endpoint:
+	// agent.hook.<name>.<kind>.
+	HookPrefix = "agent.hook."
 
 	// The fleet's KV buckets.
 	LanesBucket = "lanes"
@@ -93,6 +101,10 @@ var ReadOps = []string{"history", "events", "settings", "backlog"}
 // (its partial results and reply): the longest a worker's attempt may
 // take by default, which bounds every tool call of the attempt.
 const ToolResponseTTL = 10 * time.Minute
+
+// HookResponseTTL is how long a hook server may answer a request: the
+// longest a worker waits for a hook.
+const HookResponseTTL = time.Minute
 
 // Errors callers branch on.
 var (
@@ -114,6 +126,8 @@ type Grant struct {
 	AllSessions bool
 	// Tools are the tool names a tool server serves.
 	Tools []string
+	// Hooks are the hook names a hook server serves.
+	Hooks []string
 }
 
 // Permissions are a user's nats-server permissions: the subjects it may
@@ -177,6 +191,19 @@ func (g Grant) Validate() error {
 			}
 		}
 	}
+	if g.Role == HookServer {
+		if len(g.Hooks) == 0 {
+			return fmt.Errorf("%w: a hook server needs the names of its hooks", ErrBadGrant)
+		}
+		for _, name := range g.Hooks {
+			if !toolRE.MatchString(name) {
+				return fmt.Errorf("%w: hook name %q must be 1-64 letters, digits, '_' or '-'", ErrBadGrant, name)
+			}
+		}
+	}
+	if g.Role != HookServer && len(g.Hooks) > 0 {
+		return fmt.Errorf("%w: hooks apply to hook servers, not a %s", ErrBadGrant, g.Role)
+	}
 	if g.Role != Sender && g.Role != Viewer && (len(g.Sessions) > 0 || g.AllSessions) {
 		return fmt.Errorf("%w: sessions apply to senders and viewers, not a %s", ErrBadGrant, g.Role)
 	}
@@ -222,6 +249,15 @@ func (g Grant) Permissions() (Permissions, error) {
 		// A call's partial results and its reply all go to the caller's
 		// reply subject, for as long as the call may run.
 		p.Responses = &Responses{Max: -1, Expires: ToolResponseTTL}
+	case HookServer:
+		p.Subscribe = append([]string{inbox}, microControl(HookService)...)
+		for _, name := range g.Hooks {
+			p.Subscribe = append(p.Subscribe, HookPrefix+name+".*")
+		}
+		// One reply per discovery ($SRV.INFO: a process serves all its
+		// hooks as one micro service) and per before_agent_start or
+		// before_tool_call request.
+		p.Responses = &Responses{Max: 1, Expires: HookResponseTTL}
 	}
 	p.Publish = sortedSet(p.Publish)
 	p.Subscribe = sortedSet(p.Subscribe)
@@ -277,6 +313,9 @@ func workerPermissions(inbox string) Permissions {
 		// Remote tools: discovery and calls.
 		"$SRV.INFO."+ToolService,
 		ToolPrefix+"*",
+		// Run hooks: discovery, requests and agent_end publishes.
+		"$SRV.INFO."+HookService,
+		HookPrefix+"*.*",
 	)
 	sub := append([]string{
 		inbox,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/deptest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/tools/remote"
@@ -39,6 +40,8 @@ func TestNamesMatchTheAdapters(t *testing.T) {
 	for _, c := range []struct{ here, there string }{
 		{ToolService, remote.ServiceNameDefault},
 		{ToolPrefix, remote.SubjectPrefix},
+		{HookService, hooks.ServiceName},
+		{HookPrefix, hooks.SubjectPrefix},
 		{LanesBucket, kvstore.DefaultBucket},
 		{RunsBucket, kvstore.DefaultRunsBucket},
 		{AuthBucket, authstore.DefaultBucket},
@@ -46,6 +49,9 @@ func TestNamesMatchTheAdapters(t *testing.T) {
 		if c.here != c.there {
 			t.Errorf("%q here, %q in the adapter", c.here, c.there)
 		}
+	}
+	if HookResponseTTL != hooks.MaxTimeout {
+		t.Errorf("a hook server may answer for %s, a worker waits up to %s", HookResponseTTL, hooks.MaxTimeout)
 	}
 }
 
@@ -56,6 +62,7 @@ var goldenUsers = []User{
 	{Grant: Grant{Role: Sender, User: "frontend", AllSessions: true}, PasswordVar: "FRONTEND_PW"},
 	{Grant: Grant{Role: Viewer, User: "auditor", Sessions: []string{"alice"}}},
 	{Grant: Grant{Role: ToolServer, User: "tools", Tools: []string{"weather", "search"}}, NKey: "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"},
+	{Grant: Grant{Role: HookServer, User: "hooks", Hooks: []string{"guard"}}},
 	{Grant: Grant{Role: Admin, User: "root"}},
 }
 
@@ -184,6 +191,8 @@ func TestGrantSubjects(t *testing.T) {
 			[]string{"_INBOX_v.>", "agent.ev.alice.>"}, false},
 		{"tool server", Grant{Role: ToolServer, User: "t", Tools: []string{"weather"}},
 			nil, []string{"$SRV.*", "$SRV.*.lanefleet-tools", "$SRV.*.lanefleet-tools.*", "_INBOX_t.>", "agent.tool.weather"}, true},
+		{"hook server", Grant{Role: HookServer, User: "h", Hooks: []string{"guard", "ctx"}},
+			nil, []string{"$SRV.*", "$SRV.*.lanefleet-hooks", "$SRV.*.lanefleet-hooks.*", "_INBOX_h.>", "agent.hook.ctx.*", "agent.hook.guard.*"}, true},
 		{"admin", Grant{Role: Admin, User: "root"}, []string{">"}, []string{">"}, false},
 	} {
 		p, err := c.g.Permissions()
@@ -218,6 +227,9 @@ func TestGrantValidation(t *testing.T) {
 		{"tool name with a wildcard", Grant{Role: ToolServer, User: "u", Tools: []string{">"}}},
 		{"tool name with a dot", Grant{Role: ToolServer, User: "u", Tools: []string{"a.b"}}},
 		{"worker with sessions", Grant{Role: Worker, User: "u", Sessions: []string{"a"}}},
+		{"hook server without hooks", Grant{Role: HookServer, User: "u"}},
+		{"hook name with a wildcard", Grant{Role: HookServer, User: "u", Hooks: []string{"*"}}},
+		{"tool server with hooks", Grant{Role: ToolServer, User: "u", Tools: []string{"t"}, Hooks: []string{"h"}}},
 		{"sender with tools", Grant{Role: Sender, User: "u", Sessions: []string{"a"}, Tools: []string{"t"}}},
 	} {
 		err := c.g.Validate()

@@ -156,6 +156,8 @@ func (b *builder) comment(u User, indent int) {
 		what = "sessions " + strings.Join(qs, ", ")
 	case len(u.Tools) > 0:
 		what = "tools " + strings.Join(u.Tools, ", ")
+	case len(u.Hooks) > 0:
+		what = "hooks " + strings.Join(u.Hooks, ", ")
 	}
 	head := fmt.Sprintf("# %s: role %s", u.User, u.Role)
 	if what != "" {

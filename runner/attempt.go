@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -332,7 +333,19 @@ func (ru *run) callTool(ctx context.Context, c message.Block) (res tools.Result)
 			res = tools.ErrorResult(fmt.Sprintf("Tool %s failed: internal error", c.Name))
 		}
 	}()
-	call := tools.Call{ID: c.ID, Name: c.Name, Args: c.Arguments, Key: ru.callKeyOf(c.ID), Update: func(p tools.Result) {
+	args := c.Arguments
+	if h := ru.r.cfg.ToolHook; h != nil {
+		d, err := h.BeforeToolCall(ctx, ToolHookInput{SessionKey: ru.in.SessionKey, RunID: ru.in.RunID, ToolCallID: c.ID, ToolName: c.Name, Args: c.Arguments})
+		switch {
+		case err != nil:
+			ru.r.cfg.Logger.Warn().Err(err).Str("run_id", ru.in.RunID).Str("tool", c.Name).Msg("before-tool-call hook failed; the call runs as made")
+		case d.Block:
+			return tools.ErrorResult(cmp.Or(d.Reason, TextHookBlocked))
+		case d.Args != nil:
+			args = d.Args
+		}
+	}
+	call := tools.Call{ID: c.ID, Name: c.Name, Args: args, Key: ru.callKeyOf(c.ID), Update: func(p tools.Result) {
 		ru.sink.Emit(events.StreamTool, events.EventData{Phase: "update", Name: c.Name, ToolCallID: c.ID, Payload: replytext.SanitizeToolResult(toolResultView(p))})
 	}}
 	res, err := t.Call(ctx, call)
@@ -344,6 +357,10 @@ func (ru *run) callTool(ctx context.Context, c message.Block) (res tools.Result)
 	}
 	return res
 }
+
+// TextHookBlocked is the tool result the model sees for a call a
+// ToolHook blocked without a reason.
+const TextHookBlocked = "A hook blocked this tool call; it did not run."
 
 // toolResultView is a tool result as events show it.
 func toolResultView(res tools.Result) map[string]any {

@@ -105,6 +105,52 @@ type PromptSource interface {
 	SystemPrompt(ctx context.Context, in Input, set tools.Set, specs []provider.Tool) string
 }
 
+// ToolHook sees each call of a worker tool before it runs (OpenClaw's
+// before_tool_call plugin hook). Client tools run on the client and are
+// not shown to it.
+type ToolHook interface {
+	// BeforeToolCall decides on one call. It must return when ctx is done.
+	// An error only warns: the call runs with its own arguments (as in the
+	// reference); a hook that must fail closed returns a Block instead.
+	BeforeToolCall(ctx context.Context, in ToolHookInput) (ToolHookResult, error)
+}
+
+// ToolHookInput is the call a ToolHook decides on.
+type ToolHookInput struct {
+	SessionKey, RunID string
+	ToolCallID        string
+	ToolName          string
+	// Args are the arguments the model gave; read-only.
+	Args map[string]any
+}
+
+// ToolHookResult is a ToolHook's decision. The zero value lets the call
+// run as the model made it.
+type ToolHookResult struct {
+	// Block refuses the call: the model gets Reason (or a text saying a
+	// hook blocked the call) as the tool's error result.
+	Block  bool
+	Reason string
+	// Args, when not nil, replace the call's arguments. The transcript
+	// keeps the model's call as it was made.
+	Args map[string]any
+}
+
+// EndHook observes every finished run (OpenClaw's agent_end plugin hook).
+// AgentEnd is called on the run's goroutine before Run returns and must
+// not block: send and forget. A run that is redone (its worker died before
+// the turn was committed) ends again with the same RunID.
+type EndHook interface {
+	AgentEnd(in EndHookInput)
+}
+
+// EndHookInput is a finished run.
+type EndHookInput struct {
+	SessionKey, RunID string
+	Attempt           int
+	Result            *events.Result
+}
+
 // CompactRequest is one compaction.
 type CompactRequest struct {
 	Model    provider.Model
@@ -150,7 +196,13 @@ type Config struct {
 	ToolPolicy tools.Policy
 	// Hooks run before each run's prompt: they may prepend context to it
 	// or replace the system prompt; a failing hook only warns.
-	Hooks     []agentprompt.Hook
+	Hooks []agentprompt.Hook
+	// ToolHook, when set, sees every call of a worker tool before it runs
+	// and may block it or rewrite its arguments; nil = none.
+	ToolHook ToolHook
+	// EndHook, when set, is told every run's result once the run ended;
+	// nil = none.
+	EndHook   EndHook
 	Compactor Compactor // nil = no compaction
 	// Window configures the context-window guard.
 	Window guard.WindowConfig
@@ -253,7 +305,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if !ok || requested.Provider == "" {
 		// A model that cannot even be named is never answered by another
 		// one: the run fails before any attempt (runtime spec §3.1 step 2).
-		return ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref}), nil
+		return ru.ended(ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref})), nil
 	}
 	req := fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
 		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes,
@@ -269,11 +321,19 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	case ru.fatal != nil:
 		return nil, ru.fatal
 	case err == nil:
-		return ru.finish(start, model, out), nil
+		return ru.ended(ru.finish(start, model, out)), nil
 	case ctx.Err() != nil:
 		return ru.partial(), context.Cause(ctx)
 	}
-	return ru.fail(start, model, err), nil
+	return ru.ended(ru.fail(start, model, err)), nil
+}
+
+// ended tells the EndHook about a finished run and returns out.
+func (ru *run) ended(out *Output) *Output {
+	if h := ru.r.cfg.EndHook; h != nil {
+		h.AgentEnd(EndHookInput{SessionKey: ru.in.SessionKey, RunID: ru.in.RunID, Attempt: ru.in.Attempt, Result: out.Result})
+	}
+	return out
 }
 
 // partial is a cancelled turn so far, for a caller that keeps what

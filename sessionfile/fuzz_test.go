@@ -7,7 +7,10 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/lanefleet/lanefleet/internal/conformance"
+	"github.com/lanefleet/lanefleet/message"
 )
 
 func FuzzRead(f *testing.F) {
@@ -52,6 +55,38 @@ func FuzzRead(f *testing.F) {
 		json.Unmarshal(b, &bv)
 		if !reflect.DeepEqual(av, bv) {
 			t.Fatalf("round trip changed entries:\n%s\n%s", a, b)
+		}
+		// Entries encoded anew (AppendJSON, the entries of later turns)
+		// and stored (msgpack) read back to the same entries too.
+		fresh := &File{Header: file.Header.Clone()}
+		fresh.Header.Raw = nil
+		for _, e := range file.Entries {
+			b, err := msgpack.Marshal(&e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d message.Entry
+			if err := msgpack.Unmarshal(b, &d); err != nil {
+				t.Fatalf("stored entry does not decode: %v", err)
+			}
+			if !bytes.Equal(d.AppendJSON(nil), e.AppendJSON(nil)) {
+				t.Fatalf("storage changed an entry:\n%s\n%s", e.AppendJSON(nil), d.AppendJSON(nil))
+			}
+			d.Raw = nil
+			fresh.Entries = append(fresh.Entries, d)
+		}
+		buf.Reset()
+		if err := Write(&buf, fresh); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Read(bytes.NewReader(buf.Bytes()))
+		if err != nil || len(again.Entries) != len(file.Entries) {
+			t.Fatalf("re-encoded file: %v\n%s", err, buf.Bytes())
+		}
+		for i := range again.Entries {
+			if !bytes.Equal(again.Entries[i].AppendJSON(nil), file.Entries[i].AppendJSON(nil)) {
+				t.Fatalf("re-encoding changed entry %d:\n%s\n%s", i, file.Entries[i].AppendJSON(nil), again.Entries[i].AppendJSON(nil))
+			}
 		}
 		Messages(file.Entries)
 	})

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -63,7 +62,13 @@ func Read(r io.Reader) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.Migrated = Migrate(f, nil)
+	if f.Migrated = Migrate(f, nil); f.Migrated {
+		// Migrated lines are written anew.
+		f.Header.Raw = nil
+		for i := range f.Entries {
+			f.Entries[i].Raw = nil
+		}
+	}
 	return f, nil
 }
 
@@ -95,6 +100,11 @@ func decode(r io.Reader) (*File, error) {
 		}
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
 			e, perr := decodeEntry(trimmed)
+			if perr == nil {
+				// The line as it was, for Write to give back byte for
+				// byte: only its newline is pi's, not the entry's.
+				e.Raw = bytes.Clone(bytes.TrimSuffix(line, []byte("\n")))
+			}
 			if perr != nil {
 				f.Skipped = append(f.Skipped, &LineError{Line: lineNo, Err: perr})
 			} else if !haveHeader {
@@ -132,15 +142,21 @@ func decodeEntry(line []byte) (message.Entry, error) {
 }
 
 // Write writes f as JSON Lines: the header, then every entry, each line
-// ending in "\n".
+// ending in "\n". An entry read from a file (Entry.Raw) is written as it
+// was read while it still decodes to the same entry, so a file read and
+// written unchanged keeps its bytes (key order, escapes, number forms,
+// spacing); any other entry is encoded as pi encodes it
+// (message.Entry.AppendJSON).
 func Write(w io.Writer, f *File) error {
 	bw := bufio.NewWriterSize(w, 32<<10)
+	var buf []byte
 	put := func(e *message.Entry) error {
-		data, err := json.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("sessionfile: encode entry %q: %w", e.ID, err)
+		if e.RawFaithful() {
+			bw.Write(e.Raw)
+		} else {
+			buf = e.AppendJSON(buf[:0])
+			bw.Write(buf)
 		}
-		bw.Write(data)
 		return bw.WriteByte('\n')
 	}
 	if err := put(&f.Header); err != nil {

@@ -270,7 +270,8 @@ func TestNewCustomEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`{"customType":"model-snapshot","data":{"provider":"openai"},"id":%q,"parentId":"abcd1234","timestamp":"2025-06-15T15:06:40.123Z","type":"custom"}`, e.ID)
+	// pi's order: appendCustomEntry builds {type, customType, data, id, parentId, timestamp}.
+	want := fmt.Sprintf(`{"type":"custom","customType":"model-snapshot","data":{"provider":"openai"},"id":%q,"parentId":"abcd1234","timestamp":"2025-06-15T15:06:40.123Z"}`, e.ID)
 	if string(data) != want || len(e.ID) != 8 {
 		t.Errorf("got  %s\nwant %s", data, want)
 	}

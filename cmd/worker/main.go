@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/redact"
@@ -175,6 +176,9 @@ is set: spans go over OTLP/HTTP.`,
 	fs.BoolVar(&cfg.Exec, "exec", false, "offer the exec tool: a shell in the session's workspace, confined (Landlock, namespaces, rlimits); refuses to start where it cannot be confined")
 	fs.BoolVar(&cfg.ExecUnconfined, "exec-unconfined", false, "with --exec: run its commands unconfined, with the worker's privileges (for platforms without Landlock)")
 	remoteTools := fs.String("remote-tools", env("LANEFLEET_REMOTE_TOOLS"), "comma-separated names of the tools served over NATS (micro service lanefleet-tools) that runs may use (env LANEFLEET_REMOTE_TOOLS); nothing discovered is used unless listed")
+	hookNames := fs.String("hooks", env("LANEFLEET_HOOKS"), "comma-separated names of the run hooks served over NATS (micro service lanefleet-hooks: before_agent_start, before_tool_call, agent_end) that runs call, in this order (env LANEFLEET_HOOKS); nothing discovered is used unless listed")
+	fs.DurationVar(&cfg.Hooks.Timeout, "hooks-timeout", hooks.TimeoutDefault, "how long a run waits for one hook (at most 1m); a hook that does not answer in time only warns, except as --hooks-tool-failure says")
+	hookFailure := fs.String("hooks-tool-failure", "closed", "a before_tool_call hook that cannot decide (unreachable, timed out, failed): closed blocks the call and tells the model, open lets it run unchecked with a warning")
 	fs.BoolVar(&cfg.NoCompaction, "no-compaction", false, "no compaction when the context nears the window (overflow recovery still compacts)")
 	fs.BoolVar(&cfg.NoBlockReplies, "no-block-replies", false, "publish no block reply events")
 	fs.StringVar(&cfg.MetricsListen, "metrics", env("LANEFLEET_METRICS"), "serve Prometheus /metrics, /healthz and /readyz on this host:port, e.g. 127.0.0.1:9464 (env LANEFLEET_METRICS; default none)")
@@ -212,6 +216,12 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.Fallbacks = splitList(*fallbacks)
 		cfg.AllowModels = splitList(*allowModels)
 		cfg.RemoteTools = splitList(*remoteTools)
+		cfg.Hooks.Names = splitList(*hookNames)
+		mode, err := hooks.ParseFailMode(*hookFailure)
+		if err != nil {
+			return usageError{fmt.Errorf("--hooks-tool-failure: %w", err)}
+		}
+		cfg.Hooks.ToolFailure = mode
 		cfg.ToolPolicy = tools.Policy{Allow: splitList(*toolsAllow), Deny: splitList(*toolsDeny), Approve: splitList(*toolsApprove)}
 		switch *execApproval {
 		case "ask":

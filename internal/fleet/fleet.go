@@ -34,6 +34,7 @@ import (
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -157,7 +158,11 @@ type Config struct {
 	// RemoteTools lists the tools served over NATS (micro service
 	// lanefleet-tools) that runs may use, by name. Nothing discovered is
 	// used unless listed; a listed name may not be a built-in tool's.
-	RemoteTools    []string
+	RemoteTools []string
+	// Hooks configures the run hooks served over NATS (package hooks):
+	// the listed names, their timeout and what a before_tool_call hook
+	// that cannot decide does. No names: no hooks.
+	Hooks          HooksConfig
 	NoCompaction   bool   // no threshold compaction (overflow recovery still compacts)
 	NoBlockReplies bool   // no block reply events
 	SystemPrompt   string // base of every run's system prompt (workspace, skills and context files are added)
@@ -198,6 +203,18 @@ type Config struct {
 	Env func(string) string
 }
 
+// HooksConfig configures the run hooks a member calls.
+type HooksConfig struct {
+	// Names are the hooks runs use, in call order; nothing discovered is
+	// used unless listed.
+	Names []string
+	// Timeout bounds each hook call; default hooks.TimeoutDefault.
+	Timeout time.Duration
+	// ToolFailure is "closed" (default: a before_tool_call hook that
+	// cannot decide blocks the call) or "open" (the call runs unchecked).
+	ToolFailure hooks.FailMode
+}
+
 // Limits are the byte limits of the fleet's streams and buckets, in bytes:
 // 0 is the default (sized for a single node's default 8 GiB store and 256
 // MiB of memory), -1 no limit. Every worker of a fleet must use the same.
@@ -223,6 +240,7 @@ type Member struct {
 	Auth    *authstore.Store
 	Runs    *kvstore.Runs
 	Tools   *remote.Registry // nil when remote tools are off
+	Hooks   *hooks.Registry  // nil without hooks
 	log     zerolog.Logger
 	obs     observer
 	creds   *authprofile.Store // the member's auth profiles
@@ -405,6 +423,11 @@ func (m *Member) build(ctx context.Context) error {
 		bc := blockchunk.DefaultConfig(0)
 		rcfg.BlockReplies = &bc
 	}
+	if len(cfg.Hooks.Names) > 0 {
+		if err := m.startHooks(ctx, &rcfg); err != nil {
+			return err
+		}
+	}
 	if m.Runner, err = runner.New(rcfg); err != nil {
 		return err
 	}
@@ -413,6 +436,22 @@ func (m *Member) build(ctx context.Context) error {
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
 	})
 	return err
+}
+
+// startHooks discovers the listed hooks and plugs them into the runner's
+// configuration.
+func (m *Member) startHooks(ctx context.Context, rcfg *runner.Config) error {
+	hc := m.cfg.Hooks
+	var err error
+	if m.Hooks, err = hooks.NewRegistry(m.Conn, hooks.Config{Names: hc.Names, Timeout: hc.Timeout, ToolFailure: hc.ToolFailure, Logger: m.cfg.Logger}); err != nil {
+		return fmt.Errorf("fleet: --hooks: %w", err)
+	}
+	// Know the hooks served now before the first turn; Run refreshes.
+	if err := m.Hooks.Refresh(ctx); err != nil {
+		m.log.Warn().Err(err).Msg("hooks: first discovery failed")
+	}
+	rcfg.Hooks, rcfg.ToolHook, rcfg.EndHook = m.Hooks.StartHooks(), m.Hooks, m.Hooks
+	return nil
 }
 
 // openState creates or binds the fleet's streams and buckets, skipping
@@ -654,6 +693,15 @@ func (m *Member) Run(ctx context.Context) error {
 		go func() {
 			defer close(done)
 			_ = m.Tools.Run(rctx) // refreshes the remote tools until cancelled
+		}()
+		defer func() { cancel(); <-done }()
+	}
+	if m.Hooks != nil {
+		hctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = m.Hooks.Run(hctx) // refreshes the hooks until cancelled
 		}()
 		defer func() { cancel(); <-done }()
 	}

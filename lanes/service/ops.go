@@ -36,6 +36,7 @@ const maxSessionID = 256
 type historyPage struct {
 	Entries   []msgpack.RawMessage `msgpack:"e"`
 	SessionID string               `msgpack:"s,omitempty"`
+	Header    msgpack.RawMessage   `msgpack:"h,omitempty"`
 	More      bool                 `msgpack:"m,omitempty"`
 	Next      uint64               `msgpack:"n,omitempty"`
 	Skip      int                  `msgpack:"k,omitempty"`
@@ -70,8 +71,30 @@ func (s *Service) history(ctx context.Context, r request) (any, error) {
 			size += len(rec.SessionID) - len(page.SessionID)
 			page.SessionID = rec.SessionID
 		}
+		if rec.Header != nil && skip == 0 {
+			h := *rec.Header
+			if !q.Raw {
+				h.Raw = nil
+			}
+			b, err := msgpack.Marshal(&h)
+			if err != nil {
+				return nil, &Error{Code: CodeInternal, Description: "encode header: " + err.Error()}
+			}
+			if size+len(b) > budget && len(page.Entries) > 0 {
+				page.More, page.Next = true, seq
+				return page, nil
+			}
+			page.Header = b
+			size += len(b)
+		}
 		for i := min(skip, len(rec.Entries)); i < len(rec.Entries); i++ {
-			b, err := msgpack.Marshal(&rec.Entries[i])
+			e := &rec.Entries[i]
+			if !q.Raw && e.Raw != nil {
+				c := *e
+				c.Raw = nil // an entry as it is, for a client that did not ask for lines
+				e = &c
+			}
+			b, err := msgpack.Marshal(e)
 			if err != nil {
 				return nil, &Error{Code: CodeInternal, Description: "encode entry: " + err.Error()}
 			}
@@ -244,6 +267,9 @@ func (s *Service) settings(ctx context.Context, r request) (any, error) {
 // importSession stores a pi session file (the request body) as the
 // transcript of a new session, holding the lane's lease while it writes.
 func (s *Service) importSession(ctx context.Context, r request) (any, error) {
+	if line, depth := deepestLine(r.data); depth > MaxImportDepth {
+		return nil, badRequest("line %d nests %d deep; an imported file may nest %d", line, depth, MaxImportDepth)
+	}
 	f, err := sessionfile.Read(bytes.NewReader(r.data))
 	if err != nil {
 		return nil, badRequest("not a pi session file: %v", err)
@@ -252,7 +278,7 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 		return nil, badRequest("session id of %d bytes is longer than %d", len(f.Header.ID), maxSessionID)
 	}
 	info := kvstore.LeaseInfo{Worker: "import@" + s.cfg.Worker, Acquired: time.Now().UnixMilli()}
-	err = s.cfg.Lanes.Import(ctx, r.token, f.Header.ID, info, f.Entries)
+	err = s.cfg.Lanes.Import(ctx, r.token, f.Header, info, f.Entries)
 	switch {
 	case errors.Is(err, kvstore.ErrHeld):
 		return nil, &Error{Code: CodeBusy, Description: "a worker is running the session; try again when it is idle"}
@@ -264,6 +290,42 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 		return nil, err
 	}
 	return ImportReply{SessionID: f.Header.ID, Entries: len(f.Entries), Skipped: len(f.Skipped)}, nil
+}
+
+// MaxImportDepth bounds the nesting of objects and arrays in an imported
+// line: pi's entries nest a few levels (entry, message, content, block,
+// arguments), and whatever is stored must decode again everywhere it is
+// read.
+const MaxImportDepth = 64
+
+// deepestLine returns the 1-based number of the most deeply nested line of
+// JSON Lines data and its nesting depth, scanning bytes without decoding
+// (strings skipped, each line on its own).
+func deepestLine(data []byte) (line, deepest int) {
+	n, d := 1, 0
+	inString, escaped := false, false
+	for _, c := range data {
+		switch {
+		case c == '\n':
+			n, d, inString, escaped = n+1, 0, false, false
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString:
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if d++; d > deepest {
+				line, deepest = n, d
+			}
+		case c == '}' || c == ']':
+			d--
+		}
+	}
+	return line, deepest
 }
 
 // backlog counts the lane's messages after its last committed turn: the

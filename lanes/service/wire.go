@@ -58,6 +58,10 @@ const (
 type HistoryRequest struct {
 	From uint64 `json:"from,omitempty"` // stream sequence to resume at
 	Skip int    `json:"skip,omitempty"` // entries of the record at From already returned
+	// Raw asks for the lines imported entries were read from
+	// (message.Entry.Raw), for an export that gives them back byte for
+	// byte. A service older than this field refuses it (CodeBadRequest).
+	Raw bool `json:"raw,omitempty"`
 }
 
 // HistoryReply is a page of a transcript: pi session entries in order.
@@ -68,9 +72,13 @@ type HistoryReply struct {
 	// SessionID is the pi session id of the newest record of the page that
 	// has one (the id an export's header carries).
 	SessionID string `msgpack:"s,omitempty"`
-	More      bool   `msgpack:"m,omitempty"` // ask again with Next and Skip
-	Next      uint64 `msgpack:"n,omitempty"`
-	Skip      int    `msgpack:"k,omitempty"`
+	// Header is the session header of an imported file, on the page that
+	// holds the import (the first); nil for a session that was not
+	// imported.
+	Header *message.Entry `msgpack:"h,omitempty"`
+	More   bool           `msgpack:"m,omitempty"` // ask again with Next and Skip
+	Next   uint64         `msgpack:"n,omitempty"`
+	Skip   int            `msgpack:"k,omitempty"`
 }
 
 // EventsRequest asks for a run's stored events from event sequence From.

@@ -1,0 +1,312 @@
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+)
+
+// Hook is one hook a process serves: its name (what workers list in
+// --hooks) and the kinds it handles; a nil handler is a kind it does not
+// serve. Each handler runs on its own goroutine with a context that ends
+// when the worker stops waiting or the Service stops.
+type Hook struct {
+	Name string
+	// BeforeAgentStart returns the hook's contribution to a run's prompt.
+	// An error contributes nothing (the worker warns).
+	BeforeAgentStart func(ctx context.Context, ev StartEvent) (StartResult, error)
+	// BeforeToolCall decides on one tool call. An error is a failure the
+	// worker handles by its policy (blocks the call, or lets it run).
+	BeforeToolCall func(ctx context.Context, ev ToolCallEvent) (ToolCallResult, error)
+	// AgentEnd observes a finished run; nobody waits for it.
+	AgentEnd func(ctx context.Context, ev EndEvent)
+}
+
+// ServeConfig configures Serve.
+type ServeConfig struct {
+	// Version is the service's SemVer version; "0.1.0" when empty.
+	Version string
+	// MaxConcurrent caps the handlers running at once; 64 when 0.
+	MaxConcurrent int
+	// AgentEndTimeout bounds an AgentEnd handler; 1 minute when 0.
+	AgentEndTimeout time.Duration
+	// Logger receives panics and replies that could not be sent. Silent
+	// when zero.
+	Logger zerolog.Logger
+}
+
+// flushTimeout bounds the flushes of Serve and Stop.
+const flushTimeout = 5 * time.Second
+
+// Service is a set of hooks served over NATS: one micro service named
+// ServiceName with one endpoint per hook and kind, on
+// agent.hook.<name>.<kind>, in the micro default queue group (the
+// processes serving one hook share its calls). One service answers a
+// discovery request once, whatever the number of hooks, which is what the
+// hook-server permission allows.
+type Service struct {
+	micro.Service
+	nc  *nats.Conn
+	cfg ServeConfig
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	slots  chan struct{}
+
+	mu       sync.Mutex
+	stopping bool
+	calls    sync.WaitGroup
+}
+
+// handlerFunc decodes one request and runs a hook's handler.
+type handlerFunc func(context.Context, []byte) (any, error)
+
+// Serve serves hs on nc. It returns an error when a name is not valid
+// (ValidName) or repeated, a hook handles no kind, or micro cannot add the
+// service or its endpoints.
+func Serve(nc *nats.Conn, cfg ServeConfig, hs ...Hook) (*Service, error) {
+	if len(hs) == 0 {
+		return nil, errors.New("hooks: serve: no hooks")
+	}
+	seen := map[string]bool{}
+	for _, h := range hs {
+		switch {
+		case !ValidName(h.Name):
+			return nil, fmt.Errorf("hooks: serve: hook name %q must be 1-64 letters, digits, '_' or '-'", h.Name)
+		case seen[h.Name]:
+			return nil, fmt.Errorf("hooks: serve: hook %s given twice", h.Name)
+		case h.BeforeAgentStart == nil && h.BeforeToolCall == nil && h.AgentEnd == nil:
+			return nil, fmt.Errorf("hooks: serve: hook %s handles no kind", h.Name)
+		}
+		seen[h.Name] = true
+	}
+	if cfg.Version == "" {
+		cfg.Version = "0.1.0"
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 64
+	}
+	if cfg.AgentEndTimeout <= 0 {
+		cfg.AgentEndTimeout = time.Minute
+	}
+	ms, err := micro.AddService(nc, micro.Config{Name: ServiceName, Version: cfg.Version, Description: "lanefleet run hooks",
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			cfg.Logger.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("hooks: subscription error")
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("hooks: serve: %w", err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	s := &Service{Service: ms, nc: nc, cfg: cfg, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	for _, h := range hs {
+		for _, k := range Kinds() {
+			f := handlerOf(h, k)
+			if f == nil {
+				continue
+			}
+			err := ms.AddEndpoint(h.Name+"-"+string(k), s.handler(h.Name, k, f), micro.WithEndpointSubject(Subject(h.Name, k)),
+				micro.WithEndpointMetadata(map[string]string{MetaHook: h.Name, MetaKind: string(k)}))
+			if err != nil {
+				_ = s.Stop()
+				return nil, fmt.Errorf("hooks: serve: %s %s: %w", h.Name, k, err)
+			}
+		}
+	}
+	if err := nc.FlushTimeout(flushTimeout); err != nil {
+		_ = s.Stop()
+		return nil, fmt.Errorf("hooks: serve: flush: %w", err)
+	}
+	return s, nil
+}
+
+// handlerOf returns h's handler of kind k, nil when h does not serve it.
+func handlerOf(h Hook, k Kind) handlerFunc {
+	switch {
+	case k == BeforeAgentStart && h.BeforeAgentStart != nil:
+		return func(ctx context.Context, data []byte) (any, error) {
+			var ev StartEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return nil, badRequest{err}
+			}
+			return h.BeforeAgentStart(ctx, ev)
+		}
+	case k == BeforeToolCall && h.BeforeToolCall != nil:
+		return func(ctx context.Context, data []byte) (any, error) {
+			var ev ToolCallEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return nil, badRequest{err}
+			}
+			return h.BeforeToolCall(ctx, ev)
+		}
+	case k == AgentEnd && h.AgentEnd != nil:
+		return func(ctx context.Context, data []byte) (any, error) {
+			var ev EndEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return nil, badRequest{err}
+			}
+			h.AgentEnd(ctx, ev)
+			return nil, nil
+		}
+	}
+	return nil
+}
+
+// badRequest marks a request that does not decode.
+type badRequest struct{ err error }
+
+func (b badRequest) Error() string { return "malformed request: " + b.err.Error() }
+
+// Stop stops taking calls, cancels the handlers running (cause
+// ErrStopped), waits for them to return and stops the micro service.
+func (s *Service) Stop() error {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	err := s.Service.Stop()
+	if err == nil {
+		if ferr := s.nc.FlushTimeout(flushTimeout); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
+			err = ferr
+		}
+	}
+	s.cancel(ErrStopped)
+	s.calls.Wait()
+	if err != nil {
+		return fmt.Errorf("hooks: stop: %w", err)
+	}
+	return nil
+}
+
+// handler takes a request off micro's subscription goroutine and runs it
+// on its own, so a slow handler does not hold up the next request.
+func (s *Service) handler(name string, kind Kind, f handlerFunc) micro.HandlerFunc {
+	return func(req micro.Request) {
+		reply, data, hdr := req.Reply(), req.Data(), req.Headers()
+		if reply == "" && kind != AgentEnd {
+			s.cfg.Logger.Debug().Str("kind", string(kind)).Msg("hooks: ignored a request without a reply subject")
+			return
+		}
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.ctx.Done():
+			s.respondError(name, reply, CodeUnavailable, "hook "+name+" is stopping")
+			return
+		}
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			<-s.slots
+			s.respondError(name, reply, CodeUnavailable, "hook "+name+" is stopping")
+			return
+		}
+		s.calls.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.calls.Done()
+			defer func() { <-s.slots }()
+			s.serve(name, kind, f, reply, data, nats.Header(hdr))
+		}()
+	}
+}
+
+// errCallerTimeout is the cause of a handler's context when the worker's
+// timeout passes.
+var errCallerTimeout = errors.New("the worker stopped waiting")
+
+// serve runs one handler and replies.
+func (s *Service) serve(name string, kind Kind, f handlerFunc, reply string, data []byte, hdr nats.Header) {
+	timeout := s.cfg.AgentEndTimeout
+	if v := hdr.Get(HeaderTimeout); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			s.respondError(name, reply, CodeBadRequest, fmt.Sprintf("hook %s got a malformed %s header %q", name, HeaderTimeout, v))
+			return
+		}
+		timeout = min(time.Duration(ms)*time.Millisecond, MaxTimeout)
+	}
+	ctx, cancel := context.WithTimeoutCause(s.ctx, timeout, errCallerTimeout)
+	defer cancel()
+	res, err := call(ctx, f, data)
+	if err == nil && ctx.Err() != nil {
+		// The worker stopped waiting: whatever the handler decided
+		// came too late (and a handler that merely gave up must not
+		// read as "allow").
+		err = context.Cause(ctx)
+	}
+	if pe := (*panicError)(nil); errors.As(err, &pe) {
+		s.cfg.Logger.Error().Str("hook", name).Str("kind", string(kind)).Interface("panic", pe.value).Bytes("stack", pe.stack).Msg("hooks: handler panicked")
+	}
+	if reply == "" {
+		if err != nil {
+			s.cfg.Logger.Warn().Err(err).Str("hook", name).Str("kind", string(kind)).Msg("hooks: handler failed")
+		}
+		return
+	}
+	if err != nil {
+		var br badRequest
+		switch cause := context.Cause(ctx); {
+		case errors.As(err, &br):
+			s.respondError(name, reply, CodeBadRequest, fmt.Sprintf("hook %s (%s) got a %v", name, kind, err))
+		case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
+			s.respondError(name, reply, CodeTimeout, fmt.Sprintf("hook %s (%s) timed out after %s", name, kind, timeout))
+		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
+			s.respondError(name, reply, CodeFailed, fmt.Sprintf("hook %s (%s) was stopped before it finished", name, kind))
+		default:
+			s.respondError(name, reply, CodeFailed, err.Error())
+		}
+		return
+	}
+	out, err := json.Marshal(res)
+	if err == nil && len(out) > MaxReplyBytes {
+		err = fmt.Errorf("%d bytes; the limit is %d", len(out), MaxReplyBytes)
+	}
+	if err != nil {
+		s.respondError(name, reply, CodeFailed, fmt.Sprintf("hook %s (%s) produced a reply that cannot be sent: %v", name, kind, err))
+		return
+	}
+	if err := s.nc.Publish(reply, out); err != nil {
+		s.cfg.Logger.Warn().Err(err).Str("hook", name).Msg("hooks: reply not sent")
+	}
+}
+
+// call runs f, turning a panic into an error.
+func call(ctx context.Context, f handlerFunc, data []byte) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	return f(ctx, data)
+}
+
+// panicError is a handler's panic; the stack stays in the serving
+// process's log.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("panic: %v", p.value) }
+
+// respondError sends a micro error reply; without a reply subject it only
+// logs.
+func (s *Service) respondError(name, reply, code, text string) {
+	if reply == "" {
+		s.cfg.Logger.Warn().Str("hook", name).Str("code", code).Msg(text)
+		return
+	}
+	body, _ := json.Marshal(errorBody{Error: text})
+	msg := &nats.Msg{Subject: reply, Data: body, Header: nats.Header{
+		micro.ErrorHeader: []string{headerLine(text)}, micro.ErrorCodeHeader: []string{code}}}
+	if err := s.nc.PublishMsg(msg); err != nil {
+		s.cfg.Logger.Warn().Err(err).Str("hook", name).Msg("hooks: error reply not sent")
+	}
+}
