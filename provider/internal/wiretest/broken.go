@@ -14,8 +14,10 @@ import (
 // url, with the adapter's IdleTimeout set to idle (0 = its default).
 type StreamFunc func(ctx context.Context, url string, idle time.Duration, emit func(provider.Event)) (message.Message, error)
 
-// BrokenIdle is the idle timeout of Broken's stall subtest.
-const BrokenIdle = 150 * time.Millisecond
+// BrokenIdle is the idle timeout of Broken's stall subtest: long enough
+// that a busy machine delivers the stream's first bytes within it (the
+// partial text is checked), short enough to keep the test quick.
+const BrokenIdle = 2 * time.Second
 
 // Broken runs the subtests every adapter must pass when the network breaks
 // after prefix, a stream body whose text deltas add up to partial: a reset
@@ -66,13 +68,10 @@ func Broken(t *testing.T, prefix []byte, partial string, call StreamFunc) {
 	t.Run("stall", func(t *testing.T) {
 		t.Parallel()
 		srv := Stall(t, prefix)
-		start := time.Now()
+		// A stall that is never detected hangs until the test's deadline.
 		msg, err := call(t.Context(), srv.URL, BrokenIdle, nil)
 		if provider.ReasonOf(err) != provider.ReasonTimeout || msg.Content.Text() != partial || !strings.Contains(err.Error(), "stalled") {
 			t.Errorf("%v %+v", err, msg)
-		}
-		if time.Since(start) > 10*time.Second {
-			t.Error("stall detection too slow")
 		}
 	})
 }
