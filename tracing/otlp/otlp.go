@@ -118,7 +118,11 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 			e.recovered()
 			return nil
 		}
-		if !retry {
+		if !retry || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				// The export's time ran out during an attempt.
+				err = fmt.Errorf("%w (gave up: %w)", err, context.Cause(ctx))
+			}
 			e.failed(err, len(spans))
 			return err
 		}
