@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 )
 
 // The workspace files OpenClaw injects into the system prompt, in its order.

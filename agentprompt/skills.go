@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 )
 
 // Limits of the Agent Skills specification (agentskills.io), as pi checks

@@ -3,7 +3,7 @@ package blockchunk
 import (
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 )
 
 // isASCII reports whether s has only ASCII bytes.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/lanefleet/lanefleet/internal/conformance"
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 

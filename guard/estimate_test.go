@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 

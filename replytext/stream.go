@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 )
 
 // Text event types of an assistant message stream.

@@ -3,7 +3,7 @@ package replytext
 import (
 	"strings"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 )
 
 // thinkingNames are the reasoning tags whose content is hidden.

@@ -3,7 +3,7 @@ package sanitize
 import (
 	"strings"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 )
 
 // Mode is how thoroughly assistant messages are sanitised.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanefleet/lanefleet/internal/jstext"
+	"github.com/lanefleet/lanefleet/jstext"
 )
 
 var t0 = time.UnixMilli(1750000000000)
