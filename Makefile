@@ -8,8 +8,8 @@ help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 build: ## build the worker and publisher into bin/
-	$(GO) build -o bin/worker ./cmd/worker
-	$(GO) build -o bin/publisher ./cmd/publisher
+	$(GO) build -buildvcs=auto -o bin/worker ./cmd/worker
+	$(GO) build -buildvcs=auto -o bin/publisher ./cmd/publisher
 
 demo: build ## embedded NATS + a worker + one message and its streamed reply
 	./scripts/demo.sh
