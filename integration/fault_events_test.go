@@ -104,9 +104,9 @@ func TestFaultPausedWorker(t *testing.T) {
 	waitForFleet(t, js)
 	fin := watchRunFinals(t, cl.URL())
 	seen := watchStale(t, cl.URL())
-	msgs, keys, _ := faultLoad("pause", 20, 3)
+	msgs, keys, _ := faultLoad("pause", 20, 5) // long enough that the lanes are held together on a busy box
 	runs := sendOrdered(t, js, msgs)
-	held := heldBy(t, js, "paused", keys, len(keys)/2, time.Minute)
+	held := heldBy(t, js, "paused", keys, len(keys)/2, 2*time.Minute)
 
 	victim.signal(syscall.SIGSTOP)
 	stopped := time.Now()
@@ -128,7 +128,7 @@ func TestFaultPausedWorker(t *testing.T) {
 
 	fin.waitAll(t, js, runs, time.Minute)
 	// A second round runs on both workers.
-	more, _, want := faultLoad("pause", 20, 4)
+	more, _, want := faultLoad("pause", 20, 6)
 	runs2 := sendOrdered(t, js, more[len(msgs):])
 	fin.waitAll(t, js, runs2, time.Minute)
 	t.Logf("the woken worker logged %d lost leases or fenced runs", len(victim.logLines("lease lost", "fenced")))
