@@ -91,8 +91,16 @@ func TestSubjectThatIsNoLaneDeadLettered(t *testing.T) {
 	if dead.Header.Get(events.HeaderSubject) != "agent.in.a.b" || dead.Header.Get(events.HeaderSeq) != fmt.Sprint(ack.Sequence) || string(dead.Data) != `{"text":"hi"}` {
 		t.Fatalf("dead letter %v %q", dead.Header, dead.Data)
 	}
-	if _, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatalf("inbound message still stored: %v", err)
+	// The message is deleted from the inbound stream right after its dead
+	// letter is stored: wait for it (the deadline only detects a hang).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inbound message still stored: %v", err)
+		}
 	}
 	if got := w.Stats().DeadLettersByReason(); got["bad-lane"] != 1 {
 		t.Fatalf("dead letters by reason = %v", got)
