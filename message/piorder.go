@@ -1,12 +1,9 @@
 package message
 
 import (
-	"bytes"
-	"encoding/json"
-	"math"
 	"slices"
-	"strconv"
-	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/jstext"
 )
 
 // pi writes a session line with JSON.stringify: keys in the order its code
@@ -140,108 +137,10 @@ func appendOrdered(b []byte, o obj, keys []string, child func(b []byte, k string
 	return append(b, '}')
 }
 
-// appendValue appends a generic value as JSON.stringify would: objects
-// with sorted keys (their order was not kept), no HTML escaping.
-func appendValue(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case nil:
-		return append(b, "null"...)
-	case bool:
-		return strconv.AppendBool(b, x)
-	case string:
-		return appendString(b, x)
-	case int64:
-		return strconv.AppendInt(b, x, 10)
-	case float64:
-		return appendFloat(b, x)
-	case obj:
-		return appendOrdered(b, x, nil, nil)
-	case []any:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendValue(b, e)
-		}
-		return append(b, ']')
-	}
-	// Other types (typed maps and slices some callers put in details):
-	// through encoding/json, without its HTML escaping.
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return append(b, "null"...)
-	}
-	return append(b, bytes.TrimRight(buf.Bytes(), "\n")...)
-}
+// appendValue appends a generic value as JSON.stringify would (objects
+// whose key order was not kept with sorted keys): jstext's emulation, the
+// module's one.
+func appendValue(b []byte, v any) []byte { return jstext.AppendJSON(b, v) }
 
-// appendFloat formats f as JavaScript's Number.prototype.toString does
-// for the values JSON can hold (as encoding/json does).
-func appendFloat(b []byte, f float64) []byte {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return append(b, "null"...) // JSON.stringify's choice
-	}
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// 1e-07 → 1e-7
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
-
-// appendString quotes s as JSON.stringify does: only '"', '\\' and
-// control characters are escaped; invalid UTF-8 becomes U+FFFD.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+// appendString quotes s as JSON.stringify does.
+func appendString(b []byte, s string) []byte { return jstext.AppendJSON(b, s) }

@@ -49,6 +49,22 @@ func Exact(path string) Rule {
 	return Rule{"is " + path, func(p string) bool { return p == path }}
 }
 
+// Except narrows r: the import paths allowed match no rule of allowed.
+func (r Rule) Except(allowed ...Rule) Rule {
+	desc := r.desc + " except"
+	for _, a := range allowed {
+		desc += " " + a.desc
+	}
+	return Rule{desc, func(p string) bool {
+		for _, a := range allowed {
+			if a.match(p) {
+				return false
+			}
+		}
+		return r.match(p)
+	}}
+}
+
 // NoImports fails t if the package in the current directory (the package
 // under test) links any import path matched by one of forbidden.
 func NoImports(t testing.TB, forbidden ...Rule) {

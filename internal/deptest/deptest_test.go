@@ -24,6 +24,9 @@ func TestRules(t *testing.T) {
 		// Suffix "/lanes" is the lanes package only, not its subpackages.
 		{Suffix("/lanes"), "example.com/m/lanes", true},
 		{Suffix("/lanes"), "example.com/m/lanes/queue", false},
+		// Except lets through what an allowed rule matches.
+		{Prefix("example.com/m/").Except(Exact("example.com/m/leaf")), "example.com/m/leaf", false},
+		{Prefix("example.com/m/").Except(Exact("example.com/m/leaf")), "example.com/m/lanes", true},
 		// Exact matches the whole path only.
 		{Exact("net"), "net", true},
 		{Exact("net"), "net/http", false},
