@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -251,6 +252,10 @@ type Member struct {
 
 	defaultModel string
 	allowed      catalog.Allowlist
+
+	// bg owns the run registry's background writes: Run waits for them
+	// before it closes the connection.
+	bg sync.WaitGroup
 }
 
 // DefaultModel returns the model turns use when the message names none.
@@ -537,12 +542,13 @@ func refuse(t *lanes.Turn, kind, msg string) *lanes.Outcome {
 type registration struct {
 	done chan struct{}
 	h    *kvstore.RunHandle // nil when the write failed
+	bg   *sync.WaitGroup    // the member's background writes
 }
 
 func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
-	r := &registration{done: make(chan struct{})}
+	r := &registration{done: make(chan struct{}), bg: &m.bg}
 	info := kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(), Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()}
-	go func() {
+	m.bg.Go(func() {
 		defer close(r.done)
 		tok, _ := events.KeyToken(t.SessionKey)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
@@ -553,7 +559,7 @@ func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
 			return
 		}
 		r.h = h
-	}()
+	})
 	return r
 }
 
@@ -565,13 +571,13 @@ func (r *registration) handle() *kvstore.RunHandle {
 
 // clear removes the entry once it is written (in the background).
 func (r *registration) clear(ctx context.Context) {
-	go func() {
+	r.bg.Go(func() {
 		if h := r.handle(); h != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
 			defer cancel()
 			_ = h.Clear(cctx)
 		}
-	}()
+	})
 }
 
 // phaseSink shows a run's compactions in the active-run registry.
@@ -657,6 +663,7 @@ func redactURL(urls string) string {
 // server.
 func (m *Member) Run(ctx context.Context) error {
 	defer m.close()
+	defer m.bg.Wait() // the registry writes of the last turns, before the close
 	// The lane service answers clients' reads of their sessions while the
 	// member runs lanes.
 	svc, err := service.Serve(m.Conn, service.Config{Lanes: m.Lanes, Inbound: m.Streams.Inbound, Events: m.Streams.Events,
