@@ -49,7 +49,9 @@ func (s *Service) sessions(ctx context.Context, data []byte) (any, error) {
 		return l
 	}
 	// Runs with stored events: one subject per run, agent.ev.<tok>.<run>.
-	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+">"))
+	// Only the run subjects (four tokens): not their fence markers
+	// (agent.ev.<tok>.<run>.fence), which would double the listing.
+	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+"*.*"))
 	if err != nil {
 		return nil, err
 	}
