@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -48,6 +49,12 @@ type owner struct {
 	// neither moves on nor releases the lane, and it never deletes that
 	// message: the lane's next owner (or the sweep) keeps the promise.
 	unsettled uint64
+	// since is when the owner took its slot, turns the turns it has run
+	// since; yielded says the drain ended to give the slot to a lane
+	// waiting for one (fair scheduling).
+	since   time.Time
+	turns   int
+	yielded bool
 }
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
@@ -76,6 +83,8 @@ func (o *owner) run() {
 			// stored before the worker began to stop: hand the lane over
 			// with its trigger, and the next owner keeps the promise.
 			end = endHandOver
+		case o.yielded:
+			end = endYield
 		default:
 			end = o.release()
 		}
@@ -109,6 +118,10 @@ const (
 	// endRetry: the release, the re-check or the re-acquire failed: the
 	// trigger comes back in a second, to whoever can take the lane then.
 	endRetry
+	// endYield: the owner gives its slot to a lane that waits for one,
+	// with messages left: release the lease and hand the trigger back at
+	// once; it waits in line (at the end) to drain the rest.
+	endYield
 )
 
 // settle is the one place that acks or naks the trigger delivery, and
@@ -126,6 +139,11 @@ func (o *owner) settle(end ending) {
 			return
 		}
 		o.w.ack(ctx, o.trigger)
+		if o.trigger != nil && o.triggerSeq <= o.cursor.Seq && !slices.Contains(o.done, o.triggerSeq) {
+			// A trigger an earlier owner handed back after processing
+			// its message (a yield): that message goes too.
+			o.done = append(o.done, o.triggerSeq)
+		}
 		o.deleteProcessed(ctx, false)
 	case endHandOver:
 		if err := o.lease.Release(ctx); err != nil {
@@ -139,6 +157,17 @@ func (o *owner) settle(end ending) {
 		o.deleteProcessed(ctx, true)
 	case endRetry:
 		o.w.nak(o.trigger, time.Second)
+	case endYield:
+		// Released before the trigger goes back, so its redelivery can
+		// take the lane.
+		if err := o.lease.Release(ctx); err != nil {
+			o.log.Warn().Err(err).Msg("release lease to yield")
+		}
+		o.deleteProcessed(ctx, true)
+		o.w.stats.Released.Add(1)
+		o.w.stats.Yields.Add(1)
+		o.w.sched.requeue(o.token, time.Now())
+		o.w.nak(o.trigger, 0)
 	}
 }
 
@@ -233,7 +262,15 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			return false
 		}
-		if err := o.process(ctx, raw); err != nil {
+		if o.w.shouldYield(o.turns, o.since, o.trigger) {
+			o.yielded = true
+			return false
+		}
+		err = o.process(ctx, raw)
+		if err == nil {
+			o.turns++
+		}
+		if err != nil {
 			if errors.Is(err, kvstore.ErrLeaseLost) {
 				return true
 			}

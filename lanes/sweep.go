@@ -105,22 +105,20 @@ func (w *Worker) deleteLeftovers(ctx context.Context, subj string, cursor uint64
 // sweepLane takes a lane over (no trigger) and runs its owner. It reports
 // false when the worker has no free slot: the next sweep tries again.
 func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bool {
-	select {
-	case w.slots <- struct{}{}:
-	default:
+	if !w.sched.take() {
 		return false
 	}
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
 	if err != nil {
-		<-w.slots
+		w.sched.put()
 		return true
 	}
 	w.stats.Swept.Add(1)
 	w.log.Warn().Str("lane", token).Msg(why)
 	w.wg.Add(1)
 	go func() {
-		defer func() { <-w.slots; w.wg.Done() }()
-		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger()}
+		defer func() { w.sched.put(); w.wg.Done() }()
+		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger(), since: time.Now()}
 		o.run()
 	}()
 	return true

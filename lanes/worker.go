@@ -27,7 +27,7 @@ var ErrShutdown = errors.New("lanes: worker shutting down")
 // Config configures a Worker.
 type Config struct {
 	ID            string        // worker id in logs, leases and events; default random
-	Concurrency   int           // lanes owned (turns running) at once; default 64
+	Concurrency   int           // lanes owned (turns running) at once; default DefaultConcurrency
 	MaxPayload    int           // inbound payload limit in bytes; default events.DefaultMaxPayload
 	MaxAttempts   int           // starts of one message before it is dead-lettered; default 3
 	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
@@ -36,12 +36,21 @@ type Config struct {
 	// SessionTTL forgets sessions untouched that long (package
 	// retention), checked by the sweep; 0 keeps them forever.
 	SessionTTL time.Duration
-	Logger     zerolog.Logger
+	// LaneTurnBudget is how many turns a lane runs before it yields its
+	// slot to a lane that waits for one (fair scheduling; see the package
+	// doc): 0 = DefaultLaneTurnBudget; negative turns fairness off (a lane
+	// keeps its slot while it has messages, and a delivery that finds
+	// every slot busy is handed back at once).
+	LaneTurnBudget int
+	// LaneTimeBudget, when positive, also yields the slot at the first
+	// turn boundary after the lane has held it this long.
+	LaneTimeBudget time.Duration
+	Logger         zerolog.Logger
 }
 
 // Config defaults.
 const (
-	DefaultConcurrency   = 64
+	DefaultConcurrency   = 256
 	DefaultMaxAttempts   = 3
 	DefaultShutdownGrace = 10 * time.Second
 )
@@ -52,6 +61,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.LaneTurnBudget == 0 {
+		c.LaneTurnBudget = DefaultLaneTurnBudget
 	}
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = events.DefaultMaxPayload
@@ -86,7 +98,7 @@ type Worker struct {
 	handler Handler
 	log     zerolog.Logger
 
-	slots     chan struct{}
+	sched     *slots
 	consuming atomic.Bool // Run consumes dispatch deliveries
 	stopping  atomic.Bool
 	stopCh    chan struct{}   // closed when the worker starts stopping
@@ -100,6 +112,11 @@ type Worker struct {
 // Stats counts what a worker did.
 type Stats struct {
 	Turns, FollowerAcks, Naks, DeadLetters, Acquired, Released, Swept atomic.Int64
+	// Yields counts lanes that gave their slot to a waiting lane, Waited
+	// the deliveries that waited in line for a slot, HandedBack those
+	// handed back after waiting (to come back, or go to a worker with
+	// room).
+	Yields, Waited, HandedBack atomic.Int64
 	// Merged counts messages answered by another run (collect, steer),
 	// Dropped those ended without a turn by the queue (cap, interrupt),
 	// Aborted the attempts ended with an aborted event.
@@ -143,7 +160,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h,
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), slots: make(chan struct{}, cfg.Concurrency), stopCh: make(chan struct{})}
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency), stopCh: make(chan struct{})}
 	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -155,7 +172,10 @@ func (w *Worker) ID() string { return w.cfg.ID }
 func (w *Worker) Stats() *Stats { return &w.stats }
 
 // Active returns how many lanes the worker runs now (its slots in use).
-func (w *Worker) Active() int { return len(w.slots) }
+func (w *Worker) Active() int { return w.sched.used() }
+
+// Waiting returns how many lanes wait here for a slot.
+func (w *Worker) Waiting() int { return int(w.sched.waiting.Load()) }
 
 // Accepting reports whether the worker takes lanes: Run is consuming and
 // the worker is not stopping.
@@ -217,22 +237,17 @@ func (w *Worker) Run(ctx context.Context) error {
 // delivery until AckWait (its lane would wait that long): see busyDelivery.
 func (w *Worker) onDelivery(msg jetstream.Msg) {
 	if w.stopping.Load() {
-		w.nak(msg, 0)
+		w.settleDelivery(msg, settleHandBack)
 		return
 	}
-	select {
-	case w.slots <- struct{}{}:
-	default:
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			w.busyDelivery(msg)
-		}()
-		return
-	}
+	got := w.sched.take()
 	w.wg.Add(1)
 	go func() {
-		defer func() { <-w.slots; w.wg.Done() }()
+		defer w.wg.Done()
+		if !got && !w.busyDelivery(msg) {
+			return
+		}
+		defer w.sched.put()
 		w.handleDelivery(msg)
 	}()
 }
@@ -241,29 +256,37 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 // back (to any worker).
 const busyNakDelay = 250 * time.Millisecond
 
-// busyDelivery settles a delivery that arrived while every slot was busy:
-// a message of a lane someone owns is acked (the owner drains it); any
-// other is handed back, so a worker with room takes the lane.
-func (w *Worker) busyDelivery(msg jetstream.Msg) {
+// busyDelivery deals with a delivery that arrived while every slot was
+// busy: a message of a lane someone owns is acked (the owner drains it);
+// any other waits in line for a slot (fair scheduling: see waitForSlot) or,
+// without fairness, is handed back, so a worker with room takes the lane.
+// It reports whether the delivery got a slot.
+func (w *Worker) busyDelivery(msg jetstream.Msg) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	md, err := msg.Metadata()
 	if err != nil {
-		w.nak(msg, busyNakDelay)
-		return
+		w.settleDelivery(msg, settleBusy)
+		return false
 	}
 	token, _, err := events.LaneOf(msg.Subject())
 	if err != nil {
-		w.nak(msg, busyNakDelay) // dead-lettered by a worker with room
-		return
+		w.settleDelivery(msg, settleBusy) // dead-lettered by a worker with room
+		return false
 	}
-	h, held, err := w.lanes.Holder(ctx, token)
-	if err == nil && held && !holdsAsTrigger(h, md) {
-		w.stats.FollowerAcks.Add(1)
-		w.ack(ctx, msg)
-		return
+	if !w.sched.known(token) {
+		// A lane waiting here was not held a moment ago: no need to ask.
+		h, held, err := w.lanes.Holder(ctx, token)
+		if err == nil && held && !holdsAsTrigger(h, md) {
+			w.settleDelivery(msg, settleFollower)
+			return false
+		}
+		if err != nil || held || !w.fair() {
+			w.settleDelivery(msg, settleBusy)
+			return false
+		}
 	}
-	w.nak(msg, busyNakDelay)
+	return w.waitForSlot(msg, token)
 }
 
 // holdsAsTrigger reports whether a delivery is the one the lane's holder
@@ -277,6 +300,51 @@ func holdsAsTrigger(h kvstore.LeaseInfo, md *jetstream.MsgMetadata) bool {
 		return md.NumDelivered > 1
 	}
 	return h.Trigger == md.Sequence.Stream
+}
+
+// deliveryEnd is what becomes of a dispatch delivery that does not become
+// a lane's trigger; settleDelivery carries it out.
+type deliveryEnd uint8
+
+const (
+	// settleFollower: the lane has an owner (or a delivery waiting here)
+	// that drains the message: ack it.
+	settleFollower deliveryEnd = iota
+	// settleBusy: no slot here: hand it back after busyNakDelay, to any
+	// worker.
+	settleBusy
+	// settleHandBack: hand it back at once (the worker stops, or it has
+	// waited here long enough; it keeps its place for its redelivery).
+	settleHandBack
+	// settleRetry: the lane could not be taken now (no metadata, its
+	// lease still held as this very trigger, the lease store failed):
+	// try again in a second.
+	settleRetry
+	// settleDead: it was dead-lettered: ack it and delete its message.
+	settleDead
+)
+
+// settleDelivery is the one place that acks or naks a delivery the worker
+// does not keep as a lane's trigger (owner.settle settles triggers).
+func (w *Worker) settleDelivery(msg jetstream.Msg, end deliveryEnd) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch end {
+	case settleFollower:
+		w.stats.FollowerAcks.Add(1)
+		w.ack(ctx, msg)
+	case settleBusy:
+		w.nak(msg, busyNakDelay)
+	case settleHandBack:
+		w.nak(msg, 0)
+	case settleRetry:
+		w.nak(msg, time.Second)
+	case settleDead:
+		w.ack(ctx, msg)
+		if md, err := msg.Metadata(); err == nil {
+			w.deleteInbound(ctx, md.Sequence.Stream)
+		}
+	}
 }
 
 func (w *Worker) nak(msg jetstream.Msg, delay time.Duration) {
@@ -305,20 +373,23 @@ func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
 }
 
 func (w *Worker) handleDelivery(msg jetstream.Msg) {
+	if w.stopping.Load() {
+		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to stop
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	md, err := msg.Metadata()
 	if err != nil {
 		w.log.Error().Err(err).Msg("delivery without metadata")
-		w.nak(msg, time.Second)
+		w.settleDelivery(msg, settleRetry)
 		return
 	}
 	token, key, err := events.LaneOf(msg.Subject())
 	if err != nil {
 		// No lane can be derived: keep the message in the dead-letter stream.
 		w.deadLetter(ctx, "bad-lane", msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err)
-		w.ack(ctx, msg)
-		w.deleteInbound(ctx, md.Sequence.Stream)
+		w.settleDelivery(msg, settleDead)
 		return
 	}
 	log := w.log.With().Str("lane", token).Logger()
@@ -328,22 +399,21 @@ func (w *Worker) handleDelivery(msg jetstream.Msg) {
 	case errors.As(err, &held) && holdsAsTrigger(held.Holder, md):
 		// The trigger of an owner that stopped keeping it alive: retry
 		// until its lease lapses.
-		w.nak(msg, time.Second)
+		w.settleDelivery(msg, settleRetry)
 		return
 	case errors.Is(err, kvstore.ErrHeld):
 		// The owner drains this message; if it dies, its own trigger
 		// wakes the lane.
-		w.stats.FollowerAcks.Add(1)
-		w.ack(ctx, msg)
+		w.settleDelivery(msg, settleFollower)
 		return
 	case err != nil:
 		log.Warn().Err(err).Msg("acquire lease")
-		w.nak(msg, time.Second)
+		w.settleDelivery(msg, settleRetry)
 		return
 	}
 	w.stats.Acquired.Add(1)
 	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), trigger: msg, triggerSeq: md.Sequence.Stream,
-		lease: lease, log: log}
+		lease: lease, log: log, since: time.Now()}
 	o.run()
 }
 

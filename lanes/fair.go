@@ -1,0 +1,245 @@
+package lanes
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Fair scheduling (see the package doc, "Scheduling"): a worker's slots are
+// handed to the lanes that wait for one in the order they began to wait,
+// and an owner that has used its budget yields its slot at a turn boundary
+// when a lane waits.
+
+// DefaultLaneTurnBudget is how many turns a lane runs before it yields its
+// slot to a waiting lane.
+const DefaultLaneTurnBudget = 1
+
+// waitFactor bounds the deliveries a worker keeps waiting for a slot, as a
+// multiple of its slots; past it a delivery is handed back at once, as
+// without fairness.
+const waitFactor = 4
+
+// holdFor is how long a waiting delivery stays on this worker before it is
+// handed back (a worker with room may take its lane; if it comes back here
+// it keeps its place). It stays well under AckWait, so a waiting delivery
+// needs no keep-alive.
+func (w *Worker) holdFor() time.Duration {
+	return min(time.Second, w.streams.cfg.AckWait/3)
+}
+
+// slots are a worker's lane slots and the lanes waiting for one.
+type slots struct {
+	mu      sync.Mutex
+	size    int
+	inUse   int
+	queue   []*waiter         // oldest place first
+	lanes   map[string]*place // lanes that wait, or were handed back a moment ago
+	maxWait int
+	pruned  time.Time
+
+	waiting atomic.Int32 // len(queue), read without the lock by owners
+}
+
+// place is a lane's place in the line: kept while one of its deliveries
+// waits here and for a while after it was handed back, so its redelivery
+// takes the same place again.
+type place struct {
+	since time.Time
+	w     *waiter   // the delivery waiting now; nil while handed back
+	left  time.Time // when w was handed back
+}
+
+// waiter is one delivery waiting for a slot.
+type waiter struct {
+	token string
+	since time.Time
+	grant chan struct{} // closed when the slot is handed to it
+}
+
+func newSlots(size int) *slots {
+	return &slots{size: size, maxWait: waitFactor * size, lanes: map[string]*place{}}
+}
+
+// take takes a free slot when no lane waits for one.
+func (s *slots) take() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inUse < s.size && len(s.queue) == 0 {
+		s.inUse++
+		return true
+	}
+	return false
+}
+
+// put gives a slot back: to the lane that has waited longest, else free.
+func (s *slots) put() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		s.inUse--
+		return
+	}
+	w := s.queue[0]
+	s.queue = s.queue[1:]
+	s.waiting.Store(int32(len(s.queue)))
+	delete(s.lanes, w.token)
+	close(w.grant)
+}
+
+// used returns the slots in use.
+func (s *slots) used() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inUse
+}
+
+// known reports whether the lane waits here or was handed back a moment ago.
+func (s *slots) known(token string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lanes[token] != nil
+}
+
+// joinResult is what wait did with a delivery.
+type joinResult uint8
+
+const (
+	joinQueued joinResult = iota // it waits: see waiter.grant
+	joinSlot                     // a slot was free after all: it has it
+	joinSame                     // a delivery of its lane waits already, which will drain it
+	joinFull                     // too many wait: hand it back
+)
+
+// wait puts a delivery of a lane in line, at the lane's earlier place if it
+// had one.
+func (s *slots) wait(token string, now time.Time) (*waiter, joinResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inUse < s.size && len(s.queue) == 0 {
+		s.inUse++
+		return nil, joinSlot
+	}
+	p := s.lanes[token]
+	switch {
+	case p != nil && p.w != nil:
+		return nil, joinSame
+	case len(s.queue) >= s.maxWait:
+		return nil, joinFull
+	case p == nil:
+		p = &place{since: now}
+		s.lanes[token] = p
+	}
+	w := &waiter{token: token, since: p.since, grant: make(chan struct{})}
+	p.w = w
+	i, _ := slices.BinarySearchFunc(s.queue, w.since, func(q *waiter, t time.Time) int {
+		if q.since.After(t) {
+			return 1
+		}
+		return -1 // after every waiter of the same time: first come, first served
+	})
+	s.queue = slices.Insert(s.queue, i, w)
+	s.waiting.Store(int32(len(s.queue)))
+	return w, joinQueued
+}
+
+// leave takes a waiting delivery out of line, keeping its lane's place for
+// a while. It reports false when the slot was handed to it meanwhile: the
+// caller then holds a slot.
+func (s *slots) leave(w *waiter, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.queue, w)
+	if i < 0 {
+		return false
+	}
+	s.queue = slices.Delete(s.queue, i, i+1)
+	s.waiting.Store(int32(len(s.queue)))
+	if p := s.lanes[w.token]; p != nil && p.w == w {
+		p.w, p.left = nil, now
+	}
+	s.prune(now)
+	return true
+}
+
+// requeue gives a lane that yields its slot a place at the end of the line,
+// for its trigger's redelivery.
+func (s *slots) requeue(token string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lanes[token] == nil {
+		s.lanes[token] = &place{since: now, left: now}
+	}
+}
+
+// placeKept is how long a lane keeps its place after its delivery left:
+// long enough for a redelivery to come back here.
+const placeKept = 5 * time.Second
+
+// prune forgets the places of lanes whose delivery went elsewhere (another
+// worker took the lane, or it was drained). It runs at most once a second.
+func (s *slots) prune(now time.Time) {
+	if now.Sub(s.pruned) < time.Second {
+		return
+	}
+	s.pruned = now
+	for token, p := range s.lanes {
+		if p.w == nil && now.Sub(p.left) > placeKept {
+			delete(s.lanes, token)
+		}
+	}
+}
+
+// fair reports whether lanes yield their slots (Config.LaneTurnBudget ≥ 0).
+func (w *Worker) fair() bool { return w.cfg.LaneTurnBudget >= 0 }
+
+// shouldYield reports whether an owner that has run turns since it took its
+// slot at since yields the slot before its next turn: a lane waits for one
+// and the owner has used its turn or time budget. Only an owner with a
+// trigger can yield (the trigger, handed back, brings the lane back); a
+// lane the sweep took drains on. Every owner runs at least one turn.
+func (w *Worker) shouldYield(turns int, since time.Time, trigger jetstream.Msg) bool {
+	if !w.fair() || trigger == nil || turns == 0 || w.sched.waiting.Load() == 0 {
+		return false
+	}
+	return turns >= w.cfg.LaneTurnBudget || (w.cfg.LaneTimeBudget > 0 && time.Since(since) >= w.cfg.LaneTimeBudget)
+}
+
+// waitForSlot lets a delivery that found every slot busy wait for one, in
+// line, for up to holdFor; then it is handed back (Nak), keeping its lane's
+// place for its redelivery. It reports whether the delivery got a slot (the
+// caller runs it and puts the slot back) and, if not, whether it was
+// settled (acked as a follower of a waiting delivery, or handed back).
+func (w *Worker) waitForSlot(msg jetstream.Msg, token string) bool {
+	wt, res := w.sched.wait(token, time.Now())
+	switch res {
+	case joinSlot:
+		return true
+	case joinSame:
+		// The waiting delivery's owner drains this message too; until
+		// then that delivery stays un-acked, so the lane is never lost.
+		w.settleDelivery(msg, settleFollower)
+		return false
+	case joinFull:
+		w.settleDelivery(msg, settleBusy)
+		return false
+	}
+	w.stats.Waited.Add(1)
+	t := time.NewTimer(w.holdFor())
+	defer t.Stop()
+	select {
+	case <-wt.grant:
+		return true
+	case <-t.C:
+	case <-w.stopCh:
+	}
+	if !w.sched.leave(wt, time.Now()) {
+		return true // granted meanwhile
+	}
+	w.stats.HandedBack.Add(1)
+	w.settleDelivery(msg, settleHandBack)
+	return false
+}

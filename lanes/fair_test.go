@@ -1,0 +1,285 @@
+package lanes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+)
+
+// fairWorker runs a worker on its own connection and returns it with the
+// connection (closing it without stopping the worker is how a test kills
+// one) and its stop.
+func (f *fleet) fairWorker(t *testing.T, h Handler, cfg Config) (*Worker, *nats.Conn, func()) {
+	t.Helper()
+	nc := natstest.Connect(t, f.url)
+	js, _ := jetstream.New(nc)
+	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := kvstore.Open(t.Context(), js, kvstore.Config{LeaseTTL: f.lanes.LeaseTTL(), MarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	w, err := NewWorker(js, streams, lanes, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return w, nc, stop
+}
+
+// orderHandler records every turn it runs, in the order it runs them, and
+// can hold one message's turn until told.
+type orderHandler struct {
+	echoHandler
+	mu    sync.Mutex
+	order []string // texts in handling order, across lanes
+	runs  map[string]int
+}
+
+func newOrderHandler(hook func(*Turn) error) *orderHandler {
+	h := &orderHandler{runs: map[string]int{}}
+	h.hook = func(t *Turn) error {
+		if hook != nil {
+			if err := hook(t); err != nil {
+				return err
+			}
+		}
+		h.mu.Lock()
+		h.order = append(h.order, t.Inbound.Text)
+		h.runs[t.Inbound.Text]++
+		h.mu.Unlock()
+		return nil
+	}
+	return h
+}
+
+func (h *orderHandler) ran() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.order)
+}
+
+// waitUntil polls a condition of the worker's state until it holds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestLaneKeepsItsSlotWhenNobodyWaits: with no other lane waiting, a lane
+// drains all its messages under one lease; nothing yields.
+func TestLaneKeepsItsSlotWhenNobodyWaits(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Minute, 5*time.Second)
+	started, release := make(chan struct{}), make(chan struct{})
+	h := blockingHandler(started, release)
+	w, _, _ := f.fairWorker(t, h, Config{Concurrency: 1})
+	f.publish(t, "alone", "hold")
+	<-started
+	var last uint64
+	for i := range 5 {
+		last = f.publish(t, "alone", fmt.Sprint("m", i))
+	}
+	close(release)
+	f.waitFinal(t, "alone", last)
+	if y, a := w.Stats().Yields.Load(), w.Stats().Acquired.Load(); y != 0 || a != 1 {
+		t.Fatalf("yields = %d, acquired = %d: a lane nobody waits behind keeps its slot", y, a)
+	}
+}
+
+// TestLaneYieldsToWaitingLane: one slot, a busy lane with messages queued
+// and a quiet lane waiting behind it: after its turn the busy lane gives
+// the slot to the quiet one, and then continues in order; every message
+// runs once.
+func TestLaneYieldsToWaitingLane(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Minute, 5*time.Second)
+	var w *Worker
+	first := true
+	h := newOrderHandler(func(t *Turn) error {
+		if first && t.Inbound.Text == "busy-0" {
+			first = false
+			// Hold the turn until the quiet lane waits for the slot.
+			for w.Waiting() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return nil
+	})
+	var ready sync.WaitGroup
+	ready.Add(1)
+	wrapped := HandlerFunc(func(ctx context.Context, t *Turn) (*Outcome, error) {
+		ready.Wait()
+		return h.HandleTurn(ctx, t)
+	})
+	w, _, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1})
+	ready.Done()
+	var busy []uint64
+	for i := range 6 {
+		busy = append(busy, f.publish(t, "busy", fmt.Sprint("busy-", i)))
+	}
+	waitUntil(t, "the busy lane's turn", func() bool { return w.Active() == 1 })
+	quiet := f.publish(t, "quiet", "quiet")
+	f.waitFinal(t, "quiet", quiet)
+	f.waitFinal(t, "busy", busy[len(busy)-1])
+	order := h.ran()
+	q := slices.Index(order, "quiet")
+	var busyOrder []string
+	for _, s := range order {
+		if s != "quiet" {
+			busyOrder = append(busyOrder, s)
+		}
+	}
+	want := []string{"busy-0", "busy-1", "busy-2", "busy-3", "busy-4", "busy-5"}
+	if !slices.Equal(busyOrder, want) || len(order) != 7 {
+		t.Fatalf("turns ran %v: want the busy lane's in order, each once, and quiet once", order)
+	}
+	// A waiting delivery is handed back after a second and may be in
+	// flight at one turn boundary; it is back well before the last one.
+	if q < 1 || q >= 6 {
+		t.Fatalf("quiet ran at %d of %v: want it between the busy lane's turns", q, order)
+	}
+	if w.Stats().Yields.Load() == 0 {
+		t.Fatal("no yield counted")
+	}
+}
+
+// TestFairLanesNothingLostOrDoubled: many lanes over few slots on two
+// workers, every lane sending more than its budget: lanes yield, and still
+// every lane's turns run once each, in order, and no lane is left stuck.
+func TestFairLanesNothingLostOrDoubled(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 30*time.Second, 5*time.Second)
+	h := newOrderHandler(func(*Turn) error {
+		time.Sleep(2 * time.Millisecond) // a turn takes a moment, so lanes wait
+		return nil
+	})
+	w1, _, _ := f.fairWorker(t, h, Config{Concurrency: 2})
+	w2, _, _ := f.fairWorker(t, h, Config{Concurrency: 2})
+	const lanes, msgs = 12, 8
+	last := map[string]uint64{}
+	for i := range msgs {
+		for l := range lanes {
+			k := fmt.Sprint("lane", l)
+			last[k] = f.publish(t, k, fmt.Sprintf("%s-%02d", k, i))
+		}
+	}
+	for k, seq := range last {
+		if ev := f.waitFinal(t, k, seq); ev.Data.Result.Payloads[0].Text != fmt.Sprintf("ok %s-%02d", k, msgs-1) {
+			t.Fatalf("final of %s = %+v", k, ev.Data.Result)
+		}
+	}
+	for l := range lanes {
+		k := fmt.Sprint("lane", l)
+		tok, _ := events.KeyToken(k)
+		recs, err := f.lanes.Records(t.Context(), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != msgs {
+			t.Fatalf("%s has %d records, want %d", k, len(recs), msgs)
+		}
+		for i, r := range recs {
+			if got, want := r.Entries[0].Message.Content.Text(), fmt.Sprintf("%s-%02d", k, i); got != want {
+				t.Fatalf("%s record %d = %q, want %q", k, i, got, want)
+			}
+		}
+	}
+	h.mu.Lock()
+	for text, n := range h.runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", text, n)
+		}
+	}
+	h.mu.Unlock()
+	if y := w1.Stats().Yields.Load() + w2.Stats().Yields.Load(); y == 0 {
+		t.Fatal("no lane yielded: the test did not exercise fairness")
+	}
+}
+
+// TestYieldedLaneSurvivesItsWorker: a worker dies (its connection closes)
+// while lanes it yielded wait for their triggers; the triggers come back
+// after AckWait and another worker drains every lane, each message once.
+func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 2*time.Second, 2*time.Second)
+	var victim *Worker
+	var die sync.Once
+	var victimConn *nats.Conn
+	h := newOrderHandler(func(t *Turn) error {
+		if victim != nil && t.Worker == victim.ID() && victim.Stats().Yields.Load() > 0 {
+			// The victim dies mid-turn after a yield: this turn never
+			// commits, its lanes' triggers are left un-acked.
+			die.Do(func() { victimConn.Close() })
+			return fmt.Errorf("worker died")
+		}
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	})
+	var ready sync.WaitGroup
+	ready.Add(1)
+	wrapped := HandlerFunc(func(ctx context.Context, t *Turn) (*Outcome, error) {
+		ready.Wait()
+		return h.HandleTurn(ctx, t)
+	})
+	victim, victimConn, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1, RetryDelay: time.Hour, ShutdownGrace: 100 * time.Millisecond})
+	const lanes, msgs = 4, 5
+	last := map[string]uint64{}
+	for i := range msgs {
+		for l := range lanes {
+			k := fmt.Sprint("v", l)
+			last[k] = f.publish(t, k, fmt.Sprintf("%s-%02d", k, i))
+		}
+	}
+	ready.Done()
+	waitUntil(t, "the victim's death", func() bool { return victimConn.IsClosed() })
+	f.fairWorker(t, h, Config{Concurrency: 2})
+	for k, seq := range last {
+		f.waitFinal(t, k, seq)
+	}
+	for l := range lanes {
+		k := fmt.Sprint("v", l)
+		tok, _ := events.KeyToken(k)
+		recs, err := f.lanes.Records(t.Context(), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range recs {
+			got = append(got, r.Entries[0].Message.Content.Text())
+		}
+		var want []string
+		for i := range msgs {
+			want = append(want, fmt.Sprintf("%s-%02d", k, i))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s committed %v, want %v", k, got, want)
+		}
+	}
+}
