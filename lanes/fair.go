@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
 // Fair scheduling (see the package doc, "Scheduling"): a worker's slots are
@@ -242,4 +244,14 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) bool {
 	w.stats.HandedBack.Add(1)
 	w.settleDelivery(msg, settleHandBack)
 	return false
+}
+
+// yieldsBefore reports whether the owner may yield before the lane's next
+// message raw. Not before a message whose plan depends on when this
+// owner's last turn ended (reject refuses what arrived while a turn ran, a
+// collect batch queued behind a turn waits out its debounce): the lane's
+// next owner would not know that time.
+func (o *owner) yieldsBefore(raw *jetstream.RawStreamMsg) bool {
+	m := o.read(raw).msg
+	return m.Mode != queue.ModeReject && m.Mode != queue.ModeCollect
 }

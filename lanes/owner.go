@@ -262,7 +262,7 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			return false
 		}
-		if o.w.shouldYield(o.turns, o.since, o.trigger) {
+		if o.w.shouldYield(o.turns, o.since, o.trigger) && o.yieldsBefore(raw) {
 			o.yielded = true
 			return false
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/version"
+	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
@@ -138,7 +139,9 @@ is set: spans go over OTLP/HTTP.`,
 	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", false, "embedded server: allow a non-loopback --listen without authentication (anyone who reaches it reads and writes every session)")
 	fs.StringVar(&cfg.WorkerID, "id", "", "worker id in logs, leases and events (default random)")
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "lanes this worker runs at once (the global lane)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", lanes.DefaultConcurrency, "lanes this worker runs at once (the global lane): each is a model call in flight, a few hundred KB of memory beside the transcript")
+	fs.IntVar(&cfg.LaneTurnBudget, "lane-turn-budget", lanes.DefaultLaneTurnBudget, "while other lanes wait for a slot, the turns a lane runs before it yields its slot to the one that has waited longest (-1 = never: a lane keeps its slot while it has messages)")
+	fs.DurationVar(&cfg.LaneTimeBudget, "lane-time-budget", 0, "while other lanes wait for a slot, also yield at the first turn boundary after a lane has held its slot this long (0 = turns only)")
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 30*time.Second, "dispatch AckWait: how long a dead worker's lanes wait before another takes them")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 30*time.Second, "lane lease TTL (renewed every third of it)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "on stop, how long running turns may finish before they are cancelled and handed over")

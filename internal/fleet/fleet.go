@@ -94,6 +94,11 @@ type Config struct {
 	ShutdownGrace time.Duration
 	MaxPayload    int
 	Limits        Limits // byte limits of the streams and buckets
+	// LaneTurnBudget and LaneTimeBudget: how long a lane keeps its slot
+	// while other lanes wait for one (lanes.Config; a negative turn
+	// budget turns fair scheduling off).
+	LaneTurnBudget int
+	LaneTimeBudget time.Duration
 	// Retention (package retention): SessionTTL forgets sessions untouched
 	// that long (0 = never); EventMaxAge is how long run events stay
 	// replayable (0 = 24 h). Every worker of a fleet should use the same.
@@ -438,6 +443,7 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload,
+		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
 	})
 	return err
