@@ -47,6 +47,7 @@ type options struct {
 	latencyRate     int
 	concurrency     int
 	events          eventOptions
+	fair            fairOptions
 }
 
 func main() {
@@ -57,7 +58,14 @@ func main() {
 	flag.IntVar(&o.latencyN, "latency-n", 1500, "messages in the latency run")
 	flag.IntVar(&o.latencyRate, "latency-rate", 100, "offered load of the latency run, turns/s")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "lanes per worker")
-	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency) or sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all)")
+	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency), sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all), fair (many continuously-sending sessions over few slots, with and without fair scheduling; not part of all) or inflight (memory per turn in flight; not part of all)")
+	flag.IntVar(&o.fair.sessions, "fair-sessions", 256, "fair: sessions sending continuously")
+	flag.IntVar(&o.fair.slots, "fair-slots", 64, "fair: the worker's concurrency")
+	flag.IntVar(&o.fair.queued, "fair-queued", 2, "fair: messages each session keeps queued")
+	flag.DurationVar(&o.fair.model, "fair-model", time.Second, "fair: the model's latency per turn")
+	flag.DurationVar(&o.fair.duration, "fair-duration", 30*time.Second, "fair: measured time of each run (before and after)")
+	flag.IntVar(&o.fair.inflight, "inflight", 1000, "inflight: turns in flight at once (and the worker's concurrency)")
+	flag.DurationVar(&o.fair.inflightD, "inflight-model", 5*time.Second, "inflight: the model's latency per turn")
 	flag.IntVar(&o.events.sessions, "event-sessions", 8, "events: sessions streaming at once")
 	flag.IntVar(&o.events.turns, "event-turns", 5, "events: turns per session")
 	flag.IntVar(&o.events.deltas, "event-deltas", 5000, "events: deltas per turn")
@@ -88,12 +96,16 @@ func run(o options) error {
 		return lanesBench(o)
 	case "sessions":
 		return sessionsBench(o)
+	case "fair":
+		return fairBench(o)
+	case "inflight":
+		return inflightBench(o)
 	case "events":
 		fmt.Printf("lanebench: sync_interval %s, R1 file store, GOMAXPROCS %d\n",
 			map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
 		return eventsBench(o)
 	}
-	return fmt.Errorf("unknown -scenario %q (all, lanes, events)", o.scenario)
+	return fmt.Errorf("unknown -scenario %q (all, lanes, events, sessions, fair, inflight)", o.scenario)
 }
 
 func lanesBench(o options) error {

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/provider/scripted"
+)
+
+// fairOptions size the fair and inflight scenarios.
+type fairOptions struct {
+	sessions  int           // sessions sending at once
+	slots     int           // the worker's concurrency
+	model     time.Duration // the scripted model's latency per turn
+	duration  time.Duration // measured time per run
+	queued    int           // fair: messages each session keeps queued
+	inflight  int           // inflight: turns held in flight at once
+	inflightD time.Duration // inflight: the model's latency
+}
+
+// slowModel is a scripted model that answers "pong" after d, in one delta.
+func slowModel(d time.Duration) map[string]scripted.Script {
+	return map[string]scripted.Script{"slow": {Replies: []scripted.Reply{{Text: "pong", Chunks: 1, DelayMs: int(d / time.Millisecond)}}}}
+}
+
+// fairRun is what one run of the fair scenario measured.
+type fairRun struct {
+	name    string
+	turns   []int           // finals per session in the window
+	waits   []time.Duration // publish → start event, runs started in the window
+	elapsed time.Duration
+	yields  int64
+}
+
+// fairBench runs o.fair.sessions sessions that each keep o.fair.queued
+// messages queued (a new one whenever one ends) against one worker with
+// o.fair.slots slots and a model that takes o.fair.model per turn, twice
+// in the same process: with fairness off (a lane keeps its slot while it
+// has messages: "before") and on (the default turn budget: "after"). It
+// prints turns per session and queue wait (publish → the run's start
+// event) against their means.
+func fairBench(o options) error {
+	f := o.fair
+	fmt.Printf("lanebench fair: %d sessions each keeping %d messages queued, one worker with %d slots, a %v model, %v per run, sync_interval %s, GOMAXPROCS %d\n\n",
+		f.sessions, f.queued, f.slots, f.model, f.duration, map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
+	fmt.Printf("  %-26s %8s  %-30s %9s %9s  %-30s %8s %7s\n", "run", "turns/s", "turns/session min/med/max (mean)", "min/mean", "max/mean", "queue wait p50/p99 (mean)", "p99/mean", "yields")
+	var runs []fairRun
+	for _, budget := range []int{-1, 0} {
+		name := "before: no yield"
+		if budget == 0 {
+			name = "after: yield after 1 turn"
+		}
+		r, err := fairOnce(o, name, budget)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		runs = append(runs, r)
+		printFair(r)
+	}
+	fmt.Printf("\n  targets (after): every session within 2× of the mean turn count (min/mean ≥ 0.50, max/mean ≤ 2.00), queue wait p99/mean ≤ 2.00\n")
+	return nil
+}
+
+func printFair(r fairRun) {
+	t := slices.Clone(r.turns)
+	slices.Sort(t)
+	total := 0
+	for _, n := range t {
+		total += n
+	}
+	mean := float64(total) / float64(len(t))
+	w := slices.Clone(r.waits)
+	slices.Sort(w)
+	var sum time.Duration
+	for _, d := range w {
+		sum += d
+	}
+	var wmean time.Duration
+	if len(w) > 0 {
+		wmean = sum / time.Duration(len(w))
+	}
+	pct := func(p int) time.Duration {
+		if len(w) == 0 {
+			return 0
+		}
+		return w[min(len(w)-1, len(w)*p/100)]
+	}
+	turns := fmt.Sprintf("%d / %d / %d (%.1f)", t[0], t[len(t)/2], t[len(t)-1], mean)
+	waits := fmt.Sprintf("%.2fs / %.2fs (%.2fs)", pct(50).Seconds(), pct(99).Seconds(), wmean.Seconds())
+	fmt.Printf("  %-26s %8.1f  %-30s %9.2f %9.2f  %-30s %8.2f %7d\n", r.name, float64(total)/r.elapsed.Seconds(), turns,
+		float64(t[0])/mean, float64(t[len(t)-1])/mean, waits, pct(99).Seconds()/max(wmean.Seconds(), 1e-9), r.yields)
+}
+
+// fairOnce is one run of the fair scenario on a fresh worker and store.
+func fairOnce(o options, name string, budget int) (fairRun, error) {
+	f := o.fair
+	r := fairRun{name: name, turns: make([]int, f.sessions)}
+	dir, err := os.MkdirTemp("", "lanebench-fair")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "fair",
+		Scripted: true, Scripts: slowModel(f.model), DefaultModel: "scripted/slow", Concurrency: f.slots, LaneTurnBudget: budget,
+		ShutdownGrace: 100 * time.Millisecond, NoBuiltinTools: true, NoRemoteTools: true, Logger: zerolog.Nop()})
+	if err != nil {
+		return r, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	nc, js, err := connect(m.ClientURL())
+	if err != nil {
+		return r, err
+	}
+	defer nc.Close()
+
+	index := map[string]int{} // lane token → session
+	subjects := make([]string, f.sessions)
+	for i := range f.sessions {
+		key := "fair-" + strconv.Itoa(i)
+		tok, err := events.KeyToken(key)
+		if err != nil {
+			return r, err
+		}
+		index[tok] = i
+		subjects[i] = events.InboundPrefix + tok
+	}
+	var (
+		mu      sync.Mutex
+		sent    = map[string]time.Time{} // run subject → publish time
+		started = map[string]bool{}
+		start   time.Time
+		end     time.Time
+		closed  bool
+	)
+	next := make(chan int, f.sessions*(f.queued+1))
+	sub, err := nc.Subscribe(events.EventPrefix+">", func(msg *nats.Msg) {
+		now := time.Now()
+		subj := msg.Subject
+		if strings.Count(subj, ".") != 3 {
+			return // a run's fence marker
+		}
+		tok := subj[len(events.EventPrefix):strings.LastIndexByte(subj, '.')]
+		i, ok := index[tok]
+		if !ok {
+			return
+		}
+		final := msg.Header.Get(events.HeaderStream) == events.StreamFinal
+		mu.Lock()
+		defer mu.Unlock()
+		if t0, ok := sent[subj]; ok && !started[subj] {
+			started[subj] = true
+			if now.Before(end) {
+				r.waits = append(r.waits, now.Sub(t0))
+			}
+		}
+		if final {
+			if now.Before(end) {
+				r.turns[i]++
+			}
+			if !closed {
+				next <- i
+			}
+		}
+	})
+	if err != nil {
+		return r, err
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	publish := func(i int) error {
+		msg := nats.NewMsg(subjects[i])
+		msg.Data = payload(i)
+		msg.Header.Set(events.HeaderContentType, events.ContentMsgpack)
+		// Taken before the publish: the run's start can come before its ack.
+		t0 := time.Now()
+		ack, err := js.PublishMsg(ctx, msg)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		sent[subj(events.EventPrefix, subjects[i][len(events.InboundPrefix):], ack.Sequence)] = t0
+		mu.Unlock()
+		return nil
+	}
+	mu.Lock()
+	start = time.Now()
+	end = start.Add(f.duration)
+	mu.Unlock()
+	for range f.queued {
+		for i := range f.sessions {
+			if err := publish(i); err != nil {
+				return r, err
+			}
+		}
+	}
+	timer := time.NewTimer(time.Until(end))
+	defer timer.Stop()
+loop:
+	for {
+		select {
+		case i := <-next:
+			if err := publish(i); err != nil {
+				return r, err
+			}
+		case <-timer.C:
+			break loop
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	closed = true
+	r.elapsed = end.Sub(start)
+	r.yields = m.Worker.Stats().Yields.Load()
+	// A message still waiting at the end has waited at least this long.
+	for s, t0 := range sent {
+		if !started[s] && t0.Before(end) {
+			r.waits = append(r.waits, end.Sub(t0))
+		}
+	}
+	return r, nil
+}
+
+func subj(prefix, token string, seq uint64) string {
+	return prefix + token + "." + strconv.FormatUint(seq, 10)
+}
+
+// inflightBench measures the memory a turn in flight costs: one worker
+// with its embedded server (one process) and as many slots as turns, a
+// model that takes o.fair.inflightD, o.fair.inflight distinct sessions
+// sending one message each at once. It samples the Go heap, RSS and
+// goroutines idle and while every turn is in flight, and prints the
+// difference per turn.
+func inflightBench(o options) error {
+	f := o.fair
+	n := f.inflight
+	dir, err := os.MkdirTemp("", "lanebench-inflight")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "inflight",
+		Scripted: true, Scripts: slowModel(f.inflightD), DefaultModel: "scripted/slow", Concurrency: n,
+		ShutdownGrace: 100 * time.Millisecond, NoBuiltinTools: true, NoRemoteTools: true, Logger: zerolog.Nop()})
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	nc, js, err := connect(m.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	// Warm up: one turn, so what every turn shares is loaded.
+	finals := make(chan struct{}, n+1)
+	sub, err := nc.Subscribe(events.EventPrefix+">", func(msg *nats.Msg) {
+		if msg.Header.Get(events.HeaderStream) == events.StreamFinal {
+			finals <- struct{}{}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	send := func(key string, i int) error {
+		msg := nats.NewMsg(events.InboundPrefix + key)
+		msg.Data = payload(i)
+		msg.Header.Set(events.HeaderContentType, events.ContentMsgpack)
+		_, err := js.PublishMsg(ctx, msg)
+		return err
+	}
+	if err := send("warm", 0); err != nil {
+		return err
+	}
+	select {
+	case <-finals:
+	case <-time.After(time.Minute):
+		return fmt.Errorf("warm-up turn did not finish")
+	}
+	idle := sampleMem()
+	t0 := time.Now()
+	for i := range n {
+		if err := send("inflight"+strconv.Itoa(i), i); err != nil {
+			return err
+		}
+	}
+	// Wait until every turn runs (all slots busy), then sample.
+	for m.Worker.Active() < n {
+		if time.Since(t0) > f.inflightD {
+			return fmt.Errorf("only %d of %d turns in flight before the first could finish", m.Worker.Active(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	busy := sampleMem()
+	for range n {
+		select {
+		case <-finals:
+		case <-time.After(f.inflightD + time.Minute):
+			return fmt.Errorf("not every turn finished")
+		}
+	}
+	el := time.Since(t0)
+	fmt.Printf("lanebench inflight: %d turns in flight at once on one worker (concurrency %d) with its embedded server (one process), a %v model, sync_interval %s\n\n",
+		n, n, f.inflightD, map[bool]string{true: "always", false: "default (2m)"}[o.sync])
+	fmt.Printf("  %-22s %10s %10s %11s\n", "", "heap MB", "RSS MB", "goroutines")
+	fmt.Printf("  %-22s %10.1f %10.1f %11d\n", "idle (after warm-up)", mb(int64(idle.heap)), mb(idle.rss), idle.goroutines)
+	fmt.Printf("  %-22s %10.1f %10.1f %11d\n", "all turns in flight", mb(int64(busy.heap)), mb(busy.rss), busy.goroutines)
+	fmt.Printf("  %-22s %10.1f %10.1f %11.1f   (KB, KB, goroutines per turn in flight)\n", "per turn in flight",
+		float64(int64(busy.heap)-int64(idle.heap))/1024/float64(n), float64(busy.rss-idle.rss)/1024/float64(n), float64(busy.goroutines-idle.goroutines)/float64(n))
+	fmt.Printf("  all %d turns answered in %v (%.0f turns/s)\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds())
+	return nil
+}
+
+type memSample struct {
+	heap       uint64
+	rss        int64
+	goroutines int
+}
+
+func sampleMem() memSample {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memSample{heap: ms.HeapInuse, rss: rss(), goroutines: runtime.NumGoroutine()}
+}
