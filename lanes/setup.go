@@ -30,7 +30,7 @@ type StreamConfig struct {
 	EventMaxAge     time.Duration // how long run events stay replayable; default 24h
 	EventMaxBytes   int64         // cap on the event stream; default 1 GiB
 	AckWait         time.Duration // dispatch AckWait; default 30s
-	MaxAckPending   int           // ≥ 1.5 × the fleet's total owner slots; default 20,000
+	MaxAckPending   int           // ≥ 1.5 × Σ 5 × each worker's Concurrency (slots and deliveries waiting for one); default 100,000
 	DeadMaxAge      time.Duration // dead letters kept; default 30 days
 	DeadMaxBytes    int64         // cap on dead letters; default 256 MiB
 	DispatchName    string        // durable consumer name; default "dispatch"
@@ -39,7 +39,7 @@ type StreamConfig struct {
 // StreamConfig defaults.
 const (
 	DefaultAckWait         = 30 * time.Second
-	DefaultMaxAckPending   = 20000
+	DefaultMaxAckPending   = 100000
 	DefaultInboundMaxBytes = 1 << 30
 	DefaultEventMaxBytes   = 1 << 30
 	DefaultDeadMaxBytes    = 256 << 20
