@@ -283,3 +283,104 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotsLine: the line of deliveries waiting for a slot is ordered by
+// when their lane began to wait; a lane handed back keeps its place for its
+// redelivery; a second delivery of a waiting lane joins it; a yielded lane
+// goes to the end; past the bound a delivery is refused.
+func TestSlotsLine(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	s := newSlots(1) // one slot, four may wait
+	if !s.take() || s.take() {
+		t.Fatal("one slot: the first take gets it, the second does not")
+	}
+	a, res := s.wait("a", at(0))
+	if res != joinQueued {
+		t.Fatalf("a: %v", res)
+	}
+	b, _ := s.wait("b", at(1))
+	if _, res := s.wait("a", at(2)); res != joinSame {
+		t.Fatalf("a second delivery of a waiting lane: %v, want joinSame", res)
+	}
+	// a is handed back, b keeps waiting; a's redelivery takes its old place.
+	if !s.leave(a, at(3)) || !s.known("a") {
+		t.Fatal("a handed back must keep its place")
+	}
+	a2, _ := s.wait("a", at(4))
+	s.requeue("y", at(5)) // a lane that yielded: the end of the line
+	y, _ := s.wait("y", at(6))
+	c, _ := s.wait("c", at(5)) // began to wait before y's delivery came back
+	if _, res := s.wait("d", at(7)); res != joinFull {
+		t.Fatalf("a fifth waiter: %v, want joinFull", res)
+	}
+	var got []*waiter
+	for range 4 {
+		s.put()
+		for _, w := range []*waiter{a2, b, y, c} {
+			select {
+			case <-w.grant:
+				if !slices.Contains(got, w) {
+					got = append(got, w)
+				}
+			default:
+			}
+		}
+	}
+	if want := []*waiter{a2, b, y, c}; !slices.Equal(got, want) {
+		names := func(ws []*waiter) (out []string) {
+			for _, w := range ws {
+				out = append(out, w.token)
+			}
+			return out
+		}
+		t.Fatalf("slots went to %v, want %v", names(got), names(want))
+	}
+	if s.leave(a2, at(8)) {
+		t.Fatal("leave after the grant must report the slot was handed over")
+	}
+	s.put()
+	if s.used() != 0 || s.waiting.Load() != 0 {
+		t.Fatalf("used %d, waiting %d after every slot came back", s.used(), s.waiting.Load())
+	}
+}
+
+// TestShouldYield: an owner yields only with a trigger, after at least one
+// turn, when a lane waits, and once its turn or time budget is used.
+func TestShouldYield(t *testing.T) {
+	trigger := jetstream.Msg(nil)
+	var msg jetstream.Msg = &fakeMsg{}
+	cases := []struct {
+		name    string
+		cfg     Config
+		waiting bool
+		trigger jetstream.Msg
+		turns   int
+		held    time.Duration
+		want    bool
+	}{
+		{"budget used, a lane waits", Config{}, true, msg, 1, 0, true},
+		{"nobody waits", Config{}, false, msg, 5, time.Hour, false},
+		{"no turn yet", Config{LaneTimeBudget: time.Millisecond}, true, msg, 0, time.Hour, false},
+		{"no trigger (swept lane)", Config{}, true, trigger, 3, 0, false},
+		{"turn budget not used", Config{LaneTurnBudget: 3}, true, msg, 2, 0, false},
+		{"time budget used first", Config{LaneTurnBudget: 3, LaneTimeBudget: time.Second}, true, msg, 1, 2 * time.Second, true},
+		{"fairness off", Config{LaneTurnBudget: -1}, true, msg, 9, time.Hour, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := c.cfg.withDefaults()
+			w := &Worker{cfg: cfg, sched: newSlots(1)}
+			if c.waiting {
+				w.sched.take()
+				w.sched.wait("other", time.Now())
+			}
+			if got := w.shouldYield(c.turns, time.Now().Add(-c.held), c.trigger); got != c.want {
+				t.Fatalf("shouldYield = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// fakeMsg stands for a trigger delivery where only its presence matters.
+type fakeMsg struct{ jetstream.Msg }
