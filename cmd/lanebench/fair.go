@@ -56,7 +56,6 @@ func fairBench(o options) error {
 	fmt.Printf("lanebench fair: %d sessions each keeping %d messages queued, one worker with %d slots, a %v model, %v per run, sync_interval %s, GOMAXPROCS %d\n\n",
 		f.sessions, f.queued, f.slots, f.model, f.duration, map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
 	fmt.Printf("  %-26s %8s  %-30s %9s %9s  %-30s %8s %7s\n", "run", "turns/s", "turns/session min/med/max (mean)", "min/mean", "max/mean", "queue wait p50/p99 (mean)", "p99/mean", "yields")
-	var runs []fairRun
 	for _, budget := range []int{-1, 0} {
 		name := "before: no yield"
 		if budget == 0 {
@@ -66,7 +65,6 @@ func fairBench(o options) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		runs = append(runs, r)
 		printFair(r)
 	}
 	fmt.Printf("\n  targets (after): every session within 2× of the mean turn count (min/mean ≥ 0.50, max/mean ≤ 2.00), queue wait p99/mean ≤ 2.00\n")
