@@ -1,13 +1,17 @@
 package lanes
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
@@ -90,6 +94,16 @@ func (s *slots) put() {
 	s.waiting.Store(int32(len(s.queue)))
 	delete(s.lanes, w.token)
 	close(w.grant)
+}
+
+// first returns when the lane first in line began to wait.
+func (s *slots) first() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return time.Time{}, false
+	}
+	return s.queue[0].since, true
 }
 
 // used returns the slots in use.
@@ -199,15 +213,23 @@ func (s *slots) prune(now time.Time) {
 func (w *Worker) fair() bool { return w.cfg.LaneTurnBudget >= 0 }
 
 // shouldYield reports whether an owner that has run turns since it took its
-// slot at since yields the slot before its next turn: a lane waits for one
-// and the owner has used its turn or time budget. Only an owner with a
-// trigger can yield (the trigger, handed back, brings the lane back); a
-// lane the sweep took drains on. Every owner runs at least one turn.
-func (w *Worker) shouldYield(turns int, since time.Time, trigger jetstream.Msg) bool {
+// slot at since, the last of them taking last, yields the slot before its
+// next turn: it has used its turn or time budget, and the lane first in
+// line has waited at least as long as that last turn took (so a lane that
+// waits a moment while slots turn over does not make every owner yield,
+// and one that keeps waiting gets the slot within two turns). Only an
+// owner with a trigger can yield (the trigger, handed back, brings the
+// lane back); a lane the sweep took drains on. Every owner runs at least
+// one turn.
+func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, trigger jetstream.Msg) bool {
 	if !w.fair() || trigger == nil || turns == 0 || w.sched.waiting.Load() == 0 {
 		return false
 	}
-	return turns >= w.cfg.LaneTurnBudget || (w.cfg.LaneTimeBudget > 0 && time.Since(since) >= w.cfg.LaneTimeBudget)
+	if turns < w.cfg.LaneTurnBudget && (w.cfg.LaneTimeBudget <= 0 || time.Since(since) < w.cfg.LaneTimeBudget) {
+		return false
+	}
+	first, ok := w.sched.first()
+	return ok && time.Since(first) >= last
 }
 
 // waitForSlot lets a delivery that found every slot busy wait for one, in
@@ -254,4 +276,69 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) bool {
 func (o *owner) yieldsBefore(raw *jetstream.RawStreamMsg) bool {
 	m := o.read(raw).msg
 	return m.Mode != queue.ModeReject && m.Mode != queue.ModeCollect
+}
+
+// Lanes this worker holds: a delivery of one of them, other than its
+// owner's trigger, is acked at once, without a slot or a lease request. It
+// is the follower case of handleDelivery (the lease is held, and its owner
+// re-checks the lane after releasing it) decided locally: an owner marks
+// its lane held only while it holds the lease, and unmarks it before it
+// releases the lease.
+
+// hold marks the owner's lane held (or no longer held) by this worker.
+func (o *owner) hold(held bool) {
+	if o.holding == held {
+		return
+	}
+	o.holding = held
+	w := o.w
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	if held {
+		w.held[o.token] = o.triggerSeq
+	} else if seq, ok := w.held[o.token]; ok && seq == o.triggerSeq {
+		delete(w.held, o.token)
+	}
+}
+
+// heldHere reports whether a delivery is a follower of a lane an owner here
+// holds (not that owner's own trigger coming back).
+func (w *Worker) heldHere(msg jetstream.Msg) bool {
+	token, ok := strings.CutPrefix(msg.Subject(), events.InboundPrefix)
+	if !ok {
+		return false
+	}
+	w.heldMu.Lock()
+	trigger, held := w.held[token]
+	w.heldMu.Unlock()
+	if !held {
+		return false
+	}
+	md, err := msg.Metadata()
+	return err == nil && md.Sequence.Stream != trigger
+}
+
+// triggerKept reports whether the owner's trigger can be handed back: its
+// message still exists (a Nak'd delivery whose message is gone is never
+// redelivered, and the lane would be stranded). A trigger whose message
+// this owner processed is kept by deleteProcessed; one an earlier owner
+// processed (the trigger of a yielded lane, or a delivery that reached the
+// lane between two owners) is read once: an earlier owner deletes what it
+// processed before it releases the lease, so what is there now stays.
+func (o *owner) triggerKept(ctx context.Context) bool {
+	if o.triggerGone {
+		return false
+	}
+	if o.triggerSeq > o.cursor.Seq || slices.Contains(o.done, o.triggerSeq) || o.triggerChecked {
+		return true
+	}
+	_, err := o.w.streams.Inbound.GetMsg(ctx, o.triggerSeq)
+	switch {
+	case err == nil:
+		o.triggerChecked = true
+		return true
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		o.triggerGone = true
+	}
+	return false
 }

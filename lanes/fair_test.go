@@ -346,7 +346,8 @@ func TestSlotsLine(t *testing.T) {
 }
 
 // TestShouldYield: an owner yields only with a trigger, after at least one
-// turn, when a lane waits, and once its turn or time budget is used.
+// turn, when a lane has waited at least as long as the owner's last turn
+// took, and once its turn or time budget is used.
 func TestShouldYield(t *testing.T) {
 	trigger := jetstream.Msg(nil)
 	var msg jetstream.Msg = &fakeMsg{}
@@ -358,24 +359,32 @@ func TestShouldYield(t *testing.T) {
 		turns   int
 		held    time.Duration
 		want    bool
+		late    bool // the waiting lane has waited less than the last turn took
 	}{
-		{"budget used, a lane waits", Config{}, true, msg, 1, 0, true},
-		{"nobody waits", Config{}, false, msg, 5, time.Hour, false},
-		{"no turn yet", Config{LaneTimeBudget: time.Millisecond}, true, msg, 0, time.Hour, false},
-		{"no trigger (swept lane)", Config{}, true, trigger, 3, 0, false},
-		{"turn budget not used", Config{LaneTurnBudget: 3}, true, msg, 2, 0, false},
-		{"time budget used first", Config{LaneTurnBudget: 3, LaneTimeBudget: time.Second}, true, msg, 1, 2 * time.Second, true},
-		{"fairness off", Config{LaneTurnBudget: -1}, true, msg, 9, time.Hour, false},
+		{"budget used, a lane waits", Config{}, true, msg, 1, 0, true, false},
+		{"nobody waits", Config{}, false, msg, 5, time.Hour, false, false},
+		{"no turn yet", Config{LaneTimeBudget: time.Millisecond}, true, msg, 0, time.Hour, false, false},
+		{"no trigger (swept lane)", Config{}, true, trigger, 3, 0, false, false},
+		{"turn budget not used", Config{LaneTurnBudget: 3}, true, msg, 2, 0, false, false},
+		{"time budget used first", Config{LaneTurnBudget: 3, LaneTimeBudget: time.Second}, true, msg, 1, 2 * time.Second, true, false},
+		{"fairness off", Config{LaneTurnBudget: -1}, true, msg, 9, time.Hour, false, false},
+		{"the waiting lane came during the last turn", Config{}, true, msg, 1, time.Second, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.cfg.withDefaults()
 			w := &Worker{cfg: cfg, sched: newSlots(1)}
+			now := time.Now()
+			last := 10 * time.Second // the owner's last turn
 			if c.waiting {
 				w.sched.take()
-				w.sched.wait("other", time.Now())
+				began := now.Add(-last - time.Second)
+				if c.late {
+					began = now.Add(-last / 2)
+				}
+				w.sched.wait("other", began)
 			}
-			if got := w.shouldYield(c.turns, time.Now().Add(-c.held), c.trigger); got != c.want {
+			if got := w.shouldYield(c.turns, now.Add(-c.held), last, c.trigger); got != c.want {
 				t.Fatalf("shouldYield = %v, want %v", got, c.want)
 			}
 		})

@@ -52,9 +52,17 @@ type owner struct {
 	// since is when the owner took its slot, turns the turns it has run
 	// since; yielded says the drain ended to give the slot to a lane
 	// waiting for one (fair scheduling).
-	since   time.Time
-	turns   int
-	yielded bool
+	since    time.Time
+	turns    int
+	lastTurn time.Duration // how long the last of them took
+	yielded  bool
+	// triggerGone: the trigger's message was deleted (an earlier owner
+	// processed it), so the trigger cannot be handed back: no yield.
+	triggerGone, triggerChecked bool
+	// holding: the lane is marked held by this worker (see hold), so its
+	// other deliveries are acked without a slot. Unmarked before every
+	// release of the lease.
+	holding bool
 }
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
@@ -146,13 +154,19 @@ func (o *owner) settle(end ending) {
 		}
 		o.deleteProcessed(ctx, false)
 	case endHandOver:
+		o.deleteProcessed(ctx, true)
+		o.hold(false)
 		if err := o.lease.Release(ctx); err != nil {
 			o.log.Warn().Err(err).Msg("release lease on stop")
 		}
-		o.deleteProcessed(ctx, true)
 		o.w.stats.Released.Add(1)
 		o.w.nak(o.trigger, 0)
-	case endLost, endStopping:
+	case endLost:
+		// Nothing is deleted: another owner may hold the lane, with the
+		// delivery of one of these messages as its trigger. The sweep
+		// deletes them once the lane is idle.
+		o.w.nak(o.trigger, 0)
+	case endStopping:
 		o.w.nak(o.trigger, 0)
 		o.deleteProcessed(ctx, true)
 	case endRetry:
@@ -160,10 +174,11 @@ func (o *owner) settle(end ending) {
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
 		// take the lane.
+		o.deleteProcessed(ctx, true)
+		o.hold(false)
 		if err := o.lease.Release(ctx); err != nil {
 			o.log.Warn().Err(err).Msg("release lease to yield")
 		}
-		o.deleteProcessed(ctx, true)
 		o.w.stats.Released.Add(1)
 		o.w.stats.Yields.Add(1)
 		o.w.sched.requeue(o.token, time.Now())
@@ -262,13 +277,14 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			return false
 		}
-		if o.w.shouldYield(o.turns, o.since, o.trigger) && o.yieldsBefore(raw) {
+		if o.w.shouldYield(o.turns, o.since, o.lastTurn, o.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
 			o.yielded = true
 			return false
 		}
+		began := time.Now()
 		err = o.process(ctx, raw)
 		if err == nil {
-			o.turns++
+			o.turns, o.lastTurn = o.turns+1, time.Since(began)
 		}
 		if err != nil {
 			if errors.Is(err, kvstore.ErrLeaseLost) {
@@ -718,6 +734,11 @@ func (o *owner) deleteProcessed(ctx context.Context, keepTrigger bool) {
 func (o *owner) release() ending {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Processed messages are deleted while the lease is held: once it is
+	// released, another owner may take the lane with the delivery of one
+	// of them as its trigger, and needs that message to hand it back.
+	o.deleteProcessed(ctx, true)
+	o.hold(false) // before the release: see hold
 	if err := o.lease.Release(ctx); err != nil {
 		// The trigger comes back soon; whoever gets it takes the lane once
 		// the lease is free (released after all, or expired).
@@ -743,6 +764,7 @@ func (o *owner) release() ending {
 	case err == nil:
 		o.lease = lease
 		o.w.stats.Acquired.Add(1)
+		o.hold(true)
 		return endAgain
 	case errors.Is(err, kvstore.ErrHeld):
 		return endDone

@@ -119,6 +119,8 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 	go func() {
 		defer func() { w.sched.put(); w.wg.Done() }()
 		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger(), since: time.Now()}
+		o.hold(true)
+		defer o.hold(false)
 		o.run()
 	}()
 	return true

@@ -99,7 +99,9 @@ type Worker struct {
 	log     zerolog.Logger
 
 	sched     *slots
-	consuming atomic.Bool // Run consumes dispatch deliveries
+	heldMu    sync.Mutex
+	held      map[string]uint64 // lanes owners here hold → their trigger's sequence (fair.go)
+	consuming atomic.Bool       // Run consumes dispatch deliveries
 	stopping  atomic.Bool
 	stopCh    chan struct{}   // closed when the worker starts stopping
 	turnCtx   context.Context // cancelled when the shutdown grace runs out
@@ -160,7 +162,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h,
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency), stopCh: make(chan struct{})}
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency), held: map[string]uint64{}, stopCh: make(chan struct{})}
 	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -240,10 +242,15 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		w.settleDelivery(msg, settleHandBack)
 		return
 	}
-	got := w.sched.take()
+	follower := w.heldHere(msg)
+	got := !follower && w.sched.take()
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
+		if follower {
+			w.settleDelivery(msg, settleFollower) // its lane's owner here drains it
+			return
+		}
 		if !got && !w.busyDelivery(msg) {
 			return
 		}
@@ -414,6 +421,8 @@ func (w *Worker) handleDelivery(msg jetstream.Msg) {
 	w.stats.Acquired.Add(1)
 	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), trigger: msg, triggerSeq: md.Sequence.Stream,
 		lease: lease, log: log, since: time.Now()}
+	o.hold(true)
+	defer o.hold(false)
 	o.run()
 }
 

@@ -42,6 +42,7 @@ type fairRun struct {
 	waits   []time.Duration // publish → start event, runs started in the window
 	elapsed time.Duration
 	yields  int64
+	note    string
 }
 
 // fairBench runs o.fair.sessions sessions that each keep o.fair.queued
@@ -99,6 +100,7 @@ func printFair(r fairRun) {
 	waits := fmt.Sprintf("%.2fs / %.2fs (%.2fs)", pct(50).Seconds(), pct(99).Seconds(), wmean.Seconds())
 	fmt.Printf("  %-26s %8.1f  %-30s %9.2f %9.2f  %-30s %8.2f %7d\n", r.name, float64(total)/r.elapsed.Seconds(), turns,
 		float64(t[0])/mean, float64(t[len(t)-1])/mean, waits, pct(99).Seconds()/max(wmean.Seconds(), 1e-9), r.yields)
+	fmt.Printf("  %-26s %s\n", "", r.note)
 }
 
 // fairOnce is one run of the fair scenario on a fresh worker and store.
@@ -224,7 +226,10 @@ loop:
 	defer mu.Unlock()
 	closed = true
 	r.elapsed = end.Sub(start)
-	r.yields = m.Worker.Stats().Yields.Load()
+	st := m.Worker.Stats()
+	r.yields = st.Yields.Load()
+	r.note = fmt.Sprintf("waited %d, handed back %d, follower acks %d, naks %d, acquired %d, RSS %.0f MB",
+		st.Waited.Load(), st.HandedBack.Load(), st.FollowerAcks.Load(), st.Naks.Load(), st.Acquired.Load(), mb(rss()))
 	// A message still waiting at the end has waited at least this long.
 	for s, t0 := range sent {
 		if !started[s] && t0.Before(end) {
