@@ -7,8 +7,10 @@
 // # Scheduling
 //
 // A worker runs up to Config.Concurrency lanes at once, one slot each. A
-// dispatch delivery that finds every slot busy is acked if its lane has an
-// owner (the owner drains it); otherwise it waits in line for a slot. The
+// delivery of a lane an owner here holds is acked at once, without a slot
+// or a lease request (the owner re-checks the lane after releasing it, so
+// it drains that message). A delivery that finds every slot busy is acked
+// if its lane has an owner elsewhere; otherwise it waits in line. The
 // line is ordered by when the lane began to wait, and a slot that frees
 // goes to the lane that has waited longest. A waiting delivery is handed
 // back (Nak) after a second, so a worker with room can take its lane; when
@@ -17,20 +19,26 @@
 //
 // Lease-and-drain keeps a lane while it has messages, so without more a
 // lane that keeps sending would keep its slot and the lanes in line would
-// starve. An owner therefore checks, before each next message, whether a
-// lane waits here and it has run its budget since it took the slot
-// (Config.LaneTurnBudget turns, default 1, or Config.LaneTimeBudget); if
-// so it yields: it releases the lease, deletes what it processed except
-// its trigger's message, and hands its trigger back at once, taking the
-// last place in line. The trigger's redelivery brings the lane back, here
+// starve. An owner therefore checks, before each next message, whether it
+// has run its budget since it took the slot (Config.LaneTurnBudget turns,
+// default 1, or Config.LaneTimeBudget) and the lane first in line has
+// waited at least as long as its last turn took (a lane that waits a
+// moment while slots turn over makes nobody yield; one that keeps waiting
+// gets a slot within two turns of each owner). If so it yields: it deletes
+// what it processed except its trigger's message, releases the lease, and
+// hands its trigger back at once, taking the last place in line. The trigger's redelivery brings the lane back, here
 // or on a worker with room, and its next owner goes on from the cursor, so
 // the lane's order holds and nothing is run twice; if the worker dies
 // first, the un-acked trigger comes back after AckWait as after any crash.
 // A message of a lane waiting here is acked: the waiting delivery will
 // drain it. When nobody waits an owner drains on, at no extra cost. A lane
-// the sweep took (no trigger) does not yield, nor does a lane before a
-// reject or collect message (their plan depends on when this owner's last
-// turn ended, which the next owner would not know). A negative LaneTurnBudget
+// the sweep took (no trigger) does not yield, nor does an owner whose
+// trigger's message an earlier owner deleted (its trigger could not come
+// back), nor a lane before a reject or collect message (their plan depends
+// on when this owner's last turn ended, which the next owner would not
+// know). Owners delete the messages they processed while they still hold
+// the lease, never after: a delivery of one of them may become the next
+// owner's trigger. A negative LaneTurnBudget
 // turns all this off: the lane keeps its slot and a delivery that finds
 // every slot busy is handed back after a short delay.
 //
