@@ -126,7 +126,7 @@ type joinResult uint8
 const (
 	joinQueued joinResult = iota // it waits: see waiter.grant
 	joinSlot                     // a slot was free after all: it has it
-	joinSame                     // a delivery of its lane waits already, which will drain it
+	joinSame                     // a delivery of its lane waits already
 	joinFull                     // too many wait: hand it back
 )
 
@@ -243,9 +243,12 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) bool {
 	case joinSlot:
 		return true
 	case joinSame:
-		// The waiting delivery's owner drains this message too; until
-		// then that delivery stays un-acked, so the lane is never lost.
-		w.settleDelivery(msg, settleFollower)
+		// Its lane has a place already: it comes back once that
+		// delivery has had its slot or been handed back. Not acked: the
+		// waiting delivery's message may be processed and deleted by an
+		// owner elsewhere meanwhile, and then could not bring the lane
+		// back.
+		w.settleDelivery(msg, settleLater)
 		return false
 	case joinFull:
 		w.settleDelivery(msg, settleBusy)

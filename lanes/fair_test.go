@@ -286,7 +286,8 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 
 // TestSlotsLine: the line of deliveries waiting for a slot is ordered by
 // when their lane began to wait; a lane handed back keeps its place for its
-// redelivery; a second delivery of a waiting lane joins it; a yielded lane
+// redelivery; a second delivery of a waiting lane is told so (and handed
+// back for later, not queued twice); a yielded lane
 // goes to the end; past the bound a delivery is refused.
 func TestSlotsLine(t *testing.T) {
 	t0 := time.Unix(1000, 0)
