@@ -30,9 +30,10 @@
 // or on a worker with room, and its next owner goes on from the cursor, so
 // the lane's order holds and nothing is run twice; if the worker dies
 // first, the un-acked trigger comes back after AckWait as after any crash.
-// Another delivery of a lane waiting here is handed back after a second:
-// it is not acked, because the waiting delivery's message may be processed
-// and deleted by an owner elsewhere meanwhile. When nobody waits an owner drains on, at no extra cost. A lane
+// Another delivery of a lane waiting here is acked: the waiting delivery
+// will drain it (a waiting delivery whose own message an owner elsewhere
+// deleted meanwhile is then not handed back, it waits here for its slot:
+// see waitForSlot). When nobody waits an owner drains on, at no extra cost. A lane
 // the sweep took (no trigger) does not yield, nor does an owner whose
 // trigger's message an earlier owner deleted (its trigger could not come
 // back), nor a lane before a reject or collect message (their plan depends

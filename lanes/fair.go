@@ -64,6 +64,7 @@ type waiter struct {
 	token string
 	since time.Time
 	grant chan struct{} // closed when the slot is handed to it
+	deps  int           // other deliveries of its lane acked because it waits (under slots.mu)
 }
 
 func newSlots(size int) *slots {
@@ -131,8 +132,10 @@ const (
 )
 
 // wait puts a delivery of a lane in line, at the lane's earlier place if it
-// had one.
-func (s *slots) wait(token string, now time.Time) (*waiter, joinResult) {
+// had one. A delivery of a lane that waits already counts as that waiter's
+// dependent (joinSame): the caller acks it. With rejoin the bound does not
+// apply (a waiter that cannot be handed back goes back in line).
+func (s *slots) wait(token string, now time.Time, rejoin bool) (*waiter, joinResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inUse < s.size && len(s.queue) == 0 {
@@ -142,8 +145,9 @@ func (s *slots) wait(token string, now time.Time) (*waiter, joinResult) {
 	p := s.lanes[token]
 	switch {
 	case p != nil && p.w != nil:
+		p.w.deps++
 		return nil, joinSame
-	case len(s.queue) >= s.maxWait:
+	case len(s.queue) >= s.maxWait && !rejoin:
 		return nil, joinFull
 	case p == nil:
 		p = &place{since: now}
@@ -163,14 +167,14 @@ func (s *slots) wait(token string, now time.Time) (*waiter, joinResult) {
 }
 
 // leave takes a waiting delivery out of line, keeping its lane's place for
-// a while. It reports false when the slot was handed to it meanwhile: the
-// caller then holds a slot.
-func (s *slots) leave(w *waiter, now time.Time) bool {
+// a while, and returns its dependents. It reports false when the slot was
+// handed to it meanwhile: the caller then holds a slot.
+func (s *slots) leave(w *waiter, now time.Time) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := slices.Index(s.queue, w)
 	if i < 0 {
-		return false
+		return 0, false
 	}
 	s.queue = slices.Delete(s.queue, i, i+1)
 	s.waiting.Store(int32(len(s.queue)))
@@ -178,7 +182,7 @@ func (s *slots) leave(w *waiter, now time.Time) bool {
 		p.w, p.left = nil, now
 	}
 	s.prune(now)
-	return true
+	return w.deps, true
 }
 
 // requeue gives a lane that yields its slot a place at the end of the line,
@@ -235,20 +239,23 @@ func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, tri
 // waitForSlot lets a delivery that found every slot busy wait for one, in
 // line, for up to holdFor; then it is handed back (Nak), keeping its lane's
 // place for its redelivery. It reports whether the delivery got a slot (the
-// caller runs it and puts the slot back) and, if not, whether it was
-// settled (acked as a follower of a waiting delivery, or handed back).
+// caller runs it and puts the slot back); if not, the delivery is settled.
+//
+// Another delivery of a lane that waits here is acked (its owner-to-be
+// drains it) and counted as the waiter's dependent. A waiter with
+// dependents is handed back only if its own message still exists once it
+// has left the line: if an owner elsewhere processed and deleted it, its
+// redelivery would never come and the dependents' messages would be
+// stranded, so it stays in line (kept alive) until it gets a slot here. A
+// message found there can only be deleted later by an owner that takes
+// the lane after the dependents' messages were stored, and drains them.
 func (w *Worker) waitForSlot(msg jetstream.Msg, token string) bool {
-	wt, res := w.sched.wait(token, time.Now())
+	wt, res := w.sched.wait(token, time.Now(), false)
 	switch res {
 	case joinSlot:
 		return true
 	case joinSame:
-		// Its lane has a place already: it comes back once that
-		// delivery has had its slot or been handed back. Not acked: the
-		// waiting delivery's message may be processed and deleted by an
-		// owner elsewhere meanwhile, and then could not bring the lane
-		// back.
-		w.settleDelivery(msg, settleLater)
+		w.settleDelivery(msg, settleFollower)
 		return false
 	case joinFull:
 		w.settleDelivery(msg, settleBusy)
@@ -257,18 +264,54 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) bool {
 	w.stats.Waited.Add(1)
 	t := time.NewTimer(w.holdFor())
 	defer t.Stop()
-	select {
-	case <-wt.grant:
+	for {
+		stop := false
+		select {
+		case <-wt.grant:
+			return true
+		case <-t.C:
+		case <-w.stopCh:
+			stop = true
+		}
+		deps, left := w.sched.leave(wt, time.Now())
+		if !left {
+			return true // granted meanwhile
+		}
+		if stop || deps == 0 || w.messageExists(msg) {
+			w.stats.HandedBack.Add(1)
+			w.settleDelivery(msg, settleHandBack)
+			return false
+		}
+		// Its message is gone: wait on here, in the same place.
+		if err := msg.InProgress(); err != nil {
+			w.log.Debug().Err(err).Msg("waiting delivery in progress")
+		}
+		var again joinResult
+		wt, again = w.sched.wait(token, time.Now(), true)
+		switch again {
+		case joinSlot:
+			return true
+		case joinSame:
+			// A newer delivery of the lane waits now and drains it.
+			w.settleDelivery(msg, settleFollower)
+			return false
+		}
+		t.Reset(w.holdFor())
+	}
+}
+
+// messageExists reports whether a delivery's message is still in the
+// inbound stream (a read error says yes: the delivery is handed back as
+// before).
+func (w *Worker) messageExists(msg jetstream.Msg) bool {
+	md, err := msg.Metadata()
+	if err != nil {
 		return true
-	case <-t.C:
-	case <-w.stopCh:
 	}
-	if !w.sched.leave(wt, time.Now()) {
-		return true // granted meanwhile
-	}
-	w.stats.HandedBack.Add(1)
-	w.settleDelivery(msg, settleHandBack)
-	return false
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	_, err = w.streams.Inbound.GetMsg(ctx, md.Sequence.Stream)
+	return !errors.Is(err, jetstream.ErrMsgNotFound)
 }
 
 // yieldsBefore reports whether the owner may yield before the lane's next

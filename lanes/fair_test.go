@@ -286,8 +286,8 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 
 // TestSlotsLine: the line of deliveries waiting for a slot is ordered by
 // when their lane began to wait; a lane handed back keeps its place for its
-// redelivery; a second delivery of a waiting lane is told so (and handed
-// back for later, not queued twice); a yielded lane
+// redelivery; a second delivery of a waiting lane joins it (and is counted
+// as its dependent); a yielded lane
 // goes to the end; past the bound a delivery is refused.
 func TestSlotsLine(t *testing.T) {
 	t0 := time.Unix(1000, 0)
@@ -296,23 +296,23 @@ func TestSlotsLine(t *testing.T) {
 	if !s.take() || s.take() {
 		t.Fatal("one slot: the first take gets it, the second does not")
 	}
-	a, res := s.wait("a", at(0))
+	a, res := s.wait("a", at(0), false)
 	if res != joinQueued {
 		t.Fatalf("a: %v", res)
 	}
-	b, _ := s.wait("b", at(1))
-	if _, res := s.wait("a", at(2)); res != joinSame {
+	b, _ := s.wait("b", at(1), false)
+	if _, res := s.wait("a", at(2), false); res != joinSame {
 		t.Fatalf("a second delivery of a waiting lane: %v, want joinSame", res)
 	}
 	// a is handed back, b keeps waiting; a's redelivery takes its old place.
-	if !s.leave(a, at(3)) || !s.known("a") {
+	if deps, ok := s.leave(a, at(3)); !ok || deps != 1 || !s.known("a") {
 		t.Fatal("a handed back must keep its place")
 	}
-	a2, _ := s.wait("a", at(4))
+	a2, _ := s.wait("a", at(4), false)
 	s.requeue("y", at(5)) // a lane that yielded: the end of the line
-	y, _ := s.wait("y", at(6))
-	c, _ := s.wait("c", at(5)) // began to wait before y's delivery came back
-	if _, res := s.wait("d", at(7)); res != joinFull {
+	y, _ := s.wait("y", at(6), false)
+	c, _ := s.wait("c", at(5), false) // began to wait before y's delivery came back
+	if _, res := s.wait("d", at(7), false); res != joinFull {
 		t.Fatalf("a fifth waiter: %v, want joinFull", res)
 	}
 	var got []*waiter
@@ -337,7 +337,7 @@ func TestSlotsLine(t *testing.T) {
 		}
 		t.Fatalf("slots went to %v, want %v", names(got), names(want))
 	}
-	if s.leave(a2, at(8)) {
+	if _, ok := s.leave(a2, at(8)); ok {
 		t.Fatal("leave after the grant must report the slot was handed over")
 	}
 	s.put()
@@ -383,7 +383,7 @@ func TestShouldYield(t *testing.T) {
 				if c.late {
 					began = now.Add(-last / 2)
 				}
-				w.sched.wait("other", began)
+				w.sched.wait("other", began, false)
 			}
 			if got := w.shouldYield(c.turns, now.Add(-c.held), last, c.trigger); got != c.want {
 				t.Fatalf("shouldYield = %v, want %v", got, c.want)

@@ -323,9 +323,6 @@ const (
 	// settleHandBack: hand it back at once (the worker stops, or it has
 	// waited here long enough; it keeps its place for its redelivery).
 	settleHandBack
-	// settleLater: another delivery of its lane waits here for a slot:
-	// hand it back after that one's wait (holdFor).
-	settleLater
 	// settleRetry: the lane could not be taken now (no metadata, its
 	// lease still held as this very trigger, the lease store failed):
 	// try again in a second.
@@ -347,8 +344,6 @@ func (w *Worker) settleDelivery(msg jetstream.Msg, end deliveryEnd) {
 		w.nak(msg, busyNakDelay)
 	case settleHandBack:
 		w.nak(msg, 0)
-	case settleLater:
-		w.nak(msg, w.holdFor())
 	case settleRetry:
 		w.nak(msg, time.Second)
 	case settleDead:
