@@ -30,8 +30,9 @@ lint: ## gofmt, vet, staticcheck and deadcode -test (tools pinned in go.mod; see
 	$(GO) vet $(PKGS)
 	GO=$(GO) ./.ci/lint
 
-bench: build ## fleet benchmark against an embedded server, then Go benchmarks
+bench: build ## fleet benchmark against an embedded server, real turns against a local model over HTTP, then Go benchmarks
 	$(GO) run ./cmd/lanebench
+	$(GO) run ./cmd/lanebench -scenario turns
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)

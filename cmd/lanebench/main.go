@@ -8,7 +8,10 @@
 //   - publish→first-event and publish→final-event latency at an offered load;
 //   - the event path: deltas/s through one worker with frames, and delta
 //     latency worker→viewer, against raw core and JetStream publishes
-//     (events.go).
+//     (events.go);
+//   - with -scenario turns, real turns against a local OpenAI-compatible
+//     model over HTTP, driven by the Go client, next to the same load sent
+//     straight to the model (turns.go).
 //
 // Each scenario gets a fresh server and data directory.
 package main
@@ -57,7 +60,7 @@ func main() {
 	flag.IntVar(&o.latencyN, "latency-n", 1500, "messages in the latency run")
 	flag.IntVar(&o.latencyRate, "latency-rate", 100, "offered load of the latency run, turns/s")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "lanes per worker")
-	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency) or sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all)")
+	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency), sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all) or turns (real turns against a local OpenAI-compatible model over HTTP through the Go client, next to calling the model directly; not part of all)")
 	flag.IntVar(&o.events.sessions, "event-sessions", 8, "events: sessions streaming at once")
 	flag.IntVar(&o.events.turns, "event-turns", 5, "events: turns per session")
 	flag.IntVar(&o.events.deltas, "event-deltas", 5000, "events: deltas per turn")
@@ -88,12 +91,14 @@ func run(o options) error {
 		return lanesBench(o)
 	case "sessions":
 		return sessionsBench(o)
+	case "turns":
+		return turnsBench(o)
 	case "events":
 		fmt.Printf("lanebench: sync_interval %s, R1 file store, GOMAXPROCS %d\n",
 			map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
 		return eventsBench(o)
 	}
-	return fmt.Errorf("unknown -scenario %q (all, lanes, events)", o.scenario)
+	return fmt.Errorf("unknown -scenario %q (all, lanes, events, sessions, turns)", o.scenario)
 }
 
 func lanesBench(o options) error {
