@@ -213,8 +213,8 @@ func closedLoop(sessions, per int, one func(loop, i int) error) (turnsFigures, e
 // turnsScenario is one load shape.
 type turnsScenario struct {
 	name     string
-	sessions int  // loops at once
-	per      int  // turns per loop
+	sessions int // loops at once
+	per      int // turns per loop
 	// session names loop's turn i's session: one for all (one), one per
 	// turn (distinct) or one per loop (concN).
 	session func(loop, i int) string
