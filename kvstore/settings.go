@@ -31,5 +31,6 @@ func (l *Lanes) Settings(ctx context.Context, token string) ([]byte, error) {
 // PutSettings stores the lane's settings under the fence. ErrLeaseLost means
 // the lease moved on and nothing was written.
 func (s *Lease) PutSettings(ctx context.Context, data []byte) error {
-	return s.put(ctx, settingsKey(s.token), data)
+	_, err := s.put(ctx, settingsKey(s.token), data)
+	return err
 }

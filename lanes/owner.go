@@ -16,7 +16,6 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/queue"
-	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
@@ -33,8 +32,9 @@ type owner struct {
 
 	cursor      kvstore.Cursor
 	settings    *events.QueueSettings // the lane's stored queue settings; nil = none
-	history     []message.Entry
-	loaded      bool
+	// tx is the lane's transcript as this drain knows it; nil = not read
+	// yet (see readHistory).
+	tx          *transcript
 	checkedLast bool
 	failures    map[uint64]int // attempts started by this owner, per inbound seq
 	lastEnd     time.Time      // when this owner's last turn ended (reject, collect debounce)
@@ -201,6 +201,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		return false
 	}
 	o.cursor = c
+	o.tx = nil // another owner may have added to it since the last drain
 	o.settings = nil
 	if len(settings) > 0 {
 		var s events.QueueSettings
@@ -365,20 +366,21 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	return a, nil
 }
 
-// loadHistory reads the transcript once per owner, before the turn counts
-// as an attempt: a store that is briefly unavailable delays the lane but
-// never dead-letters a message.
+// loadHistory gets the transcript once per drain, before the turn counts as
+// an attempt: a store that is briefly unavailable delays the lane but never
+// dead-letters a message. The worker's copy from an earlier turn is used
+// as far as it goes (readHistory).
 func (o *owner) loadHistory(ctx context.Context) error {
-	if o.loaded {
+	if o.tx != nil {
 		return nil
 	}
-	recs, err := o.w.lanes.Records(ctx, o.token)
+	tx, err := o.readHistory(ctx, o.cursor)
 	if errors.Is(err, kvstore.ErrCorrupt) {
 		o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
 	} else if err != nil {
 		return err
 	}
-	o.history, o.loaded = kvstore.Entries(recs), true
+	o.tx = tx
 	return nil
 }
 
@@ -400,7 +402,7 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 // interrupt, rollback or stop: see watchCuts), and commits what it returns.
 func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attempt, p *plan) error {
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: a.em.run, Seq: a.seq,
-		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em}
+		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.tx.entries, Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em}
 	turn.steer = o.steerer(p)
 	turn.steps = &StepLog{lanes: o.w.lanes, lease: o.lease, token: o.token, seq: a.seq, first: a.attempt == 1}
 	out, err := o.callHandler(turnCtx, turn, a.log)
@@ -468,10 +470,11 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 			return err
 		}
 	}
-	if err := o.lease.PutRecord(ctx, rec); err != nil {
+	written, err := o.lease.PutRecord(ctx, rec)
+	if err != nil {
 		return err
 	}
-	o.cursor.Seq = p.through
+	o.cursor.Seq, o.cursor.Stored = p.through, written.Seq
 	o.done = append(o.done, p.run.raw.Sequence)
 	for _, c := range p.merged {
 		o.done = append(o.done, c.raw.Sequence)
@@ -480,8 +483,8 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 		o.done = append(o.done, d.c.raw.Sequence)
 	}
 	clear(o.failures)
-	if o.loaded {
-		o.history = append(o.history, out.Entries...)
+	if o.tx != nil {
+		o.tx = o.w.transcripts.committed(o.tx, rec, written)
 	}
 	if out.Result != nil {
 		o.unsettled = p.through
