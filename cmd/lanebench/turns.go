@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet"
@@ -37,6 +39,7 @@ var (
 	turnsDelays    = flag.String("turns-delays", "0,1s", "turns: the model's first-byte delays, comma-separated")
 	turnsSyncs     = flag.String("turns-sync", "always,default", "turns: server fsync settings to run, comma-separated (always, default)")
 	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated")
+	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's writes per turn by stream")
 	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file")
 	turnsReplyText = "pong"
 )
@@ -143,6 +146,27 @@ func (d *directClient) call(ctx context.Context) error {
 		return fmt.Errorf("direct call: status %d, reply found %v", resp.StatusCode, found)
 	}
 	return nil
+}
+
+// storeCounts are the server's JetStream API requests answered and the
+// messages its streams stored (every stream's last sequence, summed: a
+// stored message, a KV put or a marker each count one), so far.
+type storeCounts struct {
+	api, stored uint64
+	byStream    map[string]uint64
+}
+
+func counts(ctx context.Context, s *server.Server, js jetstream.JetStream) storeCounts {
+	c := storeCounts{byStream: map[string]uint64{}}
+	if v, err := s.Varz(nil); err == nil {
+		c.api = v.JetStream.Stats.API.Total
+	}
+	l := js.ListStreams(ctx)
+	for info := range l.Info() {
+		c.stored += info.State.LastSeq
+		c.byStream[info.Config.Name] = info.State.LastSeq
+	}
+	return c
 }
 
 // turnsFigures is one measured load: its latencies, rate, CPU and RSS.
@@ -284,6 +308,7 @@ func turnsBench(o options) error {
 	fmt.Printf("lanebench turns: one worker with its embedded server (one process: server, worker, Go client, mock model), OpenAI-compatible mock over HTTP answering %q, lanes per worker %s, GOMAXPROCS %d\n",
 		turnsReplyText, map[bool]string{true: "default", false: strconv.Itoa(concurrency)}[concurrency == 0], runtime.GOMAXPROCS(0))
 	fmt.Printf("CPU/turn is the process's user+system time over the turns (server, worker, client and mock together); the direct baseline's is the client's and the mock's share.\n")
+	fmt.Printf("API/t: JetStream API requests per turn; wr/t: messages stored per turn, all streams (each one write, fsynced with sync always).\n")
 	if *turnsCPUProf != "" {
 		f, err := os.Create(*turnsCPUProf)
 		if err != nil {
@@ -363,8 +388,8 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	idle := mb(rss())
 	fmt.Printf("\nsync_interval %s: worker ready and first turn in %v; RSS %.0f MB before start, %.0f MB idle after one turn (model %s)\n",
 		map[bool]string{true: "always", false: "default (2m)"}[syncAlways], ready.Round(time.Millisecond), rss0, idle, m.DefaultModel())
-	fmt.Printf("  %-9s %6s %6s | %9s %9s %9s %9s %7s | %9s %9s %9s | %7s %7s\n", "scenario", "delay", "turns",
-		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate %")
+	fmt.Printf("  %-9s %6s %6s | %8s %8s %8s %8s %6s %5s %5s | %8s %8s %8s | %7s %6s\n", "scenario", "delay", "turns",
+		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "API/t", "wr/t", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate")
 	var distinctP50, oneP50, oneTail float64
 	for _, delay := range delays {
 		mock.delay.Store(int64(delay))
@@ -374,14 +399,25 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				return fmt.Errorf("%s direct: %w", sc.name, err)
 			}
 			prefix := fmt.Sprintf("%s-%s-%d-", sc.name, strconv.FormatInt(delay.Milliseconds(), 10), time.Now().UnixNano()%1e6)
+			c0 := counts(ctx, m.Server, m.JS)
 			f, err := closedLoop(sc.sessions, sc.per, func(loop, i int) error { return turn(prefix + sc.session(loop, i)) })
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
+			c1 := counts(ctx, m.Server, m.JS)
 			p50 := ms(f.lat, 50)
-			fmt.Printf("  %-9s %6s %6d | %9.2f %9.2f %9.0f %9.2f %7.0f | %9.2f %9.0f %9.2f | %7.2f %6.0f%%\n", sc.name, delay, f.n,
-				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, ms(base.lat, 50), base.rate(), base.cpuPer(),
-				p50-ms(base.lat, 50), 100*f.rate()/base.rate())
+			fmt.Printf("  %-9s %6s %6d | %8.2f %8.2f %8.0f %8.2f %6.0f %5.1f %5.1f | %8.2f %8.0f %8.2f | %7.2f %5.0f%%\n", sc.name, delay, f.n,
+				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, float64(c1.api-c0.api)/float64(f.n), float64(c1.stored-c0.stored)/float64(f.n),
+				ms(base.lat, 50), base.rate(), base.cpuPer(), p50-ms(base.lat, 50), 100*f.rate()/base.rate())
+			if *turnsDetail {
+				fmt.Printf("             writes/turn by stream:")
+				for name, last := range c1.byStream {
+					if d := last - c0.byStream[name]; d > 0 {
+						fmt.Printf(" %s %.2f", name, float64(d)/float64(f.n))
+					}
+				}
+				fmt.Println()
+			}
 			if delay == 0 {
 				switch sc.name {
 				case "distinct":
