@@ -30,8 +30,8 @@ type owner struct {
 	log        zerolog.Logger
 	cancel     context.CancelCauseFunc // ends the current drain (a newer owner fenced its events)
 
-	cursor      kvstore.Cursor
-	settings    *events.QueueSettings // the lane's stored queue settings; nil = none
+	cursor   kvstore.Cursor
+	settings *events.QueueSettings // the lane's stored queue settings; nil = none
 	// tx is the lane's transcript as this drain knows it; nil = not read
 	// yet (see readHistory).
 	tx          *transcript
