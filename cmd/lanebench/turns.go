@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -148,19 +148,17 @@ func (d *directClient) call(ctx context.Context) error {
 	return nil
 }
 
-// storeCounts are the server's JetStream API requests answered and the
-// messages its streams stored (every stream's last sequence, summed: a
-// stored message, a KV put or a marker each count one), so far.
+// storeCounts are the messages the worker's connection sent (publishes,
+// requests, acks) and the messages the server's streams stored (every
+// stream's last sequence, summed: a stored message, a KV put or a marker
+// each count one), so far.
 type storeCounts struct {
-	api, stored uint64
+	sent, stored uint64
 	byStream    map[string]uint64
 }
 
-func counts(ctx context.Context, s *server.Server, js jetstream.JetStream) storeCounts {
-	c := storeCounts{byStream: map[string]uint64{}}
-	if v, err := s.Varz(nil); err == nil {
-		c.api = v.JetStream.Stats.API.Total
-	}
+func counts(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) storeCounts {
+	c := storeCounts{byStream: map[string]uint64{}, sent: nc.Stats().OutMsgs}
 	l := js.ListStreams(ctx)
 	for info := range l.Info() {
 		c.stored += info.State.LastSeq
@@ -308,7 +306,7 @@ func turnsBench(o options) error {
 	fmt.Printf("lanebench turns: one worker with its embedded server (one process: server, worker, Go client, mock model), OpenAI-compatible mock over HTTP answering %q, lanes per worker %s, GOMAXPROCS %d\n",
 		turnsReplyText, map[bool]string{true: "default", false: strconv.Itoa(concurrency)}[concurrency == 0], runtime.GOMAXPROCS(0))
 	fmt.Printf("CPU/turn is the process's user+system time over the turns (server, worker, client and mock together); the direct baseline's is the client's and the mock's share.\n")
-	fmt.Printf("API/t: JetStream API requests per turn; wr/t: messages stored per turn, all streams (each one write, fsynced with sync always).\n")
+	fmt.Printf("out/t: messages the worker sent per turn (publishes, requests, acks); wr/t: messages stored per turn, all streams (each one write, fsynced with sync always).\n")
 	if *turnsCPUProf != "" {
 		f, err := os.Create(*turnsCPUProf)
 		if err != nil {
@@ -389,7 +387,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	fmt.Printf("\nsync_interval %s: worker ready and first turn in %v; RSS %.0f MB before start, %.0f MB idle after one turn (model %s)\n",
 		map[bool]string{true: "always", false: "default (2m)"}[syncAlways], ready.Round(time.Millisecond), rss0, idle, m.DefaultModel())
 	fmt.Printf("  %-9s %6s %6s | %8s %8s %8s %8s %6s %5s %5s | %8s %8s %8s | %7s %6s\n", "scenario", "delay", "turns",
-		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "API/t", "wr/t", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate")
+		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "out/t", "wr/t", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate")
 	var distinctP50, oneP50, oneTail float64
 	for _, delay := range delays {
 		mock.delay.Store(int64(delay))
@@ -399,15 +397,15 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				return fmt.Errorf("%s direct: %w", sc.name, err)
 			}
 			prefix := fmt.Sprintf("%s-%s-%d-", sc.name, strconv.FormatInt(delay.Milliseconds(), 10), time.Now().UnixNano()%1e6)
-			c0 := counts(ctx, m.Server, m.JS)
+			c0 := counts(ctx, m.Conn, m.JS)
 			f, err := closedLoop(sc.sessions, sc.per, func(loop, i int) error { return turn(prefix + sc.session(loop, i)) })
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
-			c1 := counts(ctx, m.Server, m.JS)
+			c1 := counts(ctx, m.Conn, m.JS)
 			p50 := ms(f.lat, 50)
 			fmt.Printf("  %-9s %6s %6d | %8.2f %8.2f %8.0f %8.2f %6.0f %5.1f %5.1f | %8.2f %8.0f %8.2f | %7.2f %5.0f%%\n", sc.name, delay, f.n,
-				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, float64(c1.api-c0.api)/float64(f.n), float64(c1.stored-c0.stored)/float64(f.n),
+				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, float64(c1.sent-c0.sent)/float64(f.n), float64(c1.stored-c0.stored)/float64(f.n),
 				ms(base.lat, 50), base.rate(), base.cpuPer(), p50-ms(base.lat, 50), 100*f.rate()/base.rate())
 			if *turnsDetail {
 				fmt.Printf("             writes/turn by stream:")
