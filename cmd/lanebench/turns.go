@@ -154,7 +154,7 @@ func (d *directClient) call(ctx context.Context) error {
 // each count one), so far.
 type storeCounts struct {
 	sent, stored uint64
-	byStream    map[string]uint64
+	byStream     map[string]uint64
 }
 
 func counts(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) storeCounts {
