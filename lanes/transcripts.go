@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
@@ -28,6 +29,9 @@ type transcripts struct {
 	size  int
 	lru   list.List // of *transcript, most recent first
 	lanes map[string]*list.Element
+	// How owners got their transcripts: the cached copy as it was, the
+	// copy and the records added since, a whole read.
+	hits, tails, reads atomic.Int64
 }
 
 // transcript is one lane's cached transcript.
@@ -116,6 +120,7 @@ func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript,
 	if t := cache.get(o.token); t != nil && t.first != 0 {
 		switch {
 		case t.last == c.Stored:
+			cache.hits.Add(1)
 			return t, nil
 		case t.last < c.Stored:
 			tail, err := o.w.lanes.ReadTranscript(ctx, o.token, t.last+1)
@@ -123,10 +128,12 @@ func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript,
 				return nil, err
 			}
 			if err == nil && !tail.Removed && appends(t, tail) && o.stillStored(ctx, t.first) {
+				cache.tails.Add(1)
 				return cache.extend(t, tail), nil
 			}
 		}
 	}
+	cache.reads.Add(1)
 	all, err := o.w.lanes.ReadTranscript(ctx, o.token, 1)
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 		cache.drop(o.token)
