@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,6 +166,80 @@ func counts(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) storeCou
 		c.byStream[info.Config.Name] = info.State.LastSeq
 	}
 	return c
+}
+
+// subjectKinds counts the messages published on the server by kind of
+// subject (lane tokens, sequences and inboxes left out): what a turn asks
+// of the server, for -turns-detail.
+type subjectKinds struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func watchSubjects(nc *nats.Conn) (*subjectKinds, error) {
+	k := &subjectKinds{n: map[string]int{}}
+	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		kind := subjectKind(m.Subject)
+		if kind == "" {
+			return
+		}
+		k.mu.Lock()
+		k.n[kind]++
+		k.mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return k, sub.SetPendingLimits(-1, -1)
+}
+
+func (k *subjectKinds) snapshot() map[string]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string]int, len(k.n))
+	for s, n := range k.n {
+		out[s] = n
+	}
+	return out
+}
+
+// subjectKind names a subject's kind; "" for replies and the server's own.
+func subjectKind(subj string) string {
+	t := strings.Split(subj, ".")
+	switch {
+	case strings.HasPrefix(subj, "_INBOX"), strings.HasPrefix(subj, "$SYS"), strings.HasPrefix(subj, "$JSC"):
+		return ""
+	case t[0] == "$JS" && len(t) >= 3 && t[1] == "API":
+		// $JS.API.<op…>.<stream>[.<more>]: keep the op and the stream.
+		n := min(len(t), 5)
+		if t[2] == "STREAM" && len(t) > 5 && t[3] == "MSG" {
+			n = 6
+		}
+		if t[2] == "CONSUMER" && len(t) > 4 {
+			n = 5
+		}
+		return strings.Join(t[:n], ".")
+	case t[0] == "$JS" && len(t) >= 3:
+		return strings.Join(t[:3], ".") // $JS.ACK.<stream>, $JS.FC
+	case t[0] == "$KV" && len(t) >= 4:
+		kind := t[3]
+		if len(t) >= 5 {
+			kind = t[len(t)-2] // tx, j: the key's kind
+			if kind == t[2] {
+				kind = t[len(t)-1]
+			}
+		}
+		if len(t) == 3 || t[2] == "" {
+			kind = ""
+		}
+		return "$KV." + t[1] + "." + kind
+	case t[0] == "$KV" && len(t) == 3:
+		return "$KV." + t[1]
+	}
+	if len(t) >= 2 {
+		return t[0] + "." + t[1]
+	}
+	return subj
 }
 
 // turnsFigures is one measured load: its latencies, rate, CPU and RSS.
@@ -361,6 +436,12 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	if err != nil {
 		return err
 	}
+	var kinds *subjectKinds
+	if *turnsDetail {
+		if kinds, err = watchSubjects(nc); err != nil {
+			return err
+		}
+	}
 	turn := func(session string) error {
 		tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer tcancel()
@@ -397,6 +478,10 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				return fmt.Errorf("%s direct: %w", sc.name, err)
 			}
 			prefix := fmt.Sprintf("%s-%s-%d-", sc.name, strconv.FormatInt(delay.Milliseconds(), 10), time.Now().UnixNano()%1e6)
+			var kinds0 map[string]int
+			if kinds != nil {
+				kinds0 = kinds.snapshot()
+			}
 			c0 := counts(ctx, m.Conn, m.JS)
 			f, err := closedLoop(sc.sessions, sc.per, func(loop, i int) error { return turn(prefix + sc.session(loop, i)) })
 			if err != nil {
@@ -414,7 +499,18 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 						fmt.Printf(" %s %.2f", name, float64(d)/float64(f.n))
 					}
 				}
-				fmt.Println()
+				fmt.Printf("\n             messages/turn by subject (everyone's, replies left out):\n")
+				k1 := kinds.snapshot()
+				names := make([]string, 0, len(k1))
+				for s := range k1 {
+					names = append(names, s)
+				}
+				sort.Strings(names)
+				for _, s := range names {
+					if d := k1[s] - kinds0[s]; d > 0 {
+						fmt.Printf("               %-50s %6.2f\n", s, float64(d)/float64(f.n))
+					}
+				}
 			}
 			if delay == 0 {
 				switch sc.name {
