@@ -26,7 +26,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/kvstore"
 )
 
 // Flags of -scenario turns (issue 17): real turns through one worker with
@@ -166,6 +168,51 @@ func counts(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) storeCou
 		c.byStream[info.Config.Name] = info.State.LastSeq
 	}
 	return c
+}
+
+// coldRead times what a worker without the session's transcript does to
+// read it (kvstore's batched read) against the one-request-per-record walk
+// the lane service pages with, on the same transcript.
+func coldRead(ctx context.Context, js jetstream.JetStream, session string) error {
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		return err
+	}
+	l, err := kvstore.Bind(ctx, js, "")
+	if err != nil {
+		return err
+	}
+	const probes = 5
+	var batched, single []time.Duration
+	records := 0
+	for range probes {
+		t0 := time.Now()
+		recs, err := l.Records(ctx, tok)
+		if err != nil {
+			return err
+		}
+		batched = append(batched, time.Since(t0))
+		records = len(recs)
+		t0 = time.Now()
+		n := 0
+		for from := uint64(1); ; n++ {
+			_, seq, ok, err := l.NextRecord(ctx, tok, from)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			from = seq + 1
+		}
+		single = append(single, time.Since(t0))
+		if n != records {
+			return fmt.Errorf("cold read: %d records batched, %d one by one", records, n)
+		}
+	}
+	fmt.Printf("             cold read of its %d records (a worker without it): batched p50 %.2f ms, one request per record %.2f ms (%.1f× faster)\n",
+		records, ms(batched, 50), ms(single, 50), ms(single, 50)/ms(batched, 50))
+	return nil
 }
 
 // subjectKinds counts the messages published on the server by kind of
@@ -520,6 +567,9 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 					// Latencies are in order: the last quarter is the
 					// longest transcript.
 					oneP50, oneTail = p50, ms(f.lat[len(f.lat)*3/4:], 50)
+					if err := coldRead(ctx, m.JS, prefix+sc.session(0, 0)); err != nil {
+						return err
+					}
 				}
 			}
 		}
