@@ -211,6 +211,9 @@ func (o *owner) drain(ctx context.Context) bool {
 			o.settings = &s
 		}
 	}
+	if c.Seq > 0 && !o.checkedLast && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
+		o.checkedLast = true // this worker stored the newest record's finals itself
+	}
 	if c.Seq > 0 && !o.checkedLast {
 		// The last committed turn may have died between its record and its
 		// final events: publish them from the record before anything else.
@@ -470,6 +473,7 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 			return err
 		}
 	}
+	reconnects := o.w.nc.Stats().Reconnects // before the finals: a reconnect after them may have lost them
 	written, err := o.lease.PutRecord(ctx, rec)
 	if err != nil {
 		return err
@@ -498,6 +502,7 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 		}
 		o.unsettled = 0
 	}
+	o.w.transcripts.markSettled(o.token, written.Seq, reconnects)
 	for _, c := range p.backlog {
 		o.announceSteered(ctx, c, em.run)
 	}

@@ -42,6 +42,10 @@ type transcript struct {
 	last    uint64 // stream sequence of the newest transcript message read
 	inbound uint64 // the inbound sequence of its newest record
 	size    int    // encoded bytes
+	// settledAt is the connection's reconnect count when this worker
+	// stored the final events its newest record owes, plus one; 0 = not
+	// known to be stored.
+	settledAt uint64
 }
 
 func newTranscripts(maxBytes int) *transcripts {
@@ -202,8 +206,38 @@ func (c *transcripts) extend(base *transcript, tail kvstore.Transcript) *transcr
 		t.first = tail.First
 	}
 	t.last, t.size = max(t.last, tail.Last), t.size+tail.Size
+	t.settledAt = 0 // until markSettled says its newest record's finals are stored
 	c.putLocked(&t)
 	return &t
+}
+
+// markSettled notes that this worker stored the final events the lane's
+// record at stream sequence seq owes, its connection having reconnected
+// reconnects times before they were published.
+func (c *transcripts) markSettled(token string, seq, reconnects uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.lanes[token]; e != nil && e.Value.(*transcript).last == seq {
+		e.Value.(*transcript).settledAt = reconnects + 1
+	}
+}
+
+// settled reports whether the lane's newest transcript message is still
+// the record at stream sequence stored whose final events this worker
+// stored, and the connection has not reconnected since: then a new owner
+// need not check them. A reconnect may mean a server that restarted and
+// lost events it had acknowledged (the event stream of a single server
+// acknowledges before its writes reach the disk), so after one the check
+// is made.
+func (c *transcripts) settled(token string, stored, reconnects uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.lanes[token]
+	if e == nil {
+		return false
+	}
+	t := e.Value.(*transcript)
+	return t.last == stored && t.settledAt == reconnects+1
 }
 
 // sameCopy reports whether a and b are the same version of a lane's

@@ -232,3 +232,50 @@ func TestTranscriptsBudget(t *testing.T) {
 		t.Fatalf("after drop: size %d", c.size)
 	}
 }
+
+// TestSettledCheckAfterReconnect: a lane's next owner on the worker that
+// stored the newest record's final events skips checking them, unless the
+// worker's connection reconnected since: a server that restarted may have
+// lost events it had acknowledged, and the check publishes the final event
+// again from the record.
+func TestSettledCheckAfterReconnect(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	const key = "settled"
+	tok, _ := events.KeyToken(key)
+	w := f.startWorkerRef(t, &echoHandler{}, Config{})
+	first := f.publish(t, key, "one")
+	f.waitFinal(t, key, first)
+	_ = f.takeLane(t, tok).Release(t.Context()) // the owner has let the lane go
+	cur, err := f.lanes.Cursor(t.Context(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.transcripts.settled(tok, cur.Stored, w.nc.Stats().Reconnects) {
+		t.Fatal("the worker that stored the turn's final event does not know it")
+	}
+
+	// The server lost the acknowledged final event; the worker reconnects.
+	if err := f.streams.Events.DeleteMsg(t.Context(), f.streamSeqOfFinal(t, key, first)); err != nil {
+		t.Fatal(err)
+	}
+	before := w.nc.Stats().Reconnects
+	if err := w.nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	for w.nc.Stats().Reconnects == before || !w.nc.IsConnected() {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("never reconnected")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if w.transcripts.settled(tok, cur.Stored, w.nc.Stats().Reconnects) {
+		t.Fatal("still trusted after a reconnect")
+	}
+	second := f.publish(t, key, "two")
+	f.waitFinal(t, key, second)
+	if n := f.finals(t, key, first); n != 1 {
+		t.Fatalf("the first run has %d final events after the next turn, want 1 (published again)", n)
+	}
+}
