@@ -298,6 +298,11 @@ type turnsFigures struct {
 	rssMB float64       // after the load
 }
 
+// net takes the idle process's CPU (rate: CPU time per second) off f's.
+func (f *turnsFigures) net(rate float64) {
+	f.cpu = max(0, f.cpu-time.Duration(rate*float64(f.el)))
+}
+
 func (f turnsFigures) rate() float64 { return float64(f.n) / f.el.Seconds() }
 
 func (f turnsFigures) cpuPer() float64 {
@@ -427,7 +432,7 @@ func turnsBench(o options) error {
 	defer mock.close()
 	fmt.Printf("lanebench turns: one worker with its embedded server (one process: server, worker, Go client, mock model), OpenAI-compatible mock over HTTP answering %q, lanes per worker %s, GOMAXPROCS %d\n",
 		turnsReplyText, map[bool]string{true: "default", false: strconv.Itoa(concurrency)}[concurrency == 0], runtime.GOMAXPROCS(0))
-	fmt.Printf("CPU/turn is the process's user+system time over the turns (server, worker, client and mock together); the direct baseline's is the client's and the mock's share.\n")
+	fmt.Printf("CPU/turn is the process's user+system time over the turns (server, worker, client and mock together) less what the idle process spends in that time; the direct baseline's is the client's and the mock's share.\n")
 	fmt.Printf("out/t: messages the worker sent per turn (publishes, requests, acks); wr/t: messages stored per turn, all streams (each one write, fsynced with sync always).\n")
 	if *turnsCPUProf != "" {
 		f, err := os.Create(*turnsCPUProf)
@@ -512,8 +517,14 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	ready := time.Since(t0)
 	runtime.GC()
 	idle := mb(rss())
-	fmt.Printf("\nsync_interval %s: worker ready and first turn in %v; RSS %.0f MB before start, %.0f MB idle after one turn (model %s)\n",
-		map[bool]string{true: "always", false: "default (2m)"}[syncAlways], ready.Round(time.Millisecond), rss0, idle, m.DefaultModel())
+	// What the idle process spends (the server's and the worker's timers,
+	// heartbeats) is taken off every figure's CPU: with a slow model it
+	// would otherwise count as the turns'.
+	cpuIdle0, idleT0 := cpuTime(), time.Now()
+	time.Sleep(time.Second)
+	idleRate := float64(cpuTime()-cpuIdle0) / float64(time.Since(idleT0))
+	fmt.Printf("\nsync_interval %s: worker ready and first turn in %v; RSS %.0f MB before start, %.0f MB idle after one turn (model %s); idle CPU %.1f%%\n",
+		map[bool]string{true: "always", false: "default (2m)"}[syncAlways], ready.Round(time.Millisecond), rss0, idle, m.DefaultModel(), 100*idleRate)
 	fmt.Printf("  %-9s %6s %6s | %8s %8s %8s %8s %6s %5s %5s | %8s %8s %8s | %7s %6s\n", "scenario", "delay", "turns",
 		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "out/t", "wr/t", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate")
 	var distinctP50, oneP50, oneTail float64
@@ -535,6 +546,8 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
 			c1 := counts(ctx, m.Conn, m.JS)
+			f.net(idleRate)
+			base.net(idleRate)
 			p50 := ms(f.lat, 50)
 			fmt.Printf("  %-9s %6s %6d | %8.2f %8.2f %8.0f %8.2f %6.0f %5.1f %5.1f | %8.2f %8.0f %8.2f | %7.2f %5.0f%%\n", sc.name, delay, f.n,
 				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, float64(c1.sent-c0.sent)/float64(f.n), float64(c1.stored-c0.stored)/float64(f.n),
