@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/internal/natstest"
@@ -124,5 +125,55 @@ func TestReadTranscriptBatched(t *testing.T) {
 	}
 	if first, err := lanes.FirstStored(ctx, "nobody"); err != nil || first != 0 {
 		t.Errorf("FirstStored of an empty lane = %d, %v", first, err)
+	}
+}
+
+// TestReadTranscriptReplicated: on a bucket replicated three ways, a read
+// through a connection to a node that leads nothing still gets every
+// record in batches, and leaves no consumer.
+func TestReadTranscriptReplicated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	t.Parallel()
+	cl := natstest.StartCluster(t, 3)
+	var lanes []*Lanes
+	var conns []*nats.Conn
+	for _, url := range cl.URLs {
+		nc := natstest.Connect(t, url)
+		js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(t.Context(), js, Config{Replicas: 3, LeaseTTL: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lanes, conns = append(lanes, l), append(conns, nc)
+	}
+	ctx := t.Context()
+	lease, err := lanes[0].Acquire(ctx, "r3", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for i := uint64(1); i <= n; i++ {
+		if _, err := lease.PutRecord(ctx, turn(i, strconv.FormatUint(i, 10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, l := range lanes {
+		before := conns[i].Stats().OutMsgs
+		tr, err := l.ReadTranscript(ctx, "r3", 1)
+		if err != nil || len(tr.Records) != n || tr.Records[n-1].InboundSeq != n {
+			t.Fatalf("node %d: %d records, %v", i+1, len(tr.Records), err)
+		}
+		if sent := conns[i].Stats().OutMsgs - before; sent > 12 {
+			t.Errorf("node %d: %d requests for %d records", i+1, sent, n)
+		}
+	}
+	info, err := lanes[0].Stream().Info(ctx)
+	if err != nil || info.State.Consumers != 0 {
+		t.Errorf("consumers left: %+v, %v", info.State.Consumers, err)
 	}
 }
