@@ -28,7 +28,7 @@ func TestReadTranscriptBatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	lanes, err := Open(ctx, js, Config{LeaseTTL: 10 * time.Second})
+	lanes, err := Open(ctx, js, Config{LeaseTTL: 5 * time.Minute}) // no renewals: outlives the writes on a busy box
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -405,7 +406,7 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 // interrupt, rollback or stop: see watchCuts), and commits what it returns.
 func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attempt, p *plan) error {
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: a.em.run, Seq: a.seq,
-		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.tx.entries, Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em}
+		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em}
 	turn.steer = o.steerer(p)
 	turn.steps = &StepLog{lanes: o.w.lanes, lease: o.lease, token: o.token, seq: a.seq, first: a.attempt == 1}
 	out, err := o.callHandler(turnCtx, turn, a.log)
