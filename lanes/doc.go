@@ -92,8 +92,9 @@
 //
 // A turn's handler gets the run's step journal (Turn.Steps, a
 // runner.StepStore): steps written under the lease next to the turn's
-// record (kvstore: <lane>.j.<seq>.<n>), read only on a later attempt of the
-// same message, dropped once the turn commits. The runner decides what a
+// record (kvstore: <lane>.j.<n>, headed with the message's sequence), read
+// only on a later attempt of the same message; the lane's next turn writes
+// over them, and a read takes only its own turn's steps. The runner decides what a
 // step is and how a re-run replays it.
 //
 // # Fenced events

@@ -407,13 +407,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	stopWatch()
 	if cut && err != nil && ctx.Err() == nil {
-		err := o.interrupted(ctx, a.em, p, a.attempt, out)
-		if err == nil {
-			if derr := turn.steps.drop(ctx); derr != nil {
-				a.log.Warn().Err(derr).Msg("drop the cut turn's step journal (it expires)")
-			}
-		}
-		return err
+		return o.interrupted(ctx, a.em, p, a.attempt, out)
 	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
@@ -431,9 +425,6 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 	o.lastEnd = time.Now()
 	if err := o.commit(ctx, a.em, p, out); err != nil {
 		return err
-	}
-	if err := turn.steps.drop(ctx); err != nil {
-		a.log.Warn().Err(err).Msg("drop the committed turn's step journal (it expires)")
 	}
 	o.w.stats.Turns.Add(1)
 	return nil
