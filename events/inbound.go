@@ -341,7 +341,9 @@ func (in *Inbound) Validate() error {
 func (in *Inbound) IsSettings() bool { return in.QueueSettings != nil || in.RunSettings != nil }
 
 // runFields reports whether in names a turn's own run settings.
-func (in *Inbound) runFields() bool { return in.Model != "" || in.Thinking != "" || in.AuthProfile != "" }
+func (in *Inbound) runFields() bool {
+	return in.Model != "" || in.Thinking != "" || in.AuthProfile != ""
+}
 
 func settingsField(in *Inbound) string {
 	if in.QueueSettings != nil {
