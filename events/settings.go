@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -288,4 +289,35 @@ func (u *UsageMeta) Plus(v *UsageMeta) *UsageMeta {
 			CacheWrite: x.CacheWrite + y.CacheWrite, Total: x.Total + y.Total}
 	}
 	return out
+}
+
+// MaxSettingsBytes bounds a stored settings record.
+const MaxSettingsBytes = 64 << 10
+
+// DecodeSettings reads a stored settings record (JSON; nil or empty = none
+// stored) and checks it.
+func DecodeSettings(data []byte) (*Settings, error) {
+	if len(data) == 0 {
+		return nil, nil
+	}
+	if len(data) > MaxSettingsBytes {
+		return nil, &DecodeError{Field: "settings", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(data), MaxSettingsBytes), Err: ErrTooLarge}
+	}
+	var s Settings
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, &DecodeError{Field: "settings", Reason: "malformed JSON: " + jsonReason(err), Err: err}
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// EncodeSettings encodes settings for the store.
+func EncodeSettings(s *Settings) ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("events: encode settings: %w", err)
+	}
+	return b, nil
 }
