@@ -124,6 +124,13 @@ func WithThinking(level string) SendOption {
 	return func(o *sendOptions) error { o.in.Thinking = level; return nil }
 }
 
+// WithAuthProfile pins the message's turn to one auth profile (an id of
+// the worker's auth-profiles file, e.g. "anthropic:work"); it wins over the
+// session's stored profile and the one its last turn used.
+func WithAuthProfile(id string) SendOption {
+	return func(o *sendOptions) error { o.in.AuthProfile = id; return nil }
+}
+
 // WithImage attaches an image.
 func WithImage(mimeType string, data []byte) SendOption {
 	return func(o *sendOptions) error {

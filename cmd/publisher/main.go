@@ -1,7 +1,7 @@
 // Command publisher sends messages to Lanefleet sessions, follows their
 // replies live, and lets operators see and steer the fleet.
 //
-//	publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE]
+//	publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--auth-profile ID] [--image FILE]
 //	               [--tool-file FILE] [--tool-result ID=TEXT] [--tool-error ID=TEXT] TEXT|-
 //	publisher follow --session KEY --run ID [--json]
 //	publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--model P/ID]
@@ -260,7 +260,7 @@ func sendCommand(c *common) *cobra.Command {
 	var (
 		noFollow              bool
 		mode, model, thinking string
-		msgID                 string
+		msgID, authProfile    string
 		images, tools         []string
 		results, failures     []string
 	)
@@ -275,7 +275,8 @@ func sendCommand(c *common) *cobra.Command {
 			if err := c.checkSession("send"); err != nil {
 				return err
 			}
-			opts := []lanefleet.SendOption{lanefleet.WithMode(mode), lanefleet.WithModel(model), lanefleet.WithThinking(thinking), lanefleet.WithMessageID(msgID)}
+			opts := []lanefleet.SendOption{lanefleet.WithMode(mode), lanefleet.WithModel(model), lanefleet.WithThinking(thinking), lanefleet.WithMessageID(msgID),
+				lanefleet.WithAuthProfile(authProfile)}
 			if c.asJSON {
 				opts = append(opts, lanefleet.WithJSON())
 			}
@@ -309,7 +310,7 @@ func sendCommand(c *common) *cobra.Command {
 				opts = append(opts, lanefleet.WithToolResults(answers...))
 			}
 			// Say what is wrong with the message before touching the network.
-			check := events.Inbound{Text: text, Mode: mode, Model: model, Thinking: thinking, Tools: toolDefs, ToolResults: answers}
+			check := events.Inbound{Text: text, Mode: mode, Model: model, Thinking: thinking, AuthProfile: authProfile, Tools: toolDefs, ToolResults: answers}
 			if len(images) > 0 {
 				check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
 			}
@@ -342,6 +343,7 @@ func sendCommand(c *common) *cobra.Command {
 	fs.StringVar(&mode, "mode", "", "queue mode: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
 	fs.StringVar(&model, "model", "", "model provider/model-id")
 	fs.StringVar(&thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
+	fs.StringVar(&authProfile, "auth-profile", "", "run this turn on this auth profile only")
 	fs.StringVar(&msgID, "id", "", "message id for de-duplication (default random)")
 	fs.StringArrayVar(&images, "image", nil, "attach an image file (repeatable)")
 	fs.StringArrayVar(&tools, "tool-file", nil, "offer the client tools defined in a JSON file (repeatable): an array of {name, description, parameters}")
