@@ -239,7 +239,7 @@ func TestRunSettingsCommand(t *testing.T) {
 		}
 	}
 	var shown struct {
-		Run   events.RunSettings   `json:"run"`
+		Run   events.RunSettings  `json:"run"`
 		State events.SessionState `json:"state"`
 	}
 	if err := json.Unmarshal([]byte(pub("settings", "--json")), &shown); err != nil || shown.Run.HistoryLimit != 5 || shown.State.Turns != 2 || shown.State.Usage.Output < 3 {
