@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -29,6 +30,10 @@ type Record struct {
 	// just before a crash can have its final event published again without
 	// running the model a second time.
 	Final []byte `msgpack:"final,omitempty"`
+	// State is the session's state once this turn committed (its sticky
+	// auth profile, its running usage): the newest record's is the
+	// session's, so it changes exactly with a committed turn.
+	State *events.SessionState `msgpack:"state,omitempty"`
 }
 
 // Record reads the record of one turn (leader read). A record that does not
@@ -54,6 +59,7 @@ func (l *Lanes) Record(ctx context.Context, token string, seq uint64) (Record, b
 type Cursor struct {
 	Seq       uint64
 	SessionID string
+	State     *events.SessionState // the newest record's session state; nil = none
 }
 
 // Cursor reads a lane's cursor (zero value for a new lane) from its newest
@@ -79,7 +85,7 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 		}
 		return Cursor{Seq: seq}, err
 	}
-	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID}, nil
+	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, State: r.State}, nil
 }
 
 // PutRecord writes a turn record under the fence.

@@ -29,6 +29,13 @@ type Turn struct {
 	// Header is the inbound message's headers (its trace context); do not
 	// modify.
 	Header nats.Header
+	// Settings are the session's stored run settings in force for this
+	// turn (nil = none): the handler applies them where the message names
+	// none. A settings message changes them exactly between two turns.
+	Settings *events.RunSettings
+	// State is the session's state before this turn: the auth profile
+	// that answered its last turn, its running usage.
+	State events.SessionState
 
 	em    *emitter
 	steer func(ctx context.Context) []*events.Inbound
@@ -91,6 +98,13 @@ func (t *Turn) Emit(stream string, data events.EventData) { t.em.emit(stream, da
 type Outcome struct {
 	Entries []message.Entry // appended to the transcript
 	Result  *events.Result  // published as the run's final event
+	// Usage is what the turn's model calls used (every call summed, cost
+	// included; nil = nothing): the lane adds it to the session's running
+	// total in the turn's record, so it counts once per committed turn.
+	Usage *events.UsageMeta
+	// AuthProfile is the auth profile that answered the turn ("" = none
+	// or not known): stored with the session, its next turn starts on it.
+	AuthProfile string
 }
 
 // Handler runs turns. A handler whose ctx is cancelled by a message that
