@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -30,6 +31,10 @@ type Record struct {
 	// just before a crash can have its final event published again without
 	// running the model a second time.
 	Final []byte `msgpack:"final,omitempty"`
+	// State is the session's state once this turn committed (its sticky
+	// auth profile, its running usage): the newest record's is the
+	// session's, so it changes exactly with a committed turn.
+	State *events.SessionState `msgpack:"state,omitempty"`
 }
 
 // Record reads the record of one turn (leader read). A record that does not
@@ -60,6 +65,7 @@ type Cursor struct {
 	// While the lease is held only its holder adds to the transcript, so
 	// a copy of the transcript read up to Stored is the whole of it.
 	Stored uint64
+	State  *events.SessionState // the newest record's session state; nil = none
 }
 
 // Cursor reads a lane's cursor (zero value for a new lane) from its newest
@@ -85,7 +91,7 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 		}
 		return Cursor{Seq: seq, Stored: raw.Sequence}, err
 	}
-	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence}, nil
+	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State}, nil
 }
 
 // Written says where a record was written: its stream sequence and its
