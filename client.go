@@ -124,6 +124,13 @@ func WithThinking(level string) SendOption {
 	return func(o *sendOptions) error { o.in.Thinking = level; return nil }
 }
 
+// WithAuthProfile pins the message's turn to one auth profile (an id of
+// the worker's auth-profiles file, e.g. "anthropic:work"); it wins over the
+// session's stored profile and the one its last turn used.
+func WithAuthProfile(id string) SendOption {
+	return func(o *sendOptions) error { o.in.AuthProfile = id; return nil }
+}
+
 // WithImage attaches an image.
 func WithImage(mimeType string, data []byte) SendOption {
 	return func(o *sendOptions) error {
@@ -348,34 +355,85 @@ func (c *Client) Stop(ctx context.Context, session string) (*Run, error) {
 // messages sent before it have been taken; Wait on the returned run to know
 // it was applied (its result's text describes the settings in force).
 func (c *Client) SetQueueSettings(ctx context.Context, session string, s queue.Overrides) (*Run, error) {
-	return c.sendSettings(ctx, session, QueueSettingsOf(s))
+	return c.SetSettings(ctx, session, SettingsChange{Queue: &s})
 }
 
-// ResetQueueSettings clears a session's stored queue settings, in lane order
-// like SetQueueSettings.
+// ResetQueueSettings clears a session's stored queue settings (its run
+// settings stay), in lane order like SetQueueSettings.
 func (c *Client) ResetQueueSettings(ctx context.Context, session string) (*Run, error) {
-	return c.sendSettings(ctx, session, &events.QueueSettings{Reset: true})
+	return c.sendSettings(ctx, &events.Inbound{ID: newID(), QueueSettings: &events.QueueSettings{Reset: true}}, session)
 }
 
-func (c *Client) sendSettings(ctx context.Context, session string, q *events.QueueSettings) (*Run, error) {
-	in := events.Inbound{ID: newID(), QueueSettings: q}
+func (c *Client) sendSettings(ctx context.Context, in *events.Inbound, session string) (*Run, error) {
 	if err := in.Validate(); err != nil {
 		return nil, err
 	}
-	return c.publish(ctx, session, &in, false)
+	return c.publish(ctx, session, in, false)
 }
 
 // QueueSettings returns a session's stored queue settings (zero when none
-// are stored); queue.Resolve(s) gives the values in force.
+// are stored); queue.Resolve(s) gives the values in force. Settings
+// returns them with the run settings and the session's state.
 func (c *Client) QueueSettings(ctx context.Context, session string) (queue.Overrides, error) {
+	s, err := c.Settings(ctx, session)
+	return s.Queue, err
+}
+
+// SettingsChange is a change to a session's stored settings, sent as one
+// settings message so both parts change together. A nil part stays as
+// stored. In Run, the fields set replace the stored ones, an empty Tools
+// clears the stored tool policy, and Reset clears every run setting
+// first.
+type SettingsChange struct {
+	Queue *queue.Overrides
+	Run   *events.RunSettings
+}
+
+// SessionSettings are a session's stored settings and state.
+type SessionSettings struct {
+	Queue queue.Overrides     // zero when none are stored; queue.Resolve gives the values in force
+	Run   *events.RunSettings // nil when none are stored: the worker's defaults apply
+	// State is the session's state after its last committed turn: the
+	// auth profile its next turn starts on and the running total of its
+	// usage (tokens and cost); nil before any turn reported either.
+	State *events.SessionState
+}
+
+// SetSettings changes a session's stored settings: its queue settings
+// (see SetQueueSettings) and its run settings, which every later turn of
+// the session uses where its message names none: model, thinking level,
+// auth profile (which pins the session to it), history and tool-loop
+// limits, and a tool policy that narrows the worker's. A stored model must
+// still be allowed by the fleet when a turn uses it, else that turn ends
+// with an invalid_input error. The change is a message of the session's
+// lane, applied exactly between the messages sent before and after it;
+// Wait on the returned run to know it was applied (its result's text
+// describes the settings in force).
+func (c *Client) SetSettings(ctx context.Context, session string, ch SettingsChange) (*Run, error) {
+	in := events.Inbound{ID: newID(), RunSettings: ch.Run}
+	if ch.Queue != nil {
+		in.QueueSettings = QueueSettingsOf(*ch.Queue)
+	}
+	if !in.IsSettings() {
+		return nil, errors.New("lanefleet: SetSettings: the change sets nothing")
+	}
+	return c.sendSettings(ctx, &in, session)
+}
+
+// ResetSettings clears a session's stored queue and run settings (its
+// state stays), in lane order like SetSettings.
+func (c *Client) ResetSettings(ctx context.Context, session string) (*Run, error) {
+	in := events.Inbound{ID: newID(), QueueSettings: &events.QueueSettings{Reset: true}, RunSettings: &events.RunSettings{Reset: true}}
+	return c.sendSettings(ctx, &in, session)
+}
+
+// Settings returns a session's stored settings and its state.
+func (c *Client) Settings(ctx context.Context, session string) (SessionSettings, error) {
 	var rep service.SettingsReply
 	if err := c.call(ctx, session, service.OpSettings, nil, &rep); err != nil {
-		return queue.Overrides{}, err
+		return SessionSettings{}, err
 	}
-	if rep.Settings == nil {
-		return queue.Overrides{}, nil
-	}
-	return OverridesOf(rep.Settings), nil
+	return SessionSettings{Queue: OverridesOf(rep.Settings), Run: rep.Run, State: rep.State}, nil
 }
 
 // QueueSettingsOf returns queue settings in their wire form (what a

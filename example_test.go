@@ -172,6 +172,46 @@ func ExampleClient_SetQueueSettings() {
 	// {Mode:collect Debounce:1s Cap:5 Drop:summarize}
 }
 
+// Store a session's run settings: its turns then use this model and
+// thinking level unless their message names others, and never the write
+// tool. Settings returns them with the session's state: its running usage
+// and the auth profile its next turn starts on.
+func ExampleClient_SetSettings() {
+	url, stop := startExampleFleet()
+	defer stop()
+	c, _ := lanefleet.Connect(url)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	run, err := c.SetSettings(ctx, "tuned", lanefleet.SettingsChange{
+		Run: &events.RunSettings{Model: "scripted/echo", Thinking: "low", Tools: &events.ToolPolicy{Deny: []string{"write"}}}})
+	if err != nil {
+		panic(err)
+	}
+	res, err := run.Wait(ctx) // applied in lane order
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Payloads[0].Text)
+	if run, err = c.Send(ctx, "tuned", "hello"); err != nil {
+		panic(err)
+	}
+	if res, err = run.Wait(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Payloads[0].Text)
+	s, err := c.Settings(ctx, "tuned")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(s.Run, "/", s.State.Turns, "turn")
+	// Output:
+	// queue settings: defaults; run settings: model scripted/echo, thinking low, tools deny write
+	// echo: hello
+	// model scripted/echo, thinking low, tools deny write / 1 turn
+}
+
 // Follow a message sent while no worker runs: OnWait says why nothing
 // happens yet, and the run goes on once a worker starts.
 func ExampleRun_OnWait() {

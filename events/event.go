@@ -134,6 +134,10 @@ type Meta struct {
 	// collect mode, steered into it, dropped at the queue cap, or dropped
 	// by an interrupt. Each of their runs ends with its own final event.
 	Consumed []ConsumedRun `json:"consumed,omitempty" msgpack:"consumed,omitempty"`
+	// Session is the session's state once this turn committed: the
+	// running total of its usage (this turn's included) and the auth
+	// profile its next turn starts on.
+	Session *SessionState `json:"session,omitempty" msgpack:"session,omitempty"`
 }
 
 // ConsumedRun is a message a turn took off the lane without running it.

@@ -51,6 +51,15 @@ type Inbound struct {
 	// between the messages sent before and after it. It carries nothing
 	// else (no text, images or tools).
 	QueueSettings *QueueSettings `json:"queueSettings,omitempty" msgpack:"queueSettings,omitempty"`
+	// RunSettings makes this a settings message too (with or without
+	// QueueSettings): the lane stores the session's run settings (model,
+	// thinking level, auth profile, history and tool-loop limits, tool
+	// policy), which apply to every later turn of the session, exactly
+	// between the messages sent before and after it.
+	RunSettings *RunSettings `json:"runSettings,omitempty" msgpack:"runSettings,omitempty"`
+	// AuthProfile pins this message's turn to one auth profile; it wins
+	// over the session's stored one and its sticky last profile.
+	AuthProfile string `json:"authProfile,omitempty" msgpack:"authProfile,omitempty"`
 	// Stop makes this a stop command: it ends the session's running turn
 	// (its run ends interrupted) and drops the messages queued before it,
 	// without running a prompt; its own run ends with a final event saying
@@ -280,11 +289,11 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "v", Reason: fmt.Sprintf("unsupported schema version %d (this worker reads up to %d)", in.V, Version)}
 	case in.Session != "" && ValidateKey(in.Session) != nil:
 		return &DecodeError{Field: "session", Reason: ValidateKey(in.Session).Error()}
-	case in.QueueSettings != nil && (in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != ""):
-		return &DecodeError{Field: "queueSettings", Reason: "a settings message carries nothing else (no text, images, tools or mode)"}
-	case in.Stop && (in.QueueSettings != nil || in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != ""):
-		return &DecodeError{Field: "stop", Reason: "a stop command carries nothing else (no text, images, tools, mode or settings)"}
-	case !in.Stop && in.QueueSettings == nil && strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
+	case in.IsSettings() && (in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != "" || in.runFields()):
+		return &DecodeError{Field: settingsField(in), Reason: "a settings message carries nothing else (no text, images, tools, mode, model, thinking or auth profile)"}
+	case in.Stop && (in.IsSettings() || in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != "" || in.runFields()):
+		return &DecodeError{Field: "stop", Reason: "a stop command carries nothing else (no text, images, tools, mode, model or settings)"}
+	case !in.Stop && !in.IsSettings() && strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
 		return &DecodeError{Field: "text", Reason: "empty: a message needs text, an image or tool results"}
 	case len(in.Text) > MaxTextBytes:
 		return &DecodeError{Field: "text", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(in.Text), MaxTextBytes), Err: ErrTooLarge}
@@ -298,9 +307,19 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "thinking", Reason: fmt.Sprintf("unknown thinking level %q (off, minimal, low, medium, high, xhigh)", clip(in.Thinking))}
 	case in.Model != "" && !validModelRef(in.Model):
 		return &DecodeError{Field: "model", Reason: fmt.Sprintf("%q is not provider/model-id", clip(in.Model))}
+	case in.AuthProfile != "" && !validProfileID(in.AuthProfile):
+		return &DecodeError{Field: "authProfile", Reason: fmt.Sprintf("%q is not an auth profile id (1-%d printable bytes, no spaces)", clip(in.AuthProfile), maxProfileBytes)}
 	}
-	if in.QueueSettings != nil {
-		return in.QueueSettings.Validate()
+	if in.IsSettings() {
+		if in.QueueSettings != nil {
+			if err := in.QueueSettings.Validate(); err != nil {
+				return err
+			}
+		}
+		if in.RunSettings != nil {
+			return in.RunSettings.Validate()
+		}
+		return nil
 	}
 	if err := validateTools(in); err != nil {
 		return err
@@ -315,6 +334,22 @@ func (in *Inbound) Validate() error {
 		}
 	}
 	return nil
+}
+
+// IsSettings reports whether in is a settings message: it changes the
+// session's stored queue or run settings instead of running a turn.
+func (in *Inbound) IsSettings() bool { return in.QueueSettings != nil || in.RunSettings != nil }
+
+// runFields reports whether in names a turn's own run settings.
+func (in *Inbound) runFields() bool {
+	return in.Model != "" || in.Thinking != "" || in.AuthProfile != ""
+}
+
+func settingsField(in *Inbound) string {
+	if in.QueueSettings != nil {
+		return "queueSettings"
+	}
+	return "runSettings"
 }
 
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -62,6 +63,27 @@ func TestDecodeInbound(t *testing.T) {
 		{"stop with mode", "", []byte(`{"stop":true,"mode":"interrupt"}`), 0, "", "a stop command carries nothing else"},
 		{"stop with settings", "", []byte(`{"stop":true,"queueSettings":{"cap":2}}`), 0, "", "a stop command carries nothing else"},
 		{"stop false is empty", "", []byte(`{"stop":false}`), 0, "", "empty"},
+		// Run settings: a settings message of its own, bounded and validated.
+		{"run settings", "", []byte(`{"runSettings":{"model":"acme/m1","thinking":"HIGH","authProfile":"acme:a","historyLimit":5,"maxToolIterations":9,"tools":{"allow":["web_*","read"],"deny":["exec"],"approve":["write"]}}}`), 0, "", ""},
+		{"run and queue settings", "", []byte(`{"queueSettings":{"mode":"collect"},"runSettings":{"reset":true}}`), 0, "", ""},
+		{"run settings msgpack", ContentMsgpack, mustPack(t, map[string]any{"runSettings": map[string]any{"model": "a/b"}}), 0, "", ""},
+		{"run settings with text", "", []byte(`{"text":"a","runSettings":{"model":"a/b"}}`), 0, "", "a settings message carries nothing else"},
+		{"run settings with model", "", []byte(`{"model":"a/b","runSettings":{"thinking":"low"}}`), 0, "", "a settings message carries nothing else"},
+		{"queue settings with thinking", "", []byte(`{"thinking":"low","queueSettings":{"cap":2}}`), 0, "", "a settings message carries nothing else"},
+		{"run settings bad model", "", []byte(`{"runSettings":{"model":"gpt 4"}}`), 0, "", "runSettings.model"},
+		{"run settings bad thinking", "", []byte(`{"runSettings":{"thinking":"max"}}`), 0, "", "runSettings.thinking"},
+		{"run settings bad profile", "", []byte(`{"runSettings":{"authProfile":"a b"}}`), 0, "", "runSettings.authProfile"},
+		{"run settings long profile", "", []byte(`{"runSettings":{"authProfile":"` + strings.Repeat("p", 129) + `"}}`), 0, "", "runSettings.authProfile"},
+		{"run settings bad history", "", []byte(`{"runSettings":{"historyLimit":-1}}`), 0, "", "runSettings.historyLimit"},
+		{"run settings huge history", "", []byte(`{"runSettings":{"historyLimit":100001}}`), 0, "", "runSettings.historyLimit"},
+		{"run settings bad iterations", "", []byte(`{"runSettings":{"maxToolIterations":10001}}`), 0, "", "runSettings.maxToolIterations"},
+		{"run settings bad tool", "", []byte(`{"runSettings":{"tools":{"deny":["ex ec"]}}}`), 0, "", "runSettings.tools.deny[0]"},
+		{"run settings bracket glob", "", []byte(`{"runSettings":{"tools":{"allow":["[a"]}}}`), 0, "", "runSettings.tools.allow[0]"},
+		{"run settings too many tools", "", []byte(`{"runSettings":{"tools":{"approve":["` + strings.Repeat(`t","`, 64) + `t"]}}}`), 0, "", "65 patterns"},
+		{"run settings unknown field", "", []byte(`{"runSettings":{"temperature":1}}`), 0, "", `unknown field "temperature"`},
+		{"stop with run settings", "", []byte(`{"stop":true,"runSettings":{"model":"a/b"}}`), 0, "", "a stop command carries nothing else"},
+		{"message auth profile", "", []byte(`{"text":"a","authProfile":"acme:b"}`), 0, "a", ""},
+		{"message bad auth profile", "", []byte(`{"text":"a","authProfile":"a\u0000b"}`), 0, "", "authProfile"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,6 +192,9 @@ func FuzzDecodeInbound(f *testing.F) {
 	f.Add("", nestedMaps(100))
 	f.Add("", unhex("81 a5 746f6f6c73 91 82 a4 6e616d65 a1 78 aa 706172616d6574657273 81 a1 61 dfffffffff"))
 	f.Add(ContentJSON, []byte(`{"text":"a","tools":[{"name":"x","parameters":{"a":`+strings.Repeat("[", 20000)+`}}]}`))
+	f.Add(ContentJSON, []byte(`{"runSettings":{"model":"a/b","thinking":"low","authProfile":"a:b","historyLimit":3,"maxToolIterations":4,"tools":{"allow":["x*"],"deny":["y"]}},"queueSettings":{"cap":2}}`))
+	f.Add("", mustPack(f, map[string]any{"runSettings": map[string]any{"tools": map[string]any{"deny": []string{"exec"}}, "reset": true}}))
+	f.Add("", mustPack(f, map[string]any{"text": "a", "authProfile": "acme:a"}))
 	f.Fuzz(func(t *testing.T, ct string, data []byte) {
 		in, err := DecodeInbound(ct, data, 1<<16)
 		if err != nil {
@@ -344,4 +369,75 @@ func BenchmarkCodec(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestRunSettingsApply(t *testing.T) {
+	t.Parallel()
+	var stored *Settings
+	// Run settings alone leave the queue settings at their defaults.
+	stored = stored.Apply(nil, &RunSettings{Model: "acme/m1", Thinking: "HIGH", Tools: &ToolPolicy{Deny: []string{"exec"}}})
+	if got := stored.String(); got != "queue settings: defaults; run settings: model acme/m1, thinking high, tools deny exec" {
+		t.Fatalf("first change: %s", got)
+	}
+	// Queue settings alone keep the run settings; a change replaces only
+	// what it sets.
+	stored = stored.Apply(&QueueSettings{Mode: "collect"}, &RunSettings{HistoryLimit: 4, AuthProfile: "acme:b"})
+	if got := stored.String(); got != "queue settings: mode collect; run settings: model acme/m1, thinking high, auth profile acme:b, history limit 4, tools deny exec" {
+		t.Fatalf("second change: %s", got)
+	}
+	// An empty tool policy clears the stored one; reset clears every run
+	// setting and then applies the change; the queue part stays.
+	stored = stored.Apply(nil, &RunSettings{Tools: &ToolPolicy{}})
+	if stored.Run.Tools != nil {
+		t.Fatalf("tools not cleared: %+v", stored.Run.Tools)
+	}
+	stored = stored.Apply(nil, &RunSettings{Reset: true, MaxToolIterations: 7})
+	if got := stored.String(); got != "queue settings: mode collect; run settings: tool-loop limit 7" || stored.Run.Reset {
+		t.Fatalf("reset: %s", got)
+	}
+	stored = stored.Apply(nil, &RunSettings{Reset: true})
+	if stored.Run != nil || stored.String() != "queue settings: mode collect" {
+		t.Fatalf("reset to nothing: %+v %s", stored.Run, stored)
+	}
+}
+
+// TestStoredSettingsCompatible: a settings record written before run
+// settings existed (the queue settings' own JSON) still reads, and a record
+// with run settings reads as the queue settings it holds for a reader that
+// knows none.
+func TestStoredSettingsCompatible(t *testing.T) {
+	t.Parallel()
+	var s Settings
+	if err := json.Unmarshal([]byte(`{"mode":"collect","cap":3}`), &s); err != nil || s.Mode != "collect" || s.Cap != 3 || s.Run != nil {
+		t.Fatalf("old record: %+v %v", s, err)
+	}
+	b, err := json.Marshal(&Settings{QueueSettings: QueueSettings{Mode: "steer"}, Run: &RunSettings{Model: "a/b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"mode":"steer","run":{"model":"a/b"}}` {
+		t.Fatalf("record = %s", b)
+	}
+	var old QueueSettings
+	if err := json.Unmarshal(b, &old); err != nil || old.Mode != "steer" {
+		t.Fatalf("old reader: %+v %v", old, err)
+	}
+}
+
+func TestUsagePlus(t *testing.T) {
+	t.Parallel()
+	var total *UsageMeta
+	if total.Plus(nil) != nil {
+		t.Fatal("nil plus nil is not nil")
+	}
+	total = total.Plus(&UsageMeta{Input: 10, Output: 2, Total: 12})
+	total = total.Plus(&UsageMeta{Input: 5, CacheRead: 3, Total: 8, Cost: &CostMeta{Input: 0.5, Total: 0.5}})
+	want := UsageMeta{Input: 15, Output: 2, CacheRead: 3, Total: 20}
+	if got := *total; got.Cost == nil || got.Cost.Total != 0.5 || got.Cost.Input != 0.5 {
+		t.Fatalf("cost = %+v", got.Cost)
+	}
+	total.Cost = nil
+	if *total != want {
+		t.Fatalf("total = %+v, want %+v", *total, want)
+	}
 }

@@ -38,7 +38,7 @@ func TestCorruptValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.PutRecord(ctx, turn(1, "one")); err != nil {
+	if _, err := l.PutRecord(ctx, turn(1, "one")); err != nil {
 		t.Fatal(err)
 	}
 	for key, v := range map[string][]byte{"alice.tx.2": bomb, "alice.tx.3": deep} {
@@ -46,7 +46,7 @@ func TestCorruptValues(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.PutRecord(ctx, turn(4, "four")); err != nil {
+	if _, err := l.PutRecord(ctx, turn(4, "four")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.lanes.kv.Put(ctx, "alice.tx.5", []byte("not msgpack at all")); err != nil {

@@ -23,7 +23,7 @@ func TestForgetIsFenced(t *testing.T) {
 	for seq := uint64(1); seq <= 2; seq++ {
 		rec := Record{InboundSeq: seq, RunID: "r", Entries: []message.Entry{{Type: message.EntryMessage, ID: "e",
 			Message: &message.Message{Role: message.RoleUser, Content: message.PlainText("hi")}}}}
-		if err := stale.PutRecord(ctx, rec); err != nil {
+		if _, err := stale.PutRecord(ctx, rec); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,9 +7,9 @@ import (
 )
 
 // TestStepJournal: steps are read in step order up to the first missing
-// one, a step written again replaces the earlier one, each turn's journal
-// is its own, a dropped journal is gone, and an owner whose lease moved on
-// cannot add a step.
+// one, a step written again replaces the earlier one, a later turn's steps
+// replace an earlier turn's and the earlier turn's leftovers never join the
+// later journal, and an owner whose lease moved on cannot add a step.
 func TestStepJournal(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2*time.Second)
@@ -42,7 +42,6 @@ func TestStepJournal(t *testing.T) {
 	put(7, 2, "b")
 	put(7, 1, "a")
 	put(7, 4, "d") // after a gap: not part of the journal
-	put(8, 1, "other turn")
 	if got := steps(7); len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Fatalf("steps %q, want [a b]", got)
 	}
@@ -51,14 +50,18 @@ func TestStepJournal(t *testing.T) {
 	if got := steps(7); len(got) != 4 || got[0] != "a2" || got[2] != "c" || got[3] != "d" {
 		t.Fatalf("steps %q, want [a2 b c d]", got)
 	}
-	if err := b.lanes.DropSteps(ctx, "j", 7); err != nil {
-		t.Fatal(err)
+	// Turn 8 (turn 7 committed) writes its first step over turn 7's: its
+	// journal is that step alone, turn 7's steps 2-4 stay out of it.
+	put(8, 1, "other turn")
+	if got := steps(8); len(got) != 1 || got[0] != "other turn" {
+		t.Fatalf("turn 8's steps %q, want [other turn]", got)
 	}
 	if got := steps(7); len(got) != 0 {
-		t.Fatalf("dropped journal still has %q", got)
+		t.Fatalf("turn 7's journal after turn 8 replaced its first step: %q, want none", got)
 	}
-	if got := steps(8); len(got) != 1 {
-		t.Fatalf("dropping turn 7's journal touched turn 8's: %q", got)
+	put(8, 2, "b8")
+	if got := steps(8); len(got) != 2 || got[1] != "b8" {
+		t.Fatalf("turn 8's steps %q, want [other turn b8]", got)
 	}
 	// Another owner takes the lane once the lease lapses: the old one's
 	// step is refused.

@@ -67,7 +67,7 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 	}
 	rec := Record{InboundSeq: 1, RunID: "1", SessionID: "s1", Entries: []message.Entry{{Type: message.EntryMessage, ID: "aaaaaaaa",
 		Message: &message.Message{Role: message.RoleUser, Content: message.PlainText("hi")}}}}
-	if err := a.PutRecord(ctx, rec); err != nil {
+	if _, err := a.PutRecord(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	// A's lease expires (it stops renewing, like a paused zombie); B takes
@@ -93,7 +93,7 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 	}
 	// The zombie's writes and renewals are rejected by the server.
 	rec.Entries[0].ID = "zzzzzzzz"
-	if err := a.PutRecord(ctx, rec); !errors.Is(err, ErrLeaseLost) {
+	if _, err := a.PutRecord(ctx, rec); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("zombie record write err = %v, want ErrLeaseLost", err)
 	}
 	if err := a.Renew(ctx); !errors.Is(err, ErrLeaseLost) {
@@ -112,7 +112,7 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 	}
 	// B re-runs turn 1: the record is replaced, not duplicated.
 	rec.Entries[0].ID = "bbbbbbbb"
-	if err := bl.PutRecord(ctx, rec); err != nil {
+	if _, err := bl.PutRecord(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := b.lanes.Records(ctx, "alice")
@@ -147,7 +147,7 @@ func TestRecordsOrderAndEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := uint64(1); i <= 300; i++ {
-		if err := l.PutRecord(ctx, Record{InboundSeq: i * 10}); err != nil {
+		if _, err := l.PutRecord(ctx, Record{InboundSeq: i * 10}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -185,15 +185,21 @@ func (s *Lease) Release(ctx context.Context) error {
 }
 
 // put writes key under the fence: the server stores it only while the lease
-// subject's last sequence is our revision.
-func (s *Lease) put(ctx context.Context, key string, data []byte) error {
+// subject's last sequence is our revision. It returns the write's stream
+// sequence.
+func (s *Lease) put(ctx context.Context, key string, data []byte) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.fenced(ctx, "write "+key, func(rev uint64) error {
-		_, err := s.lanes.js.Publish(ctx, s.lanes.prefix+key, data,
+	var seq uint64
+	err := s.fenced(ctx, "write "+key, func(rev uint64) error {
+		ack, err := s.lanes.js.Publish(ctx, s.lanes.prefix+key, data,
 			jetstream.WithExpectLastSequenceForSubject(rev, s.lanes.prefix+leaseKey(s.token)))
+		if err == nil {
+			seq = ack.Sequence
+		}
 		return err
 	})
+	return seq, err
 }
 
 // fenced runs one write conditioned on the lease's revision (s.mu held) and

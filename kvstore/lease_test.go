@@ -112,7 +112,7 @@ func TestLeaseConflictsOnReplicatedBucket(t *testing.T) {
 			if i%2 == 0 {
 				err = owner.Renew(ctx)
 			} else {
-				err = owner.PutRecord(ctx, Record{InboundSeq: uint64(i)})
+				_, err = owner.PutRecord(ctx, Record{InboundSeq: uint64(i)})
 			}
 			if err != nil {
 				close(stop)
@@ -148,7 +148,7 @@ func TestRenewWhoseAnswerWasLost(t *testing.T) {
 		jetstream.WithExpectLastSequencePerSubject(l.Revision()), jetstream.WithMsgTTL(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.PutRecord(ctx, Record{InboundSeq: 1}); err != nil {
+	if _, err := l.PutRecord(ctx, Record{InboundSeq: 1}); err != nil {
 		t.Fatalf("write after a renewal with a lost answer: %v", err)
 	}
 	if err := l.Renew(ctx); err != nil {
@@ -162,7 +162,7 @@ func TestRenewWhoseAnswerWasLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.PutRecord(ctx, Record{InboundSeq: 2}); !errors.Is(err, ErrLeaseLost) {
+	if _, err := l.PutRecord(ctx, Record{InboundSeq: 2}); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("write through a released lease: %v, want ErrLeaseLost", err)
 	}
 	if err := other.Release(ctx); err != nil {

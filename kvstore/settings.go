@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// T.settings holds a lane's stored queue settings, as bytes the lanes package
-// encodes. The owner writes them under the lease's fence when it processes a
+// T.settings holds a lane's stored queue and run settings, as bytes the
+// lanes package encodes (events.EncodeSettings). The owner writes them under the lease's fence when it processes a
 // settings message, so they change exactly between two of the lane's
 // messages; every owner reads them when it takes the lane.
 
@@ -31,5 +31,6 @@ func (l *Lanes) Settings(ctx context.Context, token string) ([]byte, error) {
 // PutSettings stores the lane's settings under the fence. ErrLeaseLost means
 // the lease moved on and nothing was written.
 func (s *Lease) PutSettings(ctx context.Context, data []byte) error {
-	return s.put(ctx, settingsKey(s.token), data)
+	_, err := s.put(ctx, settingsKey(s.token), data)
+	return err
 }

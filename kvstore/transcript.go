@@ -7,9 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -29,6 +31,10 @@ type Record struct {
 	// just before a crash can have its final event published again without
 	// running the model a second time.
 	Final []byte `msgpack:"final,omitempty"`
+	// State is the session's state once this turn committed (its sticky
+	// auth profile, its running usage): the newest record's is the
+	// session's, so it changes exactly with a committed turn.
+	State *events.SessionState `msgpack:"state,omitempty"`
 }
 
 // Record reads the record of one turn (leader read). A record that does not
@@ -54,6 +60,12 @@ func (l *Lanes) Record(ctx context.Context, token string, seq uint64) (Record, b
 type Cursor struct {
 	Seq       uint64
 	SessionID string
+	// Stored is the stream sequence of the lane's newest transcript
+	// message (its newest record, or a marker that removed one); 0 = none.
+	// While the lease is held only its holder adds to the transcript, so
+	// a copy of the transcript read up to Stored is the whole of it.
+	Stored uint64
+	State  *events.SessionState // the newest record's session state; nil = none
 }
 
 // Cursor reads a lane's cursor (zero value for a new lane) from its newest
@@ -69,7 +81,7 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 		return Cursor{}, fmt.Errorf("kvstore: cursor %s: %w", token, err)
 	}
 	if len(raw.Data) == 0 {
-		return Cursor{}, nil // the transcript was deleted
+		return Cursor{Stored: raw.Sequence}, nil // the transcript was deleted
 	}
 	var r Record
 	if err := decode(strings.TrimPrefix(raw.Subject, l.prefix), raw.Sequence, raw.Data, &r); err != nil {
@@ -77,27 +89,81 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 		if !ok {
 			return Cursor{}, fmt.Errorf("kvstore: cursor %s: %w", token, err)
 		}
-		return Cursor{Seq: seq}, err
+		return Cursor{Seq: seq, Stored: raw.Sequence}, err
 	}
-	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID}, nil
+	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State}, nil
+}
+
+// Written says where a record was written: its stream sequence and its
+// encoded size.
+type Written struct {
+	Seq  uint64
+	Size int
 }
 
 // PutRecord writes a turn record under the fence.
-func (s *Lease) PutRecord(ctx context.Context, r Record) error {
+func (s *Lease) PutRecord(ctx context.Context, r Record) (Written, error) {
 	data, err := msgpack.Marshal(&r)
 	if err != nil {
-		return fmt.Errorf("kvstore: encode record: %w", err)
+		return Written{}, fmt.Errorf("kvstore: encode record: %w", err)
 	}
-	return s.put(ctx, recordKey(s.token, r.InboundSeq), data)
+	seq, err := s.put(ctx, recordKey(s.token, r.InboundSeq), data)
+	return Written{Seq: seq, Size: len(data)}, err
 }
 
 // Records reads a lane's transcript records in the order they were written.
 // Records that do not decode are skipped: the others are returned along
 // with a *CorruptError for each skipped one (joined), so a caller that can
-// go on without them does. It walks the stream with leader reads (next message by subject filter), one
-// request per record: plain request/response survives leader changes, where
-// an ordered consumer created during a failover can wait forever.
+// go on without them does. See ReadTranscript for how it reads.
 func (l *Lanes) Records(ctx context.Context, token string) ([]Record, error) {
+	t, err := l.ReadTranscript(ctx, token, 1)
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return nil, err
+	}
+	return t.Records, err
+}
+
+// Transcript is what ReadTranscript found from a stream position on.
+type Transcript struct {
+	Records []Record
+	Size    int    // encoded bytes of Records
+	First   uint64 // stream sequence of the first of Records; 0 = none
+	// Last is the stream sequence of the last transcript message read (a
+	// record or a marker); 0 = none.
+	Last uint64
+	// Removed reports a delete or purge marker among the messages read: a
+	// record seen before may be gone.
+	Removed bool
+}
+
+// Read sizes of ReadTranscript.
+const (
+	// singleReads is how many records a read fetches one request each
+	// before it asks for the rest in batches: a short transcript costs
+	// no consumer.
+	singleReads = 4
+	// batchMax bounds the messages of one batch request.
+	batchMax = 1024
+	// readTimeout bounds one request of a read: a request lost in a
+	// leader change is retried by the caller instead of waiting out the
+	// read's deadline.
+	readTimeout = 5 * time.Second
+)
+
+// ReadTranscript reads a lane's transcript messages stored at or after
+// stream sequence from, in the order they were written (leader reads).
+// Records that do not decode are skipped, with a *CorruptError each
+// (joined) next to what was read.
+//
+// The first few records are read one request each (next message by subject
+// filter); the rest in batches, through an ephemeral consumer over the
+// lane's records that is deleted after the read, so a long transcript
+// costs a handful of requests, not one per record. A batch that fails
+// (a leader change, a consumer placed on a replica that lags) ends early
+// and the read goes on one record at a time from where it stopped, which
+// also always ends it: every read ends with a leader read finding nothing
+// more, so a batch can never hide the newest records.
+func (l *Lanes) ReadTranscript(ctx context.Context, token string, from uint64) (Transcript, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Minute)
@@ -105,32 +171,103 @@ func (l *Lanes) Records(ctx context.Context, token string) ([]Record, error) {
 	}
 	filter := l.prefix + token + ".tx.>"
 	var (
-		out     []Record
+		t       Transcript
 		corrupt []error
+		next    = max(from, 1)
 	)
-	for seq := uint64(1); ; {
-		// Each read gets its own short deadline: a request lost in a leader
-		// change is retried by the caller instead of waiting out the minute.
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		raw, err := l.stream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(filter))
-		cancel()
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, errors.Join(corrupt...)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("kvstore: records %s: %w", token, err)
-		}
-		seq = raw.Sequence + 1
-		if len(raw.Data) == 0 || raw.Header.Get("KV-Operation") != "" {
-			continue // a delete or purge marker
+	add := func(seq uint64, subject string, h nats.Header, data []byte) {
+		next, t.Last = seq+1, seq
+		if len(data) == 0 || h.Get("KV-Operation") != "" {
+			t.Removed = true // a delete or purge marker
+			return
 		}
 		var r Record
-		if err := decode(strings.TrimPrefix(raw.Subject, l.prefix), raw.Sequence, raw.Data, &r); err != nil {
+		if err := decode(strings.TrimPrefix(subject, l.prefix), seq, data, &r); err != nil {
 			corrupt = append(corrupt, err)
-			continue
+			return
 		}
-		out = append(out, r)
+		if t.First == 0 {
+			t.First = seq
+		}
+		t.Records = append(t.Records, r)
+		t.Size += len(data)
 	}
+	for reads := 0; ; reads++ {
+		if reads == singleReads {
+			// A failed batch leaves next where it stopped.
+			_ = l.batch(ctx, filter, next, add)
+		}
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
+		raw, err := l.stream.GetMsg(rctx, next, jetstream.WithGetMsgSubject(filter))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return t, errors.Join(corrupt...)
+		}
+		if err != nil {
+			return Transcript{}, fmt.Errorf("kvstore: records %s: %w", token, err)
+		}
+		add(raw.Sequence, raw.Subject, raw.Header, raw.Data)
+	}
+}
+
+// batch reads the messages of filter from stream sequence from on through
+// an ephemeral consumer, handing each to add, and deletes the consumer.
+func (l *Lanes) batch(ctx context.Context, filter string, from uint64, add func(seq uint64, subject string, h nats.Header, data []byte)) error {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	cons, err := l.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, FilterSubject: filter,
+		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1,
+		// Deleted below; should that fail, the server removes it soon.
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		defer cancel()
+		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
+	for pending := cons.CachedInfo().NumPending; pending > 0; {
+		deadline, _ := ctx.Deadline()
+		b, err := cons.Fetch(int(min(pending, batchMax)), jetstream.FetchMaxWait(time.Until(deadline)))
+		if err != nil {
+			return err
+		}
+		got := 0
+		for m := range b.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			add(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
+			pending = md.NumPending
+			got++
+		}
+		if err := b.Error(); err != nil {
+			return err
+		}
+		if got == 0 {
+			return errors.New("kvstore: a transcript batch brought nothing")
+		}
+	}
+	return nil
+}
+
+// FirstStored returns the stream sequence of the lane's first transcript
+// message (a record or a marker), 0 when there is none (leader read).
+func (l *Lanes) FirstStored(ctx context.Context, token string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	raw, err := l.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(l.prefix+token+".tx.>"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kvstore: first record of %s: %w", token, err)
+	}
+	return raw.Sequence, nil
 }
 
 // Entries flattens records into the session's entries.
@@ -164,5 +301,6 @@ func (l *Lanes) Import(ctx context.Context, token string, header message.Entry, 
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("kvstore: import %s: %w", token, err)
 	}
-	return lease.PutRecord(ctx, Record{InboundSeq: 0, RunID: "import", SessionID: header.ID, Header: &header, Entries: entries})
+	_, err = lease.PutRecord(ctx, Record{InboundSeq: 0, RunID: "import", SessionID: header.ID, Header: &header, Entries: entries})
+	return err
 }

@@ -100,14 +100,28 @@
 //
 // # Stored settings
 //
-// A settings message (events.Inbound.QueueSettings) is a lane message like
-// any other: when its turn comes, the owner stores the change under
-// <token>.settings in the lanes bucket, fenced by its lease, and the run
-// ends with a final event describing the settings in force. So settings
-// change exactly between the messages published before and after them, no
-// owner ever reads a stale value (each owner reads the key once when it
-// takes the lane, then applies the changes it processes itself), and a turn
-// never pays for a settings read.
+// A settings message (events.Inbound.QueueSettings and/or RunSettings) is a
+// lane message like any other: when its turn comes, the owner stores the
+// change under <token>.settings in the lanes bucket (one record,
+// events.Settings), fenced by its lease, and the run ends with a final
+// event describing the settings in force. So settings change exactly
+// between the messages published before and after them, no owner ever
+// reads a stale value (each owner reads the key once when it takes the
+// lane, then applies the changes it processes itself), and a turn never
+// pays for a settings read. The run settings reach the handler as
+// Turn.Settings.
+//
+// # Session state
+//
+// What a session carries from turn to turn besides its transcript (the
+// auth profile that answered its last turn, the running total of its
+// usage: events.SessionState) rides on every turn record the owner writes:
+// the handler reports it in its Outcome (Usage, AuthProfile), the owner
+// adds it to the state of the lane's newest record and writes the sum in
+// the same fenced write that commits the turn. A turn that is run again
+// (a failed attempt, a crash before the commit) therefore counts once, and
+// the next owner reads the state with the cursor. The handler sees it as
+// Turn.State; the final event carries it as Meta.Session.
 //
 // # Events and attempts
 //
@@ -132,8 +146,9 @@
 //
 // A turn's handler gets the run's step journal (Turn.Steps, a
 // runner.StepStore): steps written under the lease next to the turn's
-// record (kvstore: <lane>.j.<seq>.<n>), read only on a later attempt of the
-// same message, dropped once the turn commits. The runner decides what a
+// record (kvstore: <lane>.j.<n>, headed with the message's sequence), read
+// only on a later attempt of the same message; the lane's next turn writes
+// over them, and a read takes only its own turn's steps. The runner decides what a
 // step is and how a re-run replays it.
 //
 // # Fenced events

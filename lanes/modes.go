@@ -3,7 +3,6 @@ package lanes
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -122,7 +121,7 @@ func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, stored queue.Mode, n
 	switch {
 	case in == nil:
 		m.Kind = queue.KindInvalid
-	case in.QueueSettings != nil:
+	case in.IsSettings():
 		m.Kind = queue.KindSettings
 	case in.Stop:
 		m.Kind = queue.KindStop
@@ -135,10 +134,11 @@ func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, stored queue.Mode, n
 
 // storedMode is the session's stored queue mode ("" = none).
 func (o *owner) storedMode() queue.Mode {
-	if o.settings == nil {
+	q := o.settings.Queue()
+	if q == nil {
 		return ""
 	}
-	m, _ := queue.ParseMode(o.settings.Mode)
+	m, _ := queue.ParseMode(q.Mode)
 	return m
 }
 
@@ -152,7 +152,7 @@ func (o *owner) planTurn(ctx context.Context, head collected) (*plan, error) {
 	var w *laneWatch
 	defer func() { w.close() }()
 	for {
-		qp := queue.PlanTurn(queue.Input{Pending: msgs, Complete: complete, Settings: queue.Resolve(overridesOf(o.settings)),
+		qp := queue.PlanTurn(queue.Input{Pending: msgs, Complete: complete, Settings: queue.Resolve(overridesOf(o.settings.Queue())),
 			LastEnd: o.lastEnd, Now: time.Now()})
 		switch qp.Verb {
 		case queue.VerbRead:
@@ -419,10 +419,10 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 			cut = &c.msg
 			continue
 		case queue.CutApply:
-			if err := o.storeSettings(ctx, c.in.QueueSettings); err != nil {
+			if err := o.storeSettings(ctx, c.in); err != nil {
 				return err
 			}
-			p.dropped = append(p.dropped, dropped{c: c, kind: kindSettings, reason: "queue settings: " + o.settings.String()})
+			p.dropped = append(p.dropped, dropped{c: c, kind: kindSettings, reason: o.settings.String()})
 		default:
 			drops = append(drops, c)
 		}
@@ -439,8 +439,13 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 	res := &events.Result{Payloads: []events.Payload{{Text: "Interrupted.", IsError: true}},
 		Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: events.KindInterrupted, Message: why}}}
 	out := &Outcome{Result: res}
-	if partial != nil && (cut == nil || cut.Mode != queue.ModeRollback) {
-		out.Entries = partial.Entries
+	if partial != nil {
+		// What the cut turn's model calls cost counts even when a
+		// rollback discards what they said.
+		out.Usage, out.AuthProfile = partial.Usage, partial.AuthProfile
+		if cut == nil || cut.Mode != queue.ModeRollback {
+			out.Entries = partial.Entries
+		}
 	}
 	return o.commit(ctx, em, p, out)
 }
@@ -468,22 +473,25 @@ func (o *owner) stop(ctx context.Context, em *emitter, p *plan) error {
 }
 
 // applySettings runs a settings message: the session's stored settings
-// change (fenced, so exactly between the messages before and after it) and
-// its run ends with a final event describing them.
+// (queue and run settings, one record) change, fenced, so exactly between
+// the messages before and after it, and its run ends with a final event
+// describing them.
 func (o *owner) applySettings(ctx context.Context, em *emitter, p *plan) error {
-	if err := o.storeSettings(ctx, p.in.QueueSettings); err != nil {
+	if err := o.storeSettings(ctx, p.in); err != nil {
 		return err
 	}
-	text := "queue settings: " + o.settings.String()
+	text := o.settings.String()
 	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: time.Now().UnixMilli(), Text: text})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
 }
 
-func (o *owner) storeSettings(ctx context.Context, change *events.QueueSettings) error {
-	next := o.settings.Apply(change)
-	data, err := json.Marshal(next)
+// storeSettings applies the settings message in to the session's stored
+// settings.
+func (o *owner) storeSettings(ctx context.Context, in *events.Inbound) error {
+	next := o.settings.Apply(in.QueueSettings, in.RunSettings)
+	data, err := events.EncodeSettings(next)
 	if err != nil {
-		return fmt.Errorf("lanes: encode settings: %w", err)
+		return err
 	}
 	if err := o.lease.PutSettings(ctx, data); err != nil {
 		return err

@@ -2,7 +2,6 @@ package lanes
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -17,7 +16,6 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/queue"
-	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
@@ -32,10 +30,11 @@ type owner struct {
 	log        zerolog.Logger
 	cancel     context.CancelCauseFunc // ends the current drain (a newer owner fenced its events)
 
-	cursor      kvstore.Cursor
-	settings    *events.QueueSettings // the lane's stored queue settings; nil = none
-	history     []message.Entry
-	loaded      bool
+	cursor   kvstore.Cursor
+	settings *events.Settings // the lane's stored queue and run settings; nil = none
+	// tx is the lane's transcript as this drain knows it; nil = not read
+	// yet (see readHistory).
+	tx          *transcript
 	checkedLast bool
 	failures    map[uint64]int // attempts started by this owner, per inbound seq
 	lastEnd     time.Time      // when this owner's last turn ended (reject, collect debounce)
@@ -245,14 +244,13 @@ func (o *owner) drain(ctx context.Context) bool {
 		return false
 	}
 	o.cursor = c
-	o.settings = nil
-	if len(settings) > 0 {
-		var s events.QueueSettings
-		if err := json.Unmarshal(settings, &s); err != nil || s.Validate() != nil {
-			o.log.Warn().Err(err).Msg("stored queue settings unreadable: using the defaults")
-		} else {
-			o.settings = &s
-		}
+	o.tx = nil // another owner may have added to it since the last drain
+	o.settings, err = events.DecodeSettings(settings)
+	if err != nil {
+		o.log.Warn().Err(err).Msg("stored settings unreadable: using the defaults")
+	}
+	if c.Seq > 0 && !o.checkedLast && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
+		o.checkedLast = true // this worker stored the newest record's finals itself
 	}
 	if c.Seq > 0 && !o.checkedLast {
 		// The last committed turn may have died between its record and its
@@ -418,20 +416,21 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	return a, nil
 }
 
-// loadHistory reads the transcript once per owner, before the turn counts
-// as an attempt: a store that is briefly unavailable delays the lane but
-// never dead-letters a message.
+// loadHistory gets the transcript once per drain, before the turn counts as
+// an attempt: a store that is briefly unavailable delays the lane but never
+// dead-letters a message. The worker's copy from an earlier turn is used
+// as far as it goes (readHistory).
 func (o *owner) loadHistory(ctx context.Context) error {
-	if o.loaded {
+	if o.tx != nil {
 		return nil
 	}
-	recs, err := o.w.lanes.Records(ctx, o.token)
+	tx, err := o.readHistory(ctx, o.cursor)
 	if errors.Is(err, kvstore.ErrCorrupt) {
 		o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
 	} else if err != nil {
 		return err
 	}
-	o.history, o.loaded = kvstore.Entries(recs), true
+	o.tx = tx
 	return nil
 }
 
@@ -453,20 +452,18 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 // interrupt, rollback or stop: see watchCuts), and commits what it returns.
 func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attempt, p *plan) error {
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: a.em.run, Seq: a.seq,
-		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: o.history, Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em}
+		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
+		Settings: o.settings.RunSettings()}
+	if o.cursor.State != nil {
+		turn.State = *o.cursor.State
+	}
 	turn.steer = o.steerer(p)
 	turn.steps = &StepLog{lanes: o.w.lanes, lease: o.lease, token: o.token, seq: a.seq, first: a.attempt == 1}
 	out, err := o.callHandler(turnCtx, turn, a.log)
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	stopWatch()
 	if cut && err != nil && ctx.Err() == nil {
-		err := o.interrupted(ctx, a.em, p, a.attempt, out)
-		if err == nil {
-			if derr := turn.steps.drop(ctx); derr != nil {
-				a.log.Warn().Err(derr).Msg("drop the cut turn's step journal (it expires)")
-			}
-		}
-		return err
+		return o.interrupted(ctx, a.em, p, a.attempt, out)
 	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
@@ -484,9 +481,6 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 	o.lastEnd = time.Now()
 	if err := o.commit(ctx, a.em, p, out); err != nil {
 		return err
-	}
-	if err := turn.steps.drop(ctx); err != nil {
-		a.log.Warn().Err(err).Msg("drop the committed turn's step journal (it expires)")
 	}
 	o.w.stats.Turns.Add(1)
 	return nil
@@ -514,17 +508,25 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	if out.Result != nil {
 		out.Result.Meta.Consumed = p.consumed()
 	}
-	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries}
+	// The session's state rides on every record: the newest one's is the
+	// session's, whatever kind of turn wrote it.
+	state := nextState(o.cursor.State, out)
+	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries, State: state}
 	if out.Result != nil {
+		if state != o.cursor.State {
+			out.Result.Meta.Session = state
+		}
 		var err error
 		if rec.Final, _, err = events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: out.Result}}, false); err != nil {
 			return err
 		}
 	}
-	if err := o.lease.PutRecord(ctx, rec); err != nil {
+	reconnects := o.w.nc.Stats().Reconnects // before the finals: a reconnect after them may have lost them
+	written, err := o.lease.PutRecord(ctx, rec)
+	if err != nil {
 		return err
 	}
-	o.cursor.Seq = p.through
+	o.cursor.Seq, o.cursor.Stored, o.cursor.State = p.through, written.Seq, state
 	o.done = append(o.done, p.run.raw.Sequence)
 	for _, c := range p.merged {
 		o.done = append(o.done, c.raw.Sequence)
@@ -533,8 +535,8 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 		o.done = append(o.done, d.c.raw.Sequence)
 	}
 	clear(o.failures)
-	if o.loaded {
-		o.history = append(o.history, out.Entries...)
+	if o.tx != nil {
+		o.tx = o.w.transcripts.committed(o.tx, rec, written)
 	}
 	if out.Result != nil {
 		o.unsettled = p.through
@@ -548,10 +550,33 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 		}
 		o.unsettled = 0
 	}
+	o.w.transcripts.markSettled(o.token, written.Seq, reconnects)
 	for _, c := range p.backlog {
 		o.announceSteered(ctx, c, em.run)
 	}
 	return nil
+}
+
+// nextState is the session's state after a turn whose outcome is out,
+// from its state before (nil = none): the profile that answered it, if
+// any, becomes the sticky one, and its usage adds to the running total.
+// An outcome with neither leaves the state as it was.
+func nextState(prev *events.SessionState, out *Outcome) *events.SessionState {
+	if out.Usage == nil && out.AuthProfile == "" {
+		return prev
+	}
+	var next events.SessionState
+	if prev != nil {
+		next = *prev
+	}
+	if out.AuthProfile != "" {
+		next.AuthProfile = out.AuthProfile
+	}
+	if out.Usage != nil {
+		next.Usage = next.Usage.Plus(out.Usage)
+		next.Turns++
+	}
+	return &next
 }
 
 // publishFinals publishes the final events a committed turn owes: its run's,

@@ -209,7 +209,7 @@ func TestSweepKeepsAnIdleLanesPromise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.PutRecord(ctx, kvstore.Record{InboundSeq: seq, RunID: fmt.Sprint(seq), Final: final}); err != nil {
+	if _, err := lease.PutRecord(ctx, kvstore.Record{InboundSeq: seq, RunID: fmt.Sprint(seq), Final: final}); err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.Release(ctx); err != nil {

@@ -29,6 +29,13 @@ type Turn struct {
 	// Header is the inbound message's headers (its trace context); do not
 	// modify.
 	Header nats.Header
+	// Settings are the session's stored run settings in force for this
+	// turn (nil = none): the handler applies them where the message names
+	// none. A settings message changes them exactly between two turns.
+	Settings *events.RunSettings
+	// State is the session's state before this turn: the auth profile
+	// that answered its last turn, its running usage.
+	State events.SessionState
 
 	em    *emitter
 	steer func(ctx context.Context) []*events.Inbound
@@ -37,14 +44,14 @@ type Turn struct {
 
 // StepLog is a run's step journal in the lane's bucket (see
 // runner.StepStore): its steps are written under the lane's lease, like
-// the turn's record, and dropped when the turn commits.
+// the turn's record; the lane's next turn writes over them (kvstore
+// reads only the steps of the turn asking).
 type StepLog struct {
 	lanes *kvstore.Lanes
 	lease *kvstore.Lease
 	token string
 	seq   uint64
 	first bool // the run's first attempt: nothing can be recorded yet
-	wrote bool
 }
 
 // Steps returns the run's step journal; nil for a turn that is not run by
@@ -56,26 +63,12 @@ func (s *StepLog) Steps(ctx context.Context) ([][]byte, error) {
 	if s.first {
 		return nil, nil
 	}
-	steps, err := s.lanes.Steps(ctx, s.token, s.seq)
-	if len(steps) > 0 {
-		s.wrote = true
-	}
-	return steps, err
+	return s.lanes.Steps(ctx, s.token, s.seq)
 }
 
 // Put records step n under the lane's lease.
 func (s *StepLog) Put(ctx context.Context, n int, step []byte) error {
-	s.wrote = true
 	return s.lease.PutStep(ctx, s.seq, n, step)
-}
-
-// drop removes the journal once the turn committed. A failure only leaves
-// it to expire (kvstore.StepTTL): nothing reads a committed turn's steps.
-func (s *StepLog) drop(ctx context.Context) error {
-	if s == nil || !s.wrote {
-		return nil
-	}
-	return s.lanes.DropSteps(ctx, s.token, s.seq)
 }
 
 // Steer returns the steer-mode messages that reached the lane, right behind
@@ -105,6 +98,13 @@ func (t *Turn) Emit(stream string, data events.EventData) { t.em.emit(stream, da
 type Outcome struct {
 	Entries []message.Entry // appended to the transcript
 	Result  *events.Result  // published as the run's final event
+	// Usage is what the turn's model calls used (every call summed, cost
+	// included; nil = nothing): the lane adds it to the session's running
+	// total in the turn's record, so it counts once per committed turn.
+	Usage *events.UsageMeta
+	// AuthProfile is the auth profile that answered the turn ("" = none
+	// or not known): stored with the session, its next turn starts on it.
+	AuthProfile string
 }
 
 // Handler runs turns. A handler whose ctx is cancelled by a message that

@@ -109,6 +109,8 @@ type Worker struct {
 	wg        sync.WaitGroup
 
 	stats Stats
+	// transcripts keeps the lanes' transcripts between their owners.
+	transcripts *transcripts
 }
 
 // Stats counts what a worker did.
@@ -161,7 +163,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 	if cfg.SweepEvery == 0 {
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
-	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h,
+	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h, transcripts: newTranscripts(transcriptCacheBytes),
 		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency), held: map[string]uint64{}, stopCh: make(chan struct{})}
 	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
 	return w, nil

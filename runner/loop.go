@@ -130,6 +130,9 @@ type loopOut struct {
 	compactions int
 	pending     []events.PendingCall
 	thinkLevels []provider.ThinkingLevel
+	// profile is the auth profile that answered ("" = none or the
+	// provider's own key).
+	profile string
 }
 
 // profileError is an auth-profile failure that is not a provider error (a
@@ -456,6 +459,7 @@ func (l *modelLoop) payloads(ctx context.Context, a *outcome) {
 		l.out.runErr = &events.RunError{Kind: "provider_error", Message: string(failover.ClassifyError(orText(a.lastErr, a.lastErrText))) + ": " + a.lastErrText}
 	}
 	if id := l.current(); id != "" && l.req.auth != nil && !a.timedOut {
+		l.out.profile = id
 		l.stateErr(l.req.auth.MarkGood(ctx, l.req.model.Provider, id))
 		l.stateErr(l.req.auth.Apply(ctx, id, authprofile.Event{Kind: authprofile.EventUsed, Provider: l.req.model.Provider, Model: l.req.model.ID, RunID: l.req.runID}))
 	}

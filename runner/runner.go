@@ -89,6 +89,10 @@ type Output struct {
 	// Usage sums the usage of every model call the turn made, cost
 	// included: what a session's running total adds.
 	Usage message.Usage
+	// AuthProfile is the auth profile that answered the run ("" = none,
+	// or the provider's own key): the session's sticky profile for its
+	// next run (Settings.AuthProfile).
+	AuthProfile string
 }
 
 // ToolSource gives a run its tools (built-in tools in the session's
@@ -566,7 +570,7 @@ func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Outp
 	} else {
 		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
 	}
-	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.acc.sum}
+	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.acc.sum, AuthProfile: out.profile}
 }
 
 // fail makes the output of a run that ended with an error no model loop

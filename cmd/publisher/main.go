@@ -1,10 +1,12 @@
 // Command publisher sends messages to Lanefleet sessions, follows their
 // replies live, and lets operators see and steer the fleet.
 //
-//	publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--image FILE]
+//	publisher send --session KEY [--json] [--no-follow] [--mode M] [--model P/ID] [--thinking L] [--auth-profile ID] [--image FILE]
 //	               [--tool-file FILE] [--tool-result ID=TEXT] [--tool-error ID=TEXT] TEXT|-
 //	publisher follow --session KEY --run ID [--json]
-//	publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]
+//	publisher settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--model P/ID]
+//	               [--thinking L] [--auth-profile ID] [--history-limit N] [--max-tool-iterations N]
+//	               [--allow-tools A,B] [--deny-tools C] [--approve-tools D] [--reset]
 //	publisher history --session KEY [--json]
 //	publisher import --session KEY FILE.jsonl
 //	publisher stop --session KEY [--no-follow]
@@ -258,7 +260,7 @@ func sendCommand(c *common) *cobra.Command {
 	var (
 		noFollow              bool
 		mode, model, thinking string
-		msgID                 string
+		msgID, authProfile    string
 		images, tools         []string
 		results, failures     []string
 	)
@@ -273,7 +275,8 @@ func sendCommand(c *common) *cobra.Command {
 			if err := c.checkSession("send"); err != nil {
 				return err
 			}
-			opts := []lanefleet.SendOption{lanefleet.WithMode(mode), lanefleet.WithModel(model), lanefleet.WithThinking(thinking), lanefleet.WithMessageID(msgID)}
+			opts := []lanefleet.SendOption{lanefleet.WithMode(mode), lanefleet.WithModel(model), lanefleet.WithThinking(thinking), lanefleet.WithMessageID(msgID),
+				lanefleet.WithAuthProfile(authProfile)}
 			if c.asJSON {
 				opts = append(opts, lanefleet.WithJSON())
 			}
@@ -307,7 +310,7 @@ func sendCommand(c *common) *cobra.Command {
 				opts = append(opts, lanefleet.WithToolResults(answers...))
 			}
 			// Say what is wrong with the message before touching the network.
-			check := events.Inbound{Text: text, Mode: mode, Model: model, Thinking: thinking, Tools: toolDefs, ToolResults: answers}
+			check := events.Inbound{Text: text, Mode: mode, Model: model, Thinking: thinking, AuthProfile: authProfile, Tools: toolDefs, ToolResults: answers}
 			if len(images) > 0 {
 				check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
 			}
@@ -340,6 +343,7 @@ func sendCommand(c *common) *cobra.Command {
 	fs.StringVar(&mode, "mode", "", "queue mode: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
 	fs.StringVar(&model, "model", "", "model provider/model-id")
 	fs.StringVar(&thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
+	fs.StringVar(&authProfile, "auth-profile", "", "run this turn on this auth profile only")
 	fs.StringVar(&msgID, "id", "", "message id for de-duplication (default random)")
 	fs.StringArrayVar(&images, "image", nil, "attach an image file (repeatable)")
 	fs.StringArrayVar(&tools, "tool-file", nil, "offer the client tools defined in a JSON file (repeatable): an array of {name, description, parameters}")
@@ -646,19 +650,36 @@ func stopCommand(c *common) *cobra.Command {
 	return cmd
 }
 
-// settings prints or changes a session's stored queue settings.
+// settings prints or changes a session's stored queue and run settings.
 func settingsCommand(c *common) *cobra.Command {
 	var (
 		mode, debounce, drop string
 		capN                 int
 		reset, noFollow      bool
+		run                  events.RunSettings
+		allow, deny, approve string
 	)
 	cmd := &cobra.Command{
-		Use:   "settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--reset]",
-		Short: "Print a session's queue settings, or change them",
-		Args:  noArgs,
+		Use: "settings --session KEY [--mode M] [--debounce D] [--cap N] [--drop old|new|summarize] [--model P/ID] [--thinking L]\n" +
+			"                  [--auth-profile ID] [--history-limit N] [--max-tool-iterations N] [--allow-tools A,B] [--deny-tools C] [--approve-tools D] [--reset]",
+		Short: "Print a session's settings and state (sticky auth profile, running usage), or change its settings",
+		Long: `Print a session's stored settings and state, or change them.
+
+Queue settings decide what happens to messages that name no mode; run settings
+apply to every later turn whose message names none: model, thinking level, auth
+profile (pins the session to it), history limit, tool-loop limit, and a tool
+policy that narrows the worker's. The tool flags replace the stored tool policy
+as a whole (--allow-tools "" with the others unset clears it). A change travels
+through the session's lane: it applies exactly between the messages sent before
+and after it. Given no change, the command prints what is stored, what is in
+force, the auth profile the next turn starts on and the session's running usage.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return settings(cmd.Context(), c, mode, debounce, drop, capN, reset, noFollow)
+			fs := cmd.Flags()
+			if fs.Changed("allow-tools") || fs.Changed("deny-tools") || fs.Changed("approve-tools") {
+				run.Tools = &events.ToolPolicy{Allow: splitList(allow), Deny: splitList(deny), Approve: splitList(approve)}
+			}
+			return settings(cmd.Context(), c, settingsArgs{mode: mode, debounce: debounce, drop: drop, capN: capN, reset: reset, noFollow: noFollow, run: run})
 		},
 	}
 	c.sessionFlag(cmd)
@@ -668,23 +689,50 @@ func settingsCommand(c *common) *cobra.Command {
 	fs.StringVar(&debounce, "debounce", "", "collect: quiet time before a queued batch runs (1s, 500ms, or milliseconds)")
 	fs.IntVar(&capN, "cap", 0, "collect: most messages merged into one turn")
 	fs.StringVar(&drop, "drop", "", "collect, over the cap: old, new or summarize")
-	fs.BoolVar(&reset, "reset", false, "clear the stored settings first")
+	fs.StringVar(&run.Model, "model", "", "model of turns whose message names none (provider/model-id; the fleet must allow it)")
+	fs.StringVar(&run.Thinking, "thinking", "", "thinking level of turns whose message names none: off, minimal, low, medium, high, xhigh")
+	fs.StringVar(&run.AuthProfile, "auth-profile", "", "pin the session's turns to this auth profile")
+	fs.IntVar(&run.HistoryLimit, "history-limit", 0, "user turns of history kept in requests")
+	fs.IntVar(&run.MaxToolIterations, "max-tool-iterations", 0, "model calls of a turn's tool loop (within the worker's limit)")
+	fs.StringVar(&allow, "allow-tools", "", "comma-separated tool name patterns the session may use (within the worker's policy)")
+	fs.StringVar(&deny, "deny-tools", "", "comma-separated tool name patterns the session may not use")
+	fs.StringVar(&approve, "approve-tools", "", "comma-separated tool name patterns whose every call waits for the client's approve")
+	fs.BoolVar(&reset, "reset", false, "clear the stored queue and run settings first")
 	fs.BoolVar(&noFollow, "no-follow", false, "do not wait until a worker has applied the change")
 	return cmd
 }
 
-func settings(ctx context.Context, c *common, mode, debounce, drop string, capN int, reset, noFollow bool) error {
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// settingsArgs are the settings command's flags.
+type settingsArgs struct {
+	mode, debounce, drop string
+	capN                 int
+	reset, noFollow      bool
+	run                  events.RunSettings
+}
+
+func settings(ctx context.Context, c *common, a settingsArgs) error {
 	stdout, stderr := c.stdout, c.stderr
 	if err := c.checkSession("settings"); err != nil {
 		return err
 	}
-	q := events.QueueSettings{Mode: mode, Cap: capN, Drop: drop, Reset: reset}
-	if debounce != "" {
-		d, err := time.ParseDuration(debounce)
+	q := events.QueueSettings{Mode: a.mode, Cap: a.capN, Drop: a.drop}
+	if a.debounce != "" {
+		d, err := time.ParseDuration(a.debounce)
 		if err != nil {
-			ms, perr := strconv.ParseInt(debounce, 10, 64)
+			ms, perr := strconv.ParseInt(a.debounce, 10, 64)
 			if perr != nil {
-				return usagef("settings: --debounce %q: want a duration (1s, 500ms) or milliseconds", debounce)
+				return usagef("settings: --debounce %q: want a duration (1s, 500ms) or milliseconds", a.debounce)
 			}
 			d = time.Duration(ms) * time.Millisecond
 		}
@@ -694,46 +742,80 @@ func settings(ctx context.Context, c *common, mode, debounce, drop string, capN 
 	if err := q.Validate(); err != nil {
 		return usagef("settings: %w", err)
 	}
+	if err := a.run.Validate(); err != nil {
+		return usagef("settings: %w", err)
+	}
+	queueChange, runChange := q != (events.QueueSettings{}), a.run != (events.RunSettings{})
 	cl, ctx, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if q == (events.QueueSettings{}) {
-		o, err := cl.QueueSettings(ctx, c.session)
+	if !queueChange && !runChange && !a.reset {
+		s, err := cl.Settings(ctx, c.session)
 		if err != nil {
 			return err
 		}
-		stored := lanefleet.QueueSettingsOf(o)
-		eff := queue.Resolve(o)
-		if o.Mode == "" {
-			eff.Mode = queue.ModeFollowup // the fleet's default for messages without a mode
-		}
-		if c.asJSON {
-			return json.NewEncoder(stdout).Encode(map[string]any{"session": c.session, "stored": stored,
-				"effective": map[string]any{"mode": eff.Mode, "debounceMs": eff.Debounce.Milliseconds(), "cap": eff.Cap, "drop": eff.Drop}})
-		}
-		fmt.Fprintf(stdout, "stored:    %s\n", stored)
-		fmt.Fprintf(stdout, "in force:  mode %s, debounce %dms, cap %d, drop %s\n", eff.Mode, eff.Debounce.Milliseconds(), eff.Cap, eff.Drop)
-		return nil
+		return printSettings(c.session, s, c.asJSON, stdout)
 	}
 	// A reset is its own message, followed by one with the values set.
 	var r *lanefleet.Run
-	if reset {
-		if r, err = cl.ResetQueueSettings(ctx, c.session); err != nil {
+	if a.reset {
+		if r, err = cl.ResetSettings(ctx, c.session); err != nil {
 			return err
 		}
 	}
-	if q.Reset = false; q != (events.QueueSettings{}) {
-		if r, err = cl.SetQueueSettings(ctx, c.session, lanefleet.OverridesOf(&q)); err != nil {
+	if queueChange || runChange {
+		var ch lanefleet.SettingsChange
+		if queueChange {
+			o := lanefleet.OverridesOf(&q)
+			ch.Queue = &o
+		}
+		if runChange {
+			ch.Run = &a.run
+		}
+		if r, err = cl.SetSettings(ctx, c.session, ch); err != nil {
 			return err
 		}
 	}
-	if noFollow {
+	if a.noFollow {
 		fmt.Fprintf(stdout, "sent: session %s run %s (applies to messages sent after it)\n", r.Session, r.ID)
 		return nil
 	}
 	return follow(ctx, r, c.asJSON, stdout, stderr)
+}
+
+// printSettings prints a session's stored settings, what is in force, and
+// its state.
+func printSettings(session string, s lanefleet.SessionSettings, asJSON bool, w io.Writer) error {
+	stored := lanefleet.QueueSettingsOf(s.Queue)
+	eff := queue.Resolve(s.Queue)
+	if s.Queue.Mode == "" {
+		eff.Mode = queue.ModeFollowup // the fleet's default for messages without a mode
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(map[string]any{"session": session, "stored": stored, "run": s.Run, "state": s.State,
+			"effective": map[string]any{"mode": eff.Mode, "debounceMs": eff.Debounce.Milliseconds(), "cap": eff.Cap, "drop": eff.Drop}})
+	}
+	fmt.Fprintf(w, "stored:    %s\n", stored)
+	fmt.Fprintf(w, "in force:  mode %s, debounce %dms, cap %d, drop %s\n", eff.Mode, eff.Debounce.Milliseconds(), eff.Cap, eff.Drop)
+	if s.Run != nil {
+		fmt.Fprintf(w, "run:       %s\n", s.Run)
+	}
+	if st := s.State; st != nil {
+		if st.AuthProfile != "" {
+			fmt.Fprintf(w, "profile:   %s (answered the last turn; the next starts on it)\n", st.AuthProfile)
+		}
+		if u := st.Usage; u != nil {
+			line := fmt.Sprintf("usage:     %d turn(s), %d tokens (input %d, output %d, cache read %d, cache write %d)",
+				st.Turns, u.Total, u.Input, u.Output, u.CacheRead, u.CacheWrite)
+			if u.Cost != nil {
+				line += fmt.Sprintf(", cost $%.6f", u.Cost.Total)
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+	return nil
 }
 
 func printHistory(entries []message.Entry, w io.Writer) error {

@@ -207,6 +207,57 @@ func TestSettingsCommand(t *testing.T) {
 	}
 }
 
+// TestRunSettingsCommand: run settings are stored through the lane, shown
+// with the session's state (the usage of its turns), cleared in part (the
+// tool policy) and reset; bad values are refused before anything is sent.
+func TestRunSettingsCommand(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	pub := func(args ...string) string {
+		t.Helper()
+		out, _, err := publisher(t, append([]string{"--nats-url", url, "--session", "r"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return out
+	}
+	if out := pub("settings", "--model", "scripted/echo", "--thinking", "HIGH", "--history-limit", "5", "--max-tool-iterations", "9", "--deny-tools", "exec, write"); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tools deny exec write\n" {
+		t.Fatalf("set: %q", out)
+	}
+	if out := pub("send", "hi"); out != "echo: hi\n" {
+		t.Fatalf("send: %q", out)
+	}
+	script := `#script {"replies":[{"text":"priced","usage":{"input":5,"output":3,"cacheRead":0,"cacheWrite":0,"totalTokens":8,"cost":{"input":0.00005,"output":0.00006,"cacheRead":0,"cacheWrite":0,"total":0.00011}}}]}`
+	if out := pub("send", "--model", "scripted/script", script); out != "priced\n" {
+		t.Fatalf("send priced: %q", out)
+	}
+	out := pub("settings")
+	for _, want := range []string{"run:       model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tools deny exec write\n",
+		"usage:     2 turn(s), ", "cost $0.000110\n"} { // the echo model's usage is not priced
+		if !strings.Contains(out, want) {
+			t.Fatalf("show: %q lacks %q", out, want)
+		}
+	}
+	var shown struct {
+		Run   events.RunSettings  `json:"run"`
+		State events.SessionState `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(pub("settings", "--json")), &shown); err != nil || shown.Run.HistoryLimit != 5 || shown.State.Turns != 2 || shown.State.Usage.Output < 3 {
+		t.Fatalf("show --json: %+v, %v", shown, err)
+	}
+	if out := pub("settings", "--deny-tools", ""); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9\n" {
+		t.Fatalf("clear tools: %q", out)
+	}
+	if out := pub("settings", "--reset"); out != "queue settings: defaults\n" {
+		t.Fatalf("reset: %q", out)
+	}
+	for _, bad := range [][]string{{"--thinking", "max"}, {"--auth-profile", "a b"}, {"--model", "echo"}, {"--deny-tools", "a/b"}, {"--history-limit", "-1"}} {
+		if _, _, err := publisher(t, append([]string{"settings", "--nats-url", url, "--session", "r"}, bad...)...); err == nil || !strings.Contains(err.Error(), "runSettings.") {
+			t.Fatalf("%v: %v", bad, err)
+		}
+	}
+}
+
 // TestClientToolRoundTrip: send offers tools from a file; the run stops
 // with the model's call, listed on stdout; send --tool-result answers it.
 func TestClientToolRoundTrip(t *testing.T) {

@@ -40,6 +40,7 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/metrics"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
@@ -513,25 +514,81 @@ func storageHint(err error) string {
 // handle adapts a lane turn to the runner, registering the run in the
 // active-run registry while it runs.
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
-	if ref := t.Inbound.Model; ref != "" && !m.allowed.Allows(ref) {
-		return refuse(t, "invalid_input", fmt.Sprintf("model %q is not allowed on this fleet; allowed: %s", ref, m.allowed.Describe(12))), nil
+	inbound, settings, from := runSettings(t)
+	if ref := inbound.Model; ref != "" && !m.allowed.Allows(ref) {
+		return refuse(t, "invalid_input", fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, m.allowed.Describe(12))), nil
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: t.Inbound, History: t.History, Steer: t.Steer}
+		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: t.Steer, Settings: settings}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}
 	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: t, reg: reg, ctx: ctx}))
 	if err != nil {
 		if out != nil {
-			// A cut turn's progress, which an interrupt keeps.
-			return &lanes.Outcome{Entries: out.Entries}, err
+			// A cut turn's progress, which an interrupt keeps, and what
+			// its model calls cost.
+			return &lanes.Outcome{Entries: out.Entries, Usage: usageMeta(out.Usage), AuthProfile: out.AuthProfile}, err
 		}
 		return nil, err
 	}
-	return &lanes.Outcome{Entries: out.Entries, Result: out.Result}, nil
+	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: usageMeta(out.Usage), AuthProfile: out.AuthProfile}, nil
+}
+
+// runSettings resolves a turn's run settings: the message's own model,
+// thinking level and auth profile win over the session's stored settings
+// (t.Settings), which win over the worker's defaults (the runner's zero
+// values). The returned inbound is the turn's message with the stored
+// model and thinking level filled in (t.Inbound is left alone); from says
+// " (the session's setting)" when the model came from the settings, for
+// the refusal of a model the fleet does not allow. An auth profile the
+// message or the settings name pins the run to it; otherwise the run
+// starts on the profile that answered the session's last turn and may
+// rotate away from it.
+func runSettings(t *lanes.Turn) (inbound *events.Inbound, s runner.Settings, from string) {
+	inbound = t.Inbound
+	rs := t.Settings
+	if rs == nil {
+		rs = &events.RunSettings{}
+	}
+	if (inbound.Model == "" && rs.Model != "") || (inbound.Thinking == "" && rs.Thinking != "") {
+		c := *inbound
+		if c.Model == "" && rs.Model != "" {
+			c.Model, from = rs.Model, " (the session's setting)"
+		}
+		if c.Thinking == "" {
+			c.Thinking = rs.Thinking
+		}
+		inbound = &c
+	}
+	s = runner.Settings{MaxToolIterations: rs.MaxToolIterations, HistoryLimit: rs.HistoryLimit}
+	switch {
+	case inbound.AuthProfile != "":
+		s.AuthProfile, s.AuthProfileLocked = inbound.AuthProfile, true
+	case rs.AuthProfile != "":
+		s.AuthProfile, s.AuthProfileLocked = rs.AuthProfile, true
+	default:
+		s.AuthProfile = t.State.AuthProfile
+	}
+	if p := rs.Tools; p != nil {
+		s.Tools = tools.Policy{Allow: p.Allow, Deny: p.Deny, Approve: p.Approve}
+	}
+	return inbound, s, from
+}
+
+// usageMeta is a turn's usage summed over its model calls, for the
+// session's running total; nil when it used nothing.
+func usageMeta(u message.Usage) *events.UsageMeta {
+	if u.IsZero() {
+		return nil
+	}
+	out := &events.UsageMeta{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Total: u.Total()}
+	if c := u.Cost; c != (message.Cost{}) {
+		out.Cost = &events.CostMeta{Input: c.Input, Output: c.Output, CacheRead: c.CacheRead, CacheWrite: c.CacheWrite, Total: c.Total}
+	}
+	return out
 }
 
 // refuse ends a turn the runner never sees with an error event and an error

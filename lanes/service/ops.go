@@ -3,9 +3,9 @@ package service
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -248,20 +248,35 @@ func (s *Service) waiting(ctx context.Context, token string, runSeq uint64) (str
 	return StateQueued, nil
 }
 
-// settings returns the lane's stored queue settings.
+// settings returns the lane's stored queue and run settings and the
+// session's state (from its newest turn record).
 func (s *Service) settings(ctx context.Context, r request) (any, error) {
 	if err := DecodeRequest(r.data, &struct{}{}); err != nil {
 		return nil, badRequest("%v", err)
 	}
+	var (
+		wg   sync.WaitGroup
+		cur  kvstore.Cursor
+		cerr error
+	)
+	wg.Go(func() { cur, cerr = s.cfg.Lanes.Cursor(ctx, r.token) })
 	raw, err := s.cfg.Lanes.Settings(ctx, r.token)
-	if err != nil || raw == nil {
-		return SettingsReply{}, err
+	wg.Wait()
+	if err != nil {
+		return nil, err
 	}
-	var q events.QueueSettings
-	if err := json.Unmarshal(raw, &q); err != nil {
+	if cerr != nil && !errors.Is(cerr, kvstore.ErrCorrupt) {
+		return nil, cerr
+	}
+	st, err := events.DecodeSettings(raw)
+	if err != nil {
 		return nil, &Error{Code: CodeInternal, Description: "stored settings: " + err.Error()}
 	}
-	return SettingsReply{Settings: &q}, nil
+	rep := SettingsReply{State: cur.State}
+	if st != nil {
+		rep.Settings, rep.Run = st.Queue(), st.RunSettings()
+	}
+	return rep, nil
 }
 
 // importSession stores a pi session file (the request body) as the

@@ -107,7 +107,7 @@ func (b *bundle) commit(t *testing.T, token string, rec kvstore.Record) {
 		t.Fatal(err)
 	}
 	defer func() { _ = lease.Release(b.ctx) }()
-	if err := lease.PutRecord(b.ctx, rec); err != nil {
+	if _, err := lease.PutRecord(b.ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 }

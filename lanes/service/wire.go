@@ -29,7 +29,7 @@ const (
 	OpHistory  = "history"  // HistoryRequest → HistoryReply
 	OpImport   = "import"   // a pi session file (JSON Lines) → ImportReply
 	OpEvents   = "events"   // EventsRequest → EventsReply
-	OpSettings = "settings" // empty → SettingsReply
+	OpSettings = "settings" // empty → SettingsReply (queue and run settings, session state)
 	OpBacklog  = "backlog"  // empty → BacklogReply
 )
 
@@ -131,10 +131,14 @@ type ImportReply struct {
 	Skipped   int    `msgpack:"skipped,omitempty"` // malformed lines left out
 }
 
-// SettingsReply carries a session's stored queue settings; nil when none
-// are stored.
+// SettingsReply carries a session's stored queue and run settings (nil
+// when none are stored) and its state: the auth profile its next turn
+// starts on and the running total of its usage (nil when no turn has
+// reported any).
 type SettingsReply struct {
 	Settings *events.QueueSettings `msgpack:"settings"`
+	Run      *events.RunSettings   `msgpack:"run,omitempty"`
+	State    *events.SessionState  `msgpack:"state,omitempty"`
 }
 
 // BacklogReply says what waits on a session's lane: the messages not yet

@@ -1,0 +1,598 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/kvstore"
+)
+
+// Flags of -scenario turns (issue 17): real turns through one worker with
+// its embedded server, against a local OpenAI-compatible model over real
+// HTTP, driven by the Go client.
+var (
+	turnsSeq       = flag.Int("turns-seq", 200, "turns: turns of the one-session and distinct scenarios (instant model)")
+	turnsSeqSlow   = flag.Int("turns-seq-slow", 4, "turns: turns of the one-session and distinct scenarios with a delayed model")
+	turnsPerLane   = flag.Int("turns-per-session", 6, "turns: turns per session of the concN scenarios (instant model)")
+	turnsPerSlow   = flag.Int("turns-per-session-slow", 2, "turns: turns per session of the concN scenarios with a delayed model")
+	turnsDelays    = flag.String("turns-delays", "0,1s", "turns: the model's first-byte delays, comma-separated")
+	turnsSyncs     = flag.String("turns-sync", "always,default", "turns: server fsync settings to run, comma-separated (always, default)")
+	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated")
+	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's writes per turn by stream")
+	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file")
+	turnsReplyText = "pong"
+)
+
+// turnsModel is the model id the mock serves.
+const turnsModel = "mock-pong"
+
+// mockModel is a local OpenAI-compatible server: GET /v1/models lists one
+// model; POST /v1/chat/completions waits its first-byte delay, then
+// streams "pong" as Chat Completions SSE.
+type mockModel struct {
+	srv   *http.Server
+	url   string
+	delay atomic.Int64 // first-byte delay, ns
+	calls atomic.Int64
+}
+
+// sseReply is the whole streamed answer: a role+content chunk, a finish
+// chunk with usage, and [DONE].
+var sseReply = []byte(`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"` + turnsModel + `","choices":[{"index":0,"delta":{"role":"assistant","content":"` + turnsReplyText + `"},"finish_reason":null}]}
+
+data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"` + turnsModel + `","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13}}
+
+data: [DONE]
+
+`)
+
+func startMockModel() (*mockModel, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	m := &mockModel{url: "http://" + l.Addr().String() + "/v1"}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"`+turnsModel+`","object":"model","created":1,"owned_by":"lanebench"}]}`)
+	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		m.calls.Add(1)
+		// Read the request as a server would before answering.
+		if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20)); err != nil {
+			return
+		}
+		if d := time.Duration(m.delay.Load()); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(sseReply)
+	})
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = m.srv.Serve(l) }()
+	return m, nil
+}
+
+func (m *mockModel) close() { _ = m.srv.Close() }
+
+// directClient calls the mock model as the baseline: the same HTTP
+// client settings for every call, a Chat Completions request like a
+// first turn's, the whole SSE body read.
+type directClient struct {
+	hc   *http.Client
+	url  string
+	body []byte
+}
+
+func newDirectClient(url string) *directClient {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 1024
+	body := []byte(`{"model":"` + turnsModel + `","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"ping"}]}`)
+	return &directClient{hc: &http.Client{Transport: tr}, url: url + "/chat/completions", body: body}
+}
+
+func (d *directClient) call(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, bytes.NewReader(d.body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	found := false
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"content":"`+turnsReplyText+`"`) {
+			found = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !found {
+		return fmt.Errorf("direct call: status %d, reply found %v", resp.StatusCode, found)
+	}
+	return nil
+}
+
+// storeCounts are the messages the worker's connection sent (publishes,
+// requests, acks) and the messages the server's streams stored (every
+// stream's last sequence, summed: a stored message, a KV put or a marker
+// each count one), so far.
+type storeCounts struct {
+	sent, stored uint64
+	byStream     map[string]uint64
+}
+
+func counts(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) storeCounts {
+	c := storeCounts{byStream: map[string]uint64{}, sent: nc.Stats().OutMsgs}
+	l := js.ListStreams(ctx)
+	for info := range l.Info() {
+		c.stored += info.State.LastSeq
+		c.byStream[info.Config.Name] = info.State.LastSeq
+	}
+	return c
+}
+
+// coldRead times what a worker without the session's transcript does to
+// read it (kvstore's batched read) against the one-request-per-record walk
+// the lane service pages with, on the same transcript.
+func coldRead(ctx context.Context, js jetstream.JetStream, session string) error {
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		return err
+	}
+	l, err := kvstore.Bind(ctx, js, "")
+	if err != nil {
+		return err
+	}
+	const probes = 5
+	var batched, single []time.Duration
+	records := 0
+	for range probes {
+		t0 := time.Now()
+		recs, err := l.Records(ctx, tok)
+		if err != nil {
+			return err
+		}
+		batched = append(batched, time.Since(t0))
+		records = len(recs)
+		t0 = time.Now()
+		n := 0
+		for from := uint64(1); ; n++ {
+			_, seq, ok, err := l.NextRecord(ctx, tok, from)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			from = seq + 1
+		}
+		single = append(single, time.Since(t0))
+		if n != records {
+			return fmt.Errorf("cold read: %d records batched, %d one by one", records, n)
+		}
+	}
+	fmt.Printf("             cold read of its %d records (a worker without it): batched p50 %.2f ms, one request per record %.2f ms (%.1f× faster)\n",
+		records, ms(batched, 50), ms(single, 50), ms(single, 50)/ms(batched, 50))
+	return nil
+}
+
+// subjectKinds counts the messages published on the server by kind of
+// subject (lane tokens, sequences and inboxes left out): what a turn asks
+// of the server, for -turns-detail.
+type subjectKinds struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func watchSubjects(nc *nats.Conn) (*subjectKinds, error) {
+	k := &subjectKinds{n: map[string]int{}}
+	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		kind := subjectKind(m.Subject)
+		if kind == "" {
+			return
+		}
+		k.mu.Lock()
+		k.n[kind]++
+		k.mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return k, sub.SetPendingLimits(-1, -1)
+}
+
+func (k *subjectKinds) snapshot() map[string]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string]int, len(k.n))
+	for s, n := range k.n {
+		out[s] = n
+	}
+	return out
+}
+
+// subjectKind names a subject's kind; "" for replies and the server's own.
+func subjectKind(subj string) string {
+	t := strings.Split(subj, ".")
+	switch {
+	case strings.HasPrefix(subj, "_INBOX"), strings.HasPrefix(subj, "$SYS"), strings.HasPrefix(subj, "$JSC"):
+		return ""
+	case t[0] == "$JS" && len(t) >= 3 && t[1] == "API":
+		// $JS.API.<op…>.<stream>[.<more>]: keep the op and the stream.
+		n := min(len(t), 5)
+		if t[2] == "STREAM" && len(t) > 5 && t[3] == "MSG" {
+			n = 6
+		}
+		if t[2] == "CONSUMER" && len(t) > 4 {
+			n = 5
+		}
+		return strings.Join(t[:n], ".")
+	case t[0] == "$JS" && len(t) >= 3:
+		return strings.Join(t[:3], ".") // $JS.ACK.<stream>, $JS.FC
+	case t[0] == "$KV" && len(t) >= 4:
+		kind := t[3]
+		if len(t) >= 5 {
+			kind = t[len(t)-2] // tx, j: the key's kind
+			if kind == t[2] {
+				kind = t[len(t)-1]
+			}
+		}
+		if len(t) == 3 || t[2] == "" {
+			kind = ""
+		}
+		return "$KV." + t[1] + "." + kind
+	case t[0] == "$KV" && len(t) == 3:
+		return "$KV." + t[1]
+	}
+	if len(t) >= 2 {
+		return t[0] + "." + t[1]
+	}
+	return subj
+}
+
+// turnsFigures is one measured load: its latencies, rate, CPU and RSS.
+type turnsFigures struct {
+	lat   []time.Duration
+	n     int
+	el    time.Duration
+	cpu   time.Duration // process CPU (user+system) spent
+	rssMB float64       // after the load
+}
+
+// net takes the idle process's CPU (rate: CPU time per second) off f's.
+func (f *turnsFigures) net(rate float64) {
+	f.cpu = max(0, f.cpu-time.Duration(rate*float64(f.el)))
+}
+
+func (f turnsFigures) rate() float64 { return float64(f.n) / f.el.Seconds() }
+
+func (f turnsFigures) cpuPer() float64 {
+	if f.n == 0 {
+		return 0
+	}
+	return float64(f.cpu.Microseconds()) / 1000 / float64(f.n)
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// closedLoop runs sessions loops at once, each calling one(loop, i) for
+// i in 0..per-1 in order, and measures every call.
+func closedLoop(sessions, per int, one func(loop, i int) error) (turnsFigures, error) {
+	var (
+		mu   sync.Mutex
+		f    turnsFigures
+		wg   sync.WaitGroup
+		errs = make(chan error, sessions)
+	)
+	f.lat = make([]time.Duration, 0, sessions*per)
+	cpu0, t0 := cpuTime(), time.Now()
+	for s := range sessions {
+		wg.Go(func() {
+			for i := range per {
+				c0 := time.Now()
+				if err := one(s, i); err != nil {
+					errs <- err
+					return
+				}
+				d := time.Since(c0)
+				mu.Lock()
+				f.lat = append(f.lat, d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	f.el, f.cpu = time.Since(t0), cpuTime()-cpu0
+	f.n = len(f.lat)
+	f.rssMB = mb(rss())
+	select {
+	case err := <-errs:
+		return f, err
+	default:
+	}
+	return f, nil
+}
+
+// turnsScenario is one load shape.
+type turnsScenario struct {
+	name     string
+	sessions int // loops at once
+	per      int // turns per loop
+	// session names loop's turn i's session: one for all (one), one per
+	// turn (distinct) or one per loop (concN).
+	session func(loop, i int) string
+}
+
+func turnsScenarios(delay time.Duration) []turnsScenario {
+	seq, per := *turnsSeq, *turnsPerLane
+	if delay > 0 {
+		seq, per = *turnsSeqSlow, *turnsPerSlow
+	}
+	all := []turnsScenario{
+		{name: "one", sessions: 1, per: seq, session: func(int, int) string { return "s" }},
+		{name: "distinct", sessions: 1, per: seq, session: func(_, i int) string { return strconv.Itoa(i) }},
+		{name: "conc64", sessions: 64, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
+		{name: "conc256", sessions: 256, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
+	}
+	want := map[string]bool{}
+	for _, s := range strings.Split(*turnsOnly, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
+	var out []turnsScenario
+	for _, s := range all {
+		if want[s.name] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func parseDelays(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "0" {
+			out = append(out, 0)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, fmt.Errorf("-turns-delays: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// turnsBench runs the turns scenarios: for each durability setting a
+// fresh worker with its embedded server, serving the mock model; for each
+// model delay, each scenario through the Go client next to the same load
+// shape sent straight to the model with one HTTP client (the baseline).
+func turnsBench(o options) error {
+	delays, err := parseDelays(*turnsDelays)
+	if err != nil {
+		return err
+	}
+	concurrency := 0 // the worker's default
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "concurrency" {
+			concurrency = o.concurrency
+		}
+	})
+	mock, err := startMockModel()
+	if err != nil {
+		return err
+	}
+	defer mock.close()
+	fmt.Printf("lanebench turns: one worker with its embedded server (one process: server, worker, Go client, mock model), OpenAI-compatible mock over HTTP answering %q, lanes per worker %s, GOMAXPROCS %d\n",
+		turnsReplyText, map[bool]string{true: "default", false: strconv.Itoa(concurrency)}[concurrency == 0], runtime.GOMAXPROCS(0))
+	fmt.Printf("CPU/turn is the process's user+system time over the turns (server, worker, client and mock together) less what the idle process spends in that time; the direct baseline's is the client's and the mock's share.\n")
+	fmt.Printf("out/t: messages the worker sent per turn (publishes, requests, acks); wr/t: messages stored per turn, all streams (each one write, fsynced with sync always).\n")
+	if *turnsCPUProf != "" {
+		f, err := os.Create(*turnsCPUProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		// Started now, the profile also covers each worker's start; that
+		// is small next to the turns.
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	direct := newDirectClient(mock.url)
+	for _, syncName := range strings.Split(*turnsSyncs, ",") {
+		syncName = strings.TrimSpace(syncName)
+		if syncName != "always" && syncName != "default" {
+			return fmt.Errorf("-turns-sync: %q (always, default)", syncName)
+		}
+		if err := turnsOneSync(syncName == "always", concurrency, mock, direct, delays); err != nil {
+			return fmt.Errorf("sync %s: %w", syncName, err)
+		}
+	}
+	return nil
+}
+
+func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *directClient, delays []time.Duration) error {
+	dir, err := os.MkdirTemp("", "lanebench-turns")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	runtime.GC()
+	rss0 := mb(rss())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t0 := time.Now()
+	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: syncAlways, WorkerID: "turns",
+		OpenAICompatible: mock.url, Concurrency: concurrency, NoBuiltinTools: true, Logger: zerolog.Nop()})
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	nc, _, err := connect(m.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := lanefleet.New(nc)
+	if err != nil {
+		return err
+	}
+	var kinds *subjectKinds
+	if *turnsDetail {
+		if kinds, err = watchSubjects(nc); err != nil {
+			return err
+		}
+	}
+	turn := func(session string) error {
+		tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer tcancel()
+		run, err := c.Send(tctx, session, "ping")
+		if err != nil {
+			return err
+		}
+		res, err := run.Wait(tctx)
+		if err != nil {
+			return fmt.Errorf("session %s: %w", session, err)
+		}
+		if len(res.Payloads) == 0 || res.Payloads[0].Text != turnsReplyText {
+			return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
+		}
+		return nil
+	}
+	mock.delay.Store(0)
+	if err := turn("warmup"); err != nil {
+		return fmt.Errorf("first turn: %w", err)
+	}
+	ready := time.Since(t0)
+	runtime.GC()
+	idle := mb(rss())
+	// What the idle process spends (the server's and the worker's timers,
+	// heartbeats) is taken off every figure's CPU: with a slow model it
+	// would otherwise count as the turns'.
+	cpuIdle0, idleT0 := cpuTime(), time.Now()
+	time.Sleep(time.Second)
+	idleRate := float64(cpuTime()-cpuIdle0) / float64(time.Since(idleT0))
+	fmt.Printf("\nsync_interval %s: worker ready and first turn in %v; RSS %.0f MB before start, %.0f MB idle after one turn (model %s); idle CPU %.1f%%\n",
+		map[bool]string{true: "always", false: "default (2m)"}[syncAlways], ready.Round(time.Millisecond), rss0, idle, m.DefaultModel(), 100*idleRate)
+	fmt.Printf("  %-9s %6s %6s | %8s %8s %8s %8s %6s %5s %5s | %8s %8s %8s | %7s %6s\n", "scenario", "delay", "turns",
+		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "out/t", "wr/t", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate")
+	var distinctP50, oneP50, oneTail float64
+	for _, delay := range delays {
+		mock.delay.Store(int64(delay))
+		for _, sc := range turnsScenarios(delay) {
+			base, err := closedLoop(sc.sessions, sc.per, func(int, int) error { return direct.call(ctx) })
+			if err != nil {
+				return fmt.Errorf("%s direct: %w", sc.name, err)
+			}
+			prefix := fmt.Sprintf("%s-%s-%d-", sc.name, strconv.FormatInt(delay.Milliseconds(), 10), time.Now().UnixNano()%1e6)
+			var kinds0 map[string]int
+			if kinds != nil {
+				kinds0 = kinds.snapshot()
+			}
+			c0 := counts(ctx, m.Conn, m.JS)
+			f, err := closedLoop(sc.sessions, sc.per, func(loop, i int) error { return turn(prefix + sc.session(loop, i)) })
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.name, err)
+			}
+			c1 := counts(ctx, m.Conn, m.JS)
+			f.net(idleRate)
+			base.net(idleRate)
+			p50 := ms(f.lat, 50)
+			fmt.Printf("  %-9s %6s %6d | %8.2f %8.2f %8.0f %8.2f %6.0f %5.1f %5.1f | %8.2f %8.0f %8.2f | %7.2f %5.0f%%\n", sc.name, delay, f.n,
+				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, float64(c1.sent-c0.sent)/float64(f.n), float64(c1.stored-c0.stored)/float64(f.n),
+				ms(base.lat, 50), base.rate(), base.cpuPer(), p50-ms(base.lat, 50), 100*f.rate()/base.rate())
+			if *turnsDetail {
+				fmt.Printf("             writes/turn by stream:")
+				for name, last := range c1.byStream {
+					if d := last - c0.byStream[name]; d > 0 {
+						fmt.Printf(" %s %.2f", name, float64(d)/float64(f.n))
+					}
+				}
+				fmt.Printf("\n             messages/turn by subject (everyone's, replies left out):\n")
+				k1 := kinds.snapshot()
+				names := make([]string, 0, len(k1))
+				for s := range k1 {
+					names = append(names, s)
+				}
+				sort.Strings(names)
+				for _, s := range names {
+					if d := k1[s] - kinds0[s]; d > 0 {
+						fmt.Printf("               %-50s %6.2f\n", s, float64(d)/float64(f.n))
+					}
+				}
+			}
+			if delay == 0 {
+				switch sc.name {
+				case "distinct":
+					distinctP50 = p50
+				case "one":
+					// Latencies are in order: the last quarter is the
+					// longest transcript.
+					oneP50, oneTail = p50, ms(f.lat[len(f.lat)*3/4:], 50)
+					if err := coldRead(ctx, m.JS, prefix+sc.session(0, 0)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	if distinctP50 > 0 && oneP50 > 0 {
+		fmt.Printf("  session length: one-session p50 / distinct p50 = %.2f×; its last quarter (turns %d..%d) / distinct = %.2f×   (target ≤ 1.2×)\n",
+			oneP50/distinctP50, *turnsSeq*3/4+1, *turnsSeq, oneTail/distinctP50)
+	}
+	if calls := mock.calls.Load(); calls == 0 {
+		return errors.New("the mock model saw no calls")
+	}
+	return nil
+}

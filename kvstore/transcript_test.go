@@ -1,0 +1,179 @@
+package kvstore
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestReadTranscriptBatched (issue 17 item 1): a long transcript is read in
+// a handful of requests, not one per record, and the read is exact: every
+// record of the lane in order, none of another lane's, a rewritten record
+// once at its new place, a removed one's marker reported, a corrupt one
+// skipped with its error, Last the newest message the cursor names; the
+// read's consumer is gone afterwards. A read from Last+1 returns only what
+// was added since.
+func TestReadTranscriptBatched(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	lanes, err := Open(ctx, js, Config{LeaseTTL: 5 * time.Minute}) // no renewals: outlives the writes on a busy box
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := lanes.Acquire(ctx, "long", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := lanes.Acquire(ctx, "longer", LeaseInfo{Worker: "a"}) // "long.tx.>" must not match it
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2 * batchMax
+	for i := uint64(1); i <= n; i++ {
+		if _, err := mine.PutRecord(ctx, turn(i, strconv.FormatUint(i, 10))); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			if _, err := other.PutRecord(ctx, turn(i, "other")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Record 7 is written again (a re-run whose first write was stored),
+	// record 9 deleted, record 10 replaced by garbage.
+	if _, err := mine.PutRecord(ctx, turn(7, "7 again")); err != nil {
+		t.Fatal(err)
+	}
+	if err := lanes.kv.Delete(ctx, "long.tx.9"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lanes.kv.Put(ctx, "long.tx.10", []byte("not msgpack")); err != nil {
+		t.Fatal(err)
+	}
+	last, err := mine.PutRecord(ctx, turn(n+1, "newest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	before := nc.Stats().OutMsgs
+	tr, err := lanes.ReadTranscript(ctx, "long", 1)
+	requests := nc.Stats().OutMsgs - before
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Key != "long.tx.10" {
+		t.Fatalf("err = %v, want the corrupt record 10", err)
+	}
+	if requests > 12 {
+		t.Errorf("the read of %d records took %d API requests, want a handful", n, requests)
+	}
+	want := []uint64{}
+	for i := uint64(1); i <= n+1; i++ {
+		if i != 7 && i != 9 && i != 10 {
+			want = append(want, i)
+		}
+	}
+	want = append(want[:len(want)-1], 7, n+1) // 7 was written again just before the newest
+	if len(tr.Records) != len(want) {
+		t.Fatalf("%d records, want %d", len(tr.Records), len(want))
+	}
+	for i, r := range tr.Records {
+		if r.InboundSeq != want[i] {
+			t.Fatalf("record %d is inbound %d, want %d", i, r.InboundSeq, want[i])
+		}
+	}
+	if got := tr.Records[len(tr.Records)-2].Entries[0].Message.Content.Text(); got != "7 again" {
+		t.Errorf("rewritten record 7 reads %q", got)
+	}
+	if !tr.Removed {
+		t.Error("the delete marker of record 9 is not reported")
+	}
+	c, err := lanes.Cursor(ctx, "long")
+	if err != nil || tr.Last != c.Stored || tr.Last != last.Seq || c.Seq != n+1 {
+		t.Fatalf("Last %d, cursor %+v (%v), the newest write at %d: want all the same", tr.Last, c, err, last.Seq)
+	}
+	if tr.First == 0 || tr.First > tr.Last || tr.Size < len(tr.Records)*10 {
+		t.Errorf("First %d, Size %d", tr.First, tr.Size)
+	}
+	info, err := lanes.Stream().Info(ctx)
+	if err != nil || info.State.Consumers != 0 {
+		t.Errorf("consumers left on the bucket's stream: %+v, %v", info.State.Consumers, err)
+	}
+
+	// The tail: only what was added after Last.
+	for i := uint64(n + 2); i <= n+4; i++ {
+		if _, err := mine.PutRecord(ctx, turn(i, "tail")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tail, err := lanes.ReadTranscript(ctx, "long", tr.Last+1)
+	if err != nil || len(tail.Records) != 3 || tail.Records[0].InboundSeq != n+2 || tail.Removed || tail.First <= tr.Last {
+		t.Fatalf("tail = %+v, %v; want records %d..%d", tail, err, n+2, n+4)
+	}
+	if first, err := lanes.FirstStored(ctx, "long"); err != nil || first != tr.First {
+		t.Errorf("FirstStored = %d, %v; want %d", first, err, tr.First)
+	}
+	if first, err := lanes.FirstStored(ctx, "nobody"); err != nil || first != 0 {
+		t.Errorf("FirstStored of an empty lane = %d, %v", first, err)
+	}
+}
+
+// TestReadTranscriptReplicated: on a bucket replicated three ways, a read
+// through a connection to a node that leads nothing still gets every
+// record in batches, and leaves no consumer.
+func TestReadTranscriptReplicated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	t.Parallel()
+	cl := natstest.StartCluster(t, 3)
+	var lanes []*Lanes
+	var conns []*nats.Conn
+	for _, url := range cl.URLs {
+		nc := natstest.Connect(t, url)
+		js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(t.Context(), js, Config{Replicas: 3, LeaseTTL: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lanes, conns = append(lanes, l), append(conns, nc)
+	}
+	ctx := t.Context()
+	lease, err := lanes[0].Acquire(ctx, "r3", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for i := uint64(1); i <= n; i++ {
+		if _, err := lease.PutRecord(ctx, turn(i, strconv.FormatUint(i, 10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, l := range lanes {
+		before := conns[i].Stats().OutMsgs
+		tr, err := l.ReadTranscript(ctx, "r3", 1)
+		if err != nil || len(tr.Records) != n || tr.Records[n-1].InboundSeq != n {
+			t.Fatalf("node %d: %d records, %v", i+1, len(tr.Records), err)
+		}
+		if sent := conns[i].Stats().OutMsgs - before; sent > 12 {
+			t.Errorf("node %d: %d requests for %d records", i+1, sent, n)
+		}
+	}
+	info, err := lanes[0].Stream().Info(ctx)
+	if err != nil || info.State.Consumers != 0 {
+		t.Errorf("consumers left: %+v, %v", info.State.Consumers, err)
+	}
+}

@@ -1,0 +1,137 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// settingsHandler answers like echoHandler and remembers, per prompt, the
+// run settings and the session state each attempt was handed. Each turn
+// reports a usage of 10 input tokens costing 0.01 and the profile
+// "p-<prompt>"; the prompts in failOnce fail their first attempt.
+type settingsHandler struct {
+	echoHandler
+	mu       sync.Mutex
+	settings map[string][]string
+	states   map[string][]events.SessionState
+	failOnce map[string]bool
+}
+
+func (h *settingsHandler) HandleTurn(ctx context.Context, t *Turn) (*Outcome, error) {
+	text := t.Inbound.Text
+	h.mu.Lock()
+	if h.settings == nil {
+		h.settings, h.states = map[string][]string{}, map[string][]events.SessionState{}
+	}
+	h.settings[text] = append(h.settings[text], t.Settings.String())
+	h.states[text] = append(h.states[text], t.State)
+	fail := h.failOnce[text] && len(h.states[text]) == 1
+	h.mu.Unlock()
+	if fail {
+		return nil, errors.New("first attempt fails")
+	}
+	out, err := h.echoHandler.HandleTurn(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	out.Usage = &events.UsageMeta{Input: 10, Total: 10, Cost: &events.CostMeta{Input: 0.01, Total: 0.01}}
+	out.AuthProfile = "p-" + text
+	return out, nil
+}
+
+func (h *settingsHandler) seen(text string) ([]string, []events.SessionState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.settings[text], h.states[text]
+}
+
+// TestRunSettingsApplyBetweenMessages: run settings sent while the session
+// is busy apply exactly to the messages sent after them, and a reset to
+// the ones after it; the settings message's run says what is in force, and
+// the lanes bucket keeps queue and run settings in one record.
+func TestRunSettingsApplyBetweenMessages(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	started, release := make(chan struct{}), make(chan struct{})
+	h := &settingsHandler{}
+	h.hook = blockingHandler(started, release).hook
+	f.startWorker(t, h, Config{})
+	f.publish(t, "s", "hold")
+	<-started
+	f.publish(t, "s", "a")
+	set := f.publishIn(t, "s", &events.Inbound{QueueSettings: &events.QueueSettings{Cap: 4},
+		RunSettings: &events.RunSettings{Model: "acme/m1", Thinking: "HIGH", Tools: &events.ToolPolicy{Deny: []string{"exec"}}}})
+	f.publish(t, "s", "b")
+	reset := f.publishIn(t, "s", &events.Inbound{RunSettings: &events.RunSettings{Reset: true, HistoryLimit: 3}})
+	last := f.publish(t, "s", "c")
+	close(release)
+	f.waitFinal(t, "s", last)
+	want := map[string]string{"hold": "defaults", "a": "defaults", "b": "model acme/m1, thinking high, tools deny exec", "c": "history limit 3"}
+	for text, w := range want {
+		if got, _ := h.seen(text); len(got) != 1 || got[0] != w {
+			t.Errorf("turn %q ran with run settings %q, want %q", text, got, w)
+		}
+	}
+	if got := f.waitFinal(t, "s", set).Data.Result.Payloads[0].Text; got != "queue settings: cap 4; run settings: model acme/m1, thinking high, tools deny exec" {
+		t.Errorf("settings run says %q", got)
+	}
+	if got := f.waitFinal(t, "s", reset).Data.Result.Payloads[0].Text; got != "queue settings: cap 4; run settings: history limit 3" {
+		t.Errorf("reset run says %q", got)
+	}
+	raw, err := f.lanes.Settings(t.Context(), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw) != `{"cap":4,"run":{"historyLimit":3}}` {
+		t.Fatalf("stored settings = %s", raw)
+	}
+}
+
+// TestSessionStateOncePerCommittedTurn: each committed turn adds its usage
+// to the session's running total once (an attempt that failed and was
+// retried counts once), the profile that answered is handed to the next
+// turn, a settings message in between keeps the state, and a new owner on
+// another worker reads it from the lane's newest record. The final event
+// of each turn carries the state after it.
+func TestSessionStateOncePerCommittedTurn(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	h := &settingsHandler{failOnce: map[string]bool{"two": true}}
+	stop := f.startWorker(t, h, Config{RetryDelay: time.Millisecond})
+	one := f.publish(t, "u", "one")
+	if s := f.waitFinal(t, "u", one).Data.Result.Meta.Session; s == nil || s.Turns != 1 || s.Usage.Input != 10 || s.AuthProfile != "p-one" {
+		t.Fatalf("state after one = %+v", s)
+	}
+	set := f.publishIn(t, "u", &events.Inbound{RunSettings: &events.RunSettings{Thinking: "low"}})
+	if s := f.waitFinal(t, "u", set).Data.Result.Meta.Session; s != nil {
+		t.Fatalf("a settings run reports a state: %+v", s)
+	}
+	stop()
+	f.startWorker(t, h, Config{RetryDelay: time.Millisecond})
+	f.publish(t, "u", "two")
+	three := f.publish(t, "u", "three")
+	s := f.waitFinal(t, "u", three).Data.Result.Meta.Session
+	if s == nil || s.Turns != 3 || s.Usage.Input != 30 || s.Usage.Total != 30 || s.AuthProfile != "p-three" ||
+		s.Usage.Cost == nil || s.Usage.Cost.Total < 0.0299 || s.Usage.Cost.Total > 0.0301 {
+		t.Fatalf("state after three = %+v (usage %+v)", s, s.Usage)
+	}
+	_, states := h.seen("two")
+	if len(states) != 2 {
+		t.Fatalf("turn two ran %d times, want 2 (a failed attempt, then the committed one)", len(states))
+	}
+	for i, st := range states {
+		if st.Turns != 1 || st.Usage == nil || st.Usage.Input != 10 || st.AuthProfile != "p-one" {
+			t.Fatalf("attempt %d of two was handed %+v, want the state after one", i+1, st)
+		}
+	}
+	tok, _ := events.KeyToken("u")
+	cur, err := f.lanes.Cursor(t.Context(), tok)
+	if err != nil || cur.State == nil || cur.State.Turns != 3 || cur.State.AuthProfile != "p-three" {
+		t.Fatalf("cursor state = %+v, %v", cur.State, err)
+	}
+}

@@ -1,0 +1,253 @@
+package lanes
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// transcriptCacheBytes bounds the transcripts a worker keeps, by their
+// encoded size (what the store holds for them). Decoded they take about
+// three times that: some 50 MB of heap when full (lanebench -scenario
+// sessions: 10,000 two-turn sessions). A session too long to be kept
+// (over half of it) is read whole, in batches, at each owner's first turn.
+const transcriptCacheBytes = 16 << 20
+
+// transcripts keeps the transcripts of the lanes this worker ran lately,
+// so that the lane's next owner on this worker reads only what it lacks: a
+// turn's cost does not grow with its session's length. An entry is only
+// trusted against the store: a lane's owner reads its cursor, whose Stored
+// names the newest transcript message, and uses the entry only up to that
+// (see history). Least recently used entries go first when the encoded
+// bytes exceed max.
+type transcripts struct {
+	mu    sync.Mutex
+	max   int
+	size  int
+	lru   list.List // of *transcript, most recent first
+	lanes map[string]*list.Element
+	// How owners got their transcripts: the cached copy as it was, the
+	// copy and the records added since, a whole read.
+	hits, tails, reads atomic.Int64
+}
+
+// transcript is one lane's cached transcript.
+type transcript struct {
+	token   string
+	entries []message.Entry
+	first   uint64 // stream sequence of its first record; 0 = none
+	last    uint64 // stream sequence of the newest transcript message read
+	inbound uint64 // the inbound sequence of its newest record
+	size    int    // encoded bytes
+	// settledAt is the connection's reconnect count when this worker
+	// stored the final events its newest record owes, plus one; 0 = not
+	// known to be stored.
+	settledAt uint64
+}
+
+func newTranscripts(maxBytes int) *transcripts {
+	return &transcripts{max: maxBytes, lanes: map[string]*list.Element{}}
+}
+
+// get returns the lane's cached transcript, nil if none.
+func (c *transcripts) get(token string) *transcript {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.lanes[token]
+	if e == nil {
+		return nil
+	}
+	c.lru.MoveToFront(e)
+	t := *e.Value.(*transcript)
+	return &t
+}
+
+// put stores t as its lane's transcript, replacing what was cached, and
+// evicts the least recently used ones beyond the budget. A transcript
+// larger than half the budget is not kept: it would evict nearly every
+// other lane on each of its turns.
+func (c *transcripts) put(t *transcript) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.putLocked(t)
+}
+
+func (c *transcripts) putLocked(t *transcript) {
+	c.dropLocked(t.token)
+	if t.size > c.max/2 {
+		return
+	}
+	cp := *t
+	c.lanes[t.token] = c.lru.PushFront(&cp)
+	c.size += t.size
+	for c.size > c.max {
+		c.dropLocked(c.lru.Back().Value.(*transcript).token)
+	}
+}
+
+// drop forgets the lane's transcript.
+func (c *transcripts) drop(token string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropLocked(token)
+}
+
+func (c *transcripts) dropLocked(token string) {
+	e := c.lanes[token]
+	if e == nil {
+		return
+	}
+	c.size -= e.Value.(*transcript).size
+	c.lru.Remove(e)
+	delete(c.lanes, token)
+}
+
+// readHistory returns the lane's transcript as its owner (holding the
+// lease, having read cursor c) must see it, reading from the store only
+// what the cache lacks:
+//   - no transcript message stored: none, without a read;
+//   - the cached copy ends at the newest message: the copy;
+//   - newer records were added (by another worker's turns): those, when the
+//     copy's first record is still stored and the new ones only append;
+//   - anything else (nothing cached, records removed or rewritten): the
+//     whole transcript, read in batches.
+//
+// A record that does not decode is left out, with the *CorruptError.
+func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript, error) {
+	cache := o.w.transcripts
+	if c.Stored == 0 {
+		cache.drop(o.token)
+		return &transcript{token: o.token}, nil
+	}
+	if t := cache.get(o.token); t != nil && t.first != 0 {
+		switch {
+		case t.last == c.Stored:
+			cache.hits.Add(1)
+			return t, nil
+		case t.last < c.Stored:
+			tail, err := o.w.lanes.ReadTranscript(ctx, o.token, t.last+1)
+			if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+				return nil, err
+			}
+			if err == nil && !tail.Removed && appends(t, tail) && o.stillStored(ctx, t.first) {
+				cache.tails.Add(1)
+				return cache.extend(t, tail), nil
+			}
+		}
+	}
+	cache.reads.Add(1)
+	all, err := o.w.lanes.ReadTranscript(ctx, o.token, 1)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		cache.drop(o.token)
+		return nil, err
+	}
+	t := &transcript{token: o.token, entries: kvstore.Entries(all.Records), first: all.First, last: all.Last, size: all.Size}
+	if n := len(all.Records); n > 0 {
+		t.inbound = all.Records[n-1].InboundSeq
+	}
+	if err == nil && t.first != 0 {
+		cache.put(t)
+	} else {
+		cache.drop(o.token)
+	}
+	return t, err
+}
+
+// appends reports whether tail's records all come after t's newest: a
+// record written again (a turn re-run after its record was stored) replaces
+// one t has, which only a whole read gets right.
+func appends(t *transcript, tail kvstore.Transcript) bool {
+	prev := t.inbound
+	for _, r := range tail.Records {
+		if r.InboundSeq <= prev {
+			return false
+		}
+		prev = r.InboundSeq
+	}
+	return true
+}
+
+// stillStored reports whether the lane's first transcript message is still
+// the record at stream sequence first: records removed since (a retention
+// pass forgot the session, and the markers saying so expired) make a
+// cached copy wrong even when the newest records only append.
+func (o *owner) stillStored(ctx context.Context, first uint64) bool {
+	seq, err := o.w.lanes.FirstStored(ctx, o.token)
+	return err == nil && seq == first
+}
+
+// committed returns t with a turn's record, stored at w, appended, and
+// caches it.
+func (c *transcripts) committed(t *transcript, rec kvstore.Record, w kvstore.Written) *transcript {
+	return c.extend(t, kvstore.Transcript{Records: []kvstore.Record{rec}, First: w.Seq, Last: w.Seq, Size: w.Size})
+}
+
+// extend returns base with the records of tail appended, and caches it.
+// The entries are appended in place when base is the lane's cached copy
+// (nobody reads past a copy's end, and base's owner is the only one
+// extending it); any other base is copied first, so two copies never grow
+// into the same array.
+func (c *transcripts) extend(base *transcript, tail kvstore.Transcript) *transcript {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := *base
+	entries := t.entries
+	if e := c.lanes[base.token]; e == nil || !sameCopy(e.Value.(*transcript), base) {
+		entries = entries[:len(entries):len(entries)]
+	}
+	for _, r := range tail.Records {
+		entries = append(entries, r.Entries...)
+		t.inbound = r.InboundSeq
+	}
+	t.entries = entries
+	if t.first == 0 {
+		t.first = tail.First
+	}
+	t.last, t.size = max(t.last, tail.Last), t.size+tail.Size
+	t.settledAt = 0 // until markSettled says its newest record's finals are stored
+	c.putLocked(&t)
+	return &t
+}
+
+// markSettled notes that this worker stored the final events the lane's
+// record at stream sequence seq owes, its connection having reconnected
+// reconnects times before they were published.
+func (c *transcripts) markSettled(token string, seq, reconnects uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.lanes[token]; e != nil && e.Value.(*transcript).last == seq {
+		e.Value.(*transcript).settledAt = reconnects + 1
+	}
+}
+
+// settled reports whether the lane's newest transcript message is still
+// the record at stream sequence stored whose final events this worker
+// stored, and the connection has not reconnected since: then a new owner
+// need not check them. A reconnect may mean a server that restarted and
+// lost events it had acknowledged (the event stream of a single server
+// acknowledges before its writes reach the disk), so after one the check
+// is made.
+func (c *transcripts) settled(token string, stored, reconnects uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.lanes[token]
+	if e == nil {
+		return false
+	}
+	t := e.Value.(*transcript)
+	return t.last == stored && t.settledAt == reconnects+1
+}
+
+// sameCopy reports whether a and b are the same version of a lane's
+// transcript over the same array.
+func sameCopy(a, b *transcript) bool {
+	if a.last != b.last || len(a.entries) != len(b.entries) {
+		return false
+	}
+	return len(a.entries) == 0 || &a.entries[0] == &b.entries[0]
+}

@@ -1,0 +1,280 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// startWorkerRef is startWorker returning the worker.
+func (f *fleet) startWorkerRef(t *testing.T, h Handler, cfg Config) *Worker {
+	t.Helper()
+	js, _ := jetstream.New(natstest.Connect(t, f.url))
+	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := kvstore.Open(t.Context(), js, kvstore.Config{LeaseTTL: f.lanes.LeaseTTL(), MarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	w, err := NewWorker(js, streams, lanes, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	return w
+}
+
+func entryIDs(es []message.Entry) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// takeLane acquires the lane's lease once the worker has released it, as
+// another worker would.
+func (f *fleet) takeLane(t *testing.T, tok string) *kvstore.Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for {
+		l, err := f.lanes.Acquire(ctx, tok, kvstore.LeaseInfo{Worker: "elsewhere"})
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, kvstore.ErrHeld) {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the worker never released the lane")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// TestTranscriptCache (issue 17 item 1): a lane's owners on one worker
+// never read its whole transcript again, yet every turn's history is
+// exactly what the store holds, whatever another worker did in between:
+// turns added (only they are read), the newest record written again, the
+// session forgotten by a retention pass whose markers expired before a new
+// turn was stored elsewhere.
+func TestTranscriptCache(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	const key = "cached"
+	tok, _ := events.KeyToken(key)
+	var mu sync.Mutex
+	var seen [][]string // each turn's history, by entry id
+	h := &echoHandler{hook: func(turn *Turn) error {
+		if turn.SessionKey != key {
+			return nil
+		}
+		recs, err := f.lanes.Records(t.Context(), tok)
+		if err != nil {
+			t.Errorf("read the store: %v", err)
+		}
+		got, want := entryIDs(turn.History), entryIDs(kvstore.Entries(recs))
+		if !slices.Equal(got, want) {
+			t.Errorf("turn %q saw history %v; the store holds %v", turn.Inbound.Text, got, want)
+		}
+		mu.Lock()
+		seen = append(seen, got)
+		mu.Unlock()
+		return nil
+	}}
+	w := f.startWorkerRef(t, h, Config{})
+	c := w.transcripts
+	turn := func(text string) uint64 {
+		t.Helper()
+		seq := f.publish(t, key, text)
+		if ev := f.waitFinal(t, key, seq); ev.Data.Result == nil || ev.Data.Result.Payloads[0].Text != "ok "+text {
+			t.Fatalf("turn %q ended with %+v", text, ev.Data)
+		}
+		return seq
+	}
+	// elsewhere stores a record of the lane as another worker's turn would,
+	// at a position past every message of the lane so far.
+	elsewhere := func(lease *kvstore.Lease, text string) {
+		t.Helper()
+		pos := f.publish(t, "filler", "x")
+		f.waitFinal(t, "filler", pos)
+		cur, err := f.lanes.Cursor(t.Context(), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := message.User(text, 1)
+		rec := kvstore.Record{InboundSeq: pos, RunID: strconv.FormatUint(pos, 10), SessionID: cur.SessionID,
+			Entries: []message.Entry{{Type: message.EntryMessage, ID: text, Message: &u}}}
+		if _, err := lease.PutRecord(t.Context(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, text := range []string{"one", "two", "three", "four"} {
+		turn(text)
+	}
+	if n := c.reads.Load() + c.tails.Load(); n != 0 {
+		t.Fatalf("one worker's turns read the transcript %d times", n)
+	}
+
+	// Another worker ran a turn: only it is read.
+	lease := f.takeLane(t, tok)
+	elsewhere(lease, "other-worker")
+	_ = lease.Release(t.Context())
+	turn("five")
+	if c.tails.Load() != 1 || c.reads.Load() != 0 {
+		t.Fatalf("after another worker's turn: %d tail reads, %d whole reads; want 1, 0", c.tails.Load(), c.reads.Load())
+	}
+
+	// The newest record written again (a re-run whose first write was
+	// stored after all): a whole read.
+	lease = f.takeLane(t, tok)
+	cur, err := f.lanes.Cursor(t.Context(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := message.User("rewritten", 1)
+	if _, err := lease.PutRecord(t.Context(), kvstore.Record{InboundSeq: cur.Seq, RunID: "r", SessionID: cur.SessionID,
+		Entries: []message.Entry{{Type: message.EntryMessage, ID: "rewritten", Message: &u}}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.Release(t.Context())
+	turn("six")
+	if c.reads.Load() != 1 {
+		t.Fatalf("after a rewrite: %d whole reads, want 1", c.reads.Load())
+	}
+
+	// Forgotten elsewhere, the markers expired, then a turn elsewhere: the
+	// records added only append, but the first one is gone.
+	lease = f.takeLane(t, tok)
+	data, err := f.lanes.Data(t.Context(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.Forget(t.Context(), data.Keys); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		first, err := f.lanes.FirstStored(t.Context(), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == 0 {
+			break // the purge markers expired
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal("purge markers never expired")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	elsewhere(lease, "after-forget")
+	_ = lease.Release(t.Context())
+	turn("seven")
+	if c.reads.Load() != 2 {
+		t.Fatalf("after the session was forgotten: %d whole reads, want 2", c.reads.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if last := seen[len(seen)-1]; len(last) != 1 || last[0] != "after-forget" {
+		t.Fatalf("the turn after the session was forgotten saw %v", last)
+	}
+}
+
+// TestTranscriptsBudget: the cache keeps the most recently used lanes
+// within its byte budget, and never keeps a lane larger than half of it.
+func TestTranscriptsBudget(t *testing.T) {
+	t.Parallel()
+	c := newTranscripts(400)
+	for i := range 5 {
+		c.put(&transcript{token: strconv.Itoa(i), first: 1, last: 1, size: 100})
+	}
+	if c.size != 400 || c.get("0") != nil {
+		t.Fatalf("size %d; lane 0 kept: %v", c.size, c.get("0") != nil)
+	}
+	c.get("1") // used: now the newest
+	c.put(&transcript{token: "5", first: 1, last: 1, size: 100})
+	if c.get("1") == nil || c.get("2") != nil {
+		t.Fatal("evicted the recently used lane instead of the oldest")
+	}
+	c.put(&transcript{token: "big", first: 1, last: 1, size: 201})
+	if c.get("big") != nil {
+		t.Fatal("kept a lane larger than half the budget")
+	}
+	c.drop("1")
+	if c.get("1") != nil || c.size != 300 {
+		t.Fatalf("after drop: size %d", c.size)
+	}
+}
+
+// TestSettledCheckAfterReconnect: a lane's next owner on the worker that
+// stored the newest record's final events skips checking them, unless the
+// worker's connection reconnected since: a server that restarted may have
+// lost events it had acknowledged, and the check publishes the final event
+// again from the record.
+func TestSettledCheckAfterReconnect(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	const key = "settled"
+	tok, _ := events.KeyToken(key)
+	w := f.startWorkerRef(t, &echoHandler{}, Config{})
+	first := f.publish(t, key, "one")
+	f.waitFinal(t, key, first)
+	_ = f.takeLane(t, tok).Release(t.Context()) // the owner has let the lane go
+	cur, err := f.lanes.Cursor(t.Context(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.transcripts.settled(tok, cur.Stored, w.nc.Stats().Reconnects) {
+		t.Fatal("the worker that stored the turn's final event does not know it")
+	}
+
+	// The server lost the acknowledged final event; the worker reconnects.
+	if err := f.streams.Events.DeleteMsg(t.Context(), f.streamSeqOfFinal(t, key, first)); err != nil {
+		t.Fatal(err)
+	}
+	before := w.nc.Stats().Reconnects
+	if err := w.nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	for w.nc.Stats().Reconnects == before || !w.nc.IsConnected() {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("never reconnected")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if w.transcripts.settled(tok, cur.Stored, w.nc.Stats().Reconnects) {
+		t.Fatal("still trusted after a reconnect")
+	}
+	second := f.publish(t, key, "two")
+	f.waitFinal(t, key, second)
+	if n := f.finals(t, key, first); n != 1 {
+		t.Fatalf("the first run has %d final events after the next turn, want 1 (published again)", n)
+	}
+}
