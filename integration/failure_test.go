@@ -119,13 +119,16 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	}
 	publishAll(t, js, msgs)
 
-	// Kill the victim once it has finished some turns and holds lanes mid-run.
+	// Kill the victim once it has finished some turns and runs turns: a
+	// lane held is not enough (its owner may be waiting out the collect
+	// debounce), so the active-run registry must list a run of the victim.
 	lanes, err := kvstore.Bind(t.Context(), js, "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var runs *kvstore.Runs
 	for {
-		held, committed := 0, 0
+		held, committed, running := 0, 0, 0
 		for s := range 20 {
 			tok, _ := events.KeyToken(fmt.Sprintf("crash:%d", s))
 			if h, ok, _ := lanes.Holder(t.Context(), tok); ok && h.Worker == "victim" {
@@ -134,8 +137,19 @@ func TestWorkerKilledMidRun(t *testing.T) {
 			recs, _ := lanes.Records(t.Context(), tok)
 			committed += len(recs)
 		}
-		if committed >= 20 && held > 0 {
-			t.Logf("killing the victim holding %d lanes after %d of 100 turns", held, committed)
+		if runs == nil {
+			runs, _ = kvstore.BindRuns(t.Context(), js, "")
+		}
+		if runs != nil && committed >= 20 && held > 0 {
+			list, _ := runs.List(t.Context())
+			for _, r := range list {
+				if r.Worker == "victim" {
+					running++
+				}
+			}
+		}
+		if committed >= 20 && held > 0 && running > 0 {
+			t.Logf("killing the victim holding %d lanes, running %d turns, after %d of 100 turns", held, running, committed)
 			break
 		}
 		if time.Now().After(deadline.Add(30 * time.Second)) {
