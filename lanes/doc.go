@@ -22,27 +22,27 @@
 // starve. An owner therefore checks, before each next message, whether it
 // has run its budget since it took the slot (Config.LaneTurnBudget turns,
 // default 1, or Config.LaneTimeBudget) and the lane first in line has
-// waited at least as long as its last turn took (a lane that waits a
-// moment while slots turn over makes nobody yield; one that keeps waiting
-// gets a slot within two turns of each owner). If so it yields: it deletes
-// what it processed except its trigger's message, releases the lease, and
-// hands its trigger back at once, taking the last place in line. The trigger's redelivery brings the lane back, here
-// or on a worker with room, and its next owner goes on from the cursor, so
-// the lane's order holds and nothing is run twice; if the worker dies
-// first, the un-acked trigger comes back after AckWait as after any crash.
-// Another delivery of a lane waiting here is acked: the waiting delivery
-// will drain it (a waiting delivery whose own message an owner elsewhere
-// deleted meanwhile is then not handed back, it waits here for its slot:
-// see waitForSlot). When nobody waits an owner drains on, at no extra cost. A lane
-// the sweep took (no trigger) does not yield, nor does an owner whose
-// trigger's message an earlier owner deleted (its trigger could not come
-// back), nor a lane before a reject or collect message (their plan depends
-// on when this owner's last turn ended, which the next owner would not
-// know). Owners delete the messages they processed while they still hold
-// the lease, never after: a delivery of one of them may become the next
-// owner's trigger. A negative LaneTurnBudget
-// turns all this off: the lane keeps its slot and a delivery that finds
-// every slot busy is handed back after a short delay.
+// waited at least as long as its last turn took (a lane that waits a moment
+// while slots turn over makes nobody yield; one that keeps waiting gets a
+// slot within two turns of each owner). If so it yields: it deletes what it
+// processed except its trigger's message, releases the lease, and hands its
+// trigger back at once, taking the last place in line. The trigger's
+// redelivery brings the lane back, here or on a worker with room, and its
+// next owner goes on from the cursor, so the lane's order holds and nothing
+// is run twice; if the worker dies first, the un-acked trigger comes back
+// after AckWait as after any crash. Another delivery of a lane waiting here
+// is acked: the waiting delivery will drain it (a waiting delivery whose
+// own message an owner elsewhere deleted meanwhile is then not handed back,
+// it waits here for its slot: see waitForSlot). When nobody waits an owner
+// drains on, at no extra cost. A lane the sweep took (no trigger) does not
+// yield, nor does an owner whose trigger's message an earlier owner deleted
+// (its trigger could not come back), nor a lane before a reject or collect
+// message (their plan depends on when this owner's last turn ended, which
+// the next owner would not know). Owners delete the messages they processed
+// while they still hold the lease, never after: a delivery of one of them
+// may become the next owner's trigger. A negative LaneTurnBudget turns all
+// this off: the lane keeps its slot and a delivery that finds every slot
+// busy is handed back after a short delay.
 //
 // # Queue modes
 //
