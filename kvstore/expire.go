@@ -22,6 +22,9 @@ import (
 //	            (Lease.Forget, called by the worker's retention pass)
 //	T.settings  the same
 //
+// and in the journal stream (StepsStream) agent.steps.T.>: purged when its
+// turn commits, or with the session (Lease.Forget), else after StepTTL.
+//
 // The retention pass walks the bucket's stream in sequence (= time) order
 // from a position stored under the key retentionKey, which no lane key can
 // be (every lane key has a dot).
@@ -168,8 +171,9 @@ func (l *Lanes) SetRetentionPos(ctx context.Context, pos, rev uint64) error {
 // from Data) under the lease's fence, and reports how many it removed.
 // Each key gets a purge marker that rolls its value up and expires after
 // the bucket's MarkerTTL, so nothing of the session stays behind but the
-// lease, which its release removes the same way. ErrLeaseLost means a
-// newer owner took the lane: what was not removed yet stays.
+// lease, which its release removes the same way. The lane's step journals
+// go too. ErrLeaseLost means a newer owner took the lane: what was not
+// removed yet stays.
 func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 	l := s.lanes
 	s.mu.Lock()
@@ -189,6 +193,9 @@ func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 		if err != nil {
 			return i, err
 		}
+	}
+	if err := l.dropLane(ctx, s.token); err != nil {
+		return len(keys), err
 	}
 	return len(keys), nil
 }

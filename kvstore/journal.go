@@ -6,83 +6,218 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A run's step journal lives next to its lane's records:
+// A run's step journal lives in its own stream, StepsStream, apart from the
+// lanes bucket: with sync always every write of one stream waits for the
+// fsync of the one before it, and the journal's writes (a model reply that
+// calls a tool, each tool result) would queue behind the lanes' leases and
+// records. The journal of the turn started by inbound message seq of lane T
+// is
 //
-//	T.j.<n>   step n (from 1) of the lane's current turn, headed with the
-//	          inbound sequence of the message that started it
+//	agent.steps.T.<seq>.<n>   step n (from 1); writing step n again replaces it
+//	agent.steps.T.<seq>.b     a barrier: a re-run's claim of the journal
 //
-// written under the lease's fence like a turn record, so a stale owner can
-// never add to it. A lane runs one turn at a time, so one journal per lane
-// is enough: the bucket keeps one message per key, and a turn's step n
-// replaces the step n an earlier turn left. Nothing removes a committed
-// turn's steps (that would be one more synchronous write per turn): a read
-// takes only the steps headed with its own sequence, so leftovers never
-// join a later turn's journal, and every step expires after StepTTL.
+// The lease cannot fence a write of another stream, so the journal fences
+// itself: every write expects the last message on agent.steps.T.<seq>.> to
+// be the writer's own previous one (none before its first). A re-run reads
+// the journal, then writes a barrier over what it read before it records
+// anything: from then on an older owner still running the turn (a zombie
+// whose lease lapsed) expects a stale sequence and cannot add a step, and a
+// step it added before the barrier is read by the re-run (the barrier fails
+// and the journal is read again). Once the turn commits, its journal is
+// purged (off the turn's path); the stream's MaxAge (StepTTL) and byte
+// limit drop whatever a purge missed.
+
+// Journal stream names.
+const (
+	StepsStream = "AGENT_STEPS"
+	StepsPrefix = "agent.steps."
+	// DefaultStepsMaxBytes caps the journal stream. A full stream drops
+	// its oldest steps: those of long-committed turns whose purge failed,
+	// or of turns older than any re-run.
+	DefaultStepsMaxBytes = 512 << 20
+)
 
 // StepTTL is how long a journal step is kept; a turn retried later than
 // that (its worker gone for a day) starts over.
 const StepTTL = 24 * time.Hour
 
-// MaxStepReads bounds the steps one read returns.
+// MaxStepReads bounds the messages one read of a journal takes.
 const MaxStepReads = 16384
 
-// headerStepOf names the inbound sequence of the turn a step belongs to.
-const headerStepOf = "Lanefleet-Step-Of"
+// barrierToken is the last subject token of a barrier (steps are numbers).
+const barrierToken = "b"
 
-func stepKey(token string, n int) string { return token + ".j." + strconv.Itoa(n) }
+// ensureSteps creates or updates the journal stream.
+func ensureSteps(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	sc := jetstream.StreamConfig{
+		Name:        StepsStream,
+		Description: "Lanefleet step journals: agent.steps.<lane>.<inbound seq>.<step>",
+		Subjects:    []string{StepsPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      StepTTL,
+		MaxBytes:    cfg.StepsMaxBytes,
+		Discard:     jetstream.DiscardOld,
+		AllowDirect: false, // a re-run reads what the leader has
+	}
+	s, err := js.CreateStream(ctx, sc)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = js.UpdateStream(ctx, sc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: stream %s: %w", StepsStream, err)
+	}
+	return s, nil
+}
 
-// Steps reads the journal of the turn started by inbound message seq: its
-// steps from 1 up to the first missing one (leader reads, one request per
-// step the lane has).
-func (l *Lanes) Steps(ctx context.Context, token string, seq uint64) ([][]byte, error) {
-	filter := l.prefix + token + ".j.*"
-	want := strconv.FormatUint(seq, 10)
+// Journal is the step journal of one turn (lane token, inbound sequence)
+// as one attempt sees it: the sequence of its own last write fences the
+// next one.
+type Journal struct {
+	lanes  *Lanes
+	token  string
+	seq    uint64
+	prefix string // agent.steps.T.<seq>.
+
+	mu   sync.Mutex
+	last uint64 // stream sequence of this attempt's last journal write (or of the last message it read)
+}
+
+// Journal returns the journal of the turn of lane token started by inbound
+// message seq, for an attempt that has neither read nor written it yet.
+func (l *Lanes) Journal(token string, seq uint64) *Journal {
+	return &Journal{lanes: l, token: token, seq: seq, prefix: StepsPrefix + token + "." + strconv.FormatUint(seq, 10) + "."}
+}
+
+// Steps reads the journal's steps from 1 up to the first missing one (leader
+// reads, one request per message the journal has), then claims the journal
+// with a barrier: no older owner can add to it afterwards. Steps written
+// before the barrier are read again until the barrier holds.
+func (j *Journal) Steps(ctx context.Context) ([][]byte, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		steps, last, err := j.read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ack, err := j.lanes.js.Publish(ctx, j.prefix+barrierToken, nil,
+			jetstream.WithExpectLastSequenceForSubject(last, j.prefix+">"))
+		if err == nil {
+			j.last = ack.Sequence
+			return steps, nil
+		}
+		busy, mismatch := WriteConflict(err)
+		if (!busy && !mismatch) || attempt >= maxConflicts {
+			return nil, fmt.Errorf("kvstore: claim steps %s/%d: %w", j.token, j.seq, err)
+		}
+		if busy {
+			if perr := pause(ctx, attempt); perr != nil {
+				return nil, fmt.Errorf("kvstore: claim steps %s/%d: %w", j.token, j.seq, err)
+			}
+		}
+		// mismatch: a step landed after the read; read it too.
+	}
+}
+
+// read takes the journal's steps in order and the sequence of its last
+// message.
+func (j *Journal) read(ctx context.Context) (steps [][]byte, last uint64, err error) {
+	if j.lanes.steps == nil {
+		return nil, 0, fmt.Errorf("kvstore: steps %s/%d: no journal stream bound", j.token, j.seq)
+	}
+	filter := j.prefix + ">"
 	byN := map[int][]byte{}
 	for from, reads := uint64(1), 0; reads < MaxStepReads; reads++ {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		raw, err := l.stream.GetMsg(rctx, from, jetstream.WithGetMsgSubject(filter))
+		raw, err := j.lanes.steps.GetMsg(rctx, from, jetstream.WithGetMsgSubject(filter))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("kvstore: steps %s/%d: %w", token, seq, err)
+			return nil, 0, fmt.Errorf("kvstore: steps %s/%d: %w", j.token, j.seq, err)
 		}
-		from = raw.Sequence + 1
-		if len(raw.Data) == 0 || raw.Header.Get("KV-Operation") != "" || raw.Header.Get(headerStepOf) != want {
-			continue // a delete marker, or an earlier turn's step
-		}
-		i := strings.LastIndexByte(raw.Subject, '.')
-		n, err := strconv.Atoi(raw.Subject[i+1:])
-		if err != nil || n < 1 || n > MaxStepReads {
-			continue
+		from, last = raw.Sequence+1, raw.Sequence
+		n, err := strconv.Atoi(strings.TrimPrefix(raw.Subject, j.prefix))
+		if err != nil || n < 1 || n > MaxStepReads || len(raw.Data) == 0 {
+			continue // a barrier
 		}
 		byN[n] = raw.Data
 	}
-	out := make([][]byte, 0, len(byN))
+	steps = make([][]byte, 0, len(byN))
 	for n := 1; byN[n] != nil; n++ {
-		out = append(out, byN[n])
+		steps = append(steps, byN[n])
 	}
-	return out, nil
+	return steps, last, nil
 }
 
-// PutStep writes step n of the turn started by inbound message seq under
-// the fence. Writing step n again replaces it.
-func (s *Lease) PutStep(ctx context.Context, seq uint64, n int, data []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := stepKey(s.token, n)
-	msg := &nats.Msg{Subject: s.lanes.prefix + key, Data: data, Header: nats.Header{headerStepOf: []string{strconv.FormatUint(seq, 10)}}}
-	return s.fenced(ctx, "write "+key, func(rev uint64) error {
-		_, err := s.lanes.js.PublishMsg(ctx, msg,
-			jetstream.WithExpectLastSequenceForSubject(rev, s.lanes.prefix+leaseKey(s.token)),
-			jetstream.WithMsgTTL(StepTTL))
-		return err
-	})
+// Put records step n (from 1), replacing any step n recorded before. It
+// fails with ErrLeaseLost when the journal moved on since this attempt's
+// last read or write: another owner runs the turn.
+func (j *Journal) Put(ctx context.Context, n int, data []byte) error {
+	if n < 1 || n > MaxStepReads {
+		return fmt.Errorf("kvstore: step %d of %s/%d: out of range", n, j.token, j.seq)
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("kvstore: step %d of %s/%d: empty", n, j.token, j.seq)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	subj := j.prefix + strconv.Itoa(n)
+	for attempt := 0; ; attempt++ {
+		ack, err := j.lanes.js.Publish(ctx, subj, data, jetstream.WithExpectLastSequenceForSubject(j.last, j.prefix+">"))
+		if err == nil {
+			j.last = ack.Sequence
+			return nil
+		}
+		busy, mismatch := WriteConflict(err)
+		switch {
+		case mismatch:
+			return fmt.Errorf("%w: %s: step %d of turn %d refused (another owner claimed its journal): %v", ErrLeaseLost, j.token, n, j.seq, err)
+		case busy && attempt < maxConflicts:
+			if perr := pause(ctx, attempt); perr != nil {
+				return fmt.Errorf("kvstore: step %d of %s/%d: %w", n, j.token, j.seq, err)
+			}
+			continue
+		}
+		return fmt.Errorf("kvstore: step %d of %s/%d: %w", n, j.token, j.seq, err)
+	}
+}
+
+// Written reports whether this attempt read or wrote the journal (a turn
+// that never did has nothing to drop).
+func (j *Journal) Written() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.last != 0
+}
+
+// Drop purges the journal of a committed turn.
+func (j *Journal) Drop(ctx context.Context) error {
+	if j.lanes.steps == nil {
+		return nil
+	}
+	if err := j.lanes.steps.Purge(ctx, jetstream.WithPurgeSubject(j.prefix+">")); err != nil {
+		return fmt.Errorf("kvstore: drop steps %s/%d: %w", j.token, j.seq, err)
+	}
+	return nil
+}
+
+// dropLane purges every journal of a lane (its session is forgotten).
+func (l *Lanes) dropLane(ctx context.Context, token string) error {
+	if l.steps == nil {
+		return nil
+	}
+	if err := l.steps.Purge(ctx, jetstream.WithPurgeSubject(StepsPrefix+token+".>")); err != nil {
+		return fmt.Errorf("kvstore: drop steps of %s: %w", token, err)
+	}
+	return nil
 }

@@ -5,6 +5,9 @@
 //	T.cursor     the last processed inbound sequence and the turn in flight
 //	T.tx.<seq>   one transcript record per inbound message (pi session entries)
 //
+// (The runs' step journals live in a stream of their own, StepsStream: see
+// Journal.)
+//
 // Keeping all three in one stream lets every durable write of an owner carry
 // the header Nats-Expected-Last-Subject-Sequence-Subject = T.lease: the server
 // rejects the write when the lease has moved on, so a stale owner (a zombie
@@ -50,6 +53,9 @@ type Config struct {
 	// MaxBytes caps the bucket; default DefaultMaxBytes, -1 = none. A full
 	// bucket refuses new writes (turns cannot commit) and keeps every record.
 	MaxBytes int64
+	// StepsMaxBytes caps the step journal stream (StepsStream); default
+	// DefaultStepsMaxBytes, -1 = none. A full journal drops its oldest steps.
+	StepsMaxBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -74,6 +80,12 @@ func (c Config) withDefaults() Config {
 	case c.MaxBytes < 0:
 		c.MaxBytes = -1
 	}
+	switch {
+	case c.StepsMaxBytes == 0:
+		c.StepsMaxBytes = DefaultStepsMaxBytes
+	case c.StepsMaxBytes < 0:
+		c.StepsMaxBytes = -1
+	}
 	return c
 }
 
@@ -82,12 +94,14 @@ type Lanes struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
+	steps  jetstream.Stream // the step journals (nil for a reader bound to a fleet without one)
 	cfg    Config
 	prefix string // "$KV.<bucket>."
 }
 
 // Open creates the bucket when missing, makes sure its stream serves reads
-// from the leader only, and binds to it.
+// from the leader only, and binds to it; it creates or updates the step
+// journal stream (StepsStream) too.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, error) {
 	cfg = cfg.withDefaults()
 	_, err := js.KeyValue(ctx, cfg.Bucket)
@@ -113,11 +127,15 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 	if err != nil {
 		return nil, err
 	}
+	steps, err := ensureSteps(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Lanes{js: js, kv: kv, stream: stream, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
+	return &Lanes{js: js, kv: kv, stream: stream, steps: steps, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
 }
 
 // configureStream turns Direct Get off on a bucket's stream, so Get and
@@ -174,6 +192,10 @@ func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (*Lanes, e
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", bucket, err)
 	}
+	steps, err := js.Stream(ctx, StepsStream)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("kvstore: bind %s: %w", StepsStream, err)
+	}
 	cfg := Config{Bucket: bucket}.withDefaults()
-	return &Lanes{js: js, kv: kv, stream: stream, cfg: cfg, prefix: "$KV." + bucket + "."}, nil
+	return &Lanes{js: js, kv: kv, stream: stream, steps: steps, cfg: cfg, prefix: "$KV." + bucket + "."}, nil
 }

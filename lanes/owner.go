@@ -458,12 +458,16 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 		turn.State = *o.cursor.State
 	}
 	turn.steer = o.steerer(p)
-	turn.steps = &StepLog{lanes: o.w.lanes, lease: o.lease, token: o.token, seq: a.seq, first: a.attempt == 1}
+	turn.steps = &StepLog{j: o.w.lanes.Journal(o.token, a.seq), first: a.attempt == 1}
 	out, err := o.callHandler(turnCtx, turn, a.log)
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	stopWatch()
 	if cut && err != nil && ctx.Err() == nil {
-		return o.interrupted(ctx, a.em, p, a.attempt, out)
+		if err := o.interrupted(ctx, a.em, p, a.attempt, out); err != nil {
+			return err
+		}
+		o.w.dropSteps(turn.steps.j)
+		return nil
 	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
@@ -483,6 +487,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 		return err
 	}
 	o.w.stats.Turns.Add(1)
+	o.w.dropSteps(turn.steps.j)
 	return nil
 }
 

@@ -42,15 +42,12 @@ type Turn struct {
 	steps *StepLog
 }
 
-// StepLog is a run's step journal in the lane's bucket (see
-// runner.StepStore): its steps are written under the lane's lease, like
-// the turn's record; the lane's next turn writes over them (kvstore
-// reads only the steps of the turn asking).
+// StepLog is a run's step journal (see runner.StepStore), kept in the
+// journal stream (kvstore.Journal): a re-run claims it when it reads it, so
+// an older owner of the turn can no longer add to it; it is dropped once
+// the turn commits.
 type StepLog struct {
-	lanes *kvstore.Lanes
-	lease *kvstore.Lease
-	token string
-	seq   uint64
+	j     *kvstore.Journal
 	first bool // the run's first attempt: nothing can be recorded yet
 }
 
@@ -63,12 +60,12 @@ func (s *StepLog) Steps(ctx context.Context) ([][]byte, error) {
 	if s.first {
 		return nil, nil
 	}
-	return s.lanes.Steps(ctx, s.token, s.seq)
+	return s.j.Steps(ctx)
 }
 
-// Put records step n under the lane's lease.
+// Put records step n; it fails once another owner claimed the journal.
 func (s *StepLog) Put(ctx context.Context, n int, step []byte) error {
-	return s.lease.PutStep(ctx, s.seq, n, step)
+	return s.j.Put(ctx, n, step)
 }
 
 // Steer returns the steer-mode messages that reached the lane, right behind
@@ -120,3 +117,22 @@ type HandlerFunc func(ctx context.Context, t *Turn) (*Outcome, error)
 
 // HandleTurn calls f.
 func (f HandlerFunc) HandleTurn(ctx context.Context, t *Turn) (*Outcome, error) { return f(ctx, t) }
+
+// dropSteps purges the journal of a committed turn in the background: the
+// turn does not wait for it, and a purge that fails leaves the steps to the
+// journal stream's MaxAge (a committed turn is never run again, so nothing
+// reads them).
+func (w *Worker) dropSteps(j *kvstore.Journal) {
+	if !j.Written() {
+		return // a first attempt that recorded nothing
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := j.Drop(ctx); err != nil {
+			w.log.Debug().Err(err).Msg("drop the step journal of a committed turn")
+		}
+	}()
+}
