@@ -145,11 +145,14 @@
 // # Step journal
 //
 // A turn's handler gets the run's step journal (Turn.Steps, a
-// runner.StepStore): steps written under the lease next to the turn's
-// record (kvstore: <lane>.j.<n>, headed with the message's sequence), read
-// only on a later attempt of the same message; the lane's next turn writes
-// over them, and a read takes only its own turn's steps. The runner decides what a
-// step is and how a re-run replays it.
+// runner.StepStore): steps written to the journal stream, one journal per
+// turn (kvstore.Journal: agent.steps.<lane>.<seq>.<n>), not to the lanes
+// bucket, so they never wait on its fsyncs. Each write expects the
+// journal's last message to be the writer's own previous one; a later
+// attempt of the same message reads the journal and claims it with a
+// barrier, so an older owner still running the turn can add nothing after
+// that read. A committed turn's journal is purged in the background. The
+// runner decides what a step is and how a re-run replays it.
 //
 // # Fenced events
 //

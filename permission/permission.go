@@ -91,6 +91,11 @@ const (
 	LanesBucket = "lanes"
 	AuthBucket  = "auth"
 	RunsBucket  = "runs"
+
+	// StepsStream is the runs' step journal stream (kvstore.StepsStream),
+	// on subjects StepsPrefix<lane>.<inbound seq>.<step>.
+	StepsStream = "AGENT_STEPS"
+	StepsPrefix = "agent.steps."
 )
 
 // ReadOps are the lane service operations that only read a session: what
@@ -305,6 +310,8 @@ func workerPermissions(inbox string) Permissions {
 		"$KV."+LanesBucket+".>",
 		"$KV."+AuthBucket+".>",
 		"$KV."+RunsBucket+".>",
+		// The runs' step journals (steps and re-runs' barriers).
+		StepsPrefix+">",
 		// Run events and dead letters.
 		events.EventPrefix+">",
 		events.DeadPrefix+">",
@@ -332,10 +339,10 @@ func workerPermissions(inbox string) Permissions {
 	return Permissions{Publish: pub, Subscribe: sub, Responses: &Responses{Max: 1}}
 }
 
-// FleetStreams are the JetStream streams of a fleet: its three streams and
+// FleetStreams are the JetStream streams of a fleet: its four streams and
 // the streams of its three buckets.
 func FleetStreams() []string {
-	return []string{events.InboundStream, events.EventStream, events.DeadStream,
+	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream,
 		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket}
 }
 

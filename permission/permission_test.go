@@ -45,6 +45,8 @@ func TestNamesMatchTheAdapters(t *testing.T) {
 		{LanesBucket, kvstore.DefaultBucket},
 		{RunsBucket, kvstore.DefaultRunsBucket},
 		{AuthBucket, authstore.DefaultBucket},
+		{StepsStream, kvstore.StepsStream},
+		{StepsPrefix, kvstore.StepsPrefix},
 	} {
 		if c.here != c.there {
 			t.Errorf("%q here, %q in the adapter", c.here, c.there)
