@@ -9,8 +9,8 @@ import (
 )
 
 // TestForgetIsFenced: a lease that lost its lane removes nothing; the
-// lane's holder removes its records and settings, leaving no record for
-// Records or Cursor and no settings; Scan tells data from lease keys and
+// lane's holder removes its records, settings and step journals, leaving no
+// record for Records or Cursor, no settings and no steps; Scan tells data from lease keys and
 // markers, and the retention position is compare-and-swap.
 func TestForgetIsFenced(t *testing.T) {
 	t.Parallel()
@@ -28,6 +28,9 @@ func TestForgetIsFenced(t *testing.T) {
 		}
 	}
 	if err := stale.PutSettings(ctx, []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lanes.Journal("bob", 3).Put(ctx, 1, []byte("step")); err != nil {
 		t.Fatal(err)
 	}
 	// The lane moves on without the stale owner knowing.
@@ -85,6 +88,9 @@ func TestForgetIsFenced(t *testing.T) {
 	}
 	if s, err := b.lanes.Settings(ctx, "bob"); err != nil || s != nil {
 		t.Fatalf("after Forget: settings %q, %v", s, err)
+	}
+	if steps, err := b.lanes.Journal("bob", 3).Steps(ctx); err != nil || len(steps) != 0 {
+		t.Fatalf("after Forget: steps %q, %v", steps, err)
 	}
 	// Only markers are left (they expire after MarkerTTL): nothing written.
 	if d, err := b.lanes.Data(ctx, "bob"); err != nil || d.Cursor != 0 || !d.LastWrite.IsZero() {

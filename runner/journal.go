@@ -19,8 +19,8 @@ import (
 // StepStore keeps the completed steps of one run, so that a re-run of its
 // turn (after its worker died, or after a commit that failed) replays them
 // instead of calling the model or the tools again. The lanes keep them in
-// the lane's bucket, fenced by the lane's lease like the turn record, and
-// drop them once the turn commits.
+// a journal stream of their own, fenced so that an older owner cannot add
+// to a journal a re-run has read, and drop them once the turn commits.
 type StepStore interface {
 	// Steps returns the run's recorded steps 1, 2, … in order (none on a
 	// first attempt).
