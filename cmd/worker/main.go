@@ -152,6 +152,7 @@ is set: spans go over OTLP/HTTP.`,
 	fs.Var((*byteSize)(&cfg.Limits.Events), "max-event-bytes", "byte limit of run events (stream AGENT_EV; when full, the oldest are dropped; default 1G)")
 	fs.Var((*byteSize)(&cfg.Limits.Dead), "max-dead-bytes", "byte limit of dead letters (stream AGENT_DLQ; when full, new ones are refused; default 256M)")
 	fs.Var((*byteSize)(&cfg.Limits.Lanes), "max-lanes-bytes", "byte limit of transcripts, leases and cursors (bucket lanes; when full, turns cannot commit; default 4G)")
+	fs.Var((*byteSize)(&cfg.Limits.Steps), "max-steps-bytes", "byte limit of the runs' step journals (stream AGENT_STEPS; when full, the oldest steps are dropped; default 512M)")
 	fs.Var((*byteSize)(&cfg.Limits.Auth), "max-auth-bytes", "byte limit of auth-profile state (bucket auth; default 64M)")
 	fs.Var((*byteSize)(&cfg.Limits.Runs), "max-runs-bytes", "byte limit of the active-run registry (bucket runs, in memory; default 64M)")
 	// Retention (package retention): the same on every worker.

@@ -230,6 +230,7 @@ type Limits struct {
 	Events  int64 // AGENT_EV: run events; full = oldest dropped (default 1 GiB)
 	Dead    int64 // AGENT_DLQ: dead letters; full = new ones refused (default 256 MiB)
 	Lanes   int64 // lanes bucket: transcripts, leases, cursors (default 4 GiB)
+	Steps   int64 // AGENT_STEPS: the runs' step journals; full = oldest dropped (default 512 MiB)
 	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
 	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
 }
@@ -479,7 +480,7 @@ func (m *Member) openState(ctx context.Context) error {
 		}
 	}
 	if m.Lanes == nil {
-		if m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL, MaxBytes: cfg.Limits.Lanes}); err != nil {
+		if m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL, MaxBytes: cfg.Limits.Lanes, StepsMaxBytes: cfg.Limits.Steps}); err != nil {
 			return err
 		}
 	}
