@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
@@ -19,21 +18,7 @@ import (
 // returns it.
 func (f *fleet) runWorker(t *testing.T, h Handler, cfg Config) *Worker {
 	t.Helper()
-	nc := natstest.Connect(t, f.url)
-	js, _ := jetstream.New(nc)
-	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lanes, err := kvstore.Open(t.Context(), js, kvstore.Config{LeaseTTL: f.lanes.LeaseTTL(), MarkerTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	w, err := NewWorker(js, streams, lanes, h, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := f.newWorker(t, natstest.Connect(t, f.url), h, cfg, zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
-	"github.com/lanefleet/lanefleet/kvstore"
 )
 
 // fairWorker runs a worker on its own connection and returns it with the
@@ -23,20 +22,7 @@ import (
 func (f *fleet) fairWorker(t *testing.T, h Handler, cfg Config) (*Worker, *nats.Conn, func()) {
 	t.Helper()
 	nc := natstest.Connect(t, f.url)
-	js, _ := jetstream.New(nc)
-	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lanes, err := kvstore.Open(t.Context(), js, kvstore.Config{LeaseTTL: f.lanes.LeaseTTL(), MarkerTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
-	w, err := NewWorker(js, streams, lanes, h, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := f.newWorker(t, nc, h, cfg, zerolog.ErrorLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx) }()

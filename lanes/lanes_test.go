@@ -72,10 +72,10 @@ func newFleet(t *testing.T, ackWait, leaseTTL time.Duration) *fleet {
 	return &fleet{url: srv.URL, js: js, streams: streams, lanes: lanes}
 }
 
-// startWorker runs a worker on its own connection until the returned stop is called.
-func (f *fleet) startWorker(t *testing.T, h Handler, cfg Config) (stop func()) {
+// newWorker makes a worker on connection nc, logging to the test at
+// level (and to f.logHook), with its own streams and lanes handles.
+func (f *fleet) newWorker(t *testing.T, nc *nats.Conn, h Handler, cfg Config, level zerolog.Level) *Worker {
 	t.Helper()
-	nc := natstest.Connect(t, f.url)
 	js, _ := jetstream.New(nc)
 	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
 	if err != nil {
@@ -85,7 +85,7 @@ func (f *fleet) startWorker(t *testing.T, h Handler, cfg Config) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(level)
 	if f.logHook != nil {
 		cfg.Logger = cfg.Logger.Hook(f.logHook)
 	}
@@ -93,6 +93,13 @@ func (f *fleet) startWorker(t *testing.T, h Handler, cfg Config) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w
+}
+
+// startWorker runs a worker on its own connection until the returned stop is called.
+func (f *fleet) startWorker(t *testing.T, h Handler, cfg Config) (stop func()) {
+	t.Helper()
+	w := f.newWorker(t, natstest.Connect(t, f.url), h, cfg, zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

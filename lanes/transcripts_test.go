@@ -9,43 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
-
 	"github.com/lanefleet/lanefleet/events"
-	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 )
-
-// startWorkerRef is startWorker returning the worker.
-func (f *fleet) startWorkerRef(t *testing.T, h Handler, cfg Config) *Worker {
-	t.Helper()
-	js, _ := jetstream.New(natstest.Connect(t, f.url))
-	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lanes, err := kvstore.Open(t.Context(), js, kvstore.Config{LeaseTTL: f.lanes.LeaseTTL(), MarkerTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	w, err := NewWorker(js, streams, lanes, h, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
-	return w
-}
 
 func entryIDs(es []message.Entry) []string {
 	out := make([]string, len(es))
@@ -107,7 +74,7 @@ func TestTranscriptCache(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}}
-	w := f.startWorkerRef(t, h, Config{})
+	w := f.runWorker(t, h, Config{})
 	c := w.transcripts
 	turn := func(text string) uint64 {
 		t.Helper()
@@ -242,7 +209,7 @@ func TestSettledCheckAfterReconnect(t *testing.T) {
 	f := newFleet(t, 5*time.Second, 5*time.Second)
 	const key = "settled"
 	tok, _ := events.KeyToken(key)
-	w := f.startWorkerRef(t, &echoHandler{}, Config{})
+	w := f.runWorker(t, &echoHandler{}, Config{})
 	first := f.publish(t, key, "one")
 	f.waitFinal(t, key, first)
 	_ = f.takeLane(t, tok).Release(t.Context()) // the owner has let the lane go
