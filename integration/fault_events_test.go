@@ -113,13 +113,20 @@ func TestFaultPausedWorker(t *testing.T) {
 	t.Logf("SIGSTOPped the worker holding %d lanes mid-run", len(held))
 	startWorkerProc(t, cl.URL(), "alive", slow...)
 	// The stopped worker's lanes are taken over while it is stopped: each
-	// is seen held by the other worker at some point (it may finish a lane
-	// and release it before the last one is taken). The deadline only
-	// detects a hang; it is far above AckWait (2s).
+	// is seen held by the other worker, or its cursor moves past where the
+	// stopped worker left it (only the other worker can move it; on a busy
+	// box it may take a lane, finish it and release it between two looks).
+	// The deadline only detects a hang; it is far above AckWait (2s).
+	left := cursors(t, js, held)
 	taken := map[string]bool{}
 	waitUntil(t, 25*time.Second, "the stopped worker's lanes taken over", func(context.Context) bool {
 		for _, s := range holders(t, js, "alive", held) {
 			taken[s] = true
+		}
+		for s, c := range cursors(t, js, held) {
+			if was, ok := left[s]; ok && c > was {
+				taken[s] = true
+			}
 		}
 		return len(taken) == len(held)
 	})

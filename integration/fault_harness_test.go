@@ -416,6 +416,24 @@ func holders(t *testing.T, js jetstream.JetStream, id string, sessions []string)
 	return held
 }
 
+// cursors returns the inbound sequence each session's lane has committed
+// through (sessions whose cursor cannot be read are left out).
+func cursors(t *testing.T, js jetstream.JetStream, sessions []string) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	l, err := kvstore.Bind(t.Context(), js, "")
+	if err != nil {
+		return out
+	}
+	for _, s := range sessions {
+		tok, _ := events.KeyToken(s)
+		if c, err := l.Cursor(t.Context(), tok); err == nil {
+			out[s] = c.Seq
+		}
+	}
+	return out
+}
+
 // faultLoad is sessions × perSession messages of a few words each (the
 // scripted echo model streams one delta per word).
 func faultLoad(prefix string, sessions, perSession int) (msgs []outMsg, keys []string, want map[string][]string) {
