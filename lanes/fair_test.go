@@ -118,14 +118,9 @@ func TestLaneYieldsToWaitingLane(t *testing.T) {
 		}
 		return nil
 	})
-	var ready sync.WaitGroup
-	ready.Add(1)
-	wrapped := HandlerFunc(func(ctx context.Context, t *Turn) (*Outcome, error) {
-		ready.Wait()
-		return h.HandleTurn(ctx, t)
-	})
+	wrapped, open := gated(h)
 	w, _, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1})
-	ready.Done()
+	open()
 	var busy []uint64
 	for i := range 6 {
 		busy = append(busy, f.publish(t, "busy", fmt.Sprint("busy-", i)))
@@ -228,12 +223,7 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 		return nil
 	})
-	var ready sync.WaitGroup
-	ready.Add(1)
-	wrapped := HandlerFunc(func(ctx context.Context, t *Turn) (*Outcome, error) {
-		ready.Wait()
-		return h.HandleTurn(ctx, t)
-	})
+	wrapped, open := gated(h)
 	victim, victimConn, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1, RetryDelay: time.Hour, ShutdownGrace: 100 * time.Millisecond})
 	const lanes, msgs = 4, 5
 	last := map[string]uint64{}
@@ -243,7 +233,7 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 			last[k] = f.publish(t, k, fmt.Sprintf("%s-%02d", k, i))
 		}
 	}
-	ready.Done()
+	open()
 	waitUntil(t, "the victim's death", func() bool { return victimConn.IsClosed() })
 	f.fairWorker(t, h, Config{Concurrency: 2})
 	for k, seq := range last {
@@ -380,3 +370,13 @@ func TestShouldYield(t *testing.T) {
 
 // fakeMsg stands for a trigger delivery where only its presence matters.
 type fakeMsg struct{ jetstream.Msg }
+
+// gated holds every turn of h until open is called: a handler that reads
+// the worker it runs on waits until the test has it.
+func gated(h Handler) (wrapped Handler, open func()) {
+	ready := make(chan struct{})
+	return HandlerFunc(func(ctx context.Context, t *Turn) (*Outcome, error) {
+		<-ready
+		return h.HandleTurn(ctx, t)
+	}), sync.OnceFunc(func() { close(ready) })
+}
