@@ -389,3 +389,8 @@ func unprocessed(ctx context.Context, js jetstream.JetStream, s jetstream.Stream
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// envMap is a worker environment holding exactly m (fleet.Config.Env).
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}

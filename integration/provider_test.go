@@ -70,7 +70,7 @@ func TestRealProviderThroughTheFleet(t *testing.T) {
 
 	env := map[string]string{"OPENROUTER_API_KEY": "sk-test-not-a-real-key", "OPENROUTER_BASE_URL": srv.URL + "/v1"}
 	nats := natstest.Start(t)
-	startMember(t, nats.URL, fleet.Config{WorkerID: "real", Env: func(k string) string { return env[k] }})
+	startMember(t, nats.URL, fleet.Config{WorkerID: "real", Env: envMap(env)})
 	nc := natstest.Connect(t, nats.URL)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -237,12 +237,7 @@ func TestHostileToolCalls(t *testing.T) {
 	srv := natstest.Start(t)
 	root := t.TempDir()
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
-		WorkspaceRoot: root, Exec: true, ExecUnconfined: execUnconfined(t), Env: func(k string) string {
-			if k == "PATH" {
-				return "/usr/bin:/bin"
-			}
-			return ""
-		}})
+		WorkspaceRoot: root, Exec: true, ExecUnconfined: execUnconfined(t), Env: envMap(map[string]string{"PATH": "/usr/bin:/bin"})})
 	nc := natstest.Connect(t, srv.URL)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -622,12 +617,7 @@ func TestSkillEnvironmentReachesExec(t *testing.T) {
 			"weather": {Env: map[string]string{"WEATHER_TOKEN": "wt-123"}},
 			"mail":    {Enabled: &off, Env: map[string]string{"MAIL_TOKEN": "mt-456"}},
 		},
-		Env: func(k string) string {
-			if k == "PATH" {
-				return "/usr/bin:/bin"
-			}
-			return ""
-		}})
+		Env: envMap(map[string]string{"PATH": "/usr/bin:/bin"})})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -666,12 +656,7 @@ func TestSteerChangesATurnsCourse(t *testing.T) {
 	root := t.TempDir()
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: root, NoRemoteTools: true,
 		Exec: true, ExecUnconfined: execUnconfined(t),
-		Env: func(k string) string {
-			if k == "PATH" {
-				return "/usr/bin:/bin"
-			}
-			return ""
-		}})
+		Env: envMap(map[string]string{"PATH": "/usr/bin:/bin"})})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

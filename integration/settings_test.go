@@ -292,12 +292,7 @@ func TestRunningCostThroughTheFleet(t *testing.T) {
 	}
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, DefaultModel: "acme/m1", NoBuiltinTools: true,
-		Env: func(k string) string {
-			if k == "ACME_API_KEY" {
-				return "sk-acme"
-			}
-			return ""
-		}})
+		Env: envMap(map[string]string{"ACME_API_KEY": "sk-acme"})})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()

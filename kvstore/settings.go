@@ -9,9 +9,10 @@ import (
 )
 
 // T.settings holds a lane's stored queue and run settings, as bytes the
-// lanes package encodes (events.EncodeSettings). The owner writes them under the lease's fence when it processes a
-// settings message, so they change exactly between two of the lane's
-// messages; every owner reads them when it takes the lane.
+// lanes package encodes (events.EncodeSettings). The owner writes them
+// under the lease's fence when it processes a settings message, so they
+// change exactly between two of the lane's messages; every owner reads
+// them when it takes the lane.
 
 func settingsKey(token string) string { return token + ".settings" }
 
