@@ -217,6 +217,8 @@ func (c *capped) value(v string) string {
 type State struct {
 	// LanesActive returns the lanes the worker runs now.
 	LanesActive func() int
+	// LanesWaiting returns the lanes waiting on this worker for a slot.
+	LanesWaiting func() int
 	// Backlog returns the messages stored in the inbound stream (fleet
 	// wide: every worker reports the same).
 	Backlog func(ctx context.Context) (uint64, error)
@@ -226,7 +228,8 @@ type State struct {
 	// DeadLetters returns the dead letters this worker stored, by reason.
 	DeadLetters func() map[string]int64
 	// LaneEvents returns the lane worker's counters by event (acquired,
-	// released, merged, dropped, aborted, swept, naks, follower_acks).
+	// released, merged, dropped, aborted, swept, naks, follower_acks,
+	// yields, waited, handed_back).
 	LaneEvents func() map[string]int64
 }
 
@@ -240,17 +243,18 @@ const scrapeTimeout = 2 * time.Second
 
 var (
 	descLanes    = prometheus.NewDesc(Namespace+"_lanes_active", "Lanes this worker runs now (turns running or draining).", nil, nil)
+	descWaiting  = prometheus.NewDesc(Namespace+"_lanes_waiting", "Lanes waiting on this worker for a slot (every slot busy); a lane that has run its turn budget yields its slot to the first of them.", nil, nil)
 	descBacklog  = prometheus.NewDesc(Namespace+"_inbound_backlog_messages", "Messages stored in the inbound stream, fleet-wide: waiting, running, or processed and not purged yet (every worker reports the same; take the max).", nil, nil)
 	descCooldown = prometheus.NewDesc(Namespace+"_auth_profile_cooldowns", "Auth profiles in cooldown or disabled now, by provider (fleet-wide state of this worker's profiles).", []string{"provider"}, nil)
 	descDead     = prometheus.NewDesc(Namespace+"_dead_letters_total", "Dead letters this worker stored, by reason (poison, invalid, bad-lane).", []string{"reason"}, nil)
-	descLaneEv   = prometheus.NewDesc(Namespace+"_lane_events_total", "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, attempts aborted, lanes swept, naks, deliveries acked as followers.", []string{"event"}, nil)
+	descLaneEv   = prometheus.NewDesc(Namespace+"_lane_events_total", "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, attempts aborted, lanes swept, naks, deliveries acked as followers, slots yielded to waiting lanes, deliveries that waited for a slot and that were handed back while waiting.", []string{"event"}, nil)
 	descScrapeOK = prometheus.NewDesc(Namespace+"_inbound_backlog_scrape_ok", "1 when the last scrape read the inbound stream's state, 0 when it failed.", nil, nil)
 )
 
 type stateCollector struct{ st State }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLanes, descBacklog, descCooldown, descDead, descLaneEv, descScrapeOK} {
+	for _, d := range []*prometheus.Desc{descLanes, descWaiting, descBacklog, descCooldown, descDead, descLaneEv, descScrapeOK} {
 		ch <- d
 	}
 }
@@ -258,6 +262,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if f := c.st.LanesActive; f != nil {
 		ch <- prometheus.MustNewConstMetric(descLanes, prometheus.GaugeValue, float64(f()))
+	}
+	if f := c.st.LanesWaiting; f != nil {
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(f()))
 	}
 	if f := c.st.Backlog; f != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)

@@ -60,11 +60,12 @@ func TestScrape(t *testing.T) {
 	m.ToolCall("read", true)
 	m.Compaction("overflow")
 	if err := m.Watch(State{
-		LanesActive: func() int { return 3 },
-		Backlog:     func(context.Context) (uint64, error) { return 42, nil },
-		Cooldowns:   func() map[string]int { return map[string]int{"anthropic": 1} },
-		DeadLetters: func() map[string]int64 { return map[string]int64{"poison": 2} },
-		LaneEvents:  func() map[string]int64 { return map[string]int64{"acquired": 7} },
+		LanesActive:  func() int { return 3 },
+		LanesWaiting: func() int { return 5 },
+		Backlog:      func(context.Context) (uint64, error) { return 42, nil },
+		Cooldowns:    func() map[string]int { return map[string]int{"anthropic": 1} },
+		DeadLetters:  func() map[string]int64 { return map[string]int64{"poison": 2} },
+		LaneEvents:   func() map[string]int64 { return map[string]int64{"acquired": 7} },
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +91,7 @@ func TestScrape(t *testing.T) {
 		`lanefleet_tool_calls_total{outcome="error",tool="read"} 1`,
 		`lanefleet_compactions_total{reason="overflow"} 1`,
 		`lanefleet_lanes_active 3`,
+		`lanefleet_lanes_waiting 5`,
 		`lanefleet_inbound_backlog_messages 42`,
 		`lanefleet_inbound_backlog_scrape_ok 1`,
 		`lanefleet_auth_profile_cooldowns{provider="anthropic"} 1`,

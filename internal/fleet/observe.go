@@ -315,7 +315,8 @@ func (o observedProvider) Stream(ctx context.Context, req *provider.Request, emi
 // metricsState is what the member's metrics read at scrape time.
 func (m *Member) metricsState() metrics.State {
 	return metrics.State{
-		LanesActive: m.Worker.Active,
+		LanesActive:  m.Worker.Active,
+		LanesWaiting: m.Worker.Waiting,
 		Backlog: func(ctx context.Context) (uint64, error) {
 			info, err := m.Streams.Inbound.Info(ctx)
 			if err != nil {
@@ -329,7 +330,8 @@ func (m *Member) metricsState() metrics.State {
 			s := m.Worker.Stats()
 			return map[string]int64{"turns": s.Turns.Load(), "acquired": s.Acquired.Load(), "released": s.Released.Load(),
 				"merged": s.Merged.Load(), "dropped": s.Dropped.Load(), "aborted": s.Aborted.Load(), "swept": s.Swept.Load(),
-				"naks": s.Naks.Load(), "follower_acks": s.FollowerAcks.Load()}
+				"naks": s.Naks.Load(), "follower_acks": s.FollowerAcks.Load(),
+				"yields": s.Yields.Load(), "waited": s.Waited.Load(), "handed_back": s.HandedBack.Load()}
 		},
 	}
 }
