@@ -281,24 +281,22 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 		began := time.Now()
 		err = o.process(ctx, raw)
-		if err == nil {
+		switch {
+		case err == nil:
 			o.turns, o.lastTurn = o.turns+1, time.Since(began)
+			continue
+		case errors.Is(err, kvstore.ErrLeaseLost):
+			return true
+		case ctx.Err() != nil || errors.Is(err, errStopping):
+			return false
 		}
-		if err != nil {
-			if errors.Is(err, kvstore.ErrLeaseLost) {
-				return true
-			}
-			if ctx.Err() != nil || errors.Is(err, errStopping) {
-				return false
-			}
-			n := o.failures[raw.Sequence]
-			o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
-			delay := min(o.w.cfg.RetryDelay*time.Duration(max(n, 1)), 30*time.Second)
-			select {
-			case <-time.After(delay):
-			case <-ctx.Done():
-				return false
-			}
+		n := o.failures[raw.Sequence]
+		o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
+		delay := min(o.w.cfg.RetryDelay*time.Duration(max(n, 1)), 30*time.Second)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return false
 		}
 	}
 	return false
