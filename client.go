@@ -361,10 +361,10 @@ func (c *Client) SetQueueSettings(ctx context.Context, session string, s queue.O
 // ResetQueueSettings clears a session's stored queue settings (its run
 // settings stay), in lane order like SetQueueSettings.
 func (c *Client) ResetQueueSettings(ctx context.Context, session string) (*Run, error) {
-	return c.sendSettings(ctx, &events.Inbound{ID: newID(), QueueSettings: &events.QueueSettings{Reset: true}}, session)
+	return c.sendSettings(ctx, session, &events.Inbound{ID: newID(), QueueSettings: &events.QueueSettings{Reset: true}})
 }
 
-func (c *Client) sendSettings(ctx context.Context, in *events.Inbound, session string) (*Run, error) {
+func (c *Client) sendSettings(ctx context.Context, session string, in *events.Inbound) (*Run, error) {
 	if err := in.Validate(); err != nil {
 		return nil, err
 	}
@@ -417,14 +417,14 @@ func (c *Client) SetSettings(ctx context.Context, session string, ch SettingsCha
 	if !in.IsSettings() {
 		return nil, errors.New("lanefleet: SetSettings: the change sets nothing")
 	}
-	return c.sendSettings(ctx, &in, session)
+	return c.sendSettings(ctx, session, &in)
 }
 
 // ResetSettings clears a session's stored queue and run settings (its
 // state stays), in lane order like SetSettings.
 func (c *Client) ResetSettings(ctx context.Context, session string) (*Run, error) {
 	in := events.Inbound{ID: newID(), QueueSettings: &events.QueueSettings{Reset: true}, RunSettings: &events.RunSettings{Reset: true}}
-	return c.sendSettings(ctx, &in, session)
+	return c.sendSettings(ctx, session, &in)
 }
 
 // Settings returns a session's stored settings and its state.
