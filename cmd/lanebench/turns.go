@@ -43,6 +43,7 @@ var (
 	turnsSyncs     = flag.String("turns-sync", "always,default", "turns: server fsync settings to run, comma-separated (always, default)")
 	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated")
 	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's writes per turn by stream")
+	turnsTrace     = flag.Bool("turns-trace", false, "turns: print every message of one distinct-session turn, in order, and stop")
 	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file")
 	turnsReplyText = "pong"
 )
@@ -515,6 +516,9 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 		return fmt.Errorf("first turn: %w", err)
 	}
 	ready := time.Since(t0)
+	if *turnsTrace {
+		return traceTurn(nc, func() error { return turn("trace-session") })
+	}
 	runtime.GC()
 	idle := mb(rss())
 	// What the idle process spends (the server's and the worker's timers,
@@ -593,6 +597,46 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	}
 	if calls := mock.calls.Load(); calls == 0 {
 		return errors.New("the mock model saw no calls")
+	}
+	return nil
+}
+
+// traceTurn prints every message the server carries during one turn, in
+// order, replies included: what a turn asks of the server, for -turns-trace.
+func traceTurn(nc *nats.Conn, turn func() error) error {
+	var mu sync.Mutex
+	var lines []string
+	t0 := time.Now()
+	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, "$SYS") {
+			return
+		}
+		body := m.Data
+		if len(body) > 160 {
+			body = body[:160]
+		}
+		mu.Lock()
+		lines = append(lines, fmt.Sprintf("%8.3f ms %-70s %5d %q", float64(time.Since(t0).Microseconds())/1000, m.Subject, len(m.Data), body))
+		mu.Unlock()
+	})
+	if err != nil {
+		return err
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return err
+	}
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	if err := turn(); err != nil {
+		return err
+	}
+	time.Sleep(200 * time.Millisecond)
+	_ = sub.Unsubscribe()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range lines {
+		fmt.Println(l)
 	}
 	return nil
 }
