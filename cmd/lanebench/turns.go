@@ -41,8 +41,8 @@ var (
 	turnsPerSlow   = flag.Int("turns-per-session-slow", 2, "turns: turns per session of the concN scenarios with a delayed model")
 	turnsDelays    = flag.String("turns-delays", "0,1s", "turns: the model's first-byte delays, comma-separated")
 	turnsSyncs     = flag.String("turns-sync", "always,default", "turns: server fsync settings to run, comma-separated (always, default)")
-	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated")
-	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's writes per turn by stream")
+	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated (one, distinct, conc64, conc256, conc1000: 1,000 sessions, needs a worker concurrency of at least 1,000)")
+	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's time before and after the model call, and its writes and messages per turn")
 	turnsTrace     = flag.Bool("turns-trace", false, "turns: print every message of one distinct-session turn, in order, and stop")
 	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file")
 	turnsReplyText = "pong"
@@ -59,6 +59,25 @@ type mockModel struct {
 	url   string
 	delay atomic.Int64 // first-byte delay, ns
 	calls atomic.Int64
+	// arrived maps a turn's tag (the text after "ping " in its request)
+	// to when its request arrived, for -turns-detail's split of a turn's
+	// time into before and after the model call.
+	arrived sync.Map
+}
+
+// tagOf returns the turn tag in a request body: the digits after the
+// last "ping ", or "".
+func tagOf(body []byte) string {
+	i := bytes.LastIndex(body, []byte("ping "))
+	if i < 0 {
+		return ""
+	}
+	j := i + len("ping ")
+	k := j
+	for k < len(body) && k-j < 20 && body[k] >= '0' && body[k] <= '9' {
+		k++
+	}
+	return string(body[j:k])
 }
 
 // sseReply is the whole streamed answer: a role+content chunk, a finish
@@ -84,9 +103,14 @@ func startMockModel() (*mockModel, error) {
 	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		m.calls.Add(1)
+		at := time.Now()
 		// Read the request as a server would before answering.
-		if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20)); err != nil {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+		if err != nil {
 			return
+		}
+		if tag := tagOf(body); tag != "" {
+			m.arrived.Store(tag, at)
 		}
 		if d := time.Duration(m.delay.Load()); d > 0 {
 			t := time.NewTimer(d)
@@ -380,6 +404,7 @@ func turnsScenarios(delay time.Duration) []turnsScenario {
 		{name: "distinct", sessions: 1, per: seq, session: func(_, i int) string { return strconv.Itoa(i) }},
 		{name: "conc64", sessions: 64, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
 		{name: "conc256", sessions: 256, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
+		{name: "conc1000", sessions: 1000, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
 	}
 	want := map[string]bool{}
 	for _, s := range strings.Split(*turnsOnly, ",") {
@@ -495,10 +520,17 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 			return err
 		}
 	}
+	var split turnSplit
 	turn := func(session string) error {
 		tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer tcancel()
-		run, err := c.Send(tctx, session, "ping")
+		text, tag := "ping", ""
+		if *turnsDetail {
+			tag = strconv.FormatInt(split.next.Add(1), 10)
+			text += " " + tag
+		}
+		t0 := time.Now()
+		run, err := c.Send(tctx, session, text)
 		if err != nil {
 			return err
 		}
@@ -508,6 +540,9 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 		}
 		if len(res.Payloads) == 0 || res.Payloads[0].Text != turnsReplyText {
 			return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
+		}
+		if tag != "" {
+			split.add(mock, tag, t0, time.Now())
 		}
 		return nil
 	}
@@ -557,6 +592,9 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, float64(c1.sent-c0.sent)/float64(f.n), float64(c1.stored-c0.stored)/float64(f.n),
 				ms(base.lat, 50), base.rate(), base.cpuPer(), p50-ms(base.lat, 50), 100*f.rate()/base.rate())
 			if *turnsDetail {
+				before, after := split.take()
+				fmt.Printf("             send → model request p50 %.2f ms, p99 %.2f ms; model reply → result p50 %.2f ms, p99 %.2f ms\n",
+					ms(before, 50), ms(before, 99), ms(after, 50), ms(after, 99))
 				fmt.Printf("             writes/turn by stream:")
 				for name, last := range c1.byStream {
 					if d := last - c0.byStream[name]; d > 0 {
@@ -599,6 +637,36 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 		return errors.New("the mock model saw no calls")
 	}
 	return nil
+}
+
+// turnSplit splits the turns' times, for -turns-detail, into send →
+// the model's request and the model's reply → the client's result.
+type turnSplit struct {
+	next          atomic.Int64
+	mu            sync.Mutex
+	before, after []time.Duration
+}
+
+func (s *turnSplit) add(m *mockModel, tag string, sent, done time.Time) {
+	v, ok := m.arrived.LoadAndDelete(tag)
+	if !ok {
+		return
+	}
+	at := v.(time.Time)
+	replied := at.Add(time.Duration(m.delay.Load()))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.before = append(s.before, at.Sub(sent))
+	s.after = append(s.after, done.Sub(replied))
+}
+
+// take returns the times so far and starts over.
+func (s *turnSplit) take() (before, after []time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before, after = s.before, s.after
+	s.before, s.after = nil, nil
+	return before, after
 }
 
 // traceTurn prints every message the server carries during one turn, in
