@@ -11,8 +11,10 @@
 // Keeping all three in one stream lets every durable write of an owner carry
 // the header Nats-Expected-Last-Subject-Sequence-Subject = T.lease: the server
 // rejects the write when the lease has moved on, so a stale owner (a zombie
-// after a GC pause or partition) can never write. Direct Get is disabled on the
-// bucket's stream so ownership decisions read from the stream leader.
+// after a GC pause or partition) can never write. Direct Get is disabled on a
+// replicated bucket's stream so ownership decisions read from the stream
+// leader (an R1 stream has no other copy: it keeps Direct Get, which skips
+// the server's JetStream API queue).
 package kvstore
 
 import (
@@ -123,7 +125,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
 	}
 	streamName := "KV_" + cfg.Bucket
-	stream, err := configureStream(ctx, js, streamName, cfg.MaxBytes)
+	stream, err := configureStream(ctx, js, streamName, cfg.MaxBytes, cfg.Replicas <= 1)
 	if err != nil {
 		return nil, err
 	}
@@ -138,20 +140,23 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 	return &Lanes{js: js, kv: kv, stream: stream, steps: steps, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
 }
 
-// configureStream turns Direct Get off on a bucket's stream, so Get and
-// GetMsg are answered by the stream leader and never by a lagging replica,
-// and sets its byte limit (a bucket made before it had one gets it here).
-func configureStream(ctx context.Context, js jetstream.JetStream, name string, maxBytes int64) (jetstream.Stream, error) {
+// configureStream sets Direct Get on a bucket's stream: off on a replicated
+// one, so Get and GetMsg are answered by the stream leader and never by a
+// lagging replica; on at R1 (direct), where the leader is the only copy and
+// Direct Get reads it on the reader's connection instead of queueing for
+// the server's few JetStream API goroutines. It also sets the stream's
+// byte limit (a bucket made before it had one gets it here).
+func configureStream(ctx context.Context, js jetstream.JetStream, name string, maxBytes int64, direct bool) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: stream %s: %w", name, err)
 	}
 	info := s.CachedInfo()
-	if !info.Config.AllowDirect && info.Config.MaxBytes == maxBytes {
+	if info.Config.AllowDirect == direct && info.Config.MaxBytes == maxBytes {
 		return s, nil
 	}
 	cfg := info.Config
-	cfg.AllowDirect = false
+	cfg.AllowDirect = direct
 	cfg.MaxBytes = maxBytes
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("kvstore: configure %s: %w", name, err)

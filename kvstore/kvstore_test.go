@@ -32,19 +32,31 @@ func setup(t *testing.T, ttl time.Duration) *bundle {
 	return &bundle{lanes: lanes, js: js}
 }
 
-func TestOpenDisablesDirectGet(t *testing.T) {
+func TestOpenDirectGetOnlyAtR1(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Second)
 	info, err := b.lanes.Stream().Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Config.AllowDirect {
-		t.Fatal("KV_lanes still allows direct get: ownership reads could be stale")
+	// R1: the leader is the only copy, so Direct Get is a leader read
+	// (TestLeaseConflictsOnReplicatedBucket checks an R3 bucket keeps it off).
+	if !info.Config.AllowDirect {
+		t.Fatal("KV_lanes at R1 reads through the JetStream API queue: Direct Get is off")
 	}
-	// Opening again (a second worker starting) keeps it off and succeeds.
-	if _, err := Open(t.Context(), b.js, Config{LeaseTTL: time.Second}); err != nil {
+	// A bucket made by an older worker with Direct Get off gets it on
+	// at its next Open.
+	cfg := info.Config
+	cfg.AllowDirect = false
+	if _, err := b.js.UpdateStream(t.Context(), cfg); err != nil {
 		t.Fatal(err)
+	}
+	l, err := Open(t.Context(), b.js, Config{LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Stream().CachedInfo().Config.AllowDirect {
+		t.Fatal("Open left Direct Get off on an R1 bucket")
 	}
 }
 

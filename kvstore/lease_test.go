@@ -32,6 +32,9 @@ func TestLeaseConflictsOnReplicatedBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if lanes.Stream().CachedInfo().Config.AllowDirect {
+		t.Fatal("KV_lanes at R3 allows Direct Get: ownership reads could come from a lagging replica")
+	}
 	const racers = 6
 
 	t.Run("racing acquirers after a release", func(t *testing.T) {

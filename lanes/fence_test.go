@@ -267,6 +267,11 @@ func TestZombieEventsFencedOnReplicatedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, st := range []jetstream.Stream{streams.Inbound, streams.Events} {
+		if c := st.CachedInfo().Config; c.AllowDirect {
+			t.Fatalf("%s at R3 allows Direct Get: ownership reads could come from a lagging replica", c.Name)
+		}
+	}
 	fencing(t, cl.URL(), js, streams, 1)
 
 	em, _ := testEmitter(t, js, streams, "8", 1)

@@ -107,14 +107,17 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		// agent.in.> and not agent.in.*: a message on a subject that
 		// cannot be a lane (agent.in.a.b) is stored, and dispatch
 		// dead-letters it instead of it vanishing unseen.
-		Subjects:    []string{events.InboundPrefix + ">"},
-		Retention:   jetstream.LimitsPolicy, // not WorkQueue: the dispatch ack must not delete
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		MaxAge:      cfg.InboundMaxAge,
-		MaxBytes:    cfg.InboundMaxBytes,
-		Duplicates:  cfg.DedupeWindow,
-		AllowDirect: false, // GetMsg decides ownership: leader reads only
+		Subjects:   []string{events.InboundPrefix + ">"},
+		Retention:  jetstream.LimitsPolicy, // not WorkQueue: the dispatch ack must not delete
+		Storage:    jetstream.FileStorage,
+		Replicas:   cfg.Replicas,
+		MaxAge:     cfg.InboundMaxAge,
+		MaxBytes:   cfg.InboundMaxBytes,
+		Duplicates: cfg.DedupeWindow,
+		// GetMsg decides ownership: leader reads only. At R1 the leader
+		// is the only copy, and Direct Get reads it without queueing
+		// behind every other JetStream API request (directGet).
+		AllowDirect: directGet(cfg.Replicas),
 		// Full: refuse what is new, keep what was accepted.
 		Discard: jetstream.DiscardNew,
 	})
@@ -131,6 +134,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		MaxAge:      cfg.EventMaxAge,
 		MaxBytes:    cfg.EventMaxBytes,
 		Discard:     jetstream.DiscardOld,
+		AllowDirect: directGet(cfg.Replicas), // a run's last event decides its fence
 	}
 	if cfg.Replicas == 1 {
 		// Events are replayable and losable: acknowledge before the write
@@ -171,6 +175,16 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 	}
 	return &Streams{Inbound: in, Events: ev, Dead: dead, Dispatch: cons, cfg: cfg}, nil
 }
+
+// directGet reports whether a stream of this many replicas serves reads
+// by Direct Get. Reads that decide ownership must come from the stream
+// leader: on a replicated stream Direct Get may be answered by a lagging
+// follower, so it stays off there. An R1 stream has one copy, the leader,
+// so Direct Get reads exactly what GetMsg through the JetStream API would;
+// it is answered on the reader's own connection, while API requests queue
+// for the server's few API goroutines (GOMAXPROCS of them) behind every
+// other, which is what held 1,000 turns in flight back.
+func directGet(replicas int) bool { return replicas <= 1 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := js.CreateStream(ctx, cfg)

@@ -15,7 +15,9 @@ import (
 // TestStreamLimits: every stream gets a byte limit; the inbound stream,
 // once full, refuses a new message with "maximum bytes exceeded" and keeps
 // every message it accepted; an existing stream without limits (made by
-// an older worker) gets them, DiscardNew, without losing a message.
+// an older worker) gets them, DiscardNew, without losing a message. At R1
+// the streams the owners read serve Direct Get (their leader is their only
+// copy; TestZombieEventsFencedOnReplicatedStream checks R3 keeps it off).
 func TestStreamLimits(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -49,17 +51,19 @@ func TestStreamLimits(t *testing.T) {
 		st      jetstream.Stream
 		max     int64
 		discard jetstream.DiscardPolicy
+		direct  bool
 	}{
-		{s.Inbound, limit, jetstream.DiscardNew},
-		{s.Events, DefaultEventMaxBytes, jetstream.DiscardOld},
-		{s.Dead, DefaultDeadMaxBytes, jetstream.DiscardNew},
+		{s.Inbound, limit, jetstream.DiscardNew, true},
+		{s.Events, DefaultEventMaxBytes, jetstream.DiscardOld, true},
+		{s.Dead, DefaultDeadMaxBytes, jetstream.DiscardNew, false},
 	} {
 		info, err := c.st.Info(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Config.MaxBytes != c.max || info.Config.Discard != c.discard {
-			t.Errorf("%s: max bytes %d discard %v, want %d %v", info.Config.Name, info.Config.MaxBytes, info.Config.Discard, c.max, c.discard)
+		if info.Config.MaxBytes != c.max || info.Config.Discard != c.discard || info.Config.AllowDirect != c.direct {
+			t.Errorf("%s: max bytes %d discard %v direct %v, want %d %v %v", info.Config.Name, info.Config.MaxBytes, info.Config.Discard, info.Config.AllowDirect,
+				c.max, c.discard, c.direct)
 		}
 	}
 
