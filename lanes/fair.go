@@ -37,15 +37,21 @@ func (w *Worker) holdFor() time.Duration {
 	return min(time.Second, w.streams.cfg.AckWait/3)
 }
 
-// slots are a worker's lane slots and the lanes waiting for one.
+// slots are a worker's lane slots and the lanes waiting for one. A slot
+// also holds its trigger's payload bytes against the worker's in-flight
+// byte budget (Config.MaxInflightBytes): a lane takes a slot only when one
+// is free and its bytes fit, so a hostile sender's large messages cannot
+// make every slot hold one at once.
 type slots struct {
-	mu      sync.Mutex
-	size    int
-	inUse   int
-	queue   []*waiter         // oldest place first
-	lanes   map[string]*place // lanes that wait, or were handed back a moment ago
-	maxWait int
-	pruned  time.Time
+	mu       sync.Mutex
+	size     int
+	inUse    int
+	maxBytes int64             // the byte budget; ≤ 0: none
+	bytes    int64             // held by the slots in use
+	queue    []*waiter         // oldest place first
+	lanes    map[string]*place // lanes that wait, or were handed back a moment ago
+	maxWait  int
+	pruned   time.Time
 
 	waiting atomic.Int32 // len(queue), read without the lock by owners
 }
@@ -63,38 +69,68 @@ type place struct {
 type waiter struct {
 	token string
 	since time.Time
+	bytes int64         // its payload, as charged (see slots.charge)
 	grant chan struct{} // closed when the slot is handed to it
 	deps  int           // other deliveries of its lane acked because it waits (under slots.mu)
 }
 
-func newSlots(size int) *slots {
-	return &slots{size: size, maxWait: waitFactor * size, lanes: map[string]*place{}}
+func newSlots(size int, maxBytes int64) *slots {
+	return &slots{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}}
 }
 
-// take takes a free slot when no lane waits for one.
-func (s *slots) take() bool {
+// charge is what a payload of n bytes holds of the byte budget: n, at most
+// the whole budget (a payload larger than it runs alone).
+func (s *slots) charge(n int) int64 {
+	if s.maxBytes <= 0 {
+		return 0
+	}
+	return min(int64(max(n, 0)), s.maxBytes)
+}
+
+// fits reports whether a slot is free and b more bytes fit the budget
+// (under s.mu).
+func (s *slots) fits(b int64) bool {
+	return s.inUse < s.size && (s.maxBytes <= 0 || s.bytes+b <= s.maxBytes)
+}
+
+// take takes a free slot for a payload of n bytes when no lane waits for
+// one and the payload fits the byte budget. The caller puts back what it
+// returns.
+func (s *slots) take(n int) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.inUse < s.size && len(s.queue) == 0 {
+	b := s.charge(n)
+	if len(s.queue) == 0 && s.fits(b) {
 		s.inUse++
-		return true
+		s.bytes += b
+		return b, true
 	}
-	return false
+	return 0, false
 }
 
-// put gives a slot back: to the lane that has waited longest, else free.
-func (s *slots) put() {
+// put gives back a slot and the bytes it held: to the lanes that have
+// waited longest, in order, as long as they fit; else they are free.
+func (s *slots) put(b int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
-		s.inUse--
-		return
+	s.inUse--
+	s.bytes -= b
+	for len(s.queue) > 0 && s.fits(s.queue[0].bytes) {
+		w := s.queue[0]
+		s.queue = s.queue[1:]
+		s.inUse++
+		s.bytes += w.bytes
+		delete(s.lanes, w.token)
+		close(w.grant)
 	}
-	w := s.queue[0]
-	s.queue = s.queue[1:]
 	s.waiting.Store(int32(len(s.queue)))
-	delete(s.lanes, w.token)
-	close(w.grant)
+}
+
+// usedBytes returns the payload bytes the slots in use hold.
+func (s *slots) usedBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
 }
 
 // first returns when the lane first in line began to wait.
@@ -131,15 +167,17 @@ const (
 	joinFull                     // too many wait: hand it back
 )
 
-// wait puts a delivery of a lane in line, at the lane's earlier place if it
-// had one. A delivery of a lane that waits already counts as that waiter's
-// dependent (joinSame): the caller acks it. With rejoin the bound does not
-// apply (a waiter that cannot be handed back goes back in line).
-func (s *slots) wait(token string, now time.Time, rejoin bool) (*waiter, joinResult) {
+// wait puts a delivery of a lane, whose payload is b bytes as charged, in
+// line, at the lane's earlier place if it had one. A delivery of a lane
+// that waits already counts as that waiter's dependent (joinSame): the
+// caller acks it. With rejoin the bound does not apply (a waiter that
+// cannot be handed back goes back in line).
+func (s *slots) wait(token string, b int64, now time.Time, rejoin bool) (*waiter, joinResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.inUse < s.size && len(s.queue) == 0 {
+	if len(s.queue) == 0 && s.fits(b) {
 		s.inUse++
+		s.bytes += b
 		return nil, joinSlot
 	}
 	p := s.lanes[token]
@@ -153,7 +191,7 @@ func (s *slots) wait(token string, now time.Time, rejoin bool) (*waiter, joinRes
 		p = &place{since: now}
 		s.lanes[token] = p
 	}
-	w := &waiter{token: token, since: p.since, grant: make(chan struct{})}
+	w := &waiter{token: token, since: p.since, bytes: b, grant: make(chan struct{})}
 	p.w = w
 	i, _ := slices.BinarySearchFunc(s.queue, w.since, func(q *waiter, t time.Time) int {
 		if q.since.After(t) {
@@ -236,10 +274,11 @@ func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, tri
 	return ok && time.Since(first) >= last
 }
 
-// waitForSlot lets a delivery that found every slot busy wait for one, in
-// line, for up to holdFor; then it is handed back (Nak), keeping its lane's
-// place for its redelivery. It reports whether the delivery got a slot (the
-// caller runs it and puts the slot back); if not, the delivery is settled.
+// waitForSlot lets a delivery that found every slot busy (or its payload
+// over the byte budget) wait for one, in line, for up to holdFor; then it
+// is handed back (Nak), keeping its lane's place for its redelivery. It
+// reports whether the delivery got a slot, and the bytes the slot holds
+// (the caller runs it and puts both back); if not, the delivery is settled.
 //
 // Another delivery of a lane that waits here is acked (its owner-to-be
 // drains it) and counted as the waiter's dependent. A waiter with
@@ -249,17 +288,18 @@ func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, tri
 // stranded, so it stays in line (kept alive) until it gets a slot here. A
 // message found there can only be deleted later by an owner that takes
 // the lane after the dependents' messages were stored, and drains them.
-func (w *Worker) waitForSlot(msg jetstream.Msg, token string) bool {
-	wt, res := w.sched.wait(token, time.Now(), false)
+func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
+	b := w.sched.charge(len(msg.Data()))
+	wt, res := w.sched.wait(token, b, time.Now(), false)
 	switch res {
 	case joinSlot:
-		return true
+		return b, true
 	case joinSame:
 		w.settleDelivery(msg, settleFollower)
-		return false
+		return 0, false
 	case joinFull:
 		w.settleDelivery(msg, settleBusy)
-		return false
+		return 0, false
 	}
 	w.stats.Waited.Add(1)
 	t := time.NewTimer(w.holdFor())
@@ -268,33 +308,33 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) bool {
 		stop := false
 		select {
 		case <-wt.grant:
-			return true
+			return b, true
 		case <-t.C:
 		case <-w.stopCh:
 			stop = true
 		}
 		deps, left := w.sched.leave(wt, time.Now())
 		if !left {
-			return true // granted meanwhile
+			return b, true // granted meanwhile
 		}
 		if stop || deps == 0 || w.messageExists(msg) {
 			w.stats.HandedBack.Add(1)
 			w.settleDelivery(msg, settleHandBack)
-			return false
+			return 0, false
 		}
 		// Its message is gone: wait on here, in the same place.
 		if err := msg.InProgress(); err != nil {
 			w.log.Debug().Err(err).Msg("waiting delivery in progress")
 		}
 		var again joinResult
-		wt, again = w.sched.wait(token, time.Now(), true)
+		wt, again = w.sched.wait(token, b, time.Now(), true)
 		switch again {
 		case joinSlot:
-			return true
+			return b, true
 		case joinSame:
 			// A newer delivery of the lane waits now and drains it.
 			w.settleDelivery(msg, settleFollower)
-			return false
+			return 0, false
 		}
 		t.Reset(w.holdFor())
 	}

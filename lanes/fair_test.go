@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -268,32 +269,33 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 func TestSlotsLine(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	s := newSlots(1) // one slot, four may wait
-	if !s.take() || s.take() {
+	s := newSlots(1, -1) // one slot, four may wait, no byte budget
+	take := func() bool { _, ok := s.take(0); return ok }
+	if !take() || take() {
 		t.Fatal("one slot: the first take gets it, the second does not")
 	}
-	a, res := s.wait("a", at(0), false)
+	a, res := s.wait("a", 0, at(0), false)
 	if res != joinQueued {
 		t.Fatalf("a: %v", res)
 	}
-	b, _ := s.wait("b", at(1), false)
-	if _, res := s.wait("a", at(2), false); res != joinSame {
+	b, _ := s.wait("b", 0, at(1), false)
+	if _, res := s.wait("a", 0, at(2), false); res != joinSame {
 		t.Fatalf("a second delivery of a waiting lane: %v, want joinSame", res)
 	}
 	// a is handed back, b keeps waiting; a's redelivery takes its old place.
 	if deps, ok := s.leave(a, at(3)); !ok || deps != 1 || !s.known("a") {
 		t.Fatal("a handed back must keep its place")
 	}
-	a2, _ := s.wait("a", at(4), false)
+	a2, _ := s.wait("a", 0, at(4), false)
 	s.requeue("y", at(5)) // a lane that yielded: the end of the line
-	y, _ := s.wait("y", at(6), false)
-	c, _ := s.wait("c", at(5), false) // began to wait before y's delivery came back
-	if _, res := s.wait("d", at(7), false); res != joinFull {
+	y, _ := s.wait("y", 0, at(6), false)
+	c, _ := s.wait("c", 0, at(5), false) // began to wait before y's delivery came back
+	if _, res := s.wait("d", 0, at(7), false); res != joinFull {
 		t.Fatalf("a fifth waiter: %v, want joinFull", res)
 	}
 	var got []*waiter
 	for range 4 {
-		s.put()
+		s.put(0)
 		for _, w := range []*waiter{a2, b, y, c} {
 			select {
 			case <-w.grant:
@@ -316,9 +318,69 @@ func TestSlotsLine(t *testing.T) {
 	if _, ok := s.leave(a2, at(8)); ok {
 		t.Fatal("leave after the grant must report the slot was handed over")
 	}
-	s.put()
+	s.put(0)
 	if s.used() != 0 || s.waiting.Load() != 0 {
 		t.Fatalf("used %d, waiting %d after every slot came back", s.used(), s.waiting.Load())
+	}
+}
+
+// TestSlotsByteBudget: a lane takes a slot only when its payload fits the
+// byte budget as well; one that does not waits in line (later lanes wait
+// behind it, even small ones: first come, first served) and gets its slot
+// once enough bytes come back; a payload larger than the whole budget is
+// charged the budget and runs alone; without a budget bytes never block.
+func TestSlotsByteBudget(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	granted := func(w *waiter) bool {
+		select {
+		case <-w.grant:
+			return true
+		default:
+			return false
+		}
+	}
+	s := newSlots(8, 100)
+	a, ok := s.take(60)
+	if !ok || a != 60 {
+		t.Fatalf("take(60) = %d %v, want a slot holding 60", a, ok)
+	}
+	if _, ok := s.take(50); ok {
+		t.Fatal("60 + 50 bytes went over a budget of 100")
+	}
+	big, res := s.wait("big", s.charge(50), at(0), false)
+	if res != joinQueued {
+		t.Fatalf("a payload over the budget: %v, want joinQueued", res)
+	}
+	small, _ := s.wait("small", s.charge(10), at(1), false) // fits, but comes later
+	if _, ok := s.take(1); ok || granted(small) {
+		t.Fatal("a lane jumped the line while one waits for bytes")
+	}
+	s.put(a)
+	if !granted(big) || !granted(small) || s.usedBytes() != 60 || s.used() != 2 {
+		t.Fatalf("after 60 bytes came back: big %v small %v, %d bytes in %d slots, want both granted, 60 in 2",
+			granted(big), granted(small), s.usedBytes(), s.used())
+	}
+	s.put(big.bytes)
+	s.put(small.bytes)
+	if huge := s.charge(1 << 30); huge != 100 {
+		t.Fatalf("a payload over the whole budget is charged %d, want the budget (100)", huge)
+	}
+	h, ok := s.take(1 << 30)
+	if !ok || s.usedBytes() != 100 {
+		t.Fatalf("a payload over the budget on an idle worker: %v, %d bytes held", ok, s.usedBytes())
+	}
+	if _, ok := s.take(0); !ok {
+		t.Fatal("a lane holding no payload is refused while slots are free")
+	}
+	s.put(0)
+	s.put(h)
+	if s.used() != 0 || s.usedBytes() != 0 || s.waiting.Load() != 0 {
+		t.Fatalf("used %d, %d bytes, waiting %d after every slot came back", s.used(), s.usedBytes(), s.waiting.Load())
+	}
+	none := newSlots(2, -1)
+	if b, ok := none.take(1 << 30); !ok || b != 0 {
+		t.Fatalf("without a budget: take = %d %v, want a slot holding 0", b, ok)
 	}
 }
 
@@ -350,16 +412,16 @@ func TestShouldYield(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.cfg.withDefaults()
-			w := &Worker{cfg: cfg, sched: newSlots(1)}
+			w := &Worker{cfg: cfg, sched: newSlots(1, cfg.MaxInflightBytes)}
 			now := time.Now()
 			last := 10 * time.Second // the owner's last turn
 			if c.waiting {
-				w.sched.take()
+				w.sched.take(0)
 				began := now.Add(-last - time.Second)
 				if c.late {
 					began = now.Add(-last / 2)
 				}
-				w.sched.wait("other", began, false)
+				w.sched.wait("other", 0, began, false)
 			}
 			if got := w.shouldYield(c.turns, now.Add(-c.held), last, c.trigger); got != c.want {
 				t.Fatalf("shouldYield = %v, want %v", got, c.want)
@@ -379,4 +441,65 @@ func gated(h Handler) (wrapped Handler, open func()) {
 		<-ready
 		return h.HandleTurn(ctx, t)
 	}), sync.OnceFunc(func() { close(ready) })
+}
+
+// TestByteBudgetBoundsPayloadsInFlight: a worker with slots to spare but a
+// byte budget of two and a half large messages runs two such lanes at once;
+// the others wait in line for bytes, not for slots, and run once bytes come
+// back: every message runs once, and never more than two at a time. A
+// small message waits behind them (first come, first served).
+func TestByteBudgetBoundsPayloadsInFlight(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 30*time.Second, 5*time.Second)
+	big := strings.Repeat("x", 64<<10)
+	var (
+		mu            sync.Mutex
+		running, most int
+		release       = make(chan struct{})
+		ran           = map[string]int{}
+	)
+	h := &echoHandler{hook: func(t *Turn) error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		ran[t.SessionKey]++
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	}}
+	w, _, _ := f.fairWorker(t, h, Config{Concurrency: 8, MaxInflightBytes: 5 * (64 << 10) / 2})
+	last := map[string]uint64{}
+	for i := range 5 {
+		k := fmt.Sprint("big", i)
+		last[k] = f.publish(t, k, big)
+	}
+	waitUntil(t, "two lanes running and the rest waiting for bytes", func() bool { return w.Active() == 2 && w.Waiting() >= 1 })
+	last["small"] = f.publish(t, "small", "hi")
+	waitUntil(t, "the small lane waiting behind them", func() bool { return w.Waiting() >= 2 })
+	if a := w.Active(); a != 2 {
+		t.Fatalf("%d lanes running with slots to spare, want the byte budget's 2", a)
+	}
+	close(release)
+	for k, seq := range last {
+		f.waitFinal(t, k, seq)
+	}
+	// A lane's slot and bytes come back when its owner lets the lane go,
+	// just after its final event.
+	waitUntil(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 2 {
+		t.Fatalf("%d large payloads in flight at once, want at most 2", most)
+	}
+	for k := range last {
+		if ran[k] != 1 {
+			t.Errorf("%s ran %d times", k, ran[k])
+		}
+	}
+	if w.Stats().Waited.Load() == 0 {
+		t.Fatal("no delivery waited for bytes")
+	}
 }

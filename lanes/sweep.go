@@ -105,19 +105,21 @@ func (w *Worker) deleteLeftovers(ctx context.Context, subj string, cursor uint64
 // sweepLane takes a lane over (no trigger) and runs its owner. It reports
 // false when the worker has no free slot: the next sweep tries again.
 func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bool {
-	if !w.sched.take() {
+	// A swept lane's messages are read by its owner: it holds no
+	// trigger's payload.
+	if _, ok := w.sched.take(0); !ok {
 		return false
 	}
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
 	if err != nil {
-		w.sched.put()
+		w.sched.put(0)
 		return true
 	}
 	w.stats.Swept.Add(1)
 	w.log.Warn().Str("lane", token).Msg(why)
 	w.wg.Add(1)
 	go func() {
-		defer func() { w.sched.put(); w.wg.Done() }()
+		defer func() { w.sched.put(0); w.wg.Done() }()
 		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger(), since: time.Now()}
 		o.hold(true)
 		defer o.hold(false)

@@ -26,13 +26,22 @@ var ErrShutdown = errors.New("lanes: worker shutting down")
 
 // Config configures a Worker.
 type Config struct {
-	ID            string        // worker id in logs, leases and events; default random
-	Concurrency   int           // lanes owned (turns running) at once; default DefaultConcurrency
-	MaxPayload    int           // inbound payload limit in bytes; default events.DefaultMaxPayload
-	MaxAttempts   int           // starts of one message before it is dead-lettered; default 3
-	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
-	RetryDelay    time.Duration // first delay before retrying a failed turn; default 500ms
-	SweepEvery    time.Duration // how often stranded lanes are looked for; default the dispatch AckWait, <0 disables
+	ID          string // worker id in logs, leases and events; default random
+	Concurrency int    // lanes owned (turns running) at once; default DefaultConcurrency
+	MaxPayload  int    // inbound payload limit in bytes; default events.DefaultMaxPayload
+	// MaxInflightBytes bounds the payload bytes of the messages that
+	// brought the lanes running here (their triggers): a lane takes a slot
+	// only when its payload fits, else it waits in line like a lane
+	// finding every slot busy. A payload larger than the budget runs
+	// alone. It is what lets Concurrency be large (each turn in flight
+	// holds a few copies of its payload) while a sender of large messages
+	// cannot fill every slot with one. 0 = DefaultMaxInflightBytes;
+	// negative: no budget.
+	MaxInflightBytes int64
+	MaxAttempts      int           // starts of one message before it is dead-lettered; default 3
+	ShutdownGrace    time.Duration // how long a stop lets running turns finish; default 10s
+	RetryDelay       time.Duration // first delay before retrying a failed turn; default 500ms
+	SweepEvery       time.Duration // how often stranded lanes are looked for; default the dispatch AckWait, <0 disables
 	// SessionTTL forgets sessions untouched that long (package
 	// retention), checked by the sweep; 0 keeps them forever.
 	SessionTTL time.Duration
@@ -50,9 +59,16 @@ type Config struct {
 
 // Config defaults.
 const (
-	DefaultConcurrency   = 256
-	DefaultMaxAttempts   = 3
-	DefaultShutdownGrace = 10 * time.Second
+	// DefaultConcurrency lets one worker keep a thousand model calls in
+	// flight: a turn waiting on its model costs ~85 KB and 3 goroutines
+	// (lanebench -scenario inflight), and DefaultMaxInflightBytes bounds
+	// what large payloads can add.
+	DefaultConcurrency = 1024
+	// DefaultMaxInflightBytes: 1,024 turns of 64 KiB messages at once, or
+	// 16 of the largest (4 MiB; ~23 MB of RSS each in flight).
+	DefaultMaxInflightBytes = 64 << 20
+	DefaultMaxAttempts      = 3
+	DefaultShutdownGrace    = 10 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -61,6 +77,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	if c.LaneTurnBudget == 0 {
 		c.LaneTurnBudget = DefaultLaneTurnBudget
@@ -164,7 +183,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h, transcripts: newTranscripts(transcriptCacheBytes),
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency), held: map[string]uint64{}, stopCh: make(chan struct{})}
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), held: map[string]uint64{}, stopCh: make(chan struct{})}
 	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -245,7 +264,13 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		return
 	}
 	follower := w.heldHere(msg)
-	got := !follower && w.sched.take()
+	var (
+		held int64 // payload bytes the slot holds
+		got  bool
+	)
+	if !follower {
+		held, got = w.sched.take(len(msg.Data()))
+	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -253,10 +278,12 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 			w.settleDelivery(msg, settleFollower) // its lane's owner here drains it
 			return
 		}
-		if !got && !w.busyDelivery(msg) {
-			return
+		if !got {
+			if held, got = w.busyDelivery(msg); !got {
+				return
+			}
 		}
-		defer w.sched.put()
+		defer w.sched.put(held)
 		w.handleDelivery(msg)
 	}()
 }
@@ -266,33 +293,34 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 const busyNakDelay = 250 * time.Millisecond
 
 // busyDelivery deals with a delivery that arrived while every slot was
-// busy: a message of a lane someone owns is acked (the owner drains it);
-// any other waits in line for a slot (fair scheduling: see waitForSlot) or,
-// without fairness, is handed back, so a worker with room takes the lane.
-// It reports whether the delivery got a slot.
-func (w *Worker) busyDelivery(msg jetstream.Msg) bool {
+// busy, or the byte budget could not take its payload: a message of a lane
+// someone owns is acked (the owner drains it); any other waits in line for
+// a slot (fair scheduling: see waitForSlot) or, without fairness, is handed
+// back, so a worker with room takes the lane. It reports whether the
+// delivery got a slot, and the payload bytes the slot holds.
+func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	md, err := msg.Metadata()
 	if err != nil {
 		w.settleDelivery(msg, settleBusy)
-		return false
+		return 0, false
 	}
 	token, _, err := events.LaneOf(msg.Subject())
 	if err != nil {
 		w.settleDelivery(msg, settleBusy) // dead-lettered by a worker with room
-		return false
+		return 0, false
 	}
 	if !w.sched.known(token) {
 		// A lane waiting here was not held a moment ago: no need to ask.
 		h, held, err := w.lanes.Holder(ctx, token)
 		if err == nil && held && !holdsAsTrigger(h, md) {
 			w.settleDelivery(msg, settleFollower)
-			return false
+			return 0, false
 		}
 		if err != nil || held || !w.fair() {
 			w.settleDelivery(msg, settleBusy)
-			return false
+			return 0, false
 		}
 	}
 	return w.waitForSlot(msg, token)

@@ -94,7 +94,10 @@ type Config struct {
 	LeaseTTL      time.Duration // lane lease TTL
 	ShutdownGrace time.Duration
 	MaxPayload    int
-	Limits        Limits // byte limits of the streams and buckets
+	// MaxInflightBytes bounds the payload bytes of the lanes running at
+	// once (lanes.Config; 0 = the default, negative = none).
+	MaxInflightBytes int64
+	Limits           Limits // byte limits of the streams and buckets
 	// LaneTurnBudget and LaneTimeBudget: how long a lane keeps its slot
 	// while other lanes wait for one (lanes.Config; a negative turn
 	// budget turns fair scheduling off).
@@ -444,7 +447,7 @@ func (m *Member) build(ctx context.Context) error {
 		return err
 	}
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
-		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload,
+		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
 	})
