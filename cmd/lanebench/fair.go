@@ -28,6 +28,7 @@ type fairOptions struct {
 	queued    int           // fair: messages each session keeps queued
 	inflight  int           // inflight: turns held in flight at once
 	inflightD time.Duration // inflight: the model's latency
+	inflightP int           // inflight: bytes of each message's text (0: a short one)
 }
 
 // slowModel is a scripted model that answers "pong" after d, in one delta.
@@ -285,9 +286,20 @@ func inflightBench(o options) error {
 	}
 	defer sub.Unsubscribe()
 	_ = sub.SetPendingLimits(-1, -1)
+	var big *events.Inbound // a hostile sender's payload: text up to its limit, the rest an image
+	if f.inflightP > 0 {
+		text := min(f.inflightP, events.MaxTextBytes)
+		big = &events.Inbound{Text: strings.Repeat("x", text)}
+		if rest := (f.inflightP - text) / 4 * 4; rest > 0 {
+			big.Images = []events.Image{{MimeType: "image/png", Data: strings.Repeat("A", rest)}}
+		}
+	}
 	send := func(key string, i int) error {
 		msg := nats.NewMsg(events.InboundPrefix + key)
 		msg.Data = payload(i)
+		if big != nil && key != "warm" {
+			msg.Data, _, _ = events.EncodeInbound(big, false)
+		}
 		msg.Header.Set(events.HeaderContentType, events.ContentMsgpack)
 		_, err := js.PublishMsg(ctx, msg)
 		return err
@@ -323,8 +335,8 @@ func inflightBench(o options) error {
 		}
 	}
 	el := time.Since(t0)
-	fmt.Printf("lanebench inflight: %d turns in flight at once on one worker (concurrency %d) with its embedded server (one process), a %v model, sync_interval %s\n\n",
-		n, n, f.inflightD, map[bool]string{true: "always", false: "default (2m)"}[o.sync])
+	fmt.Printf("lanebench inflight: %d turns in flight at once on one worker (concurrency %d) with its embedded server (one process), a %v model, messages of %d bytes, sync_interval %s\n\n",
+		n, n, f.inflightD, len(payload(0))+f.inflightP, map[bool]string{true: "always", false: "default (2m)"}[o.sync])
 	fmt.Printf("  %-22s %10s %10s %11s\n", "", "heap MB", "RSS MB", "goroutines")
 	fmt.Printf("  %-22s %10.1f %10.1f %11d\n", "idle (after warm-up)", mb(int64(idle.heap)), mb(idle.rss), idle.goroutines)
 	fmt.Printf("  %-22s %10.1f %10.1f %11d\n", "all turns in flight", mb(int64(busy.heap)), mb(busy.rss), busy.goroutines)

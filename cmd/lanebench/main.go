@@ -69,6 +69,7 @@ func main() {
 	flag.DurationVar(&o.fair.duration, "fair-duration", 30*time.Second, "fair: measured time of each run (before and after)")
 	flag.IntVar(&o.fair.inflight, "inflight", 1000, "inflight: turns in flight at once (and the worker's concurrency)")
 	flag.DurationVar(&o.fair.inflightD, "inflight-model", 5*time.Second, "inflight: the model's latency per turn")
+	flag.IntVar(&o.fair.inflightP, "inflight-payload", 0, "inflight: bytes of text in each message (a hostile sender's large payloads; 0: a short message)")
 	flag.IntVar(&o.events.sessions, "event-sessions", 8, "events: sessions streaming at once")
 	flag.IntVar(&o.events.turns, "event-turns", 5, "events: turns per session")
 	flag.IntVar(&o.events.deltas, "event-deltas", 5000, "events: deltas per turn")

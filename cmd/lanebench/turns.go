@@ -29,6 +29,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes"
 )
 
 // Flags of -scenario turns (issue 17): real turns through one worker with
@@ -457,7 +458,7 @@ func turnsBench(o options) error {
 	}
 	defer mock.close()
 	fmt.Printf("lanebench turns: one worker with its embedded server (one process: server, worker, Go client, mock model), OpenAI-compatible mock over HTTP answering %q, lanes per worker %s, GOMAXPROCS %d\n",
-		turnsReplyText, map[bool]string{true: "default", false: strconv.Itoa(concurrency)}[concurrency == 0], runtime.GOMAXPROCS(0))
+		turnsReplyText, map[bool]string{true: "default (" + strconv.Itoa(lanes.DefaultConcurrency) + ")", false: strconv.Itoa(concurrency)}[concurrency == 0], runtime.GOMAXPROCS(0))
 	fmt.Printf("CPU/turn is the process's user+system time over the turns (server, worker, client and mock together) less what the idle process spends in that time; the direct baseline's is the client's and the mock's share.\n")
 	fmt.Printf("out/t: messages the worker sent per turn (publishes, requests, acks); wr/t: messages stored per turn, all streams (each one write, fsynced with sync always).\n")
 	if *turnsCPUProf != "" {
