@@ -41,13 +41,16 @@ func (w *Worker) holdFor() time.Duration {
 // also holds its trigger's payload bytes against the worker's in-flight
 // byte budget (Config.MaxInflightBytes): a lane takes a slot only when one
 // is free and its bytes fit, so a hostile sender's large messages cannot
-// make every slot hold one at once.
+// make every slot hold one at once; and the deliveries waiting in line
+// hold at most the budget's worth of payloads besides (past it, one is
+// handed back, as when too many wait).
 type slots struct {
 	mu       sync.Mutex
 	size     int
 	inUse    int
 	maxBytes int64             // the byte budget; ≤ 0: none
 	bytes    int64             // held by the slots in use
+	waitB    int64             // held by the deliveries in line (at most maxBytes)
 	queue    []*waiter         // oldest place first
 	lanes    map[string]*place // lanes that wait, or were handed back a moment ago
 	maxWait  int
@@ -120,6 +123,7 @@ func (s *slots) put(b int64) {
 		s.queue = s.queue[1:]
 		s.inUse++
 		s.bytes += w.bytes
+		s.waitB -= w.bytes
 		delete(s.lanes, w.token)
 		close(w.grant)
 	}
@@ -187,6 +191,10 @@ func (s *slots) wait(token string, b int64, now time.Time, rejoin bool) (*waiter
 		return nil, joinSame
 	case len(s.queue) >= s.maxWait && !rejoin:
 		return nil, joinFull
+	case s.maxBytes > 0 && b > 0 && s.waitB+b > s.maxBytes && !rejoin:
+		// A waiting delivery holds its payload too: the line holds at
+		// most the budget's worth.
+		return nil, joinFull
 	case p == nil:
 		p = &place{since: now}
 		s.lanes[token] = p
@@ -200,6 +208,7 @@ func (s *slots) wait(token string, b int64, now time.Time, rejoin bool) (*waiter
 		return -1 // after every waiter of the same time: first come, first served
 	})
 	s.queue = slices.Insert(s.queue, i, w)
+	s.waitB += b
 	s.waiting.Store(int32(len(s.queue)))
 	return w, joinQueued
 }
@@ -215,6 +224,7 @@ func (s *slots) leave(w *waiter, now time.Time) (int, bool) {
 		return 0, false
 	}
 	s.queue = slices.Delete(s.queue, i, i+1)
+	s.waitB -= w.bytes
 	s.waiting.Store(int32(len(s.queue)))
 	if p := s.lanes[w.token]; p != nil && p.w == w {
 		p.w, p.left = nil, now

@@ -327,8 +327,9 @@ func TestSlotsLine(t *testing.T) {
 // TestSlotsByteBudget: a lane takes a slot only when its payload fits the
 // byte budget as well; one that does not waits in line (later lanes wait
 // behind it, even small ones: first come, first served) and gets its slot
-// once enough bytes come back; a payload larger than the whole budget is
-// charged the budget and runs alone; without a budget bytes never block.
+// once enough bytes come back; the line itself holds at most the budget's
+// worth of payloads; a payload larger than the whole budget is charged the
+// budget and runs alone; without a budget bytes never block.
 func TestSlotsByteBudget(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
@@ -356,6 +357,10 @@ func TestSlotsByteBudget(t *testing.T) {
 	if _, ok := s.take(1); ok || granted(small) {
 		t.Fatal("a lane jumped the line while one waits for bytes")
 	}
+	// The line holds 60 bytes of payloads: 50 more would pass the budget.
+	if _, res := s.wait("more", s.charge(50), at(2), false); res != joinFull {
+		t.Fatalf("a waiter past the budget's worth of waiting payloads: %v, want joinFull", res)
+	}
 	s.put(a)
 	if !granted(big) || !granted(small) || s.usedBytes() != 60 || s.used() != 2 {
 		t.Fatalf("after 60 bytes came back: big %v small %v, %d bytes in %d slots, want both granted, 60 in 2",
@@ -375,8 +380,8 @@ func TestSlotsByteBudget(t *testing.T) {
 	}
 	s.put(0)
 	s.put(h)
-	if s.used() != 0 || s.usedBytes() != 0 || s.waiting.Load() != 0 {
-		t.Fatalf("used %d, %d bytes, waiting %d after every slot came back", s.used(), s.usedBytes(), s.waiting.Load())
+	if s.used() != 0 || s.usedBytes() != 0 || s.waiting.Load() != 0 || s.waitB != 0 {
+		t.Fatalf("used %d, %d bytes, waiting %d (%d bytes) after every slot came back", s.used(), s.usedBytes(), s.waiting.Load(), s.waitB)
 	}
 	none := newSlots(2, -1)
 	if b, ok := none.take(1 << 30); !ok || b != 0 {

@@ -197,6 +197,10 @@ func (w *Worker) Stats() *Stats { return &w.stats }
 // Active returns how many lanes the worker runs now (its slots in use).
 func (w *Worker) Active() int { return w.sched.used() }
 
+// InflightBytes returns the payload bytes the lanes running here hold
+// against the byte budget (Config.MaxInflightBytes).
+func (w *Worker) InflightBytes() int64 { return w.sched.usedBytes() }
+
 // Waiting returns how many lanes wait here for a slot.
 func (w *Worker) Waiting() int { return int(w.sched.waiting.Load()) }
 

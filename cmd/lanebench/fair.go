@@ -319,13 +319,25 @@ func inflightBench(o options) error {
 			return err
 		}
 	}
-	// Wait until every turn runs (all slots busy), then sample.
-	for m.Worker.Active() < n {
+	// Wait until every turn runs (all slots busy), or the rest wait for
+	// the byte budget (large payloads) and no more start, then sample.
+	var stableSince time.Time
+	for active := 0; ; {
+		a := m.Worker.Active()
+		if a == n {
+			break
+		}
+		if a != active || m.Worker.Waiting() == 0 {
+			active, stableSince = a, time.Now()
+		} else if time.Since(stableSince) > 500*time.Millisecond {
+			break
+		}
 		if time.Since(t0) > f.inflightD {
-			return fmt.Errorf("only %d of %d turns in flight before the first could finish", m.Worker.Active(), n)
+			return fmt.Errorf("only %d of %d turns in flight before the first could finish", a, n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	inFlight, held := m.Worker.Active(), m.Worker.InflightBytes()
 	busy := sampleMem()
 	for range n {
 		select {
@@ -339,9 +351,10 @@ func inflightBench(o options) error {
 		n, n, f.inflightD, len(payload(0))+f.inflightP, map[bool]string{true: "always", false: "default (2m)"}[o.sync])
 	fmt.Printf("  %-22s %10s %10s %11s\n", "", "heap MB", "RSS MB", "goroutines")
 	fmt.Printf("  %-22s %10.1f %10.1f %11d\n", "idle (after warm-up)", mb(int64(idle.heap)), mb(idle.rss), idle.goroutines)
-	fmt.Printf("  %-22s %10.1f %10.1f %11d\n", "all turns in flight", mb(int64(busy.heap)), mb(busy.rss), busy.goroutines)
+	fmt.Printf("  %-22s %10.1f %10.1f %11d   (%d turns in flight, %d waiting for the byte budget, %.1f MB of payloads held)\n", "turns in flight",
+		mb(int64(busy.heap)), mb(busy.rss), busy.goroutines, inFlight, n-inFlight, mb(held))
 	fmt.Printf("  %-22s %10.1f %10.1f %11.1f   (KB, KB, goroutines per turn in flight)\n", "per turn in flight",
-		float64(int64(busy.heap)-int64(idle.heap))/1024/float64(n), float64(busy.rss-idle.rss)/1024/float64(n), float64(busy.goroutines-idle.goroutines)/float64(n))
+		float64(int64(busy.heap)-int64(idle.heap))/1024/float64(inFlight), float64(busy.rss-idle.rss)/1024/float64(inFlight), float64(busy.goroutines-idle.goroutines)/float64(inFlight))
 	fmt.Printf("  all %d turns answered in %v (%.0f turns/s)\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds())
 	return nil
 }
