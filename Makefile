@@ -34,6 +34,7 @@ bench: build ## fleet benchmark against an embedded server, real turns against a
 	$(GO) run ./cmd/lanebench
 	$(GO) run ./cmd/lanebench -scenario turns
 	$(GO) run ./cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always
+	$(GO) run ./cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always -turns-stagger
 	$(GO) run ./cmd/lanebench -scenario fair -fair-duration 15s
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 

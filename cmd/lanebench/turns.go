@@ -45,6 +45,7 @@ var (
 	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated (one, distinct, conc64, conc256, conc1000: 1,000 sessions, needs a worker concurrency of at least 1,000)")
 	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's time before and after the model call, and its writes and messages per turn")
 	turnsTrace     = flag.Bool("turns-trace", false, "turns: print every message of one distinct-session turn, in order, and stop")
+	turnsStagger   = flag.Bool("turns-stagger", false, "turns: start the concN scenarios' sessions spread over one model delay (sessions sending independently, a steady state) instead of all in the same instant (a burst); the rate is then each session's turns over its own time, summed")
 	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file")
 	turnsReplyText = "pong"
 )
@@ -322,6 +323,9 @@ type turnsFigures struct {
 	el    time.Duration
 	cpu   time.Duration // process CPU (user+system) spent
 	rssMB float64       // after the load
+	// loopsRate, when set (staggered loops), is the rate: the loops' own
+	// rates summed.
+	loopsRate float64
 }
 
 // net takes the idle process's CPU (rate: CPU time per second) off f's.
@@ -329,7 +333,12 @@ func (f *turnsFigures) net(rate float64) {
 	f.cpu = max(0, f.cpu-time.Duration(rate*float64(f.el)))
 }
 
-func (f turnsFigures) rate() float64 { return float64(f.n) / f.el.Seconds() }
+func (f turnsFigures) rate() float64 {
+	if f.loopsRate > 0 {
+		return f.loopsRate
+	}
+	return float64(f.n) / f.el.Seconds()
+}
 
 func (f turnsFigures) cpuPer() float64 {
 	if f.n == 0 {
@@ -348,18 +357,32 @@ func cpuTime() time.Duration {
 }
 
 // closedLoop runs sessions loops at once, each calling one(loop, i) for
-// i in 0..per-1 in order, and measures every call.
-func closedLoop(sessions, per int, one func(loop, i int) error) (turnsFigures, error) {
+// i in 0..per-1 in order, and measures every call. With a stagger, loop s
+// starts s × stagger / sessions after the first (sessions sending
+// independently rather than all in the same instant), and the rate is the
+// loops' own rates summed (each loop's turns over its own time), so the
+// ramp does not count.
+func closedLoop(sessions, per int, stagger time.Duration, one func(loop, i int) error) (turnsFigures, error) {
 	var (
-		mu   sync.Mutex
-		f    turnsFigures
-		wg   sync.WaitGroup
-		errs = make(chan error, sessions)
+		mu     sync.Mutex
+		f      turnsFigures
+		wg     sync.WaitGroup
+		errs   = make(chan error, sessions)
+		loopsR float64 // Σ per / the loop's time
 	)
 	f.lat = make([]time.Duration, 0, sessions*per)
 	cpu0, t0 := cpuTime(), time.Now()
 	for s := range sessions {
 		wg.Go(func() {
+			if stagger > 0 {
+				time.Sleep(time.Until(t0.Add(stagger * time.Duration(s) / time.Duration(sessions))))
+			}
+			l0 := time.Now()
+			defer func() {
+				mu.Lock()
+				loopsR += float64(per) / time.Since(l0).Seconds()
+				mu.Unlock()
+			}()
 			for i := range per {
 				c0 := time.Now()
 				if err := one(s, i); err != nil {
@@ -376,6 +399,9 @@ func closedLoop(sessions, per int, one func(loop, i int) error) (turnsFigures, e
 	wg.Wait()
 	f.el, f.cpu = time.Since(t0), cpuTime()-cpu0
 	f.n = len(f.lat)
+	if stagger > 0 {
+		f.loopsRate = loopsR
+	}
 	f.rssMB = mb(rss())
 	select {
 	case err := <-errs:
@@ -383,6 +409,15 @@ func closedLoop(sessions, per int, one func(loop, i int) error) (turnsFigures, e
 	default:
 	}
 	return f, nil
+}
+
+// stagger is how far apart the concN scenarios' session starts are spread
+// with -turns-stagger: one model delay.
+func stagger(delay time.Duration) time.Duration {
+	if !*turnsStagger {
+		return 0
+	}
+	return delay
 }
 
 // turnsScenario is one load shape.
@@ -460,6 +495,9 @@ func turnsBench(o options) error {
 	fmt.Printf("lanebench turns: one worker with its embedded server (one process: server, worker, Go client, mock model), OpenAI-compatible mock over HTTP answering %q, lanes per worker %s, GOMAXPROCS %d\n",
 		turnsReplyText, map[bool]string{true: "default (" + strconv.Itoa(lanes.DefaultConcurrency) + ")", false: strconv.Itoa(concurrency)}[concurrency == 0], runtime.GOMAXPROCS(0))
 	fmt.Printf("CPU/turn is the process's user+system time over the turns (server, worker, client and mock together) less what the idle process spends in that time; the direct baseline's is the client's and the mock's share.\n")
+	if *turnsStagger {
+		fmt.Printf("-turns-stagger: each scenario's sessions start spread over one model delay; turns/s and calls/s are each session's turns over its own time, summed.\n")
+	}
 	fmt.Printf("out/t: messages the worker sent per turn (publishes, requests, acks); wr/t: messages stored per turn, all streams (each one write, fsynced with sync always).\n")
 	if *turnsCPUProf != "" {
 		f, err := os.Create(*turnsCPUProf)
@@ -571,7 +609,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	for _, delay := range delays {
 		mock.delay.Store(int64(delay))
 		for _, sc := range turnsScenarios(delay) {
-			base, err := closedLoop(sc.sessions, sc.per, func(int, int) error { return direct.call(ctx) })
+			base, err := closedLoop(sc.sessions, sc.per, stagger(delay), func(int, int) error { return direct.call(ctx) })
 			if err != nil {
 				return fmt.Errorf("%s direct: %w", sc.name, err)
 			}
@@ -581,7 +619,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				kinds0 = kinds.snapshot()
 			}
 			c0 := counts(ctx, m.Conn, m.JS)
-			f, err := closedLoop(sc.sessions, sc.per, func(loop, i int) error { return turn(prefix + sc.session(loop, i)) })
+			f, err := closedLoop(sc.sessions, sc.per, stagger(delay), func(loop, i int) error { return turn(prefix + sc.session(loop, i)) })
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
