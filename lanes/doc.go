@@ -17,6 +17,14 @@
 // it comes back here it takes its old place. Past four times the slots in
 // line a delivery is handed back at once.
 //
+// A slot also holds its trigger's payload bytes against the worker's
+// in-flight byte budget (Config.MaxInflightBytes): a delivery whose payload
+// does not fit waits in line as if every slot were busy (first come, first
+// served: smaller ones wait behind it), so a sender of large messages
+// cannot make every slot hold one; the line itself holds at most the
+// budget's worth of payloads besides. The budget counts a lane's trigger,
+// not the later messages its owner drains.
+//
 // Lease-and-drain keeps a lane while it has messages, so without more a
 // lane that keeps sending would keep its slot and the lanes in line would
 // starve. An owner therefore checks, before each next message, whether it
