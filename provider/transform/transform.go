@@ -39,63 +39,14 @@ func SameModel(m *message.Message, target provider.Model) bool {
 // synthetic error result ("No result provided"); calls at the very end of
 // the list are left for the caller.
 func Messages(msgs []message.Message, target provider.Model, normalizeID func(string) string) []message.Message {
-	idMap := map[string]string{}
-	pass1 := make([]message.Message, 0, len(msgs))
-	for i := range msgs {
-		m := msgs[i]
-		switch m.Role {
-		case message.RoleAssistant:
-			same := SameModel(&m, target)
-			blocks := make([]message.Block, 0, len(m.Content.Blocks))
-			for _, b := range m.Content.Blocks {
-				switch b.Type {
-				case message.BlockThinking:
-					switch {
-					case b.Redacted:
-						if same {
-							blocks = append(blocks, b)
-						}
-					case same && b.ThinkingSignature != "":
-						blocks = append(blocks, b)
-					case strings.TrimSpace(b.Thinking) == "":
-					case same:
-						blocks = append(blocks, b)
-					default:
-						blocks = append(blocks, message.Text(b.Thinking))
-					}
-				case message.BlockText:
-					if !same {
-						b.TextSignature = ""
-					}
-					blocks = append(blocks, b)
-				case message.BlockToolCall:
-					if !same {
-						b = b.Clone()
-						b.ThoughtSignature = ""
-						if normalizeID != nil {
-							if n := normalizeID(b.ID); n != b.ID {
-								idMap[b.ID] = n
-								b.ID = n
-							}
-						}
-					}
-					blocks = append(blocks, b)
-				default:
-					blocks = append(blocks, b)
-				}
-			}
-			m.Content = message.BlocksOf(blocks...)
-		case message.RoleToolResult:
-			if n, ok := idMap[m.ToolCallID]; ok {
-				m.ToolCallID = n
-			}
-		}
-		pass1 = append(pass1, m)
-	}
-
-	out := make([]message.Message, 0, len(pass1))
+	// One pass: a tool result always follows its call, so the id map is
+	// complete for it. Messages that need no change share their blocks
+	// with msgs (a long session's history is mostly those: a turn's cost
+	// is a copy of each, not a rebuild).
+	var idMap map[string]string
+	out := make([]message.Message, 0, len(msgs)+1)
 	var pending []message.Block // tool calls of the last assistant still waiting
-	answered := map[string]bool{}
+	var answered map[string]bool
 	flush := func() {
 		for _, c := range pending {
 			if !answered[c.ID] {
@@ -106,17 +57,26 @@ func Messages(msgs []message.Message, target provider.Model, normalizeID func(st
 				})
 			}
 		}
-		pending, answered = nil, map[string]bool{}
+		pending = nil
+		clear(answered)
 	}
-	for _, m := range pass1 {
+	for i := range msgs {
+		m := msgs[i]
 		switch m.Role {
 		case message.RoleAssistant:
+			m.Content = message.BlocksOf(assistantBlocks(&msgs[i], target, normalizeID, &idMap)...)
 			if m.StopReason == message.StopError || m.StopReason == message.StopAborted {
 				continue
 			}
 			flush()
 			pending = m.ToolCalls()
 		case message.RoleToolResult:
+			if n, ok := idMap[m.ToolCallID]; ok {
+				m.ToolCallID = n
+			}
+			if answered == nil {
+				answered = map[string]bool{}
+			}
 			answered[m.ToolCallID] = true
 		case message.RoleUser:
 			flush()
@@ -124,6 +84,67 @@ func Messages(msgs []message.Message, target provider.Model, normalizeID func(st
 		out = append(out, m)
 	}
 	return out
+}
+
+// assistantBlocks returns the blocks of assistant message m prepared for
+// target (see Messages): m's own slice when no block changes, else a new
+// one. Tool call ids it rewrites are added to *idMap.
+func assistantBlocks(m *message.Message, target provider.Model, normalizeID func(string) string, idMap *map[string]string) []message.Block {
+	same := SameModel(m, target)
+	src := m.Content.Blocks
+	var blocks []message.Block // nil while every block is kept as it is
+	for j, b := range src {
+		keep, changed := true, false
+		switch b.Type {
+		case message.BlockThinking:
+			switch {
+			case b.Redacted:
+				keep = same
+			case same && b.ThinkingSignature != "":
+			case strings.TrimSpace(b.Thinking) == "":
+				keep = false
+			case same:
+			default:
+				b, changed = message.Text(b.Thinking), true
+			}
+		case message.BlockText:
+			if !same && b.TextSignature != "" {
+				b.TextSignature, changed = "", true
+			}
+		case message.BlockToolCall:
+			if same {
+				break
+			}
+			id := b.ID
+			if normalizeID != nil {
+				id = normalizeID(b.ID)
+			}
+			if id != b.ID || b.ThoughtSignature != "" {
+				if id != b.ID {
+					if *idMap == nil {
+						*idMap = map[string]string{}
+					}
+					(*idMap)[b.ID] = id
+				}
+				b = b.Clone()
+				b.ID, b.ThoughtSignature, changed = id, "", true
+			}
+		}
+		if blocks == nil && (changed || !keep) {
+			blocks = make([]message.Block, j, len(src))
+			copy(blocks, src[:j])
+		}
+		if blocks != nil && keep {
+			blocks = append(blocks, b)
+		}
+	}
+	if blocks == nil {
+		if len(src) == 0 {
+			return []message.Block{}
+		}
+		return src
+	}
+	return blocks
 }
 
 func lastTimestamp(ms []message.Message) int64 {
