@@ -27,24 +27,31 @@ func benchHistory(n int) []message.Message {
 
 // BenchmarkBuildChatRequest builds the Chat Completions body of one
 // session's turn at 100, 1,000 and 2,000 history messages, as the turns of
-// a long session do: the same history and a new prompt each time.
+// a long session do: the same history and a new prompt each time; without
+// the wire cache (the baseline) and with it.
 func BenchmarkBuildChatRequest(b *testing.B) {
 	for _, n := range []int{100, 1000, 2000} {
-		b.Run(fmt.Sprintf("messages=%d", n), func(b *testing.B) {
-			hist := benchHistory(n)
-			msgs := append(hist[:n:n], message.User("", 2))
-			m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", MaxTokens: 16384, Input: []string{"text"}}
-			req := &provider.Request{Model: m, SystemPrompt: "You are a helpful assistant.", Messages: msgs, SessionID: "s1",
-				Tools: []provider.Tool{{Name: "read", Description: "Read a file", Parameters: map[string]any{"type": "object"}}}}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				i++
-				msgs[n] = message.User(fmt.Sprintf("and now %d?", i), 2)
-				if _, err := buildChatRequest(req); err != nil {
-					b.Fatal(err)
+		for _, cached := range []bool{false, true} {
+			b.Run(fmt.Sprintf("messages=%d/wirecache=%v", n, cached), func(b *testing.B) {
+				var cache *wireCache
+				if cached {
+					cache = newWireCache(WireCacheBytesDefault)
 				}
-			}
-		})
+				hist := benchHistory(n)
+				msgs := append(hist[:n:n], message.User("", 2))
+				m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", MaxTokens: 16384, Input: []string{"text"}}
+				req := &provider.Request{Model: m, SystemPrompt: "You are a helpful assistant.", Messages: msgs, SessionID: "s1",
+					Tools: []provider.Tool{{Name: "read", Description: "Read a file", Parameters: map[string]any{"type": "object"}}}}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					msgs[n] = message.User(fmt.Sprintf("and now %d?", i), 2)
+					if _, err := buildChatRequest(req, cache); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

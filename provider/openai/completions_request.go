@@ -115,14 +115,15 @@ func maxTokens(req *provider.Request) int {
 	return n
 }
 
-// buildChatRequest maps a request to a Chat Completions body.
-func buildChatRequest(req *provider.Request) ([]byte, error) {
+// buildChatRequest maps a request to a Chat Completions body, reusing the
+// JSON of the messages the session's last request had (cache nil: none).
+func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	m := req.Model
 	c := detectCompat(m)
 	msgs := transform.Messages(req.Messages, m, c.normalizeID)
 	images := hasImageInput(m)
 
-	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature}
+	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature, Messages: make([]chatMessage, 0, len(msgs)+1)}
 	if c.usageInStreaming {
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
@@ -240,7 +241,7 @@ func buildChatRequest(req *provider.Request) ([]byte, error) {
 	if c.anthropicCache {
 		addCacheControl(body.Messages)
 	}
-	return json.Marshal(body)
+	return cache.encode(req.SessionID, &body)
 }
 
 func imagePart(b message.Block) chatPart {
