@@ -277,12 +277,25 @@ func userMessage(msg message.Message, images bool) (chatMessage, bool) {
 
 func assistantMessage(msg message.Message) (chatMessage, bool) {
 	cm := chatMessage{Role: "assistant"}
-	var text strings.Builder
+	// The text blocks joined; one block (the usual reply) is used as it is.
+	var text string
+	var joined strings.Builder
+	texts := 0
 	for _, b := range msg.Content.Blocks {
 		switch b.Type {
 		case message.BlockText:
 			if strings.TrimSpace(b.Text) != "" {
-				text.WriteString(transform.SanitizeSurrogates(b.Text))
+				t := transform.SanitizeSurrogates(b.Text)
+				switch texts {
+				case 0:
+					text = t
+				case 1:
+					joined.WriteString(text)
+					fallthrough
+				default:
+					joined.WriteString(t)
+				}
+				texts++
 			}
 		case message.BlockThinking:
 			// The signature names the delta field the thinking came in.
@@ -308,8 +321,11 @@ func assistantMessage(msg message.Message) (chatMessage, bool) {
 			}
 		}
 	}
-	if text.Len() > 0 {
-		cm.Content = text.String()
+	if texts > 1 {
+		text = joined.String()
+	}
+	if text != "" {
+		cm.Content = text
 	}
 	if cm.Content == nil && len(cm.ToolCalls) == 0 {
 		return chatMessage{}, false

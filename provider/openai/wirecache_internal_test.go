@@ -174,3 +174,29 @@ func TestChatMessageEqualCoversFields(t *testing.T) {
 		}
 	}
 }
+
+// TestAssistantMessageText joins an assistant's non-blank text blocks.
+func TestAssistantMessageText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		texts []string
+		want  any
+	}{
+		{[]string{"a"}, "a"},
+		{[]string{"a", "  ", "b"}, "ab"},
+		{[]string{"a", "b", "c"}, "abc"},
+		{[]string{" ", "b\xff"}, "b"},
+	} {
+		var blocks []message.Block
+		for _, s := range tc.texts {
+			blocks = append(blocks, message.Text(s))
+		}
+		cm, ok := assistantMessage(message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(blocks...)})
+		if !ok || cm.Content != tc.want {
+			t.Errorf("%q: got %#v (%v), want %q", tc.texts, cm.Content, ok, tc.want)
+		}
+	}
+	if _, ok := assistantMessage(message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(message.Text(" "))}); ok {
+		t.Error("a blank reply is sent")
+	}
+}
