@@ -22,7 +22,8 @@ func SameModel(m *message.Message, target provider.Model) bool {
 	return m.Provider == target.Provider && m.API == target.API && m.Model == target.ID
 }
 
-// Messages returns msgs prepared for target; msgs is not modified.
+// Messages returns msgs prepared for target; msgs is not modified, and
+// the result, which may be msgs itself, must not be either.
 // normalizeID rewrites tool call ids of other models' calls for the target
 // API (nil keeps them). Per assistant block:
 //
@@ -40,16 +41,24 @@ func SameModel(m *message.Message, target provider.Model) bool {
 // the list are left for the caller.
 func Messages(msgs []message.Message, target provider.Model, normalizeID func(string) string) []message.Message {
 	// One pass: a tool result always follows its call, so the id map is
-	// complete for it. Messages that need no change share their blocks
-	// with msgs (a long session's history is mostly those: a turn's cost
-	// is a copy of each, not a rebuild).
+	// complete for it. Nothing is copied while nothing changes: a long
+	// session of one model is returned as it is, and a changed one shares
+	// the blocks of every message that needs no change.
 	var idMap map[string]string
-	out := make([]message.Message, 0, len(msgs)+1)
+	var out []message.Message // nil while the result is msgs[:i]
+	i := 0
+	own := func() {
+		if out == nil {
+			out = make([]message.Message, i, len(msgs)+1)
+			copy(out, msgs[:i])
+		}
+	}
 	var pending []message.Block // tool calls of the last assistant still waiting
 	var answered map[string]bool
 	flush := func() {
 		for _, c := range pending {
 			if !answered[c.ID] {
+				own()
 				out = append(out, message.Message{
 					Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
 					Content: message.BlocksOf(message.Text(NoResultText)), IsError: true,
@@ -60,28 +69,60 @@ func Messages(msgs []message.Message, target provider.Model, normalizeID func(st
 		pending = nil
 		clear(answered)
 	}
-	for i := range msgs {
-		m := msgs[i]
+	for ; i < len(msgs); i++ {
+		m := &msgs[i]
+		changed := false
+		var blocks []message.Block
 		switch m.Role {
 		case message.RoleAssistant:
-			m.Content = message.BlocksOf(assistantBlocks(&msgs[i], target, normalizeID, &idMap)...)
+			blocks = assistantBlocks(m, target, normalizeID, &idMap)
+			// The result's content is a block list (never plain), with
+			// m's own blocks when none changed.
+			changed = m.Content.IsPlain() || len(blocks) != len(m.Content.Blocks) ||
+				(len(blocks) > 0 && &blocks[0] != &m.Content.Blocks[0]) || (blocks != nil) != (m.Content.Blocks != nil)
 			if m.StopReason == message.StopError || m.StopReason == message.StopAborted {
+				own()
 				continue
 			}
 			flush()
-			pending = m.ToolCalls()
+			for _, b := range blocks {
+				if b.Type == message.BlockToolCall {
+					pending = append(pending, b)
+				}
+			}
 		case message.RoleToolResult:
-			if n, ok := idMap[m.ToolCallID]; ok {
-				m.ToolCallID = n
+			id := m.ToolCallID
+			if n, ok := idMap[id]; ok {
+				id, changed = n, true
 			}
 			if answered == nil {
 				answered = map[string]bool{}
 			}
-			answered[m.ToolCallID] = true
+			answered[id] = true
 		case message.RoleUser:
 			flush()
 		}
-		out = append(out, m)
+		if !changed {
+			if out != nil {
+				out = append(out, *m)
+			}
+			continue
+		}
+		own()
+		c := *m
+		switch c.Role {
+		case message.RoleAssistant:
+			c.Content = message.BlocksOf(blocks...)
+		case message.RoleToolResult:
+			c.ToolCallID = idMap[c.ToolCallID]
+		}
+		out = append(out, c)
+	}
+	if out == nil {
+		if msgs == nil {
+			return []message.Message{}
+		}
+		return msgs
 	}
 	return out
 }
@@ -139,9 +180,6 @@ func assistantBlocks(m *message.Message, target provider.Model, normalizeID func
 		}
 	}
 	if blocks == nil {
-		if len(src) == 0 {
-			return []message.Block{}
-		}
 		return src
 	}
 	return blocks
