@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/message"
@@ -79,9 +78,7 @@ func (ru *run) contextMessages() []message.Message {
 		return reshaped(ru.entries())
 	}
 	if ru.base == nil {
-		// Images of user turns the model has answered are not sent again
-		// (runtime spec §10.3): the stored history keeps them.
-		ru.base, _ = sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(ru.history)))
+		ru.base = ru.r.contexts.context(ru.contextKey(), ru.history)
 	}
 	out := make([]message.Message, 0, len(ru.base)+len(ru.b.entries))
 	out = append(out, ru.base...)
@@ -98,12 +95,18 @@ func (ru *run) contextMessages() []message.Message {
 	return out
 }
 
+// contextKey names the run's session in the Runner's context cache, ""
+// when the run has none.
+func (ru *run) contextKey() string {
+	if ru.in.SessionKey == "" && ru.in.SessionID == "" {
+		return ""
+	}
+	return ru.in.SessionKey + "\x00" + ru.in.SessionID
+}
+
 // reshaped returns the context of a branch this turn re-shaped (a
 // compaction): images of user turns the model answered are not sent.
-func reshaped(entries []message.Entry) []message.Message {
-	msgs, _ := sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(entries)))
-	return msgs
-}
+func reshaped(entries []message.Entry) []message.Message { return contextOf(entries) }
 
 func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	var out attemptOut
