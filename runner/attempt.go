@@ -69,13 +69,14 @@ func (ru *run) entries() []message.Entry {
 }
 
 // contextMessages is what the model sees: the branch's messages (after the
-// latest compaction) converted for the LLM. The history's messages are
-// built once per run; this turn's entries are appended to them as long as
-// they only add messages on the same branch.
+// latest compaction) converted for the LLM. The history's messages come
+// from the Runner's context cache (a session's history is converted once,
+// then only what each run finds added); this turn's entries are appended
+// to them as long as they only add messages on the same branch.
 func (ru *run) contextMessages() []message.Message {
 	if ru.branched {
 		// The turn re-appended part of the history on a new branch.
-		return reshaped(ru.entries())
+		return contextOf(ru.entries())
 	}
 	if ru.base == nil {
 		ru.base = ru.r.contexts.context(ru.contextKey(), ru.history)
@@ -85,7 +86,7 @@ func (ru *run) contextMessages() []message.Message {
 	for _, e := range ru.b.entries {
 		if e.Type != message.EntryMessage || e.Message == nil {
 			// A compaction (or anything else) re-shapes the branch.
-			return reshaped(ru.entries())
+			return contextOf(ru.entries())
 		}
 		switch e.Message.Role {
 		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
@@ -103,10 +104,6 @@ func (ru *run) contextKey() string {
 	}
 	return ru.in.SessionKey + "\x00" + ru.in.SessionID
 }
-
-// reshaped returns the context of a branch this turn re-shaped (a
-// compaction): images of user turns the model answered are not sent.
-func reshaped(entries []message.Entry) []message.Message { return contextOf(entries) }
 
 func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	var out attemptOut

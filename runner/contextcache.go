@@ -13,7 +13,7 @@ import (
 
 // ContextCacheBytesDefault bounds the history contexts a Runner keeps
 // (see contextCache).
-const ContextCacheBytesDefault = 32 << 20
+const ContextCacheBytesDefault = 16 << 20
 
 // contextCache keeps, per session, the context its last run built from the
 // stored history (the branch's messages converted for the model, images the

@@ -11,7 +11,7 @@ import (
 
 // WireCacheBytesDefault bounds what a Chat Completions adapter keeps of its
 // sessions' last requests (see wireCache).
-const WireCacheBytesDefault = 32 << 20
+const WireCacheBytesDefault = 16 << 20
 
 // wireCache keeps, per session, the wire messages of the session's last
 // Chat Completions request and their JSON, so that the next request of a
