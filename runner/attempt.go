@@ -42,7 +42,10 @@ type run struct {
 	acc     usageAcc
 	window  int
 	sub     *subscriber
-	base    []message.Message // the history's context, built once
+	base    []message.Message // the history's context (ru.lease.base)
+	// lease is the session's context the run holds from the Runner's
+	// cache until it ends.
+	lease *sessionContext
 	// branched is set once overflow truncation re-appended part of the
 	// history on a new branch (the context is then built from the branch).
 	branched bool
@@ -79,10 +82,15 @@ func (ru *run) contextMessages() []message.Message {
 		return contextOf(ru.entries())
 	}
 	if ru.base == nil {
-		ru.base = ru.r.contexts.context(ru.contextKey(), ru.history)
+		if ru.lease == nil {
+			ru.lease = ru.r.contexts.acquire(ru.contextKey(), ru.history)
+		}
+		ru.base = ru.lease.base
 	}
-	out := make([]message.Message, 0, len(ru.base)+len(ru.b.entries))
-	out = append(out, ru.base...)
+	// This turn's messages go after the history's in the spare capacity
+	// of the run's leased context (each call overwrites the last call's:
+	// that request is done), or in a new array once it is full.
+	out := ru.base
 	for _, e := range ru.b.entries {
 		if e.Type != message.EntryMessage || e.Message == nil {
 			// A compaction (or anything else) re-shapes the branch.

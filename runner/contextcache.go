@@ -2,8 +2,10 @@ package runner
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/message"
@@ -47,7 +49,8 @@ type sessionContext struct {
 	ids  []string
 	msgs []*message.Message
 	base []message.Message
-	size int
+	text int // bytes of the history's ids and texts
+	size int // what the cache counts it for
 }
 
 func newContextCache(maxBytes int) *contextCache {
@@ -62,32 +65,65 @@ func contextOf(history []message.Entry) []message.Message {
 	return base
 }
 
-// context returns the context of the session's history, converting only
-// what its cached context lacks (key "" or a nil cache: all of it). The
-// caller must not modify the result.
-func (c *contextCache) context(key string, history []message.Entry) []message.Message {
-	if c == nil || key == "" {
-		return contextOf(history)
+// acquire returns the session's context for history, converting only what
+// the cached one lacks (key "" or a nil cache: all of it). The run holds
+// it until release: it may append to base in place (beyond its length, in
+// its spare capacity), and no other run gets it meanwhile (a concurrent
+// run of the same session converts its history whole). Nothing may
+// modify base[:len(base)].
+func (c *contextCache) acquire(key string, history []message.Entry) *sessionContext {
+	var sc *sessionContext
+	if c != nil && key != "" {
+		sc = c.take(key)
 	}
-	sc := c.take(key)
+	if c == nil || key == "" {
+		return &sessionContext{base: contextOf(history)}
+	}
 	if sc == nil || !sc.extends(history) {
+		// Room for the turn's messages and the next runs' (appended in
+		// place until it is full).
+		base := contextOf(history)
 		sc = &sessionContext{key: key, ids: make([]string, 0, len(history)), msgs: make([]*message.Message, 0, len(history)),
-			base: contextOf(history)}
+			base: slices.Grow(base[:len(base):len(base)], 16+len(base)/4)}
 		sc.add(history)
-	} else if c.extended.Add(1); len(history) > len(sc.ids) {
+		return sc
+	}
+	if c.extended.Add(1); len(history) > len(sc.ids) {
 		tail := history[len(sc.ids):]
-		// Appending past the cached context's length is safe: no run reads
-		// beyond the length it was given, and this run took the entry.
 		msgs := make([]message.Message, len(tail))
 		for i := range tail {
 			msgs[i] = *tail[i].Message
 		}
+		// Appending overwrites what the last run appended past the
+		// cached length: that run is over.
 		sc.base, _ = sanitize.PruneHistoryImages(append(sc.base, compaction.ConvertToLLM(msgs)...))
 		sc.add(tail)
 	}
-	base := sc.base[:len(sc.base):len(sc.base)]
-	c.put(sc)
-	return base
+	return sc
+}
+
+// release keeps sc for the session's next run, dropping the least
+// recently used sessions beyond the budget; a session over half the
+// budget is not kept.
+func (c *contextCache) release(sc *sessionContext) {
+	if c == nil || sc == nil || sc.key == "" {
+		return
+	}
+	size := sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{}))
+	if size > c.max/2 {
+		return
+	}
+	sc.size = size
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.sessions[sc.key]; e != nil {
+		c.removeLocked(e) // a concurrent run of the session put its own
+	}
+	c.sessions[sc.key] = c.lru.PushFront(sc)
+	c.size += sc.size
+	for c.size > c.max {
+		c.removeLocked(c.lru.Back())
+	}
 }
 
 // extends reports whether history is the history sc was built from
@@ -111,24 +147,24 @@ func (sc *sessionContext) extends(history []message.Entry) bool {
 	return true
 }
 
-// add records entries as part of sc's history and counts their size.
+// add records entries as part of sc's history and counts their text.
 func (sc *sessionContext) add(entries []message.Entry) {
 	for i := range entries {
 		e := &entries[i]
 		sc.ids = append(sc.ids, e.ID)
 		sc.msgs = append(sc.msgs, e.Message)
-		sc.size += len(e.ID) + contextEntryOverhead
+		sc.text += len(e.ID)
 		if m := e.Message; m != nil {
 			for _, b := range m.Content.Blocks {
-				sc.size += len(b.Text) + len(b.Thinking) + len(b.Data)
+				sc.text += len(b.Text) + len(b.Thinking) + len(b.Data)
 			}
 		}
 	}
 }
 
-// contextEntryOverhead is what a kept entry costs besides its text: its
-// message in the context, the id and pointer that identify it.
-const contextEntryOverhead = 256
+// contextEntryOverhead is what a kept entry costs besides its text and
+// its message in the context: the id and pointer that identify it.
+const contextEntryOverhead = 48
 
 // take removes and returns the session's entry, nil if none.
 func (c *contextCache) take(key string) *sessionContext {
@@ -140,24 +176,6 @@ func (c *contextCache) take(key string) *sessionContext {
 	}
 	c.removeLocked(e)
 	return e.Value.(*sessionContext)
-}
-
-// put keeps sc, dropping the least recently used sessions beyond the
-// budget; a session over half the budget is not kept.
-func (c *contextCache) put(sc *sessionContext) {
-	if sc.size > c.max/2 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.sessions[sc.key]; e != nil {
-		c.removeLocked(e) // a concurrent run of the session put its own
-	}
-	c.sessions[sc.key] = c.lru.PushFront(sc)
-	c.size += sc.size
-	for c.size > c.max {
-		c.removeLocked(c.lru.Back())
-	}
 }
 
 func (c *contextCache) removeLocked(e *list.Element) {

@@ -16,6 +16,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider/openai"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // chain appends messages to entries as entries chained to the last one
@@ -77,7 +78,9 @@ func TestContextCacheMatchesFresh(t *testing.T) {
 	c := newContextCache(ContextCacheBytesDefault)
 	for _, st := range steps {
 		before := c.extended.Load()
-		got := c.context("k", st.history)
+		sc := c.acquire("k", st.history)
+		got := sc.base
+		c.release(sc)
 		if want := contextOf(st.history); !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: cached context differs:\n got %+v\nwant %+v", st.name, got, want)
 		}
@@ -85,9 +88,11 @@ func TestContextCacheMatchesFresh(t *testing.T) {
 			t.Errorf("%s: extended %v, want %v", st.name, ext, st.extended)
 		}
 	}
-	if got := c.context("k", answered); got[len(h)].Content.Blocks[1].Type != message.BlockText {
+	sc := c.acquire("k", answered)
+	if sc.base[len(h)].Content.Blocks[1].Type != message.BlockText {
 		t.Error("the answered image was sent again")
 	}
+	c.release(sc)
 }
 
 // TestContextCacheBounded keeps sessions within the byte budget, least
@@ -97,7 +102,7 @@ func TestContextCacheBounded(t *testing.T) {
 	c := newContextCache(64 << 10)
 	h := pingPongHistory(40)
 	for i := range 50 {
-		c.context(fmt.Sprint("s", i), h)
+		c.release(c.acquire(fmt.Sprint("s", i), h))
 		if c.size > c.max {
 			t.Fatalf("size %d over the budget %d", c.size, c.max)
 		}
@@ -108,7 +113,7 @@ func TestContextCacheBounded(t *testing.T) {
 	if _, ok := c.sessions["s49"]; !ok {
 		t.Error("the latest session is not kept")
 	}
-	c.context("big", pingPongHistory(2000))
+	c.release(c.acquire("big", pingPongHistory(2000)))
 	if _, ok := c.sessions["big"]; ok {
 		t.Error("a session over half the budget is kept")
 	}
@@ -125,8 +130,12 @@ func TestContextCacheConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 40 {
 				hist := h[:(i*3+g)%80]
-				got := c.context(fmt.Sprint("s", g%3), hist)
-				if !reflect.DeepEqual(got, contextOf(hist)) {
+				sc := c.acquire(fmt.Sprint("s", g%3), hist)
+				// What a run appends in the spare capacity.
+				out := append(sc.base, message.User("the turn's", 1))
+				ok := reflect.DeepEqual(out[:len(sc.base)], contextOf(hist))
+				c.release(sc)
+				if !ok {
 					t.Errorf("session %d run %d: cached context differs", g%3, i)
 					return
 				}
@@ -139,23 +148,36 @@ func TestContextCacheConcurrent(t *testing.T) {
 // TestLongSessionBodiesCached runs one session's turns through two
 // runners, one with the context and wire caches and one without, against
 // a real OpenAI-compatible endpoint, and requires the same request bytes
-// at every turn: turns appended, a compaction, a rollback, a rewritten
-// history, another model's turn.
+// at every model call: turns appended, turns of two model calls (a tool's
+// result), a compaction, a rollback, a rewritten history, another model's
+// turn.
 func TestLongSessionBodiesCached(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	bodies := map[string][][]byte{}
+	calls := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		bodies[r.URL.Path] = append(bodies[r.URL.Path], b)
 		mu.Unlock()
 		w.Header().Set("Content-Type", "text/event-stream")
+		// A prompt asking for the tool gets a call of it (the turn then
+		// makes a second model call with its result), anything else pong.
+		if last := b[bytes.LastIndex(b, []byte(`"role":"`)):]; bytes.HasPrefix(last, []byte(`"role":"user","content":"use the tool`)) {
+			mu.Lock()
+			calls[r.URL.Path]++
+			id := fmt.Sprintf("call_%d", calls[r.URL.Path])
+			mu.Unlock()
+			fmt.Fprintf(w, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":%q,"type":"function","function":{"name":"act","arguments":"{\"n\":1}"}}]},"finish_reason":null}]}`+"\n\n"+
+				`data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`+"\n\ndata: [DONE]\n\n", id)
+			return
+		}
 		_, _ = w.Write([]byte(pongSSE))
 	}))
 	defer srv.Close()
 	runner := func(path string, cacheBytes int) *Runner {
-		r, err := New(Config{DefaultModel: "acme/m1", ContextCacheBytes: cacheBytes,
+		r, err := New(Config{DefaultModel: "acme/m1", ContextCacheBytes: cacheBytes, Tools: workspaceTools{tools.List{&countedTool{name: "act"}}},
 			Resolver: urlResolver{url: srv.URL + path, prov: openai.NewCompletions(openai.Config{WireCacheBytes: cacheBytes})}})
 		if err != nil {
 			t.Fatal(err)
@@ -176,7 +198,11 @@ func TestLongSessionBodiesCached(t *testing.T) {
 		return append(hist, out.Entries...)
 	}
 	for i := range 12 {
-		h = turn(fmt.Sprint("turn ", i), h)
+		name := fmt.Sprint("turn ", i)
+		if i%4 == 1 {
+			name = fmt.Sprint("use the tool, turn ", i)
+		}
+		h = turn(name, h)
 	}
 	mid := h[len(h)-1].ID
 	h = append(h, message.Entry{Type: message.EntryCompaction, ID: "c0mpac71", ParentID: &mid, Timestamp: "2026-03-15T10:20:12.500Z",
@@ -195,8 +221,8 @@ func TestLongSessionBodiesCached(t *testing.T) {
 	_ = turn("after another model", h)
 
 	a, b := bodies["/cached/v1/chat/completions"], bodies["/fresh/v1/chat/completions"]
-	if len(a) != 18 || len(b) != len(a) {
-		t.Fatalf("%d and %d requests, want 18", len(a), len(b))
+	if len(a) != 21 || len(b) != len(a) {
+		t.Fatalf("%d and %d requests, want 21", len(a), len(b))
 	}
 	for i := range a {
 		if !bytes.Equal(a[i], b[i]) {

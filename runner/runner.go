@@ -292,6 +292,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	ru := &run{r: r, in: in, sink: sink, history: in.History, cancel: cancel,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
 	defer ru.logStateErrors()
+	defer func() { r.contexts.release(ru.lease) }()
 	j, err := openJournal(ctx, in.Steps, in)
 	if err != nil {
 		return nil, err
