@@ -123,7 +123,8 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	msgs := transform.Messages(req.Messages, m, c.normalizeID)
 	images := hasImageInput(m)
 
-	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature, Messages: make([]chatMessage, 0, len(msgs)+1)}
+	prev := cache.take(req.SessionID)
+	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature, Messages: prev.messages(len(msgs) + 1)}
 	if c.usageInStreaming {
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
@@ -164,7 +165,7 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 
 	hadToolCalls := false
 	for i := 0; i < len(msgs); i++ {
-		msg := msgs[i]
+		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
 			if c.assistantAfterTool && len(body.Messages) > 0 && body.Messages[len(body.Messages)-1].Role == "tool" {
@@ -184,7 +185,7 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			// message after them.
 			var imgs []chatPart
 			for ; i < len(msgs) && msgs[i].Role == message.RoleToolResult; i++ {
-				tr := msgs[i]
+				tr := &msgs[i]
 				var texts []string
 				hasImg := false
 				for _, b := range tr.Content.Blocks {
@@ -241,14 +242,14 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	if c.anthropicCache {
 		addCacheControl(body.Messages)
 	}
-	return cache.encode(req.SessionID, &body)
+	return cache.encode(req.SessionID, prev, &body)
 }
 
 func imagePart(b message.Block) chatPart {
 	return chatPart{Type: "image_url", ImageURL: &chatImageURL{URL: "data:" + b.MimeType + ";base64," + b.Data}}
 }
 
-func userMessage(msg message.Message, images bool) (chatMessage, bool) {
+func userMessage(msg *message.Message, images bool) (chatMessage, bool) {
 	if msg.Content.IsPlain() {
 		t := transform.SanitizeSurrogates(msg.Content.Text())
 		if strings.TrimSpace(t) == "" {
@@ -275,7 +276,7 @@ func userMessage(msg message.Message, images bool) (chatMessage, bool) {
 	return chatMessage{Role: "user", Content: parts}, true
 }
 
-func assistantMessage(msg message.Message) (chatMessage, bool) {
+func assistantMessage(msg *message.Message) (chatMessage, bool) {
 	cm := chatMessage{Role: "assistant"}
 	// The text blocks joined; one block (the usual reply) is used as it is.
 	var text string

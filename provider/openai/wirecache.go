@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // WireCacheBytesDefault bounds what a Chat Completions adapter keeps of its
@@ -41,7 +42,21 @@ type wireSession struct {
 	id   string
 	msgs []chatMessage
 	enc  [][]byte // enc[i] is the JSON of msgs[i]
-	size int
+	// spareMsgs and spareEnc are the arrays of the request before, which
+	// the next request builds into (two requests' arrays per session, no
+	// new ones per request).
+	spareMsgs []chatMessage
+	spareEnc  [][]byte
+	size      int
+}
+
+// messages returns an empty message list with room for n, in the spare
+// array of the session's request before when s has one.
+func (s *wireSession) messages(n int) []chatMessage {
+	if s == nil {
+		return make([]chatMessage, 0, n)
+	}
+	return slices.Grow(s.spareMsgs[:0], n)
 }
 
 func newWireCache(maxBytes int) *wireCache {
@@ -89,10 +104,10 @@ func (c *wireCache) removeLocked(e *list.Element) {
 	delete(c.sessions, s.id)
 }
 
-// wireMessageOverhead is what a kept message costs besides its JSON: the
-// chatMessage and slice headers (its strings are mostly shared with the
+// wireMessageOverhead is what a kept message costs besides its JSON: two
+// chatMessages and slice headers (its strings are mostly shared with the
 // session's transcript).
-const wireMessageOverhead = 256
+const wireMessageOverhead = 2 * (int(unsafe.Sizeof(chatMessage{})) + 24)
 
 // messagesField is how json.Marshal writes a chatRequest's nil Messages:
 // the field right after "model", whose encoded string cannot contain it
@@ -100,10 +115,10 @@ const wireMessageOverhead = 256
 var messagesField = []byte(`,"messages":null,`)
 
 // encode returns json.Marshal(body), reusing the JSON of the messages that
-// equal those of the session's last request (sessionID "" or a nil cache:
-// no reuse). The cache keeps body's messages afterwards: the caller must
-// not modify them.
-func (c *wireCache) encode(sessionID string, body *chatRequest) ([]byte, error) {
+// equal those of prev, the session's last request (taken from the cache;
+// nil: no reuse). The cache keeps body's messages afterwards: the caller
+// must not modify them.
+func (c *wireCache) encode(sessionID string, prev *wireSession, body *chatRequest) ([]byte, error) {
 	if c == nil || sessionID == "" {
 		return json.Marshal(body)
 	}
@@ -118,22 +133,32 @@ func (c *wireCache) encode(sessionID string, body *chatRequest) ([]byte, error) 
 	if at < 0 {
 		return json.Marshal(body)
 	}
-	prev := c.take(sessionID)
-	next := &wireSession{id: sessionID, msgs: msgs, enc: make([][]byte, len(msgs))}
+	next := &wireSession{id: sessionID, msgs: msgs}
+	if prev != nil {
+		// This request's JSON goes in the spare array; the last request's
+		// arrays are the next one's spares.
+		next.enc = slices.Grow(prev.spareEnc[:0], len(msgs))[:len(msgs)]
+		clear(next.enc[len(msgs):cap(next.enc)])
+		clear(msgs[len(msgs):cap(msgs)])
+		next.spareMsgs, next.spareEnc = prev.msgs, prev.enc
+	} else {
+		next.enc = make([][]byte, len(msgs))
+	}
 	n := len(head) + 2
 	m := matcher{prev: prev}
+	reused := 0
 	for i := range msgs {
 		if b := m.find(&msgs[i]); b != nil {
 			next.enc[i] = b
-			c.reused.Add(1)
+			reused++
 		} else if next.enc[i], err = json.Marshal(&msgs[i]); err != nil {
 			return nil, err
-		} else {
-			c.encoded.Add(1)
 		}
 		n += len(next.enc[i]) + 1
 		next.size += len(next.enc[i]) + wireMessageOverhead
 	}
+	c.reused.Add(int64(reused))
+	c.encoded.Add(int64(len(msgs) - reused))
 	out := make([]byte, 0, n)
 	out = append(out, head[:at]...)
 	out = append(out, `,"messages":[`...)

@@ -191,12 +191,12 @@ func TestAssistantMessageText(t *testing.T) {
 		for _, s := range tc.texts {
 			blocks = append(blocks, message.Text(s))
 		}
-		cm, ok := assistantMessage(message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(blocks...)})
+		cm, ok := assistantMessage(&message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(blocks...)})
 		if !ok || cm.Content != tc.want {
 			t.Errorf("%q: got %#v (%v), want %q", tc.texts, cm.Content, ok, tc.want)
 		}
 	}
-	if _, ok := assistantMessage(message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(message.Text(" "))}); ok {
+	if _, ok := assistantMessage(&message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(message.Text(" "))}); ok {
 		t.Error("a blank reply is sent")
 	}
 }
