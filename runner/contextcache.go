@@ -109,7 +109,7 @@ func (c *contextCache) release(sc *sessionContext) {
 	if c == nil || sc == nil || sc.key == "" {
 		return
 	}
-	size := sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{}))
+	size := len(sc.key) + contextSessionOverhead + sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{}))
 	if size > c.max/2 {
 		return
 	}
@@ -161,6 +161,10 @@ func (sc *sessionContext) add(entries []message.Entry) {
 		}
 	}
 }
+
+// contextSessionOverhead is what a kept session costs besides its entries
+// and key (its entry, list element and map slot).
+const contextSessionOverhead = 256
 
 // contextEntryOverhead is what a kept entry costs besides its text and
 // its message in the context: the id and pointer that identify it.

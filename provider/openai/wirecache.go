@@ -104,6 +104,10 @@ func (c *wireCache) removeLocked(e *list.Element) {
 	delete(c.sessions, s.id)
 }
 
+// wireSessionOverhead is what a kept session costs besides its messages
+// and id (its entry, list element and map slot).
+const wireSessionOverhead = 256
+
 // wireMessageOverhead is what a kept message costs besides its JSON: two
 // chatMessages and slice headers (its strings are mostly shared with the
 // session's transcript).
@@ -133,7 +137,7 @@ func (c *wireCache) encode(sessionID string, prev *wireSession, body *chatReques
 	if at < 0 {
 		return json.Marshal(body)
 	}
-	next := &wireSession{id: sessionID, msgs: msgs}
+	next := &wireSession{id: sessionID, msgs: msgs, size: len(sessionID) + wireSessionOverhead}
 	if prev != nil {
 		// This request's JSON goes in the spare array; the last request's
 		// arrays are the next one's spares.

@@ -200,3 +200,19 @@ func TestAssistantMessageText(t *testing.T) {
 		t.Error("a blank reply is sent")
 	}
 }
+
+// TestWireCacheEmptySessionsBounded counts even a session of no messages:
+// many of them cannot grow the cache without bound.
+func TestWireCacheEmptySessionsBounded(t *testing.T) {
+	t.Parallel()
+	m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions"}
+	cache := newWireCache(16 << 10)
+	for i := range 1000 {
+		if _, err := buildChatRequest(&provider.Request{Model: m, SessionID: fmt.Sprint("s", i)}, cache); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(cache.sessions); n > 100 || cache.size > cache.max {
+		t.Errorf("%d empty sessions kept, %d bytes", n, cache.size)
+	}
+}
