@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,6 +69,9 @@ var (
 type Client struct {
 	nc   *nats.Conn
 	owns bool
+
+	mu    sync.Mutex
+	lanes map[string]*laneSub // event subscriptions by lane token
 }
 
 // New returns a client using an existing connection.
@@ -182,6 +187,9 @@ type Run struct {
 
 	waitAfter time.Duration
 	onWait    func(RunState)
+	// live is the feed Send opened before it published, until the first
+	// Events takes it or it expires (claimWithin).
+	live atomic.Pointer[feed]
 }
 
 // Send publishes text to a session's lane and returns its run. The message is
@@ -230,6 +238,16 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: encode: %w", err)
 	}
+	// The run's events are seen from the first one when the lane's
+	// subscription is in place before the message is stored: the server
+	// takes the subscription before the publish that follows it on this
+	// connection.
+	before := c.nc.LastError()
+	lane, err := c.holdLane(tok)
+	if err == nil {
+		lane.sendStarts()
+		defer func() { lane.sendEnds(); lane.release() }()
+	}
 	start := time.Now()
 	var noStreamSince time.Time
 	maybeStored := false // an attempt timed out: the stream may hold the message already
@@ -243,8 +261,22 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 		ack, err := c.publishOnce(ctx, m)
 		if err == nil {
 			// A duplicate of our own earlier attempt is our message.
-			return &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence,
-				Duplicate: ack.Duplicate && !maybeStored, c: c}, nil
+			r := &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence,
+				Duplicate: ack.Duplicate && !maybeStored, c: c}
+			if lane != nil {
+				// The publish's flush came after the subscription: a
+				// refused one is reported by now.
+				if c.denied(before, "Subscription to", lane.prefix+"*") != nil {
+					lane.refuse()
+				} else if !lane.refused.Load() {
+					// Someone else's message (a duplicate) may have
+					// events from before the subscription.
+					f := lane.open(r.ID, unclaimedBuffer, !r.Duplicate)
+					r.live.Store(f)
+					f.expireUnclaimed(r)
+				}
+			}
+			return r, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, context.Cause(ctx))
