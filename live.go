@@ -229,11 +229,14 @@ func (f *feed) lost() int {
 func (f *feed) expireUnclaimed(r *Run) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.expiry = time.AfterFunc(claimWithin, func() {
-		if r.live.CompareAndSwap(f, nil) {
-			f.close()
-		}
-	})
+	f.expiry = time.AfterFunc(claimWithin, func() { r.expire(f) })
+}
+
+// expire closes f, the feed Send opened for r, unless Events took it.
+func (r *Run) expire(f *feed) {
+	if r.live.CompareAndSwap(f, nil) {
+		f.close()
+	}
 }
 
 // claim makes f a follower's: it stops its expiry and lifts its bound to
