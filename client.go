@@ -7,7 +7,7 @@
 //	for ev, err := range run.Events(ctx) { … }
 //
 // The client needs no access to the JetStream API or the fleet's buckets: it
-// publishes on agent.in.<lane>, subscribes to agent.ev.<lane>.<run> and asks
+// publishes on agent.in.<lane>, subscribes to agent.ev.<lane>.* and asks
 // the workers' lane service (agent.svc.<lane>.<op>) for the rest, so a NATS
 // user allowed only its own sessions' subjects (and its own inbox prefix,
 // see Credentials) can use it. ActiveRuns is the exception: it reads the
@@ -202,6 +202,11 @@ type Run struct {
 // ErrPermission that the connection's user may not send to the session;
 // ErrTooLarge that the message exceeds the server's max payload. A stream
 // that refuses the message (a full store) is an error at once.
+//
+// Send subscribes to the session's events before it publishes, so following
+// the run (Events, Wait) within 10 s starts from its live events and asks
+// the lane service for stored ones only if some go missing; the
+// subscription ends when the following does, or after those 10 s.
 func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOption) (*Run, error) {
 	o := sendOptions{in: events.Inbound{Text: text}}
 	for _, opt := range opts {
