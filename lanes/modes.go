@@ -401,12 +401,27 @@ func cutReasons(cut *queue.Msg) (turn, queued string) {
 // runs next. What the cut turn did (partial, the handler's outcome of a
 // cancelled turn: its prompt, completed replies and tool results) is kept
 // in the transcript, as the reference and LangGraph's interrupt keep it,
-// unless the cut is a rollback, which discards it.
-func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt int, partial *Outcome) error {
+// unless the cut is a rollback, which discards it. seen says the watch saw
+// the cutting message arrive (see watchCuts): it is read off the lane even
+// if the stream stores it a moment after the watch saw it.
+func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt int, partial *Outcome, seen bool) error {
 	var cut *queue.Msg
 	var drops []collected
+	waited := time.Duration(0)
 	for cut == nil {
 		next, err := o.next(ctx, p.through)
+		if errors.Is(err, jetstream.ErrMsgNotFound) && seen && waited < cutStoreWait {
+			// The watch's core subscription can see a message before the
+			// stream has stored it: it is on its way.
+			d := min(5*time.Millisecond+waited, 100*time.Millisecond)
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			waited += d
+			continue
+		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -449,6 +464,10 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 	}
 	return o.commit(ctx, em, p, out)
 }
+
+// cutStoreWait bounds how long a cut turn waits for the stream to store the
+// message that cut it (one the stream refuses, a duplicate, never comes).
+const cutStoreWait = 5 * time.Second
 
 // stopped remembers what the lane's last stop command cut, for its own run.
 type stopped struct {

@@ -363,7 +363,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// after it arrived): refuse it, as the sender asked.
 		return o.failTurn(ctx, a.em, p, events.KindRejected, "the session was busy when this message arrived (mode reject); it was not run", a.attempt)
 	case queue.VerbInterrupted:
-		return o.interrupted(ctx, a.em, p, a.attempt, nil)
+		return o.interrupted(ctx, a.em, p, a.attempt, nil, false)
 	}
 	return o.runTurn(ctx, turnCtx, stopWatch, a, p)
 }
@@ -461,7 +461,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	stopWatch()
 	if cut && err != nil && ctx.Err() == nil {
-		if err := o.interrupted(ctx, a.em, p, a.attempt, out); err != nil {
+		if err := o.interrupted(ctx, a.em, p, a.attempt, out, true); err != nil {
 			return err
 		}
 		o.w.dropSteps(turn.steps.j)
