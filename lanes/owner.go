@@ -222,33 +222,13 @@ var errStopping = errors.New("lanes: worker stopping")
 // worker stops, or the lease is lost. It reports true when a fenced write
 // found the lease lost.
 func (o *owner) drain(ctx context.Context) bool {
-	// The cursor and the stored settings are read together, on the leader.
-	var (
-		wg       sync.WaitGroup
-		settings []byte
-		serr     error
-	)
-	wg.Go(func() { settings, serr = o.w.lanes.Settings(ctx, o.token) })
-	c, err := o.w.lanes.Cursor(ctx, o.token)
-	wg.Wait()
-	if errors.Is(err, kvstore.ErrCorrupt) {
-		// c still holds the lane's position (kvstore.ErrCorrupt says why).
-		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
-		err = nil
-	}
-	if err == nil {
-		err = serr
-	}
+	c, err := o.readCursor(ctx)
 	if err != nil {
 		o.log.Warn().Err(err).Msg("read cursor and settings")
 		return false
 	}
 	o.cursor = c
 	o.tx = nil // another owner may have added to it since the last drain
-	o.settings, err = events.DecodeSettings(settings)
-	if err != nil {
-		o.log.Warn().Err(err).Msg("stored settings unreadable: using the defaults")
-	}
 	if c.Seq > 0 && !o.checkedLast && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
 		o.checkedLast = true // this worker stored the newest record's finals itself
 	}
@@ -300,6 +280,49 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// readCursor reads the lane's cursor and sets the owner's settings, on the
+// leader. The settings this worker knows as of the newest record are used
+// without a read (see transcript.settings); otherwise they are read, with
+// the cursor when nothing is known.
+func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
+	known, at := o.w.transcripts.settingsOf(o.token)
+	var (
+		wg       sync.WaitGroup
+		settings []byte
+		serr     error
+		c        kvstore.Cursor
+		err      error
+	)
+	if at == 0 {
+		wg.Go(func() { settings, serr = o.w.lanes.Settings(ctx, o.token) })
+	}
+	c, err = o.w.lanes.Cursor(ctx, o.token)
+	wg.Wait()
+	if errors.Is(err, kvstore.ErrCorrupt) {
+		// c still holds the lane's position (kvstore.ErrCorrupt says why).
+		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
+		err = nil
+	}
+	if err != nil {
+		return c, err
+	}
+	if at != 0 && c.Stored == at {
+		o.settings = known
+		return c, nil
+	}
+	if at != 0 {
+		settings, serr = o.w.lanes.Settings(ctx, o.token)
+	}
+	if serr != nil {
+		return c, serr
+	}
+	o.settings, err = events.DecodeSettings(settings)
+	if err != nil {
+		o.log.Warn().Err(err).Msg("stored settings unreadable: using the defaults")
+	}
+	return c, nil
 }
 
 // readTimeout bounds one read of the lane: a request lost in a leader
@@ -540,6 +563,7 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	clear(o.failures)
 	if o.tx != nil {
 		o.tx = o.w.transcripts.committed(o.tx, rec, written)
+		o.w.transcripts.noteSettings(o.token, written.Seq, o.settings)
 	}
 	if out.Result != nil {
 		o.unsettled = p.through
