@@ -55,6 +55,9 @@ type owner struct {
 	turns    int
 	lastTurn time.Duration // how long the last of them took
 	yielded  bool
+	// quiet is what the running turn's watch (see watchCuts) knows of the
+	// lane; nil when no watch runs.
+	quiet *quietWatch
 	// triggerGone: the trigger's message was deleted (an earlier owner
 	// processed it), so the trigger cannot be handed back: no yield.
 	triggerGone, triggerChecked bool
@@ -244,7 +247,17 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 		o.unsettled, o.checkedLast = 0, true
 	}
+	defer o.endWatch()
 	for !o.w.stopping.Load() && ctx.Err() == nil {
+		// After a turn whose last look at the lane found it empty, and
+		// whose watch has seen nothing arrive since, the lane is known to
+		// be empty: no read (the release reads it again anyway).
+		empty := o.quiet.empty(o.cursor.Seq, o.w.nc.Stats().Reconnects)
+		o.endWatch()
+		if empty {
+			o.w.stats.QuietSkips.Add(1)
+			return false
+		}
 		raw, err := o.next(ctx, o.cursor.Seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false
@@ -261,6 +274,9 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 		began := time.Now()
 		err = o.process(ctx, raw)
+		if err != nil {
+			o.endWatch() // its knowledge is of an attempt that did not commit
+		}
 		switch {
 		case err == nil:
 			o.turns, o.lastTurn = o.turns+1, time.Since(began)

@@ -125,6 +125,9 @@ type Stats struct {
 	// Dropped those ended without a turn by the queue (cap, interrupt),
 	// Aborted the attempts ended with an aborted event.
 	Merged, Dropped, Aborted atomic.Int64
+	// QuietSkips counts drains that ended without reading the lane again,
+	// the last turn's watch having seen it stay empty.
+	QuietSkips atomic.Int64
 
 	deadMu sync.Mutex
 	deadBy map[string]int64 // dead letters stored, by reason
