@@ -363,9 +363,13 @@ var (
 func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	turnCtx, cancel := context.WithCancelCause(ctx)
 	stored := o.storedMode() // the callback must not read the owner's state
-	q := &quietWatch{}
+	q := &quietWatch{notify: make(chan struct{}, 1)}
 	sub, err := o.w.nc.Subscribe(o.subject, func(m *nats.Msg) {
 		q.arrivals.Add(1)
+		select {
+		case q.notify <- struct{}{}:
+		default:
+		}
 		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, o.w.cfg.MaxPayload)
 		if err != nil {
 			return
@@ -397,6 +401,7 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 type quietWatch struct {
 	sub      *nats.Subscription
 	arrivals atomic.Uint64
+	notify   chan struct{} // a message arrived (one token at most)
 	// mu guards what the last steer poll found: nothing after seq, with
 	// arrivals at count and the connection at reconnects; ok false when
 	// the last poll found something or failed.
@@ -443,6 +448,30 @@ func (q *quietWatch) empty(seq, reconnects uint64) bool {
 	}
 	dropped, err := q.sub.Dropped()
 	return err == nil && dropped == 0
+}
+
+// linger keeps an empty lane for up to Config.Linger after a turn, waiting
+// for the session's next message on the last turn's watch: a session whose
+// client answers at once goes on without releasing and taking the lane
+// again. It reports whether a message arrived. An owner never lingers
+// while a lane waits for a slot, or when the worker stops.
+func (o *owner) linger(ctx context.Context) bool {
+	d := o.w.cfg.Linger
+	if d <= 0 || o.quiet == nil || o.w.stopping.Load() || o.w.sched.waiting.Load() > 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	o.w.lingering.Add(1)
+	defer o.w.lingering.Add(-1)
+	select {
+	case <-o.quiet.notify:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-o.w.stopCh:
+	}
+	return false
 }
 
 // endWatch unsubscribes the running turn's watch, if any.

@@ -253,12 +253,27 @@ func (o *owner) drain(ctx context.Context) bool {
 		// whose watch has seen nothing arrive since, the lane is known to
 		// be empty: no read (the release reads it again anyway).
 		empty := o.quiet.empty(o.cursor.Seq, o.w.nc.Stats().Reconnects)
+		lingered := empty && o.linger(ctx)
 		o.endWatch()
-		if empty {
+		if empty && !lingered {
 			o.w.stats.QuietSkips.Add(1)
 			return false
 		}
 		raw, err := o.next(ctx, o.cursor.Seq)
+		for try := 0; lingered && try < 3 && errors.Is(err, jetstream.ErrMsgNotFound); try++ {
+			// The watch can see a message before the stream stores it.
+			select {
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+			}
+			raw, err = o.next(ctx, o.cursor.Seq)
+		}
+		if lingered {
+			o.w.stats.Lingered.Add(1)
+			if err == nil {
+				o.w.stats.LingerHits.Add(1)
+			}
+		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false
 		}

@@ -66,3 +66,63 @@ func TestQuietLaneSkipsTheRead(t *testing.T) {
 		})
 	}
 }
+
+// TestLinger: an owner keeps an empty lane after a turn for Config.Linger,
+// so a session's next message goes on under the same lease; an owner never
+// lingers while another lane waits for its slot.
+func TestLinger(t *testing.T) {
+	t.Parallel()
+	t.Run("next message", func(t *testing.T) {
+		t.Parallel()
+		f := newFleet(t, 5*time.Second, 5*time.Second)
+		h := &echoHandler{hook: func(turn *Turn) error {
+			turn.Steer(context.Background()) // as the runner does after a reply
+			return nil
+		}}
+		w := f.runWorker(t, h, Config{Linger: time.Minute})
+		f.waitFinal(t, "s", f.publish(t, "s", "one"))
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for w.lingering.Load() == 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the owner never lingered")
+			case <-time.After(time.Millisecond):
+			}
+		}
+		f.waitFinal(t, "s", f.publish(t, "s", "two"))
+		st := w.Stats()
+		if st.Acquired.Load() != 1 || st.LingerHits.Load() != 1 {
+			t.Fatalf("leases %d, linger hits %d; want one lease for both turns", st.Acquired.Load(), st.LingerHits.Load())
+		}
+	})
+	t.Run("a lane waits for the slot", func(t *testing.T) {
+		t.Parallel()
+		f := newFleet(t, 5*time.Second, 5*time.Second)
+		started, release := make(chan struct{}), make(chan struct{})
+		h := &echoHandler{hook: func(turn *Turn) error {
+			if turn.Inbound.Text == "hold" {
+				close(started)
+				<-release
+			}
+			turn.Steer(context.Background())
+			return nil
+		}}
+		w := f.runWorker(t, h, Config{Linger: time.Hour, Concurrency: 1})
+		f.publish(t, "a", "hold")
+		<-started
+		b := f.publish(t, "b", "waits")
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for w.Stats().Waited.Load() < 1 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("b never waited for the slot")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		close(release)
+		// With an hour's linger, b runs only if a did not linger.
+		f.waitFinal(t, "b", b)
+	})
+}
