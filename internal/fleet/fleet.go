@@ -100,6 +100,9 @@ type Config struct {
 	// budget turns fair scheduling off).
 	LaneTurnBudget int
 	LaneTimeBudget time.Duration
+	// Linger: how long an owner keeps an empty lane after a turn for the
+	// session's next message (lanes.Config.Linger; 0 = its default).
+	Linger time.Duration
 	// Retention (package retention): SessionTTL forgets sessions untouched
 	// that long (0 = never); EventMaxAge is how long run events stay
 	// replayable (0 = 24 h). Every worker of a fleet should use the same.
@@ -447,7 +450,7 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload,
-		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget,
+		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
 	})
 	return err
