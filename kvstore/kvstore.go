@@ -123,7 +123,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
 	}
 	streamName := "KV_" + cfg.Bucket
-	stream, err := configureStream(ctx, js, streamName, cfg.MaxBytes)
+	stream, err := configureStream(ctx, js, streamName, cfg.MaxBytes, directOK(cfg.Replicas))
 	if err != nil {
 		return nil, err
 	}
@@ -138,20 +138,28 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 	return &Lanes{js: js, kv: kv, stream: stream, steps: steps, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
 }
 
-// configureStream turns Direct Get off on a bucket's stream, so Get and
-// GetMsg are answered by the stream leader and never by a lagging replica,
-// and sets its byte limit (a bucket made before it had one gets it here).
-func configureStream(ctx context.Context, js jetstream.JetStream, name string, maxBytes int64) (jetstream.Stream, error) {
+// directOK says whether a stream of this many replicas may serve Direct
+// Get. Reads must come from the stream leader, never from a lagging
+// replica; with one replica the only server holding the stream is the
+// leader, and Direct Get spares it the JSON API (about half the server's
+// work of a read).
+func directOK(replicas int) bool { return replicas <= 1 }
+
+// configureStream sets Direct Get on a bucket's stream as directOK says,
+// so Get and GetMsg are answered by the stream leader and never by a
+// lagging replica, and sets its byte limit (a bucket made before it had
+// one gets it here).
+func configureStream(ctx context.Context, js jetstream.JetStream, name string, maxBytes int64, direct bool) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: stream %s: %w", name, err)
 	}
 	info := s.CachedInfo()
-	if !info.Config.AllowDirect && info.Config.MaxBytes == maxBytes {
+	if info.Config.AllowDirect == direct && info.Config.MaxBytes == maxBytes {
 		return s, nil
 	}
 	cfg := info.Config
-	cfg.AllowDirect = false
+	cfg.AllowDirect = direct
 	cfg.MaxBytes = maxBytes
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("kvstore: configure %s: %w", name, err)

@@ -41,7 +41,7 @@ func TestBucketLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Config.MaxBytes != DefaultMaxBytes || info.Config.AllowDirect || info.Config.Discard != jetstream.DiscardNew || info.State.Msgs != 1 {
+	if info.Config.MaxBytes != DefaultMaxBytes || !info.Config.AllowDirect || info.Config.Discard != jetstream.DiscardNew || info.State.Msgs != 1 {
 		t.Fatalf("lanes bucket: max bytes %d, direct %v, discard %v, %d msgs", info.Config.MaxBytes, info.Config.AllowDirect, info.Config.Discard, info.State.Msgs)
 	}
 	if _, err := Open(t.Context(), js, Config{MaxBytes: 1 << 20}); err != nil {

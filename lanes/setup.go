@@ -107,14 +107,17 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		// agent.in.> and not agent.in.*: a message on a subject that
 		// cannot be a lane (agent.in.a.b) is stored, and dispatch
 		// dead-letters it instead of it vanishing unseen.
-		Subjects:    []string{events.InboundPrefix + ">"},
-		Retention:   jetstream.LimitsPolicy, // not WorkQueue: the dispatch ack must not delete
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		MaxAge:      cfg.InboundMaxAge,
-		MaxBytes:    cfg.InboundMaxBytes,
-		Duplicates:  cfg.DedupeWindow,
-		AllowDirect: false, // GetMsg decides ownership: leader reads only
+		Subjects:   []string{events.InboundPrefix + ">"},
+		Retention:  jetstream.LimitsPolicy, // not WorkQueue: the dispatch ack must not delete
+		Storage:    jetstream.FileStorage,
+		Replicas:   cfg.Replicas,
+		MaxAge:     cfg.InboundMaxAge,
+		MaxBytes:   cfg.InboundMaxBytes,
+		Duplicates: cfg.DedupeWindow,
+		// GetMsg decides ownership: leader reads only. With one replica
+		// the only server holding it is the leader, so Direct Get (no
+		// JSON API, a fraction of the server's work) is as exact.
+		AllowDirect: cfg.Replicas == 1,
 		// Full: refuse what is new, keep what was accepted.
 		Discard: jetstream.DiscardNew,
 	})
@@ -131,6 +134,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		MaxAge:      cfg.EventMaxAge,
 		MaxBytes:    cfg.EventMaxBytes,
 		Discard:     jetstream.DiscardOld,
+		AllowDirect: cfg.Replicas == 1, // the events service's reads
 	}
 	if cfg.Replicas == 1 {
 		// Events are replayable and losable: acknowledge before the write
