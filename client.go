@@ -7,7 +7,7 @@
 //	for ev, err := range run.Events(ctx) { … }
 //
 // The client needs no access to the JetStream API or the fleet's buckets: it
-// publishes on agent.in.<lane>, subscribes to agent.ev.<lane>.<run> and asks
+// publishes on agent.in.<lane>, subscribes to agent.ev.<lane>.* and asks
 // the workers' lane service (agent.svc.<lane>.<op>) for the rest, so a NATS
 // user allowed only its own sessions' subjects (and its own inbox prefix,
 // see Credentials) can use it. ActiveRuns is the exception: it reads the
@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,6 +69,9 @@ var (
 type Client struct {
 	nc   *nats.Conn
 	owns bool
+
+	mu    sync.Mutex
+	lanes map[string]*laneSub // event subscriptions by lane token
 }
 
 // New returns a client using an existing connection.
@@ -182,6 +187,9 @@ type Run struct {
 
 	waitAfter time.Duration
 	onWait    func(RunState)
+	// live is the feed Send opened before it published, until the first
+	// Events takes it or it expires (claimWithin).
+	live atomic.Pointer[feed]
 }
 
 // Send publishes text to a session's lane and returns its run. The message is
@@ -194,6 +202,11 @@ type Run struct {
 // ErrPermission that the connection's user may not send to the session;
 // ErrTooLarge that the message exceeds the server's max payload. A stream
 // that refuses the message (a full store) is an error at once.
+//
+// Send subscribes to the session's events before it publishes, so following
+// the run (Events, Wait) within 10 s starts from its live events and asks
+// the lane service for stored ones only if some go missing; the
+// subscription ends when the following does, or after those 10 s.
 func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOption) (*Run, error) {
 	o := sendOptions{in: events.Inbound{Text: text}}
 	for _, opt := range opts {
@@ -230,6 +243,16 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: encode: %w", err)
 	}
+	// The run's events are seen from the first one when the lane's
+	// subscription is in place before the message is stored: the server
+	// takes the subscription before the publish that follows it on this
+	// connection.
+	before := c.nc.LastError()
+	lane, err := c.holdLane(tok)
+	if err == nil {
+		lane.sendStarts()
+		defer func() { lane.sendEnds(); lane.release() }()
+	}
 	start := time.Now()
 	var noStreamSince time.Time
 	maybeStored := false // an attempt timed out: the stream may hold the message already
@@ -243,8 +266,22 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 		ack, err := c.publishOnce(ctx, m)
 		if err == nil {
 			// A duplicate of our own earlier attempt is our message.
-			return &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence,
-				Duplicate: ack.Duplicate && !maybeStored, c: c}, nil
+			r := &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence,
+				Duplicate: ack.Duplicate && !maybeStored, c: c}
+			if lane != nil {
+				// The publish's flush came after the subscription: a
+				// refused one is reported by now.
+				if c.denied(before, "Subscription to", lane.prefix+"*") != nil {
+					lane.refuse()
+				} else if !lane.refused.Load() {
+					// Someone else's message (a duplicate) may have
+					// events from before the subscription.
+					f := lane.open(r.ID, unclaimedBuffer, !r.Duplicate)
+					r.live.Store(f)
+					f.expireUnclaimed(r)
+				}
+			}
+			return r, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, context.Cause(ctx))

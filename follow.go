@@ -44,11 +44,15 @@ func (r *Run) OnWait(after time.Duration, fn func(RunState)) *Run {
 // run yields a *events.DecodeError and iteration goes on.
 //
 // Following costs nothing that lasts on the server: a subscription to the
-// run's event subject, and requests to the workers' lane service for the
-// stored events (at the start, when a gap shows events were missed, after a
-// reconnect, and every few seconds without an event). A run that already
-// ended is read from the store alone. While no worker answers, following
-// keeps asking (see OnWait).
+// events of the session's runs (one per session and client, shared by the
+// runs it follows), and requests to the workers' lane service for the
+// stored events when live ones may be missing: when a gap shows events
+// were missed, after a reconnect or a drop, and after a few seconds without
+// an event. Following a run Send returned starts from its live events
+// alone (Send subscribed before it published), if it starts within
+// seconds of Send; any other run starts with a request for its stored
+// events, and one that already ended is read from the store alone. While no
+// worker answers, following keeps asking (see OnWait).
 //
 // If the worker running the run dies (or the attempt fails), the attempt
 // ends with a lifecycle "aborted" event and the next one starts with
@@ -63,7 +67,7 @@ func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
 			yield(nil, err)
 			return
 		}
-		defer func() { _ = f.sub.Unsubscribe() }()
+		defer f.feed.close()
 		f.run(ctx, yield)
 	}
 }
@@ -83,8 +87,8 @@ const (
 type follower struct {
 	r      *Run
 	tok    string
-	sub    *nats.Subscription
-	live   chan *nats.Msg           // the subscription's messages
+	feed   *feed                    // the run's live messages
+	batch  []*nats.Msg              // the feed's last batch
 	next   uint64                   // seq of the next event to yield
 	newest int                      // newest attempt seen
 	cursor uint64                   // where the lane service resumes its walk
@@ -97,42 +101,67 @@ type follower struct {
 	unknownSince time.Time
 	state, noted RunState
 	reconnects   uint64
-	dropped      int
+	lost         int // live messages the feed lost
 }
 
-// follow subscribes to the run's events.
+// follow starts following the run's live events: from the feed Send
+// opened, or from a new one.
 func (r *Run) follow() (*follower, error) {
-	subj, err := events.EventSubject(r.Session, r.ID)
+	tok, err := events.KeyToken(r.Session)
 	if err != nil {
 		return nil, err
 	}
-	tok, _ := events.KeyToken(r.Session)
+	if _, err := events.EventSubject(r.Session, r.ID); err != nil {
+		return nil, err
+	}
 	nc := r.c.nc
-	before := nc.LastError()
-	// A full channel drops messages (Dropped counts them) and a catch-up
-	// brings them back; SubscribeSync would allocate 64Ki slots per run.
-	live := make(chan *nats.Msg, liveBuffer)
-	sub, err := nc.ChanSubscribe(subj, live)
-	if err != nil {
-		return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
+	reconnects := nc.Stats().Reconnects
+	f := r.live.Swap(nil)
+	if f != nil && f.lane.refused.Load() {
+		f.close()
+		f = nil
 	}
-	// Live events from here on; the catch-up returns what came before. A
-	// refused subscription is reported before the flush's answer.
-	err = nc.Flush()
-	if err == nil {
-		err = r.c.denied(before, "Subscription to", subj)
-	}
-	if err != nil {
-		_ = sub.Unsubscribe()
-		if errors.Is(err, ErrPermission) {
-			return nil, fmt.Errorf("%w (follow run %s of session %q)", err, r.ID, r.Session)
+	if f != nil {
+		f.claim()
+	} else {
+		before := nc.LastError()
+		lane, err := r.c.holdLane(tok)
+		if err != nil {
+			return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
 		}
-		return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
+		f = lane.open(r.ID, liveBuffer, false)
+		lane.release()
+		// Live events from here on; the catch-up returns what came
+		// before. A refused subscription is reported before the flush's
+		// answer.
+		err = nc.Flush()
+		if err == nil {
+			if err = r.c.denied(before, "Subscription to", lane.prefix+"*"); err != nil {
+				lane.refuse()
+			}
+		}
+		if err != nil {
+			f.close()
+			if errors.Is(err, ErrPermission) {
+				return nil, fmt.Errorf("%w (follow run %s of session %q)", err, r.ID, r.Session)
+			}
+			return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
+		}
 	}
 	now := time.Now()
-	return &follower{r: r, tok: tok, sub: sub, live: live, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin,
+	fl := &follower{r: r, tok: tok, feed: f, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin,
 		gap: backoff{min: gapMin, max: gapMax}, errWait: backoff{min: errMin, max: errMax}, lastEvent: now,
-		reconnects: nc.Stats().Reconnects}, nil
+		reconnects: reconnects}
+	if f.fromStart {
+		// Nothing to catch up on yet: the first look at the store waits
+		// for a silence, or for OnWait's.
+		first := idleMin
+		if r.onWait != nil {
+			first = min(first, r.waitAfter)
+		}
+		fl.due = now.Add(first)
+	}
+	return fl, nil
 }
 
 // run yields the run's events until the final one, an error that ends the
@@ -154,23 +183,25 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 		}
 		f.notify()
 		timer.Reset(min(time.Until(f.due), tick))
-		var msg *nats.Msg
 		select {
-		case msg = <-f.live:
+		case <-f.feed.ready:
 		case <-timer.C:
 			continue
 		case <-ctx.Done():
 			continue
 		}
-		ev, err := events.DecodeEvent(msg.Header.Get(events.HeaderContentType), msg.Data)
-		if err != nil {
-			if !yield(nil, err) {
+		f.batch = f.feed.take(f.batch)
+		for _, msg := range f.batch {
+			ev, err := events.DecodeEvent(msg.Header.Get(events.HeaderContentType), msg.Data)
+			if err != nil {
+				if !yield(nil, err) {
+					return
+				}
+				continue
+			}
+			if !f.offer(ev, false, yield) {
 				return
 			}
-			continue
-		}
-		if !f.offer(ev, false, yield) {
-			return
 		}
 	}
 }
@@ -312,8 +343,8 @@ func (f *follower) watchConn() {
 	if n := f.r.c.nc.Stats().Reconnects; n != f.reconnects {
 		f.reconnects, f.due = n, time.Now()
 	}
-	if n, err := f.sub.Dropped(); err == nil && n != f.dropped {
-		f.dropped, f.due = n, time.Now()
+	if n := f.feed.lost(); n != f.lost {
+		f.lost, f.due = n, time.Now()
 	}
 }
 

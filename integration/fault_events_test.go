@@ -117,14 +117,21 @@ func TestFaultPausedWorker(t *testing.T) {
 	// stopped worker left it (only the other worker can move it; on a busy
 	// box it may take a lane, finish it and release it between two looks).
 	// The deadline only detects a hang; it is far above AckWait (2s).
+	// A lane whose last message the stopped worker committed, without its
+	// final events, is taken over by publishing them: its cursor stays
+	// and the other worker holds it only for a moment.
 	left := cursors(t, js, held)
+	owedFinals := map[string]int{}
+	for s, c := range left {
+		owedFinals[s] = fin.count(s, c)
+	}
 	taken := map[string]bool{}
 	waitUntil(t, 25*time.Second, "the stopped worker's lanes taken over", func(context.Context) bool {
 		for _, s := range holders(t, js, "alive", held) {
 			taken[s] = true
 		}
 		for s, c := range cursors(t, js, held) {
-			if was, ok := left[s]; ok && c > was {
+			if was, ok := left[s]; ok && (c > was || fin.count(s, was) > owedFinals[s]) {
 				taken[s] = true
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -178,6 +179,15 @@ func watchRunFinals(t *testing.T, url string) *finalWatch {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// count returns how many final events of the session's run at inbound
+// sequence seq the subscriber saw.
+func (f *finalWatch) count(session string, seq uint64) int {
+	subj, _ := events.EventSubject(session, strconv.FormatUint(seq, 10))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.finals[subj]
 }
 
 // waitAll waits until every run's final event is stored, failing after

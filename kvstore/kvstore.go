@@ -11,10 +11,8 @@
 // Keeping all three in one stream lets every durable write of an owner carry
 // the header Nats-Expected-Last-Subject-Sequence-Subject = T.lease: the server
 // rejects the write when the lease has moved on, so a stale owner (a zombie
-// after a GC pause or partition) can never write. Direct Get is disabled on a
-// replicated bucket's stream so ownership decisions read from the stream
-// leader (an R1 stream has no other copy: it keeps Direct Get, which skips
-// the server's JetStream API queue).
+// after a GC pause or partition) can never write. Direct Get is disabled on the
+// bucket's stream so ownership decisions read from the stream leader.
 package kvstore
 
 import (
@@ -125,7 +123,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
 	}
 	streamName := "KV_" + cfg.Bucket
-	stream, err := configureStream(ctx, js, streamName, cfg.MaxBytes, cfg.Replicas <= 1)
+	stream, err := configureStream(ctx, js, streamName, cfg.MaxBytes, directOK(cfg.Replicas))
 	if err != nil {
 		return nil, err
 	}
@@ -140,12 +138,18 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 	return &Lanes{js: js, kv: kv, stream: stream, steps: steps, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
 }
 
-// configureStream sets Direct Get on a bucket's stream: off on a replicated
-// one, so Get and GetMsg are answered by the stream leader and never by a
-// lagging replica; on at R1 (direct), where the leader is the only copy and
-// Direct Get reads it on the reader's connection instead of queueing for
-// the server's few JetStream API goroutines. It also sets the stream's
-// byte limit (a bucket made before it had one gets it here).
+// directOK says whether a stream of this many replicas may serve Direct
+// Get. Reads must come from the stream leader, never from a lagging
+// replica; with one replica the only server holding the stream is the
+// leader, and Direct Get spares it the JSON API (about half the server's
+// work of a read), and the queue where API requests wait for the server's
+// few API goroutines behind every other (lanes.directGet).
+func directOK(replicas int) bool { return replicas <= 1 }
+
+// configureStream sets Direct Get on a bucket's stream as directOK says,
+// so Get and GetMsg are answered by the stream leader and never by a
+// lagging replica, and sets its byte limit (a bucket made before it had
+// one gets it here).
 func configureStream(ctx context.Context, js jetstream.JetStream, name string, maxBytes int64, direct bool) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, name)
 	if err != nil {

@@ -32,32 +32,66 @@ func setup(t *testing.T, ttl time.Duration) *bundle {
 	return &bundle{lanes: lanes, js: js}
 }
 
-func TestOpenDirectGetOnlyAtR1(t *testing.T) {
+// TestOpenSetsDirectGet: reads must come from the stream leader. A
+// single-replica bucket (and journal) serves Direct Get, since its only
+// server is the leader, and a bucket an older worker made without it is
+// switched over; a replicated one never does (a lagging replica could
+// answer an ownership read).
+func TestOpenSetsDirectGet(t *testing.T) {
 	t.Parallel()
-	b := setup(t, time.Second)
-	info, err := b.lanes.Stream().Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// R1: the leader is the only copy, so Direct Get is a leader read
-	// (TestLeaseConflictsOnReplicatedBucket checks an R3 bucket keeps it off).
-	if !info.Config.AllowDirect {
-		t.Fatal("KV_lanes at R1 reads through the JetStream API queue: Direct Get is off")
-	}
-	// A bucket made by an older worker with Direct Get off gets it on
-	// at its next Open.
-	cfg := info.Config
-	cfg.AllowDirect = false
-	if _, err := b.js.UpdateStream(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(t.Context(), b.js, Config{LeaseTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !l.Stream().CachedInfo().Config.AllowDirect {
-		t.Fatal("Open left Direct Get off on an R1 bucket")
-	}
+	t.Run("one replica", func(t *testing.T) {
+		t.Parallel()
+		srv := natstest.Start(t)
+		js, err := jetstream.New(natstest.Connect(t, srv.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As a worker from before this change left it: no Direct Get.
+		if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: DefaultBucket, History: 1,
+			LimitMarkerTTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := js.Stream(t.Context(), "KV_"+DefaultBucket)
+		cfg := st.CachedInfo().Config
+		cfg.AllowDirect = false
+		if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // a second worker starting keeps it
+			if _, err := Open(t.Context(), js, Config{LeaseTTL: time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"KV_" + DefaultBucket, StepsStream} {
+				st, err := js.Stream(t.Context(), name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !st.CachedInfo().Config.AllowDirect {
+					t.Errorf("%s (one replica) does not serve Direct Get", name)
+				}
+			}
+		}
+	})
+	t.Run("three replicas", func(t *testing.T) {
+		t.Parallel()
+		c := natstest.StartCluster(t, 3)
+		js, err := jetstream.New(natstest.Connect(t, c.URL()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(t.Context(), js, Config{LeaseTTL: time.Second, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"KV_" + DefaultBucket, StepsStream} {
+			st, err := js.Stream(t.Context(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.CachedInfo().Config.AllowDirect {
+				t.Errorf("%s (three replicas) serves Direct Get: ownership reads could be stale", name)
+			}
+		}
+	})
 }
 
 func TestLeaseExclusiveAndFenced(t *testing.T) {

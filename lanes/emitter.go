@@ -112,27 +112,26 @@ func fencedError(run string, theirs, ours uint64) error {
 
 // open claims the run's events for the owner holding lease revision rev
 // and reads what earlier attempts left (the sequence continues after their
-// last event). A run nobody claimed before has no events; otherwise its last
-// event is read again once the marker fences every earlier owner, so
-// nothing such an owner publishes is missed. ErrLeaseLost means a newer
-// owner has claimed the run.
+// last event). A run nobody claimed before has no events, and nothing is
+// read; otherwise its last event is read once the marker fences every
+// earlier owner, so nothing such an owner publishes is missed.
+// ErrLeaseLost means a newer owner has claimed the run.
+//
+// Every owner claims a run before it publishes, so a run without a marker
+// has no events, with one exception: a full event stream drops its oldest
+// messages, the marker (a run's first) before the run's later events. A
+// run re-run after that starts its events over at sequence 1; its viewers
+// still get every event past what they saw, and its final.
 func (e *emitter) open(ctx context.Context, rev uint64) (runState, error) {
-	var (
-		st   runState
-		rerr error
-		wg   sync.WaitGroup
-	)
-	wg.Go(func() { st, rerr = e.readLast(ctx) })
 	fresh, err := e.claim(ctx, rev)
-	wg.Wait()
 	if err != nil {
 		return runState{}, err
 	}
+	var st runState
 	if !fresh {
-		st, rerr = e.readLast(ctx)
-	}
-	if rerr != nil {
-		return runState{}, rerr
+		if st, err = e.readLast(ctx); err != nil {
+			return runState{}, err
+		}
 	}
 	e.mu.Lock()
 	e.seq, e.attempt = st.seq, st.attempt

@@ -393,6 +393,79 @@ func TestInterruptStopsTheRunningTurn(t *testing.T) {
 	}
 }
 
+// TestCutSeenBeforeStored: the watch's core subscription can see a cutting
+// message before the stream stores it. The cut turn waits for it on the
+// lane, so a rollback still discards the cut turn's progress; a cut the
+// stream never stores (refused) ends the turn as an interrupt after a
+// bounded wait, progress kept, and the lane goes on.
+func TestCutSeenBeforeStored(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		stored bool // the rollback is stored after the turn saw the cut
+		want   []string
+	}{
+		{"stored late", true, []string{"next", "ok next"}},
+		{"never stored", false, []string{"long", "half done", "after", "ok after"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFleet(t, 10*time.Second, 10*time.Second)
+			started, cutSeen := make(chan struct{}), make(chan struct{})
+			echo := &echoHandler{}
+			f.startWorker(t, HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
+				if turn.Inbound.Text != "long" {
+					return echo.HandleTurn(ctx, turn)
+				}
+				close(started)
+				<-ctx.Done()
+				close(cutSeen)
+				user := message.Message{Role: message.RoleUser, Content: message.PlainText("long")}
+				half := message.Message{Role: message.RoleAssistant, Content: message.PlainText("half done"), StopReason: message.StopToolUse}
+				return &Outcome{Entries: []message.Entry{{Type: message.EntryMessage, ID: "u-long", Message: &user},
+					{Type: message.EntryMessage, ID: "a-long", Message: &half}}}, context.Cause(ctx)
+			}), Config{})
+			key := "seen-" + strings.ReplaceAll(tc.name, " ", "-")
+			long := f.publish(t, key, "long")
+			<-started
+			// A rollback the subscription sees and the stream refuses: it
+			// expects a subject sequence the lane never reaches.
+			subj, _ := events.InboundSubject(key)
+			data, ct, _ := events.EncodeInbound(&events.Inbound{Text: "next", Mode: "rollback"}, false)
+			m := nats.NewMsg(subj)
+			m.Data = data
+			m.Header.Set(events.HeaderContentType, ct)
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "999999")
+			if _, err := f.js.PublishMsg(t.Context(), m); err == nil {
+				t.Fatal("the stream stored a message expecting sequence 999999")
+			}
+			<-cutSeen
+			last := uint64(0)
+			if tc.stored {
+				last = f.publishMode(t, key, "next", "rollback")
+			}
+			if e := f.waitFinal(t, key, long).Data.Result.Meta.Error; e == nil || e.Kind != events.KindInterrupted {
+				t.Fatalf("cut run's error %+v", e)
+			}
+			if !tc.stored {
+				last = f.publish(t, key, "after")
+			}
+			f.waitFinal(t, key, last)
+			recs, err := f.lanes.Records(t.Context(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var texts []string
+			for _, e := range kvstore.Entries(recs) {
+				texts = append(texts, e.Message.Content.Text())
+			}
+			if !slices.Equal(texts, tc.want) {
+				t.Fatalf("transcript %q, want %q", texts, tc.want)
+			}
+		})
+	}
+}
+
 // TestCutTurnKeepsItsProgress: a turn cut by an interrupt or a stop keeps
 // what it did (the handler's partial outcome: its prompt and completed
 // steps) in the transcript; a rollback discards it.

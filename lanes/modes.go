@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -290,13 +291,16 @@ func (o *owner) steerer(p *plan) func(ctx context.Context) []*events.Inbound {
 	var mu sync.Mutex
 	scan := p.through
 	shown := false // a steer-backlog message was shown and stays on the lane
+	q := o.quiet
 	return func(ctx context.Context) []*events.Inbound {
 		mu.Lock()
 		defer mu.Unlock()
-		batch, err := o.pendingSteers(ctx, scan)
+		count, reconnects := q.before(), o.w.nc.Stats().Reconnects
+		batch, end, err := o.pendingSteers(ctx, scan)
 		if err != nil && ctx.Err() == nil {
 			o.log.Debug().Err(err).Msg("read steered messages")
 		}
+		q.after(err == nil && end && len(batch) == 0, scan, count, reconnects)
 		msgs := make([]queue.Msg, len(batch))
 		for i, c := range batch {
 			msgs[i] = c.msg
@@ -321,20 +325,19 @@ func (o *owner) steerer(p *plan) func(ctx context.Context) []*events.Inbound {
 }
 
 // pendingSteers reads the steerable messages (queue.Steerable) waiting
-// right after seq.
-func (o *owner) pendingSteers(ctx context.Context, seq uint64) ([]collected, error) {
-	var batch []collected
+// right after seq; end reports that the lane has no message after them.
+func (o *owner) pendingSteers(ctx context.Context, seq uint64) (batch []collected, end bool, err error) {
 	for {
 		next, err := o.next(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return batch, nil
+			return batch, true, nil
 		}
 		if err != nil {
-			return batch, err
+			return batch, false, err
 		}
 		c := o.read(next)
 		if !queue.Steerable(c.msg) {
-			return batch, nil
+			return batch, false, nil
 		}
 		batch = append(batch, c)
 		seq = next.Sequence
@@ -355,11 +358,18 @@ var (
 // published, so a cut sent by a client that saw that event is never
 // missed. A core subscription sees every message the stream stores; if it
 // misses one (a reconnect), that message still runs in order after the
-// turn.
+// turn. The returned function ends the cutting; the subscription stays
+// until the drain's next look at the lane (o.quiet, endWatch).
 func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	turnCtx, cancel := context.WithCancelCause(ctx)
 	stored := o.storedMode() // the callback must not read the owner's state
+	q := &quietWatch{notify: make(chan struct{}, 1)}
 	sub, err := o.w.nc.Subscribe(o.subject, func(m *nats.Msg) {
+		q.arrivals.Add(1)
+		select {
+		case q.notify <- struct{}{}:
+		default:
+		}
 		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, o.w.cfg.MaxPayload)
 		if err != nil {
 			return
@@ -380,7 +390,96 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	// One round trip so the server has the subscription before the turn
 	// starts: a cut published from then on is seen.
 	_ = o.w.nc.FlushTimeout(time.Second)
-	return turnCtx, func() { _ = sub.Unsubscribe(); cancel(nil) }
+	o.endWatch()
+	q.sub, o.quiet = sub, q
+	return turnCtx, func() { cancel(nil) }
+}
+
+// quietWatch counts the messages a turn's watch saw arrive on the lane, so
+// that the drain can tell the lane is still as empty as a steer poll found
+// it, without reading it again.
+type quietWatch struct {
+	sub      *nats.Subscription
+	arrivals atomic.Uint64
+	notify   chan struct{} // a message arrived (one token at most)
+	// mu guards what the last steer poll found: nothing after seq, with
+	// arrivals at count and the connection at reconnects; ok false when
+	// the last poll found something or failed.
+	mu         sync.Mutex
+	ok         bool
+	seq, count uint64
+	reconnects uint64
+}
+
+// before is called right before a steer poll reads the lane past seq; it
+// returns what after needs.
+func (q *quietWatch) before() uint64 {
+	if q == nil {
+		return 0
+	}
+	return q.arrivals.Load()
+}
+
+// after records a steer poll's outcome: the lane had nothing past seq
+// (empty), the watch having seen count arrivals before the read began.
+func (q *quietWatch) after(empty bool, seq, count, reconnects uint64) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.ok, q.seq, q.count, q.reconnects = empty, seq, count, reconnects
+}
+
+// empty reports whether the lane is known to hold nothing past seq: the
+// last steer poll read nothing past seq, and since that read began the
+// watch saw no message arrive, dropped none and the connection did not
+// reconnect. A message the watch saw before the poll's read, which the
+// stream stored only after it, makes the drain release the lane; the
+// release reads the lane again before it lets go (see release).
+func (q *quietWatch) empty(seq, reconnects uint64) bool {
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.ok || q.seq != seq || q.reconnects != reconnects || q.arrivals.Load() != q.count {
+		return false
+	}
+	dropped, err := q.sub.Dropped()
+	return err == nil && dropped == 0
+}
+
+// linger keeps an empty lane for up to Config.Linger after a turn, waiting
+// for the session's next message on the last turn's watch: a session whose
+// client answers at once goes on without releasing and taking the lane
+// again. It reports whether a message arrived. An owner never lingers
+// while a lane waits for a slot, or when the worker stops.
+func (o *owner) linger(ctx context.Context) bool {
+	d := o.w.cfg.Linger
+	if d <= 0 || o.quiet == nil || o.w.stopping.Load() || o.w.sched.waiting.Load() > 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	o.w.lingering.Add(1)
+	defer o.w.lingering.Add(-1)
+	select {
+	case <-o.quiet.notify:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-o.w.stopCh:
+	}
+	return false
+}
+
+// endWatch unsubscribes the running turn's watch, if any.
+func (o *owner) endWatch() {
+	if o.quiet != nil {
+		_ = o.quiet.sub.Unsubscribe()
+		o.quiet = nil
+	}
 }
 
 // cutReasons are the errors of a turn that a message cut, and of the
@@ -401,12 +500,27 @@ func cutReasons(cut *queue.Msg) (turn, queued string) {
 // runs next. What the cut turn did (partial, the handler's outcome of a
 // cancelled turn: its prompt, completed replies and tool results) is kept
 // in the transcript, as the reference and LangGraph's interrupt keep it,
-// unless the cut is a rollback, which discards it.
-func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt int, partial *Outcome) error {
+// unless the cut is a rollback, which discards it. seen says the watch saw
+// the cutting message arrive (see watchCuts): it is read off the lane even
+// if the stream stores it a moment after the watch saw it.
+func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt int, partial *Outcome, seen bool) error {
 	var cut *queue.Msg
 	var drops []collected
+	waited := time.Duration(0)
 	for cut == nil {
 		next, err := o.next(ctx, p.through)
+		if errors.Is(err, jetstream.ErrMsgNotFound) && seen && waited < cutStoreWait {
+			// The watch's core subscription can see a message before the
+			// stream has stored it: it is on its way.
+			d := min(5*time.Millisecond+waited, 100*time.Millisecond)
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			waited += d
+			continue
+		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -449,6 +563,10 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 	}
 	return o.commit(ctx, em, p, out)
 }
+
+// cutStoreWait bounds how long a cut turn waits for the stream to store the
+// message that cut it (one the stream refuses, a duplicate, never comes).
+const cutStoreWait = 5 * time.Second
 
 // stopped remembers what the lane's last stop command cut, for its own run.
 type stopped struct {

@@ -105,8 +105,15 @@ func TestAttemptAbortedByADeadWorker(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 5*time.Second, 5*time.Second)
 	seq := f.publish(t, "dead", "again")
-	// What a worker killed mid-turn leaves behind: a start and a delta.
+	// What a worker killed mid-turn leaves behind: its fence marker (every
+	// owner claims the run before it publishes), a start and a delta.
 	subj, _ := events.EventSubject("dead", fmt.Sprint(seq))
+	marker := nats.NewMsg(subj + "." + FenceToken)
+	marker.Data = []byte("1")
+	marker.Header.Set(events.HeaderStream, fenceStream)
+	if _, err := f.js.PublishMsg(t.Context(), marker); err != nil {
+		t.Fatal(err)
+	}
 	for i, ev := range []*events.Event{
 		{RunID: fmt.Sprint(seq), Seq: 1, Attempt: 1, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart, Worker: "gone"}},
 		{RunID: fmt.Sprint(seq), Seq: 2, Attempt: 1, Stream: events.StreamAssistant, Data: events.EventData{Delta: "ok ", Text: "ok "}},

@@ -55,6 +55,9 @@ type owner struct {
 	turns    int
 	lastTurn time.Duration // how long the last of them took
 	yielded  bool
+	// quiet is what the running turn's watch (see watchCuts) knows of the
+	// lane; nil when no watch runs.
+	quiet *quietWatch
 	// triggerGone: the trigger's message was deleted (an earlier owner
 	// processed it), so the trigger cannot be handed back: no yield.
 	triggerGone, triggerChecked bool
@@ -222,33 +225,13 @@ var errStopping = errors.New("lanes: worker stopping")
 // worker stops, or the lease is lost. It reports true when a fenced write
 // found the lease lost.
 func (o *owner) drain(ctx context.Context) bool {
-	// The cursor and the stored settings are read together, on the leader.
-	var (
-		wg       sync.WaitGroup
-		settings []byte
-		serr     error
-	)
-	wg.Go(func() { settings, serr = o.w.lanes.Settings(ctx, o.token) })
-	c, err := o.w.lanes.Cursor(ctx, o.token)
-	wg.Wait()
-	if errors.Is(err, kvstore.ErrCorrupt) {
-		// c still holds the lane's position (kvstore.ErrCorrupt says why).
-		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
-		err = nil
-	}
-	if err == nil {
-		err = serr
-	}
+	c, err := o.readCursor(ctx)
 	if err != nil {
 		o.log.Warn().Err(err).Msg("read cursor and settings")
 		return false
 	}
 	o.cursor = c
 	o.tx = nil // another owner may have added to it since the last drain
-	o.settings, err = events.DecodeSettings(settings)
-	if err != nil {
-		o.log.Warn().Err(err).Msg("stored settings unreadable: using the defaults")
-	}
 	if c.Seq > 0 && !o.checkedLast && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
 		o.checkedLast = true // this worker stored the newest record's finals itself
 	}
@@ -264,8 +247,33 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 		o.unsettled, o.checkedLast = 0, true
 	}
+	defer o.endWatch()
 	for !o.w.stopping.Load() && ctx.Err() == nil {
+		// After a turn whose last look at the lane found it empty, and
+		// whose watch has seen nothing arrive since, the lane is known to
+		// be empty: no read (the release reads it again anyway).
+		empty := o.quiet.empty(o.cursor.Seq, o.w.nc.Stats().Reconnects)
+		lingered := empty && o.linger(ctx)
+		o.endWatch()
+		if empty && !lingered {
+			o.w.stats.QuietSkips.Add(1)
+			return false
+		}
 		raw, err := o.next(ctx, o.cursor.Seq)
+		for try := 0; lingered && try < 3 && errors.Is(err, jetstream.ErrMsgNotFound); try++ {
+			// The watch can see a message before the stream stores it.
+			select {
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+			}
+			raw, err = o.next(ctx, o.cursor.Seq)
+		}
+		if lingered {
+			o.w.stats.Lingered.Add(1)
+			if err == nil {
+				o.w.stats.LingerHits.Add(1)
+			}
+		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false
 		}
@@ -281,6 +289,9 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 		began := time.Now()
 		err = o.process(ctx, raw)
+		if err != nil {
+			o.endWatch() // its knowledge is of an attempt that did not commit
+		}
 		switch {
 		case err == nil:
 			o.turns, o.lastTurn = o.turns+1, time.Since(began)
@@ -300,6 +311,49 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// readCursor reads the lane's cursor and sets the owner's settings, on the
+// leader. The settings this worker knows as of the newest record are used
+// without a read (see transcript.settings); otherwise they are read, with
+// the cursor when nothing is known.
+func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
+	known, at := o.w.transcripts.settingsOf(o.token)
+	var (
+		wg       sync.WaitGroup
+		settings []byte
+		serr     error
+		c        kvstore.Cursor
+		err      error
+	)
+	if at == 0 {
+		wg.Go(func() { settings, serr = o.w.lanes.Settings(ctx, o.token) })
+	}
+	c, err = o.w.lanes.Cursor(ctx, o.token)
+	wg.Wait()
+	if errors.Is(err, kvstore.ErrCorrupt) {
+		// c still holds the lane's position (kvstore.ErrCorrupt says why).
+		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
+		err = nil
+	}
+	if err != nil {
+		return c, err
+	}
+	if at != 0 && c.Stored == at {
+		o.settings = known
+		return c, nil
+	}
+	if at != 0 {
+		settings, serr = o.w.lanes.Settings(ctx, o.token)
+	}
+	if serr != nil {
+		return c, serr
+	}
+	o.settings, err = events.DecodeSettings(settings)
+	if err != nil {
+		o.log.Warn().Err(err).Msg("stored settings unreadable: using the defaults")
+	}
+	return c, nil
 }
 
 // readTimeout bounds one read of the lane: a request lost in a leader
@@ -363,7 +417,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// after it arrived): refuse it, as the sender asked.
 		return o.failTurn(ctx, a.em, p, events.KindRejected, "the session was busy when this message arrived (mode reject); it was not run", a.attempt)
 	case queue.VerbInterrupted:
-		return o.interrupted(ctx, a.em, p, a.attempt, nil)
+		return o.interrupted(ctx, a.em, p, a.attempt, nil, false)
 	}
 	return o.runTurn(ctx, turnCtx, stopWatch, a, p)
 }
@@ -461,7 +515,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	stopWatch()
 	if cut && err != nil && ctx.Err() == nil {
-		if err := o.interrupted(ctx, a.em, p, a.attempt, out); err != nil {
+		if err := o.interrupted(ctx, a.em, p, a.attempt, out, true); err != nil {
 			return err
 		}
 		o.w.dropSteps(turn.steps.j)
@@ -540,6 +594,7 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	clear(o.failures)
 	if o.tx != nil {
 		o.tx = o.w.transcripts.committed(o.tx, rec, written)
+		o.w.transcripts.noteSettings(o.token, written.Seq, o.settings)
 	}
 	if out.Result != nil {
 		o.unsettled = p.through

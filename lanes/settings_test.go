@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/nats-io/nats.go"
 )
 
 // settingsHandler answers like echoHandler and remembers, per prompt, the
@@ -133,5 +137,64 @@ func TestSessionStateOncePerCommittedTurn(t *testing.T) {
 	cur, err := f.lanes.Cursor(t.Context(), tok)
 	if err != nil || cur.State == nil || cur.State.Turns != 3 || cur.State.AuthProfile != "p-three" {
 		t.Fatalf("cursor state = %+v, %v", cur.State, err)
+	}
+}
+
+// TestSettingsKnownWithoutARead: a worker that committed a lane's newest
+// record knows its settings and takes the lane again without reading them;
+// once another worker has stored a record (and settings) it reads them, and
+// every turn runs with the settings in force.
+func TestSettingsKnownWithoutARead(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	const key = "known"
+	tok, _ := events.KeyToken(key)
+	h := &settingsHandler{}
+	f.startWorker(t, h, Config{})
+	nc := natstest.Connect(t, f.url)
+	var reads atomic.Int64
+	// kvstore.Settings is a Direct Get of the key (single replica).
+	sub, err := nc.Subscribe("$JS.API.DIRECT.GET.KV_"+kvstore.DefaultBucket+".$KV."+kvstore.DefaultBucket+"."+tok+".settings",
+		func(*nats.Msg) { reads.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFinal(t, key, f.publishIn(t, key, &events.Inbound{RunSettings: &events.RunSettings{Model: "acme/m1"}}))
+	for _, text := range []string{"a", "b", "c"} {
+		f.waitFinal(t, key, f.publish(t, key, text))
+		if got, _ := h.seen(text); len(got) != 1 || got[0] != "model acme/m1" {
+			t.Fatalf("turn %q ran with %q", text, got)
+		}
+	}
+	// The first owner read them; the later ones knew them.
+	if n := reads.Load(); n != 1 {
+		t.Fatalf("settings read %d times over four owners of one worker, want 1", n)
+	}
+
+	// Another worker changes them (and commits a record): read again.
+	lease := f.takeLane(t, tok)
+	if err := lease.PutSettings(t.Context(), []byte(`{"run":{"model":"acme/m2"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	pos := f.publish(t, "filler", "x")
+	f.waitFinal(t, "filler", pos)
+	cur, err := f.lanes.Cursor(t.Context(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.PutRecord(t.Context(), kvstore.Record{InboundSeq: pos, RunID: "elsewhere", SessionID: cur.SessionID}); err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.Release(t.Context())
+	f.waitFinal(t, key, f.publish(t, key, "d"))
+	if got, _ := h.seen("d"); len(got) != 1 || got[0] != "model acme/m2" {
+		t.Fatalf("after another worker's settings, turn d ran with %q", got)
+	}
+	if n := reads.Load(); n != 2 {
+		t.Fatalf("settings read %d times, want 2 (once more after another worker's record)", n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -44,6 +45,13 @@ type transcript struct {
 	last    uint64 // stream sequence of the newest transcript message read
 	inbound uint64 // the inbound sequence of its newest record
 	size    int    // encoded bytes
+	// settings are the lane's stored settings as of the record at stream
+	// sequence settingsAt (0 = not known): this worker committed that
+	// record, after any settings it stored. Settings change only under
+	// the lease, followed by a record, so while the newest transcript
+	// message is still that record they are still these.
+	settings   *events.Settings
+	settingsAt uint64
 	// settledAt is the connection's reconnect count when this worker
 	// stored the final events its newest record owes, plus one; 0 = not
 	// known to be stored.
@@ -223,6 +231,30 @@ func (c *transcripts) markSettled(token string, seq, reconnects uint64) {
 	if e := c.lanes[token]; e != nil && e.Value.(*transcript).last == seq {
 		e.Value.(*transcript).settledAt = reconnects + 1
 	}
+}
+
+// noteSettings records the lane's settings as of its newest record, at
+// stream sequence seq, which this worker just committed.
+func (c *transcripts) noteSettings(token string, seq uint64, s *events.Settings) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.lanes[token]; e != nil && e.Value.(*transcript).last == seq {
+		t := e.Value.(*transcript)
+		t.settings, t.settingsAt = s, seq
+	}
+}
+
+// settingsOf returns the lane's settings and the stream sequence of the
+// record they are known as of (0 = not known).
+func (c *transcripts) settingsOf(token string) (*events.Settings, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.lanes[token]
+	if e == nil {
+		return nil, 0
+	}
+	t := e.Value.(*transcript)
+	return t.settings, t.settingsAt
 }
 
 // settled reports whether the lane's newest transcript message is still

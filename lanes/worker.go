@@ -54,7 +54,14 @@ type Config struct {
 	// LaneTimeBudget, when positive, also yields the slot at the first
 	// turn boundary after the lane has held it this long.
 	LaneTimeBudget time.Duration
-	Logger         zerolog.Logger
+	// Linger is how long an owner keeps its lane after a turn that left it
+	// empty, waiting for the session's next message: a client that
+	// answers at once saves releasing and taking the lane again (two
+	// lease writes and a read). The slot stays taken meanwhile, so no
+	// owner lingers while a lane waits for one. 0 = DefaultLinger,
+	// negative = none.
+	Linger time.Duration
+	Logger zerolog.Logger
 }
 
 // Config defaults.
@@ -69,6 +76,7 @@ const (
 	DefaultMaxInflightBytes = 64 << 20
 	DefaultMaxAttempts      = 3
 	DefaultShutdownGrace    = 10 * time.Second
+	DefaultLinger           = 10 * time.Millisecond
 )
 
 func (c Config) withDefaults() Config {
@@ -95,6 +103,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = 500 * time.Millisecond
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
 	}
 	return c
 }
@@ -123,6 +134,7 @@ type Worker struct {
 	consuming atomic.Bool       // Run consumes dispatch deliveries
 	stopping  atomic.Bool
 	stopCh    chan struct{}   // closed when the worker starts stopping
+	lingering atomic.Int64    // owners lingering now (tests wait on it)
 	turnCtx   context.Context // cancelled when the shutdown grace runs out
 	turnStop  context.CancelCauseFunc
 	wg        sync.WaitGroup
@@ -144,6 +156,13 @@ type Stats struct {
 	// Dropped those ended without a turn by the queue (cap, interrupt),
 	// Aborted the attempts ended with an aborted event.
 	Merged, Dropped, Aborted atomic.Int64
+	// QuietSkips counts drains that ended without reading the lane again,
+	// the last turn's watch having seen it stay empty.
+	QuietSkips atomic.Int64
+	// Lingered counts owners that kept an empty lane after a turn and saw
+	// a message arrive (Config.Linger), LingerHits those that then found
+	// it and went on without letting the lane go.
+	Lingered, LingerHits atomic.Int64
 
 	deadMu sync.Mutex
 	deadBy map[string]int64 // dead letters stored, by reason

@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/message"
@@ -43,7 +42,10 @@ type run struct {
 	acc     usageAcc
 	window  int
 	sub     *subscriber
-	base    []message.Message // the history's context, built once
+	base    []message.Message // the history's context (ru.lease.base)
+	// lease is the session's context the run holds from the Runner's
+	// cache until it ends.
+	lease *sessionContext
 	// branched is set once overflow truncation re-appended part of the
 	// history on a new branch (the context is then built from the branch).
 	branched bool
@@ -70,25 +72,29 @@ func (ru *run) entries() []message.Entry {
 }
 
 // contextMessages is what the model sees: the branch's messages (after the
-// latest compaction) converted for the LLM. The history's messages are
-// built once per run; this turn's entries are appended to them as long as
-// they only add messages on the same branch.
+// latest compaction) converted for the LLM. The history's messages come
+// from the Runner's context cache (a session's history is converted once,
+// then only what each run finds added); this turn's entries are appended
+// to them as long as they only add messages on the same branch.
 func (ru *run) contextMessages() []message.Message {
 	if ru.branched {
 		// The turn re-appended part of the history on a new branch.
-		return reshaped(ru.entries())
+		return contextOf(ru.entries())
 	}
 	if ru.base == nil {
-		// Images of user turns the model has answered are not sent again
-		// (runtime spec §10.3): the stored history keeps them.
-		ru.base, _ = sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(ru.history)))
+		if ru.lease == nil {
+			ru.lease = ru.r.contexts.acquire(ru.contextKey(), ru.history)
+		}
+		ru.base = ru.lease.base
 	}
-	out := make([]message.Message, 0, len(ru.base)+len(ru.b.entries))
-	out = append(out, ru.base...)
+	// This turn's messages go after the history's in the spare capacity
+	// of the run's leased context (each call overwrites the last call's:
+	// that request is done), or in a new array once it is full.
+	out := ru.base
 	for _, e := range ru.b.entries {
 		if e.Type != message.EntryMessage || e.Message == nil {
 			// A compaction (or anything else) re-shapes the branch.
-			return reshaped(ru.entries())
+			return contextOf(ru.entries())
 		}
 		switch e.Message.Role {
 		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
@@ -98,11 +104,13 @@ func (ru *run) contextMessages() []message.Message {
 	return out
 }
 
-// reshaped returns the context of a branch this turn re-shaped (a
-// compaction): images of user turns the model answered are not sent.
-func reshaped(entries []message.Entry) []message.Message {
-	msgs, _ := sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(entries)))
-	return msgs
+// contextKey names the run's session in the Runner's context cache, ""
+// when the run has none.
+func (ru *run) contextKey() string {
+	if ru.in.SessionKey == "" && ru.in.SessionID == "" {
+		return ""
+	}
+	return ru.in.SessionKey + "\x00" + ru.in.SessionID
 }
 
 func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {

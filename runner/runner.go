@@ -224,6 +224,11 @@ type Config struct {
 	CompactionTimeout time.Duration
 	// HistoryLimit keeps only the last n user turns in requests; 0 = all.
 	HistoryLimit int
+	// ContextCacheBytes bounds the history contexts the Runner keeps
+	// across runs, to convert only the entries a session's history gained
+	// since its last run (keyed by Input.SessionKey and SessionID); 0
+	// means ContextCacheBytesDefault, < 0 keeps none.
+	ContextCacheBytes int
 	// BlockReplies, when set, streams the reply as blocks (events.StreamBlock).
 	BlockReplies *blockchunk.Config
 	Logger       zerolog.Logger
@@ -239,8 +244,9 @@ const (
 
 // Runner runs turns. It is safe for concurrent use.
 type Runner struct {
-	cfg    Config
-	probes *probeLog
+	cfg      Config
+	probes   *probeLog
+	contexts *contextCache // nil = none
 }
 
 // New returns a Runner.
@@ -264,7 +270,14 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runner{cfg: cfg, probes: &probeLog{m: map[string]time.Time{}}}, nil
+	if cfg.ContextCacheBytes == 0 {
+		cfg.ContextCacheBytes = ContextCacheBytesDefault
+	}
+	r := &Runner{cfg: cfg, probes: &probeLog{m: map[string]time.Time{}}}
+	if cfg.ContextCacheBytes > 0 {
+		r.contexts = newContextCache(cfg.ContextCacheBytes)
+	}
+	return r, nil
 }
 
 // Run runs one turn. Provider failures end the run with an error result (the
@@ -279,6 +292,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	ru := &run{r: r, in: in, sink: sink, history: in.History, cancel: cancel,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
 	defer ru.logStateErrors()
+	defer func() { r.contexts.release(ru.lease) }()
 	j, err := openJournal(ctx, in.Steps, in)
 	if err != nil {
 		return nil, err

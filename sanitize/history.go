@@ -72,8 +72,9 @@ type Request struct {
 	Policy *Policy
 }
 
-// Result is the output of Prepare. Sanitized and Final are new slices, but
-// they may share messages and content with each other and with the request.
+// Result is the output of Prepare. Sanitized and Final may share messages
+// and content with each other and with the request (when nothing needed a
+// change they are the request's Messages): do not modify them.
 type Result struct {
 	// Policy is the transcript policy that was applied.
 	Policy Policy
@@ -117,26 +118,36 @@ func Prepare(req Request) Result {
 	}
 	res := Result{Policy: pol}
 
-	// The sanitising stages work in place on one copy of the history;
-	// blocks and maps stay shared with the caller and are copied on write.
-	msgs := slices.Clone(req.Messages)
-	msgs = annotateInterSession(msgs, true)
-	msgs = sanitizeContent(msgs, pol, req.Images, now, true)
-	if pol.DropThinkingBlocks {
-		msgs, _ = dropThinkingBlocks(msgs, true)
+	// The sanitising stages copy the history on the first change (a
+	// history that needs none, the usual one, is not copied at all) and
+	// then work in place on that copy; blocks and maps stay shared with
+	// the caller and are copied on write.
+	msgs := req.Messages
+	owned := false
+	own := func(out []message.Message) []message.Message {
+		owned = owned || !sameArray(out, msgs)
+		return out
 	}
-	msgs, _ = repairToolCallInputs(msgs, newAllowSet(req.AllowedToolNames), true)
+	msgs = own(annotateInterSession(msgs, owned))
+	msgs = own(sanitizeContent(msgs, pol, req.Images, now, owned))
+	if pol.DropThinkingBlocks {
+		out, _ := dropThinkingBlocks(msgs, owned)
+		msgs = own(out)
+	}
+	out, _ := repairToolCallInputs(msgs, newAllowSet(req.AllowedToolNames), owned)
+	msgs = own(out)
 	if pol.RepairToolUseResultPairing {
-		msgs, _ = RepairPairing(msgs, now)
+		out, _ := RepairPairing(msgs, now)
+		msgs = own(out)
 	}
 	if pol.SanitizeMode == ModeFull && pol.SanitizeToolCallIDs && pol.ToolCallIDMode != "" {
 		// Providers whose ids are rewritten also reject duplicate ids.
-		msgs = uniqueCallIDs(msgs, pol.ToolCallIDMode, true)
+		msgs = own(uniqueCallIDs(msgs, pol.ToolCallIDMode, owned))
 	}
-	msgs = stripToolResultDetails(msgs, true)
-	msgs = zeroStaleUsage(msgs, true)
+	msgs = own(stripToolResultDetails(msgs, owned))
+	msgs = own(zeroStaleUsage(msgs, owned))
 	if req.API == "openai-responses" || req.API == "openai-codex-responses" {
-		msgs = downgradeOpenAIReasoning(msgs, true)
+		msgs = own(downgradeOpenAIReasoning(msgs, owned))
 	}
 	if req.Provider != "" || req.API != "" || req.ModelID != "" {
 		if snap, ok := snapshotEntry(req, now); ok {
@@ -168,6 +179,15 @@ func Prepare(req Request) Result {
 	}
 	res.Final = final
 	return res
+}
+
+// sameArray reports whether a and b start at the same element (or are
+// both empty): a stage that did not copy its input.
+func sameArray(a, b []message.Message) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	return &a[0] == &b[0]
 }
 
 func hasCustom(entries []CustomEntry, typ string) bool {

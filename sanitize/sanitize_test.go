@@ -624,3 +624,16 @@ func TestPrepareReusedCallIDBecomesUnique(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareUnchangedNotCopied hands a history that needs no change to
+// the model as it is: a long session costs no copy of it per call.
+func TestPrepareUnchangedNotCopied(t *testing.T) {
+	t.Parallel()
+	msgs := []message.Message{message.User("hi", 1),
+		{Role: message.RoleAssistant, Provider: "openai", API: "openai-completions", Model: "gpt-4o", StopReason: message.StopStop,
+			Content: message.BlocksOf(message.Text("hello"))}}
+	res := Prepare(Request{Provider: "openai", API: "openai-completions", ModelID: "gpt-4o", Messages: msgs, Now: testNow})
+	if len(res.Final) != 2 || &res.Final[0] != &msgs[0] {
+		t.Errorf("an unchanged history was copied: %+v", res.Final)
+	}
+}

@@ -103,6 +103,9 @@ type Config struct {
 	// budget turns fair scheduling off).
 	LaneTurnBudget int
 	LaneTimeBudget time.Duration
+	// Linger: how long an owner keeps an empty lane after a turn for the
+	// session's next message (lanes.Config.Linger; 0 = its default).
+	Linger time.Duration
 	// Retention (package retention): SessionTTL forgets sessions untouched
 	// that long (0 = never); EventMaxAge is how long run events stay
 	// replayable (0 = 24 h). Every worker of a fleet should use the same.
@@ -133,6 +136,8 @@ type Config struct {
 	// calls the sender writes into the message.
 	Scripted      bool
 	ScriptedDelay time.Duration // pause before each scripted/echo delta
+	// registerAfter replaces the registry's registerAfter (tests).
+	registerAfter time.Duration
 	Scripts       map[string]scripted.Script
 	Fallbacks     []string // model fallback chain after the requested model
 	// AllowModels are the models a message may ask for: references or
@@ -448,7 +453,7 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
-		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget,
+		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
 	})
 	return err
@@ -604,19 +609,41 @@ func refuse(t *lanes.Turn, kind, msg string) *lanes.Outcome {
 }
 
 // registration is a run's entry in the active-run registry. The registry is
-// informational, so its writes stay off the turn's path: the entry is
-// written while the model runs and removed after the turn is committed.
+// informational, so its writes stay off the turn's path, and a run shorter
+// than registerAfter never writes it: the entry is written once the run has
+// gone on that long (or at once when it starts compacting), and removed
+// after the turn is committed. Most turns end before anyone could list
+// them, and each entry costs two writes.
 type registration struct {
-	done chan struct{}
-	h    *kvstore.RunHandle // nil when the write failed
-	bg   *sync.WaitGroup    // the member's background writes
+	done  chan struct{} // closed once the entry is written, or will not be
+	ended chan struct{} // closed when the run ends: nothing to register
+	soon  chan struct{} // closed to register now
+	once  sync.Once
+	h     *kvstore.RunHandle // nil when not written
+	bg    *sync.WaitGroup    // the member's background writes
 }
 
+// registerAfter is how long a run goes on before it is listed as active
+// (Config.registerAfter overrides it in tests).
+const registerAfter = 100 * time.Millisecond
+
 func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
-	r := &registration{done: make(chan struct{}), bg: &m.bg}
+	r := &registration{done: make(chan struct{}), ended: make(chan struct{}), soon: make(chan struct{}), bg: &m.bg}
 	info := kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(), Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()}
 	m.bg.Go(func() {
 		defer close(r.done)
+		after := registerAfter
+		if m.cfg.registerAfter > 0 {
+			after = m.cfg.registerAfter
+		}
+		wait := time.NewTimer(after)
+		defer wait.Stop()
+		select {
+		case <-wait.C:
+		case <-r.soon:
+		case <-r.ended:
+			return
+		}
 		tok, _ := events.KeyToken(t.SessionKey)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
 		defer cancel()
@@ -630,16 +657,20 @@ func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
 	return r
 }
 
-// handle waits for the entry's write.
+// handle writes the entry now if it is not written yet, and returns it.
 func (r *registration) handle() *kvstore.RunHandle {
+	r.once.Do(func() { close(r.soon) })
 	<-r.done
 	return r.h
 }
 
-// clear removes the entry once it is written (in the background).
+// clear removes the entry once it is written (in the background); a run
+// that ended before its entry was due never writes one.
 func (r *registration) clear(ctx context.Context) {
+	close(r.ended)
 	r.bg.Go(func() {
-		if h := r.handle(); h != nil {
+		<-r.done
+		if h := r.h; h != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
 			defer cancel()
 			_ = h.Clear(cctx)

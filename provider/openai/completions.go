@@ -17,10 +17,17 @@ import (
 // Completions streams Chat Completions ("openai-completions").
 type Completions struct {
 	poster
+	wire *wireCache
 }
 
 // NewCompletions returns a Chat Completions adapter.
-func NewCompletions(cfg Config) *Completions { return &Completions{newPoster(cfg)} }
+func NewCompletions(cfg Config) *Completions {
+	c := &Completions{poster: newPoster(cfg)}
+	if n := cfg.withDefaults().WireCacheBytes; n > 0 {
+		c.wire = newWireCache(n)
+	}
+	return c
+}
 
 var _ provider.Provider = (*Completions)(nil)
 
@@ -28,7 +35,7 @@ var _ provider.Provider = (*Completions)(nil)
 // return the partial message and a *provider.Error.
 func (c *Completions) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	b := stream.NewBuilder(req.Model, c.cfg.Now(), emit)
-	body, err := buildChatRequest(req)
+	body, err := buildChatRequest(req, c.wire)
 	if err != nil {
 		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "openai: build request: " + err.Error(), Err: err})
 	}

@@ -115,14 +115,16 @@ func maxTokens(req *provider.Request) int {
 	return n
 }
 
-// buildChatRequest maps a request to a Chat Completions body.
-func buildChatRequest(req *provider.Request) ([]byte, error) {
+// buildChatRequest maps a request to a Chat Completions body, reusing the
+// JSON of the messages the session's last request had (cache nil: none).
+func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	m := req.Model
 	c := detectCompat(m)
 	msgs := transform.Messages(req.Messages, m, c.normalizeID)
 	images := hasImageInput(m)
 
-	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature}
+	prev := cache.take(req.SessionID)
+	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature, Messages: prev.messages(len(msgs) + 1)}
 	if c.usageInStreaming {
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
@@ -163,7 +165,7 @@ func buildChatRequest(req *provider.Request) ([]byte, error) {
 
 	hadToolCalls := false
 	for i := 0; i < len(msgs); i++ {
-		msg := msgs[i]
+		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
 			if c.assistantAfterTool && len(body.Messages) > 0 && body.Messages[len(body.Messages)-1].Role == "tool" {
@@ -183,7 +185,7 @@ func buildChatRequest(req *provider.Request) ([]byte, error) {
 			// message after them.
 			var imgs []chatPart
 			for ; i < len(msgs) && msgs[i].Role == message.RoleToolResult; i++ {
-				tr := msgs[i]
+				tr := &msgs[i]
 				var texts []string
 				hasImg := false
 				for _, b := range tr.Content.Blocks {
@@ -240,14 +242,14 @@ func buildChatRequest(req *provider.Request) ([]byte, error) {
 	if c.anthropicCache {
 		addCacheControl(body.Messages)
 	}
-	return json.Marshal(body)
+	return cache.encode(req.SessionID, prev, &body)
 }
 
 func imagePart(b message.Block) chatPart {
 	return chatPart{Type: "image_url", ImageURL: &chatImageURL{URL: "data:" + b.MimeType + ";base64," + b.Data}}
 }
 
-func userMessage(msg message.Message, images bool) (chatMessage, bool) {
+func userMessage(msg *message.Message, images bool) (chatMessage, bool) {
 	if msg.Content.IsPlain() {
 		t := transform.SanitizeSurrogates(msg.Content.Text())
 		if strings.TrimSpace(t) == "" {
@@ -274,14 +276,27 @@ func userMessage(msg message.Message, images bool) (chatMessage, bool) {
 	return chatMessage{Role: "user", Content: parts}, true
 }
 
-func assistantMessage(msg message.Message) (chatMessage, bool) {
+func assistantMessage(msg *message.Message) (chatMessage, bool) {
 	cm := chatMessage{Role: "assistant"}
-	var text strings.Builder
+	// The text blocks joined; one block (the usual reply) is used as it is.
+	var text string
+	var joined strings.Builder
+	texts := 0
 	for _, b := range msg.Content.Blocks {
 		switch b.Type {
 		case message.BlockText:
 			if strings.TrimSpace(b.Text) != "" {
-				text.WriteString(transform.SanitizeSurrogates(b.Text))
+				t := transform.SanitizeSurrogates(b.Text)
+				switch texts {
+				case 0:
+					text = t
+				case 1:
+					joined.WriteString(text)
+					fallthrough
+				default:
+					joined.WriteString(t)
+				}
+				texts++
 			}
 		case message.BlockThinking:
 			// The signature names the delta field the thinking came in.
@@ -307,8 +322,11 @@ func assistantMessage(msg message.Message) (chatMessage, bool) {
 			}
 		}
 	}
-	if text.Len() > 0 {
-		cm.Content = text.String()
+	if texts > 1 {
+		text = joined.String()
+	}
+	if text != "" {
+		cm.Content = text
 	}
 	if cm.Content == nil && len(cm.ToolCalls) == 0 {
 		return chatMessage{}, false

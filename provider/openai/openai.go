@@ -37,11 +37,19 @@ type Config struct {
 	Headers map[string]string
 	// Now is the clock for message timestamps; nil = time.Now.
 	Now func() time.Time
+	// WireCacheBytes bounds the JSON of its sessions' last requests a
+	// Chat Completions adapter keeps, to encode only each request's new
+	// messages (requests are keyed by provider.Request.SessionID); 0 means
+	// WireCacheBytesDefault, < 0 keeps none.
+	WireCacheBytes int
 }
 
 func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.WireCacheBytes == 0 {
+		c.WireCacheBytes = WireCacheBytesDefault
 	}
 	return c
 }

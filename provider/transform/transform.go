@@ -22,7 +22,8 @@ func SameModel(m *message.Message, target provider.Model) bool {
 	return m.Provider == target.Provider && m.API == target.API && m.Model == target.ID
 }
 
-// Messages returns msgs prepared for target; msgs is not modified.
+// Messages returns msgs prepared for target; msgs is not modified, and
+// the result, which may be msgs itself, must not be either.
 // normalizeID rewrites tool call ids of other models' calls for the target
 // API (nil keeps them). Per assistant block:
 //
@@ -39,66 +40,25 @@ func SameModel(m *message.Message, target provider.Model) bool {
 // synthetic error result ("No result provided"); calls at the very end of
 // the list are left for the caller.
 func Messages(msgs []message.Message, target provider.Model, normalizeID func(string) string) []message.Message {
-	idMap := map[string]string{}
-	pass1 := make([]message.Message, 0, len(msgs))
-	for i := range msgs {
-		m := msgs[i]
-		switch m.Role {
-		case message.RoleAssistant:
-			same := SameModel(&m, target)
-			blocks := make([]message.Block, 0, len(m.Content.Blocks))
-			for _, b := range m.Content.Blocks {
-				switch b.Type {
-				case message.BlockThinking:
-					switch {
-					case b.Redacted:
-						if same {
-							blocks = append(blocks, b)
-						}
-					case same && b.ThinkingSignature != "":
-						blocks = append(blocks, b)
-					case strings.TrimSpace(b.Thinking) == "":
-					case same:
-						blocks = append(blocks, b)
-					default:
-						blocks = append(blocks, message.Text(b.Thinking))
-					}
-				case message.BlockText:
-					if !same {
-						b.TextSignature = ""
-					}
-					blocks = append(blocks, b)
-				case message.BlockToolCall:
-					if !same {
-						b = b.Clone()
-						b.ThoughtSignature = ""
-						if normalizeID != nil {
-							if n := normalizeID(b.ID); n != b.ID {
-								idMap[b.ID] = n
-								b.ID = n
-							}
-						}
-					}
-					blocks = append(blocks, b)
-				default:
-					blocks = append(blocks, b)
-				}
-			}
-			m.Content = message.BlocksOf(blocks...)
-		case message.RoleToolResult:
-			if n, ok := idMap[m.ToolCallID]; ok {
-				m.ToolCallID = n
-			}
+	// One pass: a tool result always follows its call, so the id map is
+	// complete for it. Nothing is copied while nothing changes: a long
+	// session of one model is returned as it is, and a changed one shares
+	// the blocks of every message that needs no change.
+	var idMap map[string]string
+	var out []message.Message // nil while the result is msgs[:i]
+	i := 0
+	own := func() {
+		if out == nil {
+			out = make([]message.Message, i, len(msgs)+1)
+			copy(out, msgs[:i])
 		}
-		pass1 = append(pass1, m)
 	}
-
-	out := make([]message.Message, 0, len(pass1))
 	var pending []message.Block // tool calls of the last assistant still waiting
-	answered := map[string]bool{}
+	var answered map[string]bool
 	flush := func() {
 		for _, c := range pending {
 			if !answered[c.ID] {
+				own()
 				out = append(out, message.Message{
 					Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
 					Content: message.BlocksOf(message.Text(NoResultText)), IsError: true,
@@ -106,24 +66,123 @@ func Messages(msgs []message.Message, target provider.Model, normalizeID func(st
 				})
 			}
 		}
-		pending, answered = nil, map[string]bool{}
+		pending = nil
+		clear(answered)
 	}
-	for _, m := range pass1 {
+	for ; i < len(msgs); i++ {
+		m := &msgs[i]
+		changed := false
+		var blocks []message.Block
 		switch m.Role {
 		case message.RoleAssistant:
+			blocks = assistantBlocks(m, target, normalizeID, &idMap)
+			// The result's content is a block list (never plain), with
+			// m's own blocks when none changed.
+			changed = m.Content.IsPlain() || len(blocks) != len(m.Content.Blocks) ||
+				(len(blocks) > 0 && &blocks[0] != &m.Content.Blocks[0]) || (blocks != nil) != (m.Content.Blocks != nil)
 			if m.StopReason == message.StopError || m.StopReason == message.StopAborted {
+				own()
 				continue
 			}
 			flush()
-			pending = m.ToolCalls()
+			for _, b := range blocks {
+				if b.Type == message.BlockToolCall {
+					pending = append(pending, b)
+				}
+			}
 		case message.RoleToolResult:
-			answered[m.ToolCallID] = true
+			id := m.ToolCallID
+			if n, ok := idMap[id]; ok {
+				id, changed = n, true
+			}
+			if answered == nil {
+				answered = map[string]bool{}
+			}
+			answered[id] = true
 		case message.RoleUser:
 			flush()
 		}
-		out = append(out, m)
+		if !changed {
+			if out != nil {
+				out = append(out, *m)
+			}
+			continue
+		}
+		own()
+		c := *m
+		switch c.Role {
+		case message.RoleAssistant:
+			c.Content = message.BlocksOf(blocks...)
+		case message.RoleToolResult:
+			c.ToolCallID = idMap[c.ToolCallID]
+		}
+		out = append(out, c)
+	}
+	if out == nil {
+		if msgs == nil {
+			return []message.Message{}
+		}
+		return msgs
 	}
 	return out
+}
+
+// assistantBlocks returns the blocks of assistant message m prepared for
+// target (see Messages): m's own slice when no block changes, else a new
+// one. Tool call ids it rewrites are added to *idMap.
+func assistantBlocks(m *message.Message, target provider.Model, normalizeID func(string) string, idMap *map[string]string) []message.Block {
+	same := SameModel(m, target)
+	src := m.Content.Blocks
+	var blocks []message.Block // nil while every block is kept as it is
+	for j, b := range src {
+		keep, changed := true, false
+		switch b.Type {
+		case message.BlockThinking:
+			switch {
+			case b.Redacted:
+				keep = same
+			case same && b.ThinkingSignature != "":
+			case strings.TrimSpace(b.Thinking) == "":
+				keep = false
+			case same:
+			default:
+				b, changed = message.Text(b.Thinking), true
+			}
+		case message.BlockText:
+			if !same && b.TextSignature != "" {
+				b.TextSignature, changed = "", true
+			}
+		case message.BlockToolCall:
+			if same {
+				break
+			}
+			id := b.ID
+			if normalizeID != nil {
+				id = normalizeID(b.ID)
+			}
+			if id != b.ID || b.ThoughtSignature != "" {
+				if id != b.ID {
+					if *idMap == nil {
+						*idMap = map[string]string{}
+					}
+					(*idMap)[b.ID] = id
+				}
+				b = b.Clone()
+				b.ID, b.ThoughtSignature, changed = id, "", true
+			}
+		}
+		if blocks == nil && (changed || !keep) {
+			blocks = make([]message.Block, j, len(src))
+			copy(blocks, src[:j])
+		}
+		if blocks != nil && keep {
+			blocks = append(blocks, b)
+		}
+	}
+	if blocks == nil {
+		return src
+	}
+	return blocks
 }
 
 func lastTimestamp(ms []message.Message) int64 {

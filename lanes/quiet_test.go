@@ -1,0 +1,128 @@
+package lanes
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestQuietLaneSkipsTheRead: a turn whose steer poll found the lane empty,
+// and whose watch saw nothing arrive after it, ends its drain without
+// reading the lane again; a message that arrives after the poll is read
+// and run by the same owner, without letting the lane go in between.
+func TestQuietLaneSkipsTheRead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		arrive  bool // a message arrives after the poll, before the turn ends
+		skips   int64
+		acquire int64
+	}{
+		{"quiet", false, 1, 1},
+		{"arrival after the poll", true, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFleet(t, 5*time.Second, 5*time.Second)
+			const key = "quiet"
+			polled, published := make(chan struct{}), make(chan struct{})
+			h := &echoHandler{hook: func(turn *Turn) error {
+				if turn.Inbound.Text != "first" {
+					return nil
+				}
+				if got := turn.Steer(context.Background()); len(got) != 0 {
+					t.Errorf("steer poll found %d messages", len(got))
+				}
+				close(polled)
+				<-published
+				return nil
+			}}
+			w := f.runWorker(t, h, Config{})
+			first := f.publish(t, key, "first")
+			<-polled
+			var second uint64
+			if tc.arrive {
+				second = f.publish(t, key, "second")
+			}
+			close(published)
+			f.waitFinal(t, key, first)
+			if tc.arrive {
+				f.waitFinal(t, key, second)
+			}
+			// The drain has ended once the lane is released.
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			for w.Stats().Released.Load() < 1 {
+				select {
+				case <-ctx.Done():
+					t.Fatal("the lane was never released")
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			st := w.Stats()
+			if st.QuietSkips.Load() != tc.skips || st.Acquired.Load() != tc.acquire {
+				t.Fatalf("quiet skips %d, leases %d; want %d, %d", st.QuietSkips.Load(), st.Acquired.Load(), tc.skips, tc.acquire)
+			}
+		})
+	}
+}
+
+// TestLinger: an owner keeps an empty lane after a turn for Config.Linger,
+// so a session's next message goes on under the same lease; an owner never
+// lingers while another lane waits for its slot.
+func TestLinger(t *testing.T) {
+	t.Parallel()
+	t.Run("next message", func(t *testing.T) {
+		t.Parallel()
+		f := newFleet(t, 5*time.Second, 5*time.Second)
+		h := &echoHandler{hook: func(turn *Turn) error {
+			turn.Steer(context.Background()) // as the runner does after a reply
+			return nil
+		}}
+		w := f.runWorker(t, h, Config{Linger: time.Minute})
+		f.waitFinal(t, "s", f.publish(t, "s", "one"))
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for w.lingering.Load() == 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the owner never lingered")
+			case <-time.After(time.Millisecond):
+			}
+		}
+		f.waitFinal(t, "s", f.publish(t, "s", "two"))
+		st := w.Stats()
+		if st.Acquired.Load() != 1 || st.LingerHits.Load() != 1 {
+			t.Fatalf("leases %d, linger hits %d; want one lease for both turns", st.Acquired.Load(), st.LingerHits.Load())
+		}
+	})
+	t.Run("a lane waits for the slot", func(t *testing.T) {
+		t.Parallel()
+		f := newFleet(t, 5*time.Second, 5*time.Second)
+		started, release := make(chan struct{}), make(chan struct{})
+		h := &echoHandler{hook: func(turn *Turn) error {
+			if turn.Inbound.Text == "hold" {
+				close(started)
+				<-release
+			}
+			turn.Steer(context.Background())
+			return nil
+		}}
+		w := f.runWorker(t, h, Config{Linger: time.Hour, Concurrency: 1})
+		f.publish(t, "a", "hold")
+		<-started
+		b := f.publish(t, "b", "waits")
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for w.Stats().Waited.Load() < 1 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("b never waited for the slot")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		close(release)
+		// With an hour's linger, b runs only if a did not linger.
+		f.waitFinal(t, "b", b)
+	})
+}

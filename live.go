@@ -1,0 +1,278 @@
+package lanefleet
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// Live events. A client holds one subscription per lane whose runs it
+// follows (agent.ev.<lane>.*), shared by every run of the lane it follows,
+// and hands each run's messages to that run's feeds. Send subscribes before
+// it publishes, so the run's follower sees its events from the first one
+// and asks the lane service for stored events only when it must (a gap, a
+// reconnect, a drop, a silence); a run followed later (Run, Follow, or a
+// feed that expired) starts with a catch-up instead.
+
+// Feed bounds.
+const (
+	// claimWithin is how long the feed Send opens waits for Events (or
+	// Wait) to take it; then it closes and following starts with a
+	// catch-up, as for a run joined late.
+	claimWithin = 10 * time.Second
+	// unclaimedBuffer bounds what a feed nobody follows yet holds; past
+	// it the feed counts a drop and its follower catches up.
+	unclaimedBuffer = 256
+	// earlyKeep is how many of a lane's newest messages of runs without a
+	// feed the lane keeps while a Send to it waits for its ack: a worker
+	// may publish the run's first events before the ack names the run.
+	// One run of a lane streams at a time, so they are the newest.
+	earlyKeep = 64
+)
+
+// laneSub is the client's subscription to the events of one lane's runs.
+type laneSub struct {
+	c      *Client
+	tok    string
+	prefix string // agent.ev.<lane>.
+	sub    *nats.Subscription
+	refs   int // feeds and publishes in flight; guarded by c.mu
+	// refused: the server refused the subscription (the user may not
+	// subscribe to the lane's events); its feeds see nothing.
+	refused atomic.Bool
+
+	mu      sync.Mutex
+	feeds   map[string][]*feed // by run id
+	sending int                // publishes waiting for their ack
+	early   []*nats.Msg        // ring of the newest messages no feed took, while sending
+	next    int                // where early's next message goes
+}
+
+// feed is one follower's share of its lane's subscription: the messages of
+// one run, queued until the follower takes them.
+type feed struct {
+	lane  *laneSub
+	run   string
+	ready chan struct{} // a message was queued (capacity one)
+	// fromStart: the subscription was in place before the run's message
+	// was stored, so it sees the run's events from the first one on.
+	fromStart bool
+
+	mu      sync.Mutex
+	queue   []*nats.Msg
+	limit   int
+	dropped int // messages lost to a full queue
+	closed  bool
+	expiry  *time.Timer // closes a feed Send opened that nobody claimed
+}
+
+// holdLane returns the lane's subscription, subscribing when the client
+// has none, and holds it until release.
+func (c *Client) holdLane(tok string) (*laneSub, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ls := c.lanes[tok]; ls != nil {
+		ls.refs++
+		return ls, nil
+	}
+	ls := &laneSub{c: c, tok: tok, prefix: events.EventPrefix + tok + ".", refs: 1, feeds: map[string][]*feed{}}
+	sub, err := c.nc.Subscribe(ls.prefix+"*", ls.deliver)
+	if err != nil {
+		return nil, err
+	}
+	ls.sub = sub
+	if c.lanes == nil {
+		c.lanes = map[string]*laneSub{}
+	}
+	c.lanes[tok] = ls
+	return ls, nil
+}
+
+// release drops a hold; the last one unsubscribes.
+func (ls *laneSub) release() {
+	c := ls.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ls.refs--; ls.refs > 0 {
+		return
+	}
+	if c.lanes[ls.tok] == ls {
+		delete(c.lanes, ls.tok)
+	}
+	_ = ls.sub.Unsubscribe()
+}
+
+// refuse marks the subscription refused by the server and makes the next
+// holdLane subscribe anew; holders keep theirs until they release it.
+func (ls *laneSub) refuse() {
+	ls.refused.Store(true)
+	ls.c.mu.Lock()
+	defer ls.c.mu.Unlock()
+	if ls.c.lanes[ls.tok] == ls {
+		delete(ls.c.lanes, ls.tok)
+	}
+}
+
+// sendStarts says a publish to the lane waits for its ack: the lane keeps
+// the messages of runs without a feed until sendEnds.
+func (ls *laneSub) sendStarts() {
+	ls.mu.Lock()
+	ls.sending++
+	ls.mu.Unlock()
+}
+
+// sendEnds says the publish got its ack (and opened its feed) or failed.
+func (ls *laneSub) sendEnds() {
+	ls.mu.Lock()
+	if ls.sending--; ls.sending == 0 {
+		ls.early, ls.next = nil, 0
+	}
+	ls.mu.Unlock()
+}
+
+// open returns a new feed of run's messages, with those the lane kept from
+// before, holding the lane until the feed closes.
+func (ls *laneSub) open(run string, limit int, fromStart bool) *feed {
+	ls.c.mu.Lock()
+	ls.refs++
+	ls.c.mu.Unlock()
+	f := &feed{lane: ls, run: run, ready: make(chan struct{}, 1), limit: limit, fromStart: fromStart}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for i := range ls.early {
+		// Oldest first: the ring's next slot holds the oldest.
+		if m := ls.early[(ls.next+i)%len(ls.early)]; m != nil && ls.runOf(m) == run {
+			f.push(m)
+		}
+	}
+	ls.feeds[run] = append(ls.feeds[run], f)
+	return f
+}
+
+// runOf returns the run id in the subject of a message of the lane.
+func (ls *laneSub) runOf(m *nats.Msg) string {
+	if len(m.Subject) <= len(ls.prefix) {
+		return ""
+	}
+	return m.Subject[len(ls.prefix):]
+}
+
+// deliver hands a message to the feeds of its run. A message of a run
+// without a feed is kept while a publish waits for its ack (it may be the
+// publish's run), else dropped.
+func (ls *laneSub) deliver(m *nats.Msg) {
+	run := ls.runOf(m)
+	if run == "" {
+		return
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	fs := ls.feeds[run]
+	for _, f := range fs {
+		f.push(m)
+	}
+	if len(fs) > 0 || ls.sending == 0 {
+		return
+	}
+	if ls.early == nil {
+		ls.early = make([]*nats.Msg, earlyKeep)
+	}
+	ls.early[ls.next] = m
+	ls.next = (ls.next + 1) % len(ls.early)
+}
+
+// push queues m for the follower.
+func (f *feed) push(m *nats.Msg) {
+	f.mu.Lock()
+	switch {
+	case f.closed:
+	case len(f.queue) >= f.limit:
+		f.dropped++
+	default:
+		f.queue = append(f.queue, m)
+	}
+	f.mu.Unlock()
+	select {
+	case f.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued messages; buf, the batch take returned before,
+// is reused.
+func (f *feed) take(buf []*nats.Msg) []*nats.Msg {
+	clear(buf)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	batch := f.queue
+	f.queue = buf[:0]
+	return batch
+}
+
+// lost returns how many of the run's messages the feed lost so far: to its
+// bound, or to the lane's subscription falling behind (a slow consumer).
+func (f *feed) lost() int {
+	f.mu.Lock()
+	n := f.dropped
+	f.mu.Unlock()
+	if d, err := f.lane.sub.Dropped(); err == nil {
+		n += d
+	}
+	return n
+}
+
+// expireUnclaimed closes f after claimWithin unless claim takes it first.
+func (f *feed) expireUnclaimed(r *Run) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.expiry = time.AfterFunc(claimWithin, func() { r.expire(f) })
+}
+
+// expire closes f, the feed Send opened for r, unless Events took it.
+func (r *Run) expire(f *feed) {
+	if r.live.CompareAndSwap(f, nil) {
+		f.close()
+	}
+}
+
+// claim makes f a follower's: it stops its expiry and lifts its bound to
+// liveBuffer.
+func (f *feed) claim() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.expiry != nil {
+		f.expiry.Stop()
+	}
+	f.limit = liveBuffer
+}
+
+// close stops f's deliveries and releases its hold on the lane.
+func (f *feed) close() {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed, f.queue = true, nil
+	f.mu.Unlock()
+	ls := f.lane
+	ls.mu.Lock()
+	fs := ls.feeds[f.run]
+	for i, g := range fs {
+		if g == f {
+			fs = append(fs[:i], fs[i+1:]...)
+			break
+		}
+	}
+	if len(fs) == 0 {
+		delete(ls.feeds, f.run)
+	} else {
+		ls.feeds[f.run] = fs
+	}
+	ls.mu.Unlock()
+	ls.release()
+}

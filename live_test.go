@@ -1,0 +1,282 @@
+package lanefleet
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/lanes/service"
+)
+
+// playWorker publishes the events from..to that a worker would for run of
+// session, through the event stream: 1 starts the run, last is its final.
+func playWorker(ctx context.Context, t *testing.T, js jetstream.JetStream, session, run string, from, to, last uint64) {
+	t.Helper()
+	subj, err := events.EventSubject(session, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := from; seq <= to; seq++ {
+		ev := &events.Event{RunID: run, SessionKey: session, Seq: seq, Attempt: 1, Stream: events.StreamAssistant, TS: 1,
+			Data: events.EventData{Delta: fmt.Sprint(seq)}}
+		switch seq {
+		case 1:
+			ev.Stream, ev.Data = events.StreamLifecycle, events.EventData{Phase: events.PhaseStart}
+		case last:
+			ev.Stream, ev.Data = events.StreamFinal, events.EventData{Result: &events.Result{Payloads: []events.Payload{{Text: "done"}}}}
+		}
+		data, ct, err := events.EncodeEvent(ev, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subj, Data: data, Header: nats.Header{events.HeaderContentType: []string{ct}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// countRequests counts the lane service's events requests for session.
+func countRequests(t *testing.T, nc *nats.Conn, session string) *atomic.Int64 {
+	t.Helper()
+	tok, _ := events.KeyToken(session)
+	var n atomic.Int64
+	sub, err := nc.Subscribe(service.Subject(tok, service.OpEvents), func(*nats.Msg) { n.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return &n
+}
+
+// TestFreshRunFollowsLiveEvents: following a run Send returned yields its
+// events from the first one, each once and in order, whether the live
+// subscription saw all of them (then the lane service is never asked), missed
+// the start (a gap: the store fills it at once), or missed everything up to
+// the final (the first look at the store, at OnWait's delay, finds it). The test plays the worker: the events published before Send are
+// those a subscription that reached the worker's server late would miss.
+func TestFreshRunFollowsLiveEvents(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		before   uint64        // events stored before Send
+		look     time.Duration // OnWait's delay, the first look at the store (0: none, idleMin)
+		requests string        // "none" or "some"
+	}{
+		{"all live", 0, 0, "none"},
+		{"start missed", 2, 0, "some"},
+		{"everything missed", 5, 50 * time.Millisecond, "some"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			nc, js, ctx := serviceOnly(t)
+			asked := countRequests(t, nc, "fresh")
+			c, _ := New(natstest.Connect(t, natsURL(nc)))
+			const run, last = "1", 5 // the stream's first message
+			if tt.before > 0 {
+				playWorker(ctx, t, js, "fresh", run, 1, tt.before, last)
+			}
+			r, err := c.Send(ctx, "fresh", "hi")
+			if err != nil || r.ID != run {
+				t.Fatalf("send: run %+v, %v", r, err)
+			}
+			if f := r.live.Load(); f == nil || !f.fromStart {
+				t.Fatal("Send opened no feed from the run's start")
+			}
+			if tt.before < last {
+				playWorker(ctx, t, js, "fresh", run, tt.before+1, last, last)
+			}
+			if tt.look > 0 {
+				r.OnWait(tt.look, func(RunState) {})
+			}
+			var seqs []string
+			for ev, err := range r.Events(ctx) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				seqs = append(seqs, fmt.Sprint(ev.Seq))
+			}
+			if got := strings.Join(seqs, " "); got != "1 2 3 4 5" {
+				t.Fatalf("yielded seqs %s", got)
+			}
+			if n := asked.Load(); (n == 0) != (tt.requests == "none") {
+				t.Fatalf("%d events requests, want %s", n, tt.requests)
+			}
+		})
+	}
+}
+
+// TestSendsShareTheLaneSubscription: runs of one session sent at once share
+// one subscription; each follower gets its own run's result, and nothing
+// stays subscribed once they end.
+func TestSendsShareTheLaneSubscription(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL)
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const n = 16
+	runs := make([]*Run, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			r, err := c.Send(ctx, "shared", fmt.Sprintf("message %d", i))
+			if err != nil {
+				errs <- err
+				return
+			}
+			runs[i] = r
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := nc.NumSubscriptions(); got != 1 {
+		t.Fatalf("%d subscriptions for %d runs of one session, want 1", got, n)
+	}
+	results := make([]string, n)
+	for i, r := range runs {
+		wg.Go(func() {
+			res, err := r.Wait(ctx)
+			if err != nil {
+				results[i] = err.Error()
+				return
+			}
+			results[i] = res.Payloads[0].Text
+		})
+	}
+	wg.Wait()
+	for i, got := range results {
+		if want := fmt.Sprintf("echo: message %d", i); got != want {
+			t.Fatalf("run %d: %q, want %q", i, got, want)
+		}
+	}
+	if got := nc.NumSubscriptions(); got != 0 {
+		t.Fatalf("%d subscriptions left", got)
+	}
+}
+
+// TestLateFollowReadsTheStore: a run whose feed expired before anyone
+// followed it (the subscription is gone then), and a duplicate send whose
+// run may have published before Send subscribed, both start with the
+// store and end with the run's result.
+func TestLateFollowReadsTheStore(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL)
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r, err := c.Send(ctx, "late", "first", WithMessageID("m-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.expire(r.live.Load())
+	if got := nc.NumSubscriptions(); got != 0 || r.live.Load() != nil {
+		t.Fatalf("an expired feed left %d subscriptions", got)
+	}
+	if res, err := r.Wait(ctx); err != nil || res.Payloads[0].Text != "echo: first" {
+		t.Fatalf("wait after expiry: %+v, %v", res, err)
+	}
+	dup, err := c.Send(ctx, "late", "first", WithMessageID("m-1"))
+	if err != nil || !dup.Duplicate || dup.ID != r.ID {
+		t.Fatalf("second send: %+v, %v", dup, err)
+	}
+	if f := dup.live.Load(); f == nil || f.fromStart {
+		t.Fatal("a duplicate's feed claims the run's start")
+	}
+	if res, err := dup.Wait(ctx); err != nil || res.Payloads[0].Text != "echo: first" {
+		t.Fatalf("wait on the duplicate: %+v, %v", res, err)
+	}
+	if got := nc.NumSubscriptions(); got != 0 {
+		t.Fatalf("%d subscriptions left", got)
+	}
+}
+
+// TestFeedLossCallsForACatchUp: a feed that loses messages (its bound) makes
+// its follower ask the store at once.
+func TestFeedLossCallsForACatchUp(t *testing.T) {
+	t.Parallel()
+	nc, _, _ := serviceOnly(t)
+	c, _ := New(nc)
+	lane, err := c.holdLane("lossy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := lane.open("7", 2, true)
+	lane.release()
+	defer f.close()
+	for range 3 {
+		f.push(&nats.Msg{Subject: lane.prefix + "7"})
+	}
+	if got := len(f.take(nil)); got != 2 || f.lost() != 1 {
+		t.Fatalf("took %d, lost %d; want 2 and 1", got, f.lost())
+	}
+	fl := &follower{r: &Run{ID: "7", c: c}, feed: f, due: time.Now().Add(time.Hour), reconnects: nc.Stats().Reconnects}
+	fl.watchConn()
+	if fl.due.After(time.Now()) {
+		t.Fatalf("a loss scheduled the catch-up in %v", time.Until(fl.due))
+	}
+}
+
+// TestLaneKeepsEarlyEvents: while a publish waits for its ack, messages of
+// runs without a feed are kept (the worker may publish the new run's first
+// events before the ack names it) and go to the run's feed when it opens;
+// otherwise they are dropped.
+func TestLaneKeepsEarlyEvents(t *testing.T) {
+	t.Parallel()
+	nc, _, _ := serviceOnly(t)
+	c, _ := New(nc)
+	lane, err := c.holdLane("early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lane.release()
+	msg := func(run string, i int) *nats.Msg {
+		return &nats.Msg{Subject: lane.prefix + run, Data: []byte(fmt.Sprint(i))}
+	}
+	lane.deliver(msg("8", 0)) // nobody sends: dropped
+	lane.sendStarts()
+	for i := range earlyKeep + 2 {
+		lane.deliver(msg("9", i))
+	}
+	lane.deliver(msg("10", 0))
+	f := lane.open("9", liveBuffer, true)
+	defer f.close()
+	lane.sendEnds()
+	lane.deliver(msg("9", earlyKeep+2)) // live, to the feed
+	var got []string
+	for _, m := range f.take(nil) {
+		got = append(got, string(m.Data))
+	}
+	// The ring keeps the newest earlyKeep messages: run 10's took a slot.
+	if len(got) != earlyKeep || got[0] != "3" || got[len(got)-1] != fmt.Sprint(earlyKeep+2) {
+		t.Fatalf("feed took %d messages: %v", len(got), got)
+	}
+	if g := lane.open("8", liveBuffer, false); len(g.take(nil)) != 0 {
+		t.Fatal("a message delivered while nobody sent was kept")
+	} else {
+		g.close()
+	}
+	if lane.early != nil {
+		t.Fatal("the lane keeps messages after the last send ended")
+	}
+}

@@ -1,0 +1,218 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+)
+
+// TestWireCacheBodies builds the requests of one session's turns with the
+// wire cache and without it, through what a session goes through (new
+// turns, a compaction, a rollback, a rewritten tool result, another model,
+// the history limit, images, prompt-cache marks, a changed system prompt),
+// and requires the same bytes every time, and the cached messages reused.
+func TestWireCacheBodies(t *testing.T) {
+	t.Parallel()
+	gpt := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", MaxTokens: 1000, Input: []string{"text", "image"}}
+	claude := provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}}
+	mistral := provider.Model{ID: "mistral-large", Provider: "mistral", API: "openai-completions", BaseURL: "https://api.mistral.ai/v1"}
+	h := benchHistory(40)
+	// a tool result cut by overflow recovery, in the middle of the history
+	cut := slices.Clone(h)
+	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
+	other := slices.Clone(h)
+	other[13].Provider, other[13].Model = "anthropic", "claude"
+	withImage := append(slices.Clone(h[:20]), message.Message{Role: message.RoleUser, Timestamp: 5,
+		Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
+	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
+	steps := []struct {
+		name    string
+		model   provider.Model
+		system  string
+		msgs    []message.Message
+		reusing bool // some messages' JSON must come from the cache
+	}{
+		{"first turn", gpt, "sys", h[:4], false},
+		{"second turn", gpt, "sys", h[:8], true},
+		{"long session", gpt, "sys", h[:40], true},
+		{"same again", gpt, "sys", h[:40], true},
+		{"tool result cut", gpt, "sys", cut, true},
+		{"another model's reply in the history", gpt, "sys", other, true},
+		{"history limit drops the oldest turns", gpt, "sys", h[12:40], true},
+		{"compaction", gpt, "sys", compacted, true},
+		{"rollback", gpt, "sys", h[:6], true},
+		{"image", gpt, "sys", withImage, true},
+		{"system prompt changed", gpt, "other sys", h[:20], true},
+		{"prompt-cache marks (OpenRouter Anthropic)", claude, "sys", h[:21], true},
+		{"next turn there", claude, "sys", h[:25], true},
+		{"mistral's shape", mistral, "", h[:20], true},
+		{"empty", gpt, "", nil, false},
+	}
+	cache := newWireCache(WireCacheBytesDefault)
+	for _, st := range steps {
+		req := &provider.Request{Model: st.model, SystemPrompt: st.system, Messages: st.msgs, SessionID: "s1",
+			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
+		before := cache.reused.Load()
+		got, err := buildChatRequest(req, cache)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		want, err := buildChatRequest(req, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: cached body differs:\n got %s\nwant %s", st.name, got, want)
+		}
+		if reused := cache.reused.Load() - before; (reused > 0) != st.reusing {
+			t.Errorf("%s: %d messages reused, want reuse %v", st.name, reused, st.reusing)
+		}
+	}
+	if n := cache.reused.Load(); n < 100 {
+		t.Errorf("only %d messages reused over the session", n)
+	}
+}
+
+// TestWireCacheBounded keeps sessions within the byte budget, dropping the
+// least recently used, and keeps none larger than half of it.
+func TestWireCacheBounded(t *testing.T) {
+	t.Parallel()
+	m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions"}
+	cache := newWireCache(64 << 10)
+	for i := range 50 {
+		req := &provider.Request{Model: m, Messages: benchHistory(40), SessionID: fmt.Sprint("s", i)}
+		if _, err := buildChatRequest(req, cache); err != nil {
+			t.Fatal(err)
+		}
+		if cache.size > cache.max {
+			t.Fatalf("size %d over the budget %d", cache.size, cache.max)
+		}
+	}
+	if _, ok := cache.sessions["s0"]; ok {
+		t.Error("the least recently used session is still kept")
+	}
+	if _, ok := cache.sessions["s49"]; !ok {
+		t.Error("the latest session is not kept")
+	}
+	big := &provider.Request{Model: m, Messages: benchHistory(2000), SessionID: "big"}
+	if _, err := buildChatRequest(big, cache); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cache.sessions["big"]; ok {
+		t.Error("a session over half the budget is kept")
+	}
+}
+
+// TestWireCacheConcurrent runs requests of a few sessions at once (run with
+// -race): every body is the uncached one.
+func TestWireCacheConcurrent(t *testing.T) {
+	t.Parallel()
+	m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions"}
+	cache := newWireCache(WireCacheBytesDefault)
+	h := benchHistory(60)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 30 {
+				req := &provider.Request{Model: m, Messages: h[:1+(i*7+g)%60], SessionID: fmt.Sprint("s", g%3)}
+				got, err := buildChatRequest(req, cache)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if want, _ := buildChatRequest(req, nil); !bytes.Equal(got, want) {
+					t.Errorf("session %d turn %d: cached body differs", g%3, i)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestChatMessageEqualCoversFields fails when chatMessage or chatPart gains
+// a field: equal must compare it, or the cache would reuse stale JSON.
+func TestChatMessageEqualCoversFields(t *testing.T) {
+	t.Parallel()
+	if n := reflect.TypeFor[chatMessage]().NumField(); n != 9 {
+		t.Errorf("chatMessage has %d fields; update chatMessage.equal and this count", n)
+	}
+	if n := reflect.TypeFor[chatPart]().NumField(); n != 4 {
+		t.Errorf("chatPart has %d fields; update chatPart.equal and this count", n)
+	}
+	base := chatMessage{Role: "assistant", Content: "x", ToolCalls: []chatToolCall{{ID: "a"}}}
+	for i, mod := range []func(*chatMessage){
+		func(m *chatMessage) { m.Role = "user" },
+		func(m *chatMessage) { m.Content = "y" },
+		func(m *chatMessage) { m.Content = []chatPart{{Type: "text", Text: "x"}} },
+		func(m *chatMessage) { m.Name = "n" },
+		func(m *chatMessage) { m.ToolCallID = "c" },
+		func(m *chatMessage) { m.ToolCalls = []chatToolCall{{ID: "b"}} },
+		func(m *chatMessage) { m.ReasoningDetails = []json.RawMessage{json.RawMessage(`{}`)} },
+		func(m *chatMessage) { m.ReasoningContent = "r" },
+		func(m *chatMessage) { m.Reasoning = "r" },
+		func(m *chatMessage) { m.ReasoningText = "r" },
+	} {
+		m := base
+		mod(&m)
+		if base.equal(&m) || m.equal(&base) {
+			t.Errorf("change %d not seen", i)
+		}
+	}
+	p := chatPart{Type: "text", Text: "x"}
+	for i, q := range []chatPart{{Type: "image_url", Text: "x"}, {Type: "text", Text: "y"},
+		{Type: "text", Text: "x", ImageURL: &chatImageURL{URL: "u"}}, {Type: "text", Text: "x", CacheControl: &cacheControl{Type: "ephemeral"}}} {
+		if p.equal(q) || q.equal(p) {
+			t.Errorf("part change %d not seen", i)
+		}
+	}
+}
+
+// TestAssistantMessageText joins an assistant's non-blank text blocks.
+func TestAssistantMessageText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		texts []string
+		want  any
+	}{
+		{[]string{"a"}, "a"},
+		{[]string{"a", "  ", "b"}, "ab"},
+		{[]string{"a", "b", "c"}, "abc"},
+		{[]string{" ", "b\xff"}, "b"},
+	} {
+		var blocks []message.Block
+		for _, s := range tc.texts {
+			blocks = append(blocks, message.Text(s))
+		}
+		cm, ok := assistantMessage(&message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(blocks...)})
+		if !ok || cm.Content != tc.want {
+			t.Errorf("%q: got %#v (%v), want %q", tc.texts, cm.Content, ok, tc.want)
+		}
+	}
+	if _, ok := assistantMessage(&message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(message.Text(" "))}); ok {
+		t.Error("a blank reply is sent")
+	}
+}
+
+// TestWireCacheEmptySessionsBounded counts even a session of no messages:
+// many of them cannot grow the cache without bound.
+func TestWireCacheEmptySessionsBounded(t *testing.T) {
+	t.Parallel()
+	m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions"}
+	cache := newWireCache(16 << 10)
+	for i := range 1000 {
+		if _, err := buildChatRequest(&provider.Request{Model: m, SessionID: fmt.Sprint("s", i)}, cache); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(cache.sessions); n > 100 || cache.size > cache.max {
+		t.Errorf("%d empty sessions kept, %d bytes", n, cache.size)
+	}
+}

@@ -1,0 +1,190 @@
+package runner
+
+import (
+	"container/list"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/lanefleet/lanefleet/compaction"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/sanitize"
+	"github.com/lanefleet/lanefleet/sessionfile"
+)
+
+// ContextCacheBytesDefault bounds the history contexts a Runner keeps
+// (see contextCache).
+const ContextCacheBytesDefault = 16 << 20
+
+// contextCache keeps, per session, the context its last run built from the
+// stored history (the branch's messages converted for the model, images the
+// model answered pruned), so that the next run converts only the entries
+// added since: a turn's cost does not grow with its session's length.
+//
+// The cached context is only used for a history that starts with the very
+// entries it was built from (same ids, same message values in memory, as
+// the lane's transcript cache hands them on) and goes on with message
+// entries chained one to the next; anything else — a compaction, a
+// rollback, a rewritten or re-read transcript, a branch — is converted
+// whole. Sessions are dropped least recently used first when the kept
+// bytes exceed max; an entry is in use by one run at a time (a concurrent
+// run of the same session converts its history whole).
+type contextCache struct {
+	mu       sync.Mutex
+	max      int
+	size     int
+	lru      list.List // of *sessionContext, most recent first
+	sessions map[string]*list.Element
+	// extended counts the runs that converted only their history's new
+	// entries.
+	extended atomic.Int64
+}
+
+// sessionContext is one session's cached context.
+type sessionContext struct {
+	key string
+	// ids and msgs identify the history the context was built from: each
+	// entry's id and message pointer (nil for other entries).
+	ids  []string
+	msgs []*message.Message
+	base []message.Message
+	text int // bytes of the history's ids and texts
+	size int // what the cache counts it for
+}
+
+func newContextCache(maxBytes int) *contextCache {
+	return &contextCache{max: maxBytes, sessions: map[string]*list.Element{}}
+}
+
+// contextOf is the context of a stored history, uncached.
+func contextOf(history []message.Entry) []message.Message {
+	// Images of user turns the model has answered are not sent again
+	// (runtime spec §10.3): the stored history keeps them.
+	base, _ := sanitize.PruneHistoryImages(compaction.ConvertToLLM(sessionfile.MessagesShared(history)))
+	return base
+}
+
+// acquire returns the session's context for history, converting only what
+// the cached one lacks (key "" or a nil cache: all of it). The run holds
+// it until release: it may append to base in place (beyond its length, in
+// its spare capacity), and no other run gets it meanwhile (a concurrent
+// run of the same session converts its history whole). Nothing may
+// modify base[:len(base)].
+func (c *contextCache) acquire(key string, history []message.Entry) *sessionContext {
+	var sc *sessionContext
+	if c != nil && key != "" {
+		sc = c.take(key)
+	}
+	if c == nil || key == "" {
+		return &sessionContext{base: contextOf(history)}
+	}
+	if sc == nil || !sc.extends(history) {
+		// Room for the turn's messages and the next runs' (appended in
+		// place until it is full).
+		base := contextOf(history)
+		sc = &sessionContext{key: key, ids: make([]string, 0, len(history)), msgs: make([]*message.Message, 0, len(history)),
+			base: slices.Grow(base[:len(base):len(base)], 16+len(base)/4)}
+		sc.add(history)
+		return sc
+	}
+	if c.extended.Add(1); len(history) > len(sc.ids) {
+		tail := history[len(sc.ids):]
+		msgs := make([]message.Message, len(tail))
+		for i := range tail {
+			msgs[i] = *tail[i].Message
+		}
+		// Appending overwrites what the last run appended past the
+		// cached length: that run is over.
+		sc.base, _ = sanitize.PruneHistoryImages(append(sc.base, compaction.ConvertToLLM(msgs)...))
+		sc.add(tail)
+	}
+	return sc
+}
+
+// release keeps sc for the session's next run, dropping the least
+// recently used sessions beyond the budget; a session over half the
+// budget is not kept.
+func (c *contextCache) release(sc *sessionContext) {
+	if c == nil || sc == nil || sc.key == "" {
+		return
+	}
+	size := len(sc.key) + contextSessionOverhead + sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{}))
+	if size > c.max/2 {
+		return
+	}
+	sc.size = size
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.sessions[sc.key]; e != nil {
+		c.removeLocked(e) // a concurrent run of the session put its own
+	}
+	c.sessions[sc.key] = c.lru.PushFront(sc)
+	c.size += sc.size
+	for c.size > c.max {
+		c.removeLocked(c.lru.Back())
+	}
+}
+
+// extends reports whether history is the history sc was built from
+// followed by message entries, each the child of the entry before it.
+func (sc *sessionContext) extends(history []message.Entry) bool {
+	n := len(sc.ids)
+	if n == 0 || len(history) < n {
+		return false
+	}
+	for i := range n {
+		if history[i].ID != sc.ids[i] || history[i].Message != sc.msgs[i] {
+			return false
+		}
+	}
+	for i := n; i < len(history); i++ {
+		e, prev := &history[i], &history[i-1]
+		if e.Type != message.EntryMessage || e.Message == nil || e.ParentID == nil || prev.ID == "" || *e.ParentID != prev.ID {
+			return false
+		}
+	}
+	return true
+}
+
+// add records entries as part of sc's history and counts their text.
+func (sc *sessionContext) add(entries []message.Entry) {
+	for i := range entries {
+		e := &entries[i]
+		sc.ids = append(sc.ids, e.ID)
+		sc.msgs = append(sc.msgs, e.Message)
+		sc.text += len(e.ID)
+		if m := e.Message; m != nil {
+			for _, b := range m.Content.Blocks {
+				sc.text += len(b.Text) + len(b.Thinking) + len(b.Data)
+			}
+		}
+	}
+}
+
+// contextSessionOverhead is what a kept session costs besides its entries
+// and key (its entry, list element and map slot).
+const contextSessionOverhead = 256
+
+// contextEntryOverhead is what a kept entry costs besides its text and
+// its message in the context: the id and pointer that identify it.
+const contextEntryOverhead = 48
+
+// take removes and returns the session's entry, nil if none.
+func (c *contextCache) take(key string) *sessionContext {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.sessions[key]
+	if e == nil {
+		return nil
+	}
+	c.removeLocked(e)
+	return e.Value.(*sessionContext)
+}
+
+func (c *contextCache) removeLocked(e *list.Element) {
+	sc := e.Value.(*sessionContext)
+	c.size -= sc.size
+	c.lru.Remove(e)
+	delete(c.sessions, sc.key)
+}

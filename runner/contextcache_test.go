@@ -1,0 +1,235 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider/openai"
+	"github.com/lanefleet/lanefleet/tools"
+)
+
+// chain appends messages to entries as entries chained to the last one
+// (in place when entries has room, as a lane's transcript grows).
+func chain(entries []message.Entry, msgs ...message.Message) []message.Entry {
+	b := &builder{now: time.Now, parent: lastID(entries)}
+	for _, m := range msgs {
+		b.add(m)
+	}
+	return append(entries, b.entries...)
+}
+
+// TestContextCacheMatchesFresh gives one session's cache the histories a
+// session goes through and requires the context a fresh conversion makes
+// every time, converting only the new entries when the history only grew.
+func TestContextCacheMatchesFresh(t *testing.T) {
+	t.Parallel()
+	h := slices.Grow(pingPongHistory(20), 100)
+	withImage := chain(h, message.Message{Role: message.RoleUser, Timestamp: 30,
+		Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
+	answered := chain(withImage, message.Message{Role: message.RoleAssistant, Provider: "acme", Model: "m1", StopReason: message.StopStop,
+		Content: message.BlocksOf(message.Text("a cat"))})
+	parent := answered[len(answered)-1].ID
+	compacted := append(slices.Clip(answered), message.Entry{Type: message.EntryCompaction, ID: "c0mpac71", ParentID: &parent,
+		Timestamp: "2026-03-15T10:20:12.500Z", Fields: map[string]any{"summary": "ping-pong so far", "firstKeptEntryId": answered[18].ID, "tokensBefore": int64(99)}})
+	afterCompaction := chain(compacted, message.User("next", 40))
+	reread := make([]message.Entry, len(afterCompaction))
+	for i, e := range afterCompaction {
+		reread[i] = e.Clone()
+		if e.Message != nil {
+			m := e.Message.Clone()
+			reread[i].Message = &m
+		}
+	}
+	rewritten := slices.Clone(reread)
+	changed := rewritten[3].Message.Clone()
+	changed.Content = message.BlocksOf(message.Text("pong, rewritten"))
+	rewritten[3].Message = &changed
+	branched := chain(slices.Clone(h[:10]), message.User("another branch", 50))
+	steps := []struct {
+		name     string
+		history  []message.Entry
+		extended bool
+	}{
+		{"empty", nil, false},
+		{"first run", h[:10], false},
+		{"a turn later", h[:12], true},
+		{"same history again", h[:12], true},
+		{"another worker's turns", h[:20], true},
+		{"an image", withImage, true},
+		{"the image answered: pruned", answered, true},
+		{"a compaction", compacted, false},
+		{"a turn after it", afterCompaction, true},
+		{"re-read from the store", reread, false},
+		{"an entry rewritten", rewritten, false},
+		{"rollback", rewritten[:8], false},
+		{"a branch off an earlier entry", branched, false},
+	}
+	c := newContextCache(ContextCacheBytesDefault)
+	for _, st := range steps {
+		before := c.extended.Load()
+		sc := c.acquire("k", st.history)
+		got := sc.base
+		c.release(sc)
+		if want := contextOf(st.history); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: cached context differs:\n got %+v\nwant %+v", st.name, got, want)
+		}
+		if ext := c.extended.Load() > before; ext != st.extended {
+			t.Errorf("%s: extended %v, want %v", st.name, ext, st.extended)
+		}
+	}
+	sc := c.acquire("k", answered)
+	if sc.base[len(h)].Content.Blocks[1].Type != message.BlockText {
+		t.Error("the answered image was sent again")
+	}
+	c.release(sc)
+}
+
+// TestContextCacheBounded keeps sessions within the byte budget, least
+// recently used dropped first, none over half the budget kept.
+func TestContextCacheBounded(t *testing.T) {
+	t.Parallel()
+	c := newContextCache(64 << 10)
+	h := pingPongHistory(40)
+	for i := range 50 {
+		c.release(c.acquire(fmt.Sprint("s", i), h))
+		if c.size > c.max {
+			t.Fatalf("size %d over the budget %d", c.size, c.max)
+		}
+	}
+	if _, ok := c.sessions["s0"]; ok {
+		t.Error("the least recently used session is still kept")
+	}
+	if _, ok := c.sessions["s49"]; !ok {
+		t.Error("the latest session is not kept")
+	}
+	c.release(c.acquire("big", pingPongHistory(2000)))
+	if _, ok := c.sessions["big"]; ok {
+		t.Error("a session over half the budget is kept")
+	}
+}
+
+// TestContextCacheConcurrent runs sessions' histories through one cache at
+// once (run with -race): every context is the fresh one.
+func TestContextCacheConcurrent(t *testing.T) {
+	t.Parallel()
+	c := newContextCache(ContextCacheBytesDefault)
+	h := pingPongHistory(80)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				hist := h[:(i*3+g)%80]
+				sc := c.acquire(fmt.Sprint("s", g%3), hist)
+				// What a run appends in the spare capacity.
+				out := append(sc.base, message.User("the turn's", 1))
+				ok := reflect.DeepEqual(out[:len(sc.base)], contextOf(hist))
+				c.release(sc)
+				if !ok {
+					t.Errorf("session %d run %d: cached context differs", g%3, i)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestLongSessionBodiesCached runs one session's turns through two
+// runners, one with the context and wire caches and one without, against
+// a real OpenAI-compatible endpoint, and requires the same request bytes
+// at every model call: turns appended, turns of two model calls (a tool's
+// result), a compaction, a rollback, a rewritten history, another model's
+// turn.
+func TestLongSessionBodiesCached(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	bodies := map[string][][]byte{}
+	calls := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies[r.URL.Path] = append(bodies[r.URL.Path], b)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		// A prompt asking for the tool gets a call of it (the turn then
+		// makes a second model call with its result), anything else pong.
+		if last := b[bytes.LastIndex(b, []byte(`"role":"`)):]; bytes.HasPrefix(last, []byte(`"role":"user","content":"use the tool`)) {
+			mu.Lock()
+			calls[r.URL.Path]++
+			id := fmt.Sprintf("call_%d", calls[r.URL.Path])
+			mu.Unlock()
+			fmt.Fprintf(w, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":%q,"type":"function","function":{"name":"act","arguments":"{\"n\":1}"}}]},"finish_reason":null}]}`+"\n\n"+
+				`data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`+"\n\ndata: [DONE]\n\n", id)
+			return
+		}
+		_, _ = w.Write([]byte(pongSSE))
+	}))
+	defer srv.Close()
+	runner := func(path string, cacheBytes int) *Runner {
+		r, err := New(Config{DefaultModel: "acme/m1", ContextCacheBytes: cacheBytes, Tools: workspaceTools{tools.List{&countedTool{name: "act"}}},
+			Resolver: urlResolver{url: srv.URL + path, prov: openai.NewCompletions(openai.Config{WireCacheBytes: cacheBytes})}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	cached, fresh := runner("/cached", 0), runner("/fresh", -1)
+	var h []message.Entry
+	turn := func(name string, hist []message.Entry) []message.Entry {
+		in := Input{SessionKey: "k", SessionID: "s", RunID: name, Inbound: &events.Inbound{Text: name}, History: hist}
+		out, err := cached.Run(context.Background(), in, nopSink{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fresh.Run(context.Background(), in, nopSink{}); err != nil {
+			t.Fatal(err)
+		}
+		return append(hist, out.Entries...)
+	}
+	for i := range 12 {
+		name := fmt.Sprint("turn ", i)
+		if i%4 == 1 {
+			name = fmt.Sprint("use the tool, turn ", i)
+		}
+		h = turn(name, h)
+	}
+	mid := h[len(h)-1].ID
+	h = append(h, message.Entry{Type: message.EntryCompaction, ID: "c0mpac71", ParentID: &mid, Timestamp: "2026-03-15T10:20:12.500Z",
+		Fields: map[string]any{"summary": "twelve turns", "firstKeptEntryId": h[20].ID, "tokensBefore": int64(99)}})
+	for i := range 3 {
+		h = turn(fmt.Sprint("after compaction ", i), h)
+	}
+	h = turn("rollback", slices.Clone(h[:10]))
+	rewritten := slices.Clone(h)
+	m := rewritten[5].Message.Clone()
+	m.Content = message.BlocksOf(message.Text("rewritten"))
+	rewritten[5].Message = &m
+	h = turn("rewritten", rewritten)
+	h = chain(h, message.Message{Role: message.RoleAssistant, Provider: "other", Model: "x", API: "openai-completions",
+		StopReason: message.StopStop, Content: message.BlocksOf(message.Block{Type: message.BlockText, Text: "from another model", TextSignature: "sig"})})
+	_ = turn("after another model", h)
+
+	a, b := bodies["/cached/v1/chat/completions"], bodies["/fresh/v1/chat/completions"]
+	if len(a) != 21 || len(b) != len(a) {
+		t.Fatalf("%d and %d requests, want 21", len(a), len(b))
+	}
+	for i := range a {
+		if !bytes.Equal(a[i], b[i]) {
+			t.Fatalf("request %d differs:\ncached %s\n fresh %s", i, a[i], b[i])
+		}
+	}
+	if n := cached.contexts.extended.Load(); n < 12 {
+		t.Errorf("%d runs extended a cached context, want most", n)
+	}
+}

@@ -1,0 +1,86 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/openai"
+)
+
+// pongSSE is a Chat Completions stream answering "pong".
+const pongSSE = `data: {"choices":[{"index":0,"delta":{"content":"pong"},"finish_reason":null}]}` + "\n\n" +
+	`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}}` + "\n\ndata: [DONE]\n\n"
+
+// pongServer is an OpenAI-compatible endpoint answering every request with
+// "pong" over real HTTP.
+func pongServer(tb testing.TB) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = r.Body.Read(make([]byte, 1))
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(pongSSE))
+	}))
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// urlResolver resolves every reference to one OpenAI-compatible model at
+// a base URL.
+type urlResolver struct {
+	url  string
+	prov provider.Provider
+}
+
+func (r urlResolver) Resolve(string) (provider.Model, provider.Provider, error) {
+	return provider.Model{Provider: "acme", ID: "m1", API: "openai-completions", BaseURL: r.url + "/v1", ContextWindow: 1_000_000}, r.prov, nil
+}
+
+// pingPongHistory is a chat session of n messages as the fleet stores it:
+// user "ping i", assistant "pong" of the same model.
+func pingPongHistory(n int) []message.Entry {
+	b := &builder{now: time.Now}
+	for i := 0; len(b.entries) < n; i++ {
+		b.add(message.User(fmt.Sprintf("ping %d", i), int64(i)))
+		b.add(message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "acme", Model: "m1", API: "openai-completions",
+			Content: message.BlocksOf(message.Text("pong")), Usage: &message.Usage{Input: 2, Output: 1, TotalTokens: 3}, Timestamp: int64(i)})
+	}
+	return b.entries[:n]
+}
+
+// BenchmarkRunLongSession is one turn of a chat session at 100, 1,000 and
+// 2,000 history messages, the run path the fleet runs (history → context
+// → sanitising → Chat Completions body → HTTP → SSE) against a local
+// endpoint; the baseline is a turn of a fresh session in the same run.
+// What the longer ones add over it is what a turn costs per message of
+// history.
+func BenchmarkRunLongSession(b *testing.B) {
+	srv := pongServer(b)
+	r, err := New(Config{DefaultModel: "acme/m1", Resolver: urlResolver{url: srv.URL, prov: openai.NewCompletions(openai.Config{})}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{0, 100, 1000, 2000} {
+		name := fmt.Sprintf("messages=%d", n)
+		if n == 0 {
+			name = "baseline=fresh-session"
+		}
+		b.Run(name, func(b *testing.B) {
+			hist := pingPongHistory(n)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				in := Input{SessionKey: "k", SessionID: "s", RunID: fmt.Sprint("r", i), Inbound: &events.Inbound{Text: fmt.Sprint("ping ", i)}, History: hist}
+				if _, err := r.Run(context.Background(), in, nopSink{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
