@@ -65,7 +65,7 @@ func ensureSteps(ctx context.Context, js jetstream.JetStream, cfg Config) (jetst
 		MaxAge:      StepTTL,
 		MaxBytes:    cfg.StepsMaxBytes,
 		Discard:     jetstream.DiscardOld,
-		AllowDirect: directOK(cfg.Replicas), // a re-run reads what the leader has
+		AllowDirect: DirectGet(cfg.Replicas), // a re-run reads what the leader has
 	}
 	s, err := js.CreateStream(ctx, sc)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
 )
 
 // StreamConfig sizes the fleet's streams and the dispatch consumer. Every
@@ -116,8 +117,8 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		Duplicates: cfg.DedupeWindow,
 		// GetMsg decides ownership: leader reads only. At R1 the leader
 		// is the only copy, and Direct Get reads it without queueing
-		// behind every other JetStream API request (directGet).
-		AllowDirect: directGet(cfg.Replicas),
+		// behind every other JetStream API request (kvstore.DirectGet).
+		AllowDirect: kvstore.DirectGet(cfg.Replicas),
 		// Full: refuse what is new, keep what was accepted.
 		Discard: jetstream.DiscardNew,
 	})
@@ -134,7 +135,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		MaxAge:      cfg.EventMaxAge,
 		MaxBytes:    cfg.EventMaxBytes,
 		Discard:     jetstream.DiscardOld,
-		AllowDirect: directGet(cfg.Replicas), // a run's last event decides its fence
+		AllowDirect: kvstore.DirectGet(cfg.Replicas), // a run's last event decides its fence
 	}
 	if cfg.Replicas == 1 {
 		// Events are replayable and losable: acknowledge before the write
@@ -175,16 +176,6 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 	}
 	return &Streams{Inbound: in, Events: ev, Dead: dead, Dispatch: cons, cfg: cfg}, nil
 }
-
-// directGet reports whether a stream of this many replicas serves reads
-// by Direct Get. Reads that decide ownership must come from the stream
-// leader: on a replicated stream Direct Get may be answered by a lagging
-// follower, so it stays off there. An R1 stream has one copy, the leader,
-// so Direct Get reads exactly what GetMsg through the JetStream API would;
-// it is answered on the reader's own connection, while API requests queue
-// for the server's few API goroutines (GOMAXPROCS of them) behind every
-// other, which is what held 1,000 turns in flight back.
-func directGet(replicas int) bool { return replicas <= 1 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := js.CreateStream(ctx, cfg)
