@@ -1,0 +1,124 @@
+package message
+
+import (
+	"reflect"
+	"testing"
+)
+
+// snapBase is a message with every field set, blocks of every kind.
+func snapBase() Message {
+	return Message{Role: RoleAssistant, API: "a", Provider: "p", Model: "m", StopReason: StopToolUse, ErrorMessage: "e",
+		ToolCallID: "c", ToolName: "t", Details: map[string]any{"k": 1.0}, IsError: true, Timestamp: 7,
+		Usage: &Usage{Input: 1, Output: 2, Extra: map[string]any{"u": 1.0}}, Extra: map[string]any{"x": 1.0},
+		Content: BlocksOf(Block{Type: BlockToolCall, Text: "t", TextSignature: "ts", Thinking: "th", ThinkingSignature: "s",
+			Redacted: true, Data: "d", MimeType: "mt", ID: "i", Name: "n", Arguments: map[string]any{"a": 1.0},
+			ThoughtSignature: "o", Extra: map[string]any{"b": 1.0}}, Text("second"))}
+}
+
+// changed returns a copy of v with its field i set to another value of
+// its type (a new map for maps, so identity differs).
+func changed(t *testing.T, v reflect.Value, i int) {
+	t.Helper()
+	f := v.Field(i)
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(f.String() + "!")
+	case reflect.Bool:
+		f.SetBool(!f.Bool())
+	case reflect.Int64, reflect.Int:
+		f.SetInt(f.Int() + 1)
+	case reflect.Map:
+		f.Set(reflect.ValueOf(map[string]any{"k": 1.0}))
+	case reflect.Interface:
+		f.Set(reflect.ValueOf(map[string]any{"k": 1.0}))
+	default:
+		t.Fatalf("field %s of kind %s: teach the test (and Same) about it", v.Type().Field(i).Name, f.Kind())
+	}
+}
+
+// TestSnapshotSeesEveryField: a snapshot is the same as its message, and
+// stops being so when any field of the message, of a block (rewritten in
+// place in the message's own block list) or of its usage changes.
+func TestSnapshotSeesEveryField(t *testing.T) {
+	m := snapBase()
+	s := Snap(&m)
+	if !s.Same(&m) {
+		t.Fatal("a snapshot is not the same as its message")
+	}
+	mt := reflect.TypeOf(m)
+	for i := range mt.NumField() {
+		name := mt.Field(i).Name
+		switch name {
+		case "Content", "Usage":
+			continue // below
+		}
+		m := snapBase()
+		s := Snap(&m)
+		changed(t, reflect.ValueOf(&m).Elem(), i)
+		if s.Same(&m) {
+			t.Errorf("Message.%s changed: still the same", name)
+		}
+	}
+	bt := reflect.TypeOf(Block{})
+	for i := range bt.NumField() {
+		m := snapBase()
+		s := Snap(&m)
+		changed(t, reflect.ValueOf(&m.Content.Blocks[0]).Elem(), i) // in place
+		if s.Same(&m) {
+			t.Errorf("Block.%s changed in place: still the same", bt.Field(i).Name)
+		}
+	}
+	ut := reflect.TypeOf(Usage{})
+	for i := range ut.NumField() {
+		if ut.Field(i).Name == "Cost" {
+			continue
+		}
+		m := snapBase()
+		s := Snap(&m)
+		changed(t, reflect.ValueOf(m.Usage).Elem(), i) // in place
+		if s.Same(&m) {
+			t.Errorf("Usage.%s changed in place: still the same", ut.Field(i).Name)
+		}
+	}
+	cases := map[string]func(m *Message){
+		"content replaced":  func(m *Message) { m.Content = BlocksOf(Text("t"), Text("second")) },
+		"plain":             func(m *Message) { m.Content = PlainText("x") },
+		"block dropped":     func(m *Message) { m.Content.Blocks = m.Content.Blocks[:1] },
+		"blocks nil":        func(m *Message) { m.Content.Blocks = nil },
+		"usage removed":     func(m *Message) { m.Usage = nil },
+		"cost changed":      func(m *Message) { m.Usage.Cost.Total = 1 },
+		"details a string":  func(m *Message) { m.Details = "x" },
+		"arguments rebuilt": func(m *Message) { m.Content.Blocks[0].Arguments = map[string]any{"a": 1.0} },
+	}
+	for name, change := range cases {
+		m := snapBase()
+		s := Snap(&m)
+		change(&m)
+		if s.Same(&m) {
+			t.Errorf("%s: still the same", name)
+		}
+	}
+	// The same content in other strings and a copy of the block list is
+	// the same message.
+	m2 := snapBase()
+	m2.Details, m2.Extra = m.Details, m.Extra
+	m2.Content.Blocks[0].Arguments, m2.Content.Blocks[0].Extra = m.Content.Blocks[0].Arguments, m.Content.Blocks[0].Extra
+	m2.Usage.Extra = m.Usage.Extra
+	if !s.Same(&m2) {
+		t.Error("an equal message with the same maps is not the same")
+	}
+}
+
+func TestSnapshotDetailsScalars(t *testing.T) {
+	for _, d := range []any{nil, "s", 1.5, int64(2), 3, true} {
+		m := Message{Role: RoleToolResult, Details: d}
+		s := Snap(&m)
+		if !s.Same(&m) {
+			t.Errorf("details %#v: not the same", d)
+		}
+	}
+	m := Message{Role: RoleToolResult, Details: []any{1.0}}
+	if s := Snap(&m); s.Same(&m) {
+		t.Error("a details of another kind is found the same")
+	}
+}
