@@ -87,11 +87,24 @@ type ContextResult struct {
 // Rewritten results lose their details. The input is never modified; when
 // nothing changes the returned slice is the input.
 func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message, ContextResult) {
-	b := ContextBudgets(contextTokens)
-	res := ContextResult{Budgets: b, Messages: make([]MessageOutcome, len(msgs))}
+	res := ContextResult{Messages: make([]MessageOutcome, len(msgs))}
 	for i := range res.Messages {
 		res.Messages[i].Outcome = OutcomeUnchanged
 	}
+	est := make([]int, len(msgs))
+	for i := range msgs {
+		est[i] = EstimateChars(msgs[i])
+	}
+	out := guardContext(msgs, contextTokens, est, &res)
+	return out, res
+}
+
+// guardContext is GuardContext given the estimate of every message in est,
+// which it updates to the estimates after the guard; it records the
+// outcome of each message in res.Messages unless that is nil.
+func guardContext(msgs []message.Message, contextTokens int, est []int, res *ContextResult) []message.Message {
+	b := ContextBudgets(contextTokens)
+	res.Budgets = b
 	out := msgs
 	set := func(i int, m message.Message) {
 		if !res.Changed {
@@ -100,30 +113,36 @@ func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message,
 		}
 		out[i] = m
 	}
+	outcome := func(i int) *MessageOutcome {
+		if res.Messages == nil {
+			return &MessageOutcome{}
+		}
+		return &res.Messages[i]
+	}
 
-	est := make([]int, len(msgs))
-	for i, m := range msgs {
-		est[i] = EstimateChars(m)
-		if !IsToolResult(m) || est[i] <= b.SingleToolResult {
+	for i := range msgs {
+		m := &msgs[i]
+		if est[i] <= b.SingleToolResult || !IsToolResult(*m) {
 			continue
 		}
-		text := joinedText(toolContent(m))
+		o := outcome(i)
+		text := joinedText(toolContent(*m))
 		var nt string
 		switch {
 		case text == "":
 			// The bare notice: no newline before it.
 			nt = strings.TrimPrefix(ContextNotice, "\n")
-			res.Messages[i].Outcome = OutcomeNoticeOnly
+			o.Outcome = OutcomeNoticeOnly
 		case jstext.Len(text) <= b.SingleToolResult:
 			nt = text
 		default:
 			var kept int
 			nt, kept = cutForContext(text, b.SingleToolResult)
-			res.Messages[i].Outcome = OutcomeTruncated
-			res.Messages[i].KeptPrefix = kept
+			o.Outcome = OutcomeTruncated
+			o.KeptPrefix = kept
 		}
-		res.Messages[i].DetailsRemoved = details(m) != nil
-		nm := replaceToolText(m, nt)
+		o.DetailsRemoved = details(*m) != nil
+		nm := replaceToolText(*m, nt)
 		set(i, nm)
 		est[i] = EstimateChars(nm)
 	}
@@ -143,20 +162,21 @@ func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message,
 			if !IsToolResult(m) || est[i] <= placeholder {
 				continue
 			}
-			res.Messages[i].DetailsRemoved = res.Messages[i].DetailsRemoved || details(m) != nil
+			o := outcome(i)
+			o.DetailsRemoved = o.DetailsRemoved || details(m) != nil
 			nm := replaceToolText(m, CompactedPlaceholder)
 			after := EstimateChars(nm)
 			freed += max(0, est[i]-after)
 			total -= est[i] - after
 			est[i] = after
 			set(i, nm)
-			res.Messages[i].Outcome = OutcomeCompacted
-			res.Messages[i].KeptPrefix = 0
+			o.Outcome = OutcomeCompacted
+			o.KeptPrefix = 0
 		}
 	}
 	res.Estimate = total
 	res.OverBudget = total > b.Context
-	return out, res
+	return out
 }
 
 // cutForContext cuts text to budget units including ContextNotice; the cut

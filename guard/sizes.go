@@ -1,0 +1,89 @@
+package guard
+
+import (
+	"unsafe"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// Sizes keeps the estimates (EstimateChars) of one session's messages
+// between its requests, so that the guard of a long session's request
+// measures only the messages that are new: a request whose messages are
+// the last request's followed by new ones costs one cheap comparison per
+// old message (message.Snapshot) instead of re-measuring it.
+//
+// A message is matched with the one at its position in the last request,
+// or, when the first message is not the last request's first (the history
+// limit dropped turns at the front), at the offset where the last request
+// holds it; a message that is not the same (replaced, changed in place) is
+// measured again, and so is every message after it. The zero value is
+// ready; a Sizes is used by one request at a time.
+type Sizes struct {
+	snaps []message.Snapshot
+	est   []int
+	work  []int // the guard's estimates of the request in progress
+	bytes int   // what the snapshots' block lists take
+	// Measured and Reused count the messages measured and the ones whose
+	// estimate was reused.
+	Measured, Reused int
+}
+
+// Guard runs GuardContext over msgs with the estimates s keeps and returns
+// its messages: the very same result, without the per-message outcomes.
+// s keeps msgs' estimates for the next request.
+func (s *Sizes) Guard(msgs []message.Message, contextTokens int) []message.Message {
+	s.update(msgs)
+	s.work = append(s.work[:0], s.est...)
+	var res ContextResult
+	return guardContext(msgs, contextTokens, s.work, &res)
+}
+
+// update makes s the snapshots and estimates of msgs, reusing those of the
+// messages it already has.
+func (s *Sizes) update(msgs []message.Message) {
+	// The offset of msgs[0] in the last request (almost always 0).
+	off := 0
+	if len(msgs) > 0 && len(s.snaps) > 0 && !s.snaps[0].Same(&msgs[0]) {
+		off = -1
+		for j := 1; j < len(s.snaps); j++ {
+			if s.snaps[j].Same(&msgs[0]) {
+				off = j
+				break
+			}
+		}
+	}
+	same := 0
+	if off < 0 {
+		off = 0
+	} else {
+		for same < len(msgs) && off+same < len(s.snaps) && s.snaps[off+same].Same(&msgs[same]) {
+			same++
+		}
+	}
+	// Keep snaps[off:off+same], at the front.
+	for j := range off {
+		s.bytes -= s.snaps[j].Bytes()
+	}
+	for j := off + same; j < len(s.snaps); j++ {
+		s.bytes -= s.snaps[j].Bytes()
+	}
+	if off > 0 {
+		copy(s.snaps, s.snaps[off:off+same])
+		copy(s.est, s.est[off:off+same])
+	}
+	clear(s.snaps[same:])
+	s.snaps, s.est = s.snaps[:same], s.est[:same]
+	for i := same; i < len(msgs); i++ {
+		sn := message.Snap(&msgs[i])
+		s.bytes += sn.Bytes()
+		s.snaps = append(s.snaps, sn)
+		s.est = append(s.est, EstimateChars(msgs[i]))
+	}
+	s.Reused += same
+	s.Measured += len(msgs) - same
+}
+
+// Bytes estimates the memory s holds.
+func (s *Sizes) Bytes() int {
+	return s.bytes + cap(s.snaps)*int(unsafe.Sizeof(message.Snapshot{})) + (cap(s.est)+cap(s.work))*int(unsafe.Sizeof(0))
+}

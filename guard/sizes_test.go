@@ -1,0 +1,94 @@
+package guard
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// sizesHistory is n messages of a coding session: a question, a tool call,
+// a tool result of size result (every third one large) and an answer.
+func sizesHistory(n, result int) []message.Message {
+	var out []message.Message
+	for i := 0; len(out) < n; i++ {
+		text := strings.Repeat("r", result)
+		if i%3 == 0 {
+			text = strings.Repeat("line\n", result)
+		}
+		out = append(out,
+			message.User(fmt.Sprintf("question %d", i), 1),
+			message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(message.Text("look"),
+				message.ToolCall(fmt.Sprint("c", i), "read", map[string]any{"path": "main.go"}))},
+			toolResult(fmt.Sprint("c", i), text, map[string]any{"lines": 3.0}),
+			message.Message{Role: message.RoleAssistant, Content: message.BlocksOf(message.Text("done"))})
+	}
+	return out[:n]
+}
+
+// TestSizesGuardMatchesGuardContext runs a session's requests through one
+// Sizes and checks each result against GuardContext's on the same
+// messages: the history appended to, a message changed in place (its
+// block rewritten in the shared block list, its content replaced), the
+// front dropped (a history limit), a smaller window, a rewritten history.
+// A Sizes that reused a stale estimate would cut or compact differently.
+func TestSizesGuardMatchesGuardContext(t *testing.T) {
+	hist := sizesHistory(400, 300)
+	steps := []struct {
+		name   string
+		msgs   func() []message.Message
+		tokens int
+		reuse  int // at least this many estimates reused
+	}{
+		{"first", func() []message.Message { return hist[:100] }, 8000, 0},
+		{"appended", func() []message.Message { return hist[:120] }, 8000, 100},
+		{"same", func() []message.Message { return hist[:120] }, 8000, 120},
+		{"block rewritten in place", func() []message.Message {
+			hist[2].Content.Blocks[0].Text = strings.Repeat("x", 20000)
+			return hist[:120]
+		}, 8000, 2},
+		{"content replaced", func() []message.Message {
+			hist[6] = toolResult("c1", strings.Repeat("y", 30000), nil)
+			return hist[:121]
+		}, 8000, 6},
+		{"details replaced", func() []message.Message {
+			hist[10].Details = strings.Repeat("d", 50000)
+			return hist[:121]
+		}, 8000, 10},
+		{"front dropped", func() []message.Message { return hist[8:140] }, 8000, 100},
+		{"front dropped again", func() []message.Message { return hist[12:140] }, 8000, 120},
+		{"smaller window", func() []message.Message { return hist[12:140] }, 2000, 128},
+		{"copied history", func() []message.Message { return append([]message.Message(nil), hist[12:141]...) }, 8000, 128},
+		{"unrelated history", func() []message.Message { return sizesHistory(50, 10) }, 8000, 0},
+		{"empty", func() []message.Message { return nil }, 8000, 0},
+		{"after empty", func() []message.Message { return hist[:300] }, 1_000_000, 0},
+	}
+	var s Sizes
+	for _, st := range steps {
+		msgs := st.msgs()
+		reused := s.Reused
+		got := s.Guard(msgs, st.tokens)
+		want, res := GuardContext(msgs, st.tokens)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: Sizes.Guard differs from GuardContext", st.name)
+		}
+		if changed := len(msgs) >= 100 && st.tokens < 1_000_000; changed != res.Changed {
+			t.Errorf("%s: the guard changed messages: %v, want %v", st.name, res.Changed, changed)
+		}
+		if n := s.Reused - reused; n < st.reuse {
+			t.Errorf("%s: %d estimates reused, want at least %d", st.name, n, st.reuse)
+		}
+		if len(s.snaps) != len(msgs) || len(s.est) != len(msgs) {
+			t.Fatalf("%s: keeps %d snapshots, %d estimates for %d messages", st.name, len(s.snaps), len(s.est), len(msgs))
+		}
+		want2 := 0
+		for i := range s.snaps {
+			want2 += s.snaps[i].Bytes()
+		}
+		if s.bytes != want2 {
+			t.Fatalf("%s: counts %d bytes of snapshots, holds %d", st.name, s.bytes, want2)
+		}
+	}
+}
