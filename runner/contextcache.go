@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/lanefleet/lanefleet/compaction"
+	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sanitize"
 	"github.com/lanefleet/lanefleet/sessionfile"
@@ -51,6 +52,8 @@ type sessionContext struct {
 	base []message.Message
 	text int // bytes of the history's ids and texts
 	size int // what the cache counts it for
+	// sizes are the guard's estimates of the session's last request.
+	sizes guard.Sizes
 }
 
 func newContextCache(maxBytes int) *contextCache {
@@ -83,8 +86,14 @@ func (c *contextCache) acquire(key string, history []message.Entry) *sessionCont
 		// Room for the turn's messages and the next runs' (appended in
 		// place until it is full).
 		base := contextOf(history)
+		old := sc
 		sc = &sessionContext{key: key, ids: make([]string, 0, len(history)), msgs: make([]*message.Message, 0, len(history)),
 			base: slices.Grow(base[:len(base):len(base)], 16+len(base)/4)}
+		if old != nil {
+			// The guard's estimates are checked message by message: they
+			// hold whatever the history became.
+			sc.sizes = old.sizes
+		}
 		sc.add(history)
 		return sc
 	}
@@ -109,7 +118,7 @@ func (c *contextCache) release(sc *sessionContext) {
 	if c == nil || sc == nil || sc.key == "" {
 		return
 	}
-	size := len(sc.key) + contextSessionOverhead + sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{}))
+	size := len(sc.key) + contextSessionOverhead + sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{})) + sc.sizes.Bytes()
 	if size > c.max/2 {
 		return
 	}
