@@ -41,25 +41,7 @@ func (s *Sizes) Guard(msgs []message.Message, contextTokens int) []message.Messa
 // update makes s the snapshots and estimates of msgs, reusing those of the
 // messages it already has.
 func (s *Sizes) update(msgs []message.Message) {
-	// The offset of msgs[0] in the last request (almost always 0).
-	off := 0
-	if len(msgs) > 0 && len(s.snaps) > 0 && !s.snaps[0].Same(&msgs[0]) {
-		off = -1
-		for j := 1; j < len(s.snaps); j++ {
-			if s.snaps[j].Same(&msgs[0]) {
-				off = j
-				break
-			}
-		}
-	}
-	same := 0
-	if off < 0 {
-		off = 0
-	} else {
-		for same < len(msgs) && off+same < len(s.snaps) && s.snaps[off+same].Same(&msgs[same]) {
-			same++
-		}
-	}
+	off, same := message.Match(s.snaps, msgs)
 	// Keep snaps[off:off+same], at the front.
 	for j := range off {
 		s.bytes -= s.snaps[j].Bytes()

@@ -105,3 +105,32 @@ func sameAny(a, b any) bool {
 	}
 	return false
 }
+
+// Match lines msgs up with snaps, the snapshots of an earlier list of
+// messages that msgs may repeat: it returns where in snaps msgs[0] is
+// (0 when it is the first, or nowhere) and how many messages of msgs from
+// there on are the same as the snapshots. A list that only grew matches at
+// 0; one whose front was dropped (a history limit) at the first message
+// kept. It costs one comparison per matched message, one per snapshot
+// when msgs[0] is not snaps[0].
+func Match(snaps []Snapshot, msgs []Message) (off, same int) {
+	if len(msgs) == 0 || len(snaps) == 0 {
+		return 0, 0
+	}
+	if !snaps[0].Same(&msgs[0]) {
+		off = -1
+		for j := 1; j < len(snaps); j++ {
+			if snaps[j].Same(&msgs[0]) {
+				off = j
+				break
+			}
+		}
+		if off < 0 {
+			return 0, 0
+		}
+	}
+	for same < len(msgs) && off+same < len(snaps) && snaps[off+same].Same(&msgs[same]) {
+		same++
+	}
+	return off, same
+}

@@ -122,3 +122,38 @@ func TestSnapshotDetailsScalars(t *testing.T) {
 		t.Error("a details of another kind is found the same")
 	}
 }
+
+func TestMatch(t *testing.T) {
+	msgs := make([]Message, 10)
+	for i := range msgs {
+		msgs[i] = User(string(rune('a'+i)), int64(i))
+	}
+	snaps := make([]Snapshot, 6)
+	for i := range snaps {
+		snaps[i] = Snap(&msgs[i])
+	}
+	changed := append([]Message(nil), msgs...)
+	changed[3] = User("x", 3)
+	cases := []struct {
+		name      string
+		msgs      []Message
+		off, same int
+	}{
+		{"grown", msgs, 0, 6},
+		{"same", msgs[:6], 0, 6},
+		{"shorter", msgs[:4], 0, 4},
+		{"front dropped", msgs[2:], 2, 4},
+		{"changed inside", changed, 0, 3},
+		{"front dropped, changed inside", changed[1:], 1, 2},
+		{"unknown front", msgs[7:], 0, 0},
+		{"empty", nil, 0, 0},
+	}
+	for _, c := range cases {
+		if off, same := Match(snaps, c.msgs); off != c.off || same != c.same {
+			t.Errorf("%s: Match = %d, %d; want %d, %d", c.name, off, same, c.off, c.same)
+		}
+	}
+	if off, same := Match(nil, msgs); off != 0 || same != 0 {
+		t.Errorf("no snapshots: Match = %d, %d", off, same)
+	}
+}
