@@ -12,17 +12,16 @@ import (
 // the last request's followed by new ones costs one cheap comparison per
 // old message (message.Snapshot) instead of re-measuring it.
 //
-// A message is matched with the one at its position in the last request,
-// or, when the first message is not the last request's first (the history
-// limit dropped turns at the front), at the offset where the last request
-// holds it; a message that is not the same (replaced, changed in place) is
-// measured again, and so is every message after it. The zero value is
-// ready; a Sizes is used by one request at a time.
+// Messages are lined up with the last request's by message.Match (at the
+// same position, or from where the last request holds the first one when
+// the history limit dropped turns at the front); a message that is not
+// the same (replaced, changed in place) is measured again, and so is every
+// message after it. The zero value is ready; a Sizes is used by one
+// request at a time.
 type Sizes struct {
-	snaps []message.Snapshot
-	est   []int
+	snaps message.Snapshots
+	est   []int // est[i] is the estimate of the i-th snapshot's message
 	work  []int // the guard's estimates of the request in progress
-	bytes int   // what the snapshots' block lists take
 	// Measured and Reused count the messages measured and the ones whose
 	// estimate was reused.
 	Measured, Reused int
@@ -41,24 +40,12 @@ func (s *Sizes) Guard(msgs []message.Message, contextTokens int) []message.Messa
 // update makes s the snapshots and estimates of msgs, reusing those of the
 // messages it already has.
 func (s *Sizes) update(msgs []message.Message) {
-	off, same := message.Match(s.snaps, msgs)
-	// Keep snaps[off:off+same], at the front.
-	for j := range off {
-		s.bytes -= s.snaps[j].Bytes()
-	}
-	for j := off + same; j < len(s.snaps); j++ {
-		s.bytes -= s.snaps[j].Bytes()
-	}
+	off, same := s.snaps.Update(msgs)
 	if off > 0 {
-		copy(s.snaps, s.snaps[off:off+same])
 		copy(s.est, s.est[off:off+same])
 	}
-	clear(s.snaps[same:])
-	s.snaps, s.est = s.snaps[:same], s.est[:same]
+	s.est = s.est[:same]
 	for i := same; i < len(msgs); i++ {
-		sn := message.Snap(&msgs[i])
-		s.bytes += sn.Bytes()
-		s.snaps = append(s.snaps, sn)
 		s.est = append(s.est, EstimateChars(msgs[i]))
 	}
 	s.Reused += same
@@ -67,5 +54,5 @@ func (s *Sizes) update(msgs []message.Message) {
 
 // Bytes estimates the memory s holds.
 func (s *Sizes) Bytes() int {
-	return s.bytes + cap(s.snaps)*int(unsafe.Sizeof(message.Snapshot{})) + (cap(s.est)+cap(s.work))*int(unsafe.Sizeof(0))
+	return s.snaps.Bytes() + (cap(s.est)+cap(s.work))*int(unsafe.Sizeof(0))
 }

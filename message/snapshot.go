@@ -134,3 +134,49 @@ func Match(snaps []Snapshot, msgs []Message) (off, same int) {
 	}
 	return off, same
 }
+
+// Snapshots are the snapshots of a list of messages, kept to line the next
+// list up with it (see Match). The zero value is empty.
+type Snapshots struct {
+	s     []Snapshot
+	bytes int // what the snapshots' block lists take
+}
+
+// Update makes ss the snapshots of msgs and returns how msgs lined up with
+// the list before (Match): msgs[:same] are the old list's
+// [off:off+same]. A caller keeping data per message moves it the same
+// way: keep [off:off+same], at the front, and add the rest.
+func (ss *Snapshots) Update(msgs []Message) (off, same int) {
+	off, same = Match(ss.s, msgs)
+	for j := range off {
+		ss.bytes -= ss.s[j].Bytes()
+	}
+	for j := off + same; j < len(ss.s); j++ {
+		ss.bytes -= ss.s[j].Bytes()
+	}
+	if off > 0 {
+		copy(ss.s, ss.s[off:off+same])
+	}
+	clear(ss.s[same:])
+	ss.s = ss.s[:same]
+	for i := same; i < len(msgs); i++ {
+		sn := Snap(&msgs[i])
+		ss.bytes += sn.Bytes()
+		ss.s = append(ss.s, sn)
+	}
+	return off, same
+}
+
+// Len is the number of snapshots.
+func (ss *Snapshots) Len() int { return len(ss.s) }
+
+// Reset empties ss, keeping its array.
+func (ss *Snapshots) Reset() {
+	clear(ss.s)
+	ss.s, ss.bytes = ss.s[:0], 0
+}
+
+// Bytes estimates the memory ss holds.
+func (ss *Snapshots) Bytes() int {
+	return ss.bytes + cap(ss.s)*int(unsafe.Sizeof(Snapshot{}))
+}

@@ -157,3 +157,39 @@ func TestMatch(t *testing.T) {
 		t.Errorf("no snapshots: Match = %d, %d", off, same)
 	}
 }
+
+// TestSnapshotsUpdate: the snapshots follow the lists they are updated
+// with, and count the bytes of the block lists they hold.
+func TestSnapshotsUpdate(t *testing.T) {
+	msgs := make([]Message, 20)
+	for i := range msgs {
+		msgs[i] = Message{Role: RoleAssistant, Content: BlocksOf([]Block{Text("a"), Text(string(rune('a' + i)))}[:1+i%2]...)}
+	}
+	steps := []struct {
+		msgs      []Message
+		off, same int
+	}{
+		{msgs[:5], 0, 0}, {msgs[:10], 0, 5}, {msgs[3:12], 3, 7}, {msgs[5:8], 2, 3}, {msgs[15:], 0, 0}, {nil, 0, 0}, {msgs, 0, 0},
+	}
+	var ss Snapshots
+	for i, st := range steps {
+		off, same := ss.Update(st.msgs)
+		if off != st.off || same != st.same {
+			t.Errorf("step %d: Update = %d, %d; want %d, %d", i, off, same, st.off, st.same)
+		}
+		want := 0
+		for j := range ss.s {
+			if !ss.s[j].Same(&st.msgs[j]) {
+				t.Fatalf("step %d: snapshot %d is not of message %d", i, j, j)
+			}
+			want += ss.s[j].Bytes()
+		}
+		if ss.Len() != len(st.msgs) || ss.bytes != want {
+			t.Fatalf("step %d: %d snapshots counting %d bytes, want %d, %d", i, ss.Len(), ss.bytes, len(st.msgs), want)
+		}
+	}
+	ss.Reset()
+	if ss.Len() != 0 || ss.bytes != 0 {
+		t.Error("Reset left snapshots")
+	}
+}
