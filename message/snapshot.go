@@ -17,48 +17,68 @@ import "unsafe"
 // in place once it is in a message (the transcript shares them; every
 // rewrite of the history copies on write), so the same map is the same
 // content. A Details of another kind than nil, a string, a number, a bool
-// or a map is never found the same.
+// or a map is the same only in the very message the snapshot was taken of
+// (the same memory).
 type Snapshot struct {
-	m Message // m.Content.Blocks is the snapshot's own copy
+	m      Message // as it was, its block list and usage shared
+	blocks []Block // a copy of m's blocks
+	usage  Usage   // a copy of m's usage
 }
 
 // Snap takes a snapshot of m.
 func Snap(m *Message) Snapshot {
 	s := Snapshot{m: *m}
 	if m.Content.Blocks != nil {
-		s.m.Content.Blocks = append(make([]Block, 0, len(m.Content.Blocks)), m.Content.Blocks...)
+		s.blocks = append(make([]Block, 0, len(m.Content.Blocks)), m.Content.Blocks...)
 	}
 	if m.Usage != nil {
-		u := *m.Usage
-		s.m.Usage = &u
+		s.usage = *m.Usage
 	}
 	return s
 }
 
 // Bytes estimates what s keeps beyond its own struct: its block list.
 func (s *Snapshot) Bytes() int {
-	return cap(s.m.Content.Blocks) * int(unsafe.Sizeof(Block{}))
+	return cap(s.blocks) * int(unsafe.Sizeof(Block{}))
 }
 
 // Same reports whether m is the message s was taken of: equal in every
 // field, its maps the very same (see Snapshot).
 func (s *Snapshot) Same(m *Message) bool {
+	// The usual case first: the very message, its memory as it was (the
+	// same strings, block list and maps, the blocks and usage unchanged).
+	if *raw(&s.m) == *raw(m) && len(s.blocks) == len(m.Content.Blocks) &&
+		(len(s.blocks) == 0 || rawBlocks(s.blocks) == rawBlocks(m.Content.Blocks)) &&
+		(m.Usage == nil || *(*[unsafe.Sizeof(Usage{})]byte)(unsafe.Pointer(&s.usage)) == *(*[unsafe.Sizeof(Usage{})]byte)(unsafe.Pointer(m.Usage))) {
+		return true
+	}
 	a := &s.m
-	if a.Role != m.Role || a.Content.plain != m.Content.plain || len(a.Content.Blocks) != len(m.Content.Blocks) ||
+	if a.Role != m.Role || a.Content.plain != m.Content.plain || len(s.blocks) != len(m.Content.Blocks) ||
 		(a.Content.Blocks == nil) != (m.Content.Blocks == nil) ||
 		a.API != m.API || a.Provider != m.Provider || a.Model != m.Model ||
 		a.StopReason != m.StopReason || a.ErrorMessage != m.ErrorMessage ||
 		a.ToolCallID != m.ToolCallID || a.ToolName != m.ToolName || a.IsError != m.IsError ||
 		a.Timestamp != m.Timestamp || !sameMap(a.Extra, m.Extra) || !sameAny(a.Details, m.Details) ||
-		(a.Usage == nil) != (m.Usage == nil) || (a.Usage != nil && !sameUsage(a.Usage, m.Usage)) {
+		(a.Usage == nil) != (m.Usage == nil) || (a.Usage != nil && !sameUsage(&s.usage, m.Usage)) {
 		return false
 	}
-	for i := range a.Content.Blocks {
-		if !sameBlock(&a.Content.Blocks[i], &m.Content.Blocks[i]) {
+	for i := range s.blocks {
+		if !sameBlock(&s.blocks[i], &m.Content.Blocks[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// raw is the memory of a message: two messages of the same memory have
+// the same strings, blocks list, maps and usage.
+func raw(m *Message) *[unsafe.Sizeof(Message{})]byte {
+	return (*[unsafe.Sizeof(Message{})]byte)(unsafe.Pointer(m))
+}
+
+// rawBlocks is the memory of a non-empty block list, as a string.
+func rawBlocks(b []Block) string {
+	return unsafe.String((*byte)(unsafe.Pointer(&b[0])), len(b)*int(unsafe.Sizeof(Block{})))
 }
 
 func sameBlock(a, b *Block) bool {

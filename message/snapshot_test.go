@@ -118,8 +118,13 @@ func TestSnapshotDetailsScalars(t *testing.T) {
 		}
 	}
 	m := Message{Role: RoleToolResult, Details: []any{1.0}}
-	if s := Snap(&m); s.Same(&m) {
-		t.Error("a details of another kind is found the same")
+	s := Snap(&m)
+	if !s.Same(&m) {
+		t.Error("the very message with a details of another kind is not the same")
+	}
+	m.Details = []any{1.0}
+	if s.Same(&m) {
+		t.Error("another details of another kind is found the same")
 	}
 }
 

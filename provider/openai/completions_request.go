@@ -2,6 +2,8 @@ package openai
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/message"
@@ -155,12 +157,43 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		body.EnableThinking = &f
 	}
 
+	// Each message's wire form is taken from the session's last request
+	// when the message is the same (message.Snapshots) and the model the
+	// same: conv[i] is what msgs[i] became, hint[j] the last request's
+	// message that body.Messages[j] repeats (-1: none known).
+	w := &wireConvs{}
+	off, same := 0, 0
+	if cache != nil && req.SessionID != "" {
+		w = prev.takeConvs(convKey(m, images))
+		off, same = w.src.Update(msgs)
+	}
+	if off > 0 {
+		copy(w.conv, w.conv[off:off+same])
+	}
+	clear(w.conv[same:])
+	w.conv = w.conv[:same]
+	add := func(cm chatMessage, h int) int {
+		body.Messages = append(body.Messages, cm)
+		w.hint = append(w.hint, h)
+		return len(body.Messages) - 1
+	}
+	// convert puts what msgs[i] becomes in w.conv[i] (the last request's
+	// when i < same) and returns it and the index of its message in the
+	// last request (-1: none).
+	convert := func(i int, build func() wireConv) (*wireConv, int) {
+		if i >= same {
+			w.conv = append(w.conv, build())
+			return &w.conv[i], -1
+		}
+		cv := &w.conv[i]
+		return cv, cv.at
+	}
 	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
 		role := "system"
 		if m.Reasoning && c.developerRole {
 			role = "developer"
 		}
-		body.Messages = append(body.Messages, chatMessage{Role: role, Content: sp})
+		add(chatMessage{Role: role, Content: sp}, -1)
 	}
 
 	hadToolCalls := false
@@ -169,16 +202,19 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		switch msg.Role {
 		case message.RoleUser:
 			if c.assistantAfterTool && len(body.Messages) > 0 && body.Messages[len(body.Messages)-1].Role == "tool" {
-				body.Messages = append(body.Messages, chatMessage{Role: "assistant", Content: "I have processed the tool results."})
+				add(chatMessage{Role: "assistant", Content: "I have processed the tool results."}, -1)
 			}
-			if cm, ok := userMessage(msg, images); ok {
-				body.Messages = append(body.Messages, cm)
+			cv, h := convert(i, func() wireConv { cm, ok := userMessage(msg, images); return wireConv{cm: cm, ok: ok} })
+			cv.at = -1
+			if cv.ok {
+				cv.at = add(cv.cm, h)
 			}
 		case message.RoleAssistant:
-			cm, ok := assistantMessage(msg)
-			if ok {
-				hadToolCalls = hadToolCalls || len(cm.ToolCalls) > 0
-				body.Messages = append(body.Messages, cm)
+			cv, h := convert(i, func() wireConv { cm, ok := assistantMessage(msg); return wireConv{cm: cm, ok: ok} })
+			cv.at = -1
+			if cv.ok {
+				hadToolCalls = hadToolCalls || len(cv.cm.ToolCalls) > 0
+				cv.at = add(cv.cm, h)
 			}
 		case message.RoleToolResult:
 			// Consecutive results; images are collected into one user
@@ -186,37 +222,21 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			var imgs []chatPart
 			for ; i < len(msgs) && msgs[i].Role == message.RoleToolResult; i++ {
 				tr := &msgs[i]
-				var texts []string
-				hasImg := false
-				for _, b := range tr.Content.Blocks {
-					switch b.Type {
-					case message.BlockText:
-						texts = append(texts, transform.SanitizeSurrogates(b.Text))
-					case message.BlockImage:
-						hasImg = true
-						if images {
-							imgs = append(imgs, imagePart(b))
-						}
-					}
-				}
-				text := strings.Join(texts, "\n")
-				if text == "" && hasImg {
-					text = "(see attached image)"
-				}
-				tm := chatMessage{Role: "tool", ToolCallID: tr.ToolCallID, Content: text}
-				if c.toolResultName {
-					tm.Name = tr.ToolName
-				}
-				body.Messages = append(body.Messages, tm)
+				cv, h := convert(i, func() wireConv { return toolMessage(tr, images, c.toolResultName) })
+				imgs = append(imgs, cv.imgs...)
+				cv.at = add(cv.cm, h)
 			}
 			i--
 			if len(imgs) > 0 {
 				if c.assistantAfterTool {
-					body.Messages = append(body.Messages, chatMessage{Role: "assistant", Content: "I have processed the tool results."})
+					add(chatMessage{Role: "assistant", Content: "I have processed the tool results."}, -1)
 				}
 				parts := append([]chatPart{{Type: "text", Text: "Attached image(s) from tool result:"}}, imgs...)
-				body.Messages = append(body.Messages, chatMessage{Role: "user", Content: parts})
+				add(chatMessage{Role: "user", Content: parts}, -1)
 			}
+		default:
+			cv, _ := convert(i, func() wireConv { return wireConv{} })
+			cv.at = -1
 		}
 	}
 
@@ -240,9 +260,54 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		body.Tools = &empty
 	}
 	if c.anthropicCache {
-		addCacheControl(body.Messages)
+		if j := addCacheControl(body.Messages); j >= 0 {
+			// Its JSON is not that of the message it was made of.
+			w.hint[j] = -1
+			for i := len(w.conv) - 1; i >= 0; i-- {
+				if w.conv[i].at == j {
+					w.conv[i].at = -1
+					break
+				}
+			}
+		}
 	}
-	return cache.encode(req.SessionID, prev, &body)
+	return cache.encode(req.SessionID, prev, &body, w)
+}
+
+// convKey names what a message's wire form depends on besides the
+// message: the model (its compatibility settings) and whether it takes
+// images.
+func convKey(m provider.Model, images bool) string {
+	return fmt.Sprint(m.Provider, "\x00", m.BaseURL, "\x00", m.ID, "\x00", images)
+}
+
+// toolMessage is the wire form of a tool result: its text (images taken
+// out, to be sent after the run of results), named when the endpoint
+// wants names.
+func toolMessage(tr *message.Message, images, named bool) wireConv {
+	var texts []string
+	var imgs []chatPart
+	hasImg := false
+	for _, b := range tr.Content.Blocks {
+		switch b.Type {
+		case message.BlockText:
+			texts = append(texts, transform.SanitizeSurrogates(b.Text))
+		case message.BlockImage:
+			hasImg = true
+			if images {
+				imgs = append(imgs, imagePart(b))
+			}
+		}
+	}
+	text := strings.Join(texts, "\n")
+	if text == "" && hasImg {
+		text = "(see attached image)"
+	}
+	tm := chatMessage{Role: "tool", ToolCallID: tr.ToolCallID, Content: text}
+	if named {
+		tm.Name = tr.ToolName
+	}
+	return wireConv{cm: tm, ok: true, imgs: imgs}
 }
 
 func imagePart(b message.Block) chatPart {
@@ -335,8 +400,10 @@ func assistantMessage(msg *message.Message) (chatMessage, bool) {
 }
 
 // addCacheControl marks the last text part of the last user or assistant
-// message as a prompt-cache breakpoint (OpenRouter with Anthropic models).
-func addCacheControl(msgs []chatMessage) {
+// message as a prompt-cache breakpoint (OpenRouter with Anthropic models)
+// and returns its index (-1: none). The message gets parts of its own: the
+// ones it had may be shared.
+func addCacheControl(msgs []chatMessage) int {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := &msgs[i]
 		if m.Role != "user" && m.Role != "assistant" {
@@ -345,14 +412,17 @@ func addCacheControl(msgs []chatMessage) {
 		switch c := m.Content.(type) {
 		case string:
 			m.Content = []chatPart{{Type: "text", Text: c, CacheControl: &cacheControl{Type: "ephemeral"}}}
-			return
+			return i
 		case []chatPart:
 			for j := len(c) - 1; j >= 0; j-- {
 				if c[j].Type == "text" {
+					c = slices.Clone(c)
 					c[j].CacheControl = &cacheControl{Type: "ephemeral"}
-					return
+					m.Content = c
+					return i
 				}
 			}
 		}
 	}
+	return -1
 }

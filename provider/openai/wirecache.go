@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/lanefleet/lanefleet/message"
 )
 
 // WireCacheBytesDefault bounds what a Chat Completions adapter keeps of its
@@ -47,7 +49,54 @@ type wireSession struct {
 	// new ones per request).
 	spareMsgs []chatMessage
 	spareEnc  [][]byte
-	size      int
+	// convs are the wire forms of the request's messages.
+	convs *wireConvs
+	size  int
+}
+
+// wireConvs are what the messages of a request (as the model gets them,
+// before they become wire messages) became on the wire, kept to take a
+// message's wire form and JSON from the last request when it is the same
+// message for the same model.
+type wireConvs struct {
+	key  string            // the model (convKey) the forms are for
+	src  message.Snapshots // of the request's messages
+	conv []wireConv        // conv[i] is what the i-th of them became
+	// hint[j] is the message of the last request that the request's j-th
+	// wire message repeats, -1 when not known.
+	hint []int
+}
+
+// wireConv is what one message became on the wire.
+type wireConv struct {
+	cm   chatMessage
+	ok   bool       // cm is sent (a user message may have nothing to send)
+	imgs []chatPart // a tool result's images, sent after its run of results
+	at   int        // cm's index in the request's wire messages, -1: not there as cm
+}
+
+// takeConvs returns the wire forms s keeps, emptied when they are not
+// for key (nil s: new ones); the request then owns them.
+func (s *wireSession) takeConvs(key string) *wireConvs {
+	if s == nil || s.convs == nil {
+		return &wireConvs{key: key}
+	}
+	w := s.convs
+	s.convs = nil
+	if w.key != key {
+		w.key = key
+		w.src.Reset()
+		clear(w.conv)
+		w.conv = w.conv[:0]
+	}
+	w.hint = w.hint[:0]
+	return w
+}
+
+// bytes estimates the memory w holds besides the strings it shares with
+// the messages.
+func (w *wireConvs) bytes() int {
+	return w.src.Bytes() + cap(w.conv)*int(unsafe.Sizeof(wireConv{})) + cap(w.hint)*int(unsafe.Sizeof(0))
 }
 
 // messages returns an empty message list with room for n, in the spare
@@ -120,9 +169,11 @@ var messagesField = []byte(`,"messages":null,`)
 
 // encode returns json.Marshal(body), reusing the JSON of the messages that
 // equal those of prev, the session's last request (taken from the cache;
-// nil: no reuse). The cache keeps body's messages afterwards: the caller
-// must not modify them.
-func (c *wireCache) encode(sessionID string, prev *wireSession, body *chatRequest) ([]byte, error) {
+// nil: no reuse): body.Messages[j] is prev's message w.hint[j] when that
+// is not negative (the wire form of the same message), else it is looked
+// for. The cache keeps body's messages and w afterwards: the caller must
+// not modify them.
+func (c *wireCache) encode(sessionID string, prev *wireSession, body *chatRequest, w *wireConvs) ([]byte, error) {
 	if c == nil || sessionID == "" {
 		return json.Marshal(body)
 	}
@@ -137,7 +188,7 @@ func (c *wireCache) encode(sessionID string, prev *wireSession, body *chatReques
 	if at < 0 {
 		return json.Marshal(body)
 	}
-	next := &wireSession{id: sessionID, msgs: msgs, size: len(sessionID) + wireSessionOverhead}
+	next := &wireSession{id: sessionID, msgs: msgs, convs: w, size: len(sessionID) + wireSessionOverhead + w.bytes()}
 	if prev != nil {
 		// This request's JSON goes in the spare array; the last request's
 		// arrays are the next one's spares.
@@ -152,7 +203,11 @@ func (c *wireCache) encode(sessionID string, prev *wireSession, body *chatReques
 	m := matcher{prev: prev}
 	reused := 0
 	for i := range msgs {
-		if b := m.find(&msgs[i]); b != nil {
+		if h := w.hint[i]; h >= 0 {
+			next.enc[i] = prev.enc[h]
+			m.next = h + 1
+			reused++
+		} else if b := m.find(&msgs[i]); b != nil {
 			next.enc[i] = b
 			reused++
 		} else if next.enc[i], err = json.Marshal(&msgs[i]); err != nil {

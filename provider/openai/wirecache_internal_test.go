@@ -85,7 +85,7 @@ func TestWireCacheBodies(t *testing.T) {
 func TestWireCacheBounded(t *testing.T) {
 	t.Parallel()
 	m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions"}
-	cache := newWireCache(64 << 10)
+	cache := newWireCache(256 << 10)
 	for i := range 50 {
 		req := &provider.Request{Model: m, Messages: benchHistory(40), SessionID: fmt.Sprint("s", i)}
 		if _, err := buildChatRequest(req, cache); err != nil {
