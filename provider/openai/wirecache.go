@@ -201,6 +201,11 @@ func (c *wireCache) encode(sessionID string, prev *wireSession, body *chatReques
 	}
 	n := len(head) + 2
 	m := matcher{prev: prev}
+	if slices.ContainsFunc(w.hint, func(h int) bool { return h >= 0 }) {
+		// The messages lined up with the last request's: the others are
+		// new or changed, not moved (no whole-request searches).
+		m.searches = maxSearches
+	}
 	reused := 0
 	for i := range msgs {
 		if h := w.hint[i]; h >= 0 {
