@@ -85,3 +85,29 @@ func TestSizesGuardMatchesGuardContext(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGuard guards one session's request at 100, 1,000 and 2,000
+// messages as a long session's turns do (the history and a new prompt
+// each time): GuardContext measuring every message (the baseline) and
+// Sizes.Guard reusing the estimates of the last request's.
+func BenchmarkGuard(b *testing.B) {
+	for _, n := range []int{100, 1000, 2000} {
+		for _, sized := range []bool{false, true} {
+			b.Run(fmt.Sprintf("messages=%d/sizes=%v", n, sized), func(b *testing.B) {
+				msgs := append(sizesHistory(n, 300), message.User("", 2))
+				var s Sizes
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					msgs[n] = message.User(fmt.Sprintf("and now %d?", i), 2)
+					if sized {
+						s.Guard(msgs, 200_000)
+					} else {
+						GuardContext(msgs, 200_000)
+					}
+				}
+			})
+		}
+	}
+}
