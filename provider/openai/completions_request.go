@@ -163,7 +163,8 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	// message that body.Messages[j] repeats (-1: none known).
 	w := &wireConvs{}
 	off, same := 0, 0
-	if cache != nil && req.SessionID != "" {
+	keep := cache != nil && req.SessionID != "" // the forms are kept for the next request
+	if keep {
 		w = prev.takeConvs(convKey(m, images))
 		off, same = w.src.Update(msgs)
 	}
@@ -174,13 +175,20 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	w.conv = w.conv[:same]
 	add := func(cm chatMessage, h int) int {
 		body.Messages = append(body.Messages, cm)
-		w.hint = append(w.hint, h)
+		if keep {
+			w.hint = append(w.hint, h)
+		}
 		return len(body.Messages) - 1
 	}
 	// convert puts what msgs[i] becomes in w.conv[i] (the last request's
 	// when i < same) and returns it and the index of its message in the
 	// last request (-1: none).
+	var scratch wireConv
 	convert := func(i int, build func() wireConv) (*wireConv, int) {
+		if !keep {
+			scratch = build()
+			return &scratch, -1
+		}
 		if i >= same {
 			w.conv = append(w.conv, build())
 			return &w.conv[i], -1
@@ -260,7 +268,7 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		body.Tools = &empty
 	}
 	if c.anthropicCache {
-		if j := addCacheControl(body.Messages); j >= 0 {
+		if j := addCacheControl(body.Messages); j >= 0 && keep {
 			// Its JSON is not that of the message it was made of.
 			w.hint[j] = -1
 			for i := len(w.conv) - 1; i >= 0; i-- {
