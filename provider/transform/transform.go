@@ -53,21 +53,24 @@ func Messages(msgs []message.Message, target provider.Model, normalizeID func(st
 			copy(out, msgs[:i])
 		}
 	}
-	var pending []message.Block // tool calls of the last assistant still waiting
+	type call struct{ id, name string }
+	var pending []call // tool calls of the last assistant still waiting
 	var answered map[string]bool
 	flush := func() {
 		for _, c := range pending {
-			if !answered[c.ID] {
+			if !answered[c.id] {
 				own()
 				out = append(out, message.Message{
-					Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+					Role: message.RoleToolResult, ToolCallID: c.id, ToolName: c.name,
 					Content: message.BlocksOf(message.Text(NoResultText)), IsError: true,
 					Timestamp: lastTimestamp(out),
 				})
 			}
 		}
-		pending = nil
-		clear(answered)
+		pending = pending[:0]
+		if len(answered) > 0 {
+			clear(answered)
+		}
 	}
 	for ; i < len(msgs); i++ {
 		m := &msgs[i]
@@ -85,9 +88,9 @@ func Messages(msgs []message.Message, target provider.Model, normalizeID func(st
 				continue
 			}
 			flush()
-			for _, b := range blocks {
-				if b.Type == message.BlockToolCall {
-					pending = append(pending, b)
+			for j := range blocks {
+				if b := &blocks[j]; b.Type == message.BlockToolCall {
+					pending = append(pending, call{b.ID, b.Name})
 				}
 			}
 		case message.RoleToolResult:
@@ -134,7 +137,8 @@ func assistantBlocks(m *message.Message, target provider.Model, normalizeID func
 	same := SameModel(m, target)
 	src := m.Content.Blocks
 	var blocks []message.Block // nil while every block is kept as it is
-	for j, b := range src {
+	for j := range src {
+		b := &src[j] // copied before it is changed
 		keep, changed := true, false
 		switch b.Type {
 		case message.BlockThinking:
@@ -146,11 +150,14 @@ func assistantBlocks(m *message.Message, target provider.Model, normalizeID func
 				keep = false
 			case same:
 			default:
-				b, changed = message.Text(b.Thinking), true
+				t := message.Text(b.Thinking)
+				b, changed = &t, true
 			}
 		case message.BlockText:
 			if !same && b.TextSignature != "" {
-				b.TextSignature, changed = "", true
+				t := *b
+				t.TextSignature = ""
+				b, changed = &t, true
 			}
 		case message.BlockToolCall:
 			if same {
@@ -167,8 +174,9 @@ func assistantBlocks(m *message.Message, target provider.Model, normalizeID func
 					}
 					(*idMap)[b.ID] = id
 				}
-				b = b.Clone()
-				b.ID, b.ThoughtSignature, changed = id, "", true
+				t := b.Clone()
+				t.ID, t.ThoughtSignature = id, ""
+				b, changed = &t, true
 			}
 		}
 		if blocks == nil && (changed || !keep) {
@@ -176,7 +184,7 @@ func assistantBlocks(m *message.Message, target provider.Model, normalizeID func
 			copy(blocks, src[:j])
 		}
 		if blocks != nil && keep {
-			blocks = append(blocks, b)
+			blocks = append(blocks, *b)
 		}
 	}
 	if blocks == nil {
