@@ -38,25 +38,37 @@ func TestWireCacheBodies(t *testing.T) {
 		system  string
 		msgs    []message.Message
 		reusing bool // some messages' JSON must come from the cache
+		// change, when set, changes the history in place before the step.
+		change func()
 	}{
-		{"first turn", gpt, "sys", h[:4], false},
-		{"second turn", gpt, "sys", h[:8], true},
-		{"long session", gpt, "sys", h[:40], true},
-		{"same again", gpt, "sys", h[:40], true},
-		{"tool result cut", gpt, "sys", cut, true},
-		{"another model's reply in the history", gpt, "sys", other, true},
-		{"history limit drops the oldest turns", gpt, "sys", h[12:40], true},
-		{"compaction", gpt, "sys", compacted, true},
-		{"rollback", gpt, "sys", h[:6], true},
-		{"image", gpt, "sys", withImage, true},
-		{"system prompt changed", gpt, "other sys", h[:20], true},
-		{"prompt-cache marks (OpenRouter Anthropic)", claude, "sys", h[:21], true},
-		{"next turn there", claude, "sys", h[:25], true},
-		{"mistral's shape", mistral, "", h[:20], true},
-		{"empty", gpt, "", nil, false},
+		{"first turn", gpt, "sys", h[:4], false, nil},
+		{"second turn", gpt, "sys", h[:8], true, nil},
+		{"long session", gpt, "sys", h[:40], true, nil},
+		{"same again", gpt, "sys", h[:40], true, nil},
+		{"a text rewritten in place", gpt, "sys", h[:40], true, func() { h[5].Content.Blocks[0].Text = "Let me look again." }},
+		{"a message replaced in place", gpt, "sys", h[:40], true, func() { h[8] = message.User("another question", 1) }},
+		{"tool call arguments replaced", gpt, "sys", h[:40], true, func() {
+			h[13].Content.Blocks[1].Arguments = map[string]any{"path": "other.go"}
+		}},
+		{"a tool result's id changed", gpt, "sys", h[:40], true, func() { h[14].ToolCallID = "call_x" }},
+		{"a user message no longer plain", gpt, "sys", h[:40], true, func() { h[16].Content = message.BlocksOf(h[16].Content.Blocks...) }},
+		{"tool result cut", gpt, "sys", cut, true, nil},
+		{"another model's reply in the history", gpt, "sys", other, true, nil},
+		{"history limit drops the oldest turns", gpt, "sys", h[12:40], true, nil},
+		{"compaction", gpt, "sys", compacted, true, nil},
+		{"rollback", gpt, "sys", h[:6], true, nil},
+		{"image", gpt, "sys", withImage, true, nil},
+		{"system prompt changed", gpt, "other sys", h[:20], true, nil},
+		{"prompt-cache marks (OpenRouter Anthropic)", claude, "sys", h[:21], true, nil},
+		{"next turn there", claude, "sys", h[:25], true, nil},
+		{"mistral's shape", mistral, "", h[:20], true, nil},
+		{"empty", gpt, "", nil, false, nil},
 	}
 	cache := newWireCache(WireCacheBytesDefault)
 	for _, st := range steps {
+		if st.change != nil {
+			st.change()
+		}
 		req := &provider.Request{Model: st.model, SystemPrompt: st.system, Messages: st.msgs, SessionID: "s1",
 			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
 		before := cache.reused.Load()
