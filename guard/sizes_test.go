@@ -36,34 +36,37 @@ func sizesHistory(n, result int) []message.Message {
 // A Sizes that reused a stale estimate would cut or compact differently.
 func TestSizesGuardMatchesGuardContext(t *testing.T) {
 	hist := sizesHistory(400, 300)
+	// At 60,000 tokens nothing is cut until a result grows past 60,000
+	// characters (a stale estimate would leave it whole), nor compacted.
 	steps := []struct {
-		name   string
-		msgs   func() []message.Message
-		tokens int
-		reuse  int // at least this many estimates reused
+		name    string
+		msgs    func() []message.Message
+		tokens  int
+		reuse   int  // at least this many estimates reused
+		changes bool // the guard rewrites messages
 	}{
-		{"first", func() []message.Message { return hist[:100] }, 8000, 0},
-		{"appended", func() []message.Message { return hist[:120] }, 8000, 100},
-		{"same", func() []message.Message { return hist[:120] }, 8000, 120},
+		{"first", func() []message.Message { return hist[:100] }, 60000, 0, false},
+		{"appended", func() []message.Message { return hist[:120] }, 60000, 100, false},
+		{"same", func() []message.Message { return hist[:120] }, 60000, 120, false},
 		{"block rewritten in place", func() []message.Message {
-			hist[2].Content.Blocks[0].Text = strings.Repeat("x", 20000)
+			hist[2].Content.Blocks[0].Text = strings.Repeat("x", 200000)
 			return hist[:120]
-		}, 8000, 2},
+		}, 60000, 2, true},
 		{"content replaced", func() []message.Message {
-			hist[6] = toolResult("c1", strings.Repeat("y", 30000), nil)
+			hist[6] = toolResult("c1", strings.Repeat("y", 100000), nil)
 			return hist[:121]
-		}, 8000, 6},
+		}, 60000, 6, true},
 		{"details replaced", func() []message.Message {
 			hist[10].Details = strings.Repeat("d", 50000)
 			return hist[:121]
-		}, 8000, 10},
-		{"front dropped", func() []message.Message { return hist[8:140] }, 8000, 100},
-		{"front dropped again", func() []message.Message { return hist[12:140] }, 8000, 120},
-		{"smaller window", func() []message.Message { return hist[12:140] }, 2000, 128},
-		{"copied history", func() []message.Message { return append([]message.Message(nil), hist[12:141]...) }, 8000, 128},
-		{"unrelated history", func() []message.Message { return sizesHistory(50, 10) }, 8000, 0},
-		{"empty", func() []message.Message { return nil }, 8000, 0},
-		{"after empty", func() []message.Message { return hist[:300] }, 1_000_000, 0},
+		}, 60000, 10, true},
+		{"front dropped", func() []message.Message { return hist[8:140] }, 60000, 100, true},
+		{"front dropped again", func() []message.Message { return hist[12:140] }, 60000, 120, false},
+		{"smaller window: cut and compacted", func() []message.Message { return hist[12:140] }, 2000, 128, true},
+		{"copied history", func() []message.Message { return append([]message.Message(nil), hist[12:141]...) }, 60000, 128, false},
+		{"unrelated history", func() []message.Message { return sizesHistory(50, 10) }, 60000, 0, false},
+		{"empty", func() []message.Message { return nil }, 60000, 0, false},
+		{"after empty", func() []message.Message { return hist[:300] }, 60000, 0, true},
 	}
 	var s Sizes
 	for _, st := range steps {
@@ -74,8 +77,8 @@ func TestSizesGuardMatchesGuardContext(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: Sizes.Guard differs from GuardContext", st.name)
 		}
-		if changed := len(msgs) >= 100 && st.tokens < 1_000_000; changed != res.Changed {
-			t.Errorf("%s: the guard changed messages: %v, want %v", st.name, res.Changed, changed)
+		if res.Changed != st.changes {
+			t.Errorf("%s: the guard changed messages: %v, want %v", st.name, res.Changed, st.changes)
 		}
 		if n := s.Reused - reused; n < st.reuse {
 			t.Errorf("%s: %d estimates reused, want at least %d", st.name, n, st.reuse)
