@@ -216,13 +216,17 @@ func TestLongSessionBodiesCached(t *testing.T) {
 	m.Content = message.BlocksOf(message.Text("rewritten"))
 	rewritten[5].Message = &m
 	h = turn("rewritten", rewritten)
+	// A message replaced in place in the history the last run had.
+	inPlace := message.Message{Role: message.RoleUser, Content: message.BlocksOf(message.Text("replaced in place")), Timestamp: 3}
+	h[7].Message = &inPlace
+	h = turn("after a message replaced in place", h)
 	h = chain(h, message.Message{Role: message.RoleAssistant, Provider: "other", Model: "x", API: "openai-completions",
 		StopReason: message.StopStop, Content: message.BlocksOf(message.Block{Type: message.BlockText, Text: "from another model", TextSignature: "sig"})})
 	_ = turn("after another model", h)
 
 	a, b := bodies["/cached/v1/chat/completions"], bodies["/fresh/v1/chat/completions"]
-	if len(a) != 21 || len(b) != len(a) {
-		t.Fatalf("%d and %d requests, want 21", len(a), len(b))
+	if len(a) != 22 || len(b) != len(a) {
+		t.Fatalf("%d and %d requests, want 22", len(a), len(b))
 	}
 	for i := range a {
 		if !bytes.Equal(a[i], b[i]) {
@@ -231,5 +235,9 @@ func TestLongSessionBodiesCached(t *testing.T) {
 	}
 	if n := cached.contexts.extended.Load(); n < 12 {
 		t.Errorf("%d runs extended a cached context, want most", n)
+	}
+	sc := cached.contexts.take("k\x00s")
+	if sc == nil || sc.sizes.Reused < 100 || sc.sizes.Measured < 22 {
+		t.Errorf("the guard's estimates were not kept and reused: %+v", sc)
 	}
 }
