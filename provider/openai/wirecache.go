@@ -20,12 +20,15 @@ const WireCacheBytesDefault = 16 << 20
 // Chat Completions request and their JSON, so that the next request of a
 // long session encodes only the messages that are new: a turn's encoding
 // cost does not grow with the session's length. Nothing is assumed about
-// what changed: each message of the new request is compared with the
-// cached one it lines up with, field by field, and only an equal message
-// reuses the cached JSON, so a body is byte for byte what json.Marshal
-// makes of it whatever happened to the history (a compaction, a rollback,
-// a cut tool result, another model's turn, the history limit dropping the
-// oldest turns). Sessions are dropped least recently used first when the
+// what changed. A message of the history that is the same as one of the
+// last request's (message.Snapshot: its fields, blocks and maps), for the
+// same model, takes the wire form and JSON that one got (wireConvs);
+// every other wire message is compared with the cached one it lines up
+// with, field by field, and only an equal message reuses the cached JSON.
+// So a body is byte for byte what json.Marshal makes of it whatever
+// happened to the history (a compaction, a rollback, a cut tool result,
+// another model's turn, the history limit dropping the oldest turns, a
+// message changed in place). Sessions are dropped least recently used first when the
 // kept bytes exceed max; one session is in use by one request at a time
 // (a concurrent request of the same session encodes everything).
 type wireCache struct {
