@@ -355,8 +355,8 @@ var (
 // watchCuts returns the turn's context, cancelled as soon as a message that
 // cuts the running turn (queue.OnArrival: interrupt, rollback, stop) is
 // published to the lane. It subscribes before the turn's start event is
-// published, so a cut sent by a client that saw that event is never
-// missed. A core subscription sees every message the stream stores; if it
+// published (on the same connection), so a cut sent by a client that saw
+// that event is never missed. A core subscription sees every message the stream stores; if it
 // misses one (a reconnect), that message still runs in order after the
 // turn. The returned function ends the cutting; the subscription stays
 // until the drain's next look at the lane (o.quiet, endWatch).
@@ -387,9 +387,12 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 		o.log.Debug().Err(err).Msg("watch for interrupts")
 		return turnCtx, func() { cancel(nil) }
 	}
-	// One round trip so the server has the subscription before the turn
-	// starts: a cut published from then on is seen.
-	_ = o.w.nc.FlushTimeout(time.Second)
+	// No flush: the subscription goes out on the connection before the
+	// turn's start event does, and a server takes a connection's
+	// protocol in order, so it has the subscription before anyone can
+	// see that event and answer it with a cut. (A flush would prove no
+	// more in a cluster, where the interest reaches the other servers on
+	// its own, and it cost every turn a round trip.)
 	o.endWatch()
 	q.sub, o.quiet = sub, q
 	return turnCtx, func() { cancel(nil) }
