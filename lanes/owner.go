@@ -55,6 +55,12 @@ type owner struct {
 	turns    int
 	lastTurn time.Duration // how long the last of them took
 	yielded  bool
+	// held is what the owner's slot holds of the byte budget; it grows to
+	// the largest message the owner runs (fits), and goes back with the
+	// slot. overBudget: the drain ended because the lane's next message
+	// did not fit.
+	held       int64
+	overBudget bool
 	// quiet is what the running turn's watch (see watchCuts) knows of the
 	// lane; nil when no watch runs.
 	quiet *quietWatch
@@ -95,6 +101,8 @@ func (o *owner) run() {
 			end = endHandOver
 		case o.yielded:
 			end = endYield
+		case o.overBudget:
+			end = endOverBudget
 		default:
 			end = o.release()
 		}
@@ -128,6 +136,10 @@ const (
 	// endRetry: the release, the re-check or the re-acquire failed: the
 	// trigger comes back in a second, to whoever can take the lane then.
 	endRetry
+	// endOverBudget: the lane's next message does not fit the byte
+	// budget: release the lease, hand the trigger back for a moment
+	// later, when the payloads in flight may have gone.
+	endOverBudget
 	// endYield: the owner gives its slot to a lane that waits for one,
 	// with messages left: release the lease and hand the trigger back at
 	// once; it waits in line (at the end) to drain the rest.
@@ -173,6 +185,17 @@ func (o *owner) settle(end ending) {
 		o.deleteProcessed(ctx, true)
 	case endRetry:
 		o.w.nak(o.trigger, time.Second)
+	case endOverBudget:
+		o.deleteProcessed(ctx, true)
+		o.hold(false)
+		if err := o.lease.Release(ctx); err != nil {
+			o.log.Warn().Err(err).Msg("release lease over the byte budget")
+		}
+		o.w.stats.Released.Add(1)
+		o.w.stats.OverBudget.Add(1)
+		if o.trigger != nil {
+			o.w.nak(o.trigger, busyNakDelay)
+		}
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
 		// take the lane.
@@ -283,6 +306,10 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			return false
 		}
+		if !o.fits(raw) {
+			o.overBudget = true
+			return false
+		}
 		if o.w.shouldYield(o.turns, o.since, o.lastTurn, o.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
 			o.yielded = true
 			return false
@@ -311,6 +338,22 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// fits charges the owner's slot for the message it is about to run, when
+// that is larger than what the slot holds (its trigger's payload, or the
+// largest message it ran), and reports whether the byte budget had room: a
+// sender cannot pass large messages behind a small one.
+func (o *owner) fits(raw *jetstream.RawStreamMsg) bool {
+	need := o.w.sched.charge(len(raw.Data))
+	if need <= o.held {
+		return true
+	}
+	if !o.w.sched.grow(need - o.held) {
+		return false
+	}
+	o.held = need
+	return true
 }
 
 // readCursor reads the lane's cursor and sets the owner's settings, on the
