@@ -434,7 +434,6 @@ func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-//
 // Its slot holds held bytes of the byte budget; it returns what the slot
 // holds when it is done (more when its owner ran larger messages).
 func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
