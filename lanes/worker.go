@@ -434,8 +434,10 @@ func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// Its slot holds held bytes of the byte budget; it returns what the slot
-// holds when it is done (more when its owner ran larger messages).
+// handleDelivery takes the lane of a delivery that got a slot and drains it
+// (or settles the delivery when the lane is owned). The slot holds held
+// bytes of the byte budget; it returns what the slot holds when it is done
+// (more when its owner ran larger messages).
 func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 	if w.stopping.Load() {
 		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to stop
