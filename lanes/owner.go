@@ -357,23 +357,14 @@ func (o *owner) fits(raw *jetstream.RawStreamMsg) bool {
 }
 
 // readCursor reads the lane's cursor and sets the owner's settings, on the
-// leader. The settings this worker knows as of the newest record are used
-// without a read (see transcript.settings); otherwise they are read, with
-// the cursor when nothing is known.
+// leader. Settings are stored only by an owner holding the lease, before
+// the record that commits its turn, so a lane without a transcript message
+// has none (a settings message whose owner died before its record runs
+// again, on the settings before it), and the settings this worker knows as
+// of the newest record are still these (see transcript.settings): only
+// otherwise are they read.
 func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
-	known, at := o.w.transcripts.settingsOf(o.token)
-	var (
-		wg       sync.WaitGroup
-		settings []byte
-		serr     error
-		c        kvstore.Cursor
-		err      error
-	)
-	if at == 0 {
-		wg.Go(func() { settings, serr = o.w.lanes.Settings(ctx, o.token) })
-	}
-	c, err = o.w.lanes.Cursor(ctx, o.token)
-	wg.Wait()
+	c, err := o.w.lanes.Cursor(ctx, o.token)
 	if errors.Is(err, kvstore.ErrCorrupt) {
 		// c still holds the lane's position (kvstore.ErrCorrupt says why).
 		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
@@ -382,15 +373,17 @@ func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
 	if err != nil {
 		return c, err
 	}
-	if at != 0 && c.Stored == at {
+	if c.Stored == 0 {
+		o.settings = nil
+		return c, nil
+	}
+	if known, at := o.w.transcripts.settingsOf(o.token); at != 0 && c.Stored == at {
 		o.settings = known
 		return c, nil
 	}
-	if at != 0 {
-		settings, serr = o.w.lanes.Settings(ctx, o.token)
-	}
-	if serr != nil {
-		return c, serr
+	settings, err := o.w.lanes.Settings(ctx, o.token)
+	if err != nil {
+		return c, err
 	}
 	o.settings, err = events.DecodeSettings(settings)
 	if err != nil {
