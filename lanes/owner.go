@@ -61,8 +61,8 @@ type owner struct {
 	// did not fit.
 	held       int64
 	overBudget bool
-	// quiet is what the running turn's watch (see watchCuts) knows of the
-	// lane; nil when no watch runs.
+	// quiet is the drain's watch of the lane (see watchCuts) and what it
+	// knows; nil until a turn of the drain starts one.
 	quiet *quietWatch
 	// triggerGone: the trigger's message was deleted (an earlier owner
 	// processed it), so the trigger cannot be handed back: no yield.
@@ -277,7 +277,6 @@ func (o *owner) drain(ctx context.Context) bool {
 		// be empty: no read (the release reads it again anyway).
 		empty := o.quiet.empty(o.cursor.Seq, o.w.nc.Stats().Reconnects)
 		lingered := empty && o.linger(ctx)
-		o.endWatch()
 		if empty && !lingered {
 			o.w.stats.QuietSkips.Add(1)
 			return false
@@ -315,10 +314,8 @@ func (o *owner) drain(ctx context.Context) bool {
 			return false
 		}
 		began := time.Now()
+		o.quiet.reset() // only this turn's steer poll can say the lane is empty
 		err = o.process(ctx, raw)
-		if err != nil {
-			o.endWatch() // its knowledge is of an attempt that did not commit
-		}
 		switch {
 		case err == nil:
 			o.turns, o.lastTurn = o.turns+1, time.Since(began)
