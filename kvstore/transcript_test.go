@@ -142,7 +142,7 @@ func TestReadTranscriptReplicated(t *testing.T) {
 	var conns []*nats.Conn
 	for _, url := range cl.URLs {
 		nc := natstest.Connect(t, url)
-		js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(10*time.Second))
+		js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
