@@ -24,7 +24,7 @@ func TestLeaseConflictsOnReplicatedBucket(t *testing.T) {
 	t.Parallel()
 	cl := natstest.StartCluster(t, 3)
 	nc := natstest.Connect(t, cl.URL())
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(10*time.Second))
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

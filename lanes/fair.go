@@ -130,6 +130,19 @@ func (s *slots) put(b int64) {
 	s.waiting.Store(int32(len(s.queue)))
 }
 
+// grow adds b bytes to what a slot in use holds, if they fit the budget
+// (an owner about to run a message larger than its trigger's). It never
+// waits: an owner whose message does not fit lets its lane go for a while.
+func (s *slots) grow(b int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.maxBytes > 0 && s.bytes+b > s.maxBytes {
+		return false
+	}
+	s.bytes += b
+	return true
+}
+
 // usedBytes returns the payload bytes the slots in use hold.
 func (s *slots) usedBytes() int64 {
 	s.mu.Lock()

@@ -508,3 +508,60 @@ func TestByteBudgetBoundsPayloadsInFlight(t *testing.T) {
 		t.Fatal("no delivery waited for bytes")
 	}
 }
+
+// TestByteBudgetChargesFollowUps: a large message queued behind a small
+// one on the same lane is charged too. Its owner, admitted for the small
+// trigger, lets the lane go while the budget cannot take the large one,
+// and runs it once the bytes in flight are back; every message runs once,
+// in order.
+func TestByteBudgetChargesFollowUps(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 30*time.Second, 5*time.Second)
+	big := strings.Repeat("x", 64<<10)
+	var (
+		mu      sync.Mutex
+		bigRan  bool
+		order   []string
+		started = make(chan struct{})
+		release = make(chan struct{})
+	)
+	h := &echoHandler{hook: func(t *Turn) error {
+		mu.Lock()
+		order = append(order, t.SessionKey+":"+t.Inbound.Text[:min(5, len(t.Inbound.Text))])
+		if t.SessionKey == "follow" && t.Inbound.Text == big {
+			bigRan = true
+		}
+		mu.Unlock()
+		if t.SessionKey == "holder" {
+			close(started)
+			<-release
+		}
+		return nil
+	}}
+	// Room for one large payload, not two.
+	w, _, _ := f.fairWorker(t, h, Config{Concurrency: 8, MaxInflightBytes: 3 * (64 << 10) / 2})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failure must not leave the worker's stop waiting on the holder
+	f.publish(t, "holder", big)
+	<-started
+	small := f.publish(t, "follow", "small")
+	last := f.publish(t, "follow", big)
+	f.waitFinal(t, "follow", small)
+	waitUntil(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
+	mu.Lock()
+	ran := bigRan
+	mu.Unlock()
+	if ran {
+		t.Fatal("a large follow-up ran while another large payload held the budget")
+	}
+	free()
+	f.waitFinal(t, "follow", last)
+	waitUntil(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"holder:xxxxx", "follow:small", "follow:xxxxx"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("turns ran %q, want %q", order, want)
+	}
+}

@@ -355,44 +355,72 @@ var (
 // watchCuts returns the turn's context, cancelled as soon as a message that
 // cuts the running turn (queue.OnArrival: interrupt, rollback, stop) is
 // published to the lane. It subscribes before the turn's start event is
-// published, so a cut sent by a client that saw that event is never
-// missed. A core subscription sees every message the stream stores; if it
-// misses one (a reconnect), that message still runs in order after the
-// turn. The returned function ends the cutting; the subscription stays
-// until the drain's next look at the lane (o.quiet, endWatch).
+// published (on the same connection), so a cut sent by a client that saw
+// that event is never missed. A core subscription sees every message the
+// stream stores; if it misses one (a reconnect), that message still runs in
+// order after the turn. The returned function ends the cutting. The
+// subscription is the drain's: made by its first turn, kept for the next
+// ones and the drain's looks at the lane (o.quiet), ended with the drain.
 func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	turnCtx, cancel := context.WithCancelCause(ctx)
-	stored := o.storedMode() // the callback must not read the owner's state
-	q := &quietWatch{notify: make(chan struct{}, 1)}
-	sub, err := o.w.nc.Subscribe(o.subject, func(m *nats.Msg) {
+	q := o.quiet
+	if q == nil {
+		q = &quietWatch{notify: make(chan struct{}, 1)}
+		sub, err := o.w.nc.Subscribe(o.subject, q.arrived(o.w.cfg.MaxPayload))
+		if err != nil {
+			o.log.Debug().Err(err).Msg("watch for interrupts")
+			return turnCtx, func() { cancel(nil) }
+		}
+		// No flush: the subscription goes out on the connection before
+		// the turn's start event does, and a server takes a connection's
+		// protocol in order, so it has the subscription before anyone
+		// can see that event and answer it with a cut. (A flush would
+		// prove no more in a cluster, where the interest reaches the
+		// other servers on its own, and it cost every turn a round trip.)
+		q.sub, o.quiet = sub, q
+	}
+	// The callback must not read the owner's state: the turn's stored
+	// mode goes with its target.
+	t := &cutTarget{cancel: cancel, stored: o.storedMode()}
+	q.target.Store(t)
+	return turnCtx, func() {
+		q.target.CompareAndSwap(t, nil)
+		cancel(nil)
+	}
+}
+
+// cutTarget is the running turn a watched message may cut.
+type cutTarget struct {
+	cancel context.CancelCauseFunc
+	stored queue.Mode
+}
+
+// arrived is the watch's callback: it counts the message, wakes a lingering
+// owner, and cuts the running turn if the message says so.
+func (q *quietWatch) arrived(maxPayload int) nats.MsgHandler {
+	return func(m *nats.Msg) {
 		q.arrivals.Add(1)
 		select {
 		case q.notify <- struct{}{}:
 		default:
 		}
-		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, o.w.cfg.MaxPayload)
+		t := q.target.Load()
+		if t == nil {
+			return // between turns: the message runs in order
+		}
+		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, maxPayload)
 		if err != nil {
 			return
 		}
-		msg := msgOf(&jetstream.RawStreamMsg{}, in, stored, time.Now())
+		msg := msgOf(&jetstream.RawStreamMsg{}, in, t.stored, time.Now())
 		if queue.OnArrival(msg, true) == queue.ArriveCut {
 			cause := errInterrupted
 			if msg.Kind == queue.KindStop {
 				cause = errStopped
 			}
-			cancel(cause)
+			t.cancel(cause)
 		}
-	})
-	if err != nil {
-		o.log.Debug().Err(err).Msg("watch for interrupts")
-		return turnCtx, func() { cancel(nil) }
 	}
-	// One round trip so the server has the subscription before the turn
-	// starts: a cut published from then on is seen.
-	_ = o.w.nc.FlushTimeout(time.Second)
-	o.endWatch()
-	q.sub, o.quiet = sub, q
-	return turnCtx, func() { cancel(nil) }
 }
 
 // quietWatch counts the messages a turn's watch saw arrive on the lane, so
@@ -401,7 +429,8 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 type quietWatch struct {
 	sub      *nats.Subscription
 	arrivals atomic.Uint64
-	notify   chan struct{} // a message arrived (one token at most)
+	notify   chan struct{}             // a message arrived (one token at most)
+	target   atomic.Pointer[cutTarget] // the running turn; nil between turns
 	// mu guards what the last steer poll found: nothing after seq, with
 	// arrivals at count and the connection at reconnects; ok false when
 	// the last poll found something or failed.
@@ -429,6 +458,16 @@ func (q *quietWatch) after(empty bool, seq, count, reconnects uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.ok, q.seq, q.count, q.reconnects = empty, seq, count, reconnects
+}
+
+// reset forgets what the last steer poll found (a new turn starts).
+func (q *quietWatch) reset() {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.ok = false
 }
 
 // empty reports whether the lane is known to hold nothing past seq: the
@@ -460,12 +499,25 @@ func (o *owner) linger(ctx context.Context) bool {
 	if d <= 0 || o.quiet == nil || o.w.stopping.Load() || o.w.sched.waiting.Load() > 0 {
 		return false
 	}
+	// The lane was found empty with the watch at count arrivals: a token
+	// left from before is stale, and one arrival since means a message.
+	q := o.quiet
+	select {
+	case <-q.notify:
+	default:
+	}
+	q.mu.Lock()
+	since := q.arrivals.Load() != q.count
+	q.mu.Unlock()
+	if since {
+		return true
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	o.w.lingering.Add(1)
 	defer o.w.lingering.Add(-1)
 	select {
-	case <-o.quiet.notify:
+	case <-q.notify:
 		return true
 	case <-t.C:
 	case <-ctx.Done():

@@ -55,8 +55,14 @@ type owner struct {
 	turns    int
 	lastTurn time.Duration // how long the last of them took
 	yielded  bool
-	// quiet is what the running turn's watch (see watchCuts) knows of the
-	// lane; nil when no watch runs.
+	// held is what the owner's slot holds of the byte budget; it grows to
+	// the largest message the owner runs (fits), and goes back with the
+	// slot. overBudget: the drain ended because the lane's next message
+	// did not fit.
+	held       int64
+	overBudget bool
+	// quiet is the drain's watch of the lane (see watchCuts) and what it
+	// knows; nil until a turn of the drain starts one.
 	quiet *quietWatch
 	// triggerGone: the trigger's message was deleted (an earlier owner
 	// processed it), so the trigger cannot be handed back: no yield.
@@ -95,6 +101,8 @@ func (o *owner) run() {
 			end = endHandOver
 		case o.yielded:
 			end = endYield
+		case o.overBudget:
+			end = endOverBudget
 		default:
 			end = o.release()
 		}
@@ -128,6 +136,10 @@ const (
 	// endRetry: the release, the re-check or the re-acquire failed: the
 	// trigger comes back in a second, to whoever can take the lane then.
 	endRetry
+	// endOverBudget: the lane's next message does not fit the byte
+	// budget: release the lease, hand the trigger back for a moment
+	// later, when the payloads in flight may have gone.
+	endOverBudget
 	// endYield: the owner gives its slot to a lane that waits for one,
 	// with messages left: release the lease and hand the trigger back at
 	// once; it waits in line (at the end) to drain the rest.
@@ -173,6 +185,17 @@ func (o *owner) settle(end ending) {
 		o.deleteProcessed(ctx, true)
 	case endRetry:
 		o.w.nak(o.trigger, time.Second)
+	case endOverBudget:
+		o.deleteProcessed(ctx, true)
+		o.hold(false)
+		if err := o.lease.Release(ctx); err != nil {
+			o.log.Warn().Err(err).Msg("release lease over the byte budget")
+		}
+		o.w.stats.Released.Add(1)
+		o.w.stats.OverBudget.Add(1)
+		if o.trigger != nil {
+			o.w.nak(o.trigger, busyNakDelay)
+		}
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
 		// take the lane.
@@ -254,7 +277,6 @@ func (o *owner) drain(ctx context.Context) bool {
 		// be empty: no read (the release reads it again anyway).
 		empty := o.quiet.empty(o.cursor.Seq, o.w.nc.Stats().Reconnects)
 		lingered := empty && o.linger(ctx)
-		o.endWatch()
 		if empty && !lingered {
 			o.w.stats.QuietSkips.Add(1)
 			return false
@@ -283,15 +305,17 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			return false
 		}
+		if !o.fits(raw) {
+			o.overBudget = true
+			return false
+		}
 		if o.w.shouldYield(o.turns, o.since, o.lastTurn, o.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
 			o.yielded = true
 			return false
 		}
 		began := time.Now()
+		o.quiet.reset() // only this turn's steer poll can say the lane is empty
 		err = o.process(ctx, raw)
-		if err != nil {
-			o.endWatch() // its knowledge is of an attempt that did not commit
-		}
 		switch {
 		case err == nil:
 			o.turns, o.lastTurn = o.turns+1, time.Since(began)
@@ -313,24 +337,31 @@ func (o *owner) drain(ctx context.Context) bool {
 	return false
 }
 
-// readCursor reads the lane's cursor and sets the owner's settings, on the
-// leader. The settings this worker knows as of the newest record are used
-// without a read (see transcript.settings); otherwise they are read, with
-// the cursor when nothing is known.
-func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
-	known, at := o.w.transcripts.settingsOf(o.token)
-	var (
-		wg       sync.WaitGroup
-		settings []byte
-		serr     error
-		c        kvstore.Cursor
-		err      error
-	)
-	if at == 0 {
-		wg.Go(func() { settings, serr = o.w.lanes.Settings(ctx, o.token) })
+// fits charges the owner's slot for the message it is about to run, when
+// that is larger than what the slot holds (its trigger's payload, or the
+// largest message it ran), and reports whether the byte budget had room: a
+// sender cannot pass large messages behind a small one.
+func (o *owner) fits(raw *jetstream.RawStreamMsg) bool {
+	need := o.w.sched.charge(len(raw.Data))
+	if need <= o.held {
+		return true
 	}
-	c, err = o.w.lanes.Cursor(ctx, o.token)
-	wg.Wait()
+	if !o.w.sched.grow(need - o.held) {
+		return false
+	}
+	o.held = need
+	return true
+}
+
+// readCursor reads the lane's cursor and sets the owner's settings, on the
+// leader. Settings are stored only by an owner holding the lease, before
+// the record that commits its turn, so a lane without a transcript message
+// has none (a settings message whose owner died before its record runs
+// again, on the settings before it), and the settings this worker knows as
+// of the newest record are still these (see transcript.settings): only
+// otherwise are they read.
+func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
+	c, err := o.w.lanes.Cursor(ctx, o.token)
 	if errors.Is(err, kvstore.ErrCorrupt) {
 		// c still holds the lane's position (kvstore.ErrCorrupt says why).
 		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
@@ -339,15 +370,17 @@ func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
 	if err != nil {
 		return c, err
 	}
-	if at != 0 && c.Stored == at {
+	if c.Stored == 0 {
+		o.settings = nil
+		return c, nil
+	}
+	if known, at := o.w.transcripts.settingsOf(o.token); at != 0 && c.Stored == at {
 		o.settings = known
 		return c, nil
 	}
-	if at != 0 {
-		settings, serr = o.w.lanes.Settings(ctx, o.token)
-	}
-	if serr != nil {
-		return c, serr
+	settings, err := o.w.lanes.Settings(ctx, o.token)
+	if err != nil {
+		return c, err
 	}
 	o.settings, err = events.DecodeSettings(settings)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/lanefleet/lanefleet/events"
 )
 
 // TestQuietLaneSkipsTheRead: a turn whose steer poll found the lane empty,
@@ -94,6 +96,47 @@ func TestLinger(t *testing.T) {
 		st := w.Stats()
 		if st.Acquired.Load() != 1 || st.LingerHits.Load() != 1 {
 			t.Fatalf("leases %d, linger hits %d; want one lease for both turns", st.Acquired.Load(), st.LingerHits.Load())
+		}
+	})
+	t.Run("a cut of the drain's second turn", func(t *testing.T) {
+		t.Parallel()
+		// One watch serves the drain's turns: an interrupt cuts the
+		// turn running now, not the one before.
+		f := newFleet(t, 5*time.Second, 5*time.Second)
+		started := make(chan struct{})
+		h := &echoHandler{hook: func(turn *Turn) error {
+			turn.Steer(context.Background())
+			return nil
+		}}
+		w := f.runWorker(t, HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
+			if turn.Inbound.Text == "two" {
+				close(started)
+				<-ctx.Done()
+				return nil, context.Cause(ctx)
+			}
+			return h.HandleTurn(ctx, turn)
+		}), Config{Linger: time.Minute})
+		f.waitFinal(t, "c", f.publish(t, "c", "one"))
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for w.lingering.Load() == 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the owner never lingered")
+			case <-time.After(time.Millisecond):
+			}
+		}
+		two := f.publish(t, "c", "two")
+		<-started
+		three := f.publishMode(t, "c", "three", "interrupt")
+		if e := f.waitFinal(t, "c", two).Data.Result.Meta.Error; e == nil || e.Kind != events.KindInterrupted {
+			t.Fatalf("the second turn's error %+v, want interrupted", e)
+		}
+		if got := f.waitFinal(t, "c", three).Data.Result.Payloads[0].Text; got != "ok three" {
+			t.Fatalf("the interrupting message answered %q", got)
+		}
+		if n := w.Stats().Acquired.Load(); n != 1 {
+			t.Fatalf("%d leases, want the three turns under one", n)
 		}
 	})
 	t.Run("a lane waits for the slot", func(t *testing.T) {

@@ -119,8 +119,8 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 	w.log.Warn().Str("lane", token).Msg(why)
 	w.wg.Add(1)
 	go func() {
-		defer func() { w.sched.put(0); w.wg.Done() }()
 		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger(), since: time.Now()}
+		defer func() { w.sched.put(o.held); w.wg.Done() }()
 		o.hold(true)
 		defer o.hold(false)
 		o.run()

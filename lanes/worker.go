@@ -159,6 +159,9 @@ type Stats struct {
 	// QuietSkips counts drains that ended without reading the lane again,
 	// the last turn's watch having seen it stay empty.
 	QuietSkips atomic.Int64
+	// OverBudget counts owners that let their lane go for a while because
+	// its next message did not fit the byte budget.
+	OverBudget atomic.Int64
 	// Lingered counts owners that kept an empty lane after a turn and saw
 	// a message arrive (Config.Linger), LingerHits those that then found
 	// it and went on without letting the lane go.
@@ -306,8 +309,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 				return
 			}
 		}
-		defer w.sched.put(held)
-		w.handleDelivery(msg)
+		w.sched.put(w.handleDelivery(msg, held))
 	}()
 }
 
@@ -432,10 +434,14 @@ func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-func (w *Worker) handleDelivery(msg jetstream.Msg) {
+// handleDelivery takes the lane of a delivery that got a slot and drains it
+// (or settles the delivery when the lane is owned). The slot holds held
+// bytes of the byte budget; it returns what the slot holds when it is done
+// (more when its owner ran larger messages).
+func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 	if w.stopping.Load() {
 		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to stop
-		return
+		return held
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -443,40 +449,41 @@ func (w *Worker) handleDelivery(msg jetstream.Msg) {
 	if err != nil {
 		w.log.Error().Err(err).Msg("delivery without metadata")
 		w.settleDelivery(msg, settleRetry)
-		return
+		return held
 	}
 	token, key, err := events.LaneOf(msg.Subject())
 	if err != nil {
 		// No lane can be derived: keep the message in the dead-letter stream.
 		w.deadLetter(ctx, "bad-lane", msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err)
 		w.settleDelivery(msg, settleDead)
-		return
+		return held
 	}
 	log := w.log.With().Str("lane", token).Logger()
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: md.Sequence.Stream})
-	var held *kvstore.HeldError
+	var heldErr *kvstore.HeldError
 	switch {
-	case errors.As(err, &held) && holdsAsTrigger(held.Holder, md):
+	case errors.As(err, &heldErr) && holdsAsTrigger(heldErr.Holder, md):
 		// The trigger of an owner that stopped keeping it alive: retry
 		// until its lease lapses.
 		w.settleDelivery(msg, settleRetry)
-		return
+		return held
 	case errors.Is(err, kvstore.ErrHeld):
 		// The owner drains this message; if it dies, its own trigger
 		// wakes the lane.
 		w.settleDelivery(msg, settleFollower)
-		return
+		return held
 	case err != nil:
 		log.Warn().Err(err).Msg("acquire lease")
 		w.settleDelivery(msg, settleRetry)
-		return
+		return held
 	}
 	w.stats.Acquired.Add(1)
 	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), trigger: msg, triggerSeq: md.Sequence.Stream,
-		lease: lease, log: log, since: time.Now()}
+		lease: lease, log: log, since: time.Now(), held: held}
 	o.hold(true)
 	defer o.hold(false)
 	o.run()
+	return o.held
 }
 
 // deadLetter stores a message that cannot be processed, with the reason.
