@@ -109,7 +109,10 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	}
 	want := map[string][]string{}
 	var msgs []outMsg
-	for i := range 5 {
+	// Ten turns of about half a second per session: the victim is still
+	// running turns well after the first twenty are committed, even when
+	// a busy box makes the look below slow.
+	for i := range 10 {
 		for s := range 20 {
 			key := fmt.Sprintf("crash:%d", s)
 			text := fmt.Sprintf("message %d of session %d with a few more words", i, s)
@@ -127,8 +130,9 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var runs *kvstore.Runs
+	var held, committed, running int
 	for {
-		held, committed, running := 0, 0, 0
+		held, committed, running = 0, 0, 0
 		for s := range 20 {
 			tok, _ := events.KeyToken(fmt.Sprintf("crash:%d", s))
 			if h, ok, _ := lanes.Holder(t.Context(), tok); ok && h.Worker == "victim" {
@@ -149,11 +153,12 @@ func TestWorkerKilledMidRun(t *testing.T) {
 			}
 		}
 		if committed >= 20 && held > 0 && running > 0 {
-			t.Logf("killing the victim holding %d lanes, running %d turns, after %d of 100 turns", held, running, committed)
+			t.Logf("killing the victim holding %d lanes, running %d turns, after %d of %d turns", held, running, committed, len(msgs))
 			break
 		}
 		if time.Now().After(deadline.Add(30 * time.Second)) {
-			t.Fatal("victim made no progress")
+			t.Fatalf("never saw the victim running turns after 20 were committed (last look: %d lanes held, %d of %d turns committed, %d runs listed)",
+				held, committed, len(msgs), running)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
