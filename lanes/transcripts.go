@@ -1,13 +1,13 @@
 package lanes
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -28,10 +28,7 @@ const transcriptCacheBytes = 16 << 20
 // bytes exceed max.
 type transcripts struct {
 	mu    sync.Mutex
-	max   int
-	size  int
-	lru   list.List // of *transcript, most recent first
-	lanes map[string]*list.Element
+	lanes *bytelru.Cache[*transcript]
 	// How owners got their transcripts: the cached copy as it was, the
 	// copy and the records added since, a whole read.
 	hits, tails, reads atomic.Int64
@@ -59,19 +56,18 @@ type transcript struct {
 }
 
 func newTranscripts(maxBytes int) *transcripts {
-	return &transcripts{max: maxBytes, lanes: map[string]*list.Element{}}
+	return &transcripts{lanes: bytelru.New[*transcript](maxBytes)}
 }
 
 // get returns the lane's cached transcript, nil if none.
 func (c *transcripts) get(token string) *transcript {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.lanes[token]
-	if e == nil {
+	e, ok := c.lanes.Get(token)
+	if !ok {
 		return nil
 	}
-	c.lru.MoveToFront(e)
-	t := *e.Value.(*transcript)
+	t := *e
 	return &t
 }
 
@@ -86,33 +82,15 @@ func (c *transcripts) put(t *transcript) {
 }
 
 func (c *transcripts) putLocked(t *transcript) {
-	c.dropLocked(t.token)
-	if t.size > c.max/2 {
-		return
-	}
 	cp := *t
-	c.lanes[t.token] = c.lru.PushFront(&cp)
-	c.size += t.size
-	for c.size > c.max {
-		c.dropLocked(c.lru.Back().Value.(*transcript).token)
-	}
+	c.lanes.Put(t.token, &cp, t.size)
 }
 
 // drop forgets the lane's transcript.
 func (c *transcripts) drop(token string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dropLocked(token)
-}
-
-func (c *transcripts) dropLocked(token string) {
-	e := c.lanes[token]
-	if e == nil {
-		return
-	}
-	c.size -= e.Value.(*transcript).size
-	c.lru.Remove(e)
-	delete(c.lanes, token)
+	c.lanes.Remove(token)
 }
 
 // readHistory returns the lane's transcript as its owner (holding the
@@ -205,7 +183,7 @@ func (c *transcripts) extend(base *transcript, tail kvstore.Transcript) *transcr
 	defer c.mu.Unlock()
 	t := *base
 	entries := t.entries
-	if e := c.lanes[base.token]; e == nil || !sameCopy(e.Value.(*transcript), base) {
+	if e, ok := c.lanes.Peek(base.token); !ok || !sameCopy(e, base) {
 		entries = entries[:len(entries):len(entries)]
 	}
 	for _, r := range tail.Records {
@@ -228,8 +206,8 @@ func (c *transcripts) extend(base *transcript, tail kvstore.Transcript) *transcr
 func (c *transcripts) markSettled(token string, seq, reconnects uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.lanes[token]; e != nil && e.Value.(*transcript).last == seq {
-		e.Value.(*transcript).settledAt = reconnects + 1
+	if t, ok := c.lanes.Peek(token); ok && t.last == seq {
+		t.settledAt = reconnects + 1
 	}
 }
 
@@ -238,8 +216,7 @@ func (c *transcripts) markSettled(token string, seq, reconnects uint64) {
 func (c *transcripts) noteSettings(token string, seq uint64, s *events.Settings) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.lanes[token]; e != nil && e.Value.(*transcript).last == seq {
-		t := e.Value.(*transcript)
+	if t, ok := c.lanes.Peek(token); ok && t.last == seq {
 		t.settings, t.settingsAt = s, seq
 	}
 }
@@ -249,11 +226,10 @@ func (c *transcripts) noteSettings(token string, seq uint64, s *events.Settings)
 func (c *transcripts) settingsOf(token string) (*events.Settings, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.lanes[token]
-	if e == nil {
+	t, ok := c.lanes.Peek(token)
+	if !ok {
 		return nil, 0
 	}
-	t := e.Value.(*transcript)
 	return t.settings, t.settingsAt
 }
 
@@ -267,11 +243,10 @@ func (c *transcripts) settingsOf(token string) (*events.Settings, uint64) {
 func (c *transcripts) settled(token string, stored, reconnects uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.lanes[token]
-	if e == nil {
+	t, ok := c.lanes.Peek(token)
+	if !ok {
 		return false
 	}
-	t := e.Value.(*transcript)
 	return t.last == stored && t.settledAt == reconnects+1
 }
 

@@ -181,8 +181,8 @@ func TestTranscriptsBudget(t *testing.T) {
 	for i := range 5 {
 		c.put(&transcript{token: strconv.Itoa(i), first: 1, last: 1, size: 100})
 	}
-	if c.size != 400 || c.get("0") != nil {
-		t.Fatalf("size %d; lane 0 kept: %v", c.size, c.get("0") != nil)
+	if c.lanes.Size() != 400 || c.get("0") != nil {
+		t.Fatalf("size %d; lane 0 kept: %v", c.lanes.Size(), c.get("0") != nil)
 	}
 	c.get("1") // used: now the newest
 	c.put(&transcript{token: "5", first: 1, last: 1, size: 100})
@@ -194,8 +194,8 @@ func TestTranscriptsBudget(t *testing.T) {
 		t.Fatal("kept a lane larger than half the budget")
 	}
 	c.drop("1")
-	if c.get("1") != nil || c.size != 300 {
-		t.Fatalf("after drop: size %d", c.size)
+	if c.get("1") != nil || c.lanes.Size() != 300 {
+		t.Fatalf("after drop: size %d", c.lanes.Size())
 	}
 }
 

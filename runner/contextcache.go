@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"container/list"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sanitize"
 	"github.com/lanefleet/lanefleet/sessionfile"
@@ -33,10 +33,7 @@ const ContextCacheBytesDefault = 16 << 20
 // run of the same session converts its history whole).
 type contextCache struct {
 	mu       sync.Mutex
-	max      int
-	size     int
-	lru      list.List // of *sessionContext, most recent first
-	sessions map[string]*list.Element
+	sessions *bytelru.Cache[*sessionContext]
 	// extended counts the runs that converted only their history's new
 	// entries.
 	extended atomic.Int64
@@ -57,7 +54,7 @@ type sessionContext struct {
 }
 
 func newContextCache(maxBytes int) *contextCache {
-	return &contextCache{max: maxBytes, sessions: map[string]*list.Element{}}
+	return &contextCache{sessions: bytelru.New[*sessionContext](maxBytes)}
 }
 
 // contextOf is the context of a stored history, uncached.
@@ -118,21 +115,11 @@ func (c *contextCache) release(sc *sessionContext) {
 	if c == nil || sc == nil || sc.key == "" {
 		return
 	}
-	size := len(sc.key) + contextSessionOverhead + sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{})) + sc.sizes.Bytes()
-	if size > c.max/2 {
-		return
-	}
-	sc.size = size
+	sc.size = len(sc.key) + contextSessionOverhead + sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{})) + sc.sizes.Bytes()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.sessions[sc.key]; e != nil {
-		c.removeLocked(e) // a concurrent run of the session put its own
-	}
-	c.sessions[sc.key] = c.lru.PushFront(sc)
-	c.size += sc.size
-	for c.size > c.max {
-		c.removeLocked(c.lru.Back())
-	}
+	// A concurrent run of the session may have put its own: this one is newer.
+	c.sessions.Put(sc.key, sc, sc.size)
 }
 
 // extends reports whether history is the history sc was built from
@@ -183,17 +170,6 @@ const contextEntryOverhead = 48
 func (c *contextCache) take(key string) *sessionContext {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.sessions[key]
-	if e == nil {
-		return nil
-	}
-	c.removeLocked(e)
-	return e.Value.(*sessionContext)
-}
-
-func (c *contextCache) removeLocked(e *list.Element) {
-	sc := e.Value.(*sessionContext)
-	c.size -= sc.size
-	c.lru.Remove(e)
-	delete(c.sessions, sc.key)
+	sc, _ := c.sessions.Take(key)
+	return sc
 }

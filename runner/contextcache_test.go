@@ -103,18 +103,18 @@ func TestContextCacheBounded(t *testing.T) {
 	h := pingPongHistory(40)
 	for i := range 50 {
 		c.release(c.acquire(fmt.Sprint("s", i), h))
-		if c.size > c.max {
-			t.Fatalf("size %d over the budget %d", c.size, c.max)
+		if c.sessions.Size() > 64<<10 {
+			t.Fatalf("size %d over the budget %d", c.sessions.Size(), 64<<10)
 		}
 	}
-	if _, ok := c.sessions["s0"]; ok {
+	if _, ok := c.sessions.Peek("s0"); ok {
 		t.Error("the least recently used session is still kept")
 	}
-	if _, ok := c.sessions["s49"]; !ok {
+	if _, ok := c.sessions.Peek("s49"); !ok {
 		t.Error("the latest session is not kept")
 	}
 	c.release(c.acquire("big", pingPongHistory(2000)))
-	if _, ok := c.sessions["big"]; ok {
+	if _, ok := c.sessions.Peek("big"); ok {
 		t.Error("a session over half the budget is kept")
 	}
 }

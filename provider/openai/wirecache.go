@@ -2,13 +2,13 @@ package openai
 
 import (
 	"bytes"
-	"container/list"
 	"encoding/json"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -33,10 +33,7 @@ const WireCacheBytesDefault = 16 << 20
 // (a concurrent request of the same session encodes everything).
 type wireCache struct {
 	mu       sync.Mutex
-	max      int
-	size     int
-	lru      list.List // of *wireSession, most recent first
-	sessions map[string]*list.Element
+	sessions *bytelru.Cache[*wireSession]
 	// reused and encoded count the messages whose JSON was reused and
 	// made.
 	reused, encoded atomic.Int64
@@ -112,7 +109,7 @@ func (s *wireSession) messages(n int) []chatMessage {
 }
 
 func newWireCache(maxBytes int) *wireCache {
-	return &wireCache{max: maxBytes, sessions: map[string]*list.Element{}}
+	return &wireCache{sessions: bytelru.New[*wireSession](maxBytes)}
 }
 
 // take removes and returns the session's entry, nil if none.
@@ -122,38 +119,21 @@ func (c *wireCache) take(id string) *wireSession {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.sessions[id]
-	if e == nil {
-		return nil
-	}
-	s := e.Value.(*wireSession)
-	c.removeLocked(e)
+	s, _ := c.sessions.Take(id)
 	return s
 }
 
-// put keeps s as its session's entry, dropping the least recently used
-// sessions beyond the budget. A session over half the budget is not kept.
+// put keeps s as its session's entry (a concurrent request of the session
+// may have put its own: this one is newer), dropping the least recently
+// used sessions beyond the budget. A session over half the budget is not
+// kept.
 func (c *wireCache) put(s *wireSession) {
-	if c == nil || s.id == "" || s.size > c.max/2 {
+	if c == nil || s.id == "" {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.sessions[s.id]; e != nil {
-		c.removeLocked(e) // a concurrent request of the session put its own
-	}
-	c.sessions[s.id] = c.lru.PushFront(s)
-	c.size += s.size
-	for c.size > c.max {
-		c.removeLocked(c.lru.Back())
-	}
-}
-
-func (c *wireCache) removeLocked(e *list.Element) {
-	s := e.Value.(*wireSession)
-	c.size -= s.size
-	c.lru.Remove(e)
-	delete(c.sessions, s.id)
+	c.sessions.Put(s.id, s, s.size)
 }
 
 // wireSessionOverhead is what a kept session costs besides its messages

@@ -103,21 +103,21 @@ func TestWireCacheBounded(t *testing.T) {
 		if _, err := buildChatRequest(req, cache); err != nil {
 			t.Fatal(err)
 		}
-		if cache.size > cache.max {
-			t.Fatalf("size %d over the budget %d", cache.size, cache.max)
+		if cache.sessions.Size() > 256<<10 {
+			t.Fatalf("size %d over the budget %d", cache.sessions.Size(), 256<<10)
 		}
 	}
-	if _, ok := cache.sessions["s0"]; ok {
+	if _, ok := cache.sessions.Peek("s0"); ok {
 		t.Error("the least recently used session is still kept")
 	}
-	if _, ok := cache.sessions["s49"]; !ok {
+	if _, ok := cache.sessions.Peek("s49"); !ok {
 		t.Error("the latest session is not kept")
 	}
 	big := &provider.Request{Model: m, Messages: benchHistory(2000), SessionID: "big"}
 	if _, err := buildChatRequest(big, cache); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := cache.sessions["big"]; ok {
+	if _, ok := cache.sessions.Peek("big"); ok {
 		t.Error("a session over half the budget is kept")
 	}
 }
@@ -224,7 +224,7 @@ func TestWireCacheEmptySessionsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(cache.sessions); n > 100 || cache.size > cache.max {
-		t.Errorf("%d empty sessions kept, %d bytes", n, cache.size)
+	if n := cache.sessions.Len(); n > 100 || cache.sessions.Size() > 16<<10 {
+		t.Errorf("%d empty sessions kept, %d bytes", n, cache.sessions.Size())
 	}
 }
