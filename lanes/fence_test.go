@@ -31,8 +31,9 @@ func testEmitter(t *testing.T, js jetstream.JetStream, streams *Streams, run str
 // recorder keeps every message published under agent.ev.fence.>, in the
 // order the server stored them.
 type recorder struct {
-	mu   sync.Mutex
-	msgs []*nats.Msg
+	mu    sync.Mutex
+	msgs  []*nats.Msg
+	probe chan *nats.Msg // see ready
 }
 
 func record(t *testing.T, url string) *recorder {
@@ -50,10 +51,37 @@ func record(t *testing.T, url string) *recorder {
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		t.Fatal(err)
 	}
+	// Subscribed after the events' subscription, on the same connection:
+	// a server that routes a probe here knows the events' interest too.
+	r.probe = make(chan *nats.Msg, 1)
+	if _, err := nc.ChanSubscribe("fence-probe", r.probe); err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// ready waits until messages published on pub reach the recorder: in a
+// cluster its interest reaches the other servers a moment after it
+// subscribed.
+func (r *recorder) ready(t *testing.T, pub *nats.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for {
+		if err := pub.Publish("fence-probe", nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-r.probe:
+			return
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("the recorder's subscription never reached the publisher's server")
+		}
+	}
 }
 
 // lines renders what a raw subscriber saw: "fence:<rev>" for markers,
@@ -90,6 +118,7 @@ func (r *recorder) lines(t *testing.T) []string {
 func fencing(t *testing.T, url string, js jetstream.JetStream, streams *Streams, window int) {
 	ctx := t.Context()
 	rec := record(t, url)
+	rec.ready(t, js.Conn())
 	old, lost := testEmitter(t, js, streams, "7", window)
 	if _, err := old.open(ctx, 10); err != nil {
 		t.Fatal(err)
@@ -155,7 +184,7 @@ func fencing(t *testing.T, url string, js jetstream.JetStream, streams *Streams,
 	// publishes the stream refused, but the woken zombie read the fence
 	// before publishing anything.
 	var seen []string
-	for range 100 {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		seen = rec.lines(t)
 		if len(seen) > 0 && seen[len(seen)-1] == "final@2" {
 			break
