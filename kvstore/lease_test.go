@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -28,12 +29,15 @@ func TestLeaseConflictsOnReplicatedBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lanes, err := Open(t.Context(), js, Config{Replicas: 3, LeaseTTL: 30 * time.Second, MarkerTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lanes.Stream().CachedInfo().Config.AllowDirect {
-		t.Fatal("KV_lanes at R3 allows Direct Get: ownership reads could come from a lagging replica")
+	lanes := openReplicated(t, js, Config{Replicas: 3, LeaseTTL: 30 * time.Second, MarkerTTL: time.Minute})
+	for _, name := range []string{"KV_" + DefaultBucket, StepsStream} {
+		st, err := js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.CachedInfo().Config.AllowDirect {
+			t.Fatalf("%s at R3 allows Direct Get: ownership reads could come from a lagging replica", name)
+		}
 	}
 	const racers = 6
 
@@ -171,4 +175,45 @@ func TestRenewWhoseAnswerWasLost(t *testing.T) {
 	if err := other.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitLeader waits until a replicated stream's group has elected a leader:
+// until then a write gets no response.
+func waitLeader(t *testing.T, s jetstream.Stream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for {
+		info, err := s.Info(ctx)
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream without a leader: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// openReplicated opens the lanes bucket on a fresh in-process cluster,
+// trying again when a request gets no answer (on a busy box the meta
+// group can still change leaders after the cluster is ready, and a request
+// caught in that is lost), then waits for the bucket's group leader.
+func openReplicated(t *testing.T, js jetstream.JetStream, cfg Config) *Lanes {
+	t.Helper()
+	var err error
+	for try := range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		var l *Lanes
+		l, err = Open(ctx, js, cfg)
+		cancel()
+		if err == nil {
+			waitLeader(t, l.Stream())
+			return l
+		}
+		t.Logf("open, try %d: %v", try+1, err)
+	}
+	t.Fatal(err)
+	return nil
 }

@@ -146,10 +146,7 @@ func TestReadTranscriptReplicated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := Open(t.Context(), js, Config{Replicas: 3, LeaseTTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := openReplicated(t, js, Config{Replicas: 3, LeaseTTL: 30 * time.Second})
 		lanes, conns = append(lanes, l), append(conns, nc)
 	}
 	ctx := t.Context()
