@@ -133,6 +133,20 @@ func (f *fleet) publish(t *testing.T, key, text string) uint64 {
 	return ack.Sequence
 }
 
+// transcriptTexts returns the texts of the lane's stored transcript, in order.
+func (f *fleet) transcriptTexts(t *testing.T, key string) []string {
+	t.Helper()
+	recs, err := f.lanes.Records(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, e := range kvstore.Entries(recs) {
+		texts = append(texts, e.Message.Content.Text())
+	}
+	return texts
+}
+
 // waitFinal waits for the final event of a run.
 func (f *fleet) waitFinal(t *testing.T, key string, seq uint64) *events.Event {
 	t.Helper()
@@ -451,14 +465,7 @@ func TestCutSeenBeforeStored(t *testing.T) {
 				last = f.publish(t, key, "after")
 			}
 			f.waitFinal(t, key, last)
-			recs, err := f.lanes.Records(t.Context(), key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var texts []string
-			for _, e := range kvstore.Entries(recs) {
-				texts = append(texts, e.Message.Content.Text())
-			}
+			texts := f.transcriptTexts(t, key)
 			if !slices.Equal(texts, tc.want) {
 				t.Fatalf("transcript %q, want %q", texts, tc.want)
 			}
@@ -501,14 +508,7 @@ func TestCutTurnKeepsItsProgress(t *testing.T) {
 				t.Fatalf("cut run's error %+v", e)
 			}
 			f.waitFinal(t, key, cut)
-			recs, err := f.lanes.Records(t.Context(), key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var texts []string
-			for _, e := range kvstore.Entries(recs) {
-				texts = append(texts, e.Message.Content.Text())
-			}
+			texts := f.transcriptTexts(t, key)
 			want := map[string][]string{
 				"interrupt": {"long", "half done", "next", "ok next"},
 				"stop":      {"long", "half done"},

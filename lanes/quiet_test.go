@@ -83,15 +83,7 @@ func TestLinger(t *testing.T) {
 		}}
 		w := f.runWorker(t, h, Config{Linger: time.Minute})
 		f.waitFinal(t, "s", f.publish(t, "s", "one"))
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		for w.lingering.Load() == 0 {
-			select {
-			case <-ctx.Done():
-				t.Fatal("the owner never lingered")
-			case <-time.After(time.Millisecond):
-			}
-		}
+		waitUntil(t, "the owner lingering", func() bool { return w.lingering.Load() > 0 })
 		f.waitFinal(t, "s", f.publish(t, "s", "two"))
 		st := w.Stats()
 		if st.Acquired.Load() != 1 || st.LingerHits.Load() != 1 {
@@ -117,15 +109,7 @@ func TestLinger(t *testing.T) {
 			return h.HandleTurn(ctx, turn)
 		}), Config{Linger: time.Minute})
 		f.waitFinal(t, "c", f.publish(t, "c", "one"))
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		for w.lingering.Load() == 0 {
-			select {
-			case <-ctx.Done():
-				t.Fatal("the owner never lingered")
-			case <-time.After(time.Millisecond):
-			}
-		}
+		waitUntil(t, "the owner lingering", func() bool { return w.lingering.Load() > 0 })
 		two := f.publish(t, "c", "two")
 		<-started
 		three := f.publishMode(t, "c", "three", "interrupt")
