@@ -54,6 +54,7 @@ type options struct {
 }
 
 func main() {
+	fleet.TuneGC(os.Getenv) // as the worker runs
 	var o options
 	syncMode := flag.String("sync", "always", "server fsync: always (the worker's default) or default")
 	flag.IntVar(&o.sessions, "sessions", 10000, "sessions")

@@ -43,6 +43,7 @@ import (
 
 func main() {
 	sandbox.Main() // exec's confined commands start as this binary, never for a message
+	fleet.TuneGC(os.Getenv)
 	// Every log line and error goes through the redactor: a NATS password
 	// or an API key never reaches the terminal or a log file.
 	red := redact.New()
