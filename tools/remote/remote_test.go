@@ -303,7 +303,19 @@ func TestPanicKeepsServiceRunning(t *testing.T) {
 	if res, err := echoTool.Call(t.Context(), tools.Call{Args: map[string]any{"q": "still here"}}); err != nil || text(res) != "echo still here" {
 		t.Fatalf("after panics: %+v, %v", res, err)
 	}
-	// $SRV.STATS tells operators.
+	// $SRV.STATS tells operators. A call counts as in flight until its
+	// handler returns, a moment after its reply went out.
+	deadline := time.Now().Add(10 * time.Second)
+	for settled := false; !settled && time.Now().Before(deadline); {
+		settled = true
+		for _, ep := range svc.Stats().Endpoints {
+			var st remote.ToolStats
+			if json.Unmarshal(ep.Data, &st) == nil && st.InFlight != 0 {
+				settled = false
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
 	for _, ep := range svc.Stats().Endpoints {
 		var st remote.ToolStats
 		if err := json.Unmarshal(ep.Data, &st); err != nil {
