@@ -168,12 +168,7 @@ func (o *owner) settle(end ending) {
 		}
 		o.deleteProcessed(ctx, false)
 	case endHandOver:
-		o.deleteProcessed(ctx, true)
-		o.hold(false)
-		if err := o.lease.Release(ctx); err != nil {
-			o.log.Warn().Err(err).Msg("release lease on stop")
-		}
-		o.w.stats.Released.Add(1)
+		o.letGo(ctx, "on stop")
 		o.w.nak(o.trigger, 0)
 	case endLost:
 		// Nothing is deleted: another owner may hold the lane, with the
@@ -186,29 +181,29 @@ func (o *owner) settle(end ending) {
 	case endRetry:
 		o.w.nak(o.trigger, time.Second)
 	case endOverBudget:
-		o.deleteProcessed(ctx, true)
-		o.hold(false)
-		if err := o.lease.Release(ctx); err != nil {
-			o.log.Warn().Err(err).Msg("release lease over the byte budget")
-		}
-		o.w.stats.Released.Add(1)
+		o.letGo(ctx, "over the byte budget")
 		o.w.stats.OverBudget.Add(1)
-		if o.trigger != nil {
-			o.w.nak(o.trigger, busyNakDelay)
-		}
+		o.w.nak(o.trigger, busyNakDelay)
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
 		// take the lane.
-		o.deleteProcessed(ctx, true)
-		o.hold(false)
-		if err := o.lease.Release(ctx); err != nil {
-			o.log.Warn().Err(err).Msg("release lease to yield")
-		}
-		o.w.stats.Released.Add(1)
+		o.letGo(ctx, "to yield")
 		o.w.stats.Yields.Add(1)
 		o.w.sched.requeue(o.token, time.Now())
 		o.w.nak(o.trigger, 0)
 	}
+}
+
+// letGo deletes what the owner processed (the trigger's message stays: the
+// trigger is handed back), unmarks the lane held and releases the lease,
+// before a trigger is handed back; why says so in a failed release's log.
+func (o *owner) letGo(ctx context.Context, why string) {
+	o.deleteProcessed(ctx, true)
+	o.hold(false)
+	if err := o.lease.Release(ctx); err != nil {
+		o.log.Warn().Err(err).Msg("release lease " + why)
+	}
+	o.w.stats.Released.Add(1)
 }
 
 // heartbeat renews the lease and keeps the trigger delivery alive.
