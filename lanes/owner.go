@@ -267,30 +267,7 @@ func (o *owner) drain(ctx context.Context) bool {
 	}
 	defer o.endWatch()
 	for !o.w.stopping.Load() && ctx.Err() == nil {
-		// After a turn whose last look at the lane found it empty, and
-		// whose watch has seen nothing arrive since, the lane is known to
-		// be empty: no read (the release reads it again anyway).
-		empty := o.quiet.empty(o.cursor.Seq, o.w.nc.Stats().Reconnects)
-		lingered := empty && o.linger(ctx)
-		if empty && !lingered {
-			o.w.stats.QuietSkips.Add(1)
-			return false
-		}
-		raw, err := o.next(ctx, o.cursor.Seq)
-		for try := 0; lingered && try < 3 && errors.Is(err, jetstream.ErrMsgNotFound); try++ {
-			// The watch can see a message before the stream stores it.
-			select {
-			case <-time.After(time.Millisecond):
-			case <-ctx.Done():
-			}
-			raw, err = o.next(ctx, o.cursor.Seq)
-		}
-		if lingered {
-			o.w.stats.Lingered.Add(1)
-			if err == nil {
-				o.w.stats.LingerHits.Add(1)
-			}
-		}
+		raw, err := o.look(ctx)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false
 		}
@@ -330,6 +307,34 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// look reads the lane's next message. After a turn whose last look found
+// the lane empty, and whose watch has seen nothing arrive since, the lane
+// is known to be empty: no read (the release reads it again anyway), unless
+// a message arrives while the owner lingers.
+func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+	if !o.quiet.empty(o.cursor.Seq, o.w.nc.Stats().Reconnects) {
+		return o.next(ctx, o.cursor.Seq)
+	}
+	if !o.linger(ctx) {
+		o.w.stats.QuietSkips.Add(1)
+		return nil, jetstream.ErrMsgNotFound
+	}
+	o.w.stats.Lingered.Add(1)
+	raw, err := o.next(ctx, o.cursor.Seq)
+	for try := 0; try < 3 && errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil; try++ {
+		// The watch can see a message before the stream stores it.
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+		}
+		raw, err = o.next(ctx, o.cursor.Seq)
+	}
+	if err == nil {
+		o.w.stats.LingerHits.Add(1)
+	}
+	return raw, err
 }
 
 // fits charges the owner's slot for the message it is about to run, when
