@@ -52,15 +52,7 @@ func TestQuietLaneSkipsTheRead(t *testing.T) {
 				f.waitFinal(t, key, second)
 			}
 			// The drain has ended once the lane is released.
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
-			for w.Stats().Released.Load() < 1 {
-				select {
-				case <-ctx.Done():
-					t.Fatal("the lane was never released")
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
+			waitUntil(t, "the lane released", func() bool { return w.Stats().Released.Load() >= 1 })
 			st := w.Stats()
 			if st.QuietSkips.Load() != tc.skips || st.Acquired.Load() != tc.acquire {
 				t.Fatalf("quiet skips %d, leases %d; want %d, %d", st.QuietSkips.Load(), st.Acquired.Load(), tc.skips, tc.acquire)
@@ -139,15 +131,7 @@ func TestLinger(t *testing.T) {
 		f.publish(t, "a", "hold")
 		<-started
 		b := f.publish(t, "b", "waits")
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		for w.Stats().Waited.Load() < 1 {
-			select {
-			case <-ctx.Done():
-				t.Fatal("b never waited for the slot")
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
+		waitUntil(t, "b waiting for the slot", func() bool { return w.Stats().Waited.Load() >= 1 })
 		close(release)
 		// With an hour's linger, b runs only if a did not linger.
 		f.waitFinal(t, "b", b)
