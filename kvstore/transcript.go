@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,27 +171,11 @@ func (l *Lanes) ReadTranscript(ctx context.Context, token string, from uint64) (
 		defer cancel()
 	}
 	filter := l.prefix + token + ".tx.>"
-	var (
-		t       Transcript
-		corrupt []error
-		next    = max(from, 1)
-	)
+	b := &transcriptBuilder{prefix: l.prefix, at: map[string]int{}}
+	next := max(from, 1)
 	add := func(seq uint64, subject string, h nats.Header, data []byte) {
-		next, t.Last = seq+1, seq
-		if len(data) == 0 || h.Get("KV-Operation") != "" {
-			t.Removed = true // a delete or purge marker
-			return
-		}
-		var r Record
-		if err := decode(strings.TrimPrefix(subject, l.prefix), seq, data, &r); err != nil {
-			corrupt = append(corrupt, err)
-			return
-		}
-		if t.First == 0 {
-			t.First = seq
-		}
-		t.Records = append(t.Records, r)
-		t.Size += len(data)
+		next = seq + 1
+		b.add(seq, subject, h, data)
 	}
 	for reads := 0; ; reads++ {
 		if reads == singleReads {
@@ -201,13 +186,56 @@ func (l *Lanes) ReadTranscript(ctx context.Context, token string, from uint64) (
 		raw, err := l.stream.GetMsg(rctx, next, jetstream.WithGetMsgSubject(filter))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return t, errors.Join(corrupt...)
+			return b.t, errors.Join(b.corrupt...)
 		}
 		if err != nil {
 			return Transcript{}, fmt.Errorf("kvstore: records %s: %w", token, err)
 		}
 		add(raw.Sequence, raw.Subject, raw.Header, raw.Data)
 	}
+}
+
+// transcriptBuilder collects a read's transcript messages, in stream order,
+// into a Transcript. A key's newest message wins: a batch's consumer may
+// sit on a replica that lags and hand over a record's older copy, which
+// the leader has replaced or deleted since and whose newer message the
+// read's leader reads then bring.
+type transcriptBuilder struct {
+	prefix  string
+	t       Transcript
+	corrupt []error
+	at      map[string]int // a key's record in t.Records
+	sizes   []int          // each record's encoded bytes
+}
+
+func (b *transcriptBuilder) add(seq uint64, subject string, h nats.Header, data []byte) {
+	b.t.Last = seq
+	if i, ok := b.at[subject]; ok {
+		b.t.Size -= b.sizes[i]
+		b.t.Records, b.sizes = slices.Delete(b.t.Records, i, i+1), slices.Delete(b.sizes, i, i+1)
+		delete(b.at, subject)
+		for k, j := range b.at {
+			if j > i {
+				b.at[k] = j - 1
+			}
+		}
+		b.t.Removed = true
+	}
+	if len(data) == 0 || h.Get("KV-Operation") != "" {
+		b.t.Removed = true // a delete or purge marker
+		return
+	}
+	var r Record
+	if err := decode(strings.TrimPrefix(subject, b.prefix), seq, data, &r); err != nil {
+		b.corrupt = append(b.corrupt, err)
+		return
+	}
+	if b.t.First == 0 {
+		b.t.First = seq
+	}
+	b.at[subject] = len(b.t.Records)
+	b.t.Records, b.sizes = append(b.t.Records, r), append(b.sizes, len(data))
+	b.t.Size += len(data)
 }
 
 // batch reads the messages of filter from stream sequence from on through

@@ -3,12 +3,14 @@ package kvstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/internal/natstest"
 )
@@ -184,5 +186,65 @@ func TestReadTranscriptReplicated(t *testing.T) {
 			t.Fatalf("consumers left: %+v, %v", info, err)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// TestTranscriptBuilderNewestWins: a read that meets a key twice (a batch
+// consumer on a lagging replica handed over an older copy of a record the
+// leader has since rewritten or deleted) keeps only the key's newest
+// message, at its place, and says records were removed.
+func TestTranscriptBuilderNewestWins(t *testing.T) {
+	t.Parallel()
+	enc := func(seq uint64, text string) []byte {
+		r := turn(seq, text)
+		data, err := msgpack.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	const p = "$KV.lanes."
+	cases := []struct {
+		name string
+		msgs []struct {
+			subj string
+			data []byte
+		}
+		want    []string
+		removed bool
+	}{
+		{"plain", []struct {
+			subj string
+			data []byte
+		}{{p + "a.tx.1", enc(1, "one")}, {p + "a.tx.2", enc(2, "two")}}, []string{"one", "two"}, false},
+		{"rewritten", []struct {
+			subj string
+			data []byte
+		}{{p + "a.tx.1", enc(1, "one")}, {p + "a.tx.2", enc(2, "old")}, {p + "a.tx.3", enc(3, "three")}, {p + "a.tx.2", enc(2, "new")}},
+			[]string{"one", "three", "new"}, true},
+		{"deleted", []struct {
+			subj string
+			data []byte
+		}{{p + "a.tx.1", enc(1, "one")}, {p + "a.tx.2", enc(2, "two")}, {p + "a.tx.1", nil}}, []string{"two"}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &transcriptBuilder{prefix: p, at: map[string]int{}}
+			size := 0
+			for i, m := range tc.msgs {
+				b.add(uint64(i+1), m.subj, nats.Header{}, m.data)
+			}
+			var got []string
+			for _, e := range Entries(b.t.Records) {
+				got = append(got, e.Message.Content.Text())
+			}
+			for _, r := range b.t.Records {
+				data, _ := msgpack.Marshal(&r)
+				size += len(data)
+			}
+			if !slices.Equal(got, tc.want) || b.t.Removed != tc.removed || b.t.Size != size || len(b.corrupt) != 0 {
+				t.Fatalf("records %q removed %v size %d (of kept %d) corrupt %v; want %q removed %v", got, b.t.Removed, b.t.Size, size, b.corrupt, tc.want, tc.removed)
+			}
+		})
 	}
 }
