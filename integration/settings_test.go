@@ -26,7 +26,7 @@ import (
 
 // sendAll publishes the texts to a session in order without waiting, each
 // with its options, and returns their runs.
-func sendAll(t *testing.T, ctx context.Context, c *lanefleet.Client, session string, msgs ...func() (*lanefleet.Run, error)) []*lanefleet.Run {
+func sendAll(t *testing.T, msgs ...func() (*lanefleet.Run, error)) []*lanefleet.Run {
 	t.Helper()
 	var runs []*lanefleet.Run
 	for _, send := range msgs {
@@ -63,7 +63,7 @@ func TestSessionRunSettingsThroughTheFleet(t *testing.T) {
 	set := func(rs events.RunSettings) func() (*lanefleet.Run, error) {
 		return func() (*lanefleet.Run, error) { return c.SetSettings(ctx, s, lanefleet.SettingsChange{Run: &rs}) }
 	}
-	runs := sendAll(t, ctx, c, s,
+	runs := sendAll(t,
 		send("one"),
 		set(events.RunSettings{Model: "scripted/alt", Thinking: "low"}),
 		send("two"),

@@ -298,12 +298,12 @@ func subjectKind(subj string) string {
 	case t[0] == "$KV" && len(t) >= 4:
 		kind := t[3]
 		if len(t) >= 5 {
-			kind = t[len(t)-2] // tx, j: the key's kind
+			kind = t[len(t)-2] // tx: the key's kind
 			if kind == t[2] {
 				kind = t[len(t)-1]
 			}
 		}
-		if len(t) == 3 || t[2] == "" {
+		if t[2] == "" {
 			kind = ""
 		}
 		return "$KV." + t[1] + "." + kind
