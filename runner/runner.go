@@ -732,9 +732,22 @@ func (a *usageAcc) lastCall() *events.UsageMeta {
 	if a.calls == 0 {
 		return nil
 	}
-	u := a.last
+	return usageOf(a.last)
+}
+
+// usageOf is u for an event's meta.
+func usageOf(u message.Usage) *events.UsageMeta {
 	return &events.UsageMeta{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Total: u.Total(),
 		Cost: costMeta(u.Cost)}
+}
+
+// UsageMeta is u for a result's or a session's meta, nil when there was
+// no usage.
+func UsageMeta(u message.Usage) *events.UsageMeta {
+	if u.IsZero() {
+		return nil
+	}
+	return usageOf(u)
 }
 
 // costMeta is c for a result's meta, nil when nothing was priced.

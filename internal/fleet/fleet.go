@@ -40,7 +40,6 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/lanes/service"
-	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/metrics"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
@@ -539,11 +538,11 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		if out != nil {
 			// A cut turn's progress, which an interrupt keeps, and what
 			// its model calls cost.
-			return &lanes.Outcome{Entries: out.Entries, Usage: usageMeta(out.Usage), AuthProfile: out.AuthProfile}, err
+			return &lanes.Outcome{Entries: out.Entries, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile}, err
 		}
 		return nil, err
 	}
-	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: usageMeta(out.Usage), AuthProfile: out.AuthProfile}, nil
+	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile}, nil
 }
 
 // runSettings resolves a turn's run settings: the message's own model,
@@ -585,19 +584,6 @@ func runSettings(t *lanes.Turn) (inbound *events.Inbound, s runner.Settings, fro
 		s.Tools = tools.Policy{Allow: p.Allow, Deny: p.Deny, Approve: p.Approve}
 	}
 	return inbound, s, from
-}
-
-// usageMeta is a turn's usage summed over its model calls, for the
-// session's running total; nil when it used nothing.
-func usageMeta(u message.Usage) *events.UsageMeta {
-	if u.IsZero() {
-		return nil
-	}
-	out := &events.UsageMeta{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Total: u.Total()}
-	if c := u.Cost; c != (message.Cost{}) {
-		out.Cost = &events.CostMeta{Input: c.Input, Output: c.Output, CacheRead: c.CacheRead, CacheWrite: c.CacheWrite, Total: c.Total}
-	}
-	return out
 }
 
 // refuse ends a turn the runner never sees with an error event and an error
