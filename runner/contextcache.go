@@ -9,6 +9,7 @@ import (
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/internal/bytelru"
+	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sanitize"
 	"github.com/lanefleet/lanefleet/sessionfile"
@@ -143,17 +144,27 @@ func (sc *sessionContext) extends(history []message.Entry) bool {
 	return true
 }
 
-// add records entries as part of sc's history and counts their text.
+// add records entries as part of sc's history and counts what they hold:
+// texts, and the JSON of tool-call arguments and details (a file written
+// by a tool call can be megabytes), so the cache's budget bounds them.
 func (sc *sessionContext) add(entries []message.Entry) {
 	for i := range entries {
 		e := &entries[i]
 		sc.ids = append(sc.ids, e.ID)
 		sc.msgs = append(sc.msgs, e.Message)
 		sc.text += len(e.ID)
-		if m := e.Message; m != nil {
-			for _, b := range m.Content.Blocks {
-				sc.text += len(b.Text) + len(b.Thinking) + len(b.Data)
+		m := e.Message
+		if m == nil {
+			continue
+		}
+		for _, b := range m.Content.Blocks {
+			sc.text += len(b.Text) + len(b.Thinking) + len(b.Data)
+			if b.Arguments != nil {
+				sc.text += len(jstext.AppendJSON(nil, b.Arguments))
 			}
+		}
+		if m.Details != nil {
+			sc.text += len(jstext.AppendJSON(nil, m.Details))
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,5 +240,28 @@ func TestLongSessionBodiesCached(t *testing.T) {
 	sc := cached.contexts.take("k\x00s")
 	if sc == nil || sc.sizes.Reused < 100 || sc.sizes.Measured < 22 {
 		t.Errorf("the guard's estimates were not kept and reused: %+v", sc)
+	}
+}
+
+// TestContextCacheCountsToolArguments: a tool call's arguments count
+// toward the budget (a written file can be megabytes): a session holding
+// 1 MiB of arguments is charged at least that, and is not kept in a cache
+// whose half is smaller.
+func TestContextCacheCountsToolArguments(t *testing.T) {
+	t.Parallel()
+	h := pingPongHistory(4)
+	b := &builder{now: time.Now, entries: h}
+	call := message.Message{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: "acme", Model: "m1", API: "openai-completions",
+		Content: message.BlocksOf(message.Block{Type: message.BlockToolCall, ID: "c1", Name: "write", Arguments: map[string]any{"content": strings.Repeat("x", 1<<20)}})}
+	b.add(call)
+	small := newContextCache(64 << 10)
+	small.release(small.acquire("s", b.entries))
+	if _, ok := small.sessions.Peek("s"); ok {
+		t.Fatal("a session holding 1 MiB of tool arguments was kept in a 64 KiB cache")
+	}
+	big := newContextCache(16 << 20)
+	big.release(big.acquire("s", b.entries))
+	if n := big.sessions.Size(); n < 1<<20 {
+		t.Fatalf("charged %d bytes for 1 MiB of tool arguments", n)
 	}
 }
