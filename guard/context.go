@@ -85,7 +85,10 @@ type ContextResult struct {
 // pass 2, when the total estimate exceeds the context budget, replaces tool
 // results oldest first with CompactedPlaceholder until enough is freed.
 // Rewritten results lose their details. The input is never modified; when
-// nothing changes the returned slice is the input.
+// nothing changes the returned slice is the input. The runner guards
+// through Sizes.Guard, which measures only what changed and runs the same
+// guardContext; GuardContext, with each message's outcome, is what the
+// conformance cases pin (TestSizesGuardMatchesGuardContext ties the two).
 func GuardContext(msgs []message.Message, contextTokens int) ([]message.Message, ContextResult) {
 	res := ContextResult{Messages: make([]MessageOutcome, len(msgs))}
 	for i := range res.Messages {

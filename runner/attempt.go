@@ -260,13 +260,9 @@ func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Messa
 	if len(res.Final) > 0 {
 		msgs = res.Final
 	}
-	if ru.lease != nil {
-		// The estimates of the messages the session's last request had
-		// are reused (the lease is the run's alone).
-		return ru.lease.sizes.Guard(msgs, ru.window)
-	}
-	msgs, _ = guard.GuardContext(msgs, ru.window)
-	return msgs
+	// The estimates of the messages the session's last request had are
+	// reused (the lease is the run's alone; contextMessages took it).
+	return ru.lease.sizes.Guard(msgs, ru.window)
 }
 
 // allowedTools are the tools whose calls the history keeps: the ones

@@ -2,8 +2,8 @@ package openai
 
 import (
 	"encoding/json"
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/message"
@@ -286,7 +286,7 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 // message: the model (its compatibility settings) and whether it takes
 // images.
 func convKey(m provider.Model, images bool) string {
-	return fmt.Sprint(m.Provider, "\x00", m.BaseURL, "\x00", m.ID, "\x00", images)
+	return m.Provider + "\x00" + m.BaseURL + "\x00" + m.ID + "\x00" + strconv.FormatBool(images)
 }
 
 // toolMessage is the wire form of a tool result: its text (images taken
