@@ -72,6 +72,9 @@ type Client struct {
 
 	mu    sync.Mutex
 	lanes map[string]*laneSub // event subscriptions by lane token
+	// refusedLanes are the lanes whose events the server refused this
+	// client (see laneSub.refuse).
+	refusedLanes map[string]bool
 }
 
 // New returns a client using an existing connection.

@@ -1,6 +1,7 @@
 package lanefleet
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,9 @@ type feed struct {
 func (c *Client) holdLane(tok string) (*laneSub, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.refusedLanes[tok] {
+		return nil, errLaneRefused
+	}
 	if ls := c.lanes[tok]; ls != nil {
 		ls.refs++
 		return ls, nil
@@ -110,12 +114,27 @@ func (ls *laneSub) release() {
 // holdLane subscribe anew; holders keep theirs until they release it.
 func (ls *laneSub) refuse() {
 	ls.refused.Store(true)
-	ls.c.mu.Lock()
-	defer ls.c.mu.Unlock()
-	if ls.c.lanes[ls.tok] == ls {
-		delete(ls.c.lanes, ls.tok)
+	c := ls.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lanes[ls.tok] == ls {
+		delete(c.lanes, ls.tok)
 	}
+	// Later sends to the lane do not ask again: each refusal is a
+	// permission violation in the server's log and an error on the
+	// connection. Bounded: past maxRefusedLanes the list starts over.
+	if c.refusedLanes == nil || len(c.refusedLanes) >= maxRefusedLanes {
+		c.refusedLanes = map[string]bool{}
+	}
+	c.refusedLanes[ls.tok] = true
 }
+
+// errLaneRefused: the server refused the client a subscription to the
+// lane's events before; Send publishes without one.
+var errLaneRefused = errors.New("lanefleet: the lane's events may not be subscribed to")
+
+// maxRefusedLanes bounds the lanes a client remembers it may not follow.
+const maxRefusedLanes = 4096
 
 // sendStarts says a publish to the lane waits for its ack: the lane keeps
 // the messages of runs without a feed until sendEnds.

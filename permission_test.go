@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,13 +18,21 @@ import (
 // subjects, subscribe to its lane's events and its own inbox prefix.
 func startUsersServer(t *testing.T, senders ...string) (url string) {
 	t.Helper()
-	users := []*server.User{{Username: "worker", Password: "w"}}
+	var users []*server.User
 	for _, s := range senders {
 		users = append(users, &server.User{Username: s, Password: s, Permissions: &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: []string{"agent.in." + s, "agent.svc." + s + ".>"}},
 			Subscribe: &server.SubjectPermission{Allow: []string{"agent.ev." + s + ".>", "_INBOX_" + s + ".>"}},
 		}})
 	}
+	return startServerWithUsers(t, users...)
+}
+
+// startServerWithUsers starts a JetStream server with a worker user (all
+// permissions) and the given ones.
+func startServerWithUsers(t *testing.T, more ...*server.User) (url string) {
+	t.Helper()
+	users := append([]*server.User{{Username: "worker", Password: "w"}}, more...)
 	opts := &server.Options{ServerName: "users", Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
 		JetStream: true, StoreDir: t.TempDir(), Users: users}
 	s, err := server.NewServer(opts)
@@ -112,5 +121,57 @@ func TestSenderNeedsOnlyItsSessionsSubjects(t *testing.T) {
 			t.Fatalf("%s of bob: %v, want ErrPermission", d.what, err)
 		}
 		t.Log(err)
+	}
+}
+
+// TestSendRemembersARefusedLane: a user who may send to a session but not
+// subscribe to its events can still Send; the client asks for the lane's
+// subscription once, and later sends do not ask again (each refusal is a
+// permission violation on the connection and in the server's log).
+func TestSendRemembersARefusedLane(t *testing.T) {
+	t.Parallel()
+	url := startServerWithUsers(t, &server.User{Username: "carol", Password: "carol", Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"agent.in.carol"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_carol.>"}},
+	}})
+	startMember(t, strings.Replace(url, "nats://", "nats://worker:w@", 1))
+	var mu sync.Mutex
+	refusals, sentinel := 0, make(chan struct{}, 1)
+	carol, err := Connect(url, nats.UserInfo("carol", "carol"), nats.CustomInboxPrefix("_INBOX_carol"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case strings.Contains(err.Error(), "Subscription to"):
+				refusals++
+			case strings.Contains(err.Error(), "Publish to \"sentinel\""):
+				sentinel <- struct{}{}
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer carol.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for range 3 {
+		if _, err := carol.Send(ctx, "carol", "hello"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Errors reach the handler in order: once the sentinel's has, every
+	// refusal of the sends has too.
+	if err := carol.nc.Publish("sentinel", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sentinel:
+	case <-ctx.Done():
+		t.Fatal("the sentinel's violation never came")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if refusals != 1 {
+		t.Fatalf("three sends asked for the refused subscription %d times, want once", refusals)
 	}
 }
