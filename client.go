@@ -427,6 +427,9 @@ func (c *Client) QueueSettings(ctx context.Context, session string) (queue.Overr
 type SettingsChange struct {
 	Queue *queue.Overrides
 	Run   *events.RunSettings
+	// Reset clears the stored queue and run settings first, in the same
+	// message: no turn runs between the reset and the values set.
+	Reset bool
 }
 
 // SessionSettings are a session's stored settings and state.
@@ -454,6 +457,17 @@ func (c *Client) SetSettings(ctx context.Context, session string, ch SettingsCha
 	if ch.Queue != nil {
 		in.QueueSettings = QueueSettingsOf(*ch.Queue)
 	}
+	if ch.Reset {
+		q, r := events.QueueSettings{}, events.RunSettings{}
+		if in.QueueSettings != nil {
+			q = *in.QueueSettings
+		}
+		if ch.Run != nil {
+			r = *ch.Run
+		}
+		q.Reset, r.Reset = true, true
+		in.QueueSettings, in.RunSettings = &q, &r
+	}
 	if !in.IsSettings() {
 		return nil, errors.New("lanefleet: SetSettings: the change sets nothing")
 	}
@@ -463,8 +477,7 @@ func (c *Client) SetSettings(ctx context.Context, session string, ch SettingsCha
 // ResetSettings clears a session's stored queue and run settings (its
 // state stays), in lane order like SetSettings.
 func (c *Client) ResetSettings(ctx context.Context, session string) (*Run, error) {
-	in := events.Inbound{ID: newID(), QueueSettings: &events.QueueSettings{Reset: true}, RunSettings: &events.RunSettings{Reset: true}}
-	return c.sendSettings(ctx, session, &in)
+	return c.SetSettings(ctx, session, SettingsChange{Reset: true})
 }
 
 // Settings returns a session's stored settings and its state.

@@ -758,25 +758,18 @@ func settings(ctx context.Context, c *common, a settingsArgs) error {
 		}
 		return printSettings(c.session, s, c.asJSON, stdout)
 	}
-	// A reset is its own message, followed by one with the values set.
-	var r *lanefleet.Run
-	if a.reset {
-		if r, err = cl.ResetSettings(ctx, c.session); err != nil {
-			return err
-		}
+	// A reset and the values set travel in one message.
+	ch := lanefleet.SettingsChange{Reset: a.reset}
+	if queueChange {
+		o := lanefleet.OverridesOf(&q)
+		ch.Queue = &o
 	}
-	if queueChange || runChange {
-		var ch lanefleet.SettingsChange
-		if queueChange {
-			o := lanefleet.OverridesOf(&q)
-			ch.Queue = &o
-		}
-		if runChange {
-			ch.Run = &a.run
-		}
-		if r, err = cl.SetSettings(ctx, c.session, ch); err != nil {
-			return err
-		}
+	if runChange {
+		ch.Run = &a.run
+	}
+	r, err := cl.SetSettings(ctx, c.session, ch)
+	if err != nil {
+		return err
 	}
 	if a.noFollow {
 		fmt.Fprintf(stdout, "sent: session %s run %s (applies to messages sent after it)\n", r.Session, r.ID)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -247,6 +248,24 @@ func TestRunSettingsCommand(t *testing.T) {
 	}
 	if out := pub("settings", "--deny-tools", ""); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9\n" {
 		t.Fatalf("clear tools: %q", out)
+	}
+	// A reset with values is one settings message (no turn runs between
+	// them): its run reports both, and two such changes are two messages.
+	if out := pub("settings", "--reset", "--history-limit", "7"); out != "queue settings: defaults; run settings: history limit 7\n" {
+		t.Fatalf("reset and set: %q", out)
+	}
+	runOf := func(out string) int {
+		t.Helper()
+		var session string
+		var run int
+		if _, err := fmt.Sscanf(out, "sent: session %s run %d", &session, &run); err != nil {
+			t.Fatalf("%q: %v", out, err)
+		}
+		return run
+	}
+	first := runOf(pub("settings", "--reset", "--history-limit", "6", "--no-follow"))
+	if next := runOf(pub("settings", "--reset", "--history-limit", "7", "--no-follow")); next != first+1 {
+		t.Fatalf("a reset with a value took %d messages, want one", next-first)
 	}
 	if out := pub("settings", "--reset"); out != "queue settings: defaults\n" {
 		t.Fatalf("reset: %q", out)
