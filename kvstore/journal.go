@@ -65,7 +65,10 @@ func ensureSteps(ctx context.Context, js jetstream.JetStream, cfg Config) (jetst
 		MaxAge:      StepTTL,
 		MaxBytes:    cfg.StepsMaxBytes,
 		Discard:     jetstream.DiscardOld,
-		AllowDirect: DirectGet(cfg.Replicas), // a re-run reads what the leader has
+		// A step written again, and a later re-run's barrier, replace
+		// the older copy: a read fetches each subject once.
+		MaxMsgsPerSubject: 1,
+		AllowDirect:       DirectGet(cfg.Replicas), // a re-run reads what the leader has
 	}
 	s, err := js.CreateStream(ctx, sc)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {

@@ -102,3 +102,28 @@ func TestStepJournal(t *testing.T) {
 		t.Fatal("an empty step accepted")
 	}
 }
+
+// TestStepJournalKeepsOneCopyPerSubject: every re-run writes its barrier
+// on the turn's barrier subject; the journal keeps the newest one only, so
+// a read fetches each step and one barrier however often a turn re-ran.
+func TestStepJournalKeepsOneCopyPerSubject(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2*time.Second)
+	ctx := t.Context()
+	for range 5 { // five re-runs read (and bar) the journal
+		if _, err := b.lanes.Journal("k", 3).Steps(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := b.js.Stream(ctx, StepsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("five re-runs left %d messages in the journal, want their newest barrier only", info.State.Msgs)
+	}
+}
