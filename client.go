@@ -16,6 +16,7 @@ package lanefleet
 
 import (
 	"cmp"
+	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -75,6 +76,17 @@ type Client struct {
 	// refusedLanes are the lanes whose events the server refused this
 	// client (see laneSub.refuse).
 	refusedLanes map[string]bool
+	// The lane subscriptions deliver into evs (made with the first), read
+	// by one dispatcher goroutine while nsubs > 0 (see dispatch).
+	evs          chan *nats.Msg
+	subLanes     sync.Map      // *nats.Subscription → its *laneSub
+	nsubs        int           // lane subscriptions on the connection
+	stopDispatch chan struct{} // closed when nsubs drops to 0; nil while no dispatcher runs
+	dispatched   chan struct{} // closed when the latest dispatcher returned
+	// kept are the feeds Send opened that nobody claimed yet, oldest
+	// first, at most keepMax (0: maxKept).
+	kept    list.List
+	keepMax int
 }
 
 // New returns a client using an existing connection.
@@ -109,8 +121,9 @@ func (c *Client) Close() {
 }
 
 type sendOptions struct {
-	in     events.Inbound
-	asJSON bool
+	in       events.Inbound
+	asJSON   bool
+	noFollow bool
 }
 
 // SendOption configures Send.
@@ -180,6 +193,16 @@ func WithJSON() SendOption {
 	return func(o *sendOptions) error { o.asJSON = true; return nil }
 }
 
+// WithoutFollow sends without subscribing to the session's events first:
+// a plain publish, for a caller that will not follow the run (or not
+// within seconds). Following the run later still works; it starts with a
+// request for the stored events, as for a run joined late. A client that
+// sends to many sessions it does not follow saves a subscription (and its
+// server-side work) per Send.
+func WithoutFollow() SendOption {
+	return func(o *sendOptions) error { o.noFollow = true; return nil }
+}
+
 // Run is a sent message's run.
 type Run struct {
 	Session   string
@@ -209,7 +232,9 @@ type Run struct {
 // Send subscribes to the session's events before it publishes, so following
 // the run (Events, Wait) within 10 s starts from its live events and asks
 // the lane service for stored ones only if some go missing; the
-// subscription ends when the following does, or after those 10 s.
+// subscription ends when the following does, or after those 10 s (or
+// sooner, once the client holds over a thousand newer such runs).
+// WithoutFollow sends without it.
 func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOption) (*Run, error) {
 	o := sendOptions{in: events.Inbound{Text: text}}
 	for _, opt := range opts {
@@ -226,7 +251,7 @@ func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOpt
 	if err := o.in.Validate(); err != nil {
 		return nil, err
 	}
-	return c.publish(ctx, session, &o.in, o.asJSON)
+	return c.publish(ctx, session, &o.in, o.asJSON, !o.noFollow)
 }
 
 // Retry bounds of Send.
@@ -236,7 +261,9 @@ const (
 	noStreamConfirm = 2 * time.Second // no stream answers this long: ask the lane service whether a fleet exists
 )
 
-func (c *Client) publish(ctx context.Context, session string, in *events.Inbound, asJSON bool) (*Run, error) {
+// publish sends in to the session's lane; with follow it subscribes to the
+// lane's events first and opens the run's feed (see Send).
+func (c *Client) publish(ctx context.Context, session string, in *events.Inbound, asJSON, follow bool) (*Run, error) {
 	tok, err := events.KeyToken(session)
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: session %q: %w", session, err)
@@ -250,11 +277,16 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 	// subscription is in place before the message is stored: the server
 	// takes the subscription before the publish that follows it on this
 	// connection.
-	before := c.nc.LastError()
-	lane, err := c.holdLane(tok)
-	if err == nil {
-		lane.sendStarts()
-		defer func() { lane.sendEnds(); lane.release() }()
+	var (
+		before error
+		lane   *laneSub
+	)
+	if follow {
+		before = c.nc.LastError()
+		if lane, err = c.holdLane(tok); err == nil {
+			lane.sendStarts()
+			defer func() { lane.sendEnds(); lane.release() }()
+		}
 	}
 	start := time.Now()
 	var noStreamSince time.Time
@@ -383,7 +415,7 @@ func (c *Client) Stop(ctx context.Context, session string) (*Run, error) {
 	if err := in.Validate(); err != nil {
 		return nil, err
 	}
-	return c.publish(ctx, session, &in, false)
+	return c.publish(ctx, session, &in, false, true)
 }
 
 // SetQueueSettings stores a session's queue settings: what happens to its
@@ -408,7 +440,7 @@ func (c *Client) sendSettings(ctx context.Context, session string, in *events.In
 	if err := in.Validate(); err != nil {
 		return nil, err
 	}
-	return c.publish(ctx, session, in, false)
+	return c.publish(ctx, session, in, false, true)
 }
 
 // QueueSettings returns a session's stored queue settings (zero when none

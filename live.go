@@ -1,6 +1,8 @@
 package lanefleet
 
 import (
+	"cmp"
+	"container/list"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,14 @@ import (
 // and asks the lane service for stored events only when it must (a gap, a
 // reconnect, a drop, a silence); a run followed later (Run, Follow, or a
 // feed that expired) starts with a catch-up instead.
+//
+// The lane subscriptions are cheap to keep: they all deliver into one
+// channel of the client, read by one dispatcher goroutine that runs while
+// the client has any (nats.go gives each callback subscription a goroutine
+// of its own), and the feeds Send opens that nobody followed yet are
+// bounded (maxKept, oldest out), so a client sending to many sessions it
+// does not follow holds a bounded number of subscriptions. WithoutFollow
+// sends without one.
 
 // Feed bounds.
 const (
@@ -33,6 +43,15 @@ const (
 	// may publish the run's first events before the ack names the run.
 	// One run of a lane streams at a time, so they are the newest.
 	earlyKeep = 64
+	// maxKept bounds the feeds Send opened that nobody claimed yet, and so
+	// the lane subscriptions they hold: past it the oldest expires early
+	// (its run, when followed, starts with a catch-up).
+	maxKept = 1024
+	// laneBacklog is how many messages of the client's lane subscriptions
+	// wait for the dispatcher; past it nats.go drops the newest and counts
+	// the drop on its subscription (feed.lost), and the lane's followers
+	// catch up.
+	laneBacklog = 8192
 )
 
 // laneSub is the client's subscription to the events of one lane's runs.
@@ -69,6 +88,15 @@ type feed struct {
 	dropped int // messages lost to a full queue
 	closed  bool
 	expiry  *time.Timer // closes a feed Send opened that nobody claimed
+	// kept is the feed's place among the client's unclaimed feeds while
+	// Send's feed waits for Events; guarded by the client's mu.
+	kept *list.Element
+}
+
+// keptFeed is a feed Send opened, in the client's list of unclaimed ones.
+type keptFeed struct {
+	r *Run
+	f *feed
 }
 
 // holdLane returns the lane's subscription, subscribing when the client
@@ -84,11 +112,20 @@ func (c *Client) holdLane(tok string) (*laneSub, error) {
 		return ls, nil
 	}
 	ls := &laneSub{c: c, tok: tok, prefix: events.EventPrefix + tok + ".", refs: 1, feeds: map[string][]*feed{}}
-	sub, err := c.nc.Subscribe(ls.prefix+"*", ls.deliver)
+	if c.evs == nil {
+		c.evs = make(chan *nats.Msg, laneBacklog)
+	}
+	sub, err := c.nc.ChanSubscribe(ls.prefix+"*", c.evs)
 	if err != nil {
 		return nil, err
 	}
 	ls.sub = sub
+	c.subLanes.Store(sub, ls)
+	if c.nsubs++; c.stopDispatch == nil {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go c.dispatch(c.dispatched, stop, done)
+		c.stopDispatch, c.dispatched = stop, done
+	}
 	if c.lanes == nil {
 		c.lanes = map[string]*laneSub{}
 	}
@@ -108,6 +145,35 @@ func (ls *laneSub) release() {
 		delete(c.lanes, ls.tok)
 	}
 	_ = ls.sub.Unsubscribe()
+	c.subLanes.Delete(ls.sub)
+	if c.nsubs--; c.nsubs == 0 {
+		close(c.stopDispatch)
+		c.stopDispatch = nil
+	}
+}
+
+// dispatch hands the messages of the client's lane subscriptions to their
+// lanes, in the order the connection received them, until stop closes
+// (the client's last lane subscription ended). The dispatcher before it
+// (prev, nil for none) has returned by the time it reads: one reads at a
+// time, so a lane's messages stay in order.
+func (c *Client) dispatch(prev, stop, done chan struct{}) {
+	defer close(done)
+	if prev != nil {
+		<-prev
+	}
+	for {
+		select {
+		case m := <-c.evs:
+			// A message of a subscription that ended is dropped, as
+			// nats.go drops a callback subscription's.
+			if ls, ok := c.subLanes.Load(m.Sub); ok {
+				ls.(*laneSub).deliver(m)
+			}
+		case <-stop:
+			return
+		}
+	}
 }
 
 // refuse marks the subscription refused by the server and makes the next
@@ -244,11 +310,36 @@ func (f *feed) lost() int {
 	return n
 }
 
-// expireUnclaimed closes f after claimWithin unless claim takes it first.
+// expireUnclaimed closes f, the feed Send opened for r, after claimWithin
+// unless claim takes it first; or earlier, once maxKept newer unclaimed
+// feeds were opened.
 func (f *feed) expireUnclaimed(r *Run) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.expiry = time.AfterFunc(claimWithin, func() { r.expire(f) })
+	f.mu.Unlock()
+	c := f.lane.c
+	c.mu.Lock()
+	f.kept = c.kept.PushBack(keptFeed{r: r, f: f})
+	var out keptFeed
+	if limit := cmp.Or(c.keepMax, maxKept); c.kept.Len() > limit {
+		out = c.kept.Remove(c.kept.Front()).(keptFeed)
+		out.f.kept = nil
+	}
+	c.mu.Unlock()
+	if out.f != nil {
+		out.r.expire(out.f)
+	}
+}
+
+// unkeep takes f off the client's unclaimed feeds.
+func (f *feed) unkeep() {
+	c := f.lane.c
+	c.mu.Lock()
+	if f.kept != nil {
+		c.kept.Remove(f.kept)
+		f.kept = nil
+	}
+	c.mu.Unlock()
 }
 
 // expire closes f, the feed Send opened for r, unless Events took it.
@@ -261,6 +352,7 @@ func (r *Run) expire(f *feed) {
 // claim makes f a follower's: it stops its expiry and lifts its bound to
 // liveBuffer.
 func (f *feed) claim() {
+	f.unkeep()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.expiry != nil {
@@ -277,7 +369,11 @@ func (f *feed) close() {
 		return
 	}
 	f.closed, f.queue = true, nil
+	if f.expiry != nil {
+		f.expiry.Stop()
+	}
 	f.mu.Unlock()
+	f.unkeep()
 	ls := f.lane
 	ls.mu.Lock()
 	fs := ls.feeds[f.run]
