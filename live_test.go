@@ -3,12 +3,14 @@ package lanefleet
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -278,5 +280,182 @@ func TestLaneKeepsEarlyEvents(t *testing.T) {
 	}
 	if lane.early != nil {
 		t.Fatal("the lane keeps messages after the last send ended")
+	}
+}
+
+// TestWithoutFollowSubscribesNothing: a send that will not be followed
+// sends no SUB (the server holds no subscription of the client's
+// connection once the stream acked the message), and its run can still be
+// followed to its result, from the store.
+func TestWithoutFollowSubscribesNothing(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL)
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r, err := c.Send(ctx, "unfollowed", "hi", WithoutFollow())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cid, err := nc.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server takes a connection's SUB before its PUB: had Send
+	// subscribed, the server would hold it by the time of the ack.
+	connz, err := srv.Connz(&server.ConnzOptions{CID: cid, Subscriptions: true})
+	if err != nil || len(connz.Conns) != 1 {
+		t.Fatalf("connz: %+v, %v", connz, err)
+	}
+	for _, sub := range connz.Conns[0].Subs { // the requests' reply subscription is there
+		if strings.HasPrefix(sub, events.EventPrefix) {
+			t.Fatalf("a send without follow subscribed to %s", sub)
+		}
+	}
+	if nc.NumSubscriptions() != 0 || r.live.Load() != nil {
+		t.Fatalf("a send without follow left %d subscriptions on the connection", nc.NumSubscriptions())
+	}
+	if res, err := r.Wait(ctx); err != nil || res.Payloads[0].Text != "echo: hi" {
+		t.Fatalf("wait: %+v, %v", res, err)
+	}
+}
+
+// TestKeptFeedsAreBounded: the feeds Send opens that nobody follows yet are
+// bounded, oldest out, and with them the lane subscriptions; a lane sent to
+// again stays. A run whose feed went out is still followed to its final
+// (from the store); one whose feed stayed, from its live events alone.
+func TestKeptFeedsAreBounded(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	cnc := natstest.Connect(t, natsURL(nc))
+	c, _ := New(cnc)
+	c.keepMax = 3
+	runs := map[string]*Run{}
+	for _, s := range []string{"k0", "k1", "k2", "k3", "k4"} {
+		r, err := c.Send(ctx, s, "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[s] = r
+	}
+	if got := cnc.NumSubscriptions(); got != 3 {
+		t.Fatalf("%d subscriptions after sends to 5 sessions with a bound of 3", got)
+	}
+	again, err := c.Send(ctx, "k4", "again") // k2's feed goes out; k4 keeps its lane
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, want := range map[string]bool{"k0": false, "k1": false, "k2": false, "k3": true, "k4": true} {
+		if kept := runs[s].live.Load() != nil; kept != want {
+			t.Errorf("%s: feed kept %v, want %v", s, kept, want)
+		}
+	}
+	if got := cnc.NumSubscriptions(); got != 2 {
+		t.Fatalf("%d subscriptions, want 2 (k3, k4)", got)
+	}
+	asked := countRequests(t, nc, "k4")
+	for _, r := range []*Run{runs["k0"], again} {
+		playWorker(ctx, t, js, r.Session, r.ID, 1, 4, 4)
+		res, err := r.Wait(ctx)
+		if err != nil || res.Payloads[0].Text != "done" {
+			t.Fatalf("%s run %s: %+v, %v", r.Session, r.ID, res, err)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the kept run of k4 asked the store %d times", n)
+	}
+}
+
+// TestClaimedFeedStays: a run being followed keeps its lane subscription
+// whatever the client sends meanwhile: the bound counts only feeds nobody
+// follows, and the follower gets every event live, up to its final.
+func TestClaimedFeedStays(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	cnc := natstest.Connect(t, natsURL(nc))
+	c, _ := New(cnc)
+	c.keepMax = 1
+	followed, err := c.Send(ctx, "claimed", "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := followed.follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.feed.close()
+	for _, s := range []string{"other1", "other2", "other3"} {
+		if _, err := c.Send(ctx, s, "hi"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := cnc.NumSubscriptions(); got != 2 {
+		t.Fatalf("%d subscriptions, want 2 (the followed lane, the newest send's)", got)
+	}
+	asked := countRequests(t, nc, "claimed")
+	playWorker(ctx, t, js, "claimed", followed.ID, 1, 5, 5)
+	var seqs []string
+	fl.run(ctx, func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, fmt.Sprint(ev.Seq))
+		return true
+	})
+	if got := strings.Join(seqs, " "); got != "1 2 3 4 5" {
+		t.Fatalf("yielded seqs %s", got)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the followed run asked the store %d times", n)
+	}
+}
+
+// TestLaneSubscriptionsShareOneGoroutine: however many lanes a client
+// subscribes to, one goroutine reads their messages (nats.go starts one per
+// callback subscription), and it returns once the last subscription ends.
+// Not parallel: it counts the process's goroutines.
+func TestLaneSubscriptionsShareOneGoroutine(t *testing.T) {
+	nc, js, ctx := serviceOnly(t)
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	const n = 200
+	before := runtime.NumGoroutine()
+	held := make([]*laneSub, n)
+	for i := range held {
+		ls, err := c.holdLane(fmt.Sprintf("g%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = ls
+	}
+	if grew := runtime.NumGoroutine() - before; grew > n/10 {
+		t.Fatalf("%d goroutines more for %d lane subscriptions", grew, n)
+	}
+	// The dispatcher delivers: a feed of the last lane gets its run's event.
+	f := held[n-1].open("1", liveBuffer, true)
+	if err := c.nc.Flush(); err != nil { // the server has the subscriptions
+		t.Fatal(err)
+	}
+	playWorker(ctx, t, js, fmt.Sprintf("g%d", n-1), "1", 1, 1, 2)
+	select {
+	case <-f.ready:
+	case <-ctx.Done():
+		t.Fatal("no event reached the feed")
+	}
+	f.close()
+	c.mu.Lock()
+	done := c.dispatched
+	c.mu.Unlock()
+	for _, ls := range held {
+		ls.release()
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the dispatcher runs on with no subscription")
+	}
+	if c.nc.NumSubscriptions() != 0 {
+		t.Fatalf("%d subscriptions left", c.nc.NumSubscriptions())
 	}
 }
