@@ -2,6 +2,8 @@ package lanefleet
 
 import (
 	"context"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -108,4 +110,57 @@ func BenchmarkFollowEndedRun(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSendDistinct: a client sending to many distinct sessions it does
+// not follow (each send a new session). Client.Send subscribes to each
+// session's events first (a SUB, and server sublist work, per send; the
+// subscriptions Send keeps for a follower are bounded, maxKept);
+// WithoutFollow publishes alone. Baseline: a bare JetStream publish of the
+// same message to the same subjects, in the same run. subs and
+// goroutines: the lane subscriptions the client holds at the end, and the
+// goroutines they hold.
+func BenchmarkSendDistinct(b *testing.B) {
+	srv := natstest.Start(b)
+	nc := natstest.Connect(b, srv.URL)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	data, ct, _ := events.EncodeInbound(&events.Inbound{Text: "hello"}, false)
+	n := 0
+	session := func() string { n++; return "d" + strconv.Itoa(n) }
+	b.Run("baseline=jetstream.PublishMsg", func(b *testing.B) {
+		for b.Loop() {
+			m := nats.NewMsg(events.InboundPrefix + session())
+			m.Data = data
+			m.Header.Set(events.HeaderContentType, ct)
+			if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(newID())); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, bc := range []struct {
+		name string
+		opts []SendOption
+	}{
+		{"Client.Send", nil},
+		{"Client.Send+WithoutFollow", []SendOption{WithoutFollow()}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cnc := natstest.Connect(b, srv.URL)
+			defer cnc.Close()
+			c, _ := New(cnc)
+			before := runtime.NumGoroutine()
+			for b.Loop() {
+				if _, err := c.Send(ctx, session(), "hello", bc.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cnc.NumSubscriptions()), "subs")
+			b.ReportMetric(float64(runtime.NumGoroutine()-before), "goroutines")
+		})
+	}
 }

@@ -287,3 +287,31 @@ func ExampleCredentials() {
 	// {user=alice password=xxxxx inbox-prefix=_INBOX_alice}
 	// connected
 }
+
+// Fan a notice out to many sessions without following their runs: no
+// subscription per session, a plain publish each. A run can still be
+// followed later (from the stored events).
+func ExampleWithoutFollow() {
+	url, stop := startExampleFleet()
+	defer stop()
+	c, _ := lanefleet.Connect(url)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var last *lanefleet.Run
+	for _, session := range []string{"user-1", "user-2", "user-3"} {
+		run, err := c.Send(ctx, session, "maintenance at noon", lanefleet.WithoutFollow())
+		if err != nil {
+			panic(err)
+		}
+		last = run
+	}
+	res, err := last.Wait(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(last.Session+":", res.Payloads[0].Text)
+	// Output:
+	// user-3: echo: maintenance at noon
+}
