@@ -50,9 +50,10 @@ func (r *Run) OnWait(after time.Duration, fn func(RunState)) *Run {
 // were missed, after a reconnect or a drop, and after a few seconds without
 // an event. Following a run Send returned starts from its live events
 // alone (Send subscribed before it published), if it starts within
-// seconds of Send; any other run starts with a request for its stored
-// events, and one that already ended is read from the store alone. While no
-// worker answers, following keeps asking (see OnWait).
+// seconds of Send (and Send had no WithoutFollow); any other run starts
+// with a request for its stored events, and one that already ended is
+// read from the store alone. While no worker answers, following keeps
+// asking (see OnWait).
 //
 // If the worker running the run dies (or the attempt fails), the attempt
 // ends with a lifecycle "aborted" event and the next one starts with
