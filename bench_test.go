@@ -113,7 +113,7 @@ func BenchmarkFollowEndedRun(b *testing.B) {
 }
 
 // BenchmarkSendDistinct: a client sending to many distinct sessions it does
-// not follow (each send a new session). Client.Send subscribes to each
+// not follow (each send a new session; and 3,000 sessions in turn). Client.Send subscribes to each
 // session's events first (a SUB, and server sublist work, per send; the
 // subscriptions Send keeps for a follower are bounded, maxKept);
 // WithoutFollow publishes alone. Baseline: a bare JetStream publish of the
@@ -163,4 +163,27 @@ func BenchmarkSendDistinct(b *testing.B) {
 			b.ReportMetric(float64(runtime.NumGoroutine()-before), "goroutines")
 		})
 	}
+	// A working set of sessions sent to in turn, within the bound of
+	// kept subscriptions: after the first round each send reuses its
+	// lane's.
+	b.Run("Client.Send(3000-sessions-in-turn)", func(b *testing.B) {
+		cnc := natstest.Connect(b, srv.URL)
+		defer cnc.Close()
+		c, _ := New(cnc)
+		const sessions = 3000
+		i := 0
+		send := func() {
+			i++
+			if _, err := c.Send(ctx, "t"+strconv.Itoa(i%sessions), "hello"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for range sessions {
+			send()
+		}
+		for b.Loop() {
+			send()
+		}
+		b.ReportMetric(float64(cnc.NumSubscriptions()), "subs")
+	})
 }

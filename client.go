@@ -233,7 +233,7 @@ type Run struct {
 // the run (Events, Wait) within 10 s starts from its live events and asks
 // the lane service for stored ones only if some go missing; the
 // subscription ends when the following does, or after those 10 s (or
-// sooner, once the client holds over a thousand newer such runs).
+// sooner, once the client holds 4,096 newer runs nobody follows yet).
 // WithoutFollow sends without it.
 func (c *Client) Send(ctx context.Context, session, text string, opts ...SendOption) (*Run, error) {
 	o := sendOptions{in: events.Inbound{Text: text}}

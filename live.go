@@ -46,7 +46,7 @@ const (
 	// maxKept bounds the feeds Send opened that nobody claimed yet, and so
 	// the lane subscriptions they hold: past it the oldest expires early
 	// (its run, when followed, starts with a catch-up).
-	maxKept = 1024
+	maxKept = 4096
 	// laneBacklog is how many messages of the client's lane subscriptions
 	// wait for the dispatcher; past it nats.go drops the newest and counts
 	// the drop on its subscription (feed.lost), and the lane's followers
