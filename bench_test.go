@@ -159,7 +159,7 @@ func BenchmarkSendDistinct(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(cnc.NumSubscriptions()), "subs")
+			b.ReportMetric(float64(laneSubscriptions(c)), "subs")
 			b.ReportMetric(float64(runtime.NumGoroutine()-before), "goroutines")
 		})
 	}
@@ -184,6 +184,6 @@ func BenchmarkSendDistinct(b *testing.B) {
 		for b.Loop() {
 			send()
 		}
-		b.ReportMetric(float64(cnc.NumSubscriptions()), "subs")
+		b.ReportMetric(float64(laneSubscriptions(c)), "subs")
 	})
 }

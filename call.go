@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -118,19 +120,20 @@ func isTimeout(err error) bool {
 // ErrPermission instead of timing out: the server's permission error comes
 // before the flush's answer. No responders is nats.ErrNoResponders; a micro
 // error reply is a *service.Error.
+//
+// Replies come to the client's reply subscription (one for all requests,
+// see replyMux), so a request costs the server no subscription of its own;
+// a client whose user may not subscribe to it subscribes an inbox per
+// request instead.
 func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	inbox := c.nc.NewInbox()
-	// A channel of one: SubscribeSync would allocate its default 64Ki-slot
-	// channel for the one reply.
-	replies := make(chan *nats.Msg, 1)
-	sub, err := c.nc.ChanSubscribe(inbox, replies)
+	before := c.nc.LastError()
+	inbox, replies, done, err := c.replies.await(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	before := c.nc.LastError()
+	defer done()
 	m.Reply = inbox
 	if err := c.nc.PublishMsg(m); err != nil {
 		return nil, err
@@ -157,6 +160,87 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 		return nil, &service.Error{Code: code, Description: reply.Header.Get(micro.ErrorHeader)}
 	}
 	return reply.Data, nil
+}
+
+// replyMux is a client's subscription for the replies to its requests:
+// one wildcard subscription under a fresh inbox, each request a token of
+// its own under it. Subscribing an inbox per request cost the server a
+// subscription and its removal per request (sublist and cache work that
+// grows with the server's subjects).
+type replyMux struct {
+	mu      sync.Mutex
+	prefix  string // the inbox, then "."
+	sub     *nats.Subscription
+	refused bool // the server refused the subscription: an inbox per request
+	next    uint64
+	waiting map[string]chan *nats.Msg // by token
+}
+
+// await returns the inbox of one request, the channel its reply comes on,
+// and done, which ends the wait. The first request subscribes and flushes:
+// the subscription is used once the server took it.
+func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies chan *nats.Msg, done func(), err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.sub == nil && !x.refused {
+		if err := x.subscribe(ctx, c); err != nil {
+			return "", nil, nil, err
+		}
+	}
+	replies = make(chan *nats.Msg, 1)
+	if x.refused {
+		// A channel of one: SubscribeSync would allocate its default
+		// 64Ki-slot channel for the one reply.
+		inbox = c.nc.NewInbox()
+		sub, err := c.nc.ChanSubscribe(inbox, replies)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		return inbox, replies, func() { _ = sub.Unsubscribe() }, nil
+	}
+	x.next++
+	tok := strconv.FormatUint(x.next, 36)
+	x.waiting[tok] = replies
+	return x.prefix + tok, replies, func() {
+		x.mu.Lock()
+		delete(x.waiting, tok)
+		x.mu.Unlock()
+	}, nil
+}
+
+// subscribe makes the reply subscription; a refused one makes every later
+// request subscribe an inbox of its own, which reports the refusal.
+func (x *replyMux) subscribe(ctx context.Context, c *Client) error {
+	before := c.nc.LastError()
+	prefix := c.nc.NewInbox() + "."
+	sub, err := c.nc.Subscribe(prefix+"*", x.deliver)
+	if err != nil {
+		return err
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
+	if c.denied(before, "Subscription to", prefix+"*") != nil {
+		_ = sub.Unsubscribe()
+		x.refused = true
+		return nil
+	}
+	x.prefix, x.sub, x.waiting = prefix, sub, map[string]chan *nats.Msg{}
+	return nil
+}
+
+// deliver hands a reply to its request, if it still waits; a second reply
+// (a request answered twice) is dropped.
+func (x *replyMux) deliver(m *nats.Msg) {
+	tok := strings.TrimPrefix(m.Subject, x.prefix)
+	x.mu.Lock()
+	ch := x.waiting[tok]
+	delete(x.waiting, tok)
+	x.mu.Unlock()
+	if ch != nil {
+		ch <- m
+	}
 }
 
 // denied returns ErrPermission when the server refused what ("Publish to" or

@@ -87,6 +87,7 @@ type Client struct {
 	// first, at most keepMax (0: maxKept).
 	kept    list.List
 	keepMax int
+	replies replyMux // see requestMsg
 }
 
 // New returns a client using an existing connection.

@@ -150,7 +150,7 @@ func TestFollowingLeavesNothingOnTheServer(t *testing.T) {
 	if n := st.CachedInfo().State.Consumers; n != 0 {
 		t.Fatalf("%d consumers left on %s", n, events.EventStream)
 	}
-	if n := nc.NumSubscriptions(); n != 0 {
+	if n := laneSubscriptions(c); n != 0 {
 		t.Fatalf("%d subscriptions left on the client's connection", n)
 	}
 }

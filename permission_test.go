@@ -175,3 +175,31 @@ func TestSendRemembersARefusedLane(t *testing.T) {
 		t.Fatalf("three sends asked for the refused subscription %d times, want once", refusals)
 	}
 }
+
+// TestRefusedReplySubscription: a user who may not subscribe to the
+// client's inbox gets ErrPermission at once from every request: from the
+// first, which finds the reply subscription refused, and from the later
+// ones, which subscribe an inbox of their own.
+func TestRefusedReplySubscription(t *testing.T) {
+	t.Parallel()
+	url := startServerWithUsers(t, &server.User{Username: "dave", Password: "dave", Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"agent.in.dave"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"agent.ev.dave.>"}},
+	}})
+	dave, err := Connect(url, nats.UserInfo("dave", "dave"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dave.Close()
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		_, err := dave.Send(ctx, "dave", "hello", WithoutFollow())
+		cancel()
+		if !errors.Is(err, ErrPermission) {
+			t.Fatalf("send %d: %v, want ErrPermission", i, err)
+		}
+	}
+	if !dave.replies.refused {
+		t.Fatal("the refused reply subscription is not remembered")
+	}
+}
