@@ -233,8 +233,8 @@ func (x *replyMux) subscribe(ctx context.Context, c *Client) error {
 // deliver hands a reply to its request, if it still waits; a second reply
 // (a request answered twice) is dropped.
 func (x *replyMux) deliver(m *nats.Msg) {
-	tok := strings.TrimPrefix(m.Subject, x.prefix)
 	x.mu.Lock()
+	tok := strings.TrimPrefix(m.Subject, x.prefix)
 	ch := x.waiting[tok]
 	delete(x.waiting, tok)
 	x.mu.Unlock()
