@@ -471,3 +471,46 @@ func laneSubscriptions(c *Client) int {
 	}
 	return n
 }
+
+// TestRequestsShareOneReplySubscription: a client's requests (sends, lane
+// service calls) get their replies on one subscription, which stays; no
+// request leaves a waiter behind.
+func TestRequestsShareOneReplySubscription(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL)
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var first *nats.Subscription
+	for i := range 5 {
+		r, err := c.Send(ctx, "replies", fmt.Sprint("hello ", i), WithoutFollow())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.replies.mu.Lock()
+		sub, waiting := c.replies.sub, len(c.replies.waiting)
+		c.replies.mu.Unlock()
+		if first == nil {
+			first = sub
+		}
+		if sub == nil || sub != first || waiting != 0 {
+			t.Fatalf("request %d: reply subscription %p (first %p), %d waiters left", i, sub, first, waiting)
+		}
+	}
+	if err := nc.Flush(); err != nil { // the server has the followers' UNSUBs
+		t.Fatal(err)
+	}
+	cid, _ := nc.GetClientID()
+	connz, err := srv.Connz(&server.ConnzOptions{CID: cid, Subscriptions: true})
+	if err != nil || len(connz.Conns) != 1 {
+		t.Fatalf("connz: %+v, %v", connz, err)
+	}
+	if subs := connz.Conns[0].Subs; len(subs) != 1 || subs[0] != first.Subject {
+		t.Fatalf("the server holds %v for the client, want %s alone", subs, first.Subject)
+	}
+}
