@@ -230,6 +230,16 @@ func (x *replyMux) subscribe(ctx context.Context, c *Client) error {
 	return nil
 }
 
+// close ends the reply subscription; requests waiting on it time out.
+func (x *replyMux) close() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.sub != nil {
+		_ = x.sub.Unsubscribe()
+		x.sub, x.waiting = nil, nil
+	}
+}
+
 // deliver hands a reply to its request, if it still waits; a second reply
 // (a request answered twice) is dropped.
 func (x *replyMux) deliver(m *nats.Msg) {

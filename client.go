@@ -114,11 +114,15 @@ func Connect(url string, opts ...nats.Option) (*Client, error) {
 	return c, nil
 }
 
-// Close closes the connection if the client opened it.
+// Close closes the connection if the client opened it; on a connection
+// given to New it ends the client's reply subscription (a request after
+// Close makes a new one).
 func (c *Client) Close() {
 	if c.owns {
 		c.nc.Close()
+		return
 	}
+	c.replies.close()
 }
 
 type sendOptions struct {

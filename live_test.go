@@ -473,8 +473,8 @@ func laneSubscriptions(c *Client) int {
 }
 
 // TestRequestsShareOneReplySubscription: a client's requests (sends, lane
-// service calls) get their replies on one subscription, which stays; no
-// request leaves a waiter behind.
+// service calls) get their replies on one subscription, which stays until
+// Close; no request leaves a waiter behind.
 func TestRequestsShareOneReplySubscription(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -512,5 +512,14 @@ func TestRequestsShareOneReplySubscription(t *testing.T) {
 	}
 	if subs := connz.Conns[0].Subs; len(subs) != 1 || subs[0] != first.Subject {
 		t.Fatalf("the server holds %v for the client, want %s alone", subs, first.Subject)
+	}
+	// Close ends it on a connection the client does not own; a later
+	// request makes a new one.
+	c.Close()
+	if laneSubscriptions(c) != 0 || nc.NumSubscriptions() != 0 {
+		t.Fatalf("%d subscriptions after Close", nc.NumSubscriptions())
+	}
+	if _, err := c.Send(ctx, "replies", "after close", WithoutFollow()); err != nil || c.replies.sub == first {
+		t.Fatalf("send after Close: %v (reply subscription %p, first %p)", err, c.replies.sub, first)
 	}
 }
