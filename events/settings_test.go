@@ -67,8 +67,8 @@ func TestRunChoicesOneVerdict(t *testing.T) {
 				if de.Field != p.prefix+tt.field || !strings.Contains(de.Reason, tt.reasonPart) {
 					t.Errorf("%s: field %q reason %q; want field %q, reason with %q", p.name, de.Field, de.Reason, p.prefix+tt.field, tt.reasonPart)
 				}
-				if first := paths[0].err; first != nil && de.Reason != first.(*DecodeError).Reason {
-					t.Errorf("%s: reason %q differs from a message's %q", p.name, de.Reason, first.(*DecodeError).Reason)
+				if first := (*DecodeError)(nil); errors.As(paths[0].err, &first) && de.Reason != first.Reason {
+					t.Errorf("%s: reason %q differs from a message's %q", p.name, de.Reason, first.Reason)
 				}
 			}
 		})
