@@ -105,6 +105,9 @@ type Config struct {
 	// Linger: how long an owner keeps an empty lane after a turn for the
 	// session's next message (lanes.Config.Linger; 0 = its default).
 	Linger time.Duration
+	// SetupConcurrency: how many lanes set up a turn at once
+	// (lanes.Config.SetupConcurrency; 0 = its default, negative = no bound).
+	SetupConcurrency int
 	// Retention (package retention): SessionTTL forgets sessions untouched
 	// that long (0 = never); EventMaxAge is how long run events stay
 	// replayable (0 = 24 h). Every worker of a fleet should use the same.
@@ -455,7 +458,7 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
-		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger,
+		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
 	})
 	return err
