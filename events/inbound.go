@@ -198,10 +198,6 @@ type ToolResult struct {
 // MaxClientTools bounds the client tools of one message.
 const MaxClientTools = 64
 
-var thinkingLevels = map[string]bool{
-	"off": true, "minimal": true, "low": true, "medium": true, "high": true, "xhigh": true,
-}
-
 // MaxTextBytes is the longest inbound text accepted.
 const MaxTextBytes = 1 << 20
 
@@ -303,12 +299,9 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "id", Reason: "longer than 128 bytes"}
 	case in.Mode != "" && !validMode(in.Mode):
 		return &DecodeError{Field: "mode", Reason: fmt.Sprintf("unknown queue mode %q (followup, collect, steer, steer-backlog, interrupt, enqueue, reject, rollback)", clip(in.Mode))}
-	case in.Thinking != "" && !thinkingLevels[strings.ToLower(in.Thinking)]:
-		return &DecodeError{Field: "thinking", Reason: fmt.Sprintf("unknown thinking level %q (off, minimal, low, medium, high, xhigh)", clip(in.Thinking))}
-	case in.Model != "" && !validModelRef(in.Model):
-		return &DecodeError{Field: "model", Reason: fmt.Sprintf("%q is not provider/model-id", clip(in.Model))}
-	case in.AuthProfile != "" && !validProfileID(in.AuthProfile):
-		return &DecodeError{Field: "authProfile", Reason: fmt.Sprintf("%q is not an auth profile id (1-%d printable bytes, no spaces)", clip(in.AuthProfile), maxProfileBytes)}
+	}
+	if err := validateRunChoices("", in.Model, in.Thinking, in.AuthProfile); err != nil {
+		return err
 	}
 	if in.IsSettings() {
 		if in.QueueSettings != nil {
@@ -389,11 +382,6 @@ func validateTools(in *Inbound) error {
 func validMode(s string) bool {
 	_, ok := modeName(s)
 	return ok
-}
-
-func validModelRef(s string) bool {
-	p, id, ok := strings.Cut(s, "/")
-	return ok && p != "" && id != "" && len(s) <= 200 && utf8.ValidString(s) && !strings.ContainsAny(s, " \t\r\n")
 }
 
 // EncodeInbound encodes in as msgpack, or JSON when asJSON is set, and

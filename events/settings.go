@@ -52,13 +52,10 @@ var toolPatternRE = regexp.MustCompile(`^[A-Za-z0-9_*?-]{1,64}$`)
 
 // Validate checks the run settings' values.
 func (r *RunSettings) Validate() error {
+	if err := validateRunChoices("runSettings.", r.Model, r.Thinking, r.AuthProfile); err != nil {
+		return err
+	}
 	switch {
-	case r.Model != "" && !validModelRef(r.Model):
-		return &DecodeError{Field: "runSettings.model", Reason: fmt.Sprintf("%q is not provider/model-id", clip(r.Model))}
-	case r.Thinking != "" && !thinkingLevels[strings.ToLower(r.Thinking)]:
-		return &DecodeError{Field: "runSettings.thinking", Reason: fmt.Sprintf("unknown thinking level %q (off, minimal, low, medium, high, xhigh)", clip(r.Thinking))}
-	case r.AuthProfile != "" && !validProfileID(r.AuthProfile):
-		return &DecodeError{Field: "runSettings.authProfile", Reason: fmt.Sprintf("%q is not an auth profile id (1-%d printable bytes, no spaces)", clip(r.AuthProfile), maxProfileBytes)}
 	case r.HistoryLimit < 0 || r.HistoryLimit > MaxHistoryLimit:
 		return &DecodeError{Field: "runSettings.historyLimit", Reason: fmt.Sprintf("%d is not between 1 and %d", r.HistoryLimit, MaxHistoryLimit)}
 	case r.MaxToolIterations < 0 || r.MaxToolIterations > MaxToolIterationsSet:
@@ -90,6 +87,40 @@ func (p *ToolPolicy) validate(field string) error {
 
 func (p *ToolPolicy) empty() bool {
 	return p == nil || len(p.Allow) == 0 && len(p.Deny) == 0 && len(p.Approve) == 0
+}
+
+// thinkingLevels are the thinking levels a message or run settings may
+// name (case-insensitive).
+var thinkingLevels = map[string]bool{
+	"off": true, "minimal": true, "low": true, "medium": true, "high": true, "xhigh": true,
+}
+
+// maxModelRefBytes bounds a "provider/model-id".
+const maxModelRefBytes = 200
+
+// validateRunChoices is the one home of the rules for the three choices
+// both a message (for its own turn) and a session's run settings (for its
+// later turns) make: model, thinking level and auth profile. An empty value
+// is unset. field prefixes the offending field's name ("" for a message's
+// own fields, "runSettings." for stored ones); the reason is the same on
+// both paths.
+func validateRunChoices(field, model, thinking, authProfile string) error {
+	switch {
+	case model != "" && !validModelRef(model):
+		return &DecodeError{Field: field + "model", Reason: fmt.Sprintf("%q is not provider/model-id", clip(model))}
+	case thinking != "" && !thinkingLevels[strings.ToLower(thinking)]:
+		return &DecodeError{Field: field + "thinking", Reason: fmt.Sprintf("unknown thinking level %q (off, minimal, low, medium, high, xhigh)", clip(thinking))}
+	case authProfile != "" && !validProfileID(authProfile):
+		return &DecodeError{Field: field + "authProfile", Reason: fmt.Sprintf("%q is not an auth profile id (1-%d printable bytes, no spaces)", clip(authProfile), maxProfileBytes)}
+	}
+	return nil
+}
+
+// validModelRef accepts "provider/model-id": both parts set, at most
+// maxModelRefBytes of UTF-8, no whitespace.
+func validModelRef(s string) bool {
+	p, id, ok := strings.Cut(s, "/")
+	return ok && p != "" && id != "" && len(s) <= maxModelRefBytes && utf8.ValidString(s) && !strings.ContainsAny(s, " \t\r\n")
 }
 
 // validProfileID accepts an auth profile id as the profiles file names

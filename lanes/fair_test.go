@@ -107,27 +107,27 @@ func TestLaneKeepsItsSlotWhenNobodyWaits(t *testing.T) {
 func TestLaneYieldsToWaitingLane(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, time.Minute, 5*time.Second)
-	var w *Worker
-	first := true
+	inBusy0, quietWaits := make(chan struct{}), make(chan struct{})
 	h := newOrderHandler(func(t *Turn) error {
-		if first && t.Inbound.Text == "busy-0" {
-			first = false
-			// Hold the turn until the quiet lane waits for the slot.
-			for w.Waiting() == 0 {
-				time.Sleep(time.Millisecond)
-			}
+		if t.Inbound.Text == "busy-0" {
+			// Hold the first turn until the quiet lane waits for the slot.
+			close(inBusy0)
+			<-quietWaits
 		}
 		return nil
 	})
-	wrapped, open := gated(h)
-	w, _, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1})
-	open()
-	var busy []uint64
-	for i := range 6 {
+	w, _, _ := f.fairWorker(t, h, Config{Concurrency: 1})
+	// The busy lane's later messages go out once its owner holds the lane
+	// (they are its followers, acked without a slot), so the only delivery
+	// that can wait for the slot is the quiet lane's.
+	busy := []uint64{f.publish(t, "busy", "busy-0")}
+	<-inBusy0
+	for i := 1; i < 6; i++ {
 		busy = append(busy, f.publish(t, "busy", fmt.Sprint("busy-", i)))
 	}
-	waitUntil(t, "the busy lane's turn", func() bool { return w.Active() == 1 })
 	quiet := f.publish(t, "quiet", "quiet")
+	waitUntil(t, "the quiet lane in line", func() bool { return w.Waiting() == 1 })
+	close(quietWaits)
 	f.waitFinal(t, "quiet", quiet)
 	f.waitFinal(t, "busy", busy[len(busy)-1])
 	order := h.ran()

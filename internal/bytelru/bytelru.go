@@ -10,9 +10,16 @@ package bytelru
 
 import "container/list"
 
+// EntryOverhead is what the cache charges each kept value besides the
+// bytes its user says it holds and its key: the value's own struct, its
+// list element and its map slot. It is what bounds a cache of many tiny or
+// empty values (a session of no messages still costs memory).
+const EntryOverhead = 256
+
 // Cache maps keys to values, keeping the most recently used ones within a
-// byte budget. A value larger than half the budget is never kept: it would
-// evict nearly every other one each time it is put.
+// byte budget. Each value is charged its size, its key's length and
+// EntryOverhead. A value charged more than half the budget is never kept:
+// it would evict nearly every other one each time it is put.
 type Cache[V any] struct {
 	max, size int
 	lru       list.List // of *item[V], most recently used first
@@ -62,10 +69,12 @@ func (c *Cache[V]) Take(key string) (V, bool) {
 
 // Put keeps val, said to hold size bytes, as the key's value and the most
 // recently used, then drops the least recently used values beyond the
-// budget. It reports whether val is kept: a value over half the budget is
-// not, and the key then has none.
+// budget. It reports whether val is kept: a value charged over half the
+// budget (size + len(key) + EntryOverhead) is not, and the key then has
+// none.
 func (c *Cache[V]) Put(key string, val V, size int) bool {
 	c.Remove(key)
+	size += len(key) + EntryOverhead
 	if size > c.max/2 {
 		return false
 	}
@@ -87,9 +96,3 @@ func (c *Cache[V]) Remove(key string) {
 	c.lru.Remove(e)
 	delete(c.items, key)
 }
-
-// Size returns the bytes the kept values are said to hold.
-func (c *Cache[V]) Size() int { return c.size }
-
-// Len returns how many values are kept.
-func (c *Cache[V]) Len() int { return len(c.items) }

@@ -105,6 +105,9 @@ type Config struct {
 	// Linger: how long an owner keeps an empty lane after a turn for the
 	// session's next message (lanes.Config.Linger; 0 = its default).
 	Linger time.Duration
+	// SetupConcurrency: how many lanes set up a turn at once
+	// (lanes.Config.SetupConcurrency; 0 = its default, negative = no bound).
+	SetupConcurrency int
 	// Retention (package retention): SessionTTL forgets sessions untouched
 	// that long (0 = never); EventMaxAge is how long run events stay
 	// replayable (0 = 24 h). Every worker of a fleet should use the same.
@@ -176,11 +179,14 @@ type Config struct {
 	// Hooks configures the run hooks served over NATS (package hooks):
 	// the listed names, their timeout and what a before_tool_call hook
 	// that cannot decide does. No names: no hooks.
-	Hooks          HooksConfig
-	NoCompaction   bool   // no threshold compaction (overflow recovery still compacts)
-	NoBlockReplies bool   // no block reply events
-	SystemPrompt   string // base of every run's system prompt (workspace, skills and context files are added)
-	SkillsDir      string // directory of skills (<name>/SKILL.md) every session sees, besides <workspace>/skills
+	Hooks        HooksConfig
+	NoCompaction bool // no threshold compaction (overflow recovery still compacts)
+	// BlockReplies publishes the reply in blocks too (block events, as
+	// OpenClaw's block streaming), besides its deltas; off by default, as
+	// in the reference (blockStreamingDefault "off").
+	BlockReplies bool
+	SystemPrompt string // base of every run's system prompt (workspace, skills and context files are added)
+	SkillsDir    string // directory of skills (<name>/SKILL.md) every session sees, besides <workspace>/skills
 	// Skills configures skills by name (OpenClaw's skills.entries):
 	// enabled, and the environment their commands get (exec).
 	Skills          agentprompt.SkillConfigs
@@ -438,7 +444,7 @@ func (m *Member) build(ctx context.Context) error {
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: observedResolver{Resolver: res, obs: &m.obs}, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
-	if !cfg.NoBlockReplies {
+	if cfg.BlockReplies {
 		bc := blockchunk.DefaultConfig(0)
 		rcfg.BlockReplies = &bc
 	}
@@ -452,7 +458,7 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
-		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger,
+		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
 	})
 	return err

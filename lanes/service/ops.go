@@ -268,15 +268,32 @@ func (s *Service) settings(ctx context.Context, r request) (any, error) {
 	if cerr != nil && !errors.Is(cerr, kvstore.ErrCorrupt) {
 		return nil, cerr
 	}
+	rep := SettingsReply{State: cur.State}
 	st, err := events.DecodeSettings(raw)
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Description: "stored settings: " + err.Error()}
+		// The worker runs the session on the defaults (and logs it when it
+		// takes the lane): say so, rather than fail the whole request.
+		rep.Unreadable = unreadable(err)
+		s.log.Warn().Err(err).Str("lane", r.token).Msg("lane service: stored settings unreadable: the session runs on the defaults")
+		return rep, nil
 	}
-	rep := SettingsReply{State: cur.State}
 	if st != nil {
 		rep.Settings, rep.Run = st.Queue(), st.RunSettings()
 	}
 	return rep, nil
+}
+
+// unreadable says what is wrong with a stored settings record, without
+// the "invalid message" a DecodeError says of a message.
+func unreadable(err error) string {
+	var de *events.DecodeError
+	if !errors.As(err, &de) {
+		return err.Error()
+	}
+	if de.Field == "" {
+		return de.Reason
+	}
+	return de.Field + ": " + de.Reason
 }
 
 // importSession stores a pi session file (the request body) as the

@@ -411,6 +411,62 @@ not json
 	}
 }
 
+// TestSettingsUnreadable: a stored settings record that does not read is
+// answered as the worker runs the session, on the defaults, with the
+// session's state as usual and a note saying what is wrong with the record;
+// a readable record written over it is answered as usual again.
+func TestSettingsUnreadable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	tests := []struct {
+		name   string
+		record string
+		want   string // in Unreadable
+	}{
+		{"not JSON", "\x00\xffgarbage", "settings: malformed JSON"},
+		{"truncated", `{"mode":"collect","run":{"model":`, "settings: malformed JSON"},
+		{"wrong type", `{"cap":"three"}`, `must be int`},
+		{"unknown mode", `{"mode":"sideways"}`, `unknown queue mode "sideways"`},
+		{"bad stored model", `{"run":{"model":"gpt"}}`, `runSettings.model: "gpt" is not provider/model-id`},
+		{"oversized", `{"mode":"collect","drop":"` + strings.Repeat("x", events.MaxSettingsBytes) + `"}`, "bytes, the limit is 65536"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			token := fmt.Sprint("corrupt", i)
+			lease, err := b.lanes.Acquire(b.ctx, token, kvstore.LeaseInfo{Worker: "test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			state := &events.SessionState{AuthProfile: "acme:work", Turns: 1}
+			if _, err := lease.PutRecord(b.ctx, kvstore.Record{InboundSeq: 1, RunID: "1", State: state}); err != nil {
+				t.Fatal(err)
+			}
+			if err := lease.PutSettings(b.ctx, []byte(tt.record)); err != nil {
+				t.Fatal(err)
+			}
+			var s service.SettingsReply
+			if err := b.request(t, token, service.OpSettings, nil, &s); err != nil {
+				t.Fatalf("an unreadable record failed the request: %v", err)
+			}
+			if s.Settings != nil || s.Run != nil || !strings.Contains(s.Unreadable, tt.want) || strings.Contains(s.Unreadable, "invalid message") {
+				t.Fatalf("reply %+v; want the defaults and a note with %q", s, tt.want)
+			}
+			if s.State == nil || *s.State != *state {
+				t.Fatalf("state %+v, want %+v", s.State, state)
+			}
+			if err := lease.PutSettings(b.ctx, []byte(`{"mode":"collect","run":{"thinking":"high"}}`)); err != nil {
+				t.Fatal(err)
+			}
+			s = service.SettingsReply{}
+			if err := b.request(t, token, service.OpSettings, nil, &s); err != nil || s.Unreadable != "" ||
+				s.Settings == nil || s.Settings.Mode != "collect" || s.Run == nil || s.Run.Thinking != "high" {
+				t.Fatalf("after a readable record: %+v, %v", s, err)
+			}
+		})
+	}
+}
+
 // TestHostileRequests: every malformed request gets a 400 error reply,
 // decided from the subject and the bytes alone; the lane always comes from
 // the subject.

@@ -135,10 +135,17 @@ type ImportReply struct {
 // when none are stored) and its state: the auth profile its next turn
 // starts on and the running total of its usage (nil when no turn has
 // reported any).
+//
+// A stored settings record that does not read (corrupt, invalid or
+// oversized) is answered as the worker treats it: the session runs on the
+// defaults, so Settings and Run are nil, State is as usual, and
+// Unreadable says what is wrong with the record. The session's next
+// settings change (a reset, or any value set) replaces it.
 type SettingsReply struct {
-	Settings *events.QueueSettings `msgpack:"settings"`
-	Run      *events.RunSettings   `msgpack:"run,omitempty"`
-	State    *events.SessionState  `msgpack:"state,omitempty"`
+	Settings   *events.QueueSettings `msgpack:"settings"`
+	Run        *events.RunSettings   `msgpack:"run,omitempty"`
+	State      *events.SessionState  `msgpack:"state,omitempty"`
+	Unreadable string                `msgpack:"unreadable,omitempty"`
 }
 
 // BacklogReply says what waits on a session's lane: the messages not yet

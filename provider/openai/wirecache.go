@@ -51,7 +51,7 @@ type wireSession struct {
 	spareEnc  [][]byte
 	// convs are the wire forms of the request's messages.
 	convs *wireConvs
-	size  int
+	size  int // what the cache counts it for, besides its id and bytelru.EntryOverhead
 }
 
 // wireConvs are what the messages of a request (as the model gets them,
@@ -136,10 +136,6 @@ func (c *wireCache) put(s *wireSession) {
 	c.sessions.Put(s.id, s, s.size)
 }
 
-// wireSessionOverhead is what a kept session costs besides its messages
-// and id (its entry, list element and map slot).
-const wireSessionOverhead = 256
-
 // wireMessageOverhead is what a kept message costs besides its JSON: two
 // chatMessages and slice headers (its strings are mostly shared with the
 // session's transcript).
@@ -171,7 +167,7 @@ func (c *wireCache) encode(sessionID string, prev *wireSession, body *chatReques
 	if at < 0 {
 		return json.Marshal(body)
 	}
-	next := &wireSession{id: sessionID, msgs: msgs, convs: w, size: len(sessionID) + wireSessionOverhead + w.bytes()}
+	next := &wireSession{id: sessionID, msgs: msgs, convs: w, size: w.bytes()}
 	if prev != nil {
 		// This request's JSON goes in the spare array; the last request's
 		// arrays are the next one's spares.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 )
@@ -103,21 +104,18 @@ func TestWireCacheBounded(t *testing.T) {
 		if _, err := buildChatRequest(req, cache); err != nil {
 			t.Fatal(err)
 		}
-		if cache.sessions.Size() > 256<<10 {
-			t.Fatalf("size %d over the budget %d", cache.sessions.Size(), 256<<10)
-		}
 	}
-	if _, ok := cache.sessions.Peek("s0"); ok {
+	if cache.take("s0") != nil {
 		t.Error("the least recently used session is still kept")
 	}
-	if _, ok := cache.sessions.Peek("s49"); !ok {
+	if cache.take("s49") == nil {
 		t.Error("the latest session is not kept")
 	}
 	big := &provider.Request{Model: m, Messages: benchHistory(2000), SessionID: "big"}
 	if _, err := buildChatRequest(big, cache); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := cache.sessions.Peek("big"); ok {
+	if cache.take("big") != nil {
 		t.Error("a session over half the budget is kept")
 	}
 }
@@ -224,7 +222,13 @@ func TestWireCacheEmptySessionsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := cache.sessions.Len(); n > 100 || cache.sessions.Size() > 16<<10 {
-		t.Errorf("%d empty sessions kept, %d bytes", n, cache.sessions.Size())
+	kept := 0
+	for i := range 1000 {
+		if cache.take(fmt.Sprint("s", i)) != nil {
+			kept++
+		}
+	}
+	if kept == 0 || kept > 16<<10/bytelru.EntryOverhead {
+		t.Errorf("%d empty sessions kept in 16 KiB", kept)
 	}
 }

@@ -1,0 +1,84 @@
+package lanes
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestSetupGateBounds: the gate lets n set-ups through at once; the next
+// waits until one leaves; leaving twice gives back one place; a set-up
+// that stalls gives its place back after the hold; no gate never waits.
+func TestSetupGateBounds(t *testing.T) {
+	t.Parallel()
+	g := newSetupGate(2, time.Hour)
+	l1, l2 := g.enter(), g.enter()
+	entered := make(chan func())
+	go func() { entered <- g.enter() }()
+	select {
+	case <-entered:
+		t.Fatal("a third set-up got through a gate of two")
+	case <-time.After(20 * time.Millisecond):
+	}
+	l1()
+	l1() // harmless
+	l3 := <-entered
+	if got := len(g.ch); got != 2 {
+		t.Fatalf("%d places taken after one left and one entered; want 2", got)
+	}
+	l2()
+	l3()
+	if got := len(g.ch); got != 0 {
+		t.Fatalf("%d places taken after all left", got)
+	}
+
+	stalled := newSetupGate(1, time.Millisecond)
+	_ = stalled.enter() // never left: the hold gives the place back
+	leave := stalled.enter()
+	leave()
+
+	none := newSetupGate(-1, 0)
+	for range 3 {
+		none.enter()()
+	}
+}
+
+// TestSetupGateBoundsSetUpsNotTurns: with a gate of one, two lanes' turns
+// still run at the same time (the place is given back when a turn reaches
+// the handler).
+func TestSetupGateBoundsSetUpsNotTurns(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Minute, 5*time.Second)
+	var (
+		mu    sync.Mutex
+		in    = map[string]bool{}
+		alone []string
+	)
+	both := make(chan struct{})
+	closeBoth := sync.OnceFunc(func() { close(both) })
+	h := &echoHandler{hook: func(t *Turn) error {
+		mu.Lock()
+		in[t.SessionKey] = true
+		if len(in) == 2 {
+			closeBoth()
+		}
+		mu.Unlock()
+		select {
+		case <-both:
+		case <-time.After(20 * time.Second):
+			mu.Lock()
+			alone = append(alone, t.SessionKey)
+			mu.Unlock()
+		}
+		return nil
+	}}
+	f.fairWorker(t, h, Config{Concurrency: 4, SetupConcurrency: 1, setupHold: time.Hour})
+	a, b := f.publish(t, "gate-a", "a"), f.publish(t, "gate-b", "b")
+	f.waitFinal(t, "gate-a", a)
+	f.waitFinal(t, "gate-b", b)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(alone) > 0 {
+		t.Fatalf("turns of %v ran alone: the gate held a place while a turn ran", alone)
+	}
+}
