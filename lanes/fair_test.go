@@ -524,8 +524,14 @@ func TestByteBudgetChargesFollowUps(t *testing.T) {
 		order   []string
 		started = make(chan struct{})
 		release = make(chan struct{})
+		// bigStored holds the small turn until the large follow-up is
+		// stored, so its owner finds it next (not a later owner).
+		bigStored = make(chan struct{})
 	)
 	h := &echoHandler{hook: func(t *Turn) error {
+		if t.SessionKey == "follow" && t.Inbound.Text == "small" {
+			<-bigStored
+		}
 		mu.Lock()
 		order = append(order, t.SessionKey+":"+t.Inbound.Text[:min(5, len(t.Inbound.Text))])
 		if t.SessionKey == "follow" && t.Inbound.Text == big {
@@ -547,6 +553,7 @@ func TestByteBudgetChargesFollowUps(t *testing.T) {
 	<-started
 	small := f.publish(t, "follow", "small")
 	last := f.publish(t, "follow", big)
+	close(bigStored)
 	f.waitFinal(t, "follow", small)
 	waitUntil(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
 	mu.Lock()
