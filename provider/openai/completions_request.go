@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -125,8 +126,8 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	msgs := transform.Messages(req.Messages, m, c.normalizeID)
 	images := hasImageInput(m)
 
-	prev := cache.take(req.SessionID)
-	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature, Messages: prev.messages(len(msgs) + 1)}
+	prev := cache.Take(req.SessionID)
+	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature, Messages: prev.Messages(len(msgs) + 1)}
 	if c.usageInStreaming {
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
@@ -161,26 +162,20 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	// when the message is the same (message.Snapshots) and the model the
 	// same: conv[i] is what msgs[i] became, hint[j] the last request's
 	// message that body.Messages[j] repeats (-1: none known).
-	w := &wireConvs{}
-	off, same := 0, 0
+	w := &wirecache.Convs[wireConv]{}
+	same := 0
 	keep := cache != nil && req.SessionID != "" // the forms are kept for the next request
 	if keep {
-		w = prev.takeConvs(convKey(m, images))
-		off, same = w.src.Update(msgs)
+		w, same = prev.Convs(convKey(m, images), msgs)
 	}
-	if off > 0 {
-		copy(w.conv, w.conv[off:off+same])
-	}
-	clear(w.conv[same:])
-	w.conv = w.conv[:same]
 	add := func(cm chatMessage, h int) int {
 		body.Messages = append(body.Messages, cm)
 		if keep {
-			w.hint = append(w.hint, h)
+			w.Hint = append(w.Hint, h)
 		}
 		return len(body.Messages) - 1
 	}
-	// convert puts what msgs[i] becomes in w.conv[i] (the last request's
+	// convert puts what msgs[i] becomes in w.Conv[i] (the last request's
 	// when i < same) and returns it and the index of its message in the
 	// last request (-1: none).
 	var scratch wireConv
@@ -190,10 +185,10 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			return &scratch, -1
 		}
 		if i >= same {
-			w.conv = append(w.conv, build())
-			return &w.conv[i], -1
+			w.Conv = append(w.Conv, build())
+			return &w.Conv[i], -1
 		}
-		cv := &w.conv[i]
+		cv := &w.Conv[i]
 		return cv, cv.at
 	}
 	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
@@ -270,16 +265,16 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	if c.anthropicCache {
 		if j := addCacheControl(body.Messages); j >= 0 && keep {
 			// Its JSON is not that of the message it was made of.
-			w.hint[j] = -1
-			for i := len(w.conv) - 1; i >= 0; i-- {
-				if w.conv[i].at == j {
-					w.conv[i].at = -1
+			w.Hint[j] = -1
+			for i := len(w.Conv) - 1; i >= 0; i-- {
+				if w.Conv[i].at == j {
+					w.Conv[i].at = -1
 					break
 				}
 			}
 		}
 	}
-	return cache.encode(req.SessionID, prev, &body, w)
+	return cache.Marshal(req.SessionID, prev, &body, &body.Messages, "messages", w)
 }
 
 // convKey names what a message's wire form depends on besides the

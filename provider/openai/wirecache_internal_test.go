@@ -72,7 +72,7 @@ func TestWireCacheBodies(t *testing.T) {
 		}
 		req := &provider.Request{Model: st.model, SystemPrompt: st.system, Messages: st.msgs, SessionID: "s1",
 			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
-		before := cache.reused.Load()
+		before := cache.Reused.Load()
 		got, err := buildChatRequest(req, cache)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
@@ -84,11 +84,11 @@ func TestWireCacheBodies(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%s: cached body differs:\n got %s\nwant %s", st.name, got, want)
 		}
-		if reused := cache.reused.Load() - before; (reused > 0) != st.reusing {
+		if reused := cache.Reused.Load() - before; (reused > 0) != st.reusing {
 			t.Errorf("%s: %d messages reused, want reuse %v", st.name, reused, st.reusing)
 		}
 	}
-	if n := cache.reused.Load(); n < 100 {
+	if n := cache.Reused.Load(); n < 100 {
 		t.Errorf("only %d messages reused over the session", n)
 	}
 }
@@ -105,17 +105,17 @@ func TestWireCacheBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if cache.take("s0") != nil {
+	if cache.Take("s0") != nil {
 		t.Error("the least recently used session is still kept")
 	}
-	if cache.take("s49") == nil {
+	if cache.Take("s49") == nil {
 		t.Error("the latest session is not kept")
 	}
 	big := &provider.Request{Model: m, Messages: benchHistory(2000), SessionID: "big"}
 	if _, err := buildChatRequest(big, cache); err != nil {
 		t.Fatal(err)
 	}
-	if cache.take("big") != nil {
+	if cache.Take("big") != nil {
 		t.Error("a session over half the budget is kept")
 	}
 }
@@ -224,7 +224,7 @@ func TestWireCacheEmptySessionsBounded(t *testing.T) {
 	}
 	kept := 0
 	for i := range 1000 {
-		if cache.take(fmt.Sprint("s", i)) != nil {
+		if cache.Take(fmt.Sprint("s", i)) != nil {
 			kept++
 		}
 	}
