@@ -50,12 +50,18 @@ type Config struct {
 	Headers map[string]string
 	// Now is the clock for message timestamps; nil = time.Now.
 	Now func() time.Time
+	// WireCacheBytes bounds the JSON of its sessions' last requests the
+	// adapter keeps, to encode only each request's new messages (requests
+	// are keyed by provider.Request.SessionID); 0 means
+	// WireCacheBytesDefault, < 0 keeps none.
+	WireCacheBytes int
 }
 
 // Adapter streams Anthropic Messages.
 type Adapter struct {
 	cfg  Config
 	pool *send.Pool
+	wire *wireCache
 }
 
 // New returns an Anthropic Messages adapter.
@@ -63,7 +69,14 @@ func New(cfg Config) *Adapter {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
+	a := &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
+	if cfg.WireCacheBytes == 0 {
+		cfg.WireCacheBytes = WireCacheBytesDefault
+	}
+	if cfg.WireCacheBytes > 0 {
+		a.wire = newWireCache(cfg.WireCacheBytes)
+	}
+	return a
 }
 
 var _ provider.Provider = (*Adapter)(nil)
@@ -72,7 +85,7 @@ var _ provider.Provider = (*Adapter)(nil)
 // return the partial message and a *provider.Error.
 func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	b := stream.NewBuilder(req.Model, a.cfg.Now(), emit)
-	body, betas, err := buildRequest(req)
+	body, betas, err := buildRequest(req, a.wire)
 	if err != nil {
 		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "anthropic: build request: " + err.Error(), Err: err})
 	}

@@ -1,7 +1,7 @@
 package anthropic
 
 import (
-	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/message"
@@ -113,9 +113,12 @@ func hasImageInput(m provider.Model) bool {
 func normalizeID(id string) string { return transform.SanitizeID(id, 64) }
 
 // buildRequest maps a request to a Messages API body and the beta features
-// it needs.
-func buildRequest(req *provider.Request) ([]byte, []string, error) {
+// it needs, reusing the JSON of the messages the session's last request
+// had (cache nil: none).
+func buildRequest(req *provider.Request, cache *wireCache) ([]byte, []string, error) {
 	m := req.Model
+	images := hasImageInput(m)
+	prev := cache.Take(req.SessionID)
 	body := apiRequest{Model: m.ID, Stream: true}
 	base := req.MaxTokens
 	if base <= 0 {
@@ -164,13 +167,21 @@ func buildRequest(req *provider.Request) ([]byte, []string, error) {
 		b.CacheControl = &apiCache{Type: "ephemeral"}
 		body.System = []apiBlock{b}
 	}
-	body.Messages = messages(transform.Messages(req.Messages, m, normalizeID), hasImageInput(m))
+	msgs := transform.Messages(req.Messages, m, normalizeID)
+	var w *wireConvs // the messages' wire forms, kept for the next request
+	same := 0
+	if cache != nil && req.SessionID != "" {
+		w, same = prev.Convs(convKey(m, images), msgs)
+	}
+	body.Messages = messages(msgs, images, prev.Messages(len(msgs)), w, same)
 	// Cache the whole prefix: a breakpoint on the last block of the last
-	// user message.
+	// user message (blocks of its own: the ones it had may be shared).
 	for i := len(body.Messages) - 1; i >= 0; i-- {
 		if body.Messages[i].Role == "user" && len(body.Messages[i].Content) > 0 {
-			c := body.Messages[i].Content
+			c := slices.Clone(body.Messages[i].Content)
 			c[len(c)-1].CacheControl = &apiCache{Type: "ephemeral"}
+			body.Messages[i].Content = c
+			unmark(w, i)
 			break
 		}
 	}
@@ -181,73 +192,139 @@ func buildRequest(req *provider.Request) ([]byte, []string, error) {
 		}
 		body.Tools = append(body.Tools, apiTool{Name: t.Name, Description: t.Description, InputSchema: schema})
 	}
-	data, err := json.Marshal(body)
+	data, err := cache.Marshal(req.SessionID, prev, &body, &body.Messages, "messages", w)
 	return data, betas, err
 }
 
-func messages(msgs []message.Message, images bool) []apiMessage {
-	var out []apiMessage
+// messages maps the history to wire messages, appended to out. With w
+// (the session's wire forms, kept for the next request) each message's
+// form is taken from w.Conv when the message is the same as in the last
+// request (i < same) and kept there otherwise, and w.Hint gets the last
+// request's wire message each one repeats.
+func messages(msgs []message.Message, images bool, out []apiMessage, w *wireConvs, same int) []apiMessage {
+	add := func(am apiMessage, h int) int {
+		out = append(out, am)
+		if w != nil {
+			w.Hint = append(w.Hint, h)
+		}
+		return len(out) - 1
+	}
+	// convert puts what msgs[i] becomes in w.Conv[i] (the last request's
+	// when i < same) and returns it and the index of its message in the
+	// last request (-1: none).
+	var scratch wireConv
+	convert := func(i int, build func() wireConv) (*wireConv, int) {
+		if w == nil {
+			scratch = build()
+			return &scratch, -1
+		}
+		if i >= same {
+			w.Conv = append(w.Conv, build())
+			return &w.Conv[i], -1
+		}
+		cv := &w.Conv[i]
+		return cv, cv.at
+	}
 	for i := 0; i < len(msgs); i++ {
-		msg := msgs[i]
+		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
-			var blocks []apiBlock
-			for _, b := range msg.Content.Blocks {
-				switch b.Type {
-				case message.BlockText:
-					if strings.TrimSpace(b.Text) != "" {
-						blocks = append(blocks, textBlock(transform.SanitizeSurrogates(b.Text)))
-					}
-				case message.BlockImage:
-					if images {
-						blocks = append(blocks, imageBlock(b))
-					}
-				}
-			}
-			if len(blocks) > 0 {
-				out = append(out, apiMessage{Role: "user", Content: blocks})
+			cv, h := convert(i, func() wireConv { am, ok := userMessage(msg, images); return wireConv{am: am, ok: ok} })
+			cv.at = -1
+			if cv.ok {
+				cv.at = add(cv.am, h)
 			}
 		case message.RoleAssistant:
-			var blocks []apiBlock
-			for _, b := range msg.Content.Blocks {
-				switch b.Type {
-				case message.BlockText:
-					if strings.TrimSpace(b.Text) != "" {
-						blocks = append(blocks, textBlock(transform.SanitizeSurrogates(b.Text)))
-					}
-				case message.BlockThinking:
-					switch {
-					case b.Redacted:
-						blocks = append(blocks, apiBlock{Type: "redacted_thinking", Data: b.ThinkingSignature})
-					case b.ThinkingSignature == "":
-						if strings.TrimSpace(b.Thinking) != "" {
-							blocks = append(blocks, textBlock(transform.SanitizeSurrogates(b.Thinking)))
-						}
-					default:
-						blocks = append(blocks, apiBlock{Type: "thinking", Thinking: str(transform.SanitizeSurrogates(b.Thinking)), Signature: str(b.ThinkingSignature)})
-					}
-				case message.BlockToolCall:
-					args := b.Arguments
-					if args == nil {
-						args = map[string]any{}
-					}
-					blk := apiBlock{Type: "tool_use", ID: b.ID, Name: b.Name, Input: args}
-					blocks = append(blocks, blk)
-				}
-			}
-			if len(blocks) > 0 {
-				out = append(out, apiMessage{Role: "assistant", Content: blocks})
+			cv, h := convert(i, func() wireConv { am, ok := assistantMessage(msg); return wireConv{am: am, ok: ok} })
+			cv.at = -1
+			if cv.ok {
+				cv.at = add(cv.am, h)
 			}
 		case message.RoleToolResult:
-			var blocks []apiBlock
-			for ; i < len(msgs) && msgs[i].Role == message.RoleToolResult; i++ {
-				blocks = append(blocks, toolResult(msgs[i], images))
+			// Consecutive results go in one user message, kept with the
+			// first of them: the same when the run is (run: its length).
+			first := i
+			for i < len(msgs) && msgs[i].Role == message.RoleToolResult {
+				i++
 			}
+			run := i - first
 			i--
-			out = append(out, apiMessage{Role: "user", Content: blocks})
+			if w == nil {
+				blocks := make([]apiBlock, run)
+				for k := range blocks {
+					blocks[k] = toolResult(&msgs[first+k], images)
+				}
+				add(apiMessage{Role: "user", Content: blocks}, -1)
+				break
+			}
+			for k := first; k < first+run; k++ {
+				tr := &msgs[k]
+				convert(k, func() wireConv { return wireConv{blk: toolResult(tr, images), at: -1} })
+			}
+			head := &w.Conv[first]
+			if first+run > same || head.run != run {
+				// Not the run of the last request: its message anew.
+				blocks := make([]apiBlock, run)
+				for k := range blocks {
+					blocks[k] = w.Conv[first+k].blk
+					w.Conv[first+k].run, w.Conv[first+k].at = 0, -1
+				}
+				head.am, head.run, head.at = apiMessage{Role: "user", Content: blocks}, run, -1
+			}
+			head.at = add(head.am, head.at)
+		default:
+			cv, _ := convert(i, func() wireConv { return wireConv{} })
+			cv.at = -1
 		}
 	}
 	return out
+}
+
+func userMessage(msg *message.Message, images bool) (apiMessage, bool) {
+	var blocks []apiBlock
+	for _, b := range msg.Content.Blocks {
+		switch b.Type {
+		case message.BlockText:
+			if strings.TrimSpace(b.Text) != "" {
+				blocks = append(blocks, textBlock(transform.SanitizeSurrogates(b.Text)))
+			}
+		case message.BlockImage:
+			if images {
+				blocks = append(blocks, imageBlock(b))
+			}
+		}
+	}
+	return apiMessage{Role: "user", Content: blocks}, len(blocks) > 0
+}
+
+func assistantMessage(msg *message.Message) (apiMessage, bool) {
+	var blocks []apiBlock
+	for _, b := range msg.Content.Blocks {
+		switch b.Type {
+		case message.BlockText:
+			if strings.TrimSpace(b.Text) != "" {
+				blocks = append(blocks, textBlock(transform.SanitizeSurrogates(b.Text)))
+			}
+		case message.BlockThinking:
+			switch {
+			case b.Redacted:
+				blocks = append(blocks, apiBlock{Type: "redacted_thinking", Data: b.ThinkingSignature})
+			case b.ThinkingSignature == "":
+				if strings.TrimSpace(b.Thinking) != "" {
+					blocks = append(blocks, textBlock(transform.SanitizeSurrogates(b.Thinking)))
+				}
+			default:
+				blocks = append(blocks, apiBlock{Type: "thinking", Thinking: str(transform.SanitizeSurrogates(b.Thinking)), Signature: str(b.ThinkingSignature)})
+			}
+		case message.BlockToolCall:
+			args := b.Arguments
+			if args == nil {
+				args = map[string]any{}
+			}
+			blocks = append(blocks, apiBlock{Type: "tool_use", ID: b.ID, Name: b.Name, Input: args})
+		}
+	}
+	return apiMessage{Role: "assistant", Content: blocks}, len(blocks) > 0
 }
 
 func imageBlock(b message.Block) apiBlock {
@@ -256,7 +333,7 @@ func imageBlock(b message.Block) apiBlock {
 
 // toolResult maps a tool result: a joined string when it is text only, a
 // block list when it has images.
-func toolResult(tr message.Message, images bool) apiBlock {
+func toolResult(tr *message.Message, images bool) apiBlock {
 	blk := apiBlock{Type: "tool_result", ToolUseID: tr.ToolCallID, IsError: tr.IsError}
 	var texts []string
 	var parts []apiBlock

@@ -1,0 +1,121 @@
+package anthropic
+
+import (
+	"reflect"
+	"strconv"
+
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
+)
+
+// WireCacheBytesDefault bounds what an adapter keeps of its sessions' last
+// requests (see wireCache).
+const WireCacheBytesDefault = wirecache.BytesDefault
+
+// wireCache keeps, per session, the wire messages of the session's last
+// Messages request and their JSON, so that the next request of a long
+// session encodes only the messages that are new (see
+// provider/internal/wirecache): a message's JSON is reused only when the
+// message is the same (message.Snapshot, for the same model: convKey) or
+// equal field by field (apiMessage.equal).
+type wireCache = wirecache.Cache[apiMessage, wireConv]
+
+type wireConvs = wirecache.Convs[wireConv]
+
+// wireConv is what one message of the history became on the wire.
+type wireConv struct {
+	am apiMessage // a user or assistant message's; the run's message for the first of a run of tool results
+	ok bool       // am is sent (a message may have nothing to send)
+	// blk is a tool result's block; run, for the first of a run of
+	// results, how many am holds (0: am is not the run's).
+	blk apiBlock
+	run int
+	at  int // am's index in the request's wire messages, -1: not there as am
+}
+
+func newWireCache(maxBytes int) *wireCache {
+	return wirecache.New[apiMessage, wireConv](maxBytes, (*apiMessage).equal)
+}
+
+// convKey names what a message's wire form depends on besides the
+// message: the model and whether it takes images.
+func convKey(m provider.Model, images bool) string {
+	return m.Provider + "\x00" + m.BaseURL + "\x00" + m.ID + "\x00" + strconv.FormatBool(images)
+}
+
+// unmark records that the request's wire message j is not the form it
+// was made of (a prompt-cache breakpoint was added to it): its JSON is
+// that form's no longer (nil w: nothing kept).
+func unmark(w *wireConvs, j int) {
+	if w == nil {
+		return
+	}
+	w.Hint[j] = -1
+	for i := len(w.Conv) - 1; i >= 0; i-- {
+		if w.Conv[i].at == j {
+			w.Conv[i].at = -1
+			return
+		}
+	}
+}
+
+// equal reports whether a and b encode the same: every field of
+// apiMessage and apiBlock (TestAPIMessageEqualCoversFields keeps this
+// list whole). A tool call's input is the same when it is the very same
+// map (a message's maps are never changed in place: see
+// message.Snapshot) or both are empty.
+func (a *apiMessage) equal(b *apiMessage) bool {
+	if a.Role != b.Role || len(a.Content) != len(b.Content) || (a.Content == nil) != (b.Content == nil) {
+		return false
+	}
+	for i := range a.Content {
+		if !a.Content[i].equal(&b.Content[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *apiBlock) equal(b *apiBlock) bool {
+	return a.Type == b.Type && strEqual(a.Text, b.Text) && strEqual(a.Thinking, b.Thinking) && strEqual(a.Signature, b.Signature) &&
+		a.Data == b.Data && (a.Source == nil) == (b.Source == nil) && (a.Source == nil || *a.Source == *b.Source) &&
+		a.ID == b.ID && a.Name == b.Name && sameInput(a.Input, b.Input) && a.ToolUseID == b.ToolUseID &&
+		contentEqual(a.Content, b.Content) && a.IsError == b.IsError &&
+		(a.CacheControl == nil) == (b.CacheControl == nil) && (a.CacheControl == nil || *a.CacheControl == *b.CacheControl)
+}
+
+func strEqual(a, b *string) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+// sameInput reports whether two tool inputs are the same map or both
+// empty (omitted alike).
+func sameInput(a, b map[string]any) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// contentEqual compares a tool result's content: nil, a string or blocks.
+func contentEqual(a, b any) bool {
+	switch a := a.(type) {
+	case nil:
+		return b == nil
+	case string:
+		s, ok := b.(string)
+		return ok && a == s
+	case []apiBlock:
+		p, ok := b.([]apiBlock)
+		if !ok || len(a) != len(p) || (a == nil) != (p == nil) {
+			return false
+		}
+		for i := range a {
+			if !a[i].equal(&p[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
