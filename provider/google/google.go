@@ -46,12 +46,18 @@ type Config struct {
 	// Now is the clock for message timestamps and invented call ids;
 	// nil = time.Now.
 	Now func() time.Time
+	// WireCacheBytes bounds the JSON of its sessions' last requests the
+	// adapter keeps, to encode only each request's new contents
+	// (requests are keyed by provider.Request.SessionID); 0 means
+	// WireCacheBytesDefault, < 0 keeps none.
+	WireCacheBytes int
 }
 
 // Adapter streams Gemini generateContent.
 type Adapter struct {
 	cfg  Config
 	pool *send.Pool
+	wire *wireCache
 }
 
 // New returns a Gemini adapter.
@@ -59,7 +65,14 @@ func New(cfg Config) *Adapter {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
+	a := &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
+	if cfg.WireCacheBytes == 0 {
+		cfg.WireCacheBytes = WireCacheBytesDefault
+	}
+	if cfg.WireCacheBytes > 0 {
+		a.wire = newWireCache(cfg.WireCacheBytes)
+	}
+	return a
 }
 
 var _ provider.Provider = (*Adapter)(nil)
@@ -69,7 +82,7 @@ var _ provider.Provider = (*Adapter)(nil)
 func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	now := a.cfg.Now()
 	b := stream.NewBuilder(req.Model, now, emit)
-	body, err := buildRequest(req)
+	body, err := buildRequest(req, a.wire)
 	if err != nil {
 		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "google: build request: " + err.Error(), Err: err})
 	}
