@@ -261,10 +261,18 @@ func TestAPIContentEqualCoversFields(t *testing.T) {
 		func(p *apiPart) { p.FunctionCall = &apiFunctionCall{Name: "f", Args: map[string]any{"a": 1}} },
 		func(p *apiPart) { p.FunctionCall = &apiFunctionCall{Name: "f"} },
 		func(p *apiPart) { p.FunctionResponse = nil },
-		func(p *apiPart) { p.FunctionResponse = &apiFunctionResp{ID: "i", Name: "f", Response: map[string]any{"output": "o"}} },
-		func(p *apiPart) { p.FunctionResponse = &apiFunctionResp{Name: "g", Response: map[string]any{"output": "o"}} },
-		func(p *apiPart) { p.FunctionResponse = &apiFunctionResp{Name: "f", Response: map[string]any{"error": "o"}} },
-		func(p *apiPart) { p.FunctionResponse = &apiFunctionResp{Name: "f", Response: map[string]any{"output": "p"}} },
+		func(p *apiPart) {
+			p.FunctionResponse = &apiFunctionResp{ID: "i", Name: "f", Response: map[string]any{"output": "o"}}
+		},
+		func(p *apiPart) {
+			p.FunctionResponse = &apiFunctionResp{Name: "g", Response: map[string]any{"output": "o"}}
+		},
+		func(p *apiPart) {
+			p.FunctionResponse = &apiFunctionResp{Name: "f", Response: map[string]any{"error": "o"}}
+		},
+		func(p *apiPart) {
+			p.FunctionResponse = &apiFunctionResp{Name: "f", Response: map[string]any{"output": "p"}}
+		},
 		func(p *apiPart) {
 			p.FunctionResponse = &apiFunctionResp{Name: "f", Response: map[string]any{"output": "o"}, Parts: []apiPart{{Text: str("i")}}}
 		},
