@@ -477,6 +477,11 @@ type SessionSettings struct {
 	// auth profile its next turn starts on and the running total of its
 	// usage (tokens and cost); nil before any turn reported either.
 	State *events.SessionState
+	// Unreadable, when set, says why the session's stored settings record
+	// cannot be read: the worker runs the session on its defaults (Queue
+	// and Run are empty), and the next settings change replaces the record
+	// (SetSettings, ResetSettings).
+	Unreadable string
 }
 
 // SetSettings changes a session's stored settings: its queue settings
@@ -523,7 +528,7 @@ func (c *Client) Settings(ctx context.Context, session string) (SessionSettings,
 	if err := c.call(ctx, session, service.OpSettings, nil, &rep); err != nil {
 		return SessionSettings{}, err
 	}
-	return SessionSettings{Queue: OverridesOf(rep.Settings), Run: rep.Run, State: rep.State}, nil
+	return SessionSettings{Queue: OverridesOf(rep.Settings), Run: rep.Run, State: rep.State, Unreadable: rep.Unreadable}, nil
 }
 
 // QueueSettingsOf returns queue settings in their wire form (what a

@@ -209,11 +209,15 @@ type DecodeError struct {
 	Err    error
 }
 
-func (e *DecodeError) Error() string {
+func (e *DecodeError) Error() string { return "invalid message: " + e.Detail() }
+
+// Detail is what is wrong, without saying it is a message (a stored
+// record's error says what it is itself).
+func (e *DecodeError) Detail() string {
 	if e.Field != "" {
-		return "invalid message: " + e.Field + ": " + e.Reason
+		return e.Field + ": " + e.Reason
 	}
-	return "invalid message: " + e.Reason
+	return e.Reason
 }
 
 func (e *DecodeError) Unwrap() error { return e.Err }

@@ -22,7 +22,9 @@ import (
 //
 // A set-up that stalls (a slow store, a queue mode that waits for more
 // messages) lets its place go after gateHold, so one slow lane never holds
-// the others back for longer.
+// the others back for longer. The other side of that: when set-ups take
+// longer than gateHold (a worker far past overload), the gate no longer
+// bounds how many run at once, only lets n more start every gateHold.
 type setupGate struct {
 	ch   chan struct{}
 	hold time.Duration // gateHold, shorter in tests
@@ -53,17 +55,23 @@ func newSetupGate(n int, hold time.Duration) *setupGate {
 
 // enter waits for a place in the gate (at once when there is no gate) and
 // returns the function that gives it back; calling that function more than
-// once is harmless, and the place is given back by itself after gateHold.
-func (g *setupGate) enter() (leave func()) {
+// once is harmless, and the place is given back by itself after the hold.
+// It gives up when stop is closed (ok false): a worker that stops sets up
+// nothing more.
+func (g *setupGate) enter(stop <-chan struct{}) (leave func(), ok bool) {
 	if g == nil {
-		return func() {}
+		return func() {}, true
 	}
-	g.ch <- struct{}{}
+	select {
+	case g.ch <- struct{}{}:
+	case <-stop:
+		return nil, false
+	}
 	var once sync.Once
 	free := func() { once.Do(func() { <-g.ch }) }
 	t := time.AfterFunc(g.hold, free)
 	return func() {
 		t.Stop()
 		free()
-	}
+	}, true
 }

@@ -12,9 +12,13 @@ import (
 func TestSetupGateBounds(t *testing.T) {
 	t.Parallel()
 	g := newSetupGate(2, time.Hour)
-	l1, l2 := g.enter(), g.enter()
+	l1, _ := g.enter(nil)
+	l2, _ := g.enter(nil)
 	entered := make(chan func())
-	go func() { entered <- g.enter() }()
+	go func() {
+		leave, _ := g.enter(nil)
+		entered <- leave
+	}()
 	select {
 	case <-entered:
 		t.Fatal("a third set-up got through a gate of two")
@@ -33,13 +37,39 @@ func TestSetupGateBounds(t *testing.T) {
 	}
 
 	stalled := newSetupGate(1, time.Millisecond)
-	_ = stalled.enter() // never left: the hold gives the place back
-	leave := stalled.enter()
-	leave()
+	stalled.enter(nil) // never left: the hold gives the place back
+	got := make(chan func())
+	go func() {
+		leave, _ := stalled.enter(nil)
+		got <- leave
+	}()
+	select {
+	case leave := <-got:
+		leave()
+	case <-time.After(time.Minute):
+		t.Fatal("a stalled set-up's place never came back")
+	}
+
+	stop := make(chan struct{})
+	full := newSetupGate(1, time.Hour)
+	full.enter(nil)
+	gaveUp := make(chan bool)
+	go func() {
+		_, ok := full.enter(stop)
+		gaveUp <- !ok
+	}()
+	close(stop)
+	if !<-gaveUp {
+		t.Fatal("a set-up waiting at the gate got through after the stop instead of giving up")
+	}
 
 	none := newSetupGate(-1, 0)
 	for range 3 {
-		none.enter()()
+		leave, ok := none.enter(nil)
+		if !ok {
+			t.Fatal("no gate refused a set-up")
+		}
+		leave()
 	}
 }
 

@@ -418,6 +418,7 @@ func (o *owner) decode(raw *jetstream.RawStreamMsg) (*events.Inbound, error) {
 // it out. The turn is committed by one fenced write, its record, which also
 // moves the lane's cursor past every message the turn consumed.
 func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error {
+	defer o.setUpDone() // a turn that never reaches the handler is set up too
 	p, err := o.planTurn(ctx, o.read(raw))
 	if err != nil {
 		return err
@@ -749,6 +750,13 @@ func isJSON(raw *jetstream.RawStreamMsg) bool {
 	return events.IsJSON(raw.Header.Get(events.HeaderContentType), raw.Data)
 }
 
+// setUpDone gives back the owner's place in the set-up gate, once.
+func (o *owner) setUpDone() {
+	if o.setUp != nil {
+		o.setUp()
+	}
+}
+
 func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (out *Outcome, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -756,9 +764,7 @@ func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (o
 			err = fmt.Errorf("lanes: handler panicked: %v", p)
 		}
 	}()
-	if o.setUp != nil {
-		o.setUp()
-	}
+	o.setUpDone()
 	out, err = o.w.handler.HandleTurn(log.WithContext(ctx), t)
 	if err == nil && out == nil {
 		err = errors.New("lanes: handler returned no outcome")

@@ -451,6 +451,12 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to stop
 		return held
 	}
+	leave, ok := w.gate.enter(w.stopCh)
+	if !ok {
+		w.settleDelivery(msg, settleHandBack) // the worker began to stop while it waited to set up
+		return held
+	}
+	defer leave()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	md, err := msg.Metadata()
@@ -467,8 +473,6 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 		return held
 	}
 	log := w.log.With().Str("lane", token).Logger()
-	leave := w.gate.enter()
-	defer leave()
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: md.Sequence.Stream})
 	var heldErr *kvstore.HeldError
 	switch {

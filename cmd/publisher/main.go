@@ -787,8 +787,15 @@ func printSettings(session string, s lanefleet.SessionSettings, asJSON bool, w i
 		eff.Mode = queue.ModeFollowup // the fleet's default for messages without a mode
 	}
 	if asJSON {
-		return json.NewEncoder(w).Encode(map[string]any{"session": session, "stored": stored, "run": s.Run, "state": s.State,
-			"effective": map[string]any{"mode": eff.Mode, "debounceMs": eff.Debounce.Milliseconds(), "cap": eff.Cap, "drop": eff.Drop}})
+		out := map[string]any{"session": session, "stored": stored, "run": s.Run, "state": s.State,
+			"effective": map[string]any{"mode": eff.Mode, "debounceMs": eff.Debounce.Milliseconds(), "cap": eff.Cap, "drop": eff.Drop}}
+		if s.Unreadable != "" {
+			out["unreadable"] = s.Unreadable
+		}
+		return json.NewEncoder(w).Encode(out)
+	}
+	if s.Unreadable != "" {
+		fmt.Fprintf(w, "unreadable: the stored settings (%s); the session runs on the defaults until `publisher settings --reset` or a new setting replaces them\n", s.Unreadable)
 	}
 	fmt.Fprintf(w, "stored:    %s\n", stored)
 	fmt.Fprintf(w, "in force:  mode %s, debounce %dms, cap %d, drop %s\n", eff.Mode, eff.Debounce.Milliseconds(), eff.Cap, eff.Drop)

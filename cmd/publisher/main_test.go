@@ -19,6 +19,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 )
 
@@ -487,5 +488,60 @@ func TestStopCommand(t *testing.T) {
 	out, _, err = publisher(t, "stop", "--nats-url", url, "--session", "halt")
 	if err != nil || out != "nothing was running\n" {
 		t.Fatalf("second stop: %q, %v", out, err)
+	}
+}
+
+// TestSettingsUnreadable: a session whose stored settings record cannot be
+// read shows the defaults and says why, in text and in JSON, and a reset
+// replaces the record.
+func TestSettingsUnreadable(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, Scripted: true, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	token, err := events.KeyToken("broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := m.Lanes.Acquire(t.Context(), token, kvstore.LeaseInfo{Worker: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.PutSettings(t.Context(), []byte(`{"mode":"sideways"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := publisher(t, "settings", "--nats-url", srv.URL, "--session", "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `unreadable: the stored settings (`) || !strings.Contains(out, `sideways`) || !strings.Contains(out, "in force:  mode followup") {
+		t.Fatalf("settings of a session with an unreadable record:\n%s", out)
+	}
+	out, _, err = publisher(t, "settings", "--json", "--nats-url", srv.URL, "--session", "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Unreadable string }
+	if err := json.Unmarshal([]byte(out), &got); err != nil || !strings.Contains(got.Unreadable, "sideways") {
+		t.Fatalf("--json: %v, %s", err, out)
+	}
+	if _, _, err := publisher(t, "settings", "--nats-url", srv.URL, "--session", "broken", "--reset", "--mode", "collect"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = publisher(t, "settings", "--nats-url", srv.URL, "--session", "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "unreadable") || !strings.Contains(out, "mode collect") {
+		t.Fatalf("after a reset:\n%s", out)
 	}
 }

@@ -274,7 +274,7 @@ func (s *Service) settings(ctx context.Context, r request) (any, error) {
 		// The worker runs the session on the defaults (and logs it when it
 		// takes the lane): say so, rather than fail the whole request.
 		rep.Unreadable = unreadable(err)
-		s.log.Warn().Err(err).Str("lane", r.token).Msg("lane service: stored settings unreadable: the session runs on the defaults")
+		s.log.Debug().Err(err).Str("lane", r.token).Msg("lane service: stored settings unreadable: the session runs on the defaults")
 		return rep, nil
 	}
 	if st != nil {
@@ -283,17 +283,12 @@ func (s *Service) settings(ctx context.Context, r request) (any, error) {
 	return rep, nil
 }
 
-// unreadable says what is wrong with a stored settings record, without
-// the "invalid message" a DecodeError says of a message.
+// unreadable says what is wrong with a stored settings record.
 func unreadable(err error) string {
-	var de *events.DecodeError
-	if !errors.As(err, &de) {
-		return err.Error()
+	if de, ok := errors.AsType[*events.DecodeError](err); ok {
+		return de.Detail()
 	}
-	if de.Field == "" {
-		return de.Reason
-	}
-	return de.Field + ": " + de.Reason
+	return err.Error()
 }
 
 // importSession stores a pi session file (the request body) as the
