@@ -149,7 +149,11 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 	}
 	var reply *nats.Msg
 	select {
-	case reply = <-replies:
+	case m, ok := <-replies:
+		if !ok { // the client closed
+			return nil, nats.ErrConnectionClosed
+		}
+		reply = m
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -230,25 +234,31 @@ func (x *replyMux) subscribe(ctx context.Context, c *Client) error {
 	return nil
 }
 
-// close ends the reply subscription; requests waiting on it time out.
+// close ends the reply subscription and the requests waiting on it: their
+// channels close (requestMsg returns nats.ErrConnectionClosed, which is not
+// retried, so no request subscribes anew after Close).
 func (x *replyMux) close() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.sub != nil {
 		_ = x.sub.Unsubscribe()
+		for _, ch := range x.waiting {
+			close(ch)
+		}
 		x.sub, x.waiting = nil, nil
 	}
 }
 
 // deliver hands a reply to its request, if it still waits; a second reply
-// (a request answered twice) is dropped.
+// (a request answered twice) is dropped. It sends holding mu, so close
+// cannot close the channel under it; the send never blocks: the channel
+// has room for one and its token leaves waiting with the one send.
 func (x *replyMux) deliver(m *nats.Msg) {
 	x.mu.Lock()
+	defer x.mu.Unlock()
 	tok := strings.TrimPrefix(m.Subject, x.prefix)
-	ch := x.waiting[tok]
-	delete(x.waiting, tok)
-	x.mu.Unlock()
-	if ch != nil {
+	if ch := x.waiting[tok]; ch != nil {
+		delete(x.waiting, tok)
 		ch <- m
 	}
 }

@@ -116,13 +116,13 @@ func Connect(url string, opts ...nats.Option) (*Client, error) {
 
 // Close closes the connection if the client opened it; on a connection
 // given to New it ends the client's reply subscription (a request after
-// Close makes a new one).
+// Close makes a new one). Requests waiting for a reply on it end with
+// nats.ErrConnectionClosed.
 func (c *Client) Close() {
+	c.replies.close()
 	if c.owns {
 		c.nc.Close()
-		return
 	}
-	c.replies.close()
 }
 
 type sendOptions struct {
