@@ -133,7 +133,8 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	expired := false
+	defer func() { done(expired) }()
 	m.Reply = inbox
 	if err := c.nc.PublishMsg(m); err != nil {
 		return nil, err
@@ -155,6 +156,7 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 		}
 		reply = m
 	case <-ctx.Done():
+		expired = errors.Is(ctx.Err(), context.DeadlineExceeded)
 		return nil, ctx.Err()
 	}
 	if reply.Header.Get("Status") == "503" && len(reply.Data) == 0 {
@@ -171,22 +173,41 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 // its own under it. Subscribing an inbox per request cost the server a
 // subscription and its removal per request (sublist and cache work that
 // grows with the server's subjects).
+//
+// A subscription that hears nothing during a request's whole wait is
+// dropped (the next request subscribes anew): the server may have refused
+// it without the client seeing the refusal (subscribe reads the refusal
+// from the connection's last error, which the read loop may overwrite
+// before the flush's answer), or removed it since (a permission reload, a
+// reconnect to a server that refuses it). The new subscription checks the
+// refusal again. A dropped subscription stays until the requests waiting
+// on it end.
 type replyMux struct {
 	mu      sync.Mutex
-	prefix  string // the inbox, then "."
-	sub     *nats.Subscription
-	refused bool // the server refused the subscription: an inbox per request
+	refused bool      // the server refused the subscription: an inbox per request
+	cur     *muxSub   // the subscription requests use; nil: the next subscribes
+	subs    []*muxSub // every subscription not yet ended, cur among them
 	next    uint64
-	waiting map[string]chan *nats.Msg // by token
+	waiting map[string]chan *nats.Msg // by reply subject
 }
 
-// await returns the inbox of one request, the channel its reply comes on,
-// and done, which ends the wait. The first request subscribes and flushes:
-// the subscription is used once the server took it.
-func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies chan *nats.Msg, done func(), err error) {
+// muxSub is one of the mux's subscriptions; guarded by the mux's mu.
+type muxSub struct {
+	sub       *nats.Subscription
+	prefix    string // the inbox, then "."
+	waiters   int    // requests waiting on it
+	delivered uint64 // replies it handed over
+}
+
+// await returns the inbox of one request, the channel its reply comes on
+// (closed if the client closes first), and done, which ends the wait;
+// expired says the wait ended with the request's deadline. The first
+// request subscribes and flushes: the subscription is used once the server
+// took it.
+func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies chan *nats.Msg, done func(expired bool), err error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.sub == nil && !x.refused {
+	if x.cur == nil && !x.refused {
 		if err := x.subscribe(ctx, c); err != nil {
 			return "", nil, nil, err
 		}
@@ -200,24 +221,50 @@ func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies 
 		if err != nil {
 			return "", nil, nil, err
 		}
-		return inbox, replies, func() { _ = sub.Unsubscribe() }, nil
+		return inbox, replies, func(bool) { _ = sub.Unsubscribe() }, nil
 	}
+	ms := x.cur
 	x.next++
-	tok := strconv.FormatUint(x.next, 36)
-	x.waiting[tok] = replies
-	return x.prefix + tok, replies, func() {
-		x.mu.Lock()
-		delete(x.waiting, tok)
-		x.mu.Unlock()
-	}, nil
+	inbox = ms.prefix + strconv.FormatUint(x.next, 36)
+	x.waiting[inbox] = replies
+	ms.waiters++
+	mark := ms.delivered
+	return inbox, replies, func(expired bool) { x.leave(ms, inbox, expired, mark) }, nil
+}
+
+// leave ends the wait of the request on ms for the reply to inbox. A
+// request whose deadline passed while ms handed over nothing since the
+// request began (mark) drops ms; a dropped one ends with its last waiter.
+func (x *replyMux) leave(ms *muxSub, inbox string, expired bool, mark uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.waiting, inbox)
+	ms.waiters--
+	if expired && ms.delivered == mark && x.cur == ms {
+		x.cur = nil
+	}
+	if x.cur != ms && ms.waiters == 0 {
+		x.end(ms)
+	}
+}
+
+// end unsubscribes ms, if it is still subscribed.
+func (x *replyMux) end(ms *muxSub) {
+	for i, s := range x.subs {
+		if s == ms {
+			_ = ms.sub.Unsubscribe()
+			x.subs = append(x.subs[:i], x.subs[i+1:]...)
+			return
+		}
+	}
 }
 
 // subscribe makes the reply subscription; a refused one makes every later
 // request subscribe an inbox of its own, which reports the refusal.
 func (x *replyMux) subscribe(ctx context.Context, c *Client) error {
 	before := c.nc.LastError()
-	prefix := c.nc.NewInbox() + "."
-	sub, err := c.nc.Subscribe(prefix+"*", x.deliver)
+	ms := &muxSub{prefix: c.nc.NewInbox() + "."}
+	sub, err := c.nc.Subscribe(ms.prefix+"*", func(m *nats.Msg) { x.deliver(ms, m) })
 	if err != nil {
 		return err
 	}
@@ -225,40 +272,45 @@ func (x *replyMux) subscribe(ctx context.Context, c *Client) error {
 		_ = sub.Unsubscribe()
 		return err
 	}
-	if c.denied(before, "Subscription to", prefix+"*") != nil {
+	if c.denied(before, "Subscription to", ms.prefix+"*") != nil {
 		_ = sub.Unsubscribe()
 		x.refused = true
 		return nil
 	}
-	x.prefix, x.sub, x.waiting = prefix, sub, map[string]chan *nats.Msg{}
+	ms.sub = sub
+	x.cur, x.subs = ms, append(x.subs, ms)
+	if x.waiting == nil {
+		x.waiting = map[string]chan *nats.Msg{}
+	}
 	return nil
 }
 
-// close ends the reply subscription and the requests waiting on it: their
-// channels close (requestMsg returns nats.ErrConnectionClosed, which is not
-// retried, so no request subscribes anew after Close).
+// close ends the reply subscriptions and the requests waiting on them:
+// their channels close (requestMsg returns nats.ErrConnectionClosed, which
+// is not retried, so no request subscribes anew after Close).
 func (x *replyMux) close() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.sub != nil {
-		_ = x.sub.Unsubscribe()
-		for _, ch := range x.waiting {
-			close(ch)
-		}
-		x.sub, x.waiting = nil, nil
+	for _, ms := range x.subs {
+		_ = ms.sub.Unsubscribe()
 	}
+	for _, ch := range x.waiting {
+		close(ch)
+	}
+	x.cur, x.subs, x.waiting = nil, nil, nil
 }
 
-// deliver hands a reply to its request, if it still waits; a second reply
-// (a request answered twice) is dropped. It sends holding mu, so close
-// cannot close the channel under it; the send never blocks: the channel
-// has room for one and its token leaves waiting with the one send.
-func (x *replyMux) deliver(m *nats.Msg) {
+// deliver hands a reply that came on ms to its request, if it still
+// waits; a second reply (a request answered twice) is dropped. It sends
+// holding mu, so close cannot close the channel under it; the send never
+// blocks: the channel has room for one and its subject leaves waiting
+// with the one send.
+func (x *replyMux) deliver(ms *muxSub, m *nats.Msg) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	tok := strings.TrimPrefix(m.Subject, x.prefix)
-	if ch := x.waiting[tok]; ch != nil {
-		delete(x.waiting, tok)
+	if ch := x.waiting[m.Subject]; ch != nil {
+		delete(x.waiting, m.Subject)
+		ms.delivered++
 		ch <- m
 	}
 }

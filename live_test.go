@@ -461,15 +461,22 @@ func TestLaneSubscriptionsShareOneGoroutine(t *testing.T) {
 }
 
 // laneSubscriptions returns the subscriptions on c's connection but its
-// reply subscription, which lasts as long as the client.
+// reply subscriptions, which last as long as the client.
 func laneSubscriptions(c *Client) int {
 	n := c.nc.NumSubscriptions()
 	c.replies.mu.Lock()
 	defer c.replies.mu.Unlock()
-	if c.replies.sub != nil {
-		n--
+	return n - len(c.replies.subs)
+}
+
+// replySub returns c's current reply subscription, nil for none.
+func replySub(c *Client) *nats.Subscription {
+	c.replies.mu.Lock()
+	defer c.replies.mu.Unlock()
+	if c.replies.cur == nil {
+		return nil
 	}
-	return n
+	return c.replies.cur.sub
 }
 
 // TestRequestsShareOneReplySubscription: a client's requests (sends, lane
@@ -492,8 +499,9 @@ func TestRequestsShareOneReplySubscription(t *testing.T) {
 		if _, err := r.Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
+		sub := replySub(c)
 		c.replies.mu.Lock()
-		sub, waiting := c.replies.sub, len(c.replies.waiting)
+		waiting := len(c.replies.waiting)
 		c.replies.mu.Unlock()
 		if first == nil {
 			first = sub
@@ -519,7 +527,7 @@ func TestRequestsShareOneReplySubscription(t *testing.T) {
 	if laneSubscriptions(c) != 0 || nc.NumSubscriptions() != 0 {
 		t.Fatalf("%d subscriptions after Close", nc.NumSubscriptions())
 	}
-	if _, err := c.Send(ctx, "replies", "after close", WithoutFollow()); err != nil || c.replies.sub == first {
-		t.Fatalf("send after Close: %v (reply subscription %p, first %p)", err, c.replies.sub, first)
+	if _, err := c.Send(ctx, "replies", "after close", WithoutFollow()); err != nil || replySub(c) == first {
+		t.Fatalf("send after Close: %v (reply subscription %p, first %p)", err, replySub(c), first)
 	}
 }
