@@ -117,8 +117,22 @@ func Connect(url string, opts ...nats.Option) (*Client, error) {
 // Close closes the connection if the client opened it; on a connection
 // given to New it ends the client's reply subscription (a request after
 // Close makes a new one). Requests waiting for a reply on it end with
-// nats.ErrConnectionClosed.
+// nats.ErrConnectionClosed. The feeds Send opened that nobody followed
+// end, with their lane subscriptions (their runs, followed later, start
+// with a catch-up).
 func (c *Client) Close() {
+	c.mu.Lock()
+	var kept []keptFeed
+	for e := c.kept.Front(); e != nil; e = e.Next() {
+		k := e.Value.(keptFeed)
+		k.f.kept = nil
+		kept = append(kept, k)
+	}
+	c.kept.Init()
+	c.mu.Unlock()
+	for _, k := range kept {
+		k.r.expire(k.f)
+	}
 	c.replies.close()
 	if c.owns {
 		c.nc.Close()

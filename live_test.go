@@ -531,3 +531,41 @@ func TestRequestsShareOneReplySubscription(t *testing.T) {
 		t.Fatalf("send after Close: %v (reply subscription %p, first %p)", err, replySub(c), first)
 	}
 }
+
+// TestCloseEndsUnclaimedFeeds: Close expires the feeds Send opened that
+// nobody followed: their lane subscriptions end, and with the last one the
+// dispatcher goroutine, at once rather than after claimWithin.
+func TestCloseEndsUnclaimedFeeds(t *testing.T) {
+	t.Parallel()
+	nc, _, ctx := serviceOnly(t)
+	cnc := natstest.Connect(t, natsURL(nc))
+	c, _ := New(cnc)
+	var runs []*Run
+	for _, s := range []string{"close0", "close1", "close2"} {
+		r, err := c.Send(ctx, s, "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	if got := laneSubscriptions(c); got != 3 {
+		t.Fatalf("%d lane subscriptions after 3 sends, want 3", got)
+	}
+	c.mu.Lock()
+	done := c.dispatched
+	c.mu.Unlock()
+	c.Close()
+	if n := cnc.NumSubscriptions(); n != 0 {
+		t.Fatalf("%d subscriptions after Close", n)
+	}
+	for _, r := range runs {
+		if r.live.Load() != nil {
+			t.Fatalf("run %s keeps its feed after Close", r.ID)
+		}
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the dispatcher runs on after Close")
+	}
+}
