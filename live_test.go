@@ -569,3 +569,81 @@ func TestCloseEndsUnclaimedFeeds(t *testing.T) {
 		t.Fatal("the dispatcher runs on after Close")
 	}
 }
+
+// TestFullDispatchChannelCountsALoss: when the client's shared lane
+// channel is full, nats.go drops the newest message and counts the drop on
+// that message's own subscription: the feed of its lane counts a loss and
+// its follower asks the store at once; the lane whose messages filled the
+// channel loses nothing.
+func TestFullDispatchChannelCountsALoss(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	pub := natstest.Connect(t, srv.URL)
+	nc := natstest.Connect(t, srv.URL)
+	c, _ := New(nc)
+	c.evs = make(chan *nats.Msg, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	laneA, err := c.holdLane("fullA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer laneA.release()
+	laneB, err := c.holdLane("fullB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer laneB.release()
+	fa, fb := laneA.open("7", liveBuffer, true), laneB.open("7", liveBuffer, true)
+	defer fa.close()
+	defer fb.close()
+	if err := nc.Flush(); err != nil { // the server has the subscriptions
+		t.Fatal(err)
+	}
+	// publish sends n messages to the run's subject of lane and waits until
+	// the client's connection has handed them on (or dropped them).
+	publish := func(lane *laneSub, n int) {
+		t.Helper()
+		for range n {
+			if err := pub.Publish(lane.prefix+"7", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := pub.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil { // the PONG comes after the messages
+			t.Fatal(err)
+		}
+	}
+	laneA.mu.Lock() // the dispatcher blocks on lane A's first message
+	publish(laneA, 1)
+	for len(c.evs) != 0 {
+		select {
+		case <-ctx.Done():
+			laneA.mu.Unlock()
+			t.Fatal("the dispatcher never took lane A's message")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	publish(laneA, 1) // fills the channel
+	publish(laneB, 3) // dropped
+	laneA.mu.Unlock()
+	if a, b := fa.lost(), fb.lost(); a != 0 || b != 3 {
+		t.Fatalf("lane A's feed lost %d, lane B's %d; want 0 and 3", a, b)
+	}
+	fl := &follower{r: &Run{ID: "7", c: c}, feed: fb, due: time.Now().Add(time.Hour), reconnects: nc.Stats().Reconnects}
+	fl.watchConn()
+	if fl.due.After(time.Now()) {
+		t.Fatalf("the loss scheduled the catch-up in %v", time.Until(fl.due))
+	}
+	var got int
+	for got < 2 {
+		select {
+		case <-fa.ready:
+			got += len(fa.take(nil))
+		case <-ctx.Done():
+			t.Fatalf("lane A's feed got %d of its 2 messages", got)
+		}
+	}
+}
