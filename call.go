@@ -2,10 +2,10 @@ package lanefleet
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -184,10 +184,9 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 // on it end.
 type replyMux struct {
 	mu      sync.Mutex
-	refused bool      // the server refused the subscription: an inbox per request
-	cur     *muxSub   // the subscription requests use; nil: the next subscribes
-	subs    []*muxSub // every subscription not yet ended, cur among them
-	next    uint64
+	refused bool                      // the server refused the subscription: an inbox per request
+	cur     *muxSub                   // the subscription requests use; nil: the next subscribes
+	subs    []*muxSub                 // every subscription not yet ended, cur among them
 	waiting map[string]chan *nats.Msg // by reply subject
 }
 
@@ -224,8 +223,11 @@ func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies 
 		return inbox, replies, func(bool) { _ = sub.Unsubscribe() }, nil
 	}
 	ms := x.cur
-	x.next++
-	inbox = ms.prefix + strconv.FormatUint(x.next, 36)
+	// 128 random bits: whoever may publish under the client's inbox
+	// cannot answer a request by guessing its subject (a counter, or a
+	// NUID, whose sequence grows by a small step, can be guessed from
+	// one seen).
+	inbox = ms.prefix + rand.Text()
 	x.waiting[inbox] = replies
 	ms.waiters++
 	mark := ms.delivered

@@ -3,6 +3,8 @@ package lanefleet
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,4 +191,84 @@ func TestDroppedReplySubscriptionServesItsWaiters(t *testing.T) {
 	if replySub(c) == nil {
 		t.Fatal("a timeout dropped a subscription that handed over a reply during the wait")
 	}
+}
+
+// TestReplyTokensAreUnguessable: who knows the client's reply prefix (any
+// responder sees it) and may publish under it cannot answer a request in
+// flight by guessing its token: a forged reply to each of the first
+// thousand counter values, and to the neighbours of a seen token, reaches
+// no request.
+func TestReplyTokensAreUnguessable(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	forger := natstest.Connect(t, srv.URL)
+	c, _ := New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	seen, _, doneSeen, err := c.replies.await(ctx, c) // a request whose subject the forger saw
+	if err != nil {
+		t.Fatal(err)
+	}
+	doneSeen(false)
+	inbox, replies, done, err := c.replies.await(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done(false)
+	prefix := seen[:strings.LastIndexByte(seen, '.')+1]
+	guesses := []string{seen + "0", seen[:len(seen)-1]}
+	for n := range uint64(1000) {
+		guesses = append(guesses, prefix+strconv.FormatUint(n, 36), prefix+strconv.FormatUint(n, 10))
+	}
+	guesses = append(guesses, nuidNext(seen[len(prefix):], prefix)...)
+	for _, g := range guesses {
+		if g == inbox {
+			t.Fatalf("the request's reply subject %s was guessed", inbox)
+		}
+		if err := forger.Publish(g, []byte("forged")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := forger.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil { // the forged replies came before the PONG
+		t.Fatal(err)
+	}
+	if err := forger.Publish(inbox, []byte("real")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-replies:
+		if string(m.Data) != "real" {
+			t.Fatalf("the request took a forged reply on %s", m.Subject)
+		}
+	case <-ctx.Done():
+		t.Fatal("no reply")
+	}
+}
+
+// nuidNext returns what could follow tok were it a NUID (22 base-62
+// characters: a fixed 12-character prefix, then a sequence that grows by
+// 33 to 332 a draw), under prefix: unique ids, not secret ones.
+func nuidNext(tok, prefix string) []string {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	if len(tok) != 22 {
+		return nil
+	}
+	var seq int64
+	for _, ch := range tok[12:] {
+		seq = seq*62 + int64(strings.IndexRune(digits, ch))
+	}
+	var out []string
+	for inc := int64(33); inc < 333; inc++ {
+		b := []byte(tok)
+		for i, l := len(b), seq+inc; i > 12; l /= 62 {
+			i--
+			b[i] = digits[l%62]
+		}
+		out = append(out, prefix+string(b))
+	}
+	return out
 }
