@@ -1,7 +1,7 @@
 // Package bytelru is a least-recently-used map bounded by the bytes its
 // values are said to hold: the one home of the worker's per-session caches
-// (the lanes' transcripts, the runner's converted histories, the Chat
-// Completions adapter's wire messages), each of which keeps a session's
+// (the lanes' transcripts, the runner's converted histories, the provider
+// adapters' wire messages: provider/internal/wirecache), each of which keeps a session's
 // state between its turns so a turn's cost does not grow with the session.
 //
 // A Cache is not safe for concurrent use: its users hold their own lock,
