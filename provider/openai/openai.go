@@ -38,9 +38,10 @@ type Config struct {
 	// Now is the clock for message timestamps; nil = time.Now.
 	Now func() time.Time
 	// WireCacheBytes bounds the JSON of its sessions' last requests a
-	// Chat Completions adapter keeps, to encode only each request's new
-	// messages (requests are keyed by provider.Request.SessionID); 0 means
-	// WireCacheBytesDefault, < 0 keeps none.
+	// Chat Completions or a Responses adapter keeps (each its own), to
+	// encode only each request's new messages (requests are keyed by
+	// provider.Request.SessionID); 0 means WireCacheBytesDefault, < 0
+	// keeps none.
 	WireCacheBytes int
 }
 

@@ -20,10 +20,17 @@ import (
 // "call_id|item_id".
 type Responses struct {
 	poster
+	wire *respWireCache
 }
 
 // NewResponses returns a Responses adapter.
-func NewResponses(cfg Config) *Responses { return &Responses{newPoster(cfg)} }
+func NewResponses(cfg Config) *Responses {
+	r := &Responses{poster: newPoster(cfg)}
+	if n := cfg.withDefaults().WireCacheBytes; n > 0 {
+		r.wire = newRespWireCache(n)
+	}
+	return r
+}
 
 var _ provider.Provider = (*Responses)(nil)
 
@@ -31,7 +38,7 @@ var _ provider.Provider = (*Responses)(nil)
 // return the partial message and a *provider.Error.
 func (r *Responses) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	b := stream.NewBuilder(req.Model, r.cfg.Now(), emit)
-	body, err := buildResponsesRequest(req)
+	body, err := buildResponsesRequest(req, r.wire)
 	if err != nil {
 		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "openai: build request: " + err.Error(), Err: err})
 	}

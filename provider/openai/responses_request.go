@@ -6,12 +6,13 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
 type respRequest struct {
 	Model           string         `json:"model"`
-	Input           []any          `json:"input"`
+	Input           []respInput    `json:"input"`
 	Stream          bool           `json:"stream"`
 	Store           bool           `json:"store"`
 	MaxOutputTokens int            `json:"max_output_tokens,omitempty"`
@@ -34,6 +35,11 @@ type respTool struct {
 	Parameters  map[string]any `json:"parameters"`
 	Strict      bool           `json:"strict"`
 }
+
+// respInput is one item of a request's input: a respInputMessage,
+// respOutputMessage, respFunctionCall, respFunctionOutput or
+// json.RawMessage (a reasoning item sent back as it came).
+type respInput = any
 
 type respInputMessage struct {
 	Role    string `json:"role"`
@@ -109,102 +115,68 @@ func respEffort(m provider.Model, level provider.ThinkingLevel) string {
 	return e
 }
 
-// buildResponsesRequest maps a request to a Responses body.
-func buildResponsesRequest(req *provider.Request) ([]byte, error) {
+// buildResponsesRequest maps a request to a Responses body, reusing the
+// JSON of the input items the session's last request had (cache nil:
+// none).
+func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte, error) {
 	m := req.Model
 	images := hasImageInput(m)
-	body := respRequest{Model: m.ID, Stream: true, MaxOutputTokens: maxTokens(req), Temperature: req.Temperature, PromptCacheKey: req.SessionID}
+	msgs := transform.Messages(req.Messages, m, respNormalizeID)
+	prev := cache.Take(req.SessionID)
+	body := respRequest{Model: m.ID, Stream: true, MaxOutputTokens: maxTokens(req), Temperature: req.Temperature, PromptCacheKey: req.SessionID,
+		Input: prev.Messages(len(msgs) + 1)}
 	if e := respEffort(m, req.Thinking); e != "" {
 		body.Reasoning = &respReasoning{Effort: e, Summary: "auto"}
 		body.Include = []string{"reasoning.encrypted_content"}
 		body.Temperature = nil
+	}
+
+	// Each message's items are taken from the session's last request when
+	// the message is the same (message.Snapshots) and the model the same:
+	// w.Conv[i] is what msgs[i] became, w.Hint[j] the last request's item
+	// that body.Input[j] repeats (-1: none known).
+	w := &wirecache.Convs[respConv]{}
+	same := 0
+	keep := cache != nil && req.SessionID != "" // the items are kept for the next request
+	if keep {
+		w, same = prev.Convs(respConvKey(m, images), msgs)
+	}
+	add := func(it respInput, h int) {
+		body.Input = append(body.Input, it)
+		if keep {
+			w.Hint = append(w.Hint, h)
+		}
 	}
 	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
 		role := "system"
 		if m.Reasoning {
 			role = "developer"
 		}
-		body.Input = append(body.Input, respInputMessage{Role: role, Content: sp})
+		add(respInputMessage{Role: role, Content: sp}, -1)
 	}
-	msgs := transform.Messages(req.Messages, m, respNormalizeID)
-	for _, msg := range msgs {
-		switch msg.Role {
-		case message.RoleUser:
-			var parts []respPart
-			for _, b := range msg.Content.Blocks {
-				switch b.Type {
-				case message.BlockText:
-					if strings.TrimSpace(b.Text) != "" {
-						parts = append(parts, respPart{Type: "input_text", Text: transform.SanitizeSurrogates(b.Text)})
-					}
-				case message.BlockImage:
-					if images {
-						parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
-					}
-				}
+	var scratch respConv
+	for i := range msgs {
+		cv, h := &scratch, -1
+		switch {
+		case !keep:
+			scratch.items = respItems(scratch.items[:0], &msgs[i], m, images)
+		case i >= same:
+			w.Conv = append(w.Conv, respConv{items: respItems(nil, &msgs[i], m, images)})
+			cv = &w.Conv[i]
+		default:
+			cv = &w.Conv[i]
+			h = cv.at
+		}
+		cv.at = -1
+		if len(cv.items) > 0 {
+			cv.at = len(body.Input)
+		}
+		for k, it := range cv.items {
+			hk := -1
+			if h >= 0 {
+				hk = h + k
 			}
-			if len(parts) > 0 {
-				body.Input = append(body.Input, respInputMessage{Role: "user", Content: parts})
-			}
-		case message.RoleAssistant:
-			same := transform.SameModel(&msg, m)
-			for _, b := range msg.Content.Blocks {
-				switch b.Type {
-				case message.BlockThinking:
-					if same && b.ThinkingSignature != "" && json.Valid([]byte(b.ThinkingSignature)) {
-						body.Input = append(body.Input, json.RawMessage(b.ThinkingSignature))
-					}
-				case message.BlockText:
-					if strings.TrimSpace(b.Text) == "" {
-						continue
-					}
-					text := transform.SanitizeSurrogates(b.Text)
-					var sig textSig
-					if same && b.TextSignature != "" {
-						if json.Unmarshal([]byte(b.TextSignature), &sig) != nil {
-							sig = textSig{ID: b.TextSignature} // older sessions store a bare id
-						}
-					}
-					if sig.ID != "" && len(sig.ID) <= 64 {
-						body.Input = append(body.Input, respOutputMessage{Type: "message", ID: sig.ID, Role: "assistant", Status: "completed",
-							Content: []respOutputText{{Type: "output_text", Text: text, Annotations: []any{}}}, Phase: sig.Phase})
-					} else {
-						body.Input = append(body.Input, respInputMessage{Role: "assistant", Content: text})
-					}
-				case message.BlockToolCall:
-					callID, itemID := splitCallID(b.ID)
-					args, err := json.Marshal(b.Arguments)
-					if err != nil || b.Arguments == nil {
-						args = []byte("{}")
-					}
-					fc := respFunctionCall{Type: "function_call", CallID: callID, Name: b.Name, Arguments: string(args)}
-					if same {
-						fc.ID = itemID
-					}
-					body.Input = append(body.Input, fc)
-				}
-			}
-		case message.RoleToolResult:
-			callID, _ := splitCallID(msg.ToolCallID)
-			var texts []string
-			var parts []respPart
-			for _, b := range msg.Content.Blocks {
-				switch b.Type {
-				case message.BlockText:
-					t := transform.SanitizeSurrogates(b.Text)
-					texts = append(texts, t)
-					parts = append(parts, respPart{Type: "input_text", Text: t})
-				case message.BlockImage:
-					if images {
-						parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
-					}
-				}
-			}
-			out := respFunctionOutput{Type: "function_call_output", CallID: callID, Output: strings.Join(texts, "\n")}
-			if len(parts) > len(texts) {
-				out.Output = parts
-			}
-			body.Input = append(body.Input, out)
+			add(it, hk)
 		}
 	}
 	for _, t := range req.Tools {
@@ -214,5 +186,89 @@ func buildResponsesRequest(req *provider.Request) ([]byte, error) {
 		}
 		body.Tools = append(body.Tools, respTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: p})
 	}
-	return json.Marshal(body)
+	return cache.Marshal(req.SessionID, prev, &body, &body.Input, "input", w)
+}
+
+// respItems appends the input items msg becomes for model m (images: m
+// takes images) to items.
+func respItems(items []respInput, msg *message.Message, m provider.Model, images bool) []respInput {
+	switch msg.Role {
+	case message.RoleUser:
+		var parts []respPart
+		for _, b := range msg.Content.Blocks {
+			switch b.Type {
+			case message.BlockText:
+				if strings.TrimSpace(b.Text) != "" {
+					parts = append(parts, respPart{Type: "input_text", Text: transform.SanitizeSurrogates(b.Text)})
+				}
+			case message.BlockImage:
+				if images {
+					parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
+				}
+			}
+		}
+		if len(parts) > 0 {
+			items = append(items, respInputMessage{Role: "user", Content: parts})
+		}
+	case message.RoleAssistant:
+		same := transform.SameModel(msg, m)
+		for _, b := range msg.Content.Blocks {
+			switch b.Type {
+			case message.BlockThinking:
+				if same && b.ThinkingSignature != "" && json.Valid([]byte(b.ThinkingSignature)) {
+					items = append(items, json.RawMessage(b.ThinkingSignature))
+				}
+			case message.BlockText:
+				if strings.TrimSpace(b.Text) == "" {
+					continue
+				}
+				text := transform.SanitizeSurrogates(b.Text)
+				var sig textSig
+				if same && b.TextSignature != "" {
+					if json.Unmarshal([]byte(b.TextSignature), &sig) != nil {
+						sig = textSig{ID: b.TextSignature} // older sessions store a bare id
+					}
+				}
+				if sig.ID != "" && len(sig.ID) <= 64 {
+					items = append(items, respOutputMessage{Type: "message", ID: sig.ID, Role: "assistant", Status: "completed",
+						Content: []respOutputText{{Type: "output_text", Text: text, Annotations: []any{}}}, Phase: sig.Phase})
+				} else {
+					items = append(items, respInputMessage{Role: "assistant", Content: text})
+				}
+			case message.BlockToolCall:
+				callID, itemID := splitCallID(b.ID)
+				args, err := json.Marshal(b.Arguments)
+				if err != nil || b.Arguments == nil {
+					args = []byte("{}")
+				}
+				fc := respFunctionCall{Type: "function_call", CallID: callID, Name: b.Name, Arguments: string(args)}
+				if same {
+					fc.ID = itemID
+				}
+				items = append(items, fc)
+			}
+		}
+	case message.RoleToolResult:
+		callID, _ := splitCallID(msg.ToolCallID)
+		var texts []string
+		var parts []respPart
+		for _, b := range msg.Content.Blocks {
+			switch b.Type {
+			case message.BlockText:
+				t := transform.SanitizeSurrogates(b.Text)
+				texts = append(texts, t)
+				parts = append(parts, respPart{Type: "input_text", Text: t})
+			case message.BlockImage:
+				if images {
+					parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
+				}
+			}
+		}
+		out := respFunctionOutput{Type: "function_call_output", CallID: callID, Output: strings.Join(texts, "\n")}
+		if len(parts) > len(texts) {
+			out.Output = parts
+		}
+		items = append(items, out)
+	}
+	return items
 }

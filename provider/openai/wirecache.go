@@ -8,8 +8,9 @@ import (
 	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 )
 
-// WireCacheBytesDefault bounds what a Chat Completions adapter keeps of its
-// sessions' last requests (see wireCache).
+// WireCacheBytesDefault bounds what a Chat Completions or a Responses
+// adapter keeps of its sessions' last requests (see wireCache and
+// respWireCache).
 const WireCacheBytesDefault = wirecache.BytesDefault
 
 // wireCache keeps, per session, the wire messages of the session's last

@@ -1,0 +1,84 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
+)
+
+// respWireCache keeps, per session, the input items of the session's last
+// Responses request and their JSON, so that the next request of a long
+// session encodes only the items that are new (see
+// provider/internal/wirecache): an item's JSON is reused only when the
+// message it was made of is the same (message.Snapshot, for the same
+// model: respConvKey) or the item is equal field by field
+// (respInputEqual).
+type respWireCache = wirecache.Cache[respInput, respConv]
+
+// respConv is what one message of the history became on the wire.
+type respConv struct {
+	items []respInput // in order; none when the message sends nothing
+	at    int         // the first item's index in the request's input, -1: not there
+}
+
+func newRespWireCache(maxBytes int) *respWireCache {
+	return wirecache.New[respInput, respConv](maxBytes, respInputEqual)
+}
+
+// respConvKey names what a message's input items depend on besides the
+// message: the model (its provider, API and id: transform.SameModel) and
+// whether it takes images.
+func respConvKey(m provider.Model, images bool) string {
+	return convKey(m, images) + "\x00" + m.API
+}
+
+// respInputEqual reports whether a and b encode the same: every field of
+// each input item type (TestRespInputEqualCoversFields keeps this list
+// whole). An item of any other type is equal to nothing.
+func respInputEqual(a, b *respInput) bool {
+	switch x := (*a).(type) {
+	case respInputMessage:
+		y, ok := (*b).(respInputMessage)
+		return ok && x.Role == y.Role && respContentEqual(x.Content, y.Content)
+	case respOutputMessage:
+		y, ok := (*b).(respOutputMessage)
+		return ok && x.Type == y.Type && x.ID == y.ID && x.Role == y.Role && x.Status == y.Status && x.Phase == y.Phase &&
+			(x.Content == nil) == (y.Content == nil) && slices.EqualFunc(x.Content, y.Content, respOutputText.equal)
+	case respFunctionCall:
+		y, ok := (*b).(respFunctionCall)
+		return ok && x == y
+	case respFunctionOutput:
+		y, ok := (*b).(respFunctionOutput)
+		return ok && x.Type == y.Type && x.CallID == y.CallID && respContentEqual(x.Output, y.Output)
+	case json.RawMessage:
+		y, ok := (*b).(json.RawMessage)
+		return ok && (x == nil) == (y == nil) && bytes.Equal(x, y)
+	}
+	return false
+}
+
+// equal compares two output texts; annotations are equal only when both
+// are empty alike (the requests send none).
+func (a respOutputText) equal(b respOutputText) bool {
+	return a.Type == b.Type && a.Text == b.Text &&
+		(a.Annotations == nil) == (b.Annotations == nil) && len(a.Annotations) == 0 && len(b.Annotations) == 0
+}
+
+// respContentEqual compares a message's content or a tool output: nil, a
+// string or parts.
+func respContentEqual(a, b any) bool {
+	switch a := a.(type) {
+	case nil:
+		return b == nil
+	case string:
+		s, ok := b.(string)
+		return ok && a == s
+	case []respPart:
+		p, ok := b.([]respPart)
+		return ok && (a == nil) == (p == nil) && slices.Equal(a, p)
+	}
+	return false
+}
