@@ -79,6 +79,7 @@ const (
 	gapMin, gapMax   = 20 * time.Millisecond, time.Second  // ask again while live events wait behind a gap
 	errMin, errMax   = 250 * time.Millisecond, time.Second // ask again after a failed request
 	unknownConfirm   = time.Second                         // a run unknown this long is unknown
+	openFor          = idleMax                             // a catch-up this soon after a running event says so (EventsRequest.Open)
 	tick             = time.Second                         // look at the connection at least this often
 	maxAhead         = 4096                                // live events held behind a gap
 	liveBuffer       = 1024                                // live events waiting to be read
@@ -94,6 +95,7 @@ type follower struct {
 	newest int                      // newest attempt seen
 	cursor uint64                   // where the lane service resumes its walk
 	ahead  map[uint64]*events.Event // live events past a gap, by seq
+	open   bool                     // the last event yielded left the run running (service.Open)
 
 	due          time.Time // the next catch-up
 	idle         time.Duration
@@ -234,6 +236,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	}
 	f.newest = max(f.newest, ev.Attempt)
 	f.next = max(f.next, ev.Seq+1)
+	f.open = service.Open(ev)
 	f.lastEvent, f.idle, f.noted = time.Now(), idleMin, ""
 	if !yield(ev, nil) || ev.Terminal() {
 		return false
@@ -322,8 +325,14 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 }
 
 // fetch asks the lane service for the stored events from the next one on.
+// While the last event yielded is recent and left the run running, the
+// request says so: a catch-up that finds nothing new then costs the service
+// one read. After a longer silence it does not, so a run whose stored
+// events are gone (expired, or discarded at the stream's limits) before its
+// final reached the stream still ends with the final its record keeps.
 func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
-	body, err := json.Marshal(service.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor})
+	open := f.open && time.Since(f.lastEvent) < openFor
+	body, err := json.Marshal(service.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor, Open: open})
 	if err != nil {
 		return nil, err
 	}

@@ -194,8 +194,10 @@ func (s *Service) events(ctx context.Context, r request) (any, error) {
 			return reply, err
 		}
 		reply.State = StateUnknown
-	case last != nil && !(last.Stream == events.StreamLifecycle && (last.Data.Phase == events.PhaseEnd || last.Data.Phase == events.PhaseError)):
-		return reply, nil // running
+	case last != nil && Open(last), last == nil && q.Open && q.From > 1:
+		// Running: the last event (the one read, or else the caller's
+		// own) leaves the run running.
+		return reply, nil
 	}
 	final, err := s.recordFinal(ctx, r, runSeq, q.Run, from, last)
 	switch {

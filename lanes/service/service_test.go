@@ -603,3 +603,127 @@ func TestBacklog(t *testing.T) {
 		t.Fatalf("malformed request: %v", err)
 	}
 }
+
+// jsRequests counts the JetStream API requests (stream and bucket reads
+// included) made on the bundle's server while fn runs: a subscription on
+// another connection sees each one, and a flush of that connection after fn
+// returns delivers every one fn's replies waited for.
+func (b *bundle) jsRequests(t *testing.T) func(fn func()) []string {
+	t.Helper()
+	nc := natstest.Connect(t, b.nc.ConnectedUrl())
+	ch := make(chan *nats.Msg, 4096)
+	if _, err := nc.ChanSubscribe("$JS.API.>", ch); err != nil {
+		t.Fatal(err)
+	}
+	drain := func() (subjects []string) {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-ch:
+				subjects = append(subjects, m.Subject)
+			default:
+				return subjects
+			}
+		}
+	}
+	return func(fn func()) []string {
+		drain()
+		fn()
+		return drain()
+	}
+}
+
+// TestEventsOpenCatchUp: a catch-up that finds no new event and says the
+// caller's last event left the run running (Open) is answered running
+// after the one read that found nothing, as if the service had read that
+// event itself; without Open (the old request) the service also looks for
+// the run's final in its record, and finds it there when the final never
+// reached the stream. Open changes nothing for a caller that saw no event
+// or when the walk finds events.
+func TestEventsOpenCatchUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	count := b.jsRequests(t)
+	const tok = "quiet"
+	for seq := uint64(1); seq <= 3; seq++ {
+		b.publishEvent(t, tok, &events.Event{RunID: "7", SessionKey: tok, Seq: seq, Attempt: 1, Stream: events.StreamAssistant, Data: events.EventData{Delta: "a"}}, false)
+	}
+	ask := func(q service.EventsRequest) (rep service.EventsReply, reads []string) {
+		t.Helper()
+		reads = count(func() {
+			if err := b.request(t, tok, service.OpEvents, q, &rep); err != nil {
+				t.Fatalf("%+v: %v", q, err)
+			}
+		})
+		return rep, reads
+	}
+	first, _ := ask(service.EventsRequest{Run: "7"})
+	if len(first.Events) != 3 || first.State != service.StateRunning {
+		t.Fatalf("first catch-up: %d events, %s", len(first.Events), first.State)
+	}
+	cursor := first.Next
+
+	// No news, the run's turn not committed: running either way, the old
+	// request at the cost of a record read.
+	oldRep, oldReads := ask(service.EventsRequest{Run: "7", From: 4, After: cursor})
+	newRep, newReads := ask(service.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
+	if oldRep.State != service.StateRunning || newRep.State != service.StateRunning || len(oldRep.Events)+len(newRep.Events) != 0 {
+		t.Fatalf("no news: old %+v, open %+v", oldRep, newRep)
+	}
+	if len(newReads) != 1 || len(oldReads) <= len(newReads) {
+		t.Fatalf("JetStream requests of a no-news catch-up: old %d %v, open %d %v", len(oldReads), oldReads, len(newReads), newReads)
+	}
+	t.Logf("JetStream requests of a no-news catch-up: old request %d %v, open %d %v", len(oldReads), oldReads, len(newReads), newReads)
+
+	// The turn commits with its final in the record, and neither the
+	// attempt's end nor the final reached the stream. Read in full, the
+	// stream's last event leaves the run running; Open answers the same
+	// from the caller's word. The old no-news request finds the record.
+	final, _, err := events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{Payloads: []events.Payload{{Text: "kept"}}}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.commit(t, tok, kvstore.Record{InboundSeq: 7, RunID: "7", Final: final})
+	full, _ := ask(service.EventsRequest{Run: "7", From: 4})
+	open, _ := ask(service.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
+	if full.State != service.StateRunning || open.State != service.StateRunning || len(open.Events) != 0 {
+		t.Fatalf("read in full: %s; open: %s with %d events", full.State, open.State, len(open.Events))
+	}
+	old, _ := ask(service.EventsRequest{Run: "7", From: 4, After: cursor})
+	if old.State != service.StateDone || len(old.Events) != 1 {
+		t.Fatalf("old request after the commit: %s with %d events", old.State, len(old.Events))
+	}
+
+	// New events: Open does not hide them, and a lifecycle end read by the
+	// service itself sends it to the record as before.
+	b.publishEvent(t, tok, &events.Event{RunID: "7", SessionKey: tok, Seq: 4, Attempt: 1, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseEnd}}, false)
+	ended, _ := ask(service.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
+	if ended.State != service.StateDone || len(ended.Events) != 2 {
+		t.Fatalf("open request after the attempt's end: %s with %d events", ended.State, len(ended.Events))
+	}
+	if ev, err := events.DecodeEvent(ended.Events[1].ContentType(), ended.Events[1].Data); err != nil || !ev.Terminal() || ev.Seq != 5 {
+		t.Fatalf("final from the record: %+v, %v", ev, err)
+	}
+
+	// A caller that saw no event: Open changes nothing (queued, unknown).
+	ack, err := b.js.Publish(b.ctx, events.InboundPrefix+tok, []byte(`{"text":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		run  string
+		from uint64
+		want string
+	}{
+		{fmt.Sprint(ack.Sequence), 0, service.StateQueued},
+		{fmt.Sprint(ack.Sequence), 1, service.StateQueued},
+		{"999", 0, service.StateUnknown},
+		{"999", 1, service.StateUnknown},
+	} {
+		if rep, _ := ask(service.EventsRequest{Run: c.run, From: c.from, Open: true}); rep.State != c.want {
+			t.Errorf("run %s from %d, open: %s, want %s", c.run, c.from, rep.State, c.want)
+		}
+	}
+}

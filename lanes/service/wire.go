@@ -84,10 +84,24 @@ type HistoryReply struct {
 // EventsRequest asks for a run's stored events from event sequence From.
 // After, the previous reply's Next, lets the service resume its walk of the
 // stream where the previous one stopped.
+//
+// Open says the caller's last event of the run (seq From-1) is one that
+// leaves the run running (see Open): when the walk finds nothing new, the
+// service answers running as if it had read that event itself, without
+// looking for the run's final in its committed turn's record. A caller
+// that is not sure leaves it false and costs the service that read.
 type EventsRequest struct {
 	Run   string `json:"run"`
 	From  uint64 `json:"from,omitempty"`  // first event seq wanted; default 1
 	After uint64 `json:"after,omitempty"` // stream sequence to resume at
+	Open  bool   `json:"open,omitempty"`  // event From-1 left the run running
+}
+
+// Open reports whether ev, as a run's last stored event, leaves the run
+// running: anything but a final event and a lifecycle end or error (after
+// which the run's final may be in its committed turn's record only).
+func Open(ev *events.Event) bool {
+	return !ev.Terminal() && !(ev.Stream == events.StreamLifecycle && (ev.Data.Phase == events.PhaseEnd || ev.Data.Phase == events.PhaseError))
 }
 
 // Run states, in EventsReply.State.

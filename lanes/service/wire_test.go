@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -71,5 +72,46 @@ func TestPermissionModelNamesTheService(t *testing.T) {
 	}
 	if slices.Contains(permission.ReadOps, OpImport) {
 		t.Error("import writes a transcript: it must not be a read op")
+	}
+}
+
+// TestEventsRequestOpenOmitted: a request without Open has the old shape,
+// so an old service decodes it; Open is a field of its own.
+func TestEventsRequestOpenOmitted(t *testing.T) {
+	for _, c := range []struct {
+		q    EventsRequest
+		want string
+	}{
+		{EventsRequest{Run: "7", From: 4, After: 9}, `{"run":"7","from":4,"after":9}`},
+		{EventsRequest{Run: "7", From: 4, After: 9, Open: true}, `{"run":"7","from":4,"after":9,"open":true}`},
+	} {
+		data, err := json.Marshal(c.q)
+		if err != nil || string(data) != c.want {
+			t.Errorf("%+v: %s, %v; want %s", c.q, data, err, c.want)
+		}
+		var back EventsRequest
+		if err := DecodeRequest(data, &back); err != nil || back != c.q {
+			t.Errorf("%s decodes to %+v, %v", data, back, err)
+		}
+	}
+}
+
+// TestOpen: only a final event and a lifecycle end or error may leave a
+// run's final to its record.
+func TestOpen(t *testing.T) {
+	for _, c := range []struct {
+		stream, phase string
+		want          bool
+	}{
+		{events.StreamAssistant, "", true},
+		{events.StreamLifecycle, events.PhaseStart, true},
+		{events.StreamLifecycle, events.PhaseAborted, true},
+		{events.StreamLifecycle, events.PhaseEnd, false},
+		{events.StreamLifecycle, events.PhaseError, false},
+		{events.StreamFinal, "", false},
+	} {
+		if got := Open(&events.Event{Stream: c.stream, Data: events.EventData{Phase: c.phase}}); got != c.want {
+			t.Errorf("%s %s: open %v, want %v", c.stream, c.phase, got, c.want)
+		}
 	}
 }
