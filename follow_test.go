@@ -1,12 +1,18 @@
 package lanefleet
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/service"
 )
 
 // TestFollowerOrder: the rules that turn live events (a subscription that
@@ -108,4 +114,116 @@ func parseLabel(t *testing.T, s string) (*events.Event, bool) {
 		}
 	}
 	return ev, stored
+}
+
+// TestQuietCatchUpSaysOpen: a catch-up after a silence that follows an
+// event leaving the run running says so (EventsRequest.Open), and the lane
+// service answers it with one read of the event stream, where the old
+// request also reads the lane's record; the run stays running either way.
+// After a silence of openFor the follower no longer says so, and a run
+// whose final reached only its committed turn's record still ends with it.
+func TestQuietCatchUpSaysOpen(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	const session, run = "quiet", "1"
+	tok, _ := events.KeyToken(session)
+	playWorker(ctx, t, js, session, run, 1, 3, 99) // started, no final yet
+
+	// A spy sees the follower's events requests and the JetStream API
+	// requests the service makes for them; a flush after each catch-up
+	// delivers all of them.
+	spy := natstest.Connect(t, natsURL(nc))
+	seen := make(chan *nats.Msg, 256)
+	for _, subj := range []string{"$JS.API.>", service.Subject(tok, service.OpEvents)} {
+		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain := func() (q *service.EventsRequest, reads []string) {
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-seen:
+				if !strings.HasPrefix(m.Subject, "$JS.API.") {
+					q = &service.EventsRequest{}
+					if err := json.Unmarshal(m.Data, q); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				reads = append(reads, strings.TrimPrefix(m.Subject, "$JS.API."))
+			default:
+				return q, reads
+			}
+		}
+	}
+
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	f, err := c.Run(session, run).follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	var got []string
+	yield := func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, label(ev))
+		return true
+	}
+	catchUp := func() (more bool, q *service.EventsRequest, reads []string) {
+		t.Helper()
+		drain()
+		more = f.catchUp(ctx, yield)
+		q, reads = drain()
+		if q == nil {
+			t.Fatal("the catch-up sent no events request")
+		}
+		return more, q, reads
+	}
+	if more, q, _ := catchUp(); !more || q.Open || strings.Join(got, " ") != "1a1 2a1 3a1" {
+		t.Fatalf("first catch-up: go on %v, request %+v, yielded %q", more, q, got)
+	}
+	more, q, quiet := catchUp()
+	if !more || !q.Open || q.From != 4 || len(got) != 3 || fmt.Sprint(quiet) != "[DIRECT.GET.AGENT_EV]" {
+		t.Fatalf("no-news catch-up: go on %v, request %+v, yielded %q, service reads %v", more, q, got, quiet)
+	}
+	f.lastEvent = time.Now().Add(-openFor) // a long silence
+	more, q, long := catchUp()
+	if !more || q.Open || len(got) != 3 || len(long) != 2 {
+		t.Fatalf("catch-up after a long silence: go on %v, request %+v, yielded %q, service reads %v", more, q, got, long)
+	}
+	t.Logf("service reads of a no-news catch-up: open %v, without %v", quiet, long)
+
+	// The turn commits with its final in the record only (neither the
+	// attempt's end nor the final reached the stream).
+	l, err := kvstore.Open(ctx, js, kvstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, tok, kvstore.LeaseInfo{Worker: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final, _, err := events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{Payloads: []events.Payload{{Text: "kept"}}}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.PutRecord(ctx, kvstore.Record{InboundSeq: 1, RunID: run, Final: final}); err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.Release(ctx)
+	// Soon after the last event, running: what the stream's last event says.
+	f.lastEvent = time.Now()
+	if more, q, _ := catchUp(); !more || !q.Open || len(got) != 3 {
+		t.Fatalf("soon after the commit: go on %v, request %+v, yielded %q", more, q, got)
+	}
+	// After a long silence, the record's final ends the run.
+	f.lastEvent = time.Now().Add(-openFor)
+	if more, q, _ := catchUp(); more || q.Open || strings.Join(got, " ") != "1a1 2a1 3a1 4F" {
+		t.Fatalf("after a long silence: go on %v, request %+v, yielded %q", more, q, got)
+	}
 }
