@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -96,6 +97,7 @@ type follower struct {
 	cursor uint64                   // where the lane service resumes its walk
 	ahead  map[uint64]*events.Event // live events past a gap, by seq
 	open   bool                     // the last event yielded left the run running (service.Open)
+	noOpen bool                     // the lane service predates EventsRequest.Open
 
 	due          time.Time // the next catch-up
 	idle         time.Duration
@@ -329,14 +331,17 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 // request says so: a catch-up that finds nothing new then costs the service
 // one read. After a longer silence it does not, so a run whose stored
 // events are gone (expired, or discarded at the stream's limits) before its
-// final reached the stream still ends with the final its record keeps.
+// final reached the stream still ends with the final its record keeps. A
+// worker that predates the field refuses it: the follower asks again
+// without it, and does not send it again.
 func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
-	open := f.open && time.Since(f.lastEvent) < openFor
-	body, err := json.Marshal(service.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor, Open: open})
-	if err != nil {
-		return nil, err
+	open := f.open && !f.noOpen && time.Since(f.lastEvent) < openFor
+	data, err := f.request(ctx, open)
+	var se *service.Error
+	if open && errors.As(err, &se) && se.Code == service.CodeBadRequest && strings.Contains(se.Description, `unknown field "open"`) {
+		f.noOpen = true
+		data, err = f.request(ctx, false)
 	}
-	data, err := f.r.c.requestMsg(ctx, &nats.Msg{Subject: service.Subject(f.tok, service.OpEvents), Data: body}, callTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -345,6 +350,15 @@ func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
 		return nil, fmt.Errorf("malformed events reply: %w", err)
 	}
 	return &rep, nil
+}
+
+// request sends the events request for the next event on.
+func (f *follower) request(ctx context.Context, open bool) ([]byte, error) {
+	body, err := json.Marshal(service.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor, Open: open})
+	if err != nil {
+		return nil, err
+	}
+	return f.r.c.requestMsg(ctx, &nats.Msg{Subject: service.Subject(f.tok, service.OpEvents), Data: body}, callTimeout)
 }
 
 // watchConn schedules a catch-up at once when live events may have been

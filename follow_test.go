@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
@@ -225,5 +228,60 @@ func TestQuietCatchUpSaysOpen(t *testing.T) {
 	f.lastEvent = time.Now().Add(-openFor)
 	if more, q, _ := catchUp(); more || q.Open || strings.Join(got, " ") != "1a1 2a1 3a1 4F" {
 		t.Fatalf("after a long silence: go on %v, request %+v, yielded %q", more, q, got)
+	}
+}
+
+// TestOpenToAnOldService: a lane service that predates EventsRequest.Open
+// refuses the field as an unknown one (its decoder rejects unknown
+// fields); the follower asks again without it, and does not send it again.
+func TestOpenToAnOldService(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	const session, run = "old", "1"
+	tok, _ := events.KeyToken(session)
+	var (
+		mu     sync.Mutex
+		bodies []string
+	)
+	sub, err := nc.Subscribe(service.Subject(tok, service.OpEvents), func(m *nats.Msg) {
+		mu.Lock()
+		bodies = append(bodies, string(m.Data))
+		mu.Unlock()
+		var q struct { // the request as an old service knew it
+			Run   string `json:"run"`
+			From  uint64 `json:"from,omitempty"`
+			After uint64 `json:"after,omitempty"`
+		}
+		reply := nats.NewMsg(m.Reply)
+		if err := service.DecodeRequest(m.Data, &q); err != nil {
+			reply.Header.Set(micro.ErrorCodeHeader, service.CodeBadRequest)
+			reply.Header.Set(micro.ErrorHeader, err.Error())
+		} else {
+			reply.Data, _ = msgpack.Marshal(service.EventsReply{Events: []service.StoredEvent{}, State: service.StateRunning, Next: q.After})
+		}
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	c, _ := New(natstest.Connect(t, srv.URL))
+	f, err := c.Run(session, run).follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	f.next, f.cursor, f.open, f.lastEvent = 4, 9, true, time.Now() // after a running event
+	for range 2 {
+		if rep, err := f.fetch(t.Context()); err != nil || rep.State != service.StateRunning {
+			t.Fatalf("fetch from an old service: %+v, %v", rep, err)
+		}
+	}
+	want := []string{`{"run":"1","from":4,"after":9,"open":true}`, `{"run":"1","from":4,"after":9}`, `{"run":"1","from":4,"after":9}`}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(bodies) != fmt.Sprint(want) || !f.noOpen {
+		t.Fatalf("requests %q, want %q", bodies, want)
 	}
 }
