@@ -3,10 +3,8 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/lanefleet/lanefleet/message"
@@ -36,6 +34,17 @@ func respTurn(step string, ids ...string) []message.Message {
 			Content: message.BlocksOf(message.Text("result of " + id))})
 	}
 	return out
+}
+
+// respWire is the Responses adapter for the wire cache tests every
+// adapter passes.
+var respWire = wiretest.Wire[respInput, respConv]{
+	Build:    buildResponsesRequest,
+	New:      newRespWireCache,
+	Model:    provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses"},
+	History:  respHistory,
+	Turn:     respTurn,
+	Thinking: provider.ThinkingLow,
 }
 
 // TestRespWireCacheBodies builds the requests of one session's turns with
@@ -68,15 +77,7 @@ func TestRespWireCacheBodies(t *testing.T) {
 	imgResult := append(slices.Clone(withImage), respTurn("b", "c3")...)
 	imgResult[len(imgResult)-1].Content = message.BlocksOf(message.Text("see"), message.Image("image/png", "iVBORw0KGgo="))
 	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
-	steps := []struct {
-		name    string
-		model   provider.Model
-		system  string
-		msgs    []message.Message
-		reusing bool // some items' JSON must come from the cache
-		// change, when set, changes the history in place before the step.
-		change func()
-	}{
+	respWire.Steps(t, []wiretest.Step{
 		{"first turn", mini, "sys", h[:4], false, nil},
 		{"second turn", mini, "sys", h[:8], true, nil},
 		{"long session", mini, "sys", h[:40], true, nil},
@@ -105,166 +106,32 @@ func TestRespWireCacheBodies(t *testing.T) {
 		{"no system prompt", mini, "", h[:24], true, nil},
 		{"empty", mini, "", nil, false, nil},
 		{"after empty", mini, "", h[:4], false, nil},
-	}
-	cache := newRespWireCache(WireCacheBytesDefault)
-	for _, st := range steps {
-		if st.change != nil {
-			st.change()
-		}
-		req := &provider.Request{Model: st.model, SystemPrompt: st.system, Messages: st.msgs, SessionID: "s1", Thinking: provider.ThinkingLow,
-			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
-		before := cache.Reused.Load()
-		got, err := buildResponsesRequest(req, cache)
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		want, err := buildResponsesRequest(req, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("%s: cached body differs:\n got %s\nwant %s", st.name, got, want)
-		}
-		if reused := cache.Reused.Load() - before; (reused > 0) != st.reusing {
-			t.Errorf("%s: %d items reused, want reuse %v", st.name, reused, st.reusing)
-		}
-	}
-	if n := cache.Reused.Load(); n < 100 {
-		t.Errorf("only %d items reused over the session", n)
-	}
+	})
 }
 
-// TestRespWireCacheRandomEdits builds a session's requests through random
-// edits of its history (turns added, messages dropped, replaced, cut and
-// rewritten in place, tool results given images, models switched), with
-// the cache and without it: the bodies are the same, byte for byte.
+// TestRespWireCacheRandomEdits: see wiretest.Wire.RandomEdits.
 func TestRespWireCacheRandomEdits(t *testing.T) {
 	t.Parallel()
-	models := []provider.Model{
-		{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text", "image"}},
-		{ID: "gpt-5-nano", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text"}},
-		{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Input: []string{"text"}},
-	}
-	cache := newRespWireCache(WireCacheBytesDefault)
-	seed := uint64(1)
-	rnd := func(n int) int { // a fixed sequence: the failing step can be replayed
-		seed = seed*6364136223846793005 + 1442695040888963407
-		return int((seed >> 33) % uint64(n))
-	}
-	var hist []message.Message
-	m := models[0]
-	for step := range 400 {
-		switch rnd(9) {
-		case 0, 1, 2:
-			hist = append(hist, respHistory(4+rnd(4))...)
-		case 3:
-			ids := []string{fmt.Sprint("t", step)}
-			for range rnd(3) {
-				ids = append(ids, fmt.Sprint("t", step, "_", len(ids)))
-			}
-			hist = append(hist, respTurn(fmt.Sprint(step), ids...)...)
-		case 4: // drop the front (history limit, compaction)
-			if len(hist) > 0 {
-				hist = append([]message.Message{message.User("summary", 9)}, hist[rnd(len(hist)):]...)
-			}
-		case 5: // rollback
-			if len(hist) > 0 {
-				hist = hist[:rnd(len(hist))]
-			}
-		case 6: // a message changed in place
-			if len(hist) > 0 {
-				i := rnd(len(hist))
-				if len(hist[i].Content.Blocks) > 0 && hist[i].Content.Blocks[0].Type == message.BlockText {
-					hist[i].Content.Blocks[0].Text += " (edited)"
-				} else {
-					hist[i] = message.User("replaced", 7)
-				}
-			}
-		case 7: // a tool result cut, or an image added to one
-			for i := len(hist) - 1; i >= 0; i-- {
-				if hist[i].Role == message.RoleToolResult {
-					if rnd(2) == 0 {
-						hist[i].Content = message.BlocksOf(message.Text("[truncated]"))
-					} else {
-						hist[i].Content = message.BlocksOf(message.Text("see"), message.Image("image/png", "iVBORw0KGgo="))
-					}
-					break
-				}
-			}
-		case 8:
-			m = models[rnd(len(models))]
-		}
-		req := &provider.Request{Model: m, SystemPrompt: "sys", Messages: hist, SessionID: "s1"}
-		got, err := buildResponsesRequest(req, cache)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := buildResponsesRequest(req, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("step %d: cached body differs:\n got %s\nwant %s", step, got, want)
-		}
-	}
-	if cache.Reused.Load() < 1000 {
-		t.Errorf("only %d items reused", cache.Reused.Load())
-	}
+	respWire.RandomEdits(t,
+		provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text", "image"}},
+		provider.Model{ID: "gpt-5-nano", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text"}},
+		provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Input: []string{"text"}})
 }
 
-// TestRespWireCacheBounded keeps sessions within the byte budget, dropping
-// the least recently used, and keeps none larger than half of it.
+// TestRespWireCacheBounded: see wiretest.Wire.Bounded.
 func TestRespWireCacheBounded(t *testing.T) {
 	t.Parallel()
-	m := provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses"}
-	cache := newRespWireCache(256 << 10)
-	for i := range 50 {
-		req := &provider.Request{Model: m, Messages: respHistory(40), SessionID: fmt.Sprint("s", i)}
-		if _, err := buildResponsesRequest(req, cache); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if cache.Take("s0") != nil {
-		t.Error("the least recently used session is still kept")
-	}
-	if cache.Take("s49") == nil {
-		t.Error("the latest session is not kept")
-	}
-	big := &provider.Request{Model: m, Messages: respHistory(2000), SessionID: "big"}
-	if _, err := buildResponsesRequest(big, cache); err != nil {
-		t.Fatal(err)
-	}
-	if cache.Take("big") != nil {
-		t.Error("a session over half the budget is kept")
-	}
+	respWire.Bounded(t)
 }
 
-// TestRespWireCacheConcurrent runs requests of a few sessions at once (run
-// with -race): every body is the uncached one.
+// TestRespWireCacheConcurrent: see wiretest.Wire.Concurrent; the history
+// holds reasoning items and signed texts.
 func TestRespWireCacheConcurrent(t *testing.T) {
 	t.Parallel()
-	m := provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Reasoning: true}
-	cache := newRespWireCache(WireCacheBytesDefault)
+	m := respWire.Model
+	m.Reasoning = true
 	h := append(respHistory(40), respTurn("x", "c1", "c2")...)
-	h = append(h, respHistory(17)...)
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 30 {
-				req := &provider.Request{Model: m, Messages: h[:1+(i*7+g)%len(h)], SessionID: fmt.Sprint("s", g%3)}
-				got, err := buildResponsesRequest(req, cache)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if want, _ := buildResponsesRequest(req, nil); !bytes.Equal(got, want) {
-					t.Errorf("session %d turn %d: cached body differs", g%3, i)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	respWire.Concurrent(t, m, append(h, respHistory(17)...))
 }
 
 // TestRespInputEqualCoversFields fails when an input item type gains a
