@@ -10,25 +10,14 @@ import (
 	"github.com/lanefleet/lanefleet/provider/internal/wiretest"
 )
 
-func history(n int) []message.Message {
-	return wiretest.History(n, "anthropic", "anthropic-messages", "claude-sonnet-4-5")
-}
-
-// toolTurn is an assistant message calling tools ids and their results.
-func toolTurn(ids ...string) []message.Message {
-	return wiretest.ToolTurn("anthropic", "anthropic-messages", "claude-sonnet-4-5", ids...)
-}
-
 // wire is this adapter for the wire cache tests every adapter passes.
 var wire = wiretest.Wire[apiMessage, wireConv]{
 	Build: func(req *provider.Request, cache *wireCache) ([]byte, error) {
 		body, _, err := buildRequest(req, cache)
 		return body, err
 	},
-	New:     newWireCache,
-	Model:   provider.Model{ID: "claude-sonnet-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text", "image"}},
-	History: history,
-	Turn:    func(_ string, ids ...string) []message.Message { return toolTurn(ids...) },
+	New:   newWireCache,
+	Model: provider.Model{ID: "claude-sonnet-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text", "image"}},
 }
 
 // TestWireCacheBodies builds the requests of one session's turns with the
@@ -41,7 +30,7 @@ func TestWireCacheBodies(t *testing.T) {
 	t.Parallel()
 	sonnet := provider.Model{ID: "claude-sonnet-4-5", Provider: "anthropic", API: "anthropic-messages", MaxTokens: 1000, Input: []string{"text", "image"}}
 	haiku := provider.Model{ID: "claude-haiku-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text"}}
-	h := history(40)
+	h := wire.History(40)
 	// a tool result cut by overflow recovery, in the middle of the history
 	cut := slices.Clone(h)
 	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
@@ -53,11 +42,11 @@ func TestWireCacheBodies(t *testing.T) {
 			message.Thinking("unsigned", ""), message.Text("done"), message.ToolCall("call_nil", "ls", nil))})
 	withImage := append(slices.Clone(thinking), message.Message{Role: message.RoleUser, Timestamp: 5,
 		Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
-	imgResult := append(slices.Clone(withImage), toolTurn("call_img")...)
+	imgResult := append(slices.Clone(withImage), wire.Turn("", "call_img")...)
 	imgResult[len(imgResult)-1].Content = message.BlocksOf(message.Image("image/png", "iVBORw0KGgo="))
 	imgResult[len(imgResult)-1].IsError = true
 	// a run of tool results that grows between two requests
-	run := append(slices.Clone(h[:8]), toolTurn("a", "b", "c")...)
+	run := append(slices.Clone(h[:8]), wire.Turn("", "a", "b", "c")...)
 	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
 	wire.Steps(t, []wiretest.Step{
 		{"first turn", sonnet, "sys", h[:4], false, nil},
@@ -107,7 +96,7 @@ func TestWireCacheBounded(t *testing.T) {
 // TestWireCacheConcurrent: see wiretest.Wire.Concurrent.
 func TestWireCacheConcurrent(t *testing.T) {
 	t.Parallel()
-	wire.Concurrent(t, wire.Model, history(60))
+	wire.Concurrent(t, wire.Model, wire.History(60))
 }
 
 // TestAPIMessageEqualCoversFields fails when apiMessage or apiBlock gains

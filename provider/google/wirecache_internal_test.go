@@ -10,22 +10,11 @@ import (
 	"github.com/lanefleet/lanefleet/provider/internal/wiretest"
 )
 
-func history(n int) []message.Message {
-	return wiretest.History(n, "google", "google-generative-ai", "gemini-2.5-flash")
-}
-
-// toolTurn is an assistant message calling tools ids and their results.
-func toolTurn(ids ...string) []message.Message {
-	return wiretest.ToolTurn("google", "google-generative-ai", "gemini-2.5-flash", ids...)
-}
-
 // wire is this adapter for the wire cache tests every adapter passes.
 var wire = wiretest.Wire[apiContent, wireConv]{
-	Build:   buildRequest,
-	New:     newWireCache,
-	Model:   flash,
-	History: history,
-	Turn:    func(_ string, ids ...string) []message.Message { return toolTurn(ids...) },
+	Build: buildRequest,
+	New:   newWireCache,
+	Model: flash,
 }
 
 var (
@@ -39,7 +28,7 @@ var (
 // requires the same bytes every time, and the cached contents reused.
 func TestWireCacheBodies(t *testing.T) {
 	t.Parallel()
-	h := history(40)
+	h := wire.History(40)
 	cut := slices.Clone(h)
 	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
 	other := slices.Clone(h)
@@ -48,12 +37,12 @@ func TestWireCacheBodies(t *testing.T) {
 		Provider: "google", Model: "gemini-2.5-flash", API: "google-generative-ai",
 		Content: message.BlocksOf(message.Thinking("hmm", "c2lnbmF0dXJl"), message.Block{Type: message.BlockText, Text: " ", TextSignature: "c2ln"},
 			message.Text("done"), message.ToolCall("call_nil", "ls", nil))})
-	imgResult := append(slices.Clone(thinking), toolTurn("call_img", "call_2")...)
+	imgResult := append(slices.Clone(thinking), wire.Turn("", "call_img", "call_2")...)
 	imgResult[len(imgResult)-2].Content = message.BlocksOf(message.Image("image/png", "iVBORw0KGgo="))
 	imgResult[len(imgResult)-2].IsError = true
-	nameless := append(slices.Clone(h[:8]), toolTurn("n1", "n2")...)
+	nameless := append(slices.Clone(h[:8]), wire.Turn("", "n1", "n2")...)
 	nameless[len(nameless)-1].ToolName = ""
-	run := append(slices.Clone(h[:8]), toolTurn("a", "b", "c")...)
+	run := append(slices.Clone(h[:8]), wire.Turn("", "a", "b", "c")...)
 	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
 	wire.Steps(t, []wiretest.Step{
 		{"first turn", flash, "sys", h[:4], false, nil},
@@ -104,7 +93,7 @@ func TestWireCacheBounded(t *testing.T) {
 // TestWireCacheConcurrent: see wiretest.Wire.Concurrent.
 func TestWireCacheConcurrent(t *testing.T) {
 	t.Parallel()
-	wire.Concurrent(t, flash, history(60))
+	wire.Concurrent(t, flash, wire.History(60))
 }
 
 // TestAPIContentEqualCoversFields fails when a wire type gains a field:

@@ -12,10 +12,6 @@ import (
 	"github.com/lanefleet/lanefleet/provider/internal/wiretest"
 )
 
-func respHistory(n int) []message.Message {
-	return wiretest.History(n, "openai", "openai-responses", "gpt-5-mini")
-}
-
 // respTurn is an assistant reply of gpt-5-mini as the Responses adapter
 // stores it (a reasoning item, a signed text, calls "call_id|item_id")
 // and the results of its calls ids.
@@ -42,8 +38,7 @@ var respWire = wiretest.Wire[respInput, respConv]{
 	Build:    buildResponsesRequest,
 	New:      newRespWireCache,
 	Model:    provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses"},
-	History:  respHistory,
-	Turn:     respTurn,
+	Reply:    respTurn,
 	Thinking: provider.ThinkingLow,
 }
 
@@ -59,7 +54,7 @@ func TestRespWireCacheBodies(t *testing.T) {
 	nano := provider.Model{ID: "gpt-5-nano", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text"}}
 	plain := provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Input: []string{"text", "image"}}
 	codex := provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-codex-responses", Input: []string{"text", "image"}}
-	h := respHistory(40)
+	h := respWire.History(40)
 	cut := slices.Clone(h)
 	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
 	other := slices.Clone(h)
@@ -130,8 +125,8 @@ func TestRespWireCacheConcurrent(t *testing.T) {
 	t.Parallel()
 	m := respWire.Model
 	m.Reasoning = true
-	h := append(respHistory(40), respTurn("x", "c1", "c2")...)
-	respWire.Concurrent(t, m, append(h, respHistory(17)...))
+	h := append(respWire.History(40), respTurn("x", "c1", "c2")...)
+	respWire.Concurrent(t, m, append(h, respWire.History(17)...))
 }
 
 // TestRespInputEqualCoversFields fails when an input item type gains a

@@ -13,20 +13,12 @@ import (
 	"github.com/lanefleet/lanefleet/provider/internal/wiretest"
 )
 
-func chatHistory(n int) []message.Message {
-	return wiretest.History(n, "openai", "openai-completions", "gpt-4o-mini")
-}
-
 // chatWire is the Chat Completions adapter for the wire cache tests every
 // adapter passes.
 var chatWire = wiretest.Wire[chatMessage, wireConv]{
-	Build:   buildChatRequest,
-	New:     newWireCache,
-	Model:   provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", Input: []string{"text", "image"}},
-	History: chatHistory,
-	Turn: func(_ string, ids ...string) []message.Message {
-		return wiretest.ToolTurn("openai", "openai-completions", "gpt-4o-mini", ids...)
-	},
+	Build: buildChatRequest,
+	New:   newWireCache,
+	Model: provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", Input: []string{"text", "image"}},
 }
 
 // TestWireCacheBodies builds the requests of one session's turns with the
@@ -39,7 +31,7 @@ func TestWireCacheBodies(t *testing.T) {
 	gpt := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", MaxTokens: 1000, Input: []string{"text", "image"}}
 	claude := provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}}
 	mistral := provider.Model{ID: "mistral-large", Provider: "mistral", API: "openai-completions", BaseURL: "https://api.mistral.ai/v1"}
-	h := chatHistory(40)
+	h := chatWire.History(40)
 	// a tool result cut by overflow recovery, in the middle of the history
 	cut := slices.Clone(h)
 	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
@@ -91,7 +83,7 @@ func TestWireCacheBounded(t *testing.T) {
 // TestWireCacheConcurrent: see wiretest.Wire.Concurrent.
 func TestWireCacheConcurrent(t *testing.T) {
 	t.Parallel()
-	chatWire.Concurrent(t, chatWire.Model, chatHistory(60))
+	chatWire.Concurrent(t, chatWire.Model, chatWire.History(60))
 }
 
 // TestChatMessageEqualCoversFields fails when chatMessage or chatPart gains

@@ -19,27 +19,33 @@ type Wire[M, C any] struct {
 	Build func(req *provider.Request, cache *wirecache.Cache[M, C]) ([]byte, error)
 	// New returns an empty cache of at most maxBytes.
 	New func(maxBytes int) *wirecache.Cache[M, C]
-	// Model is the adapter's model, whose replies History holds.
+	// Model is the adapter's model, whose replies History and Turn hold.
 	Model provider.Model
-	// History returns an n-message session of Model (see History).
-	History func(n int) []message.Message
-	// Turn returns an assistant reply of Model calling tools ids, and the
-	// results of those calls; step makes its other ids unique.
-	Turn func(step string, ids ...string) []message.Message
+	// Reply, when set, is Turn for adapters whose replies carry more than
+	// tool calls.
+	Reply func(step string, ids ...string) []message.Message
 	// Thinking is the thinking level of the requests of Steps.
 	Thinking provider.ThinkingLevel
 }
 
-// ToolTurn is an assistant message of model (provider, api, model) calling
-// tools ids, then their results: the Turn of adapters whose replies carry
-// nothing else.
-func ToolTurn(prov, api, model string, ids ...string) []message.Message {
+// History is an n-message session of w.Model's replies (see History).
+func (w Wire[M, C]) History(n int) []message.Message {
+	return History(n, w.Model.Provider, w.Model.API, w.Model.ID)
+}
+
+// Turn is an assistant reply of w.Model calling tools ids, then their
+// results: w.Reply's when set (step makes its other ids unique), else a
+// message of the calls alone.
+func (w Wire[M, C]) Turn(step string, ids ...string) []message.Message {
+	if w.Reply != nil {
+		return w.Reply(step, ids...)
+	}
 	var calls []message.Block
 	for _, id := range ids {
 		calls = append(calls, message.ToolCall(id, "read", map[string]any{"path": id}))
 	}
-	out := []message.Message{{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: prov,
-		Model: model, API: api, Content: message.BlocksOf(calls...)}}
+	out := []message.Message{{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: w.Model.Provider,
+		Model: w.Model.ID, API: w.Model.API, Content: message.BlocksOf(calls...)}}
 	for _, id := range ids {
 		out = append(out, message.Message{Role: message.RoleToolResult, ToolCallID: id, ToolName: "read",
 			Content: message.BlocksOf(message.Text("result of " + id))})
