@@ -20,64 +20,36 @@ var wire = wiretest.Wire[apiMessage, wireConv]{
 	Model: provider.Model{ID: "claude-sonnet-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text", "image"}},
 }
 
-// TestWireCacheBodies builds the requests of one session's turns with the
-// wire cache and without it, through what a session goes through (new
-// turns, a growing run of tool results, thinking, a compaction, a
-// rollback, a rewritten tool result, another model, the history limit,
-// images, a changed system prompt), and requires the same bytes every
-// time, and the cached messages reused.
+// TestWireCacheBodies: see wiretest.Wire.Steps; here also a growing run
+// of tool results, thinking blocks (signed, redacted, unsigned), images
+// and a model without image input.
 func TestWireCacheBodies(t *testing.T) {
 	t.Parallel()
 	sonnet := provider.Model{ID: "claude-sonnet-4-5", Provider: "anthropic", API: "anthropic-messages", MaxTokens: 1000, Input: []string{"text", "image"}}
 	haiku := provider.Model{ID: "claude-haiku-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text"}}
-	h := wire.History(40)
-	// a tool result cut by overflow recovery, in the middle of the history
-	cut := slices.Clone(h)
-	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
-	other := slices.Clone(h)
-	other[13].Provider, other[13].Model = "openai", "gpt-4o"
-	thinking := append(slices.Clone(h[:20]), message.Message{Role: message.RoleAssistant, StopReason: message.StopStop,
-		Provider: "anthropic", Model: "claude-sonnet-4-5", API: "anthropic-messages",
-		Content: message.BlocksOf(message.Thinking("hmm", "sig=="), message.Block{Type: message.BlockThinking, Redacted: true, ThinkingSignature: "opaque"},
-			message.Thinking("unsigned", ""), message.Text("done"), message.ToolCall("call_nil", "ls", nil))})
-	withImage := append(slices.Clone(thinking), message.Message{Role: message.RoleUser, Timestamp: 5,
-		Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
-	imgResult := append(slices.Clone(withImage), wire.Turn("", "call_img")...)
-	imgResult[len(imgResult)-1].Content = message.BlocksOf(message.Image("image/png", "iVBORw0KGgo="))
-	imgResult[len(imgResult)-1].IsError = true
-	// a run of tool results that grows between two requests
-	run := append(slices.Clone(h[:8]), wire.Turn("", "a", "b", "c")...)
-	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
-	wire.Steps(t, []wiretest.Step{
-		{"first turn", sonnet, "sys", h[:4], false, nil},
-		{"second turn", sonnet, "sys", h[:8], true, nil},
-		{"tool loop, one result", sonnet, "sys", run[:10], true, nil},
-		{"the run grows", sonnet, "sys", run[:11], true, nil},
-		{"the run grows again", sonnet, "sys", run, true, nil},
-		{"same again", sonnet, "sys", run, true, nil},
-		{"the run shrinks", sonnet, "sys", run[:10], true, nil},
-		{"long session", sonnet, "sys", h[:40], true, nil},
-		{"same again", sonnet, "sys", h[:40], true, nil},
-		{"a text rewritten in place", sonnet, "sys", h[:40], true, func() { h[5].Content.Blocks[0].Text = "Let me look again." }},
-		{"a message replaced in place", sonnet, "sys", h[:40], true, func() { h[8] = message.User("another question", 1) }},
-		{"tool call arguments replaced", sonnet, "sys", h[:40], true, func() {
-			h[13].Content.Blocks[1].Arguments = map[string]any{"path": "other.go"}
-		}},
-		{"a tool result's id changed", sonnet, "sys", h[:40], true, func() { h[14].ToolCallID = "call_x" }},
-		{"a tool result became an error", sonnet, "sys", h[:40], true, func() { h[18].IsError = true }},
-		{"tool result cut", sonnet, "sys", cut, true, nil},
-		{"another model's reply in the history", sonnet, "sys", other, true, nil},
-		{"history limit drops the oldest turns", sonnet, "sys", h[12:40], true, nil},
-		{"compaction", sonnet, "sys", compacted, true, nil},
-		{"rollback", sonnet, "sys", h[:6], true, nil},
-		{"thinking", sonnet, "sys", thinking, true, nil},
-		{"image", sonnet, "sys", withImage, true, nil},
-		{"image in a tool result", sonnet, "sys", imgResult, true, nil},
-		{"model switch, no images", haiku, "sys", imgResult, true, nil},
-		{"system prompt changed", haiku, "other sys", h[:20], true, nil},
-		{"no system prompt", sonnet, "", h[:24], true, nil},
-		{"empty", sonnet, "", nil, false, nil},
-		{"after empty", sonnet, "", h[:4], false, nil},
+	wire.Steps(t, sonnet, func(h []message.Message) []wiretest.Step {
+		thinking := append(slices.Clone(h[:20]), message.Message{Role: message.RoleAssistant, StopReason: message.StopStop,
+			Provider: "anthropic", Model: "claude-sonnet-4-5", API: "anthropic-messages",
+			Content: message.BlocksOf(message.Thinking("hmm", "sig=="), message.Block{Type: message.BlockThinking, Redacted: true, ThinkingSignature: "opaque"},
+				message.Thinking("unsigned", ""), message.Text("done"), message.ToolCall("call_nil", "ls", nil))})
+		withImage := append(slices.Clone(thinking), message.Message{Role: message.RoleUser, Timestamp: 5,
+			Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
+		imgResult := append(slices.Clone(withImage), wire.Turn("", "call_img")...)
+		imgResult[len(imgResult)-1].Content = message.BlocksOf(message.Image("image/png", "iVBORw0KGgo="))
+		imgResult[len(imgResult)-1].IsError = true
+		// a run of tool results that grows between two requests
+		run := append(slices.Clone(h[:8]), wire.Turn("", "a", "b", "c")...)
+		return []wiretest.Step{
+			{"tool loop, one result", sonnet, "sys", run[:10], true, nil},
+			{"the run grows", sonnet, "sys", run[:11], true, nil},
+			{"the run grows again", sonnet, "sys", run, true, nil},
+			{"same again", sonnet, "sys", run, true, nil},
+			{"the run shrinks", sonnet, "sys", run[:10], true, nil},
+			{"thinking", sonnet, "sys", thinking, true, nil},
+			{"image", sonnet, "sys", withImage, true, nil},
+			{"image in a tool result", sonnet, "sys", imgResult, true, nil},
+			{"model switch, no images", haiku, "sys", imgResult, true, nil},
+		}
 	})
 }
 

@@ -23,58 +23,40 @@ var (
 	claude = provider.Model{ID: "claude-sonnet-4-5", Provider: "google-vertex", API: "google-generative-ai"}
 )
 
-// TestWireCacheBodies builds the requests of one session's turns with the
-// wire cache and without it, through what a session goes through, and
-// requires the same bytes every time, and the cached contents reused.
+// TestWireCacheBodies: see wiretest.Wire.Steps; here also a growing run
+// of tool results, results without a tool name (the name comes from their
+// call), thinking and text signatures, images in tool results, Gemini 3
+// and a model that is sent call ids.
 func TestWireCacheBodies(t *testing.T) {
 	t.Parallel()
-	h := wire.History(40)
-	cut := slices.Clone(h)
-	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
-	other := slices.Clone(h)
-	other[13].Provider, other[13].Model = "openai", "gpt-4o"
-	thinking := append(slices.Clone(h[:20]), message.Message{Role: message.RoleAssistant, StopReason: message.StopStop,
-		Provider: "google", Model: "gemini-2.5-flash", API: "google-generative-ai",
-		Content: message.BlocksOf(message.Thinking("hmm", "c2lnbmF0dXJl"), message.Block{Type: message.BlockText, Text: " ", TextSignature: "c2ln"},
-			message.Text("done"), message.ToolCall("call_nil", "ls", nil))})
-	imgResult := append(slices.Clone(thinking), wire.Turn("", "call_img", "call_2")...)
-	imgResult[len(imgResult)-2].Content = message.BlocksOf(message.Image("image/png", "iVBORw0KGgo="))
-	imgResult[len(imgResult)-2].IsError = true
-	nameless := append(slices.Clone(h[:8]), wire.Turn("", "n1", "n2")...)
-	nameless[len(nameless)-1].ToolName = ""
-	run := append(slices.Clone(h[:8]), wire.Turn("", "a", "b", "c")...)
-	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
-	wire.Steps(t, []wiretest.Step{
-		{"first turn", flash, "sys", h[:4], false, nil},
-		{"second turn", flash, "sys", h[:8], true, nil},
-		{"tool loop, one result", flash, "sys", run[:10], true, nil},
-		{"the run grows", flash, "sys", run[:11], true, nil},
-		{"the run grows again", flash, "sys", run, true, nil},
-		{"same again", flash, "sys", run, true, nil},
-		{"the run shrinks", flash, "sys", run[:10], true, nil},
-		{"a result without a tool name", flash, "sys", nameless, true, nil},
-		{"again", flash, "sys", nameless, true, nil},
-		{"its call renamed", flash, "sys", nameless, true, func() { nameless[8].Content.Blocks[1].Name = "write" }},
-		{"the history limit drops its call", flash, "sys", nameless[9:], false, nil},
-		{"long session", flash, "sys", h[:40], false, nil},
-		{"a text rewritten in place", flash, "sys", h[:40], true, func() { h[5].Content.Blocks[0].Text = "Let me look again." }},
-		{"a message replaced in place", flash, "sys", h[:40], true, func() { h[8] = message.User("another question", 1) }},
-		{"tool call arguments replaced", flash, "sys", h[:40], true, func() {
-			h[13].Content.Blocks[1].Arguments = map[string]any{"path": "other.go"}
-		}},
-		{"a tool result became an error", flash, "sys", h[:40], true, func() { h[18].IsError = true }},
-		{"tool result cut", flash, "sys", cut, true, nil},
-		{"another model's reply in the history", flash, "sys", other, true, nil},
-		{"history limit drops the oldest turns", flash, "sys", h[12:40], true, nil},
-		{"compaction", flash, "sys", compacted, true, nil},
-		{"rollback", flash, "sys", h[:6], true, nil},
-		{"thinking", flash, "sys", thinking, true, nil},
-		{"image in a tool result (image turn)", flash, "sys", imgResult, true, nil},
-		{"again", flash, "sys", imgResult, true, nil},
-		{"gemini 3 (images in the response)", gem3, "sys", imgResult, true, nil},
-		{"call ids sent", claude, "sys", imgResult, true, nil},
-		{"empty", flash, "sys", nil, false, nil},
-		{"after empty", flash, "sys", h[:4], false, nil},
+	wire.Steps(t, flash, func(h []message.Message) []wiretest.Step {
+		thinking := append(slices.Clone(h[:20]), message.Message{Role: message.RoleAssistant, StopReason: message.StopStop,
+			Provider: "google", Model: "gemini-2.5-flash", API: "google-generative-ai",
+			Content: message.BlocksOf(message.Thinking("hmm", "c2lnbmF0dXJl"), message.Block{Type: message.BlockText, Text: " ", TextSignature: "c2ln"},
+				message.Text("done"), message.ToolCall("call_nil", "ls", nil))})
+		imgResult := append(slices.Clone(thinking), wire.Turn("", "call_img", "call_2")...)
+		imgResult[len(imgResult)-2].Content = message.BlocksOf(message.Image("image/png", "iVBORw0KGgo="))
+		imgResult[len(imgResult)-2].IsError = true
+		nameless := append(slices.Clone(h[:8]), wire.Turn("", "n1", "n2")...)
+		nameless[len(nameless)-1].ToolName = ""
+		run := append(slices.Clone(h[:8]), wire.Turn("", "a", "b", "c")...)
+		return []wiretest.Step{
+			{"tool loop, one result", flash, "sys", run[:10], true, nil},
+			{"the run grows", flash, "sys", run[:11], true, nil},
+			{"the run grows again", flash, "sys", run, true, nil},
+			{"same again", flash, "sys", run, true, nil},
+			{"the run shrinks", flash, "sys", run[:10], true, nil},
+			{"a result without a tool name", flash, "sys", nameless, true, nil},
+			{"again", flash, "sys", nameless, true, nil},
+			{"its call renamed", flash, "sys", nameless, true, func() { nameless[8].Content.Blocks[1].Name = "write" }},
+			{"the history limit drops its call", flash, "sys", nameless[9:], false, nil},
+			{"the long session again", flash, "sys", h[:40], false, nil},
+			{"thinking", flash, "sys", thinking, true, nil},
+			{"image in a tool result (image turn)", flash, "sys", imgResult, true, nil},
+			{"again", flash, "sys", imgResult, true, nil},
+			{"gemini 3 (images in the response)", gem3, "sys", imgResult, true, nil},
+			{"call ids sent", claude, "sys", imgResult, true, nil},
+		}
 	})
 }
 

@@ -42,65 +42,40 @@ var respWire = wiretest.Wire[respInput, respConv]{
 	Thinking: provider.ThinkingLow,
 }
 
-// TestRespWireCacheBodies builds the requests of one session's turns with
-// the wire cache and without it, through what a session goes through (new
-// turns, reasoning items and signed texts, a compaction, a rollback, a
-// rewritten tool result, another model's reply, the history limit,
-// images, a model switch, a changed system prompt), and requires the same
-// bytes every time, and the cached items reused.
+// TestRespWireCacheBodies: see wiretest.Wire.Steps; here also a user
+// message emptied, reasoning items and signed texts (bare, overlong and
+// unusable signatures too), images, a model switch, a model that does not
+// reason and the same model id under another API.
 func TestRespWireCacheBodies(t *testing.T) {
 	t.Parallel()
 	mini := provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", MaxTokens: 1000, Reasoning: true, Input: []string{"text", "image"}}
 	nano := provider.Model{ID: "gpt-5-nano", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text"}}
 	plain := provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Input: []string{"text", "image"}}
 	codex := provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-codex-responses", Input: []string{"text", "image"}}
-	h := respWire.History(40)
-	cut := slices.Clone(h)
-	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
-	other := slices.Clone(h)
-	other[13].Provider, other[13].Model = "anthropic", "claude"
-	signed := append(slices.Clone(h[:20]), respTurn("a", "c1", "c2")...)
-	oldSig := append(slices.Clone(signed), message.Message{Role: message.RoleAssistant, StopReason: message.StopStop,
-		Provider: "openai", Model: "gpt-5-mini", API: "openai-responses", Content: message.BlocksOf(
-			message.Block{Type: message.BlockText, Text: "bare id", TextSignature: "msg_bare"},
-			message.Block{Type: message.BlockText, Text: "long id", TextSignature: string(bytes.Repeat([]byte("x"), 65))},
-			message.Thinking("bad signature", "{not json"), message.Text("  "), message.ToolCall("call_nil", "ls", nil))},
-		message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "openai", Model: "gpt-5-mini", API: "openai-responses",
-			Content: message.BlocksOf(message.Block{Type: message.BlockText, Text: "only a signed text", TextSignature: `{"v":1,"id":"msg_only"}`})})
-	withImage := append(slices.Clone(oldSig), message.Message{Role: message.RoleUser, Timestamp: 5,
-		Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
-	imgResult := append(slices.Clone(withImage), respTurn("b", "c3")...)
-	imgResult[len(imgResult)-1].Content = message.BlocksOf(message.Text("see"), message.Image("image/png", "iVBORw0KGgo="))
-	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
-	respWire.Steps(t, []wiretest.Step{
-		{"first turn", mini, "sys", h[:4], false, nil},
-		{"second turn", mini, "sys", h[:8], true, nil},
-		{"long session", mini, "sys", h[:40], true, nil},
-		{"same again", mini, "sys", h[:40], true, nil},
-		{"a text rewritten in place", mini, "sys", h[:40], true, func() { h[5].Content.Blocks[0].Text = "Let me look again." }},
-		{"a message replaced in place", mini, "sys", h[:40], true, func() { h[8] = message.User("another question", 1) }},
-		{"tool call arguments replaced", mini, "sys", h[:40], true, func() {
-			h[13].Content.Blocks[1].Arguments = map[string]any{"path": "other.go"}
-		}},
-		{"a tool result's id changed", mini, "sys", h[:40], true, func() { h[14].ToolCallID = "call_x|fc_x" }},
-		{"a user message emptied", mini, "sys", h[:40], true, func() { h[16].Content = message.BlocksOf(message.Text(" ")) }},
-		{"tool result cut", mini, "sys", cut, true, nil},
-		{"another model's reply in the history", mini, "sys", other, true, nil},
-		{"history limit drops the oldest turns", mini, "sys", h[12:40], true, nil},
-		{"compaction", mini, "sys", compacted, true, nil},
-		{"rollback", mini, "sys", h[:6], true, nil},
-		{"reasoning and signed texts", mini, "sys", signed, true, nil},
-		{"older and unusable signatures", mini, "sys", oldSig, true, nil},
-		{"image", mini, "sys", withImage, true, nil},
-		{"image in a tool result", mini, "sys", imgResult, true, nil},
-		{"model switch: another model's items, no images", nano, "sys", imgResult, true, nil},
-		{"back: its own items again", mini, "sys", imgResult, true, nil},
-		{"not a reasoning model: system role", plain, "sys", imgResult, true, nil},
-		{"the same model id under another API: not its own items", codex, "sys", imgResult, true, nil},
-		{"system prompt changed", mini, "other sys", h[:20], true, nil},
-		{"no system prompt", mini, "", h[:24], true, nil},
-		{"empty", mini, "", nil, false, nil},
-		{"after empty", mini, "", h[:4], false, nil},
+	respWire.Steps(t, mini, func(h []message.Message) []wiretest.Step {
+		signed := append(slices.Clone(h[:20]), respTurn("a", "c1", "c2")...)
+		oldSig := append(slices.Clone(signed), message.Message{Role: message.RoleAssistant, StopReason: message.StopStop,
+			Provider: "openai", Model: "gpt-5-mini", API: "openai-responses", Content: message.BlocksOf(
+				message.Block{Type: message.BlockText, Text: "bare id", TextSignature: "msg_bare"},
+				message.Block{Type: message.BlockText, Text: "long id", TextSignature: string(bytes.Repeat([]byte("x"), 65))},
+				message.Thinking("bad signature", "{not json"), message.Text("  "), message.ToolCall("call_nil", "ls", nil))},
+			message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "openai", Model: "gpt-5-mini", API: "openai-responses",
+				Content: message.BlocksOf(message.Block{Type: message.BlockText, Text: "only a signed text", TextSignature: `{"v":1,"id":"msg_only"}`})})
+		withImage := append(slices.Clone(oldSig), message.Message{Role: message.RoleUser, Timestamp: 5,
+			Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
+		imgResult := append(slices.Clone(withImage), respTurn("b", "c3")...)
+		imgResult[len(imgResult)-1].Content = message.BlocksOf(message.Text("see"), message.Image("image/png", "iVBORw0KGgo="))
+		return []wiretest.Step{
+			{"a user message emptied", mini, "sys", h[:40], true, func() { h[16].Content = message.BlocksOf(message.Text(" ")) }},
+			{"reasoning and signed texts", mini, "sys", signed, true, nil},
+			{"older and unusable signatures", mini, "sys", oldSig, true, nil},
+			{"image", mini, "sys", withImage, true, nil},
+			{"image in a tool result", mini, "sys", imgResult, true, nil},
+			{"model switch: another model's items, no images", nano, "sys", imgResult, true, nil},
+			{"back: its own items again", mini, "sys", imgResult, true, nil},
+			{"not a reasoning model: system role", plain, "sys", imgResult, true, nil},
+			{"the same model id under another API: not its own items", codex, "sys", imgResult, true, nil},
+		}
 	})
 }
 

@@ -3,6 +3,7 @@ package wiretest
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -83,11 +84,44 @@ type Step = struct {
 	Change func()
 }
 
-// Steps builds the requests of one session's steps with one cache and
-// without it, and requires the same bytes every time, cached JSON reused
+// Steps builds, with one cache and without it, the requests of a session
+// of h = w.History(40) with model m through what every session goes
+// through (new turns, messages rewritten and replaced in place, call
+// arguments and a result's id replaced, a result become an error, a result
+// cut, another model's reply, the history limit, a compaction, a
+// rollback), then through own(h)'s steps (built before any step runs),
+// then a changed system prompt, none, an empty request and a new start.
+// Every body must be the uncached one byte for byte, cached JSON reused
 // exactly where a step says so, and at least 100 messages reused in all.
-func (w Wire[M, C]) Steps(t *testing.T, steps []Step) {
+func (w Wire[M, C]) Steps(t *testing.T, m provider.Model, own func(h []message.Message) []Step) {
 	t.Helper()
+	h := w.History(40)
+	cut := slices.Clone(h) // a tool result cut by overflow recovery
+	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
+	other := slices.Clone(h)
+	other[13].Provider, other[13].Model = "xai", "grok-4"
+	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
+	steps := []Step{
+		{"first turn", m, "sys", h[:4], false, nil},
+		{"second turn", m, "sys", h[:8], true, nil},
+		{"long session", m, "sys", h[:40], true, nil},
+		{"same again", m, "sys", h[:40], true, nil},
+		{"a text rewritten in place", m, "sys", h[:40], true, func() { h[5].Content.Blocks[0].Text = "Let me look again." }},
+		{"a message replaced in place", m, "sys", h[:40], true, func() { h[8] = message.User("another question", 1) }},
+		{"tool call arguments replaced", m, "sys", h[:40], true, func() {
+			h[13].Content.Blocks[1].Arguments = map[string]any{"path": "other.go"}
+		}},
+		{"a tool result's id changed", m, "sys", h[:40], true, func() { h[14].ToolCallID = "call_x" }},
+		{"a tool result became an error", m, "sys", h[:40], true, func() { h[18].IsError = true }},
+		{"tool result cut", m, "sys", cut, true, nil},
+		{"another model's reply in the history", m, "sys", other, true, nil},
+		{"history limit drops the oldest turns", m, "sys", h[12:40], true, nil},
+		{"compaction", m, "sys", compacted, true, nil},
+		{"rollback", m, "sys", h[:6], true, nil},
+	}
+	steps = append(steps, own(h)...)
+	steps = append(steps, Step{"system prompt changed", m, "other sys", h[:20], true, nil}, Step{"no system prompt", m, "", h[:24], true, nil},
+		Step{"empty", m, "", nil, false, nil}, Step{"after empty", m, "", h[:4], false, nil})
 	cache := w.New(wirecache.BytesDefault)
 	for _, st := range steps {
 		if st.Change != nil {
