@@ -67,7 +67,7 @@ type apiBlock struct {
 	Source       *apiImage      `json:"source,omitempty"`
 	ID           string         `json:"id,omitempty"`
 	Name         string         `json:"name,omitempty"`
-	Input        map[string]any `json:"input,omitempty"`
+	Input        map[string]any `json:"input,omitzero"` // a tool_use's, never nil there: Anthropic requires it, {} for no arguments
 	ToolUseID    string         `json:"tool_use_id,omitempty"`
 	Content      any            `json:"content,omitempty"`
 	IsError      bool           `json:"is_error,omitempty"`

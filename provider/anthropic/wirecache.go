@@ -88,11 +88,11 @@ func strEqual(a, b *string) bool {
 	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
-// sameInput reports whether two tool inputs are the same map or both
-// empty (omitted alike).
+// sameInput reports whether two tool inputs are the same map, both nil
+// (omitted) or both empty ({}).
 func sameInput(a, b map[string]any) bool {
 	if len(a) == 0 || len(b) == 0 {
-		return len(a) == len(b)
+		return len(a) == len(b) && (a == nil) == (b == nil)
 	}
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }

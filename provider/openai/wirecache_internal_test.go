@@ -1,150 +1,64 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wiretest"
 )
 
-// TestWireCacheBodies builds the requests of one session's turns with the
-// wire cache and without it, through what a session goes through (new
-// turns, a compaction, a rollback, a rewritten tool result, another model,
-// the history limit, images, prompt-cache marks, a changed system prompt),
-// and requires the same bytes every time, and the cached messages reused.
+// chatWire is the Chat Completions adapter for the wire cache tests every
+// adapter passes.
+var chatWire = wiretest.Wire[chatMessage, wireConv]{
+	Build: buildChatRequest,
+	New:   newWireCache,
+	Model: provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", Input: []string{"text", "image"}},
+}
+
+// TestWireCacheBodies: see wiretest.Wire.Steps; here also a user message
+// no longer plain text, images, prompt-cache marks and Mistral's shape.
 func TestWireCacheBodies(t *testing.T) {
 	t.Parallel()
 	gpt := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", MaxTokens: 1000, Input: []string{"text", "image"}}
 	claude := provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}}
 	mistral := provider.Model{ID: "mistral-large", Provider: "mistral", API: "openai-completions", BaseURL: "https://api.mistral.ai/v1"}
-	h := benchHistory(40)
-	// a tool result cut by overflow recovery, in the middle of the history
-	cut := slices.Clone(h)
-	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
-	other := slices.Clone(h)
-	other[13].Provider, other[13].Model = "anthropic", "claude"
-	withImage := append(slices.Clone(h[:20]), message.Message{Role: message.RoleUser, Timestamp: 5,
-		Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
-	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
-	steps := []struct {
-		name    string
-		model   provider.Model
-		system  string
-		msgs    []message.Message
-		reusing bool // some messages' JSON must come from the cache
-		// change, when set, changes the history in place before the step.
-		change func()
-	}{
-		{"first turn", gpt, "sys", h[:4], false, nil},
-		{"second turn", gpt, "sys", h[:8], true, nil},
-		{"long session", gpt, "sys", h[:40], true, nil},
-		{"same again", gpt, "sys", h[:40], true, nil},
-		{"a text rewritten in place", gpt, "sys", h[:40], true, func() { h[5].Content.Blocks[0].Text = "Let me look again." }},
-		{"a message replaced in place", gpt, "sys", h[:40], true, func() { h[8] = message.User("another question", 1) }},
-		{"tool call arguments replaced", gpt, "sys", h[:40], true, func() {
-			h[13].Content.Blocks[1].Arguments = map[string]any{"path": "other.go"}
-		}},
-		{"a tool result's id changed", gpt, "sys", h[:40], true, func() { h[14].ToolCallID = "call_x" }},
-		{"a user message no longer plain", gpt, "sys", h[:40], true, func() { h[16].Content = message.BlocksOf(h[16].Content.Blocks...) }},
-		{"tool result cut", gpt, "sys", cut, true, nil},
-		{"another model's reply in the history", gpt, "sys", other, true, nil},
-		{"history limit drops the oldest turns", gpt, "sys", h[12:40], true, nil},
-		{"compaction", gpt, "sys", compacted, true, nil},
-		{"rollback", gpt, "sys", h[:6], true, nil},
-		{"image", gpt, "sys", withImage, true, nil},
-		{"system prompt changed", gpt, "other sys", h[:20], true, nil},
-		{"prompt-cache marks (OpenRouter Anthropic)", claude, "sys", h[:21], true, nil},
-		{"next turn there", claude, "sys", h[:25], true, nil},
-		{"mistral's shape", mistral, "", h[:20], true, nil},
-		{"empty", gpt, "", nil, false, nil},
-	}
-	cache := newWireCache(WireCacheBytesDefault)
-	for _, st := range steps {
-		if st.change != nil {
-			st.change()
+	chatWire.Steps(t, gpt, func(h []message.Message) []wiretest.Step {
+		withImage := append(slices.Clone(h[:20]), message.Message{Role: message.RoleUser, Timestamp: 5,
+			Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
+		return []wiretest.Step{
+			{"a user message no longer plain", gpt, "sys", h[:40], true, func() { h[16].Content = message.BlocksOf(h[16].Content.Blocks...) }},
+			{"image", gpt, "sys", withImage, true, nil},
+			{"prompt-cache marks (OpenRouter Anthropic)", claude, "sys", h[:21], true, nil},
+			{"next turn there", claude, "sys", h[:25], true, nil},
+			{"mistral's shape", mistral, "", h[:20], true, nil},
 		}
-		req := &provider.Request{Model: st.model, SystemPrompt: st.system, Messages: st.msgs, SessionID: "s1",
-			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
-		before := cache.Reused.Load()
-		got, err := buildChatRequest(req, cache)
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		want, err := buildChatRequest(req, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("%s: cached body differs:\n got %s\nwant %s", st.name, got, want)
-		}
-		if reused := cache.Reused.Load() - before; (reused > 0) != st.reusing {
-			t.Errorf("%s: %d messages reused, want reuse %v", st.name, reused, st.reusing)
-		}
-	}
-	if n := cache.Reused.Load(); n < 100 {
-		t.Errorf("only %d messages reused over the session", n)
-	}
+	})
 }
 
-// TestWireCacheBounded keeps sessions within the byte budget, dropping the
-// least recently used, and keeps none larger than half of it.
+// TestWireCacheRandomEdits: see wiretest.Wire.RandomEdits.
+func TestWireCacheRandomEdits(t *testing.T) {
+	t.Parallel()
+	chatWire.RandomEdits(t, chatWire.Model,
+		provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}},
+		provider.Model{ID: "mistral-large", Provider: "mistral", API: "openai-completions", BaseURL: "https://api.mistral.ai/v1"})
+}
+
+// TestWireCacheBounded: see wiretest.Wire.Bounded.
 func TestWireCacheBounded(t *testing.T) {
 	t.Parallel()
-	m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions"}
-	cache := newWireCache(256 << 10)
-	for i := range 50 {
-		req := &provider.Request{Model: m, Messages: benchHistory(40), SessionID: fmt.Sprint("s", i)}
-		if _, err := buildChatRequest(req, cache); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if cache.Take("s0") != nil {
-		t.Error("the least recently used session is still kept")
-	}
-	if cache.Take("s49") == nil {
-		t.Error("the latest session is not kept")
-	}
-	big := &provider.Request{Model: m, Messages: benchHistory(2000), SessionID: "big"}
-	if _, err := buildChatRequest(big, cache); err != nil {
-		t.Fatal(err)
-	}
-	if cache.Take("big") != nil {
-		t.Error("a session over half the budget is kept")
-	}
+	chatWire.Bounded(t)
 }
 
-// TestWireCacheConcurrent runs requests of a few sessions at once (run with
-// -race): every body is the uncached one.
+// TestWireCacheConcurrent: see wiretest.Wire.Concurrent.
 func TestWireCacheConcurrent(t *testing.T) {
 	t.Parallel()
-	m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions"}
-	cache := newWireCache(WireCacheBytesDefault)
-	h := benchHistory(60)
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 30 {
-				req := &provider.Request{Model: m, Messages: h[:1+(i*7+g)%60], SessionID: fmt.Sprint("s", g%3)}
-				got, err := buildChatRequest(req, cache)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if want, _ := buildChatRequest(req, nil); !bytes.Equal(got, want) {
-					t.Errorf("session %d turn %d: cached body differs", g%3, i)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	chatWire.Concurrent(t, chatWire.Model, chatWire.History(60))
 }
 
 // TestChatMessageEqualCoversFields fails when chatMessage or chatPart gains

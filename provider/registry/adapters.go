@@ -10,7 +10,7 @@ import (
 
 // addAdapters registers the adapters besides Chat Completions.
 func addAdapters(m map[string]provider.Provider, cfg Config) {
-	m[catalog.APIAnthropicMessages] = anthropic.New(anthropic.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now})
-	m[catalog.APIGoogleGenerativeAI] = google.New(google.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now})
-	m[catalog.APIOpenAIResponses] = openai.NewResponses(openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now})
+	m[catalog.APIAnthropicMessages] = anthropic.New(anthropic.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now, WireCacheBytes: cfg.WireCacheBytes})
+	m[catalog.APIGoogleGenerativeAI] = google.New(google.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now, WireCacheBytes: cfg.WireCacheBytes})
+	m[catalog.APIOpenAIResponses] = openai.NewResponses(openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now, WireCacheBytes: cfg.WireCacheBytes})
 }

@@ -42,6 +42,11 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Now is the clock for message timestamps; nil = time.Now.
 	Now func() time.Time
+	// WireCacheBytes bounds, for each adapter (Chat Completions, Responses,
+	// Anthropic, Gemini), what it keeps of its sessions' last requests to
+	// encode only each request's new messages; 0 = the adapters' default
+	// (16 MiB each), < 0 keeps none.
+	WireCacheBytes int
 }
 
 // Registry hands out providers. It is safe for concurrent use and keeps no
@@ -61,7 +66,7 @@ func New(cfg Config) *Registry {
 	if cfg.Catalog == nil {
 		cfg.Catalog = catalog.Builtin()
 	}
-	oc := openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now}
+	oc := openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now, WireCacheBytes: cfg.WireCacheBytes}
 	r := &Registry{env: cfg.Env, keys: cfg.Keys, catalog: cfg.Catalog}
 	r.adapters = map[string]provider.Provider{
 		catalog.APIOpenAICompletions: openai.NewCompletions(oc),

@@ -3,7 +3,7 @@
 // long session encodes only the messages that are new: a turn's encoding
 // cost does not grow with the session's length. It is the one home of
 // that policy for the adapters that send the whole history every turn
-// (Chat Completions, Anthropic Messages); each adapter brings its wire
+// (Chat Completions, Responses, Anthropic Messages, Gemini); each adapter brings its wire
 // message type M, the comparison that proves two of them encode the same,
 // and what it keeps per history message (C).
 //
@@ -42,9 +42,8 @@ type Cache[M, C any] struct {
 	mu       sync.Mutex
 	sessions *bytelru.Cache[*Session[M, C]]
 	equal    func(a, b *M) bool
-	// Reused and Encoded count the messages whose JSON was reused and
-	// made.
-	Reused, Encoded atomic.Int64
+	// Reused counts the messages whose JSON was reused (tests).
+	Reused atomic.Int64
 }
 
 // New returns a cache of at most maxBytes; equal(a, b) must report
@@ -222,11 +221,20 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 		} else if next.enc[i], err = json.Marshal(&msgs[i]); err != nil {
 			return nil, err
 		}
-		next.size += len(next.enc[i]) + overhead
+		// The JSON, and about as much again for the strings the wire
+		// forms hold of their own (an image's data URL is a copy): an
+		// estimate, on the safe side for text.
+		next.size += 2*len(next.enc[i]) + overhead
 	}
 	c.Reused.Add(int64(reused))
-	c.Encoded.Add(int64(len(msgs) - reused))
 	out := splice(head, at, next.enc)
+	if prev != nil {
+		// The last request's arrays become the spares of the next one:
+		// they must not keep its messages and JSON alive uncharged (after
+		// a compaction or a rollback, most of a session's bytes).
+		clear(prev.msgs)
+		clear(prev.enc)
+	}
 	c.put(next)
 	return out, nil
 }

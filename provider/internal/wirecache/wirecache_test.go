@@ -1,0 +1,78 @@
+package wirecache
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+type testMsg struct {
+	Text string `json:"text"`
+}
+
+type testBody struct {
+	Model    string    `json:"model"`
+	Messages []testMsg `json:"messages"`
+}
+
+func equalMsg(a, b *testMsg) bool { return *a == *b }
+
+// request builds one request of session id through the cache and checks
+// its body is json.Marshal's.
+func request(t *testing.T, c *Cache[testMsg, struct{}], id string, texts []string) {
+	t.Helper()
+	prev := c.Take(id)
+	msgs := prev.Messages(len(texts))
+	for _, s := range texts {
+		msgs = append(msgs, testMsg{Text: s})
+	}
+	body := testBody{Model: "m", Messages: msgs}
+	got, err := c.Marshal(id, prev, &body, &body.Messages, "messages", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(testBody{Model: "m", Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("cached body differs:\n%s\n%s", got, want)
+	}
+}
+
+// TestSparesHoldNothing: after a session's request shrinks (a compaction,
+// a rollback), the arrays kept as the next request's spares hold none of
+// the earlier requests' messages or JSON — memory the budget does not
+// charge — and what the session is charged covers what it keeps.
+func TestSparesHoldNothing(t *testing.T) {
+	c := New[testMsg, struct{}](64<<20, equalMsg)
+	big := make([]string, 100)
+	for i := range big {
+		big[i] = strings.Repeat(string(rune('a'+i%26)), 10<<10)
+	}
+	request(t, c, "s", big)
+	request(t, c, "s", big[:1]) // reuses one message's JSON
+	request(t, c, "s", []string{"summary"})
+	s := c.Take("s")
+	if s == nil {
+		t.Fatal("the session was not kept")
+	}
+	for i, m := range s.spareMsgs[:cap(s.spareMsgs)] {
+		if m.Text != "" {
+			t.Fatalf("spare message %d still holds %d bytes", i, len(m.Text))
+		}
+	}
+	for i, b := range s.spareEnc[:cap(s.spareEnc)] {
+		if b != nil {
+			t.Fatalf("spare JSON %d still holds %d bytes", i, len(b))
+		}
+	}
+	kept := 0
+	for _, b := range s.enc {
+		kept += len(b)
+	}
+	if s.size < kept {
+		t.Fatalf("charged %d bytes for %d bytes of JSON kept", s.size, kept)
+	}
+}

@@ -1,0 +1,301 @@
+package wiretest
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
+)
+
+// Wire is one adapter's request builder and wire cache, for the tests
+// every wire cache must pass: the cached body is the uncached one, byte
+// for byte, whatever the session went through.
+type Wire[M, C any] struct {
+	// Build builds req's body with cache (nil: without one).
+	Build func(req *provider.Request, cache *wirecache.Cache[M, C]) ([]byte, error)
+	// New returns an empty cache of at most maxBytes.
+	New func(maxBytes int) *wirecache.Cache[M, C]
+	// Model is the adapter's model, whose replies History and Turn hold.
+	Model provider.Model
+	// Reply, when set, is Turn for adapters whose replies carry more than
+	// tool calls.
+	Reply func(step string, ids ...string) []message.Message
+	// Thinking is the thinking level of the requests of Steps.
+	Thinking provider.ThinkingLevel
+}
+
+// History is an n-message session of w.Model's replies (see History).
+func (w Wire[M, C]) History(n int) []message.Message {
+	return History(n, w.Model.Provider, w.Model.API, w.Model.ID)
+}
+
+// Turn is an assistant reply of w.Model calling tools ids, then their
+// results: w.Reply's when set (step makes its other ids unique), else a
+// message of the calls alone.
+func (w Wire[M, C]) Turn(step string, ids ...string) []message.Message {
+	if w.Reply != nil {
+		return w.Reply(step, ids...)
+	}
+	var calls []message.Block
+	for _, id := range ids {
+		calls = append(calls, message.ToolCall(id, "read", map[string]any{"path": id}))
+	}
+	out := []message.Message{{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: w.Model.Provider,
+		Model: w.Model.ID, API: w.Model.API, Content: message.BlocksOf(calls...)}}
+	for _, id := range ids {
+		out = append(out, message.Message{Role: message.RoleToolResult, ToolCallID: id, ToolName: "read",
+			Content: message.BlocksOf(message.Text("result of " + id))})
+	}
+	return out
+}
+
+// same builds req with cache and without it and fails t unless both
+// succeed with the same bytes.
+func (w Wire[M, C]) same(t testing.TB, what string, req *provider.Request, cache *wirecache.Cache[M, C]) {
+	t.Helper()
+	got, err := w.Build(req, cache)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	want, err := w.Build(req, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: cached body differs:\n got %s\nwant %s", what, got, want)
+	}
+}
+
+// Step is one request of a session in Steps; an unnamed struct type, so
+// that tables of steps may leave out the field names.
+type Step = struct {
+	Name   string
+	Model  provider.Model
+	System string
+	Msgs   []message.Message
+	// Reusing says whether some messages' JSON must come from the cache.
+	Reusing bool
+	// Change, when set, changes the history in place before the step.
+	Change func()
+}
+
+// Steps builds, with one cache and without it, the requests of a session
+// of h = w.History(40) with model m through what every session goes
+// through (new turns, messages rewritten and replaced in place, call
+// arguments and a result's id replaced, a result become an error, a result
+// cut, another model's reply, the history limit, a compaction, a
+// rollback), then through own(h)'s steps (built before any step runs),
+// then a changed system prompt, none, an empty request and a new start.
+// Every body must be the uncached one byte for byte, cached JSON reused
+// exactly where a step says so, and at least 100 messages reused in all.
+func (w Wire[M, C]) Steps(t *testing.T, m provider.Model, own func(h []message.Message) []Step) {
+	t.Helper()
+	h := w.History(40)
+	cut := slices.Clone(h) // a tool result cut by overflow recovery
+	cut[10].Content = message.BlocksOf(message.Text("[truncated]"))
+	other := slices.Clone(h)
+	other[13].Provider, other[13].Model = "xai", "grok-4"
+	compacted := append([]message.Message{message.User("The conversation so far: a summary.", 3)}, h[30:]...)
+	steps := []Step{
+		{"first turn", m, "sys", h[:4], false, nil},
+		{"second turn", m, "sys", h[:8], true, nil},
+		{"long session", m, "sys", h[:40], true, nil},
+		{"same again", m, "sys", h[:40], true, nil},
+		{"a text rewritten in place", m, "sys", h[:40], true, func() { h[5].Content.Blocks[0].Text = "Let me look again." }},
+		{"a message replaced in place", m, "sys", h[:40], true, func() { h[8] = message.User("another question", 1) }},
+		{"tool call arguments replaced", m, "sys", h[:40], true, func() {
+			h[13].Content.Blocks[1].Arguments = map[string]any{"path": "other.go"}
+		}},
+		{"a tool result's id changed", m, "sys", h[:40], true, func() { h[14].ToolCallID = "call_x" }},
+		{"a tool result became an error", m, "sys", h[:40], true, func() { h[18].IsError = true }},
+		{"tool result cut", m, "sys", cut, true, nil},
+		{"another model's reply in the history", m, "sys", other, true, nil},
+		{"history limit drops the oldest turns", m, "sys", h[12:40], true, nil},
+		{"compaction", m, "sys", compacted, true, nil},
+		{"rollback", m, "sys", h[:6], true, nil},
+	}
+	steps = append(steps, own(h)...)
+	steps = append(steps, Step{"system prompt changed", m, "other sys", h[:20], true, nil}, Step{"no system prompt", m, "", h[:24], true, nil},
+		Step{"empty", m, "", nil, false, nil}, Step{"after empty", m, "", h[:4], false, nil})
+	cache := w.New(wirecache.BytesDefault)
+	for _, st := range steps {
+		if st.Change != nil {
+			st.Change()
+		}
+		req := &provider.Request{Model: st.Model, SystemPrompt: st.System, Messages: st.Msgs, SessionID: "s1", Thinking: w.Thinking,
+			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
+		before := cache.Reused.Load()
+		w.same(t, st.Name, req, cache)
+		if reused := cache.Reused.Load() - before; (reused > 0) != st.Reusing {
+			t.Errorf("%s: %d messages reused, want reuse %v", st.Name, reused, st.Reusing)
+		}
+	}
+	if n := cache.Reused.Load(); n < 100 {
+		t.Errorf("only %d messages reused over the session", n)
+	}
+}
+
+// RandomEdits builds a session's requests through 400 random edits of its
+// history (turns added, the front dropped with or without a summary,
+// rollbacks, messages rewritten or replaced in place, tool results cut,
+// given images or their tool name, calls renamed, models switched), with
+// one cache and without it: the bodies are the same, byte for byte, and at
+// least 1,000 messages are reused in all. The sequence is fixed, so a
+// failing step can be replayed.
+func (w Wire[M, C]) RandomEdits(t *testing.T, models ...provider.Model) {
+	t.Helper()
+	cache := w.New(wirecache.BytesDefault)
+	seed := uint64(1)
+	rnd := func(n int) int {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return int((seed >> 33) % uint64(n))
+	}
+	var hist []message.Message
+	m := models[0]
+	for step := range 400 {
+		switch rnd(10) {
+		case 0, 1, 2:
+			hist = append(hist, w.History(4+rnd(4))...)
+		case 3:
+			ids := []string{fmt.Sprint("t", step)}
+			for range rnd(3) {
+				ids = append(ids, fmt.Sprint("t", step, "_", len(ids)))
+			}
+			hist = append(hist, w.Turn(fmt.Sprint(step), ids...)...)
+		case 4: // compaction, or the history limit
+			if len(hist) > 0 && rnd(2) == 0 {
+				hist = append([]message.Message{message.User("summary", 9)}, hist[rnd(len(hist)):]...)
+			} else if len(hist) > 0 {
+				hist = hist[rnd(len(hist)):]
+			}
+		case 5: // rollback
+			if len(hist) > 0 {
+				hist = hist[:rnd(len(hist))]
+			}
+		case 6: // a message changed in place
+			if len(hist) > 0 {
+				i := rnd(len(hist))
+				if len(hist[i].Content.Blocks) > 0 && hist[i].Content.Blocks[0].Type == message.BlockText {
+					hist[i].Content.Blocks[0].Text += " (edited)"
+				} else {
+					hist[i] = message.User("replaced", 7)
+				}
+			}
+		case 7: // the last tool result cut, given an image, or its tool name lost
+			for i := len(hist) - 1; i >= 0; i-- {
+				if hist[i].Role == message.RoleToolResult {
+					switch rnd(3) {
+					case 0:
+						hist[i].Content = message.BlocksOf(message.Text("[truncated]"))
+					case 1:
+						hist[i].Content = message.BlocksOf(message.Text("see"), message.Image("image/png", "iVBORw0KGgo="))
+					case 2:
+						hist[i].ToolName = ""
+					}
+					break
+				}
+			}
+		case 8:
+			m = models[rnd(len(models))]
+		case 9: // the last call renamed in place
+			for i := len(hist) - 1; i >= 0; i-- {
+				if bs := hist[i].Content.Blocks; hist[i].Role == message.RoleAssistant && len(bs) > 0 && bs[len(bs)-1].Type == message.BlockToolCall {
+					bs[len(bs)-1].Name += "x"
+					break
+				}
+			}
+		}
+		w.same(t, fmt.Sprint("step ", step), &provider.Request{Model: m, SystemPrompt: "sys", Messages: hist, SessionID: "s1"}, cache)
+	}
+	if n := cache.Reused.Load(); n < 1000 {
+		t.Errorf("only %d messages reused", n)
+	}
+}
+
+// Bounded requires the cache to keep sessions within its byte budget,
+// dropping the least recently used, and to keep none over half of it.
+func (w Wire[M, C]) Bounded(t *testing.T) {
+	t.Helper()
+	cache := w.New(256 << 10)
+	for i := range 50 {
+		req := &provider.Request{Model: w.Model, Messages: w.History(40), SessionID: fmt.Sprint("s", i)}
+		if _, err := w.Build(req, cache); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cache.Take("s0") != nil {
+		t.Error("the least recently used session is still kept")
+	}
+	if cache.Take("s49") == nil {
+		t.Error("the latest session is not kept")
+	}
+	big := &provider.Request{Model: w.Model, Messages: w.History(2000), SessionID: "big"}
+	if _, err := w.Build(big, cache); err != nil {
+		t.Fatal(err)
+	}
+	if cache.Take("big") != nil {
+		t.Error("a session over half the budget is kept")
+	}
+}
+
+// Concurrent builds prefixes of h as the requests of three sessions from
+// eight goroutines at once (run it with -race): every body is the
+// uncached one.
+func (w Wire[M, C]) Concurrent(t *testing.T, m provider.Model, h []message.Message) {
+	t.Helper()
+	cache := w.New(wirecache.BytesDefault)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 30 {
+				req := &provider.Request{Model: m, Messages: h[:1+(i*7+g)%len(h)], SessionID: fmt.Sprint("s", g%3)}
+				got, err := w.Build(req, cache)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if want, _ := w.Build(req, nil); !bytes.Equal(got, want) {
+					t.Errorf("session %d turn %d: cached body differs", g%3, i)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchBuild builds the body of one session's turn at 2 (a fresh session),
+// 200 and 2,000 history messages, as the turns of a long session do: the
+// same history and a new prompt each time. A turn's cost should not grow
+// with the session; without the wire cache (the baseline) and with it.
+func (w Wire[M, C]) BenchBuild(b *testing.B) {
+	for _, n := range []int{2, 200, 2000} {
+		for _, cached := range []bool{false, true} {
+			b.Run(fmt.Sprintf("messages=%d/wirecache=%v", n, cached), func(b *testing.B) {
+				var cache *wirecache.Cache[M, C]
+				if cached {
+					cache = w.New(wirecache.BytesDefault)
+				}
+				msgs := append(w.History(n)[:n:n], message.User("", 2))
+				m := w.Model
+				m.MaxTokens, m.Input = 16384, []string{"text"}
+				req := &provider.Request{Model: m, SystemPrompt: "You are a helpful assistant.", Messages: msgs, SessionID: "s1",
+					Tools: []provider.Tool{{Name: "read", Description: "Read a file", Parameters: map[string]any{"type": "object"}}}}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					msgs[n] = message.User(fmt.Sprintf("and now %d?", i), 2)
+					if _, err := w.Build(req, cache); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
