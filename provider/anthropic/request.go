@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -171,7 +172,7 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, []string, er
 	var w *wireConvs // the messages' wire forms, kept for the next request
 	same := 0
 	if cache != nil && req.SessionID != "" {
-		w, same = prev.Convs(convKey(m, images), msgs)
+		w, same = prev.Convs(wirecache.Key(m, images), msgs)
 	}
 	body.Messages = messages(msgs, images, prev.Messages(len(msgs)), w, same)
 	// Cache the whole prefix: a breakpoint on the last block of the last

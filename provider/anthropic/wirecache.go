@@ -2,9 +2,7 @@ package anthropic
 
 import (
 	"reflect"
-	"strconv"
 
-	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 )
 
@@ -16,7 +14,7 @@ const WireCacheBytesDefault = wirecache.BytesDefault
 // Messages request and their JSON, so that the next request of a long
 // session encodes only the messages that are new (see
 // provider/internal/wirecache): a message's JSON is reused only when the
-// message is the same (message.Snapshot, for the same model: convKey) or
+// message is the same (message.Snapshot, for the same model: wirecache.Key) or
 // equal field by field (apiMessage.equal).
 type wireCache = wirecache.Cache[apiMessage, wireConv]
 
@@ -35,12 +33,6 @@ type wireConv struct {
 
 func newWireCache(maxBytes int) *wireCache {
 	return wirecache.New[apiMessage, wireConv](maxBytes, (*apiMessage).equal)
-}
-
-// convKey names what a message's wire form depends on besides the
-// message: the model and whether it takes images.
-func convKey(m provider.Model, images bool) string {
-	return m.Provider + "\x00" + m.BaseURL + "\x00" + m.ID + "\x00" + strconv.FormatBool(images)
 }
 
 // unmark records that the request's wire message j is not the form it

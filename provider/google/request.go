@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -182,7 +183,7 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	var w *wireConvs // the messages' wire forms, kept for the next request
 	same := 0
 	if cache != nil && req.SessionID != "" {
-		w, same = prev.Convs(convKey(m, images), msgs)
+		w, same = prev.Convs(wirecache.Key(m, images), msgs)
 	}
 	body.Contents = contents(msgs, m, images, prev.Messages(len(msgs)), w, same)
 	if len(req.Tools) > 0 {

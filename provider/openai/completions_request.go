@@ -3,7 +3,6 @@ package openai
 import (
 	"encoding/json"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/message"
@@ -166,7 +165,7 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	same := 0
 	keep := cache != nil && req.SessionID != "" // the forms are kept for the next request
 	if keep {
-		w, same = prev.Convs(convKey(m, images), msgs)
+		w, same = prev.Convs(wirecache.Key(m, images), msgs)
 	}
 	add := func(cm chatMessage, h int) int {
 		body.Messages = append(body.Messages, cm)
@@ -275,13 +274,6 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		}
 	}
 	return cache.Marshal(req.SessionID, prev, &body, &body.Messages, "messages", w)
-}
-
-// convKey names what a message's wire form depends on besides the
-// message: the model (its compatibility settings) and whether it takes
-// images.
-func convKey(m provider.Model, images bool) string {
-	return m.Provider + "\x00" + m.BaseURL + "\x00" + m.ID + "\x00" + strconv.FormatBool(images)
 }
 
 // toolMessage is the wire form of a tool result: its text (images taken

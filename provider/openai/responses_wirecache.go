@@ -32,7 +32,7 @@ func newRespWireCache(maxBytes int) *respWireCache {
 // message: the model (its provider, API and id: transform.SameModel) and
 // whether it takes images.
 func respConvKey(m provider.Model, images bool) string {
-	return convKey(m, images) + "\x00" + m.API
+	return wirecache.Key(m, images) + "\x00" + m.API
 }
 
 // respInputEqual reports whether a and b encode the same: every field of

@@ -17,7 +17,7 @@ const WireCacheBytesDefault = wirecache.BytesDefault
 // Chat Completions request and their JSON, so that the next request of a
 // long session encodes only the messages that are new (see
 // provider/internal/wirecache): a message's JSON is reused only when the
-// message is the same (message.Snapshot, for the same model: convKey) or
+// message is the same (message.Snapshot, for the same model: wirecache.Key) or
 // equal field by field (chatMessage.equal).
 type wireCache = wirecache.Cache[chatMessage, wireConv]
 

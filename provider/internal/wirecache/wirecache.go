@@ -25,12 +25,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
 )
 
 // BytesDefault is the default budget of an adapter's cache.
@@ -79,6 +81,13 @@ type Convs[C any] struct {
 	// Hint[j] is the message of the last request that the request's j-th
 	// wire message repeats, -1 when not known.
 	Hint []int
+}
+
+// Key names what a message's wire form depends on besides the message: the
+// model (its provider, endpoint and id) and whether it takes images. An
+// adapter whose forms depend on more adds it to the key.
+func Key(m provider.Model, images bool) string {
+	return m.Provider + "\x00" + m.BaseURL + "\x00" + m.ID + "\x00" + strconv.FormatBool(images)
 }
 
 // Take removes and returns the session's entry, nil if none (nil c, or no
