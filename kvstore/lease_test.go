@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,6 +197,33 @@ func waitLeader(t *testing.T, s jetstream.Stream) {
 	}
 }
 
+// waitWritable waits until a publish to the stream's subjects through js
+// gets the stream's answer: a leader is elected before every node routes
+// the stream's subjects to it, and a write caught in between gets no
+// response. The probe expects a last sequence the stream cannot have, so
+// it is refused and stores nothing.
+func waitWritable(t *testing.T, js jetstream.JetStream, s jetstream.Stream) {
+	t.Helper()
+	subj := strings.TrimSuffix(s.CachedInfo().Config.Subjects[0], ">") + "probe"
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for {
+		_, err := js.Publish(ctx, subj, nil, jetstream.WithExpectLastSequence(1<<62))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) {
+			return // the stream answered
+		}
+		if err == nil {
+			t.Fatal("the probe was stored")
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream never answered a publish: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // openReplicated opens the lanes bucket on a fresh in-process cluster,
 // trying again when a request gets no answer (on a busy box the meta
 // group can still change leaders after the cluster is ready, and a request
@@ -210,6 +238,7 @@ func openReplicated(t *testing.T, js jetstream.JetStream, cfg Config) *Lanes {
 		cancel()
 		if err == nil {
 			waitLeader(t, l.Stream())
+			waitWritable(t, js, l.Stream())
 			return l
 		}
 		t.Logf("open, try %d: %v", try+1, err)
