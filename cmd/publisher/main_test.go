@@ -25,6 +25,14 @@ import (
 
 func startFleet(t *testing.T) string {
 	t.Helper()
+	_, url := runFleet(t)
+	return url
+}
+
+// runFleet starts a server and a worker on it, running until the test
+// ends, and returns the worker and the server's URL.
+func runFleet(t *testing.T) (*fleet.Member, string) {
+	t.Helper()
 	srv := natstest.Start(t)
 	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, Scripted: true, Logger: zerolog.Nop()})
 	if err != nil {
@@ -34,7 +42,7 @@ func startFleet(t *testing.T) string {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return srv.URL
+	return m, srv.URL
 }
 
 func publisher(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -496,15 +504,7 @@ func TestStopCommand(t *testing.T) {
 // replaces the record.
 func TestSettingsUnreadable(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, Scripted: true, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	m, url := runFleet(t)
 	token, err := events.KeyToken("broken")
 	if err != nil {
 		t.Fatal(err)
@@ -519,14 +519,14 @@ func TestSettingsUnreadable(t *testing.T) {
 	if err := lease.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := publisher(t, "settings", "--nats-url", srv.URL, "--session", "broken")
+	out, _, err := publisher(t, "settings", "--nats-url", url, "--session", "broken")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, `unreadable: the stored settings (`) || !strings.Contains(out, `sideways`) || !strings.Contains(out, "in force:  mode followup") {
 		t.Fatalf("settings of a session with an unreadable record:\n%s", out)
 	}
-	out, _, err = publisher(t, "settings", "--json", "--nats-url", srv.URL, "--session", "broken")
+	out, _, err = publisher(t, "settings", "--json", "--nats-url", url, "--session", "broken")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,10 +534,10 @@ func TestSettingsUnreadable(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil || !strings.Contains(got.Unreadable, "sideways") {
 		t.Fatalf("--json: %v, %s", err, out)
 	}
-	if _, _, err := publisher(t, "settings", "--nats-url", srv.URL, "--session", "broken", "--reset", "--mode", "collect"); err != nil {
+	if _, _, err := publisher(t, "settings", "--nats-url", url, "--session", "broken", "--reset", "--mode", "collect"); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err = publisher(t, "settings", "--nats-url", srv.URL, "--session", "broken")
+	out, _, err = publisher(t, "settings", "--nats-url", url, "--session", "broken")
 	if err != nil {
 		t.Fatal(err)
 	}

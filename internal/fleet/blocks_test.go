@@ -1,11 +1,8 @@
 package fleet
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 )
 
@@ -18,19 +15,7 @@ func TestBlockRepliesAreOptIn(t *testing.T) {
 		name := map[bool]string{false: "default", true: "block-replies"}[on]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			m, err := startMember(t, Config{DataDir: t.TempDir(), BlockReplies: on})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- m.Run(ctx) }()
-			defer func() { cancel(); <-done }()
-			c, err := lanefleet.New(m.Conn)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, c, ctx := runMember(t, Config{DataDir: t.TempDir(), BlockReplies: on})
 			run, err := c.Send(ctx, "blocks-"+name, "hello there")
 			if err != nil {
 				t.Fatal(err)

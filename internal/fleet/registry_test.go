@@ -1,11 +1,8 @@
 package fleet
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/lanefleet/lanefleet"
 )
 
 // TestShortRunsAreNotListed: a run that ends within registerAfter never
@@ -27,19 +24,7 @@ func TestShortRunsAreNotListed(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := startMember(t, Config{DataDir: t.TempDir(), ScriptedDelay: tc.delay, registerAfter: tc.after})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- m.Run(ctx) }()
-			defer func() { cancel(); <-done }()
-			c, err := lanefleet.New(m.Conn)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, c, ctx := runMember(t, Config{DataDir: t.TempDir(), ScriptedDelay: tc.delay, registerAfter: tc.after})
 			run, err := c.Send(ctx, "reg-"+tc.name, "hello there")
 			if err != nil {
 				t.Fatal(err)

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet"
 )
 
 func startMember(t *testing.T, cfg Config) (*Member, error) {
@@ -24,6 +28,26 @@ func startMember(t *testing.T, cfg Config) (*Member, error) {
 		t.Cleanup(m.close)
 	}
 	return m, err
+}
+
+// runMember starts a member with its embedded server, runs it until the
+// test ends, and returns it, a client on its connection and a context of
+// a minute for the test's calls.
+func runMember(t *testing.T, cfg Config) (*Member, *lanefleet.Client, context.Context) {
+	t.Helper()
+	m, err := startMember(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c, err := lanefleet.New(m.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, c, ctx
 }
 
 // TestDataDirLocked: a second worker on a data directory in use fails at
