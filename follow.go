@@ -131,6 +131,9 @@ func (r *Run) follow() (*follower, error) {
 	} else {
 		before := nc.LastError()
 		lane, err := r.c.holdLane(tok)
+		if errors.Is(err, ErrPermission) {
+			return nil, fmt.Errorf("%w (follow run %s of session %q)", err, r.ID, r.Session)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("lanefleet: follow run %s: %w", r.ID, err)
 		}

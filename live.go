@@ -3,7 +3,7 @@ package lanefleet
 import (
 	"cmp"
 	"container/list"
-	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,8 +196,11 @@ func (ls *laneSub) refuse() {
 }
 
 // errLaneRefused: the server refused the client a subscription to the
-// lane's events before; Send publishes without one.
-var errLaneRefused = errors.New("lanefleet: the lane's events may not be subscribed to")
+// lane's events before; Send publishes without one, and following a run
+// of the lane is ErrPermission. The refusal is remembered while the client
+// lives (until maxRefusedLanes others start the list over): a permission the
+// server grants later is seen by a new client.
+var errLaneRefused = fmt.Errorf("%w: the lane's events may not be subscribed to (refused before)", ErrPermission)
 
 // maxRefusedLanes bounds the lanes a client remembers it may not follow.
 const maxRefusedLanes = 4096

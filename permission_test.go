@@ -174,6 +174,14 @@ func TestSendRemembersARefusedLane(t *testing.T) {
 	if refusals != 1 {
 		t.Fatalf("three sends asked for the refused subscription %d times, want once", refusals)
 	}
+	// Following a run of the refused lane says so, without asking again.
+	run, err := carol.Send(ctx, "carol", "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Wait(ctx); !errors.Is(err, ErrPermission) {
+		t.Fatalf("following a run of a refused lane: %v, want ErrPermission", err)
+	}
 }
 
 // TestRefusedReplySubscription: a user who may not subscribe to the
