@@ -11,8 +11,9 @@
 // Keeping all three in one stream lets every durable write of an owner carry
 // the header Nats-Expected-Last-Subject-Sequence-Subject = T.lease: the server
 // rejects the write when the lease has moved on, so a stale owner (a zombie
-// after a GC pause or partition) can never write. Direct Get is disabled on the
-// bucket's stream so ownership decisions read from the stream leader.
+// after a GC pause or partition) can never write. Direct Get is disabled on a
+// replicated bucket's stream so ownership decisions read from the stream
+// leader (at one replica the leader is the only copy: see DirectGet).
 package kvstore
 
 import (

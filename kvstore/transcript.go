@@ -206,13 +206,18 @@ type transcriptBuilder struct {
 	corrupt []error
 	at      map[string]int // a key's record in t.Records
 	sizes   []int          // each record's encoded bytes
+	seqs    []uint64       // each record's stream sequence
 }
 
 func (b *transcriptBuilder) add(seq uint64, subject string, h nats.Header, data []byte) {
 	b.t.Last = seq
 	if i, ok := b.at[subject]; ok {
 		b.t.Size -= b.sizes[i]
-		b.t.Records, b.sizes = slices.Delete(b.t.Records, i, i+1), slices.Delete(b.sizes, i, i+1)
+		b.t.Records, b.sizes, b.seqs = slices.Delete(b.t.Records, i, i+1), slices.Delete(b.sizes, i, i+1), slices.Delete(b.seqs, i, i+1)
+		b.t.First = 0
+		if len(b.seqs) > 0 {
+			b.t.First = b.seqs[0] // the first record may be the one gone
+		}
 		delete(b.at, subject)
 		for k, j := range b.at {
 			if j > i {
@@ -234,7 +239,7 @@ func (b *transcriptBuilder) add(seq uint64, subject string, h nats.Header, data 
 		b.t.First = seq
 	}
 	b.at[subject] = len(b.t.Records)
-	b.t.Records, b.sizes = append(b.t.Records, r), append(b.sizes, len(data))
+	b.t.Records, b.sizes, b.seqs = append(b.t.Records, r), append(b.sizes, len(data)), append(b.seqs, seq)
 	b.t.Size += len(data)
 }
 

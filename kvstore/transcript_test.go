@@ -212,20 +212,21 @@ func TestTranscriptBuilderNewestWins(t *testing.T) {
 		}
 		want    []string
 		removed bool
+		first   uint64 // stream sequence of the first record kept
 	}{
 		{"plain", []struct {
 			subj string
 			data []byte
-		}{{p + "a.tx.1", enc(1, "one")}, {p + "a.tx.2", enc(2, "two")}}, []string{"one", "two"}, false},
+		}{{p + "a.tx.1", enc(1, "one")}, {p + "a.tx.2", enc(2, "two")}}, []string{"one", "two"}, false, 1},
 		{"rewritten", []struct {
 			subj string
 			data []byte
 		}{{p + "a.tx.1", enc(1, "one")}, {p + "a.tx.2", enc(2, "old")}, {p + "a.tx.3", enc(3, "three")}, {p + "a.tx.2", enc(2, "new")}},
-			[]string{"one", "three", "new"}, true},
+			[]string{"one", "three", "new"}, true, 1},
 		{"deleted", []struct {
 			subj string
 			data []byte
-		}{{p + "a.tx.1", enc(1, "one")}, {p + "a.tx.2", enc(2, "two")}, {p + "a.tx.1", nil}}, []string{"two"}, true},
+		}{{p + "a.tx.1", enc(1, "one")}, {p + "a.tx.2", enc(2, "two")}, {p + "a.tx.1", nil}}, []string{"two"}, true, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -242,8 +243,8 @@ func TestTranscriptBuilderNewestWins(t *testing.T) {
 				data, _ := msgpack.Marshal(&r)
 				size += len(data)
 			}
-			if !slices.Equal(got, tc.want) || b.t.Removed != tc.removed || b.t.Size != size || len(b.corrupt) != 0 {
-				t.Fatalf("records %q removed %v size %d (of kept %d) corrupt %v; want %q removed %v", got, b.t.Removed, b.t.Size, size, b.corrupt, tc.want, tc.removed)
+			if !slices.Equal(got, tc.want) || b.t.Removed != tc.removed || b.t.Size != size || len(b.corrupt) != 0 || b.t.First != tc.first {
+				t.Fatalf("records %q removed %v size %d (of kept %d) first %d corrupt %v; want %q removed %v first %d", got, b.t.Removed, b.t.Size, size, b.t.First, b.corrupt, tc.want, tc.removed, tc.first)
 			}
 		})
 	}
