@@ -659,8 +659,7 @@ func (c *Client) history(ctx context.Context, session string, raw bool) (transcr
 		}
 		var page service.HistoryReply
 		if err := c.call(ctx, session, service.OpHistory, body, &page); err != nil {
-			var se *service.Error
-			if q.Raw && q.From == 0 && errors.As(err, &se) && se.Code == service.CodeBadRequest {
+			if q.Raw && q.From == 0 && service.RefusedNewField(err) {
 				q.Raw = false // a worker of a version without raw lines
 				continue
 			}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -340,8 +339,7 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
 	open := f.open && !f.noOpen && time.Since(f.lastEvent) < openFor
 	data, err := f.request(ctx, open)
-	var se *service.Error
-	if open && errors.As(err, &se) && se.Code == service.CodeBadRequest && strings.Contains(se.Description, `unknown field "open"`) {
+	if open && service.RefusedNewField(err) {
 		f.noOpen = true
 		data, err = f.request(ctx, false)
 	}

@@ -795,7 +795,7 @@ func printSettings(session string, s lanefleet.SessionSettings, asJSON bool, w i
 		return json.NewEncoder(w).Encode(out)
 	}
 	if s.Unreadable != "" {
-		fmt.Fprintf(w, "unreadable: the stored settings (%s); the session runs on the defaults until `publisher settings --reset` or a new setting replaces them\n", s.Unreadable)
+		fmt.Fprintf(w, "unreadable: the stored settings (%q); the session runs on the defaults until `publisher settings --reset` or a new setting replaces them\n", s.Unreadable)
 	}
 	fmt.Fprintf(w, "stored:    %s\n", stored)
 	fmt.Fprintf(w, "in force:  mode %s, debounce %dms, cap %d, drop %s\n", eff.Mode, eff.Debounce.Milliseconds(), eff.Cap, eff.Drop)

@@ -196,6 +196,15 @@ type Error struct {
 
 func (e *Error) Error() string { return "lane service: " + e.Code + ": " + e.Description }
 
+// RefusedNewField reports whether err is a service's refusal of a request
+// as malformed: what a worker of an older version answers a request that
+// carries a field it does not know. A client that set such a field asks
+// again without it.
+func RefusedNewField(err error) bool {
+	se, ok := errors.AsType[*Error](err)
+	return ok && se.Code == CodeBadRequest
+}
+
 // Temporary reports whether retrying the request may succeed.
 func (e *Error) Temporary() bool { return e.Code == CodeUnavailable }
 
