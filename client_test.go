@@ -153,6 +153,12 @@ func TestFollowingLeavesNothingOnTheServer(t *testing.T) {
 	if n := laneSubscriptions(c); n != 0 {
 		t.Fatalf("%d subscriptions left on the client's connection", n)
 	}
+	c.mu.Lock()
+	lanes, dispatching := len(c.lanes), c.stopDispatch != nil
+	c.mu.Unlock()
+	if lanes != 0 || dispatching {
+		t.Fatalf("%d lanes held, dispatcher running %v: want none left", lanes, dispatching)
+	}
 }
 
 // TestUnknownRun: following a run the session does not have ends with
