@@ -139,7 +139,7 @@ func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte,
 	same := 0
 	keep := cache != nil && req.SessionID != "" // the items are kept for the next request
 	if keep {
-		w, same = prev.Convs(respConvKey(m, images), msgs)
+		w, same = prev.Convs(wirecache.Key(m, images), msgs)
 	}
 	add := func(it respInput, h int) {
 		body.Input = append(body.Input, it)

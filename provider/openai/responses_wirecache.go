@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 
-	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 )
 
@@ -14,7 +13,7 @@ import (
 // session encodes only the items that are new (see
 // provider/internal/wirecache): an item's JSON is reused only when the
 // message it was made of is the same (message.Snapshot, for the same
-// model: respConvKey) or the item is equal field by field
+// model: wirecache.Key) or the item is equal field by field
 // (respInputEqual).
 type respWireCache = wirecache.Cache[respInput, respConv]
 
@@ -26,13 +25,6 @@ type respConv struct {
 
 func newRespWireCache(maxBytes int) *respWireCache {
 	return wirecache.New[respInput, respConv](maxBytes, respInputEqual)
-}
-
-// respConvKey names what a message's input items depend on besides the
-// message: the model (its provider, API and id: transform.SameModel) and
-// whether it takes images.
-func respConvKey(m provider.Model, images bool) string {
-	return wirecache.Key(m, images) + "\x00" + m.API
 }
 
 // respInputEqual reports whether a and b encode the same: every field of

@@ -84,10 +84,11 @@ type Convs[C any] struct {
 }
 
 // Key names what a message's wire form depends on besides the message: the
-// model (its provider, endpoint and id) and whether it takes images. An
-// adapter whose forms depend on more adds it to the key.
+// model (its provider, API, endpoint and id: transform.SameModel) and
+// whether it takes images. The API is fixed per adapter but the Responses
+// adapter's forms depend on it.
 func Key(m provider.Model, images bool) string {
-	return m.Provider + "\x00" + m.BaseURL + "\x00" + m.ID + "\x00" + strconv.FormatBool(images)
+	return m.Provider + "\x00" + m.API + "\x00" + m.BaseURL + "\x00" + m.ID + "\x00" + strconv.FormatBool(images)
 }
 
 // Take removes and returns the session's entry, nil if none (nil c, or no

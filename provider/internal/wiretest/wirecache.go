@@ -259,7 +259,12 @@ func (w Wire[M, C]) Concurrent(t *testing.T, m provider.Model, h []message.Messa
 					t.Error(err)
 					return
 				}
-				if want, _ := w.Build(req, nil); !bytes.Equal(got, want) {
+				want, err := w.Build(req, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(got, want) {
 					t.Errorf("session %d turn %d: cached body differs", g%3, i)
 					return
 				}
