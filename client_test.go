@@ -262,6 +262,9 @@ func TestSendWaitsOutAMissingStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil { // the client below is another connection
+		t.Fatal(err)
+	}
 	go func() {
 		<-tried
 		_, _ = lanes.EnsureStreams(ctx, js, lanes.StreamConfig{})
@@ -305,6 +308,9 @@ func TestSendRetriesATimeoutWithTheSameID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil { // the client below is another connection
+		t.Fatal(err)
+	}
 	c, _ := New(natstest.Connect(t, srv.URL))
 	run, err := c.Send(t.Context(), "flaky", "hi")
 	if err != nil {

@@ -266,6 +266,11 @@ func TestOpenToAnOldService(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// The client is another connection: the server must know of the
+	// responder before the client's first request.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	c, _ := New(natstest.Connect(t, srv.URL))
 	f, err := c.Run(session, run).follow()
 	if err != nil {
