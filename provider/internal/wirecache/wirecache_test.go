@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/lanefleet/lanefleet/provider"
 )
 
 type testMsg struct {
@@ -22,13 +24,13 @@ func equalMsg(a, b *testMsg) bool { return *a == *b }
 // its body is json.Marshal's.
 func request(t *testing.T, c *Cache[testMsg, struct{}], id string, texts []string) {
 	t.Helper()
-	prev := c.Take(id)
-	msgs := prev.Messages(len(texts))
+	f := c.Forms(id, provider.Model{ID: "m"}, false, nil, len(texts))
 	for _, s := range texts {
-		msgs = append(msgs, testMsg{Text: s})
+		f.Add(-1, testMsg{Text: s}, -1)
 	}
-	body := testBody{Model: "m", Messages: msgs}
-	got, err := c.Marshal(id, prev, &body, &body.Messages, "messages", nil)
+	msgs := f.Out
+	body := testBody{Model: "m"}
+	got, err := f.Marshal(&body, &body.Messages, "messages")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +70,7 @@ func TestSparesHoldNothing(t *testing.T) {
 			t.Fatalf("spare JSON %d still holds %d bytes", i, len(b))
 		}
 	}
-	kept := 0
-	for _, b := range s.enc {
-		kept += len(b)
-	}
-	if s.size < kept {
-		t.Fatalf("charged %d bytes for %d bytes of JSON kept", s.size, kept)
+	if charged, kept := s.Charged(); charged < kept {
+		t.Fatalf("charged %d bytes for %d bytes of JSON kept", charged, kept)
 	}
 }
