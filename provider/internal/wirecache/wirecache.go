@@ -48,10 +48,17 @@ type Cache[M, C any] struct {
 	Reused atomic.Int64
 }
 
-// New returns a cache of at most maxBytes; equal(a, b) must report
-// whether json.Marshal makes the same bytes of a and b (it is the proof
-// the cache reuses JSON on).
+// New returns a cache of at most maxBytes, the adapters' setting: 0 means
+// BytesDefault, and below 0 it is nil (keeps nothing). equal(a, b) must
+// report whether json.Marshal makes the same bytes of a and b (it is the
+// proof the cache reuses JSON on).
 func New[M, C any](maxBytes int, equal func(a, b *M) bool) *Cache[M, C] {
+	switch {
+	case maxBytes < 0:
+		return nil
+	case maxBytes == 0:
+		maxBytes = BytesDefault
+	}
 	return &Cache[M, C]{sessions: bytelru.New[*Session[M, C]](maxBytes), equal: equal}
 }
 

@@ -74,3 +74,36 @@ func TestSparesHoldNothing(t *testing.T) {
 		t.Fatalf("charged %d bytes for %d bytes of JSON kept", charged, kept)
 	}
 }
+
+// TestNewBudget: the adapters' WireCacheBytes rule, in one place: 0 is
+// the default budget, below 0 no cache (which keeps nothing and still
+// builds the body).
+func TestNewBudget(t *testing.T) {
+	tests := []struct {
+		maxBytes int
+		want     int // the budget, -1: no cache
+	}{{0, BytesDefault}, {-1, -1}, {-BytesDefault, -1}, {1 << 10, 1 << 10}}
+	for _, tt := range tests {
+		c := New[testMsg, struct{}](tt.maxBytes, equalMsg)
+		if tt.want < 0 {
+			if c != nil {
+				t.Errorf("New(%d) is a cache, want none", tt.maxBytes)
+			}
+			request(t, c, "s", []string{"a", "b"})
+			if c.Take("s") != nil {
+				t.Errorf("New(%d) kept a session", tt.maxBytes)
+			}
+			continue
+		}
+		// A session charged just over half the budget is not kept.
+		big := strings.Repeat("x", tt.want/4)
+		request(t, c, "s", []string{big})
+		if c.Take("s") != nil {
+			t.Errorf("New(%d) kept a session of over half of %d bytes", tt.maxBytes, tt.want)
+		}
+		request(t, c, "s", []string{big[:tt.want/16]})
+		if c.Take("s") == nil {
+			t.Errorf("New(%d) did not keep a session of an eighth of %d bytes", tt.maxBytes, tt.want)
+		}
+	}
+}
