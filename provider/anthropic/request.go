@@ -198,12 +198,12 @@ func messages(f *wireForms, msgs []message.Message, images bool) {
 		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
-			cv, h := f.Form(i, func(cv *wireConv) { am, ok := userMessage(msg, images); *cv = wireConv{am: am, ok: ok} })
+			cv, h := f.Form(i, func() wireConv { am, ok := userMessage(msg, images); return wireConv{am: am, ok: ok} })
 			if cv.ok {
 				f.Add(i, cv.am, h)
 			}
 		case message.RoleAssistant:
-			cv, h := f.Form(i, func(cv *wireConv) { am, ok := assistantMessage(msg); *cv = wireConv{am: am, ok: ok} })
+			cv, h := f.Form(i, func() wireConv { am, ok := assistantMessage(msg); return wireConv{am: am, ok: ok} })
 			if cv.ok {
 				f.Add(i, cv.am, h)
 			}
@@ -228,7 +228,7 @@ func messages(f *wireForms, msgs []message.Message, images bool) {
 			h := -1
 			for k := first; k < first+run; k++ {
 				tr := &msgs[k]
-				_, hk := f.Form(k, func(cv *wireConv) { *cv = wireConv{blk: toolResult(tr, images)}; built = true })
+				_, hk := f.Form(k, func() wireConv { built = true; return wireConv{blk: toolResult(tr, images)} })
 				if k == first {
 					h = hk
 				}

@@ -202,12 +202,12 @@ func contents(f *wireForms, msgs []message.Message, m provider.Model, images boo
 		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
-			cv, h := f.Form(i, func(cv *wireConv) { c, ok := userContent(msg, images); *cv = wireConv{c: c, ok: ok} })
+			cv, h := f.Form(i, func() wireConv { c, ok := userContent(msg, images); return wireConv{c: c, ok: ok} })
 			if cv.ok {
 				f.Add(i, cv.c, h)
 			}
 		case message.RoleAssistant:
-			cv, h := f.Form(i, func(cv *wireConv) { c, ok := modelContent(msg, m); *cv = wireConv{c: c, ok: ok} })
+			cv, h := f.Form(i, func() wireConv { c, ok := modelContent(msg, m); return wireConv{c: c, ok: ok} })
 			if cv.ok {
 				f.Add(i, cv.c, h)
 			}
@@ -248,7 +248,7 @@ func toolResults(f *wireForms, msgs []message.Message, first, end int, m provide
 	h := -1
 	for k := first; k < end; k++ {
 		tr := &msgs[k]
-		cv, hk := f.Form(k, func(cv *wireConv) { *cv = toolResult(tr, m, images, names.of(msgs, k)); built = true })
+		cv, hk := f.Form(k, func() wireConv { built = true; return toolResult(tr, m, images, names.of(msgs, k)) })
 		if tr.ToolName == "" {
 			named = false
 			// The last request's form named the call then before it,

@@ -132,8 +132,8 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	if c.store {
-		f := false
-		body.Store = &f
+		no := false
+		body.Store = &no
 	}
 	if n := ollamaNumCtx(m); n > 0 {
 		body.Options = &ollamaOptions{NumCtx: n}
@@ -154,8 +154,8 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			body.EnableThinking = &t
 		}
 	} else if c.thinking == thinkZAI && m.Reasoning {
-		f := false
-		body.EnableThinking = &f
+		no := false
+		body.EnableThinking = &no
 	}
 
 	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
@@ -174,12 +174,12 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			if c.assistantAfterTool && len(f.Out) > 0 && f.Out[len(f.Out)-1].Role == "tool" {
 				f.Add(-1, chatMessage{Role: "assistant", Content: "I have processed the tool results."}, -1)
 			}
-			cv, h := f.Form(i, func(cv *wireConv) { cm, ok := userMessage(msg, images); *cv = wireConv{cm: cm, ok: ok} })
+			cv, h := f.Form(i, func() wireConv { cm, ok := userMessage(msg, images); return wireConv{cm: cm, ok: ok} })
 			if cv.ok {
 				f.Add(i, cv.cm, h)
 			}
 		case message.RoleAssistant:
-			cv, h := f.Form(i, func(cv *wireConv) { cm, ok := assistantMessage(msg); *cv = wireConv{cm: cm, ok: ok} })
+			cv, h := f.Form(i, func() wireConv { cm, ok := assistantMessage(msg); return wireConv{cm: cm, ok: ok} })
 			if cv.ok {
 				hadToolCalls = hadToolCalls || len(cv.cm.ToolCalls) > 0
 				f.Add(i, cv.cm, h)
@@ -190,7 +190,7 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			var imgs []chatPart
 			for ; i < len(msgs) && msgs[i].Role == message.RoleToolResult; i++ {
 				tr := &msgs[i]
-				cv, h := f.Form(i, func(cv *wireConv) { *cv = toolMessage(tr, images, c.toolResultName) })
+				cv, h := f.Form(i, func() wireConv { return toolMessage(tr, images, c.toolResultName) })
 				imgs = append(imgs, cv.imgs...)
 				f.Add(i, cv.cm, h)
 			}

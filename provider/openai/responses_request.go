@@ -138,8 +138,15 @@ func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte,
 		}
 		f.Add(-1, respInputMessage{Role: role, Content: sp}, -1)
 	}
+	var spare []respInput // the items of the message before, when not kept (their array is reused)
 	for i := range msgs {
-		cv, h := f.Form(i, func(cv *respConv) { cv.items = respItems(cv.items[:0], &msgs[i], m, images) })
+		cv, h := f.Form(i, func() respConv {
+			if f.Keeping() {
+				return respConv{items: respItems(nil, &msgs[i], m, images)}
+			}
+			spare = respItems(spare[:0], &msgs[i], m, images)
+			return respConv{items: spare}
+		})
 		for k, it := range cv.items {
 			hk := -1
 			if h >= 0 {

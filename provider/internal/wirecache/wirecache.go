@@ -206,14 +206,15 @@ func (f *Forms[M, C]) Keeping() bool { return f.w != nil }
 
 // Form returns the wire form of msgs[i] and h, the index of the wire
 // message it became in the last request (-1: none known). The form is the
-// last request's when msgs[:i+1] are; else build (nil: a message that
-// sends nothing) fills it in. The forms are asked for in order, each once.
-// build gets a zero form or, when nothing is kept, the one it filled in
-// last (whose arrays it may reuse), which the next Form overwrites.
-func (f *Forms[M, C]) Form(i int, build func(*C)) (cv *C, h int) {
+// last request's when msgs[:i+1] are; else build makes it (nil: the zero
+// form, of a message that sends nothing). The forms are asked for in
+// order, each once; when nothing is kept, the next Form overwrites the
+// form returned. (build returns the form rather than filling one in: a
+// pointer into f given to it would move f to the heap.)
+func (f *Forms[M, C]) Form(i int, build func() C) (cv *C, h int) {
 	if f.w == nil {
 		if build != nil {
-			build(&f.scratch)
+			f.scratch = build()
 		}
 		return &f.scratch, -1
 	}
@@ -226,7 +227,7 @@ func (f *Forms[M, C]) Form(i int, build func(*C)) (cv *C, h int) {
 	w.conv = append(w.conv, zero)
 	w.at = append(w.at, -1)
 	if build != nil {
-		build(&w.conv[i])
+		w.conv[i] = build()
 	}
 	return &w.conv[i], -1
 }
