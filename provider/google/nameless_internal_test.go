@@ -28,6 +28,12 @@ func TestNamelessToolResults(t *testing.T) {
 		result("c2"), call("c2", "ls"), // 5: its call comes after it: no name (transform adds a result to the call, named)
 		call("c3", "grep"), result("c3"), result("c1"), // 8: grep, 9: write
 	}
+	// Calls further back than a result's nearest messages.
+	far := []message.Message{message.User("go", 1), call("f1", "old"), call("f1", "far"), call("f2", "other")}
+	for range 2 * nearCalls {
+		far = append(far, message.User("more", 1))
+	}
+	far = append(far, result("f1"), result("f3"), call("f3", "late"), result("f2"))
 	tests := []struct {
 		name  string
 		msgs  []message.Message
@@ -38,6 +44,7 @@ func TestNamelessToolResults(t *testing.T) {
 		{"whole again", h, []string{"read", "write", "", "ls", "grep", "write"}},
 		{"the first calls dropped", h[4:], []string{"", "", "ls", "grep", ""}},
 		{"the first call dropped", h[2:], []string{"", "write", "", "ls", "grep", "write"}},
+		{"calls far back", far, []string{"old", "far", "other", "far", "", "other"}}, // the first three: results transform adds to the calls
 	}
 	cache := newWireCache(WireCacheBytesDefault)
 	for _, tt := range tests {

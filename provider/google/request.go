@@ -251,10 +251,12 @@ func toolResults(f *wireForms, msgs []message.Message, first, end int, m provide
 		cv, hk := f.Form(k, func() wireConv { built = true; return toolResult(tr, m, images, names.of(msgs, k)) })
 		if tr.ToolName == "" {
 			named = false
-			// The last request's form named the call then before it,
-			// which the history limit may have dropped since.
-			if name := names.of(msgs, k); cv.part.FunctionResponse.Name != name {
-				*cv = toolResult(tr, m, images, name)
+			// A form of the last request's named the call before it
+			// then, which the history limit may have dropped since.
+			if f.Dropped() {
+				if name := names.of(msgs, k); cv.part.FunctionResponse.Name != name {
+					*cv = toolResult(tr, m, images, name)
+				}
 			}
 		}
 		if k == first {
@@ -294,22 +296,37 @@ func addRun(f *wireForms, i int, c apiContent, imageTurn []apiPart) {
 }
 
 // callNames finds the tool of a result that does not name it: the name of
-// the last call of its id in the messages before it. The calls are read on
-// the first such result of a request, each once (a session of nameless
-// results costs its length, not its length squared).
+// the last call of its id in the messages before it. The call is looked
+// for in the few messages before the result (where it usually is); when
+// it is not there, every call before the result is read into a map, each
+// once per request, that answers from then on (a session of such results
+// costs its length, not its length squared).
 type callNames struct {
 	byID map[string]string
 	read int // msgs[:read]'s calls are in byID
 }
 
+// nearCalls is how many messages before a result its call is looked for
+// in before the map is made.
+const nearCalls = 8
+
 // of returns the name msgs[k], a tool result, is sent with when it has
 // none ("" when it has one, or no call before it has its id). The k of
 // one request's calls never decrease.
 func (c *callNames) of(msgs []message.Message, k int) string {
-	if msgs[k].ToolName != "" {
+	tr := &msgs[k]
+	if tr.ToolName != "" {
 		return ""
 	}
 	if c.byID == nil {
+		for j := k - 1; j >= max(k-nearCalls, 0); j-- {
+			if name, ok := callIn(&msgs[j], tr.ToolCallID); ok {
+				return name
+			}
+		}
+		if k <= nearCalls {
+			return "" // every message before it read
+		}
 		c.byID = map[string]string{}
 	}
 	for ; c.read < k; c.read++ {
@@ -322,7 +339,21 @@ func (c *callNames) of(msgs []message.Message, k int) string {
 			}
 		}
 	}
-	return c.byID[msgs[k].ToolCallID]
+	return c.byID[tr.ToolCallID]
+}
+
+// callIn returns the name of msg's last call of id, if it has one.
+func callIn(msg *message.Message, id string) (string, bool) {
+	if msg.Role != message.RoleAssistant {
+		return "", false
+	}
+	bs := msg.Content.Blocks
+	for j := len(bs) - 1; j >= 0; j-- {
+		if bs[j].Type == message.BlockToolCall && bs[j].ID == id {
+			return bs[j].Name, true
+		}
+	}
+	return "", false
 }
 
 func userContent(msg *message.Message, images bool) (apiContent, bool) {

@@ -133,10 +133,10 @@ func (s *Session[M, C]) messages(n int) []M {
 
 // takeConvs returns the wire forms s keeps for msgs, lined up with them:
 // the first same of conv are those of msgs[:same] (unchanged since the
-// last request, for the same key), the rest to be added in order. Forms
-// kept for another key are dropped (nil s: new ones). The request then
-// owns them.
-func (s *Session[M, C]) takeConvs(key string, msgs []message.Message) (w *convs[C], same int) {
+// last request, for the same key, which had off messages before them),
+// the rest to be added in order. Forms kept for another key are dropped
+// (nil s: new ones). The request then owns them.
+func (s *Session[M, C]) takeConvs(key string, msgs []message.Message) (w *convs[C], off, same int) {
 	if s == nil || s.convs == nil {
 		w = &convs[C]{key: key}
 	} else {
@@ -150,14 +150,14 @@ func (s *Session[M, C]) takeConvs(key string, msgs []message.Message) (w *convs[
 		}
 		w.hint = w.hint[:0]
 	}
-	off, same := w.src.Update(msgs)
+	off, same = w.src.Update(msgs)
 	if off > 0 {
 		copy(w.conv, w.conv[off:off+same])
 		copy(w.at, w.at[off:off+same])
 	}
 	clear(w.conv[same:])
 	w.conv, w.at = w.conv[:same], w.at[:same]
-	return w, same
+	return w, off, same
 }
 
 // bytes estimates the memory w holds besides the strings it shares with
@@ -182,6 +182,7 @@ type Forms[M, C any] struct {
 	prev    *Session[M, C] // the session's last request, nil: none
 	w       *convs[C]      // nil: nothing kept
 	same    int            // msgs[:same] are the last request's messages
+	dropped bool           // the last request had messages before them
 	scratch C              // the form built last when nothing is kept
 }
 
@@ -197,7 +198,9 @@ func (c *Cache[M, C]) Forms(id string, m provider.Model, images bool, msgs []mes
 	}
 	f := Forms[M, C]{c: c, id: id, prev: c.Take(id)}
 	f.Out = f.prev.messages(n)
-	f.w, f.same = f.prev.takeConvs(key(m, images), msgs)
+	var off int
+	f.w, off, f.same = f.prev.takeConvs(key(m, images), msgs)
+	f.dropped = off > 0
 	return f
 }
 
@@ -231,6 +234,12 @@ func (f *Forms[M, C]) Form(i int, build func() C) (cv *C, h int) {
 	}
 	return &w.conv[i], -1
 }
+
+// Dropped reports whether the last request's messages that msgs begin
+// with came after others (the history limit dropped those): a form that
+// depends on the messages before its own (Form keeps it as it was) may
+// then have to be made anew.
+func (f *Forms[M, C]) Dropped() bool { return f.dropped }
 
 // Kept returns the form of msgs[i] that Form returned, kept for the next
 // request; nil when nothing is kept.
