@@ -250,19 +250,17 @@ func (f *Forms[M, C]) Kept(i int) *C {
 	return &f.w.conv[i]
 }
 
-// Add appends m to Out and returns its index. m is (the first of) what
-// msgs[i]'s form became (i < 0: m is no form's) and h the last request's
-// wire message it repeats (-1: none known); Form asked for msgs[i] before.
-func (f *Forms[M, C]) Add(i int, m M, h int) int {
+// Add appends m to Out. m is (the first of) what msgs[i]'s form became
+// (i < 0: m is no form's) and h the last request's wire message it
+// repeats (-1: none known); Form asked for msgs[i] before.
+func (f *Forms[M, C]) Add(i int, m M, h int) {
 	f.Out = append(f.Out, m)
-	j := len(f.Out) - 1
 	if w := f.w; w != nil {
 		w.hint = append(w.hint, h)
 		if i >= 0 && w.at[i] < 0 {
-			w.at[i] = j
+			w.at[i] = len(f.Out) - 1
 		}
 	}
-	return j
 }
 
 // Unmark records that Out[j] is not the form it was made of any more (the
