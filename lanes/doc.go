@@ -22,8 +22,13 @@
 // does not fit waits in line as if every slot were busy (first come, first
 // served: smaller ones wait behind it), so a sender of large messages
 // cannot make every slot hold one; the line itself holds at most the
-// budget's worth of payloads besides. The budget counts a lane's trigger,
-// not the later messages its owner drains.
+// budget's worth of payloads besides. An owner whose next message is
+// larger than what its slot holds adds the difference if the budget has
+// room; if not, it lets the lane go and hands its trigger back, and the
+// worker remembers what the lane needs (until a slot is handed to it, or
+// its place here is forgotten): the trigger's redelivery, and the sweep,
+// are charged that much, so the lane waits in line for the bytes like any
+// large delivery instead of taking the lease again only to let go.
 //
 // Lease-and-drain keeps a lane while it has messages, so without more a
 // lane that keeps sending would keep its slot and the lanes in line would
