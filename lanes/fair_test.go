@@ -371,7 +371,7 @@ func TestSlotsByteBudget(t *testing.T) {
 	if huge := s.charge(1 << 30); huge != 100 {
 		t.Fatalf("a payload over the whole budget is charged %d, want the budget (100)", huge)
 	}
-	h, ok := s.take("", 1 << 30)
+	h, ok := s.take("", 1<<30)
 	if !ok || s.usedBytes() != 100 {
 		t.Fatalf("a payload over the budget on an idle worker: %v, %d bytes held", ok, s.usedBytes())
 	}
@@ -384,7 +384,7 @@ func TestSlotsByteBudget(t *testing.T) {
 		t.Fatalf("used %d, %d bytes, waiting %d (%d bytes) after every slot came back", s.used(), s.usedBytes(), s.waiting.Load(), s.waitB)
 	}
 	none := newSlots(2, -1)
-	if b, ok := none.take("", 1 << 30); !ok || b != 0 {
+	if b, ok := none.take("", 1<<30); !ok || b != 0 {
 		t.Fatalf("without a budget: take = %d %v, want a slot holding 0", b, ok)
 	}
 }
