@@ -96,6 +96,10 @@
 //     queued before the interrupt (error kind interrupted), then run it.
 //     The owner watches the lane for them from before a turn's start event,
 //     so an interrupt sent by a client that saw the start is never missed.
+//     The cut turn then waits up to half a second for the stream to store
+//     the cutting message (the watch may see it first); one the stream
+//     refuses (a duplicate, a failed expected sequence) ends the turn as
+//     an interrupt that dropped nothing, and the lane goes on.
 //     (An interrupt queued behind a non-collect message before that message
 //     started does not cut it: it runs, then the interrupt.)
 //   - reject: refused (error kind rejected) if it arrived while a turn ran.

@@ -617,8 +617,16 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 }
 
 // cutStoreWait bounds how long a cut turn waits for the stream to store the
-// message that cut it (one the stream refuses, a duplicate, never comes).
-const cutStoreWait = 5 * time.Second
+// message that cut it. One the stream refuses (a duplicate Nats-Msg-Id, a
+// failed Nats-Expected-* check, a full stream) never comes, and the
+// owner, which sees the message on its watch but not the publisher's ack,
+// cannot tell; meanwhile it holds the lane. A stream stores a message it
+// accepts within milliseconds of the watch seeing it, so half a second
+// keeps a refused cut from holding the lane long; a cut stored later
+// still runs, after the turn, as the lane's next message (an interrupt
+// with nothing to cut; a rollback then no longer discards the cut turn's
+// progress).
+const cutStoreWait = 500 * time.Millisecond
 
 // stopped remembers what the lane's last stop command cut, for its own run.
 type stopped struct {
