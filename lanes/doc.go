@@ -98,8 +98,8 @@
 //     so an interrupt sent by a client that saw the start is never missed.
 //     The cut turn then waits up to half a second for the stream to store
 //     the cutting message (the watch may see it first); one the stream
-//     refuses (a duplicate, a failed expected sequence) ends the turn as
-//     an interrupt that dropped nothing, and the lane goes on.
+//     refuses (a duplicate, a failed expected sequence) cuts the turn all
+//     the same, as if it had been stored, and the lane goes on.
 //     (An interrupt queued behind a non-collect message before that message
 //     started does not cut it: it runs, then the interrupt.)
 //   - reject: refused (error kind rejected) if it arrived while a turn ran.
