@@ -146,10 +146,14 @@ func TestSlotsOverBudgetNeed(t *testing.T) {
 	}
 	s.put(1)
 
+	if s.known("mid") {
+		t.Fatal("a lane that took a slot kept its place")
+	}
+
 	// A lane whose trigger went to another worker is forgotten with its
-	// place.
+	// place, when the next lane is let go.
 	s.overBudget("gone", 90, at(3))
-	s.prune(at(3).Add(placeKept + 2*time.Second))
+	s.overBudget("next", 90, at(3).Add(placeKept+2*time.Second))
 	if s.known("gone") {
 		t.Fatal("the place of a lane that went elsewhere was kept")
 	}

@@ -116,14 +116,13 @@ func (s *slots) charged(token string, n int) int64 {
 	return b
 }
 
-// occupy takes a free slot for the lane token, charged b bytes; the lane
-// no longer needs more than that (under s.mu).
+// occupy takes a free slot for the lane token, charged b bytes, when no
+// lane waits: the lane's place (kept for this delivery, with what it
+// needs) has served (under s.mu).
 func (s *slots) occupy(token string, b int64) {
 	s.inUse++
 	s.bytes += b
-	if p := s.lanes[token]; p != nil {
-		p.need = 0
-	}
+	delete(s.lanes, token)
 }
 
 // take takes a free slot for a delivery of the lane token with a payload
@@ -284,6 +283,7 @@ func (s *slots) requeue(token string, now time.Time) {
 }
 
 func (s *slots) requeueLocked(token string, now time.Time) *place {
+	s.prune(now) // places of lanes that went elsewhere are not kept forever
 	p := s.lanes[token]
 	if p == nil {
 		p = &place{since: now, left: now}
