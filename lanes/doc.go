@@ -96,7 +96,7 @@
 //     queued before the interrupt (error kind interrupted), then run it.
 //     The owner watches the lane for them from before a turn's start event,
 //     so an interrupt sent by a client that saw the start is never missed.
-//     The cut turn then waits up to half a second for the stream to store
+//     The cut turn then waits up to 2 s for the stream to store
 //     the cutting message (the watch may see it first); one the stream
 //     refuses (a duplicate, a failed expected sequence) cuts the turn all
 //     the same, as if it had been stored, and the lane goes on.

@@ -80,7 +80,8 @@ type place struct {
 type waiter struct {
 	token string
 	since time.Time
-	bytes int64         // its payload, as charged (see slots.charge)
+	bytes int64         // what it is charged for its slot (see slots.charged)
+	pay   int64         // its own payload's charge, which the line holds (see slots.charge)
 	grant chan struct{} // closed when the slot is handed to it
 	deps  int           // other deliveries of its lane acked because it waits (under slots.mu)
 }
@@ -108,12 +109,23 @@ func (s *slots) fits(b int64) bool {
 // holds of the byte budget: its own payload's charge, or what the lane's
 // next message needs if an owner let the lane go over the budget (under
 // s.mu).
-func (s *slots) charged(token string, n int) int64 {
+func (s *slots) charged(token string, n int, now time.Time) int64 {
 	b := s.charge(n)
-	if p := s.lanes[token]; p != nil {
+	if p := s.place(token, now); p != nil {
 		b = max(b, p.need)
 	}
 	return b
+}
+
+// place returns the lane's place, nil if it has none or only one that
+// prune would forget: a lane that went elsewhere long ago is not charged
+// a stale need, nor taken for one that waits here (under s.mu).
+func (s *slots) place(token string, now time.Time) *place {
+	p := s.lanes[token]
+	if p == nil || p.w == nil && now.Sub(p.left) > placeKept {
+		return nil
+	}
+	return p
 }
 
 // occupy takes a free slot for the lane token, charged b bytes, when no
@@ -128,10 +140,10 @@ func (s *slots) occupy(token string, b int64) {
 // take takes a free slot for a delivery of the lane token with a payload
 // of n bytes (see charged) when no lane waits for one and the charge fits
 // the byte budget. The caller puts back what it returns.
-func (s *slots) take(token string, n int) (int64, bool) {
+func (s *slots) take(token string, n int, now time.Time) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.charged(token, n)
+	b := s.charged(token, n, now)
 	if len(s.queue) == 0 && s.fits(b) {
 		s.occupy(token, b)
 		return b, true
@@ -151,7 +163,7 @@ func (s *slots) put(b int64) {
 		s.queue = s.queue[1:]
 		s.inUse++
 		s.bytes += w.bytes
-		s.waitB -= w.bytes
+		s.waitB -= w.pay
 		delete(s.lanes, w.token)
 		close(w.grant)
 	}
@@ -196,10 +208,10 @@ func (s *slots) used() int {
 }
 
 // known reports whether the lane waits here or was handed back a moment ago.
-func (s *slots) known(token string) bool {
+func (s *slots) known(token string, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lanes[token] != nil
+	return s.place(token, now) != nil
 }
 
 // joinResult is what wait did with a delivery.
@@ -220,27 +232,28 @@ const (
 func (s *slots) wait(token string, n int, now time.Time, rejoin bool) (*waiter, int64, joinResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.charged(token, n)
+	b, pay := s.charged(token, n, now), s.charge(n)
 	if len(s.queue) == 0 && s.fits(b) {
 		s.occupy(token, b)
 		return nil, b, joinSlot
 	}
-	p := s.lanes[token]
+	p := s.place(token, now)
 	switch {
 	case p != nil && p.w != nil:
 		p.w.deps++
 		return nil, 0, joinSame
 	case len(s.queue) >= s.maxWait && !rejoin:
 		return nil, 0, joinFull
-	case s.maxBytes > 0 && b > 0 && s.waitB+b > s.maxBytes && !rejoin:
+	case s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes && !rejoin:
 		// A waiting delivery holds its payload too: the line holds at
-		// most the budget's worth.
+		// most the budget's worth (of payloads: what a lane needs for its
+		// next message is not held while it waits).
 		return nil, 0, joinFull
 	case p == nil:
 		p = &place{since: now}
 		s.lanes[token] = p
 	}
-	w := &waiter{token: token, since: p.since, bytes: b, grant: make(chan struct{})}
+	w := &waiter{token: token, since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
 	p.w = w
 	i, _ := slices.BinarySearchFunc(s.queue, w.since, func(q *waiter, t time.Time) int {
 		if q.since.After(t) {
@@ -249,7 +262,7 @@ func (s *slots) wait(token string, n int, now time.Time, rejoin bool) (*waiter, 
 		return -1 // after every waiter of the same time: first come, first served
 	})
 	s.queue = slices.Insert(s.queue, i, w)
-	s.waitB += b
+	s.waitB += pay
 	s.waiting.Store(int32(len(s.queue)))
 	return w, b, joinQueued
 }
@@ -265,7 +278,7 @@ func (s *slots) leave(w *waiter, now time.Time) (int, bool) {
 		return 0, false
 	}
 	s.queue = slices.Delete(s.queue, i, i+1)
-	s.waitB -= w.bytes
+	s.waitB -= w.pay
 	s.waiting.Store(int32(len(s.queue)))
 	if p := s.lanes[w.token]; p != nil && p.w == w {
 		p.w, p.left = nil, now
@@ -284,7 +297,7 @@ func (s *slots) requeue(token string, now time.Time) {
 
 func (s *slots) requeueLocked(token string, now time.Time) *place {
 	s.prune(now) // places of lanes that went elsewhere are not kept forever
-	p := s.lanes[token]
+	p := s.place(token, now)
 	if p == nil {
 		p = &place{since: now, left: now}
 		s.lanes[token] = p
@@ -306,6 +319,10 @@ func (s *slots) overBudget(token string, need int64, now time.Time) {
 	p.need = max(p.need, need)
 	if p.w == nil {
 		p.left = now
+	} else {
+		// A delivery of the lane queued while the owner ran: it is the
+		// one that takes the lane next, and must get room for the message.
+		p.w.bytes = max(p.w.bytes, need)
 	}
 }
 

@@ -108,7 +108,7 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 	// A swept lane's messages are read by its owner: it holds no
 	// trigger's payload, only what the lane's next message needs if an
 	// owner here let it go over the byte budget.
-	held, ok := w.sched.take(token, 0)
+	held, ok := w.sched.take(token, 0, time.Now())
 	if !ok {
 		return false
 	}

@@ -304,7 +304,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 	)
 	if !follower {
 		token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
-		held, got = w.sched.take(token, len(msg.Data()))
+		held, got = w.sched.take(token, len(msg.Data()), time.Now())
 	}
 	w.wg.Add(1)
 	go func() {
@@ -345,7 +345,7 @@ func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
 		w.settleDelivery(msg, settleBusy) // dead-lettered by a worker with room
 		return 0, false
 	}
-	if !w.fair() || !w.sched.known(token) {
+	if !w.fair() || !w.sched.known(token, time.Now()) {
 		// A lane waiting here was not held a moment ago: no need to ask.
 		// (Without fairness nothing waits: a lane an owner here let go
 		// over the byte budget is known, and handed back.)
