@@ -23,9 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/lanefleet/lanefleet/internal/inflight"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/service"
 )
@@ -73,16 +72,11 @@ type Config struct {
 
 // Service is a running admin service.
 type Service struct {
-	svc   micro.Service
-	nc    *nats.Conn
-	cfg   Config
-	log   zerolog.Logger
-	ctx   context.Context
-	stop  context.CancelFunc
-	slots chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	done  bool
+	svc      micro.Service
+	nc       *nats.Conn
+	cfg      Config
+	log      zerolog.Logger
+	inflight *inflight.Group
 }
 
 type handlerFunc func(ctx context.Context, data []byte) (any, error)
@@ -95,8 +89,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, ctx: ctx, stop: cancel, slots: make(chan struct{}, MaxConcurrent)}
+	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, inflight: inflight.New(MaxConcurrent)}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
@@ -108,7 +101,6 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 		},
 	})
 	if err != nil {
-		cancel()
 		return nil, fmt.Errorf("admin: %w", err)
 	}
 	s.svc = svc
@@ -131,51 +123,28 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 
 // Stop stops taking requests, cancels those in flight and waits for them.
 func (s *Service) Stop() error {
-	s.mu.Lock()
-	s.done = true
-	s.mu.Unlock()
-	err := s.svc.Stop()
-	s.stop()
-	s.wg.Wait()
-	return err
+	return s.inflight.Stop(nil, s.svc.Stop)
 }
 
 // handler answers each request in its own goroutine, at most MaxConcurrent
-// at once, replying on the request's reply subject itself (micro's Request
-// must not be used after the handler returned).
+// at once (the requests behind wait in the endpoint's subscription),
+// replying on the request's reply subject itself (micro's Request must not
+// be used after the handler returned).
 func (s *Service) handler(op string, h handlerFunc) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		reply, data := req.Reply(), req.Data()
-		s.mu.Lock()
-		if s.done {
-			s.mu.Unlock()
+		err := s.inflight.Go(func(ctx context.Context) { s.serve(ctx, op, reply, data, h) }, func(p any, stack []byte) {
+			s.log.Error().Interface("panic", p).Bytes("stack", stack).Str("op", op).Msg("admin service: handler panicked")
+			s.respondError(op, reply, &service.Error{Code: service.CodeInternal, Description: "internal error"})
+		})
+		if err != nil {
 			s.respondError(op, reply, &service.Error{Code: service.CodeUnavailable, Description: "the worker is stopping"})
-			return
 		}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			select {
-			case s.slots <- struct{}{}:
-			case <-s.ctx.Done():
-				s.respondError(op, reply, &service.Error{Code: service.CodeUnavailable, Description: "the worker is stopping"})
-				return
-			}
-			defer func() { <-s.slots }()
-			s.serve(op, reply, data, h)
-		}()
 	})
 }
 
-func (s *Service) serve(op, reply string, data []byte, h handlerFunc) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Str("op", op).Msg("admin service: handler panicked")
-			s.respondError(op, reply, &service.Error{Code: service.CodeInternal, Description: "internal error"})
-		}
-	}()
-	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+func (s *Service) serve(ctx context.Context, op, reply string, data []byte, h handlerFunc) {
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	v, err := h(ctx, data)
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,5 +299,81 @@ func TestPermissionModelNamesTheService(t *testing.T) {
 	t.Parallel()
 	if permission.AdminService != admin.Name || permission.AdminPrefix != admin.Prefix {
 		t.Errorf("permission names %q on %q, the service is %q on %q", permission.AdminService, permission.AdminPrefix, admin.Name, admin.Prefix)
+	}
+}
+
+// blockingBook is an auth book whose resets wait for release.
+type blockingBook struct {
+	entered chan struct{}
+	release chan struct{}
+	running atomic.Int32
+	peak    atomic.Int32
+}
+
+func (*blockingBook) Status(time.Time) ([]admin.AuthProfile, map[string]string) { return nil, nil }
+
+func (b *blockingBook) Reset(ctx context.Context, _ string) (bool, bool, error) {
+	r := b.running.Add(1)
+	defer b.running.Add(-1)
+	for p := b.peak.Load(); r > p && !b.peak.CompareAndSwap(p, r); p = b.peak.Load() {
+	}
+	b.entered <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return true, true, nil
+}
+
+// TestRequestsBounded: while MaxConcurrent requests run, the next ones
+// wait in the endpoint's subscription, not in goroutines of their own, and
+// all are answered once the running ones return. Not parallel: it counts
+// the admin service's goroutines.
+func TestRequestsBounded(t *testing.T) {
+	const n = admin.MaxConcurrent + 20
+	book := &blockingBook{entered: make(chan struct{}, n), release: make(chan struct{})}
+	b := setup(t, book)
+	inbox := nats.NewInbox()
+	replies, err := b.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := b.nc.PublishRequest(admin.Subject(admin.OpAuthReset), inbox, []byte(`{"profile":"p"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range admin.MaxConcurrent {
+		<-book.entered
+	}
+	// Once the endpoint's goroutine waits for a slot, the admin service
+	// has its MaxConcurrent requests and that one: nothing more comes.
+	var stacks []string
+	for waiting := false; !waiting; {
+		buf := make([]byte, 1<<20)
+		stacks = stacks[:0]
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "lanefleet/admin.") {
+				stacks = append(stacks, g)
+				waiting = waiting || strings.Contains(g, "inflight.(*Group).Go(")
+			}
+		}
+		if len(stacks) > admin.MaxConcurrent+1 || b.ctx.Err() != nil {
+			t.Fatalf("%d admin goroutines, want %d, one waiting for a slot:\n%s", len(stacks), admin.MaxConcurrent+1, strings.Join(stacks, "\n\n"))
+		}
+		runtime.Gosched()
+	}
+	close(book.release)
+	for i := range n {
+		msg, err := replies.NextMsg(30 * time.Second)
+		if err != nil {
+			t.Fatalf("reply %d of %d: %v", i+1, n, err)
+		}
+		if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+			t.Fatalf("reply %d: %s %s", i+1, code, msg.Header.Get(micro.ErrorHeader))
+		}
+	}
+	if p := book.peak.Load(); p != admin.MaxConcurrent {
+		t.Fatalf("%d resets at once, want %d", p, admin.MaxConcurrent)
 	}
 }

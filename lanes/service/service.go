@@ -20,10 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/lanefleet/lanefleet/internal/inflight"
 	"github.com/lanefleet/lanefleet/kvstore"
 )
 
@@ -65,17 +64,11 @@ type Config struct {
 
 // Service is a running lane service.
 type Service struct {
-	svc    micro.Service
-	nc     *nats.Conn
-	cfg    Config
-	log    zerolog.Logger
-	ctx    context.Context // parent of every request's context; Stop cancels it
-	cancel context.CancelFunc
-	slots  chan struct{}
-
-	mu       sync.Mutex
-	stopping bool
-	inflight sync.WaitGroup
+	svc      micro.Service
+	nc       *nats.Conn
+	cfg      Config
+	log      zerolog.Logger
+	inflight *inflight.Group
 }
 
 // handlerFunc answers one request of a lane: a reply value encoded as
@@ -99,8 +92,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = MaxConcurrentDefault
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, inflight: inflight.New(cfg.MaxConcurrent)}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
@@ -112,7 +104,6 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 		},
 	})
 	if err != nil {
-		cancel()
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	s.svc = svc
@@ -132,13 +123,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 
 // Stop stops taking requests, cancels those in flight and waits for them.
 func (s *Service) Stop() error {
-	s.mu.Lock()
-	s.stopping = true
-	s.mu.Unlock()
-	err := s.svc.Stop()
-	s.cancel()
-	s.inflight.Wait()
-	return err
+	return s.inflight.Stop(nil, s.svc.Stop)
 }
 
 // handler runs each request of op in its own goroutine, at most
@@ -148,28 +133,13 @@ func (s *Service) Stop() error {
 func (s *Service) handler(op string, h handlerFunc) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		in := inbound{op: op, subject: req.Subject(), reply: req.Reply(), data: req.Data()}
-		select {
-		case s.slots <- struct{}{}:
-		case <-s.ctx.Done():
+		err := s.inflight.Go(func(ctx context.Context) { s.serve(ctx, h, in) }, func(p any, stack []byte) {
+			s.log.Error().Interface("panic", p).Bytes("stack", stack).Str("op", in.op).Msg("lane service: handler panicked")
+			s.respondError(in, &Error{Code: CodeInternal, Description: "internal error"})
+		})
+		if err != nil {
 			s.respondError(in, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
-			return
 		}
-		s.mu.Lock()
-		if s.stopping {
-			s.mu.Unlock()
-			<-s.slots
-			s.respondError(in, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
-			return
-		}
-		s.inflight.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer func() {
-				<-s.slots
-				s.inflight.Done()
-			}()
-			s.serve(h, in)
-		}()
 	})
 }
 
@@ -179,19 +149,13 @@ type inbound struct {
 	data               []byte
 }
 
-func (s *Service) serve(h handlerFunc, in inbound) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Str("op", in.op).Msg("lane service: handler panicked")
-			s.respondError(in, &Error{Code: CodeInternal, Description: "internal error"})
-		}
-	}()
+func (s *Service) serve(ctx context.Context, h handlerFunc, in inbound) {
 	tok, key, err := parseSubject(in.subject, in.op)
 	if err != nil {
 		s.respondError(in, &Error{Code: CodeBadRequest, Description: err.Error()})
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	reply, err := h(ctx, request{token: tok, key: key, data: in.data})
 	if err != nil {
