@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/internal/inflight"
 )
 
 // Hook is one hook a process serves: its name (what workers list in
@@ -44,7 +45,7 @@ type ServeConfig struct {
 	Logger zerolog.Logger
 }
 
-// flushTimeout bounds the flushes of Serve and Stop.
+// flushTimeout bounds Serve's flush.
 const flushTimeout = 5 * time.Second
 
 // Service is a set of hooks served over NATS: one micro service named
@@ -55,16 +56,9 @@ const flushTimeout = 5 * time.Second
 // hook-server permission allows.
 type Service struct {
 	micro.Service
-	nc  *nats.Conn
-	cfg ServeConfig
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	slots  chan struct{}
-
-	mu       sync.Mutex
-	stopping bool
-	calls    sync.WaitGroup
+	nc    *nats.Conn
+	cfg   ServeConfig
+	calls *inflight.Group
 }
 
 // handlerFunc decodes one request and runs a hook's handler.
@@ -105,8 +99,7 @@ func Serve(nc *nats.Conn, cfg ServeConfig, hs ...Hook) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hooks: serve: %w", err)
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Service{Service: ms, nc: nc, cfg: cfg, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	s := &Service{Service: ms, nc: nc, cfg: cfg, calls: inflight.New(cfg.MaxConcurrent)}
 	for _, h := range hs {
 		for _, k := range Kinds() {
 			f := handlerOf(h, k)
@@ -168,25 +161,15 @@ func (b badRequest) Error() string { return "malformed request: " + b.err.Error(
 // Stop stops taking calls, cancels the handlers running (cause
 // ErrStopped), waits for them to return and stops the micro service.
 func (s *Service) Stop() error {
-	s.mu.Lock()
-	s.stopping = true
-	s.mu.Unlock()
-	err := s.Service.Stop()
-	if err == nil {
-		if ferr := s.nc.FlushTimeout(flushTimeout); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
-			err = ferr
-		}
-	}
-	s.cancel(ErrStopped)
-	s.calls.Wait()
-	if err != nil {
+	if err := s.calls.Stop(ErrStopped, inflight.StopMicro(s.Service, s.nc)); err != nil {
 		return fmt.Errorf("hooks: stop: %w", err)
 	}
 	return nil
 }
 
 // handler takes a request off micro's subscription goroutine and runs it
-// on its own, so a slow handler does not hold up the next request.
+// on its own, so a slow handler does not hold up the next request (at most
+// MaxConcurrent at once: the next wait in the subscription).
 func (s *Service) handler(name string, kind Kind, f handlerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
 		reply, data, hdr := req.Reply(), req.Data(), req.Headers()
@@ -194,26 +177,10 @@ func (s *Service) handler(name string, kind Kind, f handlerFunc) micro.HandlerFu
 			s.cfg.Logger.Debug().Str("kind", string(kind)).Msg("hooks: ignored a request without a reply subject")
 			return
 		}
-		select {
-		case s.slots <- struct{}{}:
-		case <-s.ctx.Done():
+		// serve turns a handler's panic into the call's error: no panic hook.
+		if err := s.calls.Go(func(ctx context.Context) { s.serve(ctx, name, kind, f, reply, data, nats.Header(hdr)) }, nil); err != nil {
 			s.respondError(name, reply, CodeUnavailable, "hook "+name+" is stopping")
-			return
 		}
-		s.mu.Lock()
-		if s.stopping {
-			s.mu.Unlock()
-			<-s.slots
-			s.respondError(name, reply, CodeUnavailable, "hook "+name+" is stopping")
-			return
-		}
-		s.calls.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.calls.Done()
-			defer func() { <-s.slots }()
-			s.serve(name, kind, f, reply, data, nats.Header(hdr))
-		}()
 	}
 }
 
@@ -222,7 +189,7 @@ func (s *Service) handler(name string, kind Kind, f handlerFunc) micro.HandlerFu
 var errCallerTimeout = errors.New("the worker stopped waiting")
 
 // serve runs one handler and replies.
-func (s *Service) serve(name string, kind Kind, f handlerFunc, reply string, data []byte, hdr nats.Header) {
+func (s *Service) serve(ctx context.Context, name string, kind Kind, f handlerFunc, reply string, data []byte, hdr nats.Header) {
 	timeout := s.cfg.AgentEndTimeout
 	if v := hdr.Get(HeaderTimeout); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
@@ -232,7 +199,7 @@ func (s *Service) serve(name string, kind Kind, f handlerFunc, reply string, dat
 		}
 		timeout = min(time.Duration(ms)*time.Millisecond, MaxTimeout)
 	}
-	ctx, cancel := context.WithTimeoutCause(s.ctx, timeout, errCallerTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallerTimeout)
 	defer cancel()
 	res, err := call(ctx, f, data)
 	if err == nil && ctx.Err() != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/internal/inflight"
 	"github.com/lanefleet/lanefleet/tools"
 )
 
@@ -74,27 +75,18 @@ func (c ServiceConfig) withDefaults() ServiceConfig {
 	return c
 }
 
-// flushTimeout bounds the flushes of Serve and Shutdown.
+// flushTimeout bounds Serve's flush.
 const flushTimeout = 5 * time.Second
 
 // Service is a running set of tools offered over NATS. It is a
 // micro.Service whose Stop also waits for the calls in flight.
 type Service struct {
 	micro.Service
-	nc  *nats.Conn
-	cfg ServiceConfig
-	log zerolog.Logger
-
-	// ctx is the parent of every call's context; Stop cancels it with
-	// ErrStopped.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	slots  chan struct{}
-	stats  map[string]*toolStats // by tool name; the map is never written after Serve
-
-	mu       sync.Mutex
-	stopping bool
-	calls    sync.WaitGroup
+	nc    *nats.Conn
+	cfg   ServiceConfig
+	log   zerolog.Logger
+	calls *inflight.Group       // their contexts' cause is ErrStopped once cancelled
+	stats map[string]*toolStats // by tool name; the map is never written after Serve
 }
 
 var _ micro.Service = (*Service)(nil)
@@ -163,11 +155,7 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 	if err != nil {
 		return nil, fmt.Errorf("remote: serve: %w", err)
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Service{
-		Service: ms, nc: nc, cfg: cfg, log: cfg.Logger,
-		ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.MaxConcurrent), stats: stats,
-	}
+	s := &Service{Service: ms, nc: nc, cfg: cfg, log: cfg.Logger, calls: inflight.New(cfg.MaxConcurrent), stats: stats}
 	for _, ep := range eps {
 		err := ms.AddEndpoint(ep.name, s.handler(ep.name, ep.tool, stats[ep.name]),
 			micro.WithEndpointSubject(Subject(ep.name)), micro.WithEndpointMetadata(ep.meta))
@@ -199,28 +187,7 @@ func (s *Service) Stop() error {
 // other instances or fail with no responders. It returns the error of the
 // micro service's Stop or of the flush.
 func (s *Service) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.stopping = true
-	s.mu.Unlock()
-	err := s.Service.Stop()
-	if err == nil {
-		// Once the server has the unsubscribes, calls go to other
-		// instances or fail fast with no responders.
-		if ferr := s.nc.FlushTimeout(flushTimeout); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
-			err = ferr
-		}
-	}
-
-	done := make(chan struct{})
-	go func() { s.calls.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.cancel(ErrStopped)
-		<-done
-	}
-	s.cancel(ErrStopped)
-	if err != nil {
+	if err := s.calls.Shutdown(ctx, ErrStopped, inflight.StopMicro(s.Service, s.nc)); err != nil {
 		return fmt.Errorf("remote: stop: %w", err)
 	}
 	return nil
@@ -248,31 +215,11 @@ func (s *Service) handler(name string, t tools.Tool, st *toolStats) micro.Handle
 			s.log.Debug().Str("tool", name).Msg("remote tools: ignored a call without a reply subject")
 			return
 		}
-		select {
-		case s.slots <- struct{}{}:
-		case <-s.ctx.Done():
-			s.respondError(in, CodeUnavailable, stoppingText(name))
-			return
+		// serve turns a tool's panic into the call's error: no panic hook.
+		if err := s.calls.Go(func(ctx context.Context) { s.serve(ctx, in, t, st) }, nil); err != nil {
+			s.respondError(in, CodeUnavailable, fmt.Sprintf("tool %s is not available: the process serving it is stopping", name))
 		}
-		s.mu.Lock()
-		if s.stopping {
-			s.mu.Unlock()
-			<-s.slots
-			s.respondError(in, CodeUnavailable, stoppingText(name))
-			return
-		}
-		s.calls.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.calls.Done()
-			defer func() { <-s.slots }()
-			s.serve(in, t, st)
-		}()
 	}
-}
-
-func stoppingText(name string) string {
-	return fmt.Sprintf("tool %s is not available: the process serving it is stopping", name)
 }
 
 // errCallerTimeout is the cause of a call's context when the caller's
@@ -280,7 +227,7 @@ func stoppingText(name string) string {
 var errCallerTimeout = errors.New("the caller stopped waiting")
 
 // serve runs one call and replies.
-func (s *Service) serve(in *inbound, t tools.Tool, st *toolStats) {
+func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *toolStats) {
 	name := in.name
 	st.inFlight.Add(1)
 	defer st.inFlight.Add(-1)
@@ -298,7 +245,6 @@ func (s *Service) serve(in *inbound, t tools.Tool, st *toolStats) {
 		s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a request for tool %q", name, req.Name))
 		return
 	}
-	ctx := s.ctx
 	var timeout time.Duration
 	if v := in.hdr.Get(HeaderTimeout); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
