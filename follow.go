@@ -76,6 +76,7 @@ func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
 // Follower timing.
 const (
 	idleMin, idleMax = 2 * time.Second, 15 * time.Second   // ask for stored events after this long without one
+	liveIdle         = 5 * time.Second                     // idleMin of a follower whose live feed saw the run from its start (see follow)
 	gapMin, gapMax   = 20 * time.Millisecond, time.Second  // ask again while live events wait behind a gap
 	errMin, errMax   = 250 * time.Millisecond, time.Second // ask again after a failed request
 	unknownConfirm   = time.Second                         // a run unknown this long is unknown
@@ -98,8 +99,9 @@ type follower struct {
 	open   bool                     // the last event yielded left the run running (service.Open)
 	noOpen bool                     // the lane service predates EventsRequest.Open
 
-	due          time.Time // the next catch-up
-	idle         time.Duration
+	due          time.Time     // the next catch-up
+	idle         time.Duration // the silence before the next catch-up
+	idleFloor    time.Duration // idle after an event: idleMin, or liveIdle
 	gap, errWait backoff
 	lastEvent    time.Time
 	unknownSince time.Time
@@ -156,17 +158,22 @@ func (r *Run) follow() (*follower, error) {
 		}
 	}
 	now := time.Now()
-	fl := &follower{r: r, tok: tok, feed: f, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin,
+	fl := &follower{r: r, tok: tok, feed: f, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin, idleFloor: idleMin,
 		gap: backoff{min: gapMin, max: gapMax}, errWait: backoff{min: errMin, max: errMax}, lastEvent: now,
 		reconnects: reconnects}
 	if f.fromStart {
-		// Nothing to catch up on yet: the first look at the store waits
-		// for a silence, or for OnWait's.
-		first := idleMin
+		// Nothing to catch up on yet, and the live feed sees every event
+		// unless the connection says it lost some (watchConn) or a gap
+		// shows it: a look at the store after a silence is a safety net
+		// (a loss nothing reports, a final that reached only the turn's
+		// record), not the way events come, so it waits longer than for
+		// a follower that joined late; a model's usual wait for its first
+		// token then costs none or one. OnWait's delay comes first.
+		first := liveIdle
 		if r.onWait != nil {
 			first = min(first, r.waitAfter)
 		}
-		fl.due = now.Add(first)
+		fl.due, fl.idle, fl.idleFloor = now.Add(first), liveIdle, liveIdle
 	}
 	return fl, nil
 }
@@ -241,7 +248,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	f.newest = max(f.newest, ev.Attempt)
 	f.next = max(f.next, ev.Seq+1)
 	f.open = service.Open(ev)
-	f.lastEvent, f.idle, f.noted = time.Now(), idleMin, ""
+	f.lastEvent, f.idle, f.noted = time.Now(), f.idleFloor, ""
 	if !yield(ev, nil) || ev.Terminal() {
 		return false
 	}

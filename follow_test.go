@@ -46,7 +46,7 @@ func TestFollowerOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: idleMin,
+			f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: idleMin, idleFloor: idleMin,
 				gap: backoff{min: gapMin, max: gapMax}}
 			var got []string
 			yield := func(ev *events.Event, err error) bool {
@@ -73,7 +73,7 @@ func TestFollowerOrder(t *testing.T) {
 // the store to a silence of idleMin; a live gap asks the store at once.
 func TestFollowerSchedulesCatchUp(t *testing.T) {
 	t.Parallel()
-	f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: 8 * idleMin,
+	f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: 8 * idleMin, idleFloor: idleMin,
 		gap: backoff{min: gapMin, max: gapMax}, due: time.Now()}
 	yield := func(*events.Event, error) bool { return true }
 	before := time.Now()
@@ -288,5 +288,123 @@ func TestOpenToAnOldService(t *testing.T) {
 	defer mu.Unlock()
 	if fmt.Sprint(bodies) != fmt.Sprint(want) || !f.noOpen {
 		t.Fatalf("requests %q, want %q", bodies, want)
+	}
+}
+
+// TestLiveFollowerCatchUpCost: a run followed from Send sees its events
+// live; the looks at the store during a silence (a model's wait for its
+// first token) come liveIdle after the last event, then twice as long, and
+// each costs the lane service one read of the event stream: the first,
+// which has no place in the stream yet, reads the run's last stored event
+// instead of every event seen live. A run followed later starts with a
+// catch-up at once and keeps the shorter silences. The final still ends the
+// run when the store alone has it.
+func TestLiveFollowerCatchUpCost(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	const session = "costly"
+	tok, _ := events.KeyToken(session)
+	spy := natstest.Connect(t, natsURL(nc))
+	seen := make(chan *nats.Msg, 256)
+	for _, subj := range []string{"$JS.API.>", service.Subject(tok, service.OpEvents)} {
+		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain := func() (q *service.EventsRequest, reads []string) {
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-seen:
+				if !strings.HasPrefix(m.Subject, "$JS.API.") {
+					q = &service.EventsRequest{}
+					if err := json.Unmarshal(m.Data, q); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				reads = append(reads, strings.TrimPrefix(m.Subject, "$JS.API."))
+			default:
+				return q, reads
+			}
+		}
+	}
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	r, err := c.Send(ctx, session, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	f, err := r.follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	if f.due.Before(start.Add(liveIdle-time.Second)) || f.due.After(time.Now().Add(liveIdle)) {
+		t.Fatalf("first look at the store of a live follower in %v, want %v", time.Until(f.due), liveIdle)
+	}
+	var got []string
+	yield := func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, label(ev))
+		return true
+	}
+	// The worker starts the run and streams two deltas, then waits on
+	// its model: the follower takes them from its live feed.
+	playWorker(ctx, t, js, session, r.ID, 1, 3, 99)
+	for f.next <= 3 {
+		select {
+		case <-f.feed.ready:
+		case <-ctx.Done():
+			t.Fatalf("live events: %v (yielded %q)", ctx.Err(), got)
+		}
+		for _, m := range f.feed.take(nil) {
+			ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.offer(ev, false, yield)
+		}
+	}
+	if d := f.due.Sub(f.lastEvent); d != liveIdle {
+		t.Fatalf("after a live event the next look is %v later, want %v", d, liveIdle)
+	}
+	drain()
+	for i, wantIdle := range []time.Duration{2 * liveIdle, min(4*liveIdle, idleMax)} {
+		before := time.Now()
+		if !f.catchUp(ctx, yield) {
+			t.Fatalf("catch-up %d ended the run", i+1)
+		}
+		q, reads := drain()
+		if q == nil || q.From != 4 || !q.Open || len(reads) != 1 || !strings.HasPrefix(reads[0], "DIRECT.GET.AGENT_EV") {
+			t.Fatalf("catch-up %d: request %+v, service reads %v; want one read of AGENT_EV", i+1, q, reads)
+		}
+		if i == 0 && (q.After != 0 || f.cursor == 0) {
+			t.Fatalf("first catch-up: request %+v, cursor after it %d", q, f.cursor)
+		}
+		if f.due.Before(before.Add(wantIdle/2)) || f.idle != wantIdle || len(got) != 3 {
+			t.Fatalf("after catch-up %d: next in %v, idle %v (want %v), yielded %q", i+1, time.Until(f.due), f.idle, wantIdle, got)
+		}
+	}
+	// The final reaches the store and not the feed: the next look ends
+	// the run with it.
+	f.feed.close()
+	playWorker(ctx, t, js, session, r.ID, 4, 4, 4)
+	if f.catchUp(ctx, yield) || strings.Join(got, " ") != "1a1 2a1 3a1 4a1F" {
+		t.Fatalf("catch-up after the final: yielded %q", got)
+	}
+
+	// A run followed later has no live feed from its start.
+	late, err := c.Run(session, r.ID).follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.feed.close()
+	if late.due.After(time.Now()) || late.idleFloor != idleMin {
+		t.Fatalf("late follower: first look in %v, silences from %v; want at once, %v", time.Until(late.due), late.idleFloor, idleMin)
 	}
 }
