@@ -190,7 +190,18 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 		}
 		f.watchConn()
 		if !time.Now().Before(f.due) {
-			if !f.catchUp(ctx, yield) {
+			// Live events that came meanwhile go first: after a silence
+			// they make the look at the store needless (events flow
+			// again), and one made while the run's events are being
+			// stored would read them again.
+			select {
+			case <-f.feed.ready:
+				if !f.takeLive(yield) {
+					return
+				}
+			default:
+			}
+			if !time.Now().Before(f.due) && !f.catchUp(ctx, yield) {
 				return
 			}
 			continue
@@ -204,20 +215,29 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 		case <-ctx.Done():
 			continue
 		}
-		f.batch = f.feed.take(f.batch)
-		for _, msg := range f.batch {
-			ev, err := events.DecodeEvent(msg.Header.Get(events.HeaderContentType), msg.Data)
-			if err != nil {
-				if !yield(nil, err) {
-					return
-				}
-				continue
-			}
-			if !f.offer(ev, false, yield) {
-				return
-			}
+		if !f.takeLive(yield) {
+			return
 		}
 	}
+}
+
+// takeLive offers the live events queued on the feed and reports whether
+// the iteration goes on.
+func (f *follower) takeLive(yield func(*events.Event, error) bool) bool {
+	f.batch = f.feed.take(f.batch)
+	for _, msg := range f.batch {
+		ev, err := events.DecodeEvent(msg.Header.Get(events.HeaderContentType), msg.Data)
+		if err != nil {
+			if !yield(nil, err) {
+				return false
+			}
+			continue
+		}
+		if !f.offer(ev, false, yield) {
+			return false
+		}
+	}
+	return true
 }
 
 // offer yields ev if it is the next event of the run, and reports whether

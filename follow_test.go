@@ -408,3 +408,50 @@ func TestLiveFollowerCatchUpCost(t *testing.T) {
 		t.Fatalf("late follower: first look in %v, silences from %v; want at once, %v", time.Until(late.due), late.idleFloor, idleMin)
 	}
 }
+
+// TestLiveEventsBeforeACatchUp: when a look at the store falls due while
+// live events wait on the feed, the live events go first; when they show
+// the run going on, no look is made.
+func TestLiveEventsBeforeACatchUp(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	const session = "due"
+	asked := countRequests(t, nc, session)
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	r, err := c.Send(ctx, session, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := r.follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	playWorker(ctx, t, js, session, r.ID, 1, 2, 99)
+	for queued := 0; queued < 2; {
+		select {
+		case <-f.feed.ready:
+		case <-ctx.Done():
+			t.Fatal("the live events never came")
+		}
+		f.feed.mu.Lock()
+		queued = len(f.feed.queue)
+		f.feed.mu.Unlock()
+	}
+	select {
+	case f.feed.ready <- struct{}{}: // the signal the wait above took
+	default: // or a later push's
+	}
+	f.due = time.Now().Add(-time.Second)
+	var got []string
+	f.run(ctx, func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, label(ev))
+		return ev.Seq < 2
+	})
+	if strings.Join(got, " ") != "1a1 2a1" || asked.Load() != 0 {
+		t.Fatalf("yielded %q after %d events requests; want both live events and none", got, asked.Load())
+	}
+}
