@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -169,13 +170,22 @@ func (r *Run) follow() (*follower, error) {
 		// record), not the way events come, so it waits longer than for
 		// a follower that joined late; a model's usual wait for its first
 		// token then costs none or one. OnWait's delay comes first.
-		first := liveIdle
+		first := jittered(liveIdle)
 		if r.onWait != nil {
 			first = min(first, r.waitAfter)
 		}
 		fl.due, fl.idle, fl.idleFloor = now.Add(first), liveIdle, liveIdle
 	}
 	return fl, nil
+}
+
+// jittered returns d give or take a fifth, at random: followers that
+// started together (runs sent at once, to sessions whose models answer
+// alike) spread their looks at the store instead of reaching the lane
+// service in one burst, whose last requests are answered late, while the
+// runs' events are being stored, and read them again.
+func jittered(d time.Duration) time.Duration {
+	return d - d/5 + rand.N(2*d/5+1)
 }
 
 // run yields the run's events until the final one, an error that ends the
@@ -284,7 +294,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	if len(f.ahead) == 0 {
 		// Events flow: the next look at the store waits for a silence.
 		f.gap.reset()
-		f.due = f.lastEvent.Add(f.idle)
+		f.due = f.lastEvent.Add(jittered(f.idle))
 	}
 	return true
 }
@@ -348,7 +358,7 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 		if len(f.ahead) > 0 {
 			f.due = now.Add(f.gap.next())
 		} else {
-			f.due = now.Add(f.idle)
+			f.due = now.Add(jittered(f.idle))
 			f.idle = min(2*f.idle, idleMax)
 		}
 		return true
