@@ -113,8 +113,9 @@ func TestSenderNeedsOnlyItsSessionsSubjects(t *testing.T) {
 		{"runs", func(ctx context.Context) error { _, err := alice.ActiveRuns(ctx); return err }},
 	}
 	for _, d := range denied {
-		// Refused at once, not after a timeout.
-		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// Refused at once, not after a timeout: well within the client's
+		// own call timeout (15s), with room for a busy box.
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := d.do(dctx)
 		cancel()
 		if !errors.Is(err, ErrPermission) {
@@ -200,7 +201,8 @@ func TestRefusedReplySubscription(t *testing.T) {
 	}
 	defer dave.Close()
 	for i := range 3 {
-		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		// Well within the client's call timeout (15s): refused, not timed out.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		_, err := dave.Send(ctx, "dave", "hello", WithoutFollow())
 		cancel()
 		if !errors.Is(err, ErrPermission) {

@@ -122,7 +122,7 @@ func (s *Store) waitRevision(ctx context.Context, key string, rev uint64) error 
 func seen(t testing.TB, s *Store, key string, rev uint64) time.Duration {
 	t.Helper()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.waitRevision(ctx, key, rev); err != nil {
 		t.Fatalf("revision %d of %s not seen: %v", rev, key, err)

@@ -117,7 +117,7 @@ func (a *authFleet) connectAs(t *testing.T, user string, opts ...nats.Option) *c
 // denied waits for the server's permission violation naming subject.
 func (c *client) denied(t *testing.T, what, subject string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // detects a hang only
 	defer cancel()
 	for {
 		select {

@@ -22,7 +22,7 @@ import (
 // must leave none.
 func eventConsumers(t *testing.T, js jetstream.JetStream) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	info, err := js.Stream(ctx, events.EventStream)
 	if err != nil {

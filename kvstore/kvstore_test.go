@@ -103,7 +103,7 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	expiry, cancel := context.WithTimeout(ctx, 10*time.Second)
+	expiry, cancel := context.WithTimeout(ctx, 30*time.Second) // detects a hang only
 	defer cancel()
 	for expired := false; !expired; {
 		select {
@@ -162,7 +162,7 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 func TestRecordsOrderAndEmpty(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 5*time.Second)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // 300 writes on a busy box
 	defer cancel()
 	recs, err := b.lanes.Records(ctx, "nobody")
 	if err != nil || len(recs) != 0 {

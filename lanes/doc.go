@@ -22,8 +22,13 @@
 // does not fit waits in line as if every slot were busy (first come, first
 // served: smaller ones wait behind it), so a sender of large messages
 // cannot make every slot hold one; the line itself holds at most the
-// budget's worth of payloads besides. The budget counts a lane's trigger,
-// not the later messages its owner drains.
+// budget's worth of payloads besides. An owner whose next message is
+// larger than what its slot holds adds the difference if the budget has
+// room; if not, it lets the lane go and hands its trigger back, and the
+// worker remembers what the lane needs (until a slot is handed to it, or
+// its place here is forgotten): the trigger's redelivery, and the sweep,
+// are charged that much, so the lane waits in line for the bytes like any
+// large delivery instead of taking the lease again only to let go.
 //
 // Lease-and-drain keeps a lane while it has messages, so without more a
 // lane that keeps sending would keep its slot and the lanes in line would
@@ -91,6 +96,10 @@
 //     queued before the interrupt (error kind interrupted), then run it.
 //     The owner watches the lane for them from before a turn's start event,
 //     so an interrupt sent by a client that saw the start is never missed.
+//     The cut turn then waits up to 2 s for the stream to store
+//     the cutting message (the watch may see it first); one the stream
+//     refuses (a duplicate, a failed expected sequence) cuts the turn all
+//     the same, as if it had been stored, and the lane goes on.
 //     (An interrupt queued behind a non-collect message before that message
 //     started does not cut it: it runs, then the interrupt.)
 //   - reject: refused (error kind rejected) if it arrived while a turn ran.

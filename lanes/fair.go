@@ -66,13 +66,22 @@ type place struct {
 	since time.Time
 	w     *waiter   // the delivery waiting now; nil while handed back
 	left  time.Time // when w was handed back
+	// need is what the lane's next message holds of the byte budget, when
+	// an owner here let the lane go because it did not fit (see
+	// slots.overBudget); 0 = nothing more than a delivery's own payload.
+	// The lane's deliveries are charged at least this much, so its
+	// trigger waits in line for the bytes instead of taking the lease
+	// again only to let go. It goes with the place: when a slot is handed
+	// to the lane, or the place is pruned.
+	need int64
 }
 
 // waiter is one delivery waiting for a slot.
 type waiter struct {
 	token string
 	since time.Time
-	bytes int64         // its payload, as charged (see slots.charge)
+	bytes int64         // what it is charged for its slot (see slots.charged)
+	pay   int64         // its own payload's charge, which the line holds (see slots.charge)
 	grant chan struct{} // closed when the slot is handed to it
 	deps  int           // other deliveries of its lane acked because it waits (under slots.mu)
 }
@@ -96,16 +105,47 @@ func (s *slots) fits(b int64) bool {
 	return s.inUse < s.size && (s.maxBytes <= 0 || s.bytes+b <= s.maxBytes)
 }
 
-// take takes a free slot for a payload of n bytes when no lane waits for
-// one and the payload fits the byte budget. The caller puts back what it
-// returns.
-func (s *slots) take(n int) (int64, bool) {
+// charged is what a delivery of the lane token with a payload of n bytes
+// holds of the byte budget: its own payload's charge, or what the lane's
+// next message needs if an owner let the lane go over the budget (under
+// s.mu).
+func (s *slots) charged(token string, n int, now time.Time) int64 {
+	b := s.charge(n)
+	if p := s.place(token, now); p != nil {
+		b = max(b, p.need)
+	}
+	return b
+}
+
+// place returns the lane's place, nil if it has none or only one that
+// prune would forget: a lane that went elsewhere long ago is not charged
+// a stale need, nor taken for one that waits here (under s.mu).
+func (s *slots) place(token string, now time.Time) *place {
+	p := s.lanes[token]
+	if p == nil || p.w == nil && now.Sub(p.left) > placeKept {
+		return nil
+	}
+	return p
+}
+
+// occupy takes a free slot for the lane token, charged b bytes, when no
+// lane waits: the lane's place (kept for this delivery, with what it
+// needs) has served (under s.mu).
+func (s *slots) occupy(token string, b int64) {
+	s.inUse++
+	s.bytes += b
+	delete(s.lanes, token)
+}
+
+// take takes a free slot for a delivery of the lane token with a payload
+// of n bytes (see charged) when no lane waits for one and the charge fits
+// the byte budget. The caller puts back what it returns.
+func (s *slots) take(token string, n int, now time.Time) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.charge(n)
+	b := s.charged(token, n, now)
 	if len(s.queue) == 0 && s.fits(b) {
-		s.inUse++
-		s.bytes += b
+		s.occupy(token, b)
 		return b, true
 	}
 	return 0, false
@@ -123,7 +163,7 @@ func (s *slots) put(b int64) {
 		s.queue = s.queue[1:]
 		s.inUse++
 		s.bytes += w.bytes
-		s.waitB -= w.bytes
+		s.waitB -= w.pay
 		delete(s.lanes, w.token)
 		close(w.grant)
 	}
@@ -168,10 +208,10 @@ func (s *slots) used() int {
 }
 
 // known reports whether the lane waits here or was handed back a moment ago.
-func (s *slots) known(token string) bool {
+func (s *slots) known(token string, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lanes[token] != nil
+	return s.place(token, now) != nil
 }
 
 // joinResult is what wait did with a delivery.
@@ -184,35 +224,36 @@ const (
 	joinFull                     // too many wait: hand it back
 )
 
-// wait puts a delivery of a lane, whose payload is b bytes as charged, in
-// line, at the lane's earlier place if it had one. A delivery of a lane
-// that waits already counts as that waiter's dependent (joinSame): the
-// caller acks it. With rejoin the bound does not apply (a waiter that
-// cannot be handed back goes back in line).
-func (s *slots) wait(token string, b int64, now time.Time, rejoin bool) (*waiter, joinResult) {
+// wait puts a delivery of a lane, whose payload is n bytes, in line, at
+// the lane's earlier place if it had one, and returns what it is charged
+// (see charged). A delivery of a lane that waits already counts as that
+// waiter's dependent (joinSame): the caller acks it. With rejoin the bound
+// does not apply (a waiter that cannot be handed back goes back in line).
+func (s *slots) wait(token string, n int, now time.Time, rejoin bool) (*waiter, int64, joinResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	b, pay := s.charged(token, n, now), s.charge(n)
 	if len(s.queue) == 0 && s.fits(b) {
-		s.inUse++
-		s.bytes += b
-		return nil, joinSlot
+		s.occupy(token, b)
+		return nil, b, joinSlot
 	}
-	p := s.lanes[token]
+	p := s.place(token, now)
 	switch {
 	case p != nil && p.w != nil:
 		p.w.deps++
-		return nil, joinSame
+		return nil, 0, joinSame
 	case len(s.queue) >= s.maxWait && !rejoin:
-		return nil, joinFull
-	case s.maxBytes > 0 && b > 0 && s.waitB+b > s.maxBytes && !rejoin:
+		return nil, 0, joinFull
+	case s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes && !rejoin:
 		// A waiting delivery holds its payload too: the line holds at
-		// most the budget's worth.
-		return nil, joinFull
+		// most the budget's worth (of payloads: what a lane needs for its
+		// next message is not held while it waits).
+		return nil, 0, joinFull
 	case p == nil:
 		p = &place{since: now}
 		s.lanes[token] = p
 	}
-	w := &waiter{token: token, since: p.since, bytes: b, grant: make(chan struct{})}
+	w := &waiter{token: token, since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
 	p.w = w
 	i, _ := slices.BinarySearchFunc(s.queue, w.since, func(q *waiter, t time.Time) int {
 		if q.since.After(t) {
@@ -221,9 +262,9 @@ func (s *slots) wait(token string, b int64, now time.Time, rejoin bool) (*waiter
 		return -1 // after every waiter of the same time: first come, first served
 	})
 	s.queue = slices.Insert(s.queue, i, w)
-	s.waitB += b
+	s.waitB += pay
 	s.waiting.Store(int32(len(s.queue)))
-	return w, joinQueued
+	return w, b, joinQueued
 }
 
 // leave takes a waiting delivery out of line, keeping its lane's place for
@@ -237,7 +278,7 @@ func (s *slots) leave(w *waiter, now time.Time) (int, bool) {
 		return 0, false
 	}
 	s.queue = slices.Delete(s.queue, i, i+1)
-	s.waitB -= w.bytes
+	s.waitB -= w.pay
 	s.waiting.Store(int32(len(s.queue)))
 	if p := s.lanes[w.token]; p != nil && p.w == w {
 		p.w, p.left = nil, now
@@ -251,8 +292,37 @@ func (s *slots) leave(w *waiter, now time.Time) (int, bool) {
 func (s *slots) requeue(token string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lanes[token] == nil {
-		s.lanes[token] = &place{since: now, left: now}
+	s.requeueLocked(token, now)
+}
+
+func (s *slots) requeueLocked(token string, now time.Time) *place {
+	s.prune(now) // places of lanes that went elsewhere are not kept forever
+	p := s.place(token, now)
+	if p == nil {
+		p = &place{since: now, left: now}
+		s.lanes[token] = p
+	}
+	return p
+}
+
+// overBudget remembers that an owner let the lane go because its next
+// message, charged need bytes, did not fit the byte budget: the lane gets
+// a place at the end of the line, and its deliveries are charged at least
+// need until a slot is handed to it (or the place is pruned, the lane
+// having gone elsewhere). So its trigger's redelivery waits in line for
+// the bytes like any delivery of that size, rather than taking a slot and
+// the lease for its own small payload only to let the lane go again.
+func (s *slots) overBudget(token string, need int64, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.requeueLocked(token, now)
+	p.need = max(p.need, need)
+	if p.w == nil {
+		p.left = now
+	} else {
+		// A delivery of the lane queued while the owner ran: it is the
+		// one that takes the lane next, and must get room for the message.
+		p.w.bytes = max(p.w.bytes, need)
 	}
 }
 
@@ -312,8 +382,8 @@ func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, tri
 // message found there can only be deleted later by an owner that takes
 // the lane after the dependents' messages were stored, and drains them.
 func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
-	b := w.sched.charge(len(msg.Data()))
-	wt, res := w.sched.wait(token, b, time.Now(), false)
+	n := len(msg.Data())
+	wt, b, res := w.sched.wait(token, n, time.Now(), false)
 	switch res {
 	case joinSlot:
 		return b, true
@@ -331,14 +401,14 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 		stop := false
 		select {
 		case <-wt.grant:
-			return b, true
+			return wt.bytes, true
 		case <-t.C:
 		case <-w.stopCh:
 			stop = true
 		}
 		deps, left := w.sched.leave(wt, time.Now())
 		if !left {
-			return b, true // granted meanwhile
+			return wt.bytes, true // granted meanwhile
 		}
 		if stop || deps == 0 || w.messageExists(msg) {
 			w.stats.HandedBack.Add(1)
@@ -350,7 +420,7 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 			w.log.Debug().Err(err).Msg("waiting delivery in progress")
 		}
 		var again joinResult
-		wt, again = w.sched.wait(token, b, time.Now(), true)
+		wt, b, again = w.sched.wait(token, n, time.Now(), true)
 		switch again {
 		case joinSlot:
 			return b, true

@@ -270,27 +270,27 @@ func TestSlotsLine(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	s := newSlots(1, -1) // one slot, four may wait, no byte budget
-	take := func() bool { _, ok := s.take(0); return ok }
+	take := func() bool { _, ok := s.take("", 0, time.Time{}); return ok }
 	if !take() || take() {
 		t.Fatal("one slot: the first take gets it, the second does not")
 	}
-	a, res := s.wait("a", 0, at(0), false)
+	a, _, res := s.wait("a", 0, at(0), false)
 	if res != joinQueued {
 		t.Fatalf("a: %v", res)
 	}
-	b, _ := s.wait("b", 0, at(1), false)
-	if _, res := s.wait("a", 0, at(2), false); res != joinSame {
+	b, _, _ := s.wait("b", 0, at(1), false)
+	if _, _, res := s.wait("a", 0, at(2), false); res != joinSame {
 		t.Fatalf("a second delivery of a waiting lane: %v, want joinSame", res)
 	}
 	// a is handed back, b keeps waiting; a's redelivery takes its old place.
-	if deps, ok := s.leave(a, at(3)); !ok || deps != 1 || !s.known("a") {
+	if deps, ok := s.leave(a, at(3)); !ok || deps != 1 || !s.known("a", at(3)) {
 		t.Fatal("a handed back must keep its place")
 	}
-	a2, _ := s.wait("a", 0, at(4), false)
+	a2, _, _ := s.wait("a", 0, at(4), false)
 	s.requeue("y", at(5)) // a lane that yielded: the end of the line
-	y, _ := s.wait("y", 0, at(6), false)
-	c, _ := s.wait("c", 0, at(5), false) // began to wait before y's delivery came back
-	if _, res := s.wait("d", 0, at(7), false); res != joinFull {
+	y, _, _ := s.wait("y", 0, at(6), false)
+	c, _, _ := s.wait("c", 0, at(5), false) // began to wait before y's delivery came back
+	if _, _, res := s.wait("d", 0, at(7), false); res != joinFull {
 		t.Fatalf("a fifth waiter: %v, want joinFull", res)
 	}
 	var got []*waiter
@@ -342,23 +342,23 @@ func TestSlotsByteBudget(t *testing.T) {
 		}
 	}
 	s := newSlots(8, 100)
-	a, ok := s.take(60)
+	a, ok := s.take("", 60, time.Time{})
 	if !ok || a != 60 {
 		t.Fatalf("take(60) = %d %v, want a slot holding 60", a, ok)
 	}
-	if _, ok := s.take(50); ok {
+	if _, ok := s.take("", 50, time.Time{}); ok {
 		t.Fatal("60 + 50 bytes went over a budget of 100")
 	}
-	big, res := s.wait("big", s.charge(50), at(0), false)
+	big, _, res := s.wait("big", 50, at(0), false)
 	if res != joinQueued {
 		t.Fatalf("a payload over the budget: %v, want joinQueued", res)
 	}
-	small, _ := s.wait("small", s.charge(10), at(1), false) // fits, but comes later
-	if _, ok := s.take(1); ok || granted(small) {
+	small, _, _ := s.wait("small", 10, at(1), false) // fits, but comes later
+	if _, ok := s.take("", 1, time.Time{}); ok || granted(small) {
 		t.Fatal("a lane jumped the line while one waits for bytes")
 	}
 	// The line holds 60 bytes of payloads: 50 more would pass the budget.
-	if _, res := s.wait("more", s.charge(50), at(2), false); res != joinFull {
+	if _, _, res := s.wait("more", 50, at(2), false); res != joinFull {
 		t.Fatalf("a waiter past the budget's worth of waiting payloads: %v, want joinFull", res)
 	}
 	s.put(a)
@@ -371,11 +371,11 @@ func TestSlotsByteBudget(t *testing.T) {
 	if huge := s.charge(1 << 30); huge != 100 {
 		t.Fatalf("a payload over the whole budget is charged %d, want the budget (100)", huge)
 	}
-	h, ok := s.take(1 << 30)
+	h, ok := s.take("", 1<<30, time.Time{})
 	if !ok || s.usedBytes() != 100 {
 		t.Fatalf("a payload over the budget on an idle worker: %v, %d bytes held", ok, s.usedBytes())
 	}
-	if _, ok := s.take(0); !ok {
+	if _, ok := s.take("", 0, time.Time{}); !ok {
 		t.Fatal("a lane holding no payload is refused while slots are free")
 	}
 	s.put(0)
@@ -384,7 +384,7 @@ func TestSlotsByteBudget(t *testing.T) {
 		t.Fatalf("used %d, %d bytes, waiting %d (%d bytes) after every slot came back", s.used(), s.usedBytes(), s.waiting.Load(), s.waitB)
 	}
 	none := newSlots(2, -1)
-	if b, ok := none.take(1 << 30); !ok || b != 0 {
+	if b, ok := none.take("", 1<<30, time.Time{}); !ok || b != 0 {
 		t.Fatalf("without a budget: take = %d %v, want a slot holding 0", b, ok)
 	}
 }
@@ -421,7 +421,7 @@ func TestShouldYield(t *testing.T) {
 			now := time.Now()
 			last := 10 * time.Second // the owner's last turn
 			if c.waiting {
-				w.sched.take(0)
+				w.sched.take("", 0, time.Time{})
 				began := now.Add(-last - time.Second)
 				if c.late {
 					began = now.Add(-last / 2)

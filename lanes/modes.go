@@ -574,6 +574,10 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 			continue
 		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			if seen && cut == nil {
+				o.log.Warn().Dur("waited", waited).
+					Msg("the message that cut the turn was not stored: if the stream stores it later it runs as the lane's next message (a rollback then keeps the cut turn)")
+			}
 			break
 		}
 		if err != nil {
@@ -617,8 +621,16 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 }
 
 // cutStoreWait bounds how long a cut turn waits for the stream to store the
-// message that cut it (one the stream refuses, a duplicate, never comes).
-const cutStoreWait = 5 * time.Second
+// message that cut it. One the stream refuses (a duplicate Nats-Msg-Id, a
+// failed Nats-Expected-* check, a full stream) never comes, and the
+// owner, which sees the message on its watch but not the publisher's ack,
+// cannot tell; meanwhile it holds the lane. A stream stores a message it
+// accepts within milliseconds of the watch seeing it; the bound leaves
+// room for a loaded or replicated stream, since a cut stored later still
+// runs, after the turn, as the lane's next message (an interrupt with
+// nothing to cut; a rollback then no longer discards the cut turn's
+// progress), which the owner logs as a warning when it gives up.
+const cutStoreWait = 2 * time.Second
 
 // stopped remembers what the lane's last stop command cut, for its own run.
 type stopped struct {

@@ -57,10 +57,10 @@ type owner struct {
 	yielded  bool
 	// held is what the owner's slot holds of the byte budget; it grows to
 	// the largest message the owner runs (fits), and goes back with the
-	// slot. overBudget: the drain ended because the lane's next message
-	// did not fit.
+	// slot. overBudget: the drain ended because the lane's next message,
+	// charged this many bytes, did not fit; 0 = it did not.
 	held       int64
-	overBudget bool
+	overBudget int64
 	// quiet is the drain's watch of the lane (see watchCuts) and what it
 	// knows; nil until a turn of the drain starts one.
 	quiet *quietWatch
@@ -105,7 +105,7 @@ func (o *owner) run() {
 			end = endHandOver
 		case o.yielded:
 			end = endYield
-		case o.overBudget:
+		case o.overBudget > 0:
 			end = endOverBudget
 		default:
 			end = o.release()
@@ -141,8 +141,9 @@ const (
 	// trigger comes back in a second, to whoever can take the lane then.
 	endRetry
 	// endOverBudget: the lane's next message does not fit the byte
-	// budget: release the lease, hand the trigger back for a moment
-	// later, when the payloads in flight may have gone.
+	// budget: release the lease and hand the trigger back; it is charged
+	// what that message needs (slots.overBudget), so it waits in line
+	// here until the payloads in flight leave room.
 	endOverBudget
 	// endYield: the owner gives its slot to a lane that waits for one,
 	// with messages left: release the lease and hand the trigger back at
@@ -187,6 +188,9 @@ func (o *owner) settle(end ending) {
 	case endOverBudget:
 		o.letGo(ctx, "over the byte budget")
 		o.w.stats.OverBudget.Add(1)
+		// Before the trigger goes back: its redelivery is charged what
+		// the lane needs.
+		o.w.sched.overBudget(o.token, o.overBudget, time.Now())
 		o.w.nak(o.trigger, busyNakDelay)
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
@@ -281,8 +285,8 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			return false
 		}
-		if !o.fits(raw) {
-			o.overBudget = true
+		if need, ok := o.fits(raw); !ok {
+			o.overBudget = need
 			return false
 		}
 		if o.w.shouldYield(o.turns, o.since, o.lastTurn, o.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
@@ -344,17 +348,18 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 // fits charges the owner's slot for the message it is about to run, when
 // that is larger than what the slot holds (its trigger's payload, or the
 // largest message it ran), and reports whether the byte budget had room: a
-// sender cannot pass large messages behind a small one.
-func (o *owner) fits(raw *jetstream.RawStreamMsg) bool {
+// sender cannot pass large messages behind a small one. It returns the
+// message's charge.
+func (o *owner) fits(raw *jetstream.RawStreamMsg) (int64, bool) {
 	need := o.w.sched.charge(len(raw.Data))
 	if need <= o.held {
-		return true
+		return need, true
 	}
 	if !o.w.sched.grow(need - o.held) {
-		return false
+		return need, false
 	}
 	o.held = need
-	return true
+	return need, true
 }
 
 // readCursor reads the lane's cursor and sets the owner's settings, on the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,8 +104,12 @@ func TestCutRightAfterStart(t *testing.T) {
 	for i := range 8 {
 		key := fmt.Sprintf("race%d", i)
 		tok, _ := events.KeyToken(key)
-		cut := make(chan uint64, 1)
+		cut := make(chan sentCut, 1)
 		stopCmd := i%2 == 1
+		// Only the first start (the long turn's) is cut: the interrupt's
+		// own turn starts too, and a cut of it would chain more sends that
+		// outlive the test (and fail it from a goroutine).
+		var once sync.Once
 		sub, err := nc.Subscribe(events.EventPrefix+tok+".*", func(m *nats.Msg) {
 			ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)
 			if err != nil || ev.Stream != events.StreamLifecycle || ev.Data.Phase != events.PhaseStart || ev.Data.InboundSeq == 0 {
@@ -114,7 +119,12 @@ func TestCutRightAfterStart(t *testing.T) {
 			if stopCmd {
 				in = &events.Inbound{Stop: true}
 			}
-			go func() { cut <- f.publishIn(t, key, in) }()
+			once.Do(func() {
+				go func() {
+					seq, err := f.sendInbound(t.Context(), key, in)
+					cut <- sentCut{seq, err}
+				}()
+			})
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -128,6 +138,38 @@ func TestCutRightAfterStart(t *testing.T) {
 		if e := ev.Data.Result.Meta.Error; e == nil || e.Kind != events.KindInterrupted {
 			t.Fatalf("%s: cut run final = %+v", key, ev.Data.Result.Meta)
 		}
-		f.waitFinal(t, key, <-cut)
+		c := <-cut
+		if c.err != nil {
+			t.Fatalf("%s: publish the cut: %v", key, c.err)
+		}
+		f.waitFinal(t, key, c.seq)
 	}
+}
+
+// sentCut is what a cut published from a subscription's goroutine got.
+type sentCut struct {
+	seq uint64
+	err error
+}
+
+// sendInbound publishes in to key's lane and returns its stream sequence;
+// unlike publishIn it calls no t.Fatal, for goroutines other than the
+// test's.
+func (f *fleet) sendInbound(ctx context.Context, key string, in *events.Inbound) (uint64, error) {
+	subj, err := events.InboundSubject(key)
+	if err != nil {
+		return 0, err
+	}
+	data, ct, err := events.EncodeInbound(in, false)
+	if err != nil {
+		return 0, err
+	}
+	m := nats.NewMsg(subj)
+	m.Data = data
+	m.Header.Set(events.HeaderContentType, ct)
+	ack, err := f.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("publish: %w", err)
+	}
+	return ack.Sequence, nil
 }

@@ -106,20 +106,22 @@ func (w *Worker) deleteLeftovers(ctx context.Context, subj string, cursor uint64
 // false when the worker has no free slot: the next sweep tries again.
 func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bool {
 	// A swept lane's messages are read by its owner: it holds no
-	// trigger's payload.
-	if _, ok := w.sched.take(0); !ok {
+	// trigger's payload, only what the lane's next message needs if an
+	// owner here let it go over the byte budget.
+	held, ok := w.sched.take(token, 0, time.Now())
+	if !ok {
 		return false
 	}
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
 	if err != nil {
-		w.sched.put(0)
+		w.sched.put(held)
 		return true
 	}
 	w.stats.Swept.Add(1)
 	w.log.Warn().Str("lane", token).Msg(why)
 	w.wg.Add(1)
 	go func() {
-		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger(), since: time.Now()}
+		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger(), since: time.Now(), held: held}
 		defer func() { w.sched.put(o.held); w.wg.Done() }()
 		o.hold(true)
 		defer o.hold(false)

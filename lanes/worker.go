@@ -303,7 +303,8 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		got  bool
 	)
 	if !follower {
-		held, got = w.sched.take(len(msg.Data()))
+		token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
+		held, got = w.sched.take(token, len(msg.Data()), time.Now())
 	}
 	w.wg.Add(1)
 	go func() {
@@ -344,8 +345,10 @@ func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
 		w.settleDelivery(msg, settleBusy) // dead-lettered by a worker with room
 		return 0, false
 	}
-	if !w.sched.known(token) {
+	if !w.fair() || !w.sched.known(token, time.Now()) {
 		// A lane waiting here was not held a moment ago: no need to ask.
+		// (Without fairness nothing waits: a lane an owner here let go
+		// over the byte budget is known, and handed back.)
 		h, held, err := w.lanes.Holder(ctx, token)
 		if err == nil && held && !holdsAsTrigger(h, md) {
 			w.settleDelivery(msg, settleFollower)

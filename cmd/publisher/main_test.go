@@ -318,14 +318,16 @@ func TestRunsListsWhatRuns(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) != "no runs" {
 		t.Fatalf("idle fleet: %q, %v", out, err)
 	}
-	script := `#script {"replies":[{"text":"slow answer","chunks":20,"delayMs":100}]}`
+	// About five seconds of turn: the polls below must catch it running
+	// even when each of them is slow on a busy box.
+	script := `#script {"replies":[{"text":"slow answer","chunks":20,"delayMs":250}]}`
 	out, _, err = publisher(t, "send", "--nats-url", url, "--session", "busy", "--model", "scripted/script", "--no-follow", script)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runID := lastField(out) // "sent: session busy run 1"
 	var listed string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if listed, _, _ = publisher(t, "runs", "--nats-url", url, "--json"); strings.Contains(listed, `"session":"busy"`) {
 			break
 		}
@@ -339,7 +341,7 @@ func TestRunsListsWhatRuns(t *testing.T) {
 	}
 	// The entry is removed right after the turn is committed.
 	var after string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if after, _, err = publisher(t, "runs", "--nats-url", url); err != nil || strings.TrimSpace(after) == "no runs" {
 			break
 		}

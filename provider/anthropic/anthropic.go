@@ -69,14 +69,7 @@ func New(cfg Config) *Adapter {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
-	if cfg.WireCacheBytes == 0 {
-		cfg.WireCacheBytes = WireCacheBytesDefault
-	}
-	if cfg.WireCacheBytes > 0 {
-		a.wire = newWireCache(cfg.WireCacheBytes)
-	}
-	return a
+	return &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient), wire: newWireCache(cfg.WireCacheBytes)}
 }
 
 var _ provider.Provider = (*Adapter)(nil)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
-	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -119,7 +118,6 @@ func normalizeID(id string) string { return transform.SanitizeID(id, 64) }
 func buildRequest(req *provider.Request, cache *wireCache) ([]byte, []string, error) {
 	m := req.Model
 	images := hasImageInput(m)
-	prev := cache.Take(req.SessionID)
 	body := apiRequest{Model: m.ID, Stream: true}
 	base := req.MaxTokens
 	if base <= 0 {
@@ -169,20 +167,16 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, []string, er
 		body.System = []apiBlock{b}
 	}
 	msgs := transform.Messages(req.Messages, m, normalizeID)
-	var w *wireConvs // the messages' wire forms, kept for the next request
-	same := 0
-	if cache != nil && req.SessionID != "" {
-		w, same = prev.Convs(wirecache.Key(m, images), msgs)
-	}
-	body.Messages = messages(msgs, images, prev.Messages(len(msgs)), w, same)
+	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs))
+	messages(&f, msgs, images)
 	// Cache the whole prefix: a breakpoint on the last block of the last
 	// user message (blocks of its own: the ones it had may be shared).
-	for i := len(body.Messages) - 1; i >= 0; i-- {
-		if body.Messages[i].Role == "user" && len(body.Messages[i].Content) > 0 {
-			c := slices.Clone(body.Messages[i].Content)
+	for i := len(f.Out) - 1; i >= 0; i-- {
+		if f.Out[i].Role == "user" && len(f.Out[i].Content) > 0 {
+			c := slices.Clone(f.Out[i].Content)
 			c[len(c)-1].CacheControl = &apiCache{Type: "ephemeral"}
-			body.Messages[i].Content = c
-			unmark(w, i)
+			f.Out[i].Content = c
+			f.Unmark(i)
 			break
 		}
 	}
@@ -193,53 +187,25 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, []string, er
 		}
 		body.Tools = append(body.Tools, apiTool{Name: t.Name, Description: t.Description, InputSchema: schema})
 	}
-	data, err := cache.Marshal(req.SessionID, prev, &body, &body.Messages, "messages", w)
+	data, err := f.Marshal(&body, &body.Messages, "messages")
 	return data, betas, err
 }
 
-// messages maps the history to wire messages, appended to out. With w
-// (the session's wire forms, kept for the next request) each message's
-// form is taken from w.Conv when the message is the same as in the last
-// request (i < same) and kept there otherwise, and w.Hint gets the last
-// request's wire message each one repeats.
-func messages(msgs []message.Message, images bool, out []apiMessage, w *wireConvs, same int) []apiMessage {
-	add := func(am apiMessage, h int) int {
-		out = append(out, am)
-		if w != nil {
-			w.Hint = append(w.Hint, h)
-		}
-		return len(out) - 1
-	}
-	// convert puts what msgs[i] becomes in w.Conv[i] (the last request's
-	// when i < same) and returns it and the index of its message in the
-	// last request (-1: none).
-	var scratch wireConv
-	convert := func(i int, build func() wireConv) (*wireConv, int) {
-		if w == nil {
-			scratch = build()
-			return &scratch, -1
-		}
-		if i >= same {
-			w.Conv = append(w.Conv, build())
-			return &w.Conv[i], -1
-		}
-		cv := &w.Conv[i]
-		return cv, cv.at
-	}
+// messages maps the history to wire messages, added to f: a message's
+// form is the last request's when the message is (see wirecache.Forms).
+func messages(f *wireForms, msgs []message.Message, images bool) {
 	for i := 0; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
-			cv, h := convert(i, func() wireConv { am, ok := userMessage(msg, images); return wireConv{am: am, ok: ok} })
-			cv.at = -1
+			cv, h := f.Form(i, func() wireConv { am, ok := userMessage(msg, images); return wireConv{am: am, ok: ok} })
 			if cv.ok {
-				cv.at = add(cv.am, h)
+				f.Add(i, cv.am, h)
 			}
 		case message.RoleAssistant:
-			cv, h := convert(i, func() wireConv { am, ok := assistantMessage(msg); return wireConv{am: am, ok: ok} })
-			cv.at = -1
+			cv, h := f.Form(i, func() wireConv { am, ok := assistantMessage(msg); return wireConv{am: am, ok: ok} })
 			if cv.ok {
-				cv.at = add(cv.am, h)
+				f.Add(i, cv.am, h)
 			}
 		case message.RoleToolResult:
 			// Consecutive results go in one user message, kept with the
@@ -250,35 +216,38 @@ func messages(msgs []message.Message, images bool, out []apiMessage, w *wireConv
 			}
 			run := i - first
 			i--
-			if w == nil {
+			if !f.Keeping() {
 				blocks := make([]apiBlock, run)
 				for k := range blocks {
 					blocks[k] = toolResult(&msgs[first+k], images)
 				}
-				add(apiMessage{Role: "user", Content: blocks}, -1)
+				f.Add(-1, apiMessage{Role: "user", Content: blocks}, -1)
 				break
 			}
+			built := false // a result's form made anew: not the last request's run
+			h := -1
 			for k := first; k < first+run; k++ {
 				tr := &msgs[k]
-				convert(k, func() wireConv { return wireConv{blk: toolResult(tr, images), at: -1} })
+				_, hk := f.Form(k, func() wireConv { built = true; return wireConv{blk: toolResult(tr, images)} })
+				if k == first {
+					h = hk
+				}
 			}
-			head := &w.Conv[first]
-			if first+run > same || head.run != run {
+			head := f.Kept(first)
+			if built || head.run != run {
 				// Not the run of the last request: its message anew.
 				blocks := make([]apiBlock, run)
 				for k := range blocks {
-					blocks[k] = w.Conv[first+k].blk
-					w.Conv[first+k].run, w.Conv[first+k].at = 0, -1
+					cv := f.Kept(first + k)
+					blocks[k], cv.run = cv.blk, 0
 				}
-				head.am, head.run, head.at = apiMessage{Role: "user", Content: blocks}, run, -1
+				head.am, head.run, h = apiMessage{Role: "user", Content: blocks}, run, -1
 			}
-			head.at = add(head.am, head.at)
+			f.Add(first, head.am, h)
 		default:
-			cv, _ := convert(i, func() wireConv { return wireConv{} })
-			cv.at = -1
+			f.Form(i, nil)
 		}
 	}
-	return out
 }
 
 func userMessage(msg *message.Message, images bool) (apiMessage, bool) {

@@ -14,11 +14,11 @@ const WireCacheBytesDefault = wirecache.BytesDefault
 // Messages request and their JSON, so that the next request of a long
 // session encodes only the messages that are new (see
 // provider/internal/wirecache): a message's JSON is reused only when the
-// message is the same (message.Snapshot, for the same model: wirecache.Key) or
+// message is the same (message.Snapshot, for the same model) or
 // equal field by field (apiMessage.equal).
 type wireCache = wirecache.Cache[apiMessage, wireConv]
 
-type wireConvs = wirecache.Convs[wireConv]
+type wireForms = wirecache.Forms[apiMessage, wireConv]
 
 // wireConv is what one message of the history became on the wire.
 type wireConv struct {
@@ -28,27 +28,10 @@ type wireConv struct {
 	// results, how many am holds (0: am is not the run's).
 	blk apiBlock
 	run int
-	at  int // am's index in the request's wire messages, -1: not there as am
 }
 
 func newWireCache(maxBytes int) *wireCache {
 	return wirecache.New[apiMessage, wireConv](maxBytes, (*apiMessage).equal)
-}
-
-// unmark records that the request's wire message j is not the form it
-// was made of (a prompt-cache breakpoint was added to it): its JSON is
-// that form's no longer (nil w: nothing kept).
-func unmark(w *wireConvs, j int) {
-	if w == nil {
-		return
-	}
-	w.Hint[j] = -1
-	for i := len(w.Conv) - 1; i >= 0; i-- {
-		if w.Conv[i].at == j {
-			w.Conv[i].at = -1
-			return
-		}
-	}
 }
 
 // equal reports whether a and b encode the same: every field of

@@ -6,7 +6,6 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
-	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -163,7 +162,6 @@ func normalizeID(id string) string { return transform.SanitizeID(id, 64) }
 func buildRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	m := req.Model
 	images := hasImageInput(m)
-	prev := cache.Take(req.SessionID)
 	body := apiRequest{GenerationConfig: apiGenerationC{Temperature: req.Temperature, ThinkingConfig: thinkingConfig(m, req.Thinking)}}
 	body.GenerationConfig.MaxOutputTokens = req.MaxTokens
 	if body.GenerationConfig.MaxOutputTokens <= 0 {
@@ -180,12 +178,8 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		idFix = normalizeID
 	}
 	msgs := transform.Messages(req.Messages, m, idFix)
-	var w *wireConvs // the messages' wire forms, kept for the next request
-	same := 0
-	if cache != nil && req.SessionID != "" {
-		w, same = prev.Convs(wirecache.Key(m, images), msgs)
-	}
-	body.Contents = contents(msgs, m, images, prev.Messages(len(msgs)), w, same)
+	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs))
+	contents(&f, msgs, m, images)
 	if len(req.Tools) > 0 {
 		decls := make([]apiFunctionDecl, 0, len(req.Tools))
 		for _, t := range req.Tools {
@@ -197,122 +191,169 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		}
 		body.Tools = []apiTool{{FunctionDeclarations: decls}}
 	}
-	return cache.Marshal(req.SessionID, prev, &body, &body.Contents, "contents", w)
+	return f.Marshal(&body, &body.Contents, "contents")
 }
 
-// contents maps the history to wire contents, appended to out. With w
-// (the session's wire forms, kept for the next request) each message's
-// form is taken from w.Conv when the message is the same as in the last
-// request (i < same) and kept there otherwise, and w.Hint gets the last
-// request's content each one repeats.
-func contents(msgs []message.Message, m provider.Model, images bool, out []apiContent, w *wireConvs, same int) []apiContent {
-	add := func(c apiContent, h int) int {
-		out = append(out, c)
-		if w != nil {
-			w.Hint = append(w.Hint, h)
-		}
-		return len(out) - 1
-	}
-	// convert puts what msgs[i] becomes in w.Conv[i] (the last request's
-	// when i < same) and returns it and the index of its content in the
-	// last request (-1: none).
-	var scratch wireConv
-	convert := func(i int, build func() wireConv) (*wireConv, int) {
-		if w == nil {
-			scratch = build()
-			return &scratch, -1
-		}
-		if i >= same {
-			w.Conv = append(w.Conv, build())
-			return &w.Conv[i], -1
-		}
-		cv := &w.Conv[i]
-		return cv, cv.at
-	}
+// contents maps the history to wire contents, added to f: a message's
+// form is the last request's when the message is (see wirecache.Forms).
+func contents(f *wireForms, msgs []message.Message, m provider.Model, images bool) {
+	var names callNames
 	for i := 0; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
-			cv, h := convert(i, func() wireConv { c, ok := userContent(msg, images); return wireConv{c: c, ok: ok} })
-			cv.at = -1
+			cv, h := f.Form(i, func() wireConv { c, ok := userContent(msg, images); return wireConv{c: c, ok: ok} })
 			if cv.ok {
-				cv.at = add(cv.c, h)
+				f.Add(i, cv.c, h)
 			}
 		case message.RoleAssistant:
-			cv, h := convert(i, func() wireConv { c, ok := modelContent(msg, m); return wireConv{c: c, ok: ok} })
-			cv.at = -1
+			cv, h := f.Form(i, func() wireConv { c, ok := modelContent(msg, m); return wireConv{c: c, ok: ok} })
 			if cv.ok {
-				cv.at = add(cv.c, h)
+				f.Add(i, cv.c, h)
 			}
 		case message.RoleToolResult:
-			// Consecutive results go in one content, kept with the first
-			// of them: the same when the run is (run: its length) and
-			// every result names its tool (a result without a name takes
-			// it from the call, in another message).
 			first := i
 			for i < len(msgs) && msgs[i].Role == message.RoleToolResult {
 				i++
 			}
-			run := i - first
 			i--
-			named := true
-			parts := make([]apiPart, 0, run)
-			var imageTurn []apiPart
-			for k := first; k < first+run; k++ {
-				tr := &msgs[k]
-				cv, _ := convert(k, func() wireConv { return toolResult(tr, m, images, "") })
-				if tr.ToolName == "" {
-					named = false
-					*cv = toolResult(tr, m, images, callName(msgs[:k], tr.ToolCallID))
-				}
-				if k > first {
-					cv.runLen, cv.runAt = 0, -1
-				}
-				parts = append(parts, cv.part)
-				imageTurn = append(imageTurn, cv.imgs...)
-			}
-			c := apiContent{Role: "user", Parts: parts}
-			if w == nil {
-				add(c, -1)
-			} else if head := &w.Conv[first]; named && len(imageTurn) == 0 {
-				// The run's content is the last request's when the run is.
-				// (the parts made above are then not used)
-				h := -1
-				if first+run <= same && head.runLen == run && head.c.Parts != nil {
-					c, h = head.c, head.runAt
-				}
-				head.c, head.runLen = c, run
-				head.runAt = add(c, h)
-			} else {
-				head.c, head.runLen, head.runAt = apiContent{}, 0, -1
-				add(c, -1)
-			}
-			if len(imageTurn) > 0 {
-				add(apiContent{Role: "user", Parts: append([]apiPart{{Text: str("Tool result image:")}}, imageTurn...)}, -1)
-			}
+			toolResults(f, msgs, first, i+1, m, images, &names)
 		default:
-			cv, _ := convert(i, func() wireConv { return wireConv{} })
-			cv.at = -1
+			f.Form(i, nil)
 		}
 	}
-	return out
 }
 
-// callName is the name of the last call id among msgs' tool calls ("":
-// none), for a result that does not name its tool.
-func callName(msgs []message.Message, id string) string {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role != message.RoleAssistant {
+// toolResults adds the run of tool results msgs[first:end] to f: one
+// content of their function responses, then, when they have images and
+// the model is older than Gemini 3, a user content of the images. The
+// run's content is kept with the first of them and is the same when the
+// run is (runLen: its length) and every result names its tool (a result
+// without a name takes it from the call, in another message).
+func toolResults(f *wireForms, msgs []message.Message, first, end int, m provider.Model, images bool, names *callNames) {
+	run := end - first
+	var parts, imageTurn []apiPart
+	if !f.Keeping() {
+		parts = make([]apiPart, 0, run)
+		for k := first; k < end; k++ {
+			cv := toolResult(&msgs[k], m, images, names.of(msgs, k))
+			parts = append(parts, cv.part)
+			imageTurn = append(imageTurn, cv.imgs...)
+		}
+		addRun(f, -1, apiContent{Role: "user", Parts: parts}, imageTurn)
+		return
+	}
+	built := false // a result's form made anew: not the last request's run
+	named := true
+	h := -1
+	for k := first; k < end; k++ {
+		tr := &msgs[k]
+		cv, hk := f.Form(k, func() wireConv { built = true; return toolResult(tr, m, images, names.of(msgs, k)) })
+		if tr.ToolName == "" {
+			named = false
+			// A form of the last request's named the call before it
+			// then, which the history limit may have dropped since.
+			if f.Dropped() {
+				if name := names.of(msgs, k); cv.part.FunctionResponse.Name != name {
+					*cv = toolResult(tr, m, images, name)
+				}
+			}
+		}
+		if k == first {
+			h = hk
+		} else {
+			cv.runLen = 0
+		}
+	}
+	head := f.Kept(first)
+	if !built && head.runLen == run && head.c.Parts != nil {
+		f.Add(first, head.c, h) // the last request's run
+		return
+	}
+	parts = make([]apiPart, 0, run)
+	for k := first; k < end; k++ {
+		cv := f.Kept(k)
+		parts = append(parts, cv.part)
+		imageTurn = append(imageTurn, cv.imgs...)
+	}
+	c := apiContent{Role: "user", Parts: parts}
+	if named && len(imageTurn) == 0 {
+		head.c, head.runLen = c, run
+		addRun(f, first, c, nil)
+		return
+	}
+	head.c, head.runLen = apiContent{}, 0
+	addRun(f, -1, c, imageTurn)
+}
+
+// addRun adds a run's content c, the form of msgs[i] (-1: none's), and
+// the user content of its images after it when there are any.
+func addRun(f *wireForms, i int, c apiContent, imageTurn []apiPart) {
+	f.Add(i, c, -1)
+	if len(imageTurn) > 0 {
+		f.Add(-1, apiContent{Role: "user", Parts: append([]apiPart{{Text: str("Tool result image:")}}, imageTurn...)}, -1)
+	}
+}
+
+// callNames finds the tool of a result that does not name it: the name of
+// the last call of its id in the messages before it. The call is looked
+// for in the few messages before the result (where it usually is); when
+// it is not there, every call before the result is read into a map, each
+// once per request, that answers from then on (a session of such results
+// costs its length, not its length squared).
+type callNames struct {
+	byID map[string]string
+	read int // msgs[:read]'s calls are in byID
+}
+
+// nearCalls is how many messages before a result its call is looked for
+// in before the map is made.
+const nearCalls = 8
+
+// of returns the name msgs[k], a tool result, is sent with when it has
+// none ("" when it has one, or no call before it has its id). The k of
+// one request's calls never decrease.
+func (c *callNames) of(msgs []message.Message, k int) string {
+	tr := &msgs[k]
+	if tr.ToolName != "" {
+		return ""
+	}
+	if c.byID == nil {
+		for j := k - 1; j >= max(k-nearCalls, 0); j-- {
+			if name, ok := callIn(&msgs[j], tr.ToolCallID); ok {
+				return name
+			}
+		}
+		if k <= nearCalls {
+			return "" // every message before it read
+		}
+		c.byID = map[string]string{}
+	}
+	for ; c.read < k; c.read++ {
+		if msgs[c.read].Role != message.RoleAssistant {
 			continue
 		}
-		bs := msgs[i].Content.Blocks
-		for j := len(bs) - 1; j >= 0; j-- {
-			if bs[j].Type == message.BlockToolCall && bs[j].ID == id {
-				return bs[j].Name
+		for _, b := range msgs[c.read].Content.Blocks {
+			if b.Type == message.BlockToolCall {
+				c.byID[b.ID] = b.Name
 			}
 		}
 	}
-	return ""
+	return c.byID[tr.ToolCallID]
+}
+
+// callIn returns the name of msg's last call of id, if it has one.
+func callIn(msg *message.Message, id string) (string, bool) {
+	if msg.Role != message.RoleAssistant {
+		return "", false
+	}
+	bs := msg.Content.Blocks
+	for j := len(bs) - 1; j >= 0; j-- {
+		if bs[j].Type == message.BlockToolCall && bs[j].ID == id {
+			return bs[j].Name, true
+		}
+	}
+	return "", false
 }
 
 func userContent(msg *message.Message, images bool) (apiContent, bool) {
@@ -411,7 +452,7 @@ func toolResult(tr *message.Message, m provider.Model, images bool, name string)
 	if sendsCallIDs(m.ID) {
 		fr.ID = tr.ToolCallID
 	}
-	cv := wireConv{part: apiPart{FunctionResponse: fr}, at: -1}
+	cv := wireConv{part: apiPart{FunctionResponse: fr}}
 	if len(imgs) > 0 {
 		if isGemini3(m.ID) {
 			fr.Parts = imgs

@@ -14,24 +14,23 @@ const WireCacheBytesDefault = wirecache.BytesDefault
 // generateContent request and their JSON, so that the next request of a
 // long session encodes only the contents that are new (see
 // provider/internal/wirecache): a content's JSON is reused only when the
-// message is the same (message.Snapshot, for the same model: wirecache.Key) or
+// message is the same (message.Snapshot, for the same model) or
 // equal field by field (apiContent.equal).
 type wireCache = wirecache.Cache[apiContent, wireConv]
 
-type wireConvs = wirecache.Convs[wireConv]
+type wireForms = wirecache.Forms[apiContent, wireConv]
 
 // wireConv is what one message of the history became on the wire.
 type wireConv struct {
-	c  apiContent // a user or assistant message's
+	c  apiContent // a user or assistant message's; the run's content for the first of a run of tool results
 	ok bool       // c is sent (a message may have nothing to send)
-	at int        // c's index in the request's contents, -1: not there as c
 	// part and imgs are a tool result's function response and the images
 	// sent after its run.
 	part apiPart
 	imgs []apiPart
 	// runLen, for the first of a run of results, is how many results c
-	// holds (0: c is not the run's); runAt is c's index.
-	runLen, runAt int
+	// holds (0: c is not the run's).
+	runLen int
 }
 
 func newWireCache(maxBytes int) *wireCache {

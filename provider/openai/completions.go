@@ -22,11 +22,7 @@ type Completions struct {
 
 // NewCompletions returns a Chat Completions adapter.
 func NewCompletions(cfg Config) *Completions {
-	c := &Completions{poster: newPoster(cfg)}
-	if n := cfg.withDefaults().WireCacheBytes; n > 0 {
-		c.wire = newWireCache(n)
-	}
-	return c
+	return &Completions{poster: newPoster(cfg), wire: newWireCache(cfg.WireCacheBytes)}
 }
 
 var _ provider.Provider = (*Completions)(nil)

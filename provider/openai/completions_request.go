@@ -7,7 +7,6 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
-	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -125,14 +124,16 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	msgs := transform.Messages(req.Messages, m, c.normalizeID)
 	images := hasImageInput(m)
 
-	prev := cache.Take(req.SessionID)
-	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature, Messages: prev.Messages(len(msgs) + 1)}
+	// Each message's wire form is taken from the session's last request
+	// when the message is the same (see wirecache.Forms).
+	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs)+1)
+	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature}
 	if c.usageInStreaming {
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	if c.store {
-		f := false
-		body.Store = &f
+		no := false
+		body.Store = &no
 	}
 	if n := ollamaNumCtx(m); n > 0 {
 		body.Options = &ollamaOptions{NumCtx: n}
@@ -153,49 +154,16 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			body.EnableThinking = &t
 		}
 	} else if c.thinking == thinkZAI && m.Reasoning {
-		f := false
-		body.EnableThinking = &f
+		no := false
+		body.EnableThinking = &no
 	}
 
-	// Each message's wire form is taken from the session's last request
-	// when the message is the same (message.Snapshots) and the model the
-	// same: conv[i] is what msgs[i] became, hint[j] the last request's
-	// message that body.Messages[j] repeats (-1: none known).
-	w := &wirecache.Convs[wireConv]{}
-	same := 0
-	keep := cache != nil && req.SessionID != "" // the forms are kept for the next request
-	if keep {
-		w, same = prev.Convs(wirecache.Key(m, images), msgs)
-	}
-	add := func(cm chatMessage, h int) int {
-		body.Messages = append(body.Messages, cm)
-		if keep {
-			w.Hint = append(w.Hint, h)
-		}
-		return len(body.Messages) - 1
-	}
-	// convert puts what msgs[i] becomes in w.Conv[i] (the last request's
-	// when i < same) and returns it and the index of its message in the
-	// last request (-1: none).
-	var scratch wireConv
-	convert := func(i int, build func() wireConv) (*wireConv, int) {
-		if !keep {
-			scratch = build()
-			return &scratch, -1
-		}
-		if i >= same {
-			w.Conv = append(w.Conv, build())
-			return &w.Conv[i], -1
-		}
-		cv := &w.Conv[i]
-		return cv, cv.at
-	}
 	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
 		role := "system"
 		if m.Reasoning && c.developerRole {
 			role = "developer"
 		}
-		add(chatMessage{Role: role, Content: sp}, -1)
+		f.Add(-1, chatMessage{Role: role, Content: sp}, -1)
 	}
 
 	hadToolCalls := false
@@ -203,20 +171,18 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
-			if c.assistantAfterTool && len(body.Messages) > 0 && body.Messages[len(body.Messages)-1].Role == "tool" {
-				add(chatMessage{Role: "assistant", Content: "I have processed the tool results."}, -1)
+			if c.assistantAfterTool && len(f.Out) > 0 && f.Out[len(f.Out)-1].Role == "tool" {
+				f.Add(-1, chatMessage{Role: "assistant", Content: "I have processed the tool results."}, -1)
 			}
-			cv, h := convert(i, func() wireConv { cm, ok := userMessage(msg, images); return wireConv{cm: cm, ok: ok} })
-			cv.at = -1
+			cv, h := f.Form(i, func() wireConv { cm, ok := userMessage(msg, images); return wireConv{cm: cm, ok: ok} })
 			if cv.ok {
-				cv.at = add(cv.cm, h)
+				f.Add(i, cv.cm, h)
 			}
 		case message.RoleAssistant:
-			cv, h := convert(i, func() wireConv { cm, ok := assistantMessage(msg); return wireConv{cm: cm, ok: ok} })
-			cv.at = -1
+			cv, h := f.Form(i, func() wireConv { cm, ok := assistantMessage(msg); return wireConv{cm: cm, ok: ok} })
 			if cv.ok {
 				hadToolCalls = hadToolCalls || len(cv.cm.ToolCalls) > 0
-				cv.at = add(cv.cm, h)
+				f.Add(i, cv.cm, h)
 			}
 		case message.RoleToolResult:
 			// Consecutive results; images are collected into one user
@@ -224,21 +190,20 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			var imgs []chatPart
 			for ; i < len(msgs) && msgs[i].Role == message.RoleToolResult; i++ {
 				tr := &msgs[i]
-				cv, h := convert(i, func() wireConv { return toolMessage(tr, images, c.toolResultName) })
+				cv, h := f.Form(i, func() wireConv { return toolMessage(tr, images, c.toolResultName) })
 				imgs = append(imgs, cv.imgs...)
-				cv.at = add(cv.cm, h)
+				f.Add(i, cv.cm, h)
 			}
 			i--
 			if len(imgs) > 0 {
 				if c.assistantAfterTool {
-					add(chatMessage{Role: "assistant", Content: "I have processed the tool results."}, -1)
+					f.Add(-1, chatMessage{Role: "assistant", Content: "I have processed the tool results."}, -1)
 				}
 				parts := append([]chatPart{{Type: "text", Text: "Attached image(s) from tool result:"}}, imgs...)
-				add(chatMessage{Role: "user", Content: parts}, -1)
+				f.Add(-1, chatMessage{Role: "user", Content: parts}, -1)
 			}
 		default:
-			cv, _ := convert(i, func() wireConv { return wireConv{} })
-			cv.at = -1
+			f.Form(i, nil)
 		}
 	}
 
@@ -262,18 +227,11 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		body.Tools = &empty
 	}
 	if c.anthropicCache {
-		if j := addCacheControl(body.Messages); j >= 0 && keep {
-			// Its JSON is not that of the message it was made of.
-			w.Hint[j] = -1
-			for i := len(w.Conv) - 1; i >= 0; i-- {
-				if w.Conv[i].at == j {
-					w.Conv[i].at = -1
-					break
-				}
-			}
+		if j := addCacheControl(f.Out); j >= 0 {
+			f.Unmark(j) // its JSON is not that of the message it was made of
 		}
 	}
-	return cache.Marshal(req.SessionID, prev, &body, &body.Messages, "messages", w)
+	return f.Marshal(&body, &body.Messages, "messages")
 }
 
 // toolMessage is the wire form of a tool result: its text (images taken

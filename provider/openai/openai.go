@@ -45,16 +45,6 @@ type Config struct {
 	WireCacheBytes int
 }
 
-func (c Config) withDefaults() Config {
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.WireCacheBytes == 0 {
-		c.WireCacheBytes = WireCacheBytesDefault
-	}
-	return c
-}
-
 // poster sends an adapter's requests.
 type poster struct {
 	cfg  Config
@@ -62,7 +52,9 @@ type poster struct {
 }
 
 func newPoster(cfg Config) poster {
-	cfg = cfg.withDefaults()
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return poster{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
 }
 

@@ -25,11 +25,7 @@ type Responses struct {
 
 // NewResponses returns a Responses adapter.
 func NewResponses(cfg Config) *Responses {
-	r := &Responses{poster: newPoster(cfg)}
-	if n := cfg.withDefaults().WireCacheBytes; n > 0 {
-		r.wire = newRespWireCache(n)
-	}
-	return r
+	return &Responses{poster: newPoster(cfg), wire: newRespWireCache(cfg.WireCacheBytes)}
 }
 
 var _ provider.Provider = (*Responses)(nil)

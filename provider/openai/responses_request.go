@@ -6,7 +6,6 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
-	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -122,61 +121,38 @@ func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte,
 	m := req.Model
 	images := hasImageInput(m)
 	msgs := transform.Messages(req.Messages, m, respNormalizeID)
-	prev := cache.Take(req.SessionID)
-	body := respRequest{Model: m.ID, Stream: true, MaxOutputTokens: maxTokens(req), Temperature: req.Temperature, PromptCacheKey: req.SessionID,
-		Input: prev.Messages(len(msgs) + 1)}
+	// Each message's items are taken from the session's last request when
+	// the message is the same (see wirecache.Forms).
+	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs)+1)
+	body := respRequest{Model: m.ID, Stream: true, MaxOutputTokens: maxTokens(req), Temperature: req.Temperature, PromptCacheKey: req.SessionID}
 	if e := respEffort(m, req.Thinking); e != "" {
 		body.Reasoning = &respReasoning{Effort: e, Summary: "auto"}
 		body.Include = []string{"reasoning.encrypted_content"}
 		body.Temperature = nil
 	}
 
-	// Each message's items are taken from the session's last request when
-	// the message is the same (message.Snapshots) and the model the same:
-	// w.Conv[i] is what msgs[i] became, w.Hint[j] the last request's item
-	// that body.Input[j] repeats (-1: none known).
-	w := &wirecache.Convs[respConv]{}
-	same := 0
-	keep := cache != nil && req.SessionID != "" // the items are kept for the next request
-	if keep {
-		w, same = prev.Convs(wirecache.Key(m, images), msgs)
-	}
-	add := func(it respInput, h int) {
-		body.Input = append(body.Input, it)
-		if keep {
-			w.Hint = append(w.Hint, h)
-		}
-	}
 	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
 		role := "system"
 		if m.Reasoning {
 			role = "developer"
 		}
-		add(respInputMessage{Role: role, Content: sp}, -1)
+		f.Add(-1, respInputMessage{Role: role, Content: sp}, -1)
 	}
-	var scratch respConv
+	var spare []respInput // the items of the message before, when not kept (their array is reused)
 	for i := range msgs {
-		cv, h := &scratch, -1
-		switch {
-		case !keep:
-			scratch.items = respItems(scratch.items[:0], &msgs[i], m, images)
-		case i >= same:
-			w.Conv = append(w.Conv, respConv{items: respItems(nil, &msgs[i], m, images)})
-			cv = &w.Conv[i]
-		default:
-			cv = &w.Conv[i]
-			h = cv.at
-		}
-		cv.at = -1
-		if len(cv.items) > 0 {
-			cv.at = len(body.Input)
-		}
+		cv, h := f.Form(i, func() respConv {
+			if f.Keeping() {
+				return respConv{items: respItems(nil, &msgs[i], m, images)}
+			}
+			spare = respItems(spare[:0], &msgs[i], m, images)
+			return respConv{items: spare}
+		})
 		for k, it := range cv.items {
 			hk := -1
 			if h >= 0 {
 				hk = h + k
 			}
-			add(it, hk)
+			f.Add(i, it, hk)
 		}
 	}
 	for _, t := range req.Tools {
@@ -186,7 +162,7 @@ func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte,
 		}
 		body.Tools = append(body.Tools, respTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: p})
 	}
-	return cache.Marshal(req.SessionID, prev, &body, &body.Input, "input", w)
+	return f.Marshal(&body, &body.Input, "input")
 }
 
 // respItems appends the input items msg becomes for model m (images: m

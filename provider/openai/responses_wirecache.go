@@ -13,14 +13,13 @@ import (
 // session encodes only the items that are new (see
 // provider/internal/wirecache): an item's JSON is reused only when the
 // message it was made of is the same (message.Snapshot, for the same
-// model: wirecache.Key) or the item is equal field by field
+// model) or the item is equal field by field
 // (respInputEqual).
 type respWireCache = wirecache.Cache[respInput, respConv]
 
 // respConv is what one message of the history became on the wire.
 type respConv struct {
 	items []respInput // in order; none when the message sends nothing
-	at    int         // the first item's index in the request's input, -1: not there
 }
 
 func newRespWireCache(maxBytes int) *respWireCache {

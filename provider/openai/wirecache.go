@@ -17,7 +17,7 @@ const WireCacheBytesDefault = wirecache.BytesDefault
 // Chat Completions request and their JSON, so that the next request of a
 // long session encodes only the messages that are new (see
 // provider/internal/wirecache): a message's JSON is reused only when the
-// message is the same (message.Snapshot, for the same model: wirecache.Key) or
+// message is the same (message.Snapshot, for the same model) or
 // equal field by field (chatMessage.equal).
 type wireCache = wirecache.Cache[chatMessage, wireConv]
 
@@ -26,7 +26,6 @@ type wireConv struct {
 	cm   chatMessage
 	ok   bool       // cm is sent (a user message may have nothing to send)
 	imgs []chatPart // a tool result's images, sent after its run of results
-	at   int        // cm's index in the request's wire messages, -1: not there as cm
 }
 
 func newWireCache(maxBytes int) *wireCache {

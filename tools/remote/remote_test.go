@@ -305,7 +305,7 @@ func TestPanicKeepsServiceRunning(t *testing.T) {
 	}
 	// $SRV.STATS tells operators. A call counts as in flight until its
 	// handler returns, a moment after its reply went out.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for settled := false; !settled && time.Now().Before(deadline); {
 		settled = true
 		for _, ep := range svc.Stats().Endpoints {

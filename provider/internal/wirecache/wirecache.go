@@ -10,7 +10,7 @@
 // Nothing is assumed about what changed. A message of the history that is
 // the same as one of the last request's (message.Snapshot: its fields,
 // blocks and maps), for the same model, may take the wire form and JSON
-// that one got (Convs); every other wire message is compared with the
+// that one got (Forms); every other wire message is compared with the
 // cached one it lines up with, field by field, and only an equal message
 // reuses the cached JSON. So a body is byte for byte what json.Marshal
 // makes of it whatever happened to the history (a compaction, a rollback,
@@ -48,10 +48,17 @@ type Cache[M, C any] struct {
 	Reused atomic.Int64
 }
 
-// New returns a cache of at most maxBytes; equal(a, b) must report
-// whether json.Marshal makes the same bytes of a and b (it is the proof
-// the cache reuses JSON on).
+// New returns a cache of at most maxBytes, the adapters' setting: 0 means
+// BytesDefault, and below 0 it is nil (keeps nothing). equal(a, b) must
+// report whether json.Marshal makes the same bytes of a and b (it is the
+// proof the cache reuses JSON on).
 func New[M, C any](maxBytes int, equal func(a, b *M) bool) *Cache[M, C] {
+	switch {
+	case maxBytes < 0:
+		return nil
+	case maxBytes == 0:
+		maxBytes = BytesDefault
+	}
 	return &Cache[M, C]{sessions: bytelru.New[*Session[M, C]](maxBytes), equal: equal}
 }
 
@@ -65,29 +72,41 @@ type Session[M, C any] struct {
 	// new ones per request).
 	spareMsgs []M
 	spareEnc  [][]byte
-	convs     *Convs[C]
+	convs     *convs[C]
 	size      int // what the cache counts it for, besides its id and bytelru.EntryOverhead
 }
 
-// Convs are what the messages of a request (as the model gets them,
+// Charged returns what the cache charges s for (besides its id and a
+// fixed overhead) and the bytes of JSON s keeps: the first must cover the
+// second (tests).
+func (s *Session[M, C]) Charged() (charged, json int) {
+	for _, b := range s.enc {
+		json += len(b)
+	}
+	return s.size, json
+}
+
+// convs are what the messages of a request (as the model gets them,
 // before they become wire messages) became on the wire, kept to take a
 // message's wire form and JSON from the last request when it is the same
 // message for the same model.
-type Convs[C any] struct {
+type convs[C any] struct {
 	key string            // what the forms depend on besides the messages (the model)
 	src message.Snapshots // of the request's messages
-	// Conv[i] is what the i-th of them became.
-	Conv []C
-	// Hint[j] is the message of the last request that the request's j-th
+	// conv[i] is what the i-th of them became, at[i] the index of the
+	// wire message it became (its first), -1: none.
+	conv []C
+	at   []int
+	// hint[j] is the message of the last request that the request's j-th
 	// wire message repeats, -1 when not known.
-	Hint []int
+	hint []int
 }
 
-// Key names what a message's wire form depends on besides the message: the
+// key names what a message's wire form depends on besides the message: the
 // model (its provider, API, endpoint and id: transform.SameModel) and
 // whether it takes images. The API is fixed per adapter but the Responses
 // adapter's forms depend on it.
-func Key(m provider.Model, images bool) string {
+func key(m provider.Model, images bool) string {
 	return m.Provider + "\x00" + m.API + "\x00" + m.BaseURL + "\x00" + m.ID + "\x00" + strconv.FormatBool(images)
 }
 
@@ -103,48 +122,161 @@ func (c *Cache[M, C]) Take(id string) *Session[M, C] {
 	return s
 }
 
-// Messages returns an empty wire message list with room for n, in the
+// messages returns an empty wire message list with room for n, in the
 // spare array of the session's request before when s has one.
-func (s *Session[M, C]) Messages(n int) []M {
+func (s *Session[M, C]) messages(n int) []M {
 	if s == nil {
 		return make([]M, 0, n)
 	}
 	return slices.Grow(s.spareMsgs[:0], n)
 }
 
-// Convs returns the wire forms s keeps for msgs, lined up with them: the
-// first same of Conv are those of msgs[:same] (unchanged since the last
-// request, for the same key), the rest to be added by the caller in order.
-// Forms kept for another key are dropped (nil s: new ones). The request
-// then owns them.
-func (s *Session[M, C]) Convs(key string, msgs []message.Message) (w *Convs[C], same int) {
+// takeConvs returns the wire forms s keeps for msgs, lined up with them:
+// the first same of conv are those of msgs[:same] (unchanged since the
+// last request, for the same key, which had off messages before them),
+// the rest to be added in order. Forms kept for another key are dropped
+// (nil s: new ones). The request then owns them.
+func (s *Session[M, C]) takeConvs(key string, msgs []message.Message) (w *convs[C], off, same int) {
 	if s == nil || s.convs == nil {
-		w = &Convs[C]{key: key}
+		w = &convs[C]{key: key}
 	} else {
 		w = s.convs
 		s.convs = nil
 		if w.key != key {
 			w.key = key
 			w.src.Reset()
-			clear(w.Conv)
-			w.Conv = w.Conv[:0]
+			clear(w.conv)
+			w.conv, w.at = w.conv[:0], w.at[:0]
 		}
-		w.Hint = w.Hint[:0]
+		w.hint = w.hint[:0]
 	}
-	off, same := w.src.Update(msgs)
+	off, same = w.src.Update(msgs)
 	if off > 0 {
-		copy(w.Conv, w.Conv[off:off+same])
+		copy(w.conv, w.conv[off:off+same])
+		copy(w.at, w.at[off:off+same])
 	}
-	clear(w.Conv[same:])
-	w.Conv = w.Conv[:same]
-	return w, same
+	clear(w.conv[same:])
+	w.conv, w.at = w.conv[:same], w.at[:same]
+	return w, off, same
 }
 
 // bytes estimates the memory w holds besides the strings it shares with
 // the messages.
-func (w *Convs[C]) bytes() int {
+func (w *convs[C]) bytes() int {
 	var c C
-	return w.src.Bytes() + cap(w.Conv)*int(unsafe.Sizeof(c)) + cap(w.Hint)*int(unsafe.Sizeof(0))
+	return w.src.Bytes() + cap(w.conv)*int(unsafe.Sizeof(c)) + (cap(w.at)+cap(w.hint))*int(unsafe.Sizeof(0))
+}
+
+// Forms is one request's wire messages in the making (Out), lined up with
+// the history's messages they are made of (the msgs of Cache.Forms): a
+// message's wire form (C) is the last request's when the message is the
+// same (Form), and each wire message records the last request's one it
+// repeats (Add), for Marshal to reuse its JSON. A Forms of no cache or no
+// session keeps nothing: Form builds every form, and nothing is recorded.
+type Forms[M, C any] struct {
+	// Out is the request's wire messages. The caller may change those
+	// Add put there before Marshal; a message changed is Unmark'ed.
+	Out     []M
+	c       *Cache[M, C]
+	id      string
+	prev    *Session[M, C] // the session's last request, nil: none
+	w       *convs[C]      // nil: nothing kept
+	same    int            // msgs[:same] are the last request's messages
+	dropped bool           // the last request had messages before them
+	scratch C              // the form built last when nothing is kept
+}
+
+// Forms starts the wire messages of session id's request of msgs (the
+// history as the model gets them, before they become wire messages) to
+// model m (images: m takes images), with room for n. It takes the
+// session's entry (Take): the wire forms of the messages that are the last
+// request's, for the same model, are reused. A nil c or no id keeps
+// nothing.
+func (c *Cache[M, C]) Forms(id string, m provider.Model, images bool, msgs []message.Message, n int) Forms[M, C] {
+	if c == nil || id == "" {
+		return Forms[M, C]{Out: make([]M, 0, n)}
+	}
+	f := Forms[M, C]{c: c, id: id, prev: c.Take(id)}
+	f.Out = f.prev.messages(n)
+	var off int
+	f.w, off, f.same = f.prev.takeConvs(key(m, images), msgs)
+	f.dropped = off > 0
+	return f
+}
+
+// Keeping reports whether f keeps the forms for the next request.
+func (f *Forms[M, C]) Keeping() bool { return f.w != nil }
+
+// Form returns the wire form of msgs[i] and h, the index of the wire
+// message it became in the last request (-1: none known). The form is the
+// last request's when msgs[:i+1] are; else build makes it (nil: the zero
+// form, of a message that sends nothing). The forms are asked for in
+// order, each once; when nothing is kept, the next Form overwrites the
+// form returned. (build returns the form rather than filling one in: a
+// pointer into f given to it would move f to the heap.)
+func (f *Forms[M, C]) Form(i int, build func() C) (cv *C, h int) {
+	if f.w == nil {
+		if build != nil {
+			f.scratch = build()
+		}
+		return &f.scratch, -1
+	}
+	w := f.w
+	if i < f.same {
+		h, w.at[i] = w.at[i], -1
+		return &w.conv[i], h
+	}
+	var zero C
+	w.conv = append(w.conv, zero)
+	w.at = append(w.at, -1)
+	if build != nil {
+		w.conv[i] = build()
+	}
+	return &w.conv[i], -1
+}
+
+// Dropped reports whether the last request's messages that msgs begin
+// with came after others (the history limit dropped those): a form that
+// depends on the messages before its own (Form keeps it as it was) may
+// then have to be made anew.
+func (f *Forms[M, C]) Dropped() bool { return f.dropped }
+
+// Kept returns the form of msgs[i] that Form returned, kept for the next
+// request; nil when nothing is kept.
+func (f *Forms[M, C]) Kept(i int) *C {
+	if f.w == nil {
+		return nil
+	}
+	return &f.w.conv[i]
+}
+
+// Add appends m to Out. m is (the first of) what msgs[i]'s form became
+// (i < 0: m is no form's) and h the last request's wire message it
+// repeats (-1: none known); Form asked for msgs[i] before.
+func (f *Forms[M, C]) Add(i int, m M, h int) {
+	f.Out = append(f.Out, m)
+	if w := f.w; w != nil {
+		w.hint = append(w.hint, h)
+		if i >= 0 && w.at[i] < 0 {
+			w.at[i] = len(f.Out) - 1
+		}
+	}
+}
+
+// Unmark records that Out[j] is not the form it was made of any more (the
+// caller changed it): its JSON is not that form's.
+func (f *Forms[M, C]) Unmark(j int) {
+	w := f.w
+	if w == nil {
+		return
+	}
+	w.hint[j] = -1
+	for i := len(w.at) - 1; i >= 0; i-- {
+		if w.at[i] == j {
+			w.at[i] = -1
+			return
+		}
+	}
 }
 
 // put keeps s as its session's entry (a concurrent request of the session
@@ -157,16 +289,15 @@ func (c *Cache[M, C]) put(s *Session[M, C]) {
 	c.sessions.Put(s.id, s, s.size)
 }
 
-// Marshal returns json.Marshal(body), body's message list being *msgs
-// (a field of body named field, written before any other field of that
-// name), reusing the JSON of the messages of prev, the session's last
-// request (Take; nil: none): (*msgs)[j] is prev's message w.Hint[j] when
-// that is not negative (the wire form of the same message), else it is
-// looked for (equal). With a nil c or no id it is json.Marshal(body) and
-// nothing is kept; else the cache keeps *msgs and w afterwards: the
-// caller must not modify them.
-func (c *Cache[M, C]) Marshal(id string, prev *Session[M, C], body any, msgs *[]M, field string, w *Convs[C]) ([]byte, error) {
-	if c == nil || id == "" {
+// Marshal sets *msgs, body's message list (a field of body named field,
+// written before any other field of that name), to f.Out and returns
+// json.Marshal(body), reusing the JSON of the messages of the session's
+// last request: Out[j] is the last request's message that Add was told it
+// repeats, else it is looked for (equal). When f keeps, the cache keeps
+// Out and the forms afterwards: the caller must not modify them.
+func (f *Forms[M, C]) Marshal(body any, msgs *[]M, field string) ([]byte, error) {
+	*msgs = f.Out
+	if f.w == nil {
 		return json.Marshal(body)
 	}
 	list := *msgs
@@ -180,16 +311,12 @@ func (c *Cache[M, C]) Marshal(id string, prev *Session[M, C], body any, msgs *[]
 	if at < 0 {
 		return json.Marshal(body)
 	}
-	return c.encode(id, prev, head, at+len(field)+3, list, w)
+	return f.c.encode(f.id, f.prev, head, at+len(field)+3, list, f.w)
 }
 
 // encode is Marshal's body: head with its null at index at replaced by
 // the JSON array of msgs.
-func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int, msgs []M, w *Convs[C]) ([]byte, error) {
-	var w0 Convs[C]
-	if w == nil {
-		w = &w0
-	}
+func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int, msgs []M, w *convs[C]) ([]byte, error) {
 	next := &Session[M, C]{id: id, msgs: msgs, convs: w, size: w.bytes()}
 	if prev != nil {
 		// This request's JSON goes in the spare array; the last request's
@@ -202,13 +329,13 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 		next.enc = make([][]byte, len(msgs))
 	}
 	hint := func(j int) int {
-		if j < len(w.Hint) {
-			return w.Hint[j]
+		if j < len(w.hint) {
+			return w.hint[j]
 		}
 		return -1
 	}
 	m := matcher[M, C]{prev: prev, equal: c.equal}
-	if slices.ContainsFunc(w.Hint, func(h int) bool { return h >= 0 }) {
+	if slices.ContainsFunc(w.hint, func(h int) bool { return h >= 0 }) {
 		// The messages lined up with the last request's: the others are
 		// new or changed, not moved (no whole-request searches).
 		m.searches = maxSearches

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/lanefleet/lanefleet/provider"
 )
 
 type testMsg struct {
@@ -22,13 +24,13 @@ func equalMsg(a, b *testMsg) bool { return *a == *b }
 // its body is json.Marshal's.
 func request(t *testing.T, c *Cache[testMsg, struct{}], id string, texts []string) {
 	t.Helper()
-	prev := c.Take(id)
-	msgs := prev.Messages(len(texts))
+	f := c.Forms(id, provider.Model{ID: "m"}, false, nil, len(texts))
 	for _, s := range texts {
-		msgs = append(msgs, testMsg{Text: s})
+		f.Add(-1, testMsg{Text: s}, -1)
 	}
-	body := testBody{Model: "m", Messages: msgs}
-	got, err := c.Marshal(id, prev, &body, &body.Messages, "messages", nil)
+	msgs := f.Out
+	body := testBody{Model: "m"}
+	got, err := f.Marshal(&body, &body.Messages, "messages")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +70,40 @@ func TestSparesHoldNothing(t *testing.T) {
 			t.Fatalf("spare JSON %d still holds %d bytes", i, len(b))
 		}
 	}
-	kept := 0
-	for _, b := range s.enc {
-		kept += len(b)
+	if charged, kept := s.Charged(); charged < kept {
+		t.Fatalf("charged %d bytes for %d bytes of JSON kept", charged, kept)
 	}
-	if s.size < kept {
-		t.Fatalf("charged %d bytes for %d bytes of JSON kept", s.size, kept)
+}
+
+// TestNewBudget: the adapters' WireCacheBytes rule, in one place: 0 is
+// the default budget, below 0 no cache (which keeps nothing and still
+// builds the body).
+func TestNewBudget(t *testing.T) {
+	tests := []struct {
+		maxBytes int
+		want     int // the budget, -1: no cache
+	}{{0, BytesDefault}, {-1, -1}, {-BytesDefault, -1}, {1 << 10, 1 << 10}}
+	for _, tt := range tests {
+		c := New[testMsg, struct{}](tt.maxBytes, equalMsg)
+		if tt.want < 0 {
+			if c != nil {
+				t.Errorf("New(%d) is a cache, want none", tt.maxBytes)
+			}
+			request(t, c, "s", []string{"a", "b"})
+			if c.Take("s") != nil {
+				t.Errorf("New(%d) kept a session", tt.maxBytes)
+			}
+			continue
+		}
+		// A session charged just over half the budget is not kept.
+		big := strings.Repeat("x", tt.want/4)
+		request(t, c, "s", []string{big})
+		if c.Take("s") != nil {
+			t.Errorf("New(%d) kept a session of over half of %d bytes", tt.maxBytes, tt.want)
+		}
+		request(t, c, "s", []string{big[:tt.want/16]})
+		if c.Take("s") == nil {
+			t.Errorf("New(%d) did not keep a session of an eighth of %d bytes", tt.maxBytes, tt.want)
+		}
 	}
 }

@@ -218,7 +218,8 @@ func (w Wire[M, C]) RandomEdits(t *testing.T, models ...provider.Model) {
 }
 
 // Bounded requires the cache to keep sessions within its byte budget,
-// dropping the least recently used, and to keep none over half of it.
+// dropping the least recently used, to charge a session at least the
+// JSON it keeps, and to keep none over half of the budget.
 func (w Wire[M, C]) Bounded(t *testing.T) {
 	t.Helper()
 	cache := w.New(256 << 10)
@@ -231,8 +232,10 @@ func (w Wire[M, C]) Bounded(t *testing.T) {
 	if cache.Take("s0") != nil {
 		t.Error("the least recently used session is still kept")
 	}
-	if cache.Take("s49") == nil {
+	if s := cache.Take("s49"); s == nil {
 		t.Error("the latest session is not kept")
+	} else if charged, kept := s.Charged(); charged < kept {
+		t.Errorf("a session is charged %d bytes for %d bytes of JSON it keeps", charged, kept)
 	}
 	big := &provider.Request{Model: w.Model, Messages: w.History(2000), SessionID: "big"}
 	if _, err := w.Build(big, cache); err != nil {
