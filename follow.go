@@ -198,20 +198,24 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, context.Cause(ctx)))
 			return
 		}
-		f.watchConn()
+		lost := f.watchConn()
 		if !time.Now().Before(f.due) {
 			// Live events that came meanwhile go first: after a silence
 			// they make the look at the store needless (events flow
 			// again), and one made while the run's events are being
-			// stored would read them again.
-			select {
-			case <-f.feed.ready:
-				if !f.takeLive(yield) {
-					return
+			// stored would read them again. Not after a loss: those
+			// events would put the look off, and what was lost (the
+			// final, maybe) is in the store.
+			if !lost {
+				select {
+				case <-f.feed.ready:
+					if !f.takeLive(yield) {
+						return
+					}
+				default:
 				}
-			default:
 			}
-			if !time.Now().Before(f.due) && !f.catchUp(ctx, yield) {
+			if (lost || !time.Now().Before(f.due)) && !f.catchUp(ctx, yield) {
 				return
 			}
 			continue
@@ -401,13 +405,14 @@ func (f *follower) request(ctx context.Context, open bool) ([]byte, error) {
 
 // watchConn schedules a catch-up at once when live events may have been
 // lost: the connection reconnected, or the subscription dropped messages.
-func (f *follower) watchConn() {
+func (f *follower) watchConn() (lost bool) {
 	if n := f.r.c.nc.Stats().Reconnects; n != f.reconnects {
-		f.reconnects, f.due = n, time.Now()
+		f.reconnects, f.due, lost = n, time.Now(), true
 	}
 	if n := f.feed.lost(); n != f.lost {
-		f.lost, f.due = n, time.Now()
+		f.lost, f.due, lost = n, time.Now(), true
 	}
+	return lost
 }
 
 // notify tells OnWait's function why no event came for a while.

@@ -450,9 +450,62 @@ func TestLiveEventsBeforeACatchUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		got = append(got, label(ev))
+		if ev.Seq == 2 { // the run goes on: the look stays put off, and the final comes live
+			playWorker(ctx, t, js, session, r.ID, 3, 3, 3)
+		}
+		return true
+	})
+	if strings.Join(got, " ") != "1a1 2a1 3a1F" || asked.Load() != 0 {
+		t.Fatalf("yielded %q after %d events requests; want the live events and none", got, asked.Load())
+	}
+}
+
+// TestLostLiveEventsCatchUpFirst: after the feed lost messages, the look at
+// the store is made at once, before the live events that came meanwhile,
+// which would otherwise put it off (what was lost may be the final).
+func TestLostLiveEventsCatchUpFirst(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	const session = "lost"
+	asked := countRequests(t, nc, session)
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	r, err := c.Send(ctx, session, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := r.follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	playWorker(ctx, t, js, session, r.ID, 1, 2, 99)
+	for queued := 0; queued < 2; {
+		select {
+		case <-f.feed.ready:
+		case <-ctx.Done():
+			t.Fatal("the live events never came")
+		}
+		f.feed.mu.Lock()
+		queued = len(f.feed.queue)
+		f.feed.mu.Unlock()
+	}
+	select {
+	case f.feed.ready <- struct{}{}:
+	default:
+	}
+	f.feed.mu.Lock()
+	f.feed.dropped++ // as a full queue does
+	f.feed.mu.Unlock()
+	f.due = time.Now().Add(time.Hour) // only the loss makes a look due
+	var got []string
+	f.run(ctx, func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, label(ev))
 		return ev.Seq < 2
 	})
-	if strings.Join(got, " ") != "1a1 2a1" || asked.Load() != 0 {
-		t.Fatalf("yielded %q after %d events requests; want both live events and none", got, asked.Load())
+	if strings.Join(got, " ") != "1a1 2a1" || asked.Load() != 1 {
+		t.Fatalf("yielded %q after %d events requests; want the stored events from one", got, asked.Load())
 	}
 }
