@@ -184,10 +184,14 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 // on it end.
 type replyMux struct {
 	mu      sync.Mutex
-	refused bool                      // the server refused the subscription: an inbox per request
-	cur     *muxSub                   // the subscription requests use; nil: the next subscribes
-	subs    []*muxSub                 // every subscription not yet ended, cur among them
-	waiting map[string]chan *nats.Msg // by reply subject
+	refused bool    // the server refused the subscription: an inbox per request
+	cur     *muxSub // the subscription requests use; nil: the next subscribes
+	// subscribing is closed when the subscription under way (nil: none)
+	// is in place or failed; requests wait on it, not on mu.
+	subscribing chan struct{}
+	closes      uint64                    // close calls so far: a subscription made across one is dropped
+	subs        []*muxSub                 // every subscription not yet ended, cur among them
+	waiting     map[string]chan *nats.Msg // by reply subject
 }
 
 // muxSub is one of the mux's subscriptions; guarded by the mux's mu.
@@ -202,13 +206,53 @@ type muxSub struct {
 // (closed if the client closes first), and done, which ends the wait;
 // expired says the wait ended with the request's deadline. The first
 // request subscribes and flushes: the subscription is used once the server
-// took it.
+// took it. The flush is a round trip to the server; mu is not held across
+// it, so replies to other requests and their ends go on meanwhile, and the
+// requests that need the subscription wait for it (or their ctx).
 func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies chan *nats.Msg, done func(expired bool), err error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.cur == nil && !x.refused {
-		if err := x.subscribe(ctx, c); err != nil {
+	closes := x.closes
+	for x.cur == nil && !x.refused {
+		if gate := x.subscribing; gate != nil {
+			x.mu.Unlock()
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+			x.mu.Lock()
+			switch {
+			case x.closes != closes:
+				return "", nil, nil, nats.ErrConnectionClosed
+			case ctx.Err() != nil:
+				return "", nil, nil, ctx.Err()
+			}
+			continue
+		}
+		gate := make(chan struct{})
+		x.subscribing = gate
+		x.mu.Unlock()
+		ms, refused, err := subscribeReplies(ctx, c, x)
+		x.mu.Lock()
+		x.subscribing = nil
+		close(gate)
+		switch {
+		case x.closes != closes:
+			// The client closed meanwhile: the requests in flight end,
+			// and so does this one.
+			if ms != nil {
+				_ = ms.sub.Unsubscribe()
+			}
+			return "", nil, nil, nats.ErrConnectionClosed
+		case err != nil:
 			return "", nil, nil, err
+		case refused:
+			x.refused = true
+		default:
+			x.cur, x.subs = ms, append(x.subs, ms)
+			if x.waiting == nil {
+				x.waiting = map[string]chan *nats.Msg{}
+			}
 		}
 	}
 	replies = make(chan *nats.Msg, 1)
@@ -261,30 +305,27 @@ func (x *replyMux) end(ms *muxSub) {
 	}
 }
 
-// subscribe makes the reply subscription; a refused one makes every later
-// request subscribe an inbox of its own, which reports the refusal.
-func (x *replyMux) subscribe(ctx context.Context, c *Client) error {
+// subscribeReplies makes a reply subscription of x, in place on the server
+// once it returns; refused says the server refused it (then every later
+// request subscribes an inbox of its own, which reports the refusal). It
+// runs without x's mu.
+func subscribeReplies(ctx context.Context, c *Client, x *replyMux) (ms *muxSub, refused bool, err error) {
 	before := c.nc.LastError()
-	ms := &muxSub{prefix: c.nc.NewInbox() + "."}
+	ms = &muxSub{prefix: c.nc.NewInbox() + "."}
 	sub, err := c.nc.Subscribe(ms.prefix+"*", func(m *nats.Msg) { x.deliver(ms, m) })
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	if err := c.nc.FlushWithContext(ctx); err != nil {
 		_ = sub.Unsubscribe()
-		return err
+		return nil, false, err
 	}
 	if c.denied(before, "Subscription to", ms.prefix+"*") != nil {
 		_ = sub.Unsubscribe()
-		x.refused = true
-		return nil
+		return nil, true, nil
 	}
 	ms.sub = sub
-	x.cur, x.subs = ms, append(x.subs, ms)
-	if x.waiting == nil {
-		x.waiting = map[string]chan *nats.Msg{}
-	}
-	return nil
+	return ms, false, nil
 }
 
 // close ends the reply subscriptions and the requests waiting on them:
@@ -300,6 +341,7 @@ func (x *replyMux) close() {
 		close(ch)
 	}
 	x.cur, x.subs, x.waiting = nil, nil, nil
+	x.closes++
 }
 
 // deliver hands a reply that came on ms to its request, if it still

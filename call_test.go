@@ -3,8 +3,12 @@ package lanefleet
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,4 +275,241 @@ func nuidNext(tok, prefix string) []string {
 		out = append(out, prefix+string(b))
 	}
 	return out
+}
+
+// stallProxy forwards TCP connections to a server. While stalled, what
+// clients send waits in the proxy (the server's answers still flow) and
+// held is signalled once something waits: a flush then hangs for as long
+// as the test says.
+type stallProxy struct {
+	addr string
+	held chan struct{}
+
+	mu     sync.Mutex
+	resume chan struct{} // nil: not stalled
+}
+
+func startStallProxy(t *testing.T, serverURL string) *stallProxy {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{addr: ln.Addr().String(), held: make(chan struct{}, 1)}
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	var connsMu sync.Mutex
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.unstall()
+		connsMu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		connsMu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			srv, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			connsMu.Lock()
+			conns = append(conns, client, srv)
+			connsMu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(client, srv); _ = client.Close() })
+			wg.Go(func() {
+				defer func() { _ = srv.Close() }()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := client.Read(buf)
+					if n > 0 {
+						p.wait()
+						if _, werr := srv.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return p
+}
+
+func (p *stallProxy) stall() {
+	p.mu.Lock()
+	p.resume = make(chan struct{})
+	p.mu.Unlock()
+}
+
+func (p *stallProxy) unstall() {
+	p.mu.Lock()
+	if p.resume != nil {
+		close(p.resume)
+		p.resume = nil
+	}
+	p.mu.Unlock()
+}
+
+// wait holds what a client sent while the proxy is stalled.
+func (p *stallProxy) wait() {
+	p.mu.Lock()
+	r := p.resume
+	p.mu.Unlock()
+	if r == nil {
+		return
+	}
+	select {
+	case p.held <- struct{}{}:
+	default:
+	}
+	<-r
+}
+
+// TestSubscribingBlocksNoReply: while a request makes the reply
+// subscription and waits for the server to take it (a flush, a round trip
+// that a slow link can make long), replies to requests waiting on an
+// earlier subscription still reach them and those requests can end; a
+// request that needs the new subscription waits for it instead of making
+// one more, and both use it once the server took it.
+func TestSubscribingBlocksNoReply(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	p := startStallProxy(t, srv.URL)
+	nc := natstest.Connect(t, "nats://"+p.addr)
+	direct := natstest.Connect(t, srv.URL)
+	c, _ := New(nc)
+	x := &c.replies
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, _, doneA, err := x.await(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxB, repliesB, doneB, err := x.await(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doneA(true) // silent: the next request subscribes anew; B keeps the old one
+	if replySub(c) != nil {
+		t.Fatal("a silent timeout left the subscription current")
+	}
+
+	type awaited struct {
+		inbox string
+		done  func(bool)
+		err   error
+	}
+	results := make(chan awaited, 2)
+	awaitBg := func() {
+		inbox, _, done, err := x.await(ctx, c)
+		results <- awaited{inbox, done, err}
+	}
+	p.stall()
+	go awaitBg() // C subscribes; its flush waits in the proxy
+	select {
+	case <-p.held:
+	case <-ctx.Done():
+		t.Fatal("the new subscription never went out")
+	}
+	go awaitBg() // D needs the same subscription
+
+	// B's reply comes (the server's side of the link flows) and B ends,
+	// while C's flush still waits.
+	if err := direct.Publish(inboxB, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-repliesB:
+		if string(m.Data) != "b" {
+			t.Fatalf("B's reply: %q", m.Data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("B's reply waited for another request's subscription")
+	}
+	ended := make(chan struct{})
+	go func() { doneB(false); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("B's end waited for another request's subscription")
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("a request got its inbox before the server took the subscription: %+v", r)
+	default:
+	}
+
+	p.unstall()
+	var prefixes []string
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		defer r.done(false)
+		prefixes = append(prefixes, r.inbox[:strings.LastIndexByte(r.inbox, '.')])
+	}
+	if prefixes[0] != prefixes[1] || nc.NumSubscriptions() != 1 {
+		t.Fatalf("C and D under %q, %d subscriptions; want one shared subscription", prefixes, nc.NumSubscriptions())
+	}
+}
+
+// TestCloseWhileSubscribing: Close does not wait for a reply subscription
+// under way, and the request making it ends with nats.ErrConnectionClosed,
+// leaving no subscription behind; a request after Close subscribes anew.
+func TestCloseWhileSubscribing(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	p := startStallProxy(t, srv.URL)
+	nc := natstest.Connect(t, "nats://"+p.addr)
+	c, _ := New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p.stall()
+	errs := make(chan error, 1)
+	go func() {
+		_, _, done, err := c.replies.await(ctx, c)
+		if err == nil {
+			done(false)
+		}
+		errs <- err
+	}()
+	select {
+	case <-p.held:
+	case <-ctx.Done():
+		t.Fatal("the subscription never went out")
+	}
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a subscription under way")
+	}
+	p.unstall()
+	if err := <-errs; !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("request across Close: %v, want nats.ErrConnectionClosed", err)
+	}
+	if n := nc.NumSubscriptions(); n != 0 {
+		t.Fatalf("%d subscriptions after Close", n)
+	}
+	_, _, done, err := c.replies.await(ctx, c)
+	if err != nil || replySub(c) == nil {
+		t.Fatalf("request after Close: %v, subscription %v", err, replySub(c))
+	}
+	done(false)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,6 +77,7 @@ func (r *Run) Events(ctx context.Context) iter.Seq2[*events.Event, error] {
 // Follower timing.
 const (
 	idleMin, idleMax = 2 * time.Second, 15 * time.Second   // ask for stored events after this long without one
+	liveIdle         = 5 * time.Second                     // idleMin of a follower whose live feed saw the run from its start (see follow)
 	gapMin, gapMax   = 20 * time.Millisecond, time.Second  // ask again while live events wait behind a gap
 	errMin, errMax   = 250 * time.Millisecond, time.Second // ask again after a failed request
 	unknownConfirm   = time.Second                         // a run unknown this long is unknown
@@ -98,8 +100,9 @@ type follower struct {
 	open   bool                     // the last event yielded left the run running (service.Open)
 	noOpen bool                     // the lane service predates EventsRequest.Open
 
-	due          time.Time // the next catch-up
-	idle         time.Duration
+	due          time.Time     // the next catch-up
+	idle         time.Duration // the silence before the next catch-up
+	idleFloor    time.Duration // idle after an event: idleMin, or liveIdle
 	gap, errWait backoff
 	lastEvent    time.Time
 	unknownSince time.Time
@@ -156,19 +159,33 @@ func (r *Run) follow() (*follower, error) {
 		}
 	}
 	now := time.Now()
-	fl := &follower{r: r, tok: tok, feed: f, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin,
+	fl := &follower{r: r, tok: tok, feed: f, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin, idleFloor: idleMin,
 		gap: backoff{min: gapMin, max: gapMax}, errWait: backoff{min: errMin, max: errMax}, lastEvent: now,
 		reconnects: reconnects}
 	if f.fromStart {
-		// Nothing to catch up on yet: the first look at the store waits
-		// for a silence, or for OnWait's.
-		first := idleMin
+		// Nothing to catch up on yet, and the live feed sees every event
+		// unless the connection says it lost some (watchConn) or a gap
+		// shows it: a look at the store after a silence is a safety net
+		// (a loss nothing reports, a final that reached only the turn's
+		// record), not the way events come, so it waits longer than for
+		// a follower that joined late; a model's usual wait for its first
+		// token then costs none or one. OnWait's delay comes first.
+		first := jittered(liveIdle)
 		if r.onWait != nil {
 			first = min(first, r.waitAfter)
 		}
-		fl.due = now.Add(first)
+		fl.due, fl.idle, fl.idleFloor = now.Add(first), liveIdle, liveIdle
 	}
 	return fl, nil
+}
+
+// jittered returns d give or take a fifth, at random: followers that
+// started together (runs sent at once, to sessions whose models answer
+// alike) spread their looks at the store instead of reaching the lane
+// service in one burst, whose last requests are answered late, while the
+// runs' events are being stored, and read them again.
+func jittered(d time.Duration) time.Duration {
+	return d - d/5 + rand.N(2*d/5+1)
 }
 
 // run yields the run's events until the final one, an error that ends the
@@ -181,9 +198,24 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 			yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, context.Cause(ctx)))
 			return
 		}
-		f.watchConn()
+		lost := f.watchConn()
 		if !time.Now().Before(f.due) {
-			if !f.catchUp(ctx, yield) {
+			// Live events that came meanwhile go first: after a silence
+			// they make the look at the store needless (events flow
+			// again), and one made while the run's events are being
+			// stored would read them again. Not after a loss: those
+			// events would put the look off, and what was lost (the
+			// final, maybe) is in the store.
+			if !lost {
+				select {
+				case <-f.feed.ready:
+					if !f.takeLive(yield) {
+						return
+					}
+				default:
+				}
+			}
+			if (lost || !time.Now().Before(f.due)) && !f.catchUp(ctx, yield) {
 				return
 			}
 			continue
@@ -197,20 +229,29 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 		case <-ctx.Done():
 			continue
 		}
-		f.batch = f.feed.take(f.batch)
-		for _, msg := range f.batch {
-			ev, err := events.DecodeEvent(msg.Header.Get(events.HeaderContentType), msg.Data)
-			if err != nil {
-				if !yield(nil, err) {
-					return
-				}
-				continue
-			}
-			if !f.offer(ev, false, yield) {
-				return
-			}
+		if !f.takeLive(yield) {
+			return
 		}
 	}
+}
+
+// takeLive offers the live events queued on the feed and reports whether
+// the iteration goes on.
+func (f *follower) takeLive(yield func(*events.Event, error) bool) bool {
+	f.batch = f.feed.take(f.batch)
+	for _, msg := range f.batch {
+		ev, err := events.DecodeEvent(msg.Header.Get(events.HeaderContentType), msg.Data)
+		if err != nil {
+			if !yield(nil, err) {
+				return false
+			}
+			continue
+		}
+		if !f.offer(ev, false, yield) {
+			return false
+		}
+	}
+	return true
 }
 
 // offer yields ev if it is the next event of the run, and reports whether
@@ -241,7 +282,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	f.newest = max(f.newest, ev.Attempt)
 	f.next = max(f.next, ev.Seq+1)
 	f.open = service.Open(ev)
-	f.lastEvent, f.idle, f.noted = time.Now(), idleMin, ""
+	f.lastEvent, f.idle, f.noted = time.Now(), f.idleFloor, ""
 	if !yield(ev, nil) || ev.Terminal() {
 		return false
 	}
@@ -257,7 +298,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	if len(f.ahead) == 0 {
 		// Events flow: the next look at the store waits for a silence.
 		f.gap.reset()
-		f.due = f.lastEvent.Add(f.idle)
+		f.due = f.lastEvent.Add(jittered(f.idle))
 	}
 	return true
 }
@@ -321,7 +362,7 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 		if len(f.ahead) > 0 {
 			f.due = now.Add(f.gap.next())
 		} else {
-			f.due = now.Add(f.idle)
+			f.due = now.Add(jittered(f.idle))
 			f.idle = min(2*f.idle, idleMax)
 		}
 		return true
@@ -364,13 +405,14 @@ func (f *follower) request(ctx context.Context, open bool) ([]byte, error) {
 
 // watchConn schedules a catch-up at once when live events may have been
 // lost: the connection reconnected, or the subscription dropped messages.
-func (f *follower) watchConn() {
+func (f *follower) watchConn() (lost bool) {
 	if n := f.r.c.nc.Stats().Reconnects; n != f.reconnects {
-		f.reconnects, f.due = n, time.Now()
+		f.reconnects, f.due, lost = n, time.Now(), true
 	}
 	if n := f.feed.lost(); n != f.lost {
-		f.lost, f.due = n, time.Now()
+		f.lost, f.due, lost = n, time.Now(), true
 	}
+	return lost
 }
 
 // notify tells OnWait's function why no event came for a while.

@@ -46,7 +46,7 @@ func TestFollowerOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: idleMin,
+			f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: idleMin, idleFloor: idleMin,
 				gap: backoff{min: gapMin, max: gapMax}}
 			var got []string
 			yield := func(ev *events.Event, err error) bool {
@@ -70,15 +70,16 @@ func TestFollowerOrder(t *testing.T) {
 }
 
 // TestFollowerSchedulesCatchUp: an event in order pushes the next look at
-// the store to a silence of idleMin; a live gap asks the store at once.
+// the store to a silence of idleMin (give or take a fifth); a live gap asks
+// the store at once.
 func TestFollowerSchedulesCatchUp(t *testing.T) {
 	t.Parallel()
-	f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: 8 * idleMin,
+	f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: 8 * idleMin, idleFloor: idleMin,
 		gap: backoff{min: gapMin, max: gapMax}, due: time.Now()}
 	yield := func(*events.Event, error) bool { return true }
 	before := time.Now()
 	f.offer(&events.Event{Seq: 1, Stream: events.StreamAssistant}, false, yield)
-	if f.due.Before(before.Add(idleMin)) || f.due.After(time.Now().Add(idleMin)) {
+	if f.due.Before(before.Add(idleMin*4/5)) || f.due.After(time.Now().Add(idleMin*6/5)) {
 		t.Fatalf("after an event in order the next catch-up is in %v, want %v", time.Until(f.due), idleMin)
 	}
 	f.offer(&events.Event{Seq: 3, Stream: events.StreamAssistant}, false, yield)
@@ -288,5 +289,223 @@ func TestOpenToAnOldService(t *testing.T) {
 	defer mu.Unlock()
 	if fmt.Sprint(bodies) != fmt.Sprint(want) || !f.noOpen {
 		t.Fatalf("requests %q, want %q", bodies, want)
+	}
+}
+
+// TestLiveFollowerCatchUpCost: a run followed from Send sees its events
+// live; the looks at the store during a silence (a model's wait for its
+// first token) come liveIdle after the last event, then twice as long (give
+// or take a fifth, see jittered), and each costs the lane service one read
+// of the event stream: the first, which has no place in the stream yet,
+// reads the run's last stored event instead of every event seen live. A run followed later starts with a
+// catch-up at once and keeps the shorter silences. The final still ends the
+// run when the store alone has it.
+func TestLiveFollowerCatchUpCost(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	const session = "costly"
+	tok, _ := events.KeyToken(session)
+	spy := natstest.Connect(t, natsURL(nc))
+	seen := make(chan *nats.Msg, 256)
+	for _, subj := range []string{"$JS.API.>", service.Subject(tok, service.OpEvents)} {
+		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain := func() (q *service.EventsRequest, reads []string) {
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-seen:
+				if !strings.HasPrefix(m.Subject, "$JS.API.") {
+					q = &service.EventsRequest{}
+					if err := json.Unmarshal(m.Data, q); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				reads = append(reads, strings.TrimPrefix(m.Subject, "$JS.API."))
+			default:
+				return q, reads
+			}
+		}
+	}
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	r, err := c.Send(ctx, session, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	f, err := r.follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	if f.due.Before(start.Add(liveIdle*4/5)) || f.due.After(time.Now().Add(liveIdle*6/5)) {
+		t.Fatalf("first look at the store of a live follower in %v, want %v", time.Until(f.due), liveIdle)
+	}
+	var got []string
+	yield := func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, label(ev))
+		return true
+	}
+	// The worker starts the run and streams two deltas, then waits on
+	// its model: the follower takes them from its live feed.
+	playWorker(ctx, t, js, session, r.ID, 1, 3, 99)
+	for f.next <= 3 {
+		select {
+		case <-f.feed.ready:
+		case <-ctx.Done():
+			t.Fatalf("live events: %v (yielded %q)", ctx.Err(), got)
+		}
+		for _, m := range f.feed.take(nil) {
+			ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.offer(ev, false, yield)
+		}
+	}
+	if d := f.due.Sub(f.lastEvent); d < liveIdle*4/5 || d > liveIdle*6/5 {
+		t.Fatalf("after a live event the next look is %v later, want %v", d, liveIdle)
+	}
+	drain()
+	for i, wantIdle := range []time.Duration{2 * liveIdle, min(4*liveIdle, idleMax)} {
+		before := time.Now()
+		if !f.catchUp(ctx, yield) {
+			t.Fatalf("catch-up %d ended the run", i+1)
+		}
+		q, reads := drain()
+		if q == nil || q.From != 4 || !q.Open || len(reads) != 1 || !strings.HasPrefix(reads[0], "DIRECT.GET.AGENT_EV") {
+			t.Fatalf("catch-up %d: request %+v, service reads %v; want one read of AGENT_EV", i+1, q, reads)
+		}
+		if i == 0 && (q.After != 0 || f.cursor == 0) {
+			t.Fatalf("first catch-up: request %+v, cursor after it %d", q, f.cursor)
+		}
+		if f.due.Before(before.Add(wantIdle*2/5)) || f.idle != wantIdle || len(got) != 3 {
+			t.Fatalf("after catch-up %d: next in %v, idle %v (want %v), yielded %q", i+1, time.Until(f.due), f.idle, wantIdle, got)
+		}
+	}
+	// The final reaches the store and not the feed: the next look ends
+	// the run with it.
+	f.feed.close()
+	playWorker(ctx, t, js, session, r.ID, 4, 4, 4)
+	if f.catchUp(ctx, yield) || strings.Join(got, " ") != "1a1 2a1 3a1 4a1F" {
+		t.Fatalf("catch-up after the final: yielded %q", got)
+	}
+
+	// A run followed later has no live feed from its start.
+	late, err := c.Run(session, r.ID).follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.feed.close()
+	if late.due.After(time.Now()) || late.idleFloor != idleMin {
+		t.Fatalf("late follower: first look in %v, silences from %v; want at once, %v", time.Until(late.due), late.idleFloor, idleMin)
+	}
+}
+
+// TestLiveEventsBeforeACatchUp: when a look at the store falls due while
+// live events wait on the feed, the live events go first; when they show
+// the run going on, no look is made.
+func TestLiveEventsBeforeACatchUp(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	const session = "due"
+	asked := countRequests(t, nc, session)
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	r, err := c.Send(ctx, session, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := r.follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	playWorker(ctx, t, js, session, r.ID, 1, 2, 99)
+	for queued := 0; queued < 2; {
+		select {
+		case <-f.feed.ready:
+		case <-ctx.Done():
+			t.Fatal("the live events never came")
+		}
+		f.feed.mu.Lock()
+		queued = len(f.feed.queue)
+		f.feed.mu.Unlock()
+	}
+	select {
+	case f.feed.ready <- struct{}{}: // the signal the wait above took
+	default: // or a later push's
+	}
+	f.due = time.Now().Add(-time.Second)
+	var got []string
+	f.run(ctx, func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, label(ev))
+		if ev.Seq == 2 { // the run goes on: the look stays put off, and the final comes live
+			playWorker(ctx, t, js, session, r.ID, 3, 3, 3)
+		}
+		return true
+	})
+	if strings.Join(got, " ") != "1a1 2a1 3a1F" || asked.Load() != 0 {
+		t.Fatalf("yielded %q after %d events requests; want the live events and none", got, asked.Load())
+	}
+}
+
+// TestLostLiveEventsCatchUpFirst: after the feed lost messages, the look at
+// the store is made at once, before the live events that came meanwhile,
+// which would otherwise put it off (what was lost may be the final).
+func TestLostLiveEventsCatchUpFirst(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	const session = "lost"
+	asked := countRequests(t, nc, session)
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	r, err := c.Send(ctx, session, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := r.follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	playWorker(ctx, t, js, session, r.ID, 1, 2, 99)
+	for queued := 0; queued < 2; {
+		select {
+		case <-f.feed.ready:
+		case <-ctx.Done():
+			t.Fatal("the live events never came")
+		}
+		f.feed.mu.Lock()
+		queued = len(f.feed.queue)
+		f.feed.mu.Unlock()
+	}
+	select {
+	case f.feed.ready <- struct{}{}:
+	default:
+	}
+	f.feed.mu.Lock()
+	f.feed.dropped++ // as a full queue does
+	f.feed.mu.Unlock()
+	f.due = time.Now().Add(time.Hour) // only the loss makes a look due
+	var got []string
+	f.run(ctx, func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, label(ev))
+		return ev.Seq < 2
+	})
+	if strings.Join(got, " ") != "1a1 2a1" || asked.Load() != 1 {
+		t.Fatalf("yielded %q after %d events requests; want the stored events from one", got, asked.Load())
 	}
 }

@@ -129,6 +129,15 @@ func (s *Service) events(ctx context.Context, r request) (any, error) {
 	}
 	from := max(q.From, 1)
 	subj := events.EventPrefix + r.token + "." + q.Run
+	if q.After == 0 && q.From > 1 {
+		// A caller that saw events of the run but has no place in the
+		// stream yet (its first catch-up) would have the walk read again
+		// every event it saw, one read each: the run's last stored event
+		// says in one read whether there is anything new.
+		if reply, err := s.nothingNew(ctx, subj, from); reply != nil || err != nil {
+			return reply, err
+		}
+	}
 	reply := &EventsReply{Events: []StoredEvent{}, State: StateRunning}
 	budget, size := s.budget(), eventsFraming
 	cursor := max(q.After, 1)
@@ -210,6 +219,26 @@ func (s *Service) events(ctx context.Context, r request) (any, error) {
 		reply.More = true // the next reply has room for it
 	}
 	return reply, nil
+}
+
+// nothingNew returns the reply to a catch-up from event from when the
+// run's last stored event is event from-1 and leaves the run running (what
+// the walk would answer after reading every event up to it), and nil when
+// it cannot tell: no stored event, an undecodable one, another seq, or one
+// that ends the run or its attempt. The reply's Next is the stream
+// sequence past that event.
+func (s *Service) nothingNew(ctx context.Context, subj string, from uint64) (*EventsReply, error) {
+	raw, err := s.cfg.Events.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ev, derr := events.DecodeEvent(raw.Header.Get(events.HeaderContentType), raw.Data); derr != nil || ev.Seq+1 != from || !Open(ev) {
+		return nil, nil // the walk decides
+	}
+	return &EventsReply{Events: []StoredEvent{}, State: StateRunning, Next: raw.Sequence + 1}, nil
 }
 
 // recordFinal returns the final event stored with the run's committed turn,

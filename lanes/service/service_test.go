@@ -727,3 +727,85 @@ func TestEventsOpenCatchUp(t *testing.T) {
 		}
 	}
 }
+
+// TestEventsFirstCatchUpReadsOnce: a caller that saw a run's events live
+// and asks for the first time (no After) gets, when nothing is new, the
+// answer the full walk gives (running, Next past the run's last event) from
+// one read of the stream instead of one per event it saw. Whatever the one
+// read cannot settle (new events, an attempt's end, no stored event) is
+// answered by the walk as before.
+func TestEventsFirstCatchUpReadsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	count := b.jsRequests(t)
+	final, _, err := events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{Payloads: []events.Payload{{Text: "kept"}}}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		stored int    // assistant events stored, seq 1 on
+		last   string // the stream of one more event after them ("": none)
+		from   uint64
+		record bool // the run's committed turn record holds its final
+		// want: the reply's state and event seqs; reads: the JetStream
+		// requests it costs (0: more than one).
+		want  string
+		reads int
+	}{
+		{"nothing new", 20, "", 21, false, "running []", 1},
+		{"nothing new, the caller's word not needed", 20, "", 21, true, "running []", 1},
+		{"new events", 20, "", 18, false, "running [18 19 20]", 0},
+		{"attempt ended", 5, events.StreamLifecycle, 7, true, "done [7]", 0},
+		{"final stored", 5, events.StreamFinal, 6, false, "done [6]", 0},
+		{"a seq past the store", 3, "", 9, false, "running []", 0},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok, run := fmt.Sprintf("first%d", i), fmt.Sprint(100+i)
+			for seq := 1; seq <= tt.stored; seq++ {
+				b.publishEvent(t, tok, &events.Event{RunID: run, SessionKey: tok, Seq: uint64(seq), Attempt: 1, Stream: events.StreamAssistant, Data: events.EventData{Delta: "a"}}, seq%2 == 0)
+			}
+			switch tt.last {
+			case events.StreamLifecycle:
+				b.publishEvent(t, tok, &events.Event{RunID: run, SessionKey: tok, Seq: uint64(tt.stored + 1), Attempt: 1, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseEnd}}, false)
+			case events.StreamFinal:
+				b.publishEvent(t, tok, &events.Event{RunID: run, SessionKey: tok, Seq: uint64(tt.stored + 1), Attempt: 1, Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{}}}, false)
+			}
+			if tt.record {
+				b.commit(t, tok, kvstore.Record{InboundSeq: uint64(100 + i), RunID: run, Final: final})
+			}
+			ask := func(q service.EventsRequest) (rep service.EventsReply, reads []string) {
+				t.Helper()
+				reads = count(func() {
+					if err := b.request(t, tok, service.OpEvents, q, &rep); err != nil {
+						t.Fatalf("%+v: %v", q, err)
+					}
+				})
+				return rep, reads
+			}
+			rep, reads := ask(service.EventsRequest{Run: run, From: tt.from, Open: true})
+			var seqs []uint64
+			for _, se := range rep.Events {
+				ev, err := events.DecodeEvent(se.ContentType(), se.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seqs = append(seqs, ev.Seq)
+			}
+			if got := fmt.Sprintf("%s %v", rep.State, seqs); got != tt.want {
+				t.Fatalf("reply %s, want %s", got, tt.want)
+			}
+			if tt.reads > 0 && len(reads) != tt.reads || tt.reads == 0 && len(reads) < 2 {
+				t.Fatalf("%d JetStream requests %v, want %d (0: more than one)", len(reads), reads, tt.reads)
+			}
+			// The reply's Next is the walk's: a catch-up resuming there
+			// sees the event stored next, and nothing before it.
+			b.publishEvent(t, tok, &events.Event{RunID: run, SessionKey: tok, Seq: 999, Attempt: 1, Stream: events.StreamAssistant}, false)
+			next, _ := ask(service.EventsRequest{Run: run, From: tt.from, After: rep.Next, Open: true})
+			if rep.State == service.StateRunning && (len(next.Events) != 1 || next.State != service.StateRunning) {
+				t.Fatalf("resumed at %d: %d events, %s; want the one stored since", rep.Next, len(next.Events), next.State)
+			}
+		})
+	}
+}
