@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,71 +177,17 @@ func TestRenewWhoseAnswerWasLost(t *testing.T) {
 	}
 }
 
-// waitLeader waits until a replicated stream's group has elected a leader:
-// until then a write gets no response.
-func waitLeader(t *testing.T, s jetstream.Stream) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	for {
-		info, err := s.Info(ctx)
-		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("stream without a leader: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// waitWritable waits until a publish to the stream's subjects through js
-// gets the stream's answer: a leader is elected before every node routes
-// the stream's subjects to it, and a write caught in between gets no
-// response. The probe expects a last sequence the stream cannot have, so
-// it is refused and stores nothing.
-func waitWritable(t *testing.T, js jetstream.JetStream, s jetstream.Stream) {
-	t.Helper()
-	subj := strings.TrimSuffix(s.CachedInfo().Config.Subjects[0], ">") + "probe"
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	for {
-		_, err := js.Publish(ctx, subj, nil, jetstream.WithExpectLastSequence(1<<62))
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) {
-			return // the stream answered
-		}
-		if err == nil {
-			t.Fatal("the probe was stored")
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("stream never answered a publish: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// openReplicated opens the lanes bucket on a fresh in-process cluster,
-// trying again when a request gets no answer (on a busy box the meta
-// group can still change leaders after the cluster is ready, and a request
-// caught in that is lost), then waits for the bucket's group leader.
+// openReplicated opens the lanes bucket on a fresh in-process cluster
+// (see natstest.Settle), then waits until the bucket's group has a leader
+// that takes writes.
 func openReplicated(t *testing.T, js jetstream.JetStream, cfg Config) *Lanes {
 	t.Helper()
-	var err error
-	for try := range 3 {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		var l *Lanes
+	var l *Lanes
+	natstest.Settle(t, func(ctx context.Context) (err error) {
 		l, err = Open(ctx, js, cfg)
-		cancel()
-		if err == nil {
-			waitLeader(t, l.Stream())
-			waitWritable(t, js, l.Stream())
-			return l
-		}
-		t.Logf("open, try %d: %v", try+1, err)
-	}
-	t.Fatal(err)
-	return nil
+		return err
+	})
+	natstest.WaitLeader(t, l.Stream())
+	natstest.WaitWritable(t, js, l.Stream())
+	return l
 }

@@ -162,6 +162,10 @@ func TestReadTranscriptReplicated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Every replica has the records: a batch's consumer, which may sit on
+	// any of them, reads them all (one on a lagging replica is the
+	// fallback's case, tested apart).
+	natstest.WaitCurrent(t, lanes[0].Stream())
 	for i, l := range lanes {
 		before := conns[i].Stats().OutMsgs
 		tr, err := l.ReadTranscript(ctx, "r3", 1)

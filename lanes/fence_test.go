@@ -292,14 +292,17 @@ func TestZombieEventsFencedOnReplicatedStream(t *testing.T) {
 	cl := natstest.StartCluster(t, 3)
 	nc := natstest.Connect(t, cl.URL())
 	js, _ := jetstream.New(nc, jetstream.WithDefaultTimeout(10*time.Second))
-	streams, err := EnsureStreams(t.Context(), js, StreamConfig{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var streams *Streams
+	natstest.Settle(t, func(ctx context.Context) (err error) {
+		streams, err = EnsureStreams(ctx, js, StreamConfig{Replicas: 3})
+		return err
+	})
 	for _, st := range []jetstream.Stream{streams.Inbound, streams.Events} {
 		if c := st.CachedInfo().Config; c.AllowDirect {
 			t.Fatalf("%s at R3 allows Direct Get: ownership reads could come from a lagging replica", c.Name)
 		}
+		natstest.WaitLeader(t, st)
+		natstest.WaitWritable(t, js, st)
 	}
 	fencing(t, cl.URL(), js, streams, 1)
 

@@ -1,0 +1,96 @@
+package natstest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// waitFor polls cond every 20 ms for up to a minute (an in-process
+// cluster on a busy box can take many seconds to settle), failing t with
+// what with the last error when it never holds.
+func waitFor(t testing.TB, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// WaitLeader waits until the replicated stream s has a leader.
+func WaitLeader(t testing.TB, s jetstream.Stream) {
+	t.Helper()
+	waitFor(t, "stream without a leader", func(ctx context.Context) (bool, error) {
+		info, err := s.Info(ctx)
+		return err == nil && info.Cluster != nil && info.Cluster.Leader != "", err
+	})
+}
+
+// WaitWritable waits until a publish to the stream's subjects through js
+// gets the stream's answer: a leader is elected before every node routes
+// the stream's subjects to it, and a write caught in between gets no
+// response. The probe expects a last sequence the stream cannot have, so
+// it is refused and stores nothing.
+func WaitWritable(t testing.TB, js jetstream.JetStream, s jetstream.Stream) {
+	t.Helper()
+	subj := strings.TrimSuffix(s.CachedInfo().Config.Subjects[0], ">") + "probe"
+	waitFor(t, "the stream never answered a publish", func(ctx context.Context) (bool, error) {
+		_, err := js.Publish(ctx, subj, nil, jetstream.WithExpectLastSequence(1<<62))
+		var apiErr *jetstream.APIError
+		if err == nil {
+			t.Fatal("the probe was stored")
+		}
+		return errors.As(err, &apiErr), err
+	})
+}
+
+// WaitCurrent waits until every replica of the stream s is current with
+// its leader: a read served by a replica (a consumer placed there) then
+// sees everything written before.
+func WaitCurrent(t testing.TB, s jetstream.Stream) {
+	t.Helper()
+	waitFor(t, "replicas never caught up", func(ctx context.Context) (bool, error) {
+		info, err := s.Info(ctx)
+		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+			return false, err
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current || r.Lag != 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// Settle runs setup (creating streams or buckets on a fresh cluster) up to
+// three times, 20 s each: on a busy box the in-process cluster's meta
+// group can still change leaders after StartCluster returned, and a
+// request caught in that gets no answer. It fails t with the last error.
+func Settle(t testing.TB, setup func(ctx context.Context) error) {
+	t.Helper()
+	var err error
+	for try := range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		err = setup(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		t.Logf("natstest: set-up, try %d: %v", try+1, err)
+	}
+	t.Fatal(err)
+}
