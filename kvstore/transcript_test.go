@@ -163,8 +163,9 @@ func TestReadTranscriptReplicated(t *testing.T) {
 		}
 	}
 	// Every replica has the records: a batch's consumer, which may sit on
-	// any of them, reads them all (one on a lagging replica is the
-	// fallback's case, tested apart).
+	// any of them, reads them all (one on a lagging replica ends early and
+	// leaves the rest to single reads, which the count below would take
+	// for a read without batches).
 	natstest.WaitCurrent(t, lanes[0].Stream())
 	for i, l := range lanes {
 		before := conns[i].Stats().OutMsgs
