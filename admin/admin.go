@@ -123,7 +123,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 
 // Stop stops taking requests, cancels those in flight and waits for them.
 func (s *Service) Stop() error {
-	return s.inflight.Stop(nil, s.svc.Stop)
+	return s.inflight.Stop(nil, inflight.StopMicro(s.svc, s.nc))
 }
 
 // handler answers each request in its own goroutine, at most MaxConcurrent

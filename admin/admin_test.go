@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -33,6 +34,7 @@ type bundle struct {
 	streams *lanes.Streams
 	runs    *kvstore.Runs
 	ctx     context.Context
+	svc     *admin.Service
 }
 
 func setup(t *testing.T, auth admin.AuthBook) *bundle {
@@ -56,7 +58,7 @@ func setup(t *testing.T, auth admin.AuthBook) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
-	return &bundle{nc: nc, js: js, streams: streams, runs: runs, ctx: ctx}
+	return &bundle{nc: nc, js: js, streams: streams, runs: runs, ctx: ctx, svc: svc}
 }
 
 // request asks op with body (a JSON-encodable value or raw bytes) and
@@ -326,54 +328,74 @@ func (b *blockingBook) Reset(ctx context.Context, _ string) (bool, bool, error) 
 }
 
 // TestRequestsBounded: while MaxConcurrent requests run, the next ones
-// wait in the endpoint's subscription, not in goroutines of their own, and
-// all are answered once the running ones return. Not parallel: it counts
-// the admin service's goroutines.
+// wait in the endpoint's subscription, not in goroutines of their own.
+// When the running ones return, all are answered; when the service stops
+// instead, the running ones are cancelled and answered, and those waiting
+// are told the worker is stopping. Not parallel: it counts the admin
+// service's goroutines.
 func TestRequestsBounded(t *testing.T) {
 	const n = admin.MaxConcurrent + 20
-	book := &blockingBook{entered: make(chan struct{}, n), release: make(chan struct{})}
-	b := setup(t, book)
-	inbox := nats.NewInbox()
-	replies, err := b.nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		if err := b.nc.PublishRequest(admin.Subject(admin.OpAuthReset), inbox, []byte(`{"profile":"p"}`)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range admin.MaxConcurrent {
-		<-book.entered
-	}
-	// Once the endpoint's goroutine waits for a slot, the admin service
-	// has its MaxConcurrent requests and that one: nothing more comes.
-	var stacks []string
-	for waiting := false; !waiting; {
-		buf := make([]byte, 1<<20)
-		stacks = stacks[:0]
-		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			if strings.Contains(g, "lanefleet/admin.") {
-				stacks = append(stacks, g)
-				waiting = waiting || strings.Contains(g, "inflight.(*Group).Go(")
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprint("stop=", stop), func(t *testing.T) {
+			book := &blockingBook{entered: make(chan struct{}, n), release: make(chan struct{})}
+			b := setup(t, book)
+			inbox := nats.NewInbox()
+			replies, err := b.nc.SubscribeSync(inbox)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if len(stacks) > admin.MaxConcurrent+1 || b.ctx.Err() != nil {
-			t.Fatalf("%d admin goroutines, want %d, one waiting for a slot:\n%s", len(stacks), admin.MaxConcurrent+1, strings.Join(stacks, "\n\n"))
-		}
-		runtime.Gosched()
-	}
-	close(book.release)
-	for i := range n {
-		msg, err := replies.NextMsg(30 * time.Second)
-		if err != nil {
-			t.Fatalf("reply %d of %d: %v", i+1, n, err)
-		}
-		if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-			t.Fatalf("reply %d: %s %s", i+1, code, msg.Header.Get(micro.ErrorHeader))
-		}
-	}
-	if p := book.peak.Load(); p != admin.MaxConcurrent {
-		t.Fatalf("%d resets at once, want %d", p, admin.MaxConcurrent)
+			for range n {
+				if err := b.nc.PublishRequest(admin.Subject(admin.OpAuthReset), inbox, []byte(`{"profile":"p"}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range admin.MaxConcurrent {
+				<-book.entered
+			}
+			// Once the endpoint's goroutine waits for a slot, the admin
+			// service has its MaxConcurrent requests and that one:
+			// nothing more comes.
+			var stacks []string
+			buf := make([]byte, 1<<20)
+			for waiting := false; !waiting; {
+				stacks = stacks[:0]
+				for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+					if strings.Contains(g, "lanefleet/admin.") {
+						stacks = append(stacks, g)
+						waiting = waiting || strings.Contains(g, "inflight.(*Group).Go(")
+					}
+				}
+				if len(stacks) > admin.MaxConcurrent+1 {
+					t.Fatalf("%d admin goroutines, want %d, one waiting for a slot:\n%s", len(stacks), admin.MaxConcurrent+1, strings.Join(stacks, "\n\n"))
+				}
+				if b.ctx.Err() != nil {
+					t.Fatalf("no admin goroutine ever waited for a slot:\n%s", strings.Join(stacks, "\n\n"))
+				}
+				runtime.Gosched()
+			}
+			if stop {
+				go func() { _ = b.svc.Stop() }()
+			} else {
+				close(book.release)
+			}
+			codes := map[string]int{}
+			for i := range n {
+				msg, err := replies.NextMsg(30 * time.Second)
+				if err != nil {
+					t.Fatalf("reply %d of %d: %v", i+1, n, err)
+				}
+				codes[msg.Header.Get(micro.ErrorCodeHeader)]++
+			}
+			want := map[string]int{"": n}
+			if stop {
+				want = map[string]int{"": admin.MaxConcurrent, service.CodeUnavailable: n - admin.MaxConcurrent}
+			}
+			if !maps.Equal(codes, want) {
+				t.Fatalf("replies by error code %v, want %v", codes, want)
+			}
+			if p := book.peak.Load(); p != admin.MaxConcurrent {
+				t.Fatalf("%d resets at once, want %d", p, admin.MaxConcurrent)
+			}
+		})
 	}
 }

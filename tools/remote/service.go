@@ -176,9 +176,10 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 // cause is ErrStopped), waits for them to return and stops the micro
 // service. A tool that ignores its context delays Stop until it returns.
 func (s *Service) Stop() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return s.Shutdown(ctx)
+	if err := s.calls.Stop(ErrStopped, inflight.StopMicro(s.Service, s.nc)); err != nil {
+		return fmt.Errorf("remote: stop: %w", err)
+	}
+	return nil
 }
 
 // Shutdown stops taking calls and waits for the calls in flight to finish;
