@@ -228,8 +228,9 @@ func contents(f *wireForms, msgs []message.Message, m provider.Model, images boo
 // content of their function responses, then, when they have images and
 // the model is older than Gemini 3, a user content of the images. The
 // run's content is kept with the first of them and is the same when the
-// run is (runLen: its length) and every result names its tool (a result
-// without a name takes it from the call, in another message).
+// run is (runLen: its length). A result without a name takes it from the
+// call, in another message: the same while the messages before it are,
+// so looked for again only when the history limit dropped some.
 func toolResults(f *wireForms, msgs []message.Message, first, end int, m provider.Model, images bool, names *callNames) {
 	run := end - first
 	var parts, imageTurn []apiPart
@@ -244,21 +245,19 @@ func toolResults(f *wireForms, msgs []message.Message, first, end int, m provide
 		return
 	}
 	built := false // a result's form made anew: not the last request's run
-	named := true
 	h := -1
 	for k := first; k < end; k++ {
 		tr := &msgs[k]
-		cv, hk := f.Form(k, func() wireConv { built = true; return toolResult(tr, m, images, names.of(msgs, k)) })
-		if tr.ToolName == "" {
-			named = false
+		fresh := false
+		cv, hk := f.Form(k, func() wireConv { fresh = true; return toolResult(tr, m, images, names.of(msgs, k)) })
+		if tr.ToolName == "" && !fresh && f.Dropped() {
 			// A form of the last request's named the call before it
 			// then, which the history limit may have dropped since.
-			if f.Dropped() {
-				if name := names.of(msgs, k); cv.part.FunctionResponse.Name != name {
-					*cv = toolResult(tr, m, images, name)
-				}
+			if name := names.of(msgs, k); cv.part.FunctionResponse.Name != name {
+				*cv, fresh = toolResult(tr, m, images, name), true
 			}
 		}
+		built = built || fresh
 		if k == first {
 			h = hk
 		} else {
@@ -277,7 +276,7 @@ func toolResults(f *wireForms, msgs []message.Message, first, end int, m provide
 		imageTurn = append(imageTurn, cv.imgs...)
 	}
 	c := apiContent{Role: "user", Parts: parts}
-	if named && len(imageTurn) == 0 {
+	if len(imageTurn) == 0 {
 		head.c, head.runLen = c, run
 		addRun(f, first, c, nil)
 		return

@@ -79,6 +79,7 @@ func TestSparesHoldNothing(t *testing.T) {
 // the default budget, below 0 no cache (which keeps nothing and still
 // builds the body).
 func TestNewBudget(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		maxBytes int
 		want     int // the budget, -1: no cache
