@@ -136,33 +136,7 @@ func TestQuietCatchUpSaysOpen(t *testing.T) {
 	// A spy sees the follower's events requests and the JetStream API
 	// requests the service makes for them; a flush after each catch-up
 	// delivers all of them.
-	spy := natstest.Connect(t, natsURL(nc))
-	seen := make(chan *nats.Msg, 256)
-	for _, subj := range []string{"$JS.API.>", service.Subject(tok, service.OpEvents)} {
-		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
-			t.Fatal(err)
-		}
-	}
-	drain := func() (q *service.EventsRequest, reads []string) {
-		if err := spy.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			select {
-			case m := <-seen:
-				if !strings.HasPrefix(m.Subject, "$JS.API.") {
-					q = &service.EventsRequest{}
-					if err := json.Unmarshal(m.Data, q); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				reads = append(reads, strings.TrimPrefix(m.Subject, "$JS.API."))
-			default:
-				return q, reads
-			}
-		}
-	}
+	drain := spyCatchUps(t, nc, tok)
 
 	c, _ := New(natstest.Connect(t, natsURL(nc)))
 	f, err := c.Run(session, run).follow()
@@ -305,33 +279,7 @@ func TestLiveFollowerCatchUpCost(t *testing.T) {
 	nc, js, ctx := serviceOnly(t)
 	const session = "costly"
 	tok, _ := events.KeyToken(session)
-	spy := natstest.Connect(t, natsURL(nc))
-	seen := make(chan *nats.Msg, 256)
-	for _, subj := range []string{"$JS.API.>", service.Subject(tok, service.OpEvents)} {
-		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
-			t.Fatal(err)
-		}
-	}
-	drain := func() (q *service.EventsRequest, reads []string) {
-		if err := spy.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			select {
-			case m := <-seen:
-				if !strings.HasPrefix(m.Subject, "$JS.API.") {
-					q = &service.EventsRequest{}
-					if err := json.Unmarshal(m.Data, q); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				reads = append(reads, strings.TrimPrefix(m.Subject, "$JS.API."))
-			default:
-				return q, reads
-			}
-		}
-	}
+	drain := spyCatchUps(t, nc, tok)
 	c, _ := New(natstest.Connect(t, natsURL(nc)))
 	r, err := c.Send(ctx, session, "hi")
 	if err != nil {
@@ -507,5 +455,43 @@ func TestLostLiveEventsCatchUpFirst(t *testing.T) {
 	})
 	if strings.Join(got, " ") != "1a1 2a1" || asked.Load() != 1 {
 		t.Fatalf("yielded %q after %d events requests; want the stored events from one", got, asked.Load())
+	}
+}
+
+// spyCatchUps watches, from a connection of its own, the lane tok's events
+// requests and the JetStream API requests the service makes for them; the
+// function it returns flushes (which delivers everything sent before) and
+// returns the last events request and the API requests since its last call.
+func spyCatchUps(t *testing.T, nc *nats.Conn, tok string) func() (q *service.EventsRequest, reads []string) {
+	t.Helper()
+	spy := natstest.Connect(t, natsURL(nc))
+	seen := make(chan *nats.Msg, 256)
+	for _, subj := range []string{"$JS.API.>", service.Subject(tok, service.OpEvents)} {
+		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() (q *service.EventsRequest, reads []string) {
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-seen:
+				if !strings.HasPrefix(m.Subject, "$JS.API.") {
+					q = &service.EventsRequest{}
+					if err := json.Unmarshal(m.Data, q); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				reads = append(reads, strings.TrimPrefix(m.Subject, "$JS.API."))
+			default:
+				return q, reads
+			}
+		}
 	}
 }
