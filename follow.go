@@ -203,17 +203,16 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 			// Live events that came meanwhile go first: after a silence
 			// they make the look at the store needless (events flow
 			// again), and one made while the run's events are being
-			// stored would read them again. Not after a loss: those
-			// events would put the look off, and what was lost (the
-			// final, maybe) is in the store.
-			if !lost {
-				select {
-				case <-f.feed.ready:
-					if !f.takeLive(yield) {
-						return
-					}
-				default:
+			// stored would read them again. After a loss they are taken
+			// too (a full queue left as it is would lose every event
+			// that comes next), but the look is made all the same: what
+			// was lost (the final, maybe) is in the store.
+			select {
+			case <-f.feed.ready:
+				if !f.takeLive(yield) {
+					return
 				}
+			default:
 			}
 			if (lost || !time.Now().Before(f.due)) && !f.catchUp(ctx, yield) {
 				return

@@ -409,8 +409,9 @@ func TestLiveEventsBeforeACatchUp(t *testing.T) {
 }
 
 // TestLostLiveEventsCatchUpFirst: after the feed lost messages, the look at
-// the store is made at once, before the live events that came meanwhile,
-// which would otherwise put it off (what was lost may be the final).
+// the store is made at once, though the live events still queued (taken
+// first, so that the queue makes room) put the next silence's look off:
+// what was lost (here the rest of the run, its final too) is in the store.
 func TestLostLiveEventsCatchUpFirst(t *testing.T) {
 	t.Parallel()
 	nc, js, ctx := serviceOnly(t)
@@ -426,8 +427,8 @@ func TestLostLiveEventsCatchUpFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.feed.close()
-	playWorker(ctx, t, js, session, r.ID, 1, 2, 99)
-	for queued := 0; queued < 2; {
+	playWorker(ctx, t, js, session, r.ID, 1, 4, 4)
+	for queued := 0; queued < 4; {
 		select {
 		case <-f.feed.ready:
 		case <-ctx.Done():
@@ -437,24 +438,34 @@ func TestLostLiveEventsCatchUpFirst(t *testing.T) {
 		queued = len(f.feed.queue)
 		f.feed.mu.Unlock()
 	}
+	// The feed lost events 3 and 4, as a full queue drops what comes.
+	f.feed.mu.Lock()
+	f.feed.queue = f.feed.queue[:2]
+	f.feed.dropped += 2
+	f.feed.mu.Unlock()
 	select {
 	case f.feed.ready <- struct{}{}:
 	default:
 	}
-	f.feed.mu.Lock()
-	f.feed.dropped++ // as a full queue does
-	f.feed.mu.Unlock()
-	f.due = time.Now().Add(time.Hour) // only the loss makes a look due
+	// Only the loss can make a look due: a silence takes an hour.
+	f.due, f.idle, f.idleFloor = time.Now().Add(time.Hour), time.Hour, time.Hour
 	var got []string
 	f.run(ctx, func(ev *events.Event, err error) bool {
 		if err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, label(ev))
-		return ev.Seq < 2
+		if ev.Seq == 3 { // from the store: the queue was emptied before the look
+			f.feed.mu.Lock()
+			if n := len(f.feed.queue); n != 0 {
+				t.Errorf("%d live events left queued across the look (a full queue would keep losing what comes)", n)
+			}
+			f.feed.mu.Unlock()
+		}
+		return true
 	})
-	if strings.Join(got, " ") != "1a1 2a1" || asked.Load() != 1 {
-		t.Fatalf("yielded %q after %d events requests; want the stored events from one", got, asked.Load())
+	if strings.Join(got, " ") != "1a1 2a1 3a1 4a1F" || asked.Load() != 1 {
+		t.Fatalf("yielded %q after %d events requests; want the live events, then the lost ones from one look", got, asked.Load())
 	}
 }
 

@@ -574,9 +574,9 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 			continue
 		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			if seen && cut == nil {
+			if seen {
 				o.log.Warn().Dur("waited", waited).
-					Msg("the message that cut the turn was not stored: if the stream stores it later it runs as the lane's next message (a rollback then keeps the cut turn)")
+					Msg("the message that cut the turn was not stored (refused as a duplicate or by an expected-sequence check, or stored late): one stored later runs as the lane's next message, and a rollback then keeps the cut turn")
 			}
 			break
 		}
