@@ -1,14 +1,17 @@
 package lanefleet
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -363,34 +366,9 @@ func TestLiveFollowerCatchUpCost(t *testing.T) {
 // the run going on, no look is made.
 func TestLiveEventsBeforeACatchUp(t *testing.T) {
 	t.Parallel()
-	nc, js, ctx := serviceOnly(t)
 	const session = "due"
-	asked := countRequests(t, nc, session)
-	c, _ := New(natstest.Connect(t, natsURL(nc)))
-	r, err := c.Send(ctx, session, "hi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := r.follow()
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, r, js, asked, ctx := queuedFollower(t, session, 2, 99)
 	defer f.feed.close()
-	playWorker(ctx, t, js, session, r.ID, 1, 2, 99)
-	for queued := 0; queued < 2; {
-		select {
-		case <-f.feed.ready:
-		case <-ctx.Done():
-			t.Fatal("the live events never came")
-		}
-		f.feed.mu.Lock()
-		queued = len(f.feed.queue)
-		f.feed.mu.Unlock()
-	}
-	select {
-	case f.feed.ready <- struct{}{}: // the signal the wait above took
-	default: // or a later push's
-	}
 	f.due = time.Now().Add(-time.Second)
 	var got []string
 	f.run(ctx, func(ev *events.Event, err error) bool {
@@ -414,39 +392,13 @@ func TestLiveEventsBeforeACatchUp(t *testing.T) {
 // what was lost (here the rest of the run, its final too) is in the store.
 func TestLostLiveEventsCatchUpFirst(t *testing.T) {
 	t.Parallel()
-	nc, js, ctx := serviceOnly(t)
-	const session = "lost"
-	asked := countRequests(t, nc, session)
-	c, _ := New(natstest.Connect(t, natsURL(nc)))
-	r, err := c.Send(ctx, session, "hi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := r.follow()
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, _, _, asked, ctx := queuedFollower(t, "lost", 4, 4)
 	defer f.feed.close()
-	playWorker(ctx, t, js, session, r.ID, 1, 4, 4)
-	for queued := 0; queued < 4; {
-		select {
-		case <-f.feed.ready:
-		case <-ctx.Done():
-			t.Fatal("the live events never came")
-		}
-		f.feed.mu.Lock()
-		queued = len(f.feed.queue)
-		f.feed.mu.Unlock()
-	}
 	// The feed lost events 3 and 4, as a full queue drops what comes.
 	f.feed.mu.Lock()
 	f.feed.queue = f.feed.queue[:2]
 	f.feed.dropped += 2
 	f.feed.mu.Unlock()
-	select {
-	case f.feed.ready <- struct{}{}:
-	default:
-	}
 	// Only the loss can make a look due: a silence takes an hour.
 	f.due, f.idle, f.idleFloor = time.Now().Add(time.Hour), time.Hour, time.Hour
 	var got []string
@@ -505,4 +457,40 @@ func spyCatchUps(t *testing.T, nc *nats.Conn, tok string) func() (q *service.Eve
 			}
 		}
 	}
+}
+
+// queuedFollower sends a message to session on a lane service with no
+// worker, plays the worker's events 1..to of the run (last: its final) and
+// returns the run's follower once they all wait on its feed (with the
+// feed's signal that they do), and a count of the events requests.
+func queuedFollower(t *testing.T, session string, to, last uint64) (*follower, *Run, jetstream.JetStream, *atomic.Int64, context.Context) {
+	t.Helper()
+	nc, js, ctx := serviceOnly(t)
+	asked := countRequests(t, nc, session)
+	c, _ := New(natstest.Connect(t, natsURL(nc)))
+	r, err := c.Send(ctx, session, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := r.follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	playWorker(ctx, t, js, session, r.ID, 1, to, last)
+	for queued := 0; queued < int(to); {
+		select {
+		case <-f.feed.ready:
+		case <-ctx.Done():
+			f.feed.close()
+			t.Fatal("the live events never came")
+		}
+		f.feed.mu.Lock()
+		queued = len(f.feed.queue)
+		f.feed.mu.Unlock()
+	}
+	select {
+	case f.feed.ready <- struct{}{}: // the signal the wait above took
+	default: // or a later push's
+	}
+	return f, r, js, asked, ctx
 }
