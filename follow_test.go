@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -381,8 +380,8 @@ func TestLiveEventsBeforeACatchUp(t *testing.T) {
 		}
 		return true
 	})
-	if strings.Join(got, " ") != "1a1 2a1 3a1F" || asked.Load() != 0 {
-		t.Fatalf("yielded %q after %d events requests; want the live events and none", got, asked.Load())
+	if strings.Join(got, " ") != "1a1 2a1 3a1F" || asked() != 0 {
+		t.Fatalf("yielded %q after %d events requests; want the live events and none", got, asked())
 	}
 }
 
@@ -416,8 +415,8 @@ func TestLostLiveEventsCatchUpFirst(t *testing.T) {
 		}
 		return true
 	})
-	if strings.Join(got, " ") != "1a1 2a1 3a1 4a1F" || asked.Load() != 1 {
-		t.Fatalf("yielded %q after %d events requests; want the live events, then the lost ones from one look", got, asked.Load())
+	if strings.Join(got, " ") != "1a1 2a1 3a1 4a1F" || asked() != 1 {
+		t.Fatalf("yielded %q after %d events requests; want the live events, then the lost ones from one look", got, asked())
 	}
 }
 
@@ -463,7 +462,7 @@ func spyCatchUps(t *testing.T, nc *nats.Conn, tok string) func() (q *service.Eve
 // worker, plays the worker's events 1..to of the run (last: its final) and
 // returns the run's follower once they all wait on its feed (with the
 // feed's signal that they do), and a count of the events requests.
-func queuedFollower(t *testing.T, session string, to, last uint64) (*follower, *Run, jetstream.JetStream, *atomic.Int64, context.Context) {
+func queuedFollower(t *testing.T, session string, to, last uint64) (*follower, *Run, jetstream.JetStream, func() int64, context.Context) {
 	t.Helper()
 	nc, js, ctx := serviceOnly(t)
 	asked := countRequests(t, nc, session)

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,12 +45,14 @@ func playWorker(ctx context.Context, t *testing.T, js jetstream.JetStream, sessi
 	}
 }
 
-// countRequests counts the lane service's events requests for session.
-func countRequests(t *testing.T, nc *nats.Conn, session string) *atomic.Int64 {
+// countRequests counts the lane service's events requests for session:
+// the function it returns flushes its connection (which delivers every
+// request the server routed before) and returns the count so far.
+func countRequests(t *testing.T, nc *nats.Conn, session string) func() int64 {
 	t.Helper()
 	tok, _ := events.KeyToken(session)
-	var n atomic.Int64
-	sub, err := nc.Subscribe(service.Subject(tok, service.OpEvents), func(*nats.Msg) { n.Add(1) })
+	seen := make(chan *nats.Msg, 1024)
+	sub, err := nc.ChanSubscribe(service.Subject(tok, service.OpEvents), seen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,20 @@ func countRequests(t *testing.T, nc *nats.Conn, session string) *atomic.Int64 {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return &n
+	var n int64
+	return func() int64 {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case <-seen:
+				n++
+			default:
+				return n
+			}
+		}
+	}
 }
 
 // TestFreshRunFollowsLiveEvents: following a run Send returned yields its
@@ -113,7 +127,7 @@ func TestFreshRunFollowsLiveEvents(t *testing.T) {
 			if got := strings.Join(seqs, " "); got != "1 2 3 4 5" {
 				t.Fatalf("yielded seqs %s", got)
 			}
-			if n := asked.Load(); (n == 0) != (tt.requests == "none") {
+			if n := asked(); (n == 0) != (tt.requests == "none") {
 				t.Fatalf("%d events requests, want %s", n, tt.requests)
 			}
 		})
@@ -363,7 +377,7 @@ func TestKeptFeedsAreBounded(t *testing.T) {
 			t.Fatalf("%s run %s: %+v, %v", r.Session, r.ID, res, err)
 		}
 	}
-	if n := asked.Load(); n != 0 {
+	if n := asked(); n != 0 {
 		t.Fatalf("the kept run of k4 asked the store %d times", n)
 	}
 }
@@ -407,7 +421,7 @@ func TestClaimedFeedStays(t *testing.T) {
 	if got := strings.Join(seqs, " "); got != "1 2 3 4 5" {
 		t.Fatalf("yielded seqs %s", got)
 	}
-	if n := asked.Load(); n != 0 {
+	if n := asked(); n != 0 {
 		t.Fatalf("the followed run asked the store %d times", n)
 	}
 }

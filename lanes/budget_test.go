@@ -46,14 +46,16 @@ func TestOverBudgetLaneWaitsInLine(t *testing.T) {
 	}}
 	// Room for one large payload, not two; slots to spare.
 	w, _, _ := f.fairWorker(t, h, Config{Concurrency: 8, MaxInflightBytes: 3 * (64 << 10) / 2})
-	var releaseOnce sync.Once
+	var releaseOnce, storedOnce sync.Once
 	free := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(free)
+	stored := func() { storedOnce.Do(func() { close(bigStored) }) }
+	t.Cleanup(stored) // a failed publish must not leave the small turn held
 	f.publish(t, "holder", big)
-	<-started
+	waitClosed(t, "the holder's turn", started)
 	small := f.publish(t, "follow", "small")
 	last := f.publish(t, "follow", big)
-	close(bigStored)
+	stored()
 	f.waitFinal(t, "follow", small)
 	waitUntil(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
 	// The trigger comes back after busyNakDelay: it either waits in line

@@ -64,11 +64,11 @@ func TestUnstoredCutReleasesPromptly(t *testing.T) {
 				t.Fatal(err)
 			}
 			long := ack.Sequence
-			<-started
+			waitClosed(t, "the long turn", started)
 			if ack, err := publish(&events.Inbound{Text: "next", Mode: "interrupt"}, ""); err == nil && !ack.Duplicate {
 				t.Fatalf("the stream stored the interrupt at %d", ack.Sequence)
 			}
-			<-cutSeen
+			waitClosed(t, "the unstored interrupt cutting the turn", cutSeen)
 			if e := f.waitFinal(t, key, long).Data.Result.Meta.Error; e == nil || e.Kind != events.KindInterrupted {
 				t.Fatalf("cut run's error %+v", e)
 			}

@@ -66,6 +66,18 @@ func (h *orderHandler) ran() []string {
 }
 
 // waitUntil polls a condition of the worker's state until it holds.
+// waitClosed waits up to a minute for ch to be closed (or to give a
+// value), failing t with what otherwise: a regression fails rather than
+// hanging the package's tests until their timeout.
+func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("waiting for %s: a minute went by", what)
+	}
+}
+
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

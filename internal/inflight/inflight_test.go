@@ -121,8 +121,13 @@ func TestStopRefusesAndCancels(t *testing.T) {
 			var inStop error
 			err := g.Stop(tc.cause, func() error {
 				// The request that waited for the slot was refused.
-				if err := <-waiting; !errors.Is(err, inflight.ErrStopping) {
-					t.Errorf("waiting Go: %v, want ErrStopping", err)
+				select {
+				case err := <-waiting:
+					if !errors.Is(err, inflight.ErrStopping) {
+						t.Errorf("waiting Go: %v, want ErrStopping", err)
+					}
+				case <-time.After(time.Minute):
+					t.Error("a Go waiting for a slot was not refused when the group stopped")
 				}
 				inStop = g.Go(func(context.Context) { t.Error("a request ran while stopping") }, nil)
 				return tc.stopErr

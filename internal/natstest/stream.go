@@ -12,13 +12,17 @@ import (
 
 // waitFor polls cond every 20 ms for up to a minute (an in-process
 // cluster on a busy box can take many seconds to settle), failing t with
-// what with the last error when it never holds.
+// what with the last error when it never holds. Each try has 5 s: a
+// request that gets no answer (what is waited out here) would otherwise
+// use up the minute on one try.
 func waitFor(t testing.TB, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	for {
-		ok, err := cond(ctx)
+		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+		ok, err := cond(tctx)
+		tcancel()
 		if ok {
 			return
 		}
