@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -426,6 +427,16 @@ func TestSubscribingBlocksNoReply(t *testing.T) {
 		t.Fatal("the new subscription never went out")
 	}
 	go awaitBg() // D needs the same subscription
+	// D must be waiting in await (at the gate) before C's subscription
+	// is taken, or D would only reuse it and prove nothing.
+	buf := make([]byte, 1<<20)
+	for n := 0; n < 2; {
+		n = strings.Count(string(buf[:runtime.Stack(buf, true)]), "lanefleet.(*replyMux).await(")
+		if ctx.Err() != nil {
+			t.Fatalf("%d requests waiting in await, want C and D", n)
+		}
+		runtime.Gosched()
+	}
 
 	// B's reply comes (the server's side of the link flows) and B ends,
 	// while C's flush still waits.
