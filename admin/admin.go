@@ -30,7 +30,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/internal/inflight"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -77,6 +76,7 @@ type Service struct {
 	cfg      Config
 	log      zerolog.Logger
 	inflight *inflight.Group
+	replies  *service.Replier
 }
 
 type handlerFunc func(ctx context.Context, data []byte) (any, error)
@@ -90,6 +90,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 		cfg.Now = time.Now
 	}
 	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, inflight: inflight.New(MaxConcurrent)}
+	s.replies = &service.Replier{NC: nc, Log: cfg.Logger, Name: "admin service", Inflight: s.inflight, Timeout: RequestTimeout}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
@@ -127,57 +128,9 @@ func (s *Service) Stop() error {
 }
 
 // handler answers each request in its own goroutine, at most MaxConcurrent
-// at once (the requests behind wait in the endpoint's subscription),
-// replying on the request's reply subject itself (micro's Request must not
-// be used after the handler returned).
+// at once (the requests behind wait in the endpoint's subscription).
 func (s *Service) handler(op string, h handlerFunc) micro.Handler {
-	return micro.HandlerFunc(func(req micro.Request) {
-		reply, data := req.Reply(), req.Data()
-		err := s.inflight.Go(func(ctx context.Context) { s.serve(ctx, op, reply, data, h) }, func(p any, stack []byte) {
-			s.log.Error().Interface("panic", p).Bytes("stack", stack).Str("op", op).Msg("admin service: handler panicked")
-			s.respondError(op, reply, &service.Error{Code: service.CodeInternal, Description: "internal error"})
-		})
-		if err != nil {
-			s.respondError(op, reply, &service.Error{Code: service.CodeUnavailable, Description: "the worker is stopping"})
-		}
-	})
-}
-
-func (s *Service) serve(ctx context.Context, op, reply string, data []byte, h handlerFunc) {
-	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-	defer cancel()
-	v, err := h(ctx, data)
-	if err != nil {
-		s.respondError(op, reply, err)
-		return
-	}
-	b, err := msgpack.Marshal(v)
-	if err != nil {
-		s.respondError(op, reply, &service.Error{Code: service.CodeInternal, Description: "encode reply: " + err.Error()})
-		return
-	}
-	s.respond(op, reply, &nats.Msg{Data: b})
-}
-
-func (s *Service) respondError(op, reply string, err error) {
-	var e *service.Error
-	if !errors.As(err, &e) {
-		e = &service.Error{Code: service.CodeUnavailable, Description: err.Error()}
-	}
-	if e.Code == service.CodeInternal || e.Code == service.CodeUnavailable {
-		s.log.Warn().Str("op", op).Str("code", e.Code).Str("error", e.Description).Msg("admin service")
-	}
-	s.respond(op, reply, &nats.Msg{Header: service.ErrorHeader(e)})
-}
-
-func (s *Service) respond(op, reply string, m *nats.Msg) {
-	if reply == "" {
-		return
-	}
-	m.Subject = reply
-	if err := s.nc.PublishMsg(m); err != nil {
-		s.log.Warn().Err(err).Str("op", op).Int("bytes", len(m.Data)).Msg("admin service: reply not sent")
-	}
+	return s.replies.Handler(op, func(ctx context.Context, q *service.Request) (any, error) { return h(ctx, q.Data) })
 }
 
 func badRequest(format string, args ...any) error {

@@ -28,7 +28,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/internal/inflight"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -69,6 +68,7 @@ type Service struct {
 	cfg      Config
 	log      zerolog.Logger
 	inflight *inflight.Group
+	replies  *Replier
 }
 
 // handlerFunc answers one request of a lane: a reply value encoded as
@@ -93,6 +93,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 		cfg.MaxConcurrent = MaxConcurrentDefault
 	}
 	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, inflight: inflight.New(cfg.MaxConcurrent)}
+	s.replies = &Replier{NC: nc, Log: cfg.Logger, Name: "lane service", Inflight: s.inflight, Timeout: RequestTimeout}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
@@ -128,59 +129,15 @@ func (s *Service) Stop() error {
 
 // handler runs each request of op in its own goroutine, at most
 // MaxConcurrent at once: a slow history read never holds up a viewer's
-// catch-up. The goroutine replies on the request's reply subject itself:
-// micro's Request must not be used after the handler returned.
+// catch-up. The lane comes from the subject.
 func (s *Service) handler(op string, h handlerFunc) micro.Handler {
-	return micro.HandlerFunc(func(req micro.Request) {
-		in := inbound{op: op, subject: req.Subject(), reply: req.Reply(), data: req.Data()}
-		err := s.inflight.Go(func(ctx context.Context) { s.serve(ctx, h, in) }, func(p any, stack []byte) {
-			s.log.Error().Interface("panic", p).Bytes("stack", stack).Str("op", in.op).Msg("lane service: handler panicked")
-			s.respondError(in, &Error{Code: CodeInternal, Description: "internal error"})
-		})
+	return s.replies.Handler(op, func(ctx context.Context, q *Request) (any, error) {
+		tok, key, err := parseSubject(q.Subject, q.Op)
 		if err != nil {
-			s.respondError(in, &Error{Code: CodeUnavailable, Description: "the worker is stopping"})
+			return nil, &Error{Code: CodeBadRequest, Description: err.Error()}
 		}
+		return h(ctx, request{token: tok, key: key, data: q.Data})
 	})
-}
-
-// inbound is a request as its goroutine keeps it.
-type inbound struct {
-	op, subject, reply string
-	data               []byte
-}
-
-func (s *Service) serve(ctx context.Context, h handlerFunc, in inbound) {
-	tok, key, err := parseSubject(in.subject, in.op)
-	if err != nil {
-		s.respondError(in, &Error{Code: CodeBadRequest, Description: err.Error()})
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-	defer cancel()
-	reply, err := h(ctx, request{token: tok, key: key, data: in.data})
-	if err != nil {
-		s.respondError(in, err)
-		return
-	}
-	data, err := msgpack.Marshal(reply)
-	if err != nil {
-		s.respondError(in, &Error{Code: CodeInternal, Description: "encode reply: " + err.Error()})
-		return
-	}
-	s.respond(in, &nats.Msg{Data: data})
-}
-
-// respondError sends err as a micro error reply: its code and description
-// in the Nats-Service-Error-Code and Nats-Service-Error headers.
-func (s *Service) respondError(in inbound, err error) {
-	var e *Error
-	if !errors.As(err, &e) {
-		e = &Error{Code: CodeUnavailable, Description: err.Error()}
-	}
-	if e.Code == CodeInternal || e.Code == CodeUnavailable {
-		s.log.Warn().Str("op", in.op).Str("subject", clip(in.subject)).Str("code", e.Code).Str("error", e.Description).Msg("lane service")
-	}
-	s.respond(in, &nats.Msg{Header: ErrorHeader(e)})
 }
 
 // ErrorHeader returns the headers of e's micro error reply: its code and
@@ -192,16 +149,6 @@ func ErrorHeader(e *Error) nats.Header {
 		desc = strings.ToValidUTF8(desc[:maxDescription], "") + "…"
 	}
 	return nats.Header{micro.ErrorCodeHeader: {e.Code}, micro.ErrorHeader: {desc}}
-}
-
-func (s *Service) respond(in inbound, m *nats.Msg) {
-	if in.reply == "" {
-		return // a publish, not a request: nobody to answer
-	}
-	m.Subject = in.reply
-	if err := s.nc.PublishMsg(m); err != nil {
-		s.log.Warn().Err(err).Str("op", in.op).Str("subject", clip(in.subject)).Int("bytes", len(m.Data)).Msg("lane service: reply not sent")
-	}
 }
 
 // budget is the most bytes a reply may carry: the server's max payload
