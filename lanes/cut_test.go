@@ -1,7 +1,6 @@
 package lanes
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
-	"github.com/lanefleet/lanefleet/message"
 )
 
 // TestUnstoredCutReleasesPromptly: an interrupt the owner's watch sees but
@@ -31,19 +29,7 @@ func TestUnstoredCutReleasesPromptly(t *testing.T) {
 			t.Parallel()
 			f := newFleet(t, 10*time.Second, 10*time.Second)
 			started, cutSeen := make(chan struct{}), make(chan struct{})
-			echo := &echoHandler{}
-			f.startWorker(t, HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
-				if turn.Inbound.Text != "long" {
-					return echo.HandleTurn(ctx, turn)
-				}
-				close(started)
-				<-ctx.Done()
-				close(cutSeen)
-				user := message.Message{Role: message.RoleUser, Content: message.PlainText("long")}
-				half := message.Message{Role: message.RoleAssistant, Content: message.PlainText("half done"), StopReason: message.StopToolUse}
-				return &Outcome{Entries: []message.Entry{{Type: message.EntryMessage, ID: "u-long", Message: &user},
-					{Type: message.EntryMessage, ID: "a-long", Message: &half}}}, context.Cause(ctx)
-			}), Config{})
+			f.startWorker(t, cutHalfway(started, cutSeen), Config{})
 			key := "unstored"
 			subj, _ := events.InboundSubject(key)
 			publish := func(in *events.Inbound, msgID string) (*jetstream.PubAck, error) {

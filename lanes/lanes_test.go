@@ -426,22 +426,10 @@ func TestCutSeenBeforeStored(t *testing.T) {
 			t.Parallel()
 			f := newFleet(t, 10*time.Second, 10*time.Second)
 			started, cutSeen := make(chan struct{}), make(chan struct{})
-			echo := &echoHandler{}
-			f.startWorker(t, HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
-				if turn.Inbound.Text != "long" {
-					return echo.HandleTurn(ctx, turn)
-				}
-				close(started)
-				<-ctx.Done()
-				close(cutSeen)
-				user := message.Message{Role: message.RoleUser, Content: message.PlainText("long")}
-				half := message.Message{Role: message.RoleAssistant, Content: message.PlainText("half done"), StopReason: message.StopToolUse}
-				return &Outcome{Entries: []message.Entry{{Type: message.EntryMessage, ID: "u-long", Message: &user},
-					{Type: message.EntryMessage, ID: "a-long", Message: &half}}}, context.Cause(ctx)
-			}), Config{})
+			f.startWorker(t, cutHalfway(started, cutSeen), Config{})
 			key := "seen-" + strings.ReplaceAll(tc.name, " ", "-")
 			long := f.publish(t, key, "long")
-			<-started
+			waitClosed(t, "the long turn", started)
 			// A rollback the subscription sees and the stream refuses: it
 			// expects a subject sequence the lane never reaches.
 			subj, _ := events.InboundSubject(key)
@@ -497,7 +485,7 @@ func TestCutTurnKeepsItsProgress(t *testing.T) {
 			}), Config{})
 			key := "k" + mode
 			long := f.publish(t, key, "long")
-			<-started
+			waitClosed(t, "the long turn", started)
 			var cut uint64
 			if mode == "stop" {
 				cut = f.publishIn(t, key, &events.Inbound{Stop: true})
@@ -519,4 +507,23 @@ func TestCutTurnKeepsItsProgress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cutHalfway is a handler whose turn "long" closes started, runs until it
+// is cut, closes cutSeen and returns what it did (its prompt and a
+// half-done reply) with the cut's cause; other turns echo.
+func cutHalfway(started, cutSeen chan struct{}) Handler {
+	echo := &echoHandler{}
+	return HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
+		if turn.Inbound.Text != "long" {
+			return echo.HandleTurn(ctx, turn)
+		}
+		close(started)
+		<-ctx.Done()
+		close(cutSeen)
+		user := message.Message{Role: message.RoleUser, Content: message.PlainText("long")}
+		half := message.Message{Role: message.RoleAssistant, Content: message.PlainText("half done"), StopReason: message.StopToolUse}
+		return &Outcome{Entries: []message.Entry{{Type: message.EntryMessage, ID: "u-long", Message: &user},
+			{Type: message.EntryMessage, ID: "a-long", Message: &half}}}, context.Cause(ctx)
+	})
 }
