@@ -34,10 +34,15 @@ type owner struct {
 	settings *events.Settings // the lane's stored queue and run settings; nil = none
 	// tx is the lane's transcript as this drain knows it; nil = not read
 	// yet (see readHistory).
-	tx          *transcript
-	checkedLast bool
-	failures    map[uint64]int // attempts started by this owner, per inbound seq
-	lastEnd     time.Time      // when this owner's last turn ended (reject, collect debounce)
+	tx *transcript
+	// checked is the inbound seq of the newest record whose final events
+	// this owner found stored (0: none yet). A drain whose cursor names
+	// another record checks it again: a record write whose answer was
+	// lost may have been stored, and the owner that retries the lane
+	// finds it only then.
+	checked  uint64
+	failures map[uint64]int // attempts started by this owner, per inbound seq
+	lastEnd  time.Time      // when this owner's last turn ended (reject, collect debounce)
 	// done lists the inbound messages of committed turns this owner has
 	// not deleted yet.
 	done []uint64
@@ -258,10 +263,10 @@ func (o *owner) drain(ctx context.Context) bool {
 	}
 	o.cursor = c
 	o.tx = nil // another owner may have added to it since the last drain
-	if c.Seq > 0 && !o.checkedLast && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
-		o.checkedLast = true // this worker stored the newest record's finals itself
+	if c.Seq > 0 && c.Seq != o.checked && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
+		o.checked = c.Seq // this worker stored the newest record's finals itself
 	}
-	if c.Seq > 0 && !o.checkedLast {
+	if c.Seq > 0 && c.Seq != o.checked {
 		// The last committed turn may have died between its record and its
 		// final events: publish them from the record before anything else.
 		// (Owners never move past a turn whose finals are missing, so only
@@ -271,7 +276,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		if err != nil {
 			return errors.Is(err, kvstore.ErrLeaseLost)
 		}
-		o.unsettled, o.checkedLast = 0, true
+		o.unsettled, o.checked = 0, c.Seq
 	}
 	defer o.endWatch()
 	for !o.w.stopping.Load() && ctx.Err() == nil {
