@@ -1,8 +1,6 @@
 package anthropic
 
 import (
-	"reflect"
-
 	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 )
 
@@ -54,43 +52,11 @@ func (a *apiMessage) equal(b *apiMessage) bool {
 func (a *apiBlock) equal(b *apiBlock) bool {
 	return a.Type == b.Type && strEqual(a.Text, b.Text) && strEqual(a.Thinking, b.Thinking) && strEqual(a.Signature, b.Signature) &&
 		a.Data == b.Data && (a.Source == nil) == (b.Source == nil) && (a.Source == nil || *a.Source == *b.Source) &&
-		a.ID == b.ID && a.Name == b.Name && sameInput(a.Input, b.Input) && a.ToolUseID == b.ToolUseID &&
-		contentEqual(a.Content, b.Content) && a.IsError == b.IsError &&
+		a.ID == b.ID && a.Name == b.Name && wirecache.SameMap(a.Input, b.Input) && a.ToolUseID == b.ToolUseID &&
+		wirecache.ContentEqual(a.Content, b.Content, (*apiBlock).equal) && a.IsError == b.IsError &&
 		(a.CacheControl == nil) == (b.CacheControl == nil) && (a.CacheControl == nil || *a.CacheControl == *b.CacheControl)
 }
 
 func strEqual(a, b *string) bool {
 	return (a == nil) == (b == nil) && (a == nil || *a == *b)
-}
-
-// sameInput reports whether two tool inputs are the same map, both nil
-// (omitted) or both empty ({}).
-func sameInput(a, b map[string]any) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return len(a) == len(b) && (a == nil) == (b == nil)
-	}
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
-}
-
-// contentEqual compares a tool result's content: nil, a string or blocks.
-func contentEqual(a, b any) bool {
-	switch a := a.(type) {
-	case nil:
-		return b == nil
-	case string:
-		s, ok := b.(string)
-		return ok && a == s
-	case []apiBlock:
-		p, ok := b.([]apiBlock)
-		if !ok || len(a) != len(p) || (a == nil) != (p == nil) {
-			return false
-		}
-		for i := range a {
-			if !a[i].equal(&p[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
 }

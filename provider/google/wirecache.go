@@ -1,8 +1,6 @@
 package google
 
 import (
-	"reflect"
-
 	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 )
 
@@ -68,13 +66,7 @@ func (a *apiPart) equal(b *apiPart) bool {
 }
 
 func (a *apiFunctionCall) equal(b *apiFunctionCall) bool {
-	if a.ID != b.ID || a.Name != b.Name || (a.Args == nil) != (b.Args == nil) {
-		return false
-	}
-	if len(a.Args) == 0 || len(b.Args) == 0 {
-		return len(a.Args) == len(b.Args)
-	}
-	return reflect.ValueOf(a.Args).UnsafePointer() == reflect.ValueOf(b.Args).UnsafePointer()
+	return a.ID == b.ID && a.Name == b.Name && wirecache.SameMap(a.Args, b.Args)
 }
 
 func (a *apiFunctionResp) equal(b *apiFunctionResp) bool {

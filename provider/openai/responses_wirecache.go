@@ -33,7 +33,7 @@ func respInputEqual(a, b *respInput) bool {
 	switch x := (*a).(type) {
 	case respInputMessage:
 		y, ok := (*b).(respInputMessage)
-		return ok && x.Role == y.Role && respContentEqual(x.Content, y.Content)
+		return ok && x.Role == y.Role && wirecache.ContentEqual(x.Content, y.Content, samePart)
 	case respOutputMessage:
 		y, ok := (*b).(respOutputMessage)
 		return ok && x.Type == y.Type && x.ID == y.ID && x.Role == y.Role && x.Status == y.Status && x.Phase == y.Phase &&
@@ -43,7 +43,7 @@ func respInputEqual(a, b *respInput) bool {
 		return ok && x == y
 	case respFunctionOutput:
 		y, ok := (*b).(respFunctionOutput)
-		return ok && x.Type == y.Type && x.CallID == y.CallID && respContentEqual(x.Output, y.Output)
+		return ok && x.Type == y.Type && x.CallID == y.CallID && wirecache.ContentEqual(x.Output, y.Output, samePart)
 	case json.RawMessage:
 		y, ok := (*b).(json.RawMessage)
 		return ok && (x == nil) == (y == nil) && bytes.Equal(x, y)
@@ -58,18 +58,5 @@ func (a respOutputText) equal(b respOutputText) bool {
 		(a.Annotations == nil) == (b.Annotations == nil) && len(a.Annotations) == 0 && len(b.Annotations) == 0
 }
 
-// respContentEqual compares a message's content or a tool output: nil, a
-// string or parts.
-func respContentEqual(a, b any) bool {
-	switch a := a.(type) {
-	case nil:
-		return b == nil
-	case string:
-		s, ok := b.(string)
-		return ok && a == s
-	case []respPart:
-		p, ok := b.([]respPart)
-		return ok && (a == nil) == (p == nil) && slices.Equal(a, p)
-	}
-	return false
-}
+// samePart compares two content parts (comparable values).
+func samePart(x, y *respPart) bool { return *x == *y }

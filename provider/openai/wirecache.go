@@ -37,23 +37,8 @@ func newWireCache(maxBytes int) *wireCache {
 func (a *chatMessage) equal(b *chatMessage) bool {
 	return a.Role == b.Role && a.Name == b.Name && a.ToolCallID == b.ToolCallID &&
 		a.ReasoningContent == b.ReasoningContent && a.Reasoning == b.Reasoning && a.ReasoningText == b.ReasoningText &&
-		contentEqual(a.Content, b.Content) && slices.Equal(a.ToolCalls, b.ToolCalls) &&
+		wirecache.ContentEqual(a.Content, b.Content, func(x, y *chatPart) bool { return x.equal(*y) }) && slices.Equal(a.ToolCalls, b.ToolCalls) &&
 		slices.EqualFunc(a.ReasoningDetails, b.ReasoningDetails, func(x, y json.RawMessage) bool { return bytes.Equal(x, y) })
-}
-
-// contentEqual compares a chatMessage's content: nil, a string or parts.
-func contentEqual(a, b any) bool {
-	switch a := a.(type) {
-	case nil:
-		return b == nil
-	case string:
-		s, ok := b.(string)
-		return ok && a == s
-	case []chatPart:
-		p, ok := b.([]chatPart)
-		return ok && slices.EqualFunc(a, p, chatPart.equal)
-	}
-	return false
 }
 
 func (a chatPart) equal(b chatPart) bool {

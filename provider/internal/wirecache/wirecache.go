@@ -24,6 +24,7 @@ package wirecache
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -434,4 +435,41 @@ func (m *matcher[M, C]) find(cm *M) []byte {
 	}
 	m.next++
 	return nil
+}
+
+// ContentEqual reports whether two wire contents of the form nil, a
+// string or a []P encode the same: of the same kind, equal strings, or
+// parts of the same count, equal one by one (eq) and both nil or neither
+// (a nil list is null, an empty one [] in JSON).
+func ContentEqual[P any](a, b any, eq func(x, y *P) bool) bool {
+	switch a := a.(type) {
+	case nil:
+		return b == nil
+	case string:
+		s, ok := b.(string)
+		return ok && a == s
+	case []P:
+		p, ok := b.([]P)
+		if !ok || len(a) != len(p) || (a == nil) != (p == nil) {
+			return false
+		}
+		for i := range a {
+			if !eq(&a[i], &p[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// SameMap reports whether two maps of a wire message encode the same as
+// far as the cache can tell cheaply: the very same map (maps in messages
+// are never changed in place: message.Snapshot), both nil (omitted) or
+// both empty and not nil ({}).
+func SameMap[K comparable, V any](a, b map[K]V) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b) && (a == nil) == (b == nil)
+	}
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
