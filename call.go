@@ -150,11 +150,11 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 	}
 	var reply *nats.Msg
 	select {
-	case m, ok := <-replies:
+	case r, ok := <-replies:
 		if !ok { // the client closed
 			return nil, nats.ErrConnectionClosed
 		}
-		reply = m
+		reply = r
 	case <-ctx.Done():
 		expired = errors.Is(ctx.Err(), context.DeadlineExceeded)
 		return nil, ctx.Err()

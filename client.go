@@ -117,7 +117,8 @@ func Connect(url string, opts ...nats.Option) (*Client, error) {
 // Close closes the connection if the client opened it; on a connection
 // given to New it ends the client's reply subscription (a request after
 // Close makes a new one). Requests waiting for a reply on it end with
-// nats.ErrConnectionClosed. The feeds Send opened that nobody followed
+// nats.ErrConnectionClosed (not those on an inbox of their own, after the
+// server refused the shared one: they wait out their timeout). The feeds Send opened that nobody followed
 // end, with their lane subscriptions (their runs, followed later, start
 // with a catch-up).
 func (c *Client) Close() {

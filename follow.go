@@ -380,8 +380,11 @@ func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
 	open := f.open && !f.noOpen && time.Since(f.lastEvent) < openFor
 	data, err := f.request(ctx, open)
 	if open && service.RefusedNewField(err) {
-		f.noOpen = true
+		// Refused as a bad request: an old worker that knows no Open, if
+		// it takes the request without it (another bad request says
+		// nothing about Open).
 		data, err = f.request(ctx, false)
+		f.noOpen = err == nil
 	}
 	if err != nil {
 		return nil, err
