@@ -657,6 +657,7 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 		o.unsettled = 0
 	}
 	o.w.transcripts.markSettled(o.token, written.Seq, reconnects)
+	o.checked = rec.InboundSeq // its finals are stored: a later drain need not look
 	for _, c := range p.backlog {
 		o.announceSteered(ctx, c, em.run)
 	}
