@@ -166,15 +166,25 @@ func TestReadTranscriptReplicated(t *testing.T) {
 	// any of them, reads them all (one on a lagging replica ends early and
 	// leaves the rest to single reads, which the count below would take
 	// for a read without batches).
+	// A consumer the meta layer could not create in time (it may still be
+	// settling on a busy box) also leaves the read to single reads: every
+	// read must be whole, and one of three on each node batched.
 	natstest.WaitCurrent(t, lanes[0].Stream())
 	for i, l := range lanes {
-		before := conns[i].Stats().OutMsgs
-		tr, err := l.ReadTranscript(ctx, "r3", 1)
-		if err != nil || len(tr.Records) != n || tr.Records[n-1].InboundSeq != n {
-			t.Fatalf("node %d: %d records, %v", i+1, len(tr.Records), err)
+		var counts []uint64
+		for try := 0; try < 3; try++ {
+			before := conns[i].Stats().OutMsgs
+			tr, err := l.ReadTranscript(ctx, "r3", 1)
+			if err != nil || len(tr.Records) != n || tr.Records[n-1].InboundSeq != n {
+				t.Fatalf("node %d: %d records, %v", i+1, len(tr.Records), err)
+			}
+			counts = append(counts, conns[i].Stats().OutMsgs-before)
+			if counts[try] <= 12 {
+				break
+			}
 		}
-		if sent := conns[i].Stats().OutMsgs - before; sent > 12 {
-			t.Errorf("node %d: %d requests for %d records", i+1, sent, n)
+		if last := counts[len(counts)-1]; last > 12 {
+			t.Errorf("node %d: %v requests for %d records in three reads", i+1, counts, n)
 		}
 	}
 	// The batch consumers are deleted; in a cluster the stream's count
