@@ -66,6 +66,9 @@ type owner struct {
 	// charged this many bytes, did not fit; 0 = it did not.
 	held       int64
 	overBudget int64
+	// notDead: the drain ended at a message whose dead letter could not
+	// be stored (errNotDeadLettered).
+	notDead bool
 	// quiet is the drain's watch of the lane (see watchCuts) and what it
 	// knows; nil until a turn of the drain starts one.
 	quiet *quietWatch
@@ -112,6 +115,8 @@ func (o *owner) run() {
 			end = endYield
 		case o.overBudget > 0:
 			end = endOverBudget
+		case o.notDead:
+			end = endNotDead
 		default:
 			end = o.release()
 		}
@@ -154,6 +159,10 @@ const (
 	// with messages left: release the lease and hand the trigger back at
 	// once; it waits in line (at the end) to drain the rest.
 	endYield
+	// endNotDead: the lane's next message must be dead-lettered and its
+	// dead letter could not be stored: release the lease and hand the
+	// trigger back after deadRetryDelay; the message stays.
+	endNotDead
 )
 
 // settle is the one place that acks or naks the trigger delivery, and
@@ -197,6 +206,9 @@ func (o *owner) settle(end ending) {
 		// the lane needs.
 		o.w.sched.overBudget(o.token, o.overBudget, time.Now())
 		o.w.nak(o.trigger, busyNakDelay)
+	case endNotDead:
+		o.letGo(ctx, "while a dead letter cannot be stored")
+		o.w.nak(o.trigger, o.w.cfg.deadRetry)
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
 		// take the lane.
@@ -308,6 +320,11 @@ func (o *owner) drain(ctx context.Context) bool {
 		case errors.Is(err, kvstore.ErrLeaseLost):
 			return true
 		case ctx.Err() != nil || errors.Is(err, errStopping):
+			return false
+		case errors.Is(err, errNotDeadLettered):
+			// The message stays; the lane goes back and is tried again
+			// later, leaving the slot to lanes that can run.
+			o.notDead = true
 			return false
 		}
 		n := o.failures[raw.Sequence]
@@ -443,6 +460,14 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	// A turn that runs the handler watches for cuts from before its start
 	// event on: a client that saw the start and sends an interrupt or a
 	// stop is never missed.
+	if p.verb == queue.VerbInvalid {
+		// Dead-lettered before its start event: a dead letter that cannot
+		// be stored leaves the message and the run's attempts as they were.
+		_, decErr := o.decode(p.run.raw)
+		if err := o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr); err != nil {
+			return err
+		}
+	}
 	turnCtx, stopWatch := ctx, func() {}
 	if p.verb == queue.VerbRun {
 		turnCtx, stopWatch = o.watchCuts(ctx)
@@ -454,7 +479,6 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	switch p.verb {
 	case queue.VerbInvalid:
 		_, decErr := o.decode(p.run.raw)
-		o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr)
 		return o.failTurn(ctx, a.em, p, "invalid_input", decErr.Error(), a.attempt)
 	case queue.VerbSettings:
 		return o.applySettings(ctx, a.em, p)
@@ -508,7 +532,9 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	if a.attempt > o.w.cfg.MaxAttempts {
 		cause := fmt.Errorf("turn started %d times without finishing", a.attempt-1)
 		for _, c := range append([]collected{p.run}, p.merged...) {
-			o.w.deadLetter(ctx, "poison", o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause)
+			if err := o.w.deadLetter(ctx, "poison", o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause); err != nil {
+				return nil, err
+			}
 		}
 		a.done = true
 		return a, o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", a.attempt)

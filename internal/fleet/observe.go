@@ -324,8 +324,9 @@ func (m *Member) metricsState() metrics.State {
 			}
 			return info.State.Msgs, nil
 		},
-		Cooldowns:   func() map[string]int { return cooldowns(m.authBook().Status(time.Now())) },
-		DeadLetters: m.Worker.Stats().DeadLettersByReason,
+		Cooldowns:          func() map[string]int { return cooldowns(m.authBook().Status(time.Now())) },
+		DeadLetters:        m.Worker.Stats().DeadLettersByReason,
+		DeadLetterFailures: m.Worker.Stats().DeadLetterFailures.Load,
 		LaneEvents: func() map[string]int64 {
 			s := m.Worker.Stats()
 			return map[string]int64{"turns": s.Turns.Load(), "acquired": s.Acquired.Load(), "released": s.Released.Load(),
