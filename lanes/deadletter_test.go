@@ -142,6 +142,7 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 		data                  string
 	}{
 		{"invalid", events.InboundPrefix + "full", "invalid", "{not json"},
+		{"poison", events.InboundPrefix + "full", "poison", `{"text":"poison"}`},
 		{"bad-lane", events.InboundPrefix + "a.b", "bad-lane", `{"text":"hi"}`},
 	}
 	for _, tt := range tests {
@@ -155,7 +156,13 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 				filler.Data = make([]byte, n)
 				_, _ = f.js.PublishMsg(t.Context(), filler) // as much as fits
 			}
-			w := f.newWorker(t, natstest.Connect(t, f.url), &echoHandler{}, Config{deadRetry: 20 * time.Millisecond}, zerolog.ErrorLevel)
+			h := &echoHandler{hook: func(t *Turn) error {
+				if t.Inbound.Text == "poison" {
+					panic("this message always kills its turn")
+				}
+				return nil
+			}}
+			w := f.newWorker(t, natstest.Connect(t, f.url), h, Config{MaxAttempts: 1, RetryDelay: time.Millisecond, deadRetry: 20 * time.Millisecond}, zerolog.ErrorLevel)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { defer close(done); _ = w.Run(ctx) }()
@@ -174,9 +181,14 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 			if _, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence); err != nil {
 				t.Fatalf("the message was not kept: %v", err)
 			}
-			if tt.reason == "invalid" {
+			switch tt.reason {
+			case "invalid":
 				if ev, err := f.streams.Events.GetLastMsgForSubject(t.Context(), fmt.Sprintf("agent.ev.full.%d", ack.Sequence)); !errors.Is(err, jetstream.ErrMsgNotFound) {
 					t.Fatalf("the run has an event before its dead letter is stored: %v %v", ev, err)
+				}
+			case "poison":
+				if ev := lastEvent(t, f.streams, fmt.Sprintf("agent.ev.full.%d", ack.Sequence)); ev.Terminal() || ev.Attempt != 1 {
+					t.Fatalf("the run's last event is %+v before its dead letter is stored, want its one failed attempt", ev)
 				}
 			}
 			if got := w.Stats().DeadLettersByReason(); got[tt.reason] != 0 {
@@ -191,10 +203,14 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 			if dead.Header.Get(events.HeaderSeq) != fmt.Sprint(ack.Sequence) || string(dead.Data) != tt.data {
 				t.Fatalf("dead letter %v %q", dead.Header, dead.Data)
 			}
-			if tt.reason == "invalid" {
+			want := map[string]struct {
+				kind    string
+				attempt int
+			}{"invalid": {"invalid_input", 1}, "poison": {"poison_message", 2}}
+			if w, ok := want[tt.reason]; ok {
 				ev := f.waitFinal(t, "full", ack.Sequence)
-				if e := ev.Data.Result.Meta.Error; e == nil || e.Kind != "invalid_input" || ev.Attempt != 1 {
-					t.Fatalf("final = %+v attempt %d, want invalid_input at attempt 1", ev.Data.Result.Meta, ev.Attempt)
+				if e := ev.Data.Result.Meta.Error; e == nil || e.Kind != w.kind || ev.Attempt != w.attempt {
+					t.Fatalf("final = %+v attempt %d, want %s at attempt %d", ev.Data.Result.Meta, ev.Attempt, w.kind, w.attempt)
 				}
 			}
 			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -211,4 +227,18 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lastEvent returns the last event stored on subject.
+func lastEvent(t *testing.T, streams *Streams, subject string) *events.Event {
+	t.Helper()
+	raw, err := streams.Events.GetLastMsgForSubject(t.Context(), subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := events.DecodeEvent(raw.Header.Get(events.HeaderContentType), raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
 }
