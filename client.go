@@ -64,6 +64,11 @@ var (
 	// ErrPermission means the NATS server refused a subject to this
 	// connection's user (see the roles in the README).
 	ErrPermission = errors.New("lanefleet: permission denied")
+	// ErrLaneFull means the session's lane holds as many messages as the
+	// fleet lets one session queue (worker --lane-max-messages,
+	// --lane-max-bytes): it refuses the session's new messages until its
+	// runs have taken some. Other sessions are not affected.
+	ErrLaneFull = errors.New("lanefleet: the session's lane is full")
 )
 
 // Client talks to a fleet over one NATS connection.
@@ -246,8 +251,10 @@ type Run struct {
 // de-duplication makes safe, for up to a minute within ctx. ErrNoFleet means
 // no stream stores the session's messages and no worker answers;
 // ErrPermission that the connection's user may not send to the session;
-// ErrTooLarge that the message exceeds the server's max payload. A stream
-// that refuses the message (a full store) is an error at once.
+// ErrTooLarge that the message exceeds the server's max payload or the
+// fleet's; ErrLaneFull that the session has as many messages queued as the
+// fleet allows one session (the error says how many). A stream that
+// refuses the message (a full store) is an error at once.
 //
 // Send subscribes to the session's events before it publishes, so following
 // the run (Events, Wait) within 10 s starts from its live events and asks
@@ -361,8 +368,11 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 			if errors.Is(err, ErrPermission) {
 				return nil, fmt.Errorf("%w (send to session %q)", err, session)
 			}
-			if errors.Is(err, nats.ErrMaxPayload) {
+			if errors.Is(err, nats.ErrMaxPayload) || refusedAs(err, "message size exceeds maximum allowed") {
 				return nil, fmt.Errorf("%w: the message to %q is %d bytes", ErrTooLarge, session, len(data))
+			}
+			if refusedAs(err, "maximum messages per subject exceeded") {
+				return nil, c.laneFull(ctx, session)
 			}
 			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
 		}
@@ -402,6 +412,30 @@ func (c *Client) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAc
 		return nil, errors.New("malformed stream ack: no stream")
 	}
 	return &resp.PubAck, nil
+}
+
+// refusedAs reports whether err is the stream's refusal with description
+// what.
+func refusedAs(err error, what string) bool {
+	var e *pubAckError
+	return errors.As(err, &e) && e.Description == what
+}
+
+// laneFull is the error of a message the session's full lane refused: it
+// says how many messages wait there (asked of the lane service) and what
+// to do.
+func (c *Client) laneFull(ctx context.Context, session string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	b, err := c.Backlog(ctx, session)
+	if err != nil || b.Waiting == 0 {
+		return fmt.Errorf("%w: session %q has as many messages queued as the fleet allows one session; send again once its runs have taken some", ErrLaneFull, session)
+	}
+	n := strconv.Itoa(b.Waiting)
+	if b.More {
+		n = "up to " + n
+	}
+	return fmt.Errorf("%w: %s messages of session %q wait for their turns, as many as the fleet allows one session; send again once its runs have taken some", ErrLaneFull, n, session)
 }
 
 // transientPubAck reports a refusal that passes: JetStream unavailable for

@@ -79,8 +79,11 @@ type QueueSettings struct {
 	Reset      bool   `json:"reset,omitempty" msgpack:"reset,omitempty"`           // clear the stored settings first
 }
 
-// MaxDebounceMs bounds a stored debounce (one hour).
-const MaxDebounceMs = 3600 * 1000
+// MaxDebounceMs bounds a debounce (one minute): a collect batch waits that
+// long at most after its last message, and its lane's owner holds a slot
+// meanwhile. lanes/queue clamps a stored longer one (queue.DebounceMax; a
+// test pins that the two agree).
+const MaxDebounceMs = 60 * 1000
 
 // Validate checks the settings' values.
 func (q *QueueSettings) Validate() error {

@@ -687,7 +687,23 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	for _, c := range p.backlog {
 		o.announceSteered(ctx, c, em.run)
 	}
+	if len(o.done) >= o.w.deleteEvery() {
+		// Processed messages count against the lane's cap: a long drain
+		// must not leave its sender refused by messages already answered.
+		o.deleteProcessed(ctx, true)
+	}
 	return nil
+}
+
+// deleteEvery is how many processed messages an owner keeps while it
+// drains before it deletes them together: an eighth of the lane's cap,
+// from 1 to 16.
+func (w *Worker) deleteEvery() int {
+	c := w.streams.LaneCap()
+	if c <= 0 {
+		return 16
+	}
+	return int(min(max(c/8, 1), 16))
 }
 
 // nextState is the session's state after a turn whose outcome is out,

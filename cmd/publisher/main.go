@@ -323,6 +323,9 @@ func sendCommand(c *common) *cobra.Command {
 			}
 			defer done()
 			r, err := cl.Send(ctx, c.session, text, opts...)
+			if errors.Is(err, lanefleet.ErrLaneFull) {
+				return fmt.Errorf("%w (publisher backlog --session %s shows them)", err, shellQuote(c.session))
+			}
 			if err != nil {
 				return err
 			}

@@ -246,6 +246,11 @@ type Limits struct {
 	Steps   int64 // AGENT_STEPS: the runs' step journals; full = oldest dropped (default 512 MiB)
 	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
 	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
+	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
+	// and bytes its lane may hold; at the limit the session's sender is
+	// refused and nobody else.
+	LaneMessages int64 // default 1,000
+	LaneBytes    int64 // default an eighth of Inbound (128 MiB)
 }
 
 // Member is a running fleet member.
@@ -486,10 +491,16 @@ func (m *Member) openState(ctx context.Context) error {
 	cfg := m.cfg
 	var err error
 	if m.Streams == nil {
-		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait,
+		sc := lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait,
 			InboundMaxBytes: cfg.Limits.Inbound, EventMaxBytes: cfg.Limits.Events, DeadMaxBytes: cfg.Limits.Dead,
-			EventMaxAge: cfg.EventMaxAge}); err != nil {
+			LaneMaxMsgs: cfg.Limits.LaneMessages, LaneMaxBytes: cfg.Limits.LaneBytes, MaxPayload: cfg.MaxPayload,
+			EventMaxAge: cfg.EventMaxAge}
+		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, sc); err != nil {
 			return err
+		}
+		if now, want := m.Streams.LaneCap(), sc.LaneCap(); now != want {
+			m.log.Warn().Int64("lane_cap", now).Int64("configured", want).
+				Msg("a session's lane holds more messages than --lane-max-messages/--lane-max-bytes allow: its cap stays above them, and is lowered as the lanes drain")
 		}
 	}
 	if m.Lanes == nil {
