@@ -185,8 +185,12 @@ func WithImage(mimeType string, data []byte) SendOption {
 	}
 }
 
-// WithMessageID sets the message id used for de-duplication: sending the same
-// id again within the dedupe window returns the first message's run.
+// WithMessageID sets the message id used for de-duplication on the
+// session's lane (default: a random one): a message sent again to the
+// same session with the same id within the dedupe window (2 minutes) is
+// not run again; its run ends pointing at the first one's
+// (Meta.MergedInto), whose result Wait returns. Another session's
+// messages cannot use the id first: ids are the session's own.
 func WithMessageID(id string) SendOption {
 	return func(o *sendOptions) error { o.in.ID = id; return nil }
 }
@@ -233,7 +237,6 @@ type Run struct {
 	Session   string
 	ID        string // run id: the message's inbound stream sequence
 	Seq       uint64
-	Duplicate bool // the message id was seen before; this is the earlier run
 	c         *Client
 
 	waitAfter time.Duration
@@ -247,8 +250,10 @@ type Run struct {
 // validated before it is sent; a *events.DecodeError says what is wrong.
 //
 // A publish that fails for a reason that passes (a stream leader election,
-// a timeout) is retried with the same message id, which the stream's
-// de-duplication makes safe, for up to a minute within ctx. ErrNoFleet means
+// a timeout) is retried for up to a minute within ctx, as the same publish
+// (a Nats-Msg-Id of its own, random, which the stream de-duplicates and
+// nobody else can know) carrying the same message id (Lanefleet-Msg-Id,
+// which the session's lane de-duplicates: WithMessageID). ErrNoFleet means
 // no stream stores the session's messages and no worker answers;
 // ErrPermission that the connection's user may not send to the session;
 // ErrTooLarge that the message exceeds the server's max payload or the
@@ -317,28 +322,32 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 	}
 	start := time.Now()
 	var noStreamSince time.Time
-	maybeStored := false // an attempt timed out: the stream may hold the message already
+	// The publish's own id: the stream's de-duplication (stream-wide)
+	// keeps one copy of a retried publish. Random, so no other sender can
+	// use it first; in.ID, which a caller may choose, is de-duplicated on
+	// the lane only (Lanefleet-Msg-Id).
+	publishID := newID()
 	b := backoff{min: 100 * time.Millisecond, max: time.Second}
 	for {
 		m := nats.NewMsg(subj)
 		m.Data = data
 		m.Header.Set(events.HeaderContentType, ct)
-		m.Header.Set(events.HeaderMsgID, in.ID)
+		m.Header.Set(events.HeaderMsgID, publishID)
+		m.Header.Set(events.HeaderLaneMsgID, in.ID)
 		tracing.Inject(ctx, m.Header) // the caller's trace continues into the turn
 		ack, err := c.publishOnce(ctx, m)
 		if err == nil {
-			// A duplicate of our own earlier attempt is our message.
-			r := &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence,
-				Duplicate: ack.Duplicate && !maybeStored, c: c}
+			// A duplicate ack is our own earlier attempt: our message.
+			r := &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence, c: c}
 			if lane != nil {
 				// The publish's flush came after the subscription: a
 				// refused one is reported by now.
 				if c.denied(before, "Subscription to", lane.prefix+"*") != nil {
 					lane.refuse()
 				} else if !lane.refused.Load() {
-					// Someone else's message (a duplicate) may have
-					// events from before the subscription.
-					f := lane.open(r.ID, unclaimedBuffer, !r.Duplicate)
+					// Every attempt came after the subscription: it
+					// holds the run's events from the start.
+					f := lane.open(r.ID, unclaimedBuffer, true)
 					r.live.Store(f)
 					f.expireUnclaimed(r)
 				}
@@ -362,7 +371,6 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 				noStreamSince = time.Now()
 			}
 		case isTimeout(err), c.reconnecting(err):
-			maybeStored = true
 		case transientPubAck(err):
 		default:
 			if errors.Is(err, ErrPermission) {

@@ -29,7 +29,7 @@ type Image struct {
 // image) is required: `{"text":"hi"}` is a complete message.
 type Inbound struct {
 	V        int     `json:"v,omitempty" msgpack:"v,omitempty"`               // schema version; 0 means 1
-	ID       string  `json:"id,omitempty" msgpack:"id,omitempty"`             // client message id (also the Nats-Msg-Id)
+	ID       string  `json:"id,omitempty" msgpack:"id,omitempty"`             // client message id (the Go client sends it as the Lanefleet-Msg-Id header too)
 	Session  string  `json:"session,omitempty" msgpack:"session,omitempty"`   // optional; must match the subject when set
 	Text     string  `json:"text,omitempty" msgpack:"text,omitempty"`         // the user's message
 	Images   []Image `json:"images,omitempty" msgpack:"images,omitempty"`     // prompt images

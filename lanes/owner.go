@@ -32,6 +32,9 @@ type owner struct {
 
 	cursor   kvstore.Cursor
 	settings *events.Settings // the lane's stored queue and run settings; nil = none
+	// ids are the lane's message ids for de-duplication: the newest
+	// record's, then those of every message this drain read.
+	ids *queue.IDs
 	// tx is the lane's transcript as this drain knows it; nil = not read
 	// yet (see readHistory).
 	tx *transcript
@@ -274,6 +277,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		return false
 	}
 	o.cursor = c
+	o.ids = queue.NewIDs(o.w.streams.cfg.DedupeWindow, c.IDs)
 	o.tx = nil // another owner may have added to it since the last drain
 	if c.Seq > 0 && c.Seq != o.checked && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
 		o.checked = c.Seq // this worker stored the newest record's finals itself
@@ -460,6 +464,9 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	// A turn that runs the handler watches for cuts from before its start
 	// event on: a client that saw the start and sends an interrupt or a
 	// stop is never missed.
+	if p.verb == queue.VerbDuplicate {
+		return o.duplicate(ctx, a.em, p)
+	}
 	if p.verb == queue.VerbInvalid {
 		// Dead-lettered before its start event: a dead letter that cannot
 		// be stored leaves the message and the run's attempts as they were.
@@ -642,7 +649,8 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	// The session's state rides on every record: the newest one's is the
 	// session's, whatever kind of turn wrote it.
 	state := nextState(o.cursor.State, out)
-	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries, State: state}
+	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries, State: state,
+		IDs: o.ids.Recent(p.through, p.newest())}
 	if out.Result != nil {
 		if state != o.cursor.State {
 			out.Result.Meta.Session = state

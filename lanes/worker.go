@@ -167,8 +167,10 @@ type Stats struct {
 	Yields, Waited, HandedBack atomic.Int64
 	// Merged counts messages answered by another run (collect, steer),
 	// Dropped those ended without a turn by the queue (cap, interrupt),
-	// Aborted the attempts ended with an aborted event.
-	Merged, Dropped, Aborted atomic.Int64
+	// Aborted the attempts ended with an aborted event, Duplicates the
+	// messages not run because an earlier message of their lane used
+	// their id.
+	Merged, Dropped, Aborted, Duplicates atomic.Int64
 	// QuietSkips counts drains that ended without reading the lane again,
 	// the last turn's watch having seen it stay empty.
 	QuietSkips atomic.Int64
