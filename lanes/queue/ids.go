@@ -38,6 +38,7 @@ type IDs struct {
 	window time.Duration
 	mu     sync.Mutex
 	first  map[uint64]SeenID // by id hash: the first message that used it
+	prune  int               // forget expired ids when more than this are kept
 }
 
 // NewIDs returns the ids seen as a record carried them, with the window.
@@ -78,6 +79,18 @@ func (d *IDs) Note(id string, seq uint64, at time.Time) uint64 {
 		return e.Seq
 	}
 	d.keep(s)
+	if len(d.first) > max(d.prune, 4*MaxRecentIDs) {
+		// A long drain: forget what no later message can duplicate (the
+		// owner reads in lane order, and a message read again after
+		// this is noted again before any later one). The next pass
+		// waits until the ids kept have doubled.
+		for h, e := range d.first {
+			if s.At-e.At > d.window.Milliseconds() {
+				delete(d.first, h)
+			}
+		}
+		d.prune = 2 * len(d.first)
+	}
 	return 0
 }
 

@@ -98,3 +98,22 @@ func TestIDsKnown(t *testing.T) {
 		t.Fatal("a noted id is not known")
 	}
 }
+
+// TestIDsForget: a long drain's ids do not pile up: those no later message
+// can duplicate are forgotten; those within the window stay.
+func TestIDsForget(t *testing.T) {
+	t.Parallel()
+	t0 := time.UnixMilli(1_800_000_000_000)
+	d := NewIDs(time.Minute, nil)
+	n := 10 * MaxRecentIDs
+	for i := range n {
+		d.Note(fmt.Sprint("m", i), uint64(i+1), t0.Add(time.Duration(i)*time.Second))
+	}
+	if len(d.first) > 4*MaxRecentIDs+1 {
+		t.Fatalf("%d ids kept after %d messages", len(d.first), n)
+	}
+	last := t0.Add(time.Duration(n-1) * time.Second)
+	if got := d.Note(fmt.Sprint("m", n-60), uint64(n+1), last); got != uint64(n-59) {
+		t.Fatalf("a resend within the window: %d, want %d", got, n-59)
+	}
+}
