@@ -711,7 +711,9 @@ func (c *Client) Export(ctx context.Context, session string, w io.Writer) error 
 // Import reads a pi/OpenClaw session file (any version; a worker migrates
 // it and skips malformed lines) and stores it as the transcript of session,
 // which must be new. Later turns continue the imported conversation under
-// the file's session id. The file must fit the NATS server's max payload
+// the file's session id; tool calls the file's last message left without a
+// result are stored answered "not run" (service.TextImportNotRun), so none
+// can be approved. The file must fit the NATS server's max payload
 // (ErrTooLarge); ErrNotEmpty means the session has a transcript already,
 // ErrSessionBusy that a worker is running it.
 func (c *Client) Import(ctx context.Context, session string, r io.Reader) error {

@@ -292,6 +292,32 @@ type SessionState struct {
 	Usage *UsageMeta `json:"usage,omitempty" msgpack:"usage,omitempty"`
 	// Turns counts the committed turns whose usage is in Usage.
 	Turns int64 `json:"turns,omitempty" msgpack:"turns,omitempty"`
+	// Approvals are the calls this fleet left waiting for the user's
+	// approval at the end of the transcript (the Approval calls of the
+	// final event of the last turn that added to it): an answer
+	// "approve" runs one of these and nothing else, whatever calls the
+	// transcript shows (an import or a crafted history can put any call
+	// there). Every turn that adds to the transcript replaces them.
+	Approvals []ApprovalCall `json:"approvals,omitempty" msgpack:"approvals,omitempty"`
+}
+
+// ApprovalCall is a call waiting for the user's approval: its id and its
+// tool's name.
+type ApprovalCall struct {
+	ID   string `json:"id" msgpack:"id"`
+	Name string `json:"name" msgpack:"name"`
+}
+
+// ApprovalCalls returns the calls of pending that wait for approval (nil
+// when none do).
+func ApprovalCalls(pending []PendingCall) []ApprovalCall {
+	var out []ApprovalCall
+	for _, c := range pending {
+		if c.Approval {
+			out = append(out, ApprovalCall{ID: c.ID, Name: c.Name})
+		}
+	}
+	return out
 }
 
 // Plus returns the sum of u and v (nil is zero; nil when both are).

@@ -535,7 +535,7 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: t.Steer, Settings: settings}
+		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: t.Steer, Settings: settings, Approvals: t.State.Approvals}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}

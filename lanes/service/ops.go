@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/sanitize"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
@@ -335,8 +336,14 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 	if len(f.Header.ID) > maxSessionID {
 		return nil, badRequest("session id of %d bytes is longer than %d", len(f.Header.ID), maxSessionID)
 	}
+	// A call the file leaves unanswered is closed as not run: no one
+	// could answer it but the sender, who would then approve a call no
+	// model of this fleet proposed.
+	entries := f.Entries
+	closed := sessionfile.CloseCalls(entries, TextImportNotRun, time.Now())
+	entries = append(entries, closed...)
 	info := kvstore.LeaseInfo{Worker: "import@" + s.cfg.Worker, Acquired: time.Now().UnixMilli()}
-	err = s.cfg.Lanes.Import(ctx, r.token, f.Header, info, f.Entries)
+	err = s.cfg.Lanes.Import(ctx, r.token, f.Header, info, entries)
 	switch {
 	case errors.Is(err, kvstore.ErrHeld):
 		return nil, &Error{Code: CodeBusy, Description: "a worker is running the session; try again when it is idle"}
@@ -347,8 +354,13 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 	case err != nil:
 		return nil, err
 	}
-	return ImportReply{SessionID: f.Header.ID, Entries: len(f.Entries), Skipped: len(f.Skipped)}, nil
+	return ImportReply{SessionID: f.Header.ID, Entries: len(entries), Skipped: len(f.Skipped), Closed: len(closed)}, nil
 }
+
+// TextImportNotRun is the error result an import gives each tool call the
+// file's last assistant message left without a result, in the words of the
+// runtime's synthetic results.
+const TextImportNotRun = sanitize.MissingToolResultText + " The session was imported with this call unanswered: it was not run."
 
 // MaxImportDepth bounds the nesting of objects and arrays in an imported
 // line: pi's entries nest a few levels (entry, message, content, block,

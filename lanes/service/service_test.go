@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -452,7 +453,7 @@ func TestSettingsUnreadable(t *testing.T) {
 			if s.Settings != nil || s.Run != nil || !strings.Contains(s.Unreadable, tt.want) || strings.Contains(s.Unreadable, "invalid message") {
 				t.Fatalf("reply %+v; want the defaults and a note with %q", s, tt.want)
 			}
-			if s.State == nil || *s.State != *state {
+			if s.State == nil || !reflect.DeepEqual(*s.State, *state) {
 				t.Fatalf("state %+v, want %+v", s.State, state)
 			}
 			if err := lease.PutSettings(b.ctx, []byte(`{"mode":"collect","run":{"thinking":"high"}}`)); err != nil {
