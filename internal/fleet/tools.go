@@ -147,6 +147,24 @@ func (s *toolSource) skills(ws string) []agentprompt.Skill {
 	return agentprompt.EnabledSkills(sk, s.skillCfg)
 }
 
+// ownSkills returns the skills of skills (a session's) that come from the
+// fleet's skills directory: only those get their configured environment
+// and API key. A session's workspace is written by its runs, so a skill
+// there named like a configured one (or replacing the fleet's copy) would
+// otherwise hand any sender that skill's key.
+func (s *toolSource) ownSkills(skills []agentprompt.Skill) []agentprompt.Skill {
+	var own []agentprompt.Skill
+	for _, sk := range skills {
+		for _, d := range s.skillDirs {
+			if filepath.Dir(sk.BaseDir) == filepath.Clean(d) {
+				own = append(own, sk)
+				break
+			}
+		}
+	}
+	return own
+}
+
 // SystemPrompt implements runner.PromptSource: the base prompt, the tools,
 // the workspace, its skills and context files (AGENTS.md, ...), the date.
 func (s *toolSource) SystemPrompt(_ context.Context, in runner.Input, set tools.Set, specs []provider.Tool) string {
@@ -195,8 +213,9 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		}
 		rt.ws, rt.skills = dir, s.skills(dir)
 		env := append([]string{"HOME=" + dir, "PWD=" + dir}, s.env...)
-		env = agentprompt.Environ(env, rt.skills, s.skillCfg)
-		w := tools.Workspace{Dir: dir, Env: env}
+		// Skill variables go only to a command that names them.
+		named := agentprompt.Environ(nil, s.ownSkills(rt.skills), s.skillCfg)
+		w := tools.Workspace{Dir: dir, Env: env, NamedEnv: named}
 		builtin, err := tools.Builtin(w)
 		if err != nil {
 			return nil, err
