@@ -167,7 +167,9 @@ func WithThinking(level string) SendOption {
 
 // WithAuthProfile pins the message's turn to one auth profile (an id of
 // the worker's auth-profiles file, e.g. "anthropic:work"); it wins over the
-// session's stored profile and the one its last turn used.
+// session's stored profile and the one its last turn used. The turn ends
+// with an invalid_input *RunError unless the worker allows pinning it
+// (worker --allow-auth-pins) and the profile is not disabled.
 func WithAuthProfile(id string) SendOption {
 	return func(o *sendOptions) error { o.in.AuthProfile = id; return nil }
 }

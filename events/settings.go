@@ -18,9 +18,11 @@ type RunSettings struct {
 	Model    string `json:"model,omitempty" msgpack:"model,omitempty"`       // "provider/model-id"; must pass the fleet's model allowlist when used
 	Thinking string `json:"thinking,omitempty" msgpack:"thinking,omitempty"` // thinking level
 	// AuthProfile pins the session's turns to one auth profile (the run
-	// uses only it, even while it cools down). Without it a session sticks
-	// to the profile that answered its last turn, and rotates away from it
-	// when it fails.
+	// uses only it, even while it cools down); each turn refuses it
+	// (invalid_input) unless the fleet's operator made it pinnable and it
+	// exists and is not disabled. Without it a session sticks to the
+	// profile that answered its last turn, and rotates away from it when
+	// it fails.
 	AuthProfile       string      `json:"authProfile,omitempty" msgpack:"authProfile,omitempty"`
 	HistoryLimit      int         `json:"historyLimit,omitempty" msgpack:"historyLimit,omitempty"`           // user turns kept in requests; 1..MaxHistoryLimit
 	MaxToolIterations int         `json:"maxToolIterations,omitempty" msgpack:"maxToolIterations,omitempty"` // model calls of a turn's tool loop, within the worker's limit

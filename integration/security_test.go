@@ -108,8 +108,14 @@ func TestSenderCannotPickTheTestModel(t *testing.T) {
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the scripted command ran: %v", err)
 	}
+	// Without --allow-auth-pins no message pins a profile, even the
+	// worker's only one.
+	res, err := waitResult(t, ctx, c, "eve", "hi", lanefleet.WithModel("acme/m1"), lanefleet.WithAuthProfile("acme:live"))
+	if re := (*lanefleet.RunError)(nil); !errors.As(err, &re) || re.Kind != "invalid_input" || re.Message != `auth profile "acme:live" may not be pinned on this fleet; pinnable: none` {
+		t.Fatalf("pinned profile: result %+v, err %v; want invalid_input", res, err)
+	}
 	// The session still works with an allowed model.
-	res, err := waitResult(t, ctx, c, "eve", "hi", lanefleet.WithModel("acme/m1"))
+	res, err = waitResult(t, ctx, c, "eve", "hi", lanefleet.WithModel("acme/m1"))
 	if err != nil || len(res.Payloads) == 0 || res.Payloads[0].Text != "hello from acme" {
 		t.Fatalf("allowed model: %+v, %v", res, err)
 	}

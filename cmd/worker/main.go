@@ -172,6 +172,7 @@ is set: spans go over OTLP/HTTP.`,
 	allowModels := fs.String("allow-models", env("LANEFLEET_ALLOW_MODELS"), "comma-separated models messages may ask for, provider/model-id or glob patterns such as anthropic/* (env LANEFLEET_ALLOW_MODELS; default: the default model, the fallbacks, the catalog and models file, and scripted/* with --scripted)")
 	fallbacks := fs.String("fallback", env("LANEFLEET_FALLBACKS"), "comma-separated model fallback chain tried after a failover error (env LANEFLEET_FALLBACKS)")
 	fs.StringVar(&cfg.AuthProfiles, "auth-profiles", env("LANEFLEET_AUTH_PROFILES"), "auth-profiles.json with API keys and tokens to rotate through (env LANEFLEET_AUTH_PROFILES); keys in the environment are profiles too")
+	allowPins := fs.String("allow-auth-pins", env("LANEFLEET_ALLOW_AUTH_PINS"), "comma-separated auth profiles a message or a session's settings may pin its turns to, ids or glob patterns such as acme:* (env LANEFLEET_ALLOW_AUTH_PINS; default none: turns rotate through the profiles); a disabled profile is never pinned")
 	fs.DurationVar(&cfg.AttemptTimeout, "timeout", 10*time.Minute, "how long one attempt of a run may take before it is aborted (and the next auth profile tried)")
 	toolsAllow := fs.String("tools-allow", env("LANEFLEET_TOOLS_ALLOW"), "comma-separated tools runs may use, case-insensitive globs (env LANEFLEET_TOOLS_ALLOW; default all offered); client tools are not affected")
 	toolsDeny := fs.String("tools-deny", env("LANEFLEET_TOOLS_DENY"), "comma-separated tools runs may not use, globs; deny wins over allow (env LANEFLEET_TOOLS_DENY)")
@@ -224,6 +225,7 @@ is set: spans go over OTLP/HTTP.`,
 		}
 		cfg.Fallbacks = splitList(*fallbacks)
 		cfg.AllowModels = splitList(*allowModels)
+		cfg.AllowAuthPins = splitList(*allowPins)
 		cfg.RemoteTools = splitList(*remoteTools)
 		cfg.Hooks.Names = splitList(*hookNames)
 		mode, err := hooks.ParseFailMode(*hookFailure)

@@ -150,7 +150,13 @@ type Config struct {
 	AllowModels []string
 	// AuthProfiles is an auth-profiles.json file of API keys and tokens;
 	// keys in the environment (ANTHROPIC_API_KEY, ...) are profiles too.
-	AuthProfiles   string
+	AuthProfiles string
+	// AllowAuthPins are the auth profiles a message or a session's
+	// settings may pin its turns to: profile ids or glob patterns
+	// (authprofile.Pins). Empty: none. A turn pinned to another, to a
+	// profile that does not exist or to one that is disabled ends with an
+	// invalid_input error saying which are allowed.
+	AllowAuthPins  []string
 	AttemptTimeout time.Duration // one attempt of a run; default 10 minutes
 	// MaxToolIterations bounds the model calls of one turn's tool loop;
 	// default runner.MaxToolIterationsDefault.
@@ -272,6 +278,7 @@ type Member struct {
 
 	defaultModel string
 	allowed      catalog.Allowlist
+	pins         authprofile.Pins
 
 	// bg owns the run registry's background writes: Run waits for them
 	// before it closes the connection.
@@ -405,6 +412,9 @@ func (m *Member) build(ctx context.Context) error {
 	if m.allowed, err = res.allowlist(cfg, m.defaultModel); err != nil {
 		return err
 	}
+	if m.pins, err = authprofile.NewPins(cfg.AllowAuthPins...); err != nil {
+		return fmt.Errorf("fleet: --allow-auth-pins: %w", err)
+	}
 	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
 	if err != nil {
 		return err
@@ -530,7 +540,17 @@ func storageHint(err error) string {
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	inbound, settings, from := runSettings(t)
 	if ref := inbound.Model; ref != "" && !m.allowed.Allows(ref) {
-		return refuse(t, "invalid_input", fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, m.allowed.Describe(12))), nil
+		return refuse(t, events.KindInvalidInput, fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, m.allowed.Describe(12))), nil
+	}
+	if settings.AuthProfileLocked {
+		store, _ := fleetAuth{s: m.Auth, creds: m.creds}.Snapshot()
+		if pe, ok := errors.AsType[*authprofile.PinError](m.pins.Check(store, settings.AuthProfile, time.Now())); ok {
+			where := ""
+			if t.Inbound.AuthProfile == "" {
+				where = " (the session's setting)"
+			}
+			return refuse(t, events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
+		}
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
