@@ -17,6 +17,8 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/redact"
 )
@@ -348,4 +350,101 @@ func allStreams(t *testing.T, ctx context.Context, js jetstream.JetStream) map[s
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestModelStreamMasked: a model call's events as the runner gets them:
+// each block's deltas masked with what they held back let out before the
+// block's end (thinking and text alike), the ends, the finished message,
+// a tool call's arguments and the error masked, the reason and status
+// kept.
+func TestModelStreamMasked(t *testing.T) {
+	t.Parallel()
+	red := redact.New(providerKey)
+	half := len(providerKey) / 2
+	model := provider.Func(func(_ context.Context, _ *provider.Request, emit func(provider.Event)) (message.Message, error) {
+		think, text := "I saw "+providerKey, "it is "+providerKey+"!"
+		call := message.ToolCall("c1", "exec", map[string]any{"command": "echo " + providerKey})
+		am := message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: "bad key " + providerKey,
+			Content: message.BlocksOf(message.Thinking(think, "sig"), message.Text(text), call)}
+		emit(provider.Event{Type: provider.EventThinkingDelta, ContentIndex: 0, Delta: think[:len(think)-half]})
+		emit(provider.Event{Type: provider.EventThinkingDelta, ContentIndex: 0, Delta: think[len(think)-half:]})
+		emit(provider.Event{Type: provider.EventThinkingEnd, ContentIndex: 0, Content: think})
+		emit(provider.Event{Type: provider.EventTextDelta, ContentIndex: 1, Delta: "it is sk-"})
+		emit(provider.Event{Type: provider.EventTextDelta, ContentIndex: 1, Delta: providerKey[3:] + "!"})
+		emit(provider.Event{Type: provider.EventTextEnd, ContentIndex: 1, Content: text})
+		emit(provider.Event{Type: provider.EventTextDelta, ContentIndex: 3, Delta: "cut at sk-te"}) // never ended
+		emit(provider.Event{Type: provider.EventToolCallEnd, ContentIndex: 2, ToolCall: &call})
+		emit(provider.Event{Type: provider.EventError, Reason: message.StopError, Message: &am})
+		return am, &provider.Error{Reason: provider.ReasonAuth, Status: 401, Message: "Incorrect API key provided: " + providerKey}
+	})
+	var got []string
+	am, err := maskingProvider{p: model, red: red}.Stream(t.Context(), &provider.Request{}, func(ev provider.Event) {
+		s := fmt.Sprintf("%s %d %q %q", ev.Type, ev.ContentIndex, ev.Delta, ev.Content)
+		if ev.ToolCall != nil {
+			s += fmt.Sprint(" ", ev.ToolCall.Arguments)
+		}
+		if ev.Message != nil {
+			s += " " + ev.Message.ErrorMessage
+		}
+		got = append(got, s)
+	})
+	want := []string{
+		`thinking_delta 0 "I saw " ""`,
+		`thinking_delta 0 "[redacted]" ""`,
+		`thinking_end 0 "" "I saw [redacted]"`,
+		`text_delta 1 "it is " ""`,
+		`text_delta 1 "[redacted]!" ""`,
+		`text_end 1 "" "it is [redacted]!"`,
+		`text_delta 3 "cut at " ""`,
+		`toolcall_end 2 "" "" map[command:echo [redacted]]`,
+		`text_delta 3 "sk-te" ""`,
+		`error 0 "" "" bad key [redacted]`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if b := am.Content.Blocks; b[0].Thinking != "I saw [redacted]" || b[0].ThinkingSignature != "sig" || b[1].Text != "it is [redacted]!" ||
+		b[2].Arguments["command"] != "echo [redacted]" || am.ErrorMessage != "bad key [redacted]" {
+		t.Errorf("message %+v", am)
+	}
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Reason != provider.ReasonAuth || pe.Status != 401 || pe.Message != "Incorrect API key provided: [redacted]" {
+		t.Errorf("error %#v", err)
+	}
+	// Not a provider error: its chain is kept.
+	wrapped := maskError(red.Masker(nil), fmt.Errorf("send with %s: %w", providerKey, context.DeadlineExceeded))
+	if !errors.Is(wrapped, context.DeadlineExceeded) || strings.Contains(wrapped.Error(), providerKey) {
+		t.Errorf("wrapped error %v", wrapped)
+	}
+}
+
+// TestSenderContent: where a turn finds what its sender supplied.
+func TestSenderContent(t *testing.T) {
+	t.Parallel()
+	const w = "the-word-42"
+	user := message.Entry{Type: message.EntryMessage, Message: &message.Message{Role: message.RoleUser, Content: message.PlainText("say " + w)}}
+	call := message.Entry{Type: message.EntryMessage, Message: &message.Message{Role: message.RoleAssistant,
+		Content: message.BlocksOf(message.ToolCall("c", "t", map[string]any{"q": []any{w}}))}}
+	for _, tc := range []struct {
+		name string
+		sc   *senderContent
+		want bool
+	}{
+		{"nothing", &senderContent{inbound: []*events.Inbound{{Text: "hello"}}}, false},
+		{"the message", &senderContent{inbound: []*events.Inbound{{Text: "a " + w}}}, true},
+		{"a client tool result", &senderContent{inbound: []*events.Inbound{{ToolResults: []events.ToolResult{{Text: w}}}}}, true},
+		{"a client tool's schema", &senderContent{inbound: []*events.Inbound{{Tools: []events.ClientTool{{Name: "t", Parameters: map[string]any{"enum": []any{w}}}}}}}, true},
+		{"the model named", &senderContent{inbound: []*events.Inbound{{Model: "x/" + w}}}, true},
+		{"the history's user message", &senderContent{history: []message.Entry{user}}, true},
+		{"the history's tool call", &senderContent{history: []message.Entry{call}}, true},
+		{"an imported line", &senderContent{history: []message.Entry{{Type: "custom", Raw: []byte(`{"data":"` + w + `"}`)}}}, true},
+		{"an entry's fields", &senderContent{history: []message.Entry{{Type: "custom", Fields: map[string]any{"data": map[string]any{"k": w}}}}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tc.sc.supplied(w); got != tc.want {
+				t.Errorf("supplied = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }
