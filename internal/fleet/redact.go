@@ -23,10 +23,11 @@ import (
 	"github.com/lanefleet/lanefleet/tools"
 )
 
-// secrets lists what the member must never publish or log: provider keys
-// in the environment or given for the --openai-compatible server, every
-// auth profile's key and tokens, the NATS password (given or in the URL)
-// or token, the NKey seed and credentials files, and the skills' API keys.
+// secrets lists what the member masks in what its runs produce and in its
+// logs (see the masking below): provider keys in the environment or given
+// for the --openai-compatible server, every auth profile's key and tokens,
+// the NATS password (given or in the URL) or token, the NKey seed and
+// credentials files, and the skills' API keys.
 func secrets(cfg Config, creds *authprofile.Store) []string {
 	out := []string{cfg.Password, cfg.OpenAICompatibleKey}
 	for _, p := range catalog.Providers() {
