@@ -251,6 +251,16 @@ func TestHostileReplySubjects(t *testing.T) {
 	if vs := v.list(); len(vs) > 0 {
 		t.Errorf("the server logged permission violations:\n%s", strings.Join(vs, "\n"))
 	}
+	// The micro control subjects, which the NATS library answers itself,
+	// are out of a sender's and a viewer's reach.
+	for _, c := range []*client{alice, auditor} {
+		for _, subj := range []string{"$SRV.PING", "$SRV.INFO." + service.Name, "$SRV.STATS." + admin.Name} {
+			if err := c.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: "$JS.API.STREAM.DELETE." + events.InboundStream}); err != nil {
+				t.Fatal(err)
+			}
+			c.denied(t, "control request", subj)
+		}
+	}
 }
 
 // ownWrite reports a KV write of the worker's own: a lease created,
