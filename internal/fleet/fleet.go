@@ -928,7 +928,7 @@ func monitorOn(opts *server.Options, cfg Config) error {
 	if err != nil || port < 0 || port > 65535 {
 		return fmt.Errorf("fleet: --nats-monitor %q: bad port", cfg.NATSMonitor)
 	}
-	if ip := net.ParseIP(h); (ip == nil || !ip.IsLoopback()) && h != "localhost" && !cfg.InsecureListen {
+	if !embedded.IsLoopback(h) && !cfg.InsecureListen {
 		return fmt.Errorf("fleet: --nats-monitor %s: the monitoring endpoints have no authentication and show every connection and stream; listen on 127.0.0.1 or accept that with --insecure-listen", cfg.NATSMonitor)
 	}
 	if port == 0 {
