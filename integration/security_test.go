@@ -19,6 +19,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/redact"
 )
 
 // The attacks of issue 10, each against a real worker process started with
@@ -151,7 +152,7 @@ func TestWorkerNeedsAModel(t *testing.T) {
 
 // TestSecretsNeverLeaveTheWorker: a provider 401 whose body echoes the key,
 // and a NATS password in the URL, reach neither the reply, the events, the
-// transcript nor the worker's log: a masked form stands in their place.
+// transcript nor the worker's log: the fixed marker stands in their place.
 func TestSecretsNeverLeaveTheWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet test")
@@ -184,7 +185,7 @@ func TestSecretsNeverLeaveTheWorker(t *testing.T) {
 	if err == nil || res == nil {
 		t.Fatalf("a 401 ended with %+v, %v; want an error result", res, err)
 	}
-	masked := "sk-" + strings.Repeat("*", len(key)-7) + key[len(key)-4:]
+	masked := redact.Marker
 	var all bytes.Buffer
 	for _, p := range res.Payloads {
 		all.WriteString(p.Text)

@@ -219,10 +219,12 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 
 	Logger zerolog.Logger
-	// Redactor masks the member's secrets (keys, tokens, NATS credentials)
-	// in everything it publishes; Start adds the secrets it finds in the
-	// configuration. Give the one that masks the logger's output too;
-	// default a new one.
+	// Redactor holds the member's secrets (keys, tokens, NATS
+	// credentials): the member masks them in what its runs produce (model
+	// output, tool results, provider errors, hook replies), never in what
+	// a sender supplied (package redact); Start adds the secrets it finds
+	// in the configuration. Give the one whose Writer masks the logger's
+	// output too; default a new one.
 	Redactor *redact.Redactor
 	// Env reads configuration such as API keys; default os.Getenv. Runs never
 	// change the process environment.
@@ -341,7 +343,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	m.JS = redactingJS{JetStream: js, r: cfg.Redactor}
+	m.JS = js
 	var reg *metrics.Metrics
 	if cfg.MetricsListen != "" {
 		reg = metrics.New()
@@ -451,7 +453,10 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
-	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: observedResolver{Resolver: res, obs: &m.obs}, Logger: cfg.Logger,
+	// Model output is masked before the observer sees it (a span's status
+	// holds the provider's error).
+	resolver := observedResolver{Resolver: maskingResolver{Resolver: res, red: cfg.Redactor}, obs: &m.obs}
+	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
 	if cfg.BlockReplies {
@@ -486,7 +491,8 @@ func (m *Member) startHooks(ctx context.Context, rcfg *runner.Config) error {
 	if err := m.Hooks.Refresh(ctx); err != nil {
 		m.log.Warn().Err(err).Msg("hooks: first discovery failed")
 	}
-	rcfg.Hooks, rcfg.ToolHook, rcfg.EndHook = m.Hooks.StartHooks(), m.Hooks, m.Hooks
+	rcfg.Hooks = maskStartHooks(m.Hooks.StartHooks(), m.cfg.Redactor)
+	rcfg.ToolHook, rcfg.EndHook = maskingToolHook{ToolHook: m.Hooks, red: m.cfg.Redactor}, m.Hooks
 	return nil
 }
 
@@ -554,8 +560,10 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
+	mk, steer := turnMasker(m.cfg.Redactor, t, inbound)
+	ctx = withMasker(ctx, mk)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: t.Steer, Settings: settings, Approvals: t.State.Approvals}
+		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}
@@ -940,7 +948,7 @@ func monitorOn(opts *server.Options, cfg Config) error {
 	if err != nil || port < 0 || port > 65535 {
 		return fmt.Errorf("fleet: --nats-monitor %q: bad port", cfg.NATSMonitor)
 	}
-	if ip := net.ParseIP(h); (ip == nil || !ip.IsLoopback()) && h != "localhost" && !cfg.InsecureListen {
+	if !embedded.IsLoopback(h) && !cfg.InsecureListen {
 		return fmt.Errorf("fleet: --nats-monitor %s: the monitoring endpoints have no authentication and show every connection and stream; listen on 127.0.0.1 or accept that with --insecure-listen", cfg.NATSMonitor)
 	}
 	if port == 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
@@ -34,6 +35,7 @@ type toolSource struct {
 	skillCfg  agentprompt.SkillConfigs
 	log       zerolog.Logger
 	now       func() time.Time
+	red       *redact.Redactor // masks every tool's results
 }
 
 // newToolSource configures the runs' tools and system prompt: the
@@ -45,7 +47,7 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry) (*tool
 		return nil, errors.New("fleet: ExecUnconfined (--exec-unconfined) without Exec (--exec)")
 	}
 	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger,
-		now: time.Now, skillCfg: cfg.Skills, remote: reg}
+		now: time.Now, skillCfg: cfg.Skills, remote: reg, red: cfg.Redactor}
 	if cfg.SkillsDir != "" {
 		// A skills directory that is not there can only be a mistake:
 		// every session would silently go without its skills.
@@ -230,6 +232,7 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		// Built-in tools win over remote tools of the same name.
 		rt.List = append(rt.List, builtin...)
 	}
+	rt.List = maskTools(rt.List, s.red)
 	return rt, nil
 }
 

@@ -326,8 +326,21 @@ func unreadable(err error) string {
 // importSession stores a pi session file (the request body) as the
 // transcript of a new session, holding the lane's lease while it writes.
 func (s *Service) importSession(ctx context.Context, r request) (any, error) {
-	if line, depth := deepestLine(r.data); depth > MaxImportDepth {
-		return nil, badRequest("line %d nests %d deep; an imported file may nest %d", line, depth, MaxImportDepth)
+	sc := scanImport(r.data)
+	if sc.depth > MaxImportDepth {
+		return nil, badRequest("line %d nests %d deep; an imported file may nest %d", sc.deepest, sc.depth, MaxImportDepth)
+	}
+	if sc.values > MaxImportValues {
+		return nil, badRequest("the file holds about %d JSON values; an imported file may hold %d (split the session, or import fewer entries)", sc.values, MaxImportValues)
+	}
+	// Decoding takes many times a file's size (each value becomes a Go
+	// value): one import at a time per worker bounds what imports can
+	// take together; the others wait their turn within their timeout.
+	select {
+	case s.imports <- struct{}{}:
+		defer func() { <-s.imports }()
+	case <-ctx.Done():
+		return nil, &Error{Code: CodeBusy, Description: "another import is running on this worker; try again"}
 	}
 	f, err := sessionfile.Read(bytes.NewReader(r.data))
 	if err != nil {
@@ -368,16 +381,35 @@ const TextImportNotRun = sanitize.MissingToolResultText + " The session was impo
 // read.
 const MaxImportDepth = 64
 
-// deepestLine returns the 1-based number of the most deeply nested line of
-// JSON Lines data and its nesting depth, scanning bytes without decoding
-// (strings skipped, each line on its own).
-func deepestLine(data []byte) (line, deepest int) {
+// MaxImportValues bounds the JSON values of an imported file (as
+// scanImport counts them). Decoded, a value takes tens to hundreds of
+// bytes whatever its size in the file (an empty object, 3 bytes, becomes a
+// map), so this, not the file's size, bounds an import's memory: about
+// 200 MB at most. A real session of the largest size a request carries
+// (8 MiB, mostly text) holds well under a million.
+const MaxImportValues = 1 << 20
+
+// importScan is what scanImport finds in a file.
+type importScan struct {
+	deepest int // the 1-based number of the most deeply nested line
+	depth   int // its nesting depth
+	values  int // lines, containers, members and elements: about the values a decode makes
+}
+
+// scanImport scans JSON Lines data without decoding it (strings skipped,
+// each line on its own) for its deepest line and the number of values
+// decoding it would make: every line, object and array, and every ':'
+// and ',' (a member or an element).
+func scanImport(data []byte) importScan {
+	var sc importScan
 	n, d := 1, 0
 	inString, escaped := false, false
+	sc.values = 1
 	for _, c := range data {
 		switch {
 		case c == '\n':
 			n, d, inString, escaped = n+1, 0, false, false
+			sc.values++
 		case inString && escaped:
 			escaped = false
 		case inString && c == '\\':
@@ -388,14 +420,17 @@ func deepestLine(data []byte) (line, deepest int) {
 		case c == '"':
 			inString = true
 		case c == '{' || c == '[':
-			if d++; d > deepest {
-				line, deepest = n, d
+			sc.values++
+			if d++; d > sc.depth {
+				sc.deepest, sc.depth = n, d
 			}
 		case c == '}' || c == ']':
 			d--
+		case c == ':' || c == ',':
+			sc.values++
 		}
 	}
-	return line, deepest
+	return sc
 }
 
 // backlog counts the lane's messages after its last committed turn: the

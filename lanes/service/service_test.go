@@ -497,6 +497,11 @@ func TestHostileRequests(t *testing.T) {
 		{"import garbage", "a", service.OpImport, "\x00\x01", service.CodeBadRequest, "not a pi session file"},
 		{"import no header", "a", service.OpImport, `{"type":"message","id":"x"}`, service.CodeBadRequest, "not a pi session file"},
 		{"import huge id", "a", service.OpImport, `{"type":"session","version":3,"id":"` + strings.Repeat("i", 300) + `"}`, service.CodeBadRequest, "longer than"},
+		// 3 bytes a value in the file, hundreds decoded: refused before
+		// anything is decoded.
+		{"import too many values", "a", service.OpImport, `{"type":"session","version":3,"id":"s"}` + "\n" +
+			`{"type":"custom","id":"c","parentId":null,"customType":"x","data":[` + strings.Repeat("{},", service.MaxImportValues) + `{}]}`,
+			service.CodeBadRequest, "JSON values"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
