@@ -172,7 +172,9 @@ func WithThinking(level string) SendOption {
 
 // WithAuthProfile pins the message's turn to one auth profile (an id of
 // the worker's auth-profiles file, e.g. "anthropic:work"); it wins over the
-// session's stored profile and the one its last turn used.
+// session's stored profile and the one its last turn used. The turn ends
+// with an invalid_input *RunError unless the worker allows pinning it
+// (worker --allow-auth-pins) and the profile is not disabled.
 func WithAuthProfile(id string) SendOption {
 	return func(o *sendOptions) error { o.in.AuthProfile = id; return nil }
 }
@@ -753,7 +755,9 @@ func (c *Client) Export(ctx context.Context, session string, w io.Writer) error 
 // Import reads a pi/OpenClaw session file (any version; a worker migrates
 // it and skips malformed lines) and stores it as the transcript of session,
 // which must be new. Later turns continue the imported conversation under
-// the file's session id. The file must fit the NATS server's max payload
+// the file's session id; tool calls the file's last message left without a
+// result are stored answered "not run" (service.TextImportNotRun), so none
+// can be approved. The file must fit the NATS server's max payload
 // (ErrTooLarge); ErrNotEmpty means the session has a transcript already,
 // ErrSessionBusy that a worker is running it.
 func (c *Client) Import(ctx context.Context, session string, r io.Reader) error {

@@ -58,7 +58,9 @@ type Inbound struct {
 	// between the messages sent before and after it.
 	RunSettings *RunSettings `json:"runSettings,omitempty" msgpack:"runSettings,omitempty"`
 	// AuthProfile pins this message's turn to one auth profile; it wins
-	// over the session's stored one and its sticky last profile.
+	// over the session's stored one and its sticky last profile. The fleet
+	// refuses (invalid_input) a profile its operator did not make
+	// pinnable, one it does not have and a disabled one.
 	AuthProfile string `json:"authProfile,omitempty" msgpack:"authProfile,omitempty"`
 	// Stop makes this a stop command: it ends the session's running turn
 	// (its run ends interrupted) and drops the messages queued before it,

@@ -146,8 +146,9 @@
 //
 // What a session carries from turn to turn besides its transcript (the
 // auth profile that answered its last turn, the running total of its
-// usage: events.SessionState) rides on every turn record the owner writes:
-// the handler reports it in its Outcome (Usage, AuthProfile), the owner
+// usage, the calls it left waiting for approval: events.SessionState)
+// rides on every turn record the owner writes: the handler reports it in
+// its Outcome (Usage, AuthProfile, the Result's pending calls), the owner
 // adds it to the state of the lane's newest record and writes the sum in
 // the same fenced write that commits the turn. A turn that is run again
 // (a failed attempt, a crash before the commit) therefore counts once, and

@@ -717,14 +717,26 @@ func (w *Worker) deleteEvery() int {
 // nextState is the session's state after a turn whose outcome is out,
 // from its state before (nil = none): the profile that answered it, if
 // any, becomes the sticky one, and its usage adds to the running total.
-// An outcome with neither leaves the state as it was.
+// An outcome that adds to the transcript replaces the calls waiting for
+// approval with those its result leaves pending (none without a result):
+// approvals name calls at the end of the transcript, so they change
+// exactly when it does. An outcome that changes none of these leaves the
+// state as it was.
 func nextState(prev *events.SessionState, out *Outcome) *events.SessionState {
-	if out.Usage == nil && out.AuthProfile == "" {
+	var approvals []events.ApprovalCall
+	if out.Result != nil {
+		approvals = events.ApprovalCalls(out.Result.Meta.PendingToolCalls)
+	}
+	replace := len(out.Entries) > 0 && (len(approvals) > 0 || (prev != nil && len(prev.Approvals) > 0))
+	if out.Usage == nil && out.AuthProfile == "" && !replace {
 		return prev
 	}
 	var next events.SessionState
 	if prev != nil {
 		next = *prev
+	}
+	if replace {
+		next.Approvals = approvals
 	}
 	if out.AuthProfile != "" {
 		next.AuthProfile = out.AuthProfile

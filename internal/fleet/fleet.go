@@ -150,7 +150,13 @@ type Config struct {
 	AllowModels []string
 	// AuthProfiles is an auth-profiles.json file of API keys and tokens;
 	// keys in the environment (ANTHROPIC_API_KEY, ...) are profiles too.
-	AuthProfiles   string
+	AuthProfiles string
+	// AllowAuthPins are the auth profiles a message or a session's
+	// settings may pin its turns to: profile ids or glob patterns
+	// (authprofile.Pins). Empty: none. A turn pinned to another, to a
+	// profile that does not exist or to one that is disabled ends with an
+	// invalid_input error saying which are allowed.
+	AllowAuthPins  []string
 	AttemptTimeout time.Duration // one attempt of a run; default 10 minutes
 	// MaxToolIterations bounds the model calls of one turn's tool loop;
 	// default runner.MaxToolIterationsDefault.
@@ -213,10 +219,12 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 
 	Logger zerolog.Logger
-	// Redactor masks the member's secrets (keys, tokens, NATS credentials)
-	// in everything it publishes; Start adds the secrets it finds in the
-	// configuration. Give the one that masks the logger's output too;
-	// default a new one.
+	// Redactor holds the member's secrets (keys, tokens, NATS
+	// credentials): the member masks them in what its runs produce (model
+	// output, tool results, provider errors, hook replies), never in what
+	// a sender supplied (package redact); Start adds the secrets it finds
+	// in the configuration. Give the one whose Writer masks the logger's
+	// output too; default a new one.
 	Redactor *redact.Redactor
 	// Env reads configuration such as API keys; default os.Getenv. Runs never
 	// change the process environment.
@@ -277,6 +285,7 @@ type Member struct {
 
 	defaultModel string
 	allowed      catalog.Allowlist
+	pins         authprofile.Pins
 
 	// bg owns the run registry's background writes: Run waits for them
 	// before it closes the connection.
@@ -339,7 +348,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	m.JS = redactingJS{JetStream: js, r: cfg.Redactor}
+	m.JS = js
 	var reg *metrics.Metrics
 	if cfg.MetricsListen != "" {
 		reg = metrics.New()
@@ -410,6 +419,9 @@ func (m *Member) build(ctx context.Context) error {
 	if m.allowed, err = res.allowlist(cfg, m.defaultModel); err != nil {
 		return err
 	}
+	if m.pins, err = authprofile.NewPins(cfg.AllowAuthPins...); err != nil {
+		return fmt.Errorf("fleet: --allow-auth-pins: %w", err)
+	}
 	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
 	if err != nil {
 		return err
@@ -446,7 +458,10 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
-	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: observedResolver{Resolver: res, obs: &m.obs}, Logger: cfg.Logger,
+	// Model output is masked before the observer sees it (a span's status
+	// holds the provider's error).
+	resolver := observedResolver{Resolver: maskingResolver{Resolver: res, red: cfg.Redactor}, obs: &m.obs}
+	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
 	if cfg.BlockReplies {
@@ -481,7 +496,8 @@ func (m *Member) startHooks(ctx context.Context, rcfg *runner.Config) error {
 	if err := m.Hooks.Refresh(ctx); err != nil {
 		m.log.Warn().Err(err).Msg("hooks: first discovery failed")
 	}
-	rcfg.Hooks, rcfg.ToolHook, rcfg.EndHook = m.Hooks.StartHooks(), m.Hooks, m.Hooks
+	rcfg.Hooks = maskStartHooks(m.Hooks.StartHooks(), m.cfg.Redactor)
+	rcfg.ToolHook, rcfg.EndHook = maskingToolHook{ToolHook: m.Hooks, red: m.cfg.Redactor}, m.Hooks
 	return nil
 }
 
@@ -541,12 +557,24 @@ func storageHint(err error) string {
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	inbound, settings, from := runSettings(t)
 	if ref := inbound.Model; ref != "" && !m.allowed.Allows(ref) {
-		return refuse(t, "invalid_input", fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, m.allowed.Describe(12))), nil
+		return refuse(t, events.KindInvalidInput, fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, m.allowed.Describe(12))), nil
+	}
+	if settings.AuthProfileLocked {
+		store, _ := fleetAuth{s: m.Auth, creds: m.creds}.Snapshot()
+		if pe, ok := errors.AsType[*authprofile.PinError](m.pins.Check(store, settings.AuthProfile, time.Now())); ok {
+			where := ""
+			if t.Inbound.AuthProfile == "" {
+				where = " (the session's setting)"
+			}
+			return refuse(t, events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
+		}
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
+	mk, steer := turnMasker(m.cfg.Redactor, t, inbound)
+	ctx = withMasker(ctx, mk)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: t.Steer, Settings: settings}
+		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}
@@ -931,7 +959,7 @@ func monitorOn(opts *server.Options, cfg Config) error {
 	if err != nil || port < 0 || port > 65535 {
 		return fmt.Errorf("fleet: --nats-monitor %q: bad port", cfg.NATSMonitor)
 	}
-	if ip := net.ParseIP(h); (ip == nil || !ip.IsLoopback()) && h != "localhost" && !cfg.InsecureListen {
+	if !embedded.IsLoopback(h) && !cfg.InsecureListen {
 		return fmt.Errorf("fleet: --nats-monitor %s: the monitoring endpoints have no authentication and show every connection and stream; listen on 127.0.0.1 or accept that with --insecure-listen", cfg.NATSMonitor)
 	}
 	if port == 0 {

@@ -128,7 +128,7 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	case metrics.OutcomeFailed, metrics.OutcomeError:
 		desc := kind
 		if err != nil {
-			desc = err.Error()
+			desc = m.cfg.Redactor.String(err.Error()) // traces leave the worker like its logs
 		}
 		attemptSpan.SetStatus(codes.Error, desc)
 		turnSpan.SetStatus(codes.Error, desc)
