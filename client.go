@@ -236,10 +236,10 @@ func WithoutFollow() SendOption {
 
 // Run is a sent message's run.
 type Run struct {
-	Session   string
-	ID        string // run id: the message's inbound stream sequence
-	Seq       uint64
-	c         *Client
+	Session string
+	ID      string // run id: the message's inbound stream sequence
+	Seq     uint64
+	c       *Client
 
 	waitAfter time.Duration
 	onWait    func(RunState)
