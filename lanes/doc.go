@@ -167,7 +167,10 @@
 //
 // Every message taken off the lane ends with a final event: its own turn's,
 // MergedInto the turn that answered it, or an error saying why it was not
-// run. A turn lists the messages it consumed in its final event's
+// run. One that must be dead-lettered (it does not decode, or it is
+// poison) is taken off only once its dead letter is stored: while the
+// dead-letter stream refuses it, the message stays, its lane waits, and the
+// worker tries again later (Stats.DeadLetterFailures). A turn lists the messages it consumed in its final event's
 // Meta.Consumed. A committed turn's final events are a promise: its owner
 // retries them (bounded backoff) until they are stored before it takes the
 // next message or releases the lane; a worker that stops first hands the

@@ -251,7 +251,7 @@ var (
 	descCooldown = prometheus.NewDesc(Namespace+"_auth_profile_cooldowns", "Auth profiles in cooldown or disabled now, by provider (fleet-wide state of this worker's profiles).", []string{"provider"}, nil)
 	descDead     = prometheus.NewDesc(Namespace+"_dead_letters_total", "Dead letters this worker stored, by reason (poison, invalid, bad-lane).", []string{"reason"}, nil)
 	descDeadFail = prometheus.NewDesc(Namespace+"_dead_letter_failures_total", "Dead letters this worker could not store (the dead-letter stream full or unavailable); each time the message stayed on its lane, which waits behind it, and is tried again.", nil, nil)
-	descLaneEv   = prometheus.NewDesc(Namespace+"_lane_events_total", "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, attempts aborted, lanes swept, naks, deliveries acked as followers, slots yielded to waiting lanes, deliveries that waited for a slot and that were handed back while waiting.", []string{"event"}, nil)
+	descLaneEv   = prometheus.NewDesc(Namespace+"_lane_events_total", "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, messages not run as duplicates of an earlier one of their session, attempts aborted, lanes swept, naks, deliveries acked as followers, slots yielded to waiting lanes, deliveries that waited for a slot and that were handed back while waiting.", []string{"event"}, nil)
 	descScrapeOK = prometheus.NewDesc(Namespace+"_inbound_backlog_scrape_ok", "1 when the last scrape read the inbound stream's state, 0 when it failed.", nil, nil)
 )
 
