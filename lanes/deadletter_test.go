@@ -172,12 +172,8 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Tried again: it stayed. (The deadline only detects a hang.)
-			for deadline := time.Now().Add(20 * time.Second); w.Stats().DeadLetterFailures.Load() < 3; time.Sleep(5 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("dead letter failures = %d, want the message tried again", w.Stats().DeadLetterFailures.Load())
-				}
-			}
+			// Tried again: it stayed.
+			waitUntil(t, "the message tried again", func() bool { return w.Stats().DeadLetterFailures.Load() >= 3 })
 			if _, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence); err != nil {
 				t.Fatalf("the message was not kept: %v", err)
 			}
@@ -213,15 +209,10 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 					t.Fatalf("final = %+v attempt %d, want %s at attempt %d", ev.Data.Result.Meta, ev.Attempt, w.kind, w.attempt)
 				}
 			}
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			waitUntil(t, "the dead-lettered message deleted", func() bool {
 				_, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence)
-				if errors.Is(err, jetstream.ErrMsgNotFound) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the dead-lettered message is still stored: %v", err)
-				}
-			}
+				return errors.Is(err, jetstream.ErrMsgNotFound)
+			})
 			if got := w.Stats().DeadLettersByReason(); got[tt.reason] != 1 {
 				t.Fatalf("dead letters stored = %v, want one %s", got, tt.reason)
 			}
