@@ -461,9 +461,6 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	if err := o.loadHistory(ctx); err != nil {
 		return err
 	}
-	// A turn that runs the handler watches for cuts from before its start
-	// event on: a client that saw the start and sends an interrupt or a
-	// stop is never missed.
 	if p.verb == queue.VerbDuplicate {
 		return o.duplicate(ctx, a.em, p)
 	}
@@ -475,6 +472,9 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 			return err
 		}
 	}
+	// A turn that runs the handler watches for cuts from before its start
+	// event on: a client that saw the start and sends an interrupt or a
+	// stop is never missed.
 	turnCtx, stopWatch := ctx, func() {}
 	if p.verb == queue.VerbRun {
 		turnCtx, stopWatch = o.watchCuts(ctx)
