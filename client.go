@@ -373,6 +373,8 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 				noStreamSince = time.Now()
 			}
 		case isTimeout(err), c.reconnecting(err):
+			// The stream may hold it already: the retry, the same
+			// publish, is de-duplicated.
 		case transientPubAck(err):
 		default:
 			if errors.Is(err, ErrPermission) {
