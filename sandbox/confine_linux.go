@@ -208,6 +208,17 @@ func helper() (*report, error) {
 	if sp.SetIDs {
 		// syscall's, not unix's: they change every thread of the helper.
 		err := step("become uid 1", nil, func() error {
+			// Output pipes are the worker's (0600): opened again as
+			// /dev/stdout or /dev/stderr (/proc/self/fd/1, 2), they must
+			// be open to HostID too.
+			for fd := 1; fd <= 2; fd++ {
+				var st unix.Stat_t
+				if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+					if err := unix.Fchmod(fd, 0o666); err != nil {
+						return fmt.Errorf("output pipe: %w", err)
+					}
+				}
+			}
 			if err := syscall.Setgroups(nil); err != nil {
 				return err
 			}
@@ -561,7 +572,7 @@ func runProbe(ctx context.Context, sp *spec, opts launchOpts) (*report, error) {
 // launchOpts are how the helper is started.
 type launchOpts struct {
 	dir            string
-	stdout, stderr io.Writer
+	stdout, stderr *os.File
 	network        bool
 	// ids: new namespaces, with the command's root mapped so; nil: none.
 	ids *idMap
@@ -620,7 +631,7 @@ func launch(sp *spec, o launchOpts) (*helperProc, error) {
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: []string{helperArg0, "-test.run=^$"},
 		Env: []string{helperEnv + "=" + helperValue}, Dir: o.dir,
-		Stdout: o.stdout, Stderr: o.stderr, ExtraFiles: files, SysProcAttr: attr,
+		Stdout: writer(o.stdout), Stderr: writer(o.stderr), ExtraFiles: files, SysProcAttr: attr,
 	}
 	if err := cmd.Start(); err != nil {
 		specW.Close()
@@ -669,7 +680,7 @@ func (c *Cmd) startConfined(ctx context.Context) (err error) {
 	grants := append(append(append([]grant(nil), box.grants...), devices...), grant{Path: c.dir, Dir: true, Write: true})
 	sp := &spec{Path: c.path, Argv: c.argv, Env: c.env, Dir: c.dir, Grants: grants, Limits: box.cfg.Limits,
 		MemoryRlimit: box.cgroups == nil, Seccomp: p.Seccomp}
-	o := launchOpts{dir: c.dir, stdout: c.Stdout, stderr: c.Stderr, network: p.Network}
+	o := launchOpts{dir: c.dir, stdout: c.stdout, stderr: c.stderr, network: p.Network}
 	if p.Namespaces {
 		ws := canonical(c.dir)
 		sp.Namespaces, sp.MountProc, sp.MountTmp, sp.TmpSize, sp.Loopback = true, p.PrivateProc, p.PrivateTmp, box.cfg.TmpSize, !p.Network

@@ -342,7 +342,8 @@ func (s *Sandbox) Platform() Platform { return s.platform }
 // Cmd is a command prepared by [Sandbox.Command]. Its stdin is empty.
 type Cmd struct {
 	// Stdout and Stderr receive the output; nil discards it. Set them
-	// before Start.
+	// before Start. A writer that is not an *os.File is fed from a pipe
+	// until every process holding it is gone (see Wait).
 	Stdout, Stderr io.Writer
 
 	box  *Sandbox
@@ -357,6 +358,63 @@ type Cmd struct {
 	// cg is the command's cgroup (nil: none), killed and removed when it
 	// ends.
 	cg *cgroup
+	// stdout and stderr are the files the process writes to; copies feed
+	// the writers that are not files, and end at EOF.
+	stdout, stderr *os.File
+	copies         []chan struct{}
+}
+
+// outputs sets c.stdout and c.stderr: the writers that are files, else
+// pipes copied to them. The write ends are closed after the start
+// (closeOutputs), so that a copy ends when the processes are gone.
+func (c *Cmd) outputs() error {
+	file := func(w io.Writer) (*os.File, error) {
+		if w == nil {
+			return nil, nil
+		}
+		if f, ok := w.(*os.File); ok {
+			return f, nil
+		}
+		r, pw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			io.Copy(w, r) //nolint:errcheck // ends at EOF
+			r.Close()
+		}()
+		c.copies = append(c.copies, done)
+		return pw, nil
+	}
+	var err error
+	if c.stdout, err = file(c.Stdout); err != nil {
+		return err
+	}
+	if c.Stderr == c.Stdout {
+		c.stderr = c.stdout
+		return nil
+	}
+	c.stderr, err = file(c.Stderr)
+	return err
+}
+
+// writer is f, or nil (/dev/null for exec.Cmd) when f is nil.
+func writer(f *os.File) io.Writer {
+	if f == nil {
+		return nil
+	}
+	return f
+}
+
+// closeOutputs closes this process's write ends of the pipes outputs made.
+func (c *Cmd) closeOutputs() {
+	for _, f := range []*os.File{c.stdout, c.stderr} {
+		if f != nil && f != c.Stdout && f != c.Stderr {
+			f.Close()
+		}
+	}
 }
 
 // Command prepares path with argv (argv[0] first) to run in dir (absolute)
@@ -373,22 +431,32 @@ func (s *Sandbox) Command(dir string, env []string, path string, argv ...string)
 // is in place and the command runs, or with the error that stopped it. ctx
 // bounds the start only; use Kill to stop the command.
 func (c *Cmd) Start(ctx context.Context) error {
-	if c.cmd != nil {
+	if c.cmd != nil || c.stdout != nil || c.stderr != nil {
 		return errors.New("sandbox: command already started")
 	}
+	if err := c.outputs(); err != nil {
+		return err
+	}
+	defer c.closeOutputs()
 	if !c.box.platform.Confined {
-		cmd := &exec.Cmd{Path: c.path, Args: c.argv, Dir: c.dir, Env: c.env, Stdout: c.Stdout, Stderr: c.Stderr}
+		cmd := &exec.Cmd{Path: c.path, Args: c.argv, Dir: c.dir, Env: c.env, Stdout: writer(c.stdout), Stderr: writer(c.stderr)}
 		setProcessGroup(cmd)
+		if err := cmd.Start(); err != nil {
+			return err
+		}
 		c.cmd = cmd
-		return cmd.Start()
+		return nil
 	}
 	return c.startConfined(ctx)
 }
 
 // Wait waits for the command to exit, then kills whatever it left running
 // (its cgroup, and its process group; with a PID namespace, the kernel
-// already did) and removes its cgroup. Its error is that of
-// [exec.Cmd.Wait], joined with any failure to remove the cgroup.
+// already did) and removes its cgroup, then waits for the copies of its
+// output to end: a process left outside all three (setsid, without
+// namespaces or cgroup) that holds its output keeps it waiting. Its error
+// is that of [exec.Cmd.Wait], joined with any failure to remove the
+// cgroup.
 func (c *Cmd) Wait() error {
 	if c.cmd == nil {
 		return errors.New("sandbox: command not started")
@@ -398,7 +466,12 @@ func (c *Cmd) Wait() error {
 		killProcessGroup(c.cmd.Process.Pid)
 	}
 	if c.cg != nil {
-		err = errors.Join(err, c.cg.remove())
+		if rerr := c.cg.remove(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	for _, done := range c.copies {
+		<-done
 	}
 	return err
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	Main()
+	tool()
 	os.Exit(m.Run())
 }
 
@@ -115,9 +115,7 @@ func sh(t *testing.T, box *Sandbox, dir, command string) (string, *os.ProcessSta
 	if err := cmd.Start(t.Context()); err != nil {
 		t.Fatalf("start %q: %v", command, err)
 	}
-	err := cmd.Wait()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
+	if err := cmd.Wait(); !exitedOnly(err) {
 		t.Fatalf("wait %q: %v", command, err)
 	}
 	return out.String(), cmd.ProcessState()
