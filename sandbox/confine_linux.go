@@ -225,7 +225,12 @@ func helper() (*report, error) {
 			if err := syscall.Setresgid(1, 1, 1); err != nil {
 				return err
 			}
-			return syscall.Setresuid(1, 1, 1)
+			if err := syscall.Setresuid(1, 1, 1); err != nil {
+				return err
+			}
+			// A change of uid clears the parent-death signal: the
+			// command must still die with the worker.
+			return unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
 		})
 		if err != nil {
 			return nil, err
