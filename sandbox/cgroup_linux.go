@@ -301,7 +301,7 @@ func (c cgroups) create(l Limits) (g *cgroup, err error) {
 				return g, err
 			}
 		}
-		if g.fd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		if g.fd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return g, fmt.Errorf("open %s: %w", dir, err)
 		}
 		return g, nil
