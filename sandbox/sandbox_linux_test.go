@@ -533,7 +533,7 @@ func BenchmarkCommand(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		cfg  Config
-	}{{"unconfined", Config{Unconfined: true}}, {"landlock", Config{NoNamespaces: true}}, {"namespaces", Config{}}} {
+	}{{"unconfined", Config{Unconfined: true}}, {"landlock", Config{NoNamespaces: true, AllowRoot: true}}, {"namespaces", Config{}}} {
 		box, err := New(b.Context(), c.cfg)
 		if errors.Is(err, ErrUnavailable) {
 			b.Logf("%s: %v", c.name, err)
