@@ -103,10 +103,11 @@ type Config struct {
 	// where it has a mount namespace; zero means DefaultTmpSize.
 	TmpSize int64
 
-	// HostID is the host uid and gid commands run as when the worker
-	// runs as root (their user namespace's root is mapped to it, and their
-	// workspace idmapped so that its files stay the worker's); zero means
-	// DefaultHostID. A worker that is not root runs them as itself.
+	// HostID is the host uid and gid commands run as, without
+	// supplementary groups, when the worker runs as root (the helper
+	// builds their root as the host's root, then takes HostID; their
+	// workspace is idmapped so that its files stay the worker's); zero
+	// means DefaultHostID. A worker that is not root runs them as itself.
 	HostID int
 	// AllowRoot lets commands run as the host's root (capabilities
 	// dropped, still under Landlock and seccomp) where the worker runs as
