@@ -201,6 +201,10 @@ const (
 	KindRejected    = "rejected"    // mode reject: the session was busy
 	KindInterrupted = "interrupted" // cut short or dropped by an interrupt
 	KindDropped     = "dropped"     // over the session's queue cap (drop policy old, new or summarize)
+	// KindInvalidInput is a message the fleet refused as it was sent (a
+	// model or auth profile it does not allow, a tool result for a call
+	// that waits for none, a payload that does not decode).
+	KindInvalidInput = "invalid_input"
 )
 
 // PendingCall is a client tool call the run stopped for.

@@ -18,9 +18,11 @@ type RunSettings struct {
 	Model    string `json:"model,omitempty" msgpack:"model,omitempty"`       // "provider/model-id"; must pass the fleet's model allowlist when used
 	Thinking string `json:"thinking,omitempty" msgpack:"thinking,omitempty"` // thinking level
 	// AuthProfile pins the session's turns to one auth profile (the run
-	// uses only it, even while it cools down). Without it a session sticks
-	// to the profile that answered its last turn, and rotates away from it
-	// when it fails.
+	// uses only it, even while it cools down); each turn refuses it
+	// (invalid_input) unless the fleet's operator made it pinnable and it
+	// exists and is not disabled. Without it a session sticks to the
+	// profile that answered its last turn, and rotates away from it when
+	// it fails.
 	AuthProfile       string      `json:"authProfile,omitempty" msgpack:"authProfile,omitempty"`
 	HistoryLimit      int         `json:"historyLimit,omitempty" msgpack:"historyLimit,omitempty"`           // user turns kept in requests; 1..MaxHistoryLimit
 	MaxToolIterations int         `json:"maxToolIterations,omitempty" msgpack:"maxToolIterations,omitempty"` // model calls of a turn's tool loop, within the worker's limit
@@ -292,6 +294,32 @@ type SessionState struct {
 	Usage *UsageMeta `json:"usage,omitempty" msgpack:"usage,omitempty"`
 	// Turns counts the committed turns whose usage is in Usage.
 	Turns int64 `json:"turns,omitempty" msgpack:"turns,omitempty"`
+	// Approvals are the calls this fleet left waiting for the user's
+	// approval at the end of the transcript (the Approval calls of the
+	// final event of the last turn that added to it): an answer
+	// "approve" runs one of these and nothing else, whatever calls the
+	// transcript shows (an import or a crafted history can put any call
+	// there). Every turn that adds to the transcript replaces them.
+	Approvals []ApprovalCall `json:"approvals,omitempty" msgpack:"approvals,omitempty"`
+}
+
+// ApprovalCall is a call waiting for the user's approval: its id and its
+// tool's name.
+type ApprovalCall struct {
+	ID   string `json:"id" msgpack:"id"`
+	Name string `json:"name" msgpack:"name"`
+}
+
+// ApprovalCalls returns the calls of pending that wait for approval (nil
+// when none do).
+func ApprovalCalls(pending []PendingCall) []ApprovalCall {
+	var out []ApprovalCall
+	for _, c := range pending {
+		if c.Approval {
+			out = append(out, ApprovalCall{ID: c.ID, Name: c.Name})
+		}
+	}
+	return out
 }
 
 // Plus returns the sum of u and v (nil is zero; nil when both are).

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/internal/inflight"
+	"github.com/lanefleet/lanefleet/internal/reply"
 )
 
 // Hook is one hook a process serves: its name (what workers list in
@@ -59,6 +60,7 @@ type Service struct {
 	nc    *nats.Conn
 	cfg   ServeConfig
 	calls *inflight.Group
+	guard *reply.Guard
 }
 
 // handlerFunc decodes one request and runs a hook's handler.
@@ -99,7 +101,8 @@ func Serve(nc *nats.Conn, cfg ServeConfig, hs ...Hook) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hooks: serve: %w", err)
 	}
-	s := &Service{Service: ms, nc: nc, cfg: cfg, calls: inflight.New(cfg.MaxConcurrent)}
+	s := &Service{Service: ms, nc: nc, cfg: cfg, calls: inflight.New(cfg.MaxConcurrent),
+		guard: &reply.Guard{NC: nc, Log: cfg.Logger, Service: "hooks"}}
 	for _, h := range hs {
 		for _, k := range Kinds() {
 			f := handlerOf(h, k)
@@ -170,18 +173,18 @@ func (s *Service) Stop() error {
 // handler takes a request off micro's subscription goroutine and runs it
 // on its own, so a slow handler does not hold up the next request (at most
 // MaxConcurrent at once: the next wait in the subscription).
-func (s *Service) handler(name string, kind Kind, f handlerFunc) micro.HandlerFunc {
-	return func(req micro.Request) {
-		reply, data, hdr := req.Reply(), req.Data(), req.Headers()
-		if reply == "" && kind != AgentEnd {
+func (s *Service) handler(name string, kind Kind, f handlerFunc) micro.Handler {
+	return s.guard.Handler(name+"-"+string(kind), func(req *reply.Request) {
+		to, data, hdr := req.To, req.Data, req.Headers
+		if to.None() && kind != AgentEnd {
 			s.cfg.Logger.Debug().Str("kind", string(kind)).Msg("hooks: ignored a request without a reply subject")
 			return
 		}
 		// serve turns a handler's panic into the call's error: no panic hook.
-		if err := s.calls.Go(func(ctx context.Context) { s.serve(ctx, name, kind, f, reply, data, nats.Header(hdr)) }, nil); err != nil {
-			s.respondError(name, reply, CodeUnavailable, "hook "+name+" is stopping")
+		if err := s.calls.Go(func(ctx context.Context) { s.serve(ctx, name, kind, f, to, data, hdr) }, nil); err != nil {
+			s.respondError(name, to, CodeUnavailable, "hook "+name+" is stopping")
 		}
-	}
+	})
 }
 
 // errCallerTimeout is the cause of a handler's context when the worker's
@@ -189,12 +192,12 @@ func (s *Service) handler(name string, kind Kind, f handlerFunc) micro.HandlerFu
 var errCallerTimeout = errors.New("the worker stopped waiting")
 
 // serve runs one handler and replies.
-func (s *Service) serve(ctx context.Context, name string, kind Kind, f handlerFunc, reply string, data []byte, hdr nats.Header) {
+func (s *Service) serve(ctx context.Context, name string, kind Kind, f handlerFunc, to reply.To, data []byte, hdr nats.Header) {
 	timeout := s.cfg.AgentEndTimeout
 	if v := hdr.Get(HeaderTimeout); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 {
-			s.respondError(name, reply, CodeBadRequest, fmt.Sprintf("hook %s got a malformed %s header %q", name, HeaderTimeout, v))
+			s.respondError(name, to, CodeBadRequest, fmt.Sprintf("hook %s got a malformed %s header %q", name, HeaderTimeout, v))
 			return
 		}
 		timeout = min(time.Duration(ms)*time.Millisecond, MaxTimeout)
@@ -211,7 +214,7 @@ func (s *Service) serve(ctx context.Context, name string, kind Kind, f handlerFu
 	if pe := (*panicError)(nil); errors.As(err, &pe) {
 		s.cfg.Logger.Error().Str("hook", name).Str("kind", string(kind)).Interface("panic", pe.value).Bytes("stack", pe.stack).Msg("hooks: handler panicked")
 	}
-	if reply == "" {
+	if to.None() {
 		if err != nil {
 			s.cfg.Logger.Warn().Err(err).Str("hook", name).Str("kind", string(kind)).Msg("hooks: handler failed")
 		}
@@ -221,13 +224,13 @@ func (s *Service) serve(ctx context.Context, name string, kind Kind, f handlerFu
 		var br badRequest
 		switch cause := context.Cause(ctx); {
 		case errors.As(err, &br):
-			s.respondError(name, reply, CodeBadRequest, fmt.Sprintf("hook %s (%s) got a %v", name, kind, err))
+			s.respondError(name, to, CodeBadRequest, fmt.Sprintf("hook %s (%s) got a %v", name, kind, err))
 		case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
-			s.respondError(name, reply, CodeTimeout, fmt.Sprintf("hook %s (%s) timed out after %s", name, kind, timeout))
+			s.respondError(name, to, CodeTimeout, fmt.Sprintf("hook %s (%s) timed out after %s", name, kind, timeout))
 		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
-			s.respondError(name, reply, CodeFailed, fmt.Sprintf("hook %s (%s) was stopped before it finished", name, kind))
+			s.respondError(name, to, CodeFailed, fmt.Sprintf("hook %s (%s) was stopped before it finished", name, kind))
 		default:
-			s.respondError(name, reply, CodeFailed, err.Error())
+			s.respondError(name, to, CodeFailed, err.Error())
 		}
 		return
 	}
@@ -236,10 +239,10 @@ func (s *Service) serve(ctx context.Context, name string, kind Kind, f handlerFu
 		err = fmt.Errorf("%d bytes; the limit is %d", len(out), MaxReplyBytes)
 	}
 	if err != nil {
-		s.respondError(name, reply, CodeFailed, fmt.Sprintf("hook %s (%s) produced a reply that cannot be sent: %v", name, kind, err))
+		s.respondError(name, to, CodeFailed, fmt.Sprintf("hook %s (%s) produced a reply that cannot be sent: %v", name, kind, err))
 		return
 	}
-	if err := s.nc.Publish(reply, out); err != nil {
+	if err := s.guard.Send(to, &nats.Msg{Data: out}); err != nil {
 		s.cfg.Logger.Warn().Err(err).Str("hook", name).Msg("hooks: reply not sent")
 	}
 }
@@ -265,15 +268,15 @@ func (p *panicError) Error() string { return fmt.Sprintf("panic: %v", p.value) }
 
 // respondError sends a micro error reply; without a reply subject it only
 // logs.
-func (s *Service) respondError(name, reply, code, text string) {
-	if reply == "" {
+func (s *Service) respondError(name string, to reply.To, code, text string) {
+	if to.None() {
 		s.cfg.Logger.Warn().Str("hook", name).Str("code", code).Msg(text)
 		return
 	}
 	body, _ := json.Marshal(errorBody{Error: text})
-	msg := &nats.Msg{Subject: reply, Data: body, Header: nats.Header{
+	msg := &nats.Msg{Data: body, Header: nats.Header{
 		micro.ErrorHeader: []string{headerLine(text)}, micro.ErrorCodeHeader: []string{code}}}
-	if err := s.nc.PublishMsg(msg); err != nil {
+	if err := s.guard.Send(to, msg); err != nil {
 		s.cfg.Logger.Warn().Err(err).Str("hook", name).Msg("hooks: error reply not sent")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +41,13 @@ type member struct {
 
 func startMember(t *testing.T, url string, cfg fleet.Config) *member {
 	t.Helper()
+	return startMemberLog(t, url, cfg, nil)
+}
+
+// startMemberLog is startMember with the member's warnings also written to
+// w (when not nil).
+func startMemberLog(t *testing.T, url string, cfg fleet.Config, w io.Writer) *member {
+	t.Helper()
 	cfg.NATSURL = url
 	cfg.Scripted = true // tests drive the fleet with the scripted models
 	if cfg.AckWait == 0 {
@@ -48,7 +56,11 @@ func startMember(t *testing.T, url string, cfg fleet.Config) *member {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 5 * time.Second
 	}
-	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Str("worker", cfg.WorkerID).Logger()
+	var out io.Writer = zerolog.NewTestWriter(t)
+	if w != nil {
+		out = io.MultiWriter(out, w)
+	}
+	cfg.Logger = zerolog.New(out).Level(zerolog.WarnLevel).With().Str("worker", cfg.WorkerID).Logger()
 	m, err := fleet.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/provider"
@@ -591,56 +592,79 @@ func TestOverflowCompactsThroughTheFleet(t *testing.T) {
 	}
 }
 
-// TestSkillEnvironmentReachesExec: a configured skill's environment is what
-// the commands of a run get; a disabled skill's is not.
+// TestSkillEnvironmentReachesExec: a configured skill of the fleet's skills
+// directory gives its environment and API key to a command that names the
+// variable, and to no other (env shows nothing of it); a disabled skill
+// gives nothing; a session whose workspace holds a skill named like a
+// configured one (written by its own runs) never gets that skill's secrets.
 func TestSkillEnvironmentReachesExec(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet test")
 	}
 	t.Parallel()
-	skills := t.TempDir()
-	for _, name := range []string{"weather", "mail"} {
-		dir := filepath.Join(skills, name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+	skills, root := t.TempDir(), t.TempDir()
+	writeSkill := func(dir, name, extra string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		body := fmt.Sprintf("---\nname: %s\ndescription: The %s skill.\n---\n", name, name)
-		if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(body), 0o644); err != nil {
+		body := fmt.Sprintf("---\nname: %s\ndescription: The %s skill.\n%s---\n", name, name, extra)
+		if err := os.WriteFile(filepath.Join(dir, name, "SKILL.md"), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	const primary = `metadata: {"openclaw": {"primaryEnv": "%s"}}` + "\n"
+	writeSkill(skills, "weather", fmt.Sprintf(primary, "WEATHER_KEY"))
+	writeSkill(skills, "mail", "")
+	// "deploy" is configured but not installed: only a workspace has it.
+	tok, _ := events.KeyToken("skills:squatter")
+	writeSkill(filepath.Join(root, tok, "skills"), "deploy", fmt.Sprintf(primary, "DEPLOY_KEY"))
 	off := false
 	srv := natstest.Start(t)
-	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: t.TempDir(), SkillsDir: skills, NoRemoteTools: true,
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: root, SkillsDir: skills, NoRemoteTools: true,
 		Exec: true, ExecUnconfined: execUnconfined(t),
 		Skills: agentprompt.SkillConfigs{
-			"weather": {Env: map[string]string{"WEATHER_TOKEN": "wt-123"}},
+			"weather": {Env: map[string]string{"WEATHER_TOKEN": "wt-123"}, APIKey: "wk-789"},
 			"mail":    {Enabled: &off, Env: map[string]string{"MAIL_TOKEN": "mt-456"}},
+			"deploy":  {Env: map[string]string{"DEPLOY_TOKEN": "dt-000"}, APIKey: "dk-000"},
 		},
 		Env: envMap(map[string]string{"PATH": "/usr/bin:/bin"})})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	script := `#script {"replies":[{"toolCalls":[{"id":"x1","name":"exec","arguments":{"command":"echo weather=$WEATHER_TOKEN mail=$MAIL_TOKEN"}}]},{"text":"done"}]}`
-	run, err := c.Send(ctx, "skills", script, lanefleet.WithModel("scripted/script"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := run.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hist, err := c.History(ctx, "skills")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var output string
-	for _, e := range hist {
-		if e.Message != nil && e.Message.Role == "toolResult" {
-			output = e.Message.Content.Text()
+	outputs := func(session string, commands ...string) []string {
+		t.Helper()
+		var calls []string
+		for i, cmd := range commands {
+			arg, _ := json.Marshal(cmd)
+			calls = append(calls, fmt.Sprintf(`{"id":"x%d","name":"exec","arguments":{"command":%s}}`, i, arg))
 		}
+		script := `#script {"replies":[{"toolCalls":[` + strings.Join(calls, ",") + `]},{"text":"done"}]}`
+		if _, err := waitResult(t, ctx, c, session, script, lanefleet.WithModel("scripted/script")); err != nil {
+			t.Fatal(err)
+		}
+		hist, err := c.History(ctx, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range hist {
+			if e.Message != nil && e.Message.Role == "toolResult" {
+				out = append(out, e.Message.Content.Text())
+			}
+		}
+		return out
 	}
-	if !strings.Contains(output, "weather=wt-123 mail=\n") && !strings.Contains(output, "weather=wt-123 mail=\r\n") {
-		t.Fatalf("exec output %q", output)
+	out := outputs("skills", "echo weather=$WEATHER_TOKEN key=${WEATHER_KEY} mail=$MAIL_TOKEN.", "env")
+	if len(out) != 2 || !strings.HasPrefix(out[0], "weather=wt-123 key=wk-789 mail=.\n") {
+		t.Fatalf("exec output %q", out)
+	}
+	if strings.Contains(out[1], "WEATHER") || strings.Contains(out[1], "wt-123") || strings.Contains(out[1], "wk-789") {
+		t.Fatalf("a command that names no skill variable got them: %q", out[1])
+	}
+	out = outputs("skills:squatter", "echo deploy=$DEPLOY_TOKEN key=$DEPLOY_KEY weather=$WEATHER_TOKEN.")
+	if len(out) != 1 || !strings.HasPrefix(out[0], "deploy= key= weather=wt-123.\n") {
+		t.Fatalf("a workspace skill claimed a configured skill's secrets: %q", out)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/redact"
 )
 
 // The attacks of issue 10, each against a real worker process started with
@@ -108,8 +109,14 @@ func TestSenderCannotPickTheTestModel(t *testing.T) {
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the scripted command ran: %v", err)
 	}
+	// Without --allow-auth-pins no message pins a profile, even the
+	// worker's only one.
+	res, err := waitResult(t, ctx, c, "eve", "hi", lanefleet.WithModel("acme/m1"), lanefleet.WithAuthProfile("acme:live"))
+	if re := (*lanefleet.RunError)(nil); !errors.As(err, &re) || re.Kind != "invalid_input" || re.Message != `auth profile "acme:live" may not be pinned on this fleet; pinnable: none` {
+		t.Fatalf("pinned profile: result %+v, err %v; want invalid_input", res, err)
+	}
 	// The session still works with an allowed model.
-	res, err := waitResult(t, ctx, c, "eve", "hi", lanefleet.WithModel("acme/m1"))
+	res, err = waitResult(t, ctx, c, "eve", "hi", lanefleet.WithModel("acme/m1"))
 	if err != nil || len(res.Payloads) == 0 || res.Payloads[0].Text != "hello from acme" {
 		t.Fatalf("allowed model: %+v, %v", res, err)
 	}
@@ -145,7 +152,7 @@ func TestWorkerNeedsAModel(t *testing.T) {
 
 // TestSecretsNeverLeaveTheWorker: a provider 401 whose body echoes the key,
 // and a NATS password in the URL, reach neither the reply, the events, the
-// transcript nor the worker's log: a masked form stands in their place.
+// transcript nor the worker's log: the fixed marker stands in their place.
 func TestSecretsNeverLeaveTheWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet test")
@@ -178,7 +185,7 @@ func TestSecretsNeverLeaveTheWorker(t *testing.T) {
 	if err == nil || res == nil {
 		t.Fatalf("a 401 ended with %+v, %v; want an error result", res, err)
 	}
-	masked := "sk-" + strings.Repeat("*", len(key)-7) + key[len(key)-4:]
+	masked := redact.Marker
 	var all bytes.Buffer
 	for _, p := range res.Payloads {
 		all.WriteString(p.Text)

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/tools"
 )
@@ -222,7 +224,7 @@ func TestStickyAuthProfile(t *testing.T) {
 	}
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
-		NoBuiltinTools: true, Env: func(string) string { return "" }})
+		NoBuiltinTools: true, Env: func(string) string { return "" }, AllowAuthPins: []string{"acme:*"}})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -271,6 +273,62 @@ func TestStickyAuthProfile(t *testing.T) {
 	}
 	if own, _ := turn("sticky:1", lanefleet.WithAuthProfile(profileOf[first])); own != first {
 		t.Fatalf("a message's own profile: ran on %s, want %s", own, first)
+	}
+}
+
+// TestAuthPinsAreTheOperators: a message or a session's settings may pin
+// only a profile of --allow-auth-pins that exists and is not disabled;
+// any other pin ends with an invalid_input error saying why (naming the
+// pinnable ones) before any provider call, and turns without a pin rotate
+// as usual.
+func TestAuthPinsAreTheOperators(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	ks := newKeyServer(t)
+	models, profiles := acmeFiles(t, ks.URL)
+	srv := natstest.Start(t)
+	mem := startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
+		NoBuiltinTools: true, Env: func(string) string { return "" }, AllowAuthPins: []string{"acme:b", "acme:z*"}})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	refused := func(session, want string, opts ...lanefleet.SendOption) {
+		t.Helper()
+		before := ks.used()
+		res, err := waitResult(t, ctx, c, session, "hello", opts...)
+		var re *lanefleet.RunError
+		if !errors.As(err, &re) || re.Kind != events.KindInvalidInput || !strings.Contains(re.Message, want) {
+			t.Fatalf("%s: %+v, %v; want invalid_input saying %q", session, res, err, want)
+		}
+		if ks.used() != before {
+			t.Fatalf("%s: a refused pin reached the provider (keys %s)", session, ks.used())
+		}
+	}
+	refused("pin:1", `auth profile "acme:a" may not be pinned on this fleet; pinnable: acme:b, acme:z*`, lanefleet.WithAuthProfile("acme:a"))
+	refused("pin:1", `auth profile "acme:zz" does not exist on this fleet`, lanefleet.WithAuthProfile("acme:zz"))
+	if _, err := waitResult(t, ctx, c, "pin:1", "hello", lanefleet.WithAuthProfile("acme:b")); err != nil || ks.used() != "sk-acme-b" {
+		t.Fatalf("allowed pin: %v, keys %s", err, ks.used())
+	}
+	// A billing failure disables acme:b: it cannot be pinned until then.
+	if _, err := mem.m.Auth.Apply(ctx, "acme:b", authprofile.Event{Kind: authprofile.EventFailure, Provider: "acme", Reason: provider.ReasonBilling}); err != nil {
+		t.Fatal(err)
+	}
+	refused("pin:1", `auth profile "acme:b" is disabled (billing) until `, lanefleet.WithAuthProfile("acme:b"))
+	// A pin stored with the session's settings is checked at every turn.
+	rs := events.RunSettings{AuthProfile: "acme:a"}
+	set, err := c.SetSettings(ctx, "pin:2", lanefleet.SettingsChange{Run: &rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refused("pin:2", `auth profile "acme:a" (the session's setting) may not be pinned on this fleet`)
+	// Unpinned turns rotate past the disabled profile.
+	if _, err := waitResult(t, ctx, c, "pin:3", "hello"); err != nil || ks.used() != "sk-acme-b,sk-acme-a" {
+		t.Fatalf("unpinned turn: %v, keys %s", err, ks.used())
 	}
 }
 

@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/message"
 	"github.com/nats-io/nats.go"
 )
 
@@ -198,5 +200,45 @@ func TestSettingsKnownWithoutARead(t *testing.T) {
 	}
 	if n := reads.Load(); n != 1 {
 		t.Fatalf("settings read %d times, want 1 (after another worker's record)", n)
+	}
+}
+
+// TestNextStateApprovals: the calls waiting for approval are those the
+// final event of the last turn that added to the transcript left pending
+// for approval; a turn that adds nothing (settings, a refusal) keeps them,
+// one that adds anything replaces them.
+func TestNextStateApprovals(t *testing.T) {
+	t.Parallel()
+	entries := []message.Entry{{Type: message.EntryMessage, ID: "e1"}}
+	pending := func(calls ...events.PendingCall) *events.Result {
+		return &events.Result{Meta: events.Meta{StopReason: "tool_calls", PendingToolCalls: calls}}
+	}
+	waiting := &events.SessionState{Approvals: []events.ApprovalCall{{ID: "c1", Name: "exec"}}}
+	for _, tc := range []struct {
+		name string
+		prev *events.SessionState
+		out  Outcome
+		want []events.ApprovalCall
+	}{
+		{"a turn leaves a call waiting", nil, Outcome{Entries: entries, Result: pending(events.PendingCall{ID: "c1", Name: "exec", Approval: true})}, waiting.Approvals},
+		// A client tool's call waits for its result, not an approval.
+		{"a client call is no approval", nil, Outcome{Entries: entries, Result: pending(events.PendingCall{ID: "c2", Name: "weather"})}, nil},
+		{"a settings turn keeps them", waiting, Outcome{Result: &events.Result{}}, waiting.Approvals},
+		{"a refused message keeps them", waiting, Outcome{Result: &events.Result{Meta: events.Meta{Error: &events.RunError{Kind: events.KindInvalidInput}}}}, waiting.Approvals},
+		{"an answer clears them", waiting, Outcome{Entries: entries, Result: &events.Result{}}, nil},
+		{"a cut turn's progress clears them", waiting, Outcome{Entries: entries}, nil},
+		{"a new call replaces them", waiting, Outcome{Entries: entries, Result: pending(events.PendingCall{ID: "c3", Name: "write", Approval: true})}, []events.ApprovalCall{{ID: "c3", Name: "write"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			next := nextState(tc.prev, &tc.out)
+			var got []events.ApprovalCall
+			if next != nil {
+				got = next.Approvals
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("approvals = %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,20 +1,40 @@
 // Package redact masks the fleet's configured secrets (provider keys, auth
-// profile tokens, NATS passwords and seeds) in bytes on their way out of a
-// process: every payload a worker publishes (events, transcript records,
-// dead letters) and every log line pass through one Redactor, so a provider
-// error body that echoes its key, a tool that prints a token or a URL with a
-// password in it never carries the secret further.
+// profile tokens, NATS passwords and seeds, skill API keys) in text the
+// worker produces, replacing each with the fixed Marker.
 //
-// A secret is masked in place, keeping its byte length, so masking a
-// msgpack or JSON payload never breaks its framing: the first 3 and last 4
-// bytes stay and the rest become '*' ("sk-****…****cdef"), enough to tell
-// keys apart in a log and useless to anyone who reads it. Secrets shorter
-// than MinLen are not masked (they would mask ordinary words); Add reports
-// them.
+// What is masked, and what never is, is the package's one rule:
+//
+//   - Text the worker produces is masked before it leaves the worker or
+//     reaches the model: model output (streamed or whole), tool results,
+//     provider errors, hook replies, logs. A Masker masks one run's text;
+//     a Stream masks text that arrives in pieces (streamed deltas); a
+//     Redactor's Writer masks log lines.
+//   - Text the sender supplied is never masked: its message, its tool
+//     results, the session it imported, its history. Masking it would
+//     tell the sender which of its words are secrets (an oracle: send a
+//     word list, read it back). For the same reason a run does not mask a
+//     secret its sender supplied (Redactor.Masker's supplied): the sender
+//     knows it, and a model or a tool that repeats the sender's words must
+//     show them whatever they are.
+//
+// The marker is fixed, never as long as the secret nor made of its ends, so
+// a masked text says nothing about the secret but that one was there.
+// Secrets shorter than MinLen are not masked (they would mask ordinary
+// words); Add reports them.
+//
+// Masking guards against accidental leaks (a provider error body that
+// echoes its key, a tool that prints a token). It cannot stop a sender who
+// makes the worker compute a guess (a model told to decode it, a command
+// that prints it) from seeing whether the result is masked: what keeps the
+// secrets from a hostile sender is that neither the model nor the tools
+// are given them.
+//
+// redact.go holds the Redactor (the secrets and the log writer) and the
+// scan every masking shares; masker.go the Masker of a run and the Stream
+// of its streamed text.
 package redact
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/url"
@@ -24,33 +44,33 @@ import (
 	"sync/atomic"
 )
 
+// Marker replaces every secret masked. It is what provider.Secret prints.
+const Marker = "[redacted]"
+
 // MinLen is the shortest secret masked.
 const MinLen = 8
 
-// keep is how many bytes of a long secret stay visible at each end.
-const (
-	keepHead = 3
-	keepTail = 4
-	// longFrom is the length from which the ends stay visible.
-	longFrom = 16
-)
-
-// Redactor masks a set of secrets. The zero value masks nothing; it is safe
+// Redactor holds a set of secrets. The zero value masks nothing; it is safe
 // for concurrent use, and Add may run while other goroutines mask.
 type Redactor struct {
 	mu  sync.Mutex // serialises Add
 	set atomic.Pointer[secretSet]
 }
 
-// secretSet is an immutable set of secrets to look for, longest first so a
-// secret that contains another is masked whole.
+// secretSet is an immutable set of secrets to look for.
 type secretSet struct {
 	needles []needle
+	// forms are the forms of each secret (the secret, JSON-escaped,
+	// URL-escaped), by secret index.
+	forms  [][]string
+	maxLen int       // the longest needle
+	first  [256]bool // the first bytes of the needles
 }
 
-// needle is one byte sequence to find and the mask that replaces it.
+// needle is one form of a secret to find.
 type needle struct {
-	find, mask []byte
+	find   string
+	secret int // index in forms
 }
 
 // New returns a Redactor of the given secrets.
@@ -66,25 +86,10 @@ func New(secrets ...string) *Redactor {
 func (r *Redactor) Add(secrets ...string) (tooShort []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var old []needle
+	next := &secretSet{}
 	if s := r.set.Load(); s != nil {
-		old = s.needles
-	}
-	needles := slices.Clone(old)
-	// Every form of a secret is masked like the secret itself: its ends
-	// stay only when the secret is long enough.
-	var long bool
-	add := func(find []byte) {
-		for _, n := range needles {
-			if bytes.Equal(n.find, find) {
-				return
-			}
-		}
-		m := bytes.Repeat([]byte{'*'}, len(find))
-		if long {
-			m = Mask(find)
-		}
-		needles = append(needles, needle{find: find, mask: m})
+		next.needles = slices.Clone(s.needles)
+		next.forms = slices.Clone(s.forms)
 	}
 	for _, s := range secrets {
 		s = strings.TrimSpace(s)
@@ -95,95 +100,32 @@ func (r *Redactor) Add(secrets ...string) (tooShort []string) {
 			tooShort = append(tooShort, s)
 			continue
 		}
-		long = len(s) >= longFrom
-		add([]byte(s))
-		// The same secret inside a JSON string (encoding/json escapes
-		// quotes, backslashes, control characters and <, >, &) or a URL
-		// (a password in nats://user:pass@host).
+		// The secret itself, and as it appears inside a JSON string
+		// (encoding/json escapes quotes, backslashes, control characters
+		// and <, >, &) or a URL (a password in nats://user:pass@host).
+		forms := []string{s}
 		if js, err := json.Marshal(s); err == nil {
-			add(js[1 : len(js)-1])
+			forms = append(forms, string(js[1:len(js)-1]))
 		}
-		add([]byte(url.QueryEscape(s)))
-		add([]byte(url.PathEscape(s)))
-	}
-	slices.SortStableFunc(needles, func(a, b needle) int { return len(b.find) - len(a.find) })
-	r.set.Store(&secretSet{needles: needles})
-	return tooShort
-}
-
-// Len returns how many byte sequences the Redactor looks for.
-func (r *Redactor) Len() int {
-	if r == nil {
-		return 0
-	}
-	if s := r.set.Load(); s != nil {
-		return len(s.needles)
-	}
-	return 0
-}
-
-// Bytes returns b with every secret masked. When b holds none it returns b
-// itself (no copy); otherwise a masked copy, so the caller's buffer is never
-// changed.
-func (r *Redactor) Bytes(b []byte) []byte {
-	s := r.load()
-	if s == nil {
-		return b
-	}
-	var out []byte
-	for _, n := range s.needles {
-		src := b
-		if out != nil {
-			src = out
-		}
-		i := bytes.Index(src, n.find)
-		if i < 0 {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(b)
-		}
-		for i >= 0 {
-			copy(out[i:], n.mask)
-			j := bytes.Index(out[i+len(n.find):], n.find)
-			if j < 0 {
-				break
+		forms = append(forms, url.QueryEscape(s), url.PathEscape(s))
+		idx := len(next.forms)
+		var kept []string
+		for _, f := range forms {
+			if !slices.ContainsFunc(next.needles, func(n needle) bool { return n.find == f }) {
+				next.needles = append(next.needles, needle{find: f, secret: idx})
+				kept = append(kept, f)
 			}
-			i += len(n.find) + j
+		}
+		if len(kept) > 0 {
+			next.forms = append(next.forms, kept)
 		}
 	}
-	if out == nil {
-		return b
+	for _, n := range next.needles {
+		next.maxLen = max(next.maxLen, len(n.find))
+		next.first[n.find[0]] = true
 	}
-	return out
-}
-
-// String returns s with every secret masked.
-func (r *Redactor) String(s string) string {
-	set := r.load()
-	if set == nil {
-		return s
-	}
-	for _, n := range set.needles {
-		if strings.Contains(s, string(n.find)) {
-			return string(r.Bytes([]byte(s)))
-		}
-	}
-	return s
-}
-
-// Contains reports whether b holds a secret.
-func (r *Redactor) Contains(b []byte) bool {
-	set := r.load()
-	if set == nil {
-		return false
-	}
-	for _, n := range set.needles {
-		if bytes.Contains(b, n.find) {
-			return true
-		}
-	}
-	return false
+	r.set.Store(next)
+	return tooShort
 }
 
 func (r *Redactor) load() *secretSet {
@@ -197,6 +139,13 @@ func (r *Redactor) load() *secretSet {
 	return s
 }
 
+// String returns s with every secret replaced by Marker: for text no
+// sender can read (logs, traces). A run's text goes through its Masker.
+func (r *Redactor) String(s string) string {
+	out, _ := r.load().scan(s, true, nil)
+	return out
+}
+
 // Writer returns a writer that masks what it writes to w. Every Write is
 // masked on its own, so a secret split across two writes is not found: use
 // it where each write is a whole record, as zerolog writes each log line.
@@ -208,31 +157,92 @@ type writer struct {
 }
 
 func (w *writer) Write(p []byte) (int, error) {
-	q := w.r.Bytes(p)
-	n, err := w.w.Write(q)
-	if n > len(p) {
-		n = len(p)
+	out, _ := w.r.load().scan(string(p), true, nil)
+	if _, err := io.WriteString(w.w, out); err != nil {
+		return 0, err
 	}
-	return n, err
+	return len(p), nil
 }
 
-// Mask returns the mask of a secret: as long as the secret, its first 3 and
-// last 4 bytes kept when it has at least 16, '*' everywhere else.
-func Mask(secret []byte) []byte {
-	m := bytes.Repeat([]byte{'*'}, len(secret))
-	if len(secret) >= longFrom {
-		copy(m, secret[:keepHead])
-		copy(m[len(m)-keepTail:], secret[len(secret)-keepTail:])
+// scan masks s: every occurrence of a needle whose secret masks reports
+// true (nil: every secret) is replaced by Marker, the leftmost first and,
+// of those starting at one place, the longest. A nil set masks nothing.
+//
+// Unless final is set, s is the start of a longer text: scan then stops
+// before the first place where a needle may begin that s ends too soon to
+// tell (at most maxLen-1 bytes before its end), and returns how much of s
+// it decided; a scan of the rest joined to what follows goes on from there.
+// What it returned is then exactly what a scan of the whole text returns
+// for that part: a needle that may still complete is never cut, nor shown.
+func (s *secretSet) scan(text string, final bool, masks func(secret int) bool) (out string, n int) {
+	if s == nil {
+		return text, len(text)
 	}
-	return m
+	// next[k] is the position of needle k's next occurrence at or after
+	// the scan's position: -1 when not searched yet, -2 when it has none
+	// (or its secret is not masked).
+	var buf [64]int
+	next := buf[:0]
+	if len(s.needles) > len(buf) {
+		next = make([]int, 0, len(s.needles))
+	}
+	for range s.needles {
+		next = append(next, -1)
+	}
+	var b strings.Builder
+	i := 0
+	for {
+		p, l := -1, 0
+		for k, nd := range s.needles {
+			if next[k] == -2 {
+				continue
+			}
+			if next[k] < i {
+				j := strings.Index(text[i:], nd.find)
+				if j < 0 || (masks != nil && !masks(nd.secret)) {
+					next[k] = -2
+					continue
+				}
+				next[k] = i + j
+			}
+			if p < 0 || next[k] < p || (next[k] == p && len(nd.find) > l) {
+				p, l = next[k], len(nd.find)
+			}
+		}
+		limit := len(text)
+		if !final {
+			limit = s.partial(text, i)
+		}
+		if p < 0 || p >= limit {
+			if i == 0 {
+				return text[:limit], limit // nothing masked: no copy
+			}
+			b.WriteString(text[i:limit])
+			return b.String(), limit
+		}
+		if b.Cap() == 0 {
+			b.Grow(len(text))
+		}
+		b.WriteString(text[i:p])
+		b.WriteString(Marker)
+		i = p + l
+	}
 }
 
-// Fingerprint is a short name of a secret for messages that mention one
-// ("sk-…cdef"): its first 3 and last 4 characters, or "…" alone for a
-// secret shorter than 16 bytes.
-func Fingerprint(secret string) string {
-	if len(secret) < longFrom {
-		return "…"
+// partial returns the first position at or after i from which the rest of
+// text is a proper prefix of a needle (a needle that may begin there),
+// len(text) when there is none.
+func (s *secretSet) partial(text string, i int) int {
+	for q := max(i, len(text)-s.maxLen+1); q < len(text); q++ {
+		if !s.first[text[q]] {
+			continue
+		}
+		rest := text[q:]
+		for _, nd := range s.needles {
+			if len(nd.find) > len(rest) && strings.HasPrefix(nd.find, rest) {
+				return q
+			}
+		}
 	}
-	return secret[:keepHead] + "…" + secret[len(secret)-keepTail:]
+	return len(text)
 }

@@ -2,142 +2,284 @@ package redact
 
 import (
 	"bytes"
-	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 const key = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv-wxyz"
 
-// masked is key as Bytes masks it.
-var masked = "sk-" + strings.Repeat("*", len(key)-7) + "wxyz"
-
-func TestBytes(t *testing.T) {
-	r := New(key, "short", "pa&ss<wo>rd!", "  ")
+func TestString(t *testing.T) {
+	t.Parallel()
+	r := New(key, "short", "pa&ss<wo>rd!", "  ", "abcdefgh", "abcdefghij", "ghijklmn")
 	for _, tc := range []struct {
 		name, in, want string
 	}{
 		{"no secret", "hello world", "hello world"},
+		{"empty", "", ""},
 		{"key in an error body", `{"error":{"message":"invalid x-api-key: ` + key + `"}}`,
-			`{"error":{"message":"invalid x-api-key: ` + masked + `"}}`},
-		{"twice", key + " " + key, masked + " " + masked},
-		{"short secret masked whole", "password pa&ss<wo>rd! here", "password " + stars("pa&ss<wo>rd!") + " here"},
-		{"json-escaped form", `"pa\u0026ss\u003cwo\u003erd!"`, `"` + stars(`pa\u0026ss\u003cwo\u003erd!`) + `"`},
-		{"url form", "nats://u:pa%26ss%3Cwo%3Erd%21@host", "nats://u:" + stars("pa%26ss%3Cwo%3Erd%21") + "@host"},
+			`{"error":{"message":"invalid x-api-key: [redacted]"}}`},
+		{"twice, adjacent", key + key + " " + key, "[redacted][redacted] [redacted]"},
+		// The marker is fixed: nothing of the secret's length or ends shows.
+		{"short secret", "password pa&ss<wo>rd! here", "password [redacted] here"},
+		{"json-escaped form", `"pa\u0026ss\u003cwo\u003erd!"`, `"[redacted]"`},
+		{"url form", "nats://u:pa%26ss%3Cwo%3Erd%21@host", "nats://u:[redacted]@host"},
 		{"too short is left", "short", "short"},
+		{"a prefix alone is left", "sk-ant-api03-AbCd", "sk-ant-api03-AbCd"},
+		// Of the secrets starting at one place, the longest is masked.
+		{"longest at one place", "xabcdefghijx", "x[redacted]x"},
+		// The leftmost wins: ghijklmn overlaps abcdefgh's end.
+		{"leftmost of overlapping", "abcdefghijklmn", "[redacted]klmn"},
+		{"overlap, the later one alone", "zzghijklmn", "zz[redacted]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := []byte(tc.in)
-			got := r.Bytes(in)
-			if string(got) != tc.want {
-				t.Errorf("Bytes = %q, want %q", got, tc.want)
-			}
-			if string(in) != tc.in {
-				t.Error("the caller's buffer was changed")
-			}
-			if tc.in == tc.want && &got[0] != &in[0] {
-				t.Error("a payload without secrets was copied")
-			}
-			if s := r.String(tc.in); s != tc.want {
-				t.Errorf("String = %q, want %q", s, tc.want)
-			}
-			if r.Contains(in) != (tc.in != tc.want) {
-				t.Errorf("Contains = %v", r.Contains(in))
+			t.Parallel()
+			if got := r.String(tc.in); got != tc.want {
+				t.Errorf("String(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
 	}
 }
 
-func stars(s string) string { return strings.Repeat("*", len(s)) }
-
 func TestAddReportsShortSecrets(t *testing.T) {
+	t.Parallel()
 	var r Redactor
 	if got := r.Add("1234567", "12345678", ""); len(got) != 1 || got[0] != "1234567" {
 		t.Fatalf("tooShort = %q", got)
 	}
-	if r.Bytes([]byte("a 1234567 b"))[2] != '1' {
-		t.Error("a secret under MinLen was masked")
+	if got := r.String("a 1234567 b"); got != "a 1234567 b" {
+		t.Errorf("a secret under MinLen was masked: %q", got)
 	}
-	if string(r.Bytes([]byte("12345678"))) != "********" {
-		t.Error("an 8-byte secret was not masked")
+	if got := r.String("12345678"); got != Marker {
+		t.Errorf("an 8-byte secret was not masked: %q", got)
 	}
 	var nilR *Redactor
-	if string(nilR.Bytes([]byte(key))) != key || nilR.Len() != 0 {
+	if nilR.String(key) != key || nilR.Masker(nil).String(key) != key {
 		t.Error("a nil Redactor masks nothing")
+	}
+	if (&Redactor{}).Masker(nil).Stream().Write(key) != key {
+		t.Error("a Redactor without secrets holds nothing back")
 	}
 }
 
-// TestMaskKeepsFraming: a masked msgpack or JSON payload still decodes, to
-// the same structure with the secret masked.
-func TestMaskKeepsFraming(t *testing.T) {
-	r := New(key)
-	v := map[string]any{"text": "the key is " + key, "n": int64(42), "list": []any{key, "x"}}
-	mp, _ := msgpack.Marshal(v)
-	var back map[string]any
-	if err := msgpack.Unmarshal(r.Bytes(mp), &back); err != nil {
-		t.Fatalf("masked msgpack does not decode: %v", err)
+// TestMaskerLeavesSuppliedSecrets: a secret the sender supplied (in any of
+// its forms) is shown as it is, the others are masked; the sender's
+// content is asked only about secrets found, once each, until Refresh.
+func TestMaskerLeavesSuppliedSecrets(t *testing.T) {
+	t.Parallel()
+	const pw = "nats-pass&word"
+	r := New(key, pw, "never-seen-secret")
+	sender := []string{`the sender wrote "nats-pass\u0026word" in JSON`}
+	var asked []string
+	m := r.Masker(func(s string) bool {
+		asked = append(asked, s)
+		for _, t := range sender {
+			if strings.Contains(t, s) {
+				return true
+			}
+		}
+		return false
+	})
+	in := "pw " + pw + ", key " + key + ", pw again " + pw
+	want := "pw " + pw + ", key [redacted], pw again " + pw
+	if got := m.String(in); got != want {
+		t.Fatalf("String = %q, want %q", got, want)
 	}
-	js, _ := json.Marshal(v)
-	if err := json.Unmarshal(r.Bytes(js), &back); err != nil {
-		t.Fatalf("masked JSON does not decode: %v", err)
+	n := len(asked)
+	for _, a := range asked {
+		if strings.Contains(a, "never-seen") {
+			t.Errorf("asked about %q, a secret the text does not hold", a)
+		}
 	}
-	if strings.Contains(back["text"].(string), key) || !strings.HasSuffix(back["text"].(string), "wxyz") {
-		t.Errorf("text = %q", back["text"])
+	m.String(in)
+	if len(asked) != n {
+		t.Errorf("asked %d more times about the same secrets", len(asked)-n)
+	}
+	// A steered message supplies the key too.
+	sender = append(sender, "here it is: "+key)
+	if got := m.String(in); got != want {
+		t.Errorf("before Refresh: %q", got)
+	}
+	m.Refresh()
+	if got := m.String(in); got != in {
+		t.Errorf("after Refresh: %q, want the text as it is", got)
+	}
+}
+
+func TestPartial(t *testing.T) {
+	t.Parallel()
+	m := New(key).Masker(nil)
+	for _, tc := range []struct{ in, want string }{
+		{"output so far", "output so far"},
+		{"token: sk-ant-api", "token: "},                  // may be the key's start
+		{"token: " + key + " sz", "token: [redacted] sz"}, // "sz" is not the key's start
+		{"token: " + key + " sk-", "token: [redacted] "},
+	} {
+		if got := m.Partial(tc.in); got != tc.want {
+			t.Errorf("Partial(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestValue(t *testing.T) {
+	t.Parallel()
+	m := New(key).Masker(nil)
+	args := map[string]any{"command": "curl -H 'x-api-key: " + key + "'", "n": 3.0,
+		"list": []any{"a", key, map[string]any{key: "b"}}, "env": []string{"K=" + key}, "plain": map[string]any{"x": "y"}}
+	got := m.Value(args).(map[string]any)
+	if s := fmt.Sprint(got); strings.Contains(s, key) || strings.Count(s, Marker) != 4 {
+		t.Errorf("Value = %s", s)
+	}
+	if got["n"] != 3.0 || fmt.Sprintf("%p", got["plain"]) != fmt.Sprintf("%p", args["plain"]) {
+		t.Errorf("what holds no secret changed: %v", got)
+	}
+	if !strings.Contains(fmt.Sprint(args), key) {
+		t.Error("the caller's value was changed in place")
+	}
+	clean := map[string]any{"path": "a.txt"}
+	if fmt.Sprintf("%p", m.Value(clean)) != fmt.Sprintf("%p", clean) {
+		t.Error("a value without secrets was copied")
+	}
+}
+
+// TestStream: what each piece of a streamed text lets out.
+func TestStream(t *testing.T) {
+	t.Parallel()
+	r := New(key, "abcdefgh", "abcdefghij")
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		want   []string // what each Write returns, then Flush
+	}{
+		{"no secret", []string{"hello ", "world"}, []string{"hello ", "world", ""}},
+		{"key split in three", []string{"the key is sk-ant-", "api03-AbCdEfGhIjKlMnOp", "QrStUv-wxyz, done"},
+			[]string{"the key is ", "", "[redacted], done", ""}},
+		{"a prefix that does not complete", []string{"sk-ant-api", "-03 is no key"}, []string{"", "sk-ant-api-03 is no key", ""}},
+		{"a prefix at the end", []string{"ends with sk-an"}, []string{"ends with ", "sk-an"}},
+		// abcdefgh is whole, but abcdefghij may still follow.
+		{"the longer may follow", []string{"abcdefgh", "ij!"}, []string{"", "[redacted]!", ""}},
+		{"the longer does not follow", []string{"abcdefgh", "xy"}, []string{"", "[redacted]xy", ""}},
+		{"the shorter at the end", []string{"abcdefgh"}, []string{"", "[redacted]"}},
+		{"one byte at a time", strings.Split("a "+key+" b", ""), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := r.Masker(nil)
+			s := m.Stream()
+			var got []string
+			for _, p := range tc.pieces {
+				got = append(got, s.Write(p))
+			}
+			got = append(got, s.Flush())
+			if tc.want != nil && fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tc.want) {
+				t.Errorf("pieces %q, want %q", got, tc.want)
+			}
+			whole := m.String(strings.Join(tc.pieces, ""))
+			if strings.Join(got, "") != whole {
+				t.Errorf("joined %q, String of the whole %q", strings.Join(got, ""), whole)
+			}
+		})
 	}
 }
 
 func TestWriter(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
-	w := New(key).Writer(&buf)
-	line := []byte(`{"level":"warn","error":"401: ` + key + `"}` + "\n")
+	w := New(key, `pa"ss\word`).Writer(&buf)
+	line := []byte(`{"level":"warn","error":"401: ` + key + `","pw":"pa\"ss\\word"}` + "\n")
 	n, err := w.Write(line)
 	if err != nil || n != len(line) {
 		t.Fatalf("Write = %d, %v", n, err)
 	}
-	if strings.Contains(buf.String(), key) {
-		t.Errorf("log line = %s", buf.String())
+	if want := `{"level":"warn","error":"401: [redacted]","pw":"[redacted]"}` + "\n"; buf.String() != want {
+		t.Errorf("log line %s, want %s", buf.String(), want)
 	}
 }
 
-func TestFingerprint(t *testing.T) {
-	if got := Fingerprint(key); got != "sk-…wxyz" {
-		t.Errorf("Fingerprint = %q", got)
-	}
-	if got := Fingerprint("12345678"); got != "…" {
-		t.Errorf("Fingerprint(short) = %q", got)
-	}
-}
-
-func FuzzBytes(f *testing.F) {
-	f.Add([]byte("x "+key+" y"), "sk-ant-api03-AbCd")
-	f.Fuzz(func(t *testing.T, data []byte, secret string) {
-		r := New(secret)
-		out := r.Bytes(data)
-		if len(out) != len(data) {
-			t.Fatalf("length changed: %d -> %d", len(data), len(out))
-		}
-		if s := strings.TrimSpace(secret); len(s) >= MinLen && bytes.Contains(out, []byte(s)) {
-			// A mask can only reintroduce the secret if the secret is
-			// made of '*' and its kept ends.
-			if strings.Trim(s, "*") != "" {
-				t.Fatalf("secret %q survives in %q", s, out)
+// FuzzStream: for any text, secrets and split, no piece a Stream lets out
+// and no masked text holds a secret (in any of its forms), nothing is held
+// back longer than the longest secret less a byte, and the pieces joined
+// are the masked whole text.
+func FuzzStream(f *testing.F) {
+	f.Add("x "+key+" y", "sk-ant-api03-AbCd", "abcdefghij", uint16(5), uint16(17))
+	f.Add("abcdefghijklmn", "abcdefgh", "ghijklmn", uint16(8), uint16(9))
+	f.Add("a&b<c>d%e f+g/h", "&b<c>d%e f+g", "<c>d%e f+g/h", uint16(1), uint16(3))
+	f.Fuzz(func(t *testing.T, text, s1, s2 string, cut1, cut2 uint16) {
+		r := New(s1, s2)
+		m := r.Masker(nil)
+		whole := m.String(text)
+		set := r.load()
+		check := func(what, out string) {
+			if set == nil {
+				return
 			}
+			// A secret can only show where it is made of the marker's
+			// own bytes.
+			plain := strings.ReplaceAll(out, Marker, "\x00")
+			for _, n := range set.needles {
+				if !strings.Contains(n.find, "\x00") && strings.Contains(plain, n.find) {
+					t.Fatalf("%s %q holds %q", what, out, n.find)
+				}
+			}
+		}
+		check("whole", whole)
+		a, b := int(cut1)%(len(text)+1), int(cut2)%(len(text)+1)
+		a, b = min(a, b), max(a, b)
+		s := m.Stream()
+		var joined string
+		for _, p := range []string{text[:a], text[a:b], text[b:]} {
+			out := s.Write(p)
+			check("piece", out)
+			joined += out
+			check("pieces so far", joined)
+			if set != nil && len(s.held) >= set.maxLen {
+				t.Fatalf("held %d bytes, the longest secret has %d", len(s.held), set.maxLen)
+			}
+		}
+		joined += s.Flush()
+		if joined != whole {
+			t.Fatalf("joined %q, whole %q", joined, whole)
+		}
+		if p := m.Partial(text); !strings.HasPrefix(whole, p) {
+			t.Fatalf("Partial %q is not the start of %q", p, whole)
+		}
+		// A sender that supplied the text's start: the same secrets are
+		// left, whole or streamed.
+		m = r.Masker(func(f string) bool { return strings.Contains(text[:a], f) })
+		s = m.Stream()
+		joined = s.Write(text[:b]) + s.Write(text[b:]) + s.Flush()
+		if whole := m.String(text); joined != whole {
+			t.Fatalf("with a sender: joined %q, whole %q", joined, whole)
 		}
 	})
 }
 
-func BenchmarkBytes(b *testing.B) {
+func BenchmarkString(b *testing.B) {
 	secrets := make([]string, 20)
 	for i := range secrets {
 		secrets[i] = strings.Repeat(string(rune('a'+i)), 40)
 	}
-	r := New(secrets...)
-	frame := bytes.Repeat([]byte("a delta of streamed text, "), 40) // ~1 KB, no secret
-	b.SetBytes(int64(len(frame)))
+	m := New(secrets...).Masker(func(string) bool { return false })
+	text := strings.Repeat("a delta of streamed text, ", 40) // ~1 KB, no secret
+	b.SetBytes(int64(len(text)))
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = r.Bytes(frame)
+		_ = m.String(text)
+	}
+}
+
+func BenchmarkStream(b *testing.B) {
+	secrets := make([]string, 20)
+	for i := range secrets {
+		secrets[i] = strings.Repeat(string(rune('a'+i)), 40)
+	}
+	m := New(secrets...).Masker(func(string) bool { return false })
+	b.ReportAllocs()
+	for b.Loop() {
+		s := m.Stream()
+		for range 100 {
+			_ = s.Write("a token ")
+		}
+		_ = s.Flush()
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/fallback"
 	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
@@ -58,6 +59,11 @@ type Input struct {
 	// the turn replays the model replies and tool results recorded there
 	// instead of making those calls again, then goes on live.
 	Steps StepStore
+	// Approvals are the calls the session's last turn left waiting for
+	// approval, as the fleet stored them (events.SessionState): a tool
+	// result may approve or refuse only these. A call the history alone
+	// shows waiting (an imported or crafted transcript) is never run.
+	Approvals []events.ApprovalCall
 }
 
 // Settings are one run's settings. Each zero field means the worker's
@@ -305,7 +311,11 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if err != nil {
 		return nil, err
 	}
-	ru.addToolResults(ctx, in.Inbound.ToolResults)
+	answers, refusal := ru.matchToolResults(in.Inbound.ToolResults)
+	if refusal != "" {
+		return ru.ended(ru.refuse(start, refusal)), nil
+	}
+	ru.addToolResults(ctx, answers)
 	ru.system = r.cfg.SystemPrompt
 	if ps, ok := r.cfg.Tools.(PromptSource); ok {
 		ru.system = ps.SystemPrompt(ctx, in, raw, ru.specs)
@@ -480,15 +490,23 @@ func (ru *run) needsApproval(name string) bool {
 	return !ru.client[name] && ru.policy.NeedsApproval(name)
 }
 
-// addToolResults answers the pending tool calls of the session's last
-// assistant message with the client's results: a client tool's result is
-// stored as given; a call that waited for approval runs now when the answer
-// approves it (ApprovalWords), and is answered with a refusal otherwise.
-// Results for calls that are not pending are ignored (logged): the model
-// never saw such a call.
-func (ru *run) addToolResults(ctx context.Context, results []events.ToolResult) {
+// answer is a tool result matched with the call it answers.
+type answer struct {
+	call     message.Block
+	result   events.ToolResult
+	approval bool // the call waits for the user's approval (Input.Approvals)
+}
+
+// matchToolResults matches the message's tool results with the calls of
+// the session's last assistant message that have no result yet. It
+// returns a refusal (the run's invalid_input error) when a result answers
+// no such call, answers one twice, or answers a call of a tool that needs
+// approval which the fleet did not leave waiting for it (Input.Approvals):
+// nothing runs and the transcript is left as it was, so a call that does
+// wait can still be answered.
+func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) {
 	if len(results) == 0 {
-		return
+		return nil, ""
 	}
 	pending := map[string]message.Block{}
 	msgs := sessionfile.Messages(ru.history)
@@ -505,16 +523,40 @@ func (ru *run) addToolResults(ctx context.Context, results []events.ToolResult) 
 			break
 		}
 	}
+	answers := make([]answer, 0, len(results))
 	for _, tr := range results {
 		call, ok := pending[tr.ToolCallID]
 		if !ok {
-			ru.r.cfg.Logger.Warn().Str("tool_call_id", tr.ToolCallID).Msg("tool result for a call that is not pending; ignored")
-			continue
+			return nil, fmt.Sprintf("tool result for call %q: no call of this session is waiting for a result with this id", shortID(tr.ToolCallID))
 		}
-		delete(pending, tr.ToolCallID)
-		name := call.Name
-		if ru.needsApproval(name) {
-			ru.answerApproval(ctx, call, tr)
+		delete(pending, tr.ToolCallID) // a second result for it is refused
+		a := answer{call: call, result: tr, approval: slices.Contains(ru.in.Approvals, events.ApprovalCall{ID: call.ID, Name: call.Name})}
+		if !a.approval && ru.needsApproval(call.Name) {
+			return nil, fmt.Sprintf("tool result for call %q: this %s call is not waiting for approval (only a call this fleet proposed and left pending can be approved); it was not run",
+				shortID(tr.ToolCallID), shortID(call.Name))
+		}
+		answers = append(answers, a)
+	}
+	return answers, ""
+}
+
+// shortID bounds an id or name quoted in a refusal.
+func shortID(s string) string {
+	if jstext.Len(s) <= 64 {
+		return s
+	}
+	return jstext.Prefix(s, 64) + "…"
+}
+
+// addToolResults adds the answers to the session's pending tool calls
+// (matchToolResults): a client tool's result is stored as given; a call
+// that waited for approval runs now when the answer approves it
+// (ApprovalWords), and is answered with a refusal otherwise.
+func (ru *run) addToolResults(ctx context.Context, answers []answer) {
+	for _, a := range answers {
+		tr, name := a.result, a.call.Name
+		if a.approval {
+			ru.answerApproval(ctx, a.call, tr)
 			continue
 		}
 		ru.answered = append(ru.answered, name)
@@ -585,6 +627,14 @@ func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Outp
 		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
 	}
 	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.acc.sum, AuthProfile: out.profile}
+}
+
+// refuse makes the output of a run refused as it was sent (an
+// invalid_input error): no model was called and nothing is added to the
+// transcript.
+func (ru *run) refuse(start time.Time, msg string) *Output {
+	return ru.finish(start, provider.Model{}, &loopOut{payloads: []events.Payload{{Text: msg, IsError: true}},
+		runErr: &events.RunError{Kind: events.KindInvalidInput, Message: msg}})
 }
 
 // fail makes the output of a run that ended with an error no model loop

@@ -28,7 +28,8 @@ const (
 // execTool is the built-in "exec": {command, timeout?}.
 //
 // It runs Shell -c command in the workspace directory with exactly
-// Workspace.Env as environment and stdin from /dev/null, through a
+// Workspace.Env as environment, plus the Workspace.NamedEnv variables the
+// command names, and stdin from /dev/null, through a
 // [sandbox.Sandbox]: confined, the command reads only the system
 // directories and writes only the workspace (see package sandbox for what
 // each platform gives); unconfined (the operator's explicit choice), it is
@@ -89,6 +90,14 @@ func (t *execTool) Spec() provider.Tool {
 			desc += fmt.Sprintf(" Memory (%s), processes (%d) and CPU (%g) are bounded for the command as a whole.", formatSize(p.Limits.Memory), p.Limits.Processes, p.Limits.CPUs)
 		}
 	}
+	if len(t.w.NamedEnv) > 0 {
+		names := make([]string, 0, len(t.w.NamedEnv))
+		for _, kv := range t.w.NamedEnv {
+			k, _, _ := strings.Cut(kv, "=")
+			names = append(names, "$"+k)
+		}
+		desc += " The variables " + strings.Join(names, ", ") + " are set only for a command that names them ($NAME or ${NAME}); the programs it starts inherit them."
+	}
 	return provider.Tool{
 		Name:        "exec",
 		Description: desc,
@@ -140,7 +149,7 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 		return Result{}, fmt.Errorf("cannot start the command: %v", err)
 	}
 	// Env is never nil: an empty Env must not mean the process's.
-	cmd := t.box.Command(t.w.Dir, t.w.Env, t.w.Shell, t.w.Shell, "-c", command)
+	cmd := t.box.Command(t.w.Dir, commandEnv(t.w.Env, t.w.NamedEnv, command), t.w.Shell, t.w.Shell, "-c", command)
 	cmd.Stdout, cmd.Stderr = pw, pw
 	started := time.Now()
 	err = cmd.Start(ctx)

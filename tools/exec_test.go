@@ -418,3 +418,41 @@ func TestExecSpecSaysConfined(t *testing.T) {
 		t.Fatalf("confined: %q", d)
 	}
 }
+
+// TestExecNamedEnv: a NamedEnv variable reaches a command that names it,
+// and the programs it starts, never one that does not (env lists nothing
+// of it), and the tool's description says so.
+func TestExecNamedEnv(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(w *Workspace) { w.NamedEnv = []string{"SKILL_TOKEN=tok-123", "OTHER_KEY=other-456"} })
+	for _, tc := range []struct {
+		command   string
+		want, not []string
+	}{
+		{"env", nil, []string{"tok-123", "other-456", "SKILL_TOKEN", "OTHER_KEY"}},
+		{"echo token=$SKILL_TOKEN", []string{"token=tok-123"}, []string{"other-456"}},
+		{": ${SKILL_TOKEN}; env", []string{"SKILL_TOKEN=tok-123"}, []string{"other-456"}},
+		{"echo $SKILL_TOKENX", nil, []string{"tok-123"}},
+	} {
+		out := text(f.mustCall("exec", map[string]any{"command": tc.command}))
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%q: output %q lacks %q", tc.command, out, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out, n) {
+				t.Errorf("%q: output %q shows %q", tc.command, out, n)
+			}
+		}
+	}
+	var desc string
+	for _, tl := range f.tools {
+		if s := tl.Spec(); s.Name == "exec" {
+			desc = s.Description
+		}
+	}
+	if !strings.Contains(desc, "$SKILL_TOKEN, $OTHER_KEY are set only for a command that names them") || strings.Contains(desc, "tok-123") {
+		t.Errorf("exec's description: %q", desc)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -55,6 +56,12 @@ type Workspace struct {
 	// entries). Nil or empty means an empty environment, never the
 	// process's own.
 	Env []string
+	// NamedEnv holds variables ("KEY=value" entries, such as skill API
+	// keys) that exec gives a command only when the command's text names
+	// them, as $KEY or ${KEY}; the programs it starts inherit them. A
+	// command that does not name one, such as "env", never sees it. An
+	// Env entry of the same key wins.
+	NamedEnv []string
 	// Shell is the absolute path of the shell exec runs as `Shell -c
 	// command`; empty means DefaultShell.
 	Shell string
@@ -149,6 +156,12 @@ func (w Workspace) validate() (*ws, error) {
 	w.Env = slices.Clone(w.Env)
 	if w.Env == nil {
 		w.Env = []string{}
+	}
+	w.NamedEnv = slices.Clone(w.NamedEnv)
+	for _, kv := range w.NamedEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return nil, fmt.Errorf("tools: Workspace.NamedEnv entry without a KEY= (%d bytes)", len(kv))
+		}
 	}
 	durs := []struct {
 		name string

@@ -125,7 +125,7 @@ is set: spans go over OTLP/HTTP.`,
 		logFormat = fs.String("log-format", "auto", "log format: json, console, or auto (console on a terminal)")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn, error")
 	)
-	fs.StringVar(&cfg.NATSURL, "nats-url", env("NATS_URL"), "NATS server URLs to join (env NATS_URL); empty starts an embedded server")
+	fs.StringVar(&cfg.NATSURL, "nats-url", "", "NATS server URLs to join (env NATS_URL); empty starts an embedded server")
 	fs.StringVar(&cfg.CredsFile, "creds", env("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&cfg.NKeyFile, "nkey", env("NATS_NKEY"), "NATS NKey seed file (env NATS_NKEY)")
 	fs.StringVar(&cfg.User, "nats-user", env("NATS_USER"), "NATS user name (env NATS_USER)")
@@ -159,12 +159,14 @@ is set: spans go over OTLP/HTTP.`,
 	fs.Var((*byteSize)(&cfg.Limits.Steps), "max-steps-bytes", "byte limit of the runs' step journals (stream AGENT_STEPS; when full, the oldest steps are dropped; default 512M)")
 	fs.Var((*byteSize)(&cfg.Limits.Auth), "max-auth-bytes", "byte limit of auth-profile state (bucket auth; default 64M)")
 	fs.Var((*byteSize)(&cfg.Limits.Runs), "max-runs-bytes", "byte limit of the active-run registry (bucket runs, in memory; default 64M)")
+	fs.Int64Var(&cfg.Limits.LaneMessages, "lane-max-messages", 0, "messages one session's lane may hold in AGENT_IN (waiting, running, or answered and not yet deleted); at the limit its sender's next message is refused, nobody else's (default 1000, -1 = none)")
+	fs.Var((*byteSize)(&cfg.Limits.LaneBytes), "lane-max-bytes", "bytes one session's lane may hold in AGENT_IN, kept as messages of the largest size (--max-payload + 64K): at most this / that many (default an eighth of --max-inbound-bytes, -1 = none)")
 	// Retention (package retention): the same on every worker.
 	fs.DurationVar(&cfg.SessionTTL, "session-ttl", 0, "forget a session untouched this long: its transcript and stored settings are removed (never while it is running or a message waits), and it starts over if it speaks again; 0 = keep sessions forever")
 	fs.DurationVar(&cfg.EventMaxAge, "event-max-age", 24*time.Hour, "how long run events stay replayable (stream AGENT_EV: two subjects per run stay in its index this long)")
 	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default by the API keys present, scripted/echo with --scripted)")
 	fs.StringVar(&cfg.ModelsFile, "models-file", env("LANEFLEET_MODELS_FILE"), "user models file (JSON) adding to or overriding the built-in catalog (env LANEFLEET_MODELS_FILE)")
-	fs.StringVar(&cfg.OpenAICompatible, "openai-compatible", env("OPENAI_COMPATIBLE_BASE_URL"), "base URL of an OpenAI-compatible server such as llama.cpp's llama-server, vLLM, Ollama or LM Studio (env OPENAI_COMPATIBLE_BASE_URL; http://host:port gets /v1): its models, listed at start from <url>/models, are served as local/<id> over Chat Completions, and the first is the default model")
+	fs.StringVar(&cfg.OpenAICompatible, "openai-compatible", "", "base URL of an OpenAI-compatible server such as llama.cpp's llama-server, vLLM, Ollama or LM Studio (env OPENAI_COMPATIBLE_BASE_URL; http://host:port gets /v1): its models, listed at start from <url>/models, are served as local/<id> over Chat Completions, and the first is the default model")
 	fs.StringVar(&cfg.OpenAICompatibleKey, "openai-compatible-key", "", "API key for that server, when it wants one (env OPENAI_COMPATIBLE_API_KEY; prefer the variable: arguments are visible to other local users)")
 	fs.DurationVar(&cfg.OpenAICompatibleWait, "openai-compatible-wait", 0, "how long to wait at start while that server does not list its models (starting, loading a model); 0 = fail at once")
 	fs.BoolVar(&cfg.Scripted, "scripted", false, "serve the built-in scripted/* test models (demos and tests only: scripted/script runs the tool calls a message scripts)")
@@ -172,6 +174,7 @@ is set: spans go over OTLP/HTTP.`,
 	allowModels := fs.String("allow-models", env("LANEFLEET_ALLOW_MODELS"), "comma-separated models messages may ask for, provider/model-id or glob patterns such as anthropic/* (env LANEFLEET_ALLOW_MODELS; default: the default model, the fallbacks, the catalog and models file, and scripted/* with --scripted)")
 	fallbacks := fs.String("fallback", env("LANEFLEET_FALLBACKS"), "comma-separated model fallback chain tried after a failover error (env LANEFLEET_FALLBACKS)")
 	fs.StringVar(&cfg.AuthProfiles, "auth-profiles", env("LANEFLEET_AUTH_PROFILES"), "auth-profiles.json with API keys and tokens to rotate through (env LANEFLEET_AUTH_PROFILES); keys in the environment are profiles too")
+	allowPins := fs.String("allow-auth-pins", env("LANEFLEET_ALLOW_AUTH_PINS"), "comma-separated auth profiles a message or a session's settings may pin its turns to, ids or glob patterns such as acme:* (env LANEFLEET_ALLOW_AUTH_PINS; default none: turns rotate through the profiles); a disabled profile is never pinned")
 	fs.DurationVar(&cfg.AttemptTimeout, "timeout", 10*time.Minute, "how long one attempt of a run may take before it is aborted (and the next auth profile tried)")
 	toolsAllow := fs.String("tools-allow", env("LANEFLEET_TOOLS_ALLOW"), "comma-separated tools runs may use, case-insensitive globs (env LANEFLEET_TOOLS_ALLOW; default all offered); client tools are not affected")
 	toolsDeny := fs.String("tools-deny", env("LANEFLEET_TOOLS_DENY"), "comma-separated tools runs may not use, globs; deny wins over allow (env LANEFLEET_TOOLS_DENY)")
@@ -200,7 +203,14 @@ is set: spans go over OTLP/HTTP.`,
 	systemPromptFile := fs.String("system-prompt-file", env("LANEFLEET_SYSTEM_PROMPT_FILE"), "file holding the system prompt (env LANEFLEET_SYSTEM_PROMPT_FILE)")
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		// Secrets come from the environment after parsing, so -h never
-		// prints one as a default.
+		// prints one as a default: URLs too, which may carry a user's
+		// password (nats://user:pass@host).
+		if !fs.Changed("nats-url") {
+			cfg.NATSURL = env("NATS_URL")
+		}
+		if !fs.Changed("openai-compatible") {
+			cfg.OpenAICompatible = env("OPENAI_COMPATIBLE_BASE_URL")
+		}
 		if !fs.Changed("nats-password") {
 			cfg.Password = env("NATS_PASSWORD")
 		}
@@ -227,6 +237,7 @@ is set: spans go over OTLP/HTTP.`,
 		}
 		cfg.Fallbacks = splitList(*fallbacks)
 		cfg.AllowModels = splitList(*allowModels)
+		cfg.AllowAuthPins = splitList(*allowPins)
 		cfg.RemoteTools = splitList(*remoteTools)
 		cfg.Hooks.Names = splitList(*hookNames)
 		mode, err := hooks.ParseFailMode(*hookFailure)

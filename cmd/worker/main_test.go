@@ -142,16 +142,19 @@ func TestConventionalCLI(t *testing.T) {
 	}
 }
 
-// TestHelpPrintsNoSecret: the password and key flags take their
+// TestHelpPrintsNoSecret: the password, key and URL flags take their
 // environment defaults after parsing, so help never shows them.
 func TestHelpPrintsNoSecret(t *testing.T) {
 	t.Setenv("NATS_PASSWORD", "hunter2-the-nats-password")
 	t.Setenv("OPENAI_COMPATIBLE_API_KEY", "sk-local-server-key-123")
+	// A URL carries its user's password.
+	t.Setenv("NATS_URL", "nats://worker:url-borne-password-42@127.0.0.1:4222")
+	t.Setenv("OPENAI_COMPATIBLE_BASE_URL", "http://me:base-url-password-7@127.0.0.1:8080")
 	var out, errb bytes.Buffer
 	if err := run([]string{"-h"}, strings.NewReader(""), &out, &errb); err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"hunter2-the-nats-password", "sk-local-server-key-123"} {
+	for _, secret := range []string{"hunter2-the-nats-password", "sk-local-server-key-123", "url-borne-password-42", "base-url-password-7"} {
 		if strings.Contains(out.String()+errb.String(), secret) {
 			t.Errorf("help shows %s", secret)
 		}

@@ -148,7 +148,29 @@ func Options(cfg Config) (*server.Options, error) {
 	if !IsLoopback(opts.Host) && !Authenticates(opts) && !cfg.InsecureListen {
 		return nil, fmt.Errorf("%w: %s accepts anyone who can reach it", ErrInsecureListen, net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
 	}
+	if err := monitorHost(opts, cfg.InsecureListen); err != nil {
+		return nil, err
+	}
 	return opts, nil
+}
+
+// monitorHost checks the monitoring listener a configuration file asks for
+// (http, https, http_port...): it has no authentication at all and shows
+// every connection, account and stream, so a file that names no host for
+// it gets loopback (nats-server would listen on every interface), and a
+// non-loopback host needs insecure, as an unauthenticated client port does.
+func monitorHost(opts *server.Options, insecure bool) error {
+	if opts.HTTPPort == 0 && opts.HTTPSPort == 0 {
+		return nil
+	}
+	if opts.HTTPHost == "" {
+		opts.HTTPHost = "127.0.0.1"
+	}
+	if !IsLoopback(opts.HTTPHost) && !insecure {
+		return fmt.Errorf("%w: the monitoring listener on %s (the configuration file's http/https line) has no authentication and shows every connection and stream; "+
+			"give it a loopback host (http: \"127.0.0.1:8222\") or accept that with --insecure-listen", ErrInsecureListen, opts.HTTPHost)
+	}
+	return nil
 }
 
 // fromFile fills in what the file leaves unset from cfg, refusing values

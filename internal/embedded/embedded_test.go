@@ -76,6 +76,39 @@ func TestOptionsFromFile(t *testing.T) {
 
 var errAny = errors.New("any error")
 
+// TestMonitorListener: the monitoring listener of a configuration file has
+// no authentication, so a file's http line without a host listens on
+// loopback (nats-server alone would take every interface), and a
+// non-loopback one is refused unless InsecureListen, users or not.
+func TestMonitorListener(t *testing.T) {
+	t.Parallel()
+	users := `authorization { users = [ { user: "w", password: "p" } ] }` + "\n"
+	for _, c := range []struct {
+		name, conf string
+		insecure   bool
+		host       string // the monitoring host; "" = refused
+	}{
+		{"a port alone listens on loopback", "http: 8222\n" + users, false, "127.0.0.1"},
+		{"http_port alone listens on loopback", "http_port: 8222\n", false, "127.0.0.1"},
+		{"https alone listens on loopback", "https: 8222\n", false, "127.0.0.1"},
+		{"loopback as given", "http: \"127.0.0.1:8222\"\n", false, "127.0.0.1"},
+		{"localhost as given", "http: \"localhost:8222\"\n", false, "localhost"},
+		{"every interface is refused", "http: \"0.0.0.0:8222\"\n" + users, false, ""},
+		{"a LAN address is refused", "http: \"192.0.2.1:8222\"\n" + users, false, ""},
+		{"every interface, insecure on purpose", "http: \"0.0.0.0:8222\"\n", true, "0.0.0.0"},
+	} {
+		opts, err := Options(Config{ConfigFile: writeConf(t, c.conf), DataDir: "/d", InsecureListen: c.insecure})
+		switch {
+		case c.host == "" && !errors.Is(err, ErrInsecureListen):
+			t.Errorf("%s: %v, want ErrInsecureListen", c.name, err)
+		case c.host != "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.host != "" && opts.HTTPHost != c.host:
+			t.Errorf("%s: monitoring host %q, want %q", c.name, opts.HTTPHost, c.host)
+		}
+	}
+}
+
 // TestOptionsWithoutFile: without a file, a non-loopback host needs
 // InsecureListen, and the other defaults are the fleet's.
 func TestOptionsWithoutFile(t *testing.T) {

@@ -151,7 +151,13 @@ type Config struct {
 	AllowModels []string
 	// AuthProfiles is an auth-profiles.json file of API keys and tokens;
 	// keys in the environment (ANTHROPIC_API_KEY, ...) are profiles too.
-	AuthProfiles   string
+	AuthProfiles string
+	// AllowAuthPins are the auth profiles a message or a session's
+	// settings may pin its turns to: profile ids or glob patterns
+	// (authprofile.Pins). Empty: none. A turn pinned to another, to a
+	// profile that does not exist or to one that is disabled ends with an
+	// invalid_input error saying which are allowed.
+	AllowAuthPins  []string
 	AttemptTimeout time.Duration // one attempt of a run; default 10 minutes
 	// MaxToolIterations bounds the model calls of one turn's tool loop;
 	// default runner.MaxToolIterationsDefault.
@@ -229,10 +235,12 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 
 	Logger zerolog.Logger
-	// Redactor masks the member's secrets (keys, tokens, NATS credentials)
-	// in everything it publishes; Start adds the secrets it finds in the
-	// configuration. Give the one that masks the logger's output too;
-	// default a new one.
+	// Redactor holds the member's secrets (keys, tokens, NATS
+	// credentials): the member masks them in what its runs produce (model
+	// output, tool results, provider errors, hook replies), never in what
+	// a sender supplied (package redact); Start adds the secrets it finds
+	// in the configuration. Give the one whose Writer masks the logger's
+	// output too; default a new one.
 	Redactor *redact.Redactor
 	// Env reads configuration such as API keys; default os.Getenv. Runs never
 	// change the process environment.
@@ -262,6 +270,11 @@ type Limits struct {
 	Steps   int64 // AGENT_STEPS: the runs' step journals; full = oldest dropped (default 512 MiB)
 	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
 	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
+	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
+	// and bytes its lane may hold; at the limit the session's sender is
+	// refused and nobody else.
+	LaneMessages int64 // default 1,000
+	LaneBytes    int64 // default an eighth of Inbound (128 MiB)
 }
 
 // Member is a running fleet member.
@@ -292,6 +305,7 @@ type Member struct {
 
 	defaultModel string
 	allowed      catalog.Allowlist
+	pins         authprofile.Pins
 
 	// bg owns the run registry's background writes: Run waits for them
 	// before it closes the connection.
@@ -354,7 +368,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	m.JS = redactingJS{JetStream: js, r: cfg.Redactor}
+	m.JS = js
 	var reg *metrics.Metrics
 	if cfg.MetricsListen != "" {
 		reg = metrics.New()
@@ -425,6 +439,9 @@ func (m *Member) build(ctx context.Context) error {
 	if m.allowed, err = res.allowlist(cfg, m.defaultModel); err != nil {
 		return err
 	}
+	if m.pins, err = authprofile.NewPins(cfg.AllowAuthPins...); err != nil {
+		return fmt.Errorf("fleet: --allow-auth-pins: %w", err)
+	}
 	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
 	if err != nil {
 		return err
@@ -462,7 +479,10 @@ func (m *Member) build(ctx context.Context) error {
 	m.disk = ts.disk
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
-	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: observedResolver{Resolver: res, obs: &m.obs}, Logger: cfg.Logger,
+	// Model output is masked before the observer sees it (a span's status
+	// holds the provider's error).
+	resolver := observedResolver{Resolver: maskingResolver{Resolver: res, red: cfg.Redactor}, obs: &m.obs}
+	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
 	if cfg.BlockReplies {
@@ -497,7 +517,8 @@ func (m *Member) startHooks(ctx context.Context, rcfg *runner.Config) error {
 	if err := m.Hooks.Refresh(ctx); err != nil {
 		m.log.Warn().Err(err).Msg("hooks: first discovery failed")
 	}
-	rcfg.Hooks, rcfg.ToolHook, rcfg.EndHook = m.Hooks.StartHooks(), m.Hooks, m.Hooks
+	rcfg.Hooks = maskStartHooks(m.Hooks.StartHooks(), m.cfg.Redactor)
+	rcfg.ToolHook, rcfg.EndHook = maskingToolHook{ToolHook: m.Hooks, red: m.cfg.Redactor}, m.Hooks
 	return nil
 }
 
@@ -507,10 +528,16 @@ func (m *Member) openState(ctx context.Context) error {
 	cfg := m.cfg
 	var err error
 	if m.Streams == nil {
-		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait,
+		sc := lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait,
 			InboundMaxBytes: cfg.Limits.Inbound, EventMaxBytes: cfg.Limits.Events, DeadMaxBytes: cfg.Limits.Dead,
-			EventMaxAge: cfg.EventMaxAge}); err != nil {
+			LaneMaxMsgs: cfg.Limits.LaneMessages, LaneMaxBytes: cfg.Limits.LaneBytes, MaxPayload: cfg.MaxPayload,
+			EventMaxAge: cfg.EventMaxAge}
+		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, sc); err != nil {
 			return err
+		}
+		if now, want := m.Streams.LaneCap(), sc.LaneCap(); now != want {
+			m.log.Warn().Int64("lane_cap", now).Int64("configured", want).
+				Msg("a session's lane holds more messages than --lane-max-messages/--lane-max-bytes allow: its cap stays above them, and is lowered as the lanes drain")
 		}
 	}
 	if m.Lanes == nil {
@@ -551,12 +578,24 @@ func storageHint(err error) string {
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	inbound, settings, from := runSettings(t)
 	if ref := inbound.Model; ref != "" && !m.allowed.Allows(ref) {
-		return refuse(t, "invalid_input", fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, m.allowed.Describe(12))), nil
+		return refuse(t, events.KindInvalidInput, fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, m.allowed.Describe(12))), nil
+	}
+	if settings.AuthProfileLocked {
+		store, _ := fleetAuth{s: m.Auth, creds: m.creds}.Snapshot()
+		if pe, ok := errors.AsType[*authprofile.PinError](m.pins.Check(store, settings.AuthProfile, time.Now())); ok {
+			where := ""
+			if t.Inbound.AuthProfile == "" {
+				where = " (the session's setting)"
+			}
+			return refuse(t, events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
+		}
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
+	mk, steer := turnMasker(m.cfg.Redactor, t, inbound)
+	ctx = withMasker(ctx, mk)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: t.Steer, Settings: settings}
+		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}
@@ -944,7 +983,7 @@ func monitorOn(opts *server.Options, cfg Config) error {
 	if err != nil || port < 0 || port > 65535 {
 		return fmt.Errorf("fleet: --nats-monitor %q: bad port", cfg.NATSMonitor)
 	}
-	if ip := net.ParseIP(h); (ip == nil || !ip.IsLoopback()) && h != "localhost" && !cfg.InsecureListen {
+	if !embedded.IsLoopback(h) && !cfg.InsecureListen {
 		return fmt.Errorf("fleet: --nats-monitor %s: the monitoring endpoints have no authentication and show every connection and stream; listen on 127.0.0.1 or accept that with --insecure-listen", cfg.NATSMonitor)
 	}
 	if port == 0 {

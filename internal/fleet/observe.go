@@ -128,7 +128,7 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	case metrics.OutcomeFailed, metrics.OutcomeError:
 		desc := kind
 		if err != nil {
-			desc = err.Error()
+			desc = m.cfg.Redactor.String(err.Error()) // traces leave the worker like its logs
 		}
 		attemptSpan.SetStatus(codes.Error, desc)
 		turnSpan.SetStatus(codes.Error, desc)
@@ -324,12 +324,13 @@ func (m *Member) metricsState() metrics.State {
 			}
 			return info.State.Msgs, nil
 		},
-		Cooldowns:   func() map[string]int { return cooldowns(m.authBook().Status(time.Now())) },
-		DeadLetters: m.Worker.Stats().DeadLettersByReason,
+		Cooldowns:          func() map[string]int { return cooldowns(m.authBook().Status(time.Now())) },
+		DeadLetters:        m.Worker.Stats().DeadLettersByReason,
+		DeadLetterFailures: m.Worker.Stats().DeadLetterFailures.Load,
 		LaneEvents: func() map[string]int64 {
 			s := m.Worker.Stats()
 			return map[string]int64{"turns": s.Turns.Load(), "acquired": s.Acquired.Load(), "released": s.Released.Load(),
-				"merged": s.Merged.Load(), "dropped": s.Dropped.Load(), "aborted": s.Aborted.Load(), "swept": s.Swept.Load(),
+				"merged": s.Merged.Load(), "dropped": s.Dropped.Load(), "aborted": s.Aborted.Load(), "duplicates": s.Duplicates.Load(), "swept": s.Swept.Load(),
 				"naks": s.Naks.Load(), "follower_acks": s.FollowerAcks.Load(),
 				"yields": s.Yields.Load(), "waited": s.Waited.Load(), "handed_back": s.HandedBack.Load()}
 		},

@@ -14,6 +14,7 @@ import (
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
@@ -35,6 +36,7 @@ type toolSource struct {
 	skillCfg  agentprompt.SkillConfigs
 	log       zerolog.Logger
 	now       func() time.Time
+	red       *redact.Redactor // masks every tool's results
 }
 
 // newToolSource configures the runs' tools and system prompt: the
@@ -47,7 +49,7 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store 
 		return nil, errors.New("fleet: ExecUnconfined (--exec-unconfined) without Exec (--exec)")
 	}
 	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger,
-		now: time.Now, skillCfg: cfg.Skills, remote: reg}
+		now: time.Now, skillCfg: cfg.Skills, remote: reg, red: cfg.Redactor}
 	if cfg.SkillsDir != "" {
 		// A skills directory that is not there can only be a mistake:
 		// every session would silently go without its skills.
@@ -209,6 +211,24 @@ func (s *toolSource) skills(ws string) []agentprompt.Skill {
 	return agentprompt.EnabledSkills(sk, s.skillCfg)
 }
 
+// ownSkills returns the skills of skills (a session's) that come from the
+// fleet's skills directory: only those get their configured environment
+// and API key. A session's workspace is written by its runs, so a skill
+// there named like a configured one (or replacing the fleet's copy) would
+// otherwise hand any sender that skill's key.
+func (s *toolSource) ownSkills(skills []agentprompt.Skill) []agentprompt.Skill {
+	var own []agentprompt.Skill
+	for _, sk := range skills {
+		for _, d := range s.skillDirs {
+			if filepath.Dir(sk.BaseDir) == filepath.Clean(d) {
+				own = append(own, sk)
+				break
+			}
+		}
+	}
+	return own
+}
+
 // SystemPrompt implements runner.PromptSource: the base prompt, the tools,
 // the workspace, its skills and context files (AGENTS.md, ...), the date.
 func (s *toolSource) SystemPrompt(_ context.Context, in runner.Input, set tools.Set, specs []provider.Tool) string {
@@ -257,8 +277,9 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		}
 		rt.ws, rt.skills = dir, s.skills(dir)
 		env := append([]string{"HOME=" + dir, "PWD=" + dir}, s.env...)
-		env = agentprompt.Environ(env, rt.skills, s.skillCfg)
-		w := tools.Workspace{Dir: dir, Env: env}
+		// Skill variables go only to a command that names them.
+		named := agentprompt.Environ(nil, s.ownSkills(rt.skills), s.skillCfg)
+		w := tools.Workspace{Dir: dir, Env: env, NamedEnv: named}
 		builtin, err := tools.Builtin(w)
 		if err != nil {
 			return nil, err
@@ -273,6 +294,7 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		// Built-in tools win over remote tools of the same name.
 		rt.List = append(rt.List, builtin...)
 	}
+	rt.List = maskTools(rt.List, s.red)
 	return rt, nil
 }
 

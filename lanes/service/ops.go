@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/sanitize"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
@@ -325,8 +326,21 @@ func unreadable(err error) string {
 // importSession stores a pi session file (the request body) as the
 // transcript of a new session, holding the lane's lease while it writes.
 func (s *Service) importSession(ctx context.Context, r request) (any, error) {
-	if line, depth := deepestLine(r.data); depth > MaxImportDepth {
-		return nil, badRequest("line %d nests %d deep; an imported file may nest %d", line, depth, MaxImportDepth)
+	sc := scanImport(r.data)
+	if sc.depth > MaxImportDepth {
+		return nil, badRequest("line %d nests %d deep; an imported file may nest %d", sc.deepest, sc.depth, MaxImportDepth)
+	}
+	if sc.values > MaxImportValues {
+		return nil, badRequest("the file holds about %d JSON values; an imported file may hold %d (split the session, or import fewer entries)", sc.values, MaxImportValues)
+	}
+	// Decoding takes many times a file's size (each value becomes a Go
+	// value): one import at a time per worker bounds what imports can
+	// take together; the others wait their turn within their timeout.
+	select {
+	case s.imports <- struct{}{}:
+		defer func() { <-s.imports }()
+	case <-ctx.Done():
+		return nil, &Error{Code: CodeBusy, Description: "another import is running on this worker; try again"}
 	}
 	f, err := sessionfile.Read(bytes.NewReader(r.data))
 	if err != nil {
@@ -335,8 +349,14 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 	if len(f.Header.ID) > maxSessionID {
 		return nil, badRequest("session id of %d bytes is longer than %d", len(f.Header.ID), maxSessionID)
 	}
+	// A call the file leaves unanswered is closed as not run: no one
+	// could answer it but the sender, who would then approve a call no
+	// model of this fleet proposed.
+	entries := f.Entries
+	closed := sessionfile.CloseCalls(entries, TextImportNotRun, time.Now())
+	entries = append(entries, closed...)
 	info := kvstore.LeaseInfo{Worker: "import@" + s.cfg.Worker, Acquired: time.Now().UnixMilli()}
-	err = s.cfg.Lanes.Import(ctx, r.token, f.Header, info, f.Entries)
+	err = s.cfg.Lanes.Import(ctx, r.token, f.Header, info, entries)
 	switch {
 	case errors.Is(err, kvstore.ErrHeld):
 		return nil, &Error{Code: CodeBusy, Description: "a worker is running the session; try again when it is idle"}
@@ -347,8 +367,13 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 	case err != nil:
 		return nil, err
 	}
-	return ImportReply{SessionID: f.Header.ID, Entries: len(f.Entries), Skipped: len(f.Skipped)}, nil
+	return ImportReply{SessionID: f.Header.ID, Entries: len(entries), Skipped: len(f.Skipped), Closed: len(closed)}, nil
 }
+
+// TextImportNotRun is the error result an import gives each tool call the
+// file's last assistant message left without a result, in the words of the
+// runtime's synthetic results.
+const TextImportNotRun = sanitize.MissingToolResultText + " The session was imported with this call unanswered: it was not run."
 
 // MaxImportDepth bounds the nesting of objects and arrays in an imported
 // line: pi's entries nest a few levels (entry, message, content, block,
@@ -356,16 +381,35 @@ func (s *Service) importSession(ctx context.Context, r request) (any, error) {
 // read.
 const MaxImportDepth = 64
 
-// deepestLine returns the 1-based number of the most deeply nested line of
-// JSON Lines data and its nesting depth, scanning bytes without decoding
-// (strings skipped, each line on its own).
-func deepestLine(data []byte) (line, deepest int) {
+// MaxImportValues bounds the JSON values of an imported file (as
+// scanImport counts them). Decoded, a value takes tens to hundreds of
+// bytes whatever its size in the file (an empty object, 3 bytes, becomes a
+// map), so this, not the file's size, bounds an import's memory: about
+// 200 MB at most. A real session of the largest size a request carries
+// (8 MiB, mostly text) holds well under a million.
+const MaxImportValues = 1 << 20
+
+// importScan is what scanImport finds in a file.
+type importScan struct {
+	deepest int // the 1-based number of the most deeply nested line
+	depth   int // its nesting depth
+	values  int // lines, containers, members and elements: about the values a decode makes
+}
+
+// scanImport scans JSON Lines data without decoding it (strings skipped,
+// each line on its own) for its deepest line and the number of values
+// decoding it would make: every line, object and array, and every ':'
+// and ',' (a member or an element).
+func scanImport(data []byte) importScan {
+	var sc importScan
 	n, d := 1, 0
 	inString, escaped := false, false
+	sc.values = 1
 	for _, c := range data {
 		switch {
 		case c == '\n':
 			n, d, inString, escaped = n+1, 0, false, false
+			sc.values++
 		case inString && escaped:
 			escaped = false
 		case inString && c == '\\':
@@ -376,14 +420,17 @@ func deepestLine(data []byte) (line, deepest int) {
 		case c == '"':
 			inString = true
 		case c == '{' || c == '[':
-			if d++; d > deepest {
-				line, deepest = n, d
+			sc.values++
+			if d++; d > sc.depth {
+				sc.deepest, sc.depth = n, d
 			}
 		case c == '}' || c == ']':
 			d--
+		case c == ':' || c == ',':
+			sc.values++
 		}
 	}
-	return line, deepest
+	return sc
 }
 
 // backlog counts the lane's messages after its last committed turn: the

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,25 +12,38 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/internal/inflight"
+	"github.com/lanefleet/lanefleet/internal/reply"
 )
 
 // Replier runs a micro service's requests, each on a goroutine of its own
 // (inflight.Group), and answers them itself on their reply subjects:
 // micro's Request must not be used after its handler returned. A reply is
 // a value, msgpack-encoded, or an error as a micro error reply (see
-// ErrorHeader). The lane service and the admin service share it.
+// ErrorHeader). The lane service and the admin service share it. Its
+// requests come through reply.Guard: one whose reply subject is not an
+// inbox is dropped and logged before answer runs.
 type Replier struct {
 	NC       *nats.Conn
 	Log      zerolog.Logger
 	Name     string // the service, in log messages ("lane service")
 	Inflight *inflight.Group
 	Timeout  time.Duration // of each request's context
+
+	guardOnce sync.Once
+	guard     *reply.Guard
 }
 
 // Request is a request as its goroutine keeps it.
 type Request struct {
-	Op, Subject, Reply string
-	Data               []byte
+	Op, Subject string
+	Reply       reply.To
+	Data        []byte
+}
+
+// Guard returns the reply guard the replier answers through.
+func (r *Replier) Guard() *reply.Guard {
+	r.guardOnce.Do(func() { r.guard = &reply.Guard{NC: r.NC, Log: r.Log, Service: r.Name} })
+	return r.guard
 }
 
 // Handler returns op's micro handler: it runs answer on a goroutine of its
@@ -39,8 +53,8 @@ type Request struct {
 // CodeInternal; a request that comes while the service stops is answered
 // with CodeUnavailable.
 func (r *Replier) Handler(op string, answer func(ctx context.Context, q *Request) (any, error)) micro.Handler {
-	return micro.HandlerFunc(func(req micro.Request) {
-		q := &Request{Op: op, Subject: req.Subject(), Reply: req.Reply(), Data: req.Data()}
+	return r.Guard().Handler(op, func(req *reply.Request) {
+		q := &Request{Op: op, Subject: req.Subject, Reply: req.To, Data: req.Data}
 		err := r.Inflight.Go(func(ctx context.Context) {
 			ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 			defer cancel()
@@ -85,11 +99,8 @@ func (r *Replier) Error(q *Request, err error) {
 }
 
 func (r *Replier) send(q *Request, m *nats.Msg) {
-	if q.Reply == "" {
-		return // a publish, not a request: nobody to answer
-	}
-	m.Subject = q.Reply
-	if err := r.NC.PublishMsg(m); err != nil {
+	// A publish, not a request, has nobody to answer: Send sends nothing.
+	if err := r.Guard().Send(q.Reply, m); err != nil {
 		r.Log.Warn().Err(err).Str("op", q.Op).Str("subject", clip(q.Subject)).Int("bytes", len(m.Data)).Msg(r.Name + ": reply not sent")
 	}
 }

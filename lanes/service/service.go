@@ -69,6 +69,7 @@ type Service struct {
 	log      zerolog.Logger
 	inflight *inflight.Group
 	replies  *Replier
+	imports  chan struct{} // a slot per import running: one at a time
 }
 
 // handlerFunc answers one request of a lane: a reply value encoded as
@@ -92,7 +93,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = MaxConcurrentDefault
 	}
-	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, inflight: inflight.New(cfg.MaxConcurrent)}
+	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, inflight: inflight.New(cfg.MaxConcurrent), imports: make(chan struct{}, 1)}
 	s.replies = &Replier{NC: nc, Log: cfg.Logger, Name: "lane service", Inflight: s.inflight, Timeout: RequestTimeout}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,

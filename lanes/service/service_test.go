@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -452,7 +453,7 @@ func TestSettingsUnreadable(t *testing.T) {
 			if s.Settings != nil || s.Run != nil || !strings.Contains(s.Unreadable, tt.want) || strings.Contains(s.Unreadable, "invalid message") {
 				t.Fatalf("reply %+v; want the defaults and a note with %q", s, tt.want)
 			}
-			if s.State == nil || *s.State != *state {
+			if s.State == nil || !reflect.DeepEqual(*s.State, *state) {
 				t.Fatalf("state %+v, want %+v", s.State, state)
 			}
 			if err := lease.PutSettings(b.ctx, []byte(`{"mode":"collect","run":{"thinking":"high"}}`)); err != nil {
@@ -496,6 +497,11 @@ func TestHostileRequests(t *testing.T) {
 		{"import garbage", "a", service.OpImport, "\x00\x01", service.CodeBadRequest, "not a pi session file"},
 		{"import no header", "a", service.OpImport, `{"type":"message","id":"x"}`, service.CodeBadRequest, "not a pi session file"},
 		{"import huge id", "a", service.OpImport, `{"type":"session","version":3,"id":"` + strings.Repeat("i", 300) + `"}`, service.CodeBadRequest, "longer than"},
+		// 3 bytes a value in the file, hundreds decoded: refused before
+		// anything is decoded.
+		{"import too many values", "a", service.OpImport, `{"type":"session","version":3,"id":"s"}` + "\n" +
+			`{"type":"custom","id":"c","parentId":null,"customType":"x","data":[` + strings.Repeat("{},", service.MaxImportValues) + `{}]}`,
+			service.CodeBadRequest, "JSON values"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

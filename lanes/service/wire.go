@@ -143,6 +143,9 @@ type ImportReply struct {
 	SessionID string `msgpack:"id"`
 	Entries   int    `msgpack:"n"`
 	Skipped   int    `msgpack:"skipped,omitempty"` // malformed lines left out
+	// Closed counts the tool calls the file left unanswered, each stored
+	// with a "not run" error result (TextImportNotRun); in Entries.
+	Closed int `msgpack:"closed,omitempty"`
 }
 
 // SettingsReply carries a session's stored queue and run settings (nil

@@ -56,7 +56,8 @@
 //
 // with content blocks in the message package's JSON encoding (text and image
 // blocks only), the text capped at 400 000 UTF-16 units and cut further to
-// fit the NATS max payload. A failure is a micro error reply: headers
+// fit the NATS max payload. The caller keeps at most [MaxResultImages]
+// images of [MaxResultImageBytes] in all and notes the others in text. A failure is a micro error reply: headers
 // Nats-Service-Error (one line) and Nats-Service-Error-Code (see the Code
 // constants), body {"error": "the whole message"}. Request header
 // [HeaderUpdates]: 1 asks for partial results, sent to the reply subject as

@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -747,5 +748,67 @@ func TestRefusedCallIsResentOnce(t *testing.T) {
 	}
 	if f, d := requests[0].Load(), requests[1].Load(); f != 2 || d != 2 {
 		t.Fatalf("requests: flaky %d, down %d; want each sent twice", f, d)
+	}
+}
+
+// TestResultImagesCapped: a result keeps at most MaxResultImages images of
+// MaxResultImageBytes (decoded) in all, in order; each other image, and
+// one whose MIME type is not an image's, becomes a note the model sees,
+// and no block carries fields beyond its type's.
+func TestResultImagesCapped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	small := base64.StdEncoding.EncodeToString(make([]byte, 1000))
+	big := base64.StdEncoding.EncodeToString(make([]byte, remote.MaxResultImageBytes+1)) // alone over the byte cap
+	half := base64.StdEncoding.EncodeToString(make([]byte, remote.MaxResultImageBytes/2))
+	b.serve(t, b.server, remote.ServiceConfig{},
+		newTool("many", func(context.Context, tools.Call) (tools.Result, error) {
+			var content []message.Block
+			for range remote.MaxResultImages + 2 {
+				content = append(content, message.Image("image/png", small))
+			}
+			return tools.Result{Content: content}, nil
+		}),
+		newTool("large", func(context.Context, tools.Call) (tools.Result, error) {
+			return tools.Result{Content: []message.Block{
+				message.Image("image/png", big),
+				message.Image("image/jpeg", half), message.Image("image/jpeg", half), message.Image("image/jpeg", half),
+				message.Image("text/html", small),
+				{Type: message.BlockText, Text: "ok", Extra: map[string]any{"smuggled": strings.Repeat("x", 64<<10)}},
+			}}, nil
+		}))
+	list := b.discover(t, remote.DiscoverConfig{}, 2)
+	call := func(name string) tools.Result {
+		t.Helper()
+		tool, _ := list.Lookup(name)
+		res, err := tool.Call(t.Context(), tools.Call{ID: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	shape := func(res tools.Result) string {
+		var parts []string
+		for _, b := range res.Content {
+			if b.Extra != nil {
+				t.Fatalf("block %+v keeps fields beyond its type's", b.Extra)
+			}
+			if b.Type == message.BlockImage {
+				parts = append(parts, "img")
+			} else {
+				parts = append(parts, b.Text)
+			}
+		}
+		return strings.Join(parts, " | ")
+	}
+	note := "omitted: a tool result may carry 8 images of 2.0 MB in all]"
+	want := strings.Repeat("img | ", remote.MaxResultImages) + "[image 9 (image/png, 1000 bytes) " + note + " | [image 10 (image/png, 1000 bytes) " + note
+	if got := shape(call("many")); got != want {
+		t.Fatalf("many:\n got %s\nwant %s", got, want)
+	}
+	want = "[image 1 (image/png, 2.0 MB) " + note + " | img | img | [image 4 (image/jpeg, 1.0 MB) " + note +
+		" | [image 5 omitted: its MIME type is not image/<subtype>] | ok"
+	if got := shape(call("large")); got != want {
+		t.Fatalf("large:\n got %s\nwant %s", got, want)
 	}
 }

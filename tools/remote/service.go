@@ -17,6 +17,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/internal/inflight"
+	answer "github.com/lanefleet/lanefleet/internal/reply"
 	"github.com/lanefleet/lanefleet/tools"
 )
 
@@ -87,6 +88,7 @@ type Service struct {
 	log   zerolog.Logger
 	calls *inflight.Group       // their contexts' cause is ErrStopped once cancelled
 	stats map[string]*toolStats // by tool name; the map is never written after Serve
+	guard *answer.Guard
 }
 
 var _ micro.Service = (*Service)(nil)
@@ -155,7 +157,8 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 	if err != nil {
 		return nil, fmt.Errorf("remote: serve: %w", err)
 	}
-	s := &Service{Service: ms, nc: nc, cfg: cfg, log: cfg.Logger, calls: inflight.New(cfg.MaxConcurrent), stats: stats}
+	s := &Service{Service: ms, nc: nc, cfg: cfg, log: cfg.Logger, calls: inflight.New(cfg.MaxConcurrent), stats: stats,
+		guard: &answer.Guard{NC: nc, Log: cfg.Logger, Service: "remote tools"}}
 	for _, ep := range eps {
 		err := ms.AddEndpoint(ep.name, s.handler(ep.name, ep.tool, stats[ep.name]),
 			micro.WithEndpointSubject(Subject(ep.name)), micro.WithEndpointMetadata(ep.meta))
@@ -199,7 +202,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // request is not held up, so calls answer on the connection themselves.
 type inbound struct {
 	name  string
-	reply string
+	reply answer.To
 	data  []byte
 	hdr   nats.Header
 }
@@ -207,10 +210,10 @@ type inbound struct {
 // handler returns the endpoint handler of one tool. It runs on the
 // endpoint's subscription goroutine, so it only takes a slot and hands the
 // call to a goroutine that Stop waits for.
-func (s *Service) handler(name string, t tools.Tool, st *toolStats) micro.HandlerFunc {
-	return func(req micro.Request) {
-		in := &inbound{name: name, reply: req.Reply(), data: req.Data(), hdr: nats.Header(req.Headers())}
-		if in.reply == "" {
+func (s *Service) handler(name string, t tools.Tool, st *toolStats) micro.Handler {
+	return s.guard.Handler(name, func(req *answer.Request) {
+		in := &inbound{name: name, reply: req.To, data: req.Data, hdr: req.Headers}
+		if in.reply.None() {
 			// Nobody waits for the result: a tool with side effects
 			// must not run for a stray publish.
 			s.log.Debug().Str("tool", name).Msg("remote tools: ignored a call without a reply subject")
@@ -220,7 +223,7 @@ func (s *Service) handler(name string, t tools.Tool, st *toolStats) micro.Handle
 		if err := s.calls.Go(func(ctx context.Context) { s.serve(ctx, in, t, st) }, nil); err != nil {
 			s.respondError(in, CodeUnavailable, fmt.Sprintf("tool %s is not available: the process serving it is stopping", name))
 		}
-	}
+	})
 }
 
 // errCallerTimeout is the cause of a call's context when the caller's
@@ -264,7 +267,7 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 
 	var upd *updater
 	if in.hdr.Get(HeaderUpdates) == "1" {
-		upd = &updater{s: s, subject: in.reply, name: name}
+		upd = &updater{s: s, to: in.reply, name: name}
 		call.Update = upd.send
 	}
 	res, err := s.call(ctx, t, call, st)
@@ -292,7 +295,7 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 		s.respondError(in, CodeTooLarge, fmt.Sprintf("tool %s produced a result too large to send (over %d bytes even with its text cut); ask for less, e.g. fewer images", name, s.maxPayload()))
 		return
 	}
-	if err := s.nc.Publish(in.reply, data); err != nil {
+	if err := s.guard.Send(in.reply, &nats.Msg{Data: data}); err != nil {
 		s.log.Warn().Err(err).Str("tool", name).Msg("remote tools: reply not sent")
 	}
 }
@@ -325,11 +328,11 @@ func (s *Service) respondError(in *inbound, code, msg string) {
 	if len(body) > s.maxPayload()-2*maxErrorHeader {
 		body = nil // the header still carries the start of the message
 	}
-	m := &nats.Msg{Subject: in.reply, Data: body, Header: nats.Header{
+	m := &nats.Msg{Data: body, Header: nats.Header{
 		micro.ErrorHeader:     []string{headerLine(msg)},
 		micro.ErrorCodeHeader: []string{code},
 	}}
-	if err := s.nc.PublishMsg(m); err != nil {
+	if err := s.guard.Send(in.reply, m); err != nil {
 		s.log.Warn().Err(err).Str("tool", in.name).Str("code", code).Msg("remote tools: error reply not sent")
 	}
 }
@@ -357,9 +360,9 @@ func (st *toolStats) snapshot() ToolStats {
 // updater publishes a call's partial results to its reply subject until
 // the call returns.
 type updater struct {
-	s       *Service
-	subject string
-	name    string
+	s    *Service
+	to   answer.To
+	name string
 
 	mu   sync.Mutex
 	done bool
@@ -375,8 +378,8 @@ func (u *updater) send(p tools.Result) {
 	if u.done {
 		return
 	}
-	msg := &nats.Msg{Subject: u.subject, Header: nats.Header{HeaderUpdate: []string{"1"}}, Data: data}
-	if err := u.s.nc.PublishMsg(msg); err != nil {
+	msg := &nats.Msg{Header: nats.Header{HeaderUpdate: []string{"1"}}, Data: data}
+	if err := u.s.guard.Send(u.to, msg); err != nil {
 		u.s.log.Debug().Err(err).Str("tool", u.name).Msg("remote tools: partial result not sent")
 	}
 }

@@ -167,9 +167,23 @@ func encodeResult(res tools.Result, maxChars, maxBytes int) ([]byte, error) {
 // server sending more must not make the turn too large to commit.
 const MaxDetailsBytes = 16 << 10
 
-// decodeResult decodes a reply or partial-result body and caps its text at
-// maxChars and its details at MaxDetailsBytes (larger details are replaced
-// by a note saying so). Only text and image blocks are accepted.
+// Caps on the images of a remote result. Images travel in the transcript
+// record like text: a tool server sending more must not make the turn too
+// large to commit.
+const (
+	// MaxResultImages is the most image blocks a result keeps.
+	MaxResultImages = 8
+	// MaxResultImageBytes bounds the decoded bytes of a result's images
+	// together.
+	MaxResultImageBytes = 2 << 20
+	// maxMimeType bounds an image's MIME type.
+	maxMimeType = 64
+)
+
+// decodeResult decodes a reply or partial-result body and caps it: its
+// images at MaxResultImages and MaxResultImageBytes (capImages), its text
+// at maxChars and its details at MaxDetailsBytes (larger details are
+// replaced by a note saying so). Only text and image blocks are accepted.
 func decodeResult(data []byte, maxChars int) (tools.Result, error) {
 	var r reply
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -180,7 +194,71 @@ func decodeResult(data []byte, maxChars int) (tools.Result, error) {
 			return tools.Result{}, fmt.Errorf("content block %d has type %q; a tool result holds text and image blocks", i, b.Type)
 		}
 	}
-	return tools.Result{Content: capText(r.Content, maxChars), Details: capDetails(r.Details), IsError: r.IsError}, nil
+	return tools.Result{Content: capText(capImages(r.Content), maxChars), Details: capDetails(r.Details), IsError: r.IsError}, nil
+}
+
+// capImages returns content with each block reduced to the fields of its
+// type (text; MIME type and data), since any other field would carry data
+// past every cap, and with the images that do not fit the caps, in order,
+// or whose MIME type is not image/<subtype> (at most 64 bytes), replaced
+// by a text note the model sees. content is not modified.
+func capImages(content []message.Block) []message.Block {
+	out := make([]message.Block, 0, len(content))
+	images, total := 0, 0
+	for i, b := range content {
+		if b.Type == message.BlockText {
+			out = append(out, message.Text(b.Text))
+			continue
+		}
+		size := decodedSize(b.Data)
+		switch {
+		case !validImageType(b.MimeType):
+			out = append(out, message.Text(fmt.Sprintf("[image %d omitted: its MIME type is not image/<subtype>]", i+1)))
+		case images >= MaxResultImages || total+size > MaxResultImageBytes:
+			out = append(out, message.Text(fmt.Sprintf("[image %d (%s, %s) omitted: a tool result may carry %d images of %s in all]",
+				i+1, b.MimeType, sizeText(size), MaxResultImages, sizeText(MaxResultImageBytes))))
+		default:
+			images, total = images+1, total+size
+			out = append(out, message.Image(b.MimeType, b.Data))
+		}
+	}
+	return out
+}
+
+// decodedSize is the size of base64 data once decoded (padded or not),
+// without decoding it.
+func decodedSize(data string) int {
+	n, pad := len(data), 0
+	for pad < 2 && n-pad > 0 && data[n-1-pad] == '=' {
+		pad++
+	}
+	return (n - pad) * 3 / 4
+}
+
+// validImageType reports whether t is image/<subtype> within maxMimeType
+// bytes, of printable ASCII.
+func validImageType(t string) bool {
+	sub, ok := strings.CutPrefix(t, "image/")
+	if !ok || sub == "" || len(t) > maxMimeType {
+		return false
+	}
+	for i := 0; i < len(sub); i++ {
+		if c := sub[i]; c <= ' ' || c >= 0x7f || c == '/' {
+			return false
+		}
+	}
+	return true
+}
+
+// sizeText renders a byte count for the model.
+func sizeText(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // capDetails returns d, or a note in its place when it encodes to more than

@@ -158,3 +158,21 @@ func TestCompareVersions(t *testing.T) {
 		}
 	}
 }
+
+func TestImageChecks(t *testing.T) {
+	t.Parallel()
+	for data, want := range map[string]int{"": 0, "QQ==": 1, "QUI=": 2, "QUJD": 3, "QUJDRA": 4, "QUJDRA==": 4} {
+		if got := decodedSize(data); got != want {
+			t.Errorf("decodedSize(%q) = %d, want %d", data, got, want)
+		}
+	}
+	for mime, want := range map[string]bool{
+		"image/png": true, "image/svg+xml": true,
+		"": false, "image/": false, "text/html": false, "image/png; x=1": false, "image/a/b": false,
+		"image/" + strings.Repeat("p", 64): false,
+	} {
+		if got := validImageType(mime); got != want {
+			t.Errorf("validImageType(%q) = %v, want %v", mime, got, want)
+		}
+	}
+}
