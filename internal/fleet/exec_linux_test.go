@@ -107,16 +107,22 @@ func TestExecWorkspaceDiskFull(t *testing.T) {
 // off, and only warned about elsewhere.
 func TestExecWorkspaceUnbounded(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "workspaces", "bob"), 0o750); err != nil {
-		t.Fatal(err)
+	// A data directory whose workspaces hold a session's files. (Each
+	// start gets its own: a data directory's lock is held until every
+	// process forked meanwhile has exec'd.)
+	dataDir := func() string {
+		dir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dir, "workspaces", "bob"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		return dir
 	}
-	_, err := startMember(t, Config{DataDir: dir, Exec: true})
+	_, err := startMember(t, Config{DataDir: dataDir(), Exec: true})
 	skipNoConfinement(t, err)
 	if err == nil || !strings.Contains(err.Error(), "on the JetStream store's filesystem") || !strings.Contains(err.Error(), "--workspace-max-bytes -1") {
 		t.Fatalf("unbounded on the store's filesystem: %v", err)
 	}
-	if _, err := startMember(t, Config{DataDir: dir, Exec: true, WorkspaceMaxBytes: -1}); err != nil {
+	if _, err := startMember(t, Config{DataDir: dataDir(), Exec: true, WorkspaceMaxBytes: -1}); err != nil {
 		t.Fatalf("turned off: %v", err)
 	}
 	// Elsewhere: a warning.
