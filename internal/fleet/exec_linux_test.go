@@ -41,7 +41,8 @@ func device(t *testing.T, p string) uint64 {
 // the worker does not start: its commands could fill that filesystem and
 // stop the store.
 func TestExecWorkspaceOffTheStore(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its forks would hold other tests' data directory
+	// locks while they close and reopen them (TestDataDirLocked).
 	dir := t.TempDir()
 	m, err := startMember(t, Config{DataDir: dir, Exec: true})
 	skipNoConfinement(t, err)
@@ -65,7 +66,8 @@ func TestExecWorkspaceOffTheStore(t *testing.T) {
 // fails with ENOSPC in its own filesystem; the image on the store's
 // filesystem takes no more than the bound.
 func TestExecWorkspaceDiskFull(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its forks would hold other tests' data directory
+	// locks while they close and reopen them (TestDataDirLocked).
 	dir := t.TempDir()
 	store := filepath.Join(dir, "jetstream")
 	if err := os.Mkdir(store, 0o750); err != nil {
@@ -106,7 +108,8 @@ func TestExecWorkspaceDiskFull(t *testing.T) {
 // refused on the store's filesystem unless the operator turns the bound
 // off, and only warned about elsewhere.
 func TestExecWorkspaceUnbounded(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its forks would hold other tests' data directory
+	// locks while they close and reopen them (TestDataDirLocked).
 	// A data directory whose workspaces hold a session's files. (Each
 	// start gets its own: a data directory's lock is held until every
 	// process forked meanwhile has exec'd.)
