@@ -49,6 +49,7 @@ import (
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
+	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
@@ -202,8 +203,23 @@ type Config struct {
 	// confine it, unless ExecUnconfined is also set.
 	Exec bool
 	// ExecUnconfined runs exec's commands unconfined, with the worker's
-	// privileges (only with Exec).
+	// privileges (only with Exec): for tests only.
 	ExecUnconfined bool
+	// ExecAllowRoot lets exec's commands run as root (without
+	// capabilities, still confined) where the worker runs as root and
+	// they cannot run as uid 65534: without user namespaces, or with the
+	// workspaces on a filesystem without idmapped mounts. Start fails
+	// there otherwise.
+	ExecAllowRoot bool
+	// ExecCgroup is a cgroup v2 directory delegated to the worker, where
+	// each of exec's commands gets a cgroup; empty: package sandbox finds
+	// one where it can.
+	ExecCgroup string
+	// WorkspaceMaxBytes bounds the filesystem of the workspaces with Exec
+	// (sandbox.MountDisk): 0 = WorkspaceMaxBytesDefault, -1 = no bound.
+	// Unbounded on the JetStream store's filesystem, Start fails unless
+	// it is -1.
+	WorkspaceMaxBytes int64
 
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz
@@ -282,6 +298,10 @@ type Member struct {
 	metricsSrv *metrics.Server
 	// storeLock keeps a second embedded server off the data directory.
 	storeLock *embedded.StoreLock
+	// storeDir is the embedded server's JetStream store ("" when joined).
+	storeDir string
+	// disk is the workspaces' filesystem (exec), unmounted at the end.
+	disk *sandbox.Disk
 
 	defaultModel string
 	allowed      catalog.Allowlist
@@ -318,7 +338,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.Server, m.storeLock = srv, lock
+		m.Server, m.storeLock, m.storeDir = srv, lock, sopts.StoreDir
 		url = embedded.ConnectURL(srv)
 		if sopts.TLSConfig != nil && cfg.TLSCA == "" {
 			pin, err := pinServerCert(sopts)
@@ -452,10 +472,11 @@ func (m *Member) build(ctx context.Context) error {
 			m.log.Warn().Err(err).Msg("remote tools: first discovery failed")
 		}
 	}
-	ts, err := newToolSource(ctx, cfg, m.Tools)
+	ts, err := newToolSource(ctx, cfg, m.Tools, m.storeDir)
 	if err != nil {
 		return err
 	}
+	m.disk = ts.disk
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
 	// Model output is masked before the observer sees it (a span's status
@@ -870,6 +891,9 @@ func (m *Member) close() {
 	}
 	if err := m.storeLock.Close(); err != nil {
 		m.log.Warn().Err(err).Msg("data directory lock")
+	}
+	if err := m.disk.Close(); err != nil {
+		m.log.Warn().Err(err).Msg("workspace filesystem")
 	}
 }
 
