@@ -503,9 +503,11 @@ type SessionSettings struct {
 // (see SetQueueSettings) and its run settings, which every later turn of
 // the session uses where its message names none: model, thinking level,
 // auth profile (which pins the session to it), history and tool-loop
-// limits, and a tool policy that narrows the worker's. A stored model must
-// still be allowed by the fleet when a turn uses it, else that turn ends
-// with an invalid_input error. The change is a message of the session's
+// limits, and a tool policy that narrows the worker's. A model the fleet
+// would not run (not allowed, or no key for its provider) is refused when
+// stored: the change's run ends with an invalid_input error listing the
+// models it runs, and nothing is stored; a stored model the fleet no
+// longer runs when a turn uses it ends that turn the same way. The change is a message of the session's
 // lane, applied exactly between the messages sent before and after it;
 // Wait on the returned run to know it was applied (its result's text
 // describes the settings in force).

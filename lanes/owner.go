@@ -457,6 +457,9 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr)
 		return o.failTurn(ctx, a.em, p, "invalid_input", decErr.Error(), a.attempt)
 	case queue.VerbSettings:
+		if why := o.refuseSettings(p.in); why != "" {
+			return o.failTurn(ctx, a.em, p, "invalid_input", why, a.attempt)
+		}
 		return o.applySettings(ctx, a.em, p)
 	case queue.VerbStop:
 		return o.stop(ctx, a.em, p)

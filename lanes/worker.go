@@ -66,7 +66,12 @@ type Config struct {
 	// sessions is set up in arrival order rather than all finishing late
 	// together. 0 = four per core; negative = no bound.
 	SetupConcurrency int
-	Logger           zerolog.Logger
+	// CheckSettings, when set, vets the run settings of a settings
+	// message before they are stored (the fleet refuses a model it would
+	// not run): a refusal ends the message's run with an invalid_input
+	// error saying why, and nothing is stored.
+	CheckSettings func(*events.RunSettings) error
+	Logger        zerolog.Logger
 	// setupHold replaces gateHold (tests).
 	setupHold time.Duration
 }
