@@ -138,7 +138,11 @@ func (c *common) open(ctx context.Context) (*lanefleet.Client, context.Context, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cl, err := lanefleet.Connect(url, append(opts, nats.Timeout(3*time.Second))...)
+	// The server's asynchronous errors reach the command as its own
+	// errors (a permission violation is ErrPermission, with what was
+	// refused): nats.go's default handler printed each once more.
+	quiet := nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
+	cl, err := lanefleet.Connect(url, append(opts, nats.Timeout(3*time.Second), quiet)...)
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			return nil, nil, nil, fmt.Errorf("NATS refused the credentials (--creds, --nkey, --user/--password, --tlscert or NATS_*): %w", err)
