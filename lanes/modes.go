@@ -575,7 +575,7 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			if seen {
-				o.log.Warn().Dur("waited", waited).
+				o.log.Warn().Dur("waited_ms", waited).
 					Msg("the message that cut the turn was not stored (refused as a duplicate or by an expected-sequence check, or stored late): one stored later runs as the lane's next message, and a rollback then keeps the cut turn")
 			}
 			break

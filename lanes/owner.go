@@ -730,7 +730,7 @@ func (o *owner) keepPromise(ctx context.Context, settle func(context.Context) er
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
-		o.log.Warn().Err(err).Dur("retry_in", delay).Msg("a committed turn's final events are not stored yet")
+		o.log.Warn().Err(err).Dur("retry_in_ms", delay).Msg("a committed turn's final events are not stored yet")
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():

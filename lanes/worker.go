@@ -285,7 +285,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownGrace):
-		w.log.Warn().Dur("grace", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling running turns")
+		w.log.Warn().Dur("grace_ms", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling running turns")
 		w.turnStop(ErrShutdown)
 		<-done
 	}

@@ -39,6 +39,12 @@ func runMember(t *testing.T, cfg Config) (*Member, *lanefleet.Client, context.Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runStarted(t, m)
+}
+
+// runStarted runs a started member as runMember does.
+func runStarted(t *testing.T, m *Member) (*Member, *lanefleet.Client, context.Context) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
