@@ -2,7 +2,8 @@ package admin
 
 import (
 	"fmt"
-	"regexp"
+
+	"github.com/lanefleet/lanefleet/events"
 )
 
 // The service and its subjects.
@@ -202,13 +203,14 @@ type AuthResetReply struct {
 	Cleared bool   `json:"cleared" msgpack:"cleared"`
 }
 
-// reasonRE is a dead-letter reason: one subject token.
-var reasonRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// checkReason validates a reason given in a request.
+// checkReason validates a reason given in a request: empty (any) or one
+// of events.DeadReasons.
 func checkReason(r string) error {
-	if r != "" && !reasonRE.MatchString(r) {
-		return fmt.Errorf("reason %q is not a dead-letter reason (letters, digits, '_', '-')", clip(r))
+	if r == "" {
+		return nil
+	}
+	if err := events.CheckDeadReason(r); err != nil {
+		return fmt.Errorf("reason %w", err)
 	}
 	return nil
 }

@@ -454,7 +454,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	switch p.verb {
 	case queue.VerbInvalid:
 		_, decErr := o.decode(p.run.raw)
-		o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr)
+		o.w.deadLetter(ctx, events.DeadInvalid, o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr)
 		return o.failTurn(ctx, a.em, p, "invalid_input", decErr.Error(), a.attempt)
 	case queue.VerbSettings:
 		if why := o.refuseSettings(p.in); why != "" {
@@ -511,7 +511,7 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	if a.attempt > o.w.cfg.MaxAttempts {
 		cause := fmt.Errorf("turn started %d times without finishing", a.attempt-1)
 		for _, c := range append([]collected{p.run}, p.merged...) {
-			o.w.deadLetter(ctx, "poison", o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause)
+			o.w.deadLetter(ctx, events.DeadPoison, o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause)
 		}
 		a.done = true
 		return a, o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", a.attempt)

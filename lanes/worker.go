@@ -476,7 +476,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 	token, key, err := events.LaneOf(msg.Subject())
 	if err != nil {
 		// No lane can be derived: keep the message in the dead-letter stream.
-		w.deadLetter(ctx, "bad-lane", msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err)
+		w.deadLetter(ctx, events.DeadBadLane, msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err)
 		w.settleDelivery(msg, settleDead)
 		return held
 	}
