@@ -540,6 +540,9 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 			return refuse(t, "invalid_input", why), nil
 		}
 	}
+	if why := m.clientToolClash(inbound.Tools); why != "" {
+		return refuse(t, "invalid_input", why), nil
+	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)
 	mk, steer := turnMasker(m.cfg.Redactor, t, inbound)
@@ -559,6 +562,31 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		return nil, err
 	}
 	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile}, nil
+}
+
+// clientToolClash says why client tools take a worker tool's name ("" when
+// none does): the built-in tools' (whether this worker offers them or not)
+// and the remote tools'. The client's would silently have replaced the
+// worker's: its calls went to the client. Names are compared ignoring
+// case, as the tool policies do.
+func (m *Member) clientToolClash(client []events.ClientTool) string {
+	if len(client) == 0 {
+		return ""
+	}
+	worker := tools.BuiltinNames()
+	if m.Tools != nil {
+		for _, t := range m.Tools.Tools() {
+			worker = append(worker, t.Spec().Name)
+		}
+	}
+	for _, c := range client {
+		for _, w := range worker {
+			if strings.EqualFold(c.Name, w) {
+				return fmt.Sprintf("client tool %q has the name of a worker tool (%s): rename it", c.Name, strings.Join(worker, ", "))
+			}
+		}
+	}
+	return ""
 }
 
 // checkSettings refuses, at store time, a session setting of a model the

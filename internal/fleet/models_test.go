@@ -68,3 +68,31 @@ func TestModelsItRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestClientToolTakesNoWorkerName: a client tool named like a worker tool
+// is refused with invalid_input naming both (its calls went to the client,
+// silently replacing the worker's tool); another name runs.
+func TestClientToolTakesNoWorkerName(t *testing.T) {
+	t.Parallel()
+	_, c, ctx := runMember(t, Config{DataDir: t.TempDir(), DefaultModel: "scripted/echo", Env: noEnv})
+	params := map[string]any{"type": "object"}
+	for _, name := range []string{"read", "Exec"} {
+		run, err := c.Send(ctx, "tools", "hi", lanefleet.WithTools(events.ClientTool{Name: name, Parameters: params}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = run.Wait(ctx)
+		var re *lanefleet.RunError
+		want := `client tool "` + name + `" has the name of a worker tool (read, write, edit, exec): rename it`
+		if !errors.As(err, &re) || re.Kind != "invalid_input" || re.Message != want {
+			t.Fatalf("client tool %s: %v; want invalid_input %q", name, err, want)
+		}
+	}
+	run, err := c.Send(ctx, "tools", "hi", lanefleet.WithTools(events.ClientTool{Name: "weather", Parameters: params}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := run.Wait(ctx); err != nil || res.Payloads[0].Text != "echo: hi" {
+		t.Fatalf("client tool weather: %+v, %v", res, err)
+	}
+}
