@@ -308,6 +308,14 @@ func TestClientToolRoundTrip(t *testing.T) {
 	if err != nil || out != "It is sunny in Lisbon.\n" {
 		t.Fatalf("answer: %q, %v", out, err)
 	}
+	// The history shows the call and its result, one line each (it
+	// showed an empty assistant reply).
+	out, _, err = publisher(t, "history", "--nats-url", url, "--session", "tools")
+	for _, want := range []string{"\n  → weather {\"city\":\"Lisbon\"} [call_1]\n", "\n  ← weather result [call_1]: 22°C, clear\n", "): It is sunny in Lisbon.\n"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("history lacks %q: %v\n%s", want, err, out)
+		}
+	}
 }
 
 // TestRunsListsWhatRuns: a slow turn shows up in `publisher runs` with its

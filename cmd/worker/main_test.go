@@ -123,7 +123,7 @@ func TestConventionalCLI(t *testing.T) {
 		{[]string{"--help"}, 0, "--nats-monitor", ""},
 		{[]string{"permissions", "-h"}, 0, "--role", "--data-dir"},
 		{[]string{"version", "-h"}, 0, "--json", "--model"},
-		{[]string{"sanitize", "-h"}, 0, "", ""},
+		{[]string{"sanitize", "-h"}, 0, "--provider string", "  -provider"},
 		{[]string{"nosuch"}, 2, "", ""},
 		{[]string{"--no-such-flag"}, 2, "", ""},
 		{[]string{"--sync", "sometimes"}, 2, "", ""},

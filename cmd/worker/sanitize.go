@@ -2,10 +2,10 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"io"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lanefleet/lanefleet/sanitize/sanitizecmd"
 )
@@ -21,7 +21,7 @@ func sanitizeCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			err := sanitizecmd.Run(cmd.Context(), args, stdin, stdout, stderr)
 			switch {
-			case errors.Is(err, flag.ErrHelp):
+			case errors.Is(err, pflag.ErrHelp):
 				return nil
 			case errors.Is(err, sanitizecmd.ErrUsage):
 				return usageError{err}

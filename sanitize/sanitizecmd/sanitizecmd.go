@@ -9,10 +9,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sanitize"
@@ -32,18 +33,22 @@ would be sent (stage final, the default) or the history after sanitising only
 var ErrUsage = errors.New("sanitize: usage")
 
 // Run runs the command. args are the arguments after "sanitize" (a leading
-// "sanitize" is ignored too). It returns flag.ErrHelp after printing the
-// usage for -h, an error wrapping ErrUsage for a bad command line, and an
-// error describing the problem for input that is not a transcript.
+// "sanitize" is ignored too). Its flags are GNU-style (--provider), as
+// every other command's. It returns pflag.ErrHelp after printing the usage
+// to stdout for -h, an error wrapping ErrUsage for a bad command line, and
+// an error describing the problem for input that is not a transcript.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "sanitize" {
 		args = args[1:]
 	}
-	fs := flag.NewFlagSet("sanitize", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("sanitize", pflag.ContinueOnError)
+	fs.SortFlags = false
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprint(stdout, usage)
+		fs.SetOutput(stdout)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
 	var (
 		provider = fs.String("provider", "", "provider id, e.g. anthropic, openai, openrouter")
@@ -55,7 +60,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		now      = fs.Int64("now", 0, "clock in Unix milliseconds for synthetic messages (default: current time)")
 	)
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
 		return fmt.Errorf("%w: %w", ErrUsage, err)

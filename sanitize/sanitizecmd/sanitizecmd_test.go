@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 func run(t *testing.T, stdin string, args ...string) (string, string, error) {
@@ -115,7 +116,10 @@ func TestRunErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := run(t, "", "-h"); !errors.Is(err, flag.ErrHelp) {
-		t.Errorf("-h: %v", err)
+	// -h prints GNU-style flags on stdout, as every other command does
+	// (it printed Go's single-dash -provider on stderr).
+	out, _, err := run(t, "", "-h")
+	if !errors.Is(err, pflag.ErrHelp) || !strings.Contains(out, "--provider string") || strings.Contains(out, "  -provider") {
+		t.Errorf("-h: %v\n%s", err, out)
 	}
 }
