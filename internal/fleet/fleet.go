@@ -865,10 +865,17 @@ func (m *Member) MetricsAddr() string {
 }
 
 func (m *Member) close() {
+	if m.Conn != nil && !m.Conn.IsConnected() {
+		// The server is gone: nothing to drain, and the auth store's
+		// watch stops with the connection (it waited 5 s to unsubscribe,
+		// then the connection's errors were logged after the worker had
+		// stopped).
+		m.Conn.Close()
+	}
 	if m.Auth != nil {
 		_ = m.Auth.Close()
 	}
-	if m.Conn != nil {
+	if m.Conn != nil && !m.Conn.IsClosed() {
 		_ = m.Conn.Drain()
 		deadline := time.Now().Add(5 * time.Second)
 		for !m.Conn.IsClosed() && time.Now().Before(deadline) {

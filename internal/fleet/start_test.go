@@ -42,6 +42,19 @@ func runMember(t *testing.T, cfg Config) (*Member, *lanefleet.Client, context.Co
 	return runStarted(t, m)
 }
 
+// runStartedClient returns a client on a member's connection and a
+// context of a minute, for a member the test runs itself.
+func runStartedClient(t *testing.T, m *Member) (*Member, *lanefleet.Client, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	c, err := lanefleet.New(m.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, c, ctx
+}
+
 // runStarted runs a started member as runMember does.
 func runStarted(t *testing.T, m *Member) (*Member, *lanefleet.Client, context.Context) {
 	t.Helper()
