@@ -129,6 +129,8 @@ func TestConventionalCLI(t *testing.T) {
 		{[]string{"--sync", "sometimes"}, 2, "", ""},
 		{[]string{"version", "extra"}, 2, "", ""},
 		{[]string{"sanitize", "--provider", "anthropic"}, 2, "", ""},
+		{[]string{"sanitize", "--provider", "a", "--api", "b", "--model", "c", "--nope"}, 2, "", ""},
+		{[]string{"sanitize", "--provider", "a", "--api", "b", "--model", "c", "extra"}, 2, "", ""},
 		{[]string{"permissions", "--role", "operator", "--user", "u"}, 2, "", ""},
 	} {
 		var out, errb bytes.Buffer
