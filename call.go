@@ -1,6 +1,7 @@
 package lanefleet
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/permission"
 )
 
 // Bounds of requests to the lane service.
@@ -129,12 +131,24 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	before := c.nc.LastError()
-	inbox, replies, done, err := c.replies.await(ctx, c)
+	inbox, replies, done, own, err := c.replies.await(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	expired := false
 	defer func() { done(expired) }()
+	if own {
+		// An inbox of its own, after the shared one was refused: the
+		// server has taken or refused it by the flush's answer, and a
+		// refused one fails the request before it is sent (a publish
+		// whose acknowledgement cannot come was stored all the same).
+		if err := c.nc.FlushWithContext(ctx); err != nil {
+			return nil, err
+		}
+		if err := c.denied(before, "Subscription to", inbox); err != nil {
+			return nil, fmt.Errorf("%w; nothing was sent", err)
+		}
+	}
 	m.Reply = inbox
 	if err := c.nc.PublishMsg(m); err != nil {
 		return nil, err
@@ -146,7 +160,8 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 		return nil, err
 	}
 	if err := c.denied(before, "Subscription to", inbox); err != nil {
-		return nil, err
+		// Seen only now: the request went out, and its reply cannot come.
+		return nil, &sentError{err}
 	}
 	var reply *nats.Msg
 	select {
@@ -204,12 +219,14 @@ type muxSub struct {
 
 // await returns the inbox of one request, the channel its reply comes on
 // (closed if the client closes first), and done, which ends the wait;
-// expired says the wait ended with the request's deadline. The first
+// expired says the wait ended with the request's deadline. own says the
+// inbox is the request's own subscription (the shared one was refused),
+// not yet known to be taken by the server. The first
 // request subscribes and flushes: the subscription is used once the server
 // took it. The flush is a round trip to the server; mu is not held across
 // it, so replies to other requests and their ends go on meanwhile, and the
 // requests that need the subscription wait for it (or their ctx).
-func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies chan *nats.Msg, done func(expired bool), err error) {
+func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies chan *nats.Msg, done func(expired bool), own bool, err error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	closes := x.closes
@@ -223,9 +240,9 @@ func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies 
 			x.mu.Lock()
 			switch {
 			case x.closes != closes:
-				return "", nil, nil, nats.ErrConnectionClosed
+				return "", nil, nil, false, nats.ErrConnectionClosed
 			case ctx.Err() != nil:
-				return "", nil, nil, ctx.Err()
+				return "", nil, nil, false, ctx.Err()
 			}
 			continue
 		}
@@ -243,9 +260,9 @@ func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies 
 			if ms != nil {
 				_ = ms.sub.Unsubscribe()
 			}
-			return "", nil, nil, nats.ErrConnectionClosed
+			return "", nil, nil, false, nats.ErrConnectionClosed
 		case err != nil:
-			return "", nil, nil, err
+			return "", nil, nil, false, err
 		case refused:
 			x.refused = true
 		default:
@@ -262,9 +279,9 @@ func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies 
 		inbox = c.nc.NewInbox()
 		sub, err := c.nc.ChanSubscribe(inbox, replies)
 		if err != nil {
-			return "", nil, nil, err
+			return "", nil, nil, false, err
 		}
-		return inbox, replies, func(bool) { _ = sub.Unsubscribe() }, nil
+		return inbox, replies, func(bool) { _ = sub.Unsubscribe() }, true, nil
 	}
 	ms := x.cur
 	// 128 random bits: whoever may publish under the client's inbox
@@ -275,7 +292,7 @@ func (x *replyMux) await(ctx context.Context, c *Client) (inbox string, replies 
 	x.waiting[inbox] = replies
 	ms.waiters++
 	mark := ms.delivered
-	return inbox, replies, func(expired bool) { x.leave(ms, inbox, expired, mark) }, nil
+	return inbox, replies, func(expired bool) { x.leave(ms, inbox, expired, mark) }, false, nil
 }
 
 // leave ends the wait of the request on ms for the reply to inbox. A
@@ -371,8 +388,27 @@ func (c *Client) denied(before error, what, subject string) error {
 		return nil
 	}
 	detail, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), nats.ErrPermissionViolation.Error()+": "), " on connection")
+	if prefix := cmp.Or(c.nc.Opts.InboxPrefix, "_INBOX"); what == "Subscription to" && strings.HasPrefix(subject, prefix+".") {
+		want := "_INBOX_<user>"
+		if u := c.nc.Opts.User; u != "" && !strings.ContainsAny(u, ".*> \t\r\n") {
+			want = permission.InboxPrefix(u)
+		}
+		if want == prefix {
+			return fmt.Errorf("%w: %s: this connection's replies come under %s, which its NATS user may not subscribe to; its permissions must allow %s.> (every role `worker permissions` prints does)",
+				ErrPermission, detail, prefix, prefix)
+		}
+		return fmt.Errorf("%w: %s: this connection's replies come under %s, which its NATS user may not subscribe to; connect with the inbox prefix its permissions allow (--inbox-prefix %s or NATS_INBOX_PREFIX; nats.CustomInboxPrefix in Go)",
+			ErrPermission, detail, prefix, want)
+	}
 	return fmt.Errorf("%w: %s", ErrPermission, detail)
 }
+
+// sentError is a request that went out but whose reply cannot reach the
+// connection: the server refused its inbox only after it was sent.
+type sentError struct{ err error }
+
+func (e *sentError) Error() string { return e.err.Error() }
+func (e *sentError) Unwrap() error { return e.err }
 
 // decodeReply decodes a lane service reply through the bounded decoder:
 // whatever answers on a lane's service subject cannot make the client

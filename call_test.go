@@ -148,11 +148,11 @@ func TestDroppedReplySubscriptionServesItsWaiters(t *testing.T) {
 	x := &c.replies
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	_, _, doneA, err := x.await(ctx, c)
+	_, _, doneA, _, err := x.await(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inboxB, repliesB, doneB, err := x.await(ctx, c)
+	inboxB, repliesB, doneB, _, err := x.await(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,14 +161,14 @@ func TestDroppedReplySubscriptionServesItsWaiters(t *testing.T) {
 	if replySub(c) != nil || nc.NumSubscriptions() != 1 {
 		t.Fatalf("after a silent timeout: current %p, %d subscriptions; want none current, 1 kept for B", replySub(c), nc.NumSubscriptions())
 	}
-	inboxC, repliesC, doneC, err := x.await(ctx, c) // subscribes anew
+	inboxC, repliesC, doneC, _, err := x.await(ctx, c) // subscribes anew
 	if err != nil {
 		t.Fatal(err)
 	}
 	if replySub(c) == nil || replySub(c) == first {
 		t.Fatal("the request after the drop did not subscribe anew")
 	}
-	_, _, doneD, err := x.await(ctx, c)
+	_, _, doneD, _, err := x.await(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,12 +211,12 @@ func TestReplyTokensAreUnguessable(t *testing.T) {
 	c, _ := New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	seen, _, doneSeen, err := c.replies.await(ctx, c) // a request whose subject the forger saw
+	seen, _, doneSeen, _, err := c.replies.await(ctx, c) // a request whose subject the forger saw
 	if err != nil {
 		t.Fatal(err)
 	}
 	doneSeen(false)
-	inbox, replies, done, err := c.replies.await(ctx, c)
+	inbox, replies, done, _, err := c.replies.await(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,11 +396,11 @@ func TestSubscribingBlocksNoReply(t *testing.T) {
 	x := &c.replies
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	_, _, doneA, err := x.await(ctx, c)
+	_, _, doneA, _, err := x.await(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inboxB, repliesB, doneB, err := x.await(ctx, c)
+	inboxB, repliesB, doneB, _, err := x.await(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func TestSubscribingBlocksNoReply(t *testing.T) {
 	}
 	results := make(chan awaited, 2)
 	awaitBg := func() {
-		inbox, _, done, err := x.await(ctx, c)
+		inbox, _, done, _, err := x.await(ctx, c)
 		results <- awaited{inbox, done, err}
 	}
 	p.stall()
@@ -493,7 +493,7 @@ func TestCloseWhileSubscribing(t *testing.T) {
 	p.stall()
 	errs := make(chan error, 1)
 	go func() {
-		_, _, done, err := c.replies.await(ctx, c)
+		_, _, done, _, err := c.replies.await(ctx, c)
 		if err == nil {
 			done(false)
 		}
@@ -518,7 +518,7 @@ func TestCloseWhileSubscribing(t *testing.T) {
 	if n := nc.NumSubscriptions(); n != 0 {
 		t.Fatalf("%d subscriptions after Close", n)
 	}
-	_, _, done, err := c.replies.await(ctx, c)
+	_, _, done, _, err := c.replies.await(ctx, c)
 	if err != nil || replySub(c) == nil {
 		t.Fatalf("request after Close: %v, subscription %v", err, replySub(c))
 	}

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,7 @@ import (
 	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/lanes/service"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/sessionfile"
 	"github.com/lanefleet/lanefleet/tracing"
 )
@@ -69,6 +71,13 @@ var (
 	// --lane-max-bytes): it refuses the session's new messages until its
 	// runs have taken some. Other sessions are not affected.
 	ErrLaneFull = errors.New("lanefleet: the session's lane is full")
+	// ErrUnacknowledged means a message went out but its stream's
+	// acknowledgement cannot reach this connection (the server refused
+	// the reply inbox only once the message was sent): it may be stored
+	// and run. Sending it again with the same message id (WithMessageID)
+	// within the stream's 2-minute de-duplication window stores no second
+	// copy and returns its run.
+	ErrUnacknowledged = errors.New("lanefleet: sent, but its acknowledgement cannot reach this connection")
 )
 
 // Client talks to a fleet over one NATS connection.
@@ -105,7 +114,17 @@ func New(nc *nats.Conn) (*Client, error) {
 
 // Connect connects to NATS and returns a client that owns the connection.
 // Credentials.Options gives the options for a server that authenticates.
+//
+// A connection that authenticates with a user name and password (options
+// or URL) and sets no inbox prefix gets the user's own, _INBOX_<user>, as
+// the worker derives its own and as the fleet's permissions grant it
+// (package permission): a sender's user may subscribe to no other inbox,
+// so with NATS's _INBOX every request was refused. nats.CustomInboxPrefix
+// (Credentials.InboxPrefix, NATS_INBOX_PREFIX) sets another.
 func Connect(url string, opts ...nats.Option) (*Client, error) {
+	if prefix := derivedInboxPrefix(url, opts); prefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(prefix))
+	}
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("lanefleet-client")}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: connect to %s: %w", redactURL(url), err)
@@ -257,11 +276,14 @@ type Run struct {
 // nobody else can know) carrying the same message id (Lanefleet-Msg-Id,
 // which the session's lane de-duplicates: WithMessageID). ErrNoFleet means
 // no stream stores the session's messages and no worker answers;
-// ErrPermission that the connection's user may not send to the session;
-// ErrTooLarge that the message exceeds the server's max payload or the
-// fleet's; ErrLaneFull that the session has as many messages queued as the
-// fleet allows one session (the error says how many). A stream that
-// refuses the message (a full store) is an error at once.
+// ErrPermission that the connection's user may not send to the session
+// or receive its acknowledgement (then nothing was sent);
+// ErrUnacknowledged (with ErrPermission) that it went out but its
+// acknowledgement cannot come: do not send it as a new message; ErrTooLarge
+// that the message exceeds the server's max payload or the fleet's;
+// ErrLaneFull that the session has as many messages queued as the fleet
+// allows one session (the error says how many). A stream that refuses the
+// message (a full store) is an error at once.
 //
 // Send subscribes to the session's events before it publishes, so following
 // the run (Events, Wait) within 10 s starts from its live events and asks
@@ -377,6 +399,11 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 			// publish, is de-duplicated.
 		case transientPubAck(err):
 		default:
+			if se := (*sentError)(nil); errors.As(err, &se) {
+				return nil, fmt.Errorf("%w: the message to %q (message id %s) may be stored and run: %w; do not send it as a new message: "+
+					"sent again with the same id once the inbox is fixed (WithMessageID, publisher send --id %s) within 2 minutes, it is not stored twice and its run id comes back",
+					ErrUnacknowledged, session, in.ID, se.err, in.ID)
+			}
 			if errors.Is(err, ErrPermission) {
 				return nil, fmt.Errorf("%w (send to session %q)", err, session)
 			}
@@ -549,9 +576,11 @@ type SessionSettings struct {
 // (see SetQueueSettings) and its run settings, which every later turn of
 // the session uses where its message names none: model, thinking level,
 // auth profile (which pins the session to it), history and tool-loop
-// limits, and a tool policy that narrows the worker's. A stored model must
-// still be allowed by the fleet when a turn uses it, else that turn ends
-// with an invalid_input error. The change is a message of the session's
+// limits, and a tool policy that narrows the worker's. A model the fleet
+// would not run (not allowed, or no key for its provider) is refused when
+// stored: the change's run ends with an invalid_input error listing the
+// models it runs, and nothing is stored; a stored model the fleet no
+// longer runs when a turn uses it ends that turn the same way. The change is a message of the session's
 // lane, applied exactly between the messages sent before and after it;
 // Wait on the returned run to know it was applied (its result's text
 // describes the settings in force).
@@ -825,6 +854,35 @@ func (c *Client) ActiveRuns(ctx context.Context) ([]ActiveRun, error) {
 	}
 	slices.SortFunc(out, func(a, b ActiveRun) int { return cmp.Compare(a.StartedAt.UnixNano(), b.StartedAt.UnixNano()) })
 	return out, nil
+}
+
+// derivedInboxPrefix returns the inbox prefix a connection with opts to url
+// gets when it sets none: permission.InboxPrefix of the user it
+// authenticates as with a password; "" when it sets one, authenticates
+// otherwise (a token, an nkey, a credentials file: no user name), or the
+// name cannot be a subject token.
+func derivedInboxPrefix(url string, opts []nats.Option) string {
+	o := nats.GetDefaultOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			_ = opt(&o) // a failing option fails nats.Connect, which says why
+		}
+	}
+	if o.InboxPrefix != "" {
+		return ""
+	}
+	user, pass := o.User, o.Password
+	if user == "" {
+		first, _, _ := strings.Cut(url, ",")
+		if u, err := neturl.Parse(strings.TrimSpace(first)); err == nil && u.User != nil {
+			user = u.User.Username()
+			pass, _ = u.User.Password()
+		}
+	}
+	if user == "" || pass == "" || strings.ContainsAny(user, ".*> \t\r\n") {
+		return ""
+	}
+	return permission.InboxPrefix(user)
 }
 
 func newID() string {

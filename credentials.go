@@ -21,7 +21,7 @@ type Credentials struct {
 	TLSCert     string // client certificate file: NATS_CERT
 	TLSKey      string // its key file: NATS_KEY
 	TLSCA       string // CA certificates that sign the server's: NATS_CA
-	InboxPrefix string // reply subjects' prefix, e.g. _INBOX_alice, so no other user can read the replies: NATS_INBOX_PREFIX
+	InboxPrefix string // reply subjects' prefix, e.g. _INBOX_alice, so no other user can read the replies: NATS_INBOX_PREFIX (Connect's default with a User and Password: _INBOX_<User>)
 }
 
 // CredentialsFromEnv reads NATS_CREDS, NATS_NKEY, NATS_USER, NATS_PASSWORD,

@@ -205,11 +205,45 @@ func TestRefusedReplySubscription(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		_, err := dave.Send(ctx, "dave", "hello", WithoutFollow())
 		cancel()
-		if !errors.Is(err, ErrPermission) {
-			t.Fatalf("send %d: %v, want ErrPermission", i, err)
+		if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), "nothing was sent") || !strings.Contains(err.Error(), "must allow _INBOX_dave.>") {
+			t.Fatalf("send %d: %v, want ErrPermission saying nothing was sent and which prefix to use", i, err)
 		}
 	}
 	if !dave.replies.refused {
 		t.Fatal("the refused reply subscription is not remembered")
+	}
+}
+
+// TestConnectDerivesTheInboxPrefix: a client that authenticates with a user
+// and password (options or URL) and sets no inbox prefix uses the user's,
+// _INBOX_<user>, which the sender role grants: sends and reads work (every
+// request was refused: the server denied the default _INBOX).
+func TestConnectDerivesTheInboxPrefix(t *testing.T) {
+	t.Parallel()
+	url := startUsersServer(t, "alice")
+	startMember(t, strings.Replace(url, "nats://", "nats://worker:w@", 1))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for name, connect := range map[string]func() (*Client, error){
+		"options": func() (*Client, error) { return Connect(url, nats.UserInfo("alice", "alice")) },
+		"url":     func() (*Client, error) { return Connect(strings.Replace(url, "nats://", "nats://alice:alice@", 1)) },
+	} {
+		c, err := connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := c.Send(ctx, "alice", "hello "+name)
+		if err != nil {
+			c.Close()
+			t.Fatalf("%s: send: %v", name, err)
+		}
+		res, err := run.Wait(ctx)
+		if err != nil || res.Payloads[0].Text != "echo: hello "+name {
+			t.Fatalf("%s: %+v, %v", name, res, err)
+		}
+		if _, err := c.History(ctx, "alice"); err != nil {
+			t.Fatalf("%s: history: %v", name, err)
+		}
+		c.Close()
 	}
 }

@@ -268,6 +268,9 @@ func TestHostileRequests(t *testing.T) {
 		{admin.OpSessions, `{"who":"me"}`, "unknown field"},
 		{admin.OpDeadList, `{"reason":"a.b"}`, "not a dead-letter reason"},
 		{admin.OpDeadList, `{"reason":">"}`, "not a dead-letter reason"},
+		// A misspelt reason matched nothing, silently.
+		{admin.OpDeadList, `{"reason":"posion"}`, `reason "posion" is not a dead-letter reason (poison, invalid, bad-lane)`},
+		{admin.OpDeadPurge, `{"reason":"bad_lane"}`, `reason "bad_lane" is not a dead-letter reason (poison, invalid, bad-lane)`},
 		{admin.OpDeadShow, `{}`, "seq is required"},
 		{admin.OpDeadReplay, `{}`, "exactly one"},
 		{admin.OpDeadReplay, `{"all":true,"reason":"poison"}`, "exactly one"},

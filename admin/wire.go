@@ -2,7 +2,8 @@ package admin
 
 import (
 	"fmt"
-	"regexp"
+
+	"github.com/lanefleet/lanefleet/events"
 )
 
 // The service and its subjects.
@@ -57,28 +58,28 @@ type SessionsRequest struct {
 // event stream keeps them for its max age, 24 hours by default), with
 // messages stored on their lane, or with a run running now.
 type SessionsReply struct {
-	Sessions []Session `msgpack:"sessions"`
+	Sessions []Session `json:"sessions" msgpack:"sessions"`
 	// Total counts the sessions found, before the limit.
-	Total int `msgpack:"total"`
+	Total int `json:"total" msgpack:"total"`
 }
 
 // Session is one session in a listing.
 type Session struct {
-	Key         string `msgpack:"key"`
-	Fingerprint string `msgpack:"fp"` // what the workers' log lines name it by
+	Key         string `json:"key" msgpack:"key"`
+	Fingerprint string `json:"fingerprint" msgpack:"fp"` // what the workers' log lines name it by
 	// LastActivity is when its newest run last published an event, or its
 	// newest message was stored (Unix ms).
-	LastActivity int64  `msgpack:"last"`
-	LastRun      string `msgpack:"lastRun,omitempty"`
+	LastActivity int64  `json:"lastActivity" msgpack:"last"`
+	LastRun      string `json:"lastRun,omitempty" msgpack:"lastRun,omitempty"`
 	// Runs counts its runs whose events are still stored.
-	Runs int `msgpack:"runs"`
+	Runs int `json:"runs" msgpack:"runs"`
 	// Stored counts the messages stored on its lane: waiting, running, or
 	// processed and not purged yet (backlog --session gives the exact
 	// backlog).
-	Stored int `msgpack:"stored"`
+	Stored int `json:"stored" msgpack:"stored"`
 	// Running is the run a worker runs now, on Worker.
-	Running string `msgpack:"running,omitempty"`
-	Worker  string `msgpack:"worker,omitempty"`
+	Running string `json:"running,omitempty" msgpack:"running,omitempty"`
+	Worker  string `json:"worker,omitempty" msgpack:"worker,omitempty"`
 }
 
 // DeadListRequest asks for dead letters in stream order after After,
@@ -91,30 +92,30 @@ type DeadListRequest struct {
 
 // DeadListReply is a page of dead letters (without their data).
 type DeadListReply struct {
-	Letters []DeadLetter `msgpack:"letters"`
-	More    bool         `msgpack:"more,omitempty"` // ask again with After = Next
-	Next    uint64       `msgpack:"next,omitempty"`
+	Letters []DeadLetter `json:"letters" msgpack:"letters"`
+	More    bool         `json:"more,omitempty" msgpack:"more,omitempty"` // ask again with After = Next
+	Next    uint64       `json:"next,omitempty" msgpack:"next,omitempty"`
 }
 
 // DeadLetter is a message the fleet could not process, as the dead-letter
 // stream keeps it.
 type DeadLetter struct {
-	Seq    uint64 `msgpack:"seq"`    // its sequence in the dead-letter stream: its id
-	Reason string `msgpack:"reason"` // poison, invalid, bad-lane
-	Time   int64  `msgpack:"time"`   // when it was dead-lettered (Unix ms)
+	Seq    uint64 `json:"seq" msgpack:"seq"`       // its sequence in the dead-letter stream: its id
+	Reason string `json:"reason" msgpack:"reason"` // poison, invalid, bad-lane
+	Time   int64  `json:"time" msgpack:"time"`     // when it was dead-lettered (Unix ms)
 	// Subject is the inbound subject it was published on; Session its
 	// session key when that subject is a lane's.
-	Subject     string `msgpack:"subject"`
-	Session     string `msgpack:"session,omitempty"`
-	Fingerprint string `msgpack:"fp,omitempty"`
-	InboundSeq  uint64 `msgpack:"inboundSeq,omitempty"` // its run id
-	Error       string `msgpack:"error,omitempty"`      // why
-	Size        int    `msgpack:"size"`                 // bytes of data
+	Subject     string `json:"subject" msgpack:"subject"`
+	Session     string `json:"session,omitempty" msgpack:"session,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty" msgpack:"fp,omitempty"`
+	InboundSeq  uint64 `json:"inboundSeq,omitempty" msgpack:"inboundSeq,omitempty"` // its run id
+	Error       string `json:"error,omitempty" msgpack:"error,omitempty"`           // why
+	Size        int    `json:"size" msgpack:"size"`                                 // bytes of data
 	// Headers and Data are set by dlq.show only. Data is cut to fit a
 	// reply when it does not (Truncated).
-	Headers   map[string][]string `msgpack:"headers,omitempty"`
-	Data      []byte              `msgpack:"data,omitempty"`
-	Truncated bool                `msgpack:"truncated,omitempty"`
+	Headers   map[string][]string `json:"headers,omitempty" msgpack:"headers,omitempty"`
+	Data      []byte              `json:"data,omitempty" msgpack:"data,omitempty"`
+	Truncated bool                `json:"truncated,omitempty" msgpack:"truncated,omitempty"`
 }
 
 // DeadShowRequest names one dead letter.
@@ -136,29 +137,29 @@ type DeadSelect struct {
 // again on its lane (a new run) and its dead letter deleted; a message
 // whose subject is no lane's cannot be replayed.
 type DeadReplayReply struct {
-	Replayed []Replayed `msgpack:"replayed"`
-	Skipped  []Skipped  `msgpack:"skipped,omitempty"`
+	Replayed []Replayed `json:"replayed" msgpack:"replayed"`
+	Skipped  []Skipped  `json:"skipped,omitempty" msgpack:"skipped,omitempty"`
 	// More means the request selected more than ReplayMax letters: ask
 	// again.
-	More bool `msgpack:"more,omitempty"`
+	More bool `json:"more,omitempty" msgpack:"more,omitempty"`
 }
 
 // Replayed is one replayed dead letter and the run it became.
 type Replayed struct {
-	Seq     uint64 `msgpack:"seq"`
-	Session string `msgpack:"session"`
-	Run     string `msgpack:"run"`
+	Seq     uint64 `json:"seq" msgpack:"seq"`
+	Session string `json:"session" msgpack:"session"`
+	Run     string `json:"run" msgpack:"run"`
 }
 
 // Skipped is a selected dead letter that was not replayed, and why.
 type Skipped struct {
-	Seq uint64 `msgpack:"seq"`
-	Why string `msgpack:"why"`
+	Seq uint64 `json:"seq" msgpack:"seq"`
+	Why string `json:"why" msgpack:"why"`
 }
 
 // DeadPurgeReply says how many dead letters a purge removed.
 type DeadPurgeReply struct {
-	Purged uint64 `msgpack:"purged"`
+	Purged uint64 `json:"purged" msgpack:"purged"`
 }
 
 // AuthStatusReply is the auth profiles of the answering worker and their
@@ -166,29 +167,29 @@ type DeadPurgeReply struct {
 // worker; the profiles are the worker's configuration). No key or token
 // is ever part of it.
 type AuthStatusReply struct {
-	Worker   string            `msgpack:"worker"`
-	Now      int64             `msgpack:"now"` // the worker's clock (Unix ms)
-	Profiles []AuthProfile     `msgpack:"profiles"`
-	LastGood map[string]string `msgpack:"lastGood,omitempty"` // provider → profile id
+	Worker   string            `json:"worker" msgpack:"worker"`
+	Now      int64             `json:"now" msgpack:"now"` // the worker's clock (Unix ms)
+	Profiles []AuthProfile     `json:"profiles" msgpack:"profiles"`
+	LastGood map[string]string `json:"lastGood,omitempty" msgpack:"lastGood,omitempty"` // provider → profile id
 }
 
 // AuthProfile is one auth profile's state.
 type AuthProfile struct {
-	ID       string `msgpack:"id"`
-	Provider string `msgpack:"provider"`
-	Type     string `msgpack:"type"`
+	ID       string `json:"id" msgpack:"id"`
+	Provider string `json:"provider" msgpack:"provider"`
+	Type     string `json:"type" msgpack:"type"`
 	// Cooling is true while the profile is in cooldown or disabled for
 	// every model; Models lists per-model cooldowns (model → until).
-	Cooling        bool             `msgpack:"cooling"`
-	CooldownUntil  int64            `msgpack:"cooldownUntil,omitempty"`
-	DisabledUntil  int64            `msgpack:"disabledUntil,omitempty"`
-	DisabledReason string           `msgpack:"disabledReason,omitempty"`
-	RetryUntil     int64            `msgpack:"retryUntil,omitempty"`
-	ErrorCount     int              `msgpack:"errorCount,omitempty"`
-	FailureCounts  map[string]int   `msgpack:"failureCounts,omitempty"`
-	Models         map[string]int64 `msgpack:"models,omitempty"`
-	LastUsed       int64            `msgpack:"lastUsed,omitempty"`
-	LastFailureAt  int64            `msgpack:"lastFailureAt,omitempty"`
+	Cooling        bool             `json:"cooling" msgpack:"cooling"`
+	CooldownUntil  int64            `json:"cooldownUntil,omitempty" msgpack:"cooldownUntil,omitempty"`
+	DisabledUntil  int64            `json:"disabledUntil,omitempty" msgpack:"disabledUntil,omitempty"`
+	DisabledReason string           `json:"disabledReason,omitempty" msgpack:"disabledReason,omitempty"`
+	RetryUntil     int64            `json:"retryUntil,omitempty" msgpack:"retryUntil,omitempty"`
+	ErrorCount     int              `json:"errorCount,omitempty" msgpack:"errorCount,omitempty"`
+	FailureCounts  map[string]int   `json:"failureCounts,omitempty" msgpack:"failureCounts,omitempty"`
+	Models         map[string]int64 `json:"models,omitempty" msgpack:"models,omitempty"`
+	LastUsed       int64            `json:"lastUsed,omitempty" msgpack:"lastUsed,omitempty"`
+	LastFailureAt  int64            `json:"lastFailureAt,omitempty" msgpack:"lastFailureAt,omitempty"`
 }
 
 // AuthResetRequest names the profile whose cooldowns to clear.
@@ -198,17 +199,18 @@ type AuthResetRequest struct {
 
 // AuthResetReply says whether there was anything to clear.
 type AuthResetReply struct {
-	Profile string `msgpack:"profile"`
-	Cleared bool   `msgpack:"cleared"`
+	Profile string `json:"profile" msgpack:"profile"`
+	Cleared bool   `json:"cleared" msgpack:"cleared"`
 }
 
-// reasonRE is a dead-letter reason: one subject token.
-var reasonRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// checkReason validates a reason given in a request.
+// checkReason validates a reason given in a request: empty (any) or one
+// of events.DeadReasons.
 func checkReason(r string) error {
-	if r != "" && !reasonRE.MatchString(r) {
-		return fmt.Errorf("reason %q is not a dead-letter reason (letters, digits, '_', '-')", clip(r))
+	if r == "" {
+		return nil
+	}
+	if err := events.CheckDeadReason(r); err != nil {
+		return fmt.Errorf("reason %w", err)
 	}
 	return nil
 }

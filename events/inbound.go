@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -241,9 +243,16 @@ func IsJSON(contentType string, data []byte) bool {
 	return len(trimmed) > 0 && trimmed[0] == '{'
 }
 
+// MaxUnknownBytes bounds the bytes an inbound message's unknown top-level
+// fields may hold (their names and values, as sent).
+const MaxUnknownBytes = 64 << 10
+
 // DecodeInbound decodes and validates an inbound payload. maxBytes ≤ 0 means
-// DefaultMaxPayload. Unknown fields are rejected: a typo such as "txt" must not
-// silently send an empty message.
+// DefaultMaxPayload. Unknown top-level fields (a newer sender's) are
+// ignored, in JSON and msgpack alike, up to MaxUnknownBytes; an unknown
+// field inside a known one (runSettings.temperature) is refused, as a
+// setting that does nothing would be. A typo such as "txt" still fails: the
+// message is then empty, and the error names what was ignored.
 func DecodeInbound(contentType string, data []byte, maxBytes int) (*Inbound, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxPayload
@@ -254,25 +263,151 @@ func DecodeInbound(contentType string, data []byte, maxBytes int) (*Inbound, err
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, &DecodeError{Reason: "empty payload"}
 	}
-	var in Inbound
+	var (
+		in      Inbound
+		ignored []string // unknown top-level fields
+	)
 	if IsJSON(contentType, data) {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil {
-			return nil, &DecodeError{Reason: "malformed JSON: " + jsonReason(err), Err: err}
+		err := decodeInboundJSON(data, &in)
+		if isUnknownField(err) {
+			var derr error
+			if data, ignored, derr = dropUnknownJSON(data); derr != nil {
+				return nil, derr
+			}
+			in = Inbound{}
+			err = decodeInboundJSON(data, &in)
 		}
-		if dec.More() {
-			return nil, &DecodeError{Reason: "malformed JSON: trailing data after the object"}
+		if err != nil {
+			return nil, err
 		}
 	} else {
-		if err := unmarshalMsgpack(data, &in, true, MaxInboundValues); err != nil {
+		err := unmarshalMsgpack(data, &in, true, MaxInboundValues)
+		if isUnknownField(err) {
+			var derr error
+			if data, ignored, derr = dropUnknownMsgpack(data); derr != nil {
+				return nil, derr
+			}
+			in = Inbound{}
+			err = unmarshalMsgpack(data, &in, true, MaxInboundValues)
+		}
+		if err != nil {
 			return nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
 		}
 	}
 	if err := in.Validate(); err != nil {
+		var de *DecodeError
+		if len(ignored) > 0 && errors.As(err, &de) {
+			de.Reason += fmt.Sprintf(" (ignored unknown fields: %s)", clip(strings.Join(ignored, ", ")))
+		}
 		return nil, err
 	}
 	return &in, nil
+}
+
+// decodeInboundJSON decodes one JSON object into in, refusing unknown fields.
+func decodeInboundJSON(data []byte, in *Inbound) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(in); err != nil {
+		return &DecodeError{Reason: "malformed JSON: " + jsonReason(err), Err: err}
+	}
+	if dec.More() {
+		return &DecodeError{Reason: "malformed JSON: trailing data after the object"}
+	}
+	return nil
+}
+
+// isUnknownField reports whether err is a strict decoder's refusal of a
+// field name (encoding/json's and msgpack's say so only in their text).
+func isUnknownField(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "json: unknown field ") || strings.Contains(err.Error(), "msgpack: unknown field "))
+}
+
+// inboundFields are the names of Inbound's fields on the wire (the same in
+// JSON and msgpack).
+var inboundFields = func() []string {
+	t := reflect.TypeFor[Inbound]()
+	out := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
+}()
+
+// knownField reports whether key names a field of Inbound: exactly for
+// msgpack, ignoring case for JSON (as encoding/json matches names).
+func knownField(key string, fold bool) bool {
+	for _, f := range inboundFields {
+		if key == f || fold && strings.EqualFold(key, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownTooLarge refuses unknown fields over MaxUnknownBytes.
+func unknownTooLarge(n int) error {
+	return &DecodeError{Reason: fmt.Sprintf("unknown fields hold %d bytes, the limit is %d", n, MaxUnknownBytes), Err: ErrTooLarge}
+}
+
+// dropUnknownJSON returns the JSON object data without its unknown
+// top-level fields, and their names.
+func dropUnknownJSON(data []byte) ([]byte, []string, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return nil, nil, &DecodeError{Reason: "malformed JSON: " + jsonReason(err), Err: err}
+	}
+	var (
+		ignored []string
+		size    int
+	)
+	for k, v := range obj {
+		if !knownField(k, true) {
+			size += len(k) + len(v)
+			ignored = append(ignored, k)
+			delete(obj, k)
+		}
+	}
+	if size > MaxUnknownBytes {
+		return nil, nil, unknownTooLarge(size)
+	}
+	slices.Sort(ignored)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, nil, &DecodeError{Reason: "malformed JSON: " + err.Error(), Err: err}
+	}
+	return out, ignored, nil
+}
+
+// dropUnknownMsgpack returns the msgpack map data without its unknown
+// top-level fields, and their names. data has passed checkMsgpack.
+func dropUnknownMsgpack(data []byte) ([]byte, []string, error) {
+	var obj map[string]msgpack.RawMessage
+	if err := unmarshalMsgpack(data, &obj, false, MaxInboundValues); err != nil {
+		return nil, nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
+	}
+	var (
+		ignored []string
+		size    int
+	)
+	for k, v := range obj {
+		if !knownField(k, false) {
+			size += len(k) + len(v)
+			ignored = append(ignored, k)
+			delete(obj, k)
+		}
+	}
+	if size > MaxUnknownBytes {
+		return nil, nil, unknownTooLarge(size)
+	}
+	slices.Sort(ignored)
+	out, err := msgpack.Marshal(obj)
+	if err != nil {
+		return nil, nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
+	}
+	return out, ignored, nil
 }
 
 func jsonReason(err error) string {

@@ -39,8 +39,15 @@ func TestDecodeInbound(t *testing.T) {
 		{"malformed msgpack", "", []byte{0x85, 0x01}, 0, "", "malformed msgpack"},
 		{"empty payload", "", nil, 0, "", "empty payload"},
 		{"empty text", "", []byte(`{"text":"  "}`), 0, "", "text: empty"},
-		{"unknown json field", "", []byte(`{"txt":"hi"}`), 0, "", `unknown field "txt"`},
-		{"unknown msgpack field", "", mustPack(t, map[string]any{"text": "a", "bogus": 1}), 0, "", "bogus"},
+		// Unknown top-level fields (a newer sender's) are ignored, in JSON
+		// as in msgpack; they dead-lettered the message.
+		{"unknown json field", "", []byte(`{"text":"hi","priority":"high","meta":{"a":[1,2]}}`), 0, "hi", ""},
+		{"unknown msgpack field", "", mustPack(t, map[string]any{"text": "a", "bogus": 1}), 0, "a", ""},
+		{"json field names ignore case", "", []byte(`{"TEXT":"hi","Extra":1}`), 0, "hi", ""},
+		{"a typo leaves the message empty", "", []byte(`{"txt":"hi"}`), 0, "", `text: empty: a message needs text, an image or tool results (ignored unknown fields: txt)`},
+		{"unknown json fields are bounded", "", []byte(`{"text":"a","blob":"` + strings.Repeat("x", MaxUnknownBytes) + `"}`), 0, "", "unknown fields hold 65542 bytes, the limit is 65536"},
+		{"unknown msgpack fields are bounded", "", mustPack(t, map[string]any{"text": "a", "blob": strings.Repeat("x", MaxUnknownBytes)}), 0, "", "the limit is 65536"},
+		{"unknown field inside a known one", "", []byte(`{"runSettings":{"temperature":1},"x":1}`), 0, "", `unknown field "temperature"`},
 		{"wrong type", "", []byte(`{"text":5}`), 0, "", `field "text" must be string`},
 		{"oversized", "", []byte(`{"text":"` + strings.Repeat("a", 100) + `"}`), 50, "", "limit is 50"},
 		{"future version", "", []byte(`{"v":2,"text":"a"}`), 0, "", "unsupported schema version 2"},

@@ -1,7 +1,9 @@
 package events
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -99,6 +101,49 @@ func TokenKey(token string) (string, error) {
 		return "", fmt.Errorf("%w: %q encodes a plain key; use %q", ErrBadToken, clip(token), key)
 	}
 	return key, nil
+}
+
+// MaxDirName is the longest lane token a session's own directory (its
+// workspace) is named by as it is: NAME_MAX, the longest file name of Linux
+// and macOS file systems. A key of up to 190 bytes has a token that fits.
+const MaxDirName = 255
+
+// dirNamePrefix starts a digest directory name. It is in neither the plain
+// alphabet nor the encoded one and starts no token, so a digest name never
+// equals a token.
+const dirNamePrefix = '+'
+
+// dirReadable is the most bytes of the key a digest directory name shows.
+const dirReadable = 48
+
+// KeyDirName returns the name of a session key's own directory (its
+// workspace under the workspace root): its lane token when that is at most
+// MaxDirName bytes, as it always was; else "+", up to 48 bytes of the key
+// (each byte outside [A-Za-z0-9_-] shown as '_'), "+" and the hex SHA-256
+// of the whole key: 114 bytes at most. Different keys get different names
+// (a token is the key's reversible encoding; a digest name starts with '+',
+// which no token does, and names the key by its digest), and every name is
+// a single path element: neither '/', NUL, "." nor "..".
+func KeyDirName(key string) (string, error) {
+	tok, err := KeyToken(key)
+	if err != nil {
+		return "", err
+	}
+	if len(tok) <= MaxDirName {
+		return tok, nil
+	}
+	sum := sha256.Sum256([]byte(key))
+	b := make([]byte, 0, 2+dirReadable+hex.EncodedLen(len(sum)))
+	b = append(b, dirNamePrefix)
+	for i := 0; i < len(key) && i < dirReadable; i++ {
+		if c := key[i]; isAlphabet(key[i : i+1]) {
+			b = append(b, c)
+		} else {
+			b = append(b, '_')
+		}
+	}
+	b = append(b, dirNamePrefix)
+	return string(hex.AppendEncode(b, sum[:])), nil
 }
 
 func clip(s string) string {

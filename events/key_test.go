@@ -1,7 +1,12 @@
 package events
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -145,4 +150,73 @@ func TestFingerprint(t *testing.T) {
 	if got := Fingerprint("alice"); got != "2bd806c97f0e" {
 		t.Fatalf("Fingerprint(alice) = %q (sha256 prefix)", got)
 	}
+}
+
+// TestKeyDirName: a key's directory is named by its token while that fits
+// a file name (existing workspaces keep their directory), by a digest with
+// a readable prefix beyond (a 191-byte key's token is 256 bytes: mkdir
+// failed with "file name too long" and every message was dead-lettered).
+func TestKeyDirName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 191)
+	tests := []struct {
+		name, key, want string
+	}{
+		{"plain key", "alice", "alice"},
+		{"encoded key", "agent:main:telegram:dm:42", "=YWdlbnQ6bWFpbjp0ZWxlZ3JhbTpkbTo0Mg"},
+		{"190 bytes: a 255-byte token", strings.Repeat("x", 190), "=" + b64.EncodeToString([]byte(strings.Repeat("x", 190)))},
+		{"191 bytes: digest", long, "+" + strings.Repeat("x", 48) + "+" + sha256hex(long)},
+		{"readable prefix", "agent:main:" + long, "+agent_main_" + strings.Repeat("x", 37) + "+" + sha256hex("agent:main:"+long)},
+		{"256 bytes of é", strings.Repeat("é", 128), "+" + strings.Repeat("_", 48) + "+" + sha256hex(strings.Repeat("é", 128))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := KeyDirName(tt.key)
+			if err != nil || got != tt.want {
+				t.Fatalf("KeyDirName(%d bytes) = %q, %v; want %q", len(tt.key), got, err, tt.want)
+			}
+		})
+	}
+	if _, err := KeyDirName(""); !errors.Is(err, ErrEmptyKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+}
+
+func sha256hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// FuzzKeyDirName: every valid key names a directory that can be made, and
+// two keys never share one.
+func FuzzKeyDirName(f *testing.F) {
+	for _, k := range []string{"alice", "a.b", strings.Repeat("x", 190), strings.Repeat("x", 191), strings.Repeat("é", 128), "+x+", ".."} {
+		f.Add(k, k+"x")
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, a, b string) {
+		na, errA := KeyDirName(a)
+		nb, errB := KeyDirName(b)
+		if errA != nil || errB != nil {
+			if (errA == nil) != (ValidateKey(a) == nil) || (errB == nil) != (ValidateKey(b) == nil) {
+				t.Fatalf("KeyDirName and ValidateKey disagree: %v, %v", errA, errB)
+			}
+			return
+		}
+		if a != b && na == nb {
+			t.Fatalf("keys %q and %q share directory %q", a, b, na)
+		}
+		if len(na) > MaxDirName || na == "." || na == ".." || strings.ContainsAny(na, "/\x00") {
+			t.Fatalf("KeyDirName(%q) = %q: not a file name", a, na)
+		}
+		if na[0] != '+' {
+			if k, err := TokenKey(na); err != nil || k != a {
+				t.Fatalf("KeyDirName(%q) = %q is a token of %q, %v", a, na, k, err)
+			}
+		}
+		if err := os.Mkdir(filepath.Join(dir, na), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			t.Fatalf("mkdir %q: %v", na, err)
+		}
+	})
 }

@@ -16,6 +16,27 @@ const (
 	DeadStream    = "AGENT_DLQ"
 )
 
+// Dead-letter reasons: the last token of agent.dlq.<reason>.
+const (
+	DeadPoison  = "poison"   // its turn started MaxAttempts times without finishing
+	DeadInvalid = "invalid"  // its payload does not decode or validate
+	DeadBadLane = "bad-lane" // published on a subject that is no lane's
+)
+
+// DeadReasons returns the dead-letter reasons.
+func DeadReasons() []string { return []string{DeadPoison, DeadInvalid, DeadBadLane} }
+
+// CheckDeadReason refuses a reason that is none of DeadReasons: a filter
+// by a misspelt reason silently matched nothing.
+func CheckDeadReason(r string) error {
+	for _, known := range DeadReasons() {
+		if r == known {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not a dead-letter reason (%s)", clip(r), strings.Join(DeadReasons(), ", "))
+}
+
 // Header names used on fleet messages.
 const (
 	HeaderContentType = "Content-Type"

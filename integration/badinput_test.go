@@ -47,8 +47,8 @@ func TestBadInput(t *testing.T) {
 		{"not an object", "", []byte("just some words"), "malformed msgpack"},
 		{"oversized", "", []byte(`{"text":"` + strings.Repeat("x", 4096) + `"}`), "the limit is 2048"},
 		{"empty text", "", []byte(`{"text":""}`), "text: empty"},
-		{"unknown field", "", []byte(`{"text":"hi","colour":"blue"}`), `unknown field "colour"`},
-		{"unknown msgpack field", events.ContentMsgpack, pack(map[string]any{"text": "hi", "x": 1}), "x"},
+		{"misspelt field", "", []byte(`{"txt":"hi","colour":"blue"}`), `text: empty: a message needs text, an image or tool results (ignored unknown fields: colour, txt)`},
+		{"misspelt msgpack field", events.ContentMsgpack, pack(map[string]any{"txt": "hi"}), "(ignored unknown fields: txt)"},
 		{"session mismatch", "", []byte(`{"text":"hi","session":"someone-else"}`), "does not match"},
 		{"future version", "", []byte(`{"v":9,"text":"hi"}`), "unsupported schema version"},
 	}
@@ -69,6 +69,18 @@ func TestBadInput(t *testing.T) {
 		}
 		if len(res.Payloads) != 1 || !res.Payloads[0].IsError {
 			t.Fatalf("%s: payloads %+v, want one error payload", tt.name, res.Payloads)
+		}
+	}
+
+	// Unknown fields beside the known ones (a newer sender's) are ignored:
+	// the message runs (it was dead-lettered).
+	for _, data := range [][]byte{[]byte(`{"text":"hi","colour":"blue"}`), pack(map[string]any{"text": "hi", "x": 1})} {
+		ack, err := js.Publish(ctx, "agent.in.edge", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := c.Run("edge", itoa(ack.Sequence)).Wait(ctx); err != nil || res.Payloads[0].Text != "echo: hi" {
+			t.Fatalf("a message with an unknown field: %+v, %v", res, err)
 		}
 	}
 
@@ -126,10 +138,11 @@ func TestBadInput(t *testing.T) {
 	if len(subjects) != 3 || !slices.Contains(subjects, "agent.in.=_w") {
 		t.Fatalf("bad-lane dead letters for %q", subjects)
 	}
-	// History shows only the good turn of the lane.
+	// History shows only the good turns of the lane (two with unknown
+	// fields, then the last).
 	hist, err := c.History(ctx, "edge")
-	if err != nil || len(hist) != 2 {
-		t.Fatalf("history = %d entries, %v; want the one good turn", len(hist), err)
+	if err != nil || len(hist) != 6 {
+		t.Fatalf("history = %d entries, %v; want the three good turns", len(hist), err)
 	}
 	if st := w.m.Worker.Stats(); st.DeadLetters.Load() != int64(3+len(tests)) {
 		t.Fatalf("worker dead letters = %d", st.DeadLetters.Load())

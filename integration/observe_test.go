@@ -257,7 +257,7 @@ func TestObservedFleet(t *testing.T) {
 	if len(ends) != 3 {
 		t.Fatalf("%d run-end lines, want 3:\n%s", len(ends), logs.String())
 	}
-	for _, k := range []string{"session", "run_id", "model", "outcome", "duration", "tokens"} {
+	for _, k := range []string{"session", "run_id", "model", "outcome", "duration_ms", "queue_wait_ms", "tokens"} {
 		if _, ok := ends[1][k]; !ok {
 			t.Errorf("run-end line lacks %s: %v", k, ends[1])
 		}

@@ -33,7 +33,7 @@ func (c collected) runID() string { return strconv.FormatUint(c.raw.Sequence, 10
 // dropped is a message a turn consumes without answering it.
 type dropped struct {
 	c      collected
-	kind   string // events.KindDropped, events.KindInterrupted or kindSettings
+	kind   string // events.KindDropped, events.KindInterrupted, kindSettings, or invalid_input (settings refused)
 	reason string
 }
 
@@ -621,7 +621,7 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			if seen {
-				o.log.Warn().Dur("waited", waited).
+				o.log.Warn().Dur("waited_ms", waited).
 					Msg("the message that cut the turn was not stored (refused as a duplicate or by an expected-sequence check, or stored late): one stored later runs as the lane's next message, and a rollback then keeps the cut turn")
 			}
 			break
@@ -635,6 +635,10 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 			cut = &c.msg
 			continue
 		case queue.CutApply:
+			if why := o.refuseSettings(c.in); why != "" {
+				p.dropped = append(p.dropped, dropped{c: c, kind: "invalid_input", reason: why})
+				break
+			}
 			if err := o.storeSettings(ctx, c.in); err != nil {
 				return err
 			}
@@ -711,6 +715,17 @@ func (o *owner) applySettings(ctx context.Context, em *emitter, p *plan) error {
 	text := o.settings.String()
 	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: time.Now().UnixMilli(), Text: text})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
+}
+
+// refuseSettings says why the worker's CheckSettings refuses the run
+// settings of settings message in ("" when it stores them).
+func (o *owner) refuseSettings(in *events.Inbound) string {
+	if check := o.w.cfg.CheckSettings; check != nil && in.RunSettings != nil {
+		if err := check(in.RunSettings); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // storeSettings applies the settings message in to the session's stored

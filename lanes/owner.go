@@ -488,6 +488,9 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		_, decErr := o.decode(p.run.raw)
 		return o.failTurn(ctx, a.em, p, "invalid_input", decErr.Error(), a.attempt)
 	case queue.VerbSettings:
+		if why := o.refuseSettings(p.in); why != "" {
+			return o.failTurn(ctx, a.em, p, "invalid_input", why, a.attempt)
+		}
 		return o.applySettings(ctx, a.em, p)
 	case queue.VerbStop:
 		return o.stop(ctx, a.em, p)
@@ -539,7 +542,7 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	if a.attempt > o.w.cfg.MaxAttempts {
 		cause := fmt.Errorf("turn started %d times without finishing", a.attempt-1)
 		for _, c := range append([]collected{p.run}, p.merged...) {
-			if err := o.w.deadLetter(ctx, "poison", o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause); err != nil {
+			if err := o.w.deadLetter(ctx, events.DeadPoison, o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause); err != nil {
 				return nil, err
 			}
 		}
@@ -789,7 +792,7 @@ func (o *owner) keepPromise(ctx context.Context, settle func(context.Context) er
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
-		o.log.Warn().Err(err).Dur("retry_in", delay).Msg("a committed turn's final events are not stored yet")
+		o.log.Warn().Err(err).Dur("retry_in_ms", delay).Msg("a committed turn's final events are not stored yet")
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():

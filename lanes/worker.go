@@ -66,7 +66,12 @@ type Config struct {
 	// sessions is set up in arrival order rather than all finishing late
 	// together. 0 = four per core; negative = no bound.
 	SetupConcurrency int
-	Logger           zerolog.Logger
+	// CheckSettings, when set, vets the run settings of a settings
+	// message before they are stored (the fleet refuses a model it would
+	// not run): a refusal ends the message's run with an invalid_input
+	// error saying why, and nothing is stored.
+	CheckSettings func(*events.RunSettings) error
+	Logger        zerolog.Logger
 	// setupHold replaces gateHold (tests).
 	setupHold time.Duration
 	// deadRetry replaces deadRetryDelay (tests).
@@ -291,7 +296,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownGrace):
-		w.log.Warn().Dur("grace", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling running turns")
+		w.log.Warn().Dur("grace_ms", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling running turns")
 		w.turnStop(ErrShutdown)
 		<-done
 	}
@@ -489,7 +494,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 		// No lane can be derived: keep the message in the dead-letter
 		// stream, or on its subject until the dead letter can be stored.
 		end := settleDead
-		if w.deadLetter(ctx, "bad-lane", msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err) != nil {
+		if w.deadLetter(ctx, events.DeadBadLane, msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err) != nil {
 			end = settleNotDead
 		}
 		w.settleDelivery(msg, end)

@@ -138,7 +138,11 @@ func (c *common) open(ctx context.Context) (*lanefleet.Client, context.Context, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cl, err := lanefleet.Connect(url, append(opts, nats.Timeout(3*time.Second))...)
+	// The server's asynchronous errors reach the command as its own
+	// errors (a permission violation is ErrPermission, with what was
+	// refused): nats.go's default handler printed each once more.
+	quiet := nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
+	cl, err := lanefleet.Connect(url, append(opts, nats.Timeout(3*time.Second), quiet)...)
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			return nil, nil, nil, fmt.Errorf("NATS refused the credentials (--creds, --nkey, --user/--password, --tlscert or NATS_*): %w", err)
@@ -835,11 +839,35 @@ func printHistory(entries []message.Entry, w io.Writer) error {
 				text += " [" + string(m.StopReason) + ": " + m.ErrorMessage + "]"
 			}
 			fmt.Fprintf(w, "assistant (%s/%s): %s\n", m.Provider, m.Model, text)
+			// The calls it made, one line each: a turn that only called
+			// tools showed as an empty reply.
+			for _, c := range m.ToolCalls() {
+				args, err := json.Marshal(c.Arguments)
+				if err != nil || c.Arguments == nil {
+					args = []byte("{}")
+				}
+				fmt.Fprintf(w, "  → %s %s [%s]\n", c.Name, clipLine(string(args)), c.ID)
+			}
+		case message.RoleToolResult:
+			state := "result"
+			if m.IsError {
+				state = "error"
+			}
+			fmt.Fprintf(w, "  ← %s %s [%s]: %s\n", m.ToolName, state, m.ToolCallID, clipLine(m.Content.Text()))
 		default:
 			fmt.Fprintf(w, "%s: %s\n", m.Role, m.Content.Text())
 		}
 	}
 	return nil
+}
+
+// clipLine is s on one line of at most 200 characters.
+func clipLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > 200 {
+		return string(r[:200]) + "…"
+	}
+	return s
 }
 
 // printRuns prints the active runs, oldest first.

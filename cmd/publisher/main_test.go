@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +308,14 @@ func TestClientToolRoundTrip(t *testing.T) {
 	if err != nil || out != "It is sunny in Lisbon.\n" {
 		t.Fatalf("answer: %q, %v", out, err)
 	}
+	// The history shows the call and its result, one line each (it
+	// showed an empty assistant reply).
+	out, _, err = publisher(t, "history", "--nats-url", url, "--session", "tools")
+	for _, want := range []string{"\n  → weather {\"city\":\"Lisbon\"} [call_1]\n", "\n  ← weather result [call_1]: 22°C, clear\n", "): It is sunny in Lisbon.\n"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("history lacks %q: %v\n%s", want, err, out)
+		}
+	}
 }
 
 // TestRunsListsWhatRuns: a slow turn shows up in `publisher runs` with its
@@ -419,7 +428,7 @@ func TestCredentialsAndRoles(t *testing.T) {
 }
 
 // startWorkerOn runs a scripted fleet member on the server at url.
-func startWorkerOn(t *testing.T, url string) {
+func startWorkerOn(t *testing.T, url string) *fleet.Member {
 	t.Helper()
 	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: url, Scripted: true, Logger: zerolog.Nop()})
 	if err != nil {
@@ -429,6 +438,7 @@ func startWorkerOn(t *testing.T, url string) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return m
 }
 
 func publisherEnv(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {
@@ -578,5 +588,81 @@ func TestSendToAFullLane(t *testing.T) {
 	}
 	if out, _, err := publisher(t, "send", "--nats-url", srv.URL, "--session", "calm", "hello"); err != nil || !strings.Contains(out, "echo: hello") {
 		t.Fatalf("another session: %q %v", out, err)
+	}
+}
+
+// TestMain runs the publisher's main instead of the tests when asked
+// (publisherProcess): what a user sees on a terminal, stderr included.
+func TestMain(m *testing.M) {
+	if os.Getenv("LANEFLEET_TEST_PUBLISHER_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// publisherProcess runs the publisher as its own process (this test binary)
+// with exactly env, and returns its output and exit code.
+func publisherProcess(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
+	cmd.Env = []string{"LANEFLEET_TEST_PUBLISHER_MAIN=1"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+// TestInboxPrefixOfTheUser: a sender with a user and password and no
+// --inbox-prefix gets the inbox its permissions grant, _INBOX_<user>, as
+// the worker derives its own (it got "permission denied", exit 1, for a
+// message that was delivered and answered, and a retry sent it twice). A
+// prefix its user may not subscribe to is refused before the message is
+// sent, saying so and which prefix to use, once (nats.go printed every
+// permission error a second time).
+func TestInboxPrefixOfTheUser(t *testing.T) {
+	t.Parallel()
+	url := startUsersServer(t, "alice")
+	m := startWorkerOn(t, strings.Replace(url, "nats://", "nats://worker:w@", 1))
+	env := map[string]string{"NATS_URL": url, "NATS_USER": "alice", "NATS_PASSWORD": "alice"}
+	out, _, err := publisherEnv(t, env, "send", "--session", "alice", "hi")
+	if err != nil || out != "echo: hi\n" {
+		t.Fatalf("send without --inbox-prefix: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "history", "--nats-url", url, "--user", "alice", "--password", "alice", "--session", "alice")
+	if err != nil || !strings.Contains(out, "user: hi") {
+		t.Fatalf("history without --inbox-prefix: %q, %v", out, err)
+	}
+
+	stored := func() uint64 {
+		st, err := m.JS.Stream(t.Context(), events.InboundStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	before := stored()
+	env["NATS_INBOX_PREFIX"] = "_INBOX"
+	_, stderr, code := publisherProcess(t, env, "send", "--session", "alice", "again")
+	t.Log(stderr)
+	if code != 1 || !strings.Contains(stderr, "nothing was sent") || !strings.Contains(stderr, "--inbox-prefix _INBOX_alice") {
+		t.Fatalf("send under a refused inbox: exit %d\n%s", code, stderr)
+	}
+	if n := strings.Count(stderr, "Permissions Violation"); n != 1 {
+		t.Errorf("the permission error is printed %d times", n)
+	}
+	if after := stored(); after != before {
+		t.Errorf("the refused send stored a message (stream sequence %d, was %d)", after, before)
 	}
 }

@@ -150,6 +150,11 @@ func dlqListCommand(c *common) *cobra.Command {
 			if limit < 0 {
 				return usagef("dlq list: --limit must not be negative")
 			}
+			if reason != "" {
+				if err := events.CheckDeadReason(reason); err != nil {
+					return usagef("dlq list: --reason %w", err)
+				}
+			}
 			cl, ctx, done, err := c.open(cmd.Context())
 			if err != nil {
 				return err
@@ -269,6 +274,11 @@ func dlqSelectCommand(c *common, verb string) *cobra.Command {
 			sel.Seqs = seqs
 			if len(seqs) == 0 && sel.Reason == "" && !sel.All {
 				return usagef("dlq %s: name the dead letters: SEQ..., --reason R or --all", verb)
+			}
+			if sel.Reason != "" {
+				if err := events.CheckDeadReason(sel.Reason); err != nil {
+					return usagef("dlq %s: --reason %w", verb, err)
+				}
 			}
 			cl, ctx, done, err := c.open(cmd.Context())
 			if err != nil {

@@ -151,3 +151,16 @@ func TestOpsNeedAdmin(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadReasonTypo: a dead-letter reason that is none of the fleet's is
+// a wrong command line, before any network (a misspelt --reason matched
+// nothing: "no dead letters", and a purge purged nothing).
+func TestDeadReasonTypo(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"dlq", "list", "--reason", "posion"}, {"dlq", "purge", "--reason", "bad_lane"}, {"dlq", "replay", "--reason", "Poison"}} {
+		_, _, err := publisher(t, append(args, "--nats-url", "nats://127.0.0.1:1")...)
+		if exitCode(err) != exitUsage || err == nil || !strings.Contains(err.Error(), "is not a dead-letter reason (poison, invalid, bad-lane)") {
+			t.Errorf("%v: exit %d, %v", args, exitCode(err), err)
+		}
+	}
+}

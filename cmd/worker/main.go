@@ -48,7 +48,7 @@ func main() {
 	// or an API key never reaches the terminal or a log file.
 	red := redact.New()
 	stderr := red.Writer(os.Stderr)
-	err := runWith(red, os.Args[1:], os.Stdin, os.Stdout, stderr)
+	err := runWith(red, os.Args[1:], os.Stdin, os.Stdout, stderr, os.Getenv)
 	if err != nil {
 		fmt.Fprintln(stderr, "worker:", err)
 	}
@@ -80,21 +80,20 @@ func exitCode(err error) int {
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	red := redact.New()
-	return runWith(red, args, stdin, stdout, red.Writer(stderr))
+	return runWith(red, args, stdin, stdout, red.Writer(stderr), os.Getenv)
 }
 
-// runWith runs the worker command line; red masks stderr and learns the
-// secrets of the configuration.
-func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	root := rootCommand(red, stdin, stdout, stderr)
+// runWith runs the worker command line with the environment read through
+// env; red masks stderr and learns the secrets of the configuration.
+func runWith(red *redact.Redactor, args []string, stdin io.Reader, stdout, stderr io.Writer, env func(string) string) error {
+	root := rootCommand(red, stdin, stdout, stderr, env)
 	root.SetArgs(args)
 	return root.Execute()
 }
 
 // rootCommand is `worker`: it runs a fleet member; its subcommands print
 // things and start nothing.
-func rootCommand(red *redact.Redactor, stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
-	env := os.Getenv
+func rootCommand(red *redact.Redactor, stdin io.Reader, stdout, stderr io.Writer, env func(string) string) *cobra.Command {
 	var cfg fleet.Config
 	root := &cobra.Command{
 		Use:   "worker [flags]",
@@ -218,6 +217,12 @@ is set: spans go over OTLP/HTTP.`,
 			cfg.OpenAICompatibleKey = env("OPENAI_COMPATIBLE_API_KEY")
 		}
 		given := func(name string) bool { return fs.Changed(name) }
+		if err := checkJoin(fs, cfg.NATSURL); err != nil {
+			return err
+		}
+		if err := checkRanges(fs); err != nil {
+			return err
+		}
 		if cfg.ServerConfig != "" {
 			if cfg.NATSURL != "" {
 				return usageError{errors.New("--server-config configures the embedded server, but NATS_URL/--nats-url joins another one: give one of them")}
@@ -396,10 +401,15 @@ func splitList(s string) []string {
 	return out
 }
 
+// logLevels are the --log-level values.
+var logLevels = map[string]zerolog.Level{"debug": zerolog.DebugLevel, "info": zerolog.InfoLevel, "warn": zerolog.WarnLevel, "error": zerolog.ErrorLevel}
+
 func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Logger{}, fmt.Errorf("--log-level: %w", err)
+	lvl, ok := logLevels[level]
+	if !ok {
+		// zerolog's own parser takes numbers too, and says it defaults
+		// to no level: the worker would start logging everything.
+		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	out := w
 	switch format {

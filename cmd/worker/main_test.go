@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lanefleet/lanefleet/redact"
 )
 
 func TestSanitizeSubcommand(t *testing.T) {
@@ -120,12 +123,14 @@ func TestConventionalCLI(t *testing.T) {
 		{[]string{"--help"}, 0, "--nats-monitor", ""},
 		{[]string{"permissions", "-h"}, 0, "--role", "--data-dir"},
 		{[]string{"version", "-h"}, 0, "--json", "--model"},
-		{[]string{"sanitize", "-h"}, 0, "", ""},
+		{[]string{"sanitize", "-h"}, 0, "--provider string", "  -provider"},
 		{[]string{"nosuch"}, 2, "", ""},
 		{[]string{"--no-such-flag"}, 2, "", ""},
 		{[]string{"--sync", "sometimes"}, 2, "", ""},
 		{[]string{"version", "extra"}, 2, "", ""},
 		{[]string{"sanitize", "--provider", "anthropic"}, 2, "", ""},
+		{[]string{"sanitize", "--provider", "a", "--api", "b", "--model", "c", "--nope"}, 2, "", ""},
+		{[]string{"sanitize", "--provider", "a", "--api", "b", "--model", "c", "extra"}, 2, "", ""},
 		{[]string{"permissions", "--role", "operator", "--user", "u"}, 2, "", ""},
 	} {
 		var out, errb bytes.Buffer
@@ -182,5 +187,81 @@ func TestLogTimestampsHaveMilliseconds(t *testing.T) {
 		if !regexp.MustCompile(`:\d\d\.(\d\d[1-9]|\d[1-9]\d|[1-9]\d\d)`).MatchString(b.String()) {
 			t.Errorf("%s: every line at .000:\n%s", format, b.String())
 		}
+	}
+}
+
+// runEnv runs the worker command line with the environment env.
+func runEnv(args []string, env map[string]string, stdout, stderr *bytes.Buffer) error {
+	red := redact.New()
+	return runWith(red, args, strings.NewReader(""), stdout, red.Writer(stderr), func(k string) string { return env[k] })
+}
+
+// TestRefusedAtStart: values no worker could mean stop it before it starts,
+// with exit 2 and a reason naming the flag, its value and what is allowed.
+// They were silently replaced (--concurrency -3 ran 1,024 lanes), failed
+// later with a raw NATS error (--ack-wait -5s), or were overridden
+// (--data-dir and --listen under an exported NATS_URL joined that server,
+// or died with "no servers available"). Every case joins a URL where
+// nothing listens, so a worker that is not refused fails otherwise.
+func TestRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	join := []string{"--nats-url", "nats://127.0.0.1:1", "--scripted"}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{[]string{"--ack-wait", "-5s"}, nil, []string{"--ack-wait -5s: want a positive duration"}},
+		{[]string{"--timeout", "-1s"}, nil, []string{"--timeout -1s: want a positive duration"}},
+		{[]string{"--lease-ttl", "0s"}, nil, []string{"--lease-ttl 0s: want a positive duration"}},
+		{[]string{"--concurrency", "-3"}, nil, []string{"--concurrency -3: want a positive count"}},
+		{[]string{"--replicas", "0"}, nil, []string{"--replicas 0: want 1 to 5"}},
+		{[]string{"--linger", "0s", "--max-payload", "0"}, nil, []string{"--linger 0s: want a positive duration, or -1ms for none", "--max-payload 0"}},
+		{[]string{"--hooks-timeout", "5m"}, nil, []string{"--hooks-timeout 5m0s: want a positive duration of at most 1m0s"}},
+		{[]string{"--log-level", "loud"}, nil, []string{`--log-level "loud": want debug, info, warn or error`}},
+		{[]string{"--log-level", "3"}, nil, []string{`--log-level "3"`}},
+	} {
+		var out, errb bytes.Buffer
+		err := runEnv(append(slices.Clone(join), c.args...), c.env, &out, &errb)
+		if exitCode(err) != exitUsage {
+			t.Errorf("%v: exit %d (%v), want %d", c.args, exitCode(err), err, exitUsage)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v; want it to say %q", c.args, err, w)
+			}
+		}
+	}
+}
+
+// TestEmbeddedFlagsWithNATSURL: a worker given the embedded server's flags
+// while NATS_URL is set (the README exports it for the publisher) is
+// refused with a reason naming both and the way out; it joined that URL,
+// or died with "no servers available", whatever its flags said.
+func TestEmbeddedFlagsWithNATSURL(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{[]string{"--scripted", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, map[string]string{"NATS_URL": "nats://127.0.0.1:1"},
+			[]string{"--data-dir, --listen configure the embedded server", "NATS_URL (set in the environment)", "env -u NATS_URL", "or drop --data-dir, --listen to join"}},
+		{[]string{"--scripted", "--nats-url", "nats://127.0.0.1:1", "--sync", "always"}, nil,
+			[]string{"--sync configure the embedded server", "--nats-url joins another server", "drop --nats-url"}},
+	} {
+		var out, errb bytes.Buffer
+		err := runEnv(c.args, c.env, &out, &errb)
+		if exitCode(err) != exitUsage {
+			t.Errorf("%v: exit %d (%v), want %d", c.args, exitCode(err), err, exitUsage)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v; want it to say %q", c.args, err, w)
+			}
+		}
+		t.Log(err)
 	}
 }

@@ -304,7 +304,7 @@ type Member struct {
 	disk *sandbox.Disk
 
 	defaultModel string
-	allowed      catalog.Allowlist
+	models       modelPolicy
 	pins         authprofile.Pins
 
 	// bg owns the run registry's background writes: Run waits for them
@@ -436,9 +436,6 @@ func (m *Member) build(ctx context.Context) error {
 	if hint != "" && cfg.OpenAICompatible == "" {
 		m.log.Warn().Msg(hint)
 	}
-	if m.allowed, err = res.allowlist(cfg, m.defaultModel); err != nil {
-		return err
-	}
 	if m.pins, err = authprofile.NewPins(cfg.AllowAuthPins...); err != nil {
 		return fmt.Errorf("fleet: --allow-auth-pins: %w", err)
 	}
@@ -447,6 +444,9 @@ func (m *Member) build(ctx context.Context) error {
 		return err
 	}
 	m.creds = creds
+	if m.models, err = res.policy(cfg, m.defaultModel, creds); err != nil {
+		return err
+	}
 	if short := cfg.Redactor.Add(secrets(cfg, creds)...); len(short) > 0 {
 		m.log.Warn().Int("count", len(short)).Int("min_bytes", redact.MinLen).Msg("configured secrets too short to be masked in events, transcripts and logs")
 	}
@@ -500,7 +500,7 @@ func (m *Member) build(ctx context.Context) error {
 	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
-		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL,
+		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
 	})
 	return err
 }
@@ -577,8 +577,13 @@ func storageHint(err error) string {
 // active-run registry while it runs.
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	inbound, settings, from := runSettings(t)
-	if ref := inbound.Model; ref != "" && !m.allowed.Allows(ref) {
-		return refuse(t, events.KindInvalidInput, fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, m.allowed.Describe(12))), nil
+	if ref := inbound.Model; ref != "" {
+		if why := m.models.refuse(ref, from); why != "" {
+			return refuse(t, events.KindInvalidInput, why), nil
+		}
+	}
+	if why := m.clientToolClash(inbound.Tools); why != "" {
+		return refuse(t, events.KindInvalidInput, why), nil
 	}
 	if settings.AuthProfileLocked {
 		store, _ := fleetAuth{s: m.Auth, creds: m.creds}.Snapshot()
@@ -609,6 +614,44 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		return nil, err
 	}
 	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile}, nil
+}
+
+// clientToolClash says why client tools take a worker tool's name ("" when
+// none does): the built-in tools' (whether this worker offers them or not)
+// and the remote tools'. The client's would silently have replaced the
+// worker's: its calls went to the client. Names are compared ignoring
+// case, as the tool policies do.
+func (m *Member) clientToolClash(client []events.ClientTool) string {
+	if len(client) == 0 {
+		return ""
+	}
+	worker := tools.BuiltinNames()
+	if m.Tools != nil {
+		for _, t := range m.Tools.Tools() {
+			worker = append(worker, t.Spec().Name)
+		}
+	}
+	for _, c := range client {
+		for _, w := range worker {
+			if strings.EqualFold(c.Name, w) {
+				return fmt.Sprintf("client tool %q has the name of a worker tool (%s): rename it", c.Name, strings.Join(worker, ", "))
+			}
+		}
+	}
+	return ""
+}
+
+// checkSettings refuses, at store time, a session setting of a model the
+// member would not run (not allowed, or no key): every later turn of the
+// session would have failed.
+func (m *Member) checkSettings(rs *events.RunSettings) error {
+	if rs.Model == "" {
+		return nil
+	}
+	if why := m.models.refuse(rs.Model, ""); why != "" {
+		return errors.New(why)
+	}
+	return nil
 }
 
 // runSettings resolves a turn's run settings: the message's own model,
@@ -874,10 +917,17 @@ func (m *Member) MetricsAddr() string {
 }
 
 func (m *Member) close() {
+	if m.Conn != nil && !m.Conn.IsConnected() {
+		// The server is gone: nothing to drain, and the auth store's
+		// watch stops with the connection (it waited 5 s to unsubscribe,
+		// then the connection's errors were logged after the worker had
+		// stopped).
+		m.Conn.Close()
+	}
 	if m.Auth != nil {
 		_ = m.Auth.Close()
 	}
-	if m.Conn != nil {
+	if m.Conn != nil && !m.Conn.IsClosed() {
 		_ = m.Conn.Drain()
 		deadline := time.Now().Add(5 * time.Second)
 		for !m.Conn.IsClosed() && time.Now().Before(deadline) {
@@ -1165,24 +1215,76 @@ func (r *Resolver) check(ref string) error {
 	return nil
 }
 
-// allowlist checks the default model and the fallbacks, and returns the
-// models messages may ask for: cfg.AllowModels, or by default the default
-// model, the fallbacks, the catalog (with the models file) and, when on,
-// the scripted models.
-func (r *Resolver) allowlist(cfg Config, defaultModel string) (catalog.Allowlist, error) {
-	if err := r.check(defaultModel); err != nil {
-		return catalog.Allowlist{}, fmt.Errorf("fleet: default model: %w", err)
+// runnable reports whether the member can run ref beyond check: a
+// scripted model the scripted provider plays, a provider with a key (in
+// the environment, the auth profiles or Config's keys) unless it needs
+// none.
+func (r *Resolver) runnable(ref string, creds *authprofile.Store) error {
+	p, id, _ := strings.Cut(ref, "/")
+	if p == scripted.ProviderName {
+		if r.scripted == nil || !r.scripted.Serves(id) {
+			return fmt.Errorf("%q: no such scripted model (echo, script, or a configured script)", ref)
+		}
+		return nil
+	}
+	res, err := r.registry.Resolve(ref)
+	if err != nil {
+		return err
+	}
+	if !registry.NeedsKey(res.Model) || r.hasKey(p, creds) {
+		return nil
+	}
+	hint := "add an auth profile for " + p + " to --auth-profiles"
+	if cp, ok := catalog.Provider(p); ok && len(cp.KeyEnv) > 0 {
+		hint = "set " + strings.Join(cp.KeyEnv, " or ") + ", or " + hint
+	}
+	return fmt.Errorf("%q: no API key for provider %q (%s)", ref, p, hint)
+}
+
+// hasKey reports whether the member holds a key for provider p.
+func (r *Resolver) hasKey(p string, creds *authprofile.Store) bool {
+	if _, ok := r.registry.APIKey(p); ok {
+		return true
+	}
+	if creds != nil {
+		for _, pr := range creds.Profiles {
+			if pr.Provider == p {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// usable is check and runnable: the member can serve ref and call it.
+func (r *Resolver) usable(ref string, creds *authprofile.Store) error {
+	if err := r.check(ref); err != nil {
+		return err
+	}
+	return r.runnable(ref, creds)
+}
+
+// policy checks that the default model and the fallbacks can run (a
+// worker whose default model cannot logged ready while every turn
+// failed), and returns the member's model policy: cfg.AllowModels, or by
+// default the default model, the fallbacks, the catalog's models (with
+// the models file) it has a key for and, when on, the scripted models.
+func (r *Resolver) policy(cfg Config, defaultModel string, creds *authprofile.Store) (modelPolicy, error) {
+	if err := r.usable(defaultModel, creds); err != nil {
+		return modelPolicy{}, fmt.Errorf("fleet: default model: %w", err)
 	}
 	for _, f := range cfg.Fallbacks {
-		if err := r.check(f); err != nil {
-			return catalog.Allowlist{}, fmt.Errorf("fleet: fallback model: %w", err)
+		if err := r.usable(f, creds); err != nil {
+			return modelPolicy{}, fmt.Errorf("fleet: fallback model: %w", err)
 		}
 	}
 	patterns := cfg.AllowModels
 	if len(patterns) == 0 {
 		patterns = append([]string{defaultModel}, cfg.Fallbacks...)
 		for _, m := range r.registry.Catalog().Models() {
-			patterns = append(patterns, m.Ref())
+			if r.runnable(m.Ref(), creds) == nil {
+				patterns = append(patterns, m.Ref())
+			}
 		}
 		if r.scripted != nil {
 			patterns = append(patterns, scripted.ProviderName+"/*")
@@ -1190,9 +1292,55 @@ func (r *Resolver) allowlist(cfg Config, defaultModel string) (catalog.Allowlist
 	}
 	a, err := catalog.NewAllowlist(patterns...)
 	if err != nil {
-		return catalog.Allowlist{}, fmt.Errorf("fleet: --allow-models: %w", err)
+		return modelPolicy{}, fmt.Errorf("fleet: --allow-models: %w", err)
 	}
-	return a, nil
+	// What a refusal lists: the allowed patterns of providers it can call.
+	var offered []string
+	for _, p := range a.Patterns() {
+		if prov, _, _ := strings.Cut(p, "/"); r.mayCall(prov, creds) {
+			offered = append(offered, p)
+		}
+	}
+	o, err := catalog.NewAllowlist(offered...)
+	if err != nil {
+		return modelPolicy{}, fmt.Errorf("fleet: --allow-models: %w", err)
+	}
+	return modelPolicy{allowed: a, offered: o, usable: func(ref string) error { return r.usable(ref, creds) }}, nil
+}
+
+// mayCall reports whether some model of provider p (a name or a glob) may
+// run: the scripted models when on, a provider with a key, one that needs
+// none, or one the catalog does not know (a models file's or the
+// --openai-compatible server's, which may need none).
+func (r *Resolver) mayCall(p string, creds *authprofile.Store) bool {
+	if p == scripted.ProviderName {
+		return r.scripted != nil
+	}
+	cp, known := catalog.Provider(p)
+	return !known || cp.NoKey || r.hasKey(p, creds)
+}
+
+// modelPolicy decides whether the member runs a model a message or a
+// session's settings name.
+type modelPolicy struct {
+	allowed catalog.Allowlist      // --allow-models, or the default list
+	offered catalog.Allowlist      // the allowed ones it can call: what a refusal lists
+	usable  func(ref string) error // the member can serve and call ref
+}
+
+// refuse returns why the member does not run model ref ("" when it
+// does); from says where ref came from (" (the session's setting)").
+func (p modelPolicy) refuse(ref, from string) string {
+	if !p.allowed.Allows(ref) {
+		return fmt.Sprintf("model %q%s is not allowed on this fleet; allowed: %s", ref, from, p.offered.Describe(12))
+	}
+	if p.usable != nil {
+		if err := p.usable(ref); err != nil {
+			why := strings.TrimPrefix(err.Error(), strconv.Quote(ref)+": ")
+			return fmt.Sprintf("model %q%s cannot run on this fleet: %s; it runs: %s", ref, from, why, p.offered.Describe(12))
+		}
+	}
+	return ""
 }
 
 // Resolve implements runner.Resolver.

@@ -75,7 +75,7 @@ func listServer(ctx context.Context, cfg Config, log zerolog.Logger) ([]provider
 			return nil, fmt.Errorf("fleet: --openai-compatible: %w%s", err, hint)
 		}
 		wait := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second, left)
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("openai-compatible server not ready, waiting")
+		log.Warn().Err(err).Dur("retry_in_ms", wait).Msg("openai-compatible server not ready, waiting")
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -101,8 +101,8 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	if outcome == metrics.OutcomeFailed {
 		log = m.log.Warn().Err(err)
 	}
-	log = log.Str("session", fp).Str("run_id", t.RunID).Int("attempt", t.Attempt).Str("outcome", outcome).Dur("duration", d).
-		Dur("queue_wait", start.Sub(t.Received))
+	log = log.Str("session", fp).Str("run_id", t.RunID).Int("attempt", t.Attempt).Str("outcome", outcome).Dur("duration_ms", d).
+		Dur("queue_wait_ms", start.Sub(t.Received))
 	for _, s := range []trace.Span{attemptSpan, turnSpan} {
 		s.SetAttributes(attribute.String(tracing.AttrOutcome, outcome))
 	}
@@ -116,7 +116,10 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 		log = log.Str("model", am.Provider+"/"+am.Model)
 		turnSpan.SetAttributes(attribute.String(tracing.AttrRequestModel, am.Model), attribute.String(tracing.AttrProvider, am.Provider))
 		if u := am.Usage; u != nil {
-			log = log.Int64("tokens_in", u.Input).Int64("tokens_out", u.Output).Int64("tokens_cache_read", u.CacheRead).Int64("tokens", u.Total)
+			// tokens is the sum of the parts the line shows: a provider's
+			// own total may count otherwise (its last call's, or input only).
+			log = log.Int64("tokens_in", u.Input).Int64("tokens_out", u.Output).Int64("tokens_cache_read", u.CacheRead).
+				Int64("tokens_cache_write", u.CacheWrite).Int64("tokens", u.Input+u.Output+u.CacheRead+u.CacheWrite)
 			turnSpan.SetAttributes(attribute.Int64(tracing.AttrInputTokens, u.Input), attribute.Int64(tracing.AttrOutputTokens, u.Output))
 			if u.Cost != nil && u.Cost.Total > 0 {
 				log = log.Float64("cost_usd", u.Cost.Total)

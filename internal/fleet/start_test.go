@@ -39,6 +39,25 @@ func runMember(t *testing.T, cfg Config) (*Member, *lanefleet.Client, context.Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runStarted(t, m)
+}
+
+// runStartedClient returns a client on a member's connection and a
+// context of a minute, for a member the test runs itself.
+func runStartedClient(t *testing.T, m *Member) (*Member, *lanefleet.Client, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	c, err := lanefleet.New(m.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, c, ctx
+}
+
+// runStarted runs a started member as runMember does.
+func runStarted(t *testing.T, m *Member) (*Member, *lanefleet.Client, context.Context) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -130,6 +149,13 @@ func TestSilentMisconfigurations(t *testing.T) {
 		{"skills dir a file", Config{SkillsDir: file}, "not a directory"},
 		{"unknown fallback", Config{Fallbacks: []string{"nosuch/model"}}, "fallback model"},
 		{"unknown default model", Config{DefaultModel: "nosuch/model"}, "default model"},
+		// A default model that resolves but cannot run: the worker logged
+		// ready while every turn failed.
+		{"unknown scripted default model", Config{DefaultModel: "scripted/nosuch", Env: noEnv}, `default model: "scripted/nosuch": no such scripted model`},
+		{"default model without a key", Config{DefaultModel: "anthropic/claude-sonnet-4-6", Env: noEnv},
+			`default model: "anthropic/claude-sonnet-4-6": no API key for provider "anthropic" (set ANTHROPIC_API_KEY, or add an auth profile for anthropic to --auth-profiles)`},
+		{"fallback without a key", Config{DefaultModel: "scripted/echo", Fallbacks: []string{"openai/gpt-5-mini"}, Env: noEnv},
+			`fallback model: "openai/gpt-5-mini": no API key for provider "openai"`},
 		{"missing auth profiles", Config{AuthProfiles: filepath.Join(t.TempDir(), "auth-profiles.json")}, "does not exist"},
 		{"monitor of a joined server", Config{NATSURL: "nats://127.0.0.1:1", NATSMonitor: "127.0.0.1:0"}, "--nats-monitor"},
 		{"open monitor", Config{NATSMonitor: "0.0.0.0:0"}, "no authentication"},
@@ -145,6 +171,9 @@ func TestSilentMisconfigurations(t *testing.T) {
 		})
 	}
 }
+
+// noEnv is an environment without a variable.
+func noEnv(string) string { return "" }
 
 // TestNATSMonitor: --nats-monitor serves the embedded server's monitoring
 // endpoints.

@@ -22,7 +22,8 @@ import (
 )
 
 // toolSource gives each run the built-in tools in its session's workspace
-// (<root>/<lane token>) and the remote tools the fleet offers over NATS.
+// (<root>/<events.KeyDirName of the key>: the lane token, or a digest for
+// a key whose token is too long for a file name) and the remote tools the fleet offers over NATS.
 type toolSource struct {
 	root   string           // workspaces root; "" = no built-in tools
 	env    []string         // the base environment of exec'd commands
@@ -184,11 +185,11 @@ func newSandbox(ctx context.Context, cfg Config, root string) (*sandbox.Sandbox,
 
 // workspace returns (and creates) the session's workspace directory.
 func (s *toolSource) workspace(session string) (string, error) {
-	tok, err := events.KeyToken(session)
+	name, err := events.KeyDirName(session)
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(s.root, tok)
+	dir := filepath.Join(s.root, name)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", fmt.Errorf("fleet: workspace %s: %w", dir, err)
 	}

@@ -15,11 +15,16 @@ const flushTimeout = 5 * time.Second
 // Shutdown: micro's Stop, then a flush, so that once it returns the server
 // has the unsubscribes and routes the service's requests to other
 // instances (or fails them fast with no responders) rather than here. A
-// closed connection is not an error.
+// closed connection is not an error, and a connection that has lost its
+// server is not flushed: that server holds none of its subscriptions any
+// more, and the flush only waited out its timeout.
 func StopMicro(svc micro.Service, nc *nats.Conn) func() error {
 	return func() error {
 		if err := svc.Stop(); err != nil {
 			return err
+		}
+		if !nc.IsConnected() {
+			return nil
 		}
 		if err := nc.FlushTimeout(flushTimeout); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			return err

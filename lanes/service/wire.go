@@ -170,21 +170,21 @@ type SettingsReply struct {
 // of them, and the worker that holds the lane.
 type BacklogReply struct {
 	// Waiting counts the lane's messages after its last committed turn.
-	Waiting int `msgpack:"w"`
+	Waiting int `json:"waiting" msgpack:"w"`
 	// More means the count stopped at its bound (MaxBacklogWalk stored
 	// messages already processed and not yet purged): Waiting is then an
 	// upper bound.
-	More bool `msgpack:"m,omitempty"`
+	More bool `json:"more,omitempty" msgpack:"m,omitempty"`
 	// OldestRun is the run id of the oldest waiting message, OldestAt when
 	// it was stored (Unix ms).
-	OldestRun string `msgpack:"o,omitempty"`
-	OldestAt  int64  `msgpack:"t,omitempty"`
+	OldestRun string `json:"oldestRun,omitempty" msgpack:"o,omitempty"`
+	OldestAt  int64  `json:"oldestAt,omitempty" msgpack:"t,omitempty"`
 	// Processed is the inbound sequence of the last committed turn.
-	Processed uint64 `msgpack:"p,omitempty"`
+	Processed uint64 `json:"processed,omitempty" msgpack:"p,omitempty"`
 	// Holder is the worker holding the lane's lease (running its turns),
 	// HeldSince when it took the lane (Unix ms); empty when idle.
-	Holder    string `msgpack:"h,omitempty"`
-	HeldSince int64  `msgpack:"s,omitempty"`
+	Holder    string `json:"holder,omitempty" msgpack:"h,omitempty"`
+	HeldSince int64  `json:"heldSince,omitempty" msgpack:"s,omitempty"`
 }
 
 // MaxBacklogWalk bounds the processed messages a backlog request steps

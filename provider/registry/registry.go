@@ -205,10 +205,7 @@ type keyed struct {
 func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	if req.APIKey == "" {
 		key, ok := k.r.APIKey(req.Model.Provider)
-		p, known := catalog.Provider(req.Model.Provider)
-		// Only known hosted providers are refused up front; a custom
-		// endpoint may not need a key and answers 401 if it does.
-		if !ok && known && !p.NoKey && needsKey(req.Model) {
+		if !ok && NeedsKey(req.Model) {
 			err := &provider.Error{Reason: provider.ReasonAuth, Message: fmt.Sprintf("No API key found for provider %q.", req.Model.Provider)}
 			msg := message.Message{Role: message.RoleAssistant, API: req.Model.API, Provider: req.Model.Provider, Model: req.Model.ID,
 				StopReason: message.StopError, ErrorMessage: err.Message, Usage: &message.Usage{}}
@@ -225,6 +222,14 @@ func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(pro
 		}
 	}
 	return k.next.Stream(ctx, req, emit)
+}
+
+// NeedsKey reports whether a call of m needs an API key: m's provider is a
+// known hosted one (not keyless) and its endpoint is not on this machine.
+// A custom endpoint may not need a key and answers 401 if it does.
+func NeedsKey(m provider.Model) bool {
+	p, known := catalog.Provider(m.Provider)
+	return known && !p.NoKey && needsKey(m)
 }
 
 // envName upper-cases a provider name for an environment variable.

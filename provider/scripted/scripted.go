@@ -99,6 +99,13 @@ func Model(id string) provider.Model {
 	return provider.Model{ID: id, Provider: ProviderName, API: API, ContextWindow: 200000, MaxTokens: 32000, Input: []string{"text", "image"}}
 }
 
+// Serves reports whether p plays model id: echo, script, or a script of
+// Config.Scripts. Another id fails every call with model_not_found.
+func (p *Provider) Serves(id string) bool {
+	_, named := p.cfg.Scripts[id]
+	return id == "echo" || id == "script" || named
+}
+
 // ErrBadScript is returned for an inline script that does not parse.
 var ErrBadScript = errors.New("scripted: bad script")
 

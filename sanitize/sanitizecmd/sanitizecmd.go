@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -19,55 +18,40 @@ import (
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
-const usage = `usage: worker sanitize --provider P --api A --model M [--allowed-tools a,b] [--history-limit N] [--stage sanitized|final]
-
-Reads a transcript on stdin, either a JSON array of pi messages or a pi/OpenClaw
+// Long describes the command, for its help.
+const Long = `Reads a transcript on stdin, either a JSON array of pi messages or a pi/OpenClaw
 session file (JSON Lines), and writes the JSON array of messages the provider
 would be sent (stage final, the default) or the history after sanitising only
-(stage sanitized).
-
-`
+(stage sanitized).`
 
 // ErrUsage is wrapped by errors about the command line.
 var ErrUsage = errors.New("sanitize: usage")
 
-// Run runs the command. args are the arguments after "sanitize" (a leading
-// "sanitize" is ignored too). It returns flag.ErrHelp after printing the
-// usage for -h, an error wrapping ErrUsage for a bad command line, and an
-// error describing the problem for input that is not a transcript.
-func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "sanitize" {
-		args = args[1:]
-	}
-	fs := flag.NewFlagSet("sanitize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	var (
-		provider = fs.String("provider", "", "provider id, e.g. anthropic, openai, openrouter")
-		api      = fs.String("api", "", "model API, e.g. anthropic-messages, openai-responses, google-generative-ai")
-		model    = fs.String("model", "", "model id, e.g. claude-opus-4-6")
-		allowed  = fs.String("allowed-tools", "", "comma-separated tool names; calls of other tools are dropped")
-		limit    = fs.Int("history-limit", 0, "keep only the last N user turns (0 = all)")
-		stage    = fs.String("stage", string(sanitize.StageFinal), "sanitized or final")
-		now      = fs.Int64("now", 0, "clock in Unix milliseconds for synthetic messages (default: current time)")
-	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+// Options are the command's flags.
+type Options struct {
+	Provider     string   // provider id, e.g. anthropic (required)
+	API          string   // model API, e.g. anthropic-messages (required)
+	Model        string   // model id, e.g. claude-opus-4-6 (required)
+	AllowedTools []string // calls of other tools are dropped; empty: all kept
+	HistoryLimit int      // keep only the last N user turns; 0 = all
+	Stage        string   // sanitized, or final (the default when empty)
+	Now          int64    // clock in Unix ms for synthetic messages; 0 = now
+}
+
+// Run runs the command with o on stdin and stdout (warnings about skipped
+// lines of a session file on stderr). It returns an error
+// wrapping ErrUsage for options that cannot run, and an error describing
+// the problem for input that is not a transcript.
+func Run(ctx context.Context, o Options, stdin io.Reader, stdout, stderr io.Writer) error {
+	if o.Stage == "" {
+		o.Stage = string(sanitize.StageFinal)
 	}
 	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
-	case *provider == "" || *api == "" || *model == "":
+	case o.Provider == "" || o.API == "" || o.Model == "":
 		return fmt.Errorf("%w: --provider, --api and --model are required", ErrUsage)
-	case *stage != string(sanitize.StageSanitized) && *stage != string(sanitize.StageFinal):
-		return fmt.Errorf("%w: --stage must be sanitized or final, not %q", ErrUsage, *stage)
-	case *limit < 0:
+	case o.Stage != string(sanitize.StageSanitized) && o.Stage != string(sanitize.StageFinal):
+		return fmt.Errorf("%w: --stage must be sanitized or final, not %q", ErrUsage, o.Stage)
+	case o.HistoryLimit < 0:
 		return fmt.Errorf("%w: --history-limit must not be negative", ErrUsage)
 	}
 	if err := ctx.Err(); err != nil {
@@ -79,14 +63,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	req := sanitize.Request{
-		Provider: *provider, API: *api, ModelID: *model,
-		Messages: msgs, HistoryLimit: *limit, Session: session, Now: *now,
+		Provider: o.Provider, API: o.API, ModelID: o.Model,
+		Messages: msgs, HistoryLimit: o.HistoryLimit, Session: session, Now: o.Now,
 	}
-	if *allowed != "" {
-		for _, name := range strings.Split(*allowed, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				req.AllowedToolNames = append(req.AllowedToolNames, name)
-			}
+	for _, name := range o.AllowedTools {
+		if name = strings.TrimSpace(name); name != "" {
+			req.AllowedToolNames = append(req.AllowedToolNames, name)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -97,7 +79,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	bw := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(res.Messages(sanitize.Stage(*stage))); err != nil {
+	if err := enc.Encode(res.Messages(sanitize.Stage(o.Stage))); err != nil {
 		return fmt.Errorf("sanitize: encode output: %w", err)
 	}
 	if err := bw.Flush(); err != nil {

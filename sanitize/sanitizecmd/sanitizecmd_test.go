@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"reflect"
 	"strings"
 	"testing"
 )
 
-func run(t *testing.T, stdin string, args ...string) (string, string, error) {
+func run(t *testing.T, stdin string, o Options) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	err := Run(t.Context(), args, strings.NewReader(stdin), &out, &errOut)
+	err := Run(t.Context(), o, strings.NewReader(stdin), &out, &errOut)
 	return out.String(), errOut.String(), err
 }
 
@@ -38,7 +37,7 @@ const history = `[{"role":"user","content":"do it"},
 
 func TestRunFinalAnthropic(t *testing.T) {
 	t.Parallel()
-	out, _, err := run(t, history, "--provider", "anthropic", "--api", "anthropic-messages", "--model", "claude-opus-4-6", "--allowed-tools", "exec", "--now", "5")
+	out, _, err := run(t, history, Options{Provider: "anthropic", API: "anthropic-messages", Model: "claude-opus-4-6", AllowedTools: []string{"exec"}, Now: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,7 @@ func TestRunFinalAnthropic(t *testing.T) {
 
 func TestRunSanitizedStageAndLimit(t *testing.T) {
 	t.Parallel()
-	out, _, err := run(t, history, "sanitize", "--provider", "openai", "--api", "openai-responses", "--model", "gpt-5.2", "--stage", "sanitized", "--now", "5")
+	out, _, err := run(t, history, Options{Provider: "openai", API: "openai-responses", Model: "gpt-5.2", Stage: "sanitized", Now: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +58,7 @@ func TestRunSanitizedStageAndLimit(t *testing.T) {
 	if len(msgs) != 6 {
 		t.Errorf("sanitized has %d messages: %s", len(msgs), out)
 	}
-	out, _, err = run(t, history, "--provider", "openai", "--api", "openai-responses", "--model", "gpt-5.2", "--history-limit", "1", "--now", "5")
+	out, _, err = run(t, history, Options{Provider: "openai", API: "openai-responses", Model: "gpt-5.2", HistoryLimit: 1, Now: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +74,7 @@ func TestRunSessionFile(t *testing.T) {
 		`{"type":"custom","id":"b","parentId":"a","timestamp":"2025-01-01T00:00:00.000Z","customType":"google-turn-ordering-bootstrap","data":{"timestamp":1}}`,
 		`{"type":"message","id":"c","parentId":"b","timestamp":"2025-01-01T00:00:00.000Z","message":{"role":"user","content":"hi"}}`,
 	}, "\n")
-	out, stderr, err := run(t, in, "--provider", "google", "--api", "google-generative-ai", "--model", "gemini-2.5-pro", "--now", "7")
+	out, stderr, err := run(t, in, Options{Provider: "google", API: "google-generative-ai", Model: "gemini-2.5-pro", Now: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,18 +86,18 @@ func TestRunSessionFile(t *testing.T) {
 
 func TestRunErrors(t *testing.T) {
 	t.Parallel()
-	base := []string{"--provider", "anthropic", "--api", "anthropic-messages", "--model", "m"}
+	base := Options{Provider: "anthropic", API: "anthropic-messages", Model: "m"}
+	with := func(f func(*Options)) Options { o := base; f(&o); return o }
 	tests := []struct {
 		name  string
 		stdin string
-		args  []string
+		o     Options
 		usage bool
 		text  string
 	}{
-		{"missing flags", "[]", []string{"--provider", "x"}, true, "are required"},
-		{"bad stage", "[]", append(base, "--stage", "raw"), true, "--stage"},
-		{"unknown flag", "[]", append(base, "--nope"), true, "nope"},
-		{"extra argument", "[]", append(base, "extra"), true, "extra"},
+		{"missing flags", "[]", Options{Provider: "x"}, true, "are required"},
+		{"bad stage", "[]", with(func(o *Options) { o.Stage = "raw" }), true, "--stage"},
+		{"negative limit", "[]", with(func(o *Options) { o.HistoryLimit = -1 }), true, "--history-limit"},
 		{"empty input", "  \n", base, false, "empty input"},
 		{"not json", "hello", base, false, `starts with 'h'`},
 		{"bad array", "[1,", base, false, "not a JSON array"},
@@ -109,13 +108,10 @@ func TestRunErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, _, err := run(t, tt.stdin, tt.args...)
+			_, _, err := run(t, tt.stdin, tt.o)
 			if err == nil || !strings.Contains(err.Error(), tt.text) || errors.Is(err, ErrUsage) != tt.usage {
 				t.Errorf("err = %v, want usage=%v containing %q", err, tt.usage, tt.text)
 			}
 		})
-	}
-	if _, _, err := run(t, "", "-h"); !errors.Is(err, flag.ErrHelp) {
-		t.Errorf("-h: %v", err)
 	}
 }

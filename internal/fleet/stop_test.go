@@ -1,0 +1,53 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestStopWithoutServer: a worker joined to a server that is gone stops at
+// once when asked, and "worker stopped" is its last line.
+func TestStopWithoutServer(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	var logs lockedBuffer
+	m, err := Start(t.Context(), Config{NATSURL: srv.URL, Scripted: true, NoBuiltinTools: true, Logger: zerolog.New(&logs).With().Timestamp().Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	_, c, rctx := runStartedClient(t, m)
+	if v := watch(t, rctx, c, "before", "hi"); v.runErr != nil {
+		t.Fatal(v.runErr)
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	start := time.Now()
+	cancel()
+	<-done
+	took := time.Since(start)
+	var last string
+	for sc := bufio.NewScanner(strings.NewReader(logs.String())); sc.Scan(); {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) == nil {
+			last, _ = line["message"].(string)
+		}
+	}
+	t.Logf("stopped in %v\n%s", took, logs.String())
+	if took > 8*time.Second { // 17 s before: 5 s for each service's flush and the auth watch
+		t.Errorf("the worker took %v to stop without its server", took)
+	}
+	if last != "worker stopped" {
+		t.Errorf("last line %q, want worker stopped", last)
+	}
+}
