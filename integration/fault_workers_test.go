@@ -54,7 +54,10 @@ func TestFaultWorkerRestartedWithSIGTERM(t *testing.T) {
 	}
 	t.Parallel()
 	cl := natstest.StartProcCluster(t, 1)
-	args := []string{"--scripted-delay", "40ms", "--concurrency", "32", "--ack-wait", "10m", "--log-level", "info"}
+	// Turns of about 1.5 s: half the lanes are held at once for long
+	// enough that heldBy sees it on a busy machine (at 40 ms a chunk the
+	// whole load took 1.4 s and a loaded CI run missed it).
+	args := []string{"--scripted-delay", "150ms", "--concurrency", "32", "--ack-wait", "10m", "--log-level", "info"}
 	w := startWorkerProc(t, cl.URL(), "restarted", args...)
 	nc, js := connectProcs(t, cl)
 	waitForFleet(t, js)
