@@ -694,7 +694,7 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	if err != nil || st.finished {
 		return err
 	}
-	if err := o.closeAttempt(ctx, em, st); err != nil {
+	if _, err := o.closeAttempt(ctx, em, st); err != nil {
 		return err
 	}
 	var why events.EventData

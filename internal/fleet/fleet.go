@@ -569,6 +569,9 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	}
 	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: t, reg: reg, ctx: ctx}))
 	if err != nil {
+		// The lane shows a failed attempt's error to the sender and in
+		// the dead letter: masked like everything else the turn produces.
+		err = maskError(mk, err)
 		if out != nil {
 			// A cut turn's progress, which an interrupt keeps, and what
 			// its model calls cost.
