@@ -509,6 +509,7 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 		return nil, ""
 	}
 	pending := map[string]message.Block{}
+	var order []message.Block // the waiting calls, in call order
 	msgs := sessionfile.Messages(ru.history)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == message.RoleAssistant {
@@ -520,6 +521,11 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 					delete(pending, m.ToolCallID)
 				}
 			}
+			for _, c := range msgs[i].ToolCalls() {
+				if _, ok := pending[c.ID]; ok {
+					order = append(order, c)
+				}
+			}
 			break
 		}
 	}
@@ -527,7 +533,7 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 	for _, tr := range results {
 		call, ok := pending[tr.ToolCallID]
 		if !ok {
-			return nil, fmt.Sprintf("tool result for call %q: no call of this session is waiting for a result with this id", shortID(tr.ToolCallID))
+			return nil, fmt.Sprintf("tool result for call %q: no call of this session is waiting for a result with this id; %s", shortID(tr.ToolCallID), waitingCalls(order))
 		}
 		delete(pending, tr.ToolCallID) // a second result for it is refused
 		a := answer{call: call, result: tr, approval: slices.Contains(ru.in.Approvals, events.ApprovalCall{ID: call.ID, Name: call.Name})}
@@ -538,6 +544,26 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 		answers = append(answers, a)
 	}
 	return answers, ""
+}
+
+// maxListedCalls bounds the waiting calls a refusal lists.
+const maxListedCalls = 10
+
+// waitingCalls says which calls wait for a result: "waiting: "id" (name),
+// …", or that none does.
+func waitingCalls(calls []message.Block) string {
+	if len(calls) == 0 {
+		return "none is waiting"
+	}
+	parts := make([]string, 0, min(len(calls), maxListedCalls)+1)
+	for i, c := range calls {
+		if i == maxListedCalls {
+			parts = append(parts, fmt.Sprintf("and %d more", len(calls)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%q (%s)", shortID(c.ID), shortID(c.Name)))
+	}
+	return "waiting: " + strings.Join(parts, ", ")
 }
 
 // shortID bounds an id or name quoted in a refusal.

@@ -17,7 +17,9 @@
 // reasoning, tool calls and results, compaction, restarts and errors
 // (colored on a terminal, plain text otherwise); --json prints the raw
 // events, one per line. A run that stops for client tools lists the calls
-// to answer with --tool-result.
+// to answer with --tool-result ID=TEXT, and one that waits for approval of
+// a worker tool's call lists those to answer with --tool-result ID=approve
+// (or ID=deny).
 //
 // NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222)
 // with the nats CLI's credentials: --creds, --nkey, --user/--password,
@@ -193,7 +195,9 @@ and lets operators see and steer the fleet.
 send and follow show the run live: the reply on stdout, and on stderr the
 reasoning, tool calls and results, compaction, restarts and errors (colored on
 a terminal, plain text otherwise); --json prints the raw events, one per line.
-A run that stops for client tools lists the calls to answer with --tool-result.
+A run that stops for client tools lists the calls to answer with --tool-result
+ID=TEXT; one that waits for approval of a worker tool's call lists those to
+answer with --tool-result ID=approve (or ID=deny).
 
 NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222) with
 the nats CLI's credentials: --creds, --nkey, --user/--password,
