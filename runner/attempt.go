@@ -50,9 +50,9 @@ type run struct {
 	// history on a new branch (the context is then built from the branch).
 	branched bool
 	system   string // the run's system prompt
-	// answered are the client tools whose pending calls this run's message
-	// answers.
-	answered []string
+	// repeats stops the turn when its model makes the same failing call
+	// again and again.
+	repeats *guard.Repeats
 	// stateErrs are the auth-profile state writes that failed.
 	stateErrs []error
 	// journal replays and records the run's steps (nil without a
@@ -210,7 +210,10 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 					out.pending = append(out.pending, events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args), Approval: approval})
 					continue
 				}
-				ru.runTool(actx, c, &out.toolErrors)
+				res := ru.runTool(actx, c, &out.toolErrors)
+				if n, stop := ru.repeats.Record(c.Name, c.Arguments, res.IsError, res.Content.Text()); stop {
+					out.toolLoop = &toolLoopStop{name: c.Name, err: res.Content.Text(), times: n}
+				}
 				if timedOut() || ctx.Err() != nil {
 					break
 				}
@@ -223,7 +226,9 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				out.timedOut, out.aborted = true, true
 				return out
 			}
-			if len(out.pending) > 0 {
+			if len(out.pending) > 0 || out.toolLoop != nil {
+				// Every call of the reply has its result: the turn is
+				// whole where it stops.
 				return out
 			}
 		}
@@ -243,6 +248,16 @@ func (ru *run) toolLoopLimit() int {
 	return limit
 }
 
+// toolRepeats is the run's loop-detector limit: its setting, within the
+// worker's.
+func (ru *run) toolRepeats() int {
+	limit := ru.r.cfg.MaxToolRepeats
+	if n := ru.in.Settings.MaxToolRepeats; n > 0 && n < limit {
+		return n
+	}
+	return limit
+}
+
 // historyLimit is the run's history limit: its setting, else the worker's.
 func (ru *run) historyLimit() int {
 	if n := ru.in.Settings.HistoryLimit; n > 0 {
@@ -254,29 +269,23 @@ func (ru *run) historyLimit() int {
 // prepare builds the messages of one model call from its context: sanitised for
 // the model (runtime spec §4 step 7), then bounded by the per-request
 // tool-result guard (§11.2).
+//
+// Unlike the reference, which drops the calls of tools the run does not
+// offer with their results (its allowlist), the fleet keeps every call a
+// provider accepts: a model that no longer sees its call of a tool that
+// is not offered, and the "not found" it got, makes the call again, every
+// request, until the tool-loop limit. A call a provider would refuse (no
+// arguments, no id, a name that is no tool name) becomes a note saying
+// what was called and what came of it (sanitize.NoteRejectedCalls).
 func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
-	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
-		AllowedToolNames: ru.allowedTools(), HistoryLimit: ru.historyLimit()})
+	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: sanitize.NoteRejectedCalls(msgs),
+		HistoryLimit: ru.historyLimit()})
 	if len(res.Final) > 0 {
 		msgs = res.Final
 	}
 	// The estimates of the messages the session's last request had are
 	// reused (the lease is the run's alone; contextMessages took it).
 	return ru.lease.sizes.Guard(msgs, ru.window)
-}
-
-// allowedTools are the tools whose calls the history keeps: the ones
-// offered to this run and the client tools whose calls this run answers
-// (the client need not offer them again with its results).
-func (ru *run) allowedTools() []string {
-	if len(ru.specs) == 0 {
-		return nil // nothing offered: no filter
-	}
-	out := make([]string, 0, len(ru.specs)+len(ru.answered))
-	for _, s := range ru.specs {
-		out = append(out, s.Name)
-	}
-	return append(out, ru.answered...)
 }
 
 func (ru *run) addAssistant(am *message.Message) {
@@ -295,8 +304,8 @@ func (ru *run) lastAssistant() *message.Message {
 }
 
 // runTool executes one tool call, appends its result and records its end
-// in the attempt's tool-error memory.
-func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolErrors) {
+// in the attempt's tool-error memory; it returns the result.
+func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolErrors) message.Message {
 	ru.sub.flushBlocks(true)
 	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "start", Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
 	msg, from := ru.journaledCall(c)
@@ -325,6 +334,7 @@ func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolE
 		end.Error, _ = replytext.ToolErrorMessage(view)
 	}
 	te.Record(end)
+	return msg
 }
 
 // callTool finds and runs a tool; every failure becomes an error result.

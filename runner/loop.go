@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
@@ -32,6 +34,15 @@ const (
 // KindToolLoopLimit is the meta error kind of a turn stopped by the
 // tool-loop limit.
 const KindToolLoopLimit = "tool_loop_limit"
+
+// TextToolLoop (with the tool, the number of calls and the error) ends a
+// turn stopped by the loop detector (Config.MaxToolRepeats), a Lanefleet
+// safety net the reference does not have; KindToolLoop is its meta error
+// kind.
+const (
+	TextToolLoop = "Stopped: the model called %s %d times with the same arguments and got the same error each time (%s). Send another message to let the agent continue, or change what you ask of it."
+	KindToolLoop = "tool_loop"
+)
 
 // Run-loop constants.
 const (
@@ -77,6 +88,15 @@ type attemptOut struct {
 	// toolLoopLimit is set to the number of model calls when the
 	// attempt stopped at the run's tool-loop limit.
 	toolLoopLimit int
+	// toolLoop is set when the loop detector stopped the attempt.
+	toolLoop *toolLoopStop
+}
+
+// toolLoopStop is a call the loop detector stopped a turn on: its tool,
+// its error and how many times it failed that way.
+type toolLoopStop struct {
+	name, err string
+	times     int
 }
 
 // attempter runs attempts and the overflow recovery for the loop.
@@ -225,7 +245,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 // reply is the run's.
 func (l *modelLoop) decide(ctx context.Context, a *outcome) (next, error) {
 	steps := []func(context.Context, *outcome) (next, error){
-		l.toolLoopLimit, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
+		l.toolLoopLimit, l.toolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
 	}
 	for _, step := range steps {
 		if n, err := step(ctx, a); err != nil || n != goOn {
@@ -287,6 +307,34 @@ func (l *modelLoop) toolLoopLimit(_ context.Context, a *outcome) (next, error) {
 	l.reply(fmt.Sprintf(TextToolLoopLimit, a.toolLoopLimit), KindToolLoopLimit,
 		fmt.Sprintf("Tool loop stopped after %d model calls (max=%d).", a.toolLoopLimit, a.toolLoopLimit))
 	return stop, nil
+}
+
+// toolLoop ends a run whose attempt the loop detector stopped: its model
+// made the same call and got the same error too many times. Like the
+// tool-loop limit it is a complete turn.
+func (l *modelLoop) toolLoop(_ context.Context, a *outcome) (next, error) {
+	s := a.toolLoop
+	if s == nil {
+		return goOn, nil
+	}
+	name, why := clipQuote(s.name, 64), clipQuote(firstLine(s.err), 200)
+	l.reply(fmt.Sprintf(TextToolLoop, name, s.times, why), KindToolLoop,
+		fmt.Sprintf("Tool loop: %s failed %d times with the same arguments and the same error: %s", name, s.times, why))
+	return stop, nil
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(line)
+}
+
+// clipQuote quotes s, bounded to n UTF-16 units.
+func clipQuote(s string, n int) string {
+	if jstext.Len(s) > n {
+		s = jstext.Prefix(s, n) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // contextOverflow detects an overflow and recovers from it (§3.2 steps

@@ -72,6 +72,10 @@ type Settings struct {
 	// MaxToolIterations bounds the model calls of the turn's tool loop;
 	// capped by Config.MaxToolIterations.
 	MaxToolIterations int
+	// MaxToolRepeats stops the turn once the same tool call (same tool,
+	// same arguments) failed with the same error this many times; capped
+	// by Config.MaxToolRepeats.
+	MaxToolRepeats int
 	// HistoryLimit keeps only the last n user turns in requests; 0 =
 	// Config.HistoryLimit.
 	HistoryLimit int
@@ -221,6 +225,13 @@ type Config struct {
 	// no such cap: it stops a model that never stops calling tools.
 	// Default MaxToolIterationsDefault.
 	MaxToolIterations int
+	// MaxToolRepeats stops a turn whose model makes the same tool call
+	// (same tool, same arguments) and gets the same error this many
+	// times, with a tool_loop reply: a model that does not take "Tool
+	// exec not found" for an answer would otherwise spend every model
+	// call the tool-loop limit allows. Input.Settings may lower it.
+	// Default guard.ToolRepeatsDefault.
+	MaxToolRepeats int
 	// Retry is the same-key retry of transient provider failures.
 	Retry RetryPolicy
 	// AttemptTimeout bounds one attempt (the reference's
@@ -266,6 +277,9 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxToolIterations <= 0 {
 		cfg.MaxToolIterations = MaxToolIterationsDefault
 	}
+	if cfg.MaxToolRepeats <= 0 {
+		cfg.MaxToolRepeats = guard.ToolRepeatsDefault
+	}
 	cfg.Retry = cfg.Retry.withDefaults()
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = AttemptTimeoutDefault
@@ -297,6 +311,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	defer cancel(nil)
 	ru := &run{r: r, in: in, sink: sink, history: in.History, cancel: cancel,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
+	ru.repeats = guard.NewRepeats(ru.toolRepeats())
 	defer ru.logStateErrors()
 	defer func() { r.contexts.release(ru.lease) }()
 	j, err := openJournal(ctx, in.Steps, in)
@@ -585,7 +600,6 @@ func (ru *run) addToolResults(ctx context.Context, answers []answer) {
 			ru.answerApproval(ctx, a.call, tr)
 			continue
 		}
-		ru.answered = append(ru.answered, name)
 		m := message.Message{Role: message.RoleToolResult, ToolCallID: tr.ToolCallID, ToolName: name,
 			Content: message.BlocksOf(message.Text(tr.Text)), IsError: tr.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
 		m, _ = guard.CapForPersistence(m)

@@ -698,6 +698,7 @@ force, the auth profile the next turn starts on and the session's running usage.
 	fs.StringVar(&run.AuthProfile, "auth-profile", "", "pin the session's turns to this auth profile")
 	fs.IntVar(&run.HistoryLimit, "history-limit", 0, "user turns of history kept in requests")
 	fs.IntVar(&run.MaxToolIterations, "max-tool-iterations", 0, "model calls of a turn's tool loop (within the worker's limit)")
+	fs.IntVar(&run.MaxToolRepeats, "max-tool-repeats", 0, "stop a turn once the same tool call failed the same way this many times (within the worker's limit)")
 	fs.StringVar(&allow, "allow-tools", "", "comma-separated tool name patterns the session may use (within the worker's policy)")
 	fs.StringVar(&deny, "deny-tools", "", "comma-separated tool name patterns the session may not use")
 	fs.StringVar(&approve, "approve-tools", "", "comma-separated tool name patterns whose every call waits for the client's approve")

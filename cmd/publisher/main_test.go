@@ -231,7 +231,7 @@ func TestRunSettingsCommand(t *testing.T) {
 		}
 		return out
 	}
-	if out := pub("settings", "--model", "scripted/echo", "--thinking", "HIGH", "--history-limit", "5", "--max-tool-iterations", "9", "--deny-tools", "exec, write"); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tools deny exec write\n" {
+	if out := pub("settings", "--model", "scripted/echo", "--thinking", "HIGH", "--history-limit", "5", "--max-tool-iterations", "9", "--max-tool-repeats", "2", "--deny-tools", "exec, write"); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tool-repeat limit 2, tools deny exec write\n" {
 		t.Fatalf("set: %q", out)
 	}
 	if out := pub("send", "hi"); out != "echo: hi\n" {
