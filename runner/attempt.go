@@ -39,10 +39,12 @@ type run struct {
 	specs   []provider.Tool
 	client  map[string]bool // client tool names
 	policy  tools.Policies  // the worker's and the session's tool policies
-	acc     usageAcc
-	window  int
-	sub     *subscriber
-	base    []message.Message // the history's context (ru.lease.base)
+	// usage sums the usage of every model call of the run, cost
+	// included (Output.Usage).
+	usage  message.Usage
+	window int
+	sub    *subscriber
+	base   []message.Message // the history's context (ru.lease.base)
 	// lease is the session's context the run holds from the Runner's
 	// cache until it ends.
 	lease *sessionContext
@@ -163,6 +165,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			if len(am.Content.Blocks) > 0 {
 				am.StopReason = message.StopAborted
 				ru.addAssistant(&am)
+				ru.addUsage(&out, am.Usage)
 				out.last = ru.lastAssistant()
 			}
 			out.texts = ru.sub.texts
@@ -180,7 +183,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				// The failed reply is not stored (a model never sees an
 				// errored reply again, and the retrying event told why);
 				// its usage counts.
-				ru.acc.add(am.Usage)
+				ru.addUsage(&out, am.Usage)
 				continue
 			}
 			// The run was cancelled or the attempt timed out while
@@ -189,6 +192,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			out.aborted = out.timedOut || ctx.Err() != nil
 		}
 		ru.addAssistant(&am)
+		ru.addUsage(&out, am.Usage)
 		out.last = ru.lastAssistant()
 		out.texts = ru.sub.texts
 		if am.StopReason == message.StopError || am.StopReason == message.StopAborted {
@@ -203,11 +207,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		if am.StopReason == message.StopToolUse && len(toolCalls) > 0 {
 			for _, c := range toolCalls {
 				if approval := ru.needsApproval(c.Name); approval || ru.client[c.Name] {
-					args, _ := json.Marshal(c.Arguments)
-					if c.Arguments == nil {
-						args = []byte("{}")
-					}
-					out.pending = append(out.pending, events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args), Approval: approval})
+					out.pending = append(out.pending, pendingCall(c, approval))
 					continue
 				}
 				res := ru.runTool(actx, c, &out.toolErrors)
@@ -236,6 +236,18 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			return out
 		}
 	}
+}
+
+// pendingCall is a call the run leaves to the client: a client tool's
+// (hosted client tools: the run stops, the result's meta lists it as the
+// reference does, runtime spec §3.3) or one waiting for approval. Its id
+// is the model's, which the client's answer names.
+func pendingCall(c message.Block, approval bool) events.PendingCall {
+	args, _ := json.Marshal(c.Arguments)
+	if c.Arguments == nil {
+		args = []byte("{}")
+	}
+	return events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args), Approval: approval}
 }
 
 // toolLoopLimit is the run's tool-loop limit: its setting, within the
@@ -276,9 +288,12 @@ func (ru *run) historyLimit() int {
 // is not offered, and the "not found" it got, makes the call again, every
 // request, until the tool-loop limit. A call a provider would refuse (no
 // arguments, no id, a name that is no tool name) becomes a note saying
-// what was called and what came of it (sanitize.NoteRejectedCalls).
+// what was called and what came of it (sanitize.NoteRejectedCalls). The
+// user messages of a request to Anthropic lose its refusal test string
+// (sanitize.ScrubRefusalTrigger, §3.1 step 6).
 func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
-	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: sanitize.NoteRejectedCalls(msgs),
+	msgs = sanitize.ScrubRefusalTrigger(m.Provider, sanitize.NoteRejectedCalls(msgs))
+	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
 		HistoryLimit: ru.historyLimit()})
 	if len(res.Final) > 0 {
 		msgs = res.Final
@@ -290,8 +305,18 @@ func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Messa
 
 func (ru *run) addAssistant(am *message.Message) {
 	am.Timestamp = max(am.Timestamp, 1)
-	ru.acc.add(am.Usage)
 	ru.b.add(*am)
+}
+
+// addUsage counts a model call's usage in the attempt's and the run's.
+func (ru *run) addUsage(out *attemptOut, u *message.Usage) {
+	if u == nil || u.IsZero() {
+		return
+	}
+	out.usage = out.usage.Add(*u)
+	out.usage.Extra = nil
+	ru.usage = ru.usage.Add(*u)
+	ru.usage.Extra = nil
 }
 
 func (ru *run) lastAssistant() *message.Message {

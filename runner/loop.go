@@ -85,6 +85,8 @@ type attemptOut struct {
 	// toolErrors remembers the attempt's failing tools (its last standing
 	// failure ends the reply with a warning).
 	toolErrors replytext.ToolErrors
+	// usage sums the usage of the attempt's model calls.
+	usage message.Usage
 	// toolLoopLimit is set to the number of model calls when the
 	// attempt stopped at the run's tool-loop limit.
 	toolLoopLimit int
@@ -119,11 +121,8 @@ type loopReq struct {
 	model         provider.Model
 	prov          provider.Provider
 	contextWindow int
-	// hardMin is the smallest context window a run may start with; 0 =
-	// guard.HardMinTokensDefault.
-	hardMin  int
-	thinking provider.ThinkingLevel
-	auth     Auth
+	thinking      provider.ThinkingLevel
+	auth          Auth
 	// locked is a profile the user pinned: used even when cooling, never
 	// rotated away from.
 	locked             string
@@ -150,9 +149,15 @@ type loopOut struct {
 	compactions int
 	pending     []events.PendingCall
 	thinkLevels []provider.ThinkingLevel
+	usage       usageAcc
 	// profile is the auth profile that answered ("" = none or the
-	// provider's own key).
+	// provider's own key): recorded good and used.
 	profile string
+	// finalProfile is the profile of the last attempt ("" = none).
+	finalProfile string
+	// overflowTries counts the overflow recoveries the run made;
+	// maxIter is its iteration cap.
+	overflowTries, maxIter int
 }
 
 // profileError is an auth-profile failure that is not a provider error (a
@@ -191,19 +196,11 @@ const (
 	stop              // the run ends: with l.out, or with the step's error
 )
 
-// runModel runs the loop for one model. The decisions the reference makes
-// before the first attempt come first, and throw without one: a context
-// window under the hard minimum (§3.1 step 3), then the auth profiles
-// (steps 4-5: a locked profile not configured for the provider, every
-// profile unavailable).
+// runModel runs the loop for one model that setupModel accepted. The auth
+// profiles are resolved first, and throw without an attempt (§3.1 steps
+// 4-5: a locked profile not configured for the provider, every profile
+// unavailable).
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
-	if req.hardMin <= 0 {
-		req.hardMin = guard.HardMinTokensDefault
-	}
-	if req.contextWindow > 0 && req.contextWindow < req.hardMin {
-		err := &guard.WindowTooSmallError{Tokens: req.contextWindow, Min: req.hardMin}
-		return nil, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
-	}
 	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}}
 	l.resetThinking()
 	if err := l.resolveProfiles(ctx); err != nil {
@@ -214,29 +211,29 @@ func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) 
 		n = 0
 	}
 	l.maxIter = IterationCap(n)
-	return l.run(ctx)
+	l.out.maxIter = l.maxIter
+	err := l.run(ctx)
+	l.out.overflowTries = l.overflowTries
+	// A run that throws has an out too: what it did before.
+	return &l.out, err
 }
 
 // run is the loop: until a step ends the run, check the iteration cap
-// (§3.2 step 1), run an attempt (step 2) and decide on its outcome.
-func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
+// (§3.2 step 1), run an attempt (step 2) and decide on its outcome. It
+// ends with l.out, or with the error the run throws.
+func (l *modelLoop) run(ctx context.Context) error {
 	for iter := 0; ; iter++ {
 		if iter >= l.maxIter {
 			l.reply(TextRetryLimit, "retry_limit", fmt.Sprintf("Exceeded retry limit after %d attempts (max=%d).", iter, l.maxIter))
-			return &l.out, nil
+			return nil
 		}
 		a, err := l.attempt(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		n, err := l.decide(ctx, a)
-		switch {
-		case err != nil:
-			return nil, err
-		case n == retry:
-			continue
+		if n, err := l.decide(ctx, a); err != nil || n != retry {
+			return err
 		}
-		return &l.out, nil
 	}
 }
 
@@ -265,7 +262,7 @@ type outcome struct {
 }
 
 // attempt runs one attempt with the active profile's key at the current
-// thinking level (§3.2 steps 2-3; usage is summed as replies are added).
+// thinking level and merges its usage (§3.2 steps 2-3).
 func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 	key, err := l.key(ctx)
 	if err != nil {
@@ -277,7 +274,12 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 		canRotate: l.canRotate()}}
 	a.attemptOut = l.at.attempt(ctx, a.req)
 	l.out.compactions += a.compactions
-	l.out.last, l.out.pending = a.last, a.pending
+	l.out.last, l.out.pending, l.out.finalProfile = a.last, a.pending, a.req.profile
+	var lastUsage message.Usage
+	if a.last != nil && a.last.Usage != nil {
+		lastUsage = *a.last.Usage
+	}
+	l.out.usage.merge(a.usage, lastUsage)
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}

@@ -518,7 +518,7 @@ func TestDecisionsBeforeTheFirstAttempt(t *testing.T) {
 		{"a configured hard minimum", 30000, 32000, false, nil, false,
 			"Model context window too small (30000 tokens). Minimum is 32000.", provider.ReasonUnknown, 0, 0},
 		{"an unknown model", 200000, 0, true, nil, true,
-			"Unknown model: anthropic/claude-opus-4-6", provider.ReasonModelNotFound, 404, 0},
+			"Unknown model: anthropic/claude-opus-4-6", provider.ReasonModelNotFound, 0, 0},
 		{"every profile disabled, no fallbacks", 200000, 0, false, map[string]authprofile.State{"p1": disabled, "p2": disabled}, false,
 			"No available auth profile for anthropic (all in cooldown or unavailable).", "", 0, 0},
 		{"every profile disabled, fallbacks: a failover error for the chain", 200000, 0, false, map[string]authprofile.State{"p1": disabled, "p2": disabled}, true,
@@ -537,11 +537,12 @@ func TestDecisionsBeforeTheFirstAttempt(t *testing.T) {
 				store.Usage[id] = st
 			}
 			sl := &scriptedLoop{}
-			req := loopReq{runID: "r", model: provider.Model{Provider: "anthropic", ID: "claude-opus-4-6"}, contextWindow: tt.window, hardMin: tt.hardMin,
-				auth: NewMemoryAuth(store, authprofile.Config{}, func() time.Time { return now }), fallbackConfigured: tt.fallback,
-				now: func() time.Time { return now }}
-			_, _, err := resolveModel(scenarioResolver{unknown: tt.unknown}, req.model.Ref())
+			m, _, w, err := setupModel(scenarioResolver{unresolvable: tt.unknown, window: tt.window}, "anthropic/claude-opus-4-6",
+				guard.WindowConfig{HardMinTokens: float64(tt.hardMin)})
 			if err == nil {
+				req := loopReq{runID: "r", model: m, contextWindow: w.Tokens,
+					auth: NewMemoryAuth(store, authprofile.Config{}, func() time.Time { return now }), fallbackConfigured: tt.fallback,
+					now: func() time.Time { return now }}
 				_, err = runModel(t.Context(), req, sl)
 			}
 			if sl.n != tt.attempts {
@@ -586,8 +587,10 @@ func TestUnnamedModelIsNotAnsweredByAnother(t *testing.T) {
 }
 
 // recorder is a provider that records the messages of every request and
-// answers with the scripted provider.
+// answers with the scripted provider; its models belong to provider prov
+// ("scripted" when empty).
 type recorder struct {
+	prov string
 	mu   sync.Mutex
 	reqs [][]message.Message
 }
@@ -601,7 +604,49 @@ func (r *recorder) Stream(ctx context.Context, req *provider.Request, emit func(
 
 func (r *recorder) Resolve(ref string) (provider.Model, provider.Provider, error) {
 	_, id, _ := strings.Cut(ref, "/")
-	return scripted.Model(id), r, nil
+	m := scripted.Model(id)
+	if r.prov != "" {
+		m.Provider = r.prov
+	}
+	return m, r, nil
+}
+
+// TestRefusalTriggerScrubbed: a request to Anthropic never carries its
+// refusal test string, in the prompt or the history; the transcript keeps
+// what the sender sent, and other providers get it as it is.
+func TestRefusalTriggerScrubbed(t *testing.T) {
+	t.Parallel()
+	e1 := "e1"
+	history := []message.Entry{{Type: message.EntryMessage, ID: e1, Message: &message.Message{Role: message.RoleUser,
+		Content: message.PlainText("earlier " + sanitize.RefusalTrigger), Timestamp: 1}},
+		{Type: message.EntryMessage, ID: "e2", ParentID: &e1, Message: &message.Message{Role: message.RoleAssistant,
+			Content: message.BlocksOf(message.Text("no")), StopReason: message.StopStop, Timestamp: 2}}}
+	for _, tc := range []struct{ prov, want string }{
+		{"anthropic", sanitize.RefusalTriggerScrubbed},
+		{"openai", sanitize.RefusalTrigger},
+	} {
+		rec := &recorder{prov: tc.prov}
+		r, err := New(Config{DefaultModel: tc.prov + "/echo", Resolver: rec, Retry: RetryPolicy{MaxRetries: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.Run(t.Context(), Input{RunID: "r", History: history, Inbound: &events.Inbound{Text: "say " + sanitize.RefusalTrigger}}, &sink{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sent []string
+		for _, m := range rec.reqs[0] {
+			if m.Role == message.RoleUser {
+				sent = append(sent, m.Content.Text())
+			}
+		}
+		if want := []string{"earlier " + tc.want, "say " + tc.want}; !slices.Equal(sent, want) {
+			t.Errorf("%s: the request's user messages %q, want %q", tc.prov, sent, want)
+		}
+		if got := out.Entries[0].Message.Content.Text(); got != "say "+sanitize.RefusalTrigger {
+			t.Errorf("%s: the transcript holds %q", tc.prov, got)
+		}
+	}
 }
 
 // TestCallOfAToolNotOffered: a model that calls a tool the run does not

@@ -348,7 +348,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if !ok || requested.Provider == "" {
 		// A model that cannot even be named is never answered by another
 		// one: the run fails before any attempt (runtime spec §3.1 step 2).
-		return ru.ended(ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref})), nil
+		return ru.ended(ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref}, nil)), nil
 	}
 	req := fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
 		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes,
@@ -368,7 +368,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	case ctx.Err() != nil:
 		return ru.partial(), context.Cause(ctx)
 	}
-	return ru.ended(ru.fail(start, model, err)), nil
+	return ru.ended(ru.fail(start, model, err, out)), nil
 }
 
 // ended tells the EndHook about a finished run and returns out.
@@ -398,7 +398,7 @@ func (ru *run) partial() *Output {
 			}
 		}
 	}
-	return &Output{Entries: ru.b.entries, Usage: ru.acc.sum}
+	return &Output{Entries: ru.b.entries, Usage: ru.usage}
 }
 
 // addPrompt appends the user's message, with the context the before-start
@@ -428,33 +428,44 @@ func (ru *run) addPrompt(ctx context.Context, start time.Time) {
 // otherwise a failed model ends the run with its error reply.
 func (ru *run) tryModel(ctx context.Context, step fallback.Step, model *provider.Model) (*loopOut, error) {
 	cfg := ru.r.cfg
-	ref := step.Candidate.String()
-	m, prov, err := resolveModel(cfg.Resolver, ref)
+	m, prov, w, err := setupModel(cfg.Resolver, step.Candidate.String(), cfg.Window)
+	if m.ID != "" {
+		*model = m
+	}
 	if err != nil {
 		return nil, err
 	}
-	*model = m
-	w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), cfg.Window)
-	if w.ShouldWarn && !w.ShouldBlock {
+	if w.ShouldWarn {
 		cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
 	}
 	ru.window = w.Tokens
-	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens, hardMin: w.HardMin,
+	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
 		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
 		fallbackConfigured: len(cfg.Fallbacks) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
 		now: cfg.Now, stateErr: ru.stateErr}, ru)
 }
 
-// resolveModel resolves a "provider/model-id" reference (runtime spec §3.1
-// step 2); an unknown model is a failover error with reason
-// model_not_found, "Unknown model: <ref>" and the resolver's reason.
-func resolveModel(res Resolver, ref string) (provider.Model, provider.Provider, error) {
+// setupModel makes the decisions the reference makes before any attempt
+// of a model (runtime spec §3.1 steps 2-3): it resolves the
+// "provider/model-id" reference, then resolves its context window
+// (guard.ResolveWindow). An unknown model throws a failover error with
+// reason model_not_found, "Unknown model: <ref>" and the resolver's
+// reason; a window under the hard minimum one with reason unknown and the
+// reference's "Model context window too small (<n> tokens). Minimum is
+// <min>." The model is returned once it resolves (the zero Model before).
+func setupModel(res Resolver, ref string, wcfg guard.WindowConfig) (provider.Model, provider.Provider, guard.Window, error) {
 	m, prov, err := res.Resolve(ref)
 	if err != nil {
-		return m, nil, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref, Err: err}
+		// The reference's error has no status (the chain's
+		// classification gives model_not_found its 404).
+		return provider.Model{}, nil, guard.Window{}, &provider.Error{Reason: provider.ReasonModelNotFound, Message: "Unknown model: " + ref, Err: err}
 	}
-	return m, prov, nil
+	w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), wcfg)
+	if err := w.Err(); err != nil {
+		return m, prov, w, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
+	}
+	return m, prov, w, nil
 }
 
 // locked is the profile a run's settings pin, "" when none.
@@ -638,22 +649,7 @@ func (ru *run) answerApproval(ctx context.Context, call message.Block, tr events
 // finish makes the output of a run whose model loop returned.
 func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Output {
 	end := ru.r.cfg.Now()
-	res := &events.Result{Payloads: out.payloads, Meta: events.Meta{DurationMs: end.Sub(start).Milliseconds(), Error: out.runErr, Aborted: out.aborted}}
-	am := &events.AgentMeta{SessionID: ru.in.SessionID, Provider: model.Provider, Model: model.ID, CompactionCount: out.compactions}
-	if out.last != nil && out.last.Provider != "" {
-		am.Provider, am.Model = out.last.Provider, out.last.Model
-	}
-	am.Usage = ru.acc.total()
-	am.LastCallUsage = ru.acc.lastCall()
-	am.PromptTokens = ru.acc.lastIn + ru.acc.lastCacheRead + ru.acc.lastCacheWrite
-	res.Meta.AgentMeta = am
-	if out.last != nil {
-		res.Meta.StopReason = string(out.last.StopReason)
-	}
-	if len(out.pending) > 0 {
-		res.Meta.StopReason = "tool_calls"
-		res.Meta.PendingToolCalls = out.pending
-	}
+	res := out.result(model, ru.in.SessionID, end.Sub(start))
 	if out.runErr != nil {
 		text := out.runErr.Message
 		for _, p := range out.payloads {
@@ -666,7 +662,7 @@ func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Outp
 	} else {
 		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
 	}
-	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.acc.sum, AuthProfile: out.profile}
+	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.usage, AuthProfile: out.profile}
 }
 
 // refuse makes the output of a run refused as it was sent (an
@@ -678,8 +674,9 @@ func (ru *run) refuse(start time.Time, msg string) *Output {
 }
 
 // fail makes the output of a run that ended with an error no model loop
-// could turn into a reply (the reference throws these).
-func (ru *run) fail(start time.Time, model provider.Model, err error) *Output {
+// could turn into a reply (the reference throws these); last is what the
+// last model's loop did (nil: none ran), whose usage the result reports.
+func (ru *run) fail(start time.Time, model provider.Model, err error, last *loopOut) *Output {
 	text := errText(err)
 	var pe *provider.Error
 	var ex *fallback.ExhaustedError
@@ -695,6 +692,9 @@ func (ru *run) fail(start time.Time, model provider.Model, err error) *Output {
 	}
 	out := &loopOut{payloads: []events.Payload{{Text: text, IsError: true}},
 		runErr: &events.RunError{Kind: kind, Message: string(failover.ClassifyError(err)) + ": " + errText(err)}}
+	if last != nil {
+		out.usage = last.usage
+	}
 	return ru.finish(start, model, out)
 }
 
@@ -781,48 +781,6 @@ func (b *builder) add(m message.Message) {
 	}
 	b.parent = id
 	b.entries = append(b.entries, e)
-}
-
-// usageAcc accumulates usage as the reference result reports it, and the
-// plain sum of every call (cost included).
-type usageAcc struct {
-	sum                                   message.Usage
-	lastIn, lastCacheRead, lastCacheWrite int64
-	last                                  message.Usage
-	calls                                 int
-}
-
-func (a *usageAcc) add(u *message.Usage) {
-	if u == nil || u.IsZero() {
-		return
-	}
-	a.calls++
-	a.sum = a.sum.Add(*u)
-	a.sum.Extra = nil
-	a.lastIn, a.lastCacheRead, a.lastCacheWrite = u.Input, u.CacheRead, u.CacheWrite
-	a.last = *u
-}
-
-// total reports input/cacheRead/cacheWrite of the last call, output summed,
-// and total as the last call's total (reference §3.3); the cost is the sum
-// of every call's.
-func (a *usageAcc) total() *events.UsageMeta {
-	if a.calls == 0 {
-		return nil
-	}
-	t := a.last.Total()
-	if a.last.TotalTokens == 0 {
-		t = a.lastIn + a.lastCacheRead + a.lastCacheWrite + a.sum.Output
-	}
-	return &events.UsageMeta{Input: a.lastIn, Output: a.sum.Output, CacheRead: a.lastCacheRead, CacheWrite: a.lastCacheWrite, Total: t,
-		Cost: costMeta(a.sum.Cost)}
-}
-
-func (a *usageAcc) lastCall() *events.UsageMeta {
-	if a.calls == 0 {
-		return nil
-	}
-	return usageOf(a.last)
 }
 
 // usageOf is u for an event's meta.
