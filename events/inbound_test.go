@@ -63,6 +63,11 @@ func TestDecodeInbound(t *testing.T) {
 		{"stop with mode", "", []byte(`{"stop":true,"mode":"interrupt"}`), 0, "", "a stop command carries nothing else"},
 		{"stop with settings", "", []byte(`{"stop":true,"queueSettings":{"cap":2}}`), 0, "", "a stop command carries nothing else"},
 		{"stop false is empty", "", []byte(`{"stop":false}`), 0, "", "empty"},
+		// A heartbeat is a prompt.
+		{"heartbeat", "", []byte(`{"text":"check in","heartbeat":true}`), 0, "check in", ""},
+		{"heartbeat stop", "", []byte(`{"stop":true,"heartbeat":true}`), 0, "", "heartbeat: a heartbeat is a prompt"},
+		{"heartbeat settings", "", []byte(`{"heartbeat":true,"queueSettings":{"cap":2}}`), 0, "", "heartbeat: a heartbeat is a prompt"},
+		{"heartbeat without text", "", []byte(`{"heartbeat":true}`), 0, "", "text: empty"},
 		// Run settings: a settings message of its own, bounded and validated.
 		{"run settings", "", []byte(`{"runSettings":{"model":"acme/m1","thinking":"HIGH","authProfile":"acme:a","historyLimit":5,"maxToolIterations":9,"maxToolRepeats":2,"tools":{"allow":["web_*","read"],"deny":["exec"],"approve":["write"]}}}`), 0, "", ""},
 		{"run and queue settings", "", []byte(`{"queueSettings":{"mode":"collect"},"runSettings":{"reset":true}}`), 0, "", ""},

@@ -128,7 +128,7 @@ func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, stored queue.Mode, n
 		m.Kind = queue.KindStop
 	default:
 		own, _ := queue.ParseMode(in.Mode)
-		m.Mode, m.Prompt = queue.ModeOf(own, stored), in.Text
+		m.Mode, m.Prompt, m.Heartbeat = queue.ModeOf(own, stored), in.Text, in.Heartbeat
 	}
 	return m
 }

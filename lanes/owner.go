@@ -466,6 +466,8 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// It arrived while the session was busy (the turn before it ended
 		// after it arrived): refuse it, as the sender asked.
 		return o.failTurn(ctx, a.em, p, events.KindRejected, "the session was busy when this message arrived (mode reject); it was not run", a.attempt)
+	case queue.VerbDrop:
+		return o.failTurn(ctx, a.em, p, events.KindDropped, "the session was busy when this heartbeat arrived; it was dropped", a.attempt)
 	case queue.VerbInterrupted:
 		return o.interrupted(ctx, a.em, p, a.attempt, nil, false)
 	}
