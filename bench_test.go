@@ -24,7 +24,8 @@ func BenchmarkSend(b *testing.B) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{}); err != nil {
+	// b.N messages to one lane nobody drains: no per-lane cap.
+	if _, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{LaneMaxMsgs: -1, LaneMaxBytes: -1}); err != nil {
 		b.Fatal(err)
 	}
 	c, _ := New(nc)

@@ -64,6 +64,11 @@ var (
 	// ErrPermission means the NATS server refused a subject to this
 	// connection's user (see the roles in the README).
 	ErrPermission = errors.New("lanefleet: permission denied")
+	// ErrLaneFull means the session's lane holds as many messages as the
+	// fleet lets one session queue (worker --lane-max-messages,
+	// --lane-max-bytes): it refuses the session's new messages until its
+	// runs have taken some. Other sessions are not affected.
+	ErrLaneFull = errors.New("lanefleet: the session's lane is full")
 )
 
 // Client talks to a fleet over one NATS connection.
@@ -190,8 +195,12 @@ func WithImage(mimeType string, data []byte) SendOption {
 	}
 }
 
-// WithMessageID sets the message id used for de-duplication: sending the same
-// id again within the dedupe window returns the first message's run.
+// WithMessageID sets the message id used for de-duplication on the
+// session's lane (default: a random one): a message sent again to the
+// same session with the same id within the dedupe window (2 minutes) is
+// not run again; its run ends pointing at the first one's
+// (Meta.MergedInto), whose result Wait returns. Another session's
+// messages cannot use the id first: ids are the session's own.
 func WithMessageID(id string) SendOption {
 	return func(o *sendOptions) error { o.in.ID = id; return nil }
 }
@@ -235,11 +244,10 @@ func WithoutFollow() SendOption {
 
 // Run is a sent message's run.
 type Run struct {
-	Session   string
-	ID        string // run id: the message's inbound stream sequence
-	Seq       uint64
-	Duplicate bool // the message id was seen before; this is the earlier run
-	c         *Client
+	Session string
+	ID      string // run id: the message's inbound stream sequence
+	Seq     uint64
+	c       *Client
 
 	waitAfter time.Duration
 	onWait    func(RunState)
@@ -252,12 +260,16 @@ type Run struct {
 // validated before it is sent; a *events.DecodeError says what is wrong.
 //
 // A publish that fails for a reason that passes (a stream leader election,
-// a timeout) is retried with the same message id, which the stream's
-// de-duplication makes safe, for up to a minute within ctx. ErrNoFleet means
+// a timeout) is retried for up to a minute within ctx, as the same publish
+// (a Nats-Msg-Id of its own, random, which the stream de-duplicates and
+// nobody else can know) carrying the same message id (Lanefleet-Msg-Id,
+// which the session's lane de-duplicates: WithMessageID). ErrNoFleet means
 // no stream stores the session's messages and no worker answers;
 // ErrPermission that the connection's user may not send to the session;
-// ErrTooLarge that the message exceeds the server's max payload. A stream
-// that refuses the message (a full store) is an error at once.
+// ErrTooLarge that the message exceeds the server's max payload or the
+// fleet's; ErrLaneFull that the session has as many messages queued as the
+// fleet allows one session (the error says how many). A stream that
+// refuses the message (a full store) is an error at once.
 //
 // Send subscribes to the session's events before it publishes, so following
 // the run (Events, Wait) within 10 s starts from its live events and asks
@@ -320,28 +332,32 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 	}
 	start := time.Now()
 	var noStreamSince time.Time
-	maybeStored := false // an attempt timed out: the stream may hold the message already
+	// The publish's own id: the stream's de-duplication (stream-wide)
+	// keeps one copy of a retried publish. Random, so no other sender can
+	// use it first; in.ID, which a caller may choose, is de-duplicated on
+	// the lane only (Lanefleet-Msg-Id).
+	publishID := newID()
 	b := backoff{min: 100 * time.Millisecond, max: time.Second}
 	for {
 		m := nats.NewMsg(subj)
 		m.Data = data
 		m.Header.Set(events.HeaderContentType, ct)
-		m.Header.Set(events.HeaderMsgID, in.ID)
+		m.Header.Set(events.HeaderMsgID, publishID)
+		m.Header.Set(events.HeaderLaneMsgID, in.ID)
 		tracing.Inject(ctx, m.Header) // the caller's trace continues into the turn
 		ack, err := c.publishOnce(ctx, m)
 		if err == nil {
-			// A duplicate of our own earlier attempt is our message.
-			r := &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence,
-				Duplicate: ack.Duplicate && !maybeStored, c: c}
+			// A duplicate ack is our own earlier attempt: our message.
+			r := &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence, c: c}
 			if lane != nil {
 				// The publish's flush came after the subscription: a
 				// refused one is reported by now.
 				if c.denied(before, "Subscription to", lane.prefix+"*") != nil {
 					lane.refuse()
 				} else if !lane.refused.Load() {
-					// Someone else's message (a duplicate) may have
-					// events from before the subscription.
-					f := lane.open(r.ID, unclaimedBuffer, !r.Duplicate)
+					// Every attempt came after the subscription: it
+					// holds the run's events from the start.
+					f := lane.open(r.ID, unclaimedBuffer, true)
 					r.live.Store(f)
 					f.expireUnclaimed(r)
 				}
@@ -365,14 +381,18 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 				noStreamSince = time.Now()
 			}
 		case isTimeout(err), c.reconnecting(err):
-			maybeStored = true
+			// The stream may hold it already: the retry, the same
+			// publish, is de-duplicated.
 		case transientPubAck(err):
 		default:
 			if errors.Is(err, ErrPermission) {
 				return nil, fmt.Errorf("%w (send to session %q)", err, session)
 			}
-			if errors.Is(err, nats.ErrMaxPayload) {
+			if errors.Is(err, nats.ErrMaxPayload) || refusedAs(err, "message size exceeds maximum allowed") {
 				return nil, fmt.Errorf("%w: the message to %q is %d bytes", ErrTooLarge, session, len(data))
+			}
+			if refusedAs(err, "maximum messages per subject exceeded") {
+				return nil, c.laneFull(ctx, session)
 			}
 			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
 		}
@@ -412,6 +432,30 @@ func (c *Client) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAc
 		return nil, errors.New("malformed stream ack: no stream")
 	}
 	return &resp.PubAck, nil
+}
+
+// refusedAs reports whether err is the stream's refusal with description
+// what.
+func refusedAs(err error, what string) bool {
+	var e *pubAckError
+	return errors.As(err, &e) && e.Description == what
+}
+
+// laneFull is the error of a message the session's full lane refused: it
+// says how many messages wait there (asked of the lane service) and what
+// to do.
+func (c *Client) laneFull(ctx context.Context, session string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	b, err := c.Backlog(ctx, session)
+	if err != nil || b.Waiting == 0 {
+		return fmt.Errorf("%w: session %q has as many messages queued as the fleet allows one session; send again once its runs have taken some", ErrLaneFull, session)
+	}
+	n := strconv.Itoa(b.Waiting)
+	if b.More {
+		n = "up to " + n
+	}
+	return fmt.Errorf("%w: %s messages of session %q wait for their turns, as many as the fleet allows one session; send again once its runs have taken some", ErrLaneFull, n, session)
 }
 
 // transientPubAck reports a refusal that passes: JetStream unavailable for

@@ -270,12 +270,8 @@ func TestSendWaitsOutAMissingStream(t *testing.T) {
 		_, _ = lanes.EnsureStreams(ctx, js, lanes.StreamConfig{})
 	}()
 	c, _ := New(natstest.Connect(t, natsURL(nc)))
-	run, err := c.Send(ctx, "patient", "hi", WithMessageID("m-1"))
-	if err != nil {
+	if _, err := c.Send(ctx, "patient", "hi", WithMessageID("m-1")); err != nil {
 		t.Fatal(err)
-	}
-	if run.Duplicate {
-		t.Fatal("the first store of the message reported as a duplicate")
 	}
 	st, err := js.Stream(ctx, events.InboundStream)
 	if err != nil {
@@ -287,9 +283,10 @@ func TestSendWaitsOutAMissingStream(t *testing.T) {
 }
 
 // TestSendRetriesATimeoutWithTheSameID: a publish whose ack never came is
-// repeated with the same message id, and the stream's "duplicate" answer
-// to the repeat is the message's own run, not a duplicate. (A core
-// subscriber plays the stream here: it loses the first ack.)
+// repeated as the same publish (the same random Nats-Msg-Id, not the
+// message id a caller may choose, which goes as Lanefleet-Msg-Id), and
+// the stream's "duplicate" answer to the repeat is the message's own run.
+// (A core subscriber plays the stream here: it loses the first ack.)
 func TestSendRetriesATimeoutWithTheSameID(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -300,6 +297,9 @@ func TestSendRetriesATimeoutWithTheSameID(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		ids = append(ids, m.Header.Get(events.HeaderMsgID))
+		if m.Header.Get(events.HeaderLaneMsgID) != "mine" {
+			ids = append(ids, "no lane id")
+		}
 		if len(ids) > 1 {
 			_ = m.Respond([]byte(`{"stream":"AGENT_IN","seq":7,"duplicate":true}`))
 		}
@@ -312,13 +312,13 @@ func TestSendRetriesATimeoutWithTheSameID(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := New(natstest.Connect(t, srv.URL))
-	run, err := c.Send(t.Context(), "flaky", "hi")
+	run, err := c.Send(t.Context(), "flaky", "hi", WithMessageID("mine"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if run.Seq != 7 || run.Duplicate || len(ids) != 2 || ids[0] != ids[1] || ids[0] == "" {
+	if run.Seq != 7 || len(ids) != 2 || ids[0] != ids[1] || ids[0] == "" || ids[0] == "mine" {
 		t.Fatalf("run %+v after publishes with ids %q", run, ids)
 	}
 }

@@ -190,9 +190,10 @@ func TestSendsShareTheLaneSubscription(t *testing.T) {
 }
 
 // TestLateFollowReadsTheStore: a run whose feed expired before anyone
-// followed it (the subscription is gone then), and a duplicate send whose
-// run may have published before Send subscribed, both start with the
-// store and end with the run's result.
+// followed it (the subscription is gone then) starts with the store and
+// ends with the run's result; a resend with the same message id is a run
+// of its own, not run: it ends pointing at the first, and Wait returns the
+// first's result.
 func TestLateFollowReadsTheStore(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -213,11 +214,18 @@ func TestLateFollowReadsTheStore(t *testing.T) {
 		t.Fatalf("wait after expiry: %+v, %v", res, err)
 	}
 	dup, err := c.Send(ctx, "late", "first", WithMessageID("m-1"))
-	if err != nil || !dup.Duplicate || dup.ID != r.ID {
+	if err != nil || dup.ID == r.ID {
 		t.Fatalf("second send: %+v, %v", dup, err)
 	}
-	if f := dup.live.Load(); f == nil || f.fromStart {
-		t.Fatal("a duplicate's feed claims the run's start")
+	var final *events.Event
+	for ev, err := range dup.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		final = ev
+	}
+	if final == nil || final.Data.Result == nil || final.Data.Result.Meta.MergedInto != r.ID {
+		t.Fatalf("the resend's run ended with %+v, want merged into %s", final, r.ID)
 	}
 	if res, err := dup.Wait(ctx); err != nil || res.Payloads[0].Text != "echo: first" {
 		t.Fatalf("wait on the duplicate: %+v, %v", res, err)

@@ -201,10 +201,12 @@ func checkSelect(q DeadSelect) error {
 }
 
 // deadReplay publishes dead letters again on their lanes. Each replay's
-// message id is derived from the dead letter (dlq-replay-<seq>), so a
-// replay repeated within the inbound stream's dedupe window (a retried
-// request, two operators) stores the message once; the dead letter is
-// deleted once the inbound stream has the message, unless Keep.
+// message id is derived from the dead letter (Lanefleet-Msg-Id
+// dlq-replay-<seq>), so a replay repeated within the dedupe window (a
+// retried request, two operators) runs once: the lane de-duplicates it. It
+// is no Nats-Msg-Id, which the stream de-duplicates stream-wide: a sender
+// could store that guessable id first and make the replay vanish. The dead
+// letter is deleted once the inbound stream has the message, unless Keep.
 func (s *Service) deadReplay(ctx context.Context, data []byte) (any, error) {
 	var q DeadSelect
 	if err := decode(data, &q); err != nil {
@@ -252,7 +254,7 @@ func (s *Service) replayOne(ctx context.Context, seq uint64, keep bool) (Replaye
 			m.Header[k] = v
 		}
 	}
-	m.Header.Set(events.HeaderMsgID, "dlq-replay-"+strconv.FormatUint(seq, 10))
+	m.Header.Set(events.HeaderLaneMsgID, "dlq-replay-"+strconv.FormatUint(seq, 10))
 	ack, err := s.cfg.JS.PublishMsg(ctx, m)
 	if err != nil {
 		return Replayed{}, "", fmt.Errorf("admin: replay dead letter %d to %s: %w", seq, subj, err)
@@ -263,7 +265,7 @@ func (s *Service) replayOne(ctx context.Context, seq uint64, keep bool) (Replaye
 		}
 	}
 	run := strconv.FormatUint(ack.Sequence, 10)
-	s.log.Info().Uint64("dead_letter", seq).Str("session", events.Fingerprint(key)).Str("run_id", run).Bool("duplicate", ack.Duplicate).
+	s.log.Info().Uint64("dead_letter", seq).Str("session", events.Fingerprint(key)).Str("run_id", run).
 		Msg("dead letter replayed by an operator")
 	return Replayed{Seq: seq, Session: key, Run: run}, "", nil
 }

@@ -29,7 +29,7 @@ type Image struct {
 // image) is required: `{"text":"hi"}` is a complete message.
 type Inbound struct {
 	V        int     `json:"v,omitempty" msgpack:"v,omitempty"`               // schema version; 0 means 1
-	ID       string  `json:"id,omitempty" msgpack:"id,omitempty"`             // client message id (also the Nats-Msg-Id)
+	ID       string  `json:"id,omitempty" msgpack:"id,omitempty"`             // client message id (the Go client sends it as the Lanefleet-Msg-Id header too)
 	Session  string  `json:"session,omitempty" msgpack:"session,omitempty"`   // optional; must match the subject when set
 	Text     string  `json:"text,omitempty" msgpack:"text,omitempty"`         // the user's message
 	Images   []Image `json:"images,omitempty" msgpack:"images,omitempty"`     // prompt images
@@ -86,8 +86,11 @@ type QueueSettings struct {
 	Reset      bool   `json:"reset,omitempty" msgpack:"reset,omitempty"`           // clear the stored settings first
 }
 
-// MaxDebounceMs bounds a stored debounce (one hour).
-const MaxDebounceMs = 3600 * 1000
+// MaxDebounceMs bounds a debounce (one minute): a collect batch waits that
+// long at most after its last message, and its lane's owner holds a slot
+// meanwhile. lanes/queue clamps a stored longer one (queue.DebounceMax; a
+// test pins that the two agree).
+const MaxDebounceMs = 60 * 1000
 
 // Validate checks the settings' values.
 func (q *QueueSettings) Validate() error {

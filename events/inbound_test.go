@@ -56,6 +56,10 @@ func TestDecodeInbound(t *testing.T) {
 		{"settings with text", "", []byte(`{"text":"a","queueSettings":{"mode":"collect"}}`), 0, "", "carries nothing else"},
 		{"settings bad drop", "", []byte(`{"queueSettings":{"drop":"all"}}`), 0, "", "unknown drop policy"},
 		{"settings bad debounce", "", []byte(`{"queueSettings":{"debounceMs":-1}}`), 0, "", "debounceMs"},
+		{"settings longest debounce", "", []byte(`{"queueSettings":{"debounceMs":60000}}`), 0, "", ""},
+		// A session cannot hold its lane's slot for long with a long quiet time.
+		{"settings debounce over a minute", "", []byte(`{"queueSettings":{"debounceMs":60001}}`), 0, "", "debounceMs: 60001 is not between 0 and 60000"},
+		{"settings hour debounce", "", []byte(`{"queueSettings":{"debounceMs":3600000}}`), 0, "", "debounceMs"},
 		{"settings bad cap", "", []byte(`{"queueSettings":{"cap":-2}}`), 0, "", "queueSettings.cap"},
 		{"settings bad mode", "", []byte(`{"queueSettings":{"mode":"sometimes"}}`), 0, "", "unknown queue mode"},
 		{"stop command", "", []byte(`{"stop":true}`), 0, "", ""},

@@ -3,6 +3,7 @@ package events
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanefleet/lanefleet/internal/deptest"
 	"github.com/lanefleet/lanefleet/lanes/queue"
@@ -61,4 +62,13 @@ func TestImports(t *testing.T) {
 		t.Skip("runs go list")
 	}
 	deptest.NoImports(t, deptest.Contains("nats-io"), deptest.Prefix("github.com/lanefleet/lanefleet/lanes"))
+}
+
+// TestDebounceBoundMatchesQueue pins the wire schema's debounce bound to
+// the one lanes/queue applies to stored settings.
+func TestDebounceBoundMatchesQueue(t *testing.T) {
+	t.Parallel()
+	if got := time.Duration(MaxDebounceMs) * time.Millisecond; got != queue.DebounceMax {
+		t.Fatalf("events bounds a debounce at %v, lanes/queue at %v", got, queue.DebounceMax)
+	}
 }

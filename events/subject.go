@@ -20,10 +20,15 @@ const (
 const (
 	HeaderContentType = "Content-Type"
 	HeaderMsgID       = "Nats-Msg-Id"
-	HeaderStream      = "Lanefleet-Stream" // event stream name, e.g. "final"
-	HeaderError       = "Lanefleet-Error"  // dead letters: why
-	HeaderSubject     = "Lanefleet-Subject"
-	HeaderSeq         = "Lanefleet-Seq"
+	// HeaderLaneMsgID is an inbound message's id for de-duplication on
+	// its own lane (lanes/queue.IDs); unlike Nats-Msg-Id, which JetStream
+	// de-duplicates stream-wide, no other session's message can use it
+	// first.
+	HeaderLaneMsgID = "Lanefleet-Msg-Id"
+	HeaderStream    = "Lanefleet-Stream" // event stream name, e.g. "final"
+	HeaderError     = "Lanefleet-Error"  // dead letters: why
+	HeaderSubject   = "Lanefleet-Subject"
+	HeaderSeq       = "Lanefleet-Seq"
 )
 
 // Content types.

@@ -32,7 +32,7 @@ func TestFullInboundStoreRefusesAndLosesNothing(t *testing.T) {
 	// A member that prepared the streams but runs no turns yet: the
 	// inbound stream only fills.
 	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, WorkerID: "w1", Scripted: true, NoRemoteTools: true, NoBuiltinTools: true,
-		AckWait: 5 * time.Second, LeaseTTL: 5 * time.Second, Limits: fleet.Limits{Inbound: 16 << 10},
+		AckWait: 5 * time.Second, LeaseTTL: 5 * time.Second, Limits: fleet.Limits{Inbound: 16 << 10, LaneMessages: -1, LaneBytes: -1}, // the stream fills, not the lane
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	if err != nil {
 		t.Fatal(err)

@@ -91,11 +91,10 @@ func TestExecConfined(t *testing.T) {
 	base := t.TempDir()
 	data := filepath.Join(base, "data")
 	profiles := filepath.Join(base, "secrets", "auth-profiles.json")
-	bob := filepath.Join(data, "workspaces", "bob") // another session's workspace
-	for path, content := range map[string]string{
-		profiles:                        `{"version":1,"profiles":{"acme:a":{"type":"api_key","provider":"acme","key":"` + authSecret + `"}}}`,
-		filepath.Join(bob, "notes.txt"): bobSecret + "\n",
-	} {
+	// Another session's workspace, written once the worker has mounted
+	// the workspaces' filesystem (it mounts it only on an empty root).
+	bob := filepath.Join(data, "workspaces", "bob")
+	writeFile := func(path, content string) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -103,6 +102,7 @@ func TestExecConfined(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	writeFile(profiles, `{"version":1,"profiles":{"acme:a":{"type":"api_key","provider":"acme","key":"`+authSecret+`"}}}`)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +143,7 @@ func TestExecConfined(t *testing.T) {
 			if !strings.Contains(string(b), "landlock ABI") {
 				t.Fatalf("no confinement logged:\n%s", b)
 			}
+			writeFile(filepath.Join(bob, "notes.txt"), bobSecret+"\n")
 			break
 		}
 		select {

@@ -13,6 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -36,6 +37,10 @@ type Record struct {
 	// auth profile, its running usage): the newest record's is the
 	// session's, so it changes exactly with a committed turn.
 	State *events.SessionState `msgpack:"state,omitempty"`
+	// IDs are the message ids the lane used within its de-duplication
+	// window up to this turn (lanes/queue.IDs): the newest record's are
+	// the lane's.
+	IDs []queue.SeenID `msgpack:"ids,omitempty"`
 }
 
 // Record reads the record of one turn (leader read). A record that does not
@@ -67,6 +72,7 @@ type Cursor struct {
 	// a copy of the transcript read up to Stored is the whole of it.
 	Stored uint64
 	State  *events.SessionState // the newest record's session state; nil = none
+	IDs    []queue.SeenID       // the newest record's message ids (Record.IDs)
 }
 
 // Cursor reads a lane's cursor (zero value for a new lane) from its newest
@@ -92,7 +98,7 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 		}
 		return Cursor{Seq: seq, Stored: raw.Sequence}, err
 	}
-	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State}, nil
+	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State, IDs: r.IDs}, nil
 }
 
 // Written says where a record was written: its stream sequence and its

@@ -56,9 +56,9 @@ func TestDeadLetterDropsJetStreamHeaders(t *testing.T) {
 	if dl.Header.Get("X-Trace") != "abc" || dl.Header.Get(events.HeaderSubject) != subj || string(dl.Data) != "{not json" {
 		t.Fatalf("dead letter = %v %q", dl.Header, dl.Data)
 	}
-	for k := range dl.Header {
-		if len(k) >= 5 && k[:5] == "Nats-" {
-			t.Errorf("dead letter kept header %s", k)
+	for k, v := range dl.Header {
+		if len(k) >= 5 && k[:5] == "Nats-" && (k != events.HeaderMsgID || v[0] != fmt.Sprintf("dead-%d", ack.Sequence)) {
+			t.Errorf("dead letter kept header %s %q", k, v)
 		}
 	}
 }
@@ -163,4 +163,110 @@ func TestFailedAttemptSaysWhy(t *testing.T) {
 	if got := dl.Header.Get(events.HeaderError); got != "turn started 2 times without finishing; attempt 2 failed: "+cause {
 		t.Fatalf("dead letter error = %q", got)
 	}
+}
+
+// TestFullDeadLetterStreamKeepsMessage: when the dead-letter stream is
+// full (a sender filled it), a message that must be dead-lettered (one that
+// does not decode, one on a subject that is no lane) is neither deleted nor
+// ended: it stays where it is, the worker counts the failure and tries it
+// again later; once the dead-letter stream has room it is dead-lettered and
+// ended as usual. (Before, it was deleted from the inbound stream while the
+// log said it stayed.)
+func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, subject, reason string
+		data                  string
+	}{
+		{"invalid", events.InboundPrefix + "full", "invalid", "{not json"},
+		{"poison", events.InboundPrefix + "full", "poison", `{"text":"poison"}`},
+		{"bad-lane", events.InboundPrefix + "a.b", "bad-lane", `{"text":"hi"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFleetWith(t, StreamConfig{AckWait: 5 * time.Second, DeadMaxBytes: 4096}, 5*time.Second)
+			// Fill the dead-letter stream the way a hostile sender's
+			// dead letters would.
+			for n := 4000; n > 0; n /= 2 {
+				filler := nats.NewMsg(events.DeadPrefix + "invalid")
+				filler.Data = make([]byte, n)
+				_, _ = f.js.PublishMsg(t.Context(), filler) // as much as fits
+			}
+			h := &echoHandler{hook: func(t *Turn) error {
+				if t.Inbound.Text == "poison" {
+					panic("this message always kills its turn")
+				}
+				return nil
+			}}
+			w := f.newWorker(t, natstest.Connect(t, f.url), h, Config{MaxAttempts: 1, RetryDelay: time.Millisecond, deadRetry: 20 * time.Millisecond}, zerolog.ErrorLevel)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = w.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+
+			ack, err := f.js.Publish(t.Context(), tt.subject, []byte(tt.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Tried again: it stayed.
+			waitUntil(t, "the message tried again", func() bool { return w.Stats().DeadLetterFailures.Load() >= 3 })
+			if _, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence); err != nil {
+				t.Fatalf("the message was not kept: %v", err)
+			}
+			switch tt.reason {
+			case "invalid":
+				if ev, err := f.streams.Events.GetLastMsgForSubject(t.Context(), fmt.Sprintf("agent.ev.full.%d", ack.Sequence)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+					t.Fatalf("the run has an event before its dead letter is stored: %v %v", ev, err)
+				}
+			case "poison":
+				if ev := lastEvent(t, f.streams, fmt.Sprintf("agent.ev.full.%d", ack.Sequence)); ev.Terminal() || ev.Attempt != 1 {
+					t.Fatalf("the run's last event is %+v before its dead letter is stored, want its one failed attempt", ev)
+				}
+			}
+			if got := w.Stats().DeadLettersByReason(); got[tt.reason] != 0 {
+				t.Fatalf("dead letters stored = %v", got)
+			}
+
+			// Room again: dead-lettered once, and ended.
+			if err := f.streams.Dead.Purge(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			dead := waitDeadLetter(t, f.streams.Dead, events.DeadPrefix+tt.reason)
+			if dead.Header.Get(events.HeaderSeq) != fmt.Sprint(ack.Sequence) || string(dead.Data) != tt.data {
+				t.Fatalf("dead letter %v %q", dead.Header, dead.Data)
+			}
+			want := map[string]struct {
+				kind    string
+				attempt int
+			}{"invalid": {"invalid_input", 1}, "poison": {"poison_message", 2}}
+			if w, ok := want[tt.reason]; ok {
+				ev := f.waitFinal(t, "full", ack.Sequence)
+				if e := ev.Data.Result.Meta.Error; e == nil || e.Kind != w.kind || ev.Attempt != w.attempt {
+					t.Fatalf("final = %+v attempt %d, want %s at attempt %d", ev.Data.Result.Meta, ev.Attempt, w.kind, w.attempt)
+				}
+			}
+			waitUntil(t, "the dead-lettered message deleted", func() bool {
+				_, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence)
+				return errors.Is(err, jetstream.ErrMsgNotFound)
+			})
+			if got := w.Stats().DeadLettersByReason(); got[tt.reason] != 1 {
+				t.Fatalf("dead letters stored = %v, want one %s", got, tt.reason)
+			}
+		})
+	}
+}
+
+// lastEvent returns the last event stored on subject.
+func lastEvent(t *testing.T, streams *Streams, subject string) *events.Event {
+	t.Helper()
+	raw, err := streams.Events.GetLastMsgForSubject(t.Context(), subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := events.DecodeEvent(raw.Header.Get(events.HeaderContentType), raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
 }

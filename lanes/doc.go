@@ -104,6 +104,20 @@
 //     started does not cut it: it runs, then the interrupt.)
 //   - reject: refused (error kind rejected) if it arrived while a turn ran.
 //
+// A message whose id (its Lanefleet-Msg-Id header) an earlier message of
+// the lane used within the stream's dedupe window is a duplicate
+// (queue.IDs): it is not run, its run ends pointing at the first one's
+// (Meta.MergedInto), and it cuts no turn. The owner notes the id of every
+// message it reads, and each turn record carries the ids of the lane's
+// recent messages, so the lane's next owner decides alike. (JetStream's own
+// Nats-Msg-Id de-duplication is stream-wide: one session could make
+// another's message vanish by using its id first.)
+//
+// Each lane holds at most StreamConfig.LaneCap messages of the inbound
+// stream (waiting, running, or answered and not yet deleted: owners delete
+// answered ones as they drain), so a sender who floods its lane is refused
+// and nobody else.
+//
 // # Stop
 //
 // A stop command (events.Inbound.Stop, Client.Stop) cuts the running turn
@@ -153,7 +167,10 @@
 //
 // Every message taken off the lane ends with a final event: its own turn's,
 // MergedInto the turn that answered it, or an error saying why it was not
-// run. A turn lists the messages it consumed in its final event's
+// run. One that must be dead-lettered (it does not decode, or it is
+// poison) is taken off only once its dead letter is stored: while the
+// dead-letter stream refuses it, the message stays, its lane waits, and the
+// worker tries again later (Stats.DeadLetterFailures). A turn lists the messages it consumed in its final event's
 // Meta.Consumed. A committed turn's final events are a promise: its owner
 // retries them (bounded backoff) until they are stored before it takes the
 // next message or releases the lane; a worker that stops first hands the

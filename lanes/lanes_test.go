@@ -58,10 +58,17 @@ type fleet struct {
 
 func newFleet(t *testing.T, ackWait, leaseTTL time.Duration) *fleet {
 	t.Helper()
+	return newFleetWith(t, StreamConfig{AckWait: ackWait}, leaseTTL)
+}
+
+// newFleetWith is newFleet with the streams sized by sc; its workers use
+// the same.
+func newFleetWith(t *testing.T, sc StreamConfig, leaseTTL time.Duration) *fleet {
+	t.Helper()
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
 	js, _ := jetstream.New(nc)
-	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: ackWait})
+	streams, err := EnsureStreams(t.Context(), js, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +84,7 @@ func newFleet(t *testing.T, ackWait, leaseTTL time.Duration) *fleet {
 func (f *fleet) newWorker(t *testing.T, nc *nats.Conn, h Handler, cfg Config, level zerolog.Level) *Worker {
 	t.Helper()
 	js, _ := jetstream.New(nc)
-	streams, err := EnsureStreams(t.Context(), js, StreamConfig{AckWait: f.streams.cfg.AckWait})
+	streams, err := EnsureStreams(t.Context(), js, f.streams.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

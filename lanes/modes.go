@@ -23,6 +23,9 @@ type collected struct {
 	raw *jetstream.RawStreamMsg
 	in  *events.Inbound // nil when it does not decode
 	msg queue.Msg       // what the planner knows of it
+	// dupOf is the inbound sequence (run) of the message this one
+	// duplicates (msg.Kind is then queue.KindDuplicate); 0 = none.
+	dupOf uint64
 }
 
 func (c collected) runID() string { return strconv.FormatUint(c.raw.Sequence, 10) }
@@ -103,13 +106,49 @@ func overridesOf(q *events.QueueSettings) queue.Overrides {
 }
 
 // read decodes a message read off the lane and says what the planner
-// knows of it.
+// knows of it. Its id (Lanefleet-Msg-Id) is noted: a message whose id an
+// earlier message of the lane used within the window is a duplicate.
 func (o *owner) read(raw *jetstream.RawStreamMsg) collected {
 	in, err := o.decode(raw)
 	if err != nil {
 		in = nil
 	}
-	return collected{raw: raw, in: in, msg: msgOf(raw, in, o.storedMode(), time.Now())}
+	c := collected{raw: raw, in: in, msg: msgOf(raw, in, o.storedMode(), time.Now())}
+	if c.dupOf = o.ids.Note(raw.Header.Get(events.HeaderLaneMsgID), raw.Sequence, raw.Time); c.dupOf != 0 {
+		c.msg.Kind = queue.KindDuplicate
+	}
+	return c
+}
+
+// newest is when the stream stored the latest message of the plan.
+func (p *plan) newest() time.Time {
+	t := p.run.raw.Time
+	for _, c := range p.merged {
+		t = later(t, c.raw.Time)
+	}
+	for _, d := range p.dropped {
+		t = later(t, d.c.raw.Time)
+	}
+	return t
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// duplicate ends the run of a message whose id an earlier message of the
+// lane used within the de-duplication window: nothing runs, and its run
+// points at that message's, as a merged message's does (a client's Wait
+// returns that run's result).
+func (o *owner) duplicate(ctx context.Context, em *emitter, p *plan) error {
+	into := strconv.FormatUint(p.run.dupOf, 10)
+	o.w.stats.Duplicates.Add(1)
+	o.log.Info().Uint64("seq", p.run.raw.Sequence).Str("duplicates", into).Msg("a message reused the id of an earlier message of its session: not run")
+	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseMerged, Text: into})
+	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Meta: events.Meta{MergedInto: into}}})
 }
 
 // msgOf is what the planner knows of an inbound message (in nil: it does
@@ -380,8 +419,8 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 		q.sub, o.quiet = sub, q
 	}
 	// The callback must not read the owner's state: the turn's stored
-	// mode goes with its target.
-	t := &cutTarget{cancel: cancel, stored: o.storedMode()}
+	// mode and the ids seen so far go with its target.
+	t := &cutTarget{cancel: cancel, stored: o.storedMode(), seen: o.ids.Clone()}
 	q.target.Store(t)
 	return turnCtx, func() {
 		q.target.CompareAndSwap(t, nil)
@@ -393,6 +432,10 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 type cutTarget struct {
 	cancel context.CancelCauseFunc
 	stored queue.Mode
+	// seen are the lane's message ids as of the turn's start: a message
+	// reusing one is a duplicate (of the turn's own message, say) and
+	// cuts nothing.
+	seen *queue.IDs
 }
 
 // arrived is the watch's callback: it counts the message, wakes a lingering
@@ -407,6 +450,9 @@ func (q *quietWatch) arrived(maxPayload int) nats.MsgHandler {
 		t := q.target.Load()
 		if t == nil {
 			return // between turns: the message runs in order
+		}
+		if t.seen.Known(m.Header.Get(events.HeaderLaneMsgID), time.Now()) {
+			return // a duplicate: it ends pointing at its first, in order
 		}
 		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, maxPayload)
 		if err != nil {

@@ -326,8 +326,8 @@ func TestCollectDebounce(t *testing.T) {
 		f := newFleet(t, 5*time.Second, 5*time.Second)
 		started, release := make(chan struct{}), make(chan struct{})
 		f.startWorker(t, blockingHandler(started, release), Config{})
-		hour := int64(3_600_000)
-		f.setQueue(t, "c", events.QueueSettings{Mode: "collect", DebounceMs: &hour, Cap: 2})
+		minute := int64(60_000) // the longest
+		f.setQueue(t, "c", events.QueueSettings{Mode: "collect", DebounceMs: &minute, Cap: 2})
 		hold := f.publish(t, "c", "hold")
 		<-started
 		a := f.publish(t, "c", "a")

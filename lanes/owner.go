@@ -34,6 +34,9 @@ type owner struct {
 
 	cursor   kvstore.Cursor
 	settings *events.Settings // the lane's stored queue and run settings; nil = none
+	// ids are the lane's message ids for de-duplication: the newest
+	// record's, then those of every message this drain read.
+	ids *queue.IDs
 	// tx is the lane's transcript as this drain knows it; nil = not read
 	// yet (see readHistory).
 	tx *transcript
@@ -68,6 +71,9 @@ type owner struct {
 	// charged this many bytes, did not fit; 0 = it did not.
 	held       int64
 	overBudget int64
+	// notDead: the drain ended at a message whose dead letter could not
+	// be stored (errNotDeadLettered).
+	notDead bool
 	// quiet is the drain's watch of the lane (see watchCuts) and what it
 	// knows; nil until a turn of the drain starts one.
 	quiet *quietWatch
@@ -114,6 +120,8 @@ func (o *owner) run() {
 			end = endYield
 		case o.overBudget > 0:
 			end = endOverBudget
+		case o.notDead:
+			end = endNotDead
 		default:
 			end = o.release()
 		}
@@ -156,6 +164,10 @@ const (
 	// with messages left: release the lease and hand the trigger back at
 	// once; it waits in line (at the end) to drain the rest.
 	endYield
+	// endNotDead: the lane's next message must be dead-lettered and its
+	// dead letter could not be stored: release the lease and hand the
+	// trigger back after deadRetryDelay; the message stays.
+	endNotDead
 )
 
 // settle is the one place that acks or naks the trigger delivery, and
@@ -199,6 +211,9 @@ func (o *owner) settle(end ending) {
 		// the lane needs.
 		o.w.sched.overBudget(o.token, o.overBudget, time.Now())
 		o.w.nak(o.trigger, busyNakDelay)
+	case endNotDead:
+		o.letGo(ctx, "while a dead letter cannot be stored")
+		o.w.nak(o.trigger, o.w.cfg.deadRetry)
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
 		// take the lane.
@@ -264,6 +279,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		return false
 	}
 	o.cursor = c
+	o.ids = queue.NewIDs(o.w.streams.cfg.DedupeWindow, c.IDs)
 	o.tx = nil // another owner may have added to it since the last drain
 	if c.Seq > 0 && c.Seq != o.checked && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
 		o.checked = c.Seq // this worker stored the newest record's finals itself
@@ -310,6 +326,11 @@ func (o *owner) drain(ctx context.Context) bool {
 		case errors.Is(err, kvstore.ErrLeaseLost):
 			return true
 		case ctx.Err() != nil || errors.Is(err, errStopping):
+			return false
+		case errors.Is(err, errNotDeadLettered):
+			// The message stays; the lane goes back and is tried again
+			// later, leaving the slot to lanes that can run.
+			o.notDead = true
 			return false
 		}
 		n := o.failures[raw.Sequence]
@@ -442,6 +463,17 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	if err := o.loadHistory(ctx); err != nil {
 		return err
 	}
+	if p.verb == queue.VerbDuplicate {
+		return o.duplicate(ctx, a.em, p)
+	}
+	if p.verb == queue.VerbInvalid {
+		// Dead-lettered before its start event: a dead letter that cannot
+		// be stored leaves the message and the run's attempts as they were.
+		_, decErr := o.decode(p.run.raw)
+		if err := o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr); err != nil {
+			return err
+		}
+	}
 	// A turn that runs the handler watches for cuts from before its start
 	// event on: a client that saw the start and sends an interrupt or a
 	// stop is never missed.
@@ -456,7 +488,6 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	switch p.verb {
 	case queue.VerbInvalid:
 		_, decErr := o.decode(p.run.raw)
-		o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr)
 		return o.failTurn(ctx, a.em, p, "invalid_input", decErr.Error(), a.attempt)
 	case queue.VerbSettings:
 		return o.applySettings(ctx, a.em, p)
@@ -518,7 +549,9 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 			cause = fmt.Errorf("%w; %s", cause, last)
 		}
 		for _, c := range append([]collected{p.run}, p.merged...) {
-			o.w.deadLetter(ctx, "poison", o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause)
+			if err := o.w.deadLetter(ctx, "poison", o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause); err != nil {
+				return nil, err
+			}
 		}
 		a.done = true
 		return a, o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", a.attempt)
@@ -647,7 +680,8 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	// The session's state rides on every record: the newest one's is the
 	// session's, whatever kind of turn wrote it.
 	state := nextState(o.cursor.State, out)
-	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries, State: state}
+	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries, State: state,
+		IDs: o.ids.Recent(p.through, p.newest())}
 	if out.Result != nil {
 		if state != o.cursor.State {
 			out.Result.Meta.Session = state
@@ -692,7 +726,23 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	for _, c := range p.backlog {
 		o.announceSteered(ctx, c, em.run)
 	}
+	if len(o.done) >= o.w.deleteEvery() {
+		// Processed messages count against the lane's cap: a long drain
+		// must not leave its sender refused by messages already answered.
+		o.deleteProcessed(ctx, true)
+	}
 	return nil
+}
+
+// deleteEvery is how many processed messages an owner keeps while it
+// drains before it deletes them together: an eighth of the lane's cap,
+// from 1 to 16.
+func (w *Worker) deleteEvery() int {
+	c := w.streams.LaneCap()
+	if c <= 0 {
+		return 16
+	}
+	return int(min(max(c/8, 1), 16))
 }
 
 // nextState is the session's state after a turn whose outcome is out,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,7 +44,7 @@ func TestStreamLimits(t *testing.T) {
 	info, _ := old.Info(t.Context())
 	limit := int64(info.State.Bytes) + 2048 // room for a few more only
 
-	s, err := EnsureStreams(t.Context(), js, StreamConfig{InboundMaxBytes: limit})
+	s, err := EnsureStreams(t.Context(), js, StreamConfig{InboundMaxBytes: limit, LaneMaxMsgs: -1, LaneMaxBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,5 +94,190 @@ func TestStreamLimitsDefaultsAndNone(t *testing.T) {
 	c := StreamConfig{EventMaxBytes: -1}.withDefaults()
 	if c.InboundMaxBytes != DefaultInboundMaxBytes || c.DeadMaxBytes != DefaultDeadMaxBytes || c.EventMaxBytes != -1 {
 		t.Fatalf("limits = %d %d %d", c.InboundMaxBytes, c.EventMaxBytes, c.DeadMaxBytes)
+	}
+}
+
+// TestLaneCap: a lane's cap is the smaller of its message limit and what
+// its byte limit holds of the largest message (the payload limit plus
+// header room), never below laneMinMsgs; -1 on both is none.
+func TestLaneCap(t *testing.T) {
+	t.Parallel()
+	const msg = 4<<20 + HeaderRoom // the default largest message
+	tests := []struct {
+		name string
+		cfg  StreamConfig
+		want int64
+	}{
+		{"defaults: an eighth of 1 GiB in 4 MiB messages", StreamConfig{}, (DefaultInboundMaxBytes / 8) / msg},
+		{"small payloads: the message limit", StreamConfig{MaxPayload: 16 << 10}, DefaultLaneMaxMsgs},
+		{"bytes only", StreamConfig{LaneMaxMsgs: -1, LaneMaxBytes: 10 * msg}, 10},
+		{"messages only", StreamConfig{LaneMaxMsgs: 7, LaneMaxBytes: -1}, 7},
+		{"none", StreamConfig{LaneMaxMsgs: -1, LaneMaxBytes: -1}, -1},
+		{"no inbound limit: no byte share", StreamConfig{InboundMaxBytes: -1}, DefaultLaneMaxMsgs},
+		{"at least laneMinMsgs", StreamConfig{LaneMaxBytes: 1}, laneMinMsgs},
+		{"a larger inbound limit", StreamConfig{InboundMaxBytes: 8 << 30}, (1 << 30) / msg},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tt.cfg.LaneCap(); got != tt.want {
+				t.Fatalf("LaneCap() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	if err := (StreamConfig{InboundMaxBytes: 1 << 20, LaneMaxBytes: 2 << 20}).withDefaults().validate(); err == nil {
+		t.Fatal("a lane byte limit over the inbound stream's was accepted")
+	}
+}
+
+// TestFullLaneRefusesOnlyItsSender: a lane holding its cap refuses its
+// sender's next message with "maximum messages per subject exceeded"; every
+// other lane goes on accepting; the stream refuses a message over the
+// payload limit plus header room.
+func TestFullLaneRefusesOnlyItsSender(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	s, err := EnsureStreams(t.Context(), js, StreamConfig{LaneMaxMsgs: 5, MaxPayload: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LaneCap() != 5 {
+		t.Fatalf("lane cap %d, want 5", s.LaneCap())
+	}
+	publish := func(lane string, size int) error {
+		m := nats.NewMsg(events.InboundPrefix + lane)
+		m.Data = make([]byte, size)
+		_, err := js.PublishMsg(t.Context(), m)
+		return err
+	}
+	for range 5 {
+		if err := publish("flood", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var apiErr *jetstream.APIError
+	if err := publish("flood", 10); !errors.As(err, &apiErr) || apiErr.Description != "maximum messages per subject exceeded" {
+		t.Fatalf("the full lane's sender: %v, want maximum messages per subject exceeded", err)
+	}
+	for range 5 {
+		if err := publish("other", 10); err != nil {
+			t.Fatalf("another lane refused: %v", err)
+		}
+	}
+	if err := publish("big", 1024+HeaderRoom+1); !errors.As(err, &apiErr) || apiErr.Description != "message size exceeds maximum allowed" {
+		t.Fatalf("a message over the payload limit: %v", err)
+	}
+}
+
+// TestLaneCapNeverDeletes: an older fleet's inbound stream, without a
+// per-lane cap, gets one, but never below what a lane holds (JetStream
+// would delete that lane's oldest messages): the cap stays above the
+// fullest lane until it has drained, then the sweep's TightenLaneCap
+// lowers it to the configured one. No message is lost on the way.
+func TestLaneCapNeverDeletes(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	old, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: events.InboundStream, Subjects: []string{events.InboundPrefix + ">"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for i := range 30 {
+		ack, err := js.Publish(t.Context(), events.InboundPrefix+"backlog", fmt.Appendf(nil, "m%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	cfg := StreamConfig{LaneMaxMsgs: 8, LaneMaxBytes: -1}
+	s, err := EnsureStreams(t.Context(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() uint64 {
+		t.Helper()
+		info, err := old.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	if n := stored(); n != 30 {
+		t.Fatalf("%d messages left of 30: setting the cap deleted some", n)
+	}
+	if s.LaneCap() != 30+2 {
+		t.Fatalf("lane cap %d, want 32 (the fullest lane and a margin)", s.LaneCap())
+	}
+	// Nothing to lower while the lane holds as much.
+	if err := s.TightenLaneCap(t.Context(), js); err != nil || s.LaneCap() != 32 {
+		t.Fatalf("tighten: %v, cap %d", err, s.LaneCap())
+	}
+	// The lane drains (its owners delete what they processed).
+	for _, seq := range seqs[:26] {
+		if err := s.Inbound.DeleteMsg(t.Context(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.TightenLaneCap(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Inbound.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LaneCap() != 8 || info.Config.MaxMsgsPerSubject != 8 || !info.Config.DiscardNewPerSubject || info.State.Msgs != 4 {
+		t.Fatalf("after draining: cap %d, stream %d per subject (discard new %v), %d messages; want 8, 8, true, 4",
+			s.LaneCap(), info.Config.MaxMsgsPerSubject, info.Config.DiscardNewPerSubject, info.State.Msgs)
+	}
+	// A worker starting now sets the configured cap at once.
+	again, err := EnsureStreams(t.Context(), js, cfg)
+	if err != nil || again.LaneCap() != 8 {
+		t.Fatalf("ensure again: %v, cap %d", err, again.LaneCap())
+	}
+}
+
+// TestLongDrainKeepsLaneRoom: an owner draining a lane that never empties
+// deletes what it processed as it goes, so the messages its turns
+// answered do not fill the lane's cap and refuse its sender. (The lane
+// holds four waiting messages, the drain's trigger, and the one just
+// answered until it is deleted.)
+func TestLongDrainKeepsLaneRoom(t *testing.T) {
+	t.Parallel()
+	f := newFleetWith(t, StreamConfig{AckWait: 5 * time.Second, LaneMaxMsgs: 8, LaneMaxBytes: -1}, 5*time.Second)
+	f.startWorker(t, &echoHandler{}, Config{})
+	subj, _ := events.InboundSubject("busy")
+	send := func(text string) (uint64, error) {
+		data, ct, _ := events.EncodeInbound(&events.Inbound{Text: text}, false)
+		m := nats.NewMsg(subj)
+		m.Data = data
+		m.Header.Set(events.HeaderContentType, ct)
+		ack, err := f.js.PublishMsg(t.Context(), m)
+		if err != nil {
+			return 0, err
+		}
+		return ack.Sequence, nil
+	}
+	var waiting []uint64
+	for i := range 4 {
+		seq, err := send(fmt.Sprint("m", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting = append(waiting, seq)
+	}
+	// Each answer brings the next message: the lane always has one waiting.
+	for i := 4; i < 30; i++ {
+		f.waitFinal(t, "busy", waiting[0])
+		waiting = waiting[1:]
+		seq, err := send(fmt.Sprint("m", i))
+		if err != nil {
+			t.Fatalf("message %d refused while %d wait: %v", i, len(waiting), err)
+		}
+		waiting = append(waiting, seq)
+	}
+	for _, seq := range waiting {
+		f.waitFinal(t, "busy", seq)
 	}
 }

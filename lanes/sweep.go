@@ -20,8 +20,10 @@ import (
 // sure such a lane is still drained. A lane with only processed messages
 // left whose newest turn still owes final events (an owner that could not
 // store them kept that turn's message) is taken over too, at once, so an
-// owner publishes them; other processed leftovers are deleted. With a
-// session TTL it then runs the retention pass (expire.go).
+// owner publishes them; other processed leftovers are deleted. It first
+// lowers the inbound stream's per-lane cap to the configured one if a lane
+// held more when it was set (Streams.TightenLaneCap). With a session TTL it
+// then runs the retention pass (expire.go).
 func (w *Worker) sweep(ctx context.Context) {
 	every := w.cfg.SweepEvery
 	t := time.NewTicker(every)
@@ -43,6 +45,9 @@ func (w *Worker) sweep(ctx context.Context) {
 func (w *Worker) sweepOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.SweepEvery)
 	defer cancel()
+	if err := w.streams.TightenLaneCap(ctx, w.js); err != nil {
+		w.log.Warn().Err(err).Msg("sweep: lower the per-lane cap to the configured one")
+	}
 	info, err := w.streams.Inbound.Info(ctx, jetstream.WithSubjectFilter(events.InboundPrefix+"*"))
 	if err != nil {
 		w.log.Debug().Err(err).Msg("sweep: list lanes")

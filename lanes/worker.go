@@ -69,6 +69,8 @@ type Config struct {
 	Logger           zerolog.Logger
 	// setupHold replaces gateHold (tests).
 	setupHold time.Duration
+	// deadRetry replaces deadRetryDelay (tests).
+	deadRetry time.Duration
 }
 
 // Config defaults.
@@ -113,6 +115,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Linger == 0 {
 		c.Linger = DefaultLinger
+	}
+	if c.deadRetry == 0 {
+		c.deadRetry = deadRetryDelay
 	}
 	return c
 }
@@ -162,14 +167,20 @@ type Stats struct {
 	Yields, Waited, HandedBack atomic.Int64
 	// Merged counts messages answered by another run (collect, steer),
 	// Dropped those ended without a turn by the queue (cap, interrupt),
-	// Aborted the attempts ended with an aborted event.
-	Merged, Dropped, Aborted atomic.Int64
+	// Aborted the attempts ended with an aborted event, Duplicates the
+	// messages not run because an earlier message of their lane used
+	// their id.
+	Merged, Dropped, Aborted, Duplicates atomic.Int64
 	// QuietSkips counts drains that ended without reading the lane again,
 	// the last turn's watch having seen it stay empty.
 	QuietSkips atomic.Int64
 	// OverBudget counts owners that let their lane go for a while because
 	// its next message did not fit the byte budget.
 	OverBudget atomic.Int64
+	// DeadLetterFailures counts dead letters that could not be stored (the
+	// dead-letter stream full or unavailable): each time, the message
+	// stayed on its lane to be tried again.
+	DeadLetterFailures atomic.Int64
 	// Lingered counts owners that kept an empty lane after a turn and saw
 	// a message arrive (Config.Linger), LingerHits those that then found
 	// it and went on without letting the lane go.
@@ -395,6 +406,9 @@ const (
 	settleRetry
 	// settleDead: it was dead-lettered: ack it and delete its message.
 	settleDead
+	// settleNotDead: its dead letter could not be stored: the message
+	// stays, and its delivery comes back after deadRetryDelay.
+	settleNotDead
 )
 
 // settleDelivery is the one place that acks or naks a delivery the worker
@@ -417,6 +431,8 @@ func (w *Worker) settleDelivery(msg jetstream.Msg, end deliveryEnd) {
 		if md, err := msg.Metadata(); err == nil {
 			w.deleteInbound(ctx, md.Sequence.Stream)
 		}
+	case settleNotDead:
+		w.nak(msg, w.cfg.deadRetry)
 	}
 }
 
@@ -470,9 +486,13 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 	}
 	token, key, err := events.LaneOf(msg.Subject())
 	if err != nil {
-		// No lane can be derived: keep the message in the dead-letter stream.
-		w.deadLetter(ctx, "bad-lane", msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err)
-		w.settleDelivery(msg, settleDead)
+		// No lane can be derived: keep the message in the dead-letter
+		// stream, or on its subject until the dead letter can be stored.
+		end := settleDead
+		if w.deadLetter(ctx, "bad-lane", msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err) != nil {
+			end = settleNotDead
+		}
+		w.settleDelivery(msg, end)
 		return held
 	}
 	log := w.log.With().Str("lane", token).Logger()
@@ -503,13 +523,26 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 	return o.held
 }
 
+// errNotDeadLettered: a message that must be dead-lettered could not be,
+// as the dead-letter stream is full or unavailable. The message stays where
+// it is (its lane waits behind it) and is tried again after
+// deadRetryDelay; it is never deleted without its dead letter.
+var errNotDeadLettered = errors.New("lanes: dead letter not stored")
+
+// deadRetryDelay is how soon a message whose dead letter could not be
+// stored is tried again.
+const deadRetryDelay = 15 * time.Second
+
 // deadLetter stores a message that cannot be processed, with the reason.
 // The sender's headers go along, except those NATS acts on (Nats-*: the
 // Nats-Expected-* checks, Nats-Msg-Id, Nats-TTL, Nats-Rollup, ...): they
 // were meant for the inbound stream, and the dead-letter stream would
-// apply them to the dead letter and refuse it.
-func (w *Worker) deadLetter(ctx context.Context, reason, subject string, seq uint64, hdr nats.Header, data []byte, cause error) {
-	w.stats.DeadLetters.Add(1)
+// apply them to the dead letter and refuse it. The dead letter's own
+// Nats-Msg-Id names the inbound message, so one stored by an attempt whose
+// caller then failed (a poison batch's next one, a lost ack) is not stored
+// twice when the message is tried again. A dead letter that is not stored
+// is errNotDeadLettered: the caller keeps the message.
+func (w *Worker) deadLetter(ctx context.Context, reason, subject string, seq uint64, hdr nats.Header, data []byte, cause error) error {
 	m := nats.NewMsg(events.DeadPrefix + reason)
 	m.Data = data
 	for k, v := range hdr {
@@ -520,12 +553,17 @@ func (w *Worker) deadLetter(ctx context.Context, reason, subject string, seq uin
 	m.Header.Set(events.HeaderError, cause.Error())
 	m.Header.Set(events.HeaderSubject, subject)
 	m.Header.Set(events.HeaderSeq, strconv.FormatUint(seq, 10))
+	m.Header.Set(events.HeaderMsgID, "dead-"+strconv.FormatUint(seq, 10))
 	if _, err := w.js.PublishMsg(ctx, m); err != nil {
-		w.log.Error().Err(err).Str("subject", subject).Uint64("seq", seq).Msg("dead letter not stored; message stays in the inbound stream")
-		return
+		w.stats.DeadLetterFailures.Add(1)
+		w.log.Error().Err(err).Str("reason", reason).Str("subject", subject).Uint64("seq", seq).Dur("retry_in", w.cfg.deadRetry).
+			Msg("dead letter not stored: the message stays on its lane, which waits behind it, and is tried again")
+		return fmt.Errorf("%w: %s message %d: %w", errNotDeadLettered, reason, seq, err)
 	}
+	w.stats.DeadLetters.Add(1)
 	w.stats.addDeadLetter(reason)
 	w.log.Warn().Str("reason", reason).Str("subject", subject).Uint64("seq", seq).Err(cause).Msg("dead-lettered")
+	return nil
 }
 
 func (w *Worker) deleteInbound(ctx context.Context, seq uint64) {

@@ -227,6 +227,9 @@ type State struct {
 	Cooldowns func() map[string]int
 	// DeadLetters returns the dead letters this worker stored, by reason.
 	DeadLetters func() map[string]int64
+	// DeadLetterFailures returns how often a dead letter could not be
+	// stored (the message stayed on its lane, to be tried again).
+	DeadLetterFailures func() int64
 	// LaneEvents returns the lane worker's counters by event (acquired,
 	// released, merged, dropped, aborted, swept, naks, follower_acks,
 	// yields, waited, handed_back).
@@ -247,14 +250,15 @@ var (
 	descBacklog  = prometheus.NewDesc(Namespace+"_inbound_backlog_messages", "Messages stored in the inbound stream, fleet-wide: waiting, running, or processed and not purged yet (every worker reports the same; take the max).", nil, nil)
 	descCooldown = prometheus.NewDesc(Namespace+"_auth_profile_cooldowns", "Auth profiles in cooldown or disabled now, by provider (fleet-wide state of this worker's profiles).", []string{"provider"}, nil)
 	descDead     = prometheus.NewDesc(Namespace+"_dead_letters_total", "Dead letters this worker stored, by reason (poison, invalid, bad-lane).", []string{"reason"}, nil)
-	descLaneEv   = prometheus.NewDesc(Namespace+"_lane_events_total", "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, attempts aborted, lanes swept, naks, deliveries acked as followers, slots yielded to waiting lanes, deliveries that waited for a slot and that were handed back while waiting.", []string{"event"}, nil)
+	descDeadFail = prometheus.NewDesc(Namespace+"_dead_letter_failures_total", "Dead letters this worker could not store (the dead-letter stream full or unavailable); each time the message stayed on its lane, which waits behind it, and is tried again.", nil, nil)
+	descLaneEv   = prometheus.NewDesc(Namespace+"_lane_events_total", "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, messages not run as duplicates of an earlier one of their session, attempts aborted, lanes swept, naks, deliveries acked as followers, slots yielded to waiting lanes, deliveries that waited for a slot and that were handed back while waiting.", []string{"event"}, nil)
 	descScrapeOK = prometheus.NewDesc(Namespace+"_inbound_backlog_scrape_ok", "1 when the last scrape read the inbound stream's state, 0 when it failed.", nil, nil)
 )
 
 type stateCollector struct{ st State }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLanes, descWaiting, descBacklog, descCooldown, descDead, descLaneEv, descScrapeOK} {
+	for _, d := range []*prometheus.Desc{descLanes, descWaiting, descBacklog, descCooldown, descDead, descDeadFail, descLaneEv, descScrapeOK} {
 		ch <- d
 	}
 }
@@ -286,6 +290,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for reason, n := range f() {
 			ch <- prometheus.MustNewConstMetric(descDead, prometheus.CounterValue, float64(n), reason)
 		}
+	}
+	if f := c.st.DeadLetterFailures; f != nil {
+		ch <- prometheus.MustNewConstMetric(descDeadFail, prometheus.CounterValue, float64(f()))
 	}
 	if f := c.st.LaneEvents; f != nil {
 		for ev, n := range f() {

@@ -65,7 +65,9 @@ func TestScrape(t *testing.T) {
 		Backlog:      func(context.Context) (uint64, error) { return 42, nil },
 		Cooldowns:    func() map[string]int { return map[string]int{"anthropic": 1} },
 		DeadLetters:  func() map[string]int64 { return map[string]int64{"poison": 2} },
-		LaneEvents:   func() map[string]int64 { return map[string]int64{"acquired": 7} },
+		// Exposed from the start, at 0, so an alert on its rate has a series.
+		DeadLetterFailures: func() int64 { return 0 },
+		LaneEvents:         func() map[string]int64 { return map[string]int64{"acquired": 7} },
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +98,7 @@ func TestScrape(t *testing.T) {
 		`lanefleet_inbound_backlog_scrape_ok 1`,
 		`lanefleet_auth_profile_cooldowns{provider="anthropic"} 1`,
 		`lanefleet_dead_letters_total{reason="poison"} 2`,
+		`lanefleet_dead_letter_failures_total 0`,
 		`lanefleet_lane_events_total{event="acquired"} 7`,
 		`lanefleet_build_info{commit=`,
 		`go_goroutines `,

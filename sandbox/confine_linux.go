@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,17 +24,20 @@ import (
 
 // The helper is the worker's own binary, started as /proc/self/exe with
 // argv[0] helperArg0 and helperEnv as its only environment variable. Its
-// instructions (a spec) come on fd 3, a memfd the parent wrote; it reports
-// what failed on fd 4, a pipe the parent reads until it closes at the
-// helper's execve. "-test.run=^$" makes a test binary that lacks the hook
-// run no test (and any other binary fail on the unknown flag) instead of
-// starting itself again.
+// instructions (a spec) come on fd 3, a pipe the parent writes once the
+// helper is in its cgroup; it reports what failed on fd 4, a pipe the
+// parent reads until it closes at the helper's execve. fd 5, when the
+// worker runs as root, is the workspace as an idmapped mount.
+// "-test.run=^$" makes a test binary that lacks the hook run no test (and
+// any other binary fail on the unknown flag) instead of starting itself
+// again.
 const (
 	helperArg0  = "lanefleet-sandbox"
 	helperEnv   = "LANEFLEET_SANDBOX_HELPER"
 	helperValue = "1"
 	specFD      = 3
 	reportFD    = 4
+	workspaceFD = 5
 	maxSpec     = 16 << 20
 	maxReport   = 64 << 10
 )
@@ -55,17 +59,33 @@ type spec struct {
 	Dir    string   `json:"dir,omitempty"`
 	Grants []grant  `json:"grants"`
 	Limits Limits   `json:"limits"`
-	// In new namespaces: make every mount private, mount a fresh /proc
-	// and a tmpfs /tmp, set the PID namespace's pid_max, bring up the
-	// loopback interface of a new network namespace.
-	Namespaces bool  `json:"namespaces,omitempty"`
-	MountProc  bool  `json:"mountProc,omitempty"`
-	MountTmp   bool  `json:"mountTmp,omitempty"`
-	TmpSize    int64 `json:"tmpSize,omitempty"`
-	PIDMax     int   `json:"pidMax,omitempty"`
-	Loopback   bool  `json:"loopback,omitempty"`
+	// MemoryRlimit: Limits.Memory is each process's address space
+	// (RLIMIT_AS), there being no cgroup to bound the whole command.
+	MemoryRlimit bool `json:"memoryRlimit,omitempty"`
+	// In new namespaces: make every mount private, build a root of the
+	// Binds and Links,
+	// mount a fresh /proc and a tmpfs /tmp in it, set the PID namespace's
+	// pid_max, bring up the loopback interface of a new network
+	// namespace.
+	Namespaces bool    `json:"namespaces,omitempty"`
+	Binds      []grant `json:"binds,omitempty"`
+	Links      []link  `json:"links,omitempty"`
+	// IDMapped is the bind (the workspace) that comes from fd 5.
+	IDMapped  string `json:"idmapped,omitempty"`
+	MountProc bool   `json:"mountProc,omitempty"`
+	MountTmp  bool   `json:"mountTmp,omitempty"`
+	TmpSize   int64  `json:"tmpSize,omitempty"`
+	PIDMax    int    `json:"pidMax,omitempty"`
+	Loopback  bool   `json:"loopback,omitempty"`
 	// RestrictNet has Landlock forbid TCP connect and bind.
 	RestrictNet bool `json:"restrictNet,omitempty"`
+	// SetIDs: the namespace maps its uid and gid 0 to the host's root
+	// (the helper reads the worker's files to build the root) and 1 to
+	// the host's HostID: once Landlock holds, the helper becomes 1 and
+	// drops root's supplementary groups, losing every capability.
+	SetIDs bool `json:"setIDs,omitempty"`
+	// Seccomp installs the filter of seccomp_linux.go, last.
+	Seccomp bool `json:"seccomp,omitempty"`
 	// Probe: do every step that works, report on fd 4 and exit.
 	Probe bool `json:"probe,omitempty"`
 }
@@ -75,7 +95,9 @@ type report struct {
 	Proc, Tmp, PIDMax, Loopback bool
 	// Landlocked: after the restriction, "/" could not be opened.
 	Landlocked bool
-	Problems   []string
+	// Seccomp: after the filter, an AF_UNIX socket could not be made.
+	Seccomp  bool
+	Problems []string
 }
 
 // Main runs the sandbox helper when this process was started as one, and
@@ -86,15 +108,17 @@ type report struct {
 // Only the worker starts helpers: argv[0], a dedicated environment
 // variable and the files on fd 3 and 4 all come from the parent, never from
 // a message. A confined command that starts the binary as a helper itself
-// only confines itself further: Landlock domains stack, hard limits cannot
-// be raised, namespaces nest.
+// only confines itself further: Landlock domains and seccomp filters
+// stack, hard limits cannot be raised, namespaces nest.
 func Main() {
 	if len(os.Args) == 0 || os.Args[0] != helperArg0 || os.Getenv(helperEnv) != helperValue {
 		return
 	}
-	// Capabilities are dropped and execve is called on this thread.
+	// Capabilities are dropped, seccomp installed and execve called on
+	// this thread.
 	runtime.LockOSThread()
 	syscall.CloseOnExec(reportFD)
+	syscall.CloseOnExec(workspaceFD)
 	out := os.NewFile(reportFD, "sandbox-report")
 	rep, err := helper()
 	if err != nil {
@@ -146,19 +170,15 @@ func helper() (*report, error) {
 	}
 	grants := sp.Grants
 	if sp.Namespaces {
+		// Failures here are fatal even in a probe: no namespaces then.
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			return nil, fmt.Errorf("make mounts private: %w", err) // fatal even in a probe: no namespaces
+			return nil, fmt.Errorf("make mounts private: %w", err)
 		}
-		if sp.MountProc {
-			err := step("mount /proc", &rep.Proc, func() error {
-				return unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-			})
-			if err != nil {
-				return nil, err
-			}
-			if rep.Proc {
-				grants = append(grants, grant{Path: "/proc", Dir: true})
-			}
+		if err := privateRoot(&sp, rep, step); err != nil {
+			return nil, fmt.Errorf("private root: %w", err)
+		}
+		if rep.Proc {
+			grants = append(grants, grant{Path: "/proc", Dir: true})
 		}
 		if sp.PIDMax > 0 && rep.Proc {
 			err := step("set pid_max", &rep.PIDMax, func() error {
@@ -168,16 +188,10 @@ func helper() (*report, error) {
 				return nil, err
 			}
 		}
-		if sp.MountTmp {
-			if err := step("mount /tmp", &rep.Tmp, func() error { return privateTmp(grants, sp.TmpSize) }); err != nil {
-				return nil, err
-			}
-			if rep.Tmp {
-				grants = append(grants, grant{Path: "/tmp", Dir: true, Write: true})
-			}
+		if rep.Tmp {
+			grants = append(grants, grant{Path: "/tmp", Dir: true, Write: true})
 		}
 		if sp.Dir != "" {
-			// The workspace as it is seen now, in case /tmp covered it.
 			if err := unix.Chdir(sp.Dir); err != nil {
 				return nil, fmt.Errorf("chdir: %w", err)
 			}
@@ -190,6 +204,37 @@ func helper() (*report, error) {
 	}
 	if err := restrict(grants, sp.RestrictNet); err != nil {
 		return nil, err
+	}
+	if sp.SetIDs {
+		// syscall's, not unix's: they change every thread of the helper.
+		err := step("become uid 1", nil, func() error {
+			// Output pipes are the worker's (0600): opened again as
+			// /dev/stdout or /dev/stderr (/proc/self/fd/1, 2), they must
+			// be open to HostID too.
+			for fd := 1; fd <= 2; fd++ {
+				var st unix.Stat_t
+				if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+					if err := unix.Fchmod(fd, 0o666); err != nil {
+						return fmt.Errorf("output pipe: %w", err)
+					}
+				}
+			}
+			if err := syscall.Setgroups(nil); err != nil {
+				return err
+			}
+			if err := syscall.Setresgid(1, 1, 1); err != nil {
+				return err
+			}
+			if err := syscall.Setresuid(1, 1, 1); err != nil {
+				return err
+			}
+			// A change of uid clears the parent-death signal: the
+			// command must still die with the worker.
+			return unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if sp.Probe {
 		fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -214,8 +259,42 @@ func helper() (*report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("command environment: %w", err)
 	}
-	if err := step("set limits", nil, func() error { return setLimits(sp.Limits) }); err != nil {
+	var filter []unix.SockFilter
+	if sp.Seccomp {
+		err := step("seccomp", nil, func() error {
+			var err error
+			filter, err = seccompProgram()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := step("set limits", nil, func() error { return setLimits(sp.Limits, sp.MemoryRlimit) }); err != nil {
 		return nil, err
+	}
+	// Last: from here on the helper itself may not make a UNIX socket.
+	if filter != nil {
+		err := step("seccomp", &rep.Seccomp, func() error {
+			if err := installSeccomp(filter); err != nil {
+				return err
+			}
+			if !sp.Probe {
+				return nil
+			}
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err == nil {
+				unix.Close(fd)
+				return errors.New("the filter let an AF_UNIX socket be made")
+			}
+			if !errors.Is(err, unix.EACCES) {
+				return fmt.Errorf("an AF_UNIX socket failed with %w, not EACCES", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if sp.Probe {
 		return rep, nil
@@ -270,70 +349,6 @@ func restrict(grants []grant, restrictNet bool) error {
 	return nil
 }
 
-// privateTmp mounts a tmpfs of size bytes on /tmp. The granted paths below
-// /tmp (a workspace in the system's temporary directory) are cloned before
-// and mounted back at the same place in it, the read-only ones as
-// read-only mounts.
-func privateTmp(grants []grant, size int64) error {
-	type kept struct {
-		g  grant
-		fd int
-	}
-	var keep []kept
-	defer func() {
-		for _, k := range keep {
-			unix.Close(k.fd)
-		}
-	}()
-	for _, g := range grants {
-		if g.Path == "/tmp" || !strings.HasPrefix(g.Path, "/tmp/") {
-			if strings.HasPrefix("/tmp/", strings.TrimSuffix(g.Path, "/")+"/") {
-				return fmt.Errorf("%s is granted: /tmp stays shared", g.Path)
-			}
-			continue
-		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, g.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-		if errors.Is(err, unix.ENOENT) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("clone %s: %w", g.Path, err)
-		}
-		keep = append(keep, kept{g, fd})
-		if !g.Write {
-			// Below /tmp, Landlock would let the tmpfs's write access
-			// reach into the clone: make the clone itself read-only.
-			attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
-			if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-				return fmt.Errorf("clone %s read-only: %w", g.Path, err)
-			}
-		}
-	}
-	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=1777", size)); err != nil {
-		return err
-	}
-	for _, k := range keep {
-		dir := k.g.Path
-		if !k.g.Dir {
-			dir = filepath.Dir(dir)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if !k.g.Dir {
-			f, err := os.OpenFile(k.g.Path, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err != nil {
-				return err
-			}
-			f.Close()
-		}
-		if err := unix.MoveMount(k.fd, "", unix.AT_FDCWD, k.g.Path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("mount %s back: %w", k.g.Path, err)
-		}
-	}
-	return nil
-}
-
 // dropCapabilities empties this thread's capability sets, which execve
 // keeps empty: Landlock set no_new_privs, so even root gains none.
 func dropCapabilities() error {
@@ -346,21 +361,26 @@ func dropCapabilities() error {
 }
 
 // setLimits sets each limit as soft and hard limit, never above the hard
-// limit the helper got.
-func setLimits(l Limits) error {
+// limit the helper got; the memory limit as address space only when
+// memoryRlimit (no cgroup bounds the command's memory).
+func setLimits(l Limits, memoryRlimit bool) error {
 	cpu := uint64(math.Ceil(l.CPUTime.Seconds()))
-	for _, r := range []struct {
+	type rlimit struct {
 		name string
 		res  int
 		v    uint64
-	}{
+	}
+	limits := []rlimit{
 		{"core", unix.RLIMIT_CORE, 0},
 		{"open files", unix.RLIMIT_NOFILE, uint64(l.OpenFiles)},
 		{"file size", unix.RLIMIT_FSIZE, uint64(l.FileSize)},
 		{"cpu", unix.RLIMIT_CPU, cpu},
 		{"processes", unix.RLIMIT_NPROC, uint64(l.Processes)},
-		{"memory", unix.RLIMIT_AS, uint64(l.Memory)}, // last: the helper allocates no more
-	} {
+	}
+	if memoryRlimit {
+		limits = append(limits, rlimit{"memory", unix.RLIMIT_AS, uint64(l.Memory)}) // last: the helper allocates no more
+	}
+	for _, r := range limits {
 		var cur unix.Rlimit
 		if err := unix.Prlimit(0, r.res, nil, &cur); err != nil {
 			return fmt.Errorf("%s: %w", r.name, err)
@@ -393,50 +413,157 @@ func loopbackUp() error {
 }
 
 // probe finds out what confinement works here by running the helper: first
-// in new namespaces, then, if they are refused, without.
+// in new namespaces, then, if they are refused, without. It also finds
+// where commands' cgroups can be made, and, for a worker running as root,
+// takes the user namespace its commands' workspaces are idmapped with.
 func probe(ctx context.Context, s *Sandbox) (Platform, error) {
-	p := Platform{Confined: true, Network: s.cfg.Network, Limits: s.cfg.Limits, NPROC: os.Geteuid() != 0}
+	cfg := s.cfg
+	root := os.Geteuid() == 0
+	p := Platform{Confined: true, Network: cfg.Network, Limits: cfg.Limits, NPROC: !root, UID: os.Geteuid()}
+	s.gid = os.Getegid()
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
 		return p, fmt.Errorf("%w: the kernel has no Landlock (Linux 5.13+ with landlock in the lsm= boot parameter; landlock_create_ruleset: %v)", ErrUnavailable, err)
 	}
 	p.LandlockABI = abi
+	if cfg.NoCgroup {
+		p.NoCgroup = "Config.NoCgroup"
+	} else if cg, err := findCgroups(cfg.Cgroup); err == nil {
+		s.cgroups, p.Cgroup = &cg, cg.String()
+	} else if cfg.Cgroup != "" {
+		return p, fmt.Errorf("sandbox: %w", err)
+	} else {
+		p.NoCgroup = err.Error()
+	}
 	sp := &spec{
 		Path: "/bin/true", Argv: []string{"true"}, Grants: append(append([]grant(nil), s.grants...), devices...),
-		Limits: s.cfg.Limits, Namespaces: true, MountProc: true, MountTmp: true, TmpSize: s.cfg.TmpSize,
-		PIDMax: pidMax(s.cfg.Limits.Processes), Loopback: !s.cfg.Network, Probe: true,
+		Limits: cfg.Limits, MemoryRlimit: s.cgroups == nil,
+		Namespaces: true, Binds: append(append([]grant(nil), s.binds...), devices...), Links: s.links, SetIDs: root,
+		MountProc: true, MountTmp: true, TmpSize: cfg.TmpSize,
+		PIDMax: pidMax(cfg.Limits.Processes), Loopback: !cfg.Network, Seccomp: true, Probe: true,
 	}
 	var rep *report
 	nsErr := errors.New("Config.NoNamespaces")
-	if !s.cfg.NoNamespaces {
-		rep, nsErr = runProbe(ctx, sp, s.cfg.Network)
+	if !cfg.NoNamespaces {
+		ids := idMap{uid: os.Geteuid(), gid: os.Getegid()}
+		if root {
+			ids = idMap{hostID: cfg.HostID}
+		}
+		rep, nsErr = runProbe(ctx, sp, launchOpts{dir: "/", network: cfg.Network, ids: &ids})
 	}
 	if nsErr == nil {
-		p.Namespaces, p.PrivateProc, p.PrivateTmp, p.PIDMax = true, rep.Proc, rep.Tmp, rep.PIDMax
+		p.Namespaces, p.PrivateRoot, p.PrivateProc, p.PrivateTmp, p.PIDMax = true, true, rep.Proc, rep.Tmp, rep.PIDMax
+		if root {
+			// Commands run as HostID, their workspace seen through an
+			// idmapped mount (its files stay the worker's on disk).
+			userns, idErr := hostIDUserns(cfg.HostID)
+			if idErr == nil && cfg.Workspaces != "" {
+				var fd *os.File
+				if fd, idErr = idmapped(cfg.Workspaces, userns); idErr == nil {
+					fd.Close()
+				} else {
+					userns.Close()
+				}
+			}
+			switch {
+			case idErr == nil:
+				s.userns, p.UID, s.gid, p.IDMapped = userns, cfg.HostID, cfg.HostID, true
+			case cfg.AllowRoot:
+				p.Missing = append(p.Missing, fmt.Sprintf("run commands as uid %d: %v", cfg.HostID, idErr))
+				p.UID, s.gid = 0, 0
+			default:
+				return p, fmt.Errorf("%w: commands would run as the host's root: %s cannot be idmapped to run them as uid %d (%v); run the worker as another user, put the workspaces on a filesystem that supports idmapped mounts (ext4, xfs, btrfs, tmpfs...), or accept root with Config.AllowRoot", ErrRoot, cfg.Workspaces, cfg.HostID, idErr)
+			}
+		}
 	} else {
 		if ctx.Err() != nil {
 			return p, fmt.Errorf("sandbox: probe: %w", ctx.Err())
 		}
 		p.NoNamespaces = nsErr.Error()
-		*sp = spec{Path: sp.Path, Argv: sp.Argv, Grants: sp.Grants, Limits: sp.Limits, RestrictNet: !s.cfg.Network, Probe: true}
-		if rep, err = runProbe(ctx, sp, true); err != nil {
+		*sp = spec{Path: sp.Path, Argv: sp.Argv, Grants: sp.Grants, Limits: sp.Limits, MemoryRlimit: sp.MemoryRlimit, RestrictNet: !cfg.Network, Seccomp: true, Probe: true}
+		if rep, err = runProbe(ctx, sp, launchOpts{dir: "/", network: true}); err != nil {
 			return p, err
 		}
+		if root && !cfg.AllowRoot {
+			return p, fmt.Errorf("%w: without user namespaces (%s) commands would run as the host's root (without capabilities); run the worker as another user, allow it user namespaces, or accept root with Config.AllowRoot", ErrRoot, p.NoNamespaces)
+		}
 	}
-	p.Missing = rep.Problems
+	p.Missing = append(rep.Problems, p.Missing...)
+	p.Seccomp = rep.Seccomp
 	if !rep.Landlocked {
 		return p, fmt.Errorf("%w: Landlock (ABI %d) did not confine the probe: %s", ErrUnavailable, abi, strings.Join(rep.Problems, "; "))
+	}
+	if !p.Seccomp && !p.Namespaces {
+		return p, fmt.Errorf("%w: without namespaces, only seccomp keeps commands from the host's UNIX sockets, and it failed: %s", ErrUnavailable, strings.Join(rep.Problems, "; "))
 	}
 	return p, nil
 }
 
-// runProbe runs the helper in probe mode.
-func runProbe(ctx context.Context, sp *spec, network bool) (*report, error) {
-	cmd, out, err := startHelper(ctx, sp, "/", nil, nil, network)
+// idMap is how a command's user namespace maps its ids: 0 to the host's
+// uid and gid, and, with hostID (the worker runs as root: uid and gid are
+// 0), 1 to hostID, which the helper becomes (see spec.SetIDs).
+type idMap struct {
+	uid, gid int
+	hostID   int
+}
+
+// hostIDUserns returns a user namespace mapping 0 to hostID: the idmap of
+// commands' workspaces. A helper is started in it for a moment (without a
+// spec, it exits at once).
+func hostIDUserns(hostID int) (*os.File, error) {
+	specR, specW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	werr := cmd.Wait()
+	defer specR.Close()
+	cmd := &exec.Cmd{
+		Path: "/proc/self/exe", Args: []string{helperArg0, "-test.run=^$"}, Env: []string{helperEnv + "=" + helperValue},
+		ExtraFiles: []*os.File{specR},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostID, Size: 1}},
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		specW.Close()
+		return nil, fmt.Errorf("user namespace: %w", err)
+	}
+	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
+	specW.Close()
+	cmd.Wait() //nolint:errcheck // it fails on the empty spec, as it should
+	if err != nil {
+		return nil, fmt.Errorf("user namespace: %w", err)
+	}
+	return userns, nil
+}
+
+// idmapped clones dir as a detached mount idmapped with userns: its files,
+// the worker's on disk, belong to the namespace's root (HostID), and what
+// that root writes is the worker's on disk.
+func idmapped(dir string, userns *os.File) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, fmt.Errorf("clone %s: %w", dir, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID, Userns_fd: uint64(userns.Fd())}
+	err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
+	runtime.KeepAlive(userns)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("idmap %s: %w", dir, err)
+	}
+	return os.NewFile(uintptr(fd), "sandbox-workspace"), nil
+}
+
+// runProbe runs the helper in probe mode.
+func runProbe(ctx context.Context, sp *spec, opts launchOpts) (*report, error) {
+	h, err := launch(sp, opts)
+	if err != nil {
+		return nil, err
+	}
+	out := h.send(ctx)
+	werr := h.cmd.Wait()
 	var rep report
 	if werr != nil || json.Unmarshal(out, &rep) != nil {
 		if len(out) == 0 {
@@ -447,82 +574,162 @@ func runProbe(ctx context.Context, sp *spec, network bool) (*report, error) {
 	return &rep, nil
 }
 
-// startHelper starts the helper with sp and returns what it wrote on fd 4
-// before it exec'd the command (or exited). ctx bounds the start only.
-func startHelper(ctx context.Context, sp *spec, dir string, stdout, stderr io.Writer, network bool) (*exec.Cmd, []byte, error) {
+// launchOpts are how the helper is started.
+type launchOpts struct {
+	dir            string
+	stdout, stderr *os.File
+	network        bool
+	// ids: new namespaces, with the command's root mapped so; nil: none.
+	ids *idMap
+	// workspace is the idmapped workspace, passed on fd 5.
+	workspace *os.File
+	cg        *cgroup
+}
+
+// helperProc is a started helper waiting for its spec.
+type helperProc struct {
+	cmd    *exec.Cmd
+	spec   []byte
+	specW  *os.File
+	report *os.File
+}
+
+// launch starts the helper, in its cgroup, and leaves it waiting for its
+// spec (see send).
+func launch(sp *spec, o launchOpts) (*helperProc, error) {
 	b, err := json.Marshal(sp)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: %w", err)
+		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	fd, err := unix.MemfdCreate("lanefleet-sandbox-spec", unix.MFD_CLOEXEC)
+	specR, specW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: memfd: %w", err)
+		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	specFile := os.NewFile(uintptr(fd), "sandbox-spec")
-	defer specFile.Close()
-	if _, err := specFile.Write(b); err != nil {
-		return nil, nil, fmt.Errorf("sandbox: write spec: %w", err)
-	}
-	if _, err := specFile.Seek(0, io.SeekStart); err != nil {
-		return nil, nil, fmt.Errorf("sandbox: %w", err)
-	}
+	defer specR.Close()
 	repR, repW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: %w", err)
+		specW.Close()
+		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	defer repR.Close()
+	defer repW.Close()
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if sp.Namespaces {
+	if o.ids != nil {
 		attr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC
-		if !network {
+		if !o.network {
 			attr.Cloneflags |= syscall.CLONE_NEWNET
 		}
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: o.ids.uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: o.ids.gid, Size: 1}}
+		if o.ids.hostID > 0 {
+			attr.UidMappings = append(attr.UidMappings, syscall.SysProcIDMap{ContainerID: 1, HostID: o.ids.hostID, Size: 1})
+			attr.GidMappings = append(attr.GidMappings, syscall.SysProcIDMap{ContainerID: 1, HostID: o.ids.hostID, Size: 1})
+			attr.GidMappingsEnableSetgroups = true // the helper drops root's groups
+		}
+	}
+	if o.cg != nil && o.cg.v2 {
+		attr.UseCgroupFD, attr.CgroupFD = true, o.cg.fd
+	}
+	files := []*os.File{specR, repW}
+	if o.workspace != nil {
+		files = append(files, o.workspace)
 	}
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: []string{helperArg0, "-test.run=^$"},
-		Env: []string{helperEnv + "=" + helperValue}, Dir: dir,
-		Stdout: stdout, Stderr: stderr, ExtraFiles: []*os.File{specFile, repW}, SysProcAttr: attr,
+		Env: []string{helperEnv + "=" + helperValue}, Dir: o.dir,
+		Stdout: writer(o.stdout), Stderr: writer(o.stderr), ExtraFiles: files, SysProcAttr: attr,
 	}
-	err = cmd.Start()
-	repW.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: start the helper: %w", err)
+	if err := cmd.Start(); err != nil {
+		specW.Close()
+		repR.Close()
+		return nil, fmt.Errorf("sandbox: start the helper: %w", err)
 	}
-	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() }) //nolint:errcheck // it may have exited
-	out, _ := io.ReadAll(io.LimitReader(repR, maxReport))
-	stop()
-	return cmd, out, nil
+	h := &helperProc{cmd: cmd, spec: b, specW: specW, report: repR}
+	if o.cg != nil && !o.cg.v2 {
+		// cgroup v1 has no CLONE_INTO_CGROUP: the helper is moved in
+		// before it has its spec, so before it runs anything.
+		if err := o.cg.add(cmd.Process.Pid); err != nil {
+			h.abort()
+			return nil, fmt.Errorf("sandbox: cgroup: %w", err)
+		}
+	}
+	return h, nil
 }
 
-func (c *Cmd) startConfined(ctx context.Context) error {
+// abort kills a helper that did not get to run the command.
+func (h *helperProc) abort() {
+	h.specW.Close()
+	h.report.Close()
+	h.cmd.Process.Kill() //nolint:errcheck // it may have exited
+	h.cmd.Wait()         //nolint:errcheck // it was killed
+}
+
+// send gives the helper its spec and returns what it wrote on fd 4 before
+// it exec'd the command (or exited). ctx bounds this only.
+func (h *helperProc) send(ctx context.Context) []byte {
+	stop := context.AfterFunc(ctx, func() { h.cmd.Process.Kill() }) //nolint:errcheck // it may have exited
+	defer stop()
+	// A helper that died early fails this write; its exit says why.
+	h.specW.Write(h.spec) //nolint:errcheck
+	h.specW.Close()
+	out, _ := io.ReadAll(io.LimitReader(h.report, maxReport))
+	h.report.Close()
+	return out
+}
+
+func (c *Cmd) startConfined(ctx context.Context) (err error) {
 	if !filepath.IsAbs(c.dir) {
 		return fmt.Errorf("sandbox: directory %q is not absolute", c.dir)
 	}
-	p := c.box.platform
-	grants := append(append(append([]grant(nil), c.box.grants...), devices...), grant{Path: c.dir, Dir: true, Write: true})
-	sp := &spec{Path: c.path, Argv: c.argv, Env: c.env, Dir: c.dir, Grants: grants, Limits: c.box.cfg.Limits}
+	box := c.box
+	p := box.platform
+	grants := append(append(append([]grant(nil), box.grants...), devices...), grant{Path: c.dir, Dir: true, Write: true})
+	sp := &spec{Path: c.path, Argv: c.argv, Env: c.env, Dir: c.dir, Grants: grants, Limits: box.cfg.Limits,
+		MemoryRlimit: box.cgroups == nil, Seccomp: p.Seccomp}
+	o := launchOpts{dir: c.dir, stdout: c.stdout, stderr: c.stderr, network: p.Network}
 	if p.Namespaces {
-		sp.Namespaces, sp.MountProc, sp.MountTmp, sp.TmpSize, sp.Loopback = true, p.PrivateProc, p.PrivateTmp, c.box.cfg.TmpSize, !p.Network
+		ws := canonical(c.dir)
+		sp.Namespaces, sp.MountProc, sp.MountTmp, sp.TmpSize, sp.Loopback = true, p.PrivateProc, p.PrivateTmp, box.cfg.TmpSize, !p.Network
+		sp.Binds = append(append(append([]grant(nil), box.binds...), devices...), grant{Path: ws, Dir: true, Write: true})
+		sp.Links = append(slices.Clone(box.links), hostLinks(c.dir)...)
 		if p.PIDMax {
 			sp.PIDMax = pidMax(p.Limits.Processes)
+		}
+		o.ids = &idMap{uid: p.UID, gid: box.gid}
+		if p.IDMapped {
+			o.ids = &idMap{hostID: p.UID}
+			sp.SetIDs = true
+			if o.workspace, err = idmapped(ws, box.userns); err != nil {
+				return fmt.Errorf("sandbox: workspace: %w", err)
+			}
+			defer o.workspace.Close()
+			sp.IDMapped = ws
 		}
 	} else {
 		sp.RestrictNet = !p.Network
 	}
-	cmd, out, err := startHelper(ctx, sp, c.dir, c.Stdout, c.Stderr, p.Network)
+	if box.cgroups != nil {
+		if o.cg, err = box.cgroups.create(box.cfg.Limits); err != nil {
+			return fmt.Errorf("sandbox: cgroup: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				o.cg.remove() //nolint:errcheck // the start error says more
+			}
+		}()
+	}
+	h, err := launch(sp, o)
 	if err != nil {
 		return err
 	}
+	out := h.send(ctx)
 	if len(out) > 0 || ctx.Err() != nil {
-		cmd.Process.Kill() //nolint:errcheck // it may have exited
-		cmd.Wait()         //nolint:errcheck // the helper failed; its message says why
+		h.cmd.Process.Kill() //nolint:errcheck // it may have exited
+		h.cmd.Wait()         //nolint:errcheck // the helper failed; its message says why
 		if len(out) == 0 {
 			return fmt.Errorf("sandbox: %w", ctx.Err())
 		}
 		return fmt.Errorf("sandbox: %s", strings.TrimSpace(string(out)))
 	}
-	c.cmd, c.tree = cmd, p.Namespaces
+	c.cmd, c.tree, c.cg = h.cmd, p.Namespaces, o.cg
 	return nil
 }

@@ -19,3 +19,12 @@ func probe(context.Context, *Sandbox) (Platform, error) {
 func (c *Cmd) startConfined(context.Context) error {
 	return errors.New("sandbox: confinement needs Linux")
 }
+
+// cgroups and cgroup exist on Linux only.
+type (
+	cgroups struct{}
+	cgroup  struct{}
+)
+
+func (*cgroup) kill()         {}
+func (*cgroup) remove() error { return nil }

@@ -48,7 +48,11 @@ type grant struct {
 // the denied path's parent. Symbolic links are never granted: Landlock
 // checks the file a link leads to. Roots that do not exist are skipped;
 // each root is granted as the file or directory its links lead to.
-func readOnlyGrants(roots, private, extra, deny []string) ([]grant, error) {
+//
+// It also returns the roots that keep a grant, as the file or directory
+// their links lead to, without those inside another: what a command's
+// private root binds (Landlock then grants within them).
+func readOnlyGrants(roots, private, extra, deny []string) (grants, binds []grant, err error) {
 	var denied []string
 	for _, d := range deny {
 		denied = append(denied, canonical(d))
@@ -60,14 +64,13 @@ func readOnlyGrants(roots, private, extra, deny []string) ([]grant, error) {
 		}
 		secret, err := unreadable(real)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		denied = append(denied, secret...)
 	}
 	slices.Sort(denied)
 	denied = slices.Compact(denied)
 
-	var out []grant
 	seen := map[string]bool{}
 	for _, root := range append(slices.Clone(roots), extra...) {
 		real := canonical(root)
@@ -80,14 +83,51 @@ func readOnlyGrants(roots, private, extra, deny []string) ([]grant, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("sandbox: %s: %w", root, err)
+			return nil, nil, fmt.Errorf("sandbox: %s: %w", root, err)
 		}
-		out, err = expand(out, real, fi.IsDir(), denied)
-		if err != nil {
-			return nil, err
+		n := len(grants)
+		if grants, err = expand(grants, real, fi.IsDir(), denied); err != nil {
+			return nil, nil, err
+		}
+		if len(grants) > n {
+			binds = append(binds, grant{Path: real, Dir: fi.IsDir()})
 		}
 	}
-	return out, nil
+	return grants, outermost(binds), nil
+}
+
+// bindsBelow returns the binds with those below dir replaced by the grants
+// within them: a private root grants dir (its /tmp) read-write, which
+// Landlock extends to every bind below it, so what such a bind holds
+// beyond its grants (a denied file) must not be there at all.
+func bindsBelow(binds, grants []grant, dir string) []grant {
+	var out []grant
+	for _, b := range binds {
+		if !below(b.Path, dir) {
+			out = append(out, b)
+			continue
+		}
+		for _, g := range grants {
+			if below(g.Path, b.Path) {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+// outermost sorts the grants by path and drops those inside another.
+func outermost(gs []grant) []grant {
+	slices.SortFunc(gs, func(a, b grant) int { return strings.Compare(a.Path, b.Path) })
+	var out []grant
+	for _, g := range gs {
+		if !slices.ContainsFunc(out, func(o grant) bool {
+			return g.Path == o.Path || strings.HasPrefix(g.Path, strings.TrimSuffix(o.Path, "/")+"/")
+		}) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // expand appends the grants of path minus the denied paths (sorted).
@@ -183,4 +223,63 @@ func canonical(p string) string {
 		return p
 	}
 	return filepath.Join(canonical(filepath.Clean(dir)), base)
+}
+
+// link is a symbolic link of the host, made again in a private root.
+type link struct {
+	Path   string `json:"path"`
+	Target string `json:"target"`
+}
+
+// hostLinks lists the symbolic links on the way to each path (each
+// component that is one, and the links on the way to where it leads), so
+// that the path, as spelled, resolves in a private root that binds only
+// what the links lead to.
+func hostLinks(paths ...string) []link {
+	var out []link
+	seen := map[string]bool{}
+	var walk func(p string, depth int)
+	walk = func(p string, depth int) {
+		if depth > 40 { // ELOOP's bound
+			return
+		}
+		parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+		cur := "/"
+		for i, part := range parts {
+			if part == "" {
+				continue
+			}
+			cur = filepath.Join(cur, part)
+			fi, err := os.Lstat(cur)
+			if err != nil {
+				return
+			}
+			if fi.Mode()&fs.ModeSymlink == 0 {
+				continue
+			}
+			target, err := os.Readlink(cur)
+			if err != nil {
+				return
+			}
+			if !seen[cur] {
+				seen[cur] = true
+				out = append(out, link{Path: cur, Target: target})
+			}
+			next := target
+			if !filepath.IsAbs(next) {
+				next = filepath.Join(filepath.Dir(cur), next)
+			}
+			walk(filepath.Join(append([]string{next}, parts[i+1:]...)...), depth+1)
+			return
+		}
+	}
+	for _, p := range paths {
+		walk(p, 0)
+	}
+	return out
+}
+
+// below reports whether p is dir or lies below it.
+func below(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }

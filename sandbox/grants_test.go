@@ -120,7 +120,7 @@ func TestReadOnlyGrants(t *testing.T) {
 					private = append(private, r)
 				}
 			}
-			gs, err := readOnlyGrants(abs(tt.roots), abs(private), abs(tt.extra), abs(tt.deny))
+			gs, _, err := readOnlyGrants(abs(tt.roots), abs(private), abs(tt.extra), abs(tt.deny))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,10 +132,11 @@ func TestReadOnlyGrants(t *testing.T) {
 }
 
 // TestSystemGrants: on this machine, the grants cover the shell and leave
-// out /etc/shadow.
+// out /etc/shadow; the private root binds /etc whole (Landlock leaves
+// shadow out) and nothing twice.
 func TestSystemGrants(t *testing.T) {
 	t.Parallel()
-	gs, err := readOnlyGrants(systemDirs, privateDirs, nil, nil)
+	gs, binds, err := readOnlyGrants(systemDirs, privateDirs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,5 +151,31 @@ func TestSystemGrants(t *testing.T) {
 	}
 	if !shell || shadow {
 		t.Fatalf("shell granted %v, shadow granted %v: %v", shell, shadow, gs)
+	}
+	if !slices.Contains(binds, grant{Path: "/etc", Dir: true}) || !slices.Equal(binds, outermost(slices.Clone(binds))) {
+		t.Fatalf("binds %v", binds)
+	}
+}
+
+func TestOutermost(t *testing.T) {
+	t.Parallel()
+	d := func(ps ...string) []grant {
+		var out []grant
+		for _, p := range ps {
+			out = append(out, grant{Path: p, Dir: true})
+		}
+		return out
+	}
+	tests := []struct{ in, want []grant }{
+		{d("/usr/bin", "/usr", "/etc"), d("/etc", "/usr")},
+		// "/usr-x" sorts between "/usr" and "/usr/bin".
+		{d("/usr", "/usr-x", "/usr/bin"), d("/usr", "/usr-x")},
+		{d("/nix/store", "/nix/store"), d("/nix/store")},
+		{nil, nil},
+	}
+	for _, tt := range tests {
+		if got := outermost(tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("outermost: %v, want %v", got, tt.want)
+		}
 	}
 }

@@ -36,11 +36,11 @@ const (
 // a shell with the worker's privileges.
 //
 // On timeout or when ctx ends, the command and every process it started are
-// killed (SIGKILL): its PID namespace, or else its process group. When the
-// shell exits by itself, what it left running is killed the same way.
-// Without a PID namespace, a process that left the group (setsid) survives;
-// output it writes after the shell exited (beyond a short grace) is
-// discarded.
+// killed (SIGKILL): its cgroup, its PID namespace and its process group.
+// When the shell exits by itself, what it left running is killed the same
+// way. Without a PID namespace or a cgroup, a process that left the group
+// (setsid) survives; output it writes after the shell exited (beyond a
+// short grace) is discarded.
 //
 // stdout and stderr are merged in one stream; beyond MaxOutputBytes its head
 // and tail are kept with a notice in between. The result text ends with the
@@ -82,7 +82,13 @@ func (t *execTool) Spec() provider.Tool {
 		if !p.Network {
 			desc += "; there is no network"
 		}
+		if p.Seccomp {
+			desc += "; UNIX sockets cannot be made"
+		}
 		desc += ". Processes left running are killed when the command ends."
+		if p.Cgroup != "" {
+			desc += fmt.Sprintf(" Memory (%s), processes (%d) and CPU (%g) are bounded for the command as a whole.", formatSize(p.Limits.Memory), p.Limits.Processes, p.Limits.CPUs)
+		}
 	}
 	if len(t.w.NamedEnv) > 0 {
 		names := make([]string, 0, len(t.w.NamedEnv))

@@ -327,12 +327,15 @@ func sendCommand(c *common) *cobra.Command {
 			}
 			defer done()
 			r, err := cl.Send(ctx, c.session, text, opts...)
+			if errors.Is(err, lanefleet.ErrLaneFull) {
+				return fmt.Errorf("%w (publisher backlog --session %s shows them)", err, shellQuote(c.session))
+			}
 			if err != nil {
 				return err
 			}
 			if noFollow {
 				if c.asJSON {
-					return json.NewEncoder(c.stdout).Encode(map[string]any{"session": r.Session, "run": r.ID, "duplicate": r.Duplicate})
+					return json.NewEncoder(c.stdout).Encode(map[string]any{"session": r.Session, "run": r.ID})
 				}
 				fmt.Fprintf(c.stdout, "sent: session %s run %s\n", r.Session, r.ID)
 				return nil
@@ -348,7 +351,7 @@ func sendCommand(c *common) *cobra.Command {
 	fs.StringVar(&model, "model", "", "model provider/model-id")
 	fs.StringVar(&thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
 	fs.StringVar(&authProfile, "auth-profile", "", "run this turn on this auth profile only")
-	fs.StringVar(&msgID, "id", "", "message id for de-duplication (default random)")
+	fs.StringVar(&msgID, "id", "", "message id for de-duplication on the session's lane: the same id sent again within 2 minutes is not run again (default random)")
 	fs.StringArrayVar(&images, "image", nil, "attach an image file (repeatable)")
 	fs.StringArrayVar(&tools, "tool-file", nil, "offer the client tools defined in a JSON file (repeatable): an array of {name, description, parameters}")
 	fs.StringArrayVar(&results, "tool-result", nil, "answer a pending tool call: ID=TEXT, or ID=@FILE (repeatable)")

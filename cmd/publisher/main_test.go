@@ -547,3 +547,36 @@ func TestSettingsUnreadable(t *testing.T) {
 		t.Fatalf("after a reset:\n%s", out)
 	}
 }
+
+// TestSendToAFullLane: a send to a session whose lane holds as many
+// messages as the fleet allows one session fails at once, saying so, how
+// many wait and where to see them; another session's send goes through.
+func TestSendToAFullLane(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: srv.URL, Scripted: true, Logger: zerolog.Nop(), Limits: fleet.Limits{LaneMessages: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	slow := `#script {"replies":[{"text":"slow","chunks":600,"delayMs":100}]}`
+	if _, _, err := publisher(t, "send", "--nats-url", srv.URL, "--session", "flood", "--model", "scripted/script", "--no-follow", slow); err != nil {
+		t.Fatal(err)
+	}
+	var refused error
+	for i := 0; i < 10 && refused == nil; i++ {
+		_, _, refused = publisher(t, "send", "--nats-url", srv.URL, "--session", "flood", "--no-follow", fmt.Sprintf("more %d", i))
+	}
+	for _, want := range []string{"lane is full", `messages of session "flood" wait for their turns`, "publisher backlog --session flood"} {
+		if refused == nil || !strings.Contains(refused.Error(), want) {
+			t.Fatalf("send to the full lane: %v, want it to say %q", refused, want)
+		}
+	}
+	if out, _, err := publisher(t, "send", "--nats-url", srv.URL, "--session", "calm", "hello"); err != nil || !strings.Contains(out, "echo: hello") {
+		t.Fatalf("another session: %q %v", out, err)
+	}
+}

@@ -49,6 +49,7 @@ import (
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
+	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
@@ -205,8 +206,23 @@ type Config struct {
 	// confine it, unless ExecUnconfined is also set.
 	Exec bool
 	// ExecUnconfined runs exec's commands unconfined, with the worker's
-	// privileges (only with Exec).
+	// privileges (only with Exec): for tests only.
 	ExecUnconfined bool
+	// ExecAllowRoot lets exec's commands run as root (without
+	// capabilities, still confined) where the worker runs as root and
+	// they cannot run as uid 65534: without user namespaces, or with the
+	// workspaces on a filesystem without idmapped mounts. Start fails
+	// there otherwise.
+	ExecAllowRoot bool
+	// ExecCgroup is a cgroup v2 directory delegated to the worker, where
+	// each of exec's commands gets a cgroup; empty: package sandbox finds
+	// one where it can.
+	ExecCgroup string
+	// WorkspaceMaxBytes bounds the filesystem of the workspaces with Exec
+	// (sandbox.MountDisk): 0 = WorkspaceMaxBytesDefault, -1 = no bound.
+	// Unbounded on the JetStream store's filesystem, Start fails unless
+	// it is -1.
+	WorkspaceMaxBytes int64
 
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz
@@ -257,6 +273,11 @@ type Limits struct {
 	Steps   int64 // AGENT_STEPS: the runs' step journals; full = oldest dropped (default 512 MiB)
 	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
 	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
+	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
+	// and bytes its lane may hold; at the limit the session's sender is
+	// refused and nobody else.
+	LaneMessages int64 // default 1,000
+	LaneBytes    int64 // default an eighth of Inbound (128 MiB)
 }
 
 // Member is a running fleet member.
@@ -280,6 +301,10 @@ type Member struct {
 	metricsSrv *metrics.Server
 	// storeLock keeps a second embedded server off the data directory.
 	storeLock *embedded.StoreLock
+	// storeDir is the embedded server's JetStream store ("" when joined).
+	storeDir string
+	// disk is the workspaces' filesystem (exec), unmounted at the end.
+	disk *sandbox.Disk
 
 	defaultModel string
 	allowed      catalog.Allowlist
@@ -316,7 +341,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.Server, m.storeLock = srv, lock
+		m.Server, m.storeLock, m.storeDir = srv, lock, sopts.StoreDir
 		url = embedded.ConnectURL(srv)
 		if sopts.TLSConfig != nil && cfg.TLSCA == "" {
 			pin, err := pinServerCert(sopts)
@@ -450,10 +475,11 @@ func (m *Member) build(ctx context.Context) error {
 			m.log.Warn().Err(err).Msg("remote tools: first discovery failed")
 		}
 	}
-	ts, err := newToolSource(ctx, cfg, m.Tools)
+	ts, err := newToolSource(ctx, cfg, m.Tools, m.storeDir)
 	if err != nil {
 		return err
 	}
+	m.disk = ts.disk
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
 	// Model output is masked before the observer sees it (a span's status
@@ -505,10 +531,16 @@ func (m *Member) openState(ctx context.Context) error {
 	cfg := m.cfg
 	var err error
 	if m.Streams == nil {
-		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait,
+		sc := lanes.StreamConfig{Replicas: cfg.Replicas, AckWait: cfg.AckWait,
 			InboundMaxBytes: cfg.Limits.Inbound, EventMaxBytes: cfg.Limits.Events, DeadMaxBytes: cfg.Limits.Dead,
-			EventMaxAge: cfg.EventMaxAge}); err != nil {
+			LaneMaxMsgs: cfg.Limits.LaneMessages, LaneMaxBytes: cfg.Limits.LaneBytes, MaxPayload: cfg.MaxPayload,
+			EventMaxAge: cfg.EventMaxAge}
+		if m.Streams, err = lanes.EnsureStreams(ctx, m.JS, sc); err != nil {
 			return err
+		}
+		if now, want := m.Streams.LaneCap(), sc.LaneCap(); now != want {
+			m.log.Warn().Int64("lane_cap", now).Int64("configured", want).
+				Msg("a session's lane holds more messages than --lane-max-messages/--lane-max-bytes allow: its cap stays above them, and is lowered as the lanes drain")
 		}
 	}
 	if m.Lanes == nil {
@@ -865,6 +897,9 @@ func (m *Member) close() {
 	}
 	if err := m.storeLock.Close(); err != nil {
 		m.log.Warn().Err(err).Msg("data directory lock")
+	}
+	if err := m.disk.Close(); err != nil {
+		m.log.Warn().Err(err).Msg("workspace filesystem")
 	}
 }
 

@@ -324,12 +324,13 @@ func (m *Member) metricsState() metrics.State {
 			}
 			return info.State.Msgs, nil
 		},
-		Cooldowns:   func() map[string]int { return cooldowns(m.authBook().Status(time.Now())) },
-		DeadLetters: m.Worker.Stats().DeadLettersByReason,
+		Cooldowns:          func() map[string]int { return cooldowns(m.authBook().Status(time.Now())) },
+		DeadLetters:        m.Worker.Stats().DeadLettersByReason,
+		DeadLetterFailures: m.Worker.Stats().DeadLetterFailures.Load,
 		LaneEvents: func() map[string]int64 {
 			s := m.Worker.Stats()
 			return map[string]int64{"turns": s.Turns.Load(), "acquired": s.Acquired.Load(), "released": s.Released.Load(),
-				"merged": s.Merged.Load(), "dropped": s.Dropped.Load(), "aborted": s.Aborted.Load(), "swept": s.Swept.Load(),
+				"merged": s.Merged.Load(), "dropped": s.Dropped.Load(), "aborted": s.Aborted.Load(), "duplicates": s.Duplicates.Load(), "swept": s.Swept.Load(),
 				"naks": s.Naks.Load(), "follower_acks": s.FollowerAcks.Load(),
 				"yields": s.Yields.Load(), "waited": s.Waited.Load(), "handed_back": s.HandedBack.Load()}
 		},

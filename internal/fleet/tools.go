@@ -27,6 +27,7 @@ type toolSource struct {
 	root   string           // workspaces root; "" = no built-in tools
 	env    []string         // the base environment of exec'd commands
 	box    *sandbox.Sandbox // runs exec's commands; nil = no exec tool
+	disk   *sandbox.Disk    // the workspaces' filesystem; nil = not bounded
 	remote *remote.Registry // nil = no remote tools
 	// The system prompt: base text, skills directories (lowest priority
 	// first; each workspace's skills/ comes last) and per-skill settings.
@@ -39,10 +40,11 @@ type toolSource struct {
 }
 
 // newToolSource configures the runs' tools and system prompt: the
-// workspaces root (unless built-in tools are off), exec's sandbox and
-// environment (PATH from the member's environment), skills and the remote
-// registry.
-func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry) (*toolSource, error) {
+// workspaces root (unless built-in tools are off), with exec its bounded
+// filesystem, exec's sandbox and environment (PATH from the member's
+// environment), skills and the remote registry. store is the local
+// JetStream store's directory, if any.
+func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store string) (*toolSource, error) {
 	if cfg.ExecUnconfined && !cfg.Exec {
 		return nil, errors.New("fleet: ExecUnconfined (--exec-unconfined) without Exec (--exec)")
 	}
@@ -75,16 +77,73 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry) (*tool
 	}
 	ts.root = abs
 	if cfg.Exec {
+		if ts.disk, err = workspaceDisk(cfg, abs, store, ts.log); err != nil {
+			return nil, err
+		}
 		if ts.box, err = newSandbox(ctx, cfg, abs); err != nil {
+			ts.disk.Close() //nolint:errcheck // the sandbox error says more
 			return nil, err
 		}
 		if p := ts.box.Platform(); p.Confined {
 			ts.log.Info().Str("confinement", p.String()).Msg("exec tool on")
 		} else {
-			ts.log.Warn().Str("confinement", p.String()).Msg("exec tool on, unconfined")
+			ts.log.Warn().Str("confinement", p.String()).
+				Msg("EXEC IS UNCONFINED (--exec-unconfined, for tests only): every command a message sends runs with this worker's privileges and sees all it sees: its credentials, the JetStream store, the other sessions")
 		}
 	}
 	return ts, nil
+}
+
+// WorkspaceMaxBytesDefault is the size of the workspaces' filesystem with
+// exec when Config.WorkspaceMaxBytes is 0.
+const WorkspaceMaxBytesDefault = 4 << 30
+
+// workspaceDisk bounds the workspaces' filesystem for exec, whose commands
+// could otherwise fill it: root becomes a filesystem of
+// WorkspaceMaxBytes. Where that cannot be (not root, no loop devices,
+// files already in root) or is turned off (-1), it warns; on the local
+// JetStream store's filesystem it refuses unless turned off, since a
+// command filling it would stop the store for every session.
+func workspaceDisk(cfg Config, root, store string, log zerolog.Logger) (*sandbox.Disk, error) {
+	limit := cfg.WorkspaceMaxBytes
+	if limit == 0 {
+		limit = WorkspaceMaxBytesDefault
+	}
+	var why error
+	if limit > 0 {
+		d, err := sandbox.MountDisk(sandbox.DiskConfig{Root: root, MaxBytes: limit})
+		if err == nil {
+			log.Info().Str("workspaces", d.String()).Msg("workspace filesystem bounded")
+			return d, nil
+		}
+		if !errors.Is(err, sandbox.ErrDiskUnavailable) && !errors.Is(err, sandbox.ErrDiskNotEmpty) {
+			return nil, fmt.Errorf("fleet: workspace filesystem (--workspace-max-bytes): %w", err)
+		}
+		why = err
+	} else {
+		why = errors.New("turned off (--workspace-max-bytes -1)")
+	}
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return nil, fmt.Errorf("fleet: workspace root %s: %w", root, err)
+	}
+	shared := false
+	if store != "" {
+		same, err := sandbox.SameFilesystem(root, store)
+		shared = err == nil && same
+	}
+	if shared && limit > 0 {
+		return nil, fmt.Errorf("fleet: exec: the workspace root %s is on the JetStream store's filesystem (%s) and cannot be bounded: %w. A command could fill it and stop the store. "+
+			"Put --workspace-root on another filesystem (a size-limited tmpfs or volume), run the worker as root with loop devices and mkfs.ext4 to have it mount an image of --workspace-max-bytes there (on an empty root), "+
+			"or accept an unbounded workspace with --workspace-max-bytes -1", root, store, why)
+	}
+	msg := "WORKSPACE DISK UNBOUNDED: exec's commands can fill the filesystem of the workspaces"
+	ev := log.Warn().Str("workspaces", root).Str("why", why.Error())
+	if shared {
+		msg += ", the JetStream store's"
+		ev = ev.Str("store", store)
+	}
+	ev.Msg(msg)
+	return nil, nil
 }
 
 // newSandbox prepares the confinement of exec's commands: the system
@@ -92,7 +151,7 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry) (*tool
 // credentials, configuration files or the other workspaces (each command
 // gets its own workspace read-write).
 func newSandbox(ctx context.Context, cfg Config, root string) (*sandbox.Sandbox, error) {
-	sc := sandbox.Config{Unconfined: cfg.ExecUnconfined}
+	sc := sandbox.Config{Unconfined: cfg.ExecUnconfined, AllowRoot: cfg.ExecAllowRoot, Cgroup: cfg.ExecCgroup, Workspaces: root}
 	for _, p := range []string{cfg.DataDir, cfg.AuthProfiles, cfg.ModelsFile, cfg.CredsFile, cfg.NKeyFile, cfg.TLSKey, cfg.TLSCert, cfg.TLSCA, root} {
 		if p == "" {
 			continue
@@ -112,7 +171,10 @@ func newSandbox(ctx context.Context, cfg Config, root string) (*sandbox.Sandbox,
 	}
 	box, err := sandbox.New(ctx, sc)
 	if errors.Is(err, sandbox.ErrUnavailable) {
-		return nil, fmt.Errorf("fleet: exec: %w; set ExecUnconfined (worker --exec-unconfined) to run it with the worker's privileges", err)
+		return nil, fmt.Errorf("fleet: exec: %w; set ExecUnconfined (worker --exec-unconfined, for tests only) to run it with the worker's privileges", err)
+	}
+	if errors.Is(err, sandbox.ErrRoot) {
+		return nil, fmt.Errorf("fleet: exec: %w (worker --exec-allow-root)", err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fleet: exec: %w", err)

@@ -84,9 +84,6 @@ type To struct{ subject string }
 // None reports whether the request has nobody to answer.
 func (t To) None() bool { return t.subject == "" }
 
-// String returns the subject.
-func (t To) String() string { return t.subject }
-
 // Request is a request as a handler sees it: its subject, body and headers,
 // and where its answer goes.
 type Request struct {

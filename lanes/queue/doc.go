@@ -15,6 +15,9 @@
 //   - Steer picks what a running turn takes at a model-call boundary
 //     (steer joins it, steer-backlog is shown and stays).
 //   - AfterCut says what happens to each message queued behind a cut turn.
+//   - IDs (ids.go) say which messages duplicate an earlier one of the lane
+//     (the same message id within the de-duplication window): such a
+//     message ends pointing at the first, and cuts nothing.
 //
 // It reproduces the reply queue of the reference runtime (spec §19; the
 // queue.json conformance cases pin Pending, CollectPrompt, the mode and drop
@@ -22,7 +25,8 @@
 // enqueue (= followup), reject (refuse while busy) and rollback (interrupt
 // and discard the interrupted turn). The lane's stream is the queue: the
 // planner holds no state between calls; its caller passes the messages, the
-// settings and the time.
+// settings and the time (IDs keep the ids the caller noted, and the lane's
+// records carry them between owners).
 //
 // The package is pure: no NATS, no clocks, no goroutines.
 package queue

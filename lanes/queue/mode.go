@@ -55,6 +55,12 @@ const (
 	DropDefault     = DropSummarize
 )
 
+// DebounceMax bounds a debounce: a collect batch's owner holds its lane's
+// slot while it waits, so a session cannot keep one for long by asking for
+// a long quiet time. A longer one (stored before this bound) counts as
+// DebounceMax.
+const DebounceMax = time.Minute
+
 // ParseMode normalises a mode name or alias (case-insensitive, trimmed). It
 // reports false for an empty or unknown name.
 //

@@ -15,6 +15,10 @@ const (
 	KindStop
 	// KindInvalid does not decode: it is dead-lettered.
 	KindInvalid
+	// KindDuplicate uses the id of an earlier message of the lane within
+	// the de-duplication window (IDs): it is not run, and its run points
+	// at that message's.
+	KindDuplicate
 )
 
 // FleetDefault is the mode of a prompt that names none in a session with no
@@ -82,6 +86,9 @@ const (
 	VerbDrop Verb = "drop"
 	// VerbInvalid: dead-letter the message and end its run with an error.
 	VerbInvalid Verb = "invalid"
+	// VerbDuplicate: end the run of a duplicate message pointing at the
+	// run of the message it duplicates; nothing runs.
+	VerbDuplicate Verb = "duplicate"
 	// VerbInterrupted: a message that cancels turns is queued behind the
 	// collect batch: the batch is dropped as if its turn had been cut
 	// (see AfterCut).
@@ -133,6 +140,8 @@ const GatherMax = 1000
 // PlanTurn decides the lane's next turn from the messages at its head:
 //
 //   - a message that does not decode is dead-lettered (VerbInvalid);
+//   - a duplicate ends pointing at the message it duplicates
+//     (VerbDuplicate);
 //   - a settings message is applied (VerbSettings);
 //   - a stop message ends its own run (VerbStop);
 //   - a heartbeat that arrived while the previous turn ran is dropped
@@ -153,6 +162,9 @@ func PlanTurn(in Input) Plan {
 	switch {
 	case head.Kind == KindInvalid:
 		one.Verb = VerbInvalid
+		return one
+	case head.Kind == KindDuplicate:
+		one.Verb = VerbDuplicate
 		return one
 	case head.Kind == KindSettings:
 		one.Verb = VerbSettings

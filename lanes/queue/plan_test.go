@@ -11,7 +11,8 @@ import (
 
 // msgs builds a lane: one Msg per spec, "<mode>:<prompt>@<ms>" (a
 // heartbeat prompt "heartbeat <mode>:<prompt>@<ms>"), or the kinds
-// "settings", "stop", "invalid" (@<ms> optional); Seq counts from 1.
+// "settings", "stop", "invalid", "duplicate" (an interrupt's, which cuts
+// nothing) (@<ms> optional); Seq counts from 1.
 func msgs(specs ...string) []Msg {
 	out := make([]Msg, len(specs))
 	for i, s := range specs {
@@ -28,6 +29,8 @@ func msgs(specs ...string) []Msg {
 			m.Kind = KindStop
 		case "invalid":
 			m.Kind = KindInvalid
+		case "duplicate":
+			m.Kind, m.Mode = KindDuplicate, ModeInterrupt
 		default:
 			mode, prompt, _ := cutColon(s)
 			m.Mode, _ = ParseMode(mode)
@@ -86,6 +89,7 @@ func TestPlanTurn(t *testing.T) {
 		{name: "invalid", pending: msgs("invalid"), verb: VerbInvalid, run: 1, through: 1},
 		{name: "settings", pending: msgs("settings", "followup:a"), verb: VerbSettings, run: 1, through: 1},
 		{name: "stop", pending: msgs("stop"), verb: VerbStop, run: 1, through: 1},
+		{name: "duplicate", pending: msgs("duplicate", "followup:a"), verb: VerbDuplicate, run: 1, through: 1},
 		{name: "followup runs alone", pending: msgs("followup:a", "followup:b"), verb: VerbRun, run: 1, through: 1},
 		{name: "interrupt runs alone", pending: msgs("interrupt:a"), verb: VerbRun, run: 1, through: 1},
 		// Reject refuses a prompt that arrived before the last turn ended,
@@ -112,6 +116,9 @@ func TestPlanTurn(t *testing.T) {
 		// A settings message closes a batch, which then runs without it.
 		{name: "collect closed by settings", pending: msgs("collect:a", "collect:b", "settings"), lastEnd: -1, s: collect,
 			verb: VerbRun, run: 1, merged: []uint64{2}, through: 2, merge: true},
+		// So does a duplicate, even of a cut: it cuts nothing.
+		{name: "collect closed by a duplicate", pending: msgs("collect:a", "duplicate"), lastEnd: -1, s: collect,
+			verb: VerbRun, run: 1, through: 1},
 		// A cut behind the batch drops it.
 		{name: "collect then interrupt", pending: msgs("collect:a", "collect:b", "interrupt:c"), lastEnd: -1, s: collect,
 			verb: VerbInterrupted, run: 1, through: 1},
@@ -250,6 +257,7 @@ func TestOnArrival(t *testing.T) {
 		{"rollback:a", true, ArriveCut},
 		{"stop", true, ArriveCut},
 		{"invalid", true, ArriveQueue},
+		{"duplicate", true, ArriveQueue}, // an interrupt's: its first cut already
 		// A heartbeat on a busy lane is dropped, and never cuts.
 		{"heartbeat followup:a", true, ArriveDrop},
 		{"heartbeat interrupt:a", true, ArriveDrop},
@@ -283,6 +291,7 @@ func TestSteer(t *testing.T) {
 		{"followup ends it", msgs("steer:a", "followup:b", "steer:c"), false, []uint64{1}, nil, 1},
 		{"invalid ends it", msgs("invalid", "steer:b"), false, nil, nil, 0},
 		{"stop ends it", msgs("stop", "steer:b"), false, nil, nil, 0},
+		{"duplicate ends it", msgs("duplicate", "steer:b"), false, nil, nil, 0},
 		// A heartbeat is never steered into a turn.
 		{"a heartbeat ends it", msgs("heartbeat steer:a", "steer:b"), false, nil, nil, 0},
 	}
@@ -299,7 +308,7 @@ func TestAfterCut(t *testing.T) {
 	t.Parallel()
 	for spec, want := range map[string]Cut{
 		"followup:a": CutDrop, "collect:a": CutDrop, "steer:a": CutDrop, "reject:a": CutDrop, "invalid": CutDrop,
-		"settings": CutApply, "interrupt:a": CutEnd, "rollback:a": CutEnd, "stop": CutEnd,
+		"settings": CutApply, "interrupt:a": CutEnd, "rollback:a": CutEnd, "stop": CutEnd, "duplicate": CutDrop,
 		"heartbeat interrupt:a": CutDrop,
 	} {
 		if got := AfterCut(msgs(spec)[0]); got != want {

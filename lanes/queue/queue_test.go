@@ -82,4 +82,13 @@ func TestResolve(t *testing.T) {
 	if got := Resolve(); got != DefaultSettings() {
 		t.Errorf("Resolve() = %+v", got)
 	}
+	// A debounce stored before DebounceMax existed (up to an hour) counts
+	// as DebounceMax; a negative one as 0.
+	hour, neg := time.Hour, -time.Second
+	if got := Resolve(Overrides{Debounce: &hour}); got.Debounce != DebounceMax {
+		t.Errorf("an hour's debounce resolves to %v, want %v", got.Debounce, DebounceMax)
+	}
+	if got := Resolve(Overrides{Debounce: &neg}); got.Debounce != 0 {
+		t.Errorf("a negative debounce resolves to %v, want 0", got.Debounce)
+	}
 }

@@ -33,7 +33,8 @@ type Overrides struct {
 // Resolve applies layers in precedence order, first set value wins: pass the
 // inline directive, then the session's settings, then the channel's, then the
 // global configuration. Unset values fall back to DefaultSettings; a
-// negative debounce counts as 0 and a cap below 1 is ignored.
+// negative debounce counts as 0, one over DebounceMax as DebounceMax, and a
+// cap below 1 is ignored.
 func Resolve(layers ...Overrides) Settings {
 	s := Settings{}
 	var debounceSet bool
@@ -42,7 +43,7 @@ func Resolve(layers ...Overrides) Settings {
 			s.Mode = l.Mode
 		}
 		if !debounceSet && l.Debounce != nil {
-			s.Debounce, debounceSet = max(0, *l.Debounce), true
+			s.Debounce, debounceSet = min(max(0, *l.Debounce), DebounceMax), true
 		}
 		if s.Cap == 0 && l.Cap >= 1 {
 			s.Cap = l.Cap
@@ -73,7 +74,7 @@ func (s Settings) normalized() Settings {
 	if s.Mode == "" {
 		s.Mode = d.Mode
 	}
-	s.Debounce = max(0, s.Debounce)
+	s.Debounce = min(max(0, s.Debounce), DebounceMax)
 	if s.Cap < 1 {
 		s.Cap = d.Cap
 	}
