@@ -242,7 +242,7 @@ func TestRunSettingsCommand(t *testing.T) {
 		t.Fatalf("send priced: %q", out)
 	}
 	out := pub("settings")
-	for _, want := range []string{"run:       model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tools deny exec write\n",
+	for _, want := range []string{"run:       model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tool-repeat limit 2, tools deny exec write\n",
 		"usage:     2 turn(s), ", "cost $0.000110\n"} { // the echo model's usage is not priced
 		if !strings.Contains(out, want) {
 			t.Fatalf("show: %q lacks %q", out, want)
