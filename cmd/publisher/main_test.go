@@ -255,7 +255,7 @@ func TestRunSettingsCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(pub("settings", "--json")), &shown); err != nil || shown.Run.HistoryLimit != 5 || shown.State.Turns != 2 || shown.State.Usage.Output < 3 {
 		t.Fatalf("show --json: %+v, %v", shown, err)
 	}
-	if out := pub("settings", "--deny-tools", ""); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9\n" {
+	if out := pub("settings", "--deny-tools", ""); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tool-repeat limit 2\n" {
 		t.Fatalf("clear tools: %q", out)
 	}
 	// A reset with values is one settings message (no turn runs between
