@@ -32,7 +32,7 @@
 //     429, API_KEY_INVALID sent as 400, model_not_found); a 400 whose body
 //     is a billing error or an overflow is that, and a 503 whose body says
 //     overloaded is overloaded (the recorded provider bodies of
-//     shared/wire); and the two texts [Differs] reports. The conformance
+//     shared/wire); and the two texts [ClassifyMessage] names. The conformance
 //     cases pin them: a case's message through ClassifyMessage, and a
 //     case's error object (as the Go error the fleet sees instead) through
 //     ClassifyError and IsTimeoutError, must give the reference's answer

@@ -110,7 +110,7 @@ func FailoverReason(text string) provider.Reason {
 // paths: image size and dimension errors → image_size; context overflows
 // (the strict list, provider wordings such as "exceeds the context window",
 // and the likely-overflow heuristic) → context_overflow; role ordering →
-// role_ordering. Two texts differ on purpose (Differs): a strict context
+// role_ordering. Two texts differ on purpose: a strict context
 // overflow whose only rate-limit sign is "429" inside a larger number
 // ("prompt is too long: 214290 tokens > 200000 maximum") is the overflow
 // it says, not a rate limit, so the run compacts instead of rotating; and
@@ -122,8 +122,8 @@ func ClassifyMessage(text string) provider.Reason {
 	if text == "" {
 		return provider.ReasonUnknown
 	}
-	if overflowBehindA429(text) {
-		return provider.ReasonContextOverflow
+	if r, _, ok := deliberate(text); ok {
+		return r
 	}
 	r := FailoverReason(text)
 	switch {
@@ -137,23 +137,21 @@ func ClassifyMessage(text string) provider.Reason {
 		return provider.ReasonContextOverflow
 	case IsRoleOrdering(text):
 		return provider.ReasonRoleOrdering
-	case IsMissingToolCallInput(text):
-		return provider.ReasonFormat
 	}
 	return provider.ReasonUnknown
 }
 
-// Differs reports whether ClassifyMessage gives text another reason than
-// the reference does on purpose (see ClassifyMessage), and why.
-func Differs(text string) (why string, ok bool) {
-	text = strings.TrimSpace(text)
+// deliberate is the reason ClassifyMessage gives a (trimmed) text on
+// purpose where the reference gives another, and why; ok is false for
+// every other text.
+func deliberate(text string) (r provider.Reason, why string, ok bool) {
 	switch {
 	case overflowBehindA429(text):
-		return "a context overflow whose tokens count holds 429 is the overflow, not a rate limit", true
-	case FailoverReason(text) == "" && IsMissingToolCallInput(text):
-		return "a corrupted history (tool call input missing) is a format error: another model may accept it", true
+		return provider.ReasonContextOverflow, "a context overflow whose tokens count holds 429 is the overflow, not a rate limit", true
+	case IsMissingToolCallInput(text) && FailoverReason(text) == "":
+		return provider.ReasonFormat, "a corrupted history (tool call input missing) is a format error: another model may accept it", true
 	}
-	return "", false
+	return "", "", false
 }
 
 // longNumber is a number of more than three digits.
