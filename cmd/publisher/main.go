@@ -262,7 +262,7 @@ func versionCommand(c *common) *cobra.Command {
 
 func sendCommand(c *common) *cobra.Command {
 	var (
-		noFollow              bool
+		noFollow, heartbeat   bool
 		mode, model, thinking string
 		msgID, authProfile    string
 		images, tools         []string
@@ -283,6 +283,9 @@ func sendCommand(c *common) *cobra.Command {
 				lanefleet.WithAuthProfile(authProfile)}
 			if c.asJSON {
 				opts = append(opts, lanefleet.WithJSON())
+			}
+			if heartbeat {
+				opts = append(opts, lanefleet.WithHeartbeat())
 			}
 			for _, path := range images {
 				data, err := os.ReadFile(path)
@@ -347,6 +350,7 @@ func sendCommand(c *common) *cobra.Command {
 	c.jsonFlag(cmd, "print the run's events, one JSON object per line")
 	fs := cmd.Flags()
 	fs.BoolVar(&noFollow, "no-follow", false, "publish and print the run id without following the reply")
+	fs.BoolVar(&heartbeat, "heartbeat", false, "send a heartbeat: it runs if the session is idle and is dropped if it is busy")
 	fs.StringVar(&mode, "mode", "", "queue mode: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
 	fs.StringVar(&model, "model", "", "model provider/model-id")
 	fs.StringVar(&thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")

@@ -100,6 +100,27 @@ func TestSendFollowsTheReply(t *testing.T) {
 	}
 }
 
+// TestSendHeartbeat: send --heartbeat runs on an idle session and is
+// dropped, saying so, when the session is busy.
+func TestSendHeartbeat(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	out, _, err := publisher(t, "send", "--heartbeat", "--nats-url", url, "--session", "hb", "tick")
+	if err != nil || out != "echo: tick\n" {
+		t.Fatalf("idle heartbeat: %q, %v", out, err)
+	}
+	// A turn the heartbeat arrives behind: it ends after the heartbeat
+	// arrived, however soon the heartbeat is sent.
+	slow := `#script {"replies":[{"text":"slow reply","chunks":4,"delayMs":500}]}`
+	if _, _, err := publisher(t, "send", "--no-follow", "--nats-url", url, "--session", "hb", "--model", "scripted/script", slow); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := publisher(t, "send", "--heartbeat", "--nats-url", url, "--session", "hb", "tick")
+	if !errors.Is(err, errReported) || !strings.Contains(stderr, "error (dropped): the session was busy when this heartbeat arrived") {
+		t.Fatalf("busy heartbeat: err = %v, stderr = %q", err, stderr)
+	}
+}
+
 func TestRunErrorExitsNonZero(t *testing.T) {
 	t.Parallel()
 	url := startFleet(t)
