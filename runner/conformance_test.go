@@ -156,11 +156,27 @@ func (s *scriptedLoop) attempt(_ context.Context, req attemptReq) attemptOut {
 	}
 	var last *message.Message
 	if len(a.LastAssistant) > 0 && string(a.LastAssistant) != "null" {
-		last = &message.Message{}
-		if err := json.Unmarshal(a.LastAssistant, last); err != nil {
+		// A message of the neutral model; its usage may use any of the
+		// reference's field names.
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(a.LastAssistant, &fields); err != nil {
 			s.t.Fatalf("attempt %d: lastAssistant: %v", s.n, err)
 		}
-		last.Role = message.RoleAssistant
+		usage := fields["usage"]
+		delete(fields, "usage")
+		fields["role"] = json.RawMessage(`"assistant"`)
+		raw, _ := json.Marshal(fields)
+		last = &message.Message{}
+		if err := json.Unmarshal(raw, last); err != nil {
+			s.t.Fatalf("attempt %d: lastAssistant: %v", s.n, err)
+		}
+		if len(usage) > 0 {
+			u, err := conformance.Usage(usage)
+			if err != nil {
+				s.t.Fatalf("attempt %d: lastAssistant.usage: %v", s.n, err)
+			}
+			last.Usage = &u
+		}
 	}
 	switch {
 	case a.AssistantError != "":
