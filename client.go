@@ -179,6 +179,14 @@ func WithMode(mode string) SendOption {
 	return func(o *sendOptions) error { o.in.Mode = mode; return nil }
 }
 
+// WithHeartbeat marks the message as a heartbeat, a scheduled check-in:
+// it runs when the session is idle, and is dropped (a *RunError of kind
+// dropped) when it arrives while the session is busy instead of queueing
+// behind the running turn.
+func WithHeartbeat() SendOption {
+	return func(o *sendOptions) error { o.in.Heartbeat = true; return nil }
+}
+
 // WithModel asks for a model, "provider/model-id".
 func WithModel(ref string) SendOption {
 	return func(o *sendOptions) error { o.in.Model = ref; return nil }

@@ -98,9 +98,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	conformance.Run(t, "auth-profiles", func(t *testing.T, c conformance.Case) {
 		var in caseInput
-		if err := json.Unmarshal(c.Input, &in); err != nil {
-			t.Fatal(err)
-		}
+		conformance.Strict(t, c.Input, &in)
 		want, _ := conformance.Decode(t, c.Expected).(map[string]any)
 		now := time.UnixMilli(in.Now)
 		var cfg Config

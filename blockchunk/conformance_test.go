@@ -36,9 +36,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		var in chunkerCase
-		if err := json.Unmarshal(expanded, &in); err != nil {
-			t.Fatalf("decode input: %v", err)
-		}
+		conformance.Strict(t, expanded, &in)
 		c := New(Config{
 			MinChars:         in.Chunking.MinChars,
 			MaxChars:         in.Chunking.MaxChars,

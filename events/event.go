@@ -200,7 +200,7 @@ type RunError struct {
 const (
 	KindRejected    = "rejected"    // mode reject: the session was busy
 	KindInterrupted = "interrupted" // cut short or dropped by an interrupt
-	KindDropped     = "dropped"     // over the session's queue cap (drop policy old, new or summarize)
+	KindDropped     = "dropped"     // over the session's queue cap (drop policy old, new or summarize), or a heartbeat that found the session busy
 	// KindInvalidInput is a message the fleet refused as it was sent (a
 	// model or auth profile it does not allow, a tool result for a call
 	// that waits for none, a payload that does not decode).

@@ -69,6 +69,11 @@ type Inbound struct {
 	// without running a prompt; its own run ends with a final event saying
 	// what it stopped. It carries nothing else.
 	Stop bool `json:"stop,omitempty" msgpack:"stop,omitempty"`
+	// Heartbeat marks a scheduled check-in prompt (a heartbeat turn): it
+	// runs when the session is idle and is dropped (error kind dropped)
+	// when it arrives while the session is busy, instead of queueing
+	// behind the turn (runtime spec §19). It never cuts or steers a turn.
+	Heartbeat bool `json:"heartbeat,omitempty" msgpack:"heartbeat,omitempty"`
 }
 
 // QueueSettings are a session's stored queue settings, or a change to them:
@@ -431,6 +436,8 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "session", Reason: ValidateKey(in.Session).Error()}
 	case in.IsSettings() && (in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != "" || in.runFields()):
 		return &DecodeError{Field: settingsField(in), Reason: "a settings message carries nothing else (no text, images, tools, mode, model, thinking or auth profile)"}
+	case in.Heartbeat && (in.Stop || in.IsSettings()):
+		return &DecodeError{Field: "heartbeat", Reason: "a heartbeat is a prompt, not a stop command or settings"}
 	case in.Stop && (in.IsSettings() || in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != "" || in.runFields()):
 		return &DecodeError{Field: "stop", Reason: "a stop command carries nothing else (no text, images, tools, mode, model or settings)"}
 	case !in.Stop && !in.IsSettings() && strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:

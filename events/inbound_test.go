@@ -74,8 +74,13 @@ func TestDecodeInbound(t *testing.T) {
 		{"stop with mode", "", []byte(`{"stop":true,"mode":"interrupt"}`), 0, "", "a stop command carries nothing else"},
 		{"stop with settings", "", []byte(`{"stop":true,"queueSettings":{"cap":2}}`), 0, "", "a stop command carries nothing else"},
 		{"stop false is empty", "", []byte(`{"stop":false}`), 0, "", "empty"},
+		// A heartbeat is a prompt.
+		{"heartbeat", "", []byte(`{"text":"check in","heartbeat":true}`), 0, "check in", ""},
+		{"heartbeat stop", "", []byte(`{"stop":true,"heartbeat":true}`), 0, "", "heartbeat: a heartbeat is a prompt"},
+		{"heartbeat settings", "", []byte(`{"heartbeat":true,"queueSettings":{"cap":2}}`), 0, "", "heartbeat: a heartbeat is a prompt"},
+		{"heartbeat without text", "", []byte(`{"heartbeat":true}`), 0, "", "text: empty"},
 		// Run settings: a settings message of its own, bounded and validated.
-		{"run settings", "", []byte(`{"runSettings":{"model":"acme/m1","thinking":"HIGH","authProfile":"acme:a","historyLimit":5,"maxToolIterations":9,"tools":{"allow":["web_*","read"],"deny":["exec"],"approve":["write"]}}}`), 0, "", ""},
+		{"run settings", "", []byte(`{"runSettings":{"model":"acme/m1","thinking":"HIGH","authProfile":"acme:a","historyLimit":5,"maxToolIterations":9,"maxToolRepeats":2,"tools":{"allow":["web_*","read"],"deny":["exec"],"approve":["write"]}}}`), 0, "", ""},
 		{"run and queue settings", "", []byte(`{"queueSettings":{"mode":"collect"},"runSettings":{"reset":true}}`), 0, "", ""},
 		{"run settings msgpack", ContentMsgpack, mustPack(t, map[string]any{"runSettings": map[string]any{"model": "a/b"}}), 0, "", ""},
 		{"run settings with text", "", []byte(`{"text":"a","runSettings":{"model":"a/b"}}`), 0, "", "a settings message carries nothing else"},
@@ -88,6 +93,7 @@ func TestDecodeInbound(t *testing.T) {
 		{"run settings bad history", "", []byte(`{"runSettings":{"historyLimit":-1}}`), 0, "", "runSettings.historyLimit"},
 		{"run settings huge history", "", []byte(`{"runSettings":{"historyLimit":100001}}`), 0, "", "runSettings.historyLimit"},
 		{"run settings bad iterations", "", []byte(`{"runSettings":{"maxToolIterations":10001}}`), 0, "", "runSettings.maxToolIterations"},
+		{"run settings bad repeats", "", []byte(`{"runSettings":{"maxToolRepeats":-1}}`), 0, "", "runSettings.maxToolRepeats"},
 		{"run settings bad tool", "", []byte(`{"runSettings":{"tools":{"deny":["ex ec"]}}}`), 0, "", "runSettings.tools.deny[0]"},
 		{"run settings bracket glob", "", []byte(`{"runSettings":{"tools":{"allow":["[a"]}}}`), 0, "", "runSettings.tools.allow[0]"},
 		{"run settings too many tools", "", []byte(`{"runSettings":{"tools":{"approve":["` + strings.Repeat(`t","`, 64) + `t"]}}}`), 0, "", "65 patterns"},

@@ -26,6 +26,7 @@ type RunSettings struct {
 	AuthProfile       string      `json:"authProfile,omitempty" msgpack:"authProfile,omitempty"`
 	HistoryLimit      int         `json:"historyLimit,omitempty" msgpack:"historyLimit,omitempty"`           // user turns kept in requests; 1..MaxHistoryLimit
 	MaxToolIterations int         `json:"maxToolIterations,omitempty" msgpack:"maxToolIterations,omitempty"` // model calls of a turn's tool loop, within the worker's limit
+	MaxToolRepeats    int         `json:"maxToolRepeats,omitempty" msgpack:"maxToolRepeats,omitempty"`       // the same tool call failing the same way this often stops the turn (tool_loop), within the worker's limit
 	Tools             *ToolPolicy `json:"tools,omitempty" msgpack:"tools,omitempty"`                         // narrows the worker's tool policy
 	Reset             bool        `json:"reset,omitempty" msgpack:"reset,omitempty"`                         // clear the stored run settings first
 }
@@ -44,6 +45,7 @@ type ToolPolicy struct {
 const (
 	MaxHistoryLimit      = 100000
 	MaxToolIterationsSet = 10000
+	MaxToolRepeatsSet    = 1000
 	MaxToolPatterns      = 64 // per list
 	maxProfileBytes      = 128
 )
@@ -62,6 +64,8 @@ func (r *RunSettings) Validate() error {
 		return &DecodeError{Field: "runSettings.historyLimit", Reason: fmt.Sprintf("%d is not between 1 and %d", r.HistoryLimit, MaxHistoryLimit)}
 	case r.MaxToolIterations < 0 || r.MaxToolIterations > MaxToolIterationsSet:
 		return &DecodeError{Field: "runSettings.maxToolIterations", Reason: fmt.Sprintf("%d is not between 1 and %d", r.MaxToolIterations, MaxToolIterationsSet)}
+	case r.MaxToolRepeats < 0 || r.MaxToolRepeats > MaxToolRepeatsSet:
+		return &DecodeError{Field: "runSettings.maxToolRepeats", Reason: fmt.Sprintf("%d is not between 1 and %d", r.MaxToolRepeats, MaxToolRepeatsSet)}
 	}
 	if r.Tools != nil {
 		return r.Tools.validate("runSettings.tools")
@@ -162,6 +166,9 @@ func (r *RunSettings) Apply(ch *RunSettings) *RunSettings {
 	if ch.MaxToolIterations != 0 {
 		out.MaxToolIterations = ch.MaxToolIterations
 	}
+	if ch.MaxToolRepeats != 0 {
+		out.MaxToolRepeats = ch.MaxToolRepeats
+	}
 	if ch.Tools != nil {
 		out.Tools = nil
 		if !ch.Tools.empty() {
@@ -202,6 +209,9 @@ func (r *RunSettings) String() string {
 	}
 	if r.MaxToolIterations != 0 {
 		parts = append(parts, fmt.Sprintf("tool-loop limit %d", r.MaxToolIterations))
+	}
+	if r.MaxToolRepeats != 0 {
+		parts = append(parts, fmt.Sprintf("tool-repeat limit %d", r.MaxToolRepeats))
 	}
 	if t := r.Tools; !t.empty() {
 		add("tools allow", strings.Join(t.Allow, " "))

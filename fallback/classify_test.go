@@ -24,6 +24,11 @@ func TestProviderClassifier(t *testing.T) {
 			Classification{Reason: provider.ReasonBilling, Status: 402, Message: "pay"}},
 		// Cancellation is a user abort.
 		{"cancel", fmt.Errorf("stream: %w", context.Canceled), Classification{Abort: true}},
+		{"aborted request", &provider.Error{Reason: provider.ReasonAborted, Message: "Request was aborted"}, Classification{Abort: true, Message: "Request was aborted"}},
+		// An abort that says it timed out is a timeout, which falls back
+		// (the reference's timeout-like AbortError).
+		{"aborted by a timer", &provider.Error{Reason: provider.ReasonAborted, Message: "request timed out"},
+			Classification{Reason: provider.ReasonTimeout, Status: 408, Message: "request timed out"}},
 		// A deadline is a timeout, which falls back.
 		{"deadline", context.DeadlineExceeded, Classification{Reason: provider.ReasonTimeout, Status: 408}},
 		// An overflow is never a fallback matter.

@@ -38,9 +38,7 @@ func TestConformance(t *testing.T) {
 			AuthStore json.RawMessage                 `json:"authStore"`
 			Outcomes  map[string]*conformance.JSError `json:"outcomes"`
 		}
-		if err := json.Unmarshal(c.Input, &in); err != nil {
-			t.Fatal(err)
-		}
+		conformance.Strict(t, c.Input, &in)
 		now := time.UnixMilli(in.Now)
 		prov, model, _ := strings.Cut(in.Requested, "/")
 		// The production classifier sees the Go error the fleet would get

@@ -16,9 +16,7 @@ func decodeInto(t *testing.T, raw json.RawMessage, v any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		t.Fatalf("decode input: %v", err)
-	}
+	conformance.Strict(t, data, v)
 }
 
 func TestConformance(t *testing.T) {

@@ -276,11 +276,13 @@ func TestHostileToolCalls(t *testing.T) {
 			}
 		}
 	}
-	// The call of a tool that does not exist is dropped from the history
-	// with its result by the sanitiser (allowed tool names), as in the
-	// reference; the other four results reach the model.
-	if len(seen) != 4 || !strings.Contains(seen[0], "escapes the workspace") || !strings.Contains(seen[1], "exited with code 0") ||
-		!strings.Contains(seen[2], "missing required argument") || !strings.Contains(seen[3], "outside the workspace") {
+	// Every result reaches the model, the call of a tool that does not
+	// exist with its "not found" too (the reference drops that call and
+	// its result, and a model that does not see them makes the call
+	// again).
+	if len(seen) != 5 || !strings.Contains(seen[0], "escapes the workspace") || !strings.Contains(seen[1], "exited with code 0") ||
+		!strings.Contains(seen[2], "missing required argument") || !strings.Contains(seen[3], "outside the workspace") ||
+		seen[4] != "Tool nosuchtool not found" {
 		for i := range seen {
 			seen[i] = seen[i][:min(len(seen[i]), 120)]
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +128,41 @@ func waitDeadLetter(t *testing.T, dead jetstream.Stream, subject string) *jetstr
 		t.Fatal(err)
 	}
 	return raw
+}
+
+// TestFailedAttemptSaysWhy: a turn whose handler fails every time shows
+// its sender why, attempt by attempt (on one line, bounded), and the final
+// error and the dead letter name the last attempt's error, not only that
+// the turn was started too often.
+func TestFailedAttemptSaysWhy(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	long := strings.Repeat("x", 2*maxFailureText)
+	h := &echoHandler{hook: func(*Turn) error {
+		return fmt.Errorf("runner: tools: workspace %q:\nnot a directory %s", "/srv/ws", long)
+	}}
+	f.startWorker(t, h, Config{RetryDelay: time.Millisecond, MaxAttempts: 2})
+	seq := f.publish(t, "failing", "hi")
+	var aborted []string
+	evs := f.runEvents(t, "failing", seq)
+	for _, ev := range evs {
+		if ev.Stream == events.StreamLifecycle && ev.Data.Phase == events.PhaseAborted {
+			aborted = append(aborted, ev.Data.Error)
+		}
+	}
+	cause := `runner: tools: workspace "/srv/ws": not a directory ` + long[:maxFailureText-len(`runner: tools: workspace "/srv/ws": not a directory `)] + "…"
+	want := []string{"attempt 1 failed: " + cause + "; it is retried", "attempt 2 failed: " + cause}
+	if !slices.Equal(aborted, want) {
+		t.Fatalf("aborted events say\n%q\nwant\n%q", aborted, want)
+	}
+	final := evs[len(evs)-1].Data.Result.Meta.Error
+	if final == nil || final.Kind != "poison_message" || !strings.Contains(final.Message, "turn started 2 times without finishing; attempt 2 failed: "+cause) {
+		t.Fatalf("final error = %+v", final)
+	}
+	dl := waitDeadLetter(t, f.streams.Dead, "agent.dlq.poison")
+	if got := dl.Header.Get(events.HeaderError); got != "turn started 2 times without finishing; attempt 2 failed: "+cause {
+		t.Fatalf("dead letter error = %q", got)
+	}
 }
 
 // TestFullDeadLetterStreamKeepsMessage: when the dead-letter stream is

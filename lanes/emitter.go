@@ -697,8 +697,11 @@ type runState struct {
 	seq       uint64 // the last event's sequence; 0 = none
 	attempt   int    // the last attempt that published an event; 0 = none
 	lastPhase string // the lifecycle phase of the last event, if it is one
-	finished  bool   // the run has its final event
-	json      bool   // the last event is JSON: the run's viewer asked for JSON
+	// lastError is the last event's error when it is an aborted event:
+	// why the run's last attempt ended without finishing.
+	lastError string
+	finished  bool // the run has its final event
+	json      bool // the last event is JSON: the run's viewer asked for JSON
 }
 
 // readLast reads the run's last event and reports what it says.
@@ -719,6 +722,9 @@ func (e *emitter) readLast(ctx context.Context) (runState, error) {
 	st := runState{seq: ev.Seq, attempt: ev.Attempt, finished: ev.Terminal(), json: ct == events.ContentJSON}
 	if ev.Stream == events.StreamLifecycle {
 		st.lastPhase = ev.Data.Phase
+		if st.lastPhase == events.PhaseAborted {
+			st.lastError = ev.Data.Error
+		}
 	}
 	return st, nil
 }

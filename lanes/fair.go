@@ -449,12 +449,12 @@ func (w *Worker) messageExists(msg jetstream.Msg) bool {
 
 // yieldsBefore reports whether the owner may yield before the lane's next
 // message raw. Not before a message whose plan depends on when this
-// owner's last turn ended (reject refuses what arrived while a turn ran, a
-// collect batch queued behind a turn waits out its debounce): the lane's
-// next owner would not know that time.
+// owner's last turn ended (reject refuses and a heartbeat is dropped when
+// it arrived while a turn ran, a collect batch queued behind a turn waits
+// out its debounce): the lane's next owner would not know that time.
 func (o *owner) yieldsBefore(raw *jetstream.RawStreamMsg) bool {
 	m := o.read(raw).msg
-	return m.Mode != queue.ModeReject && m.Mode != queue.ModeCollect
+	return m.Mode != queue.ModeReject && m.Mode != queue.ModeCollect && !m.Heartbeat
 }
 
 // Lanes this worker holds: a delivery of one of them, other than its

@@ -372,6 +372,45 @@ func TestRejectWhileBusy(t *testing.T) {
 	}
 }
 
+// TestHeartbeatWhileBusy: a heartbeat that arrives while the session runs a
+// turn is dropped with a final event saying so (it never queues behind the
+// turn, nor cuts it in interrupt mode), a collect batch queued with it
+// runs without it, and a heartbeat on an idle session runs.
+func TestHeartbeatWhileBusy(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	started, release := make(chan struct{}), make(chan struct{})
+	h := blockingHandler(started, release)
+	f.startWorker(t, h, Config{})
+	hold := f.publish(t, "hb", "hold")
+	<-started
+	busy := f.publishIn(t, "hb", &events.Inbound{Text: "tick", Heartbeat: true, Mode: "interrupt"})
+	queued := f.publishMode(t, "hb", "queued", "collect")
+	busyCollect := f.publishIn(t, "hb", &events.Inbound{Text: "tock", Heartbeat: true, Mode: "collect"})
+	close(release)
+	if ev := f.waitFinal(t, "hb", hold); ev.Data.Result.Meta.Error != nil {
+		t.Fatalf("the held turn was cut: %+v", ev.Data.Result)
+	}
+	for _, seq := range []uint64{busy, busyCollect} {
+		ev := f.waitFinal(t, "hb", seq)
+		if e := ev.Data.Result.Meta.Error; e == nil || e.Kind != events.KindDropped || !strings.Contains(e.Message, "heartbeat") {
+			t.Fatalf("busy heartbeat %d = %+v", seq, ev.Data.Result)
+		}
+	}
+	if ev := f.waitFinal(t, "hb", queued); ev.Data.Result.Payloads[0].Text != "ok queued" {
+		t.Fatalf("the message queued with the heartbeats = %+v", ev.Data.Result)
+	}
+	idle := f.publishIn(t, "hb", &events.Inbound{Text: "tick", Heartbeat: true})
+	if ev := f.waitFinal(t, "hb", idle); ev.Data.Result.Meta.Error != nil || ev.Data.Result.Payloads[0].Text != "ok tick" {
+		t.Fatalf("idle heartbeat = %+v", ev.Data.Result)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if got := strings.Join(h.seen["hb"], ","); got != "hold,queued,tick" {
+		t.Fatalf("turns ran %q, want hold,queued,tick", got)
+	}
+}
+
 // TestInterruptStopsTheRunningTurn: an interrupt-mode message cancels the
 // running turn at once, drops the messages queued before it (each with a
 // final event saying so) and runs next.

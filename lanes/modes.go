@@ -167,7 +167,7 @@ func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, stored queue.Mode, n
 		m.Kind = queue.KindStop
 	default:
 		own, _ := queue.ParseMode(in.Mode)
-		m.Mode, m.Prompt = queue.ModeOf(own, stored), in.Text
+		m.Mode, m.Prompt, m.Heartbeat = queue.ModeOf(own, stored), in.Text, in.Heartbeat
 	}
 	return m
 }
@@ -755,7 +755,7 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	if err != nil || st.finished {
 		return err
 	}
-	if err := o.closeAttempt(ctx, em, st); err != nil {
+	if _, err := o.closeAttempt(ctx, em, st); err != nil {
 		return err
 	}
 	var why events.EventData

@@ -1,12 +1,14 @@
 package lanes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -498,6 +500,8 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// It arrived while the session was busy (the turn before it ended
 		// after it arrived): refuse it, as the sender asked.
 		return o.failTurn(ctx, a.em, p, events.KindRejected, "the session was busy when this message arrived (mode reject); it was not run", a.attempt)
+	case queue.VerbDrop:
+		return o.failTurn(ctx, a.em, p, events.KindDropped, "the session was busy when this heartbeat arrived; it was dropped", a.attempt)
 	case queue.VerbInterrupted:
 		return o.interrupted(ctx, a.em, p, a.attempt, nil, false)
 	}
@@ -531,7 +535,8 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := o.closeAttempt(ctx, em, st); err != nil {
+	why, err := o.closeAttempt(ctx, em, st)
+	if err != nil {
 		return nil, err
 	}
 	if o.failures == nil {
@@ -540,7 +545,12 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	a := &attempt{em: em, seq: seq, attempt: max(st.attempt, o.failures[seq]) + 1, restart: st.attempt > 0, log: log}
 	em.attempt = a.attempt
 	if a.attempt > o.w.cfg.MaxAttempts {
+		// The dead letter and the sender's error name what ended the
+		// last attempt: its error, or its worker's end.
 		cause := fmt.Errorf("turn started %d times without finishing", a.attempt-1)
+		if last := cmp.Or(why, st.lastError); last != "" {
+			cause = fmt.Errorf("%w; %s", cause, last)
+		}
 		for _, c := range append([]collected{p.run}, p.merged...) {
 			if err := o.w.deadLetter(ctx, events.DeadPoison, o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause); err != nil {
 				return nil, err
@@ -610,7 +620,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 			// This owner retries the message: end the attempt on record
 			// first, so the next one continues after it.
 			o.w.stats.Aborted.Add(1)
-			if aerr := a.em.abort(ctx, fmt.Sprintf("attempt %d failed; it is retried", a.attempt)); aerr != nil {
+			if aerr := a.em.abort(ctx, attemptFailed(a.attempt, o.w.cfg.MaxAttempts, err)); aerr != nil {
 				a.log.Warn().Err(aerr).Msg("aborted event")
 			}
 		}
@@ -629,15 +639,36 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 
 // closeAttempt ends an attempt that started and never ended (its worker
 // died or lost the lane mid-run) with an aborted event, so a viewer sees
-// start … aborted, restart … rather than a restart out of nowhere.
-func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState) error {
+// start … aborted, restart … rather than a restart out of nowhere. It
+// returns the event's text ("" when it published none).
+func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState) (string, error) {
 	if st.attempt == 0 || st.finished || st.lastPhase == events.PhaseAborted {
-		return nil
+		return "", nil
 	}
 	o.w.stats.Aborted.Add(1)
 	why := fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.attempt)
-	return em.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
+	return why, em.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
 		EndedAt: time.Now().UnixMilli(), Attempt: st.attempt}, st.attempt)
+}
+
+// maxFailureText bounds the error of a failed attempt as its aborted event
+// and the dead letter show it (in runes).
+const maxFailureText = 500
+
+// attemptFailed is the text of the aborted event that ends attempt n (of
+// at most max) because the handler failed with err: the error on one line,
+// bounded, and whether the message is tried again. The handler's error is
+// the sender's to read: the fleet's handler masks its secrets.
+func attemptFailed(n, max int, err error) string {
+	text := strings.Join(strings.Fields(err.Error()), " ")
+	if r := []rune(text); len(r) > maxFailureText {
+		text = string(r[:maxFailureText]) + "…"
+	}
+	msg := fmt.Sprintf("attempt %d failed: %s", n, text)
+	if n < max {
+		msg += "; it is retried"
+	}
+	return msg
 }
 
 // commit writes the turn's record (fenced), which moves the cursor past

@@ -39,10 +39,12 @@ type run struct {
 	specs   []provider.Tool
 	client  map[string]bool // client tool names
 	policy  tools.Policies  // the worker's and the session's tool policies
-	acc     usageAcc
-	window  int
-	sub     *subscriber
-	base    []message.Message // the history's context (ru.lease.base)
+	// usage sums the usage of every model call of the run, cost
+	// included (Output.Usage).
+	usage  message.Usage
+	window int
+	sub    *subscriber
+	base   []message.Message // the history's context (ru.lease.base)
 	// lease is the session's context the run holds from the Runner's
 	// cache until it ends.
 	lease *sessionContext
@@ -50,9 +52,9 @@ type run struct {
 	// history on a new branch (the context is then built from the branch).
 	branched bool
 	system   string // the run's system prompt
-	// answered are the client tools whose pending calls this run's message
-	// answers.
-	answered []string
+	// repeats stops the turn when its model makes the same failing call
+	// again and again.
+	repeats *guard.Repeats
 	// stateErrs are the auth-profile state writes that failed.
 	stateErrs []error
 	// journal replays and records the run's steps (nil without a
@@ -163,6 +165,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			if len(am.Content.Blocks) > 0 {
 				am.StopReason = message.StopAborted
 				ru.addAssistant(&am)
+				ru.addUsage(&out, am.Usage)
 				out.last = ru.lastAssistant()
 			}
 			out.texts = ru.sub.texts
@@ -180,7 +183,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				// The failed reply is not stored (a model never sees an
 				// errored reply again, and the retrying event told why);
 				// its usage counts.
-				ru.acc.add(am.Usage)
+				ru.addUsage(&out, am.Usage)
 				continue
 			}
 			// The run was cancelled or the attempt timed out while
@@ -189,6 +192,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			out.aborted = out.timedOut || ctx.Err() != nil
 		}
 		ru.addAssistant(&am)
+		ru.addUsage(&out, am.Usage)
 		out.last = ru.lastAssistant()
 		out.texts = ru.sub.texts
 		if am.StopReason == message.StopError || am.StopReason == message.StopAborted {
@@ -203,14 +207,13 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		if am.StopReason == message.StopToolUse && len(toolCalls) > 0 {
 			for _, c := range toolCalls {
 				if approval := ru.needsApproval(c.Name); approval || ru.client[c.Name] {
-					args, _ := json.Marshal(c.Arguments)
-					if c.Arguments == nil {
-						args = []byte("{}")
-					}
-					out.pending = append(out.pending, events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args), Approval: approval})
+					out.pending = append(out.pending, pendingCall(c, approval))
 					continue
 				}
-				ru.runTool(actx, c, &out.toolErrors)
+				res := ru.runTool(actx, c, &out.toolErrors)
+				if n, stop := ru.repeats.Record(c.Name, c.Arguments, res.IsError, res.Content.Text()); stop {
+					out.toolLoop = &toolLoopStop{name: c.Name, err: res.Content.Text(), times: n}
+				}
 				if timedOut() || ctx.Err() != nil {
 					break
 				}
@@ -223,7 +226,9 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 				out.timedOut, out.aborted = true, true
 				return out
 			}
-			if len(out.pending) > 0 {
+			if len(out.pending) > 0 || out.toolLoop != nil {
+				// Every call of the reply has its result: the turn is
+				// whole where it stops.
 				return out
 			}
 		}
@@ -233,11 +238,33 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	}
 }
 
+// pendingCall is a call the run leaves to the client: a client tool's
+// (hosted client tools: the run stops, the result's meta lists it as the
+// reference does, runtime spec §3.3) or one waiting for approval. Its id
+// is the model's, which the client's answer names.
+func pendingCall(c message.Block, approval bool) events.PendingCall {
+	args, _ := json.Marshal(c.Arguments)
+	if c.Arguments == nil {
+		args = []byte("{}")
+	}
+	return events.PendingCall{ID: c.ID, Name: c.Name, Arguments: string(args), Approval: approval}
+}
+
 // toolLoopLimit is the run's tool-loop limit: its setting, within the
 // worker's.
 func (ru *run) toolLoopLimit() int {
 	limit := ru.r.cfg.MaxToolIterations
 	if n := ru.in.Settings.MaxToolIterations; n > 0 && n < limit {
+		return n
+	}
+	return limit
+}
+
+// toolRepeats is the run's loop-detector limit: its setting, within the
+// worker's.
+func (ru *run) toolRepeats() int {
+	limit := ru.r.cfg.MaxToolRepeats
+	if n := ru.in.Settings.MaxToolRepeats; n > 0 && n < limit {
 		return n
 	}
 	return limit
@@ -254,9 +281,20 @@ func (ru *run) historyLimit() int {
 // prepare builds the messages of one model call from its context: sanitised for
 // the model (runtime spec §4 step 7), then bounded by the per-request
 // tool-result guard (§11.2).
+//
+// Unlike the reference, which drops the calls of tools the run does not
+// offer with their results (its allowlist), the fleet keeps every call a
+// provider accepts: a model that no longer sees its call of a tool that
+// is not offered, and the "not found" it got, makes the call again, every
+// request, until the tool-loop limit. A call a provider would refuse (no
+// arguments, no id, a name that is no tool name) becomes a note saying
+// what was called and what came of it (sanitize.NoteRejectedCalls). The
+// user messages of a request to Anthropic lose its refusal test string
+// (sanitize.ScrubRefusalTrigger, §3.1 step 6).
 func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
+	msgs = sanitize.ScrubRefusalTrigger(m.Provider, sanitize.NoteRejectedCalls(msgs))
 	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
-		AllowedToolNames: ru.allowedTools(), HistoryLimit: ru.historyLimit()})
+		HistoryLimit: ru.historyLimit()})
 	if len(res.Final) > 0 {
 		msgs = res.Final
 	}
@@ -265,24 +303,20 @@ func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Messa
 	return ru.lease.sizes.Guard(msgs, ru.window)
 }
 
-// allowedTools are the tools whose calls the history keeps: the ones
-// offered to this run and the client tools whose calls this run answers
-// (the client need not offer them again with its results).
-func (ru *run) allowedTools() []string {
-	if len(ru.specs) == 0 {
-		return nil // nothing offered: no filter
-	}
-	out := make([]string, 0, len(ru.specs)+len(ru.answered))
-	for _, s := range ru.specs {
-		out = append(out, s.Name)
-	}
-	return append(out, ru.answered...)
-}
-
 func (ru *run) addAssistant(am *message.Message) {
 	am.Timestamp = max(am.Timestamp, 1)
-	ru.acc.add(am.Usage)
 	ru.b.add(*am)
+}
+
+// addUsage counts a model call's usage in the attempt's and the run's.
+func (ru *run) addUsage(out *attemptOut, u *message.Usage) {
+	if u == nil || u.IsZero() {
+		return
+	}
+	out.usage = out.usage.Add(*u)
+	out.usage.Extra = nil
+	ru.usage = ru.usage.Add(*u)
+	ru.usage.Extra = nil
 }
 
 func (ru *run) lastAssistant() *message.Message {
@@ -295,8 +329,8 @@ func (ru *run) lastAssistant() *message.Message {
 }
 
 // runTool executes one tool call, appends its result and records its end
-// in the attempt's tool-error memory.
-func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolErrors) {
+// in the attempt's tool-error memory; it returns the result.
+func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolErrors) message.Message {
 	ru.sub.flushBlocks(true)
 	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "start", Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
 	msg, from := ru.journaledCall(c)
@@ -325,6 +359,7 @@ func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolE
 		end.Error, _ = replytext.ToolErrorMessage(view)
 	}
 	te.Record(end)
+	return msg
 }
 
 // callTool finds and runs a tool; every failure becomes an error result.

@@ -181,6 +181,8 @@ func (ru *run) stream(ctx context.Context, prov provider.Provider, req *provider
 		}
 	}
 	am, err := prov.Stream(ctx, req, ru.sub.event)
+	// Calls dispatch by exact name: " read" is read.
+	sanitize.TrimCallNames(&am)
 	if err != nil || am.StopReason == message.StopError || am.StopReason == message.StopAborted || ctx.Err() != nil {
 		return am, err
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
@@ -32,6 +34,15 @@ const (
 // KindToolLoopLimit is the meta error kind of a turn stopped by the
 // tool-loop limit.
 const KindToolLoopLimit = "tool_loop_limit"
+
+// TextToolLoop (with the tool, the number of calls and the error) ends a
+// turn stopped by the loop detector (Config.MaxToolRepeats), a Lanefleet
+// safety net the reference does not have; KindToolLoop is its meta error
+// kind.
+const (
+	TextToolLoop = "Stopped: the model called %s %d times with the same arguments and got the same error each time (%s). Send another message to let the agent continue, or change what you ask of it."
+	KindToolLoop = "tool_loop"
+)
 
 // Run-loop constants.
 const (
@@ -74,9 +85,20 @@ type attemptOut struct {
 	// toolErrors remembers the attempt's failing tools (its last standing
 	// failure ends the reply with a warning).
 	toolErrors replytext.ToolErrors
+	// usage sums the usage of the attempt's model calls.
+	usage message.Usage
 	// toolLoopLimit is set to the number of model calls when the
 	// attempt stopped at the run's tool-loop limit.
 	toolLoopLimit int
+	// toolLoop is set when the loop detector stopped the attempt.
+	toolLoop *toolLoopStop
+}
+
+// toolLoopStop is a call the loop detector stopped a turn on: its tool,
+// its error and how many times it failed that way.
+type toolLoopStop struct {
+	name, err string
+	times     int
 }
 
 // attempter runs attempts and the overflow recovery for the loop.
@@ -99,11 +121,8 @@ type loopReq struct {
 	model         provider.Model
 	prov          provider.Provider
 	contextWindow int
-	// hardMin is the smallest context window a run may start with; 0 =
-	// guard.HardMinTokensDefault.
-	hardMin  int
-	thinking provider.ThinkingLevel
-	auth     Auth
+	thinking      provider.ThinkingLevel
+	auth          Auth
 	// locked is a profile the user pinned: used even when cooling, never
 	// rotated away from.
 	locked             string
@@ -130,9 +149,15 @@ type loopOut struct {
 	compactions int
 	pending     []events.PendingCall
 	thinkLevels []provider.ThinkingLevel
+	usage       usageAcc
 	// profile is the auth profile that answered ("" = none or the
-	// provider's own key).
+	// provider's own key): recorded good and used.
 	profile string
+	// finalProfile is the profile of the last attempt ("" = none).
+	finalProfile string
+	// overflowTries counts the overflow recoveries the run made;
+	// maxIter is its iteration cap.
+	overflowTries, maxIter int
 }
 
 // profileError is an auth-profile failure that is not a provider error (a
@@ -171,19 +196,11 @@ const (
 	stop              // the run ends: with l.out, or with the step's error
 )
 
-// runModel runs the loop for one model. The decisions the reference makes
-// before the first attempt come first, and throw without one: a context
-// window under the hard minimum (§3.1 step 3), then the auth profiles
-// (steps 4-5: a locked profile not configured for the provider, every
-// profile unavailable).
+// runModel runs the loop for one model that setupModel accepted. The auth
+// profiles are resolved first, and throw without an attempt (§3.1 steps
+// 4-5: a locked profile not configured for the provider, every profile
+// unavailable).
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
-	if req.hardMin <= 0 {
-		req.hardMin = guard.HardMinTokensDefault
-	}
-	if req.contextWindow > 0 && req.contextWindow < req.hardMin {
-		err := &guard.WindowTooSmallError{Tokens: req.contextWindow, Min: req.hardMin}
-		return nil, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
-	}
 	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}}
 	l.resetThinking()
 	if err := l.resolveProfiles(ctx); err != nil {
@@ -194,29 +211,29 @@ func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) 
 		n = 0
 	}
 	l.maxIter = IterationCap(n)
-	return l.run(ctx)
+	l.out.maxIter = l.maxIter
+	err := l.run(ctx)
+	l.out.overflowTries = l.overflowTries
+	// A run that throws has an out too: what it did before.
+	return &l.out, err
 }
 
 // run is the loop: until a step ends the run, check the iteration cap
-// (§3.2 step 1), run an attempt (step 2) and decide on its outcome.
-func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
+// (§3.2 step 1), run an attempt (step 2) and decide on its outcome. It
+// ends with l.out, or with the error the run throws.
+func (l *modelLoop) run(ctx context.Context) error {
 	for iter := 0; ; iter++ {
 		if iter >= l.maxIter {
 			l.reply(TextRetryLimit, "retry_limit", fmt.Sprintf("Exceeded retry limit after %d attempts (max=%d).", iter, l.maxIter))
-			return &l.out, nil
+			return nil
 		}
 		a, err := l.attempt(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		n, err := l.decide(ctx, a)
-		switch {
-		case err != nil:
-			return nil, err
-		case n == retry:
-			continue
+		if n, err := l.decide(ctx, a); err != nil || n != retry {
+			return err
 		}
-		return &l.out, nil
 	}
 }
 
@@ -225,7 +242,7 @@ func (l *modelLoop) run(ctx context.Context) (*loopOut, error) {
 // reply is the run's.
 func (l *modelLoop) decide(ctx context.Context, a *outcome) (next, error) {
 	steps := []func(context.Context, *outcome) (next, error){
-		l.toolLoopLimit, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
+		l.toolLoopLimit, l.toolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
 	}
 	for _, step := range steps {
 		if n, err := step(ctx, a); err != nil || n != goOn {
@@ -245,7 +262,7 @@ type outcome struct {
 }
 
 // attempt runs one attempt with the active profile's key at the current
-// thinking level (§3.2 steps 2-3; usage is summed as replies are added).
+// thinking level and merges its usage (§3.2 steps 2-3).
 func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 	key, err := l.key(ctx)
 	if err != nil {
@@ -257,7 +274,12 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 		canRotate: l.canRotate()}}
 	a.attemptOut = l.at.attempt(ctx, a.req)
 	l.out.compactions += a.compactions
-	l.out.last, l.out.pending = a.last, a.pending
+	l.out.last, l.out.pending, l.out.finalProfile = a.last, a.pending, a.req.profile
+	var lastUsage message.Usage
+	if a.last != nil && a.last.Usage != nil {
+		lastUsage = *a.last.Usage
+	}
+	l.out.usage.merge(a.usage, lastUsage)
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
@@ -287,6 +309,34 @@ func (l *modelLoop) toolLoopLimit(_ context.Context, a *outcome) (next, error) {
 	l.reply(fmt.Sprintf(TextToolLoopLimit, a.toolLoopLimit), KindToolLoopLimit,
 		fmt.Sprintf("Tool loop stopped after %d model calls (max=%d).", a.toolLoopLimit, a.toolLoopLimit))
 	return stop, nil
+}
+
+// toolLoop ends a run whose attempt the loop detector stopped: its model
+// made the same call and got the same error too many times. Like the
+// tool-loop limit it is a complete turn.
+func (l *modelLoop) toolLoop(_ context.Context, a *outcome) (next, error) {
+	s := a.toolLoop
+	if s == nil {
+		return goOn, nil
+	}
+	name, why := clipQuote(s.name, 64), clipQuote(firstLine(s.err), 200)
+	l.reply(fmt.Sprintf(TextToolLoop, name, s.times, why), KindToolLoop,
+		fmt.Sprintf("Tool loop: %s failed %d times with the same arguments and the same error: %s", name, s.times, why))
+	return stop, nil
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(line)
+}
+
+// clipQuote quotes s, bounded to n UTF-16 units.
+func clipQuote(s string, n int) string {
+	if jstext.Len(s) > n {
+		s = jstext.Prefix(s, n) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // contextOverflow detects an overflow and recovers from it (§3.2 steps

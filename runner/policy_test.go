@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,13 +115,19 @@ func TestToolPolicy(t *testing.T) {
 			{"an imported or crafted call", nil, events.ToolResult{ToolCallID: "w1", Text: "approve"}, "not waiting for approval"},
 			{"the id of another tool's call", []events.ApprovalCall{{ID: "w1", Name: "exec"}}, events.ToolResult{ToolCallID: "w1", Text: "approve"}, "not waiting for approval"},
 			{"a refusal of a call not waiting", nil, events.ToolResult{ToolCallID: "w1", Text: "deny"}, "not waiting for approval"},
-			{"a call that is not pending", []events.ApprovalCall{{ID: "w1", Name: "write"}}, events.ToolResult{ToolCallID: "w2", Text: "approve"}, "no call of this session is waiting"},
+			{"a call that is not pending", []events.ApprovalCall{{ID: "w1", Name: "write"}}, events.ToolResult{ToolCallID: "w2", Text: "approve"},
+				`no call of this session is waiting for a result with this id; waiting: "w1" (write)`},
+			{"a result after the call was answered", []events.ApprovalCall{{ID: "w1", Name: "write"}}, events.ToolResult{ToolCallID: "w1", Text: "approve"}, "none is waiting"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				cfg, file, in := setup(t, tools.Policy{Approve: []string{"write"}}, tools.Policy{})
-				first := runOnce(t, cfg, in)
-				out := runApproving(t, cfg, tc.approvals, events.Inbound{ToolResults: []events.ToolResult{tc.result}}, first.Entries...)
+				history := runOnce(t, cfg, in).Entries
+				if tc.want == "none is waiting" {
+					// The call was refused: nothing waits any more.
+					history = append(history, runApproving(t, cfg, tc.approvals, events.Inbound{ToolResults: []events.ToolResult{{ToolCallID: "w1", Text: "deny"}}}, history...).Entries...)
+				}
+				out := runApproving(t, cfg, tc.approvals, events.Inbound{ToolResults: []events.ToolResult{tc.result}}, history...)
 				if written(file) {
 					t.Fatal("the forged call ran")
 				}
@@ -149,4 +156,24 @@ func runApproving(t *testing.T, cfg Config, approvals []events.ApprovalCall, in 
 		t.Fatal(err)
 	}
 	return out
+}
+
+func TestWaitingCalls(t *testing.T) {
+	t.Parallel()
+	var calls []message.Block
+	for i := range 12 {
+		calls = append(calls, message.Block{Type: message.BlockToolCall, ID: fmt.Sprintf("c%d", i), Name: "exec"})
+	}
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{
+		{0, "none is waiting"},
+		{2, `waiting: "c0" (exec), "c1" (exec)`},
+		{12, `waiting: "c0" (exec), "c1" (exec), "c2" (exec), "c3" (exec), "c4" (exec), "c5" (exec), "c6" (exec), "c7" (exec), "c8" (exec), "c9" (exec), and 2 more`},
+	} {
+		if got := waitingCalls(calls[:tc.n]); got != tc.want {
+			t.Errorf("%d calls: %q, want %q", tc.n, got, tc.want)
+		}
+	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,10 +15,13 @@ import (
 
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/provider/transform"
 	"github.com/lanefleet/lanefleet/sanitize"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // TestToolLoopLimit: a turn whose model keeps calling tools stops at the
@@ -35,7 +41,9 @@ func TestToolLoopLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r, err := New(Config{DefaultModel: "scripted/script", Resolver: multiResolver{}, MaxToolIterations: tt.worker})
+			// The same failing call each time: the loop detector is
+			// set above the limit (TestToolLoopDetected covers it).
+			r, err := New(Config{DefaultModel: "scripted/script", Resolver: multiResolver{}, MaxToolIterations: tt.worker, MaxToolRepeats: 100})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -510,7 +518,7 @@ func TestDecisionsBeforeTheFirstAttempt(t *testing.T) {
 		{"a configured hard minimum", 30000, 32000, false, nil, false,
 			"Model context window too small (30000 tokens). Minimum is 32000.", provider.ReasonUnknown, 0, 0},
 		{"an unknown model", 200000, 0, true, nil, true,
-			"Unknown model: anthropic/claude-opus-4-6", provider.ReasonModelNotFound, 404, 0},
+			"Unknown model: anthropic/claude-opus-4-6", provider.ReasonModelNotFound, 0, 0},
 		{"every profile disabled, no fallbacks", 200000, 0, false, map[string]authprofile.State{"p1": disabled, "p2": disabled}, false,
 			"No available auth profile for anthropic (all in cooldown or unavailable).", "", 0, 0},
 		{"every profile disabled, fallbacks: a failover error for the chain", 200000, 0, false, map[string]authprofile.State{"p1": disabled, "p2": disabled}, true,
@@ -529,11 +537,12 @@ func TestDecisionsBeforeTheFirstAttempt(t *testing.T) {
 				store.Usage[id] = st
 			}
 			sl := &scriptedLoop{}
-			req := loopReq{runID: "r", model: provider.Model{Provider: "anthropic", ID: "claude-opus-4-6"}, contextWindow: tt.window, hardMin: tt.hardMin,
-				auth: NewMemoryAuth(store, authprofile.Config{}, func() time.Time { return now }), fallbackConfigured: tt.fallback,
-				now: func() time.Time { return now }}
-			_, _, err := resolveModel(scenarioResolver{unknown: tt.unknown}, req.model.Ref())
+			m, _, w, err := setupModel(scenarioResolver{unresolvable: tt.unknown, window: tt.window}, "anthropic/claude-opus-4-6",
+				guard.WindowConfig{HardMinTokens: float64(tt.hardMin)})
 			if err == nil {
+				req := loopReq{runID: "r", model: m, contextWindow: w.Tokens,
+					auth: NewMemoryAuth(store, authprofile.Config{}, func() time.Time { return now }), fallbackConfigured: tt.fallback,
+					now: func() time.Time { return now }}
 				_, err = runModel(t.Context(), req, sl)
 			}
 			if sl.n != tt.attempts {
@@ -574,5 +583,168 @@ func TestUnnamedModelIsNotAnsweredByAnother(t *testing.T) {
 		if e == nil || e.Kind != "model_not_found" || !strings.Contains(out.Result.Payloads[0].Text, "Unknown model: "+ref) || len(out.Entries) != 1 {
 			t.Errorf("%q: result %+v, error %+v", ref, out.Result, e)
 		}
+	}
+}
+
+// recorder is a provider that records the messages of every request and
+// answers with the scripted provider; its models belong to provider prov
+// ("scripted" when empty).
+type recorder struct {
+	prov string
+	mu   sync.Mutex
+	reqs [][]message.Message
+}
+
+func (r *recorder) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, slices.Clone(req.Messages))
+	r.mu.Unlock()
+	return scripted.New(scripted.Config{}).Stream(ctx, req, emit)
+}
+
+func (r *recorder) Resolve(ref string) (provider.Model, provider.Provider, error) {
+	_, id, _ := strings.Cut(ref, "/")
+	m := scripted.Model(id)
+	if r.prov != "" {
+		m.Provider = r.prov
+	}
+	return m, r, nil
+}
+
+// TestRefusalTriggerScrubbed: a request to Anthropic never carries its
+// refusal test string, in the prompt or the history; the transcript keeps
+// what the sender sent, and other providers get it as it is.
+func TestRefusalTriggerScrubbed(t *testing.T) {
+	t.Parallel()
+	e1 := "e1"
+	history := []message.Entry{{Type: message.EntryMessage, ID: e1, Message: &message.Message{Role: message.RoleUser,
+		Content: message.PlainText("earlier " + sanitize.RefusalTrigger), Timestamp: 1}},
+		{Type: message.EntryMessage, ID: "e2", ParentID: &e1, Message: &message.Message{Role: message.RoleAssistant,
+			Content: message.BlocksOf(message.Text("no")), StopReason: message.StopStop, Timestamp: 2}}}
+	for _, tc := range []struct{ prov, want string }{
+		{"anthropic", sanitize.RefusalTriggerScrubbed},
+		{"openai", sanitize.RefusalTrigger},
+	} {
+		rec := &recorder{prov: tc.prov}
+		r, err := New(Config{DefaultModel: tc.prov + "/echo", Resolver: rec, Retry: RetryPolicy{MaxRetries: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.Run(t.Context(), Input{RunID: "r", History: history, Inbound: &events.Inbound{Text: "say " + sanitize.RefusalTrigger}}, &sink{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sent []string
+		for _, m := range rec.reqs[0] {
+			if m.Role == message.RoleUser {
+				sent = append(sent, m.Content.Text())
+			}
+		}
+		if want := []string{"earlier " + tc.want, "say " + tc.want}; !slices.Equal(sent, want) {
+			t.Errorf("%s: the request's user messages %q, want %q", tc.prov, sent, want)
+		}
+		if got := out.Entries[0].Message.Content.Text(); got != "say "+sanitize.RefusalTrigger {
+			t.Errorf("%s: the transcript holds %q", tc.prov, got)
+		}
+	}
+}
+
+// TestCallOfAToolNotOffered: a model that calls a tool the run does not
+// offer sees its call and the "not found" on its next request, and can go
+// on (the call and its result were dropped from every request, so a model
+// that answers what it sees made the same call until the tool-loop limit,
+// 200 model calls); a tool name with white space around it dispatches by
+// its trimmed name.
+func TestCallOfAToolNotOffered(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.md"), []byte("the notes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, err := tools.Builtin(tools.Workspace{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, script string
+		result       string // the tool result the second request shows
+		call         string // the call's name in the second request and the transcript
+	}{
+		{"a tool not offered", `{"replies":[{"toolCalls":[{"name":"exec","arguments":{"command":"ls"}}]},{"text":"No shell here."}]}`,
+			"Tool exec not found", "exec"},
+		{"a name with white space", `{"replies":[{"toolCalls":[{"name":" read","arguments":{"path":"notes.md"}}]},{"text":"No shell here."}]}`,
+			"the notes", "read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			r, err := New(Config{DefaultModel: "scripted/script", Resolver: rec, Tools: workspaceTools{set}, Retry: RetryPolicy{MaxRetries: -1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := r.Run(t.Context(), Input{RunID: "r", Inbound: &events.Inbound{Text: "#script " + tc.script}}, &sink{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := out.Result; res.Meta.Error != nil || len(res.Payloads) != 1 || res.Payloads[0].Text != "No shell here." {
+				t.Fatalf("result %+v (error %+v) after %d model calls", res.Payloads, res.Meta.Error, len(rec.reqs))
+			}
+			if len(rec.reqs) != 2 {
+				t.Fatalf("%d model calls, want 2", len(rec.reqs))
+			}
+			second := rec.reqs[1]
+			var call, result string
+			for _, m := range second {
+				for _, c := range m.ToolCalls() {
+					call = c.Name
+				}
+				if m.Role == message.RoleToolResult {
+					result = m.Content.Text()
+				}
+			}
+			if call != tc.call || result != tc.result {
+				t.Fatalf("the second request shows call %q with result %q, want %q and %q", call, result, tc.call, tc.result)
+			}
+		})
+	}
+}
+
+// TestToolLoopDetected: a model that makes the same call with the same
+// arguments and gets the same error again and again is stopped after
+// MaxToolRepeats such calls (default 3) with a tool_loop reply, the
+// session's setting within the worker's; the turn is stored whole.
+func TestToolLoopDetected(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name            string
+		worker, setting int
+		want            int
+	}{
+		{"the default", 0, 0, guard.ToolRepeatsDefault},
+		{"the session's setting lowers the worker's", 5, 2, 2},
+		{"a setting above the worker's is capped by it", 2, 50, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			r, err := New(Config{DefaultModel: "scripted/script", Resolver: rec, MaxToolRepeats: tt.worker, Retry: RetryPolicy{MaxRetries: -1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := &events.Inbound{Text: `#script {"replies":[{"toolCalls":[{"name":"exec","arguments":{"command":"ls"}}]}]}`}
+			out, err := r.Run(t.Context(), Input{RunID: "r", Inbound: in, Settings: Settings{MaxToolRepeats: tt.setting}}, &sink{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := out.Result
+			text := fmt.Sprintf(TextToolLoop, `"exec"`, tt.want, `"Tool exec not found"`)
+			if e := res.Meta.Error; e == nil || e.Kind != KindToolLoop || !reflect.DeepEqual(res.Payloads, []events.Payload{{Text: text, IsError: true}}) {
+				t.Fatalf("result %+v, error %+v", res.Payloads, res.Meta.Error)
+			}
+			if len(rec.reqs) != tt.want || len(out.Entries) != 1+2*tt.want {
+				t.Fatalf("%d model calls and %d entries, want %d and %d", len(rec.reqs), len(out.Entries), tt.want, 1+2*tt.want)
+			}
+		})
 	}
 }

@@ -72,6 +72,10 @@ type Settings struct {
 	// MaxToolIterations bounds the model calls of the turn's tool loop;
 	// capped by Config.MaxToolIterations.
 	MaxToolIterations int
+	// MaxToolRepeats stops the turn once the same tool call (same tool,
+	// same arguments) failed with the same error this many times; capped
+	// by Config.MaxToolRepeats.
+	MaxToolRepeats int
 	// HistoryLimit keeps only the last n user turns in requests; 0 =
 	// Config.HistoryLimit.
 	HistoryLimit int
@@ -221,6 +225,13 @@ type Config struct {
 	// no such cap: it stops a model that never stops calling tools.
 	// Default MaxToolIterationsDefault.
 	MaxToolIterations int
+	// MaxToolRepeats stops a turn whose model makes the same tool call
+	// (same tool, same arguments) and gets the same error this many
+	// times, with a tool_loop reply: a model that does not take "Tool
+	// exec not found" for an answer would otherwise spend every model
+	// call the tool-loop limit allows. Input.Settings may lower it.
+	// Default guard.ToolRepeatsDefault.
+	MaxToolRepeats int
 	// Retry is the same-key retry of transient provider failures.
 	Retry RetryPolicy
 	// AttemptTimeout bounds one attempt (the reference's
@@ -266,6 +277,9 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxToolIterations <= 0 {
 		cfg.MaxToolIterations = MaxToolIterationsDefault
 	}
+	if cfg.MaxToolRepeats <= 0 {
+		cfg.MaxToolRepeats = guard.ToolRepeatsDefault
+	}
 	cfg.Retry = cfg.Retry.withDefaults()
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = AttemptTimeoutDefault
@@ -297,6 +311,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	defer cancel(nil)
 	ru := &run{r: r, in: in, sink: sink, history: in.History, cancel: cancel,
 		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
+	ru.repeats = guard.NewRepeats(ru.toolRepeats())
 	defer ru.logStateErrors()
 	defer func() { r.contexts.release(ru.lease) }()
 	j, err := openJournal(ctx, in.Steps, in)
@@ -333,7 +348,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if !ok || requested.Provider == "" {
 		// A model that cannot even be named is never answered by another
 		// one: the run fails before any attempt (runtime spec §3.1 step 2).
-		return ru.ended(ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref})), nil
+		return ru.ended(ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref}, nil)), nil
 	}
 	req := fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
 		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes,
@@ -353,7 +368,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	case ctx.Err() != nil:
 		return ru.partial(), context.Cause(ctx)
 	}
-	return ru.ended(ru.fail(start, model, err)), nil
+	return ru.ended(ru.fail(start, model, err, out)), nil
 }
 
 // ended tells the EndHook about a finished run and returns out.
@@ -383,7 +398,7 @@ func (ru *run) partial() *Output {
 			}
 		}
 	}
-	return &Output{Entries: ru.b.entries, Usage: ru.acc.sum}
+	return &Output{Entries: ru.b.entries, Usage: ru.usage}
 }
 
 // addPrompt appends the user's message, with the context the before-start
@@ -413,33 +428,44 @@ func (ru *run) addPrompt(ctx context.Context, start time.Time) {
 // otherwise a failed model ends the run with its error reply.
 func (ru *run) tryModel(ctx context.Context, step fallback.Step, model *provider.Model) (*loopOut, error) {
 	cfg := ru.r.cfg
-	ref := step.Candidate.String()
-	m, prov, err := resolveModel(cfg.Resolver, ref)
+	m, prov, w, err := setupModel(cfg.Resolver, step.Candidate.String(), cfg.Window)
+	if m.ID != "" {
+		*model = m
+	}
 	if err != nil {
 		return nil, err
 	}
-	*model = m
-	w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), cfg.Window)
-	if w.ShouldWarn && !w.ShouldBlock {
+	if w.ShouldWarn {
 		cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
 	}
 	ru.window = w.Tokens
-	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens, hardMin: w.HardMin,
+	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
 		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
 		fallbackConfigured: len(cfg.Fallbacks) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
 		now: cfg.Now, stateErr: ru.stateErr}, ru)
 }
 
-// resolveModel resolves a "provider/model-id" reference (runtime spec §3.1
-// step 2); an unknown model is a failover error with reason
-// model_not_found, "Unknown model: <ref>" and the resolver's reason.
-func resolveModel(res Resolver, ref string) (provider.Model, provider.Provider, error) {
+// setupModel makes the decisions the reference makes before any attempt
+// of a model (runtime spec §3.1 steps 2-3): it resolves the
+// "provider/model-id" reference, then resolves its context window
+// (guard.ResolveWindow). An unknown model throws a failover error with
+// reason model_not_found, "Unknown model: <ref>" and the resolver's
+// reason; a window under the hard minimum one with reason unknown and the
+// reference's "Model context window too small (<n> tokens). Minimum is
+// <min>." The model is returned once it resolves (the zero Model before).
+func setupModel(res Resolver, ref string, wcfg guard.WindowConfig) (provider.Model, provider.Provider, guard.Window, error) {
 	m, prov, err := res.Resolve(ref)
 	if err != nil {
-		return m, nil, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref, Err: err}
+		// The reference's error has no status (the chain's
+		// classification gives model_not_found its 404).
+		return provider.Model{}, nil, guard.Window{}, &provider.Error{Reason: provider.ReasonModelNotFound, Message: "Unknown model: " + ref, Err: err}
 	}
-	return m, prov, nil
+	w := guard.ResolveWindow(m.Provider, m.ID, float64(m.ContextWindow), wcfg)
+	if err := w.Err(); err != nil {
+		return m, prov, w, &provider.Error{Reason: provider.ReasonUnknown, Message: err.Error(), Err: err}
+	}
+	return m, prov, w, nil
 }
 
 // locked is the profile a run's settings pin, "" when none.
@@ -509,6 +535,7 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 		return nil, ""
 	}
 	pending := map[string]message.Block{}
+	var order []message.Block // the waiting calls, in call order
 	msgs := sessionfile.Messages(ru.history)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == message.RoleAssistant {
@@ -520,6 +547,11 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 					delete(pending, m.ToolCallID)
 				}
 			}
+			for _, c := range msgs[i].ToolCalls() {
+				if _, ok := pending[c.ID]; ok {
+					order = append(order, c)
+				}
+			}
 			break
 		}
 	}
@@ -527,7 +559,7 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 	for _, tr := range results {
 		call, ok := pending[tr.ToolCallID]
 		if !ok {
-			return nil, fmt.Sprintf("tool result for call %q: no call of this session is waiting for a result with this id", shortID(tr.ToolCallID))
+			return nil, fmt.Sprintf("tool result for call %q: no call of this session is waiting for a result with this id; %s", shortID(tr.ToolCallID), waitingCalls(order))
 		}
 		delete(pending, tr.ToolCallID) // a second result for it is refused
 		a := answer{call: call, result: tr, approval: slices.Contains(ru.in.Approvals, events.ApprovalCall{ID: call.ID, Name: call.Name})}
@@ -538,6 +570,26 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 		answers = append(answers, a)
 	}
 	return answers, ""
+}
+
+// maxListedCalls bounds the waiting calls a refusal lists.
+const maxListedCalls = 10
+
+// waitingCalls says which calls wait for a result: "waiting: "id" (name),
+// …", or that none does.
+func waitingCalls(calls []message.Block) string {
+	if len(calls) == 0 {
+		return "none is waiting"
+	}
+	parts := make([]string, 0, min(len(calls), maxListedCalls)+1)
+	for i, c := range calls {
+		if i == maxListedCalls {
+			parts = append(parts, fmt.Sprintf("and %d more", len(calls)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%q (%s)", shortID(c.ID), shortID(c.Name)))
+	}
+	return "waiting: " + strings.Join(parts, ", ")
 }
 
 // shortID bounds an id or name quoted in a refusal.
@@ -559,7 +611,6 @@ func (ru *run) addToolResults(ctx context.Context, answers []answer) {
 			ru.answerApproval(ctx, a.call, tr)
 			continue
 		}
-		ru.answered = append(ru.answered, name)
 		m := message.Message{Role: message.RoleToolResult, ToolCallID: tr.ToolCallID, ToolName: name,
 			Content: message.BlocksOf(message.Text(tr.Text)), IsError: tr.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
 		m, _ = guard.CapForPersistence(m)
@@ -598,22 +649,7 @@ func (ru *run) answerApproval(ctx context.Context, call message.Block, tr events
 // finish makes the output of a run whose model loop returned.
 func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Output {
 	end := ru.r.cfg.Now()
-	res := &events.Result{Payloads: out.payloads, Meta: events.Meta{DurationMs: end.Sub(start).Milliseconds(), Error: out.runErr, Aborted: out.aborted}}
-	am := &events.AgentMeta{SessionID: ru.in.SessionID, Provider: model.Provider, Model: model.ID, CompactionCount: out.compactions}
-	if out.last != nil && out.last.Provider != "" {
-		am.Provider, am.Model = out.last.Provider, out.last.Model
-	}
-	am.Usage = ru.acc.total()
-	am.LastCallUsage = ru.acc.lastCall()
-	am.PromptTokens = ru.acc.lastIn + ru.acc.lastCacheRead + ru.acc.lastCacheWrite
-	res.Meta.AgentMeta = am
-	if out.last != nil {
-		res.Meta.StopReason = string(out.last.StopReason)
-	}
-	if len(out.pending) > 0 {
-		res.Meta.StopReason = "tool_calls"
-		res.Meta.PendingToolCalls = out.pending
-	}
+	res := out.result(model, ru.in.SessionID, end.Sub(start))
 	if out.runErr != nil {
 		text := out.runErr.Message
 		for _, p := range out.payloads {
@@ -626,7 +662,7 @@ func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Outp
 	} else {
 		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
 	}
-	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.acc.sum, AuthProfile: out.profile}
+	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.usage, AuthProfile: out.profile}
 }
 
 // refuse makes the output of a run refused as it was sent (an
@@ -638,8 +674,9 @@ func (ru *run) refuse(start time.Time, msg string) *Output {
 }
 
 // fail makes the output of a run that ended with an error no model loop
-// could turn into a reply (the reference throws these).
-func (ru *run) fail(start time.Time, model provider.Model, err error) *Output {
+// could turn into a reply (the reference throws these); last is what the
+// last model's loop did (nil: none ran), whose usage the result reports.
+func (ru *run) fail(start time.Time, model provider.Model, err error, last *loopOut) *Output {
 	text := errText(err)
 	var pe *provider.Error
 	var ex *fallback.ExhaustedError
@@ -655,6 +692,9 @@ func (ru *run) fail(start time.Time, model provider.Model, err error) *Output {
 	}
 	out := &loopOut{payloads: []events.Payload{{Text: text, IsError: true}},
 		runErr: &events.RunError{Kind: kind, Message: string(failover.ClassifyError(err)) + ": " + errText(err)}}
+	if last != nil {
+		out.usage = last.usage
+	}
 	return ru.finish(start, model, out)
 }
 
@@ -741,48 +781,6 @@ func (b *builder) add(m message.Message) {
 	}
 	b.parent = id
 	b.entries = append(b.entries, e)
-}
-
-// usageAcc accumulates usage as the reference result reports it, and the
-// plain sum of every call (cost included).
-type usageAcc struct {
-	sum                                   message.Usage
-	lastIn, lastCacheRead, lastCacheWrite int64
-	last                                  message.Usage
-	calls                                 int
-}
-
-func (a *usageAcc) add(u *message.Usage) {
-	if u == nil || u.IsZero() {
-		return
-	}
-	a.calls++
-	a.sum = a.sum.Add(*u)
-	a.sum.Extra = nil
-	a.lastIn, a.lastCacheRead, a.lastCacheWrite = u.Input, u.CacheRead, u.CacheWrite
-	a.last = *u
-}
-
-// total reports input/cacheRead/cacheWrite of the last call, output summed,
-// and total as the last call's total (reference §3.3); the cost is the sum
-// of every call's.
-func (a *usageAcc) total() *events.UsageMeta {
-	if a.calls == 0 {
-		return nil
-	}
-	t := a.last.Total()
-	if a.last.TotalTokens == 0 {
-		t = a.lastIn + a.lastCacheRead + a.lastCacheWrite + a.sum.Output
-	}
-	return &events.UsageMeta{Input: a.lastIn, Output: a.sum.Output, CacheRead: a.lastCacheRead, CacheWrite: a.lastCacheWrite, Total: t,
-		Cost: costMeta(a.sum.Cost)}
-}
-
-func (a *usageAcc) lastCall() *events.UsageMeta {
-	if a.calls == 0 {
-		return nil
-	}
-	return usageOf(a.last)
 }
 
 // usageOf is u for an event's meta.

@@ -100,9 +100,9 @@ func TestTurnOutcomes(t *testing.T) {
 			events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"toolCalls":[{"name":"read"},{"name":"exec"}]},{"text":"gave up"}]}`},
 			"", 5, "gave up", "stop"},
 		{"unknown model", events.Inbound{Model: "nowhere/model", Text: "hi"}, "model_not_found", 1, "", ""},
-		{"endless tool loop hits the tool-loop limit",
+		{"the same failing call again and again is a tool loop",
 			events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"toolCalls":[{"name":"again"}]}]}`},
-			KindToolLoopLimit, 1 + 2*MaxToolIterationsDefault, "", "toolUse"},
+			KindToolLoop, 1 + 2*3, "", "toolUse"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

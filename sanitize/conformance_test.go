@@ -62,12 +62,14 @@ func TestConformance(t *testing.T) {
 
 	conformance.Run(t, "transcript-policy", func(t *testing.T, c conformance.Case) {
 		in := input(t, c)
+		conformance.Keys(t, "input", in, "provider", "modelApi", "modelId")
 		got := PolicyFor(str(in["provider"]), str(in["modelApi"]), str(in["modelId"]))
 		conformance.Check(t, got, conformance.Decode(t, c.Expected))
 	})
 
 	conformance.Run(t, "tool-call-id", func(t *testing.T, c conformance.Case) {
 		in := input(t, c)
+		conformance.Keys(t, "input", in, "op", "id", "mode", "messages")
 		mode := IDMode(str(in["mode"]))
 		var got any
 		switch in["op"] {
@@ -85,6 +87,7 @@ func TestConformance(t *testing.T) {
 
 	conformance.Run(t, "pairing-repair", func(t *testing.T, c conformance.Case) {
 		in := input(t, c)
+		conformance.Keys(t, "input", in, "messages")
 		msgs, rep := RepairPairing(toPiMessages(t, in["messages"]), conformance.Now)
 		got := map[string]any{
 			"changed":               rep.Changed,
@@ -99,6 +102,7 @@ func TestConformance(t *testing.T) {
 
 	conformance.Run(t, "tool-call-input-repair", func(t *testing.T, c conformance.Case) {
 		in := input(t, c)
+		conformance.Keys(t, "input", in, "messages", "allowedToolNames")
 		msgs, rep := RepairToolCallInputs(toPiMessages(t, in["messages"]), strList(in["allowedToolNames"]))
 		got := map[string]any{
 			"changed":                  rep.Changed,
@@ -111,6 +115,7 @@ func TestConformance(t *testing.T) {
 
 	conformance.Run(t, "turn-validation", func(t *testing.T, c conformance.Case) {
 		in := input(t, c)
+		conformance.Keys(t, "input", in, "validator", "messages")
 		msgs := toPiMessages(t, in["messages"])
 		switch in["validator"] {
 		case "gemini":
@@ -125,12 +130,14 @@ func TestConformance(t *testing.T) {
 
 	conformance.Run(t, "limit-history-turns", func(t *testing.T, c conformance.Case) {
 		in := input(t, c)
+		conformance.Keys(t, "input", in, "limit", "messages")
 		msgs, kept := LimitHistoryTurns(toPiMessages(t, in["messages"]), num(t, in["limit"]))
 		conformance.Check(t, map[string]any{"messages": fromPi(t, msgs), "keptFromIndex": kept}, conformance.Decode(t, c.Expected))
 	})
 
 	conformance.Run(t, "sanitize-history", func(t *testing.T, c conformance.Case) {
 		in := input(t, c)
+		conformance.Keys(t, "input", in, "provider", "modelApi", "modelId", "messages", "allowedToolNames", "priorModelSnapshot", "priorSessionEntries", "historyLimit")
 		req := Request{
 			Provider:     str(in["provider"]),
 			API:          str(in["modelApi"]),
@@ -167,6 +174,7 @@ func TestConformance(t *testing.T) {
 
 	conformance.Run(t, "images", func(t *testing.T, c conformance.Case) {
 		in := input(t, c)
+		conformance.Keys(t, "input", in, "op", "messages", "blocks", "label", "maxDimensionPx", "maxBytes", "sideStart", "value", "width", "height", "bytes", "declaredMime", "base64Prefix", "incompressible")
 		want := conformance.Decode(t, c.Expected)
 		switch in["op"] {
 		case "pruneHistoryImages":

@@ -54,7 +54,10 @@ type Request struct {
 	// Messages is the stored history, oldest first. It is not modified.
 	Messages []message.Message
 	// AllowedToolNames, when it names at least one tool, drops tool calls
-	// of any other tool (compared case-insensitively).
+	// of any other tool (compared case-insensitively), as the reference
+	// does with the tools of its run. The fleet's runner passes none: a
+	// model that no longer sees its call of a tool not offered, and the
+	// error it got, makes the call again (see NoteRejectedCalls).
 	AllowedToolNames []string
 	// HistoryLimit keeps only the last HistoryLimit user turns in the final
 	// stage; ≤ 0 keeps everything.

@@ -14,6 +14,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	conformance.Run(t, "session-file-repair", func(t *testing.T, c conformance.Case) {
 		in := conformance.Decode(t, c.Input).(map[string]any)
+		conformance.Keys(t, "input", in, "sessionFile", "fileContent")
 		want := conformance.Decode(t, c.Expected).(map[string]any)
 		dir := t.TempDir()
 		path, _ := in["sessionFile"].(string)

@@ -17,7 +17,9 @@
 // reasoning, tool calls and results, compaction, restarts and errors
 // (colored on a terminal, plain text otherwise); --json prints the raw
 // events, one per line. A run that stops for client tools lists the calls
-// to answer with --tool-result.
+// to answer with --tool-result ID=TEXT, and one that waits for approval of
+// a worker tool's call lists those to answer with --tool-result ID=approve
+// (or ID=deny).
 //
 // NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222)
 // with the nats CLI's credentials: --creds, --nkey, --user/--password,
@@ -197,7 +199,9 @@ and lets operators see and steer the fleet.
 send and follow show the run live: the reply on stdout, and on stderr the
 reasoning, tool calls and results, compaction, restarts and errors (colored on
 a terminal, plain text otherwise); --json prints the raw events, one per line.
-A run that stops for client tools lists the calls to answer with --tool-result.
+A run that stops for client tools lists the calls to answer with --tool-result
+ID=TEXT; one that waits for approval of a worker tool's call lists those to
+answer with --tool-result ID=approve (or ID=deny).
 
 NATS is reached at --nats-url (env NATS_URL, default nats://127.0.0.1:4222) with
 the nats CLI's credentials: --creds, --nkey, --user/--password,
@@ -262,7 +266,7 @@ func versionCommand(c *common) *cobra.Command {
 
 func sendCommand(c *common) *cobra.Command {
 	var (
-		noFollow              bool
+		noFollow, heartbeat   bool
 		mode, model, thinking string
 		msgID, authProfile    string
 		images, tools         []string
@@ -283,6 +287,9 @@ func sendCommand(c *common) *cobra.Command {
 				lanefleet.WithAuthProfile(authProfile)}
 			if c.asJSON {
 				opts = append(opts, lanefleet.WithJSON())
+			}
+			if heartbeat {
+				opts = append(opts, lanefleet.WithHeartbeat())
 			}
 			for _, path := range images {
 				data, err := os.ReadFile(path)
@@ -347,6 +354,7 @@ func sendCommand(c *common) *cobra.Command {
 	c.jsonFlag(cmd, "print the run's events, one JSON object per line")
 	fs := cmd.Flags()
 	fs.BoolVar(&noFollow, "no-follow", false, "publish and print the run id without following the reply")
+	fs.BoolVar(&heartbeat, "heartbeat", false, "send a heartbeat: it runs if the session is idle and is dropped if it is busy")
 	fs.StringVar(&mode, "mode", "", "queue mode: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
 	fs.StringVar(&model, "model", "", "model provider/model-id")
 	fs.StringVar(&thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
@@ -701,6 +709,7 @@ force, the auth profile the next turn starts on and the session's running usage.
 	fs.StringVar(&run.AuthProfile, "auth-profile", "", "pin the session's turns to this auth profile")
 	fs.IntVar(&run.HistoryLimit, "history-limit", 0, "user turns of history kept in requests")
 	fs.IntVar(&run.MaxToolIterations, "max-tool-iterations", 0, "model calls of a turn's tool loop (within the worker's limit)")
+	fs.IntVar(&run.MaxToolRepeats, "max-tool-repeats", 0, "stop a turn once the same tool call failed the same way this many times (within the worker's limit)")
 	fs.StringVar(&allow, "allow-tools", "", "comma-separated tool name patterns the session may use (within the worker's policy)")
 	fs.StringVar(&deny, "deny-tools", "", "comma-separated tool name patterns the session may not use")
 	fs.StringVar(&approve, "approve-tools", "", "comma-separated tool name patterns whose every call waits for the client's approve")

@@ -101,6 +101,27 @@ func TestSendFollowsTheReply(t *testing.T) {
 	}
 }
 
+// TestSendHeartbeat: send --heartbeat runs on an idle session and is
+// dropped, saying so, when the session is busy.
+func TestSendHeartbeat(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	out, _, err := publisher(t, "send", "--heartbeat", "--nats-url", url, "--session", "hb", "tick")
+	if err != nil || out != "echo: tick\n" {
+		t.Fatalf("idle heartbeat: %q, %v", out, err)
+	}
+	// A turn the heartbeat arrives behind: it ends after the heartbeat
+	// arrived, however soon the heartbeat is sent.
+	slow := `#script {"replies":[{"text":"slow reply","chunks":4,"delayMs":500}]}`
+	if _, _, err := publisher(t, "send", "--no-follow", "--nats-url", url, "--session", "hb", "--model", "scripted/script", slow); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := publisher(t, "send", "--heartbeat", "--nats-url", url, "--session", "hb", "tick")
+	if !errors.Is(err, errReported) || !strings.Contains(stderr, "error (dropped): the session was busy when this heartbeat arrived") {
+		t.Fatalf("busy heartbeat: err = %v, stderr = %q", err, stderr)
+	}
+}
+
 func TestRunErrorExitsNonZero(t *testing.T) {
 	t.Parallel()
 	url := startFleet(t)
@@ -232,7 +253,7 @@ func TestRunSettingsCommand(t *testing.T) {
 		}
 		return out
 	}
-	if out := pub("settings", "--model", "scripted/echo", "--thinking", "HIGH", "--history-limit", "5", "--max-tool-iterations", "9", "--deny-tools", "exec, write"); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tools deny exec write\n" {
+	if out := pub("settings", "--model", "scripted/echo", "--thinking", "HIGH", "--history-limit", "5", "--max-tool-iterations", "9", "--max-tool-repeats", "2", "--deny-tools", "exec, write"); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tool-repeat limit 2, tools deny exec write\n" {
 		t.Fatalf("set: %q", out)
 	}
 	if out := pub("send", "hi"); out != "echo: hi\n" {
@@ -243,7 +264,7 @@ func TestRunSettingsCommand(t *testing.T) {
 		t.Fatalf("send priced: %q", out)
 	}
 	out := pub("settings")
-	for _, want := range []string{"run:       model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tools deny exec write\n",
+	for _, want := range []string{"run:       model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tool-repeat limit 2, tools deny exec write\n",
 		"usage:     2 turn(s), ", "cost $0.000110\n"} { // the echo model's usage is not priced
 		if !strings.Contains(out, want) {
 			t.Fatalf("show: %q lacks %q", out, want)
@@ -256,7 +277,7 @@ func TestRunSettingsCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(pub("settings", "--json")), &shown); err != nil || shown.Run.HistoryLimit != 5 || shown.State.Turns != 2 || shown.State.Usage.Output < 3 {
 		t.Fatalf("show --json: %+v, %v", shown, err)
 	}
-	if out := pub("settings", "--deny-tools", ""); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9\n" {
+	if out := pub("settings", "--deny-tools", ""); out != "queue settings: defaults; run settings: model scripted/echo, thinking high, history limit 5, tool-loop limit 9, tool-repeat limit 2\n" {
 		t.Fatalf("clear tools: %q", out)
 	}
 	// A reset with values is one settings message (no turn runs between

@@ -149,7 +149,13 @@ func (v *view) event(ev *events.Event) {
 	case events.StreamLifecycle:
 		switch d.Phase {
 		case events.PhaseAborted:
-			v.note("%s", v.style(red, fmt.Sprintf("✗ attempt %d aborted: %s", d.Attempt, d.Error)))
+			// The lanes word it "attempt N failed: <why>; it is retried"
+			// or "attempt N did not finish: …".
+			msg := d.Error
+			if !strings.HasPrefix(msg, fmt.Sprintf("attempt %d ", d.Attempt)) {
+				msg = fmt.Sprintf("attempt %d aborted: %s", d.Attempt, msg)
+			}
+			v.note("%s", v.style(red, "✗ "+msg))
 		case events.PhaseRestart:
 			v.note("%s", v.style(dim, fmt.Sprintf("↻ restarted on worker %s (attempt %d)", d.Worker, d.Attempt)))
 			v.printed = ""
@@ -216,20 +222,45 @@ func (v *view) final(res *events.Result) error {
 		v.out.write(text)
 	}
 	v.out.newline()
-	if len(res.Meta.PendingToolCalls) > 0 {
-		v.out.write("⏸ waiting for client tool results:\n")
-		var ids []string
-		for _, c := range res.Meta.PendingToolCalls {
-			v.out.write(fmt.Sprintf("  %s  %s(%s)\n", c.ID, c.Name, clip(c.Arguments, 200)))
-			ids = append(ids, "--tool-result "+c.ID+"=TEXT")
-		}
-		v.note("answer with: publisher send --session %s --tool-file FILE %s", shellQuote(v.session), strings.Join(ids, " "))
-	}
+	v.pending(res.Meta.PendingToolCalls)
 	if e := res.Meta.Error; e != nil {
 		v.note("%s", v.style(red, fmt.Sprintf("error (%s): %s", e.Kind, e.Message)))
 		return errReported
 	}
 	return nil
+}
+
+// pending lists the calls a run left waiting on stdout and says how to
+// answer them: a client tool's call with its result (the client offers
+// its tools again with --tool-file), a worker tool's call waiting for
+// approval with approve or deny (no tool file: the tool is the worker's).
+func (v *view) pending(calls []events.PendingCall) {
+	var client, approve []events.PendingCall
+	for _, c := range calls {
+		if c.Approval {
+			approve = append(approve, c)
+		} else {
+			client = append(client, c)
+		}
+	}
+	list := func(head string, cs []events.PendingCall, answer string) []string {
+		if len(cs) == 0 {
+			return nil
+		}
+		v.out.write(head)
+		var args []string
+		for _, c := range cs {
+			v.out.write(fmt.Sprintf("  %s  %s(%s)\n", c.ID, c.Name, clip(c.Arguments, 200)))
+			args = append(args, "--tool-result "+shellQuote(c.ID+"="+answer))
+		}
+		return args
+	}
+	if args := list("⏸ waiting for client tool results:\n", client, "TEXT"); args != nil {
+		v.note("answer with: publisher send --session %s --tool-file FILE %s", shellQuote(v.session), strings.Join(args, " "))
+	}
+	if args := list("⏸ waiting for approval:\n", approve, "approve"); args != nil {
+		v.note("approve with: publisher send --session %s %s (or ID=deny to refuse)", shellQuote(v.session), strings.Join(args, " "))
+	}
 }
 
 // toolText is the text of a tool result payload: a string, the text blocks
@@ -300,7 +331,7 @@ func clip(s string, n int) string {
 
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+		return !(r == '-' || r == '_' || r == '=' || r == ':' || r == '.' || r == '/' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 	}) < 0 {
 		return s
 	}

@@ -117,6 +117,46 @@ func TestViewPendingToolCalls(t *testing.T) {
 	}
 }
 
+// TestViewApprovals: a run that stopped for approval lists the calls and
+// says how to approve them (--tool-result ID=approve), without asking for
+// a tool file (the tools are the worker's); client calls of the same run
+// keep their own line.
+func TestViewApprovals(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	err := v.final(&events.Result{Meta: events.Meta{StopReason: "tool_calls", PendingToolCalls: []events.PendingCall{
+		{ID: "toolu_1", Name: "exec", Arguments: `{"command":"ls"}`, Approval: true},
+		{ID: "call 2", Name: "weather", Arguments: `{}`},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "⏸ waiting for client tool results:\n  call 2  weather({})\n⏸ waiting for approval:\n  toolu_1  exec({\"command\":\"ls\"})\n"
+	if out.String() != want {
+		t.Fatalf("stdout = %q", out.String())
+	}
+	wantNotes := "answer with: publisher send --session alice --tool-file FILE --tool-result 'call 2=TEXT'\n" +
+		"approve with: publisher send --session alice --tool-result toolu_1=approve (or ID=deny to refuse)\n"
+	if notes.String() != wantNotes {
+		t.Fatalf("stderr = %q", notes.String())
+	}
+}
+
+// TestViewFailedAttempts: an attempt that failed shows why, once.
+func TestViewFailedAttempts(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	for _, e := range []string{"attempt 1 failed: runner: tools: boom; it is retried", "the worker stopped"} {
+		v.event(&events.Event{Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseAborted, Attempt: 1, Error: e}})
+	}
+	want := "✗ attempt 1 failed: runner: tools: boom; it is retried\n✗ attempt 1 aborted: the worker stopped\n"
+	if notes.String() != want {
+		t.Fatalf("stderr = %q", notes.String())
+	}
+}
+
 func TestReadTools(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

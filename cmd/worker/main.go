@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/version"
@@ -180,6 +181,7 @@ is set: spans go over OTLP/HTTP.`,
 	toolsApprove := fs.String("tools-approve", env("LANEFLEET_TOOLS_APPROVE"), "comma-separated tools whose every call waits for the client's approval: the run ends with the call pending until a tool result \"approve\" (anything else refuses it) (env LANEFLEET_TOOLS_APPROVE)")
 	execApproval := fs.String("exec-approval", "off", "ask: every exec call waits for the client's approval (as --tools-approve exec); off: exec runs at once")
 	fs.IntVar(&cfg.MaxToolIterations, "max-tool-iterations", runner.MaxToolIterationsDefault, "most model calls one turn's tool loop makes before it stops with a tool-loop-limit reply (a run's own setting may lower it)")
+	fs.IntVar(&cfg.MaxToolRepeats, "max-tool-repeats", guard.ToolRepeatsDefault, "stop a turn with a tool_loop reply once its model made the same tool call (same arguments) and got the same error this many times (a run's own setting may lower it)")
 	fs.BoolVar(&cfg.NoStepJournal, "no-step-journal", false, "do not journal a turn's steps: a turn re-run after its worker died repeats every model and tool call it had made (saves one synchronous write per tool-calling reply and per tool result)")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", env("LANEFLEET_WORKSPACES"), "directory holding each session's workspace for the read/write/edit/exec tools (default <data-dir>/workspaces, else a temp directory)")
 	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/exec tools")

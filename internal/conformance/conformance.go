@@ -103,6 +103,17 @@ func Load(t testing.TB, file string) []Case {
 	return cases
 }
 
+// LoadFile reads the cases of a file of the same format elsewhere (a
+// package's own cases of a vocabulary the shipped ones do not use).
+func LoadFile(t testing.TB, path string) []Case {
+	t.Helper()
+	cases, err := load(filepath.Dir(path), filepath.Base(path))
+	if err != nil {
+		t.Fatalf("conformance: %v", err)
+	}
+	return cases
+}
+
 func load(dir, file string) ([]Case, error) {
 	file = strings.TrimSuffix(file, ".json")
 	data, err := os.ReadFile(filepath.Join(dir, file+".json"))

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,9 +24,50 @@ type JSError struct {
 	Status     json.RawMessage `json:"status"`     // a number or a numeric string
 	StatusCode json.RawMessage `json:"statusCode"` // the same, as some clients name it
 	Code       string          `json:"code"`
-	Reason     provider.Reason `json:"reason"`   // a FailoverError's reason
-	Fail       provider.Reason `json:"failover"` // the same, as model-fallback.json spells it
-	Cause      *JSError        `json:"cause"`
+	// Reason is a FailoverError's reason, or an AbortError's abort reason
+	// (an error or a string).
+	Reason *JSValue        `json:"reason"`
+	Fail   provider.Reason `json:"failover"` // a FailoverError's reason, as model-fallback.json spells it
+	Cause  *JSValue        `json:"cause"`    // an error or a string
+}
+
+// JSValue is a value a JavaScript error holds where another error may be:
+// an error object, or a string.
+type JSValue struct {
+	Text string
+	Err  *JSError
+}
+
+// UnmarshalJSON reads a string or an error object.
+func (v *JSValue) UnmarshalJSON(data []byte) error {
+	if err := json.Unmarshal(data, &v.Text); err == nil {
+		return nil
+	}
+	v.Err = &JSError{}
+	return strict(data, v.Err)
+}
+
+// timeoutHint reports what the reference's hasTimeoutHint does: an error
+// named TimeoutError, or a message (or string) that reads as a timeout.
+func (v *JSValue) timeoutHint() bool {
+	switch {
+	case v == nil:
+		return false
+	case v.Err != nil:
+		return v.Err.Name == "TimeoutError" || failover.IsTimeoutError(errors.New(v.Err.Message))
+	}
+	return failover.IsTimeoutError(errors.New(v.Text))
+}
+
+// failoverReason is a FailoverError's reason, "" when e has none.
+func (e *JSError) failoverReason() provider.Reason {
+	if e.Fail != "" {
+		return e.Fail
+	}
+	if e.Reason != nil && e.Reason.Err == nil && e.Name != "AbortError" {
+		return provider.Reason(e.Reason.Text)
+	}
+	return ""
 }
 
 // status is e's HTTP status (status, else statusCode: a number or a
@@ -57,20 +97,23 @@ var abortedRequest = regexp.MustCompile(`(?i)request (?:was )?aborted`)
 
 // timedOut reports whether e is what a JavaScript runtime throws when a
 // deadline passes: a TimeoutError, or an AbortError its request timer
-// caused (its message or its cause says so).
+// caused (its message, its cause or its abort reason says so).
 func (e *JSError) timedOut() bool {
 	switch e.Name {
 	case "TimeoutError":
 		return true
 	case "AbortError":
-		return abortedRequest.MatchString(e.Message) || (e.Cause != nil && e.Cause.timedOut())
+		return abortedRequest.MatchString(e.Message) || e.Cause.timeoutHint() || e.Reason.timeoutHint()
 	}
 	return false
 }
 
+// systemCodes are Node's network error codes as Go's errors (Node's
+// ESOCKETTIMEDOUT, a socket timeout of its own, is Go's ETIMEDOUT).
 var systemCodes = map[string]syscall.Errno{
-	"ETIMEDOUT": syscall.ETIMEDOUT, "ECONNRESET": syscall.ECONNRESET, "ECONNABORTED": syscall.ECONNABORTED,
-	"ECONNREFUSED": syscall.ECONNREFUSED, "EPIPE": syscall.EPIPE,
+	"ETIMEDOUT": syscall.ETIMEDOUT, "ESOCKETTIMEDOUT": syscall.ETIMEDOUT, "ECONNRESET": syscall.ECONNRESET,
+	"ECONNABORTED": syscall.ECONNABORTED, "ECONNREFUSED": syscall.ECONNREFUSED, "EPIPE": syscall.EPIPE,
+	"EHOSTUNREACH": syscall.EHOSTUNREACH, "ENETUNREACH": syscall.ENETUNREACH,
 }
 
 // Err returns the Go error the fleet sees where the reference sees e, so
@@ -88,7 +131,7 @@ var systemCodes = map[string]syscall.Errno{
 // JSErrorOf recovers e from the result.
 func (e *JSError) Err() error {
 	self := &jsErr{js: e}
-	switch reason := cmp.Or(e.Reason, e.Fail); {
+	switch reason := e.failoverReason(); {
 	case e.Name == "FailoverError" || reason != "":
 		return &provider.Error{Reason: reason, Status: e.status(), Message: e.Message, Err: self}
 	case e.status() != 0:

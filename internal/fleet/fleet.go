@@ -162,6 +162,9 @@ type Config struct {
 	// MaxToolIterations bounds the model calls of one turn's tool loop;
 	// default runner.MaxToolIterationsDefault.
 	MaxToolIterations int
+	// MaxToolRepeats stops a turn whose model makes the same failing
+	// call this many times; default guard.ToolRepeatsDefault.
+	MaxToolRepeats int
 	// NoStepJournal turns the step journal off: a turn re-run after its
 	// worker died then repeats every model and tool call it had made
 	// (the journal costs a synchronous write per step).
@@ -484,7 +487,7 @@ func (m *Member) build(ctx context.Context) error {
 	resolver := observedResolver{Resolver: maskingResolver{Resolver: res, red: cfg.Redactor}, obs: &m.obs}
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
-		MaxToolIterations: cfg.MaxToolIterations, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
+		MaxToolIterations: cfg.MaxToolIterations, MaxToolRepeats: cfg.MaxToolRepeats, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
 	if cfg.BlockReplies {
 		bc := blockchunk.DefaultConfig(0)
 		rcfg.BlockReplies = &bc
@@ -606,6 +609,9 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	}
 	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: t, reg: reg, ctx: ctx}))
 	if err != nil {
+		// The lane shows a failed attempt's error to the sender and in
+		// the dead letter: masked like everything else the turn produces.
+		err = maskError(mk, err)
 		if out != nil {
 			// A cut turn's progress, which an interrupt keeps, and what
 			// its model calls cost.
@@ -680,7 +686,7 @@ func runSettings(t *lanes.Turn) (inbound *events.Inbound, s runner.Settings, fro
 		}
 		inbound = &c
 	}
-	s = runner.Settings{MaxToolIterations: rs.MaxToolIterations, HistoryLimit: rs.HistoryLimit}
+	s = runner.Settings{MaxToolIterations: rs.MaxToolIterations, MaxToolRepeats: rs.MaxToolRepeats, HistoryLimit: rs.HistoryLimit}
 	switch {
 	case inbound.AuthProfile != "":
 		s.AuthProfile, s.AuthProfileLocked = inbound.AuthProfile, true

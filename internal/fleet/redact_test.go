@@ -448,3 +448,47 @@ func TestSenderContent(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedAttemptMasked: an attempt the runner cannot run (here the
+// session's workspace cannot be made, under a root whose path holds the
+// worker's NATS password) shows its sender why, with the marker in the
+// secret's place, in every aborted event and the final error.
+func TestFailedAttemptMasked(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join(t.TempDir(), "ws-"+natsPassword)
+	_, c, ctx := maskingMember(t, Config{WorkspaceRoot: root})
+	tok, err := events.KeyToken("blocked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	// A file where the session's workspace directory should be.
+	if err := os.WriteFile(filepath.Join(root, tok), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := watch(t, ctx, c, "blocked", "hi")
+	var aborted []string
+	for _, s := range v.texts {
+		if strings.Contains(s, natsPassword) {
+			t.Errorf("event %s holds the password", s)
+		}
+		if strings.Contains(s, `"phase":"aborted"`) {
+			aborted = append(aborted, s)
+		}
+	}
+	want := "workspace " + filepath.Join(filepath.Dir(root), "ws-"+redact.Marker, tok)
+	if len(aborted) == 0 {
+		t.Fatalf("no aborted event: %q", v.texts)
+	}
+	for _, s := range aborted {
+		if !strings.Contains(s, want) || !strings.Contains(s, "not a directory") {
+			t.Errorf("aborted event %s does not say why (%q)", s, want)
+		}
+	}
+	var re *lanefleet.RunError
+	if !errors.As(v.runErr, &re) || !strings.Contains(re.Message, want) {
+		t.Fatalf("run ended with %v, want it to name %q", v.runErr, want)
+	}
+}

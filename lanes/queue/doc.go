@@ -4,13 +4,14 @@
 //   - PlanTurn decides the lane's next turn from the messages at its head:
 //     run one prompt, merge a collect batch (after its debounce, under its
 //     cap and drop policy), store a settings message, end a stop command's
-//     run, refuse a reject-mode prompt that arrived while the session was
-//     busy, dead-letter a message that does not decode, or drop a batch a
-//     cut is queued behind. When it needs more it says so (read the next
-//     message, wait until a time) and is asked again.
+//     run, refuse a reject-mode prompt or drop a heartbeat that arrived
+//     while the session was busy, dead-letter a message that does not
+//     decode, or drop a batch a cut is queued behind. When it needs more it
+//     says so (read the next message, wait until a time) and is asked
+//     again.
 //   - OnArrival says what a message arriving while a turn runs does at once:
-//     interrupt, rollback and stop cut the turn; everything else waits on
-//     the lane.
+//     interrupt, rollback and stop cut the turn; a heartbeat is dropped;
+//     everything else waits on the lane.
 //   - Steer picks what a running turn takes at a model-call boundary
 //     (steer joins it, steer-backlog is shown and stays).
 //   - AfterCut says what happens to each message queued behind a cut turn.

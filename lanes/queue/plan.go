@@ -51,12 +51,15 @@ type Msg struct {
 	Mode Mode
 	// Prompt is a prompt's text.
 	Prompt string
+	// Heartbeat marks a heartbeat prompt: it runs on an idle lane and is
+	// dropped when it arrives while the lane is busy (VerbDrop).
+	Heartbeat bool
 }
 
 // cuts reports whether m cancels the turn running ahead of it: an
-// interrupt, a rollback or a stop.
+// interrupt, a rollback or a stop. A heartbeat never does.
 func (m Msg) cuts() bool {
-	return m.Kind == KindStop || (m.Kind == KindPrompt && (m.Mode == ModeInterrupt || m.Mode == ModeRollback))
+	return m.Kind == KindStop || (m.Kind == KindPrompt && !m.Heartbeat && (m.Mode == ModeInterrupt || m.Mode == ModeRollback))
 }
 
 // Verb is what a Plan asks the lane owner to do.
@@ -79,6 +82,8 @@ const (
 	// VerbReject: refuse the prompt: it arrived while the session was busy
 	// (mode reject).
 	VerbReject Verb = "reject"
+	// VerbDrop: drop the heartbeat: it arrived while the session was busy.
+	VerbDrop Verb = "drop"
 	// VerbInvalid: dead-letter the message and end its run with an error.
 	VerbInvalid Verb = "invalid"
 	// VerbDuplicate: end the run of a duplicate message pointing at the
@@ -139,6 +144,8 @@ const GatherMax = 1000
 //     (VerbDuplicate);
 //   - a settings message is applied (VerbSettings);
 //   - a stop message ends its own run (VerbStop);
+//   - a heartbeat that arrived while the previous turn ran is dropped
+//     (VerbDrop), whatever its mode;
 //   - a reject-mode prompt that arrived while the previous turn ran is
 //     refused (VerbReject);
 //   - a collect-mode prompt gathers the collect prompts right behind it
@@ -148,7 +155,7 @@ const GatherMax = 1000
 //     (VerbWait), unless it reached the cap or is closed; an interrupt,
 //     rollback or stop closing it drops it (VerbInterrupted); else the cap
 //     and drop policy pick what runs, as the oldest message kept's run;
-//   - any other prompt runs alone.
+//   - any other prompt runs alone (a heartbeat too).
 func PlanTurn(in Input) Plan {
 	head := in.Pending[0]
 	one := Plan{Run: head, Through: head.Seq}
@@ -165,10 +172,13 @@ func PlanTurn(in Input) Plan {
 	case head.Kind == KindStop:
 		one.Verb = VerbStop
 		return one
+	case head.Heartbeat && head.At.Before(in.LastEnd):
+		one.Verb = VerbDrop
+		return one
 	case head.Mode == ModeReject && head.At.Before(in.LastEnd):
 		one.Verb = VerbReject
 		return one
-	case head.Mode != ModeCollect:
+	case head.Mode != ModeCollect || head.Heartbeat:
 		one.Verb = VerbRun
 		return one
 	}
@@ -180,7 +190,8 @@ func planCollect(in Input) Plan {
 	batch := in.Pending
 	var closer *Msg
 	for i, m := range in.Pending {
-		if m.Kind != KindPrompt || m.Mode != ModeCollect {
+		// A heartbeat is not collected: it runs, or is dropped, alone.
+		if m.Kind != KindPrompt || m.Mode != ModeCollect || m.Heartbeat {
 			batch, closer = in.Pending[:i], &in.Pending[i]
 			break
 		}
@@ -248,17 +259,24 @@ const (
 	ArriveQueue Arrival = "enqueue-followup"
 	// ArriveCut: it cancels the running turn (interrupt, rollback, stop);
 	// the turn and the messages queued before it are dropped (AfterCut).
+	// The reference's action for it is run-now (it runs behind the turn
+	// it aborted).
 	ArriveCut Arrival = "interrupt"
+	// ArriveDrop: a heartbeat on a busy lane is dropped (PlanTurn drops it
+	// when it reaches the head of the lane).
+	ArriveDrop Arrival = "drop"
 )
 
 // OnArrival is what happens at once to m when it arrives on a lane that is
 // busy (a turn runs or messages wait ahead of m) or idle. Nothing but a cut
 // acts before the message's turn: every other message waits on the lane,
-// which is the queue.
+// which is the queue, and a heartbeat that waits is dropped.
 func OnArrival(m Msg, busy bool) Arrival {
 	switch {
 	case !busy:
 		return ArriveRunNow
+	case m.Heartbeat:
+		return ArriveDrop
 	case m.cuts():
 		return ArriveCut
 	}
@@ -287,7 +305,7 @@ type SteerPlan struct {
 // they are steerable: order is kept, so a steer prompt queued behind a
 // follow-up waits for its own turn.
 func Steerable(m Msg) bool {
-	return m.Kind == KindPrompt && (m.Mode == ModeSteer || m.Mode == ModeSteerBacklog)
+	return m.Kind == KindPrompt && !m.Heartbeat && (m.Mode == ModeSteer || m.Mode == ModeSteerBacklog)
 }
 
 // Steer picks what a running turn takes from waiting, the steerable

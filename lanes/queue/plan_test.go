@@ -4,17 +4,20 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
 
-// msgs builds a lane: one Msg per spec, "<mode>:<prompt>@<ms>", or the
-// kinds "settings", "stop", "invalid", "duplicate" (an interrupt's, which
-// cuts nothing) (@<ms> optional); Seq counts from 1.
+// msgs builds a lane: one Msg per spec, "<mode>:<prompt>@<ms>" (a
+// heartbeat prompt "heartbeat <mode>:<prompt>@<ms>"), or the kinds
+// "settings", "stop", "invalid", "duplicate" (an interrupt's, which cuts
+// nothing) (@<ms> optional); Seq counts from 1.
 func msgs(specs ...string) []Msg {
 	out := make([]Msg, len(specs))
 	for i, s := range specs {
 		m := Msg{Seq: uint64(i + 1), At: at(i)}
+		s, m.Heartbeat = strings.CutPrefix(s, "heartbeat ")
 		var ms int
 		if n, _ := fmt.Sscanf(s[lastAt(s):], "@%d", &ms); n == 1 {
 			m.At, s = at(ms), s[:lastAt(s)]
@@ -130,6 +133,17 @@ func TestPlanTurn(t *testing.T) {
 		// drop new refuses the newest; one kept message alone runs as itself.
 		{name: "collect drop new", pending: msgs("collect:a", "collect:b"), complete: true, lastEnd: -1,
 			s: Settings{Mode: ModeCollect, Cap: 1, Drop: DropNew}, verb: VerbRun, run: 1, dropped: []uint64{2}, through: 2},
+		// A heartbeat that arrived while a turn ran is dropped, whatever
+		// its mode; on an idle lane it runs.
+		{name: "heartbeat while busy", pending: msgs("heartbeat followup:tick@100"), lastEnd: 500, verb: VerbDrop, run: 1, through: 1},
+		{name: "collect heartbeat while busy", pending: msgs("heartbeat collect:tick@100"), complete: true, lastEnd: 500, s: collect,
+			verb: VerbDrop, run: 1, through: 1},
+		{name: "heartbeat when idle", pending: msgs("heartbeat followup:tick@600"), lastEnd: 500, verb: VerbRun, run: 1, through: 1},
+		{name: "heartbeat of a new owner", pending: msgs("heartbeat collect:tick@100"), complete: true, lastEnd: -1, s: collect,
+			verb: VerbRun, run: 1, through: 1},
+		// A heartbeat is not merged into a collect batch: it closes it.
+		{name: "collect closed by a heartbeat", pending: msgs("collect:a", "collect:b", "heartbeat collect:tick"), lastEnd: -1, s: collect,
+			verb: VerbRun, run: 1, merged: []uint64{2}, through: 2, merge: true},
 		// drop old with one kept: no summary, no merge.
 		{name: "collect drop old", pending: msgs("collect:a", "collect:b"), complete: true, lastEnd: -1,
 			s: Settings{Mode: ModeCollect, Cap: 1, Drop: DropOld}, verb: VerbRun, run: 2, dropped: []uint64{1}, through: 2},
@@ -171,7 +185,8 @@ func TestPlanCollectPrompt(t *testing.T) {
 // gapless prefix of the lane, and the lane drains.
 func TestPlanAccountsForEveryMessage(t *testing.T) {
 	t.Parallel()
-	specs := []string{"followup:x", "collect:x", "collect:x", "collect:x", "steer:x", "reject:x", "interrupt:x", "settings", "stop", "invalid"}
+	specs := []string{"followup:x", "collect:x", "collect:x", "collect:x", "steer:x", "reject:x", "interrupt:x", "settings", "stop", "invalid",
+		"heartbeat collect:x", "heartbeat interrupt:x"}
 	drops := []DropPolicy{DropOld, DropNew, DropSummarize}
 	for seed := range uint64(300) {
 		r := rand.New(rand.NewPCG(seed, 2))
@@ -243,6 +258,10 @@ func TestOnArrival(t *testing.T) {
 		{"stop", true, ArriveCut},
 		{"invalid", true, ArriveQueue},
 		{"duplicate", true, ArriveQueue}, // an interrupt's: its first cut already
+		// A heartbeat on a busy lane is dropped, and never cuts.
+		{"heartbeat followup:a", true, ArriveDrop},
+		{"heartbeat interrupt:a", true, ArriveDrop},
+		{"heartbeat collect:a", false, ArriveRunNow},
 	}
 	for _, tt := range tests {
 		if got := OnArrival(msgs(tt.m)[0], tt.busy); got != tt.want {
@@ -273,6 +292,8 @@ func TestSteer(t *testing.T) {
 		{"invalid ends it", msgs("invalid", "steer:b"), false, nil, nil, 0},
 		{"stop ends it", msgs("stop", "steer:b"), false, nil, nil, 0},
 		{"duplicate ends it", msgs("duplicate", "steer:b"), false, nil, nil, 0},
+		// A heartbeat is never steered into a turn.
+		{"a heartbeat ends it", msgs("heartbeat steer:a", "steer:b"), false, nil, nil, 0},
 	}
 	for _, tt := range tests {
 		sp := Steer(tt.waiting, 0, tt.shown)
@@ -288,6 +309,7 @@ func TestAfterCut(t *testing.T) {
 	for spec, want := range map[string]Cut{
 		"followup:a": CutDrop, "collect:a": CutDrop, "steer:a": CutDrop, "reject:a": CutDrop, "invalid": CutDrop,
 		"settings": CutApply, "interrupt:a": CutEnd, "rollback:a": CutEnd, "stop": CutEnd, "duplicate": CutDrop,
+		"heartbeat interrupt:a": CutDrop,
 	} {
 		if got := AfterCut(msgs(spec)[0]); got != want {
 			t.Errorf("AfterCut(%s) = %d, want %d", spec, got, want)

@@ -1,7 +1,7 @@
 package failover_test
 
 import (
-	"encoding/json"
+	"path/filepath"
 	"testing"
 
 	"github.com/lanefleet/lanefleet/internal/conformance"
@@ -56,79 +56,88 @@ func flagsObj(text string) map[string]any {
 	return out
 }
 
-// classifyMessageDiffers are the message cases whose ClassifyMessage reason
-// differs from the reference's on purpose (see ClassifyMessage).
-var classifyMessageDiffers = map[string]string{
-	"missing tool input":            "a corrupted history is a format error: another model may accept it",
-	"raw json payload unclassified": "a provider's server_error is transient: timeout, so the run rotates",
-}
-
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, "error-classification", func(t *testing.T, c conformance.Case) {
-		var in struct {
-			Kind    string               `json:"kind"`
-			Message *string              `json:"message"`
-			Error   *conformance.JSError `json:"error"`
-			Reason  string               `json:"reason"`
-		}
-		if err := json.Unmarshal(c.Input, &in); err != nil {
-			t.Fatal(err)
-		}
-		want := conformance.Decode(t, c.Expected)
-		switch in.Kind {
-		case "message":
-			text := ""
-			if in.Message != nil {
-				text = *in.Message
-			}
-			conformance.Check(t, flagsObj(text), want)
-			// What adapters and the run loop act on agrees with the
-			// reference, apart from the splits ClassifyMessage documents.
-			w := want.(map[string]any)["failoverReason"]
-			if why, ok := classifyMessageDiffers[c.Name]; ok {
-				t.Logf("ClassifyMessage differs on purpose: %s", why)
-			} else if got := conformance.ReferenceReason(failover.ClassifyMessage(text)); got != w {
-				t.Errorf("ClassifyMessage(%q) = %v, the reference's failover reason is %v", text, got, w)
-			}
-		case "errorObject":
-			// The error the fleet sees in its place, classified as the
-			// fallback loop and the run loop classify it.
-			r := failover.ClassifyError(in.Error.Err())
-			conformance.Check(t, map[string]any{
-				"failoverReason": conformance.ReferenceReason(r),
-				"isTimeoutError": r == provider.ReasonTimeout,
-			}, want)
-		case "reasonToStatus":
-			var st any
-			if s := failover.StatusOf(provider.Reason(in.Reason)); s != 0 {
-				st = s
-			}
-			conformance.Check(t, map[string]any{"status": st}, want)
-		default:
-			t.Fatalf("unknown kind %q", in.Kind)
-		}
-	})
-	conformance.Run(t, "thinking-fallback", func(t *testing.T, c conformance.Case) {
-		var in struct {
-			Message   *string  `json:"message"`
-			Attempted []string `json:"attempted"`
-		}
-		if err := json.Unmarshal(c.Input, &in); err != nil {
-			t.Fatal(err)
-		}
-		msg := ""
+	conformance.Run(t, "error-classification", classificationCase)
+	conformance.Run(t, "thinking-fallback", thinkingCase)
+}
+
+// TestErrorObjects plays error-classification cases written for this
+// package from runtime spec §15 (testdata/error-objects.json): the status
+// table, statuses the table does not name, network error codes and
+// timeout-like errors.
+func TestErrorObjects(t *testing.T) {
+	t.Parallel()
+	for _, c := range conformance.LoadFile(t, filepath.Join("testdata", "error-objects.json")) {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			classificationCase(t, c)
+		})
+	}
+}
+
+func classificationCase(t *testing.T, c conformance.Case) {
+
+	var in struct {
+		Kind    string               `json:"kind"`
+		Message *string              `json:"message"`
+		Error   *conformance.JSError `json:"error"`
+		Reason  string               `json:"reason"`
+	}
+	conformance.Strict(t, c.Input, &in)
+	want := conformance.Decode(t, c.Expected)
+	switch in.Kind {
+	case "message":
+		text := ""
 		if in.Message != nil {
-			msg = *in.Message
+			text = *in.Message
 		}
-		var tried []provider.ThinkingLevel
-		for _, a := range in.Attempted {
-			tried = append(tried, provider.ThinkingLevel(a))
+		conformance.Check(t, flagsObj(text), want)
+		// What adapters and the run loop act on agrees with the
+		// reference, apart from the texts ClassifyMessage documents.
+		w := want.(map[string]any)["failoverReason"]
+		if why, ok := failover.Differs(text); ok {
+			t.Logf("ClassifyMessage differs on purpose: %s", why)
+		} else if got := conformance.ReferenceReason(failover.ClassifyMessage(text)); got != w {
+			t.Errorf("ClassifyMessage(%q) = %v, the reference's failover reason is %v", text, got, w)
 		}
-		var got any
-		if lv, ok := failover.ThinkingFallback(msg, tried); ok {
-			got = string(lv)
+	case "errorObject":
+		// The error the fleet sees in its place, classified as the
+		// fallback loop and the run loop classify it.
+		err := in.Error.Err()
+		conformance.Check(t, map[string]any{
+			"failoverReason": conformance.ReferenceReason(failover.ClassifyError(err)),
+			"isTimeoutError": failover.IsTimeoutError(err),
+		}, want)
+	case "reasonToStatus":
+		var st any
+		if s := failover.StatusOf(provider.Reason(in.Reason)); s != 0 {
+			st = s
 		}
-		conformance.Check(t, map[string]any{"fallback": got}, conformance.Decode(t, c.Expected))
-	})
+		conformance.Check(t, map[string]any{"status": st}, want)
+	default:
+		t.Fatalf("unknown kind %q", in.Kind)
+	}
+}
+
+func thinkingCase(t *testing.T, c conformance.Case) {
+
+	var in struct {
+		Message   *string  `json:"message"`
+		Attempted []string `json:"attempted"`
+	}
+	conformance.Strict(t, c.Input, &in)
+	msg := ""
+	if in.Message != nil {
+		msg = *in.Message
+	}
+	var tried []provider.ThinkingLevel
+	for _, a := range in.Attempted {
+		tried = append(tried, provider.ThinkingLevel(a))
+	}
+	var got any
+	if lv, ok := failover.ThinkingFallback(msg, tried); ok {
+		got = string(lv)
+	}
+	conformance.Check(t, map[string]any{"fallback": got}, conformance.Decode(t, c.Expected))
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,67 +104,79 @@ func FailoverReason(text string) provider.Reason {
 }
 
 // ClassifyMessage is the reason adapters and the run loop act on for an error
-// text. It differs from FailoverReason in that it keeps apart what the
-// reference merges or leaves out:
-//
-//   - image size and dimension errors → image_size;
-//   - context overflows (the strict list plus provider wordings such as
-//     "exceeds the context window") → context_overflow;
-//   - role ordering errors → role_ordering;
-//   - overloaded (also a leading 529) → overloaded rather than rate_limit;
-//   - "API key not valid" (Gemini) → auth_permanent;
-//   - a corrupted history (tool call input missing) → format;
-//   - transient transport wordings ("Provider disconnected", "server_error")
-//     → timeout;
-//   - a likely overflow that nothing else claimed → context_overflow.
-//
-// It returns ReasonUnknown when nothing matches.
+// text: the reference's failover reason (FailoverReason), with overloaded
+// kept apart from rate_limit where the text names no rate limit, and, where
+// the reference has no failover reason, the reasons it handles on other
+// paths: image size and dimension errors → image_size; context overflows
+// (the strict list, provider wordings such as "exceeds the context window",
+// and the likely-overflow heuristic) → context_overflow; role ordering →
+// role_ordering. Two texts differ on purpose: a strict context
+// overflow whose only rate-limit sign is "429" inside a larger number
+// ("prompt is too long: 214290 tokens > 200000 maximum") is the overflow
+// it says, not a rate limit, so the run compacts instead of rotating; and
+// a corrupted history (tool call input missing) is format, as another
+// model may accept it, where the reference has no reason. It returns
+// ReasonUnknown when nothing matches.
 func ClassifyMessage(text string) provider.Reason {
 	text = strings.TrimSpace(text)
 	if text == "" {
 		return provider.ReasonUnknown
 	}
-	l := lower(text)
-	switch {
-	case IsImageDimension(text), IsImageSize(text):
-		return provider.ReasonImageSize
-	case IsContextOverflow(text), !hasTPMHint(l) && matchAny(l, extraOverflow):
-		return provider.ReasonContextOverflow
-	case IsRoleOrdering(text):
-		return provider.ReasonRoleOrdering
-	case IsMissingToolCallInput(text):
-		return provider.ReasonFormat
-	case matchAny(l, extraAuthPermanent):
-		return provider.ReasonAuthPermanent
-	}
-	if n, _, ok := LeadingStatus(text); ok && n == 529 {
-		return provider.ReasonOverloaded
+	if r, _, ok := deliberate(text); ok {
+		return r
 	}
 	r := FailoverReason(text)
 	switch {
 	case r == provider.ReasonRateLimit && !IsRateLimit(text) && IsOverloaded(text):
 		return provider.ReasonOverloaded
-	case r == provider.ReasonTimeout && IsOverloaded(text) && !IsRateLimit(text):
-		return provider.ReasonOverloaded
 	case r != "":
 		return r
-	case matchAny(l, extraTransient):
-		return provider.ReasonTimeout
-	case IsLikelyContextOverflow(text):
+	case IsImageDimension(text), IsImageSize(text):
+		return provider.ReasonImageSize
+	case IsLikelyContextOverflow(text), !hasTPMHint(lower(text)) && matchAny(lower(text), extraOverflow):
 		return provider.ReasonContextOverflow
+	case IsRoleOrdering(text):
+		return provider.ReasonRoleOrdering
 	}
 	return provider.ReasonUnknown
+}
+
+// deliberate is the reason ClassifyMessage gives a (trimmed) text on
+// purpose where the reference gives another, and why; ok is false for
+// every other text.
+func deliberate(text string) (r provider.Reason, why string, ok bool) {
+	switch {
+	case overflowBehindA429(text):
+		return provider.ReasonContextOverflow, "a context overflow whose tokens count holds 429 is the overflow, not a rate limit", true
+	case IsMissingToolCallInput(text) && FailoverReason(text) == "":
+		return provider.ReasonFormat, "a corrupted history (tool call input missing) is a format error: another model may accept it", true
+	}
+	return "", "", false
+}
+
+// longNumber is a number of more than three digits.
+var longNumber = regexp.MustCompile(`\d{4,}`)
+
+// overflowBehindA429 reports a strict context overflow that the reference
+// takes for a rate limit only because a larger number holds "429".
+func overflowBehindA429(text string) bool {
+	if !IsContextOverflow(text) || !IsRateLimit(text) {
+		return false
+	}
+	return !IsRateLimit(longNumber.ReplaceAllString(text, "0"))
 }
 
 // Info is what an adapter knows about one failure: the HTTP status (0 for an
 // error inside a 200 stream or no response at all), the provider's error type
 // and code (Anthropic error.type, OpenAI error.type and error.code, Gemini
-// error.status and details reasons), and its human message.
+// error.status and details reasons), its human message, and the body as
+// text (the message when it is not JSON).
 type Info struct {
 	Status  int
 	Type    string
 	Code    string
 	Message string
+	Body    string
 }
 
 // codeReasons maps provider error types and codes (lower-cased) to reasons.
@@ -195,80 +208,80 @@ var codeReasons = map[string]provider.Reason{
 	"deadline_exceeded":          provider.ReasonTimeout,
 }
 
+// specificCodes are the codes that name what no status can tell: they
+// decide whatever the status says.
+var specificCodes = map[provider.Reason]bool{
+	provider.ReasonContextOverflow: true, provider.ReasonBilling: true,
+	provider.ReasonAuthPermanent: true, provider.ReasonModelNotFound: true,
+}
+
 // ClassifyHTTP classifies a failure from its HTTP status, provider error
-// type/code and message. The more specific signal wins: a message that says
-// context overflow, image size, role ordering or billing beats the status; a
-// known error code beats a generic status; the status decides the rest
-// (402 billing, 429 rate_limit, 401/403 auth or auth_permanent, 404
-// model_not_found, 408 timeout, 529 overloaded, 5xx timeout or overloaded,
-// 400/422 format). An error inside a 200 stream (Status 0 or 200) that
-// nothing recognises is a transient failure (timeout).
+// type/code, message and body, as the reference classifies an error with
+// a status (runtime spec §15), in this order:
+//
+//  1. a provider code that names what the status cannot (Lanefleet):
+//     context_length_exceeded, insufficient_quota (sent as 429),
+//     invalid_api_key and Gemini's API_KEY_INVALID (sent as 400),
+//     model_not_found;
+//  2. the reference's status table: 402 billing, 429 rate_limit, 401 and
+//     403 auth (auth_permanent for a permanent-auth text), 408 and
+//     502-504 timeout, 400 format. Two bodies say more than their status
+//     (Lanefleet, the recorded provider bodies): a 503 whose body says
+//     "overloaded" is overloaded (the reference's timeout), and a 400 whose
+//     body is a billing error (Anthropic's credit balance), a context
+//     overflow (Gemini's token count), a role-ordering or an image-size
+//     error is that;
+//  3. any other status, and an error inside a 200 stream: the text
+//     decides, as the reference's classifyFailoverReason of the message
+//     and then of the body (ClassifyMessage), then the provider's type or
+//     code. An error inside a stream (Status 0 or 200) that nothing
+//     recognises is a transient failure (timeout).
 func ClassifyHTTP(in Info) provider.Reason {
-	msg := ClassifyMessage(in.Message)
 	code := codeReason(in.Code)
 	if code == "" {
 		code = codeReason(in.Type)
 	}
-	switch msg {
-	case provider.ReasonContextOverflow, provider.ReasonImageSize, provider.ReasonRoleOrdering:
-		if in.Status != 429 {
-			return msg
-		}
-	}
-	if code == provider.ReasonContextOverflow || code == provider.ReasonBilling ||
-		code == provider.ReasonAuthPermanent || code == provider.ReasonModelNotFound {
+	if specificCodes[code] {
 		return code
 	}
-	switch s := in.Status; {
-	case s == 402:
+	switch s := in.Status; s {
+	case 402:
 		return provider.ReasonBilling
-	case s == 429:
-		if msg == provider.ReasonBilling {
-			return msg
-		}
+	case 429:
 		return provider.ReasonRateLimit
-	case s == 401 || s == 403:
-		if msg == provider.ReasonAuthPermanent || IsAuthPermanent(in.Message) {
+	case 401, 403:
+		if IsAuthPermanent(in.Message) || IsAuthPermanent(in.Body) {
 			return provider.ReasonAuthPermanent
 		}
-		if msg == provider.ReasonBilling {
-			return msg
-		}
 		return provider.ReasonAuth
-	case s == 404:
-		switch msg {
-		case provider.ReasonBilling, provider.ReasonAuth, provider.ReasonAuthPermanent:
-			return msg
-		}
-		return provider.ReasonModelNotFound
-	case s == 408 || s == 499 || s == 504:
-		return provider.ReasonTimeout
-	case s == 529:
-		return provider.ReasonOverloaded
-	case s >= 500:
-		if msg == provider.ReasonOverloaded || code == provider.ReasonOverloaded {
+	case 503:
+		if strings.Contains(lower(in.Message), "overloaded") || code == provider.ReasonOverloaded {
 			return provider.ReasonOverloaded
 		}
 		return provider.ReasonTimeout
-	case s == 400 || s == 422 || s == 413:
-		if s == 413 && msg == provider.ReasonUnknown {
-			return provider.ReasonContextOverflow
-		}
-		if code != "" && code != provider.ReasonTimeout {
-			return code
-		}
-		if msg != provider.ReasonUnknown && msg != provider.ReasonTimeout {
-			return msg
+	case 408, 502, 504:
+		return provider.ReasonTimeout
+	case 400:
+		switch r := ClassifyMessage(in.Message); r {
+		case provider.ReasonBilling, provider.ReasonContextOverflow, provider.ReasonRoleOrdering, provider.ReasonImageSize:
+			return r
 		}
 		return provider.ReasonFormat
 	}
-	if code != "" {
+	r := ClassifyMessage(in.Message)
+	if r == provider.ReasonUnknown && in.Body != in.Message {
+		r = ClassifyMessage(in.Body)
+	}
+	switch {
+	case r != provider.ReasonUnknown:
+		return r
+	case code != "":
 		return code
-	}
-	if msg != provider.ReasonUnknown {
-		return msg
-	}
-	if in.Status == 0 || in.Status == 200 {
+	case IsContextOverflow(strconv.Itoa(in.Status) + " " + in.Message):
+		// "413 Request Entity Too Large", as a JavaScript client words
+		// it (the reference has no failover reason for it either).
+		return provider.ReasonContextOverflow
+	case in.Status == 0 || in.Status == 200:
 		return provider.ReasonTimeout
 	}
 	return provider.ReasonUnknown
@@ -281,11 +294,16 @@ func codeReason(code string) provider.Reason {
 	return codeReasons[lower(strings.TrimSpace(code))]
 }
 
-// ClassifyError returns the reason of any Go error: a *provider.Error's own
-// reason; aborted for context cancellation; timeout for deadlines, network
-// timeouts, connection resets and truncated bodies; otherwise the
-// ClassifyMessage of its text (ReasonUnknown when nothing matches). A nil
-// error has no reason ("").
+// ClassifyError returns the reason of any Go error, as the reference
+// resolves the failover reason of an error (runtime spec §15): a
+// *provider.Error's own reason; aborted for context cancellation; timeout
+// for the network errors the reference names (ETIMEDOUT, ECONNRESET,
+// ECONNABORTED), for a truncated body (io.ErrUnexpectedEOF, Go's form of
+// a connection cut mid-response) and for a timeout-like error
+// (IsTimeoutError); otherwise the ClassifyMessage of its text
+// (ReasonUnknown when nothing matches: a refused connection, for one,
+// which the adapters' transport classification treats as transient). A
+// nil error has no reason ("").
 func ClassifyError(err error) provider.Reason {
 	if err == nil {
 		return ""
@@ -297,21 +315,41 @@ func ClassifyError(err error) provider.Reason {
 	if errors.Is(err, context.Canceled) {
 		return provider.ReasonAborted
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNABORTED) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT) {
-		return provider.ReasonTimeout
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return provider.ReasonTimeout
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
+	if errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || IsTimeoutError(err) {
 		return provider.ReasonTimeout
 	}
 	return ClassifyMessage(err.Error())
+}
+
+// timeoutHint is the reference's timeout-like message (isTimeoutError).
+var timeoutHint = regexp.MustCompile(`(?i)timeout|timed out|deadline exceeded|context deadline exceeded|stop reason:\s*abort|reason:\s*abort|unhandled stop reason:\s*abort`)
+
+// IsTimeoutError reports whether err is a timeout as the reference's
+// isTimeoutError sees one: a passed deadline (context.DeadlineExceeded,
+// os.ErrDeadlineExceeded, a network timeout; Go's forms of a TimeoutError
+// and of an abort its request timer caused) or an error whose message
+// says it timed out. A network error code (ETIMEDOUT) is not one: the
+// reference tells them apart.
+func IsTimeoutError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		if _, errno := ne.(syscall.Errno); !errno {
+			return true
+		}
+	}
+	msg := err.Error()
+	var pe *provider.Error
+	if errors.As(err, &pe) && pe.Message != "" {
+		msg = pe.Message
+	}
+	return timeoutHint.MatchString(msg)
 }
 
 // StatusOf is the HTTP status the reference attaches to a failover reason

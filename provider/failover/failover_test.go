@@ -127,7 +127,22 @@ func TestClassifyHTTP(t *testing.T) {
 		{failover.Info{Status: 400, Message: "messages: roles must alternate between \"user\" and \"assistant\""}, provider.ReasonRoleOrdering},
 		{failover.Info{Status: 400, Message: "image exceeds 5 MB maximum"}, provider.ReasonImageSize},
 		{failover.Info{Status: 400, Message: "something odd"}, provider.ReasonFormat},
-		{failover.Info{Status: 413, Message: ""}, provider.ReasonContextOverflow},
+		{failover.Info{Status: 413, Message: "Request Entity Too Large"}, provider.ReasonContextOverflow},
+		// The reference's status table (runtime spec §15) over what the
+		// text says, and the text where the table has no entry.
+		{failover.Info{Status: 503, Message: "Service Unavailable"}, provider.ReasonTimeout},
+		{failover.Info{Status: 429, Message: "Insufficient credits, please upgrade your plan"}, provider.ReasonRateLimit},
+		{failover.Info{Status: 401, Message: "Your API key has been revoked"}, provider.ReasonAuthPermanent},
+		{failover.Info{Status: 403, Message: "Your credit balance is too low"}, provider.ReasonAuth},
+		{failover.Info{Status: 400, Message: "request timed out"}, provider.ReasonFormat},
+		{failover.Info{Status: 500, Message: "Internal Server Error"}, provider.ReasonUnknown},
+		{failover.Info{Status: 500, Message: "500 Internal Server Error"}, provider.ReasonTimeout},
+		{failover.Info{Status: 500, Message: "Internal server error", Type: "api_error",
+			Body: `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`}, provider.ReasonTimeout},
+		{failover.Info{Status: 404, Message: "Not Found"}, provider.ReasonUnknown},
+		{failover.Info{Status: 404, Message: "model not found"}, provider.ReasonModelNotFound},
+		{failover.Info{Status: 529, Message: "Overloaded"}, provider.ReasonOverloaded},
+		{failover.Info{Status: 500, Message: "upstream request timeout"}, provider.ReasonTimeout},
 		{failover.Info{Status: 0, Type: "server_is_overloaded", Message: "busy"}, provider.ReasonOverloaded},
 		{failover.Info{Status: 0, Message: "Provider disconnected unexpectedly"}, provider.ReasonTimeout},
 		{failover.Info{Status: 0, Message: "mystery"}, provider.ReasonTimeout},
@@ -138,6 +153,15 @@ func TestClassifyHTTP(t *testing.T) {
 		}
 	}
 }
+
+// codeErr is an error with a message of its own and a network error code.
+type codeErr struct {
+	msg  string
+	code syscall.Errno
+}
+
+func (e codeErr) Error() string { return e.msg }
+func (e codeErr) Unwrap() error { return e.code }
 
 type timeoutErr struct{}
 
@@ -156,15 +180,51 @@ func TestClassifyError(t *testing.T) {
 		{fmt.Errorf("wrap: %w", &provider.Error{Reason: provider.ReasonFormat}), provider.ReasonFormat},
 		{fmt.Errorf("x: %w", errors.Join(errors.New("a"), contextCanceled())), provider.ReasonAborted},
 		{io.ErrUnexpectedEOF, provider.ReasonTimeout},
+		// The network error codes the reference names are timeouts; a
+		// refused connection is not (runtime spec §15).
 		{fmt.Errorf("read: %w", syscall.ECONNRESET), provider.ReasonTimeout},
+		{fmt.Errorf("read: %w", syscall.ECONNABORTED), provider.ReasonTimeout},
+		{fmt.Errorf("dial: %w", syscall.ETIMEDOUT), provider.ReasonTimeout},
+		{fmt.Errorf("connect ECONNREFUSED: %w", syscall.ECONNREFUSED), provider.ReasonUnknown},
+		{fmt.Errorf("write: %w", syscall.EPIPE), provider.ReasonUnknown},
+		// A timeout-like message wins over what else it says.
+		{errors.New("rate limit check timed out"), provider.ReasonTimeout},
 		{timeoutErr{}, provider.ReasonTimeout},
 		{errors.New("429 Too Many Requests"), provider.ReasonRateLimit},
 		{errors.New("Overloaded"), provider.ReasonOverloaded},
-		{errors.New("529 Overloaded"), provider.ReasonOverloaded},
+		// A leading transient status is timeout, as the reference says
+		// (runtime spec §25).
+		{errors.New("529 Overloaded"), provider.ReasonTimeout},
 		{errors.New("what"), provider.ReasonUnknown},
 	} {
 		if got := failover.ClassifyError(tc.err); got != tc.want {
 			t.Errorf("%v: got %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestIsTimeoutError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("read: %w", os.ErrDeadlineExceeded), true},
+		{timeoutErr{}, true},
+		{errors.New("Request Timeout"), true},
+		{errors.New("unhandled stop reason: abort"), true},
+		{&provider.Error{Reason: provider.ReasonTimeout, Status: 503, Message: "Service Unavailable"}, false},
+		{&provider.Error{Reason: provider.ReasonTimeout, Status: 408, Message: "Request Timeout"}, true},
+		// A network error code is no timeout to the reference (Go's own
+		// wording of it, "connection timed out", says it is).
+		{codeErr{"connect ETIMEDOUT 10.0.0.1:443", syscall.ETIMEDOUT}, false},
+		{fmt.Errorf("socket hang up: %w", syscall.ECONNRESET), false},
+		{contextCanceled(), false},
+	} {
+		if got := failover.IsTimeoutError(tc.err); got != tc.want {
+			t.Errorf("%v: %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
@@ -254,9 +314,12 @@ func TestHTMLErrorPages(t *testing.T) {
 			t.Errorf("%q: user text %q, want %q", tt.text, got, tt.user)
 		}
 	}
-	for _, status := range []int{502, 503, 521} {
+	// The reference's status table makes 502-504 timeout; any other
+	// status is classified by its body, and a page says nothing (the run
+	// loop still rotates on the "<status> <page>" text).
+	for status, reason := range map[int]provider.Reason{502: provider.ReasonTimeout, 503: provider.ReasonTimeout, 521: provider.ReasonUnknown} {
 		e := failover.FromHTTP(status, nil, []byte(page), nil, time.Time{})
-		if want := fmt.Sprintf("%d %s", status, page); e.Message != want || e.Reason != provider.ReasonTimeout {
+		if want := fmt.Sprintf("%d %s", status, page); e.Message != want || e.Reason != reason {
 			t.Errorf("FromHTTP(%d): %s %q", status, e.Reason, e.Message)
 		}
 		if got := failover.UserText(e.Message, "", ""); got != unavailable(status) {

@@ -74,6 +74,18 @@ func ParseBody(body []byte) Info {
 	return in
 }
 
+// maxBodyText bounds the body classified as text.
+const maxBodyText = 64 << 10
+
+// bodyText is an error body as text for the classifiers, trimmed and
+// bounded.
+func bodyText(body []byte) string {
+	if len(body) > maxBodyText {
+		body = body[:maxBodyText]
+	}
+	return strings.TrimSpace(string(body))
+}
+
 // rawString renders a JSON string or number as text; numeric codes (Gemini's
 // "code": 400) are dropped because the status already carries them.
 func rawString(r json.RawMessage) string {
@@ -142,6 +154,7 @@ func FromHTTP(status int, h http.Header, body []byte, cause error, now time.Time
 	if in.Message == "" {
 		in.Message = http.StatusText(status)
 	}
+	in.Body = bodyText(body)
 	msg := in.Message
 	if htmlStart.MatchString(msg) {
 		// An HTML error page (a proxy's, a CDN's) is worded as a JavaScript
@@ -165,6 +178,7 @@ func FromHTTP(status int, h http.Header, body []byte, cause error, now time.Time
 // body.
 func FromStream(body []byte, cause error) *provider.Error {
 	in := ParseBody(body)
+	in.Body = bodyText(body)
 	return &provider.Error{
 		Reason:  ClassifyHTTP(in),
 		Message: in.Message,

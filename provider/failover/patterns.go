@@ -337,19 +337,11 @@ func IsCompactionFailure(text string) bool {
 	return IsLikelyContextOverflow(text) || strings.Contains(l, "context overflow")
 }
 
-// Lanefleet additions: provider wordings the reference's strict list misses.
-var (
-	extraOverflow = []pattern{
-		sub("exceeds the context window"), sub("context_length_exceeded"), sub("context window exceeded"),
-		sub("context_window_exceeded"), sub("prompt too long"),
-		re(`input token count.*exceeds the maximum`), re(`input tokens exceed the configured limit`),
-		re(`input exceeds.*maximum number of tokens`),
-	}
-	extraAuthPermanent = []pattern{sub("api key not valid"), sub("api_key_invalid")}
-	extraTransient     = []pattern{
-		sub("provider disconnected"), sub("server had an error"), sub("internal server error"),
-		sub("server_error"), sub("failed to generate a response"), sub("connection reset"),
-		sub("connection refused"), sub("unexpected eof"), sub("socket hang up"), sub("fetch failed"),
-		sub("bad gateway"), sub("gateway timeout"), sub("stream ended"), sub("stream stalled"),
-	}
-)
+// Lanefleet additions: provider wordings of a context overflow the
+// reference's lists miss (it has no failover reason for them either).
+var extraOverflow = []pattern{
+	sub("exceeds the context window"), sub("context_length_exceeded"), sub("context window exceeded"),
+	sub("context_window_exceeded"), sub("prompt too long"),
+	re(`input token count.*exceeds the maximum`), re(`input tokens exceed the configured limit`),
+	re(`input exceeds.*maximum number of tokens`),
+}

@@ -154,7 +154,9 @@ func TestPostErrors(t *testing.T) {
 		{"anthropic 429", 429, "application/json", `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, map[string]string{"Retry-After": "23"}, provider.ReasonRateLimit, "slow down", 23 * time.Second},
 		{"openai 401", 401, "application/json", `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`, nil, provider.ReasonAuthPermanent, "Incorrect API key provided", 0},
 		{"not json 400", 400, "application/json", "not json", nil, provider.ReasonFormat, "not json", 0},
-		{"empty 503", 503, "", "", nil, provider.ReasonOverloaded, "Service Unavailable", 0},
+		// The reference's status table: 503 is timeout unless the body says
+		// the service is overloaded.
+		{"empty 503", 503, "", "", nil, provider.ReasonTimeout, "Service Unavailable", 0},
 		{"200 json error", 200, "application/json", `{"error":{"message":"boom","type":"server_error"}}`, nil, provider.ReasonTimeout, "boom", 0},
 		// A 3xx that reaches Post (no Location here) is an error, not an empty stream.
 		{"bare 301", 301, "text/plain", "", nil, provider.ReasonUnknown, "Moved Permanently", 0},
