@@ -103,7 +103,10 @@ func TestFollowThroughAHandOver(t *testing.T) {
 	}
 	t.Parallel()
 	srv := natstest.Start(t)
-	first := startMember(t, srv.URL, fleet.Config{WorkerID: "first", ScriptedDelay: 20 * time.Millisecond, ShutdownGrace: time.Millisecond})
+	// 40 chunks of 250 ms: the first attempt is still streaming when the
+	// second worker has started, however busy the machine (at 20 ms a
+	// loaded run finished the turn before the first worker was stopped).
+	first := startMember(t, srv.URL, fleet.Config{WorkerID: "first", ScriptedDelay: 250 * time.Millisecond, ShutdownGrace: time.Millisecond})
 	nc := natstest.Connect(t, srv.URL)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
