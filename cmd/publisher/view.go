@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/lanefleet/lanefleet/events"
@@ -17,8 +18,8 @@ import (
 // after a hand-over (an aborted attempt, then a restart); the reply then
 // streams live on notes if that is a terminal. Every other line goes to notes
 // (stderr): reasoning, prefixed and dimmed, tool calls as "⚙ name(args…)"
-// then "✓/✗ first line of the result", compaction, restarts, waits and
-// errors. Colors are used only when notes is a terminal (and NO_COLOR is
+// then "✓/✗ first line of the result", compaction, restarts, a provider
+// retry's wait ("⏳ … retry 1 of 3 in 2s") and its end, waits and errors. Colors are used only when notes is a terminal (and NO_COLOR is
 // unset); otherwise it is plain text.
 type view struct {
 	out, notes *line
@@ -161,8 +162,40 @@ func (v *view) event(ev *events.Event) {
 			v.printed = ""
 		case events.PhaseSteered:
 			v.note("%s", v.style(dim, "↪ run "+d.Text+" saw this message while it ran; it runs on its own now"))
+		case events.PhaseRetrying:
+			wait := waitText(time.Duration(d.DelayMs) * time.Millisecond)
+			why := firstLine(d.Error, 300)
+			if d.Attempt == 0 {
+				// A cooling auth profile's wait: the event says why.
+				v.note("%s", v.style(dim, "⏳ "+why+"; calling the model in "+wait))
+				break
+			}
+			v.note("%s", v.style(dim, fmt.Sprintf("⏳ the model call failed: %s; %s in %s", why, retryOf(d), wait)))
+		case events.PhaseRetry:
+			if d.Attempt == 0 {
+				v.note("%s", v.style(dim, "↻ calling the model now"))
+				break
+			}
+			v.note("%s", v.style(dim, "↻ "+retryOf(d)+": calling the model again"))
 		}
 	}
+}
+
+// retryOf names a same-key retry: "retry 2 of 3" ("retry 2" from a
+// worker that does not say how many).
+func retryOf(d events.EventData) string {
+	if d.MaxAttempts > 0 {
+		return fmt.Sprintf("retry %d of %d", d.Attempt, d.MaxAttempts)
+	}
+	return fmt.Sprintf("retry %d", d.Attempt)
+}
+
+// waitText words a wait for a person: "2s", "1.5s", "40ms", "2m0s".
+func waitText(d time.Duration) string {
+	if d >= time.Second {
+		d = d.Round(100 * time.Millisecond)
+	}
+	return max(d, 0).String()
 }
 
 func (v *view) reply(s string) {

@@ -157,6 +157,33 @@ func TestViewFailedAttempts(t *testing.T) {
 	}
 }
 
+// TestViewRetries: a provider retry's wait is a line when it starts (what
+// failed and why, which retry of how many, how long) and one when it ends
+// (the call is made again); a cooling profile's wait too. An older
+// worker's retrying event, without the most retries, still reads.
+func TestViewRetries(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	for _, d := range []events.EventData{
+		{Phase: events.PhaseRetrying, Attempt: 1, MaxAttempts: 3, DelayMs: 2000, Error: "server error (HTTP 503): Service Unavailable"},
+		{Phase: events.PhaseRetry, Attempt: 1, MaxAttempts: 3},
+		{Phase: events.PhaseRetrying, Attempt: 2, DelayMs: 4000, Error: "Overloaded"},
+		{Phase: events.PhaseRetrying, DelayMs: 1500, Error: "every auth profile of acme is cooling down; acme:a may be used again in 1.5s"},
+		{Phase: events.PhaseRetry},
+	} {
+		v.event(&events.Event{Stream: events.StreamLifecycle, Data: d})
+	}
+	want := "⏳ the model call failed: server error (HTTP 503): Service Unavailable; retry 1 of 3 in 2s\n" +
+		"↻ retry 1 of 3: calling the model again\n" +
+		"⏳ the model call failed: Overloaded; retry 2 in 4s\n" +
+		"⏳ every auth profile of acme is cooling down; acme:a may be used again in 1.5s; calling the model in 1.5s\n" +
+		"↻ calling the model now\n"
+	if notes.String() != want {
+		t.Fatalf("stderr:\n%s\nwant\n%s", notes.String(), want)
+	}
+}
+
 func TestReadTools(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
