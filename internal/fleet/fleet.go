@@ -878,7 +878,7 @@ func (m *Member) Run(ctx context.Context) error {
 	defer func() { _ = svc.Stop() }()
 	// The admin service answers operators (admin role) fleet-wide.
 	adm, err := admin.Serve(m.Conn, admin.Config{JS: m.JS, Inbound: m.Streams.Inbound, Events: m.Streams.Events, Dead: m.Streams.Dead,
-		Runs: m.Runs, Auth: m.authBook(), Worker: m.Worker.ID(), Logger: m.log})
+		Runs: m.Runs, Lanes: m.Lanes, Auth: m.authBook(), Worker: m.Worker.ID(), Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("fleet: admin service: %w", err)
 	}
