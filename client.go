@@ -269,7 +269,7 @@ type Run struct {
 	c       *Client
 
 	waitAfter time.Duration
-	onWait    func(RunState)
+	onWait    func(Wait)
 	// live is the feed Send opened before it published, until the first
 	// Events takes it or it expires (claimWithin).
 	live atomic.Pointer[feed]

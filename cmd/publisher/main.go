@@ -508,14 +508,12 @@ func follow(ctx context.Context, r *lanefleet.Run, asJSON bool, stdout, stderr i
 
 func followWith(ctx context.Context, r *lanefleet.Run, asJSON bool, v *view, enc *json.Encoder) error {
 	waiting := lanefleet.RunState("")
-	r.OnWait(waitNoteAfter, func(s lanefleet.RunState) {
-		waiting = s
-		switch s {
-		case lanefleet.RunNoWorker:
-			v.note("%s", v.style(dim, fmt.Sprintf("… no worker is running: run %s is stored and runs when one starts (waiting; Ctrl-C to stop)", r.ID)))
-		case lanefleet.RunQueued:
-			v.note("%s", v.style(dim, fmt.Sprintf("… run %s waits on the session's lane for its turn", r.ID)))
+	r.OnWait(waitNoteAfter, func(w lanefleet.Wait) {
+		switch w.State {
+		case lanefleet.RunNoWorker, lanefleet.RunQueued, lanefleet.RunHandOver:
+			waiting = w.State
 		}
+		v.wait(r.ID, w)
 	})
 	for ev, err := range r.Events(ctx) {
 		if err != nil {

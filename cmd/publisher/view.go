@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 )
 
@@ -179,6 +180,42 @@ func (v *view) event(ev *events.Event) {
 			v.note("%s", v.style(dim, "↻ "+retryOf(d)+": calling the model again"))
 		}
 	}
+}
+
+// wait says why following run shows no event: no worker runs, the
+// message waits its turn, the run's worker stopped answering (and until
+// when another takes it over), the connection to NATS dropped (why, and
+// for how long nats.go tries to reconnect) or is back.
+func (v *view) wait(run string, w lanefleet.Wait) {
+	var msg string
+	switch w.State {
+	case lanefleet.RunNoWorker:
+		msg = fmt.Sprintf("… no worker is running: run %s is stored and runs when one starts (waiting; Ctrl-C to stop)", run)
+	case lanefleet.RunQueued:
+		msg = fmt.Sprintf("… run %s waits on the session's lane for its turn", run)
+	case lanefleet.RunHandOver:
+		if w.Worker == "" {
+			msg = fmt.Sprintf("… the worker running run %s stopped, and its lease on the session's lane lapsed: the run starts again when a worker takes the lane", run)
+			break
+		}
+		msg = fmt.Sprintf("… worker %s stopped answering (it no longer renews its lease on the session's lane): another worker takes run %s over within %s",
+			w.Worker, run, waitText(w.Within))
+	case lanefleet.RunDisconnected:
+		msg = "… lost the connection to NATS"
+		if w.Err != nil {
+			msg += " (" + firstLine(w.Err.Error(), 200) + ")"
+		}
+		if w.Within > 0 {
+			msg += "; reconnecting, for at most " + waitText(w.Within.Round(time.Second))
+		} else {
+			msg += "; reconnecting"
+		}
+	case lanefleet.RunReconnected:
+		msg = fmt.Sprintf("… reconnected to NATS; catching up on run %s", run)
+	default:
+		return
+	}
+	v.note("%s", v.style(dim, msg))
 }
 
 // retryOf names a same-key retry: "retry 2 of 3" ("retry 2" from a

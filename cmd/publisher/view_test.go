@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 )
 
@@ -179,6 +182,37 @@ func TestViewRetries(t *testing.T) {
 		"⏳ the model call failed: Overloaded; retry 2 in 4s\n" +
 		"⏳ every auth profile of acme is cooling down; acme:a may be used again in 1.5s; calling the model in 1.5s\n" +
 		"↻ calling the model now\n"
+	if notes.String() != want {
+		t.Fatalf("stderr:\n%s\nwant\n%s", notes.String(), want)
+	}
+}
+
+// TestViewWaits: what following says while no event comes: no worker, a
+// queue, a worker that stopped answering (and within how long another
+// takes over) or whose lease lapsed, and a dropped connection to NATS
+// (why, for how long nats.go tries) and its return.
+func TestViewWaits(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	for _, w := range []lanefleet.Wait{
+		{State: lanefleet.RunNoWorker},
+		{State: lanefleet.RunQueued},
+		{State: lanefleet.RunHandOver, Worker: "w1", Within: 13200 * time.Millisecond},
+		{State: lanefleet.RunHandOver},
+		{State: lanefleet.RunDisconnected, Err: errors.New("EOF"), Within: 306 * time.Second},
+		{State: lanefleet.RunReconnected},
+		{State: lanefleet.RunDisconnected},
+	} {
+		v.wait("12", w)
+	}
+	want := "… no worker is running: run 12 is stored and runs when one starts (waiting; Ctrl-C to stop)\n" +
+		"… run 12 waits on the session's lane for its turn\n" +
+		"… worker w1 stopped answering (it no longer renews its lease on the session's lane): another worker takes run 12 over within 13.2s\n" +
+		"… the worker running run 12 stopped, and its lease on the session's lane lapsed: the run starts again when a worker takes the lane\n" +
+		"… lost the connection to NATS (EOF); reconnecting, for at most 5m6s\n" +
+		"… reconnected to NATS; catching up on run 12\n" +
+		"… lost the connection to NATS; reconnecting\n"
 	if notes.String() != want {
 		t.Fatalf("stderr:\n%s\nwant\n%s", notes.String(), want)
 	}
