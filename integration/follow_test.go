@@ -174,8 +174,8 @@ func TestFollowWhileNoWorkerRuns(t *testing.T) {
 	}
 	var once sync.Once
 	noWorker := make(chan struct{})
-	run.OnWait(200*time.Millisecond, func(s lanefleet.RunState) {
-		if s == lanefleet.RunNoWorker {
+	run.OnWait(200*time.Millisecond, func(w lanefleet.Wait) {
+		if w.State == lanefleet.RunNoWorker {
 			once.Do(func() {
 				close(noWorker)
 				// Nobody ran the lane for a while: a worker starts again.
