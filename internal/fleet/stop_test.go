@@ -44,7 +44,10 @@ func TestStopWithoutServer(t *testing.T) {
 		}
 	}
 	t.Logf("stopped in %v\n%s", took, logs.String())
-	if took > 8*time.Second { // 17 s before: 5 s for each service's flush and the auth watch
+	// 17 s before (5 s for each service's flush and the auth watch); about
+	// 2 s now, 10 s seen on a machine loaded 10x: the bound catches the
+	// flushes coming back, not a slow machine.
+	if took > 15*time.Second {
 		t.Errorf("the worker took %v to stop without its server", took)
 	}
 	if last != "worker stopped" {
