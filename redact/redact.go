@@ -42,6 +42,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // Marker replaces every secret masked. It is what provider.Secret prints.
@@ -63,9 +64,16 @@ type secretSet struct {
 	// forms are the forms of each secret (the secret, JSON-escaped,
 	// URL-escaped), by secret index.
 	forms  [][]string
-	maxLen int       // the longest needle
-	first  [256]bool // the first bytes of the needles
+	maxLen int // the longest needle
+	// lag is how many bytes at the end of a growing text are held back
+	// (maxLen-1, rounded up to lagStep); spaceFree, that no needle holds
+	// whitespace, so a text may also go out up to its last whitespace.
+	lag       int
+	spaceFree bool
 }
+
+// lagStep rounds the hold-back of a growing text up.
+const lagStep = 64
 
 // needle is one form of a secret to find.
 type needle struct {
@@ -120,10 +128,15 @@ func (r *Redactor) Add(secrets ...string) (tooShort []string) {
 			next.forms = append(next.forms, kept)
 		}
 	}
+	next.spaceFree = true
 	for _, n := range next.needles {
 		next.maxLen = max(next.maxLen, len(n.find))
-		next.first[n.find[0]] = true
+		if strings.ContainsAny(n.find, " \t\r\n") {
+			next.spaceFree = false
+		}
 	}
+	// The lag tells the longest secret's length only to the next 64.
+	next.lag = (next.maxLen - 1 + lagStep - 1) / lagStep * lagStep
 	r.set.Store(next)
 	return tooShort
 }
@@ -169,9 +182,9 @@ func (w *writer) Write(p []byte) (int, error) {
 // of those starting at one place, the longest. A nil set masks nothing.
 //
 // Unless final is set, s is the start of a longer text: scan then stops
-// before the first place where a needle may begin that s ends too soon to
-// tell (at most maxLen-1 bytes before its end), and returns how much of s
-// it decided; a scan of the rest joined to what follows goes on from there.
+// where cut says (at most lag bytes before its end, where no needle that s
+// ends too soon to tell may begin), and returns how much of s it decided;
+// a scan of the rest joined to what follows goes on from there.
 // What it returned is then exactly what a scan of the whole text returns
 // for that part: a needle that may still complete is never cut, nor shown.
 func (s *secretSet) scan(text string, final bool, masks func(secret int) bool) (out string, n int) {
@@ -211,7 +224,7 @@ func (s *secretSet) scan(text string, final bool, masks func(secret int) bool) (
 		}
 		limit := len(text)
 		if !final {
-			limit = s.partial(text, i)
+			limit = s.cut(text, i)
 		}
 		if p < 0 || p >= limit {
 			if i == 0 {
@@ -229,20 +242,24 @@ func (s *secretSet) scan(text string, final bool, masks func(secret int) bool) (
 	}
 }
 
-// partial returns the first position at or after i from which the rest of
-// text is a proper prefix of a needle (a needle that may begin there),
-// len(text) when there is none.
-func (s *secretSet) partial(text string, i int) int {
-	for q := max(i, len(text)-s.maxLen+1); q < len(text); q++ {
-		if !s.first[text[q]] {
-			continue
-		}
-		rest := text[q:]
-		for _, nd := range s.needles {
-			if len(nd.find) > len(rest) && strings.HasPrefix(nd.find, rest) {
-				return q
-			}
+// cut returns how much of text may go out before the rest of it is known
+// (at least i): everything before its last whitespace when no needle holds
+// whitespace (no needle then spans it), and everything but the last lag
+// bytes (every needle that begins before them ends within text), backed
+// off to a rune's start. It depends on the text and on the longest
+// needle's length, never on what the needles are: a hold-back that ended
+// where the text stops being a secret's prefix would tell a sender who
+// streams guesses, by where the deltas split, how much of a secret each
+// guess got right.
+func (s *secretSet) cut(text string, i int) int {
+	c := len(text) - s.lag
+	if s.spaceFree {
+		if k := strings.LastIndexAny(text[max(i, c, 0):], " \t\r\n"); k >= 0 {
+			c = max(i, c, 0) + k + 1
 		}
 	}
-	return len(text)
+	for c > i && c < len(text) && !utf8.RuneStart(text[c]) {
+		c--
+	}
+	return max(c, i)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 const key = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv-wxyz"
@@ -110,9 +111,11 @@ func TestPartial(t *testing.T) {
 	t.Parallel()
 	m := New(key).Masker(nil)
 	for _, tc := range []struct{ in, want string }{
-		{"output so far", "output so far"},
-		{"token: sk-ant-api", "token: "},                  // may be the key's start
-		{"token: " + key + " sz", "token: [redacted] sz"}, // "sz" is not the key's start
+		// Up to the last whitespace (no secret holds any), whatever the
+		// words are: where a text is cut never says what a secret is.
+		{"output so far", "output so "},
+		{"token: sk-ant-api", "token: "},
+		{"token: " + key + " sz", "token: [redacted] "},
 		{"token: " + key + " sk-", "token: [redacted] "},
 	} {
 		if got := m.Partial(tc.in); got != tc.want {
@@ -151,14 +154,17 @@ func TestStream(t *testing.T) {
 		pieces []string
 		want   []string // what each Write returns, then Flush
 	}{
-		{"no secret", []string{"hello ", "world"}, []string{"hello ", "world", ""}},
+		// A piece goes out up to its last whitespace; a word waits for
+		// the next (or, longer than the lag, goes out but its last lag
+		// bytes).
+		{"no secret", []string{"hello ", "world"}, []string{"hello ", "", "world"}},
 		{"key split in three", []string{"the key is sk-ant-", "api03-AbCdEfGhIjKlMnOp", "QrStUv-wxyz, done"},
-			[]string{"the key is ", "", "[redacted], done", ""}},
-		{"a prefix that does not complete", []string{"sk-ant-api", "-03 is no key"}, []string{"", "sk-ant-api-03 is no key", ""}},
+			[]string{"the key is ", "", "[redacted], ", "done"}},
+		{"a prefix that does not complete", []string{"sk-ant-api", "-03 is no key"}, []string{"", "sk-ant-api-03 is no ", "key"}},
 		{"a prefix at the end", []string{"ends with sk-an"}, []string{"ends with ", "sk-an"}},
-		// abcdefgh is whole, but abcdefghij may still follow.
-		{"the longer may follow", []string{"abcdefgh", "ij!"}, []string{"", "[redacted]!", ""}},
-		{"the longer does not follow", []string{"abcdefgh", "xy"}, []string{"", "[redacted]xy", ""}},
+		{"the longer may follow", []string{"abcdefgh", "ij!"}, []string{"", "", "[redacted]!"}},
+		{"the longer does not follow", []string{"abcdefgh", "xy"}, []string{"", "", "[redacted]xy"}},
+		{"a long word", []string{strings.Repeat("w", 100) + "é"}, []string{strings.Repeat("w", 102-64), strings.Repeat("w", 62) + "é"}},
 		{"the shorter at the end", []string{"abcdefgh"}, []string{"", "[redacted]"}},
 		{"one byte at a time", strings.Split("a "+key+" b", ""), nil},
 	} {
@@ -182,6 +188,31 @@ func TestStream(t *testing.T) {
 	}
 }
 
+// TestStreamSplitsTellNothing: where a stream's pieces split depends on
+// the text, never on the secrets: a sender streaming guesses (its own
+// words, which its run leaves unmasked) sees the same pieces whether a
+// guess shares a long prefix with a secret or none. A hold-back that ended
+// where the text stopped being a secret's prefix told how much of the
+// secret each guess got right.
+func TestStreamSplitsTellNothing(t *testing.T) {
+	t.Parallel()
+	other := "zz-zzz-zzzzz-ZzZzZzZzZzZzZzZzZzZzZz-zzzz" // as long as key
+	guess := key[:len(key)-3] + "QQQ"                   // all but the end right
+	pieces := []string{"is it ", guess[:10], guess[10:30], guess[30:], " or not"}
+	split := func(secret string) []string {
+		m := New(secret).Masker(func(string) bool { return false }) // the sender supplied every secret it streams
+		s := m.Stream()
+		var out []string
+		for _, p := range pieces {
+			out = append(out, s.Write(p))
+		}
+		return append(out, s.Flush())
+	}
+	if a, b := split(key), split(other); fmt.Sprintf("%q", a) != fmt.Sprintf("%q", b) {
+		t.Errorf("pieces against the real key %q, against another %q", a, b)
+	}
+}
+
 func TestWriter(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
@@ -198,7 +229,7 @@ func TestWriter(t *testing.T) {
 
 // FuzzStream: for any text, secrets and split, no piece a Stream lets out
 // and no masked text holds a secret (in any of its forms), nothing is held
-// back longer than the longest secret less a byte, and the pieces joined
+// back longer than the lag (and a rune's start), and the pieces joined
 // are the masked whole text.
 func FuzzStream(f *testing.F) {
 	f.Add("x "+key+" y", "sk-ant-api03-AbCd", "abcdefghij", uint16(5), uint16(17))
@@ -232,8 +263,8 @@ func FuzzStream(f *testing.F) {
 			check("piece", out)
 			joined += out
 			check("pieces so far", joined)
-			if set != nil && len(s.held) >= set.maxLen {
-				t.Fatalf("held %d bytes, the longest secret has %d", len(s.held), set.maxLen)
+			if set != nil && len(s.held) > set.lag+utf8.UTFMax-1 {
+				t.Fatalf("held %d bytes, the lag is %d", len(s.held), set.lag)
 			}
 		}
 		joined += s.Flush()
