@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -16,14 +17,40 @@ import (
 
 // lockedBuffer is a bytes.Buffer the member's goroutines may write to.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu     sync.Mutex
+	b      bytes.Buffer
+	notify chan struct{}
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.notify != nil {
+		select {
+		case l.notify <- struct{}{}:
+		default:
+		}
+	}
 	return l.b.Write(p)
+}
+
+// waitFor waits until the buffer holds s.
+func (l *lockedBuffer) waitFor(t *testing.T, s string) {
+	t.Helper()
+	l.mu.Lock()
+	if l.notify == nil {
+		l.notify = make(chan struct{}, 1)
+	}
+	notify := l.notify
+	l.mu.Unlock()
+	deadline := time.After(time.Minute) // detects a hang only
+	for !strings.Contains(l.String(), s) {
+		select {
+		case <-notify:
+		case <-deadline:
+			t.Fatalf("no %q in the log:\n%s", s, l.String())
+		}
+	}
 }
 
 func (l *lockedBuffer) String() string {

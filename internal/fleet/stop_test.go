@@ -32,6 +32,9 @@ func TestStopWithoutServer(t *testing.T) {
 	}
 	srv.Shutdown()
 	srv.WaitForShutdown()
+	// The connection's handler says so on its own goroutine: once it has,
+	// nothing the server's end causes comes after the stop.
+	logs.waitFor(t, "disconnected from NATS")
 	start := time.Now()
 	cancel()
 	<-done
