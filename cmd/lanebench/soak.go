@@ -30,6 +30,7 @@ var (
 	soakRound    = flag.Duration("soak-round", 30*time.Second, "soak: length of one round")
 	soakSessions = flag.Int("soak-sessions", 64, "soak: sessions at once, each sending its next message as soon as its last is answered")
 	soakPer      = flag.Int("soak-session-turns", 0, "soak: turns a session runs before its loop moves on to a new session (0: the same sessions for the whole soak, their transcripts growing)")
+	soakWarmup   = flag.Duration("soak-warmup", 0, "soak: run this long before the first measured round (printed as round 0), so that what fills up to a bound (the per-session caches, the servers' 2-minute de-duplication windows) is full")
 	soakIdle     = flag.Duration("soak-idle", 0, "soak: after the last round, stay idle this long and print the figures again (does the worker give memory back?)")
 	soakHeap     = flag.String("soak-heap-profile", "", "soak: after each round write a heap profile to <this>.<round>.pb.gz and the goroutines to <this>.<round>.goroutines.txt (go tool pprof -base <this>.1.pb.gz <this>.5.pb.gz shows what grew)")
 )
@@ -38,9 +39,10 @@ var (
 type soakSample struct {
 	turns      int64
 	el         time.Duration
-	rss        int64 // VmRSS
-	heap       int64 // live Go heap after a collection
-	held       int64 // heap memory the runtime holds (in use or free, not returned to the OS)
+	cpu        time.Duration // the process's CPU time over the round
+	rss        int64         // VmRSS
+	heap       int64         // live Go heap after a collection
+	held       int64         // heap memory the runtime holds (in use or free, not returned to the OS)
 	goroutines int
 	evSubjects uint64 // subjects stored in AGENT_EV
 	lanesKeys  uint64 // subjects (keys) stored in the lanes bucket
@@ -102,10 +104,10 @@ func soakBench(o options) error {
 	} else {
 		fmt.Printf("the same sessions throughout: their transcripts grow with every turn\n")
 	}
-	fmt.Printf("sampled between turns (every turn answered, the next ones held back): RSS the process's VmRSS; heap the live Go heap after a collection;\n" +
+	fmt.Printf("sampled between turns (every turn answered, the next ones held back): CPU ms the process's CPU time per turn; RSS the process's VmRSS; heap the live Go heap after a collection;\n" +
 		"held what the Go runtime keeps of the heap (live, garbage and free, not returned to the OS); KB/turn the RSS the round added per turn;\n" +
 		"ev subj/lanes keys: subjects stored in AGENT_EV and in the lanes bucket (the server keeps ~190 B of index per subject); whole%%: turns that read their whole transcript\n\n")
-	fmt.Printf("  %5s %7s %7s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s\n", "round", "turns", "turns/s", "RSS MB", "heap MB", "held MB", "KB/turn",
+	fmt.Printf("  %5s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s\n", "round", "turns", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
 		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%")
 
 	var total atomic.Int64
@@ -134,11 +136,11 @@ func soakBench(o options) error {
 	// writing: it sees the process between turns (what is left is what
 	// the process keeps), and the round's clock is stopped meanwhile.
 	var (
-		pause sync.RWMutex
-		stop  atomic.Bool
-		wg    sync.WaitGroup
-		errMu sync.Mutex
-		first error
+		pause  sync.RWMutex
+		stop   atomic.Bool
+		wg     sync.WaitGroup
+		errMu  sync.Mutex
+		failed error
 	)
 	for s := range *soakSessions {
 		wg.Go(func() {
@@ -152,7 +154,7 @@ func soakBench(o options) error {
 				pause.RUnlock()
 				if err != nil {
 					errMu.Lock()
-					first = errors.Join(first, err)
+					failed = errors.Join(failed, err)
 					errMu.Unlock()
 					stop.Store(true)
 					return
@@ -163,18 +165,28 @@ func soakBench(o options) error {
 	}
 	var rounds []soakSample
 	prev := base
-	for r := 1; r <= *soakRounds && !stop.Load(); r++ {
-		t0, n0 := time.Now(), total.Load()
-		if err := soakCPUProfile(r, func() { time.Sleep(*soakRound) }); err != nil {
+	first := 1
+	if *soakWarmup > 0 {
+		first = 0
+	}
+	for r := first; r <= *soakRounds && !stop.Load(); r++ {
+		d := *soakRound
+		if r == 0 {
+			d = *soakWarmup
+		}
+		t0, n0, cpu0 := time.Now(), total.Load(), cpuTime()
+		if err := soakCPUProfile(r, func() { time.Sleep(d) }); err != nil {
 			stop.Store(true)
 			return err
 		}
 		pause.Lock()
-		n, el := total.Load()-n0, time.Since(t0)
+		n, el, cpu := total.Load()-n0, time.Since(t0), cpuTime()-cpu0
 		s := soakTake(ctx, js, m, n)
-		s.el = el
+		s.el, s.cpu = el, cpu
 		soakPrint(strconv.Itoa(r), s, prev)
-		rounds = append(rounds, s)
+		if r > 0 {
+			rounds = append(rounds, s)
+		}
 		prev = s
 		err := soakProfiles(r)
 		pause.Unlock()
@@ -185,18 +197,27 @@ func soakBench(o options) error {
 	}
 	stop.Store(true)
 	wg.Wait()
-	if first != nil {
-		return first
+	if failed != nil {
+		return failed
 	}
 	last := rounds[len(rounds)-1]
-	fmt.Printf("\nround %d / round 1: RSS %.2f×, heap %.2f×, turns/s %.2f×   (a worker that holds steady: each within 10%%)\n",
-		len(rounds), float64(last.rss)/float64(rounds[0].rss), float64(last.heap)/float64(rounds[0].heap), soakRate(last)/soakRate(rounds[0]))
+	fmt.Printf("\nround %d / round 1: RSS %.2f×, heap %.2f×, turns/s %.2f×, CPU per turn %.2f×   (a worker that holds steady: each within 10%%)\n",
+		len(rounds), float64(last.rss)/float64(rounds[0].rss), float64(last.heap)/float64(rounds[0].heap), soakRate(last)/soakRate(rounds[0]), soakCPU(last)/soakCPU(rounds[0]))
 	if *soakIdle > 0 {
 		time.Sleep(*soakIdle)
 		s := soakTake(ctx, js, m, 0)
 		fmt.Printf("idle %v later: RSS %.1f MB (%.2f× round %d), heap %.1f MB, held %.1f MB\n", *soakIdle, mb(s.rss), float64(s.rss)/float64(last.rss), len(rounds), mb(s.heap), mb(s.held))
 	}
 	return nil
+}
+
+// soakCPU is the process's CPU time per turn, ms: on a shared machine a
+// steadier measure of what a turn costs than turns/s.
+func soakCPU(s soakSample) float64 {
+	if s.turns == 0 {
+		return 0
+	}
+	return float64(s.cpu.Microseconds()) / 1000 / float64(s.turns)
 }
 
 func soakRate(s soakSample) float64 {
@@ -242,7 +263,7 @@ func soakPrint(name string, s, prev soakSample) {
 		per = strconv.FormatFloat(float64(s.rss-prev.rss)/1024/float64(s.turns), 'f', 2, 64)
 		whole = strconv.FormatFloat(100*float64(s.whole-prev.whole)/float64(s.turns), 'f', 1, 64)
 	}
-	fmt.Printf("  %5s %7d %7.0f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s\n", name, s.turns, soakRate(s), mb(s.rss), mb(s.heap), mb(s.held), per,
+	fmt.Printf("  %5s %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s\n", name, s.turns, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
 		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole)
 }
 
