@@ -14,13 +14,16 @@ import (
 
 // transcriptCacheBytes bounds the transcripts a worker keeps, by the
 // memory their decoded entries hold (message.Entry.Bytes) plus what the
-// cache charges each lane besides (its token and bytelru.EntryOverhead).
-// A record's encoded size is no measure of that: most of a busy session's
-// record is its de-duplication ids and final event, which the cache does
-// not keep, and a decoded entry takes about three times its encoding. A
-// session too long to be kept (over half of it) is read whole, in
-// batches, at each owner's first turn.
-const transcriptCacheBytes = 48 << 20
+// cache charges each lane besides (its token and bytelru.EntryOverhead):
+// about 30,000 turns of short messages. A record's encoded size is no
+// measure of that: most of a busy session's record is its de-duplication
+// ids and final event, which the cache does not keep (charged by it, 64
+// sessions of a few hundred turns overflowed the cache), and a quiet
+// session's decoded entries take about three times their encoding
+// (charged by it, the cache held some 50 MB of heap). A session too long
+// to be kept (over half of it) is read whole, in batches, at each owner's
+// first turn.
+const transcriptCacheBytes = 32 << 20
 
 // transcripts keeps the transcripts of the lanes this worker ran lately,
 // so that the lane's next owner on this worker reads only what it lacks: a
