@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo test test-short lint bench bench-sessions fuzz tidy chaos
+.PHONY: help build demo test test-short lint bench bench-sessions soak fuzz tidy chaos
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -41,6 +41,9 @@ bench: build ## fleet benchmark against an embedded server, real turns against a
 
 bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)
 	$(GO) run ./cmd/lanebench -scenario sessions -sessions $${LANEFLEET_SESSIONS:-100000}
+
+soak: ## a long-running worker: 64 sessions of 50 turns back to back through one worker (instant model, sync default), 2 min of warm-up, then RSS, heap and turns/s after each of five 30 s rounds, and RSS after 45 s idle (~5.5 min)
+	$(GO) run ./cmd/lanebench -scenario soak -sync default -soak-session-turns 50 -soak-warmup 2m -soak-idle 45s
 
 fuzz: ## run each fuzz target briefly
 	./scripts/fuzz.sh 20s

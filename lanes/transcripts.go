@@ -12,13 +12,18 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 )
 
-// transcriptCacheBytes bounds the transcripts a worker keeps, by their
-// encoded size (what the store holds for them) plus what the cache charges
-// each lane besides (its token and bytelru.EntryOverhead). Decoded they take about
-// three times that: some 50 MB of heap when full (lanebench -scenario
-// sessions: 10,000 two-turn sessions). A session too long to be kept
-// (over half of it) is read whole, in batches, at each owner's first turn.
-const transcriptCacheBytes = 16 << 20
+// transcriptCacheBytes bounds the transcripts a worker keeps, by the
+// memory their decoded entries hold (message.Entry.Bytes) plus what the
+// cache charges each lane besides (its token and bytelru.EntryOverhead):
+// about 30,000 turns of short messages. A record's encoded size is no
+// measure of that: most of a busy session's record is its de-duplication
+// ids and final event, which the cache does not keep (charged by it, 64
+// sessions of a few hundred turns overflowed the cache), and a quiet
+// session's decoded entries take about three times their encoding
+// (charged by it, the cache held some 50 MB of heap). A session too long
+// to be kept (over half of it) is read whole, in batches, at each owner's
+// first turn.
+const transcriptCacheBytes = 32 << 20
 
 // transcripts keeps the transcripts of the lanes this worker ran lately,
 // so that the lane's next owner on this worker reads only what it lacks: a
@@ -42,7 +47,7 @@ type transcript struct {
 	first   uint64 // stream sequence of its first record; 0 = none
 	last    uint64 // stream sequence of the newest transcript message read
 	inbound uint64 // the inbound sequence of its newest record
-	size    int    // encoded bytes
+	size    int    // memory its entries hold (message.EntriesBytes)
 	// settings are the lane's stored settings as of the record at stream
 	// sequence settingsAt (0 = not known): this worker committed that
 	// record, after any settings it stored. Settings change only under
@@ -133,7 +138,8 @@ func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript,
 		cache.drop(o.token)
 		return nil, err
 	}
-	t := &transcript{token: o.token, entries: kvstore.Entries(all.Records), first: all.First, last: all.Last, size: all.Size}
+	entries := kvstore.Entries(all.Records)
+	t := &transcript{token: o.token, entries: entries, first: all.First, last: all.Last, size: message.EntriesBytes(entries)}
 	if n := len(all.Records); n > 0 {
 		t.inbound = all.Records[n-1].InboundSeq
 	}
@@ -189,13 +195,14 @@ func (c *transcripts) extend(base *transcript, tail kvstore.Transcript) *transcr
 	}
 	for _, r := range tail.Records {
 		entries = append(entries, r.Entries...)
+		t.size += message.EntriesBytes(r.Entries)
 		t.inbound = r.InboundSeq
 	}
 	t.entries = entries
 	if t.first == 0 {
 		t.first = tail.First
 	}
-	t.last, t.size = max(t.last, tail.Last), t.size+tail.Size
+	t.last = max(t.last, tail.Last)
 	t.settledAt = 0 // until markSettled says its newest record's finals are stored
 	c.putLocked(&t)
 	return &t

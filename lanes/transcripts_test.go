@@ -174,6 +174,52 @@ func TestTranscriptCache(t *testing.T) {
 	}
 }
 
+// TestTranscriptsChargeMemory (issue "what a new user trips over" item
+// 14): the cache charges a lane the memory its decoded entries hold
+// (message.EntriesBytes), whether they came from committed turns, a whole
+// read or a tail, and not the encoded records, most of which (the lane's
+// de-duplication ids, the final event) it does not keep: with 64 busy
+// sessions the encoded charge filled the budget three times too early, and
+// each turn then read its whole transcript again.
+func TestTranscriptsChargeMemory(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	const key = "charged"
+	tok, _ := events.KeyToken(key)
+	w := f.runWorker(t, &echoHandler{}, Config{})
+	c := w.transcripts
+	turn := func(text string) {
+		t.Helper()
+		seq := f.publish(t, key, text)
+		if ev := f.waitFinal(t, key, seq); ev.Data.Result == nil {
+			t.Fatalf("turn %q ended with %+v", text, ev.Data)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		recs, err := f.lanes.Records(t.Context(), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		tx, ok := c.lanes.Peek(tok)
+		c.mu.Unlock()
+		if !ok {
+			t.Fatalf("%s: the lane is not cached", when)
+		}
+		if want := message.EntriesBytes(kvstore.Entries(recs)); tx.size != want || len(tx.entries) != len(kvstore.Entries(recs)) {
+			t.Fatalf("%s: charged %d bytes for %d entries, want %d (their memory) for %d", when, tx.size, len(tx.entries), want, len(kvstore.Entries(recs)))
+		}
+	}
+	for i := range 3 {
+		turn("committed " + strconv.Itoa(i))
+	}
+	check("after committed turns")
+	c.drop(tok)
+	turn("after a drop")
+	check("after a whole read")
+}
+
 // TestTranscriptsBudget: the cache keeps the most recently used lanes
 // within its byte budget, and never keeps a lane larger than half of it.
 func TestTranscriptsBudget(t *testing.T) {

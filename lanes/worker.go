@@ -240,6 +240,14 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // Stats returns the worker's counters.
 func (w *Worker) Stats() *Stats { return &w.stats }
 
+// TranscriptReads returns how owners on this worker got their lanes'
+// transcripts so far: hits took the cached copy as it was, tails the copy
+// and the records added since, whole reads the entire transcript from
+// the store (a miss: its cost grows with the session).
+func (w *Worker) TranscriptReads() (hits, tails, whole int64) {
+	return w.transcripts.hits.Load(), w.transcripts.tails.Load(), w.transcripts.reads.Load()
+}
+
 // Active returns how many lanes the worker runs now (its slots in use).
 func (w *Worker) Active() int { return w.sched.used() }
 

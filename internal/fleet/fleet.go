@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -114,6 +115,10 @@ type Config struct {
 	// replayable (0 = 24 h). Every worker of a fleet should use the same.
 	SessionTTL  time.Duration
 	EventMaxAge time.Duration
+	// IdleRelease is how long the member runs no turn before it returns
+	// the memory it no longer uses to the operating system, once per idle
+	// spell (0 = IdleReleaseDefault, negative = never).
+	IdleRelease time.Duration
 
 	// The runner.
 	// DefaultModel is "provider/model-id"; default: the OpenAICompatible
@@ -313,6 +318,9 @@ type Member struct {
 	// bg owns the run registry's background writes: Run waits for them
 	// before it closes the connection.
 	bg sync.WaitGroup
+	// released counts the times the idle member returned its free memory
+	// to the operating system (releaseWhenIdle).
+	released atomic.Int64
 }
 
 // DefaultModel returns the model turns use when the message names none.
@@ -904,6 +912,18 @@ func (m *Member) Run(ctx context.Context) error {
 		go func() {
 			defer close(done)
 			_ = m.Tools.Run(rctx) // refreshes the remote tools until cancelled
+		}()
+		defer func() { cancel(); <-done }()
+	}
+	if after := m.cfg.IdleRelease; after >= 0 {
+		if after == 0 {
+			after = IdleReleaseDefault
+		}
+		ictx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m.releaseWhenIdle(ictx, after, m.Worker.Stats().Turns.Load)
 		}()
 		defer func() { cancel(); <-done }()
 	}

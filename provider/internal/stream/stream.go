@@ -419,6 +419,7 @@ func Protocol(format string, args ...any) *provider.Error {
 // is whole by then, so nothing that happens to that read is an error.
 func Drain(ctx context.Context, w *Watch, name string, body io.Reader, stop, done func() bool, handle func(sse.Event) *provider.Error) *provider.Error {
 	rd := sse.NewReader(body)
+	defer rd.Close()
 	for stop == nil || !stop() {
 		ev, err := rd.Next()
 		if errors.Is(err, io.EOF) {

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/kvstore"
+)
+
+// Flags of -scenario soak (issue "what a new user trips over" item 14): a
+// long-running worker must hold steady.
+var (
+	soakRounds   = flag.Int("soak-rounds", 5, "soak: measured rounds")
+	soakRound    = flag.Duration("soak-round", 30*time.Second, "soak: length of one round")
+	soakSessions = flag.Int("soak-sessions", 64, "soak: sessions at once, each sending its next message as soon as its last is answered")
+	soakPer      = flag.Int("soak-session-turns", 0, "soak: turns a session runs before its loop moves on to a new session (0: the same sessions for the whole soak, their transcripts growing)")
+	soakWarmup   = flag.Duration("soak-warmup", 0, "soak: run this long before the first measured round (printed as round 0), so that what fills up to a bound (the per-session caches, the servers' 2-minute de-duplication windows) is full")
+	soakIdle     = flag.Duration("soak-idle", 0, "soak: after the last round, stay idle this long and print the figures again (does the worker give memory back?)")
+	soakHeap     = flag.String("soak-heap-profile", "", "soak: after each round write a heap profile to <this>.<round>.pb.gz and the goroutines to <this>.<round>.goroutines.txt (go tool pprof -base <this>.1.pb.gz <this>.5.pb.gz shows what grew)")
+)
+
+// soakSample is the process after one round, taken between turns.
+type soakSample struct {
+	turns      int64
+	el         time.Duration
+	cpu        time.Duration // the process's CPU time over the round
+	rss        int64         // VmRSS
+	heap       int64         // live Go heap after a collection
+	held       int64         // heap memory the runtime holds (in use or free, not returned to the OS)
+	goroutines int
+	evSubjects uint64 // subjects stored in AGENT_EV
+	lanesKeys  uint64 // subjects (keys) stored in the lanes bucket
+	runsKeys   uint64 // subjects stored in the runs bucket
+	subs       uint32 // the server's subscriptions
+	lanesMB    float64
+	evMB       float64
+	// whole counts the turns so far that read their transcript whole
+	// (the worker's transcript cache missed).
+	whole int64
+}
+
+// soakBench runs one worker with its embedded server (the worker's
+// defaults but the server's fsync, which -sync sets) against the instant
+// local model over HTTP, with -soak-sessions sessions sending back to back
+// through the Go client, for -soak-rounds rounds, and prints RSS, the Go
+// heap and turns/s after each: all in one process (server, worker, client
+// and model share the heap and the RSS). A worker that holds steady shows
+// the last round / the first near 1 for all three.
+func soakBench(o options) error {
+	if *soakRounds < 1 || *soakRound <= 0 || *soakSessions < 1 || *soakPer < 0 {
+		return errors.New("soak: -soak-rounds, -soak-round and -soak-sessions must be positive, -soak-session-turns not negative")
+	}
+	mock, err := startMockModel()
+	if err != nil {
+		return err
+	}
+	defer mock.close()
+	dir, err := os.MkdirTemp("", "lanebench-soak")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The worker's defaults (cmd/worker), built-in tools included; only
+	// the model is the local one.
+	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, WorkspaceRoot: filepath.Join(dir, "workspaces"), Listen: "127.0.0.1:0",
+		SyncAlways: o.sync, WorkerID: "soak", OpenAICompatible: mock.url, Logger: zerolog.Nop()})
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	nc, js, err := connect(m.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := lanefleet.New(nc)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("lanebench soak: one worker with its embedded server (one process: server, worker, Go client, mock model), sync_interval %s, %d sessions back to back against an instant model over HTTP, %d rounds of %v, GOMAXPROCS %d\n",
+		map[bool]string{true: "always", false: "default (2m)"}[o.sync], *soakSessions, *soakRounds, *soakRound, runtime.GOMAXPROCS(0))
+	if *soakPer > 0 {
+		fmt.Printf("each session runs %d turns, then its loop moves on to a new one\n", *soakPer)
+	} else {
+		fmt.Printf("the same sessions throughout: their transcripts grow with every turn\n")
+	}
+	fmt.Printf("sampled between turns (every turn answered, the next ones held back): CPU ms the process's CPU time per turn; RSS the process's VmRSS; heap the live Go heap after a collection;\n" +
+		"held what the Go runtime keeps of the heap (live, garbage and free, not returned to the OS); KB/turn the RSS the round added per turn;\n" +
+		"ev subj/lanes keys: subjects stored in AGENT_EV and in the lanes bucket (the server keeps ~190 B of index per subject); whole%%: turns that read their whole transcript\n\n")
+	fmt.Printf("  %5s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s\n", "round", "turns", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
+		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%")
+
+	var total atomic.Int64
+	turn := func(session string) error {
+		tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer tcancel()
+		run, err := c.Send(tctx, session, "ping")
+		if err != nil {
+			return err
+		}
+		res, err := run.Wait(tctx)
+		if err != nil {
+			return fmt.Errorf("session %s: %w", session, err)
+		}
+		if len(res.Payloads) == 0 || res.Payloads[0].Text != turnsReplyText {
+			return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
+		}
+		return nil
+	}
+	if err := turn("soak-warmup"); err != nil {
+		return fmt.Errorf("first turn: %w", err)
+	}
+	base := soakTake(ctx, js, m, 0)
+	// The loops run through every round; a round is a window of their
+	// turns. Each turn holds pause for reading, a sample takes it for
+	// writing: it sees the process between turns (what is left is what
+	// the process keeps), and the round's clock is stopped meanwhile.
+	var (
+		pause  sync.RWMutex
+		stop   atomic.Bool
+		wg     sync.WaitGroup
+		errMu  sync.Mutex
+		failed error
+	)
+	for s := range *soakSessions {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				session := "soak-" + strconv.Itoa(s)
+				if *soakPer > 0 {
+					session += "-" + strconv.Itoa(i / *soakPer)
+				}
+				pause.RLock()
+				err := turn(session)
+				pause.RUnlock()
+				if err != nil {
+					errMu.Lock()
+					failed = errors.Join(failed, err)
+					errMu.Unlock()
+					stop.Store(true)
+					return
+				}
+				total.Add(1)
+			}
+		})
+	}
+	var rounds []soakSample
+	prev := base
+	first := 1
+	if *soakWarmup > 0 {
+		first = 0
+	}
+	for r := first; r <= *soakRounds && !stop.Load(); r++ {
+		d := *soakRound
+		if r == 0 {
+			d = *soakWarmup
+		}
+		t0, n0, cpu0 := time.Now(), total.Load(), cpuTime()
+		if err := soakCPUProfile(r, func() { time.Sleep(d) }); err != nil {
+			stop.Store(true)
+			return err
+		}
+		pause.Lock()
+		n, el, cpu := total.Load()-n0, time.Since(t0), cpuTime()-cpu0
+		s := soakTake(ctx, js, m, n)
+		s.el, s.cpu = el, cpu
+		soakPrint(strconv.Itoa(r), s, prev)
+		if r > 0 {
+			rounds = append(rounds, s)
+		}
+		prev = s
+		err := soakProfiles(r)
+		pause.Unlock()
+		if err != nil {
+			stop.Store(true)
+			return err
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if failed != nil {
+		return failed
+	}
+	last := rounds[len(rounds)-1]
+	fmt.Printf("\nround %d / round 1: RSS %.2f×, heap %.2f×, turns/s %.2f×, CPU per turn %.2f×   (a worker that holds steady: each within 10%%)\n",
+		len(rounds), float64(last.rss)/float64(rounds[0].rss), float64(last.heap)/float64(rounds[0].heap), soakRate(last)/soakRate(rounds[0]), soakCPU(last)/soakCPU(rounds[0]))
+	if *soakIdle > 0 {
+		time.Sleep(*soakIdle)
+		s := soakTake(ctx, js, m, 0)
+		fmt.Printf("idle %v later: RSS %.1f MB (%.2f× round %d), heap %.1f MB, held %.1f MB\n", *soakIdle, mb(s.rss), float64(s.rss)/float64(last.rss), len(rounds), mb(s.heap), mb(s.held))
+	}
+	return nil
+}
+
+// soakCPU is the process's CPU time per turn, ms: on a shared machine a
+// steadier measure of what a turn costs than turns/s.
+func soakCPU(s soakSample) float64 {
+	if s.turns == 0 {
+		return 0
+	}
+	return float64(s.cpu.Microseconds()) / 1000 / float64(s.turns)
+}
+
+func soakRate(s soakSample) float64 {
+	if s.el <= 0 {
+		return 0
+	}
+	return float64(s.turns) / s.el.Seconds()
+}
+
+// soakTake collects garbage and samples the process and the server's
+// per-subject state.
+func soakTake(ctx context.Context, js jetstream.JetStream, m *fleet.Member, turns int64) soakSample {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s := soakSample{turns: turns, rss: rss(), heap: int64(ms.HeapAlloc), held: int64(ms.HeapSys - ms.HeapReleased),
+		goroutines: runtime.NumGoroutine(), subs: m.Server.NumSubscriptions()}
+	state := func(name string) jetstream.StreamState {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return jetstream.StreamState{}
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return jetstream.StreamState{}
+		}
+		return info.State
+	}
+	ev, lanesSt := state(events.EventStream), state("KV_"+kvstore.DefaultBucket)
+	s.evSubjects, s.evMB = ev.NumSubjects, mb(int64(ev.Bytes))
+	s.lanesKeys, s.lanesMB = lanesSt.NumSubjects, mb(int64(lanesSt.Bytes))
+	s.runsKeys = state("KV_" + kvstore.DefaultRunsBucket).NumSubjects
+	_, _, s.whole = m.Worker.TranscriptReads()
+	return s
+}
+
+// soakPrint prints one round.
+func soakPrint(name string, s, prev soakSample) {
+	per, whole := "-", "-"
+	if s.turns > 0 {
+		per = strconv.FormatFloat(float64(s.rss-prev.rss)/1024/float64(s.turns), 'f', 2, 64)
+		whole = strconv.FormatFloat(100*float64(s.whole-prev.whole)/float64(s.turns), 'f', 1, 64)
+	}
+	fmt.Printf("  %5s %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s\n", name, s.turns, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
+		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole)
+}
+
+// soakProfiles writes round r's heap profile and goroutines when
+// -soak-heap-profile asks for them.
+func soakProfiles(r int) error {
+	if *soakHeap == "" {
+		return nil
+	}
+	if err := writeHeapProfile(*soakHeap + "." + strconv.Itoa(r) + ".pb.gz"); err != nil {
+		return err
+	}
+	f, err := os.Create(*soakHeap + "." + strconv.Itoa(r) + ".goroutines.txt")
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(f, 1); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// soakCPUProfile runs round r, writing a CPU profile of it to
+// <-cpuprofile>.<r> when that is set.
+func soakCPUProfile(r int, round func()) error {
+	if *turnsCPUProf == "" {
+		round()
+		return nil
+	}
+	f, err := os.Create(*turnsCPUProf + "." + strconv.Itoa(r))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	round()
+	pprof.StopCPUProfile()
+	return f.Close()
+}
