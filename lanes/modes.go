@@ -755,7 +755,11 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	if err != nil || st.finished {
 		return err
 	}
-	if _, err := o.closeAttempt(ctx, em, st); err != nil {
+	mine := &tried{}
+	if seq, err := strconv.ParseUint(c.RunID, 10, 64); err == nil {
+		mine = o.tried(seq)
+	}
+	if _, err := o.closeAttempt(ctx, em, st, mine); err != nil {
 		return err
 	}
 	var why events.EventData
