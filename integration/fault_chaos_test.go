@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,8 +23,11 @@ import (
 // (SIGKILL, SIGSTOP past AckWait, SIGTERM restart of a worker; SIGKILL of a
 // stream leader or any node). When the time is up the faults stop, every
 // run must end, and the audit counts lost and duplicated finals, events of
-// older attempts and transcripts. It runs only with LANEFLEET_CHAOS set to
-// a duration (LANEFLEET_CHAOS_SESSIONS: sessions, default 200).
+// older attempts stored after a newer one's, healthy messages dead-lettered
+// (every message is healthy: any poison final or dead letter is one) and
+// transcript defects, and prints them on one line ("chaos summary"). It
+// runs only with LANEFLEET_CHAOS set to a duration
+// (LANEFLEET_CHAOS_SESSIONS: sessions, default 200).
 func TestChaosSoak(t *testing.T) {
 	dur, err := time.ParseDuration(os.Getenv("LANEFLEET_CHAOS"))
 	if err != nil || dur <= 0 {
@@ -122,9 +126,26 @@ func TestChaosSoak(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("%d runs sent; waiting for every final event", len(runs))
 	fin.waitAll(t, js, runs, 10*time.Minute)
-	audit(t, js, runs)
+	counts := auditAll(t, js, runs)
 	most, total := seen.worst()
 	t.Logf("a core subscriber saw %d refused events of older attempts (at most %d in one run)", total, most)
 	c, _ := lanefleet.New(nc)
-	checkTranscripts(t, c, want)
+	defects := transcriptDefects(t, c, want)
+	t.Logf("chaos summary: %v soak, %d sessions, %d faults %v; %v; transcript defects %d of %d sessions",
+		dur, sessions, sumFaults(faults), faults, counts, len(defects), len(want))
+	if counts.bad() || len(defects) > 0 {
+		for _, d := range defects[:min(len(defects), 5)] {
+			t.Error(d)
+		}
+		t.Fatalf("the soak found defects: %s", strings.Join(counts.examples, "; "))
+	}
+}
+
+// sumFaults counts the faults of every kind.
+func sumFaults(faults map[string]int) int {
+	n := 0
+	for _, c := range faults {
+		n += c
+	}
+	return n
 }
