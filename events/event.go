@@ -47,9 +47,10 @@ const (
 	// failed and is retried. Data.Attempt is the aborted attempt and
 	// Data.Error says why. It is not terminal: a restart follows, or an
 	// error and the final event when the message is given up. An attempt
-	// that ended on a transient store error does not count toward the
-	// attempt limit: its aborted event (and every later one) counts it in
-	// Event.StoreErrors.
+	// that ended on a transient store error says so ("attempt N ended on
+	// a store error (it does not count toward the attempt limit): …"): it
+	// does not count toward the attempts after which a message is
+	// dead-lettered as poison.
 	PhaseAborted = "aborted"
 	PhaseMerged  = "merged" // collect or steer mode: the message was answered by another run (Data.Text)
 	// PhaseSteered: steer-backlog mode showed the message to another
@@ -74,20 +75,14 @@ const (
 // Event is one event of a run, published on agent.ev.<lane>.<run>. Seq counts
 // from 1 within a run and never repeats, across worker restarts too.
 type Event struct {
-	V          int    `json:"v" msgpack:"v"`
-	RunID      string `json:"runId" msgpack:"runId"`
-	SessionKey string `json:"sessionKey" msgpack:"sessionKey"`
-	Seq        uint64 `json:"seq" msgpack:"seq"`
-	Attempt    int    `json:"attempt,omitempty" msgpack:"attempt,omitempty"` // 1 + earlier tries of this run
-	// StoreErrors counts the run's attempts, up to this event's, that
-	// ended on a transient store error (a store write or read that found
-	// no stream leader or got no answer) rather than in the turn itself:
-	// they do not count toward the attempts after which a message is
-	// dead-lettered as poison. 0 (left out) on almost every run.
-	StoreErrors int       `json:"storeErrors,omitempty" msgpack:"storeErrors,omitempty"`
-	Stream      string    `json:"stream" msgpack:"stream"`
-	TS          int64     `json:"ts" msgpack:"ts"` // Unix ms
-	Data        EventData `json:"data" msgpack:"data"`
+	V          int       `json:"v" msgpack:"v"`
+	RunID      string    `json:"runId" msgpack:"runId"`
+	SessionKey string    `json:"sessionKey" msgpack:"sessionKey"`
+	Seq        uint64    `json:"seq" msgpack:"seq"`
+	Attempt    int       `json:"attempt,omitempty" msgpack:"attempt,omitempty"` // 1 + earlier tries of this run
+	Stream     string    `json:"stream" msgpack:"stream"`
+	TS         int64     `json:"ts" msgpack:"ts"` // Unix ms
+	Data       EventData `json:"data" msgpack:"data"`
 }
 
 // Terminal reports whether e ends its run's event stream.

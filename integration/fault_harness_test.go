@@ -423,7 +423,7 @@ func watchStale(t *testing.T, url string) *staleSeen {
 	t.Cleanup(nc.Close)
 	s := &staleSeen{newest: map[string]int{}, late: map[string]int{}}
 	sub, err := nc.Subscribe(events.EventPrefix+">", func(m *nats.Msg) {
-		if strings.HasSuffix(m.Subject, "."+lanes.FenceToken) {
+		if strings.HasSuffix(m.Subject, "."+lanes.FenceToken) || strings.HasSuffix(m.Subject, "."+lanes.UncountedToken) {
 			return
 		}
 		ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)

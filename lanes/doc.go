@@ -167,12 +167,16 @@
 //
 // A message is dead-lettered as poison after Config.MaxAttempts attempts
 // that count: attempts whose handler failed, and attempts that never ended
-// (a crash). An attempt that ended on a transient store error
-// (kvstore.Transient: its step journal or its turn's record found no stream
-// leader, or got no answer) does not count: its aborted event says so, and
-// every later event of the run counts it in StoreErrors, so the lane's next
-// owner knows too. A store outage delays the lane (the retries back off up
-// to 30 s); it never makes a healthy message poison.
+// (a crash). An attempt that ended for no fault of the message does not
+// count, and its worker notes it on the run (see UncountedToken): one that
+// ended on a transient store error (kvstore.Transient: its step journal or
+// its turn's record found no stream leader, or got no answer; its aborted
+// event says so), and one whose worker, alive, lost the lane mid-turn (its
+// lease lapsed while the store did not answer). An owner that finds an
+// attempt ended without a word gives its worker a lease's time to note it
+// before it dead-letters the message. So a store outage delays the lane
+// (the retries back off up to 30 s); it never makes a healthy message
+// poison.
 //
 // Every message taken off the lane ends with a final event: its own turn's,
 // MergedInto the turn that answered it, or an error saying why it was not

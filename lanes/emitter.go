@@ -86,11 +86,8 @@ type emitter struct {
 	mu      sync.Mutex
 	seq     uint64
 	attempt int
-	// storeErrors counts the run's attempts that ended on a transient
-	// store error (events.Event.StoreErrors), stamped on every event.
-	storeErrors int
-	fence       uint64 // stream sequence of this owner's marker; 0 = none claimed
-	rev         uint64 // the lease revision the marker names
+	fence   uint64 // stream sequence of this owner's marker; 0 = none claimed
+	rev     uint64 // the lease revision the marker names
 	// claimID tells this emitter's markers from those of the owner's
 	// other attempts at the run under the same lease revision.
 	claimID   string
@@ -151,7 +148,7 @@ func (e *emitter) open(ctx context.Context, rev uint64) (runState, error) {
 		}
 	}
 	e.mu.Lock()
-	e.seq, e.attempt, e.storeErrors = st.seq, st.attempt, st.storeErrors
+	e.seq, e.attempt = st.seq, st.attempt
 	if st.seq > 0 {
 		e.asJSON = st.json
 	}
@@ -436,7 +433,7 @@ func (e *emitter) onTimer() {
 func (e *emitter) newEvent(stream string, data events.EventData) *events.Event {
 	e.seq++
 	return &events.Event{V: events.Version, RunID: e.run, SessionKey: e.key, Seq: e.seq, Attempt: e.attempt,
-		StoreErrors: e.storeErrors, Stream: stream, TS: time.Now().UnixMilli(), Data: data}
+		Stream: stream, TS: time.Now().UnixMilli(), Data: data}
 }
 
 // flushLocked sends the pending frame on its way.
@@ -715,36 +712,21 @@ func (e *emitter) finalMsgIDLocked() string {
 }
 
 // abort ends the current attempt on record: its events are stored, then an
-// aborted event, so the next attempt's events follow it. storeError says
-// the attempt ended on a transient store error: the aborted event counts it
-// in StoreErrors.
-func (e *emitter) abort(ctx context.Context, why string, storeError bool) error {
+// aborted event, so the next attempt's events follow it.
+func (e *emitter) abort(ctx context.Context, why string) error {
 	if err := e.settle(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
 	attempt := e.attempt
 	e.mu.Unlock()
-	return e.aborted(ctx, attempt, why, storeError)
+	return e.aborted(ctx, attempt, why)
 }
 
 // aborted publishes the aborted event that ends attempt (see abort).
-func (e *emitter) aborted(ctx context.Context, attempt int, why string, storeError bool) error {
-	if storeError {
-		e.mu.Lock()
-		e.storeErrors++
-		e.mu.Unlock()
-	}
+func (e *emitter) aborted(ctx context.Context, attempt int, why string) error {
 	return e.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
 		EndedAt: time.Now().UnixMilli(), Attempt: attempt}, attempt)
-}
-
-// storeErrorCount returns the run's attempts that ended on a transient
-// store error, as far as the emitter knows.
-func (e *emitter) storeErrorCount() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.storeErrors
 }
 
 // start starts an attempt: it publishes its first event synchronously, so
@@ -837,9 +819,6 @@ type runState struct {
 	lastError string
 	finished  bool // the run has its final event
 	json      bool // the last event is JSON: the run's viewer asked for JSON
-	// storeErrors is the last event's StoreErrors: the run's attempts that
-	// ended on a transient store error.
-	storeErrors int
 }
 
 // readLast reads the run's last event and reports what it says.
@@ -857,7 +836,7 @@ func (e *emitter) readLast(ctx context.Context) (runState, error) {
 		// An undecodable last event: continue after its stream position.
 		return runState{seq: raw.Sequence, attempt: 1}, nil
 	}
-	st := runState{seq: ev.Seq, attempt: ev.Attempt, finished: ev.Terminal(), json: ct == events.ContentJSON, storeErrors: ev.StoreErrors}
+	st := runState{seq: ev.Seq, attempt: ev.Attempt, finished: ev.Terminal(), json: ct == events.ContentJSON}
 	if ev.Stream == events.StreamLifecycle {
 		st.lastPhase = ev.Data.Phase
 		if st.lastPhase == events.PhaseAborted {

@@ -755,11 +755,8 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	if err != nil || st.finished {
 		return err
 	}
-	mine := &tried{}
-	if seq, err := strconv.ParseUint(c.RunID, 10, 64); err == nil {
-		mine = o.tried(seq)
-	}
-	if _, err := o.closeAttempt(ctx, em, st, mine); err != nil {
+	seq, _ := strconv.ParseUint(c.RunID, 10, 64)
+	if _, _, err := o.closeAttempt(ctx, em, st, seq); err != nil {
 		return err
 	}
 	var why events.EventData

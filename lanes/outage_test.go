@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -50,7 +51,7 @@ func (h hookFunc) Run(_ *zerolog.Event, level zerolog.Level, msg string) { h(lev
 // or the lanes bucket its record goes to, have no responders until the
 // turn failed) is run again once the store is back, and answered; it is not
 // dead-lettered as poison. The attempt's aborted event says it ended on a
-// store error, and the run's later events count it (StoreErrors).
+// store error, and a note on the run says it does not count.
 func TestStoreOutageSpendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -104,8 +105,14 @@ func TestStoreOutageSpendsNoAttempt(t *testing.T) {
 			if r := final.Data.Result; r.Meta.Error != nil || len(r.Payloads) != 1 || r.Payloads[0].Text != "ok hi" {
 				t.Fatalf("final = %+v, want the answer", r)
 			}
-			if final.Attempt != 2 || final.StoreErrors != 1 {
-				t.Fatalf("final of attempt %d counting %d store errors, want attempt 2 and 1", final.Attempt, final.StoreErrors)
+			if final.Attempt != 2 {
+				t.Fatalf("final of attempt %d, want 2", final.Attempt)
+			}
+			// The run says so for the lane's next owners.
+			tok, _ := events.KeyToken("outage")
+			note, err := f.streams.Events.GetLastMsgForSubject(t.Context(), uncountedSubject(tok, fmt.Sprint(seq)))
+			if err != nil || string(note.Data) != "1" {
+				t.Fatalf("note of the attempt that does not count: %v, %v", note, err)
 			}
 			var aborted []string
 			for _, ev := range evs {
@@ -124,5 +131,60 @@ func TestStoreOutageSpendsNoAttempt(t *testing.T) {
 				t.Fatalf("%d dead letters, want none", info.State.Msgs)
 			}
 		})
+	}
+}
+
+// TestLostLaneSpendsNoAttempt: with MaxAttempts 1, a turn whose worker,
+// alive, loses the lane mid-turn (the lanes bucket does not answer its
+// renewals until its lease has lapsed) is run again by the lane's next
+// owner, and answered: the worker that lost the lane notes the attempt as
+// one that does not count, and the next owner, which found the attempt
+// ended without a word, waits a lease's time for that note before it
+// would dead-letter the message. (Before, the attempt counted as a crash.)
+func TestLostLaneSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 10*time.Second, 2*time.Second)
+	started := make(chan struct{})
+	var once sync.Once
+	echo := &echoHandler{}
+	h := HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
+		if turn.Inbound.Text == "first" && turn.Attempt == 1 {
+			once.Do(func() { close(started) })
+			<-ctx.Done() // until the worker finds its lease lost
+			return nil, context.Cause(ctx)
+		}
+		return echo.HandleTurn(ctx, turn)
+	})
+	f.startWorker(t, h, Config{MaxAttempts: 1, RetryDelay: time.Millisecond})
+	f.startWorker(t, h, Config{MaxAttempts: 1, RetryDelay: time.Millisecond})
+	first := f.publish(t, "lapse", "first")
+	<-started
+	tok, _ := events.KeyToken("lapse")
+	restore := unreachable(t, f.js, "KV_"+kvstore.DefaultBucket)
+	t.Cleanup(restore)
+	waitUntil(t, "the lease to lapse", func() bool {
+		_, held, err := f.lanes.Holder(t.Context(), tok)
+		return err == nil && !held
+	})
+	restore()
+	second := f.publish(t, "lapse", "second")
+
+	final := f.waitFinal(t, "lapse", first)
+	if r := final.Data.Result; r.Meta.Error != nil || len(r.Payloads) != 1 || r.Payloads[0].Text != "ok first" || final.Attempt != 2 {
+		t.Fatalf("final = %+v at attempt %d, want the answer at attempt 2", r, final.Attempt)
+	}
+	if r := f.waitFinal(t, "lapse", second).Data.Result; r.Meta.Error != nil || r.Payloads[0].Text != "ok second" {
+		t.Fatalf("next message's final = %+v", r)
+	}
+	note, err := f.streams.Events.GetLastMsgForSubject(t.Context(), uncountedSubject(tok, fmt.Sprint(first)))
+	if err != nil || string(note.Data) != "1" || !strings.Contains(note.Header.Get(events.HeaderError), "lost the session's lane") {
+		t.Fatalf("note of the attempt that does not count: %v, %v", note, err)
+	}
+	info, err := f.streams.Dead.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Fatalf("%d dead letters, want none", info.State.Msgs)
 	}
 }

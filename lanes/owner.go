@@ -47,7 +47,11 @@ type owner struct {
 	// finds it only then.
 	checked  uint64
 	failures map[uint64]*tried // this owner's attempts, per inbound seq
-	lastEnd  time.Time         // when this owner's last turn ended (reject, collect debounce)
+	// inFlight is the attempt this owner started whose end is not on
+	// record yet (nil: none): if the owner loses the lane, the attempt is
+	// noted as one that does not count (see UncountedToken).
+	inFlight *flight
+	lastEnd  time.Time // when this owner's last turn ended (reject, collect debounce)
 	// done lists the inbound messages of committed turns this owner has
 	// not deleted yet.
 	done []uint64
@@ -105,6 +109,16 @@ func (o *owner) run() {
 		cancelled := ctx.Err() != nil
 		cancel(nil)
 		<-hbDone
+		if f := o.inFlight; lost && f != nil {
+			// This worker is alive: the turn it was running did not kill
+			// it, so the attempt does not count against the message.
+			o.inFlight = nil
+			why := "its worker lost the session's lane mid-turn"
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				why += ": " + cause.Error()
+			}
+			o.noteUncounted(f.seq, f.attempt, why)
+		}
 		var end ending
 		switch {
 		case lost:
@@ -555,15 +569,17 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 		return nil, err
 	}
 	mine := o.tried(seq)
-	why, err := o.closeAttempt(ctx, em, st, mine)
+	why, silent, err := o.closeAttempt(ctx, em, st, seq)
 	if err != nil {
 		return nil, err
 	}
 	a := &attempt{em: em, seq: seq, attempt: max(st.attempt, mine.attempt) + 1, restart: st.attempt > 0, log: log}
 	em.attempt = a.attempt
-	// Attempts that ended on a transient store error do not count: a
-	// store outage delays the lane, it never makes a message poison.
-	if counted := a.attempt - 1 - em.storeErrorCount(); counted >= o.w.cfg.MaxAttempts {
+	counted, err := o.counted(ctx, seq, a.attempt, silent)
+	if err != nil {
+		return nil, err
+	}
+	if counted >= o.w.cfg.MaxAttempts {
 		// The dead letter and the sender's error name what ended the
 		// last attempt: its error, or its worker's end.
 		cause := fmt.Errorf("turn started %d times without finishing", counted)
@@ -609,12 +625,17 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 	if err := a.em.start(ctx, data, a.attempt); err != nil {
 		if kvstore.Transient(err) {
 			// The start event may be stored all the same: then the
-			// attempt ended on a store error.
+			// attempt ended on a store error (see closeAttempt).
 			o.tried(a.seq).ended(a.attempt, attemptStoreError(a.attempt, err), true)
 		}
 		return err
 	}
-	o.tried(a.seq).attempt = a.attempt
+	t := o.tried(a.seq)
+	t.attempt = a.attempt
+	if t.end == a.attempt {
+		t.ended(0, "", false) // a start that failed before this one, not stored
+	}
+	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
 	return nil
 }
 
@@ -672,11 +693,66 @@ type tried struct {
 	end      int
 	endWhy   string
 	endStore bool
+	// excused are the attempts this owner knows do not count (see
+	// UncountedToken).
+	excused map[int]bool
 }
 
 // ended notes that attempt n ended: why is its aborted event's text.
 func (t *tried) ended(n int, why string, store bool) {
 	t.end, t.endWhy, t.endStore = n, why, store
+}
+
+// excuse notes that attempt n does not count.
+func (t *tried) excuse(n int) {
+	if t.excused == nil {
+		t.excused = map[int]bool{}
+	}
+	t.excused[n] = true
+}
+
+// flight is an attempt in flight: the inbound sequence of its run and its
+// number.
+type flight struct {
+	seq     uint64
+	attempt int
+}
+
+// counted returns how many of the attempts at the message of inbound seq
+// before attempt n count toward MaxAttempts: all but those that ended for
+// no fault of the message (see UncountedToken). The run's notes are read
+// only when what the owner knows itself puts the message at the limit.
+// silent says the last attempt ended without a word (closeAttempt): its
+// worker died, or it lost the lane and is about to note it; before the
+// message is dead-lettered that worker gets a lease's time to do so.
+func (o *owner) counted(ctx context.Context, seq uint64, n int, silent bool) (int, error) {
+	mine := 0
+	for m := range o.tried(seq).excused {
+		if m < n {
+			mine++
+		}
+	}
+	if n-1-mine < o.w.cfg.MaxAttempts {
+		return n - 1 - mine, nil
+	}
+	deadline := time.Now().Add(o.w.lanes.LeaseTTL())
+	for {
+		excused, err := o.uncounted(ctx, seq, n)
+		if err != nil {
+			return 0, err
+		}
+		counted := n - 1 - len(excused)
+		if counted < o.w.cfg.MaxAttempts || !silent || !time.Now().Before(deadline) {
+			return counted, nil
+		}
+		select {
+		case <-time.After(max(o.w.lanes.LeaseTTL()/8, 50*time.Millisecond)):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-o.w.stopCh:
+			return 0, errStopping
+		}
+	}
 }
 
 // tried returns what the owner knows of its attempts at inbound seq.
@@ -702,38 +778,44 @@ func (e *storeFailure) Error() string { return e.err.Error() }
 func (e *storeFailure) Unwrap() error { return e.err }
 
 // endAttempt ends attempt a, which failed with err (store: on a transient
-// store error, which does not count toward MaxAttempts), on record before
-// this owner retries the message, so the next attempt continues after it.
-// An aborted event that cannot be stored now is published by the next
-// attempt (closeAttempt).
+// store error, which does not count toward MaxAttempts: it is noted so),
+// on record before this owner retries the message, so the next attempt
+// continues after it. An aborted event that cannot be stored now is
+// published by the next attempt (closeAttempt).
 func (o *owner) endAttempt(ctx context.Context, a *attempt, err error, store bool) {
+	o.inFlight = nil
 	why := attemptFailed(a.attempt, o.w.cfg.MaxAttempts, err)
 	if store {
 		why = attemptStoreError(a.attempt, err)
+		o.noteUncounted(a.seq, a.attempt, why)
 	}
 	o.tried(a.seq).ended(a.attempt, why, store)
 	o.w.stats.Aborted.Add(1)
-	if aerr := a.em.abort(ctx, why, store); aerr != nil {
+	if aerr := a.em.abort(ctx, why); aerr != nil {
 		a.log.Warn().Err(aerr).Msg("aborted event")
 	}
 }
 
 // closeAttempt ends an attempt that started and never ended on record with
 // an aborted event, so a viewer sees start … aborted, restart … rather than
-// a restart out of nowhere: its worker died or lost the lane mid-run, or
-// this owner (mine) knows how it ended. It returns the event's text (""
-// when it published none).
-func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState, mine *tried) (string, error) {
+// a restart out of nowhere: this owner knows how it ended, or its worker
+// died or lost the lane mid-run (silent). seq is the run's inbound
+// sequence. It returns the event's text ("" when it published none).
+func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState, seq uint64) (why string, silent bool, err error) {
 	if st.attempt == 0 || st.finished || st.lastPhase == events.PhaseAborted {
-		return "", nil
+		return "", false, nil
 	}
+	mine := o.tried(seq)
 	o.w.stats.Aborted.Add(1)
-	why := fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.attempt)
-	store := false
+	why, silent = fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.attempt), true
 	if mine.end == st.attempt {
-		why, store = mine.endWhy, mine.endStore
+		why, silent = mine.endWhy, false
+		if mine.endStore && !mine.excused[st.attempt] {
+			// Its start was stored after all: it ended on the store.
+			o.noteUncounted(seq, st.attempt, why)
+		}
 	}
-	return why, em.aborted(ctx, st.attempt, why, store)
+	return why, silent, em.aborted(ctx, st.attempt, why)
 }
 
 // maxFailureText bounds the error of a failed attempt as its aborted event
@@ -798,6 +880,7 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 		}
 		return err
 	}
+	o.inFlight = nil // the turn is committed: its attempts no longer matter
 	o.cursor.Seq, o.cursor.Stored, o.cursor.State = p.through, written.Seq, state
 	o.done = append(o.done, p.run.raw.Sequence)
 	for _, c := range p.merged {

@@ -40,8 +40,9 @@ type Config struct {
 	MaxInflightBytes int64
 	// MaxAttempts is how many attempts at one message may fail (its
 	// handler failed, or its worker died mid-turn) before it is
-	// dead-lettered as poison; an attempt that ended on a transient
-	// store error does not count. Default 3.
+	// dead-lettered as poison; an attempt that ended for no fault of the
+	// message (a transient store error, its live worker losing the lane)
+	// does not count (see UncountedToken). Default 3.
 	MaxAttempts   int
 	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
 	RetryDelay    time.Duration // first delay before retrying a failed turn; default 500ms
