@@ -50,6 +50,10 @@ func TestChaosSoak(t *testing.T) {
 
 	ctx, stop := context.WithTimeout(t.Context(), dur)
 	defer stop()
+	// A full lane makes its sender wait (backpressure), but not for more
+	// than a few minutes past the soak: a lane stuck that long is a defect.
+	sendCtx, stopSending := context.WithTimeout(t.Context(), dur+5*time.Minute)
+	defer stopSending()
 	var (
 		mu   sync.Mutex
 		runs []runRef
@@ -61,7 +65,7 @@ func TestChaosSoak(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				text := fmt.Sprintf("message %d of session %d in a few more words", i, s)
-				r, err := publishRetried(t.Context(), js, outMsg{key, text, fmt.Sprintf("chaos-%d-%d", s, i)})
+				r, err := publishRetried(sendCtx, js, outMsg{key, text, fmt.Sprintf("chaos-%d-%d", s, i)})
 				if err != nil {
 					t.Error(err)
 					return
