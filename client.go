@@ -269,7 +269,7 @@ type Run struct {
 	c       *Client
 
 	waitAfter time.Duration
-	onWait    func(RunState)
+	onWait    func(Wait)
 	// live is the feed Send opened before it published, until the first
 	// Events takes it or it expires (claimWithin).
 	live atomic.Pointer[feed]
@@ -825,12 +825,27 @@ type ActiveRun struct {
 	StartedAt time.Time `json:"startedAt"`
 	// Phase is "running" or "compacting".
 	Phase string `json:"phase"`
+	// Holding says how Worker holds the session's lane now, from the
+	// lane's lease (kvstore.Holding): "live"; "unresponsive" (it missed
+	// its lease renewals: it stopped answering, and another worker takes
+	// the run over once the lease lapses, at LeaseExpires); "lapsed" (its
+	// lease lapsed, or another worker holds the lane: the entry outlived
+	// its worker, and the run starts again when a worker takes the lane).
+	// "" when the lease could not be read.
+	Holding string `json:"holding,omitempty"`
+	// LeaseRenewed is when Worker last renewed the lane's lease (by the
+	// NATS server's clock), LeaseExpires when the lease lapses unless
+	// renewed; zero unless Worker holds the lane.
+	LeaseRenewed time.Time `json:"leaseRenewed,omitzero"`
+	LeaseExpires time.Time `json:"leaseExpires,omitzero"`
 }
 
 // ActiveRuns lists the runs the fleet's workers are running now, oldest
-// first. Entries of a worker that died vanish after the registry's TTL
-// (default 1 hour). It reads the runs bucket, which a sender or viewer may
-// not: ErrPermission then.
+// first, each with how its worker holds the session's lane (Holding): an
+// entry stays in the registry after its worker died (until the registry's
+// TTL, default 1 hour), and says so once the worker's lease lapsed. It
+// reads the runs and lanes buckets, which a sender or viewer may not:
+// ErrPermission then.
 func (c *Client) ActiveRuns(ctx context.Context) ([]ActiveRun, error) {
 	// A JetStream API request the user may not make is dropped by the
 	// server: ask once with a permission check first.
@@ -855,10 +870,26 @@ func (c *Client) ActiveRuns(ctx context.Context) ([]ActiveRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: runs: %w", err)
 	}
+	// The lanes' leases say whether each entry's worker still holds its
+	// lane; without them the list is still worth having.
+	lanes, err := kvstore.Bind(ctx, js, "")
+	if err != nil {
+		lanes = nil
+	}
+	now := time.Now()
 	out := make([]ActiveRun, 0, len(list))
 	for _, r := range list {
-		out = append(out, ActiveRun{Session: r.Session, RunID: r.RunID, Worker: r.Worker, Attempt: r.Attempt,
-			StartedAt: time.UnixMilli(r.StartedAt), Phase: r.Phase})
+		ar := ActiveRun{Session: r.Session, RunID: r.RunID, Worker: r.Worker, Attempt: r.Attempt,
+			StartedAt: time.UnixMilli(r.StartedAt), Phase: r.Phase}
+		if tok, err := events.KeyToken(r.Session); err == nil && lanes != nil {
+			if st, err := lanes.Lease(ctx, tok); err == nil {
+				ar.Holding = string(st.HeldBy(r.Worker, now))
+				if ar.Holding != string(kvstore.HoldingLapsed) {
+					ar.LeaseRenewed, ar.LeaseExpires = st.Renewed, st.Expires()
+				}
+			}
+		}
+		out = append(out, ar)
 	}
 	slices.SortFunc(out, func(a, b ActiveRun) int { return cmp.Compare(a.StartedAt.UnixNano(), b.StartedAt.UnixNano()) })
 	return out, nil

@@ -205,7 +205,7 @@ func TestNoWorkerYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	noted := make(chan RunState, 4)
-	run.OnWait(50*time.Millisecond, func(s RunState) { noted <- s })
+	run.OnWait(50*time.Millisecond, func(w Wait) { noted <- w.State })
 	res := make(chan error, 1)
 	go func() {
 		r, err := run.Wait(ctx)

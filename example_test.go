@@ -240,9 +240,9 @@ func ExampleRun_OnWait() {
 		panic(err)
 	}
 	var once sync.Once
-	run.OnWait(100*time.Millisecond, func(s lanefleet.RunState) {
+	run.OnWait(100*time.Millisecond, func(w lanefleet.Wait) {
 		once.Do(func() {
-			fmt.Println("waiting:", s)
+			fmt.Println("waiting:", w.State)
 			go func() { defer close(done); _ = m.Run(workerCtx) }() // the worker starts
 		})
 	})

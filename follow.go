@@ -26,13 +26,45 @@ const (
 	// RunQueued: the message waits on its session's lane, behind the
 	// session's earlier messages or for a worker to take the lane.
 	RunQueued RunState = "queued"
+	// RunHandOver: the worker running the run stopped answering: it
+	// does not renew its lease on the session's lane (Wait.Worker names
+	// it), and another worker takes the run over once the lease lapses,
+	// within Wait.Within; or the lease lapsed already (Worker "") and the
+	// run starts again when a worker takes the lane. The hand-over ends
+	// with the next attempt's lifecycle restart event.
+	RunHandOver RunState = "hand-over"
+	// RunDisconnected: the client's NATS connection dropped (Wait.Err
+	// says why, when nats.go does); nats.go reconnects, giving up after
+	// Wait.Within (0: it does not give up, or cannot tell when). No
+	// event comes meanwhile.
+	RunDisconnected RunState = "disconnected"
+	// RunReconnected ends RunDisconnected: the connection is back, and
+	// following catches up with what it missed.
+	RunReconnected RunState = "reconnected"
 )
 
+// Wait is why following a run sees no event, as OnWait reports it.
+type Wait struct {
+	State RunState
+	// Worker is, for RunHandOver, the worker that stopped answering;
+	// "" once its lease lapsed.
+	Worker string
+	// Within is the longest the wait should last: for RunHandOver until
+	// the unanswering worker's lease lapses, for RunDisconnected until
+	// nats.go gives up reconnecting; 0 when unknown or unbounded.
+	Within time.Duration
+	// Err is, for RunDisconnected, why the connection dropped (nil when
+	// nats.go did not say).
+	Err error
+}
+
 // OnWait makes following the run (Events, Wait) call fn once it has seen no
-// event for after and knows why (RunNoWorker, RunQueued), and again when
-// that changes. fn runs on the goroutine that iterates the events. OnWait
-// returns r.
-func (r *Run) OnWait(after time.Duration, fn func(RunState)) *Run {
+// event for after and knows why (RunNoWorker, RunQueued, RunHandOver), and
+// again when that changes. A dropped connection is reported when seen,
+// whatever after (RunDisconnected), and so is its return
+// (RunReconnected). fn runs on the goroutine that iterates the events.
+// OnWait returns r.
+func (r *Run) OnWait(after time.Duration, fn func(Wait)) *Run {
 	r.waitAfter, r.onWait = after, fn
 	return r
 }
@@ -82,6 +114,7 @@ const (
 	errMin, errMax   = 250 * time.Millisecond, time.Second // ask again after a failed request
 	unknownConfirm   = time.Second                         // a run unknown this long is unknown
 	openFor          = idleMax                             // a catch-up this soon after a running event says so (EventsRequest.Open)
+	leaseAfter       = time.Second                         // a catch-up this long after a running event asks for the lane's lease (EventsRequest.Lease): a silence, not a gap
 	tick             = time.Second                         // look at the connection at least this often
 	maxAhead         = 4096                                // live events held behind a gap
 	liveBuffer       = 1024                                // live events waiting to be read
@@ -89,16 +122,17 @@ const (
 
 // follower is the state of one Events iteration.
 type follower struct {
-	r      *Run
-	tok    string
-	feed   *feed                    // the run's live messages
-	batch  []*nats.Msg              // the feed's last batch
-	next   uint64                   // seq of the next event to yield
-	newest int                      // newest attempt seen
-	cursor uint64                   // where the lane service resumes its walk
-	ahead  map[uint64]*events.Event // live events past a gap, by seq
-	open   bool                     // the last event yielded left the run running (service.Open)
-	noOpen bool                     // the lane service predates EventsRequest.Open
+	r       *Run
+	tok     string
+	feed    *feed                    // the run's live messages
+	batch   []*nats.Msg              // the feed's last batch
+	next    uint64                   // seq of the next event to yield
+	newest  int                      // newest attempt seen
+	cursor  uint64                   // where the lane service resumes its walk
+	ahead   map[uint64]*events.Event // live events past a gap, by seq
+	open    bool                     // the last event yielded left the run running (service.Open)
+	noOpen  bool                     // the lane service predates EventsRequest.Open
+	noLease bool                     // the lane service predates EventsRequest.Lease
 
 	due          time.Time     // the next catch-up
 	idle         time.Duration // the silence before the next catch-up
@@ -106,7 +140,8 @@ type follower struct {
 	gap, errWait backoff
 	lastEvent    time.Time
 	unknownSince time.Time
-	state, noted RunState
+	state, noted Wait // why no event comes (State "" when not known), and what OnWait was told last
+	disconnected bool // the connection dropped, and OnWait was told
 	reconnects   uint64
 	lost         int // live messages the feed lost
 }
@@ -199,6 +234,11 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 			return
 		}
 		lost := f.watchConn()
+		if f.disconnected && !time.Now().Before(f.due) {
+			// A look at the store cannot be answered now: it is made
+			// once the connection is back (watchConn).
+			f.due = time.Now().Add(tick)
+		}
 		if !time.Now().Before(f.due) {
 			// Live events that came meanwhile go first: after a silence
 			// they make the look at the store needless (events flow
@@ -281,7 +321,10 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	f.newest = max(f.newest, ev.Attempt)
 	f.next = max(f.next, ev.Seq+1)
 	f.open = service.Open(ev)
-	f.lastEvent, f.idle, f.noted = time.Now(), f.idleFloor, ""
+	// An event says a worker runs the run: why it waited before (queued,
+	// no worker, a hand-over) is over, and a later silence learns its
+	// own reason from the next look at the store.
+	f.lastEvent, f.idle, f.state, f.noted = time.Now(), f.idleFloor, Wait{}, Wait{}
 	if !yield(ev, nil) || ev.Terminal() {
 		return false
 	}
@@ -314,7 +357,7 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 				yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, context.Cause(ctx)))
 				return false
 			case errors.Is(err, nats.ErrNoResponders):
-				f.state = RunNoWorker
+				f.state = Wait{State: RunNoWorker}
 			case !transient(err):
 				yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, err))
 				return false
@@ -350,9 +393,11 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 			f.due = f.unknownSince.Add(unknownConfirm)
 			return true
 		case service.StateQueued:
-			f.state = RunQueued
+			f.state = Wait{State: RunQueued}
+		case service.StateRunning:
+			f.state = handOver(rep.Lease)
 		default:
-			f.state = ""
+			f.state = Wait{}
 		}
 		f.unknownSince = time.Time{}
 		if rep.More {
@@ -377,13 +422,20 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 // worker that predates the field refuses it: the follower asks again
 // without it, and does not send it again.
 func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
-	open := f.open && !f.noOpen && time.Since(f.lastEvent) < openFor
-	data, err := f.request(ctx, open)
+	silence := time.Since(f.lastEvent)
+	open := f.open && !f.noOpen && silence < openFor
+	lease := f.open && !f.noLease && silence >= leaseAfter
+	data, err := f.request(ctx, open, lease)
+	if lease && service.RefusedNewField(err) {
+		// Refused as a bad request: a worker that knows no Lease, if it
+		// takes the request without it (another bad request says nothing
+		// about Lease).
+		data, err = f.request(ctx, open, false)
+		f.noLease = err == nil
+	}
 	if open && service.RefusedNewField(err) {
-		// Refused as a bad request: an old worker that knows no Open, if
-		// it takes the request without it (another bad request says
-		// nothing about Open).
-		data, err = f.request(ctx, false)
+		// The same for an older worker that knows no Open either.
+		data, err = f.request(ctx, false, false)
 		f.noOpen = err == nil
 	}
 	if err != nil {
@@ -397,29 +449,73 @@ func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
 }
 
 // request sends the events request for the next event on.
-func (f *follower) request(ctx context.Context, open bool) ([]byte, error) {
-	body, err := json.Marshal(service.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor, Open: open})
+func (f *follower) request(ctx context.Context, open, lease bool) ([]byte, error) {
+	body, err := json.Marshal(service.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor, Open: open, Lease: lease})
 	if err != nil {
 		return nil, err
 	}
 	return f.r.c.requestMsg(ctx, &nats.Msg{Subject: service.Subject(f.tok, service.OpEvents), Data: body}, callTimeout)
 }
 
+// handOver is the wait a running run's lane lease shows: a hand-over when
+// its holder stopped answering or the lease lapsed, else none.
+func handOver(l *service.Lease) Wait {
+	switch {
+	case l == nil:
+	case l.Unresponsive:
+		return Wait{State: RunHandOver, Worker: l.Worker, Within: time.Duration(l.LapsesInMs) * time.Millisecond}
+	case l.Lapsed:
+		return Wait{State: RunHandOver}
+	}
+	return Wait{}
+}
+
 // watchConn schedules a catch-up at once when live events may have been
 // lost: the connection reconnected, or the subscription dropped messages.
+// It tells OnWait's function when the connection drops and when it is
+// back.
 func (f *follower) watchConn() (lost bool) {
-	if n := f.r.c.nc.Stats().Reconnects; n != f.reconnects {
+	nc := f.r.c.nc
+	if n := nc.Stats().Reconnects; n != f.reconnects {
 		f.reconnects, f.due, lost = n, time.Now(), true
 	}
 	if n := f.feed.lost(); n != f.lost {
 		f.lost, f.due, lost = n, time.Now(), true
 	}
+	switch down := nc.IsReconnecting(); {
+	case down && !f.disconnected:
+		f.disconnected = true
+		if f.r.onWait != nil {
+			f.r.onWait(Wait{State: RunDisconnected, Err: nc.LastError(), Within: reconnectBound(nc.Opts)})
+		}
+	case !down && f.disconnected:
+		f.disconnected = false
+		if f.r.onWait != nil {
+			f.r.onWait(Wait{State: RunReconnected})
+		}
+	}
 	return lost
+}
+
+// reconnectBound is how long nats.go tries to reconnect with opts before
+// it gives up: MaxReconnect rounds of a dial (Timeout at most) and a
+// pause (ReconnectWait and its jitter); 0 when it never gives up or a
+// custom delay decides.
+func reconnectBound(opts nats.Options) time.Duration {
+	if opts.MaxReconnect < 0 || opts.CustomReconnectDelayCB != nil || !opts.AllowReconnect {
+		return 0
+	}
+	jitter := opts.ReconnectJitter
+	if opts.Secure || opts.TLSConfig != nil {
+		jitter = max(jitter, opts.ReconnectJitterTLS)
+	}
+	return time.Duration(opts.MaxReconnect) * (opts.Timeout + opts.ReconnectWait + jitter)
 }
 
 // notify tells OnWait's function why no event came for a while.
 func (f *follower) notify() {
-	if f.r.onWait == nil || f.state == "" || f.state == f.noted || time.Since(f.lastEvent) < f.r.waitAfter {
+	told := f.state.State == f.noted.State && f.state.Worker == f.noted.Worker
+	if f.r.onWait == nil || f.state.State == "" || told || time.Since(f.lastEvent) < f.r.waitAfter {
 		return
 	}
 	f.noted = f.state

@@ -3,7 +3,11 @@ package lanefleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -126,8 +130,9 @@ func parseLabel(t *testing.T, s string) (*events.Event, bool) {
 // event leaving the run running says so (EventsRequest.Open), and the lane
 // service answers it with one read of the event stream, where the old
 // request also reads the lane's record; the run stays running either way.
-// After a silence of openFor the follower no longer says so, and a run
-// whose final reached only its committed turn's record still ends with it.
+// After a silence of openFor the follower no longer says so (and asks how
+// the lane's holder keeps its lease, one read more), and a run whose final
+// reached only its committed turn's record still ends with it.
 func TestQuietCatchUpSaysOpen(t *testing.T) {
 	t.Parallel()
 	nc, js, ctx := serviceOnly(t)
@@ -173,7 +178,7 @@ func TestQuietCatchUpSaysOpen(t *testing.T) {
 	}
 	f.lastEvent = time.Now().Add(-openFor) // a long silence
 	more, q, long := catchUp()
-	if !more || q.Open || len(got) != 3 || len(long) != 2 {
+	if !more || q.Open || !q.Lease || len(got) != 3 || len(long) != 3 {
 		t.Fatalf("catch-up after a long silence: go on %v, request %+v, yielded %q, service reads %v", more, q, got, long)
 	}
 	t.Logf("service reads of a no-news catch-up: open %v, without %v", quiet, long)
@@ -492,4 +497,267 @@ func queuedFollower(t *testing.T, session string, to, last uint64) (*follower, *
 	default: // or a later push's
 	}
 	return f, r, js, asked, ctx
+}
+
+// TestLeaseToAnOldService: a lane service that predates
+// EventsRequest.Lease refuses it: the follower asks again without it and
+// does not ask for the lease again, keeping Open.
+func TestLeaseToAnOldService(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	const session, run = "older", "1"
+	tok, _ := events.KeyToken(session)
+	var (
+		mu     sync.Mutex
+		bodies []string
+	)
+	sub, err := nc.Subscribe(service.Subject(tok, service.OpEvents), func(m *nats.Msg) {
+		mu.Lock()
+		bodies = append(bodies, string(m.Data))
+		mu.Unlock()
+		var q struct { // the request as a service before Lease knew it
+			Run   string `json:"run"`
+			From  uint64 `json:"from,omitempty"`
+			After uint64 `json:"after,omitempty"`
+			Open  bool   `json:"open,omitempty"`
+		}
+		reply := nats.NewMsg(m.Reply)
+		if err := service.DecodeRequest(m.Data, &q); err != nil {
+			reply.Header.Set(micro.ErrorCodeHeader, service.CodeBadRequest)
+			reply.Header.Set(micro.ErrorHeader, err.Error())
+		} else {
+			reply.Data, _ = msgpack.Marshal(service.EventsReply{Events: []service.StoredEvent{}, State: service.StateRunning, Next: q.After})
+		}
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := New(natstest.Connect(t, srv.URL))
+	f, err := c.Run(session, run).follow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.feed.close()
+	f.next, f.cursor, f.open, f.lastEvent = 4, 9, true, time.Now().Add(-3*time.Second) // a silence after a running event
+	for range 2 {
+		if rep, err := f.fetch(t.Context()); err != nil || rep.State != service.StateRunning {
+			t.Fatalf("fetch from an old service: %+v, %v", rep, err)
+		}
+	}
+	want := []string{`{"run":"1","from":4,"after":9,"open":true,"lease":true}`, `{"run":"1","from":4,"after":9,"open":true}`, `{"run":"1","from":4,"after":9,"open":true}`}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(bodies) != fmt.Sprint(want) || !f.noLease || f.noOpen {
+		t.Fatalf("requests %q, want %q", bodies, want)
+	}
+}
+
+// TestFollowSaysHandOver: a run whose worker stopped answering (its lease
+// on the lane goes unrenewed) is reported as a hand-over while no event
+// comes, naming the worker and how long until another takes over (or,
+// once the lease lapsed, that the run waits for a worker); the next
+// worker's restart ends it.
+func TestFollowSaysHandOver(t *testing.T) {
+	t.Parallel()
+	nc, js, ctx := serviceOnly(t)
+	const session, run = "handed", "7"
+	tok, _ := events.KeyToken(session)
+	subj, _ := events.EventSubject(session, run)
+	pub := func(attempt int, stream, phase string) {
+		t.Helper()
+		ev := &events.Event{RunID: run, SessionKey: session, Seq: 1, Attempt: attempt, Stream: stream, TS: 1, Data: events.EventData{Phase: phase, Worker: "w-next"}}
+		switch {
+		case stream == events.StreamFinal:
+			ev.Seq, ev.Data = 4, events.EventData{Result: &events.Result{}}
+		case phase == events.PhaseAborted:
+			ev.Seq = 2
+		case phase == events.PhaseRestart:
+			ev.Seq = 3
+		}
+		data, ct, err := events.EncodeEvent(ev, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subj, Data: data, Header: nats.Header{events.HeaderContentType: []string{ct}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first worker started the run, then stopped renewing its lease
+	// (a short one: it lapses 3 s after).
+	pub(1, events.StreamLifecycle, events.PhaseStart)
+	short, err := kvstore.Open(ctx, js, kvstore.Config{LeaseTTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := short.Acquire(ctx, tok, kvstore.LeaseInfo{Worker: "w-dead"}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := New(nc)
+	var seen []string
+	var told *Wait
+	r := c.Run(session, run).OnWait(10*time.Millisecond, func(w Wait) {
+		seen = append(seen, "wait:"+string(w.State))
+		if w.State == RunHandOver && told == nil {
+			told = &w
+			// The next worker takes the run over.
+			pub(2, events.StreamLifecycle, events.PhaseAborted)
+			pub(2, events.StreamLifecycle, events.PhaseRestart)
+			pub(2, events.StreamFinal, "")
+		}
+	})
+	for ev, err := range r.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, ev.Stream+":"+ev.Data.Phase)
+	}
+	want := "lifecycle:start wait:hand-over lifecycle:aborted lifecycle:restart final:"
+	if strings.Join(seen, " ") != want {
+		t.Fatalf("followed %q, want %q", strings.Join(seen, " "), want)
+	}
+	t.Logf("told %+v", *told)
+	switch {
+	case told.Worker == "w-dead" && told.Within > 0 && told.Within <= 3*time.Second:
+	case told.Worker == "" && told.Within == 0: // a slow machine saw the lease lapsed already
+	default:
+		t.Fatalf("hand-over %+v: want w-dead and the time until its lease lapses", *told)
+	}
+}
+
+// cutProxy forwards TCP connections to a server until cut: then it closes
+// them and refuses new ones until restored.
+type cutProxy struct {
+	addr string
+
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func startCutProxy(t *testing.T, serverURL string) *cutProxy {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); p.sever(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				_ = client.Close()
+				continue
+			}
+			srv, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				p.mu.Unlock()
+				_ = client.Close()
+				continue
+			}
+			p.conns = append(p.conns, client, srv)
+			p.mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(client, srv); _ = client.Close() })
+			wg.Go(func() { _, _ = io.Copy(srv, client); _ = srv.Close() })
+		}
+	})
+	return p
+}
+
+// sever closes every connection and refuses new ones.
+func (p *cutProxy) sever() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+// TestFollowSaysDisconnected: following a run tells when the client's
+// connection to NATS drops and when it is back.
+func TestFollowSaysDisconnected(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	p := startCutProxy(t, srv.URL)
+	c, _ := New(natstest.Connect(t, "nats://"+p.addr)) // reconnects forever, every 100 ms
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	waits := make(chan Wait, 16)
+	r := c.Run("cut", "7").OnWait(10*time.Millisecond, func(w Wait) { waits <- w })
+	done := make(chan error, 1)
+	go func() {
+		for _, err := range r.Events(ctx) {
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	next := func() Wait {
+		t.Helper()
+		select {
+		case w := <-waits:
+			return w
+		case err := <-done:
+			t.Fatalf("following ended: %v", err)
+		case <-ctx.Done():
+			t.Fatal("no notice")
+		}
+		return Wait{}
+	}
+	// Following has started: nothing serves the lane.
+	if w := next(); w.State != RunNoWorker {
+		t.Fatalf("before the cut: %+v, want no-worker", w)
+	}
+	p.sever()
+	if w := next(); w.State != RunDisconnected || w.Within != 0 {
+		t.Fatalf("after the cut: %+v, want disconnected, reconnecting without end", w)
+	}
+	p.restore()
+	if w := next(); w.State != RunReconnected {
+		t.Fatalf("after the restore: %+v, want reconnected", w)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("following ended with %v", err)
+	}
+}
+
+// TestReconnectBound: how long nats.go tries to reconnect before it gives
+// up, from the connection's options.
+func TestReconnectBound(t *testing.T) {
+	t.Parallel()
+	o := nats.GetDefaultOptions()
+	if got := reconnectBound(o); got != 60*(2*time.Second+2*time.Second+100*time.Millisecond) {
+		t.Errorf("defaults: %s", got)
+	}
+	o.MaxReconnect = -1
+	if got := reconnectBound(o); got != 0 {
+		t.Errorf("forever: %s", got)
+	}
 }

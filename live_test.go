@@ -115,7 +115,7 @@ func TestFreshRunFollowsLiveEvents(t *testing.T) {
 				playWorker(ctx, t, js, "fresh", run, tt.before+1, last, last)
 			}
 			if tt.look > 0 {
-				r.OnWait(tt.look, func(RunState) {})
+				r.OnWait(tt.look, func(Wait) {})
 			}
 			var seqs []string
 			for ev, err := range r.Events(ctx) {

@@ -63,6 +63,7 @@ type Config struct {
 	Events  jetstream.Stream    // AGENT_EV (required)
 	Dead    jetstream.Stream    // AGENT_DLQ (required)
 	Runs    *kvstore.Runs       // the active-run registry; nil = no running runs listed
+	Lanes   *kvstore.Lanes      // the lanes' leases, to tell a running run's worker gone; nil = not told
 	Auth    AuthBook            // nil = auth ops answer 503
 	Worker  string              // the serving worker, in the service metadata
 	Logger  zerolog.Logger

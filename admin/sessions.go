@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
 )
 
 // lane is what the listing learns about one lane token.
@@ -133,6 +134,21 @@ func (s *Service) sessions(ctx context.Context, data []byte) (any, error) {
 		}
 		sess := Session{Key: key, Fingerprint: events.Fingerprint(key), LastActivity: l.activity, Runs: l.runs, Stored: l.stored,
 			Running: l.running, Worker: l.worker}
+		if l.running != "" && s.cfg.Lanes != nil {
+			// The registry keeps a dead worker's entry for its TTL; the
+			// lane's lease says whether the worker still runs it.
+			lease, err := s.cfg.Lanes.Lease(ctx, l.token)
+			if err == nil {
+				now := s.cfg.Now()
+				h := lease.HeldBy(l.worker, now)
+				sess.Holding = string(h)
+				if h == kvstore.HoldingUnresponsive {
+					sess.LapsesInMs = max(lease.Expires().Sub(now), 0).Milliseconds()
+				}
+			} else if !errors.Is(err, kvstore.ErrCorrupt) {
+				return nil, err
+			}
+		}
 		if last := max(l.lastRun, l.newest); last > 0 {
 			sess.LastRun = strconv.FormatUint(last, 10)
 		}

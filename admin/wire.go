@@ -80,6 +80,12 @@ type Session struct {
 	// Running is the run a worker runs now, on Worker.
 	Running string `json:"running,omitempty" msgpack:"running,omitempty"`
 	Worker  string `json:"worker,omitempty" msgpack:"worker,omitempty"`
+	// Holding says how Worker holds the session's lane (kvstore.Holding):
+	// live; unresponsive, its lease lapsing in LapsesInMs unless renewed,
+	// then another worker takes the run over; or lapsed, the run starts
+	// again when a worker takes the lane. "" when not known.
+	Holding    string `json:"holding,omitempty" msgpack:"holding,omitempty"`
+	LapsesInMs int64  `json:"lapsesInMs,omitempty" msgpack:"lapsesIn,omitempty"`
 }
 
 // DeadListRequest asks for dead letters in stream order after After,

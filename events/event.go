@@ -10,7 +10,7 @@ import (
 
 // Event streams, as in the reference runtime's agent events.
 const (
-	StreamLifecycle  = "lifecycle"  // Data.Phase: start, end, error, restart, aborted, merged, steered, retrying
+	StreamLifecycle  = "lifecycle"  // Data.Phase: start, end, error, restart, aborted, merged, steered, retrying, retry, resumed
 	StreamAssistant  = "assistant"  // Data.Delta, Data.Text
 	StreamThinking   = "thinking"   // Data.Delta, Data.Text
 	StreamTool       = "tool"       // Data.Phase: start, update, result
@@ -59,11 +59,17 @@ const (
 	PhaseSteered = "steered"
 	// PhaseRetrying: the run waits before calling the provider again
 	// (it stays in the same attempt and is not terminal). Data.DelayMs is
-	// the wait and Data.Error the failure that caused it. Data.Attempt is
-	// the same-key retry it precedes (1, 2, 3 after a transient failure),
-	// or 0 when the run waits for a cooling auth profile's Retry-After
-	// before its first call.
+	// the wait and Data.Error the failure that caused it, its kind first
+	// ("server error (HTTP 503): Service Unavailable"). Data.Attempt is
+	// the same-key retry it precedes (1, 2, 3 after a transient failure)
+	// of at most Data.MaxAttempts, or 0 when the run waits for a cooling
+	// auth profile's Retry-After before its first call.
 	PhaseRetrying = "retrying"
+	// PhaseRetry: the wait a retrying event announced is over and the
+	// run calls the provider again now (Data.Attempt and
+	// Data.MaxAttempts as that event's). A wait cut short (the run was
+	// cancelled, the attempt timed out) has none.
+	PhaseRetry = "retry"
 	// PhaseResumed: this attempt of the run replays the steps an earlier
 	// attempt completed (Data.Steps model replies and tool results, from
 	// the run's step journal) instead of repeating them, then goes on
@@ -108,6 +114,9 @@ type EventData struct {
 	IsError    bool    `json:"isError,omitempty" msgpack:"isError,omitempty"`
 	Payload    any     `json:"payload,omitempty" msgpack:"payload,omitempty"` // tool result/partial result
 	DelayMs    int64   `json:"delayMs,omitempty" msgpack:"delayMs,omitempty"` // lifecycle retrying: the wait
+	// MaxAttempts is, on lifecycle retrying and retry, the most same-key
+	// retries a call gets (pi's auto_retry_start maxAttempts).
+	MaxAttempts int `json:"maxAttempts,omitempty" msgpack:"maxAttempts,omitempty"`
 }
 
 // Result is the outcome of a run, shaped like the reference runtime's result.

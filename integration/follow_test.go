@@ -103,7 +103,10 @@ func TestFollowThroughAHandOver(t *testing.T) {
 	}
 	t.Parallel()
 	srv := natstest.Start(t)
-	first := startMember(t, srv.URL, fleet.Config{WorkerID: "first", ScriptedDelay: 20 * time.Millisecond, ShutdownGrace: time.Millisecond})
+	// 40 chunks of 250 ms: the first attempt is still streaming when the
+	// second worker has started, however busy the machine (at 20 ms a
+	// loaded run finished the turn before the first worker was stopped).
+	first := startMember(t, srv.URL, fleet.Config{WorkerID: "first", ScriptedDelay: 250 * time.Millisecond, ShutdownGrace: time.Millisecond})
 	nc := natstest.Connect(t, srv.URL)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -171,8 +174,8 @@ func TestFollowWhileNoWorkerRuns(t *testing.T) {
 	}
 	var once sync.Once
 	noWorker := make(chan struct{})
-	run.OnWait(200*time.Millisecond, func(s lanefleet.RunState) {
-		if s == lanefleet.RunNoWorker {
+	run.OnWait(200*time.Millisecond, func(w lanefleet.Wait) {
+		if w.State == lanefleet.RunNoWorker {
 			once.Do(func() {
 				close(noWorker)
 				// Nobody ran the lane for a while: a worker starts again.

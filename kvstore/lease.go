@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -283,3 +284,105 @@ func (s *Lease) current(ctx context.Context) (rev uint64, ours bool) {
 
 // RenewEvery is how often an owner should renew: a third of the TTL.
 func (l *Lanes) RenewEvery() time.Duration { return l.cfg.LeaseTTL / 3 }
+
+// LeaseState is what a lane's lease key says now, for a person asking who
+// runs the lane: the lease in force and how its holder keeps it, or that
+// the last one lapsed.
+type LeaseState struct {
+	// Held: a lease is in force, Holder's (a zero Holder when its value
+	// does not read).
+	Held   bool
+	Holder LeaseInfo
+	// Renewed is the lease's last write (its acquisition or its latest
+	// renewal), by the NATS server's clock; TTL is its lifetime from then.
+	Renewed time.Time
+	TTL     time.Duration
+	// Lapsed is, while no lease is in force, when the last one lapsed
+	// unreleased: its holder stopped renewing it and the key's TTL ran
+	// out. It is zero when the lane was released or never held, and once
+	// the lapse's marker is gone (the bucket's MarkerTTL after it).
+	Lapsed time.Time
+}
+
+// Expires returns when a held lease lapses unless it is renewed.
+func (s LeaseState) Expires() time.Time { return s.Renewed.Add(s.TTL) }
+
+// Overdue reports whether a held lease missed its renewals by now: its
+// holder renews it every third of the TTL (RenewEvery), so one not renewed
+// for half the TTL has stopped answering (a dead or frozen worker, a lost
+// connection), and another worker takes the lane once it lapses
+// (Expires).
+func (s LeaseState) Overdue(now time.Time) bool {
+	return s.Held && s.TTL > 0 && now.Sub(s.Renewed) > s.TTL/2
+}
+
+// Holding says how the worker a run registry entry names (RunInfo.Worker)
+// holds the run's lane now.
+type Holding string
+
+// Holdings.
+const (
+	// HoldingLive: the worker holds the lane's lease and renews it.
+	HoldingLive Holding = "live"
+	// HoldingUnresponsive: the worker holds the lease but missed its
+	// renewals (LeaseState.Overdue): it stopped answering, and another
+	// worker takes the run over once the lease lapses.
+	HoldingUnresponsive Holding = "unresponsive"
+	// HoldingLapsed: the worker holds the lane no more (its lease lapsed,
+	// or another worker holds the lane now) though the entry says it runs:
+	// the entry outlived its worker, and the run starts again when a
+	// worker takes the lane.
+	HoldingLapsed Holding = "lapsed"
+)
+
+// HeldBy says how worker holds the lane whose lease is s at now.
+func (s LeaseState) HeldBy(worker string, now time.Time) Holding {
+	switch {
+	case !s.Held || s.Holder.Worker != worker:
+		return HoldingLapsed
+	case s.Overdue(now):
+		return HoldingUnresponsive
+	}
+	return HoldingLive
+}
+
+// Lease returns the state of the lane's lease: unlike Holder, with when it
+// was last renewed, for how long, and whether the last one lapsed. It
+// decides nothing: ownership goes by Acquire and the fenced writes.
+func (l *Lanes) Lease(ctx context.Context, token string) (LeaseState, error) {
+	raw, err := l.stream.GetLastMsgForSubject(ctx, l.prefix+leaseKey(token))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return LeaseState{}, nil
+	}
+	if err != nil {
+		return LeaseState{}, fmt.Errorf("kvstore: lease %s: %w", token, err)
+	}
+	switch {
+	case raw.Header.Get("KV-Operation") != "":
+		return LeaseState{}, nil // released (a purge) or deleted
+	case raw.Header.Get(jetstream.MarkerReasonHeader) == "MaxAge":
+		return LeaseState{Lapsed: raw.Time}, nil
+	case raw.Header.Get(jetstream.MarkerReasonHeader) != "":
+		return LeaseState{}, nil
+	}
+	st := LeaseState{Held: true, Renewed: raw.Time, TTL: l.cfg.LeaseTTL}
+	if ttl, ok := parseTTL(raw.Header.Get(jetstream.MsgTTLHeader)); ok {
+		st.TTL = ttl // the writer's: this reader's configuration may differ
+	}
+	if err := decode(raw.Subject, raw.Sequence, raw.Data, &st.Holder); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// parseTTL reads a Nats-TTL header: a Go duration ("30s", as nats.go
+// writes it) or whole seconds.
+func parseTTL(h string) (time.Duration, bool) {
+	if d, err := time.ParseDuration(h); err == nil && d > 0 {
+		return d, true
+	}
+	if n, err := strconv.ParseInt(h, 10, 64); err == nil && n > 0 && n < 1<<32 {
+		return time.Duration(n) * time.Second, true
+	}
+	return 0, false
+}

@@ -191,3 +191,95 @@ func openReplicated(t *testing.T, js jetstream.JetStream, cfg Config) *Lanes {
 	natstest.WaitWritable(t, js, l.Stream())
 	return l
 }
+
+// TestLeaseState: a reader sees who holds a lane, when the lease was last
+// renewed and for how long (the writer's TTL, whatever the reader's
+// configuration), when it counts as overdue, and, once a lease lapsed
+// unreleased, when; a released lane shows nothing.
+func TestLeaseState(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	lanes, err := Open(ctx, js, Config{LeaseTTL: time.Second, MarkerTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := Bind(ctx, js, "") // configured with the default 30 s TTL
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func() LeaseState {
+		t.Helper()
+		st, err := reader.Lease(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := state(); st.Held || !st.Lapsed.IsZero() {
+		t.Fatalf("a lane never held: %+v", st)
+	}
+	l, err := lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "w1", Acquired: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := state()
+	if !st.Held || st.Holder.Worker != "w1" || st.Holder.Acquired != 7 || st.TTL != time.Second || st.Renewed.IsZero() {
+		t.Fatalf("a held lane: %+v", st)
+	}
+	if st.Overdue(st.Renewed.Add(st.TTL/2)) || !st.Overdue(st.Renewed.Add(st.TTL/2+time.Millisecond)) || !st.Expires().Equal(st.Renewed.Add(time.Second)) {
+		t.Fatalf("overdue after half the TTL without a renewal: %+v", st)
+	}
+	for _, c := range []struct {
+		worker string
+		at     time.Time
+		want   Holding
+	}{
+		{"w1", st.Renewed, HoldingLive},
+		{"w1", st.Renewed.Add(st.TTL/2 + time.Millisecond), HoldingUnresponsive},
+		{"w9", st.Renewed, HoldingLapsed}, // another worker's entry: the lane is w1's now
+	} {
+		if got := st.HeldBy(c.worker, c.at); got != c.want {
+			t.Errorf("HeldBy(%s, %v after the renewal) = %s, want %s", c.worker, c.at.Sub(st.Renewed), got, c.want)
+		}
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if renewed := state(); !renewed.Held || !renewed.Renewed.After(st.Renewed) || renewed.TTL != time.Second {
+		t.Fatalf("after a renewal: %+v, before %+v", renewed, st)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(); st.Held || !st.Lapsed.IsZero() {
+		t.Fatalf("a released lane: %+v", st)
+	}
+
+	// A lease nobody renews lapses: the server's marker says when.
+	w, err := lanes.kv.Watch(ctx, "alice.lease", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "w2"}); err != nil {
+		t.Fatal(err)
+	}
+	expiry, cancel := context.WithTimeout(ctx, 30*time.Second) // detects a hang only
+	defer cancel()
+	for lapsed := false; !lapsed; {
+		select {
+		case e := <-w.Updates():
+			lapsed = e != nil && e.Operation() != jetstream.KeyValuePut
+		case <-expiry.Done():
+			t.Fatal("the lease never lapsed")
+		}
+	}
+	if st := state(); st.Held || st.Lapsed.IsZero() || st.HeldBy("w2", time.Now()) != HoldingLapsed {
+		t.Fatalf("a lapsed lease: %+v", st)
+	}
+}

@@ -13,12 +13,14 @@ package metrics
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -40,6 +42,19 @@ const (
 	OutcomeFailed    = "failed"     // the handler failed: the lane retries the turn
 )
 
+// outcomes are the turn outcomes, each exposed from the start.
+var outcomes = []string{OutcomeOK, OutcomeToolCalls, OutcomeError, OutcomeAborted, OutcomeFailed}
+
+// Compaction reasons (lanefleet_compactions_total{reason}).
+const (
+	CompactionThreshold = "threshold" // the context passed the compaction threshold
+	CompactionOverflow  = "overflow"  // the provider refused an overflowing context; the request is retried
+	CompactionFailed    = "failed"    // the compaction failed
+)
+
+// tokenKinds are the kinds of lanefleet_tokens_total.
+var tokenKinds = []string{"input", "output", "cache_read", "cache_write"}
+
 // Metrics are a member's collectors. The zero value is not usable; New
 // returns one. A nil *Metrics records nothing, so callers need not check.
 type Metrics struct {
@@ -59,6 +74,9 @@ type Metrics struct {
 
 	models capped
 	tools  capped
+
+	mu       sync.Mutex
+	expected map[string]bool // providers of the configured models (Expect)
 }
 
 // New returns a member's collectors registered on a registry of their own,
@@ -83,7 +101,54 @@ func New() *Metrics {
 	info.Set(1)
 	m.reg.MustRegister(info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.models.max, m.tools.max = MaxLabelValues, MaxLabelValues
+	// Label values known now are exposed at 0 from the start: a panel or
+	// an alert on their rate then shows 0, not "No data".
+	for _, o := range outcomes {
+		m.turns.WithLabelValues(o)
+	}
+	for _, r := range []string{CompactionThreshold, CompactionOverflow, CompactionFailed} {
+		m.compactions.WithLabelValues(r)
+	}
 	return m
+}
+
+// Expect exposes the series of the configured models (references
+// "provider/model": the default model, the fallbacks) at 0 before their
+// first call: their successful calls, tokens by kind and cost, and their
+// providers' auth-profile cooldowns. A reference without a provider is
+// skipped. The models count towards MaxLabelValues.
+func (m *Metrics) Expect(models ...string) {
+	if m == nil {
+		return
+	}
+	for _, ref := range models {
+		prov, model, ok := strings.Cut(ref, "/")
+		if !ok || prov == "" || model == "" || m.models.value(ref) == other {
+			continue
+		}
+		m.provReqs.WithLabelValues(prov, model, "ok")
+		for _, k := range tokenKinds {
+			m.tokens.WithLabelValues(prov, model, k)
+		}
+		m.cost.WithLabelValues(prov, model)
+		m.mu.Lock()
+		if m.expected == nil {
+			m.expected = map[string]bool{}
+		}
+		m.expected[prov] = true
+		m.mu.Unlock()
+	}
+}
+
+// expectedProviders returns the providers of the models Expect named.
+func (m *Metrics) expectedProviders() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.expected))
+	for p := range m.expected {
+		out = append(out, p)
+	}
+	return out
 }
 
 // Registry returns the registry the collectors are on.
@@ -154,12 +219,9 @@ func (m *Metrics) ProviderCall(prov, model, outcome string, d time.Duration, u *
 	if u == nil {
 		return
 	}
-	for _, t := range []struct {
-		kind string
-		n    int64
-	}{{"input", u.Input}, {"output", u.Output}, {"cache_read", u.CacheRead}, {"cache_write", u.CacheWrite}} {
-		if t.n > 0 {
-			m.tokens.WithLabelValues(prov, model, t.kind).Add(float64(t.n))
+	for i, n := range []int64{u.Input, u.Output, u.CacheRead, u.CacheWrite} {
+		if n > 0 {
+			m.tokens.WithLabelValues(prov, model, tokenKinds[i]).Add(float64(n))
 		}
 	}
 	if c := u.Cost.Total; c > 0 {
@@ -179,7 +241,7 @@ func (m *Metrics) ToolCall(tool string, failed bool) {
 	m.toolCalls.WithLabelValues(m.tools.value(tool), outcome).Inc()
 }
 
-// Compaction records a compaction by reason (threshold, overflow, failed).
+// Compaction records a compaction by reason (Compaction*).
 func (m *Metrics) Compaction(reason string) {
 	if m != nil {
 		m.compactions.WithLabelValues(reason).Inc()
@@ -223,9 +285,11 @@ type State struct {
 	// wide: every worker reports the same).
 	Backlog func(ctx context.Context) (uint64, error)
 	// Cooldowns returns the auth profiles in cooldown or disabled now, by
-	// provider.
+	// provider; the providers of the models Expect named are exposed
+	// with 0 when it leaves them out.
 	Cooldowns func() map[string]int
-	// DeadLetters returns the dead letters this worker stored, by reason.
+	// DeadLetters returns the dead letters this worker stored, by reason;
+	// every reason (events.DeadReasons) is exposed, with 0 when it has none.
 	DeadLetters func() map[string]int64
 	// DeadLetterFailures returns how often a dead letter could not be
 	// stored (the message stayed on its lane, to be tried again).
@@ -238,7 +302,7 @@ type State struct {
 
 // Watch registers the collectors that read st at every scrape.
 func (m *Metrics) Watch(st State) error {
-	return m.reg.Register(&stateCollector{st: st})
+	return m.reg.Register(&stateCollector{st: st, m: m})
 }
 
 // scrapeTimeout bounds what a scrape waits for the stream state.
@@ -255,7 +319,10 @@ var (
 	descScrapeOK = prometheus.NewDesc(Namespace+"_inbound_backlog_scrape_ok", "1 when the last scrape read the inbound stream's state, 0 when it failed.", nil, nil)
 )
 
-type stateCollector struct{ st State }
+type stateCollector struct {
+	st State
+	m  *Metrics
+}
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLanes, descWaiting, descBacklog, descCooldown, descDead, descDeadFail, descLaneEv, descScrapeOK} {
@@ -282,12 +349,24 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, ok)
 	}
 	if f := c.st.Cooldowns; f != nil {
-		for prov, n := range f() {
+		cooling := f()
+		for _, prov := range c.m.expectedProviders() {
+			if _, ok := cooling[prov]; !ok {
+				ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, 0, prov)
+			}
+		}
+		for prov, n := range cooling {
 			ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, float64(n), prov)
 		}
 	}
 	if f := c.st.DeadLetters; f != nil {
-		for reason, n := range f() {
+		dead := f()
+		for _, reason := range events.DeadReasons() {
+			if _, ok := dead[reason]; !ok {
+				ch <- prometheus.MustNewConstMetric(descDead, prometheus.CounterValue, 0, reason)
+			}
+		}
+		for reason, n := range dead {
 			ch <- prometheus.MustNewConstMetric(descDead, prometheus.CounterValue, float64(n), reason)
 		}
 	}

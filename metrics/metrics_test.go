@@ -174,3 +174,52 @@ func TestNilRecordsNothing(t *testing.T) {
 	m.QueueWait(time.Second)
 	m.FirstEvent(time.Second)
 }
+
+// TestKnownSeriesStartAtZero: every labelled series whose label values are
+// known before anything happened is exposed at 0 from the start, so a
+// dashboard panel or an alert on its rate shows 0 and not "No data": turn
+// outcomes, compaction reasons, dead-letter reasons, and the tokens, cost
+// and successful calls of the configured models with their providers'
+// cooldowns.
+func TestKnownSeriesStartAtZero(t *testing.T) {
+	t.Parallel()
+	m := New()
+	m.Expect("anthropic/claude-sonnet-4-6", "openrouter/openai/gpt-5", "anthropic/claude-sonnet-4-6", "not-a-model-ref")
+	if err := m.Watch(State{
+		Cooldowns:   func() map[string]int { return map[string]int{"openai": 1} }, // a profile of another provider cools
+		DeadLetters: func() map[string]int64 { return map[string]int64{} },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, serve(t, m, func(context.Context) error { return nil })+"/metrics")
+	for _, want := range []string{
+		`lanefleet_turns_total{outcome="ok"} 0`,
+		`lanefleet_turns_total{outcome="tool_calls"} 0`,
+		`lanefleet_turns_total{outcome="error"} 0`,
+		`lanefleet_turns_total{outcome="aborted"} 0`,
+		`lanefleet_turns_total{outcome="failed"} 0`,
+		`lanefleet_compactions_total{reason="threshold"} 0`,
+		`lanefleet_compactions_total{reason="overflow"} 0`,
+		`lanefleet_compactions_total{reason="failed"} 0`,
+		`lanefleet_dead_letters_total{reason="poison"} 0`,
+		`lanefleet_dead_letters_total{reason="invalid"} 0`,
+		`lanefleet_dead_letters_total{reason="bad-lane"} 0`,
+		`lanefleet_provider_requests_total{model="claude-sonnet-4-6",outcome="ok",provider="anthropic"} 0`,
+		`lanefleet_tokens_total{kind="input",model="claude-sonnet-4-6",provider="anthropic"} 0`,
+		`lanefleet_tokens_total{kind="output",model="claude-sonnet-4-6",provider="anthropic"} 0`,
+		`lanefleet_tokens_total{kind="cache_read",model="claude-sonnet-4-6",provider="anthropic"} 0`,
+		`lanefleet_tokens_total{kind="cache_write",model="claude-sonnet-4-6",provider="anthropic"} 0`,
+		`lanefleet_cost_usd_total{model="claude-sonnet-4-6",provider="anthropic"} 0`,
+		`lanefleet_cost_usd_total{model="openai/gpt-5",provider="openrouter"} 0`,
+		`lanefleet_auth_profile_cooldowns{provider="anthropic"} 0`,
+		`lanefleet_auth_profile_cooldowns{provider="openrouter"} 0`,
+		`lanefleet_auth_profile_cooldowns{provider="openai"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("exposition lacks %s", want)
+		}
+	}
+	if n := strings.Count(body, "lanefleet_cost_usd_total{"); n != 2 {
+		t.Errorf("%d cost series, want one per configured model (a repeated or malformed reference adds none)", n)
+	}
+}

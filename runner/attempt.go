@@ -179,7 +179,7 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		}
 		if d, ok := ru.retryWait(actx, req, &am, err, retries+1); ok {
 			retries++
-			if ru.pause(actx, d, retries, am.ErrorMessage) == nil {
+			if ru.pause(actx, d, retries, retryWhy(err, am.ErrorMessage)) == nil {
 				// The failed reply is not stored (a model never sees an
 				// errored reply again, and the retrying event told why);
 				// its usage counts.

@@ -506,7 +506,7 @@ func (l *modelLoop) payloads(ctx context.Context, a *outcome) {
 	}
 	l.out.aborted = a.aborted
 	if a.lastErrText != "" {
-		l.out.runErr = &events.RunError{Kind: "provider_error", Message: string(failover.ClassifyError(orText(a.lastErr, a.lastErrText))) + ": " + a.lastErrText}
+		l.out.runErr = &events.RunError{Kind: "provider_error", Message: failover.Label(orText(a.lastErr, a.lastErrText)) + ": " + a.lastErrText}
 	}
 	if id := l.current(); id != "" && l.req.auth != nil && !a.timedOut {
 		l.out.profile = id

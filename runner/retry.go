@@ -93,20 +93,35 @@ func (ru *run) retryWait(ctx context.Context, req attemptReq, am *message.Messag
 	return d, true
 }
 
-// pause waits d, showing the wait as a lifecycle retrying event (attempt n,
-// 0 for a cooldown wait; why is the failure). It returns ctx's error when
-// ctx ends first.
+// pause waits d, showing the wait as a lifecycle retrying event (retry n
+// of the policy's most, 0 for a cooldown wait; why is the failure), and
+// its end as a lifecycle retry event. It returns ctx's error when ctx
+// ends first.
 func (ru *run) pause(ctx context.Context, d time.Duration, n int, why string) error {
-	ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRetrying, Attempt: n, DelayMs: d.Milliseconds(), Error: why})
-	if d <= 0 {
-		return nil
+	most := 0
+	if n > 0 {
+		most = ru.r.cfg.Retry.MaxRetries
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRetrying, Attempt: n, MaxAttempts: most, DelayMs: d.Milliseconds(), Error: why})
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
+	ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRetry, Attempt: n, MaxAttempts: most})
+	return nil
+}
+
+// retryWhy says why a failed call is retried: its kind (failover.Label)
+// and the provider's message.
+func retryWhy(err error, text string) string {
+	label := failover.Label(orText(err, text))
+	if label == "" || text == "" {
+		return label + text
+	}
+	return label + ": " + text
 }

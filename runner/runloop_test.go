@@ -108,6 +108,75 @@ func retrying(s *sink) []string {
 	return out
 }
 
+// TestRetryEventsSayWhatWhyAndHowLong: a same-key retry's wait is a
+// retrying event naming the failure's kind (a provider's 503 is a server
+// error, not a timeout), the retry of how many and the wait, and its end a
+// retry event before the call is made again; a run whose retries all fail
+// ends with the same kind in its error.
+func TestRetryEventsSayWhatWhyAndHowLong(t *testing.T) {
+	t.Parallel()
+	unavailable := &provider.Error{Reason: provider.ReasonTimeout, Status: 503, Message: "Service Unavailable"}
+	lifecycle := func(s *sink) []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var out []string
+		for _, e := range s.evs {
+			switch {
+			case e.Stream == events.StreamLifecycle && e.Data.Phase == events.PhaseRetrying:
+				out = append(out, fmt.Sprintf("retrying %d/%d in %dms: %s", e.Data.Attempt, e.Data.MaxAttempts, e.Data.DelayMs, e.Data.Error))
+			case e.Stream == events.StreamLifecycle && e.Data.Phase == events.PhaseRetry:
+				out = append(out, fmt.Sprintf("retry %d/%d", e.Data.Attempt, e.Data.MaxAttempts))
+			case e.Stream == events.StreamAssistant:
+				out = append(out, "reply")
+			}
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name    string
+		errs    []error
+		want    []string
+		wantErr string
+	}{
+		{"a 503, then an answer", []error{unavailable}, []string{
+			"retrying 1/2 in 1ms: server error (HTTP 503): Service Unavailable",
+			"retry 1/2",
+			"reply",
+		}, ""},
+		{"503 on every call", []error{unavailable, unavailable, unavailable}, []string{
+			"retrying 1/2 in 1ms: server error (HTTP 503): Service Unavailable",
+			"retry 1/2",
+			"retrying 2/2 in 2ms: server error (HTTP 503): Service Unavailable",
+			"retry 2/2",
+		}, "server error (HTTP 503): Service Unavailable"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := &sink{}
+			r, err := New(Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: &seq{errs: tt.errs}},
+				Auth:  oneProfile(authprofile.Config{Fleet: authprofile.FleetDefaults()}, time.Now),
+				Retry: RetryPolicy{MaxRetries: 2, BaseDelay: time.Millisecond, MaxDelay: time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := r.Run(t.Context(), Input{RunID: "r", Inbound: &events.Inbound{Text: "hi"}}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := lifecycle(s); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			got := ""
+			if e := out.Result.Meta.Error; e != nil {
+				got = e.Message
+			}
+			if got != tt.wantErr {
+				t.Errorf("the run's error %q, want %q", got, tt.wantErr)
+			}
+		})
+	}
+}
+
 func oneProfile(cfg authprofile.Config, now func() time.Time) *MemoryAuth {
 	store := authprofile.Store{Usage: map[string]authprofile.State{}, Profiles: []authprofile.Profile{
 		{ID: "acme:a", Type: authprofile.TypeAPIKey, Provider: "acme", Key: "sk-a"},

@@ -691,7 +691,7 @@ func (ru *run) fail(start time.Time, model provider.Model, err error, last *loop
 		kind = "model_not_found"
 	}
 	out := &loopOut{payloads: []events.Payload{{Text: text, IsError: true}},
-		runErr: &events.RunError{Kind: kind, Message: string(failover.ClassifyError(err)) + ": " + errText(err)}}
+		runErr: &events.RunError{Kind: kind, Message: failover.Label(err) + ": " + errText(err)}}
 	if last != nil {
 		out.usage = last.usage
 	}

@@ -51,6 +51,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/version"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -507,14 +508,12 @@ func follow(ctx context.Context, r *lanefleet.Run, asJSON bool, stdout, stderr i
 
 func followWith(ctx context.Context, r *lanefleet.Run, asJSON bool, v *view, enc *json.Encoder) error {
 	waiting := lanefleet.RunState("")
-	r.OnWait(waitNoteAfter, func(s lanefleet.RunState) {
-		waiting = s
-		switch s {
-		case lanefleet.RunNoWorker:
-			v.note("%s", v.style(dim, fmt.Sprintf("… no worker is running: run %s is stored and runs when one starts (waiting; Ctrl-C to stop)", r.ID)))
-		case lanefleet.RunQueued:
-			v.note("%s", v.style(dim, fmt.Sprintf("… run %s waits on the session's lane for its turn", r.ID)))
+	r.OnWait(waitNoteAfter, func(w lanefleet.Wait) {
+		switch w.State {
+		case lanefleet.RunNoWorker, lanefleet.RunQueued, lanefleet.RunHandOver:
+			waiting = w.State
 		}
+		v.wait(r.ID, w)
 	})
 	for ev, err := range r.Events(ctx) {
 		if err != nil {
@@ -896,7 +895,17 @@ func printRuns(list []lanefleet.ActiveRun, asJSON bool, now time.Time, w io.Writ
 	}
 	for _, r := range list {
 		age := now.Sub(r.StartedAt).Round(100 * time.Millisecond)
-		fmt.Fprintf(w, "%-24s run %-8s %-10s worker %s attempt %d, %s\n", r.Session, r.RunID, r.Phase, r.Worker, max(r.Attempt, 1), age)
+		phase, why := r.Phase, ""
+		switch kvstore.Holding(r.Holding) {
+		case kvstore.HoldingUnresponsive:
+			phase = r.Holding
+			why = fmt.Sprintf(": the worker stopped answering (lease not renewed for %s); another worker takes the run over within %s",
+				waitText(now.Sub(r.LeaseRenewed)), waitText(r.LeaseExpires.Sub(now)))
+		case kvstore.HoldingLapsed:
+			phase = r.Holding
+			why = ": the worker holds the lane no more (its lease lapsed); the run starts again when a worker takes the lane"
+		}
+		fmt.Fprintf(w, "%-24s run %-8s %-12s worker %s attempt %d, %s%s\n", r.Session, r.RunID, phase, r.Worker, max(r.Attempt, 1), age, why)
 	}
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/service"
 )
 
 // The operators' commands. backlog is a session's own (its sender may ask);
@@ -72,7 +74,14 @@ func printSessions(rep admin.SessionsReply, asJSON bool, now time.Time, w io.Wri
 	}
 	for _, s := range rep.Sessions {
 		running := "idle"
-		if s.Running != "" {
+		switch {
+		case s.Running == "":
+		case kvstore.Holding(s.Holding) == kvstore.HoldingUnresponsive:
+			running = fmt.Sprintf("run %s on %s, unresponsive: its lease lapses within %s, then another worker takes the run over",
+				s.Running, s.Worker, waitText(time.Duration(s.LapsesInMs)*time.Millisecond))
+		case kvstore.Holding(s.Holding) == kvstore.HoldingLapsed:
+			running = "run " + s.Running + " on " + s.Worker + ", lapsed: that worker holds the lane no more; the run starts again when a worker takes the lane"
+		default:
 			running = "running run " + s.Running + " on " + s.Worker
 		}
 		fmt.Fprintf(w, "%-28s %-10s last %s ago (run %s), %d stored, %s\n", display(s.Key), s.Fingerprint,
@@ -113,18 +122,30 @@ func backlogCommand(c *common) *cobra.Command {
 			if b.OldestRun != "" {
 				fmt.Fprintf(c.stdout, ", oldest run %s stored %s ago", b.OldestRun, ago(time.Now(), b.OldestAt))
 			}
-			if b.Holder != "" {
-				fmt.Fprintf(c.stdout, "; lane held by %s for %s", b.Holder, ago(time.Now(), b.HeldSince))
-			} else {
-				fmt.Fprint(c.stdout, "; lane idle")
-			}
-			fmt.Fprintln(c.stdout)
+			fmt.Fprintln(c.stdout, holderText(b, time.Now()))
 			return nil
 		},
 	}
 	c.sessionFlag(cmd)
 	c.jsonFlag(cmd, "print JSON")
 	return cmd
+}
+
+// holderText says who holds a session's lane, as backlog prints it: the
+// holder, unless it stopped answering or its lease lapsed.
+func holderText(b service.BacklogReply, now time.Time) string {
+	l := b.Lease
+	switch {
+	case l != nil && l.Lapsed:
+		return fmt.Sprintf("; no worker holds the lane: the lease of its last worker lapsed %s ago (that worker stopped without releasing it); the next worker to take the lane runs what waits",
+			waitText(time.Duration(l.LapsedAgoMs)*time.Millisecond))
+	case b.Holder == "":
+		return "; lane idle"
+	case l != nil && l.Unresponsive:
+		return fmt.Sprintf("; lane held by %s for %s, but it stopped answering: its lease was not renewed for %s and lapses within %s, then another worker takes the lane",
+			b.Holder, ago(now, b.HeldSince), waitText(time.Duration(l.RenewedAgoMs)*time.Millisecond), waitText(time.Duration(l.LapsesInMs)*time.Millisecond))
+	}
+	return fmt.Sprintf("; lane held by %s for %s", b.Holder, ago(now, b.HeldSince))
 }
 
 func dlqCommand(c *common) *cobra.Command {

@@ -8,6 +8,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/service"
 )
 
 // TestConventionalCLI: help and version exit 0, a wrong command line exits
@@ -162,5 +169,108 @@ func TestDeadReasonTypo(t *testing.T) {
 		if exitCode(err) != exitUsage || err == nil || !strings.Contains(err.Error(), "is not a dead-letter reason (poison, invalid, bad-lane)") {
 			t.Errorf("%v: exit %d, %v", args, exitCode(err), err)
 		}
+	}
+}
+
+// TestStaleHoldersMarked: a worker that died leaves its run in the
+// registry (for the registry's hour) and its lease until it lapses: runs
+// and sessions mark such a run lapsed instead of running, and backlog
+// says the lane's last lease lapsed instead of "lane idle".
+func TestStaleHoldersMarked(t *testing.T) {
+	t.Parallel()
+	m, url := runFleet(t)
+	ctx := t.Context()
+	const session = "ghost"
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a worker that died mid-run leaves: its registry entry, and a
+	// lease nobody renews (a short one here), which lapses.
+	if _, err := m.Runs.Register(ctx, tok, kvstore.RunInfo{Session: session, RunID: "41", Worker: "w-dead", Attempt: 1, StartedAt: time.Now().UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	short, err := kvstore.Open(ctx, m.JS, kvstore.Config{LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := m.JS.KeyValue(ctx, kvstore.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := bucket.Watch(ctx, tok+".lease", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	if _, err := short.Acquire(ctx, tok, kvstore.LeaseInfo{Worker: "w-dead", Acquired: time.Now().UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	for lapsed := false; !lapsed; {
+		select {
+		case e := <-watch.Updates():
+			lapsed = e != nil && e.Operation() != jetstream.KeyValuePut
+		case <-ctx.Done():
+			t.Fatal("the lease never lapsed")
+		}
+	}
+
+	out, _, err := publisher(t, "runs", "--nats-url", url)
+	if err != nil || !strings.Contains(out, "run 41       lapsed       worker w-dead attempt 1") ||
+		!strings.Contains(out, "the worker holds the lane no more (its lease lapsed); the run starts again when a worker takes the lane") {
+		t.Errorf("runs: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "runs", "--nats-url", url, "--json")
+	if err != nil || !strings.Contains(out, `"holding":"lapsed"`) {
+		t.Errorf("runs --json: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "sessions", "--nats-url", url)
+	if err != nil || !strings.Contains(out, "run 41 on w-dead, lapsed: that worker holds the lane no more") {
+		t.Errorf("sessions: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "backlog", "--nats-url", url, "--session", session)
+	if err != nil || !strings.Contains(out, "; no worker holds the lane: the lease of its last worker lapsed ") {
+		t.Errorf("backlog: %q, %v", out, err)
+	}
+}
+
+// TestHolderTexts: how runs, sessions and backlog word a holder that
+// stopped answering (its lease not renewed for a while, lapsing soon), one
+// whose lease lapsed, and one that is well.
+func TestHolderTexts(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	var out bytes.Buffer
+	err := printRuns([]lanefleet.ActiveRun{
+		{Session: "a", RunID: "1", Worker: "w1", Attempt: 1, StartedAt: now.Add(-time.Minute), Phase: "running", Holding: "live"},
+		{Session: "b", RunID: "2", Worker: "w2", Attempt: 1, StartedAt: now.Add(-time.Minute), Phase: "running", Holding: "unresponsive",
+			LeaseRenewed: now.Add(-17 * time.Second), LeaseExpires: now.Add(13 * time.Second)},
+		{Session: "c", RunID: "3", Worker: "w3", Attempt: 2, StartedAt: now.Add(-time.Minute), Phase: "running", Holding: "lapsed"},
+	}, false, now, &out)
+	want := "a                        run 1        running      worker w1 attempt 1, 1m0s\n" +
+		"b                        run 2        unresponsive worker w2 attempt 1, 1m0s: the worker stopped answering (lease not renewed for 17s); another worker takes the run over within 13s\n" +
+		"c                        run 3        lapsed       worker w3 attempt 2, 1m0s: the worker holds the lane no more (its lease lapsed); the run starts again when a worker takes the lane\n"
+	if err != nil || out.String() != want {
+		t.Errorf("runs:\n%s\nwant\n%s", out.String(), want)
+	}
+	held := service.BacklogReply{Holder: "w2", HeldSince: now.Add(-time.Minute).UnixMilli()}
+	for _, c := range []struct {
+		lease *service.Lease
+		want  string
+	}{
+		{&service.Lease{Worker: "w2", RenewedAgoMs: 3000, LapsesInMs: 27000}, "; lane held by w2 for 1m0s"},
+		{&service.Lease{Worker: "w2", RenewedAgoMs: 17000, LapsesInMs: 13000, Unresponsive: true},
+			"; lane held by w2 for 1m0s, but it stopped answering: its lease was not renewed for 17s and lapses within 13s, then another worker takes the lane"},
+	} {
+		held.Lease = c.lease
+		if got := holderText(held, now); got != c.want {
+			t.Errorf("backlog: %q, want %q", got, c.want)
+		}
+	}
+	var sess bytes.Buffer
+	if err := printSessions(admin.SessionsReply{Total: 1, Sessions: []admin.Session{{Key: "b", Fingerprint: "fp", LastActivity: now.UnixMilli(), LastRun: "2",
+		Running: "2", Worker: "w2", Holding: "unresponsive", LapsesInMs: 13000}}}, false, now, &sess); err != nil ||
+		!strings.Contains(sess.String(), "run 2 on w2, unresponsive: its lease lapses within 13s, then another worker takes the run over") {
+		t.Errorf("sessions: %q, %v", sess.String(), err)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 )
 
@@ -17,8 +19,8 @@ import (
 // after a hand-over (an aborted attempt, then a restart); the reply then
 // streams live on notes if that is a terminal. Every other line goes to notes
 // (stderr): reasoning, prefixed and dimmed, tool calls as "⚙ name(args…)"
-// then "✓/✗ first line of the result", compaction, restarts, waits and
-// errors. Colors are used only when notes is a terminal (and NO_COLOR is
+// then "✓/✗ first line of the result", compaction, restarts, a provider
+// retry's wait ("⏳ … retry 1 of 3 in 2s") and its end, waits and errors. Colors are used only when notes is a terminal (and NO_COLOR is
 // unset); otherwise it is plain text.
 type view struct {
 	out, notes *line
@@ -161,8 +163,76 @@ func (v *view) event(ev *events.Event) {
 			v.printed = ""
 		case events.PhaseSteered:
 			v.note("%s", v.style(dim, "↪ run "+d.Text+" saw this message while it ran; it runs on its own now"))
+		case events.PhaseRetrying:
+			wait := waitText(time.Duration(d.DelayMs) * time.Millisecond)
+			why := firstLine(d.Error, 300)
+			if d.Attempt == 0 {
+				// A cooling auth profile's wait: the event says why.
+				v.note("%s", v.style(dim, "⏳ "+why+"; calling the model in "+wait))
+				break
+			}
+			v.note("%s", v.style(dim, fmt.Sprintf("⏳ the model call failed: %s; %s in %s", why, retryOf(d), wait)))
+		case events.PhaseRetry:
+			if d.Attempt == 0 {
+				v.note("%s", v.style(dim, "↻ calling the model now"))
+				break
+			}
+			v.note("%s", v.style(dim, "↻ "+retryOf(d)+": calling the model again"))
 		}
 	}
+}
+
+// wait says why following run shows no event: no worker runs, the
+// message waits its turn, the run's worker stopped answering (and until
+// when another takes it over), the connection to NATS dropped (why, and
+// for how long nats.go tries to reconnect) or is back.
+func (v *view) wait(run string, w lanefleet.Wait) {
+	var msg string
+	switch w.State {
+	case lanefleet.RunNoWorker:
+		msg = fmt.Sprintf("… no worker is running: run %s is stored and runs when one starts (waiting; Ctrl-C to stop)", run)
+	case lanefleet.RunQueued:
+		msg = fmt.Sprintf("… run %s waits on the session's lane for its turn", run)
+	case lanefleet.RunHandOver:
+		if w.Worker == "" {
+			msg = fmt.Sprintf("… the worker running run %s stopped, and its lease on the session's lane lapsed: the run starts again when a worker takes the lane", run)
+			break
+		}
+		msg = fmt.Sprintf("… worker %s stopped answering (it no longer renews its lease on the session's lane): another worker takes run %s over within %s",
+			w.Worker, run, waitText(w.Within))
+	case lanefleet.RunDisconnected:
+		msg = "… lost the connection to NATS"
+		if w.Err != nil {
+			msg += " (" + firstLine(w.Err.Error(), 200) + ")"
+		}
+		if w.Within > 0 {
+			msg += "; reconnecting, for at most " + waitText(w.Within.Round(time.Second))
+		} else {
+			msg += "; reconnecting"
+		}
+	case lanefleet.RunReconnected:
+		msg = fmt.Sprintf("… reconnected to NATS; catching up on run %s", run)
+	default:
+		return
+	}
+	v.note("%s", v.style(dim, msg))
+}
+
+// retryOf names a same-key retry: "retry 2 of 3" ("retry 2" from a
+// worker that does not say how many).
+func retryOf(d events.EventData) string {
+	if d.MaxAttempts > 0 {
+		return fmt.Sprintf("retry %d of %d", d.Attempt, d.MaxAttempts)
+	}
+	return fmt.Sprintf("retry %d", d.Attempt)
+}
+
+// waitText words a wait for a person: "2s", "1.5s", "40ms", "2m0s".
+func waitText(d time.Duration) string {
+	if d >= time.Second {
+		d = d.Round(100 * time.Millisecond)
+	}
+	return max(d, 0).String()
 }
 
 func (v *view) reply(s string) {

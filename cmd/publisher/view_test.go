@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 )
 
@@ -154,6 +157,64 @@ func TestViewFailedAttempts(t *testing.T) {
 	want := "✗ attempt 1 failed: runner: tools: boom; it is retried\n✗ attempt 1 aborted: the worker stopped\n"
 	if notes.String() != want {
 		t.Fatalf("stderr = %q", notes.String())
+	}
+}
+
+// TestViewRetries: a provider retry's wait is a line when it starts (what
+// failed and why, which retry of how many, how long) and one when it ends
+// (the call is made again); a cooling profile's wait too. An older
+// worker's retrying event, without the most retries, still reads.
+func TestViewRetries(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	for _, d := range []events.EventData{
+		{Phase: events.PhaseRetrying, Attempt: 1, MaxAttempts: 3, DelayMs: 2000, Error: "server error (HTTP 503): Service Unavailable"},
+		{Phase: events.PhaseRetry, Attempt: 1, MaxAttempts: 3},
+		{Phase: events.PhaseRetrying, Attempt: 2, DelayMs: 4000, Error: "Overloaded"},
+		{Phase: events.PhaseRetrying, DelayMs: 1500, Error: "every auth profile of acme is cooling down; acme:a may be used again in 1.5s"},
+		{Phase: events.PhaseRetry},
+	} {
+		v.event(&events.Event{Stream: events.StreamLifecycle, Data: d})
+	}
+	want := "⏳ the model call failed: server error (HTTP 503): Service Unavailable; retry 1 of 3 in 2s\n" +
+		"↻ retry 1 of 3: calling the model again\n" +
+		"⏳ the model call failed: Overloaded; retry 2 in 4s\n" +
+		"⏳ every auth profile of acme is cooling down; acme:a may be used again in 1.5s; calling the model in 1.5s\n" +
+		"↻ calling the model now\n"
+	if notes.String() != want {
+		t.Fatalf("stderr:\n%s\nwant\n%s", notes.String(), want)
+	}
+}
+
+// TestViewWaits: what following says while no event comes: no worker, a
+// queue, a worker that stopped answering (and within how long another
+// takes over) or whose lease lapsed, and a dropped connection to NATS
+// (why, for how long nats.go tries) and its return.
+func TestViewWaits(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	for _, w := range []lanefleet.Wait{
+		{State: lanefleet.RunNoWorker},
+		{State: lanefleet.RunQueued},
+		{State: lanefleet.RunHandOver, Worker: "w1", Within: 13200 * time.Millisecond},
+		{State: lanefleet.RunHandOver},
+		{State: lanefleet.RunDisconnected, Err: errors.New("EOF"), Within: 306 * time.Second},
+		{State: lanefleet.RunReconnected},
+		{State: lanefleet.RunDisconnected},
+	} {
+		v.wait("12", w)
+	}
+	want := "… no worker is running: run 12 is stored and runs when one starts (waiting; Ctrl-C to stop)\n" +
+		"… run 12 waits on the session's lane for its turn\n" +
+		"… worker w1 stopped answering (it no longer renews its lease on the session's lane): another worker takes run 12 over within 13.2s\n" +
+		"… the worker running run 12 stopped, and its lease on the session's lane lapsed: the run starts again when a worker takes the lane\n" +
+		"… lost the connection to NATS (EOF); reconnecting, for at most 5m6s\n" +
+		"… reconnected to NATS; catching up on run 12\n" +
+		"… lost the connection to NATS; reconnecting\n"
+	if notes.String() != want {
+		t.Fatalf("stderr:\n%s\nwant\n%s", notes.String(), want)
 	}
 }
 

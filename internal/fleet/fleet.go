@@ -450,6 +450,11 @@ func (m *Member) build(ctx context.Context) error {
 	if m.models, err = res.policy(cfg, m.defaultModel, creds); err != nil {
 		return err
 	}
+	// The configured models' series start at 0, under the names their
+	// calls are counted by.
+	for _, ref := range append([]string{m.defaultModel}, cfg.Fallbacks...) {
+		m.obs.metrics.Expect(res.canonical(ref))
+	}
 	if short := cfg.Redactor.Add(secrets(cfg, creds)...); len(short) > 0 {
 		m.log.Warn().Int("count", len(short)).Int("min_bytes", redact.MinLen).Msg("configured secrets too short to be masked in events, transcripts and logs")
 	}
@@ -873,7 +878,7 @@ func (m *Member) Run(ctx context.Context) error {
 	defer func() { _ = svc.Stop() }()
 	// The admin service answers operators (admin role) fleet-wide.
 	adm, err := admin.Serve(m.Conn, admin.Config{JS: m.JS, Inbound: m.Streams.Inbound, Events: m.Streams.Events, Dead: m.Streams.Dead,
-		Runs: m.Runs, Auth: m.authBook(), Worker: m.Worker.ID(), Logger: m.log})
+		Runs: m.Runs, Lanes: m.Lanes, Auth: m.authBook(), Worker: m.Worker.ID(), Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("fleet: admin service: %w", err)
 	}
@@ -1260,6 +1265,19 @@ func (r *Resolver) hasKey(p string, creds *authprofile.Store) bool {
 		}
 	}
 	return false
+}
+
+// canonical returns ref as the model's calls name it (provider/id of the
+// resolved model), or ref itself when it does not resolve.
+func (r *Resolver) canonical(ref string) string {
+	if p, _, _ := strings.Cut(ref, "/"); p == scripted.ProviderName {
+		return ref
+	}
+	res, err := r.registry.Resolve(ref)
+	if err != nil {
+		return ref
+	}
+	return res.Model.Provider + "/" + res.Model.ID
 }
 
 // usable is check and runnable: the member can serve ref and call it.

@@ -231,12 +231,12 @@ func (t *turnObs) event(stream string, data events.EventData) {
 		if data.Phase != "end" {
 			return
 		}
-		reason := "threshold"
+		reason := metrics.CompactionThreshold
 		switch {
 		case data.Error != "":
-			reason = "failed"
+			reason = metrics.CompactionFailed
 		case data.WillRetry:
-			reason = "overflow"
+			reason = metrics.CompactionOverflow
 		}
 		t.o.metrics.Compaction(reason)
 	}

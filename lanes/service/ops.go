@@ -118,12 +118,30 @@ func (s *Service) history(ctx context.Context, r request) (any, error) {
 }
 
 // events returns the run's stored events from q.From on, in stream order,
-// up to the reply's budget, and the run's state.
+// up to the reply's budget, and the run's state; with q.Lease, while the
+// run is running, the lane's lease too.
 func (s *Service) events(ctx context.Context, r request) (any, error) {
 	var q EventsRequest
 	if err := DecodeRequest(r.data, &q); err != nil {
 		return nil, badRequest("%v", err)
 	}
+	reply, err := s.runEvents(ctx, r, q)
+	switch {
+	case err != nil:
+		return nil, err
+	case !q.Lease || reply.State != StateRunning:
+		return reply, nil
+	}
+	lease, err := s.cfg.Lanes.Lease(ctx, r.token)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return nil, err
+	}
+	reply.Lease = LeaseOf(lease, time.Now())
+	return reply, nil
+}
+
+// runEvents answers an events request (see events).
+func (s *Service) runEvents(ctx context.Context, r request, q EventsRequest) (*EventsReply, error) {
 	runSeq, err := parseRun(q.Run)
 	if err != nil {
 		return nil, err
@@ -448,15 +466,12 @@ func (s *Service) backlog(ctx context.Context, r request) (any, error) {
 		return nil, err
 	}
 	rep.Processed = cur.Seq
-	holder, held, err := s.cfg.Lanes.Holder(ctx, r.token)
+	lease, err := s.cfg.Lanes.Lease(ctx, r.token)
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 		return nil, err
 	}
-	if held {
-		rep.Holder, rep.HeldSince = holder.Worker, holder.Acquired
-		if rep.Holder == "" {
-			rep.Holder = "(unreadable lease)"
-		}
+	if rep.Lease = LeaseOf(lease, time.Now()); lease.Held {
+		rep.Holder, rep.HeldSince = rep.Lease.Worker, rep.Lease.Since
 	}
 	first, err := s.cfg.Inbound.GetMsg(ctx, cur.Seq+1, jetstream.WithGetMsgSubject(subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -601,12 +601,106 @@ func TestBacklog(t *testing.T) {
 	if err := b.request(t, "busy", service.OpBacklog, "{}", &rep); err != nil {
 		t.Fatal(err)
 	}
-	want := service.BacklogReply{Waiting: 2, OldestRun: fmt.Sprint(seqs[2]), OldestAt: rep.OldestAt, Processed: seqs[1], Holder: "w-7", HeldSince: 1234}
+	want := service.BacklogReply{Waiting: 2, OldestRun: fmt.Sprint(seqs[2]), OldestAt: rep.OldestAt, Processed: seqs[1], Holder: "w-7", HeldSince: 1234, Lease: rep.Lease}
 	if rep != want || rep.OldestAt == 0 {
 		t.Fatalf("backlog = %+v, want %+v", rep, want)
 	}
+	// How the holder keeps its lease: renewed just now, lapsing within the
+	// 30 s TTL.
+	if l := rep.Lease; l == nil || l.Worker != "w-7" || l.Since != 1234 || l.Unresponsive || l.Lapsed ||
+		l.RenewedAgoMs > l.LapsesInMs || l.LapsesInMs <= 0 || l.LapsesInMs > 30_000 {
+		t.Fatalf("lease %+v", rep.Lease)
+	}
 	if err := b.request(t, "busy", service.OpBacklog, `{"x":1}`, &rep); err == nil || err.Code != service.CodeBadRequest {
 		t.Fatalf("malformed request: %v", err)
+	}
+
+	// A worker that stopped without releasing its lane: once its lease
+	// lapsed, the lane has no holder and the backlog says the lease lapsed.
+	b.lapse(t, "gone", "w-dead")
+	if _, err := b.js.Publish(b.ctx, events.InboundPrefix+"gone", []byte(`{"text":"m"}`)); err != nil {
+		t.Fatal(err)
+	}
+	rep = service.BacklogReply{}
+	if err := b.request(t, "gone", service.OpBacklog, nil, &rep); err != nil || rep.Holder != "" || rep.Lease == nil || !rep.Lease.Lapsed || rep.Lease.Worker != "" {
+		t.Fatalf("after a lapse: %+v (lease %+v), %v", rep, rep.Lease, err)
+	}
+}
+
+// lapse takes token's lane as worker with a one-second lease and returns
+// once the lease lapsed unreleased, as a worker that died leaves it.
+func (b *bundle) lapse(t *testing.T, token, worker string) {
+	t.Helper()
+	short, err := kvstore.Open(b.ctx, b.js, kvstore.Config{LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.js.KeyValue(b.ctx, kvstore.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := w.Watch(b.ctx, token+".lease", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	if _, err := short.Acquire(b.ctx, token, kvstore.LeaseInfo{Worker: worker}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case e := <-watch.Updates():
+			if e != nil && e.Operation() != jetstream.KeyValuePut {
+				return
+			}
+		case <-b.ctx.Done():
+			t.Fatal("the lease never lapsed")
+		}
+	}
+}
+
+// TestEventsLease: a follower that asks is told, while the run runs, how
+// the lane's holder keeps its lease, or that the lease lapsed; a request
+// that does not ask, or a run that ended, gets no lease.
+func TestEventsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	ask := func(token string, q service.EventsRequest) service.EventsReply {
+		t.Helper()
+		var rep service.EventsReply
+		if err := b.request(t, token, service.OpEvents, q, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	start := &events.Event{RunID: "7", SessionKey: "held", Seq: 1, Attempt: 1, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart}}
+	b.publishEvent(t, "held", start, false)
+	lease, err := b.lanes.Acquire(b.ctx, "held", kvstore.LeaseInfo{Worker: "w-7", Acquired: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lease.Release(b.ctx) }()
+	if rep := ask("held", service.EventsRequest{Run: "7"}); rep.State != service.StateRunning || rep.Lease != nil {
+		t.Fatalf("not asked: %+v", rep)
+	}
+	rep := ask("held", service.EventsRequest{Run: "7", From: 2, Open: true, Lease: true})
+	if l := rep.Lease; rep.State != service.StateRunning || l == nil || l.Worker != "w-7" || l.Since != 99 || l.Unresponsive || l.LapsesInMs <= 0 {
+		t.Fatalf("asked while held: %+v, lease %+v", rep, rep.Lease)
+	}
+
+	// The run's worker died: its lease lapsed.
+	start.SessionKey = "dead"
+	b.publishEvent(t, "dead", start, false)
+	b.lapse(t, "dead", "w-dead")
+	rep = ask("dead", service.EventsRequest{Run: "7", From: 2, Open: true, Lease: true})
+	if l := rep.Lease; rep.State != service.StateRunning || l == nil || !l.Lapsed || l.Worker != "" {
+		t.Fatalf("asked after a lapse: %+v, lease %+v", rep, rep.Lease)
+	}
+
+	// A run that ended has no lease to tell.
+	b.publishEvent(t, "held", &events.Event{RunID: "7", SessionKey: "held", Seq: 2, Attempt: 1, Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{}}}, false)
+	if rep := ask("held", service.EventsRequest{Run: "7", Lease: true}); rep.State != service.StateDone || rep.Lease != nil {
+		t.Fatalf("a run that ended: %+v", rep)
 	}
 }
 

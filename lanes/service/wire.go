@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -90,11 +92,17 @@ type HistoryReply struct {
 // service answers running as if it had read that event itself, without
 // looking for the run's final in its committed turn's record. A caller
 // that is not sure leaves it false and costs the service that read.
+//
+// Lease asks, when the run is running, how the worker holding its lane
+// keeps the lane's lease (EventsReply.Lease): a follower that has seen no
+// event for a while learns whether the run's worker stopped answering. A
+// service older than the field refuses it (CodeBadRequest).
 type EventsRequest struct {
 	Run   string `json:"run"`
 	From  uint64 `json:"from,omitempty"`  // first event seq wanted; default 1
 	After uint64 `json:"after,omitempty"` // stream sequence to resume at
 	Open  bool   `json:"open,omitempty"`  // event From-1 left the run running
+	Lease bool   `json:"lease,omitempty"` // say how the lane's holder keeps its lease
 }
 
 // Open reports whether ev, as a run's last stored event, leaves the run
@@ -122,6 +130,49 @@ type EventsReply struct {
 	Next   uint64        `msgpack:"n"`           // resume here (EventsRequest.After)
 	More   bool          `msgpack:"m,omitempty"` // cut at the reply's size or time budget: ask again
 	State  string        `msgpack:"s"`
+	// Lease is the lane's lease, when the request asked (Lease) and the
+	// run is running; nil when no lease is in force and none lapsed.
+	Lease *Lease `msgpack:"l,omitempty"`
+}
+
+// Lease says how the worker holding a lane keeps the lane's lease, as the
+// answering worker reads it; the durations are by its clock, so a client's
+// own clock does not matter.
+type Lease struct {
+	// Worker holds the lane since Since (Unix ms); "" when no lease is in
+	// force.
+	Worker string `json:"worker,omitempty" msgpack:"w,omitempty"`
+	Since  int64  `json:"since,omitempty" msgpack:"s,omitempty"`
+	// RenewedAgoMs is how long ago the holder last renewed the lease,
+	// LapsesInMs how long until it lapses unless renewed.
+	RenewedAgoMs int64 `json:"renewedAgoMs,omitempty" msgpack:"r,omitempty"`
+	LapsesInMs   int64 `json:"lapsesInMs,omitempty" msgpack:"x,omitempty"`
+	// Unresponsive: the holder missed its renewals
+	// (kvstore.LeaseState.Overdue): it stopped answering, and another
+	// worker takes the lane once the lease lapses, within LapsesInMs.
+	Unresponsive bool `json:"unresponsive,omitempty" msgpack:"u,omitempty"`
+	// Lapsed: no lease is in force because the last one lapsed
+	// unreleased, LapsedAgoMs ago: its worker stopped without releasing
+	// the lane, and the next worker that takes the lane runs what waits.
+	Lapsed      bool  `json:"lapsed,omitempty" msgpack:"l,omitempty"`
+	LapsedAgoMs int64 `json:"lapsedAgoMs,omitempty" msgpack:"a,omitempty"`
+}
+
+// LeaseOf returns the wire form of a lane's lease state at now: nil when
+// no lease is in force and none lapsed.
+func LeaseOf(st kvstore.LeaseState, now time.Time) *Lease {
+	switch {
+	case st.Held:
+		l := &Lease{Worker: st.Holder.Worker, Since: st.Holder.Acquired, RenewedAgoMs: max(now.Sub(st.Renewed), 0).Milliseconds(),
+			LapsesInMs: max(st.Expires().Sub(now), 0).Milliseconds(), Unresponsive: st.Overdue(now)}
+		if l.Worker == "" {
+			l.Worker = "(unreadable lease)"
+		}
+		return l
+	case !st.Lapsed.IsZero():
+		return &Lease{Lapsed: true, LapsedAgoMs: max(now.Sub(st.Lapsed), 0).Milliseconds()}
+	}
+	return nil
 }
 
 // StoredEvent is one stored event message.
@@ -185,6 +236,10 @@ type BacklogReply struct {
 	// HeldSince when it took the lane (Unix ms); empty when idle.
 	Holder    string `json:"holder,omitempty" msgpack:"h,omitempty"`
 	HeldSince int64  `json:"heldSince,omitempty" msgpack:"s,omitempty"`
+	// Lease says how the holder keeps the lease (Holder and HeldSince
+	// repeat its Worker and Since, for a client that predates it), or
+	// that the last lease lapsed; nil when idle.
+	Lease *Lease `json:"lease,omitempty" msgpack:"l,omitempty"`
 }
 
 // MaxBacklogWalk bounds the processed messages a backlog request steps

@@ -2,11 +2,14 @@ package service
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/permission"
 )
 
@@ -84,6 +87,7 @@ func TestEventsRequestOpenOmitted(t *testing.T) {
 	}{
 		{EventsRequest{Run: "7", From: 4, After: 9}, `{"run":"7","from":4,"after":9}`},
 		{EventsRequest{Run: "7", From: 4, After: 9, Open: true}, `{"run":"7","from":4,"after":9,"open":true}`},
+		{EventsRequest{Run: "7", From: 4, Lease: true}, `{"run":"7","from":4,"lease":true}`},
 	} {
 		data, err := json.Marshal(c.q)
 		if err != nil || string(data) != c.want {
@@ -112,6 +116,31 @@ func TestOpen(t *testing.T) {
 	} {
 		if got := Open(&events.Event{Stream: c.stream, Data: events.EventData{Phase: c.phase}}); got != c.want {
 			t.Errorf("%s %s: open %v, want %v", c.stream, c.phase, got, c.want)
+		}
+	}
+}
+
+// TestLeaseOf: the wire form of a lane's lease at a moment: a holder that
+// renews, one that missed its renewals (unresponsive, lapsing soon), a
+// lease that lapsed, and an idle lane.
+func TestLeaseOf(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1_000_000)
+	held := kvstore.LeaseState{Held: true, Holder: kvstore.LeaseInfo{Worker: "w1", Acquired: 5}, Renewed: now.Add(-4 * time.Second), TTL: 30 * time.Second}
+	stale := held
+	stale.Renewed = now.Add(-23 * time.Second)
+	for _, c := range []struct {
+		name string
+		st   kvstore.LeaseState
+		want *Lease
+	}{
+		{"renewed 4 s ago", held, &Lease{Worker: "w1", Since: 5, RenewedAgoMs: 4000, LapsesInMs: 26000}},
+		{"not renewed for 23 s", stale, &Lease{Worker: "w1", Since: 5, RenewedAgoMs: 23000, LapsesInMs: 7000, Unresponsive: true}},
+		{"lapsed 3 s ago", kvstore.LeaseState{Lapsed: now.Add(-3 * time.Second)}, &Lease{Lapsed: true, LapsedAgoMs: 3000}},
+		{"idle", kvstore.LeaseState{}, nil},
+	} {
+		if got := LeaseOf(c.st, now); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
 }

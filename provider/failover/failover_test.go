@@ -203,6 +203,37 @@ func TestClassifyError(t *testing.T) {
 	}
 }
 
+// TestLabel: what a person reads for a failed call names a provider's 5xx
+// a server error (its reason is timeout, but nothing timed out), keeps the
+// provider's own HTTP status, and never one a failover error carries for
+// its reason.
+func TestLabel(t *testing.T) {
+	t.Parallel()
+	unavailable := &provider.Error{Reason: provider.ReasonTimeout, Status: 503, Message: "Service Unavailable"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"no error", nil, ""},
+		{"a 503: a server error, not a timeout", unavailable, "server error (HTTP 503)"},
+		{"a 500 of unknown kind", &provider.Error{Reason: provider.ReasonUnknown, Status: 500, Message: "boom"}, "server error (HTTP 500)"},
+		{"a 502 wrapped", fmt.Errorf("call: %w", &provider.Error{Reason: provider.ReasonTimeout, Status: 502}), "server error (HTTP 502)"},
+		{"an overloaded 529 stays overloaded", &provider.Error{Reason: provider.ReasonOverloaded, Status: 529}, "overloaded (HTTP 529)"},
+		{"a rate limit with its status", &provider.Error{Reason: provider.ReasonRateLimit, Status: 429}, "rate_limit (HTTP 429)"},
+		// The run loop's failover error carries 408 for the reason
+		// timeout; the provider's own 503 is what the call got.
+		{"a failover error around a 503", &provider.Error{Reason: provider.ReasonTimeout, Status: 408, Message: "LLM request timed out.", Err: unavailable}, "server error (HTTP 503)"},
+		{"a failover error around a stall", &provider.Error{Reason: provider.ReasonTimeout, Status: 408, Err: &provider.Error{Reason: provider.ReasonTimeout, Message: "stalled"}}, "timeout"},
+		{"a stall: a timeout", &provider.Error{Reason: provider.ReasonTimeout, Message: "read stream: stalled"}, "timeout"},
+		{"a plain error: its reason", errors.New("429 Too Many Requests"), "rate_limit"},
+	} {
+		if got := failover.Label(tc.err); got != tc.want {
+			t.Errorf("%s: Label = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestIsTimeoutError(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -2,11 +2,13 @@ package failover
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/provider"
 )
 
 // User-facing texts.
@@ -221,4 +223,33 @@ func truncateUnits(s string, n int) string {
 		return s
 	}
 	return p + "…"
+}
+
+// Label names a failed provider call for a person, where a run's error or
+// a retry's wait says why: its reason (ClassifyError) with the HTTP status
+// the provider answered, "rate_limit (HTTP 429)", and "server error (HTTP
+// 503)" for a 5xx the reason names no better than timeout (a run loop
+// treats a server error like a timeout, and the reference names it so,
+// but nothing timed out). The status is the provider's own: that of the
+// innermost *provider.Error in err's chain, not one a failover error
+// carries for its reason (StatusOf). Without a status it is the reason
+// alone; "" for a nil error.
+func Label(err error) string {
+	if err == nil {
+		return ""
+	}
+	r := ClassifyError(err)
+	status := 0
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if pe, ok := e.(*provider.Error); ok {
+			status = pe.Status
+		}
+	}
+	switch {
+	case status >= 500 && status <= 599 && (r == provider.ReasonTimeout || r == provider.ReasonUnknown):
+		return fmt.Sprintf("server error (HTTP %d)", status)
+	case status != 0:
+		return fmt.Sprintf("%s (HTTP %d)", r, status)
+	}
+	return string(r)
 }
