@@ -94,17 +94,17 @@ func TestChaosSoak(t *testing.T) {
 		w := workers[rand.N(len(workers))]
 		switch f := rand.N(5); f {
 		case 0:
-			faults["worker SIGKILL"]++
+			noteFault(t, faults, "worker SIGKILL "+w.id)
 			w.kill()
 			time.Sleep(rand.N(3 * time.Second))
 			w.start()
 		case 1:
-			faults["worker SIGSTOP past AckWait"]++
+			noteFault(t, faults, "worker SIGSTOP past AckWait "+w.id)
 			w.signal(syscall.SIGSTOP)
 			time.Sleep(2*time.Second + rand.N(3*time.Second))
 			w.signal(syscall.SIGCONT)
 		case 2:
-			faults["worker SIGTERM restart"]++
+			noteFault(t, faults, "worker SIGTERM restart "+w.id)
 			w.signal(syscall.SIGTERM)
 			w.wait()
 			w.start()
@@ -117,7 +117,7 @@ func TestChaosSoak(t *testing.T) {
 			if err != nil {
 				nd = cl.Nodes[rand.N(len(cl.Nodes))]
 			}
-			faults["nats-server SIGKILL ("+stream+" leader)"]++
+			noteFault(t, faults, "nats-server SIGKILL ("+stream+" leader) "+nd.Name)
 			nd.Kill()
 			time.Sleep(2*time.Second + rand.N(3*time.Second))
 			nd.Start()
@@ -143,6 +143,15 @@ func TestChaosSoak(t *testing.T) {
 		}
 		t.Fatalf("the soak found defects: %s", strings.Join(counts.examples, "; "))
 	}
+}
+
+// noteFault counts a fault of a kind ("worker SIGKILL chaos1": the kind,
+// then which process) and logs when it struck, to line up with the
+// processes' logs.
+func noteFault(t *testing.T, faults map[string]int, what string) {
+	t.Logf("%s fault: %s", time.Now().Format("15:04:05.000"), what)
+	kind := what[:strings.LastIndexByte(what, ' ')]
+	faults[kind]++
 }
 
 // sumFaults counts the faults of every kind.

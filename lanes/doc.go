@@ -173,8 +173,8 @@
 // its turn's record found no stream leader, or got no answer; its aborted
 // event says so), and one whose worker, alive, lost the lane mid-turn (its
 // lease lapsed while the store did not answer). An owner that finds an
-// attempt ended without a word gives its worker a lease's time to note it
-// before it dead-letters the message. So a store outage delays the lane
+// attempt ended without a word gives its worker twice the lease TTL (at
+// least 15 s) to note it before it dead-letters the message. So a store outage delays the lane
 // (the retries back off up to 30 s); it never makes a healthy message
 // poison.
 //

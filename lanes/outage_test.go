@@ -139,7 +139,7 @@ func TestStoreOutageSpendsNoAttempt(t *testing.T) {
 // renewals until its lease has lapsed) is run again by the lane's next
 // owner, and answered: the worker that lost the lane notes the attempt as
 // one that does not count, and the next owner, which found the attempt
-// ended without a word, waits a lease's time for that note before it
+// ended without a word, waits for that note (Worker.noteGrace) before it
 // would dead-letter the message. (Before, the attempt counted as a crash.)
 func TestLostLaneSpendsNoAttempt(t *testing.T) {
 	t.Parallel()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -119,6 +120,8 @@ func (o *owner) run() {
 			}
 			o.noteUncounted(f.seq, f.attempt, why)
 		}
+		// The lane's next owner knows only what the runs' notes say.
+		o.noteExcused()
 		var end ending
 		switch {
 		case lost:
@@ -625,16 +628,18 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 	if err := a.em.start(ctx, data, a.attempt); err != nil {
 		if kvstore.Transient(err) {
 			// The start event may be stored all the same: then the
-			// attempt ended on a store error (see closeAttempt).
-			o.tried(a.seq).ended(a.attempt, attemptStoreError(a.attempt, err), true)
+			// attempt ended on a store error. Its number is spent either
+			// way (the next attempt has the next one), so its note
+			// excuses nothing else.
+			why := attemptStoreError(a.attempt, err)
+			t := o.tried(a.seq)
+			t.attempt = a.attempt
+			t.ended(a.attempt, why, true)
+			o.noteUncounted(a.seq, a.attempt, why)
 		}
 		return err
 	}
-	t := o.tried(a.seq)
-	t.attempt = a.attempt
-	if t.end == a.attempt {
-		t.ended(0, "", false) // a start that failed before this one, not stored
-	}
+	o.tried(a.seq).attempt = a.attempt
 	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
 	return nil
 }
@@ -694,8 +699,15 @@ type tried struct {
 	endWhy   string
 	endStore bool
 	// excused are the attempts this owner knows do not count (see
-	// UncountedToken).
-	excused map[int]bool
+	// UncountedToken), and whether their note is stored.
+	excused map[int]*excuse
+}
+
+// excuse is an attempt that does not count: why, and whether its note on
+// the run is stored.
+type excuse struct {
+	why   string
+	noted bool
 }
 
 // ended notes that attempt n ended: why is its aborted event's text.
@@ -703,12 +715,17 @@ func (t *tried) ended(n int, why string, store bool) {
 	t.end, t.endWhy, t.endStore = n, why, store
 }
 
-// excuse notes that attempt n does not count.
-func (t *tried) excuse(n int) {
+// excuse notes that attempt n does not count (why), and returns its excuse.
+func (t *tried) excuse(n int, why string) *excuse {
 	if t.excused == nil {
-		t.excused = map[int]bool{}
+		t.excused = map[int]*excuse{}
 	}
-	t.excused[n] = true
+	e := t.excused[n]
+	if e == nil {
+		e = &excuse{why: why}
+		t.excused[n] = e
+	}
+	return e
 }
 
 // flight is an attempt in flight: the inbound sequence of its run and its
@@ -724,7 +741,7 @@ type flight struct {
 // only when what the owner knows itself puts the message at the limit.
 // silent says the last attempt ended without a word (closeAttempt): its
 // worker died, or it lost the lane and is about to note it; before the
-// message is dead-lettered that worker gets a lease's time to do so.
+// message is dead-lettered that worker gets noteGrace to do so.
 func (o *owner) counted(ctx context.Context, seq uint64, n int, silent bool) (int, error) {
 	mine := 0
 	for m := range o.tried(seq).excused {
@@ -735,7 +752,7 @@ func (o *owner) counted(ctx context.Context, seq uint64, n int, silent bool) (in
 	if n-1-mine < o.w.cfg.MaxAttempts {
 		return n - 1 - mine, nil
 	}
-	deadline := time.Now().Add(o.w.lanes.LeaseTTL())
+	deadline := time.Now().Add(o.w.noteGrace())
 	for {
 		excused, err := o.uncounted(ctx, seq, n)
 		if err != nil {
@@ -743,6 +760,10 @@ func (o *owner) counted(ctx context.Context, seq uint64, n int, silent bool) (in
 		}
 		counted := n - 1 - len(excused)
 		if counted < o.w.cfg.MaxAttempts || !silent || !time.Now().Before(deadline) {
+			if counted >= o.w.cfg.MaxAttempts {
+				o.log.Warn().Str("run_id", strconv.FormatUint(seq, 10)).Int("attempts", n-1).Int("counted", counted).
+					Ints("uncounted", slices.Sorted(maps.Keys(excused))).Msg("the message's attempts are spent: dead-lettering it as poison")
+			}
 			return counted, nil
 		}
 		select {
@@ -810,9 +831,8 @@ func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState, seq 
 	why, silent = fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.attempt), true
 	if mine.end == st.attempt {
 		why, silent = mine.endWhy, false
-		if mine.endStore && !mine.excused[st.attempt] {
-			// Its start was stored after all: it ended on the store.
-			o.noteUncounted(seq, st.attempt, why)
+		if mine.endStore {
+			o.noteUncounted(seq, st.attempt, why) // unless it is noted
 		}
 	}
 	return why, silent, em.aborted(ctx, st.attempt, why)

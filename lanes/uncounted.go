@@ -42,18 +42,32 @@ func uncountedSubject(token, run string) string {
 	return events.EventPrefix + token + "." + run + "." + UncountedToken
 }
 
+// noteGrace is how long an owner that finds a message's attempts spent,
+// the last one ended without a word, waits for that attempt's worker to
+// note it before it dead-letters the message: the worker finds its lease
+// lost within a third of the lease TTL of reaching the store again, then
+// stores the note (noteUncounted's tries).
+func (w *Worker) noteGrace() time.Duration {
+	return max(2*w.lanes.LeaseTTL(), 15*time.Second)
+}
+
 // noteUncounted notes that attempt of the run of inbound seq ended for no
 // fault of the message (why says how), so that it does not count toward
 // MaxAttempts: in the owner's memory, and for the lane's next owners in a
-// note on the run (see UncountedToken). A note that cannot be stored is
-// logged; the attempt then counts for other owners.
+// note on the run (see UncountedToken), unless that is stored already. A
+// note that cannot be stored now is tried again when the owner's work on
+// the lane ends (noteExcused); until it is stored the attempt counts for
+// other owners.
 func (o *owner) noteUncounted(seq uint64, attempt int, why string) {
-	o.tried(seq).excuse(attempt)
+	e := o.tried(seq).excuse(attempt, why)
+	if e.noted {
+		return
+	}
 	run := strconv.FormatUint(seq, 10)
 	m := nats.NewMsg(uncountedSubject(o.token, run))
 	m.Data = strconv.AppendInt(nil, int64(attempt), 10)
 	m.Header.Set(events.HeaderStream, uncountedStream)
-	m.Header.Set(events.HeaderError, failureText(errors.New(why)))
+	m.Header.Set(events.HeaderError, failureText(errors.New(e.why)))
 	// The lane may be lost and the store slow: a few tries, off the drain's
 	// context.
 	for try := 0; ; try++ {
@@ -61,6 +75,8 @@ func (o *owner) noteUncounted(seq uint64, attempt int, why string) {
 		_, err := o.w.js.PublishMsg(ctx, m)
 		cancel()
 		if err == nil {
+			e.noted = true
+			o.log.Warn().Str("run_id", run).Int("attempt", attempt).Str("why", e.why).Msg("an attempt that does not count toward the message's attempts")
 			return
 		}
 		if !kvstore.Transient(err) || try >= 3 {
@@ -71,6 +87,19 @@ func (o *owner) noteUncounted(seq uint64, attempt int, why string) {
 		case <-time.After(time.Duration(try+1) * 200 * time.Millisecond):
 		case <-o.w.stopCh:
 			return
+		}
+	}
+}
+
+// noteExcused stores the notes of the attempts this owner excused whose
+// notes could not be stored before: its work on the lane ends, and the
+// lane's next owner knows only what the notes say.
+func (o *owner) noteExcused() {
+	for seq, t := range o.failures {
+		for n, e := range t.excused {
+			if !e.noted {
+				o.noteUncounted(seq, n, e.why)
+			}
 		}
 	}
 }
