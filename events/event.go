@@ -46,7 +46,11 @@ const (
 	// lost the lane (published by the lane's next owner), or the attempt
 	// failed and is retried. Data.Attempt is the aborted attempt and
 	// Data.Error says why. It is not terminal: a restart follows, or an
-	// error and the final event when the message is given up.
+	// error and the final event when the message is given up. An attempt
+	// that ended on a transient store error says so ("attempt N ended on
+	// a store error (it does not count toward the attempt limit): …"): it
+	// does not count toward the attempts after which a message is
+	// dead-lettered as poison.
 	PhaseAborted = "aborted"
 	PhaseMerged  = "merged" // collect or steer mode: the message was answered by another run (Data.Text)
 	// PhaseSteered: steer-backlog mode showed the message to another

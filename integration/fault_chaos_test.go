@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,8 +23,11 @@ import (
 // (SIGKILL, SIGSTOP past AckWait, SIGTERM restart of a worker; SIGKILL of a
 // stream leader or any node). When the time is up the faults stop, every
 // run must end, and the audit counts lost and duplicated finals, events of
-// older attempts and transcripts. It runs only with LANEFLEET_CHAOS set to
-// a duration (LANEFLEET_CHAOS_SESSIONS: sessions, default 200).
+// older attempts stored after a newer one's, healthy messages dead-lettered
+// (every message is healthy: any poison final or dead letter is one) and
+// transcript defects, and prints them on one line ("chaos summary"). It
+// runs only with LANEFLEET_CHAOS set to a duration
+// (LANEFLEET_CHAOS_SESSIONS: sessions, default 200).
 func TestChaosSoak(t *testing.T) {
 	dur, err := time.ParseDuration(os.Getenv("LANEFLEET_CHAOS"))
 	if err != nil || dur <= 0 {
@@ -46,6 +50,10 @@ func TestChaosSoak(t *testing.T) {
 
 	ctx, stop := context.WithTimeout(t.Context(), dur)
 	defer stop()
+	// A full lane makes its sender wait (backpressure), but not for more
+	// than a few minutes past the soak: a lane stuck that long is a defect.
+	sendCtx, stopSending := context.WithTimeout(t.Context(), dur+5*time.Minute)
+	defer stopSending()
 	var (
 		mu   sync.Mutex
 		runs []runRef
@@ -57,7 +65,7 @@ func TestChaosSoak(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				text := fmt.Sprintf("message %d of session %d in a few more words", i, s)
-				r, err := publishRetried(t.Context(), js, outMsg{key, text, fmt.Sprintf("chaos-%d-%d", s, i)})
+				r, err := publishRetried(sendCtx, js, outMsg{key, text, fmt.Sprintf("chaos-%d-%d", s, i)})
 				if err != nil {
 					t.Error(err)
 					return
@@ -86,17 +94,17 @@ func TestChaosSoak(t *testing.T) {
 		w := workers[rand.N(len(workers))]
 		switch f := rand.N(5); f {
 		case 0:
-			faults["worker SIGKILL"]++
+			noteFault(t, faults, "worker SIGKILL "+w.id)
 			w.kill()
 			time.Sleep(rand.N(3 * time.Second))
 			w.start()
 		case 1:
-			faults["worker SIGSTOP past AckWait"]++
+			noteFault(t, faults, "worker SIGSTOP past AckWait "+w.id)
 			w.signal(syscall.SIGSTOP)
 			time.Sleep(2*time.Second + rand.N(3*time.Second))
 			w.signal(syscall.SIGCONT)
 		case 2:
-			faults["worker SIGTERM restart"]++
+			noteFault(t, faults, "worker SIGTERM restart "+w.id)
 			w.signal(syscall.SIGTERM)
 			w.wait()
 			w.start()
@@ -109,7 +117,7 @@ func TestChaosSoak(t *testing.T) {
 			if err != nil {
 				nd = cl.Nodes[rand.N(len(cl.Nodes))]
 			}
-			faults["nats-server SIGKILL ("+stream+" leader)"]++
+			noteFault(t, faults, "nats-server SIGKILL ("+stream+" leader) "+nd.Name)
 			nd.Kill()
 			time.Sleep(2*time.Second + rand.N(3*time.Second))
 			nd.Start()
@@ -122,9 +130,35 @@ func TestChaosSoak(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("%d runs sent; waiting for every final event", len(runs))
 	fin.waitAll(t, js, runs, 10*time.Minute)
-	audit(t, js, runs)
+	counts := auditAll(t, js, runs)
 	most, total := seen.worst()
 	t.Logf("a core subscriber saw %d refused events of older attempts (at most %d in one run)", total, most)
 	c, _ := lanefleet.New(nc)
-	checkTranscripts(t, c, want)
+	defects := transcriptDefects(t, c, want)
+	t.Logf("chaos summary: %v soak, %d sessions, %d faults %v; %v; transcript defects %d of %d sessions",
+		dur, sessions, sumFaults(faults), faults, counts, len(defects), len(want))
+	if counts.bad() || len(defects) > 0 {
+		for _, d := range defects[:min(len(defects), 5)] {
+			t.Error(d)
+		}
+		t.Fatalf("the soak found defects: %s", strings.Join(counts.examples, "; "))
+	}
+}
+
+// noteFault counts a fault of a kind ("worker SIGKILL chaos1": the kind,
+// then which process) and logs when it struck, to line up with the
+// processes' logs.
+func noteFault(t *testing.T, faults map[string]int, what string) {
+	t.Logf("%s fault: %s", time.Now().Format("15:04:05.000"), what)
+	kind := what[:strings.LastIndexByte(what, ' ')]
+	faults[kind]++
+}
+
+// sumFaults counts the faults of every kind.
+func sumFaults(faults map[string]int) int {
+	n := 0
+	for _, c := range faults {
+		n += c
+	}
+	return n
 }

@@ -190,9 +190,10 @@ func (f *finalWatch) count(session string, seq uint64) int {
 	return f.finals[subj]
 }
 
-// waitAll waits until every run's final event is stored, failing after
-// timeout. Finals seen by the core subscription say when to look (a core
-// subscriber also sees publishes the stream refused, so it is no proof).
+// waitAll waits until every run's final event is stored, failing the test
+// (not stopping it: the audit counts what is missing) after timeout. Finals
+// seen by the core subscription say when to look (a core subscriber also
+// sees publishes the stream refused, so it is no proof).
 func (f *finalWatch) waitAll(t *testing.T, js jetstream.JetStream, runs []runRef, timeout time.Duration) {
 	t.Helper()
 	deadline := time.After(timeout)
@@ -235,7 +236,8 @@ func (f *finalWatch) waitAll(t *testing.T, js jetstream.JetStream, runs []runRef
 		case <-deadline:
 			for _, r := range runs {
 				if !stored[r] {
-					t.Fatalf("%d of %d runs have no stored final event after %v, e.g. %+v", len(runs)-len(stored), len(runs), timeout, r)
+					t.Errorf("%d of %d runs have no stored final event after %v, e.g. %+v", len(runs)-len(stored), len(runs), timeout, r)
+					return
 				}
 			}
 		}
@@ -249,7 +251,11 @@ type runAudit struct {
 	// attempt's first event (a zombie's events); backwards counts events
 	// whose seq does not grow.
 	stale, backwards int
-	err              error
+	// errKind is the error kind of the run's (first) final event, if it
+	// carries one: every message the fault suite sends is healthy, so a
+	// "poison_message" is a healthy message dead-lettered.
+	errKind string
+	err     error
 }
 
 // auditRun reads a run's stored events in stream order.
@@ -282,6 +288,9 @@ func auditRun(ctx context.Context, js jetstream.JetStream, r runRef) runAudit {
 		}
 		if ev.Terminal() {
 			a.finals++
+			if e := ev.Data.Result; a.finals == 1 && e != nil && e.Meta.Error != nil {
+				a.errKind = e.Meta.Error.Kind
+			}
 		}
 		if ev.Seq <= lastSeq {
 			a.backwards++
@@ -300,13 +309,54 @@ func auditRun(ctx context.Context, js jetstream.JetStream, r runRef) runAudit {
 	}
 }
 
+// auditCounts is what audit found, run by run, and in the dead-letter
+// stream.
+type auditCounts struct {
+	runs, lost, dup, stale, backwards int
+	// failed counts runs whose final carries an error, by kind: the fault
+	// suite sends only healthy messages.
+	failed map[string]int
+	// deadLetters is what the dead-letter stream holds (every one a
+	// healthy message); poison counts runs ended as poison.
+	deadLetters uint64
+	poison      int
+	examples    []string
+}
+
+// healthyDeadLettered counts the healthy messages dead-lettered: runs ended
+// as poison, or dead letters stored, whichever is more.
+func (c auditCounts) healthyDeadLettered() int {
+	return max(c.poison, int(c.deadLetters))
+}
+
+// bad reports whether any count is a defect.
+func (c auditCounts) bad() bool {
+	return c.lost+c.dup+c.stale+c.backwards+c.healthyDeadLettered() > 0 || len(c.failed) > 0
+}
+
+func (c auditCounts) String() string {
+	return fmt.Sprintf("audit of %d runs: lost finals %d, duplicated finals %d, stale-attempt events %d, seq going back %d, "+
+		"healthy messages dead-lettered %d (poison finals %d, dead letters %d), error finals %v",
+		c.runs, c.lost, c.dup, c.stale, c.backwards, c.healthyDeadLettered(), c.poison, c.deadLetters, c.failed)
+}
+
 // audit checks every run's stored events: exactly one final, no event of an
-// older attempt after a newer one began, seq growing. It prints the counts
-// and fails the test on any.
+// older attempt after a newer one began, seq growing, no final carrying an
+// error and nothing dead-lettered. It prints the counts and fails the test
+// on any.
 func audit(t *testing.T, js jetstream.JetStream, runs []runRef) {
 	t.Helper()
-	var lost, dup, stale, backwards int
-	var examples []string
+	c := auditAll(t, js, runs)
+	t.Log(c)
+	if c.bad() {
+		t.Fatalf("events of runs are wrong: %s", strings.Join(c.examples, "; "))
+	}
+}
+
+// auditAll counts what audit checks.
+func auditAll(t *testing.T, js jetstream.JetStream, runs []runRef) auditCounts {
+	t.Helper()
+	c := auditCounts{runs: len(runs), failed: map[string]int{}}
 	for _, r := range runs {
 		var a runAudit
 		for try := 0; try < 5; try++ {
@@ -319,21 +369,40 @@ func audit(t *testing.T, js jetstream.JetStream, runs []runRef) {
 		}
 		switch {
 		case a.finals == 0:
-			lost++
+			c.lost++
 		case a.finals > 1:
-			dup++
+			c.dup++
 		}
-		stale += a.stale
-		backwards += a.backwards
-		if (a.finals != 1 || a.stale > 0 || a.backwards > 0) && len(examples) < 5 {
-			examples = append(examples, fmt.Sprintf("%s/%s: %d finals, %d stale, %d backwards", r.session, r.run, a.finals, a.stale, a.backwards))
+		c.stale += a.stale
+		c.backwards += a.backwards
+		if a.errKind != "" {
+			c.failed[a.errKind]++
+			if a.errKind == "poison_message" {
+				c.poison++
+			}
+		}
+		if (a.finals != 1 || a.stale > 0 || a.backwards > 0 || a.errKind != "") && len(c.examples) < 5 {
+			c.examples = append(c.examples, fmt.Sprintf("%s/%s: %d finals, %d stale, %d backwards, error %q", r.session, r.run, a.finals, a.stale, a.backwards, a.errKind))
 		}
 	}
-	t.Logf("audit of %d runs: lost finals %d, duplicated finals %d, stale-attempt events %d, seq going back %d",
-		len(runs), lost, dup, stale, backwards)
-	if lost+dup+stale+backwards > 0 {
-		t.Fatalf("events of runs are wrong: %s", strings.Join(examples, "; "))
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		info, err := js.Stream(ctx, events.DeadStream)
+		if err == nil {
+			c.deadLetters = info.CachedInfo().State.Msgs
+		}
+		cancel()
+		if err == nil || try >= 4 {
+			if err != nil {
+				t.Fatalf("dead-letter stream: %v", err)
+			}
+			break
+		}
 	}
+	if c.deadLetters > 0 && len(c.examples) < 5 {
+		c.examples = append(c.examples, fmt.Sprintf("%d dead letters", c.deadLetters))
+	}
+	return c
 }
 
 // staleSeen counts, per run, what a core subscriber on agent.ev.> saw of an
@@ -354,7 +423,7 @@ func watchStale(t *testing.T, url string) *staleSeen {
 	t.Cleanup(nc.Close)
 	s := &staleSeen{newest: map[string]int{}, late: map[string]int{}}
 	sub, err := nc.Subscribe(events.EventPrefix+">", func(m *nats.Msg) {
-		if strings.HasSuffix(m.Subject, "."+lanes.FenceToken) {
+		if strings.HasSuffix(m.Subject, "."+lanes.FenceToken) || strings.HasSuffix(m.Subject, "."+lanes.UncountedToken) {
 			return
 		}
 		ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)

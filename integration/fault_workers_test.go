@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -204,9 +205,25 @@ func publishRetried(ctx context.Context, js jetstream.JetStream, m outMsg) (runR
 		if err == nil {
 			return runRef{m.session, fmt.Sprint(ack.Sequence), m.text}, nil
 		}
+		if laneFull(err) {
+			// Backpressure: the lane holds its cap of messages (its
+			// workers were cut off from the store for a while). The
+			// sender waits for room, as long as ctx lets it.
+			attempt = 0
+		}
 		if attempt > 100 || ctx.Err() != nil {
 			return runRef{}, fmt.Errorf("publish %s: %w", m.id, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+		}
 	}
+}
+
+// laneFull reports whether err is the inbound stream refusing a message
+// because its lane holds the per-lane cap.
+func laneFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages per subject exceeded")
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -205,6 +206,16 @@ func publishAll(t *testing.T, js jetstream.JetStream, msgs []outMsg) {
 // messages, in publish order, each answered once.
 func checkTranscripts(t *testing.T, c *lanefleet.Client, want map[string][]string) {
 	t.Helper()
+	if defects := transcriptDefects(t, c, want); len(defects) > 0 {
+		t.Fatalf("%d of %d transcripts are wrong; %s", len(defects), len(want), defects[0])
+	}
+}
+
+// transcriptDefects checks every session's transcript as checkTranscripts
+// does and says what is wrong with each that is (one line per session).
+func transcriptDefects(t *testing.T, c *lanefleet.Client, want map[string][]string) []string {
+	t.Helper()
+	var defects []string
 	for session, texts := range want {
 		var entries []message.Entry
 		var err error
@@ -219,30 +230,41 @@ func checkTranscripts(t *testing.T, c *lanefleet.Client, want map[string][]strin
 		if err != nil {
 			t.Fatalf("history of %q: %v", session, err)
 		}
-		var users, answers []string
-		for _, e := range entries {
-			if e.Message == nil {
-				continue
-			}
-			switch e.Message.Role {
-			case message.RoleUser:
-				users = append(users, e.Message.Content.Text())
-			case message.RoleAssistant:
-				answers = append(answers, e.Message.Content.Text())
-			}
-		}
-		if strings.Join(users, "|") != strings.Join(texts, "|") {
-			t.Fatalf("session %q user turns:\n got %q\nwant %q", session, users, texts)
-		}
-		if len(answers) != len(texts) {
-			t.Fatalf("session %q has %d answers for %d turns", session, len(answers), len(texts))
-		}
-		for i, a := range answers {
-			if a != "echo: "+texts[i] {
-				t.Fatalf("session %q answer %d = %q, want %q", session, i, a, "echo: "+texts[i])
-			}
+		if why := transcriptDefect(entries, texts); why != "" {
+			defects = append(defects, fmt.Sprintf("session %q %s", session, why))
 		}
 	}
+	slices.Sort(defects)
+	return defects
+}
+
+// transcriptDefect says what is wrong with a transcript that should hold
+// texts, each answered once by the scripted echo model ("" = nothing).
+func transcriptDefect(entries []message.Entry, texts []string) string {
+	var users, answers []string
+	for _, e := range entries {
+		if e.Message == nil {
+			continue
+		}
+		switch e.Message.Role {
+		case message.RoleUser:
+			users = append(users, e.Message.Content.Text())
+		case message.RoleAssistant:
+			answers = append(answers, e.Message.Content.Text())
+		}
+	}
+	if strings.Join(users, "|") != strings.Join(texts, "|") {
+		return fmt.Sprintf("user turns:\n got %q\nwant %q", users, texts)
+	}
+	if len(answers) != len(texts) {
+		return fmt.Sprintf("has %d answers for %d turns", len(answers), len(texts))
+	}
+	for i, a := range answers {
+		if a != "echo: "+texts[i] {
+			return fmt.Sprintf("answer %d = %q, want %q", i, a, "echo: "+texts[i])
+		}
+	}
+	return ""
 }
 
 var (

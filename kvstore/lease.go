@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -129,6 +130,42 @@ func WriteConflict(err error) (busy, mismatch bool) {
 	}
 	return false, errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
+
+// Transient reports whether err is a store error that passes on its own: a
+// stream that had no leader or did not answer in time (a leader change, a
+// node restarting), a server whose JetStream was not up yet, or a connection
+// that was down. Such a failure says nothing about what was written or
+// read: the lanes retry it later and never count it against a message
+// (lanes Config.MaxAttempts). A refusal (a conflict, a message too large, a
+// full stream, a stream that does not exist) is not transient.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jsClusterNotAvail, jsClusterNotLeader, jsStreamOffline, jetstream.JSErrCodeJetStreamNotEnabled:
+			return true
+		}
+		return false
+	}
+	for _, t := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders, jetstream.ErrNoStreamResponse,
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrDisconnected, nats.ErrConnectionDraining} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// JetStream error codes of a cluster that cannot take a request right now
+// (nats-server errors.json), which nats.go names no constant for.
+const (
+	jsClusterNotAvail  jetstream.ErrorCode = 10008 // JetStream system temporarily unavailable
+	jsClusterNotLeader jetstream.ErrorCode = 10009 // JetStream cluster can not handle request
+	jsStreamOffline    jetstream.ErrorCode = 10118 // stream is offline
+)
 
 // Holder returns the current holder of a lane's lease, or ok=false. A lease
 // whose value does not decode is held (ok=true) by an unknown owner, with a

@@ -165,6 +165,19 @@
 // lease mid-run. See events for the sequences a viewer sees. Assistant and
 // thinking deltas are coalesced into frames (Turn.Emit).
 //
+// A message is dead-lettered as poison after Config.MaxAttempts attempts
+// that count: attempts whose handler failed, and attempts that never ended
+// (a crash). An attempt that ended for no fault of the message does not
+// count, and its worker notes it on the run (see UncountedToken): one that
+// ended on a transient store error (kvstore.Transient: its step journal or
+// its turn's record found no stream leader, or got no answer; its aborted
+// event says so), and one whose worker, alive, lost the lane mid-turn (its
+// lease lapsed while the store did not answer). An owner that finds an
+// attempt ended without a word gives its worker twice the lease TTL (at
+// least 15 s) to note it before it dead-letters the message. So a store outage delays the lane
+// (the retries back off up to 30 s); it never makes a healthy message
+// poison.
+//
 // Every message taken off the lane ends with a final event: its own turn's,
 // MergedInto the turn that answered it, or an error saying why it was not
 // run. One that must be dead-lettered (it does not decode, or it is
@@ -198,6 +211,10 @@
 // claimed the run, the stream refuses every event of the older one (a
 // worker paused past its lease, say), which stops at the first refusal and
 // ends its work on the lane; a run's final event is published at most once.
+// Each attempt claims the run anew (the marker names its claim, too): an
+// owner that retries a failed attempt under the same lease fences the
+// failed attempt's emitter the same way, and retires it before the retry
+// opens, so what that attempt's handler still emits is dropped.
 // After a silence an owner reads the marker before publishing, so a woken
 // worker shows even core subscribers of the run's subject (who see
 // publishes the stream refuses) nothing. See FenceToken.

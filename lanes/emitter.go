@@ -25,13 +25,24 @@ import (
 // the lane's next owner stores its marker, the server refuses every event
 // of the older owner: a viewer, raw subscribers too, never sees an older
 // attempt's event after a newer one began. Markers carry the header
-// Lanefleet-Stream: fence and the decimal lease revision as payload; they
-// are not events (a viewer of one run subscribes to exactly
-// agent.ev.<lane>.<run>).
+// Lanefleet-Stream: fence, the decimal lease revision as payload and the
+// header Lanefleet-Claim naming the claim (one per attempt: an owner that
+// retries a run under the same lease claims it again, and the server then
+// refuses every event of the failed attempt too); they are not events (a
+// viewer of one run subscribes to exactly agent.ev.<lane>.<run>).
 const FenceToken = "fence"
 
 // fenceStream is the Lanefleet-Stream header of fence markers.
 const fenceStream = "fence"
+
+// claimHeader names the claim a fence marker stores (emitter.claimID).
+const claimHeader = "Lanefleet-Claim"
+
+// errSuperseded stops the emitter of an attempt that is over: its owner
+// retries the run (or settles it) under the same lease with a newer claim,
+// or ended the attempt (emitter.retire). It is not ErrLeaseLost: the owner
+// still holds the lane.
+var errSuperseded = errors.New("lanes: a newer attempt at the run took its events over")
 
 // Delta coalescing and publishing limits.
 const (
@@ -72,11 +83,14 @@ type emitter struct {
 	done    <-chan struct{} // closed when the lane's work stops: nothing more is published
 	lost    func(error)     // told once when a newer owner fenced this one; may be nil
 
-	mu        sync.Mutex
-	seq       uint64
-	attempt   int
-	fence     uint64        // stream sequence of this owner's marker; 0 = none claimed
-	rev       uint64        // the lease revision the marker names
+	mu      sync.Mutex
+	seq     uint64
+	attempt int
+	fence   uint64 // stream sequence of this owner's marker; 0 = none claimed
+	rev     uint64 // the lease revision the marker names
+	// claimID tells this emitter's markers from those of the owner's
+	// other attempts at the run under the same lease revision.
+	claimID   string
 	pending   *events.Event // the delta frame being coalesced
 	buf       []byte        // its deltas
 	heldBack  bool          // pending is due but the window is full
@@ -146,12 +160,28 @@ func (e *emitter) open(ctx context.Context, rev uint64) (runState, error) {
 // no marker (a new run); a refusal reads the marker there and writes over it
 // unless it names a newer lease. fresh reports that no marker existed.
 func (e *emitter) claim(ctx context.Context, rev uint64) (fresh bool, err error) {
+	return e.claimAs(ctx, rev, true)
+}
+
+// claimAs is claim; first says this is the emitter's first claim (its
+// attempt opens): it writes over a marker of another claim under the same
+// lease (the owner's earlier attempt). A claim again (first false: this
+// emitter's marker is gone) stops at one instead (errSuperseded): a newer
+// attempt of the owner's has the run.
+func (e *emitter) claimAs(ctx context.Context, rev uint64, first bool) (fresh bool, err error) {
 	subj := e.fenceSubject()
+	e.mu.Lock()
+	if e.claimID == "" {
+		e.claimID = randomHex(8)
+	}
+	id := e.claimID
+	e.mu.Unlock()
 	expect := uint64(0)
 	for try := 0; ; try++ {
 		m := nats.NewMsg(subj)
 		m.Data = strconv.AppendUint(nil, rev, 10)
 		m.Header.Set(events.HeaderStream, fenceStream)
+		m.Header.Set(claimHeader, id)
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 		ack, err := e.js.PublishMsg(ctx, m)
 		if err == nil {
@@ -177,8 +207,21 @@ func (e *emitter) claim(ctx context.Context, rev uint64) (fresh bool, err error)
 		case gerr != nil:
 			return false, fmt.Errorf("lanes: fence of run %s: %w", e.run, gerr)
 		default:
-			if theirs := markerRev(raw.Data); theirs > rev {
-				return false, fencedError(e.run, theirs, rev)
+			switch e.judge(raw, rev) {
+			case markerNewerOwner:
+				return false, fencedError(e.run, markerRev(raw.Data), rev)
+			case markerOurs:
+				if !first {
+					// Our write was stored; its answer was lost.
+					e.mu.Lock()
+					e.fence, e.rev, e.lastAck = raw.Sequence, rev, time.Now()
+					e.mu.Unlock()
+					return false, nil
+				}
+			case markerNewerClaim:
+				if !first {
+					return false, errSuperseded
+				}
 			}
 			expect = raw.Sequence
 		}
@@ -190,30 +233,79 @@ func markerRev(data []byte) uint64 {
 	return rev
 }
 
+// marker is whose a run's fence marker is, as one emitter sees it.
+type marker uint8
+
+const (
+	// markerOurs: the emitter's own claim.
+	markerOurs marker = iota
+	// markerNewerOwner: a newer lease's: the lane's next owner has the run.
+	markerNewerOwner
+	// markerNewerClaim: another claim under the emitter's own lease
+	// revision: the owner's next attempt at the run (an owner opens its
+	// attempts one after another, so the other claim is the newer one).
+	markerNewerClaim
+	// markerOlder: an older lease's, left by an earlier owner.
+	markerOlder
+)
+
+// judge says whose marker raw is, for an emitter claiming under lease
+// revision rev.
+func (e *emitter) judge(raw *jetstream.RawStreamMsg, rev uint64) marker {
+	e.mu.Lock()
+	id, fence := e.claimID, e.fence
+	e.mu.Unlock()
+	theirs := markerRev(raw.Data)
+	switch {
+	case theirs > rev:
+		return markerNewerOwner
+	case theirs < rev:
+		return markerOlder
+	case (id != "" && raw.Header.Get(claimHeader) == id) || (fence != 0 && raw.Sequence == fence):
+		return markerOurs
+	}
+	return markerNewerClaim
+}
+
 // recheck finds out why a write was refused for its fence: a newer owner's
-// marker (the emitter stops: ErrLeaseLost), or a marker of ours that is no
-// longer the subject's last (the write carried an older one, or the stream's
-// limits removed it): then the run is claimed again if needed and the write
-// is retried.
+// marker (the emitter stops: ErrLeaseLost), a newer claim of the owner's own
+// (its next attempt at the run: the emitter stops without a word,
+// errSuperseded), or a marker of ours that is no longer the subject's last
+// (the write carried an older one, or the stream's limits removed it): then
+// the run is claimed again if needed and the write is retried.
 func (e *emitter) recheck(ctx context.Context) error {
 	e.mu.Lock()
-	fence, rev := e.fence, e.rev
+	rev := e.rev
 	e.mu.Unlock()
 	raw, err := e.events.GetLastMsgForSubject(ctx, e.fenceSubject())
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:
 		return nil // unknown: the retry asks the server again
-	case markerRev(raw.Data) > rev:
-		err := fencedError(e.run, markerRev(raw.Data), rev)
-		e.stop(err)
-		return err
-	case raw.Sequence == fence:
-		return nil // ours is the last: the refused write carried an older one
+	default:
+		switch e.judge(raw, rev) {
+		case markerNewerOwner:
+			err := fencedError(e.run, markerRev(raw.Data), rev)
+			e.stop(err)
+			return err
+		case markerNewerClaim:
+			e.retire()
+			return errSuperseded
+		case markerOurs:
+			// Ours is the last: the refused write carried an older one,
+			// or our claim's answer was lost.
+			e.mu.Lock()
+			e.fence = raw.Sequence
+			e.mu.Unlock()
+			return nil
+		}
 	}
-	_, err = e.claim(ctx, rev)
-	if errors.Is(err, kvstore.ErrLeaseLost) {
+	_, err = e.claimAs(ctx, rev, false)
+	switch {
+	case errors.Is(err, kvstore.ErrLeaseLost):
 		e.stop(err)
+	case errors.Is(err, errSuperseded):
+		e.retire()
 	}
 	return err
 }
@@ -233,6 +325,19 @@ func (e *emitter) stop(err error) {
 		if e.lost != nil {
 			e.lost(err)
 		}
+	}
+}
+
+// retire ends publishing for good without a word to the owner: the
+// attempt is over (the owner retries the run, or settles it, with another
+// emitter), so whatever its handler still emits is dropped, and events in
+// flight that the server refuses are not tried again.
+func (e *emitter) retire() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fenced == nil {
+		e.fenced = errSuperseded
+		e.dropLocked()
 	}
 }
 
@@ -429,12 +534,19 @@ func (e *emitter) checkFence(ctx context.Context) error {
 	rev := e.rev
 	e.mu.Unlock()
 	raw, err := e.events.GetLastMsgForSubject(ctx, e.fenceSubject())
-	if err != nil || markerRev(raw.Data) <= rev {
+	if err != nil {
 		return nil
 	}
-	err = fencedError(e.run, markerRev(raw.Data), rev)
-	e.stop(err)
-	return err
+	switch e.judge(raw, rev) {
+	case markerNewerOwner:
+		err = fencedError(e.run, markerRev(raw.Data), rev)
+		e.stop(err)
+		return err
+	case markerNewerClaim:
+		e.retire()
+		return errSuperseded
+	}
+	return nil
 }
 
 // errNoAck is an event whose answer did not come within ackTimeout.
@@ -608,6 +720,11 @@ func (e *emitter) abort(ctx context.Context, why string) error {
 	e.mu.Lock()
 	attempt := e.attempt
 	e.mu.Unlock()
+	return e.aborted(ctx, attempt, why)
+}
+
+// aborted publishes the aborted event that ends attempt (see abort).
+func (e *emitter) aborted(ctx context.Context, attempt int, why string) error {
 	return e.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
 		EndedAt: time.Now().UnixMilli(), Attempt: attempt}, attempt)
 }

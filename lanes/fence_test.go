@@ -390,3 +390,116 @@ func TestHoldsAsTrigger(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryFencesTheFailedAttempt: an owner that retries a failed attempt
+// under the same lease claims the run again, and from then on the server
+// refuses every event of the failed attempt's emitter, which stops without
+// claiming the run back and without telling its owner the lane is lost
+// (it still holds it). Before, both emitters named the same lease
+// revision, so the old one took the run back and stored its event after
+// the retry's start.
+func TestRetryFencesTheFailedAttempt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	streams, err := EnsureStreams(t.Context(), js, StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	old, lost := testEmitter(t, js, streams, "11", 1)
+	if _, err := old.open(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.start(ctx, events.EventData{Phase: events.PhaseStart}, 1); err != nil {
+		t.Fatal(err)
+	}
+	old.emit(events.StreamAssistant, events.EventData{Delta: "a0 "})
+	if err := old.settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	retry, _ := testEmitter(t, js, streams, "11", 1)
+	if _, err := retry.open(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := retry.start(ctx, events.EventData{Phase: events.PhaseRestart}, 2); err != nil {
+		t.Fatal(err)
+	}
+	// The failed attempt's emitter still has an event on its way.
+	old.emit(events.StreamAssistant, events.EventData{Delta: "late "})
+	if err := old.settle(ctx); err == nil {
+		t.Fatal("the failed attempt's events were stored after the retry claimed the run")
+	}
+	if err := old.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted}, 1); err == nil {
+		t.Fatal("the failed attempt published after the retry claimed the run")
+	}
+	select {
+	case err := <-lost:
+		t.Fatalf("the owner was told it lost the lane: %v", err)
+	default:
+	}
+	retry.emit(events.StreamAssistant, events.EventData{Delta: "b0 "})
+	if err := retry.final(ctx, &events.Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := collapse(runLines(t, streams, "11")), "lifecycle@1 a0..a0@1 lifecycle@2 b0..b0@2 final@2"; got != want {
+		t.Fatalf("stored events:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestFailedAttemptQuietBeforeRetry: a handler goroutine of a failed
+// attempt that emits once the retry runs publishes nothing, not even a
+// write the stream would refuse (a core subscriber sees those): the owner
+// retired the failed attempt's emitter before the retry opened.
+func TestFailedAttemptQuietBeforeRetry(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 10*time.Second, 10*time.Second)
+	seen := make(chan *nats.Msg, 1024)
+	if _, err := natstest.Connect(t, f.url).ChanSubscribe("agent.ev.quiet.*", seen); err != nil {
+		t.Fatal(err)
+	}
+	var first *Turn
+	h := &echoHandler{hook: func(turn *Turn) error {
+		if turn.Attempt == 1 {
+			first = turn
+			return errors.New("the model went away")
+		}
+		// The first attempt's goroutine, still running.
+		first.Emit(events.StreamAssistant, events.EventData{Delta: "late "})
+		if err := first.em.settle(context.Background()); err != nil && !errors.Is(err, errSuperseded) {
+			return err
+		}
+		return nil
+	}}
+	f.startWorker(t, h, Config{RetryDelay: time.Millisecond})
+	seq := f.publish(t, "quiet", "hi")
+	newest := 0
+	for _, ev := range f.runEvents(t, "quiet", seq) {
+		if ev.Attempt < newest && ev.Data.Phase != events.PhaseAborted {
+			t.Fatalf("event %d (%s %q) of attempt %d stored after attempt %d began", ev.Seq, ev.Stream, ev.Data.Delta, ev.Attempt, newest)
+		}
+		newest = max(newest, ev.Attempt)
+	}
+	newest = 0
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-seen:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a core subscriber saw no final event")
+		}
+		ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Attempt < newest && ev.Data.Phase != events.PhaseAborted {
+			t.Fatalf("a core subscriber saw event %d (%s %q) of attempt %d after attempt %d began", ev.Seq, ev.Stream, ev.Data.Delta, ev.Attempt, newest)
+		}
+		newest = max(newest, ev.Attempt)
+		if ev.Terminal() {
+			return
+		}
+	}
+}

@@ -755,7 +755,8 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	if err != nil || st.finished {
 		return err
 	}
-	if _, err := o.closeAttempt(ctx, em, st); err != nil {
+	seq, _ := strconv.ParseUint(c.RunID, 10, 64)
+	if _, _, err := o.closeAttempt(ctx, em, st, seq); err != nil {
 		return err
 	}
 	var why events.EventData

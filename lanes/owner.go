@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -46,8 +47,12 @@ type owner struct {
 	// lost may have been stored, and the owner that retries the lane
 	// finds it only then.
 	checked  uint64
-	failures map[uint64]int // attempts started by this owner, per inbound seq
-	lastEnd  time.Time      // when this owner's last turn ended (reject, collect debounce)
+	failures map[uint64]*tried // this owner's attempts, per inbound seq
+	// inFlight is the attempt this owner started whose end is not on
+	// record yet (nil: none): if the owner loses the lane, the attempt is
+	// noted as one that does not count (see UncountedToken).
+	inFlight *flight
+	lastEnd  time.Time // when this owner's last turn ended (reject, collect debounce)
 	// done lists the inbound messages of committed turns this owner has
 	// not deleted yet.
 	done []uint64
@@ -105,6 +110,18 @@ func (o *owner) run() {
 		cancelled := ctx.Err() != nil
 		cancel(nil)
 		<-hbDone
+		if f := o.inFlight; lost && f != nil {
+			// This worker is alive: the turn it was running did not kill
+			// it, so the attempt does not count against the message.
+			o.inFlight = nil
+			why := "its worker lost the session's lane mid-turn"
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				why += ": " + cause.Error()
+			}
+			o.noteUncounted(f.seq, f.attempt, why)
+		}
+		// The lane's next owner knows only what the runs' notes say.
+		o.noteExcused()
 		var end ending
 		switch {
 		case lost:
@@ -333,7 +350,7 @@ func (o *owner) drain(ctx context.Context) bool {
 			o.notDead = true
 			return false
 		}
-		n := o.failures[raw.Sequence]
+		n := o.tried(raw.Sequence).attempt
 		o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
 		delay := min(o.w.cfg.RetryDelay*time.Duration(max(n, 1)), 30*time.Second)
 		select {
@@ -457,6 +474,12 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		return err
 	}
 	a, err := o.open(ctx, p)
+	if a != nil {
+		// Once the attempt is over its emitter publishes nothing more
+		// (a handler goroutine may still emit): the owner's next attempt
+		// at the run claims it anew.
+		defer a.em.retire()
+	}
 	if err != nil || a.done {
 		return err
 	}
@@ -485,6 +508,19 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	if err := o.start(ctx, a); err != nil {
 		return err
 	}
+	err = o.carryOut(ctx, turnCtx, stopWatch, a, p)
+	if sf := (*storeFailure)(nil); errors.As(err, &sf) && ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
+		// The turn's record, or its handler's step journal, met a store
+		// that did not answer: end the attempt on record as one that
+		// does not count, before this owner retries the message.
+		o.endAttempt(ctx, a, sf.err, true)
+	}
+	return err
+}
+
+// carryOut carries out a started attempt's turn: the handler's, or the
+// owner's own for a message the handler never sees.
+func (o *owner) carryOut(ctx, turnCtx context.Context, stopWatch func(), a *attempt, p *plan) error {
 	switch p.verb {
 	case queue.VerbInvalid:
 		_, decErr := o.decode(p.run.raw)
@@ -535,19 +571,21 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	if err != nil {
 		return nil, err
 	}
-	why, err := o.closeAttempt(ctx, em, st)
+	mine := o.tried(seq)
+	why, silent, err := o.closeAttempt(ctx, em, st, seq)
 	if err != nil {
 		return nil, err
 	}
-	if o.failures == nil {
-		o.failures = map[uint64]int{}
-	}
-	a := &attempt{em: em, seq: seq, attempt: max(st.attempt, o.failures[seq]) + 1, restart: st.attempt > 0, log: log}
+	a := &attempt{em: em, seq: seq, attempt: max(st.attempt, mine.attempt) + 1, restart: st.attempt > 0, log: log}
 	em.attempt = a.attempt
-	if a.attempt > o.w.cfg.MaxAttempts {
+	counted, err := o.counted(ctx, seq, a.attempt, silent)
+	if err != nil {
+		return nil, err
+	}
+	if counted >= o.w.cfg.MaxAttempts {
 		// The dead letter and the sender's error name what ended the
 		// last attempt: its error, or its worker's end.
-		cause := fmt.Errorf("turn started %d times without finishing", a.attempt-1)
+		cause := fmt.Errorf("turn started %d times without finishing", counted)
 		if last := cmp.Or(why, st.lastError); last != "" {
 			cause = fmt.Errorf("%w; %s", cause, last)
 		}
@@ -588,9 +626,21 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 		data.Phase = events.PhaseRestart
 	}
 	if err := a.em.start(ctx, data, a.attempt); err != nil {
+		if kvstore.Transient(err) {
+			// The start event may be stored all the same: then the
+			// attempt ended on a store error. Its number is spent either
+			// way (the next attempt has the next one), so its note
+			// excuses nothing else.
+			why := attemptStoreError(a.attempt, err)
+			t := o.tried(a.seq)
+			t.attempt = a.attempt
+			t.ended(a.attempt, why, true)
+			o.noteUncounted(a.seq, a.attempt, why)
+		}
 		return err
 	}
-	o.failures[a.seq] = a.attempt
+	o.tried(a.seq).attempt = a.attempt
+	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
 	return nil
 }
 
@@ -616,13 +666,14 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 		return nil
 	}
 	if err != nil {
+		if turn.steps.storeError() != nil {
+			// The handler failed because its step journal could not be
+			// read or written: the attempt ended on the store, not on the
+			// turn (see process).
+			return &storeFailure{err}
+		}
 		if ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
-			// This owner retries the message: end the attempt on record
-			// first, so the next one continues after it.
-			o.w.stats.Aborted.Add(1)
-			if aerr := a.em.abort(ctx, attemptFailed(a.attempt, o.w.cfg.MaxAttempts, err)); aerr != nil {
-				a.log.Warn().Err(aerr).Msg("aborted event")
-			}
+			o.endAttempt(ctx, a, err, false)
 		}
 		return err
 	}
@@ -637,18 +688,154 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 	return nil
 }
 
-// closeAttempt ends an attempt that started and never ended (its worker
-// died or lost the lane mid-run) with an aborted event, so a viewer sees
-// start … aborted, restart … rather than a restart out of nowhere. It
-// returns the event's text ("" when it published none).
-func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState) (string, error) {
-	if st.attempt == 0 || st.finished || st.lastPhase == events.PhaseAborted {
-		return "", nil
+// tried is what an owner knows of its own attempts at one message.
+type tried struct {
+	attempt int // the newest attempt this owner started (its start event stored)
+	// end is an attempt of this owner's that ended, perhaps without its
+	// aborted event stored (0: none): endWhy is that event's text, and
+	// endStore says it ended on a transient store error. closeAttempt
+	// puts it on record if the event is missing.
+	end      int
+	endWhy   string
+	endStore bool
+	// excused are the attempts this owner knows do not count (see
+	// UncountedToken), and whether their note is stored.
+	excused map[int]*excuse
+}
+
+// excuse is an attempt that does not count: why, and whether its note on
+// the run is stored.
+type excuse struct {
+	why   string
+	noted bool
+}
+
+// ended notes that attempt n ended: why is its aborted event's text.
+func (t *tried) ended(n int, why string, store bool) {
+	t.end, t.endWhy, t.endStore = n, why, store
+}
+
+// excuse notes that attempt n does not count (why), and returns its excuse.
+func (t *tried) excuse(n int, why string) *excuse {
+	if t.excused == nil {
+		t.excused = map[int]*excuse{}
 	}
+	e := t.excused[n]
+	if e == nil {
+		e = &excuse{why: why}
+		t.excused[n] = e
+	}
+	return e
+}
+
+// flight is an attempt in flight: the inbound sequence of its run and its
+// number.
+type flight struct {
+	seq     uint64
+	attempt int
+}
+
+// counted returns how many of the attempts at the message of inbound seq
+// before attempt n count toward MaxAttempts: all but those that ended for
+// no fault of the message (see UncountedToken). The run's notes are read
+// only when what the owner knows itself puts the message at the limit.
+// silent says the last attempt ended without a word (closeAttempt): its
+// worker died, or it lost the lane and is about to note it; before the
+// message is dead-lettered that worker gets noteGrace to do so.
+func (o *owner) counted(ctx context.Context, seq uint64, n int, silent bool) (int, error) {
+	mine := 0
+	for m := range o.tried(seq).excused {
+		if m < n {
+			mine++
+		}
+	}
+	if n-1-mine < o.w.cfg.MaxAttempts {
+		return n - 1 - mine, nil
+	}
+	deadline := time.Now().Add(o.w.noteGrace())
+	for {
+		excused, err := o.uncounted(ctx, seq, n)
+		if err != nil {
+			return 0, err
+		}
+		counted := n - 1 - len(excused)
+		if counted < o.w.cfg.MaxAttempts || !silent || !time.Now().Before(deadline) {
+			if counted >= o.w.cfg.MaxAttempts {
+				o.log.Warn().Str("run_id", strconv.FormatUint(seq, 10)).Int("attempts", n-1).Int("counted", counted).
+					Ints("uncounted", slices.Sorted(maps.Keys(excused))).Msg("the message's attempts are spent: dead-lettering it as poison")
+			}
+			return counted, nil
+		}
+		select {
+		case <-time.After(max(o.w.lanes.LeaseTTL()/8, 50*time.Millisecond)):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-o.w.stopCh:
+			return 0, errStopping
+		}
+	}
+}
+
+// tried returns what the owner knows of its attempts at inbound seq.
+func (o *owner) tried(seq uint64) *tried {
+	if o.failures == nil {
+		o.failures = map[uint64]*tried{}
+	}
+	t := o.failures[seq]
+	if t == nil {
+		t = &tried{}
+		o.failures[seq] = t
+	}
+	return t
+}
+
+// storeFailure is the error of an attempt that ended on a transient store
+// error (kvstore.Transient): its turn's record could not be stored, or its
+// handler failed after its step journal could not be read or written. The
+// attempt does not count toward MaxAttempts.
+type storeFailure struct{ err error }
+
+func (e *storeFailure) Error() string { return e.err.Error() }
+func (e *storeFailure) Unwrap() error { return e.err }
+
+// endAttempt ends attempt a, which failed with err (store: on a transient
+// store error, which does not count toward MaxAttempts: it is noted so),
+// on record before this owner retries the message, so the next attempt
+// continues after it. An aborted event that cannot be stored now is
+// published by the next attempt (closeAttempt).
+func (o *owner) endAttempt(ctx context.Context, a *attempt, err error, store bool) {
+	o.inFlight = nil
+	why := attemptFailed(a.attempt, o.w.cfg.MaxAttempts, err)
+	if store {
+		why = attemptStoreError(a.attempt, err)
+		o.noteUncounted(a.seq, a.attempt, why)
+	}
+	o.tried(a.seq).ended(a.attempt, why, store)
 	o.w.stats.Aborted.Add(1)
-	why := fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.attempt)
-	return why, em.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
-		EndedAt: time.Now().UnixMilli(), Attempt: st.attempt}, st.attempt)
+	if aerr := a.em.abort(ctx, why); aerr != nil {
+		a.log.Warn().Err(aerr).Msg("aborted event")
+	}
+}
+
+// closeAttempt ends an attempt that started and never ended on record with
+// an aborted event, so a viewer sees start … aborted, restart … rather than
+// a restart out of nowhere: this owner knows how it ended, or its worker
+// died or lost the lane mid-run (silent). seq is the run's inbound
+// sequence. It returns the event's text ("" when it published none).
+func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState, seq uint64) (why string, silent bool, err error) {
+	if st.attempt == 0 || st.finished || st.lastPhase == events.PhaseAborted {
+		return "", false, nil
+	}
+	mine := o.tried(seq)
+	o.w.stats.Aborted.Add(1)
+	why, silent = fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.attempt), true
+	if mine.end == st.attempt {
+		why, silent = mine.endWhy, false
+		if mine.endStore {
+			o.noteUncounted(seq, st.attempt, why) // unless it is noted
+		}
+	}
+	return why, silent, em.aborted(ctx, st.attempt, why)
 }
 
 // maxFailureText bounds the error of a failed attempt as its aborted event
@@ -660,15 +847,26 @@ const maxFailureText = 500
 // bounded, and whether the message is tried again. The handler's error is
 // the sender's to read: the fleet's handler masks its secrets.
 func attemptFailed(n, max int, err error) string {
-	text := strings.Join(strings.Fields(err.Error()), " ")
-	if r := []rune(text); len(r) > maxFailureText {
-		text = string(r[:maxFailureText]) + "…"
-	}
-	msg := fmt.Sprintf("attempt %d failed: %s", n, text)
+	msg := fmt.Sprintf("attempt %d failed: %s", n, failureText(err))
 	if n < max {
 		msg += "; it is retried"
 	}
 	return msg
+}
+
+// attemptStoreError is the text of the aborted event that ends attempt n
+// on a transient store error err: the message is always tried again.
+func attemptStoreError(n int, err error) string {
+	return fmt.Sprintf("attempt %d ended on a store error (it does not count toward the attempt limit): %s; it is retried", n, failureText(err))
+}
+
+// failureText is err on one line, bounded by maxFailureText.
+func failureText(err error) string {
+	text := strings.Join(strings.Fields(err.Error()), " ")
+	if r := []rune(text); len(r) > maxFailureText {
+		text = string(r[:maxFailureText]) + "…"
+	}
+	return text
 }
 
 // commit writes the turn's record (fenced), which moves the cursor past
@@ -697,8 +895,12 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	reconnects := o.w.nc.Stats().Reconnects // before the finals: a reconnect after them may have lost them
 	written, err := o.lease.PutRecord(ctx, rec)
 	if err != nil {
+		if kvstore.Transient(err) {
+			return &storeFailure{err}
+		}
 		return err
 	}
+	o.inFlight = nil // the turn is committed: its attempts no longer matter
 	o.cursor.Seq, o.cursor.Stored, o.cursor.State = p.through, written.Seq, state
 	o.done = append(o.done, p.run.raw.Sequence)
 	for _, c := range p.merged {

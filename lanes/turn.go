@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
@@ -49,6 +50,9 @@ type Turn struct {
 type StepLog struct {
 	j     *kvstore.Journal
 	first bool // the run's first attempt: nothing can be recorded yet
+
+	mu       sync.Mutex
+	storeErr error // the first read or write that failed on a transient store error
 }
 
 // Steps returns the run's step journal; nil for a turn that is not run by
@@ -60,12 +64,38 @@ func (s *StepLog) Steps(ctx context.Context) ([][]byte, error) {
 	if s.first {
 		return nil, nil
 	}
-	return s.j.Steps(ctx)
+	steps, err := s.j.Steps(ctx)
+	return steps, s.note(err)
 }
 
 // Put records step n; it fails once another owner claimed the journal.
 func (s *StepLog) Put(ctx context.Context, n int, step []byte) error {
-	return s.j.Put(ctx, n, step)
+	return s.note(s.j.Put(ctx, n, step))
+}
+
+// note keeps err if it is the attempt's first transient store error
+// (kvstore.Transient), and returns it.
+func (s *StepLog) note(err error) error {
+	if kvstore.Transient(err) {
+		s.mu.Lock()
+		if s.storeErr == nil {
+			s.storeErr = err
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// storeError returns the first read or write of the journal that failed on
+// a transient store error (nil: none, or s is nil): an attempt whose
+// handler failed after one ended on the store, not on the turn.
+func (s *StepLog) storeError() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.storeErr
 }
 
 // Steer returns the steer-mode messages that reached the lane, right behind

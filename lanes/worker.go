@@ -38,10 +38,15 @@ type Config struct {
 	// cannot fill every slot with one. 0 = DefaultMaxInflightBytes;
 	// negative: no budget.
 	MaxInflightBytes int64
-	MaxAttempts      int           // starts of one message before it is dead-lettered; default 3
-	ShutdownGrace    time.Duration // how long a stop lets running turns finish; default 10s
-	RetryDelay       time.Duration // first delay before retrying a failed turn; default 500ms
-	SweepEvery       time.Duration // how often stranded lanes are looked for; default the dispatch AckWait, <0 disables
+	// MaxAttempts is how many attempts at one message may fail (its
+	// handler failed, or its worker died mid-turn) before it is
+	// dead-lettered as poison; an attempt that ended for no fault of the
+	// message (a transient store error, its live worker losing the lane)
+	// does not count (see UncountedToken). Default 3.
+	MaxAttempts   int
+	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
+	RetryDelay    time.Duration // first delay before retrying a failed turn; default 500ms
+	SweepEvery    time.Duration // how often stranded lanes are looked for; default the dispatch AckWait, <0 disables
 	// SessionTTL forgets sessions untouched that long (package
 	// retention), checked by the sweep; 0 keeps them forever.
 	SessionTTL time.Duration

@@ -8,8 +8,8 @@
 //	lanes: <lane>.lease                     per-key TTL (--lease-ttl); released with
 //	                                        a purge marker living MarkerTTL
 //	lanes: <lane>.tx.<seq>, <lane>.settings the session TTL (--session-ttl), below
-//	agent.ev.<lane>.<run>[.fence] (AGENT_EV) the event stream's MaxAge (--event-max-age)
-//	                                        and byte limit
+//	agent.ev.<lane>.<run>, its .fence,      the event stream's MaxAge (--event-max-age)
+//	.uncounted (AGENT_EV)                   and byte limit
 //	runs: <lane>                            removed when its run ends; a dead run's
 //	                                        entry by the bucket's MaxAge
 //	dispatch deliveries                     one un-acked trigger per owned lane
