@@ -259,4 +259,3 @@ func replyOf(t *testing.T, evs []sseEvent) string {
 	t.Fatalf("no final event in %d events", len(evs))
 	return ""
 }
-
