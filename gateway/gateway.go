@@ -129,6 +129,7 @@ type Server struct {
 	tracer   trace.Tracer
 
 	streams  atomic.Int64
+	streamWG sync.WaitGroup // the goroutines of hijacked streams
 	hub      hub
 	stopping chan struct{} // closed when the server shuts down: streams end
 	stopOnce sync.Once
@@ -223,6 +224,13 @@ func (s *Server) HTTPServer() *http.Server {
 // shutdownStreams ends the open event streams.
 func (s *Server) shutdownStreams() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
+// Close ends the open event streams and waits for them: after an
+// http.Server serving s has shut down.
+func (s *Server) Close() {
+	s.shutdownStreams()
+	s.streamWG.Wait()
+}
+
 // CheckListen refuses an address the gateway must not listen on: a
 // non-loopback one without a token file (every caller would be an
 // unauthenticated admin).
@@ -275,6 +283,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, certFile, keyFile s
 	if serr := <-done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}
+	s.Close()
 	if err != nil {
 		return fmt.Errorf("gateway: shutdown: %w", err)
 	}
@@ -367,7 +376,9 @@ func (s *Server) wrap(rt route.Route) http.Handler {
 					writeProblem(w, r, pr)
 					return
 				}
-				defer l.release()
+				held := &hold{release: l.release}
+				ctx = context.WithValue(ctx, holdKey{}, held)
+				defer held.end()
 			}
 			ctx = auth.NewContext(ctx, p)
 		}
@@ -468,4 +479,41 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	return false
+}
+
+// hold is a request's place in its token's concurrency limit: released
+// when the handler returns, or by a stream that outlives its handler
+// (takeRelease).
+type hold struct {
+	mu      sync.Mutex
+	release func()
+}
+
+type holdKey struct{}
+
+// end releases the hold unless a stream took it.
+func (h *hold) end() {
+	h.mu.Lock()
+	f := h.release
+	h.release = nil
+	h.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// takeRelease takes the request's hold over: the caller releases it.
+func takeRelease(ctx context.Context) func() {
+	h, _ := ctx.Value(holdKey{}).(*hold)
+	if h == nil {
+		return func() {}
+	}
+	h.mu.Lock()
+	f := h.release
+	h.release = nil
+	h.mu.Unlock()
+	if f == nil {
+		return func() {}
+	}
+	return f
 }

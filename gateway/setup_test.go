@@ -99,7 +99,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	b.ts.Config = b.srv.HTTPServer()
 	b.ts.Start()
 	t.Cleanup(b.ts.Close)
-	t.Cleanup(b.srv.shutdownStreams) // the streams end before the server waits for them
+	t.Cleanup(b.srv.Close) // the streams end before the server waits for them
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	b.ctx = ctx
@@ -259,3 +259,5 @@ func replyOf(t *testing.T, evs []sseEvent) string {
 	t.Fatalf("no final event in %d events", len(evs))
 	return ""
 }
+
+func withModel(ref string) lanefleet.SendOption { return lanefleet.WithModel(ref) }

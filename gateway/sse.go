@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +28,10 @@ var errShutdown = errors.New("gateway: shutting down")
 // mu, and the handler takes the stream off the sweeper's list (under mu)
 // before it returns, so nothing writes to a finished response.
 type stream struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// conn is the hijacked HTTP/1.1 connection the stream writes to; nil
+	// on HTTP/2, where it writes to w through rc.
+	conn   net.Conn
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	last   time.Time // last write
@@ -43,11 +48,16 @@ func (st *stream) write(b []byte, timeout time.Duration) error {
 	if st.done {
 		return errShutdown
 	}
-	_ = st.rc.SetWriteDeadline(time.Now().Add(timeout))
+	st.last = time.Now()
+	if st.conn != nil {
+		_ = st.conn.SetWriteDeadline(st.last.Add(timeout))
+		_, err := st.conn.Write(b)
+		return err
+	}
+	_ = st.rc.SetWriteDeadline(st.last.Add(timeout))
 	if _, err := st.w.Write(b); err != nil {
 		return err
 	}
-	st.last = time.Now()
 	return st.rc.Flush()
 }
 
@@ -170,22 +180,66 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 		writeProblem(w, r, p)
 		return
 	}
-	defer s.streams.Add(-1)
 	s.metrics.streams.Inc()
-	defer s.metrics.streams.Dec()
+	now := time.Now()
+	if sw, ok := w.(*statusWriter); ok {
+		sw.status, sw.written = http.StatusOK, now
+	}
+	// The stream outlives nothing of the request but its values (the
+	// caller's trace): it ends by its own cancel.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	st := &stream{last: now, event: now, cancel: cancel}
+	end := func() {
+		cancel(nil)
+		s.streams.Add(-1)
+		s.metrics.streams.Dec()
+	}
+	if r.ProtoMajor == 1 {
+		// An HTTP/1.1 stream takes its connection over and the handler
+		// returns: net/http's connection state, buffers and reader
+		// goroutine go, and an idle stream costs one small goroutine
+		// (its follower) and the follower's state. A client that leaves
+		// is noticed at the next write (a keep-alive at the latest). The
+		// body ends when the connection closes.
+		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nConnection: close\r\n" +
+			"Lanefleet-Run: " + run.ID + "\r\n" + corsLines(w.Header()) + "\r\n"
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			st.conn = conn
+			release := takeRelease(r.Context())
+			s.streamWG.Add(1)
+			go func() {
+				defer s.streamWG.Done()
+				defer release()
+				defer end()
+				defer conn.Close()
+				if err := st.write([]byte(head+": run "+run.ID+"\n\n"), s.cfg.WriteTimeout); err != nil {
+					return
+				}
+				s.follow(ctx, st, run, after)
+			}()
+			return
+		}
+	}
+	defer end()
+	st.w, st.rc = w, http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("Lanefleet-Run", run.ID)
 	w.WriteHeader(http.StatusOK)
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	now := time.Now()
-	st := &stream{w: w, rc: http.NewResponseController(w), last: now, event: now, cancel: cancel}
 	if err := st.write([]byte(": run "+run.ID+"\n\n"), s.cfg.WriteTimeout); err != nil {
 		return
 	}
+	// The request's end (the client left) ends the stream too.
+	stop := context.AfterFunc(r.Context(), func() { cancel(context.Canceled) })
+	defer stop()
+	s.follow(ctx, st, run, after)
+}
+
+// follow writes the run's events after seq after to st until the final
+// one, an error, or st's end.
+func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, after uint64) {
 	s.hub.add(st)
 	defer s.hub.remove(st)
 	var buf []byte
@@ -228,4 +282,16 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 			return // the client went or reads too slowly: the run goes on
 		}
 	}
+}
+
+// corsLines are the CORS headers set on w, as header lines of a hijacked
+// response.
+func corsLines(h http.Header) string {
+	var sb strings.Builder
+	for _, k := range []string{"Access-Control-Allow-Origin", "Access-Control-Expose-Headers", "Vary"} {
+		if v := h.Get(k); v != "" {
+			sb.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	return sb.String()
 }
