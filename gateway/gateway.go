@@ -242,7 +242,7 @@ func CheckListen(addr string, haveTokens bool) error {
 	if haveTokens || isLoopbackHost(host) {
 		return nil
 	}
-	return fmt.Errorf("gateway: %s is not a loopback address, and without a token file (--http-tokens) every caller would be an unauthenticated admin: listen on 127.0.0.1, or give a token file", addr)
+	return fmt.Errorf("gateway: %s is not a loopback address, and without a token file every caller would be an unauthenticated admin: listen on 127.0.0.1, or give a token file", addr)
 }
 
 // isLoopbackHost reports whether host names only loopback addresses.
