@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/internal/natstest"
 )
 
 // TestSendAndFollow: a message sent over HTTP runs, and its events stream
@@ -203,4 +206,29 @@ func names(evs []sseEvent) []string {
 		out = append(out, fmt.Sprint(e.id, " ", e.event))
 	}
 	return out
+}
+
+// TestTraceparent: the caller's traceparent continues into the fleet: the
+// message the gateway publishes carries the caller's trace id.
+func TestTraceparent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	nc := natstest.Connect(t, b.url)
+	sub, err := nc.SubscribeSync("agent.in.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:t/messages", `{"text":"traced"}`, "traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
+	resp.Body.Close()
+	m, err := sub.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp := m.Header.Get("traceparent"); !strings.Contains(tp, trace) {
+		t.Fatalf("the published message's traceparent %q does not continue trace %s", tp, trace)
+	}
 }
