@@ -472,7 +472,7 @@ func refusedAs(err error, what string) bool {
 // says how many messages wait there (asked of the lane service) and what
 // to do.
 func (c *Client) laneFull(ctx context.Context, session string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a lane service on a busy fleet; a refusal is rare
 	defer cancel()
 	b, err := c.Backlog(ctx, session)
 	if err != nil || b.Waiting == 0 {

@@ -233,6 +233,10 @@ func (s *Store) watch() {
 	}
 }
 
+// Closing tells the Store it is about to be closed: its watcher ending
+// from now on (its connection closed first) is not reported as a loss.
+func (s *Store) Closing() { s.closing.Store(true) }
+
 // Close stops the watcher and waits for it. The Store's in-memory states
 // stay readable; updates return ErrClosed.
 func (s *Store) Close() error {

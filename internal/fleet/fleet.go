@@ -952,7 +952,10 @@ func (m *Member) close() {
 		// The server is gone: nothing to drain, and the auth store's
 		// watch stops with the connection (it waited 5 s to unsubscribe,
 		// then the connection's errors were logged after the worker had
-		// stopped).
+		// stopped), so the store is told first that this is its end.
+		if m.Auth != nil {
+			m.Auth.Closing()
+		}
 		m.Conn.Close()
 	}
 	if m.Auth != nil {
