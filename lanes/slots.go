@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
@@ -455,69 +453,4 @@ func (w *Worker) messageExists(msg jetstream.Msg) bool {
 func (o *owner) yieldsBefore(raw *jetstream.RawStreamMsg) bool {
 	m := o.read(raw).msg
 	return m.Mode != queue.ModeReject && m.Mode != queue.ModeCollect && !m.Heartbeat
-}
-
-// Lanes this worker holds: a delivery of one of them, other than its
-// owner's trigger, is acked at once, without a slot or a lease request. It
-// is the follower case of handleDelivery (the lease is held, and its owner
-// re-checks the lane after releasing it) decided locally: an owner marks
-// its lane held only while it holds the lease, and unmarks it before it
-// releases the lease.
-
-// hold marks the owner's lane held (or no longer held) by this worker.
-func (o *owner) hold(held bool) {
-	if o.holding == held {
-		return
-	}
-	o.holding = held
-	w := o.w
-	w.heldMu.Lock()
-	defer w.heldMu.Unlock()
-	if held {
-		w.held[o.token] = o.triggerSeq
-	} else if seq, ok := w.held[o.token]; ok && seq == o.triggerSeq {
-		delete(w.held, o.token)
-	}
-}
-
-// heldHere reports whether a delivery is a follower of a lane an owner here
-// holds (not that owner's own trigger coming back).
-func (w *Worker) heldHere(msg jetstream.Msg) bool {
-	token, ok := strings.CutPrefix(msg.Subject(), events.InboundPrefix)
-	if !ok {
-		return false
-	}
-	w.heldMu.Lock()
-	trigger, held := w.held[token]
-	w.heldMu.Unlock()
-	if !held {
-		return false
-	}
-	md, err := msg.Metadata()
-	return err == nil && md.Sequence.Stream != trigger
-}
-
-// triggerKept reports whether the owner's trigger can be handed back: its
-// message still exists (a Nak'd delivery whose message is gone is never
-// redelivered, and the lane would be stranded). A trigger whose message
-// this owner processed is kept by deleteProcessed; one an earlier owner
-// processed (the trigger of a yielded lane, or a delivery that reached the
-// lane between two owners) is read once: an earlier owner deletes what it
-// processed before it releases the lease, so what is there now stays.
-func (o *owner) triggerKept(ctx context.Context) bool {
-	if o.triggerGone {
-		return false
-	}
-	if o.triggerSeq > o.cursor.Seq || slices.Contains(o.done, o.triggerSeq) || o.triggerChecked {
-		return true
-	}
-	_, err := o.w.streams.Inbound.GetMsg(ctx, o.triggerSeq)
-	switch {
-	case err == nil:
-		o.triggerChecked = true
-		return true
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		o.triggerGone = true
-	}
-	return false
 }
