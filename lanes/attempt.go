@@ -94,8 +94,8 @@ func (o *owner) counted(ctx context.Context, seq uint64, n int, silent bool) (in
 		case <-time.After(max(o.w.lanes.LeaseTTL()/8, 50*time.Millisecond)):
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-o.w.stopCh:
-			return 0, errStopping
+		case <-o.w.shutdown:
+			return 0, errShuttingDown
 		}
 	}
 }

@@ -100,7 +100,7 @@ func BenchmarkEmitDeltas(b *testing.B) {
 			if em == nil {
 				return
 			}
-			if err := em.settle(b.Context()); err != nil {
+			if err := em.awaitAcks(b.Context()); err != nil {
 				b.Fatal(err)
 			}
 			frames += em.seq

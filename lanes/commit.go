@@ -85,11 +85,11 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	}
 	// The session's state rides on every record: the newest one's is the
 	// session's, whatever kind of turn wrote it.
-	state := nextState(o.cursor.State, out)
-	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.cursor.SessionID, Entries: out.Entries, State: state,
-		IDs: o.ids.Recent(p.through, p.newest())}
+	state := nextState(o.lane.cursor.State, out)
+	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.lane.cursor.SessionID, Entries: out.Entries, State: state,
+		IDs: o.lane.ids.Recent(p.through, p.newest())}
 	if out.Result != nil {
-		if state != o.cursor.State {
+		if state != o.lane.cursor.State {
 			out.Result.Meta.Session = state
 		}
 		var err error
@@ -106,37 +106,37 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 		return err
 	}
 	o.inFlight = nil // the turn is committed: its attempts no longer matter
-	o.cursor.Seq, o.cursor.Stored, o.cursor.State = p.through, written.Seq, state
-	o.done = append(o.done, p.run.raw.Sequence)
+	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State = p.through, written.Seq, state
+	o.lane.processed = append(o.lane.processed, p.run.raw.Sequence)
 	for _, c := range p.merged {
-		o.done = append(o.done, c.raw.Sequence)
+		o.lane.processed = append(o.lane.processed, c.raw.Sequence)
 	}
 	for _, d := range p.dropped {
-		o.done = append(o.done, d.c.raw.Sequence)
+		o.lane.processed = append(o.lane.processed, d.c.raw.Sequence)
 	}
 	clear(o.failures)
-	if o.tx != nil {
-		o.tx = o.w.transcripts.committed(o.tx, rec, written)
-		o.w.transcripts.noteSettings(o.token, written.Seq, o.settings)
+	if o.lane.tx != nil {
+		o.lane.tx = o.w.transcripts.committed(o.lane.tx, rec, written)
+		o.w.transcripts.noteSettings(o.token, written.Seq, o.lane.settings)
 	}
 	if out.Result != nil {
-		o.unsettled = p.through
+		o.lane.owed = p.through
 		err := o.publishFinals(ctx, em, p, out.Result)
 		if err != nil && !errors.Is(err, kvstore.ErrLeaseLost) && ctx.Err() == nil {
 			o.log.Warn().Err(err).Msg("final events of a committed turn; retrying")
-			err = o.keepPromise(ctx, func(ctx context.Context) error { return o.finishRecord(ctx, rec) })
+			err = o.keepPromise(ctx, func(ctx context.Context) error { return o.publishRecordFinals(ctx, rec) })
 		}
 		if err != nil {
 			return err
 		}
-		o.unsettled = 0
+		o.lane.owed = 0
 	}
-	o.w.transcripts.markSettled(o.token, written.Seq, reconnects)
-	o.checked = rec.InboundSeq // its finals are stored: a later drain need not look
+	o.w.transcripts.markFinalsStored(o.token, written.Seq, reconnects)
+	o.lane.checked = rec.InboundSeq // its finals are stored: a later drain need not look
 	for _, c := range p.backlog {
 		o.announceSteered(ctx, c, em.run)
 	}
-	if len(o.done) >= o.w.deleteEvery() {
+	if len(o.lane.processed) >= o.w.deleteEvery() {
 		// Processed messages count against the lane's cap: a long drain
 		// must not leave its sender refused by messages already answered.
 		o.deleteProcessed(ctx, true)
@@ -209,18 +209,18 @@ const (
 	promiseRetryMax   = 5 * time.Second
 )
 
-// keepPromise calls settle, which publishes the final events a committed
+// keepPromise calls publish, which publishes the final events a committed
 // turn owes, until it succeeds, with a growing delay (bounded by
 // promiseRetryMax) while the lease and the trigger are kept alive. It gives
 // up only when the lane is lost (ErrLeaseLost), ctx ends, or the worker
-// stops (errStopping): the lane is then handed over and its next owner
+// stops (errShuttingDown): the lane is then handed over and its next owner
 // publishes what is missing. A turn record that does not decode
 // (kvstore.ErrCorrupt) can never tell its finals: that is logged once and
 // the lane goes on, rather than retrying forever.
-func (o *owner) keepPromise(ctx context.Context, settle func(context.Context) error) error {
+func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) error) error {
 	delay := promiseRetryFirst
 	for {
-		err := settle(ctx)
+		err := publish(ctx)
 		switch {
 		case err == nil, errors.Is(err, kvstore.ErrLeaseLost):
 			return err
@@ -235,8 +235,8 @@ func (o *owner) keepPromise(ctx context.Context, settle func(context.Context) er
 		case <-time.After(delay):
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-o.w.stopCh:
-			return errStopping
+		case <-o.w.shutdown:
+			return errShuttingDown
 		}
 		delay = min(2*delay, promiseRetryMax)
 	}
@@ -251,20 +251,20 @@ func (o *owner) failTurn(ctx context.Context, em *emitter, p *plan, kind, msg st
 	return o.commit(ctx, em, p, &Outcome{Result: res})
 }
 
-// settleRecord publishes the final events the lane's record of seq owes.
-func (o *owner) settleRecord(ctx context.Context, seq uint64) error {
+// publishOwed publishes the final events the lane's record of seq owes.
+func (o *owner) publishOwed(ctx context.Context, seq uint64) error {
 	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
 	if err != nil || !ok {
 		return err
 	}
-	return o.finishRecord(ctx, rec)
+	return o.publishRecordFinals(ctx, rec)
 }
 
-// finishRecord publishes the final events a committed record owes and that
+// publishRecordFinals publishes the final events a committed record owes and that
 // are not stored yet: its run's, then those of the messages it consumed.
 // Each run is claimed first (see FenceToken), so no earlier owner can
 // publish after the check that finds its final event missing.
-func (o *owner) finishRecord(ctx context.Context, rec kvstore.Record) error {
+func (o *owner) publishRecordFinals(ctx context.Context, rec kvstore.Record) error {
 	if len(rec.Final) == 0 {
 		return nil // a no-op turn: no final event
 	}

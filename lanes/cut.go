@@ -82,7 +82,7 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 			if err := o.storeSettings(ctx, c.in); err != nil {
 				return err
 			}
-			p.dropped = append(p.dropped, dropped{c: c, kind: kindSettings, reason: o.settings.String()})
+			p.dropped = append(p.dropped, dropped{c: c, kind: kindSettings, reason: o.lane.settings.String()})
 		default:
 			drops = append(drops, c)
 		}
@@ -90,7 +90,7 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 	}
 	why, dropWhy := cutReasons(cut)
 	if cut != nil && cut.Kind == queue.KindStop {
-		o.stopped = stopped{seq: cut.Seq, run: em.run, dropped: len(drops)}
+		o.lane.stopped = stopped{seq: cut.Seq, run: em.run, dropped: len(drops)}
 	}
 	for _, c := range drops {
 		p.dropped = append(p.dropped, dropped{c: c, kind: events.KindInterrupted, reason: dropWhy})
@@ -134,7 +134,7 @@ type stopped struct {
 // no turn running (or reached a new owner after a crash) says so.
 func (o *owner) stop(ctx context.Context, em *emitter, p *plan) error {
 	text := "nothing was running"
-	if st := o.stopped; st.seq == p.run.raw.Sequence {
+	if st := o.lane.stopped; st.seq == p.run.raw.Sequence {
 		text = fmt.Sprintf("stopped run %s", st.run)
 		if st.dropped > 0 {
 			text += fmt.Sprintf("; dropped %d queued message(s)", st.dropped)

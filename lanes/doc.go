@@ -66,7 +66,7 @@
 // OnArrival while a turn runs, Steer at its model-call boundaries, AfterCut
 // behind a cut turn); this package reads the messages it asks for, carries
 // out its plan on the stream, which is the queue (nothing is held in memory
-// between turns), and settles the trigger delivery in one place (settle).
+// between turns), and settles the trigger delivery in one place (settleTrigger).
 //
 //   - followup: one turn per message, in order.
 //   - collect: at a turn boundary the collect-mode messages waiting behind

@@ -13,8 +13,8 @@ import (
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
-// errStopping ends a drain when the worker stops before a turn started.
-var errStopping = errors.New("lanes: worker stopping")
+// errShuttingDown ends a drain when the worker shuts down before a turn started.
+var errShuttingDown = errors.New("lanes: worker stopping")
 
 // drain processes the lane's messages in order until none is left, the
 // worker stops, or the lease is lost. It reports true when a fenced write
@@ -25,26 +25,26 @@ func (o *owner) drain(ctx context.Context) bool {
 		o.log.Warn().Err(err).Msg("read cursor and settings")
 		return false
 	}
-	o.cursor = c
-	o.ids = queue.NewIDs(o.w.streams.cfg.DedupeWindow, c.IDs)
-	o.tx = nil // another owner may have added to it since the last drain
-	if c.Seq > 0 && c.Seq != o.checked && o.w.transcripts.settled(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
-		o.checked = c.Seq // this worker stored the newest record's finals itself
+	o.lane.cursor = c
+	o.lane.ids = queue.NewIDs(o.w.streams.cfg.DedupeWindow, c.IDs)
+	o.lane.tx = nil // another owner may have added to it since the last drain
+	if c.Seq > 0 && c.Seq != o.lane.checked && o.w.transcripts.finalsStored(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
+		o.lane.checked = c.Seq // this worker stored the newest record's finals itself
 	}
-	if c.Seq > 0 && c.Seq != o.checked {
+	if c.Seq > 0 && c.Seq != o.lane.checked {
 		// The last committed turn may have died between its record and its
 		// final events: publish them from the record before anything else.
 		// (Owners never move past a turn whose finals are missing, so only
 		// the newest record can owe any.)
-		o.unsettled = c.Seq
-		err := o.keepPromise(ctx, func(ctx context.Context) error { return o.settleRecord(ctx, c.Seq) })
+		o.lane.owed = c.Seq
+		err := o.keepPromise(ctx, func(ctx context.Context) error { return o.publishOwed(ctx, c.Seq) })
 		if err != nil {
 			return errors.Is(err, kvstore.ErrLeaseLost)
 		}
-		o.unsettled, o.checked = 0, c.Seq
+		o.lane.owed, o.lane.checked = 0, c.Seq
 	}
 	defer o.endWatch()
-	for !o.w.stopping.Load() && ctx.Err() == nil {
+	for !o.w.shuttingDown.Load() && ctx.Err() == nil {
 		raw, err := o.look(ctx)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false
@@ -56,11 +56,11 @@ func (o *owner) drain(ctx context.Context) bool {
 			return false
 		}
 		if need, ok := o.fits(raw); !ok {
-			o.overBudget = need
+			o.slot.overBudget = need
 			return false
 		}
-		if o.w.shouldYield(o.turns, o.since, o.lastTurn, o.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
-			o.yielded = true
+		if o.w.shouldYield(o.slot.turns, o.slot.since, o.slot.lastTurn, o.lease.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
+			o.slot.yielded = true
 			return false
 		}
 		began := time.Now()
@@ -68,11 +68,11 @@ func (o *owner) drain(ctx context.Context) bool {
 		err = o.process(ctx, raw)
 		switch {
 		case err == nil:
-			o.turns, o.lastTurn = o.turns+1, time.Since(began)
+			o.slot.turns, o.slot.lastTurn = o.slot.turns+1, time.Since(began)
 			continue
 		case errors.Is(err, kvstore.ErrLeaseLost):
 			return true
-		case ctx.Err() != nil || errors.Is(err, errStopping):
+		case ctx.Err() != nil || errors.Is(err, errShuttingDown):
 			return false
 		case errors.Is(err, errNotDeadLettered):
 			// The message stays; the lane goes back and is tried again
@@ -97,22 +97,22 @@ func (o *owner) drain(ctx context.Context) bool {
 // is known to be empty: no read (the release reads it again anyway), unless
 // a message arrives while the owner lingers.
 func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
-	if !o.quiet.empty(o.cursor.Seq, o.w.nc.Stats().Reconnects) {
-		return o.next(ctx, o.cursor.Seq)
+	if !o.quiet.empty(o.lane.cursor.Seq, o.w.nc.Stats().Reconnects) {
+		return o.next(ctx, o.lane.cursor.Seq)
 	}
 	if !o.linger(ctx) {
 		o.w.stats.QuietSkips.Add(1)
 		return nil, jetstream.ErrMsgNotFound
 	}
 	o.w.stats.Lingered.Add(1)
-	raw, err := o.next(ctx, o.cursor.Seq)
+	raw, err := o.next(ctx, o.lane.cursor.Seq)
 	for try := 0; try < 3 && errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil; try++ {
 		// The watch can see a message before the stream stores it.
 		select {
 		case <-time.After(time.Millisecond):
 		case <-ctx.Done():
 		}
-		raw, err = o.next(ctx, o.cursor.Seq)
+		raw, err = o.next(ctx, o.lane.cursor.Seq)
 	}
 	if err == nil {
 		o.w.stats.LingerHits.Add(1)
@@ -127,13 +127,13 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 // message's charge.
 func (o *owner) fits(raw *jetstream.RawStreamMsg) (int64, bool) {
 	need := o.w.sched.charge(len(raw.Data))
-	if need <= o.held {
+	if need <= o.slot.charged {
 		return need, true
 	}
-	if !o.w.sched.grow(need - o.held) {
+	if !o.w.sched.grow(need - o.slot.charged) {
 		return need, false
 	}
-	o.held = need
+	o.slot.charged = need
 	return need, true
 }
 
@@ -155,18 +155,18 @@ func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
 		return c, err
 	}
 	if c.Stored == 0 {
-		o.settings = nil
+		o.lane.settings = nil
 		return c, nil
 	}
 	if known, at := o.w.transcripts.settingsOf(o.token); at != 0 && c.Stored == at {
-		o.settings = known
+		o.lane.settings = known
 		return c, nil
 	}
 	settings, err := o.w.lanes.Settings(ctx, o.token)
 	if err != nil {
 		return c, err
 	}
-	o.settings, err = events.DecodeSettings(settings)
+	o.lane.settings, err = events.DecodeSettings(settings)
 	if err != nil {
 		o.log.Warn().Err(err).Msg("stored settings unreadable: using the defaults")
 	}
@@ -210,7 +210,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// at the run claims it anew.
 		defer a.em.retire()
 	}
-	if err != nil || a.done {
+	if err != nil || a.poisoned {
 		return err
 	}
 	if err := o.loadHistory(ctx); err != nil {
@@ -230,15 +230,15 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 	// A turn that runs the handler watches for cuts from before its start
 	// event on: a client that saw the start and sends an interrupt or a
 	// stop is never missed.
-	turnCtx, stopWatch := ctx, func() {}
+	turnCtx, endCutWatch := ctx, func() {}
 	if p.verb == queue.VerbRun {
-		turnCtx, stopWatch = o.watchCuts(ctx)
+		turnCtx, endCutWatch = o.watchCuts(ctx)
 	}
-	defer stopWatch()
+	defer endCutWatch()
 	if err := o.start(ctx, a); err != nil {
 		return err
 	}
-	err = o.carryOut(ctx, turnCtx, stopWatch, a, p)
+	err = o.carryOut(ctx, turnCtx, endCutWatch, a, p)
 	if sf := (*storeFailure)(nil); errors.As(err, &sf) && ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
 		// The turn's record, or its handler's step journal, met a store
 		// that did not answer: end the attempt on record as one that
@@ -250,7 +250,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 
 // carryOut carries out a started attempt's turn: the handler's, or the
 // owner's own for a message the handler never sees.
-func (o *owner) carryOut(ctx, turnCtx context.Context, stopWatch func(), a *attempt, p *plan) error {
+func (o *owner) carryOut(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan) error {
 	switch p.verb {
 	case queue.VerbInvalid:
 		_, decErr := o.decode(p.run.raw)
@@ -271,5 +271,5 @@ func (o *owner) carryOut(ctx, turnCtx context.Context, stopWatch func(), a *atte
 	case queue.VerbInterrupted:
 		return o.interrupted(ctx, a.em, p, a.attempt, nil, false)
 	}
-	return o.runTurn(ctx, turnCtx, stopWatch, a, p)
+	return o.runTurn(ctx, turnCtx, endCutWatch, a, p)
 }

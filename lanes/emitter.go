@@ -39,7 +39,7 @@ const fenceStream = "fence"
 const claimHeader = "Lanefleet-Claim"
 
 // errSuperseded stops the emitter of an attempt that is over: its owner
-// retries the run (or settles it) under the same lease with a newer claim,
+// retries the run (or publishes what its record owes) under the same lease with a newer claim,
 // or ended the attempt (emitter.retire). It is not ErrLeaseLost: the owner
 // still holds the lane.
 var errSuperseded = errors.New("lanes: a newer attempt at the run took its events over")
@@ -80,7 +80,7 @@ type emitter struct {
 	asJSON  bool
 	log     zerolog.Logger
 	window  int             // events in flight at once; 0 means wideWindow
-	done    <-chan struct{} // closed when the lane's work stops: nothing more is published
+	quit    <-chan struct{} // closed when the drain ends: nothing more is published
 	lost    func(error)     // told once when a newer owner fenced this one; may be nil
 
 	mu      sync.Mutex
@@ -101,7 +101,7 @@ type emitter struct {
 	replay    []*outEvent   // refused, republished once the in-flight ones are answered
 	idle      chan struct{} // closed when nothing is queued or in flight; nil when idle
 	fenced    error         // why nothing more is published (a newer owner's fence)
-	dropping  bool          // settle gave up: no more retries
+	dropping  bool          // awaitAcks gave up: no more retries
 	lastAck   time.Time     // when the server last answered a publish (or the claim)
 	checking  bool          // after a silence: the fence is read before anything goes out
 	probing   bool          // then one event goes out alone; the rest wait for its answer
@@ -286,7 +286,7 @@ func (e *emitter) recheck(ctx context.Context) error {
 		switch e.judge(raw, rev) {
 		case markerNewerOwner:
 			err := fencedError(e.run, markerRev(raw.Data), rev)
-			e.stop(err)
+			e.halt(err)
 			return err
 		case markerNewerClaim:
 			e.retire()
@@ -303,7 +303,7 @@ func (e *emitter) recheck(ctx context.Context) error {
 	_, err = e.claimAs(ctx, rev, false)
 	switch {
 	case errors.Is(err, kvstore.ErrLeaseLost):
-		e.stop(err)
+		e.halt(err)
 	case errors.Is(err, errSuperseded):
 		e.retire()
 	}
@@ -312,7 +312,7 @@ func (e *emitter) recheck(ctx context.Context) error {
 
 // stop ends publishing for good: queued events and the pending frame are
 // dropped and the owner is told the lane is lost.
-func (e *emitter) stop(err error) {
+func (e *emitter) halt(err error) {
 	e.mu.Lock()
 	first := e.fenced == nil
 	if first {
@@ -329,7 +329,7 @@ func (e *emitter) stop(err error) {
 }
 
 // retire ends publishing for good without a word to the owner: the
-// attempt is over (the owner retries the run, or settles it, with another
+// attempt is over (the owner retries the run, or publishes what its record owes, with another
 // emitter), so whatever its handler still emits is dropped, and events in
 // flight that the server refuses are not tried again.
 func (e *emitter) retire() {
@@ -349,13 +349,13 @@ func (e *emitter) dropLocked() {
 	e.queue, e.replay = nil, nil
 }
 
-// stoppedLocked reports that nothing more is to be published.
-func (e *emitter) stoppedLocked() bool {
+// haltedLocked reports that nothing more is to be published.
+func (e *emitter) haltedLocked() bool {
 	if e.fenced != nil || e.dropping {
 		return true
 	}
 	select {
-	case <-e.done:
+	case <-e.quit:
 		return true
 	default:
 		return false
@@ -373,7 +373,7 @@ func (e *emitter) roomLocked() bool {
 func (e *emitter) emit(stream string, data events.EventData) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.stoppedLocked() {
+	if e.haltedLocked() {
 		return
 	}
 	isDelta := (stream == events.StreamAssistant || stream == events.StreamThinking) && data.Phase == ""
@@ -540,7 +540,7 @@ func (e *emitter) checkFence(ctx context.Context) error {
 	switch e.judge(raw, rev) {
 	case markerNewerOwner:
 		err = fencedError(e.run, markerRev(raw.Data), rev)
-		e.stop(err)
+		e.halt(err)
 		return err
 	case markerNewerClaim:
 		e.retire()
@@ -599,7 +599,7 @@ func (e *emitter) watch(idle chan struct{}) {
 		}
 		e.inflight[0] = nil
 		e.inflight = e.inflight[1:]
-		if retry && !e.stoppedLocked() {
+		if retry && !e.haltedLocked() {
 			e.replay = append(e.replay, head)
 		}
 		if len(e.inflight) == 0 && len(e.replay) > 0 {
@@ -644,12 +644,12 @@ func (e *emitter) refused(out *outEvent, err error) (retry bool) {
 	return false
 }
 
-// settle sends the pending frame and waits until every event published so
+// awaitAcks sends the pending frame and waits until every event published so
 // far is answered, but not forever: after ackTimeout the events still
 // waiting for room are dropped, and only those in flight are waited for
 // (each for at most ackTimeout), so a final event published next is the
 // run's last.
-func (e *emitter) settle(ctx context.Context) error {
+func (e *emitter) awaitAcks(ctx context.Context) error {
 	e.mu.Lock()
 	e.flushLocked()
 	idle := e.idle
@@ -690,10 +690,10 @@ func (e *emitter) settle(ctx context.Context) error {
 // event synchronously. It is published at most once per run: a retry by
 // another emitter (the owner's next try, or the lane's next owner) claims
 // the run first, which makes the server refuse a try still on its way, and
-// then finds a try already stored (see owner.finishRecord). The message id
+// then finds a try already stored (see owner.publishRecordFinals). The message id
 // (per claim) makes a re-send of the same try a duplicate too.
 func (e *emitter) final(ctx context.Context, res *events.Result) error {
-	if err := e.settle(ctx); err != nil {
+	if err := e.awaitAcks(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -714,7 +714,7 @@ func (e *emitter) finalMsgIDLocked() string {
 // abort ends the current attempt on record: its events are stored, then an
 // aborted event, so the next attempt's events follow it.
 func (e *emitter) abort(ctx context.Context, why string) error {
-	if err := e.settle(ctx); err != nil {
+	if err := e.awaitAcks(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -740,7 +740,7 @@ func (e *emitter) start(ctx context.Context, data events.EventData, attempt int)
 // as part of attempt. A write that met another in flight is retried; a
 // fence that moved on is checked (ErrLeaseLost when a newer owner has it).
 func (e *emitter) publish(ctx context.Context, stream string, data events.EventData, attempt int) error {
-	if err := e.settle(ctx); err != nil {
+	if err := e.awaitAcks(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()

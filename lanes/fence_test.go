@@ -129,7 +129,7 @@ func fencing(t *testing.T, url string, js jetstream.JetStream, streams *Streams,
 	for i := range 50 {
 		old.emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("a%d ", i)})
 	}
-	if err := old.settle(ctx); err != nil {
+	if err := old.awaitAcks(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -345,7 +345,7 @@ func TestFenceClaimedAgainWhenItsMarkerIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	em.emit(events.StreamAssistant, events.EventData{Delta: "x0 "})
-	if err := em.settle(ctx); err != nil {
+	if err := em.awaitAcks(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := streams.Events.Purge(ctx, jetstream.WithPurgeSubject(em.fenceSubject())); err != nil {
@@ -416,7 +416,7 @@ func TestRetryFencesTheFailedAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.emit(events.StreamAssistant, events.EventData{Delta: "a0 "})
-	if err := old.settle(ctx); err != nil {
+	if err := old.awaitAcks(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -429,7 +429,7 @@ func TestRetryFencesTheFailedAttempt(t *testing.T) {
 	}
 	// The failed attempt's emitter still has an event on its way.
 	old.emit(events.StreamAssistant, events.EventData{Delta: "late "})
-	if err := old.settle(ctx); err == nil {
+	if err := old.awaitAcks(ctx); err == nil {
 		t.Fatal("the failed attempt's events were stored after the retry claimed the run")
 	}
 	if err := old.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted}, 1); err == nil {
@@ -468,7 +468,7 @@ func TestFailedAttemptQuietBeforeRetry(t *testing.T) {
 		}
 		// The first attempt's goroutine, still running.
 		first.Emit(events.StreamAssistant, events.EventData{Delta: "late "})
-		if err := first.em.settle(context.Background()); err != nil && !errors.Is(err, errSuperseded) {
+		if err := first.em.awaitAcks(context.Background()); err != nil && !errors.Is(err, errSuperseded) {
 			return err
 		}
 		return nil

@@ -19,7 +19,7 @@ import (
 // before a trigger is handed back; why says so in a failed release's log.
 func (o *owner) letGo(ctx context.Context, why string) {
 	o.deleteProcessed(ctx, true)
-	o.hold(false)
+	o.markHeld(false)
 	if err := o.lease.Release(ctx); err != nil {
 		o.log.Warn().Err(err).Msg("release lease " + why)
 	}
@@ -48,8 +48,8 @@ func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l
 		if err != nil && ctx.Err() == nil {
 			o.log.Warn().Err(err).Msg("renew lease")
 		}
-		if o.trigger != nil {
-			if err := o.trigger.InProgress(); err != nil {
+		if o.lease.trigger != nil {
+			if err := o.lease.trigger.InProgress(); err != nil {
 				o.log.Debug().Err(err).Msg("trigger in progress")
 			}
 		}
@@ -66,17 +66,17 @@ func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l
 // messages), and so does the message of a turn whose final events are not
 // stored yet (the sweep finds such a lane by it).
 func (o *owner) deleteProcessed(ctx context.Context, keepTrigger bool) {
-	keep := o.done[:0]
+	keep := o.lane.processed[:0]
 	var del []uint64
-	for _, seq := range o.done {
+	for _, seq := range o.lane.processed {
 		switch {
-		case keepTrigger && o.trigger != nil && seq == o.triggerSeq, seq == o.unsettled:
+		case keepTrigger && o.lease.trigger != nil && seq == o.lease.triggerSeq, seq == o.lane.owed:
 			keep = append(keep, seq)
 		default:
 			del = append(del, seq)
 		}
 	}
-	o.done = keep
+	o.lane.processed = keep
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for _, seq := range del {
@@ -98,7 +98,7 @@ func (o *owner) release() ending {
 	// released, another owner may take the lane with the delivery of one
 	// of them as its trigger, and needs that message to hand it back.
 	o.deleteProcessed(ctx, true)
-	o.hold(false) // before the release: see hold
+	o.markHeld(false) // before the release: see markHeld
 	if err := o.lease.Release(ctx); err != nil {
 		// The trigger comes back soon; whoever gets it takes the lane once
 		// the lease is free (released after all, or expired).
@@ -108,26 +108,26 @@ func (o *owner) release() ending {
 	o.w.stats.Released.Add(1)
 	// Re-check on the leader after releasing: a message stored before a
 	// follower saw our lease is found here or by the next owner.
-	_, err := o.next(ctx, o.cursor.Seq)
+	_, err := o.next(ctx, o.lane.cursor.Seq)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return endDone
+		return endReleased
 	case err != nil:
 		o.log.Warn().Err(err).Msg("re-check lane")
 		return endRetry
 	}
-	if o.w.stopping.Load() {
-		return endStopping
+	if o.w.shuttingDown.Load() {
+		return endShutdown
 	}
-	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: o.triggerSeq})
+	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: o.lease.triggerSeq})
 	switch {
 	case err == nil:
-		o.lease = lease
+		o.lease.Lease = lease
 		o.w.stats.Acquired.Add(1)
-		o.hold(true)
+		o.markHeld(true)
 		return endAgain
 	case errors.Is(err, kvstore.ErrHeld):
-		return endDone
+		return endReleased
 	}
 	o.log.Warn().Err(err).Msg("re-acquire lease")
 	return endRetry
@@ -141,17 +141,17 @@ func (o *owner) release() ending {
 // releases the lease.
 
 // hold marks the owner's lane held (or no longer held) by this worker.
-func (o *owner) hold(held bool) {
-	if o.holding == held {
+func (o *owner) markHeld(held bool) {
+	if o.lease.marked == held {
 		return
 	}
-	o.holding = held
+	o.lease.marked = held
 	w := o.w
 	w.heldMu.Lock()
 	defer w.heldMu.Unlock()
 	if held {
-		w.held[o.token] = o.triggerSeq
-	} else if seq, ok := w.held[o.token]; ok && seq == o.triggerSeq {
+		w.held[o.token] = o.lease.triggerSeq
+	} else if seq, ok := w.held[o.token]; ok && seq == o.lease.triggerSeq {
 		delete(w.held, o.token)
 	}
 }
@@ -181,19 +181,19 @@ func (w *Worker) heldHere(msg jetstream.Msg) bool {
 // lane between two owners) is read once: an earlier owner deletes what it
 // processed before it releases the lease, so what is there now stays.
 func (o *owner) triggerKept(ctx context.Context) bool {
-	if o.triggerGone {
+	if o.lease.triggerGone {
 		return false
 	}
-	if o.triggerSeq > o.cursor.Seq || slices.Contains(o.done, o.triggerSeq) || o.triggerChecked {
+	if o.lease.triggerSeq > o.lane.cursor.Seq || slices.Contains(o.lane.processed, o.lease.triggerSeq) || o.lease.triggerChecked {
 		return true
 	}
-	_, err := o.w.streams.Inbound.GetMsg(ctx, o.triggerSeq)
+	_, err := o.w.streams.Inbound.GetMsg(ctx, o.lease.triggerSeq)
 	switch {
 	case err == nil:
-		o.triggerChecked = true
+		o.lease.triggerChecked = true
 		return true
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		o.triggerGone = true
+		o.lease.triggerGone = true
 	}
 	return false
 }

@@ -14,17 +14,59 @@ import (
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
-// owner drains one lane while it holds the lease.
+// owner drains one lane while it holds the lease. Its state comes in three
+// parts, each with its own lifetime: the lease (this owner's claim on the
+// lane and the delivery that brought it), the lane (what the drain knows of
+// the lane's stream and record), and the slot (what this owner has used of
+// the worker's slot it runs in).
 type owner struct {
 	w          *Worker
 	token, key string
 	subject    string
+	log        zerolog.Logger
+
+	lease ownerLease
+	lane  laneState
+	slot  slotUse
+
+	failures map[uint64]*tried // this owner's attempts, per inbound seq
+	// inFlight is the attempt this owner started whose end is not on
+	// record yet (nil: none): if the owner loses the lane, the attempt is
+	// noted as one that does not count (see UncountedToken).
+	inFlight *flight
+	// notDead: the drain ended at a message whose dead letter could not
+	// be stored (errNotDeadLettered).
+	notDead bool
+	// quiet is the drain's watch of the lane (see watchCuts) and what it
+	// knows; nil until a turn of the drain starts one.
+	quiet *quietWatch
+	// setUp gives back the owner's place in the worker's set-up gate once
+	// its first turn reaches the handler (or the owner ends); nil for an
+	// owner the sweep started, which never entered it.
+	setUp func()
+}
+
+// ownerLease is the owner's claim on its lane: the lease (renewed by the
+// heartbeat, see lease.go), the trigger delivery that brought the lane
+// here (nil for a lane the sweep took), and the lane's mark as held here.
+type ownerLease struct {
+	*kvstore.Lease
 	trigger    jetstream.Msg
 	triggerSeq uint64
-	lease      *kvstore.Lease
-	log        zerolog.Logger
-	cancel     context.CancelCauseFunc // ends the current drain (a newer owner fenced its events)
+	cancel     context.CancelCauseFunc // ends the current drain (the lease was lost, or a newer owner fenced its events)
+	// marked: the lane is marked held by this worker (see markHeld), so its
+	// other deliveries are acked without a slot. Unmarked before every
+	// release of the lease.
+	marked bool
+	// triggerGone: the trigger's message was deleted (an earlier owner
+	// processed it), so the trigger cannot be handed back: no yield.
+	triggerGone, triggerChecked bool
+}
 
+// laneState is what the owner's drain knows of its lane: where its cursor
+// stands, its stored settings, its recent message ids and transcript, and
+// what this owner processed and still owes.
+type laneState struct {
 	cursor   kvstore.Cursor
 	settings *events.Settings // the lane's stored queue and run settings; nil = none
 	// ids are the lane's message ids for de-duplication: the newest
@@ -38,70 +80,52 @@ type owner struct {
 	// another record checks it again: a record write whose answer was
 	// lost may have been stored, and the owner that retries the lane
 	// finds it only then.
-	checked  uint64
-	failures map[uint64]*tried // this owner's attempts, per inbound seq
-	// inFlight is the attempt this owner started whose end is not on
-	// record yet (nil: none): if the owner loses the lane, the attempt is
-	// noted as one that does not count (see UncountedToken).
-	inFlight *flight
-	lastEnd  time.Time // when this owner's last turn ended (reject, collect debounce)
-	// done lists the inbound messages of committed turns this owner has
-	// not deleted yet.
-	done []uint64
+	checked uint64
+	lastEnd time.Time // when this owner's last turn ended (reject, collect debounce)
+	// processed lists the inbound messages of committed turns this owner
+	// has not deleted yet.
+	processed []uint64
 	// stopped is what the lane's last stop command cut.
 	stopped stopped
-	// unsettled is the inbound sequence of a committed turn whose final
-	// events are not all stored yet; 0 = none. While it is set the owner
-	// neither moves on nor releases the lane, and it never deletes that
-	// message: the lane's next owner (or the sweep) keeps the promise.
-	unsettled uint64
-	// since is when the owner took its slot, turns the turns it has run
-	// since; yielded says the drain ended to give the slot to a lane
-	// waiting for one (fair scheduling).
+	// owed is the inbound sequence of a committed turn whose final events
+	// are not all stored yet; 0 = none. While it is set the owner neither
+	// moves on nor releases the lane, and it never deletes that message:
+	// the lane's next owner (or the sweep) keeps the promise.
+	owed uint64
+}
+
+// slotUse is what the owner has used of its slot: since is when it took
+// the slot, turns the turns it has run since (the last taking lastTurn);
+// yielded says the drain ended to give the slot to a lane waiting for one
+// (see slots.go).
+type slotUse struct {
 	since    time.Time
 	turns    int
-	lastTurn time.Duration // how long the last of them took
+	lastTurn time.Duration
 	yielded  bool
-	// held is what the owner's slot holds of the byte budget; it grows to
-	// the largest message the owner runs (fits), and goes back with the
-	// slot. overBudget: the drain ended because the lane's next message,
+	// charged is what the slot holds of the byte budget; it grows to the
+	// largest message the owner runs (fits), and goes back with the slot.
+	// overBudget: the drain ended because the lane's next message,
 	// charged this many bytes, did not fit; 0 = it did not.
-	held       int64
+	charged    int64
 	overBudget int64
-	// notDead: the drain ended at a message whose dead letter could not
-	// be stored (errNotDeadLettered).
-	notDead bool
-	// quiet is the drain's watch of the lane (see watchCuts) and what it
-	// knows; nil until a turn of the drain starts one.
-	quiet *quietWatch
-	// triggerGone: the trigger's message was deleted (an earlier owner
-	// processed it), so the trigger cannot be handed back: no yield.
-	triggerGone, triggerChecked bool
-	// holding: the lane is marked held by this worker (see hold), so its
-	// other deliveries are acked without a slot. Unmarked before every
-	// release of the lease.
-	holding bool
-	// setUp gives back the owner's place in the worker's set-up gate once
-	// its first turn reaches the handler (or the owner ends); nil for an
-	// owner the sweep started, which never entered it.
-	setUp func()
 }
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
 // its own heartbeat, stopped before the lease is released so a renewal never
-// races the release. How the drain ended decides, in settle, what becomes
+// races the release. How the drain ended decides, in settleTrigger, what becomes
 // of the trigger delivery.
 func (o *owner) run() {
 	for {
 		ctx, cancel := context.WithCancelCause(o.w.turnCtx)
-		o.cancel = cancel
-		hbDone := make(chan struct{})
-		go o.heartbeat(ctx, cancel, o.lease, hbDone)
+		o.lease.cancel = cancel
+		hbExited := make(chan struct{})
+		go o.heartbeat(ctx, cancel, o.lease.Lease, hbExited)
 		lostInDrain := o.drain(ctx)
 		lost := lostInDrain || errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost)
 		cancelled := ctx.Err() != nil
 		cancel(nil)
-		<-hbDone
+		<-hbExited
 		if f := o.inFlight; lost && f != nil {
 			// This worker is alive: the turn it was running did not kill
 			// it, so the attempt does not count against the message.
@@ -120,14 +144,14 @@ func (o *owner) run() {
 			// Someone else may own the lane now, or nobody: let the trigger
 			// be redelivered to whoever needs it.
 			end = endLost
-		case cancelled || o.unsettled != 0:
+		case cancelled || o.lane.owed != 0:
 			// Stopping, or a committed turn's final events could not be
 			// stored before the worker began to stop: hand the lane over
 			// with its trigger, and the next owner keeps the promise.
 			end = endHandOver
-		case o.yielded:
+		case o.slot.yielded:
 			end = endYield
-		case o.overBudget > 0:
+		case o.slot.overBudget > 0:
 			end = endOverBudget
 		case o.notDead:
 			end = endNotDead
@@ -137,18 +161,18 @@ func (o *owner) run() {
 		if end == endAgain {
 			continue
 		}
-		o.settle(end)
+		o.settleTrigger(end)
 		return
 	}
 }
 
-// ending is how an owner's work on its lane ended; settle acts on it.
+// ending is how an owner's work on its lane ended; settleTrigger acts on it.
 type ending uint8
 
 const (
-	// endDone: the lane was drained and released (or another owner took
+	// endReleased: the lane was drained and released (or another owner took
 	// it right after): ack the trigger, delete what was processed.
-	endDone ending = iota
+	endReleased ending = iota
 	// endAgain: a message arrived during the release and the lease was
 	// taken again: drain once more.
 	endAgain
@@ -158,9 +182,9 @@ const (
 	// final events are not stored: release the lease and hand the
 	// trigger back at once; the next owner continues.
 	endHandOver
-	// endStopping: released with messages left while the worker stops:
+	// endShutdown: released with messages left while the worker stops:
 	// hand the trigger back at once.
-	endStopping
+	endShutdown
 	// endRetry: the release, the re-check or the re-acquire failed: the
 	// trigger comes back in a second, to whoever can take the lane then.
 	endRetry
@@ -179,56 +203,56 @@ const (
 	endNotDead
 )
 
-// settle is the one place that acks or naks the trigger delivery, and
+// settleTrigger is the one place that acks or naks the trigger delivery, and
 // deletes the messages of committed turns, for how the owner's work ended.
 // The trigger's own message stays whenever the trigger is handed back (a
 // Nak'd trigger whose message is gone is never redelivered), and so does
 // the message of a turn whose final events are not stored yet.
-func (o *owner) settle(end ending) {
+func (o *owner) settleTrigger(end ending) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch end {
-	case endDone:
-		if o.w.stopping.Load() && o.trigger != nil && o.triggerSeq > o.cursor.Seq {
-			o.w.nak(o.trigger, 0)
+	case endReleased:
+		if o.w.shuttingDown.Load() && o.lease.trigger != nil && o.lease.triggerSeq > o.lane.cursor.Seq {
+			o.w.nak(o.lease.trigger, 0)
 			return
 		}
-		o.w.ack(ctx, o.trigger)
-		if o.trigger != nil && o.triggerSeq <= o.cursor.Seq && !slices.Contains(o.done, o.triggerSeq) {
+		o.w.ack(ctx, o.lease.trigger)
+		if o.lease.trigger != nil && o.lease.triggerSeq <= o.lane.cursor.Seq && !slices.Contains(o.lane.processed, o.lease.triggerSeq) {
 			// A trigger an earlier owner handed back after processing
 			// its message (a yield): that message goes too.
-			o.done = append(o.done, o.triggerSeq)
+			o.lane.processed = append(o.lane.processed, o.lease.triggerSeq)
 		}
 		o.deleteProcessed(ctx, false)
 	case endHandOver:
 		o.letGo(ctx, "on stop")
-		o.w.nak(o.trigger, 0)
+		o.w.nak(o.lease.trigger, 0)
 	case endLost:
 		// Nothing is deleted: another owner may hold the lane, with the
 		// delivery of one of these messages as its trigger. The sweep
 		// deletes them once the lane is idle.
-		o.w.nak(o.trigger, 0)
-	case endStopping:
-		o.w.nak(o.trigger, 0)
+		o.w.nak(o.lease.trigger, 0)
+	case endShutdown:
+		o.w.nak(o.lease.trigger, 0)
 		o.deleteProcessed(ctx, true)
 	case endRetry:
-		o.w.nak(o.trigger, time.Second)
+		o.w.nak(o.lease.trigger, time.Second)
 	case endOverBudget:
 		o.letGo(ctx, "over the byte budget")
 		o.w.stats.OverBudget.Add(1)
 		// Before the trigger goes back: its redelivery is charged what
 		// the lane needs.
-		o.w.sched.overBudget(o.token, o.overBudget, time.Now())
-		o.w.nak(o.trigger, busyNakDelay)
+		o.w.sched.overBudget(o.token, o.slot.overBudget, time.Now())
+		o.w.nak(o.lease.trigger, busyNakDelay)
 	case endNotDead:
 		o.letGo(ctx, "while a dead letter cannot be stored")
-		o.w.nak(o.trigger, o.w.cfg.deadRetry)
+		o.w.nak(o.lease.trigger, o.w.cfg.deadRetry)
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
 		// take the lane.
 		o.letGo(ctx, "to yield")
 		o.w.stats.Yields.Add(1)
 		o.w.sched.requeue(o.token, time.Now())
-		o.w.nak(o.trigger, 0)
+		o.w.nak(o.lease.trigger, 0)
 	}
 }

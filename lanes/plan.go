@@ -95,7 +95,7 @@ func (o *owner) read(raw *jetstream.RawStreamMsg) collected {
 		in = nil
 	}
 	c := collected{raw: raw, in: in, msg: msgOf(raw, in, o.storedMode(), time.Now())}
-	if c.dupOf = o.ids.Note(raw.Header.Get(events.HeaderLaneMsgID), raw.Sequence, raw.Time); c.dupOf != 0 {
+	if c.dupOf = o.lane.ids.Note(raw.Header.Get(events.HeaderLaneMsgID), raw.Sequence, raw.Time); c.dupOf != 0 {
 		c.msg.Kind = queue.KindDuplicate
 	}
 	return c
@@ -143,7 +143,7 @@ func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, stored queue.Mode, n
 
 // storedMode is the session's stored queue mode ("" = none).
 func (o *owner) storedMode() queue.Mode {
-	q := o.settings.Queue()
+	q := o.lane.settings.Queue()
 	if q == nil {
 		return ""
 	}
@@ -161,8 +161,8 @@ func (o *owner) planTurn(ctx context.Context, head collected) (*plan, error) {
 	var w *laneWatch
 	defer func() { w.close() }()
 	for {
-		qp := queue.PlanTurn(queue.Input{Pending: msgs, Complete: complete, Settings: queue.Resolve(overridesOf(o.settings.Queue())),
-			LastEnd: o.lastEnd, Now: time.Now()})
+		qp := queue.PlanTurn(queue.Input{Pending: msgs, Complete: complete, Settings: queue.Resolve(overridesOf(o.lane.settings.Queue())),
+			LastEnd: o.lane.lastEnd, Now: time.Now()})
 		switch qp.Verb {
 		case queue.VerbRead:
 			next, err := o.next(ctx, pending[len(pending)-1].raw.Sequence)
@@ -182,7 +182,7 @@ func (o *owner) planTurn(ctx context.Context, head collected) (*plan, error) {
 					return nil, err
 				}
 			}
-			if err := w.wait(ctx, qp.Until, o.w.stopCh); err != nil {
+			if err := w.wait(ctx, qp.Until, o.w.shutdown); err != nil {
 				return nil, err
 			}
 			complete = false

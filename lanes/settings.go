@@ -32,7 +32,7 @@ func (o *owner) applySettings(ctx context.Context, em *emitter, p *plan) error {
 	if err := o.storeSettings(ctx, p.in); err != nil {
 		return err
 	}
-	text := o.settings.String()
+	text := o.lane.settings.String()
 	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: time.Now().UnixMilli(), Text: text})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
 }
@@ -51,7 +51,7 @@ func (o *owner) refuseSettings(in *events.Inbound) string {
 // storeSettings applies the settings message in to the session's stored
 // settings.
 func (o *owner) storeSettings(ctx context.Context, in *events.Inbound) error {
-	next := o.settings.Apply(in.QueueSettings, in.RunSettings)
+	next := o.lane.settings.Apply(in.QueueSettings, in.RunSettings)
 	data, err := events.EncodeSettings(next)
 	if err != nil {
 		return err
@@ -59,6 +59,6 @@ func (o *owner) storeSettings(ctx context.Context, in *events.Inbound) error {
 	if err := o.lease.PutSettings(ctx, data); err != nil {
 		return err
 	}
-	o.settings = next
+	o.lane.settings = next
 	return nil
 }

@@ -27,11 +27,11 @@ const DefaultLaneTurnBudget = 1
 // without fairness.
 const waitFactor = 4
 
-// holdFor is how long a waiting delivery stays on this worker before it is
+// lineWait is how long a waiting delivery stays on this worker before it is
 // handed back (a worker with room may take its lane; if it comes back here
 // it keeps its place). It stays well under AckWait, so a waiting delivery
 // needs no keep-alive.
-func (w *Worker) holdFor() time.Duration {
+func (w *Worker) lineWait() time.Duration {
 	return min(time.Second, w.streams.cfg.AckWait/3)
 }
 
@@ -47,8 +47,8 @@ type slots struct {
 	size     int
 	inUse    int
 	maxBytes int64             // the byte budget; ≤ 0: none
-	bytes    int64             // held by the slots in use
-	waitB    int64             // held by the deliveries in line (at most maxBytes)
+	bytes    int64             // charged to the slots in use
+	waitB    int64             // charged to the deliveries in line (at most maxBytes)
 	queue    []*waiter         // oldest place first
 	lanes    map[string]*place // lanes that wait, or were handed back a moment ago
 	maxWait  int
@@ -149,7 +149,7 @@ func (s *slots) take(token string, n int, now time.Time) (int64, bool) {
 	return 0, false
 }
 
-// put gives back a slot and the bytes it held: to the lanes that have
+// put gives back a slot and the bytes charged to it: to the lanes that have
 // waited longest, in order, as long as they fit; else they are free.
 func (s *slots) put(b int64) {
 	s.mu.Lock()
@@ -181,7 +181,7 @@ func (s *slots) grow(b int64) bool {
 	return true
 }
 
-// usedBytes returns the payload bytes the slots in use hold.
+// usedBytes returns the payload bytes charged to the slots in use.
 func (s *slots) usedBytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -245,7 +245,7 @@ func (s *slots) wait(token string, n int, now time.Time, rejoin bool) (*waiter, 
 	case s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes && !rejoin:
 		// A waiting delivery holds its payload too: the line holds at
 		// most the budget's worth (of payloads: what a lane needs for its
-		// next message is not held while it waits).
+		// next message is not charged while it waits).
 		return nil, 0, joinFull
 	case p == nil:
 		p = &place{since: now}
@@ -366,7 +366,7 @@ func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, tri
 }
 
 // waitForSlot lets a delivery that found every slot busy (or its payload
-// over the byte budget) wait for one, in line, for up to holdFor; then it
+// over the byte budget) wait for one, in line, for up to lineWait; then it
 // is handed back (Nak), keeping its lane's place for its redelivery. It
 // reports whether the delivery got a slot, and the bytes the slot holds
 // (the caller runs it and puts both back); if not, the delivery is settled.
@@ -393,7 +393,7 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 		return 0, false
 	}
 	w.stats.Waited.Add(1)
-	t := time.NewTimer(w.holdFor())
+	t := time.NewTimer(w.lineWait())
 	defer t.Stop()
 	for {
 		stop := false
@@ -401,7 +401,7 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 		case <-wt.grant:
 			return wt.bytes, true
 		case <-t.C:
-		case <-w.stopCh:
+		case <-w.shutdown:
 			stop = true
 		}
 		deps, left := w.sched.leave(wt, time.Now())
@@ -427,7 +427,7 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 			w.settleDelivery(msg, settleFollower)
 			return 0, false
 		}
-		t.Reset(w.holdFor())
+		t.Reset(w.lineWait())
 	}
 }
 

@@ -34,7 +34,7 @@ func (w *Worker) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if w.stopping.Load() {
+		if w.shuttingDown.Load() {
 			return
 		}
 		w.sweepOnce(ctx)
@@ -55,7 +55,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 	}
 	age := w.streams.cfg.AckWait
 	for subj := range info.State.Subjects {
-		if ctx.Err() != nil || w.stopping.Load() {
+		if ctx.Err() != nil || w.shuttingDown.Load() {
 			return
 		}
 		token := strings.TrimPrefix(subj, events.InboundPrefix)
@@ -113,23 +113,24 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 	// A swept lane's messages are read by its owner: it holds no
 	// trigger's payload, only what the lane's next message needs if an
 	// owner here let it go over the byte budget.
-	held, ok := w.sched.take(token, 0, time.Now())
+	charged, ok := w.sched.take(token, 0, time.Now())
 	if !ok {
 		return false
 	}
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
 	if err != nil {
-		w.sched.put(held)
+		w.sched.put(charged)
 		return true
 	}
 	w.stats.Swept.Add(1)
 	w.log.Warn().Str("lane", token).Msg(why)
 	w.wg.Add(1)
 	go func() {
-		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger(), since: time.Now(), held: held}
-		defer func() { w.sched.put(o.held); w.wg.Done() }()
-		o.hold(true)
-		defer o.hold(false)
+		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", token).Logger(),
+			slot: slotUse{since: time.Now(), charged: charged}}
+		defer func() { w.sched.put(o.slot.charged); w.wg.Done() }()
+		o.markHeld(true)
+		defer o.markHeld(false)
 		o.run()
 	}()
 	return true

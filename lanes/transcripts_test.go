@@ -258,12 +258,12 @@ func TestTranscriptsBudget(t *testing.T) {
 	}
 }
 
-// TestSettledCheckAfterReconnect: a lane's next owner on the worker that
+// TestFinalsStoredCheckAfterReconnect: a lane's next owner on the worker that
 // stored the newest record's final events skips checking them, unless the
 // worker's connection reconnected since: a server that restarted may have
 // lost events it had acknowledged, and the check publishes the final event
 // again from the record.
-func TestSettledCheckAfterReconnect(t *testing.T) {
+func TestFinalsStoredCheckAfterReconnect(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 5*time.Second, 5*time.Second)
 	const key = "settled"
@@ -276,7 +276,7 @@ func TestSettledCheckAfterReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !w.transcripts.settled(tok, cur.Stored, w.nc.Stats().Reconnects) {
+	if !w.transcripts.finalsStored(tok, cur.Stored, w.nc.Stats().Reconnects) {
 		t.Fatal("the worker that stored the turn's final event does not know it")
 	}
 
@@ -295,7 +295,7 @@ func TestSettledCheckAfterReconnect(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	if w.transcripts.settled(tok, cur.Stored, w.nc.Stats().Reconnects) {
+	if w.transcripts.finalsStored(tok, cur.Stored, w.nc.Stats().Reconnects) {
 		t.Fatal("still trusted after a reconnect")
 	}
 	second := f.publish(t, key, "two")

@@ -242,12 +242,12 @@ func (o *owner) pendingSteers(ctx context.Context, seq uint64) (batch []collecte
 // attempt is one attempt at a turn: its run's emitter, fenced for this
 // owner, and its number.
 type attempt struct {
-	em      *emitter
-	seq     uint64 // the inbound sequence whose run carries the turn
-	attempt int
-	restart bool // an earlier attempt started
-	log     zerolog.Logger
-	done    bool // the turn ended before it started (dead-lettered as poison)
+	em       *emitter
+	seq      uint64 // the inbound sequence whose run carries the turn
+	attempt  int
+	restart  bool // an earlier attempt started
+	log      zerolog.Logger
+	poisoned bool // the turn ended before it started (dead-lettered as poison)
 }
 
 // open fences the run's events, so an earlier owner still running it can no
@@ -259,8 +259,8 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	run := strconv.FormatUint(seq, 10)
 	log := o.log.With().Str("run_id", run).Logger()
 	em := o.newEmitter(ctx, run, log, isJSON(p.run.raw))
-	if o.cursor.SessionID == "" {
-		o.cursor.SessionID = sessionfile.NewSessionID()
+	if o.lane.cursor.SessionID == "" {
+		o.lane.cursor.SessionID = sessionfile.NewSessionID()
 	}
 	st, err := em.open(ctx, o.lease.Revision())
 	if err != nil {
@@ -289,7 +289,7 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 				return nil, err
 			}
 		}
-		a.done = true
+		a.poisoned = true
 		return a, o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", a.attempt)
 	}
 	return a, nil
@@ -300,16 +300,16 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 // dead-letters a message. The worker's copy from an earlier turn is used
 // as far as it goes (readHistory).
 func (o *owner) loadHistory(ctx context.Context) error {
-	if o.tx != nil {
+	if o.lane.tx != nil {
 		return nil
 	}
-	tx, err := o.readHistory(ctx, o.cursor)
+	tx, err := o.readHistory(ctx, o.lane.cursor)
 	if errors.Is(err, kvstore.ErrCorrupt) {
 		o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
 	} else if err != nil {
 		return err
 	}
-	o.tx = tx
+	o.lane.tx = tx
 	return nil
 }
 
@@ -341,18 +341,18 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 
 // runTurn runs the handler on the turn, under turnCtx (cut by an
 // interrupt, rollback or stop: see watchCuts), and commits what it returns.
-func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attempt, p *plan) error {
-	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.cursor.SessionID, RunID: a.em.run, Seq: a.seq,
-		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
-		Settings: o.settings.RunSettings()}
-	if o.cursor.State != nil {
-		turn.State = *o.cursor.State
+func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan) error {
+	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.lane.cursor.SessionID, RunID: a.em.run, Seq: a.seq,
+		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
+		Settings: o.lane.settings.RunSettings()}
+	if o.lane.cursor.State != nil {
+		turn.State = *o.lane.cursor.State
 	}
 	turn.steer = o.steerer(p)
 	turn.steps = &StepLog{j: o.w.lanes.Journal(o.token, a.seq), first: a.attempt == 1}
 	out, err := o.callHandler(turnCtx, turn, a.log)
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
-	stopWatch()
+	endCutWatch()
 	if cut && err != nil && ctx.Err() == nil {
 		if err := o.interrupted(ctx, a.em, p, a.attempt, out, true); err != nil {
 			return err
@@ -374,7 +374,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, stopWatch func(), a *attem
 	}
 	// The turn ended now, before its final event is published: a message
 	// sent after a client saw that event never counts as "while busy".
-	o.lastEnd = time.Now()
+	o.lane.lastEnd = time.Now()
 	if err := o.commit(ctx, a.em, p, out); err != nil {
 		return err
 	}
@@ -391,9 +391,9 @@ func (o *owner) newEmitter(ctx context.Context, run string, log zerolog.Logger, 
 	if o.w.streams.cfg.Replicas > 1 {
 		window = 1
 	}
-	lose := o.cancel
+	lose := o.lease.cancel
 	return &emitter{js: o.w.js, events: o.w.streams.Events, key: o.key, run: run, log: log, asJSON: asJSON,
-		subject: events.EventPrefix + o.token + "." + run, window: window, done: ctx.Done(),
+		subject: events.EventPrefix + o.token + "." + run, window: window, quit: ctx.Done(),
 		lost: func(err error) {
 			if lose != nil {
 				lose(err)

@@ -85,7 +85,7 @@ func (o *owner) noteUncounted(seq uint64, attempt int, why string) {
 		}
 		select {
 		case <-time.After(time.Duration(try+1) * 200 * time.Millisecond):
-		case <-o.w.stopCh:
+		case <-o.w.shutdown:
 			return
 		}
 	}

@@ -68,7 +68,7 @@ func (w *laneWatch) wait(ctx context.Context, until time.Time, stop <-chan struc
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-stop:
-		return errStopping
+		return errShuttingDown
 	}
 	return nil
 }
@@ -102,7 +102,7 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	}
 	// The callback must not read the owner's state: the turn's stored
 	// mode and the ids seen so far go with its target.
-	t := &cutTarget{cancel: cancel, stored: o.storedMode(), seen: o.ids.Clone()}
+	t := &cutTarget{cancel: cancel, stored: o.storedMode(), seen: o.lane.ids.Clone()}
 	q.target.Store(t)
 	return turnCtx, func() {
 		q.target.CompareAndSwap(t, nil)
@@ -224,7 +224,7 @@ func (q *quietWatch) empty(seq, reconnects uint64) bool {
 // while a lane waits for a slot, or when the worker stops.
 func (o *owner) linger(ctx context.Context) bool {
 	d := o.w.cfg.Linger
-	if d <= 0 || o.quiet == nil || o.w.stopping.Load() || o.w.sched.waiting.Load() > 0 {
+	if d <= 0 || o.quiet == nil || o.w.shuttingDown.Load() || o.w.sched.waiting.Load() > 0 {
 		return false
 	}
 	// The lane was found empty with the watch at count arrivals: a token
@@ -249,7 +249,7 @@ func (o *owner) linger(ctx context.Context) bool {
 		return true
 	case <-t.C:
 	case <-ctx.Done():
-	case <-o.w.stopCh:
+	case <-o.w.shutdown:
 	}
 	return false
 }

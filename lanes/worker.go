@@ -150,17 +150,17 @@ type Worker struct {
 	handler Handler
 	log     zerolog.Logger
 
-	sched     *slots
-	gate      *setupGate
-	heldMu    sync.Mutex
-	held      map[string]uint64 // lanes owners here hold → their trigger's sequence (fair.go)
-	consuming atomic.Bool       // Run consumes dispatch deliveries
-	stopping  atomic.Bool
-	stopCh    chan struct{}   // closed when the worker starts stopping
-	lingering atomic.Int64    // owners lingering now (tests wait on it)
-	turnCtx   context.Context // cancelled when the shutdown grace runs out
-	turnStop  context.CancelCauseFunc
-	wg        sync.WaitGroup
+	sched        *slots
+	gate         *setupGate
+	heldMu       sync.Mutex
+	held         map[string]uint64 // lanes owners here hold → their trigger's sequence (lease.go)
+	consuming    atomic.Bool       // Run consumes dispatch deliveries
+	shuttingDown atomic.Bool
+	shutdown     chan struct{}   // closed when the worker starts to shut down
+	lingering    atomic.Int64    // owners lingering now (tests wait on it)
+	turnCtx      context.Context // cancelled when the shutdown grace runs out
+	cancelTurns  context.CancelCauseFunc
+	wg           sync.WaitGroup
 
 	stats Stats
 	// transcripts keeps the lanes' transcripts between their owners.
@@ -234,8 +234,8 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h, transcripts: newTranscripts(transcriptCacheBytes),
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupHold), held: map[string]uint64{}, stopCh: make(chan struct{})}
-	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupHold), held: map[string]uint64{}, shutdown: make(chan struct{})}
+	w.turnCtx, w.cancelTurns = context.WithCancelCause(context.Background())
 	return w, nil
 }
 
@@ -264,8 +264,8 @@ func (w *Worker) InflightBytes() int64 { return w.sched.usedBytes() }
 func (w *Worker) Waiting() int { return int(w.sched.waiting.Load()) }
 
 // Accepting reports whether the worker takes lanes: Run is consuming and
-// the worker is not stopping.
-func (w *Worker) Accepting() bool { return w.consuming.Load() && !w.stopping.Load() }
+// the worker is not shutting down.
+func (w *Worker) Accepting() bool { return w.consuming.Load() && !w.shuttingDown.Load() }
 
 // Run consumes dispatch deliveries until ctx is done, then stops gracefully:
 // it stops pulling, lets running turns finish within the shutdown grace
@@ -285,7 +285,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.consuming.Store(true)
 	defer w.consuming.Store(false)
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Msg("worker started")
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepCtx, cancelSweep := context.WithCancel(context.Background())
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
@@ -294,9 +294,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	<-ctx.Done()
-	w.stopping.Store(true)
-	close(w.stopCh)
-	stopSweep()
+	w.shuttingDown.Store(true)
+	close(w.shutdown)
+	cancelSweep()
 	<-sweepDone
 	cc.Drain()
 	select {
@@ -310,10 +310,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownGrace):
 		w.log.Warn().Dur("grace_ms", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling running turns")
-		w.turnStop(ErrShutdown)
+		w.cancelTurns(ErrShutdown)
 		<-done
 	}
-	w.turnStop(ErrShutdown)
+	w.cancelTurns(ErrShutdown)
 	w.log.Info().Int64("turns", w.stats.Turns.Load()).Msg("worker stopped")
 	return nil
 }
@@ -322,18 +322,18 @@ func (w *Worker) Run(ctx context.Context) error {
 // and hands the delivery off. With every slot busy it does not sit on the
 // delivery until AckWait (its lane would wait that long): see busyDelivery.
 func (w *Worker) onDelivery(msg jetstream.Msg) {
-	if w.stopping.Load() {
+	if w.shuttingDown.Load() {
 		w.settleDelivery(msg, settleHandBack)
 		return
 	}
 	follower := w.heldHere(msg)
 	var (
-		held int64 // payload bytes the slot holds
-		got  bool
+		charged int64 // payload bytes charged to the slot
+		got     bool
 	)
 	if !follower {
 		token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
-		held, got = w.sched.take(token, len(msg.Data()), time.Now())
+		charged, got = w.sched.take(token, len(msg.Data()), time.Now())
 	}
 	w.wg.Add(1)
 	go func() {
@@ -343,11 +343,11 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 			return
 		}
 		if !got {
-			if held, got = w.busyDelivery(msg); !got {
+			if charged, got = w.busyDelivery(msg); !got {
 				return
 			}
 		}
-		w.sched.put(w.handleDelivery(msg, held))
+		w.sched.put(w.handleDelivery(msg, charged))
 	}()
 }
 
@@ -430,7 +430,7 @@ const (
 )
 
 // settleDelivery is the one place that acks or naks a delivery the worker
-// does not keep as a lane's trigger (owner.settle settles triggers).
+// does not keep as a lane's trigger (owner.settleTrigger settles triggers).
 func (w *Worker) settleDelivery(msg jetstream.Msg, end deliveryEnd) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -480,18 +480,18 @@ func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
 }
 
 // handleDelivery takes the lane of a delivery that got a slot and drains it
-// (or settles the delivery when the lane is owned). The slot holds held
-// bytes of the byte budget; it returns what the slot holds when it is done
-// (more when its owner ran larger messages).
-func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
-	if w.stopping.Load() {
+// (or settles the delivery when the lane is owned). The slot is charged
+// charged bytes of the byte budget; it returns what the slot is charged
+// when the lane is let go (more when its owner ran larger messages).
+func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
+	if w.shuttingDown.Load() {
 		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to stop
-		return held
+		return charged
 	}
-	leave, ok := w.gate.enter(w.stopCh)
+	leave, ok := w.gate.enter(w.shutdown)
 	if !ok {
 		w.settleDelivery(msg, settleHandBack) // the worker began to stop while it waited to set up
-		return held
+		return charged
 	}
 	defer leave()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -500,7 +500,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 	if err != nil {
 		w.log.Error().Err(err).Msg("delivery without metadata")
 		w.settleDelivery(msg, settleRetry)
-		return held
+		return charged
 	}
 	token, key, err := events.LaneOf(msg.Subject())
 	if err != nil {
@@ -511,7 +511,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 			end = settleNotDead
 		}
 		w.settleDelivery(msg, end)
-		return held
+		return charged
 	}
 	log := w.log.With().Str("lane", token).Logger()
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: md.Sequence.Stream})
@@ -521,24 +521,25 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
 		// The trigger of an owner that stopped keeping it alive: retry
 		// until its lease lapses.
 		w.settleDelivery(msg, settleRetry)
-		return held
+		return charged
 	case errors.Is(err, kvstore.ErrHeld):
 		// The owner drains this message; if it dies, its own trigger
 		// wakes the lane.
 		w.settleDelivery(msg, settleFollower)
-		return held
+		return charged
 	case err != nil:
 		log.Warn().Err(err).Msg("acquire lease")
 		w.settleDelivery(msg, settleRetry)
-		return held
+		return charged
 	}
 	w.stats.Acquired.Add(1)
-	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), trigger: msg, triggerSeq: md.Sequence.Stream,
-		lease: lease, log: log, since: time.Now(), held: held, setUp: leave}
-	o.hold(true)
-	defer o.hold(false)
+	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), log: log, setUp: leave,
+		lease: ownerLease{Lease: lease, trigger: msg, triggerSeq: md.Sequence.Stream},
+		slot:  slotUse{since: time.Now(), charged: charged}}
+	o.markHeld(true)
+	defer o.markHeld(false)
 	o.run()
-	return o.held
+	return o.slot.charged
 }
 
 // errNotDeadLettered: a message that must be dead-lettered could not be,
