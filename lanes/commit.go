@@ -213,7 +213,7 @@ const (
 // turn owes, until it succeeds, with a growing delay (bounded by
 // promiseRetryMax) while the lease and the trigger are kept alive. It gives
 // up only when the lane is lost (ErrLeaseLost), ctx ends, or the worker
-// stops (errShuttingDown): the lane is then handed over and its next owner
+// shuts down (errShuttingDown): the lane is then handed over and its next owner
 // publishes what is missing. A turn record that does not decode
 // (kvstore.ErrCorrupt) can never tell its finals: that is logged once and
 // the lane goes on, rather than retrying forever.

@@ -17,7 +17,7 @@ import (
 var errShuttingDown = errors.New("lanes: worker stopping")
 
 // drain processes the lane's messages in order until none is left, the
-// worker stops, or the lease is lost. It reports true when a fenced write
+// worker shuts down, or the lease is lost. It reports true when a fenced write
 // found the lease lost.
 func (o *owner) drain(ctx context.Context) bool {
 	c, err := o.readCursor(ctx)

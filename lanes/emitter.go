@@ -38,7 +38,7 @@ const fenceStream = "fence"
 // claimHeader names the claim a fence marker stores (emitter.claimID).
 const claimHeader = "Lanefleet-Claim"
 
-// errSuperseded stops the emitter of an attempt that is over: its owner
+// errSuperseded halts the emitter of an attempt that is over: its owner
 // retries the run (or publishes what its record owes) under the same lease with a newer claim,
 // or ended the attempt (emitter.retire). It is not ErrLeaseLost: the owner
 // still holds the lane.
@@ -166,7 +166,7 @@ func (e *emitter) claim(ctx context.Context, rev uint64) (fresh bool, err error)
 // claimAs is claim; first says this is the emitter's first claim (its
 // attempt opens): it writes over a marker of another claim under the same
 // lease (the owner's earlier attempt). A claim again (first false: this
-// emitter's marker is gone) stops at one instead (errSuperseded): a newer
+// emitter's marker is gone) halts at one instead (errSuperseded): a newer
 // attempt of the owner's has the run.
 func (e *emitter) claimAs(ctx context.Context, rev uint64, first bool) (fresh bool, err error) {
 	subj := e.fenceSubject()
@@ -268,8 +268,8 @@ func (e *emitter) judge(raw *jetstream.RawStreamMsg, rev uint64) marker {
 }
 
 // recheck finds out why a write was refused for its fence: a newer owner's
-// marker (the emitter stops: ErrLeaseLost), a newer claim of the owner's own
-// (its next attempt at the run: the emitter stops without a word,
+// marker (the emitter halts: ErrLeaseLost), a newer claim of the owner's own
+// (its next attempt at the run: the emitter halts without a word,
 // errSuperseded), or a marker of ours that is no longer the subject's last
 // (the write carried an older one, or the stream's limits removed it): then
 // the run is claimed again if needed and the write is retried.
@@ -310,7 +310,7 @@ func (e *emitter) recheck(ctx context.Context) error {
 	return err
 }
 
-// stop ends publishing for good: queued events and the pending frame are
+// halt ends publishing for good: queued events and the pending frame are
 // dropped and the owner is told the lane is lost.
 func (e *emitter) halt(err error) {
 	e.mu.Lock()
@@ -487,9 +487,9 @@ func (e *emitter) enqueueLocked(ev *events.Event) {
 // A core subscriber on the run's subject sees every publish, also those the
 // stream refuses. So after a long silence (the process may have been
 // paused while its lane went to another worker) nothing goes out before
-// the watcher has read the run's fence: a newer owner's marker stops the
+// the watcher has read the run's fence: a newer owner's marker halts the
 // emitter without a word. Then one event goes out alone: if the lane was
-// taken just after the read, that one refusal stops the emitter.
+// taken just after the read, that one refusal halts the emitter.
 func (e *emitter) pumpLocked() {
 	w := e.window
 	if w <= 0 {
@@ -526,7 +526,7 @@ func (e *emitter) pumpLocked() {
 	}
 }
 
-// checkFence reads the run's fence after a silence and stops the emitter
+// checkFence reads the run's fence after a silence and halts the emitter
 // (ErrLeaseLost) if a newer owner has claimed the run. A failed read says
 // nothing: the next write finds out.
 func (e *emitter) checkFence(ctx context.Context) error {

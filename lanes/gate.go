@@ -56,15 +56,15 @@ func newSetupGate(n int, hold time.Duration) *setupGate {
 // enter waits for a place in the gate (at once when there is no gate) and
 // returns the function that gives it back; calling that function more than
 // once is harmless, and the place is given back by itself after the hold.
-// It gives up when stop is closed (ok false): a worker that stops sets up
+// It gives up when shutdown is closed (ok false): a worker that shuts down sets up
 // nothing more.
-func (g *setupGate) enter(stop <-chan struct{}) (leave func(), ok bool) {
+func (g *setupGate) enter(shutdown <-chan struct{}) (leave func(), ok bool) {
 	if g == nil {
 		return func() {}, true
 	}
 	select {
 	case g.ch <- struct{}{}:
-	case <-stop:
+	case <-shutdown:
 		return nil, false
 	}
 	var once sync.Once

@@ -145,8 +145,8 @@ func (o *owner) run() {
 			// be redelivered to whoever needs it.
 			end = endLost
 		case cancelled || o.lane.owed != 0:
-			// Stopping, or a committed turn's final events could not be
-			// stored before the worker began to stop: hand the lane over
+			// Shutting down, or a committed turn's final events could not be
+			// stored before the worker began to shut down: hand the lane over
 			// with its trigger, and the next owner keeps the promise.
 			end = endHandOver
 		case o.slot.yielded:
@@ -178,11 +178,11 @@ const (
 	endAgain
 	// endLost: the lease was lost: hand the trigger back at once.
 	endLost
-	// endHandOver: the worker stops mid-drain, or a committed turn's
+	// endHandOver: the worker shuts down mid-drain, or a committed turn's
 	// final events are not stored: release the lease and hand the
 	// trigger back at once; the next owner continues.
 	endHandOver
-	// endShutdown: released with messages left while the worker stops:
+	// endShutdown: released with messages left while the worker shuts down:
 	// hand the trigger back at once.
 	endShutdown
 	// endRetry: the release, the re-check or the re-acquire failed: the

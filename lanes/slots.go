@@ -396,19 +396,19 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 	t := time.NewTimer(w.lineWait())
 	defer t.Stop()
 	for {
-		stop := false
+		shutdown := false
 		select {
 		case <-wt.grant:
 			return wt.bytes, true
 		case <-t.C:
 		case <-w.shutdown:
-			stop = true
+			shutdown = true
 		}
 		deps, left := w.sched.leave(wt, time.Now())
 		if !left {
 			return wt.bytes, true // granted meanwhile
 		}
-		if stop || deps == 0 || w.messageExists(msg) {
+		if shutdown || deps == 0 || w.messageExists(msg) {
 			w.stats.HandedBack.Add(1)
 			w.settleDelivery(msg, settleHandBack)
 			return 0, false

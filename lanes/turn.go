@@ -384,7 +384,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 }
 
 // newEmitter returns the emitter of one of the lane's runs, for the current
-// drain: it stops publishing when ctx ends, and a newer owner fencing its
+// drain: it halts when ctx ends, and a newer owner fencing its
 // events ends the drain with ErrLeaseLost.
 func (o *owner) newEmitter(ctx context.Context, run string, log zerolog.Logger, asJSON bool) *emitter {
 	window := wideWindow

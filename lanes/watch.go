@@ -48,7 +48,7 @@ func (w *laneWatch) close() {
 // wait returns when the lane may have a new message (shortly after a
 // notice, or at the latest after debouncePoll) or at until, whichever
 // comes first; never later than one debounce poll from now.
-func (w *laneWatch) wait(ctx context.Context, until time.Time, stop <-chan struct{}) error {
+func (w *laneWatch) wait(ctx context.Context, until time.Time, shutdown <-chan struct{}) error {
 	timer := time.NewTimer(max(0, time.Until(until)))
 	defer timer.Stop()
 	poll := time.NewTimer(debouncePoll)
@@ -67,7 +67,7 @@ func (w *laneWatch) wait(ctx context.Context, until time.Time, stop <-chan struc
 	case <-poll.C:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-stop:
+	case <-shutdown:
 		return errShuttingDown
 	}
 	return nil
@@ -221,7 +221,7 @@ func (q *quietWatch) empty(seq, reconnects uint64) bool {
 // for the session's next message on the last turn's watch: a session whose
 // client answers at once goes on without releasing and taking the lane
 // again. It reports whether a message arrived. An owner never lingers
-// while a lane waits for a slot, or when the worker stops.
+// while a lane waits for a slot, or when the worker shuts down.
 func (o *owner) linger(ctx context.Context) bool {
 	d := o.w.cfg.Linger
 	if d <= 0 || o.quiet == nil || o.w.shuttingDown.Load() || o.w.sched.waiting.Load() > 0 {

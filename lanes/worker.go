@@ -21,7 +21,7 @@ import (
 	"github.com/lanefleet/lanefleet/retention"
 )
 
-// ErrShutdown is the cause of contexts cancelled because the worker stops.
+// ErrShutdown is the cause of contexts cancelled because the worker shuts down.
 var ErrShutdown = errors.New("lanes: worker shutting down")
 
 // Config configures a Worker.
@@ -44,7 +44,7 @@ type Config struct {
 	// message (a transient store error, its live worker losing the lane)
 	// does not count (see UncountedToken). Default 3.
 	MaxAttempts   int
-	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
+	ShutdownGrace time.Duration // how long a shutdown lets running turns finish; default 10s
 	RetryDelay    time.Duration // first delay before retrying a failed turn; default 500ms
 	SweepEvery    time.Duration // how often stranded lanes are looked for; default the dispatch AckWait, <0 disables
 	// SessionTTL forgets sessions untouched that long (package
@@ -140,7 +140,7 @@ func randomHex(n int) string {
 
 // Worker owns lanes: it takes dispatch deliveries, acquires the lane's lease,
 // drains the lane in order through the Handler, and hands lanes over when it
-// stops.
+// shuts down.
 type Worker struct {
 	cfg     Config
 	nc      *nats.Conn
@@ -267,10 +267,10 @@ func (w *Worker) Waiting() int { return int(w.sched.waiting.Load()) }
 // the worker is not shutting down.
 func (w *Worker) Accepting() bool { return w.consuming.Load() && !w.shuttingDown.Load() }
 
-// Run consumes dispatch deliveries until ctx is done, then stops gracefully:
-// it stops pulling, lets running turns finish within the shutdown grace
-// (cancelling them after it), releases every lease and Naks the lanes'
-// triggers so other workers take them over at once.
+// Run consumes dispatch deliveries until ctx is done, then shuts down
+// gracefully: it ends pulling, lets running turns finish within the
+// shutdown grace (cancelling them after it), releases every lease and Naks
+// the lanes' triggers so other workers take them over at once.
 func (w *Worker) Run(ctx context.Context) error {
 	batch := min(max(w.cfg.Concurrency, 16), 256)
 	cc, err := w.streams.Dispatch.Consume(w.onDelivery, jetstream.PullMaxMessages(batch),
@@ -415,7 +415,7 @@ const (
 	// settleBusy: no slot here: hand it back after busyNakDelay, to any
 	// worker.
 	settleBusy
-	// settleHandBack: hand it back at once (the worker stops, or it has
+	// settleHandBack: hand it back at once (the worker shuts down, or it has
 	// waited here long enough; it keeps its place for its redelivery).
 	settleHandBack
 	// settleRetry: the lane could not be taken now (no metadata, its
@@ -485,12 +485,12 @@ func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
 // when the lane is let go (more when its owner ran larger messages).
 func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
 	if w.shuttingDown.Load() {
-		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to stop
+		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to shut down
 		return charged
 	}
 	leave, ok := w.gate.enter(w.shutdown)
 	if !ok {
-		w.settleDelivery(msg, settleHandBack) // the worker began to stop while it waited to set up
+		w.settleDelivery(msg, settleHandBack) // the worker began to shut down while it waited to set up
 		return charged
 	}
 	defer leave()
