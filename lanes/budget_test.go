@@ -57,10 +57,10 @@ func TestOverBudgetLaneWaitsInLine(t *testing.T) {
 	last := f.publish(t, "follow", big)
 	stored()
 	f.waitFinal(t, "follow", small)
-	waitUntil(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
+	waitFor(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
 	// The trigger comes back after busyNakDelay: it either waits in line
 	// (fixed) or takes the lane and lets it go again (the bounce).
-	waitUntil(t, "the redelivered trigger waits, or bounces", func() bool {
+	waitFor(t, "the redelivered trigger waits, or bounces", func() bool {
 		return w.Waiting() >= 1 || w.Stats().OverBudget.Load() >= 2
 	})
 	if n := w.Stats().OverBudget.Load(); n != 1 {
@@ -68,7 +68,7 @@ func TestOverBudgetLaneWaitsInLine(t *testing.T) {
 	}
 	acquired := w.Stats().Acquired.Load()
 	other := f.publish(t, "other", "tiny")
-	waitUntil(t, "the small lane waiting behind the large one", func() bool { return w.Waiting() >= 2 })
+	waitFor(t, "the small lane waiting behind the large one", func() bool { return w.Waiting() >= 2 })
 	if a := w.Active(); a != 1 {
 		t.Fatalf("%d lanes running, want only the holder's", a)
 	}
@@ -78,7 +78,7 @@ func TestOverBudgetLaneWaitsInLine(t *testing.T) {
 	free()
 	f.waitFinal(t, "follow", last)
 	f.waitFinal(t, "other", other)
-	waitUntil(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
 	if n := w.Stats().OverBudget.Load(); n != 1 {
 		t.Fatalf("let go over the budget %d times, want 1", n)
 	}

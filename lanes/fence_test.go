@@ -68,20 +68,17 @@ func record(t *testing.T, url string) *recorder {
 // subscribed.
 func (r *recorder) ready(t *testing.T, pub *nats.Conn) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for {
+	waitFor(t, "the recorder's subscription to reach the publisher's server", func() bool {
 		if err := pub.Publish("fence-probe", nil); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case <-r.probe:
-			return
+			return true
 		case <-time.After(10 * time.Millisecond):
-		case <-ctx.Done():
-			t.Fatal("the recorder's subscription never reached the publisher's server")
+			return false
 		}
-	}
+	})
 }
 
 // lines renders what a raw subscriber saw: "fence:<rev>" for markers,
@@ -184,13 +181,10 @@ func fencing(t *testing.T, url string, js jetstream.JetStream, streams *Streams,
 	// publishes the stream refused, but the woken zombie read the fence
 	// before publishing anything.
 	var seen []string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+	waitFor(t, "a core subscriber to see the final event", func() bool { // core delivery trails the acks a little
 		seen = rec.lines(t)
-		if len(seen) > 0 && seen[len(seen)-1] == "final@2" {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // core delivery trails the acks a little
-	}
+		return len(seen) > 0 && seen[len(seen)-1] == "final@2"
+	})
 	marker, late := -1, 0
 	for i, l := range seen {
 		if l == "fence:20" && marker < 0 {

@@ -65,32 +65,6 @@ func (h *orderHandler) ran() []string {
 	return slices.Clone(h.order)
 }
 
-// waitUntil polls a condition of the worker's state until it holds.
-// waitClosed waits up to a minute for ch to be closed (or to give a
-// value), failing t with what otherwise: a regression fails rather than
-// hanging the package's tests until their timeout.
-func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(time.Minute):
-		t.Fatalf("waiting for %s: a minute went by", what)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // TestLaneKeepsItsSlotWhenNobodyWaits: with no other lane waiting, a lane
 // drains all its messages under one lease; nothing yields.
 func TestLaneKeepsItsSlotWhenNobodyWaits(t *testing.T) {
@@ -138,7 +112,7 @@ func TestLaneYieldsToWaitingLane(t *testing.T) {
 		busy = append(busy, f.publish(t, "busy", fmt.Sprint("busy-", i)))
 	}
 	quiet := f.publish(t, "quiet", "quiet")
-	waitUntil(t, "the quiet lane in line", func() bool { return w.Waiting() == 1 })
+	waitFor(t, "the quiet lane in line", func() bool { return w.Waiting() == 1 })
 	close(quietWaits)
 	f.waitFinal(t, "quiet", quiet)
 	f.waitFinal(t, "busy", busy[len(busy)-1])
@@ -247,7 +221,7 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 		}
 	}
 	open()
-	waitUntil(t, "the victim's death", func() bool { return victimConn.IsClosed() })
+	waitFor(t, "the victim's death", func() bool { return victimConn.IsClosed() })
 	f.fairWorker(t, h, Config{Concurrency: 2})
 	for k, seq := range last {
 		f.waitFinal(t, k, seq)
@@ -493,9 +467,9 @@ func TestByteBudgetBoundsPayloadsInFlight(t *testing.T) {
 		k := fmt.Sprint("big", i)
 		last[k] = f.publish(t, k, big)
 	}
-	waitUntil(t, "two lanes running and the rest waiting for bytes", func() bool { return w.Active() == 2 && w.Waiting() >= 1 })
+	waitFor(t, "two lanes running and the rest waiting for bytes", func() bool { return w.Active() == 2 && w.Waiting() >= 1 })
 	last["small"] = f.publish(t, "small", "hi")
-	waitUntil(t, "the small lane waiting behind them", func() bool { return w.Waiting() >= 2 })
+	waitFor(t, "the small lane waiting behind them", func() bool { return w.Waiting() >= 2 })
 	if a := w.Active(); a != 2 {
 		t.Fatalf("%d lanes running with slots to spare, want the byte budget's 2", a)
 	}
@@ -505,7 +479,7 @@ func TestByteBudgetBoundsPayloadsInFlight(t *testing.T) {
 	}
 	// A lane's slot and bytes come back when its owner lets the lane go,
 	// just after its final event.
-	waitUntil(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if most > 2 {
@@ -567,7 +541,7 @@ func TestByteBudgetChargesFollowUps(t *testing.T) {
 	last := f.publish(t, "follow", big)
 	close(bigStored)
 	f.waitFinal(t, "follow", small)
-	waitUntil(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
+	waitFor(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
 	mu.Lock()
 	ran := bigRan
 	mu.Unlock()
@@ -576,7 +550,7 @@ func TestByteBudgetChargesFollowUps(t *testing.T) {
 	}
 	free()
 	f.waitFinal(t, "follow", last)
-	waitUntil(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	want := []string{"holder:xxxxx", "follow:small", "follow:xxxxx"}
