@@ -35,7 +35,7 @@ func (w *Worker) expire(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.SweepEvery)
 	defer cancel()
-	st, err := w.ExpireIdle(ctx, p.Cutoff(time.Now()), maxExpirePerPass)
+	st, err := w.ExpireIdle(ctx, p.Cutoff(w.now()), maxExpirePerPass)
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn().Err(err).Msg("retention pass")
 	}
@@ -150,7 +150,7 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	if err != nil {
 		return false, 0, nil // not a lane of ours
 	}
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
 	if errors.Is(err, kvstore.ErrHeld) {
 		return false, -1, nil
 	}

@@ -33,7 +33,7 @@ func (o *owner) applySettings(ctx context.Context, em *emitter, p *plan) error {
 		return err
 	}
 	text := o.lane.settings.String()
-	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: time.Now().UnixMilli(), Text: text})
+	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.w.now().UnixMilli(), Text: text})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
 }
 

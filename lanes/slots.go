@@ -358,11 +358,11 @@ func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, tri
 	if !w.fair() || trigger == nil || turns == 0 || w.sched.waiting.Load() == 0 {
 		return false
 	}
-	if turns < w.cfg.LaneTurnBudget && (w.cfg.LaneTimeBudget <= 0 || time.Since(since) < w.cfg.LaneTimeBudget) {
+	if turns < w.cfg.LaneTurnBudget && (w.cfg.LaneTimeBudget <= 0 || w.now().Sub(since) < w.cfg.LaneTimeBudget) {
 		return false
 	}
 	first, ok := w.sched.first()
-	return ok && time.Since(first) >= last
+	return ok && w.now().Sub(first) >= last
 }
 
 // waitForSlot lets a delivery that found every slot busy (or its payload
@@ -381,7 +381,7 @@ func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, tri
 // the lane after the dependents' messages were stored, and drains them.
 func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 	n := len(msg.Data())
-	wt, b, res := w.sched.wait(token, n, time.Now(), false)
+	wt, b, res := w.sched.wait(token, n, w.now(), false)
 	switch res {
 	case joinSlot:
 		return b, true
@@ -404,7 +404,7 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 		case <-w.shutdown:
 			shutdown = true
 		}
-		deps, left := w.sched.leave(wt, time.Now())
+		deps, left := w.sched.leave(wt, w.now())
 		if !left {
 			return wt.bytes, true // granted meanwhile
 		}
@@ -418,7 +418,7 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 			w.log.Debug().Err(err).Msg("waiting delivery in progress")
 		}
 		var again joinResult
-		wt, b, again = w.sched.wait(token, n, time.Now(), true)
+		wt, b, again = w.sched.wait(token, n, w.now(), true)
 		switch again {
 		case joinSlot:
 			return b, true

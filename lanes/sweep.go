@@ -81,7 +81,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 			w.deleteLeftovers(ctx, subj, cur.Seq)
 			continue
 		}
-		if err != nil || time.Since(next.Time) < age {
+		if err != nil || w.now().Sub(next.Time) < age {
 			continue
 		}
 		if !w.sweepLane(ctx, token, key, subj, "sweep: draining a lane no delivery woke") {
@@ -113,11 +113,11 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 	// A swept lane's messages are read by its owner: it holds no
 	// trigger's payload, only what the lane's next message needs if an
 	// owner here let it go over the byte budget.
-	charged, ok := w.sched.take(token, 0, time.Now())
+	charged, ok := w.sched.take(token, 0, w.now())
 	if !ok {
 		return false
 	}
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
 	if err != nil {
 		w.sched.put(charged)
 		return true
@@ -127,7 +127,7 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 	w.wg.Add(1)
 	go func() {
 		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", token).Logger(),
-			slot: slotUse{since: time.Now(), charged: charged}}
+			slot: slotUse{since: w.now(), charged: charged}}
 		defer func() { w.sched.put(o.slot.charged); w.wg.Done() }()
 		o.markHeld(true)
 		defer o.markHeld(false)

@@ -48,8 +48,8 @@ func (w *laneWatch) close() {
 // wait returns when the lane may have a new message (shortly after a
 // notice, or at the latest after debouncePoll) or at until, whichever
 // comes first; never later than one debounce poll from now.
-func (w *laneWatch) wait(ctx context.Context, until time.Time, shutdown <-chan struct{}) error {
-	timer := time.NewTimer(max(0, time.Until(until)))
+func (w *laneWatch) wait(ctx context.Context, d time.Duration, shutdown <-chan struct{}) error {
+	timer := time.NewTimer(max(0, d))
 	defer timer.Stop()
 	poll := time.NewTimer(debouncePoll)
 	defer poll.Stop()
@@ -87,7 +87,7 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	q := o.quiet
 	if q == nil {
 		q = &quietWatch{notify: make(chan struct{}, 1)}
-		sub, err := o.w.nc.Subscribe(o.subject, q.arrived(o.w.cfg.MaxPayload))
+		sub, err := o.w.nc.Subscribe(o.subject, q.arrived(o.w.cfg.MaxPayload, o.w.now))
 		if err != nil {
 			o.log.Debug().Err(err).Msg("watch for interrupts")
 			return turnCtx, func() { cancel(nil) }
@@ -122,7 +122,7 @@ type cutTarget struct {
 
 // arrived is the watch's callback: it counts the message, wakes a lingering
 // owner, and cuts the running turn if the message says so.
-func (q *quietWatch) arrived(maxPayload int) nats.MsgHandler {
+func (q *quietWatch) arrived(maxPayload int, now func() time.Time) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		q.arrivals.Add(1)
 		select {
@@ -133,14 +133,14 @@ func (q *quietWatch) arrived(maxPayload int) nats.MsgHandler {
 		if t == nil {
 			return // between turns: the message runs in order
 		}
-		if t.seen.Known(m.Header.Get(events.HeaderLaneMsgID), time.Now()) {
+		if t.seen.Known(m.Header.Get(events.HeaderLaneMsgID), now()) {
 			return // a duplicate: it ends pointing at its first, in order
 		}
 		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, maxPayload)
 		if err != nil {
 			return
 		}
-		msg := msgOf(&jetstream.RawStreamMsg{}, in, t.stored, time.Now())
+		msg := msgOf(&jetstream.RawStreamMsg{}, in, t.stored, now())
 		if queue.OnArrival(msg, true) == queue.ArriveCut {
 			cause := errInterrupted
 			if msg.Kind == queue.KindStop {

@@ -77,6 +77,11 @@ type Config struct {
 	// error saying why, and nothing is stored.
 	CheckSettings func(*events.RunSettings) error
 	Logger        zerolog.Logger
+	// Now reads the clock the lane's decisions use (when a turn ended, how
+	// long a lane has held its slot or waited in line, a message's age,
+	// the retention cutoff, event times); default time.Now. Timers and
+	// deadlines of network calls use the wall clock.
+	Now func() time.Time
 	// setupHold replaces gateHold (tests).
 	setupHold time.Duration
 	// deadRetry replaces deadRetryDelay (tests).
@@ -129,8 +134,14 @@ func (c Config) withDefaults() Config {
 	if c.deadRetry == 0 {
 		c.deadRetry = deadRetryDelay
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
+
+// now reads the worker's clock (Config.Now).
+func (w *Worker) now() time.Time { return w.cfg.Now() }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -333,7 +344,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 	)
 	if !follower {
 		token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
-		charged, got = w.sched.take(token, len(msg.Data()), time.Now())
+		charged, got = w.sched.take(token, len(msg.Data()), w.now())
 	}
 	w.wg.Add(1)
 	go func() {
@@ -374,7 +385,7 @@ func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
 		w.settleDelivery(msg, settleBusy) // dead-lettered by a worker with room
 		return 0, false
 	}
-	if !w.fair() || !w.sched.known(token, time.Now()) {
+	if !w.fair() || !w.sched.known(token, w.now()) {
 		// A lane waiting here was not held a moment ago: no need to ask.
 		// (Without fairness nothing waits: a lane an owner here let go
 		// over the byte budget is known, and handed back.)
@@ -514,7 +525,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
 		return charged
 	}
 	log := w.log.With().Str("lane", token).Logger()
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: md.Sequence.Stream})
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli(), Trigger: md.Sequence.Stream})
 	var heldErr *kvstore.HeldError
 	switch {
 	case errors.As(err, &heldErr) && holdsAsTrigger(heldErr.Holder, md):
@@ -535,7 +546,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
 	w.stats.Acquired.Add(1)
 	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), log: log, setUp: leave,
 		lease: ownerLease{Lease: lease, trigger: msg, triggerSeq: md.Sequence.Stream},
-		slot:  slotUse{since: time.Now(), charged: charged}}
+		slot:  slotUse{since: w.now(), charged: charged}}
 	o.markHeld(true)
 	defer o.markHeld(false)
 	o.run()
