@@ -402,9 +402,10 @@ func TestShouldYield(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			c.cfg.Now = func() time.Time { return now }
 			cfg := c.cfg.withDefaults()
 			w := &Worker{cfg: cfg, sched: newSlots(1, cfg.MaxInflightBytes)}
-			now := time.Now()
 			last := 10 * time.Second // the owner's last turn
 			if c.waiting {
 				w.sched.take("", 0, time.Time{})

@@ -34,7 +34,7 @@ type Config struct {
 	// only when its payload fits, else it waits in line like a lane
 	// finding every slot busy. A payload larger than the budget runs
 	// alone. It is what lets Concurrency be large (each turn in flight
-	// holds a few copies of its payload) while a sender of large messages
+	// keeps a few copies of its payload) while a sender of large messages
 	// cannot fill every slot with one. 0 = DefaultMaxInflightBytes;
 	// negative: no budget.
 	MaxInflightBytes int64
@@ -57,7 +57,7 @@ type Config struct {
 	// every slot busy is handed back at once).
 	LaneTurnBudget int
 	// LaneTimeBudget, when positive, also yields the slot at the first
-	// turn boundary after the lane has held it this long.
+	// turn boundary after the lane has had it this long.
 	LaneTimeBudget time.Duration
 	// Linger is how long an owner keeps its lane after a turn that left it
 	// empty, waiting for the session's next message: a client that
@@ -78,12 +78,12 @@ type Config struct {
 	CheckSettings func(*events.RunSettings) error
 	Logger        zerolog.Logger
 	// Now reads the clock the lane's decisions use (when a turn ended, how
-	// long a lane has held its slot or waited in line, a message's age,
+	// long a lane has had its slot or waited in line, a message's age,
 	// the retention cutoff, event times); default time.Now. Timers and
 	// deadlines of network calls use the wall clock.
 	Now func() time.Time
-	// setupHold replaces gateHold (tests).
-	setupHold time.Duration
+	// setupKeep replaces gateKeep (tests).
+	setupKeep time.Duration
 	// deadRetry replaces deadRetryDelay (tests).
 	deadRetry time.Duration
 }
@@ -245,7 +245,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h, transcripts: newTranscripts(transcriptCacheBytes),
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupHold), held: map[string]uint64{}, shutdown: make(chan struct{})}
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupKeep), held: map[string]uint64{}, shutdown: make(chan struct{})}
 	w.turnCtx, w.cancelTurns = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -267,7 +267,7 @@ func (w *Worker) TranscriptReads() (hits, tails, whole int64) {
 // Active returns how many lanes the worker runs now (its slots in use).
 func (w *Worker) Active() int { return w.sched.used() }
 
-// InflightBytes returns the payload bytes the lanes running here hold
+// InflightBytes returns the payload bytes charged to the lanes running here
 // against the byte budget (Config.MaxInflightBytes).
 func (w *Worker) InflightBytes() int64 { return w.sched.usedBytes() }
 
@@ -371,7 +371,7 @@ const busyNakDelay = 250 * time.Millisecond
 // someone owns is acked (the owner drains it); any other waits in line for
 // a slot (fair scheduling: see waitForSlot) or, without fairness, is handed
 // back, so a worker with room takes the lane. It reports whether the
-// delivery got a slot, and the payload bytes the slot holds.
+// delivery got a slot, and the payload bytes charged to the slot.
 func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
