@@ -67,7 +67,7 @@
 //	watch.go       the debounce wait, the drain's watch (cuts, quiet), linger
 //	cut.go         a cut turn (interrupted) and a stop command's run
 //	settings.go    settings messages: refuse, store, apply
-//	slots.go       the scheduler: slots, the line, charges, yields, waiting for a slot
+//	slots.go       yields, and a delivery waiting in line for a slot
 //	emitter.go     the fenced event emitter of one run (see Fenced events)
 //	worker.go      Config, Worker, Stats, Run and the delivery path, dead letters
 //	sweep.go       the sweep: idle lanes with messages or owed finals
@@ -76,6 +76,7 @@
 //	gate.go        the set-up gate
 //	setup.go       the streams (EnsureStreams, StreamConfig)
 //	queue/         the pure queue planner
+//	internal/slots the scheduler: slots, the byte budget's charges, the line (pure)
 //	service/       the per-lane read service
 //
 // # Scheduling

@@ -126,11 +126,11 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 // sender cannot pass large messages behind a small one. It returns the
 // message's charge.
 func (o *owner) fits(raw *jetstream.RawStreamMsg) (int64, bool) {
-	need := o.w.sched.charge(len(raw.Data))
+	need := o.w.sched.Charge(len(raw.Data))
 	if need <= o.slot.charged {
 		return need, true
 	}
-	if !o.w.sched.grow(need - o.slot.charged) {
+	if !o.w.sched.Grow(need - o.slot.charged) {
 		return need, false
 	}
 	o.slot.charged = need

@@ -242,7 +242,7 @@ func (o *owner) settleTrigger(end ending) {
 		o.w.stats.OverBudget.Add(1)
 		// Before the trigger goes back: its redelivery is charged what
 		// the lane needs.
-		o.w.sched.overBudget(o.token, o.slot.overBudget, o.w.now())
+		o.w.sched.OverBudget(o.token, o.slot.overBudget, o.w.now())
 		o.w.nak(o.lease.trigger, busyNakDelay)
 	case endNotDead:
 		o.letGo(ctx, "while a dead letter cannot be stored")
@@ -252,7 +252,7 @@ func (o *owner) settleTrigger(end ending) {
 		// take the lane.
 		o.letGo(ctx, "to yield")
 		o.w.stats.Yields.Add(1)
-		o.w.sched.requeue(o.token, o.w.now())
+		o.w.sched.Requeue(o.token, o.w.now())
 		o.w.nak(o.lease.trigger, 0)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/lanes/internal/slots"
 )
 
 // fairWorker runs a worker on its own connection and returns it with the
@@ -247,134 +248,6 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 	}
 }
 
-// TestSlotsLine: the line of deliveries waiting for a slot is ordered by
-// when their lane began to wait; a lane handed back keeps its place for its
-// redelivery; a second delivery of a waiting lane joins it (and is counted
-// as its dependent); a yielded lane
-// goes to the end; past the bound a delivery is refused.
-func TestSlotsLine(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	s := newSlots(1, -1) // one slot, four may wait, no byte budget
-	take := func() bool { _, ok := s.take("", 0, time.Time{}); return ok }
-	if !take() || take() {
-		t.Fatal("one slot: the first take gets it, the second does not")
-	}
-	a, _, res := s.wait("a", 0, at(0), false)
-	if res != joinQueued {
-		t.Fatalf("a: %v", res)
-	}
-	b, _, _ := s.wait("b", 0, at(1), false)
-	if _, _, res := s.wait("a", 0, at(2), false); res != joinSame {
-		t.Fatalf("a second delivery of a waiting lane: %v, want joinSame", res)
-	}
-	// a is handed back, b keeps waiting; a's redelivery takes its old place.
-	if deps, ok := s.leave(a, at(3)); !ok || deps != 1 || !s.known("a", at(3)) {
-		t.Fatal("a handed back must keep its place")
-	}
-	a2, _, _ := s.wait("a", 0, at(4), false)
-	s.requeue("y", at(5)) // a lane that yielded: the end of the line
-	y, _, _ := s.wait("y", 0, at(6), false)
-	c, _, _ := s.wait("c", 0, at(5), false) // began to wait before y's delivery came back
-	if _, _, res := s.wait("d", 0, at(7), false); res != joinFull {
-		t.Fatalf("a fifth waiter: %v, want joinFull", res)
-	}
-	var got []*waiter
-	for range 4 {
-		s.put(0)
-		for _, w := range []*waiter{a2, b, y, c} {
-			select {
-			case <-w.grant:
-				if !slices.Contains(got, w) {
-					got = append(got, w)
-				}
-			default:
-			}
-		}
-	}
-	if want := []*waiter{a2, b, y, c}; !slices.Equal(got, want) {
-		names := func(ws []*waiter) (out []string) {
-			for _, w := range ws {
-				out = append(out, w.token)
-			}
-			return out
-		}
-		t.Fatalf("slots went to %v, want %v", names(got), names(want))
-	}
-	if _, ok := s.leave(a2, at(8)); ok {
-		t.Fatal("leave after the grant must report the slot was handed over")
-	}
-	s.put(0)
-	if s.used() != 0 || s.waiting.Load() != 0 {
-		t.Fatalf("used %d, waiting %d after every slot came back", s.used(), s.waiting.Load())
-	}
-}
-
-// TestSlotsByteBudget: a lane takes a slot only when its payload fits the
-// byte budget as well; one that does not waits in line (later lanes wait
-// behind it, even small ones: first come, first served) and gets its slot
-// once enough bytes come back; the line itself holds at most the budget's
-// worth of payloads; a payload larger than the whole budget is charged the
-// budget and runs alone; without a budget bytes never block.
-func TestSlotsByteBudget(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	granted := func(w *waiter) bool {
-		select {
-		case <-w.grant:
-			return true
-		default:
-			return false
-		}
-	}
-	s := newSlots(8, 100)
-	a, ok := s.take("", 60, time.Time{})
-	if !ok || a != 60 {
-		t.Fatalf("take(60) = %d %v, want a slot holding 60", a, ok)
-	}
-	if _, ok := s.take("", 50, time.Time{}); ok {
-		t.Fatal("60 + 50 bytes went over a budget of 100")
-	}
-	big, _, res := s.wait("big", 50, at(0), false)
-	if res != joinQueued {
-		t.Fatalf("a payload over the budget: %v, want joinQueued", res)
-	}
-	small, _, _ := s.wait("small", 10, at(1), false) // fits, but comes later
-	if _, ok := s.take("", 1, time.Time{}); ok || granted(small) {
-		t.Fatal("a lane jumped the line while one waits for bytes")
-	}
-	// The line holds 60 bytes of payloads: 50 more would pass the budget.
-	if _, _, res := s.wait("more", 50, at(2), false); res != joinFull {
-		t.Fatalf("a waiter past the budget's worth of waiting payloads: %v, want joinFull", res)
-	}
-	s.put(a)
-	if !granted(big) || !granted(small) || s.usedBytes() != 60 || s.used() != 2 {
-		t.Fatalf("after 60 bytes came back: big %v small %v, %d bytes in %d slots, want both granted, 60 in 2",
-			granted(big), granted(small), s.usedBytes(), s.used())
-	}
-	s.put(big.bytes)
-	s.put(small.bytes)
-	if huge := s.charge(1 << 30); huge != 100 {
-		t.Fatalf("a payload over the whole budget is charged %d, want the budget (100)", huge)
-	}
-	h, ok := s.take("", 1<<30, time.Time{})
-	if !ok || s.usedBytes() != 100 {
-		t.Fatalf("a payload over the budget on an idle worker: %v, %d bytes held", ok, s.usedBytes())
-	}
-	if _, ok := s.take("", 0, time.Time{}); !ok {
-		t.Fatal("a lane holding no payload is refused while slots are free")
-	}
-	s.put(0)
-	s.put(h)
-	if s.used() != 0 || s.usedBytes() != 0 || s.waiting.Load() != 0 || s.waitB != 0 {
-		t.Fatalf("used %d, %d bytes, waiting %d (%d bytes) after every slot came back", s.used(), s.usedBytes(), s.waiting.Load(), s.waitB)
-	}
-	none := newSlots(2, -1)
-	if b, ok := none.take("", 1<<30, time.Time{}); !ok || b != 0 {
-		t.Fatalf("without a budget: take = %d %v, want a slot holding 0", b, ok)
-	}
-}
-
 // TestShouldYield: an owner yields only with a trigger, after at least one
 // turn, when a lane has waited at least as long as the owner's last turn
 // took, and once its turn or time budget is used.
@@ -405,15 +278,15 @@ func TestShouldYield(t *testing.T) {
 			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			c.cfg.Now = func() time.Time { return now }
 			cfg := c.cfg.withDefaults()
-			w := &Worker{cfg: cfg, sched: newSlots(1, cfg.MaxInflightBytes)}
+			w := &Worker{cfg: cfg, sched: slots.New(1, cfg.MaxInflightBytes)}
 			last := 10 * time.Second // the owner's last turn
 			if c.waiting {
-				w.sched.take("", 0, time.Time{})
+				w.sched.Take("", 0, time.Time{})
 				began := now.Add(-last - time.Second)
 				if c.late {
 					began = now.Add(-last / 2)
 				}
-				w.sched.wait("other", 0, began, false)
+				w.sched.Wait("other", 0, began, false)
 			}
 			if got := w.shouldYield(c.turns, now.Add(-c.held), last, c.trigger); got != c.want {
 				t.Fatalf("shouldYield = %v, want %v", got, c.want)
@@ -480,7 +353,7 @@ func TestByteBudgetBoundsPayloadsInFlight(t *testing.T) {
 	}
 	// A lane's slot and bytes come back when its owner lets the lane go,
 	// just after its final event.
-	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.UsedBytes() == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if most > 2 {
@@ -551,7 +424,7 @@ func TestByteBudgetChargesFollowUps(t *testing.T) {
 	}
 	free()
 	f.waitFinal(t, "follow", last)
-	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.UsedBytes() == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	want := []string{"holder:xxxxx", "follow:small", "follow:xxxxx"}

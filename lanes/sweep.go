@@ -113,13 +113,13 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 	// A swept lane's messages are read by its owner: it holds no
 	// trigger's payload, only what the lane's next message needs if an
 	// owner here let it go over the byte budget.
-	charged, ok := w.sched.take(token, 0, w.now())
+	charged, ok := w.sched.Take(token, 0, w.now())
 	if !ok {
 		return false
 	}
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
 	if err != nil {
-		w.sched.put(charged)
+		w.sched.Put(charged)
 		return true
 	}
 	w.stats.Swept.Add(1)
@@ -128,7 +128,7 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 	go func() {
 		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", token).Logger(),
 			slot: slotUse{since: w.now(), charged: charged}}
-		defer func() { w.sched.put(o.slot.charged); w.wg.Done() }()
+		defer func() { w.sched.Put(o.slot.charged); w.wg.Done() }()
 		o.markHeld(true)
 		defer o.markHeld(false)
 		o.run()

@@ -224,7 +224,7 @@ func (q *quietWatch) empty(seq, reconnects uint64) bool {
 // while a lane waits for a slot, or when the worker shuts down.
 func (o *owner) linger(ctx context.Context) bool {
 	d := o.w.cfg.Linger
-	if d <= 0 || o.quiet == nil || o.w.shuttingDown.Load() || o.w.sched.waiting.Load() > 0 {
+	if d <= 0 || o.quiet == nil || o.w.shuttingDown.Load() || o.w.sched.Waiting() > 0 {
 		return false
 	}
 	// The lane was found empty with the watch at count arrivals: a token

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/lanefleet/lanefleet/lanes/internal/slots"
 )
 
 // TestDebounceWait: a collect batch's debounce wait (laneWatch.wait)
@@ -94,7 +96,7 @@ func TestLingerEnds(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				w := &Worker{cfg: Config{Linger: c.linger}.withDefaults(), sched: newSlots(1, 0), shutdown: make(chan struct{})}
+				w := &Worker{cfg: Config{Linger: c.linger}.withDefaults(), sched: slots.New(1, 0), shutdown: make(chan struct{})}
 				q := &quietWatch{notify: make(chan struct{}, 1)}
 				q.notify <- struct{}{} // a stale token from before the lane was found empty
 				if c.earlier {
@@ -102,8 +104,8 @@ func TestLingerEnds(t *testing.T) {
 				}
 				o := &owner{w: w, quiet: q}
 				if c.waiting {
-					w.sched.take("mine", 0, time.Now())
-					w.sched.wait("other", 0, time.Now(), false)
+					w.sched.Take("mine", 0, time.Now())
+					w.sched.Wait("other", 0, time.Now(), false)
 				}
 				if c.arrive > 0 {
 					time.AfterFunc(c.arrive, func() { q.notify <- struct{}{} })

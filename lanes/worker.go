@@ -18,6 +18,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/internal/slots"
 	"github.com/lanefleet/lanefleet/retention"
 )
 
@@ -161,7 +162,7 @@ type Worker struct {
 	handler Handler
 	log     zerolog.Logger
 
-	sched        *slots
+	sched        *slots.Scheduler
 	gate         *setupGate
 	heldMu       sync.Mutex
 	held         map[string]uint64 // lanes owners here hold → their trigger's sequence (lease.go)
@@ -245,7 +246,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h, transcripts: newTranscripts(transcriptCacheBytes),
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupKeep), held: map[string]uint64{}, shutdown: make(chan struct{})}
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: slots.New(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupKeep), held: map[string]uint64{}, shutdown: make(chan struct{})}
 	w.turnCtx, w.cancelTurns = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -265,14 +266,14 @@ func (w *Worker) TranscriptReads() (hits, tails, whole int64) {
 }
 
 // Active returns how many lanes the worker runs now (its slots in use).
-func (w *Worker) Active() int { return w.sched.used() }
+func (w *Worker) Active() int { return w.sched.Used() }
 
 // InflightBytes returns the payload bytes charged to the lanes running here
 // against the byte budget (Config.MaxInflightBytes).
-func (w *Worker) InflightBytes() int64 { return w.sched.usedBytes() }
+func (w *Worker) InflightBytes() int64 { return w.sched.UsedBytes() }
 
 // Waiting returns how many lanes wait here for a slot.
-func (w *Worker) Waiting() int { return int(w.sched.waiting.Load()) }
+func (w *Worker) Waiting() int { return w.sched.Waiting() }
 
 // Accepting reports whether the worker takes lanes: Run is consuming and
 // the worker is not shutting down.
@@ -344,7 +345,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 	)
 	if !follower {
 		token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
-		charged, got = w.sched.take(token, len(msg.Data()), w.now())
+		charged, got = w.sched.Take(token, len(msg.Data()), w.now())
 	}
 	w.wg.Add(1)
 	go func() {
@@ -358,7 +359,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 				return
 			}
 		}
-		w.sched.put(w.handleDelivery(msg, charged))
+		w.sched.Put(w.handleDelivery(msg, charged))
 	}()
 }
 
@@ -385,7 +386,7 @@ func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
 		w.settleDelivery(msg, settleBusy) // dead-lettered by a worker with room
 		return 0, false
 	}
-	if !w.fair() || !w.sched.known(token, w.now()) {
+	if !w.fair() || !w.sched.Known(token, w.now()) {
 		// A lane waiting here was not held a moment ago: no need to ask.
 		// (Without fairness nothing waits: a lane an owner here let go
 		// over the byte budget is known, and handed back.)
