@@ -17,15 +17,15 @@ func TestEventsAfterASilence(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 5*time.Second, 5*time.Second)
 	f.startWorker(t, HandlerFunc(func(ctx context.Context, turn *Turn) (*Outcome, error) {
-		turn.Emit(events.StreamTool, events.EventData{Phase: "start", Name: "slow"})
+		turn.Emit(events.StreamTool, events.EventData{Phase: events.PhaseStart, Name: "slow"})
 		select {
 		case <-time.After(probeAfter + probeAfter/2):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		turn.Emit(events.StreamTool, events.EventData{Phase: "result", Name: "slow"})
-		turn.Emit(events.StreamTool, events.EventData{Phase: "start", Name: "next"})
-		turn.Emit(events.StreamTool, events.EventData{Phase: "result", Name: "next"})
+		turn.Emit(events.StreamTool, events.EventData{Phase: events.PhaseResult, Name: "slow"})
+		turn.Emit(events.StreamTool, events.EventData{Phase: events.PhaseStart, Name: "next"})
+		turn.Emit(events.StreamTool, events.EventData{Phase: events.PhaseResult, Name: "next"})
 		return &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: "done"}}}}, nil
 	}), Config{})
 	seq := f.publish(t, "quiet", "go")
