@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 )
 
 // tried is what an owner knows of its own attempts at one message.
@@ -137,7 +138,7 @@ func (o *owner) endAttempt(ctx context.Context, a *attempt, err error, store boo
 	}
 	o.tried(a.seq).ended(a.attempt, why, store)
 	o.w.stats.Aborted.Add(1)
-	if aerr := a.em.abort(ctx, why); aerr != nil {
+	if aerr := a.em.Abort(ctx, why); aerr != nil {
 		a.log.Warn().Err(aerr).Msg("aborted event")
 	}
 }
@@ -147,20 +148,20 @@ func (o *owner) endAttempt(ctx context.Context, a *attempt, err error, store boo
 // a restart out of nowhere: this owner knows how it ended, or its worker
 // died or lost the lane mid-run (silent). seq is the run's inbound
 // sequence. It returns the event's text ("" when it published none).
-func (o *owner) closeAttempt(ctx context.Context, em *emitter, st runState, seq uint64) (why string, silent bool, err error) {
-	if st.attempt == 0 || st.finished || st.lastPhase == events.PhaseAborted {
+func (o *owner) closeAttempt(ctx context.Context, em *fenced.Emitter, st fenced.RunState, seq uint64) (why string, silent bool, err error) {
+	if st.Attempt == 0 || st.Finished || st.LastPhase == events.PhaseAborted {
 		return "", false, nil
 	}
 	mine := o.tried(seq)
 	o.w.stats.Aborted.Add(1)
-	why, silent = fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.attempt), true
-	if mine.end == st.attempt {
+	why, silent = fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.Attempt), true
+	if mine.end == st.Attempt {
 		why, silent = mine.endWhy, false
 		if mine.endStore {
-			o.noteUncounted(seq, st.attempt, why) // unless it is noted
+			o.noteUncounted(seq, st.Attempt, why) // unless it is noted
 		}
 	}
-	return why, silent, em.aborted(ctx, st.attempt, why)
+	return why, silent, em.Aborted(ctx, st.Attempt, why)
 }
 
 // maxFailureText bounds the error of a failed attempt as its aborted event

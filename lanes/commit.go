@@ -8,17 +8,18 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 )
 
 // duplicate ends the run of a message whose id an earlier message of the
 // lane used within the de-duplication window: nothing runs, and its run
 // points at that message's, as a merged message's does (a client's Wait
 // returns that run's result).
-func (o *owner) duplicate(ctx context.Context, em *emitter, p *plan) error {
+func (o *owner) duplicate(ctx context.Context, em *fenced.Emitter, p *plan) error {
 	into := strconv.FormatUint(p.run.dupOf, 10)
 	o.w.stats.Duplicates.Add(1)
 	o.log.Info().Uint64("seq", p.run.raw.Sequence).Str("duplicates", into).Msg("a message reused the id of an earlier message of its session: not run")
-	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseMerged, Text: into})
+	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseMerged, Text: into})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Meta: events.Meta{MergedInto: into}}})
 }
 
@@ -30,8 +31,8 @@ func (o *owner) duplicate(ctx context.Context, em *emitter, p *plan) error {
 // owner after a crash.
 func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into string, asJSON bool) error {
 	em := o.newEmitter(ctx, c.RunID, o.log.With().Str("run_id", c.RunID).Logger(), asJSON)
-	st, err := em.open(ctx, o.lease.Revision())
-	if err != nil || st.finished {
+	st, err := em.Open(ctx, o.lease.Revision())
+	if err != nil || st.Finished {
 		return err
 	}
 	seq, _ := strconv.ParseUint(c.RunID, 10, 64)
@@ -55,19 +56,19 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 		res = &events.Result{Payloads: []events.Payload{{Text: c.Reason, IsError: true}},
 			Meta: events.Meta{Aborted: c.Kind == events.KindInterrupted, Error: &events.RunError{Kind: c.Kind, Message: c.Reason}}}
 	}
-	if st.lastPhase != why.Phase {
-		em.emit(events.StreamLifecycle, why) // not again when a failed try stored it
+	if st.LastPhase != why.Phase {
+		em.Emit(events.StreamLifecycle, why) // not again when a failed try stored it
 	}
-	return em.final(ctx, res)
+	return em.Final(ctx, res)
 }
 
 // announceSteered tells the sender of a steer-backlog message that a running
 // turn saw it; the message still runs as its own turn.
 func (o *owner) announceSteered(ctx context.Context, c collected, into string) {
 	em := o.newEmitter(ctx, c.runID(), o.log, isJSON(c.raw))
-	st, err := em.open(ctx, o.lease.Revision())
-	if err == nil && !st.finished {
-		err = em.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseSteered, Text: into}, st.attempt)
+	st, err := em.Open(ctx, o.lease.Revision())
+	if err == nil && !st.Finished {
+		err = em.Publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseSteered, Text: into}, st.Attempt)
 	}
 	if err != nil {
 		o.log.Debug().Err(err).Str("run_id", c.runID()).Msg("steered event")
@@ -79,14 +80,14 @@ func (o *owner) announceSteered(ctx context.Context, c collected, into string) {
 // gets its final event, then the runs of the messages the turn consumed
 // without running them get theirs, and the owner retries until they are
 // stored before it takes the next message or releases the lane.
-func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) error {
+func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Outcome) error {
 	if out.Result != nil {
 		out.Result.Meta.Consumed = p.consumed()
 	}
 	// The session's state rides on every record: the newest one's is the
 	// session's, whatever kind of turn wrote it.
 	state := nextState(o.lane.cursor.State, out)
-	rec := kvstore.Record{InboundSeq: p.through, RunID: em.run, SessionID: o.lane.cursor.SessionID, Entries: out.Entries, State: state,
+	rec := kvstore.Record{InboundSeq: p.through, RunID: em.RunID(), SessionID: o.lane.cursor.SessionID, Entries: out.Entries, State: state,
 		IDs: o.lane.ids.Recent(p.through, p.newest())}
 	if out.Result != nil {
 		if state != o.lane.cursor.State {
@@ -134,7 +135,7 @@ func (o *owner) commit(ctx context.Context, em *emitter, p *plan, out *Outcome) 
 	o.w.transcripts.markFinalsStored(o.token, written.Seq, reconnects)
 	o.lane.checked = rec.InboundSeq // its finals are stored: a later drain need not look
 	for _, c := range p.backlog {
-		o.announceSteered(ctx, c, em.run)
+		o.announceSteered(ctx, c, em.RunID())
 	}
 	if len(o.lane.processed) >= o.w.deleteEvery() {
 		// Processed messages count against the lane's cap: a long drain
@@ -191,12 +192,12 @@ func nextState(prev *events.SessionState, out *Outcome) *events.SessionState {
 
 // publishFinals publishes the final events a committed turn owes: its run's,
 // then those of the messages it consumed, in sequence order.
-func (o *owner) publishFinals(ctx context.Context, em *emitter, p *plan, res *events.Result) error {
-	if err := em.final(ctx, res); err != nil {
+func (o *owner) publishFinals(ctx context.Context, em *fenced.Emitter, p *plan, res *events.Result) error {
+	if err := em.Final(ctx, res); err != nil {
 		return err
 	}
 	for _, c := range res.Meta.Consumed {
-		if err := o.endConsumed(ctx, c, em.run, p.jsonOf(c.RunID)); err != nil {
+		if err := o.endConsumed(ctx, c, em.RunID(), p.jsonOf(c.RunID)); err != nil {
 			return err
 		}
 	}
@@ -244,8 +245,8 @@ func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) e
 
 // failTurn ends a run the handler never saw with an error event and commits
 // it (no entries) so the lane moves on.
-func (o *owner) failTurn(ctx context.Context, em *emitter, p *plan, kind, msg string, attempt int) error {
-	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: o.w.now().UnixMilli(), Attempt: attempt})
+func (o *owner) failTurn(ctx context.Context, em *fenced.Emitter, p *plan, kind, msg string, attempt int) error {
+	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: o.w.now().UnixMilli(), Attempt: attempt})
 	res := &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
 		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}
 	return o.commit(ctx, em, p, &Outcome{Result: res})
@@ -278,12 +279,12 @@ func (o *owner) publishRecordFinals(ctx context.Context, rec kvstore.Record) err
 		run = strconv.FormatUint(rec.InboundSeq, 10)
 	}
 	em := o.newEmitter(ctx, run, o.log.With().Str("run_id", run).Logger(), false)
-	st, err := em.open(ctx, o.lease.Revision())
+	st, err := em.Open(ctx, o.lease.Revision())
 	if err != nil {
 		return err
 	}
-	if !st.finished {
-		if err := em.final(ctx, ev.Data.Result); err != nil {
+	if !st.Finished {
+		if err := em.Final(ctx, ev.Data.Result); err != nil {
 			return err
 		}
 	}

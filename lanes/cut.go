@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
@@ -41,7 +42,7 @@ func cutReasons(cut *queue.Msg) (turn, queued string) {
 // unless the cut is a rollback, which discards it. seen says the watch saw
 // the cutting message arrive (see watchCuts): it is read off the lane even
 // if the stream stores it a moment after the watch saw it.
-func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt int, partial *Outcome, seen bool) error {
+func (o *owner) interrupted(ctx context.Context, em *fenced.Emitter, p *plan, attempt int, partial *Outcome, seen bool) error {
 	var cut *queue.Msg
 	var drops []collected
 	waited := time.Duration(0)
@@ -90,12 +91,12 @@ func (o *owner) interrupted(ctx context.Context, em *emitter, p *plan, attempt i
 	}
 	why, dropWhy := cutReasons(cut)
 	if cut != nil && cut.Kind == queue.KindStop {
-		o.lane.stopped = stopped{seq: cut.Seq, run: em.run, dropped: len(drops)}
+		o.lane.stopped = stopped{seq: cut.Seq, run: em.RunID(), dropped: len(drops)}
 	}
 	for _, c := range drops {
 		p.dropped = append(p.dropped, dropped{c: c, kind: events.KindInterrupted, reason: dropWhy})
 	}
-	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: why, EndedAt: o.w.now().UnixMilli(), Attempt: attempt})
+	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: why, EndedAt: o.w.now().UnixMilli(), Attempt: attempt})
 	res := &events.Result{Payloads: []events.Payload{{Text: "Interrupted.", IsError: true}},
 		Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: events.KindInterrupted, Message: why}}}
 	out := &Outcome{Result: res}
@@ -132,7 +133,7 @@ type stopped struct {
 // stop ends a stop command's run with a final event saying what it
 // stopped. The turn it cut has ended (see interrupted); a stop that found
 // no turn running (or reached a new owner after a crash) says so.
-func (o *owner) stop(ctx context.Context, em *emitter, p *plan) error {
+func (o *owner) stop(ctx context.Context, em *fenced.Emitter, p *plan) error {
 	text := "nothing was running"
 	if st := o.lane.stopped; st.seq == p.run.raw.Sequence {
 		text = fmt.Sprintf("stopped run %s", st.run)
@@ -140,6 +141,6 @@ func (o *owner) stop(ctx context.Context, em *emitter, p *plan) error {
 			text += fmt.Sprintf("; dropped %d queued message(s)", st.dropped)
 		}
 	}
-	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.w.now().UnixMilli(), Text: text})
+	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.w.now().UnixMilli(), Text: text})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
 }

@@ -68,7 +68,6 @@
 //	cut.go         a cut turn (interrupted) and a stop command's run
 //	settings.go    settings messages: refuse, store, apply
 //	slots.go       yields, and a delivery waiting in line for a slot
-//	emitter.go     the fenced event emitter of one run (see Fenced events)
 //	worker.go      Config, Worker, Stats, Run and the delivery path, dead letters
 //	sweep.go       the sweep: idle lanes with messages or owed finals
 //	expire.go      the retention pass (Worker.ExpireIdle)
@@ -77,6 +76,7 @@
 //	setup.go       the streams (EnsureStreams, StreamConfig)
 //	queue/         the pure queue planner
 //	internal/slots the scheduler: slots, the byte budget's charges, the line (pure)
+//	internal/fenced the fenced event emitter of one run (see Fenced events)
 //	service/       the per-lane read service
 //
 // # Scheduling

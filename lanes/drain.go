@@ -208,7 +208,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// Once the attempt is over its emitter publishes nothing more
 		// (a handler goroutine may still emit): the owner's next attempt
 		// at the run claims it anew.
-		defer a.em.retire()
+		defer a.em.Retire()
 	}
 	if err != nil || a.poisoned {
 		return err

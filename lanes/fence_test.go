@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,16 +17,18 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 )
 
 // testEmitter returns an emitter of run on lane "fence" that records
 // whether it was told its events were fenced.
-func testEmitter(t *testing.T, js jetstream.JetStream, streams *Streams, run string, window int) (*emitter, <-chan error) {
+// now is its clock (nil: the wall clock).
+func testEmitter(t *testing.T, js jetstream.JetStream, streams *Streams, run string, window int, now func() time.Time) (*fenced.Emitter, <-chan error) {
 	t.Helper()
 	lost := make(chan error, 1)
-	return &emitter{js: js, events: streams.Events, key: "fence", run: run, subject: "agent.ev.fence." + run,
-		log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), window: window,
-		lost: func(err error) { lost <- err }}, lost
+	return fenced.New(fenced.Config{JS: js, Events: streams.Events, Key: "fence", Run: run, Subject: "agent.ev.fence." + run,
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Window: window, Now: now,
+		Lost: func(err error) { lost <- err }}), lost
 }
 
 // recorder keeps every message published under agent.ev.fence.>, in the
@@ -89,7 +92,7 @@ func (r *recorder) lines(t *testing.T) []string {
 	defer r.mu.Unlock()
 	var out []string
 	for _, m := range r.msgs {
-		if m.Header.Get(events.HeaderStream) == fenceStream {
+		if m.Header.Get(events.HeaderStream) == fenced.MarkerStream {
 			out = append(out, "fence:"+string(m.Data))
 			continue
 		}
@@ -116,36 +119,37 @@ func fencing(t *testing.T, url string, js jetstream.JetStream, streams *Streams,
 	ctx := t.Context()
 	rec := record(t, url)
 	rec.ready(t, js.Conn())
-	old, lost := testEmitter(t, js, streams, "7", window)
-	if _, err := old.open(ctx, 10); err != nil {
+	// The old owner's clock: a pause of its process moves it on.
+	var paused atomic.Int64
+	oldClock := func() time.Time { return time.Now().Add(time.Duration(paused.Load())) }
+	old, lost := testEmitter(t, js, streams, "7", window, oldClock)
+	if _, err := old.Open(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.start(ctx, events.EventData{Phase: events.PhaseStart}, 1); err != nil {
+	if err := old.Start(ctx, events.EventData{Phase: events.PhaseStart}, 1); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		old.emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("a%d ", i)})
+		old.Emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("a%d ", i)})
 	}
-	if err := old.awaitAcks(ctx); err != nil {
+	if err := old.AwaitAcks(ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	next, _ := testEmitter(t, js, streams, "7", window)
-	st, err := next.open(ctx, 20)
+	next, _ := testEmitter(t, js, streams, "7", window, nil)
+	st, err := next.Open(ctx, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.attempt != 1 || st.finished || st.seq < 2 {
+	if st.Attempt != 1 || st.Finished || st.Seq < 2 {
 		t.Fatalf("the next owner read %+v", st)
 	}
 	// The zombie wakes up from a pause and carries on.
-	old.mu.Lock()
-	old.lastAck = time.Now().Add(-time.Minute)
-	old.mu.Unlock()
+	paused.Store(int64(time.Minute))
 	for i := range 50 {
-		old.emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("z%d ", i)})
+		old.Emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("z%d ", i)})
 	}
-	if err := old.final(ctx, &events.Result{}); !errors.Is(err, kvstore.ErrLeaseLost) {
+	if err := old.Final(ctx, &events.Result{}); !errors.Is(err, kvstore.ErrLeaseLost) {
 		t.Fatalf("zombie final: %v, want ErrLeaseLost", err)
 	}
 	select {
@@ -156,18 +160,18 @@ func fencing(t *testing.T, url string, js jetstream.JetStream, streams *Streams,
 	default:
 		t.Fatal("the zombie's owner was not told its events were fenced")
 	}
-	if _, err := old.claim(ctx, 10); !errors.Is(err, kvstore.ErrLeaseLost) {
+	if _, err := old.Claim(ctx, 10); !errors.Is(err, kvstore.ErrLeaseLost) {
 		t.Fatalf("zombie claim over a newer marker: %v, want ErrLeaseLost", err)
 	}
-	old.emit(events.StreamAssistant, events.EventData{Delta: "after "})
+	old.Emit(events.StreamAssistant, events.EventData{Delta: "after "})
 
-	if err := next.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseRestart}, 2); err != nil {
+	if err := next.Publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseRestart}, 2); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		next.emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("b%d ", i)})
+		next.Emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("b%d ", i)})
 	}
-	if err := next.final(ctx, &events.Result{}); err != nil {
+	if err := next.Final(ctx, &events.Result{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -271,7 +275,7 @@ func TestZombieEventsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fencing(t, srv.URL, js, streams, wideWindow)
+	fencing(t, srv.URL, js, streams, fenced.WideWindow)
 }
 
 // TestZombieEventsFencedOnReplicatedStream: the same on R3, where the
@@ -300,19 +304,19 @@ func TestZombieEventsFencedOnReplicatedStream(t *testing.T) {
 	}
 	fencing(t, cl.URL(), js, streams, 1)
 
-	em, _ := testEmitter(t, js, streams, "8", 1)
-	if _, err := em.open(t.Context(), 1); err != nil {
+	em, _ := testEmitter(t, js, streams, "8", 1, nil)
+	if _, err := em.Open(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
 	const n = 5000
 	for i := range n {
-		em.emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("d%d ", i)})
+		em.Emit(events.StreamAssistant, events.EventData{Delta: fmt.Sprintf("d%d ", i)})
 	}
-	if err := em.final(t.Context(), &events.Result{}); err != nil {
+	if err := em.Final(t.Context(), &events.Result{}); err != nil {
 		t.Fatal(err)
 	}
-	if em.failed != 0 {
-		t.Fatalf("%d events not stored", em.failed)
+	if n := em.Failed(); n != 0 {
+		t.Fatalf("%d events not stored", n)
 	}
 	got := collapse(runLines(t, streams, "8"))
 	if want := fmt.Sprintf("d0..d%d@0 final@0", n-1); got != want {
@@ -334,19 +338,19 @@ func TestFenceClaimedAgainWhenItsMarkerIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	em, lost := testEmitter(t, js, streams, "9", 1)
-	if _, err := em.open(ctx, 5); err != nil {
+	em, lost := testEmitter(t, js, streams, "9", 1, nil)
+	if _, err := em.Open(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	em.emit(events.StreamAssistant, events.EventData{Delta: "x0 "})
-	if err := em.awaitAcks(ctx); err != nil {
+	em.Emit(events.StreamAssistant, events.EventData{Delta: "x0 "})
+	if err := em.AwaitAcks(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := streams.Events.Purge(ctx, jetstream.WithPurgeSubject(em.fenceSubject())); err != nil {
+	if err := streams.Events.Purge(ctx, jetstream.WithPurgeSubject(em.FenceSubject())); err != nil {
 		t.Fatal(err)
 	}
-	em.emit(events.StreamAssistant, events.EventData{Delta: "x1 "})
-	if err := em.final(ctx, &events.Result{}); err != nil {
+	em.Emit(events.StreamAssistant, events.EventData{Delta: "x1 "})
+	if err := em.Final(ctx, &events.Result{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -402,31 +406,31 @@ func TestRetryFencesTheFailedAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	old, lost := testEmitter(t, js, streams, "11", 1)
-	if _, err := old.open(ctx, 5); err != nil {
+	old, lost := testEmitter(t, js, streams, "11", 1, nil)
+	if _, err := old.Open(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.start(ctx, events.EventData{Phase: events.PhaseStart}, 1); err != nil {
+	if err := old.Start(ctx, events.EventData{Phase: events.PhaseStart}, 1); err != nil {
 		t.Fatal(err)
 	}
-	old.emit(events.StreamAssistant, events.EventData{Delta: "a0 "})
-	if err := old.awaitAcks(ctx); err != nil {
+	old.Emit(events.StreamAssistant, events.EventData{Delta: "a0 "})
+	if err := old.AwaitAcks(ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	retry, _ := testEmitter(t, js, streams, "11", 1)
-	if _, err := retry.open(ctx, 5); err != nil {
+	retry, _ := testEmitter(t, js, streams, "11", 1, nil)
+	if _, err := retry.Open(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := retry.start(ctx, events.EventData{Phase: events.PhaseRestart}, 2); err != nil {
+	if err := retry.Start(ctx, events.EventData{Phase: events.PhaseRestart}, 2); err != nil {
 		t.Fatal(err)
 	}
 	// The failed attempt's emitter still has an event on its way.
-	old.emit(events.StreamAssistant, events.EventData{Delta: "late "})
-	if err := old.awaitAcks(ctx); err == nil {
+	old.Emit(events.StreamAssistant, events.EventData{Delta: "late "})
+	if err := old.AwaitAcks(ctx); err == nil {
 		t.Fatal("the failed attempt's events were stored after the retry claimed the run")
 	}
-	if err := old.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted}, 1); err == nil {
+	if err := old.Publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted}, 1); err == nil {
 		t.Fatal("the failed attempt published after the retry claimed the run")
 	}
 	select {
@@ -434,8 +438,8 @@ func TestRetryFencesTheFailedAttempt(t *testing.T) {
 		t.Fatalf("the owner was told it lost the lane: %v", err)
 	default:
 	}
-	retry.emit(events.StreamAssistant, events.EventData{Delta: "b0 "})
-	if err := retry.final(ctx, &events.Result{}); err != nil {
+	retry.Emit(events.StreamAssistant, events.EventData{Delta: "b0 "})
+	if err := retry.Final(ctx, &events.Result{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := collapse(runLines(t, streams, "11")), "lifecycle@1 a0..a0@1 lifecycle@2 b0..b0@2 final@2"; got != want {
@@ -462,7 +466,7 @@ func TestFailedAttemptQuietBeforeRetry(t *testing.T) {
 		}
 		// The first attempt's goroutine, still running.
 		first.Emit(events.StreamAssistant, events.EventData{Delta: "late "})
-		if err := first.em.awaitAcks(context.Background()); err != nil && !errors.Is(err, errSuperseded) {
+		if err := first.em.AwaitAcks(context.Background()); err != nil && !errors.Is(err, fenced.ErrSuperseded) {
 			return err
 		}
 		return nil

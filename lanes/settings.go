@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
@@ -28,12 +29,12 @@ func overridesOf(q *events.QueueSettings) queue.Overrides {
 // (queue and run settings, one record) change, fenced, so exactly between
 // the messages before and after it, and its run ends with a final event
 // describing them.
-func (o *owner) applySettings(ctx context.Context, em *emitter, p *plan) error {
+func (o *owner) applySettings(ctx context.Context, em *fenced.Emitter, p *plan) error {
 	if err := o.storeSettings(ctx, p.in); err != nil {
 		return err
 	}
 	text := o.lane.settings.String()
-	em.emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.w.now().UnixMilli(), Text: text})
+	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.w.now().UnixMilli(), Text: text})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
@@ -49,7 +50,7 @@ type Turn struct {
 	// that answered its last turn, its running usage.
 	State events.SessionState
 
-	em    *emitter
+	em    *fenced.Emitter
 	steer func(ctx context.Context) []*events.Inbound
 	steps *StepLog
 }
@@ -129,7 +130,7 @@ func (t *Turn) Steer(ctx context.Context) []*events.Inbound {
 // fast model costs a few hundred events per second. Every other event
 // flushes the pending frame first. Publishing is asynchronous: a lost event
 // never fails the turn.
-func (t *Turn) Emit(stream string, data events.EventData) { t.em.emit(stream, data) }
+func (t *Turn) Emit(stream string, data events.EventData) { t.em.Emit(stream, data) }
 
 // Outcome is what a handler returns for a completed turn. An empty Outcome
 // writes nothing but the cursor (a no-op turn).
@@ -242,7 +243,7 @@ func (o *owner) pendingSteers(ctx context.Context, seq uint64) (batch []collecte
 // attempt is one attempt at a turn: its run's emitter, fenced for this
 // owner, and its number.
 type attempt struct {
-	em       *emitter
+	em       *fenced.Emitter
 	seq      uint64 // the inbound sequence whose run carries the turn
 	attempt  int
 	restart  bool // an earlier attempt started
@@ -262,7 +263,7 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	if o.lane.cursor.SessionID == "" {
 		o.lane.cursor.SessionID = sessionfile.NewSessionID()
 	}
-	st, err := em.open(ctx, o.lease.Revision())
+	st, err := em.Open(ctx, o.lease.Revision())
 	if err != nil {
 		return nil, err
 	}
@@ -271,8 +272,8 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &attempt{em: em, seq: seq, attempt: max(st.attempt, mine.attempt) + 1, restart: st.attempt > 0, log: log}
-	em.attempt = a.attempt
+	a := &attempt{em: em, seq: seq, attempt: max(st.Attempt, mine.attempt) + 1, restart: st.Attempt > 0, log: log}
+	em.SetAttempt(a.attempt)
 	counted, err := o.counted(ctx, seq, a.attempt, silent)
 	if err != nil {
 		return nil, err
@@ -281,7 +282,7 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 		// The dead letter and the sender's error name what ended the
 		// last attempt: its error, or its worker's end.
 		cause := fmt.Errorf("turn started %d times without finishing", counted)
-		if last := cmp.Or(why, st.lastError); last != "" {
+		if last := cmp.Or(why, st.LastError); last != "" {
 			cause = fmt.Errorf("%w; %s", cause, last)
 		}
 		for _, c := range append([]collected{p.run}, p.merged...) {
@@ -320,7 +321,7 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 	if a.restart {
 		data.Phase = events.PhaseRestart
 	}
-	if err := a.em.start(ctx, data, a.attempt); err != nil {
+	if err := a.em.Start(ctx, data, a.attempt); err != nil {
 		if kvstore.Transient(err) {
 			// The start event may be stored all the same: then the
 			// attempt ended on a store error. Its number is spent either
@@ -342,7 +343,7 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 // runTurn runs the handler on the turn, under turnCtx (cut by an
 // interrupt, rollback or stop: see watchCuts), and commits what it returns.
 func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan) error {
-	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.lane.cursor.SessionID, RunID: a.em.run, Seq: a.seq,
+	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.lane.cursor.SessionID, RunID: a.em.RunID(), Seq: a.seq,
 		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
 		Settings: o.lane.settings.RunSettings()}
 	if o.lane.cursor.State != nil {
@@ -386,19 +387,19 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 // newEmitter returns the emitter of one of the lane's runs, for the current
 // drain: it halts when ctx ends, and a newer owner fencing its
 // events ends the drain with ErrLeaseLost.
-func (o *owner) newEmitter(ctx context.Context, run string, log zerolog.Logger, asJSON bool) *emitter {
-	window := wideWindow
+func (o *owner) newEmitter(ctx context.Context, run string, log zerolog.Logger, asJSON bool) *fenced.Emitter {
+	window := fenced.WideWindow
 	if o.w.streams.cfg.Replicas > 1 {
 		window = 1
 	}
 	lose := o.lease.cancel
-	return &emitter{js: o.w.js, events: o.w.streams.Events, key: o.key, run: run, log: log, asJSON: asJSON,
-		subject: events.EventPrefix + o.token + "." + run, window: window, quit: ctx.Done(),
-		lost: func(err error) {
+	return fenced.New(fenced.Config{JS: o.w.js, Events: o.w.streams.Events, Key: o.key, Run: run, Log: log, JSON: asJSON,
+		Subject: events.EventPrefix + o.token + "." + run, Window: window, Quit: ctx.Done(), Now: o.w.now,
+		Lost: func(err error) {
 			if lose != nil {
 				lose(err)
 			}
-		}}
+		}})
 }
 
 func isJSON(raw *jetstream.RawStreamMsg) bool {

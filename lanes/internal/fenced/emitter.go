@@ -1,7 +1,16 @@
-package lanes
+// Package fenced publishes the events of one run, fenced: an Emitter claims
+// the run with a marker naming its owner's lease revision, and every event
+// it publishes expects that marker to be the fence subject's last message,
+// so once a newer owner claims the run the stream refuses the older one's
+// events (see the lanes package doc, "Fenced events"). Deltas are coalesced
+// into frames and published asynchronously within a window; the first and
+// last events of an attempt go out synchronously.
+package fenced
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -16,7 +25,7 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 )
 
-// FenceToken ends the subject of a run's fence markers,
+// Token ends the subject of a run's fence markers,
 // agent.ev.<lane>.<run>.fence, in the event stream next to the run's
 // events. An owner about to publish a run's events first stores a marker
 // there naming its lease revision (compare-and-swap on that subject, never
@@ -30,19 +39,19 @@ import (
 // retries a run under the same lease claims it again, and the server then
 // refuses every event of the failed attempt too); they are not events (a
 // viewer of one run subscribes to exactly agent.ev.<lane>.<run>).
-const FenceToken = "fence"
+const Token = "fence"
 
-// fenceStream is the Lanefleet-Stream header of fence markers.
-const fenceStream = "fence"
+// MarkerStream is the Lanefleet-Stream header of fence markers.
+const MarkerStream = "fence"
 
-// claimHeader names the claim a fence marker stores (emitter.claimID).
+// claimHeader names the claim a fence marker stores (Emitter.claimID).
 const claimHeader = "Lanefleet-Claim"
 
-// errSuperseded halts the emitter of an attempt that is over: its owner
+// ErrSuperseded halts the Emitter of an attempt that is over: its owner
 // retries the run (or publishes what its record owes) under the same lease with a newer claim,
-// or ended the attempt (emitter.retire). It is not ErrLeaseLost: the owner
+// or ended the attempt (Emitter.retire). It is not ErrLeaseLost: the owner
 // still holds the lane.
-var errSuperseded = errors.New("lanes: a newer attempt at the run took its events over")
+var ErrSuperseded = errors.New("lanes: a newer attempt at the run took its events over")
 
 // Delta coalescing and publishing limits.
 const (
@@ -57,21 +66,21 @@ const (
 	// maxRetries bounds the republishes of one event refused because of a
 	// concurrent write (10164) or a fence that had to be claimed again.
 	maxRetries = 50
-	// wideWindow is the publish window on a stream that is not replicated.
-	wideWindow = 256
-	// probeAfter: an event published after this long without an answer
+	// WideWindow is the publish window on a stream that is not replicated.
+	WideWindow = 256
+	// ProbeAfter: an event published after this long without an answer
 	// from the server goes out alone (see pumpLocked).
-	probeAfter = time.Second
+	ProbeAfter = time.Second
 )
 
-// emitter publishes one run's events with a per-run sequence, fenced (see
-// FenceToken). Events other than the first and last of an attempt go out
+// Emitter publishes one run's events with a per-run sequence, fenced (see
+// Token). Events other than the first and last of an attempt go out
 // asynchronously, up to window of them unacknowledged at once. A replicated
 // stream refuses a write that expects a subject's last sequence while
 // another such write on that subject is in flight (10164), so there the
 // window is one event, and deltas arriving meanwhile coalesce into the next
 // frame.
-type emitter struct {
+type Emitter struct {
 	js      jetstream.JetStream
 	events  jetstream.Stream // the event stream: last event and marker reads
 	subject string           // agent.ev.<lane>.<run>
@@ -79,9 +88,10 @@ type emitter struct {
 	run     string
 	asJSON  bool
 	log     zerolog.Logger
-	window  int             // events in flight at once; 0 means wideWindow
-	quit    <-chan struct{} // closed when the drain ends: nothing more is published
-	lost    func(error)     // told once when a newer owner fenced this one; may be nil
+	window  int              // events in flight at once; 0 means WideWindow
+	quit    <-chan struct{}  // closed when the drain ends: nothing more is published
+	lost    func(error)      // told once when a newer owner fenced this one; may be nil
+	now     func() time.Time // Config.Now
 
 	mu      sync.Mutex
 	seq     uint64
@@ -93,7 +103,7 @@ type emitter struct {
 	claimID   string
 	pending   *events.Event // the delta frame being coalesced
 	buf       []byte        // its deltas
-	heldBack  bool          // pending is due but the window is full
+	due       bool          // pending is due but the window is full
 	lastFrame time.Time     // when the last delta frame went out
 	timer     *time.Timer
 	queue     []*outEvent   // encoded, waiting for room in the window
@@ -108,6 +118,68 @@ type emitter struct {
 	failed    int
 }
 
+// Config says what an Emitter publishes, and where.
+type Config struct {
+	JS      jetstream.JetStream
+	Events  jetstream.Stream // the event stream: last event and marker reads
+	Subject string           // agent.ev.<lane>.<run>
+	Key     string           // the session key the events carry
+	Run     string           // the run id the events carry
+	JSON    bool             // encode events as JSON (the run's sender used JSON)
+	Log     zerolog.Logger
+	Window  int // events in flight at once; 0 = WideWindow
+	Attempt int // the attempt events carry until Open or SetAttempt sets it
+	// Quit is closed when the owner's drain ends: nothing more is
+	// published.
+	Quit <-chan struct{}
+	// Lost is told once when a newer owner fenced this one; may be nil.
+	Lost func(error)
+	// Now is the clock of event times and of the silence after which the
+	// fence is read again (see pumpLocked); default time.Now.
+	Now func() time.Time
+}
+
+// New returns the emitter of one run. It publishes nothing before Open
+// claims the run.
+func New(c Config) *Emitter {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return &Emitter{js: c.JS, events: c.Events, subject: c.Subject, key: c.Key, run: c.Run, asJSON: c.JSON, log: c.Log,
+		window: c.Window, attempt: c.Attempt, quit: c.Quit, lost: c.Lost, now: c.Now}
+}
+
+// RunID returns the run whose events the emitter publishes.
+func (e *Emitter) RunID() string { return e.run }
+
+// SetAttempt sets the attempt the events published from now on carry.
+func (e *Emitter) SetAttempt(n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.attempt = n
+}
+
+// Seq returns the sequence of the run's last event published so far.
+func (e *Emitter) Seq() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seq
+}
+
+// Failed returns how many events could not be encoded, published or
+// stored (events are replayable and losable; the final event is not).
+func (e *Emitter) Failed() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failed
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 // outEvent is one encoded event on its way out.
 type outEvent struct {
 	m     *nats.Msg
@@ -116,7 +188,7 @@ type outEvent struct {
 	tries int
 }
 
-func (e *emitter) fenceSubject() string { return e.subject + "." + FenceToken }
+func (e *Emitter) FenceSubject() string { return e.subject + "." + Token }
 
 // fencedError is the error of an owner whose events a newer owner fenced.
 func fencedError(run string, theirs, ours uint64) error {
@@ -124,7 +196,7 @@ func fencedError(run string, theirs, ours uint64) error {
 		kvstore.ErrLeaseLost, run, theirs, ours)
 }
 
-// open claims the run's events for the owner holding lease revision rev
+// Open claims the run's events for the owner holding lease revision rev
 // and reads what earlier attempts left (the sequence continues after their
 // last event). A run nobody claimed before has no events, and nothing is
 // read; otherwise its last event is read once the marker fences every
@@ -136,40 +208,40 @@ func fencedError(run string, theirs, ours uint64) error {
 // messages, the marker (a run's first) before the run's later events. A
 // run re-run after that starts its events over at sequence 1; its viewers
 // still get every event past what they saw, and its final.
-func (e *emitter) open(ctx context.Context, rev uint64) (runState, error) {
-	fresh, err := e.claim(ctx, rev)
+func (e *Emitter) Open(ctx context.Context, rev uint64) (RunState, error) {
+	fresh, err := e.Claim(ctx, rev)
 	if err != nil {
-		return runState{}, err
+		return RunState{}, err
 	}
-	var st runState
+	var st RunState
 	if !fresh {
 		if st, err = e.readLast(ctx); err != nil {
-			return runState{}, err
+			return RunState{}, err
 		}
 	}
 	e.mu.Lock()
-	e.seq, e.attempt = st.seq, st.attempt
-	if st.seq > 0 {
-		e.asJSON = st.json
+	e.seq, e.attempt = st.Seq, st.Attempt
+	if st.Seq > 0 {
+		e.asJSON = st.JSON
 	}
 	e.mu.Unlock()
 	return st, nil
 }
 
-// claim stores this owner's fence marker on the run. The first try expects
+// Claim stores this owner's fence marker on the run. The first try expects
 // no marker (a new run); a refusal reads the marker there and writes over it
 // unless it names a newer lease. fresh reports that no marker existed.
-func (e *emitter) claim(ctx context.Context, rev uint64) (fresh bool, err error) {
+func (e *Emitter) Claim(ctx context.Context, rev uint64) (fresh bool, err error) {
 	return e.claimAs(ctx, rev, true)
 }
 
 // claimAs is claim; first says this is the emitter's first claim (its
 // attempt opens): it writes over a marker of another claim under the same
 // lease (the owner's earlier attempt). A claim again (first false: this
-// emitter's marker is gone) halts at one instead (errSuperseded): a newer
+// emitter's marker is gone) halts at one instead (ErrSuperseded): a newer
 // attempt of the owner's has the run.
-func (e *emitter) claimAs(ctx context.Context, rev uint64, first bool) (fresh bool, err error) {
-	subj := e.fenceSubject()
+func (e *Emitter) claimAs(ctx context.Context, rev uint64, first bool) (fresh bool, err error) {
+	subj := e.FenceSubject()
 	e.mu.Lock()
 	if e.claimID == "" {
 		e.claimID = randomHex(8)
@@ -180,13 +252,13 @@ func (e *emitter) claimAs(ctx context.Context, rev uint64, first bool) (fresh bo
 	for try := 0; ; try++ {
 		m := nats.NewMsg(subj)
 		m.Data = strconv.AppendUint(nil, rev, 10)
-		m.Header.Set(events.HeaderStream, fenceStream)
+		m.Header.Set(events.HeaderStream, MarkerStream)
 		m.Header.Set(claimHeader, id)
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 		ack, err := e.js.PublishMsg(ctx, m)
 		if err == nil {
 			e.mu.Lock()
-			e.fence, e.rev, e.lastAck = ack.Sequence, rev, time.Now()
+			e.fence, e.rev, e.lastAck = ack.Sequence, rev, e.now()
 			e.mu.Unlock()
 			return expect == 0, nil
 		}
@@ -214,13 +286,13 @@ func (e *emitter) claimAs(ctx context.Context, rev uint64, first bool) (fresh bo
 				if !first {
 					// Our write was stored; its answer was lost.
 					e.mu.Lock()
-					e.fence, e.rev, e.lastAck = raw.Sequence, rev, time.Now()
+					e.fence, e.rev, e.lastAck = raw.Sequence, rev, e.now()
 					e.mu.Unlock()
 					return false, nil
 				}
 			case markerNewerClaim:
 				if !first {
-					return false, errSuperseded
+					return false, ErrSuperseded
 				}
 			}
 			expect = raw.Sequence
@@ -233,7 +305,7 @@ func markerRev(data []byte) uint64 {
 	return rev
 }
 
-// marker is whose a run's fence marker is, as one emitter sees it.
+// marker is whose a run's fence marker is, as one Emitter sees it.
 type marker uint8
 
 const (
@@ -249,9 +321,9 @@ const (
 	markerOlder
 )
 
-// judge says whose marker raw is, for an emitter claiming under lease
+// judge says whose marker raw is, for an Emitter claiming under lease
 // revision rev.
-func (e *emitter) judge(raw *jetstream.RawStreamMsg, rev uint64) marker {
+func (e *Emitter) judge(raw *jetstream.RawStreamMsg, rev uint64) marker {
 	e.mu.Lock()
 	id, fence := e.claimID, e.fence
 	e.mu.Unlock()
@@ -268,16 +340,16 @@ func (e *emitter) judge(raw *jetstream.RawStreamMsg, rev uint64) marker {
 }
 
 // recheck finds out why a write was refused for its fence: a newer owner's
-// marker (the emitter halts: ErrLeaseLost), a newer claim of the owner's own
-// (its next attempt at the run: the emitter halts without a word,
-// errSuperseded), or a marker of ours that is no longer the subject's last
+// marker (the Emitter halts: ErrLeaseLost), a newer claim of the owner's own
+// (its next attempt at the run: the Emitter halts without a word,
+// ErrSuperseded), or a marker of ours that is no longer the subject's last
 // (the write carried an older one, or the stream's limits removed it): then
 // the run is claimed again if needed and the write is retried.
-func (e *emitter) recheck(ctx context.Context) error {
+func (e *Emitter) recheck(ctx context.Context) error {
 	e.mu.Lock()
 	rev := e.rev
 	e.mu.Unlock()
-	raw, err := e.events.GetLastMsgForSubject(ctx, e.fenceSubject())
+	raw, err := e.events.GetLastMsgForSubject(ctx, e.FenceSubject())
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:
@@ -289,8 +361,8 @@ func (e *emitter) recheck(ctx context.Context) error {
 			e.halt(err)
 			return err
 		case markerNewerClaim:
-			e.retire()
-			return errSuperseded
+			e.Retire()
+			return ErrSuperseded
 		case markerOurs:
 			// Ours is the last: the refused write carried an older one,
 			// or our claim's answer was lost.
@@ -304,15 +376,15 @@ func (e *emitter) recheck(ctx context.Context) error {
 	switch {
 	case errors.Is(err, kvstore.ErrLeaseLost):
 		e.halt(err)
-	case errors.Is(err, errSuperseded):
-		e.retire()
+	case errors.Is(err, ErrSuperseded):
+		e.Retire()
 	}
 	return err
 }
 
 // halt ends publishing for good: queued events and the pending frame are
 // dropped and the owner is told the lane is lost.
-func (e *emitter) halt(err error) {
+func (e *Emitter) halt(err error) {
 	e.mu.Lock()
 	first := e.fenced == nil
 	if first {
@@ -328,29 +400,29 @@ func (e *emitter) halt(err error) {
 	}
 }
 
-// retire ends publishing for good without a word to the owner: the
+// Retire ends publishing for good without a word to the owner: the
 // attempt is over (the owner retries the run, or publishes what its record owes, with another
-// emitter), so whatever its handler still emits is dropped, and events in
+// Emitter), so whatever its handler still emits is dropped, and events in
 // flight that the server refuses are not tried again.
-func (e *emitter) retire() {
+func (e *Emitter) Retire() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fenced == nil {
-		e.fenced = errSuperseded
+		e.fenced = ErrSuperseded
 		e.dropLocked()
 	}
 }
 
-func (e *emitter) dropLocked() {
+func (e *Emitter) dropLocked() {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	e.pending, e.heldBack = nil, false
+	e.pending, e.due = nil, false
 	e.queue, e.replay = nil, nil
 }
 
 // haltedLocked reports that nothing more is to be published.
-func (e *emitter) haltedLocked() bool {
+func (e *Emitter) haltedLocked() bool {
 	if e.fenced != nil || e.dropping {
 		return true
 	}
@@ -362,15 +434,15 @@ func (e *emitter) haltedLocked() bool {
 	}
 }
 
-func (e *emitter) roomLocked() bool {
+func (e *Emitter) roomLocked() bool {
 	w := e.window
 	if w <= 0 {
-		w = wideWindow
+		w = WideWindow
 	}
 	return len(e.replay) == 0 && len(e.queue) == 0 && len(e.inflight) < w
 }
 
-func (e *emitter) emit(stream string, data events.EventData) {
+func (e *Emitter) Emit(stream string, data events.EventData) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.haltedLocked() {
@@ -384,7 +456,7 @@ func (e *emitter) emit(stream string, data events.EventData) {
 			if e.roomLocked() || len(e.buf) >= frameHardMax {
 				e.flushLocked()
 			} else {
-				e.heldBack = true
+				e.due = true
 			}
 		}
 		return
@@ -395,7 +467,7 @@ func (e *emitter) emit(stream string, data events.EventData) {
 		e.enqueueLocked(ev)
 		return
 	}
-	now := time.Now()
+	now := e.now()
 	wait := frameWindow - now.Sub(e.lastFrame)
 	if wait <= 0 && e.roomLocked() {
 		// Nothing went out lately: no reason to hold this delta back.
@@ -407,7 +479,7 @@ func (e *emitter) emit(stream string, data events.EventData) {
 	e.pending = ev
 	e.buf = append(e.buf[:0], data.Delta...)
 	if wait <= 0 {
-		e.heldBack = true // goes out as soon as the window has room
+		e.due = true // goes out as soon as the window has room
 		return
 	}
 	if e.timer == nil {
@@ -417,7 +489,7 @@ func (e *emitter) emit(stream string, data events.EventData) {
 	}
 }
 
-func (e *emitter) onTimer() {
+func (e *Emitter) onTimer() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.pending == nil {
@@ -426,18 +498,18 @@ func (e *emitter) onTimer() {
 	if e.roomLocked() {
 		e.flushLocked()
 	} else {
-		e.heldBack = true
+		e.due = true
 	}
 }
 
-func (e *emitter) newEvent(stream string, data events.EventData) *events.Event {
+func (e *Emitter) newEvent(stream string, data events.EventData) *events.Event {
 	e.seq++
 	return &events.Event{V: events.Version, RunID: e.run, SessionKey: e.key, Seq: e.seq, Attempt: e.attempt,
-		Stream: stream, TS: time.Now().UnixMilli(), Data: data}
+		Stream: stream, TS: e.now().UnixMilli(), Data: data}
 }
 
 // flushLocked sends the pending frame on its way.
-func (e *emitter) flushLocked() {
+func (e *Emitter) flushLocked() {
 	if e.pending == nil {
 		return
 	}
@@ -445,13 +517,13 @@ func (e *emitter) flushLocked() {
 		e.timer.Stop()
 	}
 	e.pending.Data.Delta = string(e.buf)
-	e.lastFrame = time.Now()
+	e.lastFrame = e.now()
 	ev := e.pending
-	e.pending, e.heldBack = nil, false
+	e.pending, e.due = nil, false
 	e.enqueueLocked(ev)
 }
 
-func (e *emitter) encode(ev *events.Event) (*nats.Msg, error) {
+func (e *Emitter) encode(ev *events.Event) (*nats.Msg, error) {
 	data, ct, err := events.EncodeEvent(ev, e.asJSON)
 	if err != nil {
 		return nil, err
@@ -465,12 +537,12 @@ func (e *emitter) encode(ev *events.Event) (*nats.Msg, error) {
 
 // setFenceLocked makes m conditional on the owner's marker being the last
 // message of the run's fence subject.
-func (e *emitter) setFenceLocked(m *nats.Msg) {
+func (e *Emitter) setFenceLocked(m *nats.Msg) {
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.fence, 10))
-	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, e.fenceSubject())
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, e.FenceSubject())
 }
 
-func (e *emitter) enqueueLocked(ev *events.Event) {
+func (e *Emitter) enqueueLocked(ev *events.Event) {
 	m, err := e.encode(ev)
 	if err != nil {
 		e.failed++
@@ -488,14 +560,14 @@ func (e *emitter) enqueueLocked(ev *events.Event) {
 // stream refuses. So after a long silence (the process may have been
 // paused while its lane went to another worker) nothing goes out before
 // the watcher has read the run's fence: a newer owner's marker halts the
-// emitter without a word. Then one event goes out alone: if the lane was
-// taken just after the read, that one refusal halts the emitter.
-func (e *emitter) pumpLocked() {
+// Emitter without a word. Then one event goes out alone: if the lane was
+// taken just after the read, that one refusal halts the Emitter.
+func (e *Emitter) pumpLocked() {
 	w := e.window
 	if w <= 0 {
-		w = wideWindow
+		w = WideWindow
 	}
-	if len(e.inflight) == 0 && len(e.queue) > 0 && !e.checking && time.Since(e.lastAck) > probeAfter {
+	if len(e.inflight) == 0 && len(e.queue) > 0 && !e.checking && e.now().Sub(e.lastAck) > ProbeAfter {
 		e.checking, e.probing = true, true
 	}
 	if e.probing {
@@ -529,11 +601,11 @@ func (e *emitter) pumpLocked() {
 // checkFence reads the run's fence after a silence and halts the emitter
 // (ErrLeaseLost) if a newer owner has claimed the run. A failed read says
 // nothing: the next write finds out.
-func (e *emitter) checkFence(ctx context.Context) error {
+func (e *Emitter) checkFence(ctx context.Context) error {
 	e.mu.Lock()
 	rev := e.rev
 	e.mu.Unlock()
-	raw, err := e.events.GetLastMsgForSubject(ctx, e.fenceSubject())
+	raw, err := e.events.GetLastMsgForSubject(ctx, e.FenceSubject())
 	if err != nil {
 		return nil
 	}
@@ -543,8 +615,8 @@ func (e *emitter) checkFence(ctx context.Context) error {
 		e.halt(err)
 		return err
 	case markerNewerClaim:
-		e.retire()
-		return errSuperseded
+		e.Retire()
+		return ErrSuperseded
 	}
 	return nil
 }
@@ -555,7 +627,7 @@ var errNoAck = errors.New("lanes: event not acknowledged in time")
 // watch collects the answers of the published events in order, retries the
 // refused ones that can be retried, publishes what waited for room, and
 // closes idle when nothing is left in flight.
-func (e *emitter) watch(idle chan struct{}) {
+func (e *Emitter) watch(idle chan struct{}) {
 	t := time.NewTimer(ackTimeout)
 	defer t.Stop()
 	for {
@@ -572,7 +644,7 @@ func (e *emitter) watch(idle chan struct{}) {
 				// leaves it to the probe's write): the probe goes out
 				// now, alone, instead of starting another read, which
 				// left the queue unpublished for good.
-				e.lastAck = time.Now()
+				e.lastAck = e.now()
 				e.pumpLocked()
 			}
 		}
@@ -595,7 +667,7 @@ func (e *emitter) watch(idle chan struct{}) {
 		retry := err != nil && e.refused(head, err)
 		e.mu.Lock()
 		if err == nil {
-			e.lastAck, e.probing = time.Now(), false
+			e.lastAck, e.probing = e.now(), false
 		}
 		e.inflight[0] = nil
 		e.inflight = e.inflight[1:]
@@ -609,7 +681,7 @@ func (e *emitter) watch(idle chan struct{}) {
 			e.replay = nil
 		}
 		e.pumpLocked()
-		if e.pending != nil && e.heldBack && e.roomLocked() {
+		if e.pending != nil && e.due && e.roomLocked() {
 			e.flushLocked()
 		}
 		e.mu.Unlock()
@@ -620,7 +692,7 @@ func (e *emitter) watch(idle chan struct{}) {
 // that met another in flight (10164) is retried; one whose fence moved on is
 // retried if the fence is still ours (see recheck); anything else is lost
 // (events are replayable and losable; the final event is not sent this way).
-func (e *emitter) refused(out *outEvent, err error) (retry bool) {
+func (e *Emitter) refused(out *outEvent, err error) (retry bool) {
 	busy, mismatch := kvstore.WriteConflict(err)
 	e.mu.Lock()
 	giveUp := e.dropping || e.fenced != nil
@@ -644,12 +716,12 @@ func (e *emitter) refused(out *outEvent, err error) (retry bool) {
 	return false
 }
 
-// awaitAcks sends the pending frame and waits until every event published so
+// AwaitAcks sends the pending frame and waits until every event published so
 // far is answered, but not forever: after ackTimeout the events still
 // waiting for room are dropped, and only those in flight are waited for
 // (each for at most ackTimeout), so a final event published next is the
 // run's last.
-func (e *emitter) awaitAcks(ctx context.Context) error {
+func (e *Emitter) AwaitAcks(ctx context.Context) error {
 	e.mu.Lock()
 	e.flushLocked()
 	idle := e.idle
@@ -686,20 +758,20 @@ func (e *emitter) awaitAcks(ctx context.Context) error {
 	return e.fenced
 }
 
-// final waits for the run's events to be stored, then publishes the final
+// Final waits for the run's events to be stored, then publishes the final
 // event synchronously. It is published at most once per run: a retry by
-// another emitter (the owner's next try, or the lane's next owner) claims
+// another Emitter (the owner's next try, or the lane's next owner) claims
 // the run first, which makes the server refuse a try still on its way, and
-// then finds a try already stored (see owner.publishRecordFinals). The message id
+// then finds a try already stored (see the lanes owner's publishRecordFinals). The message id
 // (per claim) makes a re-send of the same try a duplicate too.
-func (e *emitter) final(ctx context.Context, res *events.Result) error {
-	if err := e.awaitAcks(ctx); err != nil {
+func (e *Emitter) Final(ctx context.Context, res *events.Result) error {
+	if err := e.AwaitAcks(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
 	attempt := e.attempt
 	e.mu.Unlock()
-	if err := e.publish(ctx, events.StreamFinal, events.EventData{Result: res}, attempt); err != nil {
+	if err := e.Publish(ctx, events.StreamFinal, events.EventData{Result: res}, attempt); err != nil {
 		return fmt.Errorf("lanes: publish final event: %w", err)
 	}
 	return nil
@@ -707,44 +779,44 @@ func (e *emitter) final(ctx context.Context, res *events.Result) error {
 
 // finalMsgIDLocked is the message id of a run's final event under the
 // current claim.
-func (e *emitter) finalMsgIDLocked() string {
+func (e *Emitter) finalMsgIDLocked() string {
 	return "final:" + e.subject + ":" + strconv.FormatUint(e.fence, 10)
 }
 
-// abort ends the current attempt on record: its events are stored, then an
-// aborted event, so the next attempt's events follow it.
-func (e *emitter) abort(ctx context.Context, why string) error {
-	if err := e.awaitAcks(ctx); err != nil {
+// Abort ends the current attempt on record: its events are stored, then an
+// Aborted event, so the next attempt's events follow it.
+func (e *Emitter) Abort(ctx context.Context, why string) error {
+	if err := e.AwaitAcks(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
 	attempt := e.attempt
 	e.mu.Unlock()
-	return e.aborted(ctx, attempt, why)
+	return e.Aborted(ctx, attempt, why)
 }
 
-// aborted publishes the aborted event that ends attempt (see abort).
-func (e *emitter) aborted(ctx context.Context, attempt int, why string) error {
-	return e.publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
-		EndedAt: time.Now().UnixMilli(), Attempt: attempt}, attempt)
+// Aborted publishes the aborted event that ends attempt (see abort).
+func (e *Emitter) Aborted(ctx context.Context, attempt int, why string) error {
+	return e.Publish(ctx, events.StreamLifecycle, events.EventData{Phase: events.PhaseAborted, Error: why,
+		EndedAt: e.now().UnixMilli(), Attempt: attempt}, attempt)
 }
 
-// start starts an attempt: it publishes its first event synchronously, so
+// Start starts an attempt: it publishes its first event synchronously, so
 // the attempt is on record before any work.
-func (e *emitter) start(ctx context.Context, data events.EventData, attempt int) error {
+func (e *Emitter) Start(ctx context.Context, data events.EventData, attempt int) error {
 	data.Attempt = attempt
-	return e.publish(ctx, events.StreamLifecycle, data, attempt)
+	return e.Publish(ctx, events.StreamLifecycle, data, attempt)
 }
 
-// publish publishes one event synchronously, after every event before it,
+// Publish publishes one event synchronously, after every event before it,
 // as part of attempt. A write that met another in flight is retried; a
 // fence that moved on is checked (ErrLeaseLost when a newer owner has it).
-func (e *emitter) publish(ctx context.Context, stream string, data events.EventData, attempt int) error {
-	if err := e.awaitAcks(ctx); err != nil {
+func (e *Emitter) Publish(ctx context.Context, stream string, data events.EventData, attempt int) error {
+	if err := e.AwaitAcks(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
-	silent := e.fence != 0 && time.Since(e.lastAck) > probeAfter
+	silent := e.fence != 0 && e.now().Sub(e.lastAck) > ProbeAfter
 	e.mu.Unlock()
 	if silent {
 		if err := e.checkFence(ctx); err != nil {
@@ -778,7 +850,7 @@ func (e *emitter) publish(ctx context.Context, stream string, data events.EventD
 		_, err := e.js.PublishMsg(ctx, m)
 		if err == nil {
 			e.mu.Lock()
-			e.lastAck = time.Now()
+			e.lastAck = e.now()
 			e.mu.Unlock()
 			return nil
 		}
@@ -809,38 +881,38 @@ func pause(ctx context.Context, try int) error {
 	}
 }
 
-// runState is what a run's earlier attempts left in the event stream.
-type runState struct {
-	seq       uint64 // the last event's sequence; 0 = none
-	attempt   int    // the last attempt that published an event; 0 = none
-	lastPhase string // the lifecycle phase of the last event, if it is one
-	// lastError is the last event's error when it is an aborted event:
+// RunState is what a run's earlier attempts left in the event stream.
+type RunState struct {
+	Seq       uint64 // the last event's sequence; 0 = none
+	Attempt   int    // the last attempt that published an event; 0 = none
+	LastPhase string // the lifecycle phase of the last event, if it is one
+	// LastError is the last event's error when it is an aborted event:
 	// why the run's last attempt ended without finishing.
-	lastError string
-	finished  bool // the run has its final event
-	json      bool // the last event is JSON: the run's viewer asked for JSON
+	LastError string
+	Finished  bool // the run has its final event
+	JSON      bool // the last event is JSON: the run's viewer asked for JSON
 }
 
 // readLast reads the run's last event and reports what it says.
-func (e *emitter) readLast(ctx context.Context) (runState, error) {
+func (e *Emitter) readLast(ctx context.Context) (RunState, error) {
 	raw, err := e.events.GetLastMsgForSubject(ctx, e.subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return runState{}, nil
+		return RunState{}, nil
 	}
 	if err != nil {
-		return runState{}, fmt.Errorf("lanes: last event of run %s: %w", e.run, err)
+		return RunState{}, fmt.Errorf("lanes: last event of run %s: %w", e.run, err)
 	}
 	ct := raw.Header.Get(events.HeaderContentType)
 	ev, err := events.DecodeEvent(ct, raw.Data)
 	if err != nil {
 		// An undecodable last event: continue after its stream position.
-		return runState{seq: raw.Sequence, attempt: 1}, nil
+		return RunState{Seq: raw.Sequence, Attempt: 1}, nil
 	}
-	st := runState{seq: ev.Seq, attempt: ev.Attempt, finished: ev.Terminal(), json: ct == events.ContentJSON}
+	st := RunState{Seq: ev.Seq, Attempt: ev.Attempt, Finished: ev.Terminal(), JSON: ct == events.ContentJSON}
 	if ev.Stream == events.StreamLifecycle {
-		st.lastPhase = ev.Data.Phase
-		if st.lastPhase == events.PhaseAborted {
-			st.lastError = ev.Data.Error
+		st.LastPhase = ev.Data.Phase
+		if st.LastPhase == events.PhaseAborted {
+			st.LastError = ev.Data.Error
 		}
 	}
 	return st, nil
