@@ -77,14 +77,14 @@ func (o *owner) counted(ctx context.Context, seq uint64, n int, silent bool) (in
 	if n-1-mine < o.w.cfg.MaxAttempts {
 		return n - 1 - mine, nil
 	}
-	deadline := o.w.now().Add(o.w.noteGrace())
+	deadline := o.now().Add(o.w.noteGrace())
 	for {
 		excused, err := o.uncounted(ctx, seq, n)
 		if err != nil {
 			return 0, err
 		}
 		counted := n - 1 - len(excused)
-		if counted < o.w.cfg.MaxAttempts || !silent || !o.w.now().Before(deadline) {
+		if counted < o.w.cfg.MaxAttempts || !silent || !o.now().Before(deadline) {
 			if counted >= o.w.cfg.MaxAttempts {
 				o.log.Warn().Str("run_id", strconv.FormatUint(seq, 10)).Int("attempts", n-1).Int("counted", counted).
 					Ints("uncounted", slices.Sorted(maps.Keys(excused))).Msg("the message's attempts are spent: dead-lettering it as poison")

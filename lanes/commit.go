@@ -41,7 +41,7 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	}
 	var why events.EventData
 	var res *events.Result
-	now := o.w.now().UnixMilli()
+	now := o.now().UnixMilli()
 	switch c.Kind {
 	case "":
 		o.w.stats.Merged.Add(1)
@@ -246,7 +246,7 @@ func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) e
 // failTurn ends a run the handler never saw with an error event and commits
 // it (no entries) so the lane moves on.
 func (o *owner) failTurn(ctx context.Context, em *fenced.Emitter, p *plan, kind, msg string, attempt int) error {
-	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: o.w.now().UnixMilli(), Attempt: attempt})
+	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: o.now().UnixMilli(), Attempt: attempt})
 	res := &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
 		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}
 	return o.commit(ctx, em, p, &Outcome{Result: res})

@@ -63,12 +63,12 @@ func (o *owner) drain(ctx context.Context) bool {
 			o.slot.yielded = true
 			return false
 		}
-		began := o.w.now()
+		began := o.now()
 		o.quiet.reset() // only this turn's steer poll can say the lane is empty
 		err = o.process(ctx, raw)
 		switch {
 		case err == nil:
-			o.slot.turns, o.slot.lastTurn = o.slot.turns+1, o.w.now().Sub(began)
+			o.slot.turns, o.slot.lastTurn = o.slot.turns+1, o.now().Sub(began)
 			continue
 		case errors.Is(err, kvstore.ErrLeaseLost):
 			return true

@@ -119,7 +119,7 @@ func (o *owner) release() ending {
 	if o.w.shuttingDown.Load() {
 		return endShutdown
 	}
-	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: o.w.now().UnixMilli(), Trigger: o.lease.triggerSeq})
+	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: o.now().UnixMilli(), Trigger: o.lease.triggerSeq})
 	switch {
 	case err == nil:
 		o.lease.Lease = lease

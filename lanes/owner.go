@@ -46,6 +46,9 @@ type owner struct {
 	setUp func()
 }
 
+// now reads the worker's clock (Config.Now).
+func (o *owner) now() time.Time { return o.w.cfg.Now() }
+
 // ownerLease is the owner's claim on its lane: the lease (renewed by the
 // heartbeat, see lease.go), the trigger delivery that brought the lane
 // here (nil for a lane the sweep took), and the lane's mark as held here.
@@ -242,7 +245,7 @@ func (o *owner) settleTrigger(end ending) {
 		o.w.stats.OverBudget.Add(1)
 		// Before the trigger goes back: its redelivery is charged what
 		// the lane needs.
-		o.w.sched.OverBudget(o.token, o.slot.overBudget, o.w.now())
+		o.w.sched.OverBudget(o.token, o.slot.overBudget, o.now())
 		o.w.nak(o.lease.trigger, busyNakDelay)
 	case endNotDead:
 		o.letGo(ctx, "while a dead letter cannot be stored")
@@ -252,7 +255,7 @@ func (o *owner) settleTrigger(end ending) {
 		// take the lane.
 		o.letGo(ctx, "to yield")
 		o.w.stats.Yields.Add(1)
-		o.w.sched.Requeue(o.token, o.w.now())
+		o.w.sched.Requeue(o.token, o.now())
 		o.w.nak(o.lease.trigger, 0)
 	}
 }

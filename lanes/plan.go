@@ -94,7 +94,7 @@ func (o *owner) read(raw *jetstream.RawStreamMsg) collected {
 	if err != nil {
 		in = nil
 	}
-	c := collected{raw: raw, in: in, msg: msgOf(raw, in, o.storedMode(), o.w.now())}
+	c := collected{raw: raw, in: in, msg: msgOf(raw, in, o.storedMode(), o.now())}
 	if c.dupOf = o.lane.ids.Note(raw.Header.Get(events.HeaderLaneMsgID), raw.Sequence, raw.Time); c.dupOf != 0 {
 		c.msg.Kind = queue.KindDuplicate
 	}
@@ -162,7 +162,7 @@ func (o *owner) planTurn(ctx context.Context, head collected) (*plan, error) {
 	defer func() { w.close() }()
 	for {
 		qp := queue.PlanTurn(queue.Input{Pending: msgs, Complete: complete, Settings: queue.Resolve(overridesOf(o.lane.settings.Queue())),
-			LastEnd: o.lane.lastEnd, Now: o.w.now()})
+			LastEnd: o.lane.lastEnd, Now: o.now()})
 		switch qp.Verb {
 		case queue.VerbRead:
 			next, err := o.next(ctx, pending[len(pending)-1].raw.Sequence)
@@ -182,7 +182,7 @@ func (o *owner) planTurn(ctx context.Context, head collected) (*plan, error) {
 					return nil, err
 				}
 			}
-			if err := w.wait(ctx, qp.Until.Sub(o.w.now()), o.w.shutdown); err != nil {
+			if err := w.wait(ctx, qp.Until.Sub(o.now()), o.w.shutdown); err != nil {
 				return nil, err
 			}
 			complete = false

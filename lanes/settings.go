@@ -34,7 +34,7 @@ func (o *owner) applySettings(ctx context.Context, em *fenced.Emitter, p *plan) 
 		return err
 	}
 	text := o.lane.settings.String()
-	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.w.now().UnixMilli(), Text: text})
+	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.now().UnixMilli(), Text: text})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
 }
 

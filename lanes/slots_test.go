@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,12 +146,13 @@ func TestLaneYieldsToWaitingLane(t *testing.T) {
 func TestFairLanesNothingLostOrDoubled(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 30*time.Second, 5*time.Second)
+	clock := newTurnClock()
 	h := newOrderHandler(func(*Turn) error {
-		time.Sleep(2 * time.Millisecond) // a turn takes a moment, so lanes wait
+		clock.turn() // a turn takes a moment, so lanes wait
 		return nil
 	})
-	w1, _, _ := f.fairWorker(t, h, Config{Concurrency: 2})
-	w2, _, _ := f.fairWorker(t, h, Config{Concurrency: 2})
+	w1, _, _ := f.fairWorker(t, h, Config{Concurrency: 2, Now: clock.now})
+	w2, _, _ := f.fairWorker(t, h, Config{Concurrency: 2, Now: clock.now})
 	const lanes, msgs = 12, 8
 	last := map[string]uint64{}
 	for i := range msgs {
@@ -198,6 +200,7 @@ func TestFairLanesNothingLostOrDoubled(t *testing.T) {
 func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 2*time.Second, 2*time.Second)
+	clock := newTurnClock()
 	var victim *Worker
 	var die sync.Once
 	var victimConn *nats.Conn
@@ -208,11 +211,11 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 			die.Do(func() { victimConn.Close() })
 			return fmt.Errorf("worker died")
 		}
-		time.Sleep(2 * time.Millisecond)
+		clock.turn()
 		return nil
 	})
 	wrapped, open := gated(h)
-	victim, victimConn, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1, RetryDelay: time.Hour, ShutdownGrace: 100 * time.Millisecond})
+	victim, victimConn, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1, RetryDelay: time.Hour, ShutdownGrace: 100 * time.Millisecond, Now: clock.now})
 	const lanes, msgs = 4, 5
 	last := map[string]uint64{}
 	for i := range msgs {
@@ -223,7 +226,7 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 	}
 	open()
 	waitFor(t, "the victim's death", func() bool { return victimConn.IsClosed() })
-	f.fairWorker(t, h, Config{Concurrency: 2})
+	f.fairWorker(t, h, Config{Concurrency: 2, Now: clock.now})
 	for k, seq := range last {
 		f.waitFinal(t, k, seq)
 	}
@@ -294,6 +297,19 @@ func TestShouldYield(t *testing.T) {
 		})
 	}
 }
+
+// turnClock is the workers' clock (Config.Now) in tests whose turns must
+// take a moment so that lanes wait for slots: each turn moves it on
+// instead of sleeping.
+type turnClock struct{ skew atomic.Int64 }
+
+func newTurnClock() *turnClock { return &turnClock{} }
+
+// now is the wall clock, moved on by every turn so far.
+func (c *turnClock) now() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+
+// turn moves the clock on by what a turn takes (2 ms).
+func (c *turnClock) turn() { c.skew.Add(int64(2 * time.Millisecond)) }
 
 // fakeMsg stands for a trigger delivery where only its presence matters.
 type fakeMsg struct{ jetstream.Msg }

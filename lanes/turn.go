@@ -317,7 +317,7 @@ func (o *owner) loadHistory(ctx context.Context) error {
 // start stores the attempt's first event before the turn starts, so a
 // message that kills its worker is counted and dead-lettered at last.
 func (o *owner) start(ctx context.Context, a *attempt) error {
-	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.w.now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq}
+	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq}
 	if a.restart {
 		data.Phase = events.PhaseRestart
 	}
@@ -375,7 +375,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 	}
 	// The turn ended now, before its final event is published: a message
 	// sent after a client saw that event never counts as "while busy".
-	o.lane.lastEnd = o.w.now()
+	o.lane.lastEnd = o.now()
 	if err := o.commit(ctx, a.em, p, out); err != nil {
 		return err
 	}
