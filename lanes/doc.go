@@ -68,7 +68,9 @@
 //	cut.go           a cut turn (interrupted) and a stop command's run
 //	settings.go      settings messages: refuse, store, apply
 //	slots.go         yields, and a delivery waiting in line for a slot
-//	worker.go        Config, Worker, Stats, Run and the delivery path, dead letters
+//	worker.go        Config, Worker, Stats, Run
+//	delivery.go      the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
+//	deadletter.go    dead letters (poison, invalid, bad lane)
 //	sweep.go         the sweep: idle lanes with messages or owed finals
 //	expire.go        the retention pass (Worker.ExpireIdle)
 //	transcripts.go   the worker's transcript cache
@@ -76,7 +78,8 @@
 //	setup.go         the streams (EnsureStreams, StreamConfig)
 //	queue/           the pure queue planner
 //	internal/slots   the scheduler: slots, the byte budget's charges, the line (pure)
-//	internal/fenced  the fenced event emitter of one run (see Fenced events)
+//	internal/fenced  the fenced event emitter of one run (see Fenced events): fence.go claims,
+//	                 emitter.go coalesces and pipelines, publish.go the synchronous events
 //	service/         the per-lane read service
 //
 // # Scheduling
