@@ -95,13 +95,13 @@
 // it comes back here it takes its old place. Past four times the slots in
 // line a delivery is handed back at once.
 //
-// A slot also holds its trigger's payload bytes against the worker's
+// A slot is also charged its trigger's payload bytes against the worker's
 // in-flight byte budget (Config.MaxInflightBytes): a delivery whose payload
 // does not fit waits in line as if every slot were busy (first come, first
 // served: smaller ones wait behind it), so a sender of large messages
-// cannot make every slot hold one; the line itself holds at most the
+// cannot make every slot carry one; the line itself is charged at most the
 // budget's worth of payloads besides. An owner whose next message is
-// larger than what its slot holds adds the difference if the budget has
+// larger than what its slot is charged adds the difference if the budget has
 // room; if not, it lets the lane go and hands its trigger back, and the
 // worker remembers what the lane needs (until a slot is handed to it, or
 // its place here is forgotten): the trigger's redelivery, and the sweep,

@@ -121,7 +121,7 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 }
 
 // fits charges the owner's slot for the message it is about to run, when
-// that is larger than what the slot holds (its trigger's payload, or the
+// that is larger than what the slot is charged (its trigger's payload, or the
 // largest message it ran), and reports whether the byte budget had room: a
 // sender cannot pass large messages behind a small one. It returns the
 // message's charge.

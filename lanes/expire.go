@@ -59,9 +59,9 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 		return st, err
 	}
-	seq, done := pos, false
+	seq, scanned := pos, false
 	var passErr error
-	for !done && st.Expired < limit && passErr == nil {
+	for !scanned && st.Expired < limit && passErr == nil {
 		// A batch of lanes with data written before the cutoff, each
 		// once, in stream order; then each is looked at concurrently.
 		var batch []kvstore.Stored
@@ -74,7 +74,7 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 				break
 			}
 			if !ok || !m.Time.Before(cutoff) {
-				done = true
+				scanned = true // every lane written before the cutoff
 				break
 			}
 			st.Scanned++

@@ -106,7 +106,7 @@ type slotUse struct {
 	turns    int
 	lastTurn time.Duration
 	yielded  bool
-	// charged is what the slot holds of the byte budget; it grows to the
+	// charged is what the slot is charged of the byte budget; it grows to the
 	// largest message the owner runs (fits), and goes back with the slot.
 	// overBudget: the drain ended because the lane's next message,
 	// charged this many bytes, did not fit; 0 = it did not.

@@ -54,7 +54,7 @@ func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, tri
 // waitForSlot lets a delivery that found every slot busy (or its payload
 // over the byte budget) wait for one, in line, for up to lineWait; then it
 // is handed back (Nak), keeping its lane's place for its redelivery. It
-// reports whether the delivery got a slot, and the bytes the slot holds
+// reports whether the delivery got a slot, and the bytes charged to it
 // (the caller runs it and puts both back); if not, the delivery is settled.
 //
 // Another delivery of a lane that waits here is acked (its owner-to-be

@@ -110,7 +110,7 @@ func (w *Worker) deleteLeftovers(ctx context.Context, subj string, cursor uint64
 // sweepLane takes a lane over (no trigger) and runs its owner. It reports
 // false when the worker has no free slot: the next sweep tries again.
 func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bool {
-	// A swept lane's messages are read by its owner: it holds no
+	// A swept lane's messages are read by its owner: it is charged no
 	// trigger's payload, only what the lane's next message needs if an
 	// owner here let it go over the byte budget.
 	charged, ok := w.sched.Take(token, 0, w.now())

@@ -241,7 +241,7 @@ func (c *transcripts) settingsOf(token string) (*events.Settings, uint64) {
 	return t.settings, t.settingsAt
 }
 
-// settled reports whether the lane's newest transcript message is still
+// finalsStored reports whether the lane's newest transcript message is still
 // the record at stream sequence stored whose final events this worker
 // stored, and the connection has not reconnected since: then a new owner
 // need not check them. A reconnect may mean a server that restarted and

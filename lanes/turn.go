@@ -26,8 +26,8 @@ import (
 // Turn is one inbound message being processed by its lane's owner. The
 // handler reads the message and the session's history from it and streams
 // events through Emit; it returns the entries to append and the result, which
-// the lane commits (fenced), publishes as the final event and only then marks
-// done.
+// the lane commits (fenced), publishes as the final event and only then
+// counts as processed.
 type Turn struct {
 	SessionKey string
 	Token      string

@@ -17,13 +17,13 @@ import (
 // without fairness.
 const waitFactor = 4
 
-// Scheduler holds a worker's lane slots and the lanes waiting for one. A slot
-// also holds its trigger's payload bytes against the worker's in-flight
-// byte budget (lanes.Config.MaxInflightBytes): a lane takes a slot only when one
-// is free and its bytes fit, so a hostile sender's large messages cannot
-// make every slot hold one at once; and the deliveries waiting in line
-// hold at most the budget's worth of payloads besides (past it, one is
-// handed back, as when too many wait).
+// Scheduler keeps a worker's lane slots and the lanes waiting for one. A
+// slot is also charged its trigger's payload bytes against the worker's
+// in-flight byte budget (lanes.Config.MaxInflightBytes): a lane takes a
+// slot only when one is free and its bytes fit, so a hostile sender's large
+// messages cannot make every slot carry one at once; and the deliveries
+// waiting in line are charged at most the budget's worth of payloads
+// besides (past it, one is handed back, as when too many wait).
 type Scheduler struct {
 	mu       sync.Mutex
 	size     int
@@ -46,7 +46,7 @@ type place struct {
 	since time.Time
 	w     *Waiter   // the delivery waiting now; nil while handed back
 	left  time.Time // when w was handed back
-	// need is what the lane's next message holds of the byte budget, when
+	// need is what the lane's next message is charged of the byte budget, when
 	// an owner here let the lane go because it did not fit (see
 	// slots.overBudget); 0 = nothing more than a delivery's own payload.
 	// The lane's deliveries are charged at least this much, so its
@@ -61,7 +61,7 @@ type Waiter struct {
 	token string
 	since time.Time
 	bytes int64         // what it is charged for its slot (see Scheduler.charged)
-	pay   int64         // its own payload's charge, which the line holds (see Scheduler.Charge)
+	pay   int64         // its own payload's charge, which the line is charged (see Scheduler.Charge)
 	grant chan struct{} // closed when the slot is handed to it
 	deps  int           // other deliveries of its lane acked because it waits (under Scheduler.mu)
 }
@@ -72,7 +72,7 @@ func New(size int, maxBytes int64) *Scheduler {
 	return &Scheduler{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}}
 }
 
-// Charge is what a payload of n bytes holds of the byte budget: n, at most
+// Charge is what a payload of n bytes is charged of the byte budget: n, at most
 // the whole budget (a payload larger than it runs alone).
 func (s *Scheduler) Charge(n int) int64 {
 	if s.maxBytes <= 0 {
@@ -88,7 +88,7 @@ func (s *Scheduler) fits(b int64) bool {
 }
 
 // charged is what a delivery of the lane token with a payload of n bytes
-// holds of the byte budget: its own payload's charge, or what the lane's
+// is charged of the byte budget: its own payload's charge, or what the lane's
 // next message needs if an owner let the lane go over the budget (under
 // s.mu).
 func (s *Scheduler) charged(token string, n int, now time.Time) int64 {
@@ -152,7 +152,7 @@ func (s *Scheduler) Put(b int64) {
 	s.waiting.Store(int32(len(s.queue)))
 }
 
-// Grow adds b bytes to what a slot in use holds, if they fit the budget
+// Grow adds b bytes to what a slot in use is charged, if they fit the budget
 // (an owner about to run a message larger than its trigger's). It never
 // waits: an owner whose message does not fit lets its lane go for a while.
 func (s *Scheduler) Grow(b int64) bool {
@@ -227,7 +227,7 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	case len(s.queue) >= s.maxWait && !rejoin:
 		return nil, 0, JoinFull
 	case s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes && !rejoin:
-		// A waiting delivery holds its payload too: the line holds at
+		// A waiting delivery is charged its payload too: the line is charged at
 		// most the budget's worth (of payloads: what a lane needs for its
 		// next message is not charged while it waits).
 		return nil, 0, JoinFull
