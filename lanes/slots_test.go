@@ -20,8 +20,8 @@ import (
 )
 
 // fairWorker runs a worker on its own connection and returns it with the
-// connection (closing it without stopping the worker is how a test kills
-// one) and its stop.
+// connection (closing it without shutting the worker down is how a test kills
+// one) and the function that shuts it down.
 func (f *fleet) fairWorker(t *testing.T, h Handler, cfg Config) (*Worker, *nats.Conn, func()) {
 	t.Helper()
 	nc := natstest.Connect(t, f.url)
