@@ -56,31 +56,32 @@
 //
 // # Files
 //
-//	owner.go         the owner, its parts (lease, lane, slot), its run loop and endings (settleTrigger)
-//	lease.go         heartbeat, release and re-acquire, letGo, the held-here mark, deleting processed messages
-//	drain.go         the drain loop: cursor and settings, look at the lane, charge the slot, process a turn
-//	plan.go          read messages off the lane and name the planner's plan (collect debounce, merges, drops)
-//	turn.go          Turn, Handler, Outcome, StepLog; open and start an attempt, run the handler, steering
-//	attempt.go       an owner's attempts: counting them toward MaxAttempts, ending and closing them
-//	uncounted.go     the notes of attempts that do not count (UncountedToken)
-//	commit.go        commit (the record), the finals promise, the runs a turn consumed, duplicates
-//	watch.go         the debounce wait, the drain's watch (cuts, quiet), linger
-//	cut.go           a cut turn (interrupted) and a stop command's run
-//	settings.go      settings messages: refuse, store, apply
-//	slots.go         yields, and a delivery waiting in line for a slot
-//	worker.go        Config, Worker, Stats, Run
-//	delivery.go      the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
-//	deadletter.go    dead letters (poison, invalid, bad lane)
-//	sweep.go         the sweep: idle lanes with messages or owed finals
-//	expire.go        the retention pass (Worker.ExpireIdle)
-//	transcripts.go   the worker's transcript cache
-//	gate.go          the set-up gate
-//	setup.go         the streams (EnsureStreams, StreamConfig)
-//	queue/           the pure queue planner
-//	internal/slots   the scheduler: slots, the byte budget's charges, the line (pure)
-//	internal/fenced  the fenced event emitter of one run (see Fenced events): fence.go claims,
-//	                 emitter.go coalesces and pipelines, publish.go the synchronous events
-//	service/         the per-lane read service
+//	owner.go           the owner, its parts (lease, lane, slot), its run loop and endings (settleTrigger)
+//	lease.go           heartbeat, release and re-acquire, letGo, the held-here mark, deleting processed messages
+//	drain.go           the drain loop: cursor and settings, look at the lane, charge the slot, process a turn
+//	plan.go            read messages off the lane and name the planner's plan (collect debounce, merges, drops)
+//	turn.go            Turn, Handler, Outcome, StepLog; open and start an attempt, run the handler, steering
+//	attempt.go         an owner's attempts: counting them toward MaxAttempts, ending and closing them
+//	uncounted.go       the notes of attempts that do not count (UncountedToken)
+//	commit.go          commit (the record), the finals promise, the runs a turn consumed, duplicates
+//	watch.go           the debounce wait, the drain's watch (cuts, quiet), linger
+//	cut.go             a cut turn (interrupted) and a stop command's run
+//	settings.go        settings messages: refuse, store, apply
+//	slots.go           yields, and a delivery waiting in line for a slot
+//	worker.go          Config, Worker, Stats, Run
+//	delivery.go        the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
+//	deadletter.go      dead letters (poison, invalid, bad lane)
+//	sweep.go           the sweep: idle lanes with messages or owed finals
+//	expire.go          the retention pass (Worker.ExpireIdle)
+//	transcripts.go     the worker's transcript cache
+//	gate.go            the set-up gate
+//	setup.go           the streams (EnsureStreams, StreamConfig)
+//	queue/             the pure queue planner
+//	internal/slots     the scheduler: slots, the byte budget's charges, the line (pure: no NATS)
+//	internal/lanestest the waits the lane's tests share (WaitFor, WaitClosed)
+//	internal/fenced    the fenced event emitter of one run (see Fenced events): fence.go claims,
+//	                   emitter.go coalesces and pipelines, publish.go the synchronous events
+//	service/           the per-lane read service
 //
 // # Scheduling
 //
