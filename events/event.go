@@ -78,6 +78,14 @@ const (
 	PhaseResumed = "resumed"
 )
 
+// Phases of the tool and compaction streams. A tool call is start (Name,
+// ToolCallID, Args), update… (partial output), result (Payload, IsError);
+// a compaction is start, then end (PhaseStart and PhaseEnd).
+const (
+	PhaseUpdate = "update"
+	PhaseResult = "result"
+)
+
 // Event is one event of a run, published on agent.ev.<lane>.<run>. Seq counts
 // from 1 within a run and never repeats, across worker restarts too.
 type Event struct {

@@ -133,7 +133,7 @@ var errAny = errors.New("any error")
 func mustEvent(t testing.TB) []byte {
 	t.Helper()
 	b, _, err := EncodeEvent(&Event{RunID: "7", SessionKey: "alice", Seq: 3, Stream: StreamTool, TS: 1,
-		Data: EventData{Phase: "start", Name: "read", Args: map[string]any{"path": "a.txt", "n": []any{1, "x", nil}}}}, false)
+		Data: EventData{Phase: PhaseStart, Name: "read", Args: map[string]any{"path": "a.txt", "n": []any{1, "x", nil}}}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestJSONDepthRoundTrip(t *testing.T) {
 	if err := json.Unmarshal([]byte("["+deep+"]"), &args); err == nil {
 		t.Fatal("encoding/json's limit is higher than this test assumes")
 	}
-	data, ct, err := EncodeEvent(&Event{Stream: StreamTool, Data: EventData{Phase: "start", Args: args}}, false)
+	data, ct, err := EncodeEvent(&Event{Stream: StreamTool, Data: EventData{Phase: PhaseStart, Args: args}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,10 +81,10 @@ func TestRolesRunATurn(t *testing.T) {
 	var updates int
 	var result string
 	for _, ev := range evs {
-		if ev.Stream == events.StreamTool && ev.Data.Phase == "update" {
+		if ev.Stream == events.StreamTool && ev.Data.Phase == events.PhaseUpdate {
 			updates++
 		}
-		if ev.Stream == events.StreamTool && ev.Data.Phase == "result" {
+		if ev.Stream == events.StreamTool && ev.Data.Phase == events.PhaseResult {
 			b, _ := json.Marshal(ev.Data.Payload)
 			result = string(b)
 		}

@@ -93,7 +93,7 @@ func TestHooksThroughTheFleet(t *testing.T) {
 	evs := live.run(t, run)
 	var results []string
 	for _, ev := range evs {
-		if ev.Stream == events.StreamTool && ev.Data.Phase == "result" {
+		if ev.Stream == events.StreamTool && ev.Data.Phase == events.PhaseResult {
 			b, _ := json.Marshal(ev.Data.Payload)
 			results = append(results, string(b))
 		}

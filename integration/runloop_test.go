@@ -252,7 +252,7 @@ func TestHostileToolCalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Stream == "tool" && ev.Data.Phase == "result" {
+		if ev.Stream == events.StreamTool && ev.Data.Phase == events.PhaseResult {
 			toolResults = append(toolResults, fmt.Sprintf("%s:%v", ev.Data.Name, ev.Data.IsError))
 		}
 	}
@@ -345,7 +345,7 @@ func TestRemoteToolThroughTheFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Stream == "tool" && ev.Data.Phase == "result" {
+		if ev.Stream == events.StreamTool && ev.Data.Phase == events.PhaseResult {
 			b, _ := json.Marshal(ev.Data.Payload)
 			result = string(b)
 			if ev.Data.IsError {
@@ -698,7 +698,7 @@ func TestSteerChangesATurnsCourse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Stream == "tool" && ev.Data.Phase == "start" {
+		if ev.Stream == events.StreamTool && ev.Data.Phase == events.PhaseStart {
 			break // the first tool runs now
 		}
 	}

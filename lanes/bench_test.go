@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 )
 
 // benchRunDeltas is the length of one benchmark run's reply, in deltas: the
@@ -85,25 +86,25 @@ func BenchmarkEmitDeltas(b *testing.B) {
 		// Every run's emitter claims its run first, as a turn does (next to
 		// reading what earlier attempts left): once per turn, not part of
 		// the per-delta path, so outside the timer.
-		ems := make([]*emitter, b.N/benchRunDeltas+1)
+		ems := make([]*fenced.Emitter, b.N/benchRunDeltas+1)
 		for i := range ems {
 			run := strconv.Itoa(i)
-			ems[i] = &emitter{js: js, events: streams.Events, key: "bench", run: run, subject: "agent.ev.bench." + run, log: zerolog.Nop(), attempt: 1}
-			if _, err := ems[i].claim(b.Context(), 1); err != nil {
+			ems[i] = fenced.New(fenced.Config{JS: js, Events: streams.Events, Key: "bench", Run: run, Subject: "agent.ev.bench." + run, Log: zerolog.Nop(), Attempt: 1})
+			if _, err := ems[i].Claim(b.Context(), 1); err != nil {
 				b.Fatal(err)
 			}
 		}
 		var text strings.Builder
-		var em *emitter
+		var em *fenced.Emitter
 		frames := uint64(0)
 		settle := func() {
 			if em == nil {
 				return
 			}
-			if err := em.settle(b.Context()); err != nil {
+			if err := em.AwaitAcks(b.Context()); err != nil {
 				b.Fatal(err)
 			}
-			frames += em.seq
+			frames += em.Seq()
 		}
 		b.ResetTimer()
 		start := time.Now()
@@ -114,7 +115,7 @@ func BenchmarkEmitDeltas(b *testing.B) {
 				text.Reset()
 			}
 			text.WriteString(delta)
-			em.emit(events.StreamAssistant, events.EventData{Delta: delta, Text: text.String()})
+			em.Emit(events.StreamAssistant, events.EventData{Delta: delta, Text: text.String()})
 		}
 		settle()
 		report(b, start)

@@ -95,15 +95,10 @@ func TestSubjectThatIsNoLaneDeadLettered(t *testing.T) {
 	}
 	// The message is deleted from the inbound stream right after its dead
 	// letter is stored: wait for it (the deadline only detects a hang).
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitFor(t, "the inbound message deleted", func() bool {
 		_, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("inbound message still stored: %v", err)
-		}
-	}
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	})
 	if got := w.Stats().DeadLettersByReason(); got["bad-lane"] != 1 {
 		t.Fatalf("dead letters by reason = %v", got)
 	}
@@ -210,7 +205,7 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Tried again: it stayed.
-			waitUntil(t, "the message tried again", func() bool { return w.Stats().DeadLetterFailures.Load() >= 3 })
+			waitFor(t, "the message tried again", func() bool { return w.Stats().DeadLetterFailures.Load() >= 3 })
 			if _, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence); err != nil {
 				t.Fatalf("the message was not kept: %v", err)
 			}
@@ -246,7 +241,7 @@ func TestFullDeadLetterStreamKeepsMessage(t *testing.T) {
 					t.Fatalf("final = %+v attempt %d, want %s at attempt %d", ev.Data.Result.Meta, ev.Attempt, w.kind, w.attempt)
 				}
 			}
-			waitUntil(t, "the dead-lettered message deleted", func() bool {
+			waitFor(t, "the dead-lettered message deleted", func() bool {
 				_, err := f.streams.Inbound.GetMsg(t.Context(), ack.Sequence)
 				return errors.Is(err, jetstream.ErrMsgNotFound)
 			})

@@ -72,7 +72,7 @@ func TestDuplicatesRunOnce(t *testing.T) {
 	// The lane is released meanwhile; its next owner knows the ids from
 	// the record.
 	tok, _ := events.KeyToken("d")
-	waitUntil(t, "the lane released", func() bool {
+	waitFor(t, "the lane released", func() bool {
 		_, held, err := f.lanes.Holder(t.Context(), tok)
 		return err == nil && !held
 	})

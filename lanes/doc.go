@@ -2,7 +2,86 @@
 // dispatch deliveries from the AGENT_IN stream, owns a lane by its KV lease,
 // drains the lane's messages in stream order through a Handler it declares,
 // publishes each run's events on agent.ev.<lane>.<run>, and hands lanes over
-// when it stops or dies (lease-and-drain, see DESIGN.md).
+// when it shuts down or dies (lease-and-drain, see DESIGN.md).
+//
+// # Glossary
+//
+// Each word below has one meaning in this package's names and comments
+// (texts a user or an operator reads are left as they were).
+//
+//   - lane: a session's inbound messages, agent.in.<token>, run in
+//     stream order; token is its subject token, key its session key.
+//   - owner: what drains one lane on a worker while it holds the lane's
+//     lease (owner.go). Its state has three parts: the lease, the lane
+//     and the slot.
+//   - lease: the lanes bucket's record that gives one owner the lane
+//     (kvstore.Lease); the heartbeat renews it. Held: a lane's lease is
+//     taken. Held here: by an owner on this worker (markHeld, heldHere),
+//     so the lane's other deliveries are acked without a slot.
+//   - trigger: the dispatch delivery that brought the lane to its owner,
+//     kept in progress while the owner drains; a lane the sweep took has
+//     none.
+//   - settle: decide a delivery's fate, ack or hand back (Nak):
+//     settleDelivery for a delivery, settleTrigger for an owner's trigger.
+//     Nothing else is settled.
+//   - drain: take the lane's messages in order until none is left.
+//   - plan: what one turn takes off the lane (queue.PlanTurn's plan and
+//     the messages it names).
+//   - turn: one call of the Handler (or the owner's own answer, for a
+//     message the handler never sees) that consumes one or more messages.
+//   - run: the events of one inbound message, agent.ev.<token>.<run>,
+//     named by its inbound sequence; attempt: one try at a turn's run.
+//   - commit: the fenced write of a turn's record, which moves the cursor
+//     past every message the turn consumed.
+//   - finals: a run's final event. Owed: the finals of a committed turn
+//     not stored yet (laneState.owed); keeping the promise is publishing
+//     them (keepPromise, publishOwed) before the lane moves on.
+//   - processed: the messages of committed turns, deleted while the lease
+//     is still held.
+//   - slot: one of the worker's Config.Concurrency places to run a lane;
+//     line: the deliveries waiting for one; yield: an owner gives its
+//     slot to the lane first in line at a turn boundary.
+//   - charge: the payload bytes a slot, or a delivery in line, counts
+//     against Config.MaxInflightBytes.
+//   - watch: a core subscription on the lane. The debounce's (laneWatch)
+//     ends a collect wait; the drain's (quietWatch) cuts a running turn,
+//     wakes a lingering owner and tells the drain the lane is still empty.
+//   - cut: end the running turn early, because an interrupt, rollback or
+//     stop arrived.
+//   - stop: the stop command (events.Inbound.Stop), and nothing else.
+//   - shutdown: the worker's end, when Run's context is done
+//     (shuttingDown, ErrShutdown). Halt: an emitter publishes nothing more.
+//   - fence: the marker a run's events expect (FenceToken).
+//   - done: only a context's Done and a goroutine's exit channel.
+//
+// # Files
+//
+//	owner.go           the owner, its parts (lease, lane, slot), its run loop and endings (settleTrigger)
+//	lease.go           heartbeat, release and re-acquire, letGo, the held-here mark, deleting processed messages
+//	drain.go           the drain loop: cursor and settings, look at the lane, charge the slot, process a turn
+//	plan.go            read messages off the lane and name the planner's plan (collect debounce, merges, drops)
+//	turn.go            Turn, Handler, Outcome, StepLog; open and start an attempt, run the handler, steering
+//	attempt.go         an owner's attempts: counting them toward MaxAttempts, ending and closing them
+//	uncounted.go       the notes of attempts that do not count (UncountedToken)
+//	commit.go          commit (the record), the finals promise, the runs a turn consumed, duplicates
+//	watch.go           the debounce wait, the drain's watch (cuts, quiet), linger
+//	cut.go             a cut turn (interrupted) and a stop command's run
+//	settings.go        settings messages: refuse, store, apply
+//	slots.go           yields, and a delivery waiting in line for a slot
+//	worker.go          Config, Worker, Stats, Run
+//	delivery.go        the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
+//	deadletter.go      dead letters (poison, invalid, bad lane)
+//	sweep.go           the sweep: idle lanes with messages or owed finals
+//	expire.go          the retention pass (Worker.ExpireIdle)
+//	transcripts.go     the worker's transcript cache
+//	gate.go            the set-up gate
+//	setup.go           the streams (EnsureStreams, StreamConfig)
+//	queue/             the pure queue planner
+//	internal/slots     the scheduler: slots, the byte budget's charges, the line (pure: no NATS)
+//	internal/lanestest the waits the lane's tests share (WaitFor, WaitClosed)
+//	internal/fenced    the fenced event emitter of one run (see Fenced events): fence.go claims,
+//	                   emitter.go coalesces and pipelines, publish.go the synchronous events
+//	service/           the per-lane read service
 //
 // # Scheduling
 //
@@ -17,13 +96,13 @@
 // it comes back here it takes its old place. Past four times the slots in
 // line a delivery is handed back at once.
 //
-// A slot also holds its trigger's payload bytes against the worker's
+// A slot is also charged its trigger's payload bytes against the worker's
 // in-flight byte budget (Config.MaxInflightBytes): a delivery whose payload
 // does not fit waits in line as if every slot were busy (first come, first
 // served: smaller ones wait behind it), so a sender of large messages
-// cannot make every slot hold one; the line itself holds at most the
+// cannot make every slot carry one; the line itself is charged at most the
 // budget's worth of payloads besides. An owner whose next message is
-// larger than what its slot holds adds the difference if the budget has
+// larger than what its slot is charged adds the difference if the budget has
 // room; if not, it lets the lane go and hands its trigger back, and the
 // worker remembers what the lane needs (until a slot is handed to it, or
 // its place here is forgotten): the trigger's redelivery, and the sweep,
@@ -66,7 +145,7 @@
 // OnArrival while a turn runs, Steer at its model-call boundaries, AfterCut
 // behind a cut turn); this package reads the messages it asks for, carries
 // out its plan on the stream, which is the queue (nothing is held in memory
-// between turns), and settles the trigger delivery in one place (settle).
+// between turns), and settles the trigger delivery in one place (settleTrigger).
 //
 //   - followup: one turn per message, in order.
 //   - collect: at a turn boundary the collect-mode messages waiting behind
@@ -186,7 +265,7 @@
 // worker tries again later (Stats.DeadLetterFailures). A turn lists the messages it consumed in its final event's
 // Meta.Consumed. A committed turn's final events are a promise: its owner
 // retries them (bounded backoff) until they are stored before it takes the
-// next message or releases the lane; a worker that stops first hands the
+// next message or releases the lane; a worker that shuts down first hands the
 // lane over with its trigger un-acked, and the lane's next owner (or the
 // sweep, for a lane nothing else wakes) publishes what is missing.
 //
@@ -209,7 +288,7 @@
 // over a newer owner's), and every event it publishes expects that marker
 // to be the subject's last message. So once the lane's next owner has
 // claimed the run, the stream refuses every event of the older one (a
-// worker paused past its lease, say), which stops at the first refusal and
+// worker paused past its lease, say), which halts at the first refusal and
 // ends its work on the lane; a run's final event is published at most once.
 // Each attempt claims the run anew (the marker names its claim, too): an
 // owner that retries a failed attempt under the same lease fences the

@@ -35,7 +35,7 @@ func (w *Worker) expire(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.SweepEvery)
 	defer cancel()
-	st, err := w.ExpireIdle(ctx, p.Cutoff(time.Now()), maxExpirePerPass)
+	st, err := w.ExpireIdle(ctx, p.Cutoff(w.now()), maxExpirePerPass)
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn().Err(err).Msg("retention pass")
 	}
@@ -59,9 +59,9 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 		return st, err
 	}
-	seq, done := pos, false
+	seq, scanned := pos, false
 	var passErr error
-	for !done && st.Expired < limit && passErr == nil {
+	for !scanned && st.Expired < limit && passErr == nil {
 		// A batch of lanes with data written before the cutoff, each
 		// once, in stream order; then each is looked at concurrently.
 		var batch []kvstore.Stored
@@ -74,7 +74,7 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 				break
 			}
 			if !ok || !m.Time.Before(cutoff) {
-				done = true
+				scanned = true // every lane written before the cutoff
 				break
 			}
 			st.Scanned++
@@ -150,7 +150,7 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	if err != nil {
 		return false, 0, nil // not a lane of ours
 	}
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
 	if errors.Is(err, kvstore.ErrHeld) {
 		return false, -1, nil
 	}

@@ -92,7 +92,7 @@ func TestExpireIdleForgetsOnlyIdleSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := f.publish(t, "waiting", "two")
-	waitCond(t, "the waiting lane's delivery acked as a follower", func() bool { return w.Stats().FollowerAcks.Load() > 0 })
+	waitFor(t, "the waiting lane's delivery acked as a follower", func() bool { return w.Stats().FollowerAcks.Load() > 0 })
 	if err := waiting.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestSessionTTLSweep(t *testing.T) {
 	f := newFleet(t, time.Second, 2*time.Second)
 	f.runWorker(t, &echoHandler{}, Config{SweepEvery: 100 * time.Millisecond, SessionTTL: time.Second})
 	f.waitFinal(t, "brief", f.publish(t, "brief", "hello"))
-	waitCond(t, "the idle session forgotten", func() bool { return f.records(t, "brief") == 0 })
+	waitFor(t, "the idle session forgotten", func() bool { return f.records(t, "brief") == 0 })
 }
 
 // TestSessionTTLValidated: a TTL below the minimum is refused.
@@ -159,17 +159,5 @@ func TestSessionTTLValidated(t *testing.T) {
 	f := newFleet(t, time.Second, 2*time.Second)
 	if _, err := NewWorker(f.js, f.streams, f.lanes, &echoHandler{}, Config{SessionTTL: time.Millisecond}); err == nil {
 		t.Fatal("a 1ms session TTL was accepted")
-	}
-}
-
-// waitCond polls cond until it holds; the deadline only detects a hang.
-func waitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

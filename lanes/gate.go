@@ -21,17 +21,17 @@ import (
 // model calls of the first ones overlap the set-ups of the rest.
 //
 // A set-up that stalls (a slow store, a queue mode that waits for more
-// messages) lets its place go after gateHold, so one slow lane never holds
+// messages) lets its place go after gateKeep, so one slow lane never keeps
 // the others back for longer. The other side of that: when set-ups take
-// longer than gateHold (a worker far past overload), the gate no longer
-// bounds how many run at once, only lets n more start every gateHold.
+// longer than gateKeep (a worker far past overload), the gate no longer
+// bounds how many run at once, only lets n more start every gateKeep.
 type setupGate struct {
 	ch   chan struct{}
-	hold time.Duration // gateHold, shorter in tests
+	keep time.Duration // gateKeep, shorter in tests
 }
 
-// gateHold is the longest one set-up keeps its place in the gate.
-const gateHold = 100 * time.Millisecond
+// gateKeep is the longest one set-up keeps its place in the gate.
+const gateKeep = 100 * time.Millisecond
 
 // defaultSetups is the gate's width when Config.SetupConcurrency is 0:
 // enough set-ups in flight to keep the cores busy while each waits on its
@@ -39,37 +39,37 @@ const gateHold = 100 * time.Millisecond
 func defaultSetups() int { return 4 * runtime.GOMAXPROCS(0) }
 
 // newSetupGate returns a gate n wide (0: defaultSetups; negative: none)
-// whose places are held at most hold (0: gateHold).
-func newSetupGate(n int, hold time.Duration) *setupGate {
+// whose places are kept at most keep (0: gateKeep).
+func newSetupGate(n int, keep time.Duration) *setupGate {
 	if n < 0 {
 		return nil
 	}
 	if n == 0 {
 		n = defaultSetups()
 	}
-	if hold <= 0 {
-		hold = gateHold
+	if keep <= 0 {
+		keep = gateKeep
 	}
-	return &setupGate{ch: make(chan struct{}, n), hold: hold}
+	return &setupGate{ch: make(chan struct{}, n), keep: keep}
 }
 
 // enter waits for a place in the gate (at once when there is no gate) and
 // returns the function that gives it back; calling that function more than
-// once is harmless, and the place is given back by itself after the hold.
-// It gives up when stop is closed (ok false): a worker that stops sets up
-// nothing more.
-func (g *setupGate) enter(stop <-chan struct{}) (leave func(), ok bool) {
+// once is harmless, and the place is given back by itself after keep. It
+// gives up when shutdown is closed (ok false): a worker that shuts down
+// sets up nothing more.
+func (g *setupGate) enter(shutdown <-chan struct{}) (leave func(), ok bool) {
 	if g == nil {
 		return func() {}, true
 	}
 	select {
 	case g.ch <- struct{}{}:
-	case <-stop:
+	case <-shutdown:
 		return nil, false
 	}
 	var once sync.Once
 	free := func() { once.Do(func() { <-g.ch }) }
-	t := time.AfterFunc(g.hold, free)
+	t := time.AfterFunc(g.keep, free)
 	return func() {
 		t.Stop()
 		free()

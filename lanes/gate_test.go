@@ -3,14 +3,19 @@ package lanes
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 // TestSetupGateBounds: the gate lets n set-ups through at once; the next
 // waits until one leaves; leaving twice gives back one place; a set-up
-// that stalls gives its place back after the hold; no gate never waits.
+// that stalls gives its place back after the keep; no gate never waits.
 func TestSetupGateBounds(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testSetupGateBounds)
+}
+
+func testSetupGateBounds(t *testing.T) {
 	g := newSetupGate(2, time.Hour)
 	l1, _ := g.enter(nil)
 	l2, _ := g.enter(nil)
@@ -19,10 +24,11 @@ func TestSetupGateBounds(t *testing.T) {
 		leave, _ := g.enter(nil)
 		entered <- leave
 	}()
+	synctest.Wait() // the third set-up waits at the gate
 	select {
 	case <-entered:
 		t.Fatal("a third set-up got through a gate of two")
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
 	l1()
 	l1() // harmless
@@ -36,18 +42,17 @@ func TestSetupGateBounds(t *testing.T) {
 		t.Fatalf("%d places taken after all left", got)
 	}
 
-	stalled := newSetupGate(1, time.Millisecond)
-	stalled.enter(nil) // never left: the hold gives the place back
+	stalled := newSetupGate(1, time.Hour)
+	stalled.enter(nil) // never left: the keep gives the place back
 	got := make(chan func())
+	start := time.Now()
 	go func() {
 		leave, _ := stalled.enter(nil)
 		got <- leave
 	}()
-	select {
-	case leave := <-got:
-		leave()
-	case <-time.After(time.Minute):
-		t.Fatal("a stalled set-up's place never came back")
+	(<-got)()
+	if waited := time.Since(start); waited != time.Hour {
+		t.Fatalf("a stalled set-up's place came back after %v, want the keep (1h)", waited)
 	}
 
 	stop := make(chan struct{})
@@ -102,13 +107,13 @@ func TestSetupGateBoundsSetUpsNotTurns(t *testing.T) {
 		}
 		return nil
 	}}
-	f.fairWorker(t, h, Config{Concurrency: 4, SetupConcurrency: 1, setupHold: time.Hour})
+	f.fairWorker(t, h, Config{Concurrency: 4, SetupConcurrency: 1, setupKeep: time.Hour})
 	a, b := f.publish(t, "gate-a", "a"), f.publish(t, "gate-b", "b")
 	f.waitFinal(t, "gate-a", a)
 	f.waitFinal(t, "gate-b", b)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(alone) > 0 {
-		t.Fatalf("turns of %v ran alone: the gate held a place while a turn ran", alone)
+		t.Fatalf("turns of %v ran alone: the gate kept a place while a turn ran", alone)
 	}
 }

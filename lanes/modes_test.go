@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 )
 
 // publishIn publishes an inbound message as given.
@@ -110,7 +111,7 @@ func TestAttemptAbortedByADeadWorker(t *testing.T) {
 	subj, _ := events.EventSubject("dead", fmt.Sprint(seq))
 	marker := nats.NewMsg(subj + "." + FenceToken)
 	marker.Data = []byte("1")
-	marker.Header.Set(events.HeaderStream, fenceStream)
+	marker.Header.Set(events.HeaderStream, fenced.MarkerStream)
 	if _, err := f.js.PublishMsg(t.Context(), marker); err != nil {
 		t.Fatal(err)
 	}

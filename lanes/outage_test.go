@@ -162,7 +162,7 @@ func TestLostLaneSpendsNoAttempt(t *testing.T) {
 	tok, _ := events.KeyToken("lapse")
 	restore := unreachable(t, f.js, "KV_"+kvstore.DefaultBucket)
 	t.Cleanup(restore)
-	waitUntil(t, "the lease to lapse", func() bool {
+	waitFor(t, "the lease to lapse", func() bool {
 		_, held, err := f.lanes.Holder(t.Context(), tok)
 		return err == nil && !held
 	})

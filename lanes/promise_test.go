@@ -152,12 +152,12 @@ func (f *fleet) streamSeqOfFinal(t *testing.T, key string, seq uint64) uint64 {
 	return raw.Sequence
 }
 
-// TestStoppingWorkerHandsThePromiseOver: the owner stops while a committed
+// TestShuttingDownWorkerHandsThePromiseOver: the worker shuts down while a committed
 // turn's final event cannot be stored. It hands the lane over with its
 // trigger un-acked and the turn's message kept, and the next worker
 // publishes the final event (AckWait is ten minutes: only the hand-over can
 // wake the lane within the test).
-func TestStoppingWorkerHandsThePromiseOver(t *testing.T) {
+func TestShuttingDownWorkerHandsThePromiseOver(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 10*time.Minute, 5*time.Second)
 	failed := f.warnedAbout("final")
@@ -272,7 +272,7 @@ func TestDeletingProcessedKeepsRedeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An owner deletes the message of the turn it committed ...
-	o := &owner{w: w, subject: "agent.in.finished", done: []uint64{finished}}
+	o := &owner{w: w, subject: "agent.in.finished", lane: laneState{processed: []uint64{finished}}}
 	o.deleteProcessed(ctx, false)
 	// ... and the sweep the processed leftovers of an idle lane.
 	w.deleteLeftovers(ctx, "agent.in.leftover", leftover)

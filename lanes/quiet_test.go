@@ -52,7 +52,7 @@ func TestQuietLaneSkipsTheRead(t *testing.T) {
 				f.waitFinal(t, key, second)
 			}
 			// The drain has ended once the lane is released.
-			waitUntil(t, "the lane released", func() bool { return w.Stats().Released.Load() >= 1 })
+			waitFor(t, "the lane released", func() bool { return w.Stats().Released.Load() >= 1 })
 			st := w.Stats()
 			if st.QuietSkips.Load() != tc.skips || st.Acquired.Load() != tc.acquire {
 				t.Fatalf("quiet skips %d, leases %d; want %d, %d", st.QuietSkips.Load(), st.Acquired.Load(), tc.skips, tc.acquire)
@@ -75,7 +75,7 @@ func TestLinger(t *testing.T) {
 		}}
 		w := f.runWorker(t, h, Config{Linger: time.Minute})
 		f.waitFinal(t, "s", f.publish(t, "s", "one"))
-		waitUntil(t, "the owner lingering", func() bool { return w.lingering.Load() > 0 })
+		waitFor(t, "the owner lingering", func() bool { return w.lingering.Load() > 0 })
 		f.waitFinal(t, "s", f.publish(t, "s", "two"))
 		st := w.Stats()
 		if st.Acquired.Load() != 1 || st.LingerHits.Load() != 1 {
@@ -101,7 +101,7 @@ func TestLinger(t *testing.T) {
 			return h.HandleTurn(ctx, turn)
 		}), Config{Linger: time.Minute})
 		f.waitFinal(t, "c", f.publish(t, "c", "one"))
-		waitUntil(t, "the owner lingering", func() bool { return w.lingering.Load() > 0 })
+		waitFor(t, "the owner lingering", func() bool { return w.lingering.Load() > 0 })
 		two := f.publish(t, "c", "two")
 		<-started
 		three := f.publishMode(t, "c", "three", "interrupt")
@@ -131,7 +131,7 @@ func TestLinger(t *testing.T) {
 		f.publish(t, "a", "hold")
 		<-started
 		b := f.publish(t, "b", "waits")
-		waitUntil(t, "b waiting for the slot", func() bool { return w.Stats().Waited.Load() >= 1 })
+		waitFor(t, "b waiting for the slot", func() bool { return w.Stats().Waited.Load() >= 1 })
 		close(release)
 		// With an hour's linger, b runs only if a did not linger.
 		f.waitFinal(t, "b", b)

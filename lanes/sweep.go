@@ -34,7 +34,7 @@ func (w *Worker) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if w.stopping.Load() {
+		if w.shuttingDown.Load() {
 			return
 		}
 		w.sweepOnce(ctx)
@@ -55,7 +55,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 	}
 	age := w.streams.cfg.AckWait
 	for subj := range info.State.Subjects {
-		if ctx.Err() != nil || w.stopping.Load() {
+		if ctx.Err() != nil || w.shuttingDown.Load() {
 			return
 		}
 		token := strings.TrimPrefix(subj, events.InboundPrefix)
@@ -81,7 +81,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 			w.deleteLeftovers(ctx, subj, cur.Seq)
 			continue
 		}
-		if err != nil || time.Since(next.Time) < age {
+		if err != nil || w.now().Sub(next.Time) < age {
 			continue
 		}
 		if !w.sweepLane(ctx, token, key, subj, "sweep: draining a lane no delivery woke") {
@@ -110,26 +110,27 @@ func (w *Worker) deleteLeftovers(ctx context.Context, subj string, cursor uint64
 // sweepLane takes a lane over (no trigger) and runs its owner. It reports
 // false when the worker has no free slot: the next sweep tries again.
 func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bool {
-	// A swept lane's messages are read by its owner: it holds no
+	// A swept lane's messages are read by its owner: it is charged no
 	// trigger's payload, only what the lane's next message needs if an
 	// owner here let it go over the byte budget.
-	held, ok := w.sched.take(token, 0, time.Now())
+	charged, ok := w.sched.Take(token, 0, w.now())
 	if !ok {
 		return false
 	}
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli()})
+	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
 	if err != nil {
-		w.sched.put(held)
+		w.sched.Put(charged)
 		return true
 	}
 	w.stats.Swept.Add(1)
 	w.log.Warn().Str("lane", token).Msg(why)
 	w.wg.Add(1)
 	go func() {
-		o := &owner{w: w, token: token, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", token).Logger(), since: time.Now(), held: held}
-		defer func() { w.sched.put(o.held); w.wg.Done() }()
-		o.hold(true)
-		defer o.hold(false)
+		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", token).Logger(),
+			slot: slotUse{since: w.now(), charged: charged}}
+		defer func() { w.sched.Put(o.slot.charged); w.wg.Done() }()
+		o.markHeld(true)
+		defer o.markHeld(false)
 		o.run()
 	}()
 	return true

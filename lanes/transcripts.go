@@ -55,10 +55,10 @@ type transcript struct {
 	// message is still that record they are still these.
 	settings   *events.Settings
 	settingsAt uint64
-	// settledAt is the connection's reconnect count when this worker
+	// finalsStoredAt is the connection's reconnect count when this worker
 	// stored the final events its newest record owes, plus one; 0 = not
 	// known to be stored.
-	settledAt uint64
+	finalsStoredAt uint64
 }
 
 func newTranscripts(maxBytes int) *transcripts {
@@ -203,19 +203,19 @@ func (c *transcripts) extend(base *transcript, tail kvstore.Transcript) *transcr
 		t.first = tail.First
 	}
 	t.last = max(t.last, tail.Last)
-	t.settledAt = 0 // until markSettled says its newest record's finals are stored
+	t.finalsStoredAt = 0 // until markFinalsStored says its newest record's finals are stored
 	c.putLocked(&t)
 	return &t
 }
 
-// markSettled notes that this worker stored the final events the lane's
+// markFinalsStored notes that this worker stored the final events the lane's
 // record at stream sequence seq owes, its connection having reconnected
 // reconnects times before they were published.
-func (c *transcripts) markSettled(token string, seq, reconnects uint64) {
+func (c *transcripts) markFinalsStored(token string, seq, reconnects uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t, ok := c.lanes.Peek(token); ok && t.last == seq {
-		t.settledAt = reconnects + 1
+		t.finalsStoredAt = reconnects + 1
 	}
 }
 
@@ -241,21 +241,21 @@ func (c *transcripts) settingsOf(token string) (*events.Settings, uint64) {
 	return t.settings, t.settingsAt
 }
 
-// settled reports whether the lane's newest transcript message is still
+// finalsStored reports whether the lane's newest transcript message is still
 // the record at stream sequence stored whose final events this worker
 // stored, and the connection has not reconnected since: then a new owner
 // need not check them. A reconnect may mean a server that restarted and
 // lost events it had acknowledged (the event stream of a single server
 // acknowledges before its writes reach the disk), so after one the check
 // is made.
-func (c *transcripts) settled(token string, stored, reconnects uint64) bool {
+func (c *transcripts) finalsStored(token string, stored, reconnects uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.lanes.Peek(token)
 	if !ok {
 		return false
 	}
-	return t.last == stored && t.settledAt == reconnects+1
+	return t.last == stored && t.finalsStoredAt == reconnects+1
 }
 
 // sameCopy reports whether a and b are the same version of a lane's

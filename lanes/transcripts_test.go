@@ -1,7 +1,6 @@
 package lanes
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strconv"
@@ -27,22 +26,16 @@ func entryIDs(es []message.Entry) []string {
 // another worker would.
 func (f *fleet) takeLane(t *testing.T, tok string) *kvstore.Lease {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for {
-		l, err := f.lanes.Acquire(ctx, tok, kvstore.LeaseInfo{Worker: "elsewhere"})
-		if err == nil {
-			return l
-		}
-		if !errors.Is(err, kvstore.ErrHeld) {
+	var l *kvstore.Lease
+	waitFor(t, "the worker to release the lane", func() bool {
+		var err error
+		l, err = f.lanes.Acquire(t.Context(), tok, kvstore.LeaseInfo{Worker: "elsewhere"})
+		if err != nil && !errors.Is(err, kvstore.ErrHeld) {
 			t.Fatal(err)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the worker never released the lane")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return err == nil
+	})
+	return l
 }
 
 // TestTranscriptCache (issue 17 item 1): a lane's owners on one worker
@@ -147,20 +140,13 @@ func TestTranscriptCache(t *testing.T) {
 	if _, err := lease.Forget(t.Context(), data.Keys); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	waitFor(t, "the purge markers to expire", func() bool {
 		first, err := f.lanes.FirstStored(t.Context(), tok)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if first == 0 {
-			break // the purge markers expired
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal("purge markers never expired")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return first == 0
+	})
 	elsewhere(lease, "after-forget")
 	_ = lease.Release(t.Context())
 	turn("seven")
@@ -258,12 +244,12 @@ func TestTranscriptsBudget(t *testing.T) {
 	}
 }
 
-// TestSettledCheckAfterReconnect: a lane's next owner on the worker that
+// TestFinalsStoredCheckAfterReconnect: a lane's next owner on the worker that
 // stored the newest record's final events skips checking them, unless the
 // worker's connection reconnected since: a server that restarted may have
 // lost events it had acknowledged, and the check publishes the final event
 // again from the record.
-func TestSettledCheckAfterReconnect(t *testing.T) {
+func TestFinalsStoredCheckAfterReconnect(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 5*time.Second, 5*time.Second)
 	const key = "settled"
@@ -276,7 +262,7 @@ func TestSettledCheckAfterReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !w.transcripts.settled(tok, cur.Stored, w.nc.Stats().Reconnects) {
+	if !w.transcripts.finalsStored(tok, cur.Stored, w.nc.Stats().Reconnects) {
 		t.Fatal("the worker that stored the turn's final event does not know it")
 	}
 
@@ -288,14 +274,8 @@ func TestSettledCheckAfterReconnect(t *testing.T) {
 	if err := w.nc.ForceReconnect(); err != nil {
 		t.Fatal(err)
 	}
-	for w.nc.Stats().Reconnects == before || !w.nc.IsConnected() {
-		select {
-		case <-t.Context().Done():
-			t.Fatal("never reconnected")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	if w.transcripts.settled(tok, cur.Stored, w.nc.Stats().Reconnects) {
+	waitFor(t, "the worker to reconnect", func() bool { return w.nc.Stats().Reconnects != before && w.nc.IsConnected() })
+	if w.transcripts.finalsStored(tok, cur.Stored, w.nc.Stats().Reconnects) {
 		t.Fatal("still trusted after a reconnect")
 	}
 	second := f.publish(t, key, "two")

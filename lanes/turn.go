@@ -1,21 +1,33 @@
 package lanes
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
+	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
-	"github.com/nats-io/nats.go"
+	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
 // Turn is one inbound message being processed by its lane's owner. The
 // handler reads the message and the session's history from it and streams
 // events through Emit; it returns the entries to append and the result, which
-// the lane commits (fenced), publishes as the final event and only then marks
-// done.
+// the lane commits (fenced), publishes as the final event and only then
+// counts as processed.
 type Turn struct {
 	SessionKey string
 	Token      string
@@ -38,7 +50,7 @@ type Turn struct {
 	// that answered its last turn, its running usage.
 	State events.SessionState
 
-	em    *emitter
+	em    *fenced.Emitter
 	steer func(ctx context.Context) []*events.Inbound
 	steps *StepLog
 }
@@ -118,7 +130,7 @@ func (t *Turn) Steer(ctx context.Context) []*events.Inbound {
 // fast model costs a few hundred events per second. Every other event
 // flushes the pending frame first. Publishing is asynchronous: a lost event
 // never fails the turn.
-func (t *Turn) Emit(stream string, data events.EventData) { t.em.emit(stream, data) }
+func (t *Turn) Emit(stream string, data events.EventData) { t.em.Emit(stream, data) }
 
 // Outcome is what a handler returns for a completed turn. An empty Outcome
 // writes nothing but the cursor (a no-op turn).
@@ -165,4 +177,253 @@ func (w *Worker) dropSteps(j *kvstore.Journal) {
 			w.log.Debug().Err(err).Msg("drop the step journal of a committed turn")
 		}
 	}()
+}
+
+// steerer returns the Turn's Steer function: at each model-call boundary
+// it reads the steerable messages waiting behind the turn and takes what
+// queue.Steer picks. Joined steer messages are consumed with the turn;
+// steer-backlog ones are shown to it and stay on the lane.
+func (o *owner) steerer(p *plan) func(ctx context.Context) []*events.Inbound {
+	var mu sync.Mutex
+	scan := p.through
+	shown := false // a steer-backlog message was shown and stays on the lane
+	q := o.quiet
+	return func(ctx context.Context) []*events.Inbound {
+		mu.Lock()
+		defer mu.Unlock()
+		count, reconnects := q.before(), o.w.nc.Stats().Reconnects
+		batch, end, err := o.pendingSteers(ctx, scan)
+		if err != nil && ctx.Err() == nil {
+			o.log.Debug().Err(err).Msg("read steered messages")
+		}
+		q.after(err == nil && end && len(batch) == 0, scan, count, reconnects)
+		msgs := make([]queue.Msg, len(batch))
+		for i, c := range batch {
+			msgs[i] = c.msg
+		}
+		sp := queue.Steer(msgs, scan, shown)
+		scan, shown = sp.Scanned, sp.BacklogShown
+		var out []*events.Inbound
+		for _, c := range batch {
+			if c.raw.Sequence > sp.Scanned {
+				break
+			}
+			if c.msg.Mode == queue.ModeSteer {
+				p.merged = append(p.merged, c)
+				p.through = c.raw.Sequence
+			} else {
+				p.backlog = append(p.backlog, c)
+			}
+			out = append(out, c.in)
+		}
+		return out
+	}
+}
+
+// pendingSteers reads the steerable messages (queue.Steerable) waiting
+// right after seq; end reports that the lane has no message after them.
+func (o *owner) pendingSteers(ctx context.Context, seq uint64) (batch []collected, end bool, err error) {
+	for {
+		next, err := o.next(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return batch, true, nil
+		}
+		if err != nil {
+			return batch, false, err
+		}
+		c := o.read(next)
+		if !queue.Steerable(c.msg) {
+			return batch, false, nil
+		}
+		batch = append(batch, c)
+		seq = next.Sequence
+	}
+}
+
+// attempt is one attempt at a turn: its run's emitter, fenced for this
+// owner, and its number.
+type attempt struct {
+	em       *fenced.Emitter
+	seq      uint64 // the inbound sequence whose run carries the turn
+	attempt  int
+	restart  bool // an earlier attempt started
+	log      zerolog.Logger
+	poisoned bool // the turn ended before it started (dead-lettered as poison)
+}
+
+// open fences the run's events, so an earlier owner still running it can no
+// longer publish; then continues what earlier attempts (a crash, a lost
+// lease, a failed try) left: their sequence, an attempt that never ended,
+// their count. A turn started too often is dead-lettered as poison.
+func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
+	seq := p.run.raw.Sequence
+	run := strconv.FormatUint(seq, 10)
+	log := o.log.With().Str("run_id", run).Logger()
+	em := o.newEmitter(ctx, run, log, isJSON(p.run.raw))
+	if o.lane.cursor.SessionID == "" {
+		o.lane.cursor.SessionID = sessionfile.NewSessionID()
+	}
+	st, err := em.Open(ctx, o.lease.Revision())
+	if err != nil {
+		return nil, err
+	}
+	mine := o.tried(seq)
+	why, silent, err := o.closeAttempt(ctx, em, st, seq)
+	if err != nil {
+		return nil, err
+	}
+	a := &attempt{em: em, seq: seq, attempt: max(st.Attempt, mine.attempt) + 1, restart: st.Attempt > 0, log: log}
+	em.SetAttempt(a.attempt)
+	counted, err := o.counted(ctx, seq, a.attempt, silent)
+	if err != nil {
+		return nil, err
+	}
+	if counted >= o.w.cfg.MaxAttempts {
+		// The dead letter and the sender's error name what ended the
+		// last attempt: its error, or its worker's end.
+		cause := fmt.Errorf("turn started %d times without finishing", counted)
+		if last := cmp.Or(why, st.LastError); last != "" {
+			cause = fmt.Errorf("%w; %s", cause, last)
+		}
+		for _, c := range append([]collected{p.run}, p.merged...) {
+			if err := o.w.deadLetter(ctx, events.DeadPoison, o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause); err != nil {
+				return nil, err
+			}
+		}
+		a.poisoned = true
+		return a, o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", a.attempt)
+	}
+	return a, nil
+}
+
+// loadHistory gets the transcript once per drain, before the turn counts as
+// an attempt: a store that is briefly unavailable delays the lane but never
+// dead-letters a message. The worker's copy from an earlier turn is used
+// as far as it goes (readHistory).
+func (o *owner) loadHistory(ctx context.Context) error {
+	if o.lane.tx != nil {
+		return nil
+	}
+	tx, err := o.readHistory(ctx, o.lane.cursor)
+	if errors.Is(err, kvstore.ErrCorrupt) {
+		o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
+	} else if err != nil {
+		return err
+	}
+	o.lane.tx = tx
+	return nil
+}
+
+// start stores the attempt's first event before the turn starts, so a
+// message that kills its worker is counted and dead-lettered at last.
+func (o *owner) start(ctx context.Context, a *attempt) error {
+	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq}
+	if a.restart {
+		data.Phase = events.PhaseRestart
+	}
+	if err := a.em.Start(ctx, data, a.attempt); err != nil {
+		if kvstore.Transient(err) {
+			// The start event may be stored all the same: then the
+			// attempt ended on a store error. Its number is spent either
+			// way (the next attempt has the next one), so its note
+			// excuses nothing else.
+			why := attemptStoreError(a.attempt, err)
+			t := o.tried(a.seq)
+			t.attempt = a.attempt
+			t.ended(a.attempt, why, true)
+			o.noteUncounted(a.seq, a.attempt, why)
+		}
+		return err
+	}
+	o.tried(a.seq).attempt = a.attempt
+	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
+	return nil
+}
+
+// runTurn runs the handler on the turn, under turnCtx (cut by an
+// interrupt, rollback or stop: see watchCuts), and commits what it returns.
+func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan) error {
+	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.lane.cursor.SessionID, RunID: a.em.RunID(), Seq: a.seq,
+		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
+		Settings: o.lane.settings.RunSettings()}
+	if o.lane.cursor.State != nil {
+		turn.State = *o.lane.cursor.State
+	}
+	turn.steer = o.steerer(p)
+	turn.steps = &StepLog{j: o.w.lanes.Journal(o.token, a.seq), first: a.attempt == 1}
+	out, err := o.callHandler(turnCtx, turn, a.log)
+	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
+	endCutWatch()
+	if cut && err != nil && ctx.Err() == nil {
+		if err := o.interrupted(ctx, a.em, p, a.attempt, out, true); err != nil {
+			return err
+		}
+		o.w.dropSteps(turn.steps.j)
+		return nil
+	}
+	if err != nil {
+		if turn.steps.storeError() != nil {
+			// The handler failed because its step journal could not be
+			// read or written: the attempt ended on the store, not on the
+			// turn (see process).
+			return &storeFailure{err}
+		}
+		if ctx.Err() == nil && !errors.Is(err, kvstore.ErrLeaseLost) {
+			o.endAttempt(ctx, a, err, false)
+		}
+		return err
+	}
+	// The turn ended now, before its final event is published: a message
+	// sent after a client saw that event never counts as "while busy".
+	o.lane.lastEnd = o.now()
+	if err := o.commit(ctx, a.em, p, out); err != nil {
+		return err
+	}
+	o.w.stats.Turns.Add(1)
+	o.w.dropSteps(turn.steps.j)
+	return nil
+}
+
+// newEmitter returns the emitter of one of the lane's runs, for the current
+// drain: it halts when ctx ends, and a newer owner fencing its
+// events ends the drain with ErrLeaseLost.
+func (o *owner) newEmitter(ctx context.Context, run string, log zerolog.Logger, asJSON bool) *fenced.Emitter {
+	window := fenced.WideWindow
+	if o.w.streams.cfg.Replicas > 1 {
+		window = 1
+	}
+	lose := o.lease.cancel
+	return fenced.New(fenced.Config{JS: o.w.js, Events: o.w.streams.Events, Key: o.key, Run: run, Log: log, JSON: asJSON,
+		Subject: events.EventPrefix + o.token + "." + run, Window: window, Quit: ctx.Done(), Now: o.w.now,
+		Lost: func(err error) {
+			if lose != nil {
+				lose(err)
+			}
+		}})
+}
+
+func isJSON(raw *jetstream.RawStreamMsg) bool {
+	return events.IsJSON(raw.Header.Get(events.HeaderContentType), raw.Data)
+}
+
+// setUpDone gives back the owner's place in the set-up gate, once.
+func (o *owner) setUpDone() {
+	if o.setUp != nil {
+		o.setUp()
+	}
+}
+
+func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (out *Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("handler panicked")
+			err = fmt.Errorf("lanes: handler panicked: %v", p)
+		}
+	}()
+	o.setUpDone()
+	out, err = o.w.handler.HandleTurn(log.WithContext(ctx), t)
+	if err == nil && out == nil {
+		err = errors.New("lanes: handler returned no outcome")
+	}
+	return out, err
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 )
 
 // UncountedToken ends the subject of a run's uncounted-attempt notes,
@@ -28,6 +29,16 @@ import (
 // attempt its writer ran. A note carries the header Lanefleet-Stream:
 // uncounted and the decimal attempt number as payload; it is not an event.
 const UncountedToken = "uncounted"
+
+// FenceToken ends the subject of a run's fence markers,
+// agent.ev.<lane>.<run>.fence, in the event stream next to the run's
+// events (see package lanes/internal/fenced): an owner about to publish a
+// run's events first stores a marker there naming its lease revision, and
+// every event it publishes expects that marker to be the subject's last
+// message, so once the lane's next owner stores its marker the server
+// refuses every event of the older owner. Markers carry the header
+// Lanefleet-Stream: fence; they are not events.
+const FenceToken = fenced.Token
 
 // uncountedStream is the Lanefleet-Stream header of uncounted-attempt notes.
 const uncountedStream = "uncounted"
@@ -85,7 +96,7 @@ func (o *owner) noteUncounted(seq uint64, attempt int, why string) {
 		}
 		select {
 		case <-time.After(time.Duration(try+1) * 200 * time.Millisecond):
-		case <-o.w.stopCh:
+		case <-o.w.shutdown:
 			return
 		}
 	}

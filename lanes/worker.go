@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,10 +16,11 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/internal/slots"
 	"github.com/lanefleet/lanefleet/retention"
 )
 
-// ErrShutdown is the cause of contexts cancelled because the worker stops.
+// ErrShutdown is the cause of contexts cancelled because the worker shuts down.
 var ErrShutdown = errors.New("lanes: worker shutting down")
 
 // Config configures a Worker.
@@ -34,7 +33,7 @@ type Config struct {
 	// only when its payload fits, else it waits in line like a lane
 	// finding every slot busy. A payload larger than the budget runs
 	// alone. It is what lets Concurrency be large (each turn in flight
-	// holds a few copies of its payload) while a sender of large messages
+	// keeps a few copies of its payload) while a sender of large messages
 	// cannot fill every slot with one. 0 = DefaultMaxInflightBytes;
 	// negative: no budget.
 	MaxInflightBytes int64
@@ -44,7 +43,7 @@ type Config struct {
 	// message (a transient store error, its live worker losing the lane)
 	// does not count (see UncountedToken). Default 3.
 	MaxAttempts   int
-	ShutdownGrace time.Duration // how long a stop lets running turns finish; default 10s
+	ShutdownGrace time.Duration // how long a shutdown lets running turns finish; default 10s
 	RetryDelay    time.Duration // first delay before retrying a failed turn; default 500ms
 	SweepEvery    time.Duration // how often stranded lanes are looked for; default the dispatch AckWait, <0 disables
 	// SessionTTL forgets sessions untouched that long (package
@@ -57,7 +56,7 @@ type Config struct {
 	// every slot busy is handed back at once).
 	LaneTurnBudget int
 	// LaneTimeBudget, when positive, also yields the slot at the first
-	// turn boundary after the lane has held it this long.
+	// turn boundary after the lane has had it this long.
 	LaneTimeBudget time.Duration
 	// Linger is how long an owner keeps its lane after a turn that left it
 	// empty, waiting for the session's next message: a client that
@@ -77,8 +76,13 @@ type Config struct {
 	// error saying why, and nothing is stored.
 	CheckSettings func(*events.RunSettings) error
 	Logger        zerolog.Logger
-	// setupHold replaces gateHold (tests).
-	setupHold time.Duration
+	// Now reads the clock the lane's decisions use (when a turn ended, how
+	// long a lane has had its slot or waited in line, a message's age,
+	// the retention cutoff, event times); default time.Now. Timers and
+	// deadlines of network calls use the wall clock.
+	Now func() time.Time
+	// setupKeep replaces gateKeep (tests).
+	setupKeep time.Duration
 	// deadRetry replaces deadRetryDelay (tests).
 	deadRetry time.Duration
 }
@@ -129,8 +133,14 @@ func (c Config) withDefaults() Config {
 	if c.deadRetry == 0 {
 		c.deadRetry = deadRetryDelay
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
+
+// now reads the worker's clock (Config.Now).
+func (w *Worker) now() time.Time { return w.cfg.Now() }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -140,7 +150,7 @@ func randomHex(n int) string {
 
 // Worker owns lanes: it takes dispatch deliveries, acquires the lane's lease,
 // drains the lane in order through the Handler, and hands lanes over when it
-// stops.
+// shuts down.
 type Worker struct {
 	cfg     Config
 	nc      *nats.Conn
@@ -150,17 +160,17 @@ type Worker struct {
 	handler Handler
 	log     zerolog.Logger
 
-	sched     *slots
-	gate      *setupGate
-	heldMu    sync.Mutex
-	held      map[string]uint64 // lanes owners here hold → their trigger's sequence (fair.go)
-	consuming atomic.Bool       // Run consumes dispatch deliveries
-	stopping  atomic.Bool
-	stopCh    chan struct{}   // closed when the worker starts stopping
-	lingering atomic.Int64    // owners lingering now (tests wait on it)
-	turnCtx   context.Context // cancelled when the shutdown grace runs out
-	turnStop  context.CancelCauseFunc
-	wg        sync.WaitGroup
+	sched        *slots.Scheduler
+	gate         *setupGate
+	heldMu       sync.Mutex
+	held         map[string]uint64 // lanes owners here hold → their trigger's sequence (lease.go)
+	consuming    atomic.Bool       // Run consumes dispatch deliveries
+	shuttingDown atomic.Bool
+	shutdown     chan struct{}   // closed when the worker starts to shut down
+	lingering    atomic.Int64    // owners lingering now (tests wait on it)
+	turnCtx      context.Context // cancelled when the shutdown grace runs out
+	cancelTurns  context.CancelCauseFunc
+	wg           sync.WaitGroup
 
 	stats Stats
 	// transcripts keeps the lanes' transcripts between their owners.
@@ -234,8 +244,8 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h, transcripts: newTranscripts(transcriptCacheBytes),
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: newSlots(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupHold), held: map[string]uint64{}, stopCh: make(chan struct{})}
-	w.turnCtx, w.turnStop = context.WithCancelCause(context.Background())
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: slots.New(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupKeep), held: map[string]uint64{}, shutdown: make(chan struct{})}
+	w.turnCtx, w.cancelTurns = context.WithCancelCause(context.Background())
 	return w, nil
 }
 
@@ -254,23 +264,23 @@ func (w *Worker) TranscriptReads() (hits, tails, whole int64) {
 }
 
 // Active returns how many lanes the worker runs now (its slots in use).
-func (w *Worker) Active() int { return w.sched.used() }
+func (w *Worker) Active() int { return w.sched.Used() }
 
-// InflightBytes returns the payload bytes the lanes running here hold
+// InflightBytes returns the payload bytes charged to the lanes running here
 // against the byte budget (Config.MaxInflightBytes).
-func (w *Worker) InflightBytes() int64 { return w.sched.usedBytes() }
+func (w *Worker) InflightBytes() int64 { return w.sched.UsedBytes() }
 
 // Waiting returns how many lanes wait here for a slot.
-func (w *Worker) Waiting() int { return int(w.sched.waiting.Load()) }
+func (w *Worker) Waiting() int { return w.sched.Waiting() }
 
 // Accepting reports whether the worker takes lanes: Run is consuming and
-// the worker is not stopping.
-func (w *Worker) Accepting() bool { return w.consuming.Load() && !w.stopping.Load() }
+// the worker is not shutting down.
+func (w *Worker) Accepting() bool { return w.consuming.Load() && !w.shuttingDown.Load() }
 
-// Run consumes dispatch deliveries until ctx is done, then stops gracefully:
-// it stops pulling, lets running turns finish within the shutdown grace
-// (cancelling them after it), releases every lease and Naks the lanes'
-// triggers so other workers take them over at once.
+// Run consumes dispatch deliveries until ctx is done, then shuts down
+// gracefully: it ends pulling, lets running turns finish within the
+// shutdown grace (cancelling them after it), releases every lease and Naks
+// the lanes' triggers so other workers take them over at once.
 func (w *Worker) Run(ctx context.Context) error {
 	batch := min(max(w.cfg.Concurrency, 16), 256)
 	cc, err := w.streams.Dispatch.Consume(w.onDelivery, jetstream.PullMaxMessages(batch),
@@ -285,7 +295,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.consuming.Store(true)
 	defer w.consuming.Store(false)
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Msg("worker started")
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepCtx, cancelSweep := context.WithCancel(context.Background())
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
@@ -294,9 +304,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	<-ctx.Done()
-	w.stopping.Store(true)
-	close(w.stopCh)
-	stopSweep()
+	w.shuttingDown.Store(true)
+	close(w.shutdown)
+	cancelSweep()
 	<-sweepDone
 	cc.Drain()
 	select {
@@ -310,282 +320,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownGrace):
 		w.log.Warn().Dur("grace_ms", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling running turns")
-		w.turnStop(ErrShutdown)
+		w.cancelTurns(ErrShutdown)
 		<-done
 	}
-	w.turnStop(ErrShutdown)
+	w.cancelTurns(ErrShutdown)
 	w.log.Info().Int64("turns", w.stats.Turns.Load()).Msg("worker stopped")
 	return nil
-}
-
-// onDelivery runs serially for the consume context, so it only takes a slot
-// and hands the delivery off. With every slot busy it does not sit on the
-// delivery until AckWait (its lane would wait that long): see busyDelivery.
-func (w *Worker) onDelivery(msg jetstream.Msg) {
-	if w.stopping.Load() {
-		w.settleDelivery(msg, settleHandBack)
-		return
-	}
-	follower := w.heldHere(msg)
-	var (
-		held int64 // payload bytes the slot holds
-		got  bool
-	)
-	if !follower {
-		token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
-		held, got = w.sched.take(token, len(msg.Data()), time.Now())
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		if follower {
-			w.settleDelivery(msg, settleFollower) // its lane's owner here drains it
-			return
-		}
-		if !got {
-			if held, got = w.busyDelivery(msg); !got {
-				return
-			}
-		}
-		w.sched.put(w.handleDelivery(msg, held))
-	}()
-}
-
-// busyNakDelay is how soon a delivery a busy worker could not take comes
-// back (to any worker).
-const busyNakDelay = 250 * time.Millisecond
-
-// busyDelivery deals with a delivery that arrived while every slot was
-// busy, or the byte budget could not take its payload: a message of a lane
-// someone owns is acked (the owner drains it); any other waits in line for
-// a slot (fair scheduling: see waitForSlot) or, without fairness, is handed
-// back, so a worker with room takes the lane. It reports whether the
-// delivery got a slot, and the payload bytes the slot holds.
-func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	md, err := msg.Metadata()
-	if err != nil {
-		w.settleDelivery(msg, settleBusy)
-		return 0, false
-	}
-	token, _, err := events.LaneOf(msg.Subject())
-	if err != nil {
-		w.settleDelivery(msg, settleBusy) // dead-lettered by a worker with room
-		return 0, false
-	}
-	if !w.fair() || !w.sched.known(token, time.Now()) {
-		// A lane waiting here was not held a moment ago: no need to ask.
-		// (Without fairness nothing waits: a lane an owner here let go
-		// over the byte budget is known, and handed back.)
-		h, held, err := w.lanes.Holder(ctx, token)
-		if err == nil && held && !holdsAsTrigger(h, md) {
-			w.settleDelivery(msg, settleFollower)
-			return 0, false
-		}
-		if err != nil || held || !w.fair() {
-			w.settleDelivery(msg, settleBusy)
-			return 0, false
-		}
-	}
-	return w.waitForSlot(msg, token)
-}
-
-// holdsAsTrigger reports whether a delivery is the one the lane's holder
-// keeps un-acked as its trigger: coming back means the holder stopped
-// keeping it alive (it died, is paused, or lost its connection), so the
-// lane needs a new owner once the lease lapses. A lease without a trigger
-// (taken by the sweep, or written by an older worker) cannot tell: any
-// redelivery counts.
-func holdsAsTrigger(h kvstore.LeaseInfo, md *jetstream.MsgMetadata) bool {
-	if h.Trigger == 0 {
-		return md.NumDelivered > 1
-	}
-	return h.Trigger == md.Sequence.Stream
-}
-
-// deliveryEnd is what becomes of a dispatch delivery that does not become
-// a lane's trigger; settleDelivery carries it out.
-type deliveryEnd uint8
-
-const (
-	// settleFollower: the lane has an owner (or a delivery waiting here)
-	// that drains the message: ack it.
-	settleFollower deliveryEnd = iota
-	// settleBusy: no slot here: hand it back after busyNakDelay, to any
-	// worker.
-	settleBusy
-	// settleHandBack: hand it back at once (the worker stops, or it has
-	// waited here long enough; it keeps its place for its redelivery).
-	settleHandBack
-	// settleRetry: the lane could not be taken now (no metadata, its
-	// lease still held as this very trigger, the lease store failed):
-	// try again in a second.
-	settleRetry
-	// settleDead: it was dead-lettered: ack it and delete its message.
-	settleDead
-	// settleNotDead: its dead letter could not be stored: the message
-	// stays, and its delivery comes back after deadRetryDelay.
-	settleNotDead
-)
-
-// settleDelivery is the one place that acks or naks a delivery the worker
-// does not keep as a lane's trigger (owner.settle settles triggers).
-func (w *Worker) settleDelivery(msg jetstream.Msg, end deliveryEnd) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	switch end {
-	case settleFollower:
-		w.stats.FollowerAcks.Add(1)
-		w.ack(ctx, msg)
-	case settleBusy:
-		w.nak(msg, busyNakDelay)
-	case settleHandBack:
-		w.nak(msg, 0)
-	case settleRetry:
-		w.nak(msg, time.Second)
-	case settleDead:
-		w.ack(ctx, msg)
-		if md, err := msg.Metadata(); err == nil {
-			w.deleteInbound(ctx, md.Sequence.Stream)
-		}
-	case settleNotDead:
-		w.nak(msg, w.cfg.deadRetry)
-	}
-}
-
-func (w *Worker) nak(msg jetstream.Msg, delay time.Duration) {
-	if msg == nil {
-		return // a lane taken by the sweeper has no trigger delivery
-	}
-	w.stats.Naks.Add(1)
-	var err error
-	if delay > 0 {
-		err = msg.NakWithDelay(delay)
-	} else {
-		err = msg.Nak()
-	}
-	if err != nil {
-		w.log.Debug().Err(err).Msg("nak")
-	}
-}
-
-func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
-	if msg == nil {
-		return
-	}
-	if err := msg.DoubleAck(ctx); err != nil {
-		w.log.Debug().Err(err).Msg("ack")
-	}
-}
-
-// handleDelivery takes the lane of a delivery that got a slot and drains it
-// (or settles the delivery when the lane is owned). The slot holds held
-// bytes of the byte budget; it returns what the slot holds when it is done
-// (more when its owner ran larger messages).
-func (w *Worker) handleDelivery(msg jetstream.Msg, held int64) int64 {
-	if w.stopping.Load() {
-		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to stop
-		return held
-	}
-	leave, ok := w.gate.enter(w.stopCh)
-	if !ok {
-		w.settleDelivery(msg, settleHandBack) // the worker began to stop while it waited to set up
-		return held
-	}
-	defer leave()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	md, err := msg.Metadata()
-	if err != nil {
-		w.log.Error().Err(err).Msg("delivery without metadata")
-		w.settleDelivery(msg, settleRetry)
-		return held
-	}
-	token, key, err := events.LaneOf(msg.Subject())
-	if err != nil {
-		// No lane can be derived: keep the message in the dead-letter
-		// stream, or on its subject until the dead letter can be stored.
-		end := settleDead
-		if w.deadLetter(ctx, events.DeadBadLane, msg.Subject(), md.Sequence.Stream, msg.Headers(), msg.Data(), err) != nil {
-			end = settleNotDead
-		}
-		w.settleDelivery(msg, end)
-		return held
-	}
-	log := w.log.With().Str("lane", token).Logger()
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: time.Now().UnixMilli(), Trigger: md.Sequence.Stream})
-	var heldErr *kvstore.HeldError
-	switch {
-	case errors.As(err, &heldErr) && holdsAsTrigger(heldErr.Holder, md):
-		// The trigger of an owner that stopped keeping it alive: retry
-		// until its lease lapses.
-		w.settleDelivery(msg, settleRetry)
-		return held
-	case errors.Is(err, kvstore.ErrHeld):
-		// The owner drains this message; if it dies, its own trigger
-		// wakes the lane.
-		w.settleDelivery(msg, settleFollower)
-		return held
-	case err != nil:
-		log.Warn().Err(err).Msg("acquire lease")
-		w.settleDelivery(msg, settleRetry)
-		return held
-	}
-	w.stats.Acquired.Add(1)
-	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), trigger: msg, triggerSeq: md.Sequence.Stream,
-		lease: lease, log: log, since: time.Now(), held: held, setUp: leave}
-	o.hold(true)
-	defer o.hold(false)
-	o.run()
-	return o.held
-}
-
-// errNotDeadLettered: a message that must be dead-lettered could not be,
-// as the dead-letter stream is full or unavailable. The message stays where
-// it is (its lane waits behind it) and is tried again after
-// deadRetryDelay; it is never deleted without its dead letter.
-var errNotDeadLettered = errors.New("lanes: dead letter not stored")
-
-// deadRetryDelay is how soon a message whose dead letter could not be
-// stored is tried again.
-const deadRetryDelay = 15 * time.Second
-
-// deadLetter stores a message that cannot be processed, with the reason.
-// The sender's headers go along, except those NATS acts on (Nats-*: the
-// Nats-Expected-* checks, Nats-Msg-Id, Nats-TTL, Nats-Rollup, ...): they
-// were meant for the inbound stream, and the dead-letter stream would
-// apply them to the dead letter and refuse it. The dead letter's own
-// Nats-Msg-Id names the inbound message, so one stored by an attempt whose
-// caller then failed (a poison batch's next one, a lost ack) is not stored
-// twice when the message is tried again. A dead letter that is not stored
-// is errNotDeadLettered: the caller keeps the message.
-func (w *Worker) deadLetter(ctx context.Context, reason, subject string, seq uint64, hdr nats.Header, data []byte, cause error) error {
-	m := nats.NewMsg(events.DeadPrefix + reason)
-	m.Data = data
-	for k, v := range hdr {
-		if len(k) < 5 || !strings.EqualFold(k[:5], "nats-") {
-			m.Header[k] = v
-		}
-	}
-	m.Header.Set(events.HeaderError, cause.Error())
-	m.Header.Set(events.HeaderSubject, subject)
-	m.Header.Set(events.HeaderSeq, strconv.FormatUint(seq, 10))
-	m.Header.Set(events.HeaderMsgID, "dead-"+strconv.FormatUint(seq, 10))
-	if _, err := w.js.PublishMsg(ctx, m); err != nil {
-		w.stats.DeadLetterFailures.Add(1)
-		w.log.Error().Err(err).Str("reason", reason).Str("subject", subject).Uint64("seq", seq).Dur("retry_in", w.cfg.deadRetry).
-			Msg("dead letter not stored: the message stays on its lane, which waits behind it, and is tried again")
-		return fmt.Errorf("%w: %s message %d: %w", errNotDeadLettered, reason, seq, err)
-	}
-	w.stats.DeadLetters.Add(1)
-	w.stats.addDeadLetter(reason)
-	w.log.Warn().Str("reason", reason).Str("subject", subject).Uint64("seq", seq).Err(cause).Msg("dead-lettered")
-	return nil
-}
-
-func (w *Worker) deleteInbound(ctx context.Context, seq uint64) {
-	if err := w.streams.Inbound.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		w.log.Debug().Err(err).Uint64("seq", seq).Msg("delete processed message")
-	}
 }

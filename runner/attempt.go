@@ -332,7 +332,7 @@ func (ru *run) lastAssistant() *message.Message {
 // in the attempt's tool-error memory; it returns the result.
 func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolErrors) message.Message {
 	ru.sub.flushBlocks(true)
-	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "start", Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
+	ru.sink.Emit(events.StreamTool, events.EventData{Phase: events.PhaseStart, Name: c.Name, ToolCallID: c.ID, Args: c.Arguments})
 	msg, from := ru.journaledCall(c)
 	if from == callLive {
 		res := ru.callTool(ctx, c)
@@ -352,7 +352,7 @@ func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolE
 	res := tools.Result{Content: msg.Content.Blocks, IsError: msg.IsError}
 	res.Details, _ = msg.Details.(map[string]any)
 	view := toolResultView(res)
-	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: c.Name, ToolCallID: c.ID, IsError: res.IsError,
+	ru.sink.Emit(events.StreamTool, events.EventData{Phase: events.PhaseResult, Name: c.Name, ToolCallID: c.ID, IsError: res.IsError,
 		Payload: replytext.SanitizeToolResult(view)})
 	end := replytext.ToolEnd{Name: c.Name, Args: c.Arguments, Failed: res.IsError}
 	if res.IsError {
@@ -390,7 +390,7 @@ func (ru *run) callTool(ctx context.Context, c message.Block) (res tools.Result)
 		}
 	}
 	call := tools.Call{ID: c.ID, Name: c.Name, Args: args, Key: ru.callKeyOf(c.ID), Update: func(p tools.Result) {
-		ru.sink.Emit(events.StreamTool, events.EventData{Phase: "update", Name: c.Name, ToolCallID: c.ID, Payload: replytext.SanitizeToolResult(toolResultView(p))})
+		ru.sink.Emit(events.StreamTool, events.EventData{Phase: events.PhaseUpdate, Name: c.Name, ToolCallID: c.ID, Payload: replytext.SanitizeToolResult(toolResultView(p))})
 	}}
 	res, err := t.Call(ctx, call)
 	if err != nil {
@@ -451,18 +451,18 @@ func (ru *run) compact(ctx context.Context, req attemptReq, trigger string) bool
 }
 
 func (ru *run) compactWith(ctx context.Context, req attemptReq, trigger string) bool {
-	ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: "start"})
+	ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseStart})
 	cctx, cancel := context.WithTimeout(ctx, ru.r.cfg.CompactionTimeout)
 	defer cancel()
 	e, err := ru.r.cfg.Compactor.Compact(cctx, CompactRequest{Model: req.model, Provider: req.prov, APIKey: req.key,
 		Entries: ru.entries(), Trigger: trigger})
 	if err != nil {
 		ru.r.cfg.Logger.Warn().Err(err).Str("trigger", trigger).Msg("compaction failed")
-		ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: "end", Error: err.Error()})
+		ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseEnd, Error: err.Error()})
 		return false
 	}
 	ru.b.addEntry(e)
-	ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: "end", WillRetry: trigger == "overflow"})
+	ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseEnd, WillRetry: trigger == "overflow"})
 	return true
 }
 

@@ -615,7 +615,7 @@ func (ru *run) addToolResults(ctx context.Context, answers []answer) {
 			Content: message.BlocksOf(message.Text(tr.Text)), IsError: tr.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
 		m, _ = guard.CapForPersistence(m)
 		ru.b.add(m)
-		ru.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: name, ToolCallID: tr.ToolCallID, IsError: tr.IsError,
+		ru.sink.Emit(events.StreamTool, events.EventData{Phase: events.PhaseResult, Name: name, ToolCallID: tr.ToolCallID, IsError: tr.IsError,
 			Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": replytext.TruncateToolText(tr.Text)}}}})
 	}
 }
@@ -642,7 +642,7 @@ func (ru *run) answerApproval(ctx context.Context, call message.Block, tr events
 	m := message.Message{Role: message.RoleToolResult, ToolCallID: call.ID, ToolName: call.Name,
 		Content: message.BlocksOf(message.Text(text)), IsError: true, Timestamp: ru.r.cfg.Now().UnixMilli()}
 	ru.b.add(m)
-	ru.sink.Emit(events.StreamTool, events.EventData{Phase: "result", Name: call.Name, ToolCallID: call.ID, IsError: true,
+	ru.sink.Emit(events.StreamTool, events.EventData{Phase: events.PhaseResult, Name: call.Name, ToolCallID: call.ID, IsError: true,
 		Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}})
 }
 

@@ -133,6 +133,17 @@ func waitGone(t *testing.T, marker string) {
 	}
 }
 
+// waitMarked waits until n processes carry marker, up to 10 s; it reports
+// whether they did.
+func waitMarked(marker string, n int) bool {
+	for deadline := time.Now().Add(10 * time.Second); len(marked(marker)) < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 // sleepMarker is a sleep duration no other process uses, so that the test
 // finds its sleeps in /proc whatever PID namespace they run in.
 func sleepMarker() string { return strconv.Itoa(100000 + rand.IntN(800000)) }
@@ -167,15 +178,17 @@ func TestExecAbortKillsTree(t *testing.T) {
 	f := newFixture(t)
 	m := sleepMarker()
 	ctx, cancel := context.WithCancel(context.Background())
+	running := make(chan bool, 1)
 	go func() {
-		for len(marked(m)) < 2 {
-			time.Sleep(10 * time.Millisecond)
-		}
-		cancel()
+		defer cancel()
+		running <- waitMarked(m, 2)
 	}()
 	res, err := f.callCtx(ctx, "exec", map[string]any{"command": "sleep " + m + " & sleep " + m})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !<-running {
+		t.Fatal("the command's two sleeps never ran")
 	}
 	if !res.IsError || res.Details["aborted"] != true || !strings.HasSuffix(text(res), "Command aborted; it and the processes it started were killed.") {
 		t.Fatalf("%q %v", text(res), res.Details)
@@ -271,19 +284,27 @@ func TestExecUpdates(t *testing.T) {
 	f := newFixture(t)
 	tool, _ := f.tools.Lookup("exec")
 	var (
-		mu    sync.Mutex
-		times []time.Time
-		texts []string
+		mu       sync.Mutex
+		times    []time.Time
+		texts    []string
+		returned bool // Call returned
+		late     int  // updates after Call returned
 	)
 	res, err := tool.Call(context.Background(), Call{
 		Args: map[string]any{"command": "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do echo tick $i; sleep 0.03; done"},
 		Update: func(p Result) {
 			mu.Lock()
 			defer mu.Unlock()
+			if returned {
+				late++
+			}
 			times = append(times, time.Now())
 			texts = append(texts, text(p))
 		},
 	})
+	mu.Lock()
+	returned = true
+	mu.Unlock()
 	if err != nil || res.IsError {
 		t.Fatalf("%v %q", err, text(res))
 	}
@@ -303,11 +324,12 @@ func TestExecUpdates(t *testing.T) {
 			t.Fatalf("partial outputs do not grow: %q then %q", texts[i-1], texts[i])
 		}
 	}
-	time.Sleep(3 * updateInterval)
+	// Updates come from one goroutine that Call waits for: none can
+	// come later (an update racing the return would be counted here).
 	mu.Lock()
 	defer mu.Unlock()
-	if len(times) != n {
-		t.Fatal("Update was called after Call returned")
+	if late != 0 {
+		t.Fatalf("Update was called %d times after Call returned", late)
 	}
 }
 

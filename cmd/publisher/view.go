@@ -128,9 +128,9 @@ func (v *view) event(ev *events.Event) {
 		v.reasoning(d.Delta)
 	case events.StreamTool:
 		switch d.Phase {
-		case "start":
+		case events.PhaseStart:
 			v.note("%s", v.style(bold, "⚙ "+d.Name+"("+clipArgs(d.Args, 80)+")"))
-		case "result":
+		case events.PhaseResult:
 			mark, code := "✓", green
 			if d.IsError {
 				mark, code = "✗", red
@@ -139,9 +139,9 @@ func (v *view) event(ev *events.Event) {
 		}
 	case events.StreamCompaction:
 		switch d.Phase {
-		case "start":
+		case events.PhaseStart:
 			v.note("%s", v.style(dim, "⟳ compacting the conversation…"))
-		case "end":
+		case events.PhaseEnd:
 			msg := "⟳ compacted"
 			if d.WillRetry {
 				msg += "; retrying the request"

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lanefleet/lanefleet/redact"
@@ -176,11 +177,14 @@ func TestLogTimestampsHaveMilliseconds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Several lines: one may fall on a whole second, not all.
-		for range 5 {
-			log.Info().Msg("tick")
-			time.Sleep(3 * time.Millisecond)
-		}
+		// Lines 3 ms apart on the bubble's clock, which starts on a whole
+		// second: the first line shows .000, the next ones must not.
+		synctest.Test(t, func(*testing.T) {
+			for range 3 {
+				log.Info().Msg("tick")
+				time.Sleep(3 * time.Millisecond)
+			}
+		})
 		if !regexp.MustCompile(`:\d\d\.\d\d\d`).MatchString(b.String()) {
 			t.Fatalf("%s: no milliseconds:\n%s", format, b.String())
 		}

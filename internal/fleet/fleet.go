@@ -809,7 +809,7 @@ func (p phaseSink) Emit(stream string, data events.EventData) {
 		return
 	}
 	phase := "running"
-	if data.Phase == "start" {
+	if data.Phase == events.PhaseStart {
 		phase = "compacting"
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, stateTimeout)

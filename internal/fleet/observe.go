@@ -201,14 +201,14 @@ func (t *turnObs) event(stream string, data events.EventData) {
 		}
 	case events.StreamTool:
 		switch data.Phase {
-		case "start":
+		case events.PhaseStart:
 			_, span := t.o.tracer.Start(t.ctx, tracing.OpExecuteTool+" "+data.Name, trace.WithSpanKind(trace.SpanKindInternal),
 				trace.WithAttributes(attribute.String(tracing.AttrOperation, tracing.OpExecuteTool), attribute.String(tracing.AttrToolName, data.Name),
 					attribute.String(tracing.AttrToolCallID, data.ToolCallID)))
 			t.mu.Lock()
 			t.tools[data.ToolCallID] = toolCall{name: data.Name, span: span}
 			t.mu.Unlock()
-		case "result":
+		case events.PhaseResult:
 			t.mu.Lock()
 			call, ran := t.tools[data.ToolCallID]
 			delete(t.tools, data.ToolCallID)
@@ -228,7 +228,7 @@ func (t *turnObs) event(stream string, data events.EventData) {
 			t.o.metrics.ToolCall(name, data.IsError)
 		}
 	case events.StreamCompaction:
-		if data.Phase != "end" {
+		if data.Phase != events.PhaseEnd {
 			return
 		}
 		reason := metrics.CompactionThreshold

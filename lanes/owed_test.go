@@ -8,12 +8,12 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 )
 
-// TestDrainSettlesARecordItDidNotCheck: an owner whose record write got no
+// TestDrainPublishesWhatARecordItDidNotCheckOwes: an owner whose record write got no
 // answer (stored all the same) and that takes the lane again (it found
 // the message still there when it let go) publishes that record's final
 // events before anything else, although it checked an older record
 // before: it checks the newest record whenever that is another one.
-func TestDrainSettlesARecordItDidNotCheck(t *testing.T) {
+func TestDrainPublishesWhatARecordItDidNotCheckOwes(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 10*time.Second, 10*time.Second)
 	ctx := t.Context()
@@ -40,8 +40,8 @@ func TestDrainSettlesARecordItDidNotCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The owner had checked the record before (seq 5).
-	o := &owner{w: w, token: tok, key: key, subject: subj, lease: lease, log: w.log.With().Str("lane", tok).Logger(),
-		since: time.Now(), checked: 5}
+	o := &owner{w: w, token: tok, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", tok).Logger(),
+		slot: slotUse{since: time.Now()}, lane: laneState{checked: 5}}
 	if lost := o.drain(ctx); lost {
 		t.Fatal("the drain found its lease lost")
 	}
@@ -49,7 +49,7 @@ func TestDrainSettlesARecordItDidNotCheck(t *testing.T) {
 	if r := ev.Data.Result; r == nil || len(r.Payloads) != 1 || r.Payloads[0].Text != "seven" {
 		t.Fatalf("run 7's final %+v, want the record's", ev.Data)
 	}
-	if o.checked != 7 {
-		t.Fatalf("checked %d after the drain, want 7", o.checked)
+	if o.lane.checked != 7 {
+		t.Fatalf("checked %d after the drain, want 7", o.lane.checked)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,11 +16,12 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/lanes/internal/slots"
 )
 
 // fairWorker runs a worker on its own connection and returns it with the
-// connection (closing it without stopping the worker is how a test kills
-// one) and its stop.
+// connection (closing it without shutting the worker down is how a test kills
+// one) and the function that shuts it down.
 func (f *fleet) fairWorker(t *testing.T, h Handler, cfg Config) (*Worker, *nats.Conn, func()) {
 	t.Helper()
 	nc := natstest.Connect(t, f.url)
@@ -63,32 +65,6 @@ func (h *orderHandler) ran() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.order)
-}
-
-// waitUntil polls a condition of the worker's state until it holds.
-// waitClosed waits up to a minute for ch to be closed (or to give a
-// value), failing t with what otherwise: a regression fails rather than
-// hanging the package's tests until their timeout.
-func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(time.Minute):
-		t.Fatalf("waiting for %s: a minute went by", what)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // TestLaneKeepsItsSlotWhenNobodyWaits: with no other lane waiting, a lane
@@ -138,7 +114,7 @@ func TestLaneYieldsToWaitingLane(t *testing.T) {
 		busy = append(busy, f.publish(t, "busy", fmt.Sprint("busy-", i)))
 	}
 	quiet := f.publish(t, "quiet", "quiet")
-	waitUntil(t, "the quiet lane in line", func() bool { return w.Waiting() == 1 })
+	waitFor(t, "the quiet lane in line", func() bool { return w.Waiting() == 1 })
 	close(quietWaits)
 	f.waitFinal(t, "quiet", quiet)
 	f.waitFinal(t, "busy", busy[len(busy)-1])
@@ -170,12 +146,13 @@ func TestLaneYieldsToWaitingLane(t *testing.T) {
 func TestFairLanesNothingLostOrDoubled(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 30*time.Second, 5*time.Second)
+	clock := newTurnClock()
 	h := newOrderHandler(func(*Turn) error {
-		time.Sleep(2 * time.Millisecond) // a turn takes a moment, so lanes wait
+		clock.turn() // a turn takes a moment, so lanes wait
 		return nil
 	})
-	w1, _, _ := f.fairWorker(t, h, Config{Concurrency: 2})
-	w2, _, _ := f.fairWorker(t, h, Config{Concurrency: 2})
+	w1, _, _ := f.fairWorker(t, h, Config{Concurrency: 2, Now: clock.now})
+	w2, _, _ := f.fairWorker(t, h, Config{Concurrency: 2, Now: clock.now})
 	const lanes, msgs = 12, 8
 	last := map[string]uint64{}
 	for i := range msgs {
@@ -223,6 +200,7 @@ func TestFairLanesNothingLostOrDoubled(t *testing.T) {
 func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 2*time.Second, 2*time.Second)
+	clock := newTurnClock()
 	var victim *Worker
 	var die sync.Once
 	var victimConn *nats.Conn
@@ -233,11 +211,11 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 			die.Do(func() { victimConn.Close() })
 			return fmt.Errorf("worker died")
 		}
-		time.Sleep(2 * time.Millisecond)
+		clock.turn()
 		return nil
 	})
 	wrapped, open := gated(h)
-	victim, victimConn, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1, RetryDelay: time.Hour, ShutdownGrace: 100 * time.Millisecond})
+	victim, victimConn, _ = f.fairWorker(t, wrapped, Config{Concurrency: 1, RetryDelay: time.Hour, ShutdownGrace: 100 * time.Millisecond, Now: clock.now})
 	const lanes, msgs = 4, 5
 	last := map[string]uint64{}
 	for i := range msgs {
@@ -247,8 +225,8 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 		}
 	}
 	open()
-	waitUntil(t, "the victim's death", func() bool { return victimConn.IsClosed() })
-	f.fairWorker(t, h, Config{Concurrency: 2})
+	waitFor(t, "the victim's death", func() bool { return victimConn.IsClosed() })
+	f.fairWorker(t, h, Config{Concurrency: 2, Now: clock.now})
 	for k, seq := range last {
 		f.waitFinal(t, k, seq)
 	}
@@ -270,134 +248,6 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("%s committed %v, want %v", k, got, want)
 		}
-	}
-}
-
-// TestSlotsLine: the line of deliveries waiting for a slot is ordered by
-// when their lane began to wait; a lane handed back keeps its place for its
-// redelivery; a second delivery of a waiting lane joins it (and is counted
-// as its dependent); a yielded lane
-// goes to the end; past the bound a delivery is refused.
-func TestSlotsLine(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	s := newSlots(1, -1) // one slot, four may wait, no byte budget
-	take := func() bool { _, ok := s.take("", 0, time.Time{}); return ok }
-	if !take() || take() {
-		t.Fatal("one slot: the first take gets it, the second does not")
-	}
-	a, _, res := s.wait("a", 0, at(0), false)
-	if res != joinQueued {
-		t.Fatalf("a: %v", res)
-	}
-	b, _, _ := s.wait("b", 0, at(1), false)
-	if _, _, res := s.wait("a", 0, at(2), false); res != joinSame {
-		t.Fatalf("a second delivery of a waiting lane: %v, want joinSame", res)
-	}
-	// a is handed back, b keeps waiting; a's redelivery takes its old place.
-	if deps, ok := s.leave(a, at(3)); !ok || deps != 1 || !s.known("a", at(3)) {
-		t.Fatal("a handed back must keep its place")
-	}
-	a2, _, _ := s.wait("a", 0, at(4), false)
-	s.requeue("y", at(5)) // a lane that yielded: the end of the line
-	y, _, _ := s.wait("y", 0, at(6), false)
-	c, _, _ := s.wait("c", 0, at(5), false) // began to wait before y's delivery came back
-	if _, _, res := s.wait("d", 0, at(7), false); res != joinFull {
-		t.Fatalf("a fifth waiter: %v, want joinFull", res)
-	}
-	var got []*waiter
-	for range 4 {
-		s.put(0)
-		for _, w := range []*waiter{a2, b, y, c} {
-			select {
-			case <-w.grant:
-				if !slices.Contains(got, w) {
-					got = append(got, w)
-				}
-			default:
-			}
-		}
-	}
-	if want := []*waiter{a2, b, y, c}; !slices.Equal(got, want) {
-		names := func(ws []*waiter) (out []string) {
-			for _, w := range ws {
-				out = append(out, w.token)
-			}
-			return out
-		}
-		t.Fatalf("slots went to %v, want %v", names(got), names(want))
-	}
-	if _, ok := s.leave(a2, at(8)); ok {
-		t.Fatal("leave after the grant must report the slot was handed over")
-	}
-	s.put(0)
-	if s.used() != 0 || s.waiting.Load() != 0 {
-		t.Fatalf("used %d, waiting %d after every slot came back", s.used(), s.waiting.Load())
-	}
-}
-
-// TestSlotsByteBudget: a lane takes a slot only when its payload fits the
-// byte budget as well; one that does not waits in line (later lanes wait
-// behind it, even small ones: first come, first served) and gets its slot
-// once enough bytes come back; the line itself holds at most the budget's
-// worth of payloads; a payload larger than the whole budget is charged the
-// budget and runs alone; without a budget bytes never block.
-func TestSlotsByteBudget(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	granted := func(w *waiter) bool {
-		select {
-		case <-w.grant:
-			return true
-		default:
-			return false
-		}
-	}
-	s := newSlots(8, 100)
-	a, ok := s.take("", 60, time.Time{})
-	if !ok || a != 60 {
-		t.Fatalf("take(60) = %d %v, want a slot holding 60", a, ok)
-	}
-	if _, ok := s.take("", 50, time.Time{}); ok {
-		t.Fatal("60 + 50 bytes went over a budget of 100")
-	}
-	big, _, res := s.wait("big", 50, at(0), false)
-	if res != joinQueued {
-		t.Fatalf("a payload over the budget: %v, want joinQueued", res)
-	}
-	small, _, _ := s.wait("small", 10, at(1), false) // fits, but comes later
-	if _, ok := s.take("", 1, time.Time{}); ok || granted(small) {
-		t.Fatal("a lane jumped the line while one waits for bytes")
-	}
-	// The line holds 60 bytes of payloads: 50 more would pass the budget.
-	if _, _, res := s.wait("more", 50, at(2), false); res != joinFull {
-		t.Fatalf("a waiter past the budget's worth of waiting payloads: %v, want joinFull", res)
-	}
-	s.put(a)
-	if !granted(big) || !granted(small) || s.usedBytes() != 60 || s.used() != 2 {
-		t.Fatalf("after 60 bytes came back: big %v small %v, %d bytes in %d slots, want both granted, 60 in 2",
-			granted(big), granted(small), s.usedBytes(), s.used())
-	}
-	s.put(big.bytes)
-	s.put(small.bytes)
-	if huge := s.charge(1 << 30); huge != 100 {
-		t.Fatalf("a payload over the whole budget is charged %d, want the budget (100)", huge)
-	}
-	h, ok := s.take("", 1<<30, time.Time{})
-	if !ok || s.usedBytes() != 100 {
-		t.Fatalf("a payload over the budget on an idle worker: %v, %d bytes held", ok, s.usedBytes())
-	}
-	if _, ok := s.take("", 0, time.Time{}); !ok {
-		t.Fatal("a lane holding no payload is refused while slots are free")
-	}
-	s.put(0)
-	s.put(h)
-	if s.used() != 0 || s.usedBytes() != 0 || s.waiting.Load() != 0 || s.waitB != 0 {
-		t.Fatalf("used %d, %d bytes, waiting %d (%d bytes) after every slot came back", s.used(), s.usedBytes(), s.waiting.Load(), s.waitB)
-	}
-	none := newSlots(2, -1)
-	if b, ok := none.take("", 1<<30, time.Time{}); !ok || b != 0 {
-		t.Fatalf("without a budget: take = %d %v, want a slot holding 0", b, ok)
 	}
 }
 
@@ -428,17 +278,18 @@ func TestShouldYield(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			c.cfg.Now = func() time.Time { return now }
 			cfg := c.cfg.withDefaults()
-			w := &Worker{cfg: cfg, sched: newSlots(1, cfg.MaxInflightBytes)}
-			now := time.Now()
+			w := &Worker{cfg: cfg, sched: slots.New(1, cfg.MaxInflightBytes)}
 			last := 10 * time.Second // the owner's last turn
 			if c.waiting {
-				w.sched.take("", 0, time.Time{})
+				w.sched.Take("", 0, time.Time{})
 				began := now.Add(-last - time.Second)
 				if c.late {
 					began = now.Add(-last / 2)
 				}
-				w.sched.wait("other", 0, began, false)
+				w.sched.Wait("other", 0, began, false)
 			}
 			if got := w.shouldYield(c.turns, now.Add(-c.held), last, c.trigger); got != c.want {
 				t.Fatalf("shouldYield = %v, want %v", got, c.want)
@@ -446,6 +297,19 @@ func TestShouldYield(t *testing.T) {
 		})
 	}
 }
+
+// turnClock is the workers' clock (Config.Now) in tests whose turns must
+// take a moment so that lanes wait for slots: each turn moves it on
+// instead of sleeping.
+type turnClock struct{ skew atomic.Int64 }
+
+func newTurnClock() *turnClock { return &turnClock{} }
+
+// now is the wall clock, moved on by every turn so far.
+func (c *turnClock) now() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+
+// turn moves the clock on by what a turn takes (2 ms).
+func (c *turnClock) turn() { c.skew.Add(int64(2 * time.Millisecond)) }
 
 // fakeMsg stands for a trigger delivery where only its presence matters.
 type fakeMsg struct{ jetstream.Msg }
@@ -493,9 +357,9 @@ func TestByteBudgetBoundsPayloadsInFlight(t *testing.T) {
 		k := fmt.Sprint("big", i)
 		last[k] = f.publish(t, k, big)
 	}
-	waitUntil(t, "two lanes running and the rest waiting for bytes", func() bool { return w.Active() == 2 && w.Waiting() >= 1 })
+	waitFor(t, "two lanes running and the rest waiting for bytes", func() bool { return w.Active() == 2 && w.Waiting() >= 1 })
 	last["small"] = f.publish(t, "small", "hi")
-	waitUntil(t, "the small lane waiting behind them", func() bool { return w.Waiting() >= 2 })
+	waitFor(t, "the small lane waiting behind them", func() bool { return w.Waiting() >= 2 })
 	if a := w.Active(); a != 2 {
 		t.Fatalf("%d lanes running with slots to spare, want the byte budget's 2", a)
 	}
@@ -505,7 +369,7 @@ func TestByteBudgetBoundsPayloadsInFlight(t *testing.T) {
 	}
 	// A lane's slot and bytes come back when its owner lets the lane go,
 	// just after its final event.
-	waitUntil(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.UsedBytes() == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if most > 2 {
@@ -567,7 +431,7 @@ func TestByteBudgetChargesFollowUps(t *testing.T) {
 	last := f.publish(t, "follow", big)
 	close(bigStored)
 	f.waitFinal(t, "follow", small)
-	waitUntil(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
+	waitFor(t, "the follow-up let go over the budget", func() bool { return w.Stats().OverBudget.Load() >= 1 })
 	mu.Lock()
 	ran := bigRan
 	mu.Unlock()
@@ -576,7 +440,7 @@ func TestByteBudgetChargesFollowUps(t *testing.T) {
 	}
 	free()
 	f.waitFinal(t, "follow", last)
-	waitUntil(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.usedBytes() == 0 })
+	waitFor(t, "every slot and byte back", func() bool { return w.Active() == 0 && w.sched.UsedBytes() == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	want := []string{"holder:xxxxx", "follow:small", "follow:xxxxx"}

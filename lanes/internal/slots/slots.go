@@ -1,0 +1,337 @@
+// Package slots is a lane worker's scheduler: its slots (one per lane
+// running at once), the byte budget the slots' payloads are charged
+// against, and the line of deliveries waiting for a slot, ordered by when
+// their lane began to wait (see the lanes package doc, "Scheduling"). It is
+// pure: the caller passes the time and settles the deliveries.
+package slots
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// waitFactor bounds the deliveries a worker keeps waiting for a slot, as a
+// multiple of its slots; past it a delivery is handed back at once, as
+// without fairness.
+const waitFactor = 4
+
+// Scheduler keeps a worker's lane slots and the lanes waiting for one. A
+// slot is also charged its trigger's payload bytes against the worker's
+// in-flight byte budget (lanes.Config.MaxInflightBytes): a lane takes a
+// slot only when one is free and its bytes fit, so a hostile sender's large
+// messages cannot make every slot carry one at once; and the deliveries
+// waiting in line are charged at most the budget's worth of payloads
+// besides (past it, one is handed back, as when too many wait).
+type Scheduler struct {
+	mu       sync.Mutex
+	size     int
+	inUse    int
+	maxBytes int64             // the byte budget; ≤ 0: none
+	bytes    int64             // charged to the slots in use
+	waitB    int64             // charged to the deliveries in line (at most maxBytes)
+	queue    []*Waiter         // oldest place first
+	lanes    map[string]*place // lanes that wait, or were handed back a moment ago
+	maxWait  int
+	pruned   time.Time
+
+	waiting atomic.Int32 // len(queue), read without the lock by owners
+}
+
+// place is a lane's place in the line: kept while one of its deliveries
+// waits here and for a while after it was handed back, so its redelivery
+// takes the same place again.
+type place struct {
+	since time.Time
+	w     *Waiter   // the delivery waiting now; nil while handed back
+	left  time.Time // when w was handed back
+	// need is what the lane's next message is charged of the byte budget, when
+	// an owner here let the lane go because it did not fit (see
+	// slots.overBudget); 0 = nothing more than a delivery's own payload.
+	// The lane's deliveries are charged at least this much, so its
+	// trigger waits in line for the bytes instead of taking the lease
+	// again only to let go. It goes with the place: when a slot is handed
+	// to the lane, or the place is pruned.
+	need int64
+}
+
+// Waiter is one delivery waiting for a slot.
+type Waiter struct {
+	token string
+	since time.Time
+	bytes int64         // what it is charged for its slot (see Scheduler.charged)
+	pay   int64         // its own payload's charge, which the line is charged (see Scheduler.Charge)
+	grant chan struct{} // closed when the slot is handed to it
+	deps  int           // other deliveries of its lane acked because it waits (under Scheduler.mu)
+}
+
+// New returns a scheduler of size slots and a byte budget of maxBytes (≤ 0:
+// none).
+func New(size int, maxBytes int64) *Scheduler {
+	return &Scheduler{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}}
+}
+
+// Charge is what a payload of n bytes is charged of the byte budget: n, at most
+// the whole budget (a payload larger than it runs alone).
+func (s *Scheduler) Charge(n int) int64 {
+	if s.maxBytes <= 0 {
+		return 0
+	}
+	return min(int64(max(n, 0)), s.maxBytes)
+}
+
+// fits reports whether a slot is free and b more bytes fit the budget
+// (under s.mu).
+func (s *Scheduler) fits(b int64) bool {
+	return s.inUse < s.size && (s.maxBytes <= 0 || s.bytes+b <= s.maxBytes)
+}
+
+// charged is what a delivery of the lane token with a payload of n bytes
+// is charged of the byte budget: its own payload's charge, or what the lane's
+// next message needs if an owner let the lane go over the budget (under
+// s.mu).
+func (s *Scheduler) charged(token string, n int, now time.Time) int64 {
+	b := s.Charge(n)
+	if p := s.place(token, now); p != nil {
+		b = max(b, p.need)
+	}
+	return b
+}
+
+// place returns the lane's place, nil if it has none or only one that
+// prune would forget: a lane that went elsewhere long ago is not charged
+// a stale need, nor taken for one that waits here (under s.mu).
+func (s *Scheduler) place(token string, now time.Time) *place {
+	p := s.lanes[token]
+	if p == nil || p.w == nil && now.Sub(p.left) > placeKept {
+		return nil
+	}
+	return p
+}
+
+// occupy takes a free slot for the lane token, charged b bytes, when no
+// lane waits: the lane's place (kept for this delivery, with what it
+// needs) has served (under s.mu).
+func (s *Scheduler) occupy(token string, b int64) {
+	s.inUse++
+	s.bytes += b
+	delete(s.lanes, token)
+}
+
+// Take takes a free slot for a delivery of the lane token with a payload
+// of n bytes (see charged) when no lane waits for one and the charge fits
+// the byte budget. The caller puts back what it returns.
+func (s *Scheduler) Take(token string, n int, now time.Time) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.charged(token, n, now)
+	if len(s.queue) == 0 && s.fits(b) {
+		s.occupy(token, b)
+		return b, true
+	}
+	return 0, false
+}
+
+// Put gives back a slot and the bytes charged to it: to the lanes that have
+// waited longest, in order, as long as they fit; else they are free.
+func (s *Scheduler) Put(b int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inUse--
+	s.bytes -= b
+	for len(s.queue) > 0 && s.fits(s.queue[0].bytes) {
+		w := s.queue[0]
+		s.queue = s.queue[1:]
+		s.inUse++
+		s.bytes += w.bytes
+		s.waitB -= w.pay
+		delete(s.lanes, w.token)
+		close(w.grant)
+	}
+	s.waiting.Store(int32(len(s.queue)))
+}
+
+// Grow adds b bytes to what a slot in use is charged, if they fit the budget
+// (an owner about to run a message larger than its trigger's). It never
+// waits: an owner whose message does not fit lets its lane go for a while.
+func (s *Scheduler) Grow(b int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.maxBytes > 0 && s.bytes+b > s.maxBytes {
+		return false
+	}
+	s.bytes += b
+	return true
+}
+
+// UsedBytes returns the payload bytes charged to the slots in use.
+func (s *Scheduler) UsedBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// First returns when the lane first in line began to wait.
+func (s *Scheduler) First() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return time.Time{}, false
+	}
+	return s.queue[0].since, true
+}
+
+// Used returns the slots in use.
+func (s *Scheduler) Used() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inUse
+}
+
+// Known reports whether the lane waits here or was handed back a moment ago.
+func (s *Scheduler) Known(token string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.place(token, now) != nil
+}
+
+// JoinResult is what Wait did with a delivery.
+type JoinResult uint8
+
+const (
+	JoinQueued JoinResult = iota // it waits: see Waiter.Granted
+	JoinSlot                     // a slot was free after all: it has it
+	JoinSame                     // a delivery of its lane waits already
+	JoinFull                     // too many wait: hand it back
+)
+
+// Wait puts a delivery of a lane, whose payload is n bytes, in line, at
+// the lane's earlier place if it had one, and returns what it is charged
+// (see charged). A delivery of a lane that waits already counts as that
+// waiter's dependent (JoinSame): the caller acks it. With rejoin the bound
+// does not apply (a waiter that cannot be handed back goes back in line).
+func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Waiter, int64, JoinResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, pay := s.charged(token, n, now), s.Charge(n)
+	if len(s.queue) == 0 && s.fits(b) {
+		s.occupy(token, b)
+		return nil, b, JoinSlot
+	}
+	p := s.place(token, now)
+	switch {
+	case p != nil && p.w != nil:
+		p.w.deps++
+		return nil, 0, JoinSame
+	case len(s.queue) >= s.maxWait && !rejoin:
+		return nil, 0, JoinFull
+	case s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes && !rejoin:
+		// A waiting delivery is charged its payload too: the line is charged at
+		// most the budget's worth (of payloads: what a lane needs for its
+		// next message is not charged while it waits).
+		return nil, 0, JoinFull
+	case p == nil:
+		p = &place{since: now}
+		s.lanes[token] = p
+	}
+	w := &Waiter{token: token, since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
+	p.w = w
+	i, _ := slices.BinarySearchFunc(s.queue, w.since, func(q *Waiter, t time.Time) int {
+		if q.since.After(t) {
+			return 1
+		}
+		return -1 // after every waiter of the same time: first come, first served
+	})
+	s.queue = slices.Insert(s.queue, i, w)
+	s.waitB += pay
+	s.waiting.Store(int32(len(s.queue)))
+	return w, b, JoinQueued
+}
+
+// Leave takes a waiting delivery out of line, keeping its lane's place for
+// a while, and returns its dependents. It reports false when the slot was
+// handed to it meanwhile: the caller then holds a slot.
+func (s *Scheduler) Leave(w *Waiter, now time.Time) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.queue, w)
+	if i < 0 {
+		return 0, false
+	}
+	s.queue = slices.Delete(s.queue, i, i+1)
+	s.waitB -= w.pay
+	s.waiting.Store(int32(len(s.queue)))
+	if p := s.lanes[w.token]; p != nil && p.w == w {
+		p.w, p.left = nil, now
+	}
+	s.prune(now)
+	return w.deps, true
+}
+
+// Requeue gives a lane that yields its slot a place at the end of the line,
+// for its trigger's redelivery.
+func (s *Scheduler) Requeue(token string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requeueLocked(token, now)
+}
+
+func (s *Scheduler) requeueLocked(token string, now time.Time) *place {
+	s.prune(now) // places of lanes that went elsewhere are not kept forever
+	p := s.place(token, now)
+	if p == nil {
+		p = &place{since: now, left: now}
+		s.lanes[token] = p
+	}
+	return p
+}
+
+// OverBudget remembers that an owner let the lane go because its next
+// message, charged need bytes, did not fit the byte budget: the lane gets
+// a place at the end of the line, and its deliveries are charged at least
+// need until a slot is handed to it (or the place is pruned, the lane
+// having gone elsewhere). So its trigger's redelivery waits in line for
+// the bytes like any delivery of that size, rather than taking a slot and
+// the lease for its own small payload only to let the lane go again.
+func (s *Scheduler) OverBudget(token string, need int64, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.requeueLocked(token, now)
+	p.need = max(p.need, need)
+	if p.w == nil {
+		p.left = now
+	} else {
+		// A delivery of the lane queued while the owner ran: it is the
+		// one that takes the lane next, and must get room for the message.
+		p.w.bytes = max(p.w.bytes, need)
+	}
+}
+
+// placeKept is how long a lane keeps its place after its delivery left:
+// long enough for a redelivery to come back here.
+const placeKept = 5 * time.Second
+
+// prune forgets the places of lanes whose delivery went elsewhere (another
+// worker took the lane, or it was drained). It runs at most once a second.
+func (s *Scheduler) prune(now time.Time) {
+	if now.Sub(s.pruned) < time.Second {
+		return
+	}
+	s.pruned = now
+	for token, p := range s.lanes {
+		if p.w == nil && now.Sub(p.left) > placeKept {
+			delete(s.lanes, token)
+		}
+	}
+}
+
+// Waiting returns how many deliveries wait in line; it takes no lock.
+func (s *Scheduler) Waiting() int { return int(s.waiting.Load()) }
+
+// Granted is closed when a slot is handed to the waiter.
+func (w *Waiter) Granted() <-chan struct{} { return w.grant }
+
+// Charged is what the waiter is charged for its slot: its payload's
+// charge, or more if its lane needs more (see Scheduler.OverBudget).
+func (w *Waiter) Charged() int64 { return w.bytes }

@@ -1,0 +1,247 @@
+package slots
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestSlotsOverBudgetNeed: a lane an owner let go over the byte budget is
+// charged what its next message needs, whether its delivery takes a free
+// slot or waits in line, until a slot is handed to it; a lane that went
+// elsewhere is forgotten with its place.
+func TestSlotsOverBudgetNeed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	s := New(4, 100)
+	hog, ok := s.Take("hog", 60, at(0))
+	if !ok || hog != 60 {
+		t.Fatalf("hog: took %d, %v", hog, ok)
+	}
+	s.OverBudget("big", 50, at(0))
+	if _, ok := s.Take("big", 1, at(0)); ok {
+		t.Fatal("a lane needing 50 bytes took a slot with 40 free")
+	}
+	w, b, res := s.Wait("big", 1, at(1), false)
+	if res != JoinQueued || b != 50 || w.Charged() != 50 {
+		t.Fatalf("big waits: %v charged %d, want JoinQueued charged 50", res, b)
+	}
+	if _, ok := s.Take("small", 1, at(1)); ok {
+		t.Fatal("a small lane passed the large one waiting for bytes")
+	}
+	s.Put(hog)
+	select {
+	case <-w.Granted():
+	default:
+		t.Fatal("the bytes came back and the large lane did not get them")
+	}
+	if got := s.UsedBytes(); got != 50 {
+		t.Fatalf("%d bytes in use, want the large lane's 50", got)
+	}
+	s.Put(50)
+	// Granted: the lane needs no more than its payload again.
+	if b, ok := s.Take("big", 1, at(2)); !ok || b != 1 {
+		t.Fatalf("big after its turn: took %d, %v; want 1", b, ok)
+	}
+	s.Put(1)
+
+	// A free slot with room: the delivery takes it, charged the need, and
+	// the need is spent.
+	s.OverBudget("mid", 30, at(2))
+	if b, ok := s.Take("mid", 1, at(2)); !ok || b != 30 {
+		t.Fatalf("mid: took %d, %v; want 30", b, ok)
+	}
+	s.Put(30)
+	if b, _ := s.Take("mid", 1, at(2)); b != 1 {
+		t.Fatalf("mid again: charged %d, want 1", b)
+	}
+	s.Put(1)
+
+	if s.Known("mid", at(2)) {
+		t.Fatal("a lane that took a slot kept its place")
+	}
+
+	// A lane whose trigger went to another worker is forgotten with its
+	// place when the next lane is let go, and is not charged its need
+	// even before that (no lane let go: no pruning).
+	s.OverBudget("gone", 90, at(3))
+	later := at(3).Add(placeKept + 2*time.Second)
+	if s.Known("gone", later) {
+		t.Fatal("the place of a lane that went elsewhere counts")
+	}
+	if b, _ := s.Take("gone", 1, later); b != 1 {
+		t.Fatalf("gone: charged %d, want 1", b)
+	}
+	s.Put(1)
+	s.OverBudget("gone", 90, at(3))
+	s.OverBudget("next", 90, later)
+	if _, kept := s.lanes["gone"]; kept {
+		t.Fatal("the place of a lane that went elsewhere was kept")
+	}
+}
+
+// TestSlotsNeedIsNotPayload: what an over-budget lane needs is what its
+// slot is charged, not what its waiting delivery holds: the line, bounded
+// to the budget's worth of payloads, still takes other lanes behind it.
+// A delivery of the lane already waiting when its owner lets it go is
+// charged the need too.
+func TestSlotsNeedIsNotPayload(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	s := New(4, 100)
+	hog, _ := s.Take("hog", 10, at(0))
+	s.OverBudget("big", 100, at(0))
+	big, b, res := s.Wait("big", 1, at(1), false)
+	if res != JoinQueued || b != 100 {
+		t.Fatalf("big: %v charged %d", res, b)
+	}
+	other, _, res := s.Wait("other", 5, at(2), false)
+	if res != JoinQueued {
+		t.Fatalf("a small lane behind one needing the whole budget: %v, want JoinQueued", res)
+	}
+	q, _, _ := s.Wait("queued", 1, at(3), false)
+	s.OverBudget("queued", 60, at(4))
+	if q.bytes != 60 {
+		t.Fatalf("a waiting delivery of a lane let go over the budget is charged %d, want 60", q.bytes)
+	}
+	s.Put(hog)
+	for _, w := range []*Waiter{big, other, q} {
+		select {
+		case <-w.Granted():
+		default:
+			t.Fatalf("%s not granted after the budget came back", w.token)
+		}
+		s.Put(w.Charged())
+	}
+	if s.UsedBytes() != 0 || s.waitB != 0 {
+		t.Fatalf("left charged: %d in use, %d waiting", s.UsedBytes(), s.waitB)
+	}
+}
+
+// TestSlotsLine: the line of deliveries waiting for a slot is ordered by
+// when their lane began to wait; a lane handed back keeps its place for its
+// redelivery; a second delivery of a waiting lane joins it (and is counted
+// as its dependent); a yielded lane
+// goes to the end; past the bound a delivery is refused.
+func TestSlotsLine(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	s := New(1, -1) // one slot, four may wait, no byte budget
+	take := func() bool { _, ok := s.Take("", 0, time.Time{}); return ok }
+	if !take() || take() {
+		t.Fatal("one slot: the first take gets it, the second does not")
+	}
+	a, _, res := s.Wait("a", 0, at(0), false)
+	if res != JoinQueued {
+		t.Fatalf("a: %v", res)
+	}
+	b, _, _ := s.Wait("b", 0, at(1), false)
+	if _, _, res := s.Wait("a", 0, at(2), false); res != JoinSame {
+		t.Fatalf("a second delivery of a waiting lane: %v, want JoinSame", res)
+	}
+	// a is handed back, b keeps waiting; a's redelivery takes its old place.
+	if deps, ok := s.Leave(a, at(3)); !ok || deps != 1 || !s.Known("a", at(3)) {
+		t.Fatal("a handed back must keep its place")
+	}
+	a2, _, _ := s.Wait("a", 0, at(4), false)
+	s.Requeue("y", at(5)) // a lane that yielded: the end of the line
+	y, _, _ := s.Wait("y", 0, at(6), false)
+	c, _, _ := s.Wait("c", 0, at(5), false) // began to wait before y's delivery came back
+	if _, _, res := s.Wait("d", 0, at(7), false); res != JoinFull {
+		t.Fatalf("a fifth waiter: %v, want JoinFull", res)
+	}
+	var got []*Waiter
+	for range 4 {
+		s.Put(0)
+		for _, w := range []*Waiter{a2, b, y, c} {
+			select {
+			case <-w.Granted():
+				if !slices.Contains(got, w) {
+					got = append(got, w)
+				}
+			default:
+			}
+		}
+	}
+	if want := []*Waiter{a2, b, y, c}; !slices.Equal(got, want) {
+		names := func(ws []*Waiter) (out []string) {
+			for _, w := range ws {
+				out = append(out, w.token)
+			}
+			return out
+		}
+		t.Fatalf("slots went to %v, want %v", names(got), names(want))
+	}
+	if _, ok := s.Leave(a2, at(8)); ok {
+		t.Fatal("leave after the grant must report the slot was handed over")
+	}
+	s.Put(0)
+	if s.Used() != 0 || s.waiting.Load() != 0 {
+		t.Fatalf("used %d, waiting %d after every slot came back", s.Used(), s.waiting.Load())
+	}
+}
+
+// TestSlotsByteBudget: a lane takes a slot only when its payload fits the
+// byte budget as well; one that does not waits in line (later lanes wait
+// behind it, even small ones: first come, first served) and gets its slot
+// once enough bytes come back; the line itself holds at most the budget's
+// worth of payloads; a payload larger than the whole budget is charged the
+// budget and runs alone; without a budget bytes never block.
+func TestSlotsByteBudget(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	granted := func(w *Waiter) bool {
+		select {
+		case <-w.Granted():
+			return true
+		default:
+			return false
+		}
+	}
+	s := New(8, 100)
+	a, ok := s.Take("", 60, time.Time{})
+	if !ok || a != 60 {
+		t.Fatalf("take(60) = %d %v, want a slot holding 60", a, ok)
+	}
+	if _, ok := s.Take("", 50, time.Time{}); ok {
+		t.Fatal("60 + 50 bytes went over a budget of 100")
+	}
+	big, _, res := s.Wait("big", 50, at(0), false)
+	if res != JoinQueued {
+		t.Fatalf("a payload over the budget: %v, want JoinQueued", res)
+	}
+	small, _, _ := s.Wait("small", 10, at(1), false) // fits, but comes later
+	if _, ok := s.Take("", 1, time.Time{}); ok || granted(small) {
+		t.Fatal("a lane jumped the line while one waits for bytes")
+	}
+	// The line holds 60 bytes of payloads: 50 more would pass the budget.
+	if _, _, res := s.Wait("more", 50, at(2), false); res != JoinFull {
+		t.Fatalf("a waiter past the budget's worth of waiting payloads: %v, want JoinFull", res)
+	}
+	s.Put(a)
+	if !granted(big) || !granted(small) || s.UsedBytes() != 60 || s.Used() != 2 {
+		t.Fatalf("after 60 bytes came back: big %v small %v, %d bytes in %d slots, want both granted, 60 in 2",
+			granted(big), granted(small), s.UsedBytes(), s.Used())
+	}
+	s.Put(big.bytes)
+	s.Put(small.bytes)
+	if huge := s.Charge(1 << 30); huge != 100 {
+		t.Fatalf("a payload over the whole budget is charged %d, want the budget (100)", huge)
+	}
+	h, ok := s.Take("", 1<<30, time.Time{})
+	if !ok || s.UsedBytes() != 100 {
+		t.Fatalf("a payload over the budget on an idle worker: %v, %d bytes held", ok, s.UsedBytes())
+	}
+	if _, ok := s.Take("", 0, time.Time{}); !ok {
+		t.Fatal("a lane holding no payload is refused while slots are free")
+	}
+	s.Put(0)
+	s.Put(h)
+	if s.Used() != 0 || s.UsedBytes() != 0 || s.waiting.Load() != 0 || s.waitB != 0 {
+		t.Fatalf("used %d, %d bytes, waiting %d (%d bytes) after every slot came back", s.Used(), s.UsedBytes(), s.waiting.Load(), s.waitB)
+	}
+	none := New(2, -1)
+	if b, ok := none.Take("", 1<<30, time.Time{}); !ok || b != 0 {
+		t.Fatalf("without a budget: take = %d %v, want a slot holding 0", b, ok)
+	}
+}

@@ -1,0 +1,199 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+)
+
+// letGo deletes what the owner processed (the trigger's message stays: the
+// trigger is handed back), unmarks the lane held and releases the lease,
+// before a trigger is handed back; why says so in a failed release's log.
+func (o *owner) letGo(ctx context.Context, why string) {
+	o.deleteProcessed(ctx, true)
+	o.markHeld(false)
+	if err := o.lease.Release(ctx); err != nil {
+		o.log.Warn().Err(err).Msg("release lease " + why)
+	}
+	o.w.stats.Released.Add(1)
+}
+
+// heartbeat renews the lease and keeps the trigger delivery alive.
+func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease *kvstore.Lease, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(o.w.lanes.RenewEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, o.w.lanes.RenewEvery())
+		err := lease.Renew(rctx)
+		rcancel()
+		if errors.Is(err, kvstore.ErrLeaseLost) {
+			o.log.Warn().Err(err).Msg("lease lost: stopping the lane's work")
+			cancel(err)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			o.log.Warn().Err(err).Msg("renew lease")
+		}
+		if o.lease.trigger != nil {
+			if err := o.lease.trigger.InProgress(); err != nil {
+				o.log.Debug().Err(err).Msg("trigger in progress")
+			}
+		}
+	}
+}
+
+// deleteProcessed deletes the inbound messages of the turns this owner
+// committed, keeping next-by-subject lookups on the fast path. They are
+// deleted one by one: a purge of the stream, even of one subject, makes
+// nats-server (v2.15) drop the dispatch consumer's whole redelivery queue,
+// so every Nak'd delivery of every lane would wait out AckWait. With
+// keepTrigger the trigger's message stays (a Nak'd trigger whose message is
+// gone is never redelivered, which would strand the lane's remaining
+// messages), and so does the message of a turn whose final events are not
+// stored yet (the sweep finds such a lane by it).
+func (o *owner) deleteProcessed(ctx context.Context, keepTrigger bool) {
+	keep := o.lane.processed[:0]
+	var del []uint64
+	for _, seq := range o.lane.processed {
+		switch {
+		case keepTrigger && o.lease.trigger != nil && seq == o.lease.triggerSeq, seq == o.lane.owed:
+			keep = append(keep, seq)
+		default:
+			del = append(del, seq)
+		}
+	}
+	o.lane.processed = keep
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, seq := range del {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o.w.deleteInbound(ctx, seq)
+		})
+	}
+	wg.Wait()
+}
+
+// release gives the lane up after a drain and says how that ended: endAgain
+// when a message arrived during the release and the lease was taken again.
+func (o *owner) release() ending {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Processed messages are deleted while the lease is held: once it is
+	// released, another owner may take the lane with the delivery of one
+	// of them as its trigger, and needs that message to hand it back.
+	o.deleteProcessed(ctx, true)
+	o.markHeld(false) // before the release: see markHeld
+	if err := o.lease.Release(ctx); err != nil {
+		// The trigger comes back soon; whoever gets it takes the lane once
+		// the lease is free (released after all, or expired).
+		o.log.Warn().Err(err).Msg("release lease")
+		return endRetry
+	}
+	o.w.stats.Released.Add(1)
+	// Re-check on the leader after releasing: a message stored before a
+	// follower saw our lease is found here or by the next owner.
+	_, err := o.next(ctx, o.lane.cursor.Seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return endReleased
+	case err != nil:
+		o.log.Warn().Err(err).Msg("re-check lane")
+		return endRetry
+	}
+	if o.w.shuttingDown.Load() {
+		return endShutdown
+	}
+	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: o.now().UnixMilli(), Trigger: o.lease.triggerSeq})
+	switch {
+	case err == nil:
+		o.lease.Lease = lease
+		o.w.stats.Acquired.Add(1)
+		o.markHeld(true)
+		return endAgain
+	case errors.Is(err, kvstore.ErrHeld):
+		return endReleased
+	}
+	o.log.Warn().Err(err).Msg("re-acquire lease")
+	return endRetry
+}
+
+// Lanes this worker holds: a delivery of one of them, other than its
+// owner's trigger, is acked at once, without a slot or a lease request. It
+// is the follower case of handleDelivery (the lease is held, and its owner
+// re-checks the lane after releasing it) decided locally: an owner marks
+// its lane held only while it holds the lease, and unmarks it before it
+// releases the lease.
+
+// hold marks the owner's lane held (or no longer held) by this worker.
+func (o *owner) markHeld(held bool) {
+	if o.lease.marked == held {
+		return
+	}
+	o.lease.marked = held
+	w := o.w
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	if held {
+		w.held[o.token] = o.lease.triggerSeq
+	} else if seq, ok := w.held[o.token]; ok && seq == o.lease.triggerSeq {
+		delete(w.held, o.token)
+	}
+}
+
+// heldHere reports whether a delivery is a follower of a lane an owner here
+// holds (not that owner's own trigger coming back).
+func (w *Worker) heldHere(msg jetstream.Msg) bool {
+	token, ok := strings.CutPrefix(msg.Subject(), events.InboundPrefix)
+	if !ok {
+		return false
+	}
+	w.heldMu.Lock()
+	trigger, held := w.held[token]
+	w.heldMu.Unlock()
+	if !held {
+		return false
+	}
+	md, err := msg.Metadata()
+	return err == nil && md.Sequence.Stream != trigger
+}
+
+// triggerKept reports whether the owner's trigger can be handed back: its
+// message still exists (a Nak'd delivery whose message is gone is never
+// redelivered, and the lane would be stranded). A trigger whose message
+// this owner processed is kept by deleteProcessed; one an earlier owner
+// processed (the trigger of a yielded lane, or a delivery that reached the
+// lane between two owners) is read once: an earlier owner deletes what it
+// processed before it releases the lease, so what is there now stays.
+func (o *owner) triggerKept(ctx context.Context) bool {
+	if o.lease.triggerGone {
+		return false
+	}
+	if o.lease.triggerSeq > o.lane.cursor.Seq || slices.Contains(o.lane.processed, o.lease.triggerSeq) || o.lease.triggerChecked {
+		return true
+	}
+	_, err := o.w.streams.Inbound.GetMsg(ctx, o.lease.triggerSeq)
+	switch {
+	case err == nil:
+		o.lease.triggerChecked = true
+		return true
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		o.lease.triggerGone = true
+	}
+	return false
+}
