@@ -97,30 +97,6 @@ func transient(err error) bool {
 	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// servedLists reports whether the server lists id, or id:latest (Ollama
-// answers to a name without its tag).
-func servedLists(served []provider.Model, id string) bool {
-	for _, m := range served {
-		if m.ID == id || m.ID == id+":latest" {
-			return true
-		}
-	}
-	return false
-}
-
-// servedIDs lists the server's model ids for a message.
-func servedIDs(served []provider.Model) string {
-	ids := make([]string, 0, min(len(served), 10))
-	for _, m := range served[:min(len(served), 10)] {
-		ids = append(ids, m.ID)
-	}
-	s := strings.Join(ids, ", ")
-	if len(served) > 10 {
-		s += fmt.Sprintf(" and %d more", len(served)-10)
-	}
-	return s
-}
-
 // openAIBaseURLHint explains OPENAI_BASE_URL set without an OpenAI key: it
 // moves the openai provider, which speaks the Responses API with a key; it
 // does not make a keyless local server the model. Empty when it does not
