@@ -12,27 +12,39 @@ import (
 )
 
 // registration is a run's entry in the active-run registry. The registry is
-// informational, so its writes stay off the turn's path, and a run shorter
-// than registerAfter never writes it: the entry is written once the run has
-// gone on that long (or at once when it starts compacting), and removed
-// after the turn is committed. Most turns end before anyone could list
-// them, and each entry costs two writes.
+// informational, so its writes stay off the turn's path: one goroutine a
+// run (the registry goroutine) makes them all, and the run only hands it
+// what to write. A run shorter than registerAfter never writes it: the
+// entry is written once the run has gone on that long (or at once when it
+// starts compacting), and removed after the turn is committed. Most turns
+// end before anyone could list them, and each entry costs two writes.
 type registration struct {
-	done  chan struct{} // closed once the entry is written, or will not be
-	ended chan struct{} // closed when the run ends: nothing to register
+	done  chan struct{} // closed when the registry goroutine has ended
+	ended chan struct{} // closed when the run ends: nothing more to write
 	soon  chan struct{} // closed to register now
 	once  sync.Once
-	h     *kvstore.RunHandle // nil when not written
+	h     *kvstore.RunHandle // nil when not written; set before done closes
 	bg    *sync.WaitGroup    // the member's background writes
+
+	// phase is the run's latest phase not written yet ("" = none); a
+	// value in phased says there is one. Only the latest is written.
+	mu     sync.Mutex
+	phase  string
+	phased chan struct{} // capacity 1
 }
 
 // registerAfter is how long a run goes on before it is listed as active
 // (Config.registerAfter overrides it in tests).
 const registerAfter = 100 * time.Millisecond
 
+// register starts a turn's registry goroutine: it writes the entry once
+// the run is due, then the phases the run hands it, until the run ends.
 func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
-	r := &registration{done: make(chan struct{}), ended: make(chan struct{}), soon: make(chan struct{}), bg: &m.bg}
+	r := &registration{done: make(chan struct{}), ended: make(chan struct{}), soon: make(chan struct{}),
+		phased: make(chan struct{}, 1), bg: &m.bg}
 	info := kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(), Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()}
+	log := m.log.With().Str("run_id", t.RunID).Logger()
+	wctx := context.WithoutCancel(ctx) // the entry outlives the turn's cancellation until clear
 	m.bg.Go(func() {
 		defer close(r.done)
 		after := registerAfter
@@ -48,27 +60,56 @@ func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
 			return
 		}
 		tok, _ := events.KeyToken(t.SessionKey)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
-		defer cancel()
+		rctx, cancel := context.WithTimeout(wctx, stateTimeout)
 		h, err := m.Runs.Register(rctx, tok, info)
+		cancel()
 		if err != nil {
-			m.log.Warn().Err(err).Str("run_id", t.RunID).Msg("run registry")
+			log.Warn().Err(err).Msg("run registry")
 			return
 		}
 		r.h = h
+		failed := false // a failed phase write is logged once a run
+		for {
+			select {
+			case <-r.ended:
+				return
+			case <-r.phased:
+			}
+			r.mu.Lock()
+			phase := r.phase
+			r.phase = ""
+			r.mu.Unlock()
+			if phase == "" {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(wctx, stateTimeout)
+			err := h.SetPhase(pctx, phase)
+			cancel()
+			if err != nil && !failed {
+				failed = true
+				log.Warn().Err(err).Str("phase", phase).Msg("run registry: phase not written (later failures of this run are not logged)")
+			}
+		}
 	})
 	return r
 }
 
-// handle writes the entry now if it is not written yet, and returns it.
-func (r *registration) handle() *kvstore.RunHandle {
+// setPhase hands the registry goroutine the run's phase, and has the
+// entry written now if it is not yet; it never waits for a write.
+func (r *registration) setPhase(phase string) {
+	r.mu.Lock()
+	r.phase = phase
+	r.mu.Unlock()
+	select {
+	case r.phased <- struct{}{}:
+	default: // one is pending already: it writes the latest
+	}
 	r.once.Do(func() { close(r.soon) })
-	<-r.done
-	return r.h
 }
 
-// clear removes the entry once it is written (in the background); a run
-// that ended before its entry was due never writes one.
+// clear ends the registry goroutine and removes the entry once it is
+// written (in the background); a run that ended before its entry was due
+// never writes one.
 func (r *registration) clear(ctx context.Context) {
 	close(r.ended)
 	r.bg.Go(func() {
@@ -81,11 +122,12 @@ func (r *registration) clear(ctx context.Context) {
 	})
 }
 
-// phaseSink shows a run's compactions in the active-run registry.
+// phaseSink shows a run's compactions in the active-run registry. Emit
+// runs on the runner's goroutine: it hands the phase to the registry
+// goroutine and returns.
 type phaseSink struct {
 	runner.Sink
 	reg *registration
-	ctx context.Context
 }
 
 func (p phaseSink) Emit(stream string, data events.EventData) {
@@ -93,15 +135,9 @@ func (p phaseSink) Emit(stream string, data events.EventData) {
 	if stream != events.StreamCompaction {
 		return
 	}
-	h := p.reg.handle()
-	if h == nil {
-		return
-	}
 	phase := "running"
 	if data.Phase == "start" {
 		phase = "compacting"
 	}
-	ctx, cancel := context.WithTimeout(p.ctx, stateTimeout)
-	defer cancel()
-	_ = h.SetPhase(ctx, phase)
+	p.reg.setPhase(phase)
 }
