@@ -37,6 +37,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/lanes/service"
@@ -359,7 +360,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 	// use it first; in.ID, which a caller may choose, is de-duplicated on
 	// the lane only (Lanefleet-Msg-Id).
 	publishID := newID()
-	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	b := backoff.Counter{Policy: callBackoff}
 	for {
 		m := nats.NewMsg(subj)
 		m.Data = data
@@ -426,7 +427,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 		if time.Since(start) > sendRetryBudget {
 			return nil, fmt.Errorf("lanefleet: send to %q: still failing after %v: %w", session, sendRetryBudget, err)
 		}
-		if err := b.wait(ctx); err != nil {
+		if err := b.Wait(ctx); err != nil {
 			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
 		}
 	}

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
@@ -39,7 +38,3 @@ func (a fleetAuth) ClaimProbe(ctx context.Context, id, prov, model string) (bool
 	defer cancel()
 	return a.s.ClaimProbe(ctx, id, prov, model)
 }
-
-// stateTimeout bounds each write of fleet state a run makes besides its
-// transcript (registry, auth profiles).
-const stateTimeout = 5 * time.Second

@@ -41,6 +41,7 @@ import (
 	"github.com/lanefleet/lanefleet/blockchunk"
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/hooks"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -144,9 +145,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.Conn = nc
-	// Async publishes lost in a reconnect are never answered unless they
-	// time out.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 	if err != nil {
 		m.close()
 		return nil, fmt.Errorf("fleet: %w", err)
@@ -245,7 +244,9 @@ func (m *Member) build(ctx context.Context) error {
 		if err == nil || attempt >= 10 || ctx.Err() != nil || storageHint(err) != "" {
 			break
 		}
-		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+		if openStateBackoff.Wait(ctx, attempt+1) != nil {
+			break // err is the last try's
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("fleet: prepare streams and buckets: %w%s", err, storageHint(err))
@@ -292,6 +293,10 @@ func (m *Member) build(ctx context.Context) error {
 	})
 	return err
 }
+
+// openStateBackoff is the wait between tries to open the fleet's streams
+// and buckets at start: 200ms longer each time.
+var openStateBackoff = backoff.Policy{Base: 200 * time.Millisecond, Linear: true}
 
 // startHooks discovers the listed hooks and plugs them into the runner's
 // configuration.
@@ -395,7 +400,7 @@ func (m *Member) Run(ctx context.Context) error {
 			}
 		}()
 		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 			defer cancel()
 			_ = m.metricsSrv.Close(ctx)
 			<-done
@@ -455,7 +460,7 @@ func (m *Member) close() {
 	}
 	if m.Conn != nil && !m.Conn.IsClosed() {
 		_ = m.Conn.Drain()
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(closeTimeout)
 		for !m.Conn.IsClosed() && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
