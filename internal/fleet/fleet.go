@@ -298,23 +298,6 @@ func (m *Member) build(ctx context.Context) error {
 // and buckets at start: 200ms longer each time.
 var openStateBackoff = backoff.Policy{Base: 200 * time.Millisecond, Linear: true}
 
-// startHooks discovers the listed hooks and plugs them into the runner's
-// configuration.
-func (m *Member) startHooks(ctx context.Context, rcfg *runner.Config) error {
-	hc := m.cfg.Hooks
-	var err error
-	if m.Hooks, err = hooks.NewRegistry(m.Conn, hooks.Config{Names: hc.Names, Timeout: hc.Timeout, ToolFailure: hc.ToolFailure, Logger: m.cfg.Logger}); err != nil {
-		return fmt.Errorf("fleet: --hooks: %w", err)
-	}
-	// Know the hooks served now before the first turn; Run refreshes.
-	if err := m.Hooks.Refresh(ctx); err != nil {
-		m.log.Warn().Err(err).Msg("hooks: first discovery failed")
-	}
-	rcfg.Hooks = maskStartHooks(m.Hooks.StartHooks(), m.cfg.Redactor)
-	rcfg.ToolHook, rcfg.EndHook = maskingToolHook{ToolHook: m.Hooks, red: m.cfg.Redactor}, m.Hooks
-	return nil
-}
-
 // openState creates or binds the fleet's streams and buckets, skipping
 // those already open.
 func (m *Member) openState(ctx context.Context) error {
