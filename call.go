@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/lanes/service"
 	"github.com/lanefleet/lanefleet/permission"
 )
@@ -31,6 +32,10 @@ const (
 	// fails with ErrNoFleet.
 	noWorkerWait = 5 * time.Second
 )
+
+// callBackoff is the wait between a request's tries: 100ms, doubling up
+// to a second.
+var callBackoff = backoff.Policy{Base: 100 * time.Millisecond, Max: time.Second}
 
 // call asks the lane service of session for op with body and decodes the
 // reply into v, retrying what passes: no worker answering for a moment (a
@@ -54,7 +59,7 @@ func (c *Client) callRetry(ctx context.Context, session, op string, body []byte,
 	subj := service.Subject(tok, op)
 	start := time.Now()
 	var noWorkerSince time.Time
-	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	b := backoff.Counter{Policy: callBackoff}
 	for {
 		data, err := c.requestMsg(ctx, &nats.Msg{Subject: subj, Data: body}, callTimeout)
 		if err == nil {
@@ -77,7 +82,7 @@ func (c *Client) callRetry(ctx context.Context, session, op string, body []byte,
 		default:
 			return opError(op, session, err)
 		}
-		if err := b.wait(ctx); err != nil {
+		if err := b.Wait(ctx); err != nil {
 			return fmt.Errorf("lanefleet: %s of session %q: %w", op, session, err)
 		}
 	}
@@ -415,34 +420,6 @@ func (e *sentError) Unwrap() error { return e.err }
 // allocate what a header declares.
 func decodeReply(data []byte, v any) error {
 	return events.UnmarshalMsgpack(data, v)
-}
-
-// backoff waits between retries: min, doubling up to max.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoff) reset() { b.cur = 0 }
-
-// wait sleeps for the next delay, or until ctx is done.
-func (b *backoff) wait(ctx context.Context) error {
-	t := time.NewTimer(b.next())
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
 }
 
 // redactURL hides passwords in a server URL list for messages.

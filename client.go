@@ -37,8 +37,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/kvstore"
-	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/lanes/service"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/permission"
@@ -359,7 +359,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 	// use it first; in.ID, which a caller may choose, is de-duplicated on
 	// the lane only (Lanefleet-Msg-Id).
 	publishID := newID()
-	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	b := backoff.Counter{Policy: callBackoff}
 	for {
 		m := nats.NewMsg(subj)
 		m.Data = data
@@ -426,7 +426,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 		if time.Since(start) > sendRetryBudget {
 			return nil, fmt.Errorf("lanefleet: send to %q: still failing after %v: %w", session, sendRetryBudget, err)
 		}
-		if err := b.wait(ctx); err != nil {
+		if err := b.Wait(ctx); err != nil {
 			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
 		}
 	}
@@ -527,7 +527,7 @@ func (c *Client) Stop(ctx context.Context, session string) (*Run, error) {
 // session's lane: it applies to every message sent after it, once the
 // messages sent before it have been taken; Wait on the returned run to know
 // it was applied (its result's text describes the settings in force).
-func (c *Client) SetQueueSettings(ctx context.Context, session string, s queue.Overrides) (*Run, error) {
+func (c *Client) SetQueueSettings(ctx context.Context, session string, s QueueSettings) (*Run, error) {
 	return c.SetSettings(ctx, session, SettingsChange{Queue: &s})
 }
 
@@ -545,9 +545,9 @@ func (c *Client) sendSettings(ctx context.Context, session string, in *events.In
 }
 
 // QueueSettings returns a session's stored queue settings (zero when none
-// are stored); queue.Resolve(s) gives the values in force. Settings
-// returns them with the run settings and the session's state.
-func (c *Client) QueueSettings(ctx context.Context, session string) (queue.Overrides, error) {
+// are stored); queue.Resolve(s.Overrides()) gives the values in force.
+// Settings returns them with the run settings and the session's state.
+func (c *Client) QueueSettings(ctx context.Context, session string) (QueueSettings, error) {
 	s, err := c.Settings(ctx, session)
 	return s.Queue, err
 }
@@ -558,7 +558,7 @@ func (c *Client) QueueSettings(ctx context.Context, session string) (queue.Overr
 // clears the stored tool policy, and Reset clears every run setting
 // first.
 type SettingsChange struct {
-	Queue *queue.Overrides
+	Queue *QueueSettings
 	Run   *events.RunSettings
 	// Reset clears the stored queue and run settings first, in the same
 	// message: no turn runs between the reset and the values set.
@@ -567,7 +567,7 @@ type SettingsChange struct {
 
 // SessionSettings are a session's stored settings and state.
 type SessionSettings struct {
-	Queue queue.Overrides     // zero when none are stored; queue.Resolve gives the values in force
+	Queue QueueSettings       // zero when none are stored; queue.Resolve(Queue.Overrides()) gives the values in force
 	Run   *events.RunSettings // nil when none are stored: the worker's defaults apply
 	// State is the session's state after its last committed turn: the
 	// auth profile its next turn starts on and the running total of its
@@ -595,7 +595,7 @@ type SessionSettings struct {
 func (c *Client) SetSettings(ctx context.Context, session string, ch SettingsChange) (*Run, error) {
 	in := events.Inbound{ID: newID(), RunSettings: ch.Run}
 	if ch.Queue != nil {
-		in.QueueSettings = QueueSettingsOf(*ch.Queue)
+		in.QueueSettings = ch.Queue.Wire()
 	}
 	if ch.Reset {
 		q, r := events.QueueSettings{}, events.RunSettings{}
@@ -626,34 +626,7 @@ func (c *Client) Settings(ctx context.Context, session string) (SessionSettings,
 	if err := c.call(ctx, session, service.OpSettings, nil, &rep); err != nil {
 		return SessionSettings{}, err
 	}
-	return SessionSettings{Queue: OverridesOf(rep.Settings), Run: rep.Run, State: rep.State, Unreadable: rep.Unreadable}, nil
-}
-
-// QueueSettingsOf returns queue settings in their wire form (what a
-// settings message carries and a lane stores).
-func QueueSettingsOf(o queue.Overrides) *events.QueueSettings {
-	q := &events.QueueSettings{Mode: string(o.Mode), Cap: o.Cap, Drop: string(o.Drop)}
-	if o.Debounce != nil {
-		ms := o.Debounce.Milliseconds()
-		q.DebounceMs = &ms
-	}
-	return q
-}
-
-// OverridesOf returns queue settings in their wire form (nil = none) as a
-// layer for queue.Resolve.
-func OverridesOf(q *events.QueueSettings) queue.Overrides {
-	if q == nil {
-		return queue.Overrides{}
-	}
-	o := queue.Overrides{Cap: q.Cap}
-	o.Mode, _ = queue.ParseMode(q.Mode)
-	o.Drop, _ = queue.ParseDropPolicy(q.Drop)
-	if q.DebounceMs != nil {
-		d := time.Duration(*q.DebounceMs) * time.Millisecond
-		o.Debounce = &d
-	}
-	return o
+	return SessionSettings{Queue: QueueSettingsFromWire(rep.Settings), Run: rep.Run, State: rep.State, Unreadable: rep.Unreadable}, nil
 }
 
 // Run returns a handle on an existing run, e.g. to replay its events.

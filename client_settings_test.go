@@ -9,26 +9,30 @@ import (
 )
 
 // TestQueueSettingsWireForm: settings survive the trip to their wire form
-// and back; aliases in the wire form read as their modes and policies.
+// and back; aliases in the wire form read as their modes and policies; the
+// conversion to a queue.Resolve layer keeps every field.
 func TestQueueSettingsWireForm(t *testing.T) {
 	t.Parallel()
 	zero := time.Duration(0)
-	o := queue.Overrides{Mode: queue.ModeCollect, Debounce: &zero, Cap: 3, Drop: queue.DropOld}
-	q := QueueSettingsOf(o)
+	s := QueueSettings{Mode: "collect", Debounce: &zero, Cap: 3, Drop: "old"}
+	q := s.Wire()
 	if got := q.String(); got != "mode collect, debounce 0ms, cap 3, drop old" {
-		t.Fatalf("QueueSettingsOf = %s", got)
+		t.Fatalf("Wire = %s", got)
 	}
-	back := OverridesOf(q)
-	if back.Mode != o.Mode || back.Debounce == nil || *back.Debounce != 0 || back.Cap != 3 || back.Drop != o.Drop {
-		t.Fatalf("OverridesOf = %+v", back)
+	back := QueueSettingsFromWire(q)
+	if back.Mode != s.Mode || back.Debounce == nil || *back.Debounce != 0 || back.Cap != 3 || back.Drop != s.Drop {
+		t.Fatalf("QueueSettingsFromWire = %+v", back)
 	}
-	if a := OverridesOf(&events.QueueSettings{Mode: "coalesce", Drop: "oldest"}); a.Mode != queue.ModeCollect || a.Drop != queue.DropOld || a.Debounce != nil {
+	if a := QueueSettingsFromWire(&events.QueueSettings{Mode: "coalesce", Drop: "oldest"}); a.Mode != "collect" || a.Drop != "old" || a.Debounce != nil {
 		t.Fatalf("aliases = %+v", a)
 	}
-	if n := OverridesOf(nil); n != (queue.Overrides{}) {
-		t.Fatalf("OverridesOf(nil) = %+v", n)
+	if n := QueueSettingsFromWire(nil); n != (QueueSettings{}) {
+		t.Fatalf("QueueSettingsFromWire(nil) = %+v", n)
 	}
-	if u := QueueSettingsOf(queue.Overrides{}); u.String() != "defaults" {
-		t.Fatalf("QueueSettingsOf(zero) = %s", u)
+	if u := (QueueSettings{}).Wire(); u.String() != "defaults" {
+		t.Fatalf("Wire(zero) = %s", u)
+	}
+	if o := s.Overrides(); o.Mode != queue.ModeCollect || o.Drop != queue.DropOld || o.Cap != 3 || o.Debounce == nil || *o.Debounce != 0 {
+		t.Fatalf("Overrides = %+v", o)
 	}
 }

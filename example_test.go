@@ -153,7 +153,7 @@ func ExampleClient_SetQueueSettings() {
 	defer cancel()
 
 	second := time.Second
-	run, err := c.SetQueueSettings(ctx, "chatty", queue.Overrides{Mode: queue.ModeCollect, Debounce: &second, Cap: 5, Drop: queue.DropSummarize})
+	run, err := c.SetQueueSettings(ctx, "chatty", lanefleet.QueueSettings{Mode: "collect", Debounce: &second, Cap: 5, Drop: "summarize"})
 	if err != nil {
 		panic(err)
 	}
@@ -166,7 +166,7 @@ func ExampleClient_SetQueueSettings() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%+v\n", queue.Resolve(s))
+	fmt.Printf("%+v\n", queue.Resolve(s.Overrides()))
 	// Output:
 	// queue settings: mode collect, debounce 1000ms, cap 5, drop summarize
 	// {Mode:collect Debounce:1s Cap:5 Drop:summarize}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/lanes/service"
 )
 
@@ -137,7 +138,7 @@ type follower struct {
 	due          time.Time     // the next catch-up
 	idle         time.Duration // the silence before the next catch-up
 	idleFloor    time.Duration // idle after an event: idleMin, or liveIdle
-	gap, errWait backoff
+	gap, errWait backoff.Counter
 	lastEvent    time.Time
 	unknownSince time.Time
 	state, noted Wait // why no event comes (State "" when not known), and what OnWait was told last
@@ -195,7 +196,7 @@ func (r *Run) follow() (*follower, error) {
 	}
 	now := time.Now()
 	fl := &follower{r: r, tok: tok, feed: f, next: 1, ahead: map[uint64]*events.Event{}, due: now, idle: idleMin, idleFloor: idleMin,
-		gap: backoff{min: gapMin, max: gapMax}, errWait: backoff{min: errMin, max: errMax}, lastEvent: now,
+		gap: backoff.Counter{Policy: backoff.Policy{Base: gapMin, Max: gapMax}}, errWait: backoff.Counter{Policy: backoff.Policy{Base: errMin, Max: errMax}}, lastEvent: now,
 		reconnects: reconnects}
 	if f.fromStart {
 		// Nothing to catch up on yet, and the live feed sees every event
@@ -302,7 +303,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 		if len(f.ahead) < maxAhead {
 			f.ahead[ev.Seq] = ev
 		}
-		if f.gap.cur == 0 {
+		if !f.gap.Retrying() {
 			f.due = time.Now() // the first catch-up for a gap goes at once
 		}
 		return true
@@ -339,7 +340,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	}
 	if len(f.ahead) == 0 {
 		// Events flow: the next look at the store waits for a silence.
-		f.gap.reset()
+		f.gap.Reset()
 		f.due = f.lastEvent.Add(jittered(f.idle))
 	}
 	return true
@@ -362,10 +363,10 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 				yield(nil, fmt.Errorf("lanefleet: follow run %s: %w", f.r.ID, err))
 				return false
 			}
-			f.due = time.Now().Add(f.errWait.next())
+			f.due = time.Now().Add(f.errWait.Next())
 			return true
 		}
-		f.errWait.reset()
+		f.errWait.Reset()
 		f.cursor = max(f.cursor, rep.Next)
 		for _, se := range rep.Events {
 			ev, err := events.DecodeEvent(se.ContentType(), se.Data)
@@ -404,7 +405,7 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 			continue
 		}
 		if len(f.ahead) > 0 {
-			f.due = now.Add(f.gap.next())
+			f.due = now.Add(f.gap.Next())
 		} else {
 			f.due = now.Add(jittered(f.idle))
 			f.idle = min(2*f.idle, idleMax)

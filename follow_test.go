@@ -19,6 +19,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/service"
@@ -53,7 +54,7 @@ func TestFollowerOrder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: idleMin, idleFloor: idleMin,
-				gap: backoff{min: gapMin, max: gapMax}}
+				gap: backoff.Counter{Policy: backoff.Policy{Base: gapMin, Max: gapMax}}}
 			var got []string
 			yield := func(ev *events.Event, err error) bool {
 				if err != nil {
@@ -81,7 +82,7 @@ func TestFollowerOrder(t *testing.T) {
 func TestFollowerSchedulesCatchUp(t *testing.T) {
 	t.Parallel()
 	f := &follower{r: &Run{ID: "1"}, next: 1, ahead: map[uint64]*events.Event{}, idle: 8 * idleMin, idleFloor: idleMin,
-		gap: backoff{min: gapMin, max: gapMax}, due: time.Now()}
+		gap: backoff.Counter{Policy: backoff.Policy{Base: gapMin, Max: gapMax}}, due: time.Now()}
 	yield := func(*events.Event, error) bool { return true }
 	before := time.Now()
 	f.offer(&events.Event{Seq: 1, Stream: events.StreamAssistant}, false, yield)

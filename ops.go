@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/lanes/service"
 )
 
@@ -99,7 +100,7 @@ func (c *Client) admin(ctx context.Context, op string, req, v any, retry bool) e
 	subj := admin.Subject(op)
 	start := time.Now()
 	var noWorkerSince time.Time
-	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	b := backoff.Counter{Policy: callBackoff}
 	for {
 		data, err := c.requestMsg(ctx, &nats.Msg{Subject: subj, Data: body}, admin.RequestTimeout+5*time.Second)
 		if err == nil {
@@ -127,7 +128,7 @@ func (c *Client) admin(ctx context.Context, op string, req, v any, retry bool) e
 		default:
 			return fmt.Errorf("lanefleet: %s: %w", op, err)
 		}
-		if err := b.wait(ctx); err != nil {
+		if err := b.Wait(ctx); err != nil {
 			return fmt.Errorf("lanefleet: %s: %w", op, err)
 		}
 	}

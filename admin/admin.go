@@ -31,7 +31,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
-	"github.com/lanefleet/lanefleet/internal/inflight"
+	"github.com/lanefleet/lanefleet/internal/microsvc"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/service"
 )
@@ -72,12 +72,11 @@ type Config struct {
 
 // Service is a running admin service.
 type Service struct {
-	svc      micro.Service
-	nc       *nats.Conn
-	cfg      Config
-	log      zerolog.Logger
-	inflight *inflight.Group
-	replies  *service.Replier
+	svc     *microsvc.Service
+	nc      *nats.Conn
+	cfg     Config
+	log     zerolog.Logger
+	replies *service.Replier
 }
 
 type handlerFunc func(ctx context.Context, data []byte) (any, error)
@@ -90,42 +89,34 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, inflight: inflight.New(MaxConcurrent)}
-	s.replies = &service.Replier{NC: nc, Log: cfg.Logger, Name: "admin service", Inflight: s.inflight, Timeout: RequestTimeout}
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        Name,
-		Version:     Version,
-		Description: "Lanefleet administration: sessions, dead letters, auth profiles, on " + Prefix + "<op>",
-		Metadata:    map[string]string{"worker": cfg.Worker},
-		QueueGroup:  QueueGroup,
-		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
-			s.log.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("admin service: subscription error")
-		},
+	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger}
+	s.svc = microsvc.New(nc, microsvc.Config{
+		Name:          Name,
+		Version:       Version,
+		Description:   "Lanefleet administration: sessions, dead letters, auth profiles, on " + Prefix + "<op>",
+		Metadata:      map[string]string{"worker": cfg.Worker},
+		QueueGroup:    QueueGroup,
+		Label:         "admin service",
+		Log:           cfg.Logger,
+		MaxConcurrent: MaxConcurrent,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("admin: %w", err)
-	}
-	s.svc = svc
+	s.replies = &service.Replier{NC: nc, Log: cfg.Logger, Name: "admin service", Inflight: s.svc.Calls, Guard: s.svc.Guard, Timeout: RequestTimeout}
 	ops := map[string]handlerFunc{OpSessions: s.sessions, OpDeadList: s.deadList, OpDeadShow: s.deadShow,
 		OpDeadReplay: s.deadReplay, OpDeadPurge: s.deadPurge, OpAuthStatus: s.authStatus, OpAuthReset: s.authReset}
+	var eps []microsvc.Endpoint
 	for op, h := range ops {
 		// Endpoint names are one token: dlq-list serves agent.admin.dlq.list.
-		name := strings.ReplaceAll(op, ".", "-")
-		if err := svc.AddEndpoint(name, s.handler(op, h), micro.WithEndpointSubject(Subject(op))); err != nil {
-			_ = s.Stop()
-			return nil, fmt.Errorf("admin: endpoint %s: %w", op, err)
-		}
+		eps = append(eps, microsvc.Endpoint{Name: strings.ReplaceAll(op, ".", "-"), Subject: Subject(op), Handler: s.handler(op, h), What: "endpoint " + op})
 	}
-	if err := nc.Flush(); err != nil {
-		_ = s.Stop()
-		return nil, fmt.Errorf("admin: flush: %w", err)
+	if err := s.svc.Serve(eps...); err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
 	}
 	return s, nil
 }
 
 // Stop stops taking requests, cancels those in flight and waits for them.
 func (s *Service) Stop() error {
-	return s.inflight.Stop(nil, inflight.StopMicro(s.svc, s.nc))
+	return s.svc.Stop(nil)
 }
 
 // handler answers each request in its own goroutine, at most MaxConcurrent

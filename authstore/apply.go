@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 )
 
 // Apply records ev for profileID and returns the profile's new state. It
@@ -151,7 +151,7 @@ func (s *Store) update(ctx context.Context, profileID string, fn mutation) (auth
 			// We lost with a value read from the bucket: another worker is
 			// writing the same key right now; step aside for a moment.
 			lost++
-			if err := backoff(ctx, lost); err != nil {
+			if err := casBackoff.Wait(ctx, lost); err != nil {
 				return authprofile.State{}, false, err
 			}
 		}
@@ -198,18 +198,9 @@ func (s *Store) lock(ctx context.Context, key string) (func(), error) {
 	}
 }
 
-// backoff waits a random time below min(100ms, 1ms·2^(n−1)).
-func backoff(ctx context.Context, n int) error {
-	limit := min(100*time.Millisecond, time.Millisecond<<min(n-1, 10))
-	t := time.NewTimer(rand.N(limit) + 1)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
+// casBackoff is the wait of a writer that lost a compare-and-swap to
+// another: a random time in (0, min(100ms, 1ms·2^(n−1))].
+var casBackoff = backoff.Policy{Base: time.Millisecond, Max: 100 * time.Millisecond, Jitter: true}
 
 // isConflict reports a failed compare-and-swap: the key changed since the
 // revision we wrote against (10071 on R1, 10164 on replicated streams), or

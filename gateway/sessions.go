@@ -435,7 +435,7 @@ func (s *Server) getSettings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep := SettingsReply{Session: key, Run: st.Run, State: st.State, Unreadable: st.Unreadable}
-	if q := lanefleet.QueueSettingsOf(st.Queue); *q != (events.QueueSettings{}) {
+	if q := st.Queue.Wire(); *q != (events.QueueSettings{}) {
 		rep.Queue = q
 	}
 	writeJSON(w, http.StatusOK, rep)
@@ -479,8 +479,8 @@ func (s *Server) patchSettings(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, r, newProblem(http.StatusBadRequest, CodeInvalidInput, "queue: "+err.Error()))
 			return
 		}
-		o := lanefleet.OverridesOf(req.Queue)
-		ch.Queue = &o
+		q := lanefleet.QueueSettingsFromWire(req.Queue)
+		ch.Queue = &q
 	}
 	if req.Run != nil {
 		if err := req.Run.Validate(); err != nil {

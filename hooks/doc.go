@@ -30,9 +30,10 @@
 // A worker lists the hooks it uses (--hooks guard,context): a [Registry]
 // discovers which kinds each listed hook serves ($SRV.INFO, at start and
 // every 30 s) and remembers them; nothing discovered is used unless
-// listed, and an endpoint not on its own subject is ignored. It plugs into
-// the runner as [Registry.StartHooks] (runner.Config.Hooks), a
-// runner.ToolHook and a runner.EndHook.
+// listed, and an endpoint not on its own subject is ignored. The worker's
+// wiring (internal/fleet) plugs it into the runner: [Registry.StartHooks]
+// as runner.Config.Hooks, [Registry.BeforeToolCall] and
+// [Registry.AgentEnd] behind the runner's ToolHook and EndHook.
 //
 // Each call is bounded by [Config.Timeout] (default 10 s). A
 // before_agent_start hook that fails, times out or replies malformed only

@@ -12,7 +12,6 @@ import (
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/embedded"
-	"github.com/lanefleet/lanefleet/runner"
 )
 
 // One process serves a hook that adds context to every prompt and keeps
@@ -64,7 +63,7 @@ func Example() {
 	}
 	prepend, _ := agentprompt.RunHooks(ctx, reg.StartHooks(), agentprompt.HookInput{Prompt: "Anything new?"}, nil)
 	fmt.Println(agentprompt.JoinPrompt(prepend, "Anything new?"))
-	d, _ := reg.BeforeToolCall(ctx, runner.ToolHookInput{ToolName: "exec", Args: map[string]any{"command": "rm -rf /srv"}})
+	d, _ := reg.BeforeToolCall(ctx, hooks.ToolCall{ToolName: "exec", Args: map[string]any{"command": "rm -rf /srv"}})
 	fmt.Println(d.Block, d.Reason)
 	// Output:
 	// The user is on call this week.

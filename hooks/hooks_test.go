@@ -15,7 +15,6 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/natstest"
-	"github.com/lanefleet/lanefleet/runner"
 )
 
 // setup starts a server and returns a hook-side and a worker-side
@@ -129,7 +128,7 @@ func TestBeforeToolCall(t *testing.T) {
 		{"read", true, "Tool call blocked by hook deny.", nil},
 		{"write", false, "", map[string]any{"path": "safe/a.md"}},
 	} {
-		d, err := r.BeforeToolCall(t.Context(), runner.ToolHookInput{ToolName: tc.tool, ToolCallID: "c1", Args: map[string]any{"path": "a.md"}})
+		d, err := r.BeforeToolCall(t.Context(), hooks.ToolCall{ToolName: tc.tool, ToolCallID: "c1", Args: map[string]any{"path": "a.md"}})
 		if err != nil || d.Block != tc.block || d.Reason != tc.reason || (tc.args == nil) != (d.Args == nil) || (tc.args != nil && d.Args["path"] != tc.args["path"]) {
 			t.Errorf("%s: %+v, %v", tc.tool, d, err)
 		}
@@ -205,7 +204,7 @@ func TestToolCallFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		d, err := g.r.BeforeToolCall(t.Context(), runner.ToolHookInput{ToolName: "exec", Args: map[string]any{"command": "ls"}})
+		d, err := g.r.BeforeToolCall(t.Context(), hooks.ToolCall{ToolName: "exec", Args: map[string]any{"command": "ls"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,13 +273,13 @@ func TestAgentEnd(t *testing.T) {
 	got := make(chan hooks.EndEvent, 4)
 	serve(t, hc, "audit", hooks.Hook{AgentEnd: func(_ context.Context, ev hooks.EndEvent) { got <- ev }})
 	r := registry(t, wc, hooks.Config{Names: []string{"audit"}})
-	r.AgentEnd(runner.EndHookInput{SessionKey: "s", RunID: "9", Attempt: 2, Result: &events.Result{Payloads: []events.Payload{{Text: "done"}}}})
+	r.AgentEnd(hooks.RunEnd{SessionKey: "s", RunID: "9", Attempt: 2, Result: &events.Result{Payloads: []events.Payload{{Text: "done"}}}})
 	ev := <-got
 	if ev.Hook != "audit" || ev.RunID != "9" || ev.Attempt != 2 || ev.Truncated || ev.Result.Payloads[0].Text != "done" {
 		t.Fatalf("event %+v", ev)
 	}
 	huge := strings.Repeat("é", int(wc.MaxPayload()))
-	r.AgentEnd(runner.EndHookInput{RunID: "10", Result: &events.Result{Payloads: []events.Payload{{Text: huge}, {Text: "tail"}}}})
+	r.AgentEnd(hooks.RunEnd{RunID: "10", Result: &events.Result{Payloads: []events.Payload{{Text: huge}, {Text: "tail"}}}})
 	ev = <-got
 	if ev.RunID != "10" || !ev.Truncated || len(ev.Result.Payloads) != 2 || !strings.HasSuffix(ev.Result.Payloads[0].Text, "…") || ev.Result.Payloads[1].Text != "tail" {
 		t.Fatalf("large event: truncated %v, payloads %d", ev.Truncated, len(ev.Result.Payloads))

@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/agentprompt"
-	"github.com/lanefleet/lanefleet/runner"
+	"github.com/lanefleet/lanefleet/events"
 )
 
 // FailMode is what a worker does with a tool call when a before_tool_call
@@ -321,13 +321,40 @@ func (h startHook) BeforeStart(ctx context.Context, in agentprompt.HookInput) (a
 	return agentprompt.HookResult{PrependContext: res.PrependContext, SystemPrompt: res.SystemPrompt}, nil
 }
 
-// BeforeToolCall implements runner.ToolHook: the listed before_tool_call
+// ToolCall is a tool call a run is about to make, as BeforeToolCall sees
+// it.
+type ToolCall struct {
+	SessionKey, RunID string
+	ToolCallID        string
+	ToolName          string
+	// Args are the arguments the model gave; read-only.
+	Args map[string]any
+}
+
+// ToolVerdict is the hooks' decision on a tool call. The zero value lets
+// the call run as the model made it.
+type ToolVerdict struct {
+	// Block refuses the call, with Reason as the tool's error result.
+	Block  bool
+	Reason string
+	// Args, when not nil, replace the call's arguments.
+	Args map[string]any
+}
+
+// RunEnd is a finished run, as AgentEnd sends it.
+type RunEnd struct {
+	SessionKey, RunID string
+	Attempt           int
+	Result            *events.Result
+}
+
+// BeforeToolCall decides a tool call by the listed before_tool_call
 // hooks decide in order, each seeing the arguments the one before it
 // rewrote; the first block ends it. A hook that cannot decide blocks the
 // call (FailClosed) or is skipped (FailOpen), with a warning either way;
 // BeforeToolCall itself never fails.
-func (r *Registry) BeforeToolCall(ctx context.Context, in runner.ToolHookInput) (runner.ToolHookResult, error) {
-	var out runner.ToolHookResult
+func (r *Registry) BeforeToolCall(ctx context.Context, in ToolCall) (ToolVerdict, error) {
+	var out ToolVerdict
 	args := in.Args
 	for _, name := range r.callers(BeforeToolCall) {
 		res, err := r.toolCall(ctx, name, in, args)
@@ -338,14 +365,14 @@ func (r *Registry) BeforeToolCall(ctx context.Context, in runner.ToolHookInput) 
 				continue
 			}
 			log.Msg("hooks: before_tool_call failed; the call is blocked (fail closed)")
-			return runner.ToolHookResult{Block: true, Reason: fmt.Sprintf("Tool call blocked: the hook %s that must check it could not (%v).", name, err)}, nil
+			return ToolVerdict{Block: true, Reason: fmt.Sprintf("Tool call blocked: the hook %s that must check it could not (%v).", name, err)}, nil
 		}
 		if res.Block {
 			reason := res.BlockReason
 			if reason == "" {
 				reason = fmt.Sprintf("Tool call blocked by hook %s.", name)
 			}
-			return runner.ToolHookResult{Block: true, Reason: reason}, nil
+			return ToolVerdict{Block: true, Reason: reason}, nil
 		}
 		if res.Params != nil {
 			args, out.Args = res.Params, res.Params
@@ -354,7 +381,7 @@ func (r *Registry) BeforeToolCall(ctx context.Context, in runner.ToolHookInput) 
 	return out, nil
 }
 
-func (r *Registry) toolCall(ctx context.Context, name string, in runner.ToolHookInput, args map[string]any) (ToolCallResult, error) {
+func (r *Registry) toolCall(ctx context.Context, name string, in ToolCall, args map[string]any) (ToolCallResult, error) {
 	body, err := json.Marshal(ToolCallEvent{Hook: name, SessionKey: in.SessionKey, RunID: in.RunID, ToolCallID: in.ToolCallID, ToolName: in.ToolName, Params: args})
 	if err != nil {
 		return ToolCallResult{}, fmt.Errorf("hook %s: arguments cannot be encoded: %w", name, err)
@@ -374,10 +401,10 @@ func (r *Registry) toolCall(ctx context.Context, name string, in runner.ToolHook
 // for headers.
 const endHeadroom = 1024
 
-// AgentEnd implements runner.EndHook: it publishes the run's end to each
+// AgentEnd publishes the run's end to each
 // listed agent_end hook and returns (nobody replies). A result too large
 // for one message goes with its payload texts cut (Truncated).
-func (r *Registry) AgentEnd(in runner.EndHookInput) {
+func (r *Registry) AgentEnd(in RunEnd) {
 	for _, name := range r.callers(AgentEnd) {
 		body, err := r.endBody(name, in)
 		if err == nil {
@@ -390,7 +417,7 @@ func (r *Registry) AgentEnd(in runner.EndHookInput) {
 }
 
 // endBody encodes an EndEvent that fits the connection's max payload.
-func (r *Registry) endBody(name string, in runner.EndHookInput) ([]byte, error) {
+func (r *Registry) endBody(name string, in RunEnd) ([]byte, error) {
 	limit := int(r.nc.MaxPayload()) - endHeadroom
 	ev := EndEvent{Hook: name, SessionKey: in.SessionKey, RunID: in.RunID, Attempt: in.Attempt, Result: in.Result}
 	body, err := json.Marshal(ev)
@@ -412,7 +439,5 @@ func (r *Registry) endBody(name string, in runner.EndHookInput) ([]byte, error) 
 }
 
 var (
-	_ runner.ToolHook  = (*Registry)(nil)
-	_ runner.EndHook   = (*Registry)(nil)
 	_ agentprompt.Hook = startHook{}
 )

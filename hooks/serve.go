@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/internal/inflight"
+	"github.com/lanefleet/lanefleet/internal/microsvc"
 	"github.com/lanefleet/lanefleet/internal/reply"
 )
 
@@ -57,7 +58,7 @@ const flushTimeout = 5 * time.Second
 // hook-server permission allows.
 type Service struct {
 	micro.Service
-	nc    *nats.Conn
+	svc   *microsvc.Service
 	cfg   ServeConfig
 	calls *inflight.Group
 	guard *reply.Guard
@@ -94,33 +95,24 @@ func Serve(nc *nats.Conn, cfg ServeConfig, hs ...Hook) (*Service, error) {
 	if cfg.AgentEndTimeout <= 0 {
 		cfg.AgentEndTimeout = time.Minute
 	}
-	ms, err := micro.AddService(nc, micro.Config{Name: ServiceName, Version: cfg.Version, Description: "lanefleet run hooks",
-		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
-			cfg.Logger.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("hooks: subscription error")
-		}})
-	if err != nil {
-		return nil, fmt.Errorf("hooks: serve: %w", err)
-	}
-	s := &Service{Service: ms, nc: nc, cfg: cfg, calls: inflight.New(cfg.MaxConcurrent),
-		guard: &reply.Guard{NC: nc, Log: cfg.Logger, Service: "hooks"}}
+	svc := microsvc.New(nc, microsvc.Config{Name: ServiceName, Version: cfg.Version, Description: "lanefleet run hooks",
+		Label: "hooks", Log: cfg.Logger, MaxConcurrent: cfg.MaxConcurrent, FlushTimeout: flushTimeout})
+	s := &Service{svc: svc, cfg: cfg, calls: svc.Calls, guard: svc.Guard}
+	var eps []microsvc.Endpoint
 	for _, h := range hs {
 		for _, k := range Kinds() {
 			f := handlerOf(h, k)
 			if f == nil {
 				continue
 			}
-			err := ms.AddEndpoint(h.Name+"-"+string(k), s.handler(h.Name, k, f), micro.WithEndpointSubject(Subject(h.Name, k)),
-				micro.WithEndpointMetadata(map[string]string{MetaHook: h.Name, MetaKind: string(k)}))
-			if err != nil {
-				_ = s.Stop()
-				return nil, fmt.Errorf("hooks: serve: %s %s: %w", h.Name, k, err)
-			}
+			eps = append(eps, microsvc.Endpoint{Name: h.Name + "-" + string(k), Subject: Subject(h.Name, k), Handler: s.handler(h.Name, k, f),
+				Metadata: map[string]string{MetaHook: h.Name, MetaKind: string(k)}, What: h.Name + " " + string(k)})
 		}
 	}
-	if err := nc.FlushTimeout(flushTimeout); err != nil {
-		_ = s.Stop()
-		return nil, fmt.Errorf("hooks: serve: flush: %w", err)
+	if err := svc.Serve(eps...); err != nil {
+		return nil, fmt.Errorf("hooks: serve: %w", err)
 	}
+	s.Service = svc.Service
 	return s, nil
 }
 
@@ -164,7 +156,7 @@ func (b badRequest) Error() string { return "malformed request: " + b.err.Error(
 // Stop stops taking calls, cancels the handlers running (cause
 // ErrStopped), waits for them to return and stops the micro service.
 func (s *Service) Stop() error {
-	if err := s.calls.Stop(ErrStopped, inflight.StopMicro(s.Service, s.nc)); err != nil {
+	if err := s.svc.Stop(ErrStopped); err != nil {
 		return fmt.Errorf("hooks: stop: %w", err)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 
 	lanefleet "github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/internal/fleet"
-	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
 // TestLaneFloodRefusesOnlyItsSender: a sender (role sender, bob) puts its
@@ -40,11 +39,11 @@ func TestLaneFloodRefusesOnlyItsSender(t *testing.T) {
 	}
 
 	hour := time.Hour
-	if _, err := bob.SetQueueSettings(ctx, "bob", queue.Overrides{Mode: queue.ModeCollect, Debounce: &hour}); err == nil || !strings.Contains(err.Error(), "debounceMs") {
+	if _, err := bob.SetQueueSettings(ctx, "bob", lanefleet.QueueSettings{Mode: "collect", Debounce: &hour}); err == nil || !strings.Contains(err.Error(), "debounceMs") {
 		t.Fatalf("an hour's debounce: %v, want refused", err)
 	}
 	minute := time.Minute
-	set, err := bob.SetQueueSettings(ctx, "bob", queue.Overrides{Mode: queue.ModeCollect, Debounce: &minute})
+	set, err := bob.SetQueueSettings(ctx, "bob", lanefleet.QueueSettings{Mode: "collect", Debounce: &minute})
 	if err != nil {
 		t.Fatal(err)
 	}

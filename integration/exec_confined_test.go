@@ -19,6 +19,7 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/mustrun"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sandbox"
@@ -150,7 +151,7 @@ func TestExecConfined(t *testing.T) {
 		case err := <-exited:
 			exited <- err
 			if strings.Contains(string(b), "confinement is not available") && strings.Contains(string(b), "--exec-unconfined") {
-				t.Skipf("no confinement on this platform: %s", b)
+				mustrun.Skip(t, mustrun.Sandbox, fmt.Sprintf("no confinement on this platform: %s", b))
 			}
 			t.Fatalf("worker exited: %v\n%s", err, b)
 		case <-time.After(50 * time.Millisecond):

@@ -14,7 +14,6 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
-	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
 // waitForFleet waits until a worker process has created the streams and the
@@ -163,7 +162,7 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 
 		const session = "kill:collect"
 		zero := time.Duration(0)
-		set, err := c.SetQueueSettings(ctx, session, queue.Overrides{Mode: queue.ModeCollect, Debounce: &zero})
+		set, err := c.SetQueueSettings(ctx, session, lanefleet.QueueSettings{Mode: "collect", Debounce: &zero})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -99,17 +100,18 @@ func (l *Lanes) Acquire(ctx context.Context, token string, info LeaseInfo) (*Lea
 // concurrent writes to its key.
 const maxConflicts = 8
 
-// pause waits a little longer on every retry of a conflicting write: about
-// one replicated write's time at first, never more than 50ms.
+// conflictBackoff is the wait before retrying a conflicting write: about
+// one replicated write's time at first, 2ms longer each retry, never more
+// than 50ms.
+var conflictBackoff = backoff.Policy{Base: 2 * time.Millisecond, Max: 50 * time.Millisecond, Linear: true}
+
+// pause waits before retry attempt+1 of a conflicting write; it returns
+// ctx's error when ctx ends first.
 func pause(ctx context.Context, attempt int) error {
-	t := time.NewTimer(min(time.Duration(attempt+1)*2*time.Millisecond, 50*time.Millisecond))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if conflictBackoff.Wait(ctx, attempt+1) != nil {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // writeConflict sorts a failed conditional write. busy: 10164, the server

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
@@ -65,7 +66,7 @@ func (p RetryPolicy) Delay(n int, retryAfter time.Duration) (d time.Duration, ok
 	if n < 1 || n > p.MaxRetries {
 		return 0, false
 	}
-	d = p.BaseDelay << min(n-1, 20)
+	d = backoff.Policy{Base: p.BaseDelay}.Delay(n)
 	d = max(d, retryAfter)
 	if d > p.MaxDelay {
 		return 0, false
@@ -103,14 +104,8 @@ func (ru *run) pause(ctx context.Context, d time.Duration, n int, why string) er
 		most = ru.r.cfg.Retry.MaxRetries
 	}
 	ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRetrying, Attempt: n, MaxAttempts: most, DelayMs: d.Milliseconds(), Error: why})
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	if err := backoff.Sleep(ctx, d); err != nil {
+		return err
 	}
 	ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRetry, Attempt: n, MaxAttempts: most})
 	return nil

@@ -3,13 +3,27 @@
 // tool loop, streams events to a sink and returns the entries to append and
 // the run's result. It declares the interfaces it needs and imports no NATS:
 // cmd/worker plugs it into the lanes.
+//
+// Where things are:
+//
+//	runner.go        Runner, Config, the interfaces it declares, Run (a turn from input to output)
+//	run.go           the run type: one turn in progress, its transcript and context
+//	loop.go          the model loop: attempts, failover, rotation, fallbacks' decisions
+//	attempt.go       one attempt: the call loop alone
+//	retry.go         same-key retries and their waits
+//	toolcalls.go     running tool calls, approvals and client tools' results
+//	compact.go       compaction and overflow truncation
+//	usage.go         usage and cost accounting
+//	result.go        the run's result
+//	journal.go       the step journal (replaying a re-run's steps)
+//	subscribe.go     the event stream of a call (deltas, blocks)
+//	contextcache.go  the sessions' converted contexts, shared between runs
+//	auth.go          auth profile state writes
 package runner
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,13 +35,10 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/fallback"
 	"github.com/lanefleet/lanefleet/guard"
-	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
-	"github.com/lanefleet/lanefleet/replytext"
 	"github.com/lanefleet/lanefleet/sanitize"
-	"github.com/lanefleet/lanefleet/sessionfile"
 	"github.com/lanefleet/lanefleet/tools"
 )
 
@@ -488,137 +499,8 @@ func (ru *run) logStateErrors() {
 	}
 }
 
-// setupTools gathers the run's tools: the source's and the client's.
-func (ru *run) setupTools(ctx context.Context) (raw tools.Set, err error) {
-	if ru.r.cfg.Tools != nil {
-		if raw, err = ru.r.cfg.Tools.Tools(ctx, ru.in); err != nil {
-			return nil, fmt.Errorf("runner: tools: %w", err)
-		}
-	}
-	ru.policy = tools.Policies{ru.r.cfg.ToolPolicy, ru.in.Settings.Tools}
-	ru.tools = ru.policy.Filter(raw)
-	if ru.tools != nil {
-		ru.specs = ru.tools.Specs()
-	}
-	for _, t := range ru.in.Inbound.Tools {
-		if ru.client == nil {
-			ru.client = map[string]bool{}
-		}
-		ru.client[t.Name] = true
-		ru.specs = append(ru.specs, provider.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
-	}
-	return raw, nil
-}
-
-// needsApproval reports whether a call of the named tool waits for the
-// client's approval: a worker tool (not the client's own) its policies mark.
-func (ru *run) needsApproval(name string) bool {
-	return !ru.client[name] && ru.policy.NeedsApproval(name)
-}
-
-// answer is a tool result matched with the call it answers.
-type answer struct {
-	call     message.Block
-	result   events.ToolResult
-	approval bool // the call waits for the user's approval (Input.Approvals)
-}
-
-// matchToolResults matches the message's tool results with the calls of
-// the session's last assistant message that have no result yet. It
-// returns a refusal (the run's invalid_input error) when a result answers
-// no such call, answers one twice, or answers a call of a tool that needs
-// approval which the fleet did not leave waiting for it (Input.Approvals):
-// nothing runs and the transcript is left as it was, so a call that does
-// wait can still be answered.
-func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) {
-	if len(results) == 0 {
-		return nil, ""
-	}
-	pending := map[string]message.Block{}
-	var order []message.Block // the waiting calls, in call order
-	msgs := sessionfile.Messages(ru.history)
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == message.RoleAssistant {
-			for _, c := range msgs[i].ToolCalls() {
-				pending[c.ID] = c
-			}
-			for _, m := range msgs[i+1:] {
-				if m.Role == message.RoleToolResult {
-					delete(pending, m.ToolCallID)
-				}
-			}
-			for _, c := range msgs[i].ToolCalls() {
-				if _, ok := pending[c.ID]; ok {
-					order = append(order, c)
-				}
-			}
-			break
-		}
-	}
-	answers := make([]answer, 0, len(results))
-	for _, tr := range results {
-		call, ok := pending[tr.ToolCallID]
-		if !ok {
-			return nil, fmt.Sprintf("tool result for call %q: no call of this session is waiting for a result with this id; %s", shortID(tr.ToolCallID), waitingCalls(order))
-		}
-		delete(pending, tr.ToolCallID) // a second result for it is refused
-		a := answer{call: call, result: tr, approval: slices.Contains(ru.in.Approvals, events.ApprovalCall{ID: call.ID, Name: call.Name})}
-		if !a.approval && ru.needsApproval(call.Name) {
-			return nil, fmt.Sprintf("tool result for call %q: this %s call is not waiting for approval (only a call this fleet proposed and left pending can be approved); it was not run",
-				shortID(tr.ToolCallID), shortID(call.Name))
-		}
-		answers = append(answers, a)
-	}
-	return answers, ""
-}
-
 // maxListedCalls bounds the waiting calls a refusal lists.
 const maxListedCalls = 10
-
-// waitingCalls says which calls wait for a result: "waiting: "id" (name),
-// …", or that none does.
-func waitingCalls(calls []message.Block) string {
-	if len(calls) == 0 {
-		return "none is waiting"
-	}
-	parts := make([]string, 0, min(len(calls), maxListedCalls)+1)
-	for i, c := range calls {
-		if i == maxListedCalls {
-			parts = append(parts, fmt.Sprintf("and %d more", len(calls)-i))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%q (%s)", shortID(c.ID), shortID(c.Name)))
-	}
-	return "waiting: " + strings.Join(parts, ", ")
-}
-
-// shortID bounds an id or name quoted in a refusal.
-func shortID(s string) string {
-	if jstext.Len(s) <= 64 {
-		return s
-	}
-	return jstext.Prefix(s, 64) + "…"
-}
-
-// addToolResults adds the answers to the session's pending tool calls
-// (matchToolResults): a client tool's result is stored as given; a call
-// that waited for approval runs now when the answer approves it
-// (ApprovalWords), and is answered with a refusal otherwise.
-func (ru *run) addToolResults(ctx context.Context, answers []answer) {
-	for _, a := range answers {
-		tr, name := a.result, a.call.Name
-		if a.approval {
-			ru.answerApproval(ctx, a.call, tr)
-			continue
-		}
-		m := message.Message{Role: message.RoleToolResult, ToolCallID: tr.ToolCallID, ToolName: name,
-			Content: message.BlocksOf(message.Text(tr.Text)), IsError: tr.IsError, Timestamp: ru.r.cfg.Now().UnixMilli()}
-		m, _ = guard.CapForPersistence(m)
-		ru.b.add(m)
-		ru.sink.Emit(events.StreamTool, events.EventData{Phase: events.PhaseResult, Name: name, ToolCallID: tr.ToolCallID, IsError: tr.IsError,
-			Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": replytext.TruncateToolText(tr.Text)}}}})
-	}
-}
 
 // ApprovalWords are the answers that approve a call waiting for approval
 // (case-insensitive); any other answer, or an error result, refuses it.
@@ -626,25 +508,6 @@ var ApprovalWords = []string{"approve", "approved", "yes", "allow"}
 
 // TextDenied is the tool result the model sees for a refused call.
 const TextDenied = "The user denied this tool call; it did not run."
-
-// answerApproval runs a call the client approved, or records its refusal.
-func (ru *run) answerApproval(ctx context.Context, call message.Block, tr events.ToolResult) {
-	answer := strings.ToLower(strings.TrimSpace(tr.Text))
-	if !tr.IsError && slices.Contains(ApprovalWords, answer) {
-		var te replytext.ToolErrors // the turn's reply warns about its own attempt's tools
-		ru.runTool(ctx, call, &te)
-		return
-	}
-	text := TextDenied
-	if answer != "" && answer != "deny" && answer != "denied" && answer != "no" {
-		text += " The user said: " + strings.TrimSpace(tr.Text)
-	}
-	m := message.Message{Role: message.RoleToolResult, ToolCallID: call.ID, ToolName: call.Name,
-		Content: message.BlocksOf(message.Text(text)), IsError: true, Timestamp: ru.r.cfg.Now().UnixMilli()}
-	ru.b.add(m)
-	ru.sink.Emit(events.StreamTool, events.EventData{Phase: events.PhaseResult, Name: call.Name, ToolCallID: call.ID, IsError: true,
-		Payload: map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}})
-}
 
 // finish makes the output of a run whose model loop returned.
 func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Output {
@@ -741,61 +604,6 @@ func userMessage(in *events.Inbound, now time.Time) message.Message {
 	}
 	m.Content = message.BlocksOf(blocks...)
 	return m
-}
-
-func lastID(entries []message.Entry) string {
-	for i := len(entries) - 1; i >= 0; i-- {
-		if entries[i].ID != "" && !entries[i].IsHeader() {
-			return entries[i].ID
-		}
-	}
-	return ""
-}
-
-// builder makes pi session entries chained by parentId.
-type builder struct {
-	now     func() time.Time
-	parent  string
-	entries []message.Entry
-}
-
-// addEntry appends a non-message entry (a compaction), chaining it.
-func (b *builder) addEntry(e message.Entry) {
-	if e.ID == "" {
-		e.ID = sessionfile.NewEntryID()
-	}
-	if b.parent != "" {
-		p := b.parent
-		e.ParentID = &p
-	}
-	b.parent = e.ID
-	b.entries = append(b.entries, e)
-}
-
-func (b *builder) add(m message.Message) {
-	id := sessionfile.NewEntryID()
-	e := message.Entry{Type: message.EntryMessage, ID: id, Timestamp: b.now().UTC().Format("2006-01-02T15:04:05.000Z"), Message: &m}
-	if b.parent != "" {
-		p := b.parent
-		e.ParentID = &p
-	}
-	b.parent = id
-	b.entries = append(b.entries, e)
-}
-
-// usageOf is u for an event's meta.
-func usageOf(u message.Usage) *events.UsageMeta {
-	return &events.UsageMeta{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Total: u.Total(),
-		Cost: costMeta(u.Cost)}
-}
-
-// UsageMeta is u for a result's or a session's meta, nil when there was
-// no usage.
-func UsageMeta(u message.Usage) *events.UsageMeta {
-	if u.IsZero() {
-		return nil
-	}
-	return usageOf(u)
 }
 
 // costMeta is c for a result's meta, nil when nothing was priced.

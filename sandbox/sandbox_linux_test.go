@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lanefleet/lanefleet/internal/mustrun"
 )
 
 func TestMain(m *testing.M) {
@@ -43,7 +45,7 @@ func confined(t testing.TB) *Sandbox {
 func skipUnavailable(t testing.TB, box *Sandbox, err error) *Sandbox {
 	t.Helper()
 	if errors.Is(err, ErrUnavailable) {
-		t.Skipf("no confinement here: %v", err)
+		mustrun.Skip(t, mustrun.Sandbox, fmt.Sprintf("no confinement here: %v", err))
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lanefleet/lanefleet/internal/mustrun"
 )
 
 // TestStringifyMatchesNode compares stringify with JavaScript itself on the
@@ -16,8 +18,11 @@ import (
 func TestStringifyMatchesNode(t *testing.T) {
 	t.Parallel()
 	node, err := exec.LookPath("node")
-	if err != nil || testing.Short() {
-		t.Skip("node not installed")
+	if testing.Short() {
+		t.Skip("compares with node")
+	}
+	if err != nil {
+		mustrun.Skip(t, mustrun.Node, "node not installed")
 	}
 	inputs := append([]string(nil), jsonSeeds...)
 	for _, dir := range []string{"testdata/fuzz/FuzzParseJSON", "testdata/fuzz/FuzzRead"} {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet/internal/mustrun"
 	"github.com/lanefleet/lanefleet/sandbox"
 )
 
@@ -394,7 +395,7 @@ func TestExecConfined(t *testing.T) {
 	t.Parallel()
 	confined, _ := boxes(t)
 	if confined == nil {
-		t.Skip("no confinement on this platform")
+		mustrun.Skip(t, mustrun.Sandbox, "no confinement on this platform")
 	}
 	f := newFixtureBox(t, confined)
 	pid := strconv.Itoa(os.Getpid())
@@ -430,7 +431,7 @@ func TestExecSpecSaysConfined(t *testing.T) {
 		t.Fatalf("unconfined: %q", d)
 	}
 	if confined == nil {
-		t.Skip("no confinement on this platform")
+		mustrun.Skip(t, mustrun.Sandbox, "no confinement on this platform")
 	}
 	tight, err := Exec(Workspace{Dir: t.TempDir()}, confined)
 	if err != nil {

@@ -776,7 +776,7 @@ func settings(ctx context.Context, c *common, a settingsArgs) error {
 	// A reset and the values set travel in one message.
 	ch := lanefleet.SettingsChange{Reset: a.reset}
 	if queueChange {
-		o := lanefleet.OverridesOf(&q)
+		o := lanefleet.QueueSettingsFromWire(&q)
 		ch.Queue = &o
 	}
 	if runChange {
@@ -796,8 +796,8 @@ func settings(ctx context.Context, c *common, a settingsArgs) error {
 // printSettings prints a session's stored settings, what is in force, and
 // its state.
 func printSettings(session string, s lanefleet.SessionSettings, asJSON bool, w io.Writer) error {
-	stored := lanefleet.QueueSettingsOf(s.Queue)
-	eff := queue.Resolve(s.Queue)
+	stored := s.Queue.Wire()
+	eff := queue.Resolve(s.Queue.Overrides())
 	if s.Queue.Mode == "" {
 		eff.Mode = queue.ModeFollowup // the fleet's default for messages without a mode
 	}

@@ -50,6 +50,8 @@ var rules = []struct {
 		"the runner calls them; compaction reaches a model only through the provider.Provider it is given", ""},
 	{"agentprompt runs no processes and no providers", []string{mod + "/agentprompt"}, []Rule{Prefix(mod + "/provider"), Exact("net"), Exact("os/exec")},
 		"building a system prompt reads files; hooks come in as values", ""},
+	{"hooks do not depend on the runner", []string{mod + "/hooks"}, []Rule{Prefix(mod + "/runner")},
+		"hooks speaks the hook protocol over NATS with types of its own; the worker's wiring (internal/fleet) adapts it to the runner's ToolHook and EndHook", ""},
 	{"tools do not depend on the runner", []string{mod + "/tools"}, []Rule{Prefix(mod + "/runner")},
 		"the runner calls tools through tools.Set; a tool never drives a run", ""},
 	{"provider adapters do not link NATS", []string{mod + "/provider/..."}, []Rule{Contains("nats-io")},

@@ -10,14 +10,15 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
 	"github.com/lanefleet/lanefleet/provider/local"
 )
 
-// listAttemptTimeout bounds one listing of the --openai-compatible
-// server's models.
-const listAttemptTimeout = 10 * time.Second
+// listBackoff is the wait between listings of a server that is not ready:
+// 500ms longer each time, at most 5s.
+var listBackoff = backoff.Policy{Base: 500 * time.Millisecond, Max: 5 * time.Second, Linear: true}
 
 // loadCatalog returns the member's catalog: the built-in one, then the
 // --openai-compatible server's models (listed now), then the models file,
@@ -74,14 +75,10 @@ func listServer(ctx context.Context, cfg Config, log zerolog.Logger) ([]provider
 			}
 			return nil, fmt.Errorf("fleet: --openai-compatible: %w%s", err, hint)
 		}
-		wait := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second, left)
+		wait := min(listBackoff.Delay(attempt), left)
 		log.Warn().Err(err).Dur("retry_in_ms", wait).Msg("openai-compatible server not ready, waiting")
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil, fmt.Errorf("fleet: --openai-compatible: %w", ctx.Err())
-		case <-t.C:
 		}
 	}
 }
@@ -95,30 +92,6 @@ func transient(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// servedLists reports whether the server lists id, or id:latest (Ollama
-// answers to a name without its tag).
-func servedLists(served []provider.Model, id string) bool {
-	for _, m := range served {
-		if m.ID == id || m.ID == id+":latest" {
-			return true
-		}
-	}
-	return false
-}
-
-// servedIDs lists the server's model ids for a message.
-func servedIDs(served []provider.Model) string {
-	ids := make([]string, 0, min(len(served), 10))
-	for _, m := range served[:min(len(served), 10)] {
-		ids = append(ids, m.ID)
-	}
-	s := strings.Join(ids, ", ")
-	if len(served) > 10 {
-		s += fmt.Sprintf(" and %d more", len(served)-10)
-	}
-	return s
 }
 
 // openAIBaseURLHint explains OPENAI_BASE_URL set without an OpenAI key: it

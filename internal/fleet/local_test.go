@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/provider/registry"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 )
 
@@ -57,7 +58,7 @@ func TestLoadCatalogServer(t *testing.T) {
 	if m, ok := cat.Lookup("local/Qwen/Qwen3-8B"); !ok || !m.Reasoning {
 		t.Errorf("catalog %+v", m)
 	}
-	r := NewResolver(ResolverConfig{Env: func(k string) string { return map[string]string{"ANTHROPIC_API_KEY": "ak"}[k] }, Catalog: cat, Served: served})
+	r := registry.NewResolver(registry.ResolverConfig{Env: func(k string) string { return map[string]string{"ANTHROPIC_API_KEY": "ak"}[k] }, Catalog: cat, Served: served})
 	if got := r.DefaultModel(); got != "local/Qwen/Qwen3-8B" {
 		t.Errorf("default model %q: want the server's first chat model, before the keys'", got)
 	}
@@ -115,7 +116,7 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewResolver(ResolverConfig{Env: func(string) string { return "" }, Catalog: cat, Served: served, Scripted: scripted.New(scripted.Config{})})
+	r := registry.NewResolver(registry.ResolverConfig{Env: func(string) string { return "" }, Catalog: cat, Served: served, Scripted: scripted.New(scripted.Config{})})
 	for _, c := range []struct {
 		ref  string
 		want string // "" = accepted
@@ -130,7 +131,7 @@ func TestCheck(t *testing.T) {
 		{"nosuch/model", "unknown provider"},
 		{"noslash", "not provider/model-id"},
 	} {
-		err := r.check(c.ref)
+		err := r.Check(c.ref)
 		if c.want == "" {
 			if err != nil {
 				t.Errorf("%s: %v", c.ref, err)

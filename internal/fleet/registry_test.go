@@ -2,12 +2,17 @@ package fleet
 
 import (
 	"encoding/json"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes"
 )
 
 // TestShortRunsAreNotListed: a run that ends within registerAfter never
@@ -87,5 +92,104 @@ func TestShortRunsAreNotListed(t *testing.T) {
 			}
 			t.Fatalf("the watch ended (%v) before the run's entry was listed and cleared (listed: %v)", ctx.Err(), listed)
 		})
+	}
+}
+
+// nopSink drops a run's events.
+type nopSink struct{}
+
+func (nopSink) Emit(string, events.EventData) {}
+
+// logLines is a log writer that hands each line to a channel.
+type logLines chan string
+
+func (l logLines) Write(p []byte) (int, error) { l <- string(p); return len(p), nil }
+
+// TestPhaseSinkDoesNotWait: a compaction's phase is handed to the registry
+// goroutine; the runner's Emit returns while the registry's write waits on
+// a server that is gone. (Before, Emit waited for the entry's write and
+// then the phase's, up to 5 s each, on the runner's goroutine.)
+func TestPhaseSinkDoesNotWait(t *testing.T) {
+	t.Parallel()
+	m, err := startMember(t, Config{DataDir: t.TempDir(), registerAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Server.Shutdown() // every registry write now waits for stateTimeout
+	r := m.register(t.Context(), &lanes.Turn{SessionKey: "phase-wait", RunID: "1", Attempt: 1})
+	emitted := make(chan struct{})
+	go func() {
+		defer close(emitted)
+		phaseSink{Sink: nopSink{}, reg: r}.Emit(events.StreamCompaction, events.EventData{Phase: "start"})
+	}()
+	select {
+	case <-emitted:
+	case <-r.done:
+		t.Fatal("Emit returned only after the registry goroutine had given up its write")
+	}
+	r.clear(t.Context())
+	m.bg.Wait()
+}
+
+// TestPhaseWriteFailureLoggedOnce: a run whose phase writes fail (its
+// entry was replaced under it) says so once, not once a compaction, and
+// never fails the run. (Before, the error was dropped.)
+func TestPhaseWriteFailureLoggedOnce(t *testing.T) {
+	t.Parallel()
+	m, err := startMember(t, Config{DataDir: t.TempDir(), registerAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(logLines, 16)
+	m.log = zerolog.New(lines)
+	ctx := t.Context()
+	kv, err := m.JS.KeyValue(ctx, kvstore.DefaultRunsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := events.KeyToken("phase-log")
+	w, err := kv.Watch(ctx, tok, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	r := m.register(ctx, &lanes.Turn{SessionKey: "phase-log", RunID: "1", Attempt: 1})
+	sink := phaseSink{Sink: nopSink{}, reg: r}
+	sink.Emit(events.StreamCompaction, events.EventData{Phase: "start"})
+	// The entry is written (at once: it compacts), then its phase.
+	for e := range w.Updates() {
+		var info kvstore.RunInfo
+		if err := json.Unmarshal(e.Value(), &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.Phase == "compacting" {
+			break
+		}
+	}
+	if _, err := kv.Put(ctx, tok, []byte(`{"run_id":"other"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Three phases, each taken by the goroutine only once the write
+	// before it has ended: two failed writes at least.
+	for _, phase := range []string{"end", "start", "end"} {
+		sink.Emit(events.StreamCompaction, events.EventData{Phase: phase})
+		for taken := false; !taken; {
+			r.mu.Lock()
+			taken = r.phase == "" && len(r.phased) == 0
+			r.mu.Unlock()
+			if !taken {
+				runtime.Gosched()
+			}
+		}
+	}
+	r.clear(ctx)
+	m.bg.Wait()
+	close(lines)
+	var logged []string
+	for l := range lines {
+		logged = append(logged, l)
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "phase not written") {
+		t.Fatalf("logged %q; want one line saying the phase was not written", logged)
 	}
 }

@@ -28,6 +28,9 @@ type Replier struct {
 	Name     string // the service, in log messages ("lane service")
 	Inflight *inflight.Group
 	Timeout  time.Duration // of each request's context
+	// Guard is the reply guard the replies go through (the service's,
+	// microsvc.Service.Guard); nil = one of its own.
+	Guard *reply.Guard
 
 	guardOnce sync.Once
 	guard     *reply.Guard
@@ -40,9 +43,14 @@ type Request struct {
 	Data        []byte
 }
 
-// Guard returns the reply guard the replier answers through.
-func (r *Replier) Guard() *reply.Guard {
-	r.guardOnce.Do(func() { r.guard = &reply.Guard{NC: r.NC, Log: r.Log, Service: r.Name} })
+// guardOf returns the reply guard the replier answers through.
+func (r *Replier) guardOf() *reply.Guard {
+	r.guardOnce.Do(func() {
+		r.guard = r.Guard
+		if r.guard == nil {
+			r.guard = &reply.Guard{NC: r.NC, Log: r.Log, Service: r.Name}
+		}
+	})
 	return r.guard
 }
 
@@ -53,7 +61,7 @@ func (r *Replier) Guard() *reply.Guard {
 // CodeInternal; a request that comes while the service stops is answered
 // with CodeUnavailable.
 func (r *Replier) Handler(op string, answer func(ctx context.Context, q *Request) (any, error)) micro.Handler {
-	return r.Guard().Handler(op, func(req *reply.Request) {
+	return r.guardOf().Handler(op, func(req *reply.Request) {
 		q := &Request{Op: op, Subject: req.Subject, Reply: req.To, Data: req.Data}
 		err := r.Inflight.Go(func(ctx context.Context) {
 			ctx, cancel := context.WithTimeout(ctx, r.Timeout)
@@ -100,7 +108,7 @@ func (r *Replier) Error(q *Request, err error) {
 
 func (r *Replier) send(q *Request, m *nats.Msg) {
 	// A publish, not a request, has nobody to answer: Send sends nothing.
-	if err := r.Guard().Send(q.Reply, m); err != nil {
+	if err := r.guardOf().Send(q.Reply, m); err != nil {
 		r.Log.Warn().Err(err).Str("op", q.Op).Str("subject", clip(q.Subject)).Int("bytes", len(m.Data)).Msg(r.Name + ": reply not sent")
 	}
 }

@@ -29,7 +29,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
-	"github.com/lanefleet/lanefleet/internal/inflight"
+	"github.com/lanefleet/lanefleet/internal/microsvc"
 	"github.com/lanefleet/lanefleet/kvstore"
 )
 
@@ -63,13 +63,12 @@ type Config struct {
 
 // Service is a running lane service.
 type Service struct {
-	svc      micro.Service
-	nc       *nats.Conn
-	cfg      Config
-	log      zerolog.Logger
-	inflight *inflight.Group
-	replies  *Replier
-	imports  chan struct{} // a slot per import running: one at a time
+	svc     *microsvc.Service
+	nc      *nats.Conn
+	cfg     Config
+	log     zerolog.Logger
+	replies *Replier
+	imports chan struct{} // a slot per import running: one at a time
 }
 
 // handlerFunc answers one request of a lane: a reply value encoded as
@@ -93,39 +92,32 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = MaxConcurrentDefault
 	}
-	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, inflight: inflight.New(cfg.MaxConcurrent), imports: make(chan struct{}, 1)}
-	s.replies = &Replier{NC: nc, Log: cfg.Logger, Name: "lane service", Inflight: s.inflight, Timeout: RequestTimeout}
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        Name,
-		Version:     Version,
-		Description: "Lanefleet lanes: history, import, run events, settings and backlog of a session, on " + Prefix + "<lane>.<op>",
-		Metadata:    map[string]string{"worker": cfg.Worker},
-		QueueGroup:  QueueGroup,
-		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
-			s.log.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("lane service: subscription error")
-		},
+	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger, imports: make(chan struct{}, 1)}
+	s.svc = microsvc.New(nc, microsvc.Config{
+		Name:          Name,
+		Version:       Version,
+		Description:   "Lanefleet lanes: history, import, run events, settings and backlog of a session, on " + Prefix + "<lane>.<op>",
+		Metadata:      map[string]string{"worker": cfg.Worker},
+		QueueGroup:    QueueGroup,
+		Label:         "lane service",
+		Log:           cfg.Logger,
+		MaxConcurrent: cfg.MaxConcurrent,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("service: %w", err)
-	}
-	s.svc = svc
+	s.replies = &Replier{NC: nc, Log: cfg.Logger, Name: "lane service", Inflight: s.svc.Calls, Guard: s.svc.Guard, Timeout: RequestTimeout}
+	var eps []microsvc.Endpoint
 	for op, h := range map[string]handlerFunc{OpHistory: s.history, OpImport: s.importSession, OpEvents: s.events, OpSettings: s.settings,
 		OpBacklog: s.backlog} {
-		if err := svc.AddEndpoint(op, s.handler(op, h), micro.WithEndpointSubject(Prefix+"*."+op)); err != nil {
-			_ = s.Stop()
-			return nil, fmt.Errorf("service: endpoint %s: %w", op, err)
-		}
+		eps = append(eps, microsvc.Endpoint{Name: op, Subject: Prefix + "*." + op, Handler: s.handler(op, h)})
 	}
-	if err := nc.Flush(); err != nil {
-		_ = s.Stop()
-		return nil, fmt.Errorf("service: flush: %w", err)
+	if err := s.svc.Serve(eps...); err != nil {
+		return nil, fmt.Errorf("service: %w", err)
 	}
 	return s, nil
 }
 
 // Stop stops taking requests, cancels those in flight and waits for them.
 func (s *Service) Stop() error {
-	return s.inflight.Stop(nil, inflight.StopMicro(s.svc, s.nc))
+	return s.svc.Stop(nil)
 }
 
 // handler runs each request of op in its own goroutine, at most

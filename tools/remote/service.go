@@ -17,6 +17,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/internal/inflight"
+	"github.com/lanefleet/lanefleet/internal/microsvc"
 	answer "github.com/lanefleet/lanefleet/internal/reply"
 	"github.com/lanefleet/lanefleet/tools"
 )
@@ -83,6 +84,7 @@ const flushTimeout = 5 * time.Second
 // micro.Service whose Stop also waits for the calls in flight.
 type Service struct {
 	micro.Service
+	svc   *microsvc.Service
 	nc    *nats.Conn
 	cfg   ServiceConfig
 	log   zerolog.Logger
@@ -141,7 +143,7 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 	for _, ep := range eps {
 		stats[ep.name] = &toolStats{}
 	}
-	ms, err := micro.AddService(nc, micro.Config{
+	svc := microsvc.New(nc, microsvc.Config{
 		Name:        cfg.Name,
 		Version:     cfg.Version,
 		Description: cfg.Description,
@@ -149,29 +151,23 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 		// Calls reply from their own goroutine, after micro's handler
 		// returned, so micro's error and time counts stay at zero; the
 		// real ones go in each endpoint's stats data.
-		StatsHandler: func(e *micro.Endpoint) any { return stats[e.Name].snapshot() },
-		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
-			cfg.Logger.Warn().Str("subject", e.Subject).Str("error", e.Description).Msg("remote tools: subscription error")
-		},
+		StatsHandler:  func(e *micro.Endpoint) any { return stats[e.Name].snapshot() },
+		Label:         "remote tools",
+		Log:           cfg.Logger,
+		MaxConcurrent: cfg.MaxConcurrent,
+		FlushTimeout:  flushTimeout,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("remote: serve: %w", err)
-	}
-	s := &Service{Service: ms, nc: nc, cfg: cfg, log: cfg.Logger, calls: inflight.New(cfg.MaxConcurrent), stats: stats,
-		guard: &answer.Guard{NC: nc, Log: cfg.Logger, Service: "remote tools"}}
+	s := &Service{svc: svc, nc: nc, cfg: cfg, log: cfg.Logger, calls: svc.Calls, stats: stats, guard: svc.Guard}
+	mes := make([]microsvc.Endpoint, 0, len(eps))
 	for _, ep := range eps {
-		err := ms.AddEndpoint(ep.name, s.handler(ep.name, ep.tool, stats[ep.name]),
-			micro.WithEndpointSubject(Subject(ep.name)), micro.WithEndpointMetadata(ep.meta))
-		if err != nil {
-			_ = s.Stop() // the endpoint error is the one to report
-			return nil, fmt.Errorf("remote: serve: tool %s: %w", ep.name, err)
-		}
+		mes = append(mes, microsvc.Endpoint{Name: ep.name, Subject: Subject(ep.name), Metadata: ep.meta,
+			Handler: s.handler(ep.name, ep.tool, stats[ep.name]), What: "tool " + ep.name})
 	}
 	// Once Serve returns, the server routes calls and discovery here.
-	if err := nc.FlushTimeout(flushTimeout); err != nil {
-		_ = s.Stop() // the flush error is the one to report
-		return nil, fmt.Errorf("remote: serve: flush: %w", err)
+	if err := svc.Serve(mes...); err != nil {
+		return nil, fmt.Errorf("remote: serve: %w", err)
 	}
+	s.Service = svc.Service
 	return s, nil
 }
 
@@ -179,7 +175,7 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 // cause is ErrStopped), waits for them to return and stops the micro
 // service. A tool that ignores its context delays Stop until it returns.
 func (s *Service) Stop() error {
-	if err := s.calls.Stop(ErrStopped, inflight.StopMicro(s.Service, s.nc)); err != nil {
+	if err := s.svc.Stop(ErrStopped); err != nil {
 		return fmt.Errorf("remote: stop: %w", err)
 	}
 	return nil
@@ -191,7 +187,7 @@ func (s *Service) Stop() error {
 // other instances or fail with no responders. It returns the error of the
 // micro service's Stop or of the flush.
 func (s *Service) Shutdown(ctx context.Context) error {
-	if err := s.calls.Shutdown(ctx, ErrStopped, inflight.StopMicro(s.Service, s.nc)); err != nil {
+	if err := s.svc.Shutdown(ctx, ErrStopped); err != nil {
 		return fmt.Errorf("remote: stop: %w", err)
 	}
 	return nil

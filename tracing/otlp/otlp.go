@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -87,6 +88,10 @@ func New(cfg Config) (*Exporter, error) {
 // ErrStopped is the error of an export after Shutdown.
 var ErrStopped = errors.New("otlp: exporter stopped")
 
+// exportBackoff is the wait between an export's tries, unless the
+// server asks for longer (Retry-After): 100ms, doubling up to 5s.
+var exportBackoff = backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+
 // ExportSpans posts spans as one request, retrying what the protocol says
 // may pass (429, 502, 503, 504, connection errors) within the timeout.
 func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
@@ -111,8 +116,7 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
-	delay := 100 * time.Millisecond
-	for {
+	for n := 1; ; n++ {
 		retry, wait, err := e.post(ctx, body, gz)
 		if err == nil {
 			e.recovered()
@@ -126,16 +130,10 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 			e.failed(err, len(spans))
 			return err
 		}
-		wait = max(wait, delay)
-		delay = min(2*delay, 5*time.Second)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			err = fmt.Errorf("%w (gave up: %w)", err, context.Cause(ctx))
+		if werr := backoff.Sleep(ctx, max(wait, exportBackoff.Delay(n))); werr != nil {
+			err = fmt.Errorf("%w (gave up: %w)", err, werr)
 			e.failed(err, len(spans))
 			return err
-		case <-t.C:
 		}
 	}
 }

@@ -1,0 +1,159 @@
+package deptest
+
+import (
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// allowed lists, for every package of the module (by path below the
+// module, "" for the client), the packages of ours it may import directly:
+// the layering of the tree in one place. A new package gets a row here
+// with the layer it belongs to; an import not listed fails
+// TestAllowedImports, which says what to add if the import is right. A
+// pattern ending in "/..." allows a subtree. Test-only imports are not
+// checked. (TestModuleRules holds the transitive rules and their reasons.)
+var allowed = map[string][]string{
+	// Each row as the tree stands: a change to the layering changes a row.
+	"":                     {"admin", "events", "internal/backoff", "kvstore", "lanes/queue", "lanes/service", "message", "permission", "sessionfile", "tracing"},
+	"admin":                {"events", "internal/microsvc", "kvstore", "lanes/service"},
+	"agentprompt":          {"jstext", "message"},
+	"authprofile":          {"provider"},
+	"authstore":            {"authprofile", "events", "fallback", "internal/backoff", "provider", "provider/catalog"},
+	"blockchunk":           {"jstext"},
+	"cmd/lanebench":        {"", "events", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
+	"cmd/publisher":        {"", "admin", "events", "internal/version", "kvstore", "lanes/queue", "lanes/service", "message"},
+	"cmd/worker":           {"guard", "hooks", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
+	"compaction":           {"jstext", "message", "provider", "sessionfile"},
+	"events":               {},
+	"fallback":             {"authprofile", "provider", "provider/failover"},
+	"guard":                {"jstext", "message"},
+	"hooks":                {"agentprompt", "events", "internal/inflight", "internal/microsvc", "internal/reply"},
+	"integration":          {},
+	"internal/backoff":     {},
+	"internal/bytelru":     {},
+	"internal/conformance": {"message", "provider", "provider/failover"},
+	"internal/deptest":     {},
+	"internal/embedded":    {},
+	"internal/fleet":       {"admin", "agentprompt", "authprofile", "authstore", "blockchunk", "compaction", "events", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/service", "message", "metrics", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "tools", "tools/remote", "tracing"},
+	"internal/inflight":    {},
+	"internal/microsvc":    {"internal/inflight", "internal/reply"},
+	"internal/mustrun":     {},
+	"internal/natstest":    {"internal/embedded"},
+	"internal/reply":       {},
+	"internal/version":     {},
+	"jstext":               {},
+	"kvstore":              {"events", "internal/backoff", "lanes/queue", "message"},
+	"lanes":                {"events", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
+	// The lane's own parts (renolane is moving the emitter and the slot
+	// scheduler there).
+	"lanes/internal/...":          {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "lanes/internal/..."},
+	"lanes/queue":                 {"jstext"},
+	"lanes/service":               {"events", "internal/inflight", "internal/microsvc", "internal/reply", "kvstore", "message", "sanitize", "sessionfile"},
+	"message":                     {"jstext"},
+	"metrics":                     {"events", "internal/version", "message"},
+	"permission":                  {"events"},
+	"provider":                    {"message"},
+	"provider/anthropic":          {"message", "provider", "provider/failover", "provider/internal/jsonfast", "provider/internal/send", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
+	"provider/catalog":            {"provider"},
+	"provider/failover":           {"jstext", "provider"},
+	"provider/google":             {"message", "provider", "provider/internal/jsonfast", "provider/internal/send", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
+	"provider/internal/jsonfast":  {},
+	"provider/internal/send":      {"provider", "provider/internal/stream"},
+	"provider/internal/sse":       {},
+	"provider/internal/stream":    {"message", "provider", "provider/failover", "provider/internal/sse"},
+	"provider/internal/wirecache": {"internal/bytelru", "message", "provider"},
+	"provider/internal/wiretest":  {"message", "provider", "provider/internal/wirecache"},
+	"provider/local":              {"provider", "provider/catalog"},
+	"provider/openai":             {"message", "provider", "provider/failover", "provider/internal/jsonfast", "provider/internal/send", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
+	"provider/registry":           {"authprofile", "guard", "message", "provider", "provider/anthropic", "provider/catalog", "provider/google", "provider/local", "provider/openai", "provider/scripted"},
+	"provider/scripted":           {"message", "provider"},
+	"provider/transform":          {"message", "provider"},
+	"redact":                      {},
+	"replytext":                   {"jstext", "message"},
+	"retention":                   {},
+	"runner":                      {"agentprompt", "authprofile", "blockchunk", "compaction", "events", "fallback", "guard", "internal/backoff", "internal/bytelru", "jstext", "message", "provider", "provider/failover", "replytext", "sanitize", "sessionfile", "tools"},
+	"sandbox":                     {},
+	"sanitize":                    {"jstext", "message"},
+	"sanitize/sanitizecmd":        {"message", "sanitize", "sessionfile"},
+	"sessionfile":                 {"jstext", "message"},
+	"tools":                       {"message", "provider", "sandbox"},
+	"tools/remote":                {"guard", "internal/inflight", "internal/microsvc", "internal/reply", "message", "provider", "tools"},
+	"tracing":                     {},
+	"tracing/otlp":                {"internal/backoff"},
+	// The HTTP gateway (being built): the client and the wire schema.
+	"gateway/...": {"", "events", "message", "permission", "lanes/queue", "admin", "internal/...", "gateway/..."},
+}
+
+// TestAllowedImports checks every package's direct imports of the module's
+// packages against allowed (go list, without -deps: quick enough for
+// -short).
+func TestAllowedImports(t *testing.T) {
+	t.Parallel()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go command not found")
+	}
+	cmd := exec.CommandContext(t.Context(), gobin, "list", "-json=ImportPath,Imports", mod+"/...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	pkgs, err := decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pkgs {
+		name := rel(p.ImportPath)
+		allow, ok := allowedFor(name)
+		if !ok {
+			t.Errorf("package %q has no row in allowed: add one with the packages of ours it may import", name)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if imp != mod && !strings.HasPrefix(imp, mod+"/") {
+				continue
+			}
+			if !matches(allow, rel(imp)) {
+				t.Errorf("%q imports %q, which its row in allowed does not list: add it there if that is the layering you mean", name, rel(imp))
+			}
+		}
+	}
+}
+
+// rel is an import path of ours below the module ("" for the module).
+func rel(path string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(path, mod), "/")
+}
+
+// allowedFor returns the row of pkg: its own, or that of a "/..." pattern
+// above it.
+func allowedFor(pkg string) ([]string, bool) {
+	if a, ok := allowed[pkg]; ok {
+		return a, true
+	}
+	for k, a := range allowed {
+		if base, ok := strings.CutSuffix(k, "/..."); ok && (pkg == base || strings.HasPrefix(pkg, base+"/")) {
+			return a, true
+		}
+	}
+	return nil, false
+}
+
+// matches reports whether imp is in allow (a "/..." entry matches its
+// subtree).
+func matches(allow []string, imp string) bool {
+	if slices.Contains(allow, imp) {
+		return true
+	}
+	for _, a := range allow {
+		if base, ok := strings.CutSuffix(a, "/..."); ok && (imp == base || strings.HasPrefix(imp, base+"/")) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,229 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/lanefleet/lanefleet/guard"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/sanitize"
+	"github.com/lanefleet/lanefleet/sessionfile"
+	"github.com/lanefleet/lanefleet/tools"
+)
+
+// steerPollTimeout bounds one poll for steering messages.
+const steerPollTimeout = 5 * time.Second
+
+// run is one turn in progress: the transcript so far and what every attempt
+// shares.
+type run struct {
+	r       *Runner
+	in      Input
+	sink    Sink
+	b       *builder
+	history []message.Entry // the session before this turn, as stored
+	tools   tools.Set
+	specs   []provider.Tool
+	client  map[string]bool // client tool names
+	policy  tools.Policies  // the worker's and the session's tool policies
+	// usage sums the usage of every model call of the run, cost
+	// included (Output.Usage).
+	usage  message.Usage
+	window int
+	sub    *subscriber
+	base   []message.Message // the history's context (ru.lease.base)
+	// lease is the session's context the run holds from the Runner's
+	// cache until it ends.
+	lease *sessionContext
+	// branched is set once overflow truncation re-appended part of the
+	// history on a new branch (the context is then built from the branch).
+	branched bool
+	system   string // the run's system prompt
+	// repeats stops the turn when its model makes the same failing call
+	// again and again.
+	repeats *guard.Repeats
+	// stateErrs are the auth-profile state writes that failed.
+	stateErrs []error
+	// journal replays and records the run's steps (nil without a
+	// StepStore); steps counts its completed model replies.
+	journal *journal
+	steps   int
+	// fatal ends the run (a step that could not be recorded); cancel
+	// cancels the run's context with it.
+	fatal  error
+	cancel context.CancelCauseFunc
+}
+
+// entries returns the session as it stands: the history and this turn.
+func (ru *run) entries() []message.Entry {
+	all := make([]message.Entry, 0, len(ru.history)+len(ru.b.entries))
+	return append(append(all, ru.history...), ru.b.entries...)
+}
+
+// contextMessages is what the model sees: the branch's messages (after the
+// latest compaction) converted for the LLM. The history's messages come
+// from the Runner's context cache (a session's history is converted once,
+// then only what each run finds added); this turn's entries are appended
+// to them as long as they only add messages on the same branch.
+func (ru *run) contextMessages() []message.Message {
+	if ru.branched {
+		// The turn re-appended part of the history on a new branch.
+		return contextOf(ru.entries())
+	}
+	if ru.base == nil {
+		if ru.lease == nil {
+			ru.lease = ru.r.contexts.acquire(ru.contextKey(), ru.history)
+		}
+		ru.base = ru.lease.base
+	}
+	// This turn's messages go after the history's in the spare capacity
+	// of the run's leased context (each call overwrites the last call's:
+	// that request is done), or in a new array once it is full.
+	out := ru.base
+	for _, e := range ru.b.entries {
+		if e.Type != message.EntryMessage || e.Message == nil {
+			// A compaction (or anything else) re-shapes the branch.
+			return contextOf(ru.entries())
+		}
+		switch e.Message.Role {
+		case message.RoleUser, message.RoleAssistant, message.RoleToolResult:
+			out = append(out, *e.Message)
+		}
+	}
+	return out
+}
+
+// contextKey names the run's session in the Runner's context cache, ""
+// when the run has none.
+func (ru *run) contextKey() string {
+	if ru.in.SessionKey == "" && ru.in.SessionID == "" {
+		return ""
+	}
+	return ru.in.SessionKey + "\x00" + ru.in.SessionID
+}
+
+// toolLoopLimit is the run's tool-loop limit: its setting, within the
+// worker's.
+func (ru *run) toolLoopLimit() int {
+	limit := ru.r.cfg.MaxToolIterations
+	if n := ru.in.Settings.MaxToolIterations; n > 0 && n < limit {
+		return n
+	}
+	return limit
+}
+
+// toolRepeats is the run's loop-detector limit: its setting, within the
+// worker's.
+func (ru *run) toolRepeats() int {
+	limit := ru.r.cfg.MaxToolRepeats
+	if n := ru.in.Settings.MaxToolRepeats; n > 0 && n < limit {
+		return n
+	}
+	return limit
+}
+
+// historyLimit is the run's history limit: its setting, else the worker's.
+func (ru *run) historyLimit() int {
+	if n := ru.in.Settings.HistoryLimit; n > 0 {
+		return n
+	}
+	return ru.r.cfg.HistoryLimit
+}
+
+// prepare builds the messages of one model call from its context: sanitised for
+// the model (runtime spec §4 step 7), then bounded by the per-request
+// tool-result guard (§11.2).
+//
+// Unlike the reference, which drops the calls of tools the run does not
+// offer with their results (its allowlist), the fleet keeps every call a
+// provider accepts: a model that no longer sees its call of a tool that
+// is not offered, and the "not found" it got, makes the call again, every
+// request, until the tool-loop limit. A call a provider would refuse (no
+// arguments, no id, a name that is no tool name) becomes a note saying
+// what was called and what came of it (sanitize.NoteRejectedCalls). The
+// user messages of a request to Anthropic lose its refusal test string
+// (sanitize.ScrubRefusalTrigger, §3.1 step 6).
+func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
+	msgs = sanitize.ScrubRefusalTrigger(m.Provider, sanitize.NoteRejectedCalls(msgs))
+	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
+		HistoryLimit: ru.historyLimit()})
+	if len(res.Final) > 0 {
+		msgs = res.Final
+	}
+	// The estimates of the messages the session's last request had are
+	// reused (the lease is the run's alone; contextMessages took it).
+	return ru.lease.sizes.Guard(msgs, ru.window)
+}
+
+func (ru *run) addAssistant(am *message.Message) {
+	am.Timestamp = max(am.Timestamp, 1)
+	ru.b.add(*am)
+}
+
+func (ru *run) lastAssistant() *message.Message {
+	for i := len(ru.b.entries) - 1; i >= 0; i-- {
+		if m := ru.b.entries[i].Message; m != nil && m.Role == message.RoleAssistant {
+			return m
+		}
+	}
+	return nil
+}
+
+// steer appends the steer-mode messages that arrived since the last poll;
+// the model answers them in this turn.
+func (ru *run) steer(ctx context.Context) int {
+	if ru.in.Steer == nil {
+		return 0
+	}
+	// The poll reads the lane's stream: bound it, so a store in failover
+	// delays the turn instead of hanging it.
+	sctx, cancel := context.WithTimeout(ctx, steerPollTimeout)
+	defer cancel()
+	n := 0
+	for _, s := range ru.in.Steer(sctx) {
+		ru.b.add(userMessage(s, ru.r.cfg.Now()))
+		n++
+	}
+	return n
+}
+
+func lastID(entries []message.Entry) string {
+	for i := len(entries) - 1; i >= 0; i-- {
+		if entries[i].ID != "" && !entries[i].IsHeader() {
+			return entries[i].ID
+		}
+	}
+	return ""
+}
+
+// builder makes pi session entries chained by parentId.
+type builder struct {
+	now     func() time.Time
+	parent  string
+	entries []message.Entry
+}
+
+// addEntry appends a non-message entry (a compaction), chaining it.
+func (b *builder) addEntry(e message.Entry) {
+	if e.ID == "" {
+		e.ID = sessionfile.NewEntryID()
+	}
+	if b.parent != "" {
+		p := b.parent
+		e.ParentID = &p
+	}
+	b.parent = e.ID
+	b.entries = append(b.entries, e)
+}
+
+func (b *builder) add(m message.Message) {
+	id := sessionfile.NewEntryID()
+	e := message.Entry{Type: message.EntryMessage, ID: id, Timestamp: b.now().UTC().Format("2006-01-02T15:04:05.000Z"), Message: &m}
+	if b.parent != "" {
+		p := b.parent
+		e.ParentID = &p
+	}
+	b.parent = id
+	b.entries = append(b.entries, e)
+}
