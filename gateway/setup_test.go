@@ -25,6 +25,10 @@ import (
 
 func TestMain(m *testing.M) {
 	sandbox.Main() // the in-process members' exec would re-run this binary
+	if spec := os.Getenv(streamsClientEnv); spec != "" {
+		streamsClient(spec)
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
