@@ -194,13 +194,15 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 		s.streams.Add(-1)
 		s.metrics.streams.Dec()
 	}
-	if r.ProtoMajor == 1 {
-		// An HTTP/1.1 stream takes its connection over and the handler
-		// returns: net/http's connection state, buffers and reader
-		// goroutine go, and an idle stream costs one small goroutine
-		// (its follower) and the follower's state. A client that leaves
-		// is noticed at the next write (a keep-alive at the latest). The
-		// body ends when the connection closes.
+	if r.ProtoMajor == 1 && r.Method == http.MethodGet {
+		// A follower's HTTP/1.1 stream (GET …/events: the long-lived
+		// kind, thousands of which may idle) takes its connection over
+		// and the handler returns: net/http's connection state, buffers
+		// and reader goroutine go, and an idle stream costs one small
+		// goroutine (its follower) and the follower's state. A client
+		// that leaves is noticed at the next write (a keep-alive at the
+		// latest). The body ends when the connection closes. A send's
+		// own stream stays on net/http, so its connection is reused.
 		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nConnection: close\r\n" +
 			"Lanefleet-Run: " + run.ID + "\r\n" + corsLines(w.Header()) + "\r\n"
 		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
