@@ -206,7 +206,9 @@ func TestIdleStreams(t *testing.T) {
 	// their stacks, grown maps); a second round must not add to it.
 	open()()
 	m3 := memInUse()
-	kb := func(a, b runtime.MemStats) float64 { return float64(int64(b.HeapAlloc)-int64(a.HeapAlloc)) / float64(n) / 1024 }
+	kb := func(a, b runtime.MemStats) float64 {
+		return float64(int64(b.HeapAlloc)-int64(a.HeapAlloc)) / float64(n) / 1024
+	}
 	t.Logf("heap per stream after the first round closed: %+.2f KB; after a second round: %+.2f KB more", kb(m0, m2), kb(m2, m3))
 	// (Measured: +0.9 KB at 1,000 streams, where the runtime's caches
 	// are still settling; +0.07 KB at 10,000.)
