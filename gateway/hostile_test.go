@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -242,5 +243,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSlowReader: a client that stops reading its stream is cut off once
+// a write waits past the write timeout; the run goes on to its end.
+func TestSlowReader(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noTokens: true, cfg: func(c *Config) { c.WriteTimeout = 300 * time.Millisecond }})
+	// 100 events of 1 to 200 KB each (an assistant event carries the text
+	// so far): far more than the sockets' buffers hold.
+	script := fmt.Sprintf(`#script {"replies":[{"text":%q,"chunks":100}]}`, strings.Repeat("slow reader ", 200<<10/12))
+	run, err := b.client.Send(b.ctx, "slow", script, withModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := d.DialContext(b.ctx, "tcp", b.ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /api/sessions/slow/runs/"+run.ID+"/events HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to open", func() bool { return b.srv.streams.Load() == 1 })
+	// The client reads nothing: the gateway gives up on it.
+	waitFor(t, "the gateway to cut the stream off", func() bool { return b.srv.streams.Load() == 0 })
+	res, err := run.Wait(b.ctx)
+	if err != nil || len(res.Payloads) == 0 || !strings.HasPrefix(res.Payloads[0].Text, "slow reader") {
+		t.Fatalf("the run did not go on: %v", err)
 	}
 }
