@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lanefleet/lanefleet/gateway/auth"
 )
 
 // TestHostileBodies: bodies past the limit (declared or streamed), bodies
@@ -275,5 +277,61 @@ func TestSlowReader(t *testing.T) {
 	res, err := run.Wait(b.ctx)
 	if err != nil || len(res.Payloads) == 0 || !strings.HasPrefix(res.Payloads[0].Text, "slow reader") {
 		t.Fatalf("the run did not go on: %v", err)
+	}
+}
+
+// TestStreamLimits: an open stream counts against its token's concurrency
+// until it ends; a stream without an event for StreamIdle ends (the run
+// goes on); a gateway that shuts down ends its streams.
+func TestStreamLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{
+		tokens: []TokenEntry{{Name: "one", Role: auth.Sender, Prefixes: []string{"s:"}, Concurrency: 1}},
+		cfg:    func(c *Config) { c.StreamIdle = 500 * time.Millisecond; c.KeepAlive = 100 * time.Millisecond },
+	})
+	run, err := b.client.Send(b.ctx, "s:quiet", `#script {"replies":[{"text":"late","chunks":1,"delayMs":600000}]}`, withModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/api/sessions/s:quiet/runs/" + run.ID + "/events"
+	resp := b.do(t, "one", "GET", path, "")
+	// The stream is open: the token's one request in flight.
+	if _, err := readSSE(resp.Body, func(e sseEvent) bool { return e.event == "lifecycle" }); err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, b.do(t, "one", "GET", "/api/sessions/s:quiet/settings", ""), 429, CodeRateLimited)
+	// No event for StreamIdle: the gateway ends the stream.
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("the idle stream did not end cleanly: %v", err)
+	}
+	resp.Body.Close()
+	waitFor(t, "the stream to end", func() bool { return b.srv.streams.Load() == 0 })
+	resp = b.do(t, "one", "GET", "/api/sessions/s:quiet/settings", "")
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the stream ended: %d", resp.StatusCode)
+	}
+	if _, err := b.client.Backlog(b.ctx, "s:quiet"); err != nil {
+		t.Fatal(err)
+	}
+	// Shutting down ends open streams at once.
+	resp = b.do(t, "one", "GET", path, "")
+	if _, err := readSSE(resp.Body, func(e sseEvent) bool { return e.event == "lifecycle" }); err != nil {
+		t.Fatal(err)
+	}
+	b.srv.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	resp.Body.Close()
+	if b.srv.streams.Load() != 0 {
+		t.Fatal("a stream outlived Close")
+	}
+	ar, err := b.client.ActiveRuns(b.ctx)
+	if err != nil || len(ar) != 1 || ar[0].RunID != run.ID {
+		t.Fatalf("the run did not go on: %+v %v", ar, err)
+	}
+	if _, err := b.client.Stop(b.ctx, "s:quiet"); err != nil { // the worker's stop need not wait for it
+		t.Fatal(err)
 	}
 }
