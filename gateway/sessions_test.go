@@ -77,6 +77,12 @@ func TestSendAndFollow(t *testing.T) {
 	if err != nil || replyOf(t, evs) != "echo: second" || resp.Header.Get("Lanefleet-Run") == "" {
 		t.Fatalf("streamed send: %v %+v", err, evs)
 	}
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:1/messages", `{"text":"third"}`, "Accept", "text/event-stream")
+	evs, err = readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if err != nil || replyOf(t, evs) != "echo: third" {
+		t.Fatalf("send accepting text/event-stream: %v %+v", err, evs)
+	}
 }
 
 // TestResumeLastEventID: a stream resumed with Last-Event-ID (or ?after=)
