@@ -238,3 +238,30 @@ func TestTraceparent(t *testing.T) {
 		t.Fatalf("the published message's traceparent %q does not continue trace %s", tp, trace)
 	}
 }
+
+// TestDisconnectKeepsRun: a client that goes away mid-stream (its own
+// send's stream, or a follower's) does not cancel the run: it ends with
+// its whole reply, and a later follower reads it.
+func TestDisconnectKeepsRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	script := `#script {"replies":[{"text":"all of it","chunks":3,"delayMs":150}]}`
+	body, _ := json.Marshal(map[string]any{"text": script, "model": "scripted/script", "stream": true})
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:d/messages", string(body))
+	run := resp.Header.Get("Lanefleet-Run")
+	if _, err := readSSE(resp.Body, func(e sseEvent) bool { return e.event == "assistant" }); err != nil || run == "" {
+		t.Fatalf("run %q: %v", run, err)
+	}
+	resp.Body.Close() // gone mid-reply
+	follow := b.do(t, "acme", "GET", "/api/sessions/acme:d/runs/"+run+"/events", "")
+	if _, err := readSSE(follow.Body, func(e sseEvent) bool { return e.event == "assistant" }); err != nil {
+		t.Fatal(err)
+	}
+	follow.Body.Close() // this one too
+	resp = b.do(t, "acme", "GET", "/api/sessions/acme:d/runs/"+run+"?wait=30s", "")
+	var rr RunReply
+	readJSON(t, resp, &rr)
+	if rr.Status != "done" || rr.Result == nil || rr.Result.Meta.Error != nil || rr.Result.Payloads[0].Text != "all of it" {
+		t.Fatalf("the run after its clients left: %+v", rr)
+	}
+}
