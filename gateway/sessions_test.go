@@ -4,12 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // TestSendAndFollow: a message sent over HTTP runs, and its events stream
@@ -263,5 +268,57 @@ func TestDisconnectKeepsRun(t *testing.T) {
 	readJSON(t, resp, &rr)
 	if rr.Status != "done" || rr.Result == nil || rr.Result.Meta.Error != nil || rr.Result.Payloads[0].Text != "all of it" {
 		t.Fatalf("the run after its clients left: %+v", rr)
+	}
+}
+
+// TestApprovalFlow: a worker tool call that waits for approval is listed
+// by GET …/approvals; POST …/approvals/{call} with "approve" runs it and
+// the turn goes on; the list is then empty.
+func TestApprovalFlow(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	b := setup(t, setupOpts{member: func(c *fleet.Config) {
+		c.WorkspaceRoot = root
+		c.ToolPolicy = tools.Policy{Approve: []string{"write"}}
+	}})
+	resp := b.do(t, "acme", "PATCH", "/api/sessions/acme:ap/settings", `{"run":{"model":"scripted/script"}}`)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("settings: %d", resp.StatusCode)
+	}
+	script := `#script {"replies":[{"toolCalls":[{"id":"w1","name":"write","arguments":{"path":"approved.txt","content":"yes"}}]},{"text":"done"}]}`
+	body, _ := json.Marshal(map[string]any{"text": script, "stream": true})
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:ap/messages", string(body))
+	evs, _ := readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if last := evs[len(evs)-1]; last.event != "final" || !strings.Contains(last.data, `"stopReason":"tool_calls"`) {
+		t.Fatalf("first run: %+v", last)
+	}
+	resp = b.do(t, "acme-viewer", "GET", "/api/sessions/acme:ap/approvals", "")
+	var ap struct {
+		Approvals []struct{ ID, Name string }
+	}
+	readJSON(t, resp, &ap)
+	if len(ap.Approvals) != 1 || ap.Approvals[0].ID != "w1" || ap.Approvals[0].Name != "write" {
+		t.Fatalf("approvals %+v", ap)
+	}
+	tok, _ := events.KeyToken("acme:ap")
+	if _, err := os.Stat(filepath.Join(root, tok, "approved.txt")); err == nil {
+		t.Fatal("the call ran before its approval")
+	}
+	wantProblem(t, b.do(t, "acme-viewer", "POST", "/api/sessions/acme:ap/approvals/w1", `{"decision":"approve"}`), 403, CodeForbidden)
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:ap/approvals/w1", `{"decision":"approve","stream":true}`)
+	evs, _ = readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if got := replyOf(t, evs); got != "done" {
+		t.Fatalf("after the approval: %q", got)
+	}
+	if data, err := os.ReadFile(filepath.Join(root, tok, "approved.txt")); err != nil || string(data) != "yes" {
+		t.Fatalf("the approved call: %q %v", data, err)
+	}
+	resp = b.do(t, "acme", "GET", "/api/sessions/acme:ap/approvals", "")
+	readJSON(t, resp, &ap)
+	if len(ap.Approvals) != 0 {
+		t.Fatalf("approvals left: %+v", ap)
 	}
 }
