@@ -41,6 +41,7 @@ bench: build ## fleet benchmark against an embedded server, real turns against a
 	$(GO) run ./cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always
 	$(GO) run ./cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always -turns-stagger
 	$(GO) run ./cmd/lanebench -scenario fair -fair-duration 15s
+	$(GO) test -count=1 -run '^TestIdleStreams$$' -v ./gateway -args -gateway.streams=10000 | grep -E 'idle streams|heap per stream|^(ok|FAIL|---)'
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)

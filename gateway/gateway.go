@@ -12,6 +12,7 @@
 // request's context before the handler runs.
 //
 // Files: gateway.go (Config, Server, the middleware every route passes),
+// listen.go (Options and Listen, shared by cmd/gateway and worker --http),
 // tokens.go (the token file), limit.go (per-token rate and concurrency),
 // problem.go (RFC 9457 problem details and the error codes), metrics.go,
 // sessions.go (the native API), sse.go (event streams), openapi.go and
@@ -215,7 +216,6 @@ func (s *Server) HTTPServer() *http.Server {
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		ErrorLog:          nil,
 	}
 	hs.RegisterOnShutdown(s.shutdownStreams)
 	return hs

@@ -47,8 +47,14 @@ func (m *gatewayMetrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Timeout: 10 * time.Second})
 }
 
-// observe records one request.
+// observe records one request. A method net/http does not name is
+// "other": a caller must not mint label values.
 func (m *gatewayMetrics) observe(route, method string, code int, took time.Duration) {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+	default:
+		method = "other"
+	}
 	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 	m.latency.WithLabelValues(route).Observe(took.Seconds())
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lanefleet/lanefleet"
@@ -188,7 +189,7 @@ type SendRequest struct {
 	// run answers.
 	MessageID string `json:"messageId,omitempty"`
 	// Stream answers with the run's events (server-sent events) instead
-	// of the run's id.
+	// of the run's id; so does a request that accepts text/event-stream.
 	Stream bool `json:"stream,omitempty"`
 }
 
@@ -214,6 +215,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	var req SendRequest
 	if !decodeJSON(w, r, &req) {
 		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		req.Stream = true // what an EventSource-style client asks for
 	}
 	p := auth.FromContext(r.Context())
 	if !p.AllowsModel(req.Model) {

@@ -4,12 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // TestSendAndFollow: a message sent over HTTP runs, and its events stream
@@ -76,6 +81,12 @@ func TestSendAndFollow(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || replyOf(t, evs) != "echo: second" || resp.Header.Get("Lanefleet-Run") == "" {
 		t.Fatalf("streamed send: %v %+v", err, evs)
+	}
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:1/messages", `{"text":"third"}`, "Accept", "text/event-stream")
+	evs, err = readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if err != nil || replyOf(t, evs) != "echo: third" {
+		t.Fatalf("send accepting text/event-stream: %v %+v", err, evs)
 	}
 }
 
@@ -230,5 +241,84 @@ func TestTraceparent(t *testing.T) {
 	}
 	if tp := m.Header.Get("traceparent"); !strings.Contains(tp, trace) {
 		t.Fatalf("the published message's traceparent %q does not continue trace %s", tp, trace)
+	}
+}
+
+// TestDisconnectKeepsRun: a client that goes away mid-stream (its own
+// send's stream, or a follower's) does not cancel the run: it ends with
+// its whole reply, and a later follower reads it.
+func TestDisconnectKeepsRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	script := `#script {"replies":[{"text":"all of it","chunks":3,"delayMs":150}]}`
+	body, _ := json.Marshal(map[string]any{"text": script, "model": "scripted/script", "stream": true})
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:d/messages", string(body))
+	run := resp.Header.Get("Lanefleet-Run")
+	if _, err := readSSE(resp.Body, func(e sseEvent) bool { return e.event == "assistant" }); err != nil || run == "" {
+		t.Fatalf("run %q: %v", run, err)
+	}
+	resp.Body.Close() // gone mid-reply
+	follow := b.do(t, "acme", "GET", "/api/sessions/acme:d/runs/"+run+"/events", "")
+	if _, err := readSSE(follow.Body, func(e sseEvent) bool { return e.event == "assistant" }); err != nil {
+		t.Fatal(err)
+	}
+	follow.Body.Close() // this one too
+	resp = b.do(t, "acme", "GET", "/api/sessions/acme:d/runs/"+run+"?wait=30s", "")
+	var rr RunReply
+	readJSON(t, resp, &rr)
+	if rr.Status != "done" || rr.Result == nil || rr.Result.Meta.Error != nil || rr.Result.Payloads[0].Text != "all of it" {
+		t.Fatalf("the run after its clients left: %+v", rr)
+	}
+}
+
+// TestApprovalFlow: a worker tool call that waits for approval is listed
+// by GET …/approvals; POST …/approvals/{call} with "approve" runs it and
+// the turn goes on; the list is then empty.
+func TestApprovalFlow(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	b := setup(t, setupOpts{member: func(c *fleet.Config) {
+		c.WorkspaceRoot = root
+		c.ToolPolicy = tools.Policy{Approve: []string{"write"}}
+	}})
+	resp := b.do(t, "acme", "PATCH", "/api/sessions/acme:ap/settings", `{"run":{"model":"scripted/script"}}`)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("settings: %d", resp.StatusCode)
+	}
+	script := `#script {"replies":[{"toolCalls":[{"id":"w1","name":"write","arguments":{"path":"approved.txt","content":"yes"}}]},{"text":"done"}]}`
+	body, _ := json.Marshal(map[string]any{"text": script, "stream": true})
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:ap/messages", string(body))
+	evs, _ := readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if last := evs[len(evs)-1]; last.event != "final" || !strings.Contains(last.data, `"stopReason":"tool_calls"`) {
+		t.Fatalf("first run: %+v", last)
+	}
+	resp = b.do(t, "acme-viewer", "GET", "/api/sessions/acme:ap/approvals", "")
+	var ap struct {
+		Approvals []struct{ ID, Name string }
+	}
+	readJSON(t, resp, &ap)
+	if len(ap.Approvals) != 1 || ap.Approvals[0].ID != "w1" || ap.Approvals[0].Name != "write" {
+		t.Fatalf("approvals %+v", ap)
+	}
+	tok, _ := events.KeyToken("acme:ap")
+	if _, err := os.Stat(filepath.Join(root, tok, "approved.txt")); err == nil {
+		t.Fatal("the call ran before its approval")
+	}
+	wantProblem(t, b.do(t, "acme-viewer", "POST", "/api/sessions/acme:ap/approvals/w1", `{"decision":"approve"}`), 403, CodeForbidden)
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:ap/approvals/w1", `{"decision":"approve","stream":true}`)
+	evs, _ = readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if got := replyOf(t, evs); got != "done" {
+		t.Fatalf("after the approval: %q", got)
+	}
+	if data, err := os.ReadFile(filepath.Join(root, tok, "approved.txt")); err != nil || string(data) != "yes" {
+		t.Fatalf("the approved call: %q %v", data, err)
+	}
+	resp = b.do(t, "acme", "GET", "/api/sessions/acme:ap/approvals", "")
+	readJSON(t, resp, &ap)
+	if len(ap.Approvals) != 0 {
+		t.Fatalf("approvals left: %+v", ap)
 	}
 }

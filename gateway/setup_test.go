@@ -25,6 +25,10 @@ import (
 
 func TestMain(m *testing.M) {
 	sandbox.Main() // the in-process members' exec would re-run this binary
+	if spec := os.Getenv(streamsClientEnv); spec != "" {
+		streamsClient(spec)
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
@@ -57,7 +61,7 @@ type setupOpts struct {
 	noFleet  bool
 }
 
-func setup(t *testing.T, o setupOpts) *bundle {
+func setup(t testing.TB, o setupOpts) *bundle {
 	t.Helper()
 	ns := natstest.Start(t)
 	b := &bundle{url: ns.URL, tokens: map[string]string{}}
@@ -107,7 +111,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 }
 
 // startWorker runs an in-process fleet member on url until the test ends.
-func startWorker(t *testing.T, url string, tune func(*fleet.Config)) {
+func startWorker(t testing.TB, url string, tune func(*fleet.Config)) {
 	t.Helper()
 	cfg := fleet.Config{NATSURL: url, Scripted: true, AckWait: 5 * time.Second, LeaseTTL: 5 * time.Second, IdleRelease: -1,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), DefaultModel: "scripted/echo"}

@@ -61,6 +61,12 @@ func (st *stream) write(b []byte, timeout time.Duration) error {
 	return st.rc.Flush()
 }
 
+// Keep-alive writes: at most this many at once, each given this long.
+const (
+	keepAliveWriters      = 32
+	keepAliveWriteTimeout = time.Second
+)
+
 // hub holds the open streams and runs the keep-alive sweeper while there
 // are any: one goroutine for every stream, not one each.
 type hub struct {
@@ -99,6 +105,7 @@ func (h *hub) sweep() {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var batch []*stream
+	sem := make(chan struct{}, keepAliveWriters)
 	for {
 		select {
 		case <-t.C:
@@ -122,6 +129,7 @@ func (h *hub) sweep() {
 		}
 		h.mu.Unlock()
 		now := time.Now()
+		var wg sync.WaitGroup
 		for _, st := range batch {
 			if stopping {
 				st.cancel(errShutdown)
@@ -134,13 +142,21 @@ func (h *hub) sweep() {
 			case idle >= h.s.cfg.StreamIdle:
 				st.cancel(errStreamIdle)
 			case quiet >= h.s.cfg.KeepAlive:
-				// A failed keep-alive means the client is gone or stuck:
-				// the handler's next write fails too; end it now.
-				if err := st.write([]byte(": keep-alive\n\n"), h.s.cfg.WriteTimeout); err != nil {
-					st.cancel(err)
-				}
+				// A keep-alive that cannot go out within a second means
+				// the client has not read a socket's worth of buffer: it
+				// is gone or stuck, and the stream ends. The writes go a
+				// few at a time, so stuck clients do not hold up the
+				// others' keep-alives.
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					if err := st.write([]byte(": keep-alive\n\n"), min(h.s.cfg.WriteTimeout, keepAliveWriteTimeout)); err != nil {
+						st.cancel(err)
+					}
+				})
 			}
 		}
+		wg.Wait()
 		clear(batch)
 		if stopping {
 			// Wait for the handlers to take their streams off.
@@ -194,13 +210,15 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 		s.streams.Add(-1)
 		s.metrics.streams.Dec()
 	}
-	if r.ProtoMajor == 1 {
-		// An HTTP/1.1 stream takes its connection over and the handler
-		// returns: net/http's connection state, buffers and reader
-		// goroutine go, and an idle stream costs one small goroutine
-		// (its follower) and the follower's state. A client that leaves
-		// is noticed at the next write (a keep-alive at the latest). The
-		// body ends when the connection closes.
+	if r.ProtoMajor == 1 && r.Method == http.MethodGet {
+		// A follower's HTTP/1.1 stream (GET …/events: the long-lived
+		// kind, thousands of which may idle) takes its connection over
+		// and the handler returns: net/http's connection state, buffers
+		// and reader goroutine go, and an idle stream costs one small
+		// goroutine (its follower) and the follower's state. A client
+		// that leaves is noticed at the next write (a keep-alive at the
+		// latest). The body ends when the connection closes. A send's
+		// own stream stays on net/http, so its connection is reused.
 		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nConnection: close\r\n" +
 			"Lanefleet-Run: " + run.ID + "\r\n" + corsLines(w.Header()) + "\r\n"
 		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
