@@ -1,0 +1,202 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// Kinds of streamed output.
+const (
+	kindText      = "text"
+	kindReasoning = "reasoning"
+)
+
+// part is a piece of a run's streamed output as both wire APIs send it:
+// a delta of the current item, or (start) the first delta of a new one.
+type part struct {
+	kind  string
+	start bool
+	delta string
+}
+
+// normalizer turns a run's events into parts, the same parts every time
+// the same events are read (a response resumed by sequence number on
+// another gateway process numbers them alike). An assistant or thinking
+// event starts a new item when its kind changes or when its Text (the
+// model message's text so far) is its Delta: a new model call. After a
+// restart (the run's worker died, the next attempt runs it again), the
+// replayed text of items already sent is dropped and only what goes
+// beyond it is sent.
+type normalizer struct {
+	items  []normItem
+	replay int // after a restart: index of the item being replayed; -1 none
+	inRe   bool
+}
+
+type normItem struct {
+	kind string
+	text string
+}
+
+func (n *normalizer) feed(ev *events.Event) []part {
+	switch ev.Stream {
+	case events.StreamLifecycle:
+		if ev.Data.Phase == events.PhaseRestart && len(n.items) > 0 {
+			n.inRe, n.replay = true, -1
+		}
+		return nil
+	case events.StreamAssistant, events.StreamThinking:
+	default:
+		return nil
+	}
+	d := ev.Data
+	if d.Delta == "" {
+		return nil
+	}
+	kind := kindText
+	if ev.Stream == events.StreamThinking {
+		kind = kindReasoning
+	}
+	newMsg := d.Text == d.Delta
+	if n.inRe {
+		if pos := n.replay; pos < 0 || newMsg || n.items[pos].kind != kind {
+			n.replay++
+		}
+		if n.replay < len(n.items) && n.items[n.replay].kind == kind {
+			it := &n.items[n.replay]
+			if strings.HasPrefix(it.text, d.Text) {
+				return nil // replayed
+			}
+			if n.replay == len(n.items)-1 && strings.HasPrefix(d.Text, it.text) {
+				delta := d.Text[len(it.text):]
+				it.text = d.Text
+				n.inRe = false
+				return []part{{kind: kind, delta: delta}}
+			}
+		}
+		n.inRe = false
+		newMsg = true
+	}
+	if last := len(n.items) - 1; last >= 0 && n.items[last].kind == kind && !newMsg {
+		n.items[last].text += d.Delta
+		return []part{{kind: kind, delta: d.Delta}}
+	}
+	n.items = append(n.items, normItem{kind: kind, text: d.Delta})
+	return []part{{kind: kind, start: true, delta: d.Delta}}
+}
+
+// sse writes server-sent events and flushes each.
+type sse struct {
+	w http.ResponseWriter
+	f *http.ResponseController
+}
+
+func startSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s := &sse{w: w, f: http.NewResponseController(w)}
+	_ = s.f.Flush()
+	return s
+}
+
+// event writes one event: "event: name" when name is set, then the data.
+func (s *sse) event(name string, data []byte) error {
+	var b []byte
+	if name != "" {
+		b = append(append(append(b, "event: "...), name...), '\n')
+	}
+	b = append(append(append(b, "data: "...), data...), "\n\n"...)
+	if _, err := s.w.Write(b); err != nil {
+		return err
+	}
+	return s.f.Flush()
+}
+
+// comment writes a comment line, which keeps a quiet stream open.
+func (s *sse) comment() error {
+	if _, err := s.w.Write([]byte(": keep-alive\n\n")); err != nil {
+		return err
+	}
+	return s.f.Flush()
+}
+
+// errPollDone ends a poll's following: it has waited long enough.
+var errPollDone = errors.New("poll: waited long enough")
+
+// pump follows run and calls fn with each event until the final one (or
+// fn returns false). While no event comes for keepAlive, idle is called
+// (nil: nothing); for a poll, idleFor ends the following once no event
+// came for that long (0: never). Following ends when ctx does; the run
+// goes on. It returns the error that ended following early, if any.
+func pump(ctx context.Context, run *lanefleet.Run, keepAlive, idleFor time.Duration, idle func() error, fn func(*events.Event) bool) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	type item struct {
+		ev  *events.Event
+		err error
+	}
+	ch := make(chan item)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		for ev, err := range run.Events(ctx) {
+			var de *events.DecodeError
+			if errors.As(err, &de) {
+				continue // not an event of the run
+			}
+			select {
+			case ch <- item{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { cancel(nil); <-done }()
+	wait := keepAlive
+	if idleFor > 0 {
+		wait = idleFor
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case it, ok := <-ch:
+			if !ok {
+				return context.Cause(ctx)
+			}
+			if it.err != nil {
+				return it.err
+			}
+			if !fn(it.ev) || it.ev.Terminal() {
+				return nil
+			}
+			timer.Reset(wait)
+		case <-timer.C:
+			if idleFor > 0 {
+				return errPollDone
+			}
+			if idle != nil {
+				if err := idle(); err != nil {
+					return err
+				}
+			}
+			timer.Reset(wait)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
