@@ -37,8 +37,9 @@ type Options struct {
 	// default KeepAliveDefault.
 	KeepAlive time.Duration
 	// PollWait is how long GET /v1/responses/{id} (not streaming) waits
-	// for a response still in progress to show more; default
-	// PollWaitDefault.
+	// for a response still in progress to show more: it answers once no
+	// event came for PollWait, or after four times PollWait at most;
+	// default PollWaitDefault.
 	PollWait time.Duration
 	// Logger logs what a caller cannot be told; default zerolog.Nop().
 	Logger zerolog.Logger

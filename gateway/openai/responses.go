@@ -244,9 +244,12 @@ func responseNotFound(id string) *apiError {
 		msg: fmt.Sprintf("Response with id '%s' not found.", clip(id))}
 }
 
-// poll reads the run's events until its final one, or until none came for
-// PollWait: the response as it is now.
+// poll reads the run's events until its final one, until none came for
+// PollWait, or for four times PollWait at most: the response as it is
+// now.
 func (a *API) poll(ctx context.Context, b *builder) (*builder, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, 4*a.opt.PollWait, errPollDone)
+	defer cancel()
 	err := pump(ctx, a.c.Run(b.id.Session, b.id.Run), a.opt.KeepAlive, a.opt.PollWait, nil, b.feed)
 	if err != nil && !errors.Is(err, errPollDone) {
 		return nil, err

@@ -275,3 +275,23 @@ func TestChatCompletionsSDK(t *testing.T) {
 		t.Errorf("bob's transcript: %q", h)
 	}
 }
+
+// TestResponsesSDK drives the Responses API with the official SDK
+// (testdata/responses.mjs): a stream through the SDK's helper with every
+// event numbered, previous_response_id, a function call and its output,
+// background with polling, a stream cut mid-run and resumed after its
+// last sequence number (nothing repeated, the same as a full replay),
+// and cancel; then checks the sessions the fleet kept.
+func TestResponsesSDK(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out := b.node(t, "responses.mjs")
+	equal(t, "erin's transcript", b.history(t, "acme:openai-user:erin"), []string{
+		"user: hello", "assistant: echo: hello", "user: more", "assistant: echo: more",
+	})
+	h := b.history(t, "acme:openai-user:frank")
+	if len(h) != 4 || h[2] != "toolResult call_1: sunny, 24C" || h[3] != "assistant: It is sunny in Paris" {
+		t.Errorf("frank's transcript: %q", h)
+	}
+	t.Logf("polled states %v; resumed after %v", out["polledStates"], out["resumedAfter"])
+}
