@@ -295,3 +295,18 @@ func TestResponsesSDK(t *testing.T) {
 	}
 	t.Logf("polled states %v; resumed after %v", out["polledStates"], out["resumedAfter"])
 }
+
+// TestRefusalsSDK drives the models list and every refusal with the
+// official SDK (testdata/errors.mjs): the models a token may name, a model
+// it may not (404 model_not_found), another tenant's response id and
+// session (404 on retrieve, stream, cancel, previous_response_id and the
+// session header), a viewer that sends (403), no token (401), bad JSON,
+// a wrong content type and malformed requests (400/415), each in
+// OpenAI's error shape.
+func TestRefusalsSDK(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.node(t, "errors.mjs")
+	equal(t, "beta's gina", b.history(t, "beta:openai-user:gina"), []string{"user: theirs", "assistant: echo: theirs"})
+	equal(t, "acme's gina", b.history(t, "acme:openai-user:gina"), []string{"user: mine", "assistant: echo: mine", "user: again", "assistant: echo: again"})
+}
