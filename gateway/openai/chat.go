@@ -212,10 +212,10 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 		return
 	}
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	s := startSSE(w)
-	if s.chunk(c.chunk(map[string]any{"role": "assistant", "content": ""}, nil)) != nil {
-		return
-	}
+	s := newSSE(w)
+	c.includeUsage = includeUsage
+	first, _ := json.Marshal(c.chunk(map[string]any{"role": "assistant", "content": ""}, nil))
+	_ = s.pre("", first)
 	var n normalizer
 	var werr error
 	err = pump(r.Context(), run, a.opt.KeepAlive, 0, s.comment, func(ev *events.Event) bool {
@@ -230,8 +230,10 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 		}
 		res := resultOf(ev)
 		if e := res.Meta.Error; e != nil {
-			b, _ := json.Marshal(runError(e.Kind, e.Message).body())
-			werr = s.event("", b)
+			if ae := runError(e.Kind, e.Message); !s.refuse(ae) {
+				b, _ := json.Marshal(ae.body())
+				werr = s.event("", b)
+			}
 			return false
 		}
 		calls := clientCalls(res)
@@ -261,8 +263,10 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 		return false
 	})
 	if err != nil && r.Context().Err() == nil {
-		b, _ := json.Marshal(asAPIError(err).body())
-		_ = s.event("", b)
+		if ae := asAPIError(err); !s.refuse(ae) {
+			b, _ := json.Marshal(ae.body())
+			_ = s.event("", b)
+		}
 	}
 }
 
@@ -315,7 +319,8 @@ func (s *sse) chunk(v any) error {
 
 // chatOut collects a chat completion's output.
 type chatOut struct {
-	id, model string
+	id, model    string
+	includeUsage bool // every chunk carries "usage": null, the last one the usage
 	created   int64
 	content   strings.Builder
 	reasoning strings.Builder
@@ -346,11 +351,14 @@ func (c *chatOut) chunk(delta map[string]any, finish *string) map[string]any {
 		fr = *finish
 	}
 	m["choices"] = []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": fr}}
+	if c.includeUsage {
+		m["usage"] = nil
+	}
 	return m
 }
 
 func (c *chatOut) completion(res *events.Result) map[string]any {
-	msg := map[string]any{"role": "assistant", "content": c.content.String(), "refusal": nil}
+	msg := map[string]any{"role": "assistant", "content": c.content.String(), "refusal": nil, "annotations": []any{}}
 	if c.reasoning.Len() > 0 {
 		msg["reasoning_content"] = c.reasoning.String()
 	}

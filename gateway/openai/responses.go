@@ -142,7 +142,7 @@ func (a *API) createResponse(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	b := newBuilder(id)
 	switch {
 	case req.Stream:
-		a.streamResponse(w, r, b, -1)
+		a.streamResponse(w, r, b, -1, true)
 	case req.Background:
 		writeJSON(w, http.StatusOK, b.response())
 	default:
@@ -228,7 +228,7 @@ func (a *API) getResponse(w http.ResponseWriter, r *http.Request, p *auth.Princi
 			}
 			after = n
 		}
-		a.streamResponse(w, r, newBuilder(id), after)
+		a.streamResponse(w, r, newBuilder(id), after, false)
 		return
 	}
 	b, err := a.poll(r.Context(), newBuilder(id))
@@ -294,12 +294,17 @@ func (a *API) cancelResponse(w http.ResponseWriter, r *http.Request, p *auth.Pri
 }
 
 // streamResponse streams the response's events after sequence number
-// after (-1: all).
-func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder, after int64) {
-	s := startSSE(w)
+// after (-1: all). A response created by this request (create) that
+// fails before any output is answered with the error's status instead.
+func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder, after int64, create bool) {
+	s := newSSE(w)
 	var werr error
 	b.emit = func(typ string, ev map[string]any) {
 		if werr != nil || int64(b.seq) <= after {
+			return
+		}
+		if e := b.res; typ == "response.failed" && create && e != nil && e.Meta.Error != nil && s.refuse(runError(e.Meta.Error.Kind, e.Meta.Error.Message)) {
+			werr = errRefused
 			return
 		}
 		ev["type"], ev["sequence_number"] = typ, b.seq
@@ -308,7 +313,11 @@ func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder,
 			werr = err
 			return
 		}
-		werr = s.event(typ, data)
+		if typ == "response.created" || typ == "response.in_progress" {
+			werr = s.pre(typ, data)
+		} else {
+			werr = s.event(typ, data)
+		}
 	}
 	b.begin()
 	err := pump(r.Context(), a.c.Run(b.id.Session, b.id.Run), a.opt.KeepAlive, 0, s.comment, func(ev *events.Event) bool {
@@ -317,10 +326,16 @@ func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder,
 	})
 	if err != nil && werr == nil && r.Context().Err() == nil {
 		e := asAPIError(err)
+		if s.refuse(e) {
+			return
+		}
 		data, _ := json.Marshal(map[string]any{"type": "error", "code": e.code, "message": e.msg, "param": nil, "sequence_number": b.seq})
 		_ = s.event("error", data)
 	}
 }
+
+// errRefused ends a stream answered with an error instead.
+var errRefused = errors.New("refused")
 
 // builder turns a run's events into the Responses API's: the stream's
 // events, numbered from 0 (the same numbers for the same run on every

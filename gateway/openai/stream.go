@@ -91,32 +91,75 @@ func (n *normalizer) feed(ev *events.Event) []part {
 	return []part{{kind: kind, start: true, delta: d.Delta}}
 }
 
-// sse writes server-sent events and flushes each.
+// sse writes server-sent events and flushes each. The stream is held
+// (nothing written, not even the status) until its first event that is
+// not a preamble, so a request that fails before any output gets a plain
+// error response with its status, as OpenAI answers one.
 type sse struct {
-	w http.ResponseWriter
-	f *http.ResponseController
+	w    http.ResponseWriter
+	f    *http.ResponseController
+	held bool
+	buf  []byte // preamble events written while held
 }
 
-func startSSE(w http.ResponseWriter) *sse {
-	h := w.Header()
+func newSSE(w http.ResponseWriter) *sse {
+	return &sse{w: w, f: http.NewResponseController(w), held: true}
+}
+
+// open writes the status, the headers and the held preamble.
+func (s *sse) open() error {
+	if !s.held {
+		return nil
+	}
+	s.held = false
+	h := s.w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	s := &sse{w: w, f: http.NewResponseController(w)}
-	_ = s.f.Flush()
-	return s
+	s.w.WriteHeader(http.StatusOK)
+	buf := s.buf
+	s.buf = nil
+	if _, err := s.w.Write(buf); err != nil {
+		return err
+	}
+	return s.f.Flush()
 }
 
-// event writes one event: "event: name" when name is set, then the data.
-func (s *sse) event(name string, data []byte) error {
+// refuse answers with e instead of a stream, if nothing was written yet.
+func (s *sse) refuse(e *apiError) bool {
+	if !s.held {
+		return false
+	}
+	s.held, s.buf = false, nil
+	writeError(s.w, e)
+	return true
+}
+
+func frame(name string, data []byte) []byte {
 	var b []byte
 	if name != "" {
 		b = append(append(append(b, "event: "...), name...), '\n')
 	}
-	b = append(append(append(b, "data: "...), data...), "\n\n"...)
-	if _, err := s.w.Write(b); err != nil {
+	return append(append(append(b, "data: "...), data...), "\n\n"...)
+}
+
+// pre writes a preamble event: held with the stream.
+func (s *sse) pre(name string, data []byte) error {
+	if s.held {
+		s.buf = append(s.buf, frame(name, data)...)
+		return nil
+	}
+	return s.event(name, data)
+}
+
+// event writes one event, "event: name" when name is set, then the data,
+// opening the stream.
+func (s *sse) event(name string, data []byte) error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	if _, err := s.w.Write(frame(name, data)); err != nil {
 		return err
 	}
 	return s.f.Flush()
@@ -124,6 +167,9 @@ func (s *sse) event(name string, data []byte) error {
 
 // comment writes a comment line, which keeps a quiet stream open.
 func (s *sse) comment() error {
+	if err := s.open(); err != nil {
+		return err
+	}
 	if _, err := s.w.Write([]byte(": keep-alive\n\n")); err != nil {
 		return err
 	}

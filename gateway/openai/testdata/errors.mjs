@@ -60,6 +60,24 @@ const is = (cls, status, check) => (err) => {
   await assert.rejects(nobody.models.list(), is(OpenAI.AuthenticationError, 401));
 }
 
+// A model the fleet refuses: a 400 before any output, streamed or not.
+{
+  const refused = (e) => assert.match(e.message, /nope\/model/);
+  await assert.rejects(acme.chat.completions.create({ model: 'nope/model', messages: [{ role: 'user', content: 'x' }] }), is(OpenAI.BadRequestError, 400, refused));
+  await assert.rejects(async () => {
+    for await (const _ of await acme.chat.completions.create({ model: 'nope/model', stream: true, messages: [{ role: 'user', content: 'x' }] }));
+  }, is(OpenAI.BadRequestError, 400, refused));
+  await assert.rejects(async () => {
+    for await (const _ of await acme.responses.create({ model: 'nope/model', stream: true, input: 'x' }));
+  }, is(OpenAI.BadRequestError, 400, refused));
+  // A response that failed reads as failed.
+  const bg = await acme.responses.create({ model: 'nope/model', background: true, input: 'x' });
+  let r = bg;
+  while (r.status === 'queued' || r.status === 'in_progress') r = await acme.responses.retrieve(bg.id);
+  assert.equal(r.status, 'failed');
+  assert.equal(r.error.code, 'invalid_prompt');
+}
+
 // Requests the gateway refuses.
 {
   await assert.rejects(acme.chat.completions.create({ model: 'fast', messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: 'y' }] }),
