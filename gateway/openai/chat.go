@@ -321,9 +321,9 @@ func (s *sse) chunk(v any) error {
 type chatOut struct {
 	id, model    string
 	includeUsage bool // every chunk carries "usage": null, the last one the usage
-	created   int64
-	content   strings.Builder
-	reasoning strings.Builder
+	created      int64
+	content      strings.Builder
+	reasoning    strings.Builder
 }
 
 // add takes a part and returns the chunk delta that sends it.
