@@ -173,19 +173,18 @@ func (a *API) send(ctx context.Context, t *turn) (*lanefleet.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !t.fresh {
+	if !t.fresh && len(prior) > 0 {
+		// Only a request that repeats earlier messages needs the
+		// transcript; one that sends the new input alone costs nothing.
 		entries, err := a.c.History(ctx, t.session)
 		if err != nil {
 			return nil, err
 		}
 		stored := project(entries, clientCallIDs(t.items))
-		switch {
-		case len(stored) == 0 && len(prior) > 0:
+		if len(stored) == 0 {
 			t.fresh = true // an empty session takes the conversation as a fresh one
-		case len(stored) > 0:
-			if err := matchTail(prior, stored); err != nil {
-				return nil, err
-			}
+		} else if err := matchTail(prior, stored); err != nil {
+			return nil, err
 		}
 	}
 	if t.fresh && len(prior) > 0 {
