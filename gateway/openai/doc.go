@@ -41,6 +41,9 @@
 //   - previous_response_id (Responses): the session of that response.
 //   - none of them: a fresh session, "<prefix>openai:<16 hex digits>".
 //
+// Every answer that ran a turn names its session in the Lanefleet-Session
+// response header, so a client that started a fresh one can continue it.
+//
 // # What comes from the request, what from the transcript
 //
 // The fleet keeps the conversation: the session's transcript is what the
@@ -62,6 +65,16 @@
 // parameters, tool_choice, response_format or n (n must be 1). Messages
 // go in queue mode followup: each request is its own turn, after the
 // session's earlier ones.
+//
+// # Streams
+//
+// A stream is held until its first output: a run the fleet refuses before
+// any (a model it does not run, invalid input) is answered with the
+// error's status and OpenAI's error body, as OpenAI answers; once output
+// went out, a chat stream ends with a data: {"error": …} line, a
+// Responses stream with response.failed. A quiet stream gets an SSE
+// comment line every Options.KeepAlive. A client that goes away stops
+// being followed; its run goes on (cancel is the Responses API's cancel).
 //
 // # Ids
 //
