@@ -140,12 +140,13 @@ func withPrincipal(h http.Handler) http.Handler {
 }
 
 type bundle struct {
-	url string // the API's base URL, …/v1
-	c   *lanefleet.Client
+	url  string // the API's base URL, …/v1
+	url2 string // another gateway's, on its own fleet connection
+	c    *lanefleet.Client
 }
 
 // setup starts a NATS server, a worker with the scripted models, and the
-// API's routes on an HTTP test server.
+// API's routes on two HTTP test servers (two gateways).
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	srv := natstest.Start(t)
@@ -167,23 +168,36 @@ func setup(t *testing.T) *bundle {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	c, err := lanefleet.Connect(srv.URL)
-	if err != nil {
-		t.Fatal(err)
+	// Two gateways, each with its own fleet connection: what one hands
+	// out, the other reads (nothing is kept in either).
+	var b bundle
+	for i := range 2 {
+		c, err := lanefleet.Connect(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		api := openai.New(c, openai.Options{
+			Aliases: map[string]string{"fast": "scripted/echo", "scripted": "scripted/script"},
+			Models:  []string{"scripted/echo", "scripted/script"},
+			// Short, so the slow test replies' streams carry keep-alive
+			// comments, which the SDK must skip.
+			KeepAlive: 100 * time.Millisecond,
+			Logger:    zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		})
+		mux := http.NewServeMux()
+		for _, rt := range api.Routes() {
+			mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+		}
+		hs := httptest.NewServer(withPrincipal(mux))
+		t.Cleanup(hs.Close)
+		if i == 0 {
+			b.url, b.c = hs.URL+"/v1", c
+		} else {
+			b.url2 = hs.URL + "/v1"
+		}
 	}
-	t.Cleanup(c.Close)
-	api := openai.New(c, openai.Options{
-		Aliases: map[string]string{"fast": "scripted/echo", "scripted": "scripted/script"},
-		Models:  []string{"scripted/echo", "scripted/script"},
-		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-	})
-	mux := http.NewServeMux()
-	for _, rt := range api.Routes() {
-		mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
-	}
-	hs := httptest.NewServer(withPrincipal(mux))
-	t.Cleanup(hs.Close)
-	return &bundle{url: hs.URL + "/v1", c: c}
+	return &b
 }
 
 // node runs a test script against the API and returns what it printed
@@ -195,7 +209,7 @@ func (b *bundle) node(t *testing.T, script string, env ...string) map[string]any
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(dir, script))
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), append([]string{"OPENAI_BASE_URL=" + b.url, "OPENAI_API_KEY=acme"}, env...)...)
+	cmd.Env = append(os.Environ(), append([]string{"OPENAI_BASE_URL=" + b.url, "OTHER_GATEWAY_URL=" + b.url2, "OPENAI_API_KEY=acme"}, env...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

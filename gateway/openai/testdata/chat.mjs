@@ -129,4 +129,19 @@ const script = (s) => '#script ' + JSON.stringify(s);
   assert.equal(r2.choices[0].message.tool_calls[0].function.name, 'get_weather');
 }
 
+// The wire itself: unnamed data lines, [DONE] last.
+{
+  const res = await fetch(`${process.env.OPENAI_BASE_URL}/chat/completions`, {
+    method: 'POST', headers: { Authorization: 'Bearer acme', 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'fast', stream: true, messages: [{ role: 'user', content: 'wire' }] }),
+  });
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type'), /^text\/event-stream/);
+  const frames = (await res.text()).split('\n\n').filter((f) => f !== '');
+  assert.ok(frames.every((f) => f.startsWith('data: ') && !f.includes('\n')), frames.join('|'));
+  assert.equal(frames.at(-1), 'data: [DONE]');
+  const first = JSON.parse(frames[0].slice(6));
+  assert.deepEqual(first.choices, [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
+}
+
 console.log(JSON.stringify(out));

@@ -74,11 +74,13 @@ const slow = (chunks, delayMs) => script({ replies: [{ text: 'abcdefghijklmnopqr
   const r = await client.responses.create({ model: 'scripted', background: true, input: slow(8, 20) });
   assert.ok(['queued', 'in_progress'].includes(r.status), r.status);
   assert.equal(r.background, true);
+  // Polled through another gateway: the id is all it needs.
+  const other = new OpenAI({ maxRetries: 0, baseURL: process.env.OTHER_GATEWAY_URL });
   let polled = r;
   const seen = new Set();
   while (polled.status === 'queued' || polled.status === 'in_progress') {
     seen.add(polled.status);
-    polled = await client.responses.retrieve(r.id);
+    polled = await other.responses.retrieve(r.id);
   }
   assert.equal(polled.status, 'completed');
   assert.equal(polled.output_text, 'abcdefgh');
@@ -92,7 +94,8 @@ const slow = (chunks, delayMs) => script({ replies: [{ text: 'abcdefghijklmnopqr
   const r = await client.responses.create({ model: 'scripted', background: true, input: slow(12, 40) });
   const head = await collect(await client.responses.retrieve(r.id, { stream: true }), (ev) => ev.type === 'response.output_text.delta' && ev.delta.length > 0 && ev.sequence_number >= 6);
   const last = head.at(-1).sequence_number;
-  const tail = await collect(await client.responses.retrieve(r.id, { stream: true, starting_after: last }));
+  const other = new OpenAI({ maxRetries: 0, baseURL: process.env.OTHER_GATEWAY_URL });
+  const tail = await collect(await other.responses.retrieve(r.id, { stream: true, starting_after: last }));
   contiguous(head);
   contiguous(tail, last + 1);
   assert.equal(tail.at(-1).type, 'response.completed');
@@ -117,6 +120,20 @@ const slow = (chunks, delayMs) => script({ replies: [{ text: 'abcdefghijklmnopqr
   assert.ok(c.output_text.length < 30);
   const again = await client.responses.retrieve(r.id);
   assert.equal(again.status, 'cancelled');
+}
+
+// The wire itself: named events, one data line each, keep-alive comments
+// on a quiet stream (the SDK skips them), no [DONE] after a response.
+{
+  const r = await client.responses.create({ model: 'scripted', background: true, input: slow(3, 300) });
+  const res = await fetch(`${process.env.OPENAI_BASE_URL}/responses/${r.id}?stream=true`, { headers: { Authorization: 'Bearer acme' } });
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type'), /^text\/event-stream/);
+  const body = await res.text();
+  assert.ok(body.startsWith('event: response.created\ndata: {"'), body.slice(0, 80));
+  assert.ok(body.includes('\n\n: keep-alive\n\n'), 'a keep-alive comment');
+  assert.ok(body.trimEnd().split('\n\n').at(-1).startsWith('event: response.completed\ndata: '));
+  assert.ok(!body.includes('[DONE]'));
 }
 
 console.log(JSON.stringify(out));
