@@ -38,7 +38,9 @@
 //     that reaches every session gets OpenClaw's form,
 //     "agent:main:openai-user:alice"). The same user is the same session
 //     on every request and every gateway process.
-//   - previous_response_id (Responses): the session of that response.
+//   - previous_response_id (Responses): the session of that response, as
+//     it is now (a session does not branch: continuing an older response
+//     continues after the session's latest turn).
 //   - none of them: a fresh session, "<prefix>openai:<16 hex digits>".
 //
 // Every answer that ran a turn names its session in the Lanefleet-Session
@@ -62,7 +64,9 @@
 // sent, so a client that sends its whole history without a user works as
 // with OpenAI. System and developer messages and instructions are not
 // sent (the system prompt is the fleet operator's); nor are sampling
-// parameters, tool_choice, response_format or n (n must be 1). Messages
+// parameters, tool_choice, response_format or n (n must be 1). Tool
+// calls that wait for an approval are not client calls: the native API
+// answers them. Messages
 // go in queue mode followup: each request is its own turn, after the
 // session's earlier ones.
 //
