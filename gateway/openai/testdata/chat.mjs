@@ -132,7 +132,7 @@ const script = (s) => '#script ' + JSON.stringify(s);
 // The wire itself: unnamed data lines, [DONE] last.
 {
   const res = await fetch(`${process.env.OPENAI_BASE_URL}/chat/completions`, {
-    method: 'POST', headers: { Authorization: 'Bearer acme', 'Content-Type': 'application/json' },
+    method: 'POST', headers: { Authorization: `Bearer ${process.env.OPENAI_API_KEY}`, 'Content-Type': 'application/json' },
     body: JSON.stringify({ model: 'fast', stream: true, messages: [{ role: 'user', content: 'wire' }] }),
   });
   assert.equal(res.status, 200);

@@ -4,10 +4,11 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
 const base = process.env.OPENAI_BASE_URL;
-const acme = new OpenAI({ maxRetries: 0, apiKey: 'acme' });
-const beta = new OpenAI({ maxRetries: 0, apiKey: 'beta' });
-const viewer = new OpenAI({ maxRetries: 0, apiKey: 'viewer' });
-const limited = new OpenAI({ maxRetries: 0, apiKey: 'limited' });
+const token = (name) => process.env[`TOKEN_${name.toUpperCase()}`] ?? name;
+const acme = new OpenAI({ maxRetries: 0, apiKey: token('acme') });
+const beta = new OpenAI({ maxRetries: 0, apiKey: token('beta') });
+const viewer = new OpenAI({ maxRetries: 0, apiKey: token('viewer') });
+const limited = new OpenAI({ maxRetries: 0, apiKey: token('limited') });
 const nobody = new OpenAI({ maxRetries: 0, apiKey: 'nobody' });
 const out = {};
 
@@ -92,14 +93,14 @@ const is = (cls, status, check) => (err) => {
     ['/chat/completions', '{"model":"fast","messages":[{"role":"user","content":"x"}]}', 'text/plain'],
     ['/responses', '{"model":"fast","input":7}', 'application/json'],
   ]) {
-    const res = await fetch(base + path, { method: 'POST', headers: { Authorization: 'Bearer acme', 'Content-Type': type }, body });
+    const res = await fetch(base + path, { method: 'POST', headers: { Authorization: `Bearer ${token('acme')}`, 'Content-Type': type }, body });
     assert.ok(res.status === 400 || res.status === 415, `${path} ${body}: ${res.status}`);
     const j = await res.json();
     assert.deepEqual(Object.keys(j.error).sort(), ['code', 'message', 'param', 'type']);
     assert.equal(j.error.type, 'invalid_request_error');
   }
   // The SDK surfaces the same error for bad JSON as a BadRequestError.
-  const raw = await fetch(base + '/chat/completions', { method: 'POST', headers: { Authorization: 'Bearer acme', 'Content-Type': 'application/json' }, body: '{' });
+  const raw = await fetch(base + '/chat/completions', { method: 'POST', headers: { Authorization: `Bearer ${token('acme')}`, 'Content-Type': 'application/json' }, body: '{' });
   assert.equal(raw.status, 400);
 }
 

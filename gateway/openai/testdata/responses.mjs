@@ -126,7 +126,7 @@ const slow = (chunks, delayMs) => script({ replies: [{ text: 'abcdefghijklmnopqr
 // on a quiet stream (the SDK skips them), no [DONE] after a response.
 {
   const r = await client.responses.create({ model: 'scripted', background: true, input: slow(3, 300) });
-  const res = await fetch(`${process.env.OPENAI_BASE_URL}/responses/${r.id}?stream=true`, { headers: { Authorization: 'Bearer acme' } });
+  const res = await fetch(`${process.env.OPENAI_BASE_URL}/responses/${r.id}?stream=true`, { headers: { Authorization: `Bearer ${process.env.OPENAI_API_KEY}` } });
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type'), /^text\/event-stream/);
   const body = await res.text();
