@@ -33,6 +33,10 @@ type Options struct {
 	Models []string
 	// MaxBodyBytes bounds a request body; default MaxBodyBytesDefault.
 	MaxBodyBytes int64
+	// WriteTimeout bounds each write of a stream: a client that stops
+	// reading loses its stream (its run goes on); default
+	// WriteTimeoutDefault.
+	WriteTimeout time.Duration
 	// KeepAlive is the interval of SSE comment lines on a quiet stream;
 	// default KeepAliveDefault.
 	KeepAlive time.Duration
@@ -51,6 +55,7 @@ type Options struct {
 const (
 	MaxBodyBytesDefault = 8 << 20
 	KeepAliveDefault    = 15 * time.Second
+	WriteTimeoutDefault = 30 * time.Second
 	PollWaitDefault     = 250 * time.Millisecond
 )
 
@@ -64,6 +69,9 @@ type API struct {
 func New(c *lanefleet.Client, opt Options) *API {
 	if opt.MaxBodyBytes <= 0 {
 		opt.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if opt.WriteTimeout <= 0 {
+		opt.WriteTimeout = WriteTimeoutDefault
 	}
 	if opt.KeepAlive <= 0 {
 		opt.KeepAlive = KeepAliveDefault

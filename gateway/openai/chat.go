@@ -212,7 +212,8 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 		return
 	}
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	s := newSSE(w)
+	s := newSSE(w, a.opt.WriteTimeout)
+	defer s.end()
 	c.includeUsage = includeUsage
 	first, _ := json.Marshal(c.chunk(map[string]any{"role": "assistant", "content": ""}, nil))
 	_ = s.pre("", first)

@@ -297,7 +297,8 @@ func (a *API) cancelResponse(w http.ResponseWriter, r *http.Request, p *auth.Pri
 // after (-1: all). A response created by this request (create) that
 // fails before any output is answered with the error's status instead.
 func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder, after int64, create bool) {
-	s := newSSE(w)
+	s := newSSE(w, a.opt.WriteTimeout)
+	defer s.end()
 	var werr error
 	b.emit = func(typ string, ev map[string]any) {
 		if werr != nil || int64(b.seq) <= after {

@@ -96,14 +96,28 @@ func (n *normalizer) feed(ev *events.Event) []part {
 // not a preamble, so a request that fails before any output gets a plain
 // error response with its status, as OpenAI answers one.
 type sse struct {
-	w    http.ResponseWriter
-	f    *http.ResponseController
-	held bool
-	buf  []byte // preamble events written while held
+	w       http.ResponseWriter
+	f       *http.ResponseController
+	timeout time.Duration // bounds each write: a client that stops reading ends its stream
+	held    bool
+	buf     []byte // preamble events written while held
 }
 
-func newSSE(w http.ResponseWriter) *sse {
-	return &sse{w: w, f: http.NewResponseController(w), held: true}
+func newSSE(w http.ResponseWriter, timeout time.Duration) *sse {
+	return &sse{w: w, f: http.NewResponseController(w), timeout: timeout, held: true}
+}
+
+// end clears the write deadline, which would outlive the stream on a
+// connection the client goes on using.
+func (s *sse) end() { _ = s.f.SetWriteDeadline(time.Time{}) }
+
+// write writes b and flushes it, within the write timeout.
+func (s *sse) write(b []byte) error {
+	_ = s.f.SetWriteDeadline(time.Now().Add(s.timeout)) // a writer without deadlines writes without
+	if _, err := s.w.Write(b); err != nil {
+		return err
+	}
+	return s.f.Flush()
 }
 
 // open writes the status, the headers and the held preamble.
@@ -120,10 +134,7 @@ func (s *sse) open() error {
 	s.w.WriteHeader(http.StatusOK)
 	buf := s.buf
 	s.buf = nil
-	if _, err := s.w.Write(buf); err != nil {
-		return err
-	}
-	return s.f.Flush()
+	return s.write(buf)
 }
 
 // refuse answers with e instead of a stream, if nothing was written yet.
@@ -159,10 +170,7 @@ func (s *sse) event(name string, data []byte) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	if _, err := s.w.Write(frame(name, data)); err != nil {
-		return err
-	}
-	return s.f.Flush()
+	return s.write(frame(name, data))
 }
 
 // comment writes a comment line, which keeps a quiet stream open.
@@ -170,10 +178,7 @@ func (s *sse) comment() error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	if _, err := s.w.Write([]byte(": keep-alive\n\n")); err != nil {
-		return err
-	}
-	return s.f.Flush()
+	return s.write([]byte(": keep-alive\n\n"))
 }
 
 // errPollDone ends a poll's following: it has waited long enough.
