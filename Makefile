@@ -2,17 +2,21 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo test test-short lint bench bench-sessions soak fuzz tidy chaos
+.PHONY: help build demo demo-http test test-short lint bench bench-sessions soak fuzz tidy chaos
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-build: ## build the worker and publisher into bin/
+build: ## build the worker, publisher and gateway into bin/
 	$(GO) build -buildvcs=auto -o bin/worker ./cmd/worker
 	$(GO) build -buildvcs=auto -o bin/publisher ./cmd/publisher
+	$(GO) build -buildvcs=auto -o bin/gateway ./cmd/gateway
 
 demo: build ## embedded NATS + a worker + one message and its streamed reply
 	./scripts/demo.sh
+
+demo-http: build ## a worker with the scripted models and its HTTP gateway on http://127.0.0.1:8080 (loopback only, no token)
+	./bin/worker --scripted --model scripted/echo --http 127.0.0.1:8080
 
 test: ## gofmt and vet, then every test with the race detector
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)

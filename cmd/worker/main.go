@@ -30,6 +30,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/gateway"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -202,6 +204,12 @@ is set: spans go over OTLP/HTTP.`,
 	fs.StringVar(&cfg.SkillsDir, "skills-dir", env("LANEFLEET_SKILLS_DIR"), "directory of skills (<name>/SKILL.md) offered to every session, besides each workspace's skills/ (env LANEFLEET_SKILLS_DIR)")
 	skillsConfig := fs.String("skills-config", env("LANEFLEET_SKILLS_CONFIG"), `JSON file configuring skills by name: {"<skill>": {"enabled": false, "env": {"VAR": "value"}, "apiKey": "…"}} (env LANEFLEET_SKILLS_CONFIG)`)
 	systemPromptFile := fs.String("system-prompt-file", env("LANEFLEET_SYSTEM_PROMPT_FILE"), "file holding the system prompt (env LANEFLEET_SYSTEM_PROMPT_FILE)")
+	var httpOpts gateway.Options
+	fs.StringVar(&httpOpts.Addr, "http", env("LANEFLEET_HTTP"), "serve the HTTP gateway (session API, OpenAI-compatible routes) on this host:port, e.g. 127.0.0.1:8080, through the worker's own connection (env LANEFLEET_HTTP; default none); a non-loopback address needs --http-tokens")
+	fs.StringVar(&httpOpts.TokensFile, "http-tokens", env("LANEFLEET_HTTP_TOKENS"), "with --http: token file of the HTTP gateway's bearer tokens (env LANEFLEET_HTTP_TOKENS; default none: loopback clients only, unauthenticated)")
+	fs.StringVar(&httpOpts.TLSCert, "http-tls-cert", "", "with --http: serve HTTPS with this certificate (PEM)")
+	fs.StringVar(&httpOpts.TLSKey, "http-tls-key", "", "with --http: the certificate's private key (PEM)")
+	fs.StringVar(&httpOpts.CORSOrigins, "http-cors-origins", "", "with --http: comma-separated origins browsers may call from (default none: CORS off)")
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		// Secrets come from the environment after parsing, so -h never
 		// prints one as a default: URLs too, which may carry a user's
@@ -285,7 +293,12 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.Logger = log
 		cfg.Env = env
 
-		return serve(cmd.Context(), cfg, red, log, env)
+		if httpOpts.Addr != "" {
+			if err := checkHTTP(cfg, httpOpts); err != nil {
+				return usageError{err}
+			}
+		}
+		return serve(cmd.Context(), cfg, red, log, env, httpOpts)
 	}
 	root.AddCommand(versionCommand(stdout), sanitizeCommand(stdin, stdout, stderr), permissionsCommand(stdout))
 	return root
@@ -293,7 +306,7 @@ is set: spans go over OTLP/HTTP.`,
 
 // serve runs the member until a signal, with tracing when the OTEL_*
 // variables ask for it.
-func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string) error {
+func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string, httpOpts gateway.Options) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -333,8 +346,49 @@ func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zero
 		// Never a line an operator could skim past.
 		ready = log.Warn().Str("exec", "UNCONFINED: --exec-unconfined is for tests only; commands run with this worker's privileges")
 	}
+	if httpOpts.Addr != "" {
+		stop, err := serveHTTP(ctx, m, httpOpts, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ready.Str("worker", m.Worker.ID()).Str("nats", m.ClientURL()).Str("model", m.DefaultModel()).Str("version", version.Get().String()).Msg("ready")
 	return m.Run(ctx)
+}
+
+// checkHTTP refuses --http where the worker's own connection is not the
+// one to serve it: a worker with a NATS identity has the worker role,
+// which may not send to sessions; give the gateway a user of its own.
+func checkHTTP(cfg fleet.Config, o gateway.Options) error {
+	if cfg.ServerConfig != "" || cfg.User != "" || cfg.CredsFile != "" || cfg.NKeyFile != "" {
+		return errors.New("--http serves through the worker's own connection, whose NATS user has the worker role and may not send to sessions: with NATS users (--server-config, --nats-user, --creds, --nkey), run bin/gateway with a user of its own instead")
+	}
+	return gateway.CheckListen(o.Addr, o.TokensFile != "")
+}
+
+// serveHTTP serves the HTTP gateway through the member's connection until
+// ctx is done; stop waits for it.
+func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, log zerolog.Logger) (stop func(), err error) {
+	cl, err := lanefleet.New(m.Conn)
+	if err != nil {
+		return nil, err
+	}
+	glog := log.With().Str("component", "gateway").Logger()
+	ln, err := gateway.Listen(o, gateway.Config{Client: cl, Logger: &glog})
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("url", ln.URL()).Bool("tokens", ln.Authenticates()).Msg("serving the HTTP gateway")
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := ln.Serve(hctx); err != nil {
+			log.Error().Err(err).Msg("HTTP gateway stopped")
+		}
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 // endpointOf is an export URL without credentials or query, for the log.

@@ -1,0 +1,234 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestSendAndFollow: a message sent over HTTP runs, and its events stream
+// as server-sent events whose ids are the events' seqs, 1, 2, 3… to the
+// final one; the run's resource then answers with the result.
+func TestSendAndFollow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:1/messages", `{"text":"hello there"}`, "Idempotency-Key", "m-1")
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("send: %d", resp.StatusCode)
+	}
+	var sent SendReply
+	readJSON(t, resp, &sent)
+	if sent.RunID == "" || sent.MessageID != "m-1" || sent.Events != "/api/sessions/acme:1/runs/"+sent.RunID+"/events" || resp.Header.Get("Location") == "" {
+		t.Fatalf("send reply %+v", sent)
+	}
+	resp = b.do(t, "acme", "GET", sent.Events, "")
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" || resp.Header.Get("Lanefleet-Run") != sent.RunID {
+		t.Fatalf("events: %d %q", resp.StatusCode, ct)
+	}
+	evs, err := readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := seqs(t, evs)
+	for i, s := range got {
+		if s != uint64(i+1) {
+			t.Fatalf("seqs %v: not 1, 2, 3…", got)
+		}
+	}
+	if evs[len(evs)-1].event != "final" || replyOf(t, evs) != "echo: hello there" {
+		t.Fatalf("events %+v", evs)
+	}
+	// The same message id again: no second turn; its run's result is the
+	// first run's.
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:1/messages", `{"text":"hello there","messageId":"m-1"}`)
+	var again SendReply
+	readJSON(t, resp, &again)
+	resp = b.do(t, "acme", "GET", "/api/sessions/acme:1/runs/"+again.RunID, "")
+	var dup RunReply
+	readJSON(t, resp, &dup)
+	if dup.Status != "done" || dup.Result.Meta.MergedInto != sent.RunID || dup.Result.Payloads[0].Text != "echo: hello there" {
+		t.Fatalf("idempotent send: %+v", dup)
+	}
+	resp = b.do(t, "acme-viewer", "GET", "/api/sessions/acme:1/runs/"+sent.RunID, "")
+	var rr RunReply
+	readJSON(t, resp, &rr)
+	if resp.StatusCode != 200 || rr.Status != "done" || rr.Result == nil || rr.Result.Payloads[0].Text != "echo: hello there" {
+		t.Fatalf("run: %d %+v", resp.StatusCode, rr)
+	}
+	resp = b.do(t, "acme-viewer", "GET", "/api/sessions/acme:1/history", "")
+	var h struct {
+		Entries []json.RawMessage `json:"entries"`
+	}
+	readJSON(t, resp, &h)
+	if len(h.Entries) < 2 || !strings.Contains(string(h.Entries[len(h.Entries)-1]), "echo: hello there") {
+		t.Fatalf("history: %d entries", len(h.Entries))
+	}
+	// Stream in the send's own answer.
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:1/messages", `{"text":"second","stream":true}`)
+	evs, err = readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if err != nil || replyOf(t, evs) != "echo: second" || resp.Header.Get("Lanefleet-Run") == "" {
+		t.Fatalf("streamed send: %v %+v", err, evs)
+	}
+}
+
+// TestResumeLastEventID: a stream resumed with Last-Event-ID (or ?after=)
+// starts after that event: the two halves are the whole run, each event
+// once.
+func TestResumeLastEventID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:r/messages", `{"text":"one two three four five six"}`)
+	var sent SendReply
+	readJSON(t, resp, &sent)
+	resp = b.do(t, "acme", "GET", sent.Events, "")
+	all, _ := readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if len(all) < 4 {
+		t.Fatalf("%d events", len(all))
+	}
+	for _, cut := range []int{1, len(all) / 2, len(all) - 1} {
+		first := all[:cut]
+		resp = b.do(t, "acme", "GET", sent.Events, "", "Last-Event-ID", first[len(first)-1].id)
+		rest, _ := readSSE(resp.Body, nil)
+		resp.Body.Close()
+		if !slices.Equal(names(append(slices.Clone(first), rest...)), names(all)) {
+			t.Fatalf("cut at %d: %v + %v != %v", cut, seqs(t, first), seqs(t, rest), seqs(t, all))
+		}
+		resp = b.do(t, "acme", "GET", sent.Events+"?after="+first[len(first)-1].id, "")
+		rest2, _ := readSSE(resp.Body, nil)
+		resp.Body.Close()
+		if !slices.Equal(names(rest2), names(rest)) {
+			t.Fatalf("?after= differs from Last-Event-ID")
+		}
+	}
+	wantProblem(t, b.do(t, "acme", "GET", sent.Events, "", "Last-Event-ID", "x"), 400, CodeInvalidInput)
+}
+
+// TestSessionOperations: settings (read, change, reset), stop, backlog,
+// approvals, the caller's sessions and runs, dead letters.
+func TestSessionOperations(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	resp := b.do(t, "acme", "PATCH", "/api/sessions/acme:s/settings", `{"queue":{"mode":"collect","debounceMs":0},"run":{"thinking":"low"}}`)
+	var ap AppliedReply
+	readJSON(t, resp, &ap)
+	if resp.StatusCode != 200 || !ap.Applied || !strings.Contains(ap.Text, "collect") {
+		t.Fatalf("patch settings: %d %+v", resp.StatusCode, ap)
+	}
+	resp = b.do(t, "acme-viewer", "GET", "/api/sessions/acme:s/settings", "")
+	var st SettingsReply
+	readJSON(t, resp, &st)
+	if st.Queue == nil || st.Queue.Mode != "collect" || st.Run == nil || st.Run.Thinking != "low" {
+		t.Fatalf("settings %+v", st)
+	}
+	wantProblem(t, b.do(t, "acme", "PATCH", "/api/sessions/acme:s/settings", `{"queue":{"mode":"sideways"}}`), 400, CodeInvalidInput)
+	wantProblem(t, b.do(t, "acme", "PATCH", "/api/sessions/acme:s/settings", `{}`), 400, CodeInvalidInput)
+	resp = b.do(t, "acme", "DELETE", "/api/sessions/acme:s/settings", "")
+	readJSON(t, resp, &ap)
+	if !ap.Applied {
+		t.Fatalf("reset: %+v", ap)
+	}
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:s/stop", "")
+	readJSON(t, resp, &ap)
+	if resp.StatusCode != 200 || !ap.Applied || ap.Text == "" {
+		t.Fatalf("stop: %d %+v", resp.StatusCode, ap)
+	}
+	resp = b.do(t, "acme", "GET", "/api/sessions/acme:s/backlog", "")
+	var bl map[string]any
+	readJSON(t, resp, &bl)
+	if resp.StatusCode != 200 {
+		t.Fatalf("backlog: %d", resp.StatusCode)
+	}
+	resp = b.do(t, "acme", "GET", "/api/sessions/acme:s/approvals", "")
+	var apv struct{ Approvals []any }
+	readJSON(t, resp, &apv)
+	if resp.StatusCode != 200 || apv.Approvals == nil || len(apv.Approvals) != 0 {
+		t.Fatalf("approvals: %d %+v", resp.StatusCode, apv)
+	}
+	wantProblem(t, b.do(t, "acme", "POST", "/api/sessions/acme:s/approvals/call-1", `{"decision":"approve"}`), 404, CodeNotFound)
+	wantProblem(t, b.do(t, "acme", "POST", "/api/sessions/acme:s/approvals/call-1", `{"decision":"maybe"}`), 400, CodeInvalidInput)
+	// globex's session, then the listings.
+	resp = b.do(t, "globex", "POST", "/api/sessions/globex:1/messages", `{"text":"hi","stream":true}`)
+	readSSE(resp.Body, nil)
+	resp.Body.Close()
+	for name, want := range map[string][]string{"acme": {"acme:s"}, "globex": {"globex:1"}, "root": {"acme:s", "globex:1"}} {
+		resp = b.do(t, name, "GET", "/api/sessions", "")
+		var ls struct {
+			Sessions []struct{ Key string }
+		}
+		readJSON(t, resp, &ls)
+		var keys []string
+		for _, s := range ls.Sessions {
+			keys = append(keys, s.Key)
+		}
+		slices.Sort(keys)
+		if !slices.Equal(keys, want) {
+			t.Fatalf("%s lists %v, want %v", name, keys, want)
+		}
+	}
+	resp = b.do(t, "root", "GET", "/api/sessions?limit=1", "")
+	var page struct {
+		Sessions []any
+		Next     int
+	}
+	readJSON(t, resp, &page)
+	if len(page.Sessions) != 1 || page.Next != 1 {
+		t.Fatalf("page %+v", page)
+	}
+	resp = b.do(t, "acme", "GET", "/api/runs", "")
+	var runs struct{ Runs []any }
+	readJSON(t, resp, &runs)
+	if resp.StatusCode != 200 || runs.Runs == nil {
+		t.Fatalf("runs: %d", resp.StatusCode)
+	}
+	resp = b.do(t, "root", "GET", "/api/dead-letters", "")
+	var dl struct{ Letters []any }
+	readJSON(t, resp, &dl)
+	if resp.StatusCode != 200 || dl.Letters == nil {
+		t.Fatalf("dead letters: %d", resp.StatusCode)
+	}
+	wantProblem(t, b.do(t, "root", "GET", "/api/dead-letters/99", ""), 404, CodeNotFound)
+}
+
+// names are the events' ids and streams (their data may differ between
+// the live copy and the stored one: timestamps of a re-published final).
+func names(evs []sseEvent) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, fmt.Sprint(e.id, " ", e.event))
+	}
+	return out
+}
+
+// TestTraceparent: the caller's traceparent continues into the fleet: the
+// message the gateway publishes carries the caller's trace id.
+func TestTraceparent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	nc := natstest.Connect(t, b.url)
+	sub, err := nc.SubscribeSync("agent.in.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:t/messages", `{"text":"traced"}`, "traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
+	resp.Body.Close()
+	m, err := sub.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp := m.Header.Get("traceparent"); !strings.Contains(tp, trace) {
+		t.Fatalf("the published message's traceparent %q does not continue trace %s", tp, trace)
+	}
+}

@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// errStreamIdle ends a stream that saw no event for Config.StreamIdle.
+var errStreamIdle = errors.New("gateway: stream idle")
+
+// errShutdown ends the streams of a gateway that shuts down.
+var errShutdown = errors.New("gateway: shutting down")
+
+// stream is one open server-sent event stream. Its handler writes events;
+// the server's keep-alive sweeper writes a comment line to a stream that
+// was quiet for a while and ends one quiet for too long. Both write under
+// mu, and the handler takes the stream off the sweeper's list (under mu)
+// before it returns, so nothing writes to a finished response.
+type stream struct {
+	mu sync.Mutex
+	// conn is the hijacked HTTP/1.1 connection the stream writes to; nil
+	// on HTTP/2, where it writes to w through rc.
+	conn   net.Conn
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	last   time.Time // last write
+	event  time.Time // last event
+	cancel context.CancelCauseFunc
+	done   bool
+}
+
+// write writes b and flushes, bounded by the write timeout (a client
+// reading slowly is cut off).
+func (st *stream) write(b []byte, timeout time.Duration) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return errShutdown
+	}
+	st.last = time.Now()
+	if st.conn != nil {
+		_ = st.conn.SetWriteDeadline(st.last.Add(timeout))
+		_, err := st.conn.Write(b)
+		return err
+	}
+	_ = st.rc.SetWriteDeadline(st.last.Add(timeout))
+	if _, err := st.w.Write(b); err != nil {
+		return err
+	}
+	return st.rc.Flush()
+}
+
+// hub holds the open streams and runs the keep-alive sweeper while there
+// are any: one goroutine for every stream, not one each.
+type hub struct {
+	s       *Server
+	mu      sync.Mutex
+	streams map[*stream]struct{}
+	running bool
+}
+
+func (h *hub) add(st *stream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.streams == nil {
+		h.streams = map[*stream]struct{}{}
+	}
+	h.streams[st] = struct{}{}
+	if !h.running {
+		h.running = true
+		go h.sweep()
+	}
+}
+
+// remove takes st off the list; nothing writes to it afterwards.
+func (h *hub) remove(st *stream) {
+	h.mu.Lock()
+	delete(h.streams, st)
+	h.mu.Unlock()
+	st.mu.Lock()
+	st.done = true
+	st.mu.Unlock()
+}
+
+// sweep writes keep-alives and ends idle streams until no stream is left.
+func (h *hub) sweep() {
+	period := h.s.cfg.KeepAlive / 2
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var batch []*stream
+	for {
+		select {
+		case <-t.C:
+		case <-h.s.stopping:
+		}
+		stopping := false
+		select {
+		case <-h.s.stopping:
+			stopping = true
+		default:
+		}
+		h.mu.Lock()
+		if len(h.streams) == 0 {
+			h.running = false
+			h.mu.Unlock()
+			return
+		}
+		batch = batch[:0]
+		for st := range h.streams {
+			batch = append(batch, st)
+		}
+		h.mu.Unlock()
+		now := time.Now()
+		for _, st := range batch {
+			if stopping {
+				st.cancel(errShutdown)
+				continue
+			}
+			st.mu.Lock()
+			idle, quiet := now.Sub(st.event), now.Sub(st.last)
+			st.mu.Unlock()
+			switch {
+			case idle >= h.s.cfg.StreamIdle:
+				st.cancel(errStreamIdle)
+			case quiet >= h.s.cfg.KeepAlive:
+				// A failed keep-alive means the client is gone or stuck:
+				// the handler's next write fails too; end it now.
+				if err := st.write([]byte(": keep-alive\n\n"), h.s.cfg.WriteTimeout); err != nil {
+					st.cancel(err)
+				}
+			}
+		}
+		clear(batch)
+		if stopping {
+			// Wait for the handlers to take their streams off.
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// resumeAfter returns the seq a stream resumes after: the Last-Event-ID
+// header, else the after query parameter, else 0 (from the first event).
+func resumeAfter(r *http.Request) (uint64, *Problem) {
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		v = r.URL.Query().Get("after")
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, newProblem(http.StatusBadRequest, CodeInvalidInput, "Last-Event-ID (or after) must be an event's seq, a number")
+	}
+	return n, nil
+}
+
+// streamRun writes run's events after seq `after` as server-sent events:
+// "id:" is the event's seq, "event:" its stream, "data:" the event's JSON.
+// It ends after the final event, when the client goes, when the stream is
+// idle too long, or when the gateway shuts down: never the run itself.
+// A client that reconnects with Last-Event-ID gets the events after it,
+// each once.
+func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *lanefleet.Run, after uint64) {
+	if n := s.streams.Add(1); n > int64(s.cfg.MaxStreams) {
+		s.streams.Add(-1)
+		p := newProblem(http.StatusServiceUnavailable, CodeOverloaded, "this gateway holds as many streams as it may; try another, or later")
+		p.RetryAfter = 5
+		writeProblem(w, r, p)
+		return
+	}
+	s.metrics.streams.Inc()
+	now := time.Now()
+	if sw, ok := w.(*statusWriter); ok {
+		sw.status, sw.written = http.StatusOK, now
+	}
+	// The stream outlives nothing of the request but its values (the
+	// caller's trace): it ends by its own cancel.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	st := &stream{last: now, event: now, cancel: cancel}
+	end := func() {
+		cancel(nil)
+		s.streams.Add(-1)
+		s.metrics.streams.Dec()
+	}
+	if r.ProtoMajor == 1 {
+		// An HTTP/1.1 stream takes its connection over and the handler
+		// returns: net/http's connection state, buffers and reader
+		// goroutine go, and an idle stream costs one small goroutine
+		// (its follower) and the follower's state. A client that leaves
+		// is noticed at the next write (a keep-alive at the latest). The
+		// body ends when the connection closes.
+		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nConnection: close\r\n" +
+			"Lanefleet-Run: " + run.ID + "\r\n" + corsLines(w.Header()) + "\r\n"
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			st.conn = conn
+			release := takeRelease(r.Context())
+			s.streamWG.Add(1)
+			go func() {
+				defer s.streamWG.Done()
+				defer release()
+				defer end()
+				defer conn.Close()
+				if err := st.write([]byte(head+": run "+run.ID+"\n\n"), s.cfg.WriteTimeout); err != nil {
+					return
+				}
+				s.follow(ctx, st, run, after)
+			}()
+			return
+		}
+	}
+	defer end()
+	st.w, st.rc = w, http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("Lanefleet-Run", run.ID)
+	w.WriteHeader(http.StatusOK)
+	if err := st.write([]byte(": run "+run.ID+"\n\n"), s.cfg.WriteTimeout); err != nil {
+		return
+	}
+	// The request's end (the client left) ends the stream too.
+	stop := context.AfterFunc(r.Context(), func() { cancel(context.Canceled) })
+	defer stop()
+	s.follow(ctx, st, run, after)
+}
+
+// follow writes the run's events after seq after to st until the final
+// one, an error, or st's end.
+func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, after uint64) {
+	s.hub.add(st)
+	defer s.hub.remove(st)
+	var buf []byte
+	for ev, err := range run.Events(ctx) {
+		if err != nil {
+			var de *events.DecodeError
+			if errors.As(err, &de) {
+				continue // not an event of the run: a forged or garbled message
+			}
+			if ctx.Err() == nil {
+				// Say why the stream ends, as an event the client can read.
+				p := problemOf(err)
+				b, _ := json.Marshal(p)
+				_ = st.write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", b), s.cfg.WriteTimeout)
+				if p.Code == CodeFleetError {
+					s.log.Warn().Err(err).Str("run", run.ID).Msg("gateway: following a run failed")
+				}
+			}
+			return
+		}
+		st.mu.Lock()
+		st.event = time.Now()
+		st.mu.Unlock()
+		if ev.Seq <= after {
+			continue // the client has it
+		}
+		data, err := json.Marshal(ev)
+		if err != nil {
+			continue
+		}
+		buf = buf[:0]
+		buf = append(buf, "id: "...)
+		buf = strconv.AppendUint(buf, ev.Seq, 10)
+		buf = append(buf, "\nevent: "...)
+		buf = append(buf, ev.Stream...)
+		buf = append(buf, "\ndata: "...)
+		buf = append(buf, data...)
+		buf = append(buf, "\n\n"...)
+		if err := st.write(buf, s.cfg.WriteTimeout); err != nil {
+			return // the client went or reads too slowly: the run goes on
+		}
+	}
+}
+
+// corsLines are the CORS headers set on w, as header lines of a hijacked
+// response.
+func corsLines(h http.Header) string {
+	var sb strings.Builder
+	for _, k := range []string{"Access-Control-Allow-Origin", "Access-Control-Expose-Headers", "Vary"} {
+		if v := h.Get(k); v != "" {
+			sb.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	return sb.String()
+}

@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/gateway/route"
+)
+
+// sessionRequest is how a test names session key on one route: the
+// path's {key}, or a header, body or id for routes that name it another
+// way. Every Session and SessionWrite route needs one: a route added
+// without it fails TestTenantIsolation.
+type sessionRequest func(key string) (path, body string, hdr []string)
+
+// pathSession fills a pattern's wildcards: {key} with the session, the
+// others with plausible values.
+func pathSession(pattern, body string) sessionRequest {
+	return func(key string) (string, string, []string) {
+		r := strings.NewReplacer("{key}", escapeKey(key), "{run}", "1", "{call}", "call-1", "{seq}", "1")
+		return r.Replace(pattern), body, nil
+	}
+}
+
+func escapeKey(key string) string { return strings.ReplaceAll(key, "/", "%2F") }
+
+// sessionRequests says, by "METHOD pattern", how each route names a
+// session. gateway/openai's routes are added here when they are mounted.
+var sessionRequests = map[string]sessionRequest{
+	"POST /api/sessions/{key}/messages":         pathSession("/api/sessions/{key}/messages", `{"text":"hi"}`),
+	"GET /api/sessions/{key}/runs/{run}":        pathSession("/api/sessions/{key}/runs/{run}?wait=0s", ""),
+	"GET /api/sessions/{key}/runs/{run}/events": pathSession("/api/sessions/{key}/runs/{run}/events", ""),
+	"GET /api/sessions/{key}/history":           pathSession("/api/sessions/{key}/history", ""),
+	"GET /api/sessions/{key}/settings":          pathSession("/api/sessions/{key}/settings", ""),
+	"PATCH /api/sessions/{key}/settings":        pathSession("/api/sessions/{key}/settings", `{"queue":{"mode":"collect"}}`),
+	"DELETE /api/sessions/{key}/settings":       pathSession("/api/sessions/{key}/settings", ""),
+	"POST /api/sessions/{key}/stop":             pathSession("/api/sessions/{key}/stop", ""),
+	"GET /api/sessions/{key}/approvals":         pathSession("/api/sessions/{key}/approvals", ""),
+	"POST /api/sessions/{key}/approvals/{call}": pathSession("/api/sessions/{key}/approvals/{call}", `{"decision":"approve"}`),
+	"GET /api/sessions/{key}/backlog":           pathSession("/api/sessions/{key}/backlog", ""),
+}
+
+// fillPattern is a request path for a route that names no session.
+func fillPattern(pattern string) string {
+	return strings.NewReplacer("{seq}", "1", "{id}", "x").Replace(pattern)
+}
+
+// TestTenantIsolation walks every route the server mounts (its own and
+// the mounted packages') with two tenants' tokens: a session route named
+// with the other tenant's session answers 404 as for a session nobody
+// uses, a fleet route 403 to a non-admin, a caller route shows none of
+// the other tenant's sessions, and no route answers a caller without a
+// token except the public ones. Afterwards the other tenant's session is
+// as it was: no message reached it, no setting changed.
+func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	const theirs = "globex:secret/1"
+	resp := b.do(t, "globex", "POST", "/api/sessions/"+escapeKey(theirs)+"/messages", `{"text":"private","stream":true}`)
+	if _, err := readSSE(resp.Body, nil); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	before, err := b.client.History(b.ctx, theirs)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("history: %v (%d)", err, len(before))
+	}
+	for _, rt := range b.srv.Routes() {
+		id := rt.Method + " " + rt.Pattern
+		t.Run(id, func(t *testing.T) {
+			switch rt.Reach {
+			case route.Public:
+				resp := b.do(t, "", rt.Method, fillPattern(rt.Pattern), "")
+				resp.Body.Close()
+				if resp.StatusCode == 401 || resp.StatusCode == 403 {
+					t.Fatalf("public route refused: %d", resp.StatusCode)
+				}
+				return
+			case route.Fleet:
+				for _, who := range []string{"acme", "acme-viewer", "globex"} {
+					resp := b.do(t, who, rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
+					resp.Body.Close()
+					if resp.StatusCode != 403 {
+						t.Fatalf("%s: %d, want 403", who, resp.StatusCode)
+					}
+				}
+			case route.Caller:
+				resp := b.do(t, "acme", rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || strings.Contains(string(body), "globex") {
+					t.Fatalf("acme sees: %d %.300s", resp.StatusCode, body)
+				}
+			case route.Session, route.SessionWrite:
+				req, ok := sessionRequests[id]
+				if !ok {
+					t.Fatalf("route %s names a session, but sessionRequests does not say how: add it", id)
+				}
+				path, body, hdr := req(theirs)
+				for _, who := range []string{"acme", "acme-viewer"} {
+					if who == "acme-viewer" && rt.Reach == route.SessionWrite {
+						resp := b.do(t, who, rt.Method, path, body, hdr...)
+						resp.Body.Close()
+						if resp.StatusCode != 403 {
+							t.Fatalf("viewer on a write route: %d", resp.StatusCode)
+						}
+						continue
+					}
+					resp := b.do(t, who, rt.Method, path, body, hdr...)
+					got, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 404 || strings.Contains(string(got), "private") {
+						t.Fatalf("%s reaches %s: %d %.300s", who, theirs, resp.StatusCode, got)
+					}
+					// The native routes say so before anything else: not
+					// a 404 of the fleet's (no such run, no such call).
+					if strings.HasPrefix(rt.Pattern, "/api/") && !strings.Contains(string(got), `"no such session"`) {
+						t.Fatalf("%s: a 404 that is not the session check: %s", who, got)
+					}
+				}
+			default:
+				t.Fatalf("reach %d unknown to this test", rt.Reach)
+			}
+			resp := b.do(t, "", rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
+			resp.Body.Close()
+			if resp.StatusCode != 401 {
+				t.Fatalf("no token: %d, want 401", resp.StatusCode)
+			}
+		})
+	}
+	after, err := b.client.History(b.ctx, theirs)
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("the other tenant's history changed: %d entries, then %d (%v)", len(before), len(after), err)
+	}
+	st, err := b.client.Settings(b.ctx, theirs)
+	if err != nil || st.Queue.Mode != "" {
+		t.Fatalf("the other tenant's settings changed: %+v %v", st, err)
+	}
+	bl, err := b.client.Backlog(b.ctx, theirs)
+	if err != nil || bl.Waiting != 0 {
+		t.Fatalf("a message waits on the other tenant's lane: %+v %v", bl, err)
+	}
+}
+
+// bodyFor is a body for a route that takes one: JSON the route accepts.
+func bodyFor(rt route.Route) string {
+	if rt.Method == http.MethodPost || rt.Method == http.MethodPatch {
+		return `{}`
+	}
+	return ""
+}
