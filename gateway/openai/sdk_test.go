@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/gateway"
 	"github.com/lanefleet/lanefleet/gateway/auth"
 	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -118,35 +118,25 @@ func install() (string, error) {
 	return run, nil
 }
 
-// Tokens the test middleware knows: two tenants, a viewer and a sender
-// limited to one model.
-var principals = map[string]*auth.Principal{
-	"acme":    {Name: "acme", Role: auth.Sender, Prefixes: []string{"acme:"}},
-	"beta":    {Name: "beta", Role: auth.Sender, Prefixes: []string{"beta:"}},
-	"viewer":  {Name: "viewer", Role: auth.Viewer, Prefixes: []string{"acme:"}},
-	"limited": {Name: "limited", Role: auth.Sender, Prefixes: []string{"acme:"}, Models: []string{"fast"}},
-}
-
-// withPrincipal is the test's stand-in for the gateway's auth middleware:
-// the bearer token names a principal; no token, none.
-func withPrincipal(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if p := principals[tok]; p != nil {
-			r = r.WithContext(auth.NewContext(r.Context(), p))
-		}
-		h.ServeHTTP(w, r)
-	})
+// testTokens are the gateway's tokens: two tenants, a viewer and a
+// sender limited to one model. setup makes each a secret of its own.
+var testTokens = []gateway.TokenEntry{
+	{Name: "acme", Role: auth.Sender, Prefixes: []string{"acme:"}},
+	{Name: "beta", Role: auth.Sender, Prefixes: []string{"beta:"}},
+	{Name: "viewer", Role: auth.Viewer, Prefixes: []string{"acme:"}},
+	{Name: "limited", Role: auth.Sender, Prefixes: []string{"acme:"}, Models: []string{"fast"}},
 }
 
 type bundle struct {
-	url  string // the API's base URL, …/v1
-	url2 string // another gateway's, on its own fleet connection
-	c    *lanefleet.Client
+	tokens map[string]string // the secret token by name
+	url    string            // the API's base URL, …/v1
+	url2   string            // another gateway's, on its own fleet connection
+	c      *lanefleet.Client
 }
 
-// setup starts a NATS server, a worker with the scripted models, and the
-// API's routes on two HTTP test servers (two gateways).
+// setup starts a NATS server, a worker with the scripted models, and two
+// gateways (the real server, its tokens and middleware) serving the API's
+// routes.
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	srv := natstest.Start(t)
@@ -168,9 +158,19 @@ func setup(t *testing.T) *bundle {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	// Two gateways, each with its own fleet connection: what one hands
-	// out, the other reads (nothing is kept in either).
-	var b bundle
+	// Two gateways, each with its own fleet connection, reading one token
+	// file: what one hands out, the other reads (nothing is kept in
+	// either).
+	b := bundle{tokens: map[string]string{}}
+	var tf struct {
+		Tokens []gateway.TokenEntry `json:"tokens"`
+	}
+	for _, e := range testTokens {
+		tok, hash := gateway.NewToken()
+		b.tokens[e.Name], e.Hash = tok, hash
+		tf.Tokens = append(tf.Tokens, e)
+	}
+	tokenFile, _ := json.Marshal(tf)
 	for i := range 2 {
 		c, err := lanefleet.Connect(srv.URL)
 		if err != nil {
@@ -185,12 +185,20 @@ func setup(t *testing.T) *bundle {
 			KeepAlive: 100 * time.Millisecond,
 			Logger:    zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		})
-		mux := http.NewServeMux()
-		for _, rt := range api.Routes() {
-			mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+		toks, err := gateway.ParseTokens(bytes.NewReader(tokenFile))
+		if err != nil {
+			t.Fatal(err)
 		}
-		hs := httptest.NewServer(withPrincipal(mux))
+		log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+		gw, err := gateway.New(gateway.Config{Client: c, Tokens: toks, Routes: api.Routes(), Logger: &log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewUnstartedServer(gw)
+		hs.Config = gw.HTTPServer()
+		hs.Start()
 		t.Cleanup(hs.Close)
+		t.Cleanup(gw.Close)
 		if i == 0 {
 			b.url, b.c = hs.URL+"/v1", c
 		} else {
@@ -209,7 +217,10 @@ func (b *bundle) node(t *testing.T, script string, env ...string) map[string]any
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(dir, script))
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), append([]string{"OPENAI_BASE_URL=" + b.url, "OTHER_GATEWAY_URL=" + b.url2, "OPENAI_API_KEY=acme"}, env...)...)
+	cmd.Env = append(os.Environ(), append([]string{"OPENAI_BASE_URL=" + b.url, "OTHER_GATEWAY_URL=" + b.url2, "OPENAI_API_KEY=" + b.tokens["acme"]}, env...)...)
+	for name, tok := range b.tokens {
+		cmd.Env = append(cmd.Env, "TOKEN_"+strings.ToUpper(name)+"="+tok)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -263,7 +274,8 @@ func equal(t *testing.T, what string, got, want any) {
 	}
 }
 
-// TestChatCompletionsSDK drives POST /v1/chat/completions with the official
+// TestChatCompletionsSDK drives POST /v1/chat/completions, through the real
+// gateway server, with the official
 // SDK (testdata/chat.mjs): not streamed and streamed (include_usage, the
 // stream helper, reasoning_content), a user's session continued with and
 // without the earlier messages, a mismatching conversation refused (409),

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
 const base = process.env.OPENAI_BASE_URL;
-const token = (name) => process.env[`TOKEN_${name.toUpperCase()}`] ?? name;
+const token = (name) => process.env[`TOKEN_${name.toUpperCase()}`];
 const acme = new OpenAI({ maxRetries: 0, apiKey: token('acme') });
 const beta = new OpenAI({ maxRetries: 0, apiKey: token('beta') });
 const viewer = new OpenAI({ maxRetries: 0, apiKey: token('viewer') });
