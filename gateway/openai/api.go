@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -279,4 +280,22 @@ func (a *API) models(w http.ResponseWriter, r *http.Request, p *auth.Principal) 
 		list.Data = append(list.Data, model{ID: n, Object: "model", OwnedBy: "lanefleet"})
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// ParseAliases reads model aliases as a command line gives them, each
+// "NAME=REF" ("NAME=" names the fleet's default model).
+func ParseAliases(specs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, s := range specs {
+		name, ref, ok := strings.Cut(s, "=")
+		name, ref = strings.TrimSpace(name), strings.TrimSpace(ref)
+		if !ok || name == "" || len(name) > maxModelName || len(ref) > maxModelName {
+			return nil, fmt.Errorf("model alias %q: want NAME=REF, e.g. fast=anthropic/claude-haiku-4-5", s)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("model alias %q given twice", name)
+		}
+		out[name] = ref
+	}
+	return out, nil
 }

@@ -348,3 +348,16 @@ func TestWriteError(t *testing.T) {
 		}
 	}
 }
+
+func TestParseAliases(t *testing.T) {
+	t.Parallel()
+	got, err := ParseAliases([]string{"fast=anthropic/claude-haiku-4-5", " default = "})
+	if err != nil || !reflect.DeepEqual(got, map[string]string{"fast": "anthropic/claude-haiku-4-5", "default": ""}) {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, bad := range [][]string{{"fast"}, {"=x"}, {"a=b", "a=c"}} {
+		if _, err := ParseAliases(bad); err == nil {
+			t.Errorf("%q taken", bad)
+		}
+	}
+}
