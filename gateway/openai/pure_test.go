@@ -361,3 +361,82 @@ func TestParseAliases(t *testing.T) {
 		}
 	}
 }
+
+func TestChatItems(t *testing.T) {
+	t.Parallel()
+	img := "data:image/png;base64,iVBORw0KGgo="
+	var msgs []chatMessage
+	if err := json.Unmarshal([]byte(`[
+		{"role":"system","content":"be brief"},
+		{"role":"developer","content":[{"type":"text","text":"really"}]},
+		{"role":"user","content":[{"type":"text","text":"look "},{"type":"text","text":"here"},{"type":"image_url","image_url":{"url":"`+img+`","detail":"low"}}]},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},
+		{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"done"}]},
+		{"role":"assistant","content":[{"type":"text","text":" ok "},{"type":"refusal","refusal":"no"}]}
+	]`), &msgs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := chatItems(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []item{
+		{role: roleUser, text: "look here", images: []events.Image{{MimeType: "image/png", Data: "iVBORw0KGgo="}}},
+		{role: roleAssistant, calls: []call{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}},
+		{role: roleTool, text: "done", callID: "c1"},
+		{role: roleAssistant, text: "ok no"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("items:\n got %+v\nwant %+v", got, want)
+	}
+	for _, bad := range []string{
+		`[{"role":"function","content":"x"}]`,
+		`[{"role":"tool","content":"x"}]`,
+		`[{"role":"user","content":[{"type":"input_audio"}]}]`,
+		`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]`,
+		`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:text/plain;base64,aGk="}}]}]`,
+		`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%%%"}}]}]`,
+		`[{"role":"user","content":7}]`,
+	} {
+		var m []chatMessage
+		if err := json.Unmarshal([]byte(bad), &m); err != nil {
+			t.Fatal(err)
+		}
+		var ce *convError
+		if _, err := chatItems(m); !errors.As(err, &ce) || ce.status != 400 || ce.param == "" {
+			t.Errorf("%s: %v, want a 400 naming its param", bad, err)
+		}
+	}
+}
+
+func TestResponsesItems(t *testing.T) {
+	t.Parallel()
+	got, err := responsesItems(json.RawMessage(`"hi"`))
+	if err != nil || !reflect.DeepEqual(got, []item{{role: roleUser, text: "hi"}}) {
+		t.Fatalf("a string input: %+v %v", got, err)
+	}
+	got, err = responsesItems(json.RawMessage(`[
+		{"role":"developer","content":"rules"},
+		{"type":"message","role":"user","content":[{"type":"input_text","text":"weather?"}]},
+		{"type":"reasoning","id":"rs_1","summary":[]},
+		{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Let me see."}]},
+		{"type":"function_call","call_id":"c1","name":"get_weather","arguments":"{}"},
+		{"type":"function_call","call_id":"c2","name":"get_time","arguments":"{}"},
+		{"type":"function_call_output","call_id":"c1","output":"sunny"},
+		{"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"noon"}]}
+	]`))
+	want := []item{
+		{role: roleUser, text: "weather?"},
+		{role: roleAssistant, text: "Let me see.", calls: []call{{ID: "c1", Name: "get_weather", Arguments: "{}"}, {ID: "c2", Name: "get_time", Arguments: "{}"}}},
+		{role: roleTool, text: "sunny", callID: "c1"},
+		{role: roleTool, text: "noon", callID: "c2"},
+	}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("items:\n got %+v %v\nwant %+v", got, err, want)
+	}
+	for _, bad := range []string{`null`, `7`, `[{"type":"item_reference","id":"x"}]`, `[{"type":"function_call_output","output":"x"}]`, `[{"role":"tool","content":"x"}]`} {
+		if _, err := responsesItems(json.RawMessage(bad)); err == nil {
+			t.Errorf("%s taken", bad)
+		}
+	}
+}
