@@ -42,9 +42,9 @@ type Options struct {
 	// default KeepAliveDefault.
 	KeepAlive time.Duration
 	// PollWait is how long GET /v1/responses/{id} (not streaming) waits
-	// for a response still in progress to show more: it answers once no
-	// event came for PollWait, or after four times PollWait at most;
-	// default PollWaitDefault.
+	// for a response in progress to show more: it answers once no event
+	// came for PollWait after one came (or after the fleet said the run
+	// waits in its queue); default PollWaitDefault.
 	PollWait time.Duration
 	// Logger logs what a caller cannot be told; default zerolog.Nop().
 	Logger zerolog.Logger

@@ -190,7 +190,7 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	if !req.Stream {
 		var final *events.Event
 		var n normalizer
-		err := pump(r.Context(), run, a.opt.KeepAlive, 0, nil, func(ev *events.Event) bool {
+		err := pump(r.Context(), run, a.opt.KeepAlive, nil, func(ev *events.Event) bool {
 			for _, pt := range n.feed(ev) {
 				c.add(pt)
 			}
@@ -219,7 +219,7 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	_ = s.pre("", first)
 	var n normalizer
 	var werr error
-	err = pump(r.Context(), run, a.opt.KeepAlive, 0, s.comment, func(ev *events.Event) bool {
+	err = pump(r.Context(), run, a.opt.KeepAlive, s.comment, func(ev *events.Event) bool {
 		for _, pt := range n.feed(ev) {
 			delta := c.add(pt)
 			if werr = s.chunk(c.chunk(delta, nil)); werr != nil {

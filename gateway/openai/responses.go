@@ -146,7 +146,7 @@ func (a *API) createResponse(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	case req.Background:
 		writeJSON(w, http.StatusOK, b.response())
 	default:
-		if err := pump(r.Context(), run, a.opt.KeepAlive, 0, nil, b.feed); err != nil {
+		if err := pump(r.Context(), run, a.opt.KeepAlive, nil, b.feed); err != nil {
 			a.fail(w, r, err)
 			return
 		}
@@ -244,18 +244,19 @@ func responseNotFound(id string) *apiError {
 		msg: fmt.Sprintf("Response with id '%s' not found.", clip(id))}
 }
 
-// poll reads the run's events until its final one, until none came for
-// PollWait, or for four times PollWait at most: the response as it is
-// now.
+// poll reads the run's events as they are now (pollRun): the response as
+// it is now.
 func (a *API) poll(ctx context.Context, b *builder) (*builder, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, 4*a.opt.PollWait, errPollDone)
-	defer cancel()
-	err := pump(ctx, a.c.Run(b.id.Session, b.id.Run), a.opt.KeepAlive, a.opt.PollWait, nil, b.feed)
-	if err != nil && !errors.Is(err, errPollDone) {
+	limit := max(4*a.opt.PollWait, pollLimit)
+	if err := pollRun(ctx, a.c.Run(b.id.Session, b.id.Run), a.opt.PollWait, limit, func(ev *events.Event) { b.feed(ev) }); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
+
+// pollLimit bounds a poll of a run that shows nothing: long enough for
+// the fleet to say it does not know the run (404).
+const pollLimit = 2 * time.Second
 
 // cancelResponse serves POST /v1/responses/{id}/cancel: it stops the
 // session's running turn when that is the response's run, and returns the
@@ -286,7 +287,7 @@ func (a *API) cancelResponse(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
 	b = newBuilder(id)
-	if err := pump(ctx, a.c.Run(id.Session, id.Run), a.opt.KeepAlive, 0, nil, b.feed); err != nil {
+	if err := pump(ctx, a.c.Run(id.Session, id.Run), a.opt.KeepAlive, nil, b.feed); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -321,7 +322,7 @@ func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder,
 		}
 	}
 	b.begin()
-	err := pump(r.Context(), a.c.Run(b.id.Session, b.id.Run), a.opt.KeepAlive, 0, s.comment, func(ev *events.Event) bool {
+	err := pump(r.Context(), a.c.Run(b.id.Session, b.id.Run), a.opt.KeepAlive, s.comment, func(ev *events.Event) bool {
 		b.feed(ev)
 		return werr == nil
 	})

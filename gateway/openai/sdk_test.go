@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -335,4 +337,23 @@ func TestRefusalsSDK(t *testing.T) {
 	b.node(t, "errors.mjs")
 	equal(t, "beta's gina", b.history(t, "beta:openai-user:gina"), []string{"user: theirs", "assistant: echo: theirs"})
 	equal(t, "acme's gina", b.history(t, "acme:openai-user:gina"), []string{"user: mine", "assistant: echo: mine", "user: again", "assistant: echo: again"})
+	// A response id of the caller's own session whose run the fleet does
+	// not know is not found either, polled or cancelled.
+	forged := openai.ResponseIDOf("acme:openai-user:gina", "999")
+	for _, req := range []struct{ method, path string }{{"GET", "/responses/" + forged}, {"POST", "/responses/" + forged + "/cancel"}} {
+		r, err := http.NewRequestWithContext(t.Context(), req.method, b.url+req.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("Authorization", "Bearer "+b.tokens["acme"])
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"invalid_request_error"`) {
+			t.Errorf("%s %s: %d %s", req.method, req.path, resp.StatusCode, body)
+		}
+	}
 }

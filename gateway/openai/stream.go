@@ -184,19 +184,18 @@ func (s *sse) comment() error {
 // errPollDone ends a poll's following: it has waited long enough.
 var errPollDone = errors.New("poll: waited long enough")
 
-// pump follows run and calls fn with each event until the final one (or
-// fn returns false). While no event comes for keepAlive, idle is called
-// (nil: nothing); for a poll, idleFor ends the following once no event
-// came for that long (0: never). Following ends when ctx does; the run
-// goes on. It returns the error that ended following early, if any.
-func pump(ctx context.Context, run *lanefleet.Run, keepAlive, idleFor time.Duration, idle func() error, fn func(*events.Event) bool) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	type item struct {
-		ev  *events.Event
-		err error
-	}
-	ch := make(chan item)
+// followed is one event of a run being followed, or the error that ended
+// following.
+type followed struct {
+	ev  *events.Event
+	err error
+}
+
+// follow iterates run's events on a goroutine of its own until the final
+// one, an error, or ctx ends; stop ends it and waits for it.
+func follow(ctx context.Context, run *lanefleet.Run) (<-chan followed, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan followed)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -207,7 +206,7 @@ func pump(ctx context.Context, run *lanefleet.Run, keepAlive, idleFor time.Durat
 				continue // not an event of the run
 			}
 			select {
-			case ch <- item{ev, err}:
+			case ch <- followed{ev, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -216,12 +215,17 @@ func pump(ctx context.Context, run *lanefleet.Run, keepAlive, idleFor time.Durat
 			}
 		}
 	}()
-	defer func() { cancel(nil); <-done }()
-	wait := keepAlive
-	if idleFor > 0 {
-		wait = idleFor
-	}
-	timer := time.NewTimer(wait)
+	return ch, func() { cancel(); <-done }
+}
+
+// pump follows run and calls fn with each event until the final one (or
+// fn returns false). While no event comes for keepAlive, idle is called
+// (nil: nothing). Following ends when ctx does; the run goes on. It
+// returns the error that ended following early, if any.
+func pump(ctx context.Context, run *lanefleet.Run, keepAlive time.Duration, idle func() error, fn func(*events.Event) bool) error {
+	ch, stop := follow(ctx, run)
+	defer stop()
+	timer := time.NewTimer(keepAlive)
 	defer timer.Stop()
 	for {
 		select {
@@ -235,19 +239,70 @@ func pump(ctx context.Context, run *lanefleet.Run, keepAlive, idleFor time.Durat
 			if !fn(it.ev) || it.ev.Terminal() {
 				return nil
 			}
-			timer.Reset(wait)
+			timer.Reset(keepAlive)
 		case <-timer.C:
-			if idleFor > 0 {
-				return errPollDone
-			}
 			if idle != nil {
 				if err := idle(); err != nil {
 					return err
 				}
 			}
-			timer.Reset(wait)
+			timer.Reset(keepAlive)
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// pollRun reads the run's events as they are now: it calls fn with each
+// until the final one, or until the run settles (none came for quiet
+// after one came, or after the fleet said the run waits: queued, no
+// worker, a hand-over), or for at most limit. A run the fleet does not
+// know ends with lanefleet.ErrUnknownRun (within about a second).
+func pollRun(ctx context.Context, run *lanefleet.Run, quiet, limit time.Duration, fn func(*events.Event)) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, errPollDone)
+	defer cancel()
+	waits := make(chan struct{}, 1)
+	run.OnWait(0, func(lanefleet.Wait) {
+		select {
+		case waits <- struct{}{}:
+		default:
+		}
+	})
+	ch, stop := follow(ctx, run)
+	defer stop()
+	timer := time.NewTimer(limit) // armed with quiet once the run shows itself
+	defer timer.Stop()
+	for {
+		select {
+		case it, ok := <-ch:
+			if !ok {
+				return pollEnd(ctx)
+			}
+			if it.err != nil {
+				if ctx.Err() != nil {
+					return pollEnd(ctx)
+				}
+				return it.err
+			}
+			fn(it.ev)
+			if it.ev.Terminal() {
+				return nil
+			}
+			timer.Reset(quiet)
+		case <-waits:
+			timer.Reset(quiet)
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return pollEnd(ctx)
+		}
+	}
+}
+
+// pollEnd is nil when the poll's own limit ended it, else why ctx ended.
+func pollEnd(ctx context.Context) error {
+	if err := context.Cause(ctx); !errors.Is(err, errPollDone) {
+		return err
+	}
+	return nil
 }
