@@ -14,8 +14,10 @@
 //     events (response.created, response.output_text.delta, …,
 //     response.completed; every event has a sequence_number from 0) or
 //     returned whole; background: true returns at once with status
-//     "queued". GET /v1/responses/{id} returns it as it is now (waiting
-//     up to Options.PollWait for a response in progress to show more);
+//     "queued". GET /v1/responses/{id} returns it as it is now (once
+//     its run's events went quiet for Options.PollWait, or the fleet said
+//     it waits in the session's queue; a run the fleet does not know is
+//     404);
 //     with ?stream=true it streams its events again, from the first or
 //     after starting_after=N, nothing repeated and the same numbers on
 //     every gateway process. POST /v1/responses/{id}/cancel stops the

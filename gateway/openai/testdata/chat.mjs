@@ -52,9 +52,10 @@ const script = (s) => '#script ' + JSON.stringify(s);
   assert.ok(chunks >= 4, `${chunks} chunks`);
 }
 
-// Only the new message: the session remembers.
+// Only the new message, through the other gateway: the session remembers.
 {
-  const r = await client.chat.completions.create({ model: 'fast', user: 'alice', messages: [{ role: 'user', content: 'third' }] });
+  const other = new OpenAI({ maxRetries: 0, baseURL: process.env.OTHER_GATEWAY_URL });
+  const r = await other.chat.completions.create({ model: 'fast', user: 'alice', messages: [{ role: 'user', content: 'third' }] });
   assert.equal(r.choices[0].message.content, 'echo: third');
 }
 
