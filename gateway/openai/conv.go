@@ -125,8 +125,8 @@ func clientCallIDs(items []item) map[string]bool {
 	return ids
 }
 
-// project turns a session's transcript into the conversation its client
-// saw: user messages; each run of assistant messages (with the worker's
+// project turns a session's transcript (its current branch) into the
+// conversation its client saw, compacted parts included: user messages; each run of assistant messages (with the worker's
 // own tool calls and results between them) as one assistant message whose
 // text is their texts and whose calls are the client tool calls among
 // theirs (clientIDs); a tool result of a client call as a tool message.
@@ -137,7 +137,13 @@ func project(entries []message.Entry, clientIDs map[string]bool) []item {
 		out  []item
 		open bool // out's last item is an assistant message still collecting
 	)
-	for _, m := range sessionfile.Messages(entries) {
+	// The branch's message entries, all of them: a compaction changes
+	// what the model sees, not the conversation the client saw.
+	for _, e := range sessionfile.Branch(entries) {
+		if e.Type != message.EntryMessage || e.Message == nil {
+			continue
+		}
+		m := e.Message
 		switch m.Role {
 		case message.RoleUser:
 			out, open = append(out, item{role: roleUser, text: m.Content.Text()}), false

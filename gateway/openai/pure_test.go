@@ -135,6 +135,18 @@ func transcript(msgs ...message.Message) []message.Entry {
 	return out
 }
 
+// compacted turns the marker message's entry into a compaction entry:
+// the model sees a summary from there on, the client saw every message.
+func compacted(entries []message.Entry) []message.Entry {
+	for i, e := range entries {
+		if e.Message != nil && e.Message.Role == "compaction-marker" {
+			entries[i].Type, entries[i].Message = message.EntryCompaction, nil
+			entries[i].Fields = map[string]any{"summary": "they talked about the weather", "firstKeptEntryId": e.ID}
+		}
+	}
+	return entries
+}
+
 func assistant(text string, calls ...message.Block) message.Message {
 	blocks := []message.Block{}
 	if text != "" {
@@ -152,17 +164,18 @@ func TestProjectAndMatch(t *testing.T) {
 	// One turn that used a worker tool (w1) between two model calls,
 	// then a turn stopped on a client tool (c1), then its result, and a
 	// failed model call the client never saw.
-	stored := project(transcript(
+	stored := project(compacted(transcript(
 		message.User("weather?", 0),
 		assistant("Let me look.", message.ToolCall("w1", "read", nil)),
 		toolResult("w1", "file"),
 		assistant("Looking it up.", message.ToolCall("c1", "get_weather", nil)),
 		toolResult("c1", "sunny"),
 		assistant("It is sunny."),
+		message.Message{Role: "compaction-marker"}, // replaced by a compaction entry below
 		message.User("thanks", 0),
 		message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: "boom", Content: message.BlocksOf()},
 		assistant("You're welcome."),
-	), map[string]bool{"c1": true})
+	)), map[string]bool{"c1": true})
 	want := []item{
 		{role: roleUser, text: "weather?"},
 		{role: roleAssistant, text: "Let me look.\n\nLooking it up.", calls: []call{{ID: "c1", Name: "get_weather"}}},
