@@ -168,17 +168,18 @@ type turn struct {
 	tools    []events.ClientTool
 	thinking string
 	follow   bool
+	param    string // the request's conversation parameter: messages, input
 }
 
 // send checks the request's earlier conversation against the session's
 // transcript (importing it into a fresh session), then sends the new
 // input and returns its run.
 func (a *API) send(ctx context.Context, t *turn) (*lanefleet.Run, error) {
-	prior, input, err := split(t.items)
+	prior, input, err := split(t.items, t.param)
 	if err != nil {
 		return nil, err
 	}
-	in, err := newInput(input)
+	in, err := newInput(input, t.param)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +229,8 @@ func (a *API) send(ctx context.Context, t *turn) (*lanefleet.Run, error) {
 	return a.c.Send(ctx, t.session, in.text, opts...)
 }
 
-// toolsOf converts function tools; kind names the wire API's parameter.
+// toolOf converts a function tool; param names its parameters in the
+// request, for the error.
 func toolOf(param, name, desc string, params json.RawMessage) (events.ClientTool, error) {
 	t := events.ClientTool{Name: name, Description: desc}
 	if len(params) > 0 && string(params) != "null" {

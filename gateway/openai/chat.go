@@ -306,7 +306,7 @@ func (a *API) chatTurn(r *http.Request, p *auth.Principal, req *chatRequest) (*t
 	if err != nil {
 		return nil, err
 	}
-	return &turn{session: key, fresh: fresh, model: req.Model, ref: ref, items: items, tools: tools, thinking: thinking, follow: true}, nil
+	return &turn{session: key, fresh: fresh, model: req.Model, ref: ref, items: items, tools: tools, thinking: thinking, follow: true, param: "messages"}, nil
 }
 
 // chunk writes a chat.completion.chunk.

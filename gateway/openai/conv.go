@@ -61,7 +61,7 @@ func badParam(param, format string, args ...any) *convError {
 // split cuts a conversation into what came before (up to the last
 // assistant message, included) and the new input after it: user
 // messages and tool results, at least one.
-func split(items []item) (prior, input []item, err error) {
+func split(items []item, param string) (prior, input []item, err error) {
 	last := -1
 	for i, it := range items {
 		if it.role == roleAssistant {
@@ -70,7 +70,7 @@ func split(items []item) (prior, input []item, err error) {
 	}
 	prior, input = items[:last+1], items[last+1:]
 	if len(input) == 0 {
-		return nil, nil, badParam("messages", "the conversation must end with new input (a user message or tool results) after the last assistant message")
+		return nil, nil, badParam(param, "the conversation must end with new input (a user message or tool results) after the last assistant message")
 	}
 	return prior, input, nil
 }
@@ -84,7 +84,7 @@ type inbound struct {
 
 // newInput turns the new input into one inbound message: the user texts
 // joined by blank lines, their images, the tool results.
-func newInput(input []item) (inbound, error) {
+func newInput(input []item, param string) (inbound, error) {
 	var (
 		in    inbound
 		texts []string
@@ -101,11 +101,11 @@ func newInput(input []item) (inbound, error) {
 		}
 	}
 	if len(in.images) > maxImages {
-		return inbound{}, badParam("messages", "at most %d images per request", maxImages)
+		return inbound{}, badParam(param, "at most %d images per request", maxImages)
 	}
 	in.text = strings.Join(texts, "\n\n")
 	if in.text == "" && len(in.images) == 0 && len(in.results) == 0 {
-		return inbound{}, badParam("messages", "the new input is empty")
+		return inbound{}, badParam(param, "the new input is empty")
 	}
 	return in, nil
 }

@@ -226,21 +226,21 @@ func TestSplitAndInput(t *testing.T) {
 		{role: roleUser, text: "more"},
 		{role: roleUser, text: "and more"},
 	}
-	prior, input, err := split(items)
+	prior, input, err := split(items, "messages")
 	if err != nil || len(prior) != 2 || len(input) != 3 {
 		t.Fatalf("split: %d %d %v", len(prior), len(input), err)
 	}
-	in, err := newInput(input)
+	in, err := newInput(input, "messages")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if in.text != "more\n\nand more" || len(in.results) != 1 || in.results[0] != (events.ToolResult{ToolCallID: "c1", Text: "r1"}) {
 		t.Fatalf("input: %+v", in)
 	}
-	if _, _, err := split(items[:2]); err == nil {
+	if _, _, err := split(items[:2], "messages"); err == nil {
 		t.Fatal("a conversation ending with the assistant was split")
 	}
-	if _, err := newInput([]item{{role: roleUser}}); err == nil {
+	if _, err := newInput([]item{{role: roleUser}}, "input"); err == nil {
 		t.Fatal("an empty input was taken")
 	}
 }

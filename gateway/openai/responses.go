@@ -184,7 +184,7 @@ func (a *API) responsesTurn(r *http.Request, p *auth.Principal, req *responsesRe
 		}
 		tools = append(tools, ct)
 	}
-	t := &turn{model: req.Model, ref: ref, items: items, tools: tools, thinking: thinking}
+	t := &turn{model: req.Model, ref: ref, items: items, tools: tools, thinking: thinking, param: "input"}
 	if req.PreviousResponseID != "" {
 		prev, err := a.reach(p, req.PreviousResponseID)
 		if err != nil {
