@@ -198,7 +198,7 @@ func (a *API) send(ctx context.Context, t *turn) (*lanefleet.Run, error) {
 		}
 	}
 	if t.fresh && len(prior) > 0 {
-		file, err := importFile(prior, t.ref, a.opt.Now())
+		file, err := importFile(prior, t.ref, t.param, a.opt.Now())
 		if err != nil {
 			return nil, err
 		}

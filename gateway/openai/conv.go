@@ -219,7 +219,7 @@ func matchTail(prior, stored []item) error {
 // a new session, as a pi session file the fleet imports as the session's
 // transcript: user and assistant messages, the client tool calls and
 // their results. model names the assistant messages' model.
-func importFile(prior []item, model string, now time.Time) ([]byte, error) {
+func importFile(prior []item, model, param string, now time.Time) ([]byte, error) {
 	ts := now.UTC().Format("2006-01-02T15:04:05.000Z")
 	entries := []message.Entry{{Type: message.EntrySession, Version: message.SessionVersion, ID: sessionfile.NewSessionID(), Timestamp: ts}}
 	parent := ""
@@ -253,7 +253,7 @@ func importFile(prior []item, model string, now time.Time) ([]byte, error) {
 				args := map[string]any{}
 				if c.Arguments != "" {
 					if err := json.Unmarshal([]byte(c.Arguments), &args); err != nil {
-						return nil, badParam("messages", "tool call %q: arguments are not a JSON object", c.ID)
+						return nil, badParam(param, "tool call %q: arguments are not a JSON object", c.ID)
 					}
 				}
 				blocks = append(blocks, message.ToolCall(c.ID, c.Name, args))
