@@ -1,16 +1,19 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/gateway/auth"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
 func TestSessionKey(t *testing.T) {
@@ -451,5 +454,41 @@ func TestResponsesItems(t *testing.T) {
 		if _, err := responsesItems(json.RawMessage(bad)); err == nil {
 			t.Errorf("%s taken", bad)
 		}
+	}
+}
+
+// TestImportFile: the earlier conversation a request brings to a new
+// session reads back as a pi session file whose messages say the same.
+func TestImportFile(t *testing.T) {
+	t.Parallel()
+	prior := []item{
+		{role: roleUser, text: "weather?", images: []events.Image{{MimeType: "image/png", Data: "iVBORw0KGgo="}}},
+		{role: roleAssistant, text: "Looking.", calls: []call{{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
+		{role: roleTool, callID: "c1", text: "sunny"},
+		{role: roleAssistant, text: "It is sunny."},
+	}
+	file, err := importFile(prior, "scripted/echo", "messages", time.Unix(1795914754, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := sessionfile.ReadEntries(bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 5 || !entries[0].IsHeader() {
+		t.Fatalf("%d entries: %s", len(entries), file)
+	}
+	if got := project(entries, map[string]bool{"c1": true}); matchTail(prior, got) != nil {
+		t.Fatalf("the imported conversation does not match the request's: %+v", got)
+	}
+	tr := entries[3].Message
+	if tr.Role != message.RoleToolResult || tr.ToolName != "get_weather" || tr.Content.Text() != "sunny" {
+		t.Fatalf("tool result: %+v", tr)
+	}
+	if m := entries[2].Message; m.Provider != "scripted" || m.Model != "echo" || m.StopReason != message.StopToolUse || m.ToolCalls()[0].Arguments["city"] != "Paris" {
+		t.Fatalf("assistant: %+v", m)
+	}
+	if _, err := importFile([]item{{role: roleAssistant, calls: []call{{ID: "c", Arguments: "[1]"}}}}, "", "input", time.Now()); err == nil {
+		t.Fatal("arguments that are no object were taken")
 	}
 }
