@@ -298,6 +298,12 @@ func TestChatCompletionsSDK(t *testing.T) {
 	equal(t, "the fresh session's transcript", b.history(t, fresh), []string{
 		"user: one", "assistant: echo: one", "user: two", "assistant: echo: two",
 	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ivy, err := b.c.History(ctx, "acme:openai-user:ivy")
+	if err != nil || len(ivy) == 0 || ivy[0].Message == nil || len(ivy[0].Message.Content.Blocks) != 2 || ivy[0].Message.Content.Blocks[1].MimeType != "image/png" {
+		t.Errorf("ivy's image did not reach the transcript: %v %+v", err, ivy)
+	}
 	h := b.history(t, "acme:openai-user:bob")
 	if len(h) != 4 || !strings.HasSuffix(h[1], "[call call_1 get_weather]") || h[2] != "toolResult call_1: sunny, 24C" || h[3] != "assistant: It is sunny in Paris" {
 		t.Errorf("bob's transcript: %q", h)

@@ -130,6 +130,16 @@ const script = (s) => '#script ' + JSON.stringify(s);
   assert.equal(r2.choices[0].message.tool_calls[0].function.name, 'get_weather');
 }
 
+// An image as a data: URL.
+{
+  const png = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==';
+  const r = await client.chat.completions.create({
+    model: 'fast', user: 'ivy',
+    messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } }] }],
+  });
+  assert.equal(r.choices[0].message.content, 'echo: what is this');
+}
+
 // The wire itself: unnamed data lines, [DONE] last.
 {
   const res = await fetch(`${process.env.OPENAI_BASE_URL}/chat/completions`, {
