@@ -143,11 +143,3 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
-
-// WriteError writes an error in OpenAI's shape with its status, for the
-// gateway's own refusals on /v1 routes (no token, rate limits, bodies past
-// its limit), so the SDKs raise the class they raise for OpenAI's: code
-// may be empty; the type follows the status.
-func WriteError(w http.ResponseWriter, status int, code, message string) {
-	writeError(w, &apiError{status: status, typ: typeOf(status), code: code, msg: message})
-}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -343,25 +342,6 @@ func TestBuilderNumbersAlike(t *testing.T) {
 	last := full[len(full)-1]["response"].(map[string]any)
 	if last["status"] != "completed" || last["output_text"] != "Hi" || len(last["output"].([]any)) != 3 {
 		t.Fatalf("final response: %v", last)
-	}
-}
-
-func TestWriteError(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		status int
-		code   string
-		want   string
-	}{
-		{429, "rate_limited", `{"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":"rate_limited"}}`},
-		{401, "", `{"error":{"message":"slow down","type":"authentication_error","param":null,"code":null}}`},
-		{413, "", `{"error":{"message":"slow down","type":"invalid_request_error","param":null,"code":null}}`},
-	} {
-		rec := httptest.NewRecorder()
-		WriteError(rec, tc.status, tc.code, "slow down")
-		if rec.Code != tc.status || strings.TrimSpace(rec.Body.String()) != tc.want || rec.Header().Get("Content-Type") != "application/json" {
-			t.Errorf("%d: %d %s", tc.status, rec.Code, rec.Body)
-		}
 	}
 }
 
