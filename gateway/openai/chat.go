@@ -42,6 +42,7 @@ type chatMessage struct {
 }
 
 type chatToolCall struct {
+	Index    *int   `json:"index,omitempty"` // in a stream's delta
 	ID       string `json:"id"`
 	Type     string `json:"type"`
 	Function struct {
@@ -215,14 +216,14 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	s := newSSE(w, a.opt.WriteTimeout)
 	defer s.end()
 	c.includeUsage = includeUsage
-	first, _ := json.Marshal(c.chunk(map[string]any{"role": "assistant", "content": ""}, nil))
+	empty := ""
+	first, _ := json.Marshal(c.chunk(chatDelta{Role: "assistant", Content: &empty}, nil))
 	_ = s.pre("", first)
 	var n normalizer
 	var werr error
 	err = pump(r.Context(), run, a.opt.KeepAlive, s.comment, func(ev *events.Event) bool {
 		for _, pt := range n.feed(ev) {
-			delta := c.add(pt)
-			if werr = s.chunk(c.chunk(delta, nil)); werr != nil {
+			if werr = s.chunk(c.chunk(c.add(pt), nil)); werr != nil {
 				return false
 			}
 		}
@@ -237,25 +238,18 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 			}
 			return false
 		}
-		calls := clientCalls(res)
-		if len(calls) > 0 {
-			var tcs []any
-			for i, pc := range calls {
-				tcs = append(tcs, map[string]any{"index": i, "id": pc.ID, "type": "function",
-					"function": map[string]any{"name": pc.Name, "arguments": pc.Arguments}})
-			}
-			if werr = s.chunk(c.chunk(map[string]any{"tool_calls": tcs}, nil)); werr != nil {
+		if calls := clientCalls(res); len(calls) > 0 {
+			if werr = s.chunk(c.chunk(chatDelta{ToolCalls: toolCallsOf(calls, true)}, nil)); werr != nil {
 				return false
 			}
 		}
 		reason := finishReason(res)
-		if werr = s.chunk(c.chunk(map[string]any{}, &reason)); werr != nil {
+		if werr = s.chunk(c.chunk(chatDelta{}, &reason)); werr != nil {
 			return false
 		}
 		if includeUsage {
-			u := c.base()
-			u["choices"] = []any{}
-			u["usage"] = chatUsage(res)
+			u := c.chunk(chatDelta{}, nil)
+			u.Choices, u.Usage = []chunkChoice{}, chatUsage(res)
 			if werr = s.chunk(u); werr != nil {
 				return false
 			}
@@ -327,55 +321,122 @@ type chatOut struct {
 	reasoning    strings.Builder
 }
 
+// The chat completion's wire types, fields in OpenAI's order.
+type (
+	chatChunk struct {
+		ID                string        `json:"id"`
+		Object            string        `json:"object"`
+		Created           int64         `json:"created"`
+		Model             string        `json:"model"`
+		SystemFingerprint *string       `json:"system_fingerprint"`
+		Choices           []chunkChoice `json:"choices"`
+		Usage             any           `json:"usage,omitempty"` // nullUsage: "usage": null
+	}
+	chunkChoice struct {
+		Index        int       `json:"index"`
+		Delta        chatDelta `json:"delta"`
+		Logprobs     *struct{} `json:"logprobs"`
+		FinishReason *string   `json:"finish_reason"`
+	}
+	chatDelta struct {
+		Role             string         `json:"role,omitempty"`
+		Content          *string        `json:"content,omitempty"`
+		ReasoningContent *string        `json:"reasoning_content,omitempty"`
+		ToolCalls        []chatToolCall `json:"tool_calls,omitempty"`
+	}
+	chatCompletion struct {
+		ID                string       `json:"id"`
+		Object            string       `json:"object"`
+		Created           int64        `json:"created"`
+		Model             string       `json:"model"`
+		Choices           []chatChoice `json:"choices"`
+		Usage             *chatUsageT  `json:"usage"`
+		SystemFingerprint *string      `json:"system_fingerprint"`
+	}
+	chatChoice struct {
+		Index        int             `json:"index"`
+		Message      chatCompMessage `json:"message"`
+		Logprobs     *struct{}       `json:"logprobs"`
+		FinishReason string          `json:"finish_reason"`
+	}
+	chatCompMessage struct {
+		Role             string         `json:"role"`
+		Content          *string        `json:"content"`
+		ReasoningContent *string        `json:"reasoning_content,omitempty"`
+		Refusal          *string        `json:"refusal"`
+		ToolCalls        []chatToolCall `json:"tool_calls,omitempty"`
+		Annotations      []struct{}     `json:"annotations"`
+	}
+	chatUsageT struct {
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		TotalTokens         int64 `json:"total_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	}
+)
+
+// nullUsage marshals as null: a chunk's "usage" under include_usage.
+type nullUsage struct{}
+
+func (nullUsage) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
+
 // add takes a part and returns the chunk delta that sends it.
-func (c *chatOut) add(pt part) map[string]any {
-	b, field := &c.content, "content"
+func (c *chatOut) add(pt part) chatDelta {
+	b := &c.content
 	if pt.kind == kindReasoning {
-		b, field = &c.reasoning, "reasoning_content"
+		b = &c.reasoning
 	}
 	d := pt.delta
 	if pt.start && b.Len() > 0 {
 		d = "\n\n" + d // the next model call's text, after a tool round
 	}
 	b.WriteString(d)
-	return map[string]any{field: d}
-}
-
-func (c *chatOut) base() map[string]any {
-	return map[string]any{"id": c.id, "object": "chat.completion.chunk", "created": c.created, "model": c.model, "system_fingerprint": nil}
-}
-
-func (c *chatOut) chunk(delta map[string]any, finish *string) map[string]any {
-	m := c.base()
-	var fr any
-	if finish != nil {
-		fr = *finish
+	if pt.kind == kindReasoning {
+		return chatDelta{ReasoningContent: &d}
 	}
-	m["choices"] = []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": fr}}
+	return chatDelta{Content: &d}
+}
+
+func (c *chatOut) chunk(delta chatDelta, finish *string) chatChunk {
+	ch := chatChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model,
+		Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}}
 	if c.includeUsage {
-		m["usage"] = nil
+		ch.Usage = nullUsage{}
 	}
-	return m
+	return ch
 }
 
-func (c *chatOut) completion(res *events.Result) map[string]any {
-	msg := map[string]any{"role": "assistant", "content": c.content.String(), "refusal": nil, "annotations": []any{}}
+// toolCallsOf are the calls as a message (or, with index, a delta) lists
+// them.
+func toolCallsOf(calls []events.PendingCall, index bool) []chatToolCall {
+	out := make([]chatToolCall, len(calls))
+	for i, pc := range calls {
+		out[i] = chatToolCall{ID: pc.ID, Type: "function"}
+		if index {
+			out[i].Index = &i
+		}
+		out[i].Function.Name, out[i].Function.Arguments = pc.Name, pc.Arguments
+	}
+	return out
+}
+
+func (c *chatOut) completion(res *events.Result) chatCompletion {
+	content := c.content.String()
+	msg := chatCompMessage{Role: "assistant", Content: &content, Annotations: []struct{}{}}
 	if c.reasoning.Len() > 0 {
-		msg["reasoning_content"] = c.reasoning.String()
+		r := c.reasoning.String()
+		msg.ReasoningContent = &r
 	}
 	if calls := clientCalls(res); len(calls) > 0 {
-		var tcs []any
-		for _, pc := range calls {
-			tcs = append(tcs, map[string]any{"id": pc.ID, "type": "function", "function": map[string]any{"name": pc.Name, "arguments": pc.Arguments}})
-		}
-		msg["tool_calls"] = tcs
-		if c.content.Len() == 0 {
-			msg["content"] = nil
+		msg.ToolCalls = toolCallsOf(calls, false)
+		if content == "" {
+			msg.Content = nil
 		}
 	}
-	return map[string]any{"id": c.id, "object": "chat.completion", "created": c.created, "model": c.model, "system_fingerprint": nil,
-		"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finishReason(res)}},
-		"usage":   chatUsage(res)}
+	return chatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
+		Choices: []chatChoice{{Message: msg, FinishReason: finishReason(res)}}, Usage: chatUsage(res)}
 }
 
 // resultOf is a final event's result (never nil).
@@ -422,8 +483,9 @@ func usageOf(res *events.Result) usage {
 	return u
 }
 
-func chatUsage(res *events.Result) map[string]any {
+func chatUsage(res *events.Result) *chatUsageT {
 	u := usageOf(res)
-	return map[string]any{"prompt_tokens": u.prompt, "completion_tokens": u.completion, "total_tokens": u.prompt + u.completion,
-		"prompt_tokens_details": map[string]any{"cached_tokens": u.cached}}
+	out := &chatUsageT{PromptTokens: u.prompt, CompletionTokens: u.completion, TotalTokens: u.prompt + u.completion}
+	out.PromptTokensDetails.CachedTokens = u.cached
+	return out
 }

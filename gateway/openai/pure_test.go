@@ -305,8 +305,10 @@ func TestBuilderNumbersAlike(t *testing.T) {
 		b := newBuilder(respID{Session: "s", Run: "3", Model: "m", Created: 5})
 		b.emit = func(typ string, e map[string]any) {
 			if b.seq > after {
-				e["type"], e["sequence_number"] = typ, b.seq
-				raw, _ := json.Marshal(e)
+				raw, _ := eventJSON(typ, b.seq, e)
+				if !strings.HasPrefix(string(raw), `{"type":"`+typ+`","sequence_number":`) {
+					t.Fatalf("event %s", raw)
+				}
 				var m map[string]any
 				_ = json.Unmarshal(raw, &m)
 				out = append(out, m)
@@ -340,7 +342,7 @@ func TestBuilderNumbersAlike(t *testing.T) {
 		t.Fatalf("the replay after 9 is not the stream's tail")
 	}
 	last := full[len(full)-1]["response"].(map[string]any)
-	if last["status"] != "completed" || last["output_text"] != "Hi" || len(last["output"].([]any)) != 3 {
+	if last["status"] != "completed" || len(last["output"].([]any)) != 3 || last["output"].([]any)[1].(map[string]any)["content"].([]any)[0].(map[string]any)["text"] != "Hi" {
 		t.Fatalf("final response: %v", last)
 	}
 }

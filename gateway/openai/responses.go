@@ -309,8 +309,7 @@ func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder,
 			werr = errRefused
 			return
 		}
-		ev["type"], ev["sequence_number"] = typ, b.seq
-		data, err := json.Marshal(ev)
+		data, err := eventJSON(typ, b.seq, ev)
 		if err != nil {
 			werr = err
 			return
@@ -334,6 +333,27 @@ func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder,
 		data, _ := json.Marshal(map[string]any{"type": "error", "code": e.code, "message": e.msg, "param": nil, "sequence_number": b.seq})
 		_ = s.event("error", data)
 	}
+}
+
+// eventJSON is a stream event as OpenAI sends it: type and
+// sequence_number first, then the event's fields.
+func eventJSON(typ string, seq int, ev map[string]any) ([]byte, error) {
+	rest, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	head, err := json.Marshal(struct {
+		Type string `json:"type"`
+		Seq  int    `json:"sequence_number"`
+	}{typ, seq})
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 2 {
+		head = append(head[:len(head)-1], ',')
+		head = append(head, rest[1:]...)
+	}
+	return head, nil
 }
 
 // errRefused ends a stream answered with an error instead.
@@ -503,46 +523,92 @@ func (it *outItem) part() map[string]any {
 	return map[string]any{"type": "output_text", "text": it.text.String(), "annotations": []any{}, "logprobs": []any{}}
 }
 
+// responseObject is a response as the API sends it, fields in OpenAI's
+// order. (output_text is not on the wire: the SDKs compute it.)
+type responseObject struct {
+	ID                 string         `json:"id"`
+	Object             string         `json:"object"`
+	CreatedAt          int64          `json:"created_at"`
+	Status             string         `json:"status"`
+	Background         bool           `json:"background"`
+	CompletedAt        *int64         `json:"completed_at"`
+	Error              *responseError `json:"error"`
+	IncompleteDetails  *struct{}      `json:"incomplete_details"`
+	Instructions       *string        `json:"instructions"`
+	MaxOutputTokens    *int64         `json:"max_output_tokens"`
+	Model              string         `json:"model"`
+	Output             []any          `json:"output"`
+	ParallelToolCalls  bool           `json:"parallel_tool_calls"`
+	PreviousResponseID *string        `json:"previous_response_id"`
+	Reasoning          struct {
+		Effort  *string `json:"effort"`
+		Summary *string `json:"summary"`
+	} `json:"reasoning"`
+	Store       bool     `json:"store"`
+	Temperature *float64 `json:"temperature"`
+	Text        struct {
+		Format struct {
+			Type string `json:"type"`
+		} `json:"format"`
+	} `json:"text"`
+	ToolChoice string         `json:"tool_choice"`
+	Tools      []any          `json:"tools"`
+	TopP       *float64       `json:"top_p"`
+	Truncation string         `json:"truncation"`
+	Usage      *responseUsage `json:"usage"`
+	User       *string        `json:"user"`
+	Metadata   struct{}       `json:"metadata"`
+}
+
+type responseError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type responseUsage struct {
+	InputTokens        int64 `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int64 `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int64 `json:"total_tokens"`
+}
+
 // response is the response object as it is now.
-func (b *builder) response() map[string]any {
-	output := []any{}
-	var text strings.Builder
+func (b *builder) response() *responseObject {
+	m := &responseObject{ID: b.id.encode(), Object: "response", CreatedAt: b.id.Created, Status: b.status,
+		Background: b.id.Background, Model: b.id.Model, Output: []any{}, ParallelToolCalls: true, Store: true,
+		ToolChoice: "auto", Tools: []any{}, Truncation: "disabled"}
+	m.Text.Format.Type = "text"
 	for _, it := range b.output {
 		j := it.json()
 		if !it.done && it.typ != "function_call" {
 			j["content"] = []any{it.part()}
 		}
-		output = append(output, j)
-		if it.typ == "message" {
-			text.WriteString(it.text.String())
-		}
+		m.Output = append(m.Output, j)
 	}
-	m := map[string]any{
-		"id": b.id.encode(), "object": "response", "created_at": b.id.Created, "status": b.status,
-		"background": b.id.Background, "error": nil, "incomplete_details": nil, "instructions": nil,
-		"max_output_tokens": nil, "model": b.id.Model, "output": output, "output_text": text.String(),
-		"parallel_tool_calls": true, "previous_response_id": nil, "reasoning": map[string]any{"effort": nil, "summary": nil},
-		"store": true, "temperature": nil, "text": map[string]any{"format": map[string]any{"type": "text"}},
-		"tool_choice": "auto", "tools": []any{}, "top_p": nil, "truncation": "disabled", "usage": nil, "user": nil,
-		"metadata": map[string]any{},
+	if b.res == nil {
+		return m
 	}
-	if b.res != nil {
-		u := usageOf(b.res)
-		m["usage"] = map[string]any{"input_tokens": u.prompt, "input_tokens_details": map[string]any{"cached_tokens": u.cached},
-			"output_tokens": u.completion, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": u.prompt + u.completion}
-		if b.id.Created > 0 {
-			m["completed_at"] = b.id.Created + b.res.Meta.DurationMs/1000
+	u := usageOf(b.res)
+	m.Usage = &responseUsage{InputTokens: u.prompt, OutputTokens: u.completion, TotalTokens: u.prompt + u.completion}
+	m.Usage.InputTokensDetails.CachedTokens = u.cached
+	if b.id.Created > 0 {
+		at := b.id.Created + b.res.Meta.DurationMs/1000
+		m.CompletedAt = &at
+	}
+	if e := b.res.Meta.Error; e != nil && b.status == "failed" {
+		code := "server_error"
+		switch e.Kind {
+		case events.KindInvalidInput, "context_overflow", "role_ordering", "image_size":
+			code = "invalid_prompt"
+		case events.KindDropped, events.KindRejected:
+			code = "rate_limit_exceeded"
 		}
-		if e := b.res.Meta.Error; e != nil && b.status == "failed" {
-			code := "server_error"
-			switch e.Kind {
-			case events.KindInvalidInput, "context_overflow", "role_ordering", "image_size":
-				code = "invalid_prompt"
-			case events.KindDropped, events.KindRejected:
-				code = "rate_limit_exceeded"
-			}
-			m["error"] = map[string]any{"code": code, "message": e.Kind + ": " + e.Message}
-		}
+		m.Error = &responseError{Code: code, Message: e.Kind + ": " + e.Message}
 	}
 	return m
 }
