@@ -4,7 +4,7 @@
 // OpenAI-compatible routes. Start as many as you like behind a balancer:
 // none knows anything the others do not.
 //
-//	gateway [--http 127.0.0.1:8080] [--tokens FILE] [--tls-cert F --tls-key F]
+//	gateway [--http 127.0.0.1:8080] [--tokens FILE] [--tls-cert F --tls-key F] [--model-alias NAME=REF ...] [--model REF ...]
 //	gateway token new --name NAME --role sender|viewer|admin [--prefix P ...]
 //	gateway version
 //
