@@ -75,7 +75,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	cfg := Config{Client: c, Routes: o.routes, Logger: &log}
 	if o.openai {
-		cfg.Routes = append(cfg.Routes, openai.New(c, openai.Options{Logger: log}).Routes()...)
+		cfg.Routes = append(cfg.Routes, openai.New(c, openai.Options{Models: []string{"scripted/echo"}, Logger: log}).Routes()...)
 	}
 	if !o.noTokens {
 		entries := o.tokens

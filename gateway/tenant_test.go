@@ -58,7 +58,7 @@ var sessionRequests = map[string]sessionRequest{
 
 // fillPattern is a request path for a route that names no session.
 func fillPattern(pattern string) string {
-	return strings.NewReplacer("{seq}", "1", "{id}", "x").Replace(pattern)
+	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{model...}", "scripted/echo").Replace(pattern)
 }
 
 // TestTenantIsolation walks every route the server mounts (its own and

@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -94,6 +95,7 @@ func (a *API) Routes() []route.Route {
 		{Method: http.MethodGet, Pattern: "/v1/responses/{id}", Reach: route.Session, Handler: a.caller(a.getResponse)},
 		{Method: http.MethodPost, Pattern: "/v1/responses/{id}/cancel", Reach: route.SessionWrite, Handler: a.caller(a.cancelResponse)},
 		{Method: http.MethodGet, Pattern: "/v1/models", Reach: route.Caller, Handler: a.caller(a.models)},
+		{Method: http.MethodGet, Pattern: "/v1/models/{model...}", Reach: route.Caller, Handler: a.caller(a.retrieveModel)},
 	}
 }
 
@@ -241,9 +243,10 @@ func toolOf(param, name, desc string, params json.RawMessage) (events.ClientTool
 	return t, nil
 }
 
-// models serves GET /v1/models: the aliases and listed models the caller
-// may name.
-func (a *API) models(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+// modelNames are the names GET /v1/models lists for the caller, sorted:
+// the aliases and listed models it may name, and the models its token
+// names.
+func (a *API) modelNames(p *auth.Principal) []string {
 	seen := map[string]bool{}
 	var names []string
 	add := func(n string) {
@@ -268,20 +271,41 @@ func (a *API) models(w http.ResponseWriter, r *http.Request, p *auth.Principal) 
 		}
 	}
 	sort.Strings(names)
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
+	return names
+}
+
+// model is a model as OpenAI lists one.
+type model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func modelOf(name string) model { return model{ID: name, Object: "model", OwnedBy: "lanefleet"} }
+
+// models serves GET /v1/models: the models the caller may name.
+func (a *API) models(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	list := struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
-	for _, n := range names {
-		list.Data = append(list.Data, model{ID: n, Object: "model", OwnedBy: "lanefleet"})
+	for _, n := range a.modelNames(p) {
+		list.Data = append(list.Data, modelOf(n))
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// retrieveModel serves GET /v1/models/{model}: one model the list shows
+// the caller, else 404. A fleet ref's slash stays in the path
+// (/v1/models/anthropic/claude-haiku-4-5).
+func (a *API) retrieveModel(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	name := r.PathValue("model")
+	if slices.Contains(a.modelNames(p), name) {
+		writeJSON(w, http.StatusOK, modelOf(name))
+		return
+	}
+	writeError(w, modelNotFound(name))
 }
 
 // ParseAliases reads model aliases as a command line gives them, each

@@ -27,7 +27,9 @@
 //     items work as in chat completions. A cancelled response's stream
 //     ends with response.incomplete.
 //   - GET /v1/models: the models the caller may name: the operator's
-//     aliases and listed models, filtered by the token's allowlist.
+//     aliases and listed models, filtered by the token's allowlist (and
+//     the models the allowlist names). GET /v1/models/{model} returns one
+//     of them, else 404 model_not_found.
 //
 // # Sessions
 //

@@ -29,6 +29,10 @@ const is = (cls, status, check) => (err) => {
   const some = [];
   for await (const m of limited.models.list()) some.push(m.id);
   assert.deepEqual(some, ['fast']);
+  assert.deepEqual(await acme.models.retrieve('scripted/echo'), { id: 'scripted/echo', object: 'model', created: 0, owned_by: 'lanefleet' });
+  assert.equal((await limited.models.retrieve('fast')).id, 'fast');
+  await assert.rejects(limited.models.retrieve('scripted/echo'), is(OpenAI.NotFoundError, 404, (e) => assert.equal(e.code, 'model_not_found')));
+  await assert.rejects(acme.models.retrieve('nope'), is(OpenAI.NotFoundError, 404));
   await assert.rejects(limited.chat.completions.create({ model: 'scripted/echo', messages: [{ role: 'user', content: 'x' }] }),
     is(OpenAI.NotFoundError, 404, (e) => assert.equal(e.code, 'model_not_found')));
   const ok = await limited.chat.completions.create({ model: 'fast', messages: [{ role: 'user', content: 'x' }] });
