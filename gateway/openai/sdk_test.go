@@ -139,7 +139,12 @@ type bundle struct {
 // setup starts a NATS server, a worker with the scripted models, and two
 // gateways (the real server, its tokens and middleware) serving the API's
 // routes.
-func setup(t *testing.T) *bundle {
+//
+// keepAlive is the interval of the streams' keep-alive comments (0: the
+// default). A short one puts them in every slow stream, which the SDK
+// must skip; it also opens a held stream early, so a test of a refusal
+// before any output keeps the default.
+func setup(t *testing.T, keepAlive time.Duration) *bundle {
 	t.Helper()
 	srv := natstest.Start(t)
 	cfg := fleet.Config{
@@ -180,11 +185,9 @@ func setup(t *testing.T) *bundle {
 		}
 		t.Cleanup(c.Close)
 		api := openai.New(c, openai.Options{
-			Aliases: map[string]string{"fast": "scripted/echo", "scripted": "scripted/script"},
-			Models:  []string{"scripted/echo", "scripted/script"},
-			// Short, so the slow test replies' streams carry keep-alive
-			// comments, which the SDK must skip.
-			KeepAlive: 100 * time.Millisecond,
+			Aliases:   map[string]string{"fast": "scripted/echo", "scripted": "scripted/script"},
+			Models:    []string{"scripted/echo", "scripted/script"},
+			KeepAlive: keepAlive,
 			Logger:    zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		})
 		toks, err := gateway.ParseTokens(bytes.NewReader(tokenFile))
@@ -285,7 +288,7 @@ func equal(t *testing.T, what string, got, want any) {
 // result; then checks the transcripts the fleet kept.
 func TestChatCompletionsSDK(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, 0)
 	out := b.node(t, "chat.mjs")
 	equal(t, "alice's session", out["aliceSession"], "acme:openai-user:alice")
 	equal(t, "alice's transcript", b.history(t, "acme:openai-user:alice"), []string{
@@ -318,7 +321,7 @@ func TestChatCompletionsSDK(t *testing.T) {
 // and cancel; then checks the sessions the fleet kept.
 func TestResponsesSDK(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, 100*time.Millisecond)
 	out := b.node(t, "responses.mjs")
 	equal(t, "erin's transcript", b.history(t, "acme:openai-user:erin"), []string{
 		"user: hello", "assistant: echo: hello", "user: more", "assistant: echo: more",
@@ -339,7 +342,7 @@ func TestResponsesSDK(t *testing.T) {
 // OpenAI's error shape.
 func TestRefusalsSDK(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, 0)
 	b.node(t, "errors.mjs")
 	equal(t, "beta's gina", b.history(t, "beta:openai-user:gina"), []string{"user: theirs", "assistant: echo: theirs"})
 	equal(t, "acme's gina", b.history(t, "acme:openai-user:gina"), []string{"user: mine", "assistant: echo: mine", "user: again", "assistant: echo: again"})

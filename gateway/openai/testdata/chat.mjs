@@ -148,7 +148,7 @@ const script = (s) => '#script ' + JSON.stringify(s);
   });
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type'), /^text\/event-stream/);
-  const frames = (await res.text()).split('\n\n').filter((f) => f !== '');
+  const frames = (await res.text()).split('\n\n').filter((f) => f !== '' && !f.startsWith(':'));
   assert.ok(frames.every((f) => f.startsWith('data: ') && !f.includes('\n')), frames.join('|'));
   assert.equal(frames.at(-1), 'data: [DONE]');
   const first = JSON.parse(frames[0].slice(6));
