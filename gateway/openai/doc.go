@@ -17,9 +17,8 @@
 //     "queued". GET /v1/responses/{id} returns it as it is now (once
 //     its run's events went quiet for Options.PollWait, or the fleet said
 //     it waits in the session's queue; a run the fleet does not know is
-//     404);
-//     with ?stream=true it streams its events again, from the first or
-//     after starting_after=N, nothing repeated and the same numbers on
+//     404); with ?stream=true it streams its events again, from the first
+//     or after starting_after=N, nothing repeated and the same numbers on
 //     every gateway process. POST /v1/responses/{id}/cancel stops the
 //     run (the session's running turn, as Client.Stop does) and returns
 //     the response, status "cancelled". previous_response_id continues
@@ -70,9 +69,8 @@
 // sent (the system prompt is the fleet operator's); nor are sampling
 // parameters, tool_choice, response_format or n (n must be 1). Tool
 // calls that wait for an approval are not client calls: the native API
-// answers them. Messages
-// go in queue mode followup: each request is its own turn, after the
-// session's earlier ones.
+// answers them. Messages go in queue mode followup: each request is its
+// own turn, after the session's earlier ones.
 //
 // # Streams
 //
