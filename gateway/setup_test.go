@@ -17,6 +17,7 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/gateway/auth"
+	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/gateway/route"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
@@ -57,6 +58,7 @@ type setupOpts struct {
 	tokens   []TokenEntry // instead of testTokens
 	cfg      func(*Config)
 	routes   []route.Route
+	openai   bool // mount gateway/openai's routes
 	member   func(*fleet.Config)
 	noFleet  bool
 }
@@ -76,6 +78,9 @@ func setup(t testing.TB, o setupOpts) *bundle {
 	b.client = c
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	cfg := Config{Client: c, Routes: o.routes, Logger: &log}
+	if o.openai {
+		cfg.Routes = append(cfg.Routes, openai.New(c, openai.Options{Models: []string{"scripted/echo"}, Logger: log}).Routes()...)
+	}
 	if !o.noTokens {
 		entries := o.tokens
 		if entries == nil {

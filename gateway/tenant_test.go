@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/gateway/route"
 )
 
@@ -26,9 +29,20 @@ func pathSession(pattern, body string) sessionRequest {
 
 func escapeKey(key string) string { return strings.ReplaceAll(key, "/", "%2F") }
 
+// headerSession names the session with gateway/openai's header, on a
+// route whose body names none.
+func headerSession(path, body string) sessionRequest {
+	return func(key string) (string, string, []string) {
+		return path, body, []string{openai.HeaderSession, key}
+	}
+}
+
 // sessionRequests says, by "METHOD pattern", how each route names a
-// session. gateway/openai's routes are added here when they are mounted.
+// session. TestTenantIsolation adds the routes that name one by a
+// response id.
 var sessionRequests = map[string]sessionRequest{
+	"POST /v1/chat/completions":                 headerSession("/v1/chat/completions", `{"model":"scripted/echo","messages":[{"role":"user","content":"hi"}]}`),
+	"POST /v1/responses":                        headerSession("/v1/responses", `{"model":"scripted/echo","input":"hi"}`),
 	"POST /api/sessions/{key}/messages":         pathSession("/api/sessions/{key}/messages", `{"text":"hi"}`),
 	"GET /api/sessions/{key}/runs/{run}":        pathSession("/api/sessions/{key}/runs/{run}?wait=0s", ""),
 	"GET /api/sessions/{key}/runs/{run}/events": pathSession("/api/sessions/{key}/runs/{run}/events", ""),
@@ -44,7 +58,7 @@ var sessionRequests = map[string]sessionRequest{
 
 // fillPattern is a request path for a route that names no session.
 func fillPattern(pattern string) string {
-	return strings.NewReplacer("{seq}", "1", "{id}", "x").Replace(pattern)
+	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{model...}", "scripted/echo").Replace(pattern)
 }
 
 // TestTenantIsolation walks every route the server mounts (its own and
@@ -56,13 +70,23 @@ func fillPattern(pattern string) string {
 // as it was: no message reached it, no setting changed.
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{})
+	b := setup(t, setupOpts{openai: true})
 	const theirs = "globex:secret/1"
 	resp := b.do(t, "globex", "POST", "/api/sessions/"+escapeKey(theirs)+"/messages", `{"text":"private","stream":true}`)
 	if _, err := readSSE(resp.Body, nil); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	// A response of theirs, named by its id on the Responses routes.
+	resp = b.do(t, "globex", "POST", "/v1/responses", `{"model":"scripted/echo","input":"private"}`, openai.HeaderSession, theirs)
+	var their struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&their); err != nil || resp.StatusCode != 200 || their.ID == "" {
+		t.Fatalf("their response: %d %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	reqs := maps.Clone(sessionRequests)
+	reqs["GET /v1/responses/{id}"] = pathSession("/v1/responses/"+their.ID, "")
+	reqs["POST /v1/responses/{id}/cancel"] = pathSession("/v1/responses/"+their.ID+"/cancel", "")
 	before, err := b.client.History(b.ctx, theirs)
 	if err != nil || len(before) == 0 {
 		t.Fatalf("history: %v (%d)", err, len(before))
@@ -94,7 +118,7 @@ func TestTenantIsolation(t *testing.T) {
 					t.Fatalf("acme sees: %d %.300s", resp.StatusCode, body)
 				}
 			case route.Session, route.SessionWrite:
-				req, ok := sessionRequests[id]
+				req, ok := reqs[id]
 				if !ok {
 					t.Fatalf("route %s names a session, but sessionRequests does not say how: add it", id)
 				}

@@ -4,7 +4,7 @@
 // OpenAI-compatible routes. Start as many as you like behind a balancer:
 // none knows anything the others do not.
 //
-//	gateway [--http 127.0.0.1:8080] [--tokens FILE] [--tls-cert F --tls-key F]
+//	gateway [--http 127.0.0.1:8080] [--tokens FILE] [--tls-cert F --tls-key F] [--model-alias NAME=REF ...] [--model REF ...]
 //	gateway token new --name NAME --role sender|viewer|admin [--prefix P ...]
 //	gateway version
 //
@@ -32,6 +32,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/gateway"
 	"github.com/lanefleet/lanefleet/gateway/auth"
+	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/internal/version"
 )
 
@@ -73,6 +74,8 @@ func rootCommand(stdout, stderr io.Writer, env func(string) string) *cobra.Comma
 		natsURL string
 		creds   lanefleet.Credentials
 		level   string
+		aliases []string
+		models  []string
 	)
 	root := &cobra.Command{
 		Use:   "gateway [flags]",
@@ -108,6 +111,8 @@ only, unauthenticated, and refuses a non-loopback --http address.`,
 	fs.StringVar(&creds.TLSCA, "tlsca", "", "CA certificates of the NATS server (env NATS_CA)")
 	fs.StringVar(&creds.InboxPrefix, "inbox-prefix", "", "prefix of reply subjects, e.g. _INBOX_gateway (env NATS_INBOX_PREFIX)")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringArrayVar(&aliases, "model-alias", nil, "NAME=REF: a model name the OpenAI-compatible routes take for the fleet model REF (NAME= the fleet's default model); repeatable")
+	fs.StringSliceVar(&models, "model", nil, "fleet model refs GET /v1/models lists besides the aliases; repeatable or comma-separated")
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		lvl, err := zerolog.ParseLevel(level)
 		if err != nil || level == "" {
@@ -117,6 +122,10 @@ only, unauthenticated, and refuses a non-loopback --http address.`,
 		// Refused before anything connects: no token file, no public
 		// address.
 		if err := gateway.CheckListen(opts.Addr, opts.TokensFile != ""); err != nil {
+			return usageError{err}
+		}
+		alias, err := openai.ParseAliases(aliases)
+		if err != nil {
 			return usageError{err}
 		}
 		copts, err := creds.Or(lanefleet.CredentialsFromEnv(env)).Options()
@@ -130,7 +139,8 @@ only, unauthenticated, and refuses a non-loopback --http address.`,
 			return fmt.Errorf("cannot reach NATS at %s: %w", url, err)
 		}
 		defer cl.Close()
-		ln, err := gateway.Listen(opts, gateway.Config{Client: cl, Logger: &log})
+		v1 := openai.New(cl, openai.Options{Aliases: alias, Models: models, Logger: log})
+		ln, err := gateway.Listen(opts, gateway.Config{Client: cl, Logger: &log, Routes: v1.Routes()})
 		if err != nil {
 			return usageError{err}
 		}

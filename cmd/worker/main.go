@@ -32,6 +32,7 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/gateway"
+	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -204,12 +205,16 @@ is set: spans go over OTLP/HTTP.`,
 	fs.StringVar(&cfg.SkillsDir, "skills-dir", env("LANEFLEET_SKILLS_DIR"), "directory of skills (<name>/SKILL.md) offered to every session, besides each workspace's skills/ (env LANEFLEET_SKILLS_DIR)")
 	skillsConfig := fs.String("skills-config", env("LANEFLEET_SKILLS_CONFIG"), `JSON file configuring skills by name: {"<skill>": {"enabled": false, "env": {"VAR": "value"}, "apiKey": "…"}} (env LANEFLEET_SKILLS_CONFIG)`)
 	systemPromptFile := fs.String("system-prompt-file", env("LANEFLEET_SYSTEM_PROMPT_FILE"), "file holding the system prompt (env LANEFLEET_SYSTEM_PROMPT_FILE)")
-	var httpOpts gateway.Options
+	var (
+		httpOpts    gateway.Options
+		httpAliases []string
+	)
 	fs.StringVar(&httpOpts.Addr, "http", env("LANEFLEET_HTTP"), "serve the HTTP gateway (session API, OpenAI-compatible routes) on this host:port, e.g. 127.0.0.1:8080, through the worker's own connection (env LANEFLEET_HTTP; default none); a non-loopback address needs --http-tokens")
 	fs.StringVar(&httpOpts.TokensFile, "http-tokens", env("LANEFLEET_HTTP_TOKENS"), "with --http: token file of the HTTP gateway's bearer tokens (env LANEFLEET_HTTP_TOKENS; default none: loopback clients only, unauthenticated)")
 	fs.StringVar(&httpOpts.TLSCert, "http-tls-cert", "", "with --http: serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&httpOpts.TLSKey, "http-tls-key", "", "with --http: the certificate's private key (PEM)")
 	fs.StringVar(&httpOpts.CORSOrigins, "http-cors-origins", "", "with --http: comma-separated origins browsers may call from (default none: CORS off)")
+	fs.StringArrayVar(&httpAliases, "http-model-alias", nil, "with --http: NAME=REF, a model name the OpenAI-compatible routes take for the fleet model REF (NAME= the default model); repeatable")
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		// Secrets come from the environment after parsing, so -h never
 		// prints one as a default: URLs too, which may carry a user's
@@ -293,12 +298,16 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.Logger = log
 		cfg.Env = env
 
+		aliases, err := openai.ParseAliases(httpAliases)
+		if err != nil {
+			return usageError{fmt.Errorf("--http-model-alias: %w", err)}
+		}
 		if httpOpts.Addr != "" {
 			if err := checkHTTP(cfg, httpOpts); err != nil {
 				return usageError{err}
 			}
 		}
-		return serve(cmd.Context(), cfg, red, log, env, httpOpts)
+		return serve(cmd.Context(), cfg, red, log, env, httpOpts, aliases)
 	}
 	root.AddCommand(versionCommand(stdout), sanitizeCommand(stdin, stdout, stderr), permissionsCommand(stdout))
 	return root
@@ -306,7 +315,7 @@ is set: spans go over OTLP/HTTP.`,
 
 // serve runs the member until a signal, with tracing when the OTEL_*
 // variables ask for it.
-func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string, httpOpts gateway.Options) error {
+func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string, httpOpts gateway.Options, aliases map[string]string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -347,7 +356,7 @@ func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zero
 		ready = log.Warn().Str("exec", "UNCONFINED: --exec-unconfined is for tests only; commands run with this worker's privileges")
 	}
 	if httpOpts.Addr != "" {
-		stop, err := serveHTTP(ctx, m, httpOpts, log)
+		stop, err := serveHTTP(ctx, m, httpOpts, aliases, log)
 		if err != nil {
 			return err
 		}
@@ -369,13 +378,16 @@ func checkHTTP(cfg fleet.Config, o gateway.Options) error {
 
 // serveHTTP serves the HTTP gateway through the member's connection until
 // ctx is done; stop waits for it.
-func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, log zerolog.Logger) (stop func(), err error) {
+func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, aliases map[string]string, log zerolog.Logger) (stop func(), err error) {
 	cl, err := lanefleet.New(m.Conn)
 	if err != nil {
 		return nil, err
 	}
 	glog := log.With().Str("component", "gateway").Logger()
-	ln, err := gateway.Listen(o, gateway.Config{Client: cl, Logger: &glog})
+	// The OpenAI-compatible routes list the worker's default model and
+	// the aliases.
+	v1 := openai.New(cl, openai.Options{Aliases: aliases, Models: []string{m.DefaultModel()}, Logger: glog})
+	ln, err := gateway.Listen(o, gateway.Config{Client: cl, Logger: &glog, Routes: v1.Routes()})
 	if err != nil {
 		return nil, err
 	}

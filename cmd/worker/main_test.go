@@ -35,7 +35,7 @@ func TestBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"--sync", "sometimes"}, {"--log-format", "xml"}, {"--no-such-flag"},
 		{"--max-inbound-bytes", "lots"}, {"--max-lanes-bytes", "-2"}, {"--exec-approval", "maybe"},
-		{"--hooks-tool-failure", "maybe"}, {"permissions", "--role", "hook-server", "--user", "h"},
+		{"--hooks-tool-failure", "maybe"}, {"--http-model-alias", "fast"}, {"permissions", "--role", "hook-server", "--user", "h"},
 		{"permissions", "--role", "operator", "--user", "u"},
 		{"permissions", "--role", "sender", "--user", "u"},
 		{"permissions", "--role", "worker"},

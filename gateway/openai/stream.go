@@ -1,0 +1,308 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// Kinds of streamed output.
+const (
+	kindText      = "text"
+	kindReasoning = "reasoning"
+)
+
+// part is a piece of a run's streamed output as both wire APIs send it:
+// a delta of the current item, or (start) the first delta of a new one.
+type part struct {
+	kind  string
+	start bool
+	delta string
+}
+
+// normalizer turns a run's events into parts, the same parts every time
+// the same events are read (a response resumed by sequence number on
+// another gateway process numbers them alike). An assistant or thinking
+// event starts a new item when its kind changes or when its Text (the
+// model message's text so far) is its Delta: a new model call. After a
+// restart (the run's worker died, the next attempt runs it again), the
+// replayed text of items already sent is dropped and only what goes
+// beyond it is sent.
+type normalizer struct {
+	items  []normItem
+	replay int // after a restart: index of the item being replayed; -1 none
+	inRe   bool
+}
+
+type normItem struct {
+	kind string
+	text string
+}
+
+func (n *normalizer) feed(ev *events.Event) []part {
+	switch ev.Stream {
+	case events.StreamLifecycle:
+		if ev.Data.Phase == events.PhaseRestart && len(n.items) > 0 {
+			n.inRe, n.replay = true, -1
+		}
+		return nil
+	case events.StreamAssistant, events.StreamThinking:
+	default:
+		return nil
+	}
+	d := ev.Data
+	if d.Delta == "" {
+		return nil
+	}
+	kind := kindText
+	if ev.Stream == events.StreamThinking {
+		kind = kindReasoning
+	}
+	newMsg := d.Text == d.Delta
+	if n.inRe {
+		if pos := n.replay; pos < 0 || newMsg || n.items[pos].kind != kind {
+			n.replay++
+		}
+		if n.replay < len(n.items) && n.items[n.replay].kind == kind {
+			it := &n.items[n.replay]
+			if strings.HasPrefix(it.text, d.Text) {
+				return nil // replayed
+			}
+			if n.replay == len(n.items)-1 && strings.HasPrefix(d.Text, it.text) {
+				delta := d.Text[len(it.text):]
+				it.text = d.Text
+				n.inRe = false
+				return []part{{kind: kind, delta: delta}}
+			}
+		}
+		n.inRe = false
+		newMsg = true
+	}
+	if last := len(n.items) - 1; last >= 0 && n.items[last].kind == kind && !newMsg {
+		n.items[last].text += d.Delta
+		return []part{{kind: kind, delta: d.Delta}}
+	}
+	n.items = append(n.items, normItem{kind: kind, text: d.Delta})
+	return []part{{kind: kind, start: true, delta: d.Delta}}
+}
+
+// sse writes server-sent events and flushes each. The stream is held
+// (nothing written, not even the status) until its first event that is
+// not a preamble, so a request that fails before any output gets a plain
+// error response with its status, as OpenAI answers one.
+type sse struct {
+	w       http.ResponseWriter
+	f       *http.ResponseController
+	timeout time.Duration // bounds each write: a client that stops reading ends its stream
+	held    bool
+	buf     []byte // preamble events written while held
+}
+
+func newSSE(w http.ResponseWriter, timeout time.Duration) *sse {
+	return &sse{w: w, f: http.NewResponseController(w), timeout: timeout, held: true}
+}
+
+// end clears the write deadline, which would outlive the stream on a
+// connection the client goes on using.
+func (s *sse) end() { _ = s.f.SetWriteDeadline(time.Time{}) }
+
+// write writes b and flushes it, within the write timeout.
+func (s *sse) write(b []byte) error {
+	_ = s.f.SetWriteDeadline(time.Now().Add(s.timeout)) // a writer without deadlines writes without
+	if _, err := s.w.Write(b); err != nil {
+		return err
+	}
+	return s.f.Flush()
+}
+
+// open writes the status, the headers and the held preamble.
+func (s *sse) open() error {
+	if !s.held {
+		return nil
+	}
+	s.held = false
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	s.w.WriteHeader(http.StatusOK)
+	buf := s.buf
+	s.buf = nil
+	return s.write(buf)
+}
+
+// refuse answers with e instead of a stream, if nothing was written yet.
+func (s *sse) refuse(e *apiError) bool {
+	if !s.held {
+		return false
+	}
+	s.held, s.buf = false, nil
+	writeError(s.w, e)
+	return true
+}
+
+func frame(name string, data []byte) []byte {
+	var b []byte
+	if name != "" {
+		b = append(append(append(b, "event: "...), name...), '\n')
+	}
+	return append(append(append(b, "data: "...), data...), "\n\n"...)
+}
+
+// pre writes a preamble event: held with the stream.
+func (s *sse) pre(name string, data []byte) error {
+	if s.held {
+		s.buf = append(s.buf, frame(name, data)...)
+		return nil
+	}
+	return s.event(name, data)
+}
+
+// event writes one event, "event: name" when name is set, then the data,
+// opening the stream.
+func (s *sse) event(name string, data []byte) error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	return s.write(frame(name, data))
+}
+
+// comment writes a comment line, which keeps a quiet stream open.
+func (s *sse) comment() error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	return s.write([]byte(": keep-alive\n\n"))
+}
+
+// errPollDone ends a poll's following: it has waited long enough.
+var errPollDone = errors.New("poll: waited long enough")
+
+// followed is one event of a run being followed, or the error that ended
+// following.
+type followed struct {
+	ev  *events.Event
+	err error
+}
+
+// follow iterates run's events on a goroutine of its own until the final
+// one, an error, or ctx ends; stop ends it and waits for it.
+func follow(ctx context.Context, run *lanefleet.Run) (<-chan followed, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan followed)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		for ev, err := range run.Events(ctx) {
+			var de *events.DecodeError
+			if errors.As(err, &de) {
+				continue // not an event of the run
+			}
+			select {
+			case ch <- followed{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch, func() { cancel(); <-done }
+}
+
+// pump follows run and calls fn with each event until the final one (or
+// fn returns false). While no event comes for keepAlive, idle is called
+// (nil: nothing). Following ends when ctx does; the run goes on. It
+// returns the error that ended following early, if any.
+func pump(ctx context.Context, run *lanefleet.Run, keepAlive time.Duration, idle func() error, fn func(*events.Event) bool) error {
+	ch, stop := follow(ctx, run)
+	defer stop()
+	timer := time.NewTimer(keepAlive)
+	defer timer.Stop()
+	for {
+		select {
+		case it, ok := <-ch:
+			if !ok {
+				return context.Cause(ctx)
+			}
+			if it.err != nil {
+				return it.err
+			}
+			if !fn(it.ev) || it.ev.Terminal() {
+				return nil
+			}
+			timer.Reset(keepAlive)
+		case <-timer.C:
+			if idle != nil {
+				if err := idle(); err != nil {
+					return err
+				}
+			}
+			timer.Reset(keepAlive)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// pollRun reads the run's events as they are now: it calls fn with each
+// until the final one, or until the run settles (none came for quiet
+// after one came, or after the fleet said the run waits: queued, no
+// worker, a hand-over), or for at most limit. A run the fleet does not
+// know ends with lanefleet.ErrUnknownRun (within about a second).
+func pollRun(ctx context.Context, run *lanefleet.Run, quiet, limit time.Duration, fn func(*events.Event)) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, errPollDone)
+	defer cancel()
+	waits := make(chan struct{}, 1)
+	run.OnWait(0, func(lanefleet.Wait) {
+		select {
+		case waits <- struct{}{}:
+		default:
+		}
+	})
+	ch, stop := follow(ctx, run)
+	defer stop()
+	timer := time.NewTimer(limit) // armed with quiet once the run shows itself
+	defer timer.Stop()
+	for {
+		select {
+		case it, ok := <-ch:
+			if !ok {
+				return pollEnd(ctx)
+			}
+			if it.err != nil {
+				if ctx.Err() != nil {
+					return pollEnd(ctx)
+				}
+				return it.err
+			}
+			fn(it.ev)
+			if it.ev.Terminal() {
+				return nil
+			}
+			timer.Reset(quiet)
+		case <-waits:
+			timer.Reset(quiet)
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return pollEnd(ctx)
+		}
+	}
+}
+
+// pollEnd is nil when the poll's own limit ended it, else why ctx ended.
+func pollEnd(ctx context.Context) error {
+	if err := context.Cause(ctx); !errors.Is(err, errPollDone) {
+		return err
+	}
+	return nil
+}
