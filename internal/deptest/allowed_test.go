@@ -25,7 +25,8 @@ var allowed = map[string][]string{
 	"blockchunk":           {"jstext"},
 	"cmd/lanebench":        {"", "events", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
 	"cmd/publisher":        {"", "admin", "events", "internal/version", "kvstore", "lanes/queue", "lanes/service", "message"},
-	"cmd/worker":           {"guard", "hooks", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
+	"cmd/gateway":          {"", "gateway", "gateway/auth", "gateway/openai", "internal/version"},
+	"cmd/worker":           {"", "gateway", "gateway/openai", "guard", "hooks", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
 	"compaction":           {"jstext", "message", "provider", "sessionfile"},
 	"events":               {},
 	"fallback":             {"authprofile", "provider", "provider/failover"},
@@ -84,7 +85,7 @@ var allowed = map[string][]string{
 	"tracing":                     {},
 	"tracing/otlp":                {"internal/backoff"},
 	// The HTTP gateway (being built): the client and the wire schema.
-	"gateway/...": {"", "events", "message", "permission", "lanes/queue", "admin", "internal/...", "gateway/..."},
+	"gateway/...": {"", "events", "message", "metrics", "permission", "lanes/queue", "admin", "internal/...", "gateway/...", "sessionfile"},
 }
 
 // TestAllowedImports checks every package's direct imports of the module's
