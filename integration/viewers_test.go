@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"github.com/nats-io/nats.go"
 	"strings"
 	"sync"
 	"testing"
@@ -40,7 +41,9 @@ func TestViewersJoiningMidRun(t *testing.T) {
 			defer wg.Done()
 			// Stagger the joins over about the run's length and beyond.
 			time.Sleep(time.Duration(v) * 15 * time.Millisecond)
-			vc, err := lanefleet.Connect(srv.URL)
+			// 100 connections at once on a loaded machine: nats.go's 2 s
+			// default to get the server's INFO ran out under -race.
+			vc, err := lanefleet.Connect(srv.URL, nats.Timeout(30*time.Second))
 			if err != nil {
 				errs <- err
 				return

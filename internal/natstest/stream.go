@@ -81,13 +81,16 @@ func WaitCurrent(t testing.TB, s jetstream.Stream) {
 }
 
 // Settle runs setup (creating streams or buckets on a fresh cluster) up to
-// three times, 20 s each: on a busy box the in-process cluster's meta
+// five times, 20 s each: on a busy box the in-process cluster's meta
 // group can still change leaders after StartCluster returned, and a
-// request caught in that gets no answer. It fails t with the last error.
+// request caught in that gets no answer, or "no suitable peers for
+// placement, peer offline" at once while a peer's first heartbeat is
+// late; a try that failed sooner than that waits a second per try before
+// the next. It fails t with the last error.
 func Settle(t testing.TB, setup func(ctx context.Context) error) {
 	t.Helper()
 	var err error
-	for try := range 3 {
+	for try := range 5 {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		err = setup(ctx)
 		cancel()
@@ -95,6 +98,11 @@ func Settle(t testing.TB, setup func(ctx context.Context) error) {
 			return
 		}
 		t.Logf("natstest: set-up, try %d: %v", try+1, err)
+		select {
+		case <-time.After(time.Duration(try+1) * time.Second):
+		case <-t.Context().Done():
+			t.Fatal(err)
+		}
 	}
 	t.Fatal(err)
 }
