@@ -123,52 +123,78 @@ func lookupOrder(m map[string][]string, key string) ([]string, bool) {
 // on, a profile that may be probed keeps its place among the available ones.
 func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 	key := NormalizeProvider(req.Provider)
-	explicit, hasExplicit := lookupOrder(s.Order, key)
-	if !hasExplicit {
-		explicit, hasExplicit = lookupOrder(c.Order, key)
-	}
-	var configured []string
-	for _, p := range c.Profiles {
-		if NormalizeProvider(p.Provider) == key {
-			configured = append(configured, p.ID)
-		}
-	}
-	stored := make([]string, 0, len(s.Profiles))
-	storedPos := make([]int, 0, len(s.Profiles))
-	for i, p := range s.Profiles {
-		if p.Provider == key || NormalizeProvider(p.Provider) == key {
-			stored = append(stored, p.ID)
-			storedPos = append(storedPos, i)
-		}
-	}
-	base := stored
-	switch {
-	case hasExplicit:
-		base = explicit
-	case len(configured) > 0:
-		base = configured
-	}
-	if len(base) == 0 {
+	b := orderBase(s, c, key)
+	if len(b.list) == 0 {
 		return []string{}
 	}
+	ids, pos := b.valid(s, c, key, now)
+	out := rank(s, c, req.Model, ids, pos, b.explicit && len(b.list) > 0, now)
+	return preferFirst(out, req.Preferred)
+}
 
-	// ids are the valid candidates, pos their profiles' positions. Profile
-	// ids are unique in a Store (they key auth-profiles.json), so the
-	// stored list needs no lookups; other lists go through one index.
-	var index map[string]int
-	lookup := func(id string) (int, bool) {
-		if index == nil {
-			index = make(map[string]int, len(s.Profiles))
-			for i := len(s.Profiles) - 1; i >= 0; i-- {
-				index[s.Profiles[i].ID] = i
-			}
-		}
-		i, ok := index[id]
-		return i, ok
+// base is the list Order starts from, and what it came from.
+type base struct {
+	list     []string // the base list
+	explicit bool     // list is an explicit order (the store's or the configuration's)
+	// configured are the configured profiles of the provider; stored the
+	// store's, at storedPos in s.Profiles.
+	configured []string
+	stored     []string
+	storedPos  []int
+	index      map[string]int // profile id → position in s.Profiles, built on first use
+}
+
+// orderBase picks the base list of provider key: the store's order, else
+// the configured order, else the configured profiles, else every stored
+// profile of the provider.
+func orderBase(s Store, c Config, key string) base {
+	var b base
+	var explicit []string
+	explicit, b.explicit = lookupOrder(s.Order, key)
+	if !b.explicit {
+		explicit, b.explicit = lookupOrder(c.Order, key)
 	}
-	var ids []string
-	var pos []int
-	valid := func(list []string, at []int) {
+	for _, p := range c.Profiles {
+		if NormalizeProvider(p.Provider) == key {
+			b.configured = append(b.configured, p.ID)
+		}
+	}
+	b.stored = make([]string, 0, len(s.Profiles))
+	b.storedPos = make([]int, 0, len(s.Profiles))
+	for i, p := range s.Profiles {
+		if p.Provider == key || NormalizeProvider(p.Provider) == key {
+			b.stored = append(b.stored, p.ID)
+			b.storedPos = append(b.storedPos, i)
+		}
+	}
+	b.list = b.stored
+	switch {
+	case b.explicit:
+		b.list = explicit
+	case len(b.configured) > 0:
+		b.list = b.configured
+	}
+	return b
+}
+
+// lookup finds a profile's position in s.Profiles. Profile ids are unique
+// in a Store (they key auth-profiles.json); the index is built once.
+func (b *base) lookup(s Store, id string) (int, bool) {
+	if b.index == nil {
+		b.index = make(map[string]int, len(s.Profiles))
+		for i := len(s.Profiles) - 1; i >= 0; i-- {
+			b.index[s.Profiles[i].ID] = i
+		}
+	}
+	i, ok := b.index[id]
+	return i, ok
+}
+
+// valid returns the base list's valid candidates, once each, and their
+// profiles' positions. A configured list none of whose ids the store
+// knows falls back to the stored profiles.
+func (b *base) valid(s Store, c Config, key string, now time.Time) (ids []string, pos []int) {
+	filter := func(list []string, at []int) {
 		ids, pos = make([]string, 0, len(list)), make([]int, 0, len(list))
 		seen := make([]bool, len(s.Profiles))
 		for k, id := range list {
@@ -176,7 +202,7 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 			if at != nil {
 				i = at[k]
 			} else {
-				i, ok = lookup(id)
+				i, ok = b.lookup(s, id)
 			}
 			if ok && !seen[i] && c.Valid(s.Profiles[i], key, now) {
 				seen[i] = true
@@ -184,15 +210,22 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 			}
 		}
 	}
-	if hasExplicit || len(configured) > 0 {
-		valid(base, nil)
+	if b.explicit || len(b.configured) > 0 {
+		filter(b.list, nil)
 	} else {
-		valid(stored, storedPos)
+		filter(b.stored, b.storedPos)
 	}
-	if len(ids) == 0 && len(configured) > 0 && !slices.ContainsFunc(base, func(id string) bool { _, ok := lookup(id); return ok }) {
-		valid(stored, storedPos)
+	if len(ids) == 0 && len(b.configured) > 0 && !slices.ContainsFunc(b.list, func(id string) bool { _, ok := b.lookup(s, id); return ok }) {
+		filter(b.stored, b.storedPos)
 	}
+	return ids, pos
+}
 
+// rank orders the candidates: the available ones first (kept in order
+// when keep, else round robin: by type, then least recently used), then
+// the cooling ones, soonest expiry first. A profile that may be probed
+// counts as available.
+func rank(s Store, c Config, model string, ids []string, pos []int, keep bool, now time.Time) []string {
 	// Entries hold no pointers and carry their position, so sorting them is
 	// cheap and a plain sort with the position as last key is stable.
 	type entry struct {
@@ -206,14 +239,14 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 	for i, id := range ids {
 		p := &s.Profiles[pos[i]]
 		st := s.Usage[id]
-		e := entry{pos: int32(i), rank: int32(typeRank(p.Type)), lastUsed: st.LastUsed, until: until(st, req.Model)}
-		if InCooldown(p.Provider, st, req.Model, now) && !c.CanProbe(p.Provider, st, req.Model, now) {
+		e := entry{pos: int32(i), rank: int32(typeRank(p.Type)), lastUsed: st.LastUsed, until: until(st, model)}
+		if InCooldown(p.Provider, st, model, now) && !c.CanProbe(p.Provider, st, model, now) {
 			cooling = append(cooling, e)
 		} else {
 			avail = append(avail, e)
 		}
 	}
-	if !(hasExplicit && len(explicit) > 0) {
+	if !keep {
 		slices.SortFunc(avail, func(a, b entry) int {
 			if a.rank != b.rank {
 				return int(a.rank - b.rank)
@@ -237,9 +270,14 @@ func Order(s Store, c Config, req OrderRequest, now time.Time) []string {
 	for _, e := range cooling {
 		out = append(out, ids[e.pos])
 	}
-	if req.Preferred != "" {
-		if i := slices.Index(out, req.Preferred); i > 0 {
-			out = slices.Insert(slices.Delete(out, i, i+1), 0, req.Preferred)
+	return out
+}
+
+// preferFirst moves preferred to the front of out when it is in it.
+func preferFirst(out []string, preferred string) []string {
+	if preferred != "" {
+		if i := slices.Index(out, preferred); i > 0 {
+			out = slices.Insert(slices.Delete(out, i, i+1), 0, preferred)
 		}
 	}
 	return out

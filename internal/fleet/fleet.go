@@ -185,6 +185,8 @@ func holder(worker, listen string) embedded.Holder {
 	return embedded.Holder{PID: os.Getpid(), Host: host, Worker: worker, Listen: listen, Since: time.Now().UTC().Truncate(time.Second)}
 }
 
+// build prepares the member once connected: its models, the fleet's
+// streams and buckets, the remote tools, the runner and the lanes worker.
 func (m *Member) build(ctx context.Context) error {
 	cfg := m.cfg
 	if err := cfg.ToolPolicy.Validate(); err != nil {
@@ -193,6 +195,35 @@ func (m *Member) build(ctx context.Context) error {
 	if err := cfg.Skills.Validate(); err != nil {
 		return fmt.Errorf("fleet: skills configuration: %w", err)
 	}
+	res, err := m.buildModels(ctx)
+	if err != nil {
+		return err
+	}
+	if err := m.openStateRetrying(ctx); err != nil {
+		return err
+	}
+	if err := m.startRemoteTools(ctx); err != nil {
+		return err
+	}
+	rcfg, err := m.runnerConfig(ctx, res)
+	if err != nil {
+		return err
+	}
+	if m.Runner, err = runner.New(rcfg); err != nil {
+		return err
+	}
+	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
+		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
+		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
+		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
+	})
+	return err
+}
+
+// buildModels makes the member's model resolver and decides its models:
+// the default model, the auth pins, the credentials and the model policy.
+func (m *Member) buildModels(ctx context.Context) (*registry.Resolver, error) {
+	cfg := m.cfg
 	var sp *scripted.Provider
 	if cfg.Scripted {
 		sp = scripted.New(scripted.Config{Delay: cfg.ScriptedDelay, Scripts: cfg.Scripts})
@@ -200,7 +231,7 @@ func (m *Member) build(ctx context.Context) error {
 	cfg.Redactor.Add(cfg.OpenAICompatibleKey) // before the server's answers are logged
 	cat, served, err := loadCatalog(ctx, cfg, cfg.Logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	res := registry.NewResolver(registry.ResolverConfig{Env: cfg.Env, Scripted: sp, Catalog: cat, Served: served, Logger: cfg.Logger,
 		Keys: map[string]provider.Secret{local.ProviderName: provider.Secret(cfg.OpenAICompatibleKey)}})
@@ -213,21 +244,21 @@ func (m *Member) build(ctx context.Context) error {
 		if hint != "" {
 			hint = " (" + hint + ")"
 		}
-		return errors.New("fleet: no model: set a provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, …), serve a local server's models with --openai-compatible URL, name one with --model, or start with --scripted for the built-in test models" + hint)
+		return nil, errors.New("fleet: no model: set a provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, …), serve a local server's models with --openai-compatible URL, name one with --model, or start with --scripted for the built-in test models" + hint)
 	}
 	if hint != "" && cfg.OpenAICompatible == "" {
 		m.log.Warn().Msg(hint)
 	}
 	if m.pins, err = authprofile.NewPins(cfg.AllowAuthPins...); err != nil {
-		return fmt.Errorf("fleet: --allow-auth-pins: %w", err)
+		return nil, fmt.Errorf("fleet: --allow-auth-pins: %w", err)
 	}
 	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.creds = creds
 	if m.models, err = res.Policy(m.defaultModel, cfg.Fallbacks, cfg.AllowModels, creds); err != nil {
-		return fmt.Errorf("fleet: %w", err)
+		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	// The configured models' series start at 0, under the names their
 	// calls are counted by.
@@ -237,8 +268,13 @@ func (m *Member) build(ctx context.Context) error {
 	if short := cfg.Redactor.Add(secrets(cfg, creds)...); len(short) > 0 {
 		m.log.Warn().Int("count", len(short)).Int("min_bytes", redact.MinLen).Msg("configured secrets too short to be masked in events, transcripts and logs")
 	}
-	// A cluster may still be electing leaders right after start: retry
-	// what is not open yet.
+	return res, nil
+}
+
+// openStateRetrying opens the fleet's streams and buckets, asking again
+// while a cluster may still be electing leaders right after start.
+func (m *Member) openStateRetrying(ctx context.Context) error {
+	var err error
 	for attempt := 0; ; attempt++ {
 		err = m.openState(ctx)
 		if err == nil || attempt >= 10 || ctx.Err() != nil || storageHint(err) != "" {
@@ -251,6 +287,14 @@ func (m *Member) build(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet: prepare streams and buckets: %w%s", err, storageHint(err))
 	}
+	return nil
+}
+
+// startRemoteTools discovers the remote tools the member may use (none
+// unless listed).
+func (m *Member) startRemoteTools(ctx context.Context) error {
+	cfg := m.cfg
+	var err error
 	if !cfg.NoRemoteTools && len(cfg.RemoteTools) > 0 {
 		dc := remote.DiscoverConfig{Allow: cfg.RemoteTools, Reserved: tools.BuiltinNames(), Logger: cfg.Logger}
 		if m.Tools, err = remote.NewRegistry(m.Conn, dc); err != nil {
@@ -261,9 +305,16 @@ func (m *Member) build(ctx context.Context) error {
 			m.log.Warn().Err(err).Msg("remote tools: first discovery failed")
 		}
 	}
+	return nil
+}
+
+// runnerConfig is the runner's configuration: the tool source, the
+// compactor, the masked and observed resolver, the hooks.
+func (m *Member) runnerConfig(ctx context.Context, res *registry.Resolver) (runner.Config, error) {
+	cfg := m.cfg
 	ts, err := newToolSource(ctx, cfg, m.Tools, m.storeDir)
 	if err != nil {
-		return err
+		return runner.Config{}, err
 	}
 	m.disk = ts.disk
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
@@ -272,7 +323,7 @@ func (m *Member) build(ctx context.Context) error {
 	// holds the provider's error).
 	resolver := observedResolver{Resolver: maskingResolver{Resolver: res, red: cfg.Redactor}, obs: &m.obs}
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
-		Auth: fleetAuth{s: m.Auth, creds: creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
+		Auth: fleetAuth{s: m.Auth, creds: m.creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, MaxToolRepeats: cfg.MaxToolRepeats, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
 	if cfg.BlockReplies {
 		bc := blockchunk.DefaultConfig(0)
@@ -280,18 +331,10 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	if len(cfg.Hooks.Names) > 0 {
 		if err := m.startHooks(ctx, &rcfg); err != nil {
-			return err
+			return runner.Config{}, err
 		}
 	}
-	if m.Runner, err = runner.New(rcfg); err != nil {
-		return err
-	}
-	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
-		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
-		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
-		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
-	})
-	return err
+	return rcfg, nil
 }
 
 // openStateBackoff is the wait between tries to open the fleet's streams

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -36,26 +35,9 @@ const DefaultBaseURL = "https://api.anthropic.com"
 // decoding were written against.
 const APIVersion = "2026-10-21"
 
-// Config configures the adapter. The zero value is usable.
-type Config struct {
-	// HTTPClient sends every request as it is; nil uses a pooled client
-	// per origin of the model's base URL (see NewTransport in
-	// provider/internal/send: keep-alive, HTTP/2, no overall timeout; a
-	// stream is bounded by IdleTimeout and the context).
-	HTTPClient *http.Client
-	// IdleTimeout abandons a stream that sends nothing for this long;
-	// 0 means 5 minutes.
-	IdleTimeout time.Duration
-	// Headers are added to every request.
-	Headers map[string]string
-	// Now is the clock for message timestamps; nil = time.Now.
-	Now func() time.Time
-	// WireCacheBytes bounds the JSON of its sessions' last requests the
-	// adapter keeps, to encode only each request's new messages (requests
-	// are keyed by provider.Request.SessionID); 0 means
-	// WireCacheBytesDefault, < 0 keeps none.
-	WireCacheBytes int
-}
+// Config configures the adapter (the fields every adapter shares: see
+// send.Config). The zero value is usable.
+type Config = send.Config
 
 // Adapter streams Anthropic Messages.
 type Adapter struct {
@@ -66,9 +48,7 @@ type Adapter struct {
 
 // New returns an Anthropic Messages adapter.
 func New(cfg Config) *Adapter {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg = cfg.WithDefaults()
 	return &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient), wire: newWireCache(cfg.WireCacheBytes)}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -127,6 +128,26 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	// Each message's wire form is taken from the session's last request
 	// when the message is the same (see wirecache.Forms).
 	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs)+1)
+	body := chatOptions(req, c)
+	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
+		f.Add(-1, systemMessage(m, c, sp), -1)
+	}
+	hadToolCalls := chatMessages(&f, msgs, c, images)
+	body.Tools = chatTools(req.Tools, c, hadToolCalls)
+	if c.anthropicCache {
+		if j := addCacheControl(f.Out); j >= 0 {
+			f.Unmark(j) // its JSON is not that of the message it was made of
+		}
+	}
+	return f.Marshal(&body, &body.Messages, "messages")
+}
+
+// chatOptions is the request's body without its messages and tools: the
+// model, streaming with usage, store, Ollama's context size, the token
+// limit in the field the server reads, and the thinking effort in the
+// server's own form.
+func chatOptions(req *provider.Request, c compat) chatRequest {
+	m := req.Model
 	body := chatRequest{Model: m.ID, Stream: true, Temperature: req.Temperature}
 	if c.usageInStreaming {
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
@@ -157,16 +178,24 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		no := false
 		body.EnableThinking = &no
 	}
+	return body
+}
 
-	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
-		role := "system"
-		if m.Reasoning && c.developerRole {
-			role = "developer"
-		}
-		f.Add(-1, chatMessage{Role: role, Content: sp}, -1)
+// systemMessage is the system prompt sp as the first message: a reasoning
+// model's developer message where the server takes one.
+func systemMessage(m provider.Model, c compat, sp string) chatMessage {
+	role := "system"
+	if m.Reasoning && c.developerRole {
+		role = "developer"
 	}
+	return chatMessage{Role: role, Content: sp}
+}
 
-	hadToolCalls := false
+// chatMessages adds the conversation's wire messages to f, and reports
+// whether an assistant message made tool calls. A run of tool results
+// is followed by one user message with their images; servers that want
+// an assistant turn between a tool result and a user message get one.
+func chatMessages(f *wirecache.Forms[chatMessage, wireConv], msgs []message.Message, c compat, images bool) (hadToolCalls bool) {
 	for i := 0; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {
@@ -207,9 +236,16 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		}
 	}
 
-	if len(req.Tools) > 0 {
-		tools := make([]chatTool, 0, len(req.Tools))
-		for _, t := range req.Tools {
+	return hadToolCalls
+}
+
+// chatTools is the tools' wire form: nil without tools, unless the
+// history has tool calls (some endpoints reject those without tools: an
+// empty list then).
+func chatTools(ts []provider.Tool, c compat, hadToolCalls bool) *[]chatTool {
+	if len(ts) > 0 {
+		tools := make([]chatTool, 0, len(ts))
+		for _, t := range ts {
 			f := chatFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
 			if f.Parameters == nil {
 				f.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
@@ -220,18 +256,13 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			}
 			tools = append(tools, chatTool{Type: "function", Function: f})
 		}
-		body.Tools = &tools
+		return &tools
 	} else if hadToolCalls {
 		// Some endpoints reject tool calls in the history without tools.
 		empty := []chatTool{}
-		body.Tools = &empty
+		return &empty
 	}
-	if c.anthropicCache {
-		if j := addCacheControl(f.Out); j >= 0 {
-			f.Unmark(j) // its JSON is not that of the message it was made of
-		}
-	}
-	return f.Marshal(&body, &body.Messages, "messages")
+	return nil
 }
 
 // toolMessage is the wire form of a tool result: its text (images taken

@@ -13,7 +13,6 @@ package openai
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/internal/send"
@@ -23,27 +22,9 @@ import (
 // DefaultBaseURL is the OpenAI API base URL used when a model has none.
 const DefaultBaseURL = "https://api.openai.com/v1"
 
-// Config configures an adapter. The zero value is usable.
-type Config struct {
-	// HTTPClient sends every request as it is; nil uses a pooled client
-	// per origin of the model's base URL (see NewTransport in
-	// provider/internal/send: keep-alive, HTTP/2, no overall timeout; a
-	// stream is bounded by IdleTimeout and the context).
-	HTTPClient *http.Client
-	// IdleTimeout abandons a stream that sends nothing for this long;
-	// 0 means stream.IdleTimeoutDefault (5 min).
-	IdleTimeout time.Duration
-	// Headers are added to every request.
-	Headers map[string]string
-	// Now is the clock for message timestamps; nil = time.Now.
-	Now func() time.Time
-	// WireCacheBytes bounds the JSON of its sessions' last requests a
-	// Chat Completions or a Responses adapter keeps (each its own), to
-	// encode only each request's new messages (requests are keyed by
-	// provider.Request.SessionID); 0 means WireCacheBytesDefault, < 0
-	// keeps none.
-	WireCacheBytes int
-}
+// Config configures an adapter (the fields every adapter shares: see
+// send.Config). The zero value is usable.
+type Config = send.Config
 
 // poster sends an adapter's requests.
 type poster struct {
@@ -52,9 +33,7 @@ type poster struct {
 }
 
 func newPoster(cfg Config) poster {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg = cfg.WithDefaults()
 	return poster{cfg: cfg, pool: send.NewPool(cfg.HTTPClient)}
 }
 
