@@ -98,7 +98,9 @@ func TestFaultPausedWorker(t *testing.T) {
 	}
 	t.Parallel()
 	cl := natstest.StartProcCluster(t, 3)
-	slow := []string{"--replicas", "3", "--scripted-delay", "60ms", "--concurrency", "32"}
+	// 200 ms a turn: on a loaded box a worker took its lanes one by one
+	// more slowly than 60 ms turns ended them, and never held 10 at once.
+	slow := []string{"--replicas", "3", "--scripted-delay", "200ms", "--concurrency", "32"}
 	victim := startWorkerProc(t, cl.URL(), "paused", slow...)
 	nc, js := connectProcs(t, cl)
 	waitForFleet(t, js)
