@@ -41,6 +41,7 @@ var (
 	gwRate     = flag.Float64("gateway-rate", 200, "gateway: turns/s offered by the paced load: the concurrent load's sessions, each sending on a schedule, the same rate through both paths (0: no paced load)")
 	gwRounds   = flag.Int("gateway-rounds", 2, "gateway: rounds; each runs every load through both paths and reports them")
 	gwNoToken  = flag.Bool("gateway-no-token", false, "gateway: serve loopback clients without a token file (by default the HTTP client sends a bearer token, as a deployment's would)")
+	gwOwnConn  = flag.Bool("gateway-own-conn", false, "gateway: the gateway gets a NATS connection of its own (as bin/gateway has) instead of the worker's (as worker --http serves)")
 	gwDriver   = flag.Bool("gateway-driver", false, "gateway: run as the load-generating child process (internal)")
 )
 
@@ -160,7 +161,14 @@ func gatewayBench(o options) error {
 	// The gateway as worker --http serves it: the worker's connection,
 	// the OpenAI-compatible routes mounted, a token file unless
 	// -gateway-no-token.
-	cl, err := lanefleet.New(m.Conn)
+	gconn := m.Conn
+	if *gwOwnConn {
+		if gconn, err = nats.Connect(m.ClientURL()); err != nil {
+			return err
+		}
+		defer gconn.Close()
+	}
+	cl, err := lanefleet.New(gconn)
 	if err != nil {
 		return err
 	}
