@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +42,7 @@ var (
 	gwRate     = flag.Float64("gateway-rate", 200, "gateway: turns/s offered by the paced load: the concurrent load's sessions, each sending on a schedule, the same rate through both paths (0: no paced load)")
 	gwRounds   = flag.Int("gateway-rounds", 2, "gateway: rounds; each runs every load through both paths and reports them")
 	gwNoToken  = flag.Bool("gateway-no-token", false, "gateway: serve loopback clients without a token file (by default the HTTP client sends a bearer token, as a deployment's would)")
-	gwOwnConn  = flag.Bool("gateway-own-conn", false, "gateway: the gateway gets a NATS connection of its own (as bin/gateway has) instead of the worker's (as worker --http serves)")
+	gwOwnConn  = flag.String("gateway-conn", "worker", "gateway: the gateway's NATS connection: worker (the worker's, as worker --http serves), tcp (one of its own, as bin/gateway has) or inprocess (one of its own, in process, no socket)")
 	gwDriver   = flag.Bool("gateway-driver", false, "gateway: run as the load-generating child process (internal)")
 )
 
@@ -162,11 +163,19 @@ func gatewayBench(o options) error {
 	// the OpenAI-compatible routes mounted, a token file unless
 	// -gateway-no-token.
 	gconn := m.Conn
-	if *gwOwnConn {
-		if gconn, err = nats.Connect(m.ClientURL()); err != nil {
+	switch *gwOwnConn {
+	case "worker":
+	case "tcp", "inprocess":
+		var opts []nats.Option
+		if *gwOwnConn == "inprocess" {
+			opts = append(opts, nats.InProcessServer(m.Server))
+		}
+		if gconn, err = nats.Connect(m.ClientURL(), opts...); err != nil {
 			return err
 		}
 		defer gconn.Close()
+	default:
+		return fmt.Errorf("-gateway-conn %q: worker, tcp or inprocess", *gwOwnConn)
 	}
 	cl, err := lanefleet.New(gconn)
 	if err != nil {
@@ -251,6 +260,7 @@ func gatewayBench(o options) error {
 	fmt.Printf("lanebench gateway: one fleet process (embedded server, worker, and the HTTP gateway on the worker's connection, as worker --http runs it), sync_interval %s, GOMAXPROCS %d;\n",
 		map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
 	fmt.Printf("the load generator and the instant mock model run in a child process, so neither path's client is charged to the fleet.\n")
+	fmt.Printf("the gateway's NATS connection: %s\n", *gwOwnConn)
 	fmt.Printf("client: the Go client (publish, follow to the final event) over NATS; http: POST /api/sessions/{key}/messages with \"stream\": true, read to the final event (keep-alive, %s).\n",
 		map[bool]string{true: "no token, loopback", false: "bearer token"}[*gwNoToken])
 	fmt.Printf("loads, each in %d blocks per path and round, the paths' blocks alternating: distinct, %d turns one after another, each to a new session;\n"+
@@ -265,12 +275,18 @@ func gatewayBench(o options) error {
 
 	type pair struct{ client, http gwFigures }
 	results := map[string][]pair{}
+	// Each block of http against the client's block next to it: the
+	// medians of these are steadier on a busy machine than the pooled
+	// figures (a burst of other work skews one block, not the median).
+	blockP50 := map[string][]float64{}
+	blockCPU := map[string][]float64{}
 	for r := 1; r <= *gwRounds; r++ {
 		for _, l := range loads {
 			var p pair
 			// Blocks of the two paths alternate, so that what the
 			// machine's other load does in the meantime falls on both.
 			for b := range *gwBlocks {
+				var bp pair
 				vias := []string{"client", "http"}
 				if (r+b)%2 == 0 {
 					vias = []string{"http", "client"}
@@ -285,10 +301,14 @@ func gatewayBench(o options) error {
 					f.net(idleRate)
 					if via == "client" {
 						p.client.add(f)
+						bp.client = f
 					} else {
 						p.http.add(f)
+						bp.http = f
 					}
 				}
+				blockP50[l.name] = append(blockP50[l.name], ms(bp.http.lat, 50)-ms(bp.client.lat, 50))
+				blockCPU[l.name] = append(blockCPU[l.name], bp.http.cpuPer()/bp.client.cpuPer())
 			}
 			for _, v := range []struct {
 				name string
@@ -307,8 +327,26 @@ func gatewayBench(o options) error {
 				p.http.cpuPer()/p.client.cpuPer(), p.client.cpuPer(), p.http.cpuPer(), p.http.rate()/p.client.rate())
 		}
 	}
+	fmt.Printf("\nmedians over the %d pairs of neighbouring blocks (http against the client's block next to it)\n", *gwRounds**gwBlocks)
+	for _, l := range loads {
+		fmt.Printf("  %-8s p50 %+.2f ms, fleet CPU per turn %.2f×\n", l.name, median(blockP50[l.name]), median(blockCPU[l.name]))
+	}
 	fmt.Printf("load average at end: %s\n", loadAvg())
 	return nil
+}
+
+// median is the middle value of v (the mean of the two middle ones for
+// an even count).
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // gwProfiled runs f, writing the fleet process's CPU profile of it to
