@@ -42,7 +42,7 @@ var (
 	gwRate     = flag.Float64("gateway-rate", 100, "gateway: turns/s offered by the paced load: the concurrent load's sessions, each sending on a schedule, the same rate through both paths (0: no paced load)")
 	gwRounds   = flag.Int("gateway-rounds", 2, "gateway: rounds; each runs every load through both paths and reports them")
 	gwNoToken  = flag.Bool("gateway-no-token", false, "gateway: serve loopback clients without a token file (by default the HTTP client sends a bearer token, as a deployment's would)")
-	gwOwnConn  = flag.String("gateway-conn", "worker", "gateway: the gateway's NATS connection: worker (the worker's, as worker --http serves), tcp (one of its own, as bin/gateway has) or inprocess (one of its own, in process, no socket)")
+	gwConn  = flag.String("gateway-conn", "worker", "gateway: the gateway's NATS connection: worker (the worker's, as worker --http serves), tcp (one of its own, as bin/gateway has) or inprocess (one of its own, in process, no socket)")
 	gwDriver   = flag.Bool("gateway-driver", false, "gateway: run as the load-generating child process (internal)")
 )
 
@@ -112,7 +112,12 @@ func (f gwFigures) driverPer() float64 {
 // connection (as worker --http does). The mock model and the load
 // generator run in a child process (this binary with -gateway-driver), so
 // the fleet process's CPU is the server's, the worker's and the gateway's
-// alone, and the clients' cost is excluded from both paths alike.
+// alone, and the clients' cost is excluded from both paths alike. Each
+// load runs in short blocks, the two paths' blocks alternating, so that
+// what the machine's other work does meanwhile falls on both; the figures
+// are pooled per round, and each http block is also set against the
+// client block next to it (the medians of those pairs are the steadiest
+// figure on a busy machine).
 func gatewayBench(o options) error {
 	if *gwDistinct < 1 || *gwSessions < 1 || *gwPer < 1 || *gwRounds < 1 || *gwBlocks < 1 {
 		return errors.New("gateway: -gateway-distinct, -gateway-sessions, -gateway-per-session, -gateway-blocks and -gateway-rounds must be positive")
@@ -163,11 +168,11 @@ func gatewayBench(o options) error {
 	// the OpenAI-compatible routes mounted, a token file unless
 	// -gateway-no-token.
 	gconn := m.Conn
-	switch *gwOwnConn {
+	switch *gwConn {
 	case "worker":
 	case "tcp", "inprocess":
 		var opts []nats.Option
-		if *gwOwnConn == "inprocess" {
+		if *gwConn == "inprocess" {
 			opts = append(opts, nats.InProcessServer(m.Server))
 		}
 		if gconn, err = nats.Connect(m.ClientURL(), opts...); err != nil {
@@ -175,7 +180,7 @@ func gatewayBench(o options) error {
 		}
 		defer gconn.Close()
 	default:
-		return fmt.Errorf("-gateway-conn %q: worker, tcp or inprocess", *gwOwnConn)
+		return fmt.Errorf("-gateway-conn %q: worker, tcp or inprocess", *gwConn)
 	}
 	cl, err := lanefleet.New(gconn)
 	if err != nil {
@@ -260,7 +265,7 @@ func gatewayBench(o options) error {
 	fmt.Printf("lanebench gateway: one fleet process (embedded server, worker, and the HTTP gateway on the worker's connection, as worker --http runs it), sync_interval %s, GOMAXPROCS %d;\n",
 		map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
 	fmt.Printf("the load generator and the instant mock model run in a child process, so neither path's client is charged to the fleet.\n")
-	fmt.Printf("the gateway's NATS connection: %s\n", *gwOwnConn)
+	fmt.Printf("the gateway's NATS connection: %s\n", *gwConn)
 	fmt.Printf("client: the Go client (publish, follow to the final event) over NATS; http: POST /api/sessions/{key}/messages with \"stream\": true, read to the final event (keep-alive, %s).\n",
 		map[bool]string{true: "no token, loopback", false: "bearer token"}[*gwNoToken])
 	fmt.Printf("loads, each in %d blocks per path and round, the paths' blocks alternating: distinct, %d turns one after another, each to a new session;\n"+
