@@ -364,21 +364,10 @@ func dropUnknownJSON(data []byte) ([]byte, []string, error) {
 	if err := json.Unmarshal(data, &obj); err != nil {
 		return nil, nil, &DecodeError{Reason: "malformed JSON: " + jsonReason(err), Err: err}
 	}
-	var (
-		ignored []string
-		size    int
-	)
-	for k, v := range obj {
-		if !knownField(k, true) {
-			size += len(k) + len(v)
-			ignored = append(ignored, k)
-			delete(obj, k)
-		}
+	ignored, err := dropUnknown(obj, true)
+	if err != nil {
+		return nil, nil, err
 	}
-	if size > MaxUnknownBytes {
-		return nil, nil, unknownTooLarge(size)
-	}
-	slices.Sort(ignored)
 	out, err := json.Marshal(obj)
 	if err != nil {
 		return nil, nil, &DecodeError{Reason: "malformed JSON: " + err.Error(), Err: err}
@@ -393,26 +382,37 @@ func dropUnknownMsgpack(data []byte) ([]byte, []string, error) {
 	if err := unmarshalMsgpack(data, &obj, false, MaxInboundValues); err != nil {
 		return nil, nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
 	}
+	ignored, err := dropUnknown(obj, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := msgpack.Marshal(obj)
+	if err != nil {
+		return nil, nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
+	}
+	return out, ignored, nil
+}
+
+// dropUnknown deletes obj's unknown top-level fields (knownField, in
+// JSON's or msgpack's names) and returns their names, sorted, or an error
+// when together they pass MaxUnknownBytes.
+func dropUnknown[V ~[]byte](obj map[string]V, asJSON bool) ([]string, error) {
 	var (
 		ignored []string
 		size    int
 	)
 	for k, v := range obj {
-		if !knownField(k, false) {
+		if !knownField(k, asJSON) {
 			size += len(k) + len(v)
 			ignored = append(ignored, k)
 			delete(obj, k)
 		}
 	}
 	if size > MaxUnknownBytes {
-		return nil, nil, unknownTooLarge(size)
+		return nil, unknownTooLarge(size)
 	}
 	slices.Sort(ignored)
-	out, err := msgpack.Marshal(obj)
-	if err != nil {
-		return nil, nil, &DecodeError{Reason: "malformed msgpack: " + err.Error(), Err: err}
-	}
-	return out, ignored, nil
+	return ignored, nil
 }
 
 func jsonReason(err error) string {

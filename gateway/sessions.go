@@ -760,14 +760,7 @@ func (s *Server) deadLetter(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(http.StatusNotFound, CodeNotFound, "a dead letter's id is its seq, a positive number"))
 		return
 	}
-	ctx, cancel := readCtx(r)
-	defer cancel()
-	d, err := s.cfg.Client.DeadLetter(ctx, seq)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, d)
+	answer(s, w, r, func(ctx context.Context) (admin.DeadLetter, error) { return s.cfg.Client.DeadLetter(ctx, seq) })
 }
 
 func (s *Server) replayDead(w http.ResponseWriter, r *http.Request) {
@@ -775,14 +768,9 @@ func (s *Server) replayDead(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &sel) {
 		return
 	}
-	ctx, cancel := readCtx(r)
-	defer cancel()
-	rep, err := s.cfg.Client.ReplayDeadLetters(ctx, sel)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
+	answer(s, w, r, func(ctx context.Context) (admin.DeadReplayReply, error) {
+		return s.cfg.Client.ReplayDeadLetters(ctx, sel)
+	})
 }
 
 func (s *Server) purgeDead(w http.ResponseWriter, r *http.Request) {
@@ -790,12 +778,20 @@ func (s *Server) purgeDead(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &sel) {
 		return
 	}
+	answer(s, w, r, func(ctx context.Context) (admin.DeadPurgeReply, error) {
+		return s.cfg.Client.PurgeDeadLetters(ctx, sel)
+	})
+}
+
+// answer calls the fleet with the request's read timeout and writes what
+// it answered as JSON, or its error as a problem.
+func answer[T any](s *Server, w http.ResponseWriter, r *http.Request, call func(ctx context.Context) (T, error)) {
 	ctx, cancel := readCtx(r)
 	defer cancel()
-	rep, err := s.cfg.Client.PurgeDeadLetters(ctx, sel)
+	v, err := call(ctx)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rep)
+	writeJSON(w, http.StatusOK, v)
 }

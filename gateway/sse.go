@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +44,14 @@ type stream struct {
 // write writes b and flushes, bounded by the write timeout (a client
 // reading slowly is cut off).
 func (st *stream) write(b []byte, timeout time.Duration) error {
+	return st.send(b, timeout, true)
+}
+
+// send writes b, bounded by the write timeout, and flushes it when flush
+// is set. A stream on net/http may leave its last write unflushed: the
+// handler's return flushes it with the response's end, in one write to
+// the connection instead of two. A hijacked stream writes unbuffered.
+func (st *stream) send(b []byte, timeout time.Duration, flush bool) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.done {
@@ -57,6 +66,9 @@ func (st *stream) write(b []byte, timeout time.Duration) error {
 	_ = st.rc.SetWriteDeadline(st.last.Add(timeout))
 	if _, err := st.w.Write(b); err != nil {
 		return err
+	}
+	if !flush {
+		return nil
 	}
 	return st.rc.Flush()
 }
@@ -260,7 +272,11 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, after uint64) {
 	s.hub.add(st)
 	defer s.hub.remove(st)
-	var buf []byte
+	var (
+		buf bytes.Buffer
+		num [20]byte
+	)
+	enc := json.NewEncoder(&buf)
 	for ev, err := range run.Events(ctx) {
 		if err != nil {
 			var de *events.DecodeError
@@ -284,19 +300,22 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 		if ev.Seq <= after {
 			continue // the client has it
 		}
-		data, err := json.Marshal(ev)
-		if err != nil {
+		// One buffer for every event of the stream: the JSON is encoded
+		// in place (as json.Marshal would, and Encode's newline ends the
+		// data line).
+		buf.Reset()
+		buf.WriteString("id: ")
+		buf.Write(strconv.AppendUint(num[:0], ev.Seq, 10))
+		buf.WriteString("\nevent: ")
+		buf.WriteString(ev.Stream)
+		buf.WriteString("\ndata: ")
+		if err := enc.Encode(ev); err != nil {
 			continue
 		}
-		buf = buf[:0]
-		buf = append(buf, "id: "...)
-		buf = strconv.AppendUint(buf, ev.Seq, 10)
-		buf = append(buf, "\nevent: "...)
-		buf = append(buf, ev.Stream...)
-		buf = append(buf, "\ndata: "...)
-		buf = append(buf, data...)
-		buf = append(buf, "\n\n"...)
-		if err := st.write(buf, s.cfg.WriteTimeout); err != nil {
+		buf.WriteByte('\n')
+		// The final event is the stream's last: it goes out with the
+		// response's end.
+		if err := st.send(buf.Bytes(), s.cfg.WriteTimeout, !ev.Terminal()); err != nil {
 			return // the client went or reads too slowly: the run goes on
 		}
 	}
