@@ -23,7 +23,7 @@ var allowed = map[string][]string{
 	"authprofile":          {"provider"},
 	"authstore":            {"authprofile", "events", "fallback", "internal/backoff", "provider", "provider/catalog"},
 	"blockchunk":           {"jstext"},
-	"cmd/lanebench":        {"", "events", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
+	"cmd/lanebench":        {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
 	"cmd/publisher":        {"", "admin", "events", "internal/version", "kvstore", "lanes/queue", "lanes/service", "message"},
 	"cmd/gateway":          {"", "gateway", "gateway/auth", "gateway/openai", "internal/version"},
 	"cmd/worker":           {"", "gateway", "gateway/openai", "guard", "hooks", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
