@@ -496,14 +496,7 @@ func (s *Server) patchSettings(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(http.StatusBadRequest, CodeInvalidInput, "the change sets nothing (queue, run or reset)"))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), sendTimeout)
-	defer cancel()
-	run, err := s.cfg.Client.SetSettings(ctx, key, ch)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.applied(w, r, key, run)
+	s.steer(w, r, key, func(ctx context.Context) (*lanefleet.Run, error) { return s.cfg.Client.SetSettings(ctx, key, ch) })
 }
 
 func (s *Server) resetSettings(w http.ResponseWriter, r *http.Request) {
@@ -511,14 +504,7 @@ func (s *Server) resetSettings(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), sendTimeout)
-	defer cancel()
-	run, err := s.cfg.Client.ResetSettings(ctx, key)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.applied(w, r, key, run)
+	s.steer(w, r, key, func(ctx context.Context) (*lanefleet.Run, error) { return s.cfg.Client.ResetSettings(ctx, key) })
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
@@ -526,9 +512,16 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.steer(w, r, key, func(ctx context.Context) (*lanefleet.Run, error) { return s.cfg.Client.Stop(ctx, key) })
+}
+
+// steer sends a settings or stop message through the session's lane with
+// send (which the client's leaving does not cancel) and answers as applied
+// does.
+func (s *Server) steer(w http.ResponseWriter, r *http.Request, key string, send func(ctx context.Context) (*lanefleet.Run, error)) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), sendTimeout)
 	defer cancel()
-	run, err := s.cfg.Client.Stop(ctx, key)
+	run, err := send(ctx)
 	if err != nil {
 		s.fail(w, r, err)
 		return
