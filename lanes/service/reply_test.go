@@ -53,6 +53,11 @@ func TestReplier(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The endpoints' subscriptions reach the server before another
+	// connection asks (a request first got "no responders" once).
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	client := natstest.Connect(t, srv.URL)
 	ask := func(op string) *nats.Msg {
 		t.Helper()
