@@ -173,10 +173,18 @@ type turn struct {
 	param    string // the request's conversation parameter: messages, input
 }
 
+// sendTimeout bounds a turn's check, import and send, which the caller's
+// leaving does not cut short (as the native API's send): a publish
+// cancelled halfway could leave the caller unsure whether its message
+// went, and an import half-done.
+const sendTimeout = 90 * time.Second
+
 // send checks the request's earlier conversation against the session's
 // transcript (importing it into a fresh session), then sends the new
 // input and returns its run.
 func (a *API) send(ctx context.Context, t *turn) (*lanefleet.Run, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
+	defer cancel()
 	prior, input, err := split(t.items, t.param)
 	if err != nil {
 		return nil, err
