@@ -444,20 +444,7 @@ func gatewayDriver() error {
 	}
 	ctx := context.Background()
 	viaClient := func(session string) error {
-		tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		run, err := c.Send(tctx, session, "ping")
-		if err != nil {
-			return err
-		}
-		res, err := run.Wait(tctx)
-		if err != nil {
-			return fmt.Errorf("session %s: %w", session, err)
-		}
-		if len(res.Payloads) == 0 || res.Payloads[0].Text != turnsReplyText {
-			return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
-		}
-		return nil
+		return clientTurn(ctx, c, session, "ping")
 	}
 	hc := newGatewayClient(cfg.HTTP, cfg.Token)
 	for {

@@ -112,20 +112,7 @@ func soakBench(o options) error {
 
 	var total atomic.Int64
 	turn := func(session string) error {
-		tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer tcancel()
-		run, err := c.Send(tctx, session, "ping")
-		if err != nil {
-			return err
-		}
-		res, err := run.Wait(tctx)
-		if err != nil {
-			return fmt.Errorf("session %s: %w", session, err)
-		}
-		if len(res.Payloads) == 0 || res.Payloads[0].Text != turnsReplyText {
-			return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
-		}
-		return nil
+		return clientTurn(ctx, c, session, "ping")
 	}
 	if err := turn("soak-warmup"); err != nil {
 		return fmt.Errorf("first turn: %w", err)

@@ -570,16 +570,8 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 			text += " " + tag
 		}
 		t0 := time.Now()
-		run, err := c.Send(tctx, session, text)
-		if err != nil {
+		if err := clientTurn(tctx, c, session, text); err != nil {
 			return err
-		}
-		res, err := run.Wait(tctx)
-		if err != nil {
-			return fmt.Errorf("session %s: %w", session, err)
-		}
-		if len(res.Payloads) == 0 || res.Payloads[0].Text != turnsReplyText {
-			return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
 		}
 		if tag != "" {
 			split.add(mock, tag, t0, time.Now())
@@ -745,6 +737,25 @@ func traceTurn(nc *nats.Conn, turn func() error) error {
 	defer mu.Unlock()
 	for _, l := range lines {
 		fmt.Println(l)
+	}
+	return nil
+}
+
+// clientTurn sends text to session through the Go client, waits for the
+// run's result (for at most 2 minutes) and checks the mock model's reply.
+func clientTurn(ctx context.Context, c *lanefleet.Client, session, text string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	run, err := c.Send(ctx, session, text)
+	if err != nil {
+		return err
+	}
+	res, err := run.Wait(ctx)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", session, err)
+	}
+	if len(res.Payloads) == 0 || res.Payloads[0].Text != turnsReplyText {
+		return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
 	}
 	return nil
 }
