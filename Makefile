@@ -35,21 +35,21 @@ lint: ## gofmt, vet, staticcheck and deadcode -test (tools pinned in go.mod; see
 	GO=$(GO) ./.ci/lint
 
 bench: build ## fleet benchmark against an embedded server, real turns against a local model over HTTP (256 sessions with a 1 s model sending independently, and 1,000 with a 5 s model), fair lanes (256 sessions, 64 slots, 1 s model; before/after), the HTTP gateway against the Go client (distinct sessions, 64 in flight, 64 paced; clients in a child process), then Go benchmarks
-	$(GO) run ./cmd/lanebench
-	$(GO) run ./cmd/lanebench -scenario turns
-	$(GO) run ./cmd/lanebench -scenario turns -turns-only conc256 -turns-delays 1s -turns-stagger
-	$(GO) run ./cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always
-	$(GO) run ./cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always -turns-stagger
-	$(GO) run ./cmd/lanebench -scenario fair -fair-duration 15s
-	$(GO) run ./cmd/lanebench -scenario gateway
+	$(GO) run ./internal/cmd/lanebench
+	$(GO) run ./internal/cmd/lanebench -scenario turns
+	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only conc256 -turns-delays 1s -turns-stagger
+	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always
+	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always -turns-stagger
+	$(GO) run ./internal/cmd/lanebench -scenario fair -fair-duration 15s
+	$(GO) run ./internal/cmd/lanebench -scenario gateway
 	$(GO) test -count=1 -run '^TestIdleStreams$$' -v ./gateway -args -gateway.streams=10000 | grep -E 'idle streams|heap per stream|^(ok|FAIL|---)'
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)
-	$(GO) run ./cmd/lanebench -scenario sessions -sessions $${LANEFLEET_SESSIONS:-100000}
+	$(GO) run ./internal/cmd/lanebench -scenario sessions -sessions $${LANEFLEET_SESSIONS:-100000}
 
 soak: ## a long-running worker: 64 sessions of 50 turns back to back through one worker (instant model, sync default), 2 min of warm-up, then RSS, heap and turns/s after each of five 30 s rounds, and RSS after 45 s idle (~5.5 min)
-	$(GO) run ./cmd/lanebench -scenario soak -sync default -soak-session-turns 50 -soak-warmup 2m -soak-idle 45s
+	$(GO) run ./internal/cmd/lanebench -scenario soak -sync default -soak-session-turns 50 -soak-warmup 2m -soak-idle 45s
 
 fuzz: ## run each fuzz target briefly
 	./scripts/fuzz.sh 20s

@@ -16,15 +16,15 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/backoff"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/permission"
 )
 
 // Bounds of requests to the lane service.
 const (
 	// callTimeout bounds one request; the service bounds its own work to
-	// service.RequestTimeout.
-	callTimeout = service.RequestTimeout + 5*time.Second
+	// sessionsvc.RequestTimeout.
+	callTimeout = sessionsvc.RequestTimeout + 5*time.Second
 	// callRetryBudget bounds the retries of a request that failed for a
 	// reason that passes (timeouts, JetStream unavailable on the worker).
 	callRetryBudget = time.Minute
@@ -56,7 +56,7 @@ func (c *Client) callRetry(ctx context.Context, session, op string, body []byte,
 	if err != nil {
 		return fmt.Errorf("lanefleet: session %q: %w", session, err)
 	}
-	subj := service.Subject(tok, op)
+	subj := sessionsvc.Subject(tok, op)
 	start := time.Now()
 	var noWorkerSince time.Time
 	b := backoff.Counter{Policy: callBackoff}
@@ -91,14 +91,14 @@ func (c *Client) callRetry(ctx context.Context, session, op string, body []byte,
 // opError says which operation failed, with the client's sentinel for the
 // lane service's error codes.
 func opError(op, session string, err error) error {
-	var se *service.Error
+	var se *sessionsvc.Error
 	if errors.As(err, &se) {
 		switch se.Code {
-		case service.CodeBusy:
+		case sessionsvc.CodeBusy:
 			return fmt.Errorf("%w (%s of session %q)", ErrSessionBusy, op, session)
-		case service.CodeNotEmpty:
+		case sessionsvc.CodeNotEmpty:
 			return fmt.Errorf("%w (%s of session %q)", ErrNotEmpty, op, session)
-		case service.CodeTooLarge:
+		case sessionsvc.CodeTooLarge:
 			return fmt.Errorf("%w: %s of session %q: %w", ErrTooLarge, op, session, err)
 		}
 	}
@@ -113,7 +113,7 @@ func opError(op, session string, err error) error {
 
 // transient reports a failed request worth repeating.
 func transient(err error) bool {
-	var se *service.Error
+	var se *sessionsvc.Error
 	return errors.As(err, &se) && se.Temporary() || isTimeout(err)
 }
 
@@ -126,7 +126,7 @@ func isTimeout(err error) bool {
 // not publish to (or an inbox it may not subscribe to) fails at once with
 // ErrPermission instead of timing out: the server's permission error comes
 // before the flush's answer. No responders is nats.ErrNoResponders; a micro
-// error reply is a *service.Error.
+// error reply is a *sessionsvc.Error.
 //
 // Replies come to the client's reply subscription (one for all requests,
 // see replyMux), so a request costs the server no subscription of its own;
@@ -183,7 +183,7 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, timeout time.Durat
 		return nil, nats.ErrNoResponders
 	}
 	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return nil, &service.Error{Code: code, Description: reply.Header.Get(micro.ErrorHeader)}
+		return nil, &sessionsvc.Error{Code: code, Description: reply.Header.Get(micro.ErrorHeader)}
 	}
 	return reply.Data, nil
 }

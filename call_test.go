@@ -18,7 +18,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // silentResponder subscribes, on its own connection, to op of session's
@@ -32,7 +32,7 @@ func silentResponder(t *testing.T, url, session, op string) <-chan struct{} {
 	}
 	got := make(chan struct{}, 16)
 	nc := natstest.Connect(t, url)
-	if _, err := nc.Subscribe(service.Subject(tok, op), func(*nats.Msg) {
+	if _, err := nc.Subscribe(sessionsvc.Subject(tok, op), func(*nats.Msg) {
 		select {
 		case got <- struct{}{}:
 		default:
@@ -53,7 +53,7 @@ func silentResponder(t *testing.T, url, session, op string) <-chan struct{} {
 func TestCloseEndsRequestsInFlight(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	asked := silentResponder(t, srv.URL, "closing", service.OpEvents)
+	asked := silentResponder(t, srv.URL, "closing", sessionsvc.OpEvents)
 	nc := natstest.Connect(t, srv.URL)
 	c, _ := New(nc)
 	// Well under callTimeout: a request that waits out its timeout fails
@@ -61,7 +61,7 @@ func TestCloseEndsRequestsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout/2)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- c.call(ctx, "closing", service.OpEvents, nil, nil) }()
+	go func() { done <- c.call(ctx, "closing", sessionsvc.OpEvents, nil, nil) }()
 	select {
 	case <-asked:
 	case <-ctx.Done():
@@ -106,7 +106,7 @@ func TestReplySubscriptionRemovedByTheServer(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	tok, _ := events.KeyToken("erin")
-	subj := service.Subject(tok, service.OpSettings)
+	subj := sessionsvc.Subject(tok, sessionsvc.OpSettings)
 	worker := natstest.Connect(t, s.ClientURL(), nats.UserInfo("worker", "w"))
 	if _, err := worker.Subscribe(subj, func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/kvstore"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/sessionfile"
@@ -501,7 +501,7 @@ func (c *Client) reconnecting(err error) bool {
 
 // workerAnswers reports whether some worker serves the lane service.
 func (c *Client) workerAnswers(ctx context.Context, token string) bool {
-	_, err := c.requestMsg(ctx, nats.NewMsg(service.Subject(token, service.OpSettings)), time.Second)
+	_, err := c.requestMsg(ctx, nats.NewMsg(sessionsvc.Subject(token, sessionsvc.OpSettings)), time.Second)
 	return !errors.Is(err, nats.ErrNoResponders)
 }
 
@@ -622,8 +622,8 @@ func (c *Client) ResetSettings(ctx context.Context, session string) (*Run, error
 
 // Settings returns a session's stored settings and its state.
 func (c *Client) Settings(ctx context.Context, session string) (SessionSettings, error) {
-	var rep service.SettingsReply
-	if err := c.call(ctx, session, service.OpSettings, nil, &rep); err != nil {
+	var rep sessionsvc.SettingsReply
+	if err := c.call(ctx, session, sessionsvc.OpSettings, nil, &rep); err != nil {
 		return SessionSettings{}, err
 	}
 	return SessionSettings{Queue: QueueSettingsFromWire(rep.Settings), Run: rep.Run, State: rep.State, Unreadable: rep.Unreadable}, nil
@@ -707,16 +707,16 @@ type transcript struct {
 func (c *Client) history(ctx context.Context, session string, raw bool) (transcript, error) {
 	var (
 		t transcript
-		q = service.HistoryRequest{Raw: raw}
+		q = sessionsvc.HistoryRequest{Raw: raw}
 	)
 	for {
 		body, err := json.Marshal(q)
 		if err != nil {
 			return transcript{}, err
 		}
-		var page service.HistoryReply
-		if err := c.call(ctx, session, service.OpHistory, body, &page); err != nil {
-			if q.Raw && q.From == 0 && service.RefusedNewField(err) {
+		var page sessionsvc.HistoryReply
+		if err := c.call(ctx, session, sessionsvc.OpHistory, body, &page); err != nil {
+			if q.Raw && q.From == 0 && sessionsvc.RefusedNewField(err) {
 				q.Raw = false // a worker of a version without raw lines
 				continue
 			}
@@ -735,7 +735,7 @@ func (c *Client) history(ctx context.Context, session string, raw bool) (transcr
 		if page.Next < q.From || page.Next == q.From && page.Skip <= q.Skip {
 			return transcript{}, fmt.Errorf("lanefleet: history of %q: the lane service did not advance (page at %d/%d)", session, page.Next, page.Skip)
 		}
-		q = service.HistoryRequest{From: page.Next, Skip: page.Skip, Raw: q.Raw}
+		q = sessionsvc.HistoryRequest{From: page.Next, Skip: page.Skip, Raw: q.Raw}
 	}
 }
 
@@ -768,7 +768,7 @@ func (c *Client) Export(ctx context.Context, session string, w io.Writer) error 
 // it and skips malformed lines) and stores it as the transcript of session,
 // which must be new. Later turns continue the imported conversation under
 // the file's session id; tool calls the file's last message left without a
-// result are stored answered "not run" (service.TextImportNotRun), so none
+// result are stored answered "not run" (sessionsvc.TextImportNotRun), so none
 // can be approved. The file must fit the NATS server's max payload
 // (ErrTooLarge); ErrNotEmpty means the session has a transcript already,
 // ErrSessionBusy that a worker is running it.
@@ -785,8 +785,8 @@ func (c *Client) Import(ctx context.Context, session string, r io.Reader) error 
 		return fmt.Errorf("%w: import into %q: the session file is over %d bytes", ErrTooLarge, session, limit)
 	}
 	// The import is not repeated after a timeout: it may have been stored.
-	var rep service.ImportReply
-	return c.callOnce(ctx, session, service.OpImport, data, &rep)
+	var rep sessionsvc.ImportReply
+	return c.callOnce(ctx, session, sessionsvc.OpImport, data, &rep)
 }
 
 // ActiveRun is a run some worker is running now.

@@ -19,7 +19,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // serviceOnly starts a server with the fleet's streams and buckets and a
@@ -39,7 +39,7 @@ func serviceOnly(t testing.TB) (*nats.Conn, jetstream.JetStream, context.Context
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.Serve(nc, service.Config{Lanes: l, Inbound: streams.Inbound, Events: streams.Events})
+	svc, err := sessionsvc.Serve(nc, sessionsvc.Config{Lanes: l, Inbound: streams.Inbound, Events: streams.Events})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestSendWaitsOutAMissingStream(t *testing.T) {
 	// asked whether a worker answers.
 	tried := make(chan struct{})
 	var once sync.Once
-	sub, err := nc.Subscribe(service.Subject("patient", service.OpSettings), func(*nats.Msg) { once.Do(func() { close(tried) }) })
+	sub, err := nc.Subscribe(sessionsvc.Subject("patient", sessionsvc.OpSettings), func(*nats.Msg) { once.Do(func() { close(tried) }) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/backoff"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // RunState says why following a run sees no event (see Run.OnWait).
@@ -131,7 +131,7 @@ type follower struct {
 	newest  int                      // newest attempt seen
 	cursor  uint64                   // where the lane service resumes its walk
 	ahead   map[uint64]*events.Event // live events past a gap, by seq
-	open    bool                     // the last event yielded left the run running (service.Open)
+	open    bool                     // the last event yielded left the run running (sessionsvc.Open)
 	noOpen  bool                     // the lane service predates EventsRequest.Open
 	noLease bool                     // the lane service predates EventsRequest.Lease
 
@@ -321,7 +321,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	}
 	f.newest = max(f.newest, ev.Attempt)
 	f.next = max(f.next, ev.Seq+1)
-	f.open = service.Open(ev)
+	f.open = sessionsvc.Open(ev)
 	// An event says a worker runs the run: why it waited before (queued,
 	// no worker, a hand-over) is over, and a later silence learns its
 	// own reason from the next look at the store.
@@ -382,7 +382,7 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 		}
 		now := time.Now()
 		switch rep.State {
-		case service.StateUnknown:
+		case sessionsvc.StateUnknown:
 			// Confirmed by a second look: a message whose final is on its
 			// way can be between stores for a moment.
 			if f.unknownSince.IsZero() {
@@ -393,9 +393,9 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 			}
 			f.due = f.unknownSince.Add(unknownConfirm)
 			return true
-		case service.StateQueued:
+		case sessionsvc.StateQueued:
 			f.state = Wait{State: RunQueued}
-		case service.StateRunning:
+		case sessionsvc.StateRunning:
 			f.state = handOver(rep.Lease)
 		default:
 			f.state = Wait{}
@@ -422,19 +422,19 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 // final reached the stream still ends with the final its record keeps. A
 // worker that predates the field refuses it: the follower asks again
 // without it, and does not send it again.
-func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
+func (f *follower) fetch(ctx context.Context) (*sessionsvc.EventsReply, error) {
 	silence := time.Since(f.lastEvent)
 	open := f.open && !f.noOpen && silence < openFor
 	lease := f.open && !f.noLease && silence >= leaseAfter
 	data, err := f.request(ctx, open, lease)
-	if lease && service.RefusedNewField(err) {
+	if lease && sessionsvc.RefusedNewField(err) {
 		// Refused as a bad request: a worker that knows no Lease, if it
 		// takes the request without it (another bad request says nothing
 		// about Lease).
 		data, err = f.request(ctx, open, false)
 		f.noLease = err == nil
 	}
-	if open && service.RefusedNewField(err) {
+	if open && sessionsvc.RefusedNewField(err) {
 		// The same for an older worker that knows no Open either.
 		data, err = f.request(ctx, false, false)
 		f.noOpen = err == nil
@@ -442,7 +442,7 @@ func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rep service.EventsReply
+	var rep sessionsvc.EventsReply
 	if err := decodeReply(data, &rep); err != nil {
 		return nil, fmt.Errorf("malformed events reply: %w", err)
 	}
@@ -451,16 +451,16 @@ func (f *follower) fetch(ctx context.Context) (*service.EventsReply, error) {
 
 // request sends the events request for the next event on.
 func (f *follower) request(ctx context.Context, open, lease bool) ([]byte, error) {
-	body, err := json.Marshal(service.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor, Open: open, Lease: lease})
+	body, err := json.Marshal(sessionsvc.EventsRequest{Run: f.r.ID, From: f.next, After: f.cursor, Open: open, Lease: lease})
 	if err != nil {
 		return nil, err
 	}
-	return f.r.c.requestMsg(ctx, &nats.Msg{Subject: service.Subject(f.tok, service.OpEvents), Data: body}, callTimeout)
+	return f.r.c.requestMsg(ctx, &nats.Msg{Subject: sessionsvc.Subject(f.tok, sessionsvc.OpEvents), Data: body}, callTimeout)
 }
 
 // handOver is the wait a running run's lane lease shows: a hand-over when
 // its holder stopped answering or the lease lapsed, else none.
-func handOver(l *service.Lease) Wait {
+func handOver(l *sessionsvc.Lease) Wait {
 	switch {
 	case l == nil:
 	case l.Unresponsive:

@@ -22,7 +22,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // TestFollowerOrder: the rules that turn live events (a subscription that
@@ -160,7 +160,7 @@ func TestQuietCatchUpSaysOpen(t *testing.T) {
 		got = append(got, label(ev))
 		return true
 	}
-	catchUp := func() (more bool, q *service.EventsRequest, reads []string) {
+	catchUp := func() (more bool, q *sessionsvc.EventsRequest, reads []string) {
 		t.Helper()
 		drain()
 		more = f.catchUp(ctx, yield)
@@ -227,7 +227,7 @@ func TestOpenToAnOldService(t *testing.T) {
 		mu     sync.Mutex
 		bodies []string
 	)
-	sub, err := nc.Subscribe(service.Subject(tok, service.OpEvents), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(sessionsvc.Subject(tok, sessionsvc.OpEvents), func(m *nats.Msg) {
 		mu.Lock()
 		bodies = append(bodies, string(m.Data))
 		mu.Unlock()
@@ -237,11 +237,11 @@ func TestOpenToAnOldService(t *testing.T) {
 			After uint64 `json:"after,omitempty"`
 		}
 		reply := nats.NewMsg(m.Reply)
-		if err := service.DecodeRequest(m.Data, &q); err != nil {
-			reply.Header.Set(micro.ErrorCodeHeader, service.CodeBadRequest)
+		if err := sessionsvc.DecodeRequest(m.Data, &q); err != nil {
+			reply.Header.Set(micro.ErrorCodeHeader, sessionsvc.CodeBadRequest)
 			reply.Header.Set(micro.ErrorHeader, err.Error())
 		} else {
-			reply.Data, _ = msgpack.Marshal(service.EventsReply{Events: []service.StoredEvent{}, State: service.StateRunning, Next: q.After})
+			reply.Data, _ = msgpack.Marshal(sessionsvc.EventsReply{Events: []sessionsvc.StoredEvent{}, State: sessionsvc.StateRunning, Next: q.After})
 		}
 		_ = m.RespondMsg(reply)
 	})
@@ -262,7 +262,7 @@ func TestOpenToAnOldService(t *testing.T) {
 	defer f.feed.close()
 	f.next, f.cursor, f.open, f.lastEvent = 4, 9, true, time.Now() // after a running event
 	for range 2 {
-		if rep, err := f.fetch(t.Context()); err != nil || rep.State != service.StateRunning {
+		if rep, err := f.fetch(t.Context()); err != nil || rep.State != sessionsvc.StateRunning {
 			t.Fatalf("fetch from an old service: %+v, %v", rep, err)
 		}
 	}
@@ -430,11 +430,11 @@ func TestLostLiveEventsCatchUpFirst(t *testing.T) {
 // requests and the JetStream API requests the service makes for them; the
 // function it returns flushes (which delivers everything sent before) and
 // returns the last events request and the API requests since its last call.
-func spyCatchUps(t *testing.T, nc *nats.Conn, tok string) func() (q *service.EventsRequest, reads []string) {
+func spyCatchUps(t *testing.T, nc *nats.Conn, tok string) func() (q *sessionsvc.EventsRequest, reads []string) {
 	t.Helper()
 	spy := natstest.Connect(t, natsURL(nc))
 	seen := make(chan *nats.Msg, 256)
-	for _, subj := range []string{"$JS.API.>", service.Subject(tok, service.OpEvents)} {
+	for _, subj := range []string{"$JS.API.>", sessionsvc.Subject(tok, sessionsvc.OpEvents)} {
 		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func spyCatchUps(t *testing.T, nc *nats.Conn, tok string) func() (q *service.Eve
 	if err := spy.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	return func() (q *service.EventsRequest, reads []string) {
+	return func() (q *sessionsvc.EventsRequest, reads []string) {
 		if err := spy.Flush(); err != nil {
 			t.Fatal(err)
 		}
@@ -450,7 +450,7 @@ func spyCatchUps(t *testing.T, nc *nats.Conn, tok string) func() (q *service.Eve
 			select {
 			case m := <-seen:
 				if !strings.HasPrefix(m.Subject, "$JS.API.") {
-					q = &service.EventsRequest{}
+					q = &sessionsvc.EventsRequest{}
 					if err := json.Unmarshal(m.Data, q); err != nil {
 						t.Fatal(err)
 					}
@@ -513,7 +513,7 @@ func TestLeaseToAnOldService(t *testing.T) {
 		mu     sync.Mutex
 		bodies []string
 	)
-	sub, err := nc.Subscribe(service.Subject(tok, service.OpEvents), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(sessionsvc.Subject(tok, sessionsvc.OpEvents), func(m *nats.Msg) {
 		mu.Lock()
 		bodies = append(bodies, string(m.Data))
 		mu.Unlock()
@@ -524,11 +524,11 @@ func TestLeaseToAnOldService(t *testing.T) {
 			Open  bool   `json:"open,omitempty"`
 		}
 		reply := nats.NewMsg(m.Reply)
-		if err := service.DecodeRequest(m.Data, &q); err != nil {
-			reply.Header.Set(micro.ErrorCodeHeader, service.CodeBadRequest)
+		if err := sessionsvc.DecodeRequest(m.Data, &q); err != nil {
+			reply.Header.Set(micro.ErrorCodeHeader, sessionsvc.CodeBadRequest)
 			reply.Header.Set(micro.ErrorHeader, err.Error())
 		} else {
-			reply.Data, _ = msgpack.Marshal(service.EventsReply{Events: []service.StoredEvent{}, State: service.StateRunning, Next: q.After})
+			reply.Data, _ = msgpack.Marshal(sessionsvc.EventsReply{Events: []sessionsvc.StoredEvent{}, State: sessionsvc.StateRunning, Next: q.After})
 		}
 		_ = m.RespondMsg(reply)
 	})
@@ -547,7 +547,7 @@ func TestLeaseToAnOldService(t *testing.T) {
 	defer f.feed.close()
 	f.next, f.cursor, f.open, f.lastEvent = 4, 9, true, time.Now().Add(-3*time.Second) // a silence after a running event
 	for range 2 {
-		if rep, err := f.fetch(t.Context()); err != nil || rep.State != service.StateRunning {
+		if rep, err := f.fetch(t.Context()); err != nil || rep.State != sessionsvc.StateRunning {
 			t.Fatalf("fetch from an old service: %+v, %v", rep, err)
 		}
 	}

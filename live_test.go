@@ -15,7 +15,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // playWorker publishes the events from..to that a worker would for run of
@@ -52,7 +52,7 @@ func countRequests(t *testing.T, nc *nats.Conn, session string) func() int64 {
 	t.Helper()
 	tok, _ := events.KeyToken(session)
 	seen := make(chan *nats.Msg, 1024)
-	sub, err := nc.ChanSubscribe(service.Subject(tok, service.OpEvents), seen)
+	sub, err := nc.ChanSubscribe(sessionsvc.Subject(tok, sessionsvc.OpEvents), seen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/internal/backoff"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // Operations for operators. Backlog is a session's (its sender and viewers
@@ -25,9 +25,9 @@ var ErrNotFound = errors.New("lanefleet: not found")
 
 // Backlog says what waits on a session's lane: the messages after its last
 // committed turn, the oldest of them and the worker holding the lane.
-func (c *Client) Backlog(ctx context.Context, session string) (service.BacklogReply, error) {
-	var rep service.BacklogReply
-	err := c.call(ctx, session, service.OpBacklog, nil, &rep)
+func (c *Client) Backlog(ctx context.Context, session string) (sessionsvc.BacklogReply, error) {
+	var rep sessionsvc.BacklogReply
+	err := c.call(ctx, session, sessionsvc.OpBacklog, nil, &rep)
 	return rep, err
 }
 
@@ -109,7 +109,7 @@ func (c *Client) admin(ctx context.Context, op string, req, v any, retry bool) e
 			}
 			return nil
 		}
-		var se *service.Error
+		var se *sessionsvc.Error
 		switch {
 		case ctx.Err() != nil:
 			return fmt.Errorf("lanefleet: %s: %w", op, context.Cause(ctx))

@@ -3,7 +3,7 @@ package lanefleet
 import (
 	"testing"
 
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // FuzzDecodeReply: whatever answers on a lane service subject, the client's
@@ -14,11 +14,11 @@ func FuzzDecodeReply(f *testing.F) {
 	f.Add([]byte{0x81, 0xa1, 'e', 0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0x80})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var h service.HistoryReply
+		var h sessionsvc.HistoryReply
 		_ = decodeReply(data, &h)
-		var e service.EventsReply
+		var e sessionsvc.EventsReply
 		_ = decodeReply(data, &e)
-		var s service.SettingsReply
+		var s sessionsvc.SettingsReply
 		_ = decodeReply(data, &s)
 	})
 }

@@ -12,8 +12,8 @@
 //	auth.reset   clear a profile's cooldowns across the fleet
 //
 // A session's own backlog is the lane service's backlog op
-// (lanes/service), which a session's sender and viewers may ask for.
-// Requests are JSON (at most service.MaxRequestBytes), replies msgpack,
+// (lanes/sessionsvc), which a session's sender and viewers may ask for.
+// Requests are JSON (at most sessionsvc.MaxRequestBytes), replies msgpack,
 // errors micro error replies with the lane service's codes and
 // CodeNotFound. Every worker answers from the same fleet state, except
 // auth.status, whose profiles are the answering worker's configuration.
@@ -33,7 +33,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/internal/microsvc"
 	"github.com/lanefleet/lanefleet/kvstore"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // Defaults.
@@ -76,7 +76,7 @@ type Service struct {
 	nc      *nats.Conn
 	cfg     Config
 	log     zerolog.Logger
-	replies *service.Replier
+	replies *sessionsvc.Replier
 }
 
 type handlerFunc func(ctx context.Context, data []byte) (any, error)
@@ -100,7 +100,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 		Log:           cfg.Logger,
 		MaxConcurrent: MaxConcurrent,
 	})
-	s.replies = &service.Replier{NC: nc, Log: cfg.Logger, Name: "admin service", Inflight: s.svc.Calls, Guard: s.svc.Guard, Timeout: RequestTimeout}
+	s.replies = &sessionsvc.Replier{NC: nc, Log: cfg.Logger, Name: "admin service", Inflight: s.svc.Calls, Guard: s.svc.Guard, Timeout: RequestTimeout}
 	ops := map[string]handlerFunc{OpSessions: s.sessions, OpDeadList: s.deadList, OpDeadShow: s.deadShow,
 		OpDeadReplay: s.deadReplay, OpDeadPurge: s.deadPurge, OpAuthStatus: s.authStatus, OpAuthReset: s.authReset}
 	var eps []microsvc.Endpoint
@@ -122,20 +122,20 @@ func (s *Service) Stop() error {
 // handler answers each request in its own goroutine, at most MaxConcurrent
 // at once (the requests behind wait in the endpoint's subscription).
 func (s *Service) handler(op string, h handlerFunc) micro.Handler {
-	return s.replies.Handler(op, func(ctx context.Context, q *service.Request) (any, error) { return h(ctx, q.Data) })
+	return s.replies.Handler(op, func(ctx context.Context, q *sessionsvc.Request) (any, error) { return h(ctx, q.Data) })
 }
 
 func badRequest(format string, args ...any) error {
-	return &service.Error{Code: service.CodeBadRequest, Description: fmt.Sprintf(format, args...)}
+	return &sessionsvc.Error{Code: sessionsvc.CodeBadRequest, Description: fmt.Sprintf(format, args...)}
 }
 
 func notFound(format string, args ...any) error {
-	return &service.Error{Code: CodeNotFound, Description: fmt.Sprintf(format, args...)}
+	return &sessionsvc.Error{Code: CodeNotFound, Description: fmt.Sprintf(format, args...)}
 }
 
 // decode reads a request body into v (JSON, bounded, no unknown fields).
 func decode(data []byte, v any) error {
-	if err := service.DecodeRequest(data, v); err != nil {
+	if err := sessionsvc.DecodeRequest(data, v); err != nil {
 		return badRequest("%v", err)
 	}
 	return nil
@@ -160,7 +160,7 @@ func (s *Service) authStatus(_ context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	if s.cfg.Auth == nil {
-		return nil, &service.Error{Code: service.CodeUnavailable, Description: "this worker serves no auth profiles"}
+		return nil, &sessionsvc.Error{Code: sessionsvc.CodeUnavailable, Description: "this worker serves no auth profiles"}
 	}
 	now := s.cfg.Now()
 	profiles, good := s.cfg.Auth.Status(now)
@@ -180,7 +180,7 @@ func (s *Service) authReset(ctx context.Context, data []byte) (any, error) {
 		return nil, badRequest("profile is required")
 	}
 	if s.cfg.Auth == nil {
-		return nil, &service.Error{Code: service.CodeUnavailable, Description: "this worker serves no auth profiles"}
+		return nil, &sessionsvc.Error{Code: sessionsvc.CodeUnavailable, Description: "this worker serves no auth profiles"}
 	}
 	cleared, ok, err := s.cfg.Auth.Reset(ctx, q.Profile)
 	switch {

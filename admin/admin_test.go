@@ -22,7 +22,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/permission"
 )
 
@@ -63,7 +63,7 @@ func setup(t *testing.T, auth admin.AuthBook) *bundle {
 
 // request asks op with body (a JSON-encodable value or raw bytes) and
 // decodes the reply into v, or returns the service's error.
-func (b *bundle) request(t *testing.T, op string, body, v any) *service.Error {
+func (b *bundle) request(t *testing.T, op string, body, v any) *sessionsvc.Error {
 	t.Helper()
 	var data []byte
 	switch x := body.(type) {
@@ -78,7 +78,7 @@ func (b *bundle) request(t *testing.T, op string, body, v any) *service.Error {
 		t.Fatalf("%s: %v", op, err)
 	}
 	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return &service.Error{Code: code, Description: msg.Header.Get(micro.ErrorHeader)}
+		return &sessionsvc.Error{Code: code, Description: msg.Header.Get(micro.ErrorHeader)}
 	}
 	if err := msgpack.Unmarshal(msg.Data, v); err != nil {
 		t.Fatalf("%s: decode: %v", op, err)
@@ -276,17 +276,17 @@ func TestHostileRequests(t *testing.T) {
 		{admin.OpDeadReplay, `{"all":true,"reason":"poison"}`, "exactly one"},
 		{admin.OpDeadPurge, `{"all":true,"keep":true}`, "keep applies"},
 		{admin.OpAuthReset, `{}`, "profile is required"},
-		{admin.OpSessions, strings.Repeat(" ", service.MaxRequestBytes+1), "larger than"},
+		{admin.OpSessions, strings.Repeat(" ", sessionsvc.MaxRequestBytes+1), "larger than"},
 	} {
 		var v any
 		err := b.request(t, c.op, c.body, &v)
-		if err == nil || err.Code != service.CodeBadRequest || !strings.Contains(err.Description, c.want) {
+		if err == nil || err.Code != sessionsvc.CodeBadRequest || !strings.Contains(err.Description, c.want) {
 			t.Errorf("%s %s: %v, want 400 %q", c.op, clipBody(c.body), err, c.want)
 		}
 	}
 	// No auth book: the auth ops say so.
 	var st admin.AuthStatusReply
-	if err := b.request(t, admin.OpAuthStatus, nil, &st); err == nil || err.Code != service.CodeUnavailable {
+	if err := b.request(t, admin.OpAuthStatus, nil, &st); err == nil || err.Code != sessionsvc.CodeUnavailable {
 		t.Fatalf("auth status without profiles: %v", err)
 	}
 }
@@ -393,7 +393,7 @@ func TestRequestsBounded(t *testing.T) {
 			}
 			want := map[string]int{"": n}
 			if stop {
-				want = map[string]int{"": admin.MaxConcurrent, service.CodeUnavailable: n - admin.MaxConcurrent}
+				want = map[string]int{"": admin.MaxConcurrent, sessionsvc.CodeUnavailable: n - admin.MaxConcurrent}
 			}
 			if !maps.Equal(codes, want) {
 				t.Fatalf("replies by error code %v, want %v", codes, want)

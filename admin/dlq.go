@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // showFraming is what a dlq.show reply carries besides the data: the
@@ -233,7 +233,7 @@ func (s *Service) deadReplay(ctx context.Context, data []byte) (any, error) {
 
 func (s *Service) replayOne(ctx context.Context, seq uint64, keep bool) (Replayed, string, error) {
 	raw, err := s.getDead(ctx, seq)
-	var se *service.Error
+	var se *sessionsvc.Error
 	if errors.As(err, &se) && se.Code == CodeNotFound {
 		return Replayed{}, "no such dead letter", nil
 	}

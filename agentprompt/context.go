@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // The workspace files OpenClaw injects into the system prompt, in its order.
@@ -162,7 +162,7 @@ func LoadContextFiles(workspace string, opts ContextOptions) ([]ContextFile, []W
 			if marker == "" {
 				break
 			}
-			remaining -= jstext.Len(marker)
+			remaining -= ecmatext.Len(marker)
 			files = append(files, ContextFile{Name: name, Path: path, Content: marker, Missing: true})
 			continue
 		}
@@ -184,7 +184,7 @@ func LoadContextFiles(workspace string, opts ContextOptions) ([]ContextFile, []W
 		if truncated {
 			warns = append(warns, Warning{path, fmt.Sprintf("context file is %d characters (limit %d); truncated in the prompt", originalLen, fileMax)})
 		}
-		remaining -= jstext.Len(within)
+		remaining -= ecmatext.Len(within)
 		files = append(files, ContextFile{Name: name, Path: path, Content: within, Truncated: truncated})
 	}
 	return files, warns
@@ -210,14 +210,14 @@ func sameFileSeen(seen []os.FileInfo, fi os.FileInfo) bool {
 // keeps the whole content as the "tail" when maxChars < 5 (slice(-0)); here
 // that tail is empty.
 func trimContextFile(content, fileName string, maxChars int) (string, int, bool) {
-	content = jstext.TrimEnd(content)
-	n := jstext.Len(content)
+	content = ecmatext.TrimEnd(content)
+	n := ecmatext.Len(content)
 	if n <= maxChars {
 		return content, n, false
 	}
 	headChars := int(float64(maxChars) * headRatio)
 	tailChars := int(float64(maxChars) * tailRatio)
-	head := jstext.Prefix(content, headChars)
+	head := ecmatext.Prefix(content, headChars)
 	tail := suffix(content, n, tailChars)
 	marker := fmt.Sprintf("\n[...truncated, read %s for full content...]\n…(truncated %s: kept %d+%d chars of %d)…\n",
 		fileName, fileName, headChars, tailChars, n)
@@ -230,8 +230,8 @@ func suffix(s string, n, m int) string {
 	if m <= 0 {
 		return ""
 	}
-	i := jstext.ByteOffset(s, n-m)
-	if jstext.Len(s[i:]) > m {
+	i := ecmatext.ByteOffset(s, n-m)
+	if ecmatext.Len(s[i:]) > m {
 		// ByteOffset moved back to the start of a pair; skip the pair.
 		_, size := utf8.DecodeRuneInString(s[i:])
 		i += size
@@ -245,13 +245,13 @@ func clampToBudget(content string, budget int) string {
 	if budget <= 0 {
 		return ""
 	}
-	if jstext.Len(content) <= budget {
+	if ecmatext.Len(content) <= budget {
 		return content
 	}
 	if budget <= 3 {
-		return jstext.Prefix(content, budget)
+		return ecmatext.Prefix(content, budget)
 	}
-	return jstext.Prefix(content, budget-1) + "…"
+	return ecmatext.Prefix(content, budget-1) + "…"
 }
 
 // projectContext renders the context files as OpenClaw's "# Project

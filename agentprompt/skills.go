@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // Limits of the Agent Skills specification (agentskills.io), as pi checks
@@ -184,7 +184,7 @@ func loadSkill(root *os.Root, dir, name string) (Skill, []Warning, bool) {
 	}
 	s := Skill{
 		Name:                   fields["name"],
-		Description:            jstext.Trim(fields["description"]),
+		Description:            ecmatext.Trim(fields["description"]),
 		Path:                   path,
 		BaseDir:                filepath.Join(dir, name),
 		DisableModelInvocation: isTrue(fields["disable-model-invocation"]),
@@ -213,7 +213,7 @@ func validateSkill(name, dirName, description string) []string {
 	if name != dirName {
 		problems = append(problems, fmt.Sprintf("name %q does not match its directory %q", name, dirName))
 	}
-	if n := jstext.Len(name); n > MaxSkillNameLen {
+	if n := ecmatext.Len(name); n > MaxSkillNameLen {
 		problems = append(problems, fmt.Sprintf("name is %d characters long (limit %d)", n, MaxSkillNameLen))
 	}
 	if strings.ContainsFunc(name, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' }) {
@@ -227,7 +227,7 @@ func validateSkill(name, dirName, description string) []string {
 	}
 	if description == "" {
 		problems = append(problems, "description is missing")
-	} else if n := jstext.Len(description); n > MaxSkillDescriptionLen {
+	} else if n := ecmatext.Len(description); n > MaxSkillDescriptionLen {
 		problems = append(problems, fmt.Sprintf("description is %d characters long (limit %d)", n, MaxSkillDescriptionLen))
 	}
 	return problems

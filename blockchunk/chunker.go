@@ -4,7 +4,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // BreakPreference says where the chunker prefers to cut a block.
@@ -80,7 +80,7 @@ func (c *Chunker) Append(text string) {
 		c.ascii = true
 	}
 	c.data = append(c.data, text...)
-	n, ascii := jstext.LenASCII(text)
+	n, ascii := ecmatext.LenASCII(text)
 	c.n += n
 	c.ascii = c.ascii && ascii
 }
@@ -99,7 +99,7 @@ func (c *Chunker) HasBuffered() bool { return len(c.data) > 0 }
 
 func (c *Chunker) set(s string) {
 	c.buf = s
-	c.n, c.ascii = jstext.LenASCII(s)
+	c.n, c.ascii = ecmatext.LenASCII(s)
 }
 
 // offsets returns the offset table of the current buffer.
@@ -142,7 +142,7 @@ func (c *Chunker) Drain(force bool, emit func(block string)) {
 		return
 	}
 	if force && c.n <= maxChars {
-		if !jstext.IsBlank(c.buf) {
+		if !ecmatext.IsBlank(c.buf) {
 			emit(c.buf)
 		}
 		c.set("")
@@ -193,7 +193,7 @@ func (c *Chunker) drainParagraphs(emit func(string), maxChars int) {
 	for c.buf != "" {
 		c.spans = parseFences(c.buf, c.spans)
 		idx, length := nextParagraphBreak(c.buf, c.spans)
-		if idx < 0 || jstext.Len(c.buf[:idx]) > maxChars {
+		if idx < 0 || ecmatext.Len(c.buf[:idx]) > maxChars {
 			if c.n >= maxChars {
 				if br := c.pick(1); br.index > 0 {
 					c.emitBreak(br, emit)
@@ -202,7 +202,7 @@ func (c *Chunker) drainParagraphs(emit func(string), maxChars int) {
 			}
 			return
 		}
-		if chunk := c.buf[:idx]; !jstext.IsBlank(chunk) {
+		if chunk := c.buf[:idx]; !ecmatext.IsBlank(chunk) {
 			emit(chunk)
 		}
 		c.set(stripLeadingNewlines(c.buf[idx+length:]))
@@ -246,8 +246,8 @@ func (c *Chunker) emitBreak(br brk, emit func(string)) bool {
 		return false
 	}
 	chunk := c.buf[:idx]
-	if jstext.IsBlank(chunk) {
-		c.set(jstext.TrimStart(stripLeadingNewlines(c.buf[idx:])))
+	if ecmatext.IsBlank(chunk) {
+		c.set(ecmatext.TrimStart(stripLeadingNewlines(c.buf[idx:])))
 		return false
 	}
 	if f := br.fence; f != nil {
@@ -274,7 +274,7 @@ func (c *Chunker) emitBreak(br brk, emit func(string)) bool {
 	emit(chunk)
 	next := idx
 	if idx < len(c.buf) {
-		if r, size := utf8.DecodeRuneInString(c.buf[idx:]); jstext.IsSpace(r) {
+		if r, size := utf8.DecodeRuneInString(c.buf[idx:]); ecmatext.IsSpace(r) {
 			next += size
 		}
 	}
@@ -325,7 +325,7 @@ func (c *Chunker) pick(minOverride int) brk {
 		if off.at(i) < minChars {
 			break
 		}
-		if jstext.IsSpace(r) && safeBreak(spans, i) {
+		if ecmatext.IsSpace(r) && safeBreak(spans, i) {
 			return brk{index: i}
 		}
 	}
@@ -443,7 +443,7 @@ func sentenceBreak(text string, spans []fence, off offsets, minChars int) int {
 			continue
 		}
 		if i+1 < len(text) {
-			if r, _ := utf8.DecodeRuneInString(text[i+1:]); !jstext.IsSpace(r) {
+			if r, _ := utf8.DecodeRuneInString(text[i+1:]); !ecmatext.IsSpace(r) {
 				continue
 			}
 		}

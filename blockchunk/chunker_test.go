@@ -8,7 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 func drainAll(c *Chunker, force bool) []string {
@@ -190,7 +190,7 @@ func TestDefaultConfig(t *testing.T) {
 // squeeze removes whitespace, which the chunker may drop at cuts.
 func squeeze(s string) string {
 	return strings.Map(func(r rune) rune {
-		if jstext.IsSpace(r) || unicode.IsSpace(r) {
+		if ecmatext.IsSpace(r) || unicode.IsSpace(r) {
 			return -1
 		}
 		return r
@@ -237,8 +237,8 @@ func FuzzChunker(f *testing.F) {
 					body = trimmed[:nl]
 				}
 			}
-			if jstext.Len(body) > limit {
-				t.Fatalf("block of %d units over the limit %d: %q", jstext.Len(body), limit, b)
+			if ecmatext.Len(body) > limit {
+				t.Fatalf("block of %d units over the limit %d: %q", ecmatext.Len(body), limit, b)
 			}
 		}
 		rest := input

@@ -3,7 +3,7 @@ package blockchunk
 import (
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // isASCII reports whether s has only ASCII bytes.
@@ -39,7 +39,7 @@ func newOffsets(s string, scratch []int32) offsets {
 			t[i+k] = n
 		}
 		i += size
-		n += int32(jstext.RuneLen(r))
+		n += int32(ecmatext.RuneLen(r))
 	}
 	t[len(s)] = n
 	return offsets{u16: t}

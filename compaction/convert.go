@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
@@ -112,7 +112,7 @@ func exitCode(v any) (string, bool) {
 	case int:
 		return strconv.Itoa(n), true
 	case float64:
-		return string(jstext.AppendJSON(nil, n)), true
+		return string(ecmatext.AppendJSON(nil, n)), true
 	}
 	return "", false
 }

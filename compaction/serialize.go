@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -121,7 +121,7 @@ func toolCallText(bl *message.Block) string {
 		}
 		buf = append(buf, k...)
 		buf = append(buf, '=')
-		buf = jstext.AppendJSON(buf, bl.Arguments[k])
+		buf = ecmatext.AppendJSON(buf, bl.Arguments[k])
 	}
 	return string(append(buf, ')'))
 }

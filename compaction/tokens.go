@@ -4,7 +4,7 @@ import (
 	"math"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sessionfile"
 )
@@ -184,5 +184,5 @@ func argsJSON(args map[string]any) string {
 	if args == nil {
 		return "{}"
 	}
-	return string(jstext.AppendJSON(nil, args))
+	return string(ecmatext.AppendJSON(nil, args))
 }

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/internal/conformance"
-	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -145,16 +145,16 @@ func TestConformance(t *testing.T) {
 		case "constants":
 			got = map[string]any{
 				"defaultSuffix":                TruncationNotice,
-				"defaultSuffixUtf16Length":     jstext.Len(TruncationNotice),
+				"defaultSuffixUtf16Length":     ecmatext.Len(TruncationNotice),
 				"persistenceSuffix":            PersistenceNotice,
-				"persistenceSuffixUtf16Length": jstext.Len(PersistenceNotice),
+				"persistenceSuffixUtf16Length": ecmatext.Len(PersistenceNotice),
 				"hardMaxChars":                 HardMaxToolResultChars,
 				"minKeepChars":                 MinKeepChars,
 			}
 		case "truncateText":
 			out, cut := TruncateText(in.Text, in.MaxChars, opts)
-			if jstext.Len(out) != cut.Output {
-				t.Errorf("output length %d, reported %d", jstext.Len(out), cut.Output)
+			if ecmatext.Len(out) != cut.Output {
+				t.Errorf("output length %d, reported %d", ecmatext.Len(out), cut.Output)
 			}
 			if w, ok := want.(map[string]any); ok {
 				if _, ok := w["keptEndsWithNewline"]; ok {

@@ -4,7 +4,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -136,7 +136,7 @@ func guardContext(msgs []message.Message, contextTokens int, est []int, res *Con
 			// The bare notice: no newline before it.
 			nt = strings.TrimPrefix(ContextNotice, "\n")
 			o.Outcome = OutcomeNoticeOnly
-		case jstext.Len(text) <= b.SingleToolResult:
+		case ecmatext.Len(text) <= b.SingleToolResult:
 			nt = text
 		default:
 			var kept int
@@ -157,7 +157,7 @@ func guardContext(msgs []message.Message, contextTokens int, est []int, res *Con
 	if total > b.Context {
 		need := total - b.Context
 		freed := 0
-		placeholder := jstext.Len(CompactedPlaceholder)
+		placeholder := ecmatext.Len(CompactedPlaceholder)
 		for i, m := range out {
 			if freed >= need {
 				break
@@ -185,13 +185,13 @@ func guardContext(msgs []message.Message, contextTokens int, est []int, res *Con
 // cutForContext cuts text to budget units including ContextNotice; the cut
 // moves back to the last newline when it lies beyond 70 % of the body.
 func cutForContext(text string, budget int) (string, int) {
-	body := max(0, budget-jstext.Len(ContextNotice))
+	body := max(0, budget-ecmatext.Len(ContextNotice))
 	cut := body
-	if nl := jstext.LastIndexByte(text, '\n', body); nl >= 0 && float64(nl) > newlineCutThreshold*float64(body) {
+	if nl := ecmatext.LastIndexByte(text, '\n', body); nl >= 0 && float64(nl) > newlineCutThreshold*float64(body) {
 		cut = nl
 	}
-	p := jstext.Prefix(text, cut)
-	kept := jstext.Len(p)
+	p := ecmatext.Prefix(text, cut)
+	kept := ecmatext.Len(p)
 	return p + ContextNotice, kept
 }
 
@@ -229,7 +229,7 @@ func EstimateChars(m message.Message) int {
 		for _, b := range toolContent(m).Blocks {
 			switch b.Type {
 			case message.BlockText:
-				n += jstext.Len(b.Text)
+				n += ecmatext.Len(b.Text)
 			case message.BlockImage:
 				n += imageChars
 			default:
@@ -239,7 +239,7 @@ func EstimateChars(m message.Message) int {
 		switch d := details(m).(type) {
 		case nil:
 		case string:
-			n += jstext.Len(d)
+			n += ecmatext.Len(d)
 		default:
 			n += jsonLen(d)
 		}
@@ -249,7 +249,7 @@ func EstimateChars(m message.Message) int {
 		for _, b := range m.Content.Blocks {
 			switch b.Type {
 			case message.BlockText:
-				n += jstext.Len(b.Text)
+				n += ecmatext.Len(b.Text)
 			case message.BlockImage:
 				n += imageChars
 			default:
@@ -262,9 +262,9 @@ func EstimateChars(m message.Message) int {
 		for _, b := range m.Content.Blocks {
 			switch b.Type {
 			case message.BlockText:
-				n += jstext.Len(b.Text)
+				n += ecmatext.Len(b.Text)
 			case message.BlockThinking:
-				n += jstext.Len(b.Thinking)
+				n += ecmatext.Len(b.Thinking)
 			case message.BlockToolCall:
 				if b.Arguments != nil {
 					n += jsonLen(b.Arguments)
@@ -285,8 +285,8 @@ func EstimateChars(m message.Message) int {
 func jsonLen(v any) int {
 	var buf [128]byte
 	n := 0
-	for _, r := range string(jstext.AppendJSON(buf[:0], v)) {
-		n += jstext.RuneLen(r)
+	for _, r := range string(ecmatext.AppendJSON(buf[:0], v)) {
+		n += ecmatext.RuneLen(r)
 	}
 	return n
 }

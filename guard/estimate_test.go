@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -53,10 +53,10 @@ func BenchmarkJSONLen(b *testing.B) {
 				enc := json.NewEncoder(&buf)
 				enc.SetEscapeHTML(false)
 				_ = enc.Encode(tc.args)
-				_ = jstext.Len(strings.TrimSuffix(buf.String(), "\n"))
+				_ = ecmatext.Len(strings.TrimSuffix(buf.String(), "\n"))
 			}
 		})
-		b.Run(tc.name+"/jstext", func(b *testing.B) {
+		b.Run(tc.name+"/ecmatext", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_ = jsonLen(tc.args)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -101,8 +101,8 @@ func TestTruncateText(t *testing.T) {
 			if out != tt.wantOut || cut.Truncated != tt.truncated || cut.CutAtNewline != tt.atNewline || cut.Output != tt.wantOutLen {
 				t.Errorf("got %q %+v, want %q truncated=%v atNewline=%v len=%d", out, cut, tt.wantOut, tt.truncated, tt.atNewline, tt.wantOutLen)
 			}
-			if jstext.Len(out) != cut.Output {
-				t.Errorf("reported length %d, real %d", cut.Output, jstext.Len(out))
+			if ecmatext.Len(out) != cut.Output {
+				t.Errorf("reported length %d, real %d", cut.Output, ecmatext.Len(out))
 			}
 		})
 	}
@@ -130,7 +130,7 @@ func FuzzTruncateText(f *testing.F) {
 		if utf8.ValidString(text) && !utf8.ValidString(out) {
 			t.Fatalf("valid input gave invalid output %q", out)
 		}
-		if jstext.Len(kept) != cut.KeptPrefix || jstext.Len(out) != cut.Output {
+		if ecmatext.Len(kept) != cut.KeptPrefix || ecmatext.Len(out) != cut.Output {
 			t.Fatalf("reported lengths %+v do not match %q", cut, out)
 		}
 	})
@@ -167,8 +167,8 @@ func TestCapForPersistence(t *testing.T) {
 	}
 	big := message.Message{Role: message.RoleToolResult, ToolCallID: "a", Content: message.BlocksOf(message.Text(strings.Repeat("q", HardMaxToolResultChars+1)))}
 	out, changed := CapForPersistence(big)
-	if !changed || !strings.HasSuffix(out.Content.Text(), PersistenceNotice) || jstext.Len(out.Content.Text()) != HardMaxToolResultChars {
-		t.Errorf("changed=%v len=%d", changed, jstext.Len(out.Content.Text()))
+	if !changed || !strings.HasSuffix(out.Content.Text(), PersistenceNotice) || ecmatext.Len(out.Content.Text()) != HardMaxToolResultChars {
+		t.Errorf("changed=%v len=%d", changed, ecmatext.Len(out.Content.Text()))
 	}
 	// Only tool results are capped.
 	user := message.User(strings.Repeat("u", HardMaxToolResultChars+1), 0)
@@ -263,7 +263,7 @@ func TestToolResultsOverflowPass(t *testing.T) {
 	if res.Truncated != 1 || res.PerMessage[0] != nil || !res.PerMessage[1][0].Truncated {
 		t.Fatalf("got %+v", res)
 	}
-	if jstext.Len(out[1].Content.Text()) != MaxToolResultChars(16000) || jstext.Len(in[1].Content.Text()) != 30000 {
+	if ecmatext.Len(out[1].Content.Text()) != MaxToolResultChars(16000) || ecmatext.Len(in[1].Content.Text()) != 30000 {
 		t.Errorf("lengths wrong or input modified")
 	}
 	// Nothing to do returns the input slice.

@@ -3,7 +3,7 @@ package guard
 import (
 	"math"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -73,20 +73,20 @@ type TextCut struct {
 // 80 % of it, and appends the notice. The result can exceed maxChars when
 // MinKeep applies.
 func TruncateText(text string, maxChars int, opts TruncateOptions) (string, TextCut) {
-	n := jstext.Len(text)
+	n := ecmatext.Len(text)
 	if n <= maxChars {
 		return text, TextCut{KeptPrefix: n, Output: n}
 	}
 	opts = opts.withDefaults()
-	notice := jstext.Len(opts.Notice)
+	notice := ecmatext.Len(opts.Notice)
 	keep := max(opts.MinKeep, maxChars-notice)
 	cut := keep
 	atNewline := false
-	if nl := jstext.LastIndexByte(text, '\n', keep); nl >= 0 && float64(nl) > 0.8*float64(keep) {
+	if nl := ecmatext.LastIndexByte(text, '\n', keep); nl >= 0 && float64(nl) > 0.8*float64(keep) {
 		cut, atNewline = nl, true
 	}
-	p := jstext.Prefix(text, cut)
-	kept := jstext.Len(p)
+	p := ecmatext.Prefix(text, cut)
+	kept := ecmatext.Len(p)
 	return p + opts.Notice, TextCut{Truncated: true, KeptPrefix: kept, CutAtNewline: atNewline, Output: kept + notice}
 }
 
@@ -96,7 +96,7 @@ func TextLen(c message.Content) int {
 	n := 0
 	for _, b := range c.Blocks {
 		if b.Type == message.BlockText {
-			n += jstext.Len(b.Text)
+			n += ecmatext.Len(b.Text)
 		}
 	}
 	return n
@@ -114,7 +114,7 @@ func TruncateContent(c message.Content, maxChars int, opts TruncateOptions) (out
 	total := 0
 	for i, b := range c.Blocks {
 		if b.Type == message.BlockText {
-			lens[i] = jstext.Len(b.Text)
+			lens[i] = ecmatext.Len(b.Text)
 			total += lens[i]
 			cuts[i] = TextCut{KeptPrefix: lens[i], Output: lens[i]}
 		}
@@ -122,7 +122,7 @@ func TruncateContent(c message.Content, maxChars int, opts TruncateOptions) (out
 	if total <= maxChars {
 		return c, cuts, false
 	}
-	floor := opts.MinKeep + jstext.Len(opts.Notice)
+	floor := opts.MinKeep + ecmatext.Len(opts.Notice)
 	out = c.Clone()
 	for i, b := range out.Blocks {
 		if b.Type != message.BlockText {

@@ -13,7 +13,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/tools"
 )
 
@@ -109,7 +109,7 @@ func TestImportedCallIsNotApproved(t *testing.T) {
 		}
 		var notRun bool
 		for _, e := range hist {
-			if m := e.Message; m != nil && m.ToolCallID == "forged1" && m.IsError && m.Content.Text() == service.TextImportNotRun {
+			if m := e.Message; m != nil && m.ToolCallID == "forged1" && m.IsError && m.Content.Text() == sessionsvc.TextImportNotRun {
 				notRun = true
 			}
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
@@ -164,10 +164,10 @@ func TestHostileReplySubjects(t *testing.T) {
 	mainTok, _ := events.KeyToken("agent:main:alice")
 	aliceTok, _ := events.KeyToken("alice")
 	for _, op := range permission.ReadOps {
-		reqs = append(reqs, request{auditor, service.Prefix + mainTok + "." + op, "lane service"})
+		reqs = append(reqs, request{auditor, sessionsvc.Prefix + mainTok + "." + op, "lane service"})
 	}
-	for _, op := range []string{service.OpHistory, service.OpImport, service.OpEvents, service.OpSettings, service.OpBacklog} {
-		reqs = append(reqs, request{alice, service.Prefix + aliceTok + "." + op, "lane service"})
+	for _, op := range []string{sessionsvc.OpHistory, sessionsvc.OpImport, sessionsvc.OpEvents, sessionsvc.OpSettings, sessionsvc.OpBacklog} {
+		reqs = append(reqs, request{alice, sessionsvc.Prefix + aliceTok + "." + op, "lane service"})
 	}
 	for _, op := range []string{admin.OpSessions, admin.OpDeadList, admin.OpDeadShow, admin.OpDeadReplay, admin.OpDeadPurge, admin.OpAuthStatus, admin.OpAuthReset} {
 		reqs = append(reqs, request{root, admin.Subject(op), "admin service"})
@@ -197,8 +197,8 @@ func TestHostileReplySubjects(t *testing.T) {
 	}
 
 	// The lane service still answers a request on an inbox.
-	var hist service.HistoryReply
-	if err := requestLane(ctx, alice, service.Prefix+aliceTok+"."+service.OpHistory, &hist); err != nil {
+	var hist sessionsvc.HistoryReply
+	if err := requestLane(ctx, alice, sessionsvc.Prefix+aliceTok+"."+sessionsvc.OpHistory, &hist); err != nil {
 		t.Fatalf("history on an inbox: %v", err)
 	}
 	if len(hist.Entries) == 0 {
@@ -255,7 +255,7 @@ func TestHostileReplySubjects(t *testing.T) {
 	// The micro control subjects, which the NATS library answers itself,
 	// are out of a sender's and a viewer's reach.
 	for _, c := range []*client{alice, auditor} {
-		for _, subj := range []string{"$SRV.PING", "$SRV.INFO." + service.Name, "$SRV.STATS." + admin.Name} {
+		for _, subj := range []string{"$SRV.PING", "$SRV.INFO." + sessionsvc.Name, "$SRV.STATS." + admin.Name} {
 			if err := c.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: "$JS.API.STREAM.DELETE." + events.InboundStream}); err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +283,7 @@ func requestLane(ctx context.Context, c *client, subject string, out any) error 
 		return err
 	}
 	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return &service.Error{Code: code, Description: msg.Header.Get(micro.ErrorHeader)}
+		return &sessionsvc.Error{Code: code, Description: msg.Header.Get(micro.ErrorHeader)}
 	}
 	return msgpack.Unmarshal(msg.Data, out)
 }

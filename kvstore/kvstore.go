@@ -1,4 +1,4 @@
-// Package kvstore is the NATS adapter for Lanefleet's per-lane state: one
+// Package kvstore is the lane store: the NATS adapter for Lanefleet's per-lane state: one
 // JetStream KV bucket ("lanes") holding, for every lane token T,
 //
 //	T.lease      the owner's lease (per-key TTL; its revision is the fencing token)

@@ -3,7 +3,7 @@ package message
 import (
 	"slices"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // pi writes a session line with JSON.stringify: keys in the order its code
@@ -138,9 +138,9 @@ func appendOrdered(b []byte, o obj, keys []string, child func(b []byte, k string
 }
 
 // appendValue appends a generic value as JSON.stringify would (objects
-// whose key order was not kept with sorted keys): jstext's emulation, the
+// whose key order was not kept with sorted keys): ecmatext's emulation, the
 // module's one.
-func appendValue(b []byte, v any) []byte { return jstext.AppendJSON(b, v) }
+func appendValue(b []byte, v any) []byte { return ecmatext.AppendJSON(b, v) }
 
 // appendString quotes s as JSON.stringify does.
-func appendString(b []byte, s string) []byte { return jstext.AppendJSON(b, s) }
+func appendString(b []byte, s string) []byte { return ecmatext.AppendJSON(b, s) }

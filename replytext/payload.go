@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -105,13 +105,13 @@ func BuildPayloads(in PayloadInput) []Payload {
 
 	rawErr := ""
 	if errored {
-		rawErr = jstext.Trim(last.ErrorMessage)
+		rawErr = ecmatext.Trim(last.ErrorMessage)
 	}
 	repeatsError := func(text string) bool {
 		if !errored {
 			return false
 		}
-		t := jstext.Trim(text)
+		t := ecmatext.Trim(text)
 		if t == "" {
 			return false
 		}
@@ -187,7 +187,7 @@ func BuildPayloads(in PayloadInput) []Payload {
 				}
 				dup := false
 				for _, it := range items {
-					if jstext.Trim(it.Text) == text {
+					if ecmatext.Trim(it.Text) == text {
 						dup = true
 						break
 					}
@@ -206,7 +206,7 @@ func BuildPayloads(in PayloadInput) []Payload {
 	out := make([]Payload, 0, len(items))
 	for _, it := range items {
 		p := Payload{
-			Text:           jstext.Trim(it.Text),
+			Text:           ecmatext.Trim(it.Text),
 			MediaURLs:      it.MediaURLs,
 			ReplyToID:      it.ReplyToID,
 			ReplyToTag:     it.ReplyToTag,
@@ -235,7 +235,7 @@ func BuildPayloads(in PayloadInput) []Payload {
 // "Error: " or HTTP status prefix) and returns a fingerprint of its type and
 // message, or "" when text is not one.
 func apiErrorFingerprint(text string) string {
-	t := jstext.Trim(text)
+	t := ecmatext.Trim(text)
 	i := strings.IndexByte(t, '{')
 	if i < 0 || !strings.HasSuffix(t, "}") || i > 32 {
 		return ""

@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // Text event types of an assistant message stream.
@@ -98,7 +98,7 @@ func (s *Stream) Add(eventType, delta, content string) (chunk, visibleDelta stri
 		visibleDelta = s.strip.Write(chunk)
 		s.visible.WriteString(visibleDelta)
 	}
-	next := jstext.Trim(s.visible.String())
+	next := ecmatext.Trim(s.visible.String())
 	if len(next) <= len(s.published) || !strings.HasPrefix(next, s.published) {
 		return chunk, visibleDelta, Update{}, false
 	}
@@ -118,7 +118,7 @@ const SilentToken = "NO_REPLY"
 
 // IsSilent reports whether text is exactly the silent token, optionally
 // surrounded by whitespace. Text that merely ends with it is a real reply.
-func IsSilent(text string) bool { return jstext.Trim(text) == SilentToken }
+func IsSilent(text string) bool { return ecmatext.Trim(text) == SilentToken }
 
 // BlockFilter cleans block replies before they are sent: it strips
 // reasoning and <final> tags statefully across blocks, removes downgraded
@@ -150,7 +150,7 @@ func (f *BlockFilter) Reset() {
 // false when the chunk must be skipped.
 func (f *BlockFilter) Filter(chunk string) (string, bool) {
 	f.tags.EnforceFinal = f.EnforceFinal
-	out := jstext.TrimEnd(StripDowngradedToolCallText(f.tags.Strip(chunk)))
+	out := ecmatext.TrimEnd(StripDowngradedToolCallText(f.tags.Strip(chunk)))
 	if out == "" || out == f.last {
 		return "", false
 	}

@@ -3,7 +3,7 @@ package replytext
 import (
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // thinkingNames are the reasoning tags whose content is hidden.
@@ -92,7 +92,7 @@ func skipJSSpace(s string, i int) int {
 			return i
 		}
 		r, size := decodeRune(s[i:])
-		if !jstext.IsSpace(r) {
+		if !ecmatext.IsSpace(r) {
 			return i
 		}
 		i += size

@@ -5,7 +5,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // isEmoji reports whether r is an emoji or emoji modifier the comparison
@@ -35,7 +35,7 @@ func NormalizeForComparison(s string) string {
 		if isEmoji(r) {
 			continue
 		}
-		if jstext.IsSpace(r) || unicode.IsSpace(r) {
+		if ecmatext.IsSpace(r) || unicode.IsSpace(r) {
 			space = true
 			continue
 		}
@@ -56,11 +56,11 @@ const DuplicateMinChars = 10
 // result) duplicates a text already sent through a messaging tool: both at
 // least DuplicateMinChars long and one contains the other.
 func IsMessagingDuplicate(normalized string, sentNormalized []string) bool {
-	if jstext.Len(normalized) < DuplicateMinChars {
+	if ecmatext.Len(normalized) < DuplicateMinChars {
 		return false
 	}
 	for _, s := range sentNormalized {
-		if jstext.Len(s) < DuplicateMinChars {
+		if ecmatext.Len(s) < DuplicateMinChars {
 			continue
 		}
 		if strings.Contains(normalized, s) || strings.Contains(s, normalized) {

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // ToolEnd is one finished tool execution, as the tool-error memory sees it.
@@ -138,7 +138,7 @@ func ActionFingerprint(name string, args map[string]any, meta string) string {
 	}
 	// Meta often carries volatile details ("12 chars"): only a call
 	// without a target argument is told apart by it.
-	if m := strings.ToLower(strings.Join(strings.FieldsFunc(meta, jstext.IsSpace), " ")); m != "" && !target {
+	if m := strings.ToLower(strings.Join(strings.FieldsFunc(meta, ecmatext.IsSpace), " ")); m != "" && !target {
 		parts = append(parts, "meta="+m)
 	}
 	return strings.Join(parts, "|")
@@ -153,8 +153,8 @@ func actionOf(args map[string]any) (string, bool) {
 	}
 	var b strings.Builder
 	sep := false
-	for _, r := range strings.ToLower(jstext.Trim(s)) {
-		if r == '-' || jstext.IsSpace(r) {
+	for _, r := range strings.ToLower(ecmatext.Trim(s)) {
+		if r == '-' || ecmatext.IsSpace(r) {
 			sep = true
 			continue
 		}
@@ -175,7 +175,7 @@ func actionOf(args map[string]any) (string, bool) {
 func fingerprintValue(v any) (string, bool) {
 	switch x := v.(type) {
 	case string:
-		s := strings.ToLower(jstext.Trim(x))
+		s := strings.ToLower(ecmatext.Trim(x))
 		return s, s != ""
 	case bool:
 		return strconv.FormatBool(x), true

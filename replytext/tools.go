@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // Caps on tool output carried in events.
@@ -22,10 +22,10 @@ const (
 // TruncateToolText caps a tool-result text at ToolResultMaxChars UTF-16
 // units, adding ToolTruncatedSuffix when it cut.
 func TruncateToolText(s string) string {
-	if jstext.Len(s) <= ToolResultMaxChars {
+	if ecmatext.Len(s) <= ToolResultMaxChars {
 		return s
 	}
-	return jstext.Prefix(s, ToolResultMaxChars) + ToolTruncatedSuffix
+	return ecmatext.Prefix(s, ToolResultMaxChars) + ToolTruncatedSuffix
 }
 
 // SanitizeToolResult returns a copy of a JSON-shaped tool result
@@ -68,7 +68,7 @@ func SanitizeToolResult(result any) any {
 			c := copyMap(entry)
 			delete(c, "data")
 			if data, ok := entry["data"].(string); ok && data != "" {
-				c["bytes"] = jstext.Len(data)
+				c["bytes"] = ecmatext.Len(data)
 			} else {
 				delete(c, "bytes")
 			}
@@ -96,16 +96,16 @@ var crlf = regexp.MustCompile(`\r?\n`)
 // only, capped at ToolErrorMaxChars UTF-16 units with "…". It reports false
 // when nothing is left.
 func ToolErrorText(text string) (string, bool) {
-	t := jstext.Trim(text)
+	t := ecmatext.Trim(text)
 	if t == "" {
 		return "", false
 	}
-	first := jstext.Trim(crlf.Split(t, 2)[0])
+	first := ecmatext.Trim(crlf.Split(t, 2)[0])
 	if first == "" {
 		return "", false
 	}
-	if jstext.Len(first) > ToolErrorMaxChars {
-		return jstext.Prefix(first, ToolErrorMaxChars) + "…", true
+	if ecmatext.Len(first) > ToolErrorMaxChars {
+		return ecmatext.Prefix(first, ToolErrorMaxChars) + "…", true
 	}
 	return first, true
 }
@@ -191,7 +191,7 @@ func toolResultText(rec map[string]any) string {
 			continue
 		}
 		if s, ok := entry["text"].(string); ok {
-			if t := jstext.Trim(s); t != "" {
+			if t := ecmatext.Trim(s); t != "" {
 				parts = append(parts, t)
 			}
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -23,7 +23,7 @@ func TestTruncateToolText(t *testing.T) {
 	// Emoji count two units; the cut never splits one.
 	got := TruncateToolText("a" + strings.Repeat("😀", 4000))
 	if got != "a"+strings.Repeat("😀", 3999)+ToolTruncatedSuffix {
-		t.Errorf("emoji cut: %d units", jstext.Len(got))
+		t.Errorf("emoji cut: %d units", ecmatext.Len(got))
 	}
 }
 
@@ -41,8 +41,8 @@ func TestSanitizeToolResult(t *testing.T) {
 	out := SanitizeToolResult(in).(map[string]any)
 	c := out["content"].([]any)
 	// Text capped.
-	if txt := c[0].(map[string]any)["text"].(string); !strings.HasSuffix(txt, ToolTruncatedSuffix) || jstext.Len(txt) != 8000+jstext.Len(ToolTruncatedSuffix) {
-		t.Errorf("text not capped: %d", jstext.Len(txt))
+	if txt := c[0].(map[string]any)["text"].(string); !strings.HasSuffix(txt, ToolTruncatedSuffix) || ecmatext.Len(txt) != 8000+ecmatext.Len(ToolTruncatedSuffix) {
+		t.Errorf("text not capped: %d", ecmatext.Len(txt))
 	}
 	// Image data replaced by its size and an omitted flag.
 	if want := (map[string]any{"type": "image", "mimeType": "image/png", "bytes": 4, "omitted": true}); !reflect.DeepEqual(c[1], want) {

@@ -7,9 +7,9 @@ import (
 	"unsafe"
 
 	"github.com/lanefleet/lanefleet/compaction"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/internal/bytelru"
-	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/sanitize"
 	"github.com/lanefleet/lanefleet/sessionfile"
@@ -160,11 +160,11 @@ func (sc *sessionContext) add(entries []message.Entry) {
 		for _, b := range m.Content.Blocks {
 			sc.text += len(b.Text) + len(b.Thinking) + len(b.Data)
 			if b.Arguments != nil {
-				sc.text += len(jstext.AppendJSON(nil, b.Arguments))
+				sc.text += len(ecmatext.AppendJSON(nil, b.Arguments))
 			}
 		}
 		if m.Details != nil {
-			sc.text += len(jstext.AppendJSON(nil, m.Details))
+			sc.text += len(ecmatext.AppendJSON(nil, m.Details))
 		}
 	}
 }

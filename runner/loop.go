@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/guard"
-	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
@@ -333,8 +333,8 @@ func firstLine(s string) string {
 
 // clipQuote quotes s, bounded to n UTF-16 units.
 func clipQuote(s string, n int) string {
-	if jstext.Len(s) > n {
-		s = jstext.Prefix(s, n) + "…"
+	if ecmatext.Len(s) > n {
+		s = ecmatext.Prefix(s, n) + "…"
 	}
 	return strconv.Quote(s)
 }

@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/guard"
-	"github.com/lanefleet/lanefleet/jstext"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/replytext"
@@ -226,10 +226,10 @@ func waitingCalls(calls []message.Block) string {
 
 // shortID bounds an id or name quoted in a refusal.
 func shortID(s string) string {
-	if jstext.Len(s) <= 64 {
+	if ecmatext.Len(s) <= 64 {
 		return s
 	}
-	return jstext.Prefix(s, 64) + "…"
+	return ecmatext.Prefix(s, 64) + "…"
 }
 
 // addToolResults adds the answers to the session's pending tool calls

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -242,8 +242,8 @@ func interSessionPrefix(m *message.Message) string {
 		{"sourceChannel", "sourceChannel"},
 		{"sourceTool", "sourceTool"},
 	} {
-		if s, ok := p[f.key].(string); ok && jstext.Trim(s) != "" {
-			b.WriteString(" " + f.label + "=" + jstext.Trim(s))
+		if s, ok := p[f.key].(string); ok && ecmatext.Trim(s) != "" {
+			b.WriteString(" " + f.label + "=" + ecmatext.Trim(s))
 		}
 	}
 	return b.String()
@@ -363,7 +363,7 @@ func sanitizeContent(msgs []message.Message, pol Policy, lim ImageLimits, now in
 }
 
 func blankText(b message.Block) bool {
-	return b.Type == message.BlockText && jstext.Trim(b.Text) == ""
+	return b.Type == message.BlockText && ecmatext.Trim(b.Text) == ""
 }
 
 func dropThinkingBlocks(msgs []message.Message, inPlace bool) ([]message.Message, bool) {
@@ -418,7 +418,7 @@ func messageTime(m *message.Message) (int64, bool) {
 		return 0, false
 	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.000Z0700", "2006-01-02T15:04:05", "2006-01-02"} {
-		if t, err := time.Parse(layout, jstext.Trim(s)); err == nil {
+		if t, err := time.Parse(layout, ecmatext.Trim(s)); err == nil {
 			return t.UnixMilli(), true
 		}
 	}

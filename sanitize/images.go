@@ -22,7 +22,7 @@ import (
 	_ "golang.org/x/image/tiff"
 	_ "golang.org/x/image/webp"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -86,9 +86,9 @@ func ResizeGrid(maxSide, sideStart int) (sides, qualities []int) {
 // base64 (non-empty, a multiple of four long, [A-Za-z0-9+/] with at most two
 // trailing '='), and false otherwise. URL-safe base64 is rejected.
 func CanonicalBase64(s string) (string, bool) {
-	if strings.IndexFunc(s, jstext.IsSpace) >= 0 {
+	if strings.IndexFunc(s, ecmatext.IsSpace) >= 0 {
 		s = strings.Map(func(r rune) rune {
-			if jstext.IsSpace(r) {
+			if ecmatext.IsSpace(r) {
 				return -1
 			}
 			return r
@@ -214,7 +214,7 @@ func SanitizeImageBlocks(blocks []message.Block, label string, lim ImageLimits) 
 }
 
 func sanitizeImage(b *message.Block, label string, lim ImageLimits) (message.Block, bool) {
-	if jstext.Trim(b.Data) == "" {
+	if ecmatext.Trim(b.Data) == "" {
 		return message.Text(fmt.Sprintf("[%s] omitted empty image payload", label)), true
 	}
 	data, ok := CanonicalBase64(b.Data)

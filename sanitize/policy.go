@@ -3,7 +3,7 @@ package sanitize
 import (
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // Mode is how thoroughly assistant messages are sanitised.
@@ -74,7 +74,7 @@ var providerAliases = map[string]string{
 // and with the reference's aliases resolved ("z.ai" → "zai", "bedrock" →
 // "amazon-bedrock", …).
 func NormalizeProvider(provider string) string {
-	p := strings.ToLower(jstext.Trim(provider))
+	p := strings.ToLower(ecmatext.Trim(provider))
 	if a, ok := providerAliases[p]; ok {
 		return a
 	}

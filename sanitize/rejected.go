@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -20,7 +20,7 @@ func TrimCallNames(m *message.Message) bool {
 			continue
 		}
 		if name, ok := callName(b); ok {
-			if t := jstext.Trim(name); t != name {
+			if t := ecmatext.Trim(name); t != name {
 				setCallName(b, t)
 				changed = true
 			}
@@ -29,7 +29,7 @@ func TrimCallNames(m *message.Message) bool {
 	return changed
 }
 
-// Bounds of a rejected call's note (in UTF-16 units, as jstext counts).
+// Bounds of a rejected call's note (in UTF-16 units, as ecmatext counts).
 const (
 	noteNameMax   = 64
 	noteArgsMax   = 500
@@ -116,7 +116,7 @@ func rejected(b *message.Block) string {
 	switch id, ok := callID(b); {
 	case !hasCallInput(b):
 		return "it has no arguments"
-	case !ok || jstext.Trim(id) == "":
+	case !ok || ecmatext.Trim(id) == "":
 		return "it has no call id"
 	}
 	return "its name is not a tool name (1-64 of A-Z a-z 0-9 _ -)"
@@ -158,8 +158,8 @@ func rejectedNote(b *message.Block, why, result string) string {
 
 // clip bounds s to n UTF-16 units, marking a cut with "…".
 func clip(s string, n int) string {
-	if jstext.Len(s) <= n {
+	if ecmatext.Len(s) <= n {
 		return s
 	}
-	return jstext.Prefix(s, n) + "…"
+	return ecmatext.Prefix(s, n) + "…"
 }

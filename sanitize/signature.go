@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -25,9 +25,9 @@ func ValidBase64Signature(v any) bool {
 	if !ok {
 		return false
 	}
-	if strings.IndexFunc(s, jstext.IsSpace) >= 0 {
+	if strings.IndexFunc(s, ecmatext.IsSpace) >= 0 {
 		s = strings.Map(func(r rune) rune {
-			if jstext.IsSpace(r) {
+			if ecmatext.IsSpace(r) {
 				return -1
 			}
 			return r
@@ -123,7 +123,7 @@ func isOpenAIReasoningSignature(sig any) bool {
 	var obj map[string]any
 	switch s := sig.(type) {
 	case string:
-		t := jstext.Trim(s)
+		t := ecmatext.Trim(s)
 		if !strings.HasPrefix(t, "{") || json.Unmarshal([]byte(t), &obj) != nil {
 			return false
 		}

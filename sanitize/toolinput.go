@@ -3,7 +3,7 @@ package sanitize
 import (
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -40,7 +40,7 @@ type allowSet map[string]struct{}
 func newAllowSet(names []string) allowSet {
 	s := make(allowSet, len(names))
 	for _, n := range names {
-		if t := strings.ToLower(jstext.Trim(n)); t != "" {
+		if t := strings.ToLower(ecmatext.Trim(n)); t != "" {
 			s[t] = struct{}{}
 		}
 	}
@@ -125,14 +125,14 @@ func checkCall(b *message.Block, allow allowSet) (keep bool, trimmed string) {
 		return false, ""
 	}
 	id, ok := callID(b)
-	if !ok || jstext.Trim(id) == "" {
+	if !ok || ecmatext.Trim(id) == "" {
 		return false, ""
 	}
 	name, ok := callName(b)
 	if !ok {
 		return false, ""
 	}
-	t := jstext.Trim(name)
+	t := ecmatext.Trim(name)
 	if !validToolName(t) {
 		return false, ""
 	}

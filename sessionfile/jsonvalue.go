@@ -7,7 +7,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // parseJSON decodes one JSON value into the generic form message.EntryFromMap
@@ -36,7 +36,7 @@ type parser struct {
 	data []byte
 	pos  int
 	buf  []byte // scratch for strings with escapes
-	// ordered makes objects *jstext.Object and numbers jstext.Number,
+	// ordered makes objects *ecmatext.Object and numbers ecmatext.Number,
 	// keeping what JavaScript's JSON.stringify needs to write a line back.
 	ordered bool
 }
@@ -97,9 +97,9 @@ func (p *parser) literal(lit string) error {
 func (p *parser) object(depth int) (any, error) {
 	p.pos++ // {
 	var m map[string]any
-	var o *jstext.Object
+	var o *ecmatext.Object
 	if p.ordered {
-		o = &jstext.Object{}
+		o = &ecmatext.Object{}
 	} else {
 		m = make(map[string]any, 8)
 	}
@@ -390,7 +390,7 @@ func (p *parser) number() (any, error) {
 	p.pos = i
 	lit := string(d[start:i])
 	if p.ordered {
-		return jstext.Number(lit), nil
+		return ecmatext.Number(lit), nil
 	}
 	if integer {
 		if n, err := strconv.ParseInt(lit, 10, 64); err == nil {

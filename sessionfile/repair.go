@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // RepairResult is the outcome of Repair. Repair never fails: what went wrong
@@ -197,7 +197,7 @@ func repairContent(data []byte) (out []byte, dropped int, reason string) {
 func isBlank(line []byte) bool {
 	for len(line) > 0 {
 		r, n := utf8.DecodeRune(line)
-		if !jstext.IsSpace(r) {
+		if !ecmatext.IsSpace(r) {
 			return false
 		}
 		line = line[n:]
@@ -218,7 +218,7 @@ func isHeader(line []byte) bool {
 }
 
 // stringify writes the JSON value of line as JavaScript's
-// JSON.stringify(JSON.parse(line)) would (jstext.AppendJSON of the value
+// JSON.stringify(JSON.parse(line)) would (ecmatext.AppendJSON of the value
 // read in key order, numbers as literals). It fails on anything JSON.parse
 // rejects.
 func stringify(w *bytes.Buffer, line []byte) error {
@@ -231,6 +231,6 @@ func stringify(w *bytes.Buffer, line []byte) error {
 	if p.pos != len(p.data) {
 		return errors.New("trailing data after JSON value")
 	}
-	w.Write(jstext.AppendJSON(w.AvailableBuffer(), v))
+	w.Write(ecmatext.AppendJSON(w.AvailableBuffer(), v))
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // TestJSONOutputIsCamelCase: every type the commands print as JSON names
@@ -45,7 +45,7 @@ func TestJSONOutputIsCamelCase(t *testing.T) {
 		}
 	}
 	for _, v := range []any{admin.SessionsReply{}, admin.DeadListReply{}, admin.DeadLetter{}, admin.DeadReplayReply{},
-		admin.DeadPurgeReply{}, admin.AuthStatusReply{}, admin.AuthResetReply{}, service.BacklogReply{}, lanefleet.ActiveRun{}} {
+		admin.DeadPurgeReply{}, admin.AuthStatusReply{}, admin.AuthResetReply{}, sessionsvc.BacklogReply{}, lanefleet.ActiveRun{}} {
 		ty := reflect.TypeOf(v)
 		walk(ty.String(), ty)
 	}

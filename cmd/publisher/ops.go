@@ -16,7 +16,7 @@ import (
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // The operators' commands. backlog is a session's own (its sender may ask);
@@ -133,7 +133,7 @@ func backlogCommand(c *common) *cobra.Command {
 
 // holderText says who holds a session's lane, as backlog prints it: the
 // holder, unless it stopped answering or its lease lapsed.
-func holderText(b service.BacklogReply, now time.Time) string {
+func holderText(b sessionsvc.BacklogReply, now time.Time) string {
 	l := b.Lease
 	switch {
 	case l != nil && l.Lapsed:

@@ -14,7 +14,7 @@ import (
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // TestConventionalCLI: help and version exit 0, a wrong command line exits
@@ -253,13 +253,13 @@ func TestHolderTexts(t *testing.T) {
 	if err != nil || out.String() != want {
 		t.Errorf("runs:\n%s\nwant\n%s", out.String(), want)
 	}
-	held := service.BacklogReply{Holder: "w2", HeldSince: now.Add(-time.Minute).UnixMilli()}
+	held := sessionsvc.BacklogReply{Holder: "w2", HeldSince: now.Add(-time.Minute).UnixMilli()}
 	for _, c := range []struct {
-		lease *service.Lease
+		lease *sessionsvc.Lease
 		want  string
 	}{
-		{&service.Lease{Worker: "w2", RenewedAgoMs: 3000, LapsesInMs: 27000}, "; lane held by w2 for 1m0s"},
-		{&service.Lease{Worker: "w2", RenewedAgoMs: 17000, LapsesInMs: 13000, Unresponsive: true},
+		{&sessionsvc.Lease{Worker: "w2", RenewedAgoMs: 3000, LapsesInMs: 27000}, "; lane held by w2 for 1m0s"},
+		{&sessionsvc.Lease{Worker: "w2", RenewedAgoMs: 17000, LapsesInMs: 13000, Unresponsive: true},
 			"; lane held by w2 for 1m0s, but it stopped answering: its lease was not renewed for 17s and lapses within 13s, then another worker takes the lane"},
 	} {
 		held.Lease = c.lease

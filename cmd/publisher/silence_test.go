@@ -22,7 +22,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/runner"
 )
 
@@ -162,7 +162,7 @@ func TestFollowShowsHandOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.Serve(nc, service.Config{Lanes: l, Inbound: streams.Inbound, Events: streams.Events})
+	svc, err := sessionsvc.Serve(nc, sessionsvc.Config{Lanes: l, Inbound: streams.Inbound, Events: streams.Events})
 	if err != nil {
 		t.Fatal(err)
 	}

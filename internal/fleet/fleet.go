@@ -45,7 +45,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/metrics"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/local"
@@ -404,7 +404,7 @@ func (m *Member) Run(ctx context.Context) error {
 	defer m.bg.Wait() // the registry writes of the last turns, before the close
 	// The lane service answers clients' reads of their sessions while the
 	// member runs lanes.
-	svc, err := service.Serve(m.Conn, service.Config{Lanes: m.Lanes, Inbound: m.Streams.Inbound, Events: m.Streams.Events,
+	svc, err := sessionsvc.Serve(m.Conn, sessionsvc.Config{Lanes: m.Lanes, Inbound: m.Streams.Inbound, Events: m.Streams.Events,
 		Worker: m.Worker.ID(), Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("fleet: lane service: %w", err)

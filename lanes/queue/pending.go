@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 // Item is one queued message.
@@ -119,12 +119,12 @@ const SummaryLineMax = 160
 // collapsed to one space, trimmed, and elided to SummaryLineMax UTF-16 units
 // with a trailing "…".
 func SummaryLine(text string) string {
-	cleaned := strings.Join(strings.FieldsFunc(text, jstext.IsSpace), " ")
-	if jstext.Len(cleaned) <= SummaryLineMax {
+	cleaned := strings.Join(strings.FieldsFunc(text, ecmatext.IsSpace), " ")
+	if ecmatext.Len(cleaned) <= SummaryLineMax {
 		return cleaned
 	}
-	cut := jstext.Prefix(cleaned, SummaryLineMax-1)
-	return strings.TrimRightFunc(cut, jstext.IsSpace) + "…"
+	cut := ecmatext.Prefix(cleaned, SummaryLineMax-1)
+	return strings.TrimRightFunc(cut, ecmatext.IsSpace) + "…"
 }
 
 // CollectTitle heads a collected prompt.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 )
 
 var t0 = time.UnixMilli(1750000000000)
@@ -61,7 +61,7 @@ func TestSummaryLine(t *testing.T) {
 	// Emoji count two units and are never split.
 	got := SummaryLine(strings.Repeat("😀", 81))
 	if got != strings.Repeat("😀", 79)+"…" {
-		t.Errorf("emoji: %q (%d units)", got, jstext.Len(got))
+		t.Errorf("emoji: %q (%d units)", got, ecmatext.Len(got))
 	}
 	// Whitespace before the cut is trimmed before the ellipsis.
 	if got := SummaryLine(strings.Repeat("x", 158) + " yyy"); got != strings.Repeat("x", 158)+"…" {

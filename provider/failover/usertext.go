@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/lanefleet/lanefleet/jstext"
+	"github.com/lanefleet/lanefleet/ecmatext"
 	"github.com/lanefleet/lanefleet/provider"
 )
 
@@ -218,7 +218,7 @@ func parseAPIErrorInfo(raw string) (apiErrorInfo, bool) {
 // truncateUnits cuts s after n UTF-16 code units (the reference counts in
 // JavaScript string units) and appends "…"; it never splits a character.
 func truncateUnits(s string, n int) string {
-	p := jstext.Prefix(s, n)
+	p := ecmatext.Prefix(s, n)
 	if len(p) == len(s) {
 		return s
 	}

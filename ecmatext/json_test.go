@@ -1,4 +1,4 @@
-package jstext
+package ecmatext
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package service_test
+package sessionsvc_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/internal/inflight"
 	"github.com/lanefleet/lanefleet/internal/natstest"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // TestReplier: what a Replier's handler answers for each way a request can
@@ -27,19 +27,19 @@ func TestReplier(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
 	g := inflight.New(2)
-	r := &service.Replier{NC: nc, Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.Disabled), Name: "test service",
+	r := &sessionsvc.Replier{NC: nc, Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.Disabled), Name: "test service",
 		Inflight: g, Timeout: time.Minute}
-	answers := map[string]func(ctx context.Context, q *service.Request) (any, error){
-		"value": func(_ context.Context, q *service.Request) (any, error) {
+	answers := map[string]func(ctx context.Context, q *sessionsvc.Request) (any, error){
+		"value": func(_ context.Context, q *sessionsvc.Request) (any, error) {
 			return map[string]string{"got": string(q.Data)}, nil
 		},
-		"coded": func(context.Context, *service.Request) (any, error) {
-			return nil, &service.Error{Code: service.CodeBadRequest, Description: "no\nsuch"}
+		"coded": func(context.Context, *sessionsvc.Request) (any, error) {
+			return nil, &sessionsvc.Error{Code: sessionsvc.CodeBadRequest, Description: "no\nsuch"}
 		},
-		"plain":    func(context.Context, *service.Request) (any, error) { return nil, errors.New("store down") },
-		"panics":   func(context.Context, *service.Request) (any, error) { panic("boom") },
-		"badvalue": func(context.Context, *service.Request) (any, error) { return func() {}, nil },
-		"deadline": func(ctx context.Context, _ *service.Request) (any, error) {
+		"plain":    func(context.Context, *sessionsvc.Request) (any, error) { return nil, errors.New("store down") },
+		"panics":   func(context.Context, *sessionsvc.Request) (any, error) { panic("boom") },
+		"badvalue": func(context.Context, *sessionsvc.Request) (any, error) { return func() {}, nil },
+		"deadline": func(ctx context.Context, _ *sessionsvc.Request) (any, error) {
 			_, ok := ctx.Deadline()
 			return ok, nil
 		},
@@ -71,10 +71,10 @@ func TestReplier(t *testing.T) {
 		op, code, desc, value string
 	}{
 		{"value", "", "", `map[got:hi]`},
-		{"coded", service.CodeBadRequest, "no such", ""},
-		{"plain", service.CodeUnavailable, "store down", ""},
-		{"panics", service.CodeInternal, "internal error", ""},
-		{"badvalue", service.CodeInternal, "", ""},
+		{"coded", sessionsvc.CodeBadRequest, "no such", ""},
+		{"plain", sessionsvc.CodeUnavailable, "store down", ""},
+		{"panics", sessionsvc.CodeInternal, "internal error", ""},
+		{"badvalue", sessionsvc.CodeInternal, "", ""},
 		{"deadline", "", "", "true"},
 	}
 	for _, tt := range tests {
@@ -99,8 +99,8 @@ func TestReplier(t *testing.T) {
 	if err := g.Stop(nil, nil); err != nil { // stopping: micro still routes, the group refuses
 		t.Fatal(err)
 	}
-	if code := ask("value").Header.Get(micro.ErrorCodeHeader); code != service.CodeUnavailable {
-		t.Errorf("while stopping: code %q, want %q", code, service.CodeUnavailable)
+	if code := ask("value").Header.Get(micro.ErrorCodeHeader); code != sessionsvc.CodeUnavailable {
+		t.Errorf("while stopping: code %q, want %q", code, sessionsvc.CodeUnavailable)
 	}
 	_ = svc.Stop()
 }

@@ -1,4 +1,4 @@
-// Package service is the lane service every worker serves: a NATS micro
+// Package sessionsvc is the lane service every worker serves: a NATS micro
 // service (Name, queue group QueueGroup) that answers a session's reads and
 // its import on agent.svc.<lane token>.<op>:
 //
@@ -14,7 +14,7 @@
 // no access to the JetStream API or the buckets. Requests are bounded
 // (MaxRequestBytes) and validated; failures are micro error replies with a
 // Code. Replies are msgpack (the wire types of this package).
-package service
+package sessionsvc
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package service_test
+package sessionsvc_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
-	"github.com/lanefleet/lanefleet/lanes/service"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -32,7 +32,7 @@ type bundle struct {
 	js      jetstream.JetStream
 	lanes   *kvstore.Lanes
 	streams *lanes.Streams
-	svc     *service.Service
+	svc     *sessionsvc.Service
 	ctx     context.Context
 }
 
@@ -61,7 +61,7 @@ func setup(t *testing.T, maxPayload int32) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.Serve(nc, service.Config{Lanes: l, Inbound: streams.Inbound, Events: streams.Events, Worker: "w1",
+	svc, err := sessionsvc.Serve(nc, sessionsvc.Config{Lanes: l, Inbound: streams.Inbound, Events: streams.Events, Worker: "w1",
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func setup(t *testing.T, maxPayload int32) *bundle {
 
 // request sends body to op of token's lane and decodes the reply into v,
 // or returns the service's error.
-func (b *bundle) request(t *testing.T, token, op string, body any, v any) *service.Error {
+func (b *bundle) request(t *testing.T, token, op string, body any, v any) *sessionsvc.Error {
 	t.Helper()
 	var data []byte
 	switch x := body.(type) {
@@ -87,12 +87,12 @@ func (b *bundle) request(t *testing.T, token, op string, body any, v any) *servi
 			t.Fatal(err)
 		}
 	}
-	msg, err := b.nc.RequestWithContext(b.ctx, service.Subject(token, op), data)
+	msg, err := b.nc.RequestWithContext(b.ctx, sessionsvc.Subject(token, op), data)
 	if err != nil {
 		t.Fatalf("%s %s: %v", token, op, err)
 	}
 	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return &service.Error{Code: code, Description: msg.Header.Get(micro.ErrorHeader)}
+		return &sessionsvc.Error{Code: code, Description: msg.Header.Get(micro.ErrorHeader)}
 	}
 	if err := msgpack.Unmarshal(msg.Data, v); err != nil {
 		t.Fatalf("%s %s: decode reply: %v", token, op, err)
@@ -168,12 +168,12 @@ func TestHistoryPages(t *testing.T) {
 		got   []message.Entry
 		pages int
 		split bool
-		q     service.HistoryRequest
+		q     sessionsvc.HistoryRequest
 		sid   string
 	)
 	for {
-		var page service.HistoryReply
-		if err := b.request(t, "paged", service.OpHistory, q, &page); err != nil {
+		var page sessionsvc.HistoryReply
+		if err := b.request(t, "paged", sessionsvc.OpHistory, q, &page); err != nil {
 			t.Fatal(err)
 		}
 		pages++
@@ -187,7 +187,7 @@ func TestHistoryPages(t *testing.T) {
 		if !page.More {
 			break
 		}
-		q = service.HistoryRequest{From: page.Next, Skip: page.Skip}
+		q = sessionsvc.HistoryRequest{From: page.Next, Skip: page.Skip}
 		if pages > 50 {
 			t.Fatal("no end of pages")
 		}
@@ -202,8 +202,8 @@ func TestHistoryPages(t *testing.T) {
 		t.Fatalf("entry content changed: %v", got[0].Fields)
 	}
 	// An empty lane has an empty transcript.
-	var empty service.HistoryReply
-	if err := b.request(t, "nobody", service.OpHistory, nil, &empty); err != nil || len(empty.Entries) != 0 || empty.More {
+	var empty sessionsvc.HistoryReply
+	if err := b.request(t, "nobody", sessionsvc.OpHistory, nil, &empty); err != nil || len(empty.Entries) != 0 || empty.More {
 		t.Fatalf("empty lane: %+v, %v", empty, err)
 	}
 }
@@ -222,7 +222,7 @@ func TestEventsCatchUp(t *testing.T) {
 		b.publishEvent(t, tok, &events.Event{RunID: "40", SessionKey: tok, Seq: seq, Stream: events.StreamAssistant}, false)
 		b.publishEvent(t, "other", &events.Event{RunID: "41", SessionKey: "other", Seq: seq, Stream: events.StreamAssistant}, false)
 	}
-	decode := func(rep service.EventsReply) (seqs []uint64) {
+	decode := func(rep sessionsvc.EventsReply) (seqs []uint64) {
 		for _, se := range rep.Events {
 			ev, err := events.DecodeEvent(se.ContentType(), se.Data)
 			if err != nil {
@@ -235,17 +235,17 @@ func TestEventsCatchUp(t *testing.T) {
 		}
 		return seqs
 	}
-	var rep service.EventsReply
-	if err := b.request(t, tok, service.OpEvents, service.EventsRequest{Run: "41"}, &rep); err != nil {
+	var rep sessionsvc.EventsReply
+	if err := b.request(t, tok, sessionsvc.OpEvents, sessionsvc.EventsRequest{Run: "41"}, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(decode(rep)); got != "[1 2 3 4 5]" || rep.State != service.StateRunning || rep.More {
+	if got := fmt.Sprint(decode(rep)); got != "[1 2 3 4 5]" || rep.State != sessionsvc.StateRunning || rep.More {
 		t.Fatalf("from 1: %s, state %s, more %v", got, rep.State, rep.More)
 	}
 	cursor := rep.Next
 	// From a seq: only what the caller has not seen.
-	rep = service.EventsReply{}
-	if err := b.request(t, tok, service.OpEvents, service.EventsRequest{Run: "41", From: 4}, &rep); err != nil {
+	rep = sessionsvc.EventsReply{}
+	if err := b.request(t, tok, sessionsvc.OpEvents, sessionsvc.EventsRequest{Run: "41", From: 4}, &rep); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(decode(rep)); got != "[4 5]" {
@@ -255,11 +255,11 @@ func TestEventsCatchUp(t *testing.T) {
 	b.publishEvent(t, tok, &events.Event{RunID: "41", SessionKey: tok, Seq: 6, Attempt: 1, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseEnd}}, false)
 	b.publishEvent(t, tok, &events.Event{RunID: "41", SessionKey: tok, Seq: 7, Attempt: 1, Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{Payloads: []events.Payload{{Text: "done"}}}}}, true)
 	b.publishEvent(t, tok, &events.Event{RunID: "41", SessionKey: tok, Seq: 8, Attempt: 1, Stream: events.StreamAssistant}, false) // after the final: never returned
-	rep = service.EventsReply{}
-	if err := b.request(t, tok, service.OpEvents, service.EventsRequest{Run: "41", From: 6, After: cursor}, &rep); err != nil {
+	rep = sessionsvc.EventsReply{}
+	if err := b.request(t, tok, sessionsvc.OpEvents, sessionsvc.EventsRequest{Run: "41", From: 6, After: cursor}, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(decode(rep)); got != "[6 7]" || rep.State != service.StateDone || !rep.Events[1].JSON {
+	if got := fmt.Sprint(decode(rep)); got != "[6 7]" || rep.State != sessionsvc.StateDone || !rep.Events[1].JSON {
 		t.Fatalf("after the cursor: %s, state %s", got, rep.State)
 	}
 }
@@ -277,11 +277,11 @@ func TestEventsBatches(t *testing.T) {
 	var (
 		got     uint64
 		replies int
-		q       = service.EventsRequest{Run: "9"}
+		q       = sessionsvc.EventsRequest{Run: "9"}
 	)
 	for {
-		var rep service.EventsReply
-		if err := b.request(t, "long", service.OpEvents, q, &rep); err != nil {
+		var rep sessionsvc.EventsReply
+		if err := b.request(t, "long", sessionsvc.OpEvents, q, &rep); err != nil {
 			t.Fatal(err)
 		}
 		replies++
@@ -295,7 +295,7 @@ func TestEventsBatches(t *testing.T) {
 		if !rep.More {
 			break
 		}
-		q = service.EventsRequest{Run: "9", From: got + 1, After: rep.Next}
+		q = sessionsvc.EventsRequest{Run: "9", From: got + 1, After: rep.Next}
 	}
 	if got != n || replies < 4 {
 		t.Fatalf("%d events in %d replies", got, replies)
@@ -318,20 +318,20 @@ func TestEventsState(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := func(tok, run string) string {
-		var rep service.EventsReply
-		if err := b.request(t, tok, service.OpEvents, service.EventsRequest{Run: run}, &rep); err != nil {
+		var rep sessionsvc.EventsReply
+		if err := b.request(t, tok, sessionsvc.OpEvents, sessionsvc.EventsRequest{Run: run}, &rep); err != nil {
 			t.Fatal(err)
 		}
 		return rep.State
 	}
-	if s := state("waiting", fmt.Sprint(ack.Sequence)); s != service.StateQueued {
+	if s := state("waiting", fmt.Sprint(ack.Sequence)); s != sessionsvc.StateQueued {
 		t.Fatalf("waiting message: %s", s)
 	}
 	// Another lane's message is not a run of this one.
-	if s := state("waiting", fmt.Sprint(other.Sequence)); s != service.StateUnknown {
+	if s := state("waiting", fmt.Sprint(other.Sequence)); s != sessionsvc.StateUnknown {
 		t.Fatalf("another lane's message: %s", s)
 	}
-	if s := state("waiting", "999"); s != service.StateUnknown {
+	if s := state("waiting", "999"); s != sessionsvc.StateUnknown {
 		t.Fatalf("no such message: %s", s)
 	}
 
@@ -342,19 +342,19 @@ func TestEventsState(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.publishEvent(t, "lost", &events.Event{RunID: "5", SessionKey: "lost", Seq: 1, Attempt: 2, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseStart}}, false)
-	if s := state("lost", "5"); s != service.StateRunning {
+	if s := state("lost", "5"); s != sessionsvc.StateRunning {
 		t.Fatalf("a run that started: %s", s)
 	}
 	b.publishEvent(t, "lost", &events.Event{RunID: "5", SessionKey: "lost", Seq: 2, Attempt: 2, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseEnd}}, false)
-	if s := state("lost", "5"); s != service.StateRunning {
+	if s := state("lost", "5"); s != sessionsvc.StateRunning {
 		t.Fatalf("a run that ended its attempt, not committed yet: %s", s)
 	}
 	b.commit(t, "lost", kvstore.Record{InboundSeq: 5, RunID: "5", Final: final})
-	var rep service.EventsReply
-	if err := b.request(t, "lost", service.OpEvents, service.EventsRequest{Run: "5"}, &rep); err != nil {
+	var rep sessionsvc.EventsReply
+	if err := b.request(t, "lost", sessionsvc.OpEvents, sessionsvc.EventsRequest{Run: "5"}, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.State != service.StateDone || len(rep.Events) != 3 {
+	if rep.State != sessionsvc.StateDone || len(rep.Events) != 3 {
 		t.Fatalf("record final: state %s, %d events", rep.State, len(rep.Events))
 	}
 	ev, err := events.DecodeEvent(rep.Events[2].ContentType(), rep.Events[2].Data)
@@ -363,8 +363,8 @@ func TestEventsState(t *testing.T) {
 	}
 	// Its events expired: the record still ends the run.
 	b.commit(t, "expired", kvstore.Record{InboundSeq: 6, RunID: "6", Final: final})
-	rep = service.EventsReply{}
-	if err := b.request(t, "expired", service.OpEvents, service.EventsRequest{Run: "6"}, &rep); err != nil || rep.State != service.StateDone || len(rep.Events) != 1 {
+	rep = sessionsvc.EventsReply{}
+	if err := b.request(t, "expired", sessionsvc.OpEvents, sessionsvc.EventsRequest{Run: "6"}, &rep); err != nil || rep.State != sessionsvc.StateDone || len(rep.Events) != 1 {
 		t.Fatalf("events expired: %+v, %v", rep, err)
 	}
 }
@@ -374,8 +374,8 @@ func TestEventsState(t *testing.T) {
 func TestSettingsAndImport(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	var s service.SettingsReply
-	if err := b.request(t, "cfg", service.OpSettings, nil, &s); err != nil || s.Settings != nil {
+	var s sessionsvc.SettingsReply
+	if err := b.request(t, "cfg", sessionsvc.OpSettings, nil, &s); err != nil || s.Settings != nil {
 		t.Fatalf("no settings: %+v, %v", s, err)
 	}
 	lease, err := b.lanes.Acquire(b.ctx, "cfg", kvstore.LeaseInfo{Worker: "test"})
@@ -390,24 +390,24 @@ func TestSettingsAndImport(t *testing.T) {
 {"type":"message","id":"a1","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"hi","timestamp":1}}
 not json
 `
-	var imp service.ImportReply
-	if err := b.request(t, "cfg", service.OpImport, file, &imp); err == nil || err.Code != service.CodeBusy {
+	var imp sessionsvc.ImportReply
+	if err := b.request(t, "cfg", sessionsvc.OpImport, file, &imp); err == nil || err.Code != sessionsvc.CodeBusy {
 		t.Fatalf("import while held: %v", err)
 	}
 	if err := lease.Release(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.request(t, "cfg", service.OpSettings, "{}", &s); err != nil || s.Settings == nil || s.Settings.Mode != "collect" || s.Settings.Cap != 3 {
+	if err := b.request(t, "cfg", sessionsvc.OpSettings, "{}", &s); err != nil || s.Settings == nil || s.Settings.Mode != "collect" || s.Settings.Cap != 3 {
 		t.Fatalf("settings: %+v, %v", s.Settings, err)
 	}
-	if err := b.request(t, "cfg", service.OpImport, file, &imp); err != nil || imp != (service.ImportReply{SessionID: "imported-1", Entries: 1, Skipped: 1}) {
+	if err := b.request(t, "cfg", sessionsvc.OpImport, file, &imp); err != nil || imp != (sessionsvc.ImportReply{SessionID: "imported-1", Entries: 1, Skipped: 1}) {
 		t.Fatalf("import: %+v, %v", imp, err)
 	}
-	if err := b.request(t, "cfg", service.OpImport, file, &imp); err == nil || err.Code != service.CodeNotEmpty {
+	if err := b.request(t, "cfg", sessionsvc.OpImport, file, &imp); err == nil || err.Code != sessionsvc.CodeNotEmpty {
 		t.Fatalf("second import: %v", err)
 	}
-	var page service.HistoryReply
-	if err := b.request(t, "cfg", service.OpHistory, nil, &page); err != nil || ids(page.Entries) != "a1" || page.SessionID != "imported-1" {
+	var page sessionsvc.HistoryReply
+	if err := b.request(t, "cfg", sessionsvc.OpHistory, nil, &page); err != nil || ids(page.Entries) != "a1" || page.SessionID != "imported-1" {
 		t.Fatalf("imported history: %+v, %v", page, err)
 	}
 }
@@ -446,8 +446,8 @@ func TestSettingsUnreadable(t *testing.T) {
 			if err := lease.PutSettings(b.ctx, []byte(tt.record)); err != nil {
 				t.Fatal(err)
 			}
-			var s service.SettingsReply
-			if err := b.request(t, token, service.OpSettings, nil, &s); err != nil {
+			var s sessionsvc.SettingsReply
+			if err := b.request(t, token, sessionsvc.OpSettings, nil, &s); err != nil {
 				t.Fatalf("an unreadable record failed the request: %v", err)
 			}
 			if s.Settings != nil || s.Run != nil || !strings.Contains(s.Unreadable, tt.want) || strings.Contains(s.Unreadable, "invalid message") {
@@ -459,8 +459,8 @@ func TestSettingsUnreadable(t *testing.T) {
 			if err := lease.PutSettings(b.ctx, []byte(`{"mode":"collect","run":{"thinking":"high"}}`)); err != nil {
 				t.Fatal(err)
 			}
-			s = service.SettingsReply{}
-			if err := b.request(t, token, service.OpSettings, nil, &s); err != nil || s.Unreadable != "" ||
+			s = sessionsvc.SettingsReply{}
+			if err := b.request(t, token, sessionsvc.OpSettings, nil, &s); err != nil || s.Unreadable != "" ||
 				s.Settings == nil || s.Settings.Mode != "collect" || s.Run == nil || s.Run.Thinking != "high" {
 				t.Fatalf("after a readable record: %+v, %v", s, err)
 			}
@@ -481,27 +481,27 @@ func TestHostileRequests(t *testing.T) {
 		wantCode    string
 		wantMention string
 	}{
-		{"non-canonical token", "=YWxpY2U", service.OpHistory, "", service.CodeBadRequest, "plain key"},
-		{"undecodable token", "=!!", service.OpHistory, "", service.CodeBadRequest, "not a lane token"},
-		{"unknown field", "a", service.OpHistory, `{"from":1,"session":"bob"}`, service.CodeBadRequest, "unknown field"},
-		{"trailing data", "a", service.OpHistory, `{} {}`, service.CodeBadRequest, "after the object"},
-		{"not JSON", "a", service.OpEvents, "\x81\xa3run\xa11", service.CodeBadRequest, "malformed JSON"},
-		{"oversized", "a", service.OpEvents, `{"run":"1","from":1` + strings.Repeat(" ", service.MaxRequestBytes) + `}`, service.CodeBadRequest, "larger than"},
-		{"negative skip", "a", service.OpHistory, `{"skip":-1}`, service.CodeBadRequest, "negative"},
-		{"no run", "a", service.OpEvents, `{}`, service.CodeBadRequest, "not a run id"},
-		{"run zero", "a", service.OpEvents, `{"run":"0"}`, service.CodeBadRequest, "not a run id"},
-		{"run with zeros", "a", service.OpEvents, `{"run":"007"}`, service.CodeBadRequest, "not a run id"},
-		{"run overflow", "a", service.OpEvents, `{"run":"18446744073709551616"}`, service.CodeBadRequest, "not a run id"},
-		{"run wildcard", "a", service.OpEvents, `{"run":">"}`, service.CodeBadRequest, "not a run id"},
-		{"settings body", "a", service.OpSettings, `{"mode":"collect"}`, service.CodeBadRequest, "unknown field"},
-		{"import garbage", "a", service.OpImport, "\x00\x01", service.CodeBadRequest, "not a pi session file"},
-		{"import no header", "a", service.OpImport, `{"type":"message","id":"x"}`, service.CodeBadRequest, "not a pi session file"},
-		{"import huge id", "a", service.OpImport, `{"type":"session","version":3,"id":"` + strings.Repeat("i", 300) + `"}`, service.CodeBadRequest, "longer than"},
+		{"non-canonical token", "=YWxpY2U", sessionsvc.OpHistory, "", sessionsvc.CodeBadRequest, "plain key"},
+		{"undecodable token", "=!!", sessionsvc.OpHistory, "", sessionsvc.CodeBadRequest, "not a lane token"},
+		{"unknown field", "a", sessionsvc.OpHistory, `{"from":1,"session":"bob"}`, sessionsvc.CodeBadRequest, "unknown field"},
+		{"trailing data", "a", sessionsvc.OpHistory, `{} {}`, sessionsvc.CodeBadRequest, "after the object"},
+		{"not JSON", "a", sessionsvc.OpEvents, "\x81\xa3run\xa11", sessionsvc.CodeBadRequest, "malformed JSON"},
+		{"oversized", "a", sessionsvc.OpEvents, `{"run":"1","from":1` + strings.Repeat(" ", sessionsvc.MaxRequestBytes) + `}`, sessionsvc.CodeBadRequest, "larger than"},
+		{"negative skip", "a", sessionsvc.OpHistory, `{"skip":-1}`, sessionsvc.CodeBadRequest, "negative"},
+		{"no run", "a", sessionsvc.OpEvents, `{}`, sessionsvc.CodeBadRequest, "not a run id"},
+		{"run zero", "a", sessionsvc.OpEvents, `{"run":"0"}`, sessionsvc.CodeBadRequest, "not a run id"},
+		{"run with zeros", "a", sessionsvc.OpEvents, `{"run":"007"}`, sessionsvc.CodeBadRequest, "not a run id"},
+		{"run overflow", "a", sessionsvc.OpEvents, `{"run":"18446744073709551616"}`, sessionsvc.CodeBadRequest, "not a run id"},
+		{"run wildcard", "a", sessionsvc.OpEvents, `{"run":">"}`, sessionsvc.CodeBadRequest, "not a run id"},
+		{"settings body", "a", sessionsvc.OpSettings, `{"mode":"collect"}`, sessionsvc.CodeBadRequest, "unknown field"},
+		{"import garbage", "a", sessionsvc.OpImport, "\x00\x01", sessionsvc.CodeBadRequest, "not a pi session file"},
+		{"import no header", "a", sessionsvc.OpImport, `{"type":"message","id":"x"}`, sessionsvc.CodeBadRequest, "not a pi session file"},
+		{"import huge id", "a", sessionsvc.OpImport, `{"type":"session","version":3,"id":"` + strings.Repeat("i", 300) + `"}`, sessionsvc.CodeBadRequest, "longer than"},
 		// 3 bytes a value in the file, hundreds decoded: refused before
 		// anything is decoded.
-		{"import too many values", "a", service.OpImport, `{"type":"session","version":3,"id":"s"}` + "\n" +
-			`{"type":"custom","id":"c","parentId":null,"customType":"x","data":[` + strings.Repeat("{},", service.MaxImportValues) + `{}]}`,
-			service.CodeBadRequest, "JSON values"},
+		{"import too many values", "a", sessionsvc.OpImport, `{"type":"session","version":3,"id":"s"}` + "\n" +
+			`{"type":"custom","id":"c","parentId":null,"customType":"x","data":[` + strings.Repeat("{},", sessionsvc.MaxImportValues) + `{}]}`,
+			sessionsvc.CodeBadRequest, "JSON values"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -513,8 +513,8 @@ func TestHostileRequests(t *testing.T) {
 		})
 	}
 	// The import of a bad file stored nothing.
-	var page service.HistoryReply
-	if err := b.request(t, "a", service.OpHistory, nil, &page); err != nil || len(page.Entries) != 0 {
+	var page sessionsvc.HistoryReply
+	if err := b.request(t, "a", sessionsvc.OpHistory, nil, &page); err != nil || len(page.Entries) != 0 {
 		t.Fatalf("history after bad imports: %+v, %v", page, err)
 	}
 }
@@ -531,11 +531,11 @@ func TestStopWaitsAndHandsOver(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			msg, err := b.nc.RequestWithContext(b.ctx, service.Subject("busy", service.OpHistory), nil)
+			msg, err := b.nc.RequestWithContext(b.ctx, sessionsvc.Subject("busy", sessionsvc.OpHistory), nil)
 			switch {
 			case err != nil:
 				errs <- err
-			case msg.Header.Get(micro.ErrorCodeHeader) != "" && msg.Header.Get(micro.ErrorCodeHeader) != service.CodeUnavailable:
+			case msg.Header.Get(micro.ErrorCodeHeader) != "" && msg.Header.Get(micro.ErrorCodeHeader) != sessionsvc.CodeUnavailable:
 				errs <- fmt.Errorf("error reply %s", msg.Header.Get(micro.ErrorCodeHeader))
 			}
 		}()
@@ -551,16 +551,16 @@ func TestStopWaitsAndHandsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := b.nc.RequestWithContext(b.ctx, service.Subject("busy", service.OpHistory), nil); err != nats.ErrNoResponders {
+	if _, err := b.nc.RequestWithContext(b.ctx, sessionsvc.Subject("busy", sessionsvc.OpHistory), nil); err != nats.ErrNoResponders {
 		t.Fatalf("after stop: %v", err)
 	}
-	svc2, err := service.Serve(b.nc, service.Config{Lanes: b.lanes, Inbound: b.streams.Inbound, Events: b.streams.Events, Worker: "w2"})
+	svc2, err := sessionsvc.Serve(b.nc, sessionsvc.Config{Lanes: b.lanes, Inbound: b.streams.Inbound, Events: b.streams.Events, Worker: "w2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = svc2.Stop() }()
-	var page service.HistoryReply
-	if err := b.request(t, "busy", service.OpHistory, nil, &page); err != nil {
+	var page sessionsvc.HistoryReply
+	if err := b.request(t, "busy", sessionsvc.OpHistory, nil, &page); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -571,8 +571,8 @@ func TestStopWaitsAndHandsOver(t *testing.T) {
 func TestBacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	var rep service.BacklogReply
-	if err := b.request(t, "quiet", service.OpBacklog, nil, &rep); err != nil || rep != (service.BacklogReply{}) {
+	var rep sessionsvc.BacklogReply
+	if err := b.request(t, "quiet", sessionsvc.OpBacklog, nil, &rep); err != nil || rep != (sessionsvc.BacklogReply{}) {
 		t.Fatalf("empty lane: %+v, %v", rep, err)
 	}
 	var seqs []uint64
@@ -586,7 +586,7 @@ func TestBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := b.request(t, "busy", service.OpBacklog, nil, &rep); err != nil || rep.Waiting != 4 || rep.OldestRun != fmt.Sprint(seqs[0]) || rep.OldestAt == 0 || rep.Holder != "" {
+	if err := b.request(t, "busy", sessionsvc.OpBacklog, nil, &rep); err != nil || rep.Waiting != 4 || rep.OldestRun != fmt.Sprint(seqs[0]) || rep.OldestAt == 0 || rep.Holder != "" {
 		t.Fatalf("nothing processed: %+v, %v", rep, err)
 	}
 	// Two turns committed (their messages not purged yet); a worker holds
@@ -597,11 +597,11 @@ func TestBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = lease.Release(b.ctx) }()
-	rep = service.BacklogReply{}
-	if err := b.request(t, "busy", service.OpBacklog, "{}", &rep); err != nil {
+	rep = sessionsvc.BacklogReply{}
+	if err := b.request(t, "busy", sessionsvc.OpBacklog, "{}", &rep); err != nil {
 		t.Fatal(err)
 	}
-	want := service.BacklogReply{Waiting: 2, OldestRun: fmt.Sprint(seqs[2]), OldestAt: rep.OldestAt, Processed: seqs[1], Holder: "w-7", HeldSince: 1234, Lease: rep.Lease}
+	want := sessionsvc.BacklogReply{Waiting: 2, OldestRun: fmt.Sprint(seqs[2]), OldestAt: rep.OldestAt, Processed: seqs[1], Holder: "w-7", HeldSince: 1234, Lease: rep.Lease}
 	if rep != want || rep.OldestAt == 0 {
 		t.Fatalf("backlog = %+v, want %+v", rep, want)
 	}
@@ -611,7 +611,7 @@ func TestBacklog(t *testing.T) {
 		l.RenewedAgoMs > l.LapsesInMs || l.LapsesInMs <= 0 || l.LapsesInMs > 30_000 {
 		t.Fatalf("lease %+v", rep.Lease)
 	}
-	if err := b.request(t, "busy", service.OpBacklog, `{"x":1}`, &rep); err == nil || err.Code != service.CodeBadRequest {
+	if err := b.request(t, "busy", sessionsvc.OpBacklog, `{"x":1}`, &rep); err == nil || err.Code != sessionsvc.CodeBadRequest {
 		t.Fatalf("malformed request: %v", err)
 	}
 
@@ -621,8 +621,8 @@ func TestBacklog(t *testing.T) {
 	if _, err := b.js.Publish(b.ctx, events.InboundPrefix+"gone", []byte(`{"text":"m"}`)); err != nil {
 		t.Fatal(err)
 	}
-	rep = service.BacklogReply{}
-	if err := b.request(t, "gone", service.OpBacklog, nil, &rep); err != nil || rep.Holder != "" || rep.Lease == nil || !rep.Lease.Lapsed || rep.Lease.Worker != "" {
+	rep = sessionsvc.BacklogReply{}
+	if err := b.request(t, "gone", sessionsvc.OpBacklog, nil, &rep); err != nil || rep.Holder != "" || rep.Lease == nil || !rep.Lease.Lapsed || rep.Lease.Worker != "" {
 		t.Fatalf("after a lapse: %+v (lease %+v), %v", rep, rep.Lease, err)
 	}
 }
@@ -665,10 +665,10 @@ func (b *bundle) lapse(t *testing.T, token, worker string) {
 func TestEventsLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	ask := func(token string, q service.EventsRequest) service.EventsReply {
+	ask := func(token string, q sessionsvc.EventsRequest) sessionsvc.EventsReply {
 		t.Helper()
-		var rep service.EventsReply
-		if err := b.request(t, token, service.OpEvents, q, &rep); err != nil {
+		var rep sessionsvc.EventsReply
+		if err := b.request(t, token, sessionsvc.OpEvents, q, &rep); err != nil {
 			t.Fatal(err)
 		}
 		return rep
@@ -680,11 +680,11 @@ func TestEventsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = lease.Release(b.ctx) }()
-	if rep := ask("held", service.EventsRequest{Run: "7"}); rep.State != service.StateRunning || rep.Lease != nil {
+	if rep := ask("held", sessionsvc.EventsRequest{Run: "7"}); rep.State != sessionsvc.StateRunning || rep.Lease != nil {
 		t.Fatalf("not asked: %+v", rep)
 	}
-	rep := ask("held", service.EventsRequest{Run: "7", From: 2, Open: true, Lease: true})
-	if l := rep.Lease; rep.State != service.StateRunning || l == nil || l.Worker != "w-7" || l.Since != 99 || l.Unresponsive || l.LapsesInMs <= 0 {
+	rep := ask("held", sessionsvc.EventsRequest{Run: "7", From: 2, Open: true, Lease: true})
+	if l := rep.Lease; rep.State != sessionsvc.StateRunning || l == nil || l.Worker != "w-7" || l.Since != 99 || l.Unresponsive || l.LapsesInMs <= 0 {
 		t.Fatalf("asked while held: %+v, lease %+v", rep, rep.Lease)
 	}
 
@@ -692,14 +692,14 @@ func TestEventsLease(t *testing.T) {
 	start.SessionKey = "dead"
 	b.publishEvent(t, "dead", start, false)
 	b.lapse(t, "dead", "w-dead")
-	rep = ask("dead", service.EventsRequest{Run: "7", From: 2, Open: true, Lease: true})
-	if l := rep.Lease; rep.State != service.StateRunning || l == nil || !l.Lapsed || l.Worker != "" {
+	rep = ask("dead", sessionsvc.EventsRequest{Run: "7", From: 2, Open: true, Lease: true})
+	if l := rep.Lease; rep.State != sessionsvc.StateRunning || l == nil || !l.Lapsed || l.Worker != "" {
 		t.Fatalf("asked after a lapse: %+v, lease %+v", rep, rep.Lease)
 	}
 
 	// A run that ended has no lease to tell.
 	b.publishEvent(t, "held", &events.Event{RunID: "7", SessionKey: "held", Seq: 2, Attempt: 1, Stream: events.StreamFinal, Data: events.EventData{Result: &events.Result{}}}, false)
-	if rep := ask("held", service.EventsRequest{Run: "7", Lease: true}); rep.State != service.StateDone || rep.Lease != nil {
+	if rep := ask("held", sessionsvc.EventsRequest{Run: "7", Lease: true}); rep.State != sessionsvc.StateDone || rep.Lease != nil {
 		t.Fatalf("a run that ended: %+v", rep)
 	}
 }
@@ -750,26 +750,26 @@ func TestEventsOpenCatchUp(t *testing.T) {
 	for seq := uint64(1); seq <= 3; seq++ {
 		b.publishEvent(t, tok, &events.Event{RunID: "7", SessionKey: tok, Seq: seq, Attempt: 1, Stream: events.StreamAssistant, Data: events.EventData{Delta: "a"}}, false)
 	}
-	ask := func(q service.EventsRequest) (rep service.EventsReply, reads []string) {
+	ask := func(q sessionsvc.EventsRequest) (rep sessionsvc.EventsReply, reads []string) {
 		t.Helper()
 		reads = count(func() {
-			if err := b.request(t, tok, service.OpEvents, q, &rep); err != nil {
+			if err := b.request(t, tok, sessionsvc.OpEvents, q, &rep); err != nil {
 				t.Fatalf("%+v: %v", q, err)
 			}
 		})
 		return rep, reads
 	}
-	first, _ := ask(service.EventsRequest{Run: "7"})
-	if len(first.Events) != 3 || first.State != service.StateRunning {
+	first, _ := ask(sessionsvc.EventsRequest{Run: "7"})
+	if len(first.Events) != 3 || first.State != sessionsvc.StateRunning {
 		t.Fatalf("first catch-up: %d events, %s", len(first.Events), first.State)
 	}
 	cursor := first.Next
 
 	// No news, the run's turn not committed: running either way, the old
 	// request at the cost of a record read.
-	oldRep, oldReads := ask(service.EventsRequest{Run: "7", From: 4, After: cursor})
-	newRep, newReads := ask(service.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
-	if oldRep.State != service.StateRunning || newRep.State != service.StateRunning || len(oldRep.Events)+len(newRep.Events) != 0 {
+	oldRep, oldReads := ask(sessionsvc.EventsRequest{Run: "7", From: 4, After: cursor})
+	newRep, newReads := ask(sessionsvc.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
+	if oldRep.State != sessionsvc.StateRunning || newRep.State != sessionsvc.StateRunning || len(oldRep.Events)+len(newRep.Events) != 0 {
 		t.Fatalf("no news: old %+v, open %+v", oldRep, newRep)
 	}
 	if len(newReads) != 1 || len(oldReads) <= len(newReads) {
@@ -786,21 +786,21 @@ func TestEventsOpenCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.commit(t, tok, kvstore.Record{InboundSeq: 7, RunID: "7", Final: final})
-	full, _ := ask(service.EventsRequest{Run: "7", From: 4})
-	open, _ := ask(service.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
-	if full.State != service.StateRunning || open.State != service.StateRunning || len(open.Events) != 0 {
+	full, _ := ask(sessionsvc.EventsRequest{Run: "7", From: 4})
+	open, _ := ask(sessionsvc.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
+	if full.State != sessionsvc.StateRunning || open.State != sessionsvc.StateRunning || len(open.Events) != 0 {
 		t.Fatalf("read in full: %s; open: %s with %d events", full.State, open.State, len(open.Events))
 	}
-	old, _ := ask(service.EventsRequest{Run: "7", From: 4, After: cursor})
-	if old.State != service.StateDone || len(old.Events) != 1 {
+	old, _ := ask(sessionsvc.EventsRequest{Run: "7", From: 4, After: cursor})
+	if old.State != sessionsvc.StateDone || len(old.Events) != 1 {
 		t.Fatalf("old request after the commit: %s with %d events", old.State, len(old.Events))
 	}
 
 	// New events: Open does not hide them, and a lifecycle end read by the
 	// service itself sends it to the record as before.
 	b.publishEvent(t, tok, &events.Event{RunID: "7", SessionKey: tok, Seq: 4, Attempt: 1, Stream: events.StreamLifecycle, Data: events.EventData{Phase: events.PhaseEnd}}, false)
-	ended, _ := ask(service.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
-	if ended.State != service.StateDone || len(ended.Events) != 2 {
+	ended, _ := ask(sessionsvc.EventsRequest{Run: "7", From: 4, After: cursor, Open: true})
+	if ended.State != sessionsvc.StateDone || len(ended.Events) != 2 {
 		t.Fatalf("open request after the attempt's end: %s with %d events", ended.State, len(ended.Events))
 	}
 	if ev, err := events.DecodeEvent(ended.Events[1].ContentType(), ended.Events[1].Data); err != nil || !ev.Terminal() || ev.Seq != 5 {
@@ -817,12 +817,12 @@ func TestEventsOpenCatchUp(t *testing.T) {
 		from uint64
 		want string
 	}{
-		{fmt.Sprint(ack.Sequence), 0, service.StateQueued},
-		{fmt.Sprint(ack.Sequence), 1, service.StateQueued},
-		{"999", 0, service.StateUnknown},
-		{"999", 1, service.StateUnknown},
+		{fmt.Sprint(ack.Sequence), 0, sessionsvc.StateQueued},
+		{fmt.Sprint(ack.Sequence), 1, sessionsvc.StateQueued},
+		{"999", 0, sessionsvc.StateUnknown},
+		{"999", 1, sessionsvc.StateUnknown},
 	} {
-		if rep, _ := ask(service.EventsRequest{Run: c.run, From: c.from, Open: true}); rep.State != c.want {
+		if rep, _ := ask(sessionsvc.EventsRequest{Run: c.run, From: c.from, Open: true}); rep.State != c.want {
 			t.Errorf("run %s from %d, open: %s, want %s", c.run, c.from, rep.State, c.want)
 		}
 	}
@@ -875,16 +875,16 @@ func TestEventsFirstCatchUpReadsOnce(t *testing.T) {
 			if tt.record {
 				b.commit(t, tok, kvstore.Record{InboundSeq: uint64(100 + i), RunID: run, Final: final})
 			}
-			ask := func(q service.EventsRequest) (rep service.EventsReply, reads []string) {
+			ask := func(q sessionsvc.EventsRequest) (rep sessionsvc.EventsReply, reads []string) {
 				t.Helper()
 				reads = count(func() {
-					if err := b.request(t, tok, service.OpEvents, q, &rep); err != nil {
+					if err := b.request(t, tok, sessionsvc.OpEvents, q, &rep); err != nil {
 						t.Fatalf("%+v: %v", q, err)
 					}
 				})
 				return rep, reads
 			}
-			rep, reads := ask(service.EventsRequest{Run: run, From: tt.from, Open: true})
+			rep, reads := ask(sessionsvc.EventsRequest{Run: run, From: tt.from, Open: true})
 			var seqs []uint64
 			for _, se := range rep.Events {
 				ev, err := events.DecodeEvent(se.ContentType(), se.Data)
@@ -902,8 +902,8 @@ func TestEventsFirstCatchUpReadsOnce(t *testing.T) {
 			// The reply's Next is the walk's: a catch-up resuming there
 			// sees the event stored next, and nothing before it.
 			b.publishEvent(t, tok, &events.Event{RunID: run, SessionKey: tok, Seq: 999, Attempt: 1, Stream: events.StreamAssistant}, false)
-			next, _ := ask(service.EventsRequest{Run: run, From: tt.from, After: rep.Next, Open: true})
-			if rep.State == service.StateRunning && (len(next.Events) != 1 || next.State != service.StateRunning) {
+			next, _ := ask(sessionsvc.EventsRequest{Run: run, From: tt.from, After: rep.Next, Open: true})
+			if rep.State == sessionsvc.StateRunning && (len(next.Events) != 1 || next.State != sessionsvc.StateRunning) {
 				t.Fatalf("resumed at %d: %d events, %s; want the one stored since", rep.Next, len(next.Events), next.State)
 			}
 		})

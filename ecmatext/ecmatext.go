@@ -1,4 +1,4 @@
-// Package jstext implements the JavaScript string semantics the reference
+// Package ecmatext implements the JavaScript string semantics the reference
 // runtime's numbers depend on: lengths, indexes and cuts counted in UTF-16
 // code units (what String.prototype.length counts), and JavaScript's idea of
 // white space (what \s matches and String.prototype.trim removes).
@@ -7,7 +7,7 @@
 // U+FFFD and counts as one code unit, as it would once the text had been
 // decoded into a JavaScript string. Cuts never split a rune, so a surrogate
 // pair is never split either.
-package jstext
+package ecmatext
 
 import (
 	"strings"
