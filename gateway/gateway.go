@@ -3,7 +3,8 @@
 // nothing only it knows, so any number of gateway processes can serve the
 // same sessions. It serves the native session API (JSON, and server-sent
 // events that resume by event seq), health, Prometheus metrics, its OpenAPI
-// document, and mounts the routes of other packages (gateway/openai).
+// document, the web console (gateway/console), and mounts the routes of
+// other packages (gateway/openai).
 //
 // Every route is a route.Route; the server authenticates each request
 // (a bearer token from the token file, or, without a token file, a
@@ -39,6 +40,7 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/gateway/auth"
+	"github.com/lanefleet/lanefleet/gateway/console"
 	"github.com/lanefleet/lanefleet/gateway/route"
 )
 
@@ -154,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/lanefleet/lanefleet/gateway")
 	}
-	s.routes = append(s.nativeRoutes(), cfg.Routes...)
+	s.routes = append(append(s.nativeRoutes(), console.Routes()...), cfg.Routes...)
 	mux := http.NewServeMux()
 	seen := map[string]bool{}
 	for _, rt := range s.routes {

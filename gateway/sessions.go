@@ -42,6 +42,7 @@ func (s *Server) nativeRoutes() []route.Route {
 		{Method: "GET", Pattern: "/readyz", Reach: route.Public, Handler: h(s.readyz)},
 		{Method: "GET", Pattern: "/openapi.json", Reach: route.Public, Handler: h(serveOpenAPI)},
 		{Method: "GET", Pattern: "/metrics", Reach: route.Fleet, Handler: s.metrics.handler()},
+		{Method: "GET", Pattern: "/api/me", Reach: route.Caller, Handler: h(s.me)},
 		{Method: "GET", Pattern: "/api/sessions", Reach: route.Caller, Handler: h(s.listSessions)},
 		{Method: "POST", Pattern: "/api/sessions/{key}/messages", Reach: route.SessionWrite, Handler: h(s.send)},
 		{Method: "GET", Pattern: "/api/sessions/{key}/runs/{run}", Reach: route.Session, Handler: h(s.runResult)},
