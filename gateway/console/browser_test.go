@@ -1,0 +1,347 @@
+package console_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/gateway/console"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestConsole drives the console in headless Chromium against a real
+// fleet and gateway: one fleet and one browser, a tab per case.
+func TestConsole(t *testing.T) {
+	b := setup(t)
+
+	t.Run("headers", func(t *testing.T) {
+		t.Parallel()
+		for _, path := range []string{"/", "/console/app.js", "/console/style.css", "/console/nothing.js"} {
+			req, _ := http.NewRequestWithContext(b.ctx, "GET", b.url+path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			h := resp.Header
+			if h.Get("Content-Security-Policy") != console.CSP || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Referrer-Policy") != "no-referrer" {
+				t.Fatalf("%s: headers %v", path, h)
+			}
+			for _, d := range []string{"default-src 'self'", "script-src 'self'", "frame-ancestors 'none'", "object-src 'none'", "base-uri 'none'"} {
+				if !strings.Contains(console.CSP, d) {
+					t.Fatalf("the CSP lacks %s", d)
+				}
+			}
+			want := http.StatusOK
+			if strings.Contains(path, "nothing") {
+				want = http.StatusNotFound
+			}
+			if resp.StatusCode != want {
+				t.Fatalf("%s: %d, want %d", path, resp.StatusCode, want)
+			}
+		}
+		var me struct {
+			Name     string
+			Role     string
+			Prefixes []string
+		}
+		if st := b.api(t, "acme-viewer", "GET", "/api/me", nil, &me); st != 200 || me.Name != "acme-viewer" || me.Role != "viewer" || len(me.Prefixes) != 1 || me.Prefixes[0] != "acme:" {
+			t.Fatalf("me: %d %+v", st, me)
+		}
+		if st := b.api(t, "", "GET", "/api/me", nil, nil); st != http.StatusUnauthorized {
+			t.Fatalf("me without a token: %d", st)
+		}
+	})
+
+	t.Run("a sender sees only its sessions", func(t *testing.T) {
+		t.Parallel()
+		b.send(t, "acme", "acme:mine-1", "hello", "")
+		b.send(t, "acme", "acme:mine-2", "hello", "")
+		b.send(t, "globex", "globex:theirs", "private", "")
+		tb := b.open(t, "")
+		tb.shot(t, "login")
+		tb.login(t, "acme")
+		tb.wait(t, `document.querySelector('#sessions')`)
+		list := tb.text(t, "#sessions")
+		if !strings.Contains(list, "acme:mine-1") || !strings.Contains(list, "acme:mine-2") || strings.Contains(list, "globex") {
+			t.Fatalf("acme's list: %q", list)
+		}
+		if n := tb.count(t, `#nav a[href="#/fleet"], #nav a[href="#/ops"]`); n != 0 {
+			t.Fatalf("a sender sees %d admin links", n)
+		}
+		if loc := eval[string](t, tb, `location.href`); strings.Contains(loc, b.tokens["acme"]) {
+			t.Fatal("the token is in the address")
+		}
+		tb.shot(t, "sessions")
+		// A session of another tenant is a 404 like one nobody uses.
+		tb.goTo(t, route("s", "globex:theirs"))
+		if got := tb.text(t, "main"); strings.Contains(got, "private") || !strings.Contains(got, "no such session") {
+			t.Fatalf("acme on globex's session: %q", got)
+		}
+	})
+
+	t.Run("the composer streams the reply", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:chat"
+		if st := b.api(t, "acme", "PATCH", sessionPath(key, "settings"), map[string]any{"run": map[string]any{"model": "scripted/script"}}, nil); st != 200 {
+			t.Fatalf("settings: %d", st)
+		}
+		tb := b.open(t, "acme")
+		tb.goTo(t, route("s", key))
+		// Three deltas, 1.2 s apart: the first shows while the run goes on.
+		msg := script(map[string]any{"text": "alpha beta gamma", "chunks": 3, "delayMs": 1200, "thinking": "weighing it"})
+		tb.run(t, chromedp.SetValue(chromedp.CSS("#message"), msg), chromedp.Click(chromedp.CSS("#send")))
+		partial, _ := tb.wait(t, `(() => { const l = document.querySelector('[data-live] .streamed'); const s = document.querySelector('[data-live] .run-state');
+			return l && s && s.dataset.state === 'running' && l.textContent !== '' && !l.textContent.includes('gamma') ? l.textContent : ''; })()`).(string)
+		tb.shot(t, "session-streaming")
+		tb.wait(t, `!document.querySelector('[data-live]') && document.querySelector('#transcript').textContent.includes('alpha beta gamma')`)
+		if !strings.HasPrefix("alpha beta gamma", partial) {
+			t.Fatalf("streamed %q before the end", partial)
+		}
+		if n := tb.count(t, `#transcript details.thinking`); n != 1 {
+			t.Fatalf("%d folded thinking blocks", n)
+		}
+		tb.shot(t, "session")
+	})
+
+	t.Run("a tool-calling run's timeline", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:tools"
+		tok, _ := events.KeyToken(key)
+		if err := os.MkdirAll(filepath.Join(b.root, tok), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(b.root, tok, "notes.txt"), []byte("hello from the notes"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run := b.send(t, "acme", key, script(
+			map[string]any{"text": "Reading.", "toolCalls": []map[string]any{{"id": "r1", "name": "read", "arguments": map[string]any{"path": "notes.txt"}}}},
+			map[string]any{"text": "The notes say hello."}), "scripted/script")
+		tb := b.open(t, "acme")
+		tb.goTo(t, route("s", key, "runs", run))
+		if st := tb.text(t, `#run-summary [data-k=status] dd`); st != "done" {
+			t.Fatalf("status %q", st)
+		}
+		tb.click(t, `.ev.tool[data-tool=read] summary`)
+		args, result := tb.text(t, `.ev.tool[data-tool=read] pre.args`), tb.text(t, `.ev.tool[data-tool=read] pre.result`)
+		if !strings.Contains(args, `"path": "notes.txt"`) || !strings.Contains(result, "hello from the notes") {
+			t.Fatalf("tool call: args %q, result %q", args, result)
+		}
+		if d := tb.text(t, `.ev.tool[data-tool=read] .dur`); !strings.HasSuffix(d, "ms") && !strings.HasSuffix(d, " s") {
+			t.Fatalf("duration %q", d)
+		}
+		for _, k := range []string{"model", "tokens", "attempts", "workers"} {
+			if v := tb.text(t, `#run-summary [data-k=`+k+`] dd`); v == "" || v == "—" {
+				t.Fatalf("summary %s: %q", k, v)
+			}
+		}
+		tb.shot(t, "run")
+		// The session page folds the call and its result together.
+		tb.goTo(t, route("s", key))
+		if got := tb.text(t, `#transcript details.tool`); !strings.Contains(got, "notes.txt") || !strings.Contains(got, "hello from the notes") {
+			t.Fatalf("transcript tool call: %q", got)
+		}
+	})
+
+	t.Run("approve a pending call", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:approve"
+		pending(t, b, key, "w1")
+		tb := b.open(t, "acme")
+		tb.goTo(t, route("s", key))
+		if got := tb.text(t, "#approvals"); !strings.Contains(got, "approved.txt") {
+			t.Fatalf("approvals box: %q", got)
+		}
+		tb.shot(t, "session-approval")
+		tb.click(t, `#approvals button[data-call=w1][data-decision=approve]`)
+		tb.wait(t, `!document.querySelector('[data-live]') && document.querySelector('#transcript').textContent.includes('written and done') && !document.querySelector('#approvals button')`)
+		tok, _ := events.KeyToken(key)
+		if data, err := os.ReadFile(filepath.Join(b.root, tok, "approved.txt")); err != nil || string(data) != "yes" {
+			t.Fatalf("the approved call: %q %v", data, err)
+		}
+	})
+
+	t.Run("a viewer has no controls", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:watched"
+		pending(t, b, key, "v1")
+		tb := b.open(t, "acme-viewer")
+		tb.goTo(t, route("s", key))
+		if got := tb.text(t, "#approvals"); !strings.Contains(got, "approved.txt") {
+			t.Fatalf("the viewer does not see the pending call: %q", got)
+		}
+		for _, sel := range []string{"#composer", "#message", "#send", "#stop", "#interrupt", "button[data-decision]", "form.settings", `#nav a[href="#/ops"]`, `#nav a[href="#/fleet"]`} {
+			if n := tb.count(t, sel); n != 0 {
+				t.Fatalf("the viewer's page has %s", sel)
+			}
+		}
+		if tb.count(t, "#read-only") != 1 {
+			t.Fatal("no note that the page is read-only")
+		}
+		tb.shot(t, "session-viewer")
+		tb.goTo(t, "#/approvals")
+		if n := tb.count(t, "button[data-decision]"); n != 0 {
+			t.Fatalf("the viewer's inbox has %d decision buttons", n)
+		}
+	})
+
+	t.Run("an admin replays a dead letter", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:dead"
+		seq := deadLetter(t, b, key)
+		tb := b.open(t, "root")
+		tb.goTo(t, "#/ops")
+		sel := fmt.Sprintf(`#dead-letters button[data-act=replay][data-seq="%d"]`, seq)
+		tb.click(t, fmt.Sprintf(`#dead-letters button[data-act=show][data-seq="%d"]`, seq))
+		tb.wait(t, `document.querySelector('#dead-detail dl')`)
+		tb.shot(t, "operations")
+		tb.click(t, sel)
+		tb.wait(t, `document.querySelector('#dead-outcome').textContent.includes('replayed as run')`)
+		if got := tb.text(t, "#dead-outcome"); !strings.Contains(got, fmt.Sprintf("dead letter %d replayed as run", seq)) || !strings.Contains(got, key) {
+			t.Fatalf("outcome %q", got)
+		}
+		tb.goTo(t, "#/fleet")
+		tb.shot(t, "fleet")
+	})
+
+	t.Run("no injected script runs", func(t *testing.T) {
+		t.Parallel()
+		keys := []string{`acme:<img src=x onerror="window.__xss=1">`, `acme:javascript:window.__xss=2//`}
+		payload := `<script>window.__xss=3</script><img src=y onerror="window.__xss=4"> javascript:window.__xss=5`
+		tok, _ := events.KeyToken(keys[0])
+		if err := os.MkdirAll(filepath.Join(b.root, tok), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(b.root, tok, "x.txt"), []byte("result: "+payload), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run := b.send(t, "acme", keys[0], script(
+			map[string]any{"text": "text: " + payload, "thinking": "thinking: " + payload, "toolCalls": []map[string]any{
+				{"id": "x1", "name": "read", "arguments": map[string]any{"path": "x.txt"}},
+				{"id": "x2", "name": "lookup", "arguments": map[string]any{"q": "args: " + payload, "href": "javascript:window.__xss=6"}}}},
+			map[string]any{"error": map[string]any{"status": 400, "message": "error: " + payload}}), "scripted/script")
+		b.send(t, "acme", keys[1], "echo "+payload, "")
+		tb := b.open(t, "acme")
+		tb.goTo(t, "#/sessions")
+		if got := tb.text(t, "#sessions"); !strings.Contains(got, keys[0]) || !strings.Contains(got, keys[1]) {
+			t.Fatalf("the keys are not shown as text: %q", got)
+		}
+		tb.noScriptRan(t)
+		for _, k := range keys {
+			tb.click(t, fmt.Sprintf(`#sessions a[href=%s]`, jsString(route("s", k))))
+			tb.wait(t, `document.getElementById('main').hasAttribute('data-ready') && document.querySelector('#session-key')`)
+			if got := tb.text(t, "#session-key"); got != k {
+				t.Fatalf("key shown as %q", got)
+			}
+			openDetails(t, tb)
+			if got := tb.text(t, "#transcript"); !strings.Contains(got, payload) {
+				t.Fatalf("the transcript does not show the payload as text: %q", got)
+			}
+			tb.noScriptRan(t)
+		}
+		tb.goTo(t, route("s", keys[0], "runs", run))
+		openDetails(t, tb)
+		got := tb.text(t, "main")
+		for _, want := range []string{"args: " + payload, "result: " + payload, "error: " + payload, "text: " + payload} {
+			if !strings.Contains(got, want) {
+				t.Fatalf("the run page does not show %q as text", want)
+			}
+		}
+		tb.noScriptRan(t)
+		tb.shot(t, "xss")
+	})
+
+	t.Run("a run of 5,000 events", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:long"
+		calls := make([]map[string]any, 2500)
+		for i := range calls {
+			calls[i] = map[string]any{"id": fmt.Sprintf("c%d", i), "name": "lookup", "arguments": map[string]any{"i": i}}
+		}
+		run := b.send(t, "acme", key, script(map[string]any{"toolCalls": calls}, map[string]any{"text": "all looked up"}), "scripted/script")
+		tb := b.open(t, "acme")
+		start := time.Now()
+		tb.goTo(t, route("s", key, "runs", run))
+		took := time.Since(start)
+		n := eval[int](t, tb, `document.querySelector('#run-summary [data-k=events] dd').textContent.replace(/\D/g, '') | 0`)
+		if n < 5000 {
+			t.Fatalf("%d events read", n)
+		}
+		if items := tb.count(t, "#timeline > li"); items == 0 || items > 100 { // run.js's perPage
+			t.Fatalf("%d timeline items in the page, want 1..100", items)
+		}
+		t.Logf("a run of %d events read and drawn in %v", n, took)
+		if took > 20*time.Second {
+			t.Fatalf("the run page took %v", took)
+		}
+		tb.click(t, `.pager button:first-child`)
+		if got := tb.text(t, "#timeline-where"); !strings.HasPrefix(got, "Items 1–") {
+			t.Fatalf("first page: %q", got)
+		}
+		tb.shot(t, "run-long")
+	})
+}
+
+// pending sends key a message whose write call waits for approval (id
+// call), and waits for that run's end.
+func pending(t *testing.T, b *bundle, key, call string) {
+	t.Helper()
+	b.send(t, "acme", key, script(
+		map[string]any{"toolCalls": []map[string]any{{"id": call, "name": "write", "arguments": map[string]any{"path": "approved.txt", "content": "yes"}}}},
+		map[string]any{"text": "written and done"}), "scripted/script")
+	var ap struct {
+		Approvals []struct{ ID string }
+	}
+	if st := b.api(t, "acme", "GET", sessionPath(key, "approvals"), nil, &ap); st != 200 || len(ap.Approvals) != 1 || ap.Approvals[0].ID != call {
+		t.Fatalf("approvals of %s: %d %+v", key, st, ap)
+	}
+}
+
+// deadLetter publishes to key's lane a message no worker can decode,
+// waits for its run to end refused, and returns its dead letter's seq.
+func deadLetter(t *testing.T, b *bundle, key string) uint64 {
+	t.Helper()
+	nc := natstest.Connect(t, b.natsURL)
+	subj, _ := events.InboundSubject(key)
+	msg, err := nc.RequestMsg(&nats.Msg{Subject: subj, Data: []byte{0xc1}}, 10*time.Second) // 0xc1 is never msgpack
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ack struct{ Seq uint64 }
+	if err := json.Unmarshal(msg.Data, &ack); err != nil || ack.Seq == 0 {
+		t.Fatalf("publish ack %q: %v", msg.Data, err)
+	}
+	if _, err := b.client.Run(key, strconv.FormatUint(ack.Seq, 10)).Wait(b.ctx); err == nil {
+		t.Fatal("the undecodable message ran")
+	}
+	var rep struct {
+		Letters []struct {
+			Seq     uint64
+			Session string
+		}
+	}
+	b.api(t, "root", "GET", "/api/dead-letters", nil, &rep)
+	for _, l := range rep.Letters {
+		if l.Session == key {
+			return l.Seq
+		}
+	}
+	t.Fatalf("no dead letter of %s in %+v", key, rep)
+	return 0
+}
+
+// openDetails unfolds every <details> of the page.
+func openDetails(t *testing.T, tb *tab) {
+	t.Helper()
+	eval[any](t, tb, `document.querySelectorAll('details').forEach((d) => { d.open = true; }); null`)
+}
