@@ -238,6 +238,7 @@ func TestConsole(t *testing.T) {
 		}
 		tb.noScriptRan(t)
 		for _, k := range keys {
+			tb.goTo(t, "#/sessions")
 			tb.click(t, fmt.Sprintf(`#sessions a[href=%s]`, jsString(route("s", k))))
 			tb.wait(t, `document.getElementById('main').hasAttribute('data-ready') && document.querySelector('#session-key')`)
 			if got := tb.text(t, "#session-key"); got != k {
@@ -252,7 +253,8 @@ func TestConsole(t *testing.T) {
 		tb.goTo(t, route("s", keys[0], "runs", run))
 		openDetails(t, tb)
 		got := tb.text(t, "main")
-		for _, want := range []string{"args: " + payload, "result: " + payload, "error: " + payload, "text: " + payload} {
+		argsShown := strings.Trim(strings.NewReplacer(`\u003c`, "<", `\u003e`, ">").Replace(jsString("args: "+payload)), `"`) // as JSON text
+		for _, want := range []string{argsShown, "result: " + payload, "error: " + payload, "text: " + payload} {
 			if !strings.Contains(got, want) {
 				t.Fatalf("the run page does not show %q as text", want)
 			}

@@ -247,7 +247,8 @@ func eval[T any](t *testing.T, tb *tab, expr string) T {
 // goTo opens a console route ("#/sessions") and waits for its page.
 func (tb *tab) goTo(t *testing.T, hash string) {
 	t.Helper()
-	eval[any](t, tb, `document.getElementById('main').removeAttribute('data-ready'); location.hash = `+jsString(hash)+`; null`)
+	eval[any](t, tb, `document.getElementById('main').removeAttribute('data-ready');
+		if (location.hash === `+jsString(hash)+`) window.dispatchEvent(new HashChangeEvent('hashchange')); else location.hash = `+jsString(hash)+`; null`)
 	tb.wait(t, `document.getElementById('main').hasAttribute('data-ready')`)
 }
 
