@@ -403,4 +403,3 @@ func jsString(s string) string {
 	raw, _ := json.Marshal(s)
 	return string(raw)
 }
-
