@@ -66,6 +66,10 @@ type Config struct {
 	Lanes   *kvstore.Lanes      // the lanes' leases, to tell a running run's worker gone; nil = not told
 	Auth    AuthBook            // nil = auth ops answer 503
 	Worker  string              // the serving worker, in the service metadata
+	// Stats says how the worker is doing, for micro's STATS (the data of
+	// StatsEndpoint); nil = none. It runs under micro's lock: keep it
+	// to counter reads.
+	Stats func() WorkerStats
 	Logger  zerolog.Logger
 	Now     func() time.Time // default time.Now
 }
@@ -96,13 +100,20 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 		Description:   "Lanefleet administration: sessions, dead letters, auth profiles, on " + Prefix + "<op>",
 		Metadata:      map[string]string{"worker": cfg.Worker},
 		QueueGroup:    QueueGroup,
+		StatsHandler: func(ep *micro.Endpoint) any {
+			if ep.Name != StatsEndpoint || cfg.Stats == nil {
+				return nil
+			}
+			return cfg.Stats()
+		},
 		Label:         "admin service",
 		Log:           cfg.Logger,
 		MaxConcurrent: MaxConcurrent,
 	})
 	s.replies = &sessionsvc.Replier{NC: nc, Log: cfg.Logger, Name: "admin service", Inflight: s.svc.Calls, Guard: s.svc.Guard, Timeout: RequestTimeout}
 	ops := map[string]handlerFunc{OpSessions: s.sessions, OpDeadList: s.deadList, OpDeadShow: s.deadShow,
-		OpDeadReplay: s.deadReplay, OpDeadPurge: s.deadPurge, OpAuthStatus: s.authStatus, OpAuthReset: s.authReset}
+		OpDeadReplay: s.deadReplay, OpDeadPurge: s.deadPurge, OpAuthStatus: s.authStatus, OpAuthReset: s.authReset,
+		OpFleet: s.fleet, OpApprovals: s.approvals}
 	var eps []microsvc.Endpoint
 	for op, h := range ops {
 		// Endpoint names are one token: dlq-list serves agent.admin.dlq.list.
@@ -152,6 +163,22 @@ func limit(n int) (int, error) {
 		return 0, badRequest("limit %d is over %d", n, LimitMax)
 	}
 	return n, nil
+}
+
+// fleet reads the fleet's queue state.
+func (s *Service) fleet(ctx context.Context, data []byte) (any, error) {
+	if err := decode(data, &struct{}{}); err != nil {
+		return nil, err
+	}
+	in, err := s.cfg.Inbound.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := s.cfg.Dead.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return FleetReply{Backlog: in.State.Msgs, BacklogBytes: in.State.Bytes, DeadLetters: dead.State.Msgs}, nil
 }
 
 // authStatus lists the worker's auth profiles and their state.
