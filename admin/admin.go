@@ -69,9 +69,9 @@ type Config struct {
 	// Stats says how the worker is doing, for micro's STATS (the data of
 	// StatsEndpoint); nil = none. It runs under micro's lock: keep it
 	// to counter reads.
-	Stats func() WorkerStats
-	Logger  zerolog.Logger
-	Now     func() time.Time // default time.Now
+	Stats  func() WorkerStats
+	Logger zerolog.Logger
+	Now    func() time.Time // default time.Now
 }
 
 // Service is a running admin service.
@@ -95,11 +95,11 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	}
 	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger}
 	s.svc = microsvc.New(nc, microsvc.Config{
-		Name:          Name,
-		Version:       Version,
-		Description:   "Lanefleet administration: sessions, dead letters, auth profiles, on " + Prefix + "<op>",
-		Metadata:      map[string]string{"worker": cfg.Worker},
-		QueueGroup:    QueueGroup,
+		Name:        Name,
+		Version:     Version,
+		Description: "Lanefleet administration: sessions, dead letters, auth profiles, on " + Prefix + "<op>",
+		Metadata:    map[string]string{"worker": cfg.Worker},
+		QueueGroup:  QueueGroup,
 		StatsHandler: func(ep *micro.Endpoint) any {
 			if ep.Name != StatsEndpoint || cfg.Stats == nil {
 				return nil

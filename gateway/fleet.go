@@ -24,9 +24,9 @@ const fleetWait = 5 * time.Second
 // FleetReply is the body of GET /api/fleet and the data of each event of
 // GET /api/fleet/events.
 type FleetReply struct {
-	At      time.Time      `json:"at"`
-	Workers []FleetWorker  `json:"workers"`
-	Backlog uint64         `json:"backlog"` // messages stored on the inbound stream: waiting or being run
+	At      time.Time     `json:"at"`
+	Workers []FleetWorker `json:"workers"`
+	Backlog uint64        `json:"backlog"` // messages stored on the inbound stream: waiting or being run
 	// StoredBytes is their size.
 	StoredBytes  uint64        `json:"stored_bytes"`
 	DeadLetters  uint64        `json:"dead_letters"`
