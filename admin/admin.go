@@ -10,10 +10,19 @@
 //	dlq.purge    delete dead letters
 //	auth.status  auth profiles and their cooldowns
 //	auth.reset   clear a profile's cooldowns across the fleet
+//	fleet        the backlog and the dead letters' count
+//	approvals    the calls waiting for approval across sessions
+//
+// Listings that a gateway asks for a caller (sessions, approvals) carry
+// the caller's Scope: the service filters, pages and reads the details of
+// the page's sessions only. Every worker also says how it does (slots,
+// lanes, turns, version: WorkerStats) in micro's STATS reply
+// ($SRV.STATS.lanefleet-admin, no queue group: each worker answers), which
+// the client's Workers gathers.
 //
 // A session's own backlog is the lane service's backlog op
 // (lanes/sessionsvc), which a session's sender and viewers may ask for.
-// Requests are JSON (at most sessionsvc.MaxRequestBytes), replies msgpack,
+// Requests are JSON (at most sessionsvc.MaxRequestBytes; MaxScopedRequestBytes with a Scope), replies msgpack,
 // errors micro error replies with the lane service's codes and
 // CodeNotFound. Every worker answers from the same fleet state, except
 // auth.status, whose profiles are the answering worker's configuration.
