@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/gateway/auth"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/tools"
@@ -243,5 +244,29 @@ func BenchmarkSessionsPage(b *testing.B) {
 				resp.Body.Close()
 			}
 		})
+	}
+}
+
+// TestScopeMatchesPrincipal: the scope the gateway hands the fleet's
+// listings reaches exactly the sessions the caller's token does.
+func TestScopeMatchesPrincipal(t *testing.T) {
+	t.Parallel()
+	keys := []string{"acme:1", "acme", "acme:x:y", "globex:1", "solo", "solo:2", "agent:main:acme:1", ""}
+	for _, p := range []*auth.Principal{
+		{Role: auth.Sender, Prefixes: []string{"acme:"}},
+		{Role: auth.Viewer, Prefixes: []string{"acme:", "globex:"}, Sessions: []string{"solo"}},
+		{Role: auth.Sender, Sessions: []string{"solo"}},
+		{Role: auth.Admin, Prefixes: []string{""}},
+		{Role: auth.Viewer},
+	} {
+		sc := scopeOf(p)
+		for _, k := range keys {
+			if k == "" {
+				continue // no listing has a session without a key
+			}
+			if got, want := sc.Allows(k), p.AllowsSession(k); got != want {
+				t.Errorf("%+v: %q: scope %v, token %v", p, k, got, want)
+			}
+		}
 	}
 }
