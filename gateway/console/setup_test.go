@@ -59,6 +59,7 @@ var testTokens = []gateway.TokenEntry{
 	{Name: "globex", Role: auth.Sender, Prefixes: []string{"globex:"}},
 	{Name: "acme-viewer", Role: auth.Viewer, Prefixes: []string{"acme:"}},
 	{Name: "root", Role: auth.Admin, Prefixes: []string{""}},
+	{Name: "bulk", Role: auth.Sender, Prefixes: []string{"bulk:"}},
 }
 
 func setup(t *testing.T) *bundle {
@@ -100,7 +101,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := gateway.New(gateway.Config{Client: c, Tokens: toks, Logger: &log})
+	srv, err := gateway.New(gateway.Config{Client: c, Tokens: toks, Logger: &log, FleetEvery: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

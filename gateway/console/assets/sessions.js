@@ -21,7 +21,7 @@ export async function sessionsPage({ main, params, signal }) {
   const total = typeof page.total === 'number' ? page.total : null;
   const table = h('table', { class: 'list sessions', id: 'sessions' },
     h('caption', { class: 'visually-hidden' }, 'Sessions'),
-    h('thead', null, h('tr', null, ['Session', 'Agent', 'Last activity', 'State', 'Cost', 'Turns'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('thead', null, h('tr', null, ['Session', 'Agent', 'Last activity', 'State', 'Cost', 'Turns', 'Last run'].map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', null, rows.map(row)));
   const next = page.next !== undefined && page.next !== null && page.next !== '' ? String(page.next) : '';
   const pager = h('nav', { class: 'pager', 'aria-label': 'Pages of sessions' },
@@ -44,7 +44,8 @@ function row(s) {
     h('td', null, last ? h('time', { title: when(last) }, ago(last)) : ''),
     h('td', null, state ? h('span', { class: 'chip state-' + state.replace(/[^a-z-]/g, '') }, state) : ''),
     h('td', { class: 'num' }, usd(s.cost_usd)),
-    h('td', { class: 'num' }, num(s.turns)));
+    h('td', { class: 'num' }, num(s.turns)),
+    h('td', null, s.lastRun ? h('a', { href: route('s', s.key, 'runs', s.lastRun) }, 'run ' + s.lastRun) : ''));
 }
 
 function query(o) {
