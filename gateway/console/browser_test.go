@@ -153,6 +153,13 @@ func TestConsole(t *testing.T) {
 		if got := tb.text(t, `#transcript details.tool`); !strings.Contains(got, "notes.txt") || !strings.Contains(got, "hello from the notes") {
 			t.Fatalf("transcript tool call: %q", got)
 		}
+		// On a phone: one column, nothing wider than the screen.
+		tb.run(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)))
+		tb.goTo(t, route("s", key))
+		if w := eval[[]int](t, tb, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+			t.Fatalf("the page is %d px wide on a %d px screen", w[0], w[1])
+		}
+		tb.shot(t, "session-phone")
 	})
 
 	t.Run("approve a pending call", func(t *testing.T) {

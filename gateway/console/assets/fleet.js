@@ -26,7 +26,7 @@ export async function fleetPage({ main, signal }) {
   const draw = (s) => {
     const ws = s.workers || [];
     const aps = s.auth_profiles || [];
-    const cooling = aps.filter((p) => p.state && p.state !== 'ok' && p.state !== 'ready');
+    const cooling = aps.filter((p) => p.state === 'cooldown');
     const slots = ws.reduce((a, w) => [a[0] + (w.slots_used || 0), a[1] + (w.slots_total || 0)], [0, 0]);
     const tps = ws.reduce((a, w) => a + (w.turns_per_sec || 0), 0);
     fill(cards,
