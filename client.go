@@ -822,7 +822,7 @@ type ActiveRun struct {
 func (c *Client) ActiveRuns(ctx context.Context) ([]ActiveRun, error) {
 	// A JetStream API request the user may not make is dropped by the
 	// server: ask once with a permission check first.
-	probe := nats.NewMsg("$JS.API.STREAM.INFO.KV_" + kvstore.DefaultRunsBucket)
+	probe := nats.NewMsg(kvstore.RunsInfoSubject())
 	if _, err := c.requestMsg(ctx, probe, 5*time.Second); errors.Is(err, ErrPermission) {
 		return nil, fmt.Errorf("%w (listing the runs needs read access to the %s bucket: the admin role)", err, kvstore.DefaultRunsBucket)
 	}

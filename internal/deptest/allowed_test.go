@@ -48,7 +48,7 @@ var allowed = map[string][]string{
 	"internal/version":       {},
 	"ecmatext":               {},
 	"kvstore":                {"events", "internal/backoff", "lanes/queue", "message"},
-	"lanes":                  {"events", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
+	"lanes":                  {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
 	// The lane's own parts (renolane is moving the emitter and the slot
 	// scheduler there).
 	"lanes/internal/...":          {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "lanes/internal/..."},
