@@ -64,6 +64,24 @@ func (c *Client) FleetState(ctx context.Context) (admin.FleetReply, error) {
 	return rep, err
 }
 
+// ErrSessionRunning means a session cannot be forgotten now: a turn of it
+// runs or a message waits for it (Forget).
+var ErrSessionRunning = errors.New("lanefleet: the session is running or has a message waiting")
+
+// Forget deletes a session's transcript, settings, lane records and run
+// events, when no turn of it runs and no message waits
+// (ErrSessionRunning otherwise). Its next message starts a new
+// conversation. Admin role only.
+func (c *Client) Forget(ctx context.Context, session string) (admin.ForgetReply, error) {
+	var rep admin.ForgetReply
+	err := c.admin(ctx, admin.OpForget, admin.ForgetRequest{Session: session}, &rep, false)
+	var se *sessionsvc.Error
+	if errors.As(err, &se) && se.Code == admin.CodeBusy {
+		return rep, fmt.Errorf("%w: %s", ErrSessionRunning, se.Description)
+	}
+	return rep, err
+}
+
 // DeadLetters lists a page of dead letters without their data.
 func (c *Client) DeadLetters(ctx context.Context, q admin.DeadListRequest) (admin.DeadListReply, error) {
 	var rep admin.DeadListReply

@@ -12,6 +12,7 @@
 //	auth.reset   clear a profile's cooldowns across the fleet
 //	fleet        the backlog and the dead letters' count
 //	approvals    the calls waiting for approval across sessions
+//	forget       delete an idle session's transcript, settings and run events
 //
 // Listings that a gateway asks for a caller (sessions, approvals) carry
 // the caller's Scope: the service filters, pages and reads the details of
@@ -40,6 +41,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/microsvc"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
@@ -78,7 +80,11 @@ type Config struct {
 	// Stats says how the worker is doing, for micro's STATS (the data of
 	// StatsEndpoint); nil = none. It runs under micro's lock: keep it
 	// to counter reads.
-	Stats  func() WorkerStats
+	Stats func() WorkerStats
+	// Forget forgets a session's stored state when no turn runs and no
+	// message waits (lanes.Worker.Forget): the keys it removed, or busy.
+	// nil = the forget op answers 503.
+	Forget func(ctx context.Context, key string) (keys int, busy bool, err error)
 	Logger zerolog.Logger
 	Now    func() time.Time // default time.Now
 }
@@ -122,7 +128,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	s.replies = &sessionsvc.Replier{NC: nc, Log: cfg.Logger, Name: "admin service", Inflight: s.svc.Calls, Guard: s.svc.Guard, Timeout: RequestTimeout}
 	ops := map[string]handlerFunc{OpSessions: s.sessions, OpDeadList: s.deadList, OpDeadShow: s.deadShow,
 		OpDeadReplay: s.deadReplay, OpDeadPurge: s.deadPurge, OpAuthStatus: s.authStatus, OpAuthReset: s.authReset,
-		OpFleet: s.fleet, OpApprovals: s.approvals}
+		OpFleet: s.fleet, OpApprovals: s.approvals, OpForget: s.forget}
 	var eps []microsvc.Endpoint
 	for op, h := range ops {
 		// Endpoint names are one token: dlq-list serves agent.admin.dlq.list.
@@ -188,6 +194,43 @@ func (s *Service) fleet(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	return FleetReply{Backlog: in.State.Msgs, BacklogBytes: in.State.Bytes, DeadLetters: dead.State.Msgs}, nil
+}
+
+// forget forgets an idle session: its lane records under its lease, then
+// its run events.
+func (s *Service) forget(ctx context.Context, data []byte) (any, error) {
+	var q ForgetRequest
+	if err := decode(data, &q); err != nil {
+		return nil, err
+	}
+	tok, err := events.KeyToken(q.Session)
+	if err != nil {
+		return nil, badRequest("session: %v", err)
+	}
+	if s.cfg.Forget == nil {
+		return nil, &sessionsvc.Error{Code: sessionsvc.CodeUnavailable, Description: "this worker forgets no sessions"}
+	}
+	keys, busy, err := s.cfg.Forget(ctx, q.Session)
+	if busy {
+		return nil, &sessionsvc.Error{Code: CodeBusy, Description: "the session is running a turn or has a message waiting: stop it, or try again when it is idle"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Its events would keep it in the listings until they expire.
+	before, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+tok+".>"))
+	if err != nil {
+		return nil, err
+	}
+	var n uint64
+	for _, c := range before.State.Subjects {
+		n += c
+	}
+	if err := s.cfg.Events.Purge(ctx, jetstream.WithPurgeSubject(events.EventPrefix+tok+".>")); err != nil {
+		return nil, err
+	}
+	s.log.Info().Str("session", events.Fingerprint(q.Session)).Int("keys", keys).Uint64("events", n).Msg("session forgotten by an operator")
+	return ForgetReply{Session: q.Session, Keys: keys, Events: n}, nil
 }
 
 // authStatus lists the worker's auth profiles and their state.

@@ -32,6 +32,7 @@ const (
 	OpAuthReset  = "auth.reset"  // AuthResetRequest → AuthResetReply
 	OpFleet      = "fleet"       // empty → FleetReply
 	OpApprovals  = "approvals"   // ApprovalsRequest → ApprovalsReply
+	OpForget     = "forget"      // ForgetRequest → ForgetReply
 )
 
 // StatsEndpoint is the endpoint whose data in micro's STATS reply
@@ -41,6 +42,10 @@ const StatsEndpoint = "sessions"
 
 // Subject returns the subject of op.
 func Subject(op string) string { return Prefix + op }
+
+// CodeBusy is the error code of a forget whose session runs a turn or has
+// a message waiting.
+const CodeBusy = "409"
 
 // CodeNotFound is the error code of a request naming a dead letter or an
 // auth profile that does not exist. The other codes are the lane service's
@@ -153,6 +158,20 @@ type Session struct {
 	CostUSD float64 `json:"costUsd,omitempty" msgpack:"cost,omitempty"`
 	// Approvals counts the calls waiting for the user's approval.
 	Approvals int `json:"approvals,omitempty" msgpack:"approvals,omitempty"`
+}
+
+// ForgetRequest names the session to forget.
+type ForgetRequest struct {
+	Session string `json:"session"`
+}
+
+// ForgetReply says what a forget removed: the session's transcript,
+// settings and lane records (Keys of them) and its stored run events
+// (Events of them). A session that never stored anything removes none.
+type ForgetReply struct {
+	Session string `json:"session" msgpack:"session"`
+	Keys    int    `json:"keys" msgpack:"keys"`
+	Events  uint64 `json:"events" msgpack:"events"`
 }
 
 // ApprovalsRequest asks for the calls waiting for approval in the

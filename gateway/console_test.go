@@ -270,3 +270,66 @@ func TestScopeMatchesPrincipal(t *testing.T) {
 		}
 	}
 }
+
+// TestForget: an admin forgets an idle session (transcript, settings and
+// run events go; it leaves the listing); a running one is refused with
+// 409 until it is stopped; other roles get 403.
+func TestForget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.streamed(t, "acme", "acme:old", `{"text":"remember me","stream":true}`)
+	wantProblem(t, b.do(t, "acme", "DELETE", "/api/sessions/acme:old", ""), 403, CodeForbidden)
+	resp := b.do(t, "root", "DELETE", "/api/sessions/acme:old", "")
+	var fr struct {
+		Session string
+		Keys    int
+		Events  int
+	}
+	readJSON(t, resp, &fr)
+	if resp.StatusCode != 200 || fr.Session != "acme:old" || fr.Keys == 0 || fr.Events == 0 {
+		t.Fatalf("forget: %d %+v", resp.StatusCode, fr)
+	}
+	if h, err := b.client.History(b.ctx, "acme:old"); err != nil || len(h) != 0 {
+		t.Fatalf("history after forget: %d entries, %v", len(h), err)
+	}
+	resp = b.do(t, "acme", "GET", "/api/sessions", "")
+	var p sessionsPage
+	readJSON(t, resp, &p)
+	if p.Total != 0 {
+		t.Fatalf("still listed: %+v", p.Sessions)
+	}
+	// A session that runs is not forgotten.
+	slow, _ := json.Marshal(map[string]any{"model": "scripted/script", "text": `#script {"replies":[{"text":"slow","delayMs":60000}]}`})
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:busy/messages", string(slow))
+	resp.Body.Close()
+	for {
+		resp = b.do(t, "acme", "GET", "/api/sessions?q=busy", "")
+		readJSON(t, resp, &p)
+		if len(p.Sessions) == 1 && p.Sessions[0].State == "running" {
+			break
+		}
+		select {
+		case <-b.ctx.Done():
+			t.Fatalf("never running: %+v", p.Sessions)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	wantProblem(t, b.do(t, "root", "DELETE", "/api/sessions/acme:busy", ""), 409, CodeSessionBusy)
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:busy/stop", "")
+	resp.Body.Close()
+	for {
+		resp = b.do(t, "root", "DELETE", "/api/sessions/acme:busy", "")
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			break
+		}
+		if resp.StatusCode != 409 {
+			t.Fatalf("forget after stop: %d", resp.StatusCode)
+		}
+		select {
+		case <-b.ctx.Done():
+			t.Fatal("still busy after the stop")
+		case <-time.After(50 * time.Millisecond): // the stopped turn lets its lane go
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
@@ -258,4 +259,26 @@ func badRequestOf(err error) *Problem {
 		return newProblem(http.StatusBadRequest, CodeInvalidInput, se.Description)
 	}
 	return nil
+}
+
+// forget deletes an idle session's stored state (admin): 409
+// session_busy while a turn of it runs or a message waits.
+func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if err := events.ValidateKey(key); err != nil {
+		writeProblem(w, r, newProblem(http.StatusBadRequest, CodeInvalidInput, "session key: "+err.Error()))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), readTimeout)
+	defer cancel()
+	rep, err := s.cfg.Client.Forget(ctx, key)
+	if errors.Is(err, lanefleet.ErrSessionRunning) {
+		writeProblem(w, r, newProblem(http.StatusConflict, CodeSessionBusy, "a turn of the session runs or a message waits for it: stop it, or try again when it is idle"))
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"session": rep.Session, "keys": rep.Keys, "events": rep.Events})
 }

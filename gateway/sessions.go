@@ -62,6 +62,7 @@ func (s *Server) nativeRoutes() []route.Route {
 		{Method: "GET", Pattern: "/api/fleet/events", Reach: route.Fleet, Handler: h(s.fleetEvents)},
 		{Method: "GET", Pattern: "/api/auth-profiles", Reach: route.Fleet, Handler: h(s.listAuthProfiles)},
 		{Method: "POST", Pattern: "/api/auth-profiles/{id}/reset", Reach: route.Fleet, Handler: h(s.resetAuthProfile)},
+		{Method: "DELETE", Pattern: "/api/sessions/{key}", Reach: route.Fleet, Handler: h(s.forget)},
 		{Method: "GET", Pattern: "/api/dead-letters", Reach: route.Fleet, Handler: h(s.deadLetters)},
 		{Method: "GET", Pattern: "/api/dead-letters/{seq}", Reach: route.Fleet, Handler: h(s.deadLetter)},
 		{Method: "POST", Pattern: "/api/dead-letters/replay", Reach: route.Fleet, Handler: h(s.replayDead)},

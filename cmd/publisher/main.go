@@ -10,7 +10,7 @@
 //	publisher history --session KEY [--json]
 //	publisher import --session KEY FILE.jsonl
 //	publisher stop --session KEY [--no-follow]
-//	publisher runs | sessions | backlog --session KEY | dlq list|show|replay|purge | auth status|reset
+//	publisher runs | sessions [forget KEY] | backlog --session KEY | dlq list|show|replay|purge | auth status|reset
 //	publisher version (also --version)
 //
 // send and follow show the run live: the reply on stdout, and on stderr the
@@ -25,7 +25,7 @@
 // with the nats CLI's credentials: --creds, --nkey, --user/--password,
 // --tlscert/--tlskey/--tlsca and --inbox-prefix, or NATS_CREDS, NATS_NKEY,
 // NATS_USER, NATS_PASSWORD, NATS_CERT, NATS_KEY, NATS_CA, NATS_INBOX_PREFIX.
-// A sender's user needs only its sessions' subjects (see the README's roles).
+// A sender's user needs only its sessions' subjects (see the roles in docs/security.md).
 package main
 
 import (
@@ -209,7 +209,7 @@ the nats CLI's credentials: --creds, --nkey, --user/--password,
 --tlscert/--tlskey/--tlsca and --inbox-prefix, or NATS_CREDS, NATS_NKEY,
 NATS_USER, NATS_PASSWORD, NATS_CERT, NATS_KEY, NATS_CA, NATS_INBOX_PREFIX. A
 sender's user needs only its sessions' subjects; sessions, dlq and auth need
-the admin role (see the README's roles).
+the admin role (see the roles in docs/security.md).
 
 Exit codes: 0 done, 1 failed (a run that ended in error, no server), 2 a wrong
 command line.`,

@@ -1,11 +1,14 @@
 package fleet
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/internal/version"
+	"github.com/lanefleet/lanefleet/lanes"
 )
 
 // rateWindow is the span a worker's turn rate is measured over.
@@ -74,4 +77,13 @@ func (m *Member) sampleTurns(done <-chan struct{}) {
 			m.rate.sample(now, m.Worker.Stats().Turns.Load())
 		}
 	}
+}
+
+// forget forgets an idle session for the admin service.
+func (m *Member) forget(ctx context.Context, key string) (int, bool, error) {
+	n, err := m.Worker.Forget(ctx, key)
+	if errors.Is(err, lanes.ErrBusy) {
+		return 0, true, err
+	}
+	return n, false, err
 }
