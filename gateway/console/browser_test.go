@@ -207,7 +207,7 @@ func TestConsole(t *testing.T) {
 		if got := tb.text(t, "#approvals"); !strings.Contains(got, "approved.txt") {
 			t.Fatalf("the viewer does not see the pending call: %q", got)
 		}
-		for _, sel := range []string{"#composer", "#message", "#send", "#stop", "#interrupt", "button[data-decision]", "form.settings", `#nav a[href="#/ops"]`, `#nav a[href="#/fleet"]`} {
+		for _, sel := range []string{"#composer", "#message", "#send", "#stop", "#interrupt", "button[data-decision]", "form.settings", "#forget", `#nav a[href="#/ops"]`, `#nav a[href="#/fleet"]`} {
 			if n := tb.count(t, sel); n != 0 {
 				t.Fatalf("the viewer's page has %s", sel)
 			}
@@ -222,7 +222,7 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
-	t.Run("an admin replays a dead letter", func(t *testing.T) {
+	t.Run("an admin replays a dead letter and forgets a session", func(t *testing.T) {
 		t.Parallel()
 		const key = "acme:dead"
 		seq := deadLetter(t, b, key)
@@ -236,6 +236,20 @@ func TestConsole(t *testing.T) {
 		tb.wait(t, `document.querySelector('#dead-outcome').textContent.includes('replayed as run')`)
 		if got := tb.text(t, "#dead-outcome"); !strings.Contains(got, fmt.Sprintf("dead letter %d replayed as run", seq)) || !strings.Contains(got, key) {
 			t.Fatalf("outcome %q", got)
+		}
+		// Forget a session: a second click confirms.
+		const gone = "acme:forget-me"
+		b.send(t, "acme", gone, "remember me", "")
+		tb.goTo(t, route("s", gone))
+		tb.click(t, "#forget")
+		if got := tb.text(t, "#forget"); got != "Confirm: forget it" {
+			t.Fatalf("the first click: %q", got)
+		}
+		tb.click(t, "#forget")
+		tb.wait(t, `location.hash === '#/sessions' && document.getElementById('main').hasAttribute('data-ready')`)
+		var hist struct{ Entries []any }
+		if st := b.api(t, "acme", "GET", sessionPath(gone, "history"), nil, &hist); st != 200 || len(hist.Entries) != 0 {
+			t.Fatalf("after forgetting: %d, %d entries", st, len(hist.Entries))
 		}
 		tb.goTo(t, "#/fleet")
 		if got := tb.text(t, `#fleet-cards [data-k=workers] .value`); got != "1" {

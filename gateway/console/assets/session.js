@@ -193,9 +193,29 @@ export async function sessionPage({ main, params, signal, can }) {
       status);
   }
 
+  // Admins may forget an idle session: its transcript, settings and run
+  // events go (DELETE /api/sessions/{key}); a second click confirms.
+  let forget = null;
+  if (can.admin) {
+    const out = h('span', { class: 'muted', role: 'status', id: 'forget-outcome' });
+    let armed = false;
+    const btn = button('Forget this session', async () => {
+      if (!armed) { armed = true; btn.textContent = 'Confirm: forget it'; btn.classList.add('armed'); return; }
+      btn.disabled = true;
+      try {
+        await call('DELETE', sessionPath(key));
+        location.hash = '#/sessions';
+      } catch (e) {
+        out.textContent = 'Refused: ' + e.message;
+        btn.disabled = false;
+      }
+    }, { class: 'danger small', id: 'forget' });
+    forget = h('div', { class: 'actions' }, btn, out);
+  }
+
   fill(main,
     h('div', { class: 'head' }, h('p', { class: 'crumbs' }, h('a', { href: '#/sessions' }, 'Sessions'), ' /'),
-      h('h1', { class: 'key', id: 'session-key' }, key)),
+      h('h1', { class: 'key', id: 'session-key' }, key), forget),
     h('div', { class: 'session-grid' },
       h('div', { class: 'col-main' }, approvals, transcript, composer),
       h('div', { class: 'col-side' }, runsBox, settingsBox)));
