@@ -68,8 +68,8 @@ export function sessionPath(key, ...rest) {
 // follow} it first POSTs body to path (a send that streams its run:
 // onRun sees the run's id) and resumes on follow(runId), that run's
 // events. It resolves when the stream is over.
-export async function stream(path, { onEvent, done = () => false, signal, send, onRun, after = 0, resume = true } = {}) {
-  let last = after;
+export async function stream(path, { onEvent, done = () => false, signal, send, onRun } = {}) {
+  let last = 0;
   let posting = Boolean(send);
   let wait = 500;
   while (!signal?.aborted) {
@@ -118,7 +118,7 @@ export async function stream(path, { onEvent, done = () => false, signal, send, 
       if (e instanceof APIError || !(e instanceof TypeError || e?.name === 'AbortError')) throw e;
       if (signal?.aborted) return;
     }
-    if (ended || !resume) return;
+    if (ended) return;
     await sleep(wait, signal);
   }
 }

@@ -4,7 +4,7 @@
 // element), me (the caller, from GET /api/me), params (the route's
 // values and query) and signal (aborted when the page is left, which
 // ends its streams).
-import { h, fill, route } from './dom.js';
+import { h, fill } from './dom.js';
 import { get, token, onUnauthorized, APIError } from './api.js';
 import { loginPage } from './login.js';
 import { fleetPage } from './fleet.js';
@@ -37,7 +37,7 @@ async function who() {
 }
 
 // can says what the caller may do.
-export function can(me) {
+function can(me) {
   const role = me?.role;
   return { send: role === 'sender' || role === 'admin', admin: role === 'admin', read: Boolean(role) };
 }
@@ -126,4 +126,3 @@ document.addEventListener('DOMContentLoaded', () => {
   render();
 });
 
-export { route };

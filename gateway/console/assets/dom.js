@@ -40,7 +40,7 @@ export function fill(el, ...children) {
 
 // safeHref lets through the console's own routes only ("#/…"): a link
 // built from data can never become javascript:, data: or another site.
-export function safeHref(v) {
+function safeHref(v) {
   return typeof v === 'string' && v.startsWith('#/') ? v : '#/';
 }
 

@@ -8,10 +8,10 @@
 import { h, fill, route, pretty, clip, ms, usd, num, when, button } from './dom.js';
 import { stream, sessionPath } from './api.js';
 
-export const perPage = 100;
+const perPage = 100;
 
 // Timeline folds a run's events into items and a summary.
-export class Timeline {
+class Timeline {
   constructor() {
     this.items = [];
     this.calls = new Map();

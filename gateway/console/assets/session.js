@@ -56,7 +56,7 @@ export async function sessionPage({ main, params, signal, can }) {
     let final = false;
     try {
       await stream(opts.path, {
-        signal: ctl.signal, send: opts.send, after: 0,
+        signal: ctl.signal, send: opts.send,
         onRun: (run) => { if (run) { remember(key, run); turn.run(run, route('s', key, 'runs', run)); drawRuns(); } },
         onEvent: (ev) => { turn.add(ev); if (ev.event === 'final') final = true; },
         done: (ev) => ev.event === 'final',

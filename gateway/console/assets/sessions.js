@@ -3,7 +3,7 @@
 import { h, fill, route, when, ago, usd, num } from './dom.js';
 import { get } from './api.js';
 
-export const pageSize = 50;
+const pageSize = 50;
 
 export async function sessionsPage({ main, params, signal }) {
   const q = params.get('q') || '';

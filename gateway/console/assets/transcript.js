@@ -102,7 +102,7 @@ export function toolCall(name, args) {
 }
 
 // toolResultBody is a tool result's text and images.
-export function toolResultBody(content, isError) {
+function toolResultBody(content, isError) {
   const out = [h('div', { class: 'label' }, isError ? 'Error' : 'Result')];
   const text = [];
   for (const b of blocks(content)) {
