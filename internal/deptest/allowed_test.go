@@ -86,7 +86,7 @@ var allowed = map[string][]string{
 	"tracing":                     {},
 	"tracing/otlp":                {"internal/backoff"},
 	// The HTTP gateway (being built): the client and the wire schema.
-	"gateway/...": {"", "events", "message", "metrics", "permission", "lanes/queue", "admin", "internal/...", "gateway/...", "sessionfile"},
+	"gateway/...": {"", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "sessionfile"},
 }
 
 // TestAllowedImports checks every package's direct imports of the module's
