@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"compaction":             {"ecmatext", "message", "provider", "sessionfile"},
 	"events":                 {},
 	"fallback":               {"authprofile", "provider", "provider/failover"},
+	"governance":             {"message", "provider"},
 	"guard":                  {"ecmatext", "message"},
 	"hooks":                  {"agentprompt", "events", "internal/inflight", "internal/microsvc", "internal/reply"},
 	"integration":            {},
