@@ -229,6 +229,11 @@ type ExceededError struct {
 	Limit, Used, Reserved, Need int64
 }
 
+// Held reports whether the call would fit but for the reservations of
+// calls in flight: it may fit once they settle, so it waits rather than
+// pause the budget.
+func (e *ExceededError) Held() bool { return e.Reserved > 0 && e.Used+e.Need <= e.Limit }
+
 func (e *ExceededError) Error() string {
 	f := func(v int64) string { return strconv.FormatInt(v, 10) }
 	unit := " " + e.Dimension
@@ -259,8 +264,10 @@ func (s State) Fits(need Amount, now time.Time) error {
 	return nil
 }
 
-// Reserve adds r to s when it fits at now; when it does not, s records the
-// refusal (the budget's sessions pause) and the *ExceededError is returned.
+// Reserve adds r to s when it fits at now; when it does not, the
+// *ExceededError is returned and, unless it only waits for reservations in
+// flight (ExceededError.Held), s records the refusal: the budget's
+// sessions pause.
 // A reservation with r's ID already held is replaced.
 func (s *State) Reserve(r Reservation, now time.Time) error {
 	s.Roll(now)
@@ -272,7 +279,9 @@ func (s *State) Reserve(r Reservation, now time.Time) error {
 	}
 	if err != nil {
 		s.Reservations = rest
-		s.Refused = &Refusal{At: now.UnixMilli(), Need: r.Amount}
+		if ex, ok := errors.AsType[*ExceededError](err); !ok || !ex.Held() {
+			s.Refused = &Refusal{At: now.UnixMilli(), Need: r.Amount}
+		}
 		return err
 	}
 	s.Reservations = append(rest, r)

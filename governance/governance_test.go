@@ -103,7 +103,9 @@ func TestReserveSettle(t *testing.T) {
 		{"fits an empty budget", State{Limits: Limits{Max: Amount{USD: dollar}}}, res("a", Amount{USD: 10 * cent}, later), t0, "", false},
 		{"exactly the rest fits", State{Limits: Limits{Max: Amount{USD: dollar}}, Used: Amount{USD: 90 * cent}}, res("a", Amount{USD: 10 * cent}, later), t0, "", false},
 		{"a nano-dollar over does not", State{Limits: Limits{Max: Amount{USD: dollar}}, Used: Amount{USD: 90*cent + 1}}, res("a", Amount{USD: 10 * cent}, later), t0, "usd", true},
-		{"live reservations count", State{Limits: Limits{Max: Amount{USD: dollar}}, Reservations: []Reservation{res("b", Amount{USD: 95 * cent}, later)}},
+		{"live reservations count (the call waits for them: no pause)", State{Limits: Limits{Max: Amount{USD: dollar}}, Reservations: []Reservation{res("b", Amount{USD: 95 * cent}, later)}},
+			res("a", Amount{USD: 10 * cent}, later), t0, "usd", false},
+		{"a call that would not fit without them pauses", State{Limits: Limits{Max: Amount{USD: dollar}}, Used: Amount{USD: 91 * cent}, Reservations: []Reservation{res("b", Amount{USD: 5 * cent}, later)}},
 			res("a", Amount{USD: 10 * cent}, later), t0, "usd", true},
 		{"expired reservations do not (a dead worker's)", State{Limits: Limits{Max: Amount{USD: dollar}}, Reservations: []Reservation{res("b", Amount{USD: 95 * cent}, t0)}},
 			res("a", Amount{USD: 10 * cent}, later), t0, "", false},
@@ -155,11 +157,18 @@ func TestSettleAndResume(t *testing.T) {
 	if err := s.Reserve(Reservation{ID: "a", Amount: Amount{USD: 60 * cent}, Expires: exp}, t0); err != nil {
 		t.Fatal(err)
 	}
-	// A second call's worst case does not fit beside the first's.
-	if err := s.Reserve(Reservation{ID: "b", Amount: Amount{USD: 50 * cent}, Expires: exp}, t0); err == nil || !s.Paused(t0) {
-		t.Fatalf("second reservation: %v, paused %v; want refused and paused", err, s.Paused(t0))
+	// A second call's worst case does not fit beside the first's: it
+	// waits (Held), the budget is not paused.
+	err := s.Reserve(Reservation{ID: "b", Amount: Amount{USD: 50 * cent}, Expires: exp}, t0)
+	if ex, ok := errors.AsType[*ExceededError](err); !ok || !ex.Held() || s.Paused(t0) {
+		t.Fatalf("second reservation: %v, paused %v; want held, not paused", err, s.Paused(t0))
 	}
-	// The first settles for less: the refused call fits now, the pause ends.
+	// A refusal would fit once a reservation settles for less: the
+	// pause ends then.
+	s.Refused = &Refusal{At: t0.UnixMilli(), Need: Amount{USD: 50 * cent}}
+	if !s.Paused(t0) {
+		t.Fatal("not paused by a refusal that does not fit")
+	}
 	if st := s.Settle("a", Amount{USD: 30 * cent, Tokens: 10}, t0); len(st.Soft) != 0 {
 		t.Errorf("settle under the soft limit warned %v", st.Soft)
 	}

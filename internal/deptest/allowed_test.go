@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	"authprofile":            {"provider"},
 	"authstore":              {"authprofile", "events", "fallback", "internal/backoff", "provider", "provider/catalog"},
 	"blockchunk":             {"ecmatext"},
+	"budgetstore":            {"events", "governance", "internal/backoff"},
 	"internal/cmd/lanebench": {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
 	"cmd/publisher":          {"", "admin", "events", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message"},
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "internal/version"},
