@@ -81,7 +81,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 			w.deleteLeftovers(ctx, subj, cur.Seq)
 			continue
 		}
-		if err != nil || w.now().Sub(next.Time) < age {
+		if err != nil || w.now().Sub(next.Time) < age || w.paused(key) {
 			continue
 		}
 		if !w.sweepLane(ctx, token, key, subj, "sweep: draining a lane no delivery woke") {
