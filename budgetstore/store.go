@@ -2,6 +2,8 @@ package budgetstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -23,7 +25,8 @@ const ReservationTTLDefault = 30 * time.Second
 // Config configures a Store.
 type Config struct {
 	BucketConfig
-	// Worker is this worker's id, carried by its reservations.
+	// Worker is this worker's id, carried by its reservations (their ids
+	// start with it); default a random one.
 	Worker string
 	// ReservationTTL is how long a reservation counts without renewal: a
 	// Hold renews its reservations every third of it while its call runs,
@@ -76,6 +79,12 @@ type cached struct {
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	if cfg.ReservationTTL <= 0 {
 		cfg.ReservationTTL = ReservationTTLDefault
+	}
+	if cfg.Worker == "" {
+		// Reservation ids must differ between workers.
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		cfg.Worker = "w-" + hex.EncodeToString(b[:])
 	}
 	b, err := OpenBucket(ctx, js, cfg.BucketConfig)
 	if err != nil {
@@ -199,6 +208,13 @@ func (s *Store) budgets(scopes []governance.Scope) []governance.Scope {
 
 // Limited reports whether a scope has a budget (as the cache has it).
 func (s *Store) Limited(sc governance.Scope) bool { return len(s.budgets([]governance.Scope{sc})) > 0 }
+
+// Limits reports whether any of scopes has a budget (as the cache has it).
+func (s *Store) Limits(scopes []governance.Scope) bool { return len(s.budgets(scopes)) > 0 }
+
+// Any reports whether any scope has a budget: false makes every call's
+// admission a single atomic load.
+func (s *Store) Any() bool { return s.limited.Load() > 0 }
 
 // Paused names the first of scopes whose budget is paused at now, as the
 // cache has it; ok is false when none is.

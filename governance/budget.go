@@ -357,11 +357,17 @@ func (s *State) crossed(before, after Amount) []string {
 }
 
 // Paused reports whether the budget's sessions are paused at now: a
-// reservation was refused and would still not fit.
+// limit is used up (no call can fit: a session's next message waits
+// before its turn starts), or a reservation was refused and would still
+// not fit.
 func (s State) Paused(now time.Time) bool {
-	if s.Refused == nil {
+	if !s.Limits.Limited() {
 		return false
 	}
 	s.Roll(now)
+	used, l := s.UsedNow(now), s.Limits.Max
+	if l.USD > 0 && used.USD >= l.USD || l.Tokens > 0 && used.Tokens >= l.Tokens || l.Turns > 0 && used.Turns >= l.Turns {
+		return true
+	}
 	return s.Refused != nil && s.Fits(s.Refused.Need, now) != nil
 }

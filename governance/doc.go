@@ -15,10 +15,12 @@
 // its reservations while a call runs, so a dead worker's reservations stop
 // counting when they expire (Prune).
 //
-// A reservation that does not fit marks the budget reached (State.Refused):
-// the session or tenant is paused (Paused) until the refused call fits again,
-// because an operator raised or reset the budget, another call's reservation
-// was settled for less, or the window moved on.
+// A budget whose limit is used up, or whose reservation did not fit
+// (State.Refused), pauses its sessions (Paused) until the refused call fits
+// again: an operator raised or reset the budget, another call's
+// reservation was settled for less, or the window moved on. A reservation
+// that would fit but for other calls in flight does not pause anything: it
+// waits for them (ExceededError.Held).
 //
 // Files:
 //
