@@ -67,6 +67,12 @@ func (m *Member) openBudgets(ctx context.Context) error {
 	return nil
 }
 
+// Budgeted reports whether this member knows a budget on s (its watch of
+// the budgets bucket delivered it): false with governance off.
+func (m *Member) Budgeted(s governance.Scope) bool {
+	return m.budgets != nil && m.budgets.store.Limited(s)
+}
+
 // Tenant is a session key's tenant ("" = none), for the lanes.
 func (b *budgets) Tenant(key string) string { return b.rule.Tenant(key) }
 
