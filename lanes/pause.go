@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
 )
@@ -48,7 +49,7 @@ func (w *Worker) Wake(ctx context.Context, match func(key string) bool) int {
 		if _, held, err := w.lanes.Holder(ctx, token); err != nil || held {
 			continue
 		}
-		if !w.sweepLane(ctx, token, key, subj, "wake: the session is no longer paused") {
+		if !w.sweepLane(ctx, token, key, subj, zerolog.InfoLevel, "wake: the session is no longer paused") {
 			break
 		}
 		w.stats.Woken.Add(1)
