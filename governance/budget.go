@@ -241,7 +241,7 @@ func (e *ExceededError) Error() string {
 		f, unit = func(v int64) string { return Nanos(v).String() }, ""
 	}
 	return fmt.Sprintf("governance: %s%s limit reached: %s%s used, %s reserved by calls in flight, this call may take %s",
-		f(e.Limit), unit, f(e.Used), unit, f(e.Reserved), f(e.Need))
+		f(e.Limit), unit, f(e.Used), unit, f(e.Reserved)+unit, f(e.Need)+unit)
 }
 
 // Fits is nil when need fits s at now beside what is used and reserved,
