@@ -277,3 +277,64 @@ func TestBudgetRaceAcrossWorkers(t *testing.T) {
 		t.Fatalf("%d ran + %d reached of %d sessions, %d calls", ran, reached, sessions, ps.calls.Load())
 	}
 }
+
+// TestKilledWorkersReservationExpires: a worker process SIGKILLed in the
+// middle of a model call leaves its reservation in the budgets bucket; it
+// stops counting once the worker's lease TTL passes without renewal, and
+// the turn, re-run by another worker, is counted once.
+func TestKilledWorkersReservationExpires(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	acme := lanefleet.TenantBudget("acme")
+	if _, _, err := c.SetBudget(ctx, acme, governance.Limits{Max: governance.Amount{Turns: 5}}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	// The worker loads the budget when it starts; each of its echo deltas
+	// takes 2 s, so its call is in flight long enough to be killed in.
+	dead := startWorkerProc(t, srv.URL, "dead", "--model", "scripted/echo", "--scripted-delay", "2s")
+	r, err := c.Send(ctx, "acme:1", "one two three")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held governance.Reservation
+	waitUntil(t, 30*time.Second, "the call's reservation", func(context.Context) bool {
+		st, _, err := c.Budget(ctx, acme)
+		if err != nil || len(st.Reservations) != 1 {
+			return false
+		}
+		held = st.Reservations[0]
+		return true
+	})
+	if held.Worker != "dead" {
+		t.Fatalf("reservation %+v, want the worker's id", held)
+	}
+	dead.kill()
+	killed := time.Now()
+	startWorkerProc(t, srv.URL, "live", "--model", "scripted/echo")
+	res, err := r.Wait(ctx)
+	if err != nil || res.Payloads[0].Text != "echo: one two three" {
+		t.Fatalf("the re-run turn: %+v, %v", res, err)
+	}
+	st, _, err := c.Budget(ctx, acme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease TTL is 2 s: the dead worker's reservation expires at most
+	// that long after its last renewal, before the kill.
+	if exp := time.UnixMilli(held.Expires); exp.After(killed.Add(2 * time.Second)) {
+		t.Fatalf("the dead worker's reservation lives until %v, past its lease (killed at %v)", exp, killed)
+	}
+	waitUntil(t, 10*time.Second, "the dead worker's reservation to expire", func(context.Context) bool {
+		st, _, err = c.Budget(ctx, acme)
+		return err == nil && st.ReservedNow(time.Now()).IsZero()
+	})
+	if used := st.UsedNow(time.Now()); used.Turns != 1 {
+		t.Fatalf("turns used %d, want the re-run turn counted once", used.Turns)
+	}
+}
