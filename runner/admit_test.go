@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -107,5 +109,27 @@ func TestAdmission(t *testing.T) {
 				t.Errorf("%d replies kept, want some: %v", replies, tc.wantReply)
 			}
 		})
+	}
+}
+
+// failingAdmission cannot reach its budgets.
+type failingAdmission struct{}
+
+func (failingAdmission) Admit(context.Context, AdmitCall) (Admitted, error) {
+	return nil, errors.New("budgets bucket: no responders")
+}
+
+// TestAdmissionFailureFailsTheRun: an Admission that cannot decide fails
+// the run (the lane tries the turn again); no call is made and nothing is
+// added to the transcript.
+func TestAdmissionFailureFailsTheRun(t *testing.T) {
+	t.Parallel()
+	r, err := New(Config{DefaultModel: "scripted/echo", Resolver: multiResolver{}, Admission: failingAdmission{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Run(t.Context(), Input{SessionKey: "acme:1", RunID: "r1", Inbound: &events.Inbound{Text: "hi"}}, &sink{})
+	if err == nil || !strings.Contains(err.Error(), "no responders") || out != nil {
+		t.Fatalf("Run = %+v, %v; want the admission's error", out, err)
 	}
 }
