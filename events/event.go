@@ -76,6 +76,10 @@ const (
 	// live. Replayed replies are streamed again; replayed tool calls show
 	// their recorded results.
 	PhaseResumed = "resumed"
+	// PhaseBudgetWarning: a model call of the run brought a budget to
+	// its soft limit (Data.Text says which, and how much is used); the
+	// run goes on. Not terminal.
+	PhaseBudgetWarning = "budget_warning"
 )
 
 // Phases of the tool and compaction streams. A tool call is start (Name,
@@ -104,13 +108,16 @@ func (e *Event) Terminal() bool { return e.Stream == StreamFinal }
 
 // EventData is the payload of an event; which fields are set depends on the stream.
 type EventData struct {
-	Phase      string  `json:"phase,omitempty" msgpack:"phase,omitempty"`
-	Text       string  `json:"text,omitempty" msgpack:"text,omitempty"`
-	Delta      string  `json:"delta,omitempty" msgpack:"delta,omitempty"`
-	StartedAt  int64   `json:"startedAt,omitempty" msgpack:"startedAt,omitempty"`
-	EndedAt    int64   `json:"endedAt,omitempty" msgpack:"endedAt,omitempty"`
-	Error      string  `json:"error,omitempty" msgpack:"error,omitempty"`
-	Worker     string  `json:"worker,omitempty" msgpack:"worker,omitempty"`
+	Phase     string `json:"phase,omitempty" msgpack:"phase,omitempty"`
+	Text      string `json:"text,omitempty" msgpack:"text,omitempty"`
+	Delta     string `json:"delta,omitempty" msgpack:"delta,omitempty"`
+	StartedAt int64  `json:"startedAt,omitempty" msgpack:"startedAt,omitempty"`
+	EndedAt   int64  `json:"endedAt,omitempty" msgpack:"endedAt,omitempty"`
+	Error     string `json:"error,omitempty" msgpack:"error,omitempty"`
+	Worker    string `json:"worker,omitempty" msgpack:"worker,omitempty"`
+	// Tenant is the session's tenant (lifecycle start), "" when it has
+	// none.
+	Tenant     string  `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
 	Attempt    int     `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
 	Steps      int     `json:"steps,omitempty" msgpack:"steps,omitempty"` // resumed: recorded steps replayed
 	InboundSeq uint64  `json:"inboundSeq,omitempty" msgpack:"inboundSeq,omitempty"`
@@ -226,6 +233,10 @@ const (
 	// model or auth profile it does not allow, a tool result for a call
 	// that waits for none, a payload that does not decode).
 	KindInvalidInput = "invalid_input"
+	// KindBudgetReached ends a turn whose next model call a budget had
+	// no room for (its message names the budget); the session is paused
+	// until the budget is raised or reset, its later messages wait.
+	KindBudgetReached = "budget_reached"
 )
 
 // PendingCall is a client tool call the run stopped for.

@@ -52,6 +52,11 @@
 //   - shutdown: the worker's end, when Run's context is done
 //     (shuttingDown, ErrShutdown). Halt: an emitter publishes nothing more.
 //   - fence: the marker a run's events expect (FenceToken).
+//   - paused: a session whose budget is reached (Config.Paused says so):
+//     its owner runs none of its messages, lets the lane go and acks the
+//     trigger (endPaused); the sweep leaves the lane alone. Wake: take a
+//     lane up again, nobody holding it, once it is no longer paused.
+//   - tenant: the session's tenant (Config.Tenant), named on start events.
 //   - done: only a context's Done and a goroutine's exit channel.
 //
 // # Files
@@ -72,6 +77,7 @@
 //	delivery.go        the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
 //	deadletter.go      dead letters (poison, invalid, bad lane)
 //	sweep.go           the sweep: idle lanes with messages or owed finals
+//	pause.go           paused sessions (Config.Paused), Wake, the tenant of a start event
 //	expire.go          the retention pass (Worker.ExpireIdle)
 //	transcripts.go     the worker's transcript cache
 //	gate.go            the set-up gate
@@ -196,6 +202,17 @@
 // stream (waiting, running, or answered and not yet deleted: owners delete
 // answered ones as they drain), so a sender who floods its lane is refused
 // and nobody else.
+//
+// # Paused sessions
+//
+// With Config.Paused (tenant budgets, wired by internal/fleet) an owner
+// asks before each message whether its session is paused. A paused lane's
+// messages stay where they are, unconsumed: the owner lets the lane go and
+// acks its trigger, a later message's delivery does the same, and the
+// sweep passes the lane by. Nothing is dead-lettered or refused. When the
+// pause ends (the budget raised or reset), Wake on any worker takes the
+// lane up and its owner drains it from the cursor, in order; a lane Wake
+// could not take (no free slot) is drained by the sweep.
 //
 // # Stop
 //

@@ -56,6 +56,11 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			return false
 		}
+		if o.w.paused(o.key) {
+			// The message stays: the lane waits, unconsumed, until Wake.
+			o.slot.paused = true
+			return false
+		}
 		if need, ok := o.fits(raw); !ok {
 			o.slot.overBudget = need
 			return false

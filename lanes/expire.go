@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -176,7 +177,7 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	// A message stored while the lane was held was acked by the worker it
 	// was delivered to, for the holder to drain: take the lane over now.
 	if _, gerr := w.streams.Inbound.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj)); gerr == nil {
-		w.sweepLane(ctx, token, key, subj, "retention: a message arrived while the session was checked")
+		w.sweepLane(ctx, token, key, subj, zerolog.WarnLevel, "retention: a message arrived while the session was checked")
 	}
 	if !idle {
 		return false, -1, nil

@@ -112,6 +112,9 @@ type slotUse struct {
 	// charged this many bytes, did not fit; 0 = it did not.
 	charged    int64
 	overBudget int64
+	// paused: the drain ended at a message of a paused session
+	// (Config.Paused).
+	paused bool
 }
 
 // run drains the lane, then releases it (lease-and-drain). Each lease gets
@@ -156,6 +159,8 @@ func (o *owner) run() {
 			end = endYield
 		case o.slot.overBudget > 0:
 			end = endOverBudget
+		case o.slot.paused:
+			end = endPaused
 		case o.notDead:
 			end = endNotDead
 		default:
@@ -204,6 +209,11 @@ const (
 	// dead letter could not be stored: release the lease and hand the
 	// trigger back after deadRetryDelay; the message stays.
 	endNotDead
+	// endPaused: the session is paused (Config.Paused): release the lease
+	// and ack the trigger; the lane's messages stay until Wake (or the
+	// sweep, once it is no longer paused) takes the lane up again. If the
+	// pause ended meanwhile, hand the trigger back at once instead.
+	endPaused
 )
 
 // settleTrigger is the one place that acks or naks the trigger delivery, and
@@ -247,6 +257,14 @@ func (o *owner) settleTrigger(end ending) {
 		// the lane needs.
 		o.w.sched.OverBudget(o.token, o.slot.overBudget, o.now())
 		o.w.nak(o.lease.trigger, busyNakDelay)
+	case endPaused:
+		o.letGo(ctx, "while its session is paused")
+		o.w.stats.Paused.Add(1)
+		if o.w.paused(o.key) {
+			o.w.ack(ctx, o.lease.trigger)
+		} else {
+			o.w.nak(o.lease.trigger, 0)
+		}
 	case endNotDead:
 		o.letGo(ctx, "while a dead letter cannot be stored")
 		o.w.nak(o.lease.trigger, o.w.cfg.deadRetry)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -73,7 +74,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 		next, err := w.streams.Inbound.GetMsg(ctx, cur.Seq+1, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			if cur.Seq > 0 && w.owesFinals(ctx, token, cur.Seq) {
-				if !w.sweepLane(ctx, token, key, subj, "sweep: publishing the final events a committed turn owes") {
+				if !w.sweepLane(ctx, token, key, subj, zerolog.WarnLevel, "sweep: publishing the final events a committed turn owes") {
 					return
 				}
 				continue
@@ -81,10 +82,10 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 			w.deleteLeftovers(ctx, subj, cur.Seq)
 			continue
 		}
-		if err != nil || w.now().Sub(next.Time) < age {
+		if err != nil || w.now().Sub(next.Time) < age || w.paused(key) {
 			continue
 		}
-		if !w.sweepLane(ctx, token, key, subj, "sweep: draining a lane no delivery woke") {
+		if !w.sweepLane(ctx, token, key, subj, zerolog.WarnLevel, "sweep: draining a lane no delivery woke") {
 			return
 		}
 	}
@@ -107,9 +108,10 @@ func (w *Worker) deleteLeftovers(ctx context.Context, subj string, cursor uint64
 	}
 }
 
-// sweepLane takes a lane over (no trigger) and runs its owner. It reports
-// false when the worker has no free slot: the next sweep tries again.
-func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bool {
+// sweepLane takes a lane over (no trigger) and runs its owner, logging why
+// at level. It reports false when the worker has no free slot: the next
+// sweep tries again.
+func (w *Worker) sweepLane(ctx context.Context, token, key, subj string, level zerolog.Level, why string) bool {
 	// A swept lane's messages are read by its owner: it is charged no
 	// trigger's payload, only what the lane's next message needs if an
 	// owner here let it go over the byte budget.
@@ -123,7 +125,7 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj, why string) bo
 		return true
 	}
 	w.stats.Swept.Add(1)
-	w.log.Warn().Str("lane", token).Msg(why)
+	w.log.WithLevel(level).Str("lane", token).Msg(why)
 	w.wg.Add(1)
 	go func() {
 		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", token).Logger(),

@@ -317,7 +317,7 @@ func (o *owner) loadHistory(ctx context.Context) error {
 // start stores the attempt's first event before the turn starts, so a
 // message that kills its worker is counted and dead-lettered at last.
 func (o *owner) start(ctx context.Context, a *attempt) error {
-	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq}
+	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq, Tenant: o.w.tenant(o.key)}
 	if a.restart {
 		data.Phase = events.PhaseRestart
 	}

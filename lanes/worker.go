@@ -75,7 +75,15 @@ type Config struct {
 	// not run): a refusal ends the message's run with an invalid_input
 	// error saying why, and nothing is stored.
 	CheckSettings func(*events.RunSettings) error
-	Logger        zerolog.Logger
+	// Paused, when set, says whether a session is paused (its budget is
+	// reached): its lane's owner runs none of its messages, lets the lane
+	// go and acks its trigger, the sweep leaves the lane alone, and Wake
+	// takes it up again once Paused says no. nil = never paused.
+	Paused func(key string) bool
+	// Tenant, when set, names a session's tenant on its runs' start
+	// events; nil = none.
+	Tenant func(key string) string
+	Logger zerolog.Logger
 	// Now reads the clock the lane's decisions use (when a turn ended, how
 	// long a lane has had its slot or waited in line, a message's age,
 	// the retention cutoff, event times); default time.Now. Timers and
@@ -197,6 +205,9 @@ type Stats struct {
 	// OverBudget counts owners that let their lane go for a while because
 	// its next message did not fit the byte budget.
 	OverBudget atomic.Int64
+	// Paused counts owners that let their lane go because its session was
+	// paused (Config.Paused), Woken the lanes Wake took up again.
+	Paused, Woken atomic.Int64
 	// DeadLetterFailures counts dead letters that could not be stored (the
 	// dead-letter stream full or unavailable): each time, the message
 	// stayed on its lane to be tried again.

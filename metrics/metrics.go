@@ -71,9 +71,12 @@ type Metrics struct {
 	cost         *prometheus.CounterVec
 	toolCalls    *prometheus.CounterVec
 	compactions  *prometheus.CounterVec
+	budget       *prometheus.CounterVec
+	budgetSpend  *prometheus.CounterVec
 
-	models capped
-	tools  capped
+	models  capped
+	tools   capped
+	tenants capped
 
 	mu       sync.Mutex
 	expected map[string]bool // providers of the configured models (Expect)
@@ -95,12 +98,14 @@ func New() *Metrics {
 	m.cost = f.counterVec("cost_usd_total", "Cost of model calls in USD, priced from the model catalog.", "provider", "model")
 	m.toolCalls = f.counterVec("tool_calls_total", "Tool calls run by this worker, by tool and outcome (ok, error); client tools' results are tool=\"client\".", "tool", "outcome")
 	m.compactions = f.counterVec("compactions_total", "Transcript compactions, by reason (threshold, overflow, failed).", "reason")
+	m.budget = f.counterVec("budget_events_total", "Budget events of model calls with a budget, by tenant (\"none\" for a session budget without a tenant) and event: reached (a call refused, the session paused) or soft_limit (a warning).", "tenant", "event")
+	m.budgetSpend = f.counterVec("budget_spend_usd_total", "USD settled against budgets, by tenant, priced from the model catalog.", "tenant")
 	bi := version.Get()
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info", Help: "The running build: 1, with its version, commit and Go version.",
 		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Revision, "goversion": bi.Go}})
 	info.Set(1)
 	m.reg.MustRegister(info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.models.max, m.tools.max = MaxLabelValues, MaxLabelValues
+	m.models.max, m.tools.max, m.tenants.max = MaxLabelValues, MaxLabelValues, MaxLabelValues
 	// Label values known now are exposed at 0 from the start: a panel or
 	// an alert on their rate then shows 0, not "No data".
 	for _, o := range outcomes {
@@ -239,6 +244,35 @@ func (m *Metrics) ToolCall(tool string, failed bool) {
 		outcome = "error"
 	}
 	m.toolCalls.WithLabelValues(m.tools.value(tool), outcome).Inc()
+}
+
+// Budget events (BudgetEvent).
+const (
+	BudgetReached   = "reached"
+	BudgetSoftLimit = "soft_limit"
+)
+
+// BudgetEvent records a budget event (Budget*) of a tenant's call ("" =
+// none); tenants past MaxLabelValues are "other".
+func (m *Metrics) BudgetEvent(tenant, event string) {
+	if m != nil {
+		m.budget.WithLabelValues(m.tenant(tenant), event).Inc()
+	}
+}
+
+// BudgetSpend records USD settled against a tenant's or its session's
+// budget.
+func (m *Metrics) BudgetSpend(tenant string, usd float64) {
+	if m != nil && usd > 0 {
+		m.budgetSpend.WithLabelValues(m.tenant(tenant)).Add(usd)
+	}
+}
+
+func (m *Metrics) tenant(t string) string {
+	if t == "" {
+		return "none"
+	}
+	return m.tenants.value(t)
 }
 
 // Compaction records a compaction by reason (Compaction*).

@@ -91,6 +91,10 @@ const (
 	LanesBucket = "lanes"
 	AuthBucket  = "auth"
 	RunsBucket  = "runs"
+	// BudgetsBucket holds the budgets (budgetstore.DefaultBucket):
+	// workers reserve and settle their calls there; only the admin role
+	// sets limits (and writes the AGENT_AUDIT stream that records it).
+	BudgetsBucket = "budgets"
 
 	// StepsStream is the runs' step journal stream (kvstore.StepsStream),
 	// on subjects StepsPrefix<lane>.<inbound seq>.<step>.
@@ -306,10 +310,11 @@ func workerPermissions(inbox string) Permissions {
 		// KV writes: leases, transcript records, cursors, settings and
 		// the retention pass's position (key "retention"); auth-profile
 		// state; the active-run registry (entries and their TTL'd purge
-		// markers).
+		// markers); the budgets' reservations and use.
 		"$KV."+LanesBucket+".>",
 		"$KV."+AuthBucket+".>",
 		"$KV."+RunsBucket+".>",
+		"$KV."+BudgetsBucket+".>",
 		// The runs' step journals (steps and re-runs' barriers).
 		StepsPrefix+">",
 		// Run events and dead letters.
@@ -340,10 +345,10 @@ func workerPermissions(inbox string) Permissions {
 }
 
 // FleetStreams are the JetStream streams of a fleet: its four streams and
-// the streams of its three buckets.
+// the streams of its four buckets.
 func FleetStreams() []string {
 	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream,
-		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket}
+		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + BudgetsBucket}
 }
 
 // microControl returns the control subjects a NATS micro service named

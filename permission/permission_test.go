@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/lanefleet/lanefleet/authstore"
+	"github.com/lanefleet/lanefleet/budgetstore"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/deptest"
@@ -45,6 +46,7 @@ func TestNamesMatchTheAdapters(t *testing.T) {
 		{LanesBucket, kvstore.DefaultBucket},
 		{RunsBucket, kvstore.DefaultRunsBucket},
 		{AuthBucket, authstore.DefaultBucket},
+		{BudgetsBucket, budgetstore.DefaultBucket},
 		{StepsStream, kvstore.StepsStream},
 		{StepsPrefix, kvstore.StepsPrefix},
 	} {

@@ -45,6 +45,12 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 			ru.keepTimedOut(&out, &am)
 			return out
 		}
+		if r := refusal(err); r != nil {
+			// The call was not made: the turn ends here, whole.
+			out.refused = r
+			out.texts = ru.sub.texts
+			return out
+		}
 		markFailed(&am, err)
 		if d, ok := ru.retryWait(actx, req, &am, err, retries+1); ok {
 			retries++

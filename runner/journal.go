@@ -180,7 +180,17 @@ func (ru *run) stream(ctx context.Context, prov provider.Provider, req *provider
 			return m, nil
 		}
 	}
+	adm, err := ru.admit(ctx, req)
+	if err != nil {
+		if refusal(err) == nil && ctx.Err() == nil {
+			// The budgets could not be asked: the turn is not run
+			// without them; the lane tries it again.
+			ru.halt(fmt.Errorf("runner: admission: %w", err))
+		}
+		return message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: err.Error()}, err
+	}
 	am, err := prov.Stream(ctx, req, ru.sub.event)
+	ru.settle(adm, &am)
 	// Calls dispatch by exact name: " read" is read.
 	sanitize.TrimCallNames(&am)
 	if err != nil || am.StopReason == message.StopError || am.StopReason == message.StopAborted || ctx.Err() != nil {

@@ -92,6 +92,8 @@ type attemptOut struct {
 	toolLoopLimit int
 	// toolLoop is set when the loop detector stopped the attempt.
 	toolLoop *toolLoopStop
+	// refused is set when the Admission refused the attempt's next call.
+	refused *AdmitRefusal
 }
 
 // toolLoopStop is a call the loop detector stopped a turn on: its tool,
@@ -242,7 +244,7 @@ func (l *modelLoop) run(ctx context.Context) error {
 // reply is the run's.
 func (l *modelLoop) decide(ctx context.Context, a *outcome) (next, error) {
 	steps := []func(context.Context, *outcome) (next, error){
-		l.toolLoopLimit, l.toolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
+		l.refused, l.toolLoopLimit, l.toolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
 	}
 	for _, step := range steps {
 		if n, err := step(ctx, a); err != nil || n != goOn {
@@ -296,6 +298,17 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 func (l *modelLoop) reply(text, kind, msg string) {
 	l.out.payloads = []events.Payload{{Text: text, IsError: true}}
 	l.out.runErr = &events.RunError{Kind: kind, Message: msg}
+}
+
+// refused ends a run whose next model call the Admission refused (a budget
+// reached) with the refusal's reply. The turn is complete: what it did
+// before stays, and the next message continues from it.
+func (l *modelLoop) refused(_ context.Context, a *outcome) (next, error) {
+	if a.refused == nil {
+		return goOn, nil
+	}
+	l.reply(a.refused.Text, a.refused.Kind, a.refused.Text)
+	return stop, nil
 }
 
 // toolLoopLimit ends a run whose attempt stopped at the run's tool-loop

@@ -53,6 +53,8 @@ type run struct {
 	// cancels the run's context with it.
 	fatal  error
 	cancel context.CancelCauseFunc
+	// admitted is set once the run asked its Admission about a call.
+	admitted bool
 }
 
 // entries returns the session as it stands: the history and this turn.

@@ -14,6 +14,7 @@
 //	toolcalls.go     running tool calls, approvals and client tools' results
 //	compact.go       compaction and overflow truncation
 //	usage.go         usage and cost accounting
+//	admit.go         the Admission asked before each model call (budgets)
 //	result.go        the run's result
 //	journal.go       the step journal (replaying a re-run's steps)
 //	subscribe.go     the event stream of a call (deltas, blocks)
@@ -257,6 +258,9 @@ type Config struct {
 	// since its last run (keyed by Input.SessionKey and SessionID); 0
 	// means ContextCacheBytesDefault, < 0 keeps none.
 	ContextCacheBytes int
+	// Admission, when set, is asked before every model call (tenant
+	// budgets) and told what the call used; nil = every call is made.
+	Admission Admission
 	// BlockReplies, when set, streams the reply as blocks (events.StreamBlock).
 	BlockReplies *blockchunk.Config
 	Logger       zerolog.Logger

@@ -198,6 +198,8 @@ is set: spans go over OTLP/HTTP.`,
 	fs.DurationVar(&cfg.Hooks.Timeout, "hooks-timeout", hooks.TimeoutDefault, "how long a run waits for one hook (at most 1m); a hook that does not answer in time only warns, except as --hooks-tool-failure says")
 	hookFailure := fs.String("hooks-tool-failure", "closed", "a before_tool_call hook that cannot decide (unreachable, timed out, failed): closed blocks the call and tells the model, open lets it run unchecked with a warning")
 	fs.BoolVar(&cfg.NoCompaction, "no-compaction", false, "no compaction when the context nears the window (overflow recovery still compacts)")
+	fs.StringVar(&cfg.TenantSeparator, "tenant-separator", "", `a session's tenant is its key's prefix up to this (default ":"; "acme:support:42" is tenant acme's)`)
+	fs.BoolVar(&cfg.NoBudgets, "no-budgets", false, "turn tenant governance off: no budgets bucket, no admission before model calls (every worker of a fleet should agree)")
 	fs.BoolVar(&cfg.BlockReplies, "block-replies", false, "also publish the reply in blocks (block events of 800–1,200 characters, as OpenClaw's block streaming); off by default, as in OpenClaw")
 	fs.Bool("no-block-replies", true, "no block reply events: the default now; accepted for old scripts")
 	fs.StringVar(&cfg.MetricsListen, "metrics", env("LANEFLEET_METRICS"), "serve Prometheus /metrics, /healthz and /readyz on this host:port, e.g. 127.0.0.1:9464 (env LANEFLEET_METRICS; default none)")

@@ -165,6 +165,15 @@ type Config struct {
 	// enabled, and the environment their commands get (exec).
 	Skills          agentprompt.SkillConfigs
 	RunsRegistryTTL time.Duration // how long a dead run's registry entry lives; default 1 hour
+	// Tenant governance (packages governance, budgetstore). A session's
+	// tenant is its key's prefix up to TenantSeparator (default ":");
+	// NoTenants gives no session a tenant. Budgets on tenants and sessions
+	// are set by operators (publisher budget); each model call reserves
+	// its worst case before it is made, and a session whose budget has no
+	// room pauses. NoBudgets turns governance off (no budgets bucket).
+	TenantSeparator string
+	NoTenants       bool
+	NoBudgets       bool
 	// Exec offers the exec tool: a shell in the session's workspace,
 	// confined by package sandbox. Start fails where the platform cannot
 	// confine it, unless ExecUnconfined is also set.

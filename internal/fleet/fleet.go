@@ -70,6 +70,8 @@ type Member struct {
 	Runner  *runner.Runner
 	Auth    *authstore.Store
 	Runs    *kvstore.Runs
+	// budgets is tenant governance (nil with NoBudgets).
+	budgets *budgets
 	Tools   *remote.Registry // nil when remote tools are off
 	Hooks   *hooks.Registry  // nil without hooks
 	log     zerolog.Logger
@@ -215,11 +217,15 @@ func (m *Member) build(ctx context.Context) error {
 	if m.Runner, err = runner.New(rcfg); err != nil {
 		return err
 	}
-	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lanes.Config{
+	lcfg := lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
-	})
+	}
+	if m.budgets != nil {
+		lcfg.Paused, lcfg.Tenant = m.budgets.Paused, m.budgets.Tenant
+	}
+	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lcfg)
 	return err
 }
 
@@ -328,6 +334,9 @@ func (m *Member) runnerConfig(ctx context.Context, res *registry.Resolver) (runn
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
 		Auth: fleetAuth{s: m.Auth, creds: m.creds}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, MaxToolRepeats: cfg.MaxToolRepeats, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy}
+	if m.budgets != nil {
+		rcfg.Admission = m.budgets
+	}
 	if cfg.BlockReplies {
 		bc := blockchunk.DefaultConfig(0)
 		rcfg.BlockReplies = &bc
@@ -370,6 +379,11 @@ func (m *Member) openState(ctx context.Context) error {
 	if m.Auth == nil {
 		authCfg := authprofile.Config{Fleet: authprofile.FleetDefaults()}
 		if m.Auth, err = authstore.Open(ctx, m.JS, authstore.Config{Replicas: cfg.Replicas, Auth: authCfg, Logger: cfg.Logger, MaxBytes: cfg.Limits.Auth}); err != nil {
+			return err
+		}
+	}
+	if m.budgets == nil && !cfg.NoBudgets {
+		if err := m.openBudgets(ctx); err != nil {
 			return err
 		}
 	}
@@ -460,6 +474,15 @@ func (m *Member) Run(ctx context.Context) error {
 		}()
 		defer func() { cancel(); <-done }()
 	}
+	if m.budgets != nil {
+		bctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m.budgets.run(bctx, m.Worker.Wake)
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	if m.Hooks != nil {
 		hctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -493,6 +516,9 @@ func (m *Member) close() {
 	}
 	if m.Auth != nil {
 		_ = m.Auth.Close()
+	}
+	if m.budgets != nil {
+		_ = m.budgets.store.Close()
 	}
 	if m.Conn != nil && !m.Conn.IsClosed() {
 		_ = m.Conn.Drain()

@@ -1,0 +1,69 @@
+package lanefleet
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/budgetstore"
+	"github.com/lanefleet/lanefleet/governance"
+)
+
+// Budget operations act on the fleet's budgets bucket directly (package
+// budgetstore): they need the permissions of the admin role. Every change
+// is audited in the AGENT_AUDIT stream with who made it and the budget
+// before and after.
+
+// TenantBudget names a tenant's budget for the budget operations.
+func TenantBudget(tenant string) governance.Scope {
+	return governance.Scope{Kind: governance.ScopeTenant, Name: tenant}
+}
+
+// SessionBudget names a session's budget for the budget operations.
+func SessionBudget(key string) governance.Scope {
+	return governance.Scope{Kind: governance.ScopeSession, Name: key}
+}
+
+// SetBudget gives a budget new limits (a zero limit does not limit its
+// dimension; all zero removes every limit), keeping what its window used;
+// raising a reached budget resumes its paused sessions, whose queued
+// messages then run. who is recorded in the audit. It returns the budget
+// before and after; errors are governance's validation errors
+// (governance.ErrBadLimits, ErrBadWindow, ErrBadScope) or the store's.
+func (c *Client) SetBudget(ctx context.Context, s governance.Scope, l governance.Limits, who string) (old, now governance.State, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return old, now, err
+	}
+	return b.Set(ctx, s, l, who)
+}
+
+// ResetBudget forgets what a budget's window used (its limits stay) and
+// resumes its paused sessions; audited as who's.
+func (c *Client) ResetBudget(ctx context.Context, s governance.Scope, who string) (old, now governance.State, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return old, now, err
+	}
+	return b.Reset(ctx, s, who)
+}
+
+// Budget reads a budget: its limits, what its window used, the
+// reservations of calls in flight and whether it is paused (State.Paused);
+// found is false when the scope has none.
+func (c *Client) Budget(ctx context.Context, s governance.Scope) (st governance.State, found bool, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return st, false, err
+	}
+	return b.Get(ctx, s)
+}
+
+func (c *Client) budgets(ctx context.Context) (*budgetstore.Bucket, error) {
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return nil, fmt.Errorf("lanefleet: budgets: %w", err)
+	}
+	return budgetstore.OpenBucket(ctx, js, budgetstore.BucketConfig{})
+}

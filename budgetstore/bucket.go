@@ -1,0 +1,281 @@
+package budgetstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/governance"
+	"github.com/lanefleet/lanefleet/internal/backoff"
+)
+
+// Defaults.
+const (
+	// DefaultBucket is the KV bucket of the budgets.
+	DefaultBucket = "budgets"
+	// DefaultMaxBytes caps the bucket.
+	DefaultMaxBytes = 64 << 20
+	// MaxAttempts bounds the compare-and-set attempts of one update.
+	MaxAttempts = 50
+)
+
+// Key prefixes: tenant.<name>, session.<lane token>.
+const (
+	tenantPrefix  = "tenant."
+	sessionPrefix = "session."
+)
+
+// ErrConflict means an update lost the compare-and-set race MaxAttempts
+// times in a row; nothing was changed.
+var ErrConflict = errors.New("budgetstore: too many concurrent updates")
+
+// BucketConfig configures a Bucket.
+type BucketConfig struct {
+	Bucket   string // default DefaultBucket
+	Replicas int    // when the bucket is created; default 1
+	MaxBytes int64  // default DefaultMaxBytes, -1 = none
+	Now      func() time.Time
+}
+
+func (c BucketConfig) withDefaults() BucketConfig {
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	c.Replicas = max(c.Replicas, 1)
+	switch {
+	case c.MaxBytes == 0:
+		c.MaxBytes = DefaultMaxBytes
+	case c.MaxBytes < 0:
+		c.MaxBytes = -1
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Bucket is the budgets bucket.
+type Bucket struct {
+	kv  jetstream.KeyValue
+	js  jetstream.JetStream
+	cfg BucketConfig
+}
+
+// OpenBucket creates the bucket when it is missing, or binds to it. It
+// returns the KV error, wrapped.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (*Bucket, error) {
+	cfg = cfg.withDefaults()
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      cfg.Bucket,
+			Description: "Lanefleet budgets: limits, use, reservations in flight",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			MaxBytes:    cfg.MaxBytes,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("budgetstore: open bucket %s: %w", cfg.Bucket, err)
+	}
+	return &Bucket{kv: kv, js: js, cfg: cfg}, nil
+}
+
+// Key is the bucket key of a scope's budget.
+func Key(s governance.Scope) (string, error) {
+	if err := s.Validate(); err != nil {
+		return "", err
+	}
+	if s.Kind == governance.ScopeTenant {
+		return tenantPrefix + s.Name, nil
+	}
+	tok, err := events.KeyToken(s.Name)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", governance.ErrBadScope, err)
+	}
+	return sessionPrefix + tok, nil
+}
+
+// scopeOf is the scope a bucket key names.
+func scopeOf(key string) (governance.Scope, bool) {
+	if name, ok := strings.CutPrefix(key, tenantPrefix); ok {
+		s := governance.Scope{Kind: governance.ScopeTenant, Name: name}
+		return s, s.Validate() == nil
+	}
+	if tok, ok := strings.CutPrefix(key, sessionPrefix); ok {
+		k, err := events.TokenKey(tok)
+		return governance.Scope{Kind: governance.ScopeSession, Name: k}, err == nil
+	}
+	return governance.Scope{}, false
+}
+
+// Get reads a scope's budget; found is false when it has none.
+func (b *Bucket) Get(ctx context.Context, s governance.Scope) (st governance.State, found bool, err error) {
+	key, err := Key(s)
+	if err != nil {
+		return governance.State{}, false, err
+	}
+	st, rev, err := b.read(ctx, key)
+	if err != nil {
+		return governance.State{}, false, fmt.Errorf("budgetstore: get %s: %w", s, err)
+	}
+	return st, rev != 0, nil
+}
+
+// read is a key's state and revision; 0 when it has none.
+func (b *Bucket) read(ctx context.Context, key string) (governance.State, uint64, error) {
+	e, err := b.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return governance.State{}, 0, nil
+	}
+	if err != nil {
+		return governance.State{}, 0, err
+	}
+	st, err := decode(e.Value())
+	if err != nil {
+		// An unreadable value is replaced by the next write: its limits
+		// are lost, which an operator sees in show.
+		return governance.State{}, e.Revision(), nil
+	}
+	return st, e.Revision(), nil
+}
+
+// maxValue bounds a stored state.
+const maxValue = 1 << 20
+
+func decode(data []byte) (governance.State, error) {
+	var st governance.State
+	if len(data) > maxValue {
+		return st, fmt.Errorf("budgetstore: value of %d bytes", len(data))
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return governance.State{}, err
+	}
+	if err := st.Limits.Validate(); err != nil {
+		return governance.State{}, err
+	}
+	return st, nil
+}
+
+// casBackoff is the wait of a writer that lost a compare-and-set to
+// another: a random time in (0, min(50ms, 1ms·2^(n−1))].
+var casBackoff = backoff.Policy{Base: time.Millisecond, Max: 50 * time.Millisecond, Jitter: true}
+
+// errNoChange makes an update write nothing.
+var errNoChange = errors.New("no change")
+
+// update applies fn to the key's latest state (cur: what the caller
+// believes it is, with its revision; rev 0 reads first) and writes the
+// result with compare-and-set, retrying on a fresh read when another
+// writer got there first. fn may return errNoChange (nothing written, nil
+// returned) or another error (nothing written, returned as is, with the
+// state fn was given).
+func (b *Bucket) update(ctx context.Context, key string, cur governance.State, rev uint64, fn func(st *governance.State, now time.Time) error) (governance.State, uint64, error) {
+	fresh := rev == 0
+	if fresh {
+		var err error
+		if cur, rev, err = b.read(ctx, key); err != nil {
+			return governance.State{}, 0, err
+		}
+	}
+	for n := 1; n <= MaxAttempts; n++ {
+		next := cur
+		if err := fn(&next, b.cfg.Now()); err != nil {
+			if errors.Is(err, errNoChange) {
+				return cur, rev, nil
+			}
+			return next, rev, err
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			return governance.State{}, 0, err
+		}
+		var nrev uint64
+		if rev == 0 {
+			nrev, err = b.kv.Create(ctx, key, data)
+		} else {
+			nrev, err = b.kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return next, nrev, nil
+		}
+		if !isConflict(err) {
+			return governance.State{}, 0, err
+		}
+		if !fresh {
+			fresh = true // the cached value was stale: read, retry at once
+		} else if err := casBackoff.Wait(ctx, n); err != nil {
+			return governance.State{}, 0, err
+		}
+		if cur, rev, err = b.read(ctx, key); err != nil {
+			return governance.State{}, 0, err
+		}
+	}
+	return governance.State{}, 0, fmt.Errorf("%w (%d attempts)", ErrConflict, MaxAttempts)
+}
+
+// isConflict reports a lost compare-and-set.
+func isConflict(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Set gives a scope's budget new limits, keeping what its window used and
+// the reservations in flight, and ends its pause (the next refusal pauses
+// it again). The change is audited as who's (Audit). It returns the state
+// before and after.
+func (b *Bucket) Set(ctx context.Context, s governance.Scope, l governance.Limits, who string) (old, now governance.State, err error) {
+	if err := l.Validate(); err != nil {
+		return old, now, err
+	}
+	return b.change(ctx, s, "set", who, func(st *governance.State, t time.Time) {
+		if st.Limits.Window != l.Window {
+			// A new window counts from now.
+			st.Used, st.Slots, st.Start = governance.Amount{}, nil, 0
+		}
+		st.Limits, st.Refused = l, nil
+		st.Roll(t)
+	})
+}
+
+// Reset forgets what a scope's budget used (its limits and the
+// reservations in flight stay) and ends its pause, audited as who's.
+func (b *Bucket) Reset(ctx context.Context, s governance.Scope, who string) (old, now governance.State, err error) {
+	return b.change(ctx, s, "reset", who, func(st *governance.State, t time.Time) {
+		st.Used, st.Slots, st.Refused = governance.Amount{}, nil, nil
+		st.Roll(t)
+	})
+}
+
+// change applies an operator's change and audits it. A change that was
+// made but not audited returns the audit's error.
+func (b *Bucket) change(ctx context.Context, s governance.Scope, op, who string, fn func(*governance.State, time.Time)) (old, now governance.State, err error) {
+	key, err := Key(s)
+	if err != nil {
+		return old, now, err
+	}
+	now, _, err = b.update(ctx, key, governance.State{}, 0, func(st *governance.State, t time.Time) error {
+		old = *st
+		fn(st, t)
+		return nil
+	})
+	if err != nil {
+		return governance.State{}, governance.State{}, fmt.Errorf("budgetstore: %s %s: %w", op, s, err)
+	}
+	err = b.Audit(ctx, AuditRecord{At: b.cfg.Now().UTC(), Who: who, Op: op, Scope: s, Old: old, New: now})
+	return old, now, err
+}

@@ -1,0 +1,273 @@
+package budgetstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/governance"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// clock is a settable clock shared by the stores of one test.
+type clock struct{ ms atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+type bundle struct {
+	js    jetstream.JetStream
+	clock *clock
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{}
+	c.ms.Store(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).UnixMilli())
+	return bundle{js: js, clock: c}
+}
+
+func (b bundle) open(t *testing.T, worker string, ttl time.Duration, onChange func(governance.Scope)) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), b.js, Config{BucketConfig: BucketConfig{Now: b.clock.Now}, Worker: worker, ReservationTTL: ttl, OnChange: onChange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var acme = governance.Scope{Kind: governance.ScopeTenant, Name: "acme"}
+
+func dollars(t *testing.T, d float64) governance.Nanos {
+	t.Helper()
+	n, err := governance.USD(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Three workers race 64 calls each against one dollar: every reservation
+// is a compare-and-set, so what is settled never passes the budget; a call
+// that fits but for others in flight waits for them, so the budget is
+// spent to the last call that fits, and then it is paused.
+func TestReserveRaceAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stores := []*Store{b.open(t, "w1", time.Hour, nil), b.open(t, "w2", time.Hour, nil), b.open(t, "w3", time.Hour, nil)}
+	if _, _, err := stores[0].Bucket().Set(t.Context(), acme, governance.Limits{Max: governance.Amount{USD: dollars(t, 1)}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		waitFor(t, func() bool { return s.Limited(acme) })
+	}
+	worst, real := governance.Amount{USD: dollars(t, 0.03)}, governance.Amount{USD: dollars(t, 0.02)}
+	var wg sync.WaitGroup
+	var settled, refused atomic.Int64
+	for _, s := range stores {
+		for range 64 {
+			wg.Go(func() {
+				h, err := s.Reserve(t.Context(), []governance.Scope{acme}, worst)
+				if _, ok := errors.AsType[*ReachedError](err); ok {
+					refused.Add(1)
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := h.Settle(t.Context(), real); err != nil {
+					t.Error(err)
+				}
+				settled.Add(1)
+			})
+		}
+	}
+	wg.Wait()
+	st, _, err := stores[0].Bucket().Get(t.Context(), acme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := st.UsedNow(b.clock.Now())
+	t.Logf("settled %d calls, refused %d, used %s of $1", settled.Load(), refused.Load(), used.USD)
+	if used.USD > dollars(t, 1) || used.USD != governance.Nanos(settled.Load())*real.USD {
+		t.Fatalf("used %s for %d settled calls, budget $1", used.USD, settled.Load())
+	}
+	// 0.98 + 0.03 > 1: nothing more fits, and the budget is paused.
+	if settled.Load() != 49 || len(st.Reservations) != 0 || !st.Paused(b.clock.Now()) {
+		t.Fatalf("settled %d (want 49), reservations %v, paused %v", settled.Load(), st.Reservations, st.Paused(b.clock.Now()))
+	}
+}
+
+// A worker that dies mid-call leaves its reservation behind; it stops
+// counting once its TTL passes without renewal, and another worker's call
+// fits again.
+func TestDeadWorkersReservationExpires(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	dead, live := b.open(t, "dead", time.Hour, nil), b.open(t, "live", time.Hour, nil)
+	if _, _, err := live.Bucket().Set(t.Context(), acme, governance.Limits{Max: governance.Amount{USD: dollars(t, 1)}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return dead.Limited(acme) })
+	if _, err := dead.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{USD: dollars(t, 0.9)}); err != nil {
+		t.Fatal(err)
+	}
+	_ = dead.Close() // killed mid-call: no settle, no more renewals
+	// The live worker's call would fit but for the dead one's reservation:
+	// it waits for it.
+	type result struct {
+		h   *Hold
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		h, err := live.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{USD: dollars(t, 0.2)})
+		got <- result{h, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("reserve beside the dead worker's live reservation returned %v, %v; want it to wait", r.h, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// The reservation's TTL passes: at the budget's next change the
+	// waiting call finds it expired, and fits.
+	b.clock.Advance(time.Hour + time.Millisecond)
+	if _, _, err := live.Bucket().Set(t.Context(), governance.Scope{Kind: governance.ScopeTenant, Name: "other"}, governance.Limits{Max: governance.Amount{Turns: 1}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("reserve after the dead worker's reservation expired: %v", r.err)
+	}
+	h := r.h
+	if _, err := h.Settle(t.Context(), governance.Amount{USD: dollars(t, 0.1)}); err != nil {
+		t.Fatal(err)
+	}
+	st, _, _ := live.Bucket().Get(t.Context(), acme)
+	if len(st.Reservations) != 0 || st.Paused(b.clock.Now()) {
+		t.Fatalf("after: reservations %v, paused %v", st.Reservations, st.Paused(b.clock.Now()))
+	}
+}
+
+// A live worker's hold renews its reservation while the call runs.
+func TestHoldRenews(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var changes atomic.Int64
+	s := b.open(t, "w1", 60*time.Millisecond, func(governance.Scope) { changes.Add(1) })
+	if _, _, err := s.Bucket().Set(t.Context(), acme, governance.Limits{Max: governance.Amount{Turns: 10}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return s.Limited(acme) })
+	h, err := s.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{Turns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, _ := s.Bucket().Get(t.Context(), acme)
+	first := st.Reservations[0].Expires
+	b.clock.Advance(time.Second) // renewals now write a later expiry
+	at := changes.Load()
+	waitFor(t, func() bool { return changes.Load() >= at+2 })
+	st, _, _ = s.Bucket().Get(t.Context(), acme)
+	if len(st.Reservations) != 1 || st.Reservations[0].Expires <= first {
+		t.Fatalf("reservations %v, want one renewed past %d", st.Reservations, first)
+	}
+	if _, err := h.Settle(t.Context(), governance.Amount{Turns: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Operators' changes: set raises the limit and ends the pause, reset
+// forgets the use; each is audited with who, the old and the new value.
+func TestSetResetAudit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := b.open(t, "w1", time.Hour, nil)
+	bk := s.Bucket()
+	ctx := t.Context()
+	if _, _, err := bk.Set(ctx, acme, governance.Limits{Max: governance.Amount{Turns: 1}}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return s.Limited(acme) })
+	h, err := s.Reserve(ctx, []governance.Scope{acme}, governance.Amount{Turns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = h.Settle(ctx, governance.Amount{Turns: 1})
+	if _, err := s.Reserve(ctx, []governance.Scope{acme}, governance.Amount{Turns: 1}); err == nil {
+		t.Fatal("a second turn fit a budget of one")
+	}
+	waitFor(t, func() bool { _, p := s.Paused([]governance.Scope{acme}, b.clock.Now()); return p })
+	old, now, err := bk.Set(ctx, acme, governance.Limits{Max: governance.Amount{Turns: 2}}, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Limits.Max.Turns != 1 || now.Limits.Max.Turns != 2 || now.Used.Turns != 1 || now.Paused(b.clock.Now()) {
+		t.Fatalf("set: old %+v new %+v", old, now)
+	}
+	waitFor(t, func() bool { _, p := s.Paused([]governance.Scope{acme}, b.clock.Now()); return !p })
+	if _, now, err = bk.Reset(ctx, acme, "carol"); err != nil || !now.UsedNow(b.clock.Now()).IsZero() {
+		t.Fatalf("reset: %+v, %v", now, err)
+	}
+	str, err := b.js.Stream(ctx, AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who []string
+	for seq := uint64(1); seq <= 3; seq++ {
+		m, err := str.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec AuditRecord
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			t.Fatal(err)
+		}
+		who = append(who, rec.Who+" "+rec.Op)
+		if seq == 2 && (rec.Old.Limits.Max.Turns != 1 || rec.New.Limits.Max.Turns != 2 || rec.Scope != acme) {
+			t.Errorf("audit of the raise: %+v", rec)
+		}
+	}
+	if got := who[0] + ", " + who[1] + ", " + who[2]; got != "alice set, bob set, carol reset" {
+		t.Errorf("audit: %s", got)
+	}
+}
+
+// No budget: Reserve is a cache lookup, nothing is written.
+func TestNoBudgetCostsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := b.open(t, "w1", time.Hour, nil)
+	h, err := s.Reserve(context.Background(), governance.Scopes("acme", "acme:1"), governance.Amount{USD: 1})
+	if h != nil || err != nil {
+		t.Fatalf("Reserve without budgets = %v, %v", h, err)
+	}
+	if _, err := s.Bucket().kv.Get(t.Context(), "tenant.acme"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("key written: %v", err)
+	}
+}
+
+// waitFor polls cond (the watchers deliver asynchronously).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

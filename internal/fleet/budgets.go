@@ -1,0 +1,216 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/budgetstore"
+	"github.com/lanefleet/lanefleet/compaction"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/governance"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/metrics"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/runner"
+)
+
+// settleTimeout bounds recording a call's use (the run's context may be
+// over: an interrupted call's use counts too).
+const settleTimeout = 10 * time.Second
+
+// defaultMaxOutput is what a call asks at most when neither it nor its
+// model says (the adapters' DefaultMaxTokens).
+const defaultMaxOutput = 32000
+
+// budgets is the member's tenant governance: the runner's Admission (a
+// reservation of each call's worst case before it, its settle after), the
+// lanes' Paused and Tenant, and the wake of paused lanes when a budget
+// changes. Policy is package governance's; the bucket budgetstore's.
+type budgets struct {
+	rule    governance.TenantRule
+	store   *budgetstore.Store
+	metrics *metrics.Metrics
+	log     zerolog.Logger
+	now     func() time.Time
+
+	// changes carries the scopes whose budget changed from the store's
+	// watcher to run, which wakes lanes; paused remembers the scopes seen
+	// paused, so only a pause that ended wakes anything.
+	changes chan governance.Scope
+	mu      sync.Mutex
+	paused  map[governance.Scope]bool
+}
+
+// openBudgets opens the budgets bucket and watches it.
+func (m *Member) openBudgets(ctx context.Context) error {
+	cfg := m.cfg
+	b := &budgets{rule: governance.TenantRule{Separator: cfg.TenantSeparator, Off: cfg.NoTenants}, metrics: m.obs.metrics,
+		log: cfg.Logger, now: time.Now, changes: make(chan governance.Scope, 256), paused: map[governance.Scope]bool{}}
+	ttl := cfg.LeaseTTL
+	if ttl <= 0 {
+		ttl = budgetstore.ReservationTTLDefault
+	}
+	s, err := budgetstore.Open(ctx, m.JS, budgetstore.Config{BucketConfig: budgetstore.BucketConfig{Replicas: cfg.Replicas},
+		Worker: cfg.WorkerID, ReservationTTL: ttl, OnChange: b.changed, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	b.store = s
+	m.budgets = b
+	return nil
+}
+
+// Budgeted reports whether this member knows a budget on s (its watch of
+// the budgets bucket delivered it): false with governance off.
+func (m *Member) Budgeted(s governance.Scope) bool {
+	return m.budgets != nil && m.budgets.store.Limited(s)
+}
+
+// Tenant is a session key's tenant ("" = none), for the lanes.
+func (b *budgets) Tenant(key string) string { return b.rule.Tenant(key) }
+
+// Paused reports whether a session is paused by a budget it is under.
+func (b *budgets) Paused(key string) bool {
+	if !b.store.Any() {
+		return false
+	}
+	_, p := b.store.Paused(governance.Scopes(b.rule.Tenant(key), key), b.now())
+	return p
+}
+
+// Admit reserves a call's worst case against the budgets of its session and
+// tenant. Without any it costs a map lookup.
+func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admitted, error) {
+	if !b.store.Any() {
+		return nil, nil
+	}
+	tenant := b.rule.Tenant(call.SessionKey)
+	scopes := governance.Scopes(tenant, call.SessionKey)
+	if !b.store.Limits(scopes) {
+		return nil, nil
+	}
+	req := call.Request
+	need := governance.WorstCase(req.Model.Cost, inputTokens(req), maxOutput(req), call.FirstCall)
+	h, err := b.store.Reserve(ctx, scopes, need)
+	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok {
+		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
+		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &admitted{b: b, h: h, tenant: tenant, cost: req.Model.Cost, first: call.FirstCall}, nil
+}
+
+// reachedText is what the user of a session paused by r reads.
+func reachedText(r *budgetstore.ReachedError) string {
+	flag := "--tenant " + r.Scope.Name
+	if r.Scope.Kind == governance.ScopeSession {
+		flag = "--session " + fmt.Sprintf("%q", r.Scope.Name)
+	}
+	return fmt.Sprintf("Budget reached: the %s budget (%s) has no room for this model call (%s). "+
+		"The session is paused: messages sent now wait in its queue, and run once an operator raises or resets the budget (publisher budget set|reset %s).",
+		r.Scope, r.Limits, strings.TrimPrefix(r.Exceeded.Error(), "governance: "), flag)
+}
+
+// admitted settles one admitted call.
+type admitted struct {
+	b      *budgets
+	h      *budgetstore.Hold
+	tenant string
+	cost   provider.ModelCost
+	first  bool
+}
+
+func (a *admitted) Settle(u message.Usage) string {
+	real := governance.Real(a.cost, u, a.first)
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	soft, err := a.h.Settle(ctx, real)
+	if err != nil {
+		a.b.log.Warn().Err(err).Msg("budget: a call's use was not recorded (its reservation expires)")
+	}
+	a.b.metrics.BudgetSpend(a.tenant, real.USD.Dollars())
+	var warn []string
+	for sc, dims := range soft {
+		a.b.metrics.BudgetEvent(a.tenant, metrics.BudgetSoftLimit)
+		warn = append(warn, fmt.Sprintf("the %s budget reached its soft limit (%s)", sc, strings.Join(dims, ", ")))
+	}
+	if len(warn) == 0 {
+		return ""
+	}
+	return "Budget warning: " + strings.Join(warn, "; ") + "."
+}
+
+// inputTokens estimates a request's input: its messages (as pi counts
+// them), its system prompt and its tools' definitions, at four characters
+// a token.
+func inputTokens(req *provider.Request) int64 {
+	n := int64(len(req.SystemPrompt)+3) / 4
+	for _, m := range req.Messages {
+		n += int64(compaction.EstimateTokens(m))
+	}
+	if len(req.Tools) > 0 {
+		data, _ := json.Marshal(req.Tools)
+		n += int64(len(data)+3) / 4
+	}
+	return n
+}
+
+// maxOutput is the most output a request may get.
+func maxOutput(req *provider.Request) int64 {
+	if req.MaxTokens > 0 {
+		return int64(req.MaxTokens)
+	}
+	if m := req.Model.MaxTokens; m > 0 && m < defaultMaxOutput {
+		return int64(m)
+	}
+	return defaultMaxOutput
+}
+
+// changed is the store's OnChange: it hands the scope to run without
+// blocking the watcher (a full queue drops it: the sweep still finds the
+// lanes once they are no longer paused).
+func (b *budgets) changed(sc governance.Scope) {
+	select {
+	case b.changes <- sc:
+	default:
+	}
+}
+
+// run wakes the lanes of every scope whose pause ended, until ctx ends.
+func (b *budgets) run(ctx context.Context, wake func(ctx context.Context, match func(key string) bool) int) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sc := <-b.changes:
+			_, now := b.store.Paused([]governance.Scope{sc}, b.now())
+			b.mu.Lock()
+			was := b.paused[sc]
+			if now {
+				b.paused[sc] = true
+			} else {
+				delete(b.paused, sc)
+			}
+			b.mu.Unlock()
+			if !was || now {
+				continue
+			}
+			n := wake(ctx, func(key string) bool {
+				if sc.Kind == governance.ScopeSession {
+					return key == sc.Name
+				}
+				return b.rule.Tenant(key) == sc.Name
+			})
+			b.log.Info().Str("budget", sc.String()).Int("lanes", n).Msg("budget no longer reached: paused lanes woken")
+		}
+	}
+}

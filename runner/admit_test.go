@@ -1,0 +1,135 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// admissionFunc adapts a function to Admission; settle records usage.
+type admissions struct {
+	mu      sync.Mutex
+	calls   []AdmitCall
+	settled []message.Usage
+	refuse  int // refuse the call with this index (0 = none)
+}
+
+func (a *admissions) Admit(_ context.Context, c AdmitCall) (Admitted, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls = append(a.calls, c)
+	if len(a.calls) == a.refuse {
+		return nil, &AdmitRefusal{Kind: events.KindBudgetReached, Text: "Budget reached: tenant acme."}
+	}
+	return a, nil
+}
+
+func (a *admissions) Settle(u message.Usage) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.settled = append(a.settled, u)
+	return "acme at 80%"
+}
+
+// TestAdmission: every model call is admitted first (the first one marked)
+// and settled with its usage, a soft limit's warning shows as a lifecycle
+// event, and a refused call ends the turn with the refusal's reply while
+// what the turn did before stays.
+func TestAdmission(t *testing.T) {
+	t.Parallel()
+	const script = `#script {"replies":[{"toolCalls":[{"id":"c1","name":"nope","arguments":{}}]},{"text":"Done."}]}`
+	for _, tc := range []struct {
+		name      string
+		refuse    int
+		calls     int
+		wantKind  string
+		wantText  string
+		wantReply bool // the first reply is in the transcript
+	}{
+		{"admitted", 0, 2, "", "Done.", true},
+		{"first call refused", 1, 1, events.KindBudgetReached, "Budget reached: tenant acme.", false},
+		{"second call refused", 2, 2, events.KindBudgetReached, "Budget reached: tenant acme.", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			adm := &admissions{refuse: tc.refuse}
+			r, err := New(Config{DefaultModel: "scripted/script", Resolver: multiResolver{}, Admission: adm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &sink{}
+			out, err := r.Run(t.Context(), Input{SessionKey: "acme:1", RunID: "r1", Inbound: &events.Inbound{Text: script}}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(adm.calls) != tc.calls || !adm.calls[0].FirstCall || adm.calls[0].SessionKey != "acme:1" ||
+				(len(adm.calls) > 1 && adm.calls[1].FirstCall) {
+				t.Fatalf("admitted %+v", adm.calls)
+			}
+			settled := tc.calls
+			if tc.refuse > 0 {
+				settled--
+			}
+			if len(adm.settled) != settled {
+				t.Fatalf("settled %d calls, want %d", len(adm.settled), settled)
+			}
+			for _, u := range adm.settled {
+				if u.Input == 0 || u.Output == 0 {
+					t.Errorf("settled without the call's usage: %+v", u)
+				}
+			}
+			warnings := 0
+			for _, e := range s.evs {
+				if e.Data.Phase == events.PhaseBudgetWarning && e.Data.Text == "acme at 80%" {
+					warnings++
+				}
+			}
+			if warnings != settled {
+				t.Errorf("%d warnings, want one per settled call (%d)", warnings, settled)
+			}
+			res := out.Result
+			if got := res.Payloads[len(res.Payloads)-1].Text; got != tc.wantText {
+				t.Errorf("reply %q, want %q", got, tc.wantText)
+			}
+			if (res.Meta.Error == nil && tc.wantKind != "") || (res.Meta.Error != nil && res.Meta.Error.Kind != tc.wantKind) {
+				t.Errorf("error %+v, want kind %q", res.Meta.Error, tc.wantKind)
+			}
+			replies := 0
+			for _, e := range out.Entries {
+				if e.Message != nil && e.Message.Role == message.RoleAssistant {
+					replies++
+				}
+			}
+			if (replies > 0) != tc.wantReply {
+				t.Errorf("%d replies kept, want some: %v", replies, tc.wantReply)
+			}
+		})
+	}
+}
+
+// failingAdmission cannot reach its budgets.
+type failingAdmission struct{}
+
+func (failingAdmission) Admit(context.Context, AdmitCall) (Admitted, error) {
+	return nil, errors.New("budgets bucket: no responders")
+}
+
+// TestAdmissionFailureFailsTheRun: an Admission that cannot decide fails
+// the run (the lane tries the turn again); no call is made and nothing is
+// added to the transcript.
+func TestAdmissionFailureFailsTheRun(t *testing.T) {
+	t.Parallel()
+	r, err := New(Config{DefaultModel: "scripted/echo", Resolver: multiResolver{}, Admission: failingAdmission{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Run(t.Context(), Input{SessionKey: "acme:1", RunID: "r1", Inbound: &events.Inbound{Text: "hi"}}, &sink{})
+	if err == nil || !strings.Contains(err.Error(), "no responders") || out != nil {
+		t.Fatalf("Run = %+v, %v; want the admission's error", out, err)
+	}
+}
