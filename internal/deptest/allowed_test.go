@@ -55,6 +55,7 @@ var allowed = map[string][]string{
 	"lanes/sessionsvc":            {"events", "internal/inflight", "internal/microsvc", "internal/reply", "kvstore", "message", "sanitize", "sessionfile"},
 	"message":                     {"ecmatext"},
 	"metrics":                     {"events", "internal/version", "message"},
+	"netguard":                    {},
 	"permission":                  {"events"},
 	"provider":                    {"message"},
 	"provider/anthropic":          {"message", "provider", "provider/failover", "provider/internal/jsonfast", "provider/internal/send", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
