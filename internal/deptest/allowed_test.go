@@ -82,6 +82,7 @@ var allowed = map[string][]string{
 	"sanitize/sanitizecmd":        {"message", "sanitize", "sessionfile"},
 	"sessionfile":                 {"ecmatext", "message"},
 	"tools":                       {"message", "provider", "sandbox"},
+	"tools/webfetch":              {"message", "netguard", "provider", "tools"},
 	"tools/remote":                {"guard", "internal/inflight", "internal/microsvc", "internal/reply", "message", "provider", "tools"},
 	"tracing":                     {},
 	"tracing/otlp":                {"internal/backoff"},
