@@ -193,6 +193,8 @@ is set: spans go over OTLP/HTTP.`,
 	fs.BoolVar(&cfg.ExecAllowRoot, "exec-allow-root", false, "with --exec, for a worker running as root where commands cannot run as uid 65534 (no user namespaces, workspaces on a filesystem without idmapped mounts): run them as root, without capabilities, still confined")
 	fs.StringVar(&cfg.ExecCgroup, "exec-cgroup", env("LANEFLEET_EXEC_CGROUP"), "with --exec: a cgroup v2 directory delegated to the worker (no processes in it) where each command gets its cgroup (env LANEFLEET_EXEC_CGROUP; default: found where memory, pids and cpu are delegated, else cgroup v1)")
 	fs.Var((*byteSize)(&cfg.WorkspaceMaxBytes), "workspace-max-bytes", "with --exec: size of the workspaces' filesystem, a loop-mounted ext4 image on --workspace-root (needs root; default 4G; -1 = no bound, which the worker refuses on the JetStream store's filesystem unless given)")
+	fs.BoolVar(&cfg.WebFetch, "web-fetch", false, "offer the web_fetch tool: an HTTP(S) GET whose page comes back as markdown or text; reaches public addresses only (no loopback, private, link-local or cloud metadata address, checked on every connection and redirect) unless --web-allow names more; never through a proxy from the environment")
+	webAllow := fs.String("web-allow", env("LANEFLEET_WEB_ALLOW"), "with --web-fetch: comma-separated address ranges (10.1.0.0/16, 192.168.1.5) and host names (wiki.internal, *.corp.example) web_fetch may reach although the SSRF guard refuses them (env LANEFLEET_WEB_ALLOW)")
 	remoteTools := fs.String("remote-tools", env("LANEFLEET_REMOTE_TOOLS"), "comma-separated names of the tools served over NATS (micro service lanefleet-tools) that runs may use (env LANEFLEET_REMOTE_TOOLS); nothing discovered is used unless listed")
 	hookNames := fs.String("hooks", env("LANEFLEET_HOOKS"), "comma-separated names of the run hooks served over NATS (micro service lanefleet-hooks: before_agent_start, before_tool_call, agent_end) that runs call, in this order (env LANEFLEET_HOOKS); nothing discovered is used unless listed")
 	fs.DurationVar(&cfg.Hooks.Timeout, "hooks-timeout", hooks.TimeoutDefault, "how long a run waits for one hook (at most 1m); a hook that does not answer in time only warns, except as --hooks-tool-failure says")
@@ -259,6 +261,7 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.AllowModels = splitList(*allowModels)
 		cfg.AllowAuthPins = splitList(*allowPins)
 		cfg.RemoteTools = splitList(*remoteTools)
+		cfg.WebAllow = splitList(*webAllow)
 		cfg.Hooks.Names = splitList(*hookNames)
 		mode, err := hooks.ParseFailMode(*hookFailure)
 		if err != nil {

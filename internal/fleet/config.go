@@ -188,6 +188,17 @@ type Config struct {
 	// it is -1.
 	WorkspaceMaxBytes int64
 
+	// WebFetch offers the web_fetch tool (package tools/webfetch): an
+	// HTTP(S) GET whose page comes back as text. Off by default: it
+	// reaches outside the workspace. It reaches public addresses only
+	// (package netguard) unless WebAllow names more.
+	WebFetch bool
+	// WebAllow are address ranges ("10.1.0.0/16", "192.168.1.5") and host
+	// names ("wiki.internal", "*.corp.example") web_fetch may reach
+	// although the guard refuses them (loopback, private, link-local and
+	// cloud metadata, …). Only with WebFetch.
+	WebAllow []string
+
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz
 	// and /readyz (package metrics); empty = none. A busy address fails

@@ -159,6 +159,8 @@ func TestSilentMisconfigurations(t *testing.T) {
 		{"missing auth profiles", Config{AuthProfiles: filepath.Join(t.TempDir(), "auth-profiles.json")}, "does not exist"},
 		{"monitor of a joined server", Config{NATSURL: "nats://127.0.0.1:1", NATSMonitor: "127.0.0.1:0"}, "--nats-monitor"},
 		{"open monitor", Config{NATSMonitor: "0.0.0.0:0"}, "no authentication"},
+		{"web allow without web fetch", Config{WebAllow: []string{"10.0.0.0/8"}}, "without WebFetch (--web-fetch)"},
+		{"bad web allow", Config{WebFetch: true, WebAllow: []string{"10.0.0.0/33"}}, "--web-allow"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

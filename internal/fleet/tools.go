@@ -13,12 +13,14 @@ import (
 
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/netguard"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
+	"github.com/lanefleet/lanefleet/tools/webfetch"
 )
 
 // toolSource gives each run the built-in tools in its session's workspace
@@ -30,6 +32,7 @@ type toolSource struct {
 	box    *sandbox.Sandbox // runs exec's commands; nil = no exec tool
 	disk   *sandbox.Disk    // the workspaces' filesystem; nil = not bounded
 	remote *remote.Registry // nil = no remote tools
+	web    tools.List       // web_fetch, web_search when configured: shared by every run
 	// The system prompt: base text, skills directories (lowest priority
 	// first; each workspace's skills/ comes last) and per-skill settings.
 	base      string
@@ -51,6 +54,11 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store 
 	}
 	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger,
 		now: time.Now, skillCfg: cfg.Skills, remote: reg, red: cfg.Redactor}
+	web, err := webTools(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ts.web = web
 	if cfg.SkillsDir != "" {
 		// A skills directory that is not there can only be a mistake:
 		// every session would silently go without its skills.
@@ -93,6 +101,31 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store 
 		}
 	}
 	return ts, nil
+}
+
+// webTools builds the web tools the configuration turns on.
+func webTools(cfg Config) (tools.List, error) {
+	var out tools.List
+	if len(cfg.WebAllow) > 0 && !cfg.WebFetch {
+		return nil, errors.New("fleet: WebAllow (--web-allow) without WebFetch (--web-fetch)")
+	}
+	if cfg.WebFetch {
+		pol, err := netguard.Parse(cfg.WebAllow)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: --web-allow: %w", err)
+		}
+		wf, err := webfetch.New(webfetch.Config{Policy: pol})
+		if err != nil {
+			return nil, fmt.Errorf("fleet: web_fetch: %w", err)
+		}
+		out = append(out, wf)
+		if len(cfg.WebAllow) > 0 {
+			cfg.Logger.Warn().Strs("allow", cfg.WebAllow).Msg("web_fetch on, and may reach these addresses and hosts the SSRF guard refuses")
+		} else {
+			cfg.Logger.Info().Msg("web_fetch on: public addresses only")
+		}
+	}
+	return out, nil
 }
 
 // WorkspaceMaxBytesDefault is the size of the workspaces' filesystem with
@@ -295,6 +328,7 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		// Built-in tools win over remote tools of the same name.
 		rt.List = append(rt.List, builtin...)
 	}
+	rt.List = append(rt.List, s.web...)
 	rt.List = maskTools(rt.List, s.red)
 	return rt, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -246,5 +247,13 @@ func TestNoEnvironmentProxy(t *testing.T) {
 	s := newSetup(t, http.NotFoundHandler())
 	if tr, ok := s.tool.client.Transport.(*http.Transport); !ok || tr.Proxy != nil {
 		t.Fatal("the transport has a proxy function")
+	}
+}
+
+// TestNameReserved: no remote or client tool may take web_fetch's name.
+func TestNameReserved(t *testing.T) {
+	t.Parallel()
+	if !slices.Contains(tools.BuiltinNames(), Name) {
+		t.Fatalf("%s is not among tools.BuiltinNames() %v", Name, tools.BuiltinNames())
 	}
 }
