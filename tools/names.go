@@ -5,5 +5,5 @@ package tools
 // tools/websearch). No tool from elsewhere (a remote tool server, a
 // client) may take one of them, whether or not the worker offers it.
 func BuiltinNames() []string {
-	return []string{"read", "write", "edit", "exec", "web_fetch", "web_search"}
+	return []string{"read", "write", "edit", "apply_patch", "exec", "web_fetch", "web_search"}
 }

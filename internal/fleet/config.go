@@ -144,7 +144,7 @@ type Config struct {
 	// WorkspaceRoot holds each session's workspace directory for the
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
 	WorkspaceRoot  string
-	NoBuiltinTools bool // no read/write/edit/exec
+	NoBuiltinTools bool // no read/write/edit/apply_patch/exec
 	NoRemoteTools  bool // do not discover tools served over NATS
 	// RemoteTools lists the tools served over NATS (micro service
 	// lanefleet-tools) that runs may use, by name. Nothing discovered is
