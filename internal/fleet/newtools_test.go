@@ -2,12 +2,16 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/lanefleet/lanefleet"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,5 +87,48 @@ func TestWebFetchOnAFleet(t *testing.T) {
 	watch(t, ctx2, c2, "web", "read the docs")
 	if got := toolResults(t, ctx2, c2, "web")["f1"]; strings.Contains(got, "Install") {
 		t.Errorf("web_fetch ran without --web-fetch: %q", got)
+	}
+}
+
+// TestApplyPatchOnAFleet: a model's apply_patch calls change the session's
+// real workspace — add, then update with a move and a delete — and a call
+// whose hunk does not match changes nothing and tells the model which
+// hunk.
+func TestApplyPatchOnAFleet(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	patches := []string{
+		"*** Begin Patch\n*** Add File: notes.md\n+# Notes\n*** Add File: src/main.go\n+package main\n+\n+func main() {\n+\tprintln(\"hi\")\n+}\n*** End Patch",
+		"*** Begin Patch\n*** Update File: src/main.go\n*** Move to: cmd/app/main.go\n@@ func main() {\n-\tprintln(\"hi\")\n+\tprintln(\"hello\")\n*** Delete File: notes.md\n*** End Patch",
+		"*** Begin Patch\n*** Add File: never.txt\n+x\n*** Update File: cmd/app/main.go\n@@\n-\tprintln(\"bye\")\n+\tprintln(\"x\")\n*** End Patch",
+	}
+	var replies []scripted.Reply
+	for i, p := range patches {
+		replies = append(replies, scripted.Reply{ToolCalls: []scripted.ToolCall{{ID: fmt.Sprintf("p%d", i+1), Name: "apply_patch", Arguments: map[string]any{"input": p}}}})
+	}
+	replies = append(replies, scripted.Reply{Text: "patched"})
+	_, c, ctx := runMember(t, Config{DataDir: t.TempDir(), WorkspaceRoot: root, DefaultModel: "scripted/patch",
+		Scripts: map[string]scripted.Script{"patch": {Replies: replies}}})
+	v := watch(t, ctx, c, "coder", "patch it")
+	if v.runErr != nil || len(v.result.Payloads) == 0 || v.result.Payloads[0].Text != "patched" {
+		t.Fatalf("%+v, %v", v.result, v.runErr)
+	}
+	res := toolResults(t, ctx, c, "coder")
+	if res["p1"] != "Success. Updated the following files:\nA notes.md\nA src/main.go" ||
+		res["p2"] != "Success. Updated the following files:\nM cmd/app/main.go\nD notes.md" {
+		t.Errorf("results: %q", res)
+	}
+	if !strings.Contains(res["p3"], "hunk 1 (patch line 5)") || !strings.Contains(res["p3"], "nothing was changed") {
+		t.Errorf("the failed patch: %q", res["p3"])
+	}
+	ws := filepath.Join(root, "coder")
+	got, err := os.ReadFile(filepath.Join(ws, "cmd/app/main.go"))
+	if err != nil || string(got) != "package main\n\nfunc main() {\n\tprintln(\"hello\")\n}\n" {
+		t.Errorf("cmd/app/main.go: %q, %v", got, err)
+	}
+	for _, gone := range []string{"notes.md", "src/main.go", "never.txt"} {
+		if _, err := os.Stat(filepath.Join(ws, gone)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want gone", gone, err)
+		}
 	}
 }
