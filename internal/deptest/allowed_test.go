@@ -84,6 +84,7 @@ var allowed = map[string][]string{
 	"tools":                       {"message", "provider", "sandbox", "tools/patch"},
 	"tools/patch":                 {},
 	"tools/webfetch":              {"message", "netguard", "provider", "tools"},
+	"tools/websearch":             {"message", "provider", "tools"},
 	"tools/remote":                {"guard", "internal/inflight", "internal/microsvc", "internal/reply", "message", "provider", "tools"},
 	"tracing":                     {},
 	"tracing/otlp":                {"internal/backoff"},

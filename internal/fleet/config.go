@@ -198,6 +198,15 @@ type Config struct {
 	// although the guard refuses them (loopback, private, link-local and
 	// cloud metadata, …). Only with WebFetch.
 	WebAllow []string
+	// WebSearch offers the web_search tool through a search provider:
+	// "brave" (the Brave Search API; its key from BRAVE_API_KEY, else an
+	// api_key profile of provider "brave" in AuthProfiles) or "searxng"
+	// (the instance at WebSearchURL, with its JSON format on). "" = no
+	// web_search.
+	WebSearch string
+	// WebSearchURL is the SearXNG instance's URL, or another Brave
+	// endpoint. The operator's: web_fetch's guard does not apply to it.
+	WebSearchURL string
 
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz

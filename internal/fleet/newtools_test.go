@@ -132,3 +132,41 @@ func TestApplyPatchOnAFleet(t *testing.T) {
 		}
 	}
 }
+
+// TestWebSearchOnAFleet: a member started with --web-search brave asks a
+// Brave-shaped API with the key from its environment and hands the model
+// title, URL and snippet.
+func TestWebSearchOnAFleet(t *testing.T) {
+	t.Parallel()
+	const key = "BSA-fleet-test-key-0123456789"
+	tokens := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tokens <- r.Header.Get("X-Subscription-Token") + " " + r.URL.Query().Get("q")
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"type":"search","query":{"original":"lanefleet"},"web":{"type":"search","results":[`+
+			`{"title":"Lanefleet docs","url":"https://example.com/lanefleet","description":"Agent turns on <strong>NATS</strong> JetStream.","type":"search_result","language":"en","family_friendly":true}]}}`)
+	}))
+	t.Cleanup(srv.Close)
+	script := map[string]scripted.Script{"search": {Replies: []scripted.Reply{
+		{ToolCalls: []scripted.ToolCall{{ID: "s1", Name: "web_search", Arguments: map[string]any{"query": "lanefleet", "count": 3}}}},
+		{Text: "searched"},
+	}}}
+	env := func(name string) string {
+		if name == "BRAVE_API_KEY" {
+			return key
+		}
+		return ""
+	}
+	_, c, ctx := runMember(t, Config{DataDir: t.TempDir(), DefaultModel: "scripted/search", Scripts: script, NoBuiltinTools: true,
+		WebSearch: "brave", WebSearchURL: srv.URL, Env: env})
+	v := watch(t, ctx, c, "search", "look it up")
+	if v.runErr != nil || len(v.result.Payloads) == 0 || v.result.Payloads[0].Text != "searched" {
+		t.Fatalf("%+v, %v", v.result, v.runErr)
+	}
+	if got := <-tokens; got != key+" lanefleet" {
+		t.Errorf("the provider got %q", got)
+	}
+	if got := toolResults(t, ctx, c, "search")["s1"]; !strings.Contains(got, "1. Lanefleet docs\n   https://example.com/lanefleet\n   Agent turns on NATS JetStream.") {
+		t.Errorf("result %q", got)
+	}
+}

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/agentprompt"
+	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/netguard"
 	"github.com/lanefleet/lanefleet/provider"
@@ -21,6 +23,7 @@ import (
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
 	"github.com/lanefleet/lanefleet/tools/webfetch"
+	"github.com/lanefleet/lanefleet/tools/websearch"
 )
 
 // toolSource gives each run the built-in tools in its session's workspace
@@ -54,11 +57,6 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store 
 	}
 	ts := &toolSource{env: []string{"PATH=" + cfg.Env("PATH"), "LANG=C.UTF-8"}, base: cfg.SystemPrompt, log: cfg.Logger,
 		now: time.Now, skillCfg: cfg.Skills, remote: reg, red: cfg.Redactor}
-	web, err := webTools(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ts.web = web
 	if cfg.SkillsDir != "" {
 		// A skills directory that is not there can only be a mistake:
 		// every session would silently go without its skills.
@@ -103,8 +101,9 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store 
 	return ts, nil
 }
 
-// webTools builds the web tools the configuration turns on.
-func webTools(cfg Config) (tools.List, error) {
+// webTools builds the web tools the configuration turns on; creds may
+// hold web_search's Brave key.
+func webTools(cfg Config, creds *authprofile.Store) (tools.List, error) {
 	var out tools.List
 	if len(cfg.WebAllow) > 0 && !cfg.WebFetch {
 		return nil, errors.New("fleet: WebAllow (--web-allow) without WebFetch (--web-fetch)")
@@ -125,7 +124,44 @@ func webTools(cfg Config) (tools.List, error) {
 			cfg.Logger.Info().Msg("web_fetch on: public addresses only")
 		}
 	}
+	if cfg.WebSearchURL != "" && cfg.WebSearch == "" {
+		return nil, errors.New("fleet: WebSearchURL (--web-search-url) without WebSearch (--web-search)")
+	}
+	if cfg.WebSearch != "" {
+		sc := websearch.Config{Provider: cfg.WebSearch, URL: cfg.WebSearchURL}
+		if cfg.WebSearch == websearch.Brave {
+			sc.APIKey = braveKey(cfg, creds)
+			if sc.APIKey == "" {
+				return nil, errors.New("fleet: --web-search brave needs a Brave Search API key: set BRAVE_API_KEY, or add an api_key profile of provider \"brave\" to --auth-profiles")
+			}
+		}
+		ws, err := websearch.New(sc)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: --web-search: %w", err)
+		}
+		out = append(out, ws)
+		cfg.Logger.Info().Str("provider", cfg.WebSearch).Msg("web_search on")
+	}
 	return out, nil
+}
+
+// BraveKeyEnv is the environment variable of web_search's Brave key.
+const BraveKeyEnv = "BRAVE_API_KEY"
+
+// braveKey is the Brave Search API key: BRAVE_API_KEY, else the first
+// api_key profile of provider "brave" in the auth profiles.
+func braveKey(cfg Config, creds *authprofile.Store) provider.Secret {
+	if k := strings.TrimSpace(cfg.Env(BraveKeyEnv)); k != "" {
+		return provider.Secret(k)
+	}
+	if creds != nil {
+		for _, p := range creds.Profiles {
+			if p.Provider == websearch.Brave && p.Type == authprofile.TypeAPIKey && p.Key != "" {
+				return p.Key
+			}
+		}
+	}
+	return ""
 }
 
 // WorkspaceMaxBytesDefault is the size of the workspaces' filesystem with
