@@ -356,6 +356,7 @@ func (t *Tool) checkRedirect(req *http.Request, via []*http.Request) error {
 	if err := t.checkTarget(req.URL); err != nil {
 		return fmt.Errorf("redirect refused: %w", err)
 	}
+	req.Host = req.URL.Host // the canonical host, as dialled
 	return nil
 }
 
