@@ -8,9 +8,9 @@ import (
 	"net/url"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/net/html"
-	"time"
 )
 
 // cpuTime is the process's user and system CPU time so far.
