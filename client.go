@@ -64,7 +64,7 @@ var (
 	// server's max payload.
 	ErrTooLarge = errors.New("lanefleet: larger than the NATS server's max payload")
 	// ErrPermission means the NATS server refused a subject to this
-	// connection's user (see the roles in the README).
+	// connection's user (see the roles in docs/security.md).
 	ErrPermission = errors.New("lanefleet: permission denied")
 	// ErrLaneFull means the session's lane holds as many messages as the
 	// fleet lets one session queue (worker --lane-max-messages,

@@ -28,6 +28,7 @@ var allowed = map[string][]string{
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "internal/version"},
 	"cmd/worker":             {"", "gateway", "gateway/openai", "guard", "hooks", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
 	"compaction":             {"ecmatext", "message", "provider", "sessionfile"},
+	"docs":                   {}, // a test of the pages alone
 	"events":                 {},
 	"fallback":               {"authprofile", "provider", "provider/failover"},
 	"guard":                  {"ecmatext", "message"},
