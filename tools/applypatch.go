@@ -31,7 +31,8 @@ import (
 // workspace or absolute inside it, no "..", no symbolic link out of it);
 // symbolic links themselves, directories, non-regular files, binary files
 // and files over MaxWriteBytes are refused. Updated files keep their
-// mode.
+// mode. As in the reference, an added file or a move's destination that
+// exists is replaced.
 type applyPatchTool struct {
 	w *ws
 	// rename is os.Root.Rename; tests make it fail.
