@@ -175,8 +175,8 @@ func TestSessionToolPolicyNarrowsTheWorkers(t *testing.T) {
 		policy  *events.ToolPolicy
 		offered string
 	}{
-		{"tp:none", nil, "read,write"},
-		{"tp:deny", &events.ToolPolicy{Deny: []string{"wr*"}}, "read"},
+		{"tp:none", nil, "apply_patch,read,write"},
+		{"tp:deny", &events.ToolPolicy{Deny: []string{"wr*"}}, "apply_patch,read"},
 		{"tp:widen", &events.ToolPolicy{Allow: []string{"edit", "write"}}, "write"},
 		{"tp:allow", &events.ToolPolicy{Allow: []string{"read"}}, "read"},
 	} {

@@ -51,7 +51,7 @@ func FuzzResolve(f *testing.F) {
 	})
 }
 
-// FuzzConfined calls read, write and edit with arbitrary paths in a
+// FuzzConfined calls read, write, edit and apply_patch with arbitrary paths in a
 // workspace full of symlinks leading out: the secret next to the workspace
 // is never shown, changed or joined by a new file, and nothing panics.
 func FuzzConfined(f *testing.F) {
@@ -76,6 +76,10 @@ func FuzzConfined(f *testing.F) {
 		fx.call("write", map[string]any{"path": p, "content": "pwned"})                         //nolint:errcheck
 		fx.call("edit", map[string]any{"path": p, "oldText": "TOP", "newText": "pwned"})        //nolint:errcheck
 		fx.call("edit", map[string]any{"path": p, "oldText": "pwned", "newText": secret + "!"}) //nolint:errcheck
+		for _, op := range []string{"*** Add File: " + p + "\n+pwned", "*** Delete File: " + p, "*** Update File: " + p + "\n@@\n-" + secret + "\n+pwned",
+			"*** Update File: a.txt\n*** Move to: " + p + "\n@@\n-alpha\n+pwned"} {
+			fx.call("apply_patch", map[string]any{"input": "*** Begin Patch\n" + op + "\n*** End Patch"}) //nolint:errcheck
+		}
 		fx.checkOutside()
 	})
 }

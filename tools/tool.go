@@ -1,6 +1,6 @@
 // Package tools defines what the run loop calls when a model asks for a tool,
 // and holds the built-in tools that work inside a run's workspace directory:
-// read, write and edit ([Builtin]) and, only when the operator turns it on,
+// read, write, edit and apply_patch ([Builtin]) and, only when the operator turns it on,
 // exec ([Exec]), a shell confined by package sandbox.
 //
 // A tool failure is never a run failure: whatever a tool returns as an error

@@ -103,6 +103,10 @@ type ws struct {
 //   - edit {path, oldText, newText}: replaces the one occurrence of oldText
 //     (0 or several occurrences are errors); line endings are adapted to
 //     the file's; details carry line numbers and a line diff.
+//   - apply_patch {input}: a multi-file patch in the format of package
+//     patch (*** Begin Patch … *** End Patch: add, delete, update with @@
+//     hunks, move), applied all or nothing; files keep their mode; the
+//     details list the added, modified and deleted files.
 //
 // exec is not among them: a shell is offered only when the operator asks,
 // through [Exec]:
@@ -125,7 +129,7 @@ func Builtin(w Workspace) (List, error) {
 	if err != nil {
 		return nil, err
 	}
-	return List{&readTool{v}, &writeTool{v}, &editTool{v}}, nil
+	return List{&readTool{v}, &writeTool{v}, &editTool{v}, newApplyPatch(v)}, nil
 }
 
 func (w Workspace) validate() (*ws, error) {

@@ -52,7 +52,7 @@ func TestBuiltinValidation(t *testing.T) {
 					t.Errorf("%s: spec does not marshal: %v", s.Name, err)
 				}
 			}
-			if got := strings.Join(names, ","); got != "read,write,edit" {
+			if got := strings.Join(names, ","); got != "read,write,edit,apply_patch" {
 				t.Fatalf("tools = %s", got)
 			}
 		})

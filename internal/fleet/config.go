@@ -144,7 +144,7 @@ type Config struct {
 	// WorkspaceRoot holds each session's workspace directory for the
 	// built-in tools; default <DataDir>/workspaces, else a temp directory.
 	WorkspaceRoot  string
-	NoBuiltinTools bool // no read/write/edit/exec
+	NoBuiltinTools bool // no read/write/edit/apply_patch/exec
 	NoRemoteTools  bool // do not discover tools served over NATS
 	// RemoteTools lists the tools served over NATS (micro service
 	// lanefleet-tools) that runs may use, by name. Nothing discovered is
@@ -196,6 +196,26 @@ type Config struct {
 	// Unbounded on the JetStream store's filesystem, Start fails unless
 	// it is -1.
 	WorkspaceMaxBytes int64
+
+	// WebFetch offers the web_fetch tool (package tools/webfetch): an
+	// HTTP(S) GET whose page comes back as text. Off by default: it
+	// reaches outside the workspace. It reaches public addresses only
+	// (package netguard) unless WebAllow names more.
+	WebFetch bool
+	// WebAllow are address ranges ("10.1.0.0/16", "192.168.1.5") and host
+	// names ("wiki.internal", "*.corp.example") web_fetch may reach
+	// although the guard refuses them (loopback, private, link-local and
+	// cloud metadata, …). Only with WebFetch.
+	WebAllow []string
+	// WebSearch offers the web_search tool through a search provider:
+	// "brave" (the Brave Search API; its key from BRAVE_API_KEY, else an
+	// api_key profile of provider "brave" in AuthProfiles) or "searxng"
+	// (the instance at WebSearchURL, with its JSON format on). "" = no
+	// web_search.
+	WebSearch string
+	// WebSearchURL is the SearXNG instance's URL, or another Brave
+	// endpoint. The operator's: web_fetch's guard does not apply to it.
+	WebSearchURL string
 
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz

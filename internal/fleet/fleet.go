@@ -321,10 +321,15 @@ func (m *Member) startRemoteTools(ctx context.Context) error {
 // compactor, the masked and observed resolver, the hooks.
 func (m *Member) runnerConfig(ctx context.Context, res *registry.Resolver) (runner.Config, error) {
 	cfg := m.cfg
+	web, err := webTools(cfg, m.creds)
+	if err != nil {
+		return runner.Config{}, err
+	}
 	ts, err := newToolSource(ctx, cfg, m.Tools, m.storeDir)
 	if err != nil {
 		return runner.Config{}, err
 	}
+	ts.web = web
 	m.disk = ts.disk
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction

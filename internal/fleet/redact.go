@@ -29,7 +29,7 @@ import (
 // the NATS password (given or in the URL) or token, the NKey seed and
 // credentials files, and the skills' API keys.
 func secrets(cfg Config, creds *authprofile.Store) []string {
-	out := []string{cfg.Password, cfg.OpenAICompatibleKey}
+	out := []string{cfg.Password, cfg.OpenAICompatibleKey, cfg.Env(BraveKeyEnv)}
 	for _, p := range catalog.Providers() {
 		for _, name := range p.KeyEnv {
 			out = append(out, cfg.Env(name))

@@ -159,6 +159,12 @@ func TestSilentMisconfigurations(t *testing.T) {
 		{"missing auth profiles", Config{AuthProfiles: filepath.Join(t.TempDir(), "auth-profiles.json")}, "does not exist"},
 		{"monitor of a joined server", Config{NATSURL: "nats://127.0.0.1:1", NATSMonitor: "127.0.0.1:0"}, "--nats-monitor"},
 		{"open monitor", Config{NATSMonitor: "0.0.0.0:0"}, "no authentication"},
+		{"web allow without web fetch", Config{WebAllow: []string{"10.0.0.0/8"}}, "without WebFetch (--web-fetch)"},
+		{"bad web allow", Config{WebFetch: true, WebAllow: []string{"10.0.0.0/33"}}, "--web-allow"},
+		{"brave without a key", Config{WebSearch: "brave", Env: noEnv}, "needs a Brave Search API key: set BRAVE_API_KEY"},
+		{"searxng without a URL", Config{WebSearch: "searxng"}, "searxng needs the instance's URL"},
+		{"unknown search provider", Config{WebSearch: "google"}, `provider "google"`},
+		{"search URL without a provider", Config{WebSearchURL: "http://127.0.0.1:8888"}, "--web-search"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -7,18 +7,23 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/agentprompt"
+	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/netguard"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
+	"github.com/lanefleet/lanefleet/tools/webfetch"
+	"github.com/lanefleet/lanefleet/tools/websearch"
 )
 
 // toolSource gives each run the built-in tools in its session's workspace
@@ -30,6 +35,7 @@ type toolSource struct {
 	box    *sandbox.Sandbox // runs exec's commands; nil = no exec tool
 	disk   *sandbox.Disk    // the workspaces' filesystem; nil = not bounded
 	remote *remote.Registry // nil = no remote tools
+	web    tools.List       // web_fetch, web_search when configured: shared by every run
 	// The system prompt: base text, skills directories (lowest priority
 	// first; each workspace's skills/ comes last) and per-skill settings.
 	base      string
@@ -93,6 +99,69 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store 
 		}
 	}
 	return ts, nil
+}
+
+// webTools builds the web tools the configuration turns on; creds may
+// hold web_search's Brave key.
+func webTools(cfg Config, creds *authprofile.Store) (tools.List, error) {
+	var out tools.List
+	if len(cfg.WebAllow) > 0 && !cfg.WebFetch {
+		return nil, errors.New("fleet: WebAllow (--web-allow) without WebFetch (--web-fetch)")
+	}
+	if cfg.WebFetch {
+		pol, err := netguard.Parse(cfg.WebAllow)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: --web-allow: %w", err)
+		}
+		wf, err := webfetch.New(webfetch.Config{Policy: pol})
+		if err != nil {
+			return nil, fmt.Errorf("fleet: web_fetch: %w", err)
+		}
+		out = append(out, wf)
+		if len(cfg.WebAllow) > 0 {
+			cfg.Logger.Warn().Strs("allow", cfg.WebAllow).Msg("web_fetch on, and may reach these addresses and hosts the SSRF guard refuses")
+		} else {
+			cfg.Logger.Info().Msg("web_fetch on: public addresses only")
+		}
+	}
+	if cfg.WebSearchURL != "" && cfg.WebSearch == "" {
+		return nil, errors.New("fleet: WebSearchURL (--web-search-url) without WebSearch (--web-search)")
+	}
+	if cfg.WebSearch != "" {
+		sc := websearch.Config{Provider: cfg.WebSearch, URL: cfg.WebSearchURL}
+		if cfg.WebSearch == websearch.Brave {
+			sc.APIKey = braveKey(cfg, creds)
+			if sc.APIKey == "" {
+				return nil, errors.New("fleet: --web-search brave needs a Brave Search API key: set BRAVE_API_KEY, or add an api_key profile of provider \"brave\" to --auth-profiles")
+			}
+		}
+		ws, err := websearch.New(sc)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: --web-search: %w", err)
+		}
+		out = append(out, ws)
+		cfg.Logger.Info().Str("provider", cfg.WebSearch).Msg("web_search on")
+	}
+	return out, nil
+}
+
+// BraveKeyEnv is the environment variable of web_search's Brave key.
+const BraveKeyEnv = "BRAVE_API_KEY"
+
+// braveKey is the Brave Search API key: BRAVE_API_KEY, else the first
+// api_key profile of provider "brave" in the auth profiles.
+func braveKey(cfg Config, creds *authprofile.Store) provider.Secret {
+	if k := strings.TrimSpace(cfg.Env(BraveKeyEnv)); k != "" {
+		return provider.Secret(k)
+	}
+	if creds != nil {
+		for _, p := range creds.Profiles {
+			if p.Provider == websearch.Brave && p.Type == authprofile.TypeAPIKey && p.Key != "" {
+				return p.Key
+			}
+		}
+	}
+	return ""
 }
 
 // WorkspaceMaxBytesDefault is the size of the workspaces' filesystem with
@@ -295,6 +364,7 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		// Built-in tools win over remote tools of the same name.
 		rt.List = append(rt.List, builtin...)
 	}
+	rt.List = append(rt.List, s.web...)
 	rt.List = maskTools(rt.List, s.red)
 	return rt, nil
 }
