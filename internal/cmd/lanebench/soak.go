@@ -32,6 +32,8 @@ var (
 	soakPer      = flag.Int("soak-session-turns", 0, "soak: turns a session runs before its loop moves on to a new session (0: the same sessions for the whole soak, their transcripts growing)")
 	soakWarmup   = flag.Duration("soak-warmup", 0, "soak: run this long before the first measured round (printed as round 0), so that what fills up to a bound (the per-session caches, the servers' 2-minute de-duplication windows) is full")
 	soakIdle     = flag.Duration("soak-idle", 0, "soak: after the last round, stay idle this long and print the figures again (does the worker give memory back?)")
+	soakTTL      = flag.Duration("soak-session-ttl", 0, "soak: the worker's --session-ttl (0: keep sessions forever, the default; the lanes bucket then keeps a subject per turn)")
+	soakEvAge    = flag.Duration("soak-event-max-age", 0, "soak: the worker's --event-max-age (0: its default, 24h; AGENT_EV keeps two subjects per run that long)")
 	soakHeap     = flag.String("soak-heap-profile", "", "soak: after each round write a heap profile to <this>.<round>.pb.gz and the goroutines to <this>.<round>.goroutines.txt (go tool pprof -base <this>.1.pb.gz <this>.5.pb.gz shows what grew)")
 )
 
@@ -81,7 +83,8 @@ func soakBench(o options) error {
 	// The worker's defaults (cmd/worker), built-in tools included; only
 	// the model is the local one.
 	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, WorkspaceRoot: filepath.Join(dir, "workspaces"), Listen: "127.0.0.1:0",
-		SyncAlways: o.sync, WorkerID: "soak", OpenAICompatible: mock.url, Logger: zerolog.Nop()})
+		SyncAlways: o.sync, WorkerID: "soak", OpenAICompatible: mock.url, Logger: zerolog.Nop(),
+		SessionTTL: *soakTTL, EventMaxAge: *soakEvAge})
 	if err != nil {
 		return err
 	}
@@ -99,6 +102,9 @@ func soakBench(o options) error {
 	}
 	fmt.Printf("lanebench soak: one worker with its embedded server (one process: server, worker, Go client, mock model), sync_interval %s, %d sessions back to back against an instant model over HTTP, %d rounds of %v, GOMAXPROCS %d\n",
 		map[bool]string{true: "always", false: "default (2m)"}[o.sync], *soakSessions, *soakRounds, *soakRound, runtime.GOMAXPROCS(0))
+	if *soakTTL > 0 || *soakEvAge > 0 {
+		fmt.Printf("retention: --session-ttl %v, --event-max-age %v (0: the worker's default)\n", *soakTTL, *soakEvAge)
+	}
 	if *soakPer > 0 {
 		fmt.Printf("each session runs %d turns, then its loop moves on to a new one\n", *soakPer)
 	} else {
