@@ -72,7 +72,14 @@ func (l *Lanes) ScanBatch(ctx context.Context, seq uint64, n int) ([]Stored, err
 		defer cancel()
 		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
-	batch, err := cons.FetchNoWait(n)
+	// The consumer counted the messages from seq on when it was made:
+	// wait for that many (up to n), not for what a no-wait request finds
+	// delivered so far, which could end the pass early.
+	pending := cons.CachedInfo().NumPending
+	if pending == 0 {
+		return nil, nil
+	}
+	batch, err := cons.Fetch(int(min(uint64(n), pending)), jetstream.FetchMaxWait(scanWait))
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
 	}
@@ -92,15 +99,19 @@ func (l *Lanes) ScanBatch(ctx context.Context, seq uint64, n int) ([]Stored, err
 		}
 		out = append(out, st)
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
 		return out, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
 	}
 	return out, nil
 }
 
 // scanConsumerIdle is how long the server keeps a scan's consumer whose
-// delete did not reach it.
-const scanConsumerIdle = time.Minute
+// delete did not reach it; scanWait how long a batch waits for the
+// messages its consumer counted (fewer come when some expired meanwhile).
+const (
+	scanConsumerIdle = time.Minute
+	scanWait         = 5 * time.Second
+)
 
 // LaneData is what a lane keeps in the bucket, as the retention pass sees it.
 type LaneData struct {
