@@ -48,8 +48,9 @@ bench: build ## fleet benchmark against an embedded server, real turns against a
 bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)
 	$(GO) run ./internal/cmd/lanebench -scenario sessions -sessions $${LANEFLEET_SESSIONS:-100000}
 
-soak: ## a long-running worker: 64 sessions of 50 turns back to back through one worker (instant model, sync default), 2 min of warm-up, then RSS, heap and turns/s after each of five 30 s rounds, and RSS after 45 s idle (~5.5 min)
+soak: ## a long-running worker: 64 sessions of 50 turns back to back through one worker (instant model, sync default), warmed up 2 min and until its transcript and context caches are full, then RSS, heap and turns/s after each of five 30 s rounds, and RSS after 45 s idle; first as configured by default (sessions kept forever: the server's index of them grows with every turn), then with retention that holds within the soak (--session-ttl 1m, --event-max-age 1m) (~14 min)
 	$(GO) run ./internal/cmd/lanebench -scenario soak -sync default -soak-session-turns 50 -soak-warmup 2m -soak-idle 45s
+	$(GO) run ./internal/cmd/lanebench -scenario soak -sync default -soak-session-turns 50 -soak-warmup 2m -soak-idle 45s -soak-session-ttl 1m -soak-event-max-age 1m
 
 fuzz: ## run each fuzz target briefly
 	./scripts/fuzz.sh 20s

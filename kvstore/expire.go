@@ -45,27 +45,73 @@ type Stored struct {
 	Data bool
 }
 
-// Scan reads the first message of the bucket's stream at or after seq
-// (leader read). ok is false when there is none.
-func (l *Lanes) Scan(ctx context.Context, seq uint64) (st Stored, ok bool, err error) {
-	raw, err := l.stream.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(l.prefix+">"))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return Stored{}, false, nil
-	}
+// ScanBatch reads up to n messages of the bucket's stream from seq on, in
+// stream order, their headers only (an ephemeral consumer on the leader,
+// deleted after; a message's data is never read). It returns none past the
+// end of the stream. One request per message, as the pass read the bucket
+// before, was slower than a busy worker writes (about five messages a turn)
+// once a request took a millisecond: the pass fell behind for good, and the
+// bucket, with the subject index the server keeps of it, grew as without a
+// TTL.
+func (l *Lanes) ScanBatch(ctx context.Context, seq uint64, n int) ([]Stored, error) {
+	cons, err := l.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       max(seq, 1),
+		FilterSubject:     l.prefix + ">",
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       true,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: scanConsumerIdle, // in case the delete below is lost
+	})
 	if err != nil {
-		return Stored{}, false, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
+		return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
 	}
-	st = Stored{Seq: raw.Sequence, Time: raw.Time}
-	key := strings.TrimPrefix(raw.Subject, l.prefix)
-	tok, rest, lane := strings.Cut(key, ".")
-	if !lane {
-		return st, true, nil
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
+	// The consumer counted the messages from seq on when it was made:
+	// wait for that many (up to n), not for what a no-wait request finds
+	// delivered so far, which could end the pass early.
+	pending := cons.CachedInfo().NumPending
+	if pending == 0 {
+		return nil, nil
 	}
-	st.Token = tok
-	marker := len(raw.Data) == 0 || raw.Header.Get("KV-Operation") != "" || raw.Header.Get(jetstream.MarkerReasonHeader) != ""
-	st.Data = !marker && (rest == "settings" || strings.HasPrefix(rest, "tx."))
-	return st, true, nil
+	batch, err := cons.Fetch(int(min(uint64(n), pending)), jetstream.FetchMaxWait(scanWait))
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
+	}
+	var out []Stored
+	for m := range batch.Messages() {
+		meta, err := m.Metadata()
+		if err != nil {
+			return out, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
+		}
+		st := Stored{Seq: meta.Sequence.Stream, Time: meta.Timestamp}
+		key := strings.TrimPrefix(m.Subject(), l.prefix)
+		if tok, rest, lane := strings.Cut(key, "."); lane {
+			h := m.Headers()
+			st.Token = tok
+			marker := h.Get(nats.MsgSize) == "0" || h.Get("KV-Operation") != "" || h.Get(jetstream.MarkerReasonHeader) != ""
+			st.Data = !marker && (rest == "settings" || strings.HasPrefix(rest, "tx."))
+		}
+		out = append(out, st)
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+		return out, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
+	}
+	return out, nil
 }
+
+// scanConsumerIdle is how long the server keeps a scan's consumer whose
+// delete did not reach it; scanWait how long a batch waits for the
+// messages its consumer counted (fewer come when some expired meanwhile).
+const (
+	scanConsumerIdle = time.Minute
+	scanWait         = 5 * time.Second
+)
 
 // LaneData is what a lane keeps in the bucket, as the retention pass sees it.
 type LaneData struct {

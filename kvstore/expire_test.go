@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,27 +52,39 @@ func TestForgetIsFenced(t *testing.T) {
 	if recs, err := b.lanes.Records(ctx, "bob"); err != nil || len(recs) != 2 {
 		t.Fatalf("after the stale Forget: %d records, %v", len(recs), err)
 	}
+	// Scanned in batches of two, and from the middle: the same messages
+	// in order, each once.
 	var data, other int
+	var seqs []uint64
 	for seq := uint64(1); ; {
-		st, ok, err := b.lanes.Scan(ctx, seq)
+		sts, err := b.lanes.ScanBatch(ctx, seq, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !ok {
+		if len(sts) == 0 {
 			break
 		}
-		if st.Token != "bob" {
-			t.Fatalf("scan: token %q", st.Token)
+		for _, st := range sts {
+			if st.Token != "bob" || st.Time.IsZero() {
+				t.Fatalf("scan: token %q at %v", st.Token, st.Time)
+			}
+			if st.Data {
+				data++
+			} else {
+				other++
+			}
+			seqs = append(seqs, st.Seq)
+			seq = st.Seq + 1
 		}
-		if st.Data {
-			data++
-		} else {
-			other++
-		}
-		seq = st.Seq + 1
 	}
 	if data != 3 || other != 1 {
 		t.Fatalf("scan: %d data, %d other messages; want 3 (records, settings) and 1 (lease)", data, other)
+	}
+	if !slices.IsSorted(seqs) || len(slices.Compact(slices.Clone(seqs))) != len(seqs) {
+		t.Fatalf("scan: sequences %v, want each once in order", seqs)
+	}
+	if tail, err := b.lanes.ScanBatch(ctx, seqs[2], 10); err != nil || len(tail) != 2 || tail[0].Seq != seqs[2] {
+		t.Fatalf("scan from %d: %+v, %v; want the last two", seqs[2], tail, err)
 	}
 	if _, err := holder.Forget(ctx, []string{"bob.lease"}); err == nil {
 		t.Fatal("Forget removed the lease")

@@ -61,7 +61,10 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		return st, err
 	}
 	seq, scanned := pos, false
-	var passErr error
+	var (
+		passErr error
+		ahead   []kvstore.Stored // read from the bucket, not looked at yet
+	)
 	for !scanned && st.Expired < limit && passErr == nil {
 		// A batch of lanes with data written before the cutoff, each
 		// once, in stream order; then each is looked at concurrently.
@@ -69,12 +72,20 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		seen := map[string]bool{}
 		next := seq
 		for len(batch) < expireBatch {
-			m, ok, err := w.lanes.Scan(ctx, next)
-			if err != nil {
-				passErr = err
-				break
+			if len(ahead) == 0 {
+				ahead, err = w.lanes.ScanBatch(ctx, next, expireScan)
+				if err != nil {
+					passErr = err
+					break
+				}
+				if len(ahead) == 0 {
+					scanned = true // the end of the bucket
+					break
+				}
 			}
-			if !ok || !m.Time.Before(cutoff) {
+			m := ahead[0]
+			ahead = ahead[1:]
+			if !m.Time.Before(cutoff) {
 				scanned = true // every lane written before the cutoff
 				break
 			}
@@ -129,10 +140,12 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	return st, passErr
 }
 
-// Retention pass sizes: lanes read ahead, and looked at at once.
+// Retention pass sizes: lanes read ahead, looked at at once, and the
+// bucket's messages read in one request.
 const (
 	expireBatch    = 256
 	expireParallel = 16
+	expireScan     = 1024
 )
 
 // forgetIdle forgets the lane if it is idle: its last write before cutoff,

@@ -274,6 +274,14 @@ func (w *Worker) TranscriptReads() (hits, tails, whole int64) {
 	return w.transcripts.hits.Load(), w.transcripts.tails.Load(), w.transcripts.reads.Load()
 }
 
+// TranscriptCache returns the bytes the transcript cache charges its
+// transcripts, and its budget.
+func (w *Worker) TranscriptCache() (charged, max int) {
+	w.transcripts.mu.Lock()
+	defer w.transcripts.mu.Unlock()
+	return w.transcripts.lanes.Size()
+}
+
 // Active returns how many lanes the worker runs now (its slots in use).
 func (w *Worker) Active() int { return w.sched.Used() }
 

@@ -58,6 +58,17 @@ func newContextCache(maxBytes int) *contextCache {
 	return &contextCache{sessions: bytelru.New[*sessionContext](maxBytes)}
 }
 
+// ContextCache returns the bytes the Runner's cache of converted histories
+// charges them, and its budget (0, 0 without one).
+func (r *Runner) ContextCache() (charged, max int) {
+	if r.contexts == nil {
+		return 0, 0
+	}
+	r.contexts.mu.Lock()
+	defer r.contexts.mu.Unlock()
+	return r.contexts.sessions.Size()
+}
+
 // contextOf is the context of a stored history, uncached.
 func contextOf(history []message.Entry) []message.Message {
 	// Images of user turns the model has answered are not sent again

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	cgfs "github.com/lanefleet/lanefleet/internal/cgroup"
 )
 
 // Each confined command runs in a cgroup of its own, so that its memory,
@@ -55,119 +56,34 @@ func (c cgroups) String() string {
 	return "cgroup v1 (" + c.v1["memory"] + ", " + c.v1["pids"] + ", " + c.v1["cpu"] + ")"
 }
 
-// mount is a line of /proc/self/mountinfo.
-type mount struct {
-	root, point, fstype string
-	super               []string // super options
-}
-
-// parseMountinfo reads the cgroup mounts of /proc/self/mountinfo.
-func parseMountinfo(b []byte) []mount {
-	var out []mount
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root point options [optional...] - fstype source super
-		f := strings.Fields(sc.Text())
-		sep := slices.Index(f, "-")
-		if sep < 6 || len(f) < sep+4 {
-			continue
-		}
-		fstype := f[sep+1]
-		if fstype != "cgroup" && fstype != "cgroup2" {
-			continue
-		}
-		out = append(out, mount{root: unescapeMount(f[3]), point: unescapeMount(f[4]), fstype: fstype, super: strings.Split(f[sep+3], ",")})
-	}
-	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes of space, tab, newline
-// and backslash.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// parseProcCgroup reads /proc/self/cgroup: each controller's cgroup path
-// (cgroup v1), and "" for the cgroup v2 path.
-func parseProcCgroup(b []byte) map[string]string {
-	out := map[string]string{}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
-		id, rest, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		ctrls, path, ok := strings.Cut(rest, ":")
-		if !ok {
-			continue
-		}
-		if id == "0" && ctrls == "" {
-			out[""] = path
-			continue
-		}
-		for c := range strings.SplitSeq(ctrls, ",") {
-			out[c] = path
-		}
-	}
-	return out
-}
-
-// within is the directory of the cgroup path in mount m, or "" when the
-// path is not below the mount's root (another cgroup namespace).
-func within(m mount, path string) string {
-	if m.root == "/" {
-		return filepath.Join(m.point, path)
-	}
-	rel, ok := strings.CutPrefix(path, m.root)
-	if !ok || (rel != "" && rel[0] != '/') {
-		return ""
-	}
-	return filepath.Join(m.point, rel)
-}
-
 // cgroupCandidates lists, from the mounts and the worker's cgroups, the
 // cgroup v2 directories worth trying (the worker's own cgroup, then its
 // parent) and the cgroup v1 directory of each controller.
-func cgroupCandidates(mounts []mount, own map[string]string) (v2 []string, v1 map[string]string) {
+func cgroupCandidates(mounts []cgfs.Mount, own map[string]string) (v2 []string, v1 map[string]string) {
 	v1 = map[string]string{}
 	for _, m := range mounts {
-		switch m.fstype {
-		case "cgroup2":
+		if m.V2() {
 			path, ok := own[""]
 			if !ok {
 				continue
 			}
-			dir := within(m, path)
+			dir := m.Dir(path)
 			if dir == "" {
 				continue
 			}
 			v2 = append(v2, dir)
-			if dir != m.point {
+			if dir != m.Point {
 				v2 = append(v2, filepath.Dir(dir))
 			}
-		case "cgroup":
-			for _, c := range controllers {
-				if !slices.Contains(m.super, c) {
-					continue
-				}
-				if path, ok := own[c]; ok {
-					if dir := within(m, path); dir != "" {
-						v1[c] = dir
-					}
+			continue
+		}
+		for _, c := range controllers {
+			if !m.Has(c) {
+				continue
+			}
+			if path, ok := own[c]; ok {
+				if dir := m.Dir(path); dir != "" {
+					v1[c] = dir
 				}
 			}
 		}
@@ -188,15 +104,11 @@ func findCgroups(explicit string) (cgroups, error) {
 		}
 		return cgroups{v2: explicit}, nil
 	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, own, err := cgfs.Self("/")
 	if err != nil {
 		return cgroups{}, err
 	}
-	pc, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return cgroups{}, err
-	}
-	v2, v1 := cgroupCandidates(parseMountinfo(mi), parseProcCgroup(pc))
+	v2, v1 := cgroupCandidates(mounts, own)
 	var why []string
 	for _, dir := range v2 {
 		b, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"testing"
+
+	cgfs "github.com/lanefleet/lanefleet/internal/cgroup"
 )
 
 // TestCgroupCandidates: where commands' cgroups are tried, from
@@ -55,7 +57,7 @@ func TestCgroupCandidates(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			v2, v1 := cgroupCandidates(parseMountinfo([]byte(tt.mountinfo)), parseProcCgroup([]byte(tt.cgroup)))
+			v2, v1 := cgroupCandidates(cgfs.ParseMountinfo([]byte(tt.mountinfo)), cgfs.ParseProcCgroup([]byte(tt.cgroup)))
 			if !slices.Equal(v2, tt.v2) || !maps.Equal(v1, tt.v1) {
 				t.Fatalf("v2 %q v1 %q, want %q %q", v2, v1, tt.v2, tt.v1)
 			}

@@ -37,6 +37,9 @@ func New[V any](maxBytes int) *Cache[V] {
 	return &Cache[V]{max: maxBytes, items: map[string]*list.Element{}}
 }
 
+// Size returns the bytes charged to the values kept, and the budget.
+func (c *Cache[V]) Size() (charged, max int) { return c.size, c.max }
+
 // Get returns the key's value and makes it the most recently used.
 func (c *Cache[V]) Get(key string) (V, bool) {
 	e := c.items[key]

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -31,7 +32,11 @@ var (
 	soakSessions = flag.Int("soak-sessions", 64, "soak: sessions at once, each sending its next message as soon as its last is answered")
 	soakPer      = flag.Int("soak-session-turns", 0, "soak: turns a session runs before its loop moves on to a new session (0: the same sessions for the whole soak, their transcripts growing)")
 	soakWarmup   = flag.Duration("soak-warmup", 0, "soak: run this long before the first measured round (printed as round 0), so that what fills up to a bound (the per-session caches, the servers' 2-minute de-duplication windows) is full")
+	soakFill     = flag.Bool("soak-warmup-fill", true, "soak: after -soak-warmup, warm up until the worker's transcript and context caches hold 90% of their budgets too (at most 10 minutes more): a round measured while they fill shows them filling, not the worker growing")
 	soakIdle     = flag.Duration("soak-idle", 0, "soak: after the last round, stay idle this long and print the figures again (does the worker give memory back?)")
+	soakTTL      = flag.Duration("soak-session-ttl", 0, "soak: the worker's --session-ttl (0: keep sessions forever, the default; the lanes bucket then keeps a subject per turn)")
+	soakEvAge    = flag.Duration("soak-event-max-age", 0, "soak: the worker's --event-max-age (0: its default, 24h; AGENT_EV keeps two subjects per run that long)")
+	soakLimit    = flag.Int("soak-memory-limit-mb", 0, "soak: the process's soft memory limit in MiB (the worker's --memory-limit; 0: none)")
 	soakHeap     = flag.String("soak-heap-profile", "", "soak: after each round write a heap profile to <this>.<round>.pb.gz and the goroutines to <this>.<round>.goroutines.txt (go tool pprof -base <this>.1.pb.gz <this>.5.pb.gz shows what grew)")
 )
 
@@ -53,6 +58,9 @@ type soakSample struct {
 	// whole counts the turns so far that read their transcript whole
 	// (the worker's transcript cache missed).
 	whole int64
+	// cache is what the worker's transcript and context caches charge
+	// their entries.
+	cache int
 }
 
 // soakBench runs one worker with its embedded server (the worker's
@@ -65,6 +73,9 @@ type soakSample struct {
 func soakBench(o options) error {
 	if *soakRounds < 1 || *soakRound <= 0 || *soakSessions < 1 || *soakPer < 0 {
 		return errors.New("soak: -soak-rounds, -soak-round and -soak-sessions must be positive, -soak-session-turns not negative")
+	}
+	if *soakLimit > 0 {
+		debug.SetMemoryLimit(int64(*soakLimit) << 20)
 	}
 	mock, err := startMockModel()
 	if err != nil {
@@ -81,7 +92,8 @@ func soakBench(o options) error {
 	// The worker's defaults (cmd/worker), built-in tools included; only
 	// the model is the local one.
 	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, WorkspaceRoot: filepath.Join(dir, "workspaces"), Listen: "127.0.0.1:0",
-		SyncAlways: o.sync, WorkerID: "soak", OpenAICompatible: mock.url, Logger: zerolog.Nop()})
+		SyncAlways: o.sync, WorkerID: "soak", OpenAICompatible: mock.url, Logger: zerolog.Nop(),
+		SessionTTL: *soakTTL, EventMaxAge: *soakEvAge})
 	if err != nil {
 		return err
 	}
@@ -99,16 +111,23 @@ func soakBench(o options) error {
 	}
 	fmt.Printf("lanebench soak: one worker with its embedded server (one process: server, worker, Go client, mock model), sync_interval %s, %d sessions back to back against an instant model over HTTP, %d rounds of %v, GOMAXPROCS %d\n",
 		map[bool]string{true: "always", false: "default (2m)"}[o.sync], *soakSessions, *soakRounds, *soakRound, runtime.GOMAXPROCS(0))
+	if *soakLimit > 0 {
+		fmt.Printf("soft memory limit %d MiB\n", *soakLimit)
+	}
+	if *soakTTL > 0 || *soakEvAge > 0 {
+		fmt.Printf("retention: --session-ttl %v, --event-max-age %v (0: the worker's default)\n", *soakTTL, *soakEvAge)
+	}
 	if *soakPer > 0 {
 		fmt.Printf("each session runs %d turns, then its loop moves on to a new one\n", *soakPer)
 	} else {
 		fmt.Printf("the same sessions throughout: their transcripts grow with every turn\n")
 	}
-	fmt.Printf("sampled between turns (every turn answered, the next ones held back): CPU ms the process's CPU time per turn; RSS the process's VmRSS; heap the live Go heap after a collection;\n" +
-		"held what the Go runtime keeps of the heap (live, garbage and free, not returned to the OS); KB/turn the RSS the round added per turn;\n" +
-		"ev subj/lanes keys: subjects stored in AGENT_EV and in the lanes bucket (the server keeps ~190 B of index per subject); whole%%: turns that read their whole transcript\n\n")
-	fmt.Printf("  %5s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s\n", "round", "turns", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
-		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%")
+	fmt.Printf("sampled between turns (every turn answered, the next ones held back): CPU ms the process's CPU time per turn; RSS the process's VmRSS; heap the live Go heap after a collection;\n"+
+		"held what the Go runtime keeps of the heap (live, garbage and free, not returned to the OS); KB/turn the RSS the round added per turn;\n"+
+		"ev subj/lanes keys: subjects stored in AGENT_EV and in the lanes bucket (the server keeps ~190 B of index per subject); whole%%: turns that read their whole transcript;\n"+
+		"cache MB: what the worker's transcript and context caches charge their entries (of %.0f MB)\n\n", mb(int64(soakCacheMax(m))))
+	fmt.Printf("  %5s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s %8s\n", "round", "turns", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
+		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%", "cache MB")
 
 	var total atomic.Int64
 	turn := func(session string) error {
@@ -162,7 +181,13 @@ func soakBench(o options) error {
 			d = *soakWarmup
 		}
 		t0, n0, cpu0 := time.Now(), total.Load(), cpuTime()
-		if err := soakCPUProfile(r, func() { time.Sleep(d) }); err != nil {
+		wait := func() {
+			time.Sleep(d)
+			for r == 0 && *soakFill && !soakCachesFull(m) && time.Since(t0) < d+10*time.Minute && !stop.Load() {
+				time.Sleep(time.Second)
+			}
+		}
+		if err := soakCPUProfile(r, wait); err != nil {
 			stop.Store(true)
 			return err
 		}
@@ -240,7 +265,25 @@ func soakTake(ctx context.Context, js jetstream.JetStream, m *fleet.Member, turn
 	s.lanesKeys, s.lanesMB = lanesSt.NumSubjects, mb(int64(lanesSt.Bytes))
 	s.runsKeys = state("KV_" + kvstore.DefaultRunsBucket).NumSubjects
 	_, _, s.whole = m.Worker.TranscriptReads()
+	tc, _ := m.Worker.TranscriptCache()
+	cc, _ := m.Runner.ContextCache()
+	s.cache = tc + cc
 	return s
+}
+
+// soakCacheMax is the budgets of the worker's transcript and context caches.
+func soakCacheMax(m *fleet.Member) int {
+	_, tmax := m.Worker.TranscriptCache()
+	_, cmax := m.Runner.ContextCache()
+	return tmax + cmax
+}
+
+// soakCachesFull reports whether the worker's transcript and context
+// caches hold 90% of their budgets.
+func soakCachesFull(m *fleet.Member) bool {
+	tc, tmax := m.Worker.TranscriptCache()
+	cc, cmax := m.Runner.ContextCache()
+	return tc >= tmax*9/10 && cc >= cmax*9/10
 }
 
 // soakPrint prints one round.
@@ -250,8 +293,8 @@ func soakPrint(name string, s, prev soakSample) {
 		per = strconv.FormatFloat(float64(s.rss-prev.rss)/1024/float64(s.turns), 'f', 2, 64)
 		whole = strconv.FormatFloat(100*float64(s.whole-prev.whole)/float64(s.turns), 'f', 1, 64)
 	}
-	fmt.Printf("  %5s %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s\n", name, s.turns, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
-		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole)
+	fmt.Printf("  %5s %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s %8.1f\n", name, s.turns, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
+		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole, mb(int64(s.cache)))
 }
 
 // soakProfiles writes round r's heap profile and goroutines when
