@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	"authprofile":            {"provider"},
 	"authstore":              {"authprofile", "events", "fallback", "internal/backoff", "provider", "provider/catalog"},
 	"blockchunk":             {"ecmatext"},
+	"chatcmd":                {"events"},
 	"internal/cmd/lanebench": {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
 	"cmd/publisher":          {"", "admin", "events", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message"},
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "internal/version"},
@@ -39,7 +40,7 @@ var allowed = map[string][]string{
 	"internal/conformance":   {"message", "provider", "provider/failover"},
 	"internal/deptest":       {},
 	"internal/embedded":      {},
-	"internal/fleet":         {"admin", "agentprompt", "authprofile", "authstore", "blockchunk", "compaction", "events", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "tools", "tools/remote", "tracing"},
+	"internal/fleet":         {"admin", "agentprompt", "authprofile", "authstore", "blockchunk", "chatcmd", "compaction", "events", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "tools", "tools/remote", "tracing"},
 	"internal/inflight":      {},
 	"internal/microsvc":      {"internal/inflight", "internal/reply"},
 	"internal/mustrun":       {},
@@ -48,7 +49,7 @@ var allowed = map[string][]string{
 	"internal/version":       {},
 	"ecmatext":               {},
 	"kvstore":                {"events", "internal/backoff", "lanes/queue", "message"},
-	"lanes":                  {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
+	"lanes":                  {"chatcmd", "events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
 	// The lane's own parts (renolane is moving the emitter and the slot
 	// scheduler there).
 	"lanes/internal/...":          {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "lanes/internal/..."},
