@@ -25,6 +25,10 @@ type Record struct {
 	InboundSeq uint64 `msgpack:"inboundSeq"`
 	RunID      string `msgpack:"runId"`
 	SessionID  string `msgpack:"sessionId,omitempty"`
+	// Reset starts the transcript anew (the chat commands /new and
+	// /reset): the records written before it are no longer the session's
+	// and every read of the transcript leaves them out.
+	Reset bool `msgpack:"reset,omitempty"`
 	// Header is the session header of an imported file (the import
 	// record only): an export gives it back as it was.
 	Header  *message.Entry  `msgpack:"header,omitempty"`
@@ -135,6 +139,9 @@ type Transcript struct {
 	Records []Record
 	Size    int    // encoded bytes of Records
 	First   uint64 // stream sequence of the first of Records; 0 = none
+	// Begin is the stream sequence of the first transcript message read
+	// (a record, a marker, or a record a reset hides); 0 = none.
+	Begin uint64
 	// Last is the stream sequence of the last transcript message read (a
 	// record or a marker); 0 = none.
 	Last uint64
@@ -217,6 +224,9 @@ type transcriptBuilder struct {
 
 func (b *transcriptBuilder) add(seq uint64, subject string, h nats.Header, data []byte) {
 	b.t.Last = seq
+	if b.t.Begin == 0 {
+		b.t.Begin = seq
+	}
 	if i, ok := b.at[subject]; ok {
 		b.t.Size -= b.sizes[i]
 		b.t.Records, b.sizes, b.seqs = slices.Delete(b.t.Records, i, i+1), slices.Delete(b.sizes, i, i+1), slices.Delete(b.seqs, i, i+1)
@@ -240,6 +250,11 @@ func (b *transcriptBuilder) add(seq uint64, subject string, h nats.Header, data 
 	if err := decode(strings.TrimPrefix(subject, b.prefix), seq, data, &r); err != nil {
 		b.corrupt = append(b.corrupt, err)
 		return
+	}
+	if r.Reset {
+		// The transcript starts anew here: what came before is hidden.
+		b.t.Records, b.sizes, b.seqs, b.t.Size, b.t.First = nil, nil, nil, 0, 0
+		clear(b.at)
 	}
 	if b.t.First == 0 {
 		b.t.First = seq
