@@ -37,7 +37,7 @@ type RunSettings struct {
 	// at its thinking level); on and stream publish them as they come.
 	// The chat command /reasoning sets it.
 	Reasoning string `json:"reasoning,omitempty" msgpack:"reasoning,omitempty"`
-	Reset             bool        `json:"reset,omitempty" msgpack:"reset,omitempty"`                         // clear the stored run settings first
+	Reset     bool   `json:"reset,omitempty" msgpack:"reset,omitempty"` // clear the stored run settings first
 }
 
 // ToolPolicy is a session's tool policy: tool name patterns ("exec",
