@@ -29,6 +29,11 @@ type Record struct {
 	// /reset): the records written before it are no longer the session's
 	// and every read of the transcript leaves them out.
 	Reset bool `msgpack:"reset,omitempty"`
+	// Start is the stream sequence of the reset record the session's
+	// transcript starts at, on the records written after one (0 = the
+	// transcript starts at the lane's first record): a reader that pages
+	// through the transcript starts there.
+	Start uint64 `msgpack:"start,omitempty"`
 	// Header is the session header of an imported file (the import
 	// record only): an export gives it back as it was.
 	Header  *message.Entry  `msgpack:"header,omitempty"`
@@ -77,6 +82,9 @@ type Cursor struct {
 	Stored uint64
 	State  *events.SessionState // the newest record's session state; nil = none
 	IDs    []queue.SeenID       // the newest record's message ids (Record.IDs)
+	// Start is the stream sequence of the record the transcript starts at
+	// after a reset (Record.Reset, Record.Start); 0 = the lane's first.
+	Start uint64
 }
 
 // Cursor reads a lane's cursor (zero value for a new lane) from its newest
@@ -102,7 +110,11 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 		}
 		return Cursor{Seq: seq, Stored: raw.Sequence}, err
 	}
-	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State, IDs: r.IDs}, nil
+	c := Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State, IDs: r.IDs, Start: r.Start}
+	if r.Reset {
+		c.Start = raw.Sequence
+	}
+	return c, nil
 }
 
 // Written says where a record was written: its stream sequence and its

@@ -95,6 +95,9 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 	}
 	rec := kvstore.Record{InboundSeq: p.through, RunID: em.RunID(), SessionID: session, Reset: out.Reset, Entries: out.Entries, State: state,
 		IDs: o.lane.ids.Recent(p.through, p.newest())}
+	if !out.Reset {
+		rec.Start = o.lane.cursor.Start
+	}
 	if out.Result != nil {
 		if state != o.lane.cursor.State {
 			out.Result.Meta.Session = state
@@ -114,6 +117,9 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 	}
 	o.inFlight = nil // the turn is committed: its attempts no longer matter
 	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State, o.lane.cursor.SessionID = p.through, written.Seq, state, session
+	if out.Reset {
+		o.lane.cursor.Start = written.Seq
+	}
 	o.lane.processed = append(o.lane.processed, p.run.raw.Sequence)
 	for _, c := range p.merged {
 		o.lane.processed = append(o.lane.processed, c.raw.Sequence)

@@ -1,0 +1,188 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// promptServer is a Chat Completions endpoint that answers "ok" and records
+// the user texts of every request it is sent: what the model saw.
+type promptServer struct {
+	*httptest.Server
+	mu   sync.Mutex
+	sent [][]string
+}
+
+func newPromptServer(t *testing.T) *promptServer {
+	t.Helper()
+	ps := &promptServer{}
+	ps.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []struct {
+				Role    string          `json:"role"`
+				Content json.RawMessage `json:"content"`
+			} `json:"messages"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		var users []string
+		for _, m := range req.Messages {
+			if m.Role != "user" {
+				continue
+			}
+			var s string
+			if json.Unmarshal(m.Content, &s) != nil {
+				var parts []struct {
+					Text string `json:"text"`
+				}
+				_ = json.Unmarshal(m.Content, &parts)
+				for _, p := range parts {
+					s += p.Text
+				}
+			}
+			users = append(users, s)
+		}
+		ps.mu.Lock()
+		ps.sent = append(ps.sent, users)
+		ps.mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(sseText("ok")))
+	}))
+	t.Cleanup(ps.Close)
+	return ps
+}
+
+func (ps *promptServer) requests() []string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make([]string, len(ps.sent))
+	for i, u := range ps.sent {
+		out[i] = strings.Join(u, " | ")
+	}
+	return out
+}
+
+// TestChatCommandsInLaneOrder: on a fleet of two workers, chat commands
+// sent among ordinary messages are answered in lane order, each with a
+// short reply and no model call; the settings commands change the
+// settings exactly between the messages before and after them; /new
+// starts the transcript anew and runs its text as the first message;
+// /reset empties it and keeps the settings; an unknown /foo goes to the
+// model as it is.
+func TestChatCommandsInLaneOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	ps := newPromptServer(t)
+	models, profiles := acmeModels(t, ps.URL, "sk-acme-commands")
+	srv := natstest.Start(t)
+	for _, id := range []string{"w1", "w2"} {
+		startMember(t, srv.URL, fleet.Config{WorkerID: id, ModelsFile: models, AuthProfiles: profiles, NoBuiltinTools: true,
+			DefaultModel: "acme/m1", Env: func(string) string { return "" }})
+	}
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	const s = "cc:order"
+	texts := []string{
+		"one",
+		"/status",
+		"/think: high",
+		"/QUEUE collect debounce:0 cap:5",
+		"/queue",
+		"/model",
+		"two",
+		"/help",
+		"/verbose off",
+		"/reasoning off",
+		"/new three",
+		"/foo bar",
+		"/reset",
+		"/think",
+	}
+	var runs []*lanefleet.Run
+	for _, text := range texts {
+		r, err := c.Send(ctx, s, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	want := []string{
+		"ok",
+		"Model: acme/m1 (default)",
+		"Thinking level set to high.",
+		"Queue settings set to mode collect, debounce 0ms, cap 5.",
+		"Queue settings are mode collect, debounce 0ms, cap 5.",
+		"Model: acme/m1 (the worker's default).",
+		"ok",
+		"Commands (a message that is only the command; nothing is sent to the model):",
+		"Verbose set to off.",
+		"Reasoning set to off.",
+		"ok",
+		"ok",
+		"New session started: the transcript is empty; settings are kept.",
+		"Thinking level is high.",
+	}
+	for i, r := range runs {
+		res, err := r.Wait(ctx)
+		if err != nil || len(res.Payloads) == 0 || !strings.HasPrefix(res.Payloads[0].Text, want[i]) {
+			t.Fatalf("%q: %+v, %v; want a reply starting %q", texts[i], res, err, want[i])
+		}
+	}
+	// The model saw the ordinary messages only, and after /new none of
+	// what came before.
+	got := ps.requests()
+	wantSent := []string{"one", "one | two", "three", "three | /foo bar"}
+	if strings.Join(got, "\n") != strings.Join(wantSent, "\n") {
+		t.Fatalf("the model was sent\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantSent, "\n"))
+	}
+	h, err := c.History(ctx, s)
+	if err != nil || len(h) != 0 {
+		t.Fatalf("history after /reset: %d entries, %v; want none", len(h), err)
+	}
+	st, err := c.Settings(ctx, s)
+	if err != nil || st.Run == nil || st.Run.Thinking != "high" || st.Run.Verbose != "off" || st.Run.Reasoning != "off" || st.Queue.Mode != "collect" {
+		t.Fatalf("settings after /reset: %+v, %v; want thinking high, verbose off, reasoning off, mode collect kept", st, err)
+	}
+	// A message after the reset starts from nothing, on whichever worker.
+	if res, err := waitResult(t, ctx, c, s, "four"); err != nil || res.Payloads[0].Text != "ok" {
+		t.Fatalf("after /reset: %+v, %v", res, err)
+	}
+	if got := ps.requests(); got[len(got)-1] != "four" {
+		t.Fatalf("the first message after /reset was sent with %q", got[len(got)-1])
+	}
+	h, _ = c.History(ctx, s)
+	if len(h) != 2 || h[0].Message == nil || h[0].Message.Role != message.RoleUser {
+		t.Fatalf("history after the reset's next message: %d entries", len(h))
+	}
+}
+
+// TestChatCommandsOff: a worker run with --no-chat-commands sends a
+// command's text to the model as it is.
+func TestChatCommandsOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", DefaultModel: "scripted/echo", NoBuiltinTools: true, NoChatCommands: true})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := waitResult(t, ctx, c, "cc:off", "/status")
+	if err != nil || res.Payloads[0].Text != "echo: /status" {
+		t.Fatalf("/status with commands off: %+v, %v; want the model's echo", res, err)
+	}
+}
