@@ -7,8 +7,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -184,5 +187,85 @@ func TestChatCommandsOff(t *testing.T) {
 	res, err := waitResult(t, ctx, c, "cc:off", "/status")
 	if err != nil || res.Payloads[0].Text != "echo: /status" {
 		t.Fatalf("/status with commands off: %+v, %v; want the model's echo", res, err)
+	}
+}
+
+// TestChatCommandStopCutsTheRunningTurn: /stop sent while a turn streams
+// ends it at once, as publisher stop does, and says which run it stopped.
+func TestChatCommandStopCutsTheRunningTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", DefaultModel: "scripted/echo", NoBuiltinTools: true, ScriptedDelay: 200 * time.Millisecond})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	const s = "cc:stop"
+	long, err := c.Send(ctx, s, "long "+strings.Repeat("word ", 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStreaming(ctx, t, long, "long")
+	stop, err := c.Send(ctx, s, "/stop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := long.Wait(ctx); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("the running turn after /stop: %v; want it stopped", err)
+	}
+	res, err := stop.Wait(ctx)
+	if err != nil || res.Payloads[0].Text != "stopped run "+long.ID {
+		t.Fatalf("/stop's reply: %+v, %v", res, err)
+	}
+}
+
+// TestChatCommandNewWorkerKilled: the worker running /new's first message
+// is SIGKILLed mid-turn; the survivor re-runs it. The transcript is reset
+// once and holds the first message once: neither lost nor doubled.
+func TestChatCommandNewWorkerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process crash test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", "40ms")
+	waitForFleet(t, js)
+	c, _ := lanefleet.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const session = "cc:kill"
+	if _, err := waitResult(t, ctx, c, session, "before the reset"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Send(ctx, session, "/new fresh "+strings.Repeat("word ", 15))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStreaming(ctx, t, first, "fresh")
+	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+	startProcess(t, srv.URL, "survivor", "--scripted-delay", "1ms")
+	res, err := first.Wait(ctx)
+	if err != nil || !strings.HasPrefix(res.Payloads[0].Text, "echo: fresh") {
+		t.Fatalf("/new's first message after the kill: %+v, %v", res, err)
+	}
+	if _, phases := checkRun(t, js, session, first.ID); strings.Join(phases, " ") != "start@1 aborted@1 restart@2 end@2" {
+		t.Fatalf("/new run lifecycle = %v, want the killed attempt aborted, then a restart", phases)
+	}
+	users := userTexts(t, c, session)
+	if len(users) != 1 || !strings.HasPrefix(users[0], "fresh") {
+		t.Fatalf("transcript after /new: user entries %q, want only the first message once", users)
+	}
+	if _, err := waitResult(t, ctx, c, session, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if users := userTexts(t, c, session); len(users) != 2 || users[1] != "after" {
+		t.Fatalf("transcript after the next message: %q", users)
 	}
 }
