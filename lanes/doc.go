@@ -67,6 +67,7 @@
 //	watch.go           the debounce wait, the drain's watch (cuts, quiet), linger
 //	cut.go             a cut turn (interrupted) and a stop command's run
 //	settings.go        settings messages: refuse, store, apply
+//	commands.go        chat commands read as stop, settings or handler commands (chatcmd)
 //	slots.go           yields, and a delivery waiting in line for a slot
 //	worker.go          Config, Worker, Stats, Run
 //	delivery.go        the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
