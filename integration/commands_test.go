@@ -269,3 +269,41 @@ func TestChatCommandNewWorkerKilled(t *testing.T) {
 		t.Fatalf("transcript after the next message: %q", users)
 	}
 }
+
+// TestChatCommandCompact: /compact with a focus makes one summary request
+// carrying the focus (no reply is asked of the model) and stores the
+// compaction in the transcript; the next turn is sent the summary.
+func TestChatCommandCompact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	ps := newPromptServer(t)
+	models, profiles := acmeModels(t, ps.URL, "sk-acme-compact")
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, NoBuiltinTools: true,
+		DefaultModel: "acme/m1", Env: func(string) string { return "" }})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	const s = "cc:compact"
+	// Turns long enough to leave something older than the recent part
+	// compaction keeps (20,000 tokens).
+	for _, text := range []string{"one " + strings.Repeat("alpha ", 15000), "two " + strings.Repeat("bravo ", 15000)} {
+		if _, err := waitResult(t, ctx, c, s, text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := waitResult(t, ctx, c, s, "/compact keep the numbers")
+	if err != nil || !strings.HasPrefix(res.Payloads[0].Text, "Compacted") {
+		t.Fatalf("/compact: %+v, %v", res, err)
+	}
+	sent := ps.requests()
+	if len(sent) != 3 || !strings.Contains(sent[2], "keep the numbers") {
+		t.Fatalf("requests: %q; want the two turns, then one summary request with the focus", sent)
+	}
+	h, err := c.History(ctx, s)
+	if err != nil || len(h) == 0 || h[len(h)-1].Type != "compaction" {
+		t.Fatalf("history after /compact: %d entries, %v; want a compaction last", len(h), err)
+	}
+}

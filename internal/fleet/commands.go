@@ -96,9 +96,18 @@ func reply(t *lanes.Turn, text string) *lanes.Outcome {
 	return &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}}
 }
 
-// compactNow answers /compact.
-func (m *Member) compactNow(_ context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
-	return refuse(t, events.KindInvalidInput, "/compact is not available on this worker yet"), nil
+// compactNow answers /compact: the runner compacts the transcript on the
+// session's model (its settings resolved as a turn's), and the compaction
+// entry is the turn's.
+func (m *Member) compactNow(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
+	inbound, settings, _ := runSettings(t)
+	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID, Attempt: t.Attempt,
+		Inbound: inbound, History: t.History, Settings: settings}
+	out, err := m.Runner.Compact(ctx, in, t.Command.Args, t)
+	if err != nil {
+		return nil, err
+	}
+	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, AuthProfile: out.AuthProfile}, nil
 }
 
 // shown is the sink of a turn's events as the session's /verbose and
