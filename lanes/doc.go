@@ -222,6 +222,20 @@
 // pays for a settings read. The run settings reach the handler as
 // Turn.Settings.
 //
+// # Chat commands
+//
+// With Config.ChatCommands a message whose text is a chat command (package
+// chatcmd) is read as that command wherever the lane reads messages (the
+// drain and the cut watch alike, chatCommand): /stop as a stop command,
+// /queue, /model, /think, /verbose and /reasoning with a valid argument
+// as a settings message (so they take those messages' paths, and their
+// final event is the command's reply), and every other command as a
+// follow-up prompt whatever its mode, handed to the handler as
+// Turn.Command. A handler that starts the transcript anew (/new, /reset)
+// says so in its Outcome (Reset): the turn's record names a new session
+// id and hides the records before it (kvstore.Record.Reset), in the same
+// fenced write that commits the turn.
+//
 // # Session state
 //
 // What a session carries from turn to turn besides its transcript (the
