@@ -2,8 +2,6 @@ package admin
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/lanefleet/lanefleet/events"
 )
@@ -89,18 +87,7 @@ type Scope struct {
 
 // Allows reports whether the scope reaches key.
 func (s *Scope) Allows(key string) bool {
-	if s == nil {
-		return true
-	}
-	if slices.Contains(s.Keys, key) {
-		return true
-	}
-	for _, p := range s.Prefixes {
-		if strings.HasPrefix(key, p) {
-			return true
-		}
-	}
-	return false
+	return s == nil || events.KeyInScope(key, s.Prefixes, s.Keys)
 }
 
 // MaxScopedRequestBytes bounds a request that carries a Scope (a token
