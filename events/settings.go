@@ -28,7 +28,16 @@ type RunSettings struct {
 	MaxToolIterations int         `json:"maxToolIterations,omitempty" msgpack:"maxToolIterations,omitempty"` // model calls of a turn's tool loop, within the worker's limit
 	MaxToolRepeats    int         `json:"maxToolRepeats,omitempty" msgpack:"maxToolRepeats,omitempty"`       // the same tool call failing the same way this often stops the turn (tool_loop), within the worker's limit
 	Tools             *ToolPolicy `json:"tools,omitempty" msgpack:"tools,omitempty"`                         // narrows the worker's tool policy
-	Reset             bool        `json:"reset,omitempty" msgpack:"reset,omitempty"`                         // clear the stored run settings first
+	// Verbose is "on" or "off" (unset: on): off leaves the tool events
+	// (start, update, result) out of the run's events; the final result
+	// is the same. The chat command /verbose sets it.
+	Verbose string `json:"verbose,omitempty" msgpack:"verbose,omitempty"`
+	// Reasoning is "on", "off" or "stream" (unset: stream): off leaves
+	// the thinking events out of the run's events (the model still thinks
+	// at its thinking level); on and stream publish them as they come.
+	// The chat command /reasoning sets it.
+	Reasoning string `json:"reasoning,omitempty" msgpack:"reasoning,omitempty"`
+	Reset     bool   `json:"reset,omitempty" msgpack:"reset,omitempty"` // clear the stored run settings first
 }
 
 // ToolPolicy is a session's tool policy: tool name patterns ("exec",
@@ -67,11 +76,24 @@ func (r *RunSettings) Validate() error {
 	case r.MaxToolRepeats < 0 || r.MaxToolRepeats > MaxToolRepeatsSet:
 		return &DecodeError{Field: "runSettings.maxToolRepeats", Reason: fmt.Sprintf("%d is not between 1 and %d", r.MaxToolRepeats, MaxToolRepeatsSet)}
 	}
+	if r.Verbose != "" && !VerboseLevels[r.Verbose] {
+		return &DecodeError{Field: "runSettings.verbose", Reason: fmt.Sprintf("%q is not on or off", clip(r.Verbose))}
+	}
+	if r.Reasoning != "" && !ReasoningLevels[r.Reasoning] {
+		return &DecodeError{Field: "runSettings.reasoning", Reason: fmt.Sprintf("%q is not on, off or stream", clip(r.Reasoning))}
+	}
 	if r.Tools != nil {
 		return r.Tools.validate("runSettings.tools")
 	}
 	return nil
 }
+
+// VerboseLevels and ReasoningLevels are the values RunSettings.Verbose
+// and RunSettings.Reasoning take.
+var (
+	VerboseLevels   = map[string]bool{"on": true, "off": true}
+	ReasoningLevels = map[string]bool{"on": true, "off": true, "stream": true}
+)
 
 func (p *ToolPolicy) validate(field string) error {
 	for _, l := range []struct {
@@ -169,6 +191,12 @@ func (r *RunSettings) Apply(ch *RunSettings) *RunSettings {
 	if ch.MaxToolRepeats != 0 {
 		out.MaxToolRepeats = ch.MaxToolRepeats
 	}
+	if ch.Verbose != "" {
+		out.Verbose = ch.Verbose
+	}
+	if ch.Reasoning != "" {
+		out.Reasoning = ch.Reasoning
+	}
 	if ch.Tools != nil {
 		out.Tools = nil
 		if !ch.Tools.empty() {
@@ -204,6 +232,8 @@ func (r *RunSettings) String() string {
 	add("model", r.Model)
 	add("thinking", r.Thinking)
 	add("auth profile", r.AuthProfile)
+	add("verbose", r.Verbose)
+	add("reasoning", r.Reasoning)
 	if r.HistoryLimit != 0 {
 		parts = append(parts, fmt.Sprintf("history limit %d", r.HistoryLimit))
 	}

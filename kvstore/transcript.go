@@ -25,6 +25,15 @@ type Record struct {
 	InboundSeq uint64 `msgpack:"inboundSeq"`
 	RunID      string `msgpack:"runId"`
 	SessionID  string `msgpack:"sessionId,omitempty"`
+	// Reset starts the transcript anew (the chat commands /new and
+	// /reset): the records written before it are no longer the session's
+	// and every read of the transcript leaves them out.
+	Reset bool `msgpack:"reset,omitempty"`
+	// Start is the stream sequence of the reset record the session's
+	// transcript starts at, on the records written after one (0 = the
+	// transcript starts at the lane's first record): a reader that pages
+	// through the transcript starts there.
+	Start uint64 `msgpack:"start,omitempty"`
 	// Header is the session header of an imported file (the import
 	// record only): an export gives it back as it was.
 	Header  *message.Entry  `msgpack:"header,omitempty"`
@@ -73,6 +82,9 @@ type Cursor struct {
 	Stored uint64
 	State  *events.SessionState // the newest record's session state; nil = none
 	IDs    []queue.SeenID       // the newest record's message ids (Record.IDs)
+	// Start is the stream sequence of the record the transcript starts at
+	// after a reset (Record.Reset, Record.Start); 0 = the lane's first.
+	Start uint64
 }
 
 // Cursor reads a lane's cursor (zero value for a new lane) from its newest
@@ -98,7 +110,11 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 		}
 		return Cursor{Seq: seq, Stored: raw.Sequence}, err
 	}
-	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State, IDs: r.IDs}, nil
+	c := Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State, IDs: r.IDs, Start: r.Start}
+	if r.Reset {
+		c.Start = raw.Sequence
+	}
+	return c, nil
 }
 
 // Newest reads a lane's newest transcript record and when it was stored
@@ -155,6 +171,9 @@ type Transcript struct {
 	Records []Record
 	Size    int    // encoded bytes of Records
 	First   uint64 // stream sequence of the first of Records; 0 = none
+	// Begin is the stream sequence of the first transcript message read
+	// (a record, a marker, or a record a reset hides); 0 = none.
+	Begin uint64
 	// Last is the stream sequence of the last transcript message read (a
 	// record or a marker); 0 = none.
 	Last uint64
@@ -237,6 +256,9 @@ type transcriptBuilder struct {
 
 func (b *transcriptBuilder) add(seq uint64, subject string, h nats.Header, data []byte) {
 	b.t.Last = seq
+	if b.t.Begin == 0 {
+		b.t.Begin = seq
+	}
 	if i, ok := b.at[subject]; ok {
 		b.t.Size -= b.sizes[i]
 		b.t.Records, b.sizes, b.seqs = slices.Delete(b.t.Records, i, i+1), slices.Delete(b.sizes, i, i+1), slices.Delete(b.seqs, i, i+1)
@@ -260,6 +282,11 @@ func (b *transcriptBuilder) add(seq uint64, subject string, h nats.Header, data 
 	if err := decode(strings.TrimPrefix(subject, b.prefix), seq, data, &r); err != nil {
 		b.corrupt = append(b.corrupt, err)
 		return
+	}
+	if r.Reset {
+		// The transcript starts anew here: what came before is hidden.
+		b.t.Records, b.sizes, b.seqs, b.t.Size, b.t.First = nil, nil, nil, 0, 0
+		clear(b.at)
 	}
 	if b.t.First == 0 {
 		b.t.First = seq

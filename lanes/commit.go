@@ -10,6 +10,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
+	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
 // duplicate ends the run of a message whose id an earlier message of the
@@ -88,8 +89,15 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 	// The session's state rides on every record: the newest one's is the
 	// session's, whatever kind of turn wrote it.
 	state := nextState(o.lane.cursor.State, out)
-	rec := kvstore.Record{InboundSeq: p.through, RunID: em.RunID(), SessionID: o.lane.cursor.SessionID, Entries: out.Entries, State: state,
+	session := o.lane.cursor.SessionID
+	if out.Reset {
+		session = sessionfile.NewSessionID()
+	}
+	rec := kvstore.Record{InboundSeq: p.through, RunID: em.RunID(), SessionID: session, Reset: out.Reset, Entries: out.Entries, State: state,
 		IDs: o.lane.ids.Recent(p.through, p.newest())}
+	if !out.Reset {
+		rec.Start = o.lane.cursor.Start
+	}
 	if out.Result != nil {
 		if state != o.lane.cursor.State {
 			out.Result.Meta.Session = state
@@ -108,7 +116,10 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 		return err
 	}
 	o.inFlight = nil // the turn is committed: its attempts no longer matter
-	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State = p.through, written.Seq, state
+	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State, o.lane.cursor.SessionID = p.through, written.Seq, state, session
+	if out.Reset {
+		o.lane.cursor.Start = written.Seq
+	}
 	o.lane.processed = append(o.lane.processed, p.run.raw.Sequence)
 	for _, c := range p.merged {
 		o.lane.processed = append(o.lane.processed, c.raw.Sequence)
@@ -170,13 +181,17 @@ func nextState(prev *events.SessionState, out *Outcome) *events.SessionState {
 	if out.Result != nil {
 		approvals = events.ApprovalCalls(out.Result.Meta.PendingToolCalls)
 	}
-	replace := len(out.Entries) > 0 && (len(approvals) > 0 || (prev != nil && len(prev.Approvals) > 0))
-	if out.Usage == nil && out.AuthProfile == "" && !replace {
+	replace := (out.Reset || len(out.Entries) > 0) && (len(approvals) > 0 || (prev != nil && len(prev.Approvals) > 0))
+	dropProfile := out.Reset && prev != nil && prev.AuthProfile != ""
+	if out.Usage == nil && out.AuthProfile == "" && !replace && !dropProfile {
 		return prev
 	}
 	var next events.SessionState
 	if prev != nil {
 		next = *prev
+	}
+	if out.Reset {
+		next.AuthProfile = ""
 	}
 	if replace {
 		next.Approvals = approvals

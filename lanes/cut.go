@@ -105,7 +105,7 @@ func (o *owner) interrupted(ctx context.Context, em *fenced.Emitter, p *plan, at
 		// rollback discards what they said.
 		out.Usage, out.AuthProfile = partial.Usage, partial.AuthProfile
 		if cut == nil || cut.Mode != queue.ModeRollback {
-			out.Entries = partial.Entries
+			out.Entries, out.Reset = partial.Entries, partial.Reset
 		}
 	}
 	return o.commit(ctx, em, p, out)

@@ -72,6 +72,7 @@
 //	watch.go           the debounce wait, the drain's watch (cuts, quiet), linger
 //	cut.go             a cut turn (interrupted) and a stop command's run
 //	settings.go        settings messages: refuse, store, apply
+//	commands.go        chat commands read as stop, settings or handler commands (chatcmd)
 //	slots.go           yields, and a delivery waiting in line for a slot
 //	worker.go          Config, Worker, Stats, Run
 //	delivery.go        the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
@@ -237,6 +238,20 @@
 // lane, then applies the changes it processes itself), and a turn never
 // pays for a settings read. The run settings reach the handler as
 // Turn.Settings.
+//
+// # Chat commands
+//
+// With Config.ChatCommands a message whose text is a chat command (package
+// chatcmd) is read as that command wherever the lane reads messages (the
+// drain and the cut watch alike, chatCommand): /stop as a stop command,
+// /queue, /model, /think, /verbose and /reasoning with a valid argument
+// as a settings message (so they take those messages' paths, and their
+// final event is the command's reply), and every other command as a
+// follow-up prompt whatever its mode, handed to the handler as
+// Turn.Command. A handler that starts the transcript anew (/new, /reset)
+// says so in its Outcome (Reset): the turn's record names a new session
+// id and hides the records before it (kvstore.Record.Reset), in the same
+// fenced write that commits the turn.
 //
 // # Session state
 //

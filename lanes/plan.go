@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lanefleet/lanefleet/chatcmd"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
@@ -23,6 +24,9 @@ type collected struct {
 	// dupOf is the inbound sequence (run) of the message this one
 	// duplicates (msg.Kind is then queue.KindDuplicate); 0 = none.
 	dupOf uint64
+	// cmd is the chat command the message's text is (nil = none; see
+	// chatCommand): in is then what the lane acts on.
+	cmd *chatcmd.Command
 }
 
 func (c collected) runID() string { return strconv.FormatUint(c.raw.Sequence, 10) }
@@ -91,10 +95,13 @@ func (p *plan) jsonOf(run string) bool {
 // earlier message of the lane used within the window is a duplicate.
 func (o *owner) read(raw *jetstream.RawStreamMsg) collected {
 	in, err := o.decode(raw)
+	var cmd *chatcmd.Command
 	if err != nil {
 		in = nil
+	} else {
+		in, cmd = chatCommand(in, o.w.cfg.ChatCommands)
 	}
-	c := collected{raw: raw, in: in, msg: msgOf(raw, in, o.storedMode(), o.now())}
+	c := collected{raw: raw, in: in, cmd: cmd, msg: msgOf(raw, in, cmd, o.storedMode(), o.now())}
 	if c.dupOf = o.lane.ids.Note(raw.Header.Get(events.HeaderLaneMsgID), raw.Sequence, raw.Time); c.dupOf != 0 {
 		c.msg.Kind = queue.KindDuplicate
 	}
@@ -121,8 +128,11 @@ func later(a, b time.Time) time.Time {
 }
 
 // msgOf is what the planner knows of an inbound message (in nil: it does
-// not decode), read at now, in a session whose stored mode is stored.
-func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, stored queue.Mode, now time.Time) queue.Msg {
+// not decode; cmd: the chat command it is, see chatCommand), read at now,
+// in a session whose stored mode is stored. A chat command the handler
+// answers runs as a follow-up whatever its mode: it is never merged,
+// steered, refused or cut.
+func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, cmd *chatcmd.Command, stored queue.Mode, now time.Time) queue.Msg {
 	m := queue.Msg{Seq: raw.Sequence, At: raw.Time}
 	if now.Before(m.At) {
 		m.At = now // a skewed clock never stretches a debounce
@@ -134,6 +144,8 @@ func msgOf(raw *jetstream.RawStreamMsg, in *events.Inbound, stored queue.Mode, n
 		m.Kind = queue.KindSettings
 	case in.Stop:
 		m.Kind = queue.KindStop
+	case cmd != nil:
+		m.Mode, m.Prompt = queue.ModeFollowup, in.Text
 	default:
 		own, _ := queue.ParseMode(in.Mode)
 		m.Mode, m.Prompt, m.Heartbeat = queue.ModeOf(own, stored), in.Text, in.Heartbeat

@@ -34,6 +34,9 @@ func (o *owner) applySettings(ctx context.Context, em *fenced.Emitter, p *plan) 
 		return err
 	}
 	text := o.lane.settings.String()
+	if c := p.run.cmd; c != nil {
+		text = c.Reply(o.lane.settings, o.w.cfg.ChatDefaults)
+	}
 	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.now().UnixMilli(), Text: text})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
 }

@@ -45,6 +45,10 @@ type transcript struct {
 	token   string
 	entries []message.Entry
 	first   uint64 // stream sequence of its first record; 0 = none
+	// origin is the stream sequence of the lane's first transcript
+	// message when this copy was read (first, unless markers or records
+	// a reset hides come before it); 0 = none.
+	origin  uint64
 	last    uint64 // stream sequence of the newest transcript message read
 	inbound uint64 // the inbound sequence of its newest record
 	size    int    // memory its entries hold (message.EntriesBytes)
@@ -126,7 +130,7 @@ func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript,
 			if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 				return nil, err
 			}
-			if err == nil && !tail.Removed && appends(t, tail) && o.stillStored(ctx, t.first) {
+			if err == nil && !tail.Removed && appends(t, tail) && o.stillStored(ctx, t.origin) {
 				cache.tails.Add(1)
 				return cache.extend(t, tail), nil
 			}
@@ -139,7 +143,7 @@ func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript,
 		return nil, err
 	}
 	entries := kvstore.Entries(all.Records)
-	t := &transcript{token: o.token, entries: entries, first: all.First, last: all.Last, size: message.EntriesBytes(entries)}
+	t := &transcript{token: o.token, entries: entries, first: all.First, origin: all.Begin, last: all.Last, size: message.EntriesBytes(entries)}
 	if n := len(all.Records); n > 0 {
 		t.inbound = all.Records[n-1].InboundSeq
 	}
@@ -153,12 +157,13 @@ func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript,
 
 // appends reports whether tail's records all come after t's newest: a
 // record written again (a turn re-run after its record was stored) replaces
-// one t has, which only a whole read gets right.
+// one t has, and a reset record hides it, which only a whole read gets
+// right.
 func appends(t *transcript, tail kvstore.Transcript) bool {
 	prev := t.inbound
 	for _, r := range tail.Records {
-		if r.InboundSeq <= prev {
-			return false
+		if r.InboundSeq <= prev || r.Reset {
+			return false // a reset hides what t has: a whole read starts at it
 		}
 		prev = r.InboundSeq
 	}
@@ -166,7 +171,7 @@ func appends(t *transcript, tail kvstore.Transcript) bool {
 }
 
 // stillStored reports whether the lane's first transcript message is still
-// the record at stream sequence first: records removed since (a retention
+// the one at stream sequence first (a copy's origin): records removed since (a retention
 // pass forgot the session, and the markers saying so expired) make a
 // cached copy wrong even when the newest records only append.
 func (o *owner) stillStored(ctx context.Context, first uint64) bool {
@@ -177,6 +182,9 @@ func (o *owner) stillStored(ctx context.Context, first uint64) bool {
 // committed returns t with a turn's record, stored at w, appended, and
 // caches it.
 func (c *transcripts) committed(t *transcript, rec kvstore.Record, w kvstore.Written) *transcript {
+	if rec.Reset {
+		t = &transcript{token: t.token, origin: t.origin} // the record starts the transcript anew
+	}
 	return c.extend(t, kvstore.Transcript{Records: []kvstore.Record{rec}, First: w.Seq, Last: w.Seq, Size: w.Size})
 }
 
@@ -201,6 +209,9 @@ func (c *transcripts) extend(base *transcript, tail kvstore.Transcript) *transcr
 	t.entries = entries
 	if t.first == 0 {
 		t.first = tail.First
+	}
+	if t.origin == 0 {
+		t.origin = tail.First
 	}
 	t.last = max(t.last, tail.Last)
 	t.finalsStoredAt = 0 // until markFinalsStored says its newest record's finals are stored

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/chatcmd"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
@@ -49,6 +50,12 @@ type Turn struct {
 	// State is the session's state before this turn: the auth profile
 	// that answered its last turn, its running usage.
 	State events.SessionState
+	// Queue are the session's stored queue settings (nil = none).
+	Queue *events.QueueSettings
+	// Command is the chat command the message is (nil = none; see
+	// Config.ChatCommands): the handler answers it without the model,
+	// but for the first message after /new or /reset.
+	Command *chatcmd.Command
 
 	em    *fenced.Emitter
 	steer func(ctx context.Context) []*events.Inbound
@@ -144,6 +151,11 @@ type Outcome struct {
 	// AuthProfile is the auth profile that answered the turn ("" = none
 	// or not known): stored with the session, its next turn starts on it.
 	AuthProfile string
+	// Reset starts the session's transcript anew with this turn (/new,
+	// /reset): the turn's record names a new session id and hides every
+	// earlier record, the calls waiting for approval and the sticky auth
+	// profile are dropped; the settings and the running usage stay.
+	Reset bool
 }
 
 // Handler runs turns. A handler whose ctx is cancelled by a message that
@@ -345,7 +357,10 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan) error {
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.lane.cursor.SessionID, RunID: a.em.RunID(), Seq: a.seq,
 		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
-		Settings: o.lane.settings.RunSettings()}
+		Settings: o.lane.settings.RunSettings(), Queue: o.lane.settings.Queue()}
+	if p.in == p.run.in {
+		turn.Command = p.run.cmd
+	}
 	if o.lane.cursor.State != nil {
 		turn.State = *o.lane.cursor.State
 	}

@@ -87,7 +87,7 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	q := o.quiet
 	if q == nil {
 		q = &quietWatch{notify: make(chan struct{}, 1)}
-		sub, err := o.w.nc.Subscribe(o.subject, q.arrived(o.w.cfg.MaxPayload, o.w.now))
+		sub, err := o.w.nc.Subscribe(o.subject, q.arrived(o.w.cfg.MaxPayload, o.w.cfg.ChatCommands, o.w.now))
 		if err != nil {
 			o.log.Debug().Err(err).Msg("watch for interrupts")
 			return turnCtx, func() { cancel(nil) }
@@ -122,7 +122,7 @@ type cutTarget struct {
 
 // arrived is the watch's callback: it counts the message, wakes a lingering
 // owner, and cuts the running turn if the message says so.
-func (q *quietWatch) arrived(maxPayload int, now func() time.Time) nats.MsgHandler {
+func (q *quietWatch) arrived(maxPayload int, chat bool, now func() time.Time) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		q.arrivals.Add(1)
 		select {
@@ -140,7 +140,8 @@ func (q *quietWatch) arrived(maxPayload int, now func() time.Time) nats.MsgHandl
 		if err != nil {
 			return
 		}
-		msg := msgOf(&jetstream.RawStreamMsg{}, in, t.stored, now())
+		in, cmd := chatCommand(in, chat)
+		msg := msgOf(&jetstream.RawStreamMsg{}, in, cmd, t.stored, now())
 		if queue.OnArrival(msg, true) == queue.ArriveCut {
 			cause := errInterrupted
 			if msg.Kind == queue.KindStop {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/chatcmd"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/internal/slots"
@@ -83,7 +84,17 @@ type Config struct {
 	// Tenant, when set, names a session's tenant on its runs' start
 	// events; nil = none.
 	Tenant func(key string) string
-	Logger zerolog.Logger
+	// ChatCommands makes the lane read a message whose text is a chat
+	// command (package chatcmd) as that command: /stop is a stop
+	// command, /queue, /model, /think, /verbose and /reasoning with an
+	// argument are settings messages, and the others reach the handler as
+	// Turn.Command, in lane order like any message. Off, such a text is a
+	// prompt like any other.
+	ChatCommands bool
+	// ChatDefaults are the worker's model and thinking level, named by
+	// the replies of the settings commands for a session that sets none.
+	ChatDefaults chatcmd.Defaults
+	Logger       zerolog.Logger
 	// Now reads the clock the lane's decisions use (when a turn ended, how
 	// long a lane has had its slot or waited in line, a message's age,
 	// the retention cutoff, event times); default time.Now. Timers and

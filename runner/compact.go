@@ -21,7 +21,7 @@ type PiCompactor struct {
 // Compact implements Compactor.
 func (c PiCompactor) Compact(ctx context.Context, req CompactRequest) (message.Entry, error) {
 	res, err := compaction.Compact(ctx, compaction.Request{Provider: req.Provider, Model: req.Model, APIKey: req.APIKey,
-		Entries: req.Entries, Settings: c.Settings, Trigger: compaction.Trigger(req.Trigger)})
+		Entries: req.Entries, Settings: c.Settings, Trigger: compaction.Trigger(req.Trigger), CustomInstructions: req.Focus})
 	if err != nil {
 		return message.Entry{}, err
 	}
@@ -163,4 +163,55 @@ func truncateEntries(es []message.Entry, window int) int {
 		}
 	}
 	return res.Truncated
+}
+
+// Compact compacts a session's transcript now (the chat command /compact):
+// one summary request to the session's model (in.Inbound.Model, else the
+// worker's default) on the profile a turn would start on, focus appended to
+// the summary prompt, and the compaction entry as the turn's only entry. No
+// prompt is added and no reply is asked of the model. A worker without a
+// Compactor, a transcript with nothing to compact, or a summary that fails
+// end the turn with an error result; the transcript is then unchanged.
+func (r *Runner) Compact(ctx context.Context, in Input, focus string, sink Sink) (*Output, error) {
+	fail := func(msg string) *Output {
+		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: r.cfg.Now().UnixMilli()})
+		return &Output{Result: &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
+			Meta: events.Meta{Error: &events.RunError{Kind: "compaction_failure", Message: msg}}}}
+	}
+	if r.cfg.Compactor == nil {
+		return fail("compaction is off on this worker"), nil
+	}
+	ref := in.Inbound.Model
+	if ref == "" {
+		ref = r.cfg.DefaultModel
+	}
+	m, prov, _, err := setupModel(r.cfg.Resolver, ref, r.cfg.Window)
+	if err != nil {
+		return fail(err.Error()), nil
+	}
+	l := &modelLoop{req: loopReq{model: m, prov: prov, auth: r.cfg.Auth, preferred: in.Settings.AuthProfile, locked: locked(in.Settings), now: r.cfg.Now}}
+	if err := l.resolveProfiles(ctx); err != nil {
+		return fail(err.Error()), nil
+	}
+	key, err := l.key(ctx)
+	if err != nil {
+		return fail(err.Error()), nil
+	}
+	sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseStart})
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CompactionTimeout)
+	defer cancel()
+	e, err := r.cfg.Compactor.Compact(cctx, CompactRequest{Model: m, Provider: prov, APIKey: key, Entries: in.History, Trigger: "manual", Focus: focus})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseEnd, Error: err.Error()})
+		return fail("compaction failed: " + err.Error()), nil
+	}
+	sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseEnd})
+	b := &builder{now: r.cfg.Now, parent: lastID(in.History)}
+	b.addEntry(e)
+	text := "Compacted: the transcript before this point is now a summary."
+	sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: r.cfg.Now().UnixMilli(), Text: text})
+	return &Output{Entries: b.entries, Result: &events.Result{Payloads: []events.Payload{{Text: text}}}, AuthProfile: l.current()}, nil
 }

@@ -184,8 +184,10 @@ type CompactRequest struct {
 	APIKey   provider.Secret
 	// Entries is the session so far (history and this turn).
 	Entries []message.Entry
-	// Trigger is "overflow" or "threshold".
+	// Trigger is "overflow", "threshold" or "manual" (/compact).
 	Trigger string
+	// Focus is appended to the summary prompt (/compact <focus>).
+	Focus string
 }
 
 // Compactor summarises older history into a compaction entry (pi's

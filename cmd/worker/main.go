@@ -188,6 +188,7 @@ is set: spans go over OTLP/HTTP.`,
 	execApproval := fs.String("exec-approval", "off", "ask: every exec call waits for the client's approval (as --tools-approve exec); off: exec runs at once")
 	fs.IntVar(&cfg.MaxToolIterations, "max-tool-iterations", runner.MaxToolIterationsDefault, "most model calls one turn's tool loop makes before it stops with a tool-loop-limit reply (a run's own setting may lower it)")
 	fs.IntVar(&cfg.MaxToolRepeats, "max-tool-repeats", guard.ToolRepeatsDefault, "stop a turn with a tool_loop reply once its model made the same tool call (same arguments) and got the same error this many times (a run's own setting may lower it)")
+	fs.BoolVar(&cfg.NoChatCommands, "no-chat-commands", false, "do not answer chat commands (/new, /reset, /compact, /model, /think, /verbose, /reasoning, /queue, /stop, /status, /help): messages that are one go to the model as they are")
 	fs.BoolVar(&cfg.NoStepJournal, "no-step-journal", false, "do not journal a turn's steps: a turn re-run after its worker died repeats every model and tool call it had made (saves one synchronous write per tool-calling reply and per tool result)")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", env("LANEFLEET_WORKSPACES"), "directory holding each session's workspace for the read/write/edit/apply_patch/exec tools (default <data-dir>/workspaces, else a temp directory)")
 	fs.BoolVar(&cfg.NoBuiltinTools, "no-builtin-tools", false, "offer no read/write/edit/apply_patch/exec tools (the web tools are separate: --web-fetch, --web-search)")

@@ -24,6 +24,7 @@ var allowed = map[string][]string{
 	"authstore":              {"authprofile", "events", "fallback", "internal/backoff", "provider", "provider/catalog"},
 	"blockchunk":             {"ecmatext"},
 	"budgetstore":            {"events", "governance", "internal/backoff"},
+	"chatcmd":                {"events"},
 	"internal/cmd/lanebench": {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
 	"cmd/publisher":          {"", "admin", "events", "governance", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message"},
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "internal/version"},
@@ -42,7 +43,7 @@ var allowed = map[string][]string{
 	"internal/conformance":   {"message", "provider", "provider/failover"},
 	"internal/deptest":       {},
 	"internal/embedded":      {},
-	"internal/fleet":         {"admin", "agentprompt", "authprofile", "authstore", "blockchunk", "budgetstore", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "tools", "tools/remote", "tools/webfetch", "tools/websearch", "tracing"},
+	"internal/fleet":         {"admin", "agentprompt", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "sessionfile", "tools", "tools/remote", "tools/webfetch", "tools/websearch", "tracing"},
 	"internal/inflight":      {},
 	"internal/microsvc":      {"internal/inflight", "internal/reply"},
 	"internal/mustrun":       {},
@@ -51,7 +52,7 @@ var allowed = map[string][]string{
 	"internal/version":       {},
 	"ecmatext":               {},
 	"kvstore":                {"events", "internal/backoff", "lanes/queue", "message"},
-	"lanes":                  {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
+	"lanes":                  {"chatcmd", "events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
 	// The lane's own parts (renolane is moving the emitter and the slot
 	// scheduler there).
 	"lanes/internal/...":          {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "lanes/internal/..."},

@@ -133,6 +133,10 @@ type Config struct {
 	// worker died then repeats every model and tool call it had made
 	// (the journal costs a synchronous write per step).
 	NoStepJournal bool
+	// NoChatCommands turns the chat commands off (/new, /reset, /compact,
+	// /model, /think, /verbose, /reasoning, /queue, /stop, /status,
+	// /help): such a message then goes to the model as it is.
+	NoChatCommands bool
 	// ToolPolicy allows, denies and asks approval for tools by name
 	// (case-insensitive globs; deny wins; empty Allow = all): refused
 	// tools are not offered, and every call of a tool marked Approve ends

@@ -87,6 +87,7 @@ type Member struct {
 	disk *sandbox.Disk
 
 	defaultModel string
+	resolver     *registry.Resolver // the models' resolver (/status reads a model's context window)
 	models       registry.ModelPolicy
 	pins         authprofile.Pins
 
@@ -221,6 +222,7 @@ func (m *Member) build(ctx context.Context) error {
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
+		ChatCommands: !cfg.NoChatCommands, ChatDefaults: m.chatDefaults(),
 	}
 	if m.budgets != nil {
 		lcfg.Paused, lcfg.Tenant = m.budgets.Paused, m.budgets.Tenant
@@ -244,6 +246,7 @@ func (m *Member) buildModels(ctx context.Context) (*registry.Resolver, error) {
 	}
 	res := registry.NewResolver(registry.ResolverConfig{Env: cfg.Env, Scripted: sp, Catalog: cat, Served: served, Logger: cfg.Logger,
 		Keys: map[string]provider.Secret{local.ProviderName: provider.Secret(cfg.OpenAICompatibleKey)}})
+	m.resolver = res
 	m.defaultModel = cfg.DefaultModel
 	if m.defaultModel == "" {
 		m.defaultModel = res.DefaultModel()

@@ -17,6 +17,9 @@ import (
 // handle adapts a lane turn to the runner, registering the run in the
 // active-run registry while it runs.
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
+	if t.Command != nil {
+		return m.command(ctx, t)
+	}
 	inbound, settings, from := runSettings(t)
 	if ref := inbound.Model; ref != "" {
 		if why := m.models.Refuse(ref, from); why != "" {
@@ -45,7 +48,7 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}
-	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: t, reg: reg}))
+	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: shown(t), reg: reg}))
 	if err != nil {
 		// The lane shows a failed attempt's error to the sender and in
 		// the dead letter: masked like everything else the turn produces.

@@ -56,6 +56,15 @@ func (s *Service) history(ctx context.Context, r request) (any, error) {
 	page := historyPage{Entries: []msgpack.RawMessage{}}
 	budget, size := s.budget(), historyFraming
 	from, skip := max(q.From, 1), q.Skip
+	if q.From == 0 && skip == 0 {
+		// The first page starts where the session's transcript does:
+		// after a reset (/new, /reset), at its record.
+		cur, err := s.cfg.Lanes.Cursor(ctx, r.token)
+		if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+			return nil, err
+		}
+		from = max(cur.Start, 1)
+	}
 	deadline := time.Now().Add(walkBudget)
 	for {
 		rec, seq, ok, err := s.cfg.Lanes.NextRecord(ctx, r.token, from)
