@@ -64,7 +64,7 @@ var (
 	// server's max payload.
 	ErrTooLarge = errors.New("lanefleet: larger than the NATS server's max payload")
 	// ErrPermission means the NATS server refused a subject to this
-	// connection's user (see the roles in the README).
+	// connection's user (see the roles in docs/security.md).
 	ErrPermission = errors.New("lanefleet: permission denied")
 	// ErrLaneFull means the session's lane holds as many messages as the
 	// fleet lets one session queue (worker --lane-max-messages,
@@ -823,7 +823,7 @@ type ActiveRun struct {
 func (c *Client) ActiveRuns(ctx context.Context) ([]ActiveRun, error) {
 	// A JetStream API request the user may not make is dropped by the
 	// server: ask once with a permission check first.
-	probe := nats.NewMsg("$JS.API.STREAM.INFO.KV_" + kvstore.DefaultRunsBucket)
+	probe := nats.NewMsg(kvstore.RunsInfoSubject())
 	if _, err := c.requestMsg(ctx, probe, 5*time.Second); errors.Is(err, ErrPermission) {
 		return nil, fmt.Errorf("%w (listing the runs needs read access to the %s bucket: the admin role)", err, kvstore.DefaultRunsBucket)
 	}

@@ -97,7 +97,7 @@ func problemOf(err error) *Problem {
 	case errors.Is(err, lanefleet.ErrUnacknowledged):
 		return newProblem(http.StatusBadGateway, CodeUnacked, "the message went out but its acknowledgement did not come back: send it again with the same Idempotency-Key, never as a new message")
 	case errors.Is(err, lanefleet.ErrPermission):
-		return newProblem(http.StatusBadGateway, CodePermission, "the gateway's NATS user may not do this (see the README's HTTP gateway section for the role it needs)")
+		return newProblem(http.StatusBadGateway, CodePermission, "the gateway's NATS user may not do this (see docs/gateway.md, \"The gateway's NATS user\", for the role it needs)")
 	case errors.Is(err, lanefleet.ErrNoFleet), errors.Is(err, nats.ErrNoResponders):
 		return newProblem(http.StatusServiceUnavailable, CodeNoFleet, "no worker answers: start a worker first")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):

@@ -78,7 +78,7 @@ func (l *logLines) waitFor(t *testing.T, n int, subs ...string) []string {
 }
 
 // TestHostileReplySubjects replays the re-test's confused-deputy proof on
-// the README's deployment (a permissioned server, one user per role): a
+// docs/security.md's deployment (a permissioned server, one user per role): a
 // viewer and a sender request every lane service operation they may, and
 // an admin every admin operation, remote tool and hook, each naming as its
 // reply subject a JetStream API request that deletes or purges a fleet

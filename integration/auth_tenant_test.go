@@ -16,7 +16,7 @@ import (
 	"github.com/lanefleet/lanefleet/permission"
 )
 
-// TestAccountPerTenant: the multi-tenant layout the README recommends.
+// TestAccountPerTenant: the multi-tenant layout docs/security.md recommends.
 // Two tenants are two JetStream accounts on one server, each with its own
 // worker and sender users (the same permission blocks, pasted into the
 // account) and byte limits that together fit the server's store. The same

@@ -13,6 +13,14 @@ import (
 // DefaultRunsBucket is the bucket of the active-run registry.
 const DefaultRunsBucket = "runs"
 
+// RunsInfoSubject is the JetStream API subject that asks for the runs
+// bucket's stream info: a request on it is the cheapest way to learn
+// whether the connection's user may read the registry at all (a server
+// drops a request the user may not publish, and reports the violation).
+func RunsInfoSubject() string {
+	return jetstream.DefaultAPIPrefix + "STREAM.INFO.KV_" + DefaultRunsBucket
+}
+
 // RunInfo is one active run as the registry shows it: which worker runs
 // which message of which session, and what it is doing.
 type RunInfo struct {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 )
@@ -219,8 +220,8 @@ const (
 // (kvstore.ErrCorrupt) can never tell its finals: that is logged once and
 // the lane goes on, rather than retrying forever.
 func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) error) error {
-	delay := promiseRetryFirst
-	for {
+	retry := backoff.Policy{Base: promiseRetryFirst, Max: promiseRetryMax}
+	for n := 1; ; n++ {
 		err := publish(ctx)
 		switch {
 		case err == nil, errors.Is(err, kvstore.ErrLeaseLost):
@@ -231,6 +232,7 @@ func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) e
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
+		delay := retry.Delay(n)
 		o.log.Warn().Err(err).Dur("retry_in_ms", delay).Msg("a committed turn's final events are not stored yet")
 		select {
 		case <-time.After(delay):
@@ -239,7 +241,6 @@ func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) e
 		case <-o.w.shutdown:
 			return errShuttingDown
 		}
-		delay = min(2*delay, promiseRetryMax)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
@@ -82,7 +83,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 		n := o.tried(raw.Sequence).attempt
 		o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
-		delay := min(o.w.cfg.RetryDelay*time.Duration(max(n, 1)), 30*time.Second)
+		delay := backoff.Policy{Base: o.w.cfg.RetryDelay, Max: 30 * time.Second, Linear: true}.Delay(n)
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 )
@@ -95,7 +96,7 @@ func (o *owner) noteUncounted(seq uint64, attempt int, why string) {
 			return
 		}
 		select {
-		case <-time.After(time.Duration(try+1) * 200 * time.Millisecond):
+		case <-time.After(backoff.Policy{Base: 200 * time.Millisecond, Linear: true}.Delay(try + 1)):
 		case <-o.w.shutdown:
 			return
 		}

@@ -25,7 +25,7 @@
 // with the nats CLI's credentials: --creds, --nkey, --user/--password,
 // --tlscert/--tlskey/--tlsca and --inbox-prefix, or NATS_CREDS, NATS_NKEY,
 // NATS_USER, NATS_PASSWORD, NATS_CERT, NATS_KEY, NATS_CA, NATS_INBOX_PREFIX.
-// A sender's user needs only its sessions' subjects (see the README's roles).
+// A sender's user needs only its sessions' subjects (see the roles in docs/security.md).
 package main
 
 import (
@@ -209,7 +209,7 @@ the nats CLI's credentials: --creds, --nkey, --user/--password,
 --tlscert/--tlskey/--tlsca and --inbox-prefix, or NATS_CREDS, NATS_NKEY,
 NATS_USER, NATS_PASSWORD, NATS_CERT, NATS_KEY, NATS_CA, NATS_INBOX_PREFIX. A
 sender's user needs only its sessions' subjects; sessions, dlq and auth need
-the admin role (see the README's roles).
+the admin role (see the roles in docs/security.md).
 
 Exit codes: 0 done, 1 failed (a run that ended in error, no server), 2 a wrong
 command line.`,

@@ -15,9 +15,9 @@ import (
 var embeddedFlags = []string{"data-dir", "listen", "sync", "insecure-listen", "nats-monitor"}
 
 // checkJoin refuses embedded-server flags next to a server URL to join: the
-// URL won and the flags were ignored (the README exports NATS_URL for the
-// publisher, so a worker started in that shell joined it, or died with "no
-// servers available", whatever --data-dir and --listen said).
+// URL won and the flags were ignored (a shell set up for the publisher
+// exports NATS_URL, so a worker started in that shell joined it, or died
+// with "no servers available", whatever --data-dir and --listen said).
 func checkJoin(fs *pflag.FlagSet, natsURL string) error {
 	if natsURL == "" {
 		return nil

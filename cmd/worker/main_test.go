@@ -240,7 +240,7 @@ func TestRefusedAtStart(t *testing.T) {
 }
 
 // TestEmbeddedFlagsWithNATSURL: a worker given the embedded server's flags
-// while NATS_URL is set (the README exports it for the publisher) is
+// while NATS_URL is set (a shell set up for the publisher exports it) is
 // refused with a reason naming both and the way out; it joined that URL,
 // or died with "no servers available", whatever its flags said.
 func TestEmbeddedFlagsWithNATSURL(t *testing.T) {

@@ -3,11 +3,13 @@
 // Max, optionally with full jitter), Wait waits it unless the context ends
 // first, and Sleep is that wait for a delay computed elsewhere.
 //
-// Every retry loop outside lanes/ uses it: the client's calls (call.go),
+// Every retry loop takes its schedule from it: the client's calls (call.go),
 // the auth bucket's compare-and-swap (authstore), the lease writes'
 // conflicts (kvstore), the runner's same-key retries, the OTLP exporter,
-// the member's start (internal/fleet). What to retry and how often stays
-// with each caller.
+// the member's start (internal/fleet), and in lanes/ the fenced writes'
+// conflicts, the finals promise, a failed turn's retry and the uncounted
+// attempts' notes (which wait on a Policy's Delay alongside the worker's
+// shutdown). What to retry and how often stays with each caller.
 package backoff
 
 import (

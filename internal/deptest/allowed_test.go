@@ -28,6 +28,7 @@ var allowed = map[string][]string{
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "internal/version"},
 	"cmd/worker":             {"", "gateway", "gateway/openai", "guard", "hooks", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
 	"compaction":             {"ecmatext", "message", "provider", "sessionfile"},
+	"docs":                   {}, // a test of the pages alone
 	"events":                 {},
 	"fallback":               {"authprofile", "provider", "provider/failover"},
 	"guard":                  {"ecmatext", "message"},
@@ -47,7 +48,7 @@ var allowed = map[string][]string{
 	"internal/version":       {},
 	"ecmatext":               {},
 	"kvstore":                {"events", "internal/backoff", "lanes/queue", "message"},
-	"lanes":                  {"events", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
+	"lanes":                  {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
 	// The lane's own parts (renolane is moving the emitter and the slot
 	// scheduler there).
 	"lanes/internal/...":          {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "lanes/internal/..."},

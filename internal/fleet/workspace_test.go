@@ -11,7 +11,7 @@ import (
 )
 
 // TestEveryKeyHasAWorkspace: a turn with the built-in tools runs for every
-// key the README accepts, up to 256 bytes, and writes into its session's
+// key the fleet accepts (docs/how-it-works.md, Subjects), up to 256 bytes, and writes into its session's
 // own workspace. A key of 191 bytes or more was accepted, but its lane
 // token named the workspace directory ("mkdir …: file name too long"):
 // every message failed three times and was dead-lettered. A short key

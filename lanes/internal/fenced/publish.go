@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/kvstore"
 )
 
@@ -121,14 +122,9 @@ func (e *Emitter) Publish(ctx context.Context, stream string, data events.EventD
 	}
 }
 
-// pause waits a little longer on every retry of a conflicting write.
-func pause(ctx context.Context, try int) error {
-	t := time.NewTimer(min(time.Duration(try+1)*2*time.Millisecond, 50*time.Millisecond))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// conflictRetry is the wait before each retry of a conflicting write: a
+// little longer every time, never long.
+var conflictRetry = backoff.Policy{Base: 2 * time.Millisecond, Max: 50 * time.Millisecond, Linear: true}
+
+// pause waits before retry try+1 of a conflicting write.
+func pause(ctx context.Context, try int) error { return conflictRetry.Wait(ctx, try+1) }
