@@ -128,13 +128,12 @@ func (s *sse) write(b []byte) error {
 }
 
 // flush sends what was written since the last flush, within the write
-// timeout.
+// timeout the last write set (a moment ago: a flush follows its writes).
 func (s *sse) flush() error {
 	if !s.dirty {
 		return nil
 	}
 	s.dirty = false
-	_ = s.f.SetWriteDeadline(time.Now().Add(s.timeout))
 	return s.f.Flush()
 }
 
