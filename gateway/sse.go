@@ -313,11 +313,13 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 				buf.WriteString("event: error\ndata: ")
 				buf.Write(b)
 				buf.WriteString("\n\n")
-				put(true)
 				if p.Code == CodeFleetError {
 					s.log.Warn().Err(err).Str("run", run.ID).Msg("gateway: following a run failed")
 				}
 			}
+			// Events yielded before the end was seen (a shutdown, say) go
+			// out as they did one by one.
+			put(true)
 			return
 		}
 		st.mu.Lock()
