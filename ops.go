@@ -39,6 +39,49 @@ func (c *Client) Sessions(ctx context.Context, limit int) (admin.SessionsReply, 
 	return rep, err
 }
 
+// SessionsPage lists a page of the sessions with recent activity, most
+// recent first, as q asks: within a scope, matching a query, after the
+// previous page, with their states.
+func (c *Client) SessionsPage(ctx context.Context, q admin.SessionsRequest) (admin.SessionsReply, error) {
+	var rep admin.SessionsReply
+	err := c.admin(ctx, admin.OpSessions, q, &rep, true)
+	return rep, err
+}
+
+// Approvals lists the tool calls waiting for the user's approval in the
+// sessions of q's scope, newest first.
+func (c *Client) Approvals(ctx context.Context, q admin.ApprovalsRequest) (admin.ApprovalsReply, error) {
+	var rep admin.ApprovalsReply
+	err := c.admin(ctx, admin.OpApprovals, q, &rep, true)
+	return rep, err
+}
+
+// FleetState says what the fleet's streams hold: the messages waiting
+// or running, and the dead letters.
+func (c *Client) FleetState(ctx context.Context) (admin.FleetReply, error) {
+	var rep admin.FleetReply
+	err := c.admin(ctx, admin.OpFleet, nil, &rep, true)
+	return rep, err
+}
+
+// ErrSessionRunning means a session cannot be forgotten now: a turn of it
+// runs or a message waits for it (Forget).
+var ErrSessionRunning = errors.New("lanefleet: the session is running or has a message waiting")
+
+// Forget deletes a session's transcript, settings, lane records and run
+// events, when no turn of it runs and no message waits
+// (ErrSessionRunning otherwise). Its next message starts a new
+// conversation. Admin role only.
+func (c *Client) Forget(ctx context.Context, session string) (admin.ForgetReply, error) {
+	var rep admin.ForgetReply
+	err := c.admin(ctx, admin.OpForget, admin.ForgetRequest{Session: session}, &rep, false)
+	var se *sessionsvc.Error
+	if errors.As(err, &se) && se.Code == admin.CodeBusy {
+		return rep, fmt.Errorf("%w: %s", ErrSessionRunning, se.Description)
+	}
+	return rep, err
+}
+
 // DeadLetters lists a page of dead letters without their data.
 func (c *Client) DeadLetters(ctx context.Context, q admin.DeadListRequest) (admin.DeadListReply, error) {
 	var rep admin.DeadListReply

@@ -247,3 +247,42 @@ func TestConnectDerivesTheInboxPrefix(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestWorkersIsAdminOnly: Client.Workers gathers every worker's stats as
+// a user with every permission (the admin role), and is refused, at once,
+// to a sender (micro's STATS of the admin service is admin-only).
+func TestWorkersIsAdminOnly(t *testing.T) {
+	t.Parallel()
+	url := startUsersServer(t, "alice")
+	startMember(t, strings.Replace(url, "nats://", "nats://worker:w@", 1))
+	admin, err := Connect(url, nats.UserInfo("worker", "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for {
+		ws, err := admin.Workers(ctx, WorkersQuery{Expect: 1})
+		if err == nil && len(ws) == 1 && ws[0].Worker != "" && ws[0].SlotsTotal > 0 && ws[0].Version != "" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("workers %+v %v", ws, err)
+		case <-time.After(50 * time.Millisecond): // the worker's admin service starts
+		}
+	}
+	alice, err := Connect(url, nats.UserInfo("alice", "alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	start := time.Now()
+	if ws, err := alice.Workers(ctx, WorkersQuery{Wait: 30 * time.Second}); !errors.Is(err, ErrPermission) || ws != nil {
+		t.Fatalf("a sender: %+v %v", ws, err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the refusal took %v", d)
+	}
+}

@@ -10,10 +10,20 @@
 //	dlq.purge    delete dead letters
 //	auth.status  auth profiles and their cooldowns
 //	auth.reset   clear a profile's cooldowns across the fleet
+//	fleet        the backlog and the dead letters' count
+//	approvals    the calls waiting for approval across sessions
+//	forget       delete an idle session's transcript, settings and run events
+//
+// Listings that a gateway asks for a caller (sessions, approvals) carry
+// the caller's Scope: the service filters, pages and reads the details of
+// the page's sessions only. Every worker also says how it does (slots,
+// lanes, turns, version: WorkerStats) in micro's STATS reply
+// ($SRV.STATS.lanefleet-admin, no queue group: each worker answers), which
+// the client's Workers gathers.
 //
 // A session's own backlog is the lane service's backlog op
 // (lanes/sessionsvc), which a session's sender and viewers may ask for.
-// Requests are JSON (at most sessionsvc.MaxRequestBytes), replies msgpack,
+// Requests are JSON (at most sessionsvc.MaxRequestBytes; MaxScopedRequestBytes with a Scope), replies msgpack,
 // errors micro error replies with the lane service's codes and
 // CodeNotFound. Every worker answers from the same fleet state, except
 // auth.status, whose profiles are the answering worker's configuration.
@@ -31,6 +41,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/microsvc"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
@@ -66,8 +77,16 @@ type Config struct {
 	Lanes   *kvstore.Lanes      // the lanes' leases, to tell a running run's worker gone; nil = not told
 	Auth    AuthBook            // nil = auth ops answer 503
 	Worker  string              // the serving worker, in the service metadata
-	Logger  zerolog.Logger
-	Now     func() time.Time // default time.Now
+	// Stats says how the worker is doing, for micro's STATS (the data of
+	// StatsEndpoint); nil = none. It runs under micro's lock: keep it
+	// to counter reads.
+	Stats func() WorkerStats
+	// Forget forgets a session's stored state when no turn runs and no
+	// message waits (lanes.Worker.Forget): the keys it removed, or busy.
+	// nil = the forget op answers 503.
+	Forget func(ctx context.Context, key string) (keys int, busy bool, err error)
+	Logger zerolog.Logger
+	Now    func() time.Time // default time.Now
 }
 
 // Service is a running admin service.
@@ -91,18 +110,25 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	}
 	s := &Service{nc: nc, cfg: cfg, log: cfg.Logger}
 	s.svc = microsvc.New(nc, microsvc.Config{
-		Name:          Name,
-		Version:       Version,
-		Description:   "Lanefleet administration: sessions, dead letters, auth profiles, on " + Prefix + "<op>",
-		Metadata:      map[string]string{"worker": cfg.Worker},
-		QueueGroup:    QueueGroup,
+		Name:        Name,
+		Version:     Version,
+		Description: "Lanefleet administration: sessions, dead letters, auth profiles, on " + Prefix + "<op>",
+		Metadata:    map[string]string{"worker": cfg.Worker},
+		QueueGroup:  QueueGroup,
+		StatsHandler: func(ep *micro.Endpoint) any {
+			if ep.Name != StatsEndpoint || cfg.Stats == nil {
+				return nil
+			}
+			return cfg.Stats()
+		},
 		Label:         "admin service",
 		Log:           cfg.Logger,
 		MaxConcurrent: MaxConcurrent,
 	})
 	s.replies = &sessionsvc.Replier{NC: nc, Log: cfg.Logger, Name: "admin service", Inflight: s.svc.Calls, Guard: s.svc.Guard, Timeout: RequestTimeout}
 	ops := map[string]handlerFunc{OpSessions: s.sessions, OpDeadList: s.deadList, OpDeadShow: s.deadShow,
-		OpDeadReplay: s.deadReplay, OpDeadPurge: s.deadPurge, OpAuthStatus: s.authStatus, OpAuthReset: s.authReset}
+		OpDeadReplay: s.deadReplay, OpDeadPurge: s.deadPurge, OpAuthStatus: s.authStatus, OpAuthReset: s.authReset,
+		OpFleet: s.fleet, OpApprovals: s.approvals, OpForget: s.forget}
 	var eps []microsvc.Endpoint
 	for op, h := range ops {
 		// Endpoint names are one token: dlq-list serves agent.admin.dlq.list.
@@ -152,6 +178,59 @@ func limit(n int) (int, error) {
 		return 0, badRequest("limit %d is over %d", n, LimitMax)
 	}
 	return n, nil
+}
+
+// fleet reads the fleet's queue state.
+func (s *Service) fleet(ctx context.Context, data []byte) (any, error) {
+	if err := decode(data, &struct{}{}); err != nil {
+		return nil, err
+	}
+	in, err := s.cfg.Inbound.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := s.cfg.Dead.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return FleetReply{Backlog: in.State.Msgs, BacklogBytes: in.State.Bytes, DeadLetters: dead.State.Msgs}, nil
+}
+
+// forget forgets an idle session: its lane records under its lease, then
+// its run events.
+func (s *Service) forget(ctx context.Context, data []byte) (any, error) {
+	var q ForgetRequest
+	if err := decode(data, &q); err != nil {
+		return nil, err
+	}
+	tok, err := events.KeyToken(q.Session)
+	if err != nil {
+		return nil, badRequest("session: %v", err)
+	}
+	if s.cfg.Forget == nil {
+		return nil, &sessionsvc.Error{Code: sessionsvc.CodeUnavailable, Description: "this worker forgets no sessions"}
+	}
+	keys, busy, err := s.cfg.Forget(ctx, q.Session)
+	if busy {
+		return nil, &sessionsvc.Error{Code: CodeBusy, Description: "the session is running a turn or has a message waiting: stop it, or try again when it is idle"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Its events would keep it in the listings until they expire.
+	before, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+tok+".>"))
+	if err != nil {
+		return nil, err
+	}
+	var n uint64
+	for _, c := range before.State.Subjects {
+		n += c
+	}
+	if err := s.cfg.Events.Purge(ctx, jetstream.WithPurgeSubject(events.EventPrefix+tok+".>")); err != nil {
+		return nil, err
+	}
+	s.log.Info().Str("session", events.Fingerprint(q.Session)).Int("keys", keys).Uint64("events", n).Msg("session forgotten by an operator")
+	return ForgetReply{Session: q.Session, Keys: keys, Events: n}, nil
 }
 
 // authStatus lists the worker's auth profiles and their state.

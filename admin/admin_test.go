@@ -276,7 +276,14 @@ func TestHostileRequests(t *testing.T) {
 		{admin.OpDeadReplay, `{"all":true,"reason":"poison"}`, "exactly one"},
 		{admin.OpDeadPurge, `{"all":true,"keep":true}`, "keep applies"},
 		{admin.OpAuthReset, `{}`, "profile is required"},
-		{admin.OpSessions, strings.Repeat(" ", sessionsvc.MaxRequestBytes+1), "larger than"},
+		{admin.OpDeadList, strings.Repeat(" ", sessionsvc.MaxRequestBytes+1), "larger than"},
+		// A listing carries the caller's scope: a larger bound.
+		{admin.OpSessions, strings.Repeat(" ", admin.MaxScopedRequestBytes+1), "larger than"},
+		{admin.OpApprovals, strings.Repeat(" ", admin.MaxScopedRequestBytes+1), "larger than"},
+		{admin.OpSessions, `{"q":"` + strings.Repeat("x", 300) + `"}`, "q is over"},
+		{admin.OpSessions, `{"after":"1.a","offset":2}`, "exclude"},
+		{admin.OpSessions, `{"after":"nope"}`, "not a listing's next"},
+		{admin.OpFleet, `{"x":1}`, "unknown field"},
 	} {
 		var v any
 		err := b.request(t, c.op, c.body, &v)
@@ -365,7 +372,7 @@ func TestRequestsBounded(t *testing.T) {
 				for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
 					// The micro handler waiting for a slot runs the
 					// lane service package's Replier for this service.
-					if strings.Contains(g, "lanefleet/admin.") || strings.Contains(g, "service.(*Replier).Handler") {
+					if strings.Contains(g, "lanefleet/admin.") || strings.Contains(g, "sessionsvc.(*Replier).Handler") {
 						stacks = append(stacks, g)
 						waiting = waiting || strings.Contains(g, "inflight.(*Group).Go(")
 					}

@@ -7,16 +7,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 )
 
 // lane is what the listing learns about one lane token.
 type lane struct {
 	token    string
+	key      string
 	runs     int
 	lastRun  uint64 // the newest run with stored events
 	stored   int
@@ -26,20 +29,33 @@ type lane struct {
 	activity int64
 }
 
-// sessions lists the sessions with run events still stored, messages
-// stored on their lane, or a run running now, newest first. Run ids are
-// inbound stream sequences, so the newest run of each lane orders the
-// lanes by their last message without reading any message; the times are
-// then read for the listed lanes only.
-func (s *Service) sessions(ctx context.Context, data []byte) (any, error) {
-	var q SessionsRequest
-	if err := decode(data, &q); err != nil {
-		return nil, err
+// order is the lane's place in a listing: its newest run or message
+// (run ids are inbound stream sequences, so this orders lanes by their
+// last message without reading any).
+func (l *lane) order() uint64 { return max(l.lastRun, l.newest) }
+
+// before reports whether a lists before b: newest first, then by token.
+func before(a, b *lane) int {
+	if c := cmp.Compare(b.order(), a.order()); c != 0 {
+		return c
 	}
-	n, err := limit(q.Limit)
-	if err != nil {
-		return nil, err
-	}
+	return strings.Compare(a.token, b.token)
+}
+
+// Bounds of a listing request.
+const (
+	maxQueryBytes  = 256
+	maxAfterBytes  = 300
+	readsAtOnce    = 8 // per-session reads a request makes at once
+	maxOffsetValue = 1 << 20
+)
+
+// lanesIn returns the lanes with run events still stored, messages
+// stored on their lane, or a run running now, whose session scope allows
+// and whose key contains query (lower-case; "" any), sorted newest first.
+// Lanes with stored messages have their newest message read (to order
+// them: a lane whose messages wait has no events yet).
+func (s *Service) lanesIn(ctx context.Context, scope *Scope, query string) ([]*lane, error) {
 	lanes := map[string]*lane{}
 	get := func(tok string) *lane {
 		l := lanes[tok]
@@ -96,9 +112,16 @@ func (s *Service) sessions(ctx context.Context, data []byte) (any, error) {
 			}
 		}
 	}
-	// The newest stored message of lanes with stored messages orders them
-	// too (a lane whose messages wait has no events yet).
+	list := make([]*lane, 0, len(lanes))
 	for _, l := range lanes {
+		key, err := events.TokenKey(l.token)
+		if err != nil || !scope.Allows(key) || (query != "" && !strings.Contains(strings.ToLower(key), query)) {
+			continue
+		}
+		l.key = key
+		list = append(list, l)
+	}
+	for _, l := range list {
 		if l.stored == 0 {
 			continue
 		}
@@ -109,50 +132,237 @@ func (s *Service) sessions(ctx context.Context, data []byte) (any, error) {
 			return nil, err
 		}
 	}
-	list := make([]*lane, 0, len(lanes))
-	for _, l := range lanes {
-		if _, err := events.TokenKey(l.token); err == nil {
-			list = append(list, l)
-		}
+	slices.SortFunc(list, before)
+	return list, nil
+}
+
+// pageCursor is the opaque position of a listing's last session:
+// "<order>.<token>".
+func pageCursor(l *lane) string { return strconv.FormatUint(l.order(), 10) + "." + l.token }
+
+// parseCursor reads a pageCursor as a lane to list after.
+func parseCursor(c string) (*lane, bool) {
+	o, tok, ok := strings.Cut(c, ".")
+	n, err := strconv.ParseUint(o, 10, 64)
+	if !ok || err != nil || tok == "" {
+		return nil, false
 	}
-	slices.SortFunc(list, func(a, b *lane) int {
-		if c := cmp.Compare(max(b.lastRun, b.newest), max(a.lastRun, a.newest)); c != 0 {
-			return c
+	return &lane{token: tok, lastRun: n}, true
+}
+
+// sessions lists the sessions with run events still stored, messages
+// stored on their lane, or a run running now, newest first, a page at a
+// time. The times, leases and states are read for the page's sessions
+// only.
+func (s *Service) sessions(ctx context.Context, data []byte) (any, error) {
+	var q SessionsRequest
+	if err := sessionsvc.DecodeRequestMax(data, &q, MaxScopedRequestBytes); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	n, err := limit(q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(q.Query) > maxQueryBytes:
+		return nil, badRequest("q is over %d bytes", maxQueryBytes)
+	case len(q.After) > maxAfterBytes:
+		return nil, badRequest("after is over %d bytes", maxAfterBytes)
+	case q.Offset < 0 || q.Offset > maxOffsetValue:
+		return nil, badRequest("offset %d is out of range", q.Offset)
+	case q.After != "" && q.Offset != 0:
+		return nil, badRequest("after and offset exclude each other")
+	}
+	list, err := s.lanesIn(ctx, q.Scope, strings.ToLower(q.Query))
+	if err != nil {
+		return nil, err
+	}
+	start := min(q.Offset, len(list))
+	if q.After != "" {
+		after, ok := parseCursor(q.After)
+		if !ok {
+			return nil, badRequest("after is not a listing's next")
 		}
-		return strings.Compare(a.token, b.token)
+		start, _ = slices.BinarySearchFunc(list, after, func(l, target *lane) int {
+			if before(l, target) <= 0 {
+				return -1
+			}
+			return 1
+		})
+	}
+	page := list[start:min(start+n, len(list))]
+	rep := SessionsReply{Total: len(list), Sessions: make([]Session, len(page))}
+	if start+len(page) < len(list) && len(page) > 0 {
+		rep.Next = pageCursor(page[len(page)-1])
+	}
+	err = each(ctx, len(page), func(ctx context.Context, i int) error {
+		sess, err := s.describe(ctx, page[i], q.State)
+		rep.Sessions[i] = sess
+		return err
 	})
-	rep := SessionsReply{Total: len(list), Sessions: []Session{}}
-	for _, l := range list[:min(n, len(list))] {
-		key, _ := events.TokenKey(l.token)
-		if l.lastRun > 0 && l.lastRun >= l.newest {
-			m, err := s.cfg.Events.GetLastMsgForSubject(ctx, events.EventPrefix+l.token+"."+strconv.FormatUint(l.lastRun, 10))
-			if err == nil {
-				l.activity = max(l.activity, m.Time.UnixMilli())
-			} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-				return nil, err
-			}
-		}
-		sess := Session{Key: key, Fingerprint: events.Fingerprint(key), LastActivity: l.activity, Runs: l.runs, Stored: l.stored,
-			Running: l.running, Worker: l.worker}
-		if l.running != "" && s.cfg.Lanes != nil {
-			// The registry keeps a dead worker's entry for its TTL; the
-			// lane's lease says whether the worker still runs it.
-			lease, err := s.cfg.Lanes.Lease(ctx, l.token)
-			if err == nil {
-				now := s.cfg.Now()
-				h := lease.HeldBy(l.worker, now)
-				sess.Holding = string(h)
-				if h == kvstore.HoldingUnresponsive {
-					sess.LapsesInMs = max(lease.Expires().Sub(now), 0).Milliseconds()
-				}
-			} else if !errors.Is(err, kvstore.ErrCorrupt) {
-				return nil, err
-			}
-		}
-		if last := max(l.lastRun, l.newest); last > 0 {
-			sess.LastRun = strconv.FormatUint(last, 10)
-		}
-		rep.Sessions = append(rep.Sessions, sess)
+	if err != nil {
+		return nil, err
 	}
 	return rep, nil
+}
+
+// describe reads what a listing says of one session: its last activity,
+// how its running run's worker holds the lane, and with state its
+// state, turns and cost.
+func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, error) {
+	if l.lastRun > 0 && l.lastRun >= l.newest {
+		m, err := s.cfg.Events.GetLastMsgForSubject(ctx, events.EventPrefix+l.token+"."+strconv.FormatUint(l.lastRun, 10))
+		if err == nil {
+			l.activity = max(l.activity, m.Time.UnixMilli())
+		} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return Session{}, err
+		}
+	}
+	sess := Session{Key: l.key, Fingerprint: events.Fingerprint(l.key), LastActivity: l.activity, Runs: l.runs, Stored: l.stored,
+		Running: l.running, Worker: l.worker}
+	if l.running != "" && s.cfg.Lanes != nil {
+		// The registry keeps a dead worker's entry for its TTL; the
+		// lane's lease says whether the worker still runs it.
+		lease, err := s.cfg.Lanes.Lease(ctx, l.token)
+		if err == nil {
+			now := s.cfg.Now()
+			h := lease.HeldBy(l.worker, now)
+			sess.Holding = string(h)
+			if h == kvstore.HoldingUnresponsive {
+				sess.LapsesInMs = max(lease.Expires().Sub(now), 0).Milliseconds()
+			}
+		} else if !errors.Is(err, kvstore.ErrCorrupt) {
+			return Session{}, err
+		}
+	}
+	if last := l.order(); last > 0 {
+		sess.LastRun = strconv.FormatUint(last, 10)
+	}
+	if state && s.cfg.Lanes != nil {
+		cur, err := s.cfg.Lanes.Cursor(ctx, l.token)
+		if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+			return Session{}, err
+		}
+		switch {
+		case l.running != "":
+			sess.State = StateRunning
+		case l.newest > cur.Seq:
+			sess.State = StateQueued
+		default:
+			sess.State = StateIdle
+		}
+		if st := cur.State; st != nil {
+			sess.Turns, sess.Approvals = st.Turns, len(st.Approvals)
+			if st.Usage != nil && st.Usage.Cost != nil {
+				sess.CostUSD = st.Usage.Cost.Total
+			}
+		}
+	}
+	return sess, nil
+}
+
+// approvals lists the calls waiting for approval in the scope's sessions:
+// the most recent ApprovalScanMax sessions' newest records say which.
+func (s *Service) approvals(ctx context.Context, data []byte) (any, error) {
+	var q ApprovalsRequest
+	if err := sessionsvc.DecodeRequestMax(data, &q, MaxScopedRequestBytes); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	n, err := limit(q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Lanes == nil {
+		return nil, &sessionsvc.Error{Code: sessionsvc.CodeUnavailable, Description: "this worker reads no lanes"}
+	}
+	list, err := s.lanesIn(ctx, q.Scope, "")
+	if err != nil {
+		return nil, err
+	}
+	list = list[:min(len(list), ApprovalScanMax)]
+	found := make([][]Approval, len(list))
+	err = each(ctx, len(list), func(ctx context.Context, i int) error {
+		rec, at, ok, err := s.cfg.Lanes.Newest(ctx, list[i].token)
+		if errors.Is(err, kvstore.ErrCorrupt) || !ok {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found[i] = approvalsOf(list[i].key, rec, at.UnixMilli())
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep := ApprovalsReply{Approvals: []Approval{}, Scanned: len(list)}
+	for _, f := range found {
+		rep.Approvals = append(rep.Approvals, f...)
+	}
+	slices.SortStableFunc(rep.Approvals, func(a, b Approval) int { return cmp.Compare(b.RequestedAt, a.RequestedAt) })
+	if len(rep.Approvals) > n {
+		rep.Approvals, rep.More = rep.Approvals[:n], true
+	}
+	return rep, nil
+}
+
+// approvalsOf returns the calls a session's newest record leaves waiting
+// for approval, with their arguments from the record's final event.
+func approvalsOf(key string, rec kvstore.Record, at int64) []Approval {
+	if rec.State == nil || len(rec.State.Approvals) == 0 {
+		return nil
+	}
+	args := map[string]string{}
+	if len(rec.Final) > 0 {
+		if ev, err := events.DecodeEvent(events.ContentMsgpack, rec.Final); err == nil && ev.Data.Result != nil {
+			for _, c := range ev.Data.Result.Meta.PendingToolCalls {
+				args[c.ID] = c.Arguments
+			}
+		}
+	}
+	run := rec.RunID
+	if run == "" {
+		run = strconv.FormatUint(rec.InboundSeq, 10)
+	}
+	out := make([]Approval, 0, len(rec.State.Approvals))
+	for _, a := range rec.State.Approvals {
+		out = append(out, Approval{Session: key, Run: run, Call: a.ID, Tool: a.Name, Arguments: args[a.ID], RequestedAt: at})
+	}
+	return out
+}
+
+// each calls f for 0..n-1, readsAtOnce at a time, and returns the first
+// error (the calls after it are cancelled).
+func each(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, readsAtOnce)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f(ctx, i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
 }

@@ -28,10 +28,22 @@ const (
 	OpDeadPurge  = "dlq.purge"   // DeadSelect → DeadPurgeReply
 	OpAuthStatus = "auth.status" // empty → AuthStatusReply
 	OpAuthReset  = "auth.reset"  // AuthResetRequest → AuthResetReply
+	OpFleet      = "fleet"       // empty → FleetReply
+	OpApprovals  = "approvals"   // ApprovalsRequest → ApprovalsReply
+	OpForget     = "forget"      // ForgetRequest → ForgetReply
 )
+
+// StatsEndpoint is the endpoint whose data in micro's STATS reply
+// ($SRV.STATS.lanefleet-admin, which every worker answers) is the worker's
+// WorkerStats; the other endpoints carry none.
+const StatsEndpoint = "sessions"
 
 // Subject returns the subject of op.
 func Subject(op string) string { return Prefix + op }
+
+// CodeBusy is the error code of a forget whose session runs a turn or has
+// a message waiting.
+const CodeBusy = "409"
 
 // CodeNotFound is the error code of a request naming a dead letter or an
 // auth profile that does not exist. The other codes are the lane service's
@@ -49,19 +61,58 @@ const (
 )
 
 // SessionsRequest asks for the sessions with recent activity, newest
-// first.
+// first, a page at a time.
 type SessionsRequest struct {
 	Limit int `json:"limit,omitempty"` // LimitDefault when 0, at most LimitMax
+	// Scope, when set, lists only the sessions it allows.
+	Scope *Scope `json:"scope,omitempty"`
+	// Query keeps the sessions whose key contains it, case-insensitively.
+	Query string `json:"q,omitempty"`
+	// After is the previous page's Next: the page starts after it. Offset
+	// skips that many sessions instead (with After empty).
+	After  string `json:"after,omitempty"`
+	Offset int    `json:"offset,omitempty"`
+	// State asks for each listed session's state, turns and cost (one
+	// read of its newest transcript record each).
+	State bool `json:"state,omitempty"`
 }
+
+// Scope is the sessions a caller may reach: those whose key starts with
+// one of Prefixes ("" = every key) or is one of Keys. It is the gateway's
+// auth.Principal.AllowsSession, carried to the service that lists.
+type Scope struct {
+	Prefixes []string `json:"prefixes,omitempty"`
+	Keys     []string `json:"keys,omitempty"`
+}
+
+// Allows reports whether the scope reaches key.
+func (s *Scope) Allows(key string) bool {
+	return s == nil || events.KeyInScope(key, s.Prefixes, s.Keys)
+}
+
+// MaxScopedRequestBytes bounds a request that carries a Scope (a token
+// may list many keys); the others are bound by sessionsvc.MaxRequestBytes.
+const MaxScopedRequestBytes = 64 << 10
 
 // SessionsReply lists sessions: those with run events still stored (the
 // event stream keeps them for its max age, 24 hours by default), with
 // messages stored on their lane, or with a run running now.
 type SessionsReply struct {
 	Sessions []Session `json:"sessions" msgpack:"sessions"`
-	// Total counts the sessions found, before the limit.
+	// Total counts the sessions found (in the scope, matching the query),
+	// before the page.
 	Total int `json:"total" msgpack:"total"`
+	// Next continues the listing (SessionsRequest.After); "" on the last
+	// page.
+	Next string `json:"next,omitempty" msgpack:"next,omitempty"`
 }
+
+// Session states (Session.State, when the request asked for them).
+const (
+	StateIdle    = "idle"    // nothing runs, nothing waits
+	StateRunning = "running" // a worker runs a turn of it
+	StateQueued  = "queued"  // messages wait on its lane, none running
+)
 
 // Session is one session in a listing.
 type Session struct {
@@ -86,6 +137,61 @@ type Session struct {
 	// again when a worker takes the lane. "" when not known.
 	Holding    string `json:"holding,omitempty" msgpack:"holding,omitempty"`
 	LapsesInMs int64  `json:"lapsesInMs,omitempty" msgpack:"lapsesIn,omitempty"`
+	// State (StateIdle, StateRunning, StateQueued), Turns (committed) and
+	// CostUSD (their summed cost) are set when the request asked for
+	// State.
+	State   string  `json:"state,omitempty" msgpack:"state,omitempty"`
+	Turns   int64   `json:"turns,omitempty" msgpack:"turns,omitempty"`
+	CostUSD float64 `json:"costUsd,omitempty" msgpack:"cost,omitempty"`
+	// Approvals counts the calls waiting for the user's approval.
+	Approvals int `json:"approvals,omitempty" msgpack:"approvals,omitempty"`
+}
+
+// ForgetRequest names the session to forget.
+type ForgetRequest struct {
+	Session string `json:"session"`
+}
+
+// ForgetReply says what a forget removed: the session's transcript,
+// settings and lane records (Keys of them) and its stored run events
+// (Events of them). A session that never stored anything removes none.
+type ForgetReply struct {
+	Session string `json:"session" msgpack:"session"`
+	Keys    int    `json:"keys" msgpack:"keys"`
+	Events  uint64 `json:"events" msgpack:"events"`
+}
+
+// ApprovalsRequest asks for the calls waiting for approval in the
+// sessions of Scope (every session when nil).
+type ApprovalsRequest struct {
+	Scope *Scope `json:"scope,omitempty"`
+	Limit int    `json:"limit,omitempty"` // LimitDefault when 0, at most LimitMax
+}
+
+// ApprovalsReply lists pending calls, newest first.
+type ApprovalsReply struct {
+	Approvals []Approval `json:"approvals" msgpack:"approvals"`
+	// More says there were more than the limit; Scanned counts the
+	// sessions looked at (at most ApprovalScanMax, the most recent).
+	More    bool `json:"more,omitempty" msgpack:"more,omitempty"`
+	Scanned int  `json:"scanned" msgpack:"scanned"`
+}
+
+// ApprovalScanMax bounds the sessions one approvals request looks at: the
+// most recently active of the scope.
+const ApprovalScanMax = 10000
+
+// Approval is one tool call waiting for the user's approval.
+type Approval struct {
+	Session string `json:"session" msgpack:"session"`
+	Run     string `json:"run" msgpack:"run"` // the run that left it waiting
+	Call    string `json:"call" msgpack:"call"`
+	Tool    string `json:"tool" msgpack:"tool"`
+	// Arguments are the call's arguments (JSON text) as the model wrote
+	// them; "" when the run's record no longer says.
+	Arguments string `json:"arguments" msgpack:"args"`
+	// RequestedAt is when the run that asked was committed (Unix ms).
+	RequestedAt int64 `json:"requestedAt" msgpack:"at"`
 }
 
 // DeadListRequest asks for dead letters in stream order after After,
@@ -207,6 +313,37 @@ type AuthResetRequest struct {
 type AuthResetReply struct {
 	Profile string `json:"profile" msgpack:"profile"`
 	Cleared bool   `json:"cleared" msgpack:"cleared"`
+}
+
+// WorkerStats is what one worker says of itself in micro's STATS reply
+// (the data of StatsEndpoint): Client.Workers gathers every worker's.
+type WorkerStats struct {
+	Worker  string `json:"worker"`
+	Version string `json:"version"` // the worker's build (lanefleet version)
+	// SlotsUsed are the lanes it runs now, of SlotsTotal at once.
+	SlotsUsed  int `json:"slots_used"`
+	SlotsTotal int `json:"slots_total"`
+	// LanesHeld are the lanes whose lease it holds, LanesWaiting those
+	// waiting on it for a slot.
+	LanesHeld    int `json:"lanes_held"`
+	LanesWaiting int `json:"lanes_waiting"`
+	// Turns counts the turns it committed since it started; TurnsPerSec
+	// is the worker's own rate of them over the last 10 s or so.
+	Turns       int64   `json:"turns"`
+	TurnsPerSec float64 `json:"turns_per_sec"`
+	Now         int64   `json:"now"` // the worker's clock (Unix ms)
+}
+
+// FleetReply is the fleet's queue state, as the answering worker reads
+// the streams (every worker reads the same).
+type FleetReply struct {
+	// Backlog counts the messages stored on the inbound stream: waiting
+	// on their lanes or being run (owners delete processed messages as
+	// their turns commit), BacklogBytes their size.
+	Backlog      uint64 `json:"backlog" msgpack:"backlog"`
+	BacklogBytes uint64 `json:"backlogBytes" msgpack:"backlogBytes"`
+	// DeadLetters counts the dead letters stored.
+	DeadLetters uint64 `json:"deadLetters" msgpack:"dead"`
 }
 
 // checkReason validates a reason given in a request: empty (any) or one

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -151,4 +153,21 @@ func clip(s string) string {
 		return s[:80] + "…"
 	}
 	return s
+}
+
+// KeyInScope reports whether a scope of session-key prefixes and exact keys
+// reaches key: key is one of keys, or starts with one of prefixes (a ""
+// prefix reaches every key). It is the one rule behind a gateway token's
+// sessions (gateway/auth) and the scope a listing carries to the admin
+// service (admin.Scope).
+func KeyInScope(key string, prefixes, keys []string) bool {
+	if slices.Contains(keys, key) {
+		return true
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }

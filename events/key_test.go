@@ -220,3 +220,25 @@ func FuzzKeyDirName(f *testing.F) {
 		}
 	})
 }
+
+func TestKeyInScope(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		key            string
+		prefixes, keys []string
+		want           bool
+	}{
+		{"acme:1", []string{"acme:"}, nil, true},
+		{"acme:1", []string{"globex:"}, nil, false},
+		{"acme", []string{"acme:"}, nil, false},
+		{"anything", []string{""}, nil, true},
+		{"alice", nil, []string{"alice"}, true},
+		{"alice2", nil, []string{"alice"}, false},
+		{"alice", nil, nil, false},
+		{"bob", []string{"acme:"}, []string{"bob"}, true},
+	} {
+		if got := KeyInScope(c.key, c.prefixes, c.keys); got != c.want {
+			t.Errorf("KeyInScope(%q, %q, %q) = %v, want %v", c.key, c.prefixes, c.keys, got, c.want)
+		}
+	}
+}

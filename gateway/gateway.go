@@ -79,6 +79,9 @@ type Config struct {
 	KeepAlive         time.Duration
 	MaxStreams        int
 	ShutdownGrace     time.Duration
+	// FleetEvery is how often GET /api/fleet/events sends the fleet's
+	// state; zero takes FleetEveryDefault.
+	FleetEvery time.Duration
 	// Ready reports whether the gateway may take traffic (/readyz); nil
 	// asks the fleet for a session's settings (any worker answering).
 	Ready func(ctx context.Context) error
@@ -112,6 +115,7 @@ func (c Config) withDefaults() Config {
 	set(&c.StreamIdle, StreamIdleDefault)
 	set(&c.KeepAlive, KeepAliveDefault)
 	set(&c.ShutdownGrace, ShutdownGraceDefault)
+	set(&c.FleetEvery, FleetEveryDefault)
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop

@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +56,12 @@ func (s *Server) nativeRoutes() []route.Route {
 		{Method: "POST", Pattern: "/api/sessions/{key}/approvals/{call}", Reach: route.SessionWrite, Handler: h(s.decide)},
 		{Method: "GET", Pattern: "/api/sessions/{key}/backlog", Reach: route.Session, Handler: h(s.backlog)},
 		{Method: "GET", Pattern: "/api/runs", Reach: route.Caller, Handler: h(s.activeRuns)},
+		{Method: "GET", Pattern: "/api/approvals", Reach: route.Caller, Handler: h(s.listApprovals)},
+		{Method: "GET", Pattern: "/api/fleet", Reach: route.Fleet, Handler: h(s.fleet)},
+		{Method: "GET", Pattern: "/api/fleet/events", Reach: route.Fleet, Handler: h(s.fleetEvents)},
+		{Method: "GET", Pattern: "/api/auth-profiles", Reach: route.Fleet, Handler: h(s.listAuthProfiles)},
+		{Method: "POST", Pattern: "/api/auth-profiles/{id}/reset", Reach: route.Fleet, Handler: h(s.resetAuthProfile)},
+		{Method: "DELETE", Pattern: "/api/sessions/{key}", Reach: route.Fleet, Handler: h(s.forget)},
 		{Method: "GET", Pattern: "/api/dead-letters", Reach: route.Fleet, Handler: h(s.deadLetters)},
 		{Method: "GET", Pattern: "/api/dead-letters/{seq}", Reach: route.Fleet, Handler: h(s.deadLetter)},
 		{Method: "POST", Pattern: "/api/dead-letters/replay", Reach: route.Fleet, Handler: h(s.replayDead)},
@@ -653,44 +660,162 @@ func intParam(r *http.Request, name string, def, maxV int) (int, *Problem) {
 	return min(n, maxV), nil
 }
 
+// SessionItem is one session of GET /api/sessions: the listing's fields
+// (admin.Session) and the console's.
+type SessionItem struct {
+	admin.Session
+	// Agent is the agent id of an "agent:<id>:…" key, else "".
+	Agent        string    `json:"agent"`
+	LastActivity time.Time `json:"last_activity"`
+	// State is idle, running or queued.
+	State   string  `json:"state"`
+	CostUSD float64 `json:"cost_usd"`
+	Turns   int64   `json:"turns"`
+}
+
+// maxQuery bounds GET /api/sessions' q; maxCursor its cursor.
+const (
+	maxQuery  = 256
+	maxCursor = 512
+)
+
+// agentOf returns the agent id an "agent:<id>:…" session key names.
+func agentOf(key string) string {
+	rest, ok := strings.CutPrefix(key, "agent:")
+	if !ok {
+		return ""
+	}
+	id, _, ok := strings.Cut(rest, ":")
+	if !ok {
+		return ""
+	}
+	return id
+}
+
+// scopeOf is the sessions p reaches, as the fleet's listings take them
+// (nil: every session).
+func scopeOf(p *auth.Principal) *admin.Scope {
+	if slices.Contains(p.Prefixes, "") {
+		return nil
+	}
+	return &admin.Scope{Prefixes: p.Prefixes, Keys: p.Sessions}
+}
+
 // listSessions lists the caller's sessions with recent activity, most
-// recent first, a page at a time (limit, offset; next is the next page's
-// offset). The fleet lists at most admin.LimitMax recent sessions.
+// recent first, a page at a time: limit, and cursor (the previous page's
+// next, an opaque string; "" on the last page) or offset (next is then
+// the next page's offset, a number, as before cursors); q keeps the keys
+// that contain it, case-insensitively. The fleet filters and pages, and
+// reads the state of the page's sessions only.
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())
+	qv := r.URL.Query()
 	limit, prob := intParam(r, "limit", admin.LimitDefault, sessionsPageMax)
 	if prob == nil && limit == 0 {
 		limit = admin.LimitDefault
 	}
-	offset, prob2 := intParam(r, "offset", 0, sessionsPageMax)
+	offset, prob2 := intParam(r, "offset", 0, 1<<20)
 	if prob = cmpProblem(prob, prob2); prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	q := admin.SessionsRequest{Limit: limit, Offset: offset, Scope: scopeOf(p), Query: qv.Get("q"), State: true}
+	byOffset := qv.Has("offset")
+	switch c := qv.Get("cursor"); {
+	case len(q.Query) > maxQuery:
+		writeProblem(w, r, problemf(http.StatusBadRequest, CodeInvalidInput, "q is longer than %d bytes", maxQuery))
+		return
+	case c != "" && byOffset:
+		writeProblem(w, r, newProblem(http.StatusBadRequest, CodeInvalidInput, "give cursor or offset, not both"))
+		return
+	case c != "":
+		raw, err := base64.RawURLEncoding.DecodeString(c)
+		if len(c) > maxCursor || err != nil || len(raw) == 0 {
+			writeProblem(w, r, newProblem(http.StatusBadRequest, CodeInvalidInput, "cursor is not a listing's next"))
+			return
+		}
+		q.After = string(raw)
+	}
+	ctx, cancel := readCtx(r)
+	defer cancel()
+	rep, err := s.cfg.Client.SessionsPage(ctx, q)
+	if prob := badRequestOf(err); prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	items := make([]SessionItem, 0, len(rep.Sessions))
+	for _, ss := range rep.Sessions {
+		if !p.AllowsSession(ss.Key) {
+			continue // the fleet filtered by the same scope: never reached
+		}
+		it := SessionItem{Agent: agentOf(ss.Key), LastActivity: time.UnixMilli(ss.LastActivity).UTC(), State: ss.State,
+			CostUSD: ss.CostUSD, Turns: ss.Turns}
+		ss.State, ss.CostUSD, ss.Turns = "", 0, 0
+		it.Session = ss
+		items = append(items, it)
+	}
+	out := map[string]any{"sessions": items, "total": rep.Total}
+	switch {
+	case byOffset && rep.Next != "":
+		out["next"] = offset + len(rep.Sessions)
+	case byOffset:
+	default:
+		out["next"] = ""
+		if rep.Next != "" {
+			out["next"] = base64.RawURLEncoding.EncodeToString([]byte(rep.Next))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// maxApprovals bounds GET /api/approvals.
+const maxApprovals = admin.LimitMax
+
+// ApprovalItem is one call waiting for approval in GET /api/approvals.
+type ApprovalItem struct {
+	Session string `json:"session"`
+	Run     string `json:"run"`
+	Call    string `json:"call"`
+	Tool    string `json:"tool"`
+	// Arguments are the call's arguments as JSON, or the text the model
+	// wrote when it is not JSON.
+	Arguments   any       `json:"arguments"`
+	RequestedAt time.Time `json:"requested_at"`
+}
+
+// listApprovals lists the calls waiting for approval in the caller's
+// sessions, newest first (limit, default and at most 1000).
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
+	p := auth.FromContext(r.Context())
+	limit, prob := intParam(r, "limit", maxApprovals, maxApprovals)
+	if prob != nil {
 		writeProblem(w, r, prob)
 		return
 	}
 	ctx, cancel := readCtx(r)
 	defer cancel()
-	rep, err := s.cfg.Client.Sessions(ctx, admin.LimitMax)
+	rep, err := s.cfg.Client.Approvals(ctx, admin.ApprovalsRequest{Scope: scopeOf(p), Limit: max(limit, 1)})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	mine := make([]admin.Session, 0, len(rep.Sessions))
-	for _, ss := range rep.Sessions {
-		if p.AllowsSession(ss.Key) {
-			mine = append(mine, ss)
+	items := make([]ApprovalItem, 0, len(rep.Approvals))
+	for _, a := range rep.Approvals {
+		if !p.AllowsSession(a.Session) {
+			continue
 		}
-	}
-	out := map[string]any{}
-	if offset < len(mine) {
-		end := min(offset+limit, len(mine))
-		out["sessions"] = mine[offset:end]
-		if end < len(mine) {
-			out["next"] = end
+		var args any = a.Arguments
+		if json.Valid([]byte(a.Arguments)) {
+			args = json.RawMessage(a.Arguments)
 		}
-	} else {
-		out["sessions"] = []admin.Session{}
+		items = append(items, ApprovalItem{Session: a.Session, Run: a.Run, Call: a.Call, Tool: a.Tool, Arguments: args,
+			RequestedAt: time.UnixMilli(a.RequestedAt).UTC()})
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": items, "more": rep.More})
 }
 
 func cmpProblem(a, b *Problem) *Problem {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/gateway/route"
+	"github.com/lanefleet/lanefleet/internal/fleet"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // sessionRequest is how a test names session key on one route: the
@@ -58,7 +60,7 @@ var sessionRequests = map[string]sessionRequest{
 
 // fillPattern is a request path for a route that names no session.
 func fillPattern(pattern string) string {
-	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{model...}", "scripted/echo").Replace(pattern)
+	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{model...}", "scripted/echo", "{key}", "globex:secret").Replace(pattern)
 }
 
 // TestTenantIsolation walks every route the server mounts (its own and
@@ -70,8 +72,16 @@ func fillPattern(pattern string) string {
 // as it was: no message reached it, no setting changed.
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{openai: true})
+	b := setup(t, setupOpts{openai: true, member: func(c *fleet.Config) {
+		c.WorkspaceRoot = t.TempDir()
+		c.ToolPolicy = tools.Policy{Approve: []string{"write"}}
+	}})
 	const theirs = "globex:secret/1"
+	// A call of theirs waits for approval (GET /api/approvals must not
+	// show it).
+	pending, _ := json.Marshal(map[string]any{"model": "scripted/script", "stream": true,
+		"text": `#script {"replies":[{"toolCalls":[{"id":"g1","name":"write","arguments":{"path":"globex-secret","content":"x"}}]}]}`})
+	b.streamed(t, "root", "globex:pending", string(pending))
 	resp := b.do(t, "globex", "POST", "/api/sessions/"+escapeKey(theirs)+"/messages", `{"text":"private","stream":true}`)
 	if _, err := readSSE(resp.Body, nil); err != nil {
 		t.Fatal(err)
@@ -111,11 +121,20 @@ func TestTenantIsolation(t *testing.T) {
 					}
 				}
 			case route.Caller:
-				resp := b.do(t, "acme", rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
+				for _, who := range []string{"acme", "acme-viewer"} {
+					resp := b.do(t, who, rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 || strings.Contains(string(body), "globex") {
+						t.Fatalf("%s sees: %d %.300s", who, resp.StatusCode, body)
+					}
+				}
+				// The admin sees theirs: the filter, not an empty fleet.
+				resp := b.do(t, "root", rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != 200 || strings.Contains(string(body), "globex") {
-					t.Fatalf("acme sees: %d %.300s", resp.StatusCode, body)
+				if want := map[string]string{"/api/sessions": "globex:secret/1", "/api/approvals": "globex-secret"}[rt.Pattern]; want != "" && !strings.Contains(string(body), want) {
+					t.Fatalf("root does not see %s: %.300s", want, body)
 				}
 			case route.Session, route.SessionWrite:
 				req, ok := reqs[id]

@@ -101,6 +101,26 @@ func (l *Lanes) Cursor(ctx context.Context, token string) (Cursor, error) {
 	return Cursor{Seq: r.InboundSeq, SessionID: r.SessionID, Stored: raw.Sequence, State: r.State, IDs: r.IDs}, nil
 }
 
+// Newest reads a lane's newest transcript record and when it was stored
+// (leader read); ok is false when the lane has none, or its newest was
+// deleted. A record that does not decode is a *CorruptError.
+func (l *Lanes) Newest(ctx context.Context, token string) (rec Record, stored time.Time, ok bool, err error) {
+	raw, err := l.stream.GetLastMsgForSubject(ctx, l.prefix+token+".tx.>")
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Record{}, time.Time{}, false, nil
+	}
+	if err != nil {
+		return Record{}, time.Time{}, false, fmt.Errorf("kvstore: newest record %s: %w", token, err)
+	}
+	if len(raw.Data) == 0 {
+		return Record{}, time.Time{}, false, nil
+	}
+	if err := decode(strings.TrimPrefix(raw.Subject, l.prefix), raw.Sequence, raw.Data, &rec); err != nil {
+		return Record{}, time.Time{}, false, err
+	}
+	return rec, raw.Time, true, nil
+}
+
 // Written says where a record was written: its stream sequence and its
 // encoded size.
 type Written struct {

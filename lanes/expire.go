@@ -211,3 +211,49 @@ func (w *Worker) idleState(ctx context.Context, token, subj string) (kvstore.Lan
 		}
 	}
 }
+
+// ErrBusy means a session cannot be forgotten now: a worker holds its
+// lane (a turn runs) or a message waits for it.
+var ErrBusy = errors.New("lanes: the session is running or has a message waiting")
+
+// Forget forgets one session at an operator's request: its transcript,
+// settings and lane records go, under its lease, as the retention pass
+// forgets an idle session whatever its age. It returns how many keys it
+// removed (0 for a session with nothing stored), or ErrBusy.
+func (w *Worker) Forget(ctx context.Context, key string) (int, error) {
+	token, err := events.KeyToken(key)
+	if err != nil {
+		return 0, fmt.Errorf("lanes: forget: %w", err)
+	}
+	d, err := w.lanes.Data(ctx, token)
+	if err != nil {
+		return 0, err
+	}
+	if d.LastWrite.IsZero() {
+		// Nothing stored yet: a first turn may run, or its message wait.
+		_, held, err := w.lanes.Holder(ctx, token)
+		if err != nil {
+			return 0, err
+		}
+		_, gerr := w.streams.Inbound.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.InboundPrefix+token))
+		switch {
+		case held || gerr == nil:
+			return 0, ErrBusy
+		case !errors.Is(gerr, jetstream.ErrMsgNotFound):
+			return 0, gerr
+		}
+		return 0, nil
+	}
+	// Every write is before a cutoff after it: only a holder or a waiting
+	// message keeps the session.
+	forgot, keys, err := w.forgetIdle(ctx, token, d.LastWrite.Add(time.Hour*24*365*100))
+	switch {
+	case err != nil:
+		return 0, err
+	case !forgot && keys < 0:
+		return 0, ErrBusy
+	case !forgot:
+		return 0, nil // gone meanwhile
+	}
+	return keys, nil
+}

@@ -273,6 +273,17 @@ func (w *Worker) InflightBytes() int64 { return w.sched.UsedBytes() }
 // Waiting returns how many lanes wait here for a slot.
 func (w *Worker) Waiting() int { return w.sched.Waiting() }
 
+// Held returns how many lanes owners on this worker hold now.
+func (w *Worker) Held() int {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	return len(w.held)
+}
+
+// Slots returns how many lanes the worker runs at once at most
+// (Config.Concurrency).
+func (w *Worker) Slots() int { return w.cfg.Concurrency }
+
 // Accepting reports whether the worker takes lanes: Run is consuming and
 // the worker is not shutting down.
 func (w *Worker) Accepting() bool { return w.consuming.Load() && !w.shuttingDown.Load() }

@@ -309,7 +309,10 @@ func FuzzSessionGrant(f *testing.F) {
 // a replayed dead letter back on a lane.
 func TestAdminServiceIsAdminOnly(t *testing.T) {
 	t.Parallel()
-	subjects := []string{AdminPrefix + "sessions", AdminPrefix + "dlq.replay", AdminPrefix + "auth.reset"}
+	// Every worker's stats come in micro's STATS of the admin service
+	// (Client.Workers): admin only as well.
+	subjects := []string{AdminPrefix + "sessions", AdminPrefix + "dlq.replay", AdminPrefix + "auth.reset", AdminPrefix + "approvals",
+		AdminPrefix + "fleet", "$SRV.STATS." + AdminService}
 	for _, g := range []Grant{
 		{Role: Sender, User: "fe", AllSessions: true},
 		{Role: Viewer, User: "v", AllSessions: true},
@@ -333,7 +336,7 @@ func TestAdminServiceIsAdminOnly(t *testing.T) {
 			t.Errorf("%s: the worker does not serve it or the admin cannot ask", subj)
 		}
 	}
-	for _, subj := range []string{"$SRV.PING." + AdminService, "$SRV.INFO." + AdminService + ".id1"} {
+	for _, subj := range []string{"$SRV.PING." + AdminService, "$SRV.INFO." + AdminService + ".id1", "$SRV.STATS." + AdminService} {
 		if !matchesAny(w.Subscribe, subj) {
 			t.Errorf("the worker's admin service cannot answer %s", subj)
 		}

@@ -88,117 +88,165 @@ var recoverableHints = []string{"required", "missing", "invalid", "must be", "mu
 // failed[: <error>]" when warranted. Texts are trimmed; items with neither
 // text nor media, and items that are exactly NO_REPLY, are dropped.
 func BuildPayloads(in PayloadInput) []Payload {
+	var items []payloadItem
+	if in.ErrorText != "" {
+		items = append(items, payloadItem{Reply: Reply{Text: in.ErrorText}, isError: true})
+	}
+	items = appendAnswers(items, in)
+	if text, ok := toolErrorWarning(in, items); ok {
+		items = append(items, payloadItem{Reply: Reply{Text: text}, isError: true})
+	}
+	return payloads(items)
+}
+
+// payloadItem is a reply item before it becomes a Payload.
+type payloadItem struct {
+	Reply
+	isError bool
+}
+
+// appendAnswers appends the answer texts to items: AssistantTexts, else the
+// last assistant's text; a text that repeats the error of an errored last
+// assistant, and one that is left with neither text, media nor audio once
+// its directives are parsed, is dropped.
+func appendAnswers(items []payloadItem, in PayloadInput) []payloadItem {
 	parse := in.Directives
 	if parse == nil {
 		parse = func(t string) Reply { return Reply{Text: t} }
 	}
-	type item struct {
-		Reply
-		isError bool
-	}
-	var items []item
-	last := in.LastAssistant
-	errored := last != nil && last.StopReason == message.StopError
-	if in.ErrorText != "" {
-		items = append(items, item{Reply: Reply{Text: in.ErrorText}, isError: true})
-	}
-
-	rawErr := ""
-	if errored {
-		rawErr = ecmatext.Trim(last.ErrorMessage)
-	}
-	repeatsError := func(text string) bool {
-		if !errored {
-			return false
-		}
-		t := ecmatext.Trim(text)
-		if t == "" {
-			return false
-		}
-		norm := NormalizeForComparison(t)
-		if in.ErrorText != "" {
-			if norm != "" && norm == NormalizeForComparison(in.ErrorText) {
-				return true
-			}
-			if t == GenericErrorText {
-				return true
-			}
-		}
-		if rawErr != "" {
-			if t == rawErr || (norm != "" && norm == NormalizeForComparison(rawErr)) {
-				return true
-			}
-			if fp := apiErrorFingerprint(rawErr); fp != "" && fp == apiErrorFingerprint(t) {
-				return true
-			}
-		}
-		if in.FormattedRawError != "" {
-			if t == in.FormattedRawError || (norm != "" && norm == NormalizeForComparison(in.FormattedRawError)) {
-				return true
-			}
-		}
-		return apiErrorFingerprint(t) != ""
-	}
+	echo := newErrorEcho(in)
 	answers := in.AssistantTexts
-	if len(answers) == 0 && last != nil {
-		if t := last.Content.Text(); t != "" {
+	if len(answers) == 0 && in.LastAssistant != nil {
+		if t := in.LastAssistant.Content.Text(); t != "" {
 			answers = []string{t}
 		}
 	}
 	for _, t := range answers {
-		if repeatsError(t) {
+		if echo.repeats(t) {
 			continue
 		}
 		r := parse(t)
 		if r.Text == "" && len(r.MediaURLs) == 0 && !r.AudioAsVoice {
 			continue
 		}
-		items = append(items, item{Reply: r})
+		items = append(items, payloadItem{Reply: r})
 	}
+	return items
+}
 
-	if te := in.LastToolError; te != nil && !in.SuppressToolErrorWarnings {
-		name := strings.ToLower(strings.TrimSpace(te.Name))
-		skip := name == "sessions_send" || ((name == "exec" || name == "bash") && !in.Verbose)
-		if !skip {
-			show := te.Mutating
-			if !show {
-				hasReply := len(items) > 0 && !(last != nil && (len(last.ToolCalls()) > 0 || last.StopReason == message.StopToolUse))
-				lower := strings.ToLower(te.Error)
-				recoverable := false
-				for _, h := range recoverableHints {
-					if strings.Contains(lower, h) {
-						recoverable = true
-						break
-					}
-				}
-				show = !hasReply && !recoverable && !in.SuppressToolErrors
-			}
-			if show {
-				summary := te.Summary
-				if summary == "" {
-					summary = te.Name
-					if te.Meta != "" {
-						summary += ": " + te.Meta
-					}
-				}
-				text := "⚠️ " + summary + " failed"
-				if in.Verbose && te.Error != "" {
-					text += ": " + te.Error
-				}
-				dup := false
-				for _, it := range items {
-					if ecmatext.Trim(it.Text) == text {
-						dup = true
-						break
-					}
-				}
-				if !dup {
-					items = append(items, item{Reply: Reply{Text: text}, isError: true})
-				}
-			}
+// errorEcho recognises a text that only repeats the error of a run whose
+// last assistant errored.
+type errorEcho struct {
+	errored   bool
+	errorText string // the user-facing error text
+	rawErr    string // the last assistant's error message, trimmed
+	formatted string // the raw error as the UI shows it
+}
+
+// newErrorEcho returns the echo check of in's error.
+func newErrorEcho(in PayloadInput) errorEcho {
+	last := in.LastAssistant
+	e := errorEcho{errored: last != nil && last.StopReason == message.StopError, errorText: in.ErrorText, formatted: in.FormattedRawError}
+	if e.errored {
+		e.rawErr = ecmatext.Trim(last.ErrorMessage)
+	}
+	return e
+}
+
+// repeats reports whether text repeats the error: the same as the error
+// text, the generic error text, the raw or formatted error (or the same
+// once normalised), or any raw provider error payload.
+func (e errorEcho) repeats(text string) bool {
+	if !e.errored {
+		return false
+	}
+	t := ecmatext.Trim(text)
+	if t == "" {
+		return false
+	}
+	norm := NormalizeForComparison(t)
+	if e.errorText != "" {
+		if norm != "" && norm == NormalizeForComparison(e.errorText) {
+			return true
+		}
+		if t == GenericErrorText {
+			return true
 		}
 	}
+	if e.rawErr != "" {
+		if t == e.rawErr || (norm != "" && norm == NormalizeForComparison(e.rawErr)) {
+			return true
+		}
+		if fp := apiErrorFingerprint(e.rawErr); fp != "" && fp == apiErrorFingerprint(t) {
+			return true
+		}
+	}
+	if e.formatted != "" {
+		if t == e.formatted || (norm != "" && norm == NormalizeForComparison(e.formatted)) {
+			return true
+		}
+	}
+	return apiErrorFingerprint(t) != ""
+}
 
+// toolErrorWarning returns the warning "⚠️ <tool> failed[: <error>]" for
+// the last tool error when it is warranted: never for sessions_send, nor
+// for exec and bash unless verbose, nor when suppressed; always for a
+// mutating tool; for another only when the run has no reply, the error does
+// not look recoverable ("required", "missing", …), and SuppressToolErrors
+// is off. A warning that items already hold is not repeated.
+func toolErrorWarning(in PayloadInput, items []payloadItem) (string, bool) {
+	te := in.LastToolError
+	if te == nil || in.SuppressToolErrorWarnings {
+		return "", false
+	}
+	name := strings.ToLower(strings.TrimSpace(te.Name))
+	if name == "sessions_send" || ((name == "exec" || name == "bash") && !in.Verbose) {
+		return "", false
+	}
+	if !te.Mutating {
+		last := in.LastAssistant
+		hasReply := len(items) > 0 && !(last != nil && (len(last.ToolCalls()) > 0 || last.StopReason == message.StopToolUse))
+		if hasReply || recoverable(te.Error) || in.SuppressToolErrors {
+			return "", false
+		}
+	}
+	summary := te.Summary
+	if summary == "" {
+		summary = te.Name
+		if te.Meta != "" {
+			summary += ": " + te.Meta
+		}
+	}
+	text := "⚠️ " + summary + " failed"
+	if in.Verbose && te.Error != "" {
+		text += ": " + te.Error
+	}
+	for _, it := range items {
+		if ecmatext.Trim(it.Text) == text {
+			return "", false
+		}
+	}
+	return text, true
+}
+
+// recoverable reports whether a tool error reads as one the model can fix
+// by itself (a missing or invalid argument).
+func recoverable(errText string) bool {
+	lower := strings.ToLower(errText)
+	for _, h := range recoverableHints {
+		if strings.Contains(lower, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// payloads turns items into payloads: texts trimmed, the first media URL
+// as MediaURL, audio as voice on every item with media when any item asks
+// for it, and items with neither text nor media, or exactly NO_REPLY,
+// dropped.
+func payloads(items []payloadItem) []Payload {
 	audio := false
 	for _, it := range items {
 		audio = audio || it.AudioAsVoice

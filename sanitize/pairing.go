@@ -42,27 +42,12 @@ func SyntheticToolResult(callID, toolName string, now int64) message.Message {
 	}
 }
 
+// callRef is a tool call of an assistant message and, once its span is
+// matched, the index of its result.
 type callRef struct {
-	id   string
-	name string
-}
-
-// appendCalls appends the tool calls of an assistant message that have a
-// non-empty string id.
-func appendCalls(dst []callRef, m *message.Message) []callRef {
-	for i := range m.Content.Blocks {
-		b := &m.Content.Blocks[i]
-		if !IsToolCall(b) {
-			continue
-		}
-		id, ok := callID(b)
-		if !ok || id == "" {
-			continue
-		}
-		name, _ := callName(b)
-		dst = append(dst, callRef{id: id, name: name})
-	}
-	return dst
+	id     string
+	name   string
+	result int // index in msgs of its first result, -1 if none
 }
 
 // RepairPairing makes every tool call of an assistant message be followed
@@ -87,148 +72,218 @@ func appendCalls(dst []callRef, m *message.Message) []callRef {
 // assistant message keeps that message's result (DEVIATIONS). msgs is not
 // modified.
 func RepairPairing(msgs []message.Message, now int64) ([]message.Message, PairingReport) {
-	var rep PairingReport
-	changed := false
-	// While the output is msgs[:n] nothing is allocated.
-	var out []message.Message
-	n := 0
-	materialize := func() {
-		if out == nil {
-			out = make([]message.Message, n, len(msgs)+8)
-			copy(out, msgs[:n])
-		}
+	p := pairing{out: lazyCopy{src: msgs}, now: now}
+	for i := 0; i < len(msgs); {
+		i = p.place(i)
 	}
-	push := func(src int) {
-		if out == nil && src == n {
-			n++
-			return
-		}
-		materialize()
-		out = append(out, msgs[src])
+	if !p.changed {
+		return msgs, p.rep
 	}
-	var (
-		calls     []callRef
-		found     []int // per call: index in msgs of its result, -1 if none
-		remainder []int
-	)
-	for i := 0; i < len(msgs); i++ {
-		m := &msgs[i]
-		if m.Role != message.RoleAssistant {
-			if m.Role == message.RoleToolResult {
-				rep.DroppedOrphanCount++
-				changed = true
-				continue
-			}
-			push(i)
+	p.rep.Changed = true
+	p.rep.Moved = true
+	return p.out.result(), p.rep
+}
+
+// pairing is the state of one RepairPairing: the output, the report, and
+// the calls of the current assistant span (a buffer reused from span to
+// span).
+type pairing struct {
+	out     lazyCopy
+	rep     PairingReport
+	changed bool
+	now     int64 // the timestamp of synthetic results
+
+	calls []callRef
+	index map[string]int // call id -> its first call, for many calls
+}
+
+// place places msgs[i] and, for an assistant message with calls, its span,
+// and returns the index of the next message to place. A result outside a
+// span is an orphan.
+func (p *pairing) place(i int) int {
+	m := &p.out.src[i]
+	switch m.Role {
+	case message.RoleAssistant:
+	case message.RoleToolResult:
+		p.rep.DroppedOrphanCount++
+		p.changed = true
+		return i + 1
+	default:
+		p.out.keep(i)
+		return i + 1
+	}
+	p.calls = pendingCalls(p.calls[:0], m)
+	if len(p.calls) == 0 {
+		p.out.keep(i)
+		return i + 1
+	}
+	end := p.match(i)
+	p.out.keep(i)
+	p.answer()
+	p.keepOthers(i+1, end)
+	return end
+}
+
+// pendingCalls appends to dst the calls of assistant message m that want a
+// result: none when m stopped on an error or was aborted.
+func pendingCalls(dst []callRef, m *message.Message) []callRef {
+	if m.StopReason == message.StopError || m.StopReason == message.StopAborted {
+		return dst
+	}
+	return appendCalls(dst, m)
+}
+
+// appendCalls appends the tool calls of an assistant message that have a
+// non-empty string id.
+func appendCalls(dst []callRef, m *message.Message) []callRef {
+	for i := range m.Content.Blocks {
+		b := &m.Content.Blocks[i]
+		if !IsToolCall(b) {
 			continue
 		}
-		calls = calls[:0]
-		if m.StopReason != message.StopError && m.StopReason != message.StopAborted {
-			calls = appendCalls(calls, m)
-		}
-		if len(calls) == 0 {
-			push(i)
+		id, ok := callID(b)
+		if !ok || id == "" {
 			continue
 		}
-		found = found[:0]
-		for range calls {
-			found = append(found, -1)
-		}
-		remainder = remainder[:0]
-		// Many calls in one message: index them so the span stays linear.
-		var index map[string]int
-		if len(calls) > 16 {
-			index = make(map[string]int, len(calls))
-			for c := len(calls) - 1; c >= 0; c-- {
-				index[calls[c].id] = c
-			}
-		}
-		matched := false
-		j := i + 1
-		for ; j < len(msgs); j++ {
-			n := &msgs[j]
-			if n.Role == message.RoleAssistant {
-				break
-			}
-			if n.Role != message.RoleToolResult {
-				remainder = append(remainder, j)
-				continue
-			}
-			id := resultID(n)
-			k := -1
-			switch {
-			case id == "":
-			case index != nil:
-				if c, ok := index[id]; ok {
-					k = c
-				}
-			default:
-				for c := range calls {
-					if calls[c].id == id {
-						k = c
-						break
-					}
-				}
-			}
-			if k < 0 {
-				rep.DroppedOrphanCount++
-				changed = true
-				continue
-			}
-			matched = true
-			if found[k] < 0 {
-				// Only the first result of a call counts; later ones are
-				// discarded without a report.
-				found[k] = j
-			}
-		}
-		if matched && len(remainder) > 0 {
-			changed = true
-		}
-		push(i)
-		for c, call := range calls {
-			// The first call of an id holds its result.
-			first := c
-			if index != nil {
-				first = index[call.id]
-			} else {
-				for e := range c {
-					if calls[e].id == call.id {
-						first = e
-						break
-					}
-				}
-			}
-			if found[first] < 0 {
-				rep.AddedSyntheticFor = append(rep.AddedSyntheticFor, call.id)
-				changed = true
-			}
-			if first != c {
-				// The same id called twice in one message: one result only.
-				rep.DroppedDuplicateCount++
-				changed = true
-				continue
-			}
-			if found[c] >= 0 {
-				push(found[c])
-				continue
-			}
-			materialize()
-			out = append(out, SyntheticToolResult(call.id, call.name, now))
-		}
-		for _, r := range remainder {
-			push(r)
-		}
-		i = j - 1
+		name, _ := callName(b)
+		dst = append(dst, callRef{id: id, name: name, result: -1})
 	}
-	if !changed {
-		return msgs, rep
+	return dst
+}
+
+// match reads the span of the assistant message at i (the messages up to
+// the next assistant) and returns where it ends: each call's first result
+// is its result (later ones are discarded without a report), and a result
+// that answers none of the calls is dropped as an orphan. A span that holds
+// both a matched result and another message is a change, as the reference
+// reports it.
+func (p *pairing) match(i int) int {
+	p.indexCalls()
+	matched, others := false, false
+	j := i + 1
+	for ; j < len(p.out.src); j++ {
+		m := &p.out.src[j]
+		if m.Role == message.RoleAssistant {
+			break
+		}
+		if m.Role != message.RoleToolResult {
+			others = true
+			continue
+		}
+		k := p.callOf(resultID(m))
+		if k < 0 {
+			p.rep.DroppedOrphanCount++
+			p.changed = true
+			continue
+		}
+		matched = true
+		if p.calls[k].result < 0 {
+			p.calls[k].result = j
+		}
 	}
-	rep.Changed = true
-	rep.Moved = true
-	if out == nil {
-		// Only messages at the end were dropped.
-		return msgs[:n:n], rep
+	if matched && others {
+		p.changed = true
 	}
-	return out, rep
+	return j
+}
+
+// keepOthers keeps, in their order, the messages of the span msgs[from:to]
+// that are not tool results.
+func (p *pairing) keepOthers(from, to int) {
+	for j := from; j < to; j++ {
+		if p.out.src[j].Role != message.RoleToolResult {
+			p.out.keep(j)
+		}
+	}
+}
+
+// indexCalls indexes the calls by id when there are many, so that a span
+// is matched in linear time.
+func (p *pairing) indexCalls() {
+	p.index = nil
+	if len(p.calls) <= 16 {
+		return
+	}
+	p.index = make(map[string]int, len(p.calls))
+	for c := len(p.calls) - 1; c >= 0; c-- {
+		p.index[p.calls[c].id] = c
+	}
+}
+
+// callOf returns the first call with id, or -1 (always for "").
+func (p *pairing) callOf(id string) int {
+	switch {
+	case id == "":
+	case p.index != nil:
+		if c, ok := p.index[id]; ok {
+			return c
+		}
+	default:
+		for c := range p.calls {
+			if p.calls[c].id == id {
+				return c
+			}
+		}
+	}
+	return -1
+}
+
+// answer places each call's result after its assistant message, in call
+// order: the one match found, or a synthetic one. A call whose id an
+// earlier call of the message has gets none (a duplicate); without a
+// result it is reported as synthesised too, as the reference does.
+func (p *pairing) answer() {
+	for c, call := range p.calls {
+		first := p.callOf(call.id)
+		if p.calls[first].result < 0 {
+			p.rep.AddedSyntheticFor = append(p.rep.AddedSyntheticFor, call.id)
+			p.changed = true
+		}
+		if first != c {
+			p.rep.DroppedDuplicateCount++
+			p.changed = true
+			continue
+		}
+		if call.result >= 0 {
+			p.out.keep(call.result)
+			continue
+		}
+		p.out.add(SyntheticToolResult(call.id, call.name, p.now))
+	}
+}
+
+// lazyCopy is an output built from src that shares src while it is a
+// prefix of it (src[:n]), and copies it at the first message out of place:
+// a transcript that needs no repair costs no allocation.
+type lazyCopy struct {
+	src []message.Message
+	out []message.Message // nil while the output is src[:n]
+	n   int
+}
+
+// keep appends src[i].
+func (l *lazyCopy) keep(i int) {
+	if l.out == nil && i == l.n {
+		l.n++
+		return
+	}
+	l.add(l.src[i])
+}
+
+// add appends m, a message not at its place in src.
+func (l *lazyCopy) add(m message.Message) {
+	if l.out == nil {
+		l.out = make([]message.Message, l.n, len(l.src)+8)
+		copy(l.out, l.src[:l.n])
+	}
+	l.out = append(l.out, m)
+}
+
+// result returns the output: a prefix of src (its capacity cut, so an
+// append cannot write over src) or the copy.
+func (l *lazyCopy) result() []message.Message {
+	if l.out == nil {
+		return l.src[:l.n:l.n]
+	}
+	return l.out
 }

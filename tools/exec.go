@@ -112,148 +112,227 @@ func (t *execTool) Spec() provider.Tool {
 	}
 }
 
+// Call runs the command of call (see execTool): its arguments checked,
+// the command started, its partial output sent while it runs, its end
+// awaited (or forced by the timeout or ctx), its output drained, and how it
+// ended rendered as the result.
 func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
-	command, _, err := stringArg(call.Args, "command", true)
+	command, timeout, notes, err := t.args(call.Args)
 	if err != nil {
 		return Result{}, err
-	}
-	if strings.TrimSpace(command) == "" {
-		return Result{}, errors.New("command is empty")
-	}
-	if strings.IndexByte(command, 0) >= 0 {
-		return Result{}, errors.New("command contains a NUL byte, which a shell command cannot hold")
-	}
-	timeout := t.w.ExecTimeout
-	var notes []string
-	if secsArg, ok, err := numberArg(call.Args, "timeout"); err != nil {
-		return Result{}, err
-	} else if ok {
-		if secsArg <= 0 {
-			return Result{}, fmt.Errorf("timeout must be a positive number of seconds (at most %s), got %v", secs(t.w.MaxExecTimeout), secsArg)
-		}
-		if secsArg > t.w.MaxExecTimeout.Seconds() {
-			notes = append(notes, fmt.Sprintf("[timeout %vs capped at the maximum of %s]", secsArg, secs(t.w.MaxExecTimeout)))
-			timeout = t.w.MaxExecTimeout
-		} else {
-			timeout = time.Duration(math.Round(secsArg * float64(time.Second)))
-			timeout = max(timeout, time.Millisecond)
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("command not started: the run was aborted (%v)", err)
 	}
+	r, err := t.start(ctx, command)
+	if err != nil {
+		return Result{}, err
+	}
+	stopUpdates := r.sendUpdates(call.Update)
+	o := execOutcome{timeout: timeout, notes: notes}
+	o.timedOut, o.aborted, o.elapsed = r.wait(ctx, timeout)
+	if !r.drain() {
+		o.notes = append(o.notes, "[output after the shell exited was discarded: a background process still holds it]")
+	}
+	stopUpdates()
+	o.text, o.truncated, o.total = r.out.snapshot()
+	state := r.cmd.ProcessState()
+	o.exitCode, o.signal = state.ExitCode(), exitSignal(state)
+	return o.result(), nil
+}
 
-	out := newHeadTail(t.w.MaxOutputBytes)
+// args checks a call's arguments and returns its command, its timeout (the
+// workspace's default, or the timeout argument in seconds, capped at the
+// maximum with a note saying so) and the notes for the result.
+func (t *execTool) args(args map[string]any) (command string, timeout time.Duration, notes []string, err error) {
+	command, _, err = stringArg(args, "command", true)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	if strings.TrimSpace(command) == "" {
+		return "", 0, nil, errors.New("command is empty")
+	}
+	if strings.IndexByte(command, 0) >= 0 {
+		return "", 0, nil, errors.New("command contains a NUL byte, which a shell command cannot hold")
+	}
+	timeout = t.w.ExecTimeout
+	secsArg, ok, err := numberArg(args, "timeout")
+	switch {
+	case err != nil:
+		return "", 0, nil, err
+	case !ok:
+	case secsArg <= 0:
+		return "", 0, nil, fmt.Errorf("timeout must be a positive number of seconds (at most %s), got %v", secs(t.w.MaxExecTimeout), secsArg)
+	case secsArg > t.w.MaxExecTimeout.Seconds():
+		notes = append(notes, fmt.Sprintf("[timeout %vs capped at the maximum of %s]", secsArg, secs(t.w.MaxExecTimeout)))
+		timeout = t.w.MaxExecTimeout
+	default:
+		timeout = time.Duration(math.Round(secsArg * float64(time.Second)))
+		timeout = max(timeout, time.Millisecond)
+	}
+	return command, timeout, notes, nil
+}
+
+// execRun is one started command: its process and its merged output,
+// copied into out until the pipe's end.
+type execRun struct {
+	cmd     *sandbox.Cmd
+	out     *headTail
+	pr      *os.File
+	eof     chan struct{} // closed when the copy into out ended
+	started time.Time
+}
+
+// start starts command through the box, with stdout and stderr on one
+// pipe whose output is copied into a headTail of MaxOutputBytes.
+func (t *execTool) start(ctx context.Context, command string) (*execRun, error) {
+	r := &execRun{out: newHeadTail(t.w.MaxOutputBytes), eof: make(chan struct{})}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return Result{}, fmt.Errorf("cannot start the command: %v", err)
+		return nil, fmt.Errorf("cannot start the command: %v", err)
 	}
 	// Env is never nil: an empty Env must not mean the process's.
-	cmd := t.box.Command(t.w.Dir, commandEnv(t.w.Env, t.w.NamedEnv, command), t.w.Shell, t.w.Shell, "-c", command)
-	cmd.Stdout, cmd.Stderr = pw, pw
-	started := time.Now()
-	err = cmd.Start(ctx)
+	r.cmd = t.box.Command(t.w.Dir, commandEnv(t.w.Env, t.w.NamedEnv, command), t.w.Shell, t.w.Shell, "-c", command)
+	r.cmd.Stdout, r.cmd.Stderr = pw, pw
+	r.started = time.Now()
+	err = r.cmd.Start(ctx)
 	pw.Close() // the children hold their copies
 	if err != nil {
 		pr.Close()
 		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("command not started: the run was aborted (%v)", ctx.Err())
+			return nil, fmt.Errorf("command not started: the run was aborted (%v)", ctx.Err())
 		}
-		return Result{}, fmt.Errorf("cannot start the command: %v", unwrapPathErr(err))
+		return nil, fmt.Errorf("cannot start the command: %v", unwrapPathErr(err))
 	}
-
-	eof := make(chan struct{})
+	r.pr = pr
 	go func() {
-		defer close(eof)
-		io.Copy(out, pr) //nolint:errcheck // ends at EOF or when pr is closed
+		defer close(r.eof)
+		io.Copy(r.out, pr) //nolint:errcheck // ends at EOF or when pr is closed
 	}()
+	return r, nil
+}
 
-	// Partial results, from a single goroutine that is gone before Call
-	// returns, so Update is never called concurrently or late.
-	stopUpdates := make(chan struct{})
-	var updates sync.WaitGroup
-	if call.Update != nil {
-		updates.Go(func() {
-			// The timer restarts after each update, so updates are at
-			// least updateInterval apart however late one was.
-			timer := time.NewTimer(updateInterval)
-			defer timer.Stop()
-			for {
-				select {
-				case <-stopUpdates:
-					return
-				case <-timer.C:
-					if out.takeDirty() {
-						text, truncated, total := out.snapshot()
-						call.Update(Result{
-							Content: []message.Block{message.Text(text)},
-							Details: map[string]any{"partial": true, "truncated": truncated, "outputBytes": total},
-						})
-					}
-					timer.Reset(updateInterval)
-				}
-			}
-		})
+// sendUpdates sends update the output so far, when there is new output, at
+// most every updateInterval, until stop is called. The updates come from a
+// single goroutine that is gone when stop returns, so update is never
+// called concurrently or late. A nil update gets none.
+func (r *execRun) sendUpdates(update func(Result)) (stop func()) {
+	if update == nil {
+		return func() {}
 	}
+	done := make(chan struct{})
+	var updates sync.WaitGroup
+	updates.Go(func() {
+		// The timer restarts after each update, so updates are at
+		// least updateInterval apart however late one was.
+		timer := time.NewTimer(updateInterval)
+		defer timer.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-timer.C:
+				if r.out.takeDirty() {
+					text, truncated, total := r.out.snapshot()
+					update(Result{
+						Content: []message.Block{message.Text(text)},
+						Details: map[string]any{"partial": true, "truncated": truncated, "outputBytes": total},
+					})
+				}
+				timer.Reset(updateInterval)
+			}
+		}
+	})
+	return func() {
+		close(done)
+		updates.Wait()
+	}
+}
 
+// wait waits for the shell to exit, or kills the command and its processes
+// when timeout passes (timedOut) or ctx ends (aborted) first, and returns
+// how long the command ran.
+func (r *execRun) wait(ctx context.Context, timeout time.Duration) (timedOut, aborted bool, elapsed time.Duration) {
 	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	go func() { waited <- r.cmd.Wait() }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var timedOut, aborted bool
 	select {
 	case <-waited:
 	case <-timer.C:
-		timedOut = kill(cmd, waited)
+		timedOut = kill(r.cmd, waited)
 	case <-ctx.Done():
-		aborted = kill(cmd, waited)
+		aborted = kill(r.cmd, waited)
 	}
-	elapsed := time.Since(started)
-	select {
-	case <-eof:
-	case <-time.After(drainGrace):
-		notes = append(notes, "[output after the shell exited was discarded: a background process still holds it]")
-	}
-	pr.Close()
-	<-eof
-	close(stopUpdates)
-	updates.Wait()
+	return timedOut, aborted, time.Since(r.started)
+}
 
-	text, truncated, total := out.snapshot()
-	state := cmd.ProcessState()
-	exitCode := state.ExitCode()
+// drain waits, for at most drainGrace, for the end of the output, then
+// closes the pipe and waits for the copy to stop. It reports false when
+// the output did not end: a background process still holds the pipe, and
+// what it writes later is discarded.
+func (r *execRun) drain() bool {
+	ended := true
+	select {
+	case <-r.eof:
+	case <-time.After(drainGrace):
+		ended = false
+	}
+	r.pr.Close()
+	<-r.eof
+	return ended
+}
+
+// execOutcome is how a command ended: what its result is made of.
+type execOutcome struct {
+	text      string // the output (see headTail.snapshot)
+	truncated bool
+	total     int64 // bytes of output
+	exitCode  int
+	signal    string // the signal that killed the shell, if one did
+	timedOut  bool
+	aborted   bool
+	elapsed   time.Duration
+	timeout   time.Duration
+	notes     []string // between the output and the status
+}
+
+// result renders the outcome as the tool's result: the output ("(no
+// output)" for none), the notes and the exit status, a blank line apart,
+// with the details; a non-zero exit, a timeout or an abort is an error.
+func (o execOutcome) result() Result {
 	details := map[string]any{
-		"exitCode":    int64(exitCode),
-		"timedOut":    timedOut,
-		"aborted":     aborted,
-		"durationMs":  elapsed.Milliseconds(),
-		"truncated":   truncated,
-		"outputBytes": total,
+		"exitCode":    int64(o.exitCode),
+		"timedOut":    o.timedOut,
+		"aborted":     o.aborted,
+		"durationMs":  o.elapsed.Milliseconds(),
+		"truncated":   o.truncated,
+		"outputBytes": o.total,
 	}
 	var status string
-	switch sig := exitSignal(state); {
-	case timedOut:
-		status = fmt.Sprintf("Command timed out after %s; it and the processes it started were killed.", secs(timeout))
-	case aborted:
+	switch {
+	case o.timedOut:
+		status = fmt.Sprintf("Command timed out after %s; it and the processes it started were killed.", secs(o.timeout))
+	case o.aborted:
 		status = "Command aborted; it and the processes it started were killed."
-	case sig != "":
-		details["signal"] = sig
-		status = fmt.Sprintf("Command was killed by signal %s.", sig)
+	case o.signal != "":
+		details["signal"] = o.signal
+		status = fmt.Sprintf("Command was killed by signal %s.", o.signal)
 	default:
-		status = fmt.Sprintf("Command exited with code %d.", exitCode)
+		status = fmt.Sprintf("Command exited with code %d.", o.exitCode)
 	}
 	// One final newline is dropped: the status follows a blank line.
-	text = strings.TrimSuffix(text, "\n")
+	text := strings.TrimSuffix(o.text, "\n")
 	if text == "" {
 		text = "(no output)"
 	}
-	parts := append([]string{text}, notes...)
+	parts := append([]string{text}, o.notes...)
 	parts = append(parts, status)
 	return Result{
 		Content: []message.Block{message.Text(strings.Join(parts, "\n\n"))},
 		Details: details,
-		IsError: timedOut || aborted || exitCode != 0,
-	}, nil
+		IsError: o.timedOut || o.aborted || o.exitCode != 0,
+	}
 }
 
 // kill kills the command and its processes and waits for the shell, unless

@@ -480,3 +480,47 @@ func TestExecNamedEnv(t *testing.T) {
 		t.Errorf("exec's description: %q", desc)
 	}
 }
+
+// TestExecRunPhases: a started command's output is read to its end; it
+// exits, or is killed by its timeout or the end of ctx, and says which.
+func TestExecRunPhases(t *testing.T) {
+	t.Parallel()
+	_, unconfined := boxes(t)
+	for _, tc := range []struct {
+		name              string
+		command           string
+		timeout           time.Duration
+		cancel            bool
+		timedOut, aborted bool
+		output            string
+	}{
+		{"exits", "echo out; echo err >&2", time.Minute, false, false, false, "out\nerr\n"},
+		{"times out", "echo started; exec sleep 600", 50 * time.Millisecond, false, true, false, ""},
+		{"aborted", "exec sleep 600", time.Minute, true, false, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tool := &execTool{w: &ws{Workspace: Workspace{Dir: t.TempDir(), Shell: "/bin/sh", MaxOutputBytes: 1000, Env: []string{"PATH=/usr/bin:/bin"}}}, box: unconfined}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			r, err := tool.start(ctx, tc.command)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.cancel {
+				cancel()
+			}
+			timedOut, aborted, elapsed := r.wait(ctx, tc.timeout)
+			if !r.drain() {
+				t.Error("the output did not end")
+			}
+			text, _, _ := r.out.snapshot()
+			if timedOut != tc.timedOut || aborted != tc.aborted || elapsed <= 0 || tc.output != "" && text != tc.output {
+				t.Errorf("timed out %v, aborted %v, after %v, output %q", timedOut, aborted, elapsed, text)
+			}
+			if state := r.cmd.ProcessState(); (state.ExitCode() != 0) != (tc.timedOut || tc.aborted) {
+				t.Errorf("exit code %d", state.ExitCode())
+			}
+		})
+	}
+}

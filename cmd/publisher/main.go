@@ -10,7 +10,7 @@
 //	publisher history --session KEY [--json]
 //	publisher import --session KEY FILE.jsonl
 //	publisher stop --session KEY [--no-follow]
-//	publisher runs | sessions | backlog --session KEY | dlq list|show|replay|purge | auth status|reset
+//	publisher runs | sessions [forget KEY] | backlog --session KEY | dlq list|show|replay|purge | auth status|reset
 //	publisher version (also --version)
 //
 // send and follow show the run live: the reply on stdout, and on stderr the

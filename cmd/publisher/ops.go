@@ -55,7 +55,38 @@ func sessionsCommand(c *common) *cobra.Command {
 	}
 	c.jsonFlag(cmd, "print one JSON object per session")
 	cmd.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("most sessions listed (default %d)", admin.LimitDefault))
+	cmd.AddCommand(forgetCommand(c))
 	return cmd
+}
+
+// forgetCommand is "sessions forget KEY".
+func forgetCommand(c *common) *cobra.Command {
+	return &cobra.Command{
+		Use:   "forget KEY",
+		Short: "Delete an idle session's transcript, settings and run events (the admin role)",
+		Long: `forget deletes a session's transcript, stored settings and state, its lane
+records and its run events, when no turn of it runs and no message waits for it
+(stop it first). Its next message starts a new conversation.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("sessions forget: give one session key")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, ctx, done, err := c.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			rep, err := cl.Forget(ctx, args[0])
+			if err != nil {
+				return adminDenied("sessions forget", err)
+			}
+			_, err = fmt.Fprintf(c.stdout, "forgot %s: %d records, %d run events\n", rep.Session, rep.Keys, rep.Events)
+			return err
+		},
+	}
 }
 
 func printSessions(rep admin.SessionsReply, asJSON bool, now time.Time, w io.Writer) error {

@@ -8,7 +8,8 @@ package auth
 import (
 	"context"
 	"slices"
-	"strings"
+
+	"github.com/lanefleet/lanefleet/events"
 )
 
 // Role is what a gateway token may do.
@@ -64,15 +65,7 @@ func (p *Principal) AllowsSession(key string) bool {
 	if p == nil || key == "" {
 		return false
 	}
-	if slices.Contains(p.Sessions, key) {
-		return true
-	}
-	for _, pre := range p.Prefixes {
-		if strings.HasPrefix(key, pre) {
-			return true
-		}
-	}
-	return false
+	return events.KeyInScope(key, p.Prefixes, p.Sessions)
 }
 
 // AllowsModel reports whether the caller may name model ref (a fleet model

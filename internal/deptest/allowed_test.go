@@ -58,10 +58,11 @@ var allowed = map[string][]string{
 	"metrics":                     {"events", "internal/version", "message"},
 	"permission":                  {"events"},
 	"provider":                    {"message"},
-	"provider/anthropic":          {"message", "provider", "provider/failover", "provider/internal/jsonfast", "provider/internal/send", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
+	"provider/anthropic":          {"message", "provider", "provider/failover", "provider/internal/adapter", "provider/internal/jsonfast", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
 	"provider/catalog":            {"provider"},
 	"provider/failover":           {"ecmatext", "provider"},
-	"provider/google":             {"message", "provider", "provider/internal/jsonfast", "provider/internal/send", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
+	"provider/google":             {"message", "provider", "provider/internal/adapter", "provider/internal/jsonfast", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
+	"provider/internal/adapter":   {"message", "provider", "provider/internal/send", "provider/internal/sse", "provider/internal/stream"},
 	"provider/internal/jsonfast":  {},
 	"provider/internal/send":      {"provider", "provider/internal/stream"},
 	"provider/internal/sse":       {},
@@ -69,7 +70,7 @@ var allowed = map[string][]string{
 	"provider/internal/wirecache": {"internal/bytelru", "message", "provider"},
 	"provider/internal/wiretest":  {"message", "provider", "provider/internal/wirecache"},
 	"provider/local":              {"provider", "provider/catalog"},
-	"provider/openai":             {"message", "provider", "provider/failover", "provider/internal/jsonfast", "provider/internal/send", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
+	"provider/openai":             {"message", "provider", "provider/failover", "provider/internal/adapter", "provider/internal/jsonfast", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
 	"provider/registry":           {"authprofile", "guard", "message", "provider", "provider/anthropic", "provider/catalog", "provider/google", "provider/local", "provider/openai", "provider/scripted"},
 	"provider/scripted":           {"message", "provider"},
 	"provider/transform":          {"message", "provider"},
@@ -86,7 +87,7 @@ var allowed = map[string][]string{
 	"tracing":                     {},
 	"tracing/otlp":                {"internal/backoff"},
 	// The HTTP gateway (being built): the client and the wire schema.
-	"gateway/...": {"", "events", "message", "metrics", "permission", "lanes/queue", "admin", "internal/...", "gateway/...", "sessionfile"},
+	"gateway/...": {"", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "sessionfile"},
 }
 
 // TestAllowedImports checks every package's direct imports of the module's

@@ -88,6 +88,9 @@ type Member struct {
 	models       registry.ModelPolicy
 	pins         authprofile.Pins
 
+	// rate is the worker's turn rate, for the admin service's stats.
+	rate turnRate
+
 	// bg owns the run registry's background writes: Run waits for them
 	// before it closes the connection.
 	bg sync.WaitGroup
@@ -410,9 +413,13 @@ func (m *Member) Run(ctx context.Context) error {
 		return fmt.Errorf("fleet: lane service: %w", err)
 	}
 	defer func() { _ = svc.Stop() }()
-	// The admin service answers operators (admin role) fleet-wide.
+	// The admin service answers operators (admin role) fleet-wide, and
+	// says how this worker does in micro's STATS.
+	sampled, stopSampling := make(chan struct{}), make(chan struct{})
+	go func() { defer close(sampled); m.sampleTurns(stopSampling) }()
+	defer func() { close(stopSampling); <-sampled }()
 	adm, err := admin.Serve(m.Conn, admin.Config{JS: m.JS, Inbound: m.Streams.Inbound, Events: m.Streams.Events, Dead: m.Streams.Dead,
-		Runs: m.Runs, Lanes: m.Lanes, Auth: m.authBook(), Worker: m.Worker.ID(), Logger: m.log})
+		Runs: m.Runs, Lanes: m.Lanes, Auth: m.authBook(), Worker: m.Worker.ID(), Stats: m.workerStats, Forget: m.forget, Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("fleet: admin service: %w", err)
 	}

@@ -288,9 +288,13 @@ func parseSubject(subject, op string) (token, key string, err error) {
 // DecodeRequest decodes a JSON request body into v: empty means the zero
 // value; unknown fields, trailing data and bodies over MaxRequestBytes are
 // refused. The admin service reads its requests with it too.
-func DecodeRequest(data []byte, v any) error {
-	if len(data) > MaxRequestBytes {
-		return fmt.Errorf("request of %d bytes is larger than %d", len(data), MaxRequestBytes)
+func DecodeRequest(data []byte, v any) error { return DecodeRequestMax(data, v, MaxRequestBytes) }
+
+// DecodeRequestMax is DecodeRequest with another bound: for requests that
+// carry a caller's scope (admin's sessions and approvals).
+func DecodeRequestMax(data []byte, v any, maxBytes int) error {
+	if len(data) > maxBytes {
+		return fmt.Errorf("request of %d bytes is larger than %d", len(data), maxBytes)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil

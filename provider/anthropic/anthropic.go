@@ -21,8 +21,8 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/adapter"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
-	"github.com/lanefleet/lanefleet/provider/internal/send"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
 )
@@ -36,20 +36,18 @@ const DefaultBaseURL = "https://api.anthropic.com"
 const APIVersion = "2026-10-21"
 
 // Config configures the adapter (the fields every adapter shares: see
-// send.Config). The zero value is usable.
-type Config = send.Config
+// adapter.Config). The zero value is usable.
+type Config = adapter.Config
 
 // Adapter streams Anthropic Messages.
 type Adapter struct {
-	cfg  Config
-	pool *send.Pool
-	wire *wireCache
+	client adapter.Client
+	wire   *wireCache
 }
 
 // New returns an Anthropic Messages adapter.
 func New(cfg Config) *Adapter {
-	cfg = cfg.WithDefaults()
-	return &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient), wire: newWireCache(cfg.WireCacheBytes)}
+	return &Adapter{client: adapter.NewClient("anthropic", cfg), wire: newWireCache(cfg.WireCacheBytes)}
 }
 
 var _ provider.Provider = (*Adapter)(nil)
@@ -57,52 +55,22 @@ var _ provider.Provider = (*Adapter)(nil)
 // Stream sends req and streams the reply (see provider.Provider). Failures
 // return the partial message and a *provider.Error.
 func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
-	b := stream.NewBuilder(req.Model, a.cfg.Now(), emit)
-	body, betas, err := buildRequest(req, a.wire)
-	if err != nil {
-		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "anthropic: build request: " + err.Error(), Err: err})
-	}
-	w := stream.NewWatch(ctx, a.cfg.IdleTimeout)
-	defer w.Stop()
-	resp, perr := a.post(ctx, w, req, body, betas)
-	if perr != nil {
-		return b.Fail(perr)
-	}
-	defer resp.Body.Close()
-	b.Start()
-	p := parser{b: b, blocks: map[int]int{}}
-	// A stall after message_delta carried the stop reason only loses message_stop.
-	stopped := func() bool { return p.stopped }
-	hasStop := func() bool { return p.stopReason != "" }
-	if perr := stream.Drain(ctx, w, "anthropic", w.Body(resp.Body), stopped, hasStop, p.event); perr != nil {
-		return b.Fail(perr)
-	}
-	if p.stopReason == "" {
-		return b.Fail(stream.Protocol("anthropic: stream ended before message_stop"))
-	}
-	switch p.stopReason {
-	case "end_turn", "pause_turn", "stop_sequence":
-		return b.Done(message.StopStop), nil
-	case "max_tokens":
-		return b.Done(message.StopLength), nil
-	case "tool_use":
-		return b.Done(message.StopToolUse), nil
-	case "model_context_window_exceeded":
-		return b.Fail(&provider.Error{Reason: provider.ReasonContextOverflow, Message: "anthropic: stop reason model_context_window_exceeded"})
-	case "refusal":
-		return b.Fail(&provider.Error{Reason: provider.ReasonUnknown, Message: "anthropic: the model refused to answer (stop reason refusal)"})
-	}
-	return b.Fail(&provider.Error{Reason: provider.ReasonUnknown, Message: "anthropic: unhandled stop reason: " + p.stopReason})
+	return a.client.Run(ctx, req, emit, adapter.Spec{
+		Build: func() (adapter.Call, error) { return build(req, a.wire) },
+		Parse: func(b *stream.Builder) adapter.Parser { return &parser{b: b, blocks: map[int]int{}} },
+	})
 }
 
-func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Request, body []byte, betas []string) (*http.Response, *provider.Error) {
+// build builds the request of req: its body, and the model's base URL,
+// credentials and betas.
+func build(req *provider.Request, cache *wireCache) (adapter.Call, error) {
+	body, betas, err := buildRequest(req, cache)
+	if err != nil {
+		return adapter.Call{}, err
+	}
 	base := req.Model.BaseURL
 	if base == "" {
 		base = DefaultBaseURL
-	}
-	u, err := send.JoinURL(base, "v1/messages")
-	if err != nil {
-		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: "anthropic: " + err.Error(), Err: err}
 	}
 	h := http.Header{}
 	h.Set("anthropic-version", APIVersion)
@@ -118,11 +86,34 @@ func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Reque
 	if len(betas) > 0 {
 		h.Set("anthropic-beta", strings.Join(betas, ","))
 	}
-	for k, v := range a.cfg.Headers {
-		h.Set(k, v)
-	}
-	return a.pool.Post(ctx, w, send.Request{Name: "anthropic", URL: u, Header: h, Body: body, Key: req.APIKey, Now: a.cfg.Now})
+	return adapter.Call{Base: base, Path: "v1/messages", Header: h, Body: body}, nil
 }
+
+// Outcome maps the stop reason to the reply's (see adapter.Parser).
+func (p *parser) Outcome() (message.StopReason, *provider.Error) {
+	switch p.stopReason {
+	case "":
+		return "", stream.Protocol("anthropic: stream ended before message_stop")
+	case "end_turn", "pause_turn", "stop_sequence":
+		return message.StopStop, nil
+	case "max_tokens":
+		return message.StopLength, nil
+	case "tool_use":
+		return message.StopToolUse, nil
+	case "model_context_window_exceeded":
+		return "", &provider.Error{Reason: provider.ReasonContextOverflow, Message: "anthropic: stop reason model_context_window_exceeded"}
+	case "refusal":
+		return "", &provider.Error{Reason: provider.ReasonUnknown, Message: "anthropic: the model refused to answer (stop reason refusal)"}
+	}
+	return "", &provider.Error{Reason: provider.ReasonUnknown, Message: "anthropic: unhandled stop reason: " + p.stopReason}
+}
+
+// Ended reports message_stop (see adapter.Parser).
+func (p *parser) Ended() bool { return p.stopped }
+
+// HasStop reports message_delta's stop reason: a stall after it only
+// loses message_stop (see adapter.Parser).
+func (p *parser) HasStop() bool { return p.stopReason != "" }
 
 // event is the union of the stream's event payloads.
 type event struct {
@@ -221,7 +212,8 @@ func (p *parser) fastDelta(data []byte) bool {
 	return true
 }
 
-func (p *parser) event(ev sse.Event) *provider.Error {
+// Event applies one event of the stream (see adapter.Parser).
+func (p *parser) Event(ev sse.Event) *provider.Error {
 	data := bytes.TrimSpace(ev.Data)
 	name := string(ev.Name)
 	if name == "error" {

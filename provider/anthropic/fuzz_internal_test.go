@@ -18,8 +18,8 @@ func FuzzParser(f *testing.F) {
 	f.Add("error", `{"type":"error","error":{"type":"overloaded_error"}}`)
 	f.Fuzz(func(t *testing.T, name, data string) {
 		p := parser{b: stream.NewBuilder(provider.Model{}, time.Unix(0, 0), nil), blocks: map[int]int{}}
-		_ = p.event(sse.Event{Name: []byte("content_block_start"), Data: []byte(`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)})
-		_ = p.event(sse.Event{Name: []byte(name), Data: []byte(data)})
+		_ = p.Event(sse.Event{Name: []byte("content_block_start"), Data: []byte(`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)})
+		_ = p.Event(sse.Event{Name: []byte(name), Data: []byte(data)})
 		p.b.Done("stop")
 	})
 }

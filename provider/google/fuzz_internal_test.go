@@ -17,7 +17,7 @@ func FuzzParser(f *testing.F) {
 	f.Add(`{"error":{"code":429}}`)
 	f.Fuzz(func(t *testing.T, data string) {
 		p := parser{b: stream.NewBuilder(provider.Model{}, time.Unix(0, 0), nil), cur: -1, ids: map[string]bool{}}
-		_ = p.event(sse.Event{Data: []byte(data)})
+		_ = p.Event(sse.Event{Data: []byte(data)})
 		p.b.Done("stop")
 	})
 }

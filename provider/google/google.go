@@ -20,8 +20,8 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/adapter"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
-	"github.com/lanefleet/lanefleet/provider/internal/send"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
 )
@@ -31,20 +31,18 @@ import (
 const DefaultBaseURL = "https://generativelanguage.googleapis.com/v1beta"
 
 // Config configures the adapter (the fields every adapter shares: see
-// send.Config). The zero value is usable.
-type Config = send.Config
+// adapter.Config). The zero value is usable.
+type Config = adapter.Config
 
 // Adapter streams Gemini generateContent.
 type Adapter struct {
-	cfg  Config
-	pool *send.Pool
-	wire *wireCache
+	client adapter.Client
+	wire   *wireCache
 }
 
 // New returns a Gemini adapter.
 func New(cfg Config) *Adapter {
-	cfg = cfg.WithDefaults()
-	return &Adapter{cfg: cfg, pool: send.NewPool(cfg.HTTPClient), wire: newWireCache(cfg.WireCacheBytes)}
+	return &Adapter{client: adapter.NewClient("google", cfg), wire: newWireCache(cfg.WireCacheBytes)}
 }
 
 var _ provider.Provider = (*Adapter)(nil)
@@ -52,41 +50,40 @@ var _ provider.Provider = (*Adapter)(nil)
 // Stream sends req and streams the reply (see provider.Provider). Failures
 // return the partial message and a *provider.Error.
 func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
-	now := a.cfg.Now()
-	b := stream.NewBuilder(req.Model, now, emit)
-	body, err := buildRequest(req, a.wire)
-	if err != nil {
-		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "google: build request: " + err.Error(), Err: err})
-	}
-	w := stream.NewWatch(ctx, a.cfg.IdleTimeout)
-	defer w.Stop()
-	resp, perr := a.post(ctx, w, req, body)
-	if perr != nil {
-		return b.Fail(perr)
-	}
-	defer resp.Body.Close()
-	b.Start()
-	p := parser{b: b, cur: -1, ids: map[string]bool{}, nowMs: now.UnixMilli()}
-	// A stall after the finishReason only loses the trailing chunks.
-	hasFinish := func() bool { return p.finish != "" }
-	if perr := stream.Drain(ctx, w, "google", w.Body(resp.Body), nil, hasFinish, p.event); perr != nil {
-		return b.Fail(perr)
-	}
+	return a.client.Run(ctx, req, emit, adapter.Spec{
+		Build: func() (adapter.Call, error) { return build(req, a.wire) },
+		Parse: func(b *stream.Builder) adapter.Parser {
+			return &parser{b: b, cur: -1, ids: map[string]bool{}, nowMs: b.Timestamp()}
+		},
+	})
+}
+
+// Outcome maps the finish reason to the reply's stop reason (see
+// adapter.Parser).
+func (p *parser) Outcome() (message.StopReason, *provider.Error) {
 	switch p.finish {
 	case "":
-		return b.Fail(stream.Protocol("google: stream ended before a finishReason"))
+		return "", stream.Protocol("google: stream ended before a finishReason")
 	case finishStop:
-		if b.HasToolCalls() {
-			return b.Done(message.StopToolUse), nil
+		if p.b.HasToolCalls() {
+			return message.StopToolUse, nil
 		}
-		return b.Done(message.StopStop), nil
+		return message.StopStop, nil
 	case finishMaxTokens:
-		return b.Done(message.StopLength), nil
+		return message.StopLength, nil
 	case finishMalformedFunctionCall, finishUnexpectedToolCall:
-		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "google: finish reason " + p.finish + p.finishMessage()})
+		return "", &provider.Error{Reason: provider.ReasonFormat, Message: "google: finish reason " + p.finish + p.finishMessage()}
 	}
-	return b.Fail(&provider.Error{Reason: provider.ReasonUnknown, Message: "google: finish reason " + p.finish + p.finishMessage()})
+	return "", &provider.Error{Reason: provider.ReasonUnknown, Message: "google: finish reason " + p.finish + p.finishMessage()}
 }
+
+// Ended is false: the stream has no terminal event, it ends with the body
+// (see adapter.Parser).
+func (p *parser) Ended() bool { return false }
+
+// HasStop reports the finishReason: a stall after it only loses the
+// trailing chunks (see adapter.Parser).
+func (p *parser) HasStop() bool { return p.finish != "" }
 
 // Finish reasons the adapter tells apart; any other ends the reply as an
 // error carrying the reason.
@@ -110,19 +107,19 @@ func endpoint(base string) string {
 	return base
 }
 
-func (a *Adapter) post(ctx context.Context, w *stream.Watch, req *provider.Request, body []byte) (*http.Response, *provider.Error) {
-	u, err := send.JoinURL(endpoint(req.Model.BaseURL), "models/"+url.PathEscape(req.Model.ID)+":streamGenerateContent?alt=sse")
+// build builds the request of req: its body, and the model's
+// streamGenerateContent under its base URL, with its key as a header.
+func build(req *provider.Request, cache *wireCache) (adapter.Call, error) {
+	body, err := buildRequest(req, cache)
 	if err != nil {
-		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: "google: " + err.Error(), Err: err}
+		return adapter.Call{}, err
 	}
 	h := http.Header{}
 	if k := req.APIKey.Reveal(); k != "" {
 		h.Set("x-goog-api-key", k)
 	}
-	for k, v := range a.cfg.Headers {
-		h.Set(k, v)
-	}
-	return a.pool.Post(ctx, w, send.Request{Name: "google", URL: u, Header: h, Body: body, Key: req.APIKey, Now: a.cfg.Now})
+	path := "models/" + url.PathEscape(req.Model.ID) + ":streamGenerateContent?alt=sse"
+	return adapter.Call{Base: endpoint(req.Model.BaseURL), Path: path, Header: h, Body: body}, nil
 }
 
 type chunk struct {
@@ -173,7 +170,8 @@ func (p *parser) finishMessage() string {
 	return ": " + p.finMsg
 }
 
-func (p *parser) event(ev sse.Event) *provider.Error {
+// Event applies one chunk of the stream (see adapter.Parser).
+func (p *parser) Event(ev sse.Event) *provider.Error {
 	if len(ev.Name) > 0 && string(ev.Name) != "message" {
 		return stream.Protocol("google: unknown event type %q", ev.Name)
 	}

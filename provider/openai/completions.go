@@ -9,6 +9,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/adapter"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
@@ -16,13 +17,13 @@ import (
 
 // Completions streams Chat Completions ("openai-completions").
 type Completions struct {
-	poster
-	wire *wireCache
+	client adapter.Client
+	wire   *wireCache
 }
 
 // NewCompletions returns a Chat Completions adapter.
 func NewCompletions(cfg Config) *Completions {
-	return &Completions{poster: newPoster(cfg), wire: newWireCache(cfg.WireCacheBytes)}
+	return &Completions{client: adapter.NewClient("openai", cfg), wire: newWireCache(cfg.WireCacheBytes)}
 }
 
 var _ provider.Provider = (*Completions)(nil)
@@ -30,35 +31,13 @@ var _ provider.Provider = (*Completions)(nil)
 // Stream sends req and streams the reply (see provider.Provider). Failures
 // return the partial message and a *provider.Error.
 func (c *Completions) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
-	b := stream.NewBuilder(req.Model, c.cfg.Now(), emit)
-	body, err := buildChatRequest(req, c.wire)
-	if err != nil {
-		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "openai: build request: " + err.Error(), Err: err})
-	}
-	w := stream.NewWatch(ctx, c.cfg.IdleTimeout)
-	defer w.Stop()
-	resp, perr := c.post(ctx, w, req, "chat/completions", body)
-	if perr != nil {
-		return b.Fail(perr)
-	}
-	defer resp.Body.Close()
-	b.Start()
-	p := chatParser{b: b, toolIdx: map[int]int{}, cur: -1}
-	// A stall after the finish_reason only loses the trailing usage or [DONE].
-	finished := func() bool { return p.finished }
-	hasFinish := func() bool { return p.finish != "" }
-	if perr := stream.Drain(ctx, w, "openai", w.Body(resp.Body), finished, hasFinish, p.event); perr != nil {
-		return b.Fail(perr)
-	}
-	if p.finish == "" {
-		return b.Fail(stream.Protocol("openai: stream ended before a finish_reason"))
-	}
-	p.attachReasoningDetails()
-	stop, perr := p.stopReason()
-	if perr != nil {
-		return b.Fail(perr)
-	}
-	return b.Done(stop), nil
+	return c.client.Run(ctx, req, emit, adapter.Spec{
+		Build: func() (adapter.Call, error) {
+			body, err := buildChatRequest(req, c.wire)
+			return call(req, "chat/completions", body), err
+		},
+		Parse: func(b *stream.Builder) adapter.Parser { return &chatParser{b: b, toolIdx: map[int]int{}, cur: -1} },
+	})
 }
 
 type chatChunk struct {
@@ -118,7 +97,8 @@ type chatParser struct {
 
 var doneMarker = []byte("[DONE]")
 
-func (p *chatParser) event(ev sse.Event) *provider.Error {
+// Event applies one chunk of the stream (see adapter.Parser).
+func (p *chatParser) Event(ev sse.Event) *provider.Error {
 	switch string(ev.Name) {
 	case "", "message", "chunk":
 	case "error":
@@ -328,6 +308,24 @@ func (p *chatParser) attachReasoningDetails() {
 	}
 }
 
+// Ended reports [DONE] (see adapter.Parser).
+func (p *chatParser) Ended() bool { return p.finished }
+
+// HasStop reports the finish_reason: a stall after it only loses the
+// trailing usage or [DONE] (see adapter.Parser).
+func (p *chatParser) HasStop() bool { return p.finish != "" }
+
+// Outcome puts the reasoning details on their blocks and maps the
+// finish_reason to the reply's stop reason (see adapter.Parser).
+func (p *chatParser) Outcome() (message.StopReason, *provider.Error) {
+	if p.finish == "" {
+		return "", stream.Protocol("openai: stream ended before a finish_reason")
+	}
+	p.attachReasoningDetails()
+	return p.stopReason()
+}
+
+// stopReason maps the finish_reason to the reply's stop reason.
 func (p *chatParser) stopReason() (message.StopReason, *provider.Error) {
 	switch p.finish {
 	case "stop", "end", "eos":

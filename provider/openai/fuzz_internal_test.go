@@ -25,11 +25,11 @@ func FuzzParsers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name, data string) {
 		m := provider.Model{ID: "m"}
 		cp := chatParser{b: stream.NewBuilder(m, time.Unix(0, 0), nil), toolIdx: map[int]int{}, cur: -1}
-		_ = cp.event(sse.Event{Name: []byte(name), Data: []byte(data)})
+		_ = cp.Event(sse.Event{Name: []byte(name), Data: []byte(data)})
 		cp.attachReasoningDetails()
 		_, _ = cp.stopReason()
 		rp := respParser{b: stream.NewBuilder(m, time.Unix(0, 0), nil), items: map[int]int{}, parts: map[int]int{}}
-		_ = rp.event(sse.Event{Name: []byte(name), Data: []byte(data)})
+		_ = rp.Event(sse.Event{Name: []byte(name), Data: []byte(data)})
 		rp.b.Done("stop")
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/adapter"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
@@ -19,13 +20,13 @@ import (
 // signature and sent back verbatim; tool call ids are stored as
 // "call_id|item_id".
 type Responses struct {
-	poster
-	wire *respWireCache
+	client adapter.Client
+	wire   *respWireCache
 }
 
 // NewResponses returns a Responses adapter.
 func NewResponses(cfg Config) *Responses {
-	return &Responses{poster: newPoster(cfg), wire: newRespWireCache(cfg.WireCacheBytes)}
+	return &Responses{client: adapter.NewClient("openai", cfg), wire: newRespWireCache(cfg.WireCacheBytes)}
 }
 
 var _ provider.Provider = (*Responses)(nil)
@@ -33,31 +34,34 @@ var _ provider.Provider = (*Responses)(nil)
 // Stream sends req and streams the reply (see provider.Provider). Failures
 // return the partial message and a *provider.Error.
 func (r *Responses) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
-	b := stream.NewBuilder(req.Model, r.cfg.Now(), emit)
-	body, err := buildResponsesRequest(req, r.wire)
-	if err != nil {
-		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "openai: build request: " + err.Error(), Err: err})
-	}
-	w := stream.NewWatch(ctx, r.cfg.IdleTimeout)
-	defer w.Stop()
-	resp, perr := r.post(ctx, w, req, "responses", body)
-	if perr != nil {
-		return b.Fail(perr)
-	}
-	defer resp.Body.Close()
-	b.Start()
-	p := respParser{b: b, items: map[int]int{}, parts: map[int]int{}, model: req.Model}
-	stopped := func() bool { return p.stop != "" }
-	if perr := stream.Drain(ctx, w, "openai", w.Body(resp.Body), stopped, nil, p.event); perr != nil {
-		return b.Fail(perr)
-	}
+	return r.client.Run(ctx, req, emit, adapter.Spec{
+		Build: func() (adapter.Call, error) {
+			body, err := buildResponsesRequest(req, r.wire)
+			return call(req, "responses", body), err
+		},
+		Parse: func(b *stream.Builder) adapter.Parser {
+			return &respParser{b: b, items: map[int]int{}, parts: map[int]int{}, model: req.Model}
+		},
+	})
+}
+
+// Ended reports the response's terminal event (see adapter.Parser).
+func (p *respParser) Ended() bool { return p.stop != "" }
+
+// HasStop is false: the stop reason arrives with the terminal event, so
+// nothing the reply needs can follow it (see adapter.Parser).
+func (p *respParser) HasStop() bool { return false }
+
+// Outcome is the stop reason of the terminal event; a reply that ends for
+// "stop" with tool calls stops for them (see adapter.Parser).
+func (p *respParser) Outcome() (message.StopReason, *provider.Error) {
 	if p.stop == "" {
-		return b.Fail(stream.Protocol("openai: stream ended before response.completed"))
+		return "", stream.Protocol("openai: stream ended before response.completed")
 	}
-	if p.stop == message.StopStop && b.HasToolCalls() {
-		p.stop = message.StopToolUse
+	if p.stop == message.StopStop && p.b.HasToolCalls() {
+		return message.StopToolUse, nil
 	}
-	return b.Done(p.stop), nil
+	return p.stop, nil
 }
 
 type respEvent struct {
@@ -127,7 +131,8 @@ func (p *respParser) block(idx int, kind string) int {
 	return i
 }
 
-func (p *respParser) event(ev sse.Event) *provider.Error {
+// Event applies one event of the stream (see adapter.Parser).
+func (p *respParser) Event(ev sse.Event) *provider.Error {
 	data := bytes.TrimSpace(ev.Data)
 	if len(data) == 0 {
 		return nil

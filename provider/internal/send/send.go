@@ -43,8 +43,8 @@ const (
 	PingTimeout = 15 * time.Second
 )
 
-// UserAgent is the User-Agent of every request (a Config's Headers may
-// replace it).
+// UserAgent is the User-Agent of every request (an adapter.Config's
+// Headers may replace it).
 const UserAgent = "lanefleet"
 
 // ErrBaseURL reports a base URL that is not an absolute http or https URL.

@@ -77,6 +77,9 @@ func (b *Builder) add(bl message.Block) int {
 	return len(b.msg.Content.Blocks) - 1
 }
 
+// Timestamp returns the message's timestamp (Unix milliseconds).
+func (b *Builder) Timestamp() int64 { return b.msg.Timestamp }
+
 // Len returns the number of blocks so far.
 func (b *Builder) Len() int { return len(b.msg.Content.Blocks) }
 

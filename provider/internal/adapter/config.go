@@ -1,4 +1,4 @@
-package send
+package adapter
 
 import (
 	"net/http"
@@ -10,9 +10,9 @@ import (
 // stream may last, and what it keeps between a session's requests.
 type Config struct {
 	// HTTPClient sends every request as it is; nil uses a pooled client
-	// per origin of the model's base URL (see NewTransport: keep-alive,
-	// HTTP/2, no overall timeout; a stream is bounded by IdleTimeout and
-	// the context).
+	// per origin of the model's base URL (see send.NewTransport:
+	// keep-alive, HTTP/2, no overall timeout; a stream is bounded by
+	// IdleTimeout and the context).
 	HTTPClient *http.Client
 	// IdleTimeout abandons a stream that sends nothing for this long;
 	// 0 means stream.IdleTimeoutDefault (5 min).
@@ -29,8 +29,8 @@ type Config struct {
 	WireCacheBytes int
 }
 
-// WithDefaults returns c with its clock set (time.Now when nil).
-func (c Config) WithDefaults() Config {
+// withDefaults returns c with its clock set (time.Now when nil).
+func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
