@@ -268,8 +268,9 @@ type Run struct {
 	Seq     uint64
 	c       *Client
 
-	waitAfter time.Duration
-	onWait    func(Wait)
+	waitAfter  time.Duration
+	onWait     func(Wait)
+	onCaughtUp func()
 	// live is the feed Send opened before it published, until the first
 	// Events takes it or it expires (claimWithin).
 	live atomic.Pointer[feed]

@@ -70,6 +70,19 @@ func (r *Run) OnWait(after time.Duration, fn func(Wait)) *Run {
 	return r
 }
 
+// OnCaughtUp makes following the run (Events, Wait) call fn whenever it
+// has yielded every event it holds and is about to wait for more: for live
+// events, or for the lane service's answer. A consumer that buffers what
+// it writes (a stream to a client) flushes it there: events that came
+// together go out together, and none waits behind a silence. fn is called
+// only after an event was yielded since its last call, never after the
+// iteration ends (the consumer's loop ends then), and runs on the
+// goroutine that iterates the events. OnCaughtUp returns r.
+func (r *Run) OnCaughtUp(fn func()) *Run {
+	r.onCaughtUp = fn
+	return r
+}
+
 // Events yields the run's events from its first one, in order and each once,
 // and stops after the final event. Joining late replays what was missed.
 // Iteration ends early with an error when ctx is done, with ErrUnknownRun
@@ -144,7 +157,8 @@ type follower struct {
 	state, noted Wait // why no event comes (State "" when not known), and what OnWait was told last
 	disconnected bool // the connection dropped, and OnWait was told
 	reconnects   uint64
-	lost         int // live messages the feed lost
+	lost         int  // live messages the feed lost
+	unflushed    bool // an event was yielded since OnCaughtUp's function was last called
 }
 
 // follow starts following the run's live events: from the feed Send
@@ -261,13 +275,19 @@ func (f *follower) run(ctx context.Context, yield func(*events.Event, error) boo
 			continue
 		}
 		f.notify()
-		timer.Reset(min(time.Until(f.due), tick))
 		select {
 		case <-f.feed.ready:
-		case <-timer.C:
-			continue
-		case <-ctx.Done():
-			continue
+		default:
+			// Nothing more at hand: the consumer's turn to flush.
+			f.caughtUp()
+			timer.Reset(min(time.Until(f.due), tick))
+			select {
+			case <-f.feed.ready:
+			case <-timer.C:
+				continue
+			case <-ctx.Done():
+				continue
+			}
 		}
 		if !f.takeLive(yield) {
 			return
@@ -326,6 +346,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 	// no worker, a hand-over) is over, and a later silence learns its
 	// own reason from the next look at the store.
 	f.lastEvent, f.idle, f.state, f.noted = time.Now(), f.idleFloor, Wait{}, Wait{}
+	f.unflushed = true
 	if !yield(ev, nil) || ev.Terminal() {
 		return false
 	}
@@ -351,6 +372,7 @@ func (f *follower) offer(ev *events.Event, stored bool, yield func(*events.Event
 // iteration goes on.
 func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error) bool) bool {
 	for {
+		f.caughtUp() // the request may take a while
 		rep, err := f.fetch(ctx)
 		if err != nil {
 			switch {
@@ -411,6 +433,15 @@ func (f *follower) catchUp(ctx context.Context, yield func(*events.Event, error)
 			f.idle = min(2*f.idle, idleMax)
 		}
 		return true
+	}
+}
+
+// caughtUp calls OnCaughtUp's function if an event was yielded since its
+// last call.
+func (f *follower) caughtUp() {
+	if f.unflushed && f.r.onCaughtUp != nil {
+		f.unflushed = false
+		f.r.onCaughtUp()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -760,5 +761,39 @@ func TestReconnectBound(t *testing.T) {
 	o.MaxReconnect = -1
 	if got := reconnectBound(o); got != 0 {
 		t.Errorf("forever: %s", got)
+	}
+}
+
+// TestCaughtUpAfterEventsAtHand: OnCaughtUp's function runs once the
+// follower has yielded every event at hand and before it waits for more
+// (here the worker goes on only once it ran), not after each event, and
+// not after the final.
+func TestCaughtUpAfterEventsAtHand(t *testing.T) {
+	t.Parallel()
+	const session = "batched"
+	f, r, js, _, ctx := queuedFollower(t, session, 3, 5)
+	defer f.feed.close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var got, calls []string
+	r.OnCaughtUp(func() {
+		calls = append(calls, strings.Join(got, " "))
+		if len(calls) == 1 {
+			playWorker(ctx, t, js, session, r.ID, 4, 5, 5)
+		}
+	})
+	f.run(ctx, func(ev *events.Event, err error) bool {
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got = append(got, label(ev))
+		return true
+	})
+	// Events 4 and 5 may come together or apart: a call between them is
+	// right; one after the final, or without a new event, is not.
+	distinct := len(slices.Compact(slices.Clone(calls))) == len(calls)
+	if strings.Join(got, " ") != "1a1 2a1 3a1 4a1 5a1F" || len(calls) == 0 || calls[0] != "1a1 2a1 3a1" ||
+		slices.Contains(calls, strings.Join(got, " ")) || !distinct {
+		t.Fatalf("yielded %q, caught up after %q; want every event, the first call after the three at hand, none after the final", got, calls)
 	}
 }

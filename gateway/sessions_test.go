@@ -3,11 +3,14 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +124,67 @@ func TestResumeLastEventID(t *testing.T) {
 		}
 	}
 	wantProblem(t, b.do(t, "acme", "GET", sent.Events, "", "Last-Event-ID", "x"), 400, CodeInvalidInput)
+}
+
+// TestStreamWritesEventsAtHandOnce: events the gateway has at hand at
+// once go to the connection in one write, not one each: a finished run's
+// events, read again from the store, follow the stream's head in a single
+// write (with the hijacked follower stream's end), and the stream is whole.
+func TestStreamWritesEventsAtHandOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	var writes atomic.Int64
+	ts := httptest.NewUnstartedServer(b.srv)
+	ts.Listener = countingListener{Listener: ts.Listener, writes: &writes}
+	ts.Config = b.srv.HTTPServer()
+	ts.Start()
+	t.Cleanup(ts.Close)
+	b.ts = ts
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:w/messages", `{"text":"one two three four"}`)
+	var sent SendReply
+	readJSON(t, resp, &sent)
+	if _, err := b.client.Run("acme:w", sent.RunID).Wait(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	writes.Store(0)
+	resp = b.do(t, "acme", "GET", sent.Events, "")
+	evs, err := readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := seqs(t, evs)
+	if len(got) < 4 || got[0] != 1 || got[len(got)-1] != uint64(len(got)) || evs[len(evs)-1].event != "final" {
+		t.Fatalf("events %v", got)
+	}
+	// One write for the head, one for all the events.
+	if n := writes.Load(); n != 2 {
+		t.Fatalf("the stream of %d stored events took %d writes, want 2 (its head, then the events)", len(evs), n)
+	}
+}
+
+// countingListener counts the writes to its connections.
+type countingListener struct {
+	net.Listener
+	writes *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{Conn: c, writes: l.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
 }
 
 // TestSessionOperations: settings (read, change, reset), stop, backlog,

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -267,15 +266,38 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 	s.follow(ctx, st, run, after)
 }
 
+// sseBatchMax bounds the events a stream holds before it writes them
+// (a catch-up's page of a long run, a burst of deltas).
+const sseBatchMax = 32 << 10
+
 // follow writes the run's events after seq after to st until the final
-// one, an error, or st's end.
+// one, an error, or st's end. Events that come together go out together:
+// they are encoded into the stream's buffer and written, with one flush,
+// once following has none left at hand (Run.OnCaughtUp), so a burst costs
+// the connection one write instead of one per event, and no event waits.
 func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, after uint64) {
 	s.hub.add(st)
 	defer s.hub.remove(st)
 	var (
-		buf bytes.Buffer
+		buf bytes.Buffer // events not written yet
 		num [20]byte
 	)
+	// put writes what buf holds, flushing it when flush is set. A write
+	// that fails ends the stream (the client went or reads too slowly);
+	// the run goes on.
+	put := func(flush bool) bool {
+		if buf.Len() == 0 {
+			return true
+		}
+		err := st.send(buf.Bytes(), s.cfg.WriteTimeout, flush)
+		buf.Reset()
+		if err != nil {
+			st.cancel(err)
+			return false
+		}
+		return true
+	}
+	run.OnCaughtUp(func() { put(true) })
 	enc := json.NewEncoder(&buf)
 	for ev, err := range run.Events(ctx) {
 		if err != nil {
@@ -284,14 +306,20 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 				continue // not an event of the run: a forged or garbled message
 			}
 			if ctx.Err() == nil {
-				// Say why the stream ends, as an event the client can read.
+				// Say why the stream ends, as an event the client can read,
+				// after the events it has not been sent yet.
 				p := problemOf(err)
 				b, _ := json.Marshal(p)
-				_ = st.write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", b), s.cfg.WriteTimeout)
+				buf.WriteString("event: error\ndata: ")
+				buf.Write(b)
+				buf.WriteString("\n\n")
 				if p.Code == CodeFleetError {
 					s.log.Warn().Err(err).Str("run", run.ID).Msg("gateway: following a run failed")
 				}
 			}
+			// Events yielded before the end was seen (a shutdown, say) go
+			// out as they did one by one.
+			put(true)
 			return
 		}
 		st.mu.Lock()
@@ -300,25 +328,31 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 		if ev.Seq <= after {
 			continue // the client has it
 		}
-		// One buffer for every event of the stream: the JSON is encoded
-		// in place (as json.Marshal would, and Encode's newline ends the
-		// data line).
-		buf.Reset()
+		// The JSON is encoded in place (as json.Marshal would, and
+		// Encode's newline ends the data line).
+		mark := buf.Len()
 		buf.WriteString("id: ")
 		buf.Write(strconv.AppendUint(num[:0], ev.Seq, 10))
 		buf.WriteString("\nevent: ")
 		buf.WriteString(ev.Stream)
 		buf.WriteString("\ndata: ")
 		if err := enc.Encode(ev); err != nil {
+			buf.Truncate(mark)
 			continue
 		}
 		buf.WriteByte('\n')
-		// The final event is the stream's last: it goes out with the
-		// response's end.
-		if err := st.send(buf.Bytes(), s.cfg.WriteTimeout, !ev.Terminal()); err != nil {
-			return // the client went or reads too slowly: the run goes on
+		if ev.Terminal() {
+			// The final event is the stream's last: on net/http it goes
+			// out with the response's end, in one write to the
+			// connection instead of two.
+			put(false)
+			return
+		}
+		if buf.Len() >= sseBatchMax && !put(true) {
+			return
 		}
 	}
+	put(false)
 }
 
 // corsLines are the CORS headers set on w, as header lines of a hijacked

@@ -191,7 +191,7 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	if !req.Stream {
 		var final *events.Event
 		var n normalizer
-		err := pump(r.Context(), run, a.opt.KeepAlive, nil, func(ev *events.Event) bool {
+		err := pump(r.Context(), run, a.opt.KeepAlive, nil, nil, func(ev *events.Event) bool {
 			for _, pt := range n.feed(ev) {
 				c.add(pt)
 			}
@@ -221,7 +221,7 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	_ = s.pre("", first)
 	var n normalizer
 	var werr error
-	err = pump(r.Context(), run, a.opt.KeepAlive, s.comment, func(ev *events.Event) bool {
+	err = pump(r.Context(), run, a.opt.KeepAlive, s.flush, s.comment, func(ev *events.Event) bool {
 		for _, pt := range n.feed(ev) {
 			if werr = s.chunk(c.chunk(c.add(pt), nil)); werr != nil {
 				return false

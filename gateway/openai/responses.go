@@ -146,7 +146,7 @@ func (a *API) createResponse(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	case req.Background:
 		writeJSON(w, http.StatusOK, b.response())
 	default:
-		if err := pump(r.Context(), run, a.opt.KeepAlive, nil, b.feed); err != nil {
+		if err := pump(r.Context(), run, a.opt.KeepAlive, nil, nil, b.feed); err != nil {
 			a.fail(w, r, err)
 			return
 		}
@@ -287,7 +287,7 @@ func (a *API) cancelResponse(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
 	b = newBuilder(id)
-	if err := pump(ctx, a.c.Run(id.Session, id.Run), a.opt.KeepAlive, nil, b.feed); err != nil {
+	if err := pump(ctx, a.c.Run(id.Session, id.Run), a.opt.KeepAlive, nil, nil, b.feed); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -321,7 +321,7 @@ func (a *API) streamResponse(w http.ResponseWriter, r *http.Request, b *builder,
 		}
 	}
 	b.begin()
-	err := pump(r.Context(), a.c.Run(b.id.Session, b.id.Run), a.opt.KeepAlive, s.comment, func(ev *events.Event) bool {
+	err := pump(r.Context(), a.c.Run(b.id.Session, b.id.Run), a.opt.KeepAlive, s.flush, s.comment, func(ev *events.Event) bool {
 		b.feed(ev)
 		return werr == nil
 	})

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,6 +136,7 @@ type bundle struct {
 	url    string            // the API's base URL, …/v1
 	url2   string            // another gateway's, on its own fleet connection
 	c      *lanefleet.Client
+	writes *atomic.Int64 // writes to the connections of url's gateway
 }
 
 // setup starts a NATS server, a worker with the scripted models, and two
@@ -168,7 +171,7 @@ func setup(t *testing.T, keepAlive time.Duration) *bundle {
 	// Two gateways, each with its own fleet connection, reading one token
 	// file: what one hands out, the other reads (nothing is kept in
 	// either).
-	b := bundle{tokens: map[string]string{}}
+	b := bundle{tokens: map[string]string{}, writes: new(atomic.Int64)}
 	var tf struct {
 		Tokens []gateway.TokenEntry `json:"tokens"`
 	}
@@ -200,6 +203,9 @@ func setup(t *testing.T, keepAlive time.Duration) *bundle {
 			t.Fatal(err)
 		}
 		hs := httptest.NewUnstartedServer(gw)
+		if i == 0 {
+			hs.Listener = countingListener{Listener: hs.Listener, writes: b.writes}
+		}
 		hs.Config = gw.HTTPServer()
 		hs.Start()
 		t.Cleanup(hs.Close)
@@ -365,4 +371,74 @@ func TestRefusalsSDK(t *testing.T) {
 			t.Errorf("%s %s: %d %s", req.method, req.path, resp.StatusCode, body)
 		}
 	}
+}
+
+// TestStreamWritesEventsAtHandOnce: a response's stream read again after
+// its run ended has every event at hand at once, and they go to the
+// connection together: one write for them all (with the headers), one
+// for the response's end, not one per event.
+func TestStreamWritesEventsAtHandOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	post := func(method, url, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+b.tokens["acme"])
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %d", method, url, resp.StatusCode)
+		}
+		return resp
+	}
+	first, err := io.ReadAll(post("POST", b.url+"/responses", `{"model":"fast","input":"one two three four","stream":true,"user":"wes"}`).Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(first), `"id":"`)
+	id, _, _ := strings.Cut(rest, `"`)
+	if !strings.HasPrefix(id, "resp_") || !strings.Contains(string(first), "event: response.completed") {
+		t.Fatalf("first stream (id %q): %s", id, first)
+	}
+	b.writes.Store(0)
+	again, err := io.ReadAll(post("GET", b.url+"/responses/"+id+"?stream=true", "").Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(again), "\nevent: "); string(again) != string(first) || n < 8 {
+		t.Fatalf("the stream read again (%d events) differs from the first:\n%s\n--\n%s", n, again, first)
+	}
+	if n := b.writes.Load(); n != 2 {
+		t.Fatalf("the stream of a finished response took %d writes, want 2 (its events, its end)", n)
+	}
+}
+
+// countingListener counts the writes to its connections.
+type countingListener struct {
+	net.Listener
+	writes *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{Conn: c, writes: l.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
 }

@@ -91,7 +91,9 @@ func (n *normalizer) feed(ev *events.Event) []part {
 	return []part{{kind: kind, start: true, delta: d.Delta}}
 }
 
-// sse writes server-sent events and flushes each. The stream is held
+// sse writes server-sent events; what it wrote goes out at each flush
+// (when following has no more events at hand, see pump) and at its end.
+// The stream is held
 // (nothing written, not even the status) until its first event that is
 // not a preamble, so a request that fails before any output gets a plain
 // error response with its status, as OpenAI answers one.
@@ -100,6 +102,7 @@ type sse struct {
 	f       *http.ResponseController
 	timeout time.Duration // bounds each write: a client that stops reading ends its stream
 	held    bool
+	dirty   bool   // written since the last flush
 	buf     []byte // preamble events written while held
 }
 
@@ -107,16 +110,30 @@ func newSSE(w http.ResponseWriter, timeout time.Duration) *sse {
 	return &sse{w: w, f: http.NewResponseController(w), timeout: timeout, held: true}
 }
 
-// end clears the write deadline, which would outlive the stream on a
-// connection the client goes on using.
-func (s *sse) end() { _ = s.f.SetWriteDeadline(time.Time{}) }
+// end flushes what is left, then clears the write deadline, which would
+// outlive the stream on a connection the client goes on using.
+func (s *sse) end() {
+	_ = s.flush()
+	_ = s.f.SetWriteDeadline(time.Time{})
+}
 
-// write writes b and flushes it, within the write timeout.
+// write writes b, within the write timeout; a flush sends it.
 func (s *sse) write(b []byte) error {
 	_ = s.f.SetWriteDeadline(time.Now().Add(s.timeout)) // a writer without deadlines writes without
 	if _, err := s.w.Write(b); err != nil {
 		return err
 	}
+	s.dirty = true
+	return nil
+}
+
+// flush sends what was written since the last flush, within the write
+// timeout the last write set (a moment ago: a flush follows its writes).
+func (s *sse) flush() error {
+	if !s.dirty {
+		return nil
+	}
+	s.dirty = false
 	return s.f.Flush()
 }
 
@@ -173,30 +190,45 @@ func (s *sse) event(name string, data []byte) error {
 	return s.write(frame(name, data))
 }
 
-// comment writes a comment line, which keeps a quiet stream open.
+// comment writes a comment line, which keeps a quiet stream open, and
+// flushes.
 func (s *sse) comment() error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	return s.write([]byte(": keep-alive\n\n"))
+	if err := s.write([]byte(": keep-alive\n\n")); err != nil {
+		return err
+	}
+	return s.flush()
 }
 
 // errPollDone ends a poll's following: it has waited long enough.
 var errPollDone = errors.New("poll: waited long enough")
 
-// followed is one event of a run being followed, or the error that ended
-// following.
+// followed is one event of a run being followed, the error that ended
+// following, or (caughtUp) word that following has no more events at hand.
 type followed struct {
-	ev  *events.Event
-	err error
+	ev       *events.Event
+	err      error
+	caughtUp bool
 }
 
 // follow iterates run's events on a goroutine of its own until the final
-// one, an error, or ctx ends; stop ends it and waits for it.
-func follow(ctx context.Context, run *lanefleet.Run) (<-chan followed, func()) {
+// one, an error, or ctx ends; stop ends it and waits for it. With
+// caughtUp, it also says when following has yielded every event at hand
+// and waits for more (lanefleet.Run.OnCaughtUp).
+func follow(ctx context.Context, run *lanefleet.Run, caughtUp bool) (<-chan followed, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	ch := make(chan followed)
 	done := make(chan struct{})
+	if caughtUp {
+		run.OnCaughtUp(func() {
+			select {
+			case ch <- followed{caughtUp: true}:
+			case <-ctx.Done():
+			}
+		})
+	}
 	go func() {
 		defer close(done)
 		defer close(ch)
@@ -206,7 +238,7 @@ func follow(ctx context.Context, run *lanefleet.Run) (<-chan followed, func()) {
 				continue // not an event of the run
 			}
 			select {
-			case ch <- followed{ev, err}:
+			case ch <- followed{ev: ev, err: err}:
 			case <-ctx.Done():
 				return
 			}
@@ -219,11 +251,13 @@ func follow(ctx context.Context, run *lanefleet.Run) (<-chan followed, func()) {
 }
 
 // pump follows run and calls fn with each event until the final one (or
-// fn returns false). While no event comes for keepAlive, idle is called
-// (nil: nothing). Following ends when ctx does; the run goes on. It
-// returns the error that ended following early, if any.
-func pump(ctx context.Context, run *lanefleet.Run, keepAlive time.Duration, idle func() error, fn func(*events.Event) bool) error {
-	ch, stop := follow(ctx, run)
+// fn returns false). Whenever following has no more events at hand, flush
+// is called (nil: nothing), so what fn wrote of the events that came
+// together goes out together. While no event comes for keepAlive, idle is
+// called (nil: nothing). Following ends when ctx does; the run goes on.
+// It returns the error that ended following early, if any.
+func pump(ctx context.Context, run *lanefleet.Run, keepAlive time.Duration, flush, idle func() error, fn func(*events.Event) bool) error {
+	ch, stop := follow(ctx, run, flush != nil)
 	defer stop()
 	timer := time.NewTimer(keepAlive)
 	defer timer.Stop()
@@ -232,6 +266,12 @@ func pump(ctx context.Context, run *lanefleet.Run, keepAlive time.Duration, idle
 		case it, ok := <-ch:
 			if !ok {
 				return context.Cause(ctx)
+			}
+			if it.caughtUp {
+				if err := flush(); err != nil {
+					return err
+				}
+				continue
 			}
 			if it.err != nil {
 				return it.err
@@ -268,7 +308,7 @@ func pollRun(ctx context.Context, run *lanefleet.Run, quiet, limit time.Duration
 		default:
 		}
 	})
-	ch, stop := follow(ctx, run)
+	ch, stop := follow(ctx, run, false)
 	defer stop()
 	timer := time.NewTimer(limit) // armed with quiet once the run shows itself
 	defer timer.Stop()
