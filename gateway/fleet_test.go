@@ -26,13 +26,14 @@ func TestFleet(t *testing.T) {
 	resp.Body.Close()
 	var fl FleetReply
 	for {
-		// The second worker's admin service may still be starting.
+		// The second worker's admin service may still be starting, and a
+		// turn is counted once it commits, after its final event.
 		resp = b.do(t, "root", "GET", "/api/fleet", "")
 		readJSON(t, resp, &fl)
 		if resp.StatusCode != 200 {
 			t.Fatalf("fleet: %d", resp.StatusCode)
 		}
-		if len(fl.Workers) == 2 {
+		if len(fl.Workers) == 2 && fl.Workers[0].TurnsTotal+fl.Workers[1].TurnsTotal == 1 {
 			break
 		}
 		select {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/lanes"
 )
@@ -79,11 +80,28 @@ func (m *Member) sampleTurns(done <-chan struct{}) {
 	}
 }
 
-// forget forgets an idle session for the admin service.
+// forgetBusyWait bounds how long forget waits for a busy session to come
+// free: a turn's owner still commits, acks and lets its lane go (after its
+// linger) once the final event is out, so a session forgotten right after
+// its last reply is busy for a moment; a turn that runs stays busy.
+var forgetBusyWait = backoff.Policy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}
+
+// forgetBusyTries is how many times forget asks again (about 1.5 s in all).
+const forgetBusyTries = 10
+
+// forget forgets an idle session for the admin service; busy says the
+// session still runs (or holds) a turn after forgetBusyTries waits.
 func (m *Member) forget(ctx context.Context, key string) (int, bool, error) {
-	n, err := m.Worker.Forget(ctx, key)
-	if errors.Is(err, lanes.ErrBusy) {
-		return 0, true, err
+	for try := 1; ; try++ {
+		n, err := m.Worker.Forget(ctx, key)
+		if !errors.Is(err, lanes.ErrBusy) {
+			return n, false, err
+		}
+		if try == forgetBusyTries {
+			return 0, true, err
+		}
+		if werr := forgetBusyWait.Wait(ctx, try); werr != nil {
+			return 0, true, err
+		}
 	}
-	return n, false, err
 }
