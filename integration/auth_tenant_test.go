@@ -69,7 +69,7 @@ func TestAccountPerTenant(t *testing.T) {
 	t.Logf("default limits: %v", err)
 	// Limits that fit the account's 256 MiB of file store and 64 MiB of
 	// memory.
-	limits := fleet.Limits{Inbound: 32 << 20, Events: 64 << 20, Dead: 16 << 20, Lanes: 120 << 20, Steps: 8 << 20, Auth: 4 << 20, Runs: 16 << 20}
+	limits := fleet.Limits{Inbound: 32 << 20, Events: 64 << 20, Dead: 16 << 20, Lanes: 112 << 20, Steps: 8 << 20, Auth: 4 << 20, Runs: 16 << 20, Budgets: 4 << 20}
 	subs := map[string]*eventSub{}
 	for _, tenant := range []string{"acme", "globex"} {
 		startMember(t, a.url(), fleet.Config{WorkerID: tenant, User: tenant + "-worker", Password: a.passwords[tenant+"-worker"],

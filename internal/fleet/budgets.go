@@ -57,7 +57,7 @@ func (m *Member) openBudgets(ctx context.Context) error {
 	if ttl <= 0 {
 		ttl = budgetstore.ReservationTTLDefault
 	}
-	s, err := budgetstore.Open(ctx, m.JS, budgetstore.Config{BucketConfig: budgetstore.BucketConfig{Replicas: cfg.Replicas},
+	s, err := budgetstore.Open(ctx, m.JS, budgetstore.Config{BucketConfig: budgetstore.BucketConfig{Replicas: cfg.Replicas, MaxBytes: cfg.Limits.Budgets},
 		Worker: cfg.WorkerID, ReservationTTL: ttl, OnChange: b.changed, Logger: cfg.Logger})
 	if err != nil {
 		return err

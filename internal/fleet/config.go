@@ -270,6 +270,7 @@ type Limits struct {
 	Steps   int64 // AGENT_STEPS: the runs' step journals; full = oldest dropped (default 512 MiB)
 	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
 	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
+	Budgets int64 // budgets bucket: budgets, their use and reservations (default 64 MiB)
 	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
 	// and bytes its lane may hold; at the limit the session's sender is
 	// refused and nobody else.
