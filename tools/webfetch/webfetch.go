@@ -31,6 +31,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lanefleet/lanefleet/tools/internal/toolargs"
+
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/netguard"
 	"github.com/lanefleet/lanefleet/provider"
@@ -173,11 +175,11 @@ func (t *Tool) Idempotent() bool { return true }
 
 // Call implements tools.Tool.
 func (t *Tool) Call(ctx context.Context, call tools.Call) (tools.Result, error) {
-	raw, err := stringArg(call.Args, "url", true)
+	raw, _, err := toolargs.String(call.Args, "url", true)
 	if err != nil {
 		return tools.Result{}, err
 	}
-	mode, err := stringArg(call.Args, "extractMode", false)
+	mode, _, err := toolargs.String(call.Args, "extractMode", false)
 	if err != nil {
 		return tools.Result{}, err
 	}
@@ -483,23 +485,6 @@ func cutRunes(s string, n int) string {
 		i++
 	}
 	return s
-}
-
-// stringArg returns the string argument key; a missing one is an error
-// when required.
-func stringArg(args map[string]any, key string, required bool) (string, error) {
-	v, ok := args[key]
-	if !ok || v == nil {
-		if required {
-			return "", fmt.Errorf("missing required argument %q (a string)", key)
-		}
-		return "", nil
-	}
-	s, ok := v.(string)
-	if !ok {
-		return "", fmt.Errorf("argument %q must be a string, got %T", key, v)
-	}
-	return s, nil
 }
 
 // sizeText renders a byte count for messages.

@@ -23,6 +23,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lanefleet/lanefleet/tools/internal/toolargs"
+
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/tools"
@@ -210,7 +212,7 @@ func (t *Tool) Call(ctx context.Context, call tools.Call) (tools.Result, error) 
 func (t *Tool) parse(args map[string]any) (query, error) {
 	q := query{count: t.cfg.MaxResults}
 	var err error
-	if q.q, err = stringArg(args, "query", true); err != nil {
+	if q.q, _, err = toolargs.String(args, "query", true); err != nil {
 		return q, err
 	}
 	q.q = strings.TrimSpace(q.q)
@@ -227,19 +229,19 @@ func (t *Tool) parse(args map[string]any) (query, error) {
 		}
 		q.count = max(1, min(t.cfg.MaxResults, int(n)))
 	}
-	if q.country, err = stringArg(args, "country", false); err != nil {
+	if q.country, _, err = toolargs.String(args, "country", false); err != nil {
 		return q, err
 	}
 	if q.country = strings.ToUpper(strings.TrimSpace(q.country)); q.country != "" && !isLetters(q.country, 2, 2) {
 		return q, fmt.Errorf("country must be a two-letter code such as US, not %q", q.country)
 	}
-	if q.language, err = stringArg(args, "language", false); err != nil {
+	if q.language, _, err = toolargs.String(args, "language", false); err != nil {
 		return q, err
 	}
 	if q.language = strings.ToLower(strings.TrimSpace(q.language)); q.language != "" && !isLetters(strings.ReplaceAll(q.language, "-", ""), 2, 8) {
 		return q, fmt.Errorf("language must be a code such as en or pt-br, not %q", q.language)
 	}
-	if q.freshness, err = stringArg(args, "freshness", false); err != nil {
+	if q.freshness, _, err = toolargs.String(args, "freshness", false); err != nil {
 		return q, err
 	}
 	switch q.freshness = strings.ToLower(strings.TrimSpace(q.freshness)); q.freshness {
@@ -442,21 +444,4 @@ func number(v any) (float64, error) {
 		return f, nil
 	}
 	return 0, fmt.Errorf("must be a number, got %T", v)
-}
-
-// stringArg returns the string argument key; a missing one is an error
-// when required.
-func stringArg(args map[string]any, key string, required bool) (string, error) {
-	v, ok := args[key]
-	if !ok || v == nil {
-		if required {
-			return "", fmt.Errorf("missing required argument %q (a string)", key)
-		}
-		return "", nil
-	}
-	s, ok := v.(string)
-	if !ok {
-		return "", fmt.Errorf("argument %q must be a string, got %T", key, v)
-	}
-	return s, nil
 }
