@@ -408,8 +408,15 @@ func checkHTTP(cfg fleet.Config, o gateway.Options) error {
 // serveHTTP serves the HTTP gateway through the member's connection until
 // ctx is done; stop waits for it.
 func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, aliases map[string]string, log zerolog.Logger) (stop func(), err error) {
-	cl, err := lanefleet.New(m.Conn)
+	// The gateway's own connection (in process with the embedded
+	// server): its traffic does not queue behind the worker's.
+	gc, err := m.SecondConn("lanefleet-gateway")
 	if err != nil {
+		return nil, err
+	}
+	cl, err := lanefleet.New(gc)
+	if err != nil {
+		gc.Close()
 		return nil, err
 	}
 	glog := log.With().Str("component", "gateway").Logger()
@@ -418,6 +425,7 @@ func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, aliases 
 	v1 := openai.New(cl, openai.Options{Aliases: aliases, Models: []string{m.DefaultModel()}, Logger: glog})
 	ln, err := gateway.Listen(o, gateway.Config{Client: cl, Logger: &glog, Routes: v1.Routes()})
 	if err != nil {
+		gc.Close()
 		return nil, err
 	}
 	log.Info().Str("url", ln.URL()).Bool("tokens", ln.Authenticates()).Msg("serving the HTTP gateway")
@@ -425,6 +433,7 @@ func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, aliases 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer gc.Close()
 		if err := ln.Serve(hctx); err != nil {
 			log.Error().Err(err).Msg("HTTP gateway stopped")
 		}

@@ -60,16 +60,21 @@ import (
 
 // Member is a running fleet member.
 type Member struct {
-	cfg     Config
-	Server  *server.Server // nil when joined to an external deployment
-	Conn    *nats.Conn
-	JS      jetstream.JetStream
-	Streams *lanes.Streams
-	Lanes   *kvstore.Lanes
-	Worker  *lanes.Worker
-	Runner  *runner.Runner
-	Auth    *authstore.Store
-	Runs    *kvstore.Runs
+	cfg    Config
+	Server *server.Server // nil when joined to an external deployment
+	Conn   *nats.Conn
+	// connURL and connOpts are how Conn was made (SecondConn repeats
+	// them); inProcess says a second connection may be in process.
+	connURL   string
+	connOpts  []nats.Option
+	inProcess bool
+	JS        jetstream.JetStream
+	Streams   *lanes.Streams
+	Lanes     *kvstore.Lanes
+	Worker    *lanes.Worker
+	Runner    *runner.Runner
+	Auth      *authstore.Store
+	Runs      *kvstore.Runs
 	// budgets is tenant governance (nil with NoBudgets).
 	budgets *budgets
 	Tools   *remote.Registry // nil when remote tools are off
@@ -129,6 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 			return nil, err
 		}
 		m.Server, m.storeLock, m.storeDir = srv, lock, sopts.StoreDir
+		m.inProcess = sopts.TLSConfig == nil
 		url = embedded.ConnectURL(srv)
 		if sopts.TLSConfig != nil && cfg.TLSCA == "" {
 			pin, err := pinServerCert(sopts)
@@ -141,6 +147,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.log.Info().Str("url", srv.ClientURL()).Str("data_dir", sopts.StoreDir).Bool("sync_always", sopts.SyncAlways).
 			Bool("auth", embedded.Authenticates(sopts)).Bool("tls", sopts.TLSConfig != nil).Str("monitor", m.NATSMonitorAddr()).Msg("embedded NATS server started")
 	}
+	m.connURL, m.connOpts = url, opts
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		m.close()

@@ -42,7 +42,7 @@ var (
 	gwRate     = flag.Float64("gateway-rate", 100, "gateway: turns/s offered by the paced load: the concurrent load's sessions, each sending on a schedule, the same rate through both paths (0: no paced load)")
 	gwRounds   = flag.Int("gateway-rounds", 2, "gateway: rounds; each runs every load through both paths and reports them")
 	gwNoToken  = flag.Bool("gateway-no-token", false, "gateway: serve loopback clients without a token file (by default the HTTP client sends a bearer token, as a deployment's would)")
-	gwConn     = flag.String("gateway-conn", "worker", "gateway: the gateway's NATS connection: worker (the worker's, as worker --http serves), tcp (one of its own, as bin/gateway has) or inprocess (one of its own, in process, no socket)")
+	gwConn     = flag.String("gateway-conn", "inprocess", "gateway: the gateway's NATS connection: inprocess (one of its own, in process, as worker --http has with the embedded server), worker (the worker's own connection, shared) or tcp (one of its own over the socket, as bin/gateway has)")
 	gwDriver   = flag.Bool("gateway-driver", false, "gateway: run as the load-generating child process (internal)")
 )
 
@@ -164,7 +164,8 @@ func gatewayBench(o options) error {
 	go func() { defer close(done); _ = m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	// The gateway as worker --http serves it: the worker's connection,
+	// The gateway as worker --http serves it: a connection of its own (in
+	// process by default; -gateway-conn),
 	// the OpenAI-compatible routes mounted, a token file unless
 	// -gateway-no-token.
 	gconn := m.Conn
