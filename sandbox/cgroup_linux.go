@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -168,6 +169,9 @@ func probeCgroup(c cgroups) error {
 
 // cgroup is one command's cgroup.
 type cgroup struct {
+	// mu orders kill (Cmd.Kill) and remove (Cmd.Wait), which may run at
+	// once: remove empties dirs.
+	mu   sync.Mutex
 	dirs []string // v2: one; v1: one per controller
 	v2   bool
 	// fd is the cgroup v2 directory, for CLONE_INTO_CGROUP; -1 with v1.
@@ -255,6 +259,13 @@ func (g *cgroup) add(pid int) error {
 // kill sends SIGKILL to every process of the cgroup: cgroup.kill where
 // the kernel has it (v2, Linux 5.14+), else each process listed.
 func (g *cgroup) kill() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.killLocked()
+}
+
+// killLocked is kill with g.mu held.
+func (g *cgroup) killLocked() {
 	if len(g.dirs) == 0 {
 		return
 	}
@@ -319,13 +330,15 @@ const cgroupDrain = 10 * time.Second
 // (unless blocked in the kernel), and neither cgroup.procs nor cgroup v1
 // say when, so it polls, from 1 ms up to 50 ms apart.
 func (g *cgroup) remove() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.fd >= 0 {
 		unix.Close(g.fd)
 		g.fd = -1
 	}
 	deadline := time.Now().Add(cgroupDrain)
 	for wait := time.Millisecond; len(g.dirs) > 0 && !g.empty(); wait = min(2*wait, 50*time.Millisecond) {
-		g.kill()
+		g.killLocked()
 		if time.Now().After(deadline) {
 			return fmt.Errorf("sandbox: processes of %s survived SIGKILL for %s", g.dirs[0], cgroupDrain)
 		}
