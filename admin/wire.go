@@ -321,16 +321,16 @@ type WorkerStats struct {
 	Worker  string `json:"worker"`
 	Version string `json:"version"` // the worker's build (lanefleet version)
 	// SlotsUsed are the lanes it runs now, of SlotsTotal at once.
-	SlotsUsed  int `json:"slots_used"`
-	SlotsTotal int `json:"slots_total"`
+	SlotsUsed  int `json:"slotsUsed"`
+	SlotsTotal int `json:"slotsTotal"`
 	// LanesHeld are the lanes whose lease it holds, LanesWaiting those
 	// waiting on it for a slot.
-	LanesHeld    int `json:"lanes_held"`
-	LanesWaiting int `json:"lanes_waiting"`
+	LanesHeld    int `json:"lanesHeld"`
+	LanesWaiting int `json:"lanesWaiting"`
 	// Turns counts the turns it committed since it started; TurnsPerSec
 	// is the worker's own rate of them over the last 10 s or so.
 	Turns       int64   `json:"turns"`
-	TurnsPerSec float64 `json:"turns_per_sec"`
+	TurnsPerSec float64 `json:"turnsPerSec"`
 	Now         int64   `json:"now"` // the worker's clock (Unix ms)
 }
 

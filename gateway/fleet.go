@@ -29,22 +29,22 @@ type FleetReply struct {
 	Workers []FleetWorker `json:"workers"`
 	Backlog uint64        `json:"backlog"` // messages stored on the inbound stream: waiting or being run
 	// StoredBytes is their size.
-	StoredBytes  uint64        `json:"stored_bytes"`
-	DeadLetters  uint64        `json:"dead_letters"`
-	AuthProfiles []AuthProfile `json:"auth_profiles"`
+	StoredBytes  uint64        `json:"storedBytes"`
+	DeadLetters  uint64        `json:"deadLetters"`
+	AuthProfiles []AuthProfile `json:"authProfiles"`
 }
 
 // FleetWorker is one worker as it answered.
 type FleetWorker struct {
 	ID           string    `json:"id"`
 	Version      string    `json:"version"`
-	SlotsUsed    int       `json:"slots_used"`
-	SlotsTotal   int       `json:"slots_total"`
-	LanesHeld    int       `json:"lanes_held"`
-	LanesWaiting int       `json:"lanes_waiting"`
-	TurnsTotal   int64     `json:"turns_total"`
-	TurnsPerSec  float64   `json:"turns_per_sec"`
-	LastSeen     time.Time `json:"last_seen"`
+	SlotsUsed    int       `json:"slotsUsed"`
+	SlotsTotal   int       `json:"slotsTotal"`
+	LanesHeld    int       `json:"lanesHeld"`
+	LanesWaiting int       `json:"lanesWaiting"`
+	TurnsTotal   int64     `json:"turnsTotal"`
+	TurnsPerSec  float64   `json:"turnsPerSec"`
+	LastSeen     time.Time `json:"lastSeen"`
 }
 
 // AuthProfile is an auth profile's state, as the console shows it.
@@ -55,7 +55,7 @@ type AuthProfile struct {
 	// Reason "models") or "disabled".
 	State string `json:"state"`
 	// CooldownUntil is when it is usable again; null when it is.
-	CooldownUntil *time.Time `json:"cooldown_until"`
+	CooldownUntil *time.Time `json:"cooldownUntil"`
 	Reason        string     `json:"reason"`
 	Failures      int        `json:"failures"`
 }
@@ -225,7 +225,7 @@ func (s *Server) listAuthProfiles(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"auth_profiles": authProfiles(st)})
+	writeJSON(w, http.StatusOK, map[string]any{"authProfiles": authProfiles(st)})
 }
 
 // maxProfileID bounds an auth profile id in a path.

@@ -98,7 +98,7 @@ func TestAuthProfiles(t *testing.T) {
 	b := setup(t, setupOpts{member: func(c *fleet.Config) { c.AuthProfiles = profiles; c.Env = func(string) string { return "" } }})
 	resp := b.do(t, "root", "GET", "/api/auth-profiles", "")
 	var ls struct {
-		AuthProfiles []AuthProfile `json:"auth_profiles"`
+		AuthProfiles []AuthProfile `json:"authProfiles"`
 	}
 	readJSON(t, resp, &ls)
 	if resp.StatusCode != 200 || len(ls.AuthProfiles) != 1 {

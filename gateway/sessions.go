@@ -667,10 +667,10 @@ type SessionItem struct {
 	admin.Session
 	// Agent is the agent id of an "agent:<id>:…" key, else "".
 	Agent        string    `json:"agent"`
-	LastActivity time.Time `json:"last_activity"`
+	LastActivity time.Time `json:"lastActivity"`
 	// State is idle, running or queued.
 	State   string  `json:"state"`
-	CostUSD float64 `json:"cost_usd"`
+	CostUSD float64 `json:"costUsd"`
 	Turns   int64   `json:"turns"`
 }
 
@@ -785,7 +785,7 @@ type ApprovalItem struct {
 	// Arguments are the call's arguments as JSON, or the text the model
 	// wrote when it is not JSON.
 	Arguments   any       `json:"arguments"`
-	RequestedAt time.Time `json:"requested_at"`
+	RequestedAt time.Time `json:"requestedAt"`
 }
 
 // listApprovals lists the calls waiting for approval in the caller's

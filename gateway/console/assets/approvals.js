@@ -24,7 +24,7 @@ export async function approvalsPage({ main, signal, can }) {
       h('div', { class: 'meta' },
         h('a', { href: route('s', a.session), class: 'key' }, a.session),
         a.run ? [' · ', h('a', { href: route('s', a.session, 'runs', a.run) }, 'run ' + a.run)] : null,
-        a.requested_at ? [' · ', h('time', { title: when(a.requested_at) }, ago(a.requested_at))] : null),
+        a.requestedAt ? [' · ', h('time', { title: when(a.requestedAt) }, ago(a.requestedAt))] : null),
       h('div', null, 'Tool ', h('code', null, String(a.tool ?? '?')), ' wants to run with:'),
       h('pre', { class: 'args' }, clip(pretty(a.arguments ?? {}), 20000)),
       actions, out);

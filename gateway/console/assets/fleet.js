@@ -25,35 +25,35 @@ export async function fleetPage({ main, signal }) {
     h('section', { class: 'card', 'aria-labelledby': 'cool-h' }, h('h2', { id: 'cool-h' }, 'Auth profiles'), profiles));
   const draw = (s) => {
     const ws = s.workers || [];
-    const aps = s.auth_profiles || [];
+    const aps = s.authProfiles || [];
     const cooling = aps.filter((p) => p.state === 'cooldown');
-    const slots = ws.reduce((a, w) => [a[0] + (w.slots_used || 0), a[1] + (w.slots_total || 0)], [0, 0]);
-    const tps = ws.reduce((a, w) => a + (w.turns_per_sec || 0), 0);
+    const slots = ws.reduce((a, w) => [a[0] + (w.slotsUsed || 0), a[1] + (w.slotsTotal || 0)], [0, 0]);
+    const tps = ws.reduce((a, w) => a + (w.turnsPerSec || 0), 0);
     fill(cards,
       card('workers', 'Workers', num(ws.length)),
       card('slots', 'Slots in use', num(slots[0]) + ' / ' + num(slots[1])),
       card('tps', 'Turns per second', num(tps, 1)),
       card('backlog', 'Backlog', num(s.backlog)),
-      card('dead', 'Dead letters', num(s.dead_letters)),
+      card('dead', 'Dead letters', num(s.deadLetters)),
       card('cooling', 'Profiles cooling down', num(cooling.length)));
     fill(workers, ws.length ? h('table', { class: 'list' },
       h('thead', null, h('tr', null, ['Worker', 'Version', 'Slots', 'Lanes held', 'Lanes waiting', 'Turns/s', 'Turns', 'Last seen'].map((c) => h('th', { scope: 'col' }, c)))),
       h('tbody', null, ws.map((w) => h('tr', { 'data-worker': w.id },
         h('th', { scope: 'row' }, h('code', null, String(w.id))),
         h('td', null, String(w.version ?? '')),
-        h('td', null, h('meter', { min: 0, max: w.slots_total || 1, value: w.slots_used || 0, 'aria-label': 'slots used' }), ' ', num(w.slots_used) + ' / ' + num(w.slots_total)),
-        h('td', { class: 'num' }, num(w.lanes_held)),
-        h('td', { class: 'num' }, num(w.lanes_waiting)),
-        h('td', { class: 'num' }, num(w.turns_per_sec, 1)),
-        h('td', { class: 'num' }, num(w.turns_total)),
-        h('td', null, h('time', { title: when(w.last_seen) }, ago(w.last_seen))))))) : h('p', { class: 'empty' }, 'No worker answers.'));
+        h('td', null, h('meter', { min: 0, max: w.slotsTotal || 1, value: w.slotsUsed || 0, 'aria-label': 'slots used' }), ' ', num(w.slotsUsed) + ' / ' + num(w.slotsTotal)),
+        h('td', { class: 'num' }, num(w.lanesHeld)),
+        h('td', { class: 'num' }, num(w.lanesWaiting)),
+        h('td', { class: 'num' }, num(w.turnsPerSec, 1)),
+        h('td', { class: 'num' }, num(w.turnsTotal)),
+        h('td', null, h('time', { title: when(w.lastSeen) }, ago(w.lastSeen))))))) : h('p', { class: 'empty' }, 'No worker answers.'));
     fill(profiles, aps.length ? h('table', { class: 'list' },
       h('thead', null, h('tr', null, ['Profile', 'Provider', 'State', 'Cooling down until', 'Reason', 'Failures'].map((c) => h('th', { scope: 'col' }, c)))),
       h('tbody', null, aps.map((p) => h('tr', null,
         h('th', { scope: 'row' }, h('code', null, String(p.id))),
         h('td', null, String(p.provider ?? '')),
         h('td', null, h('span', { class: 'chip state-' + String(p.state ?? '').replace(/[^a-z-]/g, '') }, String(p.state ?? ''))),
-        h('td', null, p.cooldown_until ? h('time', { title: when(p.cooldown_until) }, ago(p.cooldown_until)) : '—'),
+        h('td', null, p.cooldownUntil ? h('time', { title: when(p.cooldownUntil) }, ago(p.cooldownUntil)) : '—'),
         h('td', null, String(p.reason ?? '')),
         h('td', { class: 'num' }, num(p.failures)))))) : h('p', { class: 'empty' }, 'No auth profiles.'));
     live.textContent = 'Live · updated ' + (s.at ? new Date(s.at).toLocaleTimeString() : new Date().toLocaleTimeString());

@@ -95,7 +95,7 @@ async function authProfiles(box, signal) {
       h('p', { class: e instanceof APIError && e.status === 404 ? 'muted' : 'error' }, e instanceof APIError && e.status === 404 ? 'This gateway does not list auth profiles.' : e.message));
     return;
   }
-  const list = rep.auth_profiles || rep.profiles || [];
+  const list = rep.authProfiles || rep.profiles || [];
   fill(box, h('h2', { id: 'profiles-h' }, 'Auth profiles'),
     list.length ? h('div', { class: 'scroll' }, h('table', { class: 'list' },
       h('thead', null, h('tr', null, ['Profile', 'Provider', 'State', 'Cooling down until', 'Reason', 'Failures', ''].map((c) => h('th', { scope: 'col' }, c)))),
@@ -103,7 +103,7 @@ async function authProfiles(box, signal) {
         h('th', { scope: 'row' }, h('code', null, String(p.id))),
         h('td', null, String(p.provider ?? '')),
         h('td', null, h('span', { class: 'chip state-' + String(p.state ?? '').replace(/[^a-z-]/g, '') }, String(p.state ?? ''))),
-        h('td', null, p.cooldown_until ? h('time', { title: when(p.cooldown_until) }, ago(p.cooldown_until)) : '—'),
+        h('td', null, p.cooldownUntil ? h('time', { title: when(p.cooldownUntil) }, ago(p.cooldownUntil)) : '—'),
         h('td', null, String(p.reason ?? '')),
         h('td', { class: 'num' }, num(p.failures)),
         h('td', null, button('Reset', async () => {

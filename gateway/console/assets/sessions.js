@@ -36,14 +36,14 @@ export async function sessionsPage({ main, params, signal }) {
 }
 
 function row(s) {
-  const last = s.last_activity ?? s.lastActivity;
+  const last = s.lastActivity ?? s.lastActivity;
   const state = s.state || (s.running ? 'running' : '');
   return h('tr', null,
     h('th', { scope: 'row' }, h('a', { href: route('s', s.key), class: 'key' }, s.key)),
     h('td', null, s.agent || ''),
     h('td', null, last ? h('time', { title: when(last) }, ago(last)) : ''),
     h('td', null, state ? h('span', { class: 'chip state-' + state.replace(/[^a-z-]/g, '') }, state) : ''),
-    h('td', { class: 'num' }, usd(s.cost_usd)),
+    h('td', { class: 'num' }, usd(s.costUsd)),
     h('td', { class: 'num' }, num(s.turns)),
     h('td', null, s.lastRun ? h('a', { href: route('s', s.key, 'runs', s.lastRun) }, 'run ' + s.lastRun) : ''));
 }
