@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,16 +54,13 @@ Every change is audited in the AGENT_AUDIT stream.`,
 			if err := l.Validate(); err != nil {
 				return usagef("budget set: %v", err)
 			}
-			cl, ctx, done, err := c.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			old, now, err := cl.SetBudget(ctx, s, l, c.who(who))
-			if err != nil {
-				return budgetDenied("budget set", err)
-			}
-			return c.printChange(s, old, now)
+			return c.withClient(cmd, "budget set", func(ctx context.Context, cl *lanefleet.Client) error {
+				old, now, err := cl.SetBudget(ctx, s, l, c.who(who))
+				if err != nil {
+					return err
+				}
+				return c.printChange(s, old, now)
+			})
 		},
 	}
 	scope.register(set)
@@ -84,24 +82,21 @@ Every change is audited in the AGENT_AUDIT stream.`,
 			if err != nil {
 				return err
 			}
-			cl, ctx, done, err := c.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, found, err := cl.Budget(ctx, s)
-			if err != nil {
-				return budgetDenied("budget show", err)
-			}
-			if c.asJSON {
-				return json.NewEncoder(c.stdout).Encode(map[string]any{"scope": s, "found": found, "budget": st, "paused": st.Paused(time.Now())})
-			}
-			if !found || !st.Limits.Limited() {
-				fmt.Fprintf(c.stdout, "%s has no budget\n", s)
+			return c.withClient(cmd, "budget show", func(ctx context.Context, cl *lanefleet.Client) error {
+				st, found, err := cl.Budget(ctx, s)
+				if err != nil {
+					return err
+				}
+				if c.asJSON {
+					return json.NewEncoder(c.stdout).Encode(map[string]any{"scope": s, "found": found, "budget": st, "paused": st.Paused(time.Now())})
+				}
+				if !found || !st.Limits.Limited() {
+					fmt.Fprintf(c.stdout, "%s has no budget\n", s)
+					return nil
+				}
+				printBudget(c.stdout, s, st, time.Now())
 				return nil
-			}
-			printBudget(c.stdout, s, st, time.Now())
-			return nil
+			})
 		},
 	}
 	showScope.register(show)
@@ -118,16 +113,13 @@ Every change is audited in the AGENT_AUDIT stream.`,
 			if err != nil {
 				return err
 			}
-			cl, ctx, done, err := c.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			old, now, err := cl.ResetBudget(ctx, s, c.who(resetWho))
-			if err != nil {
-				return budgetDenied("budget reset", err)
-			}
-			return c.printChange(s, old, now)
+			return c.withClient(cmd, "budget reset", func(ctx context.Context, cl *lanefleet.Client) error {
+				old, now, err := cl.ResetBudget(ctx, s, c.who(resetWho))
+				if err != nil {
+					return err
+				}
+				return c.printChange(s, old, now)
+			})
 		},
 	}
 	resetScope.register(reset)
@@ -135,6 +127,20 @@ Every change is audited in the AGENT_AUDIT stream.`,
 	c.jsonFlag(reset, "print the budget before and after as JSON")
 	cmd.AddCommand(set, show, reset)
 	return cmd
+}
+
+// withClient opens the fleet's client for one budget command and runs fn;
+// a permission error fn returns says what the command needs (budgetDenied).
+func (c *common) withClient(cmd *cobra.Command, op string, fn func(context.Context, *lanefleet.Client) error) error {
+	cl, ctx, done, err := c.open(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := fn(ctx, cl); err != nil {
+		return budgetDenied(op, err)
+	}
+	return nil
 }
 
 // scopeFlags are --tenant and --session: exactly one names the budget.
