@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -44,6 +45,7 @@ var (
 	gwNoToken  = flag.Bool("gateway-no-token", false, "gateway: serve loopback clients without a token file (by default the HTTP client sends a bearer token, as a deployment's would)")
 	gwConn     = flag.String("gateway-conn", "inprocess", "gateway: the gateway's NATS connection: inprocess (one of its own, in process, as worker --http has with the embedded server), worker (the worker's own connection, shared) or tcp (one of its own over the socket, as bin/gateway has)")
 	gwDriver   = flag.Bool("gateway-driver", false, "gateway: run as the load-generating child process (internal)")
+	gwMemProf  = flag.String("gateway-memprofile", "", "gateway: write the fleet process's allocation profile before and after each block to <this>.<via>.<load>.<round>.<block>.{0,1} (compare a block's with pprof -base)")
 )
 
 // gwSessionPrefix starts the session keys of the gateway scenario: the
@@ -88,6 +90,9 @@ type gwResult struct {
 type gwFigures struct {
 	turnsFigures
 	driverCPU time.Duration
+	// allocs and allocBytes are the fleet process's heap allocations
+	// over the load: unlike CPU, steady whatever else the machine runs.
+	allocs, allocBytes uint64
 }
 
 // add pools o's turns into f's.
@@ -97,6 +102,17 @@ func (f *gwFigures) add(o gwFigures) {
 	f.el += o.el
 	f.cpu += o.cpu
 	f.driverCPU += o.driverCPU
+	f.allocs += o.allocs
+	f.allocBytes += o.allocBytes
+}
+
+// allocsPer is the fleet process's heap allocations per turn, and its
+// bytes per turn in KB.
+func (f gwFigures) allocsPer() (float64, float64) {
+	if f.n == 0 {
+		return 0, 0
+	}
+	return float64(f.allocs) / float64(f.n), float64(f.allocBytes) / 1024 / float64(f.n)
 }
 
 // driverPer is the driver's CPU per turn, ms.
@@ -121,6 +137,9 @@ func (f gwFigures) driverPer() float64 {
 func gatewayBench(o options) error {
 	if *gwDistinct < 1 || *gwSessions < 1 || *gwPer < 1 || *gwRounds < 1 || *gwBlocks < 1 {
 		return errors.New("gateway: -gateway-distinct, -gateway-sessions, -gateway-per-session, -gateway-blocks and -gateway-rounds must be positive")
+	}
+	if *gwMemProf != "" {
+		runtime.MemProfileRate = 2048 // a block's allocations, not a few samples of them
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -218,6 +237,7 @@ func gatewayBench(o options) error {
 	}
 	run := func(l gwLoad) (gwFigures, error) {
 		var f gwFigures
+		objs0, bytes0 := heapAllocs()
 		cpu0 := cpuTime()
 		if err := gwSend(toDriver, l); err != nil {
 			return f, err
@@ -227,6 +247,8 @@ func gatewayBench(o options) error {
 			return f, err
 		}
 		f.cpu = cpuTime() - cpu0
+		objs1, bytes1 := heapAllocs()
+		f.allocs, f.allocBytes = objs1-objs0, bytes1-bytes0
 		if res.Err != "" {
 			return f, fmt.Errorf("%s: %s", l.Via, res.Err)
 		}
@@ -276,8 +298,9 @@ func gatewayBench(o options) error {
 		fmt.Printf("paced%d, the same sessions sending on a schedule, %g turns/s in all through either path (latency without queueing, CPU at the same rate).\n", *gwSessions, *gwRate)
 	}
 	fmt.Printf("fleet CPU ms/t: the fleet process's user+system time per turn, less what it spends idle (%.1f%%); driver: the child's (load generator and mock model), for reference.\n", 100*idleRate)
+	fmt.Printf("allocs/t, KB/t: the fleet process's heap allocations per turn (objects, and their size).\n")
 	fmt.Printf("load average at start: %s\n\n", loadAvg())
-	fmt.Printf("  %5s %-8s %-6s %6s | %8s %8s %8s %10s %10s\n", "round", "load", "via", "turns", "p50 ms", "p99 ms", "turns/s", "fleet CPU", "driver CPU")
+	fmt.Printf("  %5s %-8s %-6s %6s | %8s %8s %8s %10s %10s %9s %7s\n", "round", "load", "via", "turns", "p50 ms", "p99 ms", "turns/s", "fleet CPU", "driver CPU", "allocs/t", "KB/t")
 
 	type pair struct{ client, http gwFigures }
 	results := map[string][]pair{}
@@ -320,7 +343,8 @@ func gatewayBench(o options) error {
 				name string
 				f    gwFigures
 			}{{"client", p.client}, {"http", p.http}} {
-				fmt.Printf("  %5d %-8s %-6s %6d | %8.2f %8.2f %8.0f %10.3f %10.3f\n", r, l.name, v.name, v.f.n, ms(v.f.lat, 50), ms(v.f.lat, 99), v.f.rate(), v.f.cpuPer(), v.f.driverPer())
+				objs, kb := v.f.allocsPer()
+				fmt.Printf("  %5d %-8s %-6s %6d | %8.2f %8.2f %8.0f %10.3f %10.3f %9.0f %7.1f\n", r, l.name, v.name, v.f.n, ms(v.f.lat, 50), ms(v.f.lat, 99), v.f.rate(), v.f.cpuPer(), v.f.driverPer(), objs, kb)
 			}
 			results[l.name] = append(results[l.name], p)
 		}
@@ -328,9 +352,11 @@ func gatewayBench(o options) error {
 	fmt.Printf("\nthe gateway's cost, http against client in the same round (target: p50 +≤ 0.5 ms, fleet CPU per turn ≤ 1.10×)\n")
 	for _, l := range loads {
 		for r, p := range results[l.name] {
-			fmt.Printf("  %-8s round %d: p50 %+.2f ms (%.2f → %.2f), p99 %+.2f ms, fleet CPU per turn %.2f× (%.3f → %.3f ms), turns/s %.2f×\n", l.name, r+1,
+			co, _ := p.client.allocsPer()
+			ho, _ := p.http.allocsPer()
+			fmt.Printf("  %-8s round %d: p50 %+.2f ms (%.2f → %.2f), p99 %+.2f ms, fleet CPU per turn %.2f× (%.3f → %.3f ms), turns/s %.2f×, allocs per turn %+.0f (%.0f → %.0f)\n", l.name, r+1,
 				ms(p.http.lat, 50)-ms(p.client.lat, 50), ms(p.client.lat, 50), ms(p.http.lat, 50), ms(p.http.lat, 99)-ms(p.client.lat, 99),
-				p.http.cpuPer()/p.client.cpuPer(), p.client.cpuPer(), p.http.cpuPer(), p.http.rate()/p.client.rate())
+				p.http.cpuPer()/p.client.cpuPer(), p.client.cpuPer(), p.http.cpuPer(), p.http.rate()/p.client.rate(), ho-co, co, ho)
 		}
 	}
 	fmt.Printf("\nmedians over the %d pairs of neighbouring blocks (http against the client's block next to it)\n", *gwRounds**gwBlocks)
@@ -356,8 +382,47 @@ func median(v []float64) float64 {
 }
 
 // gwProfiled runs f, writing the fleet process's CPU profile of it to
-// <-cpuprofile>.<name> when that is set.
+// <-cpuprofile>.<name> when that is set, and its allocation profiles
+// before and after to <-gateway-memprofile>.<name>.{0,1} when that is.
 func gwProfiled(name string, f func() (gwFigures, error)) (gwFigures, error) {
+	if *gwMemProf != "" {
+		if err := writeAllocs(*gwMemProf + "." + name + ".0"); err != nil {
+			return gwFigures{}, err
+		}
+		fig, err := gwCPUProfiled(name, f)
+		if err != nil {
+			return fig, err
+		}
+		return fig, writeAllocs(*gwMemProf + "." + name + ".1")
+	}
+	return gwCPUProfiled(name, f)
+}
+
+// writeAllocs writes the process's allocation profile to path, after a
+// collection (the profile is as of the last one).
+func writeAllocs(path string) error {
+	runtime.GC()
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(out, 0); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// heapAllocs is the heap objects and bytes the process allocated so far.
+func heapAllocs() (objects, bytes uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64(), s[1].Value.Uint64()
+}
+
+// gwCPUProfiled runs f, writing the fleet process's CPU profile of it to
+// <-cpuprofile>.<name> when that is set.
+func gwCPUProfiled(name string, f func() (gwFigures, error)) (gwFigures, error) {
 	if *turnsCPUProf == "" {
 		return f()
 	}
