@@ -174,6 +174,7 @@ func gatewayBench(o options) error {
 		return fmt.Errorf("gateway: the driver's mock model: %w", err)
 	}
 
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("part", "fleet")))
 	m, err := fleet.Start(ctx, fleet.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "gwbench",
 		OpenAICompatible: mockURL, NoBuiltinTools: true, Logger: zerolog.Nop()})
 	if err != nil {
@@ -187,6 +188,14 @@ func gatewayBench(o options) error {
 	// process by default; -gateway-conn),
 	// the OpenAI-compatible routes mounted, a token file unless
 	// -gateway-no-token.
+	//
+	// Goroutines the gateway starts (its connection's, the server's for
+	// that connection when in process, its HTTP server's and handlers')
+	// carry the profile label part=gateway, the rest part=fleet, so a
+	// profile tells the gateway's own CPU (go tool pprof
+	// -tagfocus=part=gateway).
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("part", "gateway")))
+	defer pprof.SetGoroutineLabels(ctx)
 	gconn := m.Conn
 	switch *gwConn {
 	case "worker":
@@ -230,6 +239,7 @@ func gatewayBench(o options) error {
 	gdone := make(chan struct{})
 	gctx, gcancel := context.WithCancel(ctx)
 	go func() { defer close(gdone); _ = ln.Serve(gctx) }()
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("part", "fleet")))
 	defer func() { gcancel(); <-gdone }()
 
 	if err := gwSend(toDriver, gwConfig{NATS: m.ClientURL(), HTTP: ln.URL(), Token: token}); err != nil {
