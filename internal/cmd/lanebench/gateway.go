@@ -91,8 +91,11 @@ type gwFigures struct {
 	turnsFigures
 	driverCPU time.Duration
 	// allocs and allocBytes are the fleet process's heap allocations
-	// over the load: unlike CPU, steady whatever else the machine runs.
+	// over the load, and syscalls its read and write system calls
+	// (sockets, files, pipes): unlike CPU, steady whatever else the
+	// machine runs.
 	allocs, allocBytes uint64
+	syscalls           ioCalls
 }
 
 // add pools o's turns into f's.
@@ -104,6 +107,44 @@ func (f *gwFigures) add(o gwFigures) {
 	f.driverCPU += o.driverCPU
 	f.allocs += o.allocs
 	f.allocBytes += o.allocBytes
+	f.syscalls.reads += o.syscalls.reads
+	f.syscalls.writes += o.syscalls.writes
+}
+
+// ioCalls are a process's read and write system calls.
+type ioCalls struct{ reads, writes uint64 }
+
+// ioCallsNow is the process's read and write system calls so far
+// (/proc/self/io; zero where there is none).
+func ioCallsNow() ioCalls {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return ioCalls{}
+	}
+	var c ioCalls
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ": ")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		switch k {
+		case "syscr":
+			c.reads = n
+		case "syscw":
+			c.writes = n
+		}
+	}
+	return c
+}
+
+// syscallsPer is the fleet process's read and write system calls per
+// turn.
+func (f gwFigures) syscallsPer() (reads, writes float64) {
+	if f.n == 0 {
+		return 0, 0
+	}
+	return float64(f.syscalls.reads) / float64(f.n), float64(f.syscalls.writes) / float64(f.n)
 }
 
 // allocsPer is the fleet process's heap allocations per turn, and its
@@ -248,6 +289,7 @@ func gatewayBench(o options) error {
 	run := func(l gwLoad) (gwFigures, error) {
 		var f gwFigures
 		objs0, bytes0 := heapAllocs()
+		io0 := ioCallsNow()
 		cpu0 := cpuTime()
 		if err := gwSend(toDriver, l); err != nil {
 			return f, err
@@ -257,8 +299,10 @@ func gatewayBench(o options) error {
 			return f, err
 		}
 		f.cpu = cpuTime() - cpu0
+		io1 := ioCallsNow()
 		objs1, bytes1 := heapAllocs()
 		f.allocs, f.allocBytes = objs1-objs0, bytes1-bytes0
+		f.syscalls = ioCalls{reads: io1.reads - io0.reads, writes: io1.writes - io0.writes}
 		if res.Err != "" {
 			return f, fmt.Errorf("%s: %s", l.Via, res.Err)
 		}
@@ -308,9 +352,9 @@ func gatewayBench(o options) error {
 		fmt.Printf("paced%d, the same sessions sending on a schedule, %g turns/s in all through either path (latency without queueing, CPU at the same rate).\n", *gwSessions, *gwRate)
 	}
 	fmt.Printf("fleet CPU ms/t: the fleet process's user+system time per turn, less what it spends idle (%.1f%%); driver: the child's (load generator and mock model), for reference.\n", 100*idleRate)
-	fmt.Printf("allocs/t, KB/t: the fleet process's heap allocations per turn (objects, and their size).\n")
+	fmt.Printf("allocs/t, KB/t: the fleet process's heap allocations per turn (objects, and their size); rd/t, wr/t: its read and write system calls per turn (sockets and files).\n")
 	fmt.Printf("load average at start: %s\n\n", loadAvg())
-	fmt.Printf("  %5s %-8s %-6s %6s | %8s %8s %8s %10s %10s %9s %7s\n", "round", "load", "via", "turns", "p50 ms", "p99 ms", "turns/s", "fleet CPU", "driver CPU", "allocs/t", "KB/t")
+	fmt.Printf("  %5s %-8s %-6s %6s | %8s %8s %8s %10s %10s %9s %7s %6s %6s\n", "round", "load", "via", "turns", "p50 ms", "p99 ms", "turns/s", "fleet CPU", "driver CPU", "allocs/t", "KB/t", "rd/t", "wr/t")
 
 	type pair struct{ client, http gwFigures }
 	results := map[string][]pair{}
@@ -354,7 +398,8 @@ func gatewayBench(o options) error {
 				f    gwFigures
 			}{{"client", p.client}, {"http", p.http}} {
 				objs, kb := v.f.allocsPer()
-				fmt.Printf("  %5d %-8s %-6s %6d | %8.2f %8.2f %8.0f %10.3f %10.3f %9.0f %7.1f\n", r, l.name, v.name, v.f.n, ms(v.f.lat, 50), ms(v.f.lat, 99), v.f.rate(), v.f.cpuPer(), v.f.driverPer(), objs, kb)
+				rd, wr := v.f.syscallsPer()
+				fmt.Printf("  %5d %-8s %-6s %6d | %8.2f %8.2f %8.0f %10.3f %10.3f %9.0f %7.1f %6.1f %6.1f\n", r, l.name, v.name, v.f.n, ms(v.f.lat, 50), ms(v.f.lat, 99), v.f.rate(), v.f.cpuPer(), v.f.driverPer(), objs, kb, rd, wr)
 			}
 			results[l.name] = append(results[l.name], p)
 		}
