@@ -135,6 +135,7 @@ type Server struct {
 	handler  http.Handler
 	tracer   trace.Tracer
 
+	headHold time.Duration // how long a stream's head waits for its first events (headHold)
 	streams  atomic.Int64
 	streamWG sync.WaitGroup // the goroutines of hijacked streams
 	hub      hub
@@ -148,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("gateway: no client")
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: *cfg.Logger, metrics: newMetrics(), limiters: map[string]*limiter{}, stopping: make(chan struct{})}
+	s := &Server{cfg: cfg, log: *cfg.Logger, metrics: newMetrics(), limiters: map[string]*limiter{}, stopping: make(chan struct{}), headHold: headHold}
 	s.hub.s = s
 	if cfg.Tokens != nil {
 		for _, e := range cfg.Tokens.entries {

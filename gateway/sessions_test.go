@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,10 +158,106 @@ func TestStreamWritesEventsAtHandOnce(t *testing.T) {
 	if len(got) < 4 || got[0] != 1 || got[len(got)-1] != uint64(len(got)) || evs[len(evs)-1].event != "final" {
 		t.Fatalf("events %v", got)
 	}
-	// One write for the head, one for all the events.
-	if n := writes.Load(); n != 2 {
-		t.Fatalf("the stream of %d stored events took %d writes, want 2 (its head, then the events)", len(evs), n)
+	// One write for the head and all the events.
+	if n := writes.Load(); n != 1 {
+		t.Fatalf("the stream of %d stored events took %d writes, want 1 (its head and the events)", len(evs), n)
 	}
+}
+
+// TestStreamHeadGoesWithFirstEvents: a streamed send's head (status,
+// headers, the ": run" comment) goes to the connection in the same write
+// as the run's first events, not a write of its own.
+func TestStreamHeadGoesWithFirstEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.srv.headHold = time.Minute // the first events come long before
+	var mu sync.Mutex
+	var writes [][]byte
+	ts := httptest.NewUnstartedServer(b.srv)
+	ts.Listener = recordingListener{Listener: ts.Listener, record: func(p []byte) {
+		mu.Lock()
+		writes = append(writes, slices.Clone(p))
+		mu.Unlock()
+	}}
+	ts.Config = b.srv.HTTPServer()
+	ts.Start()
+	t.Cleanup(ts.Close)
+	b.ts = ts
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:h/messages", `{"text":"hello","stream":true}`)
+	evs, err := readSSE(resp.Body, nil)
+	resp.Body.Close()
+	if err != nil || replyOf(t, evs) != "echo: hello" || resp.Header.Get("Lanefleet-Run") == "" {
+		t.Fatalf("stream: %v, %d events", err, len(evs))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(writes) == 0 {
+		t.Fatal("no writes")
+	}
+	first := string(writes[0])
+	if !strings.HasPrefix(first, "HTTP/1.1 200 OK\r\n") || !strings.Contains(first, "\r\n: run ") || !strings.Contains(first, "\nid: 1\n") {
+		t.Fatalf("the first write is not the head with the first event:\n%s", first)
+	}
+}
+
+// TestStreamHeadWithoutEvents: a streamed send whose run does not start
+// (queued behind the session's running turn) gets its head within the
+// hold, not once the run starts.
+func TestStreamHeadWithoutEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.srv.headHold = 50 * time.Millisecond
+	script := `#script {"replies":[{"text":"` + strings.Repeat("slow ", 20) + `","chunks":20,"delayMs":100}]}`
+	body, _ := json.Marshal(map[string]any{"text": script, "model": "scripted/script"})
+	resp := b.do(t, "acme", "POST", "/api/sessions/acme:q/messages", string(body))
+	var first SendReply
+	readJSON(t, resp, &first)
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		if _, err := b.client.Run("acme:q", first.RunID).Wait(b.ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	resp = b.do(t, "acme", "POST", "/api/sessions/acme:q/messages", `{"text":"queued","mode":"followup","stream":true}`)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Lanefleet-Run") == "" {
+		t.Fatalf("streamed send: %d, run %q", resp.StatusCode, resp.Header.Get("Lanefleet-Run"))
+	}
+	// The head came while the first run (2 s) still runs.
+	select {
+	case <-firstDone:
+		t.Fatal("the queued send's head came once the run before it had ended")
+	default:
+	}
+	evs, err := readSSE(resp.Body, nil)
+	if err != nil || replyOf(t, evs) != "echo: queued" {
+		t.Fatalf("the queued run's stream: %v, %d events", err, len(evs))
+	}
+}
+
+// recordingListener hands every write to its connections to record.
+type recordingListener struct {
+	net.Listener
+	record func([]byte)
+}
+
+func (l recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &recordingConn{Conn: c, record: l.record}, nil
+}
+
+type recordingConn struct {
+	net.Conn
+	record func([]byte)
+}
+
+func (c *recordingConn) Write(b []byte) (int, error) {
+	c.record(b)
+	return c.Conn.Write(b)
 }
 
 // countingListener counts the writes to its connections.

@@ -38,6 +38,30 @@ type stream struct {
 	event  time.Time // last event
 	cancel context.CancelCauseFunc
 	done   bool
+	// held is the stream's head, held back to go out with the first
+	// events (hold); release writes it on its own if none comes first.
+	held    []byte
+	release *time.Timer
+}
+
+// headHold is how long a stream's head waits for the run's first events
+// to go out with them, in one write to the connection instead of two
+// (the head, then the events, each a write and the client's wake-up). A
+// run that does not start within it (queued behind its session's earlier
+// runs, or no worker) gets its head on its own then.
+const headHold = time.Second
+
+// hold keeps b, the stream's head, to go out with the next write, or
+// after d on its own, within timeout.
+func (st *stream) hold(b []byte, d, timeout time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.held, st.last = b, time.Now()
+	st.release = time.AfterFunc(d, func() {
+		if err := st.send(nil, timeout, true); err != nil && !errors.Is(err, errShutdown) {
+			st.cancel(err)
+		}
+	})
 }
 
 // write writes b and flushes, bounded by the write timeout (a client
@@ -55,6 +79,14 @@ func (st *stream) send(b []byte, timeout time.Duration, flush bool) error {
 	defer st.mu.Unlock()
 	if st.done {
 		return errShutdown
+	}
+	if st.held != nil {
+		b = append(st.held, b...)
+		st.held = nil
+		st.release.Stop()
+	}
+	if len(b) == 0 {
+		return nil
 	}
 	st.last = time.Now()
 	if st.conn != nil {
@@ -107,6 +139,9 @@ func (h *hub) remove(st *stream) {
 	h.mu.Unlock()
 	st.mu.Lock()
 	st.done = true
+	if st.release != nil {
+		st.release.Stop()
+	}
 	st.mu.Unlock()
 }
 
@@ -241,9 +276,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 				defer release()
 				defer end()
 				defer conn.Close()
-				if err := st.write([]byte(head+": run "+run.ID+"\n\n"), s.cfg.WriteTimeout); err != nil {
-					return
-				}
+				st.hold([]byte(head+": run "+run.ID+"\n\n"), s.headHold, s.cfg.WriteTimeout)
 				s.follow(ctx, st, run, after)
 			}()
 			return
@@ -256,10 +289,8 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("Lanefleet-Run", run.ID)
-	w.WriteHeader(http.StatusOK)
-	if err := st.write([]byte(": run "+run.ID+"\n\n"), s.cfg.WriteTimeout); err != nil {
-		return
-	}
+	w.WriteHeader(http.StatusOK) // buffered: it goes out with the held head
+	st.hold([]byte(": run "+run.ID+"\n\n"), s.headHold, s.cfg.WriteTimeout)
 	// The request's end (the client left) ends the stream too.
 	stop := context.AfterFunc(r.Context(), func() { cancel(context.Canceled) })
 	defer stop()
