@@ -234,6 +234,7 @@ func TestStreamHeadWithoutEvents(t *testing.T) {
 	if err != nil || replyOf(t, evs) != "echo: queued" {
 		t.Fatalf("the queued run's stream: %v, %d events", err, len(evs))
 	}
+	<-firstDone
 }
 
 // recordingListener hands every write to its connections to record.
