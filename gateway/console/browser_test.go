@@ -162,6 +162,32 @@ func TestConsole(t *testing.T) {
 		tb.shot(t, "session-phone")
 	})
 
+	t.Run("a run's model attempts and their hop", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:hop"
+		run := b.send(t, "acme", key, "hello", "acme/m1") // acme:a answers 429, acme:b "fine"
+		tb := b.open(t, "acme")
+		tb.goTo(t, route("s", key, "runs", run))
+		tb.wait(t, `document.querySelector('#run-summary [data-k=status] dd').textContent === 'done'`)
+		if n := tb.count(t, `.ev.attempt`); n != 2 {
+			t.Fatalf("%d model attempts in the timeline, want 2", n)
+		}
+		first, second := tb.text(t, `.ev.attempt[data-attempt="1"] .what`), tb.text(t, `.ev.attempt[data-attempt="2"] .what`)
+		if first != "Model attempt 1: acme/m1 with auth profile acme:a" {
+			t.Fatalf("first attempt: %q", first)
+		}
+		if second != "Model attempt 2: acme/m1 with auth profile acme:b · after rate_limit" {
+			t.Fatalf("second attempt: %q", second)
+		}
+		if got := tb.text(t, `#run-summary [data-k=tried] dd`); got != "acme/m1 (acme:a) → acme/m1 (acme:b)" {
+			t.Fatalf("models tried: %q", got)
+		}
+		if strings.Contains(tb.text(t, "main"), "sk-acme") {
+			t.Fatal("a key is on the page")
+		}
+		tb.shot(t, "run-hop")
+	})
+
 	t.Run("approve a pending call", func(t *testing.T) {
 		t.Parallel()
 		const key = "acme:approve"
