@@ -188,6 +188,44 @@ func TestConsole(t *testing.T) {
 		tb.shot(t, "run-hop")
 	})
 
+	t.Run("a session's runs", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:many-runs"
+		var ids []string
+		for i := range 10 {
+			ids = append(ids, b.send(t, "acme", key, fmt.Sprintf("message %d", i), ""))
+		}
+		failed := b.send(t, "acme", key, script(map[string]any{"error": map[string]any{"status": 400, "message": "bad request"}}), "scripted/script")
+		tb := b.open(t, "acme")
+		tb.goTo(t, route("s", key))
+		rows := func() []string {
+			return eval[[]string](t, tb, `[...document.querySelectorAll('#runs tbody tr')].map((r) => r.dataset.run + ' ' + r.querySelector('.chip').textContent + ' ' + r.cells[5].textContent)`)
+		}
+		got := rows()
+		want := []string{failed + " failed scripted/script"}
+		for i := 9; i > 0; i-- {
+			want = append(want, ids[i]+" done scripted/echo")
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("the first page of runs:\n%q\nwant\n%q", got, want)
+		}
+		if got := tb.text(t, "#runs-count"); !strings.HasPrefix(got, "10 of 11 runs") {
+			t.Fatalf("count: %q", got)
+		}
+		if d := tb.text(t, `#runs tbody tr:nth-child(2) td:nth-child(4)`); !strings.HasSuffix(d, "ms") && !strings.HasSuffix(d, " s") {
+			t.Fatalf("duration %q", d)
+		}
+		tb.shot(t, "session-runs")
+		tb.click(t, "#older-runs")
+		tb.wait(t, `document.querySelectorAll('#runs tbody tr').length === 11 && !document.querySelector('#older-runs')`)
+		if got := rows(); got[10] != ids[0]+" done scripted/echo" {
+			t.Fatalf("the older page: %q", got[10:])
+		}
+		// Each run links to its timeline.
+		tb.click(t, fmt.Sprintf(`#runs tr[data-run="%s"] a`, ids[9]))
+		tb.wait(t, `document.querySelector('#run-id')?.textContent === `+jsString(ids[9])+` && document.querySelector('#run-summary [data-k=status] dd').textContent === 'done'`)
+	})
+
 	t.Run("approve a pending call", func(t *testing.T) {
 		t.Parallel()
 		const key = "acme:approve"
