@@ -64,6 +64,14 @@ var testTokens = []gateway.TokenEntry{
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	b := startFleet(t)
+	b.browser = startBrowser(t)
+	return b
+}
+
+// startFleet starts the bundle's fleet and gateway, without a browser.
+func startFleet(t *testing.T) *bundle {
+	t.Helper()
 	ns := natstest.Start(t)
 	b := &bundle{natsURL: ns.URL, tokens: map[string]string{}, root: t.TempDir()}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
@@ -113,7 +121,6 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(ts.Close)
 	t.Cleanup(srv.Close)
 	b.url = ts.URL
-	b.browser = startBrowser(t)
 	b.shots = cmp.Or(os.Getenv("LANEFLEET_CONSOLE_SHOTS"), t.TempDir())
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
