@@ -38,6 +38,10 @@ type bidi struct {
 	err     error // why the connection ended
 }
 
+// bidiTimeout bounds Firefox's start and each command: generous, as a
+// loaded machine's Firefox takes a minute to open its first session.
+const bidiTimeout = 3 * time.Minute
+
 type bidiReply struct {
 	Type    string          `json:"type"` // success, error, event
 	ID      *int            `json:"id"`
@@ -102,8 +106,8 @@ user_pref("remote.prefs.recommended", true);
 	case url = <-addr:
 	case <-done:
 		t.Fatalf("%s ended before its remote agent listened", path)
-	case <-time.After(90 * time.Second):
-		t.Fatalf("%s: no remote agent after 90 s", path)
+	case <-time.After(bidiTimeout):
+		t.Fatalf("%s: no remote agent after %v", path, bidiTimeout)
 	}
 	ws, err := websocket.Dial(url+"/session", "", "http://localhost/")
 	if err != nil {
@@ -179,8 +183,8 @@ func (b *bidi) do(method string, params any, out any) error {
 			return json.Unmarshal(r.Result, out)
 		}
 		return nil
-	case <-time.After(time.Minute):
-		return fmt.Errorf("%s: no answer in a minute", method)
+	case <-time.After(bidiTimeout):
+		return fmt.Errorf("%s: no answer in %v", method, bidiTimeout)
 	}
 }
 
@@ -237,7 +241,7 @@ func (f *ffTab) eval(t *testing.T, expr string, out any) {
 // wait polls expr until it is truthy.
 func (f *ffTab) wait(t *testing.T, expr string) {
 	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		var ok bool
 		err := f.b.eval("Boolean("+expr+")", &ok)

@@ -122,7 +122,13 @@ func startFleet(t *testing.T) *bundle {
 	t.Cleanup(srv.Close)
 	b.url = ts.URL
 	b.shots = cmp.Or(os.Getenv("LANEFLEET_CONSOLE_SHOTS"), t.TempDir())
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	// The API calls' deadline: the whole test's, generous on a loaded
+	// machine (the race detector slows the fleet and gateway tenfold).
+	bound := 4 * time.Minute
+	if raceEnabled {
+		bound = 12 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	t.Cleanup(cancel)
 	b.ctx = ctx
 	return b
