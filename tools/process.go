@@ -165,7 +165,7 @@ func (p *bgProc) running() bool {
 }
 
 // EndSession kills and forgets every process of session (its reset or
-// forget) and returns how many were running.
+// forget), waits for them to end, and returns how many were running.
 func (ps *Processes) EndSession(session string) int {
 	ps.mu.Lock()
 	list := ps.sessions[session]
@@ -177,6 +177,9 @@ func (ps *Processes) EndSession(session string) int {
 			n++
 			ps.kill(p)
 		}
+	}
+	for _, p := range list {
+		<-p.done
 	}
 	return n
 }
