@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,5 +138,43 @@ func TestMemorySearchArgs(t *testing.T) {
 	res, err := f.callCtx(context.Background(), "memory_search", map[string]any{"query": "needle"})
 	if err != nil || !strings.Contains(res.Content[0].Text, "only the first 1.0MB of MEMORY.md searched") {
 		t.Errorf("big file: %v %v", err, res.Content)
+	}
+}
+
+// BenchmarkMemorySearchTool: a memory_search call over 100 memory files of
+// 100 chunks each (10,000 chunks), indexed once and then served from the
+// cache: what a turn pays per search.
+func BenchmarkMemorySearchTool(b *testing.B) {
+	dir := b.TempDir()
+	words := strings.Fields("budget meeting postgres migration deploy fleet lanes tenant invoice customer release incident review design tea coffee travel")
+	for f := range 100 {
+		var sb strings.Builder
+		for i := range 100 {
+			fmt.Fprintf(&sb, "# Note %d\n", i)
+			for j := range 6 {
+				fmt.Fprintf(&sb, "%s %s item%d %s\n", words[(f+i+j)%len(words)], words[(i*7+j)%len(words)], i, words[(i*3+j*5+f)%len(words)])
+			}
+		}
+		p := filepath.Join(dir, "memory", fmt.Sprintf("%03d.md", f))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(sb.String()), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mem, err := Memory(Workspace{Dir: dir}, NewMemoryCache())
+	if err != nil {
+		b.Fatal(err)
+	}
+	search, _ := mem.Lookup("memory_search")
+	call := Call{Args: map[string]any{"query": "postgres migration incident"}}
+	res, err := search.Call(context.Background(), call)
+	if err != nil || res.Details["chunks"].(int64) < 10000 {
+		b.Fatalf("%v %v", err, res.Details["chunks"])
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := search.Call(context.Background(), call); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

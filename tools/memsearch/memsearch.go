@@ -7,7 +7,6 @@
 package memsearch
 
 import (
-	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -191,18 +190,27 @@ func Search(files []*File, query string, n int, minScore float64) []Hit {
 		file, chunk int32
 		s           float64
 	}
-	var ranked []scored
+	// The best n, kept sorted while the scores are walked in file and
+	// chunk order: an equal score goes after those already kept, so ties
+	// stay in that order. Cheaper than sorting every scored chunk.
+	ranked := make([]scored, 0, n)
 	for fi, fs := range scores {
 		for ci, s := range fs {
-			if s > 0 && s >= minScore {
-				ranked = append(ranked, scored{int32(fi), int32(ci), s})
+			if s <= 0 || s < minScore || (len(ranked) == n && s <= ranked[n-1].s) {
+				continue
 			}
+			i, _ := slices.BinarySearchFunc(ranked, s, func(r scored, s float64) int {
+				if r.s >= s {
+					return -1
+				}
+				return 1
+			})
+			if len(ranked) == n {
+				ranked = ranked[:n-1]
+			}
+			ranked = slices.Insert(ranked, i, scored{int32(fi), int32(ci), s})
 		}
 	}
-	// Ranked is in file and chunk order: a stable sort by score keeps
-	// ties there.
-	slices.SortStableFunc(ranked, func(x, y scored) int { return cmp.Compare(y.s, x.s) })
-	ranked = ranked[:min(n, len(ranked))]
 	hits := make([]Hit, len(ranked))
 	for i, r := range ranked {
 		hits[i] = Hit{Chunk: &files[r.file].Chunks[r.chunk], Score: r.s}
