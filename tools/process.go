@@ -362,16 +362,19 @@ func (t *processTool) start(ctx context.Context, args map[string]any) (Result, e
 		ps.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: this session runs %d, the most allowed; kill or wait for one first", ErrProcessLimit, mine)
 	}
-	if ps.running >= c.PerWorker {
+	if n := ps.running; n >= c.PerWorker {
 		ps.mu.Unlock()
-		return Result{}, fmt.Errorf("%w: this worker runs %d for all sessions, the most allowed; try again later", ErrProcessLimit, ps.running)
+		return Result{}, fmt.Errorf("%w: this worker runs %d for all sessions, the most allowed; try again later", ErrProcessLimit, n)
 	}
 	ps.next++
 	id := "p" + strconv.Itoa(ps.next)
 	if c.Worker != "" {
 		id += "@" + c.Worker
 	}
-	ps.running++ // reserved; given back if the start fails
+	// Reserved, and given back if the start fails: a slot, and the
+	// waiter's place in wg (added under mu before Close can wait).
+	ps.running++
+	ps.wg.Add(1)
 	ps.mu.Unlock()
 
 	p, err := t.spawn(ctx, id, command, timeout)
@@ -379,6 +382,7 @@ func (t *processTool) start(ctx context.Context, args map[string]any) (Result, e
 		ps.mu.Lock()
 		ps.running--
 		ps.mu.Unlock()
+		ps.wg.Done()
 		return Result{}, err
 	}
 	ps.mu.Lock()
@@ -439,8 +443,7 @@ func (t *processTool) spawn(ctx context.Context, id, command string, timeout tim
 			}
 		}
 	}()
-	t.ps.wg.Add(1)
-	go t.ps.waitFor(p, outR, copied)
+	go t.ps.waitFor(p, outR, copied) // its wg place was added by start
 	return p, nil
 }
 

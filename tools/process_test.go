@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -322,5 +323,36 @@ func TestRing(t *testing.T) {
 	}
 	if s, d, _ := r.since(99); s != "" || d != 0 {
 		t.Fatalf("%q %d", s, d)
+	}
+}
+
+// TestProcessCloseWhileStarting: starts racing the worker's stop either
+// run and are killed by it or are refused; none outlives Close, and the
+// per-worker cap holds throughout.
+func TestProcessCloseWhileStarting(t *testing.T) {
+	t.Parallel()
+	_, unconfined := boxes(t)
+	ps, err := NewProcesses(ProcessConfig{Box: unconfined, Worker: "w1", PerWorker: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	done := make(chan error, 12)
+	for i := range 12 {
+		go func() {
+			tool, _ := ps.Tool(Workspace{Dir: dir}, fmt.Sprintf("s%d", i%3))
+			_, err := tool.Call(context.Background(), Call{Args: map[string]any{"action": "start", "command": "sleep 600"}})
+			done <- err
+		}()
+	}
+	for range 6 {
+		<-done
+	}
+	ps.Close()
+	for range 6 {
+		<-done
+	}
+	if n := ps.Running(); n != 0 {
+		t.Errorf("%d running after Close", n)
 	}
 }
