@@ -1,12 +1,15 @@
 package fleet
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 )
 
@@ -157,5 +160,58 @@ func TestSessionToolsOnAFleet(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("acme:b's history has no answered message from acme:a: %q", h)
+	}
+}
+
+// TestProcessAcrossWorkers: two workers share a fleet; a session's
+// background process runs on the worker that took its turn, and dies when
+// that worker stops. The session's next turn, on the other worker, asks
+// for it and is told where it ran.
+func TestProcessAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	members := map[string]*Member{}
+	stops := map[string]func(){}
+	for _, id := range []string{"w1", "w2"} {
+		m, err := startMember(t, Config{NATSURL: srv.URL, WorkerID: id, WorkspaceRoot: t.TempDir(), WorkspaceMaxBytes: -1,
+			Exec: true, ExecUnconfined: true, Process: true, DefaultModel: "scripted/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		var once sync.Once
+		stop := func() { once.Do(func() { cancel(); <-done }) }
+		t.Cleanup(stop)
+		members[id], stops[id] = m, stop
+	}
+	_, c, ctx := runStartedClient(t, members["w1"])
+	v := watch(t, ctx, c, "acme:p", scriptText(t, calls("s", "process", map[string]any{"action": "start", "command": "sleep 600"}), scripted.Reply{Text: "started"}),
+		lanefleet.WithModel("scripted/script"))
+	if v.runErr != nil {
+		t.Fatal(v.runErr)
+	}
+	started := toolResults(t, ctx, c, "acme:p")["s"]
+	ran, other := "w1", "w2"
+	if strings.Contains(started, "p1@w2") {
+		ran, other = "w2", "w1"
+	}
+	if !strings.Contains(started, "p1@"+ran) || members[ran].procs.Running() != 1 {
+		t.Fatalf("start: %q", started)
+	}
+	stops[ran]()
+	if n := members[ran].procs.Running(); n != 0 {
+		t.Errorf("%d processes outlived their worker", n)
+	}
+	_, c, ctx = runStartedClient(t, members[other])
+	v = watch(t, ctx, c, "acme:p", scriptText(t, calls("q", "process", map[string]any{"action": "poll", "sessionId": "p1@" + ran}), scripted.Reply{Text: "asked"}),
+		lanefleet.WithModel("scripted/script"))
+	if v.runErr != nil {
+		t.Fatal(v.runErr)
+	}
+	want := fmt.Sprintf("process %q not found on this worker (%s): it ran on worker %q", "p1@"+ran, other, ran)
+	if got := toolResults(t, ctx, c, "acme:p")["q"]; !strings.Contains(got, want) {
+		t.Errorf("poll on the other worker: %q, want %q", got, want)
 	}
 }
