@@ -198,6 +198,10 @@ is set: spans go over OTLP/HTTP.`,
 	fs.BoolVar(&cfg.ExecAllowRoot, "exec-allow-root", false, "with --exec, for a worker running as root where commands cannot run as uid 65534 (no user namespaces, workspaces on a filesystem without idmapped mounts): run them as root, without capabilities, still confined")
 	fs.StringVar(&cfg.ExecCgroup, "exec-cgroup", env("LANEFLEET_EXEC_CGROUP"), "with --exec: a cgroup v2 directory delegated to the worker (no processes in it) where each command gets its cgroup (env LANEFLEET_EXEC_CGROUP; default: found where memory, pids and cpu are delegated, else cgroup v1)")
 	fs.Var((*byteSize)(&cfg.WorkspaceMaxBytes), "workspace-max-bytes", "with --exec: size of the workspaces' filesystem, a loop-mounted ext4 image on --workspace-root (needs root; default 4G; -1 = no bound, which the worker refuses on the JetStream store's filesystem unless given)")
+	fs.BoolVar(&cfg.Process, "process", false, "with --exec: offer the process tool, background commands in exec's sandbox (start, list, poll, log, write, kill, remove); a session's processes live on the worker that started them and end at their timeout (30m, at most 2h), the session's /new or /reset, its forget, or the worker's stop")
+	fs.IntVar(&cfg.ProcessesPerSession, "processes-per-session", 0, "with --process: background processes one session may run at once on a worker (default 4; 64 for all sessions together)")
+	fs.BoolVar(&cfg.MemoryTools, "memory-tools", false, "offer memory_search and memory_get over each workspace's MEMORY.md and memory/**/*.md (BM25 keyword ranking, no embeddings); they read the workspace only")
+	fs.StringVar(&cfg.SessionTools, "session-tools", env("LANEFLEET_SESSION_TOOLS"), "offer sessions_list, sessions_history and sessions_send, reaching the sessions of the caller's tenant (tenant) or of its tenant and agent (agent), never another tenant's; a session without a tenant reaches only itself (env LANEFLEET_SESSION_TOOLS; default none)")
 	fs.BoolVar(&cfg.WebFetch, "web-fetch", false, "offer the web_fetch tool: an HTTP(S) GET whose page comes back as markdown or text; reaches public addresses only (no loopback, private, link-local or cloud metadata address, checked on every connection and redirect) unless --web-allow names more; never through a proxy from the environment")
 	webAllow := fs.String("web-allow", env("LANEFLEET_WEB_ALLOW"), "with --web-fetch: comma-separated address ranges (10.1.0.0/16, 192.168.1.5) and host names (wiki.internal, *.corp.example) web_fetch may reach although the SSRF guard refuses them (env LANEFLEET_WEB_ALLOW)")
 	fs.StringVar(&cfg.WebSearch, "web-search", env("LANEFLEET_WEB_SEARCH"), "offer the web_search tool through a search provider: brave (the Brave Search API, key from BRAVE_API_KEY or an api_key profile of provider \"brave\" in --auth-profiles) or searxng (the instance at --web-search-url, JSON format on) (env LANEFLEET_WEB_SEARCH; default none)")
@@ -283,6 +287,14 @@ is set: spans go over OTLP/HTTP.`,
 		}
 		cfg.Hooks.ToolFailure = mode
 		cfg.ToolPolicy = tools.Policy{Allow: splitList(*toolsAllow), Deny: splitList(*toolsDeny), Approve: splitList(*toolsApprove)}
+		switch cfg.SessionTools {
+		case "", "tenant", "agent":
+		default:
+			return usageError{fmt.Errorf("--session-tools must be tenant or agent, not %q", cfg.SessionTools)}
+		}
+		if cfg.ProcessesPerSession < 0 {
+			return usageError{fmt.Errorf("--processes-per-session must be 0 (the default) or more, not %d", cfg.ProcessesPerSession)}
+		}
 		switch *execApproval {
 		case "ask":
 			cfg.ToolPolicy.Approve = append(cfg.ToolPolicy.Approve, "exec")

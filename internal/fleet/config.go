@@ -221,6 +221,22 @@ type Config struct {
 	// endpoint. The operator's: web_fetch's guard does not apply to it.
 	WebSearchURL string
 
+	// Process offers the process tool (only with Exec): background
+	// commands through exec's sandbox, each session's own, on the worker
+	// that started them (tools.Processes). ProcessesPerSession caps one
+	// session's running processes (0 = tools.DefaultProcessesPerSession).
+	Process             bool
+	ProcessesPerSession int
+	// MemoryTools offers memory_search and memory_get over each
+	// workspace's MEMORY.md and memory/**/*.md (BM25, no embeddings).
+	// They read the workspace only; off by default all the same.
+	MemoryTools bool
+	// SessionTools offers sessions_list, sessions_history and
+	// sessions_send, reaching the sessions of the caller's tenant
+	// ("tenant") or of its tenant and agent ("agent"), never another
+	// tenant's; "" = off.
+	SessionTools string
+
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz
 	// and /readyz (package metrics); empty = none. A busy address fails
