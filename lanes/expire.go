@@ -49,7 +49,7 @@ func (w *Worker) expire(ctx context.Context) {
 // lanes bucket from the stored scan position up to cutoff and forgets every
 // session whose last write is older than cutoff, stopping after the batch
 // in which it reached limit, then stores the position it reached. It
-// rests between batches as long as the last one took (paceExpire), and
+// rests between batches as long as the last one took (restExpire), and
 // stops at a batch's end when ctx ends while it rests. A
 // session is forgotten under its lease, so never while someone runs it,
 // and never while a message waits for it. An error leaves the position at the session it happened on, so
@@ -69,7 +69,7 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		batchTook time.Duration    // how long the last batch took
 	)
 	for !scanned && st.Expired < limit && passErr == nil {
-		if batchTook > 0 && !w.paceExpire(ctx, batchTook) {
+		if batchTook > 0 && !restExpire(ctx, batchTook) {
 			break // the pass's time is up: the next goes on from here
 		}
 		began := time.Now()
@@ -156,13 +156,13 @@ const (
 	expireScan     = 1024
 )
 
-// paceExpire waits, between two batches of a retention pass, as long as
+// restExpire waits, between two batches of a retention pass, as long as
 // the last batch took, so that the pass works at most half the time and
 // the lanes' own writes meet at most expireParallel of its requests at
 // once: a pass that forgot its sessions all at once (16 at a time, back to
 // back) slowed the fleet's turns while it ran. It reports false when ctx
 // (the pass's time) ends first.
-func (w *Worker) paceExpire(ctx context.Context, took time.Duration) bool {
+func restExpire(ctx context.Context, took time.Duration) bool {
 	t := time.NewTimer(took)
 	defer t.Stop()
 	select {
