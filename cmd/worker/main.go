@@ -37,7 +37,6 @@ import (
 	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/hooks"
-	"github.com/lanefleet/lanefleet/internal/cgroup"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -215,7 +214,7 @@ is set: spans go over OTLP/HTTP.`,
 	fs.BoolVar(&cfg.NoBudgets, "no-budgets", false, "turn tenant governance off: no budgets bucket, no admission before model calls (every worker of a fleet should agree)")
 	fs.BoolVar(&cfg.BlockReplies, "block-replies", false, "also publish the reply in blocks (block events of 800–1,200 characters, as OpenClaw's block streaming); off by default, as in OpenClaw")
 	fs.Bool("no-block-replies", true, "no block reply events: the default now; accepted for old scripts")
-	memLimit := fs.String("memory-limit", env("LANEFLEET_MEMORY_LIMIT"), "soft memory limit of the worker process, the Go runtime's (env LANEFLEET_MEMORY_LIMIT): "+memoryLimitHelp+"; the default is GOMEMLIMIT when set, else 90% of the cgroup memory limit when there is one, else none")
+	memLimit := fs.String("memory-limit", env("LANEFLEET_MEMORY_LIMIT"), "soft memory limit of the worker process, the Go runtime's (env LANEFLEET_MEMORY_LIMIT): "+memoryLimitHelp+"; the default is GOMEMLIMIT when set, else 90% of the cgroup memory limit when there is one, else 50% of the machine's memory (MemTotal)")
 	fs.StringVar(&cfg.MetricsListen, "metrics", env("LANEFLEET_METRICS"), "serve Prometheus /metrics, /healthz and /readyz on this host:port, e.g. 127.0.0.1:9464 (env LANEFLEET_METRICS; default none)")
 	fs.StringVar(&cfg.NATSMonitor, "nats-monitor", "", "embedded server: serve its monitoring endpoints (/varz, /jsz, /connz, /healthz) on this host:port, e.g. 127.0.0.1:8222 (no authentication: loopback unless --insecure-listen)")
 	fs.StringVar(&cfg.SkillsDir, "skills-dir", env("LANEFLEET_SKILLS_DIR"), "directory of skills (<name>/SKILL.md) offered to every session, besides each workspace's skills/ (env LANEFLEET_SKILLS_DIR)")
@@ -322,7 +321,7 @@ is set: spans go over OTLP/HTTP.`,
 		if err != nil {
 			return usageError{err}
 		}
-		limit, why, err := memory.resolve(env("GOMEMLIMIT"), func() (cgroup.Limit, bool, error) { return cgroup.MemoryLimit("/") })
+		limit, why, err := memory.resolve(env("GOMEMLIMIT"), hostMemory)
 		if err != nil {
 			return usageError{err}
 		}
