@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -287,7 +288,9 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.Hooks.ToolFailure = mode
 		cfg.ToolPolicy = tools.Policy{Allow: splitList(*toolsAllow), Deny: splitList(*toolsDeny), Approve: splitList(*toolsApprove)}
 		switch cfg.SessionTools {
-		case "", "tenant", "agent":
+		case "":
+		case "tenant", "agent":
+			cfg.SessionSender = clientSender
 		default:
 			return usageError{fmt.Errorf("--session-tools must be tenant or agent, not %q", cfg.SessionTools)}
 		}
@@ -562,4 +565,20 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// clientSender is sessions_send's publisher: the Go client's Send over the
+// member's connection, not following the run.
+func clientSender(nc *nats.Conn) (fleet.SendFunc, error) {
+	c, err := lanefleet.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, key, text, id string) (string, error) {
+		run, err := c.Send(ctx, key, text, lanefleet.WithMessageID(id), lanefleet.WithoutFollow())
+		if err != nil {
+			return "", err
+		}
+		return run.ID, nil
+	}, nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/provider/scripted"
@@ -116,7 +118,7 @@ func TestMemoryToolsOnAFleet(t *testing.T) {
 // lane, which runs it as a turn marked with where it came from.
 func TestSessionToolsOnAFleet(t *testing.T) {
 	t.Parallel()
-	_, c, ctx := maskingMember(t, Config{SessionTools: "tenant", NoBuiltinTools: true})
+	_, c, ctx := maskingMember(t, Config{SessionTools: "tenant", SessionSender: clientSender, NoBuiltinTools: true})
 	for session, text := range map[string]string{"acme:b": "my key is " + providerKey, "globex:z": "other tenant"} {
 		if v := watch(t, ctx, c, session, text); v.runErr != nil {
 			t.Fatal(v.runErr)
@@ -214,4 +216,20 @@ func TestProcessAcrossWorkers(t *testing.T) {
 	if got := toolResults(t, ctx, c, "acme:p")["q"]; !strings.Contains(got, want) {
 		t.Errorf("poll on the other worker: %q, want %q", got, want)
 	}
+}
+
+// clientSender is cmd/worker's sessions_send publisher: the Go client's
+// Send, not following the run.
+func clientSender(nc *nats.Conn) (SendFunc, error) {
+	c, err := lanefleet.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, key, text, id string) (string, error) {
+		run, err := c.Send(ctx, key, text, lanefleet.WithMessageID(id), lanefleet.WithoutFollow())
+		if err != nil {
+			return "", err
+		}
+		return run.ID, nil
+	}, nil
 }

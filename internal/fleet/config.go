@@ -3,6 +3,7 @@ package fleet
 import (
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
@@ -236,6 +237,12 @@ type Config struct {
 	// ("tenant") or of its tenant and agent ("agent"), never another
 	// tenant's; "" = off.
 	SessionTools string
+	// SessionSender makes sessions_send's publisher over the member's
+	// connection: a message onto the target's lane the way any sender's
+	// goes (cmd/worker gives the Go client's Send). Required with
+	// SessionTools; a field and not an import because the Go client's own
+	// tests start members of this package.
+	SessionSender func(nc *nats.Conn) (SendFunc, error)
 
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
@@ -22,9 +21,14 @@ import (
 // transcripts, and a publish onto the target's lane through the Go
 // client, as any sender's.
 type sessionBackend struct {
-	m      *Member
-	client *lanefleet.Client
+	m    *Member
+	send SendFunc
 }
+
+// SendFunc publishes text onto session key's lane as a message with id
+// (its de-duplication key), without following the run, and returns the
+// run's id.
+type SendFunc func(ctx context.Context, key, text, id string) (runID string, err error)
 
 func (b *sessionBackend) List(ctx context.Context, prefixes, keys []string, limit int) ([]sessions.Info, error) {
 	m := b.m
@@ -58,11 +62,7 @@ func (b *sessionBackend) History(ctx context.Context, key string) ([]message.Ent
 }
 
 func (b *sessionBackend) Send(ctx context.Context, key, text, id string) (string, error) {
-	run, err := b.client.Send(ctx, key, text, lanefleet.WithMessageID(id), lanefleet.WithoutFollow())
-	if err != nil {
-		return "", err
-	}
-	return run.ID, nil
+	return b.send(ctx, key, text, id)
 }
 
 // startToolState gives the tool source what needs the built member: the
@@ -82,11 +82,14 @@ func (m *Member) startToolState(ts *toolSource) error {
 		if err := pol.Validate(); err != nil {
 			return fmt.Errorf("fleet: --session-tools: %w", err)
 		}
-		client, err := lanefleet.New(m.Conn)
+		if cfg.SessionSender == nil {
+			return errors.New("fleet: session tools: no SessionSender to publish sessions_send's messages")
+		}
+		send, err := cfg.SessionSender(m.Conn)
 		if err != nil {
 			return fmt.Errorf("fleet: session tools: %w", err)
 		}
-		ts.sessions, ts.sessionsPolicy = &sessionBackend{m: m, client: client}, pol
+		ts.sessions, ts.sessionsPolicy = &sessionBackend{m: m, send: send}, pol
 		m.log.Info().Str("scope", cfg.SessionTools).Msg("session tools on: sessions_list, sessions_history, sessions_send")
 	}
 	return nil
