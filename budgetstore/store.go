@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,17 +21,23 @@ import (
 // when Config.ReservationTTL is zero.
 const ReservationTTLDefault = 30 * time.Second
 
+// LeaseIdleDefault is Config.LeaseIdle's default.
+const LeaseIdleDefault = time.Second
+
 // Config configures a Store.
 type Config struct {
 	BucketConfig
 	// Worker is this worker's id, carried by its reservations (their ids
 	// start with it); default a random one.
 	Worker string
-	// ReservationTTL is how long a reservation counts without renewal: a
-	// Hold renews its reservations every third of it while its call runs,
-	// so a dead worker's stop counting within it. The fleet passes its
-	// lane lease TTL. Default ReservationTTLDefault.
+	// ReservationTTL is how long a worker's lease on a budget counts
+	// without renewal: the store renews its leases every third of it, so
+	// a dead worker's stop counting within it. The fleet passes its lane
+	// lease TTL. Default ReservationTTLDefault.
 	ReservationTTL time.Duration
+	// LeaseIdle is how long a lease stays with no call admitted against
+	// it before it is given back; default LeaseIdleDefault.
+	LeaseIdle time.Duration
 	// OnChange, when set, is called from the watcher (in order, never
 	// concurrently) with every scope whose budget changed.
 	OnChange func(governance.Scope)
@@ -59,10 +64,17 @@ type Store struct {
 	watcher jetstream.KeyWatcher
 	cancel  context.CancelFunc
 	done    chan struct{}
-	seq     atomic.Uint64 // reservation ids
-	holds   sync.WaitGroup
-	closing chan struct{} // closed by Close: renewals stop
+	seq     atomic.Uint64 // lease ids
 	stop    sync.Once
+	closing chan struct{} // closed by Close: the sweep stops
+	swept   chan struct{} // closed when the sweep has stopped
+
+	// leases are this worker's leases, by budget; lmu guards the map (a
+	// lease's fields are its own mutex's).
+	lmu    sync.Mutex
+	leases map[governance.Scope]*lease
+	// nudge carries leases to give back their surplus to the sweep.
+	nudge chan *lease
 	// locks are per-key stripes: this worker's writers of one budget
 	// queue instead of racing each other, so compare-and-set races are
 	// between workers only.
@@ -80,6 +92,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if cfg.ReservationTTL <= 0 {
 		cfg.ReservationTTL = ReservationTTLDefault
 	}
+	if cfg.LeaseIdle <= 0 {
+		cfg.LeaseIdle = LeaseIdleDefault
+	}
 	if cfg.Worker == "" {
 		// Reservation ids must differ between workers.
 		var b [6]byte
@@ -92,7 +107,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}
 	cfg.BucketConfig = b.cfg
 	s := &Store{b: b, cfg: cfg, log: cfg.Logger, states: map[governance.Scope]cached{}, done: make(chan struct{}), changed: make(chan struct{}),
-		closing: make(chan struct{})}
+		closing: make(chan struct{}), swept: make(chan struct{}), leases: map[governance.Scope]*lease{}, nudge: make(chan *lease, 64)}
 	for i := range s.locks {
 		s.locks[i] = make(chan struct{}, 1)
 	}
@@ -122,6 +137,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		}
 	}
 	go s.watch()
+	go s.sweep()
 	return s, nil
 }
 
@@ -155,6 +171,7 @@ func (s *Store) observe(e jetstream.KeyValueEntry) (governance.Scope, bool) {
 		}
 	}
 	s.put(sc, st, e.Revision())
+	s.observeLease(sc, st)
 	return sc, true
 }
 
@@ -177,18 +194,36 @@ func (s *Store) put(sc governance.Scope, st governance.State, rev uint64) {
 	s.changed = make(chan struct{})
 }
 
-// Close stops the watcher and the holds' renewals and waits for them. A
-// hold not settled by then expires in the bucket as a dead worker's would.
+// Close stops the watcher and the leases' sweep and gives every lease
+// back, reporting what its calls used (the worst case of a call still in
+// flight stays reserved until it expires, as a dead worker's would).
 func (s *Store) Close() error {
 	s.stop.Do(func() {
 		close(s.closing)
 		_ = s.watcher.Stop()
 	})
 	<-s.done
+	<-s.swept
 	s.cancel()
-	s.holds.Wait()
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	s.lmu.Lock()
+	ls := make([]*lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		ls = append(ls, l)
+	}
+	s.lmu.Unlock()
+	var errs []error
+	for _, l := range ls {
+		if err := l.giveBack(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
+
+// closeTimeout bounds giving the leases back at Close.
+const closeTimeout = 5 * time.Second
 
 // budgets are the limited budgets among scopes, as the cache has them.
 func (s *Store) budgets(scopes []governance.Scope) []governance.Scope {
@@ -232,89 +267,6 @@ func (s *Store) Paused(scopes []governance.Scope, now time.Time) (governance.Sco
 	return governance.Scope{}, false
 }
 
-// ReachedError is a call refused because a budget would be passed: the
-// session pauses.
-type ReachedError struct {
-	Scope    governance.Scope
-	Limits   governance.Limits
-	Exceeded *governance.ExceededError
-}
-
-func (e *ReachedError) Error() string {
-	return fmt.Sprintf("budget reached: %s's budget (%s): %v", e.Scope, e.Limits, e.Exceeded)
-}
-
-func (e *ReachedError) Unwrap() error { return e.Exceeded }
-
-// Hold is the reservations of one call. Settle (or Release) ends it.
-type Hold struct {
-	s     *Store
-	id    string
-	held  []governance.Scope
-	stop  chan struct{}
-	ended sync.Once
-}
-
-// Reserve reserves a call's worst case against every limited budget among
-// scopes. With none it returns a nil Hold and costs nothing. A call that
-// would fit but for other calls' reservations waits until the budget
-// changes (they settle, or expire) and tries again, until ctx ends. When a
-// budget has no room it marks that budget reached (pausing its sessions),
-// releases what it reserved elsewhere and returns a *ReachedError. Other
-// errors are the bucket's, wrapped, or ctx's cause.
-func (s *Store) Reserve(ctx context.Context, scopes []governance.Scope, need governance.Amount) (*Hold, error) {
-	budgets := s.budgets(scopes)
-	if len(budgets) == 0 {
-		return nil, nil
-	}
-	for {
-		s.mu.RLock()
-		changed := s.changed
-		s.mu.RUnlock()
-		h, err := s.reserve(ctx, budgets, need)
-		r, ok := errors.AsType[*ReachedError](err)
-		if !ok || r.Exceeded == nil || !r.Exceeded.Held() {
-			return h, err
-		}
-		// Wait for a change, or for the reservations to expire.
-		t := time.NewTimer(s.cfg.ReservationTTL)
-		select {
-		case <-changed:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, context.Cause(ctx)
-		}
-		t.Stop()
-	}
-}
-
-// reserve tries once.
-func (s *Store) reserve(ctx context.Context, budgets []governance.Scope, need governance.Amount) (*Hold, error) {
-	h := &Hold{s: s, id: s.cfg.Worker + "." + strconv.FormatUint(s.seq.Add(1), 36), stop: make(chan struct{})}
-	for _, sc := range budgets {
-		err := s.apply(ctx, sc, func(st *governance.State, now time.Time) error {
-			if !st.Limits.Limited() {
-				return errNoChange // removed since the cache saw it
-			}
-			r := governance.Reservation{ID: h.id, Worker: s.cfg.Worker, Amount: need, Expires: now.Add(s.cfg.ReservationTTL).UnixMilli()}
-			if err := st.Reserve(r, now); err != nil {
-				ex, _ := errors.AsType[*governance.ExceededError](err)
-				return &ReachedError{Scope: sc, Limits: st.Limits, Exceeded: ex}
-			}
-			return nil
-		})
-		if err != nil {
-			h.settle(context.WithoutCancel(ctx), governance.Amount{})
-			return nil, err
-		}
-		h.held = append(h.held, sc)
-	}
-	s.holds.Add(1)
-	go h.renew()
-	return h, nil
-}
-
 // apply updates a scope's budget starting from the cache and records what
 // it wrote. A *ReachedError from fn is written too (the refusal is the
 // pause every worker must see) and then returned.
@@ -335,6 +287,11 @@ func (s *Store) apply(ctx context.Context, sc governance.Scope, fn func(*governa
 	st, rev, err := s.b.update(ctx, key, c.st, c.rev, func(st *governance.State, now time.Time) error {
 		reached = nil
 		err := fn(st, now)
+		if u, ok := errors.AsType[*unwritten](err); ok {
+			reached = u.r
+			reached.unwritten = true
+			return errNoChange
+		}
 		if r, ok := errors.AsType[*ReachedError](err); ok {
 			reached = r
 			return nil // write the refusal
@@ -366,68 +323,3 @@ func (s *Store) lock(ctx context.Context, key string) (func(), error) {
 	}
 }
 
-// renew keeps the hold's reservations alive while its call runs.
-func (h *Hold) renew() {
-	defer h.s.holds.Done()
-	every := h.s.cfg.ReservationTTL / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-h.s.closing:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		for _, sc := range h.held {
-			err := h.s.apply(ctx, sc, func(st *governance.State, now time.Time) error {
-				if !st.Renew(h.id, now.Add(h.s.cfg.ReservationTTL).UnixMilli()) {
-					return errNoChange
-				}
-				return nil
-			})
-			if err != nil {
-				h.s.log.Warn().Err(err).Str("budget", sc.String()).Msg("budgetstore: renew a reservation")
-			}
-		}
-		cancel()
-	}
-}
-
-// Settle replaces the hold's reservations with the call's real use and
-// reports the budgets whose soft limit it reached (dimension per scope).
-// A nil Hold settles nothing. Errors are the bucket's, joined: a use not
-// recorded is lost (its reservation expires).
-func (h *Hold) Settle(ctx context.Context, real governance.Amount) (soft map[governance.Scope][]string, err error) {
-	if h == nil {
-		return nil, nil
-	}
-	return h.settle(ctx, real)
-}
-
-func (h *Hold) settle(ctx context.Context, real governance.Amount) (map[governance.Scope][]string, error) {
-	h.ended.Do(func() { close(h.stop) })
-	var errs []error
-	var soft map[governance.Scope][]string
-	for _, sc := range h.held {
-		var crossed []string
-		err := h.s.apply(ctx, sc, func(st *governance.State, now time.Time) error {
-			crossed = st.Settle(h.id, real, now).Soft
-			return nil
-		})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if len(crossed) > 0 {
-			if soft == nil {
-				soft = map[governance.Scope][]string{}
-			}
-			soft[sc] = crossed
-		}
-	}
-	h.held = nil
-	return soft, errors.Join(errs...)
-}
