@@ -84,7 +84,14 @@ type Store struct {
 type cached struct {
 	st  governance.State
 	rev uint64
+	// bad: the value does not decode. Its sessions' calls are refused and
+	// its sessions paused (fail closed) until an operator sets it again.
+	bad *UnreadableError
 }
+
+// limited reports whether c limits calls (an unreadable budget does: it
+// refuses them).
+func (c cached) limited() bool { return c.bad != nil || c.st.Limits.Limited() }
 
 // Open opens the bucket, loads every budget and watches the bucket. Close
 // stops the watcher.
@@ -164,32 +171,38 @@ func (s *Store) observe(e jetstream.KeyValueEntry) (governance.Scope, bool) {
 		return sc, false
 	}
 	var st governance.State
+	var bad *UnreadableError
 	if e.Operation() == jetstream.KeyValuePut {
 		var err error
 		if st, err = decode(e.Value()); err != nil {
-			s.log.Warn().Err(err).Str("budget", sc.String()).Msg("budgetstore: unreadable budget; treating it as none")
+			bad = s.b.unreadable(e.Key(), err)
+			s.log.Error().Err(bad).Msg("budgetstore: unreadable budget: its sessions' calls are refused until it is set again")
 		}
 	}
-	s.put(sc, st, e.Revision())
+	s.putBad(sc, st, e.Revision(), bad)
 	s.observeLease(sc, st)
 	return sc, true
 }
 
 // put records a state unless the cache holds a newer one.
-func (s *Store) put(sc governance.Scope, st governance.State, rev uint64) {
+func (s *Store) put(sc governance.Scope, st governance.State, rev uint64) { s.putBad(sc, st, rev, nil) }
+
+// putBad is put, of a value that may be unreadable (bad).
+func (s *Store) putBad(sc governance.Scope, st governance.State, rev uint64, bad *UnreadableError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, had := s.states[sc]
 	if had && old.rev >= rev {
 		return
 	}
-	if had && old.st.Limits.Limited() {
+	if had && old.limited() {
 		s.limited.Add(-1)
 	}
-	if st.Limits.Limited() {
+	c := cached{st: st, rev: rev, bad: bad}
+	if c.limited() {
 		s.limited.Add(1)
 	}
-	s.states[sc] = cached{st: st, rev: rev}
+	s.states[sc] = c
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -234,7 +247,7 @@ func (s *Store) budgets(scopes []governance.Scope) []governance.Scope {
 	defer s.mu.RUnlock()
 	var out []governance.Scope
 	for _, sc := range scopes {
-		if c, ok := s.states[sc]; ok && c.st.Limits.Limited() {
+		if c, ok := s.states[sc]; ok && c.limited() {
 			out = append(out, sc)
 		}
 	}
@@ -260,7 +273,7 @@ func (s *Store) Paused(scopes []governance.Scope, now time.Time) (governance.Sco
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, sc := range scopes {
-		if c, ok := s.states[sc]; ok && c.st.Limits.Limited() && c.st.Paused(now) {
+		if c, ok := s.states[sc]; ok && (c.bad != nil || c.st.Limits.Limited() && c.st.Paused(now)) {
 			return sc, true
 		}
 	}
@@ -284,7 +297,10 @@ func (s *Store) apply(ctx context.Context, sc governance.Scope, fn func(*governa
 	c := s.states[sc]
 	s.mu.RUnlock()
 	var reached *ReachedError
-	st, rev, err := s.b.update(ctx, key, c.st, c.rev, func(st *governance.State, now time.Time) error {
+	if c.bad != nil {
+		return c.bad
+	}
+	st, rev, err := s.b.update(ctx, key, c.st, c.rev, false, func(st *governance.State, now time.Time) error {
 		reached = nil
 		err := fn(st, now)
 		if u, ok := errors.AsType[*unwritten](err); ok {

@@ -15,6 +15,7 @@ import (
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/metrics"
 	"github.com/lanefleet/lanefleet/provider"
@@ -103,6 +104,14 @@ func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admi
 		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
 		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r)}
 	}
+	if u, ok := errors.AsType[*budgetstore.UnreadableError](err); ok {
+		// Fail closed: a budget nobody can read limits everything.
+		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
+		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: unreadableText(u)}
+	}
+	if err != nil && ctx.Err() == nil && (kvstore.Transient(err) || errors.Is(err, budgetstore.ErrConflict)) {
+		return nil, &runner.AdmitUnavailable{Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -111,13 +120,26 @@ func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admi
 
 // reachedText is what the user of a session paused by r reads.
 func reachedText(r *budgetstore.ReachedError) string {
-	flag := "--tenant " + r.Scope.Name
-	if r.Scope.Kind == governance.ScopeSession {
-		flag = "--session " + fmt.Sprintf("%q", r.Scope.Name)
-	}
+	flag := scopeFlag(r.Scope)
 	return fmt.Sprintf("Budget reached: the %s budget (%s) has no room for this model call (%s). "+
 		"The session is paused: messages sent now wait in its queue, and run once an operator raises or resets the budget (publisher budget set|reset %s).",
 		r.Scope, r.Limits, strings.TrimPrefix(r.Exceeded.Error(), "governance: "), flag)
+}
+
+// unreadableText is what the user of a session under an unreadable budget
+// reads.
+func unreadableText(u *budgetstore.UnreadableError) string {
+	return fmt.Sprintf("Budget unreadable: the %s budget (key %s of the %s bucket) does not decode, so no model call is made under it (%v). "+
+		"The session is paused: messages sent now wait in its queue, and run once an operator sets the budget again (publisher budget set %s).",
+		u.Scope, u.Key, u.Bucket, u.Err, scopeFlag(u.Scope))
+}
+
+// scopeFlag is the publisher budget flag naming sc.
+func scopeFlag(sc governance.Scope) string {
+	if sc.Kind == governance.ScopeSession {
+		return "--session " + fmt.Sprintf("%q", sc.Name)
+	}
+	return "--tenant " + sc.Name
 }
 
 // admitted settles one admitted call.
