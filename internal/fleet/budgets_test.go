@@ -84,7 +84,7 @@ func TestAdmitUnreadableBudgetFailsClosed(t *testing.T) {
 	if !b.Paused("acme:1") {
 		t.Fatal("a session under an unreadable budget is not paused")
 	}
-	_, err = b.Admit(t.Context(), call())
+	_, err := b.Admit(t.Context(), call())
 	r, ok := errors.AsType[*runner.AdmitRefusal](err)
 	if !ok || !strings.Contains(r.Text, "Budget unreadable: the tenant acme budget (key tenant.acme of the budgets bucket)") ||
 		!strings.Contains(r.Text, "publisher budget set --tenant acme") {
