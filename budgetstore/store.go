@@ -264,6 +264,18 @@ func (s *Store) Limits(scopes []governance.Scope) bool { return len(s.budgets(sc
 // admission a single atomic load.
 func (s *Store) Any() bool { return s.limited.Load() > 0 }
 
+// Cached is a scope's budget as the cache has it: found is false when it
+// has none; err is its *UnreadableError when it does not decode.
+func (s *Store) Cached(sc governance.Scope) (st governance.State, found bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.states[sc]
+	if c.bad != nil {
+		return governance.State{}, true, c.bad
+	}
+	return c.st, ok && c.st.Limits.Limited(), nil
+}
+
 // Paused names the first of scopes whose budget is paused at now, as the
 // cache has it; ok is false when none is.
 func (s *Store) Paused(scopes []governance.Scope, now time.Time) (governance.Scope, bool) {

@@ -86,6 +86,22 @@ func (b *budgets) Paused(key string) bool {
 	return p
 }
 
+// PauseNotice is what the sender of a message that waits on a paused
+// session reads at once (the lanes' Config.PauseNotice).
+func (b *budgets) PauseNotice(key string) string {
+	sc, ok := b.store.Paused(governance.Scopes(b.rule.Tenant(key), key), b.now())
+	if !ok {
+		return ""
+	}
+	st, _, err := b.store.Cached(sc)
+	if u, ok := errors.AsType[*budgetstore.UnreadableError](err); ok {
+		return unreadableText(u)
+	}
+	return fmt.Sprintf("Budget reached: the %s budget (%s) has no room for more model calls. "+
+		"The session is paused: this message waits in the queue, and runs once an operator raises or resets the budget (publisher budget set|reset %s).",
+		sc, st.Limits, scopeFlag(sc))
+}
+
 // Admit reserves a call's worst case against the budgets of its session and
 // tenant. Without any it costs a map lookup.
 func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admitted, error) {
