@@ -60,6 +60,27 @@ func (c *Client) Budget(ctx context.Context, s governance.Scope) (st governance.
 	return b.Get(ctx, s)
 }
 
+// RemoveBudget takes a budget's limits away (its calls are no longer
+// limited; what it used stays on record) and resumes its paused sessions;
+// audited as who's.
+func (c *Client) RemoveBudget(ctx context.Context, s governance.Scope, who string) (old, now governance.State, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return old, now, err
+	}
+	return b.Remove(ctx, s, who)
+}
+
+// BudgetTenants lists the tenants that have a budget record (at most
+// budgetstore.MaxList).
+func (c *Client) BudgetTenants(ctx context.Context) ([]governance.Scope, error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return b.Tenants(ctx)
+}
+
 func (c *Client) budgets(ctx context.Context) (*budgetstore.Bucket, error) {
 	js, err := jetstream.New(c.nc)
 	if err != nil {

@@ -314,3 +314,35 @@ func (b *Bucket) change(ctx context.Context, s governance.Scope, op, who string,
 	err = b.Audit(ctx, AuditRecord{At: b.cfg.Now().UTC(), Who: who, Op: op, Scope: s, Old: old, New: now})
 	return old, now, err
 }
+
+// Remove takes a scope's limits away (its calls are no longer limited; what
+// its window used stays on record) and ends its pause, audited as who's.
+func (b *Bucket) Remove(ctx context.Context, s governance.Scope, who string) (old, now governance.State, err error) {
+	return b.change(ctx, s, "remove", who, func(st *governance.State, t time.Time) {
+		st.Limits, st.Refused = governance.Limits{}, nil
+		st.Roll(t)
+	})
+}
+
+// MaxList bounds the budgets Tenants lists.
+const MaxList = 1000
+
+// Tenants lists the tenants that have a budget (at most MaxList, in the
+// bucket's order).
+func (b *Bucket) Tenants(ctx context.Context) ([]governance.Scope, error) {
+	l, err := b.kv.ListKeysFiltered(ctx, tenantPrefix+"*")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("budgetstore: list tenants: %w", err)
+	}
+	defer func() { _ = l.Stop() }()
+	var out []governance.Scope
+	for key := range l.Keys() {
+		if sc, ok := scopeOf(key); ok && len(out) < MaxList {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}

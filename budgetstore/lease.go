@@ -318,6 +318,9 @@ func (l *lease) keep(ctx context.Context, idle bool) ([]string, error) {
 		limits governance.Limits
 	)
 	err := l.s.apply(ctx, l.sc, func(st *governance.State, now time.Time) error {
+		if !st.Limits.Limited() {
+			return errNoChange // the budget was removed: nothing to report to
+		}
 		used, charged := l.report(st, now)
 		keep, spend = l.grant.Sub(l.unflushed), true
 		if l.tight || shrinking || charged || !st.Holds(l.id, now) {
