@@ -350,4 +350,3 @@ func (s *Store) lock(ctx context.Context, key string) (func(), error) {
 		return nil, context.Cause(ctx)
 	}
 }
-
