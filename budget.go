@@ -88,3 +88,24 @@ func (c *Client) budgets(ctx context.Context) (*budgetstore.Bucket, error) {
 	}
 	return budgetstore.OpenBucket(ctx, js, budgetstore.BucketConfig{})
 }
+
+// SetQuota sets a tenant's quota: how many of its turns may run at once
+// across the fleet (0 = no quota); the others wait in their sessions'
+// queues. Audited as who's. It returns the quota before and after.
+func (c *Client) SetQuota(ctx context.Context, tenant string, q governance.Quota, who string) (old, now governance.QuotaState, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return old, now, err
+	}
+	return b.SetQuota(ctx, tenant, q, who)
+}
+
+// Quota reads a tenant's quota and the turns holding it; found is false
+// when it has none.
+func (c *Client) Quota(ctx context.Context, tenant string) (st governance.QuotaState, found bool, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return st, false, err
+	}
+	return b.GetQuota(ctx, tenant)
+}

@@ -431,6 +431,10 @@ func (s *Store) sweep() {
 			}
 			l.mu.Unlock()
 		case <-t.C:
+			if time.Since(s.q.renewed) >= s.cfg.ReservationTTL/3 {
+				s.q.renewed = time.Now()
+				s.renewTurns(ctx)
+			}
 			s.lmu.Lock()
 			ls := make([]*lease, 0, len(s.leases))
 			for _, l := range s.leases {

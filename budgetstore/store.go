@@ -75,6 +75,8 @@ type Store struct {
 	leases map[governance.Scope]*lease
 	// nudge carries leases to give back their surplus to the sweep.
 	nudge chan *lease
+	// q is the quotas (quota.go).
+	q quotas
 	// locks are per-key stripes: this worker's writers of one budget
 	// queue instead of racing each other, so compare-and-set races are
 	// between workers only.
@@ -165,6 +167,9 @@ func (s *Store) watch() {
 
 // observe records one bucket entry.
 func (s *Store) observe(e jetstream.KeyValueEntry) (governance.Scope, bool) {
+	if tenant, ok := s.observeQuota(e); ok {
+		return governance.Scope{Kind: governance.ScopeTenant, Name: tenant}, true
+	}
 	sc, ok := scopeOf(e.Key())
 	if !ok {
 		s.log.Warn().Str("key", e.Key()).Msg("budgetstore: skipping an unknown key")

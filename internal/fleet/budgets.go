@@ -74,22 +74,58 @@ func (m *Member) Budgeted(s governance.Scope) bool {
 	return m.budgets != nil && m.budgets.store.Limited(s)
 }
 
+// QuotaSet reports whether this member knows a quota on tenant (its watch
+// of the budgets bucket delivered it).
+func (m *Member) QuotaSet(tenant string) bool {
+	return m.budgets != nil && m.budgets.store.Quota(tenant).Turns > 0
+}
+
 // Tenant is a session key's tenant ("" = none), for the lanes.
 func (b *budgets) Tenant(key string) string { return b.rule.Tenant(key) }
 
-// Paused reports whether a session is paused by a budget it is under.
+// Paused reports whether a session is paused by a budget it is under, or
+// waits because its tenant runs as many turns as its quota allows.
 func (b *budgets) Paused(key string) bool {
+	tenant := b.rule.Tenant(key)
+	if b.store.QuotaFull(tenant, b.now()) {
+		return true
+	}
 	if !b.store.Any() {
 		return false
 	}
-	_, p := b.store.Paused(governance.Scopes(b.rule.Tenant(key), key), b.now())
+	_, p := b.store.Paused(governance.Scopes(tenant, key), b.now())
 	return p
+}
+
+// scopePaused reports whether sc's sessions are paused: its budget, or
+// for a tenant its quota.
+func (b *budgets) scopePaused(sc governance.Scope) bool {
+	if sc.Kind == governance.ScopeTenant && b.store.QuotaFull(sc.Name, b.now()) {
+		return true
+	}
+	_, p := b.store.Paused([]governance.Scope{sc}, b.now())
+	return p
+}
+
+// takeTurn counts a turn of key's tenant against its quota (waiting while
+// it is full) and returns what releases it.
+func (b *budgets) takeTurn(ctx context.Context, key string) (func(), error) {
+	if b == nil {
+		return func() {}, nil
+	}
+	return b.store.TakeTurn(ctx, b.rule.Tenant(key))
 }
 
 // PauseNotice is what the sender of a message that waits on a paused
 // session reads at once (the lanes' Config.PauseNotice).
 func (b *budgets) PauseNotice(key string) string {
-	sc, ok := b.store.Paused(governance.Scopes(b.rule.Tenant(key), key), b.now())
+	tenant := b.rule.Tenant(key)
+	if b.store.QuotaFull(tenant, b.now()) {
+		return fmt.Sprintf("Quota reached: tenant %s runs %d turns at once, as many as its quota allows. "+
+			"This message waits in the queue, and runs when one of them ends (publisher quota set --tenant %s --turns N changes the quota).",
+			tenant, b.store.Quota(tenant).Turns, tenant)
+	}
+	sc, ok := b.store.Paused(governance.Scopes(tenant, key), b.now())
 	if !ok {
 		return ""
 	}
@@ -230,7 +266,7 @@ func (b *budgets) run(ctx context.Context, wake func(ctx context.Context, match 
 		case <-ctx.Done():
 			return
 		case sc := <-b.changes:
-			_, now := b.store.Paused([]governance.Scope{sc}, b.now())
+			now := b.scopePaused(sc)
 			b.mu.Lock()
 			was := b.paused[sc]
 			if now {
