@@ -60,10 +60,52 @@ func (c *Client) Budget(ctx context.Context, s governance.Scope) (st governance.
 	return b.Get(ctx, s)
 }
 
+// RemoveBudget takes a budget's limits away (its calls are no longer
+// limited; what it used stays on record) and resumes its paused sessions;
+// audited as who's.
+func (c *Client) RemoveBudget(ctx context.Context, s governance.Scope, who string) (old, now governance.State, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return old, now, err
+	}
+	return b.Remove(ctx, s, who)
+}
+
+// BudgetTenants lists the tenants that have a budget record (at most
+// budgetstore.MaxList).
+func (c *Client) BudgetTenants(ctx context.Context) ([]governance.Scope, error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return b.Tenants(ctx)
+}
+
 func (c *Client) budgets(ctx context.Context) (*budgetstore.Bucket, error) {
 	js, err := jetstream.New(c.nc)
 	if err != nil {
 		return nil, fmt.Errorf("lanefleet: budgets: %w", err)
 	}
 	return budgetstore.OpenBucket(ctx, js, budgetstore.BucketConfig{})
+}
+
+// SetQuota sets a tenant's quota: how many of its turns may run at once
+// across the fleet (0 = no quota); the others wait in their sessions'
+// queues. Audited as who's. It returns the quota before and after.
+func (c *Client) SetQuota(ctx context.Context, tenant string, q governance.Quota, who string) (old, now governance.QuotaState, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return old, now, err
+	}
+	return b.SetQuota(ctx, tenant, q, who)
+}
+
+// Quota reads a tenant's quota and the turns holding it; found is false
+// when it has none.
+func (c *Client) Quota(ctx context.Context, tenant string) (st governance.QuotaState, found bool, err error) {
+	b, err := c.budgets(ctx)
+	if err != nil {
+		return st, false, err
+	}
+	return b.GetQuota(ctx, tenant)
 }

@@ -27,10 +27,13 @@ const (
 type AuditRecord struct {
 	At    time.Time        `json:"at"`
 	Who   string           `json:"who"`
-	Op    string           `json:"op"` // set or reset
+	Op    string           `json:"op"` // set, reset, remove, or quota
 	Scope governance.Scope `json:"scope"`
 	Old   governance.State `json:"old"`
 	New   governance.State `json:"new"`
+	// OldQuota and NewQuota are a quota change's (Op quota).
+	OldQuota *governance.Quota `json:"oldQuota,omitempty"`
+	NewQuota *governance.Quota `json:"newQuota,omitempty"`
 }
 
 // Audit stores rec in the audit stream, creating the stream when it is

@@ -126,13 +126,39 @@ func (b *Bucket) Get(ctx context.Context, s governance.Scope) (st governance.Sta
 		return governance.State{}, false, err
 	}
 	st, rev, err := b.read(ctx, key)
+	if _, ok := errors.AsType[*UnreadableError](err); ok {
+		return governance.State{}, true, err
+	}
 	if err != nil {
 		return governance.State{}, false, fmt.Errorf("budgetstore: get %s: %w", s, err)
 	}
 	return st, rev != 0, nil
 }
 
-// read is a key's state and revision; 0 when it has none.
+// UnreadableError is a budget whose stored value does not decode (or
+// holds limits that are not valid). Its sessions' calls are refused, not
+// made unlimited, until an operator sets the budget again (Set
+// overwrites it).
+type UnreadableError struct {
+	Scope       governance.Scope
+	Bucket, Key string
+	Err         error
+}
+
+func (e *UnreadableError) Error() string {
+	return fmt.Sprintf("budgetstore: the %s budget (key %s of bucket %s) is unreadable: %v", e.Scope, e.Key, e.Bucket, e.Err)
+}
+
+func (e *UnreadableError) Unwrap() error { return e.Err }
+
+// unreadable is the UnreadableError of key's value.
+func (b *Bucket) unreadable(key string, err error) *UnreadableError {
+	sc, _ := scopeOf(key)
+	return &UnreadableError{Scope: sc, Bucket: b.cfg.Bucket, Key: key, Err: err}
+}
+
+// read is a key's state and revision; 0 when it has none. A value that
+// does not decode is an *UnreadableError, with its revision.
 func (b *Bucket) read(ctx context.Context, key string) (governance.State, uint64, error) {
 	e, err := b.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -143,11 +169,19 @@ func (b *Bucket) read(ctx context.Context, key string) (governance.State, uint64
 	}
 	st, err := decode(e.Value())
 	if err != nil {
-		// An unreadable value is replaced by the next write: its limits
-		// are lost, which an operator sees in show.
-		return governance.State{}, e.Revision(), nil
+		return governance.State{}, e.Revision(), b.unreadable(key, err)
 	}
 	return st, e.Revision(), nil
+}
+
+// readOver is read, an unreadable value read as no budget (for an
+// operator's Set, which overwrites it).
+func (b *Bucket) readOver(ctx context.Context, key string, overwrite bool) (governance.State, uint64, error) {
+	st, rev, err := b.read(ctx, key)
+	if _, ok := errors.AsType[*UnreadableError](err); ok && overwrite {
+		return governance.State{}, rev, nil
+	}
+	return st, rev, err
 }
 
 // maxValue bounds a stored state.
@@ -179,12 +213,13 @@ var errNoChange = errors.New("no change")
 // result with compare-and-set, retrying on a fresh read when another
 // writer got there first. fn may return errNoChange (nothing written, nil
 // returned) or another error (nothing written, returned as is, with the
-// state fn was given).
-func (b *Bucket) update(ctx context.Context, key string, cur governance.State, rev uint64, fn func(st *governance.State, now time.Time) error) (governance.State, uint64, error) {
+// state fn was given). A value that does not decode is an
+// *UnreadableError, unless overwrite is set: then fn gets no budget.
+func (b *Bucket) update(ctx context.Context, key string, cur governance.State, rev uint64, overwrite bool, fn func(st *governance.State, now time.Time) error) (governance.State, uint64, error) {
 	fresh := rev == 0
 	if fresh {
 		var err error
-		if cur, rev, err = b.read(ctx, key); err != nil {
+		if cur, rev, err = b.readOver(ctx, key, overwrite); err != nil {
 			return governance.State{}, 0, err
 		}
 	}
@@ -217,7 +252,7 @@ func (b *Bucket) update(ctx context.Context, key string, cur governance.State, r
 		} else if err := casBackoff.Wait(ctx, n); err != nil {
 			return governance.State{}, 0, err
 		}
-		if cur, rev, err = b.read(ctx, key); err != nil {
+		if cur, rev, err = b.readOver(ctx, key, overwrite); err != nil {
 			return governance.State{}, 0, err
 		}
 	}
@@ -236,7 +271,7 @@ func isConflict(err error) bool {
 
 // Set gives a scope's budget new limits, keeping what its window used and
 // the reservations in flight, and ends its pause (the next refusal pauses
-// it again). The change is audited as who's (Audit). It returns the state
+// it again). An unreadable budget is overwritten. The change is audited as who's (Audit). It returns the state
 // before and after.
 func (b *Bucket) Set(ctx context.Context, s governance.Scope, l governance.Limits, who string) (old, now governance.State, err error) {
 	if err := l.Validate(); err != nil {
@@ -268,7 +303,7 @@ func (b *Bucket) change(ctx context.Context, s governance.Scope, op, who string,
 	if err != nil {
 		return old, now, err
 	}
-	now, _, err = b.update(ctx, key, governance.State{}, 0, func(st *governance.State, t time.Time) error {
+	now, _, err = b.update(ctx, key, governance.State{}, 0, op == "set", func(st *governance.State, t time.Time) error {
 		old = *st
 		fn(st, t)
 		return nil
@@ -278,4 +313,36 @@ func (b *Bucket) change(ctx context.Context, s governance.Scope, op, who string,
 	}
 	err = b.Audit(ctx, AuditRecord{At: b.cfg.Now().UTC(), Who: who, Op: op, Scope: s, Old: old, New: now})
 	return old, now, err
+}
+
+// Remove takes a scope's limits away (its calls are no longer limited; what
+// its window used stays on record) and ends its pause, audited as who's.
+func (b *Bucket) Remove(ctx context.Context, s governance.Scope, who string) (old, now governance.State, err error) {
+	return b.change(ctx, s, "remove", who, func(st *governance.State, t time.Time) {
+		st.Limits, st.Refused = governance.Limits{}, nil
+		st.Roll(t)
+	})
+}
+
+// MaxList bounds the budgets Tenants lists.
+const MaxList = 1000
+
+// Tenants lists the tenants that have a budget (at most MaxList, in the
+// bucket's order).
+func (b *Bucket) Tenants(ctx context.Context) ([]governance.Scope, error) {
+	l, err := b.kv.ListKeysFiltered(ctx, tenantPrefix+"*")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("budgetstore: list tenants: %w", err)
+	}
+	defer func() { _ = l.Stop() }()
+	var out []governance.Scope
+	for key := range l.Keys() {
+		if sc, ok := scopeOf(key); ok && len(out) < MaxList {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
 }

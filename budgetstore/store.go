@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,17 +21,23 @@ import (
 // when Config.ReservationTTL is zero.
 const ReservationTTLDefault = 30 * time.Second
 
+// LeaseIdleDefault is Config.LeaseIdle's default.
+const LeaseIdleDefault = time.Second
+
 // Config configures a Store.
 type Config struct {
 	BucketConfig
 	// Worker is this worker's id, carried by its reservations (their ids
 	// start with it); default a random one.
 	Worker string
-	// ReservationTTL is how long a reservation counts without renewal: a
-	// Hold renews its reservations every third of it while its call runs,
-	// so a dead worker's stop counting within it. The fleet passes its
-	// lane lease TTL. Default ReservationTTLDefault.
+	// ReservationTTL is how long a worker's lease on a budget counts
+	// without renewal: the store renews its leases every third of it, so
+	// a dead worker's stop counting within it. The fleet passes its lane
+	// lease TTL. Default ReservationTTLDefault.
 	ReservationTTL time.Duration
+	// LeaseIdle is how long a lease stays with no call admitted against
+	// it before it is given back; default LeaseIdleDefault.
+	LeaseIdle time.Duration
 	// OnChange, when set, is called from the watcher (in order, never
 	// concurrently) with every scope whose budget changed.
 	OnChange func(governance.Scope)
@@ -59,10 +64,19 @@ type Store struct {
 	watcher jetstream.KeyWatcher
 	cancel  context.CancelFunc
 	done    chan struct{}
-	seq     atomic.Uint64 // reservation ids
-	holds   sync.WaitGroup
-	closing chan struct{} // closed by Close: renewals stop
+	seq     atomic.Uint64 // lease ids
 	stop    sync.Once
+	closing chan struct{} // closed by Close: the sweep stops
+	swept   chan struct{} // closed when the sweep has stopped
+
+	// leases are this worker's leases, by budget; lmu guards the map (a
+	// lease's fields are its own mutex's).
+	lmu    sync.Mutex
+	leases map[governance.Scope]*lease
+	// nudge carries leases to give back their surplus to the sweep.
+	nudge chan *lease
+	// q is the quotas (quota.go).
+	q quotas
 	// locks are per-key stripes: this worker's writers of one budget
 	// queue instead of racing each other, so compare-and-set races are
 	// between workers only.
@@ -72,13 +86,23 @@ type Store struct {
 type cached struct {
 	st  governance.State
 	rev uint64
+	// bad: the value does not decode. Its sessions' calls are refused and
+	// its sessions paused (fail closed) until an operator sets it again.
+	bad *UnreadableError
 }
+
+// limited reports whether c limits calls (an unreadable budget does: it
+// refuses them).
+func (c cached) limited() bool { return c.bad != nil || c.st.Limits.Limited() }
 
 // Open opens the bucket, loads every budget and watches the bucket. Close
 // stops the watcher.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	if cfg.ReservationTTL <= 0 {
 		cfg.ReservationTTL = ReservationTTLDefault
+	}
+	if cfg.LeaseIdle <= 0 {
+		cfg.LeaseIdle = LeaseIdleDefault
 	}
 	if cfg.Worker == "" {
 		// Reservation ids must differ between workers.
@@ -92,7 +116,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}
 	cfg.BucketConfig = b.cfg
 	s := &Store{b: b, cfg: cfg, log: cfg.Logger, states: map[governance.Scope]cached{}, done: make(chan struct{}), changed: make(chan struct{}),
-		closing: make(chan struct{})}
+		closing: make(chan struct{}), swept: make(chan struct{}), leases: map[governance.Scope]*lease{}, nudge: make(chan *lease, 64)}
 	for i := range s.locks {
 		s.locks[i] = make(chan struct{}, 1)
 	}
@@ -122,6 +146,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		}
 	}
 	go s.watch()
+	go s.sweep()
 	return s, nil
 }
 
@@ -142,53 +167,81 @@ func (s *Store) watch() {
 
 // observe records one bucket entry.
 func (s *Store) observe(e jetstream.KeyValueEntry) (governance.Scope, bool) {
+	if tenant, ok := s.observeQuota(e); ok {
+		return governance.Scope{Kind: governance.ScopeTenant, Name: tenant}, true
+	}
 	sc, ok := scopeOf(e.Key())
 	if !ok {
 		s.log.Warn().Str("key", e.Key()).Msg("budgetstore: skipping an unknown key")
 		return sc, false
 	}
 	var st governance.State
+	var bad *UnreadableError
 	if e.Operation() == jetstream.KeyValuePut {
 		var err error
 		if st, err = decode(e.Value()); err != nil {
-			s.log.Warn().Err(err).Str("budget", sc.String()).Msg("budgetstore: unreadable budget; treating it as none")
+			bad = s.b.unreadable(e.Key(), err)
+			s.log.Error().Err(bad).Msg("budgetstore: unreadable budget: its sessions' calls are refused until it is set again")
 		}
 	}
-	s.put(sc, st, e.Revision())
+	s.putBad(sc, st, e.Revision(), bad)
+	s.observeLease(sc, st)
 	return sc, true
 }
 
 // put records a state unless the cache holds a newer one.
-func (s *Store) put(sc governance.Scope, st governance.State, rev uint64) {
+func (s *Store) put(sc governance.Scope, st governance.State, rev uint64) { s.putBad(sc, st, rev, nil) }
+
+// putBad is put, of a value that may be unreadable (bad).
+func (s *Store) putBad(sc governance.Scope, st governance.State, rev uint64, bad *UnreadableError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, had := s.states[sc]
 	if had && old.rev >= rev {
 		return
 	}
-	if had && old.st.Limits.Limited() {
+	if had && old.limited() {
 		s.limited.Add(-1)
 	}
-	if st.Limits.Limited() {
+	c := cached{st: st, rev: rev, bad: bad}
+	if c.limited() {
 		s.limited.Add(1)
 	}
-	s.states[sc] = cached{st: st, rev: rev}
+	s.states[sc] = c
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-// Close stops the watcher and the holds' renewals and waits for them. A
-// hold not settled by then expires in the bucket as a dead worker's would.
+// Close stops the watcher and the leases' sweep and gives every lease
+// back, reporting what its calls used (the worst case of a call still in
+// flight stays reserved until it expires, as a dead worker's would).
 func (s *Store) Close() error {
 	s.stop.Do(func() {
 		close(s.closing)
 		_ = s.watcher.Stop()
 	})
 	<-s.done
+	<-s.swept
 	s.cancel()
-	s.holds.Wait()
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	s.lmu.Lock()
+	ls := make([]*lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		ls = append(ls, l)
+	}
+	s.lmu.Unlock()
+	var errs []error
+	for _, l := range ls {
+		if err := l.giveBack(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
+
+// closeTimeout bounds giving the leases back at Close.
+const closeTimeout = 5 * time.Second
 
 // budgets are the limited budgets among scopes, as the cache has them.
 func (s *Store) budgets(scopes []governance.Scope) []governance.Scope {
@@ -199,7 +252,7 @@ func (s *Store) budgets(scopes []governance.Scope) []governance.Scope {
 	defer s.mu.RUnlock()
 	var out []governance.Scope
 	for _, sc := range scopes {
-		if c, ok := s.states[sc]; ok && c.st.Limits.Limited() {
+		if c, ok := s.states[sc]; ok && c.limited() {
 			out = append(out, sc)
 		}
 	}
@@ -216,6 +269,18 @@ func (s *Store) Limits(scopes []governance.Scope) bool { return len(s.budgets(sc
 // admission a single atomic load.
 func (s *Store) Any() bool { return s.limited.Load() > 0 }
 
+// Cached is a scope's budget as the cache has it: found is false when it
+// has none; err is its *UnreadableError when it does not decode.
+func (s *Store) Cached(sc governance.Scope) (st governance.State, found bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.states[sc]
+	if c.bad != nil {
+		return governance.State{}, true, c.bad
+	}
+	return c.st, ok && c.st.Limits.Limited(), nil
+}
+
 // Paused names the first of scopes whose budget is paused at now, as the
 // cache has it; ok is false when none is.
 func (s *Store) Paused(scopes []governance.Scope, now time.Time) (governance.Scope, bool) {
@@ -225,94 +290,11 @@ func (s *Store) Paused(scopes []governance.Scope, now time.Time) (governance.Sco
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, sc := range scopes {
-		if c, ok := s.states[sc]; ok && c.st.Limits.Limited() && c.st.Paused(now) {
+		if c, ok := s.states[sc]; ok && (c.bad != nil || c.st.Limits.Limited() && c.st.Paused(now)) {
 			return sc, true
 		}
 	}
 	return governance.Scope{}, false
-}
-
-// ReachedError is a call refused because a budget would be passed: the
-// session pauses.
-type ReachedError struct {
-	Scope    governance.Scope
-	Limits   governance.Limits
-	Exceeded *governance.ExceededError
-}
-
-func (e *ReachedError) Error() string {
-	return fmt.Sprintf("budget reached: %s's budget (%s): %v", e.Scope, e.Limits, e.Exceeded)
-}
-
-func (e *ReachedError) Unwrap() error { return e.Exceeded }
-
-// Hold is the reservations of one call. Settle (or Release) ends it.
-type Hold struct {
-	s     *Store
-	id    string
-	held  []governance.Scope
-	stop  chan struct{}
-	ended sync.Once
-}
-
-// Reserve reserves a call's worst case against every limited budget among
-// scopes. With none it returns a nil Hold and costs nothing. A call that
-// would fit but for other calls' reservations waits until the budget
-// changes (they settle, or expire) and tries again, until ctx ends. When a
-// budget has no room it marks that budget reached (pausing its sessions),
-// releases what it reserved elsewhere and returns a *ReachedError. Other
-// errors are the bucket's, wrapped, or ctx's cause.
-func (s *Store) Reserve(ctx context.Context, scopes []governance.Scope, need governance.Amount) (*Hold, error) {
-	budgets := s.budgets(scopes)
-	if len(budgets) == 0 {
-		return nil, nil
-	}
-	for {
-		s.mu.RLock()
-		changed := s.changed
-		s.mu.RUnlock()
-		h, err := s.reserve(ctx, budgets, need)
-		r, ok := errors.AsType[*ReachedError](err)
-		if !ok || r.Exceeded == nil || !r.Exceeded.Held() {
-			return h, err
-		}
-		// Wait for a change, or for the reservations to expire.
-		t := time.NewTimer(s.cfg.ReservationTTL)
-		select {
-		case <-changed:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, context.Cause(ctx)
-		}
-		t.Stop()
-	}
-}
-
-// reserve tries once.
-func (s *Store) reserve(ctx context.Context, budgets []governance.Scope, need governance.Amount) (*Hold, error) {
-	h := &Hold{s: s, id: s.cfg.Worker + "." + strconv.FormatUint(s.seq.Add(1), 36), stop: make(chan struct{})}
-	for _, sc := range budgets {
-		err := s.apply(ctx, sc, func(st *governance.State, now time.Time) error {
-			if !st.Limits.Limited() {
-				return errNoChange // removed since the cache saw it
-			}
-			r := governance.Reservation{ID: h.id, Worker: s.cfg.Worker, Amount: need, Expires: now.Add(s.cfg.ReservationTTL).UnixMilli()}
-			if err := st.Reserve(r, now); err != nil {
-				ex, _ := errors.AsType[*governance.ExceededError](err)
-				return &ReachedError{Scope: sc, Limits: st.Limits, Exceeded: ex}
-			}
-			return nil
-		})
-		if err != nil {
-			h.settle(context.WithoutCancel(ctx), governance.Amount{})
-			return nil, err
-		}
-		h.held = append(h.held, sc)
-	}
-	s.holds.Add(1)
-	go h.renew()
-	return h, nil
 }
 
 // apply updates a scope's budget starting from the cache and records what
@@ -332,9 +314,17 @@ func (s *Store) apply(ctx context.Context, sc governance.Scope, fn func(*governa
 	c := s.states[sc]
 	s.mu.RUnlock()
 	var reached *ReachedError
-	st, rev, err := s.b.update(ctx, key, c.st, c.rev, func(st *governance.State, now time.Time) error {
+	if c.bad != nil {
+		return c.bad
+	}
+	st, rev, err := s.b.update(ctx, key, c.st, c.rev, false, func(st *governance.State, now time.Time) error {
 		reached = nil
 		err := fn(st, now)
+		if u, ok := errors.AsType[*unwritten](err); ok {
+			reached = u.r
+			reached.unwritten = true
+			return errNoChange
+		}
 		if r, ok := errors.AsType[*ReachedError](err); ok {
 			reached = r
 			return nil // write the refusal
@@ -364,70 +354,4 @@ func (s *Store) lock(ctx context.Context, key string) (func(), error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-}
-
-// renew keeps the hold's reservations alive while its call runs.
-func (h *Hold) renew() {
-	defer h.s.holds.Done()
-	every := h.s.cfg.ReservationTTL / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-h.s.closing:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		for _, sc := range h.held {
-			err := h.s.apply(ctx, sc, func(st *governance.State, now time.Time) error {
-				if !st.Renew(h.id, now.Add(h.s.cfg.ReservationTTL).UnixMilli()) {
-					return errNoChange
-				}
-				return nil
-			})
-			if err != nil {
-				h.s.log.Warn().Err(err).Str("budget", sc.String()).Msg("budgetstore: renew a reservation")
-			}
-		}
-		cancel()
-	}
-}
-
-// Settle replaces the hold's reservations with the call's real use and
-// reports the budgets whose soft limit it reached (dimension per scope).
-// A nil Hold settles nothing. Errors are the bucket's, joined: a use not
-// recorded is lost (its reservation expires).
-func (h *Hold) Settle(ctx context.Context, real governance.Amount) (soft map[governance.Scope][]string, err error) {
-	if h == nil {
-		return nil, nil
-	}
-	return h.settle(ctx, real)
-}
-
-func (h *Hold) settle(ctx context.Context, real governance.Amount) (map[governance.Scope][]string, error) {
-	h.ended.Do(func() { close(h.stop) })
-	var errs []error
-	var soft map[governance.Scope][]string
-	for _, sc := range h.held {
-		var crossed []string
-		err := h.s.apply(ctx, sc, func(st *governance.State, now time.Time) error {
-			crossed = st.Settle(h.id, real, now).Soft
-			return nil
-		})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if len(crossed) > 0 {
-			if soft == nil {
-				soft = map[governance.Scope][]string{}
-			}
-			soft[sc] = crossed
-		}
-	}
-	h.held = nil
-	return soft, errors.Join(errs...)
 }

@@ -271,3 +271,69 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestQuotaAcrossWorkers: three workers start 30 turns of one tenant whose
+// quota is 2 turns at once: never more than 2 run together across them,
+// every turn runs (the others wait for a turn to end), and a dead worker's
+// holds stop counting at their TTL.
+func TestQuotaAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stores := []*Store{b.open(t, "w1", time.Hour, nil), b.open(t, "w2", time.Hour, nil), b.open(t, "w3", time.Hour, nil)}
+	if _, _, err := stores[0].Bucket().SetQuota(t.Context(), "acme", governance.Quota{Turns: 2}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		waitFor(t, func() bool { return s.Quota("acme").Turns == 2 })
+	}
+	var running, most, ran atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 30 {
+		s := stores[i%3]
+		wg.Go(func() {
+			release, err := s.TakeTurn(t.Context(), "acme")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(time.Millisecond) // a turn's work
+			running.Add(-1)
+			ran.Add(1)
+			release()
+		})
+	}
+	wg.Wait()
+	if ran.Load() != 30 || most.Load() > 2 {
+		t.Fatalf("%d turns ran, at most %d at once; want 30, at most 2", ran.Load(), most.Load())
+	}
+	// A worker that dies holding both turns: they count until their TTL.
+	dead := stores[0]
+	for range 2 {
+		if _, err := dead.TakeTurn(t.Context(), "acme"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = dead.Close()
+	waitFor(t, func() bool { return stores[1].QuotaFull("acme", b.clock.Now()) })
+	b.clock.Advance(time.Hour + time.Millisecond)
+	if stores[1].QuotaFull("acme", b.clock.Now()) {
+		t.Fatal("a dead worker's turns still hold the quota past their TTL")
+	}
+	release, err := stores[1].TakeTurn(t.Context(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	// No quota: no hold, no write.
+	if _, _, err := stores[1].Bucket().SetQuota(t.Context(), "acme", governance.Quota{}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return stores[1].Quota("acme").Turns == 0 })
+	st, _, _ := stores[1].Bucket().GetQuota(t.Context(), "acme")
+	if len(st.Holds) != 0 {
+		t.Fatalf("holds %v after every turn ended", st.Holds)
+	}
+}

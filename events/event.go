@@ -94,6 +94,11 @@ const (
 	// its soft limit (Data.Text says which, and how much is used); the
 	// run goes on. Not terminal.
 	PhaseBudgetWarning = "budget_warning"
+	// PhasePaused: the message waits in its session's queue because the
+	// session is paused (a budget reached); Data.Text says why and what
+	// resumes it. Published on the run of each waiting message, before
+	// it starts; not terminal: the run starts once the pause ends.
+	PhasePaused = "paused"
 )
 
 // Phases of the tool and compaction streams. A tool call is start (Name,

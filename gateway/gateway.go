@@ -161,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/lanefleet/lanefleet/gateway")
 	}
-	s.routes = append(append(s.nativeRoutes(), console.Routes()...), cfg.Routes...)
+	s.routes = append(append(append(s.nativeRoutes(), s.budgetRoutes()...), console.Routes()...), cfg.Routes...)
 	mux := http.NewServeMux()
 	seen := map[string]bool{}
 	for _, rt := range s.routes {

@@ -57,7 +57,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			documented[strings.ToUpper(m)+" "+path] = true
 		}
 	}
-	for _, rt := range srv.nativeRoutes() {
+	for _, rt := range append(srv.nativeRoutes(), srv.budgetRoutes()...) {
 		id := rt.Method + " " + rt.Pattern
 		op, ok := doc.Paths[rt.Pattern][strings.ToLower(rt.Method)]
 		if !ok {
@@ -73,7 +73,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Errorf("openapi.json describes %s, which no route serves", id)
 	}
 	bodies := map[string]any{"SendRequest": SendRequest{}, "SettingsChange": SettingsChange{}, "Decision": Decision{},
-		"DeadSelect": admin.DeadSelect{}, "Image": events.Image{}, "ClientTool": events.ClientTool{}, "ToolResult": events.ToolResult{}}
+		"DeadSelect": admin.DeadSelect{}, "Image": events.Image{}, "ClientTool": events.ClientTool{}, "ToolResult": events.ToolResult{},
+		"BudgetLimits": BudgetLimits{}}
 	for name, v := range bodies {
 		sch, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -57,11 +57,12 @@ var sessionRequests = map[string]sessionRequest{
 	"GET /api/sessions/{key}/approvals":         pathSession("/api/sessions/{key}/approvals", ""),
 	"POST /api/sessions/{key}/approvals/{call}": pathSession("/api/sessions/{key}/approvals/{call}", `{"decision":"approve"}`),
 	"GET /api/sessions/{key}/backlog":           pathSession("/api/sessions/{key}/backlog", ""),
+	"GET /api/budgets/sessions/{key}":           pathSession("/api/budgets/sessions/{key}", ""),
 }
 
 // fillPattern is a request path for a route that names no session.
 func fillPattern(pattern string) string {
-	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{model...}", "scripted/echo", "{key}", "globex:secret").Replace(pattern)
+	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{model...}", "scripted/echo", "{key}", "globex:secret", "{tenant}", "globex").Replace(pattern)
 }
 
 // TestTenantIsolation walks every route the server mounts (its own and

@@ -134,6 +134,11 @@ type Reservation struct {
 	// Expires (unix ms): the reservation stops counting then unless its
 	// worker renewed it, so a dead worker's reservations are released.
 	Expires int64 `json:"expires"`
+	// Spend is what counts as used when the reservation expires: a
+	// worker's lease (lease.go) that admits calls without writing holds
+	// use it has not reported, so a dead worker's lease is charged whole
+	// rather than spent again. Zero for a call's own reservation.
+	Spend Amount `json:"spend,omitzero"`
 }
 
 // Slot is one slot of a rolling window: the use settled from Start on.
@@ -160,6 +165,10 @@ type State struct {
 	Slots        []Slot        `json:"slots,omitempty"`
 	Reservations []Reservation `json:"reservations,omitempty"`
 	Refused      *Refusal      `json:"refused,omitempty"`
+	// Waiting (unix ms) is when a call last waited for room that
+	// reservations held: workers' leases give back what they hold beyond
+	// their calls in flight, and take no more, for a while (lease.go).
+	Waiting int64 `json:"waiting,omitempty"`
 }
 
 // MaxReservations bounds the reservations one budget holds at once (a
@@ -191,7 +200,15 @@ func (s *State) Roll(now time.Time) {
 	}
 	ms := now.UnixMilli()
 	if slices.ContainsFunc(s.Reservations, func(r Reservation) bool { return r.Expires <= ms }) {
-		s.Reservations = slices.DeleteFunc(slices.Clone(s.Reservations), func(r Reservation) bool { return r.Expires <= ms })
+		var spent Amount
+		s.Reservations = slices.DeleteFunc(slices.Clone(s.Reservations), func(r Reservation) bool {
+			if r.Expires <= ms {
+				spent = spent.Add(r.Spend)
+				return true
+			}
+			return false
+		})
+		s.add(spent, now)
 	}
 }
 
@@ -316,18 +333,26 @@ func (s *State) Settle(id string, real Amount, now time.Time) Settled {
 	if real.IsZero() {
 		return Settled{}
 	}
+	s.add(real, now)
+	return Settled{Soft: s.crossed(before, s.UsedNow(now))}
+}
+
+// add counts use in the window holding now (s rolled to now).
+func (s *State) add(a Amount, now time.Time) {
+	if a.IsZero() {
+		return
+	}
 	if s.Limits.Window.Kind == WindowRolling {
 		st := s.Limits.Window.slot(now)
 		s.Slots = slices.Clone(s.Slots)
 		if n := len(s.Slots); n > 0 && s.Slots[n-1].Start == st {
-			s.Slots[n-1].Used = s.Slots[n-1].Used.Add(real)
+			s.Slots[n-1].Used = s.Slots[n-1].Used.Add(a)
 		} else {
-			s.Slots = append(s.Slots, Slot{Start: st, Used: real})
+			s.Slots = append(s.Slots, Slot{Start: st, Used: a})
 		}
-	} else {
-		s.Used = s.Used.Add(real)
+		return
 	}
-	return Settled{Soft: s.crossed(before, s.UsedNow(now))}
+	s.Used = s.Used.Add(a)
 }
 
 // crossed names the dimensions whose use went from under the soft limit to

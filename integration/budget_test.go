@@ -338,3 +338,75 @@ func TestKilledWorkersReservationExpires(t *testing.T) {
 		t.Fatalf("turns used %d, want the re-run turn counted once", used.Turns)
 	}
 }
+
+// TestQuotaAcrossWorkers: a tenant whose quota is one turn at once sends
+// to four sessions across two workers: every message runs, one turn at a
+// time (a session that would pass the quota waits, paused, and is woken
+// when a turn ends), while another tenant runs on.
+func TestQuotaAcrossWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	var members []*member
+	for _, id := range []string{"w1", "w2"} {
+		members = append(members, startMember(t, srv.URL, fleet.Config{WorkerID: id, DefaultModel: "scripted/echo", NoBuiltinTools: true, ScriptedDelay: 20 * time.Millisecond}))
+	}
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if _, _, err := c.SetQuota(ctx, "acme", governance.Quota{Turns: 1}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the quota to reach the workers", func(context.Context) bool {
+		for _, m := range members {
+			if !m.m.QuotaSet("acme") {
+				return false
+			}
+		}
+		return true
+	})
+	// Watch the quota's holds while the turns run: never more than one.
+	stop := make(chan struct{})
+	most := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { most <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			st, _, err := c.Quota(ctx, "acme")
+			if err == nil {
+				n = max(n, st.Running(time.Now()))
+			}
+		}
+	}()
+	var runs []*lanefleet.Run
+	for i := range 4 {
+		r, err := c.Send(ctx, fmt.Sprintf("acme:q%d", i), "one two three")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	other, err := c.Send(ctx, "globex:1", "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := other.Wait(ctx); err != nil || res.Payloads[0].Text != "echo: hi" {
+		t.Fatalf("the other tenant: %+v, %v", res, err)
+	}
+	for i, r := range runs {
+		if res, err := r.Wait(ctx); err != nil || res.Payloads[0].Text != "echo: one two three" {
+			t.Fatalf("session %d: %+v, %v", i, res, err)
+		}
+	}
+	close(stop)
+	if n := <-most; n > 1 {
+		t.Fatalf("%d turns of the tenant held its quota of 1 at once", n)
+	}
+}

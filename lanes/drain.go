@@ -59,6 +59,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		if o.w.paused(o.key) {
 			// The message stays: the lane waits, unconsumed, until Wake.
 			o.slot.paused = true
+			o.noticePaused(ctx, raw)
 			return false
 		}
 		if need, ok := o.fits(raw); !ok {

@@ -51,7 +51,8 @@ func TestPausedLaneWaitsAndWakes(t *testing.T) {
 		}
 		return nil
 	}}
-	cfg := Config{Concurrency: 4, Paused: p.paused, Tenant: func(k string) string { return k[:4] }}
+	const notice = "Budget reached: the message waits in the queue."
+	cfg := Config{Concurrency: 4, Paused: p.paused, Tenant: func(k string) string { return k[:4] }, PauseNotice: func(string) string { return notice }}
 	var workers []*Worker
 	for range 2 {
 		w := f.newWorker(t, natstest.Connect(t, f.url), h, cfg, zerolog.WarnLevel)
@@ -81,6 +82,13 @@ func TestPausedLaneWaitsAndWakes(t *testing.T) {
 			t.Fatalf("message %d left the lane while paused: %v", seq, err)
 		}
 	}
+	// Each waiting message's sender was told at once why it waits: a
+	// paused event on its run, its first event, once.
+	for _, seq := range seqs[3:] {
+		if evs := f.firstEvents(t, key, seq, 1); evs[0].Data.Phase != events.PhasePaused || evs[0].Data.Text != notice {
+			t.Fatalf("message %d's first event %+v, want the paused notice", seq, evs[0].Data)
+		}
+	}
 	h.mu.Lock()
 	seen := slices.Clone(h.seen[key])
 	h.mu.Unlock()
@@ -105,6 +113,12 @@ func TestPausedLaneWaitsAndWakes(t *testing.T) {
 	if want := []string{"m1", "m2", "m3", "m4", "m5", "m6", "m7"}; !slices.Equal(seen, want) {
 		t.Fatalf("ran %v, want %v (in order, once each)", seen, want)
 	}
+	// One notice each: the woken run starts after it.
+	for _, seq := range seqs[3:] {
+		if evs := f.firstEvents(t, key, seq, 2); evs[1].Data.Phase != events.PhaseStart {
+			t.Fatalf("message %d's events %+v, %+v: want one paused notice, then its start", seq, evs[0].Data, evs[1].Data)
+		}
+	}
 	for _, w := range workers {
 		if n := w.Stats().DeadLetters.Load(); n != 0 {
 			t.Fatalf("%d dead letters", n)
@@ -124,4 +138,27 @@ func TestPausedLaneWaitsAndWakes(t *testing.T) {
 	if err != nil || ev.Data.Phase != events.PhaseStart || ev.Data.Tenant != "acme" {
 		t.Errorf("first event %+v (%v), want a start naming tenant acme", ev, err)
 	}
+}
+
+// firstEvents reads the first n events of the run of seq on key's lane.
+func (f *fleet) firstEvents(t *testing.T, key string, seq uint64, n int) []events.Event {
+	t.Helper()
+	subj, _ := events.EventSubject(key, fmt.Sprint(seq))
+	cons, err := f.streams.Events.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []events.Event
+	for len(out) < n {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("run %d: %d events of %d: %v", seq, len(out), n, err)
+		}
+		ev, err := events.DecodeEvent(m.Headers().Get(events.HeaderContentType), m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, *ev)
+	}
+	return out
 }

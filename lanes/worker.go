@@ -81,6 +81,11 @@ type Config struct {
 	// go and acks its trigger, the sweep leaves the lane alone, and Wake
 	// takes it up again once Paused says no. nil = never paused.
 	Paused func(key string) bool
+	// PauseNotice, when set with Paused, is the text of the notice a
+	// paused session's waiting messages get at once, each on its run (a
+	// lifecycle events.PhasePaused event), so their senders know why
+	// nothing runs; "" = none.
+	PauseNotice func(key string) string
 	// Tenant, when set, names a session's tenant on its runs' start
 	// events; nil = none.
 	Tenant func(key string) string
@@ -171,6 +176,8 @@ func randomHex(n int) string {
 // drains the lane in order through the Handler, and hands lanes over when it
 // shuts down.
 type Worker struct {
+	// notices are the paused lanes' messages noticed (pause.go).
+	notices pauseNotices
 	cfg     Config
 	nc      *nats.Conn
 	js      jetstream.JetStream

@@ -3,8 +3,10 @@ package runner
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 )
@@ -16,9 +18,10 @@ import (
 type Admission interface {
 	// Admit reserves the call's worst case and returns what settles it
 	// (nil: nothing to settle). An *AdmitRefusal ends the turn with its
-	// reply; ctx's cause means the run was cancelled or timed out while
-	// the call waited; any other error fails the run (the lane retries
-	// its turn).
+	// reply; an *AdmitUnavailable (its store did not answer) makes the
+	// run wait and ask again; ctx's cause means the run was cancelled or
+	// timed out while the call waited; any other error fails the run (the
+	// lane retries its turn).
 	Admit(ctx context.Context, call AdmitCall) (Admitted, error)
 }
 
@@ -30,6 +33,8 @@ type AdmitCall struct {
 	Request *provider.Request
 	// FirstCall is set on the run's first model call (it counts a turn).
 	FirstCall bool
+	// Compaction is set on a compaction's summary call.
+	Compaction bool
 }
 
 // Admitted settles an admitted call.
@@ -49,20 +54,62 @@ type AdmitRefusal struct {
 
 func (e *AdmitRefusal) Error() string { return e.Text }
 
-// admit asks the Admission about a call (nil, nil without one).
+// AdmitUnavailable is an Admission that cannot decide now: the store of
+// its budgets did not answer. The call is not made without it, and the
+// run's attempt does not fail for it either (that would count toward the
+// message's attempts): the run waits, with backoff from
+// Config.AdmitWait up to 30 s, showing each wait as a lifecycle retrying
+// event whose error says why, and asks again until its context ends.
+type AdmitUnavailable struct{ Err error }
+
+func (e *AdmitUnavailable) Error() string {
+	return "the budget store is unavailable (model calls wait for it): " + e.Err.Error()
+}
+
+func (e *AdmitUnavailable) Unwrap() error { return e.Err }
+
+// AdmitWaitDefault is Config.AdmitWait's default.
+const AdmitWaitDefault = time.Second
+
+// admitWaitMax caps the wait between two asks of an unavailable Admission.
+const admitWaitMax = 30 * time.Second
+
+// admit asks the Admission about the run's next model call (nil, nil
+// without one).
 func (ru *run) admit(ctx context.Context, req *provider.Request) (Admitted, error) {
-	a := ru.r.cfg.Admission
-	if a == nil {
+	if ru.r.cfg.Admission == nil {
 		return nil, nil
 	}
 	first := !ru.admitted
 	ru.admitted = true
-	return a.Admit(ctx, AdmitCall{SessionKey: ru.in.SessionKey, Request: req, FirstCall: first})
+	return admitCall(ctx, ru.r.cfg, ru.sink, AdmitCall{SessionKey: ru.in.SessionKey, Request: req, FirstCall: first})
+}
+
+// admitCall asks cfg's Admission about call, waiting while it is
+// unavailable (AdmitUnavailable).
+func admitCall(ctx context.Context, cfg Config, sink Sink, call AdmitCall) (Admitted, error) {
+	wait := backoff.Policy{Base: cfg.AdmitWait, Max: admitWaitMax, Jitter: true}
+	for n := 1; ; n++ {
+		adm, err := cfg.Admission.Admit(ctx, call)
+		u, ok := errors.AsType[*AdmitUnavailable](err)
+		if !ok || ctx.Err() != nil {
+			return adm, err
+		}
+		d := wait.Delay(n)
+		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRetrying, DelayMs: d.Milliseconds(),
+			Error: u.Error() + "; the message stays queued, and this does not count toward its attempts"})
+		if err := backoff.Sleep(ctx, d); err != nil {
+			return nil, err
+		}
+		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseRetry})
+	}
 }
 
 // settle tells an admitted call's settler what the call used, and shows
 // its warning.
-func (ru *run) settle(adm Admitted, am *message.Message) {
+func (ru *run) settle(adm Admitted, am *message.Message) { settleCall(ru.sink, adm, am) }
+
+func settleCall(sink Sink, adm Admitted, am *message.Message) {
 	if adm == nil {
 		return
 	}
@@ -71,8 +118,25 @@ func (ru *run) settle(adm Admitted, am *message.Message) {
 		u = *am.Usage
 	}
 	if w := adm.Settle(u); w != "" {
-		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseBudgetWarning, Text: w})
+		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseBudgetWarning, Text: w})
 	}
+}
+
+// admitted is a provider whose calls the Admission admits and settles
+// like a turn's (a compaction's summary calls): a refusal fails the call.
+func admitted(cfg Config, sink Sink, sessionKey string, p provider.Provider) provider.Provider {
+	if cfg.Admission == nil {
+		return p
+	}
+	return provider.Func(func(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+		adm, err := admitCall(ctx, cfg, sink, AdmitCall{SessionKey: sessionKey, Request: req, Compaction: true})
+		if err != nil {
+			return message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: err.Error()}, err
+		}
+		m, err := p.Stream(ctx, req, emit)
+		settleCall(sink, adm, &m)
+		return m, err
+	})
 }
 
 // refusal is err's AdmitRefusal, nil when it is none.

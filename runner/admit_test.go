@@ -6,6 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet/compaction"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
@@ -131,5 +134,100 @@ func TestAdmissionFailureFailsTheRun(t *testing.T) {
 	out, err := r.Run(t.Context(), Input{SessionKey: "acme:1", RunID: "r1", Inbound: &events.Inbound{Text: "hi"}}, &sink{})
 	if err == nil || !strings.Contains(err.Error(), "no responders") || out != nil {
 		t.Fatalf("Run = %+v, %v; want the admission's error", out, err)
+	}
+}
+
+// unavailableAdmission cannot reach its budgets' store the first down
+// times it is asked, then admits every call.
+type unavailableAdmission struct {
+	admissions
+	down int
+}
+
+func (a *unavailableAdmission) Admit(ctx context.Context, c AdmitCall) (Admitted, error) {
+	a.mu.Lock()
+	if a.down > 0 {
+		a.down--
+		a.mu.Unlock()
+		return nil, &AdmitUnavailable{Err: errors.New("budgetstore: tenant acme: nats: no responders available for request")}
+	}
+	a.mu.Unlock()
+	return a.admissions.Admit(ctx, c)
+}
+
+// TestAdmissionUnavailableWaits: while the budget store does not answer,
+// the run waits and asks again (each wait a retrying event saying why)
+// instead of failing its attempt, which would count toward the message's
+// attempts; once the store answers, the call is made. (Before, the run
+// failed at once.)
+func TestAdmissionUnavailableWaits(t *testing.T) {
+	t.Parallel()
+	adm := &unavailableAdmission{down: 2}
+	r, err := New(Config{DefaultModel: "scripted/echo", Resolver: multiResolver{}, Admission: adm, AdmitWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sink{}
+	out, err := r.Run(t.Context(), Input{SessionKey: "acme:1", RunID: "r1", Inbound: &events.Inbound{Text: "hi"}}, s)
+	if err != nil || out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "echo: hi" {
+		t.Fatalf("Run = %+v, %v; want the reply once the store answers", out, err)
+	}
+	var waits []string
+	for _, e := range s.evs {
+		if e.Stream == events.StreamLifecycle && e.Data.Phase == events.PhaseRetrying {
+			waits = append(waits, e.Data.Error)
+		}
+	}
+	if len(waits) != 2 || !strings.Contains(waits[0], "the budget store is unavailable") || !strings.Contains(waits[0], "no responders") ||
+		!strings.Contains(waits[0], "does not count toward its attempts") {
+		t.Fatalf("waits %q", waits)
+	}
+	if len(adm.calls) != 1 || !adm.calls[0].FirstCall || len(adm.settled) != 1 {
+		t.Fatalf("admitted %+v, settled %d", adm.calls, len(adm.settled))
+	}
+}
+
+// TestCompactionAdmitted: a compaction's summary calls are admitted and
+// settled like a turn's (not counted as a turn); a refused one fails the
+// compaction, leaving the transcript as it was. (Before, they were made
+// without asking.)
+func TestCompactionAdmitted(t *testing.T) {
+	t.Parallel()
+	var history []message.Entry
+	for range 30 {
+		h := toolHistory(strings.Repeat("line of a long log\n", 100))
+		if len(history) > 0 {
+			id := history[len(history)-1].ID
+			h[0].ParentID = &id
+		}
+		history = append(history, h...)
+	}
+	for _, tc := range []struct {
+		name   string
+		refuse int
+	}{{"admitted", 0}, {"refused", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			adm := &admissions{refuse: tc.refuse}
+			r, err := New(Config{DefaultModel: "scripted/echo", Resolver: multiResolver{}, Admission: adm,
+				Compactor: PiCompactor{Settings: compaction.Settings{KeepRecentTokens: 2000}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := r.Compact(t.Context(), Input{SessionKey: "acme:1", RunID: "r1", SessionID: "sid", Inbound: &events.Inbound{}, History: history}, "", &sink{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(adm.calls) == 0 || !adm.calls[0].Compaction || adm.calls[0].FirstCall || adm.calls[0].SessionKey != "acme:1" {
+				t.Fatalf("admitted %+v: want the summary calls, not as a turn", adm.calls)
+			}
+			failed := out.Result.Meta.Error != nil
+			if tc.refuse == 0 && (failed || len(adm.settled) != len(adm.calls)) {
+				t.Fatalf("result %+v, settled %d of %d calls", out.Result, len(adm.settled), len(adm.calls))
+			}
+			if tc.refuse > 0 && (!failed || len(out.Entries) != 0 || !strings.Contains(out.Result.Payloads[0].Text, "Budget reached")) {
+				t.Fatalf("result %+v, entries %d: want the compaction failed by the refusal", out.Result, len(out.Entries))
+			}
+		})
 	}
 }

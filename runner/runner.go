@@ -269,8 +269,12 @@ type Config struct {
 	// means ContextCacheBytesDefault, < 0 keeps none.
 	ContextCacheBytes int
 	// Admission, when set, is asked before every model call (tenant
-	// budgets) and told what the call used; nil = every call is made.
+	// budgets), a compaction's too, and told what the call used; nil =
+	// every call is made.
 	Admission Admission
+	// AdmitWait is the first wait of a run whose Admission is unavailable
+	// (AdmitUnavailable); default AdmitWaitDefault.
+	AdmitWait time.Duration
 	// BlockReplies, when set, streams the reply as blocks (events.StreamBlock).
 	BlockReplies *blockchunk.Config
 	Logger       zerolog.Logger
@@ -308,6 +312,9 @@ func New(cfg Config) (*Runner, error) {
 	cfg.Retry = cfg.Retry.withDefaults()
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = AttemptTimeoutDefault
+	}
+	if cfg.AdmitWait <= 0 {
+		cfg.AdmitWait = AdmitWaitDefault
 	}
 	if cfg.CompactionTimeout <= 0 {
 		cfg.CompactionTimeout = CompactionTimeoutDefault

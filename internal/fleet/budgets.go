@@ -15,6 +15,7 @@ import (
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/metrics"
 	"github.com/lanefleet/lanefleet/provider"
@@ -73,16 +74,68 @@ func (m *Member) Budgeted(s governance.Scope) bool {
 	return m.budgets != nil && m.budgets.store.Limited(s)
 }
 
+// QuotaSet reports whether this member knows a quota on tenant (its watch
+// of the budgets bucket delivered it).
+func (m *Member) QuotaSet(tenant string) bool {
+	return m.budgets != nil && m.budgets.store.Quota(tenant).Turns > 0
+}
+
 // Tenant is a session key's tenant ("" = none), for the lanes.
 func (b *budgets) Tenant(key string) string { return b.rule.Tenant(key) }
 
-// Paused reports whether a session is paused by a budget it is under.
+// Paused reports whether a session is paused by a budget it is under, or
+// waits because its tenant runs as many turns as its quota allows.
 func (b *budgets) Paused(key string) bool {
+	tenant := b.rule.Tenant(key)
+	if b.store.QuotaFull(tenant, b.now()) {
+		return true
+	}
 	if !b.store.Any() {
 		return false
 	}
-	_, p := b.store.Paused(governance.Scopes(b.rule.Tenant(key), key), b.now())
+	_, p := b.store.Paused(governance.Scopes(tenant, key), b.now())
 	return p
+}
+
+// scopePaused reports whether sc's sessions are paused: its budget, or
+// for a tenant its quota.
+func (b *budgets) scopePaused(sc governance.Scope) bool {
+	if sc.Kind == governance.ScopeTenant && b.store.QuotaFull(sc.Name, b.now()) {
+		return true
+	}
+	_, p := b.store.Paused([]governance.Scope{sc}, b.now())
+	return p
+}
+
+// takeTurn counts a turn of key's tenant against its quota (waiting while
+// it is full) and returns what releases it.
+func (b *budgets) takeTurn(ctx context.Context, key string) (func(), error) {
+	if b == nil {
+		return func() {}, nil
+	}
+	return b.store.TakeTurn(ctx, b.rule.Tenant(key))
+}
+
+// PauseNotice is what the sender of a message that waits on a paused
+// session reads at once (the lanes' Config.PauseNotice).
+func (b *budgets) PauseNotice(key string) string {
+	tenant := b.rule.Tenant(key)
+	if b.store.QuotaFull(tenant, b.now()) {
+		return fmt.Sprintf("Quota reached: tenant %s runs %d turns at once, as many as its quota allows. "+
+			"This message waits in the queue, and runs when one of them ends (publisher quota set --tenant %s --turns N changes the quota).",
+			tenant, b.store.Quota(tenant).Turns, tenant)
+	}
+	sc, ok := b.store.Paused(governance.Scopes(tenant, key), b.now())
+	if !ok {
+		return ""
+	}
+	st, _, err := b.store.Cached(sc)
+	if u, ok := errors.AsType[*budgetstore.UnreadableError](err); ok {
+		return unreadableText(u)
+	}
+	return fmt.Sprintf("Budget reached: the %s budget (%s) has no room for more model calls. "+
+		"The session is paused: this message waits in the queue, and runs once an operator raises or resets the budget (publisher budget set|reset %s).",
+		sc, st.Limits, scopeFlag(sc))
 }
 
 // Admit reserves a call's worst case against the budgets of its session and
@@ -103,6 +156,14 @@ func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admi
 		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
 		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r)}
 	}
+	if u, ok := errors.AsType[*budgetstore.UnreadableError](err); ok {
+		// Fail closed: a budget nobody can read limits everything.
+		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
+		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: unreadableText(u)}
+	}
+	if err != nil && ctx.Err() == nil && (kvstore.Transient(err) || errors.Is(err, budgetstore.ErrConflict)) {
+		return nil, &runner.AdmitUnavailable{Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -111,13 +172,26 @@ func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admi
 
 // reachedText is what the user of a session paused by r reads.
 func reachedText(r *budgetstore.ReachedError) string {
-	flag := "--tenant " + r.Scope.Name
-	if r.Scope.Kind == governance.ScopeSession {
-		flag = "--session " + fmt.Sprintf("%q", r.Scope.Name)
-	}
+	flag := scopeFlag(r.Scope)
 	return fmt.Sprintf("Budget reached: the %s budget (%s) has no room for this model call (%s). "+
 		"The session is paused: messages sent now wait in its queue, and run once an operator raises or resets the budget (publisher budget set|reset %s).",
 		r.Scope, r.Limits, strings.TrimPrefix(r.Exceeded.Error(), "governance: "), flag)
+}
+
+// unreadableText is what the user of a session under an unreadable budget
+// reads.
+func unreadableText(u *budgetstore.UnreadableError) string {
+	return fmt.Sprintf("Budget unreadable: the %s budget (key %s of the %s bucket) does not decode, so no model call is made under it (%v). "+
+		"The session is paused: messages sent now wait in its queue, and run once an operator sets the budget again (publisher budget set %s).",
+		u.Scope, u.Key, u.Bucket, u.Err, scopeFlag(u.Scope))
+}
+
+// scopeFlag is the publisher budget flag naming sc.
+func scopeFlag(sc governance.Scope) string {
+	if sc.Kind == governance.ScopeSession {
+		return "--session " + fmt.Sprintf("%q", sc.Name)
+	}
+	return "--tenant " + sc.Name
 }
 
 // admitted settles one admitted call.
@@ -192,7 +266,7 @@ func (b *budgets) run(ctx context.Context, wake func(ctx context.Context, match 
 		case <-ctx.Done():
 			return
 		case sc := <-b.changes:
-			_, now := b.store.Paused([]governance.Scope{sc}, b.now())
+			now := b.scopePaused(sc)
 			b.mu.Lock()
 			was := b.paused[sc]
 			if now {

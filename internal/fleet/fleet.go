@@ -236,7 +236,7 @@ func (m *Member) build(ctx context.Context) error {
 		ChatCommands: !cfg.NoChatCommands, ChatDefaults: m.chatDefaults(),
 	}
 	if m.budgets != nil {
-		lcfg.Paused, lcfg.Tenant = m.budgets.Paused, m.budgets.Tenant
+		lcfg.Paused, lcfg.Tenant, lcfg.PauseNotice = m.budgets.Paused, m.budgets.Tenant, m.budgets.PauseNotice
 	}
 	if m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lcfg); err != nil {
 		return err

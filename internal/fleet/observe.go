@@ -91,7 +91,12 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 			attribute.String(tracing.AttrConversationID, t.SessionID), attribute.Int64(tracing.AttrQueueWaitMs, start.Sub(t.Received).Milliseconds()))...))
 	ctx, attemptSpan := m.obs.tracer.Start(ctx, fmt.Sprintf("attempt %d", t.Attempt), trace.WithAttributes(common...))
 	obs := &turnObs{o: &m.obs, received: t.Received, ctx: ctx, tools: map[string]toolCall{}}
-	out, err := m.handle(context.WithValue(ctx, turnObsKey{}, obs), t)
+	release, err := m.budgets.takeTurn(ctx, t.SessionKey) // the tenant's quota of turns at once
+	var out *lanes.Outcome
+	if err == nil {
+		out, err = m.handle(context.WithValue(ctx, turnObsKey{}, obs), t)
+		release()
+	}
 	d := time.Since(start)
 	obs.close()
 

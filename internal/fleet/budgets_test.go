@@ -1,0 +1,104 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/budgetstore"
+	"github.com/lanefleet/lanefleet/governance"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/runner"
+)
+
+// budgetsSetup opens a worker's budgets on a fresh server, with a budget
+// on tenant acme.
+func budgetsSetup(t *testing.T) (*budgets, *natstest.Server, jetstream.KeyValue) {
+	t.Helper()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := budgetstore.Open(t.Context(), js, budgetstore.Config{Worker: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	acme := governance.Scope{Kind: governance.ScopeTenant, Name: "acme"}
+	if _, _, err := s.Bucket().Set(t.Context(), acme, governance.Limits{Max: governance.Amount{Turns: 100}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for !s.Limited(acme) {
+		time.Sleep(time.Millisecond)
+	}
+	kv, err := js.KeyValue(t.Context(), budgetstore.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &budgets{store: s, now: time.Now}, srv, kv
+}
+
+func call() runner.AdmitCall {
+	return runner.AdmitCall{SessionKey: "acme:1", FirstCall: true, Request: &provider.Request{Model: provider.Model{MaxTokens: 1000}}}
+}
+
+// TestAdmitStoreOutage: when the budgets bucket does not answer, Admit
+// says the store is unavailable (the run waits and asks again, its
+// attempt not counted) rather than failing the run. (Before, its error
+// failed the attempt, which counts toward the message's attempts.)
+func TestAdmitStoreOutage(t *testing.T) {
+	t.Parallel()
+	b, srv, _ := budgetsSetup(t)
+	if err := srv.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, err := b.Admit(ctx, call())
+	if u, ok := errors.AsType[*runner.AdmitUnavailable](err); !ok || !strings.Contains(u.Error(), "the budget store is unavailable") {
+		t.Fatalf("Admit during an outage: %v (%T); want *runner.AdmitUnavailable", err, err)
+	}
+}
+
+// TestAdmitUnreadableBudgetFailsClosed: a budget whose record does not
+// decode refuses its sessions' calls with a reply naming its key, and
+// pauses them, instead of letting them run unlimited. (Before, it was
+// read as no budget at all.)
+func TestAdmitUnreadableBudgetFailsClosed(t *testing.T) {
+	t.Parallel()
+	b, _, kv := budgetsSetup(t)
+	if _, err := kv.Put(t.Context(), "tenant.acme", []byte(`{"limits":{"max":{"turns":"many"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	acme := governance.Scope{Kind: governance.ScopeTenant, Name: "acme"}
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.Paused("acme:1") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !b.Paused("acme:1") {
+		t.Fatal("a session under an unreadable budget is not paused")
+	}
+	_, err := b.Admit(t.Context(), call())
+	r, ok := errors.AsType[*runner.AdmitRefusal](err)
+	if !ok || !strings.Contains(r.Text, "Budget unreadable: the tenant acme budget (key tenant.acme of the budgets bucket)") ||
+		!strings.Contains(r.Text, "publisher budget set --tenant acme") {
+		t.Fatalf("Admit under an unreadable budget: %v; want a refusal naming the key", err)
+	}
+	// Setting the budget again overwrites it, and calls are admitted.
+	if _, _, err := b.store.Bucket().Set(t.Context(), acme, governance.Limits{Max: governance.Amount{Turns: 100}}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for b.Paused("acme:1") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	adm, err := b.Admit(t.Context(), call())
+	if err != nil || adm == nil {
+		t.Fatalf("Admit after the budget was set again: %v, %v", adm, err)
+	}
+}
