@@ -84,6 +84,8 @@ var allowed = map[string][]string{
 	"retention":                   {},
 	"runner":                      {"agentprompt", "authprofile", "blockchunk", "compaction", "events", "fallback", "guard", "internal/backoff", "internal/bytelru", "ecmatext", "message", "provider", "provider/failover", "replytext", "sanitize", "sessionfile", "tools"},
 	"sandbox":                     {"internal/cgroup"},
+	"schedule":                    {"events"},
+	"schedstore":                  {"events", "internal/backoff", "kvstore", "schedule"},
 	"sanitize":                    {"ecmatext", "message"},
 	"sanitize/sanitizecmd":        {"message", "sanitize", "sessionfile"},
 	"sessionfile":                 {"ecmatext", "message"},
