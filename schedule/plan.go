@@ -83,6 +83,7 @@ const (
 	Fired   Outcome = "fired"   // a message was sent: its run id is recorded
 	Skipped Outcome = "skipped" // the overlap policy dropped it
 	Missed  Outcome = "missed"  // late, and the catch-up policy did not fire it
+	Failed  Outcome = "failed"  // the session's lane refused the firing (full, too large)
 )
 
 // Previous is the state of the previous firing's run, as the adapter

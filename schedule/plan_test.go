@@ -106,3 +106,22 @@ func TestParsePolicies(t *testing.T) {
 		t.Error("some accepted")
 	}
 }
+
+// TestEveryCountsFromAnchor: an @every schedule's first firing is one
+// interval after its anchor, whatever time it is asked from before it.
+func TestEveryCountsFromAnchor(t *testing.T) {
+	t.Parallel()
+	anchor := time.Unix(1_800_000_000, 0)
+	tm, err := Spec{EveryMs: 5000, AnchorMs: anchor.UnixMilli()}.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, want time.Duration }{
+		{-time.Hour, 5 * time.Second}, {-time.Second, 5 * time.Second}, {0, 5 * time.Second},
+		{4999 * time.Millisecond, 5 * time.Second}, {5 * time.Second, 10 * time.Second},
+	} {
+		if got, _ := tm.Next(anchor.Add(c.from)); !got.Equal(anchor.Add(c.want)) {
+			t.Errorf("Next(anchor%+v) = anchor%+v, want anchor+%v", c.from, got.Sub(anchor), c.want)
+		}
+	}
+}

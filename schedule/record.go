@@ -73,6 +73,7 @@ type Firing struct {
 	Count     int     `json:"count,omitempty"` // missed: how many due times
 	Session   string  `json:"session,omitempty"`
 	RunID     string  `json:"runId,omitempty"`
+	Error     string  `json:"error,omitempty"` // failed: why
 }
 
 // ValidID reports whether id can be a schedule id: 1-32 of [a-z0-9].

@@ -27,7 +27,7 @@ type Spec struct {
 	Cron string `json:"cron,omitempty"`
 	Zone string `json:"zone,omitempty"`
 	// EveryMs is the interval of an @every schedule, in milliseconds;
-	// its firings are at Anchor + k×interval.
+	// its firings are at Anchor + k×interval, k ≥ 1.
 	EveryMs int64 `json:"everyMs,omitempty"`
 	// AnchorMs is when an @every schedule's count starts (Unix ms): its
 	// creation time.
@@ -125,11 +125,8 @@ func (tm *Timer) Next(t time.Time) (time.Time, bool) {
 		return tm.cron.Next(t)
 	case s.EveryMs > 0:
 		anchor := time.UnixMilli(s.AnchorMs)
-		if t.Before(anchor) {
-			return anchor, true
-		}
 		every := time.Duration(s.EveryMs) * time.Millisecond
-		k := t.Sub(anchor)/every + 1
+		k := max(t.Sub(anchor)/every+1, 1) // the first firing is one interval after the anchor
 		return anchor.Add(k * every), true
 	default:
 		at := time.UnixMilli(s.AtMs)
