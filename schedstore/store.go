@@ -56,6 +56,9 @@ var (
 	ErrNotFound = errors.New("schedstore: no such schedule")
 	// ErrFull means the fleet holds MaxSchedules schedules.
 	ErrFull = errors.New("schedstore: the fleet holds the most schedules it may")
+	// ErrNoSchedules means no worker has made the schedules' bucket and
+	// stream (every worker runs with --no-schedules, or none ran yet).
+	ErrNoSchedules = errors.New("schedstore: this fleet keeps no schedules (start a worker without --no-schedules)")
 	// ErrUnsupported means the NATS server has no message schedules
 	// (before 2.12).
 	ErrUnsupported = errors.New("schedstore: the NATS server does not support message schedules (nats-server 2.12 or later)")
@@ -136,6 +139,28 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	return &Store{js: js, kv: kv, stream: st, now: cfg.Now}, nil
 }
 
+// Bind opens the bucket and stream the workers made (a client's way in:
+// it never changes their configuration). ErrNoSchedules when they do not
+// exist.
+func Bind(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: no bucket %s", ErrNoSchedules, cfg.Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("schedstore: bucket %s: %w", cfg.Bucket, err)
+	}
+	st, err := js.Stream(ctx, Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: no stream %s", ErrNoSchedules, Stream)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("schedstore: stream %s: %w", Stream, err)
+	}
+	return &Store{js: js, kv: kv, stream: st, now: cfg.Now}, nil
+}
+
 // newID returns a fresh schedule id: 20 hex digits.
 func newID() string {
 	var b [10]byte
@@ -167,7 +192,7 @@ func (s *Store) Add(ctx context.Context, sc *schedule.Schedule) (*schedule.Sched
 	}
 	tm, err := c.Spec.Compile()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", schedule.ErrBadRecord, err)
+		return nil, err
 	}
 	next, ok := tm.Next(now)
 	if !ok {

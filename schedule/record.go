@@ -115,11 +115,11 @@ func (s *Schedule) Validate() error {
 		return bad("catch-up %q", clip(string(s.CatchUp)))
 	}
 	if _, err := s.Spec.Compile(); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadRecord, err)
+		return also{err, ErrBadRecord}
 	}
 	in := s.Message
 	if err := in.Validate(); err != nil {
-		return fmt.Errorf("%w: message: %w", ErrBadRecord, err)
+		return also{fmt.Errorf("message: %w", err), ErrBadRecord}
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ func (s Spec) Compile() (*Timer, error) {
 			return nil, err
 		}
 		if t.cron, err = ParseCron(s.Cron, loc); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadSpec, err)
+			return nil, also{err, ErrBadSpec}
 		}
 	case s.EveryMs != 0:
 		d := time.Duration(s.EveryMs) * time.Millisecond
@@ -143,3 +143,10 @@ func (tm *Timer) Period(t time.Time) time.Duration {
 	}
 	return n.Sub(t)
 }
+
+// also is an error that says err and matches sentinel too (errors.Is),
+// without repeating the sentinel's text.
+type also struct{ err, sentinel error }
+
+func (e also) Error() string   { return e.err.Error() }
+func (e also) Unwrap() []error { return []error{e.err, e.sentinel} }
