@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -129,8 +130,9 @@ func (f *Firer) settle(ctx context.Context, m jetstream.Msg) {
 // drops (it returns the first one's run), and only one record write wins
 // (the other re-plans and finds nothing due).
 func (f *Firer) Handle(ctx context.Context, id string) error {
+	sent := map[int64]schedule.Firing{} // firings sent by an attempt whose record write lost
 	for range 5 {
-		done, err := f.handleOnce(ctx, id)
+		done, err := f.handleOnce(ctx, id, sent)
 		if done || err != nil {
 			return err
 		}
@@ -138,16 +140,23 @@ func (f *Firer) Handle(ctx context.Context, id string) error {
 	return fmt.Errorf("schedstore: schedule %s: its record changed under 5 firings in a row", id)
 }
 
-func (f *Firer) handleOnce(ctx context.Context, id string) (bool, error) {
+func (f *Firer) handleOnce(ctx context.Context, id string, sent map[int64]schedule.Firing) (bool, error) {
 	sc, rev, err := f.st.Get(ctx, id)
 	if err != nil {
 		return true, err
 	}
+	now := f.st.now()
+	next := time.UnixMilli(sc.NextMs)
+	if sc.Paused || sc.NextMs == 0 || now.Before(next) {
+		// Nothing to fire; but firings this handler sent before its
+		// record write lost to a pause are recorded, not forgotten.
+		if len(sent) > 0 && recordSent(sc, sent) {
+			return f.write(ctx, sc, rev, nil, now)
+		}
+	}
 	if sc.Paused || sc.NextMs == 0 {
 		return true, nil // nothing armed; resume arms again
 	}
-	now := f.st.now()
-	next := time.UnixMilli(sc.NextMs)
 	if now.Before(next) {
 		// Early (a timer rounded, or a stale firing message): arm the
 		// record's due time again, which is idempotent.
@@ -176,6 +185,7 @@ func (f *Firer) handleOnce(ctx context.Context, id string) (bool, error) {
 			default:
 				fi.Session, fi.RunID = target, run
 				sc.LastSession, sc.LastRun = target, run
+				sent[fi.DueMs] = fi
 			}
 		}
 		sc.Note(fi)
@@ -185,23 +195,48 @@ func (f *Firer) handleOnce(ctx context.Context, id string) (bool, error) {
 	if more {
 		sc.NextMs = nextDue.UnixMilli()
 	}
+	done, err := f.write(ctx, sc, rev, ds, now)
+	if !done || err != nil || !more {
+		return done, err
+	}
+	return true, f.st.arm(ctx, id, nextDue)
+}
+
+// write stores the schedule with compare-and-set; false when another
+// write came first (plan again).
+func (f *Firer) write(ctx context.Context, sc *schedule.Schedule, rev uint64, ds []schedule.Decision, now time.Time) (bool, error) {
 	b, err := sc.Encode()
 	if err != nil {
 		return true, err
 	}
-	if _, err := f.st.kv.Update(ctx, id, b, rev); err != nil {
+	if _, err := f.st.kv.Update(ctx, sc.ID, b, rev); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return false, nil // another worker, or a change: plan again
 		}
-		return true, fmt.Errorf("schedstore: record %s: %w", id, err)
+		return true, fmt.Errorf("schedstore: record %s: %w", sc.ID, err)
 	}
 	for _, d := range ds {
 		f.count(d, now)
 	}
-	if more {
-		return true, f.st.arm(ctx, id, nextDue)
-	}
 	return true, nil
+}
+
+// recordSent notes the sent firings the record does not hold yet (due
+// after its last handled one), and reports whether it noted any.
+func recordSent(sc *schedule.Schedule, sent map[int64]schedule.Firing) bool {
+	var dues []int64
+	for due := range sent {
+		if due > sc.LastDueMs {
+			dues = append(dues, due)
+		}
+	}
+	slices.Sort(dues)
+	for _, due := range dues {
+		fi := sent[due]
+		sc.Note(fi)
+		sc.LastDueMs, sc.LastSession, sc.LastRun = due, fi.Session, fi.RunID
+	}
+	return len(dues) > 0
 }
 
 func (f *Firer) count(d schedule.Decision, now time.Time) {

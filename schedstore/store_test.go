@@ -454,3 +454,36 @@ func TestTimerSurvivesServerRestart(t *testing.T) {
 	b.firer(t)
 	b.waitHistory(t, sc.ID, "a firing after the restart", func(h []schedule.Firing) bool { return len(fired(h)) >= 1 })
 }
+
+// TestPauseDuringFiringRecordsIt: a firing sent by a handler whose record
+// write then lost to a pause is still recorded (the handler re-reads the
+// paused record and notes what it sent), not left unaccounted for.
+func TestPauseDuringFiringRecordsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Hour + time.Second)
+	due := time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+	run, err := f.send(t.Context(), sc, "alice", due, b.clock.Now()) // the handler's send…
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.SetPaused(t.Context(), sc.ID, true); err != nil { // …then the pause wins the write
+		t.Fatal(err)
+	}
+	sent := map[int64]schedule.Firing{due.UnixMilli(): {DueMs: due.UnixMilli(), Outcome: schedule.Fired, Session: "alice", RunID: run}}
+	if done, err := f.handleOnce(t.Context(), sc.ID, sent); !done || err != nil {
+		t.Fatalf("handleOnce: %v %v", done, err)
+	}
+	got, _, _ := b.store.Get(t.Context(), sc.ID)
+	if len(got.History) != 1 || got.History[0].RunID != run || !got.Paused {
+		t.Fatalf("history %+v, paused %v", got.History, got.Paused)
+	}
+}
