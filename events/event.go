@@ -37,6 +37,12 @@ const (
 //
 // Text a viewer printed during an aborted attempt is superseded by the next
 // attempt's (see the assistant events' Text).
+//
+// The lane that runs the message publishes these phases and nothing else
+// does: a turn's handler (the runner) streams its content (deltas, tool
+// and compaction events, retrying, retry, resumed, budget_warning) and
+// reports how the turn ended; the lane turns that into the end or error
+// event (Result.ErrorText).
 const (
 	PhaseStart   = "start"
 	PhaseEnd     = "end"
@@ -138,6 +144,21 @@ type EventData struct {
 type Result struct {
 	Payloads []Payload `json:"payloads,omitempty" msgpack:"payloads,omitempty"`
 	Meta     Meta      `json:"meta" msgpack:"meta"`
+}
+
+// ErrorText is what the error event ending r's run says: the text of r's
+// first error reply, else its error's message ("" when r carries no
+// error).
+func (r *Result) ErrorText() string {
+	if r.Meta.Error == nil {
+		return ""
+	}
+	for _, p := range r.Payloads {
+		if p.IsError {
+			return p.Text
+		}
+	}
+	return r.Meta.Error.Message
 }
 
 // Payload is one reply item.

@@ -43,7 +43,10 @@ import (
 	"github.com/lanefleet/lanefleet/tools"
 )
 
-// Sink receives a run's events. lanes.Turn implements it.
+// Sink receives a run's content events: deltas, tool and compaction
+// events, and the lifecycle retrying, retry, resumed and budget_warning
+// notices. The events that start and end a run are the lane's, which
+// makes the end or error event from the Output. lanes.Turn implements it.
 type Sink interface {
 	Emit(stream string, data events.EventData)
 }
@@ -115,6 +118,10 @@ type Output struct {
 	// or the provider's own key): the session's sticky profile for its
 	// next run (Settings.AuthProfile).
 	AuthProfile string
+	// EndText is the text the run's lifecycle end event carries (a
+	// compaction's notice); "" for a model's reply, which the result
+	// carries (lanes.Outcome.EndText).
+	EndText string
 }
 
 // ToolSource gives a run its tools (built-in tools in the session's
@@ -322,7 +329,8 @@ func New(cfg Config) (*Runner, error) {
 // returns an error only when the turn could not be run at all and should be
 // retried, e.g. because ctx was cancelled.
 func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) {
-	// The lane publishes the lifecycle start event before calling the runner.
+	// The lane publishes the run's lifecycle start event before calling
+	// the runner, and its end or error event from the Output.
 	start := r.cfg.Now()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -515,22 +523,10 @@ var ApprovalWords = []string{"approve", "approved", "yes", "allow"}
 // TextDenied is the tool result the model sees for a refused call.
 const TextDenied = "The user denied this tool call; it did not run."
 
-// finish makes the output of a run whose model loop returned.
+// finish makes the output of a run whose model loop returned. The run's
+// end or error event is the lane's, made from the result.
 func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Output {
-	end := ru.r.cfg.Now()
-	res := out.result(model, ru.in.SessionID, end.Sub(start))
-	if out.runErr != nil {
-		text := out.runErr.Message
-		for _, p := range out.payloads {
-			if p.IsError {
-				text = p.Text
-				break
-			}
-		}
-		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: text, EndedAt: end.UnixMilli()})
-	} else {
-		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
-	}
+	res := out.result(model, ru.in.SessionID, ru.r.cfg.Now().Sub(start))
 	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.usage, AuthProfile: out.profile}
 }
 

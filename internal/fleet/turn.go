@@ -23,11 +23,11 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	inbound, settings, from := runSettings(t)
 	if ref := inbound.Model; ref != "" {
 		if why := m.models.Refuse(ref, from); why != "" {
-			return refuse(t, events.KindInvalidInput, why), nil
+			return refuse(events.KindInvalidInput, why), nil
 		}
 	}
 	if why := m.clientToolClash(inbound.Tools); why != "" {
-		return refuse(t, events.KindInvalidInput, why), nil
+		return refuse(events.KindInvalidInput, why), nil
 	}
 	if settings.AuthProfileLocked {
 		store, _ := fleetAuth{s: m.Auth, creds: m.creds}.Snapshot()
@@ -36,7 +36,7 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 			if t.Inbound.AuthProfile == "" {
 				where = " (the session's setting)"
 			}
-			return refuse(t, events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
+			return refuse(events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
 		}
 	}
 	reg := m.register(ctx, t)
@@ -60,7 +60,7 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		}
 		return nil, err
 	}
-	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile}, nil
+	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile, EndText: out.EndText}, nil
 }
 
 // clientToolClash says why client tools take a worker tool's name ("" when
@@ -142,10 +142,9 @@ func runSettings(t *lanes.Turn) (inbound *events.Inbound, s runner.Settings, fro
 	return inbound, s, from
 }
 
-// refuse ends a turn the runner never sees with an error event and an error
-// result; nothing is added to the transcript.
-func refuse(t *lanes.Turn, kind, msg string) *lanes.Outcome {
-	t.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli(), Attempt: t.Attempt})
+// refuse ends a turn the runner never sees with an error result (the lane
+// shows it in the run's error event); nothing is added to the transcript.
+func refuse(kind, msg string) *lanes.Outcome {
 	return &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
 		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}}
 }
