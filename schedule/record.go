@@ -61,7 +61,7 @@ type Schedule struct {
 	// Secret derives the firings' stream message ids (FiringMsgID): only
 	// the fleet can compute them, so no sender can store one first and
 	// make a firing a duplicate.
-	Secret  string   `json:"secret"`
+	Secret  string   `json:"secret,omitempty"`
 	History []Firing `json:"history,omitempty"`
 }
 
@@ -158,6 +158,14 @@ func Decode(b []byte) (*Schedule, error) {
 		return nil, err
 	}
 	return &s, nil
+}
+
+// Public returns a copy of the schedule without its secret: what a
+// listing shows.
+func (s *Schedule) Public() *Schedule {
+	c := *s
+	c.Secret = ""
+	return &c
 }
 
 // Timer compiles the schedule's spec (valid in a decoded schedule).

@@ -82,7 +82,7 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 					return err
 				}
 				if c.asJSON {
-					return json.NewEncoder(c.stdout).Encode(sc)
+					return json.NewEncoder(c.stdout).Encode(sc.Public())
 				}
 				fmt.Fprintln(c.stdout, sc.ID)
 				return nil
@@ -120,7 +120,11 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 					fmt.Fprintf(c.stderr, "warning: %v\n", e)
 				}
 				if c.asJSON {
-					return json.NewEncoder(c.stdout).Encode(all)
+					shown := make([]*schedule.Schedule, 0, len(all))
+					for _, sc := range all {
+						shown = append(shown, sc.Public())
+					}
+					return json.NewEncoder(c.stdout).Encode(shown)
 				}
 				if len(all) == 0 {
 					fmt.Fprintln(c.stdout, "no schedules")
@@ -159,7 +163,7 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 			return err
 		}
 		if c.asJSON {
-			return json.NewEncoder(c.stdout).Encode(sc)
+			return json.NewEncoder(c.stdout).Encode(sc.Public())
 		}
 		printSchedule(c.stdout, sc)
 		return nil
