@@ -72,7 +72,7 @@ func TestScheduleCommands(t *testing.T) {
 		t.Fatalf("schedule show after rm: %v", err)
 	}
 	for _, args := range [][]string{
-		{"schedule", "add", "--session", "s", "x"},                                    // no timing
+		{"schedule", "add", "--session", "s", "x"},                                      // no timing
 		{"schedule", "add", "--session", "s", "--every", "1s", "--cron", "@daily", "x"}, // two
 		{"schedule", "add", "--session", "s", "--cron", "61 * * * *", "x"},
 		{"schedule", "add", "--session", "s", "--cron", "@daily", "--tz", "Mars/Base", "x"},
