@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,7 +87,10 @@ func (f *Firer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("schedstore: consumer: %w", err)
 	}
+	var handling sync.WaitGroup // the callbacks, which nats.go runs
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		handling.Add(1)
+		defer handling.Done()
 		f.settle(ctx, m)
 	}, jetstream.PullMaxMessages(16))
 	if err != nil {
@@ -95,6 +99,7 @@ func (f *Firer) Run(ctx context.Context) error {
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()
+	handling.Wait()
 	return nil
 }
 
