@@ -33,9 +33,9 @@ type FirerConfig struct {
 	// nil counts every unprocessed firing as waiting.
 	Runs RunLookup
 	Log  zerolog.Logger
-	// Observe, when set, is told each due time's outcome and how late it
-	// was handled (metrics).
-	Observe func(o schedule.Outcome, late time.Duration)
+	// Observe, when set, is told each decision's outcome, how many due
+	// times it stands for and how late it was handled (metrics).
+	Observe func(o schedule.Outcome, n int, late time.Duration)
 }
 
 // Stats count what a Firer did.
@@ -92,13 +92,23 @@ func (f *Firer) Run(ctx context.Context) error {
 		handling.Add(1)
 		defer handling.Done()
 		f.settle(ctx, m)
-	}, jetstream.PullMaxMessages(16))
+	}, jetstream.PullMaxMessages(16), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// Its own, so that a missed heartbeat while the server is away
+		// is not the connection's error.
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			f.cfg.Log.Debug().Err(err).Msg("schedules: consume")
+		}
+	}))
 	if err != nil {
 		return fmt.Errorf("schedstore: consume: %w", err)
 	}
 	<-ctx.Done()
 	cc.Drain()
-	<-cc.Closed()
+	select {
+	case <-cc.Closed():
+	case <-time.After(2 * time.Second): // the server is away: stop without it
+		cc.Stop()
+	}
 	handling.Wait()
 	return nil
 }
@@ -257,7 +267,7 @@ func (f *Firer) count(d schedule.Decision, now time.Time) {
 		f.Stats.Failed.Add(1)
 	}
 	if f.cfg.Observe != nil {
-		f.cfg.Observe(d.Outcome, now.Sub(d.Due))
+		f.cfg.Observe(d.Outcome, d.Count, now.Sub(d.Due))
 	}
 }
 

@@ -43,7 +43,7 @@ var allowed = map[string][]string{
 	"internal/conformance":   {"message", "provider", "provider/failover"},
 	"internal/deptest":       {},
 	"internal/embedded":      {},
-	"internal/fleet":         {"admin", "agentprompt", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "schedstore", "sessionfile", "tools", "tools/remote", "tools/webfetch", "tools/websearch", "tracing"},
+	"internal/fleet":         {"admin", "agentprompt", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "schedstore", "schedule", "sessionfile", "tools", "tools/remote", "tools/webfetch", "tools/websearch", "tracing"},
 	"internal/inflight":      {},
 	"internal/microsvc":      {"internal/inflight", "internal/reply"},
 	"internal/mustrun":       {},

@@ -2,8 +2,10 @@ package fleet
 
 import (
 	"context"
+	"time"
 
 	"github.com/lanefleet/lanefleet/schedstore"
+	"github.com/lanefleet/lanefleet/schedule"
 )
 
 // openSchedules opens the schedules' bucket and stream (package
@@ -21,12 +23,15 @@ func (m *Member) openSchedules(ctx context.Context) error {
 // the shared consumer) until ctx ends.
 func (m *Member) runSchedules(ctx context.Context) {
 	log := m.log.With().Str("component", "schedules").Logger()
-	f, err := schedstore.NewFirer(ctx, schedstore.FirerConfig{Store: m.schedules, Runs: m.Runs, Log: log})
+	f, err := schedstore.NewFirer(ctx, schedstore.FirerConfig{Store: m.schedules, Runs: m.Runs, Log: log,
+		Observe: func(o schedule.Outcome, n int, late time.Duration) { m.obs.metrics.ScheduleDue(string(o), n, late) }})
 	if err != nil {
-		log.Error().Err(err).Msg("schedules: not fired by this worker")
+		if ctx.Err() == nil {
+			log.Error().Err(err).Msg("schedules: not fired by this worker")
+		}
 		return
 	}
-	if err := f.Run(ctx); err != nil {
+	if err := f.Run(ctx); err != nil && ctx.Err() == nil {
 		log.Error().Err(err).Msg("schedules: not fired by this worker")
 	}
 }
