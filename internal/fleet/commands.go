@@ -26,6 +26,7 @@ func (m *Member) command(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	}
 	switch c.Name {
 	case chatcmd.New, chatcmd.Reset:
+		m.endSession(t.SessionKey) // its background processes go with the transcript
 		if c.Args == "" {
 			out := reply("New session started: the transcript is empty; settings are kept.")
 			out.Reset = true
