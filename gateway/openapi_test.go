@@ -73,7 +73,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Errorf("openapi.json describes %s, which no route serves", id)
 	}
 	bodies := map[string]any{"SendRequest": SendRequest{}, "SettingsChange": SettingsChange{}, "Decision": Decision{},
-		"DeadSelect": admin.DeadSelect{}, "Image": events.Image{}, "ClientTool": events.ClientTool{}, "ToolResult": events.ToolResult{},
+		"DeadSelect": admin.DeadSelect{}, "ScheduleRequest": ScheduleRequest{}, "Image": events.Image{}, "ClientTool": events.ClientTool{}, "ToolResult": events.ToolResult{},
 		"BudgetLimits": BudgetLimits{}}
 	for name, v := range bodies {
 		sch, ok := doc.Components.Schemas[name]

@@ -3,14 +3,17 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/schedule"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
@@ -145,7 +148,45 @@ func TestRolesRunATurn(t *testing.T) {
 	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 1 {
 		t.Fatalf("dead letters: %v, %v", info, err)
 	}
+	// Schedules: the admin adds one, the worker role fires it.
+	admin, err := lanefleet.New(root.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := admin.AddSchedule(ctx, lanefleet.NewSchedule{Session: "agent:main:sched", Every: time.Second, Message: events.Inbound{Text: "tick"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedules, err := root.js.KeyValue(ctx, permission.SchedulesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := schedules.Watch(ctx, sc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fired := false; !fired; {
+		select {
+		case <-w.Updates():
+		case <-ctx.Done():
+			t.Fatal("the schedule never fired")
+		}
+		got, err := admin.Schedule(ctx, sc.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fired = len(got.History) > 0 && got.History[0].Outcome == schedule.Fired
+	}
+	_ = w.Stop()
 	if vs := v.list(); len(vs) > 0 {
 		t.Fatalf("the server logged permission violations:\n%s", strings.Join(vs, "\n"))
+	}
+	// A sender may not add one.
+	sender, err := lanefleet.New(alice.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sender.AddSchedule(ctx, lanefleet.NewSchedule{Session: session, Every: time.Second, Message: events.Inbound{Text: "x"}}); !errors.Is(err, lanefleet.ErrPermission) {
+		t.Fatalf("a sender added a schedule: %v", err)
 	}
 }

@@ -73,6 +73,8 @@ type Metrics struct {
 	compactions  *prometheus.CounterVec
 	budget       *prometheus.CounterVec
 	budgetSpend  *prometheus.CounterVec
+	schedDue     *prometheus.CounterVec
+	schedLate    prometheus.Histogram
 
 	models  capped
 	tools   capped
@@ -100,6 +102,8 @@ func New() *Metrics {
 	m.compactions = f.counterVec("compactions_total", "Transcript compactions, by reason (threshold, overflow, failed).", "reason")
 	m.budget = f.counterVec("budget_events_total", "Budget events of model calls with a budget, by tenant (\"none\" for a session budget without a tenant) and event: reached (a call refused, the session paused) or soft_limit (a warning).", "tenant", "event")
 	m.budgetSpend = f.counterVec("budget_spend_usd_total", "USD settled against budgets, by tenant, priced from the model catalog.", "tenant")
+	m.schedDue = f.counterVec("schedule_due_total", "Schedules' due times this worker handled, by outcome: fired, skipped (overlap policy), missed (catch-up policy) or failed (the lane refused it).", "outcome")
+	m.schedLate = f.histogram("schedule_lateness_seconds", "How late after its due time a schedule's firing was sent (catch-up firings after an outage included).", prometheus.ExponentialBuckets(0.01, 2.5, 12))
 	bi := version.Get()
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info", Help: "The running build: 1, with its version, commit and Go version.",
 		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Revision, "goversion": bi.Go}})
@@ -113,6 +117,9 @@ func New() *Metrics {
 	}
 	for _, r := range []string{CompactionThreshold, CompactionOverflow, CompactionFailed} {
 		m.compactions.WithLabelValues(r)
+	}
+	for _, o := range []string{"fired", "skipped", "missed", "failed"} {
+		m.schedDue.WithLabelValues(o)
 	}
 	return m
 }
@@ -265,6 +272,19 @@ func (m *Metrics) BudgetEvent(tenant, event string) {
 func (m *Metrics) BudgetSpend(tenant string, usd float64) {
 	if m != nil && usd > 0 {
 		m.budgetSpend.WithLabelValues(m.tenant(tenant)).Add(usd)
+	}
+}
+
+// ScheduleDue records n of a schedule's due times handled with outcome
+// (fired, skipped, missed, failed) and, for a firing, how late it was
+// sent.
+func (m *Metrics) ScheduleDue(outcome string, n int, late time.Duration) {
+	if m == nil {
+		return
+	}
+	m.schedDue.WithLabelValues(outcome).Add(float64(n))
+	if outcome == "fired" {
+		m.schedLate.Observe(max(late, 0).Seconds())
 	}
 }
 

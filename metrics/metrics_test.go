@@ -59,6 +59,8 @@ func TestScrape(t *testing.T) {
 	m.ToolCall("read", false)
 	m.ToolCall("read", true)
 	m.Compaction("overflow")
+	m.ScheduleDue("fired", 1, 300*time.Millisecond)
+	m.ScheduleDue("missed", 4, time.Minute)
 	if err := m.Watch(State{
 		LanesActive:  func() int { return 3 },
 		LanesWaiting: func() int { return 5 },
@@ -78,6 +80,10 @@ func TestScrape(t *testing.T) {
 	for _, want := range []string{
 		`lanefleet_turns_total{outcome="ok"} 1`,
 		`lanefleet_turns_total{outcome="error"} 1`,
+		`lanefleet_schedule_due_total{outcome="fired"} 1`,
+		`lanefleet_schedule_due_total{outcome="missed"} 4`,
+		`lanefleet_schedule_due_total{outcome="skipped"} 0`,
+		`lanefleet_schedule_lateness_seconds_count 1`,
 		`lanefleet_turn_errors_total{kind="provider_error"} 1`,
 		`lanefleet_turn_duration_seconds_count 2`,
 		`lanefleet_queue_wait_seconds_count 1`,
@@ -173,6 +179,7 @@ func TestNilRecordsNothing(t *testing.T) {
 	m.Compaction("threshold")
 	m.QueueWait(time.Second)
 	m.FirstEvent(time.Second)
+	m.ScheduleDue("fired", 1, time.Second)
 }
 
 // TestKnownSeriesStartAtZero: every labelled series whose label values are

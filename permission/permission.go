@@ -95,6 +95,15 @@ const (
 	// workers reserve and settle their calls there; only the admin role
 	// sets limits (and writes the AGENT_AUDIT stream that records it).
 	BudgetsBucket = "budgets"
+	// SchedulesBucket holds the schedules (schedstore.DefaultBucket):
+	// workers record their firings there; only the admin role adds,
+	// pauses and removes schedules.
+	SchedulesBucket = "schedules"
+	// SchedulesStream holds each schedule's server timer and firing
+	// message (schedstore.Stream), on SchedulesPrefix at.<id> and
+	// fire.<id>: workers arm timers and consume firings.
+	SchedulesStream = "AGENT_SCHED"
+	SchedulesPrefix = "agent.sched."
 
 	// StepsStream is the runs' step journal stream (kvstore.StepsStream),
 	// on subjects StepsPrefix<lane>.<inbound seq>.<step>.
@@ -306,6 +315,8 @@ func workerPermissions(inbox string) Permissions {
 		// Acks and progress of the dispatch consumer's deliveries, and
 		// flow control of the bucket watchers.
 		"$JS.ACK."+events.InboundStream+".>",
+		// Acks of the schedules' firing consumer.
+		"$JS.ACK."+SchedulesStream+".>",
 		"$JS.FC.>",
 		// KV writes: leases, transcript records, cursors, settings and
 		// the retention pass's position (key "retention"); auth-profile
@@ -315,6 +326,10 @@ func workerPermissions(inbox string) Permissions {
 		"$KV."+AuthBucket+".>",
 		"$KV."+RunsBucket+".>",
 		"$KV."+BudgetsBucket+".>",
+		// Schedules: their records (firings and history), their server
+		// timers (message schedules on AGENT_SCHED).
+		"$KV."+SchedulesBucket+".>",
+		SchedulesPrefix+">",
 		// The runs' step journals (steps and re-runs' barriers).
 		StepsPrefix+">",
 		// Run events and dead letters.
@@ -344,11 +359,11 @@ func workerPermissions(inbox string) Permissions {
 	return Permissions{Publish: pub, Subscribe: sub, Responses: &Responses{Max: 1}}
 }
 
-// FleetStreams are the JetStream streams of a fleet: its four streams and
-// the streams of its four buckets.
+// FleetStreams are the JetStream streams of a fleet: its five streams and
+// the streams of its five buckets.
 func FleetStreams() []string {
-	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream,
-		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + BudgetsBucket}
+	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream, SchedulesStream,
+		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + BudgetsBucket, "KV_" + SchedulesBucket}
 }
 
 // microControl returns the control subjects a NATS micro service named

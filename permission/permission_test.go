@@ -18,6 +18,7 @@ import (
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/deptest"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/schedstore"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
 
@@ -47,6 +48,9 @@ func TestNamesMatchTheAdapters(t *testing.T) {
 		{RunsBucket, kvstore.DefaultRunsBucket},
 		{AuthBucket, authstore.DefaultBucket},
 		{BudgetsBucket, budgetstore.DefaultBucket},
+		{SchedulesBucket, schedstore.DefaultBucket},
+		{SchedulesStream, schedstore.Stream},
+		{SchedulesPrefix, schedstore.SubjectPrefix},
 		{StepsStream, kvstore.StepsStream},
 		{StepsPrefix, kvstore.StepsPrefix},
 	} {

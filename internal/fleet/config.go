@@ -179,6 +179,10 @@ type Config struct {
 	TenantSeparator string
 	NoTenants       bool
 	NoBudgets       bool
+	// NoSchedules leaves schedules alone: no schedules bucket or stream,
+	// no firing (package schedstore). A fleet's schedules fire while any
+	// worker runs without it.
+	NoSchedules bool
 	// Exec offers the exec tool: a shell in the session's workspace,
 	// confined by package sandbox. Start fails where the platform cannot
 	// confine it, unless ExecUnconfined is also set.
@@ -294,6 +298,9 @@ type Limits struct {
 	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
 	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
 	Budgets int64 // budgets bucket: budgets, their use and reservations (default 64 MiB)
+	// Schedules bounds the schedules bucket (default 64 MiB); their
+	// stream AGENT_SCHED is sized by the most schedules a fleet holds.
+	Schedules int64
 	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
 	// and bytes its lane may hold; at the limit the session's sender is
 	// refused and nobody else.

@@ -54,6 +54,7 @@ import (
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
+	"github.com/lanefleet/lanefleet/schedstore"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
@@ -77,11 +78,13 @@ type Member struct {
 	Runs      *kvstore.Runs
 	// budgets is tenant governance (nil with NoBudgets).
 	budgets *budgets
-	Tools   *remote.Registry // nil when remote tools are off
-	Hooks   *hooks.Registry  // nil without hooks
-	log     zerolog.Logger
-	obs     observer
-	creds   *authprofile.Store // the member's auth profiles
+	// schedules holds the fleet's schedules (nil with NoSchedules).
+	schedules *schedstore.Store
+	Tools     *remote.Registry // nil when remote tools are off
+	Hooks     *hooks.Registry  // nil without hooks
+	log       zerolog.Logger
+	obs       observer
+	creds     *authprofile.Store // the member's auth profiles
 	// metricsSrv serves /metrics, /healthz and /readyz; nil when off.
 	metricsSrv *metrics.Server
 	// storeLock keeps a second embedded server off the data directory.
@@ -409,6 +412,11 @@ func (m *Member) openState(ctx context.Context) error {
 			return err
 		}
 	}
+	if m.schedules == nil && !cfg.NoSchedules {
+		if err := m.openSchedules(ctx); err != nil {
+			return err
+		}
+	}
 	if m.Runs == nil {
 		if m.Runs, err = kvstore.OpenRuns(ctx, m.JS, kvstore.RunsConfig{Replicas: cfg.Replicas, MaxAge: cfg.RunsRegistryTTL, MaxBytes: cfg.Limits.Runs}); err != nil {
 			return err
@@ -502,6 +510,15 @@ func (m *Member) Run(ctx context.Context) error {
 		go func() {
 			defer close(done)
 			m.budgets.run(bctx, m.Worker.Wake)
+		}()
+		defer func() { cancel(); <-done }()
+	}
+	if m.schedules != nil {
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m.runSchedules(sctx)
 		}()
 		defer func() { cancel(); <-done }()
 	}

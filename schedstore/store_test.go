@@ -1,0 +1,490 @@
+package schedstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	neturl "net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/embedded"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/schedule"
+)
+
+// clock is real time shifted by a settable offset: the server's timers
+// run on real time while a test moves the workers' clock past due times
+// (an outage) without waiting for them.
+type clock struct{ off atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *clock) Advance(d time.Duration) { c.off.Add(int64(d)) }
+
+type bundle struct {
+	url   string
+	js    jetstream.JetStream
+	clock *clock
+	store *Store
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	srv := natstest.Start(t)
+	return open(t, srv.URL)
+}
+
+func open(t *testing.T, url string) bundle {
+	t.Helper()
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lanes.EnsureStreams(t.Context(), js, lanes.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{}
+	st, err := Open(t.Context(), js, Config{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{url: url, js: js, clock: c, store: st}
+}
+
+// firer starts a Firer on a connection of its own (a worker), stopped
+// when the test ends or stop is called.
+func (b bundle) firer(t *testing.T) (f *Firer, stop func()) {
+	t.Helper()
+	js, err := jetstream.New(natstest.Connect(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := Open(t.Context(), js, Config{Now: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err = NewFirer(t.Context(), FirerConfig{Store: st, Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return f, stop
+}
+
+func every(d time.Duration, text string) *schedule.Schedule {
+	return &schedule.Schedule{Session: "alice", Spec: schedule.Spec{EveryMs: d.Milliseconds()},
+		Overlap: schedule.OverlapAllow, CatchUp: schedule.CatchUpOne, Message: events.Inbound{Text: text}}
+}
+
+// waitHistory waits until the schedule's history satisfies cond.
+func (b bundle) waitHistory(t *testing.T, id string, what string, cond func([]schedule.Firing) bool) *schedule.Schedule {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		sc, _, err := b.store.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond(sc.History) {
+			return sc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: history %+v", what, sc.History)
+		}
+		// The history is a KV record: watch it instead of sleeping.
+		w, err := b.store.kv.Watch(t.Context(), id, jetstream.UpdatesOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-w.Updates():
+		case <-time.After(time.Until(deadline)):
+		}
+		_ = w.Stop()
+	}
+}
+
+// inbound returns the lane message ids stored for the session, in order.
+func (b bundle) inbound(t *testing.T, session string) []string {
+	t.Helper()
+	s, err := b.js.Stream(t.Context(), events.InboundStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := s.GetMsg(t.Context(), seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject == events.InboundPrefix+session {
+			ids = append(ids, m.Header.Get(events.HeaderLaneMsgID))
+		}
+	}
+	return ids
+}
+
+func fired(h []schedule.Firing) []schedule.Firing {
+	return slices.DeleteFunc(slices.Clone(h), func(f schedule.Firing) bool { return f.Outcome != schedule.Fired })
+}
+
+// TestFiresOnTimeOnceWithTwoWorkers: an @every 1s schedule with two
+// workers consuming firings fires each due time once, each firing one
+// message on the lane, its run id recorded, late by well under a second.
+func TestFiresOnTimeOnceWithTwoWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f1, _ := b.firer(t)
+	f2, _ := b.firer(t)
+	sc, err := b.store.Add(t.Context(), every(time.Second, "tick"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := b.waitHistory(t, sc.ID, "3 firings", func(h []schedule.Firing) bool { return len(fired(h)) >= 3 })
+	ids := b.inbound(t, "alice")
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("lane message id %s stored twice: %v", id, ids)
+		}
+		seen[id] = true
+	}
+	for _, fi := range fired(got.History) {
+		if !seen[sc.LaneMsgID(time.UnixMilli(fi.DueMs))] || fi.RunID == "" || fi.Session != "alice" {
+			t.Errorf("firing %+v: no message on the lane (%v)", fi, ids)
+		}
+		if late := time.Duration(fi.HandledMs-fi.DueMs) * time.Millisecond; late < 0 || late > 2*time.Second {
+			t.Errorf("firing %+v handled %v after its due time", fi, late)
+		}
+	}
+	if n := f1.Stats.Fired.Load() + f2.Stats.Fired.Load(); n < 3 {
+		t.Errorf("the firers count %d firings", n)
+	}
+}
+
+// TestHandleTwiceFiresOnce: two workers handling the same due time at
+// once (a redelivery after a stall) send one message: the second send is
+// a duplicate, and one record write wins.
+func TestHandleTwiceFiresOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f1, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := open(t, b.url)
+	b2.clock = b.clock
+	st2, err := Open(t.Context(), b2.js, Config{Now: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2, err := NewFirer(t.Context(), FirerConfig{Store: st2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Hour + time.Second)
+	for range 3 { // the same due time, handled again and again
+		var wg sync.WaitGroup
+		for _, f := range []*Firer{f1, f2} {
+			wg.Go(func() {
+				if err := f.Handle(t.Context(), sc.ID); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	got, _, err := b.store.Get(t.Context(), sc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := b.inbound(t, "alice"); len(ids) != 1 || len(got.History) != 1 || got.History[0].Outcome != schedule.Fired {
+		t.Fatalf("lane holds %v; history %+v", ids, got.History)
+	}
+}
+
+// TestRecordLostAfterSendFiresOnce: a worker that sent a firing and died
+// before recording it leaves the next handler to send it again: the
+// stream keeps one copy and the run id is the first send's.
+func TestRecordLostAfterSendFiresOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Hour + time.Second)
+	due := time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+	first, err := f.send(t.Context(), sc, "alice", due, b.clock.Now()) // then "died"
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Handle(t.Context(), sc.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := b.store.Get(t.Context(), sc.ID)
+	if ids := b.inbound(t, "alice"); len(ids) != 1 || len(got.History) != 1 || got.History[0].RunID != first {
+		t.Fatalf("lane holds %v; history %+v; first send's run %s", ids, got.History, first)
+	}
+}
+
+// TestCatchUp: the workers down across five due times of an @every 2s
+// schedule (a clock moved 11 s ahead while the server timer was pending):
+// each policy does what it says, and no due time goes unrecorded.
+func TestCatchUp(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		policy        schedule.CatchUp
+		fired, missed int
+	}{
+		{schedule.CatchUpAll, 5, 0},
+		{schedule.CatchUpOne, 1, 4},
+		{schedule.CatchUpNone, 1, 4}, // the on-time one only
+	} {
+		t.Run(string(c.policy), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			s := every(2*time.Second, "catch up")
+			s.CatchUp = c.policy
+			sc, err := b.store.Add(t.Context(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.clock.Advance(9 * time.Second) // the first due time (real, ≤ 3 s away) reads as the fifth
+			b.firer(t)
+			got := b.waitHistory(t, sc.ID, "the catch-up", func(h []schedule.Firing) bool { return len(h) > 0 })
+			var fired, missed int
+			for _, fi := range got.History {
+				switch fi.Outcome {
+				case schedule.Fired:
+					fired++
+				case schedule.Missed:
+					missed += fi.Count
+				}
+			}
+			if fired != c.fired || missed != c.missed || len(b.inbound(t, "alice")) != c.fired {
+				t.Fatalf("fired %d, missed %d, want %d and %d; history %+v", fired, missed, c.fired, c.missed, got.History)
+			}
+		})
+	}
+}
+
+// TestOverlapSkip: while the previous firing's message waits, a firing
+// is skipped; once it is processed, the next fires.
+func TestOverlapSkip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := every(time.Hour, "hourly")
+	s.Overlap = schedule.OverlapSkip
+	sc, err := b.store.Add(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func() []schedule.Firing {
+		b.clock.Advance(time.Hour)
+		if err := f.Handle(t.Context(), sc.ID); err != nil {
+			t.Fatal(err)
+		}
+		got, _, _ := b.store.Get(t.Context(), sc.ID)
+		return got.History
+	}
+	b.clock.Advance(time.Second)
+	step()
+	h := step()
+	if len(h) != 2 || h[0].Outcome != schedule.Fired || h[1].Outcome != schedule.Skipped {
+		t.Fatalf("history %+v", h)
+	}
+	// The lane processes the first firing's message.
+	in, _ := b.js.Stream(t.Context(), events.InboundStream)
+	seq := mustSeq(t, h[0].RunID)
+	if err := in.DeleteMsg(t.Context(), seq); err != nil {
+		t.Fatal(err)
+	}
+	if h = step(); h[2].Outcome != schedule.Fired {
+		t.Fatalf("history %+v", h)
+	}
+}
+
+func mustSeq(t *testing.T, run string) uint64 {
+	t.Helper()
+	var seq uint64
+	if _, err := fmt.Sscan(run, &seq); err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
+// TestPauseResumeRemove: a paused schedule fires nothing; resumed, it
+// counts from then; removed, it is gone with its timer.
+func TestPauseResumeRemove(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.SetPaused(t.Context(), sc.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(3 * time.Hour)
+	if err := f.Handle(t.Context(), sc.ID); err != nil {
+		t.Fatal(err)
+	}
+	resumed := b.clock.Now()
+	got, err := b.store.SetPaused(t.Context(), sc.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.History) != 0 || len(b.inbound(t, "alice")) != 0 {
+		t.Fatalf("paused, it fired: %+v", got.History)
+	}
+	if next := time.UnixMilli(got.NextMs); !next.After(resumed) || got.LastDueMs < resumed.UnixMilli() {
+		t.Fatalf("resumed at %v with next %v, last handled %v: the paused hours are caught up", resumed, next, time.UnixMilli(got.LastDueMs))
+	}
+	if err := b.store.Remove(t.Context(), sc.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.store.Get(t.Context(), sc.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("removed, Get says %v", err)
+	}
+	armed, err := b.store.armed(t.Context())
+	if err != nil || armed[sc.ID] {
+		t.Fatalf("removed, its timer is pending (%v)", err)
+	}
+}
+
+// TestHostileRecord: a record that does not decode is refused with a
+// clear error, and listing goes on past it.
+func TestHostileRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.store.kv.Put(t.Context(), "evil", []byte(`{"id":"evil","spec":{"cron":"* * *"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Add(t.Context(), every(time.Hour, "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.store.Get(t.Context(), "evil"); !errors.Is(err, schedule.ErrBadRecord) {
+		t.Fatalf("Get: %v", err)
+	}
+	all, bad, err := b.store.List(t.Context())
+	if err != nil || len(all) != 1 || len(bad) != 1 {
+		t.Fatalf("List: %d good, %v bad, %v", len(all), bad, err)
+	}
+	f, _ := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err := f.Handle(t.Context(), "evil"); !errors.Is(err, schedule.ErrBadRecord) {
+		t.Fatalf("Handle: %v", err)
+	}
+}
+
+// TestTimerSurvivesServerRestart: the server's pending timer is stored
+// in the stream: a server restarted before the due time still fires it,
+// and a worker fires it once.
+func TestTimerSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	off := false
+	start := func(port int) *server.Server {
+		s, err := embedded.Start(embedded.Config{Name: "restart", DataDir: dir, Port: port, SyncAlways: &off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	srv := start(0)
+	url := srv.ClientURL()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	b := open(t, url)
+	sc, err := b.store.Add(t.Context(), every(2*time.Second, "after restart"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	srv = start(port)
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	b.firer(t)
+	b.waitHistory(t, sc.ID, "a firing after the restart", func(h []schedule.Firing) bool { return len(fired(h)) >= 1 })
+}
+
+// TestPauseDuringFiringRecordsIt: a firing sent by a handler whose record
+// write then lost to a pause is still recorded (the handler re-reads the
+// paused record and notes what it sent), not left unaccounted for.
+func TestPauseDuringFiringRecordsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Hour + time.Second)
+	due := time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+	run, err := f.send(t.Context(), sc, "alice", due, b.clock.Now()) // the handler's send…
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.SetPaused(t.Context(), sc.ID, true); err != nil { // …then the pause wins the write
+		t.Fatal(err)
+	}
+	sent := map[int64]schedule.Firing{due.UnixMilli(): {DueMs: due.UnixMilli(), Outcome: schedule.Fired, Session: "alice", RunID: run}}
+	if done, err := f.handleOnce(t.Context(), sc.ID, sent); !done || err != nil {
+		t.Fatalf("handleOnce: %v %v", done, err)
+	}
+	got, _, _ := b.store.Get(t.Context(), sc.ID)
+	if len(got.History) != 1 || got.History[0].RunID != run || !got.Paused {
+		t.Fatalf("history %+v, paused %v", got.History, got.Paused)
+	}
+}
