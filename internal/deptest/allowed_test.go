@@ -20,6 +20,8 @@ var allowed = map[string][]string{
 	"":                       {"admin", "budgetstore", "events", "governance", "internal/backoff", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "permission", "sessionfile", "tracing"},
 	"admin":                  {"events", "internal/microsvc", "kvstore", "lanes/sessionsvc"},
 	"agentprompt":            {"ecmatext", "message"},
+	"agents":                 {"events"},
+	"agentstore":             {"agents", "events"},
 	"authprofile":            {"provider"},
 	"authstore":              {"authprofile", "events", "fallback", "internal/backoff", "provider", "provider/catalog"},
 	"blockchunk":             {"ecmatext"},
