@@ -21,7 +21,7 @@ var allowed = map[string][]string{
 	"admin":                  {"events", "internal/microsvc", "kvstore", "lanes/sessionsvc"},
 	"agentprompt":            {"ecmatext", "message"},
 	"agents":                 {"events"},
-	"agentstore":             {"agents", "events"},
+	"agentstore":             {"agents"},
 	"authprofile":            {"provider"},
 	"authstore":              {"authprofile", "events", "fallback", "internal/backoff", "provider", "provider/catalog"},
 	"blockchunk":             {"ecmatext"},
