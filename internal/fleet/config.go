@@ -178,6 +178,19 @@ type Config struct {
 	TenantSeparator string
 	NoTenants       bool
 	NoBudgets       bool
+	// Named agents (packages agents, agentstore). A session whose key
+	// names an agent ("agent:<id>:…") runs as that agent: its system
+	// prompt, model, fallbacks, thinking level, tool policy (within
+	// ToolPolicy), skills and chat-command switch, and its workspace's
+	// files seeded into the session's directory at every turn; any other
+	// session runs as DefaultAgent when it is defined (default
+	// agents.DefaultID, "main"), else as the worker is configured.
+	// NoAgents turns agents off (no agents bucket, no agent-files object
+	// store). AgentCacheDir holds the worker's copies of the workspaces'
+	// files; default <DataDir>/agent-files, else a temporary directory.
+	DefaultAgent  string
+	NoAgents      bool
+	AgentCacheDir string
 	// Exec offers the exec tool: a shell in the session's workspace,
 	// confined by package sandbox. Start fails where the platform cannot
 	// confine it, unless ExecUnconfined is also set.
@@ -271,6 +284,10 @@ type Limits struct {
 	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
 	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
 	Budgets int64 // budgets bucket: budgets, their use and reservations (default 64 MiB)
+	// Agents and AgentFiles: the agents bucket (default 64 MiB) and the
+	// agent-files object store of their workspaces (default 1 GiB).
+	Agents     int64
+	AgentFiles int64
 	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
 	// and bytes its lane may hold; at the limit the session's sender is
 	// refused and nobody else.

@@ -36,6 +36,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/agentstore"
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/blockchunk"
@@ -77,6 +78,14 @@ type Member struct {
 	Runs      *kvstore.Runs
 	// budgets is tenant governance (nil with NoBudgets).
 	budgets *budgets
+	// agents are the named agents (nil with NoAgents); defaultAgent is
+	// the agent of a key that names none; agentTmp a temporary copy
+	// directory of their files, removed at the end.
+	agents       *agentstore.Cache
+	defaultAgent string
+	agentTmp     string
+	// ts is the runs' tool source and prompt.
+	ts *toolSource
 	Tools   *remote.Registry // nil when remote tools are off
 	Hooks   *hooks.Registry  // nil without hooks
 	log     zerolog.Logger
@@ -231,6 +240,9 @@ func (m *Member) build(ctx context.Context) error {
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
 		ChatCommands: !cfg.NoChatCommands, ChatDefaults: m.chatDefaults(),
 	}
+	if m.agents != nil {
+		lcfg.CommandsOff = m.commandsOff
+	}
 	if m.budgets != nil {
 		lcfg.Paused, lcfg.Tenant = m.budgets.Paused, m.budgets.Tenant
 	}
@@ -340,7 +352,7 @@ func (m *Member) runnerConfig(ctx context.Context, res *registry.Resolver) (runn
 		return runner.Config{}, err
 	}
 	ts.web = web
-	m.disk = ts.disk
+	m.disk, m.ts = ts.disk, ts
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
 	// Model output is masked before the observer sees it (a span's status
@@ -399,6 +411,11 @@ func (m *Member) openState(ctx context.Context) error {
 	}
 	if m.budgets == nil && !cfg.NoBudgets {
 		if err := m.openBudgets(ctx); err != nil {
+			return err
+		}
+	}
+	if m.agents == nil && !cfg.NoAgents {
+		if err := m.openAgents(ctx); err != nil {
 			return err
 		}
 	}
@@ -534,6 +551,12 @@ func (m *Member) close() {
 	}
 	if m.budgets != nil {
 		_ = m.budgets.store.Close()
+	}
+	if m.agents != nil {
+		_ = m.agents.Close()
+	}
+	if m.agentTmp != "" {
+		_ = os.RemoveAll(m.agentTmp)
 	}
 	if m.Conn != nil && !m.Conn.IsClosed() {
 		_ = m.Conn.Drain()
