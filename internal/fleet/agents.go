@@ -50,13 +50,16 @@ func (m *Member) openAgents(ctx context.Context) error {
 		return err
 	}
 	m.agents = c
+	// exec's sandbox denies it: a session reads its own agent's files
+	// in its directory, never another agent's.
+	m.cfg.AgentCacheDir = abs
 	return nil
 }
 
 // agentOf is the agent a session's turns run as: the one its key names
-// ("agent:<id>:…"), else the default agent. nil with agents off, and for
-// a key that names no agent when the default agent is not defined (the
-// worker's own configuration applies). A key naming an agent that is not
+// ("agent:<id>:…"), else the default agent. nil with agents off, and
+// when the default agent is not defined for a key that names it or none
+// (the worker's own configuration applies). A key naming an agent that is not
 // defined gives the refusal to end its turns with.
 func (m *Member) agentOf(key string) (*agents.Agent, string) {
 	if m.agents == nil {
@@ -66,7 +69,9 @@ func (m *Member) agentOf(key string) (*agents.Agent, string) {
 	if a, ok := m.agents.Lookup(id); ok {
 		return a, ""
 	}
-	if !named {
+	if !named || id == m.defaultAgent {
+		// The default agent, by name ("agent:main:…", OpenClaw's keys)
+		// or not, undefined: the worker as configured.
 		return nil, ""
 	}
 	return nil, fmt.Sprintf("agent %.80q is not defined on this fleet (the session key names it: agent:<id>:…); an operator defines it with `publisher agents put`", id)

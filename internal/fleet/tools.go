@@ -222,7 +222,7 @@ func workspaceDisk(cfg Config, root, store string, log zerolog.Logger) (*sandbox
 // gets its own workspace read-write).
 func newSandbox(ctx context.Context, cfg Config, root string) (*sandbox.Sandbox, error) {
 	sc := sandbox.Config{Unconfined: cfg.ExecUnconfined, AllowRoot: cfg.ExecAllowRoot, Cgroup: cfg.ExecCgroup, Workspaces: root}
-	for _, p := range []string{cfg.DataDir, cfg.AuthProfiles, cfg.ModelsFile, cfg.CredsFile, cfg.NKeyFile, cfg.TLSKey, cfg.TLSCert, cfg.TLSCA, root} {
+	for _, p := range []string{cfg.DataDir, cfg.AuthProfiles, cfg.ModelsFile, cfg.CredsFile, cfg.NKeyFile, cfg.TLSKey, cfg.TLSCert, cfg.TLSCA, cfg.AgentCacheDir, root} {
 		if p == "" {
 			continue
 		}
