@@ -18,9 +18,9 @@ const (
 	// DefaultFilesBucket is the object store of the workspaces' files.
 	DefaultFilesBucket = "agent-files"
 	// DefaultMaxBytes caps the definitions' bucket.
-	DefaultMaxBytes = 64 << 20
+	DefaultMaxBytes = 16 << 20
 	// DefaultFilesMaxBytes caps the files' object store.
-	DefaultFilesMaxBytes = 1 << 30
+	DefaultFilesMaxBytes = 64 << 20
 	// MaxAgents bounds the agents List reads (and a worker caches).
 	MaxAgents = 10000
 )

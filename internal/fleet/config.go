@@ -284,8 +284,8 @@ type Limits struct {
 	Auth    int64 // auth bucket: auth-profile state (default 64 MiB)
 	Runs    int64 // runs bucket (memory): the active-run registry (default 64 MiB)
 	Budgets int64 // budgets bucket: budgets, their use and reservations (default 64 MiB)
-	// Agents and AgentFiles: the agents bucket (default 64 MiB) and the
-	// agent-files object store of their workspaces (default 1 GiB).
+	// Agents and AgentFiles: the agents bucket (default 16 MiB) and the
+	// agent-files object store of their workspaces (default 64 MiB).
 	Agents     int64
 	AgentFiles int64
 	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
