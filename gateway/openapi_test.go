@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/agents"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/gateway/route"
 )
@@ -73,7 +74,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Errorf("openapi.json describes %s, which no route serves", id)
 	}
 	bodies := map[string]any{"SendRequest": SendRequest{}, "SettingsChange": SettingsChange{}, "Decision": Decision{},
-		"DeadSelect": admin.DeadSelect{}, "Image": events.Image{}, "ClientTool": events.ClientTool{}, "ToolResult": events.ToolResult{}}
+		"DeadSelect": admin.DeadSelect{}, "Image": events.Image{}, "ClientTool": events.ClientTool{}, "ToolResult": events.ToolResult{}, "Agent": agents.Agent{}}
 	for name, v := range bodies {
 		sch, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -38,7 +38,7 @@ const (
 // document and the native session API.
 func (s *Server) nativeRoutes() []route.Route {
 	h := func(f http.HandlerFunc) http.Handler { return f }
-	return []route.Route{
+	return append([]route.Route{
 		{Method: "GET", Pattern: "/healthz", Reach: route.Public, Handler: h(s.healthz)},
 		{Method: "GET", Pattern: "/readyz", Reach: route.Public, Handler: h(s.readyz)},
 		{Method: "GET", Pattern: "/openapi.json", Reach: route.Public, Handler: h(serveOpenAPI)},
@@ -67,7 +67,7 @@ func (s *Server) nativeRoutes() []route.Route {
 		{Method: "GET", Pattern: "/api/dead-letters/{seq}", Reach: route.Fleet, Handler: h(s.deadLetter)},
 		{Method: "POST", Pattern: "/api/dead-letters/replay", Reach: route.Fleet, Handler: h(s.replayDead)},
 		{Method: "POST", Pattern: "/api/dead-letters/purge", Reach: route.Fleet, Handler: h(s.purgeDead)},
-	}
+	}, s.agentRoutes()...)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

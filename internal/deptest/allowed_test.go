@@ -99,7 +99,7 @@ var allowed = map[string][]string{
 	"tracing/otlp":                {"internal/backoff"},
 	// The HTTP gateway (being built): the client and the wire schema.
 	"gateway/console": {"gateway/route"},
-	"gateway/...":     {"", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "sessionfile"},
+	"gateway/...":     {"", "agents", "agentstore", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "sessionfile"},
 }
 
 // TestAllowedImports checks every package's direct imports of the module's
