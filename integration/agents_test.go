@@ -18,6 +18,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/tools"
 )
 
@@ -253,5 +254,64 @@ func TestAgentSettings(t *testing.T) {
 	}
 	if got := as.last(t, "mine"); got.model != "m1" {
 		t.Errorf("a message's own model: the request went to %s", got.model)
+	}
+}
+
+// TestAgentUnderTheRoles: under the permissions `worker permissions`
+// prints, an admin defines an agent and its AGENTS.md, a worker (worker
+// role) runs the agent's session with them, and the MEMORY.md its turn
+// writes goes back to the object store; a sender cannot change the agent;
+// the server logs no permission violation of the worker's.
+func TestAgentUnderTheRoles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	session := "agent:x:alice"
+	a := newAuthFleet(t, []permission.User{
+		{Grant: permission.Grant{Role: permission.Worker, User: "worker"}},
+		{Grant: permission.Grant{Role: permission.Sender, User: "alice", Sessions: []string{session}}},
+		{Grant: permission.Grant{Role: permission.Admin, User: "root"}},
+	}, "")
+	_, v := a.start(t)
+	root, err := lanefleet.New(a.connectAs(t, "root").nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := root.PutAgent(ctx, &agents.Agent{ID: "x", SystemPrompt: "You are X."}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.PutAgentFile(ctx, "x", "AGENTS.md", []byte("be brief")); err != nil {
+		t.Fatal(err)
+	}
+	startMember(t, a.url(), fleet.Config{WorkerID: "w1", User: "worker", Password: a.passwords["worker"], WorkspaceRoot: t.TempDir()})
+
+	alice := a.connectAs(t, "alice")
+	live := subscribeEvents(t, alice, session)
+	script := `#script {"replies":[{"toolCalls":[{"id":"w1","name":"write","arguments":{"path":"MEMORY.md","content":"alice likes tea"}}]},{"text":"noted"}]}`
+	evs := live.run(t, sendRaw(t, alice, session, events.Inbound{Text: script, Model: "scripted/script"}))
+	if final := evs[len(evs)-1]; final.Data.Result == nil || final.Data.Result.Payloads[0].Text != "noted" {
+		t.Fatalf("final event %+v", final.Data)
+	}
+	if b, err := root.AgentFile(ctx, "x", "MEMORY.md"); err != nil || string(b) != "alice likes tea" {
+		t.Fatalf("MEMORY.md: %q, %v", b, err)
+	}
+	// A sender's request to the bucket is refused by the server (it
+	// never answers: the request ends at its deadline).
+	sender, _ := lanefleet.New(alice.nc)
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	defer scancel()
+	if _, err := sender.PutAgent(sctx, &agents.Agent{ID: "x", SystemPrompt: "You are mine."}); err == nil {
+		t.Fatal("a sender changed the agent")
+	}
+	alice.denied(t, "a sender's put", "$JS.API.STREAM.INFO.KV_agents")
+	if vs := v.list(); len(vs) > 0 {
+		for _, s := range vs {
+			if !strings.Contains(s, "alice") {
+				t.Fatalf("the server logged permission violations:\n%s", strings.Join(vs, "\n"))
+			}
+		}
 	}
 }

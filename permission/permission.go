@@ -95,6 +95,15 @@ const (
 	// workers reserve and settle their calls there; only the admin role
 	// sets limits (and writes the AGENT_AUDIT stream that records it).
 	BudgetsBucket = "budgets"
+	// AgentsBucket holds the named agents' definitions
+	// (agentstore.DefaultBucket): workers only read (watch) it; the
+	// admin role writes it.
+	AgentsBucket = "agents"
+	// AgentFilesBucket is the object store of the agents' workspace
+	// files (agentstore.DefaultFilesBucket), on the stream OBJ_<name>:
+	// workers read it and put back the memory files their turns change;
+	// the admin role writes any file.
+	AgentFilesBucket = "agent-files"
 
 	// StepsStream is the runs' step journal stream (kvstore.StepsStream),
 	// on subjects StepsPrefix<lane>.<inbound seq>.<step>.
@@ -315,6 +324,10 @@ func workerPermissions(inbox string) Permissions {
 		"$KV."+AuthBucket+".>",
 		"$KV."+RunsBucket+".>",
 		"$KV."+BudgetsBucket+".>",
+		// The agents' workspace files: the memory files turns change go
+		// back (chunks and meta). The agents bucket gets no KV write: a
+		// worker never changes a definition.
+		"$O."+AgentFilesBucket+".>",
 		// The runs' step journals (steps and re-runs' barriers).
 		StepsPrefix+">",
 		// Run events and dead letters.
@@ -345,10 +358,10 @@ func workerPermissions(inbox string) Permissions {
 }
 
 // FleetStreams are the JetStream streams of a fleet: its four streams and
-// the streams of its four buckets.
+// the streams of its five buckets and its object store.
 func FleetStreams() []string {
 	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream,
-		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + BudgetsBucket}
+		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + BudgetsBucket, "KV_" + AgentsBucket, "OBJ_" + AgentFilesBucket}
 }
 
 // microControl returns the control subjects a NATS micro service named

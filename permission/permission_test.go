@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/lanefleet/lanefleet/authstore"
+	"github.com/lanefleet/lanefleet/agentstore"
 	"github.com/lanefleet/lanefleet/budgetstore"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/hooks"
@@ -47,6 +48,8 @@ func TestNamesMatchTheAdapters(t *testing.T) {
 		{RunsBucket, kvstore.DefaultRunsBucket},
 		{AuthBucket, authstore.DefaultBucket},
 		{BudgetsBucket, budgetstore.DefaultBucket},
+		{AgentsBucket, agentstore.DefaultBucket},
+		{AgentFilesBucket, agentstore.DefaultFilesBucket},
 		{StepsStream, kvstore.StepsStream},
 		{StepsPrefix, kvstore.StepsPrefix},
 	} {
