@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -49,11 +50,60 @@ type Cache struct {
 	wsMu  sync.Mutex
 	wsLck map[string]*wsState // per workspace: its local copies' digests, under the state's lock
 
+	// seen remembers, per session directory and file, the file as Seed
+	// left it (its stat and digest): a file whose stat is unchanged is
+	// not read again to be compared. Bounded: emptied when it holds
+	// maxSeen directories.
+	seenMu sync.Mutex
+	seen   map[string]map[string]seenFile
+
 	kvw    jetstream.KeyWatcher
 	ow     jetstream.ObjectWatcher
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 	stop   sync.Once
+}
+
+// seenFile is a session's file as Seed left it.
+type seenFile struct {
+	size   int64
+	mtime  int64
+	ino    uint64
+	ctime  int64
+	digest string
+}
+
+// maxSeen bounds the session directories Cache.seen remembers.
+const maxSeen = 4096
+
+// sig is a file's stat signature: size, modification and change times,
+// inode.
+func sig(fi os.FileInfo, digest string) seenFile {
+	ino, ctime := inode(fi)
+	return seenFile{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ino: ino, ctime: ctime, digest: digest}
+}
+
+// sameAs reports whether fi is the file f describes (same stat). A
+// write changes the change time, which a command cannot set back.
+func (f seenFile) sameAs(fi os.FileInfo) bool {
+	ino, ctime := inode(fi)
+	return f.digest != "" && fi.Mode().IsRegular() && fi.Size() == f.size && fi.ModTime().UnixNano() == f.mtime && ino == f.ino && ctime == f.ctime
+}
+
+// seenIn is what Seed last left in dir; note records it.
+func (c *Cache) seenIn(dir string) map[string]seenFile {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	return maps.Clone(c.seen[dir])
+}
+
+func (c *Cache) note(dir string, files map[string]seenFile) {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	if c.seen == nil || len(c.seen) >= maxSeen {
+		c.seen = map[string]map[string]seenFile{}
+	}
+	c.seen[dir] = files
 }
 
 type wsState struct {
@@ -325,6 +375,7 @@ func Digest(data []byte) string {
 type Seeded struct {
 	Workspace string
 	Digests   map[string]string
+	files     map[string]seenFile // their stat as written
 }
 
 // Seed brings a session's directory up to its agent's workspace at a
@@ -345,8 +396,18 @@ func (c *Cache) Seed(ctx context.Context, ws, dir string) (*Seeded, error) {
 		return nil, fmt.Errorf("agentstore: seed %s: %w", dir, err)
 	}
 	defer root.Close()
+	before := c.seenIn(dir)
+	after := make(map[string]seenFile, len(have))
 	for p, d := range have {
+		// Unchanged since the last seed (same stat): not read again.
+		if fi, err := root.Lstat(p); err == nil && before[p].digest == d && before[p].sameAs(fi) {
+			after[p] = before[p]
+			continue
+		}
 		if cur, err := readBounded(root, p); err == nil && Digest(cur) == d {
+			if fi, err := root.Lstat(p); err == nil {
+				after[p] = sig(fi, d)
+			}
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(cache, filepath.FromSlash(p)))
@@ -365,8 +426,12 @@ func (c *Cache) Seed(ctx context.Context, ws, dir string) (*Seeded, error) {
 		if err := root.WriteFile(p, data, 0o640); err != nil {
 			return nil, fmt.Errorf("agentstore: seed %s: %w", p, err)
 		}
+		if fi, err := root.Lstat(p); err == nil {
+			after[p] = sig(fi, d)
+		}
 	}
-	return &Seeded{Workspace: ws, Digests: have}, nil
+	c.note(dir, after)
+	return &Seeded{Workspace: ws, Digests: have, files: after}, nil
 }
 
 // readBounded reads a regular file (not a link) of at most
@@ -426,6 +491,9 @@ func (c *Cache) WriteBack(ctx context.Context, s *Seeded, dir string) ([]string,
 		errs = append(errs, walkErr)
 	}
 	for _, p := range cands {
+		if fi, err := root.Lstat(p); err == nil && s.files[p].sameAs(fi) {
+			continue // as Seed left it
+		}
 		data, err := readBounded(root, p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

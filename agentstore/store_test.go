@@ -1,6 +1,7 @@
 package agentstore
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -21,18 +22,18 @@ type bundle struct {
 	cache string
 }
 
-func setup(t *testing.T) bundle {
+func setup(t testing.TB) bundle {
 	t.Helper()
 	srv := natstest.Start(t)
 	js, err := jetstream.New(natstest.Connect(t, srv.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBucket(t.Context(), js, BucketConfig{})
+	b, err := OpenBucket(context.Background(), js, BucketConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := OpenFiles(t.Context(), js, BucketConfig{})
+	f, err := OpenFiles(context.Background(), js, BucketConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +220,18 @@ func TestSeedWriteBack(t *testing.T) {
 	}
 	if got := read(t, dirA, "AGENTS.md"); got != "be kind" {
 		t.Fatalf("AGENTS.md after the next seed = %q", got)
+	}
+	// A change that keeps the size and sets the modification time back
+	// is still seen (the change time moved) and undone.
+	fi, err := os.Stat(filepath.Join(dirA, "AGENTS.md"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(dirA, "AGENTS.md"), []byte("be rude"), 0o600))
+	must(t, os.Chtimes(filepath.Join(dirA, "AGENTS.md"), fi.ModTime(), fi.ModTime()))
+	if _, err := a.Seed(ctx, "x", dirA); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, dirA, "AGENTS.md"); got != "be kind" {
+		t.Fatalf("AGENTS.md changed in place with its old mtime, after the next seed = %q", got)
 	}
 	cacheDir, err := b.Dir(ctx, "x")
 	if err != nil || read(t, cacheDir, "AGENTS.md") != "be kind" {
