@@ -220,6 +220,7 @@ func TestAgentSettings(t *testing.T) {
 		{ID: "ops", Model: "local/m2", ChatCommands: &off, Tools: &agents.ToolPolicy{ToolPolicy: events.ToolPolicy{Allow: []string{"read", "apply_patch"}}}},
 		{ID: "helper", SystemPrompt: "I am the helper."},
 		{ID: "quiet", Tools: &agents.ToolPolicy{Profile: agents.ProfileMinimal}},
+		{ID: "sales", Model: "local/m2", Thinking: "low"},
 	} {
 		if _, err := c.PutAgent(ctx, a); err != nil {
 			t.Fatal(err)
@@ -247,6 +248,13 @@ func TestAgentSettings(t *testing.T) {
 		if got.model != cs.model || strings.Join(got.tools, ",") != cs.tools || !strings.HasPrefix(got.system, cs.prompt) {
 			t.Errorf("%s: model %s, tools %v, system prompt %.60q; want %s, %s, %q", cs.key, got.model, got.tools, got.system, cs.model, cs.tools, cs.prompt)
 		}
+	}
+	// The commands name the agent's defaults.
+	if res, err := waitResult(t, ctx, c, "agent:sales:1", "/model"); err != nil || !strings.HasPrefix(res.Payloads[0].Text, "Model: local/m2") {
+		t.Fatalf("/model as sales: %+v, %v", res, err)
+	}
+	if res, err := waitResult(t, ctx, c, "agent:sales:1", "/status"); err != nil || !strings.Contains(res.Payloads[0].Text, "local/m2") {
+		t.Fatalf("/status as sales: %+v, %v", res, err)
 	}
 	// A session's own model wins over its agent's.
 	if res, err := waitResult(t, ctx, c, "agent:ops:2", "mine", lanefleet.WithModel("local/m1")); err != nil || res.Payloads[0].Text != "ok" {
