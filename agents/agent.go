@@ -153,7 +153,7 @@ func (a *Agent) Validate() error {
 		return bad("systemPrompt", "at most %d bytes of UTF-8 without NUL (it is %d bytes)", MaxSystemPromptBytes, len(a.SystemPrompt))
 	case len(a.Fallbacks) > MaxFallbacks:
 		return bad("fallbacks", "%d models, the limit is %d", len(a.Fallbacks), MaxFallbacks)
-	case a.Skills != nil && len(a.Skills) > MaxSkills:
+	case len(a.Skills) > MaxSkills:
 		return bad("skills", "%d skills, the limit is %d", len(a.Skills), MaxSkills)
 	}
 	// The model, thinking level and tool lists follow a session's run

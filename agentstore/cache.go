@@ -206,12 +206,6 @@ func (c *Cache) Close() error {
 	return nil
 }
 
-// Bucket is the definitions' bucket; Files the workspaces' files.
-func (c *Cache) Bucket() *Bucket { return c.b }
-
-// Files is the workspaces' object store.
-func (c *Cache) Files() *Files { return c.f }
-
 // observe records one definition; it returns the id it changed.
 func (c *Cache) observe(e jetstream.KeyValueEntry) string {
 	id := e.Key()

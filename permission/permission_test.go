@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/agentstore"
+	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/budgetstore"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/hooks"
