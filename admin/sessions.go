@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -159,29 +160,49 @@ func (s *Service) sessions(ctx context.Context, data []byte) (any, error) {
 	if err := sessionsvc.DecodeRequestMax(data, &q, MaxScopedRequestBytes); err != nil {
 		return nil, badRequest("%v", err)
 	}
+	return s.list(ctx, q)
+}
+
+// ListSessions lists sessions as the sessions operation does, in process:
+// for the worker's own session tools, whose NATS user may not request the
+// admin service. cfg needs Inbound and Events; Runs and Lanes add what
+// they add to the operation's answer.
+func ListSessions(ctx context.Context, cfg Config, q SessionsRequest) (SessionsReply, error) {
+	if cfg.Inbound == nil || cfg.Events == nil {
+		return SessionsReply{}, errors.New("admin: Inbound and Events are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger}
+	return s.list(ctx, q)
+}
+
+// list answers a sessions request.
+func (s *Service) list(ctx context.Context, q SessionsRequest) (SessionsReply, error) {
 	n, err := limit(q.Limit)
 	if err != nil {
-		return nil, err
+		return SessionsReply{}, err
 	}
 	switch {
 	case len(q.Query) > maxQueryBytes:
-		return nil, badRequest("q is over %d bytes", maxQueryBytes)
+		return SessionsReply{}, badRequest("q is over %d bytes", maxQueryBytes)
 	case len(q.After) > maxAfterBytes:
-		return nil, badRequest("after is over %d bytes", maxAfterBytes)
+		return SessionsReply{}, badRequest("after is over %d bytes", maxAfterBytes)
 	case q.Offset < 0 || q.Offset > maxOffsetValue:
-		return nil, badRequest("offset %d is out of range", q.Offset)
+		return SessionsReply{}, badRequest("offset %d is out of range", q.Offset)
 	case q.After != "" && q.Offset != 0:
-		return nil, badRequest("after and offset exclude each other")
+		return SessionsReply{}, badRequest("after and offset exclude each other")
 	}
 	list, err := s.lanesIn(ctx, q.Scope, strings.ToLower(q.Query))
 	if err != nil {
-		return nil, err
+		return SessionsReply{}, err
 	}
 	start := min(q.Offset, len(list))
 	if q.After != "" {
 		after, ok := parseCursor(q.After)
 		if !ok {
-			return nil, badRequest("after is not a listing's next")
+			return SessionsReply{}, badRequest("after is not a listing's next")
 		}
 		start, _ = slices.BinarySearchFunc(list, after, func(l, target *lane) int {
 			if before(l, target) <= 0 {
@@ -201,7 +222,7 @@ func (s *Service) sessions(ctx context.Context, data []byte) (any, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return SessionsReply{}, err
 	}
 	return rep, nil
 }

@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,4 +62,66 @@ func BenchmarkTranscriptRead(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkForget forgets a 50-turn session (records and settings, as the
+// retention pass does under the lane's lease) and reports the process's
+// CPU per forgotten session: this process holds the server too, so what
+// the server spends removing it counts.
+func BenchmarkForget(b *testing.B) {
+	srv := natstest.Start(b)
+	js, err := jetstream.New(natstest.Connect(b, srv.URL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	lanes, err := Open(ctx, js, Config{LeaseTTL: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const turns = 50
+	var cpu time.Duration
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		token := "s" + strconv.Itoa(i)
+		i++
+		lease, err := lanes.Acquire(ctx, token, LeaseInfo{Worker: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for seq := uint64(1); seq <= turns; seq++ {
+			if _, err := lease.PutRecord(ctx, turn(seq, "turn")); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := lease.PutSettings(ctx, []byte("s")); err != nil {
+			b.Fatal(err)
+		}
+		d, err := lanes.Data(ctx, token)
+		if err != nil || len(d.Keys) != turns+1 {
+			b.Fatalf("%d keys, %v", len(d.Keys), err)
+		}
+		c0 := processCPU()
+		b.StartTimer()
+		if n, err := lease.Forget(ctx, d.Keys); err != nil || n != turns+1 {
+			b.Fatalf("forgot %d keys, %v", n, err)
+		}
+		b.StopTimer()
+		cpu += processCPU() - c0
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/session")
+}
+
+// processCPU is the process's CPU time so far (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

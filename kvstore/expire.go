@@ -214,30 +214,50 @@ func (l *Lanes) SetRetentionPos(ctx context.Context, pos, rev uint64) error {
 }
 
 // Forget removes the lane's transcript records and stored settings (keys,
-// from Data) under the lease's fence, and reports how many it removed.
-// Each key gets a purge marker that rolls its value up and expires after
-// the bucket's MarkerTTL, so nothing of the session stays behind but the
-// lease, which its release removes the same way. The lane's step journals
-// go too. ErrLeaseLost means a newer owner took the lane: what was not
-// removed yet stays.
+// from Data: it checks and counts them) and its step journals, and reports
+// how many keys it removed. It takes a fixed number of requests however
+// long the session ran: a renewal of the lease, fenced (ErrLeaseLost means
+// a newer owner took the lane, and nothing is removed), then a purge of
+// the lane's records and one of its settings, each bounded to what the
+// stream stored before that renewal, then one of its journals. What a later
+// owner writes comes after the renewal, so no purge reaches it; and no
+// other worker can take the lane until the renewed lease has run out
+// (LeaseTTL), so the purges are sent only while less than a third of it has
+// passed. (A purge marker per key, fenced, cost a publish per turn of the
+// session and a marker for the server to expire after MarkerTTL: a
+// retention pass made as many writes as the turns it forgot, and the
+// fleet's turns slowed while it ran.) A purge leaves no marker: a removed
+// key reads as never written.
 func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 	l := s.lanes
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, key := range keys {
+	for _, key := range keys {
 		if !strings.HasPrefix(key, s.token+".") || key == leaseKey(s.token) {
-			return i, fmt.Errorf("kvstore: forget %s: %q is not one of its records", s.token, key)
+			return 0, fmt.Errorf("kvstore: forget %s: %q is not one of its records", s.token, key)
 		}
-		err := s.fenced(ctx, "forget "+key, func(rev uint64) error {
-			m := nats.NewMsg(l.prefix + key)
-			m.Header.Set("KV-Operation", "PURGE")
-			m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-			_, err := l.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(l.cfg.MarkerTTL),
-				jetstream.WithExpectLastSequenceForSubject(rev, l.prefix+leaseKey(s.token)))
-			return err
-		})
-		if err != nil {
-			return i, err
+	}
+	start := time.Now()
+	err := s.fenced(ctx, "forget", func(rev uint64) error {
+		ack, err := l.js.Publish(ctx, l.prefix+leaseKey(s.token), s.value,
+			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(l.cfg.LeaseTTL))
+		if err == nil {
+			s.rev = ack.Sequence
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	budget := l.cfg.LeaseTTL/3 - time.Since(start)
+	if budget <= 0 {
+		return 0, fmt.Errorf("kvstore: forget %s: the lease renewal took %v, a third of the lease TTL: nothing removed", s.token, time.Since(start).Round(time.Millisecond))
+	}
+	pctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	for _, filter := range []string{l.prefix + s.token + ".tx.>", l.prefix + settingsKey(s.token)} {
+		if err := l.stream.Purge(pctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(s.rev)); err != nil {
+			return 0, fmt.Errorf("kvstore: forget %s: purge %s: %w", s.token, strings.TrimPrefix(filter, l.prefix), err)
 		}
 	}
 	if err := l.dropLane(ctx, s.token); err != nil {

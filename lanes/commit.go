@@ -41,25 +41,23 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	if _, _, err := o.closeAttempt(ctx, em, st, seq); err != nil {
 		return err
 	}
-	var why events.EventData
+	why := events.EventData{Phase: events.PhaseMerged, Text: into}
 	var res *events.Result
-	now := o.now().UnixMilli()
 	switch c.Kind {
 	case "":
 		o.w.stats.Merged.Add(1)
-		why = events.EventData{Phase: events.PhaseMerged, Text: into}
 		res = &events.Result{Meta: events.Meta{MergedInto: into}}
 	case kindSettings:
-		why = events.EventData{Phase: events.PhaseEnd, EndedAt: now, Text: c.Reason}
 		res = &events.Result{Payloads: []events.Payload{{Text: c.Reason}}}
+		why = runEnding(res, c.Reason)
 	default:
 		o.w.stats.Dropped.Add(1)
-		why = events.EventData{Phase: events.PhaseError, Error: c.Reason, EndedAt: now}
 		res = &events.Result{Payloads: []events.Payload{{Text: c.Reason, IsError: true}},
 			Meta: events.Meta{Aborted: c.Kind == events.KindInterrupted, Error: &events.RunError{Kind: c.Kind, Message: c.Reason}}}
+		why = runEnding(res, "")
 	}
 	if st.LastPhase != why.Phase {
-		em.Emit(events.StreamLifecycle, why) // not again when a failed try stored it
+		o.endRun(em, 0, why) // not again when a failed try stored it
 	}
 	return em.Final(ctx, res)
 }
@@ -262,10 +260,38 @@ func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) e
 // failTurn ends a run the handler never saw with an error event and commits
 // it (no entries) so the lane moves on.
 func (o *owner) failTurn(ctx context.Context, em *fenced.Emitter, p *plan, kind, msg string, attempt int) error {
-	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: o.now().UnixMilli(), Attempt: attempt})
 	res := &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
 		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}
+	o.endRun(em, attempt, runEnding(res, ""))
 	return o.commit(ctx, em, p, &Outcome{Result: res})
+}
+
+// runEnding is the lifecycle event that ends a run whose turn ended with res:
+// an error event saying what res's error reply says (events.Result.ErrorText)
+// when res carries an error, else an end event carrying text (a command's
+// reply, a notice; "" for a model's reply, which only the final event
+// carries).
+func runEnding(res *events.Result, text string) events.EventData {
+	if res.Meta.Error != nil {
+		return events.EventData{Phase: events.PhaseError, Error: res.ErrorText()}
+	}
+	return events.EventData{Phase: events.PhaseEnd, Text: text}
+}
+
+// endRun publishes the lifecycle event that ends a run's attempt (see
+// ending; a consumed run's merged event too): an end or error event is
+// stamped with the time, an error event with its attempt (0: none). The
+// lane is the only publisher of these events (Turn.Emit drops a
+// handler's), so every run has exactly one of them before its final event.
+func (o *owner) endRun(em *fenced.Emitter, attempt int, data events.EventData) {
+	switch data.Phase {
+	case events.PhaseError:
+		data.Attempt = attempt
+		fallthrough
+	case events.PhaseEnd:
+		data.EndedAt = o.now().UnixMilli()
+	}
+	em.Emit(events.StreamLifecycle, data)
 }
 
 // publishOwed publishes the final events the lane's record of seq owes.

@@ -96,7 +96,7 @@ func (o *owner) interrupted(ctx context.Context, em *fenced.Emitter, p *plan, at
 	for _, c := range drops {
 		p.dropped = append(p.dropped, dropped{c: c, kind: events.KindInterrupted, reason: dropWhy})
 	}
-	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: why, EndedAt: o.now().UnixMilli(), Attempt: attempt})
+	o.endRun(em, attempt, events.EventData{Phase: events.PhaseError, Error: why})
 	res := &events.Result{Payloads: []events.Payload{{Text: "Interrupted.", IsError: true}},
 		Meta: events.Meta{Aborted: true, Error: &events.RunError{Kind: events.KindInterrupted, Message: why}}}
 	out := &Outcome{Result: res}
@@ -141,6 +141,7 @@ func (o *owner) stop(ctx context.Context, em *fenced.Emitter, p *plan) error {
 			text += fmt.Sprintf("; dropped %d queued message(s)", st.dropped)
 		}
 	}
-	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.now().UnixMilli(), Text: text})
-	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
+	res := &events.Result{Payloads: []events.Payload{{Text: text}}}
+	o.endRun(em, 0, runEnding(res, text))
+	return o.commit(ctx, em, p, &Outcome{Result: res})
 }

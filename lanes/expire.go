@@ -48,7 +48,9 @@ func (w *Worker) expire(ctx context.Context) {
 // ExpireIdle runs one retention pass (see package retention): it walks the
 // lanes bucket from the stored scan position up to cutoff and forgets every
 // session whose last write is older than cutoff, stopping after the batch
-// in which it reached limit, then stores the position it reached. A
+// in which it reached limit, then stores the position it reached. It
+// rests between batches as long as the last one took (restExpire), and
+// stops at a batch's end when ctx ends while it rests. A
 // session is forgotten under its lease, so never while someone runs it,
 // and never while a message waits for it. An error leaves the position at the session it happened on, so
 // the next pass tries that one again; passes of several workers at once
@@ -62,10 +64,15 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	}
 	seq, scanned := pos, false
 	var (
-		passErr error
-		ahead   []kvstore.Stored // read from the bucket, not looked at yet
+		passErr   error
+		ahead     []kvstore.Stored // read from the bucket, not looked at yet
+		batchTook time.Duration    // how long the last batch took
 	)
 	for !scanned && st.Expired < limit && passErr == nil {
+		if batchTook > 0 && !restExpire(ctx, batchTook) {
+			break // the pass's time is up: the next goes on from here
+		}
+		began := time.Now()
 		// A batch of lanes with data written before the cutoff, each
 		// once, in stream order; then each is looked at concurrently.
 		var batch []kvstore.Stored
@@ -131,6 +138,7 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 			}
 		}
 		seq = moved
+		batchTook = max(time.Since(began), time.Millisecond)
 	}
 	if seq != pos {
 		if err := w.lanes.SetRetentionPos(context.WithoutCancel(ctx), seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
@@ -144,9 +152,26 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 // bucket's messages read in one request.
 const (
 	expireBatch    = 256
-	expireParallel = 16
+	expireParallel = 4
 	expireScan     = 1024
 )
+
+// restExpire waits, between two batches of a retention pass, as long as
+// the last batch took, so that the pass works at most half the time and
+// the lanes' own writes meet at most expireParallel of its requests at
+// once: a pass that forgot its sessions all at once (16 at a time, back to
+// back) slowed the fleet's turns while it ran. It reports false when ctx
+// (the pass's time) ends first.
+func restExpire(ctx context.Context, took time.Duration) bool {
+	t := time.NewTimer(took)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
 
 // forgetIdle forgets the lane if it is idle: its last write before cutoff,
 // nobody holding it, no message waiting. keys is how many keys it removed,

@@ -222,3 +222,81 @@ func TestExpireScansInBatches(t *testing.T) {
 		t.Fatalf("after the pass: %d consumers on %s (%v)", info.State.Consumers, stream, err)
 	}
 }
+
+// TestExpireWritesPerSessionFixed: forgetting a session takes the same few
+// writes however many turns it ran. A fenced purge marker per record made
+// a retention pass write once per turn it forgot (and the server expire
+// each marker a minute later): the fleet's turns slowed while it ran
+// (lanebench soak with --session-ttl: the round with the pass at 0.82× the
+// first).
+func TestExpireWritesPerSessionFixed(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1})
+	turns := map[string]int{"short": 1, "long": 40}
+	for key, n := range turns {
+		for i := range n {
+			f.waitFinal(t, key, f.publish(t, key, "turn "+strconv.Itoa(i)))
+		}
+	}
+	for key := range turns {
+		waitFor(t, key+"'s lane released", func() bool {
+			_, held, err := f.lanes.Holder(t.Context(), key)
+			return err == nil && !held
+		})
+	}
+	cutoff := time.Now()
+	// Every write the pass makes: a publish to a key of the lanes bucket,
+	// a purge or a message delete of the JetStream API (what the server
+	// delivers to consumers goes to their inboxes, not these subjects).
+	nc := natstest.Connect(t, f.url)
+	seen := make(chan *nats.Msg, 10_000)
+	prefix := "$KV." + kvstore.DefaultBucket + "."
+	for _, subj := range []string{prefix + ">", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>"} {
+		if _, err := nc.ChanSubscribe(subj, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.ExpireIdle(t.Context(), cutoff, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pass's requests were answered, so the server has routed them;
+	// the flush's answer comes after them, and the client put them in
+	// the channel before reading it.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	writes := map[string]int{}
+	for len(seen) > 0 {
+		m := <-seen
+		lane, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, prefix), ".")
+		if !strings.HasPrefix(m.Subject, prefix) {
+			lane = ""
+			for key := range turns {
+				if strings.Contains(string(m.Data), "."+key+".") {
+					lane = key
+				}
+			}
+		}
+		writes[lane]++
+	}
+	if st.Expired != 2 || st.Keys != 41 {
+		t.Fatalf("pass: %+v, want 2 sessions (41 records) forgotten", st)
+	}
+	for key := range turns {
+		if n := f.records(t, key); n != 0 {
+			t.Fatalf("%s still has %d records", key, n)
+		}
+	}
+	// A few writes each: the lease taken (a create, or an update of the
+	// last release's marker while it lives), renewed and released, two
+	// purges of the bucket and one of the step journals.
+	if writes["short"] > 8 || writes["long"] > 8 {
+		t.Fatalf("writes to forget a session of 1 turn: %d, of 40 turns: %d; want a few, whatever its length", writes["short"], writes["long"])
+	}
+	t.Logf("writes per forgotten session: %d", writes["long"])
+}

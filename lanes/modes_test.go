@@ -130,7 +130,7 @@ func TestAttemptAbortedByADeadWorker(t *testing.T) {
 	f.startWorker(t, &echoHandler{}, Config{})
 	f.waitFinal(t, "dead", seq)
 	evs := f.runEvents(t, "dead", seq)
-	want := "lifecycle/start@1 assistant@1 lifecycle/aborted@1 lifecycle/restart@2 assistant@2 final@2"
+	want := "lifecycle/start@1 assistant@1 lifecycle/aborted@1 lifecycle/restart@2 assistant@2 lifecycle/end@2 final@2"
 	if got := shape(t, evs); got != want {
 		t.Fatalf("events:\n got %s\nwant %s", got, want)
 	}
@@ -154,7 +154,7 @@ func TestFailedAttemptAbortedThenRetried(t *testing.T) {
 	f.startWorker(t, h, Config{RetryDelay: time.Millisecond})
 	seq := f.publish(t, "flaky", "hi")
 	f.waitFinal(t, "flaky", seq)
-	want := "lifecycle/start@1 assistant@1 lifecycle/aborted@1 lifecycle/restart@2 assistant@2 final@2"
+	want := "lifecycle/start@1 assistant@1 lifecycle/aborted@1 lifecycle/restart@2 assistant@2 lifecycle/end@2 final@2"
 	if got := shape(t, f.runEvents(t, "flaky", seq)); got != want {
 		t.Fatalf("events:\n got %s\nwant %s", got, want)
 	}

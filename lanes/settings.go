@@ -37,8 +37,9 @@ func (o *owner) applySettings(ctx context.Context, em *fenced.Emitter, p *plan) 
 	if c := p.run.cmd; c != nil {
 		text = c.Reply(o.lane.settings, o.w.cfg.ChatDefaults)
 	}
-	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: o.now().UnixMilli(), Text: text})
-	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}})
+	res := &events.Result{Payloads: []events.Payload{{Text: text}}}
+	o.endRun(em, 0, runEnding(res, text))
+	return o.commit(ctx, em, p, &Outcome{Result: res})
 }
 
 // refuseSettings says why the worker's CheckSettings refuses the run

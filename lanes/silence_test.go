@@ -35,7 +35,7 @@ func TestEventsAfterASilence(t *testing.T) {
 	}), Config{Now: clock})
 	seq := f.publish(t, "quiet", "go")
 	got := shape(t, f.runEvents(t, "quiet", seq))
-	want := "lifecycle/start@1 tool/start@1 tool/result@1 tool/start@1 tool/result@1 final@1"
+	want := "lifecycle/start@1 tool/start@1 tool/result@1 tool/start@1 tool/result@1 lifecycle/end@1 final@1"
 	if got != want {
 		t.Fatalf("events %s\nwant   %s", got, want)
 	}

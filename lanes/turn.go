@@ -137,7 +137,32 @@ func (t *Turn) Steer(ctx context.Context) []*events.Inbound {
 // fast model costs a few hundred events per second. Every other event
 // flushes the pending frame first. Publishing is asynchronous: a lost event
 // never fails the turn.
-func (t *Turn) Emit(stream string, data events.EventData) { t.em.Emit(stream, data) }
+//
+// The lifecycle events that start and end a run or an attempt (start,
+// restart, end, error, aborted) and the merged and steered notices are the
+// lane's (laneOwned): it publishes them, the end or error event from the
+// Outcome the handler returns. A handler's own are dropped, so a run never
+// shows two.
+func (t *Turn) Emit(stream string, data events.EventData) {
+	if laneOwned(stream, data.Phase) {
+		return
+	}
+	t.em.Emit(stream, data)
+}
+
+// laneOwned reports whether an event of stream and phase is one only the
+// lane publishes.
+func laneOwned(stream, phase string) bool {
+	if stream != events.StreamLifecycle {
+		return false
+	}
+	switch phase {
+	case events.PhaseStart, events.PhaseRestart, events.PhaseEnd, events.PhaseError, events.PhaseAborted,
+		events.PhaseMerged, events.PhaseSteered:
+		return true
+	}
+	return false
+}
 
 // Outcome is what a handler returns for a completed turn. An empty Outcome
 // writes nothing but the cursor (a no-op turn).
@@ -151,6 +176,12 @@ type Outcome struct {
 	// AuthProfile is the auth profile that answered the turn ("" = none
 	// or not known): stored with the session, its next turn starts on it.
 	AuthProfile string
+	// EndText is the text of the run's lifecycle end event (a chat
+	// command's reply, a notice); "" for a model's reply, which the final
+	// event carries. The lane publishes that end event, or an error event
+	// when Result carries an error (events.Result.ErrorText); nothing when
+	// Result is nil.
+	EndText string
 	// Reset starts the session's transcript anew with this turn (/new,
 	// /reset): the turn's record names a new session id and hides every
 	// earlier record, the calls waiting for approval and the sticky auth
@@ -158,10 +189,12 @@ type Outcome struct {
 	Reset bool
 }
 
-// Handler runs turns. A handler whose ctx is cancelled by a message that
-// cuts the turn (interrupt, stop) may return what the turn did so far as
-// an Outcome along with its error: the lane keeps its Entries in the
-// transcript, unless the cut was a rollback.
+// Handler runs turns. It streams the turn's content through Turn.Emit and
+// reports how the turn ended in its Outcome; the lane publishes the run's
+// lifecycle events from that (see Turn.Emit). A handler whose ctx is
+// cancelled by a message that cuts the turn (interrupt, stop) may return
+// what the turn did so far as an Outcome along with its error: the lane
+// keeps its Entries in the transcript, unless the cut was a rollback.
 type Handler interface {
 	HandleTurn(ctx context.Context, t *Turn) (*Outcome, error)
 }
@@ -391,6 +424,9 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 	// The turn ended now, before its final event is published: a message
 	// sent after a client saw that event never counts as "while busy".
 	o.lane.lastEnd = o.now()
+	if out.Result != nil {
+		o.endRun(a.em, a.attempt, runEnding(out.Result, out.EndText))
+	}
 	if err := o.commit(ctx, a.em, p, out); err != nil {
 		return err
 	}

@@ -172,9 +172,10 @@ func truncateEntries(es []message.Entry, window int) int {
 // prompt is added and no reply is asked of the model. A worker without a
 // Compactor, a transcript with nothing to compact, or a summary that fails
 // end the turn with an error result; the transcript is then unchanged.
+// The turn's end or error event is the lane's: a compacted transcript's
+// Output names its notice as EndText.
 func (r *Runner) Compact(ctx context.Context, in Input, focus string, sink Sink) (*Output, error) {
 	fail := func(msg string) *Output {
-		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: r.cfg.Now().UnixMilli()})
 		return &Output{Result: &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
 			Meta: events.Meta{Error: &events.RunError{Kind: "compaction_failure", Message: msg}}}}
 	}
@@ -212,6 +213,5 @@ func (r *Runner) Compact(ctx context.Context, in Input, focus string, sink Sink)
 	b := &builder{now: r.cfg.Now, parent: lastID(in.History)}
 	b.addEntry(e)
 	text := "Compacted: the transcript before this point is now a summary."
-	sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: r.cfg.Now().UnixMilli(), Text: text})
-	return &Output{Entries: b.entries, Result: &events.Result{Payloads: []events.Payload{{Text: text}}}, AuthProfile: l.current()}, nil
+	return &Output{Entries: b.entries, Result: &events.Result{Payloads: []events.Payload{{Text: text}}}, AuthProfile: l.current(), EndText: text}, nil
 }

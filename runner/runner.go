@@ -23,6 +23,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -43,7 +44,10 @@ import (
 	"github.com/lanefleet/lanefleet/tools"
 )
 
-// Sink receives a run's events. lanes.Turn implements it.
+// Sink receives a run's content events: deltas, tool and compaction
+// events, and the lifecycle retrying, retry, resumed and budget_warning
+// notices. The events that start and end a run are the lane's, which
+// makes the end or error event from the Output. lanes.Turn implements it.
 type Sink interface {
 	Emit(stream string, data events.EventData)
 }
@@ -143,6 +147,10 @@ type Output struct {
 	// or the provider's own key): the session's sticky profile for its
 	// next run (Settings.AuthProfile).
 	AuthProfile string
+	// EndText is the text the run's lifecycle end event carries (a
+	// compaction's notice); "" for a model's reply, which the result
+	// carries (lanes.Outcome.EndText).
+	EndText string
 }
 
 // ToolSource gives a run its tools (built-in tools in the session's
@@ -350,7 +358,8 @@ func New(cfg Config) (*Runner, error) {
 // returns an error only when the turn could not be run at all and should be
 // retried, e.g. because ctx was cancelled.
 func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) {
-	// The lane publishes the lifecycle start event before calling the runner.
+	// The lane publishes the run's lifecycle start event before calling
+	// the runner, and its end or error event from the Output.
 	start := r.cfg.Now()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -400,9 +409,13 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 		LastResort: lastResortOn(r.cfg.Auth)}
 	var model provider.Model
 	var out *loopOut
+	var after provider.Reason // why the last model failed over
 	_, err = fallback.Run(ctx, req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
 		var err error
-		out, err = ru.tryModel(ctx, step, &model)
+		out, err = ru.tryModel(ctx, step, after, &model)
+		if err != nil {
+			after = cmp.Or(failover.ClassifyError(err), provider.ReasonUnknown)
+		}
 		return err
 	})
 	switch {
@@ -467,11 +480,12 @@ func (ru *run) addPrompt(ctx context.Context, start time.Time) {
 	ru.b.add(userMessage(inbound, start))
 }
 
-// tryModel runs the loop on one candidate of the model chain; *model is
-// set once the candidate resolves. As in the reference, the loop throws
+// tryModel runs the loop on one candidate of the model chain, after the
+// one before it failed over for reason after; *model is set once the
+// candidate resolves. As in the reference, the loop throws
 // failover errors to the chain only when fallbacks are configured;
 // otherwise a failed model ends the run with its error reply.
-func (ru *run) tryModel(ctx context.Context, step fallback.Step, model *provider.Model) (*loopOut, error) {
+func (ru *run) tryModel(ctx context.Context, step fallback.Step, after provider.Reason, model *provider.Model) (*loopOut, error) {
 	cfg := ru.r.cfg
 	m, prov, w, err := setupModel(cfg.Resolver, step.Candidate.String(), cfg.Window)
 	if m.ID != "" {
@@ -488,7 +502,7 @@ func (ru *run) tryModel(ctx context.Context, step fallback.Step, model *provider
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
 		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
 		fallbackConfigured: len(ru.r.fallbacks(ru.in.Settings)) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
-		now: cfg.Now, stateErr: ru.stateErr}, ru)
+		hop: step.Index, after: after, now: cfg.Now, stateErr: ru.stateErr}, ru)
 }
 
 // setupModel makes the decisions the reference makes before any attempt
@@ -543,22 +557,10 @@ var ApprovalWords = []string{"approve", "approved", "yes", "allow"}
 // TextDenied is the tool result the model sees for a refused call.
 const TextDenied = "The user denied this tool call; it did not run."
 
-// finish makes the output of a run whose model loop returned.
+// finish makes the output of a run whose model loop returned. The run's
+// end or error event is the lane's, made from the result.
 func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Output {
-	end := ru.r.cfg.Now()
-	res := out.result(model, ru.in.SessionID, end.Sub(start))
-	if out.runErr != nil {
-		text := out.runErr.Message
-		for _, p := range out.payloads {
-			if p.IsError {
-				text = p.Text
-				break
-			}
-		}
-		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: text, EndedAt: end.UnixMilli()})
-	} else {
-		ru.sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: end.UnixMilli()})
-	}
+	res := out.result(model, ru.in.SessionID, ru.r.cfg.Now().Sub(start))
 	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.usage, AuthProfile: out.profile}
 }
 

@@ -35,6 +35,26 @@ func (r resolver) Resolve(ref string) (provider.Model, provider.Provider, error)
 	return scripted.Model(id), r.p, nil
 }
 
+// laneOwned lists the lifecycle events s received that only the lane
+// publishes (start, restart, end, error, aborted): a runner reports how a
+// run ended in its Output, and the lane makes the run's one end or error
+// event from it.
+func laneOwned(s *sink) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, e := range s.evs {
+		if e.Stream != events.StreamLifecycle {
+			continue
+		}
+		switch e.Data.Phase {
+		case events.PhaseStart, events.PhaseRestart, events.PhaseEnd, events.PhaseError, events.PhaseAborted:
+			out = append(out, e.Data.Phase)
+		}
+	}
+	return out
+}
+
 func newRunner(t *testing.T, model ...string) *Runner {
 	t.Helper()
 	now := time.UnixMilli(1750000000000)
@@ -78,8 +98,11 @@ func TestEchoTurn(t *testing.T) {
 			text = e.Data.Text
 		}
 	}
-	if text != "echo: hi there" || s.evs[len(s.evs)-1].Data.Phase != events.PhaseEnd {
+	if text != "echo: hi there" {
 		t.Fatalf("events = %+v", s.evs)
+	}
+	if got := laneOwned(s); len(got) > 0 {
+		t.Fatalf("the runner published the lane's lifecycle events %v", got)
 	}
 }
 
@@ -103,6 +126,9 @@ func TestTurnOutcomes(t *testing.T) {
 		{"the same failing call again and again is a tool loop",
 			events.Inbound{Model: "scripted/script", Text: `#script {"replies":[{"toolCalls":[{"name":"again"}]}]}`},
 			KindToolLoop, 1 + 2*3, "", "toolUse"},
+		{"a tool result no call waits for is refused",
+			events.Inbound{Model: "scripted/echo", ToolResults: []events.ToolResult{{ToolCallID: "call_x", Text: "42"}}},
+			events.KindInvalidInput, 0, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,9 +141,15 @@ func TestTurnOutcomes(t *testing.T) {
 			if strings.HasPrefix(tt.in.Model, "nowhere/") {
 				def = "nowhere/else"
 			}
-			out, err := newRunner(t, def).Run(t.Context(), Input{Inbound: &tt.in}, &sink{})
+			s := &sink{}
+			out, err := newRunner(t, def).Run(t.Context(), Input{Inbound: &tt.in}, s)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Exactly one end or error event per run, the lane's: the
+			// runner publishes none of its own, whatever the outcome.
+			if got := laneOwned(s); len(got) > 0 {
+				t.Fatalf("the runner published the lane's lifecycle events %v", got)
 			}
 			res := out.Result
 			if (res.Meta.Error == nil) != (tt.kind == "") || (res.Meta.Error != nil && res.Meta.Error.Kind != tt.kind) {
@@ -189,5 +221,24 @@ func TestSteeredMessagesJoinTheTurn(t *testing.T) {
 	// As in the reference, every assistant text of the run is a payload.
 	if len(out.Result.Payloads) != 2 || out.Result.Payloads[1].Text != "echo: actually, this" {
 		t.Fatalf("payload = %+v", out.Result.Payloads)
+	}
+}
+
+// TestCompactReportsItsEnding: /compact's outcome is reported, not
+// published: a worker without a compactor ends the turn with an error
+// result and no lifecycle event of the runner's (the lane makes the error
+// event from the result).
+func TestCompactReportsItsEnding(t *testing.T) {
+	t.Parallel()
+	s := &sink{}
+	out, err := newRunner(t, "scripted/echo").Compact(t.Context(), Input{Inbound: &events.Inbound{Text: "/compact"}}, "", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := out.Result.Meta.Error; e == nil || e.Kind != "compaction_failure" || out.Result.ErrorText() != "compaction is off on this worker" || out.EndText != "" {
+		t.Fatalf("result %+v, end text %q", out.Result, out.EndText)
+	}
+	if got := laneOwned(s); len(got) > 0 {
+		t.Fatalf("the runner published the lane's lifecycle events %v", got)
 	}
 }

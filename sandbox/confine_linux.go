@@ -577,6 +577,7 @@ func runProbe(ctx context.Context, sp *spec, opts launchOpts) (*report, error) {
 // launchOpts are how the helper is started.
 type launchOpts struct {
 	dir            string
+	stdin          *os.File // nil: /dev/null
 	stdout, stderr *os.File
 	network        bool
 	// ids: new namespaces, with the command's root mapped so; nil: none.
@@ -638,6 +639,9 @@ func launch(sp *spec, o launchOpts) (*helperProc, error) {
 		Env: []string{helperEnv + "=" + helperValue}, Dir: o.dir,
 		Stdout: writer(o.stdout), Stderr: writer(o.stderr), ExtraFiles: files, SysProcAttr: attr,
 	}
+	if o.stdin != nil {
+		cmd.Stdin = o.stdin
+	}
 	if err := cmd.Start(); err != nil {
 		specW.Close()
 		repR.Close()
@@ -685,7 +689,7 @@ func (c *Cmd) startConfined(ctx context.Context) (err error) {
 	grants := append(append(append([]grant(nil), box.grants...), devices...), grant{Path: c.dir, Dir: true, Write: true})
 	sp := &spec{Path: c.path, Argv: c.argv, Env: c.env, Dir: c.dir, Grants: grants, Limits: box.cfg.Limits,
 		MemoryRlimit: box.cgroups == nil, Seccomp: p.Seccomp}
-	o := launchOpts{dir: c.dir, stdout: c.stdout, stderr: c.stderr, network: p.Network}
+	o := launchOpts{dir: c.dir, stdin: c.Stdin, stdout: c.stdout, stderr: c.stderr, network: p.Network}
 	if p.Namespaces {
 		ws := canonical(c.dir)
 		sp.Namespaces, sp.MountProc, sp.MountTmp, sp.TmpSize, sp.Loopback = true, p.PrivateProc, p.PrivateTmp, box.cfg.TmpSize, !p.Network

@@ -75,7 +75,8 @@
 // their own process group, which is killed at timeout, abort and exit.
 //
 // Everywhere the environment is built from scratch (PATH, HOME, the
-// skills' variables), stdin is empty, and the command runs in its
+// skills' variables), stdin is empty (for
+// the process tool's background commands, a pipe it writes), and the command runs in its
 // session's workspace.
 //
 // # Disk

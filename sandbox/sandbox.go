@@ -340,8 +340,13 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 // Platform returns what confinement commands get.
 func (s *Sandbox) Platform() Platform { return s.platform }
 
-// Cmd is a command prepared by [Sandbox.Command]. Its stdin is empty.
+// Cmd is a command prepared by [Sandbox.Command]. Its stdin is empty
+// unless Stdin is set.
 type Cmd struct {
+	// Stdin, when set before Start, is the command's standard input (the
+	// read end of a pipe the caller writes, for the process tool); nil
+	// is /dev/null.
+	Stdin *os.File
 	// Stdout and Stderr receive the output; nil discards it. Set them
 	// before Start. A writer that is not an *os.File is fed from a pipe
 	// until every process holding it is gone (see Wait).
@@ -441,6 +446,9 @@ func (c *Cmd) Start(ctx context.Context) error {
 	defer c.closeOutputs()
 	if !c.box.platform.Confined {
 		cmd := &exec.Cmd{Path: c.path, Args: c.argv, Dir: c.dir, Env: c.env, Stdout: writer(c.stdout), Stderr: writer(c.stderr)}
+		if c.Stdin != nil {
+			cmd.Stdin = c.Stdin
+		}
 		setProcessGroup(cmd)
 		if err := cmd.Start(); err != nil {
 			return err

@@ -8,4 +8,5 @@ var (
 	stringArg = toolargs.String
 	numberArg = toolargs.Number
 	intArg    = toolargs.Int
+	boolArg   = toolargs.Bool
 )

@@ -83,3 +83,73 @@ func FuzzConfined(f *testing.F) {
 		fx.checkOutside()
 	})
 }
+
+// FuzzMemoryGetPath: memory_get with any path reads only memory files
+// inside the workspace: never the secret next to it (through .., an
+// absolute path or a symbolic link), never another workspace file.
+func FuzzMemoryGetPath(f *testing.F) {
+	for _, p := range append(fuzzPaths, "MEMORY.md", "memory/a.md", "memory/../notes.md", "memory/link.md", "MEMORY.md/..") {
+		f.Add(p)
+	}
+	base := f.TempDir()
+	dir, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
+	for name, content := range map[string]string{"ws/MEMORY.md": "memory\n", "ws/notes.md": "NOT-MEMORY\n", "ws/memory/a.md": "a\n", "outside/secret.txt": secret + "\n"} {
+		p := filepath.Join(base, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			f.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(outside, "secret.txt"), filepath.Join(dir, "memory", "link.md")); err != nil {
+		f.Fatal(err)
+	}
+	mem, err := Memory(Workspace{Dir: dir}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	get, _ := mem.Lookup("memory_get")
+	f.Fuzz(func(t *testing.T, p string) {
+		res, err := get.Call(t.Context(), Call{Args: map[string]any{"path": p}})
+		if err != nil {
+			return
+		}
+		text := res.Content[0].Text
+		if strings.Contains(text, secret) || strings.Contains(text, "NOT-MEMORY") {
+			t.Fatalf("memory_get(%q) read %q", p, text)
+		}
+	})
+}
+
+// FuzzProcessArgs: the process tool's actions other than start, with any
+// action and sessionId, answer or refuse without a panic and never reach
+// another session's process.
+func FuzzProcessArgs(f *testing.F) {
+	f.Add("poll", "p1@w1")
+	f.Add("kill", "p1@w1")
+	f.Add("log", "p1")
+	f.Add("remove", "@")
+	f.Add("write", "p1@w1@w2")
+	_, unconfined := boxes(f)
+	ps, err := NewProcesses(ProcessConfig{Box: unconfined, Worker: "w1"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(ps.Close)
+	dir := f.TempDir()
+	owner, _ := ps.Tool(Workspace{Dir: dir}, "owner")
+	if _, err := owner.Call(f.Context(), Call{Args: map[string]any{"action": "start", "command": "sleep 600"}}); err != nil {
+		f.Fatal(err)
+	}
+	other, _ := ps.Tool(Workspace{Dir: dir}, "other")
+	f.Fuzz(func(t *testing.T, action, id string) {
+		if action == "start" {
+			return
+		}
+		_, err := other.Call(t.Context(), Call{Args: map[string]any{"action": action, "sessionId": id, "data": "x"}})
+		if err == nil && action != "list" {
+			t.Fatalf("%s %q reached another session's process", action, id)
+		}
+	})
+}

@@ -1,7 +1,16 @@
 // Package tools defines what the run loop calls when a model asks for a tool,
 // and holds the built-in tools that work inside a run's workspace directory:
-// read, write, edit and apply_patch ([Builtin]) and, only when the operator turns it on,
-// exec ([Exec]), a shell confined by package sandbox.
+// read, write, edit and apply_patch ([Builtin]) and, only when the operator
+// turns them on, exec ([Exec]), a shell confined by package sandbox,
+// process ([Processes]), background commands in the same sandbox, and
+// memory_search and memory_get ([Memory]) over the workspace's memory
+// files.
+//
+// Files: tool.go (Tool, Set, List), policy.go, names.go, workspace.go and
+// path.go (the workspace and its confinement), read.go, write.go,
+// edit.go, applypatch.go, exec.go and output.go (exec's head and tail),
+// process.go and ring.go (background processes and their output),
+// memory.go (the memory tools; ranking in tools/memsearch).
 //
 // A tool failure is never a run failure: whatever a tool returns as an error
 // becomes an isError tool result that the model sees.

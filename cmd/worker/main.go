@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -37,7 +38,6 @@ import (
 	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/hooks"
-	"github.com/lanefleet/lanefleet/internal/cgroup"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -200,6 +200,10 @@ is set: spans go over OTLP/HTTP.`,
 	fs.BoolVar(&cfg.ExecAllowRoot, "exec-allow-root", false, "with --exec, for a worker running as root where commands cannot run as uid 65534 (no user namespaces, workspaces on a filesystem without idmapped mounts): run them as root, without capabilities, still confined")
 	fs.StringVar(&cfg.ExecCgroup, "exec-cgroup", env("LANEFLEET_EXEC_CGROUP"), "with --exec: a cgroup v2 directory delegated to the worker (no processes in it) where each command gets its cgroup (env LANEFLEET_EXEC_CGROUP; default: found where memory, pids and cpu are delegated, else cgroup v1)")
 	fs.Var((*byteSize)(&cfg.WorkspaceMaxBytes), "workspace-max-bytes", "with --exec: size of the workspaces' filesystem, a loop-mounted ext4 image on --workspace-root (needs root; default 4G; -1 = no bound, which the worker refuses on the JetStream store's filesystem unless given)")
+	fs.BoolVar(&cfg.Process, "process", false, "with --exec: offer the process tool, background commands in exec's sandbox (start, list, poll, log, write, kill, remove); a session's processes live on the worker that started them and end at their timeout (30m, at most 2h), the session's /new or /reset, its forget, or the worker's stop")
+	fs.IntVar(&cfg.ProcessesPerSession, "processes-per-session", 0, "with --process: background processes one session may run at once on a worker (default 4; 64 for all sessions together)")
+	fs.BoolVar(&cfg.MemoryTools, "memory-tools", false, "offer memory_search and memory_get over each workspace's MEMORY.md and memory/**/*.md (BM25 keyword ranking, no embeddings); they read the workspace only")
+	fs.StringVar(&cfg.SessionTools, "session-tools", env("LANEFLEET_SESSION_TOOLS"), "offer sessions_list, sessions_history and sessions_send, reaching the sessions of the caller's tenant (tenant) or of its tenant and agent (agent), never another tenant's; a session without a tenant reaches only itself (env LANEFLEET_SESSION_TOOLS; default none)")
 	fs.BoolVar(&cfg.WebFetch, "web-fetch", false, "offer the web_fetch tool: an HTTP(S) GET whose page comes back as markdown or text; reaches public addresses only (no loopback, private, link-local or cloud metadata address, checked on every connection and redirect) unless --web-allow names more; never through a proxy from the environment")
 	webAllow := fs.String("web-allow", env("LANEFLEET_WEB_ALLOW"), "with --web-fetch: comma-separated address ranges (10.1.0.0/16, 192.168.1.5) and host names (wiki.internal, *.corp.example) web_fetch may reach although the SSRF guard refuses them (env LANEFLEET_WEB_ALLOW)")
 	fs.StringVar(&cfg.WebSearch, "web-search", env("LANEFLEET_WEB_SEARCH"), "offer the web_search tool through a search provider: brave (the Brave Search API, key from BRAVE_API_KEY or an api_key profile of provider \"brave\" in --auth-profiles) or searxng (the instance at --web-search-url, JSON format on) (env LANEFLEET_WEB_SEARCH; default none)")
@@ -216,7 +220,7 @@ is set: spans go over OTLP/HTTP.`,
 	fs.BoolVar(&cfg.NoBudgets, "no-budgets", false, "turn tenant governance off: no budgets bucket, no admission before model calls (every worker of a fleet should agree)")
 	fs.BoolVar(&cfg.BlockReplies, "block-replies", false, "also publish the reply in blocks (block events of 800–1,200 characters, as OpenClaw's block streaming); off by default, as in OpenClaw")
 	fs.Bool("no-block-replies", true, "no block reply events: the default now; accepted for old scripts")
-	memLimit := fs.String("memory-limit", env("LANEFLEET_MEMORY_LIMIT"), "soft memory limit of the worker process, the Go runtime's (env LANEFLEET_MEMORY_LIMIT): "+memoryLimitHelp+"; the default is GOMEMLIMIT when set, else 90% of the cgroup memory limit when there is one, else none")
+	memLimit := fs.String("memory-limit", env("LANEFLEET_MEMORY_LIMIT"), "soft memory limit of the worker process, the Go runtime's (env LANEFLEET_MEMORY_LIMIT): "+memoryLimitHelp+"; the default is GOMEMLIMIT when set, else 90% of the cgroup memory limit when there is one, else 50% of the machine's memory (MemTotal)")
 	fs.StringVar(&cfg.MetricsListen, "metrics", env("LANEFLEET_METRICS"), "serve Prometheus /metrics, /healthz and /readyz on this host:port, e.g. 127.0.0.1:9464 (env LANEFLEET_METRICS; default none)")
 	fs.StringVar(&cfg.NATSMonitor, "nats-monitor", "", "embedded server: serve its monitoring endpoints (/varz, /jsz, /connz, /healthz) on this host:port, e.g. 127.0.0.1:8222 (no authentication: loopback unless --insecure-listen)")
 	fs.StringVar(&cfg.SkillsDir, "skills-dir", env("LANEFLEET_SKILLS_DIR"), "directory of skills (<name>/SKILL.md) offered to every session, besides each workspace's skills/ (env LANEFLEET_SKILLS_DIR)")
@@ -288,6 +292,16 @@ is set: spans go over OTLP/HTTP.`,
 		}
 		cfg.Hooks.ToolFailure = mode
 		cfg.ToolPolicy = tools.Policy{Allow: splitList(*toolsAllow), Deny: splitList(*toolsDeny), Approve: splitList(*toolsApprove)}
+		switch cfg.SessionTools {
+		case "":
+		case "tenant", "agent":
+			cfg.SessionSender = clientSender
+		default:
+			return usageError{fmt.Errorf("--session-tools must be tenant or agent, not %q", cfg.SessionTools)}
+		}
+		if cfg.ProcessesPerSession < 0 {
+			return usageError{fmt.Errorf("--processes-per-session must be 0 (the default) or more, not %d", cfg.ProcessesPerSession)}
+		}
 		switch *execApproval {
 		case "ask":
 			cfg.ToolPolicy.Approve = append(cfg.ToolPolicy.Approve, "exec")
@@ -315,7 +329,7 @@ is set: spans go over OTLP/HTTP.`,
 		if err != nil {
 			return usageError{err}
 		}
-		limit, why, err := memory.resolve(env("GOMEMLIMIT"), func() (cgroup.Limit, bool, error) { return cgroup.MemoryLimit("/") })
+		limit, why, err := memory.resolve(env("GOMEMLIMIT"), hostMemory)
 		if err != nil {
 			return usageError{err}
 		}
@@ -556,4 +570,20 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// clientSender is sessions_send's publisher: the Go client's Send over the
+// member's connection, not following the run.
+func clientSender(nc *nats.Conn) (fleet.SendFunc, error) {
+	c, err := lanefleet.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, key, text, id string) (string, error) {
+		run, err := c.Send(ctx, key, text, lanefleet.WithMessageID(id), lanefleet.WithoutFollow())
+		if err != nil {
+			return "", err
+		}
+		return run.ID, nil
+	}, nil
 }

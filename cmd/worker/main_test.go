@@ -34,7 +34,7 @@ func TestSanitizeSubcommand(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"--sync", "sometimes"}, {"--log-format", "xml"}, {"--no-such-flag"},
-		{"--max-inbound-bytes", "lots"}, {"--max-lanes-bytes", "-2"}, {"--exec-approval", "maybe"},
+		{"--max-inbound-bytes", "lots"}, {"--max-lanes-bytes", "-2"}, {"--exec-approval", "maybe"}, {"--session-tools", "all"}, {"--processes-per-session", "-1"},
 		{"--hooks-tool-failure", "maybe"}, {"--http-model-alias", "fast"}, {"permissions", "--role", "hook-server", "--user", "h"},
 		{"permissions", "--role", "operator", "--user", "u"},
 		{"permissions", "--role", "sender", "--user", "u"},

@@ -1,7 +1,8 @@
 // Package cgroup reads the Linux control groups the process belongs to:
 // where each hierarchy is mounted (/proc/self/mountinfo), the process's
 // cgroup in each (/proc/self/cgroup), and the memory limit that applies to
-// it (MemoryLimit). It only reads; package sandbox makes the cgroups of
+// it (MemoryLimit), and the machine's memory, which bounds a process that
+// no cgroup limits (PhysicalMemory, from /proc/meminfo). It only reads; package sandbox makes the cgroups of
 // exec's commands with what it finds.
 //
 // cgroup.go holds the parsing, memory.go the memory limit.

@@ -92,3 +92,45 @@ func readLimit(path string) (n int64, set bool, err error) {
 	}
 	return int64(v), true, nil
 }
+
+// PhysicalMemory is the machine's memory: MemTotal of /proc/meminfo below
+// root (root "/" on the host). In a container without a memory limit that
+// is the host's memory, which is what bounds the process there. ok is
+// false on a system without /proc/meminfo; err says what could not be
+// read or parsed.
+func PhysicalMemory(root string) (lim Limit, ok bool, err error) {
+	path := filepath.Join(root, "proc/meminfo")
+	b, err := readBounded(path, 64<<10)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Limit{}, false, nil
+	}
+	if err != nil {
+		return Limit{}, false, err
+	}
+	n, err := parseMemTotal(b)
+	if err != nil {
+		return Limit{}, false, fmt.Errorf("cgroup: %s: %w", path, err)
+	}
+	return Limit{Bytes: n, File: path}, true, nil
+}
+
+// parseMemTotal reads the MemTotal line of /proc/meminfo
+// ("MemTotal:       24683620 kB").
+func parseMemTotal(b []byte) (int64, error) {
+	for line := range strings.SplitSeq(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "MemTotal:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("MemTotal %q is not a size in kB", strings.TrimSpace(rest))
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || kb <= 0 || kb > noLimit>>10 {
+			return 0, fmt.Errorf("MemTotal %q is not a size in kB", strings.TrimSpace(rest))
+		}
+		return kb << 10, nil
+	}
+	return 0, errors.New("no MemTotal line")
+}

@@ -141,3 +141,75 @@ func TestMountDir(t *testing.T) {
 		}
 	}
 }
+
+// TestPhysicalMemory: MemTotal of /proc/meminfo files as hosts write them
+// (testdata), and the files it refuses.
+func TestPhysicalMemory(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		meminfo string // a file of testdata; "": none
+		want    int64  // 0: none
+		err     string
+	}{
+		{name: "a 24 GiB host", meminfo: "meminfo-host", want: 24683620 << 10},
+		{name: "a 2 GB VM", meminfo: "meminfo-2g", want: 2030464 << 10},
+		{name: "no /proc/meminfo (not Linux)"},
+		{name: "MemTotal that is no number", meminfo: "meminfo-bad-total", err: `MemTotal "lots kB" is not a size in kB`},
+		{name: "no MemTotal line", meminfo: "meminfo-no-total", err: "no MemTotal line"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			files := map[string]string{}
+			if tt.meminfo != "" {
+				b, err := os.ReadFile(filepath.Join("testdata", tt.meminfo))
+				if err != nil {
+					t.Fatal(err)
+				}
+				files["proc/meminfo"] = string(b)
+			}
+			root := tree(t, files)
+			lim, ok, err := PhysicalMemory(root)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err %v, want one saying %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != (tt.want > 0) || lim.Bytes != tt.want {
+				t.Fatalf("memory %d (found %v), want %d", lim.Bytes, ok, tt.want)
+			}
+			if tt.want > 0 && lim.File != filepath.Join(root, "proc/meminfo") {
+				t.Errorf("from %s", lim.File)
+			}
+		})
+	}
+}
+
+// TestParseMemTotal: the MemTotal line's edge cases.
+func TestParseMemTotal(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want int64 // 0: refused
+	}{
+		{"MemTotal:       1024 kB\n", 1 << 20},
+		{"MemFree: 5 kB\nMemTotal: 2048 kB", 2 << 20}, // not the first line, no newline at the end
+		{"MemTotal: 1024 MB\n", 0},                    // a unit the kernel never writes
+		{"MemTotal: 1024\n", 0},                       // no unit
+		{"MemTotal: -1 kB\n", 0},
+		{"MemTotal: 0 kB\n", 0},
+		{"MemTotal: 99999999999999999999 kB\n", 0}, // beyond int64
+		{"MemTotal: 9007199254740992 kB\n", 0},     // 8 EiB: would overflow in bytes
+		{"", 0},
+	} {
+		got, err := parseMemTotal([]byte(c.in))
+		if got != c.want || (err != nil) != (c.want == 0) {
+			t.Errorf("parseMemTotal(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+}

@@ -141,7 +141,7 @@ func agentFrom(ctx context.Context) *turnAgent {
 func (m *Member) seedAgent(ctx context.Context, t *lanes.Turn, a *agents.Agent) (*turnAgent, func(), error) {
 	ta := &turnAgent{a: a}
 	ws := a.WorkspaceName()
-	if m.ts == nil || m.ts.root == "" {
+	if m.toolSrc == nil || m.toolSrc.root == "" {
 		dir, err := m.agents.Dir(ctx, ws)
 		if err != nil {
 			return nil, nil, err
@@ -149,7 +149,7 @@ func (m *Member) seedAgent(ctx context.Context, t *lanes.Turn, a *agents.Agent) 
 		ta.files = dir
 		return ta, func() {}, nil
 	}
-	dir, err := m.ts.workspace(t.SessionKey)
+	dir, err := m.toolSrc.workspace(t.SessionKey)
 	if err != nil {
 		return nil, nil, err
 	}

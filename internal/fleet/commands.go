@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"time"
 
 	"github.com/lanefleet/lanefleet/chatcmd"
 	"github.com/lanefleet/lanefleet/compaction"
@@ -13,8 +12,9 @@ import (
 )
 
 // command answers a chat command the lane handed to the handler
-// (lanes.Turn.Command): a turn with no model call, a lifecycle end and a
-// reply, committed like any turn. /new and /reset start the transcript
+// (lanes.Turn.Command): a turn with no model call and a reply (which the
+// lane shows in the run's lifecycle end event too), committed like any
+// turn. /new and /reset start the transcript
 // anew (lanes.Outcome.Reset, in the same fenced write as the turn), and
 // the text after them runs as the new transcript's first message, through
 // the model like any message. The settings commands with an argument never
@@ -22,12 +22,13 @@ import (
 func (m *Member) command(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	c := t.Command
 	if c.Err != nil {
-		return refuse(t, events.KindInvalidInput, c.Err.Error()), nil
+		return refuse(events.KindInvalidInput, c.Err.Error()), nil
 	}
 	switch c.Name {
 	case chatcmd.New, chatcmd.Reset:
+		m.endSession(t.SessionKey) // its background processes go with the transcript
 		if c.Args == "" {
-			out := reply(t, "New session started: the transcript is empty; settings are kept.")
+			out := reply("New session started: the transcript is empty; settings are kept.")
 			out.Reset = true
 			return out, nil
 		}
@@ -44,15 +45,15 @@ func (m *Member) command(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 		}
 		return out, err
 	case chatcmd.Help:
-		return reply(t, chatcmd.HelpText()), nil
+		return reply(chatcmd.HelpText()), nil
 	case chatcmd.Status:
-		return reply(t, chatcmd.StatusText(m.status(t))), nil
+		return reply(chatcmd.StatusText(m.status(t))), nil
 	case chatcmd.Compact:
 		return m.compactNow(ctx, t)
 	}
 	// /model, /think, /verbose, /reasoning, /queue without an argument:
 	// what the session has.
-	return reply(t, c.Reply(storedSettings(t), m.sessionDefaults(t.SessionKey))), nil
+	return reply(c.Reply(storedSettings(t), m.sessionDefaults(t.SessionKey))), nil
 }
 
 // sessionDefaults are the defaults a session's command replies name: its
@@ -103,12 +104,11 @@ func (m *Member) status(t *lanes.Turn) chatcmd.StatusInfo {
 	return in
 }
 
-// reply ends a command's turn with its reply: a lifecycle end event
-// carrying the text, and a result whose payload is the text. Nothing is
+// reply ends a command's turn with its reply: a result whose payload is
+// the text, which the lane's lifecycle end event carries too. Nothing is
 // added to the transcript.
-func reply(t *lanes.Turn, text string) *lanes.Outcome {
-	t.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseEnd, EndedAt: time.Now().UnixMilli(), Text: text})
-	return &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}}
+func reply(text string) *lanes.Outcome {
+	return &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: text}}}, EndText: text}
 }
 
 // compactNow answers /compact: the runner compacts the transcript on the
@@ -122,7 +122,7 @@ func (m *Member) compactNow(ctx context.Context, t *lanes.Turn) (*lanes.Outcome,
 	if err != nil {
 		return nil, err
 	}
-	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, AuthProfile: out.AuthProfile}, nil
+	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, AuthProfile: out.AuthProfile, EndText: out.EndText}, nil
 }
 
 // shown is the sink of a turn's events as the session's /verbose and

@@ -3,6 +3,7 @@ package fleet
 import (
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
@@ -233,6 +234,28 @@ type Config struct {
 	// WebSearchURL is the SearXNG instance's URL, or another Brave
 	// endpoint. The operator's: web_fetch's guard does not apply to it.
 	WebSearchURL string
+
+	// Process offers the process tool (only with Exec): background
+	// commands through exec's sandbox, each session's own, on the worker
+	// that started them (tools.Processes). ProcessesPerSession caps one
+	// session's running processes (0 = tools.DefaultProcessesPerSession).
+	Process             bool
+	ProcessesPerSession int
+	// MemoryTools offers memory_search and memory_get over each
+	// workspace's MEMORY.md and memory/**/*.md (BM25, no embeddings).
+	// They read the workspace only; off by default all the same.
+	MemoryTools bool
+	// SessionTools offers sessions_list, sessions_history and
+	// sessions_send, reaching the sessions of the caller's tenant
+	// ("tenant") or of its tenant and agent ("agent"), never another
+	// tenant's; "" = off.
+	SessionTools string
+	// SessionSender makes sessions_send's publisher over the member's
+	// connection: a message onto the target's lane the way any sender's
+	// goes (cmd/worker gives the Go client's Send). Required with
+	// SessionTools; a field and not an import because the Go client's own
+	// tests start members of this package.
+	SessionSender func(nc *nats.Conn) (SendFunc, error)
 
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz

@@ -99,6 +99,10 @@ type Member struct {
 	storeDir string
 	// disk is the workspaces' filesystem (exec), unmounted at the end.
 	disk *sandbox.Disk
+	// toolSrc is the runs' tool source; procs its background processes
+	// (nil without the process tool), killed at the end.
+	toolSrc *toolSource
+	procs   *tools.Processes
 
 	defaultModel string
 	resolver     *registry.Resolver // the models' resolver (/status reads a model's context window)
@@ -246,8 +250,10 @@ func (m *Member) build(ctx context.Context) error {
 	if m.budgets != nil {
 		lcfg.Paused, lcfg.Tenant = m.budgets.Paused, m.budgets.Tenant
 	}
-	m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lcfg)
-	return err
+	if m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lcfg); err != nil {
+		return err
+	}
+	return m.startToolState(m.toolSrc)
 }
 
 // buildModels makes the member's model resolver and decides its models:
@@ -352,7 +358,8 @@ func (m *Member) runnerConfig(ctx context.Context, res *registry.Resolver) (runn
 		return runner.Config{}, err
 	}
 	ts.web = web
-	m.disk, m.ts = ts.disk, ts
+	m.disk = ts.disk
+	m.toolSrc = ts
 	compactor := runner.PiCompactor{Settings: compaction.DefaultSettings()}
 	compactor.Settings.Enabled = !cfg.NoCompaction
 	// Model output is masked before the observer sees it (a span's status
@@ -536,6 +543,9 @@ func (m *Member) MetricsAddr() string {
 }
 
 func (m *Member) close() {
+	if m.procs != nil {
+		m.procs.Close() // before the workspaces' filesystem goes
+	}
 	if m.Conn != nil && !m.Conn.IsConnected() {
 		// The server is gone: nothing to drain, and the auth store's
 		// watch stops with the connection (it waited 5 s to unsubscribe,

@@ -83,7 +83,7 @@ func TestClientToolTakesNoWorkerName(t *testing.T) {
 		}
 		_, err = run.Wait(ctx)
 		var re *lanefleet.RunError
-		want := `client tool "` + name + `" has the name of a worker tool (read, write, edit, apply_patch, exec, web_fetch, web_search): rename it`
+		want := `client tool "` + name + `" has the name of a worker tool (read, write, edit, apply_patch, exec, web_fetch, web_search, process, memory_search, memory_get, sessions_list, sessions_history, sessions_send): rename it`
 		if !errors.As(err, &re) || re.Kind != "invalid_input" || re.Message != want {
 			t.Fatalf("client tool %s: %v; want invalid_input %q", name, err, want)
 		}

@@ -95,6 +95,9 @@ func (m *Member) forget(ctx context.Context, key string) (int, bool, error) {
 	for try := 1; ; try++ {
 		n, err := m.Worker.Forget(ctx, key)
 		if !errors.Is(err, lanes.ErrBusy) {
+			if err == nil {
+				m.endSession(key)
+			}
 			return n, false, err
 		}
 		if try == forgetBusyTries {

@@ -22,6 +22,7 @@ import (
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
+	"github.com/lanefleet/lanefleet/tools/sessions"
 	"github.com/lanefleet/lanefleet/tools/webfetch"
 	"github.com/lanefleet/lanefleet/tools/websearch"
 )
@@ -36,6 +37,14 @@ type toolSource struct {
 	disk   *sandbox.Disk    // the workspaces' filesystem; nil = not bounded
 	remote *remote.Registry // nil = no remote tools
 	web    tools.List       // web_fetch, web_search when configured: shared by every run
+	// procs holds the process tool's background processes (nil = no
+	// process tool); set by build once the worker has its id.
+	procs *tools.Processes
+	// memory caches the memory files' index (nil = no memory tools).
+	memory *tools.MemoryCache
+	// sessions serves the session tools (nil = none).
+	sessions       sessions.Backend
+	sessionsPolicy sessions.Policy
 	// The system prompt: base text, skills directories (lowest priority
 	// first; each workspace's skills/ comes last) and per-skill settings.
 	base      string
@@ -67,8 +76,17 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store 
 		}
 		ts.skillDirs = []string{cfg.SkillsDir}
 	}
+	if cfg.Process && !cfg.Exec {
+		return nil, errors.New("fleet: Process (--process) without Exec (--exec): background commands run in exec's sandbox")
+	}
 	if cfg.NoBuiltinTools {
+		if cfg.Process || cfg.MemoryTools {
+			return nil, errors.New("fleet: NoBuiltinTools (--no-builtin-tools) with Process or MemoryTools (--process, --memory-tools), which work in the workspaces")
+		}
 		return ts, nil
+	}
+	if cfg.MemoryTools {
+		ts.memory = tools.NewMemoryCache()
 	}
 	root := cfg.WorkspaceRoot
 	switch {
@@ -373,10 +391,31 @@ func (s *toolSource) Tools(ctx context.Context, in runner.Input) (tools.Set, err
 			}
 			builtin = append(builtin, ex)
 		}
+		if s.procs != nil {
+			p, err := s.procs.Tool(w, in.SessionKey)
+			if err != nil {
+				return nil, err
+			}
+			builtin = append(builtin, p)
+		}
+		if s.memory != nil {
+			mem, err := tools.Memory(w, s.memory)
+			if err != nil {
+				return nil, err
+			}
+			builtin = append(builtin, mem...)
+		}
 		// Built-in tools win over remote tools of the same name.
 		rt.List = append(rt.List, builtin...)
 	}
 	rt.List = append(rt.List, s.web...)
+	if s.sessions != nil {
+		st, err := sessions.Tools(s.sessions, s.sessionsPolicy, in.SessionKey, in.RunID)
+		if err != nil {
+			return nil, err
+		}
+		rt.List = append(rt.List, st...)
+	}
 	rt.List = maskTools(rt.List, s.red)
 	return rt, nil
 }

@@ -27,20 +27,20 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		// told at once, and the message is not kept (re-running it
 		// cannot succeed until an operator defines the agent; the
 		// sender who was told resends).
-		return refuse(t, events.KindInvalidInput, why), nil
+		return refuse(events.KindInvalidInput, why), nil
 	}
 	if ag != nil {
 		if inbound, why = m.applyAgent(ag, inbound, &settings, &from); why != "" {
-			return refuse(t, events.KindInvalidInput, why), nil
+			return refuse(events.KindInvalidInput, why), nil
 		}
 	}
 	if ref := inbound.Model; ref != "" {
 		if why := m.models.Refuse(ref, from); why != "" {
-			return refuse(t, events.KindInvalidInput, why), nil
+			return refuse(events.KindInvalidInput, why), nil
 		}
 	}
 	if why := m.clientToolClash(inbound.Tools); why != "" {
-		return refuse(t, events.KindInvalidInput, why), nil
+		return refuse(events.KindInvalidInput, why), nil
 	}
 	if settings.AuthProfileLocked {
 		store, _ := fleetAuth{s: m.Auth, creds: m.creds}.Snapshot()
@@ -49,7 +49,7 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 			if t.Inbound.AuthProfile == "" {
 				where = " (the session's setting)"
 			}
-			return refuse(t, events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
+			return refuse(events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
 		}
 	}
 	if ag != nil {
@@ -81,7 +81,7 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		}
 		return nil, err
 	}
-	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile}, nil
+	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile, EndText: out.EndText}, nil
 }
 
 // clientToolClash says why client tools take a worker tool's name ("" when
@@ -163,10 +163,9 @@ func runSettings(t *lanes.Turn) (inbound *events.Inbound, s runner.Settings, fro
 	return inbound, s, from
 }
 
-// refuse ends a turn the runner never sees with an error event and an error
-// result; nothing is added to the transcript.
-func refuse(t *lanes.Turn, kind, msg string) *lanes.Outcome {
-	t.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseError, Error: msg, EndedAt: time.Now().UnixMilli(), Attempt: t.Attempt})
+// refuse ends a turn the runner never sees with an error result (the lane
+// shows it in the run's error event); nothing is added to the transcript.
+func refuse(kind, msg string) *lanes.Outcome {
 	return &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: msg, IsError: true}},
 		Meta: events.Meta{Error: &events.RunError{Kind: kind, Message: msg}}}}
 }

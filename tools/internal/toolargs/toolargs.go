@@ -119,3 +119,25 @@ func Int(args map[string]any, key string) (int64, bool, error) {
 	const limit = 1 << 53
 	return int64(max(-limit, min(limit, f))), true, nil
 }
+
+// Bool returns the optional boolean argument key; "true" and "false" as
+// strings are accepted, a missing or null argument is false.
+func Bool(args map[string]any, key string) (bool, error) {
+	v, ok := args[key]
+	if !ok || v == nil {
+		return false, nil
+	}
+	switch x := v.(type) {
+	case bool:
+		return x, nil
+	case string:
+		switch strings.ToLower(strings.TrimSpace(x)) {
+		case "true":
+			return true, nil
+		case "false", "":
+			return false, nil
+		}
+		return false, fmt.Errorf("argument %q must be a boolean, got the string %.40q", key, x)
+	}
+	return false, fmt.Errorf("argument %q must be a boolean, got %s", key, kind(v))
+}
