@@ -84,13 +84,11 @@ type Member struct {
 	agents       *agentstore.Cache
 	defaultAgent string
 	agentTmp     string
-	// ts is the runs' tool source and prompt.
-	ts    *toolSource
-	Tools *remote.Registry // nil when remote tools are off
-	Hooks *hooks.Registry  // nil without hooks
-	log   zerolog.Logger
-	obs   observer
-	creds *authprofile.Store // the member's auth profiles
+	Tools        *remote.Registry // nil when remote tools are off
+	Hooks        *hooks.Registry  // nil without hooks
+	log          zerolog.Logger
+	obs          observer
+	creds        *authprofile.Store // the member's auth profiles
 	// metricsSrv serves /metrics, /healthz and /readyz; nil when off.
 	metricsSrv *metrics.Server
 	// storeLock keeps a second embedded server off the data directory.
