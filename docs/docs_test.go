@@ -26,6 +26,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/agents"
 	"github.com/lanefleet/lanefleet/gateway"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
@@ -284,6 +285,10 @@ func TestJSON(t *testing.T) {
 				return err
 			}
 			return strictModels(b)
+		},
+		"agent": func(b []byte) error {
+			_, err := agents.ParseJSON(b)
+			return err
 		},
 		"gateway-tokens": func(b []byte) error {
 			_, err := gateway.ParseTokens(bytes.NewReader(b))

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/agents"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/gateway/route"
 )
@@ -74,7 +75,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	bodies := map[string]any{"SendRequest": SendRequest{}, "SettingsChange": SettingsChange{}, "Decision": Decision{},
 		"DeadSelect": admin.DeadSelect{}, "ScheduleRequest": ScheduleRequest{}, "Image": events.Image{}, "ClientTool": events.ClientTool{}, "ToolResult": events.ToolResult{},
-		"BudgetLimits": BudgetLimits{}}
+		"BudgetLimits": BudgetLimits{}, "Agent": agents.Agent{}}
 	for name, v := range bodies {
 		sch, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -68,7 +68,7 @@ func (s *Server) nativeRoutes() []route.Route {
 		{Method: "GET", Pattern: "/api/dead-letters/{seq}", Reach: route.Fleet, Handler: h(s.deadLetter)},
 		{Method: "POST", Pattern: "/api/dead-letters/replay", Reach: route.Fleet, Handler: h(s.replayDead)},
 		{Method: "POST", Pattern: "/api/dead-letters/purge", Reach: route.Fleet, Handler: h(s.purgeDead)},
-	}, s.scheduleRoutes()...)
+	}, append(s.scheduleRoutes(), s.agentRoutes()...)...)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

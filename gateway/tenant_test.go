@@ -123,6 +123,18 @@ func TestTenantIsolation(t *testing.T) {
 					}
 				}
 			case route.Caller:
+				if strings.HasPrefix(rt.Pattern, "/api/agents/{id}") {
+					// An agent none of whose sessions the caller
+					// reaches: as for no such agent.
+					for _, who := range []string{"acme", "acme-viewer"} {
+						resp := b.do(t, who, rt.Method, fillPattern(rt.Pattern), "")
+						resp.Body.Close()
+						if resp.StatusCode != 404 {
+							t.Fatalf("%s: %d, want 404", who, resp.StatusCode)
+						}
+					}
+					break
+				}
 				for _, who := range []string{"acme", "acme-viewer"} {
 					resp := b.do(t, who, rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
 					body, _ := io.ReadAll(resp.Body)

@@ -99,7 +99,7 @@ func (o *owner) read(raw *jetstream.RawStreamMsg) collected {
 	if err != nil {
 		in = nil
 	} else {
-		in, cmd = chatCommand(in, o.w.cfg.ChatCommands)
+		in, cmd = chatCommand(in, o.w.chatCommands(o.key))
 	}
 	c := collected{raw: raw, in: in, cmd: cmd, msg: msgOf(raw, in, cmd, o.storedMode(), o.now())}
 	if c.dupOf = o.lane.ids.Note(raw.Header.Get(events.HeaderLaneMsgID), raw.Sequence, raw.Time); c.dupOf != 0 {

@@ -87,7 +87,7 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	q := o.quiet
 	if q == nil {
 		q = &quietWatch{notify: make(chan struct{}, 1)}
-		sub, err := o.w.nc.Subscribe(o.subject, q.arrived(o.w.cfg.MaxPayload, o.w.cfg.ChatCommands, o.w.now))
+		sub, err := o.w.nc.Subscribe(o.subject, q.arrived(o.w.cfg.MaxPayload, o.w.chatCommands(o.key), o.w.now))
 		if err != nil {
 			o.log.Debug().Err(err).Msg("watch for interrupts")
 			return turnCtx, func() { cancel(nil) }

@@ -96,6 +96,10 @@ type Config struct {
 	// Turn.Command, in lane order like any message. Off, such a text is a
 	// prompt like any other.
 	ChatCommands bool
+	// CommandsOff, when set, turns ChatCommands off for one session: its
+	// messages go to the handler as they are (a named agent whose
+	// operator turned its commands off). nil = none.
+	CommandsOff func(key string) bool
 	// ChatDefaults are the worker's model and thinking level, named by
 	// the replies of the settings commands for a session that sets none.
 	ChatDefaults chatcmd.Defaults
@@ -165,6 +169,12 @@ func (c Config) withDefaults() Config {
 
 // now reads the worker's clock (Config.Now).
 func (w *Worker) now() time.Time { return w.cfg.Now() }
+
+// chatCommands reports whether a session's messages are read as chat
+// commands.
+func (w *Worker) chatCommands(key string) bool {
+	return w.cfg.ChatCommands && (w.cfg.CommandsOff == nil || !w.cfg.CommandsOff(key))
+}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -104,6 +104,15 @@ const (
 	// fire.<id>: workers arm timers and consume firings.
 	SchedulesStream = "AGENT_SCHED"
 	SchedulesPrefix = "agent.sched."
+	// AgentsBucket holds the named agents' definitions
+	// (agentstore.DefaultBucket): workers only read (watch) it; the
+	// admin role writes it.
+	AgentsBucket = "agents"
+	// AgentFilesBucket is the object store of the agents' workspace
+	// files (agentstore.DefaultFilesBucket), on the stream OBJ_<name>:
+	// workers read it and put back the memory files their turns change;
+	// the admin role writes any file.
+	AgentFilesBucket = "agent-files"
 
 	// StepsStream is the runs' step journal stream (kvstore.StepsStream),
 	// on subjects StepsPrefix<lane>.<inbound seq>.<step>.
@@ -330,6 +339,10 @@ func workerPermissions(inbox string) Permissions {
 		// timers (message schedules on AGENT_SCHED).
 		"$KV."+SchedulesBucket+".>",
 		SchedulesPrefix+">",
+		// The agents' workspace files: the memory files turns change go
+		// back (chunks and meta). The agents bucket gets no KV write: a
+		// worker never changes a definition.
+		"$O."+AgentFilesBucket+".>",
 		// The runs' step journals (steps and re-runs' barriers).
 		StepsPrefix+">",
 		// Run events and dead letters.
@@ -360,10 +373,10 @@ func workerPermissions(inbox string) Permissions {
 }
 
 // FleetStreams are the JetStream streams of a fleet: its five streams and
-// the streams of its five buckets.
+// the streams of its six buckets and its object store.
 func FleetStreams() []string {
 	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream, SchedulesStream,
-		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + BudgetsBucket, "KV_" + SchedulesBucket}
+		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + BudgetsBucket, "KV_" + SchedulesBucket, "KV_" + AgentsBucket, "OBJ_" + AgentFilesBucket}
 }
 
 // microControl returns the control subjects a NATS micro service named

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/lanefleet/lanefleet/agentstore"
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/budgetstore"
 	"github.com/lanefleet/lanefleet/events"
@@ -51,6 +52,8 @@ func TestNamesMatchTheAdapters(t *testing.T) {
 		{SchedulesBucket, schedstore.DefaultBucket},
 		{SchedulesStream, schedstore.Stream},
 		{SchedulesPrefix, schedstore.SubjectPrefix},
+		{AgentsBucket, agentstore.DefaultBucket},
+		{AgentFilesBucket, agentstore.DefaultFilesBucket},
 		{StepsStream, kvstore.StepsStream},
 		{StepsPrefix, kvstore.StepsPrefix},
 	} {

@@ -184,7 +184,7 @@ func (r *Runner) Compact(ctx context.Context, in Input, focus string, sink Sink)
 	}
 	ref := in.Inbound.Model
 	if ref == "" {
-		ref = r.cfg.DefaultModel
+		ref = r.defaultModel(in.Settings)
 	}
 	m, prov, _, err := setupModel(r.cfg.Resolver, ref, r.cfg.Window)
 	if err != nil {

@@ -106,6 +106,34 @@ type Settings struct {
 	// (Config.ToolPolicy): it can refuse more tools and ask approval for
 	// more, never allow what the worker refuses.
 	Tools tools.Policy
+	// AgentTools are the run's agent's tool policies (its profile, its
+	// lists), applied like Tools: within the worker's, never widening it.
+	AgentTools []tools.Policy
+	// Model is the run's default model (its agent's), in place of
+	// Config.DefaultModel: the model a message that names none runs on,
+	// and the primary of the fallback chain. "" = Config.DefaultModel.
+	Model string
+	// Fallbacks replace Config.Fallbacks when not empty (the run's
+	// agent's fallback models).
+	Fallbacks []string
+}
+
+// defaultModel is the run's default model: Settings.Model, else the
+// worker's.
+func (r *Runner) defaultModel(s Settings) string {
+	if s.Model != "" {
+		return s.Model
+	}
+	return r.cfg.DefaultModel
+}
+
+// fallbacks are the run's fallback models: Settings.Fallbacks, else the
+// worker's.
+func (r *Runner) fallbacks(s Settings) []string {
+	if len(s.Fallbacks) > 0 {
+		return s.Fallbacks
+	}
+	return r.cfg.Fallbacks
 }
 
 // Output is a finished turn: the entries to append and the result.
@@ -374,9 +402,9 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 
 	ref := in.Inbound.Model
 	if ref == "" {
-		ref = r.cfg.DefaultModel
+		ref = r.defaultModel(in.Settings)
 	}
-	fcfg := &fallback.Config{Primary: r.cfg.DefaultModel, Fallbacks: r.cfg.Fallbacks, Aliases: r.cfg.Aliases}
+	fcfg := &fallback.Config{Primary: r.defaultModel(in.Settings), Fallbacks: r.fallbacks(in.Settings), Aliases: r.cfg.Aliases}
 	requested, ok := fcfg.ParseRef(ref, "")
 	if !ok || requested.Provider == "" {
 		// A model that cannot even be named is never answered by another
@@ -480,7 +508,7 @@ func (ru *run) tryModel(ctx context.Context, step fallback.Step, after provider.
 	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
 		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
-		fallbackConfigured: len(cfg.Fallbacks) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
+		fallbackConfigured: len(ru.r.fallbacks(ru.in.Settings)) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
 		hop: step.Index, after: after, now: cfg.Now, stateErr: ru.stateErr}, ru)
 }
 

@@ -130,7 +130,7 @@ func (ru *run) setupTools(ctx context.Context) (raw tools.Set, err error) {
 			return nil, fmt.Errorf("runner: tools: %w", err)
 		}
 	}
-	ru.policy = tools.Policies{ru.r.cfg.ToolPolicy, ru.in.Settings.Tools}
+	ru.policy = append(append(tools.Policies{ru.r.cfg.ToolPolicy}, ru.in.Settings.AgentTools...), ru.in.Settings.Tools)
 	ru.tools = ru.policy.Filter(raw)
 	if ru.tools != nil {
 		ru.specs = ru.tools.Specs()

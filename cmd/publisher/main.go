@@ -234,7 +234,7 @@ command line.`,
 		cmd.GroupID = "session"
 		root.AddCommand(cmd)
 	}
-	for _, cmd := range []*cobra.Command{runsCommand(c), sessionsCommand(c), backlogCommand(c), dlqCommand(c), authCommand(c), budgetCommand(c), quotaCommand(c), scheduleCommand(c)} {
+	for _, cmd := range []*cobra.Command{runsCommand(c), sessionsCommand(c), backlogCommand(c), dlqCommand(c), authCommand(c), budgetCommand(c), quotaCommand(c), scheduleCommand(c), agentsCommand(c)} {
 		cmd.GroupID = "ops"
 		root.AddCommand(cmd)
 	}

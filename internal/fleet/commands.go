@@ -53,7 +53,22 @@ func (m *Member) command(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	}
 	// /model, /think, /verbose, /reasoning, /queue without an argument:
 	// what the session has.
-	return reply(c.Reply(storedSettings(t), m.chatDefaults())), nil
+	return reply(c.Reply(storedSettings(t), m.sessionDefaults(t.SessionKey))), nil
+}
+
+// sessionDefaults are the defaults a session's command replies name: its
+// agent's model and thinking level where it sets them, else the worker's.
+func (m *Member) sessionDefaults(key string) chatcmd.Defaults {
+	d := m.chatDefaults()
+	if a, _ := m.agentOf(key); a != nil {
+		if a.Model != "" {
+			d.Model = a.Model
+		}
+		if a.Thinking != "" {
+			d.Thinking = a.Thinking
+		}
+	}
+	return d
 }
 
 // chatDefaults are the worker's defaults the command replies name.
@@ -74,10 +89,10 @@ func storedSettings(t *lanes.Turn) *events.Settings {
 // status is what /status reports of the session, from what the turn
 // carries: its stored settings and state, its transcript.
 func (m *Member) status(t *lanes.Turn) chatcmd.StatusInfo {
-	in := chatcmd.StatusInfo{Settings: storedSettings(t), Defaults: m.chatDefaults(), AuthProfile: t.State.AuthProfile,
+	in := chatcmd.StatusInfo{Settings: storedSettings(t), Defaults: m.sessionDefaults(t.SessionKey), AuthProfile: t.State.AuthProfile,
 		Entries: len(t.History), State: t.State}
 	in.ContextTokens = compaction.ContextTokens(sessionfile.MessagesShared(t.History))
-	ref := m.defaultModel
+	ref := in.Defaults.Model
 	if t.Settings != nil && t.Settings.Model != "" {
 		ref = t.Settings.Model
 	}

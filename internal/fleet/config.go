@@ -183,6 +183,19 @@ type Config struct {
 	// no firing (package schedstore). A fleet's schedules fire while any
 	// worker runs without it.
 	NoSchedules bool
+	// Named agents (packages agents, agentstore). A session whose key
+	// names an agent ("agent:<id>:…") runs as that agent: its system
+	// prompt, model, fallbacks, thinking level, tool policy (within
+	// ToolPolicy), skills and chat-command switch, and its workspace's
+	// files seeded into the session's directory at every turn; any other
+	// session runs as DefaultAgent when it is defined (default
+	// agents.DefaultID, "main"), else as the worker is configured.
+	// NoAgents turns agents off (no agents bucket, no agent-files object
+	// store). AgentCacheDir holds the worker's copies of the workspaces'
+	// files; default <DataDir>/agent-files, else a temporary directory.
+	DefaultAgent  string
+	NoAgents      bool
+	AgentCacheDir string
 	// Exec offers the exec tool: a shell in the session's workspace,
 	// confined by package sandbox. Start fails where the platform cannot
 	// confine it, unless ExecUnconfined is also set.
@@ -301,6 +314,10 @@ type Limits struct {
 	// Schedules bounds the schedules bucket (default 64 MiB); their
 	// stream AGENT_SCHED is sized by the most schedules a fleet holds.
 	Schedules int64
+	// Agents and AgentFiles: the agents bucket (default 16 MiB) and the
+	// agent-files object store of their workspaces (default 64 MiB).
+	Agents     int64
+	AgentFiles int64
 	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
 	// and bytes its lane may hold; at the limit the session's sender is
 	// refused and nobody else.

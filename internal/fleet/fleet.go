@@ -36,6 +36,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/agentstore"
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/blockchunk"
@@ -80,11 +81,17 @@ type Member struct {
 	budgets *budgets
 	// schedules holds the fleet's schedules (nil with NoSchedules).
 	schedules *schedstore.Store
-	Tools     *remote.Registry // nil when remote tools are off
-	Hooks     *hooks.Registry  // nil without hooks
-	log       zerolog.Logger
-	obs       observer
-	creds     *authprofile.Store // the member's auth profiles
+	// agents are the named agents (nil with NoAgents); defaultAgent is
+	// the agent of a key that names none; agentTmp a temporary copy
+	// directory of their files, removed at the end.
+	agents       *agentstore.Cache
+	defaultAgent string
+	agentTmp     string
+	Tools        *remote.Registry // nil when remote tools are off
+	Hooks        *hooks.Registry  // nil without hooks
+	log          zerolog.Logger
+	obs          observer
+	creds        *authprofile.Store // the member's auth profiles
 	// metricsSrv serves /metrics, /healthz and /readyz; nil when off.
 	metricsSrv *metrics.Server
 	// storeLock keeps a second embedded server off the data directory.
@@ -237,6 +244,9 @@ func (m *Member) build(ctx context.Context) error {
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
 		ChatCommands: !cfg.NoChatCommands, ChatDefaults: m.chatDefaults(),
+	}
+	if m.agents != nil {
+		lcfg.CommandsOff = m.commandsOff
 	}
 	if m.budgets != nil {
 		lcfg.Paused, lcfg.Tenant, lcfg.PauseNotice = m.budgets.Paused, m.budgets.Tenant, m.budgets.PauseNotice
@@ -417,6 +427,11 @@ func (m *Member) openState(ctx context.Context) error {
 			return err
 		}
 	}
+	if m.agents == nil && !cfg.NoAgents {
+		if err := m.openAgents(ctx); err != nil {
+			return err
+		}
+	}
 	if m.Runs == nil {
 		if m.Runs, err = kvstore.OpenRuns(ctx, m.JS, kvstore.RunsConfig{Replicas: cfg.Replicas, MaxAge: cfg.RunsRegistryTTL, MaxBytes: cfg.Limits.Runs}); err != nil {
 			return err
@@ -561,6 +576,12 @@ func (m *Member) close() {
 	}
 	if m.budgets != nil {
 		_ = m.budgets.store.Close()
+	}
+	if m.agents != nil {
+		_ = m.agents.Close()
+	}
+	if m.agentTmp != "" {
+		_ = os.RemoveAll(m.agentTmp)
 	}
 	if m.Conn != nil && !m.Conn.IsClosed() {
 		_ = m.Conn.Drain()

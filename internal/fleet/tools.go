@@ -240,7 +240,7 @@ func workspaceDisk(cfg Config, root, store string, log zerolog.Logger) (*sandbox
 // gets its own workspace read-write).
 func newSandbox(ctx context.Context, cfg Config, root string) (*sandbox.Sandbox, error) {
 	sc := sandbox.Config{Unconfined: cfg.ExecUnconfined, AllowRoot: cfg.ExecAllowRoot, Cgroup: cfg.ExecCgroup, Workspaces: root}
-	for _, p := range []string{cfg.DataDir, cfg.AuthProfiles, cfg.ModelsFile, cfg.CredsFile, cfg.NKeyFile, cfg.TLSKey, cfg.TLSCert, cfg.TLSCA, root} {
+	for _, p := range []string{cfg.DataDir, cfg.AuthProfiles, cfg.ModelsFile, cfg.CredsFile, cfg.NKeyFile, cfg.TLSKey, cfg.TLSCert, cfg.TLSCA, cfg.AgentCacheDir, root} {
 		if p == "" {
 			continue
 		}
@@ -319,19 +319,31 @@ func (s *toolSource) ownSkills(skills []agentprompt.Skill) []agentprompt.Skill {
 
 // SystemPrompt implements runner.PromptSource: the base prompt, the tools,
 // the workspace, its skills and context files (AGENTS.md, ...), the date.
-func (s *toolSource) SystemPrompt(_ context.Context, in runner.Input, set tools.Set, specs []provider.Tool) string {
+func (s *toolSource) SystemPrompt(ctx context.Context, in runner.Input, set tools.Set, specs []provider.Tool) string {
 	pin := agentprompt.Input{BasePrompt: s.base, Now: s.now().UTC().Truncate(time.Minute)}
 	if rt, ok := set.(runTools); ok {
 		pin.Workspace, pin.Skills = rt.ws, rt.skills // found once for the run by Tools
 	} else if s.root != "" {
 		pin.Workspace, _ = s.workspace(in.SessionKey)
-		pin.Skills = s.skills(pin.Workspace)
+		pin.Skills = agentSkills(ctx, s.skills(pin.Workspace))
 	}
 	for _, t := range specs {
 		pin.Tools = append(pin.Tools, agentprompt.Tool{Name: t.Name, Description: t.Description})
 	}
-	if pin.Workspace != "" {
-		files, warns := agentprompt.LoadContextFiles(pin.Workspace, agentprompt.ContextOptions{})
+	// A named agent's prompt replaces the worker's base; its workspace's
+	// files are in the session's directory (seeded for the turn), or in
+	// the worker's copy when the run has none.
+	files := pin.Workspace
+	if ta := agentFrom(ctx); ta != nil {
+		if ta.a.SystemPrompt != "" {
+			pin.BasePrompt = ta.a.SystemPrompt
+		}
+		if files == "" {
+			files = ta.files
+		}
+	}
+	if files != "" {
+		files, warns := agentprompt.LoadContextFiles(files, agentprompt.ContextOptions{})
 		for _, w := range warns {
 			s.log.Warn().Str("path", w.Path).Msg(w.Message)
 		}
@@ -349,7 +361,7 @@ type runTools struct {
 }
 
 // Tools implements runner.ToolSource.
-func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error) {
+func (s *toolSource) Tools(ctx context.Context, in runner.Input) (tools.Set, error) {
 	var rt runTools
 	if s.remote != nil {
 		for _, t := range s.remote.Tools() {
@@ -357,13 +369,13 @@ func (s *toolSource) Tools(_ context.Context, in runner.Input) (tools.Set, error
 		}
 	}
 	if s.root == "" {
-		rt.skills = s.skills("") // the fleet's skills, for the prompt
+		rt.skills = agentSkills(ctx, s.skills("")) // the fleet's skills, for the prompt
 	} else {
 		dir, err := s.workspace(in.SessionKey)
 		if err != nil {
 			return nil, err
 		}
-		rt.ws, rt.skills = dir, s.skills(dir)
+		rt.ws, rt.skills = dir, agentSkills(ctx, s.skills(dir))
 		env := append([]string{"HOME=" + dir, "PWD=" + dir}, s.env...)
 		// Skill variables go only to a command that names them.
 		named := agentprompt.Environ(nil, s.ownSkills(rt.skills), s.skillCfg)

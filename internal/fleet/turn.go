@@ -21,6 +21,19 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		return m.command(ctx, t)
 	}
 	inbound, settings, from := runSettings(t)
+	ag, why := m.agentOf(t.SessionKey)
+	if why != "" {
+		// Refused like a model the fleet does not run: the sender is
+		// told at once, and the message is not kept (re-running it
+		// cannot succeed until an operator defines the agent; the
+		// sender who was told resends).
+		return refuse(events.KindInvalidInput, why), nil
+	}
+	if ag != nil {
+		if inbound, why = m.applyAgent(ag, inbound, &settings, &from); why != "" {
+			return refuse(events.KindInvalidInput, why), nil
+		}
+	}
 	if ref := inbound.Model; ref != "" {
 		if why := m.models.Refuse(ref, from); why != "" {
 			return refuse(events.KindInvalidInput, why), nil
@@ -38,6 +51,14 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 			}
 			return refuse(events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
 		}
+	}
+	if ag != nil {
+		ta, writeBack, err := m.seedAgent(ctx, t, ag)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: agent %s: workspace: %w", ag.ID, err)
+		}
+		defer writeBack()
+		ctx = withAgent(ctx, ta)
 	}
 	reg := m.register(ctx, t)
 	defer reg.clear(ctx)

@@ -1,0 +1,141 @@
+package agentstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/agents"
+)
+
+// Files is the workspaces' object store: one object per file, named
+// "<workspace>/<path>". Every put is a new version of the object (the
+// store keeps the latest; its digest says which version a worker has).
+type Files struct {
+	obs jetstream.ObjectStore
+	cfg BucketConfig
+}
+
+// FileInfo is one stored file.
+type FileInfo struct {
+	Path   string `json:"path"`
+	Size   uint64 `json:"size"`
+	Digest string `json:"digest"` // "SHA-256=<base64url>", as the object store writes it
+}
+
+// OpenFiles creates the object store when it is missing, or binds to it.
+func OpenFiles(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (*Files, error) {
+	cfg = cfg.withDefaults()
+	obs, err := js.ObjectStore(ctx, cfg.FilesBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      cfg.FilesBucket,
+			Description: "Lanefleet agent workspaces: identity, instruction, memory and skill files",
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			MaxBytes:    cfg.FilesMaxBytes,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			obs, err = js.ObjectStore(ctx, cfg.FilesBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentstore: open object store %s: %w", cfg.FilesBucket, err)
+	}
+	return &Files{obs: obs, cfg: cfg}, nil
+}
+
+// objectName is a workspace file's object, after checking both names.
+func objectName(ws, path string) (string, error) {
+	if err := agents.ValidID(ws); err != nil {
+		return "", fmt.Errorf("workspace: %w", err)
+	}
+	if err := agents.ValidFilePath(path); err != nil {
+		return "", err
+	}
+	return ws + "/" + path, nil
+}
+
+// Put stores a file of a workspace (at most agents.MaxFileBytes).
+func (f *Files) Put(ctx context.Context, ws, path string, data []byte) (FileInfo, error) {
+	name, err := objectName(ws, path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if len(data) > agents.MaxFileBytes {
+		return FileInfo{}, fmt.Errorf("%w: file %s is %d bytes, the limit is %d", agents.ErrInvalid, path, len(data), agents.MaxFileBytes)
+	}
+	info, err := f.obs.PutBytes(ctx, name, data)
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("agentstore: put %s: %w", name, err)
+	}
+	return FileInfo{Path: path, Size: info.Size, Digest: info.Digest}, nil
+}
+
+// Get reads a file of a workspace; ErrNotFound when there is none.
+func (f *Files) Get(ctx context.Context, ws, path string) ([]byte, error) {
+	name, err := objectName(ws, path)
+	if err != nil {
+		return nil, err
+	}
+	info, err := f.obs.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: file %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentstore: get %s: %w", name, err)
+	}
+	if info.Size > agents.MaxFileBytes {
+		return nil, fmt.Errorf("%w: file %s is %d bytes, the limit is %d", agents.ErrInvalid, name, info.Size, agents.MaxFileBytes)
+	}
+	b, err := f.obs.GetBytes(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: file %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentstore: get %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// List lists a workspace's files, sorted by path.
+func (f *Files) List(ctx context.Context, ws string) ([]FileInfo, error) {
+	if err := agents.ValidID(ws); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	infos, err := f.obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentstore: list %s: %w", ws, err)
+	}
+	var out []FileInfo
+	for _, in := range infos {
+		if p, ok := strings.CutPrefix(in.Name, ws+"/"); ok && !in.Deleted && agents.ValidFilePath(p) == nil {
+			out = append(out, FileInfo{Path: p, Size: in.Size, Digest: in.Digest})
+		}
+	}
+	slices.SortFunc(out, func(a, b FileInfo) int { return strings.Compare(a.Path, b.Path) })
+	return out, nil
+}
+
+// Delete removes a file of a workspace; ErrNotFound when there is none.
+func (f *Files) Delete(ctx context.Context, ws, path string) error {
+	name, err := objectName(ws, path)
+	if err != nil {
+		return err
+	}
+	err = f.obs.Delete(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("%w: file %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return fmt.Errorf("agentstore: delete %s: %w", name, err)
+	}
+	return nil
+}
