@@ -70,14 +70,26 @@ func ensureSteps(ctx context.Context, js jetstream.JetStream, cfg Config) (jetst
 		MaxMsgsPerSubject: 1,
 		AllowDirect:       DirectGet(cfg.Replicas), // a re-run reads what the leader has
 	}
-	s, err := js.CreateStream(ctx, sc)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		s, err = js.UpdateStream(ctx, sc)
-	}
+	s, err := EnsureStream(ctx, js, sc)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: stream %s: %w", StepsStream, err)
 	}
 	return s, nil
+}
+
+// EnsureStream updates the stream to cfg, or creates it when there is
+// none. The update comes first because JetStream checks a create's byte
+// reservation before it finds the stream exists: a worker joining a fleet
+// whose store is reserved in full would be refused a stream that is there.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.UpdateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another worker's, just now
+			s, err = js.UpdateStream(ctx, cfg)
+		}
+	}
+	return s, err
 }
 
 // Journal is the step journal of one turn (lane token, inbound sequence)

@@ -290,14 +290,18 @@ func withLaneCap(c jetstream.StreamConfig, n int64) jetstream.StreamConfig {
 // or updates it, with a cap no lane holds more than (safeLaneCap). It
 // returns the cap set.
 func ensureInbound(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, target int64) (jetstream.Stream, int64, error) {
-	s, err := js.CreateStream(ctx, withLaneCap(want, target))
-	if err == nil {
-		return s, target, nil
+	// Looked up before any create, as kvstore.EnsureStream does.
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, withLaneCap(want, target))
+		if err == nil {
+			return s, target, nil
+		}
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another worker's, just now
+			s, err = js.Stream(ctx, want.Name)
+		}
 	}
-	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return nil, 0, fmt.Errorf("lanes: stream %s: %w", want.Name, err)
-	}
-	if s, err = js.Stream(ctx, want.Name); err != nil {
+	if err != nil {
 		return nil, 0, fmt.Errorf("lanes: stream %s: %w", want.Name, err)
 	}
 	n, err := safeLaneCap(ctx, s, target)
@@ -372,10 +376,7 @@ func (s *Streams) TightenLaneCap(ctx context.Context, js jetstream.JetStream) er
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	s, err := js.CreateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		s, err = js.UpdateStream(ctx, cfg)
-	}
+	s, err := kvstore.EnsureStream(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("lanes: stream %s: %w", cfg.Name, err)
 	}

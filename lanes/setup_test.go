@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
 )
 
 // TestStreamLimits: every stream gets a byte limit; the inbound stream,
@@ -279,5 +281,42 @@ func TestLongDrainKeepsLaneRoom(t *testing.T) {
 	}
 	for _, seq := range waiting {
 		f.waitFinal(t, "busy", seq)
+	}
+}
+
+// TestRejoinOnAFullStore: a worker joining a fleet whose streams exist
+// finds them even when the store has no room left for their byte limits
+// again. JetStream checks a create's reservation before it finds the
+// stream exists, so declaring them by create first refused the second
+// worker of a fleet that had filled its store with buckets.
+func TestRejoinOnAFullStore(t *testing.T) {
+	t.Parallel()
+	s, err := embedded.Start(embedded.Config{Name: "full", DataDir: t.TempDir(), MaxStore: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	js, _ := jetstream.New(natstest.Connect(t, s.ClientURL()))
+	cfg := StreamConfig{InboundMaxBytes: 16 << 20, EventMaxBytes: 16 << 20, DeadMaxBytes: 8 << 20}
+	if _, err := EnsureStreams(t.Context(), js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	steps := jetstream.StreamConfig{Name: kvstore.StepsStream, Subjects: []string{kvstore.StepsPrefix + ">"}, MaxBytes: 8 << 20}
+	if _, err := kvstore.EnsureStream(t.Context(), js, steps); err != nil {
+		t.Fatal(err)
+	}
+	// The rest of the store goes to a bucket: 16 MiB left, 48 MiB of
+	// streams already reserved, none to reserve again.
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "filler", MaxBytes: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureStreams(t.Context(), js, cfg); err != nil {
+		t.Fatalf("a second worker's EnsureStreams on a full store: %v", err)
+	}
+	if _, err := kvstore.EnsureStream(t.Context(), js, steps); err != nil {
+		t.Fatalf("a second worker's steps stream on a full store: %v", err)
+	}
+	if _, err := kvstore.EnsureStream(t.Context(), js, jetstream.StreamConfig{Name: "EXTRA", Subjects: []string{"extra.>"}, MaxBytes: 8 << 20}); err == nil {
+		t.Fatal("a new stream past the store's room was made") // the store is full: the test above proves something
 	}
 }
