@@ -94,7 +94,7 @@ var allowed = map[string][]string{
 	"tools":                       {"message", "provider", "sandbox", "tools/internal/toolargs", "tools/memsearch", "tools/patch"},
 	"tools/internal/toolargs":     {},
 	"tools/memsearch":             {},
-	"tools/sessions":              {"governance", "message", "provider", "tools", "tools/internal/toolargs"},
+	"tools/sessions":              {"agents", "governance", "message", "provider", "tools", "tools/internal/toolargs"},
 	"tools/patch":                 {},
 	"tools/webfetch":              {"message", "netguard", "provider", "tools", "tools/internal/toolargs"},
 	"tools/websearch":             {"message", "provider", "tools", "tools/internal/toolargs"},

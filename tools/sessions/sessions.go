@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lanefleet/lanefleet/agents"
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -82,16 +83,9 @@ func (p Policy) Prefixes(caller string) (prefixes, keys []string) {
 }
 
 // agentOf is the agent a key names ("agent:<id>:…"), "" for the default
-// agent.
+// agent (agents.Of's rule).
 func agentOf(key string) string {
-	rest, ok := strings.CutPrefix(key, "agent:")
-	if !ok {
-		return ""
-	}
-	id, _, ok := strings.Cut(rest, ":")
-	if !ok {
-		return ""
-	}
+	id, _ := agents.Of(key, "")
 	return id
 }
 
