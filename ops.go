@@ -31,6 +31,20 @@ func (c *Client) Backlog(ctx context.Context, session string) (sessionsvc.Backlo
 	return rep, err
 }
 
+// Runs lists a page of a session's runs whose events are still stored,
+// newest first, each with its state, start and end, duration, model and
+// cost: q.Limit of them (sessionsvc.RunsLimitDefault when 0), before
+// q.Before (the previous page's Next). Its sender and viewers may ask.
+func (c *Client) Runs(ctx context.Context, session string, q sessionsvc.RunsRequest) (sessionsvc.RunsReply, error) {
+	var rep sessionsvc.RunsReply
+	body, err := json.Marshal(q)
+	if err != nil {
+		return rep, err
+	}
+	err = c.call(ctx, session, sessionsvc.OpRuns, body, &rep)
+	return rep, err
+}
+
 // Sessions lists the sessions with recent activity, most recent first, at
 // most limit (0 = the service's default).
 func (c *Client) Sessions(ctx context.Context, limit int) (admin.SessionsReply, error) {

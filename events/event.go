@@ -16,7 +16,15 @@ const (
 	StreamTool       = "tool"       // Data.Phase: start, update, result
 	StreamCompaction = "compaction" // Data.Phase: start, end (WillRetry after an overflow compaction)
 	StreamBlock      = "block"      // Data.Text: one finished block of the reply (block streaming)
-	StreamFinal      = "final"      // Data.Result; always the last event of a run
+	// StreamAttempt: one model attempt of the run starts (see
+	// EventData.Provider). Data.Attempt numbers the attempts of this run
+	// from 1 (a restarted run counts again: Event.Attempt says which
+	// try of the run it is), Data.Provider, Data.Model and
+	// Data.AuthProfile say what it calls with, Data.Hop its place in the
+	// model chain and Data.Reason why the attempt before it failed over.
+	// Informational: a viewer that shows only the reply ignores it.
+	StreamAttempt = "attempt"
+	StreamFinal   = "final" // Data.Result; always the last event of a run
 )
 
 // Lifecycle phases. A run is tried in attempts; every event carries its
@@ -138,6 +146,23 @@ type EventData struct {
 	// MaxAttempts is, on lifecycle retrying and retry, the most same-key
 	// retries a call gets (pi's auto_retry_start maxAttempts).
 	MaxAttempts int `json:"maxAttempts,omitempty" msgpack:"maxAttempts,omitempty"`
+	// Provider and Model are, on an attempt event, the model the attempt
+	// calls; AuthProfile the id of the auth profile whose credential it
+	// uses ("" = the provider's own key), never the credential.
+	Provider    string `json:"provider,omitempty" msgpack:"provider,omitempty"`
+	Model       string `json:"model,omitempty" msgpack:"model,omitempty"`
+	AuthProfile string `json:"authProfile,omitempty" msgpack:"authProfile,omitempty"`
+	// Hop is, on an attempt event, the model's place in the run's model
+	// chain: 0 the requested model, 1 its first fallback, and so on (a
+	// fallback skipped because its provider was cooling is not tried,
+	// so hops can jump).
+	Hop int `json:"hop,omitempty" msgpack:"hop,omitempty"`
+	// Reason is, on an attempt event, why the attempt before it ended
+	// and this one was made: a failover reason class (rate_limit,
+	// overloaded, auth, auth_permanent, billing, timeout, format,
+	// model_not_found, context_overflow, unknown), never the provider's
+	// text; "" on the run's first attempt.
+	Reason string `json:"reason,omitempty" msgpack:"reason,omitempty"`
 }
 
 // Result is the outcome of a run, shaped like the reference runtime's result.

@@ -46,6 +46,7 @@ func (s *Server) nativeRoutes() []route.Route {
 		{Method: "GET", Pattern: "/api/me", Reach: route.Caller, Handler: h(s.me)},
 		{Method: "GET", Pattern: "/api/sessions", Reach: route.Caller, Handler: h(s.listSessions)},
 		{Method: "POST", Pattern: "/api/sessions/{key}/messages", Reach: route.SessionWrite, Handler: h(s.send)},
+		{Method: "GET", Pattern: "/api/sessions/{key}/runs", Reach: route.Session, Handler: h(s.listRuns)},
 		{Method: "GET", Pattern: "/api/sessions/{key}/runs/{run}", Reach: route.Session, Handler: h(s.runResult)},
 		{Method: "GET", Pattern: "/api/sessions/{key}/runs/{run}/events", Reach: route.Session, Handler: h(s.runEvents)},
 		{Method: "GET", Pattern: "/api/sessions/{key}/history", Reach: route.Session, Handler: h(s.history)},

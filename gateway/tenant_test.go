@@ -46,6 +46,7 @@ var sessionRequests = map[string]sessionRequest{
 	"POST /v1/chat/completions":                 headerSession("/v1/chat/completions", `{"model":"scripted/echo","messages":[{"role":"user","content":"hi"}]}`),
 	"POST /v1/responses":                        headerSession("/v1/responses", `{"model":"scripted/echo","input":"hi"}`),
 	"POST /api/sessions/{key}/messages":         pathSession("/api/sessions/{key}/messages", `{"text":"hi"}`),
+	"GET /api/sessions/{key}/runs":              pathSession("/api/sessions/{key}/runs", ""),
 	"GET /api/sessions/{key}/runs/{run}":        pathSession("/api/sessions/{key}/runs/{run}?wait=0s", ""),
 	"GET /api/sessions/{key}/runs/{run}/events": pathSession("/api/sessions/{key}/runs/{run}/events", ""),
 	"GET /api/sessions/{key}/history":           pathSession("/api/sessions/{key}/history", ""),

@@ -166,7 +166,7 @@ func TestHostileReplySubjects(t *testing.T) {
 	for _, op := range permission.ReadOps {
 		reqs = append(reqs, request{auditor, sessionsvc.Prefix + mainTok + "." + op, "lane service"})
 	}
-	for _, op := range []string{sessionsvc.OpHistory, sessionsvc.OpImport, sessionsvc.OpEvents, sessionsvc.OpSettings, sessionsvc.OpBacklog} {
+	for _, op := range []string{sessionsvc.OpHistory, sessionsvc.OpImport, sessionsvc.OpEvents, sessionsvc.OpSettings, sessionsvc.OpBacklog, sessionsvc.OpRuns} {
 		reqs = append(reqs, request{alice, sessionsvc.Prefix + aliceTok + "." + op, "lane service"})
 	}
 	for _, op := range []string{admin.OpSessions, admin.OpDeadList, admin.OpDeadShow, admin.OpDeadReplay, admin.OpDeadPurge, admin.OpAuthStatus, admin.OpAuthReset} {

@@ -104,7 +104,7 @@ const (
 
 // ReadOps are the lane service operations that only read a session: what
 // a viewer may request. Every other operation (import, stop, ...) writes.
-var ReadOps = []string{"history", "events", "settings", "backlog"}
+var ReadOps = []string{"history", "events", "settings", "backlog", "runs"}
 
 // ToolResponseTTL is how long a tool server may answer a call it received
 // (its partial results and reply): the longest a worker's attempt may

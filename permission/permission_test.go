@@ -191,7 +191,7 @@ func TestGrantSubjects(t *testing.T) {
 		{"a front end for every session", Grant{Role: Sender, User: "fe", AllSessions: true},
 			[]string{"agent.in.*", "agent.svc.*.>"}, []string{"_INBOX_fe.>", "agent.ev.*.>"}, false},
 		{"viewer: read operations only", Grant{Role: Viewer, User: "v", Sessions: []string{"alice"}},
-			[]string{"agent.svc.alice.backlog", "agent.svc.alice.events", "agent.svc.alice.history", "agent.svc.alice.settings"},
+			[]string{"agent.svc.alice.backlog", "agent.svc.alice.events", "agent.svc.alice.history", "agent.svc.alice.runs", "agent.svc.alice.settings"},
 			[]string{"_INBOX_v.>", "agent.ev.alice.>"}, false},
 		{"tool server", Grant{Role: ToolServer, User: "t", Tools: []string{"weather"}},
 			nil, []string{"$SRV.*", "$SRV.*.lanefleet-tools", "$SRV.*.lanefleet-tools.*", "_INBOX_t.>", "agent.tool.weather"}, true},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 )
@@ -18,6 +19,9 @@ var errAttemptTimeout = errors.New("request timed out")
 // calls tools or steering messages arrive, up to the tool loop's limit.
 // The attempt's context ends after AttemptTimeout; ctx is the run's.
 func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
+	ru.attempts++
+	ru.sink.Emit(events.StreamAttempt, events.EventData{Attempt: ru.attempts, Provider: req.model.Provider, Model: req.model.ID,
+		AuthProfile: req.profile, Hop: req.hop, Reason: string(req.after)})
 	var out attemptOut
 	actx, cancel := context.WithTimeoutCause(ctx, ru.r.cfg.AttemptTimeout, errAttemptTimeout)
 	defer cancel()

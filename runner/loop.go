@@ -66,6 +66,11 @@ type attemptReq struct {
 	// canRotate reports that another profile is ready should this one
 	// fail (a rate limit then rotates instead of retrying the key).
 	canRotate bool
+	// hop is the model's place in the model chain; after is why the
+	// attempt before this one ended ("" for the run's first): both for
+	// the attempt event.
+	hop   int
+	after provider.Reason
 }
 
 // attemptOut is what one attempt reports (runtime spec §4 step 15).
@@ -136,7 +141,11 @@ type loopReq struct {
 	// one that frees up first (at most maxWait) and uses it.
 	lastResort bool
 	maxWait    time.Duration
-	now        func() time.Time
+	// hop is the model's place in the model chain (fallback.Step.Index);
+	// after is why the model before it failed over ("" for the first).
+	hop   int
+	after provider.Reason
+	now   func() time.Time
 	// stateErr receives each auth-profile state write that failed (the
 	// run goes on without it); nil = drop them.
 	stateErr func(error)
@@ -186,7 +195,10 @@ type modelLoop struct {
 	// truncated (once per run).
 	overflowTries int
 	truncated     bool
-	out           loopOut
+	// why is the failover reason class of the last attempt that was
+	// retried: the next attempt's attemptReq.after.
+	why provider.Reason
+	out loopOut
 }
 
 // next is what a step of an iteration decided.
@@ -203,7 +215,7 @@ const (
 // 4-5: a locked profile not configured for the provider, every profile
 // unavailable).
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
-	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}}
+	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}, why: req.after}
 	l.resetThinking()
 	if err := l.resolveProfiles(ctx); err != nil {
 		return nil, err
@@ -236,6 +248,7 @@ func (l *modelLoop) run(ctx context.Context) error {
 		if n, err := l.decide(ctx, a); err != nil || n != retry {
 			return err
 		}
+		l.why = reasonClass(a)
 	}
 }
 
@@ -273,7 +286,7 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 	l.attempted[l.thinkLevel] = true
 	l.out.thinkLevels = append(l.out.thinkLevels, l.thinkLevel)
 	a := &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
-		canRotate: l.canRotate()}}
+		canRotate: l.canRotate(), hop: l.req.hop, after: l.why}}
 	a.attemptOut = l.at.attempt(ctx, a.req)
 	l.out.compactions += a.compactions
 	l.out.last, l.out.pending, l.out.finalProfile = a.last, a.pending, a.req.profile
@@ -747,6 +760,27 @@ func (l *modelLoop) attemptedList() []provider.ThinkingLevel {
 		out = append(out, lvl)
 	}
 	return out
+}
+
+// reasonClass is the failover reason class of an attempt that is
+// retried (what the next attempt event says it follows): a timeout, a
+// context overflow, the failover reason of its error, else unknown.
+func reasonClass(a *outcome) provider.Reason {
+	switch {
+	case a.timedOut:
+		return provider.ReasonTimeout
+	case overflowText(a) != "":
+		return provider.ReasonContextOverflow
+	case a.promptErr != nil:
+		if r := failoverReason(a.promptErr, errText(a.promptErr)); r != "" {
+			return r
+		}
+	case a.lastErrText != "":
+		if r := failoverReason(a.lastErr, a.lastErrText); r != "" {
+			return r
+		}
+	}
+	return provider.ReasonUnknown
 }
 
 // failoverReason is the failover reason of an error: a classified provider

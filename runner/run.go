@@ -55,6 +55,8 @@ type run struct {
 	cancel context.CancelCauseFunc
 	// admitted is set once the run asked its Admission about a call.
 	admitted bool
+	// attempts counts the run's model attempts (the attempt events).
+	attempts int
 }
 
 // entries returns the session as it stands: the history and this turn.

@@ -23,6 +23,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -380,9 +381,13 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 		LastResort: lastResortOn(r.cfg.Auth)}
 	var model provider.Model
 	var out *loopOut
+	var after provider.Reason // why the last model failed over
 	_, err = fallback.Run(ctx, req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
 		var err error
-		out, err = ru.tryModel(ctx, step, &model)
+		out, err = ru.tryModel(ctx, step, after, &model)
+		if err != nil {
+			after = cmp.Or(failover.ClassifyError(err), provider.ReasonUnknown)
+		}
 		return err
 	})
 	switch {
@@ -447,11 +452,12 @@ func (ru *run) addPrompt(ctx context.Context, start time.Time) {
 	ru.b.add(userMessage(inbound, start))
 }
 
-// tryModel runs the loop on one candidate of the model chain; *model is
-// set once the candidate resolves. As in the reference, the loop throws
+// tryModel runs the loop on one candidate of the model chain, after the
+// one before it failed over for reason after; *model is set once the
+// candidate resolves. As in the reference, the loop throws
 // failover errors to the chain only when fallbacks are configured;
 // otherwise a failed model ends the run with its error reply.
-func (ru *run) tryModel(ctx context.Context, step fallback.Step, model *provider.Model) (*loopOut, error) {
+func (ru *run) tryModel(ctx context.Context, step fallback.Step, after provider.Reason, model *provider.Model) (*loopOut, error) {
 	cfg := ru.r.cfg
 	m, prov, w, err := setupModel(cfg.Resolver, step.Candidate.String(), cfg.Window)
 	if m.ID != "" {
@@ -468,7 +474,7 @@ func (ru *run) tryModel(ctx context.Context, step fallback.Step, model *provider
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
 		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
 		fallbackConfigured: len(cfg.Fallbacks) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
-		now: cfg.Now, stateErr: ru.stateErr}, ru)
+		hop: step.Index, after: after, now: cfg.Now, stateErr: ru.stateErr}, ru)
 }
 
 // setupModel makes the decisions the reference makes before any attempt

@@ -20,7 +20,9 @@ import (
 // streams live on notes if that is a terminal. Every other line goes to notes
 // (stderr): reasoning, prefixed and dimmed, tool calls as "⚙ name(args…)"
 // then "✓/✗ first line of the result", compaction, restarts, a provider
-// retry's wait ("⏳ … retry 1 of 3 in 2s") and its end, waits and errors. Colors are used only when notes is a terminal (and NO_COLOR is
+// retry's wait ("⏳ … retry 1 of 3 in 2s") and its end, a model attempt
+// after a failover ("↻ retrying with openai/gpt-4o-mini (auth profile b)
+// after rate_limit"), waits and errors. Colors are used only when notes is a terminal (and NO_COLOR is
 // unset); otherwise it is plain text.
 type view struct {
 	out, notes *line
@@ -148,6 +150,18 @@ func (v *view) event(ev *events.Event) {
 			}
 			v.note("%s", v.style(dim, msg))
 		}
+	case events.StreamAttempt:
+		// The run's first attempt is what was asked for; a later one
+		// says where the run went and why (never the provider's text:
+		// the retrying line before it had that).
+		if d.Reason == "" {
+			break
+		}
+		with := d.Provider + "/" + d.Model
+		if d.AuthProfile != "" {
+			with += " (auth profile " + d.AuthProfile + ")"
+		}
+		v.note("%s", v.style(dim, "↻ retrying with "+with+" after "+d.Reason))
 	case events.StreamLifecycle:
 		switch d.Phase {
 		case events.PhaseAborted:

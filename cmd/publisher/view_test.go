@@ -187,6 +187,27 @@ func TestViewRetries(t *testing.T) {
 	}
 }
 
+// TestViewAttempts: a model attempt after a failover is a line naming
+// the model, the auth profile and the reason; the run's first attempt is
+// not.
+func TestViewAttempts(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	for _, d := range []events.EventData{
+		{Attempt: 1, Provider: "openai", Model: "gpt-4o", AuthProfile: "openai:a"},
+		{Attempt: 2, Provider: "openai", Model: "gpt-4o", AuthProfile: "openai:b", Reason: "rate_limit"},
+		{Attempt: 3, Provider: "openai", Model: "gpt-4o-mini", Hop: 1, Reason: "rate_limit"},
+	} {
+		v.event(&events.Event{Stream: events.StreamAttempt, Data: d})
+	}
+	want := "↻ retrying with openai/gpt-4o (auth profile openai:b) after rate_limit\n" +
+		"↻ retrying with openai/gpt-4o-mini after rate_limit\n"
+	if notes.String() != want || out.Len() != 0 {
+		t.Fatalf("stderr:\n%s\nwant\n%s\nstdout %q", notes.String(), want, out.String())
+	}
+}
+
 // TestViewWaits: what following says while no event comes: no worker, a
 // queue, a worker that stopped answering (and within how long another
 // takes over) or whose lease lapsed, and a dropped connection to NATS

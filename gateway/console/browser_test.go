@@ -162,6 +162,70 @@ func TestConsole(t *testing.T) {
 		tb.shot(t, "session-phone")
 	})
 
+	t.Run("a run's model attempts and their hop", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:hop"
+		run := b.send(t, "acme", key, "hello", "acme/m1") // acme:a answers 429, acme:b "fine"
+		tb := b.open(t, "acme")
+		tb.goTo(t, route("s", key, "runs", run))
+		tb.wait(t, `document.querySelector('#run-summary [data-k=status] dd').textContent === 'done'`)
+		if n := tb.count(t, `.ev.attempt`); n != 2 {
+			t.Fatalf("%d model attempts in the timeline, want 2", n)
+		}
+		first, second := tb.text(t, `.ev.attempt[data-attempt="1"] .what`), tb.text(t, `.ev.attempt[data-attempt="2"] .what`)
+		if first != "Model attempt 1: acme/m1 with auth profile acme:a" {
+			t.Fatalf("first attempt: %q", first)
+		}
+		if second != "Model attempt 2: acme/m1 with auth profile acme:b · after rate_limit" {
+			t.Fatalf("second attempt: %q", second)
+		}
+		if got := tb.text(t, `#run-summary [data-k=tried] dd`); got != "acme/m1 (acme:a) → acme/m1 (acme:b)" {
+			t.Fatalf("models tried: %q", got)
+		}
+		if strings.Contains(tb.text(t, "main"), "sk-acme") {
+			t.Fatal("a key is on the page")
+		}
+		tb.shot(t, "run-hop")
+	})
+
+	t.Run("a session's runs", func(t *testing.T) {
+		t.Parallel()
+		const key = "acme:many-runs"
+		var ids []string
+		for i := range 10 {
+			ids = append(ids, b.send(t, "acme", key, fmt.Sprintf("message %d", i), ""))
+		}
+		failed := b.send(t, "acme", key, script(map[string]any{"error": map[string]any{"status": 400, "message": "bad request"}}), "scripted/script")
+		tb := b.open(t, "acme")
+		tb.goTo(t, route("s", key))
+		rows := func() []string {
+			return eval[[]string](t, tb, `[...document.querySelectorAll('#runs tbody tr')].map((r) => r.dataset.run + ' ' + r.querySelector('.chip').textContent + ' ' + r.cells[5].textContent)`)
+		}
+		got := rows()
+		want := []string{failed + " failed scripted/script"}
+		for i := 9; i > 0; i-- {
+			want = append(want, ids[i]+" done scripted/echo")
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("the first page of runs:\n%q\nwant\n%q", got, want)
+		}
+		if got := tb.text(t, "#runs-count"); !strings.HasPrefix(got, "10 of 11 runs") {
+			t.Fatalf("count: %q", got)
+		}
+		if d := tb.text(t, `#runs tbody tr:nth-child(2) td:nth-child(4)`); !strings.HasSuffix(d, "ms") && !strings.HasSuffix(d, " s") {
+			t.Fatalf("duration %q", d)
+		}
+		tb.shot(t, "session-runs")
+		tb.click(t, "#older-runs")
+		tb.wait(t, `document.querySelectorAll('#runs tbody tr').length === 11 && !document.querySelector('#older-runs')`)
+		if got := rows(); got[10] != ids[0]+" done scripted/echo" {
+			t.Fatalf("the older page: %q", got[10:])
+		}
+		// Each run links to its timeline.
+		tb.click(t, fmt.Sprintf(`#runs tr[data-run="%s"] a`, ids[9]))
+		tb.wait(t, `document.querySelector('#run-id')?.textContent === `+jsString(ids[9])+` && document.querySelector('#run-summary [data-k=status] dd').textContent === 'done'`)
+	})
+
 	t.Run("approve a pending call", func(t *testing.T) {
 		t.Parallel()
 		const key = "acme:approve"

@@ -64,11 +64,21 @@ var testTokens = []gateway.TokenEntry{
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	b := startFleet(t)
+	b.browser = startBrowser(t)
+	return b
+}
+
+// startFleet starts the bundle's fleet and gateway, without a browser.
+func startFleet(t *testing.T) *bundle {
+	t.Helper()
 	ns := natstest.Start(t)
 	b := &bundle{natsURL: ns.URL, tokens: map[string]string{}, root: t.TempDir()}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	models, profiles := acmeFiles(t, acmeServer(t).URL)
 	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: ns.URL, Scripted: true, AckWait: 5 * time.Second, LeaseTTL: 5 * time.Second,
-		IdleRelease: -1, Logger: log, DefaultModel: "scripted/echo", WorkspaceRoot: b.root, ToolPolicy: tools.Policy{Approve: []string{"write"}}})
+		IdleRelease: -1, Logger: log, DefaultModel: "scripted/echo", WorkspaceRoot: b.root, ToolPolicy: tools.Policy{Approve: []string{"write"}},
+		ModelsFile: models, AuthProfiles: profiles, Env: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +121,54 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(ts.Close)
 	t.Cleanup(srv.Close)
 	b.url = ts.URL
-	b.browser = startBrowser(t)
 	b.shots = cmp.Or(os.Getenv("LANEFLEET_CONSOLE_SHOTS"), t.TempDir())
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	// The API calls' deadline: the whole test's, generous on a loaded
+	// machine (the race detector slows the fleet and gateway tenfold).
+	bound := 4 * time.Minute
+	if raceEnabled {
+		bound = 12 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	t.Cleanup(cancel)
 	b.ctx = ctx
 	return b
+}
+
+// acmeServer is provider acme's Chat Completions endpoint: it answers
+// 429 to profile acme:a's key and "fine" to any other.
+func acmeServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer sk-acme-a" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"fine"}}]}`+"\n\n"+
+			`data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`+"\n\n"+
+			"data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// acmeFiles writes a models file for provider acme (Chat Completions at
+// url) and an auth-profiles.json with its profiles acme:a and acme:b.
+func acmeFiles(t *testing.T, url string) (models, profiles string) {
+	t.Helper()
+	dir := t.TempDir()
+	models, profiles = filepath.Join(dir, "models.json"), filepath.Join(dir, "auth-profiles.json")
+	m := `{"providers":{"acme":{"baseUrl":` + jsString(url+"/v1") + `,"api":"openai-completions","models":[{"id":"m1","contextWindow":128000,"maxTokens":4096}]}}}`
+	p := `{"version":1,"profiles":{"acme:a":{"type":"api_key","provider":"acme","key":"sk-acme-a"},"acme:b":{"type":"api_key","provider":"acme","key":"sk-acme-b"}},"order":{"acme":["acme:a","acme:b"]}}`
+	for path, data := range map[string]string{models: m, profiles: p} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return models, profiles
 }
 
 // startBrowser starts one headless Chromium for the test's tabs.

@@ -255,10 +255,13 @@ func TestNormalizer(t *testing.T) {
 	t.Parallel()
 	evs := []*events.Event{
 		ev(1, events.StreamLifecycle, "", ""),
+		// A model attempt is not content, whatever it carries.
+		{Seq: 1, Stream: events.StreamAttempt, Data: events.EventData{Attempt: 1, Provider: "acme", Model: "m1", AuthProfile: "acme:a"}},
 		ev(2, events.StreamThinking, "hm", "hm"),
 		ev(3, events.StreamAssistant, "Hel", "Hel"),
 		ev(4, events.StreamAssistant, "lo", "Hello"),
 		ev(5, events.StreamTool, "", ""),
+		{Seq: 5, Stream: events.StreamAttempt, Data: events.EventData{Attempt: 2, Provider: "acme", Model: "m1", AuthProfile: "acme:b", Reason: "rate_limit", Text: "x", Delta: "x"}},
 		ev(6, events.StreamAssistant, "Done", "Done"), // the next model call
 		// The worker dies; the next attempt replays the first call and
 		// says more in the second.

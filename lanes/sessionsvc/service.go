@@ -7,6 +7,7 @@
 //	events    a run's stored events from a seq, batched (a late viewer's catch-up)
 //	settings  the session's stored queue settings
 //	backlog   what waits on the lane, and the worker holding it
+//	runs      the session's runs with stored events, newest first, a page at a time
 //
 // The lane comes from the subject, never from the body, so subject
 // permissions decide who reads what: a sender allowed to publish on
@@ -96,7 +97,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	s.svc = microsvc.New(nc, microsvc.Config{
 		Name:          Name,
 		Version:       Version,
-		Description:   "Lanefleet lanes: history, import, run events, settings and backlog of a session, on " + Prefix + "<lane>.<op>",
+		Description:   "Lanefleet lanes: history, import, run events, settings, backlog and runs of a session, on " + Prefix + "<lane>.<op>",
 		Metadata:      map[string]string{"worker": cfg.Worker},
 		QueueGroup:    QueueGroup,
 		Label:         "lane service",
@@ -106,7 +107,7 @@ func Serve(nc *nats.Conn, cfg Config) (*Service, error) {
 	s.replies = &Replier{NC: nc, Log: cfg.Logger, Name: "lane service", Inflight: s.svc.Calls, Guard: s.svc.Guard, Timeout: RequestTimeout}
 	var eps []microsvc.Endpoint
 	for op, h := range map[string]handlerFunc{OpHistory: s.history, OpImport: s.importSession, OpEvents: s.events, OpSettings: s.settings,
-		OpBacklog: s.backlog} {
+		OpBacklog: s.backlog, OpRuns: s.runs} {
 		eps = append(eps, microsvc.Endpoint{Name: op, Subject: Prefix + "*." + op, Handler: s.handler(op, h)})
 	}
 	if err := s.svc.Serve(eps...); err != nil {

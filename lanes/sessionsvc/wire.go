@@ -33,6 +33,7 @@ const (
 	OpEvents   = "events"   // EventsRequest → EventsReply
 	OpSettings = "settings" // empty → SettingsReply (queue and run settings, session state)
 	OpBacklog  = "backlog"  // empty → BacklogReply
+	OpRuns     = "runs"     // RunsRequest → RunsReply
 )
 
 // Subject returns the subject of op on the lane of token (see
@@ -315,4 +316,65 @@ func clip(s string) string {
 		return s[:80] + "…"
 	}
 	return s
+}
+
+// Bounds of a runs request.
+const (
+	RunsLimitDefault = 20
+	RunsLimitMax     = 100
+)
+
+// RunsRequest asks for a page of a session's runs, newest first.
+type RunsRequest struct {
+	// Limit is the page's size: RunsLimitDefault when 0, at most
+	// RunsLimitMax.
+	Limit int `json:"limit,omitempty"`
+	// Before is the previous page's Next: the page starts at the run
+	// before it.
+	Before string `json:"before,omitempty"`
+}
+
+// RunsReply is a page of a session's runs whose events are still stored
+// (the event stream keeps them for its max age, 24 hours by default, as
+// long as the session is listed), newest first.
+type RunsReply struct {
+	Runs []RunSummary `json:"runs" msgpack:"r"`
+	// Total counts the session's runs with stored events.
+	Total int `json:"total" msgpack:"t"`
+	// Next continues the listing (RunsRequest.Before); "" on the last
+	// page.
+	Next string `json:"next,omitempty" msgpack:"n,omitempty"`
+}
+
+// Run states of a listing (RunSummary.State).
+const (
+	RunRunning = "running" // no final event yet
+	RunDone    = "done"    // answered
+	RunFailed  = "failed"  // ended with an error (RunSummary.Error says which kind)
+	RunWaiting = "waiting" // ended with tool calls waiting for a result or an approval
+	RunMerged  = "merged"  // answered by another run (RunSummary.MergedInto)
+)
+
+// RunSummary is one run of a listing, read from its first and last
+// stored events.
+type RunSummary struct {
+	RunID string `json:"runId" msgpack:"id"`
+	State string `json:"state" msgpack:"s"`
+	// StartedAt is when its first event was published, EndedAt when its
+	// final was (Unix ms; 0 while it runs).
+	StartedAt int64 `json:"startedAt" msgpack:"st"`
+	EndedAt   int64 `json:"endedAt,omitempty" msgpack:"e,omitempty"`
+	// DurationMs is the run's own (the final result's), 0 while it runs.
+	DurationMs int64 `json:"durationMs,omitempty" msgpack:"d,omitempty"`
+	// Attempt is how many times the fleet started the run (a hand-over
+	// after a crash starts it again).
+	Attempt int `json:"attempt,omitempty" msgpack:"a,omitempty"`
+	// Provider and Model answered it; CostUSD is what its model calls
+	// cost (0 when nothing was priced).
+	Provider string  `json:"provider,omitempty" msgpack:"p,omitempty"`
+	Model    string  `json:"model,omitempty" msgpack:"m,omitempty"`
+	CostUSD  float64 `json:"costUsd,omitempty" msgpack:"c,omitempty"`
+	// Error is the error kind of a failed run.
+	Error      string `json:"error,omitempty" msgpack:"x,omitempty"`
+	MergedInto string `json:"mergedInto,omitempty" msgpack:"i,omitempty"`
 }

@@ -62,13 +62,13 @@ func TestPermissionModelNamesTheService(t *testing.T) {
 	if permission.LaneService != Name || permission.ServicePrefix != Prefix {
 		t.Errorf("permission names %q on %q, the service is %q on %q", permission.LaneService, permission.ServicePrefix, Name, Prefix)
 	}
-	served := map[string]bool{OpHistory: true, OpImport: true, OpEvents: true, OpSettings: true, OpBacklog: true}
+	served := map[string]bool{OpHistory: true, OpImport: true, OpEvents: true, OpSettings: true, OpBacklog: true, OpRuns: true}
 	for _, op := range permission.ReadOps {
 		if !served[op] {
 			t.Errorf("permission.ReadOps grants %q, which the service does not serve", op)
 		}
 	}
-	for _, op := range []string{OpHistory, OpEvents, OpSettings, OpBacklog} {
+	for _, op := range []string{OpHistory, OpEvents, OpSettings, OpBacklog, OpRuns} {
 		if !slices.Contains(permission.ReadOps, op) {
 			t.Errorf("read-only op %q is missing from permission.ReadOps: viewers could not use it", op)
 		}

@@ -1,5 +1,7 @@
 // run.js is a run's timeline, from its event stream: attempts and the
-// workers that ran them, retries with their reasons, each tool call
+// workers that ran them, each model attempt with its model, auth profile,
+// fallback hop and the reason the one before it failed over, retries
+// with their reasons, each tool call
 // with its arguments, result and duration, compactions, resumed
 // attempts, the model and auth profile, tokens and cost. The same stream
 // replays a finished run and follows a running one. Consecutive text
@@ -17,7 +19,7 @@ class Timeline {
     this.calls = new Map();
     this.last = null; // the item text deltas append to
     this.changed = new Set(); // indexes of items changed since the last draw
-    this.sum = { events: 0, attempts: new Set(), workers: new Set(), retries: 0, compactions: 0, tools: 0, toolErrors: 0, resumed: 0, status: 'running', start: 0, end: 0, final: null };
+    this.sum = { events: 0, attempts: new Set(), workers: new Set(), retries: 0, compactions: 0, tools: 0, toolErrors: 0, resumed: 0, tried: [], status: 'running', start: 0, end: 0, final: null };
   }
 
   push(item) {
@@ -76,6 +78,12 @@ class Timeline {
         if (d.phase === 'resumed') s.resumed += d.steps || 0;
         this.push({ ...base, kind: 'lifecycle', phase: d.phase || '', d });
         break;
+      case 'attempt': {
+        const ref = [d.provider, d.model].filter(Boolean).join('/') + (d.authProfile ? ' (' + d.authProfile + ')' : '');
+        if (ref && !s.tried.includes(ref)) s.tried.push(ref);
+        this.push({ ...base, kind: 'attempt', d });
+        break;
+      }
       case 'compaction':
         if (d.phase === 'start') s.compactions++;
         this.push({ ...base, kind: 'compaction', phase: d.phase || '', d });
@@ -139,6 +147,15 @@ function itemEl(it, t0) {
       return h('li', { class: 'ev lifecycle phase-' + cls(it.phase) + (bad ? ' bad' : it.phase === 'retrying' ? ' warn' : '') }, at, att,
         tag(it.phase || 'lifecycle'), h('span', { class: 'what' }, f ? f(it.d, it) : 'Phase ' + it.phase), more);
     }
+    case 'attempt': {
+      const d = it.d;
+      const ref = [d.provider, d.model].filter(Boolean).map(String).join('/') || '?';
+      return h('li', { class: 'ev attempt' + (d.reason ? ' warn' : ''), 'data-attempt': String(d.attempt ?? '') }, at, att, tag(d.reason ? 'failover' : 'model'),
+        h('span', { class: 'what' }, 'Model attempt ' + String(d.attempt ?? '?') + ': ', h('code', { class: 'ref' }, ref),
+          d.authProfile ? [' with auth profile ', h('code', { class: 'profile' }, String(d.authProfile))] : ' with the provider’s own key',
+          d.hop ? ' · fallback hop ' + String(d.hop) : '',
+          d.reason ? [' · after ', h('span', { class: 'reason' }, String(d.reason))] : ''));
+    }
     case 'compaction':
       return h('li', { class: 'ev compaction' + (it.d.error ? ' bad' : '') }, at, att, tag('compaction'),
         h('span', { class: 'what' }, it.phase === 'start' ? 'Compacting the conversation' : 'Compaction ended' + (it.d.error ? ': ' + it.d.error : it.d.willRetry ? '; the call is tried again' : '')));
@@ -187,6 +204,7 @@ export async function runPage({ main, params, signal }) {
       ['workers', 'Workers', [...s.workers].join(', ') || '—'],
       ['model', 'Model', am.model ? [am.provider, am.model].filter(Boolean).join('/') : '—'],
       ['profile', 'Auth profile', m.session?.authProfile || '—'],
+      ['tried', 'Models tried', s.tried.join(' → ') || '—'],
       ['duration', 'Duration', m.durationMs !== undefined ? ms(m.durationMs) : s.end ? ms(s.end - s.start) : 'running'],
       ['tokens', 'Tokens', u.total !== undefined ? num(u.input || 0) + ' in · ' + num(u.output || 0) + ' out' + (u.cacheRead ? ' · ' + num(u.cacheRead) + ' cached' : '') : '—'],
       ['cost', 'Cost', u.cost ? usd(u.cost.total || 0) : '—'],

@@ -1,31 +1,36 @@
 // session.js is one session: its transcript, the calls waiting for
 // approval, a composer that sends and streams the reply, stop and
-// interrupt, the run in progress, and the queue and run settings.
-import { h, fill, route, usd, num, button, field, select, pretty, clip } from './dom.js';
+// interrupt, the run in progress, its past runs (a page at a time, each
+// linking to its timeline), and the queue and run settings.
+import { h, fill, route, usd, num, button, field, select, pretty, clip, when, ago, ms } from './dom.js';
 import { call, get, stream, sessionPath } from './api.js';
 import { renderTranscript, LiveTurn } from './transcript.js';
 
 const modes = [['', 'session default'], ['followup', 'followup'], ['collect', 'collect'], ['steer', 'steer'], ['steer-backlog', 'steer-backlog'], ['interrupt', 'interrupt'], ['reject', 'reject']];
 
-// remembered runs a tab started, by session (the API lists no past runs
-// of a session; these and the running one are linked).
-function remember(key, run) {
-  const all = JSON.parse(sessionStorage.getItem('lanefleet.runs') || '{}');
-  const list = (all[key] || []).filter((r) => r !== run);
-  list.unshift(run);
-  all[key] = list.slice(0, 10);
-  sessionStorage.setItem('lanefleet.runs', JSON.stringify(all));
-}
-function remembered(key) {
-  try { return JSON.parse(sessionStorage.getItem('lanefleet.runs') || '{}')[key] || []; } catch { return []; }
+// runsPage is how many past runs a page of the runs list shows.
+const runsPage = 10;
+
+// runRow is one past run: its link, state, start, duration, cost, model.
+function runRow(key, r) {
+  const st = String(r.state || '');
+  const dur = r.durationMs ? ms(r.durationMs) : r.endedAt && r.startedAt ? ms(r.endedAt - r.startedAt) : st === 'running' ? 'running' : '';
+  return h('tr', { 'data-run': String(r.runId) },
+    h('th', { scope: 'row' }, h('a', { href: route('s', key, 'runs', String(r.runId)), 'aria-label': 'run ' + r.runId }, String(r.runId))),
+    h('td', null, h('span', { class: 'chip state-' + st.replace(/[^a-z-]/g, '') }, st)),
+    h('td', null, r.startedAt ? h('time', { title: when(r.startedAt) }, ago(r.startedAt)) : ''),
+    h('td', { class: 'num' }, dur),
+    h('td', { class: 'num' }, r.costUsd ? usd(r.costUsd) : ''),
+    h('td', null, r.model ? [r.provider ? String(r.provider) + '/' : '', h('wbr'), String(r.model)] : r.mergedInto ? 'into run ' + r.mergedInto : r.error || ''));
 }
 
 export async function sessionPage({ main, params, signal, can }) {
   const key = params.get('key');
-  const [history, settings, runs] = await Promise.all([
+  const [history, settings, runs, firstRuns] = await Promise.all([
     get(sessionPath(key, 'history'), { signal }),
     get(sessionPath(key, 'settings'), { signal }).catch((e) => ({ error: e })),
     get('/api/runs', { signal }).catch(() => ({ runs: [] })),
+    get(sessionPath(key, 'runs') + '?limit=' + runsPage, { signal }).catch((e) => ({ error: e })),
   ]);
   const transcript = h('ol', { class: 'transcript', id: 'transcript', 'aria-label': 'Transcript' });
   let entries = history.entries || [];
@@ -57,7 +62,7 @@ export async function sessionPage({ main, params, signal, can }) {
     try {
       await stream(opts.path, {
         signal: ctl.signal, send: opts.send,
-        onRun: (run) => { if (run) { remember(key, run); turn.run(run, route('s', key, 'runs', run)); drawRuns(); } },
+        onRun: (run) => { if (run) { turn.run(run, route('s', key, 'runs', run)); loadRuns(); } },
         onEvent: (ev) => { turn.add(ev); if (ev.event === 'final') final = true; },
         done: (ev) => ev.event === 'final',
       });
@@ -65,7 +70,7 @@ export async function sessionPage({ main, params, signal, can }) {
       if (!ctl.signal.aborted) turn.fail(e);
       return;
     }
-    if (final && !ctl.signal.aborted) await refresh();
+    if (final && !ctl.signal.aborted) { await refresh(); loadRuns(); }
   };
 
   const send = async (text, mode) => {
@@ -154,13 +159,43 @@ export async function sessionPage({ main, params, signal, can }) {
   };
 
   const running = (runs.runs || []).filter((r) => r.session === key);
+  // past is the runs list as loaded: its pages so far (GET
+  // /api/sessions/{key}/runs, newest first) and the next page's cursor.
+  const past = { runs: firstRuns.runs || [], total: firstRuns.total || 0, next: firstRuns.next || '', error: firstRuns.error || null, loading: false };
+  const loadRuns = async (more) => {
+    if (past.loading) return;
+    past.loading = true;
+    const qs = new URLSearchParams({ limit: String(runsPage) });
+    if (more && past.next) qs.set('cursor', past.next);
+    try {
+      const p = await get(sessionPath(key, 'runs') + '?' + qs, { signal });
+      past.runs = more ? past.runs.concat(p.runs || []) : p.runs || [];
+      past.total = p.total || 0;
+      past.next = p.next || '';
+      past.error = null;
+    } catch (e) {
+      if (signal.aborted) return;
+      past.error = e;
+    } finally {
+      past.loading = false;
+    }
+    drawRuns();
+  };
   const drawRuns = () => {
-    const mine = remembered(key);
     const runInput = h('input', { id: 'open-run', type: 'text', inputmode: 'numeric', pattern: '[0-9]+', size: 8, autocomplete: 'off' });
+    const list = past.runs.length
+      ? h('div', { class: 'scroll' }, h('table', { class: 'list runs', id: 'runs' },
+        h('caption', { class: 'visually-hidden' }, 'Runs of the session, newest first'),
+        h('thead', null, h('tr', null, ['Run', 'State', 'Started', 'Took', 'Cost', 'Model'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', null, past.runs.map((r) => runRow(key, r)))))
+      : h('p', { class: 'muted', id: 'runs-empty' }, past.error ? '' : 'No run with stored events.');
     fill(runsBox, h('h2', { id: 'runs-h' }, 'Runs'),
       running.length ? h('p', null, 'Running now: ', running.map((r) => [h('a', { href: route('s', key, 'runs', r.runId) }, 'run ' + r.runId), ' ',
         button('Follow here', () => follow(new LiveTurn(transcript, {}), { path: sessionPath(key, 'runs', r.runId, 'events') }), { class: 'small' }), ' '])) : h('p', { class: 'muted' }, 'No run is running now.'),
-      mine.length ? h('p', null, 'Started in this tab: ', mine.map((r, i) => [i ? ', ' : '', h('a', { href: route('s', key, 'runs', r) }, 'run ' + r)])) : null,
+      list,
+      past.error ? h('p', { class: 'error', role: 'alert' }, 'The runs could not be listed: ' + past.error.message) : null,
+      h('p', { class: 'muted', id: 'runs-count' }, num(past.runs.length) + ' of ' + num(past.total) + (past.total === 1 ? ' run' : ' runs') + ' with stored events',
+        past.next ? [' ', button('Older runs', () => loadRuns(true), { class: 'small', id: 'older-runs' })] : null),
       h('form', { class: 'inline-form', onsubmit: (e) => { e.preventDefault(); if (/^\d+$/.test(runInput.value)) location.hash = route('s', key, 'runs', runInput.value); } },
         h('label', { for: 'open-run' }, 'Open run'), runInput, h('button', { type: 'submit' }, 'Open')));
   };
