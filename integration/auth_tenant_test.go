@@ -68,8 +68,9 @@ func TestAccountPerTenant(t *testing.T) {
 	}
 	t.Logf("default limits: %v", err)
 	// Limits that fit the account's 256 MiB of file store and 64 MiB of
-	// memory.
-	limits := fleet.Limits{Inbound: 32 << 20, Events: 64 << 20, Dead: 16 << 20, Lanes: 112 << 20, Steps: 8 << 20, Auth: 4 << 20, Runs: 16 << 20, Budgets: 4 << 20}
+	// memory: 192 MiB here and AGENT_SCHED's fixed 20 MiB.
+	limits := fleet.Limits{Inbound: 32 << 20, Events: 48 << 20, Dead: 16 << 20, Lanes: 64 << 20, Steps: 8 << 20, Auth: 4 << 20, Runs: 16 << 20,
+		Budgets: 4 << 20, Schedules: 4 << 20, Agents: 4 << 20, AgentFiles: 8 << 20}
 	subs := map[string]*eventSub{}
 	for _, tenant := range []string{"acme", "globex"} {
 		startMember(t, a.url(), fleet.Config{WorkerID: tenant, User: tenant + "-worker", Password: a.passwords[tenant+"-worker"],
