@@ -84,6 +84,20 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// readImage reads the image file an --image flag of command names, and
+// its media type from the file's extension (a usage error when that is no
+// image type).
+func readImage(command, path string) (mediaType string, data []byte, err error) {
+	mt := mime.TypeByExtension(strings.ToLower(filepath.Ext(path)))
+	if !strings.HasPrefix(mt, "image/") {
+		return "", nil, usagef("%s: --image %s: not an image file type (%q)", command, path, mt)
+	}
+	if data, err = os.ReadFile(path); err != nil {
+		return "", nil, fmt.Errorf("%s: --image: %w", command, err)
+	}
+	return mt, data, nil
+}
+
 func exitCode(err error) int {
 	switch {
 	case err == nil:
@@ -293,13 +307,9 @@ func sendCommand(c *common) *cobra.Command {
 				opts = append(opts, lanefleet.WithHeartbeat())
 			}
 			for _, path := range images {
-				data, err := os.ReadFile(path)
+				mt, data, err := readImage("send", path)
 				if err != nil {
-					return fmt.Errorf("send: --image: %w", err)
-				}
-				mt := mime.TypeByExtension(strings.ToLower(filepath.Ext(path)))
-				if !strings.HasPrefix(mt, "image/") {
-					return usagef("send: --image %s: not an image file type (%q)", path, mt)
+					return err
 				}
 				opts = append(opts, lanefleet.WithImage(mt, data))
 			}

@@ -7,10 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -63,13 +59,9 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 				}
 			}
 			for _, path := range images {
-				data, err := os.ReadFile(path)
+				mt, data, err := readImage("schedule add", path)
 				if err != nil {
-					return fmt.Errorf("schedule add: --image: %w", err)
-				}
-				mt := mime.TypeByExtension(strings.ToLower(filepath.Ext(path)))
-				if !strings.HasPrefix(mt, "image/") {
-					return usagef("schedule add: --image %s: not an image file type (%q)", path, mt)
+					return err
 				}
 				n.Message.Images = append(n.Message.Images, events.Image{MimeType: mt, Data: base64.StdEncoding.EncodeToString(data)})
 			}
