@@ -213,6 +213,11 @@ type Meta struct {
 	// collect mode, steered into it, dropped at the queue cap, or dropped
 	// by an interrupt. Each of their runs ends with its own final event.
 	Consumed []ConsumedRun `json:"consumed,omitempty" msgpack:"consumed,omitempty"`
+	// HeartbeatOK is set on the final event of a heartbeat turn whose
+	// model answered only the "nothing to report" token (HEARTBEAT_OK):
+	// the reply is suppressed (no payloads) and the exchange is not kept
+	// in the transcript. Clients show no message for it.
+	HeartbeatOK bool `json:"heartbeatOk,omitempty" msgpack:"heartbeatOk,omitempty"`
 	// Session is the session's state once this turn committed: the
 	// running total of its usage (this turn's included) and the auth
 	// profile its next turn starts on.

@@ -440,7 +440,7 @@ func (in *Inbound) Validate() error {
 		return &DecodeError{Field: "heartbeat", Reason: "a heartbeat is a prompt, not a stop command or settings"}
 	case in.Stop && (in.IsSettings() || in.Text != "" || len(in.Images) > 0 || len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.Mode != "" || in.runFields()):
 		return &DecodeError{Field: "stop", Reason: "a stop command carries nothing else (no text, images, tools, mode, model or settings)"}
-	case !in.Stop && !in.IsSettings() && strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
+	case !in.Stop && !in.IsSettings() && !in.Heartbeat && strings.TrimSpace(in.Text) == "" && len(in.Images) == 0 && len(in.ToolResults) == 0:
 		return &DecodeError{Field: "text", Reason: "empty: a message needs text, an image or tool results"}
 	case len(in.Text) > MaxTextBytes:
 		return &DecodeError{Field: "text", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(in.Text), MaxTextBytes), Err: ErrTooLarge}

@@ -396,7 +396,12 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if ps, ok := r.cfg.Tools.(PromptSource); ok {
 		ru.system = ps.SystemPrompt(ctx, in, raw, ru.specs)
 	}
-	if strings.TrimSpace(in.Inbound.Text) != "" || len(in.Inbound.Images) > 0 {
+	if in.Inbound.Heartbeat && strings.TrimSpace(in.Inbound.Text) == "" && len(in.Inbound.Images) == 0 {
+		hb := *in.Inbound
+		hb.Text = agentprompt.HeartbeatPrompt
+		ru.in.Inbound = &hb
+	}
+	if strings.TrimSpace(ru.in.Inbound.Text) != "" || len(ru.in.Inbound.Images) > 0 {
 		ru.addPrompt(ctx, start)
 	}
 
@@ -568,7 +573,32 @@ const TextDenied = "The user denied this tool call; it did not run."
 // end or error event is the lane's, made from the result.
 func (ru *run) finish(start time.Time, model provider.Model, out *loopOut) *Output {
 	res := out.result(model, ru.in.SessionID, ru.r.cfg.Now().Sub(start))
-	return &Output{Entries: ru.b.entries, Result: res, Usage: ru.usage, AuthProfile: out.profile}
+	entries := ru.b.entries
+	if ru.heartbeatAck(res) {
+		// OpenClaw's heartbeat semantics: an acknowledgement is not
+		// delivered, and the zero-information exchange is pruned from the
+		// transcript (its usage still counts).
+		res.Payloads, res.Meta.HeartbeatOK, entries = nil, true, nil
+	}
+	return &Output{Entries: entries, Result: res, Usage: ru.usage, AuthProfile: out.profile}
+}
+
+// heartbeatAck reports whether res ends a heartbeat turn with only the
+// "nothing to report" token (agentprompt.HeartbeatAck): no error, no call
+// left waiting, no tool results brought in by the message.
+func (ru *run) heartbeatAck(res *events.Result) bool {
+	in := ru.in.Inbound
+	if !in.Heartbeat || len(in.ToolResults) > 0 || res.Meta.Error != nil || res.Meta.Aborted || len(res.Meta.PendingToolCalls) > 0 || len(res.Payloads) == 0 {
+		return false
+	}
+	texts := make([]string, 0, len(res.Payloads))
+	for _, p := range res.Payloads {
+		if p.IsError {
+			return false
+		}
+		texts = append(texts, p.Text)
+	}
+	return agentprompt.HeartbeatAck(strings.Join(texts, "\n"))
 }
 
 // refuse makes the output of a run refused as it was sent (an
