@@ -284,6 +284,16 @@ func (v *view) reasoning(delta string) {
 // final renders the final event and returns the run's error, if any.
 func (v *view) final(res *events.Result) error {
 	v.endThinking()
+	if res.Meta.HeartbeatOK {
+		// A heartbeat the model acknowledged (HEARTBEAT_OK): no reply, a
+		// note on stderr.
+		if v.live != nil {
+			v.live.newline()
+		}
+		v.notes.write(v.style(dim, "heartbeat: nothing to report"))
+		v.notes.newline()
+		return nil
+	}
 	var texts []string
 	for _, p := range res.Payloads {
 		if !p.IsError && p.Text != "" {

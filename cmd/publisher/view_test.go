@@ -267,3 +267,17 @@ func TestReadTools(t *testing.T) {
 		t.Fatal("a result without an id accepted")
 	}
 }
+
+// TestHeartbeatOKView: a heartbeat the model acknowledged prints no reply
+// on stdout, only a note on stderr.
+func TestHeartbeatOKView(t *testing.T) {
+	t.Parallel()
+	var out, notes bytes.Buffer
+	v := newView(&out, &notes, "alice")
+	if err := v.final(&events.Result{Meta: events.Meta{HeartbeatOK: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "" || notes.String() != "heartbeat: nothing to report\n" {
+		t.Fatalf("stdout %q, stderr %q", out.String(), notes.String())
+	}
+}

@@ -200,6 +200,10 @@ export class LiveTurn {
         if (err) {
           this.setState('error', 'failed');
           this.li.append(h('p', { class: 'error', role: 'alert' }, String(err.kind || 'error') + ': ' + String(err.message || '')));
+        } else if (res.meta?.heartbeatOk) {
+          // A heartbeat the model acknowledged (HEARTBEAT_OK): not a message.
+          this.text.textContent = '';
+          this.setState('done', 'heartbeat: nothing to report');
         } else if (res.meta?.pendingToolCalls?.length) {
           this.setState('done', 'waiting for a tool call');
         } else {
