@@ -182,7 +182,9 @@ func WithMode(mode string) SendOption {
 // WithHeartbeat marks the message as a heartbeat, a scheduled check-in:
 // it runs when the session is idle, and is dropped (a *RunError of kind
 // dropped) when it arrives while the session is busy instead of queueing
-// behind the running turn.
+// behind the running turn. Without text it runs on the heartbeat prompt
+// (follow HEARTBEAT.md); a reply that is only HEARTBEAT_OK is suppressed:
+// the result has no payloads and Meta.HeartbeatOK set.
 func WithHeartbeat() SendOption {
 	return func(o *sendOptions) error { o.in.Heartbeat = true; return nil }
 }
