@@ -78,7 +78,8 @@ func TestDecodeInbound(t *testing.T) {
 		{"heartbeat", "", []byte(`{"text":"check in","heartbeat":true}`), 0, "check in", ""},
 		{"heartbeat stop", "", []byte(`{"stop":true,"heartbeat":true}`), 0, "", "heartbeat: a heartbeat is a prompt"},
 		{"heartbeat settings", "", []byte(`{"heartbeat":true,"queueSettings":{"cap":2}}`), 0, "", "heartbeat: a heartbeat is a prompt"},
-		{"heartbeat without text", "", []byte(`{"heartbeat":true}`), 0, "", "text: empty"},
+		// Without text a heartbeat runs on the heartbeat prompt (HEARTBEAT.md).
+		{"heartbeat without text", "", []byte(`{"heartbeat":true}`), 0, "", ""},
 		// Run settings: a settings message of its own, bounded and validated.
 		{"run settings", "", []byte(`{"runSettings":{"model":"acme/m1","thinking":"HIGH","authProfile":"acme:a","historyLimit":5,"maxToolIterations":9,"maxToolRepeats":2,"tools":{"allow":["web_*","read"],"deny":["exec"],"approve":["write"]}}}`), 0, "", ""},
 		{"run and queue settings", "", []byte(`{"queueSettings":{"mode":"collect"},"runSettings":{"reset":true}}`), 0, "", ""},
