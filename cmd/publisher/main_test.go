@@ -122,6 +122,34 @@ func TestSendHeartbeat(t *testing.T) {
 	}
 }
 
+// TestSendHeartbeatOK: a heartbeat the model answers with HEARTBEAT_OK
+// prints no reply and leaves the transcript as it was; one it answers
+// with real text is delivered and kept.
+func TestSendHeartbeatOK(t *testing.T) {
+	t.Parallel()
+	url := startFleet(t)
+	if _, _, err := publisher(t, "send", "--nats-url", url, "--session", "hbok", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	ack := `#script {"replies":[{"text":"HEARTBEAT_OK"}]}`
+	out, stderr, err := publisher(t, "send", "--heartbeat", "--nats-url", url, "--session", "hbok", "--model", "scripted/script", ack)
+	if err != nil || out != "" || !strings.Contains(stderr, "heartbeat: nothing to report") {
+		t.Fatalf("acknowledged heartbeat: stdout %q, stderr %q, %v", out, stderr, err)
+	}
+	want := "user: hello\nassistant (scripted/echo): echo: hello\n"
+	if out, _, err := publisher(t, "history", "--nats-url", url, "--session", "hbok"); err != nil || out != want {
+		t.Fatalf("history after the ack =\n%s\nwant\n%s (%v)", out, want, err)
+	}
+	alert := `#script {"replies":[{"text":"The deploy failed."}]}`
+	if out, _, err := publisher(t, "send", "--heartbeat", "--nats-url", url, "--session", "hbok", "--model", "scripted/script", alert); err != nil || out != "The deploy failed.\n" {
+		t.Fatalf("heartbeat with news: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "history", "--nats-url", url, "--session", "hbok")
+	if err != nil || !strings.HasSuffix(out, "assistant (scripted/script): The deploy failed.\n") {
+		t.Fatalf("history after the news =\n%s (%v)", out, err)
+	}
+}
+
 func TestRunErrorExitsNonZero(t *testing.T) {
 	t.Parallel()
 	url := startFleet(t)
