@@ -61,10 +61,13 @@ func (ru *run) flushDue() bool {
 
 // memoryFlush runs the flush turn on ctxMsgs: at most MemoryFlushRounds
 // model calls offered the memoryFlushTools, their calls run, and nothing
-// kept but the files written. A failed call ends it; the compaction runs
-// all the same.
+// kept but the files written, within a CompactionTimeout of its own. A
+// failed call ends it; the compaction runs all the same. It is not
+// journaled: a re-run of the turn flushes again.
 func (ru *run) memoryFlush(ctx context.Context, req attemptReq, ctxMsgs []message.Message, out *attemptOut) {
 	ru.flushed = true
+	ctx, cancel := context.WithTimeout(ctx, ru.r.cfg.CompactionTimeout)
+	defer cancel()
 	var specs []provider.Tool
 	for _, t := range ru.specs {
 		if slices.Contains(memoryFlushTools, t.Name) && !ru.client[t.Name] && !ru.needsApproval(t.Name) {
