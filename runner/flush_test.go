@@ -34,12 +34,14 @@ func TestMemoryFlushBeforeCompaction(t *testing.T) {
 		name      string
 		flush     bool
 		noWrite   bool // the run's tools lack write
+		failover  bool // the first model's answer fails over to another: a second attempt, compacting again
 		wantCalls string
 		wantPhase string
 	}{
-		{"flush on", true, false, "flush,flush,summary,summary,answer", "memory_flush,start,end"},
-		{"flush off", false, false, "summary,summary,answer", "start,end"},
-		{"no write tool", true, true, "summary,summary,answer", "start,end"},
+		{"flush on", true, false, false, "flush,flush,summary,summary,answer", "memory_flush,start,end"},
+		{"flush off", false, false, false, "summary,summary,answer", "start,end"},
+		{"no write tool", true, true, false, "summary,summary,answer", "start,end"},
+		{"once per turn", true, false, true, "flush,flush,summary,summary,failed,answer", "memory_flush,start,end,start,end"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,6 +84,10 @@ func TestMemoryFlushBeforeCompaction(t *testing.T) {
 				case strings.Contains(req.SystemPrompt, "Pre-compaction memory flush"):
 					record("flush")
 					out.Content = message.BlocksOf(message.Text("NO_REPLY"))
+				case tt.failover && req.Model.Provider == "acme":
+					record("failed")
+					return message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: "overloaded"},
+						&provider.Error{Reason: provider.ReasonOverloaded, Status: 529, Message: "overloaded"}
 				default:
 					record("answer")
 					out.Content = message.BlocksOf(message.Text("final answer"))
@@ -98,7 +104,7 @@ func TestMemoryFlushBeforeCompaction(t *testing.T) {
 				}
 				history = append(history, h...)
 			}
-			r, err := New(Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p, window: 200000}, Tools: workspaceTools{set},
+			r, err := New(Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p, other: p, window: 200000}, Fallbacks: []string{"other/m2"}, Retry: RetryPolicy{MaxRetries: -1}, Tools: workspaceTools{set},
 				Compactor: alwaysDue{PiCompactor{Settings: compaction.Settings{Enabled: true, KeepRecentTokens: 2000}}}, MemoryFlush: tt.flush})
 			if err != nil {
 				t.Fatal(err)
@@ -115,7 +121,7 @@ func TestMemoryFlushBeforeCompaction(t *testing.T) {
 				t.Fatalf("result %+v", out.Result)
 			}
 			b, err := os.ReadFile(filepath.Join(dir, "MEMORY.md"))
-			if tt.wantPhase == "memory_flush,start,end" {
+			if tt.flush && !tt.noWrite {
 				if err != nil || string(b) != "The log is app.log.\n" {
 					t.Fatalf("MEMORY.md %q, %v", b, err)
 				}
@@ -129,7 +135,7 @@ func TestMemoryFlushBeforeCompaction(t *testing.T) {
 					t.Fatalf("the flush entered the transcript: %+v", e.Message)
 				}
 			}
-			if strings.Join(kinds, ",") != "message,compaction,message" {
+			if want := "message,compaction,message"; !tt.failover && strings.Join(kinds, ",") != want {
 				t.Fatalf("entries %v", kinds)
 			}
 			var phases []string
