@@ -14,7 +14,7 @@ const (
 	StreamAssistant  = "assistant"  // Data.Delta, Data.Text
 	StreamThinking   = "thinking"   // Data.Delta, Data.Text
 	StreamTool       = "tool"       // Data.Phase: start, update, result
-	StreamCompaction = "compaction" // Data.Phase: start, end (WillRetry after an overflow compaction)
+	StreamCompaction = "compaction" // Data.Phase: start, end (WillRetry after an overflow compaction); memory_flush before a start (runner.PhaseMemoryFlush)
 	StreamBlock      = "block"      // Data.Text: one finished block of the reply (block streaming)
 	// StreamAttempt: one model attempt of the run starts (see
 	// EventData.Provider). Data.Attempt numbers the attempts of this run

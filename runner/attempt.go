@@ -87,12 +87,16 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 
 // compactFirst compacts before the attempt's first call when the
 // compactor says it is due (pi compacts when the context is within
-// reserveTokens of the window). The context it is judged on is the first
+// reserveTokens of the window), after a memory flush when one is due
+// (flush.go). The context it is judged on is the first
 // call's, which it returns, or nil when a compaction re-shaped it; false
 // when the attempt timed out compacting (out says so).
 func (ru *run) compactFirst(actx context.Context, req attemptReq, out *attemptOut, timedOut func() bool) ([]message.Message, bool) {
 	ctxMsgs := ru.contextMessages()
 	if c := ru.r.cfg.Compactor; c != nil && c.Due(ctxMsgs, ru.window) {
+		if ru.flushDue() {
+			ru.memoryFlush(actx, req, ctxMsgs, out)
+		}
 		if ru.compactWith(actx, req, "threshold") {
 			out.compactions++
 			ctxMsgs = nil

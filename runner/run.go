@@ -57,6 +57,9 @@ type run struct {
 	admitted bool
 	// attempts counts the run's model attempts (the attempt events).
 	attempts int
+	// flushed is set once the run flushed memory before a compaction:
+	// one flush per compaction cycle, whatever the attempts.
+	flushed bool
 }
 
 // entries returns the session as it stands: the history and this turn.

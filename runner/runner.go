@@ -268,6 +268,11 @@ type Config struct {
 	// nil = none.
 	EndHook   EndHook
 	Compactor Compactor // nil = no compaction
+	// MemoryFlush, when set, gives the model one silent turn to write
+	// durable memories to the workspace (MEMORY.md, memory/<date>.md)
+	// before a threshold compaction, in runs that offer the write tool
+	// (flush.go); once per run.
+	MemoryFlush bool
 	// Window configures the context-window guard.
 	Window guard.WindowConfig
 	// MaxToolIterations bounds the model calls of one turn's tool loop

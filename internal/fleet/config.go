@@ -249,6 +249,11 @@ type Config struct {
 	// workspace's MEMORY.md and memory/**/*.md (BM25, no embeddings).
 	// They read the workspace only; off by default all the same.
 	MemoryTools bool
+	// NoMemoryFlush turns off the memory flush that, with MemoryTools,
+	// runs before each threshold compaction: one silent turn in which the
+	// model writes durable memories to the workspace's memory files
+	// (runner.Config.MemoryFlush).
+	NoMemoryFlush bool
 	// SessionTools offers sessions_list, sessions_history and
 	// sessions_send, reaching the sessions of the caller's tenant
 	// ("tenant") or of its tenant and agent ("agent"), never another
