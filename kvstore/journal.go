@@ -85,11 +85,21 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	s, err := js.UpdateStream(ctx, cfg)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, cfg)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another worker's, just now
-			s, err = js.UpdateStream(ctx, cfg)
+		if err != nil && RacedCreate(err, func() (uerr error) { s, uerr = js.UpdateStream(ctx, cfg); return uerr }) {
+			err = nil
 		}
 	}
 	return s, err
+}
+
+// RacedCreate reports whether a failed create (err) lost a race with
+// another worker's create of the same stream or bucket: found, run after
+// the failure, finds it (and binds it for the caller). JetStream answers
+// the loser with "already in use" when the reservation still fits, and
+// with "insufficient storage resources" when the store is reserved in
+// full, so the error alone does not tell.
+func RacedCreate(err error, found func() error) bool {
+	return err != nil && found() == nil
 }
 
 // Journal is the step journal of one turn (lane token, inbound sequence)

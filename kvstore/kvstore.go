@@ -116,7 +116,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 			LimitMarkerTTL: cfg.MarkerTTL,
 			MaxBytes:       cfg.MaxBytes,
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
+		if err != nil && RacedCreate(err, func() error { _, err := js.KeyValue(ctx, cfg.Bucket); return err }) {
 			err = nil // another worker created it first
 		}
 	}

@@ -297,8 +297,8 @@ func ensureInbound(ctx context.Context, js jetstream.JetStream, want jetstream.S
 		if err == nil {
 			return s, target, nil
 		}
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another worker's, just now
-			s, err = js.Stream(ctx, want.Name)
+		if kvstore.RacedCreate(err, func() (lerr error) { s, lerr = js.Stream(ctx, want.Name); return lerr }) {
+			err = nil // another worker's, just now
 		}
 	}
 	if err != nil {

@@ -320,3 +320,33 @@ func TestRejoinOnAFullStore(t *testing.T) {
 		t.Fatal("a new stream past the store's room was made") // the store is full: the test above proves something
 	}
 }
+
+// TestLoserOfACreateRaceFindsTheStream: when two workers declare a stream
+// at once on a store with room for one, JetStream refuses the second
+// create for storage, not for the name (so a worker that trusted the error
+// stopped at start: TestScheduleAcrossWorkerFaults saw it); RacedCreate
+// finds the winner's stream instead.
+func TestLoserOfACreateRaceFindsTheStream(t *testing.T) {
+	t.Parallel()
+	s, err := embedded.Start(embedded.Config{Name: "premise", DataDir: t.TempDir(), MaxStore: 24 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	js, _ := jetstream.New(natstest.Connect(t, s.ClientURL()))
+	sc := jetstream.StreamConfig{Name: "X", Subjects: []string{"x.>"}, MaxBytes: 16 << 20}
+	if _, err := js.CreateStream(t.Context(), sc); err != nil {
+		t.Fatal(err)
+	}
+	sc.Description = "another worker's"
+	_, err = js.CreateStream(t.Context(), sc) // the loser's create
+	if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		t.Fatalf("the loser's create: %v, want a storage refusal", err)
+	}
+	if !kvstore.RacedCreate(err, func() error { _, err := js.Stream(t.Context(), "X"); return err }) {
+		t.Fatal("RacedCreate did not find the stream that exists")
+	}
+	if kvstore.RacedCreate(err, func() error { _, err := js.Stream(t.Context(), "Y"); return err }) {
+		t.Fatal("RacedCreate found a stream that does not exist")
+	}
+}

@@ -105,6 +105,8 @@ func TestConsoleFirefox(t *testing.T) {
 		ff.eval(t, `(() => { sessionStorage.clear(); return true; })()`, nil)
 		ff.login(t, "acme-viewer")
 		ff.goTo(t, route("s", key))
+		// The page draws the session after its API calls answer: wait for it.
+		ff.wait(t, `document.querySelector('#approvals')?.textContent.includes('approved.txt')`)
 		if got := ff.text(t, "#approvals"); !strings.Contains(got, "approved.txt") {
 			t.Fatalf("the viewer does not see the pending call: %q", got)
 		}
