@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -89,15 +90,30 @@ func (f *Files) Get(ctx context.Context, ws, path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentstore: get %s: %w", name, err)
 	}
+	if info.Opts != nil && info.Opts.Link != nil {
+		// agentstore never writes links; one would read another object
+		// (or bucket) past the size check.
+		return nil, fmt.Errorf("%w: file %s is an object store link", agents.ErrInvalid, name)
+	}
 	if info.Size > agents.MaxFileBytes {
 		return nil, fmt.Errorf("%w: file %s is %d bytes, the limit is %d", agents.ErrInvalid, name, info.Size, agents.MaxFileBytes)
 	}
-	b, err := f.obs.GetBytes(ctx, name)
+	res, err := f.obs.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("%w: file %s", ErrNotFound, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("agentstore: get %s: %w", name, err)
+	}
+	defer res.Close()
+	// Bounded: the object may have been replaced by a larger one since
+	// its info was read.
+	b, err := io.ReadAll(io.LimitReader(res, agents.MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("agentstore: get %s: %w", name, err)
+	}
+	if len(b) > agents.MaxFileBytes {
+		return nil, fmt.Errorf("%w: file %s is over the limit of %d bytes", agents.ErrInvalid, name, agents.MaxFileBytes)
 	}
 	return b, nil
 }

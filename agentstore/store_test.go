@@ -134,6 +134,14 @@ func TestFiles(t *testing.T) {
 	if b, err := bu.f.Get(ctx, "x", "AGENTS.md"); err != nil || string(b) != "v2" {
 		t.Fatalf("Get = %q, %v", b, err)
 	}
+	// A link (which agentstore never writes) is refused, not followed.
+	target, err := bu.f.obs.GetInfo(ctx, "xy/AGENTS.md")
+	must(t, err)
+	_, err = bu.f.obs.AddLink(ctx, "x/LINK.md", target)
+	must(t, err)
+	if b, err := bu.f.Get(ctx, "x", "LINK.md"); !errors.Is(err, agents.ErrInvalid) {
+		t.Fatalf("Get(link) = %q, %v; want ErrInvalid", b, err)
+	}
 	if err := bu.f.Delete(ctx, "x", "AGENTS.md"); err != nil {
 		t.Fatal(err)
 	}
