@@ -237,7 +237,8 @@ func (c *Cache) observeFile(o *jetstream.ObjectInfo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	files := c.remote[ws]
-	if o.Deleted || o.Size > agents.MaxFileBytes {
+	// A link (agentstore never writes one) is no file: Files.Get refuses it.
+	if o.Deleted || o.Size > agents.MaxFileBytes || (o.Opts != nil && o.Opts.Link != nil) {
 		delete(files, p)
 		return
 	}

@@ -262,3 +262,28 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestLinkIsNoFile: a link object in a workspace (agentstore never
+// writes one) is left out of the worker's copy instead of failing it.
+func TestLinkIsNoFile(t *testing.T) {
+	t.Parallel()
+	bu := setup(t)
+	ctx := t.Context()
+	bu.put(t, "other", "AGENTS.md", "not yours")
+	bu.put(t, "ws", "AGENTS.md", "yours")
+	target, err := bu.f.obs.GetInfo(ctx, "other/AGENTS.md")
+	must(t, err)
+	_, err = bu.f.obs.AddLink(ctx, "ws/LINK.md", target)
+	must(t, err)
+	c, _ := bu.open(t)
+	dir, err := c.Dir(ctx, "ws")
+	if err != nil {
+		t.Fatalf("Dir with a link in the workspace: %v", err)
+	}
+	if got := read(t, dir, "AGENTS.md"); got != "yours" {
+		t.Fatalf("AGENTS.md = %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "LINK.md")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("LINK.md in the copy: %v", err)
+	}
+}
