@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -442,12 +443,22 @@ func readBounded(root *os.Root, p string) ([]byte, error) {
 	if fi.Size() > agents.MaxFileBytes {
 		return nil, fmt.Errorf("%s is %d bytes, the limit is %d", p, fi.Size(), agents.MaxFileBytes)
 	}
-	f, err := root.Open(p)
+	// Non-blocking, and checked again once open: a process the session
+	// left running may have swapped a FIFO in since the Lstat, whose open
+	// would block the lane.
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, agents.MaxFileBytes+1))
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, errors.Join(fmt.Errorf("%s is not a regular file", p), err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, agents.MaxFileBytes+1))
+	if err == nil && len(b) > agents.MaxFileBytes {
+		err = fmt.Errorf("%s is over the limit of %d bytes", p, agents.MaxFileBytes)
+	}
+	return b, err
 }
 
 // WriteBack puts the memory files (agents.Writable: MEMORY.md, memory.md,
