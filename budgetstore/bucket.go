@@ -216,13 +216,26 @@ var errNoChange = errors.New("no change")
 // state fn was given). A value that does not decode is an
 // *UnreadableError, unless overwrite is set: then fn gets no budget.
 func (b *Bucket) update(ctx context.Context, key string, cur governance.State, rev uint64, overwrite bool, fn func(st *governance.State, now time.Time) error) (governance.State, uint64, error) {
+	read := func() (governance.State, uint64, error) { return b.readOver(ctx, key, overwrite) }
 	fresh := rev == 0
 	if fresh {
 		var err error
-		if cur, rev, err = b.readOver(ctx, key, overwrite); err != nil {
+		if cur, rev, err = read(); err != nil {
 			return governance.State{}, 0, err
 		}
 	}
+	return casUpdate(ctx, b, key, cur, rev, fresh, read, fn)
+}
+
+// casUpdate is the compare-and-set loop of update and updateQuota: fn on
+// cur (at revision rev, 0 for no value; fresh when just read), its result
+// created or updated by revision, and on a lost race a new read — at once
+// when cur was not fresh, after casBackoff when it was — and another try,
+// MaxAttempts in all. fn may return errNoChange (nothing written, cur
+// returned) or another error (nothing written, returned as is, with the
+// state fn was given).
+func casUpdate[S any](ctx context.Context, b *Bucket, key string, cur S, rev uint64, fresh bool, read func() (S, uint64, error), fn func(*S, time.Time) error) (S, uint64, error) {
+	var zero S
 	for n := 1; n <= MaxAttempts; n++ {
 		next := cur
 		if err := fn(&next, b.cfg.Now()); err != nil {
@@ -233,7 +246,7 @@ func (b *Bucket) update(ctx context.Context, key string, cur governance.State, r
 		}
 		data, err := json.Marshal(next)
 		if err != nil {
-			return governance.State{}, 0, err
+			return zero, 0, err
 		}
 		var nrev uint64
 		if rev == 0 {
@@ -245,18 +258,18 @@ func (b *Bucket) update(ctx context.Context, key string, cur governance.State, r
 			return next, nrev, nil
 		}
 		if !isConflict(err) {
-			return governance.State{}, 0, err
+			return zero, 0, err
 		}
 		if !fresh {
 			fresh = true // the cached value was stale: read, retry at once
 		} else if err := casBackoff.Wait(ctx, n); err != nil {
-			return governance.State{}, 0, err
+			return zero, 0, err
 		}
-		if cur, rev, err = b.readOver(ctx, key, overwrite); err != nil {
-			return governance.State{}, 0, err
+		if cur, rev, err = read(); err != nil {
+			return zero, 0, err
 		}
 	}
-	return governance.State{}, 0, fmt.Errorf("%w (%d attempts)", ErrConflict, MaxAttempts)
+	return zero, 0, fmt.Errorf("%w (%d attempts)", ErrConflict, MaxAttempts)
 }
 
 // isConflict reports a lost compare-and-set.

@@ -98,39 +98,12 @@ var errQuotaFull = errors.New("budgetstore: quota full")
 // updateQuota is update for a quota's key: fn on a fresh read, written by
 // compare-and-set, retried when another writer got there first.
 func (b *Bucket) updateQuota(ctx context.Context, key string, fn func(*governance.QuotaState, time.Time) error) (governance.QuotaState, uint64, error) {
-	for n := 1; n <= MaxAttempts; n++ {
-		cur, rev, err := b.readQuota(ctx, key)
-		if err != nil {
-			return governance.QuotaState{}, 0, err
-		}
-		next := cur
-		if err := fn(&next, b.cfg.Now()); err != nil {
-			if errors.Is(err, errNoChange) {
-				return cur, rev, nil
-			}
-			return cur, rev, err
-		}
-		data, err := json.Marshal(next)
-		if err != nil {
-			return governance.QuotaState{}, 0, err
-		}
-		var nrev uint64
-		if rev == 0 {
-			nrev, err = b.kv.Create(ctx, key, data)
-		} else {
-			nrev, err = b.kv.Update(ctx, key, data, rev)
-		}
-		if err == nil {
-			return next, nrev, nil
-		}
-		if !isConflict(err) {
-			return governance.QuotaState{}, 0, err
-		}
-		if err := casBackoff.Wait(ctx, n); err != nil {
-			return governance.QuotaState{}, 0, err
-		}
+	read := func() (governance.QuotaState, uint64, error) { return b.readQuota(ctx, key) }
+	cur, rev, err := read()
+	if err != nil {
+		return governance.QuotaState{}, 0, err
 	}
-	return governance.QuotaState{}, 0, fmt.Errorf("%w (%d attempts)", ErrConflict, MaxAttempts)
+	return casUpdate(ctx, b, key, cur, rev, true, read, fn)
 }
 
 // quotas is a Store's cache of the quotas and its turns' holds.

@@ -243,3 +243,14 @@ func TestLimitsValidate(t *testing.T) {
 		t.Errorf("String = %q", got)
 	}
 }
+
+func TestParseWindowDaysOverflow(t *testing.T) {
+	for _, s := range []string{"rolling=367d", "rolling=213504d"} {
+		if w, err := ParseWindow(s); !errors.Is(err, ErrBadWindow) {
+			t.Errorf("ParseWindow(%q) = %v, %v; want ErrBadWindow", s, w, err)
+		}
+	}
+	if w, err := ParseWindow("rolling=366d"); err != nil || w.Rolling != RollingMax {
+		t.Errorf("ParseWindow(rolling=366d) = %v, %v", w, err)
+	}
+}

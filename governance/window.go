@@ -59,11 +59,12 @@ func ParseWindow(s string) (Window, error) {
 	return Window{Kind: WindowRolling, Rolling: d}, nil
 }
 
-// parseDuration is time.ParseDuration with whole days ("7d").
+// parseDuration is time.ParseDuration with whole days ("7d"), at most
+// RollingMax's (more would overflow: "213504d" wrapped to 26 minutes).
 func parseDuration(v string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(v, "d"); ok {
 		var n int
-		if _, err := fmt.Sscanf(days, "%d", &n); err != nil || fmt.Sprint(n) != days || n <= 0 {
+		if _, err := fmt.Sscanf(days, "%d", &n); err != nil || fmt.Sprint(n) != days || n <= 0 || n > int(RollingMax/(24*time.Hour)) {
 			return 0, ErrBadWindow
 		}
 		return time.Duration(n) * 24 * time.Hour, nil

@@ -105,6 +105,14 @@ func admitCall(ctx context.Context, cfg Config, sink Sink, call AdmitCall) (Admi
 	}
 }
 
+// callAdmitted makes the admitted call and settles it, also when the provider
+// panics (lanes recovers the turn): an unsettled call stays in its lease's
+// flight, renewed for ever, and holds that much of the budget.
+func (ru *run) callAdmitted(ctx context.Context, prov provider.Provider, req *provider.Request, adm Admitted) (am message.Message, err error) {
+	defer func() { ru.settle(adm, &am) }()
+	return prov.Stream(ctx, req, ru.sub.event)
+}
+
 // settle tells an admitted call's settler what the call used, and shows
 // its warning.
 func (ru *run) settle(adm Admitted, am *message.Message) { settleCall(ru.sink, adm, am) }
@@ -128,14 +136,13 @@ func admitted(cfg Config, sink Sink, sessionKey string, p provider.Provider) pro
 	if cfg.Admission == nil {
 		return p
 	}
-	return provider.Func(func(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	return provider.Func(func(ctx context.Context, req *provider.Request, emit func(provider.Event)) (m message.Message, err error) {
 		adm, err := admitCall(ctx, cfg, sink, AdmitCall{SessionKey: sessionKey, Request: req, Compaction: true})
 		if err != nil {
 			return message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: err.Error()}, err
 		}
-		m, err := p.Stream(ctx, req, emit)
-		settleCall(sink, adm, &m)
-		return m, err
+		defer func() { settleCall(sink, adm, &m) }() // also on a panic, as callAdmitted
+		return p.Stream(ctx, req, emit)
 	})
 }
 

@@ -189,8 +189,7 @@ func (ru *run) stream(ctx context.Context, prov provider.Provider, req *provider
 		}
 		return message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: err.Error()}, err
 	}
-	am, err := prov.Stream(ctx, req, ru.sub.event)
-	ru.settle(adm, &am)
+	am, err := ru.callAdmitted(ctx, prov, req, adm)
 	// Calls dispatch by exact name: " read" is read.
 	sanitize.TrimCallNames(&am)
 	if err != nil || am.StopReason == message.StopError || am.StopReason == message.StopAborted || ctx.Err() != nil {

@@ -94,8 +94,10 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	release, err := m.budgets.takeTurn(ctx, t.SessionKey) // the tenant's quota of turns at once
 	var out *lanes.Outcome
 	if err == nil {
-		out, err = m.handle(context.WithValue(ctx, turnObsKey{}, obs), t)
-		release()
+		func() {
+			defer release() // a panicking handler (recovered by lanes) must not keep the hold, renewed for ever
+			out, err = m.handle(context.WithValue(ctx, turnObsKey{}, obs), t)
+		}()
 	}
 	d := time.Since(start)
 	obs.close()
