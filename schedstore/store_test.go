@@ -153,6 +153,24 @@ func (b bundle) inbound(t *testing.T, session string) []string {
 	return ids
 }
 
+// hourlyDue adds an hourly schedule to a fresh server, with a Firer that
+// is not running, and moves the clock just past its first due time, which
+// it returns.
+func hourlyDue(t *testing.T) (bundle, *Firer, *schedule.Schedule, time.Time) {
+	t.Helper()
+	b := setup(t)
+	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Hour + time.Second)
+	return b, f, sc, time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+}
+
 func fired(h []schedule.Firing) []schedule.Firing {
 	return slices.DeleteFunc(slices.Clone(h), func(f schedule.Firing) bool { return f.Outcome != schedule.Fired })
 }
@@ -241,17 +259,7 @@ func TestHandleTwiceFiresOnce(t *testing.T) {
 // stream keeps one copy and the run id is the first send's.
 func TestRecordLostAfterSendFiresOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.clock.Advance(time.Hour + time.Second)
-	due := time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+	b, f, sc, due := hourlyDue(t)
 	first, err := f.send(t.Context(), sc, "alice", due, b.clock.Now()) // then "died"
 	if err != nil {
 		t.Fatal(err)
@@ -461,17 +469,7 @@ func TestTimerSurvivesServerRestart(t *testing.T) {
 // paused record and notes what it sent), not left unaccounted for.
 func TestPauseDuringFiringRecordsIt(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.clock.Advance(time.Hour + time.Second)
-	due := time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+	b, f, sc, due := hourlyDue(t)
 	run, err := f.send(t.Context(), sc, "alice", due, b.clock.Now()) // the handler's send…
 	if err != nil {
 		t.Fatal(err)
