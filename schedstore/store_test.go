@@ -2,6 +2,7 @@ package schedstore
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	neturl "net/url"
@@ -484,5 +485,19 @@ func TestPauseDuringFiringRecordsIt(t *testing.T) {
 	got, _, _ := b.store.Get(t.Context(), sc.ID)
 	if len(got.History) != 1 || got.History[0].RunID != run || !got.Paused {
 		t.Fatalf("history %+v, paused %v", got.History, got.Paused)
+	}
+}
+
+// TestAddLeavesRoomForHistory: a schedule whose record fits only without
+// its history is refused at Add (else its first firing is sent, then its
+// record write refused: unrecorded, the schedule never re-armed).
+func TestAddLeavesRoomForHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big := every(time.Hour, "hourly")
+	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, (schedule.MaxRecordBytes-schedule.HistoryLen*1024)*3/4)...)
+	big.Message.Images = []events.Image{{MimeType: "image/png", Data: base64.StdEncoding.EncodeToString(png)}}
+	if _, err := b.store.Add(t.Context(), big); !errors.Is(err, schedule.ErrBadRecord) {
+		t.Fatalf("a record with no room for its history: %v, want ErrBadRecord", err)
 	}
 }
