@@ -190,7 +190,7 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 			return err
 		}
 		if c.asJSON {
-			return json.NewEncoder(c.stdout).Encode(sc.History)
+			return json.NewEncoder(c.stdout).Encode(append([]schedule.Firing{}, sc.History...)) // [] rather than null, as the gateway answers
 		}
 		printFirings(c.stdout, sc.History)
 		return nil
