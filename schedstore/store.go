@@ -48,6 +48,10 @@ const (
 	// worker gets it; far below the inbound stream's de-duplication
 	// window, so a firing sent again after a crash is still a duplicate.
 	ackWait = 30 * time.Second
+	// historyRoom is what Add keeps free in a new record for a full
+	// history (HistoryLen firings, each well under 2 KiB: a session key
+	// and an error), so recording a firing never outgrows the record.
+	historyRoom = schedule.HistoryLen * 2048
 )
 
 // Errors callers branch on.
@@ -202,6 +206,11 @@ func (s *Store) Add(ctx context.Context, sc *schedule.Schedule) (*schedule.Sched
 	b, err := c.Encode()
 	if err != nil {
 		return nil, err
+	}
+	if len(b) > schedule.MaxRecordBytes-historyRoom {
+		// Else its first firings would be sent, then refused by the
+		// record write (ErrBadRecord), unrecorded and never re-armed.
+		return nil, fmt.Errorf("%w: %d bytes stored (at most %d, room for the history kept)", schedule.ErrBadRecord, len(b), schedule.MaxRecordBytes-historyRoom)
 	}
 	status, err := s.kv.Status(ctx)
 	if err != nil {

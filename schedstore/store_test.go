@@ -2,6 +2,7 @@ package schedstore
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	neturl "net/url"
@@ -153,6 +154,24 @@ func (b bundle) inbound(t *testing.T, session string) []string {
 	return ids
 }
 
+// hourlyDue adds an hourly schedule to a fresh server, with a Firer that
+// is not running, and moves the clock just past its first due time, which
+// it returns.
+func hourlyDue(t *testing.T) (bundle, *Firer, *schedule.Schedule, time.Time) {
+	t.Helper()
+	b := setup(t)
+	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Hour + time.Second)
+	return b, f, sc, time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+}
+
 func fired(h []schedule.Firing) []schedule.Firing {
 	return slices.DeleteFunc(slices.Clone(h), func(f schedule.Firing) bool { return f.Outcome != schedule.Fired })
 }
@@ -241,17 +260,7 @@ func TestHandleTwiceFiresOnce(t *testing.T) {
 // stream keeps one copy and the run id is the first send's.
 func TestRecordLostAfterSendFiresOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.clock.Advance(time.Hour + time.Second)
-	due := time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+	b, f, sc, due := hourlyDue(t)
 	first, err := f.send(t.Context(), sc, "alice", due, b.clock.Now()) // then "died"
 	if err != nil {
 		t.Fatal(err)
@@ -461,17 +470,7 @@ func TestTimerSurvivesServerRestart(t *testing.T) {
 // paused record and notes what it sent), not left unaccounted for.
 func TestPauseDuringFiringRecordsIt(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := b.store.Add(t.Context(), every(time.Hour, "hourly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.clock.Advance(time.Hour + time.Second)
-	due := time.UnixMilli(sc.Spec.AnchorMs).Add(time.Hour)
+	b, f, sc, due := hourlyDue(t)
 	run, err := f.send(t.Context(), sc, "alice", due, b.clock.Now()) // the handler's send…
 	if err != nil {
 		t.Fatal(err)
@@ -486,5 +485,19 @@ func TestPauseDuringFiringRecordsIt(t *testing.T) {
 	got, _, _ := b.store.Get(t.Context(), sc.ID)
 	if len(got.History) != 1 || got.History[0].RunID != run || !got.Paused {
 		t.Fatalf("history %+v, paused %v", got.History, got.Paused)
+	}
+}
+
+// TestAddLeavesRoomForHistory: a schedule whose record fits only without
+// its history is refused at Add (else its first firing is sent, then its
+// record write refused: unrecorded, the schedule never re-armed).
+func TestAddLeavesRoomForHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big := every(time.Hour, "hourly")
+	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, (schedule.MaxRecordBytes-schedule.HistoryLen*1024)*3/4)...)
+	big.Message.Images = []events.Image{{MimeType: "image/png", Data: base64.StdEncoding.EncodeToString(png)}}
+	if _, err := b.store.Add(t.Context(), big); !errors.Is(err, schedule.ErrBadRecord) {
+		t.Fatalf("a record with no room for its history: %v, want ErrBadRecord", err)
 	}
 }

@@ -190,7 +190,7 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 			return err
 		}
 		if c.asJSON {
-			return json.NewEncoder(c.stdout).Encode(sc.History)
+			return json.NewEncoder(c.stdout).Encode(append([]schedule.Firing{}, sc.History...)) // [] rather than null, as the gateway answers
 		}
 		printFirings(c.stdout, sc.History)
 		return nil
@@ -265,7 +265,7 @@ func printFirings(w io.Writer, h []schedule.Firing) {
 		late := time.Duration(f.HandledMs-f.DueMs) * time.Millisecond
 		switch f.Outcome {
 		case schedule.Fired:
-			fmt.Fprintf(w, "%s  fired    run %s of session %s (%v late)\n", due, f.RunID, shellQuote(f.Session), late.Round(time.Millisecond))
+			fmt.Fprintf(w, "%s  fired    run %s of session %s (%v late)\n", due, printable([]byte(f.RunID)), display(f.Session), late.Round(time.Millisecond))
 		case schedule.Missed:
 			if f.Count > 1 {
 				fmt.Fprintf(w, "%s  missed   %d due times up to this one (no worker ran; catch-up policy)\n", due, f.Count)
@@ -275,7 +275,9 @@ func printFirings(w io.Writer, h []schedule.Firing) {
 		case schedule.Skipped:
 			fmt.Fprintf(w, "%s  skipped  (the previous firing's turn had not ended; overlap policy)\n", due)
 		default:
-			fmt.Fprintf(w, "%s  %-8s %s\n", due, f.Outcome, f.Error)
+			// The history is the record's bytes, unchecked by Validate: no
+			// control characters reach the terminal.
+			fmt.Fprintf(w, "%s  %-8s %s\n", due, printable([]byte(string(f.Outcome))), printable([]byte(f.Error)))
 		}
 	}
 }
