@@ -1,9 +1,9 @@
 package gateway
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/lanefleet/lanefleet/gateway/auth"
@@ -117,7 +117,7 @@ func (s *Server) listBudgets(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		scopes = callerTenants(p)
+		scopes = callerTenants(p, s.cfg.Tenants)
 	}
 	rep := BudgetsReply{Budgets: []BudgetReply{}}
 	for _, sc := range scopes {
@@ -134,13 +134,13 @@ func (s *Server) listBudgets(w http.ResponseWriter, r *http.Request) {
 }
 
 // callerTenants are the tenants whose every session p reaches: a prefix
-// that is a tenant's name and the default separator (a fleet with another
-// --tenant-separator shows non-admins none).
-func callerTenants(p *auth.Principal) []governance.Scope {
+// that is a whole tenant prefix under the fleet's rule ("acme:" with the
+// default separator).
+func callerTenants(p *auth.Principal, rule governance.TenantRule) []governance.Scope {
+	sep := cmp.Or(rule.Separator, governance.TenantSeparatorDefault)
 	var out []governance.Scope
 	for _, pre := range p.Prefixes {
-		name, ok := strings.CutSuffix(pre, governance.TenantSeparatorDefault)
-		if ok && governance.ValidName(name) == nil && (governance.TenantRule{}).Tenant(pre) == name {
+		if name := rule.Tenant(pre); name != "" && pre == name+sep {
 			out = append(out, governance.Scope{Kind: governance.ScopeTenant, Name: name})
 		}
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/lanefleet/lanefleet/gateway/auth"
 	"github.com/lanefleet/lanefleet/gateway/console"
 	"github.com/lanefleet/lanefleet/gateway/route"
+	"github.com/lanefleet/lanefleet/governance"
 )
 
 // Defaults of Config.
@@ -62,6 +63,10 @@ const (
 type Config struct {
 	// Client reaches the fleet. Required.
 	Client *lanefleet.Client
+	// Tenants is the fleet's tenant rule (its workers'
+	// --tenant-separator): a caller whose prefix is a tenant's whole
+	// prefix reads that tenant's budgets.
+	Tenants governance.TenantRule
 	// Tokens authenticate callers; nil serves loopback clients only, each
 	// as an unauthenticated admin (auth.Principal.Local).
 	Tokens *Tokens

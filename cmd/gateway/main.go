@@ -33,6 +33,7 @@ import (
 	"github.com/lanefleet/lanefleet/gateway"
 	"github.com/lanefleet/lanefleet/gateway/auth"
 	"github.com/lanefleet/lanefleet/gateway/openai"
+	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/internal/version"
 )
 
@@ -76,6 +77,7 @@ func rootCommand(stdout, stderr io.Writer, env func(string) string) *cobra.Comma
 		level   string
 		aliases []string
 		models  []string
+		tenants governance.TenantRule
 	)
 	root := &cobra.Command{
 		Use:   "gateway [flags]",
@@ -112,6 +114,7 @@ only, unauthenticated, and refuses a non-loopback --http address.`,
 	fs.StringVar(&creds.InboxPrefix, "inbox-prefix", "", "prefix of reply subjects, e.g. _INBOX_gateway (env NATS_INBOX_PREFIX)")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringArrayVar(&aliases, "model-alias", nil, "NAME=REF: a model name the OpenAI-compatible routes take for the fleet model REF (NAME= the fleet's default model); repeatable")
+	fs.StringVar(&tenants.Separator, "tenant-separator", "", `the fleet's --tenant-separator (default ":"): a caller whose token prefix is a whole tenant prefix ("acme:") reads that tenant's budgets`)
 	fs.StringSliceVar(&models, "model", nil, "fleet model refs GET /v1/models lists besides the aliases; repeatable or comma-separated")
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		lvl, err := zerolog.ParseLevel(level)
@@ -140,7 +143,7 @@ only, unauthenticated, and refuses a non-loopback --http address.`,
 		}
 		defer cl.Close()
 		v1 := openai.New(cl, openai.Options{Aliases: alias, Models: models, Logger: log})
-		ln, err := gateway.Listen(opts, gateway.Config{Client: cl, Logger: &log, Routes: v1.Routes()})
+		ln, err := gateway.Listen(opts, gateway.Config{Client: cl, Logger: &log, Routes: v1.Routes(), Tenants: tenants})
 		if err != nil {
 			return usageError{err}
 		}

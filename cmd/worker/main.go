@@ -445,7 +445,7 @@ func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, aliases 
 	// The OpenAI-compatible routes list the worker's default model and
 	// the aliases.
 	v1 := openai.New(cl, openai.Options{Aliases: aliases, Models: []string{m.DefaultModel()}, Logger: glog})
-	ln, err := gateway.Listen(o, gateway.Config{Client: cl, Logger: &glog, Routes: v1.Routes()})
+	ln, err := gateway.Listen(o, gateway.Config{Client: cl, Logger: &glog, Routes: v1.Routes(), Tenants: m.Tenants()})
 	if err != nil {
 		gc.Close()
 		return nil, err

@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	"chatcmd":                {"events"},
 	"internal/cmd/lanebench": {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
 	"cmd/publisher":          {"", "admin", "agents", "events", "governance", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "schedule"},
-	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "internal/version"},
+	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "governance", "internal/version"},
 	"cmd/worker":             {"", "gateway", "gateway/openai", "guard", "hooks", "internal/cgroup", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
 	"compaction":             {"ecmatext", "message", "provider", "sessionfile"},
 	"docs":                   {}, // a test of the pages alone

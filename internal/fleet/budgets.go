@@ -52,7 +52,7 @@ type budgets struct {
 // openBudgets opens the budgets bucket and watches it.
 func (m *Member) openBudgets(ctx context.Context) error {
 	cfg := m.cfg
-	b := &budgets{rule: governance.TenantRule{Separator: cfg.TenantSeparator, Off: cfg.NoTenants}, metrics: m.obs.metrics,
+	b := &budgets{rule: m.Tenants(), metrics: m.obs.metrics,
 		log: cfg.Logger, now: time.Now, changes: make(chan governance.Scope, 256), paused: map[governance.Scope]bool{}}
 	ttl := cfg.LeaseTTL
 	if ttl <= 0 {
@@ -287,4 +287,10 @@ func (b *budgets) run(ctx context.Context, wake func(ctx context.Context, match 
 			b.log.Info().Str("budget", sc.String()).Int("lanes", n).Msg("budget no longer reached: paused lanes woken")
 		}
 	}
+}
+
+// Tenants is the member's tenant rule (--tenant-separator, tenants off):
+// which tenant a session key belongs to.
+func (m *Member) Tenants() governance.TenantRule {
+	return governance.TenantRule{Separator: m.cfg.TenantSeparator, Off: m.cfg.NoTenants}
 }

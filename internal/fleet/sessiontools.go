@@ -8,7 +8,6 @@ import (
 
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
-	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/tools"
@@ -78,7 +77,7 @@ func (m *Member) startToolState(ts *toolSource) error {
 		m.log.Info().Msg("process tool on: background commands in exec's sandbox")
 	}
 	if cfg.SessionTools != "" {
-		pol := sessions.Policy{Scope: cfg.SessionTools, Tenants: governance.TenantRule{Separator: cfg.TenantSeparator, Off: cfg.NoTenants}}
+		pol := sessions.Policy{Scope: cfg.SessionTools, Tenants: m.Tenants()}
 		if err := pol.Validate(); err != nil {
 			return fmt.Errorf("fleet: --session-tools: %w", err)
 		}
