@@ -391,8 +391,8 @@ func (t *processTool) start(ctx context.Context, args map[string]any) (Result, e
 		p.cmd.Kill()
 		return Result{}, errors.New("this worker is stopping: the process was killed")
 	}
-	list := append(ps.sessions[t.session], p)
-	ps.sessions[t.session] = ps.prune(list, time.Now())
+	ps.sessions[t.session] = append(ps.sessions[t.session], p)
+	ps.sweep(time.Now())
 	ps.mu.Unlock()
 	text := fmt.Sprintf("Started %s (sessionId %q): %s\nIt may run %s. Use process poll with this sessionId for its output.", id, id, command, secs(timeout))
 	if len(notes) > 0 {
@@ -507,6 +507,27 @@ func (ps *Processes) prune(list []*bgProc, now time.Time) []*bgProc {
 	return out
 }
 
+// pruneSession prunes session's list in place, forgetting the session
+// when none is left, and returns the list. Under mu.
+func (ps *Processes) pruneSession(session string, now time.Time) []*bgProc {
+	list := ps.prune(ps.sessions[session], now)
+	if len(list) == 0 {
+		delete(ps.sessions, session)
+	} else {
+		ps.sessions[session] = list
+	}
+	return list
+}
+
+// sweep prunes every session, so that one that never calls process again
+// (and is never reset here) does not keep its finished processes and their
+// output past FinishedTTL. Under mu; start calls it.
+func (ps *Processes) sweep(now time.Time) {
+	for s := range ps.sessions {
+		ps.pruneSession(s, now)
+	}
+}
+
 // lookup finds the process the sessionId argument names among the
 // session's, or says why it cannot be here.
 func (t *processTool) lookup(args map[string]any) (*bgProc, error) {
@@ -523,13 +544,7 @@ func (t *processTool) lookup(args map[string]any) (*bgProc, error) {
 	}
 	ps := t.ps
 	ps.mu.Lock()
-	list := ps.prune(ps.sessions[t.session], time.Now())
-	if len(list) == 0 {
-		delete(ps.sessions, t.session)
-	} else {
-		ps.sessions[t.session] = list
-	}
-	for _, p := range list {
+	for _, p := range ps.pruneSession(t.session, time.Now()) {
 		if p.id == id {
 			ps.mu.Unlock()
 			return p, nil
@@ -553,7 +568,7 @@ func (t *processTool) list() Result {
 	ps := t.ps
 	ps.mu.Lock()
 	now := time.Now()
-	list := ps.prune(ps.sessions[t.session], now)
+	list := ps.pruneSession(t.session, now)
 	var lines []string
 	var rows []any
 	for _, p := range list {

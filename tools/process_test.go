@@ -186,6 +186,45 @@ func TestProcessSessionsApart(t *testing.T) {
 	}
 }
 
+// TestProcessSweep: a start prunes every session's finished processes,
+// so a session that never calls process again does not keep them.
+func TestProcessSweep(t *testing.T) {
+	t.Parallel()
+	f := newProcFixture(t, ProcessConfig{FinishedTTL: time.Nanosecond})
+	id := f.start("true")
+	if _, res := f.pollUntil(id, "\x00"); res.Details["status"] == "running" {
+		t.Fatal("true did not end")
+	}
+	other, err := f.ps.Tool(Workspace{Dir: t.TempDir(), Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}, "acme:s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.call(other, map[string]any{"action": "start", "command": "sleep 600"}); err != nil {
+		t.Fatal(err)
+	}
+	f.ps.mu.Lock()
+	_, kept := f.ps.sessions["acme:s1"]
+	n := len(f.ps.sessions)
+	f.ps.mu.Unlock()
+	if kept || n != 1 {
+		t.Errorf("after another session's start: acme:s1 kept %v, %d sessions", kept, n)
+	}
+}
+
+// TestProcessListThenStart: list prunes a finished process and a start
+// after it still counts the session's processes (list once left the
+// pruned entries nil in the table and the start's count panicked).
+func TestProcessListThenStart(t *testing.T) {
+	t.Parallel()
+	f := newProcFixture(t, ProcessConfig{FinishedTTL: time.Nanosecond})
+	id := f.start("true")
+	if _, res := f.pollUntil(id, "\x00"); res.Details["status"] == "running" {
+		t.Fatal("true did not end")
+	}
+	f.must(map[string]any{"action": "list"})
+	f.start("true")
+}
+
 // TestProcessLimits: the per-session cap refuses a start with
 // ErrProcessLimit; the output ring keeps its last bytes and says how much
 // it dropped; the timeout kills.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -60,28 +61,6 @@ func Number(args map[string]any, key string) (float64, bool, error) {
 	switch x := v.(type) {
 	case float64:
 		f = x
-	case float32:
-		f = float64(x)
-	case int:
-		f = float64(x)
-	case int8:
-		f = float64(x)
-	case int16:
-		f = float64(x)
-	case int32:
-		f = float64(x)
-	case int64:
-		f = float64(x)
-	case uint:
-		f = float64(x)
-	case uint8:
-		f = float64(x)
-	case uint16:
-		f = float64(x)
-	case uint32:
-		f = float64(x)
-	case uint64:
-		f = float64(x)
 	case json.Number:
 		var err error
 		if f, err = strconv.ParseFloat(string(x), 64); err != nil {
@@ -97,7 +76,18 @@ func Number(args map[string]any, key string) (float64, bool, error) {
 			return 0, false, fmt.Errorf("argument %q must be a number, got the string %q", key, x)
 		}
 	default:
-		return 0, false, fmt.Errorf("argument %q must be a number, got %s", key, kind(v))
+		// Go integer and float types, from callers that build args
+		// themselves (JSON decoding gives float64 or json.Number).
+		switch rv := reflect.ValueOf(v); {
+		case rv.CanInt():
+			f = float64(rv.Int())
+		case rv.CanUint():
+			f = float64(rv.Uint())
+		case rv.CanFloat():
+			f = rv.Float()
+		default:
+			return 0, false, fmt.Errorf("argument %q must be a number, got %s", key, kind(v))
+		}
 	}
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, false, fmt.Errorf("argument %q must be a finite number", key)
