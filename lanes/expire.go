@@ -34,7 +34,7 @@ func (w *Worker) expire(ctx context.Context) {
 	if !p.Enabled() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.SweepEvery)
+	ctx, cancel := context.WithTimeout(ctx, w.sweepPassTime())
 	defer cancel()
 	st, err := w.ExpireIdle(ctx, p.Cutoff(w.now()), maxExpirePerPass)
 	if err != nil && ctx.Err() == nil {

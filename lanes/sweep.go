@@ -43,8 +43,23 @@ func (w *Worker) sweep(ctx context.Context) {
 	}
 }
 
+// sweepPassTime is how long one part of a sweep (the stranded-lane pass,
+// the retention pass) may take: the sweep's period, but never less than
+// minSweepPass.
+func (w *Worker) sweepPassTime() time.Duration {
+	return max(w.cfg.SweepEvery, minSweepPass)
+}
+
+// minSweepPass is the least time a sweep pass gets. A pass is a dozen
+// store round trips per lane; bounded by a short period alone (100 ms in
+// tests, or an operator's), a pass on a loaded machine ran out every time
+// and never forgot a session (TestSessionTTLSweep on a busy 2-core CI
+// machine, and with taskset to one core). A longer pass only delays the
+// next tick.
+const minSweepPass = 10 * time.Second
+
 func (w *Worker) sweepOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.SweepEvery)
+	ctx, cancel := context.WithTimeout(ctx, w.sweepPassTime())
 	defer cancel()
 	if err := w.streams.TightenLaneCap(ctx, w.js); err != nil {
 		w.log.Warn().Err(err).Msg("sweep: lower the per-lane cap to the configured one")

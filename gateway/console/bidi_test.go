@@ -311,7 +311,7 @@ func (f *ffTab) login(t *testing.T, name string) {
 	f.wait(t, `document.querySelector('#token')`)
 	f.setValue(t, "#token", f.bn.tokens[name])
 	f.click(t, `form.login button[type=submit]`)
-	f.wait(t, `document.querySelector('#me') && document.getElementById('main').hasAttribute('data-ready')`)
+	f.wait(t, signedInAs(name))
 }
 
 // shot saves a screenshot of the tab as name.png and logs its path.
