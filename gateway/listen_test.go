@@ -80,19 +80,19 @@ func TestListenTLS(t *testing.T) {
 // testCount sums lanefleet_gateway_requests_total over method.
 func testCount(t *testing.T, s *Server, method string) int {
 	t.Helper()
-	mfs, err := s.metrics.reg.Gather()
+	fams, err := s.metrics.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() != "lanefleet_gateway_requests_total" {
+	for _, f := range fams {
+		if f.Name != "lanefleet_gateway_requests_total" {
 			continue
 		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "method" && l.GetValue() == method {
-					n += int(m.GetCounter().GetValue())
+		for _, sr := range f.Series {
+			for i, l := range f.LabelNames {
+				if l == "method" && sr.Labels[i] == method {
+					n += int(sr.Value)
 				}
 			}
 		}

@@ -38,7 +38,7 @@ func TestDashboardQueriesExist(t *testing.T) {
 	}
 	exposed := map[string]bool{}
 	for _, f := range fams {
-		exposed[f.GetName()] = true
+		exposed[f.Name] = true
 	}
 	used := regexp.MustCompile(`lanefleet_[a-z_]+`).FindAllString(string(dash), -1)
 	if len(used) == 0 {

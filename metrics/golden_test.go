@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -101,4 +105,43 @@ func TestExpositionGolden(t *testing.T) {
 	}
 	_, body := get(t, serve(t, m, func(context.Context) error { return nil })+"/metrics")
 	golden(t, "metrics.golden", normalize(body))
+	parse(t, body)
+}
+
+// parse reads an exposition with Prometheus's own text parser (a test
+// dependency only) and checks each family's type and series count.
+func parse(t *testing.T, body string) {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("Prometheus's parser refuses the page: %v", err)
+	}
+	for _, want := range []struct {
+		name   string
+		typ    dto.MetricType
+		series int
+	}{
+		{"lanefleet_provider_latency_seconds", dto.MetricType_HISTOGRAM, 2},
+		{"lanefleet_tokens_total", dto.MetricType_COUNTER, 9},
+		{"lanefleet_lanes_active", dto.MetricType_GAUGE, 1},
+		{"go_gc_duration_seconds", dto.MetricType_SUMMARY, 1},
+		{"go_goroutines", dto.MetricType_GAUGE, 1},
+		{"process_resident_memory_bytes", dto.MetricType_GAUGE, 1},
+	} {
+		f := fams[want.name]
+		if f == nil || f.GetType() != want.typ || len(f.GetMetric()) != want.series {
+			t.Errorf("parsed %s: %v", want.name, f)
+		}
+	}
+	for _, s := range fams["lanefleet_provider_latency_seconds"].GetMetric() {
+		for _, l := range s.GetLabel() {
+			if l.GetName() == "model" && l.GetValue() != "claude-sonnet-4-6" && l.GetValue() != "we\"ird\\model\n" {
+				t.Errorf("a label value read back as %q", l.GetValue())
+			}
+		}
+		if h := s.GetHistogram(); len(h.GetBucket()) != 14 || h.GetSampleCount() == 0 {
+			t.Errorf("histogram read back as %v", h)
+		}
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
 
@@ -18,11 +17,14 @@ type ReadyFunc func(ctx context.Context) error
 // readyTimeout bounds a readiness check.
 const readyTimeout = 3 * time.Second
 
-// Handler serves /metrics from m, /healthz, and /readyz from ready.
+// Handler serves /metrics from m, /healthz, and /readyz from ready. What
+// a scrape could not read (a /proc file) is logged and left out of the
+// page; the rest is served.
 func Handler(m *Metrics, ready ReadyFunc, log zerolog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		ErrorLog: promLogger{log}, ErrorHandling: promhttp.ContinueOnError, Timeout: 10 * time.Second}))
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		m.reg.serve(w, r, func(err error) { log.Warn().Err(err).Msg("metrics: part of the scrape failed") })
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -40,10 +42,6 @@ func Handler(m *Metrics, ready ReadyFunc, log zerolog.Logger) http.Handler {
 	})
 	return mux
 }
-
-type promLogger struct{ log zerolog.Logger }
-
-func (l promLogger) Println(v ...any) { l.log.Warn().Msg(fmt.Sprint(v...)) }
 
 // Server is the metrics listener: bound at Listen, so a busy address fails
 // the member's start, and serving from Serve until Close.

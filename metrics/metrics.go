@@ -1,5 +1,5 @@
-// Package metrics holds a fleet member's Prometheus collectors and serves
-// them, with health and readiness, on one HTTP listener:
+// Package metrics holds a fleet member's metrics and serves them, with
+// health and readiness, on one HTTP listener:
 //
 //	/metrics  Prometheus text exposition
 //	/healthz  200 while the process is up
@@ -9,6 +9,11 @@
 // event sink, the lane worker's counters, the stream state at scrape); no
 // label ever holds a session key, and the labels a sender can influence
 // (model, tool) are capped in how many values they take.
+//
+// metrics.go holds the member's families and what records into them;
+// expose.go the counters, gauges and histograms, their registry and the
+// text format writer (the gateway's families use them too); runtime.go
+// the Go runtime's and the process's families; http.go the listener.
 package metrics
 
 import (
@@ -16,9 +21,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/version"
@@ -58,23 +60,23 @@ var tokenKinds = []string{"input", "output", "cache_read", "cache_write"}
 // Metrics are a member's collectors. The zero value is not usable; New
 // returns one. A nil *Metrics records nothing, so callers need not check.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg *Registry
 
-	turns        *prometheus.CounterVec
-	turnErrors   *prometheus.CounterVec
-	turnDuration prometheus.Histogram
-	firstEvent   prometheus.Histogram
-	queueWait    prometheus.Histogram
-	provReqs     *prometheus.CounterVec
-	provLatency  *prometheus.HistogramVec
-	tokens       *prometheus.CounterVec
-	cost         *prometheus.CounterVec
-	toolCalls    *prometheus.CounterVec
-	compactions  *prometheus.CounterVec
-	budget       *prometheus.CounterVec
-	budgetSpend  *prometheus.CounterVec
-	schedDue     *prometheus.CounterVec
-	schedLate    prometheus.Histogram
+	turns        *CounterVec
+	turnErrors   *CounterVec
+	turnDuration *Histogram
+	firstEvent   *Histogram
+	queueWait    *Histogram
+	provReqs     *CounterVec
+	provLatency  *HistogramVec
+	tokens       *CounterVec
+	cost         *CounterVec
+	toolCalls    *CounterVec
+	compactions  *CounterVec
+	budget       *CounterVec
+	budgetSpend  *CounterVec
+	schedDue     *CounterVec
+	schedLate    *Histogram
 
 	models  capped
 	tools   capped
@@ -84,18 +86,18 @@ type Metrics struct {
 	expected map[string]bool // providers of the configured models (Expect)
 }
 
-// New returns a member's collectors registered on a registry of their own,
+// New returns a member's families registered on a registry of their own,
 // with the Go runtime's and the process's.
 func New() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: NewRegistry()}
 	f := factory{m.reg}
 	m.turns = f.counterVec("turns_total", "Turns run by this worker, by outcome (ok, tool_calls, error, aborted, failed).", "outcome")
 	m.turnErrors = f.counterVec("turn_errors_total", "Turns that ended with an error result, by error kind.", "kind")
-	m.turnDuration = f.histogram("turn_duration_seconds", "How long a turn ran on this worker, from its start to its result.", prometheus.ExponentialBuckets(0.1, 2, 13))
-	m.firstEvent = f.histogram("first_event_seconds", "Time from a message's arrival in the inbound stream to its turn's first reply delta (assistant or thinking): what a user waits for the first token.", prometheus.ExponentialBuckets(0.05, 2, 13))
-	m.queueWait = f.histogram("queue_wait_seconds", "Time from a message's arrival in the inbound stream to the start of its turn.", prometheus.ExponentialBuckets(0.01, 2.5, 12))
+	m.turnDuration = f.histogram("turn_duration_seconds", "How long a turn ran on this worker, from its start to its result.", exponentialBuckets(0.1, 2, 13))
+	m.firstEvent = f.histogram("first_event_seconds", "Time from a message's arrival in the inbound stream to its turn's first reply delta (assistant or thinking): what a user waits for the first token.", exponentialBuckets(0.05, 2, 13))
+	m.queueWait = f.histogram("queue_wait_seconds", "Time from a message's arrival in the inbound stream to the start of its turn.", exponentialBuckets(0.01, 2.5, 12))
 	m.provReqs = f.counterVec("provider_requests_total", "Model calls, by provider, model and outcome (ok, or the failover reason: rate_limit, overloaded, auth, timeout, ...).", "provider", "model", "outcome")
-	m.provLatency = f.histogramVec("provider_latency_seconds", "How long a model call took, to its last streamed byte.", prometheus.ExponentialBuckets(0.1, 2, 13), "provider", "model")
+	m.provLatency = f.histogramVec("provider_latency_seconds", "How long a model call took, to its last streamed byte.", exponentialBuckets(0.1, 2, 13), "provider", "model")
 	m.tokens = f.counterVec("tokens_total", "Tokens of model calls, by provider, model and kind (input, output, cache_read, cache_write).", "provider", "model", "kind")
 	m.cost = f.counterVec("cost_usd_total", "Cost of model calls in USD, priced from the model catalog.", "provider", "model")
 	m.toolCalls = f.counterVec("tool_calls_total", "Tool calls run by this worker, by tool and outcome (ok, error); client tools' results are tool=\"client\".", "tool", "outcome")
@@ -103,12 +105,11 @@ func New() *Metrics {
 	m.budget = f.counterVec("budget_events_total", "Budget events of model calls with a budget, by tenant (\"none\" for a session budget without a tenant) and event: reached (a call refused, the session paused) or soft_limit (a warning).", "tenant", "event")
 	m.budgetSpend = f.counterVec("budget_spend_usd_total", "USD settled against budgets, by tenant, priced from the model catalog.", "tenant")
 	m.schedDue = f.counterVec("schedule_due_total", "Schedules' due times this worker handled, by outcome: fired, skipped (overlap policy), missed (catch-up policy) or failed (the lane refused it).", "outcome")
-	m.schedLate = f.histogram("schedule_lateness_seconds", "How late after its due time a schedule's firing was sent (catch-up firings after an outage included).", prometheus.ExponentialBuckets(0.01, 2.5, 12))
+	m.schedLate = f.histogram("schedule_lateness_seconds", "How late after its due time a schedule's firing was sent (catch-up firings after an outage included).", exponentialBuckets(0.01, 2.5, 12))
 	bi := version.Get()
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info", Help: "The running build: 1, with its version, commit and Go version.",
-		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Revision, "goversion": bi.Go}})
-	info.Set(1)
-	m.reg.MustRegister(info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.NewConst(Namespace+"_build_info", "The running build: 1, with its version, commit and Go version.",
+		[]string{"version", "commit", "goversion"}, []string{bi.Version, bi.Revision, bi.Go})
+	m.reg.RegisterRuntime()
 	m.models.max, m.tools.max, m.tenants.max = MaxLabelValues, MaxLabelValues, MaxLabelValues
 	// Label values known now are exposed at 0 from the start: a panel or
 	// an alert on their rate then shows 0, not "No data".
@@ -163,27 +164,22 @@ func (m *Metrics) expectedProviders() []string {
 	return out
 }
 
-// Registry returns the registry the collectors are on.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+// Registry returns the registry the families are on.
+func (m *Metrics) Registry() *Registry { return m.reg }
 
-type factory struct{ reg prometheus.Registerer }
+// factory registers the member's families under Namespace.
+type factory struct{ reg *Registry }
 
-func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
-	f.reg.MustRegister(c)
-	return c
+func (f factory) counterVec(name, help string, labels ...string) *CounterVec {
+	return f.reg.NewCounterVec(Namespace+"_"+name, help, labels...)
 }
 
-func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
-	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
-	f.reg.MustRegister(h)
-	return h
+func (f factory) histogram(name, help string, buckets []float64) *Histogram {
+	return f.reg.NewHistogram(Namespace+"_"+name, help, buckets)
 }
 
-func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
-	f.reg.MustRegister(h)
-	return h
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *HistogramVec {
+	return f.reg.NewHistogramVec(Namespace+"_"+name, help, buckets, labels...)
 }
 
 // TurnEnded records a turn's end: its outcome (Outcome*), the error kind
@@ -354,23 +350,32 @@ type State struct {
 	LaneEvents func() map[string]int64
 }
 
-// Watch registers the collectors that read st at every scrape.
+// Watch registers the families that read st at every scrape. A second
+// Watch is an error.
 func (m *Metrics) Watch(st State) error {
-	return m.reg.Register(&stateCollector{st: st, m: m})
+	c := &stateCollector{st: st, m: m}
+	names := make([]string, 0, len(stateFamilies))
+	for _, f := range stateFamilies {
+		names = append(names, f.Name)
+	}
+	return m.reg.register(collectFunc(c.collect), names...)
 }
 
 // scrapeTimeout bounds what a scrape waits for the stream state.
 const scrapeTimeout = 2 * time.Second
 
+// The families read from State, their series left empty.
 var (
-	descLanes    = prometheus.NewDesc(Namespace+"_lanes_active", "Lanes this worker runs now (turns running or draining).", nil, nil)
-	descWaiting  = prometheus.NewDesc(Namespace+"_lanes_waiting", "Lanes waiting on this worker for a slot (every slot busy); a lane that has run its turn budget yields its slot to the first of them.", nil, nil)
-	descBacklog  = prometheus.NewDesc(Namespace+"_inbound_backlog_messages", "Messages stored in the inbound stream, fleet-wide: waiting, running, or processed and not purged yet (every worker reports the same; take the max).", nil, nil)
-	descCooldown = prometheus.NewDesc(Namespace+"_auth_profile_cooldowns", "Auth profiles in cooldown or disabled now, by provider (fleet-wide state of this worker's profiles).", []string{"provider"}, nil)
-	descDead     = prometheus.NewDesc(Namespace+"_dead_letters_total", "Dead letters this worker stored, by reason (poison, invalid, bad-lane).", []string{"reason"}, nil)
-	descDeadFail = prometheus.NewDesc(Namespace+"_dead_letter_failures_total", "Dead letters this worker could not store (the dead-letter stream full or unavailable); each time the message stayed on its lane, which waits behind it, and is tried again.", nil, nil)
-	descLaneEv   = prometheus.NewDesc(Namespace+"_lane_events_total", "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, messages not run as duplicates of an earlier one of their session, attempts aborted, lanes swept, naks, deliveries acked as followers, slots yielded to waiting lanes, deliveries that waited for a slot and that were handed back while waiting.", []string{"event"}, nil)
-	descScrapeOK = prometheus.NewDesc(Namespace+"_inbound_backlog_scrape_ok", "1 when the last scrape read the inbound stream's state, 0 when it failed.", nil, nil)
+	famLanes    = Family{Name: Namespace + "_lanes_active", Type: TypeGauge, Help: "Lanes this worker runs now (turns running or draining)."}
+	famWaiting  = Family{Name: Namespace + "_lanes_waiting", Type: TypeGauge, Help: "Lanes waiting on this worker for a slot (every slot busy); a lane that has run its turn budget yields its slot to the first of them."}
+	famBacklog  = Family{Name: Namespace + "_inbound_backlog_messages", Type: TypeGauge, Help: "Messages stored in the inbound stream, fleet-wide: waiting, running, or processed and not purged yet (every worker reports the same; take the max)."}
+	famCooldown = Family{Name: Namespace + "_auth_profile_cooldowns", Type: TypeGauge, Help: "Auth profiles in cooldown or disabled now, by provider (fleet-wide state of this worker's profiles).", LabelNames: []string{"provider"}}
+	famDead     = Family{Name: Namespace + "_dead_letters_total", Type: TypeCounter, Help: "Dead letters this worker stored, by reason (poison, invalid, bad-lane).", LabelNames: []string{"reason"}}
+	famDeadFail = Family{Name: Namespace + "_dead_letter_failures_total", Type: TypeCounter, Help: "Dead letters this worker could not store (the dead-letter stream full or unavailable); each time the message stayed on its lane, which waits behind it, and is tried again."}
+	famLaneEv   = Family{Name: Namespace + "_lane_events_total", Type: TypeCounter, Help: "The lane worker's counters: lanes acquired and released, messages merged or dropped without a turn, messages not run as duplicates of an earlier one of their session, attempts aborted, lanes swept, naks, deliveries acked as followers, slots yielded to waiting lanes, deliveries that waited for a slot and that were handed back while waiting.", LabelNames: []string{"event"}}
+	famScrapeOK = Family{Name: Namespace + "_inbound_backlog_scrape_ok", Type: TypeGauge, Help: "1 when the last scrape read the inbound stream's state, 0 when it failed."}
+
+	stateFamilies = []Family{famLanes, famWaiting, famBacklog, famCooldown, famDead, famDeadFail, famLaneEv, famScrapeOK}
 )
 
 type stateCollector struct {
@@ -378,18 +383,18 @@ type stateCollector struct {
 	m  *Metrics
 }
 
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLanes, descWaiting, descBacklog, descCooldown, descDead, descDeadFail, descLaneEv, descScrapeOK} {
-		ch <- d
-	}
+// with returns f holding series.
+func with(f Family, series ...Series) Family {
+	f.Series = series
+	return f
 }
 
-func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *stateCollector) collect(add func(Family)) error {
 	if f := c.st.LanesActive; f != nil {
-		ch <- prometheus.MustNewConstMetric(descLanes, prometheus.GaugeValue, float64(f()))
+		add(with(famLanes, Series{Value: float64(f())}))
 	}
 	if f := c.st.LanesWaiting; f != nil {
-		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(f()))
+		add(with(famWaiting, Series{Value: float64(f())}))
 	}
 	if f := c.st.Backlog; f != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
@@ -398,38 +403,45 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ok := 0.0
 		if err == nil {
 			ok = 1
-			ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(n))
+			add(with(famBacklog, Series{Value: float64(n)}))
 		}
-		ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, ok)
+		add(with(famScrapeOK, Series{Value: ok}))
 	}
 	if f := c.st.Cooldowns; f != nil {
 		cooling := f()
+		var series []Series
 		for _, prov := range c.m.expectedProviders() {
 			if _, ok := cooling[prov]; !ok {
-				ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, 0, prov)
+				series = append(series, Series{Labels: []string{prov}})
 			}
 		}
 		for prov, n := range cooling {
-			ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, float64(n), prov)
+			series = append(series, Series{Labels: []string{prov}, Value: float64(n)})
 		}
+		add(with(famCooldown, series...))
 	}
 	if f := c.st.DeadLetters; f != nil {
 		dead := f()
+		var series []Series
 		for _, reason := range events.DeadReasons() {
 			if _, ok := dead[reason]; !ok {
-				ch <- prometheus.MustNewConstMetric(descDead, prometheus.CounterValue, 0, reason)
+				series = append(series, Series{Labels: []string{reason}})
 			}
 		}
 		for reason, n := range dead {
-			ch <- prometheus.MustNewConstMetric(descDead, prometheus.CounterValue, float64(n), reason)
+			series = append(series, Series{Labels: []string{reason}, Value: float64(n)})
 		}
+		add(with(famDead, series...))
 	}
 	if f := c.st.DeadLetterFailures; f != nil {
-		ch <- prometheus.MustNewConstMetric(descDeadFail, prometheus.CounterValue, float64(f()))
+		add(with(famDeadFail, Series{Value: float64(f())}))
 	}
 	if f := c.st.LaneEvents; f != nil {
+		var series []Series
 		for ev, n := range f() {
-			ch <- prometheus.MustNewConstMetric(descLaneEv, prometheus.CounterValue, float64(n), ev)
+			series = append(series, Series{Labels: []string{ev}, Value: float64(n)})
 		}
+		add(with(famLaneEv, series...))
 	}
+	return nil
 }
