@@ -35,14 +35,13 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/gateway/auth"
 	"github.com/lanefleet/lanefleet/gateway/console"
 	"github.com/lanefleet/lanefleet/gateway/route"
 	"github.com/lanefleet/lanefleet/governance"
+	"github.com/lanefleet/lanefleet/tracing"
 )
 
 // Defaults of Config.
@@ -95,7 +94,7 @@ type Config struct {
 	// TracerProvider records a span per request, child of the caller's
 	// traceparent; nil records none but still continues the caller's
 	// trace into the fleet.
-	TracerProvider trace.TracerProvider
+	TracerProvider *tracing.Provider
 	// Logger logs what the caller is not told; zerolog.Nop() by default.
 	Logger *zerolog.Logger
 }
@@ -138,7 +137,7 @@ type Server struct {
 	limiters map[string]*limiter // by token name
 	routes   []route.Route
 	handler  http.Handler
-	tracer   trace.Tracer
+	tracer   *tracing.Tracer // nil = no spans
 
 	headHold time.Duration // how long a stream's head waits for its first events (headHold)
 	streams  atomic.Int64
@@ -163,9 +162,7 @@ func New(cfg Config) (*Server, error) {
 			}
 		}
 	}
-	if cfg.TracerProvider != nil {
-		s.tracer = cfg.TracerProvider.Tracer("github.com/lanefleet/lanefleet/gateway")
-	}
+	s.tracer = cfg.TracerProvider.Tracer("github.com/lanefleet/lanefleet/gateway", "")
 	s.routes = append(append(append(s.nativeRoutes(), s.budgetRoutes()...), console.Routes()...), cfg.Routes...)
 	mux := http.NewServeMux()
 	seen := map[string]bool{}
@@ -363,10 +360,10 @@ func (s *Server) wrap(rt route.Route) http.Handler {
 		if s.cors(w, r) {
 			return
 		}
-		ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx := tracing.ContextWithTraceparent(r.Context(), r.Header.Get(tracing.HeaderTraceparent), r.Header.Get(tracing.HeaderTracestate))
 		if s.tracer != nil {
-			var span trace.Span
-			ctx, span = s.tracer.Start(ctx, "gateway "+r.Method+" "+label, trace.WithSpanKind(trace.SpanKindServer))
+			var span *tracing.Span
+			ctx, span = s.tracer.Start(ctx, "gateway "+r.Method+" "+label, tracing.WithSpanKind(tracing.SpanKindServer))
 			defer span.End()
 		}
 		p, prob := s.authenticate(r)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -25,6 +24,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/tracing"
 	"github.com/lanefleet/lanefleet/tracing/otlp"
 )
 
@@ -102,8 +102,12 @@ func TestObservedFleet(t *testing.T) {
 	defer cl.Close()
 	const session = "secret-session-key-4242"
 	// The caller's own tracing: a span around its send.
-	clientTP := sdktrace.NewTracerProvider()
-	cctx, clientSpan := clientTP.Tracer("caller").Start(t.Context(), "ask the agent")
+	clientTP, err := tracing.NewProvider(tracing.ProviderConfig{Exporter: discardSpans{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = clientTP.Shutdown(context.Background()) }()
+	cctx, clientSpan := clientTP.Tracer("caller", "").Start(t.Context(), "ask the agent")
 	send := func(ctx context.Context, text string, opts ...lanefleet.SendOption) *events.Result {
 		t.Helper()
 		r, err := cl.Send(ctx, session, text, opts...)
@@ -201,7 +205,7 @@ func TestObservedFleet(t *testing.T) {
 	var chats, tools []*tracepb.Span
 	spans := rcv.all()
 	for _, s := range spans {
-		if hex.EncodeToString(s.TraceId) != want.TraceID().String() {
+		if hex.EncodeToString(s.TraceId) != want.TraceID.String() {
 			continue
 		}
 		switch {
@@ -218,8 +222,8 @@ func TestObservedFleet(t *testing.T) {
 	if turn == nil || attempt == nil || len(chats) != 2 || len(tools) != 1 {
 		t.Fatalf("spans of the caller's trace: turn %v, attempt %v, %d chats, %d tools (of %d spans)", turn != nil, attempt != nil, len(chats), len(tools), len(spans))
 	}
-	if hex.EncodeToString(turn.ParentSpanId) != want.SpanID().String() {
-		t.Errorf("turn's parent %x, want the caller's span %s", turn.ParentSpanId, want.SpanID())
+	if hex.EncodeToString(turn.ParentSpanId) != want.SpanID.String() {
+		t.Errorf("turn's parent %x, want the caller's span %s", turn.ParentSpanId, want.SpanID)
 	}
 	if string(attempt.ParentSpanId) != string(turn.SpanId) {
 		t.Error("the attempt is not the turn's child")
@@ -269,6 +273,12 @@ func TestObservedFleet(t *testing.T) {
 		t.Error("a log line holds the session key")
 	}
 }
+
+// discardSpans is a caller's exporter that drops what it is handed.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []tracing.SpanData) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                        { return nil }
 
 func errorsAs(err error, target **lanefleet.RunError) bool {
 	for e := err; e != nil; {

@@ -1,30 +1,63 @@
-// Package tracing carries OpenTelemetry trace context through NATS and names
-// the span attributes the fleet records. A client's Send injects the W3C
-// trace context (traceparent, tracestate) of its context into the inbound
-// message's headers; the worker that runs the turn extracts it, so the
-// caller's trace continues into the turn, its attempts, model calls and
-// tool calls.
+// Package tracing records the fleet's spans and carries W3C trace context
+// through NATS. A client's Send writes the trace context (traceparent,
+// tracestate) of its context into the inbound message's headers; the
+// worker that runs the turn reads it, so the caller's trace continues into
+// the turn, its attempts, model calls and tool calls.
 //
-// The package uses the OpenTelemetry API only: with no SDK configured the
-// spans cost nothing. The worker's SDK and OTLP/HTTP exporter live in
-// tracing/otlp.
+// tracing.go holds the propagation and the span and attribute names (the
+// OpenTelemetry GenAI conventions); span.go the span context, spans and
+// tracers; attr.go attributes; provider.go the provider that samples and
+// batches ended spans for an Exporter. tracing/otlp is the exporter: it
+// encodes the spans as OTLP/HTTP protobuf. With no provider configured a
+// nil *Tracer starts no spans and costs nothing.
+//
+// The package is a small tracer of its own rather than the OpenTelemetry
+// SDK, whose build cost was more than its use here; what leaves the
+// process is the same protocol, so any OpenTelemetry collector reads it.
+// A caller tracing with the OpenTelemetry API hands its span to Send with
+// ContextWithTraceparent (see docs/client.md).
 package tracing
 
 import (
 	"context"
+	"encoding/hex"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel/propagation"
 )
 
-// propagator is W3C Trace Context: what every OpenTelemetry SDK reads, and
-// stateless, so no process-global propagator is needed.
-var propagator = propagation.TraceContext{}
+// W3C Trace Context header names.
+const (
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
+)
+
+// maxTracestate bounds the tracestate passed on (W3C: at least 512
+// characters should be propagated; this keeps no more).
+const maxTracestate = 512
 
 // Inject writes ctx's span context into h (traceparent, tracestate). It
 // writes nothing when ctx carries no valid span context.
 func Inject(ctx context.Context, h nats.Header) {
-	propagator.Inject(ctx, headerCarrier(h))
+	sc := SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return
+	}
+	h[HeaderTraceparent] = []string{Traceparent(sc)}
+	if sc.State != "" {
+		h[HeaderTracestate] = []string{sc.State}
+	}
+}
+
+// Traceparent returns sc's traceparent header value (version 00).
+func Traceparent(sc SpanContext) string {
+	b := make([]byte, 0, 55)
+	b = append(b, "00-"...)
+	b = hex.AppendEncode(b, sc.TraceID[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sc.SpanID[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, []byte{sc.Flags & FlagSampled})
+	return string(b)
 }
 
 // Extract returns ctx with the remote span context h carries, if any. A
@@ -33,28 +66,79 @@ func Extract(ctx context.Context, h nats.Header) context.Context {
 	if len(h) == 0 {
 		return ctx
 	}
-	return propagator.Extract(ctx, headerCarrier(h))
+	return ContextWithTraceparent(ctx, first(h[HeaderTraceparent]), first(h[HeaderTracestate]))
 }
 
-// headerCarrier adapts nats.Header, whose keys are case-sensitive, to the
-// propagator: the W3C header names are lower case.
-type headerCarrier nats.Header
-
-func (c headerCarrier) Get(key string) string {
-	if v := c[key]; len(v) > 0 {
-		return v[0]
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
 	}
-	return ""
+	return v[0]
 }
 
-func (c headerCarrier) Set(key, value string) { c[key] = []string{value} }
-
-func (c headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
+// ContextWithTraceparent returns ctx with the remote parent a traceparent
+// (and tracestate) header names; ctx unchanged when traceparent is not
+// valid. A tracestate longer than 512 bytes or with a byte outside
+// printable ASCII is left out.
+//
+// A caller tracing with the OpenTelemetry API continues its trace into a
+// turn by handing its span's headers to Send's context:
+//
+//	c := propagation.MapCarrier{}
+//	propagation.TraceContext{}.Inject(ctx, c)
+//	ctx = tracing.ContextWithTraceparent(ctx, c["traceparent"], c["tracestate"])
+func ContextWithTraceparent(ctx context.Context, traceparent, tracestate string) context.Context {
+	sc, ok := ParseTraceparent(traceparent)
+	if !ok {
+		return ctx
 	}
-	return keys
+	if len(tracestate) <= maxTracestate && printable(tracestate) {
+		sc.State = tracestate
+	}
+	return ContextWithSpanContext(ctx, sc)
+}
+
+// ParseTraceparent reads a traceparent header value: the remote span
+// context, or false when it is malformed (W3C Trace Context: version ff
+// and all-zero ids are invalid, version 00 has exactly four fields, later
+// versions may add fields after them).
+func ParseTraceparent(s string) (SpanContext, bool) {
+	const n = 55 // 2 + 1 + 32 + 1 + 16 + 1 + 2
+	if len(s) < n || s[2] != '-' || s[35] != '-' || s[52] != '-' {
+		return SpanContext{}, false
+	}
+	var ver [1]byte
+	var flags [1]byte
+	sc := SpanContext{Remote: true}
+	if !lowerHex(s[:2], ver[:]) || ver[0] == 0xff || !lowerHex(s[3:35], sc.TraceID[:]) ||
+		!lowerHex(s[36:52], sc.SpanID[:]) || !lowerHex(s[53:55], flags[:]) {
+		return SpanContext{}, false
+	}
+	if len(s) > n && (ver[0] == 0 || s[n] != '-') {
+		return SpanContext{}, false
+	}
+	sc.Flags = flags[0] & FlagSampled
+	return sc, sc.IsValid()
+}
+
+// lowerHex decodes lower-case hex into dst, refusing upper case.
+func lowerHex(s string, dst []byte) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	_, err := hex.Decode(dst, []byte(s))
+	return err == nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // Span and attribute names: the OpenTelemetry GenAI semantic conventions

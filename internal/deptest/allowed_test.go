@@ -103,7 +103,7 @@ var allowed = map[string][]string{
 	"tracing/otlp":                {"internal/backoff"},
 	// The HTTP gateway (being built): the client and the wire schema.
 	"gateway/console": {"gateway/route"},
-	"gateway/...":     {"", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "schedstore", "schedule", "sessionfile", "governance", "agents", "agentstore"},
+	"gateway/...":     {"", "events", "message", "metrics", "tracing", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "schedstore", "schedule", "sessionfile", "governance", "agents", "agentstore"},
 }
 
 // TestAllowedImports checks every package's direct imports of the module's

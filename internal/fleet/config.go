@@ -5,7 +5,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/hooks"
@@ -13,6 +12,7 @@ import (
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/tools"
+	"github.com/lanefleet/lanefleet/tracing"
 )
 
 // Config configures a member.
@@ -277,7 +277,7 @@ type Config struct {
 	NATSMonitor string
 	// TracerProvider records the spans of turns, attempts, model calls
 	// and tool calls; nil = none.
-	TracerProvider trace.TracerProvider
+	TracerProvider *tracing.Provider
 
 	Logger zerolog.Logger
 	// Redactor holds the member's secrets (keys, tokens, NATS

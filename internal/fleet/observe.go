@@ -9,11 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
-
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
@@ -37,17 +32,13 @@ import (
 // observer is what a member observes with.
 type observer struct {
 	metrics *metrics.Metrics // nil = no metrics
-	tracer  trace.Tracer
-	known   map[string]bool // worker tool names, counted by name
+	tracer  *tracing.Tracer  // nil = no spans
+	known   map[string]bool  // worker tool names, counted by name
 }
 
 func newObserver(cfg Config, m *metrics.Metrics) observer {
-	tp := cfg.TracerProvider
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	o := observer{metrics: m, known: map[string]bool{},
-		tracer: tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(version.Get().Version))}
+		tracer: cfg.TracerProvider.Tracer(tracing.ScopeName, version.Get().Version)}
 	for _, name := range append(tools.BuiltinNames(), cfg.RemoteTools...) {
 		o.known[name] = true
 	}
@@ -68,7 +59,7 @@ type turnObs struct {
 
 type toolCall struct {
 	name string
-	span trace.Span
+	span *tracing.Span
 }
 
 type turnObsKey struct{}
@@ -83,13 +74,13 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	if t.Attempt <= 1 {
 		m.obs.metrics.QueueWait(start.Sub(t.Received))
 	}
-	common := []attribute.KeyValue{attribute.String(tracing.AttrRun, t.RunID), attribute.Int(tracing.AttrAttempt, t.Attempt),
-		attribute.String(tracing.AttrSession, fp), attribute.String(tracing.AttrWorker, t.Worker)}
+	common := []tracing.KeyValue{tracing.String(tracing.AttrRun, t.RunID), tracing.Int(tracing.AttrAttempt, t.Attempt),
+		tracing.String(tracing.AttrSession, fp), tracing.String(tracing.AttrWorker, t.Worker)}
 	ctx = tracing.Extract(ctx, t.Header)
-	ctx, turnSpan := m.obs.tracer.Start(ctx, tracing.OpInvokeAgent+" lanefleet", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(t.Received),
-		trace.WithAttributes(append(common, attribute.String(tracing.AttrOperation, tracing.OpInvokeAgent), attribute.String(tracing.AttrAgentName, "lanefleet"),
-			attribute.String(tracing.AttrConversationID, t.SessionID), attribute.Int64(tracing.AttrQueueWaitMs, start.Sub(t.Received).Milliseconds()))...))
-	ctx, attemptSpan := m.obs.tracer.Start(ctx, fmt.Sprintf("attempt %d", t.Attempt), trace.WithAttributes(common...))
+	ctx, turnSpan := m.obs.tracer.Start(ctx, tracing.OpInvokeAgent+" lanefleet", tracing.WithSpanKind(tracing.SpanKindConsumer), tracing.WithTimestamp(t.Received),
+		tracing.WithAttributes(append(common, tracing.String(tracing.AttrOperation, tracing.OpInvokeAgent), tracing.String(tracing.AttrAgentName, "lanefleet"),
+			tracing.String(tracing.AttrConversationID, t.SessionID), tracing.Int64(tracing.AttrQueueWaitMs, start.Sub(t.Received).Milliseconds()))...))
+	ctx, attemptSpan := m.obs.tracer.Start(ctx, fmt.Sprintf("attempt %d", t.Attempt), tracing.WithAttributes(common...))
 	obs := &turnObs{o: &m.obs, received: t.Received, ctx: ctx, tools: map[string]toolCall{}}
 	release, err := m.budgets.takeTurn(ctx, t.SessionKey) // the tenant's quota of turns at once
 	var out *lanes.Outcome
@@ -110,27 +101,27 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	}
 	log = log.Str("session", fp).Str("run_id", t.RunID).Int("attempt", t.Attempt).Str("outcome", outcome).Dur("duration_ms", d).
 		Dur("queue_wait_ms", start.Sub(t.Received))
-	for _, s := range []trace.Span{attemptSpan, turnSpan} {
-		s.SetAttributes(attribute.String(tracing.AttrOutcome, outcome))
+	for _, s := range []*tracing.Span{attemptSpan, turnSpan} {
+		s.SetAttributes(tracing.String(tracing.AttrOutcome, outcome))
 	}
 	if kind != "" {
 		log = log.Str("error_kind", kind)
-		attemptSpan.SetAttributes(attribute.String(tracing.AttrErrorType, kind))
-		turnSpan.SetAttributes(attribute.String(tracing.AttrErrorType, kind))
+		attemptSpan.SetAttributes(tracing.String(tracing.AttrErrorType, kind))
+		turnSpan.SetAttributes(tracing.String(tracing.AttrErrorType, kind))
 	}
 	if out != nil && out.Result != nil && out.Result.Meta.AgentMeta != nil {
 		am := out.Result.Meta.AgentMeta
 		log = log.Str("model", am.Provider+"/"+am.Model)
-		turnSpan.SetAttributes(attribute.String(tracing.AttrRequestModel, am.Model), attribute.String(tracing.AttrProvider, am.Provider))
+		turnSpan.SetAttributes(tracing.String(tracing.AttrRequestModel, am.Model), tracing.String(tracing.AttrProvider, am.Provider))
 		if u := am.Usage; u != nil {
 			// tokens is the sum of the parts the line shows: a provider's
 			// own total may count otherwise (its last call's, or input only).
 			log = log.Int64("tokens_in", u.Input).Int64("tokens_out", u.Output).Int64("tokens_cache_read", u.CacheRead).
 				Int64("tokens_cache_write", u.CacheWrite).Int64("tokens", u.Input+u.Output+u.CacheRead+u.CacheWrite)
-			turnSpan.SetAttributes(attribute.Int64(tracing.AttrInputTokens, u.Input), attribute.Int64(tracing.AttrOutputTokens, u.Output))
+			turnSpan.SetAttributes(tracing.Int64(tracing.AttrInputTokens, u.Input), tracing.Int64(tracing.AttrOutputTokens, u.Output))
 			if u.Cost != nil && u.Cost.Total > 0 {
 				log = log.Float64("cost_usd", u.Cost.Total)
-				turnSpan.SetAttributes(attribute.Float64(tracing.AttrCostUSD, u.Cost.Total))
+				turnSpan.SetAttributes(tracing.Float64(tracing.AttrCostUSD, u.Cost.Total))
 			}
 		}
 	}
@@ -140,8 +131,8 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 		if err != nil {
 			desc = m.cfg.Redactor.String(err.Error()) // traces leave the worker like its logs
 		}
-		attemptSpan.SetStatus(codes.Error, desc)
-		turnSpan.SetStatus(codes.Error, desc)
+		attemptSpan.SetStatus(tracing.StatusError, desc)
+		turnSpan.SetStatus(tracing.StatusError, desc)
 	}
 	attemptSpan.End()
 	turnSpan.End()
@@ -209,9 +200,9 @@ func (t *turnObs) event(stream string, data events.EventData) {
 	case events.StreamTool:
 		switch data.Phase {
 		case events.PhaseStart:
-			_, span := t.o.tracer.Start(t.ctx, tracing.OpExecuteTool+" "+data.Name, trace.WithSpanKind(trace.SpanKindInternal),
-				trace.WithAttributes(attribute.String(tracing.AttrOperation, tracing.OpExecuteTool), attribute.String(tracing.AttrToolName, data.Name),
-					attribute.String(tracing.AttrToolCallID, data.ToolCallID)))
+			_, span := t.o.tracer.Start(t.ctx, tracing.OpExecuteTool+" "+data.Name, tracing.WithSpanKind(tracing.SpanKindInternal),
+				tracing.WithAttributes(tracing.String(tracing.AttrOperation, tracing.OpExecuteTool), tracing.String(tracing.AttrToolName, data.Name),
+					tracing.String(tracing.AttrToolCallID, data.ToolCallID)))
 			t.mu.Lock()
 			t.tools[data.ToolCallID] = toolCall{name: data.Name, span: span}
 			t.mu.Unlock()
@@ -227,8 +218,8 @@ func (t *turnObs) event(stream string, data events.EventData) {
 					name = data.Name
 				}
 				if data.IsError {
-					call.span.SetStatus(codes.Error, "tool error")
-					call.span.SetAttributes(attribute.String(tracing.AttrErrorType, "tool_error"))
+					call.span.SetStatus(tracing.StatusError, "tool error")
+					call.span.SetAttributes(tracing.String(tracing.AttrErrorType, "tool_error"))
 				}
 				call.span.End()
 			}
@@ -254,7 +245,7 @@ func (t *turnObs) close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for id, c := range t.tools {
-		c.span.SetStatus(codes.Error, "the turn ended before the tool")
+		c.span.SetStatus(tracing.StatusError, "the turn ended before the tool")
 		c.span.End()
 		delete(t.tools, id)
 	}
@@ -281,9 +272,9 @@ type observedProvider struct {
 }
 
 func (o observedProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
-	ctx, span := o.obs.tracer.Start(ctx, tracing.OpChat+" "+req.Model.ID, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String(tracing.AttrOperation, tracing.OpChat), attribute.String(tracing.AttrSystem, req.Model.Provider),
-			attribute.String(tracing.AttrProvider, req.Model.Provider), attribute.String(tracing.AttrRequestModel, req.Model.ID)))
+	ctx, span := o.obs.tracer.Start(ctx, tracing.OpChat+" "+req.Model.ID, tracing.WithSpanKind(tracing.SpanKindClient),
+		tracing.WithAttributes(tracing.String(tracing.AttrOperation, tracing.OpChat), tracing.String(tracing.AttrSystem, req.Model.Provider),
+			tracing.String(tracing.AttrProvider, req.Model.Provider), tracing.String(tracing.AttrRequestModel, req.Model.ID)))
 	start := time.Now()
 	am, err := o.p.Stream(ctx, req, emit)
 	d := time.Since(start)
@@ -298,25 +289,25 @@ func (o observedProvider) Stream(ctx context.Context, req *provider.Request, emi
 	}
 	o.obs.metrics.ProviderCall(req.Model.Provider, req.Model.ID, outcome, d, am.Usage)
 	if am.Model != "" {
-		span.SetAttributes(attribute.String(tracing.AttrResponseModel, am.Model))
+		span.SetAttributes(tracing.String(tracing.AttrResponseModel, am.Model))
 	}
 	if am.StopReason != "" {
-		span.SetAttributes(attribute.StringSlice(tracing.AttrFinishReasons, []string{string(am.StopReason)}))
+		span.SetAttributes(tracing.StringSlice(tracing.AttrFinishReasons, []string{string(am.StopReason)}))
 	}
 	if u := am.Usage; u != nil {
-		span.SetAttributes(attribute.Int64(tracing.AttrInputTokens, u.Input), attribute.Int64(tracing.AttrOutputTokens, u.Output),
-			attribute.Int64(tracing.AttrCacheRead, u.CacheRead), attribute.Int64(tracing.AttrCacheWrite, u.CacheWrite))
+		span.SetAttributes(tracing.Int64(tracing.AttrInputTokens, u.Input), tracing.Int64(tracing.AttrOutputTokens, u.Output),
+			tracing.Int64(tracing.AttrCacheRead, u.CacheRead), tracing.Int64(tracing.AttrCacheWrite, u.CacheWrite))
 		if u.Cost.Total > 0 {
-			span.SetAttributes(attribute.Float64(tracing.AttrCostUSD, u.Cost.Total))
+			span.SetAttributes(tracing.Float64(tracing.AttrCostUSD, u.Cost.Total))
 		}
 	}
 	if outcome != "ok" {
-		span.SetAttributes(attribute.String(tracing.AttrErrorType, outcome))
+		span.SetAttributes(tracing.String(tracing.AttrErrorType, outcome))
 		msg := am.ErrorMessage
 		if err != nil {
 			msg = err.Error()
 		}
-		span.SetStatus(codes.Error, msg)
+		span.SetStatus(tracing.StatusError, msg)
 	}
 	span.End()
 	return am, err

@@ -1,6 +1,7 @@
 // Package otlp exports the worker's spans over OTLP/HTTP (binary protobuf,
 // POST <endpoint>/v1/traces), configured by the standard OTEL_* variables,
-// and builds the worker's OpenTelemetry tracer provider from them. Tracing
+// and builds the worker's tracing.Provider from them (sampler, batching,
+// resource). Tracing
 // is off unless OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set.
 //
@@ -28,11 +29,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lanefleet/lanefleet/internal/backoff"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/lanefleet/lanefleet/internal/backoff"
+	"github.com/lanefleet/lanefleet/tracing"
 )
 
 // Defaults.
@@ -57,7 +57,7 @@ type Config struct {
 	Logger  zerolog.Logger
 }
 
-// Exporter is an sdktrace.SpanExporter posting OTLP/HTTP protobuf.
+// Exporter is a tracing.Exporter posting OTLP/HTTP protobuf.
 type Exporter struct {
 	cfg    Config
 	client *http.Client
@@ -94,7 +94,7 @@ var exportBackoff = backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.S
 
 // ExportSpans posts spans as one request, retrying what the protocol says
 // may pass (429, 502, 503, 504, connection errors) within the timeout.
-func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+func (e *Exporter) ExportSpans(ctx context.Context, spans []tracing.SpanData) error {
 	e.mu.Lock()
 	stopped := e.stopped
 	e.mu.Unlock()
@@ -371,26 +371,56 @@ type Service struct {
 }
 
 // NewTracerProvider returns a tracer provider exporting through exp in
-// batches (the SDK reads OTEL_BSP_* and OTEL_TRACES_SAMPLER[_ARG]), with
-// svc and OTEL_RESOURCE_ATTRIBUTES as its resource. Shut it down to flush.
-func NewTracerProvider(exp sdktrace.SpanExporter, svc Service, getenv func(string) string) (*sdktrace.TracerProvider, error) {
+// batches, sampling as OTEL_TRACES_SAMPLER[_ARG] say and batching as
+// OTEL_BSP_SCHEDULE_DELAY, _EXPORT_TIMEOUT (ms), _MAX_QUEUE_SIZE and
+// _MAX_EXPORT_BATCH_SIZE say, with svc and OTEL_RESOURCE_ATTRIBUTES as its
+// resource. Shut it down to flush.
+func NewTracerProvider(exp tracing.Exporter, svc Service, getenv func(string) string) (*tracing.Provider, error) {
 	attrs, err := resourceAttributes(svc, getenv)
 	if err != nil {
 		return nil, err
 	}
-	res := resource.NewSchemaless(attrs...)
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+	sampler, err := tracing.SamplerFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg := tracing.ProviderConfig{Exporter: exp, Resource: attrs, Sampler: sampler}
+	for _, v := range []struct {
+		name string
+		ms   *time.Duration
+		n    *int
+	}{
+		{"OTEL_BSP_SCHEDULE_DELAY", &cfg.BatchDelay, nil},
+		{"OTEL_BSP_EXPORT_TIMEOUT", &cfg.ExportTimeout, nil},
+		{"OTEL_BSP_MAX_QUEUE_SIZE", nil, &cfg.MaxQueue},
+		{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", nil, &cfg.MaxExportBatch},
+	} {
+		s := strings.TrimSpace(getenv(v.name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 || n > 1<<24 {
+			return nil, fmt.Errorf("otlp: %s=%q is not a positive number", v.name, s)
+		}
+		if v.ms != nil {
+			*v.ms = time.Duration(n) * time.Millisecond
+		} else {
+			*v.n = n
+		}
+	}
+	return tracing.NewProvider(cfg)
 }
 
 // resourceAttributes are OTEL_RESOURCE_ATTRIBUTES ("k=v,k2=v2") under the
 // service's own, OTEL_SERVICE_NAME winning over svc.Name.
-func resourceAttributes(svc Service, getenv func(string) string) ([]attribute.KeyValue, error) {
-	var attrs []attribute.KeyValue
+func resourceAttributes(svc Service, getenv func(string) string) ([]tracing.KeyValue, error) {
+	var attrs []tracing.KeyValue
 	seen := map[string]bool{}
 	add := func(k, v string) {
 		if v != "" && !seen[k] {
 			seen[k] = true
-			attrs = append(attrs, attribute.String(k, v))
+			attrs = append(attrs, tracing.String(k, v))
 		}
 	}
 	add("service.name", strings.TrimSpace(getenv("OTEL_SERVICE_NAME")))
@@ -407,6 +437,6 @@ func resourceAttributes(svc Service, getenv func(string) string) ([]attribute.Ke
 	add("service.version", svc.Version)
 	add("service.instance.id", svc.Instance)
 	add("telemetry.sdk.language", "go")
-	add("telemetry.sdk.name", "opentelemetry")
+	add("telemetry.sdk.name", "lanefleet")
 	return attrs, nil
 }

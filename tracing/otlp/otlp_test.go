@@ -14,13 +14,11 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/lanefleet/lanefleet/tracing"
 )
 
 // receiver is an OTLP/HTTP trace receiver: it decodes each request with
@@ -108,17 +106,17 @@ func TestExportDecodesAsOTLP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := tp.Tracer("scope-a", trace.WithInstrumentationVersion("1.0"))
-	ctx, parent := tr.Start(context.Background(), "parent", trace.WithSpanKind(trace.SpanKindConsumer))
-	_, child := tr.Start(ctx, "child", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithLinks(trace.Link{SpanContext: parent.SpanContext(), Attributes: []attribute.KeyValue{attribute.String("why", "link")}}))
-	child.SetAttributes(attribute.String("s", ""), attribute.Bool("b", false), attribute.Int64("i", -7), attribute.Float64("f", 0.5),
-		attribute.StringSlice("ss", []string{"stop", ""}), attribute.Int64Slice("is", []int64{1, 2}), attribute.BoolSlice("bs", []bool{true}),
-		attribute.Float64Slice("fs", []float64{1.5}))
-	child.AddEvent("retry", trace.WithAttributes(attribute.Int("n", 2)))
-	child.SetStatus(codes.Error, "rate limited")
+	tr := tp.Tracer("scope-a", "1.0")
+	ctx, parent := tr.Start(context.Background(), "parent", tracing.WithSpanKind(tracing.SpanKindConsumer))
+	_, child := tr.Start(ctx, "child", tracing.WithSpanKind(tracing.SpanKindClient),
+		tracing.WithLinks(tracing.Link{SpanContext: parent.SpanContext(), Attributes: []tracing.KeyValue{tracing.String("why", "link")}}))
+	child.SetAttributes(tracing.String("s", ""), tracing.Bool("b", false), tracing.Int64("i", -7), tracing.Float64("f", 0.5),
+		tracing.StringSlice("ss", []string{"stop", ""}), tracing.Int64Slice("is", []int64{1, 2}), tracing.BoolSlice("bs", []bool{true}),
+		tracing.Float64Slice("fs", []float64{1.5}))
+	child.AddEvent("retry", tracing.Int("n", 2))
+	child.SetStatus(tracing.StatusError, "rate limited")
 	child.End()
-	parent.SetStatus(codes.Ok, "")
+	parent.SetStatus(tracing.StatusOK, "")
 	parent.End()
 	if err := tp.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
@@ -148,7 +146,7 @@ func TestExportDecodesAsOTLP(t *testing.T) {
 		t.Fatalf("spans %v", byName)
 	}
 	psc := parent.SpanContext()
-	ptid, psid := psc.TraceID(), psc.SpanID()
+	ptid, psid := psc.TraceID, psc.SpanID
 	if !bytes.Equal(c.TraceId, ptid[:]) || !bytes.Equal(c.ParentSpanId, psid[:]) || !bytes.Equal(p.SpanId, psid[:]) || len(p.ParentSpanId) != 0 {
 		t.Fatalf("ids: child %x/%x parent %x", c.TraceId, c.ParentSpanId, p.SpanId)
 	}
@@ -190,10 +188,8 @@ func norm(s string) string { return strings.Join(strings.Fields(s), "") }
 // is not; an export that keeps failing gives up at its timeout.
 func TestRetryAndGiveUp(t *testing.T) {
 	t.Parallel()
-	span := func(tp interface {
-		Tracer(string, ...trace.TracerOption) trace.Tracer
-	}) {
-		_, s := tp.Tracer("t").Start(context.Background(), "s")
+	span := func(tp *tracing.Provider) {
+		_, s := tp.Tracer("t", "").Start(context.Background(), "s")
 		s.End()
 	}
 	t.Run("retried", func(t *testing.T) {
@@ -235,7 +231,7 @@ func TestRetryAndGiveUp(t *testing.T) {
 	})
 }
 
-type sdkSpan = sdktrace.ReadOnlySpan
+type sdkSpan = tracing.SpanData
 
 // collect is an exporter that keeps what it is handed.
 type collect struct {
@@ -257,7 +253,7 @@ func recordSpans(t *testing.T) []sdkSpan {
 	t.Helper()
 	rec := &collect{}
 	tp, _ := NewTracerProvider(rec, Service{Name: "x"}, func(string) string { return "" })
-	_, s := tp.Tracer("t").Start(context.Background(), "s")
+	_, s := tp.Tracer("t", "").Start(context.Background(), "s")
 	s.End()
 	_ = tp.Shutdown(t.Context())
 	return rec.spans
