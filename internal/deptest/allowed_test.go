@@ -100,7 +100,7 @@ var allowed = map[string][]string{
 	"tools/websearch":             {"message", "provider", "tools", "tools/internal/toolargs"},
 	"tools/remote":                {"guard", "internal/inflight", "internal/microsvc", "internal/reply", "message", "provider", "tools"},
 	"tracing":                     {},
-	"tracing/otlp":                {"internal/backoff"},
+	"tracing/otlp":                {"internal/backoff", "tracing"},
 	// The HTTP gateway (being built): the client and the wire schema.
 	"gateway/console": {"gateway/route"},
 	"gateway/...":     {"", "events", "message", "metrics", "tracing", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "schedstore", "schedule", "sessionfile", "governance", "agents", "agentstore"},

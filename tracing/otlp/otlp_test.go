@@ -302,3 +302,31 @@ func TestFromEnv(t *testing.T) {
 		t.Fatalf("%+v, %v", env, err)
 	}
 }
+
+// TestTracerProviderEnv: the sampler and batch variables are read, and a
+// value the tracer cannot honour fails the start instead of being ignored.
+func TestTracerProviderEnv(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env     map[string]string
+		wantErr string
+	}{
+		{map[string]string{"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25", "OTEL_BSP_SCHEDULE_DELAY": "100",
+			"OTEL_BSP_EXPORT_TIMEOUT": "1000", "OTEL_BSP_MAX_QUEUE_SIZE": "10", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "5"}, ""},
+		{map[string]string{"OTEL_TRACES_SAMPLER": "xray"}, "OTEL_TRACES_SAMPLER"},
+		{map[string]string{"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"}, "OTEL_TRACES_SAMPLER_ARG"},
+		{map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "-1"}, "OTEL_BSP_MAX_QUEUE_SIZE"},
+		{map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "soon"}, "OTEL_BSP_SCHEDULE_DELAY"},
+	} {
+		tp, err := NewTracerProvider(&collect{}, Service{Name: "x"}, func(k string) string { return c.env[k] })
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%v: %v", c.env, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%v: err %v, want %q", c.env, err, c.wantErr)
+		}
+		if tp != nil {
+			_ = tp.Shutdown(t.Context())
+		}
+	}
+}
