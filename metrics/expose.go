@@ -309,9 +309,6 @@ func (c *Counter) Value() float64 { return math.Float64frombits(c.bits.Load()) }
 // Gauge is a value that goes up and down.
 type Gauge struct{ bits atomic.Uint64 }
 
-// Set sets the value.
-func (g *Gauge) Set(v float64) { g.bits.Store(math.Float64bits(v)) }
-
 // Inc adds 1.
 func (g *Gauge) Inc() { addFloat(&g.bits, 1) }
 
