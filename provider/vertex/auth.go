@@ -224,9 +224,20 @@ func tokenError(err error) *provider.Error {
 func scrub(err error) string {
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) {
-		s := re.ErrorCode
-		if re.ErrorDescription != "" {
-			s += ": " + re.ErrorDescription
+		code, desc := re.ErrorCode, re.ErrorDescription
+		if code == "" && len(re.Body) <= 4096 {
+			// oauth2/jwt leaves the body unparsed.
+			var body struct {
+				Error            string `json:"error"`
+				ErrorDescription string `json:"error_description"`
+			}
+			if json.Unmarshal(re.Body, &body) == nil {
+				code, desc = body.Error, body.ErrorDescription
+			}
+		}
+		s := code
+		if desc != "" {
+			s += ": " + desc
 		}
 		if s == "" && re.Response != nil {
 			s = re.Response.Status
