@@ -246,16 +246,18 @@ func (p *parser) fastDelta(data []byte) bool {
 // Event applies one event of the stream (see adapter.Parser).
 func (p *parser) Event(ev sse.Event) *provider.Error {
 	data := bytes.TrimSpace(ev.Data)
-	name := string(ev.Name)
-	if name == "error" {
+	// The name is compared as bytes until the fast path has passed: a
+	// string of it escapes below, one allocation per delta otherwise.
+	if string(ev.Name) == "error" {
 		return failover.FromStream(data, errors.New("anthropic: error event"))
 	}
 	if len(data) == 0 {
 		return nil
 	}
-	if name == "content_block_delta" && p.fastDelta(data) {
+	if string(ev.Name) == "content_block_delta" && p.fastDelta(data) {
 		return nil
 	}
+	name := string(ev.Name)
 	var e event
 	if err := json.Unmarshal(data, &e); err != nil {
 		return stream.Protocol("anthropic: malformed %s event: %v", name, err)

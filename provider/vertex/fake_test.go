@@ -53,6 +53,7 @@ type account struct {
 type tokenServer struct {
 	*httptest.Server
 	lifetime time.Duration
+	next     time.Duration // when set, the lifetime of every token after the first
 
 	mu       sync.Mutex
 	accounts map[string]*rsa.PublicKey // by email
@@ -63,7 +64,7 @@ type tokenServer struct {
 	fetched  chan string
 }
 
-func newTokenServer(t *testing.T, lifetime time.Duration) *tokenServer {
+func newTokenServer(t testing.TB, lifetime time.Duration) *tokenServer {
 	ts := &tokenServer{lifetime: lifetime, accounts: map[string]*rsa.PublicKey{}, issued: map[string]time.Time{},
 		byEmail: map[string]string{}, fetched: make(chan string, 100)}
 	ts.Server = httptest.NewServer(http.HandlerFunc(ts.serve))
@@ -155,11 +156,15 @@ func (ts *tokenServer) serve(w http.ResponseWriter, r *http.Request) {
 		ts.mu.Lock()
 		ts.n++
 		tok := fmt.Sprintf("ya29.%s.%d", strings.Split(claims.Iss, "@")[0], ts.n)
-		ts.issued[tok] = time.Now().Add(ts.lifetime)
+		life := ts.lifetime
+		if ts.n > 1 && ts.next > 0 {
+			life = ts.next
+		}
+		ts.issued[tok] = time.Now().Add(life)
 		ts.byEmail[tok] = claims.Iss
 		ts.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": int(ts.lifetime / time.Second)})
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": int(life / time.Second)})
 		ts.fetched <- claims.Iss
 	}
 }
@@ -174,7 +179,7 @@ func decodeSeg(s string, v any) error {
 
 // serviceAccount returns the key file JSON of a service account of
 // project, signed with key k, registered with the token server.
-func serviceAccount(t *testing.T, ts *tokenServer, name, project string, k *rsa.PrivateKey) string {
+func serviceAccount(t testing.TB, ts *tokenServer, name, project string, k *rsa.PrivateKey) string {
 	t.Helper()
 	der, err := x509.MarshalPKCS8PrivateKey(k)
 	if err != nil {
@@ -210,7 +215,7 @@ type call struct {
 	header                                               http.Header
 }
 
-func newVertexServer(t *testing.T, ts *tokenServer, answer func(w http.ResponseWriter, c call)) *vertexServer {
+func newVertexServer(t testing.TB, ts *tokenServer, answer func(w http.ResponseWriter, c call)) *vertexServer {
 	vs := &vertexServer{}
 	vs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		vs.requests.Add(1)
