@@ -37,12 +37,6 @@ var keys = sync.OnceValue(func() []*rsa.PrivateKey {
 	return out
 })
 
-// account is a service account the token server knows.
-type account struct {
-	email string
-	key   *rsa.PrivateKey
-}
-
 // tokenServer is a Google OAuth token endpoint for service accounts: it
 // takes the JWT bearer grant, verifies the assertion's RS256 signature
 // with the account's public key and its claims (issuer, scope, audience,

@@ -14,7 +14,7 @@ import (
 func (b *bundle) hello(t *testing.T) call {
 	t.Helper()
 	b.setAnswer(func(w http.ResponseWriter, c call) { sseReply(w, geminiText) })
-	if _, err, _ := b.stream(t, &provider.Request{Model: model(b.vs.URL, "google-vertex", "gemini-2.5-flash"), Messages: []message.Message{message.User("hi", 1)}}); err != nil {
+	if _, _, err := b.stream(t, &provider.Request{Model: model(b.vs.URL, "google-vertex", "gemini-2.5-flash"), Messages: []message.Message{message.User("hi", 1)}}); err != nil {
 		t.Fatal(err)
 	}
 	return b.lastCall(t)

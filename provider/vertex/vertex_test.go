@@ -78,7 +78,7 @@ func (b *bundle) lastCall(t *testing.T) call {
 
 // stream calls the adapter with the bundle's key and returns the
 // message, the error and the terminal event.
-func (b *bundle) stream(t *testing.T, req *provider.Request) (message.Message, error, provider.Event) {
+func (b *bundle) stream(t *testing.T, req *provider.Request) (message.Message, provider.Event, error) {
 	t.Helper()
 	if req.APIKey == "" {
 		req.APIKey = provider.Secret(b.key)
@@ -95,7 +95,7 @@ func (b *bundle) stream(t *testing.T, req *provider.Request) (message.Message, e
 	if last.Type != provider.EventDone && last.Type != provider.EventError {
 		t.Fatalf("terminal event %+v", last)
 	}
-	return msg, err, last
+	return msg, last, err
 }
 
 // fixture reads a recorded body of the google or anthropic adapter's
@@ -181,7 +181,7 @@ func TestText(t *testing.T) {
 			t.Parallel()
 			b := setup(t, setupOpts{})
 			b.setAnswer(func(w http.ResponseWriter, c call) { sseReply(w, tt.body) })
-			msg, err, last := b.stream(t, &provider.Request{Model: model(b.vs.URL, tt.api, tt.id), SystemPrompt: "Be brief.",
+			msg, last, err := b.stream(t, &provider.Request{Model: model(b.vs.URL, tt.api, tt.id), SystemPrompt: "Be brief.",
 				Messages: []message.Message{message.User("hi", 1)}, SessionID: "s1"})
 			if err != nil {
 				t.Fatal(err)
@@ -254,7 +254,7 @@ func TestToolTurn(t *testing.T) {
 			tools := []provider.Tool{{Name: "weather", Description: "Weather of a place", Parameters: map[string]any{"type": "object", "properties": map[string]any{"location": map[string]any{"type": "string"}}}}}
 			m := model(b.vs.URL, tt.api, tt.id)
 			msgs := []message.Message{message.User("Weather in Florence?", 1)}
-			reply, err, _ := b.stream(t, &provider.Request{Model: m, Messages: msgs, Tools: tools, Thinking: provider.ThinkingLow})
+			reply, _, err := b.stream(t, &provider.Request{Model: m, Messages: msgs, Tools: tools, Thinking: provider.ThinkingLow})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,7 +266,7 @@ func TestToolTurn(t *testing.T) {
 				Content: message.Content{Blocks: []message.Block{message.Text("Sunny, 31°C")}}, Timestamp: 3}
 			b.setAnswer(func(w http.ResponseWriter, c call) { sseReply(w, tt.second) })
 			msgs = append(msgs, reply, result)
-			final, err, _ := b.stream(t, &provider.Request{Model: m, Messages: msgs, Tools: tools, Thinking: provider.ThinkingLow})
+			final, _, err := b.stream(t, &provider.Request{Model: m, Messages: msgs, Tools: tools, Thinking: provider.ThinkingLow})
 			if err != nil || final.StopReason != message.StopStop {
 				t.Fatalf("answer after the result: %v %s", err, final.StopReason)
 			}
@@ -307,7 +307,7 @@ func TestThinking(t *testing.T) {
 			t.Parallel()
 			b := setup(t, setupOpts{})
 			b.setAnswer(func(w http.ResponseWriter, c call) { sseReply(w, tt.body) })
-			msg, err, _ := b.stream(t, &provider.Request{Model: model(b.vs.URL, tt.api, tt.id), Messages: []message.Message{message.User("hi", 1)}, Thinking: provider.ThinkingMedium})
+			msg, _, err := b.stream(t, &provider.Request{Model: model(b.vs.URL, tt.api, tt.id), Messages: []message.Message{message.User("hi", 1)}, Thinking: provider.ThinkingMedium})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -356,7 +356,7 @@ func TestImage(t *testing.T) {
 			}
 			b.setAnswer(func(w http.ResponseWriter, c call) { sseReply(w, body) })
 			user := message.Message{Role: message.RoleUser, Timestamp: 1, Content: message.Content{Blocks: []message.Block{message.Text("What is this?"), message.Image("image/png", png)}}}
-			if _, err, _ := b.stream(t, &provider.Request{Model: model(b.vs.URL, tt.api, tt.id), Messages: []message.Message{user}}); err != nil {
+			if _, _, err := b.stream(t, &provider.Request{Model: model(b.vs.URL, tt.api, tt.id), Messages: []message.Message{user}}); err != nil {
 				t.Fatal(err)
 			}
 			if got := compact(b.lastCall(t).body); !strings.Contains(got, tt.want) {
@@ -377,7 +377,7 @@ func TestErrorBodies(t *testing.T) {
 			b := setup(t, setupOpts{})
 			body := wiretest.Body(t, c.File)
 			b.setAnswer(func(w http.ResponseWriter, _ call) { wiretest.Reply(w, c.Status, c.Headers, body, 0) })
-			msg, err, last := b.stream(t, &provider.Request{Model: model(b.vs.URL, c.API, *c.Model), Messages: []message.Message{message.User("hi", 1)}})
+			msg, last, err := b.stream(t, &provider.Request{Model: model(b.vs.URL, c.API, *c.Model), Messages: []message.Message{message.User("hi", 1)}})
 			var pe *provider.Error
 			if !errors.As(err, &pe) {
 				t.Fatalf("error %v", err)
@@ -407,7 +407,7 @@ func TestContextOverflow(t *testing.T) {
 			b.setAnswer(func(w http.ResponseWriter, _ call) {
 				wiretest.Reply(w, 400, map[string]string{"Content-Type": "application/json"}, body, 0)
 			})
-			_, err, _ := b.stream(t, &provider.Request{Model: model(b.vs.URL, tt.api, tt.id), Messages: []message.Message{message.User(strings.Repeat("long ", 100), 1)}})
+			_, _, err := b.stream(t, &provider.Request{Model: model(b.vs.URL, tt.api, tt.id), Messages: []message.Message{message.User(strings.Repeat("long ", 100), 1)}})
 			if provider.ReasonOf(err) != provider.ReasonContextOverflow {
 				t.Errorf("reason %s (%v)", provider.ReasonOf(err), err)
 			}
