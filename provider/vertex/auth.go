@@ -80,7 +80,7 @@ func newCredentials(env func(string) string, client *http.Client, before time.Du
 }
 
 // get returns the credential of key, loading it the first time.
-func (cs *credentials) get(ctx context.Context, key provider.Secret) (*credential, error) {
+func (cs *credentials) get(key provider.Secret) (*credential, error) {
 	h := sha256.Sum256([]byte(key.Reveal()))
 	cs.mu.Lock()
 	e, ok := cs.byKey[h]
@@ -94,7 +94,7 @@ func (cs *credentials) get(ctx context.Context, key provider.Secret) (*credentia
 		}
 	}
 	cs.mu.Unlock()
-	e.once.Do(func() { e.c, e.err = cs.load(ctx, key.Reveal()) })
+	e.once.Do(func() { e.c, e.err = cs.load(key.Reveal()) })
 	if e.err != nil {
 		// A failed load is tried again by the next call (a file being
 		// written, a metadata server starting).
@@ -112,7 +112,7 @@ func (cs *credentials) get(ctx context.Context, key provider.Secret) (*credentia
 // GOOGLE_APPLICATION_CREDENTIALS names, gcloud's
 // application_default_credentials.json, then the metadata server of
 // Google Cloud (where workload identity also answers).
-func (cs *credentials) load(ctx context.Context, key string) (*credential, error) {
+func (cs *credentials) load(key string) (*credential, error) {
 	key = strings.TrimSpace(key)
 	if key == "" {
 		key = strings.TrimSpace(cs.env("GOOGLE_APPLICATION_CREDENTIALS"))
@@ -134,7 +134,7 @@ func (cs *credentials) load(ctx context.Context, key string) (*credential, error
 	}
 	// The metadata server (Compute Engine, GKE workload identity, Cloud
 	// Run): oauth2/google's own lookup, whose files were looked at above.
-	c, err := google.FindDefaultCredentialsWithParams(ctx, google.CredentialsParams{Scopes: []string{Scope}, EarlyTokenRefresh: cs.before})
+	c, err := google.FindDefaultCredentialsWithParams(cs.ctx, google.CredentialsParams{Scopes: []string{Scope}, EarlyTokenRefresh: cs.before})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCredentials, err)
 	}

@@ -26,7 +26,6 @@ package vertex
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -152,11 +151,8 @@ var (
 // path, and the location's endpoint unless the model has a base URL of
 // its own (VERTEX_BASE_URL).
 func (a *Adapter) route(ctx context.Context, req *provider.Request, publisher, method string) (adapter.Call, error) {
-	cred, err := a.creds.get(ctx, req.APIKey)
+	cred, err := a.creds.get(req.APIKey)
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return adapter.Call{}, &provider.Error{Reason: provider.ReasonAborted, Message: err.Error(), Err: err}
-		}
 		return adapter.Call{}, &provider.Error{Reason: provider.ReasonAuthPermanent, Message: err.Error(), Err: err}
 	}
 	project := firstEnv(a.env, "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT")
