@@ -475,7 +475,7 @@ func checkReach(reach route.Reach, p *auth.Principal) *Problem {
 }
 
 // corsHeaders are the request headers a browser may send.
-const corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Lanefleet-Session, traceparent, tracestate"
+const corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Lanefleet-Session, Mcp-Protocol-Version, traceparent, tracestate"
 
 // cors sets the CORS headers for an allowed origin and answers a
 // preflight; it reports whether the request was answered.
