@@ -17,7 +17,7 @@ import (
 // mcpProcess runs `publisher mcp` with args as its own process (this test
 // binary, see TestMain) and connects the official SDK's client to it over
 // stdio.
-func mcpProcess(t *testing.T, args ...string) (*mcp.ClientSession, context.Context) {
+func mcpProcess(t *testing.T, args ...string) (*mcp.ClientSession, *exec.Cmd, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
@@ -30,7 +30,7 @@ func mcpProcess(t *testing.T, args ...string) (*mcp.ClientSession, context.Conte
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	return cs, ctx
+	return cs, cmd, ctx
 }
 
 // callTool calls tool and returns its text, whether it is a tool error,
@@ -65,7 +65,7 @@ func TestMCPStdio(t *testing.T) {
 	t.Parallel()
 	url := startUsersServer(t, "alice")
 	startWorkerOn(t, strings.Replace(url, "nats://", "nats://worker:w@", 1))
-	cs, ctx := mcpProcess(t, "--nats-url", url, "--user", "alice", "--password", "alice")
+	cs, _, ctx := mcpProcess(t, "--nats-url", url, "--user", "alice", "--password", "alice")
 
 	var res mcpserver.RunResult
 	if text, isErr := callTool(t, ctx, cs, mcpserver.ToolSend, map[string]any{"session": "alice", "text": "over stdio"}, &res); isErr ||
@@ -87,16 +87,19 @@ func TestMCPStdio(t *testing.T) {
 }
 
 // TestMCPStdioLists: on a fleet without NATS users, list_sessions lists
-// the fleet's sessions.
+// the fleet's sessions; the server exits 0 when its client closes stdin.
 func TestMCPStdioLists(t *testing.T) {
 	t.Parallel()
 	url := startFleet(t)
-	cs, ctx := mcpProcess(t, "--nats-url", url)
+	cs, cmd, ctx := mcpProcess(t, "--nats-url", url)
 	if _, isErr := callTool(t, ctx, cs, mcpserver.ToolSend, map[string]any{"session": "agent:main:dm:1", "text": "hi"}, nil); isErr {
 		t.Fatal("send_message failed")
 	}
 	var page mcpserver.SessionsPage
 	if text, isErr := callTool(t, ctx, cs, mcpserver.ToolSessions, nil, &page); isErr || len(page.Sessions) != 1 || page.Sessions[0].Key != "agent:main:dm:1" {
 		t.Fatalf("list_sessions: %q %+v", text, page)
+	}
+	if err := cs.Close(); err != nil || cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("the server after its client closed stdin: %v, %v", err, cmd.ProcessState)
 	}
 }
