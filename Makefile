@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo demo-http test test-short lint bench bench-sessions soak fuzz tidy chaos
+.PHONY: help build demo demo-http test test-short lint bench bench-sessions soak fuzz tidy chaos coldbuild
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,6 +51,9 @@ bench-sessions: ## many sessions × 2 turns through one worker: memory, store an
 soak: ## a long-running worker: 64 sessions of 50 turns back to back through one worker (instant model, sync default), warmed up 2 min and until its transcript and context caches are full, then RSS, heap and turns/s after each of five 30 s rounds, and RSS after 45 s idle; first as configured by default (sessions kept forever: the server's index of them grows with every turn), then with retention that holds within the soak (--session-ttl 1m, --event-max-age 1m) (~14 min)
 	$(GO) run ./internal/cmd/lanebench -scenario soak -sync default -soak-session-turns 50 -soak-warmup 2m -soak-idle 45s
 	$(GO) run ./internal/cmd/lanebench -scenario soak -sync default -soak-session-turns 50 -soak-warmup 2m -soak-idle 45s -soak-session-ttl 1m -soak-event-max-age 1m
+
+coldbuild: ## cold-build CPU of the tree (go build ./...) against its floor (nats-server, jetstream, msgpack, zerolog only), each with an empty GOCACHE, in one run (REV=HEAD; issue 29's target: 1.5x)
+	GO=$(GO) ./scripts/coldbuild.sh $${REV:-HEAD}
 
 fuzz: ## run each fuzz target briefly
 	./scripts/fuzz.sh 20s
