@@ -15,6 +15,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/lanes/queue"
+	"github.com/lanefleet/lanefleet/tracing"
 )
 
 // startExampleFleet runs a worker with an embedded NATS server in a temp dir
@@ -314,4 +315,29 @@ func ExampleWithoutFollow() {
 	fmt.Println(last.Session+":", res.Payloads[0].Text)
 	// Output:
 	// user-3: echo: maintenance at noon
+}
+
+// Continue a caller's trace into the turn: Send writes the trace context
+// its context carries into the message's headers.
+func ExampleClient_Send_traceparent() {
+	url, stop := startExampleFleet()
+	defer stop()
+	c, _ := lanefleet.Connect(url)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// The caller's span, as a traceparent header names it (OpenTelemetry's
+	// propagator writes one into a propagation.MapCarrier).
+	ctx = tracing.ContextWithTraceparent(ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")
+	run, err := c.Send(ctx, "carol", "traced")
+	if err != nil {
+		panic(err)
+	}
+	res, err := run.Wait(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Payloads[0].Text)
+	// Output: echo: traced
 }
