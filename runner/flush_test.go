@@ -361,7 +361,7 @@ func TestMemoryFlushJournaled(t *testing.T) {
 		calls string
 		write int
 	}{
-		{"died after the flush", 2, "flush,summary,summary,answer", 0},        // only the NO_REPLY round is asked again
+		{"died after the flush", 2, "flush,summary,summary,answer", 0},           // only the NO_REPLY round is asked again
 		{"died before the write's result", 1, "flush,summary,summary,answer", 1}, // write is idempotent: it runs again
 		{"died before anything was recorded", 0, "flush,flush,summary,summary,answer", 1},
 	}
