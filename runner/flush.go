@@ -153,14 +153,18 @@ func (ru *run) memoryFlush(ctx context.Context, req attemptReq, ctxMsgs []messag
 		for _, c := range tc {
 			calls++
 			res, from := ru.flushCall(ctx, step, c, specs)
-			if from == callLive && ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+				// A call cut short by the flush's end is not recorded:
+				// a re-run reports its outcome unknown.
+			case from == callLive:
 				live = append(live, res)
-			} else if from == callUnknown {
+			case from == callUnknown:
 				ru.recordStep(ctx, true, step, res)
 			}
 			msgs = append(msgs, res)
 		}
-		if len(live) > 0 {
+		if len(live) > 0 && ctx.Err() == nil {
 			ru.syncMemory(ctx)
 			for _, res := range live {
 				ru.recordStep(ctx, true, step, res)
