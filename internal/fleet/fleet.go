@@ -54,11 +54,11 @@ import (
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
-	"github.com/lanefleet/lanefleet/tools/sessions"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/schedstore"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
+	"github.com/lanefleet/lanefleet/tools/sessions"
 )
 
 // Member is a running fleet member.
