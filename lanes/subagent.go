@@ -107,7 +107,7 @@ func (w *Worker) deliver(ctx context.Context, ob *kvstore.Outbox) error {
 	if ob == nil {
 		return nil
 	}
-	if _, err := PublishInbound(ctx, w.js, ob.Session, ob.Data, ob.ID, ob.ID); err != nil {
+	if _, err := PublishInbound(ctx, w.js, ob.Session, ob.Data, ob.ID, ob.ID, nil); err != nil {
 		return err
 	}
 	w.stats.Delivered.Add(1)
@@ -121,12 +121,17 @@ func (w *Worker) deliver(ctx context.Context, ob *kvstore.Outbox) error {
 // (Lanefleet-Msg-Id), and returns its sequence (its run). Only ids nobody
 // else can know make a publishID: the stream's de-duplication is
 // stream-wide.
-func PublishInbound(ctx context.Context, js jetstream.JetStream, key string, data []byte, publishID, laneID string) (uint64, error) {
+//
+// hdr's headers (a trace context, say) ride along; nil = none.
+func PublishInbound(ctx context.Context, js jetstream.JetStream, key string, data []byte, publishID, laneID string, hdr nats.Header) (uint64, error) {
 	subj, err := events.InboundSubject(key)
 	if err != nil {
 		return 0, fmt.Errorf("lanes: publish to %q: %w", key, err)
 	}
 	m := nats.NewMsg(subj)
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
 	m.Data = data
 	m.Header.Set(events.HeaderContentType, events.ContentMsgpack)
 	m.Header.Set(events.HeaderMsgID, publishID)

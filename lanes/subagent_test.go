@@ -38,7 +38,7 @@ func publishInbound(t *testing.T, f *fleet, key string, in *events.Inbound, publ
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, err := PublishInbound(t.Context(), f.js, key, data, publishID, in.ID)
+	seq, err := PublishInbound(t.Context(), f.js, key, data, publishID, in.ID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

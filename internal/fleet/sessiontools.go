@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -14,6 +16,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/sessions"
+	"github.com/lanefleet/lanefleet/tracing"
 )
 
 // sessionBackend is the session tools' sessions.Backend over the member's
@@ -73,7 +76,10 @@ func (b *sessionBackend) Spawn(ctx context.Context, key string, in *events.Inbou
 	if err != nil {
 		return "", err
 	}
-	seq, err := lanes.PublishInbound(ctx, b.m.JS, key, data, publishID, in.ID)
+	// The child's turns continue the trace of the call that spawned it.
+	hdr := nats.Header{}
+	tracing.Inject(ctx, hdr)
+	seq, err := lanes.PublishInbound(ctx, b.m.JS, key, data, publishID, in.ID, hdr)
 	if err != nil {
 		return "", err
 	}
