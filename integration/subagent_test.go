@@ -143,9 +143,39 @@ func runSubagentFaults(t *testing.T, parents, kills int, seed uint64) {
 		}
 	}
 	mark("all parents done")
+	dead := deadCompletions(t, ctx, js)
 	for _, key := range keys {
-		checkParent(t, ctx, c, key)
+		checkParent(t, ctx, c, key, dead)
 	}
+}
+
+// deadCompletions counts, by child session, the completions whose turn in
+// the parent's lane was dead-lettered (as poison: its attempts were all
+// cut by kills). Each was delivered to the lane; the fleet's poison policy
+// took it off.
+func deadCompletions(t *testing.T, ctx context.Context, js jetstream.JetStream) map[string]int {
+	t.Helper()
+	s, err := js.Stream(ctx, events.DeadStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, 0)
+		if err == nil && in.Subagent != nil {
+			out[in.Subagent.Session]++
+			t.Logf("the completion of %s was dead-lettered in its parent's lane: %s", in.Subagent.Session, m.Header.Get(events.HeaderError))
+		}
+	}
+	return out
 }
 
 // scriptFor is the parents' first message: three spawns, a yield, a reply.
@@ -165,9 +195,10 @@ func scriptFor(t *testing.T) string {
 }
 
 // checkParent: each of the parent's three children delivered exactly one
-// completion, answered by the turn after it; the parent has no child
-// pending; its children's use is each child's whole use, summed.
-func checkParent(t *testing.T, ctx context.Context, c *lanefleet.Client, key string) {
+// completion, answered by the turn after it (or dead-lettered, its turn
+// cut by kills three times); the parent has no child pending; its
+// children's use is each child's whole use, summed.
+func checkParent(t *testing.T, ctx context.Context, c *lanefleet.Client, key string, dead map[string]int) {
 	t.Helper()
 	h, err := c.History(ctx, key)
 	if err != nil {
@@ -203,6 +234,9 @@ func checkParent(t *testing.T, ctx context.Context, c *lanefleet.Client, key str
 	}
 	var use events.UsageMeta
 	for _, child := range children {
+		if dead[child] > 0 {
+			got[child] += dead[child]
+		}
 		if got[child] != 1 {
 			t.Errorf("%s: %d completions of %s, want 1 (%v)", key, got[child], child, got)
 		}
