@@ -80,19 +80,22 @@ const (
 	AttrToolCallID     = "gen_ai.tool.call.id"
 	AttrErrorType      = "error.type"
 
-	AttrRun     = "lanefleet.run_id"
-	AttrAttempt = "lanefleet.attempt"
-	AttrSession = "lanefleet.session.fingerprint" // never the session key
-	// AttrParentSession and AttrParentRun name a sub-agent's parent on
-	// its turns' spans (the parent's key as a fingerprint too).
+	AttrRun         = "lanefleet.run_id"
+	AttrAttempt     = "lanefleet.attempt"
+	AttrSession     = "lanefleet.session.fingerprint" // never the session key
+	AttrWorker      = "lanefleet.worker"
+	AttrOutcome     = "lanefleet.outcome"
+	AttrCostUSD     = "lanefleet.cost_usd"
+	AttrCacheRead   = "lanefleet.usage.cache_read_tokens"
+	AttrCacheWrite  = "lanefleet.usage.cache_write_tokens"
+	AttrQueueWaitMs = "lanefleet.queue_wait_ms"
+)
+
+// AttrParentSession and AttrParentRun name a sub-agent's parent on its
+// turns' spans (the parent's key as a fingerprint, as AttrSession).
+const (
 	AttrParentSession = "lanefleet.parent.session.fingerprint"
 	AttrParentRun     = "lanefleet.parent.run"
-	AttrWorker        = "lanefleet.worker"
-	AttrOutcome       = "lanefleet.outcome"
-	AttrCostUSD       = "lanefleet.cost_usd"
-	AttrCacheRead     = "lanefleet.usage.cache_read_tokens"
-	AttrCacheWrite    = "lanefleet.usage.cache_write_tokens"
-	AttrQueueWaitMs   = "lanefleet.queue_wait_ms"
 )
 
 // ScopeName is the instrumentation scope of the fleet's spans.
