@@ -136,18 +136,22 @@ type EventData struct {
 	Worker    string `json:"worker,omitempty" msgpack:"worker,omitempty"`
 	// Tenant is the session's tenant (lifecycle start), "" when it has
 	// none.
-	Tenant     string  `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
-	Attempt    int     `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
-	Steps      int     `json:"steps,omitempty" msgpack:"steps,omitempty"` // resumed: recorded steps replayed
-	InboundSeq uint64  `json:"inboundSeq,omitempty" msgpack:"inboundSeq,omitempty"`
-	Name       string  `json:"name,omitempty" msgpack:"name,omitempty"`             // tool name
-	ToolCallID string  `json:"toolCallId,omitempty" msgpack:"toolCallId,omitempty"` // tool events
-	Args       any     `json:"args,omitempty" msgpack:"args,omitempty"`
-	Result     *Result `json:"result,omitempty" msgpack:"result,omitempty"` // final
-	WillRetry  bool    `json:"willRetry,omitempty" msgpack:"willRetry,omitempty"`
-	IsError    bool    `json:"isError,omitempty" msgpack:"isError,omitempty"`
-	Payload    any     `json:"payload,omitempty" msgpack:"payload,omitempty"` // tool result/partial result
-	DelayMs    int64   `json:"delayMs,omitempty" msgpack:"delayMs,omitempty"` // lifecycle retrying: the wait
+	Tenant string `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
+	// ParentSession and ParentRun name, on a sub-agent session's start
+	// events, the session and run that spawned it.
+	ParentSession string  `json:"parentSession,omitempty" msgpack:"parentSession,omitempty"`
+	ParentRun     string  `json:"parentRun,omitempty" msgpack:"parentRun,omitempty"`
+	Attempt       int     `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
+	Steps         int     `json:"steps,omitempty" msgpack:"steps,omitempty"` // resumed: recorded steps replayed
+	InboundSeq    uint64  `json:"inboundSeq,omitempty" msgpack:"inboundSeq,omitempty"`
+	Name          string  `json:"name,omitempty" msgpack:"name,omitempty"`             // tool name
+	ToolCallID    string  `json:"toolCallId,omitempty" msgpack:"toolCallId,omitempty"` // tool events
+	Args          any     `json:"args,omitempty" msgpack:"args,omitempty"`
+	Result        *Result `json:"result,omitempty" msgpack:"result,omitempty"` // final
+	WillRetry     bool    `json:"willRetry,omitempty" msgpack:"willRetry,omitempty"`
+	IsError       bool    `json:"isError,omitempty" msgpack:"isError,omitempty"`
+	Payload       any     `json:"payload,omitempty" msgpack:"payload,omitempty"` // tool result/partial result
+	DelayMs       int64   `json:"delayMs,omitempty" msgpack:"delayMs,omitempty"` // lifecycle retrying: the wait
 	// MaxAttempts is, on lifecycle retrying and retry, the most same-key
 	// retries a call gets (pi's auto_retry_start maxAttempts).
 	MaxAttempts int `json:"maxAttempts,omitempty" msgpack:"maxAttempts,omitempty"`

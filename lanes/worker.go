@@ -89,6 +89,11 @@ type Config struct {
 	// Tenant, when set, names a session's tenant on its runs' start
 	// events; nil = none.
 	Tenant func(key string) string
+	// Lineage reports whether session child may deliver its completion
+	// to session parent (a spawn message's Parent): the fleet's rule is
+	// "the same tenant". Nil: no session adopts a parent, and none
+	// delivers a completion.
+	Lineage func(child, parent string) bool
 	// ChatCommands makes the lane read a message whose text is a chat
 	// command (package chatcmd) as that command: /stop is a stop
 	// command, /queue, /model, /think, /verbose and /reasoning with an
@@ -227,6 +232,9 @@ type Stats struct {
 	// messages not run because an earlier message of their lane used
 	// their id.
 	Merged, Dropped, Aborted, Duplicates atomic.Int64
+	// Delivered counts the completions published to a parent's lane
+	// (a second publish of one, after a crash, included).
+	Delivered atomic.Int64
 	// QuietSkips counts drains that ended without reading the lane again,
 	// the last turn's watch having seen it stay empty.
 	QuietSkips atomic.Int64

@@ -205,7 +205,9 @@ is set: spans go over OTLP/HTTP.`,
 	fs.IntVar(&cfg.ProcessesPerSession, "processes-per-session", 0, "with --process: background processes one session may run at once on a worker (default 4; 64 for all sessions together)")
 	fs.BoolVar(&cfg.MemoryTools, "memory-tools", false, "offer memory_search and memory_get over each workspace's MEMORY.md and memory/**/*.md (BM25 keyword ranking, no embeddings); they read the workspace only")
 	fs.BoolVar(&cfg.NoMemoryFlush, "no-memory-flush", false, "with --memory-tools: no memory flush before a threshold compaction (by default the model first gets one silent turn, at most 4 model calls, to write durable memories to MEMORY.md or memory/YYYY-MM-DD.md with the write tool; its prompt, replies and calls stay out of the transcript and the reply; once per compaction cycle, journaled like the turn's steps)")
-	fs.StringVar(&cfg.SessionTools, "session-tools", env("LANEFLEET_SESSION_TOOLS"), "offer sessions_list, sessions_history and sessions_send, reaching the sessions of the caller's tenant (tenant) or of its tenant and agent (agent), never another tenant's; a session without a tenant reaches only itself (env LANEFLEET_SESSION_TOOLS; default none)")
+	fs.IntVar(&cfg.SubagentMaxDepth, "subagent-max-depth", 0, "with --session-tools: how deep sessions_spawn's sub-agents nest (default 2: a sub-agent's sub-agent spawns none)")
+	fs.IntVar(&cfg.SubagentMaxChildren, "subagent-max-children", 0, "with --session-tools: sub-agents one run may spawn (default 5)")
+	fs.StringVar(&cfg.SessionTools, "session-tools", env("LANEFLEET_SESSION_TOOLS"), "offer sessions_list, sessions_history, sessions_send, sessions_spawn and sessions_yield, reaching the sessions of the caller's tenant (tenant) or of its tenant and agent (agent), never another tenant's; a session without a tenant reaches only itself (env LANEFLEET_SESSION_TOOLS; default none)")
 	fs.BoolVar(&cfg.WebFetch, "web-fetch", false, "offer the web_fetch tool: an HTTP(S) GET whose page comes back as markdown or text; reaches public addresses only (no loopback, private, link-local or cloud metadata address, checked on every connection and redirect) unless --web-allow names more; never through a proxy from the environment")
 	webAllow := fs.String("web-allow", env("LANEFLEET_WEB_ALLOW"), "with --web-fetch: comma-separated address ranges (10.1.0.0/16, 192.168.1.5) and host names (wiki.internal, *.corp.example) web_fetch may reach although the SSRF guard refuses them (env LANEFLEET_WEB_ALLOW)")
 	fs.StringVar(&cfg.WebSearch, "web-search", env("LANEFLEET_WEB_SEARCH"), "offer the web_search tool through a search provider: brave (the Brave Search API, key from BRAVE_API_KEY or an api_key profile of provider \"brave\" in --auth-profiles) or searxng (the instance at --web-search-url, JSON format on) (env LANEFLEET_WEB_SEARCH; default none)")
@@ -301,6 +303,9 @@ is set: spans go over OTLP/HTTP.`,
 			cfg.SessionSender = clientSender
 		default:
 			return usageError{fmt.Errorf("--session-tools must be tenant or agent, not %q", cfg.SessionTools)}
+		}
+		if cfg.SubagentMaxDepth < 0 || cfg.SubagentMaxChildren < 0 {
+			return usageError{errors.New("--subagent-max-depth and --subagent-max-children must be 0 (the default) or more")}
 		}
 		if cfg.ProcessesPerSession < 0 {
 			return usageError{fmt.Errorf("--processes-per-session must be 0 (the default) or more, not %d", cfg.ProcessesPerSession)}

@@ -45,7 +45,7 @@ var allowed = map[string][]string{
 	"internal/conformance":   {"message", "provider", "provider/failover"},
 	"internal/deptest":       {},
 	"internal/embedded":      {},
-	"internal/fleet":         {"admin", "agentprompt", "agents", "agentstore", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "schedstore", "schedule", "sessionfile", "tools", "tools/remote", "tools/sessions", "tools/webfetch", "tools/websearch", "tracing"},
+	"internal/fleet":         {"admin", "agentprompt", "agents", "agentstore", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "schedstore", "schedule", "sessionfile", "subagent", "tools", "tools/remote", "tools/sessions", "tools/webfetch", "tools/websearch", "tracing"},
 	"internal/inflight":      {},
 	"internal/microsvc":      {"internal/inflight", "internal/reply"},
 	"internal/mustrun":       {},
@@ -54,7 +54,7 @@ var allowed = map[string][]string{
 	"internal/version":       {},
 	"ecmatext":               {},
 	"kvstore":                {"events", "internal/backoff", "lanes/queue", "message"},
-	"lanes":                  {"chatcmd", "events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "lanes/internal/..."},
+	"lanes":                  {"chatcmd", "events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "subagent", "lanes/internal/..."},
 	// The lane's own parts (renolane is moving the emitter and the slot
 	// scheduler there).
 	"lanes/internal/...":          {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "lanes/internal/..."},
@@ -95,7 +95,8 @@ var allowed = map[string][]string{
 	"tools":                       {"message", "provider", "sandbox", "tools/internal/toolargs", "tools/memsearch", "tools/patch"},
 	"tools/internal/toolargs":     {},
 	"tools/memsearch":             {},
-	"tools/sessions":              {"agents", "governance", "message", "provider", "tools", "tools/internal/toolargs"},
+	"tools/sessions":              {"agents", "events", "governance", "message", "provider", "subagent", "tools", "tools/internal/toolargs"},
+	"subagent":                    {"agents", "events", "message"},
 	"tools/patch":                 {},
 	"tools/webfetch":              {"message", "netguard", "provider", "tools", "tools/internal/toolargs"},
 	"tools/websearch":             {"message", "provider", "tools", "tools/internal/toolargs"},

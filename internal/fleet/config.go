@@ -265,6 +265,10 @@ type Config struct {
 	// SessionTools; a field and not an import because the Go client's own
 	// tests start members of this package.
 	SessionSender func(nc *nats.Conn) (SendFunc, error)
+	// SubagentMaxDepth bounds how deep sessions_spawn's sub-agents nest
+	// (0 = subagent.MaxDepthDefault, 2); SubagentMaxChildren how many
+	// one run spawns (0 = subagent.MaxChildrenDefault, 5).
+	SubagentMaxDepth, SubagentMaxChildren int
 
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz

@@ -58,6 +58,7 @@ import (
 	"github.com/lanefleet/lanefleet/schedstore"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
+	"github.com/lanefleet/lanefleet/tools/sessions"
 )
 
 // Member is a running fleet member.
@@ -251,6 +252,10 @@ func (m *Member) build(ctx context.Context) error {
 	if m.budgets != nil {
 		lcfg.Paused, lcfg.Tenant, lcfg.PauseNotice = m.budgets.Paused, m.budgets.Tenant, m.budgets.PauseNotice
 	}
+	// A sub-agent delivers its completion only within its tenant (every
+	// worker, session tools on or off: a child's lane may run anywhere).
+	lineage := sessions.Policy{Tenants: m.Tenants()}
+	lcfg.Lineage = lineage.Allows
 	if m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lcfg); err != nil {
 		return err
 	}

@@ -85,6 +85,9 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	}
 	common := []attribute.KeyValue{attribute.String(tracing.AttrRun, t.RunID), attribute.Int(tracing.AttrAttempt, t.Attempt),
 		attribute.String(tracing.AttrSession, fp), attribute.String(tracing.AttrWorker, t.Worker)}
+	if p := parentOf(t); p != nil {
+		common = append(common, attribute.String(tracing.AttrParentSession, events.Fingerprint(p.Session)), attribute.String(tracing.AttrParentRun, p.Run))
+	}
 	ctx = tracing.Extract(ctx, t.Header)
 	ctx, turnSpan := m.obs.tracer.Start(ctx, tracing.OpInvokeAgent+" lanefleet", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(t.Received),
 		trace.WithAttributes(append(common, attribute.String(tracing.AttrOperation, tracing.OpInvokeAgent), attribute.String(tracing.AttrAgentName, "lanefleet"),
@@ -440,4 +443,16 @@ func (b fleetAuthBook) Reset(ctx context.Context, id string) (cleared, ok bool, 
 		return false, true, err
 	}
 	return before.CooldownUntil != 0 || before.DisabledUntil != 0 || before.ErrorCount != 0 || len(before.Models) != 0 || before.RetryUntil != 0, true, nil
+}
+
+// parentOf is the parent of a sub-agent's turn: the one its session
+// adopted, or the one its spawn message names (nil = none).
+func parentOf(t *lanes.Turn) *events.Parent {
+	if t.State.Parent != nil {
+		return t.State.Parent
+	}
+	if t.Inbound != nil {
+		return t.Inbound.Parent
+	}
+	return nil
 }
