@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,7 @@ type observer struct {
 	metrics *metrics.Metrics // nil = no metrics
 	tracer  trace.Tracer
 	known   map[string]bool // worker tool names, counted by name
+	globs   []string        // --remote-tools globs: their tools are counted under the glob
 }
 
 func newObserver(cfg Config, m *metrics.Metrics) observer {
@@ -49,6 +52,10 @@ func newObserver(cfg Config, m *metrics.Metrics) observer {
 	o := observer{metrics: m, known: map[string]bool{},
 		tracer: tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(version.Get().Version))}
 	for _, name := range append(tools.BuiltinNames(), cfg.RemoteTools...) {
+		if strings.Contains(name, "*") {
+			o.globs = append(o.globs, name)
+			continue
+		}
 		o.known[name] = true
 	}
 	return o
@@ -225,6 +232,11 @@ func (t *turnObs) event(stream string, data events.EventData) {
 				name = "unknown" // a tool the model made up
 				if t.o.known[data.Name] {
 					name = data.Name
+				}
+				for _, g := range t.o.globs {
+					if ok, _ := path.Match(g, data.Name); ok && name == "unknown" {
+						name = g // bounded labels: one per glob, not per MCP tool
+					}
 				}
 				if data.IsError {
 					call.span.SetStatus(codes.Error, "tool error")
