@@ -126,6 +126,8 @@ func stdioServer(t *testing.T, name string) (mcpbridge.Server, string) {
 // test ends.
 func httpServer(t *testing.T, h serverHooks, sse bool) (*mcp.Server, string) {
 	t.Helper()
+	done := make(chan struct{})
+	h.done = done
 	srv := testServer(h)
 	var handler http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
 	if sse {
@@ -133,6 +135,7 @@ func httpServer(t *testing.T, h serverHooks, sse bool) (*mcp.Server, string) {
 	}
 	hs := httptest.NewServer(handler)
 	t.Cleanup(hs.Close)
+	t.Cleanup(func() { close(done) }) // before hs.Close: no handler left waiting
 	return srv, hs.URL
 }
 
@@ -293,5 +296,71 @@ func TestStoppedRunCancelsCall(t *testing.T) {
 			t.Fatal("the stdio server's call was not cancelled")
 		}
 		time.Sleep(10 * time.Millisecond) // a file has no event to wait on
+	}
+}
+
+// TestTwoBridges: two bridges serve one MCP server; the calls of three
+// workers spread across both, with no sticky session. Stopping the bridge
+// that runs a call gives the model a tool error naming the call's
+// idempotency key, and later calls go to the other bridge.
+func TestTwoBridges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, url := httpServer(t, serverHooks{}, false)
+	stops := map[string]func(){}
+	for _, id := range []string{"a", "b"} {
+		stops[id] = b.bridge(t, mcpbridge.Server{Name: "h", Transport: mcpbridge.TransportHTTP, URL: url, Headers: map[string]string{"X-Bridge": id}})
+	}
+	workers := []*nats.Conn{b.caller(t), b.caller(t), b.caller(t)}
+	// Both bridges are serving once each has been seen.
+	seen := map[string]int{}
+	deadline := time.Now().Add(waitLimit)
+	for len(seen) < 2 {
+		for _, nc := range workers {
+			for range 10 {
+				seen[text(call(t, tool(t, nc, "h__who"), tools.Call{ID: "c"}))]++
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls went to %v within %s, want both bridges", seen, waitLimit)
+		}
+	}
+	if len(seen) != 2 || seen["a"] == 0 || seen["b"] == 0 {
+		t.Fatalf("calls went to %v, want a and b", seen)
+	}
+
+	// A long call; its progress names the bridge running it.
+	slow := tool(t, workers[0], "h__slow")
+	progress := make(chan string, 8)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := slow.Call(t.Context(), tools.Call{ID: "c9", Key: "run-1:c9", Update: func(p tools.Result) { progress <- text(p) }})
+		errc <- err
+	}()
+	var running string
+	select {
+	case p := <-progress:
+		running = p[len(p)-1:]
+		if !strings.HasPrefix(p, "progress 1/10: working via ") || stops[running] == nil {
+			t.Fatalf("progress %q does not name a bridge", p)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("no progress")
+	}
+	stops[running]()
+	var e *remote.Error
+	if err := <-errc; !errors.As(err, &e) || !errors.Is(err, remote.ErrToolFailed) {
+		t.Fatalf("call error = %v, want a tool error", err)
+	}
+	if want := "tool h__slow was stopped before it finished: the process serving it is shutting down; it may have taken effect in part (idempotency key run-1:c9)"; e.Message != want {
+		t.Errorf("error = %q\nwant %q", e.Message, want)
+	}
+	other := map[string]string{"a": "b", "b": "a"}[running]
+	for _, nc := range workers {
+		for range 5 {
+			if got := text(call(t, tool(t, nc, "h__who"), tools.Call{ID: "c"})); got != other {
+				t.Fatalf("a call after bridge %s stopped went to %q, want %s", running, got, other)
+			}
+		}
 	}
 }

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 type serverHooks struct {
 	cancelled func(reason string) // the slow tool's call was cancelled
 	crash     func()              // the crash tool ends the process (stdio)
+	// done, closed when the test ends, ends the slow tool's calls still
+	// running: a stopped bridge's notifications/cancelled is best effort.
+	done <-chan struct{}
 }
 
 var objectSchema = map[string]any{"type": "object", "properties": map[string]any{"q": map[string]any{"type": "string"}}}
@@ -86,9 +89,17 @@ func testServer(h serverHooks) *mcp.Server {
 	})
 	add("slow", "reports progress, then waits until cancelled", func(ctx context.Context, req *mcp.CallToolRequest, _ map[string]any) (*mcp.CallToolResult, error) {
 		if tok := req.Params.GetProgressToken(); tok != nil {
-			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: 1, Total: 10, Message: "working"})
+			msg := "working"
+			if req.Extra != nil && req.Extra.Header.Get("X-Bridge") != "" {
+				msg += " via " + req.Extra.Header.Get("X-Bridge")
+			}
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: 1, Total: 10, Message: msg})
 		}
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-h.done:
+			return nil, context.Canceled
+		}
 		if h.cancelled != nil {
 			h.cancelled(context.Cause(ctx).Error())
 		}
