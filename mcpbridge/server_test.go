@@ -68,7 +68,9 @@ func testServer(h serverHooks) *mcp.Server {
 			return fn(ctx, req, args)
 		})
 	}
-	text := func(s string) *mcp.CallToolResult { return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}} }
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
 	add("echo", "echoes q with the call's key and run", func(_ context.Context, req *mcp.CallToolRequest, args map[string]any) (*mcp.CallToolResult, error) {
 		m := req.Params.Meta
 		return text(fmt.Sprintf("echo %v key=%v session=%v run=%v", args["q"], m[mcpbridge.MetaIdempotencyKey], m[mcpbridge.MetaSessionKey], m[mcpbridge.MetaRunID])), nil

@@ -81,7 +81,11 @@ func (t *tool) Idempotent() bool { return t.idempotent }
 // stopping) cancels the MCP request (notifications/cancelled). Progress
 // notifications become partial results when the caller asked for them.
 func (t *tool) Call(ctx context.Context, call tools.Call) (tools.Result, error) {
-	params := &mcp.CallToolParams{Name: t.mcpName, Arguments: call.Args}
+	args := call.Args
+	if args == nil {
+		args = map[string]any{} // a nil map would go as null, which servers refuse
+	}
+	params := &mcp.CallToolParams{Name: t.mcpName, Arguments: args}
 	meta := mcp.Meta{}
 	if call.Key != "" {
 		meta[MetaIdempotencyKey] = call.Key
