@@ -37,7 +37,7 @@ type bundle struct {
 	log zerolog.Logger
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	srv := natstest.Start(t)
 	return &bundle{url: srv.URL, log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)}
@@ -45,7 +45,7 @@ func setup(t *testing.T) *bundle {
 
 // bridge runs a bridge of servers on its own connection until the test
 // ends or the returned stop is called; stop returns once Run has.
-func (b *bundle) bridge(t *testing.T, servers ...mcpbridge.Server) (stop func()) {
+func (b *bundle) bridge(t testing.TB, servers ...mcpbridge.Server) (stop func()) {
 	t.Helper()
 	br, err := mcpbridge.New(mcpbridge.Config{Servers: servers, Conn: natstest.Connect(t, b.url), Logger: b.log,
 		Backoff: backoff.Policy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}})
@@ -62,11 +62,11 @@ func (b *bundle) bridge(t *testing.T, servers ...mcpbridge.Server) (stop func())
 }
 
 // caller is a worker's connection.
-func (b *bundle) caller(t *testing.T) *nats.Conn { return natstest.Connect(t, b.url) }
+func (b *bundle) caller(t testing.TB) *nats.Conn { return natstest.Connect(t, b.url) }
 
 // tool waits until name is discovered from nc and returns it; done, when
 // set, must also hold of the list.
-func tool(t *testing.T, nc *nats.Conn, name string) tools.Tool {
+func tool(t testing.TB, nc *nats.Conn, name string) tools.Tool {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for {
@@ -111,7 +111,7 @@ func call(t *testing.T, tl tools.Tool, c tools.Call) tools.Result {
 }
 
 // stdioServer is the test binary as a stdio MCP server named name.
-func stdioServer(t *testing.T, name string) (mcpbridge.Server, string) {
+func stdioServer(t testing.TB, name string) (mcpbridge.Server, string) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -124,7 +124,7 @@ func stdioServer(t *testing.T, name string) (mcpbridge.Server, string) {
 
 // httpServer serves testServer over streamable HTTP (or SSE) until the
 // test ends.
-func httpServer(t *testing.T, h serverHooks, sse bool) (*mcp.Server, string) {
+func httpServer(t testing.TB, h serverHooks, sse bool) (*mcp.Server, string) {
 	t.Helper()
 	done := make(chan struct{})
 	h.done = done
