@@ -165,18 +165,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return nil
 }
 
-// Tools returns the remote tool names served now, sorted.
-func (b *Bridge) Tools() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := make([]string, 0, len(b.claims))
-	for n := range b.claims {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // claim takes names for server s, releasing those it held and no longer
 // lists, and returns the names another server already holds.
 func (b *Bridge) claim(s string, names []string) (taken map[string]string) {
