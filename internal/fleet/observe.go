@@ -61,6 +61,22 @@ func newObserver(cfg Config, m *metrics.Metrics) observer {
 	return o
 }
 
+// toolLabel is the metric label of a tool the worker ran: its name when
+// it is a built-in or a listed remote tool, the --remote-tools glob that
+// allowed it (one label per glob, however many tools an MCP server
+// lists), else "unknown" (a tool the model made up).
+func (o *observer) toolLabel(name string) string {
+	if o.known[name] {
+		return name
+	}
+	for _, g := range o.globs {
+		if ok, _ := path.Match(g, name); ok {
+			return g
+		}
+	}
+	return "unknown"
+}
+
 // turnObs is one turn's observation, handed to the sink and the providers
 // through the turn's context.
 type turnObs struct {
@@ -229,15 +245,7 @@ func (t *turnObs) event(stream string, data events.EventData) {
 			t.mu.Unlock()
 			name := "client" // a client's result (or an approval's refusal): no worker ran it
 			if ran {
-				name = "unknown" // a tool the model made up
-				if t.o.known[data.Name] {
-					name = data.Name
-				}
-				for _, g := range t.o.globs {
-					if ok, _ := path.Match(g, data.Name); ok && name == "unknown" {
-						name = g // bounded labels: one per glob, not per MCP tool
-					}
-				}
+				name = t.o.toolLabel(data.Name)
 				if data.IsError {
 					call.span.SetStatus(codes.Error, "tool error")
 					call.span.SetAttributes(attribute.String(tracing.AttrErrorType, "tool_error"))
