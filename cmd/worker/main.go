@@ -41,6 +41,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/mcpbridge"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
@@ -212,7 +213,8 @@ is set: spans go over OTLP/HTTP.`,
 	webAllow := fs.String("web-allow", env("LANEFLEET_WEB_ALLOW"), "with --web-fetch: comma-separated address ranges (10.1.0.0/16, 192.168.1.5) and host names (wiki.internal, *.corp.example) web_fetch may reach although the SSRF guard refuses them (env LANEFLEET_WEB_ALLOW)")
 	fs.StringVar(&cfg.WebSearch, "web-search", env("LANEFLEET_WEB_SEARCH"), "offer the web_search tool through a search provider: brave (the Brave Search API, key from BRAVE_API_KEY or an api_key profile of provider \"brave\" in --auth-profiles) or searxng (the instance at --web-search-url, JSON format on) (env LANEFLEET_WEB_SEARCH; default none)")
 	fs.StringVar(&cfg.WebSearchURL, "web-search-url", env("LANEFLEET_WEB_SEARCH_URL"), "with --web-search: the SearXNG instance's URL, or another Brave endpoint (env LANEFLEET_WEB_SEARCH_URL)")
-	remoteTools := fs.String("remote-tools", env("LANEFLEET_REMOTE_TOOLS"), "comma-separated names of the tools served over NATS (micro service lanefleet-tools) that runs may use (env LANEFLEET_REMOTE_TOOLS); nothing discovered is used unless listed")
+	remoteTools := fs.String("remote-tools", env("LANEFLEET_REMOTE_TOOLS"), "comma-separated names of the tools served over NATS (micro service lanefleet-tools) that runs may use, or globs of them such as github__* (an MCP bridge's tools of server github) (env LANEFLEET_REMOTE_TOOLS); nothing discovered is used unless listed")
+	mcpConfig := fs.String("mcp", env("LANEFLEET_MCP_CONFIG"), "serve the tools of the MCP servers in this JSON file (the mcpServers format of MCP clients) as remote tools <server>__<tool>, in this process, as worker mcp-bridge does in its own (env LANEFLEET_MCP_CONFIG); runs use them once --remote-tools allows them, e.g. github__*")
 	hookNames := fs.String("hooks", env("LANEFLEET_HOOKS"), "comma-separated names of the run hooks served over NATS (micro service lanefleet-hooks: before_agent_start, before_tool_call, agent_end) that runs call, in this order (env LANEFLEET_HOOKS); nothing discovered is used unless listed")
 	fs.DurationVar(&cfg.Hooks.Timeout, "hooks-timeout", hooks.TimeoutDefault, "how long a run waits for one hook (at most 1m); a hook that does not answer in time only warns, except as --hooks-tool-failure says")
 	hookFailure := fs.String("hooks-tool-failure", "closed", "a before_tool_call hook that cannot decide (unreachable, timed out, failed): closed blocks the call and tells the model, open lets it run unchecked with a warning")
@@ -289,6 +291,12 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.AllowModels = splitList(*allowModels)
 		cfg.AllowAuthPins = splitList(*allowPins)
 		cfg.RemoteTools = splitList(*remoteTools)
+		var mcpServers []mcpbridge.Server
+		if *mcpConfig != "" {
+			if mcpServers, err = loadMCP(*mcpConfig, env, red); err != nil {
+				return err
+			}
+		}
 		cfg.WebAllow = splitList(*webAllow)
 		cfg.Hooks.Names = splitList(*hookNames)
 		mode, err := hooks.ParseFailMode(*hookFailure)
@@ -363,15 +371,15 @@ is set: spans go over OTLP/HTTP.`,
 				return usageError{err}
 			}
 		}
-		return serve(cmd.Context(), cfg, red, log, env, httpOpts, aliases)
+		return serve(cmd.Context(), cfg, red, log, env, httpOpts, aliases, mcpServers)
 	}
-	root.AddCommand(versionCommand(stdout), sanitizeCommand(stdin, stdout, stderr), permissionsCommand(stdout))
+	root.AddCommand(versionCommand(stdout), sanitizeCommand(stdin, stdout, stderr), permissionsCommand(stdout), mcpBridgeCommand(red, stderr, env))
 	return root
 }
 
 // serve runs the member until a signal, with tracing when the OTEL_*
 // variables ask for it.
-func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string, httpOpts gateway.Options, aliases map[string]string) error {
+func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string, httpOpts gateway.Options, aliases map[string]string, mcpServers []mcpbridge.Server) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -413,6 +421,13 @@ func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zero
 	}
 	if httpOpts.Addr != "" {
 		stop, err := serveHTTP(ctx, m, httpOpts, aliases, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if len(mcpServers) > 0 {
+		stop, err := serveMCP(ctx, m, mcpServers, env, log)
 		if err != nil {
 			return err
 		}
@@ -463,6 +478,25 @@ func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, aliases 
 		defer gc.Close()
 		if err := ln.Serve(hctx); err != nil {
 			log.Error().Err(err).Msg("HTTP gateway stopped")
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// serveMCP runs the MCP bridge on a connection of its own until ctx is
+// done; stop waits for it.
+func serveMCP(ctx context.Context, m *fleet.Member, servers []mcpbridge.Server, env func(string) string, log zerolog.Logger) (stop func(), err error) {
+	nc, err := m.SecondConn("lanefleet-mcp-bridge")
+	if err != nil {
+		return nil, err
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer nc.Close()
+		if err := runMCPBridge(bctx, nc, servers, env, log); err != nil {
+			log.Error().Err(err).Msg("MCP bridge stopped")
 		}
 	}()
 	return func() { cancel(); <-done }, nil

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,7 @@ type observer struct {
 	metrics *metrics.Metrics // nil = no metrics
 	tracer  trace.Tracer
 	known   map[string]bool // worker tool names, counted by name
+	globs   []string        // --remote-tools globs: their tools are counted under the glob
 }
 
 func newObserver(cfg Config, m *metrics.Metrics) observer {
@@ -49,9 +52,29 @@ func newObserver(cfg Config, m *metrics.Metrics) observer {
 	o := observer{metrics: m, known: map[string]bool{},
 		tracer: tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(version.Get().Version))}
 	for _, name := range append(tools.BuiltinNames(), cfg.RemoteTools...) {
+		if strings.Contains(name, "*") {
+			o.globs = append(o.globs, name)
+			continue
+		}
 		o.known[name] = true
 	}
 	return o
+}
+
+// toolLabel is the metric label of a tool the worker ran: its name when
+// it is a built-in or a listed remote tool, the --remote-tools glob that
+// allowed it (one label per glob, however many tools an MCP server
+// lists), else "unknown" (a tool the model made up).
+func (o *observer) toolLabel(name string) string {
+	if o.known[name] {
+		return name
+	}
+	for _, g := range o.globs {
+		if ok, _ := path.Match(g, name); ok {
+			return g
+		}
+	}
+	return "unknown"
 }
 
 // turnObs is one turn's observation, handed to the sink and the providers
@@ -225,10 +248,7 @@ func (t *turnObs) event(stream string, data events.EventData) {
 			t.mu.Unlock()
 			name := "client" // a client's result (or an approval's refusal): no worker ran it
 			if ran {
-				name = "unknown" // a tool the model made up
-				if t.o.known[data.Name] {
-					name = data.Name
-				}
+				name = t.o.toolLabel(data.Name)
 				if data.IsError {
 					call.span.SetStatus(codes.Error, "tool error")
 					call.span.SetAttributes(attribute.String(tracing.AttrErrorType, "tool_error"))
