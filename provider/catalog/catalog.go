@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -28,6 +29,7 @@ const (
 	APIOpenAICompletions  = "openai-completions"
 	APIOpenAIResponses    = "openai-responses"
 	APIGoogleGenerativeAI = "google-generative-ai"
+	APIBedrockConverse    = "bedrock-converse-stream"
 )
 
 // Conservative defaults for a model the catalog does not know.
@@ -46,7 +48,7 @@ var builtin []byte
 // ProviderInfo describes a known provider: its default wire API and base
 // URL, the environment variables that may hold its API key (first non-empty
 // wins) and override its base URL, and whether it runs without a key (local
-// servers).
+// servers) or finds its credentials itself (AmbientAuth).
 type ProviderInfo struct {
 	Name       string
 	API        string
@@ -54,12 +56,20 @@ type ProviderInfo struct {
 	KeyEnv     []string
 	BaseURLEnv []string
 	NoKey      bool
+	// AmbientAuth marks a provider that needs no key in the environment:
+	// its adapter finds credentials itself (Bedrock's AWS credential
+	// chain: environment, shared config and profile, web identity,
+	// instance role), so a call is made without one.
+	AmbientAuth bool
 }
 
 var providers = []ProviderInfo{
 	{Name: "anthropic", API: APIAnthropicMessages, BaseURL: "https://api.anthropic.com", KeyEnv: []string{"ANTHROPIC_API_KEY"}, BaseURLEnv: []string{"ANTHROPIC_BASE_URL"}},
 	{Name: "openai", API: APIOpenAIResponses, BaseURL: "https://api.openai.com/v1", KeyEnv: []string{"OPENAI_API_KEY"}, BaseURLEnv: []string{"OPENAI_BASE_URL"}},
 	{Name: "google", API: APIGoogleGenerativeAI, BaseURL: "https://generativelanguage.googleapis.com/v1beta", KeyEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, BaseURLEnv: []string{"GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"}},
+	// Bedrock authenticates with the AWS credential chain (or an Amazon
+	// Bedrock API key); its base URL's {region} is the AWS region.
+	{Name: "bedrock", API: APIBedrockConverse, BaseURL: "https://bedrock-runtime.{region}.amazonaws.com", KeyEnv: []string{"AWS_BEARER_TOKEN_BEDROCK"}, BaseURLEnv: []string{"BEDROCK_BASE_URL"}, AmbientAuth: true},
 	{Name: "openrouter", API: APIOpenAICompletions, BaseURL: "https://openrouter.ai/api/v1", KeyEnv: []string{"OPENROUTER_API_KEY"}, BaseURLEnv: []string{"OPENROUTER_BASE_URL"}},
 	{Name: "mistral", API: APIOpenAICompletions, BaseURL: "https://api.mistral.ai/v1", KeyEnv: []string{"MISTRAL_API_KEY"}, BaseURLEnv: []string{"MISTRAL_BASE_URL"}},
 	{Name: "groq", API: APIOpenAICompletions, BaseURL: "https://api.groq.com/openai/v1", KeyEnv: []string{"GROQ_API_KEY"}, BaseURLEnv: []string{"GROQ_BASE_URL"}},
@@ -327,7 +337,8 @@ func (c *Catalog) LoadFile(path string) (*Catalog, error) {
 
 // Check reports the first model (by provider/id) that no adapter could
 // call: one without an api an adapter exists for, or without an http(s)
-// base URL.
+// base URL (which may hold a placeholder its adapter fills in, such as
+// Bedrock's {region}).
 func (c *Catalog) Check() error {
 	for _, m := range c.Models() {
 		if err := checkModel(m); err != nil {
@@ -336,6 +347,10 @@ func (c *Catalog) Check() error {
 	}
 	return nil
 }
+
+// placeholder is a part of a base URL its adapter fills in ("{region}"
+// in Bedrock's: the AWS region).
+var placeholder = regexp.MustCompile(`\{[a-z]+\}`)
 
 func checkModel(m provider.Model) error {
 	if m.API == "" {
@@ -349,7 +364,7 @@ func checkModel(m provider.Model) error {
 	if !KnownAPI(m.API) {
 		return fmt.Errorf("catalog: model %s: unsupported api %q (one of %s)", m.Ref(), m.API, strings.Join(apis, ", "))
 	}
-	u, err := url.Parse(m.BaseURL)
+	u, err := url.Parse(placeholder.ReplaceAllString(m.BaseURL, "x"))
 	if m.BaseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("catalog: model %s: \"baseUrl\" %q is not an http(s) URL: set it on the model or its provider", m.Ref(), m.BaseURL)
 	}
@@ -357,4 +372,4 @@ func checkModel(m provider.Model) error {
 }
 
 // apis are the wire APIs an adapter exists for, as error messages list them.
-var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI}
+var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI, APIBedrockConverse}
