@@ -48,7 +48,7 @@ var builtin []byte
 // ProviderInfo describes a known provider: its default wire API and base
 // URL, the environment variables that may hold its API key (first non-empty
 // wins) and override its base URL, and whether it runs without a key (local
-// servers) or finds its credentials itself (AmbientAuth).
+// servers) or finds its credentials itself (AmbientEnv).
 type ProviderInfo struct {
 	Name       string
 	API        string
@@ -56,11 +56,12 @@ type ProviderInfo struct {
 	KeyEnv     []string
 	BaseURLEnv []string
 	NoKey      bool
-	// AmbientAuth marks a provider that needs no key in the environment:
-	// its adapter finds credentials itself (Bedrock's AWS credential
-	// chain: environment, shared config and profile, web identity,
-	// instance role), so a call is made without one.
-	AmbientAuth bool
+	// AmbientEnv marks a provider whose adapter finds its credentials
+	// itself (Bedrock's AWS credential chain: environment, shared config
+	// and profile, web identity, container and instance roles), so a call
+	// needs no key; any of these variables set says the chain is
+	// configured on this machine.
+	AmbientEnv []string
 }
 
 var providers = []ProviderInfo{
@@ -69,7 +70,8 @@ var providers = []ProviderInfo{
 	{Name: "google", API: APIGoogleGenerativeAI, BaseURL: "https://generativelanguage.googleapis.com/v1beta", KeyEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, BaseURLEnv: []string{"GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"}},
 	// Bedrock authenticates with the AWS credential chain (or an Amazon
 	// Bedrock API key); its base URL's {region} is the AWS region.
-	{Name: "bedrock", API: APIBedrockConverse, BaseURL: "https://bedrock-runtime.{region}.amazonaws.com", KeyEnv: []string{"AWS_BEARER_TOKEN_BEDROCK"}, BaseURLEnv: []string{"BEDROCK_BASE_URL"}, AmbientAuth: true},
+	{Name: "bedrock", API: APIBedrockConverse, BaseURL: "https://bedrock-runtime.{region}.amazonaws.com", KeyEnv: []string{"AWS_BEARER_TOKEN_BEDROCK"}, BaseURLEnv: []string{"BEDROCK_BASE_URL"},
+		AmbientEnv: []string{"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"}},
 	{Name: "openrouter", API: APIOpenAICompletions, BaseURL: "https://openrouter.ai/api/v1", KeyEnv: []string{"OPENROUTER_API_KEY"}, BaseURLEnv: []string{"OPENROUTER_BASE_URL"}},
 	{Name: "mistral", API: APIOpenAICompletions, BaseURL: "https://api.mistral.ai/v1", KeyEnv: []string{"MISTRAL_API_KEY"}, BaseURLEnv: []string{"MISTRAL_BASE_URL"}},
 	{Name: "groq", API: APIOpenAICompletions, BaseURL: "https://api.groq.com/openai/v1", KeyEnv: []string{"GROQ_API_KEY"}, BaseURLEnv: []string{"GROQ_BASE_URL"}},

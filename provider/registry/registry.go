@@ -226,10 +226,22 @@ func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(pro
 
 // NeedsKey reports whether a call of m needs an API key: m's provider is a
 // known hosted one (not keyless) and its endpoint is not on this machine.
-// A custom endpoint may not need a key and answers 401 if it does.
+// A custom endpoint may not need a key and answers 401 if it does; a
+// provider that finds its own credentials (Bedrock) needs none either.
 func NeedsKey(m provider.Model) bool {
 	p, known := catalog.Provider(m.Provider)
-	return known && !p.NoKey && needsKey(m)
+	return known && !p.NoKey && len(p.AmbientEnv) == 0 && needsKey(m)
+}
+
+// ambient reports whether env configures provider p's own credential
+// chain (see catalog.ProviderInfo.AmbientEnv): one of its variables is set.
+func ambient(p catalog.ProviderInfo, env func(string) string) bool {
+	for _, name := range p.AmbientEnv {
+		if strings.TrimSpace(env(name)) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // envName upper-cases a provider name for an environment variable.

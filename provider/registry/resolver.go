@@ -56,7 +56,20 @@ var defaultModels = []struct{ env, ref string }{
 	{"GOOGLE_API_KEY", "google/gemini-2.5-flash"},
 	{"OPENROUTER_API_KEY", "openrouter/anthropic/claude-sonnet-4.5"},
 	{"MISTRAL_API_KEY", "mistral/devstral-medium-latest"},
+	// The AWS chain: a profile, a region (an instance or container role
+	// supplies the credentials), keys, web identity, a Bedrock API key.
+	{"AWS_PROFILE", BedrockDefault},
+	{"AWS_REGION", BedrockDefault},
+	{"AWS_DEFAULT_REGION", BedrockDefault},
+	{"AWS_ACCESS_KEY_ID", BedrockDefault},
+	{"AWS_WEB_IDENTITY_TOKEN_FILE", BedrockDefault},
+	{"AWS_BEARER_TOKEN_BEDROCK", BedrockDefault},
 }
+
+// BedrockDefault is the default model when only AWS is configured: Claude
+// Sonnet through the global cross-region inference profile (served from
+// any region, at the list price).
+const BedrockDefault = "bedrock/global.anthropic.claude-sonnet-4-6"
 
 // DefaultModel is the --openai-compatible server's first chat model, else
 // the model of the first provider with an API key in the environment, else
@@ -118,6 +131,10 @@ func (r *Resolver) runnable(ref string, creds *authprofile.Store) error {
 	if err != nil {
 		return err
 	}
+	if cp, ok := catalog.Provider(p); ok && len(cp.AmbientEnv) > 0 && needsKey(res.Model) && !r.hasKey(p, creds) {
+		return fmt.Errorf("%q: no credentials for provider %q (set one of %s, or %s, or add an auth profile for %s to --auth-profiles)",
+			ref, p, strings.Join(cp.AmbientEnv, ", "), strings.Join(cp.KeyEnv, " or "), p)
+	}
 	if !NeedsKey(res.Model) || r.hasKey(p, creds) {
 		return nil
 	}
@@ -128,9 +145,13 @@ func (r *Resolver) runnable(ref string, creds *authprofile.Store) error {
 	return fmt.Errorf("%q: no API key for provider %q (%s)", ref, p, hint)
 }
 
-// hasKey reports whether the worker holds a key for provider p.
+// hasKey reports whether the worker holds a key for provider p, or the
+// environment configures p's own credential chain.
 func (r *Resolver) hasKey(p string, creds *authprofile.Store) bool {
 	if _, ok := r.registry.APIKey(p); ok {
+		return true
+	}
+	if cp, ok := catalog.Provider(p); ok && ambient(cp, r.registry.env) {
 		return true
 	}
 	if creds != nil {
