@@ -21,10 +21,13 @@
 package bedrock
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -43,6 +46,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
 )
 
@@ -144,13 +148,45 @@ func (a *Adapter) clientFor(ctx context.Context) (*bedrockruntime.Client, string
 		return nil, "", err
 	}
 	a.region = ac.Region
+	var hc bedrockruntime.HTTPClient = awshttp.NewBuildableClient()
+	if a.cfg.HTTPClient != nil {
+		hc = a.cfg.HTTPClient
+	}
 	a.client = bedrockruntime.NewFromConfig(ac, func(o *bedrockruntime.Options) {
 		o.Retryer = aws.NopRetryer{}
-		if a.cfg.HTTPClient != nil {
-			o.HTTPClient = a.cfg.HTTPClient
-		}
+		o.HTTPClient = ownBody{hc}
+		o.APIOptions = append(o.APIOptions, swapStream)
 	})
 	return a.client, a.region, nil
+}
+
+// ownBody hands the transport a copy of each request's body. The SDK
+// closes the body it built as soon as the response's headers arrive,
+// while the transport may still be finishing the request (its last read
+// and close of the body): that close made the transport drop the
+// connection under the stream being read ("use of closed network
+// connection" mid-reply, on a reused connection).
+type ownBody struct{ next bedrockruntime.HTTPClient }
+
+// maxRequestBytes bounds a request body copied (Bedrock's own limit on a
+// request is far below).
+const maxRequestBytes = 64 << 20
+
+// Do sends r with its body copied.
+func (c ownBody) Do(r *http.Request) (*http.Response, error) {
+	if r.Body != nil && r.Body != http.NoBody {
+		data, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+		_ = r.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("bedrock: read request body: %w", err)
+		}
+		if len(data) > maxRequestBytes {
+			return nil, fmt.Errorf("bedrock: request body larger than %d bytes", maxRequestBytes)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	}
+	return c.next.Do(r)
 }
 
 // accessKey is an auth profile's key that is an AWS access key pair:
@@ -210,25 +246,39 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(p
 	}
 	w := stream.NewWatch(ctx, a.cfg.IdleTimeout)
 	defer w.Stop()
-	out, err := client.ConverseStream(w.Context(), in, opts...)
-	if err != nil {
+	h := &streamHolder{}
+	if _, err := client.ConverseStream(context.WithValue(w.Context(), streamKey{}, h), in, opts...); err != nil {
 		return b.Fail(stream.Scrub(a.classify(ctx, w, err), req.APIKey))
 	}
-	es := out.GetStream()
-	defer es.Close()
+	if h.resp == nil {
+		return b.Fail(stream.Protocol("bedrock: no event stream in the response"))
+	}
+	if perr := stream.NotAStream(h.resp); perr != nil {
+		return b.Fail(perr)
+	}
+	body := w.Body(h.resp.Body)
+	defer body.Close()
 	b.Start()
-	p := parser{b: b, blocks: map[int32]int{}}
-	for ev := range es.Events() {
-		w.Touch()
-		if perr := p.event(ev); perr != nil {
+	p := parser{b: b, blocks: map[int]int{}, now: a.cfg.Now}
+	fr := newFrameReader(body)
+	for {
+		hs, payload, err := fr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			perr := stream.Classify(ctx, w, "bedrock: read stream", err)
+			if p.stopped && perr.Reason == provider.ReasonTimeout {
+				break // the stop reason is in: only the usage is missing
+			}
+			return b.Fail(perr)
+		}
+		if perr := p.frame(hs, payload); perr != nil {
 			return b.Fail(perr)
 		}
 	}
-	if err := es.Err(); err != nil {
-		return b.Fail(stream.Scrub(a.classify(ctx, w, err), req.APIKey))
-	}
-	if ctx.Err() != nil || w.Context().Err() != nil {
-		return b.Fail(stream.Classify(ctx, w, "bedrock", context.Cause(w.Context())))
+	if ctx.Err() != nil {
+		return b.Fail(stream.Classify(ctx, w, "bedrock", ctx.Err()))
 	}
 	stop, perr := p.outcome()
 	if perr != nil {
@@ -271,14 +321,15 @@ func (a *Adapter) classify(ctx context.Context, w *stream.Watch, err error) *pro
 // parser folds ConverseStream events into a stream.Builder.
 type parser struct {
 	b       *stream.Builder
-	blocks  map[int32]int // wire content block index → block index
-	stop    types.StopReason
+	blocks  map[int]int // wire content block index → block index
+	stop    string
 	stopped bool
+	now     func() time.Time
 }
 
 // open returns the block of wire index idx, opening it as a text or
 // thinking block on its first delta (only tool calls have a start event).
-func (p *parser) open(idx int32, thinking bool) int {
+func (p *parser) open(idx int, thinking bool) int {
 	if i, ok := p.blocks[idx]; ok {
 		return i
 	}
@@ -292,59 +343,128 @@ func (p *parser) open(idx int32, thinking bool) int {
 	return i
 }
 
-// event applies one event of the stream.
-func (p *parser) event(ev types.ConverseStreamOutput) *provider.Error {
-	switch e := ev.(type) {
-	case *types.ConverseStreamOutputMemberMessageStart:
-	case *types.ConverseStreamOutputMemberContentBlockStart:
-		if s, ok := e.Value.Start.(*types.ContentBlockStartMemberToolUse); ok {
-			p.blocks[aws.ToInt32(e.Value.ContentBlockIndex)] = p.b.BeginToolCall(aws.ToString(s.Value.ToolUseId), aws.ToString(s.Value.Name))
+// apiEvent is the union of the stream's event payloads.
+type apiEvent struct {
+	ContentBlockIndex int `json:"contentBlockIndex"`
+	Start             *struct {
+		ToolUse *struct {
+			ToolUseID string `json:"toolUseId"`
+			Name      string `json:"name"`
+		} `json:"toolUse"`
+	} `json:"start"`
+	Delta *struct {
+		Text    *string `json:"text"`
+		ToolUse *struct {
+			Input string `json:"input"`
+		} `json:"toolUse"`
+		ReasoningContent *struct {
+			Text            *string `json:"text"`
+			Signature       *string `json:"signature"`
+			RedactedContent []byte  `json:"redactedContent"`
+		} `json:"reasoningContent"`
+	} `json:"delta"`
+	StopReason string `json:"stopReason"`
+	Usage      *struct {
+		InputTokens           int64 `json:"inputTokens"`
+		OutputTokens          int64 `json:"outputTokens"`
+		TotalTokens           int64 `json:"totalTokens"`
+		CacheReadInputTokens  int64 `json:"cacheReadInputTokens"`
+		CacheWriteInputTokens int64 `json:"cacheWriteInputTokens"`
+	} `json:"usage"`
+	Message string `json:"message"` // an exception's
+}
+
+// textDelta marks the payload of a text delta, the event nearly every
+// frame is.
+var textDelta = []byte(`"delta":{"text":`)
+
+// frame applies one frame of the stream: an event, or an exception (a
+// failure inside the stream, classified by its type).
+func (p *parser) frame(hs, payload []byte) *provider.Error {
+	switch mt := header(hs, ":message-type"); string(mt) {
+	case "event":
+	case "exception":
+		var e apiEvent
+		_ = json.Unmarshal(payload, &e)
+		typ := string(header(hs, ":exception-type"))
+		return failover.FromAWS(0, nil, upperFirst(typ), e.Message, fmt.Errorf("bedrock: %s in the stream", typ), p.now())
+	case "error":
+		code, msg := string(header(hs, ":error-code")), string(header(hs, ":error-message"))
+		return failover.FromAWS(0, nil, code, msg, fmt.Errorf("bedrock: error %s in the stream", code), p.now())
+	default:
+		return stream.Protocol("bedrock: frame of message type %q", mt)
+	}
+	name := header(hs, ":event-type")
+	if string(name) == "contentBlockDelta" && bytes.Contains(payload, textDelta) {
+		if idx, ok := jsonfast.Int(payload, "contentBlockIndex"); ok {
+			if s, ok := jsonfast.Str(payload, "text"); ok {
+				p.b.Append(p.open(idx, false), s)
+				return nil
+			}
 		}
-	case *types.ConverseStreamOutputMemberContentBlockDelta:
-		idx := aws.ToInt32(e.Value.ContentBlockIndex)
-		switch d := e.Value.Delta.(type) {
-		case *types.ContentBlockDeltaMemberText:
-			p.b.Append(p.open(idx, false), d.Value)
-		case *types.ContentBlockDeltaMemberToolUse:
+	}
+	var e apiEvent
+	if err := json.Unmarshal(payload, &e); err != nil {
+		return stream.Protocol("bedrock: malformed %s event: %v", name, err)
+	}
+	idx := e.ContentBlockIndex
+	switch string(name) {
+	case "messageStart":
+	case "contentBlockStart":
+		if e.Start != nil && e.Start.ToolUse != nil {
+			p.blocks[idx] = p.b.BeginToolCall(e.Start.ToolUse.ToolUseID, e.Start.ToolUse.Name)
+		}
+	case "contentBlockDelta":
+		d := e.Delta
+		switch {
+		case d == nil:
+		case d.Text != nil:
+			p.b.Append(p.open(idx, false), *d.Text)
+		case d.ToolUse != nil:
 			i, ok := p.blocks[idx]
 			if !ok || p.b.Block(i).Type != message.BlockToolCall {
 				return stream.Protocol("bedrock: tool input for block %d, which is no tool call", idx)
 			}
-			p.b.Append(i, aws.ToString(d.Value.Input))
-		case *types.ContentBlockDeltaMemberReasoningContent:
+			p.b.Append(i, d.ToolUse.Input)
+		case d.ReasoningContent != nil:
+			r := d.ReasoningContent
 			i := p.open(idx, true)
 			blk := p.b.Block(i)
-			switch r := d.Value.(type) {
-			case *types.ReasoningContentBlockDeltaMemberText:
-				p.b.Append(i, r.Value)
-			case *types.ReasoningContentBlockDeltaMemberSignature:
-				blk.ThinkingSignature += r.Value
-			case *types.ReasoningContentBlockDeltaMemberRedactedContent:
+			switch {
+			case r.Text != nil:
+				p.b.Append(i, *r.Text)
+			case r.Signature != nil:
+				blk.ThinkingSignature += *r.Signature
+			case r.RedactedContent != nil:
 				if !blk.Redacted {
 					blk.Redacted = true
 					p.b.Append(i, "[Reasoning redacted]")
 				}
-				blk.ThinkingSignature += base64.StdEncoding.EncodeToString(r.Value)
+				blk.ThinkingSignature += base64.StdEncoding.EncodeToString(r.RedactedContent)
 			}
 		}
-	case *types.ConverseStreamOutputMemberContentBlockStop:
-		if i, ok := p.blocks[aws.ToInt32(e.Value.ContentBlockIndex)]; ok {
+	case "contentBlockStop":
+		if i, ok := p.blocks[idx]; ok {
 			p.b.End(i)
 		}
-	case *types.ConverseStreamOutputMemberMessageStop:
-		p.stop, p.stopped = e.Value.StopReason, true
-	case *types.ConverseStreamOutputMemberMetadata:
-		if u := e.Value.Usage; u != nil {
-			p.b.SetUsage(message.Usage{
-				Input:       int64(aws.ToInt32(u.InputTokens)),
-				Output:      int64(aws.ToInt32(u.OutputTokens)),
-				CacheRead:   int64(aws.ToInt32(u.CacheReadInputTokens)),
-				CacheWrite:  int64(aws.ToInt32(u.CacheWriteInputTokens)),
-				TotalTokens: int64(aws.ToInt32(u.TotalTokens)),
-			})
+	case "messageStop":
+		p.stop, p.stopped = e.StopReason, true
+	case "metadata":
+		if u := e.Usage; u != nil {
+			p.b.SetUsage(message.Usage{Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadInputTokens,
+				CacheWrite: u.CacheWriteInputTokens, TotalTokens: u.TotalTokens})
 		}
 	}
 	return nil
+}
+
+// upperFirst spells an in-stream exception type ("throttlingException")
+// as its exception ("ThrottlingException").
+func upperFirst(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
 }
 
 // outcome maps the stop reason to the reply's.
@@ -352,7 +472,7 @@ func (p *parser) outcome() (message.StopReason, *provider.Error) {
 	if !p.stopped {
 		return "", stream.Protocol("bedrock: stream ended before messageStop")
 	}
-	switch p.stop {
+	switch types.StopReason(p.stop) {
 	case types.StopReasonEndTurn, types.StopReasonStopSequence:
 		return message.StopStop, nil
 	case types.StopReasonMaxTokens:

@@ -3,7 +3,9 @@ package bedrock_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"reflect"
@@ -52,11 +54,11 @@ func adapterWith(hc *http.Client) *bedrock.Adapter {
 
 // call streams req through a and returns the message, the error and the
 // event types in order.
-func call(t *testing.T, a *bedrock.Adapter, req *provider.Request) (message.Message, error, []provider.Event) {
+func call(t *testing.T, a *bedrock.Adapter, req *provider.Request) (message.Message, []provider.Event, error) {
 	t.Helper()
 	var evs []provider.Event
 	msg, err := a.Stream(t.Context(), req, func(e provider.Event) { evs = append(evs, e) })
-	return msg, err, evs
+	return msg, evs, err
 }
 
 func types(evs []provider.Event) string {
@@ -96,7 +98,7 @@ func TestText(t *testing.T) {
 			map[string]any{"inputTokens": 1200, "outputTokens": 300, "cacheReadInputTokens": 1000, "cacheWriteInputTokens": 200, "totalTokens": 2700})
 	})
 	m := model(srv.URL, sonnet)
-	msg, err, evs := call(t, adapter(), &provider.Request{Model: m, SystemPrompt: "Be brief.", Messages: []message.Message{message.User("hi", 1)}})
+	msg, evs, err := call(t, adapter(), &provider.Request{Model: m, SystemPrompt: "Be brief.", Messages: []message.Message{message.User("hi", 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func TestToolTurn(t *testing.T) {
 	tools := []provider.Tool{{Name: "get_weather", Description: "Weather by city", Parameters: map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}}}
 	history := []message.Message{message.User("Weather in Paris?", 1)}
 	a := adapter()
-	msg, err, evs := call(t, a, &provider.Request{Model: m, Messages: history, Tools: tools})
+	msg, evs, err := call(t, a, &provider.Request{Model: m, Messages: history, Tools: tools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +159,7 @@ func TestToolTurn(t *testing.T) {
 	}
 	result := message.Message{Role: message.RoleToolResult, ToolCallID: tc.ID, ToolName: tc.Name, Content: message.BlocksOf(message.Text("sunny, 21")), Timestamp: 3}
 	history = append(history, msg, result)
-	msg, err, _ = call(t, a, &provider.Request{Model: m, Messages: history, Tools: tools})
+	msg, _, err = call(t, a, &provider.Request{Model: m, Messages: history, Tools: tools})
 	if err != nil || msg.Content.Text() != "Sunny, 21°C." {
 		t.Fatalf("second turn %+v, %v", msg, err)
 	}
@@ -192,7 +194,7 @@ func TestThinking(t *testing.T) {
 	})
 	m := model(srv.URL, sonnet)
 	a := adapter()
-	msg, err, evs := call(t, a, &provider.Request{Model: m, Messages: []message.Message{message.User("a number", 1)}, Thinking: provider.ThinkingMedium})
+	msg, evs, err := call(t, a, &provider.Request{Model: m, Messages: []message.Message{message.User("a number", 1)}, Thinking: provider.ThinkingMedium})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +214,7 @@ func TestThinking(t *testing.T) {
 		dig(first.Body, "inferenceConfig", "maxTokens") != float64(32000+8192) || dig(first.Body, "inferenceConfig", "temperature") != nil {
 		t.Errorf("thinking request %v %v", dig(first.Body, "additionalModelRequestFields"), dig(first.Body, "inferenceConfig"))
 	}
-	_, err, _ = call(t, a, &provider.Request{Model: m, Messages: []message.Message{message.User("a number", 1), msg, message.User("again", 3)}, Thinking: provider.ThinkingMedium})
+	_, _, err = call(t, a, &provider.Request{Model: m, Messages: []message.Message{message.User("a number", 1), msg, message.User("again", 3)}, Thinking: provider.ThinkingMedium})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func TestImage(t *testing.T) {
 	call1 := message.Message{Role: message.RoleAssistant, API: "bedrock-converse-stream", Provider: "bedrock", Model: sonnet,
 		Content: message.BlocksOf(message.ToolCall("tooluse_1", "screenshot", nil)), StopReason: message.StopToolUse, Timestamp: 2}
 	shot := message.Message{Role: message.RoleToolResult, ToolCallID: "tooluse_1", ToolName: "screenshot", Content: message.BlocksOf(message.Image("image/jpeg", png)), Timestamp: 3}
-	msg, err, _ := call(t, adapter(), &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{user, call1, shot}})
+	msg, _, err := call(t, adapter(), &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{user, call1, shot}})
 	if err != nil || msg.Content.Text() != "A red dot." {
 		t.Fatalf("%+v, %v", msg, err)
 	}
@@ -286,13 +288,15 @@ func TestErrors(t *testing.T) {
 			want: provider.ReasonTimeout},
 		{name: "cut before messageStop", reply: reply{body: newFrames().start().text(0, "half").buf.Bytes()},
 			want: provider.ReasonTimeout, text: "half", errorMsg: "bedrock: stream ended before messageStop"},
+		{name: "a corrupted frame", reply: reply{body: corrupt(newFrames().start().text(0, "par").stop("end_turn", map[string]any{}).body)},
+			want: provider.ReasonTimeout, errorMsg: "bedrock: read stream: bedrock: malformed event-stream frame: message checksum"},
 		{name: "context window stop reason", reply: newFrames().start().text(0, "x").stop("model_context_window_exceeded", map[string]any{}),
 			want: provider.ReasonContextOverflow, text: "x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, map[string]string{akid: secret}, func(int, seen) reply { return tc.reply })
-			msg, err, evs := call(t, adapter(), &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}})
+			msg, evs, err := call(t, adapter(), &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}})
 			var pe *provider.Error
 			if !errors.As(err, &pe) || pe.Reason != tc.want || pe.Status != tc.status {
 				t.Fatalf("error %v (%s), want %s with status %d", err, provider.ReasonOf(err), tc.want, tc.status)
@@ -325,7 +329,7 @@ func TestProfileKeys(t *testing.T) {
 		{akidB + ":" + secB, akidB},
 		{"ABSKQmVkcm9ja0FQSUtleS1leGFtcGxl", "bearer:ABSKQmVkcm9ja0FQSUtleS1leGFtcGxl"},
 	} {
-		if _, err, _ := call(t, a, &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}, APIKey: tc.key}); err != nil {
+		if _, _, err := call(t, a, &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}, APIKey: tc.key}); err != nil {
 			t.Fatal(err)
 		}
 		reqs := srv.requests(t)
@@ -341,8 +345,42 @@ func TestNoRegion(t *testing.T) {
 	t.Parallel()
 	a := bedrock.New(bedrock.Config{Load: func(context.Context) (aws.Config, error) { return aws.Config{}, nil }})
 	m := model("https://bedrock-runtime.{region}.amazonaws.com", sonnet)
-	_, err, _ := call(t, a, &provider.Request{Model: m, Messages: []message.Message{message.User("hi", 1)}})
+	_, _, err := call(t, a, &provider.Request{Model: m, Messages: []message.Message{message.User("hi", 1)}})
 	if provider.ReasonOf(err) != provider.ReasonAuth || !strings.Contains(err.Error(), "AWS_REGION") {
 		t.Fatalf("error %v", err)
 	}
+}
+
+// TestLongRepliesOnReusedConnections: long replies read whole, one call
+// after another on the adapter's kept-alive connections. (The SDK closed
+// the request body it built while the transport was finishing with it,
+// which made the transport drop the connection under the reply: about
+// one call in four ended in "use of closed network connection".)
+func TestLongRepliesOnReusedConnections(t *testing.T) {
+	t.Parallel()
+	f := newFrames().start()
+	var want strings.Builder
+	for i := range 2000 {
+		w := fmt.Sprintf("word%d ", i)
+		want.WriteString(w)
+		f.event("contentBlockDelta", map[string]any{"contentBlockIndex": 0, "delta": map[string]any{"text": w}})
+	}
+	body := f.stopBlock(0).stop("end_turn", map[string]any{"inputTokens": 20, "outputTokens": 2000, "totalTokens": 2020})
+	srv := newServer(t, map[string]string{akid: secret}, func(int, seen) reply { return body })
+	a := adapter()
+	for i := range 10 {
+		msg, _, err := call(t, a, &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}})
+		if err != nil || msg.Content.Text() != want.String() {
+			t.Fatalf("call %d: %d bytes of text, %v", i, len(msg.Content.Text()), err)
+		}
+	}
+}
+
+// corrupt flips a byte of body's second frame (past its prelude): the
+// first text delta.
+func corrupt(body []byte) []byte {
+	out := append([]byte(nil), body...)
+	first := int(binary.BigEndian.Uint32(out))
+	out[first+30] ^= 0xff
+	return out
 }
