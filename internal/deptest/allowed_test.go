@@ -67,6 +67,7 @@ var allowed = map[string][]string{
 	"provider":                    {"message"},
 	"provider/anthropic":          {"message", "provider", "provider/failover", "provider/internal/adapter", "provider/internal/jsonfast", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
 	"provider/bedrock":            {"message", "provider", "provider/failover", "provider/internal/jsonfast", "provider/internal/stream", "provider/transform"},
+	"internal/bedrocktest":        {},
 	"provider/catalog":            {"provider"},
 	"provider/failover":           {"ecmatext", "provider"},
 	"provider/google":             {"message", "provider", "provider/internal/adapter", "provider/internal/jsonfast", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/lanefleet/lanefleet/internal/bedrocktest"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/bedrock"
@@ -31,7 +32,7 @@ const (
 
 // model is a Bedrock model served by the test server at base.
 func model(base, id string) provider.Model {
-	return provider.Model{ID: id, Provider: "bedrock", API: "bedrock-converse-stream", BaseURL: base, Reasoning: true,
+	return provider.Model{ID: id, Provider: "amazon-bedrock", API: "bedrock-converse-stream", BaseURL: base, Reasoning: true,
 		Input: []string{"text", "image"}, ContextWindow: 200000, MaxTokens: 64000,
 		Cost: provider.ModelCost{Input: 3.3, Output: 16.5, CacheRead: 0.33, CacheWrite: 4.125}}
 }
@@ -93,8 +94,8 @@ func dig(v any, path ...any) any {
 // and its cost (from the catalog price) arrive in the final event.
 func TestText(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, map[string]string{akid: secret}, func(int, seen) reply {
-		return newFrames().start().text(0, "Hel", "lo", " there").stop("end_turn",
+	srv := bedrocktest.New(t, map[string]string{akid: secret}, func(int, bedrocktest.Seen) bedrocktest.Reply {
+		return bedrocktest.NewFrames().Start().Text(0, "Hel", "lo", " there").Stop("end_turn",
 			map[string]any{"inputTokens": 1200, "outputTokens": 300, "cacheReadInputTokens": 1000, "cacheWriteInputTokens": 200, "totalTokens": 2700})
 	})
 	m := model(srv.URL, sonnet)
@@ -105,7 +106,7 @@ func TestText(t *testing.T) {
 	if got := types(evs); got != "start text_start text_delta text_delta text_delta text_end done" {
 		t.Errorf("events %s", got)
 	}
-	if msg.Content.Text() != "Hello there" || msg.StopReason != message.StopStop || msg.Provider != "bedrock" || msg.API != "bedrock-converse-stream" {
+	if msg.Content.Text() != "Hello there" || msg.StopReason != message.StopStop || msg.Provider != "amazon-bedrock" || msg.API != "bedrock-converse-stream" {
 		t.Errorf("message %+v", msg)
 	}
 	final := evs[len(evs)-1].Message.Usage
@@ -114,8 +115,8 @@ func TestText(t *testing.T) {
 		math.Abs(final.Cost.Total-want) > 1e-12 {
 		t.Errorf("usage in the final event %+v, want cost %v", final, want)
 	}
-	r := srv.requests(t)[0]
-	if r.Path != modelPath(sonnet) || r.Signer != akid || r.Region != "us-west-2" {
+	r := srv.Requests(t)[0]
+	if r.Path != bedrocktest.ModelPath(sonnet) || r.Signer != akid || r.Region != "us-west-2" {
 		t.Errorf("request %s signed by %s for %s", r.Path, r.Signer, r.Region)
 	}
 	if dig(r.Body, "system", 0, "text") != "Be brief." || dig(r.Body, "system", 1, "cachePoint", "type") != "default" {
@@ -134,12 +135,12 @@ func TestText(t *testing.T) {
 // the toolResult of its id, and offers the tools.
 func TestToolTurn(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, map[string]string{akid: secret}, func(n int, _ seen) reply {
+	srv := bedrocktest.New(t, map[string]string{akid: secret}, func(n int, _ bedrocktest.Seen) bedrocktest.Reply {
 		if n == 0 {
-			return newFrames().start().text(0, "Checking.").toolUse(1, "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q", "get_weather", `{"city":`, `"Paris"}`).
-				stop("tool_use", map[string]any{"inputTokens": 40, "outputTokens": 20, "totalTokens": 60})
+			return bedrocktest.NewFrames().Start().Text(0, "Checking.").ToolUse(1, "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q", "get_weather", `{"city":`, `"Paris"}`).
+				Stop("tool_use", map[string]any{"inputTokens": 40, "outputTokens": 20, "totalTokens": 60})
 		}
-		return newFrames().start().text(0, "Sunny, 21°C.").stop("end_turn", map[string]any{"inputTokens": 90, "outputTokens": 8, "totalTokens": 98})
+		return bedrocktest.NewFrames().Start().Text(0, "Sunny, 21°C.").Stop("end_turn", map[string]any{"inputTokens": 90, "outputTokens": 8, "totalTokens": 98})
 	})
 	m := model(srv.URL, sonnet)
 	tools := []provider.Tool{{Name: "get_weather", Description: "Weather by city", Parameters: map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}}}
@@ -163,7 +164,7 @@ func TestToolTurn(t *testing.T) {
 	if err != nil || msg.Content.Text() != "Sunny, 21°C." {
 		t.Fatalf("second turn %+v, %v", msg, err)
 	}
-	r := srv.requests(t)[1]
+	r := srv.Requests(t)[1]
 	if dig(r.Body, "toolConfig", "tools", 0, "toolSpec", "name") != "get_weather" ||
 		dig(r.Body, "toolConfig", "tools", 0, "toolSpec", "inputSchema", "json", "properties", "city", "type") != "string" {
 		t.Errorf("toolConfig %v", dig(r.Body, "toolConfig"))
@@ -185,12 +186,12 @@ func TestToolTurn(t *testing.T) {
 func TestThinking(t *testing.T) {
 	t.Parallel()
 	redacted := []byte{0x01, 0x02, 0xfe, 0xff, 'o', 'p', 'a', 'q', 'u', 'e'}
-	srv := newServer(t, map[string]string{akid: secret}, func(int, seen) reply {
-		f := newFrames().start()
-		f.reasoning(0, map[string]any{"text": "The user wants "}).reasoning(0, map[string]any{"text": "a number."}).
-			reasoning(0, map[string]any{"signature": "EqQBCkYIBRgCIkBsig"}).reasoning(0, map[string]any{"signature": "part2"}).stopBlock(0)
-		f.reasoning(1, map[string]any{"redactedContent": base64.StdEncoding.EncodeToString(redacted)}).stopBlock(1)
-		return f.text(2, "42").stop("end_turn", map[string]any{"inputTokens": 10, "outputTokens": 50, "totalTokens": 60})
+	srv := bedrocktest.New(t, map[string]string{akid: secret}, func(int, bedrocktest.Seen) bedrocktest.Reply {
+		f := bedrocktest.NewFrames().Start()
+		f.Reasoning(0, map[string]any{"text": "The user wants "}).Reasoning(0, map[string]any{"text": "a number."}).
+			Reasoning(0, map[string]any{"signature": "EqQBCkYIBRgCIkBsig"}).Reasoning(0, map[string]any{"signature": "part2"}).StopBlock(0)
+		f.Reasoning(1, map[string]any{"redactedContent": base64.StdEncoding.EncodeToString(redacted)}).StopBlock(1)
+		return f.Text(2, "42").Stop("end_turn", map[string]any{"inputTokens": 10, "outputTokens": 50, "totalTokens": 60})
 	})
 	m := model(srv.URL, sonnet)
 	a := adapter()
@@ -208,7 +209,7 @@ func TestThinking(t *testing.T) {
 	if !rd.Redacted || rd.ThinkingSignature != base64.StdEncoding.EncodeToString(redacted) {
 		t.Errorf("redacted %+v", rd)
 	}
-	first := srv.requests(t)[0]
+	first := srv.Requests(t)[0]
 	if dig(first.Body, "additionalModelRequestFields", "thinking", "type") != "enabled" ||
 		dig(first.Body, "additionalModelRequestFields", "thinking", "budget_tokens") != float64(8192) ||
 		dig(first.Body, "inferenceConfig", "maxTokens") != float64(32000+8192) || dig(first.Body, "inferenceConfig", "temperature") != nil {
@@ -218,7 +219,7 @@ func TestThinking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := srv.requests(t)[1]
+	r := srv.Requests(t)[1]
 	content := dig(r.Body, "messages", 1, "content")
 	if dig(content, 0, "reasoningContent", "reasoningText", "text") != "The user wants a number." ||
 		dig(content, 0, "reasoningContent", "reasoningText", "signature") != "EqQBCkYIBRgCIkBsigpart2" ||
@@ -232,8 +233,8 @@ func TestThinking(t *testing.T) {
 // in the JSON), in a user message and in a tool result.
 func TestImage(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, map[string]string{akid: secret}, func(int, seen) reply {
-		return newFrames().start().text(0, "A red dot.").stop("end_turn", map[string]any{"inputTokens": 1500, "outputTokens": 5, "totalTokens": 1505})
+	srv := bedrocktest.New(t, map[string]string{akid: secret}, func(int, bedrocktest.Seen) bedrocktest.Reply {
+		return bedrocktest.NewFrames().Start().Text(0, "A red dot.").Stop("end_turn", map[string]any{"inputTokens": 1500, "outputTokens": 5, "totalTokens": 1505})
 	})
 	png := base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\nfake"))
 	user := message.Message{Role: message.RoleUser, Content: message.BlocksOf(message.Text("What is this?"), message.Image("image/png", png)), Timestamp: 1}
@@ -244,7 +245,7 @@ func TestImage(t *testing.T) {
 	if err != nil || msg.Content.Text() != "A red dot." {
 		t.Fatalf("%+v, %v", msg, err)
 	}
-	r := srv.requests(t)[0]
+	r := srv.Requests(t)[0]
 	img := dig(r.Body, "messages", 0, "content", 1, "image")
 	if dig(img, "format") != "png" || dig(img, "source", "bytes") != png {
 		t.Errorf("user image %v", img)
@@ -265,37 +266,37 @@ func TestErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
-		reply    reply
+		reply    bedrocktest.Reply
 		want     provider.Reason
 		status   int
 		text     string // the partial reply
 		errorMsg string
 	}{
-		{name: "context overflow", reply: errorReply(400, "ValidationException", "The model returned the following errors: Input is too long for requested model."),
+		{name: "context overflow", reply: bedrocktest.ErrorReply(400, "ValidationException", "The model returned the following errors: Input is too long for requested model."),
 			want: provider.ReasonContextOverflow, status: 400, errorMsg: "400 ValidationException: The model returned the following errors: Input is too long for requested model."},
-		{name: "throttled", reply: errorReply(429, "ThrottlingException", "Too many tokens, please wait before trying again."),
+		{name: "throttled", reply: bedrocktest.ErrorReply(429, "ThrottlingException", "Too many tokens, please wait before trying again."),
 			want: provider.ReasonRateLimit, status: 429, errorMsg: "429 ThrottlingException: Too many tokens, please wait before trying again."},
-		{name: "model not ready", reply: errorReply(429, "ModelNotReadyException", "Model is not ready to serve inference requests."),
+		{name: "model not ready", reply: bedrocktest.ErrorReply(429, "ModelNotReadyException", "Model is not ready to serve inference requests."),
 			want: provider.ReasonOverloaded, status: 429},
-		{name: "service unavailable", reply: errorReply(503, "ServiceUnavailableException", "Bedrock is unable to process your request."),
+		{name: "service unavailable", reply: bedrocktest.ErrorReply(503, "ServiceUnavailableException", "Bedrock is unable to process your request."),
 			want: provider.ReasonOverloaded, status: 503},
-		{name: "access denied", reply: errorReply(403, "AccessDeniedException", "You don't have access to the model with the specified model ID."),
+		{name: "access denied", reply: bedrocktest.ErrorReply(403, "AccessDeniedException", "You don't have access to the model with the specified model ID."),
 			want: provider.ReasonAuth, status: 403},
-		{name: "throttled inside the stream", reply: reply{body: newFrames().start().event("contentBlockDelta", map[string]any{"contentBlockIndex": 0, "delta": map[string]any{"text": "par"}}).
-			exception("throttlingException", "Too many requests, please wait before trying again.").buf.Bytes()},
+		{name: "throttled inside the stream", reply: bedrocktest.Reply{Body: bedrocktest.NewFrames().Start().Event("contentBlockDelta", map[string]any{"contentBlockIndex": 0, "delta": map[string]any{"text": "par"}}).
+			Exception("throttlingException", "Too many requests, please wait before trying again.").Bytes()},
 			want: provider.ReasonRateLimit, text: "par", errorMsg: "ThrottlingException: Too many requests, please wait before trying again."},
-		{name: "stream error inside the stream", reply: reply{body: newFrames().start().exception("modelStreamErrorException", "The model stream failed.").buf.Bytes()},
+		{name: "stream error inside the stream", reply: bedrocktest.Reply{Body: bedrocktest.NewFrames().Start().Exception("modelStreamErrorException", "The model stream failed.").Bytes()},
 			want: provider.ReasonTimeout},
-		{name: "cut before messageStop", reply: reply{body: newFrames().start().text(0, "half").buf.Bytes()},
+		{name: "cut before messageStop", reply: bedrocktest.Reply{Body: bedrocktest.NewFrames().Start().Text(0, "half").Bytes()},
 			want: provider.ReasonTimeout, text: "half", errorMsg: "bedrock: stream ended before messageStop"},
-		{name: "a corrupted frame", reply: reply{body: corrupt(newFrames().start().text(0, "par").stop("end_turn", map[string]any{}).body)},
+		{name: "a corrupted frame", reply: bedrocktest.Reply{Body: corrupt(bedrocktest.NewFrames().Start().Text(0, "par").Stop("end_turn", map[string]any{}).Body)},
 			want: provider.ReasonTimeout, errorMsg: "bedrock: read stream: bedrock: malformed event-stream frame: message checksum"},
-		{name: "context window stop reason", reply: newFrames().start().text(0, "x").stop("model_context_window_exceeded", map[string]any{}),
+		{name: "context window stop reason", reply: bedrocktest.NewFrames().Start().Text(0, "x").Stop("model_context_window_exceeded", map[string]any{}),
 			want: provider.ReasonContextOverflow, text: "x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t, map[string]string{akid: secret}, func(int, seen) reply { return tc.reply })
+			srv := bedrocktest.New(t, map[string]string{akid: secret}, func(int, bedrocktest.Seen) bedrocktest.Reply { return tc.reply })
 			msg, evs, err := call(t, adapter(), &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}})
 			var pe *provider.Error
 			if !errors.As(err, &pe) || pe.Reason != tc.want || pe.Status != tc.status {
@@ -307,7 +308,7 @@ func TestErrors(t *testing.T) {
 			if last := evs[len(evs)-1]; last.Type != provider.EventError {
 				t.Errorf("last event %s", last.Type)
 			}
-			srv.requests(t)
+			srv.Requests(t)
 		})
 	}
 }
@@ -317,8 +318,8 @@ func TestErrors(t *testing.T) {
 // key sent as a bearer token.
 func TestProfileKeys(t *testing.T) {
 	t.Parallel()
-	srv := newTLSServer(t, map[string]string{akid: secret, akidB: secB}, func(int, seen) reply {
-		return newFrames().start().text(0, "ok").stop("end_turn", map[string]any{"inputTokens": 1, "outputTokens": 1, "totalTokens": 2})
+	srv := bedrocktest.NewTLS(t, map[string]string{akid: secret, akidB: secB}, func(int, bedrocktest.Seen) bedrocktest.Reply {
+		return bedrocktest.NewFrames().Start().Text(0, "ok").Stop("end_turn", map[string]any{"inputTokens": 1, "outputTokens": 1, "totalTokens": 2})
 	})
 	a := adapterWith(srv.Client())
 	for _, tc := range []struct {
@@ -332,7 +333,7 @@ func TestProfileKeys(t *testing.T) {
 		if _, _, err := call(t, a, &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}, APIKey: tc.key}); err != nil {
 			t.Fatal(err)
 		}
-		reqs := srv.requests(t)
+		reqs := srv.Requests(t)
 		if got := reqs[len(reqs)-1].Signer; got != tc.want {
 			t.Errorf("key %q: signed by %s, want %s", tc.key.Reveal()[:min(4, len(tc.key))], got, tc.want)
 		}
@@ -358,15 +359,15 @@ func TestNoRegion(t *testing.T) {
 // one call in four ended in "use of closed network connection".)
 func TestLongRepliesOnReusedConnections(t *testing.T) {
 	t.Parallel()
-	f := newFrames().start()
+	f := bedrocktest.NewFrames().Start()
 	var want strings.Builder
 	for i := range 2000 {
 		w := fmt.Sprintf("word%d ", i)
 		want.WriteString(w)
-		f.event("contentBlockDelta", map[string]any{"contentBlockIndex": 0, "delta": map[string]any{"text": w}})
+		f.Event("contentBlockDelta", map[string]any{"contentBlockIndex": 0, "delta": map[string]any{"text": w}})
 	}
-	body := f.stopBlock(0).stop("end_turn", map[string]any{"inputTokens": 20, "outputTokens": 2000, "totalTokens": 2020})
-	srv := newServer(t, map[string]string{akid: secret}, func(int, seen) reply { return body })
+	body := f.StopBlock(0).Stop("end_turn", map[string]any{"inputTokens": 20, "outputTokens": 2000, "totalTokens": 2020})
+	srv := bedrocktest.New(t, map[string]string{akid: secret}, func(int, bedrocktest.Seen) bedrocktest.Reply { return body })
 	a := adapter()
 	for i := range 10 {
 		msg, _, err := call(t, a, &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}})

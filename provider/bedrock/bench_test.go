@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/internal/bedrocktest"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/bedrock"
@@ -23,11 +24,11 @@ const benchDeltas = 2000
 // allocations per streamed call side by side.
 func BenchmarkStream(b *testing.B) {
 	b.Run("bedrock", func(b *testing.B) {
-		f := newFrames().start()
+		f := bedrocktest.NewFrames().Start()
 		for i := range benchDeltas {
-			f.event("contentBlockDelta", map[string]any{"contentBlockIndex": 0, "delta": map[string]any{"text": fmt.Sprintf("word%d ", i)}})
+			f.Event("contentBlockDelta", map[string]any{"contentBlockIndex": 0, "delta": map[string]any{"text": fmt.Sprintf("word%d ", i)}})
 		}
-		body := f.stopBlock(0).stop("end_turn", map[string]any{"inputTokens": 20, "outputTokens": benchDeltas, "totalTokens": 20 + benchDeltas}).body
+		body := f.StopBlock(0).Stop("end_turn", map[string]any{"inputTokens": 20, "outputTokens": benchDeltas, "totalTokens": 20 + benchDeltas}).Body
 		bench(b, "application/vnd.amazon.eventstream", body, func(url string) (provider.Provider, *provider.Request) {
 			return adapter(), &provider.Request{Model: model(url, sonnet), Messages: []message.Message{message.User("hi", 1)}}
 		})
@@ -48,7 +49,7 @@ func BenchmarkStream(b *testing.B) {
 // BenchmarkShortReply is the fixed cost of a call (signing, request,
 // stream setup): a one-delta reply.
 func BenchmarkShortReply(b *testing.B) {
-	body := newFrames().start().text(0, "ok").stop("end_turn", map[string]any{"inputTokens": 2, "outputTokens": 1, "totalTokens": 3}).body
+	body := bedrocktest.NewFrames().Start().Text(0, "ok").Stop("end_turn", map[string]any{"inputTokens": 2, "outputTokens": 1, "totalTokens": 3}).Body
 	bench(b, "application/vnd.amazon.eventstream", body, func(url string) (provider.Provider, *provider.Request) {
 		return adapter(), &provider.Request{Model: model(url, sonnet), Messages: []message.Message{message.User("hi", 1)}}
 	})

@@ -43,13 +43,13 @@ func TestBedrockDefaultModel(t *testing.T) {
 	// Without any AWS variable the Bedrock models do not run here.
 	r := registry.NewResolver(registry.ResolverConfig{Env: envOf(map[string]string{"ANTHROPIC_API_KEY": "ak"})})
 	_, err := r.Policy(registry.BedrockDefault, nil, nil, nil)
-	if err == nil || !strings.Contains(err.Error(), `no credentials for provider "bedrock"`) || !strings.Contains(err.Error(), "AWS_PROFILE") {
+	if err == nil || !strings.Contains(err.Error(), `no credentials for provider "amazon-bedrock"`) || !strings.Contains(err.Error(), "AWS_PROFILE") {
 		t.Errorf("policy without AWS: %v", err)
 	}
 }
 
 // TestBedrockDispatch: BEDROCK_BASE_URL replaces AWS's endpoint, and a
-// bedrock/ model is called by the Bedrock adapter (SigV4-signed with the
+// bedrock/ (amazon-bedrock/) model is called by the Bedrock adapter (SigV4-signed with the
 // request's access key pair, its error classified by its exception).
 func TestBedrockDispatch(t *testing.T) {
 	t.Parallel()
@@ -63,8 +63,9 @@ func TestBedrockDispatch(t *testing.T) {
 	if err != nil || res.Warning != "" {
 		t.Fatal(err, res.Warning)
 	}
-	if res.Model.BaseURL != srv.URL {
-		t.Errorf("base url %s", res.Model.BaseURL)
+	// bedrock/ is amazon-bedrock/, as the run loop names the provider.
+	if res.Model.BaseURL != srv.URL || res.Model.Provider != "amazon-bedrock" || res.Model.API != "bedrock-converse-stream" {
+		t.Errorf("model %+v", res.Model)
 	}
 	_, err = p.Stream(t.Context(), &provider.Request{Model: res.Model, Messages: []message.Message{message.User("q", 1)},
 		APIKey: "AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}, nil)

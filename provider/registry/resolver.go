@@ -69,7 +69,7 @@ var defaultModels = []struct{ env, ref string }{
 // BedrockDefault is the default model when only AWS is configured: Claude
 // Sonnet through the global cross-region inference profile (served from
 // any region, at the list price).
-const BedrockDefault = "bedrock/global.anthropic.claude-sonnet-4-6"
+const BedrockDefault = "amazon-bedrock/global.anthropic.claude-sonnet-4-6"
 
 // DefaultModel is the --openai-compatible server's first chat model, else
 // the model of the first provider with an API key in the environment, else
@@ -120,7 +120,7 @@ func (r *Resolver) Check(ref string) error {
 // the environment, the auth profiles or Config's keys) unless it needs
 // none.
 func (r *Resolver) runnable(ref string, creds *authprofile.Store) error {
-	p, id, _ := strings.Cut(ref, "/")
+	p, id, _ := strings.Cut(CanonicalRef(ref), "/")
 	if p == scripted.ProviderName {
 		if r.scripted == nil || !r.scripted.Serves(id) {
 			return fmt.Errorf("%q: no such scripted model (echo, script, or a configured script)", ref)
@@ -148,6 +148,7 @@ func (r *Resolver) runnable(ref string, creds *authprofile.Store) error {
 // hasKey reports whether the worker holds a key for provider p, or the
 // environment configures p's own credential chain.
 func (r *Resolver) hasKey(p string, creds *authprofile.Store) bool {
+	p = authprofile.NormalizeProvider(p)
 	if _, ok := r.registry.APIKey(p); ok {
 		return true
 	}
@@ -156,7 +157,7 @@ func (r *Resolver) hasKey(p string, creds *authprofile.Store) bool {
 	}
 	if creds != nil {
 		for _, pr := range creds.Profiles {
-			if pr.Provider == p {
+			if authprofile.NormalizeProvider(pr.Provider) == p {
 				return true
 			}
 		}
@@ -239,7 +240,7 @@ func (r *Resolver) mayCall(p string, creds *authprofile.Store) bool {
 	if p == scripted.ProviderName {
 		return r.scripted != nil
 	}
-	cp, known := catalog.Provider(p)
+	cp, known := catalog.Provider(authprofile.NormalizeProvider(p))
 	return !known || cp.NoKey || r.hasKey(p, creds)
 }
 

@@ -1,4 +1,8 @@
-package bedrock_test
+// Package bedrocktest is a local Amazon Bedrock Runtime endpoint for tests:
+// it checks every request's SigV4 signature with the AWS SDK's own signer
+// and answers ConverseStream calls with event-stream frames built by the
+// SDK's own encoder, or with error responses as Bedrock sends them.
+package bedrocktest
 
 import (
 	"bytes"
@@ -20,70 +24,72 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
-// seen is one request the server accepted: its path, who signed it (an
+// Seen is one request the server accepted: its path, who signed it (an
 // access key id, or "bearer:<token>"), the region it was signed for and
 // its JSON body.
-type seen struct {
+type Seen struct {
 	Path   string
 	Signer string
 	Region string
 	Body   map[string]any
 }
 
-// reply is what the server answers one request with: a status, the
+// Reply is what the server answers one request with: a status, the
 // x-amzn-ErrorType of an error, and a body (event-stream frames or an
 // error's JSON).
-type reply struct {
-	status    int
-	errorType string
-	body      []byte
+type Reply struct {
+	Status    int    // 0 = 200
+	ErrorType string // an error's exception
+	Body      []byte
 }
 
-// server is a Bedrock Runtime endpoint: it checks every request's SigV4
+// Server is a Bedrock Runtime endpoint: it checks every request's SigV4
 // signature with the SDK's own signer against the secrets it knows (a
 // bearer token passes as itself), records the request and answers with
 // the reply its answer function picks.
-type server struct {
+type Server struct {
 	*httptest.Server
-	secrets map[string]string // access key id → secret access key
-	answer  func(n int, r seen) reply
+	secrets map[string]string         // access key id → secret access key
+	answer  func(n int, r Seen) Reply // picks the reply to the nth accepted request
 
 	mu   sync.Mutex
-	reqs []seen
+	reqs []Seen
 	bad  []string // requests refused, and why
 }
 
-func newServer(t *testing.T, secrets map[string]string, answer func(n int, r seen) reply) *server {
+// New starts a server that knows secrets (access key id → secret access
+// key) and answers with answer; it stops when t ends.
+func New(t *testing.T, secrets map[string]string, answer func(n int, r Seen) Reply) *Server {
 	t.Helper()
-	s := &server{secrets: secrets, answer: answer}
+	s := &Server{secrets: secrets, answer: answer}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.Close)
 	return s
 }
 
-// newTLSServer is newServer over HTTPS (the SDK sends a bearer token
+// NewTLS is New over HTTPS (the SDK sends a bearer token
 // only over HTTPS); call with its Client.
-func newTLSServer(t *testing.T, secrets map[string]string, answer func(n int, r seen) reply) *server {
+func NewTLS(t *testing.T, secrets map[string]string, answer func(n int, r Seen) Reply) *Server {
 	t.Helper()
-	s := &server{secrets: secrets, answer: answer}
+	s := &Server{secrets: secrets, answer: answer}
 	s.Server = httptest.NewTLSServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.Close)
 	return s
 }
 
-func (s *server) serve(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	who, region, why := s.verify(r, body)
 	if why != "" {
 		s.mu.Lock()
 		s.bad = append(s.bad, why)
 		s.mu.Unlock()
-		writeReply(w, errorReply(403, "InvalidSignatureException", why))
+		writeReply(w, ErrorReply(403, "InvalidSignatureException", why))
 		return
 	}
-	rec := seen{Path: r.URL.Path, Signer: who, Region: region}
+	rec := Seen{Path: r.URL.Path, Signer: who, Region: region}
 	if err := json.Unmarshal(body, &rec.Body); err != nil {
-		writeReply(w, errorReply(400, "SerializationException", err.Error()))
+		writeReply(w, ErrorReply(400, "SerializationException", err.Error()))
 		return
 	}
 	s.mu.Lock()
@@ -96,7 +102,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request) {
 // verify checks r's Authorization: a bearer token, or a SigV4 signature
 // recomputed with the SDK's signer over the headers it names, the body's
 // hash, the service "bedrock", its region and its time.
-func (s *server) verify(r *http.Request, body []byte) (who, region, why string) {
+func (s *Server) verify(r *http.Request, body []byte) (who, region, why string) {
 	auth := r.Header.Get("Authorization")
 	if tok, ok := strings.CutPrefix(auth, "Bearer "); ok {
 		return "bearer:" + tok, "", ""
@@ -148,50 +154,52 @@ func (s *server) verify(r *http.Request, body []byte) (who, region, why string) 
 	return akid, region, ""
 }
 
-func writeReply(w http.ResponseWriter, rp reply) {
-	if rp.status == 0 {
-		rp.status = 200
+func writeReply(w http.ResponseWriter, rp Reply) {
+	if rp.Status == 0 {
+		rp.Status = 200
 	}
-	if rp.status == 200 {
+	if rp.Status == 200 {
 		w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
 	} else {
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Amzn-Errortype", rp.errorType+":http://internal.amazon.com/coral/com.amazon.bedrock/")
+		w.Header().Set("X-Amzn-Errortype", rp.ErrorType+":http://internal.amazon.com/coral/com.amazon.bedrock/")
 	}
 	w.Header().Set("X-Amzn-Requestid", "9251f066-a420-483b-b3ae-7485084f6dc6")
-	w.WriteHeader(rp.status)
-	_, _ = w.Write(rp.body)
+	w.WriteHeader(rp.Status)
+	_, _ = w.Write(rp.Body)
 }
 
-// errorReply is an error response as Bedrock sends one.
-func errorReply(status int, exception, msg string) reply {
+// ErrorReply is an error response as Bedrock sends one.
+func ErrorReply(status int, exception, msg string) Reply {
 	b, _ := json.Marshal(map[string]string{"message": msg})
-	return reply{status: status, errorType: exception, body: b}
+	return Reply{Status: status, ErrorType: exception, Body: b}
 }
 
-// requests returns the requests the server accepted, and fails the test
+// Requests returns the requests the server accepted, and fails the test
 // on any it refused.
-func (s *server) requests(t *testing.T) []seen {
+func (s *Server) Requests(t *testing.T) []Seen {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, why := range s.bad {
 		t.Errorf("request refused: %s", why)
 	}
-	return append([]seen(nil), s.reqs...)
+	return append([]Seen(nil), s.reqs...)
 }
 
-// frames encodes events with the SDK's event-stream encoder as Bedrock
+// Frames encodes events with the SDK's event-stream encoder as Bedrock
 // sends them: each an "event" message with its :event-type and a JSON
 // payload (with the "p" padding Bedrock adds), or an "exception".
-type frames struct {
+type Frames struct {
 	buf bytes.Buffer
 	enc *eventstream.Encoder
 }
 
-func newFrames() *frames { return &frames{enc: eventstream.NewEncoder()} }
+// NewFrames starts an empty stream.
+func NewFrames() *Frames { return &Frames{enc: eventstream.NewEncoder()} }
 
-func (f *frames) event(typ string, payload map[string]any) *frames {
+// Event adds an event of type typ with payload.
+func (f *Frames) Event(typ string, payload map[string]any) *Frames {
 	payload["p"] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123"[:8+len(typ)]
 	data, _ := json.Marshal(payload)
 	err := f.enc.Encode(&f.buf, eventstream.Message{Headers: eventstream.Headers{
@@ -205,7 +213,8 @@ func (f *frames) event(typ string, payload map[string]any) *frames {
 	return f
 }
 
-func (f *frames) exception(typ, msg string) *frames {
+// Exception adds an exception of type typ ("throttlingException").
+func (f *Frames) Exception(typ, msg string) *Frames {
 	data, _ := json.Marshal(map[string]string{"message": msg})
 	err := f.enc.Encode(&f.buf, eventstream.Message{Headers: eventstream.Headers{
 		{Name: ":exception-type", Value: eventstream.StringValue(typ)},
@@ -218,38 +227,47 @@ func (f *frames) exception(typ, msg string) *frames {
 	return f
 }
 
-func (f *frames) start() *frames {
-	return f.event("messageStart", map[string]any{"role": "assistant"})
+// Start adds messageStart.
+func (f *Frames) Start() *Frames {
+	return f.Event("messageStart", map[string]any{"role": "assistant"})
 }
 
-func (f *frames) text(idx int, parts ...string) *frames {
+// Text adds a text block idx of parts.
+func (f *Frames) Text(idx int, parts ...string) *Frames {
 	for _, p := range parts {
-		f.event("contentBlockDelta", map[string]any{"contentBlockIndex": idx, "delta": map[string]any{"text": p}})
+		f.Event("contentBlockDelta", map[string]any{"contentBlockIndex": idx, "delta": map[string]any{"text": p}})
 	}
-	return f.event("contentBlockStop", map[string]any{"contentBlockIndex": idx})
+	return f.Event("contentBlockStop", map[string]any{"contentBlockIndex": idx})
 }
 
-func (f *frames) toolUse(idx int, id, name string, input ...string) *frames {
-	f.event("contentBlockStart", map[string]any{"contentBlockIndex": idx, "start": map[string]any{"toolUse": map[string]any{"toolUseId": id, "name": name}}})
+// ToolUse adds a tool call block idx with its input in parts.
+func (f *Frames) ToolUse(idx int, id, name string, input ...string) *Frames {
+	f.Event("contentBlockStart", map[string]any{"contentBlockIndex": idx, "start": map[string]any{"toolUse": map[string]any{"toolUseId": id, "name": name}}})
 	for _, in := range input {
-		f.event("contentBlockDelta", map[string]any{"contentBlockIndex": idx, "delta": map[string]any{"toolUse": map[string]any{"input": in}}})
+		f.Event("contentBlockDelta", map[string]any{"contentBlockIndex": idx, "delta": map[string]any{"toolUse": map[string]any{"input": in}}})
 	}
-	return f.event("contentBlockStop", map[string]any{"contentBlockIndex": idx})
+	return f.Event("contentBlockStop", map[string]any{"contentBlockIndex": idx})
 }
 
-func (f *frames) reasoning(idx int, delta map[string]any) *frames {
-	return f.event("contentBlockDelta", map[string]any{"contentBlockIndex": idx, "delta": map[string]any{"reasoningContent": delta}})
+// Reasoning adds a reasoning delta to block idx.
+func (f *Frames) Reasoning(idx int, delta map[string]any) *Frames {
+	return f.Event("contentBlockDelta", map[string]any{"contentBlockIndex": idx, "delta": map[string]any{"reasoningContent": delta}})
 }
 
-func (f *frames) stopBlock(idx int) *frames {
-	return f.event("contentBlockStop", map[string]any{"contentBlockIndex": idx})
+// StopBlock ends block idx.
+func (f *Frames) StopBlock(idx int) *Frames {
+	return f.Event("contentBlockStop", map[string]any{"contentBlockIndex": idx})
 }
 
-func (f *frames) stop(reason string, usage map[string]any) reply {
-	f.event("messageStop", map[string]any{"stopReason": reason})
-	f.event("metadata", map[string]any{"usage": usage, "metrics": map[string]any{"latencyMs": 412}})
-	return reply{body: f.buf.Bytes()}
+// Bytes returns the frames so far.
+func (f *Frames) Bytes() []byte { return f.buf.Bytes() }
+
+// Stop ends the message with reason and usage: the reply of the frames.
+func (f *Frames) Stop(reason string, usage map[string]any) Reply {
+	f.Event("messageStop", map[string]any{"stopReason": reason})
+	f.Event("metadata", map[string]any{"usage": usage, "metrics": map[string]any{"latencyMs": 412}})
+	return Reply{Body: f.buf.Bytes()}
 }
 
-// modelPath is the ConverseStream path of a model id (unescaped).
-func modelPath(id string) string { return "/model/" + id + "/converse-stream" }
+// ModelPath is the ConverseStream path of a model id (unescaped).
+func ModelPath(id string) string { return "/model/" + id + "/converse-stream" }
