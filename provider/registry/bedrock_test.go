@@ -43,7 +43,7 @@ func TestBedrockDefaultModel(t *testing.T) {
 	// Without any AWS variable the Bedrock models do not run here.
 	r := registry.NewResolver(registry.ResolverConfig{Env: envOf(map[string]string{"ANTHROPIC_API_KEY": "ak"})})
 	_, err := r.Policy(registry.BedrockDefault, nil, nil, nil)
-	if err == nil || !strings.Contains(err.Error(), `no credentials for provider "amazon-bedrock"`) || !strings.Contains(err.Error(), "AWS_PROFILE") {
+	if err == nil || !strings.Contains(err.Error(), `no API key for provider "amazon-bedrock"`) || !strings.Contains(err.Error(), "AWS_PROFILE") {
 		t.Errorf("policy without AWS: %v", err)
 	}
 }
