@@ -8,7 +8,6 @@ import (
 	"github.com/lanefleet/lanefleet/internal/bedrocktest"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
-	"github.com/lanefleet/lanefleet/provider/bedrock"
 	"github.com/lanefleet/lanefleet/provider/internal/wiretest"
 	"github.com/lanefleet/lanefleet/provider/openai"
 )
@@ -47,11 +46,21 @@ func BenchmarkStream(b *testing.B) {
 }
 
 // BenchmarkShortReply is the fixed cost of a call (signing, request,
-// stream setup): a one-delta reply.
+// stream setup): a one-delta reply, through each adapter in the same run.
 func BenchmarkShortReply(b *testing.B) {
-	body := bedrocktest.NewFrames().Start().Text(0, "ok").Stop("end_turn", map[string]any{"inputTokens": 2, "outputTokens": 1, "totalTokens": 3}).Body
-	bench(b, "application/vnd.amazon.eventstream", body, func(url string) (provider.Provider, *provider.Request) {
-		return adapter(), &provider.Request{Model: model(url, sonnet), Messages: []message.Message{message.User("hi", 1)}}
+	b.Run("bedrock", func(b *testing.B) {
+		body := bedrocktest.NewFrames().Start().Text(0, "ok").Stop("end_turn", map[string]any{"inputTokens": 2, "outputTokens": 1, "totalTokens": 3}).Body
+		bench(b, "application/vnd.amazon.eventstream", body, func(url string) (provider.Provider, *provider.Request) {
+			return adapter(), &provider.Request{Model: model(url, sonnet), Messages: []message.Message{message.User("hi", 1)}}
+		})
+	})
+	b.Run("completions", func(b *testing.B) {
+		body := []byte(`data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}}` + "\n\ndata: [DONE]\n\n")
+		bench(b, "text/event-stream", body, func(url string) (provider.Provider, *provider.Request) {
+			m := provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", BaseURL: url + "/v1", ContextWindow: 128000, MaxTokens: 16384}
+			return openai.NewCompletions(openai.Config{}), &provider.Request{Model: m, Messages: []message.Message{message.User("hi", 1)}, APIKey: "sk-k"}
+		})
 	})
 }
 
@@ -69,5 +78,3 @@ func bench(b *testing.B, contentType string, body []byte, setup func(url string)
 		}
 	}
 }
-
-var _ = bedrock.RegionPlaceholder
