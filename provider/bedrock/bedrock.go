@@ -14,10 +14,14 @@
 // "AKID:SECRET[:SESSION-TOKEN]" is signed with SigV4, any other key is an
 // Amazon Bedrock API key sent as a bearer token. The SDK's retries are
 // off (the run loop owns them); its errors, and the exceptions inside a
-// stream, are classified by failover.FromAWS.
+// stream, are classified by failover.FromAWS. The SDK sends the request
+// (its body, SigV4 or bearer auth, the endpoint) and reads error
+// responses; the adapter reads the event stream of a successful one
+// itself (see frames.go: the SDK's reader cost eleven times the CPU).
 //
 // bedrock.go holds the adapter, its auth and the stream's events;
-// request.go maps a request to a ConverseStream input.
+// request.go maps a request to a ConverseStream input; frames.go takes
+// the response from the SDK and splits its event-stream frames.
 package bedrock
 
 import (
