@@ -271,7 +271,8 @@ type Config struct {
 	// MemoryFlush, when set, gives the model one silent turn to write
 	// durable memories to the workspace (MEMORY.md, memory/<date>.md)
 	// before a threshold compaction, in runs that offer the write tool
-	// (flush.go); once per run.
+	// (flush.go); once per run and once per compaction cycle of the
+	// session, journaled with the run's steps.
 	MemoryFlush bool
 	// Window configures the context-window guard.
 	Window guard.WindowConfig

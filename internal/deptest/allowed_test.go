@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"budgetstore":            {"events", "governance", "internal/backoff"},
 	"chatcmd":                {"events"},
 	"internal/cmd/lanebench": {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
-	"cmd/publisher":          {"", "admin", "agents", "events", "governance", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "schedule"},
+	"cmd/publisher":          {"", "admin", "agents", "events", "gateway/auth", "gateway/mcpserver", "governance", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "schedule"},
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "governance", "internal/version"},
 	"cmd/worker":             {"", "gateway", "gateway/openai", "guard", "hooks", "internal/cgroup", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
 	"compaction":             {"ecmatext", "message", "provider", "sessionfile"},
@@ -106,7 +106,9 @@ var allowed = map[string][]string{
 	"tracing/otlp":                {"internal/backoff"},
 	// The HTTP gateway (being built): the client and the wire schema.
 	"gateway/console": {"gateway/route"},
-	"gateway/...":     {"", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "schedstore", "schedule", "sessionfile", "governance", "agents", "agentstore"},
+	// The fleet as an MCP server: the client, the caller, the wire types.
+	"gateway/mcpserver": {"", "admin", "events", "gateway/auth", "internal/version", "message"},
+	"gateway/...":       {"", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "schedstore", "schedule", "sessionfile", "governance", "agents", "agentstore"},
 }
 
 // TestAllowedImports checks every package's direct imports of the module's
