@@ -151,7 +151,7 @@ func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admi
 	}
 	req := call.Request
 	need := governance.WorstCase(req.Model.Cost, inputTokens(req), maxOutput(req), call.FirstCall)
-	h, err := b.store.Reserve(ctx, scopes, need)
+	h, err := b.store.Reserve(ctx, scopes, need, nil)
 	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok {
 		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
 		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r)}
