@@ -139,6 +139,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	url := cfg.NATSURL
+	if cfg.NoBudgets && len(cfg.RateLimits) > 0 {
+		return nil, errors.New("fleet: --rate-limit keeps its windows in the budgets bucket, which --no-budgets turns off: drop one of them")
+	}
 	if url != "" && cfg.NATSMonitor != "" {
 		return nil, errors.New("fleet: --nats-monitor serves the embedded server's monitoring, but NATS_URL/--nats-url joins another server: enable monitoring on that server (http_port) instead")
 	}
