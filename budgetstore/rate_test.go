@@ -264,3 +264,54 @@ func TestRateLimitDeadWorkersLease(t *testing.T) {
 		t.Errorf("the window counts %d requests; want at most %d", got, n)
 	}
 }
+
+// TestRateLimitLoweredByProvider: a provider's headers saying fewer
+// requests are left than the fleet's window has room for lower its room
+// until they say it resets; a count that is not tighter writes nothing.
+func TestRateLimitLoweredByProvider(t *testing.T) {
+	t.Parallel()
+	rule := governance.RateRule{Pattern: "profile:openai:work", Limit: governance.RateLimit{RPM: 10, TPM: 100_000}}
+	stores, _, clock := rateSetup(t, 1, time.Hour, rule)
+	s, sc := stores[0], rule.Scope()
+	if err := s.Lower(t.Context(), sc, 50, -1, clock.Now().Add(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := s.Bucket().Get(t.Context(), sc); len(st.Reservations) != 0 {
+		t.Fatalf("a looser provider count wrote %+v", st.Reservations)
+	}
+	reset := clock.Now().Add(30 * time.Second)
+	if err := s.Lower(t.Context(), sc, 2, -1, reset); err != nil {
+		t.Fatal(err)
+	}
+	need := governance.RateNeed(10, 90)
+	for range 2 {
+		h, err := s.Reserve(t.Context(), []governance.Scope{sc}, need, func(w Wait) { t.Errorf("waits within the provider's count: %+v", w.Exceeded) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Settle(t.Context(), governance.RateReal(100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waited := make(chan Wait, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Reserve(t.Context(), []governance.Scope{sc}, need, func(w Wait) {
+			if w.For > 0 {
+				select {
+				case waited <- w:
+				default:
+				}
+			}
+		})
+		done <- err
+	}()
+	w := <-waited
+	if w.Exceeded.Free != reset.UnixMilli() {
+		t.Fatalf("the third call waits until %v; want the provider's reset, %v", time.UnixMilli(w.Exceeded.Free), reset)
+	}
+	clock.AdvanceTo(reset.UnixMilli())
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
