@@ -13,17 +13,34 @@ import (
 // admitted through the same leases: Reserve waits for a rate limit's
 // window to move on instead of pausing.
 
-// SetRate makes the bucket hold rule's limits (audited as who's when they
-// change; unchanged limits write nothing) and waits until this store's
-// cache has them, so the next Reserve counts the rule. A worker calls it
-// at start for each of its --rate-limit rules: the last worker to start
-// with a rule sets its limits for the whole fleet.
-func (s *Store) SetRate(ctx context.Context, rule governance.RateRule, who string) error {
+// SetRate makes the bucket hold rule's limits (unchanged limits write
+// nothing) and waits until this store's cache has them, so the next
+// Reserve counts the rule. A worker calls it at start for each of its
+// --rate-limit rules: the last worker to start with a rule sets its limits
+// for the whole fleet. It is configuration, not an operator's change: it
+// is not audited (a worker may not write the audit stream), the worker
+// logs it. What the window used is kept.
+func (s *Store) SetRate(ctx context.Context, rule governance.RateRule) error {
 	sc, want := rule.Scope(), rule.Limit.Limits()
 	if st, found, err := s.Cached(sc); err == nil && found && st.Limits == want {
 		return nil
 	}
-	if _, _, err := s.b.Set(ctx, sc, want, who); err != nil {
+	key, err := Key(sc)
+	if err != nil {
+		return err
+	}
+	_, _, err = s.b.update(ctx, key, governance.State{}, 0, true, func(st *governance.State, now time.Time) error {
+		if st.Limits == want {
+			return errNoChange
+		}
+		if st.Limits.Window != want.Window {
+			st.Used, st.Slots, st.Start = governance.Amount{}, nil, 0
+		}
+		st.Limits, st.Refused = want, nil
+		st.Roll(now)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("budgetstore: rate limit %s: %w", rule, err)
 	}
 	for {

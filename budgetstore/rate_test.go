@@ -78,7 +78,7 @@ func rateSetup(t *testing.T, n int, ttl time.Duration, rule governance.RateRule)
 		stores, conns = append(stores, s), append(conns, nc)
 	}
 	for _, s := range stores {
-		if err := s.SetRate(t.Context(), rule, "test"); err != nil {
+		if err := s.SetRate(t.Context(), rule); err != nil {
 			t.Fatal(err)
 		}
 	}

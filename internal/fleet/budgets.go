@@ -67,7 +67,7 @@ func (m *Member) openBudgets(ctx context.Context) error {
 	}
 	b.store = s
 	m.budgets = b
-	return b.setRates(ctx, cfg.RateLimits, "worker "+cfg.WorkerID+" --rate-limit")
+	return b.setRates(ctx, cfg.RateLimits)
 }
 
 // Budgeted reports whether this member knows a budget on s (its watch of

@@ -124,7 +124,7 @@ func TestAdmitRateStoreOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.setRates(t.Context(), []governance.RateRule{rule}, "test"); err != nil {
+	if err := b.setRates(t.Context(), []governance.RateRule{rule}); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.DisableJetStream(); err != nil {

@@ -22,13 +22,13 @@ import (
 const lowerTimeout = 2 * time.Second
 
 // setRates makes the budgets bucket hold the worker's rate rules'
-// limits (Config.RateLimits), as who, and keeps the rules to match calls
-// against.
-func (b *budgets) setRates(ctx context.Context, rules []governance.RateRule, who string) error {
+// limits (Config.RateLimits) and keeps the rules to match calls against.
+func (b *budgets) setRates(ctx context.Context, rules []governance.RateRule) error {
 	for _, r := range rules {
-		if err := b.store.SetRate(ctx, r, who); err != nil {
+		if err := b.store.SetRate(ctx, r); err != nil {
 			return fmt.Errorf("fleet: --rate-limit %s: %w", r, err)
 		}
+		b.log.Info().Str("rate_limit", r.String()).Msg("provider rate limit shared with the fleet")
 	}
 	b.rates = rules
 	return nil
