@@ -187,6 +187,10 @@ type Config struct {
 	// worker of a fleet should have the same rules. They need the budgets
 	// bucket: NoBudgets refuses them.
 	RateLimits []governance.RateRule
+	// TenantWeights are the tenants' weights in the division of this
+	// worker's slots while lanes wait for one (worker --tenant-weight;
+	// lanes.Config.TenantWeight): a tenant not named weighs 1.
+	TenantWeights map[string]int
 	// NoSchedules leaves schedules alone: no schedules bucket or stream,
 	// no firing (package schedstore). A fleet's schedules fire while any
 	// worker runs without it.

@@ -253,6 +253,9 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	if m.budgets != nil {
 		lcfg.Paused, lcfg.Tenant, lcfg.PauseNotice = m.budgets.Paused, m.budgets.Tenant, m.budgets.PauseNotice
+		if weights := cfg.TenantWeights; len(weights) > 0 {
+			lcfg.TenantWeight = func(tenant string) int { return weights[tenant] }
+		}
 	}
 	if m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lcfg); err != nil {
 		return err

@@ -1,8 +1,9 @@
 // Package slots is a lane worker's scheduler: its slots (one per lane
 // running at once), the byte budget the slots' payloads are charged
 // against, and the line of deliveries waiting for a slot, ordered by when
-// their lane began to wait (see the lanes package doc, "Scheduling"). It is
-// pure: the caller passes the time and settles the deliveries.
+// their lane began to wait, a freed slot going to the tenant furthest below
+// its weighted share (Shares; see the lanes package doc, "Scheduling"). It
+// is pure: the caller passes the time and settles the deliveries.
 package slots
 
 import (
@@ -27,7 +28,10 @@ const waitFactor = 4
 type Scheduler struct {
 	mu       sync.Mutex
 	size     int
+	shares   Shares
 	inUse    int
+	running  map[string]int // slots in use by tenant
+	waitingT map[string]int // deliveries in line by tenant
 	maxBytes int64             // the byte budget; ≤ 0: none
 	bytes    int64             // charged to the slots in use
 	waitB    int64             // charged to the deliveries in line (at most maxBytes)
@@ -56,9 +60,43 @@ type place struct {
 	need int64
 }
 
+// Shares divide the slots among tenants when lanes wait for them: a free
+// slot goes to the waiting tenant with the fewest slots in use for its
+// weight (running / weight, ties to the lane that has waited longest),
+// then to that tenant's lane that has waited longest; and a tenant with
+// fewer deliveries in line than its weight's share of the line joins it
+// even when the line is full (up to twice its bound), so a tenant with
+// hundreds of waiting sessions neither takes every slot that frees nor
+// fills the line against a quiet one. With no Tenant every lane is one
+// tenant's: the line is first come, first served.
+type Shares struct {
+	// Tenant names a lane's tenant by its token ("" = none, itself a
+	// tenant).
+	Tenant func(token string) string
+	// Weight is a tenant's weight (default and below 1: 1).
+	Weight func(tenant string) int
+}
+
+// tenant is a lane's tenant.
+func (s *Scheduler) tenant(token string) string {
+	if s.shares.Tenant == nil {
+		return ""
+	}
+	return s.shares.Tenant(token)
+}
+
+// weight is a tenant's weight, at least 1.
+func (s *Scheduler) weight(tenant string) int {
+	if s.shares.Weight == nil {
+		return 1
+	}
+	return max(s.shares.Weight(tenant), 1)
+}
+
 // Waiter is one delivery waiting for a slot.
 type Waiter struct {
-	token string
+	token  string
+	tenant string
 	since time.Time
 	bytes int64         // what it is charged for its slot (see Scheduler.charged)
 	pay   int64         // its own payload's charge, which the line is charged (see Scheduler.Charge)
@@ -68,8 +106,9 @@ type Waiter struct {
 
 // New returns a scheduler of size slots and a byte budget of maxBytes (≤ 0:
 // none).
-func New(size int, maxBytes int64) *Scheduler {
-	return &Scheduler{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}}
+func New(size int, maxBytes int64, shares Shares) *Scheduler {
+	return &Scheduler{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}, shares: shares,
+		running: map[string]int{}, waitingT: map[string]int{}}
 }
 
 // Charge is what a payload of n bytes is charged of the byte budget: n, at most
@@ -116,6 +155,7 @@ func (s *Scheduler) place(token string, now time.Time) *place {
 func (s *Scheduler) occupy(token string, b int64) {
 	s.inUse++
 	s.bytes += b
+	s.running[s.tenant(token)]++
 	delete(s.lanes, token)
 }
 
@@ -133,23 +173,86 @@ func (s *Scheduler) Take(token string, n int, now time.Time) (int64, bool) {
 	return 0, false
 }
 
-// Put gives back a slot and the bytes charged to it: to the lanes that have
-// waited longest, in order, as long as they fit; else they are free.
-func (s *Scheduler) Put(b int64) {
+// Put gives back the slot of the lane token and the bytes charged to it:
+// to the waiting lanes their tenants' shares put first (see Shares), in
+// order, as long as they fit; else they are free.
+func (s *Scheduler) Put(token string, b int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inUse--
 	s.bytes -= b
-	for len(s.queue) > 0 && s.fits(s.queue[0].bytes) {
-		w := s.queue[0]
-		s.queue = s.queue[1:]
+	if t := s.tenant(token); s.running[t] <= 1 {
+		delete(s.running, t)
+	} else {
+		s.running[t]--
+	}
+	for len(s.queue) > 0 {
+		i := s.next()
+		w := s.queue[i]
+		if !s.fits(w.bytes) {
+			break
+		}
+		s.queue = slices.Delete(s.queue, i, i+1)
+		s.unwait(w)
 		s.inUse++
 		s.bytes += w.bytes
-		s.waitB -= w.pay
+		s.running[w.tenant]++
 		delete(s.lanes, w.token)
 		close(w.grant)
 	}
 	s.waiting.Store(int32(len(s.queue)))
+}
+
+// next is the index of the waiter a free slot goes to: the oldest of the
+// tenant with the fewest slots in use for its weight (ties to the tenant
+// whose lane has waited longest) (under s.mu).
+func (s *Scheduler) next() int {
+	if s.shares.Tenant == nil || len(s.waitingT) == 1 {
+		return 0
+	}
+	best, seen := 0, make(map[string]bool, len(s.waitingT))
+	for i, w := range s.queue {
+		if seen[w.tenant] {
+			continue
+		}
+		seen[w.tenant] = true
+		b := s.queue[best]
+		// running(w)/weight(w) < running(b)/weight(b)
+		if s.running[w.tenant]*s.weight(b.tenant) < s.running[b.tenant]*s.weight(w.tenant) {
+			best = i
+		}
+		if len(seen) == len(s.waitingT) {
+			break
+		}
+	}
+	return best
+}
+
+// unwait counts a waiter out of its tenant's deliveries in line (under
+// s.mu).
+func (s *Scheduler) unwait(w *Waiter) {
+	s.waitB -= w.pay
+	if s.waitingT[w.tenant] <= 1 {
+		delete(s.waitingT, w.tenant)
+	} else {
+		s.waitingT[w.tenant]--
+	}
+}
+
+// underShare reports whether tenant has fewer deliveries in line than its
+// weight's share of the line's bound, among the tenants in line and it
+// (under s.mu).
+func (s *Scheduler) underShare(tenant string) bool {
+	if s.shares.Tenant == nil {
+		return false
+	}
+	total := s.weight(tenant)
+	for t := range s.waitingT {
+		if t != tenant {
+			total += s.weight(t)
+		}
+	}
+	return s.waitingT[tenant]*total < s.maxWait*s.weight(tenant)
 }
 
 // Grow adds b bytes to what a slot in use is charged, if they fit the budget
@@ -224,7 +327,7 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	case p != nil && p.w != nil:
 		p.w.deps++
 		return nil, 0, JoinSame
-	case len(s.queue) >= s.maxWait && !rejoin:
+	case len(s.queue) >= s.maxWait && !rejoin && (len(s.queue) >= 2*s.maxWait || !s.underShare(s.tenant(token))):
 		return nil, 0, JoinFull
 	case s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes && !rejoin:
 		// A waiting delivery is charged its payload too: the line is charged at
@@ -235,8 +338,9 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 		p = &place{since: now}
 		s.lanes[token] = p
 	}
-	w := &Waiter{token: token, since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
+	w := &Waiter{token: token, tenant: s.tenant(token), since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
 	p.w = w
+	s.waitingT[w.tenant]++
 	i, _ := slices.BinarySearchFunc(s.queue, w.since, func(q *Waiter, t time.Time) int {
 		if q.since.After(t) {
 			return 1
@@ -260,7 +364,7 @@ func (s *Scheduler) Leave(w *Waiter, now time.Time) (int, bool) {
 		return 0, false
 	}
 	s.queue = slices.Delete(s.queue, i, i+1)
-	s.waitB -= w.pay
+	s.unwait(w)
 	s.waiting.Store(int32(len(s.queue)))
 	if p := s.lanes[w.token]; p != nil && p.w == w {
 		p.w, p.left = nil, now
