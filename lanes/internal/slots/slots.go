@@ -30,8 +30,8 @@ type Scheduler struct {
 	size     int
 	shares   Shares
 	inUse    int
-	running  map[string]int // slots in use by tenant
-	waitingT map[string]int // deliveries in line by tenant
+	running  map[string]int    // slots in use by tenant
+	waitingT map[string]int    // deliveries in line by tenant
 	maxBytes int64             // the byte budget; ≤ 0: none
 	bytes    int64             // charged to the slots in use
 	waitB    int64             // charged to the deliveries in line (at most maxBytes)
@@ -97,11 +97,11 @@ func (s *Scheduler) weight(tenant string) int {
 type Waiter struct {
 	token  string
 	tenant string
-	since time.Time
-	bytes int64         // what it is charged for its slot (see Scheduler.charged)
-	pay   int64         // its own payload's charge, which the line is charged (see Scheduler.Charge)
-	grant chan struct{} // closed when the slot is handed to it
-	deps  int           // other deliveries of its lane acked because it waits (under Scheduler.mu)
+	since  time.Time
+	bytes  int64         // what it is charged for its slot (see Scheduler.charged)
+	pay    int64         // its own payload's charge, which the line is charged (see Scheduler.Charge)
+	grant  chan struct{} // closed when the slot is handed to it
+	deps   int           // other deliveries of its lane acked because it waits (under Scheduler.mu)
 }
 
 // New returns a scheduler of size slots and a byte budget of maxBytes (≤ 0:
