@@ -41,8 +41,8 @@ func slowModel(d time.Duration) map[string]scripted.Script {
 // fairRun is what one run of the fair scenario measured.
 type fairRun struct {
 	name    string
-	turns   []int           // finals per session in the window
-	waits   []time.Duration // publish → start event, runs started in the window
+	turns   []int             // finals per session in the window
+	waits   []time.Duration   // publish → start event, runs started in the window
 	waitsOf [][]time.Duration // waits by session
 	elapsed time.Duration
 	yields  int64
