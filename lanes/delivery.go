@@ -41,7 +41,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 				return
 			}
 		}
-		w.sched.Put(token, w.handleDelivery(msg, charged))
+		w.sched.Put(token, w.handleDelivery(msg, charged), w.now())
 	}()
 }
 

@@ -30,8 +30,10 @@ type Scheduler struct {
 	size     int
 	shares   Shares
 	inUse    int
-	running  map[string]int    // slots in use by tenant
-	waitingT map[string]int    // deliveries in line by tenant
+	running  map[string]int       // slots in use by tenant
+	waitingT map[string]int       // deliveries in line by tenant
+	recent   map[string]time.Time // tenants that took or waited for a slot lately (shareKept)
+	held     int                  // the most free slots kept for tenants under their share (Shares)
 	maxBytes int64             // the byte budget; ≤ 0: none
 	bytes    int64             // charged to the slots in use
 	waitB    int64             // charged to the deliveries in line (at most maxBytes)
@@ -108,7 +110,60 @@ type Waiter struct {
 // none).
 func New(size int, maxBytes int64, shares Shares) *Scheduler {
 	return &Scheduler{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}, shares: shares,
-		running: map[string]int{}, waitingT: map[string]int{}}
+		running: map[string]int{}, waitingT: map[string]int{}, recent: map[string]time.Time{}, held: max(size/heldShare, 1)}
+}
+
+// heldShare: while a tenant under its share of the slots was seen lately,
+// up to a sixteenth of the slots (at least one) that free are kept free
+// for it rather than handed to a tenant at or over its share, so its next
+// message takes one at once instead of waiting for one to free.
+const heldShare = 16
+
+// shareKept is how long a tenant counts in the shares after it last took
+// or waited for a slot.
+const shareKept = 5 * time.Second
+
+// touch records that tenant took or waited for a slot at now (under s.mu).
+func (s *Scheduler) touch(tenant string, now time.Time) {
+	if s.shares.Tenant != nil {
+		s.recent[tenant] = now
+	}
+}
+
+// share reports whether tenant has fewer slots in use than its weight's
+// share of the slots among the tenants seen lately (under s.mu).
+func (s *Scheduler) underSlots(tenant string, now time.Time) bool {
+	total := s.weight(tenant)
+	for t, at := range s.recent {
+		if t != tenant && now.Sub(at) <= shareKept {
+			total += s.weight(t)
+		}
+	}
+	return s.running[tenant]*total < s.size*s.weight(tenant)
+}
+
+// keep reports whether the slot that just freed stays free for a tenant
+// under its share seen lately rather than go to tenant, which is at or
+// over its own (under s.mu).
+func (s *Scheduler) keep(tenant string, now time.Time) bool {
+	if s.shares.Tenant == nil || s.size-s.inUse > s.held || s.underSlots(tenant, now) {
+		return false
+	}
+	for t, at := range s.recent {
+		if t != tenant && now.Sub(at) <= shareKept && s.waitingT[t] == 0 && s.underSlots(t, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// mayTake reports whether a delivery of tenant may take a free slot while
+// lanes wait: it has none in line, and is under its share (under s.mu).
+func (s *Scheduler) mayTake(tenant string, now time.Time) bool {
+	if len(s.queue) == 0 {
+		return true
+	}
+	return s.shares.Tenant != nil && s.waitingT[tenant] == 0 && s.underSlots(tenant, now)
 }
 
 // Charge is what a payload of n bytes is charged of the byte budget: n, at most
@@ -166,7 +221,9 @@ func (s *Scheduler) Take(token string, n int, now time.Time) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.charged(token, n, now)
-	if len(s.queue) == 0 && s.fits(b) {
+	t := s.tenant(token)
+	s.touch(t, now)
+	if s.fits(b) && s.mayTake(t, now) {
 		s.occupy(token, b)
 		return b, true
 	}
@@ -175,8 +232,9 @@ func (s *Scheduler) Take(token string, n int, now time.Time) (int64, bool) {
 
 // Put gives back the slot of the lane token and the bytes charged to it:
 // to the waiting lanes their tenants' shares put first (see Shares), in
-// order, as long as they fit; else they are free.
-func (s *Scheduler) Put(token string, b int64) {
+// order, as long as they fit and the slot is not kept for a tenant under
+// its share (heldShare); else they are free.
+func (s *Scheduler) Put(token string, b int64, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inUse--
@@ -189,7 +247,7 @@ func (s *Scheduler) Put(token string, b int64) {
 	for len(s.queue) > 0 {
 		i := s.next()
 		w := s.queue[i]
-		if !s.fits(w.bytes) {
+		if !s.fits(w.bytes) || s.keep(w.tenant, now) {
 			break
 		}
 		s.queue = slices.Delete(s.queue, i, i+1)
@@ -318,7 +376,8 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, pay := s.charged(token, n, now), s.Charge(n)
-	if len(s.queue) == 0 && s.fits(b) {
+	s.touch(s.tenant(token), now)
+	if s.fits(b) && s.mayTake(s.tenant(token), now) {
 		s.occupy(token, b)
 		return nil, b, JoinSlot
 	}
@@ -423,6 +482,11 @@ func (s *Scheduler) prune(now time.Time) {
 		return
 	}
 	s.pruned = now
+	for t, at := range s.recent {
+		if now.Sub(at) > shareKept {
+			delete(s.recent, t)
+		}
+	}
 	for token, p := range s.lanes {
 		if p.w == nil && now.Sub(p.left) > placeKept {
 			delete(s.lanes, token)
