@@ -67,9 +67,10 @@ type place struct {
 // weight (running / weight, ties to the lane that has waited longest),
 // then to that tenant's lane that has waited longest; and a tenant with
 // fewer deliveries in line than its weight's share of the line joins it
-// even when the line is full (up to twice its bound), so a tenant with
-// hundreds of waiting sessions neither takes every slot that frees nor
-// fills the line against a quiet one. With no Tenant every lane is one
+// even when the line is full (up to twice its bound); and while a tenant
+// under its share was seen lately, a few slots that free stay free for it
+// (heldShare), so a tenant with hundreds of waiting sessions neither takes
+// every slot that frees nor fills the line against a quiet one. With no Tenant every lane is one
 // tenant's: the line is first come, first served.
 type Shares struct {
 	// Tenant names a lane's tenant by its token ("" = none, itself a
