@@ -2,6 +2,7 @@ package admin
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lanefleet/lanefleet/events"
 )
@@ -83,6 +84,15 @@ type SessionsRequest struct {
 type Scope struct {
 	Prefixes []string `json:"prefixes,omitempty"`
 	Keys     []string `json:"keys,omitempty"`
+}
+
+// ScopeOf is the scope of a caller that reaches the keys with one of
+// prefixes and the single keys: nil (every session) when a prefix is "".
+func ScopeOf(prefixes, keys []string) *Scope {
+	if slices.Contains(prefixes, "") {
+		return nil
+	}
+	return &Scope{Prefixes: prefixes, Keys: keys}
 }
 
 // Allows reports whether the scope reaches key.

@@ -3,8 +3,9 @@
 // nothing only it knows, so any number of gateway processes can serve the
 // same sessions. It serves the native session API (JSON, and server-sent
 // events that resume by event seq), health, Prometheus metrics, its OpenAPI
-// document, the web console (gateway/console), and mounts the routes of
-// other packages (gateway/openai).
+// document, the web console (gateway/console), the fleet as an MCP server
+// at /mcp (gateway/mcpserver), and mounts the routes of other packages
+// (gateway/openai).
 //
 // Every route is a route.Route; the server authenticates each request
 // (a bearer token from the token file, or, without a token file, a
@@ -41,6 +42,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/gateway/auth"
 	"github.com/lanefleet/lanefleet/gateway/console"
+	"github.com/lanefleet/lanefleet/gateway/mcpserver"
 	"github.com/lanefleet/lanefleet/gateway/route"
 	"github.com/lanefleet/lanefleet/governance"
 )
@@ -139,6 +141,7 @@ type Server struct {
 	routes   []route.Route
 	handler  http.Handler
 	tracer   trace.Tracer
+	mcp      http.Handler // /mcp: the fleet as an MCP server (gateway/mcpserver)
 
 	headHold time.Duration // how long a stream's head waits for its first events (headHold)
 	streams  atomic.Int64
@@ -166,6 +169,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/lanefleet/lanefleet/gateway")
 	}
+	ms, err := mcpserver.New(mcpserver.Config{Client: cfg.Client, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	s.mcp = ms.Handler(mcpserver.HTTPOptions{CheckHost: cfg.Tokens == nil})
 	s.routes = append(append(append(s.nativeRoutes(), s.budgetRoutes()...), console.Routes()...), cfg.Routes...)
 	mux := http.NewServeMux()
 	seen := map[string]bool{}
@@ -467,7 +475,7 @@ func checkReach(reach route.Reach, p *auth.Principal) *Problem {
 }
 
 // corsHeaders are the request headers a browser may send.
-const corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Lanefleet-Session, traceparent, tracestate"
+const corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Lanefleet-Session, Mcp-Protocol-Version, traceparent, tracestate"
 
 // cors sets the CORS headers for an allowed origin and answers a
 // preflight; it reports whether the request was answered.

@@ -223,6 +223,12 @@ func TestCORS(t *testing.T) {
 	if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" || !strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Last-Event-ID") {
 		t.Fatalf("preflight: %d %v", resp.StatusCode, resp.Header)
 	}
+	// A browser's MCP client sends the protocol version it negotiated.
+	resp = b.do(t, "", "OPTIONS", "/mcp", "", "Origin", "https://app.example", "Access-Control-Request-Method", "POST")
+	resp.Body.Close()
+	if resp.StatusCode != 204 || !strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Mcp-Protocol-Version") {
+		t.Fatalf("preflight of /mcp: %d %v", resp.StatusCode, resp.Header)
+	}
 	resp = b.do(t, "root", "GET", "/healthz", "", "Origin", "https://evil.example")
 	resp.Body.Close()
 	if resp.Header.Get("Access-Control-Allow-Origin") != "" {

@@ -44,6 +44,10 @@ func (s *Server) nativeRoutes() []route.Route {
 		{Method: "GET", Pattern: "/openapi.json", Reach: route.Public, Handler: h(serveOpenAPI)},
 		{Method: "GET", Pattern: "/metrics", Reach: route.Fleet, Handler: s.metrics.handler()},
 		{Method: "GET", Pattern: "/api/me", Reach: route.Caller, Handler: h(s.me)},
+		// MCP's streamable HTTP (stateless: POST only; GET and DELETE
+		// are 405): each tool checks the session it names, as the
+		// session routes do.
+		{Method: "POST", Pattern: "/mcp", Reach: route.Caller, Handler: s.mcp},
 		{Method: "GET", Pattern: "/api/sessions", Reach: route.Caller, Handler: h(s.listSessions)},
 		{Method: "POST", Pattern: "/api/sessions/{key}/messages", Reach: route.SessionWrite, Handler: h(s.send)},
 		{Method: "GET", Pattern: "/api/sessions/{key}/runs", Reach: route.Session, Handler: h(s.listRuns)},
@@ -696,12 +700,7 @@ func agentOf(key string) string {
 
 // scopeOf is the sessions p reaches, as the fleet's listings take them
 // (nil: every session).
-func scopeOf(p *auth.Principal) *admin.Scope {
-	if slices.Contains(p.Prefixes, "") {
-		return nil
-	}
-	return &admin.Scope{Prefixes: p.Prefixes, Keys: p.Sessions}
-}
+func scopeOf(p *auth.Principal) *admin.Scope { return admin.ScopeOf(p.Prefixes, p.Sessions) }
 
 // listSessions lists the caller's sessions with recent activity, most
 // recent first, a page at a time: limit, and cursor (the previous page's

@@ -123,6 +123,10 @@ func TestTenantIsolation(t *testing.T) {
 					}
 				}
 			case route.Caller:
+				if rt.Pattern == "/mcp" {
+					mcpIsolation(t, b, theirs)
+					break
+				}
 				if strings.HasPrefix(rt.Pattern, "/api/agents/{id}") {
 					// An agent none of whose sessions the caller
 					// reaches: as for no such agent.
@@ -202,6 +206,36 @@ func TestTenantIsolation(t *testing.T) {
 }
 
 // bodyFor is a body for a route that takes one: JSON the route accepts.
+// mcpIsolation calls /mcp's tools as the acme tokens: list_sessions shows
+// none of the other tenant's sessions (the admin's shows theirs), and the
+// tools that name a session refuse theirs, telling nothing of it.
+func mcpIsolation(t *testing.T, b *bundle, theirs string) {
+	t.Helper()
+	call := func(who, tool string, args map[string]any) (int, string) {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{"name": tool, "arguments": args}})
+		resp := b.do(t, who, "POST", "/mcp", string(body), "Accept", "application/json, text/event-stream")
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(got)
+	}
+	for _, who := range []string{"acme", "acme-viewer"} {
+		if code, got := call(who, "list_sessions", nil); code != 200 || strings.Contains(got, "globex") || strings.Contains(got, `"isError":true`) {
+			t.Fatalf("%s: list_sessions: %d %.300s", who, code, got)
+		}
+		for tool, args := range map[string]map[string]any{"send_message": {"session": theirs, "text": "hi"},
+			"read_history": {"session": theirs}, "get_run": {"session": theirs, "runId": "1"}} {
+			code, got := call(who, tool, args)
+			refused := strings.Contains(got, "is not one this caller may reach") || who == "acme-viewer" && tool == "send_message" && strings.Contains(got, "unknown tool")
+			if !refused || strings.Contains(got, "private") {
+				t.Fatalf("%s: %s on %s: %d %.300s", who, tool, theirs, code, got)
+			}
+		}
+	}
+	if code, got := call("root", "list_sessions", nil); code != 200 || !strings.Contains(got, theirs) {
+		t.Fatalf("root does not see %s: %d %.300s", theirs, code, got)
+	}
+}
+
 func bodyFor(rt route.Route) string {
 	if rt.Method == http.MethodPost || rt.Method == http.MethodPatch {
 		return `{}`

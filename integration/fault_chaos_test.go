@@ -15,6 +15,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/schedstore"
 )
 
 // TestChaosSoak is the long fault soak behind `make chaos`: a 3-node cluster
@@ -25,7 +26,9 @@ import (
 // run must end, and the audit counts lost and duplicated finals, events of
 // older attempts stored after a newer one's, healthy messages dead-lettered
 // (every message is healthy: any poison final or dead letter is one) and
-// transcript defects, and prints them on one line ("chaos summary"). It
+// transcript defects, and audits an @every 2s schedule that fires through
+// it all (fault_sched_test.go), and prints them on one line ("chaos
+// summary"). It
 // runs only with LANEFLEET_CHAOS set to a duration
 // (LANEFLEET_CHAOS_SESSIONS: sessions, default 200).
 func TestChaosSoak(t *testing.T) {
@@ -47,6 +50,11 @@ func TestChaosSoak(t *testing.T) {
 	waitForFleet(t, js)
 	fin := watchRunFinals(t, cl.URL())
 	seen := watchStale(t, cl.URL())
+	c, err := lanefleet.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := startChaosSchedule(t, c, js)
 
 	ctx, stop := context.WithTimeout(t.Context(), dur)
 	defer stop()
@@ -83,6 +91,7 @@ func TestChaosSoak(t *testing.T) {
 	}
 
 	faults := map[string]int{}
+	var windows []faultWindow
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -92,6 +101,7 @@ func TestChaosSoak(t *testing.T) {
 			break
 		}
 		w := workers[rand.N(len(workers))]
+		struck := time.Now()
 		switch f := rand.N(5); f {
 		case 0:
 			noteFault(t, faults, "worker SIGKILL "+w.id)
@@ -111,7 +121,7 @@ func TestChaosSoak(t *testing.T) {
 		case 3, 4:
 			stream := events.EventStream
 			if f == 4 {
-				stream = []string{events.InboundStream, events.EventStream, "KV_lanes"}[rand.N(3)]
+				stream = []string{events.InboundStream, events.EventStream, "KV_lanes", schedstore.Stream, "KV_" + schedstore.DefaultBucket}[rand.N(5)]
 			}
 			nd, err := cl.StreamLeader(t.Context(), js, stream)
 			if err != nil {
@@ -123,23 +133,28 @@ func TestChaosSoak(t *testing.T) {
 			nd.Start()
 			cl.WaitReady(t)
 		}
+		windows = append(windows, faultWindow{struck, time.Now()})
 	}
 	wg.Wait()
 	t.Logf("faults: %v", faults)
 	mu.Lock()
 	defer mu.Unlock()
+	schedRuns, schedCounts := sched.finish(t, js, windows)
+	runs = append(runs, schedRuns...)
 	t.Logf("%d runs sent; waiting for every final event", len(runs))
 	fin.waitAll(t, js, runs, 10*time.Minute)
 	counts := auditAll(t, js, runs)
 	most, total := seen.worst()
 	t.Logf("a core subscriber saw %d refused events of older attempts (at most %d in one run)", total, most)
-	c, _ := lanefleet.New(nc)
 	defects := transcriptDefects(t, c, want)
-	t.Logf("chaos summary: %v soak, %d sessions, %d faults %v; %v; transcript defects %d of %d sessions",
-		dur, sessions, sumFaults(faults), faults, counts, len(defects), len(want))
-	if counts.bad() || len(defects) > 0 {
+	t.Logf("chaos summary: %v soak, %d sessions, %d faults %v; %v; transcript defects %d of %d sessions; %v",
+		dur, sessions, sumFaults(faults), faults, counts, len(defects), len(want), schedCounts)
+	if counts.bad() || len(defects) > 0 || schedCounts.bad() {
 		for _, d := range defects[:min(len(defects), 5)] {
 			t.Error(d)
+		}
+		for _, p := range schedCounts.problems[:min(len(schedCounts.problems), 5)] {
+			t.Error("schedule: " + p)
 		}
 		t.Fatalf("the soak found defects: %s", strings.Join(counts.examples, "; "))
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,16 +137,23 @@ func (f *Firer) settle(ctx context.Context, m jetstream.Msg) {
 }
 
 // Handle fires a schedule's due times: it plans them from the record
-// (overlap, catch-up), sends each firing, records the outcomes with a
-// compare-and-set write and arms the next due time. Run calls it for
-// each firing message; it is safe to call twice for one due time, or from
-// two workers at once: a firing's second send is a duplicate the stream
-// drops (it returns the first one's run), and only one record write wins
-// (the other re-plans and finds nothing due).
+// (overlap, catch-up), records the plan with a compare-and-set write,
+// sends each firing the plan fires, records their runs and arms the next
+// due time. Run calls it for each firing message; it is safe to call
+// twice for one due time, or from two workers at once: only one plan's
+// write wins (the other plans again and finds nothing due), and a
+// firing's second send is a duplicate the stream drops (it returns the
+// first one's run).
+//
+// The plan is written before its firings are sent so that it is made
+// once: a handler that sent a firing and could not record it (a record
+// write that timed out, a crash) used to leave the next handler to plan
+// again later, which counted the sent due time as missed and, past the
+// next due time, fired that one too (the fault soak's schedule: a session
+// ran 27 turns, its history said 26 fired).
 func (f *Firer) Handle(ctx context.Context, id string) error {
-	sent := map[int64]schedule.Firing{} // firings sent by an attempt whose record write lost
 	for range 5 {
-		done, err := f.handleOnce(ctx, id, sent)
+		done, err := f.handleOnce(ctx, id)
 		if done || err != nil {
 			return err
 		}
@@ -155,20 +161,18 @@ func (f *Firer) Handle(ctx context.Context, id string) error {
 	return fmt.Errorf("schedstore: schedule %s: its record changed under 5 firings in a row", id)
 }
 
-func (f *Firer) handleOnce(ctx context.Context, id string, sent map[int64]schedule.Firing) (bool, error) {
+func (f *Firer) handleOnce(ctx context.Context, id string) (bool, error) {
 	sc, rev, err := f.st.Get(ctx, id)
 	if err != nil {
 		return true, err
 	}
+	if len(sc.Pending) > 0 {
+		// A plan whose firings are not all recorded as sent: send them
+		// (again), whatever happened since (a pause, time passing).
+		return f.complete(ctx, sc, rev)
+	}
 	now := f.st.now()
 	next := time.UnixMilli(sc.NextMs)
-	if sc.Paused || sc.NextMs == 0 || now.Before(next) {
-		// Nothing to fire; but firings this handler sent before its
-		// record write lost to a pause are recorded, not forgotten.
-		if len(sent) > 0 && recordSent(sc, sent) {
-			return f.write(ctx, sc, rev, nil, now)
-		}
-	}
 	if sc.Paused || sc.NextMs == 0 {
 		return true, nil // nothing armed; resume arms again
 	}
@@ -187,87 +191,121 @@ func (f *Firer) handleOnce(ctx context.Context, id string, sent map[int64]schedu
 	}
 	ds, nextDue, more := schedule.Plan(tm, sc.Overlap, sc.CatchUp, time.UnixMilli(sc.LastDueMs), now, prev)
 	f.cfg.Log.Debug().Str("schedule", id).Int("due", len(ds)).Msg("schedules: firing")
+	var counted []schedule.Decision // now; the fired ones once sent
 	for _, d := range ds {
-		fi := schedule.Firing{DueMs: d.Due.UnixMilli(), HandledMs: now.UnixMilli(), Outcome: d.Outcome, Count: d.Count}
+		due := d.Due.UnixMilli()
+		sc.LastDueMs = max(sc.LastDueMs, due)
 		if d.Outcome == schedule.Fired {
-			target := sc.Target(d.Due)
-			run, ferr := f.send(ctx, sc, target, d.Due, now)
-			switch {
-			case errors.Is(ferr, errRefused):
-				fi.Outcome, fi.Error = schedule.Failed, ferr.Error()
-			case ferr != nil:
-				return true, ferr // nothing recorded: the retry sends the same firings
-			default:
-				fi.Session, fi.RunID = target, run
-				sc.LastSession, sc.LastRun = target, run
-				sent[fi.DueMs] = fi
-			}
+			sc.Pending, sc.PlannedMs = append(sc.Pending, due), now.UnixMilli()
+			continue // noted once sent
 		}
-		sc.Note(fi)
-		sc.LastDueMs = max(sc.LastDueMs, fi.DueMs)
+		counted = append(counted, d)
+		sc.Note(schedule.Firing{DueMs: due, HandledMs: now.UnixMilli(), Outcome: d.Outcome, Count: d.Count})
 	}
 	sc.NextMs = 0
 	if more {
 		sc.NextMs = nextDue.UnixMilli()
 	}
-	done, err := f.write(ctx, sc, rev, ds, now)
-	if !done || err != nil || !more {
-		return done, err
+	rev, err = f.write(ctx, sc, rev)
+	if rev == 0 || err != nil {
+		return err != nil, err
+	}
+	for _, d := range counted {
+		f.count(d.Outcome, d.Count, now.Sub(d.Due))
+	}
+	if len(sc.Pending) > 0 {
+		return f.complete(ctx, sc, rev)
+	}
+	if !more {
+		return true, nil
 	}
 	return true, f.st.arm(ctx, id, nextDue)
 }
 
-// write stores the schedule with compare-and-set; false when another
-// write came first (plan again).
-func (f *Firer) write(ctx context.Context, sc *schedule.Schedule, rev uint64, ds []schedule.Decision, now time.Time) (bool, error) {
+// complete sends the firings of the record's plan (sc.Pending, revision
+// rev), notes them in the history with their runs, and arms the next due
+// time (or reports false to plan it at once when it passed meanwhile). A
+// firing sent before is a duplicate the stream drops, and its run is the
+// first send's. A send that fails leaves the plan pending, for the retry.
+func (f *Firer) complete(ctx context.Context, sc *schedule.Schedule, rev uint64) (bool, error) {
+	type sentFiring struct {
+		due  time.Time
+		late time.Duration
+		ok   bool
+	}
+	var sent []sentFiring
+	for _, due := range sc.Pending {
+		d := time.UnixMilli(due)
+		target := sc.Target(d)
+		// The message as first planned (its time is the plan's), so a
+		// second send is the same message.
+		run, err := f.send(ctx, sc, target, d, time.UnixMilli(sc.PlannedMs))
+		if err != nil && !errors.Is(err, errRefused) {
+			return true, err // the plan stays pending: the retry sends it
+		}
+		fi := schedule.Firing{DueMs: due, HandledMs: sc.PlannedMs, Outcome: schedule.Fired, Count: 1, Session: target, RunID: run}
+		if err != nil {
+			fi.Outcome, fi.Error, fi.RunID = schedule.Failed, err.Error(), ""
+		} else {
+			sc.LastSession, sc.LastRun = target, run
+		}
+		sc.Note(fi)
+		sent = append(sent, sentFiring{d, f.st.now().Sub(d), err == nil})
+	}
+	sc.Pending, sc.PlannedMs = nil, 0
+	rev, err := f.write(ctx, sc, rev)
+	if rev == 0 || err != nil {
+		return err != nil, err // another handler completed it: plan again
+	}
+	for _, s := range sent {
+		o := schedule.Fired
+		if !s.ok {
+			o = schedule.Failed
+		}
+		f.count(o, 1, s.late)
+	}
+	if sc.Paused || sc.NextMs == 0 {
+		return true, nil
+	}
+	if next := time.UnixMilli(sc.NextMs); !f.st.now().Before(next) {
+		return false, nil // the next due time passed meanwhile: plan it now
+	}
+	return true, f.st.arm(ctx, sc.ID, time.UnixMilli(sc.NextMs))
+}
+
+// write stores the schedule with compare-and-set and returns its new
+// revision; 0 when another write came first (plan again).
+func (f *Firer) write(ctx context.Context, sc *schedule.Schedule, rev uint64) (uint64, error) {
 	b, err := sc.Encode()
 	if err != nil {
-		return true, err
+		return 0, err
 	}
-	if _, err := f.st.kv.Update(ctx, sc.ID, b, rev); err != nil {
+	rev, err = f.st.kv.Update(ctx, sc.ID, b, rev)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return false, nil // another worker, or a change: plan again
+			return 0, nil // another worker, or a change: plan again
 		}
-		return true, fmt.Errorf("schedstore: record %s: %w", sc.ID, err)
+		return 0, fmt.Errorf("schedstore: record %s: %w", sc.ID, err)
 	}
-	for _, d := range ds {
-		f.count(d, now)
-	}
-	return true, nil
+	return rev, nil
 }
 
-// recordSent notes the sent firings the record does not hold yet (due
-// after its last handled one), and reports whether it noted any.
-func recordSent(sc *schedule.Schedule, sent map[int64]schedule.Firing) bool {
-	var dues []int64
-	for due := range sent {
-		if due > sc.LastDueMs {
-			dues = append(dues, due)
-		}
-	}
-	slices.Sort(dues)
-	for _, due := range dues {
-		fi := sent[due]
-		sc.Note(fi)
-		sc.LastDueMs, sc.LastSession, sc.LastRun = due, fi.Session, fi.RunID
-	}
-	return len(dues) > 0
-}
-
-func (f *Firer) count(d schedule.Decision, now time.Time) {
-	f.Stats.Handled.Add(int64(d.Count))
-	switch d.Outcome {
+// count counts a handled outcome standing for n due times, late as it
+// was handled.
+func (f *Firer) count(o schedule.Outcome, n int, late time.Duration) {
+	f.Stats.Handled.Add(int64(n))
+	switch o {
 	case schedule.Fired:
 		f.Stats.Fired.Add(1)
 	case schedule.Skipped:
 		f.Stats.Skipped.Add(1)
 	case schedule.Missed:
-		f.Stats.Missed.Add(int64(d.Count))
+		f.Stats.Missed.Add(int64(n))
 	case schedule.Failed:
 		f.Stats.Failed.Add(1)
 	}
 	if f.cfg.Observe != nil {
-		f.cfg.Observe(d.Outcome, d.Count, now.Sub(d.Due))
+		f.cfg.Observe(o, n, late)
 	}
 }
 
@@ -365,10 +403,14 @@ func (f *Firer) Reconcile(ctx context.Context) error {
 		f.cfg.Log.Error().Err(e).Msg("schedules: corrupt record skipped")
 	}
 	for _, sc := range all {
-		if sc.Paused || sc.NextMs == 0 || armed[sc.ID] {
+		if armed[sc.ID] || (len(sc.Pending) == 0 && (sc.Paused || sc.NextMs == 0)) {
 			continue
 		}
-		if err := f.st.arm(ctx, sc.ID, time.UnixMilli(sc.NextMs)); err != nil {
+		at := time.UnixMilli(sc.NextMs)
+		if len(sc.Pending) > 0 {
+			at = f.st.now() // a plan to send: at once
+		}
+		if err := f.st.arm(ctx, sc.ID, at); err != nil {
 			return err
 		}
 	}

@@ -102,28 +102,36 @@ func every(d time.Duration, text string) *schedule.Schedule {
 // waitHistory waits until the schedule's history satisfies cond.
 func (b bundle) waitHistory(t *testing.T, id string, what string, cond func([]schedule.Firing) bool) *schedule.Schedule {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// The history is a KV record: watch it (its current value first, so
+	// no write between a read and a watch is missed).
+	w, err := b.store.kv.Watch(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	deadline := time.After(time.Minute)
+	var last *schedule.Schedule
 	for {
-		sc, _, err := b.store.Get(t.Context(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cond(sc.History) {
-			return sc
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: history %+v", what, sc.History)
-		}
-		// The history is a KV record: watch it instead of sleeping.
-		w, err := b.store.kv.Watch(t.Context(), id, jetstream.UpdatesOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
 		select {
-		case <-w.Updates():
-		case <-time.After(time.Until(deadline)):
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			sc, err := schedule.Decode(e.Value())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A settled record: a plan whose firings are not sent yet
+			// notes them once they are.
+			if last = sc; len(sc.Pending) == 0 && cond(sc.History) {
+				return sc
+			}
+		case <-deadline:
+			if last == nil {
+				t.Fatalf("waiting for %s: no record", what)
+			}
+			t.Fatalf("waiting for %s: history %+v, pending %v", what, last.History, last.Pending)
 		}
-		_ = w.Stop()
 	}
 }
 
@@ -465,26 +473,76 @@ func TestTimerSurvivesServerRestart(t *testing.T) {
 	b.waitHistory(t, sc.ID, "a firing after the restart", func(h []schedule.Firing) bool { return len(fired(h)) >= 1 })
 }
 
-// TestPauseDuringFiringRecordsIt: a firing sent by a handler whose record
-// write then lost to a pause is still recorded (the handler re-reads the
-// paused record and notes what it sent), not left unaccounted for.
-func TestPauseDuringFiringRecordsIt(t *testing.T) {
-	t.Parallel()
-	b, f, sc, due := hourlyDue(t)
-	run, err := f.send(t.Context(), sc, "alice", due, b.clock.Now()) // the handler's send…
+// planOnly stores what a handler's plan for the schedule's first due
+// time writes before it sends (the firing pending), as a handler that
+// then died or lost its next record write leaves it.
+func planOnly(t *testing.T, b bundle, id string, due time.Time) *schedule.Schedule {
+	t.Helper()
+	sc, rev, err := b.store.Get(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.SetPaused(t.Context(), sc.ID, true); err != nil { // …then the pause wins the write
+	now := b.clock.Now()
+	sc.Pending, sc.PlannedMs = []int64{due.UnixMilli()}, now.UnixMilli()
+	sc.LastDueMs, sc.NextMs = due.UnixMilli(), due.Add(time.Hour).UnixMilli()
+	data, err := sc.Encode()
+	if err != nil {
 		t.Fatal(err)
 	}
-	sent := map[int64]schedule.Firing{due.UnixMilli(): {DueMs: due.UnixMilli(), Outcome: schedule.Fired, Session: "alice", RunID: run}}
-	if done, err := f.handleOnce(t.Context(), sc.ID, sent); !done || err != nil {
-		t.Fatalf("handleOnce: %v %v", done, err)
+	if _, err := b.store.kv.Update(t.Context(), id, data, rev); err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// TestSentFiringNotPlannedAgain: a handler planned a firing, sent it and
+// lost the record write that says so (a timeout at a stream leader's
+// death); the retry comes after the next due time. The sent firing is
+// recorded as fired with its first run, once on the lane, and the next
+// due time is planned on its own. Before plans were stored ahead of their
+// sends, the retry planned both due times again: the sent one recorded
+// as missed, its turn run all the same (the fault soak's schedule: 27
+// turns, 26 fired).
+func TestSentFiringNotPlannedAgain(t *testing.T) {
+	t.Parallel()
+	b, f, sc, due := hourlyDue(t)
+	sc = planOnly(t, b, sc.ID, due)
+	first, err := f.send(t.Context(), sc, "alice", due, time.UnixMilli(sc.PlannedMs)) // sent; the record write lost
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Hour + 2*schedule.OnTimeGrace) // the retry, past the next due time's grace
+	if err := f.Handle(t.Context(), sc.ID); err != nil {
+		t.Fatal(err)
 	}
 	got, _, _ := b.store.Get(t.Context(), sc.ID)
-	if len(got.History) != 1 || got.History[0].RunID != run || !got.Paused {
-		t.Fatalf("history %+v, paused %v", got.History, got.Paused)
+	if ids := b.inbound(t, "alice"); len(ids) != 2 {
+		t.Fatalf("lane holds %v; history %+v", ids, got.History)
+	}
+	if len(got.History) != 2 || got.History[0].Outcome != schedule.Fired || got.History[0].RunID != first ||
+		got.History[1].Outcome != schedule.Fired || got.History[1].DueMs != due.Add(time.Hour).UnixMilli() || len(got.Pending) != 0 {
+		t.Fatalf("history %+v, pending %v; the first send's run %s", got.History, got.Pending, first)
+	}
+}
+
+// TestPlannedFiringSentAfterPause: a plan stored by a handler that died
+// before sending is carried out by the next handler, though the schedule
+// was paused meanwhile: the plan was made while it ran, and its due time
+// is recorded as fired with its run, never left without one.
+func TestPlannedFiringSentAfterPause(t *testing.T) {
+	t.Parallel()
+	b, f, sc, due := hourlyDue(t)
+	planOnly(t, b, sc.ID, due)
+	if _, err := b.store.SetPaused(t.Context(), sc.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Handle(t.Context(), sc.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := b.store.Get(t.Context(), sc.ID)
+	ids := b.inbound(t, "alice")
+	if len(ids) != 1 || len(got.History) != 1 || got.History[0].RunID == "" || len(got.Pending) != 0 || !got.Paused {
+		t.Fatalf("lane %v; history %+v, pending %v, paused %v", ids, got.History, got.Pending, got.Paused)
 	}
 }
 

@@ -2,12 +2,14 @@ package schedule
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -63,6 +65,15 @@ type Schedule struct {
 	// make a firing a duplicate.
 	Secret  string   `json:"secret,omitempty"`
 	History []Firing `json:"history,omitempty"`
+	// Pending holds the due times (Unix ms) of a plan's firings not yet
+	// recorded as sent (History notes them once sent), and PlannedMs when
+	// the plan was made. The plan is stored before its
+	// firings are sent, so a handler that dies or loses its record write
+	// leaves them to the next one, which sends them (a second send is a
+	// duplicate the stream drops) instead of planning those due times
+	// again.
+	Pending   []int64 `json:"pending,omitempty"`
+	PlannedMs int64   `json:"plannedMs,omitempty"`
 }
 
 // Firing is one entry of a schedule's run history.
@@ -96,6 +107,8 @@ func (s *Schedule) Validate() error {
 		return bad("no firing secret")
 	case len(s.History) > HistoryLen:
 		return bad("%d history entries (at most %d)", len(s.History), HistoryLen)
+	case len(s.Pending) > MaxCatchUpAll+1:
+		return bad("%d pending firings (at most %d)", len(s.Pending), MaxCatchUpAll+1)
 	case len(s.Message.Text) > MaxTextBytes:
 		return bad("message text of %d bytes (at most %d)", len(s.Message.Text), MaxTextBytes)
 	case s.Message.Stop || s.Message.IsSettings() || len(s.Message.ToolResults) > 0 || len(s.Message.Tools) > 0:
@@ -171,9 +184,14 @@ func (s *Schedule) Public() *Schedule {
 // Timer compiles the schedule's spec (valid in a decoded schedule).
 func (s *Schedule) Timer() (*Timer, error) { return s.Spec.Compile() }
 
-// Note appends a firing to the history, keeping the newest HistoryLen.
+// Note adds a firing to the history, in due-time order (a plan's firings
+// are noted once sent, after the due times it did not fire), keeping the
+// newest HistoryLen.
 func (s *Schedule) Note(f Firing) {
 	s.History = append(s.History, f)
+	if n := len(s.History); n > 1 && s.History[n-2].DueMs > f.DueMs {
+		slices.SortStableFunc(s.History, func(a, b Firing) int { return cmp.Compare(a.DueMs, b.DueMs) })
+	}
 	if n := len(s.History) - HistoryLen; n > 0 {
 		s.History = append(s.History[:0:0], s.History[n:]...)
 	}

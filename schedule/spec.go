@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	// The IANA zone database, built in: a schedule's zone must resolve the
+	// same on every worker, also on a machine or image without
+	// /usr/share/zoneinfo (a distroless container, Windows). About 450 KB.
+	_ "time/tzdata"
 )
 
 // ErrBadSpec means a schedule's timing (cron, interval, time, zone) is

@@ -20,7 +20,7 @@ cleanup() {
 trap cleanup EXIT
 
 model_flag=()
-if [[ -z "${ANTHROPIC_API_KEY:-}${OPENAI_API_KEY:-}${GEMINI_API_KEY:-}${GOOGLE_API_KEY:-}${OPENROUTER_API_KEY:-}${MISTRAL_API_KEY:-}" ]]; then
+if [[ -z "${ANTHROPIC_API_KEY:-}${OPENAI_API_KEY:-}${GEMINI_API_KEY:-}${GOOGLE_API_KEY:-}${OPENROUTER_API_KEY:-}${MISTRAL_API_KEY:-}${GOOGLE_APPLICATION_CREDENTIALS:-}" ]]; then
 	echo "== no API key set: using the built-in scripted/echo model"
 	model_flag=(--scripted --model scripted/echo --scripted-delay 60ms)
 fi

@@ -23,6 +23,9 @@ const (
 	// exited (or was killed) while a background process still holds the
 	// output pipe.
 	drainGrace = 250 * time.Millisecond
+	// drainHungUp bounds the wait for the end of output that no process
+	// holds any more (see drain): it is in the pipe already.
+	drainHungUp = 10 * time.Second
 )
 
 // execTool is the built-in "exec": {command, timeout?}.
@@ -276,7 +279,18 @@ func (r *execRun) drain() bool {
 	select {
 	case <-r.eof:
 	case <-time.After(drainGrace):
+		// A loaded machine may not have run the copy to the pipe's end
+		// yet (a loaded run of the suite reported "cat; echo done" as
+		// held): if no process holds the pipe any more, its end is at
+		// hand.
 		ended = false
+		if writersGone(r.pr) {
+			select {
+			case <-r.eof:
+				ended = true
+			case <-time.After(drainHungUp):
+			}
+		}
 	}
 	r.pr.Close()
 	<-r.eof

@@ -9,3 +9,6 @@ const oNonblock = 0
 
 // exitSignal is "" where processes do not end by signals.
 func exitSignal(*os.ProcessState) string { return "" }
+
+// writersGone cannot tell where pipes have no POLLHUP: false.
+func writersGone(*os.File) bool { return false }

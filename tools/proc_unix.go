@@ -5,6 +5,8 @@ package tools
 import (
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // oNonblock makes opening a FIFO fail or return at once instead of blocking.
@@ -50,4 +52,22 @@ func signame(s syscall.Signal) string {
 		return "ALRM"
 	}
 	return "(" + s.String() + ")"
+}
+
+// writersGone reports whether every writer of the pipe whose read end is
+// f has closed it (the kernel flags the read end POLLHUP): what is left
+// of its output is in the pipe already, and its end follows.
+func writersGone(f *os.File) bool {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	_ = sc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			gone = fds[0].Revents&unix.POLLHUP != 0
+		}
+	})
+	return gone
 }

@@ -9,6 +9,7 @@
 //	               [--allow-tools A,B] [--deny-tools C] [--approve-tools D] [--reset]
 //	publisher history --session KEY [--json]
 //	publisher import --session KEY FILE.jsonl
+//	publisher mcp (an MCP server on stdin and stdout: send_message, get_run, read_history, list_sessions)
 //	publisher stop --session KEY [--no-follow]
 //	publisher runs | sessions [forget KEY] | backlog --session KEY | dlq list|show|replay|purge | auth status|reset
 //	publisher version (also --version)
@@ -244,7 +245,7 @@ command line.`,
 	})
 	c.register(root.PersistentFlags())
 	root.AddGroup(&cobra.Group{ID: "session", Title: "Sessions:"}, &cobra.Group{ID: "ops", Title: "Operating the fleet:"})
-	for _, cmd := range []*cobra.Command{sendCommand(c), followCommand(c), stopCommand(c), settingsCommand(c), historyCommand(c), importCommand(c)} {
+	for _, cmd := range []*cobra.Command{sendCommand(c), followCommand(c), stopCommand(c), settingsCommand(c), historyCommand(c), importCommand(c), mcpCommand(c)} {
 		cmd.GroupID = "session"
 		root.AddCommand(cmd)
 	}

@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"budgetstore":            {"events", "governance", "internal/backoff"},
 	"chatcmd":                {"events"},
 	"internal/cmd/lanebench": {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
-	"cmd/publisher":          {"", "admin", "agents", "events", "governance", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "schedule"},
+	"cmd/publisher":          {"", "admin", "agents", "events", "gateway/auth", "gateway/mcpserver", "governance", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "schedule"},
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "governance", "internal/version"},
 	"cmd/worker":             {"", "gateway", "gateway/openai", "governance", "guard", "hooks", "internal/cgroup", "internal/fleet", "internal/version", "lanes", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
 	"compaction":             {"ecmatext", "message", "provider", "sessionfile"},
@@ -78,9 +78,10 @@ var allowed = map[string][]string{
 	"provider/internal/wiretest":  {"message", "provider", "provider/internal/wirecache"},
 	"provider/local":              {"provider", "provider/catalog"},
 	"provider/openai":             {"message", "provider", "provider/failover", "provider/internal/adapter", "provider/internal/jsonfast", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},
-	"provider/registry":           {"authprofile", "guard", "message", "provider", "provider/anthropic", "provider/catalog", "provider/google", "provider/local", "provider/openai", "provider/scripted"},
+	"provider/registry":           {"authprofile", "guard", "message", "provider", "provider/anthropic", "provider/catalog", "provider/google", "provider/internal/adapter", "provider/local", "provider/openai", "provider/scripted", "provider/vertex"},
 	"provider/scripted":           {"message", "provider"},
 	"provider/transform":          {"message", "provider"},
+	"provider/vertex":             {"message", "provider", "provider/anthropic", "provider/catalog", "provider/google", "provider/internal/adapter"},
 	"redact":                      {},
 	"replytext":                   {"ecmatext", "message"},
 	"retention":                   {},
@@ -103,7 +104,9 @@ var allowed = map[string][]string{
 	"tracing/otlp":                {"internal/backoff"},
 	// The HTTP gateway (being built): the client and the wire schema.
 	"gateway/console": {"gateway/route"},
-	"gateway/...":     {"", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "schedstore", "schedule", "sessionfile", "governance", "agents", "agentstore"},
+	// The fleet as an MCP server: the client, the caller, the wire types.
+	"gateway/mcpserver": {"", "admin", "events", "gateway/auth", "internal/version", "message"},
+	"gateway/...":       {"", "events", "message", "metrics", "permission", "lanes/queue", "lanes/sessionsvc", "admin", "internal/...", "gateway/...", "schedstore", "schedule", "sessionfile", "governance", "agents", "agentstore"},
 }
 
 // TestAllowedImports checks every package's direct imports of the module's

@@ -43,11 +43,32 @@ type Config = adapter.Config
 type Adapter struct {
 	client adapter.Client
 	wire   *wireCache
+	route  Route
+}
+
+// Route says where an adapter's calls go and what their body names.
+type Route struct {
+	// Version, when set, is sent in the body as anthropic_version and the
+	// model is left out of the body, its URL naming it (Anthropic on
+	// Vertex AI); empty sends the Messages API's body.
+	Version string
+	// Target returns where the call of req goes and how it is
+	// authenticated: its base URL, path and headers (the body is the
+	// adapter's); betas are the beta features the body uses. An error
+	// fails the call; a *provider.Error fails it as it is.
+	Target func(ctx context.Context, req *provider.Request, betas []string) (adapter.Call, error)
 }
 
 // New returns an Anthropic Messages adapter.
 func New(cfg Config) *Adapter {
-	return &Adapter{client: adapter.NewClient("anthropic", cfg), wire: newWireCache(cfg.WireCacheBytes)}
+	return NewRouted("anthropic", cfg, Route{Target: messagesAPI})
+}
+
+// NewRouted returns an adapter that sends the Messages API's request
+// where r says and reads its stream: the same wire API served elsewhere
+// (Vertex AI's rawPredict). name prefixes its error messages.
+func NewRouted(name string, cfg Config, r Route) *Adapter {
+	return &Adapter{client: adapter.NewClient(name, cfg), wire: newWireCache(cfg.WireCacheBytes), route: r}
 }
 
 var _ provider.Provider = (*Adapter)(nil)
@@ -56,18 +77,28 @@ var _ provider.Provider = (*Adapter)(nil)
 // return the partial message and a *provider.Error.
 func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	return a.client.Run(ctx, req, emit, adapter.Spec{
-		Build: func() (adapter.Call, error) { return build(req, a.wire) },
+		Build: func() (adapter.Call, error) { return build(ctx, req, a.wire, a.route) },
 		Parse: func(b *stream.Builder) adapter.Parser { return &parser{b: b, blocks: map[int]int{}} },
 	})
 }
 
-// build builds the request of req: its body, and the model's base URL,
-// credentials and betas.
-func build(req *provider.Request, cache *wireCache) (adapter.Call, error) {
-	body, betas, err := buildRequest(req, cache)
+// build builds the request of req: its body, sent where r says.
+func build(ctx context.Context, req *provider.Request, cache *wireCache, r Route) (adapter.Call, error) {
+	body, betas, err := buildRequest(req, cache, r.Version)
 	if err != nil {
 		return adapter.Call{}, err
 	}
+	call, err := r.Target(ctx, req, betas)
+	if err != nil {
+		return adapter.Call{}, err
+	}
+	call.Body = body
+	return call, nil
+}
+
+// messagesAPI routes a call to the Messages API under the model's base
+// URL, with its credentials and betas.
+func messagesAPI(_ context.Context, req *provider.Request, betas []string) (adapter.Call, error) {
 	base := req.Model.BaseURL
 	if base == "" {
 		base = DefaultBaseURL
@@ -86,7 +117,7 @@ func build(req *provider.Request, cache *wireCache) (adapter.Call, error) {
 	if len(betas) > 0 {
 		h.Set("anthropic-beta", strings.Join(betas, ","))
 	}
-	return adapter.Call{Base: base, Path: "v1/messages", Header: h, Body: body}, nil
+	return adapter.Call{Base: base, Path: "v1/messages", Header: h}, nil
 }
 
 // Outcome maps the stop reason to the reply's (see adapter.Parser).
@@ -215,16 +246,18 @@ func (p *parser) fastDelta(data []byte) bool {
 // Event applies one event of the stream (see adapter.Parser).
 func (p *parser) Event(ev sse.Event) *provider.Error {
 	data := bytes.TrimSpace(ev.Data)
-	name := string(ev.Name)
-	if name == "error" {
+	// The name is compared as bytes until the fast path has passed: a
+	// string of it escapes below, one allocation per delta otherwise.
+	if string(ev.Name) == "error" {
 		return failover.FromStream(data, errors.New("anthropic: error event"))
 	}
 	if len(data) == 0 {
 		return nil
 	}
-	if name == "content_block_delta" && p.fastDelta(data) {
+	if string(ev.Name) == "content_block_delta" && p.fastDelta(data) {
 		return nil
 	}
+	name := string(ev.Name)
 	var e event
 	if err := json.Unmarshal(data, &e); err != nil {
 		return stream.Protocol("anthropic: malformed %s event: %v", name, err)

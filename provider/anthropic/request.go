@@ -22,7 +22,8 @@ var budgets = map[provider.ThinkingLevel]int{
 }
 
 type apiRequest struct {
-	Model        string         `json:"model"`
+	Model        string         `json:"model,omitempty"`
+	Version      string         `json:"anthropic_version,omitempty"`
 	MaxTokens    int            `json:"max_tokens"`
 	Stream       bool           `json:"stream"`
 	System       []apiBlock     `json:"system,omitempty"`
@@ -114,11 +115,15 @@ func normalizeID(id string) string { return transform.SanitizeID(id, 64) }
 
 // buildRequest maps a request to a Messages API body and the beta features
 // it needs, reusing the JSON of the messages the session's last request
-// had (cache nil: none).
-func buildRequest(req *provider.Request, cache *wireCache) ([]byte, []string, error) {
+// had (cache nil: none). A version goes in the body as anthropic_version
+// in place of the model (see Route).
+func buildRequest(req *provider.Request, cache *wireCache, version string) ([]byte, []string, error) {
 	m := req.Model
 	images := hasImageInput(m)
 	body := apiRequest{Model: m.ID, Stream: true}
+	if version != "" {
+		body.Model, body.Version = "", version
+	}
 	base := req.MaxTokens
 	if base <= 0 {
 		base = m.MaxTokens

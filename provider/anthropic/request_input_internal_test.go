@@ -23,7 +23,7 @@ func TestToolUseWithoutArgumentsSendsInput(t *testing.T) {
 			{Role: message.RoleToolResult, ToolCallID: "call_1", ToolName: "clock", Content: message.PlainText("12:00"), Timestamp: 3},
 		}
 		for _, cache := range []*wireCache{nil, newWireCache(WireCacheBytesDefault)} {
-			body, _, err := buildRequest(&provider.Request{Model: model, Messages: msgs, SessionID: "s"}, cache)
+			body, _, err := buildRequest(&provider.Request{Model: model, Messages: msgs, SessionID: "s"}, cache, "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,7 @@ import (
 // wire is this adapter for the wire cache tests every adapter passes.
 var wire = wiretest.Wire[apiMessage, wireConv]{
 	Build: func(req *provider.Request, cache *wireCache) ([]byte, error) {
-		body, _, err := buildRequest(req, cache)
+		body, _, err := buildRequest(req, cache, "")
 		return body, err
 	},
 	New:   newWireCache,

@@ -28,6 +28,8 @@ const (
 	APIOpenAICompletions  = "openai-completions"
 	APIOpenAIResponses    = "openai-responses"
 	APIGoogleGenerativeAI = "google-generative-ai"
+	APIGoogleVertex       = "google-vertex"    // Gemini on Vertex AI
+	APIAnthropicVertex    = "anthropic-vertex" // Claude on Vertex AI (rawPredict)
 )
 
 // Conservative defaults for a model the catalog does not know.
@@ -45,8 +47,9 @@ var builtin []byte
 
 // ProviderInfo describes a known provider: its default wire API and base
 // URL, the environment variables that may hold its API key (first non-empty
-// wins) and override its base URL, and whether it runs without a key (local
-// servers).
+// wins) and override its base URL, whether it runs without a key (local
+// servers), and when its adapter finds credentials itself when given
+// none (a cloud's default credential chain).
 type ProviderInfo struct {
 	Name       string
 	API        string
@@ -54,6 +57,12 @@ type ProviderInfo struct {
 	KeyEnv     []string
 	BaseURLEnv []string
 	NoKey      bool
+	// AmbientEnv, when set, says the adapter looks for the cloud's
+	// default credentials itself when it is given no key (Google's
+	// metadata server), so a call needs none; any of these variables
+	// set says a worker is meant to call it without one
+	// (GOOGLE_CLOUD_PROJECT).
+	AmbientEnv []string
 }
 
 var providers = []ProviderInfo{
@@ -67,6 +76,8 @@ var providers = []ProviderInfo{
 	{Name: "cerebras", API: APIOpenAICompletions, BaseURL: "https://api.cerebras.ai/v1", KeyEnv: []string{"CEREBRAS_API_KEY"}, BaseURLEnv: []string{"CEREBRAS_BASE_URL"}},
 	{Name: "deepseek", API: APIOpenAICompletions, BaseURL: "https://api.deepseek.com/v1", KeyEnv: []string{"DEEPSEEK_API_KEY"}, BaseURLEnv: []string{"DEEPSEEK_BASE_URL"}},
 	{Name: "zai", API: APIOpenAICompletions, BaseURL: "https://api.z.ai/api/coding/paas/v4", KeyEnv: []string{"ZAI_API_KEY"}, BaseURLEnv: []string{"ZAI_BASE_URL"}},
+	{Name: "vertex", API: APIGoogleVertex, BaseURL: "https://aiplatform.googleapis.com", KeyEnv: []string{"GOOGLE_APPLICATION_CREDENTIALS"}, BaseURLEnv: []string{"VERTEX_BASE_URL"}, AmbientEnv: []string{"GOOGLE_CLOUD_PROJECT"}},
+	{Name: "vertex-anthropic", API: APIAnthropicVertex, BaseURL: "https://aiplatform.googleapis.com", KeyEnv: []string{"GOOGLE_APPLICATION_CREDENTIALS"}, BaseURLEnv: []string{"VERTEX_ANTHROPIC_BASE_URL", "VERTEX_BASE_URL"}, AmbientEnv: []string{"GOOGLE_CLOUD_PROJECT"}},
 	{Name: "ollama", API: APIOpenAICompletions, BaseURL: "http://localhost:11434/v1", BaseURLEnv: []string{"OLLAMA_BASE_URL"}, NoKey: true},
 	{Name: "vllm", API: APIOpenAICompletions, BaseURL: "http://localhost:8000/v1", KeyEnv: []string{"VLLM_API_KEY"}, BaseURLEnv: []string{"VLLM_BASE_URL"}, NoKey: true},
 	{Name: "lmstudio", API: APIOpenAICompletions, BaseURL: "http://localhost:1234/v1", BaseURLEnv: []string{"LMSTUDIO_BASE_URL"}, NoKey: true},
@@ -357,4 +368,4 @@ func checkModel(m provider.Model) error {
 }
 
 // apis are the wire APIs an adapter exists for, as error messages list them.
-var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI}
+var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI, APIGoogleVertex, APIAnthropicVertex}

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"regexp"
@@ -15,10 +16,19 @@ import (
 // error body. It understands Anthropic ({"type":"error","error":{"type",
 // "message"}}), OpenAI ({"error":{"message","type","code"}}), Gemini
 // ({"error":{"code","message","status","details"}}) and flat bodies such as
-// Mistral's ({"object":"error","message","type","code"}). A body that is not
+// Mistral's ({"object":"error","message","type","code"}), and Vertex AI's
+// array around a Gemini-style one ([{"error":{...}}]). A body that is not
 // JSON becomes the message, trimmed.
 func ParseBody(body []byte) Info {
 	var in Info
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' {
+		// Vertex AI wraps a Google error in an array
+		// ([{"error":{...}}]): the first element is the error.
+		var arr []json.RawMessage
+		if json.Unmarshal(t, &arr) == nil && len(arr) > 0 && len(bytes.TrimSpace(arr[0])) > 0 && bytes.TrimSpace(arr[0])[0] == '{' {
+			return ParseBody(arr[0])
+		}
+	}
 	var raw map[string]json.RawMessage
 	if json.Unmarshal(body, &raw) != nil {
 		in.Message = strings.TrimSpace(string(body))

@@ -38,11 +38,22 @@ type Config = adapter.Config
 type Adapter struct {
 	client adapter.Client
 	wire   *wireCache
+	route  Route
 }
 
-// New returns a Gemini adapter.
-func New(cfg Config) *Adapter {
-	return &Adapter{client: adapter.NewClient("google", cfg), wire: newWireCache(cfg.WireCacheBytes)}
+// Route returns where the call of req goes and how it is authenticated:
+// its base URL, path and headers (the body is the adapter's). An error
+// fails the call; a *provider.Error fails it as it is.
+type Route func(ctx context.Context, req *provider.Request) (adapter.Call, error)
+
+// New returns a Gemini API adapter.
+func New(cfg Config) *Adapter { return NewRouted("google", cfg, geminiAPI) }
+
+// NewRouted returns an adapter that sends the Gemini API's request body
+// where route says and reads its stream: the same wire API served
+// elsewhere (Vertex AI). name prefixes its error messages.
+func NewRouted(name string, cfg Config, route Route) *Adapter {
+	return &Adapter{client: adapter.NewClient(name, cfg), wire: newWireCache(cfg.WireCacheBytes), route: route}
 }
 
 var _ provider.Provider = (*Adapter)(nil)
@@ -51,7 +62,7 @@ var _ provider.Provider = (*Adapter)(nil)
 // return the partial message and a *provider.Error.
 func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	return a.client.Run(ctx, req, emit, adapter.Spec{
-		Build: func() (adapter.Call, error) { return build(req, a.wire) },
+		Build: func() (adapter.Call, error) { return build(ctx, req, a.wire, a.route) },
 		Parse: func(b *stream.Builder) adapter.Parser {
 			return &parser{b: b, cur: -1, ids: map[string]bool{}, nowMs: b.Timestamp()}
 		},
@@ -107,19 +118,28 @@ func endpoint(base string) string {
 	return base
 }
 
-// build builds the request of req: its body, and the model's
-// streamGenerateContent under its base URL, with its key as a header.
-func build(req *provider.Request, cache *wireCache) (adapter.Call, error) {
-	body, err := buildRequest(req, cache)
+// build builds the request of req: where route sends it, with the
+// generateContent body.
+func build(ctx context.Context, req *provider.Request, cache *wireCache, route Route) (adapter.Call, error) {
+	call, err := route(ctx, req)
 	if err != nil {
 		return adapter.Call{}, err
 	}
+	if call.Body, err = buildRequest(req, cache); err != nil {
+		return adapter.Call{}, err
+	}
+	return call, nil
+}
+
+// geminiAPI routes a call to the model's streamGenerateContent under its
+// base URL, with its key as a header.
+func geminiAPI(_ context.Context, req *provider.Request) (adapter.Call, error) {
 	h := http.Header{}
 	if k := req.APIKey.Reveal(); k != "" {
 		h.Set("x-goog-api-key", k)
 	}
 	path := "models/" + url.PathEscape(req.Model.ID) + ":streamGenerateContent?alt=sse"
-	return adapter.Call{Base: endpoint(req.Model.BaseURL), Path: path, Header: h, Body: body}, nil
+	return adapter.Call{Base: endpoint(req.Model.BaseURL), Path: path, Header: h}, nil
 }
 
 type chunk struct {

@@ -5,7 +5,9 @@ import (
 	"github.com/lanefleet/lanefleet/provider/anthropic"
 	"github.com/lanefleet/lanefleet/provider/catalog"
 	"github.com/lanefleet/lanefleet/provider/google"
+	"github.com/lanefleet/lanefleet/provider/internal/adapter"
 	"github.com/lanefleet/lanefleet/provider/openai"
+	"github.com/lanefleet/lanefleet/provider/vertex"
 )
 
 // addAdapters registers the adapters besides Chat Completions.
@@ -13,4 +15,6 @@ func addAdapters(m map[string]provider.Provider, cfg Config) {
 	m[catalog.APIAnthropicMessages] = anthropic.New(anthropic.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now, WireCacheBytes: cfg.WireCacheBytes})
 	m[catalog.APIGoogleGenerativeAI] = google.New(google.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now, WireCacheBytes: cfg.WireCacheBytes})
 	m[catalog.APIOpenAIResponses] = openai.NewResponses(openai.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now, WireCacheBytes: cfg.WireCacheBytes})
+	v := vertex.New(vertex.Config{Config: adapter.Config{HTTPClient: cfg.HTTPClient, IdleTimeout: cfg.IdleTimeout, Now: cfg.Now, WireCacheBytes: cfg.WireCacheBytes}, Env: cfg.Env})
+	m[catalog.APIGoogleVertex], m[catalog.APIAnthropicVertex] = v, v
 }

@@ -176,7 +176,8 @@ func HasAPIKey(env func(string) string) bool {
 // returned provider fills Request.APIKey from the environment when the
 // request has none, and fails with an auth error ("No API key found for
 // provider …") when a known hosted provider has no key configured (local
-// servers and custom providers are called without one). It
+// servers, custom providers and providers whose adapter finds a cloud's
+// default credentials are called without one). It
 // returns an error wrapping ErrUnsupportedAPI for an API without adapter.
 func (r *Registry) Provider(m provider.Model) (provider.Provider, error) {
 	a, ok := r.adapters[m.API]
@@ -205,7 +206,7 @@ type keyed struct {
 func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	if req.APIKey == "" {
 		key, ok := k.r.APIKey(req.Model.Provider)
-		if !ok && NeedsKey(req.Model) {
+		if !ok && NeedsKey(req.Model) && !ambient(req.Model.Provider) {
 			err := &provider.Error{Reason: provider.ReasonAuth, Message: fmt.Sprintf("No API key found for provider %q.", req.Model.Provider)}
 			msg := message.Message{Role: message.RoleAssistant, API: req.Model.API, Provider: req.Model.Provider, Model: req.Model.ID,
 				StopReason: message.StopError, ErrorMessage: err.Message, Usage: &message.Usage{}}
@@ -230,6 +231,13 @@ func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(pro
 func NeedsKey(m provider.Model) bool {
 	p, known := catalog.Provider(m.Provider)
 	return known && !p.NoKey && needsKey(m)
+}
+
+// ambient reports a provider whose adapter looks for the cloud's default
+// credentials when it is given no key (catalog.ProviderInfo.AmbientEnv).
+func ambient(name string) bool {
+	p, ok := catalog.Provider(name)
+	return ok && len(p.AmbientEnv) > 0
 }
 
 // envName upper-cases a provider name for an environment variable.

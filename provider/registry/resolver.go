@@ -54,6 +54,7 @@ var defaultModels = []struct{ env, ref string }{
 	{"OPENAI_API_KEY", "openai/gpt-5-mini"},
 	{"GEMINI_API_KEY", "google/gemini-2.5-flash"},
 	{"GOOGLE_API_KEY", "google/gemini-2.5-flash"},
+	{"GOOGLE_APPLICATION_CREDENTIALS", "vertex/gemini-2.5-flash"},
 	{"OPENROUTER_API_KEY", "openrouter/anthropic/claude-sonnet-4.5"},
 	{"MISTRAL_API_KEY", "mistral/devstral-medium-latest"},
 }
@@ -118,14 +119,30 @@ func (r *Resolver) runnable(ref string, creds *authprofile.Store) error {
 	if err != nil {
 		return err
 	}
-	if !NeedsKey(res.Model) || r.hasKey(p, creds) {
+	if !NeedsKey(res.Model) || r.hasKey(p, creds) || r.ambientSet(p) {
 		return nil
 	}
 	hint := "add an auth profile for " + p + " to --auth-profiles"
 	if cp, ok := catalog.Provider(p); ok && len(cp.KeyEnv) > 0 {
 		hint = "set " + strings.Join(cp.KeyEnv, " or ") + ", or " + hint
+		if len(cp.AmbientEnv) > 0 {
+			hint += ", or set " + strings.Join(cp.AmbientEnv, " or ") + " to use the default credentials of the machine"
+		}
 	}
 	return fmt.Errorf("%q: no API key for provider %q (%s)", ref, p, hint)
+}
+
+// ambientSet reports whether p's adapter finds a cloud's default
+// credentials and the environment says they are meant
+// (GOOGLE_CLOUD_PROJECT set for Vertex AI on Google Cloud).
+func (r *Resolver) ambientSet(p string) bool {
+	cp, _ := catalog.Provider(p)
+	for _, name := range cp.AmbientEnv {
+		if strings.TrimSpace(r.env(name)) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // hasKey reports whether the worker holds a key for provider p.
@@ -219,7 +236,7 @@ func (r *Resolver) mayCall(p string, creds *authprofile.Store) bool {
 		return r.scripted != nil
 	}
 	cp, known := catalog.Provider(p)
-	return !known || cp.NoKey || r.hasKey(p, creds)
+	return !known || cp.NoKey || r.hasKey(p, creds) || r.ambientSet(p)
 }
 
 // ModelPolicy decides whether a worker runs a model a message or a

@@ -324,15 +324,5 @@ func soakCPUProfile(r int, round func()) error {
 		round()
 		return nil
 	}
-	f, err := os.Create(*turnsCPUProf + "." + strconv.Itoa(r))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := pprof.StartCPUProfile(f); err != nil {
-		return err
-	}
-	round()
-	pprof.StopCPUProfile()
-	return f.Close()
+	return cpuProfile(*turnsCPUProf+"."+strconv.Itoa(r), round)
 }

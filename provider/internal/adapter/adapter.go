@@ -9,6 +9,7 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"github.com/lanefleet/lanefleet/message"
@@ -70,7 +71,9 @@ type Parser interface {
 // the caller's stack.)
 type Spec struct {
 	// Build builds the request; an error fails the call as
-	// provider.ReasonFormat, "<name>: build request: <err>".
+	// provider.ReasonFormat, "<name>: build request: <err>", unless it is
+	// a *provider.Error (credentials that could not be had), which fails
+	// it as it is.
 	Build func() (Call, error)
 	// Parse returns the parser of the call's events, writing to b.
 	Parse func(b *stream.Builder) Parser
@@ -86,6 +89,9 @@ type Spec struct {
 func (c Client) Run(ctx context.Context, req *provider.Request, emit func(provider.Event), s Spec) (message.Message, error) {
 	b := stream.NewBuilder(req.Model, c.cfg.Now(), emit)
 	call, err := s.Build()
+	if pe := (*provider.Error)(nil); errors.As(err, &pe) {
+		return b.Fail(pe)
+	}
 	if err != nil {
 		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: c.name + ": build request: " + err.Error(), Err: err})
 	}

@@ -1,0 +1,122 @@
+package vertex
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/oauth2"
+)
+
+// Token lifetimes. Google's access tokens live an hour.
+const (
+	// RefreshBeforeDefault is how long before its expiry a token is
+	// refreshed in the background while calls go on using it.
+	RefreshBeforeDefault = 5 * time.Minute
+	// expiryMargin is how long before its expiry a token is no longer
+	// sent: a call waits for a new one instead.
+	expiryMargin = 10 * time.Second
+	// retryRefreshAfter spaces background refreshes that failed, so that
+	// a token endpoint that is down is not asked once per call.
+	retryRefreshAfter = 5 * time.Second
+)
+
+// errExpiredToken reports a token source that answered with a token
+// that had already expired.
+var errExpiredToken = errors.New("the token source gave an expired token")
+
+// tokens hands out one credential's access tokens to concurrent calls.
+// A call gets the token held while it is good for more than
+// expiryMargin, without waiting; the first call within the refresh window
+// (before) starts one refresh in the background, off every call's path,
+// and the calls go on with the token held until the new one replaces it.
+// Only when no good token is held do calls wait, all of them on the same
+// one fetch. Fetches go through an oauth2.ReuseTokenSource, whose early
+// expiry is the window, over the credential's own source.
+type tokens struct {
+	src    oauth2.TokenSource
+	before time.Duration
+	wg     *sync.WaitGroup // the owner's: it waits for the refreshes in flight
+
+	mu      sync.Mutex
+	tok     *oauth2.Token
+	asked   bool          // a refresh of tok was started
+	retry   time.Time     // no background refresh before this (one failed)
+	running chan struct{} // closed when the fetch in flight ends; nil when none
+	err     error         // the last fetch's failure
+}
+
+// newTokens returns the token cache of src. A src that is itself an
+// oauth2.ReuseTokenSource (as oauth2/google's are) is unwrapped, so a
+// refresh reaches the credential's token endpoint instead of the
+// wrapper's copy of the token.
+func newTokens(src oauth2.TokenSource, before time.Duration, wg *sync.WaitGroup) *tokens {
+	return &tokens{src: oauth2.ReuseTokenSourceWithExpiry(&oauth2.Token{}, src, before), before: before, wg: wg}
+}
+
+// good reports whether tok is good for more than d after now.
+func good(tok *oauth2.Token, now time.Time, d time.Duration) bool {
+	return tok != nil && tok.AccessToken != "" && (tok.Expiry.IsZero() || now.Add(d).Before(tok.Expiry))
+}
+
+// Token returns an access token good for at least expiryMargin. It waits
+// only when none is held, until the fetch ends or ctx is done.
+func (t *tokens) Token(ctx context.Context) (string, error) {
+	t.mu.Lock()
+	now := time.Now()
+	if tok := t.tok; good(tok, now, expiryMargin) {
+		if !good(tok, now, t.before) && !t.asked && !now.Before(t.retry) {
+			t.asked = true
+			t.fetchLocked()
+		}
+		t.mu.Unlock()
+		return tok.AccessToken, nil
+	}
+	done := t.fetchLocked()
+	t.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if good(t.tok, time.Now(), expiryMargin) {
+		return t.tok.AccessToken, nil
+	}
+	if t.err != nil {
+		return "", t.err
+	}
+	return "", errExpiredToken
+}
+
+// fetchLocked starts a fetch unless one is in flight, and returns the
+// channel closed when it ends. The fetch's goroutine is counted in t.wg;
+// it is bounded by the token client's timeout.
+func (t *tokens) fetchLocked() <-chan struct{} {
+	if t.running != nil {
+		return t.running
+	}
+	done := make(chan struct{})
+	t.running = done
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		tok, err := t.src.Token()
+		t.mu.Lock()
+		if err == nil && tok != nil {
+			t.tok, t.err = tok, nil
+		} else {
+			if err == nil {
+				err = errExpiredToken
+			}
+			t.err, t.retry = err, time.Now().Add(retryRefreshAfter)
+		}
+		t.asked = false
+		t.running = nil
+		t.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
