@@ -34,11 +34,11 @@ type Scheduler struct {
 	waitingT map[string]int       // deliveries in line by tenant
 	recent   map[string]time.Time // tenants that took or waited for a slot lately (shareKept)
 	held     int                  // the most free slots kept for tenants under their share (Shares)
-	maxBytes int64             // the byte budget; ≤ 0: none
-	bytes    int64             // charged to the slots in use
-	waitB    int64             // charged to the deliveries in line (at most maxBytes)
-	queue    []*Waiter         // oldest place first
-	lanes    map[string]*place // lanes that wait, or were handed back a moment ago
+	maxBytes int64                // the byte budget; ≤ 0: none
+	bytes    int64                // charged to the slots in use
+	waitB    int64                // charged to the deliveries in line (at most maxBytes)
+	queue    []*Waiter            // oldest place first
+	lanes    map[string]*place    // lanes that wait, or were handed back a moment ago
 	maxWait  int
 	pruned   time.Time
 
