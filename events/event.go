@@ -48,9 +48,9 @@ const (
 //
 // The lane that runs the message publishes these phases and nothing else
 // does: a turn's handler (the runner) streams its content (deltas, tool
-// and compaction events, retrying, retry, resumed, budget_warning) and
-// reports how the turn ended; the lane turns that into the end or error
-// event (Result.ErrorText).
+// and compaction events, retrying, retry, resumed, budget_warning,
+// waiting) and reports how the turn ended; the lane turns that into the
+// end or error event (Result.ErrorText).
 const (
 	PhaseStart   = "start"
 	PhaseEnd     = "end"
@@ -99,6 +99,12 @@ const (
 	// resumes it. Published on the run of each waiting message, before
 	// it starts; not terminal: the run starts once the pause ends.
 	PhasePaused = "paused"
+	// PhaseWaiting: the run's next model call waits for room in a
+	// provider rate limit the fleet shares (Data.Text says which and why,
+	// Data.DelayMs how long if nothing else is admitted meanwhile; 0 when
+	// it waits for calls in flight), instead of being sent to collect a
+	// 429. Not terminal: the call is made when it fits.
+	PhaseWaiting = "waiting"
 )
 
 // Phases of the tool and compaction streams. A tool call is start (Name,

@@ -95,7 +95,9 @@ const (
 	RunsBucket  = "runs"
 	// BudgetsBucket holds the budgets (budgetstore.DefaultBucket):
 	// workers reserve and settle their calls there; only the admin role
-	// sets limits (and writes the AGENT_AUDIT stream that records it).
+	// sets limits (and writes the AGENT_AUDIT stream that records it),
+	// but for the provider rate limits (rate.* keys) a worker's
+	// --rate-limit writes at start, unaudited.
 	BudgetsBucket = "budgets"
 	// SchedulesBucket holds the schedules (schedstore.DefaultBucket):
 	// workers record their firings there; only the admin role adds,

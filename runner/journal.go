@@ -194,7 +194,7 @@ func (s *journalSteps) mayHaveRun(n int, id string) bool { return s.replayed[cal
 // replayed (its text streamed to the run's events again, as one delta),
 // otherwise the provider is called and a completed reply is recorded
 // before the run goes on.
-func (ru *run) stream(ctx context.Context, prov provider.Provider, req *provider.Request) (message.Message, error) {
+func (ru *run) stream(ctx context.Context, prov provider.Provider, profile string, req *provider.Request) (message.Message, error) {
 	j := ru.journal
 	if j != nil {
 		if m, ok := j.turn.nextReply(ru.steps + 1); ok {
@@ -203,7 +203,7 @@ func (ru *run) stream(ctx context.Context, prov provider.Provider, req *provider
 			return m, nil
 		}
 	}
-	adm, err := ru.admit(ctx, req)
+	adm, err := ru.admit(ctx, profile, req)
 	if err != nil {
 		if refusal(err) == nil && ctx.Err() == nil {
 			// The budgets could not be asked: the turn is not run

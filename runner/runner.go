@@ -45,8 +45,8 @@ import (
 )
 
 // Sink receives a run's content events: deltas, tool and compaction
-// events, and the lifecycle retrying, retry, resumed and budget_warning
-// notices. The events that start and end a run are the lane's, which
+// events, and the lifecycle retrying, retry, resumed, budget_warning and
+// waiting notices. The events that start and end a run are the lane's, which
 // makes the end or error event from the Output. lanes.Turn implements it.
 type Sink interface {
 	Emit(stream string, data events.EventData)

@@ -36,6 +36,7 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/gateway"
 	"github.com/lanefleet/lanefleet/gateway/openai"
+	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -224,6 +225,9 @@ is set: spans go over OTLP/HTTP.`,
 	fs.StringVar(&cfg.DefaultAgent, "default-agent", env("LANEFLEET_DEFAULT_AGENT"), `the agent of a session whose key names none ("agent:<id>:…" names one); when it is not defined (publisher agents put), such sessions run as this worker is configured (default "main", env LANEFLEET_DEFAULT_AGENT)`)
 	fs.BoolVar(&cfg.NoAgents, "no-agents", false, "turn named agents off: no agents bucket, no agent-files object store; every session runs as this worker is configured (every worker of a fleet should agree)")
 	fs.StringVar(&cfg.AgentCacheDir, "agent-cache-dir", "", "directory of this worker's copies of the agents' workspace files (default <data-dir>/agent-files, else a temporary directory)")
+	var rateLimits, tenantWeights []string
+	fs.StringArrayVar(&tenantWeights, "tenant-weight", nil, "TENANT=N: the tenant's weight in this worker's slots while lanes wait for one (a freed slot goes to the waiting tenant with the fewest slots in use for its weight; default 1 each, so a tenant with hundreds of waiting sessions cannot starve a quiet one); repeatable")
+	fs.StringArrayVar(&rateLimits, "rate-limit", nil, `PATTERN=rpm:N,tpm:N: a provider rate limit the whole fleet shares ("openai/*=rpm:500,tpm:200000"; PATTERN is PROVIDER/MODEL or profile:AUTH-PROFILE, '*' any run of characters); a call that would pass it waits, with a waiting event, instead of collecting a 429; repeatable, every worker should give the same`)
 	fs.BoolVar(&cfg.NoBudgets, "no-budgets", false, "turn tenant governance off: no budgets bucket, no admission before model calls (every worker of a fleet should agree)")
 	fs.BoolVar(&cfg.BlockReplies, "block-replies", false, "also publish the reply in blocks (block events of 800–1,200 characters, as OpenClaw's block streaming); off by default, as in OpenClaw")
 	fs.Bool("no-block-replies", true, "no block reply events: the default now; accepted for old scripts")
@@ -362,6 +366,16 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.Logger = log
 		cfg.Env = env
 
+		for _, r := range rateLimits {
+			rule, err := governance.ParseRateRule(r)
+			if err != nil {
+				return usageError{fmt.Errorf("--rate-limit: %w", err)}
+			}
+			cfg.RateLimits = append(cfg.RateLimits, rule)
+		}
+		if cfg.TenantWeights, err = parseTenantWeights(tenantWeights); err != nil {
+			return usageError{fmt.Errorf("--tenant-weight: %w", err)}
+		}
 		aliases, err := openai.ParseAliases(httpAliases)
 		if err != nil {
 			return usageError{fmt.Errorf("--http-model-alias: %w", err)}

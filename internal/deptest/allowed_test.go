@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	"internal/cmd/lanebench": {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider/scripted"},
 	"cmd/publisher":          {"", "admin", "agents", "events", "gateway/auth", "gateway/mcpserver", "governance", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "schedule"},
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "governance", "internal/version"},
-	"cmd/worker":             {"", "gateway", "gateway/openai", "guard", "hooks", "internal/cgroup", "internal/fleet", "internal/version", "lanes", "mcpbridge", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
+	"cmd/worker":             {"", "gateway", "gateway/openai", "governance", "guard", "hooks", "internal/cgroup", "internal/fleet", "internal/version", "lanes", "mcpbridge", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
 	"compaction":             {"ecmatext", "message", "provider", "sessionfile"},
 	"docs":                   {}, // a test of the pages alone
 	"events":                 {},
@@ -46,7 +46,7 @@ var allowed = map[string][]string{
 	"internal/conformance":   {"message", "provider", "provider/failover"},
 	"internal/deptest":       {},
 	"internal/embedded":      {},
-	"internal/fleet":         {"admin", "agentprompt", "agents", "agentstore", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "schedstore", "schedule", "sessionfile", "subagent", "tools", "tools/remote", "tools/sessions", "tools/webfetch", "tools/websearch", "tracing"},
+	"internal/fleet":         {"admin", "agentprompt", "agents", "agentstore", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/failover", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "schedstore", "schedule", "sessionfile", "subagent", "tools", "tools/remote", "tools/sessions", "tools/webfetch", "tools/websearch", "tracing"},
 	"internal/inflight":      {},
 	"internal/microsvc":      {"internal/inflight", "internal/reply"},
 	"internal/mustrun":       {},
