@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo demo-http test test-short lint bench bench-sessions soak fuzz tidy chaos coldbuild
+.PHONY: help build demo demo-http test test-short lint bench bench-sessions soak fuzz tidy chaos chaos-subagents coldbuild
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,6 +25,9 @@ test: ## gofmt and vet, then every test with the race detector
 
 chaos: ## fault soak: nats-server and worker processes, random faults (LANEFLEET_CHAOS=5m)
 	LANEFLEET_CHAOS=$${LANEFLEET_CHAOS:-5m} $(GO) test -count=1 -timeout 2h -run TestChaosSoak -v ./integration
+
+chaos-subagents: ## sub-agents under worker kills: parents × 3 children (LANEFLEET_SUBAGENT_CHAOS=50 parents)
+	LANEFLEET_SUBAGENT_CHAOS=$${LANEFLEET_SUBAGENT_CHAOS:-50} $(GO) test -count=1 -timeout 30m -run TestSubagentsChaos -v ./integration
 
 test-short: ## quick tests without the fleet integration suite
 	$(GO) test -short -count=1 $(PKGS)

@@ -468,7 +468,9 @@ func readBounded(root *os.Root, p string) ([]byte, error) {
 // Two sessions that change one file in the same moment: the later put
 // wins. A file a session removed stays in the workspace. It returns the
 // paths it put; files it cannot read (links, too large, too many) are
-// skipped and named in the error.
+// skipped and named in the error. What it put is noted in s: a second
+// WriteBack of the same turn (after its memory flush, then at its end)
+// puts only what changed since.
 func (c *Cache) WriteBack(ctx context.Context, s *Seeded, dir string) ([]string, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -515,6 +517,10 @@ func (c *Cache) WriteBack(ctx context.Context, s *Seeded, dir string) ([]string,
 			errs = append(errs, err)
 			continue
 		}
+		if s.Digests == nil {
+			s.Digests = map[string]string{}
+		}
+		s.Digests[p] = Digest(data)
 		put = append(put, p)
 	}
 	if len(errs) > 0 {

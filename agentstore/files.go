@@ -50,6 +50,18 @@ func OpenFiles(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (*
 	return &Files{obs: obs, cfg: cfg}, nil
 }
 
+// ErrFull is wrapped by the error of a Put the object store refused for
+// its byte limit (the worker's --max-agent-files-bytes): files must be
+// removed before more are stored.
+var ErrFull = errors.New("agentstore: the workspace files are at the object store's byte limit")
+
+// full reports whether err is the server refusing a put for the stream's
+// byte limit (a stream that discards new messages).
+func full(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum bytes exceeded")
+}
+
 // objectName is a workspace file's object, after checking both names.
 func objectName(ws, path string) (string, error) {
 	if err := agents.ValidID(ws); err != nil {
@@ -72,6 +84,9 @@ func (f *Files) Put(ctx context.Context, ws, path string, data []byte) (FileInfo
 	}
 	info, err := f.obs.PutBytes(ctx, name, data)
 	if err != nil {
+		if full(err) {
+			err = fmt.Errorf("%w: %w", ErrFull, err)
+		}
 		return FileInfo{}, fmt.Errorf("agentstore: put %s: %w", name, err)
 	}
 	return FileInfo{Path: path, Size: info.Size, Digest: info.Digest}, nil
@@ -145,6 +160,11 @@ func (f *Files) Delete(ctx context.Context, ws, path string) error {
 	name, err := objectName(ws, path)
 	if err != nil {
 		return err
+	}
+	// The object store deletes a deleted object again without a word:
+	// ask first, so a second removal says there was nothing to remove.
+	if _, err := f.obs.GetInfo(ctx, name); errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("%w: file %s", ErrNotFound, name)
 	}
 	err = f.obs.Delete(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {

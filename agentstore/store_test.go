@@ -202,6 +202,11 @@ func TestSeedWriteBack(t *testing.T) {
 	if err != nil || !slices.Equal(put, []string{"MEMORY.md", "memory/2026-11-29.md"}) {
 		t.Fatalf("WriteBack = %v, %v", put, err)
 	}
+	// A second write-back of the same turn (after its memory flush, then
+	// at its end) puts only what changed since the first.
+	if again, err := a.WriteBack(ctx, seeded, dirA); err != nil || len(again) != 0 {
+		t.Fatalf("the turn's second WriteBack = %v, %v", again, err)
+	}
 	// Nothing changed since: nothing to put.
 	if again, err := a.WriteBack(ctx, &Seeded{Workspace: "x", Digests: map[string]string{
 		"MEMORY.md": Digest([]byte("the user likes tea")), "memory/2026-11-29.md": Digest([]byte("met the user"))}}, dirA); err != nil || len(again) != 0 {

@@ -25,10 +25,12 @@ const (
 	MaxAttempts = 50
 )
 
-// Key prefixes: tenant.<name>, session.<lane token>.
+// Key prefixes: tenant.<name>, session.<lane token>, rate.<pattern as a
+// lane token>.
 const (
 	tenantPrefix  = "tenant."
 	sessionPrefix = "session."
+	ratePrefix    = "rate."
 )
 
 // ErrConflict means an update lost the compare-and-set race MaxAttempts
@@ -103,6 +105,9 @@ func Key(s governance.Scope) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", governance.ErrBadScope, err)
 	}
+	if s.Kind == governance.ScopeRate {
+		return ratePrefix + tok, nil
+	}
 	return sessionPrefix + tok, nil
 }
 
@@ -115,6 +120,11 @@ func scopeOf(key string) (governance.Scope, bool) {
 	if tok, ok := strings.CutPrefix(key, sessionPrefix); ok {
 		k, err := events.TokenKey(tok)
 		return governance.Scope{Kind: governance.ScopeSession, Name: k}, err == nil
+	}
+	if tok, ok := strings.CutPrefix(key, ratePrefix); ok {
+		k, err := events.TokenKey(tok)
+		s := governance.Scope{Kind: governance.ScopeRate, Name: k}
+		return s, err == nil && s.Validate() == nil
 	}
 	return governance.Scope{}, false
 }

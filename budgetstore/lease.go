@@ -91,36 +91,66 @@ type Hold struct {
 // scopes, from this worker's lease on each: in memory while the lease's
 // grant holds it, else by a compare-and-set that takes a new chunk. With
 // no budget it returns a nil Hold and costs nothing. A call that would fit
-// but for reservations (other calls in flight, other workers' leases)
-// waits until the budget changes and tries again, until ctx ends. When a
-// budget has no room it marks the budget reached (pausing its sessions),
-// releases what it admitted elsewhere and returns a *ReachedError. Other
-// errors are the bucket's, wrapped, or ctx's cause.
-func (s *Store) Reserve(ctx context.Context, scopes []governance.Scope, need governance.Amount) (*Hold, error) {
+// but for reservations (other calls in flight, other workers' leases), or
+// that a rate limit's window will have room for, waits until the budget
+// changes or the window moves on and tries again, until ctx ends; onWait
+// (when not nil) is told when it begins to wait, again when it waits
+// past the time it was told, and when a wait for calls in flight becomes
+// one for the window. When a budget has no room it marks the budget
+// reached (pausing its sessions), releases what it admitted elsewhere and
+// returns a *ReachedError. Other errors are the bucket's, wrapped, or
+// ctx's cause.
+func (s *Store) Reserve(ctx context.Context, scopes []governance.Scope, need governance.Amount, onWait func(Wait)) (*Hold, error) {
 	budgets := s.budgets(scopes)
 	if len(budgets) == 0 {
 		return nil, nil
 	}
+	// told is the end of the wait onWait was last told of, toldKnown
+	// whether it was a known one (a rate limit's window).
+	var told time.Time
+	toldKnown := false
 	for {
 		s.mu.RLock()
 		changed := s.changed
 		s.mu.RUnlock()
 		h, err := s.reserve(ctx, budgets, need)
 		r, ok := errors.AsType[*ReachedError](err)
-		if !ok || r.Exceeded == nil || !r.Exceeded.Held() {
+		if !ok || r.Exceeded == nil || !r.Exceeded.Waits() {
 			return h, err
 		}
-		// Wait for a change, or for the reservations to expire.
-		t := time.NewTimer(s.cfg.ReservationTTL)
+		// Wait for a change, for the window to move on, or for the
+		// reservations to expire.
+		now := s.b.cfg.Now()
+		d, known := s.cfg.ReservationTTL, false
+		if r.Exceeded.Free > 0 {
+			d, known = min(d, max(time.UnixMilli(r.Exceeded.Free).Sub(now), time.Millisecond)), true
+		}
+		if onWait != nil && (!now.Before(told) || known && !toldKnown) {
+			w := Wait{Scope: r.Scope, Limits: r.Limits, Exceeded: r.Exceeded}
+			if known {
+				w.For = d
+			}
+			onWait(w)
+			told, toldKnown = now.Add(d), known
+		}
 		select {
 		case <-changed:
-		case <-t.C:
+		case <-s.after(d):
 		case <-ctx.Done():
-			t.Stop()
 			return nil, context.Cause(ctx)
 		}
-		t.Stop()
 	}
+}
+
+// Wait is a call that waits for room in a budget (Store.Reserve).
+type Wait struct {
+	Scope    governance.Scope
+	Limits   governance.Limits
+	Exceeded *governance.ExceededError
+	// For is how long the call waits if nothing else is admitted
+	// meanwhile (a rate limit's window moving on); 0 when it waits for
+	// calls in flight to end.
+	For time.Duration
 }
 
 // reserve tries once.
@@ -213,7 +243,7 @@ func (l *lease) admit(ctx context.Context, need governance.Amount) error {
 		}
 		ex, _ := errors.AsType[*governance.ExceededError](err)
 		r := &ReachedError{Scope: l.sc, Limits: st.Limits, Exceeded: ex}
-		if ex != nil && ex.Held() && used.IsZero() && st.Waiting == waiting && mine == l.inflight {
+		if ex != nil && ex.Waits() && used.IsZero() && st.Waiting == waiting && mine == l.inflight {
 			// Waiting for room, with nothing new to write: writing would
 			// wake every other waiter for nothing.
 			return &unwritten{r}

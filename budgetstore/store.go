@@ -41,7 +41,10 @@ type Config struct {
 	// OnChange, when set, is called from the watcher (in order, never
 	// concurrently) with every scope whose budget changed.
 	OnChange func(governance.Scope)
-	Logger   zerolog.Logger
+	// After is the timer of a call that waits for room (Reserve); default
+	// time.After. Tests that set BucketConfig.Now pass their clock's.
+	After  func(time.Duration) <-chan time.Time
+	Logger zerolog.Logger
 }
 
 // Store is a worker's view of the budgets: the bucket watched into memory,
@@ -104,6 +107,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if cfg.LeaseIdle <= 0 {
 		cfg.LeaseIdle = LeaseIdleDefault
 	}
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
 	if cfg.Worker == "" {
 		// Reservation ids must differ between workers.
 		var b [6]byte
@@ -149,6 +155,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	go s.sweep()
 	return s, nil
 }
+
+// after is the store's timer (Config.After).
+func (s *Store) after(d time.Duration) <-chan time.Time { return s.cfg.After(d) }
 
 // Bucket is the store's bucket (for operators' changes).
 func (s *Store) Bucket() *Bucket { return s.b }

@@ -79,7 +79,7 @@ func TestReserveRaceAcrossWorkers(t *testing.T) {
 	for _, s := range stores {
 		for range 64 {
 			wg.Go(func() {
-				h, err := s.Reserve(t.Context(), []governance.Scope{acme}, worst)
+				h, err := s.Reserve(t.Context(), []governance.Scope{acme}, worst, nil)
 				if _, ok := errors.AsType[*ReachedError](err); ok {
 					refused.Add(1)
 					return
@@ -122,7 +122,7 @@ func TestDeadWorkersReservationExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return dead.Limited(acme) })
-	if _, err := dead.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{USD: dollars(t, 0.9)}); err != nil {
+	if _, err := dead.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{USD: dollars(t, 0.9)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	_ = dead.Close() // killed mid-call: no settle, no more renewals
@@ -134,7 +134,7 @@ func TestDeadWorkersReservationExpires(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		h, err := live.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{USD: dollars(t, 0.2)})
+		h, err := live.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{USD: dollars(t, 0.2)}, nil)
 		got <- result{h, err}
 	}()
 	select {
@@ -172,7 +172,7 @@ func TestHoldRenews(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return s.Limited(acme) })
-	h, err := s.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{Turns: 1})
+	h, err := s.Reserve(t.Context(), []governance.Scope{acme}, governance.Amount{Turns: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,12 +202,12 @@ func TestSetResetAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return s.Limited(acme) })
-	h, err := s.Reserve(ctx, []governance.Scope{acme}, governance.Amount{Turns: 1})
+	h, err := s.Reserve(ctx, []governance.Scope{acme}, governance.Amount{Turns: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, _ = h.Settle(ctx, governance.Amount{Turns: 1})
-	if _, err := s.Reserve(ctx, []governance.Scope{acme}, governance.Amount{Turns: 1}); err == nil {
+	if _, err := s.Reserve(ctx, []governance.Scope{acme}, governance.Amount{Turns: 1}, nil); err == nil {
 		t.Fatal("a second turn fit a budget of one")
 	}
 	waitFor(t, func() bool { _, p := s.Paused([]governance.Scope{acme}, b.clock.Now()); return p })
@@ -251,7 +251,7 @@ func TestNoBudgetCostsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := b.open(t, "w1", time.Hour, nil)
-	h, err := s.Reserve(context.Background(), governance.Scopes("acme", "acme:1"), governance.Amount{USD: 1})
+	h, err := s.Reserve(context.Background(), governance.Scopes("acme", "acme:1"), governance.Amount{USD: 1}, nil)
 	if h != nil || err != nil {
 		t.Fatalf("Reserve without budgets = %v, %v", h, err)
 	}

@@ -123,27 +123,32 @@ func TestReply(t *testing.T) {
 	stored := &events.Settings{Run: &events.RunSettings{Model: "openai/gpt-5", Thinking: "high", Verbose: "off"}}
 	stored.Mode = "collect"
 	cases := []struct {
-		text string
-		s    *events.Settings
-		want string
+		text  string
+		s     *events.Settings
+		want  string
+		agent bool // the defaults are the session's agent's
 	}{
-		{"/model", nil, "Model: anthropic/claude (the worker's default)."},
-		{"/model openai/gpt-5", stored, "Model set to openai/gpt-5."},
-		{"/model", stored, "Model is openai/gpt-5."},
-		{"/think", nil, "Thinking level: low (the worker's default)."},
-		{"/think high", stored, "Thinking level set to high."},
-		{"/verbose", stored, "Verbose is off."},
-		{"/reasoning", nil, "Reasoning is stream."},
-		{"/queue", stored, "Queue settings are mode collect."},
-		{"/queue", nil, "Queue settings are defaults."},
-		{"/think hard", nil, `/think: unknown thinking level "hard" (usage: /think [off|minimal|low|medium|high|xhigh])`},
+		{"/model", nil, "Model: anthropic/claude (the worker's default).", false},
+		{"/model openai/gpt-5", stored, "Model set to openai/gpt-5.", false},
+		{"/model", stored, "Model is openai/gpt-5.", false},
+		{"/think", nil, "Thinking level: low (the worker's default).", false},
+		{"/model", nil, "Model: anthropic/claude (the agent's default).", true},
+		{"/think", nil, "Thinking level: low (the agent's default).", true},
+		{"/think high", stored, "Thinking level set to high.", false},
+		{"/verbose", stored, "Verbose is off.", false},
+		{"/reasoning", nil, "Reasoning is stream.", false},
+		{"/queue", stored, "Queue settings are mode collect.", false},
+		{"/queue", nil, "Queue settings are defaults.", false},
+		{"/think hard", nil, `/think: unknown thinking level "hard" (usage: /think [off|minimal|low|medium|high|xhigh])`, false},
 	}
 	for _, tc := range cases {
 		c, ok := Parse(tc.text)
 		if !ok {
 			t.Fatalf("%q is no command", tc.text)
 		}
-		if got := c.Reply(tc.s, def); got != tc.want {
+		d := def
+		d.AgentModel, d.AgentThinking = tc.agent, tc.agent
+		if got := c.Reply(tc.s, d); got != tc.want {
 			t.Errorf("%q: reply %q, want %q", tc.text, got, tc.want)
 		}
 	}

@@ -52,8 +52,8 @@ func HelpText() string {
 
 // Reply is the reply of a command that stores or shows settings (/model,
 // /think, /verbose, /reasoning, /queue), given the session's settings
-// after the command (nil = none stored) and the worker's defaults for what
-// the session does not set.
+// after the command (nil = none stored) and the defaults (its agent's or
+// the worker's) for what the session does not set.
 func (c *Command) Reply(s *events.Settings, def Defaults) string {
 	if c.Err != nil {
 		return c.Err.Error()
@@ -73,12 +73,12 @@ func (c *Command) Reply(s *events.Settings, def Defaults) string {
 	switch c.Name {
 	case Model:
 		if run.Model == "" {
-			return fmt.Sprintf("Model: %s (the worker's default).", orNone(def.Model))
+			return fmt.Sprintf("Model: %s (%s default).", orNone(def.Model), whose(def.AgentModel))
 		}
 		return fmt.Sprintf("Model %s %s.", verb, run.Model)
 	case Think:
 		if run.Thinking == "" {
-			return fmt.Sprintf("Thinking level: %s (the worker's default).", orNone(def.Thinking))
+			return fmt.Sprintf("Thinking level: %s (%s default).", orNone(def.Thinking), whose(def.AgentThinking))
 		}
 		return fmt.Sprintf("Thinking level %s %s.", verb, run.Thinking)
 	case Verbose:
@@ -94,10 +94,23 @@ func (c *Command) Reply(s *events.Settings, def Defaults) string {
 	return ""
 }
 
-// Defaults are the worker's settings a session falls back to.
+// Defaults are the settings a session falls back to: its agent's where
+// the agent sets them, else the worker's.
 type Defaults struct {
 	Model    string // "provider/model-id"
 	Thinking string
+	// AgentModel and AgentThinking say Model and Thinking are the
+	// session's agent's, not the worker's.
+	AgentModel, AgentThinking bool
+}
+
+// whose names where a default comes from: the session's agent or the
+// worker.
+func whose(agent bool) string {
+	if agent {
+		return "the agent's"
+	}
+	return "the worker's"
 }
 
 // StatusInfo is what /status reports.

@@ -48,9 +48,9 @@ const (
 //
 // The lane that runs the message publishes these phases and nothing else
 // does: a turn's handler (the runner) streams its content (deltas, tool
-// and compaction events, retrying, retry, resumed, budget_warning) and
-// reports how the turn ended; the lane turns that into the end or error
-// event (Result.ErrorText).
+// and compaction events, retrying, retry, resumed, budget_warning,
+// waiting) and reports how the turn ended; the lane turns that into the
+// end or error event (Result.ErrorText).
 const (
 	PhaseStart   = "start"
 	PhaseEnd     = "end"
@@ -99,6 +99,12 @@ const (
 	// resumes it. Published on the run of each waiting message, before
 	// it starts; not terminal: the run starts once the pause ends.
 	PhasePaused = "paused"
+	// PhaseWaiting: the run's next model call waits for room in a
+	// provider rate limit the fleet shares (Data.Text says which and why,
+	// Data.DelayMs how long if nothing else is admitted meanwhile; 0 when
+	// it waits for calls in flight), instead of being sent to collect a
+	// 429. Not terminal: the call is made when it fits.
+	PhaseWaiting = "waiting"
 )
 
 // Phases of the tool and compaction streams. A tool call is start (Name,
@@ -136,18 +142,22 @@ type EventData struct {
 	Worker    string `json:"worker,omitempty" msgpack:"worker,omitempty"`
 	// Tenant is the session's tenant (lifecycle start), "" when it has
 	// none.
-	Tenant     string  `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
-	Attempt    int     `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
-	Steps      int     `json:"steps,omitempty" msgpack:"steps,omitempty"` // resumed: recorded steps replayed
-	InboundSeq uint64  `json:"inboundSeq,omitempty" msgpack:"inboundSeq,omitempty"`
-	Name       string  `json:"name,omitempty" msgpack:"name,omitempty"`             // tool name
-	ToolCallID string  `json:"toolCallId,omitempty" msgpack:"toolCallId,omitempty"` // tool events
-	Args       any     `json:"args,omitempty" msgpack:"args,omitempty"`
-	Result     *Result `json:"result,omitempty" msgpack:"result,omitempty"` // final
-	WillRetry  bool    `json:"willRetry,omitempty" msgpack:"willRetry,omitempty"`
-	IsError    bool    `json:"isError,omitempty" msgpack:"isError,omitempty"`
-	Payload    any     `json:"payload,omitempty" msgpack:"payload,omitempty"` // tool result/partial result
-	DelayMs    int64   `json:"delayMs,omitempty" msgpack:"delayMs,omitempty"` // lifecycle retrying: the wait
+	Tenant string `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
+	// ParentSession and ParentRun name, on a sub-agent session's start
+	// events, the session and run that spawned it.
+	ParentSession string  `json:"parentSession,omitempty" msgpack:"parentSession,omitempty"`
+	ParentRun     string  `json:"parentRun,omitempty" msgpack:"parentRun,omitempty"`
+	Attempt       int     `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
+	Steps         int     `json:"steps,omitempty" msgpack:"steps,omitempty"` // resumed: recorded steps replayed
+	InboundSeq    uint64  `json:"inboundSeq,omitempty" msgpack:"inboundSeq,omitempty"`
+	Name          string  `json:"name,omitempty" msgpack:"name,omitempty"`             // tool name
+	ToolCallID    string  `json:"toolCallId,omitempty" msgpack:"toolCallId,omitempty"` // tool events
+	Args          any     `json:"args,omitempty" msgpack:"args,omitempty"`
+	Result        *Result `json:"result,omitempty" msgpack:"result,omitempty"` // final
+	WillRetry     bool    `json:"willRetry,omitempty" msgpack:"willRetry,omitempty"`
+	IsError       bool    `json:"isError,omitempty" msgpack:"isError,omitempty"`
+	Payload       any     `json:"payload,omitempty" msgpack:"payload,omitempty"` // tool result/partial result
+	DelayMs       int64   `json:"delayMs,omitempty" msgpack:"delayMs,omitempty"` // lifecycle retrying: the wait
 	// MaxAttempts is, on lifecycle retrying and retry, the most same-key
 	// retries a call gets (pi's auto_retry_start maxAttempts).
 	MaxAttempts int `json:"maxAttempts,omitempty" msgpack:"maxAttempts,omitempty"`

@@ -74,6 +74,14 @@ type Inbound struct {
 	// when it arrives while the session is busy, instead of queueing
 	// behind the turn (runtime spec §19). It never cuts or steers a turn.
 	Heartbeat bool `json:"heartbeat,omitempty" msgpack:"heartbeat,omitempty"`
+	// Parent makes this a sub-agent's spawn message (sessions_spawn): the
+	// session and run that spawned it, to whose lane the session's
+	// completion is delivered (package subagent).
+	Parent *Parent `json:"parent,omitempty" msgpack:"parent,omitempty"`
+	// Subagent makes this a sub-agent's completion, delivered to its
+	// parent's lane: Text is the child's result as the parent's model
+	// reads it (marked as a sub-agent's, not the user's).
+	Subagent *SubagentResult `json:"subagent,omitempty" msgpack:"subagent,omitempty"`
 }
 
 // QueueSettings are a session's stored queue settings, or a change to them:
@@ -453,6 +461,20 @@ func (in *Inbound) Validate() error {
 	}
 	if err := validateRunChoices("", in.Model, in.Thinking, in.AuthProfile); err != nil {
 		return err
+	}
+	if in.Parent != nil || in.Subagent != nil {
+		switch {
+		case in.Stop || in.IsSettings() || in.Heartbeat || (in.Parent != nil && in.Subagent != nil):
+			return &DecodeError{Field: "parent", Reason: "a spawn or a completion is a prompt, and not both"}
+		case in.Parent != nil:
+			if err := in.Parent.Validate(); err != nil {
+				return err
+			}
+		default:
+			if err := in.Subagent.Validate(); err != nil {
+				return err
+			}
+		}
 	}
 	if in.IsSettings() {
 		if in.QueueSettings != nil {

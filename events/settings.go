@@ -341,6 +341,16 @@ type SessionState struct {
 	// transcript shows (an import or a crafted history can put any call
 	// there). Every turn that adds to the transcript replaces them.
 	Approvals []ApprovalCall `json:"approvals,omitempty" msgpack:"approvals,omitempty"`
+	// Parent is, for a sub-agent session, the session and run that
+	// spawned it (from its spawn message); Delivered once its completion
+	// was committed for delivery.
+	Parent *Parent `json:"parent,omitempty" msgpack:"parent,omitempty"`
+	// Children are the sub-agents this session spawned whose completion
+	// it has not received: pending children.
+	Children []Child `json:"children,omitempty" msgpack:"children,omitempty"`
+	// ChildUsage is the part of Usage its sub-agents used: each child's
+	// whole use, added when its completion is delivered.
+	ChildUsage *UsageMeta `json:"childUsage,omitempty" msgpack:"childUsage,omitempty"`
 }
 
 // ApprovalCall is a call waiting for the user's approval: its id and its

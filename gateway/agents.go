@@ -3,7 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/agents"
@@ -21,6 +24,10 @@ func (s *Server) agentRoutes() []route.Route {
 		{Method: "GET", Pattern: "/api/agents/{id}", Reach: route.Caller, Handler: h(s.getAgent)},
 		{Method: "PUT", Pattern: "/api/agents/{id}", Reach: route.Fleet, Handler: h(s.putAgent)},
 		{Method: "DELETE", Pattern: "/api/agents/{id}", Reach: route.Fleet, Handler: h(s.deleteAgent)},
+		{Method: "GET", Pattern: "/api/agents/{id}/files", Reach: route.Caller, Handler: h(s.listAgentFiles)},
+		{Method: "GET", Pattern: "/api/agents/{id}/files/{path...}", Reach: route.Caller, Handler: h(s.getAgentFile)},
+		{Method: "PUT", Pattern: "/api/agents/{id}/files/{path...}", Reach: route.Fleet, Handler: h(s.putAgentFile)},
+		{Method: "DELETE", Pattern: "/api/agents/{id}/files/{path...}", Reach: route.Fleet, Handler: h(s.deleteAgentFile)},
 	}
 }
 
@@ -145,5 +152,162 @@ func (s *Server) agentFail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, newProblem(http.StatusNotFound, CodeNotFound, "no such agent"))
 	default:
 		s.fail(w, r, err)
+	}
+}
+
+// AgentFileList is GET /api/agents/{id}/files: the files of the agent's
+// workspace, sorted by path.
+type AgentFileList struct {
+	Workspace string                `json:"workspace"`
+	Files     []agentstore.FileInfo `json:"files"`
+}
+
+// agentWorkspace is the workspace of the agent the path names (its
+// definition's, which several agents may share), or answers 404 when the
+// caller reaches none of its sessions or it is not defined.
+func (s *Server) agentWorkspace(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id, ok := agentID(w, r)
+	if !ok {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	a, err := s.cfg.Client.Agent(ctx, id)
+	if err != nil {
+		s.agentFail(w, r, err)
+		return "", false
+	}
+	return a.WorkspaceName(), true
+}
+
+// agentFilePath is the workspace file the path names, or answers 400
+// saying why it is none (agents.ValidFilePath: relative, clean, no "..",
+// bounded in length, elements of A-Z a-z 0-9 _ - . not starting with
+// '.').
+func agentFilePath(w http.ResponseWriter, r *http.Request) (string, bool) {
+	p := r.PathValue("path")
+	if err := agents.ValidFilePath(p); err != nil {
+		writeProblem(w, r, newProblem(http.StatusBadRequest, CodeInvalidInput, strings.TrimPrefix(err.Error(), "agents: ")))
+		return "", false
+	}
+	return p, true
+}
+
+func (s *Server) listAgentFiles(w http.ResponseWriter, r *http.Request) {
+	ws, ok := s.agentWorkspace(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	files, err := s.cfg.Client.AgentFiles(ctx, ws)
+	if err != nil {
+		s.agentFail(w, r, err)
+		return
+	}
+	out := AgentFileList{Workspace: ws, Files: files}
+	if out.Files == nil {
+		out.Files = []agentstore.FileInfo{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getAgentFile answers the file's bytes as application/octet-stream
+// (never a type a browser renders: a file is whatever its writer put
+// there, the model included).
+func (s *Server) getAgentFile(w http.ResponseWriter, r *http.Request) {
+	ws, ok := s.agentWorkspace(w, r)
+	if !ok {
+		return
+	}
+	p, ok := agentFilePath(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	b, err := s.cfg.Client.AgentFile(ctx, ws, p)
+	if err != nil {
+		s.agentFileFail(w, r, p, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("ETag", strconv.Quote(agentstore.Digest(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// putAgentFile stores the body, as it is, as the file's new version: at
+// most agents.MaxFileBytes, whatever its content type.
+func (s *Server) putAgentFile(w http.ResponseWriter, r *http.Request) {
+	ws, ok := s.agentWorkspace(w, r)
+	if !ok {
+		return
+	}
+	p, ok := agentFilePath(w, r)
+	if !ok {
+		return
+	}
+	if r.ContentLength > agents.MaxFileBytes {
+		writeProblem(w, r, fileTooLarge(p))
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, agents.MaxFileBytes+1))
+	if err != nil {
+		writeProblem(w, r, problemOf(err))
+		return
+	}
+	if len(b) > agents.MaxFileBytes {
+		writeProblem(w, r, fileTooLarge(p))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	fi, err := s.cfg.Client.PutAgentFile(ctx, ws, p, b)
+	if err != nil {
+		s.agentFileFail(w, r, p, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fi)
+}
+
+func (s *Server) deleteAgentFile(w http.ResponseWriter, r *http.Request) {
+	ws, ok := s.agentWorkspace(w, r)
+	if !ok {
+		return
+	}
+	p, ok := agentFilePath(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	if err := s.cfg.Client.DeleteAgentFile(ctx, ws, p); err != nil {
+		s.agentFileFail(w, r, p, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func fileTooLarge(p string) *Problem {
+	return problemf(http.StatusRequestEntityTooLarge, CodeTooLarge, "file %s is over the limit of %d bytes of a workspace file", p, agents.MaxFileBytes)
+}
+
+// agentFileFail answers a workspace file operation's error: no such file
+// 404, a full object store 507 naming the worker's limit, an invalid file
+// 400.
+func (s *Server) agentFileFail(w http.ResponseWriter, r *http.Request, p string, err error) {
+	switch {
+	case errors.Is(err, agentstore.ErrNotFound):
+		writeProblem(w, r, problemf(http.StatusNotFound, CodeNotFound, "the workspace has no file %s", p))
+	case errors.Is(err, agentstore.ErrFull):
+		writeProblem(w, r, newProblem(http.StatusInsufficientStorage, CodeTooLarge,
+			fmt.Sprintf("the agents' workspace files are at their byte limit (the object store agent-files, the worker's --max-agent-files-bytes): %s was not stored; remove files first", p)))
+	default:
+		s.agentFail(w, r, err)
 	}
 }

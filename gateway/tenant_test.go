@@ -62,7 +62,7 @@ var sessionRequests = map[string]sessionRequest{
 
 // fillPattern is a request path for a route that names no session.
 func fillPattern(pattern string) string {
-	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{model...}", "scripted/echo", "{key}", "globex:secret", "{tenant}", "globex").Replace(pattern)
+	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{path...}", "AGENTS.md", "{model...}", "scripted/echo", "{key}", "globex:secret", "{tenant}", "globex").Replace(pattern)
 }
 
 // TestTenantIsolation walks every route the server mounts (its own and

@@ -75,6 +75,10 @@ type Limits struct {
 	// none): the settle that first brings a dimension's use to it says so
 	// (Settled.Soft), once per crossing.
 	SoftPct int `json:"softPct,omitempty"`
+	// Rate makes the budget a provider rate limit (rate.go): its window is
+	// RateWindow, and a call that does not fit waits for the window to
+	// move on (ExceededError.Free); it never pauses anything.
+	Rate bool `json:"rate,omitempty"`
 }
 
 // Validate reports what is wrong with l.
@@ -86,6 +90,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("%w: token and turn limits are 0 to %d", ErrBadLimits, int64(MaxCount))
 	case l.SoftPct < 0 || l.SoftPct > 99:
 		return fmt.Errorf("%w: soft limit %d%% (1-99, 0 = none)", ErrBadLimits, l.SoftPct)
+	case l.Rate && (l.Window != RateWindow || l.Max.USD != 0):
+		return fmt.Errorf("%w: a rate limit counts requests and tokens over %s", ErrBadLimits, RateWindow)
 	}
 	return l.Window.valid()
 }
@@ -201,15 +207,43 @@ func (s *State) Roll(now time.Time) {
 	ms := now.UnixMilli()
 	if slices.ContainsFunc(s.Reservations, func(r Reservation) bool { return r.Expires <= ms }) {
 		var spent Amount
+		var expired []Reservation
 		s.Reservations = slices.DeleteFunc(slices.Clone(s.Reservations), func(r Reservation) bool {
 			if r.Expires <= ms {
 				spent = spent.Add(r.Spend)
+				expired = append(expired, r)
 				return true
 			}
 			return false
 		})
-		s.add(spent, now)
+		if w.Kind != WindowRolling {
+			s.add(spent, now)
+			return
+		}
+		// A rolling window counts a lease's spend when it expired (its
+		// calls were made before), not when a write first saw it: a
+		// dead worker's lease leaves the window a window after it died.
+		for _, r := range expired {
+			s.addAt(r.Spend, r.Expires, now)
+		}
 	}
+}
+
+// addAt counts use in the rolling window's slot holding at (unix ms, not
+// after now), unless that slot left the window.
+func (s *State) addAt(a Amount, at int64, now time.Time) {
+	w := s.Limits.Window
+	st := w.slot(time.UnixMilli(at))
+	if a.IsZero() || st < w.slot(now)-(RollingSlots-1)*w.slotWidth() {
+		return
+	}
+	s.Slots = slices.Clone(s.Slots)
+	i, found := slices.BinarySearchFunc(s.Slots, st, func(sl Slot, t int64) int { return int(sl.Start - t) })
+	if found {
+		s.Slots[i].Used = s.Slots[i].Used.Add(a)
+		return
+	}
+	s.Slots = slices.Insert(s.Slots, i, Slot{Start: st, Used: a})
 }
 
 // UsedNow is what the window holding now used (settled calls only).
@@ -244,12 +278,20 @@ type ExceededError struct {
 	// Limit, Used, Reserved and Need are in the dimension's unit
 	// (nano-dollars, tokens or turns).
 	Limit, Used, Reserved, Need int64
+	// Free (unix ms), for a rate limit, is when the call fits as its
+	// window moves on, if nothing else is admitted meanwhile; 0 when that
+	// is not enough or the budget is no rate limit.
+	Free int64
 }
 
 // Held reports whether the call would fit but for the reservations of
 // calls in flight: it may fit once they settle, so it waits rather than
 // pause the budget.
 func (e *ExceededError) Held() bool { return e.Reserved > 0 && e.Used+e.Need <= e.Limit }
+
+// Waits reports whether the call waits rather than pause its budget: it
+// is Held, or a rate limit's window will have room for it (Free).
+func (e *ExceededError) Waits() bool { return e.Held() || e.Free > 0 }
 
 func (e *ExceededError) Error() string {
 	f := func(v int64) string { return strconv.FormatInt(v, 10) }
@@ -275,7 +317,7 @@ func (s State) Fits(need Amount, now time.Time) error {
 	}
 	for _, d := range dims {
 		if d.limit > 0 && d.need > 0 && d.used+d.held+d.need > d.limit {
-			return &ExceededError{Dimension: d.name, Limit: d.limit, Used: d.used, Reserved: d.held, Need: d.need}
+			return &ExceededError{Dimension: d.name, Limit: d.limit, Used: d.used, Reserved: d.held, Need: d.need, Free: s.freeAt(need, now)}
 		}
 	}
 	return nil
@@ -296,7 +338,7 @@ func (s *State) Reserve(r Reservation, now time.Time) error {
 	}
 	if err != nil {
 		s.Reservations = rest
-		if ex, ok := errors.AsType[*ExceededError](err); !ok || !ex.Held() {
+		if ex, ok := errors.AsType[*ExceededError](err); !ok || !ex.Waits() {
 			s.Refused = &Refusal{At: now.UnixMilli(), Need: r.Amount}
 		}
 		return err
@@ -386,7 +428,7 @@ func (s *State) crossed(before, after Amount) []string {
 // before its turn starts), or a reservation was refused and would still
 // not fit.
 func (s State) Paused(now time.Time) bool {
-	if !s.Limits.Limited() {
+	if !s.Limits.Limited() || s.Limits.Rate {
 		return false
 	}
 	s.Roll(now)

@@ -28,4 +28,7 @@
 //	window.go   budget windows (total, day, month, rolling=DUR) and their starts
 //	budget.go   amounts, limits, a budget's State: reserve, settle, prune, pause, the soft limit
 //	price.go    the worst case and the real cost of a call, in nano-dollars
+//	lease.go    a worker's lease on a budget: the chunks it takes and keeps
+//	quota.go    a tenant's turns at once across the fleet
+//	rate.go     provider rate limits (requests and tokens a minute) as budgets, and provider headers' caps
 package governance

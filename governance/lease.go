@@ -63,11 +63,13 @@ func (s *State) Take(l Lease, used, need Amount, surplus bool, waitFresh time.Du
 	}
 	if err != nil {
 		s.Reservations = base.Reservations
-		if ex, ok := errors.AsType[*ExceededError](err); ok && ex.Held() {
+		ex, ok := errors.AsType[*ExceededError](err)
+		switch {
+		case ok && ex.Held():
 			if ms := now.UnixMilli(); ms-s.Waiting >= waitFresh.Milliseconds() {
 				s.Waiting = ms
 			}
-		} else {
+		case !ok || !ex.Waits():
 			s.Refused = &Refusal{At: now.UnixMilli(), Need: need}
 		}
 		return l.InFlight, settled, err

@@ -13,6 +13,7 @@ type ScopeKind string
 const (
 	ScopeTenant  ScopeKind = "tenant"  // every session of a tenant
 	ScopeSession ScopeKind = "session" // one session, by its key
+	ScopeRate    ScopeKind = "rate"    // a provider rate limit, by its rule's pattern (rate.go)
 )
 
 // MaxKeyLen bounds a session key a scope names (as the lanes bound keys).
@@ -21,7 +22,8 @@ const MaxKeyLen = 1024
 // ErrBadScope is returned for a scope that names nothing valid.
 var ErrBadScope = errors.New("governance: bad scope")
 
-// Scope is one budget's subject: a tenant by name or a session by key.
+// Scope is one budget's subject: a tenant by name, a session by key or a
+// provider rate limit by its pattern.
 type Scope struct {
 	Kind ScopeKind `json:"kind"`
 	Name string    `json:"name"`
@@ -40,14 +42,22 @@ func (s Scope) Validate() error {
 			return fmt.Errorf("%w: a session key is 1-%d bytes", ErrBadScope, MaxKeyLen)
 		}
 		return nil
+	case ScopeRate:
+		if err := validPattern(s.Name); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadScope, err)
+		}
+		return nil
 	}
-	return fmt.Errorf("%w: kind %.20q (tenant or session)", ErrBadScope, s.Kind)
+	return fmt.Errorf("%w: kind %.20q (tenant, session or rate)", ErrBadScope, s.Kind)
 }
 
 // String is "tenant acme" or `session "acme:42"`.
 func (s Scope) String() string {
-	if s.Kind == ScopeSession {
+	switch s.Kind {
+	case ScopeSession:
 		return "session " + strconv.Quote(s.Name)
+	case ScopeRate:
+		return "rate limit " + s.Name
 	}
 	return string(s.Kind) + " " + s.Name
 }

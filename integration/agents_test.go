@@ -250,7 +250,7 @@ func TestAgentSettings(t *testing.T) {
 		}
 	}
 	// The commands name the agent's defaults.
-	if res, err := waitResult(t, ctx, c, "agent:sales:1", "/model"); err != nil || !strings.HasPrefix(res.Payloads[0].Text, "Model: local/m2") {
+	if res, err := waitResult(t, ctx, c, "agent:sales:1", "/model"); err != nil || res.Payloads[0].Text != "Model: local/m2 (the agent's default)." {
 		t.Fatalf("/model as sales: %+v, %v", res, err)
 	}
 	if res, err := waitResult(t, ctx, c, "agent:sales:1", "/status"); err != nil || !strings.Contains(res.Payloads[0].Text, "local/m2") {

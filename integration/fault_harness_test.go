@@ -50,7 +50,8 @@ func (w *procWorker) Write(p []byte) (int, error) {
 func startWorkerProc(t *testing.T, url, id string, extra ...string) *procWorker {
 	t.Helper()
 	w := &procWorker{id: id, url: url, t: t, args: append([]string{"--id", id, "--ack-wait", "2s", "--lease-ttl", "2s",
-		"--log-format", "json", "--log-level", "warn", "--shutdown-grace", "2s", "--no-builtin-tools", "--scripted"}, extra...)}
+		"--log-format", "json", "--log-level", "warn", "--shutdown-grace", "2s", "--no-builtin-tools", "--scripted",
+		"--agent-cache-dir", t.TempDir()}, extra...)}
 	w.start()
 	t.Cleanup(func() {
 		w.signal(syscall.SIGCONT)

@@ -81,7 +81,11 @@ func (ls *localServer) seen() []localCall {
 // (PATH and HOME only, plus env) and exactly args: no test models.
 func localWorker(t *testing.T, natsURL string, env []string, args ...string) *proc {
 	t.Helper()
-	args = append([]string{"--log-format", "json", "--log-level", "info", "--shutdown-grace", "2s", "--ack-wait", "2s", "--lease-ttl", "2s"}, args...)
+	// Copies of the agent workspaces of its own: a worker that joins a
+	// server keeps them in ./lanefleet-data/agent-files by default, this
+	// package's directory in a test, shared by every worker of the run.
+	args = append([]string{"--log-format", "json", "--log-level", "info", "--shutdown-grace", "2s", "--ack-wait", "2s", "--lease-ttl", "2s",
+		"--agent-cache-dir", t.TempDir()}, args...)
 	p := &proc{cmd: exec.Command(workerBinary(t), args...), logs: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NATS_URL=" + natsURL}, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs

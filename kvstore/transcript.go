@@ -50,6 +50,19 @@ type Record struct {
 	// window up to this turn (lanes/queue.IDs): the newest record's are
 	// the lane's.
 	IDs []queue.SeenID `msgpack:"ids,omitempty"`
+	// Outbox is a message the turn owes another session's lane (a
+	// sub-agent's completion to its parent): published, by whoever
+	// publishes the record's final event, before that event.
+	Outbox *Outbox `msgpack:"outbox,omitempty"`
+}
+
+// Outbox is a message a committed turn owes another lane: the session
+// it goes to, its message id (both Nats-Msg-Id and Lanefleet-Msg-Id, so a
+// second publish is dropped) and the encoded inbound message.
+type Outbox struct {
+	Session string `msgpack:"session"`
+	ID      string `msgpack:"id"`
+	Data    []byte `msgpack:"data"`
 }
 
 // Record reads the record of one turn (leader read). A record that does not

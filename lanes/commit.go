@@ -86,13 +86,16 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 	}
 	// The session's state rides on every record: the newest one's is the
 	// session's, whatever kind of turn wrote it.
-	state := nextState(o.lane.cursor.State, out)
+	state, outbox, err := o.lineage(nextState(o.lane.cursor.State, out), p, out)
+	if err != nil {
+		return err
+	}
 	session := o.lane.cursor.SessionID
 	if out.Reset {
 		session = sessionfile.NewSessionID()
 	}
 	rec := kvstore.Record{InboundSeq: p.through, RunID: em.RunID(), SessionID: session, Reset: out.Reset, Entries: out.Entries, State: state,
-		IDs: o.lane.ids.Recent(p.through, p.newest())}
+		IDs: o.lane.ids.Recent(p.through, p.newest()), Outbox: outbox}
 	if !out.Reset {
 		rec.Start = o.lane.cursor.Start
 	}
@@ -100,7 +103,6 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 		if state != o.lane.cursor.State {
 			out.Result.Meta.Session = state
 		}
-		var err error
 		if rec.Final, _, err = events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: out.Result}}, false); err != nil {
 			return err
 		}
@@ -132,7 +134,10 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 	}
 	if out.Result != nil {
 		o.lane.owed = p.through
-		err := o.publishFinals(ctx, em, p, out.Result)
+		err := o.w.deliver(ctx, rec.Outbox)
+		if err == nil {
+			err = o.publishFinals(ctx, em, p, out.Result)
+		}
 		if err != nil && !errors.Is(err, kvstore.ErrLeaseLost) && ctx.Err() == nil {
 			o.log.Warn().Err(err).Msg("final events of a committed turn; retrying")
 			err = o.keepPromise(ctx, func(ctx context.Context) error { return o.publishRecordFinals(ctx, rec) })
@@ -326,6 +331,11 @@ func (o *owner) publishRecordFinals(ctx context.Context, rec kvstore.Record) err
 		return err
 	}
 	if !st.Finished {
+		// The completion the turn owes goes before its final event: a run
+		// with its final event has delivered it.
+		if err := o.w.deliver(ctx, rec.Outbox); err != nil {
+			return err
+		}
 		if err := em.Final(ctx, ev.Data.Result); err != nil {
 			return err
 		}

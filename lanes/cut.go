@@ -103,7 +103,7 @@ func (o *owner) interrupted(ctx context.Context, em *fenced.Emitter, p *plan, at
 	if partial != nil {
 		// What the cut turn's model calls cost counts even when a
 		// rollback discards what they said.
-		out.Usage, out.AuthProfile = partial.Usage, partial.AuthProfile
+		out.Usage, out.AuthProfile, out.Spawned = partial.Usage, partial.AuthProfile, partial.Spawned
 		if cut == nil || cut.Mode != queue.ModeRollback {
 			out.Entries, out.Reset = partial.Entries, partial.Reset
 		}

@@ -25,8 +25,8 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		charged int64 // payload bytes charged to the slot
 		got     bool
 	)
+	token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
 	if !follower {
-		token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
 		charged, got = w.sched.Take(token, len(msg.Data()), w.now())
 	}
 	w.wg.Add(1)
@@ -41,7 +41,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 				return
 			}
 		}
-		w.sched.Put(w.handleDelivery(msg, charged))
+		w.sched.Put(token, w.handleDelivery(msg, charged), w.now())
 	}()
 }
 

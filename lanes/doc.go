@@ -98,10 +98,17 @@
 // it drains that message). A delivery that finds every slot busy is acked
 // if its lane has an owner elsewhere; otherwise it waits in line. The
 // line is ordered by when the lane began to wait, and a slot that frees
-// goes to the lane that has waited longest. A waiting delivery is handed
-// back (Nak) after a second, so a worker with room can take its lane; when
-// it comes back here it takes its old place. Past four times the slots in
-// line a delivery is handed back at once.
+// goes to the lane that has waited longest, of the waiting tenant
+// (Config.Tenant) with the fewest slots in use for its weight
+// (Config.TenantWeight; equal by default), so a tenant with hundreds of
+// waiting sessions does not take every slot from a quiet one; while a
+// tenant under its share was seen in the last 5 s, up to a sixteenth of
+// the slots that free stay free for it. A waiting
+// delivery is handed back (Nak) after a second, so a worker with room can
+// take its lane; when it comes back here it takes its old place. Past four
+// times the slots in line a delivery is handed back at once, unless its
+// tenant has fewer in line than its weight's share (then up to eight
+// times).
 //
 // A slot is also charged its trigger's payload bytes against the worker's
 // in-flight byte budget (Config.MaxInflightBytes): a delivery whose payload

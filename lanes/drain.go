@@ -242,6 +242,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		turnCtx, endCutWatch = o.watchCuts(ctx)
 	}
 	defer endCutWatch()
+	a.parent = o.parentOf(p)
 	if err := o.start(ctx, a); err != nil {
 		return err
 	}
@@ -277,6 +278,9 @@ func (o *owner) carryOut(ctx, turnCtx context.Context, endCutWatch func(), a *at
 		return o.failTurn(ctx, a.em, p, events.KindDropped, "the session was busy when this heartbeat arrived; it was dropped", a.attempt)
 	case queue.VerbInterrupted:
 		return o.interrupted(ctx, a.em, p, a.attempt, nil, false)
+	}
+	if o.unknownCompletion(p) {
+		return o.failTurn(ctx, a.em, p, events.KindDropped, "a sub-agent's completion for a child this session does not have pending (delivered already, or not spawned here): it was not run", a.attempt)
 	}
 	return o.runTurn(ctx, turnCtx, endCutWatch, a, p)
 }

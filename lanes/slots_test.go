@@ -281,7 +281,7 @@ func TestShouldYield(t *testing.T) {
 			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			c.cfg.Now = func() time.Time { return now }
 			cfg := c.cfg.withDefaults()
-			w := &Worker{cfg: cfg, sched: slots.New(1, cfg.MaxInflightBytes)}
+			w := &Worker{cfg: cfg, sched: slots.New(1, cfg.MaxInflightBytes, slots.Shares{})}
 			last := 10 * time.Second // the owner's last turn
 			if c.waiting {
 				w.sched.Take("", 0, time.Time{})

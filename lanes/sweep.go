@@ -136,7 +136,7 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj string, level z
 	}
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
 	if err != nil {
-		w.sched.Put(charged)
+		w.sched.Put(token, charged, w.now())
 		return true
 	}
 	w.stats.Swept.Add(1)
@@ -145,7 +145,7 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj string, level z
 	go func() {
 		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", token).Logger(),
 			slot: slotUse{since: w.now(), charged: charged}}
-		defer func() { w.sched.Put(o.slot.charged); w.wg.Done() }()
+		defer func() { w.sched.Put(token, o.slot.charged, w.now()); w.wg.Done() }()
 		o.markHeld(true)
 		defer o.markHeld(false)
 		o.run()

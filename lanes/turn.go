@@ -187,6 +187,10 @@ type Outcome struct {
 	// earlier record, the calls waiting for approval and the sticky auth
 	// profile are dropped; the settings and the running usage stay.
 	Reset bool
+	// Spawned are the sub-agents the turn started (subagent.Spawned of
+	// its entries): they join the session's pending children, even when a
+	// rollback discards the entries (the children run all the same).
+	Spawned []events.Child
 }
 
 // Handler runs turns. It streams the turn's content through Turn.Emit and
@@ -294,6 +298,9 @@ type attempt struct {
 	restart  bool // an earlier attempt started
 	log      zerolog.Logger
 	poisoned bool // the turn ended before it started (dead-lettered as poison)
+	// parent is the session's parent (a sub-agent's), named on its start
+	// event; nil = none.
+	parent *events.Parent
 }
 
 // open fences the run's events, so an earlier owner still running it can no
@@ -365,6 +372,9 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq, Tenant: o.w.tenant(o.key)}
 	if a.restart {
 		data.Phase = events.PhaseRestart
+	}
+	if a.parent != nil {
+		data.ParentSession, data.ParentRun = a.parent.Session, a.parent.Run
 	}
 	if err := a.em.Start(ctx, data, a.attempt); err != nil {
 		if kvstore.Transient(err) {

@@ -96,7 +96,7 @@ func TestLingerEnds(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				w := &Worker{cfg: Config{Linger: c.linger}.withDefaults(), sched: slots.New(1, 0), shutdown: make(chan struct{})}
+				w := &Worker{cfg: Config{Linger: c.linger}.withDefaults(), sched: slots.New(1, 0, slots.Shares{}), shutdown: make(chan struct{})}
 				q := &quietWatch{notify: make(chan struct{}, 1)}
 				q.notify <- struct{}{} // a stale token from before the lane was found empty
 				if c.earlier {

@@ -87,8 +87,18 @@ type Config struct {
 	// nothing runs; "" = none.
 	PauseNotice func(key string) string
 	// Tenant, when set, names a session's tenant on its runs' start
-	// events; nil = none.
+	// events, and divides the worker's slots among tenants when lanes
+	// wait for one (TenantWeight); nil = none.
 	Tenant func(key string) string
+	// Lineage reports whether session child may deliver its completion
+	// to session parent (a spawn message's Parent): the fleet's rule is
+	// "the same tenant". Nil: no session adopts a parent, and none
+	// delivers a completion.
+	Lineage func(child, parent string) bool
+	// TenantWeight is a tenant's weight in the slots' division: while
+	// lanes wait, a freed slot goes to the waiting tenant with the fewest
+	// slots in use for its weight. nil (or below 1) = 1: equal shares.
+	TenantWeight func(tenant string) int
 	// ChatCommands makes the lane read a message whose text is a chat
 	// command (package chatcmd) as that command: /stop is a stop
 	// command, /queue, /model, /think, /verbose and /reasoning with an
@@ -227,6 +237,9 @@ type Stats struct {
 	// messages not run because an earlier message of their lane used
 	// their id.
 	Merged, Dropped, Aborted, Duplicates atomic.Int64
+	// Delivered counts the completions published to a parent's lane
+	// (a second publish of one, after a crash, included).
+	Delivered atomic.Int64
 	// QuietSkips counts drains that ended without reading the lane again,
 	// the last turn's watch having seen it stay empty.
 	QuietSkips atomic.Int64
@@ -283,7 +296,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		cfg.SweepEvery = streams.cfg.AckWait
 	}
 	w := &Worker{cfg: cfg, nc: js.Conn(), js: js, streams: streams, lanes: lanes, handler: h, transcripts: newTranscripts(transcriptCacheBytes),
-		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: slots.New(cfg.Concurrency, cfg.MaxInflightBytes), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupKeep), held: map[string]uint64{}, shutdown: make(chan struct{})}
+		log: cfg.Logger.With().Str("worker", cfg.ID).Logger(), sched: slots.New(cfg.Concurrency, cfg.MaxInflightBytes, cfg.shares()), gate: newSetupGate(cfg.SetupConcurrency, cfg.setupKeep), held: map[string]uint64{}, shutdown: make(chan struct{})}
 	w.turnCtx, w.cancelTurns = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -384,4 +397,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.cancelTurns(ErrShutdown)
 	w.log.Info().Int64("turns", w.stats.Turns.Load()).Msg("worker stopped")
 	return nil
+}
+
+// shares divide the slots among the sessions' tenants (Tenant,
+// TenantWeight).
+func (c Config) shares() slots.Shares {
+	if c.Tenant == nil {
+		return slots.Shares{}
+	}
+	return slots.Shares{Weight: c.TenantWeight, Tenant: func(token string) string {
+		key, err := events.TokenKey(token)
+		if err != nil {
+			return ""
+		}
+		return c.Tenant(key)
+	}}
 }

@@ -75,12 +75,15 @@ type Metrics struct {
 	compactions  *CounterVec
 	budget       *CounterVec
 	budgetSpend  *CounterVec
+	rateWaits    *CounterVec
+	rateWaitSecs *CounterVec
 	schedDue     *CounterVec
 	schedLate    *Histogram
 
-	models  capped
-	tools   capped
-	tenants capped
+	models    capped
+	tools     capped
+	tenants   capped
+	providers capped
 
 	mu       sync.Mutex
 	expected map[string]bool // providers of the configured models (Expect)
@@ -104,13 +107,15 @@ func New() *Metrics {
 	m.compactions = f.counterVec("compactions_total", "Transcript compactions, by reason (threshold, overflow, failed).", "reason")
 	m.budget = f.counterVec("budget_events_total", "Budget events of model calls with a budget, by tenant (\"none\" for a session budget without a tenant) and event: reached (a call refused, the session paused) or soft_limit (a warning).", "tenant", "event")
 	m.budgetSpend = f.counterVec("budget_spend_usd_total", "USD settled against budgets, by tenant, priced from the model catalog.", "tenant")
+	m.rateWaits = f.counterVec("rate_limit_waits_total", "Model calls that waited for room in a fleet-wide provider rate limit (--rate-limit), by tenant and provider.", "tenant", "provider")
+	m.rateWaitSecs = f.counterVec("rate_limit_wait_seconds_total", "Time model calls waited for room in a fleet-wide provider rate limit, by tenant and provider.", "tenant", "provider")
 	m.schedDue = f.counterVec("schedule_due_total", "Schedules' due times this worker handled, by outcome: fired, skipped (overlap policy), missed (catch-up policy) or failed (the lane refused it).", "outcome")
 	m.schedLate = f.histogram("schedule_lateness_seconds", "How late after its due time a schedule's firing was sent (catch-up firings after an outage included).", exponentialBuckets(0.01, 2.5, 12))
 	bi := version.Get()
 	m.reg.NewConst(Namespace+"_build_info", "The running build: 1, with its version, commit and Go version.",
 		[]string{"version", "commit", "goversion"}, []string{bi.Version, bi.Revision, bi.Go})
 	m.reg.RegisterRuntime()
-	m.models.max, m.tools.max, m.tenants.max = MaxLabelValues, MaxLabelValues, MaxLabelValues
+	m.models.max, m.tools.max, m.tenants.max, m.providers.max = MaxLabelValues, MaxLabelValues, MaxLabelValues, MaxLabelValues
 	// Label values known now are exposed at 0 from the start: a panel or
 	// an alert on their rate then shows 0, not "No data".
 	for _, o := range outcomes {
@@ -260,6 +265,16 @@ const (
 func (m *Metrics) BudgetEvent(tenant, event string) {
 	if m != nil {
 		m.budget.WithLabelValues(m.tenant(tenant), event).Inc()
+	}
+}
+
+// RateWait records a model call of tenant's ("" = none) on provider that
+// waited d for room in a provider rate limit.
+func (m *Metrics) RateWait(tenant, provider string, d time.Duration) {
+	if m != nil {
+		p := m.providers.value(provider)
+		m.rateWaits.WithLabelValues(m.tenant(tenant), p).Inc()
+		m.rateWaitSecs.WithLabelValues(m.tenant(tenant), p).Add(d.Seconds())
 	}
 }
 

@@ -12,7 +12,9 @@
 //   - a viewer subscribes to the events and requests the read-only
 //     operations of the lane service;
 //   - a tool server serves agent.tool.<name> (and the micro control
-//     subjects of its service) and answers the requests it receives;
+//     subjects of its service), hears the cancels of its calls on
+//     agent.tool.<name>.cancel and answers the requests it receives; an
+//     MCP bridge is a tool server whose names are <server>__<tool>;
 //   - a hook server serves agent.hook.<name>.<kind> for its hooks (and
 //     the micro control subjects of its service) and answers them;
 //   - a worker uses JetStream, the fleet's streams and buckets, serves the
@@ -93,7 +95,9 @@ const (
 	RunsBucket  = "runs"
 	// BudgetsBucket holds the budgets (budgetstore.DefaultBucket):
 	// workers reserve and settle their calls there; only the admin role
-	// sets limits (and writes the AGENT_AUDIT stream that records it).
+	// sets limits (and writes the AGENT_AUDIT stream that records it),
+	// but for the provider rate limits (rate.* keys) a worker's
+	// --rate-limit writes at start, unaudited.
 	BudgetsBucket = "budgets"
 	// SchedulesBucket holds the schedules (schedstore.DefaultBucket):
 	// workers record their firings there; only the admin role adds,
@@ -271,7 +275,8 @@ func (g Grant) Permissions() (Permissions, error) {
 	case ToolServer:
 		p.Subscribe = append([]string{inbox}, microControl(ToolService)...)
 		for _, name := range g.Tools {
-			p.Subscribe = append(p.Subscribe, ToolPrefix+name)
+			// The tool's calls and their callers' cancels.
+			p.Subscribe = append(p.Subscribe, ToolPrefix+name, ToolPrefix+name+".cancel")
 		}
 		// A call's partial results and its reply all go to the caller's
 		// reply subject, for as long as the call may run.
@@ -350,9 +355,11 @@ func workerPermissions(inbox string) Permissions {
 		events.DeadPrefix+">",
 		// Dead letters an operator replays go back on their lane.
 		events.InboundPrefix+"*",
-		// Remote tools: discovery and calls.
+		// Remote tools: discovery, calls and the cancels of calls a
+		// stopped run no longer awaits.
 		"$SRV.INFO."+ToolService,
 		ToolPrefix+"*",
+		ToolPrefix+"*.cancel",
 		// Run hooks: discovery, requests and agent_end publishes.
 		"$SRV.INFO."+HookService,
 		HookPrefix+"*.*",

@@ -201,7 +201,7 @@ func TestGrantSubjects(t *testing.T) {
 			[]string{"agent.svc.alice.backlog", "agent.svc.alice.events", "agent.svc.alice.history", "agent.svc.alice.runs", "agent.svc.alice.settings"},
 			[]string{"_INBOX_v.>", "agent.ev.alice.>"}, false},
 		{"tool server", Grant{Role: ToolServer, User: "t", Tools: []string{"weather"}},
-			nil, []string{"$SRV.*", "$SRV.*.lanefleet-tools", "$SRV.*.lanefleet-tools.*", "_INBOX_t.>", "agent.tool.weather"}, true},
+			nil, []string{"$SRV.*", "$SRV.*.lanefleet-tools", "$SRV.*.lanefleet-tools.*", "_INBOX_t.>", "agent.tool.weather", "agent.tool.weather.cancel"}, true},
 		{"hook server", Grant{Role: HookServer, User: "h", Hooks: []string{"guard", "ctx"}},
 			nil, []string{"$SRV.*", "$SRV.*.lanefleet-hooks", "$SRV.*.lanefleet-hooks.*", "_INBOX_h.>", "agent.hook.ctx.*", "agent.hook.guard.*"}, true},
 		{"admin", Grant{Role: Admin, User: "root"}, []string{">"}, []string{">"}, false},

@@ -35,6 +35,13 @@ type AdmitCall struct {
 	FirstCall bool
 	// Compaction is set on a compaction's summary call.
 	Compaction bool
+	// AuthProfile is the auth profile the call is made with ("" = the
+	// provider's environment or config key).
+	AuthProfile string
+	// Waiting, set by the runner, shows the run that the call waits (a
+	// provider rate limit): text says why, d how long (0 = not known).
+	// Admit may call it more than once while it waits.
+	Waiting func(text string, d time.Duration)
 }
 
 // Admitted settles an admitted call.
@@ -43,6 +50,13 @@ type Admitted interface {
 	// had none) and returns a warning to show the run (a soft limit
 	// reached), "" for none. It must not block long.
 	Settle(u message.Usage) (warning string)
+}
+
+// ResponseObserver is an Admitted that reads the provider's response
+// headers (its rate-limit headers), before the call's stream is read:
+// the runner hands it to the provider through provider.WithTrace.
+type ResponseObserver interface {
+	Response(status int, header func(name string) string)
 }
 
 // AdmitRefusal is an Admission's refusal of a call: the turn ends with
@@ -74,21 +88,24 @@ const AdmitWaitDefault = time.Second
 // admitWaitMax caps the wait between two asks of an unavailable Admission.
 const admitWaitMax = 30 * time.Second
 
-// admit asks the Admission about the run's next model call (nil, nil
-// without one).
-func (ru *run) admit(ctx context.Context, req *provider.Request) (Admitted, error) {
+// admit asks the Admission about the run's next model call, made with
+// the auth profile profile (nil, nil without one).
+func (ru *run) admit(ctx context.Context, profile string, req *provider.Request) (Admitted, error) {
 	if ru.r.cfg.Admission == nil {
 		return nil, nil
 	}
 	first := !ru.admitted
 	ru.admitted = true
-	return admitCall(ctx, ru.r.cfg, ru.sink, AdmitCall{SessionKey: ru.in.SessionKey, Request: req, FirstCall: first})
+	return admitCall(ctx, ru.r.cfg, ru.sink, AdmitCall{SessionKey: ru.in.SessionKey, Request: req, FirstCall: first, AuthProfile: profile})
 }
 
 // admitCall asks cfg's Admission about call, waiting while it is
 // unavailable (AdmitUnavailable).
 func admitCall(ctx context.Context, cfg Config, sink Sink, call AdmitCall) (Admitted, error) {
 	wait := backoff.Policy{Base: cfg.AdmitWait, Max: admitWaitMax, Jitter: true}
+	call.Waiting = func(text string, d time.Duration) {
+		sink.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseWaiting, Text: text, DelayMs: d.Milliseconds()})
+	}
 	for n := 1; ; n++ {
 		adm, err := cfg.Admission.Admit(ctx, call)
 		u, ok := errors.AsType[*AdmitUnavailable](err)
@@ -110,7 +127,16 @@ func admitCall(ctx context.Context, cfg Config, sink Sink, call AdmitCall) (Admi
 // flight, renewed for ever, and holds that much of the budget.
 func (ru *run) callAdmitted(ctx context.Context, prov provider.Provider, req *provider.Request, adm Admitted) (am message.Message, err error) {
 	defer func() { ru.settle(adm, &am) }()
-	return prov.Stream(ctx, req, ru.sub.event)
+	return prov.Stream(observed(ctx, adm), req, ru.sub.event)
+}
+
+// observed is ctx carrying adm's ResponseObserver, if it is one, to the
+// provider.
+func observed(ctx context.Context, adm Admitted) context.Context {
+	if o, ok := adm.(ResponseObserver); ok {
+		return provider.WithTrace(ctx, &provider.Trace{Response: o.Response})
+	}
+	return ctx
 }
 
 // settle tells an admitted call's settler what the call used, and shows
@@ -132,17 +158,17 @@ func settleCall(sink Sink, adm Admitted, am *message.Message) {
 
 // admitted is a provider whose calls the Admission admits and settles
 // like a turn's (a compaction's summary calls): a refusal fails the call.
-func admitted(cfg Config, sink Sink, sessionKey string, p provider.Provider) provider.Provider {
+func admitted(cfg Config, sink Sink, sessionKey, profile string, p provider.Provider) provider.Provider {
 	if cfg.Admission == nil {
 		return p
 	}
 	return provider.Func(func(ctx context.Context, req *provider.Request, emit func(provider.Event)) (m message.Message, err error) {
-		adm, err := admitCall(ctx, cfg, sink, AdmitCall{SessionKey: sessionKey, Request: req, Compaction: true})
+		adm, err := admitCall(ctx, cfg, sink, AdmitCall{SessionKey: sessionKey, Request: req, Compaction: true, AuthProfile: profile})
 		if err != nil {
 			return message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: err.Error()}, err
 		}
 		defer func() { settleCall(sink, adm, &m) }() // also on a panic, as callAdmitted
-		return p.Stream(ctx, req, emit)
+		return p.Stream(observed(ctx, adm), req, emit)
 	})
 }
 

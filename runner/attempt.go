@@ -120,7 +120,7 @@ func (ru *run) call(actx context.Context, req attemptReq, ctxMsgs []message.Mess
 	preq := &provider.Request{Model: req.model, SystemPrompt: ru.system, Messages: msgs, Tools: ru.specs,
 		Thinking: req.thinking, APIKey: req.key, SessionID: ru.in.SessionID}
 	ru.sub.reset()
-	am, err := ru.stream(actx, req.prov, preq)
+	am, err := ru.stream(actx, req.prov, req.profile, preq)
 	ru.sub.flushBlocks(true)
 	return am, err
 }

@@ -45,6 +45,9 @@ type journalStep struct {
 	// number, or the number of the reply whose call it answers.
 	Step    int             `msgpack:"step"`
 	Message message.Message `msgpack:"message"`
+	// Flush marks a step of the memory flush (flush.go), numbered apart
+	// from the turn's own: a re-run that does not flush skips them.
+	Flush bool `msgpack:"flush,omitempty"`
 }
 
 // journal is a run's step journal: what the re-run replays, then the
@@ -52,6 +55,18 @@ type journalStep struct {
 type journal struct {
 	store StepStore
 	input string
+	// turn are the turn's own steps, flush the memory flush's.
+	turn, flush journalSteps
+	// resumed is how many steps the re-run found recorded.
+	resumed int
+	// n is the steps recorded for this input: the next one is step n+1
+	// (over any step of other input a previous attempt left there).
+	n int
+}
+
+// journalSteps are the recorded steps of one sequence of model calls
+// (the turn's or the memory flush's).
+type journalSteps struct {
 	// replies are the recorded model replies by step number.
 	replies map[int]message.Message
 	// live is set once a model step was not replayed: the steps after it
@@ -63,11 +78,10 @@ type journal struct {
 	// replayed are the keys of calls whose model reply came from the
 	// journal: they may have started before the worker died.
 	replayed map[string]bool
-	// resumed is how many steps the re-run found recorded.
-	resumed int
-	// n is the steps recorded for this input: the next one is step n+1
-	// (over any step of other input a previous attempt left there).
-	n int
+}
+
+func newJournalSteps() journalSteps {
+	return journalSteps{replies: map[int]message.Message{}, results: map[string]message.Message{}, replayed: map[string]bool{}}
 }
 
 // errJournal wraps a failed step write: the attempt cannot go on, since a
@@ -82,8 +96,7 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 	if store == nil {
 		return nil, nil
 	}
-	j := &journal{store: store, input: inputFingerprint(in), replies: map[int]message.Message{},
-		results: map[string]message.Message{}, replayed: map[string]bool{}}
+	j := &journal{store: store, input: inputFingerprint(in), turn: newJournalSteps(), flush: newJournalSteps()}
 	raw, err := store.Steps(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("runner: read steps: %w", err)
@@ -99,11 +112,12 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 			break
 		}
 		j.n++
+		seq := j.steps(s.Flush)
 		switch s.Message.Role {
 		case message.RoleAssistant:
-			j.replies[s.Step] = s.Message
+			seq.replies[s.Step] = s.Message
 		case message.RoleToolResult:
-			j.results[callKey(s.Step, s.Message.ToolCallID)] = s.Message
+			seq.results[callKey(s.Step, s.Message.ToolCallID)] = s.Message
 		}
 	}
 	j.resumed = j.n
@@ -127,12 +141,21 @@ func inputFingerprint(in Input) string {
 // ids across replies ("call_0"), so the id alone does not name a call.
 func callKey(n int, id string) string { return strconv.Itoa(n) + "/" + id }
 
-// record appends one step: m, of model step n.
-func (j *journal) record(ctx context.Context, n int, m message.Message) error {
+// steps returns the flush's steps or the turn's.
+func (j *journal) steps(flush bool) *journalSteps {
+	if flush {
+		return &j.flush
+	}
+	return &j.turn
+}
+
+// record appends one step: m, of model step n (of the memory flush's
+// steps with flush).
+func (j *journal) record(ctx context.Context, flush bool, n int, m message.Message) error {
 	if j.n >= MaxSteps {
 		return &errJournal{fmt.Errorf("the run has %d steps, the most a journal keeps", MaxSteps)}
 	}
-	data, err := msgpack.Marshal(&journalStep{Input: j.input, Step: n, Message: m})
+	data, err := msgpack.Marshal(&journalStep{Input: j.input, Step: n, Message: m, Flush: flush})
 	if err != nil {
 		return &errJournal{err}
 	}
@@ -145,42 +168,42 @@ func (j *journal) record(ctx context.Context, n int, m message.Message) error {
 
 // nextReply returns the recorded reply of model step n, unless a step
 // before it was made live.
-func (j *journal) nextReply(n int) (message.Message, bool) {
-	m, ok := j.replies[n]
-	if !ok || j.live {
-		j.live = true
+func (s *journalSteps) nextReply(n int) (message.Message, bool) {
+	m, ok := s.replies[n]
+	if !ok || s.live {
+		s.live = true
 		return message.Message{}, false
 	}
 	for _, c := range m.ToolCalls() {
-		j.replayed[callKey(n, c.ID)] = true
+		s.replayed[callKey(n, c.ID)] = true
 	}
 	return m, true
 }
 
 // result returns the recorded result of call id of model step n.
-func (j *journal) result(n int, id string) (message.Message, bool) {
-	m, ok := j.results[callKey(n, id)]
+func (s *journalSteps) result(n int, id string) (message.Message, bool) {
+	m, ok := s.results[callKey(n, id)]
 	return m, ok
 }
 
 // mayHaveRun reports whether call id of model step n belongs to a replayed
 // reply: it may have run before the worker died.
-func (j *journal) mayHaveRun(n int, id string) bool { return j.replayed[callKey(n, id)] }
+func (s *journalSteps) mayHaveRun(n int, id string) bool { return s.replayed[callKey(n, id)] }
 
 // stream is one model call through the journal: a recorded reply is
 // replayed (its text streamed to the run's events again, as one delta),
 // otherwise the provider is called and a completed reply is recorded
 // before the run goes on.
-func (ru *run) stream(ctx context.Context, prov provider.Provider, req *provider.Request) (message.Message, error) {
+func (ru *run) stream(ctx context.Context, prov provider.Provider, profile string, req *provider.Request) (message.Message, error) {
 	j := ru.journal
 	if j != nil {
-		if m, ok := j.nextReply(ru.steps + 1); ok {
+		if m, ok := j.turn.nextReply(ru.steps + 1); ok {
 			ru.steps++
 			replay(m, ru.sub.event)
 			return m, nil
 		}
 	}
-	adm, err := ru.admit(ctx, req)
+	adm, err := ru.admit(ctx, profile, req)
 	if err != nil {
 		if refusal(err) == nil && ctx.Err() == nil {
 			// The budgets could not be asked: the turn is not run
@@ -208,7 +231,7 @@ func (ru *run) stream(ctx context.Context, prov provider.Provider, req *provider
 	}
 	stamped := am
 	stamped.Timestamp = max(stamped.Timestamp, 1) // as addAssistant stores it
-	if rerr := j.record(ctx, ru.steps, stamped); rerr != nil {
+	if rerr := j.record(ctx, false, ru.steps, stamped); rerr != nil {
 		ru.halt(rerr)
 	}
 	return am, nil
@@ -238,14 +261,18 @@ func replay(m message.Message, emit func(provider.Event)) {
 // unknown; any other call runs, and its result is recorded before the
 // run goes on. callLive means the caller runs the call itself.
 func (ru *run) journaledCall(c message.Block) (message.Message, callSource) {
-	j := ru.journal
-	if j == nil {
+	if ru.journal == nil {
 		return message.Message{}, callLive
 	}
-	if m, found := j.result(ru.steps, c.ID); found {
+	return ru.journaledIn(&ru.journal.turn, ru.steps, c)
+}
+
+// journaledIn is journaledCall for call c of model step n of seq.
+func (ru *run) journaledIn(seq *journalSteps, n int, c message.Block) (message.Message, callSource) {
+	if m, found := seq.result(n, c.ID); found {
 		return m, callRecorded
 	}
-	if j.mayHaveRun(ru.steps, c.ID) && !ru.idempotent(c.Name) {
+	if seq.mayHaveRun(n, c.ID) && !ru.idempotent(c.Name) {
 		return message.Message{Role: message.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
 			Content: message.BlocksOf(message.Text(sanitize.MissingToolResultText + " " + TextOutcomeUnknown)), IsError: true,
 			Details: map[string]any{"outcome": "unknown"}, Timestamp: ru.r.cfg.Now().UnixMilli()}, callUnknown
@@ -279,10 +306,16 @@ func (ru *run) idempotent(name string) bool {
 
 // recordResult records a tool result that ran live.
 func (ru *run) recordResult(ctx context.Context, m message.Message) {
+	ru.recordStep(ctx, false, ru.steps, m)
+}
+
+// recordStep records step m of model step n (of the memory flush's with
+// flush); a failed write halts the run.
+func (ru *run) recordStep(ctx context.Context, flush bool, n int, m message.Message) {
 	if ru.journal == nil || ru.fatal != nil {
 		return
 	}
-	if err := ru.journal.record(ctx, ru.steps, m); err != nil {
+	if err := ru.journal.record(ctx, flush, n, m); err != nil {
 		ru.halt(err)
 	}
 }

@@ -58,7 +58,8 @@ type run struct {
 	// attempts counts the run's model attempts (the attempt events).
 	attempts int
 	// flushed is set once the run flushed memory before a compaction:
-	// one flush per compaction cycle, whatever the attempts.
+	// one flush per run, whatever the attempts (and one per compaction
+	// cycle of the session, flush.go).
 	flushed bool
 }
 

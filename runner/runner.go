@@ -45,8 +45,8 @@ import (
 )
 
 // Sink receives a run's content events: deltas, tool and compaction
-// events, and the lifecycle retrying, retry, resumed and budget_warning
-// notices. The events that start and end a run are the lane's, which
+// events, and the lifecycle retrying, retry, resumed, budget_warning and
+// waiting notices. The events that start and end a run are the lane's, which
 // makes the end or error event from the Output. lanes.Turn implements it.
 type Sink interface {
 	Emit(stream string, data events.EventData)
@@ -271,7 +271,8 @@ type Config struct {
 	// MemoryFlush, when set, gives the model one silent turn to write
 	// durable memories to the workspace (MEMORY.md, memory/<date>.md)
 	// before a threshold compaction, in runs that offer the write tool
-	// (flush.go); once per run.
+	// (flush.go); once per run and once per compaction cycle of the
+	// session, journaled with the run's steps.
 	MemoryFlush bool
 	// Window configures the context-window guard.
 	Window guard.WindowConfig

@@ -66,7 +66,12 @@ func (ru *run) runTool(ctx context.Context, c message.Block, te *replytext.ToolE
 }
 
 // callTool finds and runs a tool; every failure becomes an error result.
-func (ru *run) callTool(ctx context.Context, c message.Block) (res tools.Result) {
+func (ru *run) callTool(ctx context.Context, c message.Block) tools.Result {
+	return ru.callToolKeyed(ctx, c, ru.callKeyOf(c.ID))
+}
+
+// callToolKeyed is callTool with the call's idempotency key.
+func (ru *run) callToolKeyed(ctx context.Context, c message.Block, key string) (res tools.Result) {
 	if ru.tools == nil {
 		return tools.ErrorResult(fmt.Sprintf("Tool %s not found", c.Name))
 	}
@@ -92,7 +97,7 @@ func (ru *run) callTool(ctx context.Context, c message.Block) (res tools.Result)
 			args = d.Args
 		}
 	}
-	call := tools.Call{ID: c.ID, Name: c.Name, Args: args, Key: ru.callKeyOf(c.ID), Update: func(p tools.Result) {
+	call := tools.Call{ID: c.ID, Name: c.Name, Args: args, Key: key, Update: func(p tools.Result) {
 		ru.sink.Emit(events.StreamTool, events.EventData{Phase: events.PhaseUpdate, Name: c.Name, ToolCallID: c.ID, Payload: replytext.SanitizeToolResult(toolResultView(p))})
 	}}
 	res, err := t.Call(ctx, call)

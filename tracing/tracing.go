@@ -175,5 +175,12 @@ const (
 	AttrQueueWaitMs = "lanefleet.queue_wait_ms"
 )
 
+// AttrParentSession and AttrParentRun name a sub-agent's parent on its
+// turns' spans (the parent's key as a fingerprint, as AttrSession).
+const (
+	AttrParentSession = "lanefleet.parent.session.fingerprint"
+	AttrParentRun     = "lanefleet.parent.run"
+)
+
 // ScopeName is the instrumentation scope of the fleet's spans.
 const ScopeName = "github.com/lanefleet/lanefleet"

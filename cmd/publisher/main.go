@@ -840,6 +840,27 @@ func printSettings(session string, s lanefleet.SessionSettings, asJSON bool, w i
 			}
 			fmt.Fprintln(w, line)
 		}
+		if u := st.ChildUsage; u != nil {
+			line := fmt.Sprintf("children:  %d tokens of that are its sub-agents'", u.Total)
+			if u.Cost != nil {
+				line += fmt.Sprintf(", cost $%.6f", u.Cost.Total)
+			}
+			fmt.Fprintln(w, line)
+		}
+		if p := st.Parent; p != nil {
+			state := "its completion not delivered yet"
+			if p.Delivered {
+				state = "its completion delivered"
+			}
+			fmt.Fprintf(w, "parent:    %s run %s (a sub-agent; %s)\n", p.Session, p.Run, state)
+		}
+		for _, c := range st.Children {
+			label := ""
+			if c.Label != "" {
+				label = fmt.Sprintf(" %q", c.Label)
+			}
+			fmt.Fprintf(w, "pending:   sub-agent%s %s run %s, spawned by run %s\n", label, c.Session, c.Run, c.ParentRun)
+		}
 	}
 	return nil
 }

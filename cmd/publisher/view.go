@@ -186,6 +186,8 @@ func (v *view) event(ev *events.Event) {
 				break
 			}
 			v.note("%s", v.style(dim, fmt.Sprintf("⏳ the model call failed: %s; %s in %s", why, retryOf(d), wait)))
+		case events.PhaseWaiting:
+			v.note("%s", v.style(dim, "⏳ "+firstLine(d.Text, 300)))
 		case events.PhaseRetry:
 			if d.Attempt == 0 {
 				v.note("%s", v.style(dim, "↻ calling the model now"))

@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
 
+	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/hooks"
 )
 
@@ -115,4 +117,27 @@ func checkRanges(fs *pflag.FlagSet) error {
 		return usageError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// maxTenantWeight bounds a --tenant-weight.
+const maxTenantWeight = 1000
+
+// parseTenantWeights reads --tenant-weight TENANT=N flags.
+func parseTenantWeights(flags []string) (map[string]int, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]int, len(flags))
+	for _, f := range flags {
+		name, v, ok := strings.Cut(f, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 1 || n > maxTenantWeight {
+			return nil, fmt.Errorf("%.80q is not TENANT=N with N from 1 to %d", f, maxTenantWeight)
+		}
+		if err := governance.ValidName(name); err != nil {
+			return nil, err
+		}
+		out[name] = n
+	}
+	return out, nil
 }

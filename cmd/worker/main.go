@@ -36,11 +36,13 @@ import (
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/gateway"
 	"github.com/lanefleet/lanefleet/gateway/openai"
+	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/guard"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/version"
 	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/mcpbridge"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
@@ -204,13 +206,16 @@ is set: spans go over OTLP/HTTP.`,
 	fs.BoolVar(&cfg.Process, "process", false, "with --exec: offer the process tool, background commands in exec's sandbox (start, list, poll, log, write, kill, remove); a session's processes live on the worker that started them and end at their timeout (30m, at most 2h), the session's /new or /reset, its forget, or the worker's stop")
 	fs.IntVar(&cfg.ProcessesPerSession, "processes-per-session", 0, "with --process: background processes one session may run at once on a worker (default 4; 64 for all sessions together)")
 	fs.BoolVar(&cfg.MemoryTools, "memory-tools", false, "offer memory_search and memory_get over each workspace's MEMORY.md and memory/**/*.md (BM25 keyword ranking, no embeddings); they read the workspace only")
-	fs.BoolVar(&cfg.NoMemoryFlush, "no-memory-flush", false, "with --memory-tools: no memory flush before a threshold compaction (by default the model first gets one silent turn, at most 4 model calls, to write durable memories to MEMORY.md or memory/YYYY-MM-DD.md with the write tool; its prompt, replies and calls stay out of the transcript and the reply)")
-	fs.StringVar(&cfg.SessionTools, "session-tools", env("LANEFLEET_SESSION_TOOLS"), "offer sessions_list, sessions_history and sessions_send, reaching the sessions of the caller's tenant (tenant) or of its tenant and agent (agent), never another tenant's; a session without a tenant reaches only itself (env LANEFLEET_SESSION_TOOLS; default none)")
+	fs.BoolVar(&cfg.NoMemoryFlush, "no-memory-flush", false, "with --memory-tools: no memory flush before a threshold compaction (by default the model first gets one silent turn, at most 4 model calls, to write durable memories to MEMORY.md or memory/YYYY-MM-DD.md with the write tool; its prompt, replies and calls stay out of the transcript and the reply; once per compaction cycle, journaled like the turn's steps)")
+	fs.IntVar(&cfg.SubagentMaxDepth, "subagent-max-depth", 0, "with --session-tools: how deep sessions_spawn's sub-agents nest (default 2: a sub-agent's sub-agent spawns none)")
+	fs.IntVar(&cfg.SubagentMaxChildren, "subagent-max-children", 0, "with --session-tools: sub-agents one run may spawn (default 5)")
+	fs.StringVar(&cfg.SessionTools, "session-tools", env("LANEFLEET_SESSION_TOOLS"), "offer sessions_list, sessions_history, sessions_send, sessions_spawn and sessions_yield, reaching the sessions of the caller's tenant (tenant) or of its tenant and agent (agent), never another tenant's; a session without a tenant reaches only itself (env LANEFLEET_SESSION_TOOLS; default none)")
 	fs.BoolVar(&cfg.WebFetch, "web-fetch", false, "offer the web_fetch tool: an HTTP(S) GET whose page comes back as markdown or text; reaches public addresses only (no loopback, private, link-local or cloud metadata address, checked on every connection and redirect) unless --web-allow names more; never through a proxy from the environment")
 	webAllow := fs.String("web-allow", env("LANEFLEET_WEB_ALLOW"), "with --web-fetch: comma-separated address ranges (10.1.0.0/16, 192.168.1.5) and host names (wiki.internal, *.corp.example) web_fetch may reach although the SSRF guard refuses them (env LANEFLEET_WEB_ALLOW)")
 	fs.StringVar(&cfg.WebSearch, "web-search", env("LANEFLEET_WEB_SEARCH"), "offer the web_search tool through a search provider: brave (the Brave Search API, key from BRAVE_API_KEY or an api_key profile of provider \"brave\" in --auth-profiles) or searxng (the instance at --web-search-url, JSON format on) (env LANEFLEET_WEB_SEARCH; default none)")
 	fs.StringVar(&cfg.WebSearchURL, "web-search-url", env("LANEFLEET_WEB_SEARCH_URL"), "with --web-search: the SearXNG instance's URL, or another Brave endpoint (env LANEFLEET_WEB_SEARCH_URL)")
-	remoteTools := fs.String("remote-tools", env("LANEFLEET_REMOTE_TOOLS"), "comma-separated names of the tools served over NATS (micro service lanefleet-tools) that runs may use (env LANEFLEET_REMOTE_TOOLS); nothing discovered is used unless listed")
+	remoteTools := fs.String("remote-tools", env("LANEFLEET_REMOTE_TOOLS"), "comma-separated names of the tools served over NATS (micro service lanefleet-tools) that runs may use, or globs of them such as github__* (an MCP bridge's tools of server github) (env LANEFLEET_REMOTE_TOOLS); nothing discovered is used unless listed")
+	mcpConfig := fs.String("mcp", env("LANEFLEET_MCP_CONFIG"), "serve the tools of the MCP servers in this JSON file (the mcpServers format of MCP clients) as remote tools <server>__<tool>, in this process, as worker mcp-bridge does in its own (env LANEFLEET_MCP_CONFIG); runs use them once --remote-tools allows them, e.g. github__*")
 	hookNames := fs.String("hooks", env("LANEFLEET_HOOKS"), "comma-separated names of the run hooks served over NATS (micro service lanefleet-hooks: before_agent_start, before_tool_call, agent_end) that runs call, in this order (env LANEFLEET_HOOKS); nothing discovered is used unless listed")
 	fs.DurationVar(&cfg.Hooks.Timeout, "hooks-timeout", hooks.TimeoutDefault, "how long a run waits for one hook (at most 1m); a hook that does not answer in time only warns, except as --hooks-tool-failure says")
 	hookFailure := fs.String("hooks-tool-failure", "closed", "a before_tool_call hook that cannot decide (unreachable, timed out, failed): closed blocks the call and tells the model, open lets it run unchecked with a warning")
@@ -220,6 +225,9 @@ is set: spans go over OTLP/HTTP.`,
 	fs.StringVar(&cfg.DefaultAgent, "default-agent", env("LANEFLEET_DEFAULT_AGENT"), `the agent of a session whose key names none ("agent:<id>:…" names one); when it is not defined (publisher agents put), such sessions run as this worker is configured (default "main", env LANEFLEET_DEFAULT_AGENT)`)
 	fs.BoolVar(&cfg.NoAgents, "no-agents", false, "turn named agents off: no agents bucket, no agent-files object store; every session runs as this worker is configured (every worker of a fleet should agree)")
 	fs.StringVar(&cfg.AgentCacheDir, "agent-cache-dir", "", "directory of this worker's copies of the agents' workspace files (default <data-dir>/agent-files, else a temporary directory)")
+	var rateLimits, tenantWeights []string
+	fs.StringArrayVar(&tenantWeights, "tenant-weight", nil, "TENANT=N: the tenant's weight in this worker's slots while lanes wait for one (a freed slot goes to the waiting tenant with the fewest slots in use for its weight; default 1 each, so a tenant with hundreds of waiting sessions cannot starve a quiet one); repeatable")
+	fs.StringArrayVar(&rateLimits, "rate-limit", nil, `PATTERN=rpm:N,tpm:N: a provider rate limit the whole fleet shares ("openai/*=rpm:500,tpm:200000"; PATTERN is PROVIDER/MODEL or profile:AUTH-PROFILE, '*' any run of characters); a call that would pass it waits, with a waiting event, instead of collecting a 429; repeatable, every worker should give the same`)
 	fs.BoolVar(&cfg.NoBudgets, "no-budgets", false, "turn tenant governance off: no budgets bucket, no admission before model calls (every worker of a fleet should agree)")
 	fs.BoolVar(&cfg.BlockReplies, "block-replies", false, "also publish the reply in blocks (block events of 800–1,200 characters, as OpenClaw's block streaming); off by default, as in OpenClaw")
 	fs.Bool("no-block-replies", true, "no block reply events: the default now; accepted for old scripts")
@@ -287,6 +295,12 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.AllowModels = splitList(*allowModels)
 		cfg.AllowAuthPins = splitList(*allowPins)
 		cfg.RemoteTools = splitList(*remoteTools)
+		var mcpServers []mcpbridge.Server
+		if *mcpConfig != "" {
+			if mcpServers, err = loadMCP(*mcpConfig, env, red); err != nil {
+				return err
+			}
+		}
 		cfg.WebAllow = splitList(*webAllow)
 		cfg.Hooks.Names = splitList(*hookNames)
 		mode, err := hooks.ParseFailMode(*hookFailure)
@@ -301,6 +315,9 @@ is set: spans go over OTLP/HTTP.`,
 			cfg.SessionSender = clientSender
 		default:
 			return usageError{fmt.Errorf("--session-tools must be tenant or agent, not %q", cfg.SessionTools)}
+		}
+		if cfg.SubagentMaxDepth < 0 || cfg.SubagentMaxChildren < 0 {
+			return usageError{errors.New("--subagent-max-depth and --subagent-max-children must be 0 (the default) or more")}
 		}
 		if cfg.ProcessesPerSession < 0 {
 			return usageError{fmt.Errorf("--processes-per-session must be 0 (the default) or more, not %d", cfg.ProcessesPerSession)}
@@ -349,6 +366,16 @@ is set: spans go over OTLP/HTTP.`,
 		cfg.Logger = log
 		cfg.Env = env
 
+		for _, r := range rateLimits {
+			rule, err := governance.ParseRateRule(r)
+			if err != nil {
+				return usageError{fmt.Errorf("--rate-limit: %w", err)}
+			}
+			cfg.RateLimits = append(cfg.RateLimits, rule)
+		}
+		if cfg.TenantWeights, err = parseTenantWeights(tenantWeights); err != nil {
+			return usageError{fmt.Errorf("--tenant-weight: %w", err)}
+		}
 		aliases, err := openai.ParseAliases(httpAliases)
 		if err != nil {
 			return usageError{fmt.Errorf("--http-model-alias: %w", err)}
@@ -358,15 +385,15 @@ is set: spans go over OTLP/HTTP.`,
 				return usageError{err}
 			}
 		}
-		return serve(cmd.Context(), cfg, red, log, env, httpOpts, aliases)
+		return serve(cmd.Context(), cfg, red, log, env, httpOpts, aliases, mcpServers)
 	}
-	root.AddCommand(versionCommand(stdout), sanitizeCommand(stdin, stdout, stderr), permissionsCommand(stdout))
+	root.AddCommand(versionCommand(stdout), sanitizeCommand(stdin, stdout, stderr), permissionsCommand(stdout), mcpBridgeCommand(red, stderr, env))
 	return root
 }
 
 // serve runs the member until a signal, with tracing when the OTEL_*
 // variables ask for it.
-func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string, httpOpts gateway.Options, aliases map[string]string) error {
+func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zerolog.Logger, env func(string) string, httpOpts gateway.Options, aliases map[string]string, mcpServers []mcpbridge.Server) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -408,6 +435,13 @@ func serve(ctx context.Context, cfg fleet.Config, red *redact.Redactor, log zero
 	}
 	if httpOpts.Addr != "" {
 		stop, err := serveHTTP(ctx, m, httpOpts, aliases, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if len(mcpServers) > 0 {
+		stop, err := serveMCP(ctx, m, mcpServers, env, log)
 		if err != nil {
 			return err
 		}
@@ -458,6 +492,25 @@ func serveHTTP(ctx context.Context, m *fleet.Member, o gateway.Options, aliases 
 		defer gc.Close()
 		if err := ln.Serve(hctx); err != nil {
 			log.Error().Err(err).Msg("HTTP gateway stopped")
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// serveMCP runs the MCP bridge on a connection of its own until ctx is
+// done; stop waits for it.
+func serveMCP(ctx context.Context, m *fleet.Member, servers []mcpbridge.Server, env func(string) string, log zerolog.Logger) (stop func(), err error) {
+	nc, err := m.SecondConn("lanefleet-mcp-bridge")
+	if err != nil {
+		return nil, err
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer nc.Close()
+		if err := runMCPBridge(bctx, nc, servers, env, log); err != nil {
+			log.Error().Err(err).Msg("MCP bridge stopped")
 		}
 	}()
 	return func() { cancel(); <-done }, nil

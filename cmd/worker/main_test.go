@@ -39,7 +39,8 @@ func TestBadFlags(t *testing.T) {
 		{"permissions", "--role", "operator", "--user", "u"},
 		{"permissions", "--role", "sender", "--user", "u"},
 		{"permissions", "--role", "worker"},
-		{"permissions", "--role", "worker", "--user", "u", "--format", "yaml"}} {
+		{"permissions", "--role", "worker", "--user", "u", "--format", "yaml"},
+		{"mcp-bridge"}, {"mcp-bridge", "--config", "/nonexistent/mcp.json"}, {"--mcp", "/nonexistent/mcp.json"}} {
 		var out, errb bytes.Buffer
 		if err := run(args, strings.NewReader(""), &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)

@@ -91,6 +91,9 @@ func (e *JSError) status() int {
 	return 0
 }
 
+// awsException is the name the AWS SDKs give a service's error.
+var awsException = regexp.MustCompile(`^[A-Z][A-Za-z]*Exception$`)
+
 // abortedRequest is how a JavaScript HTTP client words an abort its own
 // request timer caused.
 var abortedRequest = regexp.MustCompile(`(?i)request (?:was )?aborted`)
@@ -120,6 +123,9 @@ var systemCodes = map[string]syscall.Errno{
 // that a case runs through the classification production uses:
 //
 //   - a FailoverError is a *provider.Error with its reason and status;
+//   - an AWS SDK error (a name such as "ThrottlingException" and an HTTP
+//     status, as the AWS SDKs report a Bedrock failure) is what the
+//     Bedrock adapter builds from it (failover.FromAWS);
 //   - an error with an HTTP status is what an adapter builds from the
 //     response (failover.FromHTTP with the message as the body);
 //   - a TimeoutError, or an AbortError caused by a request timer, wraps
@@ -134,6 +140,8 @@ func (e *JSError) Err() error {
 	switch reason := e.failoverReason(); {
 	case e.Name == "FailoverError" || reason != "":
 		return &provider.Error{Reason: reason, Status: e.status(), Message: e.Message, Err: self}
+	case e.status() != 0 && awsException.MatchString(e.Name):
+		return failover.FromAWS(e.status(), nil, e.Name, e.Message, self, time.Time{})
 	case e.status() != 0:
 		return failover.FromHTTP(e.status(), nil, []byte(e.Message), self, time.Time{})
 	case e.timedOut():

@@ -13,7 +13,7 @@ const mod = "github.com/lanefleet/lanefleet"
 var pure = []string{
 	mod + "/sanitize", mod + "/sessionfile", mod + "/guard", mod + "/authprofile", mod + "/fallback",
 	mod + "/lanes/queue", mod + "/blockchunk", mod + "/replytext", mod + "/provider/failover",
-	mod + "/message", mod + "/events",
+	mod + "/message", mod + "/events", mod + "/subagent",
 }
 
 // rules are the module's import rules, each with its reason.

@@ -120,6 +120,9 @@ type turnAgent struct {
 	// files is the worker's copy of the agent's workspace, for the
 	// prompt of a run without a session directory ("" = the session's).
 	files string
+	// putBack puts the memory files the run changed in the session's
+	// directory back into the workspace (nil without a directory).
+	putBack func(ctx context.Context) error
 }
 
 type agentKey struct{}
@@ -157,19 +160,34 @@ func (m *Member) seedAgent(ctx context.Context, t *lanes.Turn, a *agents.Agent) 
 	if err != nil {
 		return nil, nil, err
 	}
+	ta.putBack = func(ctx context.Context) error {
+		put, err := m.agents.WriteBack(ctx, seeded, dir)
+		if len(put) > 0 {
+			m.log.Debug().Strs("files", put).Str("agent", a.ID).Str("workspace", ws).Msg("agent workspace: memory files put back")
+		}
+		return err
+	}
 	return ta, func() {
 		// The run's context may be over (an interrupt): what it wrote
 		// still goes back.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancel()
-		put, err := m.agents.WriteBack(wctx, seeded, dir)
-		if err != nil {
+		if err := ta.putBack(wctx); err != nil {
 			m.log.Warn().Err(err).Str("agent", a.ID).Str("session", t.SessionKey).Msg("agent workspace: memory files not put back")
 		}
-		if len(put) > 0 {
-			m.log.Debug().Strs("files", put).Str("agent", a.ID).Str("workspace", ws).Msg("agent workspace: memory files put back")
-		}
 	}, nil
+}
+
+// SyncMemory implements runner.MemorySyncer: what a run's memory flush
+// wrote goes back to its agent's workspace before the flush's results
+// are journaled, so a re-run of the turn on another worker, which
+// replays the flush, reads it there.
+func (s *toolSource) SyncMemory(ctx context.Context, _ runner.Input) error {
+	ta := agentFrom(ctx)
+	if ta == nil || ta.putBack == nil {
+		return nil
+	}
+	return ta.putBack(ctx)
 }
 
 // agentSkills keeps the skills a run's agent is offered.

@@ -47,6 +47,8 @@ type budgets struct {
 	changes chan governance.Scope
 	mu      sync.Mutex
 	paused  map[governance.Scope]bool
+	// rates are the provider rate limits (Config.RateLimits).
+	rates []governance.RateRule
 }
 
 // openBudgets opens the budgets bucket and watches it.
@@ -65,7 +67,7 @@ func (m *Member) openBudgets(ctx context.Context) error {
 	}
 	b.store = s
 	m.budgets = b
-	return nil
+	return b.setRates(ctx, cfg.RateLimits)
 }
 
 // Budgeted reports whether this member knows a budget on s (its watch of
@@ -138,12 +140,32 @@ func (b *budgets) PauseNotice(key string) string {
 		sc, st.Limits, scopeFlag(sc))
 }
 
-// Admit reserves a call's worst case against the budgets of its session and
-// tenant. Without any it costs a map lookup.
+// Admit waits for room in the provider rate limits the call falls under
+// (ratelimits.go), then reserves its worst case against the budgets of its
+// session and tenant. Without any it costs a map lookup.
 func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admitted, error) {
 	if !b.store.Any() {
 		return nil, nil
 	}
+	rate, err := b.admitRate(ctx, call)
+	if err != nil || rate == nil {
+		if err != nil {
+			return nil, err
+		}
+		return b.admitBudget(ctx, call)
+	}
+	adm, err := b.admitBudget(ctx, call)
+	if err != nil {
+		rate.release() // the call is not made: it counts nothing
+		return nil, err
+	}
+	rate.budget = adm
+	return rate, nil
+}
+
+// admitBudget reserves a call's worst case against the budgets of its
+// session and tenant.
+func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runner.Admitted, error) {
 	tenant := b.rule.Tenant(call.SessionKey)
 	scopes := governance.Scopes(tenant, call.SessionKey)
 	if !b.store.Limits(scopes) {
@@ -151,7 +173,7 @@ func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admi
 	}
 	req := call.Request
 	need := governance.WorstCase(req.Model.Cost, inputTokens(req), maxOutput(req), call.FirstCall)
-	h, err := b.store.Reserve(ctx, scopes, need)
+	h, err := b.store.Reserve(ctx, scopes, need, nil)
 	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok {
 		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
 		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r)}

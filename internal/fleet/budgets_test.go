@@ -102,3 +102,40 @@ func TestAdmitUnreadableBudgetFailsClosed(t *testing.T) {
 		t.Fatalf("Admit after the budget was set again: %v, %v", adm, err)
 	}
 }
+
+// TestAdmitRateStoreOutage: a call under a rate limit whose bucket does
+// not answer waits for the store (Admit says it is unavailable; the run
+// waits, its attempt not counted) rather than being made unlimited or
+// failing the run.
+func TestAdmitRateStoreOutage(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := budgetstore.Open(t.Context(), js, budgetstore.Config{Worker: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	b := &budgets{store: s, now: time.Now}
+	rule, err := governance.ParseRateRule("openai/*=rpm:100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.setRates(t.Context(), []governance.RateRule{rule}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c := call()
+	c.Request.Model.Provider, c.Request.Model.ID = "openai", "gpt-5"
+	_, err = b.Admit(ctx, c)
+	if _, ok := errors.AsType[*runner.AdmitUnavailable](err); !ok {
+		t.Fatalf("Admit under a rate limit during an outage: %v (%T); want *runner.AdmitUnavailable", err, err)
+	}
+}

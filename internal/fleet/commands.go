@@ -62,10 +62,10 @@ func (m *Member) sessionDefaults(key string) chatcmd.Defaults {
 	d := m.chatDefaults()
 	if a, _ := m.agentOf(key); a != nil {
 		if a.Model != "" {
-			d.Model = a.Model
+			d.Model, d.AgentModel = a.Model, true
 		}
 		if a.Thinking != "" {
-			d.Thinking = a.Thinking
+			d.Thinking, d.AgentThinking = a.Thinking, true
 		}
 	}
 	return d

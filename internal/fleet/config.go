@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/agentprompt"
+	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/redact"
@@ -179,6 +180,17 @@ type Config struct {
 	TenantSeparator string
 	NoTenants       bool
 	NoBudgets       bool
+	// RateLimits are the provider rate limits (requests and tokens a
+	// minute) this worker's model calls share with the fleet's: each call
+	// a rule matches waits for room in the rule's window, kept in the
+	// budgets bucket (governance.RateRule; worker --rate-limit). Every
+	// worker of a fleet should have the same rules. They need the budgets
+	// bucket: NoBudgets refuses them.
+	RateLimits []governance.RateRule
+	// TenantWeights are the tenants' weights in the division of this
+	// worker's slots while lanes wait for one (worker --tenant-weight;
+	// lanes.Config.TenantWeight): a tenant not named weighs 1.
+	TenantWeights map[string]int
 	// NoSchedules leaves schedules alone: no schedules bucket or stream,
 	// no firing (package schedstore). A fleet's schedules fire while any
 	// worker runs without it.
@@ -265,6 +277,10 @@ type Config struct {
 	// SessionTools; a field and not an import because the Go client's own
 	// tests start members of this package.
 	SessionSender func(nc *nats.Conn) (SendFunc, error)
+	// SubagentMaxDepth bounds how deep sessions_spawn's sub-agents nest
+	// (0 = subagent.MaxDepthDefault, 2); SubagentMaxChildren how many
+	// one run spawns (0 = subagent.MaxChildrenDefault, 5).
+	SubagentMaxDepth, SubagentMaxChildren int
 
 	// Operations.
 	// MetricsListen is the host:port of the member's /metrics, /healthz

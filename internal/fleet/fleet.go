@@ -58,6 +58,7 @@ import (
 	"github.com/lanefleet/lanefleet/schedstore"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
+	"github.com/lanefleet/lanefleet/tools/sessions"
 )
 
 // Member is a running fleet member.
@@ -139,6 +140,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	url := cfg.NATSURL
+	if cfg.NoBudgets && len(cfg.RateLimits) > 0 {
+		return nil, errors.New("fleet: --rate-limit keeps its windows in the budgets bucket, which --no-budgets turns off: drop one of them")
+	}
 	if url != "" && cfg.NATSMonitor != "" {
 		return nil, errors.New("fleet: --nats-monitor serves the embedded server's monitoring, but NATS_URL/--nats-url joins another server: enable monitoring on that server (http_port) instead")
 	}
@@ -250,7 +254,14 @@ func (m *Member) build(ctx context.Context) error {
 	}
 	if m.budgets != nil {
 		lcfg.Paused, lcfg.Tenant, lcfg.PauseNotice = m.budgets.Paused, m.budgets.Tenant, m.budgets.PauseNotice
+		if weights := cfg.TenantWeights; len(weights) > 0 {
+			lcfg.TenantWeight = func(tenant string) int { return weights[tenant] }
+		}
 	}
+	// A sub-agent delivers its completion only within its tenant (every
+	// worker, session tools on or off: a child's lane may run anywhere).
+	lineage := sessions.Policy{Tenants: m.Tenants()}
+	lcfg.Lineage = lineage.Allows
 	if m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lcfg); err != nil {
 		return err
 	}

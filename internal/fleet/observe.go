@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,15 +36,36 @@ type observer struct {
 	metrics *metrics.Metrics // nil = no metrics
 	tracer  *tracing.Tracer  // nil = no spans
 	known   map[string]bool  // worker tool names, counted by name
+	globs   []string         // --remote-tools globs: their tools are counted under the glob
 }
 
 func newObserver(cfg Config, m *metrics.Metrics) observer {
 	o := observer{metrics: m, known: map[string]bool{},
 		tracer: cfg.TracerProvider.Tracer(tracing.ScopeName, version.Get().Version)}
 	for _, name := range append(tools.BuiltinNames(), cfg.RemoteTools...) {
+		if strings.Contains(name, "*") {
+			o.globs = append(o.globs, name)
+			continue
+		}
 		o.known[name] = true
 	}
 	return o
+}
+
+// toolLabel is the metric label of a tool the worker ran: its name when
+// it is a built-in or a listed remote tool, the --remote-tools glob that
+// allowed it (one label per glob, however many tools an MCP server
+// lists), else "unknown" (a tool the model made up).
+func (o *observer) toolLabel(name string) string {
+	if o.known[name] {
+		return name
+	}
+	for _, g := range o.globs {
+		if ok, _ := path.Match(g, name); ok {
+			return g
+		}
+	}
+	return "unknown"
 }
 
 // turnObs is one turn's observation, handed to the sink and the providers
@@ -76,6 +99,9 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	}
 	common := []tracing.KeyValue{tracing.String(tracing.AttrRun, t.RunID), tracing.Int(tracing.AttrAttempt, t.Attempt),
 		tracing.String(tracing.AttrSession, fp), tracing.String(tracing.AttrWorker, t.Worker)}
+	if p := parentOf(t); p != nil {
+		common = append(common, tracing.String(tracing.AttrParentSession, events.Fingerprint(p.Session)), tracing.String(tracing.AttrParentRun, p.Run))
+	}
 	ctx = tracing.Extract(ctx, t.Header)
 	ctx, turnSpan := m.obs.tracer.Start(ctx, tracing.OpInvokeAgent+" lanefleet", tracing.WithSpanKind(tracing.SpanKindConsumer), tracing.WithTimestamp(t.Received),
 		tracing.WithAttributes(append(common, tracing.String(tracing.AttrOperation, tracing.OpInvokeAgent), tracing.String(tracing.AttrAgentName, "lanefleet"),
@@ -213,10 +239,7 @@ func (t *turnObs) event(stream string, data events.EventData) {
 			t.mu.Unlock()
 			name := "client" // a client's result (or an approval's refusal): no worker ran it
 			if ran {
-				name = "unknown" // a tool the model made up
-				if t.o.known[data.Name] {
-					name = data.Name
-				}
+				name = t.o.toolLabel(data.Name)
 				if data.IsError {
 					call.span.SetStatus(tracing.StatusError, "tool error")
 					call.span.SetAttributes(tracing.String(tracing.AttrErrorType, "tool_error"))
@@ -431,4 +454,16 @@ func (b fleetAuthBook) Reset(ctx context.Context, id string) (cleared, ok bool, 
 		return false, true, err
 	}
 	return before.CooldownUntil != 0 || before.DisabledUntil != 0 || before.ErrorCount != 0 || len(before.Models) != 0 || before.RetryUntil != 0, true, nil
+}
+
+// parentOf is the parent of a sub-agent's turn: the one its session
+// adopted, or the one its spawn message names (nil = none).
+func parentOf(t *lanes.Turn) *events.Parent {
+	if t.State.Parent != nil {
+		return t.State.Parent
+	}
+	if t.Inbound != nil {
+		return t.Inbound.Parent
+	}
+	return nil
 }

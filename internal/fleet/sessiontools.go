@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/sessions"
+	"github.com/lanefleet/lanefleet/tracing"
 )
 
 // sessionBackend is the session tools' sessions.Backend over the member's
@@ -64,6 +69,23 @@ func (b *sessionBackend) Send(ctx context.Context, key, text, id string) (string
 	return b.send(ctx, key, text, id)
 }
 
+// Spawn publishes a sub-agent's spawn message straight onto the child's
+// lane (the Go client's Send carries no lineage).
+func (b *sessionBackend) Spawn(ctx context.Context, key string, in *events.Inbound, publishID string) (string, error) {
+	data, _, err := events.EncodeInbound(in, false)
+	if err != nil {
+		return "", err
+	}
+	// The child's turns continue the trace of the call that spawned it.
+	hdr := nats.Header{}
+	tracing.Inject(ctx, hdr)
+	seq, err := lanes.PublishInbound(ctx, b.m.JS, key, data, publishID, in.ID, hdr)
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatUint(seq, 10), nil
+}
+
 // startToolState gives the tool source what needs the built member: the
 // process table (named after the worker) and the session tools' backend.
 func (m *Member) startToolState(ts *toolSource) error {
@@ -77,7 +99,7 @@ func (m *Member) startToolState(ts *toolSource) error {
 		m.log.Info().Msg("process tool on: background commands in exec's sandbox")
 	}
 	if cfg.SessionTools != "" {
-		pol := sessions.Policy{Scope: cfg.SessionTools, Tenants: m.Tenants()}
+		pol := sessions.Policy{Scope: cfg.SessionTools, Tenants: m.Tenants(), MaxDepth: cfg.SubagentMaxDepth, MaxChildren: cfg.SubagentMaxChildren}
 		if err := pol.Validate(); err != nil {
 			return fmt.Errorf("fleet: --session-tools: %w", err)
 		}
@@ -89,7 +111,7 @@ func (m *Member) startToolState(ts *toolSource) error {
 			return fmt.Errorf("fleet: session tools: %w", err)
 		}
 		ts.sessions, ts.sessionsPolicy = &sessionBackend{m: m, send: send}, pol
-		m.log.Info().Str("scope", cfg.SessionTools).Msg("session tools on: sessions_list, sessions_history, sessions_send")
+		m.log.Info().Str("scope", cfg.SessionTools).Msg("session tools on: sessions_list, sessions_history, sessions_send, sessions_spawn, sessions_yield")
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/runner"
+	"github.com/lanefleet/lanefleet/subagent"
 	"github.com/lanefleet/lanefleet/tools"
 )
 
@@ -77,11 +78,13 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		if out != nil {
 			// A cut turn's progress, which an interrupt keeps, and what
 			// its model calls cost.
-			return &lanes.Outcome{Entries: out.Entries, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile}, err
+			return &lanes.Outcome{Entries: out.Entries, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile,
+				Spawned: subagent.Spawned(out.Entries, t.RunID, time.Now().UnixMilli())}, err
 		}
 		return nil, err
 	}
-	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile, EndText: out.EndText}, nil
+	return &lanes.Outcome{Entries: out.Entries, Result: out.Result, Usage: runner.UsageMeta(out.Usage), AuthProfile: out.AuthProfile, EndText: out.EndText,
+		Spawned: subagent.Spawned(out.Entries, t.RunID, time.Now().UnixMilli())}, nil
 }
 
 // clientToolClash says why client tools take a worker tool's name ("" when

@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -28,8 +29,9 @@ const (
 	APIOpenAICompletions  = "openai-completions"
 	APIOpenAIResponses    = "openai-responses"
 	APIGoogleGenerativeAI = "google-generative-ai"
-	APIGoogleVertex       = "google-vertex"    // Gemini on Vertex AI
-	APIAnthropicVertex    = "anthropic-vertex" // Claude on Vertex AI (rawPredict)
+	APIGoogleVertex       = "google-vertex"           // Gemini on Vertex AI
+	APIAnthropicVertex    = "anthropic-vertex"        // Claude on Vertex AI (rawPredict)
+	APIBedrockConverse    = "bedrock-converse-stream" // Amazon Bedrock's Converse
 )
 
 // Conservative defaults for a model the catalog does not know.
@@ -59,9 +61,10 @@ type ProviderInfo struct {
 	NoKey      bool
 	// AmbientEnv, when set, says the adapter looks for the cloud's
 	// default credentials itself when it is given no key (Google's
-	// metadata server), so a call needs none; any of these variables
-	// set says a worker is meant to call it without one
-	// (GOOGLE_CLOUD_PROJECT).
+	// metadata server; AWS's chain: environment, shared config and
+	// profile, web identity, container and instance roles), so a call
+	// needs none; any of these variables set says a worker is meant to
+	// call it without one (GOOGLE_CLOUD_PROJECT; AWS_PROFILE, AWS_REGION).
 	AmbientEnv []string
 }
 
@@ -69,6 +72,11 @@ var providers = []ProviderInfo{
 	{Name: "anthropic", API: APIAnthropicMessages, BaseURL: "https://api.anthropic.com", KeyEnv: []string{"ANTHROPIC_API_KEY"}, BaseURLEnv: []string{"ANTHROPIC_BASE_URL"}},
 	{Name: "openai", API: APIOpenAIResponses, BaseURL: "https://api.openai.com/v1", KeyEnv: []string{"OPENAI_API_KEY"}, BaseURLEnv: []string{"OPENAI_BASE_URL"}},
 	{Name: "google", API: APIGoogleGenerativeAI, BaseURL: "https://generativelanguage.googleapis.com/v1beta", KeyEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, BaseURLEnv: []string{"GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"}},
+	// Amazon Bedrock ("bedrock/…" is the same: see registry) authenticates
+	// with the AWS credential chain (or an Amazon Bedrock API key); its
+	// base URL's {region} is the AWS region.
+	{Name: "amazon-bedrock", API: APIBedrockConverse, BaseURL: "https://bedrock-runtime.{region}.amazonaws.com", KeyEnv: []string{"AWS_BEARER_TOKEN_BEDROCK"}, BaseURLEnv: []string{"BEDROCK_BASE_URL"},
+		AmbientEnv: []string{"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"}},
 	{Name: "openrouter", API: APIOpenAICompletions, BaseURL: "https://openrouter.ai/api/v1", KeyEnv: []string{"OPENROUTER_API_KEY"}, BaseURLEnv: []string{"OPENROUTER_BASE_URL"}},
 	{Name: "mistral", API: APIOpenAICompletions, BaseURL: "https://api.mistral.ai/v1", KeyEnv: []string{"MISTRAL_API_KEY"}, BaseURLEnv: []string{"MISTRAL_BASE_URL"}},
 	{Name: "groq", API: APIOpenAICompletions, BaseURL: "https://api.groq.com/openai/v1", KeyEnv: []string{"GROQ_API_KEY"}, BaseURLEnv: []string{"GROQ_BASE_URL"}},
@@ -338,7 +346,8 @@ func (c *Catalog) LoadFile(path string) (*Catalog, error) {
 
 // Check reports the first model (by provider/id) that no adapter could
 // call: one without an api an adapter exists for, or without an http(s)
-// base URL.
+// base URL (which may hold a placeholder its adapter fills in, such as
+// Bedrock's {region}).
 func (c *Catalog) Check() error {
 	for _, m := range c.Models() {
 		if err := checkModel(m); err != nil {
@@ -347,6 +356,10 @@ func (c *Catalog) Check() error {
 	}
 	return nil
 }
+
+// placeholder is a part of a base URL its adapter fills in ("{region}"
+// in Bedrock's: the AWS region).
+var placeholder = regexp.MustCompile(`\{[a-z]+\}`)
 
 func checkModel(m provider.Model) error {
 	if m.API == "" {
@@ -360,7 +373,7 @@ func checkModel(m provider.Model) error {
 	if !KnownAPI(m.API) {
 		return fmt.Errorf("catalog: model %s: unsupported api %q (one of %s)", m.Ref(), m.API, strings.Join(apis, ", "))
 	}
-	u, err := url.Parse(m.BaseURL)
+	u, err := url.Parse(placeholder.ReplaceAllString(m.BaseURL, "x"))
 	if m.BaseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("catalog: model %s: \"baseUrl\" %q is not an http(s) URL: set it on the model or its provider", m.Ref(), m.BaseURL)
 	}
@@ -368,4 +381,4 @@ func checkModel(m provider.Model) error {
 }
 
 // apis are the wire APIs an adapter exists for, as error messages list them.
-var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI, APIGoogleVertex, APIAnthropicVertex}
+var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI, APIGoogleVertex, APIAnthropicVertex, APIBedrockConverse}

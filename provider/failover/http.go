@@ -156,10 +156,16 @@ func RetryAfter(h http.Header, body []byte, message string, now time.Time) time.
 }
 
 // FromHTTP builds the classified error for a failed HTTP response from its
-// status, headers and body. cause (may be nil) is kept as the wrapped error;
+// status, headers and body (an AWS API's error, one that names its
+// exception in an x-amzn-ErrorType header or a __type field, as FromAWS
+// classifies it). cause (may be nil) is kept as the wrapped error;
 // it must not contain credentials.
 func FromHTTP(status int, h http.Header, body []byte, cause error, now time.Time) *provider.Error {
 	in := ParseBody(body)
+	if t := awsType(h, body); t != "" {
+		// An AWS API's error (Bedrock): its exception decides.
+		return FromAWS(status, h, t, in.Message, cause, now)
+	}
 	in.Status = status
 	if in.Message == "" {
 		in.Message = http.StatusText(status)

@@ -344,4 +344,5 @@ var extraOverflow = []pattern{
 	sub("context_window_exceeded"), sub("prompt too long"),
 	re(`input token count.*exceeds the maximum`), re(`input tokens exceed the configured limit`),
 	re(`input exceeds.*maximum number of tokens`),
+	sub("input is too long for requested model"), sub("too many input tokens"),
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
@@ -90,7 +91,7 @@ func (r *Registry) Catalog() *catalog.Catalog { return r.catalog }
 // in the catalog resolves with conservative defaults and a warning naming
 // the URL it will use (see catalog.Resolve).
 func (r *Registry) Resolve(ref string) (catalog.Resolved, error) {
-	res, err := r.catalog.Resolve(ref)
+	res, err := r.catalog.Resolve(CanonicalRef(ref))
 	if err != nil {
 		return res, err
 	}
@@ -126,6 +127,20 @@ func (r *Registry) applyBaseURL(m provider.Model) (provider.Model, error) {
 	return m, nil
 }
 
+// CanonicalRef returns ref with its provider named canonically
+// (authprofile.NormalizeProvider: lower case, aliases resolved, so
+// "bedrock/…" is "amazon-bedrock/…"), as the run loop names it.
+func CanonicalRef(ref string) string {
+	p, id, ok := strings.Cut(ref, "/")
+	if !ok {
+		return ref
+	}
+	if c := authprofile.NormalizeProvider(p); c != p {
+		return c + "/" + id
+	}
+	return ref
+}
+
 // APIKey returns the API key configured for a provider: its key in
 // Config.Keys, else the first non-empty of its key variables (ANTHROPIC_API_KEY; OPENAI_API_KEY; GEMINI_API_KEY
 // then GOOGLE_API_KEY; OPENROUTER_API_KEY; MISTRAL_API_KEY; …), or for a
@@ -133,6 +148,7 @@ func (r *Registry) applyBaseURL(m provider.Model) (provider.Model, error) {
 // <PROVIDER>_API_KEY with the name upper-cased and non-alphanumerics as
 // "_". ok is false when none is set.
 func (r *Registry) APIKey(providerName string) (key provider.Secret, ok bool) {
+	providerName = authprofile.NormalizeProvider(providerName)
 	if k := r.keys[providerName]; k != "" {
 		return k, true
 	}

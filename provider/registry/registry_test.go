@@ -70,7 +70,7 @@ func TestProviderErrors(t *testing.T) {
 	if msg.StopReason != message.StopError || len(events) != 1 || events[0].Type != provider.EventError {
 		t.Errorf("message %+v events %+v", msg, events)
 	}
-	if _, err := r.Provider(provider.Model{ID: "x", Provider: "y", API: "bedrock-converse-stream"}); !errors.Is(err, registry.ErrUnsupportedAPI) {
+	if _, err := r.Provider(provider.Model{ID: "x", Provider: "y", API: "mistral-conversations"}); !errors.Is(err, registry.ErrUnsupportedAPI) {
 		t.Errorf("unsupported api: %v", err)
 	}
 }

@@ -57,7 +57,20 @@ var defaultModels = []struct{ env, ref string }{
 	{"GOOGLE_APPLICATION_CREDENTIALS", "vertex/gemini-2.5-flash"},
 	{"OPENROUTER_API_KEY", "openrouter/anthropic/claude-sonnet-4.5"},
 	{"MISTRAL_API_KEY", "mistral/devstral-medium-latest"},
+	// The AWS chain: a profile, a region (an instance or container role
+	// supplies the credentials), keys, web identity, a Bedrock API key.
+	{"AWS_PROFILE", BedrockDefault},
+	{"AWS_REGION", BedrockDefault},
+	{"AWS_DEFAULT_REGION", BedrockDefault},
+	{"AWS_ACCESS_KEY_ID", BedrockDefault},
+	{"AWS_WEB_IDENTITY_TOKEN_FILE", BedrockDefault},
+	{"AWS_BEARER_TOKEN_BEDROCK", BedrockDefault},
 }
+
+// BedrockDefault is the default model when only AWS is configured: Claude
+// Sonnet through the global cross-region inference profile (served from
+// any region, at the list price).
+const BedrockDefault = "amazon-bedrock/global.anthropic.claude-sonnet-4-6"
 
 // DefaultModel is the --openai-compatible server's first chat model, else
 // the model of the first provider with an API key in the environment, else
@@ -108,7 +121,7 @@ func (r *Resolver) Check(ref string) error {
 // the environment, the auth profiles or Config's keys) unless it needs
 // none.
 func (r *Resolver) runnable(ref string, creds *authprofile.Store) error {
-	p, id, _ := strings.Cut(ref, "/")
+	p, id, _ := strings.Cut(CanonicalRef(ref), "/")
 	if p == scripted.ProviderName {
 		if r.scripted == nil || !r.scripted.Serves(id) {
 			return fmt.Errorf("%q: no such scripted model (echo, script, or a configured script)", ref)
@@ -136,7 +149,7 @@ func (r *Resolver) runnable(ref string, creds *authprofile.Store) error {
 // credentials and the environment says they are meant
 // (GOOGLE_CLOUD_PROJECT set for Vertex AI on Google Cloud).
 func (r *Resolver) ambientSet(p string) bool {
-	cp, _ := catalog.Provider(p)
+	cp, _ := catalog.Provider(authprofile.NormalizeProvider(p))
 	for _, name := range cp.AmbientEnv {
 		if strings.TrimSpace(r.env(name)) != "" {
 			return true
@@ -147,12 +160,13 @@ func (r *Resolver) ambientSet(p string) bool {
 
 // hasKey reports whether the worker holds a key for provider p.
 func (r *Resolver) hasKey(p string, creds *authprofile.Store) bool {
+	p = authprofile.NormalizeProvider(p)
 	if _, ok := r.registry.APIKey(p); ok {
 		return true
 	}
 	if creds != nil {
 		for _, pr := range creds.Profiles {
-			if pr.Provider == p {
+			if authprofile.NormalizeProvider(pr.Provider) == p {
 				return true
 			}
 		}
@@ -235,7 +249,7 @@ func (r *Resolver) mayCall(p string, creds *authprofile.Store) bool {
 	if p == scripted.ProviderName {
 		return r.scripted != nil
 	}
-	cp, known := catalog.Provider(p)
+	cp, known := catalog.Provider(authprofile.NormalizeProvider(p))
 	return !known || cp.NoKey || r.hasKey(p, creds) || r.ambientSet(p)
 }
 

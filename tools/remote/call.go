@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -78,6 +79,8 @@ func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []
 	if key != "" {
 		msg.Header.Set(HeaderIdempotencyKey, key)
 	}
+	token := nuid.Next()
+	msg.Header.Set(HeaderCallToken, token)
 	if dl, ok := ctx.Deadline(); ok {
 		msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(1, time.Until(dl).Milliseconds()), 10))
 	}
@@ -90,6 +93,9 @@ func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []
 		rep, err = t.mux.request(ctx, msg, t.maxChars, update)
 	}
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, nats.ErrNoResponders) {
+			t.cancel(token)
+		}
 		return tools.Result{}, t.requestError(ctx, limit, err)
 	}
 	if code := rep.Header.Get(micro.ErrorCodeHeader); code != "" {
@@ -118,6 +124,14 @@ func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []
 		return tools.Result{}, &Error{Tool: name, Message: fmt.Sprintf("tool %s sent a malformed reply: %v", name, err), Err: fmt.Errorf("%w: %w", ErrBadReply, err)}
 	}
 	return res, nil
+}
+
+// cancel tells the instances serving the tool that the call of token is
+// no longer awaited (its run was stopped, or it timed out), so the one
+// running it stops it. Best effort: a lost cancel leaves the call to the
+// timeout the service was sent.
+func (t *remoteTool) cancel(token string) {
+	_ = t.nc.PublishMsg(&nats.Msg{Subject: CancelSubject(t.spec.Name), Header: nats.Header{HeaderCallToken: []string{token}}})
 }
 
 // requestError explains a failed request.

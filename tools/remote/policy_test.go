@@ -48,6 +48,26 @@ func TestOperatorPolicy(t *testing.T) {
 	if _, err := remote.NewRegistry(b.client, remote.DiscoverConfig{Allow: []string{"a.b"}}); err == nil {
 		t.Error("a registry allowing an invalid name was created")
 	}
+	if _, err := remote.NewRegistry(b.client, remote.DiscoverConfig{Allow: []string{"*"}}); err == nil {
+		t.Error("a registry allowing every name with a lone '*' was created")
+	}
+}
+
+// TestAllowGlobs: a glob in Allow takes the tools it matches (an MCP
+// bridge's <server>__<tool> names) and no others.
+func TestAllowGlobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("gh__issues", echo), newTool("gh__pulls", echo), newTool("ghx", echo), newTool("fs__read", echo))
+	cfg := remote.DiscoverConfig{Allow: []string{"gh__*"}}
+	list := b.discoverUntil(t, cfg, func(l tools.List) bool { return len(l.Specs()) == 2 })
+	var names []string
+	for _, s := range list.Specs() {
+		names = append(names, s.Name)
+	}
+	if strings.Join(names, ",") != "gh__issues,gh__pulls" {
+		t.Fatalf("tools = %v, want the gh__ tools only", names)
+	}
 }
 
 // TestOversizedDetailsAreDropped: details past MaxDetailsBytes become a

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -48,10 +49,12 @@ type DiscoverConfig struct {
 	// RefreshInterval is how often Registry.Run refreshes;
 	// RefreshIntervalDefault when 0.
 	RefreshInterval time.Duration
-	// Allow lists the tool names that may be used: an endpoint of another
-	// name is ignored, whoever serves it. nil means every tool found — the
-	// fleet always passes the operator's list, since any client that can
-	// answer $SRV.INFO could otherwise offer tools to every run.
+	// Allow lists the tool names that may be used, each a name or a glob
+	// with '*' ("github__*" allows every tool an MCP bridge serves for
+	// its server github): an endpoint of another name is ignored, whoever
+	// serves it. nil means every tool found — the fleet always passes the
+	// operator's list, since any client that can answer $SRV.INFO could
+	// otherwise offer tools to every run.
 	Allow []string
 	// Reserved are names no remote tool may take (the built-in tools): an
 	// endpoint with such a name is ignored with a warning.
@@ -90,8 +93,8 @@ func (c DiscoverConfig) validate() error {
 		}
 	}
 	for _, n := range c.Allow {
-		if !ValidName(n) {
-			return fmt.Errorf("remote: allowed tool %q is not a tool name (1-64 of A-Z a-z 0-9 _ -)", n)
+		if n == "*" || !ValidName(strings.ReplaceAll(n, "*", "")) {
+			return fmt.Errorf("remote: allowed tool %q is not a tool name (1-64 of A-Z a-z 0-9 _ -) or a glob of one with '*' (a lone '*' is not taken)", n)
 		}
 		if slices.Contains(c.Reserved, n) {
 			return fmt.Errorf("remote: tool %q is built in; a remote tool cannot take its name", n)
@@ -285,7 +288,7 @@ func (r *Registry) admit(c candidate) error {
 	switch {
 	case slices.Contains(r.cfg.Reserved, name):
 		return fmt.Errorf("tool %q is built in", name)
-	case r.cfg.Allow != nil && !slices.Contains(r.cfg.Allow, name):
+	case r.cfg.Allow != nil && !allowed(r.cfg.Allow, name):
 		return errNotAllowed
 	case c.subject != Subject(name):
 		return fmt.Errorf("tool %q is served on %q, not %q", name, c.subject, Subject(name))
@@ -370,3 +373,20 @@ func parseVersion(v string) ([4]int, bool) {
 }
 
 var _ tools.Set = (*Registry)(nil)
+
+// allowed reports whether name is in allow, as a name or matched by a glob
+// ('*' matches any run of name characters; Validate has checked the
+// patterns, which hold no other metacharacter).
+func allowed(allow []string, name string) bool {
+	for _, pat := range allow {
+		if pat == name {
+			return true
+		}
+		if strings.Contains(pat, "*") {
+			if ok, _ := path.Match(pat, name); ok {
+				return true
+			}
+		}
+	}
+	return false
+}

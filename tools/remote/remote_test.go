@@ -415,7 +415,7 @@ func TestStopCancelsCallsInFlight(t *testing.T) {
 	tool := b.lookup(t, "slow", remote.DiscoverConfig{})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := tool.Call(t.Context(), tools.Call{ID: "c"})
+		_, err := tool.Call(t.Context(), tools.Call{ID: "c", Key: "k-1"})
 		errc <- err
 	}()
 	<-started
@@ -428,8 +428,46 @@ func TestStopCancelsCallsInFlight(t *testing.T) {
 	}
 	// The tool ran in part: the caller is told, and does not resend it.
 	e := remoteErr(t, <-errc, remote.ErrToolFailed)
-	if e.Error() != "tool slow was stopped before it finished: the process serving it is shutting down" {
+	if e.Error() != "tool slow was stopped before it finished: the process serving it is shutting down; it may have taken effect in part (idempotency key k-1)" {
 		t.Fatalf("error = %q", e.Error())
+	}
+}
+
+// TestCallerCancelStopsTheCall: a caller whose context ends before the
+// reply (its run was stopped) cancels the call where it runs, in another
+// process, instead of leaving it to run until its timeout.
+func TestCallerCancelStopsTheCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	b.serve(t, b.server, remote.ServiceConfig{}, newTool("slow", func(ctx context.Context, _ tools.Call) (tools.Result, error) {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return tools.Result{}, ctx.Err()
+	}))
+	tool := b.lookup(t, "slow", remote.DiscoverConfig{})
+	ctx, stop := context.WithCancelCause(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tool.Call(ctx, tools.Call{ID: "c"})
+		errc <- err
+	}()
+	<-started
+	runStopped := errors.New("run stopped")
+	stop(runStopped)
+	e := remoteErr(t, <-errc, runStopped)
+	if !strings.Contains(e.Error(), "tool slow was cancelled: run stopped") {
+		t.Errorf("caller's error = %q", e.Error())
+	}
+	select {
+	case c := <-cause:
+		if c == nil || !strings.Contains(c.Error(), "the caller cancelled the call") {
+			t.Errorf("tool context cause = %v, want the caller's cancel", c)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the served call was not cancelled")
 	}
 }
 

@@ -91,6 +91,10 @@ type Service struct {
 	calls *inflight.Group       // their contexts' cause is ErrStopped once cancelled
 	stats map[string]*toolStats // by tool name; the map is never written after Serve
 	guard *answer.Guard
+	// cancels holds the calls in flight that carry a HeaderCallToken, by
+	// token: a message on the tool's CancelSubject cancels one.
+	cancels    sync.Map // token -> context.CancelCauseFunc
+	cancelSubs []*nats.Subscription
 }
 
 var _ micro.Service = (*Service)(nil)
@@ -163,8 +167,18 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 		mes = append(mes, microsvc.Endpoint{Name: ep.name, Subject: Subject(ep.name), Metadata: ep.meta,
 			Handler: s.handler(ep.name, ep.tool, stats[ep.name]), What: "tool " + ep.name})
 	}
+	// Cancels first: a call taken must be cancellable.
+	for _, ep := range eps {
+		sub, err := nc.Subscribe(CancelSubject(ep.name), s.onCancel)
+		if err != nil {
+			s.unsubscribeCancels()
+			return nil, fmt.Errorf("remote: serve: cancel subject of %s: %w", ep.name, err)
+		}
+		s.cancelSubs = append(s.cancelSubs, sub)
+	}
 	// Once Serve returns, the server routes calls and discovery here.
 	if err := svc.Serve(mes...); err != nil {
+		s.unsubscribeCancels()
 		return nil, fmt.Errorf("remote: serve: %w", err)
 	}
 	s.Service = svc.Service
@@ -175,6 +189,7 @@ func Serve(nc *nats.Conn, cfg ServiceConfig, ts ...tools.Tool) (*Service, error)
 // cause is ErrStopped), waits for them to return and stops the micro
 // service. A tool that ignores its context delays Stop until it returns.
 func (s *Service) Stop() error {
+	defer s.unsubscribeCancels()
 	if err := s.svc.Stop(ErrStopped); err != nil {
 		return fmt.Errorf("remote: stop: %w", err)
 	}
@@ -187,10 +202,27 @@ func (s *Service) Stop() error {
 // other instances or fail with no responders. It returns the error of the
 // micro service's Stop or of the flush.
 func (s *Service) Shutdown(ctx context.Context) error {
+	defer s.unsubscribeCancels()
 	if err := s.svc.Shutdown(ctx, ErrStopped); err != nil {
 		return fmt.Errorf("remote: stop: %w", err)
 	}
 	return nil
+}
+
+// onCancel cancels the call in flight named by the message's
+// HeaderCallToken, if this instance runs it.
+func (s *Service) onCancel(m *nats.Msg) {
+	if f, ok := s.cancels.Load(m.Header.Get(HeaderCallToken)); ok {
+		f.(context.CancelCauseFunc)(errCallerCancelled)
+	}
+}
+
+// unsubscribeCancels ends the cancel subscriptions, once the calls they
+// could cancel are over or cancelled.
+func (s *Service) unsubscribeCancels() {
+	for _, sub := range s.cancelSubs {
+		_ = sub.Unsubscribe() // the connection may be closed: nothing to keep then
+	}
 }
 
 // inbound is a call taken off micro: micro.Request may only be answered
@@ -226,6 +258,10 @@ func (s *Service) handler(name string, t tools.Tool, st *toolStats) micro.Handle
 // timeout passes.
 var errCallerTimeout = errors.New("the caller stopped waiting")
 
+// errCallerCancelled is the cause of a call's context when its caller
+// cancelled it (its run was stopped).
+var errCallerCancelled = errors.New("the caller cancelled the call")
+
 // serve runs one call and replies.
 func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *toolStats) {
 	name := in.name
@@ -258,6 +294,12 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errCallerTimeout)
 		defer cancel()
 	}
+	if tok := in.hdr.Get(HeaderCallToken); tok != "" && len(tok) <= 64 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		s.cancels.Store(tok, cancel)
+		defer func() { s.cancels.Delete(tok); cancel(nil) }()
+	}
 	ctx = WithRunInfo(ctx, RunInfo{SessionKey: req.SessionKey, RunID: req.RunID})
 	call := tools.Call{ID: req.ID, Name: name, Args: req.Args, Key: in.hdr.Get(HeaderIdempotencyKey)}
 
@@ -277,7 +319,13 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
 			// Not CodeUnavailable: the tool ran in part, so the caller
 			// must not resend the call on its own.
-			s.respondError(in, CodeToolFailed, fmt.Sprintf("tool %s was stopped before it finished: the process serving it is shutting down", name))
+			msg := fmt.Sprintf("tool %s was stopped before it finished: the process serving it is shutting down", name)
+			if call.Key != "" {
+				msg += fmt.Sprintf("; it may have taken effect in part (idempotency key %s)", call.Key)
+			}
+			s.respondError(in, CodeToolFailed, msg)
+		case ctx.Err() != nil && errors.Is(cause, errCallerCancelled):
+			s.respondError(in, CodeToolFailed, fmt.Sprintf("tool %s was cancelled by its caller", name))
 		case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
 			s.respondError(in, CodeTimeout, fmt.Sprintf("tool %s timed out after %s", name, timeout))
 		default:

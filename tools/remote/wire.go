@@ -46,6 +46,11 @@ const (
 	// service that keeps the results of recent keys can answer a repeated
 	// call without repeating its effect.
 	HeaderIdempotencyKey = "Lanefleet-Idempotency-Key"
+	// HeaderCallToken, on a request, names the call for a later cancel:
+	// a caller whose context ends before the reply (its run was stopped)
+	// publishes a message with the same header to CancelSubject(name),
+	// and the instance running the call cancels the call's context.
+	HeaderCallToken = "Lanefleet-Tool-Call-Token"
 )
 
 // Error codes a service puts in the Nats-Service-Error-Code header.
@@ -73,6 +78,11 @@ func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 // Subject returns the subject a tool named name is served on.
 func Subject(name string) string { return SubjectPrefix + name }
+
+// CancelSubject returns the subject a caller cancels its calls of the tool
+// named name on: agent.tool.<name>.cancel. Every instance serving the tool
+// hears it; the one running the call (by HeaderCallToken) cancels it.
+func CancelSubject(name string) string { return SubjectPrefix + name + ".cancel" }
 
 // request is the body of a call.
 type request struct {

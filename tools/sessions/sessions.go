@@ -1,10 +1,13 @@
 // Package sessions holds the session tools: sessions_list,
 // sessions_history and sessions_send, which let a run see and message the
 // other sessions its operator's [Policy] allows (by default those of its
-// own tenant, never another's). The fleet supplies a [Backend]: the
-// listing, the transcripts and the publish onto a session's lane.
+// own tenant, never another's), and sessions_spawn and sessions_yield,
+// which start sub-agents and wait for them (package subagent has their
+// rules). The fleet supplies a [Backend]: the listing, the transcripts and
+// the publish onto a session's lane.
 //
-// Files: sessions.go (policy, tools).
+// Files: sessions.go (policy, list, history, send), spawn.go (spawn,
+// yield).
 package sessions
 
 import (
@@ -17,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lanefleet/lanefleet/agents"
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -42,12 +46,19 @@ type Policy struct {
 	Scope string
 	// Tenants derives a key's tenant, as the fleet's governance does.
 	Tenants governance.TenantRule
+	// MaxDepth bounds sub-agents' nesting (0 = subagent.MaxDepthDefault);
+	// MaxChildren the children one run spawns (0 =
+	// subagent.MaxChildrenDefault).
+	MaxDepth, MaxChildren int
 }
 
 // Validate reports an unknown scope.
 func (p Policy) Validate() error {
 	switch p.Scope {
 	case "", ScopeTenant, ScopeAgent:
+		if p.MaxDepth < 0 || p.MaxChildren < 0 {
+			return fmt.Errorf("sessions: sub-agent limits must be 0 (the default) or more, not depth %d, children %d", p.MaxDepth, p.MaxChildren)
+		}
 		return nil
 	}
 	return fmt.Errorf("sessions: scope %q: want %s or %s", p.Scope, ScopeTenant, ScopeAgent)
@@ -110,6 +121,11 @@ type Backend interface {
 	// message id id (the lane drops a second message of the same id), and
 	// returns its run id.
 	Send(ctx context.Context, key, text, id string) (runID string, err error)
+	// Spawn publishes a sub-agent's spawn message onto the child
+	// session's lane, with publishID as the stream's de-duplication key
+	// and in.ID as the lane's (a spawn made again after a crash is
+	// dropped by the child's lane), and returns its run id.
+	Spawn(ctx context.Context, key string, in *events.Inbound, publishID string) (runID string, err error)
 }
 
 // Bounds.
@@ -143,7 +159,7 @@ func Tools(b Backend, p Policy, caller, runID string) (tools.List, error) {
 		return nil, err
 	}
 	r := &run{b: b, p: p, caller: caller, runID: runID}
-	return tools.List{listTool{r}, historyTool{r}, sendTool{r}}, nil
+	return tools.List{listTool{r}, historyTool{r}, sendTool{r}, spawnTool{r}, yieldTool{r}}, nil
 }
 
 // run is what one run's session tools share.
@@ -153,6 +169,8 @@ type run struct {
 	caller string
 	runID  string
 	sent   atomic.Int32
+	// spawned counts the children this run spawned (Policy.MaxChildren).
+	spawned atomic.Int32
 }
 
 // target reads and checks the sessionKey argument.

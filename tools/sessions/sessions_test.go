@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/tools"
@@ -64,6 +65,12 @@ type memBackend struct {
 	sessions []Info
 	history  map[string][]message.Entry
 	sent     []string
+	spawned  []spawnCall
+}
+
+type spawnCall struct {
+	key, publishID string
+	in             *events.Inbound
 }
 
 func (b *memBackend) List(_ context.Context, prefixes, keys []string, limit int) ([]Info, error) {
@@ -234,4 +241,9 @@ func FuzzSessionKey(f *testing.F) {
 			t.Fatalf("%q reached %q", key, got)
 		}
 	})
+}
+
+func (b *memBackend) Spawn(_ context.Context, key string, in *events.Inbound, publishID string) (string, error) {
+	b.spawned = append(b.spawned, spawnCall{key: key, in: in, publishID: publishID})
+	return fmt.Sprint(len(b.spawned)), nil
 }

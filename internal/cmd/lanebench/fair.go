@@ -29,6 +29,8 @@ type fairOptions struct {
 	inflight  int           // inflight: turns held in flight at once
 	inflightD time.Duration // inflight: the model's latency
 	inflightP int           // inflight: bytes of each message's text (0: a short one)
+	noisy     int           // fair: sessions of the noisy tenant in the tenant runs (0: none)
+	quiet     int           // fair: sessions of the quiet tenant, one message at a time each
 }
 
 // slowModel is a scripted model that answers "pong" after d, in one delta.
@@ -39,8 +41,9 @@ func slowModel(d time.Duration) map[string]scripted.Script {
 // fairRun is what one run of the fair scenario measured.
 type fairRun struct {
 	name    string
-	turns   []int           // finals per session in the window
-	waits   []time.Duration // publish → start event, runs started in the window
+	turns   []int             // finals per session in the window
+	waits   []time.Duration   // publish → start event, runs started in the window
+	waitsOf [][]time.Duration // waits by session
 	elapsed time.Duration
 	yields  int64
 	note    string
@@ -63,13 +66,72 @@ func fairBench(o options) error {
 		if budget == 0 {
 			name = "after: yield after 1 turn"
 		}
-		r, err := fairOnce(o, name, budget)
+		keys := make([]string, f.sessions)
+		queued := make([]int, f.sessions)
+		for i := range keys {
+			keys[i], queued[i] = "fair-"+strconv.Itoa(i), f.queued
+		}
+		r, err := fairOnce(o, name, budget, keys, queued, false)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		printFair(r)
 	}
 	fmt.Printf("\n  targets (after): every session within 2× of the mean turn count (min/mean ≥ 0.50, max/mean ≤ 2.00), queue wait p99/mean ≤ 2.00\n")
+	if f.noisy > 0 && f.quiet > 0 {
+		return tenantBench(o)
+	}
+	return nil
+}
+
+// tenantBench runs the quiet tenant's f.quiet sessions (one message at a
+// time each, a new one as each ends) alone, then beside the noisy
+// tenant's f.noisy sessions (each keeping f.queued messages queued), with
+// the tenants' fair share of the slots and without it (no tenants: first
+// come, first served), and prints the quiet tenant's queue wait in each,
+// and its ratio to the quiet tenant's alone, from the same run.
+func tenantBench(o options) error {
+	f := o.fair
+	fmt.Printf("\nlanebench fair, tenants: quiet tenant's %d sessions (one message at a time each) beside a noisy tenant's %d sessions (each keeping %d queued), same worker and model\n\n",
+		f.quiet, f.noisy, f.queued)
+	fmt.Printf("  %-40s %10s %10s %10s %12s %12s\n", "run", "quiet runs", "p50", "p99", "p50/alone", "p99/alone")
+	var base [2]time.Duration
+	for _, c := range []struct {
+		name      string
+		noisy     int
+		noTenants bool
+	}{{"quiet tenant alone", 0, false}, {"beside the noisy tenant, fair share", f.noisy, false}, {"beside the noisy tenant, first come", f.noisy, true}} {
+		var keys []string
+		var queued []int
+		for i := range f.quiet {
+			keys, queued = append(keys, "quiet:"+strconv.Itoa(i)), append(queued, 1)
+		}
+		for i := range c.noisy {
+			keys, queued = append(keys, "noisy:"+strconv.Itoa(i)), append(queued, f.queued)
+		}
+		r, err := fairOnce(o, c.name, 0, keys, queued, c.noTenants)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		var w []time.Duration
+		for _, ws := range r.waitsOf[:f.quiet] {
+			w = append(w, ws...)
+		}
+		slices.Sort(w)
+		pct := func(p int) time.Duration {
+			if len(w) == 0 {
+				return 0
+			}
+			return w[min(len(w)-1, len(w)*p/100)]
+		}
+		p50, p99 := pct(50), pct(99)
+		if c.noisy == 0 {
+			base = [2]time.Duration{p50, p99}
+		}
+		fmt.Printf("  %-40s %10d %9.1fms %9.1fms %11.2f× %11.2f×\n", c.name, len(w), p50.Seconds()*1000, p99.Seconds()*1000,
+			p50.Seconds()/max(base[0].Seconds(), 1e-9), p99.Seconds()/max(base[1].Seconds(), 1e-9))
+	}
+	fmt.Printf("\n  target (issue 31): the quiet tenant's queue wait p50 within 2× of its p50 alone\n")
 	return nil
 }
 
@@ -104,10 +166,11 @@ func printFair(r fairRun) {
 	fmt.Printf("  %-26s %s\n", "", r.note)
 }
 
-// fairOnce is one run of the fair scenario on a fresh worker and store.
-func fairOnce(o options, name string, budget int) (fairRun, error) {
+// fairOnce is one run of the fair scenario on a fresh worker and store:
+// session i (key keys[i]) keeps queued[i] messages queued.
+func fairOnce(o options, name string, budget int, keys []string, queued []int, noTenants bool) (fairRun, error) {
 	f := o.fair
-	r := fairRun{name: name, turns: make([]int, f.sessions)}
+	r := fairRun{name: name, turns: make([]int, len(keys)), waitsOf: make([][]time.Duration, len(keys))}
 	dir, err := os.MkdirTemp("", "lanebench-fair")
 	if err != nil {
 		return r, err
@@ -117,7 +180,7 @@ func fairOnce(o options, name string, budget int) (fairRun, error) {
 	defer cancel()
 	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "fair",
 		Scripted: true, Scripts: slowModel(f.model), DefaultModel: "scripted/slow", Concurrency: f.slots, LaneTurnBudget: budget,
-		ShutdownGrace: 100 * time.Millisecond, NoBuiltinTools: true, NoRemoteTools: true, Logger: zerolog.Nop()})
+		ShutdownGrace: 100 * time.Millisecond, NoBuiltinTools: true, NoRemoteTools: true, NoTenants: noTenants, Logger: zerolog.Nop()})
 	if err != nil {
 		return r, err
 	}
@@ -131,9 +194,8 @@ func fairOnce(o options, name string, budget int) (fairRun, error) {
 	defer nc.Close()
 
 	index := map[string]int{} // lane token → session
-	subjects := make([]string, f.sessions)
-	for i := range f.sessions {
-		key := "fair-" + strconv.Itoa(i)
+	subjects := make([]string, len(keys))
+	for i, key := range keys {
 		tok, err := events.KeyToken(key)
 		if err != nil {
 			return r, err
@@ -149,7 +211,11 @@ func fairOnce(o options, name string, budget int) (fairRun, error) {
 		end     time.Time
 		closed  bool
 	)
-	next := make(chan int, f.sessions*(f.queued+1))
+	most := 0
+	for _, q := range queued {
+		most += q + 1
+	}
+	next := make(chan int, most)
 	sub, err := nc.Subscribe(events.EventPrefix+">", func(msg *nats.Msg) {
 		now := time.Now()
 		subj := msg.Subject
@@ -168,6 +234,7 @@ func fairOnce(o options, name string, budget int) (fairRun, error) {
 			started[subj] = true
 			if now.Before(end) {
 				r.waits = append(r.waits, now.Sub(t0))
+				r.waitsOf[i] = append(r.waitsOf[i], now.Sub(t0))
 			}
 		}
 		if final {
@@ -203,8 +270,11 @@ func fairOnce(o options, name string, budget int) (fairRun, error) {
 	start = time.Now()
 	end = start.Add(f.duration)
 	mu.Unlock()
-	for range f.queued {
-		for i := range f.sessions {
+	for k := range slices.Max(queued) {
+		for i := range keys {
+			if k >= queued[i] {
+				continue
+			}
 			if err := publish(i); err != nil {
 				return r, err
 			}
@@ -235,6 +305,8 @@ loop:
 	for s, t0 := range sent {
 		if !started[s] && t0.Before(end) {
 			r.waits = append(r.waits, end.Sub(t0))
+			tok := s[len(events.EventPrefix):strings.LastIndexByte(s, '.')]
+			r.waitsOf[index[tok]] = append(r.waitsOf[index[tok]], end.Sub(t0))
 		}
 	}
 	return r, nil

@@ -71,6 +71,8 @@ func main() {
 	flag.IntVar(&o.fair.slots, "fair-slots", 64, "fair: the worker's concurrency")
 	flag.IntVar(&o.fair.queued, "fair-queued", 2, "fair: messages each session keeps queued")
 	flag.DurationVar(&o.fair.model, "fair-model", time.Second, "fair: the model's latency per turn")
+	flag.IntVar(&o.fair.noisy, "fair-noisy", 200, "fair: then the tenant runs: the noisy tenant's sessions, each keeping -fair-queued messages queued (0: no tenant runs)")
+	flag.IntVar(&o.fair.quiet, "fair-quiet", 10, "fair: the quiet tenant's sessions in the tenant runs, one message at a time each")
 	flag.DurationVar(&o.fair.duration, "fair-duration", 30*time.Second, "fair: measured time of each run (before and after)")
 	flag.IntVar(&o.fair.inflight, "inflight", 1000, "inflight: turns in flight at once (and the worker's concurrency)")
 	flag.DurationVar(&o.fair.inflightD, "inflight-model", 5*time.Second, "inflight: the model's latency per turn")

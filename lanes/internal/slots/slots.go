@@ -1,8 +1,9 @@
 // Package slots is a lane worker's scheduler: its slots (one per lane
 // running at once), the byte budget the slots' payloads are charged
 // against, and the line of deliveries waiting for a slot, ordered by when
-// their lane began to wait (see the lanes package doc, "Scheduling"). It is
-// pure: the caller passes the time and settles the deliveries.
+// their lane began to wait, a freed slot going to the tenant furthest below
+// its weighted share (Shares; see the lanes package doc, "Scheduling"). It
+// is pure: the caller passes the time and settles the deliveries.
 package slots
 
 import (
@@ -27,12 +28,17 @@ const waitFactor = 4
 type Scheduler struct {
 	mu       sync.Mutex
 	size     int
+	shares   Shares
 	inUse    int
-	maxBytes int64             // the byte budget; ≤ 0: none
-	bytes    int64             // charged to the slots in use
-	waitB    int64             // charged to the deliveries in line (at most maxBytes)
-	queue    []*Waiter         // oldest place first
-	lanes    map[string]*place // lanes that wait, or were handed back a moment ago
+	running  map[string]int       // slots in use by tenant
+	waitingT map[string]int       // deliveries in line by tenant
+	recent   map[string]time.Time // tenants that took or waited for a slot lately (shareKept)
+	held     int                  // the most free slots kept for tenants under their share (Shares)
+	maxBytes int64                // the byte budget; ≤ 0: none
+	bytes    int64                // charged to the slots in use
+	waitB    int64                // charged to the deliveries in line (at most maxBytes)
+	queue    []*Waiter            // oldest place first
+	lanes    map[string]*place    // lanes that wait, or were handed back a moment ago
 	maxWait  int
 	pruned   time.Time
 
@@ -56,20 +62,109 @@ type place struct {
 	need int64
 }
 
+// Shares divide the slots among tenants when lanes wait for them: a free
+// slot goes to the waiting tenant with the fewest slots in use for its
+// weight (running / weight, ties to the lane that has waited longest),
+// then to that tenant's lane that has waited longest; and a tenant with
+// fewer deliveries in line than its weight's share of the line joins it
+// even when the line is full (up to twice its bound); and while a tenant
+// under its share was seen lately, a few slots that free stay free for it
+// (heldShare), so a tenant with hundreds of waiting sessions neither takes
+// every slot that frees nor fills the line against a quiet one. With no Tenant every lane is one
+// tenant's: the line is first come, first served.
+type Shares struct {
+	// Tenant names a lane's tenant by its token ("" = none, itself a
+	// tenant).
+	Tenant func(token string) string
+	// Weight is a tenant's weight (default and below 1: 1).
+	Weight func(tenant string) int
+}
+
+// tenant is a lane's tenant.
+func (s *Scheduler) tenant(token string) string {
+	if s.shares.Tenant == nil {
+		return ""
+	}
+	return s.shares.Tenant(token)
+}
+
+// weight is a tenant's weight, at least 1.
+func (s *Scheduler) weight(tenant string) int {
+	if s.shares.Weight == nil {
+		return 1
+	}
+	return max(s.shares.Weight(tenant), 1)
+}
+
 // Waiter is one delivery waiting for a slot.
 type Waiter struct {
-	token string
-	since time.Time
-	bytes int64         // what it is charged for its slot (see Scheduler.charged)
-	pay   int64         // its own payload's charge, which the line is charged (see Scheduler.Charge)
-	grant chan struct{} // closed when the slot is handed to it
-	deps  int           // other deliveries of its lane acked because it waits (under Scheduler.mu)
+	token  string
+	tenant string
+	since  time.Time
+	bytes  int64         // what it is charged for its slot (see Scheduler.charged)
+	pay    int64         // its own payload's charge, which the line is charged (see Scheduler.Charge)
+	grant  chan struct{} // closed when the slot is handed to it
+	deps   int           // other deliveries of its lane acked because it waits (under Scheduler.mu)
 }
 
 // New returns a scheduler of size slots and a byte budget of maxBytes (≤ 0:
 // none).
-func New(size int, maxBytes int64) *Scheduler {
-	return &Scheduler{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}}
+func New(size int, maxBytes int64, shares Shares) *Scheduler {
+	return &Scheduler{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}, shares: shares,
+		running: map[string]int{}, waitingT: map[string]int{}, recent: map[string]time.Time{}, held: max(size/heldShare, 1)}
+}
+
+// heldShare: while a tenant under its share of the slots was seen lately,
+// up to a sixteenth of the slots (at least one) that free are kept free
+// for it rather than handed to a tenant at or over its share, so its next
+// message takes one at once instead of waiting for one to free.
+const heldShare = 16
+
+// shareKept is how long a tenant counts in the shares after it last took
+// or waited for a slot.
+const shareKept = 5 * time.Second
+
+// touch records that tenant took or waited for a slot at now (under s.mu).
+func (s *Scheduler) touch(tenant string, now time.Time) {
+	if s.shares.Tenant != nil {
+		s.recent[tenant] = now
+	}
+}
+
+// share reports whether tenant has fewer slots in use than its weight's
+// share of the slots among the tenants seen lately (under s.mu).
+func (s *Scheduler) underSlots(tenant string, now time.Time) bool {
+	total := s.weight(tenant)
+	for t, at := range s.recent {
+		if t != tenant && now.Sub(at) <= shareKept {
+			total += s.weight(t)
+		}
+	}
+	return s.running[tenant]*total < s.size*s.weight(tenant)
+}
+
+// keep reports whether the slot that just freed stays free for a tenant
+// under its share seen lately rather than go to tenant, which is at or
+// over its own (under s.mu).
+func (s *Scheduler) keep(tenant string, now time.Time) bool {
+	if s.shares.Tenant == nil || s.size-s.inUse > s.held || s.underSlots(tenant, now) {
+		return false
+	}
+	for t, at := range s.recent {
+		if t != tenant && now.Sub(at) <= shareKept && s.waitingT[t] == 0 && s.underSlots(t, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// mayTake reports whether a delivery of tenant may take a free slot while
+// lanes wait: it has none in line, and is under its share (under s.mu).
+func (s *Scheduler) mayTake(tenant string, now time.Time) bool {
+	if len(s.queue) == 0 {
+		return true
+	}
+	return s.shares.Tenant != nil && s.waitingT[tenant] == 0 && s.underSlots(tenant, now)
 }
 
 // Charge is what a payload of n bytes is charged of the byte budget: n, at most
@@ -116,6 +211,7 @@ func (s *Scheduler) place(token string, now time.Time) *place {
 func (s *Scheduler) occupy(token string, b int64) {
 	s.inUse++
 	s.bytes += b
+	s.running[s.tenant(token)]++
 	delete(s.lanes, token)
 }
 
@@ -126,30 +222,96 @@ func (s *Scheduler) Take(token string, n int, now time.Time) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.charged(token, n, now)
-	if len(s.queue) == 0 && s.fits(b) {
+	t := s.tenant(token)
+	s.touch(t, now)
+	if s.fits(b) && s.mayTake(t, now) {
 		s.occupy(token, b)
 		return b, true
 	}
 	return 0, false
 }
 
-// Put gives back a slot and the bytes charged to it: to the lanes that have
-// waited longest, in order, as long as they fit; else they are free.
-func (s *Scheduler) Put(b int64) {
+// Put gives back the slot of the lane token and the bytes charged to it:
+// to the waiting lanes their tenants' shares put first (see Shares), in
+// order, as long as they fit and the slot is not kept for a tenant under
+// its share (heldShare); else they are free.
+func (s *Scheduler) Put(token string, b int64, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inUse--
 	s.bytes -= b
-	for len(s.queue) > 0 && s.fits(s.queue[0].bytes) {
-		w := s.queue[0]
-		s.queue = s.queue[1:]
+	if t := s.tenant(token); s.running[t] <= 1 {
+		delete(s.running, t)
+	} else {
+		s.running[t]--
+	}
+	for len(s.queue) > 0 {
+		i := s.next()
+		w := s.queue[i]
+		if !s.fits(w.bytes) || s.keep(w.tenant, now) {
+			break
+		}
+		s.queue = slices.Delete(s.queue, i, i+1)
+		s.unwait(w)
 		s.inUse++
 		s.bytes += w.bytes
-		s.waitB -= w.pay
+		s.running[w.tenant]++
 		delete(s.lanes, w.token)
 		close(w.grant)
 	}
 	s.waiting.Store(int32(len(s.queue)))
+}
+
+// next is the index of the waiter a free slot goes to: the oldest of the
+// tenant with the fewest slots in use for its weight (ties to the tenant
+// whose lane has waited longest) (under s.mu).
+func (s *Scheduler) next() int {
+	if s.shares.Tenant == nil || len(s.waitingT) == 1 {
+		return 0
+	}
+	best, seen := 0, make(map[string]bool, len(s.waitingT))
+	for i, w := range s.queue {
+		if seen[w.tenant] {
+			continue
+		}
+		seen[w.tenant] = true
+		b := s.queue[best]
+		// running(w)/weight(w) < running(b)/weight(b)
+		if s.running[w.tenant]*s.weight(b.tenant) < s.running[b.tenant]*s.weight(w.tenant) {
+			best = i
+		}
+		if len(seen) == len(s.waitingT) {
+			break
+		}
+	}
+	return best
+}
+
+// unwait counts a waiter out of its tenant's deliveries in line (under
+// s.mu).
+func (s *Scheduler) unwait(w *Waiter) {
+	s.waitB -= w.pay
+	if s.waitingT[w.tenant] <= 1 {
+		delete(s.waitingT, w.tenant)
+	} else {
+		s.waitingT[w.tenant]--
+	}
+}
+
+// underShare reports whether tenant has fewer deliveries in line than its
+// weight's share of the line's bound, among the tenants in line and it
+// (under s.mu).
+func (s *Scheduler) underShare(tenant string) bool {
+	if s.shares.Tenant == nil {
+		return false
+	}
+	total := s.weight(tenant)
+	for t := range s.waitingT {
+		if t != tenant {
+			total += s.weight(t)
+		}
+	}
+	return s.waitingT[tenant]*total < s.maxWait*s.weight(tenant)
 }
 
 // Grow adds b bytes to what a slot in use is charged, if they fit the budget
@@ -215,7 +377,8 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, pay := s.charged(token, n, now), s.Charge(n)
-	if len(s.queue) == 0 && s.fits(b) {
+	s.touch(s.tenant(token), now)
+	if s.fits(b) && s.mayTake(s.tenant(token), now) {
 		s.occupy(token, b)
 		return nil, b, JoinSlot
 	}
@@ -224,7 +387,7 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	case p != nil && p.w != nil:
 		p.w.deps++
 		return nil, 0, JoinSame
-	case len(s.queue) >= s.maxWait && !rejoin:
+	case len(s.queue) >= s.maxWait && !rejoin && (len(s.queue) >= 2*s.maxWait || !s.underShare(s.tenant(token))):
 		return nil, 0, JoinFull
 	case s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes && !rejoin:
 		// A waiting delivery is charged its payload too: the line is charged at
@@ -235,8 +398,9 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 		p = &place{since: now}
 		s.lanes[token] = p
 	}
-	w := &Waiter{token: token, since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
+	w := &Waiter{token: token, tenant: s.tenant(token), since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
 	p.w = w
+	s.waitingT[w.tenant]++
 	i, _ := slices.BinarySearchFunc(s.queue, w.since, func(q *Waiter, t time.Time) int {
 		if q.since.After(t) {
 			return 1
@@ -260,7 +424,7 @@ func (s *Scheduler) Leave(w *Waiter, now time.Time) (int, bool) {
 		return 0, false
 	}
 	s.queue = slices.Delete(s.queue, i, i+1)
-	s.waitB -= w.pay
+	s.unwait(w)
 	s.waiting.Store(int32(len(s.queue)))
 	if p := s.lanes[w.token]; p != nil && p.w == w {
 		p.w, p.left = nil, now
@@ -319,6 +483,11 @@ func (s *Scheduler) prune(now time.Time) {
 		return
 	}
 	s.pruned = now
+	for t, at := range s.recent {
+		if now.Sub(at) > shareKept {
+			delete(s.recent, t)
+		}
+	}
 	for token, p := range s.lanes {
 		if p.w == nil && now.Sub(p.left) > placeKept {
 			delete(s.lanes, token)

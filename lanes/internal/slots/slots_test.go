@@ -1,7 +1,9 @@
 package slots
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -13,7 +15,7 @@ import (
 func TestSlotsOverBudgetNeed(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	s := New(4, 100)
+	s := New(4, 100, Shares{})
 	hog, ok := s.Take("hog", 60, at(0))
 	if !ok || hog != 60 {
 		t.Fatalf("hog: took %d, %v", hog, ok)
@@ -29,7 +31,7 @@ func TestSlotsOverBudgetNeed(t *testing.T) {
 	if _, ok := s.Take("small", 1, at(1)); ok {
 		t.Fatal("a small lane passed the large one waiting for bytes")
 	}
-	s.Put(hog)
+	s.Put("", hog, time.Time{})
 	select {
 	case <-w.Granted():
 	default:
@@ -38,12 +40,12 @@ func TestSlotsOverBudgetNeed(t *testing.T) {
 	if got := s.UsedBytes(); got != 50 {
 		t.Fatalf("%d bytes in use, want the large lane's 50", got)
 	}
-	s.Put(50)
+	s.Put("", 50, time.Time{})
 	// Granted: the lane needs no more than its payload again.
 	if b, ok := s.Take("big", 1, at(2)); !ok || b != 1 {
 		t.Fatalf("big after its turn: took %d, %v; want 1", b, ok)
 	}
-	s.Put(1)
+	s.Put("", 1, time.Time{})
 
 	// A free slot with room: the delivery takes it, charged the need, and
 	// the need is spent.
@@ -51,11 +53,11 @@ func TestSlotsOverBudgetNeed(t *testing.T) {
 	if b, ok := s.Take("mid", 1, at(2)); !ok || b != 30 {
 		t.Fatalf("mid: took %d, %v; want 30", b, ok)
 	}
-	s.Put(30)
+	s.Put("", 30, time.Time{})
 	if b, _ := s.Take("mid", 1, at(2)); b != 1 {
 		t.Fatalf("mid again: charged %d, want 1", b)
 	}
-	s.Put(1)
+	s.Put("", 1, time.Time{})
 
 	if s.Known("mid", at(2)) {
 		t.Fatal("a lane that took a slot kept its place")
@@ -72,7 +74,7 @@ func TestSlotsOverBudgetNeed(t *testing.T) {
 	if b, _ := s.Take("gone", 1, later); b != 1 {
 		t.Fatalf("gone: charged %d, want 1", b)
 	}
-	s.Put(1)
+	s.Put("", 1, time.Time{})
 	s.OverBudget("gone", 90, at(3))
 	s.OverBudget("next", 90, later)
 	if _, kept := s.lanes["gone"]; kept {
@@ -88,7 +90,7 @@ func TestSlotsOverBudgetNeed(t *testing.T) {
 func TestSlotsNeedIsNotPayload(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	s := New(4, 100)
+	s := New(4, 100, Shares{})
 	hog, _ := s.Take("hog", 10, at(0))
 	s.OverBudget("big", 100, at(0))
 	big, b, res := s.Wait("big", 1, at(1), false)
@@ -104,14 +106,14 @@ func TestSlotsNeedIsNotPayload(t *testing.T) {
 	if q.bytes != 60 {
 		t.Fatalf("a waiting delivery of a lane let go over the budget is charged %d, want 60", q.bytes)
 	}
-	s.Put(hog)
+	s.Put("", hog, time.Time{})
 	for _, w := range []*Waiter{big, other, q} {
 		select {
 		case <-w.Granted():
 		default:
 			t.Fatalf("%s not granted after the budget came back", w.token)
 		}
-		s.Put(w.Charged())
+		s.Put("", w.Charged(), time.Time{})
 	}
 	if s.UsedBytes() != 0 || s.waitB != 0 {
 		t.Fatalf("left charged: %d in use, %d waiting", s.UsedBytes(), s.waitB)
@@ -126,7 +128,7 @@ func TestSlotsNeedIsNotPayload(t *testing.T) {
 func TestSlotsLine(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	s := New(1, -1) // one slot, four may wait, no byte budget
+	s := New(1, -1, Shares{}) // one slot, four may wait, no byte budget
 	take := func() bool { _, ok := s.Take("", 0, time.Time{}); return ok }
 	if !take() || take() {
 		t.Fatal("one slot: the first take gets it, the second does not")
@@ -152,7 +154,7 @@ func TestSlotsLine(t *testing.T) {
 	}
 	var got []*Waiter
 	for range 4 {
-		s.Put(0)
+		s.Put("", 0, time.Time{})
 		for _, w := range []*Waiter{a2, b, y, c} {
 			select {
 			case <-w.Granted():
@@ -175,7 +177,7 @@ func TestSlotsLine(t *testing.T) {
 	if _, ok := s.Leave(a2, at(8)); ok {
 		t.Fatal("leave after the grant must report the slot was handed over")
 	}
-	s.Put(0)
+	s.Put("", 0, time.Time{})
 	if s.Used() != 0 || s.waiting.Load() != 0 {
 		t.Fatalf("used %d, waiting %d after every slot came back", s.Used(), s.waiting.Load())
 	}
@@ -198,7 +200,7 @@ func TestSlotsByteBudget(t *testing.T) {
 			return false
 		}
 	}
-	s := New(8, 100)
+	s := New(8, 100, Shares{})
 	a, ok := s.Take("", 60, time.Time{})
 	if !ok || a != 60 {
 		t.Fatalf("take(60) = %d %v, want a slot holding 60", a, ok)
@@ -218,13 +220,13 @@ func TestSlotsByteBudget(t *testing.T) {
 	if _, _, res := s.Wait("more", 50, at(2), false); res != JoinFull {
 		t.Fatalf("a waiter past the budget's worth of waiting payloads: %v, want JoinFull", res)
 	}
-	s.Put(a)
+	s.Put("", a, time.Time{})
 	if !granted(big) || !granted(small) || s.UsedBytes() != 60 || s.Used() != 2 {
 		t.Fatalf("after 60 bytes came back: big %v small %v, %d bytes in %d slots, want both granted, 60 in 2",
 			granted(big), granted(small), s.UsedBytes(), s.Used())
 	}
-	s.Put(big.bytes)
-	s.Put(small.bytes)
+	s.Put("", big.bytes, time.Time{})
+	s.Put("", small.bytes, time.Time{})
 	if huge := s.Charge(1 << 30); huge != 100 {
 		t.Fatalf("a payload over the whole budget is charged %d, want the budget (100)", huge)
 	}
@@ -235,13 +237,118 @@ func TestSlotsByteBudget(t *testing.T) {
 	if _, ok := s.Take("", 0, time.Time{}); !ok {
 		t.Fatal("a lane holding no payload is refused while slots are free")
 	}
-	s.Put(0)
-	s.Put(h)
+	s.Put("", 0, time.Time{})
+	s.Put("", h, time.Time{})
 	if s.Used() != 0 || s.UsedBytes() != 0 || s.waiting.Load() != 0 || s.waitB != 0 {
 		t.Fatalf("used %d, %d bytes, waiting %d (%d bytes) after every slot came back", s.Used(), s.UsedBytes(), s.waiting.Load(), s.waitB)
 	}
-	none := New(2, -1)
+	none := New(2, -1, Shares{})
 	if b, ok := none.Take("", 1<<30, time.Time{}); !ok || b != 0 {
 		t.Fatalf("without a budget: take = %d %v, want a slot holding 0", b, ok)
+	}
+}
+
+// shares names a lane's tenant by its token's prefix up to ':'.
+func shares(weights map[string]int) Shares {
+	return Shares{
+		Tenant: func(token string) string { t, _, _ := strings.Cut(token, ":"); return t },
+		Weight: func(tenant string) int { return weights[tenant] },
+	}
+}
+
+// A noisy tenant's lanes that waited first do not take every slot that
+// frees: the quiet tenant's lane, with no slot in use, gets the next one;
+// and the noisy tenant filling the line does not keep the quiet one out
+// of it. (Before, the line was first come, first served: the quiet lane
+// waited behind every noisy one, or was handed back.)
+func TestSharesQuietTenant(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := New(2, -1, shares(nil)) // two slots, eight may wait
+	for i := range 2 {
+		if _, ok := s.Take(fmt.Sprintf("noisy:%d", i), 0, now); !ok {
+			t.Fatal("no free slot")
+		}
+	}
+	var noisy []*Waiter
+	for i := 2; i < 10; i++ {
+		w, _, res := s.Wait(fmt.Sprintf("noisy:%d", i), 0, now.Add(time.Duration(i)*time.Millisecond), false)
+		if res != JoinQueued {
+			t.Fatalf("noisy lane %d: %v", i, res)
+		}
+		noisy = append(noisy, w)
+	}
+	if _, _, res := s.Wait("noisy:10", 0, now.Add(time.Second), false); res != JoinFull {
+		t.Fatalf("the noisy tenant past the line's bound: %v; want JoinFull", res)
+	}
+	quiet, _, res := s.Wait("quiet:1", 0, now.Add(time.Second), false)
+	if res != JoinQueued {
+		t.Fatalf("the quiet tenant at a line the noisy one filled: %v; want it in line", res)
+	}
+	s.Put("noisy:0", 0, now)
+	select {
+	case <-quiet.Granted():
+	default:
+		t.Fatal("the freed slot went to a noisy lane; want the quiet tenant's, which has none")
+	}
+	s.Put("noisy:1", 0, now)
+	select {
+	case <-noisy[0].Granted():
+	default:
+		t.Fatal("the next slot did not go to the noisy lane that waited longest")
+	}
+	// The quiet lane's turn ends: the noisy tenant is over its share
+	// (two slots of two), the quiet one, seen a moment ago, under it, so
+	// the slot is kept free for it, and its next message takes it at once
+	// though noisy lanes wait.
+	s.Put("quiet:1", 0, now)
+	select {
+	case <-noisy[1].Granted():
+		t.Fatal("the slot went to the noisy tenant over its share")
+	default:
+	}
+	if _, ok := s.Take("quiet:2", 0, now.Add(time.Second)); !ok {
+		t.Fatal("the quiet tenant's next message waits behind the noisy lanes")
+	}
+	if _, ok := s.Take("noisy:99", 0, now.Add(time.Second)); ok {
+		t.Fatal("a noisy delivery took a slot ahead of the noisy lanes in line")
+	}
+}
+
+// Weights divide the slots: with tenant a at weight 3 and b at 1 both
+// waiting, the slots that free go 3 to 1.
+func TestSharesWeights(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := New(8, -1, shares(map[string]int{"a": 3}))
+	for i := range 8 {
+		if _, ok := s.Take(fmt.Sprintf("x:%d", i), 0, now); !ok {
+			t.Fatal("no free slot")
+		}
+	}
+	var ws []*Waiter
+	for i := range 8 {
+		for _, tn := range []string{"b", "a"} {
+			w, _, res := s.Wait(fmt.Sprintf("%s:%d", tn, i), 0, now.Add(time.Duration(i)*time.Millisecond), false)
+			if res != JoinQueued {
+				t.Fatalf("%s:%d: %v", tn, i, res)
+			}
+			ws = append(ws, w)
+		}
+	}
+	later := now.Add(shareKept + time.Second) // x, gone, no longer counts in the shares
+	for i := range 8 {
+		s.Put(fmt.Sprintf("x:%d", i), 0, later)
+	}
+	got := map[string]int{}
+	for _, w := range ws {
+		select {
+		case <-w.Granted():
+			got[w.tenant]++
+		default:
+		}
+	}
+	if got["a"] != 6 || got["b"] != 2 {
+		t.Fatalf("slots by tenant %v; want a 6, b 2", got)
 	}
 }

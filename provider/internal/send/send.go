@@ -177,7 +177,8 @@ type Request struct {
 // message; a stall or the caller's cancellation say so instead); a status of
 // 300 or more (a redirect not followed ends up here too) through
 // stream.HTTPError with the body read; a 2xx JSON body through
-// stream.NotAStream.
+// stream.NotAStream. The response's status and headers go to ctx's
+// provider.Trace first, when it has one.
 func (p *Pool) Post(ctx context.Context, w *stream.Watch, r Request) (*http.Response, *provider.Error) {
 	hr, err := http.NewRequestWithContext(w.Context(), http.MethodPost, r.URL.String(), bytes.NewReader(r.Body))
 	if err != nil {
@@ -195,6 +196,9 @@ func (p *Pool) Post(ctx context.Context, w *stream.Watch, r Request) (*http.Resp
 	resp, err := p.Client(r.URL).Do(hr)
 	if err != nil {
 		return nil, stream.Scrub(stream.Classify(ctx, w, r.Name+": send request", err), r.Key)
+	}
+	if t := provider.TraceFrom(ctx); t != nil && t.Response != nil {
+		t.Response(resp.StatusCode, resp.Header.Get)
 	}
 	if resp.StatusCode >= 300 {
 		return nil, stream.HTTPError(resp.StatusCode, resp.Header, resp.Body, errors.New(resp.Status), r.Now())

@@ -1,0 +1,167 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider/scripted"
+)
+
+// finals follows session's runs from now on: each final event's result,
+// in the order the lane published them.
+func finals(t *testing.T, nc *nats.Conn, session string) <-chan *events.Result {
+	t.Helper()
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *events.Result, 64)
+	sub, err := nc.Subscribe(events.EventPrefix+tok+".*", func(m *nats.Msg) {
+		ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data)
+		if err == nil && ev.Stream == events.StreamFinal && ev.Data.Result != nil {
+			ch <- ev.Data.Result
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return ch
+}
+
+// untilNoChildren takes finals until one leaves the session with no
+// pending child, and returns them all.
+func untilNoChildren(t *testing.T, ctx context.Context, ch <-chan *events.Result) []*events.Result {
+	t.Helper()
+	var out []*events.Result
+	for {
+		select {
+		case r := <-ch:
+			out = append(out, r)
+			if st := r.Meta.Session; len(out) > 1 && st != nil && len(st.Children) == 0 {
+				return out
+			}
+		case <-ctx.Done():
+			t.Fatalf("the parent still waits for children after %d runs", len(out))
+		}
+	}
+}
+
+// completions returns the sub-agent results a session's transcript holds,
+// by child session, each with the assistant reply that answered it.
+func completions(t *testing.T, ctx context.Context, c *lanefleet.Client, session string) map[string][]string {
+	t.Helper()
+	h, err := c.History(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for i, e := range h {
+		m := e.Message
+		if m == nil || m.Role != message.RoleUser || !strings.HasPrefix(m.Content.Text(), "[Sub-agent result") {
+			continue
+		}
+		text := m.Content.Text()
+		_, rest, _ := strings.Cut(text, "(session ")
+		child, _, _ := strings.Cut(rest, ",")
+		answer := ""
+		if i+1 < len(h) && h[i+1].Message != nil && h[i+1].Message.Role == message.RoleAssistant {
+			answer = h[i+1].Message.Content.Text()
+		}
+		out[child] = append(out[child], answer)
+	}
+	return out
+}
+
+// TestSubagentsOnAFleet: a session spawns three sub-agents and yields;
+// each child runs its task in its own session (its start event naming the
+// parent), and its completion reaches the parent's lane once, as a message
+// marked as a sub-agent's result, which the parent's next turn answers.
+// The parent's running cost includes each child's whole use; its pending
+// children go as their completions arrive.
+func TestSubagentsOnAFleet(t *testing.T) {
+	t.Parallel()
+	m, c, ctx := maskingMember(t, Config{SessionTools: "tenant", SessionSender: clientSender, NoBuiltinTools: true})
+	parent := "acme:lead"
+	fin := finals(t, m.Conn, parent)
+	var replies []scripted.Reply
+	for _, l := range []string{"alpha", "beta", "gamma"} {
+		replies = append(replies, calls("s-"+l, "sessions_spawn", map[string]any{"task": "research " + l, "label": l}))
+	}
+	replies = append(replies, calls("y", "sessions_yield", nil), scripted.Reply{Text: "waiting for my sub-agents"})
+	v := watch(t, ctx, c, parent, scriptText(t, replies...), lanefleet.WithModel("scripted/script"))
+	if v.runErr != nil {
+		t.Fatal(v.runErr)
+	}
+	res := toolResults(t, ctx, c, parent)
+	var children []string
+	for _, l := range []string{"alpha", "beta", "gamma"} {
+		text := res["s-"+l]
+		_, rest, ok := strings.Cut(text, "Sub-agent started: session ")
+		child, _, _ := strings.Cut(rest, ",")
+		if !ok || !strings.HasPrefix(child, parent+":subagent:") {
+			t.Fatalf("spawn %s: %q", l, text)
+		}
+		children = append(children, child)
+	}
+	runs := untilNoChildren(t, ctx, fin)
+	if st := runs[0].Meta.Session; st == nil || len(st.Children) != 3 {
+		t.Fatalf("the spawning turn's state: %+v", st)
+	}
+	got := completions(t, ctx, c, parent)
+	var want events.UsageMeta
+	for i, child := range children {
+		answers := got[child]
+		if len(answers) != 1 {
+			t.Fatalf("child %s: %d completions in the parent's transcript, want 1: %q", child, len(answers), got)
+		}
+		label := []string{"alpha", "beta", "gamma"}[i]
+		if !strings.Contains(answers[0], "research "+label) || !strings.HasPrefix(answers[0], "echo: [Sub-agent result") {
+			t.Errorf("the parent's answer to %s: %q", label, answers[0])
+		}
+		s, err := c.Settings(ctx, child)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.State == nil || s.State.Parent == nil || s.State.Parent.Session != parent || !s.State.Parent.Delivered || s.State.Usage == nil {
+			t.Fatalf("child %s state: %+v", child, s.State)
+		}
+		want = *want.Plus(s.State.Usage)
+		// The child's run names its parent on its start event.
+		_, rest, _ := strings.Cut(res["s-"+label], ", run ")
+		run, _, _ := strings.Cut(rest, ".")
+		named := false
+		for ev, err := range c.Run(child, run).Events(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Stream == events.StreamLifecycle && ev.Data.Phase == events.PhaseStart {
+				named = ev.Data.ParentSession == parent && ev.Data.ParentRun == v.result.Meta.Session.Children[0].ParentRun
+			}
+			if ev.Terminal() {
+				break
+			}
+		}
+		if !named {
+			t.Errorf("child %s's start event does not name its parent", child)
+		}
+	}
+	s, err := c.Settings(ctx, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.State; st == nil || len(st.Children) != 0 || st.ChildUsage == nil || st.ChildUsage.Total != want.Total || st.ChildUsage.Total == 0 || st.Usage.Total <= want.Total {
+		b, _ := json.Marshal(s.State)
+		t.Fatalf("parent state %s; children's use %+v", b, want)
+	}
+}

@@ -1,0 +1,146 @@
+package lanes
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/queue"
+	"github.com/lanefleet/lanefleet/subagent"
+)
+
+// Sub-agents (package subagent has the rules). A child session adopts the
+// parent its spawn message names (Config.Lineage decides whether it may);
+// the first turn of it that commits with none of its own children pending
+// owes the parent its completion. That message rides in the turn's record
+// (kvstore.Record.Outbox), written in the same fenced write that commits
+// the turn, and is published to the parent's lane before the turn's final
+// event, by the committing owner or, if it died first, by the lane's next
+// owner, which publishes what a committed record owes (publishRecordFinals)
+// before the lane goes on. Its message id comes from the child's run, so a
+// second publish (a crash between the two) is dropped by the stream, and
+// the parent's lane runs a completion only for a child it has pending,
+// which the completion's turn takes off: one delivery, whatever dies.
+
+// lineage applies a turn's sub-agent bookkeeping to st, the session's
+// state after the turn (shared: copied before a change): the parent a
+// spawn message names, the children the turn spawned, the completion it
+// received; then the completion the session owes its own parent, if
+// that is now due. It returns the state and the record's outbox.
+func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events.SessionState, *kvstore.Outbox, error) {
+	next := events.SessionState{}
+	if st != nil {
+		next = *st
+	}
+	changed := false
+	if in := p.run.in; in != nil && in.Parent != nil && next.Parent == nil && in.Parent.Session != o.key &&
+		o.w.cfg.Lineage != nil && o.w.cfg.Lineage(o.key, in.Parent.Session) {
+		changed = subagent.Adopt(&next, in)
+	}
+	if len(out.Spawned) > 0 {
+		subagent.Add(&next, out.Spawned)
+		changed = true
+	}
+	if r := o.received(p); r != nil && subagent.Received(&next, r) {
+		changed = true
+	}
+	for _, d := range p.dropped {
+		// A completion an interrupt or a stop dropped: the child is no
+		// longer pending, and its use counts.
+		if d.c.in != nil && d.c.in.Subagent != nil && subagent.Received(&next, d.c.in.Subagent) {
+			changed = true
+		}
+	}
+	var ob *kvstore.Outbox
+	if parent, id, msg, ok := subagent.Completion(o.key, p.run.runID(), &next, out.Result); ok {
+		data, _, err := events.EncodeInbound(msg, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("lanes: encode a completion: %w", err)
+		}
+		ob = &kvstore.Outbox{Session: parent, ID: id, Data: data}
+		delivered := *next.Parent
+		delivered.Delivered = true
+		next.Parent = &delivered
+		changed = true
+	}
+	if !changed {
+		return st, nil, nil
+	}
+	return &next, ob, nil
+}
+
+// received is the completion a turn ran (nil = none): its own message's,
+// when the handler ran it.
+func (o *owner) received(p *plan) *events.SubagentResult {
+	if p.verb != queue.VerbRun || p.run.in == nil || p.in != p.run.in {
+		return nil
+	}
+	return p.run.in.Subagent
+}
+
+// unknownCompletion reports whether the turn's message is a completion of
+// a child the session does not have pending (delivered already, or never
+// spawned here): it is not run.
+func (o *owner) unknownCompletion(p *plan) bool {
+	return p.in != nil && p.in.Subagent != nil && !subagent.Pending(o.lane.cursor.State, p.in.Subagent.Session)
+}
+
+// parentOf is the parent of the session whose turn p is (nil = none):
+// the one it adopted, or the one its spawn message names.
+func (o *owner) parentOf(p *plan) *events.Parent {
+	if st := o.lane.cursor.State; st != nil && st.Parent != nil {
+		return st.Parent
+	}
+	if p.run.in != nil && p.run.in.Parent != nil && o.w.cfg.Lineage != nil && o.w.cfg.Lineage(o.key, p.run.in.Parent.Session) {
+		return p.run.in.Parent
+	}
+	return nil
+}
+
+// deliver publishes a committed turn's outbox message onto its session's
+// lane.
+func (w *Worker) deliver(ctx context.Context, ob *kvstore.Outbox) error {
+	if ob == nil {
+		return nil
+	}
+	if _, err := PublishInbound(ctx, w.js, ob.Session, ob.Data, ob.ID, ob.ID, nil); err != nil {
+		return err
+	}
+	w.stats.Delivered.Add(1)
+	return nil
+}
+
+// PublishInbound publishes an encoded inbound message (msgpack) onto
+// session key's lane with publishID as the stream's de-duplication key
+// (Nats-Msg-Id: a second publish within the window is dropped and acked
+// with the first one's sequence) and laneID as the lane's
+// (Lanefleet-Msg-Id), and returns its sequence (its run). Only ids nobody
+// else can know make a publishID: the stream's de-duplication is
+// stream-wide.
+//
+// hdr's headers (a trace context, say) ride along; nil = none.
+func PublishInbound(ctx context.Context, js jetstream.JetStream, key string, data []byte, publishID, laneID string, hdr nats.Header) (uint64, error) {
+	subj, err := events.InboundSubject(key)
+	if err != nil {
+		return 0, fmt.Errorf("lanes: publish to %q: %w", key, err)
+	}
+	m := nats.NewMsg(subj)
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
+	m.Data = data
+	m.Header.Set(events.HeaderContentType, events.ContentMsgpack)
+	m.Header.Set(events.HeaderMsgID, publishID)
+	m.Header.Set(events.HeaderLaneMsgID, laneID)
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("lanes: publish to %s: %w", events.Fingerprint(key), err)
+	}
+	return ack.Sequence, nil
+}

@@ -1,0 +1,492 @@
+// Package bedrock adapts Amazon Bedrock's Converse API
+// ("bedrock-converse-stream") to provider.Provider with the AWS SDK for Go
+// v2 (service/bedrockruntime): ConverseStream for every call, its event
+// stream folded into the pi-ai event protocol. Claude, Llama, Mistral,
+// Amazon Nova and the other models Converse serves are called the same way,
+// by model id or cross-region inference profile id ("us.", "eu.",
+// "global." prefixes).
+//
+// Credentials come from the AWS default chain (environment, shared config
+// and profile, web identity, SSO, container and instance roles), loaded
+// once and kept in the SDK's credential cache, which refreshes them before
+// they expire, one refresh shared by concurrent calls. A request's key
+// (an auth profile's) overrides the chain: an access key pair
+// "AKID:SECRET[:SESSION-TOKEN]" is signed with SigV4, any other key is an
+// Amazon Bedrock API key sent as a bearer token. The SDK's retries are
+// off (the run loop owns them); its errors, and the exceptions inside a
+// stream, are classified by failover.FromAWS. The SDK sends the request
+// (its body, SigV4 or bearer auth, the endpoint) and reads error
+// responses; the adapter reads the event stream of a successful one
+// itself (see frames.go: the SDK's reader cost eleven times the CPU).
+//
+// bedrock.go holds the adapter, its auth and the stream's events;
+// request.go maps a request to a ConverseStream input; frames.go takes
+// the response from the SDK and splits its event-stream frames.
+package bedrock
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/auth/bearer"
+
+	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/failover"
+	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
+	"github.com/lanefleet/lanefleet/provider/internal/stream"
+)
+
+// RegionPlaceholder stands for the AWS region in a model's base URL: a
+// base URL holding it is AWS's own endpoint for the configured region,
+// which the SDK resolves; any other base URL (BEDROCK_BASE_URL: a proxy,
+// a VPC endpoint, a test server) is called as given.
+const RegionPlaceholder = "{region}"
+
+// RefreshWindow is how long before they expire the credential cache
+// refreshes temporary credentials (a random part of it, so that workers
+// started together do not refresh together).
+const RefreshWindow = 5 * time.Minute
+
+// Config configures the adapter. The zero value loads the AWS default
+// configuration on first use.
+type Config struct {
+	// HTTPClient sends every request; nil = the SDK's default client
+	// (keep-alive, no overall timeout: a stream is bounded by
+	// IdleTimeout and the context).
+	HTTPClient *http.Client
+	// IdleTimeout abandons a stream that sends nothing for this long;
+	// 0 = stream.IdleTimeoutDefault (5 min).
+	IdleTimeout time.Duration
+	// Now is the clock for message timestamps; nil = time.Now.
+	Now func() time.Time
+	// Load returns the AWS configuration (region, credential chain). It
+	// is called by the first call and again only until it succeeds; nil
+	// = LoadFromEnv(nil).
+	Load func(ctx context.Context) (aws.Config, error)
+}
+
+// LoadFromEnv returns a Config.Load that loads the SDK's default
+// configuration with the region and profile env names (AWS_REGION, else
+// AWS_DEFAULT_REGION; AWS_PROFILE), so that they come from the same
+// environment as the worker's other settings; the rest of the chain
+// (access keys, web identity, SSO, container and instance roles, the
+// shared files) is the SDK's own, read from the process. Credentials are
+// cached and refreshed RefreshWindow before they expire. env nil reads
+// nothing (the SDK reads the process environment).
+func LoadFromEnv(env func(string) string) func(ctx context.Context) (aws.Config, error) {
+	return func(ctx context.Context) (aws.Config, error) {
+		opts := []func(*config.LoadOptions) error{
+			config.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) {
+				o.ExpiryWindow = RefreshWindow
+				o.ExpiryWindowJitterFrac = 0.5
+			}),
+		}
+		if env != nil {
+			if r := strings.TrimSpace(env("AWS_REGION")); r != "" {
+				opts = append(opts, config.WithRegion(r))
+			} else if r := strings.TrimSpace(env("AWS_DEFAULT_REGION")); r != "" {
+				opts = append(opts, config.WithRegion(r))
+			}
+			if p := strings.TrimSpace(env("AWS_PROFILE")); p != "" {
+				opts = append(opts, config.WithSharedConfigProfile(p))
+			}
+		}
+		return config.LoadDefaultConfig(ctx, opts...)
+	}
+}
+
+// Adapter streams Bedrock Converse calls. It is safe for concurrent use.
+type Adapter struct {
+	cfg Config
+
+	mu     sync.Mutex
+	client *bedrockruntime.Client // nil until the configuration has loaded
+	region string
+}
+
+// New returns a Bedrock adapter.
+func New(cfg Config) *Adapter {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Load == nil {
+		cfg.Load = LoadFromEnv(nil)
+	}
+	return &Adapter{cfg: cfg}
+}
+
+var _ provider.Provider = (*Adapter)(nil)
+
+// errNoRegion is a configuration without a region and a model without a
+// base URL of its own.
+var errNoRegion = errors.New("no AWS region: set AWS_REGION, or a region in the AWS profile")
+
+// clientFor returns the SDK client, loading the AWS configuration on the
+// first call.
+func (a *Adapter) clientFor(ctx context.Context) (*bedrockruntime.Client, string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.client != nil {
+		return a.client, a.region, nil
+	}
+	ac, err := a.cfg.Load(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	a.region = ac.Region
+	var hc bedrockruntime.HTTPClient = awshttp.NewBuildableClient()
+	if a.cfg.HTTPClient != nil {
+		hc = a.cfg.HTTPClient
+	}
+	a.client = bedrockruntime.NewFromConfig(ac, func(o *bedrockruntime.Options) {
+		o.Retryer = aws.NopRetryer{}
+		o.HTTPClient = ownBody{hc}
+		o.APIOptions = append(o.APIOptions, swapStream)
+	})
+	return a.client, a.region, nil
+}
+
+// ownBody hands the transport a copy of each request's body. The SDK
+// closes the body it built as soon as the response's headers arrive,
+// while the transport may still be finishing the request (its last read
+// and close of the body): that close made the transport drop the
+// connection under the stream being read ("use of closed network
+// connection" mid-reply, on a reused connection).
+type ownBody struct{ next bedrockruntime.HTTPClient }
+
+// maxRequestBytes bounds a request body copied (Bedrock's own limit on a
+// request is far below).
+const maxRequestBytes = 64 << 20
+
+// Do sends r with its body copied.
+func (c ownBody) Do(r *http.Request) (*http.Response, error) {
+	if r.Body != nil && r.Body != http.NoBody {
+		data, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+		_ = r.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("bedrock: read request body: %w", err)
+		}
+		if len(data) > maxRequestBytes {
+			return nil, fmt.Errorf("bedrock: request body larger than %d bytes", maxRequestBytes)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	}
+	return c.next.Do(r)
+}
+
+// accessKey is an auth profile's key that is an AWS access key pair:
+// "AKID:SECRET" or "AKID:SECRET:SESSION-TOKEN".
+var accessKey = regexp.MustCompile(`^((?:AKIA|ASIA)[A-Z0-9]{12,124}):([^:\s]{16,256})(?::(\S+))?$`)
+
+// callOptions are a call's options: its endpoint, the region it is
+// signed for, and the request key's credentials.
+func callOptions(m provider.Model, region string, key provider.Secret) ([]func(*bedrockruntime.Options), error) {
+	var opts []func(*bedrockruntime.Options)
+	if base := m.BaseURL; base != "" && !strings.Contains(base, RegionPlaceholder) {
+		opts = append(opts, func(o *bedrockruntime.Options) { o.BaseEndpoint = aws.String(base) })
+		if region == "" {
+			// A proxy or test endpoint: any region signs.
+			region = "us-east-1"
+		}
+	}
+	if region == "" {
+		return nil, errNoRegion
+	}
+	opts = append(opts, func(o *bedrockruntime.Options) { o.Region = region })
+	k := key.Reveal()
+	switch sm := accessKey.FindStringSubmatch(k); {
+	case k == "":
+	case sm != nil:
+		creds := credentials.NewStaticCredentialsProvider(sm[1], sm[2], sm[3])
+		opts = append(opts, func(o *bedrockruntime.Options) {
+			o.Credentials = creds
+			o.AuthSchemePreference = []string{"sigv4"}
+		})
+	default:
+		tok := bearer.StaticTokenProvider{Token: bearer.Token{Value: k}}
+		opts = append(opts, func(o *bedrockruntime.Options) {
+			o.BearerAuthTokenProvider = tok
+			o.AuthSchemePreference = []string{"httpBearerAuth"}
+		})
+	}
+	return opts, nil
+}
+
+// Stream sends req with ConverseStream and streams the reply (see
+// provider.Provider). Failures return the partial message and a
+// *provider.Error.
+func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	b := stream.NewBuilder(req.Model, a.cfg.Now(), emit)
+	in, err := buildInput(req)
+	if err != nil {
+		return b.Fail(&provider.Error{Reason: provider.ReasonFormat, Message: "bedrock: build request: " + err.Error(), Err: err})
+	}
+	client, region, err := a.clientFor(ctx)
+	if err != nil {
+		return b.Fail(&provider.Error{Reason: provider.ReasonAuth, Message: "bedrock: load AWS configuration: " + err.Error(), Err: err})
+	}
+	opts, err := callOptions(req.Model, region, req.APIKey)
+	if err != nil {
+		return b.Fail(&provider.Error{Reason: provider.ReasonAuth, Message: "bedrock: " + err.Error(), Err: err})
+	}
+	w := stream.NewWatch(ctx, a.cfg.IdleTimeout)
+	defer w.Stop()
+	h := &streamHolder{}
+	if _, err := client.ConverseStream(context.WithValue(w.Context(), streamKey{}, h), in, opts...); err != nil {
+		return b.Fail(stream.Scrub(a.classify(ctx, w, err), req.APIKey))
+	}
+	if h.resp == nil {
+		return b.Fail(stream.Protocol("bedrock: no event stream in the response"))
+	}
+	if perr := stream.NotAStream(h.resp); perr != nil {
+		return b.Fail(perr)
+	}
+	body := w.Body(h.resp.Body)
+	defer body.Close()
+	b.Start()
+	p := parser{b: b, blocks: map[int]int{}, now: a.cfg.Now}
+	fr := newFrameReader(body)
+	for {
+		hs, payload, err := fr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			perr := stream.Classify(ctx, w, "bedrock: read stream", err)
+			if p.stopped && perr.Reason == provider.ReasonTimeout {
+				break // the stop reason is in: only the usage is missing
+			}
+			return b.Fail(perr)
+		}
+		if perr := p.frame(hs, payload); perr != nil {
+			return b.Fail(perr)
+		}
+	}
+	if ctx.Err() != nil {
+		return b.Fail(stream.Classify(ctx, w, "bedrock", ctx.Err()))
+	}
+	stop, perr := p.outcome()
+	if perr != nil {
+		return b.Fail(perr)
+	}
+	return b.Done(stop), nil
+}
+
+// classify turns a failed call into a classified error: the caller's
+// cancellation and a stall as stream.Classify says; an AWS API error (a
+// response's or an exception inside the stream) by its exception
+// (failover.FromAWS); a failure to find credentials as auth; anything
+// else (a transport error) as stream.Classify.
+func (a *Adapter) classify(ctx context.Context, w *stream.Watch, err error) *provider.Error {
+	if ctx.Err() != nil || w.Context().Err() != nil {
+		return stream.Classify(ctx, w, "bedrock", err)
+	}
+	status := 0
+	var h http.Header
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+		if re.Response != nil {
+			h = re.Response.Header
+		}
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return failover.FromAWS(status, h, ae.ErrorCode(), ae.ErrorMessage(), err, a.cfg.Now())
+	}
+	if status != 0 {
+		return failover.FromHTTP(status, h, nil, err, a.cfg.Now())
+	}
+	if s := err.Error(); strings.Contains(s, "get identity") || strings.Contains(s, "retrieve credentials") {
+		return &provider.Error{Reason: provider.ReasonAuth, Message: "bedrock: no AWS credentials: " + s, Err: err}
+	}
+	return stream.Classify(ctx, w, "bedrock: read stream", err)
+}
+
+// parser folds ConverseStream events into a stream.Builder.
+type parser struct {
+	b       *stream.Builder
+	blocks  map[int]int // wire content block index → block index
+	stop    string
+	stopped bool
+	now     func() time.Time
+}
+
+// open returns the block of wire index idx, opening it as a text or
+// thinking block on its first delta (only tool calls have a start event).
+func (p *parser) open(idx int, thinking bool) int {
+	if i, ok := p.blocks[idx]; ok {
+		return i
+	}
+	var i int
+	if thinking {
+		i = p.b.BeginThinking()
+	} else {
+		i = p.b.BeginText()
+	}
+	p.blocks[idx] = i
+	return i
+}
+
+// apiEvent is the union of the stream's event payloads.
+type apiEvent struct {
+	ContentBlockIndex int `json:"contentBlockIndex"`
+	Start             *struct {
+		ToolUse *struct {
+			ToolUseID string `json:"toolUseId"`
+			Name      string `json:"name"`
+		} `json:"toolUse"`
+	} `json:"start"`
+	Delta *struct {
+		Text    *string `json:"text"`
+		ToolUse *struct {
+			Input string `json:"input"`
+		} `json:"toolUse"`
+		ReasoningContent *struct {
+			Text            *string `json:"text"`
+			Signature       *string `json:"signature"`
+			RedactedContent []byte  `json:"redactedContent"`
+		} `json:"reasoningContent"`
+	} `json:"delta"`
+	StopReason string `json:"stopReason"`
+	Usage      *struct {
+		InputTokens           int64 `json:"inputTokens"`
+		OutputTokens          int64 `json:"outputTokens"`
+		TotalTokens           int64 `json:"totalTokens"`
+		CacheReadInputTokens  int64 `json:"cacheReadInputTokens"`
+		CacheWriteInputTokens int64 `json:"cacheWriteInputTokens"`
+	} `json:"usage"`
+	Message string `json:"message"` // an exception's
+}
+
+// textDelta marks the payload of a text delta, the event nearly every
+// frame is.
+var textDelta = []byte(`"delta":{"text":`)
+
+// frame applies one frame of the stream: an event, or an exception (a
+// failure inside the stream, classified by its type).
+func (p *parser) frame(hs, payload []byte) *provider.Error {
+	switch mt := header(hs, ":message-type"); string(mt) {
+	case "event":
+	case "exception":
+		var e apiEvent
+		_ = json.Unmarshal(payload, &e)
+		typ := string(header(hs, ":exception-type"))
+		return failover.FromAWS(0, nil, upperFirst(typ), e.Message, fmt.Errorf("bedrock: %s in the stream", typ), p.now())
+	case "error":
+		code, msg := string(header(hs, ":error-code")), string(header(hs, ":error-message"))
+		return failover.FromAWS(0, nil, code, msg, fmt.Errorf("bedrock: error %s in the stream", code), p.now())
+	default:
+		return stream.Protocol("bedrock: frame of message type %q", mt)
+	}
+	name := header(hs, ":event-type")
+	if string(name) == "contentBlockDelta" && bytes.Contains(payload, textDelta) {
+		if idx, ok := jsonfast.Int(payload, "contentBlockIndex"); ok {
+			if s, ok := jsonfast.Str(payload, "text"); ok {
+				p.b.Append(p.open(idx, false), s)
+				return nil
+			}
+		}
+	}
+	var e apiEvent
+	if err := json.Unmarshal(payload, &e); err != nil {
+		return stream.Protocol("bedrock: malformed %s event: %v", name, err)
+	}
+	idx := e.ContentBlockIndex
+	switch string(name) {
+	case "messageStart":
+	case "contentBlockStart":
+		if e.Start != nil && e.Start.ToolUse != nil {
+			p.blocks[idx] = p.b.BeginToolCall(e.Start.ToolUse.ToolUseID, e.Start.ToolUse.Name)
+		}
+	case "contentBlockDelta":
+		d := e.Delta
+		switch {
+		case d == nil:
+		case d.Text != nil:
+			p.b.Append(p.open(idx, false), *d.Text)
+		case d.ToolUse != nil:
+			i, ok := p.blocks[idx]
+			if !ok || p.b.Block(i).Type != message.BlockToolCall {
+				return stream.Protocol("bedrock: tool input for block %d, which is no tool call", idx)
+			}
+			p.b.Append(i, d.ToolUse.Input)
+		case d.ReasoningContent != nil:
+			r := d.ReasoningContent
+			i := p.open(idx, true)
+			blk := p.b.Block(i)
+			switch {
+			case r.Text != nil:
+				p.b.Append(i, *r.Text)
+			case r.Signature != nil:
+				blk.ThinkingSignature += *r.Signature
+			case r.RedactedContent != nil:
+				if !blk.Redacted {
+					blk.Redacted = true
+					p.b.Append(i, "[Reasoning redacted]")
+				}
+				blk.ThinkingSignature += base64.StdEncoding.EncodeToString(r.RedactedContent)
+			}
+		}
+	case "contentBlockStop":
+		if i, ok := p.blocks[idx]; ok {
+			p.b.End(i)
+		}
+	case "messageStop":
+		p.stop, p.stopped = e.StopReason, true
+	case "metadata":
+		if u := e.Usage; u != nil {
+			p.b.SetUsage(message.Usage{Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadInputTokens,
+				CacheWrite: u.CacheWriteInputTokens, TotalTokens: u.TotalTokens})
+		}
+	}
+	return nil
+}
+
+// upperFirst spells an in-stream exception type ("throttlingException")
+// as its exception ("ThrottlingException").
+func upperFirst(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}
+
+// outcome maps the stop reason to the reply's.
+func (p *parser) outcome() (message.StopReason, *provider.Error) {
+	if !p.stopped {
+		return "", stream.Protocol("bedrock: stream ended before messageStop")
+	}
+	switch types.StopReason(p.stop) {
+	case types.StopReasonEndTurn, types.StopReasonStopSequence:
+		return message.StopStop, nil
+	case types.StopReasonMaxTokens:
+		return message.StopLength, nil
+	case types.StopReasonToolUse:
+		return message.StopToolUse, nil
+	case types.StopReasonModelContextWindowExceeded:
+		return "", &provider.Error{Reason: provider.ReasonContextOverflow, Message: "bedrock: stop reason model_context_window_exceeded"}
+	case types.StopReasonGuardrailIntervened, types.StopReasonContentFiltered:
+		return "", &provider.Error{Reason: provider.ReasonUnknown, Message: fmt.Sprintf("bedrock: the reply was blocked (stop reason %s)", p.stop)}
+	}
+	return "", &provider.Error{Reason: provider.ReasonUnknown, Message: "bedrock: unhandled stop reason: " + string(p.stop)}
+}

@@ -1,0 +1,215 @@
+// Package subagent holds the rules of sub-agents (sessions_spawn): the
+// child session's key and depth, the limits, the completion a child
+// delivers to its parent's lane (its text, its de-duplication id), and how
+// a session's state records its pending children and rolls their cost up.
+// It is pure: the lanes deliver completions, tools/sessions spawns.
+//
+// A child is a session of its own, keyed under its parent's key (so in
+// its tenant): <parent>:subagent:<id>, or, for another agent of an
+// agent-form key, agent:<target>:<rest>:subagent:<id>. Its depth is the
+// number of ":subagent:" segments of its key, which no sender can lower.
+//
+// Files: subagent.go (keys, limits, completions, state).
+package subagent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/lanefleet/lanefleet/agents"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// Limits' defaults (the reference's: depth 2, 5 children).
+const (
+	// MaxDepthDefault is how deep sub-agents nest: a session of depth
+	// MaxDepth spawns none.
+	MaxDepthDefault = 2
+	// MaxChildrenDefault is how many children one run of a session may
+	// spawn.
+	MaxChildrenDefault = 5
+	// MaxResultBytes bounds the child's reply text in a completion.
+	MaxResultBytes = 16 << 10
+)
+
+// segment separates a child's id from its parent's key.
+const segment = ":subagent:"
+
+// ToolSpawn is the name of the spawn tool, whose results Spawned reads.
+const ToolSpawn = "sessions_spawn"
+
+// Depth is the depth of a session: 0 for one nobody spawned.
+func Depth(key string) int { return strings.Count(key, segment) }
+
+// ID is a child's id: stable for one call of the spawn tool (parent key
+// and the call's idempotency key), so a spawn the parent's turn makes again
+// after a crash names the same child.
+func ID(parent, callKey string) string {
+	h := sha256.Sum256([]byte(parent + "\x00" + callKey))
+	return hex.EncodeToString(h[:8])
+}
+
+// ErrKey is returned for a child key that cannot be made.
+var ErrKey = errors.New("subagent: no child key")
+
+// ChildKey is the key of parent's child id running agent target ("" =
+// the parent's own agent).
+func ChildKey(parent, target, id string) (string, error) {
+	own, named := agents.Of(parent, "")
+	var key string
+	switch {
+	case target == "" || target == own:
+		key = parent + segment + id
+	case named:
+		rest := strings.TrimPrefix(parent, "agent:"+own+":")
+		key = "agent:" + target + ":" + rest + segment + id
+	default:
+		return "", fmt.Errorf("%w: this session's key names no agent, so its sub-agents run its own agent only", ErrKey)
+	}
+	if err := events.ValidateKey(key); err != nil {
+		return "", fmt.Errorf("%w: %v (this session's key is too long to nest under)", ErrKey, err)
+	}
+	return key, nil
+}
+
+// MsgID is the message id of the completion of child's run: keyed by the
+// spawn's nonce, so nobody but the spawn's parties knows it.
+func MsgID(nonce, child, run string) string {
+	h := sha256.Sum256([]byte(nonce + "\x00" + child + "\x00" + run))
+	return "subagent-" + hex.EncodeToString(h[:16])
+}
+
+// Completion is what a child session delivers when a turn of it commits:
+// the parent's key, the message's id, and the message, when st (the
+// child's state after the turn) names a parent not delivered to yet and
+// no child of its own is pending (a session waiting for its own children
+// completes when the last of them has answered). st.Parent is then marked
+// Delivered by the caller, in the same record. ok is false when nothing is
+// owed.
+func Completion(child, run string, st *events.SessionState, res *events.Result) (parent, id string, in *events.Inbound, ok bool) {
+	if st == nil || st.Parent == nil || st.Parent.Delivered || len(st.Children) > 0 || res == nil {
+		return "", "", nil, false
+	}
+	p := st.Parent
+	r := &events.SubagentResult{Session: child, Run: run, Label: p.Label, Status: events.SubagentOK, Usage: st.Usage}
+	var body string
+	if res.Meta.Error != nil {
+		r.Status = events.SubagentError
+		body = fmt.Sprintf("It failed (%s): %s", res.Meta.Error.Kind, res.ErrorText())
+	} else {
+		var parts []string
+		for _, pl := range res.Payloads {
+			if t := strings.TrimSpace(pl.Text); t != "" && !pl.IsError {
+				parts = append(parts, t)
+			}
+		}
+		body = strings.Join(parts, "\n\n")
+		if body == "" {
+			body = "(It ended without a reply.)"
+		}
+	}
+	id = MsgID(p.Nonce, child, run)
+	return p.Session, id, &events.Inbound{ID: id, Text: Text(r, body), Mode: "followup", Subagent: r}, true
+}
+
+// Text is a completion as the parent's model reads it: a header that says
+// it is a sub-agent's result, not the user's words, then the child's reply
+// (cut at MaxResultBytes).
+func Text(r *events.SubagentResult, body string) string {
+	if len(body) > MaxResultBytes {
+		cut := MaxResultBytes
+		for cut > 0 && !utf8.RuneStart(body[cut]) {
+			cut--
+		}
+		body = body[:cut] + " […cut]"
+	}
+	status := "completed"
+	if r.Status == events.SubagentError {
+		status = "failed"
+	}
+	label := ""
+	if r.Label != "" {
+		label = fmt.Sprintf(" %q", r.Label)
+	}
+	return fmt.Sprintf("[Sub-agent result: this is not the user speaking. Your sub-agent%s (session %s, run %s) %s. "+
+		"Use it for your task; answer the user in your own words.]\n\n%s", label, r.Session, r.Run, status, body)
+}
+
+// Adopt records in child's state the parent its spawn message names (the
+// first one only; a later spawn message to the same session is answered as
+// a prompt and changes nothing). It reports whether st changed.
+func Adopt(st *events.SessionState, in *events.Inbound) bool {
+	if in == nil || in.Parent == nil || st.Parent != nil {
+		return false
+	}
+	p := *in.Parent
+	p.Delivered = false
+	st.Parent = &p
+	return true
+}
+
+// Pending reports whether child is one of st's pending children.
+func Pending(st *events.SessionState, child string) bool {
+	return st != nil && slices.ContainsFunc(st.Children, func(c events.Child) bool { return c.Session == child })
+}
+
+// Received takes the completion r off st's pending children and adds the
+// child's use to the running totals (the roll-up: once, at delivery, from
+// the child's whole use). It reports false, changing nothing, when r's
+// child is not pending.
+func Received(st *events.SessionState, r *events.SubagentResult) bool {
+	i := slices.IndexFunc(st.Children, func(c events.Child) bool { return c.Session == r.Session })
+	if i < 0 {
+		return false
+	}
+	st.Children = slices.Delete(slices.Clone(st.Children), i, i+1)
+	if len(st.Children) == 0 {
+		st.Children = nil
+	}
+	if r.Usage != nil {
+		st.Usage = st.Usage.Plus(r.Usage)
+		st.ChildUsage = st.ChildUsage.Plus(r.Usage)
+	}
+	return true
+}
+
+// Add adds spawned children to st's pending ones (a child already there
+// is not added twice).
+func Add(st *events.SessionState, spawned []events.Child) {
+	for _, c := range spawned {
+		if !Pending(st, c.Session) {
+			st.Children = append(slices.Clip(st.Children), c)
+		}
+	}
+}
+
+// Spawned returns the children a turn's entries spawned: the accepted
+// results of its sessions_spawn calls (their details name the child),
+// live or replayed from the step journal alike.
+func Spawned(entries []message.Entry, parentRun string, now int64) []events.Child {
+	var out []events.Child
+	for _, e := range entries {
+		m := e.Message
+		if m == nil || m.Role != message.RoleToolResult || m.ToolName != ToolSpawn || m.IsError {
+			continue
+		}
+		d, ok := m.Details.(map[string]any)
+		if !ok || d["status"] != "accepted" {
+			continue
+		}
+		key, _ := d["childSessionKey"].(string)
+		run, _ := d["runId"].(string)
+		label, _ := d["label"].(string)
+		if events.ValidateKey(key) != nil || run == "" {
+			continue
+		}
+		out = append(out, events.Child{Session: key, Run: run, ParentRun: parentRun, Label: label, Spawned: now})
+	}
+	return out
+}
