@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -506,4 +507,41 @@ func ms(d []time.Duration, p int) float64 {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	i := min(len(s)-1, len(s)*p/100)
 	return float64(s[i].Microseconds()) / 1000
+}
+
+// benchMember is a fleet member started in this process, and a Go client
+// connected to it.
+type benchMember struct {
+	m  *fleet.Member
+	nc *nats.Conn
+	js jetstream.JetStream
+	c  *lanefleet.Client
+	// stop closes the client's connection, then stops the member and
+	// waits for it.
+	stop func()
+}
+
+// startMember starts a member with cfg, running until ctx ends or stop,
+// and connects a client to it.
+func startMember(ctx context.Context, cfg fleet.Config) (*benchMember, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	m, err := fleet.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	halt := func() { cancel(); <-done }
+	b := &benchMember{m: m}
+	if b.nc, b.js, err = connect(m.ClientURL()); err != nil {
+		halt()
+		return nil, err
+	}
+	b.stop = func() { b.nc.Close(); halt() }
+	if b.c, err = lanefleet.New(b.nc); err != nil {
+		b.stop()
+		return nil, err
+	}
+	return b, nil
 }

@@ -48,23 +48,13 @@ func schedBench(o options) error {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, WorkspaceRoot: filepath.Join(dir, "workspaces"), Listen: "127.0.0.1:0",
+	bm, err := startMember(ctx, fleet.Config{DataDir: dir, WorkspaceRoot: filepath.Join(dir, "workspaces"), Listen: "127.0.0.1:0",
 		SyncAlways: o.sync, WorkerID: "sched", Scripted: true, Logger: zerolog.Nop()})
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	nc, _, err := connect(m.ClientURL())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	c, err := lanefleet.New(nc)
-	if err != nil {
-		return err
-	}
+	defer bm.stop()
+	c := bm.c
 	fmt.Printf("lanebench schedules: one worker with its embedded server (one process), sync_interval %s, idle %v before and after adding %d schedules (@every 1h), GOMAXPROCS %d\n\n",
 		map[bool]string{true: "always", false: "default (2m)"}[o.sync], *schedIdle, *schedN, runtime.GOMAXPROCS(0))
 	idle := func(name string) (cpuPerS float64, rssMB float64, err error) {

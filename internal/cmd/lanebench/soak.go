@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -91,24 +90,14 @@ func soakBench(o options) error {
 	defer cancel()
 	// The worker's defaults (cmd/worker), built-in tools included; only
 	// the model is the local one.
-	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, WorkspaceRoot: filepath.Join(dir, "workspaces"), Listen: "127.0.0.1:0",
+	bm, err := startMember(ctx, fleet.Config{DataDir: dir, WorkspaceRoot: filepath.Join(dir, "workspaces"), Listen: "127.0.0.1:0",
 		SyncAlways: o.sync, WorkerID: "soak", OpenAICompatible: mock.url, Logger: zerolog.Nop(),
 		SessionTTL: *soakTTL, EventMaxAge: *soakEvAge})
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	nc, js, err := connect(m.ClientURL())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	c, err := lanefleet.New(nc)
-	if err != nil {
-		return err
-	}
+	defer bm.stop()
+	m, js, c := bm.m, bm.js, bm.c
 	fmt.Printf("lanebench soak: one worker with its embedded server (one process: server, worker, Go client, mock model), sync_interval %s, %d sessions back to back against an instant model over HTTP, %d rounds of %v, GOMAXPROCS %d\n",
 		map[bool]string{true: "always", false: "default (2m)"}[o.sync], *soakSessions, *soakRounds, *soakRound, runtime.GOMAXPROCS(0))
 	if *soakLimit > 0 {

@@ -537,23 +537,13 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	t0 := time.Now()
-	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: syncAlways, WorkerID: "turns",
+	bm, err := startMember(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: syncAlways, WorkerID: "turns",
 		OpenAICompatible: mock.url, Concurrency: concurrency, SetupConcurrency: *turnsSetup, NoBuiltinTools: true, Logger: zerolog.Nop()})
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	nc, _, err := connect(m.ClientURL())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	c, err := lanefleet.New(nc)
-	if err != nil {
-		return err
-	}
+	defer bm.stop()
+	m, nc, c := bm.m, bm.nc, bm.c
 	var kinds *subjectKinds
 	if *turnsDetail {
 		if kinds, err = watchSubjects(nc); err != nil {
