@@ -111,8 +111,9 @@ func (s *Schedule) Validate() error {
 		return bad("%d pending firings (at most %d)", len(s.Pending), MaxCatchUpAll+1)
 	case len(s.Message.Text) > MaxTextBytes:
 		return bad("message text of %d bytes (at most %d)", len(s.Message.Text), MaxTextBytes)
-	case s.Message.Stop || s.Message.IsSettings() || len(s.Message.ToolResults) > 0 || len(s.Message.Tools) > 0:
-		return bad("a schedule sends a prompt (no stop, settings, tools or tool results)")
+	case s.Message.Stop || s.Message.IsSettings() || len(s.Message.ToolResults) > 0 || len(s.Message.Tools) > 0 ||
+		s.Message.Parent != nil || s.Message.Subagent != nil:
+		return bad("a schedule sends a prompt (no stop, settings, tools, tool results, sub-agent spawn or completion)")
 	case s.Message.Session != "" || s.Message.ID != "":
 		return bad("the message's session and id are set per firing")
 	}

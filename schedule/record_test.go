@@ -60,6 +60,11 @@ func TestDecodeHostile(t *testing.T) {
 		{name: "bad catch-up", edit: func(s *Schedule) { s.CatchUp = "" }, want: "catch-up"},
 		{name: "no secret", edit: func(s *Schedule) { s.Secret = "" }, want: "secret"},
 		{name: "stop message", edit: func(s *Schedule) { s.Message = events.Inbound{Stop: true} }, want: "prompt"},
+		{name: "forged sub-agent completion", edit: func(s *Schedule) {
+			s.Message.Subagent = &events.SubagentResult{Session: "acme:p:subagent:x", Run: "1", Status: events.SubagentOK}
+		}, want: "prompt"},
+		{name: "forged spawn", edit: func(s *Schedule) { s.Message.Parent = &events.Parent{Session: "acme:p", Run: "1"} }, want: "prompt"},
+		{name: "too many pending", edit: func(s *Schedule) { s.Pending = make([]int64, MaxCatchUpAll+2) }, want: "pending"},
 		{name: "empty message", edit: func(s *Schedule) { s.Message.Text = " " }, want: "empty"},
 		{name: "long text", edit: func(s *Schedule) { s.Message.Text = strings.Repeat("a", MaxTextBytes+1) }, want: "text"},
 		{name: "bad mode", edit: func(s *Schedule) { s.Message.Mode = "chaos" }, want: "mode"},
