@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,7 +111,7 @@ type schedAudit struct {
 func (a schedAudit) bad() bool { return len(a.problems) > 0 }
 
 func (a schedAudit) String() string {
-	return fmt.Sprintf("schedule @every %v: %d due times (%d fired, %d missed and caught up as one, %d failed, %d skipped), gaps %d, repeats %d, session turns %d; lateness p50/p99 %v/%v outside fault windows (%d), %v/%v inside (%d)",
+	return fmt.Sprintf("schedule @every %v: %d due times (%d fired, %d missed and caught up as one, %d refused by the full lane, %d skipped), gaps %d, repeats %d, session turns %d; lateness p50/p99 %v/%v outside fault windows (%d), %v/%v inside (%d)",
 		chaosEvery, a.dues, a.fired, a.missed, a.failed, a.skipped, a.gaps, a.repeats, a.turns,
 		pct(a.lateOut, 50), pct(a.lateOut, 99), len(a.lateOut), pct(a.lateIn, 50), pct(a.lateIn, 99), len(a.lateIn))
 }
@@ -184,8 +185,14 @@ func (s *chaosSchedule) finish(t *testing.T, js jetstream.JetStream, windows []f
 		case schedule.Missed:
 			a.missed += n
 		case schedule.Failed:
+			// A lane at its per-lane cap refuses the firing, which is
+			// recorded as failed (docs/schedules.md): the lane's
+			// backpressure, when its owner was stopped past AckWait and
+			// overlap allow kept sending. Any other failure is a defect.
 			a.failed++
-			a.problems = append(a.problems, fmt.Sprintf("due %d failed: %s", f.DueMs, f.Error))
+			if !strings.Contains(f.Error, "maximum messages per subject exceeded") {
+				a.problems = append(a.problems, fmt.Sprintf("due %d failed: %s", f.DueMs, f.Error))
+			}
 		default:
 			a.skipped += n
 			a.problems = append(a.problems, fmt.Sprintf("due %d %s under overlap allow", f.DueMs, f.Outcome))
