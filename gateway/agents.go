@@ -216,11 +216,7 @@ func (s *Server) listAgentFiles(w http.ResponseWriter, r *http.Request) {
 // (never a type a browser renders: a file is whatever its writer put
 // there, the model included).
 func (s *Server) getAgentFile(w http.ResponseWriter, r *http.Request) {
-	ws, ok := s.agentWorkspace(w, r)
-	if !ok {
-		return
-	}
-	p, ok := agentFilePath(w, r)
+	ws, p, ok := s.agentFile(w, r)
 	if !ok {
 		return
 	}
@@ -244,11 +240,7 @@ func (s *Server) getAgentFile(w http.ResponseWriter, r *http.Request) {
 // putAgentFile stores the body, as it is, as the file's new version: at
 // most agents.MaxFileBytes, whatever its content type.
 func (s *Server) putAgentFile(w http.ResponseWriter, r *http.Request) {
-	ws, ok := s.agentWorkspace(w, r)
-	if !ok {
-		return
-	}
-	p, ok := agentFilePath(w, r)
+	ws, p, ok := s.agentFile(w, r)
 	if !ok {
 		return
 	}
@@ -276,11 +268,7 @@ func (s *Server) putAgentFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteAgentFile(w http.ResponseWriter, r *http.Request) {
-	ws, ok := s.agentWorkspace(w, r)
-	if !ok {
-		return
-	}
-	p, ok := agentFilePath(w, r)
+	ws, p, ok := s.agentFile(w, r)
 	if !ok {
 		return
 	}
@@ -310,4 +298,17 @@ func (s *Server) agentFileFail(w http.ResponseWriter, r *http.Request, p string,
 	default:
 		s.agentFail(w, r, err)
 	}
+}
+
+// agentFile is the workspace and the file path a file route names, or
+// false once it answered why not (no such agent for the caller, a bad
+// path).
+func (s *Server) agentFile(w http.ResponseWriter, r *http.Request) (ws, p string, ok bool) {
+	if ws, ok = s.agentWorkspace(w, r); !ok {
+		return "", "", false
+	}
+	if p, ok = agentFilePath(w, r); !ok {
+		return "", "", false
+	}
+	return ws, p, true
 }
