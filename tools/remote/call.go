@@ -94,7 +94,7 @@ func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []
 	}
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, nats.ErrNoResponders) {
-			t.cancel(token)
+			t.cancel(token, errors.Is(context.Cause(ctx), ErrTimeout) || errors.Is(ctx.Err(), context.DeadlineExceeded))
 		}
 		return tools.Result{}, t.requestError(ctx, limit, err)
 	}
@@ -130,8 +130,12 @@ func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []
 // no longer awaited (its run was stopped, or it timed out), so the one
 // running it stops it. Best effort: a lost cancel leaves the call to the
 // timeout the service was sent.
-func (t *remoteTool) cancel(token string) {
-	_ = t.nc.PublishMsg(&nats.Msg{Subject: CancelSubject(t.spec.Name), Header: nats.Header{HeaderCallToken: []string{token}}})
+func (t *remoteTool) cancel(token string, timedOut bool) {
+	hdr := nats.Header{HeaderCallToken: []string{token}}
+	if timedOut {
+		hdr.Set(HeaderCancelReason, "timeout")
+	}
+	_ = t.nc.PublishMsg(&nats.Msg{Subject: CancelSubject(t.spec.Name), Header: hdr})
 }
 
 // requestError explains a failed request.

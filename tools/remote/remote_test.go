@@ -338,8 +338,8 @@ func TestTimeout(t *testing.T) {
 	// The subtests run in order and share the tool; each call sends one
 	// value on started and, once its context ends, one on causes.
 	b := setup(t)
-	causes := make(chan error, 2)
-	started := make(chan struct{}, 3)
+	causes := make(chan error, 3)
+	started := make(chan struct{}, 4)
 	b.serve(t, b.server, remote.ServiceConfig{}, newTool("slow", func(ctx context.Context, _ tools.Call) (tools.Result, error) {
 		started <- struct{}{}
 		<-ctx.Done()
@@ -357,6 +357,37 @@ func TestTimeout(t *testing.T) {
 		// The service ends the tool's context when the caller gives up.
 		if cause := <-causes; cause == nil || !strings.Contains(cause.Error(), "caller stopped waiting") {
 			t.Fatalf("tool context cause = %v", cause)
+		}
+	})
+	t.Run("timeout cancel before the service's timer", func(t *testing.T) {
+		// A slow machine can deliver the caller's cancel before the
+		// service's own timer fires: the call still ends as a timeout.
+		for len(started) > 0 {
+			<-started // the earlier subtest's call
+		}
+		msg := &nats.Msg{Subject: remote.Subject("slow"), Header: nats.Header{}, Data: []byte(`{"id":"c","name":"slow"}`)}
+		msg.Header.Set(remote.HeaderCallToken, "tok-timeout")
+		msg.Header.Set(remote.HeaderTimeout, "600000")
+		replies := make(chan *nats.Msg, 1)
+		go func() {
+			rep, err := b.client.RequestMsgWithContext(t.Context(), msg)
+			if err != nil {
+				t.Error(err)
+			}
+			replies <- rep
+		}()
+		<-started
+		cancel := &nats.Msg{Subject: remote.CancelSubject("slow"), Header: nats.Header{}}
+		cancel.Header.Set(remote.HeaderCallToken, "tok-timeout")
+		cancel.Header.Set(remote.HeaderCancelReason, "timeout")
+		if err := b.client.PublishMsg(cancel); err != nil {
+			t.Fatal(err)
+		}
+		if cause := <-causes; cause == nil || !strings.Contains(cause.Error(), "caller stopped waiting") {
+			t.Fatalf("tool context cause = %v", cause)
+		}
+		if rep := <-replies; rep == nil || rep.Header.Get(micro.ErrorCodeHeader) != remote.CodeTimeout {
+			t.Fatalf("reply = %+v, want code %s", rep, remote.CodeTimeout)
 		}
 	})
 	t.Run("context deadline", func(t *testing.T) {

@@ -213,7 +213,12 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // HeaderCallToken, if this instance runs it.
 func (s *Service) onCancel(m *nats.Msg) {
 	if f, ok := s.cancels.Load(m.Header.Get(HeaderCallToken)); ok {
-		f.(context.CancelCauseFunc)(errCallerCancelled)
+		cause := errCallerCancelled
+		if m.Header.Get(HeaderCancelReason) == "timeout" {
+			// The caller's timer ran out a moment before ours would.
+			cause = errCallerTimeout
+		}
+		f.(context.CancelCauseFunc)(cause)
 	}
 }
 

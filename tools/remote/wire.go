@@ -51,6 +51,11 @@ const (
 	// publishes a message with the same header to CancelSubject(name),
 	// and the instance running the call cancels the call's context.
 	HeaderCallToken = "Lanefleet-Tool-Call-Token"
+	// HeaderCancelReason, on a cancel message, says why the caller gave
+	// up: "timeout" when its timeout passed (the call then ends as a
+	// timeout, whichever of the cancel and the service's own timer comes
+	// first); anything else or nothing means it was cancelled.
+	HeaderCancelReason = "Lanefleet-Tool-Cancel-Reason"
 )
 
 // Error codes a service puts in the Nats-Service-Error-Code header.
