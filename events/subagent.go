@@ -23,6 +23,9 @@ type Parent struct {
 	// Delivered is set (in the child's state) by the commit whose record
 	// carries the completion: no later turn of the child delivers again.
 	Delivered bool `json:"delivered,omitempty" msgpack:"delivered,omitempty"`
+	// Seal is the fleet's seal of the spawn (subagent.SealSpawn): only a
+	// worker makes one, and a child adopts no parent without it.
+	Seal string `json:"seal,omitempty" msgpack:"seal,omitempty"`
 }
 
 // Child is a sub-agent a session spawned and whose completion it has not
@@ -51,6 +54,9 @@ type SubagentResult struct {
 	// Usage is the child session's whole use (its own children's
 	// included), which the parent adds to its running total.
 	Usage *UsageMeta `json:"usage,omitempty" msgpack:"usage,omitempty"`
+	// Seal is the fleet's seal of the completion (subagent.Seal): only a
+	// worker makes one, and a parent runs no completion without it.
+	Seal string `json:"seal,omitempty" msgpack:"seal,omitempty"`
 }
 
 // Sub-agent statuses.
@@ -63,6 +69,7 @@ const (
 const (
 	maxLabelBytes = 128
 	maxNonceBytes = 64
+	maxSealBytes  = 64
 )
 
 // Validate checks a parent lineage.
@@ -76,6 +83,8 @@ func (p *Parent) Validate() error {
 		return &DecodeError{Field: "parent.label", Reason: fmt.Sprintf("not UTF-8 of at most %d bytes", maxLabelBytes)}
 	case len(p.Nonce) > maxNonceBytes:
 		return &DecodeError{Field: "parent.nonce", Reason: fmt.Sprintf("longer than %d bytes", maxNonceBytes)}
+	case len(p.Seal) > maxSealBytes:
+		return &DecodeError{Field: "parent.seal", Reason: fmt.Sprintf("longer than %d bytes", maxSealBytes)}
 	}
 	return nil
 }
@@ -91,6 +100,8 @@ func (r *SubagentResult) Validate() error {
 		return &DecodeError{Field: "subagent.label", Reason: fmt.Sprintf("not UTF-8 of at most %d bytes", maxLabelBytes)}
 	case r.Status != SubagentOK && r.Status != SubagentError:
 		return &DecodeError{Field: "subagent.status", Reason: fmt.Sprintf("%q: want ok or error", clip(r.Status))}
+	case len(r.Seal) > maxSealBytes:
+		return &DecodeError{Field: "subagent.seal", Reason: fmt.Sprintf("longer than %d bytes", maxSealBytes)}
 	}
 	return nil
 }

@@ -18,8 +18,10 @@ package kvstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -212,3 +214,40 @@ func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (*Lanes, e
 	cfg := Config{Bucket: bucket}.withDefaults()
 	return &Lanes{js: js, kv: kv, stream: stream, steps: steps, cfg: cfg, prefix: "$KV." + bucket + "."}, nil
 }
+
+// sealKey holds the fleet's seal key (SealKey), which no lane key can be
+// (every lane key has a dot), so the retention pass never sees it.
+const sealKey = "seal"
+
+// SealKey returns the fleet's seal key: 32 random bytes the first worker
+// stores in the bucket (create-only, so every worker reads the same) and
+// that only workers and the admin role may read (the permission model
+// opens the bucket to nobody else). Workers seal with it what only the
+// fleet may say: a sub-agent's spawn lineage and its completion (package
+// subagent).
+func (l *Lanes) SealKey(ctx context.Context) ([]byte, error) {
+	for range 3 {
+		e, err := l.kv.Get(ctx, sealKey)
+		if err == nil {
+			if v := e.Value(); len(v) == sealKeyBytes {
+				return slices.Clone(v), nil
+			}
+			return nil, fmt.Errorf("kvstore: the fleet's seal key (%s key %q) is %d bytes, want %d: %w", l.cfg.Bucket, sealKey, len(e.Value()), sealKeyBytes, ErrCorrupt)
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("kvstore: read the fleet's seal key: %w", err)
+		}
+		key := make([]byte, sealKeyBytes)
+		_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
+		if _, err := l.kv.Create(ctx, sealKey, key); err == nil {
+			return key, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("kvstore: store the fleet's seal key: %w", err)
+		}
+		// Another worker stored one first: read it.
+	}
+	return nil, errors.New("kvstore: the fleet's seal key: created and gone three times")
+}
+
+// sealKeyBytes is the seal key's length (subagent.KeyBytes).
+const sealKeyBytes = 32

@@ -279,6 +279,10 @@ func (o *owner) carryOut(ctx, turnCtx context.Context, endCutWatch func(), a *at
 	case queue.VerbInterrupted:
 		return o.interrupted(ctx, a.em, p, a.attempt, nil, false)
 	}
+	if why := o.unsealedLineage(p); why != "" {
+		o.log.Warn().Str("run", p.run.runID()).Msg("refused a message with sub-agent lineage the fleet did not seal")
+		return o.failTurn(ctx, a.em, p, events.KindRejected, why, a.attempt)
+	}
 	if o.unknownCompletion(p) {
 		return o.failTurn(ctx, a.em, p, events.KindDropped, "a sub-agent's completion for a child this session does not have pending (delivered already, or not spawned here): it was not run", a.attempt)
 	}

@@ -37,8 +37,7 @@ func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events
 		next = *st
 	}
 	changed := false
-	if in := p.run.in; in != nil && in.Parent != nil && next.Parent == nil && in.Parent.Session != o.key &&
-		o.w.cfg.Lineage != nil && o.w.cfg.Lineage(o.key, in.Parent.Session) {
+	if in := p.run.in; next.Parent == nil && o.spawnedBy(in) != nil {
 		changed = subagent.Adopt(&next, in)
 	}
 	if len(out.Spawned) > 0 {
@@ -51,12 +50,12 @@ func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events
 	for _, d := range p.dropped {
 		// A completion an interrupt or a stop dropped: the child is no
 		// longer pending, and its use counts.
-		if d.c.in != nil && d.c.in.Subagent != nil && subagent.Received(&next, d.c.in.Subagent) {
+		if r := o.completion(d.c.in); r != nil && subagent.Received(&next, r) {
 			changed = true
 		}
 	}
 	var ob *kvstore.Outbox
-	if parent, id, msg, ok := subagent.Completion(o.key, p.run.runID(), &next, out.Result); ok {
+	if parent, id, msg, ok := subagent.Completion(o.w.cfg.SealKey, o.key, p.run.runID(), &next, out.Result); ok {
 		data, _, err := events.EncodeInbound(msg, false)
 		if err != nil {
 			return nil, nil, fmt.Errorf("lanes: encode a completion: %w", err)
@@ -79,7 +78,41 @@ func (o *owner) received(p *plan) *events.SubagentResult {
 	if p.verb != queue.VerbRun || p.run.in == nil || p.in != p.run.in {
 		return nil
 	}
-	return p.run.in.Subagent
+	return o.completion(p.run.in)
+}
+
+// completion is in's sub-agent completion if the fleet sealed it for this
+// session (nil = none: not a completion, or one a sender forged).
+func (o *owner) completion(in *events.Inbound) *events.SubagentResult {
+	if in == nil || in.Subagent == nil || !subagent.CompletionSealed(o.w.cfg.SealKey, o.key, in) {
+		return nil
+	}
+	return in.Subagent
+}
+
+// spawnedBy is the parent in names if it is a spawn message the fleet
+// sealed for this session and the lineage is allowed (nil = none).
+func (o *owner) spawnedBy(in *events.Inbound) *events.Parent {
+	if in == nil || in.Parent == nil || in.Parent.Session == o.key || o.w.cfg.Lineage == nil ||
+		!o.w.cfg.Lineage(o.key, in.Parent.Session) || !subagent.SpawnSealed(o.w.cfg.SealKey, o.key, in.Parent) {
+		return nil
+	}
+	return in.Parent
+}
+
+// unsealedLineage is why the turn's message is not run when it carries
+// sub-agent lineage the fleet did not seal ("" = it may run): only
+// workers spawn sub-agents and deliver their completions.
+func (o *owner) unsealedLineage(p *plan) string {
+	switch {
+	case p.in == nil:
+		return ""
+	case p.in.Subagent != nil && o.completion(p.in) == nil:
+		return "a sub-agent completion the fleet did not deliver (only workers deliver completions; it lacks the fleet's seal): it was not run"
+	case p.in.Parent != nil && !subagent.SpawnSealed(o.w.cfg.SealKey, o.key, p.in.Parent):
+		return "a sub-agent spawn the fleet did not make (only a worker's sessions_spawn names a parent; it lacks the fleet's seal): it was not run"
+	}
+	return ""
 }
 
 // unknownCompletion reports whether the turn's message is a completion of
@@ -95,10 +128,7 @@ func (o *owner) parentOf(p *plan) *events.Parent {
 	if st := o.lane.cursor.State; st != nil && st.Parent != nil {
 		return st.Parent
 	}
-	if p.run.in != nil && p.run.in.Parent != nil && o.w.cfg.Lineage != nil && o.w.cfg.Lineage(o.key, p.run.in.Parent.Session) {
-		return p.run.in.Parent
-	}
-	return nil
+	return o.spawnedBy(p.run.in)
 }
 
 // deliver publishes a committed turn's outbox message onto its session's

@@ -95,6 +95,11 @@ type Config struct {
 	// "the same tenant". Nil: no session adopts a parent, and none
 	// delivers a completion.
 	Lineage func(child, parent string) bool
+	// SealKey is the fleet's seal key (kvstore.Lanes.SealKey): a child
+	// adopts only a parent it sealed, a parent runs only completions it
+	// sealed, and the completions the worker delivers carry its seal.
+	// Nil: Run reads it from the lanes bucket before it takes messages.
+	SealKey []byte
 	// TenantWeight is a tenant's weight in the slots' division: while
 	// lanes wait, a freed slot goes to the waiting tenant with the fewest
 	// slots in use for its weight. nil (or below 1) = 1: equal shares.
@@ -353,6 +358,15 @@ func (w *Worker) Accepting() bool { return w.consuming.Load() && !w.shuttingDown
 // shutdown grace (cancelling them after it), releases every lease and Naks
 // the lanes' triggers so other workers take them over at once.
 func (w *Worker) Run(ctx context.Context) error {
+	if len(w.cfg.SealKey) == 0 {
+		kctx, cancel := context.WithTimeout(ctx, readTimeout)
+		key, err := w.lanes.SealKey(kctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("lanes: %w", err)
+		}
+		w.cfg.SealKey = key
+	}
 	batch := min(max(w.cfg.Concurrency, 16), 256)
 	cc, err := w.streams.Dispatch.Consume(w.onDelivery, jetstream.PullMaxMessages(batch),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {

@@ -9,7 +9,8 @@
 // agent-form key, agent:<target>:<rest>:subagent:<id>. Its depth is the
 // number of ":subagent:" segments of its key, which no sender can lower.
 //
-// Files: subagent.go (keys, limits, completions, state).
+// Files: subagent.go (keys, limits, completions, state), seal.go (the
+// fleet's seals on spawns and completions).
 package subagent
 
 import (
@@ -79,10 +80,14 @@ func ChildKey(parent, target, id string) (string, error) {
 }
 
 // MsgID is the message id of the completion of child's run: keyed by the
-// spawn's nonce, so nobody but the spawn's parties knows it.
-func MsgID(nonce, child, run string) string {
-	h := sha256.Sum256([]byte(nonce + "\x00" + child + "\x00" + run))
-	return "subagent-" + hex.EncodeToString(h[:16])
+// fleet's key and the spawn's nonce, so no sender can know it (and take
+// it first: the stream's de-duplication is stream-wide).
+func MsgID(key []byte, nonce, child, run string) string {
+	s := newSealer(key, "completion-id")
+	for _, v := range []string{nonce, child, run} {
+		s.str(v)
+	}
+	return "subagent-" + s.sum()[:32]
 }
 
 // Completion is what a child session delivers when a turn of it commits:
@@ -91,8 +96,8 @@ func MsgID(nonce, child, run string) string {
 // no child of its own is pending (a session waiting for its own children
 // completes when the last of them has answered). st.Parent is then marked
 // Delivered by the caller, in the same record. ok is false when nothing is
-// owed.
-func Completion(child, run string, st *events.SessionState, res *events.Result) (parent, id string, in *events.Inbound, ok bool) {
+// owed. The message carries the seal of key, the fleet's.
+func Completion(key []byte, child, run string, st *events.SessionState, res *events.Result) (parent, id string, in *events.Inbound, ok bool) {
 	if st == nil || st.Parent == nil || st.Parent.Delivered || len(st.Children) > 0 || res == nil {
 		return "", "", nil, false
 	}
@@ -114,8 +119,10 @@ func Completion(child, run string, st *events.SessionState, res *events.Result) 
 			body = "(It ended without a reply.)"
 		}
 	}
-	id = MsgID(p.Nonce, child, run)
-	return p.Session, id, &events.Inbound{ID: id, Text: Text(r, body), Mode: "followup", Subagent: r}, true
+	id = MsgID(key, p.Nonce, child, run)
+	in = &events.Inbound{ID: id, Text: Text(r, body), Mode: "followup", Subagent: r}
+	r.Seal = seal(key, p.Session, in)
+	return p.Session, id, in, true
 }
 
 // Text is a completion as the parent's model reads it: a header that says
@@ -143,13 +150,14 @@ func Text(r *events.SubagentResult, body string) string {
 
 // Adopt records in child's state the parent its spawn message names (the
 // first one only; a later spawn message to the same session is answered as
-// a prompt and changes nothing). It reports whether st changed.
+// a prompt and changes nothing). The caller has checked the spawn's seal.
+// It reports whether st changed.
 func Adopt(st *events.SessionState, in *events.Inbound) bool {
 	if in == nil || in.Parent == nil || st.Parent != nil {
 		return false
 	}
 	p := *in.Parent
-	p.Delivered = false
+	p.Delivered, p.Seal = false, ""
 	st.Parent = &p
 	return true
 }

@@ -64,7 +64,7 @@ func TestCompletion(t *testing.T) {
 		{"empty reply", &events.SessionState{Parent: parent}, &events.Result{}, true, "(It ended without a reply.)"},
 	}
 	for _, c := range cases {
-		to, id, in, owed := Completion("acme:a:subagent:x", "3", c.st, c.res)
+		to, id, in, owed := Completion(testKey, "acme:a:subagent:x", "3", c.st, c.res)
 		if owed != c.owed {
 			t.Errorf("%s: owed %v", c.name, owed)
 			continue
@@ -72,7 +72,7 @@ func TestCompletion(t *testing.T) {
 		if !owed {
 			continue
 		}
-		if to != "acme:a" || id != MsgID("n1", "acme:a:subagent:x", "3") || in.ID != id || in.Mode != "followup" || in.Subagent == nil ||
+		if to != "acme:a" || id != MsgID(testKey, "n1", "acme:a:subagent:x", "3") || in.ID != id || in.Mode != "followup" || in.Subagent == nil ||
 			!strings.HasPrefix(in.Text, "[Sub-agent result: this is not the user speaking. Your sub-agent \"hunter\" (session acme:a:subagent:x, run 3) ") ||
 			!strings.Contains(in.Text, c.text) {
 			t.Errorf("%s: %q %q %+v", c.name, to, id, in)
@@ -80,12 +80,16 @@ func TestCompletion(t *testing.T) {
 		if err := in.Validate(); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
+		if !CompletionSealed(testKey, "acme:a", in) {
+			t.Errorf("%s: the completion is not sealed for its parent", c.name)
+		}
 		if c.st.Usage != nil && in.Subagent.Usage != use {
 			t.Errorf("%s: usage %+v", c.name, in.Subagent.Usage)
 		}
 	}
-	if MsgID("n1", "c", "3") == MsgID("n2", "c", "3") || MsgID("n1", "c", "3") == MsgID("n1", "c", "4") {
-		t.Error("the id does not depend on the nonce and the run")
+	if MsgID(testKey, "n1", "c", "3") == MsgID(testKey, "n2", "c", "3") || MsgID(testKey, "n1", "c", "3") == MsgID(testKey, "n1", "c", "4") ||
+		MsgID(testKey, "n1", "c", "3") == MsgID([]byte("another fleet's key"), "n1", "c", "3") {
+		t.Error("the id does not depend on the key, the nonce and the run")
 	}
 	long := Text(&events.SubagentResult{Session: "c", Run: "1"}, strings.Repeat("é", MaxResultBytes))
 	if len(long) > MaxResultBytes+300 || !strings.HasSuffix(long, "é […cut]") {

@@ -63,9 +63,12 @@ import (
 
 // Member is a running fleet member.
 type Member struct {
-	cfg    Config
-	Server *server.Server // nil when joined to an external deployment
-	Conn   *nats.Conn
+	cfg Config
+	// sealKey is the fleet's seal key (kvstore.Lanes.SealKey): the
+	// lanes check and make seals with it, and sub-agent spawns carry it.
+	sealKey []byte
+	Server  *server.Server // nil when joined to an external deployment
+	Conn    *nats.Conn
 	// connURL and connOpts are how Conn was made (SecondConn repeats
 	// them); inProcess says a second connection may be in process.
 	connURL   string
@@ -261,7 +264,7 @@ func (m *Member) build(ctx context.Context) error {
 	// A sub-agent delivers its completion only within its tenant (every
 	// worker, session tools on or off: a child's lane may run anywhere).
 	lineage := sessions.Policy{Tenants: m.Tenants()}
-	lcfg.Lineage = lineage.Allows
+	lcfg.Lineage, lcfg.SealKey = lineage.Allows, m.sealKey
 	if m.Worker, err = lanes.NewWorker(m.JS, m.Streams, m.Lanes, lanes.HandlerFunc(m.observe), lcfg); err != nil {
 		return err
 	}
@@ -420,6 +423,11 @@ func (m *Member) openState(ctx context.Context) error {
 	}
 	if m.Lanes == nil {
 		if m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL, MaxBytes: cfg.Limits.Lanes, StepsMaxBytes: cfg.Limits.Steps}); err != nil {
+			return err
+		}
+	}
+	if m.sealKey == nil {
+		if m.sealKey, err = m.Lanes.SealKey(ctx); err != nil {
 			return err
 		}
 	}

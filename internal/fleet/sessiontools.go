@@ -14,6 +14,7 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/subagent"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/sessions"
 	"github.com/lanefleet/lanefleet/tracing"
@@ -72,6 +73,14 @@ func (b *sessionBackend) Send(ctx context.Context, key, text, id string) (string
 // Spawn publishes a sub-agent's spawn message straight onto the child's
 // lane (the Go client's Send carries no lineage).
 func (b *sessionBackend) Spawn(ctx context.Context, key string, in *events.Inbound, publishID string) (string, error) {
+	if in.Parent != nil {
+		// The child adopts only a parent the fleet sealed.
+		p := *in.Parent
+		p.Seal = subagent.SealSpawn(b.m.sealKey, key, &p)
+		sealed := *in
+		sealed.Parent = &p
+		in = &sealed
+	}
 	data, _, err := events.EncodeInbound(in, false)
 	if err != nil {
 		return "", err
