@@ -299,6 +299,17 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errCallerTimeout)
 		defer cancel()
 	}
+	var beats *heartbeat
+	if v := in.hdr.Get(HeaderHeartbeat); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			st.errors.Add(1)
+			s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderHeartbeat, v))
+			return
+		}
+		every := min(max(time.Duration(min(ms, heartbeatMax.Milliseconds()))*time.Millisecond, HeartbeatMin), heartbeatMax)
+		beats = s.beat(in.reply, name, every)
+	}
 	if tok := in.hdr.Get(HeaderCallToken); tok != "" && len(tok) <= 64 {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -316,6 +327,9 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 	res, err := s.call(ctx, t, call, st)
 	if upd != nil {
 		upd.close()
+	}
+	if beats != nil {
+		beats.stop() // no beat follows the reply
 	}
 
 	if err != nil {
@@ -438,4 +452,47 @@ func (u *updater) close() {
 	u.mu.Lock()
 	u.done = true
 	u.mu.Unlock()
+}
+
+// heartbeat beats for one call until stopped.
+type heartbeat struct {
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
+}
+
+// beat publishes a heartbeat to the call's reply subject now and then
+// every interval until the returned heartbeat is stopped: the caller
+// knows the call is still running, and fails it soon after the beats end
+// without a reply (this process was killed or cut off from NATS).
+func (s *Service) beat(to answer.To, name string, every time.Duration) *heartbeat {
+	h := &heartbeat{}
+	send := func() {
+		if err := s.guard.Send(to, &nats.Msg{Header: nats.Header{HeaderBeat: []string{"1"}}}); err != nil {
+			s.log.Debug().Err(err).Str("tool", name).Msg("remote tools: heartbeat not sent")
+		}
+	}
+	send()
+	var tick func()
+	tick = func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.stopped {
+			return
+		}
+		send()
+		h.timer = time.AfterFunc(every, tick)
+	}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(every, tick)
+	h.mu.Unlock()
+	return h
+}
+
+// stop ends the beats; none is sent once it returns.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.timer.Stop()
 }
