@@ -75,6 +75,11 @@ type Config struct {
 	// HTTPClient makes the requests of HTTP and SSE servers;
 	// http.DefaultClient's transport when nil.
 	HTTPClient *http.Client
+	// Served, when set, is called each time a server's tools are served
+	// (once connected, and again after a list change or a reconnect), on
+	// the server's own goroutine: a worker running the bridge in process
+	// refreshes its remote tools then, rather than at its next discovery.
+	Served func(server string)
 	// Logger receives connections, list changes and refused tools; never
 	// an env value or header. Silent when zero.
 	Logger zerolog.Logger
@@ -270,6 +275,9 @@ func (s *server) session(ctx context.Context) (served bool, err error) {
 			return served, err
 		}
 		served = true
+		if next != nil && s.b.cfg.Served != nil {
+			s.b.cfg.Served(s.cfg.Name)
+		}
 		if prev := svc; prev != nil {
 			// The new list is served: let the old one's calls finish.
 			old.Go(func() {
