@@ -56,8 +56,9 @@ type Config struct {
 	// ServiceName is the micro service the tools are served under;
 	// remote.ServiceNameDefault (where workers look) when empty.
 	ServiceName string
-	// Version is the bridge's version in the service and in the MCP
-	// client's implementation info.
+	// Version is the bridge's version in the MCP client's implementation
+	// info, and in the service as remote.ServiceVersion makes it (a
+	// build's "v1.2.3" or "(devel)" is not a micro service version).
 	Version string
 	// Backoff paces reconnects to a server and restarts of a stdio
 	// server; 0.5 s doubling to 30 s with jitter when zero.
@@ -444,7 +445,7 @@ func (s *server) serve(cs *mcp.ClientSession, list []*mcp.Tool) (*remote.Service
 	}
 	svc, err := remote.Serve(s.b.cfg.Conn, remote.ServiceConfig{
 		Name:        s.b.cfg.ServiceName,
-		Version:     s.b.cfg.Version,
+		Version:     remote.ServiceVersion(s.b.cfg.Version),
 		Description: "MCP server " + s.cfg.Name + " (lanefleet MCP bridge)",
 		Metadata:    map[string]string{"mcp_server": s.cfg.Name},
 		Logger:      s.log,

@@ -115,3 +115,21 @@ func TestHeartbeatsKeepCallAlive(t *testing.T) {
 		t.Fatalf("call = %q, %v", text(o.res), o.err)
 	}
 }
+
+// TestServiceVersion: a build's version becomes one micro takes.
+func TestServiceVersion(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"v1.2.3":       "1.2.3",
+		"1.2.3-rc.1":   "1.2.3-rc.1",
+		"v0.4.0+dirty": "0.4.0+dirty",
+		"(devel)":      remote.VersionDefault,
+		"":             remote.VersionDefault,
+		"v1.2":         remote.VersionDefault,
+		"unknown":      remote.VersionDefault,
+	} {
+		if got := remote.ServiceVersion(in); got != want {
+			t.Errorf("ServiceVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

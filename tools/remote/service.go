@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +77,21 @@ func (c ServiceConfig) withDefaults() ServiceConfig {
 		c.MaxResultChars = MaxResultCharsDefault
 	}
 	return c
+}
+
+// semVerRE is the version micro accepts (its own pattern): SemVer 2.0.
+var semVerRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+
+// ServiceVersion makes a build's version a service version Serve takes: a
+// Go module version loses its leading "v" ("v1.2.3" is "1.2.3"), and one
+// that is not SemVer even so ("(devel)", a work tree's build) is
+// VersionDefault.
+func ServiceVersion(v string) string {
+	v = strings.TrimPrefix(v, "v")
+	if !semVerRE.MatchString(v) {
+		return VersionDefault
+	}
+	return v
 }
 
 // flushTimeout bounds Serve's flush.
