@@ -111,6 +111,11 @@ func (m *updateMux) request(ctx context.Context, msg *nats.Msg, maxChars int, si
 			}
 			return r, nil
 		case <-lost:
+			if len(p.beat) > 0 || len(p.updates) > 0 {
+				// Messages came while update ran: the service is alive.
+				alive()
+				continue
+			}
 			return nil, errLost
 		case <-ctx.Done():
 			return nil, ctx.Err()
