@@ -88,7 +88,7 @@ func TestHeartbeatsKeepCallAlive(t *testing.T) {
 	if err := watch.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	tool := b.lookup(t, "long", remote.DiscoverConfig{CallTimeout: 10 * time.Minute, Heartbeat: 500 * time.Millisecond})
+	tool := b.lookup(t, "long", remote.DiscoverConfig{CallTimeout: 10 * time.Minute, Heartbeat: time.Second})
 	type outcome struct {
 		res tools.Result
 		err error
@@ -99,7 +99,8 @@ func TestHeartbeatsKeepCallAlive(t *testing.T) {
 		out <- outcome{res, err}
 	}()
 	// The first beat comes as the call starts; HeartbeatMisses+2 beats
-	// span more than the silence that would fail the call.
+	// span more than the silence that would fail the call. A second
+	// between beats, so a busy machine's stall is not taken for silence.
 	for range remote.HeartbeatMisses + 2 {
 		select {
 		case <-beats:
