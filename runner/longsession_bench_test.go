@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,32 +107,38 @@ func BenchmarkSessionTurns(b *testing.B) {
 		b.Fatal(err)
 	}
 	var fresh, first, last []time.Duration
+	// The process's CPU time over the fresh turns and over the last
+	// quarter's (the mock endpoint's included): on a shared machine it
+	// moves less than the time a turn takes.
+	var freshCPU, lastCPU time.Duration
 	run := 0
-	turn := func(key string, hist []message.Entry) (*Output, time.Duration) {
+	turn := func(key string, hist []message.Entry) (*Output, time.Duration, time.Duration) {
 		run++
 		in := Input{SessionKey: key, SessionID: key, RunID: fmt.Sprint("r", run), Inbound: &events.Inbound{Text: fmt.Sprint("ping ", run)}, History: hist}
-		t0 := time.Now()
+		c0, t0 := cpuTime(), time.Now()
 		out, err := r.Run(context.Background(), in, nopSink{})
-		d := time.Since(t0)
+		d, c := time.Since(t0), cpuTime()-c0
 		if err != nil {
 			b.Fatal(err)
 		}
-		return out, d
+		return out, d, c
 	}
 	session := 0
 	for b.Loop() {
 		session++
 		var hist []message.Entry
 		for t := range turns {
-			_, df := turn(fmt.Sprint("fresh-", session, "-", t), nil)
-			out, d := turn(fmt.Sprint("long-", session), hist)
+			_, df, cf := turn(fmt.Sprint("fresh-", session, "-", t), nil)
+			out, d, c := turn(fmt.Sprint("long-", session), hist)
 			hist = append(hist, out.Entries...)
 			fresh = append(fresh, df)
+			freshCPU += cf
 			switch {
 			case t < turns/4:
 				first = append(first, d)
 			case t >= turns*3/4:
 				last = append(last, d)
+				lastCPU += c
 			}
 		}
 	}
@@ -146,4 +153,18 @@ func BenchmarkSessionTurns(b *testing.B) {
 	b.ReportMetric(q4, "last-quarter-µs")
 	b.ReportMetric(q4/f, "last-quarter/fresh")
 	b.ReportMetric(q4-f, "last-quarter-added-µs")
+	fc := float64(freshCPU.Nanoseconds()) / 1e3 / float64(len(fresh))
+	lc := float64(lastCPU.Nanoseconds()) / 1e3 / float64(len(last))
+	b.ReportMetric(fc, "fresh-cpu-µs")
+	b.ReportMetric(lc, "last-quarter-cpu-µs")
+	b.ReportMetric(lc/fc, "last-quarter/fresh-cpu")
+}
+
+// cpuTime is the process's user and system time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

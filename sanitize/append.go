@@ -3,6 +3,7 @@ package sanitize
 import (
 	"slices"
 	"strconv"
+	"unsafe"
 
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -65,6 +66,12 @@ type appendState struct {
 
 // Len is the number of history messages a holds the preparation of.
 func (a *Appender) Len() int { return a.n }
+
+// Bytes estimates the memory a holds besides the strings and blocks it
+// shares with the history: its array of prepared messages.
+func (a *Appender) Bytes() int {
+	return cap(a.out)*int(unsafe.Sizeof(message.Message{})) + cap(a.st.pending)*int(unsafe.Sizeof(""))
+}
 
 // Reset empties a, keeping nothing.
 func (a *Appender) Reset() {
@@ -214,8 +221,17 @@ func (a *Appender) prepare(req Request) ([]message.Message, appendState, bool) {
 	if st.lastRole == "" {
 		st.lastRole = a.st.lastRole
 	}
-	return append(a.out, msgs...), st, true
+	out := a.out
+	if cap(out)-len(out) < len(msgs)+appendRoom {
+		// Room for the next messages too, so that a turn's With does
+		// not copy the history's.
+		out = slices.Grow(out, len(msgs)+appendRoom+len(out)/4)
+	}
+	return append(out, msgs...), st, true
 }
+
+// appendRoom is the spare room a preparation keeps for a turn's messages.
+const appendRoom = 16
 
 // pair advances the pairing state over m, a sanitised message: false when
 // the pairing repair would change the history (a result that is not the
