@@ -56,6 +56,12 @@ type sessionContext struct {
 	// session's last request (sanitize.Appender): a run prepares only
 	// the messages added since. It is reset when base's messages change.
 	prepared sanitize.Appender
+	// guarded is the first message of the session's last request when
+	// its first guardedKept messages were prepared's (Kept), nil when
+	// not: messages of that array below that length are never written
+	// again, so the guard need not compare them again.
+	guarded     *message.Message
+	guardedKept int
 }
 
 func newContextCache(maxBytes int) *contextCache {

@@ -163,13 +163,26 @@ func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Messa
 	if ru.lease == nil {
 		return sanitize.PrepareFinal(req)
 	}
+	sc := ru.lease
 	out, ok := ru.prepareAppended(req)
-	if !ok {
+	known := 0
+	switch {
+	case !ok:
 		out = sanitize.PrepareFinal(req)
+		sc.guarded = nil
+	case len(out) == 0:
+		sc.guarded = nil
+	default:
+		// The messages the session's last request had from the same
+		// preparation are the very same: the guard takes them as known.
+		if &out[0] == sc.guarded {
+			known = min(sc.guardedKept, sc.prepared.Kept())
+		}
+		sc.guarded, sc.guardedKept = &out[0], sc.prepared.Kept()
 	}
 	// The estimates of the messages the session's last request had are
 	// reused (the lease is the run's alone; contextMessages took it).
-	return ru.lease.sizes.Guard(out, ru.window)
+	return sc.sizes.GuardKnown(out, ru.window, known)
 }
 
 // prepareAppended prepares req's messages from the lease's kept

@@ -43,8 +43,11 @@ func PrepareFinal(req Request) []message.Message {
 // The zero value is empty. An Appender is used by one caller at a time.
 type Appender struct {
 	key string
-	n   int               // the history messages prepared
-	out []message.Message // their final messages; out[:len(out)] is never written again
+	n int // the history messages prepared
+	// out are their final messages. No array a hands out is written
+	// again below the length it had as a's (Kept): a reset starts a new
+	// array, and later messages go beyond.
+	out []message.Message
 	st  appendState
 	// Appended counts the messages prepared alone, Declined the times
 	// it declined (tests, metrics).
@@ -73,11 +76,14 @@ func (a *Appender) Bytes() int {
 	return cap(a.out)*int(unsafe.Sizeof(message.Message{})) + cap(a.st.pending)*int(unsafe.Sizeof(""))
 }
 
-// Reset empties a, keeping nothing.
+// Kept is how many final messages a keeps for its history: the results
+// of Extend and With start with them, and they are never written again.
+func (a *Appender) Kept() int { return len(a.out) }
+
+// Reset empties a, keeping nothing (its array is left to those who hold
+// its messages).
 func (a *Appender) Reset() {
-	a.key, a.n, a.st = "", 0, appendState{}
-	clear(a.out)
-	a.out = a.out[:0]
+	a.key, a.n, a.st, a.out = "", 0, appendState{}, nil
 }
 
 // Extend prepares req.Messages[a.Len():] after what a holds and keeps the
