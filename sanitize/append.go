@@ -43,7 +43,7 @@ func PrepareFinal(req Request) []message.Message {
 // The zero value is empty. An Appender is used by one caller at a time.
 type Appender struct {
 	key string
-	n int // the history messages prepared
+	n   int // the history messages prepared
 	// out are their final messages. No array a hands out is written
 	// again below the length it had as a's (Kept): a reset starts a new
 	// array, and later messages go beyond.
