@@ -57,6 +57,9 @@ type run struct {
 	admitted bool
 	// attempts counts the run's model attempts (the attempt events).
 	attempts int
+	// immutable is how many of the messages the last prepare returned
+	// are never written again (provider.Request.Immutable).
+	immutable int
 	// flushed is set once the run flushed memory before a compaction:
 	// one flush per run, whatever the attempts (and one per compaction
 	// cycle of the session, flush.go).
@@ -182,7 +185,14 @@ func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Messa
 	}
 	// The estimates of the messages the session's last request had are
 	// reused (the lease is the run's alone; contextMessages took it).
-	return sc.sizes.GuardKnown(out, ru.window, known)
+	guarded := sc.sizes.GuardKnown(out, ru.window, known)
+	ru.immutable = 0
+	if sc.guarded != nil && len(guarded) > 0 && &guarded[0] == sc.guarded {
+		// The preparation's kept messages are never written again: the
+		// provider's wire cache need not compare them either.
+		ru.immutable = min(sc.guardedKept, len(guarded))
+	}
+	return guarded
 }
 
 // prepareAppended prepares req's messages from the lease's kept
