@@ -588,7 +588,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 		map[bool]string{true: "always", false: "default (2m)"}[syncAlways], ready.Round(time.Millisecond), rss0, idle, m.DefaultModel(), 100*idleRate)
 	fmt.Printf("  %-9s %6s %6s | %8s %8s %8s %8s %6s %5s %5s | %8s %8s %8s | %7s %6s\n", "scenario", "delay", "turns",
 		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "out/t", "wr/t", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate")
-	var distinctP50, oneP50, oneTail float64
+	var distinctP50, oneP50, oneTail, oneHead float64
 	for _, delay := range delays {
 		mock.delay.Store(int64(delay))
 		for _, sc := range turnsScenarios(delay) {
@@ -643,7 +643,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				case "one":
 					// Latencies are in order: the last quarter is the
 					// longest transcript.
-					oneP50, oneTail = p50, ms(f.lat[len(f.lat)*3/4:], 50)
+					oneP50, oneTail, oneHead = p50, ms(f.lat[len(f.lat)*3/4:], 50), ms(f.lat[1:max(2, len(f.lat)/4)], 50)
 					if err := coldRead(ctx, m.JS, prefix+sc.session(0, 0)); err != nil {
 						return err
 					}
@@ -654,6 +654,10 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	if distinctP50 > 0 && oneP50 > 0 {
 		fmt.Printf("  session length: one-session p50 / distinct p50 = %.2f×; its last quarter (turns %d..%d) / distinct = %.2f×   (target ≤ 1.2×)\n",
 			oneP50/distinctP50, *turnsSeq*3/4+1, *turnsSeq, oneTail/distinctP50)
+		// A distinct session's turn also sets the session up; the
+		// session's own first quarter (its first turn left out) is the
+		// same turn without that.
+		fmt.Printf("  session growth: its last quarter / its first quarter (turns 2..%d) = %.2f×\n", max(2, *turnsSeq/4), oneTail/oneHead)
 	}
 	if calls := mock.calls.Load(); calls == 0 {
 		return errors.New("the mock model saw no calls")
