@@ -42,7 +42,7 @@ var (
 	turnsPerSlow   = flag.Int("turns-per-session-slow", 2, "turns: turns per session of the concN scenarios with a delayed model")
 	turnsDelays    = flag.String("turns-delays", "0,1s", "turns: the model's first-byte delays, comma-separated")
 	turnsSyncs     = flag.String("turns-sync", "always,default", "turns: server fsync settings to run, comma-separated (always, default)")
-	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated (one, distinct, conc64, conc256, conc1000: 1,000 sessions, needs a worker concurrency of at least 1,000)")
+	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated (one, distinct, interleaved: a fresh session's turn and one long session's in turn, conc64, conc256, conc1000: 1,000 sessions, needs a worker concurrency of at least 1,000)")
 	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's time before and after the model call, and its writes and messages per turn")
 	turnsTrace     = flag.Bool("turns-trace", false, "turns: print every message of one distinct-session turn, in order, and stop")
 	turnsSetup     = flag.Int("turns-setup", 0, "turns: the worker's set-up gate width (lanes.Config.SetupConcurrency; 0 = its default, -1 = no gate), to compare widths")
@@ -439,6 +439,14 @@ func turnsScenarios(delay time.Duration) []turnsScenario {
 	all := []turnsScenario{
 		{name: "one", sessions: 1, per: seq, session: func(int, int) string { return "s" }},
 		{name: "distinct", sessions: 1, per: seq, session: func(_, i int) string { return strconv.Itoa(i) }},
+		// A fresh session's turn, then the long session's, in turn: the
+		// two see the same machine at the same time.
+		{name: "interleaved", sessions: 1, per: 2 * seq, session: func(_, i int) string {
+			if i%2 == 0 {
+				return "f" + strconv.Itoa(i)
+			}
+			return "s"
+		}},
 		{name: "conc64", sessions: 64, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
 		{name: "conc256", sessions: 256, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
 		{name: "conc1000", sessions: 1000, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
@@ -635,6 +643,19 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 						fmt.Printf("               %-50s %6.2f\n", s, float64(d)/float64(f.n))
 					}
 				}
+			}
+			if sc.name == "interleaved" && len(f.lat) >= 8 {
+				var fresh, long []time.Duration
+				for i, d := range f.lat {
+					if i%2 == 0 {
+						fresh = append(fresh, d)
+					} else {
+						long = append(long, d)
+					}
+				}
+				fp, hp, lp := ms(fresh, 50), ms(long[1:len(long)/4], 50), ms(long[len(long)*3/4:], 50)
+				fmt.Printf("             one session's last quarter (turns %d..%d) p50 %.2f ms / fresh sessions' p50 %.2f ms, in turn = %.2f×   (target ≤ 1.2×); its first quarter (turns 2..%d) p50 %.2f ms\n",
+					len(long)*3/4+1, len(long), lp, fp, lp/fp, len(long)/4, hp)
 			}
 			if delay == 0 {
 				switch sc.name {
