@@ -49,9 +49,8 @@ type Appender struct {
 	// array, and later messages go beyond.
 	out []message.Message
 	st  appendState
-	// Appended counts the messages prepared alone, Declined the times
-	// it declined (tests, metrics).
-	Appended, Declined int
+	// Declined counts the times it declined (tests).
+	Declined int
 }
 
 // appendState is what preparing the next messages depends on.

@@ -610,7 +610,17 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				kinds0 = kinds.snapshot()
 			}
 			c0 := counts(ctx, m.Conn, m.JS)
-			f, err := closedLoop(sc.sessions, sc.per, stagger(delay), func(loop, i int) error { return turn(prefix + sc.session(loop, i)) })
+			// The process's CPU time over each turn (the interleaved
+			// scenario's turns run one at a time).
+			var turnCPU []time.Duration
+			f, err := closedLoop(sc.sessions, sc.per, stagger(delay), func(loop, i int) error {
+				c0 := cpuTime()
+				err := turn(prefix + sc.session(loop, i))
+				if sc.name == "interleaved" {
+					turnCPU = append(turnCPU, cpuTime()-c0)
+				}
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
@@ -645,17 +655,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				}
 			}
 			if sc.name == "interleaved" && len(f.lat) >= 8 {
-				var fresh, long []time.Duration
-				for i, d := range f.lat {
-					if i%2 == 0 {
-						fresh = append(fresh, d)
-					} else {
-						long = append(long, d)
-					}
-				}
-				fp, hp, lp := ms(fresh, 50), ms(long[1:len(long)/4], 50), ms(long[len(long)*3/4:], 50)
-				fmt.Printf("             one session's last quarter (turns %d..%d) p50 %.2f ms / fresh sessions' p50 %.2f ms, in turn = %.2f×   (target ≤ 1.2×); its first quarter (turns 2..%d) p50 %.2f ms\n",
-					len(long)*3/4+1, len(long), lp, fp, lp/fp, len(long)/4, hp)
+				interleavedFigures(f.lat, turnCPU)
 			}
 			if delay == 0 {
 				switch sc.name {
@@ -773,4 +773,42 @@ func clientTurn(ctx context.Context, c *lanefleet.Client, session, text string) 
 		return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
 	}
 	return nil
+}
+
+// interleavedFigures prints the interleaved scenario's figures from its
+// turns' latencies and CPU times, in order (a fresh session's turn, then
+// the long session's): the long session's last quarter against the fresh
+// turns run in the same minutes (between them), in time and in CPU.
+func interleavedFigures(lat, cpu []time.Duration) {
+	var fresh, long, freshCPU, longCPU []time.Duration
+	for i := range lat {
+		if i%2 == 0 {
+			fresh = append(fresh, lat[i])
+			if i < len(cpu) {
+				freshCPU = append(freshCPU, cpu[i])
+			}
+		} else {
+			long = append(long, lat[i])
+			if i < len(cpu) {
+				longCPU = append(longCPU, cpu[i])
+			}
+		}
+	}
+	q := len(long) * 3 / 4
+	fp, lp, hp := ms(fresh[q:], 50), ms(long[q:], 50), ms(long[1:len(long)/4], 50)
+	fmt.Printf("             one session's last quarter (turns %d..%d) p50 %.2f ms / fresh sessions' p50 %.2f ms in the same minutes = %.2f×   (target ≤ 1.2×); its first quarter (turns 2..%d) p50 %.2f ms\n",
+		q+1, len(long), lp, fp, lp/fp, len(long)/4, hp)
+	if len(freshCPU) > q && len(longCPU) > q {
+		fc, lc := mean(freshCPU[q:]), mean(longCPU[q:])
+		fmt.Printf("             CPU per turn (process): last quarter %.2f ms / fresh %.2f ms = %.2f×\n", lc, fc, lc/fc)
+	}
+}
+
+// mean is the mean of d in milliseconds.
+func mean(d []time.Duration) float64 {
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return float64(sum) / float64(len(d)) / 1e6
 }
