@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/internal/refused"
 	"github.com/lanefleet/lanefleet/provider/registry"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 )
@@ -87,12 +87,7 @@ func TestListServerWaits(t *testing.T) {
 		t.Fatalf("404: %v after %d requests", err, n.Load())
 	}
 	// Nobody listening.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := refused.Addr(t)
 	_, err = listServer(t.Context(), Config{OpenAICompatible: "http://" + addr}, testLog(t))
 	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("refused: %v", err)

@@ -2,13 +2,13 @@ package local_test
 
 import (
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/internal/refused"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
 	"github.com/lanefleet/lanefleet/provider/local"
@@ -179,12 +179,7 @@ func TestModels(t *testing.T) {
 	}
 
 	// Nobody listening: the connection's own error.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + l.Addr().String() + "/v1"
-	l.Close()
+	closed := "http://" + refused.Addr(t) + "/v1"
 	_, err = local.Server{BaseURL: closed}.Models(t.Context())
 	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), closed+"/models") {
 		t.Errorf("refused: %v", err)

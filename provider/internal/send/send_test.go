@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet/internal/refused"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/internal/send"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
@@ -236,12 +237,7 @@ func TestPostRedirects(t *testing.T) {
 // stall or a timeout, and the key is not in the message.
 func TestPostRefused(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := refused.Addr(t)
 	_, perr := post(t, send.NewPool(nil), "http://"+addr, nil)
 	if perr == nil {
 		t.Fatal("no error")

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet/internal/refused"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 )
@@ -30,9 +31,7 @@ func Broken(t *testing.T, prefix []byte, partial string, call StreamFunc) {
 	t.Helper()
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()
-		srv := ServeBody(t, 200, "text/event-stream", prefix, 0)
-		srv.Close()
-		msg, err := call(t.Context(), srv.URL, 0, nil)
+		msg, err := call(t.Context(), "http://"+refused.Addr(t), 0, nil)
 		text := strings.ToLower(msg.ErrorMessage)
 		if provider.ReasonOf(err) != provider.ReasonTimeout || !strings.Contains(text, "connection refused") ||
 			strings.Contains(text, "timeout") || strings.Contains(text, "timed out") || strings.Contains(text, "stalled") {
