@@ -18,6 +18,7 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/tokens"
 )
 
 // Scope is the OAuth scope of every token: Vertex AI's.
@@ -45,7 +46,7 @@ var ErrNoCredentials = errors.New("vertex: no Google credentials (set GOOGLE_APP
 
 // credential is one credential's tokens and the project it names.
 type credential struct {
-	tokens  *tokens
+	tokens  *tokens.Cache
 	project string
 }
 
@@ -138,7 +139,7 @@ func (cs *credentials) load(key string) (*credential, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCredentials, err)
 	}
-	return &credential{tokens: newTokens(c.TokenSource, cs.before, &cs.wg), project: c.ProjectID}, nil
+	return &credential{tokens: tokens.New(c.TokenSource, cs.before, &cs.wg), project: c.ProjectID}, nil
 }
 
 // wellKnownFile is gcloud's application default credentials file:
@@ -192,7 +193,7 @@ func (cs *credentials) fromJSON(data []byte, from string) (*credential, error) {
 		if err != nil {
 			return nil, fmt.Errorf("vertex: %s: %w", from, err)
 		}
-		return &credential{tokens: newTokens(c.TokenSource, cs.before, &cs.wg), project: c.ProjectID}, nil
+		return &credential{tokens: tokens.New(c.TokenSource, cs.before, &cs.wg), project: c.ProjectID}, nil
 	}
 	return nil, fmt.Errorf("vertex: %s: credential type %q is not one of service_account, authorized_user, external_account, impersonated_service_account", from, head.Type)
 }
