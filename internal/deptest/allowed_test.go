@@ -78,7 +78,7 @@ var allowed = map[string][]string{
 	"provider/internal/sse":       {},
 	"provider/internal/stream":    {"message", "provider", "provider/failover", "provider/internal/sse"},
 	"provider/internal/wirecache": {"internal/bytelru", "message", "provider"},
-	"provider/internal/tokens":    {},
+	"provider/internal/tokens":    {"provider"},
 	"provider/internal/wiretest":  {"message", "provider", "provider/internal/wirecache"},
 	"provider/local":              {"provider", "provider/catalog"},
 	"provider/openai":             {"message", "provider", "provider/failover", "provider/internal/adapter", "provider/internal/jsonfast", "provider/internal/sse", "provider/internal/stream", "provider/internal/wirecache", "provider/transform"},

@@ -175,7 +175,7 @@ func (a *Adapter) route(ctx context.Context, req *provider.Request, publisher, m
 	}
 	tok, err := cred.tokens.Token(ctx)
 	if err != nil {
-		return adapter.Call{}, tokenError(err)
+		return adapter.Call{}, tokens.Error("vertex", err)
 	}
 	base := req.Model.BaseURL
 	if base == "" || strings.TrimRight(base, "/") == DefaultBaseURL {

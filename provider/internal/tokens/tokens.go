@@ -6,11 +6,15 @@ package tokens
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
 	"golang.org/x/oauth2"
+
+	"github.com/lanefleet/lanefleet/provider"
 )
 
 // Token lifetimes. Google's and Entra ID's access tokens live about an hour.
@@ -128,4 +132,58 @@ func (t *Cache) fetchLocked() <-chan struct{} {
 		close(done)
 	}()
 	return done
+}
+
+// Error is the failure of adapter name to get a token, classified: the token endpoint's
+// refusal of the credential (a 4xx other than 429) is auth_permanent, its
+// 429 rate_limit, anything else (a 5xx, the network) timeout.
+func Error(name string, err error) *provider.Error {
+	var re *oauth2.RetrieveError
+	reason := provider.ReasonTimeout
+	status := 0
+	switch {
+	case errors.Is(err, context.Canceled):
+		reason = provider.ReasonAborted
+	case errors.As(err, &re) && re.Response != nil:
+		status = re.Response.StatusCode
+		switch {
+		case status == http.StatusTooManyRequests:
+			reason = provider.ReasonRateLimit
+		case status >= 400 && status < 500:
+			reason = provider.ReasonAuthPermanent
+		}
+	}
+	return &provider.Error{Reason: reason, Status: status, Message: name + ": get an access token: " + scrub(err), Err: err}
+}
+
+// scrub keeps an error's text short: a token endpoint's error body is
+// echoed in full by oauth2.RetrieveError.
+func scrub(err error) string {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		code, desc := re.ErrorCode, re.ErrorDescription
+		if code == "" && len(re.Body) <= 4096 {
+			// oauth2/jwt leaves the body unparsed.
+			var body struct {
+				Error            string `json:"error"`
+				ErrorDescription string `json:"error_description"`
+			}
+			if json.Unmarshal(re.Body, &body) == nil {
+				code, desc = body.Error, body.ErrorDescription
+			}
+		}
+		s := code
+		if desc != "" {
+			s += ": " + desc
+		}
+		if s == "" && re.Response != nil {
+			s = re.Response.Status
+		}
+		return "token endpoint: " + s
+	}
+	s := err.Error()
+	if len(s) > 500 {
+		s = s[:500] + "…"
+	}
+	return s
 }
