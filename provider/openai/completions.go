@@ -19,11 +19,17 @@ import (
 type Completions struct {
 	client adapter.Client
 	wire   *wireCache
+	route  Route
 }
 
 // NewCompletions returns a Chat Completions adapter.
-func NewCompletions(cfg Config) *Completions {
-	return &Completions{client: adapter.NewClient("openai", cfg), wire: newWireCache(cfg.WireCacheBytes)}
+func NewCompletions(cfg Config) *Completions { return NewCompletionsRouted("openai", cfg, openAIRoute) }
+
+// NewCompletionsRouted returns a Chat Completions adapter whose calls go
+// where route says: the same wire API served elsewhere (Azure OpenAI).
+// name prefixes its error messages.
+func NewCompletionsRouted(name string, cfg Config, route Route) *Completions {
+	return &Completions{client: adapter.NewClient(name, cfg), wire: newWireCache(cfg.WireCacheBytes), route: route}
 }
 
 var _ provider.Provider = (*Completions)(nil)
@@ -33,8 +39,7 @@ var _ provider.Provider = (*Completions)(nil)
 func (c *Completions) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	return c.client.Run(ctx, req, emit, adapter.Spec{
 		Build: func() (adapter.Call, error) {
-			body, err := buildChatRequest(req, c.wire)
-			return call(req, "chat/completions", body), err
+			return routed(ctx, req, c.route, "chat/completions", buildChatRequest, c.wire)
 		},
 		Parse: func(b *stream.Builder) adapter.Parser { return &chatParser{b: b, toolIdx: map[int]int{}, cur: -1} },
 	})
@@ -44,6 +49,10 @@ type chatChunk struct {
 	Choices []chatChoice    `json:"choices"`
 	Usage   *chatUsage      `json:"usage"`
 	Error   json.RawMessage `json:"error"`
+	// XGroq is Groq's extension: its last chunk's usage is here.
+	XGroq *struct {
+		Usage *chatUsage `json:"usage"`
+	} `json:"x_groq"`
 }
 
 type chatChoice struct {
@@ -72,10 +81,13 @@ type chatToolCallDelta struct {
 }
 
 type chatUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	TotalTokens         int64 `json:"total_tokens"`
-	PromptTokensDetails *struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+	// PromptCacheHitTokens is DeepSeek's count of cached prompt tokens
+	// (its prompt_cache_miss_tokens are the rest).
+	PromptCacheHitTokens int64 `json:"prompt_cache_hit_tokens"`
+	PromptTokensDetails  *struct {
 		CachedTokens     int64 `json:"cached_tokens"`
 		CacheWriteTokens int64 `json:"cache_write_tokens"`
 	} `json:"prompt_tokens_details"`
@@ -126,6 +138,8 @@ func (p *chatParser) Event(ev sse.Event) *provider.Error {
 	}
 	if ch.Usage != nil {
 		p.usage(ch.Usage)
+	} else if ch.XGroq != nil && ch.XGroq.Usage != nil {
+		p.usage(ch.XGroq.Usage)
 	}
 	for i := range ch.Choices {
 		if err := p.choice(&ch.Choices[i]); err != nil {
@@ -251,6 +265,9 @@ func (p *chatParser) usage(u *chatUsage) {
 	var cached, write, reasoning int64
 	if d := u.PromptTokensDetails; d != nil {
 		cached, write = d.CachedTokens, d.CacheWriteTokens
+	}
+	if cached == 0 {
+		cached = u.PromptCacheHitTokens
 	}
 	if d := u.CompletionTokensDetails; d != nil {
 		reasoning = d.ReasoningTokens

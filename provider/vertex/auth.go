@@ -197,4 +197,3 @@ func (cs *credentials) fromJSON(data []byte, from string) (*credential, error) {
 	}
 	return nil, fmt.Errorf("vertex: %s: credential type %q is not one of service_account, authorized_user, external_account, impersonated_service_account", from, head.Type)
 }
-
