@@ -59,6 +59,9 @@ type chatChoice struct {
 	Delta        chatDelta  `json:"delta"`
 	FinishReason *string    `json:"finish_reason"`
 	Usage        *chatUsage `json:"usage"`
+	// ContentFilterResults is Azure's verdict on the choice's text, by
+	// category.
+	ContentFilterResults json.RawMessage `json:"content_filter_results"`
 }
 
 type chatDelta struct {
@@ -104,7 +107,8 @@ type chatParser struct {
 	toolIdx  map[int]int // wire tool call index → block index
 	details  []json.RawMessage
 	finish   string
-	finished bool // [DONE] seen
+	filtered string // the categories a content filter stopped the reply for
+	finished bool   // [DONE] seen
 }
 
 var doneMarker = []byte("[DONE]")
@@ -257,6 +261,9 @@ func (p *chatParser) choice(c *chatChoice) *provider.Error {
 	}
 	if c.FinishReason != nil && *c.FinishReason != "" {
 		p.finish = *c.FinishReason
+		if p.finish == "content_filter" {
+			p.filtered = failover.StreamFilter(c.ContentFilterResults)
+		}
 	}
 	return nil
 }
@@ -355,7 +362,11 @@ func (p *chatParser) stopReason() (message.StopReason, *provider.Error) {
 	case "tool_calls", "function_call":
 		return message.StopToolUse, nil
 	case "content_filter":
-		return "", &provider.Error{Reason: provider.ReasonUnknown, Message: "openai: response blocked by content filter"}
+		msg := "openai: the reply was stopped by the provider's content filter"
+		if p.filtered != "" {
+			msg += " (" + p.filtered + ")"
+		}
+		return "", &provider.Error{Reason: provider.ReasonUnknown, Message: msg}
 	case "error":
 		return "", stream.Protocol("openai: finish_reason error without details")
 	}
