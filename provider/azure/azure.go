@@ -68,8 +68,7 @@ var ErrNoCredentials = errors.New("azure: no credentials (set AZURE_OPENAI_API_K
 // Config configures the adapter.
 type Config struct {
 	adapter.Config
-	// Env looks up AZURE_OPENAI_API_VERSION, AZURE_OPENAI_RESOURCE (for
-	// a base URL's {resource}), and Entra ID's AZURE_TENANT_ID,
+	// Env looks up AZURE_OPENAI_API_VERSION and Entra ID's AZURE_TENANT_ID,
 	// AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and AZURE_AUTHORITY_HOST; nil
 	// is an empty environment.
 	Env func(string) string
@@ -127,12 +126,9 @@ func (a *Adapter) Close() { a.wg.Wait() }
 func (a *Adapter) route(ctx context.Context, req *provider.Request, path string) (adapter.Call, error) {
 	base := req.Model.BaseURL
 	if strings.Contains(base, "{resource}") {
-		r := strings.TrimSpace(a.env("AZURE_OPENAI_RESOURCE"))
-		if r == "" || !validName(r) {
-			return adapter.Call{}, &provider.Error{Reason: provider.ReasonFormat,
-				Message: "azure: no Azure OpenAI endpoint: set AZURE_OPENAI_ENDPOINT (https://<resource>.openai.azure.com) or AZURE_OPENAI_RESOURCE"}
-		}
-		base = strings.ReplaceAll(base, "{resource}", r)
+		// The registry fills it from AZURE_OPENAI_RESOURCE.
+		return adapter.Call{}, &provider.Error{Reason: provider.ReasonFormat,
+			Message: "azure: no Azure OpenAI endpoint: set AZURE_OPENAI_ENDPOINT (https://<resource>.openai.azure.com) or AZURE_OPENAI_RESOURCE"}
 	}
 	version := strings.TrimSpace(a.env("AZURE_OPENAI_API_VERSION"))
 	if version == "" {
