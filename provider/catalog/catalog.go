@@ -71,7 +71,9 @@ type ProviderInfo struct {
 }
 
 var providers = []ProviderInfo{
-	{Name: "anthropic", API: APIAnthropicMessages, BaseURL: "https://api.anthropic.com", KeyEnv: []string{"ANTHROPIC_API_KEY"}, BaseURLEnv: []string{"ANTHROPIC_BASE_URL"}},
+	// Anthropic: an API key, or a Claude subscription's OAuth token
+	// (sk-ant-oat…, from `claude setup-token`), sent as a bearer.
+	{Name: "anthropic", API: APIAnthropicMessages, BaseURL: "https://api.anthropic.com", KeyEnv: []string{"ANTHROPIC_API_KEY", "ANTHROPIC_OAUTH_TOKEN"}, BaseURLEnv: []string{"ANTHROPIC_BASE_URL"}},
 	{Name: "openai", API: APIOpenAIResponses, BaseURL: "https://api.openai.com/v1", KeyEnv: []string{"OPENAI_API_KEY"}, BaseURLEnv: []string{"OPENAI_BASE_URL"}},
 	{Name: "google", API: APIGoogleGenerativeAI, BaseURL: "https://generativelanguage.googleapis.com/v1beta", KeyEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, BaseURLEnv: []string{"GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"}},
 	// Amazon Bedrock ("bedrock/…" is the same: see registry) authenticates

@@ -51,6 +51,7 @@ func NewResolver(cfg ResolverConfig) *Resolver {
 // looked for.
 var defaultModels = []struct{ env, ref string }{
 	{"ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-6"},
+	{"ANTHROPIC_OAUTH_TOKEN", "anthropic/claude-sonnet-4-6"},
 	{"OPENAI_API_KEY", "openai/gpt-5-mini"},
 	{"GEMINI_API_KEY", "google/gemini-2.5-flash"},
 	{"GOOGLE_API_KEY", "google/gemini-2.5-flash"},
