@@ -265,6 +265,7 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(p
 	b.Start()
 	p := parser{b: b, blocks: map[int]int{}, now: a.cfg.Now}
 	fr := newFrameReader(body)
+	defer fr.release()
 	for {
 		hs, payload, err := fr.next()
 		if errors.Is(err, io.EOF) {
