@@ -414,3 +414,24 @@ func TestIsBearer(t *testing.T) {
 		}
 	}
 }
+
+// TestImageAndThinking: an image goes to a deployment of a model that
+// takes images as a data URL, and a thinking level as reasoning_effort.
+func TestImageAndThinking(t *testing.T) {
+	t.Parallel()
+	srv := newResource(t, 200, "azure-chat-text.sse", nil)
+	req := request(model(t, srv.URL, catalog.APIAzureCompletions), "k")
+	req.Thinking = provider.ThinkingHigh
+	req.Messages = []message.Message{{Role: message.RoleUser, Timestamp: 1, Content: message.BlocksOf(message.Text("what is this?"), message.Image("image/png", "iVBORw0KGgo="))}}
+	if _, err := azure.New(azure.Config{}).Stream(t.Context(), req, nil); err != nil {
+		t.Fatal(err)
+	}
+	body := srv.last(t).body
+	if body["reasoning_effort"] != "high" {
+		t.Errorf("reasoning_effort %v", body["reasoning_effort"])
+	}
+	b, _ := json.Marshal(body["messages"])
+	if !strings.Contains(string(b), `"url":"data:image/png;base64,iVBORw0KGgo="`) {
+		t.Errorf("no image in %s", b)
+	}
+}
