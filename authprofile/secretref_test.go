@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
 )
@@ -90,5 +91,25 @@ func TestDecodeStoreKeepsRefs(t *testing.T) {
 	}
 	if _, err := authprofile.ParseSecretRef(b.TokenRef); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRefsMakeProfilesValid: a profile whose secret is a reference may
+// serve its provider (it is read at use), as OpenClaw counts a keyRef as a
+// configured key.
+func TestRefsMakeProfilesValid(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, p := range []authprofile.Profile{
+		{ID: "a", Type: authprofile.TypeAPIKey, Provider: "azure", KeyRef: "env:TEAM_AZURE_KEY"},
+		{ID: "b", Type: authprofile.TypeToken, Provider: "azure", TokenRef: "file:/run/secrets/azure"},
+	} {
+		if !(authprofile.Config{}).Valid(p, "azure", now) {
+			t.Errorf("%s not valid", p.ID)
+		}
+	}
+	expired := authprofile.Profile{ID: "c", Type: authprofile.TypeToken, Provider: "azure", TokenRef: "env:X", Expires: now.Add(-time.Minute).UnixMilli()}
+	if (authprofile.Config{}).Valid(expired, "azure", now) {
+		t.Error("an expired token reference is valid")
 	}
 }

@@ -29,12 +29,24 @@ type Auth interface {
 // errNoKey is returned for a profile whose secret is not held here.
 var errNoKey = errors.New("no usable secret")
 
+// SecretEnv is an Auth whose profiles' "env:NAME" secret references read
+// an environment of its own (the fleet's configured one) instead of the
+// process's.
+type SecretEnv interface {
+	SecretEnv(name string) string
+}
+
 // profileKey returns the secret a profile authenticates with: its key,
 // token or access token, or the value its keyRef or tokenRef names
-// ("env:NAME", "file:/path"), read now from the worker's environment or
-// the file, so a rotated secret is used from the next call.
-func profileKey(p authprofile.Profile) (provider.Secret, error) {
-	k, err := p.Secret(os.Getenv)
+// ("env:NAME", "file:/path"), read now from a's environment (a SecretEnv's,
+// else the process's) or the file, so a rotated secret is used from the
+// next call.
+func profileKey(a Auth, p authprofile.Profile) (provider.Secret, error) {
+	env := os.Getenv
+	if e, ok := a.(SecretEnv); ok {
+		env = e.SecretEnv
+	}
+	k, err := p.Secret(env)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", errNoKey, err)
 	}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -19,19 +20,34 @@ func TestProfileKeyReadsRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := authprofile.Profile{ID: "anthropic:sub", Type: authprofile.TypeToken, Provider: "anthropic", TokenRef: "file:" + path}
-	if k, err := profileKey(p); err != nil || k.Reveal() != "sk-ant-oat01-first" {
+	if k, err := profileKey(nil, p); err != nil || k.Reveal() != "sk-ant-oat01-first" {
 		t.Fatalf("key: %v", err)
 	}
 	if err := os.WriteFile(path, []byte("sk-ant-oat01-second"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if k, err := profileKey(p); err != nil || k.Reveal() != "sk-ant-oat01-second" {
+	if k, err := profileKey(nil, p); err != nil || k.Reveal() != "sk-ant-oat01-second" {
 		t.Fatalf("rotated key: %v", err)
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := profileKey(p); !errors.Is(err, errNoKey) || !errors.Is(err, authprofile.ErrSecretRef) {
+	if _, err := profileKey(nil, p); !errors.Is(err, errNoKey) || !errors.Is(err, authprofile.ErrSecretRef) {
 		t.Errorf("missing file: %v", err)
 	}
+	// An Auth with an environment of its own is where env: references look.
+	p = authprofile.Profile{ID: "openai:team", Type: authprofile.TypeAPIKey, Provider: "openai", KeyRef: "env:LANEFLEET_TEST_TEAM_KEY"}
+	if k, err := profileKey(envAuth{"LANEFLEET_TEST_TEAM_KEY": "sk-team"}, p); err != nil || k.Reveal() != "sk-team" {
+		t.Errorf("env reference: %v", err)
+	}
 }
+
+// envAuth is an Auth with only an environment.
+type envAuth map[string]string
+
+func (e envAuth) SecretEnv(name string) string { return e[name] }
+func (envAuth) Snapshot() (authprofile.Store, authprofile.Config) {
+	return authprofile.Store{}, authprofile.Config{}
+}
+func (envAuth) Apply(context.Context, string, authprofile.Event) error { return nil }
+func (envAuth) MarkGood(context.Context, string, string) error         { return nil }
