@@ -22,8 +22,10 @@ func (c Config) profileConfig(id string) (ProfileConfig, bool) {
 // Valid reports whether p may serve prov at now: the providers match
 // (normalised); a configured entry for p, if any, has the same provider and a
 // mode equal to p's type (mode oauth also accepts a token); an api_key has a
-// non-blank key; a token is non-blank and not expired; an oauth credential
-// has a non-blank access or refresh token.
+// non-blank key or a key reference; a token is non-blank (or a reference)
+// and not expired; an oauth credential has a non-blank access or refresh
+// token. (A reference is read at use: one that does not read then fails
+// that call and the run moves to the next profile.)
 func (c Config) Valid(p Profile, prov string, now time.Time) bool {
 	key := NormalizeProvider(prov)
 	if p.Provider != key && NormalizeProvider(p.Provider) != key {
@@ -39,9 +41,9 @@ func (c Config) Valid(p Profile, prov string, now time.Time) bool {
 	}
 	switch p.Type {
 	case TypeAPIKey:
-		return strings.TrimSpace(p.Key.Reveal()) != ""
+		return strings.TrimSpace(p.Key.Reveal()) != "" || strings.TrimSpace(p.KeyRef) != ""
 	case TypeToken:
-		if strings.TrimSpace(p.Token.Reveal()) == "" {
+		if strings.TrimSpace(p.Token.Reveal()) == "" && strings.TrimSpace(p.TokenRef) == "" {
 			return false
 		}
 		return !(p.Expires > 0 && ms(now) >= p.Expires)

@@ -11,6 +11,7 @@ var providerAliases = map[string]string{
 	"kimi-code":    "kimi-coding",
 	"bedrock":      "amazon-bedrock",
 	"aws-bedrock":  "amazon-bedrock",
+	"azure-openai": "azure",
 	"bytedance":    "volcengine",
 	"doubao":       "volcengine",
 }

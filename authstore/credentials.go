@@ -28,7 +28,9 @@ const EnvProfileSuffix = ":env"
 //
 // Path "" means environment keys only. A file that is missing, cannot be
 // read or cannot be parsed is an error naming the file (and never quoting
-// its content): a worker told to rotate keys must not start without them. The file's usageStats and lastGood are dropped: that state
+// its content): a worker told to rotate keys must not start without them,
+// nor with a profile whose keyRef or tokenRef ("env:NAME", "file:/path")
+// names nothing readable. The file's usageStats and lastGood are dropped: that state
 // lives in the bucket.
 func LoadCredentials(path string, env func(string) string) (*authprofile.Store, error) {
 	creds := &authprofile.Store{Version: 1}
@@ -46,6 +48,15 @@ func LoadCredentials(path string, env func(string) string) (*authprofile.Store, 
 			}
 			creds = st
 			creds.Usage, creds.LastGood = nil, nil
+			for _, p := range creds.Profiles {
+				// A secret held by reference is read at each use; one
+				// that cannot be read now stops the worker here.
+				if p.Key == "" && p.Token == "" && p.Access == "" {
+					if _, err := p.Secret(env); err != nil {
+						return nil, fmt.Errorf("authstore: credentials file %s: %w", path, err)
+					}
+				}
+			}
 		}
 	}
 	if env == nil {

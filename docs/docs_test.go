@@ -27,6 +27,7 @@ import (
 	"testing"
 
 	"github.com/lanefleet/lanefleet/agents"
+	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/gateway"
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
@@ -289,6 +290,20 @@ func TestJSON(t *testing.T) {
 		"agent": func(b []byte) error {
 			_, err := agents.ParseJSON(b)
 			return err
+		},
+		"auth-profiles": func(b []byte) error {
+			s, err := authprofile.DecodeStore(b)
+			if err != nil {
+				return err
+			}
+			for _, pr := range s.Profiles {
+				for _, ref := range []string{pr.KeyRef, pr.TokenRef} {
+					if _, err := authprofile.ParseSecretRef(ref); ref != "" && err != nil {
+						return err
+					}
+				}
+			}
+			return nil
 		},
 		"gateway-tokens": func(b []byte) error {
 			_, err := gateway.ParseTokens(bytes.NewReader(b))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
@@ -28,19 +29,28 @@ type Auth interface {
 // errNoKey is returned for a profile whose secret is not held here.
 var errNoKey = errors.New("no usable secret")
 
-// profileKey returns the secret a profile authenticates with.
-func profileKey(p authprofile.Profile) (provider.Secret, error) {
-	switch {
-	case p.Key != "":
-		return p.Key, nil
-	case p.Token != "":
-		return p.Token, nil
-	case p.Access != "":
-		return p.Access, nil
-	case p.KeyRef != "" || p.TokenRef != "":
-		return "", fmt.Errorf("auth profile %q: %w (secret references are not resolved by this worker)", p.ID, errNoKey)
+// SecretEnv is an Auth whose profiles' "env:NAME" secret references read
+// an environment of its own (the fleet's configured one) instead of the
+// process's.
+type SecretEnv interface {
+	SecretEnv(name string) string
+}
+
+// profileKey returns the secret a profile authenticates with: its key,
+// token or access token, or the value its keyRef or tokenRef names
+// ("env:NAME", "file:/path"), read now from a's environment (a SecretEnv's,
+// else the process's) or the file, so a rotated secret is used from the
+// next call.
+func profileKey(a Auth, p authprofile.Profile) (provider.Secret, error) {
+	env := os.Getenv
+	if e, ok := a.(SecretEnv); ok {
+		env = e.SecretEnv
 	}
-	return "", fmt.Errorf("auth profile %q: %w", p.ID, errNoKey)
+	k, err := p.Secret(env)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errNoKey, err)
+	}
+	return k, nil
 }
 
 // availability adapts Auth to the model-fallback planner.

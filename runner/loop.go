@@ -708,7 +708,7 @@ func (l *modelLoop) key(ctx context.Context) (provider.Secret, error) {
 		}
 		s, c := l.req.auth.Snapshot()
 		p, _ := s.Profile(id)
-		k, err := profileKey(p)
+		k, err := profileKey(l.req.auth, p)
 		if err == nil {
 			return k, nil
 		}

@@ -21,9 +21,10 @@ trap cleanup EXIT
 
 model_flag=()
 # A provider's key, Google's application default credentials (Vertex AI),
-# or the AWS chain (a profile, a region, keys, web identity, a Bedrock API
-# key: the worker then picks Bedrock).
-if [[ -z "${ANTHROPIC_API_KEY:-}${OPENAI_API_KEY:-}${GEMINI_API_KEY:-}${GOOGLE_API_KEY:-}${OPENROUTER_API_KEY:-}${MISTRAL_API_KEY:-}${GOOGLE_APPLICATION_CREDENTIALS:-}${AWS_PROFILE:-}${AWS_REGION:-}${AWS_DEFAULT_REGION:-}${AWS_ACCESS_KEY_ID:-}${AWS_WEB_IDENTITY_TOKEN_FILE:-}${AWS_BEARER_TOKEN_BEDROCK:-}" ]]; then
+# Azure OpenAI's key, token or service principal, or the AWS chain (a
+# profile, a region, keys, web identity, a Bedrock API key: the worker then
+# picks Bedrock).
+if [[ -z "${ANTHROPIC_API_KEY:-}${ANTHROPIC_OAUTH_TOKEN:-}${OPENAI_API_KEY:-}${GEMINI_API_KEY:-}${GOOGLE_API_KEY:-}${OPENROUTER_API_KEY:-}${MISTRAL_API_KEY:-}${AZURE_OPENAI_API_KEY:-}${AZURE_OPENAI_AD_TOKEN:-}${AZURE_CLIENT_SECRET:-}${GROQ_API_KEY:-}${XAI_API_KEY:-}${DEEPSEEK_API_KEY:-}${TOGETHER_API_KEY:-}${FIREWORKS_API_KEY:-}${CEREBRAS_API_KEY:-}${MOONSHOT_API_KEY:-}${ZAI_API_KEY:-}${GOOGLE_APPLICATION_CREDENTIALS:-}${AWS_PROFILE:-}${AWS_REGION:-}${AWS_DEFAULT_REGION:-}${AWS_ACCESS_KEY_ID:-}${AWS_WEB_IDENTITY_TOKEN_FILE:-}${AWS_BEARER_TOKEN_BEDROCK:-}" ]]; then
 	echo "== no API key or cloud credentials set: using the built-in scripted/echo model"
 	model_flag=(--scripted --model scripted/echo --scripted-delay 60ms)
 fi

@@ -41,6 +41,7 @@ type Reply struct {
 	Status    int    // 0 = 200
 	ErrorType string // an error's exception
 	Body      []byte
+	Header    map[string]string // more response headers (a throttle's Retry-After)
 }
 
 // Server is a Bedrock Runtime endpoint: it checks every request's SigV4
@@ -165,6 +166,9 @@ func writeReply(w http.ResponseWriter, rp Reply) {
 		w.Header().Set("X-Amzn-Errortype", rp.ErrorType+":http://internal.amazon.com/coral/com.amazon.bedrock/")
 	}
 	w.Header().Set("X-Amzn-Requestid", "9251f066-a420-483b-b3ae-7485084f6dc6")
+	for k, v := range rp.Header {
+		w.Header().Set(k, v)
+	}
 	w.WriteHeader(rp.Status)
 	_, _ = w.Write(rp.Body)
 }

@@ -12,6 +12,16 @@ import (
 type fleetAuth struct {
 	s     *authstore.Store
 	creds *authprofile.Store
+	env   func(string) string // where profiles' env: secret references look
+}
+
+// SecretEnv reads the fleet's environment for env: secret references
+// (runner.SecretEnv), as LoadCredentials checked them at start.
+func (a fleetAuth) SecretEnv(name string) string {
+	if a.env == nil {
+		return ""
+	}
+	return a.env(name)
 }
 
 func (a fleetAuth) Snapshot() (authprofile.Store, authprofile.Config) {

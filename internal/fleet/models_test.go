@@ -25,7 +25,7 @@ func TestModelsItRuns(t *testing.T) {
 	}{
 		{"default list", nil, `model "anthropic/claude-sonnet-4-6" is not allowed on this fleet; allowed: scripted/echo, scripted/*`},
 		{"allowed without a key", []string{"anthropic/*", "scripted/*"},
-			`model "anthropic/claude-sonnet-4-6" cannot run on this fleet: no API key for provider "anthropic" (set ANTHROPIC_API_KEY, or add an auth profile for anthropic to --auth-profiles); it runs: scripted/*`},
+			`model "anthropic/claude-sonnet-4-6" cannot run on this fleet: no API key for provider "anthropic" (set ANTHROPIC_API_KEY or ANTHROPIC_OAUTH_TOKEN, or add an auth profile for anthropic to --auth-profiles); it runs: scripted/*`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

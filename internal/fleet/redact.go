@@ -26,7 +26,8 @@ import (
 // secrets lists what the member masks in what its runs produce and in its
 // logs (see the masking below): provider keys in the environment or given
 // for the --openai-compatible server, every auth profile's key (and each
-// half of an AWS access key pair) and tokens,
+// half of an AWS access key pair) and tokens (a keyRef's or tokenRef's
+// value as it reads at start),
 // the NATS password (given or in the URL) or token, the NKey seed and
 // credentials files, and the skills' API keys.
 func secrets(cfg Config, creds *authprofile.Store) []string {
@@ -39,6 +40,15 @@ func secrets(cfg Config, creds *authprofile.Store) []string {
 	if creds != nil {
 		for _, p := range creds.Profiles {
 			out = append(out, p.Key.Reveal(), p.Token.Reveal(), p.Access.Reveal(), p.Refresh.Reveal())
+			if p.KeyRef != "" || p.TokenRef != "" {
+				// A secret held by reference, as it reads at start.
+				if k, err := p.Secret(cfg.Env); err == nil {
+					out = append(out, k.Reveal())
+					if parts := strings.Split(k.Reveal(), ":"); len(parts) > 1 {
+						out = append(out, parts...)
+					}
+				}
+			}
 			if parts := strings.Split(p.Key.Reveal(), ":"); len(parts) > 1 {
 				// An AWS access key pair (a Bedrock profile's "AKID:SECRET"):
 				// each half is a secret of its own.

@@ -153,7 +153,7 @@ func TestSilentMisconfigurations(t *testing.T) {
 		// ready while every turn failed.
 		{"unknown scripted default model", Config{DefaultModel: "scripted/nosuch", Env: noEnv}, `default model: "scripted/nosuch": no such scripted model`},
 		{"default model without a key", Config{DefaultModel: "anthropic/claude-sonnet-4-6", Env: noEnv},
-			`default model: "anthropic/claude-sonnet-4-6": no API key for provider "anthropic" (set ANTHROPIC_API_KEY, or add an auth profile for anthropic to --auth-profiles)`},
+			`default model: "anthropic/claude-sonnet-4-6": no API key for provider "anthropic" (set ANTHROPIC_API_KEY or ANTHROPIC_OAUTH_TOKEN, or add an auth profile for anthropic to --auth-profiles)`},
 		{"fallback without a key", Config{DefaultModel: "scripted/echo", Fallbacks: []string{"openai/gpt-5-mini"}, Env: noEnv},
 			`fallback model: "openai/gpt-5-mini": no API key for provider "openai"`},
 		{"missing auth profiles", Config{AuthProfiles: filepath.Join(t.TempDir(), "auth-profiles.json")}, "does not exist"},

@@ -252,11 +252,16 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(p
 	defer w.Stop()
 	h := &streamHolder{}
 	if _, err := client.ConverseStream(context.WithValue(w.Context(), streamKey{}, h), in, opts...); err != nil {
+		var re *awshttp.ResponseError
+		if errors.As(err, &re) && re.Response != nil {
+			traceResponse(ctx, re.HTTPStatusCode(), re.Response.Header)
+		}
 		return b.Fail(stream.Scrub(a.classify(ctx, w, err), req.APIKey))
 	}
 	if h.resp == nil {
 		return b.Fail(stream.Protocol("bedrock: no event stream in the response"))
 	}
+	traceResponse(ctx, h.resp.StatusCode, h.resp.Header)
 	if perr := stream.NotAStream(h.resp); perr != nil {
 		return b.Fail(perr)
 	}
@@ -265,6 +270,7 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, emit func(p
 	b.Start()
 	p := parser{b: b, blocks: map[int]int{}, now: a.cfg.Now}
 	fr := newFrameReader(body)
+	defer fr.release()
 	for {
 		hs, payload, err := fr.next()
 		if errors.Is(err, io.EOF) {
@@ -489,4 +495,14 @@ func (p *parser) outcome() (message.StopReason, *provider.Error) {
 		return "", &provider.Error{Reason: provider.ReasonUnknown, Message: fmt.Sprintf("bedrock: the reply was blocked (stop reason %s)", p.stop)}
 	}
 	return "", &provider.Error{Reason: provider.ReasonUnknown, Message: "bedrock: unhandled stop reason: " + string(p.stop)}
+}
+
+// traceResponse gives the response's status and headers to ctx's
+// provider.Trace, as the HTTP adapters do (send.Pool.Post): the fleet's
+// rate limits read a throttle's Retry-After, or rate-limit headers a proxy
+// in front of Bedrock sends, from it.
+func traceResponse(ctx context.Context, status int, h http.Header) {
+	if t := provider.TraceFrom(ctx); t != nil && t.Response != nil {
+		t.Response(status, h.Get)
+	}
 }

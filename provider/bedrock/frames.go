@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net/http"
+	"sync"
 
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -88,8 +89,29 @@ type frameReader struct {
 	buf []byte           // the current frame past its prelude, reused
 }
 
+// frameReaders keeps the readers of finished calls: a reader's buffers
+// (32 KiB, and its largest frame) were most of a short reply's
+// allocations.
+var frameReaders = sync.Pool{New: func() any { return &frameReader{r: bufio.NewReaderSize(nil, 32<<10)} }}
+
+// maxPooledFrame bounds the frame buffer a pooled reader keeps.
+const maxPooledFrame = 64 << 10
+
+// newFrameReader returns a reader of r's frames, from the pool; release
+// gives it back.
 func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, 32<<10)}
+	f := frameReaders.Get().(*frameReader)
+	f.r.Reset(r)
+	return f
+}
+
+// release returns f to the pool; f is not used after.
+func (f *frameReader) release() {
+	f.r.Reset(nil)
+	if cap(f.buf) > maxPooledFrame {
+		f.buf = nil
+	}
+	frameReaders.Put(f)
 }
 
 // next returns the headers and payload of the next frame, valid until the

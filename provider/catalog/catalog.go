@@ -29,9 +29,11 @@ const (
 	APIOpenAICompletions  = "openai-completions"
 	APIOpenAIResponses    = "openai-responses"
 	APIGoogleGenerativeAI = "google-generative-ai"
-	APIGoogleVertex       = "google-vertex"           // Gemini on Vertex AI
-	APIAnthropicVertex    = "anthropic-vertex"        // Claude on Vertex AI (rawPredict)
-	APIBedrockConverse    = "bedrock-converse-stream" // Amazon Bedrock's Converse
+	APIGoogleVertex       = "google-vertex"            // Gemini on Vertex AI
+	APIAnthropicVertex    = "anthropic-vertex"         // Claude on Vertex AI (rawPredict)
+	APIBedrockConverse    = "bedrock-converse-stream"  // Amazon Bedrock's Converse
+	APIAzureCompletions   = "azure-openai-completions" // Chat Completions on Azure OpenAI
+	APIAzureResponses     = "azure-openai-responses"   // Responses on Azure OpenAI
 )
 
 // Conservative defaults for a model the catalog does not know.
@@ -69,7 +71,9 @@ type ProviderInfo struct {
 }
 
 var providers = []ProviderInfo{
-	{Name: "anthropic", API: APIAnthropicMessages, BaseURL: "https://api.anthropic.com", KeyEnv: []string{"ANTHROPIC_API_KEY"}, BaseURLEnv: []string{"ANTHROPIC_BASE_URL"}},
+	// Anthropic: an API key, or a Claude subscription's OAuth token
+	// (sk-ant-oat…, from `claude setup-token`), sent as a bearer.
+	{Name: "anthropic", API: APIAnthropicMessages, BaseURL: "https://api.anthropic.com", KeyEnv: []string{"ANTHROPIC_API_KEY", "ANTHROPIC_OAUTH_TOKEN"}, BaseURLEnv: []string{"ANTHROPIC_BASE_URL"}},
 	{Name: "openai", API: APIOpenAIResponses, BaseURL: "https://api.openai.com/v1", KeyEnv: []string{"OPENAI_API_KEY"}, BaseURLEnv: []string{"OPENAI_BASE_URL"}},
 	{Name: "google", API: APIGoogleGenerativeAI, BaseURL: "https://generativelanguage.googleapis.com/v1beta", KeyEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, BaseURLEnv: []string{"GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"}},
 	// Amazon Bedrock ("bedrock/…" is the same: see registry) authenticates
@@ -77,6 +81,14 @@ var providers = []ProviderInfo{
 	// base URL's {region} is the AWS region.
 	{Name: "amazon-bedrock", API: APIBedrockConverse, BaseURL: "https://bedrock-runtime.{region}.amazonaws.com", KeyEnv: []string{"AWS_BEARER_TOKEN_BEDROCK"}, BaseURLEnv: []string{"BEDROCK_BASE_URL"},
 		AmbientEnv: []string{"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"}},
+	// Azure OpenAI: a model id is a deployment's name; the base URL is
+	// the resource's endpoint ({resource}: AZURE_OPENAI_RESOURCE), or its
+	// v1 API (…/openai/v1). A key goes in the api-key header, an Entra ID
+	// token (AZURE_OPENAI_AD_TOKEN) as a bearer; with neither, a service
+	// principal's client credentials (AZURE_CLIENT_SECRET with
+	// AZURE_TENANT_ID and AZURE_CLIENT_ID) get tokens.
+	{Name: "azure", API: APIAzureCompletions, BaseURL: "https://{resource}.openai.azure.com", KeyEnv: []string{"AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN"},
+		BaseURLEnv: []string{"AZURE_OPENAI_BASE_URL", "AZURE_OPENAI_ENDPOINT"}, AmbientEnv: []string{"AZURE_CLIENT_SECRET"}},
 	{Name: "openrouter", API: APIOpenAICompletions, BaseURL: "https://openrouter.ai/api/v1", KeyEnv: []string{"OPENROUTER_API_KEY"}, BaseURLEnv: []string{"OPENROUTER_BASE_URL"}},
 	{Name: "mistral", API: APIOpenAICompletions, BaseURL: "https://api.mistral.ai/v1", KeyEnv: []string{"MISTRAL_API_KEY"}, BaseURLEnv: []string{"MISTRAL_BASE_URL"}},
 	{Name: "groq", API: APIOpenAICompletions, BaseURL: "https://api.groq.com/openai/v1", KeyEnv: []string{"GROQ_API_KEY"}, BaseURLEnv: []string{"GROQ_BASE_URL"}},
@@ -84,6 +96,9 @@ var providers = []ProviderInfo{
 	{Name: "cerebras", API: APIOpenAICompletions, BaseURL: "https://api.cerebras.ai/v1", KeyEnv: []string{"CEREBRAS_API_KEY"}, BaseURLEnv: []string{"CEREBRAS_BASE_URL"}},
 	{Name: "deepseek", API: APIOpenAICompletions, BaseURL: "https://api.deepseek.com/v1", KeyEnv: []string{"DEEPSEEK_API_KEY"}, BaseURLEnv: []string{"DEEPSEEK_BASE_URL"}},
 	{Name: "zai", API: APIOpenAICompletions, BaseURL: "https://api.z.ai/api/coding/paas/v4", KeyEnv: []string{"ZAI_API_KEY"}, BaseURLEnv: []string{"ZAI_BASE_URL"}},
+	{Name: "together", API: APIOpenAICompletions, BaseURL: "https://api.together.xyz/v1", KeyEnv: []string{"TOGETHER_API_KEY"}, BaseURLEnv: []string{"TOGETHER_BASE_URL"}},
+	{Name: "fireworks", API: APIOpenAICompletions, BaseURL: "https://api.fireworks.ai/inference/v1", KeyEnv: []string{"FIREWORKS_API_KEY"}, BaseURLEnv: []string{"FIREWORKS_BASE_URL"}},
+	{Name: "moonshot", API: APIOpenAICompletions, BaseURL: "https://api.moonshot.ai/v1", KeyEnv: []string{"MOONSHOT_API_KEY"}, BaseURLEnv: []string{"MOONSHOT_BASE_URL"}},
 	{Name: "vertex", API: APIGoogleVertex, BaseURL: "https://aiplatform.googleapis.com", KeyEnv: []string{"GOOGLE_APPLICATION_CREDENTIALS"}, BaseURLEnv: []string{"VERTEX_BASE_URL"}, AmbientEnv: []string{"GOOGLE_CLOUD_PROJECT"}},
 	{Name: "vertex-anthropic", API: APIAnthropicVertex, BaseURL: "https://aiplatform.googleapis.com", KeyEnv: []string{"GOOGLE_APPLICATION_CREDENTIALS"}, BaseURLEnv: []string{"VERTEX_ANTHROPIC_BASE_URL", "VERTEX_BASE_URL"}, AmbientEnv: []string{"GOOGLE_CLOUD_PROJECT"}},
 	{Name: "ollama", API: APIOpenAICompletions, BaseURL: "http://localhost:11434/v1", BaseURLEnv: []string{"OLLAMA_BASE_URL"}, NoKey: true},
@@ -358,7 +373,7 @@ func (c *Catalog) Check() error {
 }
 
 // placeholder is a part of a base URL its adapter fills in ("{region}"
-// in Bedrock's: the AWS region).
+// in Bedrock's: the AWS region; "{resource}" in Azure's).
 var placeholder = regexp.MustCompile(`\{[a-z]+\}`)
 
 func checkModel(m provider.Model) error {
@@ -381,4 +396,4 @@ func checkModel(m provider.Model) error {
 }
 
 // apis are the wire APIs an adapter exists for, as error messages list them.
-var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI, APIGoogleVertex, APIAnthropicVertex, APIBedrockConverse}
+var apis = []string{APIOpenAICompletions, APIOpenAIResponses, APIAnthropicMessages, APIGoogleGenerativeAI, APIGoogleVertex, APIAnthropicVertex, APIBedrockConverse, APIAzureCompletions, APIAzureResponses}

@@ -185,6 +185,7 @@ var codeReasons = map[string]provider.Reason{
 	"request_too_large":          provider.ReasonContextOverflow,
 	"string_above_max_length":    provider.ReasonContextOverflow,
 	"model_not_found":            provider.ReasonModelNotFound,
+	"deploymentnotfound":         provider.ReasonModelNotFound, // Azure OpenAI
 	"not_found_error":            provider.ReasonModelNotFound,
 	"insufficient_quota":         provider.ReasonBilling,
 	"billing_hard_limit_reached": provider.ReasonBilling,

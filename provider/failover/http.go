@@ -49,7 +49,7 @@ func ParseBody(body []byte) Info {
 			Type    string          `json:"type"`
 			Message string          `json:"message"`
 			Code    json.RawMessage `json:"code"`
-			Status  string          `json:"status"`
+			Status  json.RawMessage `json:"status"` // Gemini's name, or Azure's number
 			Details []struct {
 				Reason     string `json:"reason"`
 				RetryDelay string `json:"retryDelay"`
@@ -61,8 +61,8 @@ func ParseBody(body []byte) Info {
 			}
 			if nested.Type != "" {
 				in.Type = nested.Type
-			} else if nested.Status != "" {
-				in.Type = nested.Status
+			} else if st := rawString(nested.Status); st != "" {
+				in.Type = st
 			}
 			if c := rawString(nested.Code); c != "" {
 				in.Code = c
@@ -107,14 +107,14 @@ func rawString(r json.RawMessage) string {
 }
 
 var (
-	tryAgainRe   = regexp.MustCompile(`(?i)(?:try again|retry) in\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\b`)
+	tryAgainRe   = regexp.MustCompile(`(?i)(?:try again|retry) (?:in|after)\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\b`)
 	retryDelayRe = regexp.MustCompile(`"retryDelay"\s*:\s*"([0-9]+(?:\.[0-9]+)?)s"`)
 )
 
 // RetryAfter returns the delay a server asked for: the retry-after-ms header,
 // the Retry-After header (seconds or an HTTP date, relative to now), a Gemini
-// RetryInfo retryDelay in the body, or a "try again in 1.574s" hint in the
-// message. 0 means none.
+// RetryInfo retryDelay in the body, or a "try again in 1.574s" (OpenAI) or
+// "retry after 6 seconds" (Azure) hint in the message. 0 means none.
 func RetryAfter(h http.Header, body []byte, message string, now time.Time) time.Duration {
 	if h != nil {
 		if v := h.Get("Retry-After-Ms"); v != "" {
@@ -170,6 +170,9 @@ func FromHTTP(status int, h http.Header, body []byte, cause error, now time.Time
 	if in.Message == "" {
 		in.Message = http.StatusText(status)
 	}
+	if why, ok := ContentFilter(body); ok {
+		return &provider.Error{Reason: provider.ReasonUnknown, Status: status, Message: why + ": " + in.Message, Err: cause}
+	}
 	in.Body = bodyText(body)
 	msg := in.Message
 	if htmlStart.MatchString(msg) {
@@ -195,6 +198,9 @@ func FromHTTP(status int, h http.Header, body []byte, cause error, now time.Time
 func FromStream(body []byte, cause error) *provider.Error {
 	in := ParseBody(body)
 	in.Body = bodyText(body)
+	if why, ok := ContentFilter(body); ok {
+		return &provider.Error{Reason: provider.ReasonUnknown, Message: why + ": " + in.Message, Err: cause}
+	}
 	return &provider.Error{
 		Reason:  ClassifyHTTP(in),
 		Message: in.Message,

@@ -1,24 +1,27 @@
 package openai
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"net/url"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/catalog"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
-// Thinking formats of OpenAI-compatible servers.
+// Thinking formats of OpenAI-compatible servers (catalog.Compat.Thinking).
 const (
-	thinkOpenAI     = "openai"     // reasoning_effort
-	thinkOpenRouter = "openrouter" // reasoning: {effort}
-	thinkZAI        = "zai"        // enable_thinking: bool
-	thinkNone       = "none"       // no reasoning parameter (xAI)
+	thinkOpenAI     = catalog.ThinkingOpenAI     // reasoning_effort
+	thinkOpenRouter = catalog.ThinkingOpenRouter // reasoning: {effort}
+	thinkZAI        = catalog.ThinkingZAI        // thinking: {type: enabled|disabled}
+	thinkNone       = catalog.ThinkingNone       // no reasoning parameter: the model decides
 )
 
-// compat is what a Chat Completions endpoint accepts, detected from the
-// model's provider, base URL and id.
+// compat is what a Chat Completions endpoint accepts, as the request
+// builder reads it: the catalog's quirks of its provider (catalog.CompatOf,
+// the one table of them) with what the model id adds.
 type compat struct {
 	openai             bool   // api.openai.com itself
 	store              bool   // send store:false
@@ -33,31 +36,22 @@ type compat struct {
 	anthropicCache     bool   // OpenRouter anthropic/* prompt caching
 }
 
-func has(s, sub string) bool { return strings.Contains(s, sub) }
-
+// detectCompat returns the quirks of m's endpoint (catalog.CompatOf);
+// OpenRouter's anthropic/* models take cache_control, and Mistral-family
+// models need Mistral's tool call ids wherever they run.
 func detectCompat(m provider.Model) compat {
-	url := strings.ToLower(m.BaseURL)
-	p := strings.ToLower(m.Provider)
-	id := strings.ToLower(m.ID)
-	c := compat{usageInStreaming: true, maxTokensField: "max_tokens", thinking: thinkOpenAI}
-	switch {
-	case p == "openai" || has(url, "api.openai.com") || url == "":
-		c.openai, c.store, c.developerRole, c.strict = true, true, true, true
-		c.maxTokensField = "max_completion_tokens"
-		c.idMode = "openai"
-	case p == "openrouter" || has(url, "openrouter.ai"):
-		c.thinking = thinkOpenRouter
-		c.anthropicCache = strings.HasPrefix(id, "anthropic/")
-	case p == "xai" || has(url, "api.x.ai"):
-		c.thinking = thinkNone
-	case p == "zai" || has(url, "z.ai"):
-		c.thinking = thinkZAI
-	case p == "mistral" || has(url, "mistral.ai"):
-		// Mistral rejects unknown fields and sends usage unasked.
-		c.toolResultName, c.assistantAfterTool, c.usageInStreaming = true, true, false
+	k, _ := catalog.CompatOf(m.Provider, m.BaseURL)
+	c := compat{
+		openai: k.OpenAI, store: k.OpenAI, developerRole: k.DeveloperRole, usageInStreaming: !k.NoStreamOptions,
+		maxTokensField: cmp.Or(k.MaxTokensField, "max_tokens"), strict: k.StrictTools, toolResultName: k.ToolResultName,
+		assistantAfterTool: k.AssistantAfterToolResult, thinking: cmp.Or(k.Thinking, thinkOpenAI), idMode: k.ToolCallIDs,
 	}
-	if !c.openai && isMistralFamily(id) {
-		c.idMode = "mistral"
+	id := strings.ToLower(m.ID)
+	if c.thinking == thinkOpenRouter {
+		c.anthropicCache = strings.HasPrefix(id, "anthropic/")
+	}
+	if c.idMode == "" && isMistralFamily(id) {
+		c.idMode = catalog.IDsMistral
 	}
 	return c
 }

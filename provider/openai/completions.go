@@ -19,11 +19,17 @@ import (
 type Completions struct {
 	client adapter.Client
 	wire   *wireCache
+	route  Route
 }
 
 // NewCompletions returns a Chat Completions adapter.
-func NewCompletions(cfg Config) *Completions {
-	return &Completions{client: adapter.NewClient("openai", cfg), wire: newWireCache(cfg.WireCacheBytes)}
+func NewCompletions(cfg Config) *Completions { return NewCompletionsRouted("openai", cfg, openAIRoute) }
+
+// NewCompletionsRouted returns a Chat Completions adapter whose calls go
+// where route says: the same wire API served elsewhere (Azure OpenAI).
+// name prefixes its error messages.
+func NewCompletionsRouted(name string, cfg Config, route Route) *Completions {
+	return &Completions{client: adapter.NewClient(name, cfg), wire: newWireCache(cfg.WireCacheBytes), route: route}
 }
 
 var _ provider.Provider = (*Completions)(nil)
@@ -33,8 +39,7 @@ var _ provider.Provider = (*Completions)(nil)
 func (c *Completions) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	return c.client.Run(ctx, req, emit, adapter.Spec{
 		Build: func() (adapter.Call, error) {
-			body, err := buildChatRequest(req, c.wire)
-			return call(req, "chat/completions", body), err
+			return routed(ctx, req, c.route, "chat/completions", buildChatRequest, c.wire)
 		},
 		Parse: func(b *stream.Builder) adapter.Parser { return &chatParser{b: b, toolIdx: map[int]int{}, cur: -1} },
 	})
@@ -44,12 +49,19 @@ type chatChunk struct {
 	Choices []chatChoice    `json:"choices"`
 	Usage   *chatUsage      `json:"usage"`
 	Error   json.RawMessage `json:"error"`
+	// XGroq is Groq's extension: its last chunk's usage is here.
+	XGroq *struct {
+		Usage *chatUsage `json:"usage"`
+	} `json:"x_groq"`
 }
 
 type chatChoice struct {
 	Delta        chatDelta  `json:"delta"`
 	FinishReason *string    `json:"finish_reason"`
 	Usage        *chatUsage `json:"usage"`
+	// ContentFilterResults is Azure's verdict on the choice's text, by
+	// category.
+	ContentFilterResults json.RawMessage `json:"content_filter_results"`
 }
 
 type chatDelta struct {
@@ -72,10 +84,13 @@ type chatToolCallDelta struct {
 }
 
 type chatUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	TotalTokens         int64 `json:"total_tokens"`
-	PromptTokensDetails *struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+	// PromptCacheHitTokens is DeepSeek's count of cached prompt tokens
+	// (its prompt_cache_miss_tokens are the rest).
+	PromptCacheHitTokens int64 `json:"prompt_cache_hit_tokens"`
+	PromptTokensDetails  *struct {
 		CachedTokens     int64 `json:"cached_tokens"`
 		CacheWriteTokens int64 `json:"cache_write_tokens"`
 	} `json:"prompt_tokens_details"`
@@ -92,7 +107,8 @@ type chatParser struct {
 	toolIdx  map[int]int // wire tool call index → block index
 	details  []json.RawMessage
 	finish   string
-	finished bool // [DONE] seen
+	filtered string // the categories a content filter stopped the reply for
+	finished bool   // [DONE] seen
 }
 
 var doneMarker = []byte("[DONE]")
@@ -126,6 +142,8 @@ func (p *chatParser) Event(ev sse.Event) *provider.Error {
 	}
 	if ch.Usage != nil {
 		p.usage(ch.Usage)
+	} else if ch.XGroq != nil && ch.XGroq.Usage != nil {
+		p.usage(ch.XGroq.Usage)
 	}
 	for i := range ch.Choices {
 		if err := p.choice(&ch.Choices[i]); err != nil {
@@ -243,6 +261,9 @@ func (p *chatParser) choice(c *chatChoice) *provider.Error {
 	}
 	if c.FinishReason != nil && *c.FinishReason != "" {
 		p.finish = *c.FinishReason
+		if p.finish == "content_filter" {
+			p.filtered = failover.StreamFilter(c.ContentFilterResults)
+		}
 	}
 	return nil
 }
@@ -251,6 +272,9 @@ func (p *chatParser) usage(u *chatUsage) {
 	var cached, write, reasoning int64
 	if d := u.PromptTokensDetails; d != nil {
 		cached, write = d.CachedTokens, d.CacheWriteTokens
+	}
+	if cached == 0 {
+		cached = u.PromptCacheHitTokens
 	}
 	if d := u.CompletionTokensDetails; d != nil {
 		reasoning = d.ReasoningTokens
@@ -338,7 +362,11 @@ func (p *chatParser) stopReason() (message.StopReason, *provider.Error) {
 	case "tool_calls", "function_call":
 		return message.StopToolUse, nil
 	case "content_filter":
-		return "", &provider.Error{Reason: provider.ReasonUnknown, Message: "openai: response blocked by content filter"}
+		msg := "openai: the reply was stopped by the provider's content filter"
+		if p.filtered != "" {
+			msg += " (" + p.filtered + ")"
+		}
+		return "", &provider.Error{Reason: provider.ReasonUnknown, Message: msg}
 	case "error":
 		return "", stream.Protocol("openai: finish_reason error without details")
 	}

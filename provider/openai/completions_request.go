@@ -26,7 +26,7 @@ type chatRequest struct {
 	Tools               *[]chatTool       `json:"tools,omitempty"`
 	ReasoningEffort     string            `json:"reasoning_effort,omitempty"`
 	Reasoning           *openRouterReason `json:"reasoning,omitempty"`
-	EnableThinking      *bool             `json:"enable_thinking,omitempty"`
+	Thinking            *zaiThinking      `json:"thinking,omitempty"`
 	Options             *ollamaOptions    `json:"options,omitempty"`
 }
 
@@ -34,6 +34,11 @@ type chatRequest struct {
 // endpoint reads besides the standard fields.
 type ollamaOptions struct {
 	NumCtx int `json:"num_ctx"`
+}
+
+// zaiThinking is Z.ai's thinking switch.
+type zaiThinking struct {
+	Type string `json:"type"` // enabled, disabled
 }
 
 type streamOptions struct {
@@ -171,12 +176,11 @@ func chatOptions(req *provider.Request, c compat) chatRequest {
 		case thinkOpenRouter:
 			body.Reasoning = &openRouterReason{Effort: e}
 		case thinkZAI:
-			t := true
-			body.EnableThinking = &t
+			body.Thinking = &zaiThinking{Type: "enabled"}
 		}
 	} else if c.thinking == thinkZAI && m.Reasoning {
-		no := false
-		body.EnableThinking = &no
+		// GLM 4.7 and later think unless told not to.
+		body.Thinking = &zaiThinking{Type: "disabled"}
 	}
 	return body
 }

@@ -11,6 +11,7 @@
 package openai
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/lanefleet/lanefleet/provider"
@@ -24,6 +25,19 @@ const DefaultBaseURL = "https://api.openai.com/v1"
 // adapter.Config). The zero value is usable.
 type Config = adapter.Config
 
+// Route returns where a call of req goes and how it is authenticated: its
+// base URL, path and headers (the body is the adapter's). path is the wire
+// API's own, "chat/completions" or "responses"; a route may put it under
+// another base (Azure's deployments) or add a query. An error fails the
+// call; a *provider.Error fails it as it is.
+type Route func(ctx context.Context, req *provider.Request, path string) (adapter.Call, error)
+
+// openAIRoute is the route of OpenAI and every compatible endpoint: path
+// under the model's base URL, its key as a bearer token.
+func openAIRoute(_ context.Context, req *provider.Request, path string) (adapter.Call, error) {
+	return call(req, path, nil), nil
+}
+
 // call is the request that sends body to path under the model's base URL,
 // with its key as a bearer token.
 func call(req *provider.Request, path string, body []byte) adapter.Call {
@@ -36,4 +50,18 @@ func call(req *provider.Request, path string, body []byte) adapter.Call {
 		h.Set("Authorization", "Bearer "+k)
 	}
 	return adapter.Call{Base: base, Path: path, Header: h, Body: body}
+}
+
+// routed builds the body of req with build and sends it where route says.
+func routed[C any](ctx context.Context, req *provider.Request, route Route, path string, build func(*provider.Request, C) ([]byte, error), cache C) (adapter.Call, error) {
+	body, err := build(req, cache)
+	if err != nil {
+		return adapter.Call{}, err
+	}
+	c, err := route(ctx, req, path)
+	if err != nil {
+		return adapter.Call{}, err
+	}
+	c.Body = body
+	return c, nil
 }

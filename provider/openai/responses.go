@@ -22,11 +22,17 @@ import (
 type Responses struct {
 	client adapter.Client
 	wire   *respWireCache
+	route  Route
 }
 
 // NewResponses returns a Responses adapter.
-func NewResponses(cfg Config) *Responses {
-	return &Responses{client: adapter.NewClient("openai", cfg), wire: newRespWireCache(cfg.WireCacheBytes)}
+func NewResponses(cfg Config) *Responses { return NewResponsesRouted("openai", cfg, openAIRoute) }
+
+// NewResponsesRouted returns a Responses adapter whose calls go where
+// route says: the same wire API served elsewhere (Azure OpenAI). name
+// prefixes its error messages.
+func NewResponsesRouted(name string, cfg Config, route Route) *Responses {
+	return &Responses{client: adapter.NewClient(name, cfg), wire: newRespWireCache(cfg.WireCacheBytes), route: route}
 }
 
 var _ provider.Provider = (*Responses)(nil)
@@ -36,8 +42,7 @@ var _ provider.Provider = (*Responses)(nil)
 func (r *Responses) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
 	return r.client.Run(ctx, req, emit, adapter.Spec{
 		Build: func() (adapter.Call, error) {
-			body, err := buildResponsesRequest(req, r.wire)
-			return call(req, "responses", body), err
+			return routed(ctx, req, r.route, "responses", buildResponsesRequest, r.wire)
 		},
 		Parse: func(b *stream.Builder) adapter.Parser {
 			return &respParser{b: b, items: map[int]int{}, parts: map[int]int{}, model: req.Model}

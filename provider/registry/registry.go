@@ -106,6 +106,14 @@ func (r *Registry) Resolve(ref string) (catalog.Resolved, error) {
 
 func (r *Registry) applyBaseURL(m provider.Model) (provider.Model, error) {
 	p, ok := catalog.Provider(m.Provider)
+	if ok && strings.Contains(m.BaseURL, "{resource}") {
+		// Azure OpenAI's resource name, when its endpoint is not given.
+		// A name with anything but letters, digits and '-' is left out
+		// (it could move the host), and the model does not resolve.
+		if res := strings.TrimSpace(r.env("AZURE_OPENAI_RESOURCE")); res != "" && len(res) <= 64 && strings.Trim(strings.ToLower(res), "abcdefghijklmnopqrstuvwxyz0123456789-") == "" {
+			m.BaseURL = strings.ReplaceAll(m.BaseURL, "{resource}", res)
+		}
+	}
 	if !ok || (m.BaseURL != "" && m.BaseURL != p.BaseURL) {
 		return m, nil
 	}

@@ -51,12 +51,26 @@ func NewResolver(cfg ResolverConfig) *Resolver {
 // looked for.
 var defaultModels = []struct{ env, ref string }{
 	{"ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-6"},
+	{"ANTHROPIC_OAUTH_TOKEN", "anthropic/claude-sonnet-4-6"},
 	{"OPENAI_API_KEY", "openai/gpt-5-mini"},
 	{"GEMINI_API_KEY", "google/gemini-2.5-flash"},
 	{"GOOGLE_API_KEY", "google/gemini-2.5-flash"},
 	{"GOOGLE_APPLICATION_CREDENTIALS", "vertex/gemini-2.5-flash"},
+	// Azure OpenAI: a deployment named gpt-5-mini (--model azure/<deployment>
+	// names another), by key, Entra ID token or service principal.
+	{"AZURE_OPENAI_API_KEY", AzureDefault},
+	{"AZURE_OPENAI_AD_TOKEN", AzureDefault},
+	{"AZURE_CLIENT_SECRET", AzureDefault},
 	{"OPENROUTER_API_KEY", "openrouter/anthropic/claude-sonnet-4.5"},
 	{"MISTRAL_API_KEY", "mistral/devstral-medium-latest"},
+	{"GROQ_API_KEY", "groq/llama-3.3-70b-versatile"},
+	{"XAI_API_KEY", "xai/grok-4"},
+	{"DEEPSEEK_API_KEY", "deepseek/deepseek-chat"},
+	{"TOGETHER_API_KEY", "together/meta-llama/Llama-3.3-70B-Instruct-Turbo"},
+	{"FIREWORKS_API_KEY", "fireworks/accounts/fireworks/models/gpt-oss-120b"},
+	{"CEREBRAS_API_KEY", "cerebras/gpt-oss-120b"},
+	{"MOONSHOT_API_KEY", "moonshot/kimi-k2-0905-preview"},
+	{"ZAI_API_KEY", "zai/glm-4.6"},
 	// The AWS chain: a profile, a region (an instance or container role
 	// supplies the credentials), keys, web identity, a Bedrock API key.
 	{"AWS_PROFILE", BedrockDefault},
@@ -66,6 +80,10 @@ var defaultModels = []struct{ env, ref string }{
 	{"AWS_WEB_IDENTITY_TOKEN_FILE", BedrockDefault},
 	{"AWS_BEARER_TOKEN_BEDROCK", BedrockDefault},
 }
+
+// AzureDefault is the default model when only Azure OpenAI is configured:
+// the deployment named gpt-5-mini.
+const AzureDefault = "azure/gpt-5-mini"
 
 // BedrockDefault is the default model when only AWS is configured: Claude
 // Sonnet through the global cross-region inference profile (served from
@@ -109,6 +127,9 @@ func (r *Resolver) Check(ref string) error {
 	res, _, err := r.registry.ProviderFor(ref)
 	if err != nil {
 		return err
+	}
+	if strings.Contains(res.Model.BaseURL, "{resource}") {
+		return fmt.Errorf("%q: no Azure OpenAI endpoint (set AZURE_OPENAI_ENDPOINT to https://<resource>.openai.azure.com, or AZURE_OPENAI_RESOURCE)", ref)
 	}
 	if err := guard.ResolveWindow(p, id, float64(res.Model.ContextWindow), guard.WindowConfig{}).Err(); err != nil {
 		return fmt.Errorf("%q: %w (raise the model's contextWindow, and the server's context size, to at least that)", ref, err)

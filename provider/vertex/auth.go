@@ -18,6 +18,7 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/tokens"
 )
 
 // Scope is the OAuth scope of every token: Vertex AI's.
@@ -45,7 +46,7 @@ var ErrNoCredentials = errors.New("vertex: no Google credentials (set GOOGLE_APP
 
 // credential is one credential's tokens and the project it names.
 type credential struct {
-	tokens  *tokens
+	tokens  *tokens.Cache
 	project string
 }
 
@@ -138,7 +139,7 @@ func (cs *credentials) load(key string) (*credential, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCredentials, err)
 	}
-	return &credential{tokens: newTokens(c.TokenSource, cs.before, &cs.wg), project: c.ProjectID}, nil
+	return &credential{tokens: tokens.New(c.TokenSource, cs.before, &cs.wg), project: c.ProjectID}, nil
 }
 
 // wellKnownFile is gcloud's application default credentials file:
@@ -192,61 +193,7 @@ func (cs *credentials) fromJSON(data []byte, from string) (*credential, error) {
 		if err != nil {
 			return nil, fmt.Errorf("vertex: %s: %w", from, err)
 		}
-		return &credential{tokens: newTokens(c.TokenSource, cs.before, &cs.wg), project: c.ProjectID}, nil
+		return &credential{tokens: tokens.New(c.TokenSource, cs.before, &cs.wg), project: c.ProjectID}, nil
 	}
 	return nil, fmt.Errorf("vertex: %s: credential type %q is not one of service_account, authorized_user, external_account, impersonated_service_account", from, head.Type)
-}
-
-// tokenError classifies a failure to get a token: the token endpoint's
-// refusal of the credential (a 4xx other than 429) is auth_permanent, its
-// 429 rate_limit, anything else (a 5xx, the network) timeout.
-func tokenError(err error) *provider.Error {
-	var re *oauth2.RetrieveError
-	reason := provider.ReasonTimeout
-	status := 0
-	switch {
-	case errors.Is(err, context.Canceled):
-		reason = provider.ReasonAborted
-	case errors.As(err, &re) && re.Response != nil:
-		status = re.Response.StatusCode
-		switch {
-		case status == http.StatusTooManyRequests:
-			reason = provider.ReasonRateLimit
-		case status >= 400 && status < 500:
-			reason = provider.ReasonAuthPermanent
-		}
-	}
-	return &provider.Error{Reason: reason, Status: status, Message: "vertex: get an access token: " + scrub(err), Err: err}
-}
-
-// scrub keeps an error's text short: a token endpoint's error body is
-// echoed in full by oauth2.RetrieveError.
-func scrub(err error) string {
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) {
-		code, desc := re.ErrorCode, re.ErrorDescription
-		if code == "" && len(re.Body) <= 4096 {
-			// oauth2/jwt leaves the body unparsed.
-			var body struct {
-				Error            string `json:"error"`
-				ErrorDescription string `json:"error_description"`
-			}
-			if json.Unmarshal(re.Body, &body) == nil {
-				code, desc = body.Error, body.ErrorDescription
-			}
-		}
-		s := code
-		if desc != "" {
-			s += ": " + desc
-		}
-		if s == "" && re.Response != nil {
-			s = re.Response.Status
-		}
-		return "token endpoint: " + s
-	}
-	s := err.Error()
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	return s
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/lanefleet/lanefleet/provider/catalog"
 	"github.com/lanefleet/lanefleet/provider/google"
 	"github.com/lanefleet/lanefleet/provider/internal/adapter"
+	"github.com/lanefleet/lanefleet/provider/internal/tokens"
 )
 
 // DefaultBaseURL is the global endpoint, the catalog's base URL of the
@@ -70,7 +71,7 @@ type Config struct {
 	// TokenTimeoutDefault timeout.
 	TokenClient *http.Client
 	// RefreshBefore is how long before its expiry a token is refreshed in
-	// the background; 0 is RefreshBeforeDefault.
+	// the background; 0 is tokens.RefreshBeforeDefault (5 minutes).
 	RefreshBefore time.Duration
 }
 
@@ -92,7 +93,7 @@ func New(cfg Config) *Adapter {
 		cfg.TokenClient = &http.Client{Timeout: TokenTimeoutDefault}
 	}
 	if cfg.RefreshBefore <= 0 {
-		cfg.RefreshBefore = RefreshBeforeDefault
+		cfg.RefreshBefore = tokens.RefreshBeforeDefault
 	}
 	a := &Adapter{env: cfg.Env, creds: newCredentials(cfg.Env, cfg.TokenClient, cfg.RefreshBefore)}
 	a.gemini = google.NewRouted("vertex", cfg.Config, a.geminiRoute)
@@ -174,7 +175,7 @@ func (a *Adapter) route(ctx context.Context, req *provider.Request, publisher, m
 	}
 	tok, err := cred.tokens.Token(ctx)
 	if err != nil {
-		return adapter.Call{}, tokenError(err)
+		return adapter.Call{}, tokens.Error("vertex", err)
 	}
 	base := req.Model.BaseURL
 	if base == "" || strings.TrimRight(base, "/") == DefaultBaseURL {

@@ -1,15 +1,23 @@
-package vertex
+// Package tokens hands out one OAuth credential's access tokens to
+// concurrent model calls (Vertex AI's Google credentials, Azure's Entra ID
+// client credentials): cached, shared, refreshed in the background before
+// they expire, off every call's path.
+package tokens
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
 	"golang.org/x/oauth2"
+
+	"github.com/lanefleet/lanefleet/provider"
 )
 
-// Token lifetimes. Google's access tokens live an hour.
+// Token lifetimes. Google's and Entra ID's access tokens live about an hour.
 const (
 	// RefreshBeforeDefault is how long before its expiry a token is
 	// refreshed in the background while calls go on using it.
@@ -26,7 +34,7 @@ const (
 // that had already expired.
 var errExpiredToken = errors.New("the token source gave an expired token")
 
-// tokens hands out one credential's access tokens to concurrent calls.
+// Cache hands out one credential's access tokens to concurrent calls.
 // A call gets the token held while it is good for more than
 // expiryMargin, without waiting; the first call within the refresh window
 // (before) starts one refresh in the background, off every call's path,
@@ -34,7 +42,7 @@ var errExpiredToken = errors.New("the token source gave an expired token")
 // Only when no good token is held do calls wait, all of them on the same
 // one fetch. Fetches go through an oauth2.ReuseTokenSource, whose early
 // expiry is the window, over the credential's own source.
-type tokens struct {
+type Cache struct {
 	src    oauth2.TokenSource
 	before time.Duration
 	wg     *sync.WaitGroup // the owner's: it waits for the refreshes in flight
@@ -47,12 +55,17 @@ type tokens struct {
 	err     error         // the last fetch's failure
 }
 
-// newTokens returns the token cache of src. A src that is itself an
-// oauth2.ReuseTokenSource (as oauth2/google's are) is unwrapped, so a
-// refresh reaches the credential's token endpoint instead of the
-// wrapper's copy of the token.
-func newTokens(src oauth2.TokenSource, before time.Duration, wg *sync.WaitGroup) *tokens {
-	return &tokens{src: oauth2.ReuseTokenSourceWithExpiry(&oauth2.Token{}, src, before), before: before, wg: wg}
+// New returns the token cache of src, refreshing a token before (0 =
+// RefreshBeforeDefault) ahead of its expiry; wg counts the refreshes in
+// flight, for the owner to wait on when it closes. A src that is itself
+// an oauth2.ReuseTokenSource (as oauth2/google's are) is wrapped in one
+// whose early expiry is before, so a refresh reaches the credential's
+// token endpoint instead of the wrapper's copy of the token.
+func New(src oauth2.TokenSource, before time.Duration, wg *sync.WaitGroup) *Cache {
+	if before <= 0 {
+		before = RefreshBeforeDefault
+	}
+	return &Cache{src: oauth2.ReuseTokenSourceWithExpiry(&oauth2.Token{}, src, before), before: before, wg: wg}
 }
 
 // good reports whether tok is good for more than d after now.
@@ -62,7 +75,7 @@ func good(tok *oauth2.Token, now time.Time, d time.Duration) bool {
 
 // Token returns an access token good for at least expiryMargin. It waits
 // only when none is held, until the fetch ends or ctx is done.
-func (t *tokens) Token(ctx context.Context) (string, error) {
+func (t *Cache) Token(ctx context.Context) (string, error) {
 	t.mu.Lock()
 	now := time.Now()
 	if tok := t.tok; good(tok, now, expiryMargin) {
@@ -94,7 +107,7 @@ func (t *tokens) Token(ctx context.Context) (string, error) {
 // fetchLocked starts a fetch unless one is in flight, and returns the
 // channel closed when it ends. The fetch's goroutine is counted in t.wg;
 // it is bounded by the token client's timeout.
-func (t *tokens) fetchLocked() <-chan struct{} {
+func (t *Cache) fetchLocked() <-chan struct{} {
 	if t.running != nil {
 		return t.running
 	}
@@ -119,4 +132,58 @@ func (t *tokens) fetchLocked() <-chan struct{} {
 		close(done)
 	}()
 	return done
+}
+
+// Error is the failure of adapter name to get a token, classified: the token endpoint's
+// refusal of the credential (a 4xx other than 429) is auth_permanent, its
+// 429 rate_limit, anything else (a 5xx, the network) timeout.
+func Error(name string, err error) *provider.Error {
+	var re *oauth2.RetrieveError
+	reason := provider.ReasonTimeout
+	status := 0
+	switch {
+	case errors.Is(err, context.Canceled):
+		reason = provider.ReasonAborted
+	case errors.As(err, &re) && re.Response != nil:
+		status = re.Response.StatusCode
+		switch {
+		case status == http.StatusTooManyRequests:
+			reason = provider.ReasonRateLimit
+		case status >= 400 && status < 500:
+			reason = provider.ReasonAuthPermanent
+		}
+	}
+	return &provider.Error{Reason: reason, Status: status, Message: name + ": get an access token: " + scrub(err), Err: err}
+}
+
+// scrub keeps an error's text short: a token endpoint's error body is
+// echoed in full by oauth2.RetrieveError.
+func scrub(err error) string {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		code, desc := re.ErrorCode, re.ErrorDescription
+		if code == "" && len(re.Body) <= 4096 {
+			// oauth2/jwt leaves the body unparsed.
+			var body struct {
+				Error            string `json:"error"`
+				ErrorDescription string `json:"error_description"`
+			}
+			if json.Unmarshal(re.Body, &body) == nil {
+				code, desc = body.Error, body.ErrorDescription
+			}
+		}
+		s := code
+		if desc != "" {
+			s += ": " + desc
+		}
+		if s == "" && re.Response != nil {
+			s = re.Response.Status
+		}
+		return "token endpoint: " + s
+	}
+	s := err.Error()
+	if len(s) > 500 {
+		s = s[:500] + "…"
+	}
+	return s
 }

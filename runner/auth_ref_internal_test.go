@@ -1,0 +1,53 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/authprofile"
+)
+
+// TestProfileKeyReadsRefs: a profile's secret held in a file is read at
+// each use (a rotated file is the next call's key); one that cannot be
+// read is the profile's errNoKey, which moves the run to the next profile.
+func TestProfileKeyReadsRefs(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(path, []byte("sk-ant-oat01-first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := authprofile.Profile{ID: "anthropic:sub", Type: authprofile.TypeToken, Provider: "anthropic", TokenRef: "file:" + path}
+	if k, err := profileKey(nil, p); err != nil || k.Reveal() != "sk-ant-oat01-first" {
+		t.Fatalf("key: %v", err)
+	}
+	if err := os.WriteFile(path, []byte("sk-ant-oat01-second"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := profileKey(nil, p); err != nil || k.Reveal() != "sk-ant-oat01-second" {
+		t.Fatalf("rotated key: %v", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := profileKey(nil, p); !errors.Is(err, errNoKey) || !errors.Is(err, authprofile.ErrSecretRef) {
+		t.Errorf("missing file: %v", err)
+	}
+	// An Auth with an environment of its own is where env: references look.
+	p = authprofile.Profile{ID: "openai:team", Type: authprofile.TypeAPIKey, Provider: "openai", KeyRef: "env:LANEFLEET_TEST_TEAM_KEY"}
+	if k, err := profileKey(envAuth{"LANEFLEET_TEST_TEAM_KEY": "sk-team"}, p); err != nil || k.Reveal() != "sk-team" {
+		t.Errorf("env reference: %v", err)
+	}
+}
+
+// envAuth is an Auth with only an environment.
+type envAuth map[string]string
+
+func (e envAuth) SecretEnv(name string) string { return e[name] }
+func (envAuth) Snapshot() (authprofile.Store, authprofile.Config) {
+	return authprofile.Store{}, authprofile.Config{}
+}
+func (envAuth) Apply(context.Context, string, authprofile.Event) error { return nil }
+func (envAuth) MarkGood(context.Context, string, string) error         { return nil }
