@@ -69,8 +69,8 @@ type Member struct {
 	sealKey []byte
 	// liveness is the workers' liveness bucket (nil: fast takeover off).
 	liveness *kvstore.Liveness
-	Server  *server.Server // nil when joined to an external deployment
-	Conn    *nats.Conn
+	Server   *server.Server // nil when joined to an external deployment
+	Conn     *nats.Conn
 	// connURL and connOpts are how Conn was made (SecondConn repeats
 	// them); inProcess says a second connection may be in process.
 	connURL   string
