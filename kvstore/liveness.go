@@ -71,6 +71,10 @@ type Liveness struct {
 	prefix string // "$KV.<bucket>."
 }
 
+// livenessMaxBytes caps the bucket: a life is about a hundred bytes, and
+// every key goes away (its TTL, or a marker's).
+const livenessMaxBytes = 16 << 20
+
 // livenessMarkerTTL is how long the marker of a lapsed or declared life
 // stays: long enough for every watcher to see it.
 const livenessMarkerTTL = time.Minute
@@ -79,12 +83,16 @@ const livenessMarkerTTL = time.Minute
 func OpenLiveness(ctx context.Context, js jetstream.JetStream, cfg LivenessConfig) (*Liveness, error) {
 	cfg = cfg.withDefaults()
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Description: "Lanefleet workers' liveness",
-		History: 1, LimitMarkerTTL: livenessMarkerTTL, MaxBytes: 16 << 20, Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+		History: 1, LimitMarkerTTL: livenessMarkerTTL, MaxBytes: livenessMaxBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
 	if err != nil && RacedCreate(err, func() error { var gerr error; kv, gerr = js.KeyValue(ctx, cfg.Bucket); return gerr }) {
 		err = nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
+	}
+	// A beat refused is confirmed by a read: from the leader only.
+	if _, err := configureStream(ctx, js, "KV_"+cfg.Bucket, livenessMaxBytes, DirectGet(cfg.Replicas)); err != nil {
+		return nil, err
 	}
 	return &Liveness{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
 }
@@ -96,6 +104,9 @@ func (v *Liveness) TTL() time.Duration { return v.cfg.TTL }
 type Life struct {
 	Worker  string `msgpack:"worker"`
 	Started int64  `msgpack:"started"` // Unix ms
+	// Left: the worker stopped after handing its lanes over (its last
+	// write before End): the end that follows takes nothing over.
+	Left bool `msgpack:"left,omitempty"`
 }
 
 // Pulse is one worker's life: Beat keeps it.
@@ -160,16 +171,30 @@ func (p *Pulse) Beat(ctx context.Context) error {
 	}
 }
 
-// End deletes the life (a worker that stopped after handing its lanes
-// over); an ended life is not an error.
-func (p *Pulse) End(ctx context.Context) error {
+// End ends the life of a worker that stopped after handing its lanes
+// over: a last write that says so (Life.Left), then the key's purge. A
+// life already over is not an error.
+func (p *Pulse) End(ctx context.Context, life Life) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	err := p.v.kv.Purge(ctx, p.key, jetstream.LastRevision(p.rev), jetstream.PurgeTTL(livenessMarkerTTL))
+	life.Left = true
+	val, err := msgpack.Marshal(life)
+	if err != nil {
+		return err
+	}
+	ack, err := p.v.js.Publish(ctx, p.v.prefix+p.key, val,
+		jetstream.WithExpectLastSequencePerSubject(p.rev), jetstream.WithMsgTTL(p.v.cfg.TTL))
+	if err == nil {
+		p.rev = ack.Sequence
+		err = p.v.kv.Purge(ctx, p.key, jetstream.LastRevision(p.rev), jetstream.PurgeTTL(livenessMarkerTTL))
+	}
 	if _, mismatch := WriteConflict(err); mismatch {
 		return nil
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("kvstore: end life %s: %w", p.key, err)
+	}
+	return nil
 }
 
 // Declare ends another worker's life at revision rev (the one its watcher

@@ -51,11 +51,12 @@ import (
 // life is one life of this worker: its key and a context ended (with the
 // cause ErrLeaseLost) when the life is over.
 type life struct {
-	key   string
-	ctx   context.Context
-	end   context.CancelCauseFunc
-	pulse *kvstore.Pulse
-	sub   *nats.Subscription // answers on the alive subject
+	key     string
+	started int64 // Unix ms
+	ctx     context.Context
+	end     context.CancelCauseFunc
+	pulse   *kvstore.Pulse
+	sub     *nats.Subscription // answers on the alive subject
 }
 
 // bind makes the end of the life cancel an owner's drain; the returned
@@ -82,6 +83,7 @@ func (w *Worker) leaseInfo(trigger uint64) (kvstore.LeaseInfo, *life) {
 // peer is another worker's life as the watch saw it.
 type peer struct {
 	worker  string
+	left    bool // it said it stopped after handing its lanes over
 	rev     uint64
 	seen    time.Time // when its last beat was seen (this worker's clock)
 	probing bool
@@ -145,7 +147,7 @@ func (w *Worker) startLiveness() (stopWatching, end func(), err error) {
 		if cur := w.life.Load(); cur != nil {
 			ectx, cancel := context.WithTimeout(context.Background(), readTimeout)
 			defer cancel()
-			if err := cur.pulse.End(ectx); err != nil {
+			if err := cur.pulse.End(ectx, kvstore.Life{Worker: w.cfg.ID, Started: cur.started}); err != nil {
 				w.log.Debug().Err(err).Msg("end life")
 			}
 			_ = cur.sub.Unsubscribe()
@@ -175,13 +177,14 @@ func (w *Worker) beginLife(ctx context.Context) (*life, error) {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("lanes: answer on %s: %w", events.AlivePrefix+key, err)
 	}
-	pulse, err := w.cfg.Liveness.Begin(bctx, key, kvstore.Life{Worker: w.cfg.ID, Started: w.now().UnixMilli()})
+	started := w.now().UnixMilli()
+	pulse, err := w.cfg.Liveness.Begin(bctx, key, kvstore.Life{Worker: w.cfg.ID, Started: started})
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("lanes: %w", err)
 	}
 	lctx, end := context.WithCancelCause(context.Background())
-	lf := &life{key: key, ctx: lctx, end: end, pulse: pulse, sub: sub}
+	lf := &life{key: key, started: started, ctx: lctx, end: end, pulse: pulse, sub: sub}
 	w.life.Store(lf)
 	return lf, nil
 }
@@ -225,6 +228,9 @@ func (w *Worker) beat(ctx context.Context, lf *life) {
 			continue
 		}
 		w.log.Error().Err(err).Msg("this worker was declared dead: stopping its turns, its lanes go to other workers")
+		// Leases taken from now on name no life until the next begins:
+		// none is bound to the life that just ended.
+		w.life.Store(nil)
 		lf.end(fmt.Errorf("%w: %w", kvstore.ErrLeaseLost, err))
 		_ = lf.sub.Unsubscribe()
 		for ctx.Err() == nil {
@@ -251,7 +257,7 @@ func (w *Worker) onLife(ev kvstore.LifeEvent) {
 	a := w.alive
 	a.mu.Lock()
 	if !ev.Ended {
-		a.peers[ev.Key] = &peer{worker: ev.Life.Worker, rev: ev.Rev, seen: time.Now()}
+		a.peers[ev.Key] = &peer{worker: ev.Life.Worker, left: ev.Life.Left, rev: ev.Rev, seen: time.Now()}
 		a.mu.Unlock()
 		return
 	}
@@ -260,6 +266,9 @@ func (w *Worker) onLife(ev kvstore.LifeEvent) {
 	a.mu.Unlock()
 	worker := ""
 	if p != nil {
+		if p.left {
+			return // a worker that stopped: it handed its lanes over
+		}
 		worker = p.worker
 	}
 	w.goTakeOver(ev.Key, worker)
@@ -290,7 +299,7 @@ func (w *Worker) probeLate(ctx context.Context) {
 			}
 		}
 		for key, p := range a.peers {
-			if p.probing || now.Sub(p.seen) < every+every/2 {
+			if p.probing || p.left || now.Sub(p.seen) < every+every/2 {
 				continue
 			}
 			p.probing = true
