@@ -228,7 +228,13 @@ func (v *Liveness) Watch(ctx context.Context, fn func(LifeEvent), ready func()) 
 	if err != nil {
 		return fmt.Errorf("kvstore: watch lives: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() {
+		// Without its server, the unsubscribe would wait out a request
+		// timeout: the connection's close ends the watch then.
+		if v.js.Conn().IsConnected() {
+			_ = w.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():

@@ -144,12 +144,14 @@ func (w *Worker) startLiveness() (stopWatching, end func(), err error) {
 		stopWatching()
 		stopBeat()
 		beating.Wait()
-		if cur := w.life.Load(); cur != nil {
+		if cur := w.life.Load(); cur != nil && w.nc.IsConnected() {
 			ectx, cancel := context.WithTimeout(context.Background(), readTimeout)
 			defer cancel()
 			if err := cur.pulse.End(ectx, kvstore.Life{Worker: w.cfg.ID, Started: cur.started}); err != nil {
 				w.log.Debug().Err(err).Msg("end life")
 			}
+		}
+		if cur := w.life.Load(); cur != nil {
 			_ = cur.sub.Unsubscribe()
 		}
 	}, nil

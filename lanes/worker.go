@@ -394,7 +394,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		if stopWatching, endLife, err = w.startLiveness(); err != nil {
 			return err
 		}
-		defer endLife()
 	}
 	batch := min(max(w.cfg.Concurrency, 16), 256)
 	cc, err := w.streams.Dispatch.Consume(w.onDelivery, jetstream.PullMaxMessages(batch),
@@ -404,6 +403,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}))
 	if err != nil {
+		endLife()
 		return fmt.Errorf("lanes: consume dispatch: %w", err)
 	}
 	w.consuming.Store(true)
@@ -439,6 +439,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		<-done
 	}
 	w.cancelTurns(ErrShutdown)
+	endLife()
 	w.log.Info().Int64("turns", w.stats.Turns.Load()).Msg("worker stopped")
 	return nil
 }
