@@ -135,9 +135,6 @@ func (v *Liveness) Begin(ctx context.Context, key string, life Life) (*Pulse, er
 	return &Pulse{v: v, key: key, value: val, rev: rev}, nil
 }
 
-// Key returns the life's key.
-func (p *Pulse) Key() string { return p.key }
-
 // Beat renews the life for another TTL. ErrDeclaredDead: the life is over
 // (it lapsed, or a worker declared it dead): the worker's leases are being
 // taken over.

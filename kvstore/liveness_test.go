@@ -99,11 +99,11 @@ func TestLifeDeclaredDead(t *testing.T) {
 	if err := p.Beat(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := v.Declare(ctx, p.Key(), first.Rev); err != nil || ok {
+	if ok, err := v.Declare(ctx, "0123456789abcdef", first.Rev); err != nil || ok {
 		t.Fatalf("declared at a revision a beat replaced: %v %v", ok, err)
 	}
 	beat := <-events
-	if ok, err := v.Declare(ctx, p.Key(), beat.Rev); err != nil || !ok {
+	if ok, err := v.Declare(ctx, "0123456789abcdef", beat.Rev); err != nil || !ok {
 		t.Fatalf("declare: %v %v", ok, err)
 	}
 	if ev := <-events; !ev.Ended {
