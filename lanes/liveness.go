@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,6 +58,35 @@ type life struct {
 	end     context.CancelCauseFunc
 	pulse   *kvstore.Pulse
 	sub     *nats.Subscription // answers on the alive subject
+	// base and until: the life lasts, as far as this worker knows, until
+	// base+until (until in ns, moved on by each beat confirmed: the time
+	// it was sent plus the TTL). Measured on the monotonic clock, so a
+	// frozen process finds it passed as soon as it runs again.
+	base  time.Time
+	until atomic.Int64
+}
+
+// check returns why the life may be over: it ended, or no beat was
+// confirmed for the liveness TTL (the worker was frozen or cut off from
+// its store that long, and the others may have taken its lanes). A nil
+// life is never over.
+func (l *life) check() error {
+	if l == nil {
+		return nil
+	}
+	if l.ctx.Err() != nil {
+		return context.Cause(l.ctx)
+	}
+	if time.Since(l.base) > time.Duration(l.until.Load()) {
+		return fmt.Errorf("%w: %w: no beat confirmed for the liveness TTL", kvstore.ErrLeaseLost, kvstore.ErrDeclaredDead)
+	}
+	return nil
+}
+
+// confirmed moves the life's end on: a beat sent at sent (since base)
+// was stored.
+func (l *life) confirmed(sent, ttl time.Duration) {
+	l.until.Store(int64(sent + ttl))
 }
 
 // bind makes the end of the life cancel an owner's drain; the returned
@@ -180,13 +210,15 @@ func (w *Worker) beginLife(ctx context.Context) (*life, error) {
 		return nil, fmt.Errorf("lanes: answer on %s: %w", events.AlivePrefix+key, err)
 	}
 	started := w.now().UnixMilli()
+	base := time.Now()
 	pulse, err := w.cfg.Liveness.Begin(bctx, key, kvstore.Life{Worker: w.cfg.ID, Started: started})
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("lanes: %w", err)
 	}
 	lctx, end := context.WithCancelCause(context.Background())
-	lf := &life{key: key, started: started, ctx: lctx, end: end, pulse: pulse, sub: sub}
+	lf := &life{key: key, started: started, ctx: lctx, end: end, pulse: pulse, sub: sub, base: base}
+	lf.confirmed(0, w.cfg.Liveness.TTL())
 	w.life.Store(lf)
 	return lf, nil
 }
@@ -214,9 +246,11 @@ func (w *Worker) beat(ctx context.Context, lf *life) {
 			err = fmt.Errorf("%w: this worker did not beat for %s (frozen or starved)", kvstore.ErrDeclaredDead, gap.Round(time.Millisecond))
 		} else {
 			bctx, cancel := context.WithTimeout(ctx, max(every, ttl/2))
+			sent := time.Since(lf.base)
 			err = lf.pulse.Beat(bctx)
 			cancel()
 			if err == nil {
+				lf.confirmed(sent, ttl)
 				last = time.Now()
 			}
 		}

@@ -176,3 +176,33 @@ func TestDeclaredDeadWorkerFencedOut(t *testing.T) {
 		t.Fatalf("transcript %q, want one turn", texts)
 	}
 }
+
+// TestStepNotRecordedPastLife: a turn whose worker confirmed no beat for
+// the liveness TTL (it was frozen: the others may have taken its lanes)
+// records no step and goes no further, before any write; a life within
+// its TTL lets it on, and an ended one says why it ended.
+func TestStepNotRecordedPastLife(t *testing.T) {
+	t.Parallel()
+	ctx, end := context.WithCancelCause(context.Background())
+	defer end(nil)
+	frozen := &life{ctx: ctx, base: time.Now().Add(-time.Minute)}
+	frozen.confirmed(0, time.Second) // its last beat sent a minute ago, TTL 1 s
+	s := &StepLog{life: frozen}      // no journal: a write would panic
+	if err := s.Put(context.Background(), 1, []byte("step")); !errors.Is(err, kvstore.ErrLeaseLost) || !errors.Is(err, kvstore.ErrDeclaredDead) {
+		t.Fatalf("a step past the life's TTL: %v", err)
+	}
+	var none *life
+	if err := none.check(); err != nil {
+		t.Fatalf("no life: %v", err)
+	}
+	alive := &life{ctx: ctx, base: time.Now()}
+	alive.confirmed(0, time.Minute)
+	if err := alive.check(); err != nil {
+		t.Fatalf("a life within its TTL: %v", err)
+	}
+	why := errors.New("declared dead")
+	end(why)
+	if err := alive.check(); !errors.Is(err, why) {
+		t.Fatalf("an ended life: %v", err)
+	}
+}
