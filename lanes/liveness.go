@@ -66,21 +66,22 @@ type life struct {
 	until atomic.Int64
 }
 
-// check returns why the life may be over: it ended, or no beat was
-// confirmed for the liveness TTL (the worker was frozen or cut off from
-// its store that long, and the others may have taken its lanes). A nil
-// life is never over.
-func (l *life) check() error {
+// check returns why the life may be over: it ended (its cause: the lease
+// is lost), or no beat was confirmed for the liveness TTL (lapsed: the
+// worker was frozen or cut off from its store that long, and the others
+// may have taken its lanes, or the store may only be down; the beat loop
+// finds out which). A nil life is never over.
+func (l *life) check() (lapsed bool, err error) {
 	if l == nil {
-		return nil
+		return false, nil
 	}
 	if l.ctx.Err() != nil {
-		return context.Cause(l.ctx)
+		return false, context.Cause(l.ctx)
 	}
 	if time.Since(l.base) > time.Duration(l.until.Load()) {
-		return fmt.Errorf("%w: %w: no beat confirmed for the liveness TTL", kvstore.ErrLeaseLost, kvstore.ErrDeclaredDead)
+		return true, fmt.Errorf("lanes: no beat confirmed for the liveness TTL: %w", kvstore.ErrDeclaredDead)
 	}
-	return nil
+	return false, nil
 }
 
 // confirmed moves the life's end on: a beat sent at sent (since base)

@@ -95,7 +95,16 @@ func (s *StepLog) Steps(ctx context.Context) ([][]byte, error) {
 // for the liveness TTL: it was frozen) records nothing and fails the step,
 // so the turn makes no further call before its owner stops it.
 func (s *StepLog) Put(ctx context.Context, n int, step []byte) error {
-	if err := s.life.check(); err != nil {
+	if lapsed, err := s.life.check(); err != nil {
+		if lapsed {
+			// As a store that did not answer: the attempt does not count,
+			// and the owner retries it unless its lease is gone.
+			s.mu.Lock()
+			if s.storeErr == nil {
+				s.storeErr = err
+			}
+			s.mu.Unlock()
+		}
 		return err
 	}
 	return s.note(s.j.Put(ctx, n, step))
