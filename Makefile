@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo demo-http test test-short lint bench bench-sessions soak fuzz tidy chaos chaos-subagents coldbuild
+.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-sessions soak fuzz tidy chaos chaos-subagents coldbuild
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,8 +46,12 @@ bench: build ## fleet benchmark against an embedded server, real turns against a
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always -turns-stagger
 	$(GO) run ./internal/cmd/lanebench -scenario fair -fair-duration 15s
 	$(GO) run ./internal/cmd/lanebench -scenario gateway
+	$(GO) run ./internal/cmd/lanebench -scenario takeover
 	$(GO) test -count=1 -run '^TestIdleStreams$$' -v ./gateway -args -gateway.streams=10000 | grep -E 'idle streams|heap per stream|^(ok|FAIL|---)'
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+takeover-bench: ## 100 SIGKILLs of worker processes mid-turn: death → resumed turn start p50/p99, repeated side effects and lost messages (both must be 0), next to the AckWait baseline
+	$(GO) run ./internal/cmd/lanebench -scenario takeover
 
 bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)
 	$(GO) run ./internal/cmd/lanebench -scenario sessions -sessions $${LANEFLEET_SESSIONS:-100000}

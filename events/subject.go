@@ -10,6 +10,10 @@ const (
 	InboundPrefix = "agent.in."  // agent.in.<lane token>
 	EventPrefix   = "agent.ev."  // agent.ev.<lane token>.<run id>
 	DeadPrefix    = "agent.dlq." // agent.dlq.<reason>
+	// AlivePrefix is the subject a worker answers while it is connected,
+	// agent.alive.<life> (kvstore.Liveness): a request that finds no
+	// responder there says the worker's connection is gone.
+	AlivePrefix = "agent.alive."
 
 	InboundStream = "AGENT_IN"
 	EventStream   = "AGENT_EV"

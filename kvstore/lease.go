@@ -24,6 +24,15 @@ type LeaseInfo struct {
 	// handed that same message again knows the owner stopped keeping it
 	// alive; any other message of a held lane is the owner's to drain.
 	Trigger uint64 `msgpack:"trigger,omitempty"`
+	// Life is the owner's life in the liveness bucket (Liveness); "" for
+	// a worker that keeps none. Workers that find that life over take the
+	// lane over at once (Lanes.TakeOver).
+	Life string `msgpack:"life,omitempty"`
+	// From names the worker declared dead whose lease this one replaced
+	// (Lanes.TakeOver); "" for a lease acquired as usual. Such a lease has
+	// no trigger: the dead worker's deliveries that come back are the new
+	// owner's to drain.
+	From string `msgpack:"from,omitempty"`
 }
 
 // HeldError is ErrHeld with what the lease says about its holder.

@@ -90,10 +90,12 @@ func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
 // keeping it alive (it died, is paused, or lost its connection), so the
 // lane needs a new owner once the lease lapses. A lease without a trigger
 // (taken by the sweep, or written by an older worker) cannot tell: any
-// redelivery counts.
+// redelivery counts; but a lease taken over from a worker declared dead
+// (LeaseInfo.From) is kept alive by its new owner, which drains the dead
+// worker's messages: their deliveries coming back are followers.
 func holdsAsTrigger(h kvstore.LeaseInfo, md *jetstream.MsgMetadata) bool {
 	if h.Trigger == 0 {
-		return md.NumDelivered > 1
+		return h.From == "" && md.NumDelivered > 1
 	}
 	return h.Trigger == md.Sequence.Stream
 }
@@ -208,7 +210,8 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
 		return charged
 	}
 	log := w.log.With().Str("lane", token).Logger()
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli(), Trigger: md.Sequence.Stream})
+	info, lf := w.leaseInfo(md.Sequence.Stream)
+	lease, err := w.lanes.Acquire(ctx, token, info)
 	var heldErr *kvstore.HeldError
 	switch {
 	case errors.As(err, &heldErr) && holdsAsTrigger(heldErr.Holder, md):
@@ -228,7 +231,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
 	}
 	w.stats.Acquired.Add(1)
 	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), log: log, setUp: leave,
-		lease: ownerLease{Lease: lease, trigger: msg, triggerSeq: md.Sequence.Stream},
+		lease: ownerLease{Lease: lease, life: lf, trigger: msg, triggerSeq: md.Sequence.Stream},
 		slot:  slotUse{since: w.now(), charged: charged}}
 	o.markHeld(true)
 	defer o.markHeld(false)

@@ -20,7 +20,10 @@
 //     so the lane's other deliveries are acked without a slot.
 //   - trigger: the dispatch delivery that brought the lane to its owner,
 //     kept in progress while the owner drains; a lane the sweep took has
-//     none.
+//     none, nor one taken over from a dead worker.
+//   - life: a worker's key in the workers bucket, kept by its beat
+//     (kvstore.Liveness); its leases name it. A life ends when its worker
+//     is found dead (liveness.go), and the others take over its leases.
 //   - settle: decide a delivery's fate, ack or hand back (Nak):
 //     settleDelivery for a delivery, settleTrigger for an owner's trigger.
 //     Nothing else is settled.

@@ -34,6 +34,8 @@ func TestHoldsAsTrigger(t *testing.T) {
 		{"another message, redelivered", kvstore.LeaseInfo{Trigger: 7}, md(9, 4), false},
 		{"no trigger (sweep), first delivery", kvstore.LeaseInfo{}, md(9, 1), false},
 		{"no trigger (sweep), redelivered: cannot tell", kvstore.LeaseInfo{}, md(9, 2), true},
+		// the new owner of a dead worker's lane drains its messages
+		{"taken over from a dead worker, its trigger redelivered", kvstore.LeaseInfo{From: "dead"}, md(9, 2), false},
 	} {
 		if got := holdsAsTrigger(c.holder, c.md); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)

@@ -119,10 +119,11 @@ func (o *owner) release() ending {
 	if o.w.shuttingDown.Load() {
 		return endShutdown
 	}
-	lease, err := o.w.lanes.Acquire(ctx, o.token, kvstore.LeaseInfo{Worker: o.w.cfg.ID, Acquired: o.now().UnixMilli(), Trigger: o.lease.triggerSeq})
+	info, lf := o.w.leaseInfo(o.lease.triggerSeq)
+	lease, err := o.w.lanes.Acquire(ctx, o.token, info)
 	switch {
 	case err == nil:
-		o.lease.Lease = lease
+		o.lease.Lease, o.lease.life = lease, lf
 		o.w.stats.Acquired.Add(1)
 		o.markHeld(true)
 		return endAgain

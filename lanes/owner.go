@@ -54,6 +54,9 @@ func (o *owner) now() time.Time { return o.w.cfg.Now() }
 // here (nil for a lane the sweep took), and the lane's mark as held here.
 type ownerLease struct {
 	*kvstore.Lease
+	// life is the worker's life the lease names (nil: none): when it
+	// ends, the lease is being taken over, and the drain stops at once.
+	life       *life
 	trigger    jetstream.Msg
 	triggerSeq uint64
 	cancel     context.CancelCauseFunc // ends the current drain (the lease was lost, or a newer owner fenced its events)
@@ -125,11 +128,13 @@ func (o *owner) run() {
 	for {
 		ctx, cancel := context.WithCancelCause(o.w.turnCtx)
 		o.lease.cancel = cancel
+		stopLife := o.lease.life.bind(cancel)
 		hbExited := make(chan struct{})
 		go o.heartbeat(ctx, cancel, o.lease.Lease, hbExited)
 		lostInDrain := o.drain(ctx)
 		lost := lostInDrain || errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost)
 		cancelled := ctx.Err() != nil
+		stopLife()
 		cancel(nil)
 		<-hbExited
 		if f := o.inFlight; lost && f != nil {

@@ -38,7 +38,7 @@ func (w *Worker) sweep(ctx context.Context) {
 		if w.shuttingDown.Load() {
 			return
 		}
-		w.sweepOnce(ctx)
+		w.sweepOnce(ctx, w.streams.cfg.AckWait)
 		w.expire(ctx)
 	}
 }
@@ -58,7 +58,11 @@ func (w *Worker) sweepPassTime() time.Duration {
 // next tick.
 const minSweepPass = 10 * time.Second
 
-func (w *Worker) sweepOnce(ctx context.Context) {
+// sweepOnce is one pass of the sweep: it takes the lanes whose oldest
+// unprocessed message waited at least age with nobody holding the lane
+// (AckWait; 0 right after a worker died, whose deliveries in hand would
+// otherwise wait out AckWait).
+func (w *Worker) sweepOnce(ctx context.Context, age time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, w.sweepPassTime())
 	defer cancel()
 	if err := w.streams.TightenLaneCap(ctx, w.js); err != nil {
@@ -69,7 +73,6 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 		w.log.Debug().Err(err).Msg("sweep: list lanes")
 		return
 	}
-	age := w.streams.cfg.AckWait
 	for subj := range info.State.Subjects {
 		if ctx.Err() != nil || w.shuttingDown.Load() {
 			return
@@ -134,23 +137,31 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj string, level z
 	if !ok {
 		return false
 	}
-	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
+	info, lf := w.leaseInfo(0)
+	lease, err := w.lanes.Acquire(ctx, token, info)
 	if err != nil {
 		w.sched.Put(token, charged, w.now())
 		return true
 	}
 	w.stats.Swept.Add(1)
 	w.log.WithLevel(level).Str("lane", token).Msg(why)
+	w.runTaken(token, key, subj, lease, lf, charged)
+	return true
+}
+
+// runTaken runs the owner of a lane taken without a trigger delivery (by
+// the sweep, or from a worker declared dead) in a slot charged charged
+// bytes, and gives the slot back after.
+func (w *Worker) runTaken(token, key, subj string, lease *kvstore.Lease, lf *life, charged int64) {
 	w.wg.Add(1)
 	go func() {
-		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", token).Logger(),
+		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease, life: lf}, log: w.log.With().Str("lane", token).Logger(),
 			slot: slotUse{since: w.now(), charged: charged}}
 		defer func() { w.sched.Put(token, o.slot.charged, w.now()); w.wg.Done() }()
 		o.markHeld(true)
 		defer o.markHeld(false)
 		o.run()
 	}()
-	return true
 }
 
 // owesFinals reports whether the lane's record of seq ends a run whose final

@@ -69,6 +69,9 @@ type Turn struct {
 type StepLog struct {
 	j     *kvstore.Journal
 	first bool // the run's first attempt: nothing can be recorded yet
+	// life is the life the owner's lease names (nil: none): a step is
+	// not recorded, and the turn goes no further, once it may be over.
+	life *life
 
 	mu       sync.Mutex
 	storeErr error // the first read or write that failed on a transient store error
@@ -88,7 +91,22 @@ func (s *StepLog) Steps(ctx context.Context) ([][]byte, error) {
 }
 
 // Put records step n; it fails once another owner claimed the journal.
+// A worker that may have been declared dead meanwhile (no beat confirmed
+// for the liveness TTL: it was frozen) records nothing and fails the step,
+// so the turn makes no further call before its owner stops it.
 func (s *StepLog) Put(ctx context.Context, n int, step []byte) error {
+	if lapsed, err := s.life.check(); err != nil {
+		if lapsed {
+			// As a store that did not answer: the attempt does not count,
+			// and the owner retries it unless its lease is gone.
+			s.mu.Lock()
+			if s.storeErr == nil {
+				s.storeErr = err
+			}
+			s.mu.Unlock()
+		}
+		return err
+	}
 	return s.note(s.j.Put(ctx, n, step))
 }
 
@@ -408,7 +426,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 		turn.State = *o.lane.cursor.State
 	}
 	turn.steer = o.steerer(p)
-	turn.steps = &StepLog{j: o.w.lanes.Journal(o.token, a.seq), first: a.attempt == 1}
+	turn.steps = &StepLog{j: o.w.lanes.Journal(o.token, a.seq), first: a.attempt == 1, life: o.lease.life}
 	out, err := o.callHandler(turnCtx, turn, a.log)
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	endCutWatch()

@@ -124,6 +124,16 @@ type Config struct {
 	// the retention cutoff, event times); default time.Now. Timers and
 	// deadlines of network calls use the wall clock.
 	Now func() time.Time
+	// Liveness, when set, keeps this worker's life in the liveness bucket
+	// and has it take over at once the lanes of workers found dead
+	// (liveness.go): a dead worker's sessions resume within about
+	// LivenessEvery×1.5 of its death instead of AckWait. nil: a dead
+	// worker's lanes wait for AckWait and its leases' lapse.
+	Liveness *kvstore.Liveness
+	// LivenessEvery is how often the worker beats, and how late a beat
+	// may be (half of it more) before the others ask whether its
+	// connection is gone; default kvstore.DefaultLivenessEvery.
+	LivenessEvery time.Duration
 	// setupKeep replaces gateKeep (tests).
 	setupKeep time.Duration
 	// deadRetry replaces deadRetryDelay (tests).
@@ -179,6 +189,9 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.LivenessEvery <= 0 {
+		c.LivenessEvery = kvstore.DefaultLivenessEvery
+	}
 	return c
 }
 
@@ -223,6 +236,11 @@ type Worker struct {
 	cancelTurns  context.CancelCauseFunc
 	wg           sync.WaitGroup
 
+	// life is the worker's current life (nil without Config.Liveness),
+	// alive what it knows of the others'.
+	life  atomic.Pointer[life]
+	alive *liveness
+
 	stats Stats
 	// transcripts keeps the lanes' transcripts between their owners.
 	transcripts *transcripts
@@ -262,6 +280,9 @@ type Stats struct {
 	// a message arrive (Config.Linger), LingerHits those that then found
 	// it and went on without letting the lane go.
 	Lingered, LingerHits atomic.Int64
+	// TakenOver counts lanes taken over from workers found dead
+	// (Config.Liveness).
+	TakenOver atomic.Int64
 
 	deadMu sync.Mutex
 	deadBy map[string]int64 // dead letters stored, by reason
@@ -367,6 +388,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		w.cfg.SealKey = key
 	}
+	stopWatching, endLife := func() {}, func() {}
+	if w.cfg.Liveness != nil {
+		var err error
+		if stopWatching, endLife, err = w.startLiveness(); err != nil {
+			return err
+		}
+	}
 	batch := min(max(w.cfg.Concurrency, 16), 256)
 	cc, err := w.streams.Dispatch.Consume(w.onDelivery, jetstream.PullMaxMessages(batch),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -375,6 +403,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}))
 	if err != nil {
+		endLife()
 		return fmt.Errorf("lanes: consume dispatch: %w", err)
 	}
 	w.consuming.Store(true)
@@ -393,6 +422,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(w.shutdown)
 	cancelSweep()
 	<-sweepDone
+	stopWatching()
 	cc.Drain()
 	select {
 	case <-cc.Closed():
@@ -409,6 +439,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		<-done
 	}
 	w.cancelTurns(ErrShutdown)
+	endLife()
 	w.log.Info().Int64("turns", w.stats.Turns.Load()).Msg("worker stopped")
 	return nil
 }

@@ -93,6 +93,10 @@ const (
 	LanesBucket = "lanes"
 	AuthBucket  = "auth"
 	RunsBucket  = "runs"
+	// WorkersBucket holds the workers' lives (kvstore.Liveness): each
+	// worker beats there, watches the others' and declares dead one whose
+	// connection is gone. Workers only.
+	WorkersBucket = "workers"
 	// BudgetsBucket holds the budgets (budgetstore.DefaultBucket):
 	// workers reserve and settle their calls there; only the admin role
 	// sets limits (and writes the AGENT_AUDIT stream that records it),
@@ -341,6 +345,12 @@ func workerPermissions(inbox string) Permissions {
 		"$KV."+AuthBucket+".>",
 		"$KV."+RunsBucket+".>",
 		"$KV."+BudgetsBucket+".>",
+		// The workers' lives: its own beats, and the end of another's
+		// found dead.
+		"$KV."+WorkersBucket+".>",
+		// Whether a late worker is still connected (no responder: it is
+		// not).
+		events.AlivePrefix+"*",
 		// Schedules: their records (firings and history), their server
 		// timers (message schedules on AGENT_SCHED).
 		"$KV."+SchedulesBucket+".>",
@@ -372,6 +382,9 @@ func workerPermissions(inbox string) Permissions {
 		events.InboundPrefix + "*",
 		// The lane service and the admin service.
 		ServicePrefix + "*.*",
+		// Its own alive subject (agent.alive.<life>), answered while it
+		// is connected.
+		events.AlivePrefix + "*",
 		AdminPrefix + ">",
 	}, microControl(LaneService)...)
 	sub = append(sub, microControl(AdminService)...)
@@ -381,10 +394,10 @@ func workerPermissions(inbox string) Permissions {
 }
 
 // FleetStreams are the JetStream streams of a fleet: its five streams and
-// the streams of its six buckets and its object store.
+// the streams of its seven buckets and its object store.
 func FleetStreams() []string {
 	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream, SchedulesStream,
-		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + BudgetsBucket, "KV_" + SchedulesBucket, "KV_" + AgentsBucket, "OBJ_" + AgentFilesBucket}
+		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + WorkersBucket, "KV_" + BudgetsBucket, "KV_" + SchedulesBucket, "KV_" + AgentsBucket, "OBJ_" + AgentFilesBucket}
 }
 
 // microControl returns the control subjects a NATS micro service named

@@ -41,6 +41,7 @@ import (
 	"github.com/lanefleet/lanefleet/hooks"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/version"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/mcpbridge"
 	"github.com/lanefleet/lanefleet/redact"
@@ -156,6 +157,8 @@ is set: spans go over OTLP/HTTP.`,
 	fs.DurationVar(&cfg.LaneTimeBudget, "lane-time-budget", 0, "while other lanes wait for a slot, also yield at the first turn boundary after a lane has held its slot this long (0 = turns only)")
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 30*time.Second, "dispatch AckWait: how long a dead worker's lanes wait before another takes them")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 30*time.Second, "lane lease TTL (renewed every third of it)")
+	fs.DurationVar(&cfg.LivenessEvery, "liveness-every", kvstore.DefaultLivenessEvery, "how often this worker beats in the workers bucket: a worker whose beat is late by half of it and whose connection is gone is declared dead, and the others take its lanes over at once instead of after --ack-wait (-1ms = off)")
+	fs.DurationVar(&cfg.LivenessTTL, "liveness-ttl", kvstore.DefaultLivenessTTL, "how long a worker that keeps its connection but stops beating (paused, starved) lives on before the others take its lanes over (at least 1s)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "on stop, how long running turns may finish before they are cancelled and handed over")
 	fs.IntVar(&cfg.MaxPayload, "max-payload", 4<<20, "largest inbound payload in bytes")
 	// Byte limits: the defaults fit a single node's 8 GiB store; every

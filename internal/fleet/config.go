@@ -49,11 +49,17 @@ type Config struct {
 	InsecureListen bool
 
 	// The fleet.
-	WorkerID      string
-	Replicas      int           // stream and bucket replicas (3 on a cluster)
-	Concurrency   int           // lanes owned at once by this worker
-	AckWait       time.Duration // dispatch AckWait
-	LeaseTTL      time.Duration // lane lease TTL
+	WorkerID    string
+	Replicas    int           // stream and bucket replicas (3 on a cluster)
+	Concurrency int           // lanes owned at once by this worker
+	AckWait     time.Duration // dispatch AckWait
+	LeaseTTL    time.Duration // lane lease TTL
+	// LivenessEvery and LivenessTTL: how often the worker beats in the
+	// liveness bucket, and how long its life lasts without a beat
+	// (lanes.Config.Liveness: fast takeover of a dead worker's lanes);
+	// 0 = their defaults, a negative LivenessEvery turns it off.
+	LivenessEvery time.Duration
+	LivenessTTL   time.Duration
 	ShutdownGrace time.Duration
 	MaxPayload    int
 	// MaxInflightBytes bounds the payload bytes of the lanes running at

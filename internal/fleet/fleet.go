@@ -67,8 +67,10 @@ type Member struct {
 	// sealKey is the fleet's seal key (kvstore.Lanes.SealKey): the
 	// lanes check and make seals with it, and sub-agent spawns carry it.
 	sealKey []byte
-	Server  *server.Server // nil when joined to an external deployment
-	Conn    *nats.Conn
+	// liveness is the workers' liveness bucket (nil: fast takeover off).
+	liveness *kvstore.Liveness
+	Server   *server.Server // nil when joined to an external deployment
+	Conn     *nats.Conn
 	// connURL and connOpts are how Conn was made (SecondConn repeats
 	// them); inProcess says a second connection may be in process.
 	connURL   string
@@ -251,6 +253,7 @@ func (m *Member) build(ctx context.Context) error {
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
 		ChatCommands: !cfg.NoChatCommands, ChatDefaults: m.chatDefaults(),
+		Liveness: m.liveness, LivenessEvery: cfg.LivenessEvery,
 	}
 	if m.agents != nil {
 		lcfg.CommandsOff = m.commandsOff
@@ -423,6 +426,11 @@ func (m *Member) openState(ctx context.Context) error {
 	}
 	if m.Lanes == nil {
 		if m.Lanes, err = kvstore.Open(ctx, m.JS, kvstore.Config{Replicas: cfg.Replicas, LeaseTTL: cfg.LeaseTTL, MaxBytes: cfg.Limits.Lanes, StepsMaxBytes: cfg.Limits.Steps}); err != nil {
+			return err
+		}
+	}
+	if m.liveness == nil && cfg.LivenessEvery >= 0 {
+		if m.liveness, err = kvstore.OpenLiveness(ctx, m.JS, kvstore.LivenessConfig{Replicas: cfg.Replicas, TTL: cfg.LivenessTTL}); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,84 @@
+package integration
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// takeoverArgs are the fault workers' flags for the fast-takeover cases:
+// AckWait and the lease TTL a minute, so only fast takeover can resume a
+// dead worker's lanes within the cases' 30 s deadlines.
+var takeoverArgs = []string{"--ack-wait", "60s", "--lease-ttl", "60s", "--liveness-every", "250ms", "--liveness-ttl", "2s",
+	"--scripted-delay", "100ms", "--concurrency", "32"}
+
+// TestFaultKilledWorkerTakenOverFast: a worker process SIGKILLed mid-run
+// has its lanes resumed by the survivor within 30 s, half AckWait and the
+// lease TTL (before fast takeover they waited out AckWait, and this case
+// failed): the survivor finds its connection gone, declares it dead and
+// takes its leases over. Every run ends exactly once, in order.
+func TestFaultKilledWorkerTakenOverFast(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault suite")
+	}
+	t.Parallel()
+	cl := natstest.StartProcCluster(t, 1)
+	victim := startWorkerProc(t, cl.URL(), "victim", takeoverArgs...)
+	nc, js := connectProcs(t, cl)
+	waitForFleet(t, js)
+	survivor := startWorkerProc(t, cl.URL(), "survivor", append(takeoverArgs, "--log-level", "info")...)
+	fin := watchRunFinals(t, cl.URL())
+	msgs, keys, want := faultLoad("fast", 15, 3)
+	runs := sendOrdered(t, js, msgs)
+	held := heldBy(t, js, "victim", keys, 3, time.Minute)
+	victim.kill()
+	killed := time.Now()
+	t.Logf("SIGKILLed the worker holding %d lanes mid-run", len(held))
+	fin.waitAll(t, js, runs, 30*time.Second)
+	t.Logf("all runs ended %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if len(survivor.logLines("took over a dead worker's lanes")) == 0 {
+		t.Error("the survivor never said it took the dead worker's lanes over")
+	}
+	audit(t, js, runs)
+	c, _ := lanefleet.New(nc)
+	checkTranscripts(t, c, want)
+}
+
+// TestFaultPausedWorkerFencedOut: a worker process SIGSTOPped mid-run keeps
+// its connection, so it is found dead only when its life lapses (2 s);
+// the survivor then takes its lanes over and ends every run. Woken with
+// SIGCONT, the paused worker finds itself declared dead and stops its
+// turns: no event of it is stored after the survivor's, no run ends twice,
+// and every transcript holds each turn once.
+func TestFaultPausedWorkerFencedOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault suite")
+	}
+	t.Parallel()
+	cl := natstest.StartProcCluster(t, 1)
+	victim := startWorkerProc(t, cl.URL(), "paused", append(takeoverArgs, "--log-level", "info")...)
+	nc, js := connectProcs(t, cl)
+	waitForFleet(t, js)
+	startWorkerProc(t, cl.URL(), "survivor", takeoverArgs...)
+	fin := watchRunFinals(t, cl.URL())
+	msgs, keys, want := faultLoad("pause", 15, 3)
+	runs := sendOrdered(t, js, msgs)
+	held := heldBy(t, js, "paused", keys, 3, time.Minute)
+	victim.signal(syscall.SIGSTOP)
+	t.Logf("SIGSTOPped the worker holding %d lanes mid-run", len(held))
+	fin.waitAll(t, js, runs, 30*time.Second)
+	victim.signal(syscall.SIGCONT)
+	deadline := time.Now().Add(time.Minute)
+	for len(victim.logLines("this worker was declared dead")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the woken worker never found itself declared dead")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	audit(t, js, runs)
+	c, _ := lanefleet.New(nc)
+	checkTranscripts(t, c, want)
+}
