@@ -54,6 +54,9 @@ func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events
 			changed = true
 		}
 	}
+	if res := out.Result; res != nil && res.Meta.StopReason == events.StopYielded {
+		res.Meta.Waiting = len(next.Children)
+	}
 	var ob *kvstore.Outbox
 	if parent, id, msg, ok := subagent.Completion(o.w.cfg.SealKey, o.key, p.run.runID(), &next, out.Result); ok {
 		data, _, err := events.EncodeInbound(msg, false)

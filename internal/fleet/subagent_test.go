@@ -83,8 +83,10 @@ func completions(t *testing.T, ctx context.Context, c *lanefleet.Client, session
 	return out
 }
 
-// TestSubagentsOnAFleet: a session spawns three sub-agents and yields;
-// each child runs its task in its own session (its start event naming the
+// TestSubagentsOnAFleet: a session spawns three sub-agents and yields,
+// which ends its turn (the reply scripted after the yield is never asked
+// for; the run's stop reason says it yielded and how many sub-agents it
+// waits for); each child runs its task in its own session (its start event naming the
 // parent), and its completion reaches the parent's lane once, as a message
 // marked as a sub-agent's result, which the parent's next turn answers.
 // The parent's running cost includes each child's whole use; its pending
@@ -103,6 +105,10 @@ func TestSubagentsOnAFleet(t *testing.T) {
 	if v.runErr != nil {
 		t.Fatal(v.runErr)
 	}
+	if r := v.result; r.Meta.StopReason != events.StopYielded || r.Meta.Waiting != 3 || len(r.Payloads) != 0 {
+		t.Fatalf("the spawning turn ended with stop reason %q, waiting for %d, payloads %+v; want it yielded, waiting for 3",
+			r.Meta.StopReason, r.Meta.Waiting, r.Payloads)
+	}
 	res := toolResults(t, ctx, c, parent)
 	var children []string
 	for _, l := range []string{"alpha", "beta", "gamma"} {
@@ -119,6 +125,15 @@ func TestSubagentsOnAFleet(t *testing.T) {
 		t.Fatalf("the spawning turn's state: %+v", st)
 	}
 	got := completions(t, ctx, c, parent)
+	h, err := c.History(ctx, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range h {
+		if m := e.Message; m != nil && m.Role == message.RoleAssistant && strings.Contains(m.Content.Text(), "waiting for my sub-agents") {
+			t.Fatalf("the model was asked for a reply after it yielded: %q", m.Content.Text())
+		}
+	}
 	var want events.UsageMeta
 	for i, child := range children {
 		answers := got[child]
