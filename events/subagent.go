@@ -20,6 +20,11 @@ type Parent struct {
 	// other sender can know the id and use it first (JetStream's
 	// de-duplication is stream-wide).
 	Nonce string `json:"nonce,omitempty" msgpack:"nonce,omitempty"`
+	// Ancestors are the spawning session's own ancestors, nearest first
+	// (its parent, that one's parent, …; none for a session nobody
+	// spawned): with Session, the sessions whose budgets the child's
+	// model calls count against too. Sealed with the rest.
+	Ancestors []string `json:"ancestors,omitempty" msgpack:"ancestors,omitempty"`
 	// Delivered is set (in the child's state) by the commit whose record
 	// carries the completion: no later turn of the child delivers again.
 	Delivered bool `json:"delivered,omitempty" msgpack:"delivered,omitempty"`
@@ -70,6 +75,9 @@ const (
 	maxLabelBytes = 128
 	maxNonceBytes = 64
 	maxSealBytes  = 64
+	// MaxAncestors bounds Parent.Ancestors (sub-agents nest far less
+	// deep: the fleet's depth limit).
+	MaxAncestors = 16
 )
 
 // Validate checks a parent lineage.
@@ -85,6 +93,13 @@ func (p *Parent) Validate() error {
 		return &DecodeError{Field: "parent.nonce", Reason: fmt.Sprintf("longer than %d bytes", maxNonceBytes)}
 	case len(p.Seal) > maxSealBytes:
 		return &DecodeError{Field: "parent.seal", Reason: fmt.Sprintf("longer than %d bytes", maxSealBytes)}
+	case len(p.Ancestors) > MaxAncestors:
+		return &DecodeError{Field: "parent.ancestors", Reason: fmt.Sprintf("more than %d", MaxAncestors)}
+	}
+	for _, a := range p.Ancestors {
+		if err := ValidateKey(a); err != nil {
+			return &DecodeError{Field: "parent.ancestors", Reason: err.Error()}
+		}
 	}
 	return nil
 }

@@ -63,7 +63,7 @@ func TestYieldEndsTheTurn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := &spawnLog{}
-			set, err := sessions.Tools(b, sessions.Policy{}, "acme:lead", "7")
+			set, err := sessions.Tools(b, sessions.Policy{}, "acme:lead", "7", nil)
 			if err != nil {
 				t.Fatal(err)
 			}

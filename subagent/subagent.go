@@ -162,6 +162,20 @@ func Adopt(st *events.SessionState, in *events.Inbound) bool {
 	return true
 }
 
+// Lineage is the sessions a session whose parent is p was spawned under,
+// nearest first: p's session, then its own ancestors (nil for p nil: a
+// session nobody spawned). Each one's budget counts the session's model
+// calls too, and a child the session spawns carries them in its spawn
+// (Parent.Ancestors). p must be one the fleet sealed (the session's
+// adopted parent, or its sealed spawn message's).
+func Lineage(p *events.Parent) []string {
+	if p == nil {
+		return nil
+	}
+	out := make([]string, 0, 1+len(p.Ancestors))
+	return append(append(out, p.Session), p.Ancestors...)
+}
+
 // Pending reports whether child is one of st's pending children.
 func Pending(st *events.SessionState, child string) bool {
 	return st != nil && slices.ContainsFunc(st.Children, func(c events.Child) bool { return c.Session == child })

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 )
@@ -178,5 +180,91 @@ func TestSubagentsOnAFleet(t *testing.T) {
 	if st := s.State; st == nil || len(st.Children) != 0 || st.ChildUsage == nil || st.ChildUsage.Total != want.Total || st.ChildUsage.Total == 0 || st.Usage.Total <= want.Total {
 		b, _ := json.Marshal(s.State)
 		t.Fatalf("parent state %s; children's use %+v", b, want)
+	}
+}
+
+// lifecycle follows session's runs from now on: each event of any of
+// them, in the order the lanes published them.
+func lifecycle(t *testing.T, nc *nats.Conn, session string) <-chan *events.Event {
+	t.Helper()
+	tok, err := events.KeyToken(session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *events.Event, 256)
+	sub, err := nc.Subscribe(events.EventPrefix+tok+".*", func(m *nats.Msg) {
+		if ev, err := events.DecodeEvent(m.Header.Get(events.HeaderContentType), m.Data); err == nil {
+			ch <- ev
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return ch
+}
+
+// TestParentBudgetCountsChildren: a session budget on a parent counts its
+// sub-agents' model calls: the parent's turn (one) and its child's (one)
+// fill a budget of two turns, so the parent pauses and the child's
+// completion waits in its queue (a paused notice on its run) until the
+// operator raises the budget; then it runs. (Before, the child's calls
+// counted against its own session and the tenant only: the parent had used
+// one turn of two and answered the completion at once.)
+func TestParentBudgetCountsChildren(t *testing.T) {
+	t.Parallel()
+	m, c, ctx := maskingMember(t, Config{SessionTools: "tenant", SessionSender: clientSender, NoBuiltinTools: true})
+	parent := "acme:lead"
+	sc := governance.Scope{Kind: governance.ScopeSession, Name: parent}
+	if _, _, err := m.budgets.store.Bucket().Set(ctx, sc, governance.Limits{Max: governance.Amount{Turns: 2}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for !m.Budgeted(sc) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the budget never reached the worker")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	evs := lifecycle(t, m.Conn, parent)
+	v := watch(t, ctx, c, parent, scriptText(t, calls("s", "sessions_spawn", map[string]any{"task": "look it up", "label": "scout"}),
+		calls("y", "sessions_yield", nil)), lanefleet.WithModel("scripted/script"))
+	if v.runErr != nil || v.result.Meta.StopReason != events.StopYielded {
+		t.Fatalf("the spawning turn: %v, %+v", v.runErr, v.result)
+	}
+	for paused := false; !paused; {
+		select {
+		case ev := <-evs:
+			if ev.Stream == events.StreamFinal && ev.Data.Result != nil && ev.Data.Result.Meta.StopReason != events.StopYielded {
+				t.Fatalf("the parent ran the completion on a budget its child had filled: %+v", ev.Data.Result)
+			}
+			paused = ev.Stream == events.StreamLifecycle && ev.Data.Phase == events.PhasePaused &&
+				strings.Contains(ev.Data.Text, `the session "acme:lead" budget`)
+		case <-ctx.Done():
+			t.Fatal("the child's completion never waited on the parent's paused lane")
+		}
+	}
+	st, _, err := m.budgets.store.Bucket().Get(ctx, sc)
+	if err != nil || st.Used.Turns < 2 {
+		t.Fatalf("the parent's budget used %+v (%v): want its turn and its child's", st.Used, err)
+	}
+	if _, _, err := m.budgets.store.Bucket().Set(ctx, sc, governance.Limits{Max: governance.Amount{Turns: 10}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case ev := <-evs:
+			if r := ev.Data.Result; ev.Stream == events.StreamFinal && r != nil && r.Meta.Session != nil && len(r.Meta.Session.Children) == 0 {
+				if r.Meta.Error != nil {
+					t.Fatalf("the completion's run: %+v", r.Meta.Error)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the completion did not run once the budget was raised")
+		}
 	}
 }

@@ -66,7 +66,8 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	mk, steer := turnMasker(m.cfg.Redactor, t, inbound)
 	ctx = withMasker(ctx, mk)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals}
+		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals,
+		Lineage: subagent.Lineage(parentOf(t))}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}

@@ -113,7 +113,7 @@ func setup(t *testing.T, caller string) (*memBackend, tools.List) {
 			entry(message.User(strings.Repeat("é", messageChars+10), 2)),
 		}},
 	}
-	l, err := Tools(b, Policy{}, caller, "7")
+	l, err := Tools(b, Policy{}, caller, "7", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func (t spawnTool) Call(ctx context.Context, c tools.Call) (tools.Result, error)
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce) // crypto/rand.Read never fails (Go 1.24+)
 	in := &events.Inbound{ID: "spawn-" + subagent.ID(r.caller, id), Text: TaskHeader(r.caller) + "\n\n" + task, Mode: "followup",
-		Parent: &events.Parent{Session: r.caller, Run: r.runID, Label: label, Nonce: hex.EncodeToString(nonce)}}
+		Parent: &events.Parent{Session: r.caller, Run: r.runID, Label: label, Nonce: hex.EncodeToString(nonce), Ancestors: r.lineage}}
 	// The stream's de-duplication key is the nonce (nobody else knows it:
 	// that de-duplication is stream-wide); a spawn made again after a
 	// crash has another, and the child's lane drops it by in.ID.
