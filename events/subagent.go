@@ -44,6 +44,10 @@ type Child struct {
 	Label     string `json:"label,omitempty" msgpack:"label,omitempty"`
 	// Spawned is when, Unix ms.
 	Spawned int64 `json:"spawned,omitempty" msgpack:"spawned,omitempty"`
+	// Stopped is set when the session was stopped while the child was
+	// pending: a stop went to the child's lane too, and its completion,
+	// when it comes, is taken off without a turn of the session's.
+	Stopped bool `json:"stopped,omitempty" msgpack:"stopped,omitempty"`
 }
 
 // SubagentResult marks an inbound message as a sub-agent's completion
@@ -54,7 +58,7 @@ type SubagentResult struct {
 	Session string `json:"session" msgpack:"session"`
 	Run     string `json:"run" msgpack:"run"`
 	Label   string `json:"label,omitempty" msgpack:"label,omitempty"`
-	// Status is SubagentOK or SubagentError.
+	// Status is SubagentOK, SubagentError or SubagentStopped.
 	Status string `json:"status" msgpack:"status"`
 	// Usage is the child session's whole use (its own children's
 	// included), which the parent adds to its running total.
@@ -68,6 +72,9 @@ type SubagentResult struct {
 const (
 	SubagentOK    = "ok"
 	SubagentError = "error"
+	// SubagentStopped: a stop reached the child (its parent's, cascaded,
+	// or its own) before it finished.
+	SubagentStopped = "stopped"
 )
 
 // Bounds of lineage fields.
@@ -113,8 +120,8 @@ func (r *SubagentResult) Validate() error {
 		return &DecodeError{Field: "subagent.run", Reason: "not a run id"}
 	case len(r.Label) > maxLabelBytes || !utf8.ValidString(r.Label):
 		return &DecodeError{Field: "subagent.label", Reason: fmt.Sprintf("not UTF-8 of at most %d bytes", maxLabelBytes)}
-	case r.Status != SubagentOK && r.Status != SubagentError:
-		return &DecodeError{Field: "subagent.status", Reason: fmt.Sprintf("%q: want ok or error", clip(r.Status))}
+	case r.Status != SubagentOK && r.Status != SubagentError && r.Status != SubagentStopped:
+		return &DecodeError{Field: "subagent.status", Reason: fmt.Sprintf("%q: want ok, error or stopped", clip(r.Status))}
 	case len(r.Seal) > maxSealBytes:
 		return &DecodeError{Field: "subagent.seal", Reason: fmt.Sprintf("longer than %d bytes", maxSealBytes)}
 	}

@@ -16,7 +16,7 @@ func TestSeals(t *testing.T) {
 	t.Parallel()
 	st := &events.SessionState{Parent: &events.Parent{Session: "acme:a", Run: "7", Label: "l", Nonce: "n1"},
 		Usage: &events.UsageMeta{Total: 30, Cost: &events.CostMeta{Total: 0.25}}}
-	_, _, in, ok := Completion(testKey, "acme:a:subagent:x", "3", st, &events.Result{Payloads: []events.Payload{{Text: "done"}}})
+	_, _, in, ok := Completion(testKey, "acme:a:subagent:x", "3", st, &events.Result{Payloads: []events.Payload{{Text: "done"}}}, false)
 	if !ok || !CompletionSealed(testKey, "acme:a", in) {
 		t.Fatal("a completion is not sealed")
 	}

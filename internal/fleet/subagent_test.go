@@ -268,3 +268,118 @@ func TestParentBudgetCountsChildren(t *testing.T) {
 		}
 	}
 }
+
+// spawnedChildren reads the child session keys of a session's
+// sessions_spawn results, by call id.
+func spawnedChildren(t *testing.T, ctx context.Context, c *lanefleet.Client, session string, ids ...string) []string {
+	t.Helper()
+	res := toolResults(t, ctx, c, session)
+	var out []string
+	for _, id := range ids {
+		_, rest, ok := strings.Cut(res[id], "Sub-agent started: session ")
+		child, _, _ := strings.Cut(rest, ",")
+		if !ok || !strings.HasPrefix(child, session+":subagent:") {
+			t.Fatalf("spawn %s: %q", id, res[id])
+		}
+		out = append(out, child)
+	}
+	return out
+}
+
+// streaming waits until session's run has streamed some of its reply.
+func streaming(t *testing.T, ctx context.Context, c *lanefleet.Client, session, run string) {
+	t.Helper()
+	for ev, err := range c.Run(session, run).Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == events.StreamAssistant && ev.Data.Delta != "" {
+			return
+		}
+		if ev.Terminal() {
+			t.Fatalf("%s run %s ended before it streamed: %+v", session, run, ev.Data)
+		}
+	}
+}
+
+// TestStopReachesSubagents: stopping a session that yielded to its
+// sub-agents stops them too: the stop's reply says how many it passed
+// on, each child's running turn is cut and its completion says it was
+// stopped, and the parent takes those completions off without a turn of
+// its model (no sub-agent result in its transcript), counting their use.
+// (Before, the stop said "nothing was running" and the children ran on,
+// each answered by the parent when it finished.)
+func TestStopReachesSubagents(t *testing.T) {
+	t.Parallel()
+	// The children's model streams for half a minute: only a stop ends
+	// their turns early.
+	slow := scripted.Script{Replies: []scripted.Reply{{Text: strings.Repeat("still working ", 300), Chunks: 300, DelayMs: 100}}}
+	m, c, ctx := maskingMember(t, Config{SessionTools: "tenant", SessionSender: clientSender, NoBuiltinTools: true,
+		DefaultModel: "scripted/slow", Scripts: map[string]scripted.Script{"slow": slow}})
+	parent := "acme:lead"
+	fin := finals(t, m.Conn, parent)
+	v := watch(t, ctx, c, parent, scriptText(t, calls("a", "sessions_spawn", map[string]any{"task": "dig", "label": "a"}),
+		calls("b", "sessions_spawn", map[string]any{"task": "dig more", "label": "b"}), calls("y", "sessions_yield", nil)),
+		lanefleet.WithModel("scripted/script"))
+	if v.runErr != nil || v.result.Meta.Waiting != 2 {
+		t.Fatalf("the spawning turn: %v, %+v", v.runErr, v.result)
+	}
+	<-fin // the spawning turn's
+	children := spawnedChildren(t, ctx, c, parent, "a", "b")
+	for _, ch := range v.result.Meta.Session.Children {
+		streaming(t, ctx, c, ch.Session, ch.Run)
+	}
+	run, err := c.Stop(ctx, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Payloads[0].Text; got != "nothing was running; stopping 2 sub-agent(s)" {
+		t.Fatalf("the stop's reply: %q", got)
+	}
+	<-fin // the stop's
+	var texts []string
+	for len(texts) < 2 {
+		select {
+		case r := <-fin:
+			if r.Meta.Error != nil || len(r.Payloads) != 1 {
+				t.Fatalf("a stopped child's completion ran as %+v", r)
+			}
+			texts = append(texts, r.Payloads[0].Text)
+			if len(texts) == 2 && (r.Meta.Session == nil || len(r.Meta.Session.Children) != 0) {
+				t.Fatalf("the parent still has children pending: %+v", r.Meta.Session)
+			}
+		case <-ctx.Done():
+			t.Fatalf("the stopped children's completions did not arrive: %q", texts)
+		}
+	}
+	for _, text := range texts {
+		if !strings.Contains(text, "ended after this session was stopped: its result was not answered") {
+			t.Errorf("a stopped child's completion: %q", text)
+		}
+	}
+	if got := completions(t, ctx, c, parent); len(got) != 0 {
+		t.Errorf("the parent's model answered stopped children: %q", got)
+	}
+	s, err := c.Settings(ctx, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want events.UsageMeta
+	for _, child := range children {
+		cs, err := c.Settings(ctx, child)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cs.State == nil || cs.State.Parent == nil || !cs.State.Parent.Delivered {
+			t.Fatalf("child %s did not deliver its completion: %+v", child, cs.State)
+		}
+		want = *want.Plus(cs.State.Usage)
+	}
+	if got := s.State.ChildUsage; (got == nil) != (want.Total == 0) || got != nil && got.Total != want.Total {
+		t.Errorf("the parent counts %+v of its stopped children's use, want %+v", got, want)
+	}
+}
