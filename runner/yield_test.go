@@ -123,4 +123,3 @@ func TestYieldEndsTheTurn(t *testing.T) {
 		})
 	}
 }
-
