@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/message"
@@ -302,13 +303,52 @@ func streaming(t *testing.T, ctx context.Context, c *lanefleet.Client, session, 
 	}
 }
 
-// TestStopReachesSubagents: stopping a session that yielded to its
-// sub-agents stops them too: the stop's reply says how many it passed
-// on, each child's running turn is cut and its completion says it was
-// stopped, and the parent takes those completions off without a turn of
-// its model (no sub-agent result in its transcript), counting their use.
-// (Before, the stop said "nothing was running" and the children ran on,
-// each answered by the parent when it finished.)
+// sessionsListed lists the sessions with their state, by key.
+func sessionsListed(t *testing.T, ctx context.Context, c *lanefleet.Client) map[string]admin.Session {
+	t.Helper()
+	rep, err := c.SessionsPage(ctx, admin.SessionsRequest{State: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]admin.Session{}
+	for _, s := range rep.Sessions {
+		seen[s.Key] = s
+	}
+	return seen
+}
+
+// runningWithChildren waits until the runs listing shows session's run
+// with its pending sub-agents counted.
+func runningWithChildren(t *testing.T, ctx context.Context, c *lanefleet.Client, session, run string, children int) {
+	t.Helper()
+	for {
+		runs, err := c.ActiveRuns(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.Session == session && r.RunID == run && r.Children == children {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the runs listing does not show %s run %s with %d sub-agents pending: %+v", session, run, children, runs)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestStopReachesSubagents: stopping a session whose sub-agents run stops
+// them too: the stop cuts the parent's own running turn, its reply says
+// how many sub-agents it passed the stop on to, each child's running turn
+// is cut and its completion says it was stopped, and the parent takes
+// those completions off without a turn of its model (no sub-agent result
+// in its transcript), counting their use. (Before, the children ran on,
+// each answered by the parent when it finished.) Meanwhile the sessions
+// and runs listings count the parent's pending sub-agents and schedule,
+// and, once their first turn committed, name the children's parent.
+// (Before, they said neither.)
 func TestStopReachesSubagents(t *testing.T) {
 	t.Parallel()
 	// The children's model streams for half a minute: only a stop ends
@@ -329,6 +369,21 @@ func TestStopReachesSubagents(t *testing.T) {
 	for _, ch := range v.result.Meta.Session.Children {
 		streaming(t, ctx, c, ch.Session, ch.Run)
 	}
+	// The user asks the parent something while its sub-agents work: a
+	// turn of its own, which the stop cuts.
+	busy, err := c.Send(ctx, parent, "how is it going?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streaming(t, ctx, c, parent, busy.ID)
+	if _, err := c.AddSchedule(ctx, lanefleet.NewSchedule{Session: parent, At: time.Now().Add(365 * 24 * time.Hour), Message: events.Inbound{Text: "a year on"}}); err != nil {
+		t.Fatal(err)
+	}
+	seen := sessionsListed(t, ctx, c)
+	if p := seen[parent]; p.Children != 2 || p.Schedules != 1 || p.Parent != "" || p.State != admin.StateRunning {
+		t.Errorf("the sessions listing of the parent: %+v", p)
+	}
+	runningWithChildren(t, ctx, c, parent, busy.ID, 2)
 	run, err := c.Stop(ctx, parent)
 	if err != nil {
 		t.Fatal(err)
@@ -337,28 +392,25 @@ func TestStopReachesSubagents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Payloads[0].Text; got != "nothing was running; stopping 2 sub-agent(s)" {
-		t.Fatalf("the stop's reply: %q", got)
+	if got, want := res.Payloads[0].Text, "stopped run "+busy.ID+"; stopping 2 sub-agent(s)"; got != want {
+		t.Fatalf("the stop's reply: %q, want %q", got, want)
 	}
-	<-fin // the stop's
-	var texts []string
-	for len(texts) < 2 {
+	// The finals that follow the spawning turn's: the cut question's, the
+	// stop's, then one per stopped child's completion.
+	for taken := 0; taken < 2; {
 		select {
 		case r := <-fin:
-			if r.Meta.Error != nil || len(r.Payloads) != 1 {
+			if len(r.Payloads) != 1 || !strings.Contains(r.Payloads[0].Text, "ended after this session was stopped: its result was not answered") {
+				continue
+			}
+			if r.Meta.Error != nil {
 				t.Fatalf("a stopped child's completion ran as %+v", r)
 			}
-			texts = append(texts, r.Payloads[0].Text)
-			if len(texts) == 2 && (r.Meta.Session == nil || len(r.Meta.Session.Children) != 0) {
+			if taken++; taken == 2 && (r.Meta.Session == nil || len(r.Meta.Session.Children) != 0) {
 				t.Fatalf("the parent still has children pending: %+v", r.Meta.Session)
 			}
 		case <-ctx.Done():
-			t.Fatalf("the stopped children's completions did not arrive: %q", texts)
-		}
-	}
-	for _, text := range texts {
-		if !strings.Contains(text, "ended after this session was stopped: its result was not answered") {
-			t.Errorf("a stopped child's completion: %q", text)
+			t.Fatal("the stopped children's completions did not arrive")
 		}
 	}
 	if got := completions(t, ctx, c, parent); len(got) != 0 {
@@ -381,5 +433,14 @@ func TestStopReachesSubagents(t *testing.T) {
 	}
 	if got := s.State.ChildUsage; (got == nil) != (want.Total == 0) || got != nil && got.Total != want.Total {
 		t.Errorf("the parent counts %+v of its stopped children's use, want %+v", got, want)
+	}
+	seen = sessionsListed(t, ctx, c)
+	if p := seen[parent]; p.Children != 0 || p.Schedules != 1 {
+		t.Errorf("the sessions listing of the parent after the stop: %+v", p)
+	}
+	for _, ch := range children {
+		if s := seen[ch]; s.Parent != parent {
+			t.Errorf("the sessions listing of child %s: %+v", ch, s)
+		}
 	}
 }
