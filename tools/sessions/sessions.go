@@ -59,6 +59,10 @@ func (p Policy) Validate() error {
 		if p.MaxDepth < 0 || p.MaxChildren < 0 {
 			return fmt.Errorf("sessions: sub-agent limits must be 0 (the default) or more, not depth %d, children %d", p.MaxDepth, p.MaxChildren)
 		}
+		if p.MaxDepth > events.MaxAncestors {
+			// A spawn names every session above the child.
+			return fmt.Errorf("sessions: sub-agent depth %d is over the most a spawn can carry (%d)", p.MaxDepth, events.MaxAncestors)
+		}
 		return nil
 	}
 	return fmt.Errorf("sessions: scope %q: want %s or %s", p.Scope, ScopeTenant, ScopeAgent)
