@@ -176,8 +176,14 @@ func TestStopPassesOn(t *testing.T) {
 		!CompletionSealed(testKey, "acme:a", in) || in.Validate() != nil {
 		t.Fatalf("a stopped child's completion: %+v %+v (valid: %v)", in, in.Subagent, in.Validate())
 	}
-	if StopID(testKey, "acme:a", "9", "acme:a:subagent:x") == StopID(testKey, "acme:a", "9", "acme:a:subagent:y") ||
-		StopID(testKey, "acme:a", "9", "acme:a:subagent:x") != StopID(testKey, "acme:a", "9", "acme:a:subagent:x") {
-		t.Fatal("stop ids are not one per stop and child")
+	id := StopID(testKey, "acme:a", "9", "acme:a:subagent:x")
+	for _, other := range []string{StopID(testKey, "acme:a", "9", "acme:a:subagent:y"), StopID(testKey, "acme:a", "10", "acme:a:subagent:x"),
+		StopID([]byte("another fleet's key"), "acme:a", "9", "acme:a:subagent:x")} {
+		if other == id {
+			t.Fatal("stop ids are not one per fleet, stop and child")
+		}
+	}
+	if again := StopID(testKey, "acme:a", "9", "acme:a:subagent:x"); again != id {
+		t.Fatal("a stop's id changes between publishes")
 	}
 }
