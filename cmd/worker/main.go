@@ -143,7 +143,7 @@ is set: spans go over OTLP/HTTP.`,
 	fs.StringVar(&cfg.TLSKey, "tls-key", env("NATS_TLS_KEY"), "client TLS key (env NATS_TLS_KEY)")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", env("NATS_TLS_CA"), "CA bundle for the server certificate (env NATS_TLS_CA)")
 	fs.StringVar(&cfg.ServerConfig, "server-config", env("LANEFLEET_SERVER_CONFIG"), "embedded server: a nats-server configuration file (users, permissions, accounts, TLS, monitoring; env LANEFLEET_SERVER_CONFIG); --data-dir and --listen fill in what it leaves unset")
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "embedded server: JetStream data directory (default ./lanefleet-data, or the server config's store_dir)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "the worker's data directory: the embedded server's JetStream store (<data-dir>/jetstream), and the default home of --workspace-root and --agent-cache-dir (default ./lanefleet-data; with --server-config, the file's store_dir unless given; a worker joining another server has none: give --workspace-root to keep its workspaces)")
 	fs.StringVar(&cfg.Listen, "listen", "", "embedded server: client address for publishers and other workers (default 127.0.0.1:4222, or the server config's)")
 	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", false, "embedded server: allow a non-loopback --listen without authentication (anyone who reaches it reads and writes every session)")
 	fs.StringVar(&cfg.WorkerID, "id", "", "worker id in logs, leases and events (default random)")
@@ -281,9 +281,8 @@ is set: spans go over OTLP/HTTP.`,
 			if given("sync") {
 				return usageError{errors.New("--sync with --server-config: set jetstream { sync_interval } in the configuration file instead")}
 			}
-		} else if cfg.DataDir == "" {
-			cfg.DataDir = "./lanefleet-data"
 		}
+		cfg.DataDir = dataDir(cfg.DataDir, cfg.NATSURL, cfg.ServerConfig)
 		switch *sync {
 		case "always":
 			cfg.SyncAlways = true
@@ -506,14 +505,46 @@ func serveMCP(ctx context.Context, m *fleet.Member, servers []mcpbridge.Server, 
 	}
 	bctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	// The worker's runs see the tools as soon as they are served, not at
+	// the next discovery refresh (30 s).
+	var served func(string)
+	refreshed := make(chan struct{})
+	if m.Tools != nil {
+		due := make(chan struct{}, 1)
+		served = func(string) {
+			select {
+			case due <- struct{}{}:
+			default: // one refresh is due already: it will see these too
+			}
+		}
+		go func() {
+			defer close(refreshed)
+			for {
+				select {
+				case <-due:
+					if err := m.Tools.Refresh(bctx); err != nil {
+						if bctx.Err() == nil {
+							log.Warn().Err(err).Msg("remote tools: refresh after the MCP bridge served tools failed")
+						}
+						continue
+					}
+					log.Info().Int("tools", len(m.Tools.Tools())).Msg("remote tools: refreshed after the MCP bridge served tools")
+				case <-bctx.Done():
+					return
+				}
+			}
+		}()
+	} else {
+		close(refreshed)
+	}
 	go func() {
 		defer close(done)
 		defer nc.Close()
-		if err := runMCPBridge(bctx, nc, servers, env, log); err != nil {
+		if err := runMCPBridge(bctx, nc, servers, env, log, served); err != nil {
 			log.Error().Err(err).Msg("MCP bridge stopped")
 		}
 	}()
-	return func() { cancel(); <-done }, nil
+	return func() { cancel(); <-done; <-refreshed }, nil
 }
 
 // endpointOf is an export URL without credentials or query, for the log.
@@ -642,4 +673,18 @@ func clientSender(nc *nats.Conn) (fleet.SendFunc, error) {
 		}
 		return run.ID, nil
 	}, nil
+}
+
+// dataDir is the worker's data directory: the one given; else, for the
+// embedded server without a configuration file, ./lanefleet-data. A worker
+// joining another server (which may not give --data-dir) has none: it
+// keeps its workspaces in the system's temporary directory and its agent
+// cache in one of its own unless --workspace-root and --agent-cache-dir
+// say where, never in whatever directory it was started from (/ under a
+// service manager, the source tree in a test).
+func dataDir(given, natsURL, serverConfig string) string {
+	if given != "" || natsURL != "" || serverConfig != "" {
+		return given
+	}
+	return "./lanefleet-data"
 }
