@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-sessions soak fuzz tidy chaos chaos-subagents coldbuild
+.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule coldbuild
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +28,9 @@ chaos: ## fault soak: nats-server and worker processes, random faults (LANEFLEET
 
 chaos-subagents: ## sub-agents under worker kills: parents × 3 children (LANEFLEET_SUBAGENT_CHAOS=50 parents)
 	LANEFLEET_SUBAGENT_CHAOS=$${LANEFLEET_SUBAGENT_CHAOS:-50} $(GO) test -count=1 -timeout 30m -run TestSubagentsChaos -v ./integration
+
+chaos-schedule: ## the issue's schedule measurements: @every 2s for 60 s across a worker SIGKILL, a SIGTERM restart and a stream-leader kill (3 nodes), and catch-up with the fleet stopped 30 s
+	LANEFLEET_SCHED_SCENARIO=1 $(GO) test -count=1 -timeout 20m -run 'TestScheduleFaultScenario|TestScheduleCatchUpScenario' -v ./integration
 
 test-short: ## quick tests without the fleet integration suite
 	$(GO) test -short -count=1 $(PKGS)

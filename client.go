@@ -814,10 +814,16 @@ type ActiveRun struct {
 	// renewed; zero unless Worker holds the lane.
 	LeaseRenewed time.Time `json:"leaseRenewed,omitzero"`
 	LeaseExpires time.Time `json:"leaseExpires,omitzero"`
+	// Children counts the session's pending sub-agents and Parent names,
+	// for a sub-agent, the session that spawned it: the session's state
+	// as its last committed turn left it (the running turn's start).
+	Children int    `json:"children,omitempty"`
+	Parent   string `json:"parent,omitempty"`
 }
 
 // ActiveRuns lists the runs the fleet's workers are running now, oldest
-// first, each with how its worker holds the session's lane (Holding): an
+// first, each with its session's pending sub-agents and parent, and how
+// its worker holds the session's lane (Holding): an
 // entry stays in the registry after its worker died (until the registry's
 // TTL, default 1 hour), and says so once the worker's lease lapsed. It
 // reads the runs and lanes buckets, which a sender or viewer may not:
@@ -862,6 +868,12 @@ func (c *Client) ActiveRuns(ctx context.Context) ([]ActiveRun, error) {
 				ar.Holding = string(st.HeldBy(r.Worker, now))
 				if ar.Holding != string(kvstore.HoldingLapsed) {
 					ar.LeaseRenewed, ar.LeaseExpires = st.Renewed, st.Expires()
+				}
+			}
+			if cur, err := lanes.Cursor(ctx, tok); err == nil && cur.State != nil {
+				ar.Children = len(cur.State.Children)
+				if p := cur.State.Parent; p != nil {
+					ar.Parent = p.Session
 				}
 			}
 		}

@@ -85,8 +85,11 @@ type Config struct {
 	// message waits (lanes.Worker.Forget): the keys it removed, or busy.
 	// nil = the forget op answers 503.
 	Forget func(ctx context.Context, key string) (keys int, busy bool, err error)
-	Logger zerolog.Logger
-	Now    func() time.Time // default time.Now
+	// Scheduled counts the schedules that send to each session, by key
+	// (a listing with State asks it once); nil = not counted.
+	Scheduled func(ctx context.Context) (map[string]int, error)
+	Logger    zerolog.Logger
+	Now       func() time.Time // default time.Now
 }
 
 // Service is a running admin service.

@@ -216,8 +216,15 @@ func (s *Service) list(ctx context.Context, q SessionsRequest) (SessionsReply, e
 	if start+len(page) < len(list) && len(page) > 0 {
 		rep.Next = pageCursor(page[len(page)-1])
 	}
+	var scheduled map[string]int
+	if q.State && s.cfg.Scheduled != nil {
+		if scheduled, err = s.cfg.Scheduled(ctx); err != nil {
+			return SessionsReply{}, err
+		}
+	}
 	err = each(ctx, len(page), func(ctx context.Context, i int) error {
 		sess, err := s.describe(ctx, page[i], q.State)
+		sess.Schedules = scheduled[sess.Key]
 		rep.Sessions[i] = sess
 		return err
 	})
@@ -229,7 +236,7 @@ func (s *Service) list(ctx context.Context, q SessionsRequest) (SessionsReply, e
 
 // describe reads what a listing says of one session: its last activity,
 // how its running run's worker holds the lane, and with state its
-// state, turns and cost.
+// state, turns, cost, pending sub-agents and parent.
 func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, error) {
 	if l.lastRun > 0 && l.lastRun >= l.newest {
 		m, err := s.cfg.Events.GetLastMsgForSubject(ctx, events.EventPrefix+l.token+"."+strconv.FormatUint(l.lastRun, 10))
@@ -273,7 +280,10 @@ func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, e
 			sess.State = StateIdle
 		}
 		if st := cur.State; st != nil {
-			sess.Turns, sess.Approvals = st.Turns, len(st.Approvals)
+			sess.Turns, sess.Approvals, sess.Children = st.Turns, len(st.Approvals), len(st.Children)
+			if st.Parent != nil {
+				sess.Parent = st.Parent.Session
+			}
 			if st.Usage != nil && st.Usage.Cost != nil {
 				sess.CostUSD = st.Usage.Cost.Total
 			}

@@ -73,8 +73,9 @@ type SessionsRequest struct {
 	// skips that many sessions instead (with After empty).
 	After  string `json:"after,omitempty"`
 	Offset int    `json:"offset,omitempty"`
-	// State asks for each listed session's state, turns and cost (one
-	// read of its newest transcript record each).
+	// State asks for each listed session's state, turns, cost, pending
+	// sub-agents, parent and schedules (one read of its newest transcript
+	// record each, and one listing of the schedules).
 	State bool `json:"state,omitempty"`
 }
 
@@ -155,6 +156,13 @@ type Session struct {
 	CostUSD float64 `json:"costUsd,omitempty" msgpack:"cost,omitempty"`
 	// Approvals counts the calls waiting for the user's approval.
 	Approvals int `json:"approvals,omitempty" msgpack:"approvals,omitempty"`
+	// Children counts its pending sub-agents (spawned, their completion
+	// not received yet); Parent is, for a sub-agent, the session that
+	// spawned it; Schedules counts the schedules that send to it
+	// (paused ones too). Set when the request asked for State.
+	Children  int    `json:"children,omitempty" msgpack:"children,omitempty"`
+	Parent    string `json:"parent,omitempty" msgpack:"parent,omitempty"`
+	Schedules int    `json:"schedules,omitempty" msgpack:"schedules,omitempty"`
 }
 
 // ForgetRequest names the session to forget.

@@ -232,7 +232,17 @@ type Meta struct {
 	// running total of its usage (this turn's included) and the auth
 	// profile its next turn starts on.
 	Session *SessionState `json:"session,omitempty" msgpack:"session,omitempty"`
+	// Waiting is, on the final event of a turn that yielded (StopReason
+	// StopYielded), how many sub-agents the session waits for once the
+	// turn committed; each one's result arrives as a message of its own,
+	// answered in a turn of its own.
+	Waiting int `json:"waiting,omitempty" msgpack:"waiting,omitempty"`
 }
+
+// StopYielded is the stop reason of a turn that ended at a sessions_yield
+// call (its model asked to wait for its sub-agents): the run made no
+// model call after the call's result.
+const StopYielded = "yielded"
 
 // ConsumedRun is a message a turn took off the lane without running it.
 type ConsumedRun struct {

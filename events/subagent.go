@@ -20,6 +20,11 @@ type Parent struct {
 	// other sender can know the id and use it first (JetStream's
 	// de-duplication is stream-wide).
 	Nonce string `json:"nonce,omitempty" msgpack:"nonce,omitempty"`
+	// Ancestors are the spawning session's own ancestors, nearest first
+	// (its parent, that one's parent, …; none for a session nobody
+	// spawned): with Session, the sessions whose budgets the child's
+	// model calls count against too. Sealed with the rest.
+	Ancestors []string `json:"ancestors,omitempty" msgpack:"ancestors,omitempty"`
 	// Delivered is set (in the child's state) by the commit whose record
 	// carries the completion: no later turn of the child delivers again.
 	Delivered bool `json:"delivered,omitempty" msgpack:"delivered,omitempty"`
@@ -39,6 +44,10 @@ type Child struct {
 	Label     string `json:"label,omitempty" msgpack:"label,omitempty"`
 	// Spawned is when, Unix ms.
 	Spawned int64 `json:"spawned,omitempty" msgpack:"spawned,omitempty"`
+	// Stopped is set when the session was stopped while the child was
+	// pending: a stop went to the child's lane too, and its completion,
+	// when it comes, is taken off without a turn of the session's.
+	Stopped bool `json:"stopped,omitempty" msgpack:"stopped,omitempty"`
 }
 
 // SubagentResult marks an inbound message as a sub-agent's completion
@@ -49,7 +58,7 @@ type SubagentResult struct {
 	Session string `json:"session" msgpack:"session"`
 	Run     string `json:"run" msgpack:"run"`
 	Label   string `json:"label,omitempty" msgpack:"label,omitempty"`
-	// Status is SubagentOK or SubagentError.
+	// Status is SubagentOK, SubagentError or SubagentStopped.
 	Status string `json:"status" msgpack:"status"`
 	// Usage is the child session's whole use (its own children's
 	// included), which the parent adds to its running total.
@@ -63,6 +72,9 @@ type SubagentResult struct {
 const (
 	SubagentOK    = "ok"
 	SubagentError = "error"
+	// SubagentStopped: a stop reached the child (its parent's, cascaded,
+	// or its own) before it finished.
+	SubagentStopped = "stopped"
 )
 
 // Bounds of lineage fields.
@@ -70,6 +82,9 @@ const (
 	maxLabelBytes = 128
 	maxNonceBytes = 64
 	maxSealBytes  = 64
+	// MaxAncestors bounds Parent.Ancestors (sub-agents nest far less
+	// deep: the fleet's depth limit).
+	MaxAncestors = 16
 )
 
 // Validate checks a parent lineage.
@@ -85,6 +100,13 @@ func (p *Parent) Validate() error {
 		return &DecodeError{Field: "parent.nonce", Reason: fmt.Sprintf("longer than %d bytes", maxNonceBytes)}
 	case len(p.Seal) > maxSealBytes:
 		return &DecodeError{Field: "parent.seal", Reason: fmt.Sprintf("longer than %d bytes", maxSealBytes)}
+	case len(p.Ancestors) > MaxAncestors:
+		return &DecodeError{Field: "parent.ancestors", Reason: fmt.Sprintf("more than %d", MaxAncestors)}
+	}
+	for _, a := range p.Ancestors {
+		if err := ValidateKey(a); err != nil {
+			return &DecodeError{Field: "parent.ancestors", Reason: err.Error()}
+		}
 	}
 	return nil
 }
@@ -98,8 +120,8 @@ func (r *SubagentResult) Validate() error {
 		return &DecodeError{Field: "subagent.run", Reason: "not a run id"}
 	case len(r.Label) > maxLabelBytes || !utf8.ValidString(r.Label):
 		return &DecodeError{Field: "subagent.label", Reason: fmt.Sprintf("not UTF-8 of at most %d bytes", maxLabelBytes)}
-	case r.Status != SubagentOK && r.Status != SubagentError:
-		return &DecodeError{Field: "subagent.status", Reason: fmt.Sprintf("%q: want ok or error", clip(r.Status))}
+	case r.Status != SubagentOK && r.Status != SubagentError && r.Status != SubagentStopped:
+		return &DecodeError{Field: "subagent.status", Reason: fmt.Sprintf("%q: want ok, error or stopped", clip(r.Status))}
 	case len(r.Seal) > maxSealBytes:
 		return &DecodeError{Field: "subagent.seal", Reason: fmt.Sprintf("longer than %d bytes", maxSealBytes)}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -26,11 +27,23 @@ import (
 // the parent's lane runs a completion only for a child it has pending,
 // which the completion's turn takes off: one delivery, whatever dies.
 
+// Stops. A session's stop is passed on to its pending children: the stop
+// run's commit marks each of them stopped (events.Child.Stopped) and its
+// record's outbox carries a stop for each child's lane (a batch: an
+// Outbox with no session, see stopsOutbox), published like a completion
+// by whoever publishes the record's final event. A stopped child's turn is
+// cut, and its completion says it was stopped (events.SubagentStopped);
+// the parent takes such a completion off without a turn (the fleet's
+// handler answers it with subagent.StoppedText) and counts its use. A
+// spawn message the stop dropped before it ran is adopted all the same,
+// so that child, too, tells its parent it was stopped.
+
 // lineage applies a turn's sub-agent bookkeeping to st, the session's
 // state after the turn (shared: copied before a change): the parent a
 // spawn message names, the children the turn spawned, the completion it
-// received; then the completion the session owes its own parent, if
-// that is now due. It returns the state and the record's outbox.
+// received; a stop's passing on to the pending children; then the
+// completion the session owes its own parent, if that is now due. It
+// returns the state and the record's outbox.
 func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events.SessionState, *kvstore.Outbox, error) {
 	next := events.SessionState{}
 	if st != nil {
@@ -39,6 +52,21 @@ func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events
 	changed := false
 	if in := p.run.in; next.Parent == nil && o.spawnedBy(in) != nil {
 		changed = subagent.Adopt(&next, in)
+	}
+	for _, d := range p.dropped {
+		// A spawn an interrupt or a stop dropped before it ran: the
+		// child still owes its parent a completion.
+		if next.Parent == nil && o.spawnedBy(d.c.in) != nil {
+			changed = subagent.Adopt(&next, d.c.in) || changed
+		}
+	}
+	// stopped: a stop ended this session's work (the stop's own run, the
+	// turn a stop cut, or a completion of a child a stop passed on to).
+	stopped := p.verb == queue.VerbStop || o.lane.stopped.run == p.run.runID()
+	if p.verb == queue.VerbRun && p.in == p.run.in {
+		if _, ok := subagent.StoppedChild(&next, p.run.in); ok && o.completion(p.run.in) != nil {
+			stopped = true
+		}
 	}
 	if len(out.Spawned) > 0 {
 		subagent.Add(&next, out.Spawned)
@@ -54,8 +82,23 @@ func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events
 			changed = true
 		}
 	}
+	if res := out.Result; res != nil && res.Meta.StopReason == events.StopYielded {
+		res.Meta.Waiting = len(next.Children)
+	}
 	var ob *kvstore.Outbox
-	if parent, id, msg, ok := subagent.Completion(o.w.cfg.SealKey, o.key, p.run.runID(), &next, out.Result); ok {
+	if p.verb == queue.VerbStop {
+		if marked := subagent.Stop(&next); len(marked) > 0 {
+			var err error
+			if ob, err = o.stopsOutbox(p.run.runID(), marked); err != nil {
+				return nil, nil, err
+			}
+			if res := out.Result; res != nil && len(res.Payloads) == 1 {
+				res.Payloads[0].Text += fmt.Sprintf("; stopping %d sub-agent(s)", len(marked))
+			}
+			changed = true
+		}
+	}
+	if parent, id, msg, ok := subagent.Completion(o.w.cfg.SealKey, o.key, p.run.runID(), &next, out.Result, stopped); ok && ob == nil {
 		data, _, err := events.EncodeInbound(msg, false)
 		if err != nil {
 			return nil, nil, fmt.Errorf("lanes: encode a completion: %w", err)
@@ -70,6 +113,26 @@ func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events
 		return st, nil, nil
 	}
 	return &next, ob, nil
+}
+
+// stopsOutbox is the outbox of a stop run that passes the stop on to
+// children: a batch (Session "") whose Data is the stops, each an Outbox
+// of its own.
+func (o *owner) stopsOutbox(run string, children []events.Child) (*kvstore.Outbox, error) {
+	stops := make([]kvstore.Outbox, 0, len(children))
+	for _, c := range children {
+		id := subagent.StopID(o.w.cfg.SealKey, o.key, run, c.Session)
+		data, _, err := events.EncodeInbound(&events.Inbound{ID: id, Stop: true}, false)
+		if err != nil {
+			return nil, fmt.Errorf("lanes: encode a sub-agent's stop: %w", err)
+		}
+		stops = append(stops, kvstore.Outbox{Session: c.Session, ID: id, Data: data})
+	}
+	data, err := msgpack.Marshal(stops)
+	if err != nil {
+		return nil, fmt.Errorf("lanes: encode a stop's outbox: %w", err)
+	}
+	return &kvstore.Outbox{ID: "stops-" + run, Data: data}, nil
 }
 
 // received is the completion a turn ran (nil = none): its own message's,
@@ -132,9 +195,25 @@ func (o *owner) parentOf(p *plan) *events.Parent {
 }
 
 // deliver publishes a committed turn's outbox message onto its session's
-// lane.
+// lane, or, for a batch (no session: a stop passed on, stopsOutbox), each
+// of its messages onto theirs. A second publish of any is dropped.
 func (w *Worker) deliver(ctx context.Context, ob *kvstore.Outbox) error {
 	if ob == nil {
+		return nil
+	}
+	if ob.Session == "" {
+		var batch []kvstore.Outbox
+		if err := msgpack.Unmarshal(ob.Data, &batch); err != nil {
+			return fmt.Errorf("lanes: a committed turn's outbox %s does not decode: %w", ob.ID, err)
+		}
+		for i := range batch {
+			if batch[i].Session == "" {
+				continue // never nested
+			}
+			if err := w.deliver(ctx, &batch[i]); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 	if _, err := PublishInbound(ctx, w.js, ob.Session, ob.Data, ob.ID, ob.ID, nil); err != nil {

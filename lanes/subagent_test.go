@@ -116,7 +116,7 @@ func TestSubagentCompletionOnce(t *testing.T) {
 		t.Fatalf("the parent ran %q", seen)
 	}
 	// The same completion again, as if redelivered after the window.
-	_, _, again, _ := subagent.Completion(key, child, "2", &events.SessionState{Parent: p, Usage: &events.UsageMeta{Total: 40}}, &events.Result{})
+	_, _, again, _ := subagent.Completion(key, child, "2", &events.SessionState{Parent: p, Usage: &events.UsageMeta{Total: 40}}, &events.Result{}, false)
 	late := publishInbound(t, f, parent, again, "late")
 	if r := f.waitFinal(t, parent, late).Data.Result; r == nil || r.Meta.Error == nil || r.Meta.Error.Kind != events.KindDropped {
 		t.Fatalf("a second completion: %+v", r)
@@ -156,7 +156,7 @@ func TestSubagentCompletionOwedAcrossOwners(t *testing.T) {
 		}
 		st := &events.SessionState{Parent: &events.Parent{Session: parent, Run: "1", Nonce: "n"}}
 		res := &events.Result{Payloads: []events.Payload{{Text: "done"}}}
-		_, msgID, msg, ok := subagent.Completion(f.sealKey(t), child, "7", st, res)
+		_, msgID, msg, ok := subagent.Completion(f.sealKey(t), child, "7", st, res, false)
 		if !ok {
 			t.Fatal("no completion owed")
 		}

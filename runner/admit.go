@@ -28,6 +28,9 @@ type Admission interface {
 // AdmitCall is one model call about to be made.
 type AdmitCall struct {
 	SessionKey string
+	// Lineage are the sessions SessionKey is a sub-agent of, nearest
+	// first (Input.Lineage): their budgets count the call too.
+	Lineage []string
 	// Request is the call, read-only: its model (price, max output) and
 	// what its input holds.
 	Request *provider.Request
@@ -96,7 +99,7 @@ func (ru *run) admit(ctx context.Context, profile string, req *provider.Request)
 	}
 	first := !ru.admitted
 	ru.admitted = true
-	return admitCall(ctx, ru.r.cfg, ru.sink, AdmitCall{SessionKey: ru.in.SessionKey, Request: req, FirstCall: first, AuthProfile: profile})
+	return admitCall(ctx, ru.r.cfg, ru.sink, AdmitCall{SessionKey: ru.in.SessionKey, Lineage: ru.in.Lineage, Request: req, FirstCall: first, AuthProfile: profile})
 }
 
 // admitCall asks cfg's Admission about call, waiting while it is
@@ -158,12 +161,12 @@ func settleCall(sink Sink, adm Admitted, am *message.Message) {
 
 // admitted is a provider whose calls the Admission admits and settles
 // like a turn's (a compaction's summary calls): a refusal fails the call.
-func admitted(cfg Config, sink Sink, sessionKey, profile string, p provider.Provider) provider.Provider {
+func admitted(cfg Config, sink Sink, in Input, profile string, p provider.Provider) provider.Provider {
 	if cfg.Admission == nil {
 		return p
 	}
 	return provider.Func(func(ctx context.Context, req *provider.Request, emit func(provider.Event)) (m message.Message, err error) {
-		adm, err := admitCall(ctx, cfg, sink, AdmitCall{SessionKey: sessionKey, Request: req, Compaction: true, AuthProfile: profile})
+		adm, err := admitCall(ctx, cfg, sink, AdmitCall{SessionKey: in.SessionKey, Lineage: in.Lineage, Request: req, Compaction: true, AuthProfile: profile})
 		if err != nil {
 			return message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: err.Error()}, err
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/tools"
 )
 
 // errAttemptTimeout is the cause of an attempt's context when its timer
@@ -168,9 +169,10 @@ func (ru *run) keep(out *attemptOut, am *message.Message, err error) bool {
 
 // runCalls runs a reply's tool calls in order, leaving the client's
 // tools' and those waiting for approval pending, and reports whether the
-// attempt ends here: cancelled, timed out, calls left pending, or a tool
-// loop stopped (every call of the reply has its result: the turn is whole
-// where it stops).
+// attempt ends here: cancelled, timed out, calls left pending, a tool
+// loop stopped, or a call that ends the turn succeeded (sessions_yield;
+// every call of the reply has its result: the turn is whole where it
+// stops).
 func (ru *run) runCalls(ctx, actx context.Context, calls []message.Block, out *attemptOut, timedOut func() bool) bool {
 	for _, c := range calls {
 		if approval := ru.needsApproval(c.Name); approval || ru.client[c.Name] {
@@ -178,6 +180,9 @@ func (ru *run) runCalls(ctx, actx context.Context, calls []message.Block, out *a
 			continue
 		}
 		res := ru.runTool(actx, c, &out.toolErrors)
+		if !res.IsError && ru.endsTurn(c.Name) {
+			out.yielded = true
+		}
 		if n, stop := ru.repeats.Record(c.Name, c.Arguments, res.IsError, res.Content.Text()); stop {
 			out.toolLoop = &toolLoopStop{name: c.Name, err: res.Content.Text(), times: n}
 		}
@@ -193,7 +198,19 @@ func (ru *run) runCalls(ctx, actx context.Context, calls []message.Block, out *a
 		out.timedOut, out.aborted = true, true
 		return true
 	}
-	return len(out.pending) > 0 || out.toolLoop != nil
+	return len(out.pending) > 0 || out.toolLoop != nil || out.yielded
+}
+
+// endsTurn reports whether a successful call of the run's tool name ends
+// the turn (tools.TurnEnder). It asks the tool, not the result, so a
+// result replayed from the step journal ends a re-run where it ended the
+// run before.
+func (ru *run) endsTurn(name string) bool {
+	if ru.tools == nil {
+		return false
+	}
+	t, ok := ru.tools.Lookup(name)
+	return ok && tools.EndsTurn(t)
 }
 
 // TextHookBlocked is the tool result the model sees for a call a

@@ -49,7 +49,7 @@ func (ru *run) compactWith(ctx context.Context, req attemptReq, trigger string) 
 	ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseStart})
 	cctx, cancel := context.WithTimeout(ctx, ru.r.cfg.CompactionTimeout)
 	defer cancel()
-	e, err := ru.r.cfg.Compactor.Compact(cctx, CompactRequest{Model: req.model, Provider: admitted(ru.r.cfg, ru.sink, ru.in.SessionKey, req.profile, req.prov), APIKey: req.key,
+	e, err := ru.r.cfg.Compactor.Compact(cctx, CompactRequest{Model: req.model, Provider: admitted(ru.r.cfg, ru.sink, ru.in, req.profile, req.prov), APIKey: req.key,
 		Entries: ru.entries(), Trigger: trigger})
 	if err != nil {
 		ru.r.cfg.Logger.Warn().Err(err).Str("trigger", trigger).Msg("compaction failed")
@@ -201,7 +201,7 @@ func (r *Runner) Compact(ctx context.Context, in Input, focus string, sink Sink)
 	sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseStart})
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CompactionTimeout)
 	defer cancel()
-	e, err := r.cfg.Compactor.Compact(cctx, CompactRequest{Model: m, Provider: admitted(r.cfg, sink, in.SessionKey, l.current(), prov), APIKey: key,
+	e, err := r.cfg.Compactor.Compact(cctx, CompactRequest{Model: m, Provider: admitted(r.cfg, sink, in, l.current(), prov), APIKey: key,
 		Entries: in.History, Trigger: "manual", Focus: focus})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -130,7 +130,7 @@ func (ru *run) memoryFlush(ctx context.Context, req attemptReq, ctxMsgs []messag
 	}
 	now := ru.r.cfg.Now()
 	msgs := append(slices.Clip(ctxMsgs), message.User(fmt.Sprintf(memoryFlushPrompt, now.Format("2006-01-02")), now.UnixMilli()))
-	prov := admitted(ru.r.cfg, ru.sink, ru.in.SessionKey, req.profile, req.prov)
+	prov := admitted(ru.r.cfg, ru.sink, ru.in, req.profile, req.prov)
 	calls, errText := 0, ""
 	for step := 1; step <= MemoryFlushRounds; step++ {
 		preq := &provider.Request{Model: req.model, SystemPrompt: ru.system + "\n\n" + memoryFlushSystem, Messages: ru.prepare(req.model, msgs),

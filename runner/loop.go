@@ -99,6 +99,10 @@ type attemptOut struct {
 	toolLoop *toolLoopStop
 	// refused is set when the Admission refused the attempt's next call.
 	refused *AdmitRefusal
+	// yielded is set when a call of a tool that ends the turn
+	// (tools.TurnEnder: sessions_yield) succeeded: the attempt made no
+	// model call after its reply's results.
+	yielded bool
 }
 
 // toolLoopStop is a call the loop detector stopped a turn on: its tool,
@@ -169,6 +173,9 @@ type loopOut struct {
 	// overflowTries counts the overflow recoveries the run made;
 	// maxIter is its iteration cap.
 	overflowTries, maxIter int
+	// yielded: the run ended at a sessions_yield call (its stop reason
+	// is events.StopYielded).
+	yielded bool
 }
 
 // profileError is an auth-profile failure that is not a provider error (a
@@ -530,7 +537,7 @@ func (l *modelLoop) payloads(ctx context.Context, a *outcome) {
 		l.out.aborted = true
 		return
 	}
-	l.out.aborted = a.aborted
+	l.out.aborted, l.out.yielded = a.aborted, a.yielded
 	if a.lastErrText != "" {
 		l.out.runErr = &events.RunError{Kind: "provider_error", Message: failover.Label(orText(a.lastErr, a.lastErrText)) + ": " + a.lastErrText}
 	}

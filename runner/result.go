@@ -20,6 +20,10 @@ func (out *loopOut) result(model provider.Model, sessionID string, d time.Durati
 	if out.last != nil {
 		res.Meta.StopReason = string(out.last.StopReason)
 	}
+	if out.yielded {
+		// It waits for its sub-agents (the lanes count them: Meta.Waiting).
+		res.Meta.StopReason = events.StopYielded
+	}
 	if len(out.pending) > 0 {
 		// The run stopped for the client's tools (hosted client tools,
 		// or calls waiting for approval).

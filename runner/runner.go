@@ -75,6 +75,10 @@ type Input struct {
 	// the turn replays the model replies and tool results recorded there
 	// instead of making those calls again, then goes on live.
 	Steps StepStore
+	// Lineage are the sessions this one is a sub-agent of, nearest first
+	// (subagent.Lineage of its state; nil for a session nobody spawned):
+	// the Admission charges its calls to their budgets too.
+	Lineage []string
 	// Approvals are the calls the session's last turn left waiting for
 	// approval, as the fleet stored them (events.SessionState): a tool
 	// result may approve or refuse only these. A call the history alone

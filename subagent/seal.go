@@ -73,11 +73,20 @@ func (s *sealer) usage(u *events.UsageMeta) {
 func (s *sealer) sum() string { return hex.EncodeToString(s.h.Sum(nil)) }
 
 // SealSpawn returns the seal of the lineage p a spawn message to session
-// child carries.
+// child carries (its ancestors included).
 func SealSpawn(key []byte, child string, p *events.Parent) string {
 	s := newSealer(key, "spawn")
 	for _, v := range []string{child, p.Session, p.Run, p.Label, p.Nonce} {
 		s.str(v)
+	}
+	if len(p.Ancestors) > 0 {
+		// Only when there are any: a spawn by a session nobody spawned
+		// seals as it did before ancestors were sealed.
+		s.str("ancestors")
+		s.u64(uint64(len(p.Ancestors)))
+		for _, a := range p.Ancestors {
+			s.str(a)
+		}
 	}
 	return s.sum()
 }

@@ -16,7 +16,7 @@ func TestSeals(t *testing.T) {
 	t.Parallel()
 	st := &events.SessionState{Parent: &events.Parent{Session: "acme:a", Run: "7", Label: "l", Nonce: "n1"},
 		Usage: &events.UsageMeta{Total: 30, Cost: &events.CostMeta{Total: 0.25}}}
-	_, _, in, ok := Completion(testKey, "acme:a:subagent:x", "3", st, &events.Result{Payloads: []events.Payload{{Text: "done"}}})
+	_, _, in, ok := Completion(testKey, "acme:a:subagent:x", "3", st, &events.Result{Payloads: []events.Payload{{Text: "done"}}}, false)
 	if !ok || !CompletionSealed(testKey, "acme:a", in) {
 		t.Fatal("a completion is not sealed")
 	}
@@ -69,6 +69,8 @@ func TestSeals(t *testing.T) {
 		"label":  {Session: "acme:a", Run: "7", Label: "m", Nonce: "n1", Seal: p.Seal},
 		"nonce":  {Session: "acme:a", Run: "7", Label: "l", Nonce: "n2", Seal: p.Seal},
 		"seal":   {Session: "acme:a", Run: "7", Label: "l", Nonce: "n1", Seal: "00"},
+		// A sender who could add an ancestor would charge its budget.
+		"ancestors": {Session: "acme:a", Run: "7", Label: "l", Nonce: "n1", Seal: p.Seal, Ancestors: []string{"acme:rich"}},
 	} {
 		if SpawnSealed(testKey, "acme:a:subagent:x", &q) {
 			t.Errorf("spawn with its %s changed: still sealed", name)
@@ -76,5 +78,35 @@ func TestSeals(t *testing.T) {
 	}
 	if SpawnSealed(testKey, "acme:a:subagent:y", p) || SpawnSealed(nil, "acme:a:subagent:x", p) || SpawnSealed(testKey, "x", nil) {
 		t.Error("a spawn seal holds for another child, with no key, or with no parent")
+	}
+}
+
+// TestLineage: a sub-agent's lineage is its parent, then the parent's own
+// ancestors, all sealed: a grandchild's spawn names both sessions above
+// it, and removing or changing one breaks the seal.
+func TestLineage(t *testing.T) {
+	t.Parallel()
+	if Lineage(nil) != nil {
+		t.Fatal("a session nobody spawned has a lineage")
+	}
+	child := &events.Parent{Session: "acme:a", Run: "7", Nonce: "n1"}
+	mid := "acme:a:subagent:x"
+	if got := Lineage(child); len(got) != 1 || got[0] != "acme:a" {
+		t.Fatalf("a child's lineage: %q", got)
+	}
+	grand := &events.Parent{Session: mid, Run: "9", Nonce: "n2", Ancestors: Lineage(child)}
+	grand.Seal = SealSpawn(testKey, mid+":subagent:y", grand)
+	if got := Lineage(grand); len(got) != 2 || got[0] != mid || got[1] != "acme:a" {
+		t.Fatalf("a grandchild's lineage: %q", got)
+	}
+	if !SpawnSealed(testKey, mid+":subagent:y", grand) {
+		t.Fatal("a spawn with ancestors is not sealed")
+	}
+	for name, anc := range map[string][]string{"none": nil, "another": {"acme:b"}, "one more": {"acme:a", "acme:b"}} {
+		q := *grand
+		q.Ancestors = anc
+		if SpawnSealed(testKey, mid+":subagent:y", &q) {
+			t.Errorf("ancestors %s: still sealed", name)
+		}
 	}
 }

@@ -96,15 +96,20 @@ func MsgID(key []byte, nonce, child, run string) string {
 // no child of its own is pending (a session waiting for its own children
 // completes when the last of them has answered). st.Parent is then marked
 // Delivered by the caller, in the same record. ok is false when nothing is
-// owed. The message carries the seal of key, the fleet's.
-func Completion(key []byte, child, run string, st *events.SessionState, res *events.Result) (parent, id string, in *events.Inbound, ok bool) {
+// owed. stopped says a stop ended the child (its status is then
+// SubagentStopped, whatever the turn's result). The message carries the
+// seal of key, the fleet's.
+func Completion(key []byte, child, run string, st *events.SessionState, res *events.Result, stopped bool) (parent, id string, in *events.Inbound, ok bool) {
 	if st == nil || st.Parent == nil || st.Parent.Delivered || len(st.Children) > 0 || res == nil {
 		return "", "", nil, false
 	}
 	p := st.Parent
 	r := &events.SubagentResult{Session: child, Run: run, Label: p.Label, Status: events.SubagentOK, Usage: st.Usage}
 	var body string
-	if res.Meta.Error != nil {
+	if stopped {
+		r.Status = events.SubagentStopped
+		body = "It was stopped before it finished (a stop reached its session: its parent's, passed on, or its own)."
+	} else if res.Meta.Error != nil {
 		r.Status = events.SubagentError
 		body = fmt.Sprintf("It failed (%s): %s", res.Meta.Error.Kind, res.ErrorText())
 	} else {
@@ -137,8 +142,11 @@ func Text(r *events.SubagentResult, body string) string {
 		body = body[:cut] + " […cut]"
 	}
 	status := "completed"
-	if r.Status == events.SubagentError {
+	switch r.Status {
+	case events.SubagentError:
 		status = "failed"
+	case events.SubagentStopped:
+		status = "was stopped"
 	}
 	label := ""
 	if r.Label != "" {
@@ -146,6 +154,59 @@ func Text(r *events.SubagentResult, body string) string {
 	}
 	return fmt.Sprintf("[Sub-agent result: this is not the user speaking. Your sub-agent%s (session %s, run %s) %s. "+
 		"Use it for your task; answer the user in your own words.]\n\n%s", label, r.Session, r.Run, status, body)
+}
+
+// Stop marks every pending child of st not stopped yet as stopped (the
+// session's stop is passed on to them) and returns those it marked; st's
+// children are copied before the change.
+func Stop(st *events.SessionState) []events.Child {
+	var out []events.Child
+	for i, c := range st.Children {
+		if c.Stopped {
+			continue
+		}
+		if out == nil {
+			st.Children = slices.Clone(st.Children)
+		}
+		st.Children[i].Stopped = true
+		out = append(out, st.Children[i])
+	}
+	return out
+}
+
+// StopID is the message id of the stop a session's stop run passes on to
+// its child: keyed by the fleet's key (no sender can know it, and take it
+// first), the same for every publish of that stop.
+func StopID(key []byte, parent, run, child string) string {
+	s := newSealer(key, "stop-id")
+	for _, v := range []string{parent, run, child} {
+		s.str(v)
+	}
+	return "substop-" + s.sum()[:32]
+}
+
+// StoppedChild reports whether in is the completion of a child st has
+// marked stopped (Stop): it is taken off without a turn, and its child
+// returned.
+func StoppedChild(st *events.SessionState, in *events.Inbound) (events.Child, bool) {
+	if st == nil || in == nil || in.Subagent == nil {
+		return events.Child{}, false
+	}
+	i := slices.IndexFunc(st.Children, func(c events.Child) bool { return c.Session == in.Subagent.Session })
+	if i < 0 || !st.Children[i].Stopped {
+		return events.Child{}, false
+	}
+	return st.Children[i], true
+}
+
+// StoppedText is the reply of the run that takes the completion of a
+// stopped child off (StoppedChild).
+func StoppedText(c events.Child) string {
+	label := ""
+	if c.Label != "" {
+		label = fmt.Sprintf(" %q", c.Label)
+	}
+	return fmt.Sprintf("Sub-agent%s (session %s) ended after this session was stopped: its result was not answered (its use counts).", label, c.Session)
 }
 
 // Adopt records in child's state the parent its spawn message names (the
@@ -160,6 +221,20 @@ func Adopt(st *events.SessionState, in *events.Inbound) bool {
 	p.Delivered, p.Seal = false, ""
 	st.Parent = &p
 	return true
+}
+
+// Lineage is the sessions a session whose parent is p was spawned under,
+// nearest first: p's session, then its own ancestors (nil for p nil: a
+// session nobody spawned). Each one's budget counts the session's model
+// calls too, and a child the session spawns carries them in its spawn
+// (Parent.Ancestors). p must be one the fleet sealed (the session's
+// adopted parent, or its sealed spawn message's).
+func Lineage(p *events.Parent) []string {
+	if p == nil {
+		return nil
+	}
+	out := make([]string, 0, 1+len(p.Ancestors))
+	return append(append(out, p.Session), p.Ancestors...)
 }
 
 // Pending reports whether child is one of st's pending children.

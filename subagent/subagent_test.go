@@ -64,7 +64,7 @@ func TestCompletion(t *testing.T) {
 		{"empty reply", &events.SessionState{Parent: parent}, &events.Result{}, true, "(It ended without a reply.)"},
 	}
 	for _, c := range cases {
-		to, id, in, owed := Completion(testKey, "acme:a:subagent:x", "3", c.st, c.res)
+		to, id, in, owed := Completion(testKey, "acme:a:subagent:x", "3", c.st, c.res, false)
 		if owed != c.owed {
 			t.Errorf("%s: owed %v", c.name, owed)
 			continue
@@ -142,5 +142,48 @@ func TestSpawned(t *testing.T) {
 	got := Spawned(entries, "7", 99)
 	if len(got) != 1 || got[0] != (events.Child{Session: "acme:a:subagent:x", Run: "4", ParentRun: "7", Label: "l", Spawned: 99}) {
 		t.Errorf("%+v", got)
+	}
+}
+
+// TestStopPassesOn: a stop marks every pending child stopped once (a
+// second stop marks nothing new) without touching the state it copied
+// from; a completion of a marked child is recognised, one of another is
+// not; a stopped child's completion says it was stopped, sealed as any.
+func TestStopPassesOn(t *testing.T) {
+	t.Parallel()
+	orig := []events.Child{{Session: "acme:a:subagent:x", Label: "x"}, {Session: "acme:a:subagent:y"}}
+	st := &events.SessionState{Children: orig}
+	if got := Stop(st); len(got) != 2 || !st.Children[0].Stopped || !st.Children[1].Stopped || orig[0].Stopped {
+		t.Fatalf("stop marked %+v; state %+v; the copied-from children %+v", got, st.Children, orig)
+	}
+	if got := Stop(st); got != nil {
+		t.Fatalf("a second stop marked %+v", got)
+	}
+	if c, ok := StoppedChild(st, &events.Inbound{Subagent: &events.SubagentResult{Session: "acme:a:subagent:x"}}); !ok || c.Label != "x" {
+		t.Fatal("a stopped child's completion is not recognised")
+	}
+	if _, ok := StoppedChild(st, &events.Inbound{Subagent: &events.SubagentResult{Session: "acme:a:subagent:z"}}); ok {
+		t.Fatal("a completion of a child not pending is taken for a stopped one's")
+	}
+	if _, ok := StoppedChild(&events.SessionState{Children: orig}, &events.Inbound{Subagent: &events.SubagentResult{Session: "acme:a:subagent:x"}}); ok {
+		t.Fatal("a child not stopped is taken for a stopped one")
+	}
+	child := &events.SessionState{Parent: &events.Parent{Session: "acme:a", Run: "7", Label: "x", Nonce: "n"}}
+	res := &events.Result{Payloads: []events.Payload{{Text: "Interrupted.", IsError: true}},
+		Meta: events.Meta{Error: &events.RunError{Kind: events.KindInterrupted, Message: "stopped"}}}
+	_, _, in, ok := Completion(testKey, "acme:a:subagent:x", "3", child, res, true)
+	if !ok || in.Subagent.Status != events.SubagentStopped || !strings.Contains(in.Text, `Your sub-agent "x" (session acme:a:subagent:x, run 3) was stopped.`) ||
+		!CompletionSealed(testKey, "acme:a", in) || in.Validate() != nil {
+		t.Fatalf("a stopped child's completion: %+v %+v (valid: %v)", in, in.Subagent, in.Validate())
+	}
+	id := StopID(testKey, "acme:a", "9", "acme:a:subagent:x")
+	for _, other := range []string{StopID(testKey, "acme:a", "9", "acme:a:subagent:y"), StopID(testKey, "acme:a", "10", "acme:a:subagent:x"),
+		StopID([]byte("another fleet's key"), "acme:a", "9", "acme:a:subagent:x")} {
+		if other == id {
+			t.Fatal("stop ids are not one per fleet, stop and child")
+		}
+	}
+	if again := StopID(testKey, "acme:a", "9", "acme:a:subagent:x"); again != id {
+		t.Fatal("a stop's id changes between publishes")
 	}
 }

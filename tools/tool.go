@@ -61,6 +61,21 @@ func IsIdempotent(t Tool) bool {
 	return ok && i.Idempotent()
 }
 
+// TurnEnder is implemented by tools whose successful call ends the turn
+// (sessions_yield: the session waits for its sub-agents, whose results
+// arrive as messages of their own). Once every call of the model's reply
+// has its result, the run makes no further model call and ends with the
+// assistant's text so far; a failed call (an error result) ends nothing.
+type TurnEnder interface {
+	EndsTurn() bool
+}
+
+// EndsTurn reports whether a successful call of t ends the turn.
+func EndsTurn(t Tool) bool {
+	e, ok := t.(TurnEnder)
+	return ok && e.EndsTurn()
+}
+
 // Result is a tool's answer.
 type Result struct {
 	// Content is what the model sees: text and image blocks.

@@ -55,6 +55,7 @@ import (
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/schedule"
 )
 
 func main() {
@@ -504,7 +505,13 @@ func runsCommand(c *common) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printRuns(list, c.asJSON, time.Now(), c.stdout)
+			// The schedules, when this user may read them, mark the runs
+			// they fired and the sessions they send to.
+			var sched runSchedules
+			if scs, _, err := cl.Schedules(ctx); err == nil {
+				sched = schedulesOf(scs)
+			}
+			return printRuns(list, sched, c.asJSON, time.Now(), c.stdout)
 		},
 	}
 	c.jsonFlag(cmd, "print one JSON object per run")
@@ -910,12 +917,44 @@ func clipLine(s string) string {
 	return s
 }
 
-// printRuns prints the active runs, oldest first.
-func printRuns(list []lanefleet.ActiveRun, asJSON bool, now time.Time, w io.Writer) error {
+// runSchedules is what the schedules say of the runs listed: the run
+// each schedule fired last (by session and run), the schedules that send
+// to each session.
+type runSchedules struct {
+	fired    map[[2]string]string
+	sessions map[string]int
+}
+
+// schedulesOf reads runSchedules off the fleet's schedules.
+func schedulesOf(list []*schedule.Schedule) runSchedules {
+	rs := runSchedules{fired: map[[2]string]string{}, sessions: map[string]int{}}
+	for _, sc := range list {
+		if sc.Session != "" {
+			rs.sessions[sc.Session]++
+		}
+		if sc.LastRun != "" {
+			rs.fired[[2]string{sc.LastSession, sc.LastRun}] = sc.ID
+		}
+	}
+	return rs
+}
+
+// runJSON is a run as runs --json prints it.
+type runJSON struct {
+	lanefleet.ActiveRun
+	// Schedules counts the schedules that send to the run's session;
+	// FiredBy names the schedule whose firing the run is.
+	Schedules int    `json:"schedules,omitempty"`
+	FiredBy   string `json:"firedBy,omitempty"`
+}
+
+// printRuns prints the active runs, oldest first, with their sessions'
+// pending sub-agents, parent and schedules.
+func printRuns(list []lanefleet.ActiveRun, sched runSchedules, asJSON bool, now time.Time, w io.Writer) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, r := range list {
-			if err := enc.Encode(r); err != nil {
+			if err := enc.Encode(runJSON{ActiveRun: r, Schedules: sched.sessions[r.Session], FiredBy: sched.fired[[2]string{r.Session, r.RunID}]}); err != nil {
 				return err
 			}
 		}
@@ -937,7 +976,11 @@ func printRuns(list []lanefleet.ActiveRun, asJSON bool, now time.Time, w io.Writ
 			phase = r.Holding
 			why = ": the worker holds the lane no more (its lease lapsed); the run starts again when a worker takes the lane"
 		}
-		fmt.Fprintf(w, "%-24s run %-8s %-12s worker %s attempt %d, %s%s\n", r.Session, r.RunID, phase, r.Worker, max(r.Attempt, 1), age, why)
+		marks := lineageText(r.Children, r.Parent, sched.sessions[r.Session])
+		if id := sched.fired[[2]string{r.Session, r.RunID}]; id != "" {
+			marks += ", fired by schedule " + id
+		}
+		fmt.Fprintf(w, "%-24s run %-8s %-12s worker %s attempt %d, %s%s%s\n", r.Session, r.RunID, phase, r.Worker, max(r.Attempt, 1), age, why, marks)
 	}
 	return nil
 }

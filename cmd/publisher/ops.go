@@ -46,7 +46,7 @@ func sessionsCommand(c *common) *cobra.Command {
 				return err
 			}
 			defer done()
-			rep, err := cl.Sessions(ctx, limit)
+			rep, err := cl.SessionsPage(ctx, admin.SessionsRequest{Limit: limit, State: true})
 			if err != nil {
 				return adminDenied("sessions", err)
 			}
@@ -89,6 +89,28 @@ records and its run events, when no turn of it runs and no message waits for it
 	}
 }
 
+// lineageText is what sessions and runs add to a session's line: its
+// pending sub-agents, the session that spawned it, its schedules.
+func lineageText(children int, parent string, schedules int) string {
+	var b strings.Builder
+	switch {
+	case children == 1:
+		b.WriteString(", 1 sub-agent pending")
+	case children > 1:
+		fmt.Fprintf(&b, ", %d sub-agents pending", children)
+	}
+	if parent != "" {
+		b.WriteString(", sub-agent of " + display(parent))
+	}
+	switch {
+	case schedules == 1:
+		b.WriteString(", 1 schedule")
+	case schedules > 1:
+		fmt.Fprintf(&b, ", %d schedules", schedules)
+	}
+	return b.String()
+}
+
 func printSessions(rep admin.SessionsReply, asJSON bool, now time.Time, w io.Writer) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -115,8 +137,8 @@ func printSessions(rep admin.SessionsReply, asJSON bool, now time.Time, w io.Wri
 		default:
 			running = "running run " + s.Running + " on " + s.Worker
 		}
-		fmt.Fprintf(w, "%-28s %-10s last %s ago (run %s), %d stored, %s\n", display(s.Key), s.Fingerprint,
-			ago(now, s.LastActivity), s.LastRun, s.Stored, running)
+		fmt.Fprintf(w, "%-28s %-10s last %s ago (run %s), %d stored, %s%s\n", display(s.Key), s.Fingerprint,
+			ago(now, s.LastActivity), s.LastRun, s.Stored, running, lineageText(s.Children, s.Parent, s.Schedules))
 	}
 	if rep.Total > len(rep.Sessions) {
 		fmt.Fprintf(w, "… %d sessions in all (--limit)\n", rep.Total)

@@ -246,7 +246,7 @@ func TestHolderTexts(t *testing.T) {
 		{Session: "b", RunID: "2", Worker: "w2", Attempt: 1, StartedAt: now.Add(-time.Minute), Phase: "running", Holding: "unresponsive",
 			LeaseRenewed: now.Add(-17 * time.Second), LeaseExpires: now.Add(13 * time.Second)},
 		{Session: "c", RunID: "3", Worker: "w3", Attempt: 2, StartedAt: now.Add(-time.Minute), Phase: "running", Holding: "lapsed"},
-	}, false, now, &out)
+	}, runSchedules{}, false, now, &out)
 	want := "a                        run 1        running      worker w1 attempt 1, 1m0s\n" +
 		"b                        run 2        unresponsive worker w2 attempt 1, 1m0s: the worker stopped answering (lease not renewed for 17s); another worker takes the run over within 13s\n" +
 		"c                        run 3        lapsed       worker w3 attempt 2, 1m0s: the worker holds the lane no more (its lease lapsed); the run starts again when a worker takes the lane\n"

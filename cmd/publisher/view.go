@@ -319,11 +319,25 @@ func (v *view) final(res *events.Result) error {
 	}
 	v.out.newline()
 	v.pending(res.Meta.PendingToolCalls)
+	if res.Meta.StopReason == events.StopYielded {
+		v.out.write(yieldedStatus(res.Meta.Waiting) + "\n")
+	}
 	if e := res.Meta.Error; e != nil {
 		v.note("%s", v.style(red, fmt.Sprintf("error (%s): %s", e.Kind, e.Message)))
 		return errReported
 	}
 	return nil
+}
+
+// yieldedStatus is the line a turn that ended at sessions_yield shows.
+func yieldedStatus(waiting int) string {
+	switch waiting {
+	case 0:
+		return "⏸ yielded: no sub-agent is pending (nothing will arrive)"
+	case 1:
+		return "⏸ yielded: waiting for 1 sub-agent (its result arrives in this session as a message of its own)"
+	}
+	return fmt.Sprintf("⏸ yielded: waiting for %d sub-agents (each result arrives in this session as a message of its own)", waiting)
 }
 
 // pending lists the calls a run left waiting on stdout and says how to

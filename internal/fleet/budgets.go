@@ -164,10 +164,18 @@ func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admi
 }
 
 // admitBudget reserves a call's worst case against the budgets of its
-// session and tenant.
+// session and tenant, and, for a sub-agent's, of every session it was
+// spawned under (a parent's budget counts its children's calls).
 func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runner.Admitted, error) {
 	tenant := b.rule.Tenant(call.SessionKey)
 	scopes := governance.Scopes(tenant, call.SessionKey)
+	for _, a := range call.Lineage {
+		// The lineage is sealed, and sub-agents stay in their tenant;
+		// a session of another tenant is never charged all the same.
+		if b.rule.Tenant(a) == tenant && a != call.SessionKey {
+			scopes = append(scopes, governance.Scope{Kind: governance.ScopeSession, Name: a})
+		}
+	}
 	if !b.store.Limits(scopes) {
 		return nil, nil
 	}
@@ -176,7 +184,7 @@ func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runne
 	h, err := b.store.Reserve(ctx, scopes, need, nil)
 	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok {
 		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
-		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r)}
+		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r, call.SessionKey)}
 	}
 	if u, ok := errors.AsType[*budgetstore.UnreadableError](err); ok {
 		// Fail closed: a budget nobody can read limits everything.
@@ -192,9 +200,16 @@ func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runne
 	return &admitted{b: b, h: h, tenant: tenant, cost: req.Model.Cost, first: call.FirstCall}, nil
 }
 
-// reachedText is what the user of a session paused by r reads.
-func reachedText(r *budgetstore.ReachedError) string {
+// reachedText is what the user of session, paused by r, reads; a
+// sub-agent refused by the budget of a session above it reads that its
+// turn ends and that session pauses.
+func reachedText(r *budgetstore.ReachedError, session string) string {
 	flag := scopeFlag(r.Scope)
+	if r.Scope.Kind == governance.ScopeSession && r.Scope.Name != session {
+		return fmt.Sprintf("Budget reached: the %s budget (%s), which counts the model calls of the sub-agents under it, has no room for this model call (%s). "+
+			"This sub-agent's turn ends here; the session that spawned it is paused, and runs again once an operator raises or resets that budget (publisher budget set|reset %s).",
+			r.Scope, r.Limits, strings.TrimPrefix(r.Exceeded.Error(), "governance: "), flag)
+	}
 	return fmt.Sprintf("Budget reached: the %s budget (%s) has no room for this model call (%s). "+
 		"The session is paused: messages sent now wait in its queue, and run once an operator raises or resets the budget (publisher budget set|reset %s).",
 		r.Scope, r.Limits, strings.TrimPrefix(r.Exceeded.Error(), "governance: "), flag)

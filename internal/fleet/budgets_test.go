@@ -12,6 +12,7 @@ import (
 	"github.com/lanefleet/lanefleet/budgetstore"
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/runner"
 )
@@ -137,5 +138,40 @@ func TestAdmitRateStoreOutage(t *testing.T) {
 	_, err = b.Admit(ctx, c)
 	if _, ok := errors.AsType[*runner.AdmitUnavailable](err); !ok {
 		t.Fatalf("Admit under a rate limit during an outage: %v (%T); want *runner.AdmitUnavailable", err, err)
+	}
+}
+
+// TestAdmitChargesTheLineage: a sub-agent's calls are reserved against
+// the budget of every session above it too: once its parent's budget is
+// full, the child's next call is refused with a reply that says whose
+// budget it is. (Before, a child's calls never touched its parent's
+// budget.)
+func TestAdmitChargesTheLineage(t *testing.T) {
+	t.Parallel()
+	b, _, _ := budgetsSetup(t)
+	lead := governance.Scope{Kind: governance.ScopeSession, Name: "acme:lead"}
+	if _, _, err := b.store.Bucket().Set(t.Context(), lead, governance.Limits{Max: governance.Amount{Turns: 1}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for !b.store.Limited(lead) {
+		time.Sleep(time.Millisecond)
+	}
+	child := runner.AdmitCall{SessionKey: "acme:lead:subagent:x", Lineage: []string{"acme:lead"}, FirstCall: true,
+		Request: &provider.Request{Model: provider.Model{MaxTokens: 1000}}}
+	adm, err := b.Admit(t.Context(), child)
+	if err != nil || adm == nil {
+		t.Fatalf("the child's first call: %v, %v", adm, err)
+	}
+	adm.Settle(message.Usage{Input: 10, Output: 5})
+	_, err = b.Admit(t.Context(), child)
+	r, ok := errors.AsType[*runner.AdmitRefusal](err)
+	if !ok || !strings.Contains(r.Text, `the session "acme:lead" budget`) || !strings.Contains(r.Text, "sub-agents under it") {
+		t.Fatalf("the child's second call under its parent's full budget: %v", err)
+	}
+	// A session of another tenant named in a lineage is never charged.
+	other := runner.AdmitCall{SessionKey: "beta:x:subagent:y", Lineage: []string{"acme:lead"}, FirstCall: true,
+		Request: &provider.Request{Model: provider.Model{MaxTokens: 1000}}}
+	if _, err := b.Admit(t.Context(), other); err != nil {
+		t.Fatalf("a call whose lineage names another tenant's session: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sessionfile"
+	"github.com/lanefleet/lanefleet/subagent"
 )
 
 // command answers a chat command the lane handed to the handler
@@ -117,7 +118,7 @@ func reply(text string) *lanes.Outcome {
 func (m *Member) compactNow(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
 	inbound, settings, _ := runSettings(t)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID, Attempt: t.Attempt,
-		Inbound: inbound, History: t.History, Settings: settings}
+		Inbound: inbound, History: t.History, Settings: settings, Lineage: subagent.Lineage(parentOf(t))}
 	out, err := m.Runner.Compact(ctx, in, t.Command.Args, t)
 	if err != nil {
 		return nil, err

@@ -506,7 +506,7 @@ func (m *Member) Run(ctx context.Context) error {
 	go func() { defer close(sampled); m.sampleTurns(stopSampling) }()
 	defer func() { close(stopSampling); <-sampled }()
 	adm, err := admin.Serve(m.Conn, admin.Config{JS: m.JS, Inbound: m.Streams.Inbound, Events: m.Streams.Events, Dead: m.Streams.Dead,
-		Runs: m.Runs, Lanes: m.Lanes, Auth: m.authBook(), Worker: m.Worker.ID(), Stats: m.workerStats, Forget: m.forget, Logger: m.log})
+		Runs: m.Runs, Lanes: m.Lanes, Auth: m.authBook(), Worker: m.Worker.ID(), Stats: m.workerStats, Forget: m.forget, Scheduled: m.scheduled, Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("fleet: admin service: %w", err)
 	}

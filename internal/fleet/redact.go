@@ -389,6 +389,9 @@ type maskingTool struct {
 // Idempotent is the tool's own.
 func (t maskingTool) Idempotent() bool { return tools.IsIdempotent(t.Tool) }
 
+// EndsTurn is the tool's own.
+func (t maskingTool) EndsTurn() bool { return tools.EndsTurn(t.Tool) }
+
 func (t maskingTool) Call(ctx context.Context, c tools.Call) (tools.Result, error) {
 	mk := maskerOf(ctx, t.red)
 	if up := c.Update; up != nil {

@@ -35,3 +35,24 @@ func (m *Member) runSchedules(ctx context.Context) {
 		log.Error().Err(err).Msg("schedules: not fired by this worker")
 	}
 }
+
+// scheduled counts the schedules that send to each session, by key, for
+// the admin service's listing (an agent's schedule, which sends to a new
+// session each firing, counts for none). Schedules that do not decode are
+// left out.
+func (m *Member) scheduled(ctx context.Context) (map[string]int, error) {
+	if m.schedules == nil {
+		return nil, nil
+	}
+	list, _, err := m.schedules.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(list))
+	for _, sc := range list {
+		if sc.Session != "" {
+			out[sc.Session]++
+		}
+	}
+	return out, nil
+}

@@ -411,7 +411,7 @@ func (s *toolSource) Tools(ctx context.Context, in runner.Input) (tools.Set, err
 	}
 	rt.List = append(rt.List, s.web...)
 	if s.sessions != nil {
-		st, err := sessions.Tools(s.sessions, s.sessionsPolicy, in.SessionKey, in.RunID)
+		st, err := sessions.Tools(s.sessions, s.sessionsPolicy, in.SessionKey, in.RunID, in.Lineage)
 		if err != nil {
 			return nil, err
 		}

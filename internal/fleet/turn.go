@@ -21,6 +21,12 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	if t.Command != nil {
 		return m.command(ctx, t)
 	}
+	if c, ok := subagent.StoppedChild(&t.State, t.Inbound); ok {
+		// The completion of a child this session's stop was passed on
+		// to: the session was stopped, so no model answers it; the lane
+		// takes the child off and counts its use.
+		return &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: subagent.StoppedText(c)}}}}, nil
+	}
 	inbound, settings, from := runSettings(t)
 	ag, why := m.agentOf(t.SessionKey)
 	if why != "" {
@@ -66,7 +72,8 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	mk, steer := turnMasker(m.cfg.Redactor, t, inbound)
 	ctx = withMasker(ctx, mk)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
-		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals}
+		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals,
+		Lineage: subagent.Lineage(parentOf(t))}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}

@@ -59,6 +59,10 @@ func (p Policy) Validate() error {
 		if p.MaxDepth < 0 || p.MaxChildren < 0 {
 			return fmt.Errorf("sessions: sub-agent limits must be 0 (the default) or more, not depth %d, children %d", p.MaxDepth, p.MaxChildren)
 		}
+		if p.MaxDepth > events.MaxAncestors {
+			// A spawn names every session above the child.
+			return fmt.Errorf("sessions: sub-agent depth %d is over the most a spawn can carry (%d)", p.MaxDepth, events.MaxAncestors)
+		}
 		return nil
 	}
 	return fmt.Errorf("sessions: scope %q: want %s or %s", p.Scope, ScopeTenant, ScopeAgent)
@@ -150,15 +154,17 @@ const (
 )
 
 // Tools returns the session tools of one run of caller (a session key).
-// runID names the run in the provenance line of what it sends.
-func Tools(b Backend, p Policy, caller, runID string) (tools.List, error) {
+// runID names the run in the provenance line of what it sends; lineage
+// are the sessions caller is a sub-agent of, nearest first
+// (subagent.Lineage), which its children's spawns carry.
+func Tools(b Backend, p Policy, caller, runID string, lineage []string) (tools.List, error) {
 	if b == nil {
 		return nil, errors.New("sessions: no backend")
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	r := &run{b: b, p: p, caller: caller, runID: runID}
+	r := &run{b: b, p: p, caller: caller, runID: runID, lineage: lineage}
 	return tools.List{listTool{r}, historyTool{r}, sendTool{r}, spawnTool{r}, yieldTool{r}}, nil
 }
 
@@ -168,7 +174,9 @@ type run struct {
 	p      Policy
 	caller string
 	runID  string
-	sent   atomic.Int32
+	// lineage are caller's ancestors (Tools).
+	lineage []string
+	sent    atomic.Int32
 	// spawned counts the children this run spawned (Policy.MaxChildren).
 	spawned atomic.Int32
 }

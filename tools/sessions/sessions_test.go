@@ -51,6 +51,14 @@ func TestPolicy(t *testing.T) {
 	if err := (Policy{Scope: "all"}).Validate(); err == nil {
 		t.Error("scope all accepted")
 	}
+	// A spawn carries every session above the child: no deeper than it
+	// can name.
+	if err := (Policy{MaxDepth: events.MaxAncestors + 1}).Validate(); err == nil {
+		t.Error("a depth deeper than a spawn can carry accepted")
+	}
+	if err := (Policy{MaxDepth: events.MaxAncestors}).Validate(); err != nil {
+		t.Errorf("depth %d refused: %v", events.MaxAncestors, err)
+	}
 	if p, k := tenant.Prefixes("acme:a"); len(p) != 1 || p[0] != "acme:" || k != nil {
 		t.Errorf("prefixes %v %v", p, k)
 	}
@@ -113,7 +121,7 @@ func setup(t *testing.T, caller string) (*memBackend, tools.List) {
 			entry(message.User(strings.Repeat("é", messageChars+10), 2)),
 		}},
 	}
-	l, err := Tools(b, Policy{}, caller, "7")
+	l, err := Tools(b, Policy{}, caller, "7", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

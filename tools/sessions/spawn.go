@@ -118,7 +118,7 @@ func (t spawnTool) Call(ctx context.Context, c tools.Call) (tools.Result, error)
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce) // crypto/rand.Read never fails (Go 1.24+)
 	in := &events.Inbound{ID: "spawn-" + subagent.ID(r.caller, id), Text: TaskHeader(r.caller) + "\n\n" + task, Mode: "followup",
-		Parent: &events.Parent{Session: r.caller, Run: r.runID, Label: label, Nonce: hex.EncodeToString(nonce)}}
+		Parent: &events.Parent{Session: r.caller, Run: r.runID, Label: label, Nonce: hex.EncodeToString(nonce), Ancestors: r.lineage}}
 	// The stream's de-duplication key is the nonce (nobody else knows it:
 	// that de-duplication is stream-wide); a spawn made again after a
 	// crash has another, and the child's lane drops it by in.ID.
@@ -139,16 +139,20 @@ type yieldTool struct{ r *run }
 
 func (yieldTool) Idempotent() bool { return true }
 
+// EndsTurn: the run makes no model call after the reply that yielded
+// (tools.TurnEnder); the turn ends with its text so far.
+func (yieldTool) EndsTurn() bool { return true }
+
 func (yieldTool) Spec() provider.Tool {
 	return provider.Tool{
 		Name: "sessions_yield",
-		Description: "End this turn to wait for your sub-agents: after calling it, reply in one short line (or not at all) and stop. " +
+		Description: "End this turn to wait for your sub-agents: the turn ends once this reply's tool calls have their results (you get no further reply in it, so say anything the user should read in this same reply). " +
 			"Each sub-agent's result arrives later as its own message, and you answer it in a new turn.",
 		Parameters: map[string]any{"type": "object", "properties": map[string]any{}},
 	}
 }
 
 func (yieldTool) Call(context.Context, tools.Call) (tools.Result, error) {
-	return tools.Result{Content: []message.Block{message.Text("Yielded: end your turn now without further tool calls. Your sub-agents' results will arrive as messages.")},
+	return tools.Result{Content: []message.Block{message.Text("Yielded: this turn has ended. Your sub-agents' results will arrive as messages, each answered in a turn of its own.")},
 		Details: map[string]any{"status": "yielded"}}, nil
 }

@@ -10,10 +10,10 @@ import (
 	"github.com/lanefleet/lanefleet/tools"
 )
 
-func spawnIn(t *testing.T, p Policy, caller string, n int, args map[string]any) (*memBackend, []error) {
+func spawnIn(t *testing.T, p Policy, caller string, n int, args map[string]any, lineage ...string) (*memBackend, []error) {
 	t.Helper()
 	b := &memBackend{}
-	l, err := Tools(b, p, caller, "7")
+	l, err := Tools(b, p, caller, "7", lineage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +45,18 @@ func TestSpawn(t *testing.T) {
 	}
 	if err := s.in.Validate(); err != nil {
 		t.Errorf("the spawn message does not validate: %v", err)
+	}
+	if s.in.Parent.Ancestors != nil {
+		t.Errorf("a spawn by a session nobody spawned names ancestors %q", s.in.Parent.Ancestors)
+	}
+	// A sub-agent's spawn carries its own lineage: the grandchild's calls
+	// count against both sessions above it.
+	b, errs = spawnIn(t, Policy{}, "acme:a:subagent:x", 1, task, "acme:a")
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if got := b.spawned[0].in.Parent.Ancestors; len(got) != 1 || got[0] != "acme:a" {
+		t.Errorf("a sub-agent's spawn names ancestors %q, want its parent", got)
 	}
 	cases := []struct {
 		name   string
