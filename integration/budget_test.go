@@ -17,6 +17,7 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/agents"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -408,5 +409,68 @@ func TestQuotaAcrossWorkers(t *testing.T) {
 	close(stop)
 	if n := <-most; n > 1 {
 		t.Fatalf("%d turns of the tenant held its quota of 1 at once", n)
+	}
+}
+
+// TestAgentBudgetPausesItsSessions: an agent's budget of two turns counts
+// the turns of every session the agent runs, across two workers: the
+// third message (in another of its sessions) stays queued, while a
+// session of no agent runs on; raising the budget runs it, once.
+func TestAgentBudgetPausesItsSessions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if _, err := c.PutAgent(ctx, &agents.Agent{ID: "support", SystemPrompt: "You help."}); err != nil {
+		t.Fatal(err)
+	}
+	var members []*member
+	for _, id := range []string{"w1", "w2"} {
+		members = append(members, startMember(t, srv.URL, fleet.Config{WorkerID: id, DefaultModel: "scripted/echo", NoBuiltinTools: true}))
+	}
+	support := lanefleet.AgentBudget("support")
+	if _, _, err := c.SetBudget(ctx, support, governance.Limits{Max: governance.Amount{Turns: 2}}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		waitUntil(t, 10*time.Second, "the budget to reach "+m.m.Worker.ID(), func(context.Context) bool { return m.m.Budgeted(support) })
+	}
+	wait := func(r *lanefleet.Run, want string) {
+		t.Helper()
+		res, err := r.Wait(ctx)
+		if err != nil || len(res.Payloads) == 0 || res.Payloads[0].Text != want {
+			t.Fatalf("run: %+v, %v; want %q", res, err, want)
+		}
+	}
+	send := func(key, text string) *lanefleet.Run {
+		t.Helper()
+		r, err := c.Send(ctx, key, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	wait(send("agent:support:a", "a1"), "echo: a1")
+	wait(send("agent:support:b", "b1"), "echo: b1")
+	st, _, err := c.Budget(ctx, support)
+	if err != nil || st.Used.Turns != 2 || !st.Paused(time.Now()) {
+		t.Fatalf("agent budget %+v (%v), want 2 turns used and paused", st, err)
+	}
+	queued := send("agent:support:c", "c1")
+	wait(send("beta:1", "hello"), "echo: hello") // no agent: not paused
+	waitUntil(t, 10*time.Second, "the agent's third session to wait in its queue", func(ctx context.Context) bool {
+		b, err := c.Backlog(ctx, "agent:support:c")
+		return err == nil && b.Waiting == 1
+	})
+	if _, _, err := c.SetBudget(ctx, support, governance.Limits{Max: governance.Amount{Turns: 3}}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	wait(queued, "echo: c1")
+	if st, _, _ = c.Budget(ctx, support); st.Used.Turns != 3 {
+		t.Fatalf("agent budget after: %+v, want 3 turns used", st)
 	}
 }
