@@ -199,6 +199,11 @@ func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runne
 	req := call.Request
 	need := governance.WorstCase(req.Model.Cost, inputTokens(req), maxOutput(req), call.FirstCall)
 	h, err := b.store.Reserve(ctx, scopes, need, nil)
+	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok && r.Scope.Kind == governance.ScopeProfile {
+		if mv := b.moveBudget(ctx, call, need, r); mv != nil {
+			return nil, mv
+		}
+	}
 	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok {
 		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
 		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r)}
@@ -215,6 +220,26 @@ func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runne
 		return nil, err
 	}
 	return &admitted{b: b, h: h, tenant: tenant, cost: req.Model.Cost, first: call.FirstCall}, nil
+}
+
+// moveBudget finds, for a call its auth profile's budget has no room for
+// (r), the first of its alternates whose budget has room for need (or
+// that has none), and moves the call to it; nil when none has.
+func (b *budgets) moveBudget(ctx context.Context, call runner.AdmitCall, need governance.Amount, r *budgetstore.ReachedError) *runner.AdmitMove {
+	for _, alt := range call.Alternates {
+		h, err := b.store.TryReserve(ctx, []governance.Scope{{Kind: governance.ScopeProfile, Name: alt}}, need)
+		if err != nil {
+			continue
+		}
+		// The next attempt admits the call with alt itself.
+		if _, err := h.Settle(context.WithoutCancel(ctx), governance.Amount{}); err != nil {
+			b.log.Warn().Err(err).Msg("budget: release a call that moved to another auth profile")
+		}
+		b.log.Info().Str("from", call.AuthProfile).Str("to", alt).Msg("budget: a call moves to another auth profile, its own profile's budget has no room")
+		return &runner.AdmitMove{Profile: alt, Reason: provider.ReasonBilling,
+			Text: fmt.Sprintf("Budget reached: the %s budget (%s) has no room for this model call; it moves to auth profile %s, which has room.", r.Scope, r.Limits, alt)}
+	}
+	return nil
 }
 
 // reachedText is what the user of a session paused by r reads. An auth
