@@ -398,3 +398,56 @@ func TestScopeKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeTurnStoreFails: a turn whose tenant has a quota, when the store
+// fails (the bucket deleted mid-run, the server stopped), gets a
+// *QuotaUnavailableError naming the tenant within the quota timeout: no
+// hold, no silent admission, no wait until the run times out. (Before,
+// a stopped server held the turn until its context ended, and the error
+// was the bare KV error.)
+func TestTakeTurnStoreFails(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fail func(t *testing.T, srv *natstest.Server, js jetstream.JetStream)
+	}{
+		{"bucket deleted", func(t *testing.T, _ *natstest.Server, js jetstream.JetStream) {
+			if err := js.DeleteKeyValue(t.Context(), DefaultBucket); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"server stopped", func(_ *testing.T, srv *natstest.Server, _ jetstream.JetStream) {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.Start(t)
+			js, err := jetstream.New(natstest.Connect(t, srv.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(t.Context(), js, Config{Worker: "w1", QuotaTimeout: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			if _, _, err := s.Bucket().SetQuota(t.Context(), "acme", governance.Quota{Turns: 2}, "test"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { return s.Quota("acme").Turns == 2 })
+			tc.fail(t, srv, js)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			release, err := s.TakeTurn(ctx, "acme")
+			q, ok := errors.AsType[*QuotaUnavailableError](err)
+			if !ok || release != nil || q.Tenant != "acme" || !strings.Contains(err.Error(), "quota store unavailable: tenant acme's quota of turns at once could not be held") {
+				t.Fatalf("TakeTurn with the store failed: %v (%T); want a *QuotaUnavailableError", err, err)
+			}
+			if ctx.Err() != nil {
+				t.Fatal("TakeTurn waited for the run's context")
+			}
+		})
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/agents"
@@ -473,4 +475,53 @@ func TestAgentBudgetPausesItsSessions(t *testing.T) {
 	if st, _, _ = c.Budget(ctx, support); st.Used.Turns != 3 {
 		t.Fatalf("agent budget after: %+v, want 3 turns used", st)
 	}
+}
+
+// TestQuotaStoreFailsTheAttempt: a turn whose tenant has a quota, when
+// the budgets bucket is gone, fails its attempt with an error that says
+// the quota store is unavailable, counted toward the message's attempts
+// (the aborted event says it is retried): it is neither run without its
+// hold nor left waiting.
+func TestQuotaStoreFailsTheAttempt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	m := startMember(t, srv.URL, fleet.Config{WorkerID: "w1", DefaultModel: "scripted/echo", NoBuiltinTools: true})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if _, _, err := c.SetQuota(ctx, "acme", governance.Quota{Turns: 5}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the quota to reach the worker", func(context.Context) bool { return m.m.QuotaSet("acme") })
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, "budgets"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Send(ctx, "acme:1", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := range r.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == events.StreamLifecycle && ev.Data.Phase == events.PhaseEnd {
+			t.Fatalf("the turn ran without its quota hold: %+v", ev.Data)
+		}
+		if ev.Stream != events.StreamLifecycle || ev.Data.Phase != events.PhaseAborted {
+			continue
+		}
+		if !strings.Contains(ev.Data.Error+ev.Data.Text, "attempt 1 failed: quota store unavailable: tenant acme's quota of turns at once could not be held") ||
+			!strings.Contains(ev.Data.Error+ev.Data.Text, "it is retried") {
+			t.Fatalf("aborted event %+v; want the first attempt failed on the quota store, counted", ev.Data)
+		}
+		return
+	}
+	t.Fatal("no aborted event")
 }
