@@ -29,6 +29,9 @@ chaos: ## fault soak: nats-server and worker processes, random faults (LANEFLEET
 chaos-subagents: ## sub-agents under worker kills: parents × 3 children (LANEFLEET_SUBAGENT_CHAOS=50 parents)
 	LANEFLEET_SUBAGENT_CHAOS=$${LANEFLEET_SUBAGENT_CHAOS:-50} $(GO) test -count=1 -timeout 30m -run TestSubagentsChaos -v ./integration
 
+rate-soak: ## provider rate limits: three workers against a mock that answers 429 above N requests a minute, offered 3× that, without --rate-limit (its 429s) then with it for the run (zero 429s, no 60 s span over N, every turn ends) (LANEFLEET_RATE_SOAK=10m, LANEFLEET_RATE_SOAK_RPM=120)
+	LANEFLEET_RATE_SOAK=$${LANEFLEET_RATE_SOAK:-10m} LANEFLEET_RATE_SOAK_RPM=$${LANEFLEET_RATE_SOAK_RPM:-120} $(GO) test -count=1 -timeout 2h -run TestRateLimitSoak -v ./integration
+
 test-short: ## quick tests without the fleet integration suite
 	$(GO) test -short -count=1 $(PKGS)
 
