@@ -193,8 +193,8 @@ func fillSessions(t testing.TB, url string, n int, key func(i int) string) {
 	}
 }
 
-// TestSessionsTenThousand: a page of 10,000 sessions is served in well
-// under a second, searched and scoped by the fleet.
+// TestSessionsTenThousand: a page of 10,000 sessions is served, searched
+// and scoped by the fleet (BenchmarkSessionsPage measures how fast).
 func TestSessionsTenThousand(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
@@ -209,13 +209,6 @@ func TestSessionsTenThousand(t *testing.T) {
 	t.Logf("a page of 100 of 10,000 sessions: %v", took)
 	if p.Total != 10000 || len(p.Sessions) != 100 || p.Sessions[0].Key != "acme:user-09999" || p.Next == "" {
 		t.Fatalf("total %d, %d sessions, next %v", p.Total, len(p.Sessions), p.Next)
-	}
-	bound := time.Second
-	if raceEnabled {
-		bound = 10 * time.Second // BenchmarkSessionsPage measures it without
-	}
-	if took > bound {
-		t.Fatalf("a page took %v", took)
 	}
 	resp = b.do(t, "acme", "GET", "/api/sessions?q=USER-0012&limit=1000", "")
 	readJSON(t, resp, &p)

@@ -81,9 +81,7 @@ func (ls *localServer) seen() []localCall {
 // (PATH and HOME only, plus env) and exactly args: no test models.
 func localWorker(t *testing.T, natsURL string, env []string, args ...string) *proc {
 	t.Helper()
-	// Copies of the agent workspaces of its own: a worker that joins a
-	// server keeps them in ./lanefleet-data/agent-files by default, this
-	// package's directory in a test, shared by every worker of the run.
+	// Copies of the agent workspaces of its own, removed with the test.
 	args = append([]string{"--log-format", "json", "--log-level", "info", "--shutdown-grace", "2s", "--ack-wait", "2s", "--lease-ttl", "2s",
 		"--agent-cache-dir", t.TempDir()}, args...)
 	p := &proc{cmd: exec.Command(workerBinary(t), args...), logs: &syncBuffer{}, exited: make(chan struct{})}

@@ -29,12 +29,19 @@ type RunInfo struct {
 	Worker    string `json:"worker"`
 	Attempt   int    `json:"attempt,omitempty"`
 	StartedAt int64  `json:"startedAt"` // Unix ms
-	// Phase is "running" or "compacting" (steering waits while compacting).
+	// Phase is RunPhaseRunning or RunPhaseCompacting (steering waits
+	// while compacting).
 	Phase string `json:"phase"`
 	// Handle tells registrations apart: a run clears or updates the entry
 	// only while it still holds its own handle.
 	Handle string `json:"handle"`
 }
+
+// A registered run's phases (RunInfo.Phase).
+const (
+	RunPhaseRunning    = "running"
+	RunPhaseCompacting = "compacting"
+)
 
 // Runs is the active-run registry: a KV bucket with one key per running
 // session (the lane token). A run's entry is removed when it ends, leaving
@@ -110,7 +117,7 @@ type RunHandle struct {
 // run left behind.
 func (r *Runs) Register(ctx context.Context, token string, info RunInfo) (*RunHandle, error) {
 	if info.Phase == "" {
-		info.Phase = "running"
+		info.Phase = RunPhaseRunning
 	}
 	if info.Handle == "" {
 		info.Handle = fmt.Sprintf("%s/%s/%d", info.Worker, info.RunID, time.Now().UnixNano())

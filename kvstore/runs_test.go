@@ -25,10 +25,10 @@ func TestRunsRegistryHandles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.SetPhase(ctx, "compacting"); err != nil {
+	if err := old.SetPhase(ctx, RunPhaseCompacting); err != nil {
 		t.Fatal(err)
 	}
-	if info, ok, _ := runs.Get(ctx, "lane1"); !ok || info.Phase != "compacting" || info.RunID != "10" {
+	if info, ok, _ := runs.Get(ctx, "lane1"); !ok || info.Phase != RunPhaseCompacting || info.RunID != "10" {
 		t.Fatalf("after SetPhase: %+v %v", info, ok)
 	}
 	// The lane moved to another worker, which runs the next message.
@@ -36,7 +36,7 @@ func TestRunsRegistryHandles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.SetPhase(ctx, "running"); !errors.Is(err, ErrStaleRun) {
+	if err := old.SetPhase(ctx, RunPhaseRunning); !errors.Is(err, ErrStaleRun) {
 		t.Fatalf("stale SetPhase: %v", err)
 	}
 	if err := old.Clear(ctx); !errors.Is(err, ErrStaleRun) {
@@ -79,7 +79,7 @@ func TestRunsLeaveNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.SetPhase(ctx, "compacting"); err != nil {
+	if err := h.SetPhase(ctx, RunPhaseCompacting); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Clear(ctx); err != nil {

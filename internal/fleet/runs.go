@@ -135,9 +135,9 @@ func (p phaseSink) Emit(stream string, data events.EventData) {
 	if stream != events.StreamCompaction {
 		return
 	}
-	phase := "running"
+	phase := kvstore.RunPhaseRunning
 	if data.Phase == events.PhaseStart {
-		phase = "compacting"
+		phase = kvstore.RunPhaseCompacting
 	}
 	p.reg.setPhase(phase)
 }

@@ -95,6 +95,7 @@ func newToolSource(ctx context.Context, cfg Config, reg *remote.Registry, store 
 		root = filepath.Join(cfg.DataDir, "workspaces")
 	default:
 		root = filepath.Join(os.TempDir(), "lanefleet-workspaces")
+		ts.log.Info().Str("workspace_root", root).Msg("workspaces in the temporary directory (no data directory): give --workspace-root to keep them elsewhere")
 	}
 	abs, err := filepath.Abs(root)
 	if err != nil {
