@@ -32,6 +32,7 @@ type limitServer struct {
 
 	mu       sync.Mutex
 	arrivals []time.Time // every request's
+	auth     []string    // every request's Authorization
 	answered []time.Time // the requests answered 200
 	rejected int
 }
@@ -44,10 +45,11 @@ func newLimitServer(t *testing.T, rpm int) *limitServer {
 	return ls
 }
 
-func (ls *limitServer) serve(w http.ResponseWriter, _ *http.Request) {
+func (ls *limitServer) serve(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	ls.mu.Lock()
 	ls.arrivals = append(ls.arrivals, now)
+	ls.auth = append(ls.auth, r.Header.Get("Authorization"))
 	i, _ := slices.BinarySearchFunc(ls.answered, now.Add(-time.Minute), func(a, b time.Time) int { return a.Compare(b) })
 	if inWindow := ls.answered[i:]; len(inWindow) >= ls.rpm {
 		ls.rejected++
@@ -67,6 +69,13 @@ func (ls *limitServer) serve(w http.ResponseWriter, _ *http.Request) {
 	usage := `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m1","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":1,"total_tokens":21}}`
 	w.Header().Set("Content-Type", "text/event-stream")
 	_, _ = fmt.Fprintf(w, "data: %s\n\ndata: %s\n\ndata: %s\n\ndata: [DONE]\n\n", chunk, done, usage)
+}
+
+// keys are the requests' Authorization headers, in order.
+func (ls *limitServer) keys() []string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return slices.Clone(ls.auth)
 }
 
 // stats are the requests the server saw, the 429s it answered and the most
