@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -31,15 +32,16 @@ type limitServer struct {
 	rpm int
 
 	mu       sync.Mutex
-	arrivals []time.Time // every request's
-	auth     []string    // every request's Authorization
-	answered []time.Time // the requests answered 200
+	arrivals []time.Time    // every request's
+	auth     []string       // every request's Authorization
+	prompts  map[string]int // requests by the last user message's text
+	answered []time.Time    // the requests answered 200
 	rejected int
 }
 
 func newLimitServer(t *testing.T, rpm int) *limitServer {
 	t.Helper()
-	ls := &limitServer{rpm: rpm}
+	ls := &limitServer{rpm: rpm, prompts: map[string]int{}}
 	ls.Server = httptest.NewServer(http.HandlerFunc(ls.serve))
 	t.Cleanup(ls.Close)
 	return ls
@@ -47,7 +49,21 @@ func newLimitServer(t *testing.T, rpm int) *limitServer {
 
 func (ls *limitServer) serve(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
+	var body struct {
+		Messages []struct {
+			Role    string `json:"role"`
+			Content any    `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&body)
+	prompt := ""
+	for _, m := range body.Messages {
+		if m.Role == "user" {
+			prompt = fmt.Sprint(m.Content)
+		}
+	}
 	ls.mu.Lock()
+	ls.prompts[prompt]++
 	ls.arrivals = append(ls.arrivals, now)
 	ls.auth = append(ls.auth, r.Header.Get("Authorization"))
 	i, _ := slices.BinarySearchFunc(ls.answered, now.Add(-time.Minute), func(a, b time.Time) int { return a.Compare(b) })
@@ -78,18 +94,24 @@ func (ls *limitServer) keys() []string {
 	return slices.Clone(ls.auth)
 }
 
-// stats are the requests the server saw, the 429s it answered and the most
-// requests that arrived in any 60 s span.
-func (ls *limitServer) stats() (requests, rejected, busiestMinute int) {
+// stats are the requests the server saw, the 429s it answered, the most
+// requests that arrived in any 60 s span, and the prompts sent more than
+// once.
+func (ls *limitServer) stats() (requests, rejected, busiestMinute, repeated int) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	for _, n := range ls.prompts {
+		if n > 1 {
+			repeated++
+		}
+	}
 	for i, j := 0, 0; j < len(ls.arrivals); j++ {
 		for ls.arrivals[j].Sub(ls.arrivals[i]) >= time.Minute {
 			i++
 		}
 		busiestMinute = max(busiestMinute, j-i+1)
 	}
-	return len(ls.arrivals), ls.rejected, busiestMinute
+	return len(ls.arrivals), ls.rejected, busiestMinute, repeated
 }
 
 // TestRateLimitSoak (make rate-soak; skipped unless LANEFLEET_RATE_SOAK
@@ -121,14 +143,14 @@ func TestRateLimitSoak(t *testing.T) {
 
 // rateSoakResult is one phase's figures.
 type rateSoakResult struct {
-	sent, answered, failed               int
-	requests, rejected, busiest, limited int
-	took                                 time.Duration
+	sent, answered, failed                         int
+	requests, rejected, busiest, limited, repeated int
+	took                                           time.Duration
 }
 
 func (r rateSoakResult) String() string {
-	return fmt.Sprintf("%d turns sent, %d answered, %d ended in error, in %s; provider: %d requests, %d answered 429, busiest 60 s span %d requests (limit %d)",
-		r.sent, r.answered, r.failed, r.took.Round(time.Second), r.requests, r.rejected, r.busiest, r.limited)
+	return fmt.Sprintf("%d turns sent, %d answered, %d ended in error, in %s; provider: %d requests (%d turns' prompt sent more than once), %d answered 429, busiest 60 s span %d requests (limit %d)",
+		r.sent, r.answered, r.failed, r.took.Round(time.Second), r.requests, r.repeated, r.rejected, r.busiest, r.limited)
 }
 
 // rateSoakPhase offers three times rpm for sendFor to a fresh fleet and
@@ -173,7 +195,7 @@ func rateSoakPhase(t *testing.T, name string, sendFor time.Duration, rpm int, li
 		if i > 0 {
 			<-tick.C
 		}
-		r, err := c.Send(ctx, fmt.Sprintf("acme:%s:%d", name[:4], i), "go")
+		r, err := c.Send(ctx, fmt.Sprintf("acme:%s:%d", name[:4], i), fmt.Sprintf("go %d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +217,7 @@ func rateSoakPhase(t *testing.T, name string, sendFor time.Duration, rpm int, li
 	tick.Stop()
 	wg.Wait()
 	res.took = time.Since(start)
-	res.requests, res.rejected, res.busiest = ls.stats()
+	res.requests, res.rejected, res.busiest, res.repeated = ls.stats()
 	t.Logf("%s: %s", name, res)
 	if res.answered+res.failed != n {
 		t.Errorf("%s: %d of %d turns ended", name, res.answered+res.failed, n)
