@@ -21,6 +21,8 @@ import (
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes"
 )
 
 // limitServer is a Chat Completions endpoint with a provider's rate limit:
@@ -179,7 +181,10 @@ func rateSoakPhase(t *testing.T, name string, sendFor time.Duration, rpm int, li
 	srv := natstest.Start(t)
 	for i := range 3 {
 		startMember(t, srv.URL, fleet.Config{WorkerID: fmt.Sprintf("w%d", i+1), ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
-			NoBuiltinTools: true, Env: envMap(nil), Concurrency: 256, AttemptTimeout: 12 * sendFor, RateLimits: rules})
+			NoBuiltinTools: true, Env: envMap(nil), Concurrency: 256, AttemptTimeout: 12 * sendFor, RateLimits: rules,
+			// The fleet's defaults, not the harness's 5 s: hundreds of
+			// turns wait in admission for minutes, each renewing its lease.
+			LeaseTTL: kvstore.DefaultLeaseTTL, AckWait: lanes.DefaultAckWait})
 	}
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), 12*sendFor+5*time.Minute)
