@@ -31,16 +31,24 @@ type Sizes struct {
 // its messages: the very same result, without the per-message outcomes.
 // s keeps msgs' estimates for the next request.
 func (s *Sizes) Guard(msgs []message.Message, contextTokens int) []message.Message {
-	s.update(msgs)
+	return s.GuardKnown(msgs, contextTokens, 0)
+}
+
+// GuardKnown is Guard for msgs whose first known messages the caller knows
+// to be the very ones, unchanged, of s's last request (the same memory,
+// never written since): they are not compared again
+// (message.Snapshots.UpdateKnown).
+func (s *Sizes) GuardKnown(msgs []message.Message, contextTokens, known int) []message.Message {
+	s.update(msgs, known)
 	s.work = append(s.work[:0], s.est...)
 	var res ContextResult
 	return guardContext(msgs, contextTokens, s.work, &res)
 }
 
 // update makes s the snapshots and estimates of msgs, reusing those of the
-// messages it already has.
-func (s *Sizes) update(msgs []message.Message) {
-	off, same := s.snaps.Update(msgs)
+// messages it already has (the first known not compared).
+func (s *Sizes) update(msgs []message.Message, known int) {
+	off, same := s.snaps.UpdateKnown(msgs, known)
 	if off > 0 {
 		copy(s.est, s.est[off:off+same])
 	}

@@ -56,8 +56,9 @@ type Config struct {
 	// ServiceName is the micro service the tools are served under;
 	// remote.ServiceNameDefault (where workers look) when empty.
 	ServiceName string
-	// Version is the bridge's version in the service and in the MCP
-	// client's implementation info.
+	// Version is the bridge's version in the MCP client's implementation
+	// info, and in the service as remote.ServiceVersion makes it (a
+	// build's "v1.2.3" or "(devel)" is not a micro service version).
 	Version string
 	// Backoff paces reconnects to a server and restarts of a stdio
 	// server; 0.5 s doubling to 30 s with jitter when zero.
@@ -75,6 +76,11 @@ type Config struct {
 	// HTTPClient makes the requests of HTTP and SSE servers;
 	// http.DefaultClient's transport when nil.
 	HTTPClient *http.Client
+	// Served, when set, is called each time a server's tools are served
+	// (once connected, and again after a list change or a reconnect), on
+	// the server's own goroutine: a worker running the bridge in process
+	// refreshes its remote tools then, rather than at its next discovery.
+	Served func(server string)
 	// Logger receives connections, list changes and refused tools; never
 	// an env value or header. Silent when zero.
 	Logger zerolog.Logger
@@ -270,6 +276,9 @@ func (s *server) session(ctx context.Context) (served bool, err error) {
 			return served, err
 		}
 		served = true
+		if next != nil && s.b.cfg.Served != nil {
+			s.b.cfg.Served(s.cfg.Name)
+		}
 		if prev := svc; prev != nil {
 			// The new list is served: let the old one's calls finish.
 			old.Go(func() {
@@ -436,7 +445,7 @@ func (s *server) serve(cs *mcp.ClientSession, list []*mcp.Tool) (*remote.Service
 	}
 	svc, err := remote.Serve(s.b.cfg.Conn, remote.ServiceConfig{
 		Name:        s.b.cfg.ServiceName,
-		Version:     s.b.cfg.Version,
+		Version:     remote.ServiceVersion(s.b.cfg.Version),
 		Description: "MCP server " + s.cfg.Name + " (lanefleet MCP bridge)",
 		Metadata:    map[string]string{"mcp_server": s.cfg.Name},
 		Logger:      s.log,

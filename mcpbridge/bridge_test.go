@@ -47,7 +47,8 @@ func setup(t testing.TB) *bundle {
 // ends or the returned stop is called; stop returns once Run has.
 func (b *bundle) bridge(t testing.TB, servers ...mcpbridge.Server) (stop func()) {
 	t.Helper()
-	br, err := mcpbridge.New(mcpbridge.Config{Servers: servers, Conn: natstest.Connect(t, b.url), Logger: b.log,
+	// The version a worker built from a work tree passes.
+	br, err := mcpbridge.New(mcpbridge.Config{Servers: servers, Conn: natstest.Connect(t, b.url), Logger: b.log, Version: "(devel)",
 		Backoff: backoff.Policy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)

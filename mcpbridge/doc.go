@@ -19,6 +19,12 @@
 // request. Text, image, resource and structured content become the
 // result's blocks; an isError result stays an error result, and an MCP
 // error or a broken connection is a tool error that says what happened.
+// While a call runs the bridge sends the caller heartbeats (tools/remote
+// does, for every tool it serves): a bridge killed outright fails its
+// calls within seconds on the caller's side, not at their timeout.
+// Config.Served tells a worker running the bridge in process when a
+// server's tools are served, so it can discover them at once.
+//
 // What a server may send is bounded: the tools it lists, each schema and
 // description, each message read and each result.
 //

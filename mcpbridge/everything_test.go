@@ -1,61 +1,14 @@
 package mcpbridge_test
 
 import (
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/internal/mcptest"
 	"github.com/lanefleet/lanefleet/mcpbridge"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/tools"
 )
-
-// everythingVersion pins the MCP project's reference server,
-// @modelcontextprotocol/server-everything, installed from the npm registry.
-const everythingVersion = "2026.8.31"
-
-var installOnce = sync.OnceValues(installEverything)
-
-// installEverything installs the reference server with npm into the user's
-// cache directory (LANEFLEET_NPM_CACHE overrides it), once: a later run
-// finds it there. It returns the server's entry point.
-func installEverything() (string, error) {
-	dir := os.Getenv("LANEFLEET_NPM_CACHE")
-	if dir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			return "", err
-		}
-		dir = filepath.Join(cache, "lanefleet", "npm")
-	}
-	pkg := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything")
-	if b, err := os.ReadFile(filepath.Join(pkg, "package.json")); err == nil {
-		var p struct{ Version string }
-		if json.Unmarshal(b, &p) == nil && p.Version == everythingVersion {
-			return filepath.Join(pkg, "dist", "index.js"), nil
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	cmd := exec.Command("npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save",
-		"@modelcontextprotocol/server-everything@"+everythingVersion)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", &installError{err: err, out: string(out)}
-	}
-	return filepath.Join(pkg, "dist", "index.js"), nil
-}
-
-type installError struct {
-	err error
-	out string
-}
-
-func (e *installError) Error() string { return "npm install: " + e.err.Error() + "\n" + e.out }
 
 // TestServerEverything: the MCP project's reference server, from the npm
 // registry, over stdio: its tools are listed and called with text, image
@@ -64,7 +17,7 @@ func (e *installError) Error() string { return "npm install: " + e.err.Error() +
 // fails the test.
 func TestServerEverything(t *testing.T) {
 	t.Parallel()
-	entry, err := installOnce()
+	entry, err := mcptest.Everything()
 	if err != nil {
 		t.Fatalf("the reference server is not installed: %v", err)
 	}

@@ -168,6 +168,30 @@ type Snapshots struct {
 // way: keep [off:off+same], at the front, and add the rest.
 func (ss *Snapshots) Update(msgs []Message) (off, same int) {
 	off, same = Match(ss.s, msgs)
+	ss.keep(msgs, off, same)
+	return off, same
+}
+
+// UpdateKnown is Update for msgs whose first known messages the caller
+// knows to be the very ones, unchanged, that ss was last updated with
+// (the same memory, never written since): they are not compared again,
+// and the messages after them are lined up as Update does from there. A
+// known beyond either list is taken as 0.
+func (ss *Snapshots) UpdateKnown(msgs []Message, known int) (off, same int) {
+	if known <= 0 || known > len(ss.s) || known > len(msgs) {
+		return ss.Update(msgs)
+	}
+	same = known
+	for same < len(msgs) && same < len(ss.s) && ss.s[same].Same(&msgs[same]) {
+		same++
+	}
+	ss.keep(msgs, 0, same)
+	return 0, same
+}
+
+// keep makes ss the snapshots of msgs, whose first same are ss's
+// [off:off+same].
+func (ss *Snapshots) keep(msgs []Message, off, same int) {
 	for j := range off {
 		ss.bytes -= ss.s[j].Bytes()
 	}
@@ -184,7 +208,6 @@ func (ss *Snapshots) Update(msgs []Message) (off, same int) {
 		ss.bytes += sn.Bytes()
 		ss.s = append(ss.s, sn)
 	}
-	return off, same
 }
 
 // Len is the number of snapshots.

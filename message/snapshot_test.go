@@ -198,3 +198,33 @@ func TestSnapshotsUpdate(t *testing.T) {
 		t.Error("Reset left snapshots")
 	}
 }
+
+// TestSnapshotsUpdateKnown: a list known to start with the last one's
+// messages lines up as Update lines it up, compares only the messages
+// after the known ones (a change there is seen), and a known count beyond
+// either list is ignored.
+func TestSnapshotsUpdateKnown(t *testing.T) {
+	msgs := make([]Message, 12)
+	for i := range msgs {
+		msgs[i] = Message{Role: RoleUser, Content: BlocksOf(Text(string(rune('a' + i))))}
+	}
+	var ss Snapshots
+	ss.Update(msgs[:6])
+	grown := append(msgs[:6:6], msgs[6:9]...)
+	if off, same := ss.UpdateKnown(grown, 6); off != 0 || same != 6 {
+		t.Fatalf("grown: UpdateKnown = %d, %d; want 0, 6", off, same)
+	}
+	changed := append(msgs[:9:9], msgs[9:]...)
+	changed[7] = Message{Role: RoleUser, Content: BlocksOf(Text("changed"))}
+	if off, same := ss.UpdateKnown(changed, 6); off != 0 || same != 7 {
+		t.Fatalf("changed after the known: UpdateKnown = %d, %d; want 0, 7", off, same)
+	}
+	for j := range ss.s {
+		if !ss.s[j].Same(&changed[j]) {
+			t.Fatalf("snapshot %d is not of message %d", j, j)
+		}
+	}
+	if off, same := ss.UpdateKnown(msgs[:3], 5); off != 0 || same != 3 {
+		t.Fatalf("known beyond the list: UpdateKnown = %d, %d; want Update's 0, 3", off, same)
+	}
+}

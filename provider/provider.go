@@ -88,6 +88,12 @@ type Request struct {
 	Temperature  *float64 // nil = provider default
 	APIKey       Secret
 	SessionID    string // for prompt caching / affinity
+	// Immutable promises that Messages[:Immutable] are never written
+	// again (0 promises nothing): a caller that keeps a session's history
+	// in one array and only appends to it says so, and an adapter's wire
+	// cache then need not compare again the messages of that array it saw
+	// in an earlier request that made the same promise of them.
+	Immutable int
 }
 
 // EventType is the kind of a streaming event (the pi-ai protocol).

@@ -126,7 +126,7 @@ func (ru *run) call(actx context.Context, req attemptReq, ctxMsgs []message.Mess
 	msgs := ru.prepare(req.model, ctxMsgs)
 	out.snapshot = msgs
 	preq := &provider.Request{Model: req.model, SystemPrompt: ru.system, Messages: msgs, Tools: ru.specs,
-		Thinking: req.thinking, APIKey: req.key, SessionID: ru.in.SessionID}
+		Thinking: req.thinking, APIKey: req.key, SessionID: ru.in.SessionID, Immutable: ru.immutable}
 	ru.sub.reset()
 	am, err := ru.stream(actx, req.prov, req.profile, preq)
 	ru.sub.flushBlocks(true)

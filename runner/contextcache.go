@@ -52,6 +52,16 @@ type sessionContext struct {
 	size int // what the cache counts it for, besides its key and bytelru.EntryOverhead
 	// sizes are the guard's estimates of the session's last request.
 	sizes guard.Sizes
+	// prepared is base (a prefix of it) prepared for the model of the
+	// session's last request (sanitize.Appender): a run prepares only
+	// the messages added since. It is reset when base's messages change.
+	prepared sanitize.Appender
+	// guarded is the first message of the session's last request when
+	// its first guardedKept messages were prepared's (Kept), nil when
+	// not: messages of that array below that length are never written
+	// again, so the guard need not compare them again.
+	guarded     *message.Message
+	guardedKept int
 }
 
 func newContextCache(maxBytes int) *contextCache {
@@ -114,7 +124,12 @@ func (c *contextCache) acquire(key string, history []message.Entry) *sessionCont
 		}
 		// Appending overwrites what the last run appended past the
 		// cached length: that run is over.
-		sc.base, _ = sanitize.PruneHistoryImages(append(sc.base, compaction.ConvertToLLM(msgs)...))
+		var pruned bool
+		sc.base, pruned = sanitize.PruneHistoryImages(append(sc.base, compaction.ConvertToLLM(msgs)...))
+		if pruned {
+			// Messages the preparation was made of changed.
+			sc.prepared.Reset()
+		}
 		sc.add(tail)
 	}
 	return sc
@@ -127,7 +142,7 @@ func (c *contextCache) release(sc *sessionContext) {
 	if c == nil || sc == nil || sc.key == "" {
 		return
 	}
-	sc.size = sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{})) + sc.sizes.Bytes()
+	sc.size = sc.text + len(sc.ids)*contextEntryOverhead + cap(sc.base)*int(unsafe.Sizeof(message.Message{})) + sc.sizes.Bytes() + sc.prepared.Bytes()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// A concurrent run of the session may have put its own: this one is newer.

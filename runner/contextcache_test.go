@@ -262,3 +262,81 @@ func TestContextCacheCountsToolArguments(t *testing.T) {
 		t.Fatalf("a session holding 1 MiB of tool arguments: %+v", sc)
 	}
 }
+
+// TestPreparedMatchesWhole runs a session through the histories it goes
+// through (turns, another worker's turns, an image pruned once answered,
+// a compaction, a re-read, a rewritten entry, a rollback, a branch) on a
+// runner that keeps its sessions' preparations and on one that keeps
+// nothing: every request body must be the same, and the first must have
+// prepared only the new messages of most turns.
+func TestPreparedMatchesWhole(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	bodies := map[string][]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		name, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		bodies[name] = append(bodies[name], string(body))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(pongSSE))
+	}))
+	t.Cleanup(srv.Close)
+	h := slices.Grow(pingPongHistory(20), 100)
+	withImage := chain(h, message.Message{Role: message.RoleUser, Timestamp: 30,
+		Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
+	answered := chain(withImage, message.Message{Role: message.RoleAssistant, Provider: "acme", Model: "m1", StopReason: message.StopStop,
+		Content: message.BlocksOf(message.Text("a cat"))})
+	parent := answered[len(answered)-1].ID
+	compacted := append(slices.Clip(answered), message.Entry{Type: message.EntryCompaction, ID: "c0mpac71", ParentID: &parent,
+		Timestamp: "2026-03-15T10:20:12.500Z", Fields: map[string]any{"summary": "ping-pong so far", "firstKeptEntryId": answered[18].ID, "tokensBefore": int64(99)}})
+	afterCompaction := chain(compacted, message.User("next", 40), message.Message{Role: message.RoleAssistant, Provider: "acme", Model: "m1",
+		StopReason: message.StopStop, Content: message.BlocksOf(message.Text("ok"))})
+	rewritten := slices.Clone(afterCompaction)
+	changed := rewritten[3].Message.Clone()
+	changed.Content = message.BlocksOf(message.Text("pong, rewritten"))
+	rewritten[3].Message = &changed
+	branched := chain(slices.Clone(h[:10]), message.User("another branch", 50))
+	histories := [][]message.Entry{nil, h[:10], h[:12], h[:12], h[:20], withImage, answered, compacted, afterCompaction,
+		rewritten, rewritten[:8], rewritten[:10], branched}
+	runners := map[string]*Runner{}
+	for _, name := range []string{"kept", "none"} {
+		cacheBytes := 0
+		if name == "none" {
+			cacheBytes = -1
+		}
+		r, err := New(Config{DefaultModel: "acme/m1", ContextCacheBytes: cacheBytes,
+			Resolver: urlResolver{url: srv.URL + "/" + name, prov: openai.NewCompletions(openai.Config{})}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runners[name] = r
+	}
+	for i, hist := range histories {
+		for name, r := range runners {
+			in := Input{SessionKey: "k", SessionID: "s", RunID: fmt.Sprint("r", i), Inbound: &events.Inbound{Text: fmt.Sprint("turn ", i)}, History: hist}
+			if _, err := r.Run(context.Background(), in, nopSink{}); err != nil {
+				t.Fatalf("%s, history %d: %v", name, i, err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	kept, none := bodies["kept"], bodies["none"]
+	if len(kept) != len(histories) || len(none) != len(histories) {
+		t.Fatalf("%d and %d requests, want %d each", len(kept), len(none), len(histories))
+	}
+	for i := range kept {
+		if kept[i] != none[i] {
+			t.Fatalf("history %d: the request differs from the whole preparation's:\n got %s\nwant %s", i, kept[i], none[i])
+		}
+	}
+	r := runners["kept"]
+	r.contexts.mu.Lock()
+	sc, _ := r.contexts.sessions.Peek("k\x00s")
+	r.contexts.mu.Unlock()
+	if sc == nil || sc.prepared.Len() == 0 {
+		t.Fatal("the session's preparation was not kept")
+	}
+}

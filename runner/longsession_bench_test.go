@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,4 +86,87 @@ func BenchmarkRunLongSession(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSessionTurns runs the 1,000 turns of one chat session through
+// the run path the fleet runs (history → context → sanitising → guard →
+// Chat Completions body → HTTP → SSE), each turn's history the last one's
+// with the turn's entries appended (as the lane's transcript cache hands
+// it on), and before each of them a turn of a fresh session, so that both
+// see the same machine. It reports the median turn of the fresh sessions
+// run in the last quarter's minutes, of the long session's first and last
+// quarter, and the last quarter's ratio to the fresh turn (issue 36 item 3: ≤ 1.2× at the fleet's turn
+// cost; here the turn is the runner's alone, without the lane's
+// durable writes, so the ratio is the stricter one), and the
+// microseconds the last quarter adds to a fresh turn.
+func BenchmarkSessionTurns(b *testing.B) {
+	const turns = 1000
+	srv := pongServer(b)
+	r, err := New(Config{DefaultModel: "acme/m1", Resolver: urlResolver{url: srv.URL, prov: openai.NewCompletions(openai.Config{})}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var fresh, first, last []time.Duration
+	// The process's CPU time over the fresh turns and over the last
+	// quarter's (the mock endpoint's included): on a shared machine it
+	// moves less than the time a turn takes.
+	var freshCPU, lastCPU time.Duration
+	run := 0
+	turn := func(key string, hist []message.Entry) (*Output, time.Duration, time.Duration) {
+		run++
+		in := Input{SessionKey: key, SessionID: key, RunID: fmt.Sprint("r", run), Inbound: &events.Inbound{Text: fmt.Sprint("ping ", run)}, History: hist}
+		c0, t0 := cpuTime(), time.Now()
+		out, err := r.Run(context.Background(), in, nopSink{})
+		d, c := time.Since(t0), cpuTime()-c0
+		if err != nil {
+			b.Fatal(err)
+		}
+		return out, d, c
+	}
+	session := 0
+	for b.Loop() {
+		session++
+		var hist []message.Entry
+		for t := range turns {
+			_, df, cf := turn(fmt.Sprint("fresh-", session, "-", t), nil)
+			out, d, c := turn(fmt.Sprint("long-", session), hist)
+			hist = append(hist, out.Entries...)
+			switch {
+			case t < turns/4:
+				first = append(first, d)
+			case t >= turns*3/4:
+				// The fresh turns of the same minutes: on a shared
+				// machine the load of other minutes is not theirs.
+				fresh = append(fresh, df)
+				freshCPU += cf
+				last = append(last, d)
+				lastCPU += c
+			}
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Nanoseconds()) / 1e3
+	}
+	f, q1, q4 := med(fresh), med(first), med(last)
+	b.ReportMetric(f, "fresh-µs")
+	b.ReportMetric(q1, "first-quarter-µs")
+	b.ReportMetric(q4, "last-quarter-µs")
+	b.ReportMetric(q4/f, "last-quarter/fresh")
+	b.ReportMetric(q4-f, "last-quarter-added-µs")
+	fc := float64(freshCPU.Nanoseconds()) / 1e3 / float64(len(fresh))
+	lc := float64(lastCPU.Nanoseconds()) / 1e3 / float64(len(last))
+	b.ReportMetric(fc, "fresh-cpu-µs")
+	b.ReportMetric(lc, "last-quarter-cpu-µs")
+	b.ReportMetric(lc/fc, "last-quarter/fresh-cpu")
+}
+
+// cpuTime is the process's user and system time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

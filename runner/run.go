@@ -60,6 +60,9 @@ type run struct {
 	alternates []string
 	// attempts counts the run's model attempts (the attempt events).
 	attempts int
+	// immutable is how many of the messages the last prepare returned
+	// are never written again (provider.Request.Immutable).
+	immutable int
 	// flushed is set once the run flushed memory before a compaction:
 	// one flush per run, whatever the attempts (and one per compaction
 	// cycle of the session, flush.go).
@@ -155,16 +158,68 @@ func (ru *run) historyLimit() int {
 // what was called and what came of it (sanitize.NoteRejectedCalls). The
 // user messages of a request to Anthropic lose its refusal test string
 // (sanitize.ScrubRefusalTrigger, §3.1 step 6).
+//
+// A context that is the history's (the run's leased base) followed by
+// this turn's messages is prepared from the session's kept preparation of
+// the history (sanitize.Appender): only the messages added since are
+// prepared, where that gives the same messages; anything else is
+// prepared whole.
 func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
-	msgs = sanitize.ScrubRefusalTrigger(m.Provider, sanitize.NoteRejectedCalls(msgs))
-	res := sanitize.Prepare(sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs,
-		HistoryLimit: ru.historyLimit()})
-	if len(res.Final) > 0 {
-		msgs = res.Final
+	req := sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs, HistoryLimit: ru.historyLimit()}
+	if ru.lease == nil {
+		return sanitize.PrepareFinal(req)
+	}
+	sc := ru.lease
+	out, ok := ru.prepareAppended(req)
+	known := 0
+	switch {
+	case !ok:
+		out = sanitize.PrepareFinal(req)
+		sc.guarded = nil
+	case len(out) == 0:
+		sc.guarded = nil
+	default:
+		// The messages the session's last request had from the same
+		// preparation are the very same: the guard takes them as known.
+		if &out[0] == sc.guarded {
+			known = min(sc.guardedKept, sc.prepared.Kept())
+		}
+		sc.guarded, sc.guardedKept = &out[0], sc.prepared.Kept()
 	}
 	// The estimates of the messages the session's last request had are
 	// reused (the lease is the run's alone; contextMessages took it).
-	return ru.lease.sizes.Guard(msgs, ru.window)
+	guarded := sc.sizes.GuardKnown(out, ru.window, known)
+	ru.immutable = 0
+	if sc.guarded != nil && len(guarded) > 0 && &guarded[0] == sc.guarded {
+		// The preparation's kept messages are never written again: the
+		// provider's wire cache need not compare them either.
+		ru.immutable = min(sc.guardedKept, len(guarded))
+	}
+	return guarded
+}
+
+// prepareAppended prepares req's messages from the lease's kept
+// preparation when they are its base followed by this turn's messages:
+// the base's messages are never changed while the lease keeps them (see
+// contextCache.acquire), so those the preparation was made of are still
+// the same.
+func (ru *run) prepareAppended(req sanitize.Request) ([]message.Message, bool) {
+	base, p := ru.base, &ru.lease.prepared
+	msgs := req.Messages
+	if len(base) == 0 || len(msgs) < len(base) || &msgs[0] != &base[0] {
+		return nil, false
+	}
+	if p.Len() > len(base) {
+		p.Reset()
+	}
+	if p.Len() < len(base) || p.Len() == 0 {
+		hist := req
+		hist.Messages = base
+		if !p.Extend(hist) {
+			return nil, false
+		}
+	}
+	return p.With(req)
 }
 
 func (ru *run) addAssistant(am *message.Message) {

@@ -505,14 +505,46 @@ func serveMCP(ctx context.Context, m *fleet.Member, servers []mcpbridge.Server, 
 	}
 	bctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	// The worker's runs see the tools as soon as they are served, not at
+	// the next discovery refresh (30 s).
+	var served func(string)
+	refreshed := make(chan struct{})
+	if m.Tools != nil {
+		due := make(chan struct{}, 1)
+		served = func(string) {
+			select {
+			case due <- struct{}{}:
+			default: // one refresh is due already: it will see these too
+			}
+		}
+		go func() {
+			defer close(refreshed)
+			for {
+				select {
+				case <-due:
+					if err := m.Tools.Refresh(bctx); err != nil {
+						if bctx.Err() == nil {
+							log.Warn().Err(err).Msg("remote tools: refresh after the MCP bridge served tools failed")
+						}
+						continue
+					}
+					log.Info().Int("tools", len(m.Tools.Tools())).Msg("remote tools: refreshed after the MCP bridge served tools")
+				case <-bctx.Done():
+					return
+				}
+			}
+		}()
+	} else {
+		close(refreshed)
+	}
 	go func() {
 		defer close(done)
 		defer nc.Close()
-		if err := runMCPBridge(bctx, nc, servers, env, log); err != nil {
+		if err := runMCPBridge(bctx, nc, servers, env, log, served); err != nil {
 			log.Error().Err(err).Msg("MCP bridge stopped")
 		}
 	}()
-	return func() { cancel(); <-done }, nil
+	return func() { cancel(); <-done; <-refreshed }, nil
 }
 
 // endpointOf is an export URL without credentials or query, for the log.

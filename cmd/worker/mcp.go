@@ -39,10 +39,11 @@ func loadMCP(path string, env func(string) string, red *redact.Redactor) ([]mcpb
 	return servers, nil
 }
 
-// runMCPBridge serves servers' tools on nc until ctx ends.
-func runMCPBridge(ctx context.Context, nc *nats.Conn, servers []mcpbridge.Server, env func(string) string, log zerolog.Logger) error {
+// runMCPBridge serves servers' tools on nc until ctx ends; served, when
+// not nil, is called each time a server's tools are served.
+func runMCPBridge(ctx context.Context, nc *nats.Conn, servers []mcpbridge.Server, env func(string) string, log zerolog.Logger, served func(string)) error {
 	br, err := mcpbridge.New(mcpbridge.Config{Servers: servers, Conn: nc, Version: version.Get().Version, Getenv: env,
-		Logger: log.With().Str("component", "mcp-bridge").Logger()})
+		Served: served, Logger: log.With().Str("component", "mcp-bridge").Logger()})
 	if err != nil {
 		return err
 	}
@@ -103,7 +104,7 @@ github__*). Run several for the same servers: they share the calls.`,
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log.Info().Int("servers", len(servers)).Str("version", version.Get().String()).Msg("mcp bridge ready")
-			return runMCPBridge(ctx, nc, servers, env, log)
+			return runMCPBridge(ctx, nc, servers, env, log, nil)
 		},
 	}
 	fs := c.Flags()

@@ -51,6 +51,7 @@ var allowed = map[string][]string{
 	"internal/microsvc":      {"internal/inflight", "internal/reply"},
 	"internal/mustrun":       {},
 	"internal/natstest":      {"internal/embedded"},
+	"internal/mcptest":       {},
 	"internal/reply":         {},
 	"internal/version":       {},
 	"ecmatext":               {},

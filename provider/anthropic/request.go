@@ -172,7 +172,7 @@ func buildRequest(req *provider.Request, cache *wireCache, version string) ([]by
 		body.System = []apiBlock{b}
 	}
 	msgs := transform.Messages(req.Messages, m, normalizeID)
-	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs))
+	f := cache.FormsOf(req, m, images, msgs, len(msgs))
 	messages(&f, msgs, images)
 	// Cache the whole prefix: a breakpoint on the last block of the last
 	// user message (blocks of its own: the ones it had may be shared).

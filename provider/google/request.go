@@ -178,7 +178,7 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 		idFix = normalizeID
 	}
 	msgs := transform.Messages(req.Messages, m, idFix)
-	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs))
+	f := cache.FormsOf(req, m, images, msgs, len(msgs))
 	contents(&f, msgs, m, images)
 	if len(req.Tools) > 0 {
 		decls := make([]apiFunctionDecl, 0, len(req.Tools))

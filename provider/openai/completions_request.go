@@ -127,7 +127,7 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 
 	// Each message's wire form is taken from the session's last request
 	// when the message is the same (see wirecache.Forms).
-	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs)+1)
+	f := cache.FormsOf(req, m, images, msgs, len(msgs)+1)
 	body := chatOptions(req, c)
 	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
 		f.Add(-1, systemMessage(m, c, sp), -1)

@@ -123,7 +123,7 @@ func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte,
 	msgs := transform.Messages(req.Messages, m, respNormalizeID)
 	// Each message's items are taken from the session's last request when
 	// the message is the same (see wirecache.Forms).
-	f := cache.Forms(req.SessionID, m, images, msgs, len(msgs)+1)
+	f := cache.FormsOf(req, m, images, msgs, len(msgs)+1)
 	body := respRequest{Model: m.ID, Stream: true, MaxOutputTokens: maxTokens(req), Temperature: req.Temperature, PromptCacheKey: req.SessionID}
 	if e := respEffort(m, req.Thinking); e != "" {
 		body.Reasoning = &respReasoning{Effort: e, Summary: "auto"}

@@ -27,7 +27,10 @@ type remoteTool struct {
 	subject  string
 	timeout  time.Duration
 	maxChars int
-	mux      *updateMux // for calls with an Update callback
+	mux      *updateMux // every call's replies, heartbeats and partial results
+	// heartbeat is the interval the call asks the service to beat at
+	// (HeaderHeartbeat).
+	heartbeat time.Duration
 	// idempotent: the service declares the tool safe to call again
 	// (MetaIdempotent).
 	idempotent bool
@@ -84,13 +87,20 @@ func (t *remoteTool) roundTrip(ctx context.Context, limit time.Duration, body []
 	if dl, ok := ctx.Deadline(); ok {
 		msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(1, time.Until(dl).Milliseconds()), 10))
 	}
-	var rep *nats.Msg
-	var err error
-	if update == nil {
-		rep, err = t.nc.RequestMsgWithContext(ctx, msg)
-	} else {
+	msg.Header.Set(HeaderHeartbeat, strconv.FormatInt(t.heartbeat.Milliseconds(), 10))
+	if update != nil {
 		msg.Header.Set(HeaderUpdates, "1")
-		rep, err = t.mux.request(ctx, msg, t.maxChars, update)
+	}
+	silence := HeartbeatMisses * t.heartbeat
+	rep, err := t.mux.request(ctx, msg, t.maxChars, silence, update)
+	if errors.Is(err, errLost) {
+		// The service may be alive but cut off: have it stop the call.
+		t.cancel(token, false)
+		text := fmt.Sprintf("tool %s's server stopped answering (no heartbeat for %s); the call may have taken effect in part", name, roundDuration(silence))
+		if key != "" {
+			text += fmt.Sprintf(" (idempotency key %s)", key)
+		}
+		return tools.Result{}, &Error{Tool: name, Message: text, Err: ErrLost}
 	}
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, nats.ErrNoResponders) {

@@ -34,10 +34,17 @@
 // A call with an Update callback receives the tool's partial results; a
 // Registry keeps one wildcard subscription for them, made on first use.
 //
+// The process running a call sends heartbeats while it runs
+// ([DiscoverConfig.Heartbeat], every 5 s by default); a caller that had one
+// and then hears nothing for [HeartbeatMisses] intervals (the process was
+// killed or cut off from NATS) fails the call then, not at its timeout.
+//
 // Every failure of a remote Call is an [*Error] whose message the model can
 // act on ("tool weather is not available: no process serves it", "tool
-// weather timed out after 1m0s", or the tool's own error text) and that
-// wraps [ErrUnavailable], [ErrTimeout], [ErrToolFailed] or [ErrBadReply].
+// weather timed out after 1m0s", "tool weather's server stopped answering
+// (no heartbeat for 15s); the call may have taken effect in part", or the
+// tool's own error text) and that wraps [ErrUnavailable], [ErrTimeout],
+// [ErrLost], [ErrToolFailed] or [ErrBadReply].
 //
 // # Wire format
 //
@@ -50,7 +57,10 @@
 //
 //	{"id": "call_1", "name": "weather", "args": {...}, "sessionKey": "...", "runId": "..."}
 //
-// and header [HeaderTimeout] (milliseconds the caller waits). The reply is
+// and headers [HeaderTimeout] (milliseconds the caller waits) and
+// [HeaderHeartbeat] (milliseconds between heartbeats: messages with header
+// [HeaderBeat]: 1 and no body on the reply subject, the first as the call
+// starts, none after the reply). The reply is
 //
 //	{"content": [{"type": "text", "text": "..."}, ...], "details": {...}, "isError": false}
 //

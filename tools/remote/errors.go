@@ -15,6 +15,10 @@ var (
 	ErrToolFailed = errors.New("remote: tool failed")
 	// ErrBadReply: the reply could not be decoded.
 	ErrBadReply = errors.New("remote: malformed reply")
+	// ErrLost: the process running the call stopped sending heartbeats
+	// (it was killed, or cut off from NATS) before it replied. The call
+	// may have taken effect in part.
+	ErrLost = errors.New("remote: tool server stopped answering")
 	// ErrStopped is the cause of the context a served call runs with when
 	// its Service is stopped before the call returns.
 	ErrStopped = errors.New("remote: service stopped")

@@ -46,6 +46,11 @@ type DiscoverConfig struct {
 	// MaxResultChars caps the text of each result in UTF-16 units;
 	// MaxResultCharsDefault when 0.
 	MaxResultChars int
+	// Heartbeat is how often a call asks to hear from the process running
+	// it; HeartbeatDefault when 0, HeartbeatMin at least. A call that had
+	// a heartbeat and then hears nothing for HeartbeatMisses intervals
+	// fails with ErrLost: the process was killed or cut off.
+	Heartbeat time.Duration
 	// RefreshInterval is how often Registry.Run refreshes;
 	// RefreshIntervalDefault when 0.
 	RefreshInterval time.Duration
@@ -79,6 +84,12 @@ func (c DiscoverConfig) withDefaults() DiscoverConfig {
 	}
 	if c.RefreshInterval <= 0 {
 		c.RefreshInterval = RefreshIntervalDefault
+	}
+	switch {
+	case c.Heartbeat == 0:
+		c.Heartbeat = HeartbeatDefault
+	default:
+		c.Heartbeat = min(max(c.Heartbeat, HeartbeatMin), heartbeatMax)
 	}
 	return c
 }
@@ -270,7 +281,7 @@ func (r *Registry) build(infos []micro.Info) tools.List {
 	list := make(tools.List, 0, len(names))
 	for _, n := range names {
 		c := best[n]
-		list = append(list, &remoteTool{nc: r.nc, spec: c.spec, subject: c.subject, idempotent: c.idempotent, timeout: r.cfg.CallTimeout, maxChars: r.cfg.MaxResultChars, mux: r.mux})
+		list = append(list, &remoteTool{nc: r.nc, spec: c.spec, subject: c.subject, idempotent: c.idempotent, timeout: r.cfg.CallTimeout, maxChars: r.cfg.MaxResultChars, mux: r.mux, heartbeat: r.cfg.Heartbeat})
 	}
 	return list
 }

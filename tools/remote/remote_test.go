@@ -546,6 +546,7 @@ func TestMalformedRequest(t *testing.T) {
 		{"args not an object", `{"id":"c","args":"q=1"}`, nil},
 		{"other tool's name", `{"id":"c","name":"rm","args":{}}`, nil},
 		{"bad timeout header", `{"id":"c"}`, nats.Header{remote.HeaderTimeout: []string{"soon"}}},
+		{"bad heartbeat header", `{"id":"c"}`, nats.Header{remote.HeaderHeartbeat: []string{"-5"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := &nats.Msg{Subject: remote.Subject("echo"), Data: []byte(tc.body), Header: tc.hdr}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +77,21 @@ func (c ServiceConfig) withDefaults() ServiceConfig {
 		c.MaxResultChars = MaxResultCharsDefault
 	}
 	return c
+}
+
+// semVerRE is the version micro accepts (its own pattern): SemVer 2.0.
+var semVerRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+
+// ServiceVersion makes a build's version a service version Serve takes: a
+// Go module version loses its leading "v" ("v1.2.3" is "1.2.3"), and one
+// that is not SemVer even so ("(devel)", a work tree's build) is
+// VersionDefault.
+func ServiceVersion(v string) string {
+	v = strings.TrimPrefix(v, "v")
+	if !semVerRE.MatchString(v) {
+		return VersionDefault
+	}
+	return v
 }
 
 // flushTimeout bounds Serve's flush.
@@ -299,6 +316,17 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errCallerTimeout)
 		defer cancel()
 	}
+	var beats *heartbeat
+	if v := in.hdr.Get(HeaderHeartbeat); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			st.errors.Add(1)
+			s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderHeartbeat, v))
+			return
+		}
+		every := min(max(time.Duration(min(ms, heartbeatMax.Milliseconds()))*time.Millisecond, HeartbeatMin), heartbeatMax)
+		beats = s.beat(in.reply, name, every)
+	}
 	if tok := in.hdr.Get(HeaderCallToken); tok != "" && len(tok) <= 64 {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -316,6 +344,9 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 	res, err := s.call(ctx, t, call, st)
 	if upd != nil {
 		upd.close()
+	}
+	if beats != nil {
+		beats.stop() // no beat follows the reply
 	}
 
 	if err != nil {
@@ -438,4 +469,47 @@ func (u *updater) close() {
 	u.mu.Lock()
 	u.done = true
 	u.mu.Unlock()
+}
+
+// heartbeat beats for one call until stopped.
+type heartbeat struct {
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
+}
+
+// beat publishes a heartbeat to the call's reply subject now and then
+// every interval until the returned heartbeat is stopped: the caller
+// knows the call is still running, and fails it soon after the beats end
+// without a reply (this process was killed or cut off from NATS).
+func (s *Service) beat(to answer.To, name string, every time.Duration) *heartbeat {
+	h := &heartbeat{}
+	send := func() {
+		if err := s.guard.Send(to, &nats.Msg{Header: nats.Header{HeaderBeat: []string{"1"}}}); err != nil {
+			s.log.Debug().Err(err).Str("tool", name).Msg("remote tools: heartbeat not sent")
+		}
+	}
+	send()
+	var tick func()
+	tick = func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.stopped {
+			return
+		}
+		send()
+		h.timer = time.AfterFunc(every, tick)
+	}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(every, tick)
+	h.mu.Unlock()
+	return h
+}
+
+// stop ends the beats; none is sent once it returns.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.timer.Stop()
 }

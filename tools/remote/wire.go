@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/lanefleet/lanefleet/guard"
@@ -56,6 +57,33 @@ const (
 	// timeout, whichever of the cancel and the service's own timer comes
 	// first); anything else or nothing means it was cancelled.
 	HeaderCancelReason = "Lanefleet-Tool-Cancel-Reason"
+	// HeaderHeartbeat, on a request, asks the service to publish a
+	// heartbeat to the request's reply subject every so many milliseconds
+	// while the call runs, the first as the call starts: a caller that
+	// has had one and then hears nothing for HeartbeatMisses intervals
+	// knows the process running the call is gone (killed, or cut off from
+	// NATS) and fails the call then rather than at its timeout.
+	HeaderHeartbeat = "Lanefleet-Tool-Heartbeat-Ms"
+	// HeaderBeat, set to "1", marks a message on the reply subject as a
+	// heartbeat (no body) rather than a partial result or the reply.
+	HeaderBeat = "Lanefleet-Tool-Heartbeat"
+)
+
+// Heartbeat bounds.
+const (
+	// HeartbeatDefault is how often a caller asks to hear from the
+	// service running its call (DiscoverConfig.Heartbeat).
+	HeartbeatDefault = 5 * time.Second
+	// HeartbeatMin is the shortest interval a service beats at; a request
+	// asking for less gets beats this often.
+	HeartbeatMin = 100 * time.Millisecond
+	// heartbeatMax bounds the interval a request may ask for, so that the
+	// milliseconds cannot overflow a duration.
+	heartbeatMax = time.Hour
+	// HeartbeatMisses is how many intervals without a message from the
+	// service a caller waits, once it had a heartbeat, before it fails
+	// the call with ErrLost.
+	HeartbeatMisses = 3
 )
 
 // Error codes a service puts in the Nats-Service-Error-Code header.

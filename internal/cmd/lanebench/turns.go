@@ -42,7 +42,7 @@ var (
 	turnsPerSlow   = flag.Int("turns-per-session-slow", 2, "turns: turns per session of the concN scenarios with a delayed model")
 	turnsDelays    = flag.String("turns-delays", "0,1s", "turns: the model's first-byte delays, comma-separated")
 	turnsSyncs     = flag.String("turns-sync", "always,default", "turns: server fsync settings to run, comma-separated (always, default)")
-	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated (one, distinct, conc64, conc256, conc1000: 1,000 sessions, needs a worker concurrency of at least 1,000)")
+	turnsOnly      = flag.String("turns-only", "one,distinct,conc64,conc256", "turns: scenarios to run, comma-separated (one, distinct, interleaved: a fresh session's turn and one long session's in turn, conc64, conc256, conc1000: 1,000 sessions, needs a worker concurrency of at least 1,000)")
 	turnsDetail    = flag.Bool("turns-detail", false, "turns: print each scenario's time before and after the model call, and its writes and messages per turn")
 	turnsTrace     = flag.Bool("turns-trace", false, "turns: print every message of one distinct-session turn, in order, and stop")
 	turnsSetup     = flag.Int("turns-setup", 0, "turns: the worker's set-up gate width (lanes.Config.SetupConcurrency; 0 = its default, -1 = no gate), to compare widths")
@@ -439,6 +439,14 @@ func turnsScenarios(delay time.Duration) []turnsScenario {
 	all := []turnsScenario{
 		{name: "one", sessions: 1, per: seq, session: func(int, int) string { return "s" }},
 		{name: "distinct", sessions: 1, per: seq, session: func(_, i int) string { return strconv.Itoa(i) }},
+		// A fresh session's turn, then the long session's, in turn: the
+		// two see the same machine at the same time.
+		{name: "interleaved", sessions: 1, per: 2 * seq, session: func(_, i int) string {
+			if i%2 == 0 {
+				return "f" + strconv.Itoa(i)
+			}
+			return "s"
+		}},
 		{name: "conc64", sessions: 64, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
 		{name: "conc256", sessions: 256, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
 		{name: "conc1000", sessions: 1000, per: per, session: func(loop, _ int) string { return strconv.Itoa(loop) }},
@@ -588,7 +596,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 		map[bool]string{true: "always", false: "default (2m)"}[syncAlways], ready.Round(time.Millisecond), rss0, idle, m.DefaultModel(), 100*idleRate)
 	fmt.Printf("  %-9s %6s %6s | %8s %8s %8s %8s %6s %5s %5s | %8s %8s %8s | %7s %6s\n", "scenario", "delay", "turns",
 		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "out/t", "wr/t", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate")
-	var distinctP50, oneP50, oneTail float64
+	var distinctP50, oneP50, oneTail, oneHead float64
 	for _, delay := range delays {
 		mock.delay.Store(int64(delay))
 		for _, sc := range turnsScenarios(delay) {
@@ -602,7 +610,17 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				kinds0 = kinds.snapshot()
 			}
 			c0 := counts(ctx, m.Conn, m.JS)
-			f, err := closedLoop(sc.sessions, sc.per, stagger(delay), func(loop, i int) error { return turn(prefix + sc.session(loop, i)) })
+			// The process's CPU time over each turn (the interleaved
+			// scenario's turns run one at a time).
+			var turnCPU []time.Duration
+			f, err := closedLoop(sc.sessions, sc.per, stagger(delay), func(loop, i int) error {
+				c0 := cpuTime()
+				err := turn(prefix + sc.session(loop, i))
+				if sc.name == "interleaved" {
+					turnCPU = append(turnCPU, cpuTime()-c0)
+				}
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
@@ -636,6 +654,9 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 					}
 				}
 			}
+			if sc.name == "interleaved" && len(f.lat) >= 8 {
+				interleavedFigures(f.lat, turnCPU)
+			}
 			if delay == 0 {
 				switch sc.name {
 				case "distinct":
@@ -643,7 +664,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				case "one":
 					// Latencies are in order: the last quarter is the
 					// longest transcript.
-					oneP50, oneTail = p50, ms(f.lat[len(f.lat)*3/4:], 50)
+					oneP50, oneTail, oneHead = p50, ms(f.lat[len(f.lat)*3/4:], 50), ms(f.lat[1:max(2, len(f.lat)/4)], 50)
 					if err := coldRead(ctx, m.JS, prefix+sc.session(0, 0)); err != nil {
 						return err
 					}
@@ -654,6 +675,10 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	if distinctP50 > 0 && oneP50 > 0 {
 		fmt.Printf("  session length: one-session p50 / distinct p50 = %.2f×; its last quarter (turns %d..%d) / distinct = %.2f×   (target ≤ 1.2×)\n",
 			oneP50/distinctP50, *turnsSeq*3/4+1, *turnsSeq, oneTail/distinctP50)
+		// A distinct session's turn also sets the session up; the
+		// session's own first quarter (its first turn left out) is the
+		// same turn without that.
+		fmt.Printf("  session growth: its last quarter / its first quarter (turns 2..%d) = %.2f×\n", max(2, *turnsSeq/4), oneTail/oneHead)
 	}
 	if calls := mock.calls.Load(); calls == 0 {
 		return errors.New("the mock model saw no calls")
@@ -748,4 +773,42 @@ func clientTurn(ctx context.Context, c *lanefleet.Client, session, text string) 
 		return fmt.Errorf("session %s: reply %+v, want %q", session, res.Payloads, turnsReplyText)
 	}
 	return nil
+}
+
+// interleavedFigures prints the interleaved scenario's figures from its
+// turns' latencies and CPU times, in order (a fresh session's turn, then
+// the long session's): the long session's last quarter against the fresh
+// turns run in the same minutes (between them), in time and in CPU.
+func interleavedFigures(lat, cpu []time.Duration) {
+	var fresh, long, freshCPU, longCPU []time.Duration
+	for i := range lat {
+		if i%2 == 0 {
+			fresh = append(fresh, lat[i])
+			if i < len(cpu) {
+				freshCPU = append(freshCPU, cpu[i])
+			}
+		} else {
+			long = append(long, lat[i])
+			if i < len(cpu) {
+				longCPU = append(longCPU, cpu[i])
+			}
+		}
+	}
+	q := len(long) * 3 / 4
+	fp, lp, hp := ms(fresh[q:], 50), ms(long[q:], 50), ms(long[1:len(long)/4], 50)
+	fmt.Printf("             one session's last quarter (turns %d..%d) p50 %.2f ms / fresh sessions' p50 %.2f ms in the same minutes = %.2f×   (target ≤ 1.2×); its first quarter (turns 2..%d) p50 %.2f ms\n",
+		q+1, len(long), lp, fp, lp/fp, len(long)/4, hp)
+	if len(freshCPU) > q && len(longCPU) > q {
+		fc, lc := mean(freshCPU[q:]), mean(longCPU[q:])
+		fmt.Printf("             CPU per turn (process): last quarter %.2f ms / fresh %.2f ms = %.2f×\n", lc, fc, lc/fc)
+	}
+}
+
+// mean is the mean of d in milliseconds.
+func mean(d []time.Duration) float64 {
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return float64(sum) / float64(len(d)) / 1e6
 }

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+	"weak"
 
 	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
@@ -101,6 +102,14 @@ type convs[C any] struct {
 	// hint[j] is the message of the last request that the request's j-th
 	// wire message repeats, -1 when not known.
 	hint []int
+	// first is the request's first message and immutable the count of
+	// them its caller promised never to write again
+	// (provider.Request.Immutable): a next request over the same array
+	// repeats at least the first min(immutable, its own) unchanged. The
+	// pointer is weak: the cache does not keep the caller's array alive
+	// (an array collected since cannot be the next request's).
+	first     weak.Pointer[message.Message]
+	immutable int
 }
 
 // key names what a message's wire form depends on besides the message: the
@@ -137,7 +146,7 @@ func (s *Session[M, C]) messages(n int) []M {
 // last request, for the same key, which had off messages before them),
 // the rest to be added in order. Forms kept for another key are dropped
 // (nil s: new ones). The request then owns them.
-func (s *Session[M, C]) takeConvs(key string, msgs []message.Message) (w *convs[C], off, same int) {
+func (s *Session[M, C]) takeConvs(key string, msgs []message.Message, immutable int) (w *convs[C], off, same int) {
 	if s == nil || s.convs == nil {
 		w = &convs[C]{key: key}
 	} else {
@@ -151,7 +160,15 @@ func (s *Session[M, C]) takeConvs(key string, msgs []message.Message) (w *convs[
 		}
 		w.hint = w.hint[:0]
 	}
-	off, same = w.src.Update(msgs)
+	known := 0
+	if len(msgs) > 0 && w.first.Value() == &msgs[0] {
+		known = min(immutable, w.immutable)
+	}
+	w.first, w.immutable = weak.Pointer[message.Message]{}, immutable
+	if len(msgs) > 0 {
+		w.first = weak.Make(&msgs[0])
+	}
+	off, same = w.src.UpdateKnown(msgs, known)
 	if off > 0 {
 		copy(w.conv, w.conv[off:off+same])
 		copy(w.at, w.at[off:off+same])
@@ -194,13 +211,27 @@ type Forms[M, C any] struct {
 // request's, for the same model, are reused. A nil c or no id keeps
 // nothing.
 func (c *Cache[M, C]) Forms(id string, m provider.Model, images bool, msgs []message.Message, n int) Forms[M, C] {
+	return c.FormsOf(&provider.Request{SessionID: id}, m, images, msgs, n)
+}
+
+// FormsOf is Forms for request req's messages as the adapter made them
+// for the model (msgs): when they are req.Messages themselves, the first
+// ones req promises never to write again (provider.Request.Immutable) and
+// the session's last request had over the same array are taken as its,
+// unchanged, without comparing them again.
+func (c *Cache[M, C]) FormsOf(req *provider.Request, m provider.Model, images bool, msgs []message.Message, n int) Forms[M, C] {
+	id := req.SessionID
+	immutable := 0
+	if len(msgs) > 0 && len(req.Messages) > 0 && &msgs[0] == &req.Messages[0] {
+		immutable = min(req.Immutable, len(msgs), len(req.Messages))
+	}
 	if c == nil || id == "" {
 		return Forms[M, C]{Out: make([]M, 0, n)}
 	}
 	f := Forms[M, C]{c: c, id: id, prev: c.Take(id)}
 	f.Out = f.prev.messages(n)
 	var off int
-	f.w, off, f.same = f.prev.takeConvs(key(m, images), msgs)
+	f.w, off, f.same = f.prev.takeConvs(key(m, images), msgs, immutable)
 	f.dropped = off > 0
 	return f
 }

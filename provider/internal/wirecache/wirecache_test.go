@@ -3,9 +3,12 @@ package wirecache
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 )
 
@@ -106,5 +109,48 @@ func TestNewBudget(t *testing.T) {
 		if c.Take("s") == nil {
 			t.Errorf("New(%d) did not keep a session of an eighth of %d bytes", tt.maxBytes, tt.want)
 		}
+	}
+}
+
+// TestImmutableNotComparedAgain: the messages a caller promised never to
+// write again (provider.Request.Immutable), over the same array in two
+// requests, are taken as the same without comparing them (a message
+// rewritten there against the promise is not seen), up to the smaller of
+// the two promises; without the promise, or over another array, they are
+// compared.
+func TestImmutableNotComparedAgain(t *testing.T) {
+	t.Parallel()
+	c := New[testMsg, struct{}](1<<20, equalMsg)
+	run := func(req *provider.Request) (same int) {
+		f := c.FormsOf(req, provider.Model{ID: "m"}, false, req.Messages, len(req.Messages))
+		same = f.same
+		for i := range req.Messages {
+			_, h := f.Form(i, func() struct{} { return struct{}{} })
+			f.Add(i, testMsg{Text: req.Messages[i].Content.Text()}, h)
+		}
+		body := testBody{Model: "m"}
+		if _, err := f.Marshal(&body, &body.Messages, "messages"); err != nil {
+			t.Fatal(err)
+		}
+		return same
+	}
+	arr := make([]message.Message, 0, 16)
+	for i := range 8 {
+		arr = append(arr, message.User(fmt.Sprint("m", i), int64(i)))
+	}
+	run(&provider.Request{SessionID: "s", Messages: arr[:4], Immutable: 3})
+	arr[1] = message.User("rewritten against the promise", 1)
+	arr[3] = message.User("rewritten past it", 3)
+	if same := run(&provider.Request{SessionID: "s", Messages: arr[:6], Immutable: 6}); same != 3 {
+		t.Fatalf("promised: %d messages taken as the last request's, want 3 (the smaller promise, not compared; the next compared)", same)
+	}
+	if same := run(&provider.Request{SessionID: "s", Messages: arr[:6]}); same != 1 {
+		t.Fatalf("no promise: %d messages the same, want 1 (compared with what was sent)", same)
+	}
+	other := slices.Clone(arr[:6])
+	run(&provider.Request{SessionID: "s", Messages: arr[:6], Immutable: 6})
+	other[0] = message.User("another array", 0)
+	if same := run(&provider.Request{SessionID: "s", Messages: other, Immutable: 6}); same != 0 {
+		t.Fatalf("another array: %d messages the same, want 0 (compared)", same)
 	}
 }

@@ -1,0 +1,255 @@
+package sanitize
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// appendTargets are models of every kind of policy: those the Appender
+// prepares message by message and those it declines.
+var appendTargets = [][3]string{
+	{"acme", "openai-completions", "m1"}, // strict compatible: user turns merged
+	{"openai", "openai-completions", "gpt-5.2"},
+	{"openai", "openai-responses", "gpt-5.2"},
+	{"github-copilot", "openai-completions", "claude-opus-4.6"}, // thinking dropped
+	{"openrouter", "openai-completions", "meta/llama"},
+	{"anthropic", "anthropic-messages", "claude-opus-4-6"},
+	{"google", "google-generative-ai", "gemini-2.5-pro"},
+	{"mistral", "openai-completions", "mistral-large"},
+}
+
+// randMessage makes a message of a session, mostly well formed (a turn's
+// user message, a reply, its calls' results in order) and now and then
+// not: orphan and out-of-order results, duplicate and malformed calls,
+// summaries, provenance, the refusal trigger, roleless messages, images,
+// details, stale usage.
+type sessionGen struct {
+	r       *rand.Rand
+	pending []string // calls awaiting results
+	n       int
+}
+
+func (g *sessionGen) ts() int64 { g.n++; return int64(1000 + g.n*10 - g.r.IntN(30)) }
+
+func (g *sessionGen) next() message.Message {
+	r := g.r
+	if len(g.pending) > 0 && r.IntN(10) > 0 {
+		i := 0
+		if r.IntN(12) == 0 {
+			i = len(g.pending) - 1 // out of order
+		}
+		id := g.pending[i]
+		g.pending = append(g.pending[:i:i], g.pending[i+1:]...)
+		m := message.Message{Role: message.RoleToolResult, ToolCallID: id, ToolName: "read", Timestamp: g.ts(),
+			Content: message.BlocksOf(message.Text("result of " + id))}
+		switch r.IntN(8) {
+		case 0:
+			m.Content = message.PlainText("plain " + id)
+		case 1:
+			m.Details = map[string]any{"bytes": 3.0}
+		case 2:
+			m.IsError = true
+		}
+		return m
+	}
+	switch k := r.IntN(20); {
+	case k < 7:
+		m := message.User(fmt.Sprintf("ping %d", g.n), g.ts())
+		switch r.IntN(12) {
+		case 0:
+			m.Content = message.BlocksOf(message.Text("look"), message.Image("image/png", "aGVsbG8="))
+		case 1:
+			m.Extra = map[string]any{"provenance": map[string]any{"kind": "inter_session", "sourceSessionKey": "other"}}
+		case 2:
+			m = message.User("say "+RefusalTrigger, g.ts())
+		}
+		return m
+	case k < 16:
+		m := message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "acme", Model: "m1", API: "openai-completions",
+			Content: message.BlocksOf(message.Text("pong")), Usage: &message.Usage{Input: 2, Output: 1, TotalTokens: 3}, Timestamp: g.ts()}
+		if r.IntN(4) == 0 {
+			m.Content = message.BlocksOf(message.Thinking("hmm", ""), message.Text("pong"))
+		}
+		if r.IntN(3) == 0 {
+			m.StopReason = message.StopToolUse
+			calls := 1 + r.IntN(3)
+			blocks := []message.Block{message.Text("calling")}
+			for c := range calls {
+				id := fmt.Sprintf("call_%d_%d", g.n, c)
+				switch r.IntN(25) {
+				case 0:
+					id = "" // no id
+				case 1:
+					if c > 0 {
+						id = fmt.Sprintf("call_%d_%d", g.n, 0) // twice in a message
+					}
+				}
+				name := "read"
+				if r.IntN(30) == 0 {
+					name = "bad name!" // refused: noted
+				}
+				blocks = append(blocks, message.ToolCall(id, name, map[string]any{"path": "a.go"}))
+				if id != "" && !containsStr(g.pending, id) {
+					g.pending = append(g.pending, id)
+				}
+			}
+			m.Content = message.BlocksOf(blocks...)
+		}
+		switch r.IntN(20) {
+		case 0:
+			m.StopReason = message.StopError
+			m.ErrorMessage = "boom"
+		case 1:
+			m.StopReason = message.StopAborted
+		}
+		if m.StopReason == message.StopError || m.StopReason == message.StopAborted {
+			if r.IntN(2) == 0 {
+				g.pending = nil
+			}
+		}
+		return m
+	case k < 17:
+		return message.Message{Role: message.RoleToolResult, ToolCallID: "orphan", ToolName: "read", Timestamp: g.ts(),
+			Content: message.BlocksOf(message.Text("orphan"))}
+	case k < 18:
+		return message.Message{Role: roleCompactionSummary, Content: message.PlainText("summary"), Timestamp: g.ts()}
+	case k < 19:
+		return message.Message{Role: "", Content: message.PlainText("roleless"), Timestamp: g.ts()}
+	}
+	g.pending = nil
+	return message.User("again", g.ts())
+}
+
+func containsStr(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAppender drives an Appender through a random session: messages
+// appended a few at a time, requests with a few more (a turn in
+// progress), model switches and resets (a compaction, a rollback), and
+// checks every result it gives against PrepareFinal of the whole history.
+// It returns how many results it checked.
+func checkAppender(t *testing.T, seed uint64, steps int) (checked, appended int) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	g := &sessionGen{r: r}
+	var a Appender
+	var hist []message.Message
+	tg := appendTargets[r.IntN(len(appendTargets))]
+	req := func(msgs []message.Message) Request {
+		return Request{Provider: tg[0], API: tg[1], ModelID: tg[2], Messages: msgs, Now: 1 << 40,
+			Images: ImageLimits{MaxSide: 64, MaxBytes: 64 << 10}}
+	}
+	for step := range steps {
+		switch k := r.IntN(20); {
+		case k == 0:
+			tg = appendTargets[r.IntN(len(appendTargets))] // another model
+		case k == 1:
+			// A compaction or rollback: the history is another one.
+			hist = nil
+			g.pending = nil
+			a.Reset()
+		}
+		for range 1 + r.IntN(3) {
+			hist = append(hist, g.next())
+		}
+		if r.IntN(3) > 0 {
+			if a.Extend(req(hist)) {
+				checked++
+				want := PrepareFinal(req(hist))
+				if len(want) == 0 {
+					want = nil
+				}
+				got := a.out
+				if len(got) == 0 {
+					got = nil
+				}
+				if len(a.out) > 0 && !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d step %d %v: Extend of %d messages:\n got %+v\nwant %+v", seed, step, tg, len(hist), got, want)
+				}
+			}
+		}
+		// A request of the history and a turn in progress.
+		extra := hist[:len(hist):len(hist)]
+		for range r.IntN(3) {
+			extra = append(extra, g.next())
+		}
+		if got, ok := a.With(req(extra)); ok {
+			checked++
+			appended++
+			if want := PrepareFinal(req(extra)); !reflect.DeepEqual(got, want) {
+				t.Fatalf("seed %d step %d %v: With of %d messages (%d kept):\n got %+v\nwant %+v", seed, step, tg, len(extra), a.Len(), got, want)
+			}
+		}
+		// The turn's messages are not part of the history: the generator
+		// forgets the calls they made.
+		g.pending = nil
+	}
+	return checked, appended
+}
+
+// TestAppenderMatchesPrepare: for random sessions and random sequences of
+// appends, turns, model switches and resets, every preparation the
+// Appender gives is PrepareFinal's of the whole history, and it gives
+// them for most turns of the policies it serves.
+func TestAppenderMatchesPrepare(t *testing.T) {
+	t.Parallel()
+	checked, appended := 0, 0
+	for seed := range uint64(300) {
+		c, a := checkAppender(t, seed, 120)
+		checked += c
+		appended += a
+	}
+	if appended < 1200 {
+		t.Fatalf("only %d of %d checked preparations were appended: the test no longer exercises the Appender", appended, checked)
+	}
+}
+
+// FuzzAppender is TestAppenderMatchesPrepare for fuzzed seeds.
+func FuzzAppender(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var b [8]byte
+		copy(b[:], data)
+		checkAppender(t, binary.LittleEndian.Uint64(b[:]), 60)
+	})
+}
+
+// TestAppenderChatSession: a plain chat session to an OpenAI-compatible
+// model is prepared message by message at every turn after the first.
+func TestAppenderChatSession(t *testing.T) {
+	t.Parallel()
+	var a Appender
+	var hist []message.Message
+	for i := range 50 {
+		r := Request{Provider: "acme", API: "openai-completions", ModelID: "m1", Messages: hist}
+		if i > 0 {
+			turn := append(hist[:len(hist):len(hist)], message.User(fmt.Sprint("ping ", i), int64(i)))
+			got, ok := a.With(Request{Provider: r.Provider, API: r.API, ModelID: r.ModelID, Messages: turn})
+			if !ok {
+				t.Fatalf("turn %d: declined", i)
+			}
+			if want := PrepareFinal(Request{Provider: r.Provider, API: r.API, ModelID: r.ModelID, Messages: turn}); !reflect.DeepEqual(got, want) {
+				t.Fatalf("turn %d: got %v, want %v", i, got, want)
+			}
+		}
+		hist = append(hist, message.User(fmt.Sprint("ping ", i), int64(i)), message.Message{Role: message.RoleAssistant, StopReason: message.StopStop,
+			Content: message.BlocksOf(message.Text("pong")), Timestamp: int64(i)})
+		r.Messages = hist
+		if !a.Extend(r) {
+			t.Fatalf("turn %d: Extend declined", i)
+		}
+	}
+	if a.Declined != 0 {
+		t.Fatalf("declined %d times", a.Declined)
+	}
+}
