@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule coldbuild
+.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule rate-soak coldbuild
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -31,6 +31,9 @@ chaos-subagents: ## sub-agents under worker kills: parents × 3 children (LANEFL
 
 chaos-schedule: ## the issue's schedule measurements: @every 2s for 60 s across a worker SIGKILL, a SIGTERM restart and a stream-leader kill (3 nodes), and catch-up with the fleet stopped 30 s
 	LANEFLEET_SCHED_SCENARIO=1 $(GO) test -count=1 -timeout 20m -run 'TestScheduleFaultScenario|TestScheduleCatchUpScenario' -v ./integration
+
+rate-soak: ## provider rate limits: three workers against a mock that answers 429 above N requests a minute, offered 3× that, without --rate-limit (its 429s) then with it for the run (zero 429s, no 60 s span over N, every turn ends) (LANEFLEET_RATE_SOAK=10m, LANEFLEET_RATE_SOAK_RPM=120)
+	LANEFLEET_RATE_SOAK=$${LANEFLEET_RATE_SOAK:-10m} LANEFLEET_RATE_SOAK_RPM=$${LANEFLEET_RATE_SOAK_RPM:-120} $(GO) test -count=1 -timeout 2h -run TestRateLimitSoak -v ./integration
 
 test-short: ## quick tests without the fleet integration suite
 	$(GO) test -short -count=1 $(PKGS)

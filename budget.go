@@ -25,6 +25,18 @@ func SessionBudget(key string) governance.Scope {
 	return governance.Scope{Kind: governance.ScopeSession, Name: key}
 }
 
+// AgentBudget names an agent's budget (every session of the agent) for
+// the budget operations.
+func AgentBudget(id string) governance.Scope {
+	return governance.Scope{Kind: governance.ScopeAgent, Name: id}
+}
+
+// ProfileBudget names an auth profile's budget (every model call made
+// with it) for the budget operations.
+func ProfileBudget(id string) governance.Scope {
+	return governance.Scope{Kind: governance.ScopeProfile, Name: id}
+}
+
 // SetBudget gives a budget new limits (a zero limit does not limit its
 // dimension; all zero removes every limit), keeping what its window used;
 // raising a reached budget resumes its paused sessions, whose queued
@@ -71,14 +83,15 @@ func (c *Client) RemoveBudget(ctx context.Context, s governance.Scope, who strin
 	return b.Remove(ctx, s, who)
 }
 
-// BudgetTenants lists the tenants that have a budget record (at most
-// budgetstore.MaxList).
-func (c *Client) BudgetTenants(ctx context.Context) ([]governance.Scope, error) {
+// Budgets lists the budget records of tenants, agents, auth profiles and
+// sessions, in that order (at most budgetstore.MaxList in all; provider
+// rate limits are not listed).
+func (c *Client) Budgets(ctx context.Context) ([]governance.Scope, error) {
 	b, err := c.budgets(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return b.Tenants(ctx)
+	return b.List(ctx, governance.ScopeTenant, governance.ScopeAgent, governance.ScopeProfile, governance.ScopeSession)
 }
 
 func (c *Client) budgets(ctx context.Context) (*budgetstore.Bucket, error) {

@@ -25,11 +25,13 @@ const (
 	MaxAttempts = 50
 )
 
-// Key prefixes: tenant.<name>, session.<lane token>, rate.<pattern as a
-// lane token>.
+// Key prefixes: tenant.<name>, session.<lane token>, agent.<id>,
+// profile.<id as a lane token>, rate.<pattern as a lane token>.
 const (
 	tenantPrefix  = "tenant."
 	sessionPrefix = "session."
+	agentPrefix   = "agent."
+	profilePrefix = "profile."
 	ratePrefix    = "rate."
 )
 
@@ -98,15 +100,21 @@ func Key(s governance.Scope) (string, error) {
 	if err := s.Validate(); err != nil {
 		return "", err
 	}
-	if s.Kind == governance.ScopeTenant {
+	switch s.Kind {
+	case governance.ScopeTenant:
 		return tenantPrefix + s.Name, nil
+	case governance.ScopeAgent:
+		return agentPrefix + s.Name, nil
 	}
 	tok, err := events.KeyToken(s.Name)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", governance.ErrBadScope, err)
 	}
-	if s.Kind == governance.ScopeRate {
+	switch s.Kind {
+	case governance.ScopeRate:
 		return ratePrefix + tok, nil
+	case governance.ScopeProfile:
+		return profilePrefix + tok, nil
 	}
 	return sessionPrefix + tok, nil
 }
@@ -116,6 +124,15 @@ func scopeOf(key string) (governance.Scope, bool) {
 	if name, ok := strings.CutPrefix(key, tenantPrefix); ok {
 		s := governance.Scope{Kind: governance.ScopeTenant, Name: name}
 		return s, s.Validate() == nil
+	}
+	if name, ok := strings.CutPrefix(key, agentPrefix); ok {
+		s := governance.Scope{Kind: governance.ScopeAgent, Name: name}
+		return s, s.Validate() == nil
+	}
+	if tok, ok := strings.CutPrefix(key, profilePrefix); ok {
+		k, err := events.TokenKey(tok)
+		s := governance.Scope{Kind: governance.ScopeProfile, Name: k}
+		return s, err == nil && s.Validate() == nil
 	}
 	if tok, ok := strings.CutPrefix(key, sessionPrefix); ok {
 		k, err := events.TokenKey(tok)
@@ -347,25 +364,33 @@ func (b *Bucket) Remove(ctx context.Context, s governance.Scope, who string) (ol
 	})
 }
 
-// MaxList bounds the budgets Tenants lists.
+// MaxList bounds the budgets List lists.
 const MaxList = 1000
 
-// Tenants lists the tenants that have a budget (at most MaxList, in the
-// bucket's order).
-func (b *Bucket) Tenants(ctx context.Context) ([]governance.Scope, error) {
-	l, err := b.kv.ListKeysFiltered(ctx, tenantPrefix+"*")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("budgetstore: list tenants: %w", err)
-	}
-	defer func() { _ = l.Stop() }()
+// List lists the scopes of the given kinds that have a budget record (at
+// most MaxList, by kind in the order given, then in the bucket's order).
+func (b *Bucket) List(ctx context.Context, kinds ...governance.ScopeKind) ([]governance.Scope, error) {
+	prefix := map[governance.ScopeKind]string{governance.ScopeTenant: tenantPrefix, governance.ScopeSession: sessionPrefix,
+		governance.ScopeAgent: agentPrefix, governance.ScopeProfile: profilePrefix, governance.ScopeRate: ratePrefix}
 	var out []governance.Scope
-	for key := range l.Keys() {
-		if sc, ok := scopeOf(key); ok && len(out) < MaxList {
-			out = append(out, sc)
+	for _, k := range kinds {
+		p, ok := prefix[k]
+		if !ok {
+			return nil, fmt.Errorf("%w: kind %.20q", governance.ErrBadScope, k)
 		}
+		l, err := b.kv.ListKeysFiltered(ctx, p+"*")
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("budgetstore: list %s budgets: %w", k, err)
+		}
+		for key := range l.Keys() {
+			if sc, ok := scopeOf(key); ok && len(out) < MaxList {
+				out = append(out, sc)
+			}
+		}
+		_ = l.Stop()
 	}
 	return out, nil
 }

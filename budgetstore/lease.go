@@ -142,6 +142,17 @@ func (s *Store) Reserve(ctx context.Context, scopes []governance.Scope, need gov
 	}
 }
 
+// TryReserve is Reserve without the wait: a call that would wait for room
+// returns its *ReachedError (Exceeded.Waits) at once; its first try is
+// Reserve's (a budget with no room is marked reached).
+func (s *Store) TryReserve(ctx context.Context, scopes []governance.Scope, need governance.Amount) (*Hold, error) {
+	budgets := s.budgets(scopes)
+	if len(budgets) == 0 {
+		return nil, nil
+	}
+	return s.reserve(ctx, budgets, need)
+}
+
 // Wait is a call that waits for room in a budget (Store.Reserve).
 type Wait struct {
 	Scope    governance.Scope

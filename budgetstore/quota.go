@@ -169,10 +169,30 @@ func (s *Store) Quota(tenant string) governance.Quota {
 	return s.q.state[tenant].st.Quota
 }
 
+// QuotaTimeoutDefault is Config.QuotaTimeout's default.
+const QuotaTimeoutDefault = 10 * time.Second
+
+// QuotaUnavailableError is a turn that could not take its hold on its
+// tenant's quota because the store failed (the bucket does not answer,
+// or is gone). The turn is not run without its hold: the attempt fails,
+// and counts toward the message's attempts, as any failed attempt.
+type QuotaUnavailableError struct {
+	Tenant string
+	Err    error
+}
+
+func (e *QuotaUnavailableError) Error() string {
+	return fmt.Sprintf("quota store unavailable: tenant %s's quota of turns at once could not be held (%v); the turn is not run without it", e.Tenant, e.Err)
+}
+
+func (e *QuotaUnavailableError) Unwrap() error { return e.Err }
+
 // TakeTurn counts one turn of tenant against its quota before the turn
 // runs, waiting while the quota is full (until ctx ends: its cause is
-// returned). With no quota it returns a no-op release. release ends the
-// hold; the sweep renews it meanwhile.
+// returned). With no quota it returns a no-op release. A store that fails,
+// or does not answer within Config.QuotaTimeout, is a
+// *QuotaUnavailableError.
+// release ends the hold; the sweep renews it meanwhile.
 func (s *Store) TakeTurn(ctx context.Context, tenant string) (release func(), err error) {
 	if tenant == "" || s.Quota(tenant).Turns == 0 {
 		return func() {}, nil
@@ -183,7 +203,8 @@ func (s *Store) TakeTurn(ctx context.Context, tenant string) (release func(), er
 		s.mu.RLock()
 		changed := s.changed
 		s.mu.RUnlock()
-		_, _, err := s.b.updateQuota(ctx, key, func(st *governance.QuotaState, now time.Time) error {
+		tctx, cancel := context.WithTimeout(ctx, s.cfg.QuotaTimeout)
+		_, _, err := s.b.updateQuota(tctx, key, func(st *governance.QuotaState, now time.Time) error {
 			if st.Quota.Turns == 0 {
 				return errNoChange
 			}
@@ -192,11 +213,15 @@ func (s *Store) TakeTurn(ctx context.Context, tenant string) (release func(), er
 			}
 			return nil
 		})
+		cancel()
 		if err == nil {
 			break
 		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		if !errors.Is(err, errQuotaFull) {
-			return nil, fmt.Errorf("budgetstore: quota of %s: %w", tenant, err)
+			return nil, &QuotaUnavailableError{Tenant: tenant, Err: err}
 		}
 		t := time.NewTimer(s.cfg.ReservationTTL)
 		select {

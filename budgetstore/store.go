@@ -38,6 +38,11 @@ type Config struct {
 	// LeaseIdle is how long a lease stays with no call admitted against
 	// it before it is given back; default LeaseIdleDefault.
 	LeaseIdle time.Duration
+	// QuotaTimeout bounds one try to take a turn's hold on its tenant's
+	// quota (TakeTurn): a store that does not answer within it fails the
+	// turn rather than hold it until the run times out. Default
+	// QuotaTimeoutDefault.
+	QuotaTimeout time.Duration
 	// OnChange, when set, is called from the watcher (in order, never
 	// concurrently) with every scope whose budget changed.
 	OnChange func(governance.Scope)
@@ -106,6 +111,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}
 	if cfg.LeaseIdle <= 0 {
 		cfg.LeaseIdle = LeaseIdleDefault
+	}
+	if cfg.QuotaTimeout <= 0 {
+		cfg.QuotaTimeout = QuotaTimeoutDefault
 	}
 	if cfg.After == nil {
 		cfg.After = time.After

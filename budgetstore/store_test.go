@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,9 +63,22 @@ func dollars(t *testing.T, d float64) governance.Nanos {
 // Three workers race 64 calls each against one dollar: every reservation
 // is a compare-and-set, so what is settled never passes the budget; a call
 // that fits but for others in flight waits for them, so the budget is
-// spent to the last call that fits, and then it is paused.
+// spent to the last call that fits, and then it is paused. The same holds
+// of a budget on a tenant, an agent and an auth profile.
 func TestReserveRaceAcrossWorkers(t *testing.T) {
 	t.Parallel()
+	for _, sc := range []governance.Scope{acme,
+		{Kind: governance.ScopeAgent, Name: "support"},
+		{Kind: governance.ScopeProfile, Name: "openai:work"},
+	} {
+		t.Run(string(sc.Kind), func(t *testing.T) {
+			t.Parallel()
+			reserveRace(t, sc)
+		})
+	}
+}
+
+func reserveRace(t *testing.T, acme governance.Scope) {
 	b := setup(t)
 	stores := []*Store{b.open(t, "w1", time.Hour, nil), b.open(t, "w2", time.Hour, nil), b.open(t, "w3", time.Hour, nil)}
 	if _, _, err := stores[0].Bucket().Set(t.Context(), acme, governance.Limits{Max: governance.Amount{USD: dollars(t, 1)}}, "test"); err != nil {
@@ -251,7 +265,7 @@ func TestNoBudgetCostsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := b.open(t, "w1", time.Hour, nil)
-	h, err := s.Reserve(context.Background(), governance.Scopes("acme", "acme:1"), governance.Amount{USD: 1}, nil)
+	h, err := s.Reserve(context.Background(), governance.Scopes("acme", "", "acme:1"), governance.Amount{USD: 1}, nil)
 	if h != nil || err != nil {
 		t.Fatalf("Reserve without budgets = %v, %v", h, err)
 	}
@@ -335,5 +349,105 @@ func TestQuotaAcrossWorkers(t *testing.T) {
 	st, _, _ := stores[1].Bucket().GetQuota(t.Context(), "acme")
 	if len(st.Holds) != 0 {
 		t.Fatalf("holds %v after every turn ended", st.Holds)
+	}
+}
+
+// TestScopeKeys: every kind of budget scope has a bucket key that names it
+// again, and List lists them by kind.
+func TestScopeKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bk, err := OpenBucket(t.Context(), b.js, BucketConfig{Now: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes := []governance.Scope{
+		{Kind: governance.ScopeTenant, Name: "acme"},
+		{Kind: governance.ScopeAgent, Name: "support"},
+		{Kind: governance.ScopeProfile, Name: "anthropic:default"},
+		{Kind: governance.ScopeProfile, Name: "openai.work/*"},
+		{Kind: governance.ScopeSession, Name: "acme:support:1"},
+	}
+	for _, sc := range scopes {
+		key, err := Key(sc)
+		if err != nil {
+			t.Fatalf("Key(%v): %v", sc, err)
+		}
+		if got, ok := scopeOf(key); !ok || got != sc {
+			t.Fatalf("scopeOf(%q) = %v, %v; want %v", key, got, ok, sc)
+		}
+		if _, _, err := bk.Set(t.Context(), sc, governance.Limits{Max: governance.Amount{Turns: 1}}, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := bk.List(t.Context(), governance.ScopeTenant, governance.ScopeAgent, governance.ScopeProfile, governance.ScopeSession)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(scopes) || got[0] != scopes[0] || got[1] != scopes[1] || got[4] != scopes[4] {
+		t.Fatalf("List = %v, want %v", got, scopes)
+	}
+	for _, bad := range []governance.Scope{
+		{Kind: governance.ScopeAgent, Name: "a b"},
+		{Kind: governance.ScopeProfile, Name: ""},
+		{Kind: governance.ScopeProfile, Name: "a b"},
+		{Kind: governance.ScopeProfile, Name: strings.Repeat("p", governance.MaxProfileLen+1)},
+	} {
+		if _, err := Key(bad); !errors.Is(err, governance.ErrBadScope) {
+			t.Errorf("Key(%v) = %v, want ErrBadScope", bad, err)
+		}
+	}
+}
+
+// TestTakeTurnStoreFails: a turn whose tenant has a quota, when the store
+// fails (the bucket deleted mid-run, the server stopped), gets a
+// *QuotaUnavailableError naming the tenant within the quota timeout: no
+// hold, no silent admission, no wait until the run times out. (Before,
+// a stopped server held the turn until its context ended, and the error
+// was the bare KV error.)
+func TestTakeTurnStoreFails(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fail func(t *testing.T, srv *natstest.Server, js jetstream.JetStream)
+	}{
+		{"bucket deleted", func(t *testing.T, _ *natstest.Server, js jetstream.JetStream) {
+			if err := js.DeleteKeyValue(t.Context(), DefaultBucket); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"server stopped", func(_ *testing.T, srv *natstest.Server, _ jetstream.JetStream) {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.Start(t)
+			js, err := jetstream.New(natstest.Connect(t, srv.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(t.Context(), js, Config{Worker: "w1", QuotaTimeout: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			if _, _, err := s.Bucket().SetQuota(t.Context(), "acme", governance.Quota{Turns: 2}, "test"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { return s.Quota("acme").Turns == 2 })
+			tc.fail(t, srv, js)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			release, err := s.TakeTurn(ctx, "acme")
+			q, ok := errors.AsType[*QuotaUnavailableError](err)
+			if !ok || release != nil || q.Tenant != "acme" || !strings.Contains(err.Error(), "quota store unavailable: tenant acme's quota of turns at once could not be held") {
+				t.Fatalf("TakeTurn with the store failed: %v (%T); want a *QuotaUnavailableError", err, err)
+			}
+			if ctx.Err() != nil {
+				t.Fatal("TakeTurn waited for the run's context")
+			}
+		})
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/lanefleet/lanefleet/governance"
 )
 
-// Budgets: an admin reads, sets, resets and removes any tenant's or
-// session's budget (each change audited under the token's name); a caller
+// Budgets: an admin reads, sets, resets and removes any tenant's, agent's,
+// auth profile's or session's budget (each change audited under the token's name); a caller
 // reads the budgets over the sessions it reaches: its tenants' (GET
 // /api/budgets) and its sessions' own.
 
@@ -38,7 +38,7 @@ type BudgetLimits struct {
 // what calls in flight (and workers' leases) hold, and whether its
 // sessions are paused.
 type BudgetReply struct {
-	Kind     string       `json:"kind"` // tenant or session
+	Kind     string       `json:"kind"` // tenant, agent, profile or session
 	Name     string       `json:"name"`
 	Limits   BudgetLimits `json:"limits"`
 	Used     BudgetAmount `json:"used"`
@@ -59,6 +59,14 @@ func (s *Server) budgetRoutes() []route.Route {
 		{Method: "PUT", Pattern: "/api/budgets/tenants/{tenant}", Reach: route.Fleet, Handler: h(s.setBudget)},
 		{Method: "DELETE", Pattern: "/api/budgets/tenants/{tenant}", Reach: route.Fleet, Handler: h(s.removeBudget)},
 		{Method: "POST", Pattern: "/api/budgets/tenants/{tenant}/reset", Reach: route.Fleet, Handler: h(s.resetBudget)},
+		{Method: "GET", Pattern: "/api/budgets/agents/{agent}", Reach: route.Fleet, Handler: h(s.getBudget)},
+		{Method: "PUT", Pattern: "/api/budgets/agents/{agent}", Reach: route.Fleet, Handler: h(s.setBudget)},
+		{Method: "DELETE", Pattern: "/api/budgets/agents/{agent}", Reach: route.Fleet, Handler: h(s.removeBudget)},
+		{Method: "POST", Pattern: "/api/budgets/agents/{agent}/reset", Reach: route.Fleet, Handler: h(s.resetBudget)},
+		{Method: "GET", Pattern: "/api/budgets/profiles/{profile}", Reach: route.Fleet, Handler: h(s.getBudget)},
+		{Method: "PUT", Pattern: "/api/budgets/profiles/{profile}", Reach: route.Fleet, Handler: h(s.setBudget)},
+		{Method: "DELETE", Pattern: "/api/budgets/profiles/{profile}", Reach: route.Fleet, Handler: h(s.removeBudget)},
+		{Method: "POST", Pattern: "/api/budgets/profiles/{profile}/reset", Reach: route.Fleet, Handler: h(s.resetBudget)},
 		{Method: "GET", Pattern: "/api/budgets/sessions/{key}", Reach: route.Session, Handler: h(s.getBudget)},
 		{Method: "PUT", Pattern: "/api/budgets/sessions/{key}", Reach: route.Fleet, Handler: h(s.setBudget)},
 		{Method: "DELETE", Pattern: "/api/budgets/sessions/{key}", Reach: route.Fleet, Handler: h(s.removeBudget)},
@@ -67,12 +75,16 @@ func (s *Server) budgetRoutes() []route.Route {
 }
 
 // budgetScope is the budget the path names: a session the caller must
-// reach (404 else, as for every session route), or a tenant (admins only:
-// the route says so).
+// reach (404 else, as for every session route), or a tenant, an agent or
+// an auth profile (admins only: the route says so).
 func budgetScope(w http.ResponseWriter, r *http.Request) (governance.Scope, bool) {
 	var sc governance.Scope
 	if t := r.PathValue("tenant"); t != "" {
 		sc = governance.Scope{Kind: governance.ScopeTenant, Name: t}
+	} else if a := r.PathValue("agent"); a != "" {
+		sc = governance.Scope{Kind: governance.ScopeAgent, Name: a}
+	} else if p := r.PathValue("profile"); p != "" {
+		sc = governance.Scope{Kind: governance.ScopeProfile, Name: p}
 	} else {
 		key, ok := session(w, r)
 		if !ok {
@@ -104,15 +116,16 @@ func (s *Server) getBudget(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, budgetReply(sc, st))
 }
 
-// listBudgets answers the budgets of the tenants the caller reaches: an
-// admin's every tenant's, another caller's the tenants its session
-// prefixes name ("acme:" reaches tenant acme's sessions).
+// listBudgets answers the budgets the caller reaches: an admin's every
+// tenant's, agent's, auth profile's and session's (at most 1000), another
+// caller's the tenants its session prefixes name ("acme:" reaches tenant
+// acme's sessions).
 func (s *Server) listBudgets(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())
 	var scopes []governance.Scope
 	if p.IsAdmin() {
 		var err error
-		if scopes, err = s.cfg.Client.BudgetTenants(r.Context()); err != nil {
+		if scopes, err = s.cfg.Client.Budgets(r.Context()); err != nil {
 			writeProblem(w, r, budgetProblem(err))
 			return
 		}

@@ -36,19 +36,26 @@ func TestBudgetEndpoints(t *testing.T) {
 	}
 	call("root", "PUT", "/api/budgets/tenants/globex", `{"tokens":1000}`, 200)
 	call("root", "PUT", "/api/budgets/sessions/acme:1", `{"turns":3}`, 200)
+	call("root", "PUT", "/api/budgets/agents/support", `{"turns":7}`, 200)
+	call("root", "PUT", "/api/budgets/profiles/openai:work", `{"tokens":5000}`, 200)
+	call("root", "PUT", "/api/budgets/agents/Sup%20port", `{"turns":7}`, 400)
 	call("root", "PUT", "/api/budgets/tenants/acme", `{"usd":-1}`, 400)
 	call("root", "PUT", "/api/budgets/tenants/acme", `{"window":"week"}`, 400)
 	call("root", "PUT", "/api/budgets/tenants/acme", `{"usd":1,"extra":1}`, 400)
 	if got := call("root", "GET", "/api/budgets/tenants/globex", "", 200); !strings.Contains(got, `"tokens":1000`) {
 		t.Fatalf("get: %s", got)
 	}
-	// The admin lists every tenant's; acme's sender and viewer theirs.
-	if got := call("root", "GET", "/api/budgets", "", 200); !strings.Contains(got, `"name":"acme"`) || !strings.Contains(got, `"name":"globex"`) {
+	if got := call("root", "GET", "/api/budgets/profiles/openai:work", "", 200); !strings.Contains(got, `"kind":"profile","name":"openai:work"`) {
+		t.Fatalf("get a profile's: %s", got)
+	}
+	// The admin lists every budget; acme's sender and viewer their tenant's.
+	if got := call("root", "GET", "/api/budgets", "", 200); !strings.Contains(got, `"name":"acme"`) || !strings.Contains(got, `"name":"globex"`) ||
+		!strings.Contains(got, `"kind":"agent","name":"support"`) || !strings.Contains(got, `"kind":"profile","name":"openai:work"`) || !strings.Contains(got, `"kind":"session","name":"acme:1"`) {
 		t.Fatalf("admin's list: %s", got)
 	}
 	for _, who := range []string{"acme", "acme-viewer"} {
 		got := call(who, "GET", "/api/budgets", "", 200)
-		if !strings.Contains(got, `"name":"acme"`) || strings.Contains(got, "globex") {
+		if !strings.Contains(got, `"name":"acme"`) || strings.Contains(got, "globex") || strings.Contains(got, "support") {
 			t.Fatalf("%s's list: %s", who, got)
 		}
 		if got := call(who, "GET", "/api/budgets/sessions/acme:1", "", 200); !strings.Contains(got, `"turns":3`) {
@@ -56,6 +63,8 @@ func TestBudgetEndpoints(t *testing.T) {
 		}
 		call(who, "GET", "/api/budgets/sessions/globex:1", "", 404)
 		call(who, "GET", "/api/budgets/tenants/acme", "", 403)
+		call(who, "GET", "/api/budgets/agents/support", "", 403)
+		call(who, "PUT", "/api/budgets/profiles/openai:work", `{"tokens":1}`, 403)
 		call(who, "PUT", "/api/budgets/sessions/acme:1", `{"turns":100}`, 403)
 	}
 	call("acme", "GET", "/api/budgets/sessions/acme:2", "", 404) // no budget on it
@@ -76,7 +85,7 @@ func TestBudgetEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ops []string
-	for len(ops) < 5 {
+	for len(ops) < 7 {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 		if err != nil {
 			t.Fatalf("audit after %v: %v", ops, err)
@@ -87,7 +96,7 @@ func TestBudgetEndpoints(t *testing.T) {
 		}
 		ops = append(ops, rec.Who+":"+rec.Op)
 	}
-	if strings.Join(ops, ",") != "root:set,root:set,root:set,root:reset,root:remove" {
+	if strings.Join(ops, ",") != "root:set,root:set,root:set,root:set,root:set,root:reset,root:remove" {
 		t.Fatalf("audit %v", ops)
 	}
 }

@@ -6,7 +6,8 @@
 //
 // A budget limits money (USD, priced from the model catalog), tokens and
 // turns over a window (total, day, month, or rolling=DUR) for one scope: a
-// tenant or a session. Before each model call the caller reserves the call's
+// tenant, a session, an agent (every session of it) or an auth profile
+// (every call made with it; scope.go). Before each model call the caller reserves the call's
 // worst case (the request's input tokens and its max output tokens, priced);
 // the reservation fits only if what the window used, plus every live
 // reservation, plus this one stays within every limit. After the call the
@@ -25,6 +26,7 @@
 // Files:
 //
 //	tenant.go   the tenant of a session key (TenantRule)
+//	scope.go    what a budget applies to, and the budgets a session's calls fall under
 //	window.go   budget windows (total, day, month, rolling=DUR) and their starts
 //	budget.go   amounts, limits, a budget's State: reserve, settle, prune, pause, the soft limit
 //	price.go    the worst case and the real cost of a call, in nano-dollars

@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/agents"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -409,4 +412,116 @@ func TestQuotaAcrossWorkers(t *testing.T) {
 	if n := <-most; n > 1 {
 		t.Fatalf("%d turns of the tenant held its quota of 1 at once", n)
 	}
+}
+
+// TestAgentBudgetPausesItsSessions: an agent's budget of two turns counts
+// the turns of every session the agent runs, across two workers: the
+// third message (in another of its sessions) stays queued, while a
+// session of no agent runs on; raising the budget runs it, once.
+func TestAgentBudgetPausesItsSessions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if _, err := c.PutAgent(ctx, &agents.Agent{ID: "support", SystemPrompt: "You help."}); err != nil {
+		t.Fatal(err)
+	}
+	var members []*member
+	for _, id := range []string{"w1", "w2"} {
+		members = append(members, startMember(t, srv.URL, fleet.Config{WorkerID: id, DefaultModel: "scripted/echo", NoBuiltinTools: true}))
+	}
+	support := lanefleet.AgentBudget("support")
+	if _, _, err := c.SetBudget(ctx, support, governance.Limits{Max: governance.Amount{Turns: 2}}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		waitUntil(t, 10*time.Second, "the budget to reach "+m.m.Worker.ID(), func(context.Context) bool { return m.m.Budgeted(support) })
+	}
+	wait := func(r *lanefleet.Run, want string) {
+		t.Helper()
+		res, err := r.Wait(ctx)
+		if err != nil || len(res.Payloads) == 0 || res.Payloads[0].Text != want {
+			t.Fatalf("run: %+v, %v; want %q", res, err, want)
+		}
+	}
+	send := func(key, text string) *lanefleet.Run {
+		t.Helper()
+		r, err := c.Send(ctx, key, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	wait(send("agent:support:a", "a1"), "echo: a1")
+	wait(send("agent:support:b", "b1"), "echo: b1")
+	st, _, err := c.Budget(ctx, support)
+	if err != nil || st.Used.Turns != 2 || !st.Paused(time.Now()) {
+		t.Fatalf("agent budget %+v (%v), want 2 turns used and paused", st, err)
+	}
+	queued := send("agent:support:c", "c1")
+	wait(send("beta:1", "hello"), "echo: hello") // no agent: not paused
+	waitUntil(t, 10*time.Second, "the agent's third session to wait in its queue", func(ctx context.Context) bool {
+		b, err := c.Backlog(ctx, "agent:support:c")
+		return err == nil && b.Waiting == 1
+	})
+	if _, _, err := c.SetBudget(ctx, support, governance.Limits{Max: governance.Amount{Turns: 3}}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	wait(queued, "echo: c1")
+	if st, _, _ = c.Budget(ctx, support); st.Used.Turns != 3 {
+		t.Fatalf("agent budget after: %+v, want 3 turns used", st)
+	}
+}
+
+// TestQuotaStoreFailsTheAttempt: a turn whose tenant has a quota, when
+// the budgets bucket is gone, fails its attempt with an error that says
+// the quota store is unavailable, counted toward the message's attempts
+// (the aborted event says it is retried): it is neither run without its
+// hold nor left waiting.
+func TestQuotaStoreFailsTheAttempt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	srv := natstest.Start(t)
+	m := startMember(t, srv.URL, fleet.Config{WorkerID: "w1", DefaultModel: "scripted/echo", NoBuiltinTools: true})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if _, _, err := c.SetQuota(ctx, "acme", governance.Quota{Turns: 5}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the quota to reach the worker", func(context.Context) bool { return m.m.QuotaSet("acme") })
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, "budgets"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Send(ctx, "acme:1", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := range r.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == events.StreamLifecycle && ev.Data.Phase == events.PhaseEnd {
+			t.Fatalf("the turn ran without its quota hold: %+v", ev.Data)
+		}
+		if ev.Stream != events.StreamLifecycle || ev.Data.Phase != events.PhaseAborted {
+			continue
+		}
+		if !strings.Contains(ev.Data.Error+ev.Data.Text, "attempt 1 failed: quota store unavailable: tenant acme's quota of turns at once could not be held") ||
+			!strings.Contains(ev.Data.Error+ev.Data.Text, "it is retried") {
+			t.Fatalf("aborted event %+v; want the first attempt failed on the quota store, counted", ev.Data)
+		}
+		return
+	}
+	t.Fatal("no aborted event")
 }

@@ -158,7 +158,7 @@ func TestObservedFleet(t *testing.T) {
 		{`lanefleet_turns_total{outcome="ok"}`, 2},
 		{`lanefleet_turns_total{outcome="error"}`, 1},
 		{`lanefleet_turn_duration_seconds_count`, 3},
-		{`lanefleet_queue_wait_seconds_count`, 3},
+		{`lanefleet_queue_wait_seconds_count{tenant="none"}`, 3},
 		{`lanefleet_provider_requests_total{model="script",outcome="ok",provider="scripted"}`, 2},
 		{`lanefleet_provider_requests_total{model="echo",outcome="ok",provider="scripted"}`, 1},
 		{`lanefleet_tool_calls_total{outcome="ok",tool="write"}`, 1},

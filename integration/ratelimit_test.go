@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -66,4 +68,65 @@ func TestRateLimitWaitingNotice(t *testing.T) {
 		return
 	}
 	t.Fatal("the run's events ended without a waiting event")
+}
+
+// TestRateLimitMovesToAnotherProfile: with two auth profiles of one
+// provider and a limit of one request a minute on the first
+// (profile:acme:a=rpm:1), a second turn does not wait for the window: its
+// call moves to the second profile, whose key the provider sees, and the
+// run's attempt event names it.
+func TestRateLimitMovesToAnotherProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	t.Parallel()
+	ls := newLimitServer(t, 1000)
+	dir := t.TempDir()
+	models := filepath.Join(dir, "models.json")
+	m := fmt.Sprintf(`{"providers":{"acme":{"baseUrl":%q,"api":"openai-completions","models":[{"id":"m1","contextWindow":128000,"maxTokens":64}]}}}`, ls.URL+"/v1")
+	if err := os.WriteFile(models, []byte(m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	profiles := filepath.Join(dir, "auth-profiles.json")
+	p := `{"version":1,"profiles":{"acme:a":{"type":"api_key","provider":"acme","key":"sk-acme-a"},"acme:b":{"type":"api_key","provider":"acme","key":"sk-acme-b"}},"order":{"acme":["acme:a","acme:b"]}}`
+	if err := os.WriteFile(profiles, []byte(p), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rule, err := governance.ParseRateRule("profile:acme:a=rpm:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.Start(t)
+	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
+		NoBuiltinTools: true, Env: envMap(nil), RateLimits: []governance.RateRule{rule}, ShutdownGrace: 100 * time.Millisecond})
+	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second) // less than the minute a wait would take
+	defer cancel()
+	for i, want := range []string{"acme:a", "acme:b"} {
+		r, err := c.Send(ctx, fmt.Sprintf("acme:%d", i), "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var profiles []string
+		for e, err := range r.Events(ctx) {
+			if err != nil {
+				t.Fatalf("turn %d: %v", i, err)
+			}
+			if e.Stream == events.StreamLifecycle && e.Data.Phase == events.PhaseWaiting {
+				t.Fatalf("turn %d waited: %s", i, e.Data.Text)
+			}
+			if e.Stream == events.StreamAttempt {
+				profiles = append(profiles, e.Data.AuthProfile)
+			}
+			if e.Stream == events.StreamFinal {
+				break
+			}
+		}
+		if len(profiles) == 0 || profiles[len(profiles)-1] != want {
+			t.Fatalf("turn %d's attempts were made with %v; want the last with %s", i, profiles, want)
+		}
+	}
+	if got := ls.keys(); strings.Join(got, ",") != "Bearer sk-acme-a,Bearer sk-acme-b" {
+		t.Fatalf("the provider saw the keys %v", got)
+	}
 }

@@ -22,7 +22,7 @@ func TestDashboardQueriesExist(t *testing.T) {
 	}
 	m := New()
 	m.TurnEnded(OutcomeError, "rate_limit", time.Second)
-	m.QueueWait(time.Second)
+	m.QueueWait("acme", time.Second)
 	m.FirstEvent(time.Second)
 	m.ProviderCall("p", "m", "ok", time.Second, &message.Usage{Input: 1, Output: 1, CacheRead: 1, CacheWrite: 1, Cost: message.Cost{Total: 1}})
 	m.ToolCall("read", false)

@@ -79,7 +79,7 @@ func TestExpositionGolden(t *testing.T) {
 	m.Expect("anthropic/claude-sonnet-4-6", "openrouter/openai/gpt-5")
 	m.TurnEnded(OutcomeOK, "", 1500*time.Millisecond)
 	m.TurnEnded(OutcomeError, "provider_error", time.Second)
-	m.QueueWait(20 * time.Millisecond)
+	m.QueueWait("acme", 20*time.Millisecond)
 	m.FirstEvent(300 * time.Millisecond)
 	m.ProviderCall("anthropic", "claude-sonnet-4-6", "ok", 2*time.Second, &message.Usage{Input: 100, Output: 20, CacheRead: 5, Cost: message.Cost{Total: 0.25}})
 	m.ProviderCall("anthropic", "claude-sonnet-4-6", "rate_limit", time.Second, nil)

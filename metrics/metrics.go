@@ -66,7 +66,7 @@ type Metrics struct {
 	turnErrors   *CounterVec
 	turnDuration *Histogram
 	firstEvent   *Histogram
-	queueWait    *Histogram
+	queueWait    *HistogramVec
 	provReqs     *CounterVec
 	provLatency  *HistogramVec
 	tokens       *CounterVec
@@ -98,7 +98,7 @@ func New() *Metrics {
 	m.turnErrors = f.counterVec("turn_errors_total", "Turns that ended with an error result, by error kind.", "kind")
 	m.turnDuration = f.histogram("turn_duration_seconds", "How long a turn ran on this worker, from its start to its result.", exponentialBuckets(0.1, 2, 13))
 	m.firstEvent = f.histogram("first_event_seconds", "Time from a message's arrival in the inbound stream to its turn's first reply delta (assistant or thinking): what a user waits for the first token.", exponentialBuckets(0.05, 2, 13))
-	m.queueWait = f.histogram("queue_wait_seconds", "Time from a message's arrival in the inbound stream to the start of its turn.", exponentialBuckets(0.01, 2.5, 12))
+	m.queueWait = f.histogramVec("queue_wait_seconds", "Time from a message's arrival in the inbound stream to the start of its turn (its wait for a slot), by the session's tenant (\"none\" without one).", exponentialBuckets(0.01, 2.5, 12), "tenant")
 	m.provReqs = f.counterVec("provider_requests_total", "Model calls, by provider, model and outcome (ok, or the failover reason: rate_limit, overloaded, auth, timeout, ...).", "provider", "model", "outcome")
 	m.provLatency = f.histogramVec("provider_latency_seconds", "How long a model call took, to its last streamed byte.", exponentialBuckets(0.1, 2, 13), "provider", "model")
 	m.tokens = f.counterVec("tokens_total", "Tokens of model calls, by provider, model and kind (input, output, cache_read, cache_write).", "provider", "model", "kind")
@@ -200,10 +200,11 @@ func (m *Metrics) TurnEnded(outcome, errKind string, d time.Duration) {
 	m.turnDuration.Observe(d.Seconds())
 }
 
-// QueueWait records how long a message waited for its turn.
-func (m *Metrics) QueueWait(d time.Duration) {
+// QueueWait records how long a message of tenant's ("" = none) waited
+// for its turn; tenants past MaxLabelValues are "other".
+func (m *Metrics) QueueWait(tenant string, d time.Duration) {
 	if m != nil {
-		m.queueWait.Observe(max(d, 0).Seconds())
+		m.queueWait.WithLabelValues(m.tenant(tenant)).Observe(max(d, 0).Seconds())
 	}
 }
 

@@ -52,7 +52,7 @@ func TestScrape(t *testing.T) {
 	m := New()
 	m.TurnEnded(OutcomeOK, "", 1500*time.Millisecond)
 	m.TurnEnded(OutcomeError, "provider_error", time.Second)
-	m.QueueWait(20 * time.Millisecond)
+	m.QueueWait("acme", 20*time.Millisecond)
 	m.FirstEvent(300 * time.Millisecond)
 	m.ProviderCall("anthropic", "claude-sonnet-4-6", "ok", 2*time.Second, &message.Usage{Input: 100, Output: 20, CacheRead: 5, Cost: message.Cost{Total: 0.25}})
 	m.ProviderCall("anthropic", "claude-sonnet-4-6", "rate_limit", time.Second, nil)
@@ -86,7 +86,7 @@ func TestScrape(t *testing.T) {
 		`lanefleet_schedule_lateness_seconds_count 1`,
 		`lanefleet_turn_errors_total{kind="provider_error"} 1`,
 		`lanefleet_turn_duration_seconds_count 2`,
-		`lanefleet_queue_wait_seconds_count 1`,
+		`lanefleet_queue_wait_seconds_count{tenant="acme"} 1`,
 		`lanefleet_first_event_seconds_count 1`,
 		`lanefleet_provider_requests_total{model="claude-sonnet-4-6",outcome="ok",provider="anthropic"} 1`,
 		`lanefleet_provider_requests_total{model="claude-sonnet-4-6",outcome="rate_limit",provider="anthropic"} 1`,
@@ -177,7 +177,7 @@ func TestNilRecordsNothing(t *testing.T) {
 	m.ProviderCall("p", "m", "ok", time.Second, &message.Usage{Input: 1})
 	m.ToolCall("t", false)
 	m.Compaction("threshold")
-	m.QueueWait(time.Second)
+	m.QueueWait("acme", time.Second)
 	m.FirstEvent(time.Second)
 	m.ScheduleDue("fired", 1, time.Second)
 }

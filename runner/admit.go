@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lanefleet/lanefleet/events"
@@ -41,6 +43,12 @@ type AdmitCall struct {
 	// AuthProfile is the auth profile the call is made with ("" = the
 	// provider's environment or config key).
 	AuthProfile string
+	// Alternates are the other auth profiles of the call's provider the
+	// run may move to, in the run's order (none when the run is pinned
+	// to its profile; none cooling down): an Admission that would make
+	// the call wait, or refuse it, for a limit of AuthProfile's may
+	// answer *AdmitMove naming one of them instead.
+	Alternates []string
 	// Waiting, set by the runner, shows the run that the call waits (a
 	// provider rate limit): text says why, d how long (0 = not known).
 	// Admit may call it more than once while it waits.
@@ -71,6 +79,20 @@ type AdmitRefusal struct {
 
 func (e *AdmitRefusal) Error() string { return e.Text }
 
+// AdmitMove is an Admission's answer that the call is not made with its
+// auth profile but with Profile, one of AdmitCall.Alternates, which has
+// room where the call's own profile has none (a rate limit it would wait
+// for, a budget it would pass): the attempt ends without the call, and
+// the run's next attempt uses Profile, without marking the profile it
+// leaves as failed. Text says why (the attempt event's reason is Reason).
+type AdmitMove struct {
+	Profile string
+	Reason  provider.Reason
+	Text    string
+}
+
+func (e *AdmitMove) Error() string { return e.Text }
+
 // AdmitUnavailable is an Admission that cannot decide now: the store of
 // its budgets did not answer. The call is not made without it, and the
 // run's attempt does not fail for it either (that would count toward the
@@ -99,7 +121,14 @@ func (ru *run) admit(ctx context.Context, profile string, req *provider.Request)
 	}
 	first := !ru.admitted
 	ru.admitted = true
-	return admitCall(ctx, ru.r.cfg, ru.sink, AdmitCall{SessionKey: ru.in.SessionKey, Lineage: ru.in.Lineage, Request: req, FirstCall: first, AuthProfile: profile})
+	adm, err := admitCall(ctx, ru.r.cfg, ru.sink, AdmitCall{SessionKey: ru.in.SessionKey, Lineage: ru.in.Lineage, Request: req, FirstCall: first, AuthProfile: profile, Alternates: ru.alternates})
+	if mv := moved(err); mv != nil && !slices.Contains(ru.alternates, mv.Profile) {
+		return nil, fmt.Errorf("runner: admission moved the call to auth profile %q, not one of the run's alternates", mv.Profile)
+	}
+	if err != nil && first && moved(err) != nil {
+		ru.admitted = false // the call was not made: the next one is the run's first
+	}
+	return adm, err
 }
 
 // admitCall asks cfg's Admission about call, waiting while it is
@@ -173,6 +202,12 @@ func admitted(cfg Config, sink Sink, in Input, profile string, p provider.Provid
 		defer func() { settleCall(sink, adm, &m) }() // also on a panic, as callAdmitted
 		return p.Stream(observed(ctx, adm), req, emit)
 	})
+}
+
+// moved is err's AdmitMove, nil when it is none.
+func moved(err error) *AdmitMove {
+	m, _ := errors.AsType[*AdmitMove](err)
+	return m
 }
 
 // refusal is err's AdmitRefusal, nil when it is none.

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
 )
 
 // admissionFunc adapts a function to Admission; settle records usage.
@@ -227,6 +229,81 @@ func TestCompactionAdmitted(t *testing.T) {
 			}
 			if tc.refuse > 0 && (!failed || len(out.Entries) != 0 || !strings.Contains(out.Result.Payloads[0].Text, "Budget reached")) {
 				t.Fatalf("result %+v, entries %d: want the compaction failed by the refusal", out.Result, len(out.Entries))
+			}
+		})
+	}
+}
+
+// movingAdmission moves every call made with acme:a to acme:b (as a rate
+// limit of acme:a's with no room would), and records the calls.
+type movingAdmission struct {
+	mu    sync.Mutex
+	calls []AdmitCall
+}
+
+func (a *movingAdmission) Admit(_ context.Context, c AdmitCall) (Admitted, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls = append(a.calls, c)
+	if c.AuthProfile == "acme:a" && slices.Contains(c.Alternates, "acme:b") {
+		return nil, &AdmitMove{Profile: "acme:b", Reason: provider.ReasonRateLimit, Text: "acme:a has no room"}
+	}
+	return nil, nil
+}
+
+// TestAdmissionMovesProfile: a call the Admission moves to another auth
+// profile is made with that profile's key on the run's next attempt (its
+// attempt event names the profile and the reason), the first profile is
+// not marked failed, and the turn's first call is still the one that
+// counts the turn. A run pinned to its profile offers no alternates.
+func TestAdmissionMovesProfile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		locked string
+		keys   string
+	}{
+		{"moves", "", "sk-b"},
+		{"pinned", "acme:a", "sk-a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := &seq{}
+			auth := twoProfiles(time.Now)
+			adm := &movingAdmission{}
+			r, err := New(Config{DefaultModel: "acme/m1", Resolver: multiResolver{acme: p}, Auth: auth, Admission: adm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &sink{}
+			out, err := r.Run(t.Context(), Input{RunID: "r", Inbound: &events.Inbound{Text: "hi"}, Settings: Settings{AuthProfile: tc.locked, AuthProfileLocked: tc.locked != ""}}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.used(); got != tc.keys || out.Result.Meta.Error != nil || out.Result.Payloads[0].Text != "fine" {
+				t.Fatalf("keys %q (want %q), result %+v", got, tc.keys, out.Result)
+			}
+			if tc.locked != "" {
+				if len(adm.calls) != 1 || len(adm.calls[0].Alternates) != 0 {
+					t.Fatalf("a pinned run's calls %+v, want one without alternates", adm.calls)
+				}
+				return
+			}
+			if len(adm.calls) != 2 || !adm.calls[0].FirstCall || !adm.calls[1].FirstCall || adm.calls[1].AuthProfile != "acme:b" {
+				t.Fatalf("admitted %+v", adm.calls)
+			}
+			var attempts []string
+			for _, e := range s.evs {
+				if e.Stream == events.StreamAttempt {
+					attempts = append(attempts, e.Data.AuthProfile+"/"+e.Data.Reason)
+				}
+			}
+			if strings.Join(attempts, ",") != "acme:a/,acme:b/rate_limit" {
+				t.Fatalf("attempt events %v", attempts)
+			}
+			st, _ := auth.Snapshot()
+			if u := st.Usage["acme:a"]; u.ErrorCount != 0 || u.CooldownUntil != 0 {
+				t.Fatalf("acme:a marked failed: %+v", u)
 			}
 		})
 	}

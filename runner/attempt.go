@@ -21,6 +21,7 @@ var errAttemptTimeout = errors.New("request timed out")
 // The attempt's context ends after AttemptTimeout; ctx is the run's.
 func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	ru.attempts++
+	ru.alternates = req.alternates
 	ru.sink.Emit(events.StreamAttempt, events.EventData{Attempt: ru.attempts, Provider: req.model.Provider, Model: req.model.ID,
 		AuthProfile: req.profile, Hop: req.hop, Reason: string(req.after)})
 	var out attemptOut
@@ -53,6 +54,13 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 		if r := refusal(err); r != nil {
 			// The call was not made: the turn ends here, whole.
 			out.refused = r
+			out.texts = ru.sub.texts
+			return out
+		}
+		if mv := moved(err); mv != nil {
+			// The call was not made: the next attempt makes it with
+			// another auth profile.
+			out.moved = mv
 			out.texts = ru.sub.texts
 			return out
 		}

@@ -205,7 +205,7 @@ func (ru *run) stream(ctx context.Context, prov provider.Provider, profile strin
 	}
 	adm, err := ru.admit(ctx, profile, req)
 	if err != nil {
-		if refusal(err) == nil && ctx.Err() == nil {
+		if refusal(err) == nil && moved(err) == nil && ctx.Err() == nil {
 			// The budgets could not be asked: the turn is not run
 			// without them; the lane tries it again.
 			ru.halt(fmt.Errorf("runner: admission: %w", err))

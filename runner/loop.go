@@ -66,6 +66,9 @@ type attemptReq struct {
 	// canRotate reports that another profile is ready should this one
 	// fail (a rate limit then rotates instead of retrying the key).
 	canRotate bool
+	// alternates are the profiles the Admission may move the attempt's
+	// calls to (AdmitCall.Alternates).
+	alternates []string
 	// hop is the model's place in the model chain; after is why the
 	// attempt before this one ended ("" for the run's first): both for
 	// the attempt event.
@@ -97,12 +100,14 @@ type attemptOut struct {
 	toolLoopLimit int
 	// toolLoop is set when the loop detector stopped the attempt.
 	toolLoop *toolLoopStop
-	// refused is set when the Admission refused the attempt's next call.
+	// refused is set when the Admission refused the attempt's next call;
+	// moved when it moved it to another auth profile.
 	refused *AdmitRefusal
 	// yielded is set when a call of a tool that ends the turn
 	// (tools.TurnEnder: sessions_yield) succeeded: the attempt made no
 	// model call after its reply's results.
 	yielded bool
+	moved   *AdmitMove
 }
 
 // toolLoopStop is a call the loop detector stopped a turn on: its tool,
@@ -264,7 +269,7 @@ func (l *modelLoop) run(ctx context.Context) error {
 // reply is the run's.
 func (l *modelLoop) decide(ctx context.Context, a *outcome) (next, error) {
 	steps := []func(context.Context, *outcome) (next, error){
-		l.refused, l.toolLoopLimit, l.toolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
+		l.moved, l.refused, l.toolLoopLimit, l.toolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
 	}
 	for _, step := range steps {
 		if n, err := step(ctx, a); err != nil || n != goOn {
@@ -293,7 +298,7 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 	l.attempted[l.thinkLevel] = true
 	l.out.thinkLevels = append(l.out.thinkLevels, l.thinkLevel)
 	a := &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
-		canRotate: l.canRotate(), hop: l.req.hop, after: l.why}}
+		canRotate: l.canRotate(), alternates: l.alternates(), hop: l.req.hop, after: l.why}}
 	a.attemptOut = l.at.attempt(ctx, a.req)
 	l.out.compactions += a.compactions
 	l.out.last, l.out.pending, l.out.finalProfile = a.last, a.pending, a.req.profile
@@ -318,6 +323,44 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 func (l *modelLoop) reply(text, kind, msg string) {
 	l.out.payloads = []events.Payload{{Text: text, IsError: true}}
 	l.out.runErr = &events.RunError{Kind: kind, Message: msg}
+}
+
+// moved activates the auth profile the Admission moved the attempt's
+// next call to (it has room where the current one has none) and retries
+// on it; the profile it leaves is not marked failed.
+func (l *modelLoop) moved(_ context.Context, a *outcome) (next, error) {
+	if a.moved == nil {
+		return goOn, nil
+	}
+	i := slices.Index(l.profiles, a.moved.Profile)
+	if i < 0 {
+		return stop, fmt.Errorf("runner: admission moved the call to auth profile %q, not a candidate", a.moved.Profile)
+	}
+	l.idx = i
+	l.resetThinking()
+	return retry, nil
+}
+
+// alternates are the profiles an attempt's calls may move to: with no
+// profile pinned, the candidates other than the current one that are not
+// cooling down for the model (the rotation's rules; a probe is not
+// claimed for a move).
+func (l *modelLoop) alternates() []string {
+	if l.req.locked != "" || l.req.auth == nil || len(l.profiles) < 2 {
+		return nil
+	}
+	s, _ := l.req.auth.Snapshot()
+	now := l.req.now()
+	var out []string
+	for i, id := range l.profiles {
+		if i == l.idx || id == "" {
+			continue
+		}
+		if p, ok := s.Profile(id); ok && !authprofile.InCooldown(p.Provider, s.Usage[id], l.req.model.ID, now) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // refused ends a run whose next model call the Admission refused (a budget
@@ -774,6 +817,8 @@ func (l *modelLoop) attemptedList() []provider.ThinkingLevel {
 // context overflow, the failover reason of its error, else unknown.
 func reasonClass(a *outcome) provider.Reason {
 	switch {
+	case a.moved != nil:
+		return a.moved.Reason
 	case a.timedOut:
 		return provider.ReasonTimeout
 	case overflowText(a) != "":

@@ -55,6 +55,9 @@ type run struct {
 	cancel context.CancelCauseFunc
 	// admitted is set once the run asked its Admission about a call.
 	admitted bool
+	// alternates are the auth profiles the current attempt's calls may
+	// move to (AdmitCall.Alternates).
+	alternates []string
 	// attempts counts the run's model attempts (the attempt events).
 	attempts int
 	// immutable is how many of the messages the last prepare returned

@@ -20,12 +20,15 @@ import (
 func budgetCommand(c *common) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "budget",
-		Short: "Budgets of tenants and sessions: set, show, reset (the admin role)",
-		Long: `A budget limits a tenant's (every session whose key starts with "<tenant>:") or one
-session's model calls, in USD priced from the model catalog, tokens and turns, over a window:
+		Short: "Budgets of tenants, agents, auth profiles and sessions: set, show, reset, list (the admin role)",
+		Long: `A budget limits a tenant's (every session whose key starts with "<tenant>:"), an agent's
+(every session it runs), an auth profile's (every call made with it) or one session's model
+calls, in USD priced from the model catalog, tokens and turns, over a window:
 total, day, month (UTC) or rolling=DUR (e.g. rolling=1h, rolling=7d). Each call reserves its
 worst case first; at the cap the turn ends with a budget_reached error and the session pauses:
-its later messages wait in its queue, and run once the budget is raised or reset.
+its later messages wait in its queue, and run once the budget is raised or reset. An auth
+profile's budget pauses nothing: a call that does not fit moves to another of the provider's
+auth profiles with room, and the turn ends with budget_reached only when none has.
 Every change is audited in the AGENT_AUDIT stream.`,
 		Args: noArgs,
 	}
@@ -36,7 +39,7 @@ Every change is audited in the AGENT_AUDIT stream.`,
 	var soft int
 	var who string
 	set := &cobra.Command{
-		Use:   "set (--tenant T | --session KEY) [--usd X] [--tokens N] [--turns N] [--window total|day|month|rolling=DUR] [--soft PCT]",
+		Use:   "set (--tenant T | --agent ID | --auth-profile ID | --session KEY) [--usd X] [--tokens N] [--turns N] [--window total|day|month|rolling=DUR] [--soft PCT]",
 		Short: "Set a budget's limits (0 = that dimension is not limited); raising a reached budget resumes its sessions",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,7 +77,7 @@ Every change is audited in the AGENT_AUDIT stream.`,
 
 	var showScope scopeFlags
 	show := &cobra.Command{
-		Use:   "show (--tenant T | --session KEY)",
+		Use:   "show (--tenant T | --agent ID | --auth-profile ID | --session KEY)",
 		Short: "Show a budget: its limits, what its window used, the calls in flight, whether it is paused",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -105,7 +108,7 @@ Every change is audited in the AGENT_AUDIT stream.`,
 	var resetScope scopeFlags
 	var resetWho string
 	reset := &cobra.Command{
-		Use:   "reset (--tenant T | --session KEY)",
+		Use:   "reset (--tenant T | --agent ID | --auth-profile ID | --session KEY)",
 		Short: "Forget what a budget's window used (its limits stay); resumes its paused sessions",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -125,7 +128,44 @@ Every change is audited in the AGENT_AUDIT stream.`,
 	resetScope.register(reset)
 	reset.Flags().StringVar(&resetWho, "who", "", "who makes the change, for the audit (default $USER@host and the NATS user)")
 	c.jsonFlag(reset, "print the budget before and after as JSON")
-	cmd.AddCommand(set, show, reset)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the budgets: tenants', agents', auth profiles' and sessions' (at most 1000)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.withClient(cmd, "budget list", func(ctx context.Context, cl *lanefleet.Client) error {
+				scopes, err := cl.Budgets(ctx)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				var out []map[string]any
+				for _, s := range scopes {
+					st, found, err := cl.Budget(ctx, s)
+					if err != nil {
+						return err
+					}
+					if !found || !st.Limits.Limited() {
+						continue // removed: only its use is on record
+					}
+					if c.asJSON {
+						out = append(out, map[string]any{"scope": s, "budget": st, "paused": st.Paused(now)})
+						continue
+					}
+					printBudget(c.stdout, s, st, now)
+				}
+				if c.asJSON {
+					return json.NewEncoder(c.stdout).Encode(map[string]any{"budgets": out})
+				}
+				if len(scopes) == 0 {
+					fmt.Fprintln(c.stdout, "no budgets")
+				}
+				return nil
+			})
+		},
+	}
+	c.jsonFlag(list, "print JSON")
+	cmd.AddCommand(set, show, reset, list)
 	return cmd
 }
 
@@ -143,21 +183,34 @@ func (c *common) withClient(cmd *cobra.Command, op string, fn func(context.Conte
 	return nil
 }
 
-// scopeFlags are --tenant and --session: exactly one names the budget.
-type scopeFlags struct{ tenant, session string }
+// scopeFlags are --tenant, --agent, --auth-profile and --session: exactly
+// one names the budget.
+type scopeFlags struct{ tenant, agent, profile, session string }
 
 func (f *scopeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tenant, "tenant", "", "the tenant's budget (a session key's prefix up to the first ':')")
+	cmd.Flags().StringVar(&f.agent, "agent", "", "an agent's budget: every session the agent runs")
+	cmd.Flags().StringVar(&f.profile, "auth-profile", "", "an auth profile's budget: every model call made with it")
 	cmd.Flags().StringVar(&f.session, "session", "", "one session's budget, by its key")
 }
 
 func (f *scopeFlags) scope() (governance.Scope, error) {
 	var s governance.Scope
+	n := 0
+	for _, v := range []string{f.tenant, f.agent, f.profile, f.session} {
+		if v != "" {
+			n++
+		}
+	}
 	switch {
-	case (f.tenant == "") == (f.session == ""):
-		return s, usagef("budget: give --tenant T or --session KEY")
+	case n != 1:
+		return s, usagef("budget: give one of --tenant T, --agent ID, --auth-profile ID or --session KEY")
 	case f.tenant != "":
 		s = lanefleet.TenantBudget(f.tenant)
+	case f.agent != "":
+		s = lanefleet.AgentBudget(f.agent)
+	case f.profile != "":
+		s = lanefleet.ProfileBudget(f.profile)
 	default:
 		s = lanefleet.SessionBudget(f.session)
 	}

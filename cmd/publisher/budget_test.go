@@ -63,3 +63,44 @@ func TestBudgetCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetAgentAndProfile: budget set takes --agent and --auth-profile
+// like --tenant, and budget list lists every kind of budget.
+func TestBudgetAgentAndProfile(t *testing.T) {
+	t.Parallel()
+	_, url := runFleet(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--agent", "support", "--usd", "5", "--window", "month"}, "agent support: was no limit, now $5.0000 a month"},
+		{[]string{"--auth-profile", "openai:work", "--tokens", "5000"}, `auth profile "openai:work": was no limit, now 5000 tokens in total`},
+		{[]string{"--tenant", "acme", "--turns", "9"}, "tenant acme: was no limit, now 9 turns in total"},
+	} {
+		out, _, err := publisher(t, append([]string{"budget", "set", "--nats-url", url}, c.args...)...)
+		if err != nil || !strings.Contains(out, c.want) {
+			t.Fatalf("budget set %v: %q, %v; want %q", c.args, out, err, c.want)
+		}
+	}
+	out, _, err := publisher(t, "budget", "show", "--nats-url", url, "--auth-profile", "openai:work")
+	if err != nil || !strings.Contains(out, `auth profile "openai:work": 5000 tokens in total`) {
+		t.Fatalf("budget show: %q, %v", out, err)
+	}
+	out, _, err = publisher(t, "budget", "list", "--nats-url", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, j, k := strings.Index(out, "tenant acme: 9 turns"), strings.Index(out, "agent support: $5.0000 a month"), strings.Index(out, `auth profile "openai:work"`)
+	if i < 0 || j < i || k < j {
+		t.Fatalf("budget list: %q; want the tenant's, the agent's and the profile's budget, in that order", out)
+	}
+	for _, args := range [][]string{
+		{"budget", "set", "--agent", "support", "--auth-profile", "x"},
+		{"budget", "set", "--agent", "Sup port"},
+		{"budget", "show", "--auth-profile", "a b"},
+	} {
+		if _, _, err := publisher(t, append(args, "--nats-url", url)...); exitCode(err) != 2 {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}

@@ -35,7 +35,10 @@ const defaultMaxOutput = 32000
 // lanes' Paused and Tenant, and the wake of paused lanes when a budget
 // changes. Policy is package governance's; the bucket budgetstore's.
 type budgets struct {
-	rule    governance.TenantRule
+	rule governance.TenantRule
+	// agent is the agent a session's turns run as ("" = none: agents off,
+	// or the default agent is not defined).
+	agent   func(key string) string
 	store   *budgetstore.Store
 	metrics *metrics.Metrics
 	log     zerolog.Logger
@@ -54,7 +57,7 @@ type budgets struct {
 // openBudgets opens the budgets bucket and watches it.
 func (m *Member) openBudgets(ctx context.Context) error {
 	cfg := m.cfg
-	b := &budgets{rule: m.Tenants(), metrics: m.obs.metrics,
+	b := &budgets{rule: m.Tenants(), agent: m.agentID, metrics: m.obs.metrics,
 		log: cfg.Logger, now: time.Now, changes: make(chan governance.Scope, 256), paused: map[governance.Scope]bool{}}
 	ttl := cfg.LeaseTTL
 	if ttl <= 0 {
@@ -82,8 +85,30 @@ func (m *Member) QuotaSet(tenant string) bool {
 	return m.budgets != nil && m.budgets.store.Quota(tenant).Turns > 0
 }
 
+// agentID is the id of the agent a session's turns run as (agentOf), ""
+// for none.
+func (m *Member) agentID(key string) string {
+	if a, _ := m.agentOf(key); a != nil {
+		return a.ID
+	}
+	return ""
+}
+
 // Tenant is a session key's tenant ("" = none), for the lanes.
 func (b *budgets) Tenant(key string) string { return b.rule.Tenant(key) }
+
+// agentOf is the agent a session's turns run as, "" for none.
+func (b *budgets) agentOf(key string) string {
+	if b.agent == nil {
+		return ""
+	}
+	return b.agent(key)
+}
+
+// scopes are the budgets that pause a session (governance.Scopes).
+func (b *budgets) scopes(tenant, key string) []governance.Scope {
+	return governance.Scopes(tenant, b.agentOf(key), key)
+}
 
 // Paused reports whether a session is paused by a budget it is under, or
 // waits because its tenant runs as many turns as its quota allows.
@@ -95,7 +120,7 @@ func (b *budgets) Paused(key string) bool {
 	if !b.store.Any() {
 		return false
 	}
-	_, p := b.store.Paused(governance.Scopes(tenant, key), b.now())
+	_, p := b.store.Paused(b.scopes(tenant, key), b.now())
 	return p
 }
 
@@ -127,7 +152,7 @@ func (b *budgets) PauseNotice(key string) string {
 			"This message waits in the queue, and runs when one of them ends (publisher quota set --tenant %s --turns N changes the quota).",
 			tenant, b.store.Quota(tenant).Turns, tenant)
 	}
-	sc, ok := b.store.Paused(governance.Scopes(tenant, key), b.now())
+	sc, ok := b.store.Paused(b.scopes(tenant, key), b.now())
 	if !ok {
 		return ""
 	}
@@ -164,11 +189,12 @@ func (b *budgets) Admit(ctx context.Context, call runner.AdmitCall) (runner.Admi
 }
 
 // admitBudget reserves a call's worst case against the budgets of its
-// session and tenant, and, for a sub-agent's, of every session it was
-// spawned under (a parent's budget counts its children's calls).
+// session, tenant, agent and auth profile, and, for a sub-agent's, of
+// every session it was spawned under (a parent's budget counts its
+// children's calls).
 func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runner.Admitted, error) {
 	tenant := b.rule.Tenant(call.SessionKey)
-	scopes := governance.Scopes(tenant, call.SessionKey)
+	scopes := governance.CallScopes(tenant, b.agentOf(call.SessionKey), call.SessionKey, call.AuthProfile)
 	for _, a := range call.Lineage {
 		// The lineage is sealed, and sub-agents stay in their tenant;
 		// a session of another tenant is never charged all the same.
@@ -182,6 +208,11 @@ func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runne
 	req := call.Request
 	need := governance.WorstCase(req.Model.Cost, inputTokens(req), maxOutput(req), call.FirstCall)
 	h, err := b.store.Reserve(ctx, scopes, need, nil)
+	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok && r.Scope.Kind == governance.ScopeProfile {
+		if mv := b.moveBudget(ctx, call, need, r); mv != nil {
+			return nil, mv
+		}
+	}
 	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok {
 		b.metrics.BudgetEvent(tenant, metrics.BudgetReached)
 		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: reachedText(r, call.SessionKey)}
@@ -200,14 +231,40 @@ func (b *budgets) admitBudget(ctx context.Context, call runner.AdmitCall) (runne
 	return &admitted{b: b, h: h, tenant: tenant, cost: req.Model.Cost, first: call.FirstCall}, nil
 }
 
-// reachedText is what the user of session, paused by r, reads; a
-// sub-agent refused by the budget of a session above it reads that its
-// turn ends and that session pauses.
+// moveBudget finds, for a call its auth profile's budget has no room for
+// (r), the first of its alternates whose budget has room for need (or
+// that has none), and moves the call to it; nil when none has.
+func (b *budgets) moveBudget(ctx context.Context, call runner.AdmitCall, need governance.Amount, r *budgetstore.ReachedError) *runner.AdmitMove {
+	for _, alt := range call.Alternates {
+		h, err := b.store.TryReserve(ctx, []governance.Scope{{Kind: governance.ScopeProfile, Name: alt}}, need)
+		if err != nil {
+			continue
+		}
+		// The next attempt admits the call with alt itself.
+		if _, err := h.Settle(context.WithoutCancel(ctx), governance.Amount{}); err != nil {
+			b.log.Warn().Err(err).Msg("budget: release a call that moved to another auth profile")
+		}
+		b.log.Info().Str("from", call.AuthProfile).Str("to", alt).Msg("budget: a call moves to another auth profile, its own profile's budget has no room")
+		return &runner.AdmitMove{Profile: alt, Reason: provider.ReasonBilling,
+			Text: fmt.Sprintf("Budget reached: the %s budget (%s) has no room for this model call; it moves to auth profile %s, which has room.", r.Scope, r.Limits, alt)}
+	}
+	return nil
+}
+
+// reachedText is what the user of session, paused by r, reads. An auth
+// profile's budget pauses no session (its calls may use another profile):
+// the text says the call was refused. A sub-agent refused by the budget
+// of a session above it reads that its turn ends and that session pauses.
 func reachedText(r *budgetstore.ReachedError, session string) string {
 	flag := scopeFlag(r.Scope)
 	if r.Scope.Kind == governance.ScopeSession && r.Scope.Name != session {
 		return fmt.Sprintf("Budget reached: the %s budget (%s), which counts the model calls of the sub-agents under it, has no room for this model call (%s). "+
 			"This sub-agent's turn ends here; the session that spawned it is paused, and runs again once an operator raises or resets that budget (publisher budget set|reset %s).",
+			r.Scope, r.Limits, strings.TrimPrefix(r.Exceeded.Error(), "governance: "), flag)
+	}
+	if r.Scope.Kind == governance.ScopeProfile {
+		return fmt.Sprintf("Budget reached: the %s budget (%s) has no room for this model call (%s), and the run has no other auth profile with room to use instead. "+
+			"Calls made with this profile are refused until an operator raises or resets the budget (publisher budget set|reset %s); the session is not paused.",
 			r.Scope, r.Limits, strings.TrimPrefix(r.Exceeded.Error(), "governance: "), flag)
 	}
 	return fmt.Sprintf("Budget reached: the %s budget (%s) has no room for this model call (%s). "+
@@ -225,8 +282,13 @@ func unreadableText(u *budgetstore.UnreadableError) string {
 
 // scopeFlag is the publisher budget flag naming sc.
 func scopeFlag(sc governance.Scope) string {
-	if sc.Kind == governance.ScopeSession {
+	switch sc.Kind {
+	case governance.ScopeSession:
 		return "--session " + fmt.Sprintf("%q", sc.Name)
+	case governance.ScopeAgent:
+		return "--agent " + sc.Name
+	case governance.ScopeProfile:
+		return "--auth-profile " + fmt.Sprintf("%q", sc.Name)
 	}
 	return "--tenant " + sc.Name
 }
@@ -303,6 +365,9 @@ func (b *budgets) run(ctx context.Context, wake func(ctx context.Context, match 
 		case <-ctx.Done():
 			return
 		case sc := <-b.changes:
+			if sc.Kind == governance.ScopeProfile || sc.Kind == governance.ScopeRate {
+				continue // they pause no session (admitBudget, admitRate)
+			}
 			now := b.scopePaused(sc)
 			b.mu.Lock()
 			was := b.paused[sc]
@@ -316,8 +381,11 @@ func (b *budgets) run(ctx context.Context, wake func(ctx context.Context, match 
 				continue
 			}
 			n := wake(ctx, func(key string) bool {
-				if sc.Kind == governance.ScopeSession {
+				switch sc.Kind {
+				case governance.ScopeSession:
 					return key == sc.Name
+				case governance.ScopeAgent:
+					return b.agentOf(key) == sc.Name
 				}
 				return b.rule.Tenant(key) == sc.Name
 			})

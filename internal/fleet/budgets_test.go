@@ -175,3 +175,103 @@ func TestAdmitChargesTheLineage(t *testing.T) {
 		t.Fatalf("a call whose lineage names another tenant's session: %v", err)
 	}
 }
+
+// TestAdmitMovesToAnotherProfile: with a rate limit of one request a
+// minute on auth profile a and none on b, a second call made with a moves
+// to b instead of waiting when the run may use b; one that may not (no
+// alternates) waits, showing why. A budget of profile a's with no room
+// moves the call to b too, and refuses it when b has none either.
+func TestAdmitMovesToAnotherProfile(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := budgetstore.Open(t.Context(), js, budgetstore.Config{Worker: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	b := &budgets{store: s, now: time.Now}
+	rule, err := governance.ParseRateRule("profile:openai:a=rpm:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.setRates(t.Context(), []governance.RateRule{rule}); err != nil {
+		t.Fatal(err)
+	}
+	for !s.Limited(rule.Scope()) {
+		time.Sleep(time.Millisecond)
+	}
+	mk := func(profile string, alternates ...string) runner.AdmitCall {
+		c := call()
+		c.Request.Model.Provider, c.Request.Model.ID = "openai", "gpt-5"
+		c.AuthProfile, c.Alternates = profile, alternates
+		return c
+	}
+	adm, err := b.Admit(t.Context(), mk("openai:a", "openai:b"))
+	if err != nil || adm == nil {
+		t.Fatalf("first call: %v, %v", adm, err)
+	}
+	adm.Settle(message.Usage{Input: 10, Output: 10})
+	_, err = b.Admit(t.Context(), mk("openai:a", "openai:b"))
+	if mv, ok := errors.AsType[*runner.AdmitMove](err); !ok || mv.Profile != "openai:b" || mv.Reason != provider.ReasonRateLimit {
+		t.Fatalf("second call with an alternate: %v (%T); want a move to openai:b", err, err)
+	}
+	if adm, err := b.Admit(t.Context(), mk("openai:b")); err != nil {
+		t.Fatalf("the moved call with openai:b: %v, %v", adm, err)
+	}
+	// Without an alternate the call waits, and says so.
+	ctx, cancel := context.WithCancel(t.Context())
+	waited := make(chan string, 1)
+	c := mk("openai:a")
+	c.Waiting = func(text string, _ time.Duration) {
+		select {
+		case waited <- text:
+		default:
+		}
+		cancel()
+	}
+	if _, err := b.Admit(ctx, c); err == nil {
+		t.Fatal("a call with no alternate was admitted past the rate limit")
+	}
+	if w := <-waited; !strings.Contains(w, "Rate limit: the fleet shares profile:openai:a (rpm:1)") {
+		t.Fatalf("waiting text %q", w)
+	}
+	// A budget of profile a's with no room moves the call to b.
+	b.rates = nil
+	pa, pb := governance.Scope{Kind: governance.ScopeProfile, Name: "openai:a"}, governance.Scope{Kind: governance.ScopeProfile, Name: "openai:b"}
+	for _, sc := range []governance.Scope{pa, pb} {
+		if _, _, err := s.Bucket().Set(t.Context(), sc, governance.Limits{Max: governance.Amount{Tokens: 10}}, "test"); err != nil {
+			t.Fatal(err)
+		}
+		for !s.Limited(sc) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	bc := call()
+	bc.AuthProfile, bc.Alternates = "openai:a", []string{"openai:b"}
+	if _, err := b.Admit(t.Context(), bc); err == nil {
+		t.Fatal("a call past both profiles' budgets was admitted")
+	} else if r, ok := errors.AsType[*runner.AdmitRefusal](err); !ok || !strings.Contains(r.Text, `the auth profile "openai:a" budget (10 tokens in total) has no room`) || !strings.Contains(r.Text, "the session is not paused") {
+		t.Fatalf("refusal %v", err)
+	}
+	if _, _, err := s.Bucket().Set(t.Context(), pb, governance.Limits{Max: governance.Amount{Tokens: 1 << 20}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if st, _, _ := s.Cached(pb); st.Limits.Max.Tokens == 1<<20 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := b.Admit(t.Context(), bc); err == nil {
+		t.Fatal("a call past profile a's budget was admitted")
+	} else if mv, ok := errors.AsType[*runner.AdmitMove](err); !ok || mv.Profile != "openai:b" || mv.Reason != provider.ReasonBilling {
+		t.Fatalf("a call past profile a's budget with b's room: %v (%T), want a move to openai:b", err, err)
+	}
+	if b.Paused("acme:1") {
+		t.Fatal("a profile's budget paused a session")
+	}
+}

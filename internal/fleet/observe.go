@@ -95,7 +95,7 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	start := time.Now()
 	fp := events.Fingerprint(t.SessionKey)
 	if t.Attempt <= 1 {
-		m.obs.metrics.QueueWait(start.Sub(t.Received))
+		m.obs.metrics.QueueWait(m.Tenants().Tenant(t.SessionKey), start.Sub(t.Received))
 	}
 	common := []tracing.KeyValue{tracing.String(tracing.AttrRun, t.RunID), tracing.Int(tracing.AttrAttempt, t.Attempt),
 		tracing.String(tracing.AttrSession, fp), tracing.String(tracing.AttrWorker, t.Worker)}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/message"
+	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
 	"github.com/lanefleet/lanefleet/runner"
 )
@@ -44,22 +46,24 @@ func (b *budgets) admitRate(ctx context.Context, call runner.AdmitCall) (*rateAd
 		return nil, nil
 	}
 	m := call.Request.Model
-	var scopes []governance.Scope
-	tpm := int64(math.MaxInt64)
-	for _, r := range b.rates {
-		if r.Matches(m.Provider, m.ID, call.AuthProfile) {
-			scopes = append(scopes, r.Scope())
-			if r.Limit.TPM > 0 {
-				tpm = min(tpm, r.Limit.TPM)
-			}
-		}
-	}
+	scopes, tpm := b.rateScopes(m.Provider, m.ID, call.AuthProfile)
 	if len(scopes) == 0 {
 		return nil, nil
 	}
 	need := governance.RateNeed(inputTokens(call.Request), maxOutput(call.Request))
 	// A call larger than a minute's tokens waits for a whole minute's.
 	need.Tokens = min(need.Tokens, tpm)
+	if len(call.Alternates) > 0 {
+		// Before waiting, another auth profile with room takes the call.
+		h, err := b.store.TryReserve(ctx, scopes, need)
+		r, ok := errors.AsType[*budgetstore.ReachedError](err)
+		if !ok || r.Exceeded == nil || !r.Exceeded.Waits() {
+			return b.rateAdmitted(ctx, h, err, scopes)
+		}
+		if mv := b.moveRate(ctx, call, need, scopes, r); mv != nil {
+			return nil, mv
+		}
+	}
 	tenant := b.rule.Tenant(call.SessionKey)
 	var waited time.Time
 	h, err := b.store.Reserve(ctx, scopes, need, func(w budgetstore.Wait) {
@@ -73,6 +77,12 @@ func (b *budgets) admitRate(ctx context.Context, call runner.AdmitCall) (*rateAd
 	if !waited.IsZero() {
 		b.metrics.RateWait(tenant, m.Provider, time.Since(waited))
 	}
+	return b.rateAdmitted(ctx, h, err, scopes)
+}
+
+// rateAdmitted is what settles a call admitted by the rate limits of
+// scopes (h), or Admit's error for err.
+func (b *budgets) rateAdmitted(ctx context.Context, h *budgetstore.Hold, err error, scopes []governance.Scope) (*rateAdmitted, error) {
 	if r, ok := errors.AsType[*budgetstore.ReachedError](err); ok {
 		return nil, &runner.AdmitRefusal{Kind: events.KindBudgetReached, Text: fmt.Sprintf("Rate limit: %s: %v.", r.Scope, r.Exceeded)}
 	}
@@ -83,6 +93,51 @@ func (b *budgets) admitRate(ctx context.Context, call runner.AdmitCall) (*rateAd
 		return nil, err
 	}
 	return &rateAdmitted{b: b, h: h, scopes: scopes}, nil
+}
+
+// rateScopes are the rate limits a call of model on provider made with
+// profile falls under, and the least tokens a minute among them
+// (math.MaxInt64 for none).
+func (b *budgets) rateScopes(prov, model, profile string) ([]governance.Scope, int64) {
+	var scopes []governance.Scope
+	tpm := int64(math.MaxInt64)
+	for _, r := range b.rates {
+		if r.Matches(prov, model, profile) {
+			scopes = append(scopes, r.Scope())
+			if r.Limit.TPM > 0 {
+				tpm = min(tpm, r.Limit.TPM)
+			}
+		}
+	}
+	return scopes, tpm
+}
+
+// moveRate finds, for a call that would wait (r) for the rate limits of
+// its auth profile (scopes), the first of its alternates whose own rate
+// limits have room for need now, and moves the call to it; nil when none
+// has (the call waits).
+func (b *budgets) moveRate(ctx context.Context, call runner.AdmitCall, need governance.Amount, scopes []governance.Scope, r *budgetstore.ReachedError) *runner.AdmitMove {
+	m := call.Request.Model
+	for _, alt := range call.Alternates {
+		alts, tpm := b.rateScopes(m.Provider, m.ID, alt)
+		if slices.Equal(alts, scopes) {
+			continue // the same limits: no room there either
+		}
+		n := need
+		n.Tokens = min(n.Tokens, tpm)
+		h, err := b.store.TryReserve(ctx, alts, n)
+		if err != nil {
+			continue
+		}
+		// The next attempt admits the call with alt itself: this worker's
+		// lease keeps the room meanwhile.
+		(&rateAdmitted{b: b, h: h}).release()
+		text := fmt.Sprintf("Rate limit: auth profile %s would wait for room in %s; the call moves to auth profile %s, which has room.",
+			call.AuthProfile, strings.TrimPrefix(r.Scope.String(), "rate limit "), alt)
+		b.log.Info().Str("from", call.AuthProfile).Str("to", alt).Str("rate_limit", r.Scope.Name).Msg("rate limit: a call moves to another auth profile instead of waiting")
+		return &runner.AdmitMove{Profile: alt, Reason: provider.ReasonRateLimit, Text: text}
+	}
+	return nil
 }
 
 // rateWaitText is what the run of a call that waits for w reads.
