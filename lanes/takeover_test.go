@@ -65,7 +65,7 @@ func (f *fleet) livenessWorker(t *testing.T, h Handler, id string) (*Worker, fun
 	t.Helper()
 	nc := natstest.Connect(t, f.url)
 	js, _ := jetstream.New(nc)
-	lv, err := kvstore.OpenLiveness(t.Context(), js, kvstore.LivenessConfig{TTL: 2 * time.Second})
+	lv, err := kvstore.OpenLiveness(t.Context(), js, kvstore.LivenessConfig{TTL: 10 * time.Second}) // no test here waits for a lapse: a CI stall of seconds must not end a life
 	if err != nil {
 		t.Fatal(err)
 	}
