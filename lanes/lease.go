@@ -26,6 +26,22 @@ func (o *owner) letGo(ctx context.Context, why string) {
 	o.w.stats.Released.Add(1)
 }
 
+// releaseDeadLease gives up the lease of an owner stopped because its
+// worker's life ended (declared dead, or lapsed). The lease may still be
+// this owner's: taken or renewed after the survivors looked for the
+// life's leases, or nobody took the lanes over (no other worker, none
+// with a free slot, or this worker's own watch saw the end before its
+// beat did). Left held, the lane would wait out the lease TTL. The
+// release is fenced: a lease taken over already stays the survivor's.
+func (o *owner) releaseDeadLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	o.markHeld(false) // before the release: see markHeld
+	if err := o.lease.Release(ctx); err != nil {
+		o.log.Debug().Err(err).Msg("release the lease of a life that ended")
+	}
+}
+
 // heartbeat renews the lease and keeps the trigger delivery alive.
 func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease *kvstore.Lease, done chan<- struct{}) {
 	defer close(done)

@@ -155,6 +155,9 @@ func (o *owner) run() {
 			// Someone else may own the lane now, or nobody: let the trigger
 			// be redelivered to whoever needs it.
 			end = endLost
+			if errors.Is(context.Cause(ctx), kvstore.ErrDeclaredDead) {
+				o.releaseDeadLease()
+			}
 		case cancelled || o.lane.owed != 0:
 			// Shutting down, or a committed turn's final events could not be
 			// stored before the worker began to shut down: hand the lane over

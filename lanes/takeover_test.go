@@ -65,7 +65,7 @@ func (f *fleet) livenessWorker(t *testing.T, h Handler, id string) (*Worker, fun
 	t.Helper()
 	nc := natstest.Connect(t, f.url)
 	js, _ := jetstream.New(nc)
-	lv, err := kvstore.OpenLiveness(t.Context(), js, kvstore.LivenessConfig{TTL: 2 * time.Second})
+	lv, err := kvstore.OpenLiveness(t.Context(), js, kvstore.LivenessConfig{TTL: 10 * time.Second}) // no test here waits for a lapse: a CI stall of seconds must not end a life
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,5 +209,45 @@ func TestStepNotRecordedPastLife(t *testing.T) {
 	end(why)
 	if lapsed, err := alive.check(); !errors.Is(err, why) || lapsed {
 		t.Fatalf("an ended life: %v %v", err, lapsed)
+	}
+}
+
+// TestDeclaredDeadWorkerLetsItsLaneGo: a worker declared dead that nobody
+// takes over from (here it is alone; in a fleet, a lease it took or
+// renewed after the survivors looked) lets its stopped owner's lease go,
+// so the lane's turn runs again at once rather than after the lease TTL
+// (a minute here; next gives up after 30 s).
+func TestDeclaredDeadWorkerLetsItsLaneGo(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Minute, time.Minute)
+	h := newHeldFirstHandler()
+	victim, _ := f.livenessWorker(t, h, "victim")
+	t.Cleanup(func() { close(h.release) })
+	seq := f.publish(t, "alone", "hi")
+	if w := h.next(t); w != "victim" {
+		t.Fatalf("first attempt ran on %s", w)
+	}
+	old := victim.life.Load()
+	kv, err := f.js.KeyValue(t.Context(), kvstore.DefaultLivenessBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the victim declared dead", func() bool {
+		e, err := kv.Get(t.Context(), old.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := victim.cfg.Liveness.Declare(t.Context(), old.key, e.Revision())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
+	if w := h.next(t); w != "victim" {
+		t.Fatalf("second attempt ran on %s", w)
+	}
+	f.waitFinal(t, "alone", seq)
+	if n := f.finals(t, "alone", seq); n != 1 {
+		t.Fatalf("%d final events, want 1", n)
 	}
 }
