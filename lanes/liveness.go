@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/reply"
 	"github.com/lanefleet/lanefleet/kvstore"
 )
 
@@ -200,7 +201,12 @@ func closeOnce(c chan struct{}) {
 // writes the life's key and makes it the one new leases name.
 func (w *Worker) beginLife(ctx context.Context) (*life, error) {
 	key := randomHex(8)
-	sub, err := w.nc.Subscribe(events.AlivePrefix+key, func(m *nats.Msg) { _ = m.Respond(nil) })
+	// Answered through the reply guard like every request: a probe's
+	// reply subject is the prober's inbox, never a subject of the fleet's.
+	guard := &reply.Guard{NC: w.nc, Log: w.log, Service: "liveness"}
+	sub, err := w.nc.Subscribe(events.AlivePrefix+key, guard.MsgHandler("alive", func(r *reply.Request) {
+		_ = guard.Send(r.To, &nats.Msg{})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("lanes: answer on %s: %w", events.AlivePrefix+key, err)
 	}

@@ -57,7 +57,7 @@ var allowed = map[string][]string{
 	"internal/version":       {},
 	"ecmatext":               {},
 	"kvstore":                {"events", "internal/backoff", "lanes/queue", "message"},
-	"lanes":                  {"chatcmd", "events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "subagent", "lanes/internal/..."},
+	"lanes":                  {"chatcmd", "events", "internal/backoff", "internal/bytelru", "internal/reply", "kvstore", "lanes/queue", "message", "retention", "sessionfile", "subagent", "lanes/internal/..."},
 	// The lane's own parts (renolane is moving the emitter and the slot
 	// scheduler there).
 	"lanes/internal/...":          {"events", "internal/backoff", "internal/bytelru", "kvstore", "lanes/queue", "message", "lanes/internal/..."},

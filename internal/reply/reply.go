@@ -113,17 +113,29 @@ func (g *Guard) Refused() int64 { return g.refused.Load() }
 // micro's subscription goroutine, as any micro handler does.
 func (g *Guard) Handler(endpoint string, h func(*Request)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
-		to := req.Reply()
-		if to != "" {
-			if err := Check(to); err != nil {
-				g.refused.Add(1)
-				g.Log.Warn().Str("service", g.Service).Str("endpoint", endpoint).Str("subject", clip(req.Subject())).
-					Str("reply", clip(to)).Msg(g.Service + ": refused a request whose reply subject is not an inbox (nothing done, nothing sent)")
-				return
-			}
-		}
-		h(&Request{Subject: req.Subject(), Data: req.Data(), Headers: nats.Header(req.Headers()), To: To{subject: to}})
+		g.take(endpoint, req.Subject(), req.Reply(), req.Data(), nats.Header(req.Headers()), h)
 	})
+}
+
+// MsgHandler is Handler for a core subscription (one that is not a micro
+// endpoint, such as a worker's liveness subject): the same checks, the
+// same refusal.
+func (g *Guard) MsgHandler(endpoint string, h func(*Request)) nats.MsgHandler {
+	return func(m *nats.Msg) { g.take(endpoint, m.Subject, m.Reply, m.Data, m.Header, h) }
+}
+
+// take hands h a request whose reply subject is an inbox or empty, and
+// drops and logs any other.
+func (g *Guard) take(endpoint, subject, to string, data []byte, hdr nats.Header, h func(*Request)) {
+	if to != "" {
+		if err := Check(to); err != nil {
+			g.refused.Add(1)
+			g.Log.Warn().Str("service", g.Service).Str("endpoint", endpoint).Str("subject", clip(subject)).
+				Str("reply", clip(to)).Msg(g.Service + ": refused a request whose reply subject is not an inbox (nothing done, nothing sent)")
+			return
+		}
+	}
+	h(&Request{Subject: subject, Data: data, Headers: hdr, To: To{subject: to}})
 }
 
 // Send publishes m to t (m.Subject is set to it); without a subject it

@@ -187,6 +187,63 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// TestMsgHandler: a core subscription's requests are checked the same
+// way: an inbox is answered, a fleet subject named as the reply gets
+// nothing and is logged.
+func TestMsgHandler(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	logs := &syncWriter{w: &bytes.Buffer{}}
+	g := &reply.Guard{NC: nc, Log: zerolog.New(logs), Service: "liveness"}
+	handled := make(chan string, 8)
+	sub, err := nc.Subscribe("agent.alive.x", g.MsgHandler("alive", func(r *reply.Request) {
+		handled <- string(r.Data)
+		_ = g.Send(r.To, &nats.Msg{Data: []byte("here")})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	spy := natstest.Connect(t, srv.URL)
+	seen := make(chan *nats.Msg, 8)
+	ssub, err := spy.ChanSubscribe("$JS.API.>", seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ssub.Unsubscribe() })
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	client := natstest.Connect(t, srv.URL)
+	if err := client.PublishMsg(&nats.Msg{Subject: "agent.alive.x", Reply: "$JS.API.STREAM.DELETE.AGENT_IN", Data: []byte("hostile")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// Requests on one subscription are handled in order: once the inbox
+	// request is answered, the hostile one before it was taken.
+	msg, err := client.RequestWithContext(ctx, "agent.alive.x", []byte("probe"))
+	if err != nil || string(msg.Data) != "here" {
+		t.Fatalf("probe: %v %v", msg, err)
+	}
+	if got := <-handled; got != "probe" {
+		t.Fatalf("the handler ran for %q", got)
+	}
+	if n := g.Refused(); n != 1 {
+		t.Errorf("refused %d, want 1", n)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) > 0 {
+		t.Errorf("something was sent to %s", (<-seen).Subject)
+	}
+}
+
 // TestSendWithoutHandler: a zero To sends nothing.
 func TestSendWithoutHandler(t *testing.T) {
 	t.Parallel()
