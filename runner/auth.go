@@ -36,6 +36,13 @@ type SecretEnv interface {
 	SecretEnv(name string) string
 }
 
+// SecretNoter is an Auth told of each secret a profile's keyRef or
+// tokenRef resolved to, so that one rotated in after start is masked in
+// what the worker produces from its first use.
+type SecretNoter interface {
+	NoteSecret(profile string, s provider.Secret)
+}
+
 // profileKey returns the secret a profile authenticates with: its key,
 // token or access token, or the value its keyRef or tokenRef names
 // ("env:NAME", "file:/path"), read now from a's environment (a SecretEnv's,
@@ -49,6 +56,9 @@ func profileKey(a Auth, p authprofile.Profile) (provider.Secret, error) {
 	k, err := p.Secret(env)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", errNoKey, err)
+	}
+	if n, ok := a.(SecretNoter); ok && (p.KeyRef != "" || p.TokenRef != "") {
+		n.NoteSecret(p.ID, k)
 	}
 	return k, nil
 }

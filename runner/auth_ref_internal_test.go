@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/provider"
 )
 
 // TestProfileKeyReadsRefs: a profile's secret held in a file is read at
@@ -40,6 +41,11 @@ func TestProfileKeyReadsRefs(t *testing.T) {
 	if k, err := profileKey(envAuth{"LANEFLEET_TEST_TEAM_KEY": "sk-team"}, p); err != nil || k.Reveal() != "sk-team" {
 		t.Errorf("env reference: %v", err)
 	}
+	// An Auth that masks secrets is told of each one a reference read.
+	n := &noter{}
+	if _, err := profileKey(n, p); err != nil || n.noted != "openai:team=sk-noted" {
+		t.Errorf("noted %q, %v", n.noted, err)
+	}
 }
 
 // envAuth is an Auth with only an environment.
@@ -51,3 +57,14 @@ func (envAuth) Snapshot() (authprofile.Store, authprofile.Config) {
 }
 func (envAuth) Apply(context.Context, string, authprofile.Event) error { return nil }
 func (envAuth) MarkGood(context.Context, string, string) error         { return nil }
+
+// noter is an Auth whose environment has the team key and that records
+// the secrets it is told of.
+type noter struct {
+	envAuth
+	noted string
+}
+
+func (n *noter) SecretEnv(string) string { return "sk-noted" }
+
+func (n *noter) NoteSecret(profile string, s provider.Secret) { n.noted = profile + "=" + s.Reveal() }

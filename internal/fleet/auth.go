@@ -2,9 +2,13 @@ package fleet
 
 import (
 	"context"
+	"strings"
+	"sync"
 
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/redact"
 )
 
 // fleetAuth is runner.Auth over the fleet's auth bucket and the member's
@@ -13,6 +17,34 @@ type fleetAuth struct {
 	s     *authstore.Store
 	creds *authprofile.Store
 	env   func(string) string // where profiles' env: secret references look
+	// seen masks what profiles' secret references resolve to (nil: none).
+	seen *seenSecrets
+}
+
+// seenSecrets adds to the redactor each value a profile's secret
+// reference resolves to that it has not seen for that profile: a secret
+// rotated in after start (a new file, a new variable) is masked from its
+// first use, and an unchanged one costs a map read per call.
+type seenSecrets struct {
+	red  *redact.Redactor
+	last sync.Map // profile id -> string
+}
+
+// NoteSecret masks s, the secret profile's reference resolved to
+// (runner.SecretNoter).
+func (a fleetAuth) NoteSecret(profile string, s provider.Secret) {
+	if a.seen == nil || a.seen.red == nil {
+		return
+	}
+	v := s.Reveal()
+	if old, ok := a.seen.last.Load(profile); ok && old.(string) == v {
+		return
+	}
+	a.seen.red.Add(v)
+	if parts := strings.Split(v, ":"); len(parts) > 1 {
+		a.seen.red.Add(parts...) // an AWS key pair: each half is a secret
+	}
+	a.seen.last.Store(profile, v)
 }
 
 // SecretEnv reads the fleet's environment for env: secret references

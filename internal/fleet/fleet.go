@@ -384,7 +384,7 @@ func (m *Member) runnerConfig(ctx context.Context, res *registry.Resolver) (runn
 	// holds the provider's error).
 	resolver := observedResolver{Resolver: maskingResolver{Resolver: res, red: cfg.Redactor}, obs: &m.obs}
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
-		Auth: fleetAuth{s: m.Auth, creds: m.creds, env: cfg.Env}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
+		Auth: fleetAuth{s: m.Auth, creds: m.creds, env: cfg.Env, seen: &seenSecrets{red: cfg.Redactor}}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, MaxToolRepeats: cfg.MaxToolRepeats, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy,
 		MemoryFlush: cfg.MemoryTools && !cfg.NoMemoryFlush}
 	if m.budgets != nil {

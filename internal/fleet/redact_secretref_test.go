@@ -4,9 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/redact"
+	"github.com/lanefleet/lanefleet/runner"
 )
 
 // TestSecretsResolveRefs: a profile whose key is held by reference (an
@@ -33,4 +37,27 @@ func TestSecretsResolveRefs(t *testing.T) {
 			t.Errorf("%q not masked", want)
 		}
 	}
+}
+
+// TestRotatedRefSecretMasked: a secret rotated into a referenced file
+// after start is masked from the call that first reads it (before, only
+// the value read at start was), and an unchanged one is not added again.
+func TestRotatedRefSecretMasked(t *testing.T) {
+	t.Parallel()
+	red := redact.New()
+	a := fleetAuth{seen: &seenSecrets{red: red}}
+	const first, second = "sk-rotated-first-0123456789", "sk-rotated-second-0123456789"
+	a.NoteSecret("openai:a", provider.Secret(first))
+	a.NoteSecret("openai:a", provider.Secret(first))
+	if got := red.String("key " + first); strings.Contains(got, first) {
+		t.Fatalf("the first key is not masked: %q", got)
+	}
+	if got := red.String("key " + second); !strings.Contains(got, second) {
+		t.Fatalf("a key never read is masked: %q", got)
+	}
+	a.NoteSecret("openai:a", provider.Secret(second))
+	if got := red.String("keys " + first + " " + second); strings.Contains(got, first) || strings.Contains(got, second) {
+		t.Fatalf("after rotation: %q", got)
+	}
+	var _ runner.SecretNoter = a // the runner tells it of every reference it resolves
 }
