@@ -110,24 +110,7 @@ func TestAdmitUnreadableBudgetFailsClosed(t *testing.T) {
 // failing the run.
 func TestAdmitRateStoreOutage(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := budgetstore.Open(t.Context(), js, budgetstore.Config{Worker: "w1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	b := &budgets{store: s, now: time.Now}
-	rule, err := governance.ParseRateRule("openai/*=rpm:100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.setRates(t.Context(), []governance.RateRule{rule}); err != nil {
-		t.Fatal(err)
-	}
+	b, _, srv, _ := rateBudgets(t, "openai/*=rpm:100")
 	if err := srv.DisableJetStream(); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +118,7 @@ func TestAdmitRateStoreOutage(t *testing.T) {
 	defer cancel()
 	c := call()
 	c.Request.Model.Provider, c.Request.Model.ID = "openai", "gpt-5"
-	_, err = b.Admit(ctx, c)
+	_, err := b.Admit(ctx, c)
 	if _, ok := errors.AsType[*runner.AdmitUnavailable](err); !ok {
 		t.Fatalf("Admit under a rate limit during an outage: %v (%T); want *runner.AdmitUnavailable", err, err)
 	}
@@ -183,24 +166,7 @@ func TestAdmitChargesTheLineage(t *testing.T) {
 // moves the call to b too, and refuses it when b has none either.
 func TestAdmitMovesToAnotherProfile(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := budgetstore.Open(t.Context(), js, budgetstore.Config{Worker: "w1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	b := &budgets{store: s, now: time.Now}
-	rule, err := governance.ParseRateRule("profile:openai:a=rpm:1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.setRates(t.Context(), []governance.RateRule{rule}); err != nil {
-		t.Fatal(err)
-	}
+	b, s, _, rule := rateBudgets(t, "profile:openai:a=rpm:1")
 	for !s.Limited(rule.Scope()) {
 		time.Sleep(time.Millisecond)
 	}
@@ -274,4 +240,29 @@ func TestAdmitMovesToAnotherProfile(t *testing.T) {
 	if b.Paused("acme:1") {
 		t.Fatal("a profile's budget paused a session")
 	}
+}
+
+// rateBudgets opens a worker's budgets on a fresh server with the rate
+// limit rule set.
+func rateBudgets(t *testing.T, text string) (*budgets, *budgetstore.Store, *natstest.Server, governance.RateRule) {
+	t.Helper()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := budgetstore.Open(t.Context(), js, budgetstore.Config{Worker: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	b := &budgets{store: s, now: time.Now}
+	rule, err := governance.ParseRateRule(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.setRates(t.Context(), []governance.RateRule{rule}); err != nil {
+		t.Fatal(err)
+	}
+	return b, s, srv, rule
 }
