@@ -130,25 +130,7 @@ func TestDeclaredDeadWorkerFencedOut(t *testing.T) {
 		t.Fatalf("first attempt ran on %s", w)
 	}
 	survivor, _ := f.livenessWorker(t, h, "survivor")
-	old := victim.life.Load()
-	kv, err := f.js.KeyValue(t.Context(), kvstore.DefaultLivenessBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Declare it dead at its current revision, as a survivor that found
-	// its connection gone would (a beat in between moves the revision on:
-	// try again).
-	waitFor(t, "the victim declared dead", func() bool {
-		e, err := kv.Get(t.Context(), old.key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ok, err := victim.cfg.Liveness.Declare(t.Context(), old.key, e.Revision())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	})
+	old := f.declareDead(t, victim)
 	if w := h.next(t); w != "survivor" {
 		t.Fatalf("second attempt ran on %s", w)
 	}
@@ -227,7 +209,22 @@ func TestDeclaredDeadWorkerLetsItsLaneGo(t *testing.T) {
 	if w := h.next(t); w != "victim" {
 		t.Fatalf("first attempt ran on %s", w)
 	}
-	old := victim.life.Load()
+	f.declareDead(t, victim)
+	if w := h.next(t); w != "victim" {
+		t.Fatalf("second attempt ran on %s", w)
+	}
+	f.waitFinal(t, "alone", seq)
+	if n := f.finals(t, "alone", seq); n != 1 {
+		t.Fatalf("%d final events, want 1", n)
+	}
+}
+
+// declareDead declares w's current life (returned) dead at its current revision, as
+// a survivor that found its connection gone would (a beat in between
+// moves the revision on: it tries again).
+func (f *fleet) declareDead(t *testing.T, w *Worker) *life {
+	t.Helper()
+	old := w.life.Load()
 	kv, err := f.js.KeyValue(t.Context(), kvstore.DefaultLivenessBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -237,17 +234,11 @@ func TestDeclaredDeadWorkerLetsItsLaneGo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, err := victim.cfg.Liveness.Declare(t.Context(), old.key, e.Revision())
+		ok, err := w.cfg.Liveness.Declare(t.Context(), old.key, e.Revision())
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ok
 	})
-	if w := h.next(t); w != "victim" {
-		t.Fatalf("second attempt ran on %s", w)
-	}
-	f.waitFinal(t, "alone", seq)
-	if n := f.finals(t, "alone", seq); n != 1 {
-		t.Fatalf("%d final events, want 1", n)
-	}
+	return old
 }
