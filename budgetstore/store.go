@@ -217,11 +217,14 @@ func (s *Store) putBad(sc governance.Scope, st governance.State, rev uint64, bad
 	if had && old.rev >= rev {
 		return
 	}
-	if had && old.limited() {
-		s.limited.Add(-1)
-	}
+	// One change to the count: Any and budgets read it without the lock,
+	// and a count that dipped to zero between two changes would let a
+	// call through with no admission.
 	c := cached{st: st, rev: rev, bad: bad}
-	if c.limited() {
+	switch was := had && old.limited(); {
+	case was && !c.limited():
+		s.limited.Add(-1)
+	case !was && c.limited():
 		s.limited.Add(1)
 	}
 	s.states[sc] = c
