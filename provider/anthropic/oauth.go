@@ -506,7 +506,7 @@ func (o *OAuth) refused(p OAuthProfile, why string, cut *claim) error {
 	if cut != nil {
 		msg += fmt.Sprintf("; a refresh by %s at %s was cut off before it stored its result, which may have used the refresh token up", cut.By, time.UnixMilli(cut.At).UTC().Format(time.DateTime+" UTC"))
 	}
-	return &provider.Error{Reason: provider.ReasonAuthPermanent, Status: http.StatusUnauthorized, Message: msg}
+	return &provider.Error{Reason: provider.ReasonAuthPermanent, Message: msg}
 }
 
 // refusal is a token endpoint's refusal as "code: description", short.
