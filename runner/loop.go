@@ -801,14 +801,17 @@ func (l *modelLoop) key(ctx context.Context) (provider.Secret, error) {
 			return "", context.Cause(ctx)
 		}
 		// A secret that exists but cannot be used now (an OAuth refresh
-		// token the endpoint refused) cools its profile like a failed call.
+		// token the endpoint refused) cools its profile like a failed
+		// call, and its message is what the run says.
+		msg := err.Error()
 		var pe *provider.Error
 		if errors.As(err, &pe) {
 			l.markFailed(ctx, failoverReason(pe, pe.Message), pe.RetryAfter)
 			s, c = l.req.auth.Snapshot()
+			msg = pe.Message
 		}
 		if id == l.req.locked || !l.advance(ctx, s, c, l.req.now()) {
-			return "", l.profileFailover(s, c, l.req.now(), err.Error())
+			return "", l.profileFailover(s, c, l.req.now(), msg)
 		}
 	}
 }
