@@ -43,6 +43,9 @@ const (
 	// oauthPollDefault spaces the looks at a record another worker is
 	// refreshing.
 	oauthPollDefault = 200 * time.Millisecond
+	// minLeft is the least life a token this worker does not hold yet
+	// must have to be handed out without a refresh first.
+	minLeft = 30 * time.Second
 	// maxSeeds bounds the seeds a record remembers.
 	maxSeeds = 8
 	// maxRecordBytes bounds a stored record read back.
@@ -255,6 +258,7 @@ type fleetSource struct {
 	mu       sync.Mutex
 	p        OAuthProfile
 	rejected string // an access token the API refused
+	held     string // the access token last handed to the cache
 }
 
 func (s *fleetSource) set(p OAuthProfile) {
@@ -274,16 +278,17 @@ func (s *fleetSource) reject(tok string) {
 // refresh of this one's).
 func (s *fleetSource) Token() (*oauth2.Token, error) {
 	s.mu.Lock()
-	p, rejected := s.p, s.rejected
+	p, rejected, held := s.p, s.rejected, s.held
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.o.ctx, s.o.cfg.ClaimTTL+2*s.o.cfg.Timeout)
 	defer cancel()
-	tok, err := s.o.fetch(ctx, p, rejected)
+	tok, err := s.o.fetch(ctx, p, rejected, held)
 	if err == nil {
 		s.mu.Lock()
 		if s.rejected == rejected {
 			s.rejected = ""
 		}
+		s.held = tok.AccessToken
 		s.mu.Unlock()
 	}
 	return tok, err
@@ -338,9 +343,12 @@ func (r *record) usable(now time.Time, before time.Duration, rejected string) bo
 }
 
 // fetch is the fleet's refresh protocol for p: it returns the record's
-// access token while it is good, waits out another worker's refresh, and
-// otherwise claims the refresh and runs it.
-func (o *OAuth) fetch(ctx context.Context, p OAuthProfile, rejected string) (*oauth2.Token, error) {
+// access token while it is good (for RefreshBefore; for minLeft when it
+// is not held, the token this worker has, so that a worker starting, or
+// coming after another's refresh, is not kept waiting by a refresh),
+// waits out another worker's refresh, and otherwise claims the refresh
+// and runs it.
+func (o *OAuth) fetch(ctx context.Context, p OAuthProfile, rejected, held string) (*oauth2.Token, error) {
 	for {
 		rec, rev, err := o.load(ctx, p.ID)
 		if err != nil {
@@ -368,7 +376,7 @@ func (o *OAuth) fetch(ctx context.Context, p OAuthProfile, rejected string) (*oa
 		switch {
 		case rev == 0 || rec.Refresh == "":
 			return nil, &provider.Error{Reason: provider.ReasonAuthPermanent, Message: fmt.Sprintf("Anthropic OAuth: auth profile %q: %v: give it one (\"refresh\" or \"refreshRef\")", p.ID, ErrOAuthNoRefresh), Err: ErrOAuthNoRefresh}
-		case rec.usable(now, o.cfg.RefreshBefore, rejected):
+		case rec.usable(now, o.cfg.RefreshBefore, rejected), rec.Access != held && rec.usable(now, minLeft, rejected):
 			return rec.token(), nil
 		case rec.Failed != "":
 			return nil, o.refused(p, rec.Failed, rec.Cut)
@@ -446,7 +454,7 @@ func (o *OAuth) refresh(ctx context.Context, p OAuthProfile, rec *record, rev ui
 			default:
 				// The record moved on without this refresh: its tokens
 				// stay unused, and the record's are the fleet's.
-				return o.fetch(ctx, p, "")
+				return o.fetch(ctx, p, "", "")
 			}
 		}
 		if attempt >= 3 || sctx.Err() != nil {

@@ -403,3 +403,44 @@ func TestOAuthRejected(t *testing.T) {
 		t.Errorf("%d token requests, want 2 (the seed's, the 401's)", n)
 	}
 }
+
+// TestOAuthRefreshAhead: a token within RefreshBefore of its expiry is
+// still handed out at once while one refresh runs in the background, off
+// the calls' path; the calls then get the new token.
+func TestOAuthRefreshAhead(t *testing.T) {
+	t.Parallel()
+	f := newOAuthFleet(t, "sk-ant-ort01-seed")
+	f.ts.hold = make(chan struct{})
+	a := f.worker("worker-a")
+	seeded := sub
+	seeded.Access, seeded.Expires = "sk-ant-oat01-seeded", time.Now().Add(time.Minute) // inside the 5-minute window
+	for range 3 {
+		// The refresh is held at the endpoint: these return regardless.
+		if tok, err := a.Token(t.Context(), seeded); err != nil || tok.Reveal() != "sk-ant-oat01-seeded" {
+			t.Fatalf("while refreshing: %q %v", tok.Reveal(), err)
+		}
+	}
+	if rt := <-f.ts.arrived; rt != "sk-ant-ort01-seed" {
+		t.Fatalf("refreshed with %q", rt)
+	}
+	close(f.ts.hold)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for {
+		tok, err := a.Token(ctx, seeded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.Reveal() == "sk-ant-oat01-access-1" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the background refresh's token never came")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if n := f.ts.count(); n != 1 {
+		t.Errorf("%d token requests, want 1", n)
+	}
+}
