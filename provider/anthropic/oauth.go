@@ -468,9 +468,11 @@ func (o *OAuth) refresh(ctx context.Context, p OAuthProfile, rec *record, rev ui
 }
 
 // failed records a refresh that got no new pair and returns its error:
-// a refusal of the refresh token is kept (nobody asks with it again), an
-// answer that never came is kept as cut (its refresh token may be used
-// up), and a rate limit or a server error only releases the claim.
+// a refusal of the refresh token (invalid_grant) is kept (nobody asks
+// with it again), an answer that never came is kept as cut (its refresh
+// token may be used up), and any other answer (another 4xx: the
+// configuration's; a rate limit; a server error) only releases the
+// claim.
 func (o *OAuth) failed(ctx context.Context, p OAuthProfile, rec *record, rev uint64, err error) error {
 	next := *rec
 	next.Claim = nil
@@ -481,9 +483,13 @@ func (o *OAuth) failed(ctx context.Context, p OAuthProfile, rec *record, rev uin
 	}
 	var out error
 	switch {
-	case status >= 400 && status < 500 && status != http.StatusTooManyRequests:
+	case re != nil && re.ErrorCode == "invalid_grant":
 		next.Failed = refusal(re)
 		out = o.refused(p, next.Failed, next.Cut)
+	case status >= 400 && status < 500 && status != http.StatusTooManyRequests:
+		// Not a verdict on the refresh token (a wrong client id or URL,
+		// a proxy's refusal): it is kept for the next try.
+		out = &provider.Error{Reason: provider.ReasonAuthPermanent, Status: status, Message: fmt.Sprintf("Anthropic OAuth refresh failed: the token endpoint %s answered %s — check ANTHROPIC_OAUTH_TOKEN_URL and the OAuth client id (ANTHROPIC_OAUTH_CLIENT_ID, the profile's clientId)", o.cfg.TokenURL, refusal(re)), Err: err}
 	case status != 0:
 		reason := provider.ReasonTimeout
 		if status == http.StatusTooManyRequests {

@@ -315,6 +315,28 @@ func TestOAuthRefused(t *testing.T) {
 	}
 }
 
+// TestOAuthMisconfigured: a 4xx that is not invalid_grant (here a
+// token URL the server does not serve) fails the call, naming the
+// settings to check, and does not write the refresh token off: the same
+// seed works once the URL is right.
+func TestOAuthMisconfigured(t *testing.T) {
+	t.Parallel()
+	f := newOAuthFleet(t, "sk-ant-ort01-seed")
+	wrong, err := anthropic.NewOAuth(anthropic.OAuthConfig{Store: f.store(), TokenURL: f.ts.URL + "/oauth/tokn", ClientID: f.ts.clientID, Owner: "worker-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wrong.Close)
+	_, err = wrong.Token(t.Context(), sub)
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Reason != provider.ReasonAuthPermanent || !strings.Contains(pe.Message, "answered 404 Not Found — check ANTHROPIC_OAUTH_TOKEN_URL") {
+		t.Fatalf("err %v", err)
+	}
+	if tok, err := f.worker("worker-b").Token(t.Context(), sub); err != nil || tok.Reveal() != "sk-ant-oat01-access-1" {
+		t.Errorf("right URL: %q %v", tok.Reveal(), err)
+	}
+}
+
 // TestOAuthCutOff: a worker stopped after the endpoint rotated the
 // tokens but before it stored them (its refresh cancelled) leaves the
 // record saying so; the next worker's refresh, refused, says whose
