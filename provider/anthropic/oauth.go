@@ -302,8 +302,9 @@ type record struct {
 	// Expires is the access token's expiry in Unix milliseconds; 0 =
 	// unknown (used until the API refuses it).
 	Expires int64 `json:"expires,omitempty"`
-	// Seeds are the SHA-256 hashes of the refresh tokens operators gave
-	// the profile, newest last: a seed among them is not applied again.
+	// Seeds are hashes (SHA-256, 128 bits) of the refresh tokens
+	// operators gave the profile, newest last: a seed among them is not
+	// applied again.
 	Seeds []string `json:"seeds,omitempty"`
 	// Claim is the refresh in flight.
 	Claim *claim `json:"claim,omitempty"`
@@ -328,8 +329,10 @@ func seedHash(refresh string) string {
 	return hex.EncodeToString(h[:16])
 }
 
+// token is r's access token for the cache (the refresh token stays in
+// the store).
 func (r *record) token() *oauth2.Token {
-	t := &oauth2.Token{AccessToken: r.Access, RefreshToken: r.Refresh, TokenType: "Bearer"}
+	t := &oauth2.Token{AccessToken: r.Access, TokenType: "Bearer"}
 	if r.Expires > 0 {
 		t.Expiry = time.UnixMilli(r.Expires)
 	}
@@ -365,13 +368,10 @@ func (o *OAuth) fetch(ctx context.Context, p OAuthProfile, rejected, held string
 			if !p.Expires.IsZero() {
 				next.Expires = p.Expires.UnixMilli()
 			}
-			if _, ok, err := o.swap(ctx, p.ID, &next, rev); err != nil || !ok {
-				if err != nil {
-					return nil, err
-				}
-				continue
+			if _, _, err := o.swap(ctx, p.ID, &next, rev); err != nil {
+				return nil, err
 			}
-			continue
+			continue // look again at what was written: this seed, or a write that came first
 		}
 		switch {
 		case rev == 0 || rec.Refresh == "":
@@ -439,7 +439,7 @@ func (o *OAuth) refresh(ctx context.Context, p OAuthProfile, rec *record, rev ui
 	for attempt := 0; ; attempt++ {
 		_, ok, err := o.swap(sctx, p.ID, &next, rev)
 		if err == nil && ok {
-			return tok, nil
+			return next.token(), nil
 		}
 		if err == nil {
 			// Another write came first: a worker that took the claim
