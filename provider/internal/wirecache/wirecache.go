@@ -35,6 +35,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
 // BytesDefault is the default budget of an adapter's cache.
@@ -110,6 +111,9 @@ type convs[C any] struct {
 	// (an array collected since cannot be the next request's).
 	first     weak.Pointer[message.Message]
 	immutable int
+	// tr is the request's messages as the model gets them
+	// (transform.Messages), kept for the next request of the session.
+	tr transform.Appender
 }
 
 // key names what a message's wire form depends on besides the message: the
@@ -141,25 +145,30 @@ func (s *Session[M, C]) messages(n int) []M {
 	return slices.Grow(s.spareMsgs[:0], n)
 }
 
-// takeConvs returns the wire forms s keeps for msgs, lined up with them:
-// the first same of conv are those of msgs[:same] (unchanged since the
-// last request, for the same key, which had off messages before them),
-// the rest to be added in order. Forms kept for another key are dropped
-// (nil s: new ones). The request then owns them.
-func (s *Session[M, C]) takeConvs(key string, msgs []message.Message, immutable int) (w *convs[C], off, same int) {
+// takeConvs removes and returns the wire forms s keeps, new ones when it
+// keeps none (nil s: none). The request then owns them.
+func (s *Session[M, C]) takeConvs() *convs[C] {
 	if s == nil || s.convs == nil {
-		w = &convs[C]{key: key}
-	} else {
-		w = s.convs
-		s.convs = nil
-		if w.key != key {
-			w.key = key
-			w.src.Reset()
-			clear(w.conv)
-			w.conv, w.at = w.conv[:0], w.at[:0]
-		}
-		w.hint = w.hint[:0]
+		return &convs[C]{}
 	}
+	w := s.convs
+	s.convs = nil
+	return w
+}
+
+// lineUp lines w's forms up with msgs, the messages of a request for key
+// (of which the first immutable are never written again): the first same
+// of conv are those of msgs[:same] (unchanged since the last request, for
+// the same key, which had off messages before them), the rest to be
+// added in order. Forms kept for another key are dropped.
+func (w *convs[C]) lineUp(key string, msgs []message.Message, immutable int) (off, same int) {
+	if w.key != key {
+		w.key = key
+		w.src.Reset()
+		clear(w.conv)
+		w.conv, w.at = w.conv[:0], w.at[:0]
+	}
+	w.hint = w.hint[:0]
 	known := 0
 	if len(msgs) > 0 && w.first.Value() == &msgs[0] {
 		known = min(immutable, w.immutable)
@@ -175,14 +184,14 @@ func (s *Session[M, C]) takeConvs(key string, msgs []message.Message, immutable 
 	}
 	clear(w.conv[same:])
 	w.conv, w.at = w.conv[:same], w.at[:same]
-	return w, off, same
+	return off, same
 }
 
 // bytes estimates the memory w holds besides the strings it shares with
 // the messages.
 func (w *convs[C]) bytes() int {
 	var c C
-	return w.src.Bytes() + cap(w.conv)*int(unsafe.Sizeof(c)) + (cap(w.at)+cap(w.hint))*int(unsafe.Sizeof(0))
+	return w.src.Bytes() + cap(w.conv)*int(unsafe.Sizeof(c)) + (cap(w.at)+cap(w.hint))*int(unsafe.Sizeof(0)) + w.tr.Bytes()
 }
 
 // Forms is one request's wire messages in the making (Out), lined up with
@@ -204,35 +213,38 @@ type Forms[M, C any] struct {
 	scratch C              // the form built last when nothing is kept
 }
 
-// Forms starts the wire messages of session id's request of msgs (the
-// history as the model gets them, before they become wire messages) to
-// model m (images: m takes images), with room for n. It takes the
-// session's entry (Take): the wire forms of the messages that are the last
-// request's, for the same model, are reused. A nil c or no id keeps
-// nothing.
-func (c *Cache[M, C]) Forms(id string, m provider.Model, images bool, msgs []message.Message, n int) Forms[M, C] {
-	return c.FormsOf(&provider.Request{SessionID: id}, m, images, msgs, n)
+// Prepare prepares req's messages for model m (images: m takes images)
+// as transform.Messages does with normalizeID (the adapter's, a function
+// of m), and starts their wire messages, with room for extra more. It
+// takes the session's entry (Take): the session's transform.Appender
+// prepares only the messages after those req and the session's last
+// request promised never to write again (provider.Request.Immutable),
+// and the wire forms of the messages that are the last request's, for
+// the same model, are reused (those of the prepared messages that are
+// never written again, over the same array, without comparing them). A
+// nil c or no session id keeps nothing.
+func (c *Cache[M, C]) Prepare(req *provider.Request, m provider.Model, images bool, normalizeID func(string) string, extra int) ([]message.Message, Forms[M, C]) {
+	if c == nil || req.SessionID == "" {
+		msgs := transform.Messages(req.Messages, m, normalizeID)
+		return msgs, Forms[M, C]{Out: make([]M, 0, len(msgs)+extra)}
+	}
+	prev := c.Take(req.SessionID)
+	w := prev.takeConvs()
+	k := key(m, images)
+	msgs, immutable := w.tr.Messages(req.Messages, req.Immutable, k, m, normalizeID)
+	return msgs, c.forms(req.SessionID, prev, w, k, msgs, immutable, len(msgs)+extra)
 }
 
-// FormsOf is Forms for request req's messages as the adapter made them
-// for the model (msgs): when they are req.Messages themselves, the first
-// ones req promises never to write again (provider.Request.Immutable) and
-// the session's last request had over the same array are taken as its,
-// unchanged, without comparing them again.
-func (c *Cache[M, C]) FormsOf(req *provider.Request, m provider.Model, images bool, msgs []message.Message, n int) Forms[M, C] {
-	id := req.SessionID
-	immutable := 0
-	if len(msgs) > 0 && len(req.Messages) > 0 && &msgs[0] == &req.Messages[0] {
-		immutable = min(req.Immutable, len(msgs), len(req.Messages))
-	}
-	if c == nil || id == "" {
-		return Forms[M, C]{Out: make([]M, 0, n)}
-	}
-	f := Forms[M, C]{c: c, id: id, prev: c.Take(id)}
-	f.Out = f.prev.messages(n)
-	var off int
-	f.w, off, f.same = f.prev.takeConvs(key(m, images), msgs, immutable)
-	f.dropped = off > 0
+// forms starts the wire messages of session id's request of msgs (the
+// history as the model gets them, before they become wire messages; the
+// first immutable never written again) for key, with room for n, from
+// the session's last request prev (nil: none) and its forms w.
+func (c *Cache[M, C]) forms(id string, prev *Session[M, C], w *convs[C], key string, msgs []message.Message, immutable, n int) Forms[M, C] {
+	immutable = min(immutable, len(msgs))
+	f := Forms[M, C]{c: c, id: id, prev: prev, w: w}
+	f.Out = prev.messages(n)
+	off, same := w.lineUp(key, msgs, immutable)
+	f.same, f.dropped = same, off > 0
 	return f
 }
 
