@@ -75,7 +75,13 @@ type Session[M, C any] struct {
 	// new ones per request).
 	spareMsgs []M
 	spareEnc  [][]byte
-	convs     *convs[C]
+	// joined is the JSON of msgs joined by commas, jend[i] where that of
+	// msgs[i] ends in it: the next request's body copies the part of it
+	// that it repeats whole (one copy, not one per message), and appends
+	// what follows in place.
+	joined []byte
+	jend   []int
+	convs  *convs[C]
 	size      int // what the cache counts it for, besides its id and bytelru.EntryOverhead
 }
 
@@ -390,25 +396,31 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 		overhead = 2 * (int(unsafe.Sizeof(zero)) + 24) // two wire messages and a slice header
 	}
 	reused := 0
+	p := 0 // msgs[:p] are the last request's first p, the JSON in its joined
 	var err error
 	for i := range msgs {
 		if h := hint(i); h >= 0 {
 			next.enc[i] = prev.enc[h]
 			m.next = h + 1
 			reused++
+			if h == i && p == i && i < len(prev.jend) {
+				p++
+			}
 		} else if b := m.find(&msgs[i]); b != nil {
 			next.enc[i] = b
 			reused++
 		} else if next.enc[i], err = json.Marshal(&msgs[i]); err != nil {
 			return nil, err
 		}
-		// The JSON, and about as much again for the strings the wire
-		// forms hold of their own (an image's data URL is a copy): an
-		// estimate, on the safe side for text.
-		next.size += 2*len(next.enc[i]) + overhead
+		// About as much as the JSON for the strings the wire forms hold
+		// of their own (an image's data URL is a copy): an estimate, on
+		// the safe side for text; the JSON itself is joined's.
+		next.size += len(next.enc[i]) + overhead
 	}
 	c.Reused.Add(int64(reused))
-	out := splice(head, at, next.enc)
+	next.joined, next.jend = join(prev, p, next.enc)
+	next.size += cap(next.joined) + cap(next.jend)*int(unsafe.Sizeof(0))
+	out := splice(head, at, next.joined)
 	if prev != nil {
 		// The last request's arrays become the spares of the next one:
 		// they must not keep its messages and JSON alive uncharged (after
@@ -420,22 +432,73 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 	return out, nil
 }
 
-// splice writes head with the 4 bytes "null" at index at replaced by the
-// JSON array of enc.
-func splice(head []byte, at int, enc [][]byte) []byte {
-	n := len(head) + len(enc)
-	for _, b := range enc {
-		n += len(b)
+// join returns enc joined by commas and where each ends in that, and
+// makes enc[i] the part of it that is msgs[i]'s (the JSON is kept once).
+// It builds on the last request prev's joined JSON, whose first p
+// messages are enc's: those are taken as they are, and the array is
+// written only past them (the JSON of prev's later messages that enc
+// reuses is copied out first).
+func join[M, C any](prev *Session[M, C], p int, enc [][]byte) ([]byte, []int) {
+	var joined []byte
+	var jend []int
+	if prev != nil {
+		joined, jend = prev.joined, prev.jend[:p]
+		prev.joined, prev.jend = nil, nil
+		cut := 0
+		if p > 0 {
+			cut = jend[p-1]
+		}
+		free := joined[cut:cap(joined)]
+		for i := p; i < len(enc); i++ {
+			if overlaps(enc[i], free) {
+				enc[i] = bytes.Clone(enc[i])
+			}
+		}
+		joined = joined[:cut]
 	}
-	out := make([]byte, 0, n)
+	n := len(joined)
+	for _, b := range enc[p:] {
+		n += len(b) + 1
+	}
+	switch {
+	case cap(joined) < n && len(joined) > 0:
+		// A growing session: room for its next turns too.
+		joined = slices.Grow(joined, n-len(joined)+n/4)
+	case cap(joined) < n || cap(joined) > 4*n+4096:
+		// A new session, or one that shrank (a compaction, a rollback):
+		// an array of its size.
+		joined = append(make([]byte, 0, n), joined...)
+	}
+	jend = slices.Grow(jend, len(enc)-len(jend))
+	for i := p; i < len(enc); i++ {
+		if i > 0 {
+			joined = append(joined, ',')
+		}
+		joined = append(joined, enc[i]...)
+		jend = append(jend, len(joined))
+	}
+	for i := p; i < len(enc); i++ {
+		enc[i] = joined[jend[i]-len(enc[i]) : jend[i] : jend[i]]
+	}
+	return joined, jend
+}
+
+// overlaps reports whether a's bytes are in b's.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
+}
+
+// splice writes head with the 4 bytes "null" at index at replaced by the
+// JSON array whose elements joined holds.
+func splice(head []byte, at int, joined []byte) []byte {
+	out := make([]byte, 0, len(head)+len(joined)+2-len("null"))
 	out = append(out, head[:at]...)
 	out = append(out, '[')
-	for i, b := range enc {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, b...)
-	}
+	out = append(out, joined...)
 	out = append(out, ']')
 	return append(out, head[at+len("null"):]...)
 }
