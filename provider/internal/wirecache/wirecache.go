@@ -82,7 +82,7 @@ type Session[M, C any] struct {
 	joined []byte
 	jend   []int
 	convs  *convs[C]
-	size      int // what the cache counts it for, besides its id and bytelru.EntryOverhead
+	size   int // what the cache counts it for, besides its id and bytelru.EntryOverhead
 }
 
 // Charged returns what the cache charges s for (besides its id and a
