@@ -399,16 +399,18 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 	p := 0 // msgs[:p] are the last request's first p, the JSON in its joined
 	var err error
 	for i := range msgs {
-		if h := hint(i); h >= 0 {
-			next.enc[i] = prev.enc[h]
+		h := hint(i)
+		if h >= 0 {
 			m.next = h + 1
+		} else {
+			h = m.find(&msgs[i])
+		}
+		if h >= 0 {
+			next.enc[i] = prev.enc[h]
 			reused++
 			if h == i && p == i && i < len(prev.jend) {
 				p++
 			}
-		} else if b := m.find(&msgs[i]); b != nil {
-			next.enc[i] = b
-			reused++
 		} else if next.enc[i], err = json.Marshal(&msgs[i]); err != nil {
 			return nil, err
 		}
@@ -520,27 +522,28 @@ type matcher[M, C any] struct {
 // that changed everywhere costs a few passes, not one per message.
 const maxSearches = 4
 
-// find returns the cached JSON of a message equal to cm, nil if none.
-func (m *matcher[M, C]) find(cm *M) []byte {
+// find returns the index of the last request's message equal to cm, -1
+// if none.
+func (m *matcher[M, C]) find(cm *M) int {
 	p := m.prev
 	if p == nil || m.next >= len(p.msgs) {
-		return nil // nothing cached, or past its end: a new message
+		return -1 // nothing cached, or past its end: a new message
 	}
 	if m.equal(&p.msgs[m.next], cm) {
 		m.next++
-		return p.enc[m.next-1]
+		return m.next - 1
 	}
 	if m.searches < maxSearches {
 		m.searches++
 		for j := range p.msgs {
 			if j != m.next && m.equal(&p.msgs[j], cm) {
 				m.next = j + 1
-				return p.enc[j]
+				return j
 			}
 		}
 	}
 	m.next++
-	return nil
+	return -1
 }
 
 // ContentEqual reports whether two wire contents of the form nil, a
