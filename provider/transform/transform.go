@@ -4,6 +4,12 @@
 // can read, rewrites tool call ids the target API would reject (consistently
 // in calls and results), drops failed assistant turns and inserts synthetic
 // results for tool calls that never got one.
+//
+// transform.go holds Messages, one pass over the messages whose state
+// between two messages is all the later ones depend on; append.go holds
+// Appender, which keeps that pass's result and state for the messages a
+// caller never writes again, so that a long session's request prepares
+// only its new messages.
 package transform
 
 import (

@@ -5,7 +5,11 @@
 // that policy for the adapters that send the whole history every turn
 // (Chat Completions, Responses, Anthropic Messages, Gemini); each adapter brings its wire
 // message type M, the comparison that proves two of them encode the same,
-// and what it keeps per history message (C).
+// and what it keeps per history message (C). Cache.Prepare is where a
+// request starts: the session's transform.Appender prepares its messages
+// for the model (only those after the ones the caller promised never to
+// write again, provider.Request.Immutable), and the session's JSON is kept
+// joined, so a body copies what it repeats of it in one piece.
 //
 // Nothing is assumed about what changed. A message of the history that is
 // the same as one of the last request's (message.Snapshot: its fields,
