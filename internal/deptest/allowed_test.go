@@ -80,7 +80,7 @@ var allowed = map[string][]string{
 	"provider/internal/send":      {"provider", "provider/internal/stream"},
 	"provider/internal/sse":       {},
 	"provider/internal/stream":    {"message", "provider", "provider/failover", "provider/internal/sse"},
-	"provider/internal/wirecache": {"internal/bytelru", "message", "provider"},
+	"provider/internal/wirecache": {"internal/bytelru", "message", "provider", "provider/transform"},
 	"provider/internal/tokens":    {"provider"},
 	"provider/internal/wiretest":  {"message", "provider", "provider/internal/wirecache", "internal/refused"},
 	"provider/local":              {"provider", "provider/catalog"},
