@@ -39,9 +39,9 @@ type stream struct {
 	cancel context.CancelCauseFunc
 	done   bool
 	// held is what the stream holds back to go out with its next write
-	// (hold): its head, until the first events; the run's end event,
-	// until its final. release writes it on its own if nothing comes
-	// first.
+	// (hold): its head, until the first events; the run's lifecycle start,
+	// until its first output; its end, until its final. release writes it
+	// on its own if nothing comes first.
 	held    []byte
 	release *time.Timer
 }
@@ -53,11 +53,28 @@ type stream struct {
 // runs, or no worker) gets its head on its own then.
 const headHold = time.Second
 
-// endHold is how long a run's lifecycle end event waits for the run's
-// final, which follows it once the turn is stored (moments later), to go
-// out in one write instead of two. A client that reads the end event
-// gets it with the final, or after this at the latest.
-const endHold = 100 * time.Millisecond
+// leadsIn reports whether ev announces what follows it, to be held for it
+// (lifecycleHold): the run's lifecycle start, an attempt's start (its
+// model), the run's lifecycle end.
+func leadsIn(ev *events.Event) bool {
+	switch ev.Stream {
+	case events.StreamAttempt:
+		return true
+	case events.StreamLifecycle:
+		return ev.Data.Phase == events.PhaseStart || ev.Data.Phase == events.PhaseEnd
+	}
+	return false
+}
+
+// lifecycleHold is how long a run's lifecycle start event (and the
+// attempt event after it) waits for the run's first output (the model's
+// first delta, a tool's start), and its
+// end event for the run's final (which follows once the turn is stored,
+// moments later), to go out in one write with it instead of two. Nothing
+// that comes after them waits: the first token goes out as it comes, and
+// so does the final. A client that reads the start or the end gets it
+// with what follows, or after this at the latest.
+const lifecycleHold = 100 * time.Millisecond
 
 // hold keeps b to go out with the next write, after what it holds
 // already, or after d on its own, within timeout.
@@ -353,8 +370,8 @@ func appendEvent(buf *bytes.Buffer, enc *json.Encoder, ev *events.Event) error {
 // they are encoded into the stream's buffer and written, with one flush,
 // once following has none left at hand (Run.OnCaughtUp), so a burst costs
 // the connection one write instead of one per event, and no event waits,
-// but one: the run's lifecycle end, whose final comes once the turn is
-// stored, is held for it (endHold), so the two cost one write.
+// but two: the run's lifecycle start is held for its first output, and
+// its end for its final (lifecycleHold), so each pair costs one write.
 func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, after uint64) {
 	s.hub.add(st)
 	defer s.hub.remove(st)
@@ -366,18 +383,18 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 		}
 	}()
 	buf := &sb.buf   // events not written yet
-	ended := false   // the last event in buf is the run's lifecycle end
-	endHeld := false // the stream holds events (the end) back for the final
+	pending := false // the last event in buf leads in what follows (leadsIn)
+	held := false    // the stream holds events back (see lifecycleHold)
 	// put writes what buf holds, flushing it when flush is set. A write
 	// that fails ends the stream (the client went or reads too slowly);
 	// the run goes on.
 	put := func(flush bool) bool {
-		if buf.Len() == 0 && !endHeld {
+		if buf.Len() == 0 && !held {
 			return true
 		}
 		err := st.send(buf.Bytes(), s.cfg.WriteTimeout, flush)
 		buf.Reset()
-		endHeld = false
+		held = false
 		if err != nil {
 			st.cancel(err)
 			return false
@@ -385,10 +402,10 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 		return true
 	}
 	run.OnCaughtUp(func() {
-		if ended && buf.Len() > 0 {
-			st.hold(buf.Bytes(), endHold, s.cfg.WriteTimeout)
+		if pending && buf.Len() > 0 {
+			st.hold(buf.Bytes(), lifecycleHold, s.cfg.WriteTimeout)
 			buf.Reset()
-			endHeld = true
+			held = true
 			return
 		}
 		put(true)
@@ -425,7 +442,7 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 		if appendEvent(buf, sb.enc, ev) != nil {
 			continue
 		}
-		ended = ev.Stream == events.StreamLifecycle && ev.Data.Phase == events.PhaseEnd
+		pending = leadsIn(ev)
 		if ev.Terminal() {
 			// The final event is the stream's last: on net/http it goes
 			// out with the response's end, in one write to the

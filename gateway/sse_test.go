@@ -12,10 +12,11 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 )
 
-// TestStreamEndGoesWithFinal: a streamed send's lifecycle end event is
-// held for the run's final and goes to the connection in the same write,
-// not a write of its own; the stream is whole and in order.
-func TestStreamEndGoesWithFinal(t *testing.T) {
+// TestStreamLifecycleGoesWithNext: a streamed send's lifecycle start
+// event is held for the run's first output, and its end for the run's
+// final, each going to the connection in the same write as what it waited
+// for, not a write of its own; the stream is whole and in order.
+func TestStreamLifecycleGoesWithNext(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	var mu sync.Mutex
@@ -44,13 +45,19 @@ func TestStreamEndGoesWithFinal(t *testing.T) {
 			t.Fatalf("turn %d: the stream does not end with the lifecycle end and the final: %+v", i, evs)
 		}
 		mu.Lock()
-		var final []byte
+		var first, final []byte
 		for _, w := range writes {
+			if first == nil && bytes.Contains(w, []byte("event: assistant\n")) {
+				first = w
+			}
 			if bytes.Contains(w, []byte("event: final\n")) {
 				final = w
 			}
 		}
 		mu.Unlock()
+		if !bytes.Contains(first, []byte(`"phase":"start"`)) {
+			t.Fatalf("turn %d: the first output went out without the lifecycle start before it:\n%s", i, first)
+		}
 		if !bytes.Contains(final, []byte(`"phase":"end"`)) {
 			t.Fatalf("turn %d: the final went out without the lifecycle end before it:\n%s", i, final)
 		}
