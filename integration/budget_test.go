@@ -199,8 +199,12 @@ func TestBudgetRaceAcrossWorkers(t *testing.T) {
 	srv := natstest.Start(t)
 	var members []*member
 	for i := range 3 {
+		// No worker dies here, so no lease needs to lapse: 30 s (the
+		// default), not the harness's 5 s, which a busy machine outlasted
+		// (a budget lease expired while its call's use waited to be
+		// written, and the check below read the bucket without it).
 		members = append(members, startMember(t, srv.URL, fleet.Config{WorkerID: fmt.Sprintf("w%d", i+1), ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
-			NoBuiltinTools: true, Env: env, Concurrency: 32}))
+			NoBuiltinTools: true, Env: env, Concurrency: 32, LeaseTTL: 30 * time.Second}))
 	}
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
