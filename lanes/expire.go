@@ -176,7 +176,7 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		reached bool      // the pass reached the cutoff or the end
 		rest    time.Duration
 	)
-	seq := pos
+	seq, scan := pos, expireScanFirst
 	pause := func() bool {
 		if rest <= 0 {
 			return ctx.Err() == nil
@@ -189,8 +189,11 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 				break
 			}
 			began := time.Now()
-			ahead, err = w.lanes.ScanBatch(ctx, seq, expireScan)
+			ahead, err = w.lanes.ScanBatch(ctx, seq, scan)
 			rest = retention.Rest(time.Since(began), false, limit)
+			// A pass that keeps up finds the cutoff in its first
+			// messages: it reads a few, and more while it finds none.
+			scan = min(2*scan, expireScan)
 			if err != nil {
 				passErr = err
 				break
@@ -263,10 +266,12 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 }
 
 // expireScan is how many of the bucket's messages the pass reads in one
-// request; forgetTimeout bounds the pass's work on one lane.
+// request, expireScanFirst in its first; forgetTimeout bounds the pass's
+// work on one lane.
 const (
-	expireScan    = 1024
-	forgetTimeout = 30 * time.Second
+	expireScanFirst = 64
+	expireScan      = 1024
+	forgetTimeout   = 30 * time.Second
 )
 
 // restExpire waits d between two steps of a retention pass. It reports

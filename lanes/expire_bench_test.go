@@ -117,7 +117,14 @@ func benchExpireOnce(b *testing.B, writes bool) {
 	bctx, stop := context.WithCancel(ctx)
 	go func() {
 		defer close(stopped)
+		renewed := time.Now()
 		for seq := uint64(1); writes && bctx.Err() == nil; seq++ {
+			if time.Since(renewed) > 5*time.Second {
+				if err := busy.Renew(bctx); err != nil {
+					return
+				}
+				renewed = time.Now()
+			}
 			t0 := time.Now()
 			if _, err := busy.PutRecord(bctx, record(seq)); err != nil {
 				return
