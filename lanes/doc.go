@@ -345,7 +345,7 @@
 // With Config.SessionTTL the worker also runs the retention pass
 // (Worker.ExpireIdle, policy in package retention) every second while it
 // holds the pass's lease (one worker of the fleet at a time), within a
-// budget of Config.RetentionRate sessions and a quarter of its time: a
+// budget of Config.RetentionRate sessions and half its time: a
 // session whose transcript and settings were last written longer ago than
 // the TTL is forgotten under its lease, never while it is held or a
 // message waits for it, and a message that reaches it meanwhile is taken

@@ -115,13 +115,11 @@ func (w *Worker) claimRetention(ctx context.Context, claim *kvstore.Lease, renew
 	return claim, time.Now()
 }
 
-// expire runs one retention pass within retention.PassEvery and notes
-// how it went: a warning while it stays more than retention.LagWarn
+// expire runs one retention pass (until its budget or the cutoff) and
+// notes how it went: a warning while it stays more than retention.LagWarn
 // behind the cutoff (sessions expire faster than the rate forgets them),
 // at most one a minute.
 func (w *Worker) expire(ctx context.Context, p retention.Policy) {
-	ctx, cancel := context.WithTimeout(ctx, retention.PassEvery)
-	defer cancel()
 	st, err := w.ExpireIdle(ctx, p.Cutoff(w.now()), p.Budget())
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn().Err(err).Msg("retention pass")
@@ -145,8 +143,8 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 // lanes bucket from the stored scan position up to cutoff and forgets every
 // session whose last write is older than cutoff, at most limit of them,
 // then stores the position it reached. It looks at one lane at a time and
-// paces itself (retention.Rest): it rests three times as long as each step
-// took, and spreads the sessions it forgets over retention.PassEvery.
+// paces itself (retention.Rest): it rests as long as each step took, and
+// spreads the sessions it forgets over retention.PassEvery.
 // A lane found to have written
 // after the cutoff is not looked at again until a cutoff passes that
 // write. A session is forgotten under its lease, so never while someone

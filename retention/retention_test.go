@@ -86,9 +86,9 @@ func TestPace(t *testing.T) {
 		budget int
 		want   time.Duration
 	}{
-		{"a step rests three times its length", 10 * time.Millisecond, false, 100, 30 * time.Millisecond},
+		{"a step rests as long as it took", 10 * time.Millisecond, false, 100, 10 * time.Millisecond},
 		{"a session forgotten fast waits for its share of the second", time.Millisecond, true, 100, 9 * time.Millisecond},
-		{"a slow session rests three times its length", 10 * time.Millisecond, true, 100, 30 * time.Millisecond},
+		{"a slow session rests as long as it took", 20 * time.Millisecond, true, 100, 20 * time.Millisecond},
 		{"a zero budget is one a pass", 0, true, 0, PassEvery},
 	} {
 		if got := Rest(c.took, c.forgot, c.budget); got != c.want {
