@@ -142,9 +142,10 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 // ExpireIdle runs one retention pass (see package retention): it walks the
 // lanes bucket from the stored scan position up to cutoff and forgets every
 // session whose last write is older than cutoff, at most limit of them,
-// then stores the position it reached. It looks at one lane at a time and
-// paces itself (retention.Rest): it rests as long as each step took, and
-// spreads the sessions it forgets over retention.PassEvery.
+// then stores the position it reached. It looks at up to expireParallel
+// lanes at once (a step) and paces itself (retention.Rest): it rests as
+// long as each step took, and spreads the sessions it forgets over
+// retention.PassEvery.
 // A lane found to have written
 // after the cutoff is not looked at again until a cutoff passes that
 // write. A session is forgotten under its lease, so never while someone
@@ -181,65 +182,99 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		}
 		return restExpire(ctx, rest)
 	}
-	for st.Expired < limit {
-		if len(ahead) == 0 {
-			if !pause() {
-				break
-			}
-			began := time.Now()
-			ahead, err = w.lanes.ScanBatch(ctx, seq, scan)
-			rest = retention.Rest(time.Since(began), false, limit)
-			// A pass that keeps up finds the cutoff in its first
-			// messages: it reads a few, and more while it finds none.
-			scan = min(2*scan, expireScan)
-			if err != nil {
-				passErr = err
-				break
-			}
+	for st.Expired < limit && !reached && passErr == nil {
+		// A step: the next lanes to look at, each once a pass, at most
+		// expireParallel and the budget left.
+		var step []kvstore.Stored
+		stepSeq := seq // the position past the messages the step read
+		for len(step) < min(expireParallel, limit-st.Expired) {
 			if len(ahead) == 0 {
-				reached = true // the end of the bucket
+				if len(step) > 0 {
+					break // look at these first
+				}
+				if !pause() {
+					break
+				}
+				began := time.Now()
+				ahead, err = w.lanes.ScanBatch(ctx, stepSeq, scan)
+				rest = retention.Rest(time.Since(began), 0, limit)
+				// A pass that keeps up finds the cutoff in its first
+				// messages: it reads a few, and more while it finds none.
+				scan = min(2*scan, expireScan)
+				if err != nil {
+					passErr = err
+					break
+				}
+				if len(ahead) == 0 {
+					reached = true // the end of the bucket
+					break
+				}
+			}
+			m := ahead[0]
+			if !m.Time.Before(cutoff) {
+				reached = true // every lane written before the cutoff
 				break
 			}
-		}
-		m := ahead[0]
-		if !m.Time.Before(cutoff) {
-			reached = true // every lane written before the cutoff
-			break
-		}
-		next = m.Time
-		if !m.Data || seen[m.Token] || !w.ret.later[m.Token].IsZero() && !w.ret.later[m.Token].Before(cutoff) {
+			next = m.Time
+			ahead = ahead[1:]
 			st.Scanned++
-			seq, ahead = m.Seq+1, ahead[1:]
-			continue
+			stepSeq = m.Seq + 1
+			if !m.Data || seen[m.Token] || !w.ret.later[m.Token].IsZero() && !w.ret.later[m.Token].Before(cutoff) {
+				continue
+			}
+			seen[m.Token] = true
+			step = append(step, m)
+		}
+		if len(step) == 0 {
+			if passErr == nil && ctx.Err() == nil {
+				seq = stepSeq
+			}
+			break
 		}
 		if !pause() {
-			break // the pass's time is up: the next goes on from this lane
+			break // the pass's time is up: the next reads this step again
 		}
 		began := time.Now()
-		// A lane begun is finished: ctx's end (the pass's time) stops
-		// the pass between lanes, never mid-purge.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
-		out, err := w.forgetIdle(lctx, m.Token, cutoff)
-		cancel()
-		rest = retention.Rest(time.Since(began), out.forgot, limit)
-		if err != nil {
-			passErr = err
-			break
+		outs := make([]forgotten, len(step))
+		errs := make([]error, len(step))
+		var wg sync.WaitGroup
+		for i, m := range step {
+			wg.Go(func() {
+				// A lane begun is finished: ctx's end stops the pass
+				// between steps, never mid-purge.
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+				defer cancel()
+				outs[i], errs[i] = w.forgetIdle(lctx, m.Token, cutoff)
+			})
 		}
-		st.Scanned++
-		seq, ahead = m.Seq+1, ahead[1:]
-		seen[m.Token] = true
-		delete(w.ret.later, m.Token)
-		switch {
-		case out.forgot:
-			st.Expired++
-			st.Keys += out.keys
-			w.ret.forgotten.Add(1)
-		case out.busy:
-			st.Skipped++
-		case !out.later.IsZero() && len(w.ret.later) < maxLater:
-			w.ret.later[m.Token] = out.later
+		wg.Wait()
+		n := 0
+		// The position passes the step unless a lane failed: then it
+		// stays at the first that did, which the next pass retries.
+		moved := stepSeq
+		for i, out := range outs {
+			m := step[i]
+			delete(w.ret.later, m.Token)
+			switch {
+			case errs[i] != nil:
+				moved = min(moved, m.Seq)
+				passErr = errors.Join(passErr, errs[i])
+			case out.forgot:
+				n++
+				st.Expired++
+				st.Keys += out.keys
+				w.ret.forgotten.Add(1)
+			case out.busy:
+				st.Skipped++
+			case !out.later.IsZero() && len(w.ret.later) < maxLater:
+				w.ret.later[m.Token] = out.later
+			}
 		}
+		seq = moved
+		rest = retention.Rest(time.Since(began), n, limit)
+	}
+	if reached {
+		next = time.Time{}
 	}
 	if len(ahead) > 0 && !reached {
 		next = ahead[0].Time
@@ -264,9 +299,10 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 }
 
 // expireScan is how many of the bucket's messages the pass reads in one
-// request, expireScanFirst in its first; forgetTimeout bounds the pass's
-// work on one lane.
+// request, expireScanFirst in its first; expireParallel how many lanes it
+// looks at at once; forgetTimeout bounds the pass's work on one lane.
 const (
+	expireParallel  = 4
 	expireScanFirst = 64
 	expireScan      = 1024
 	forgetTimeout   = 30 * time.Second

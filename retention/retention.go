@@ -37,12 +37,11 @@
 //
 // The pass's cost is bounded and spread (Budget, Rest): one worker of the
 // fleet runs it at a time (it holds the pass's lease), a pass a second
-// (PassEvery), each forgetting at most Rate sessions, one at a time and
+// (PassEvery), each forgetting at most Rate sessions, four at a time and
 // evenly over the second, and resting Share-1 times as long as each of its
-// steps took, so it works at most half the time and has one request at
-// the server at a time. (A quarter, with each pass cut at its second, fell
-// behind on a loaded box: 0.5 sessions forgotten a second where 2
-// expired.) (Forgetting sessions as fast as it
+// steps took, so it works at most half the time. (One at a time and a
+// quarter of the time fell behind on a loaded box: 0.5 sessions forgotten
+// a second where 2 expired.) (Forgetting sessions as fast as it
 // could, four at a time and resting as long as each batch took, cut a
 // busy lane's writes to 0.29× while it ran: BenchmarkExpireIdle.) A pass
 // that ends on its budget or its time before the cutoff is behind (Lag):
@@ -111,16 +110,12 @@ func (p Policy) Budget() int {
 }
 
 // Rest is how long a pass with the given budget rests after a step (a read
-// of the bucket, or a lane looked at) that took took: Share-1 times as
-// long, so that it works at most 1/Share of the time; and after a step
-// that forgot a session, at least the rest of PassEvery/budget, so that
-// its sessions are spread over the pass.
-func Rest(took time.Duration, forgot bool, budget int) time.Duration {
-	rest := took * (Share - 1)
-	if forgot {
-		rest = max(rest, PassEvery/time.Duration(max(budget, 1))-took)
-	}
-	return rest
+// of the bucket, or lanes looked at) that took took and forgot forgot
+// sessions: Share-1 times as long, so that it works at most 1/Share of the
+// time; and at least the rest of forgot's share of PassEvery, so that its
+// sessions are spread over the pass.
+func Rest(took time.Duration, forgot, budget int) time.Duration {
+	return max(took*(Share-1), time.Duration(forgot)*PassEvery/time.Duration(max(budget, 1))-took)
 }
 
 // Lag is how far a pass that stopped before the cutoff is behind: from

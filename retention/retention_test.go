@@ -82,14 +82,14 @@ func TestPace(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		took   time.Duration
-		forgot bool
+		forgot int
 		budget int
 		want   time.Duration
 	}{
-		{"a step rests as long as it took", 10 * time.Millisecond, false, 100, 10 * time.Millisecond},
-		{"a session forgotten fast waits for its share of the second", time.Millisecond, true, 100, 9 * time.Millisecond},
-		{"a slow session rests as long as it took", 20 * time.Millisecond, true, 100, 20 * time.Millisecond},
-		{"a zero budget is one a pass", 0, true, 0, PassEvery},
+		{"a step rests as long as it took", 10 * time.Millisecond, 0, 100, 10 * time.Millisecond},
+		{"sessions forgotten fast wait for their share of the second", time.Millisecond, 4, 100, 39 * time.Millisecond},
+		{"a slow step rests as long as it took", 50 * time.Millisecond, 4, 100, 50 * time.Millisecond},
+		{"a zero budget is one a pass", 0, 1, 0, PassEvery},
 	} {
 		if got := Rest(c.took, c.forgot, c.budget); got != c.want {
 			t.Errorf("%s: rest %v, want %v", c.name, got, c.want)
