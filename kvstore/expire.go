@@ -123,7 +123,8 @@ type LaneData struct {
 // Data reads what the lane keeps (leader reads). Its keys come from the
 // stream's subject index (a stream info request filtered by the lane's
 // keys: an index lookup, where a wildcard message lookup would read message
-// blocks), then the newest record and the settings are read by key.
+// blocks), then the newest record, and the settings when the index has
+// them, are read by key: two requests for a lane without settings.
 func (l *Lanes) Data(ctx context.Context, token string) (LaneData, error) {
 	var d LaneData
 	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(l.prefix+token+".>"))
@@ -135,11 +136,13 @@ func (l *Lanes) Data(ctx context.Context, token string) (LaneData, error) {
 		seq uint64
 	}
 	var records []record
+	settings := false
 	for subj := range info.State.Subjects {
 		key := strings.TrimPrefix(subj, l.prefix)
 		switch rest := strings.TrimPrefix(key, token+"."); {
 		case rest == "settings":
 			d.Keys = append(d.Keys, key)
+			settings = true
 		case strings.HasPrefix(rest, "tx."):
 			if seq, ok := recordSeq(subj); ok {
 				records = append(records, record{key, seq})
@@ -160,6 +163,9 @@ func (l *Lanes) Data(ctx context.Context, token string) (LaneData, error) {
 		}
 		d.LastWrite, d.Cursor = e.Created(), r.seq
 		break
+	}
+	if !settings {
+		return d, nil
 	}
 	e, err := l.kv.Get(ctx, settingsKey(token))
 	switch {
@@ -218,8 +224,12 @@ func (l *Lanes) SetRetentionPos(ctx context.Context, pos, rev uint64) error {
 // how many keys it removed. It takes a fixed number of requests however
 // long the session ran: a renewal of the lease, fenced (ErrLeaseLost means
 // a newer owner took the lane, and nothing is removed), then a purge of
-// the lane's records and one of its settings, each bounded to what the
-// stream stored before that renewal, then one of its journals. What a later
+// the lane's records and one of its settings (each only when keys has
+// some), bounded to what the stream stored before that renewal, then one
+// of its journals. (A single purge of the lane's every key would reach its
+// lease too, whose newest message is the renewal in the stream's last
+// block: the server would walk every block from the lane's first record to
+// the end of the stream.) What a later
 // owner writes comes after the renewal, so no purge reaches it; and no
 // other worker can take the lane until the renewed lease has run out
 // (LeaseTTL), so the purges are sent only while less than a third of it has
@@ -255,7 +265,16 @@ func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	for _, filter := range []string{l.prefix + s.token + ".tx.>", l.prefix + settingsKey(s.token)} {
+	// Only what keys has: the holder's lease keeps other owners from
+	// writing a kind the lane did not have when Data read it.
+	var filters []string
+	if slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, s.token+".tx.") }) {
+		filters = append(filters, l.prefix+s.token+".tx.>")
+	}
+	if slices.Contains(keys, settingsKey(s.token)) {
+		filters = append(filters, l.prefix+settingsKey(s.token))
+	}
+	for _, filter := range filters {
 		if err := l.stream.Purge(pctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(s.rev)); err != nil {
 			return 0, fmt.Errorf("kvstore: forget %s: purge %s: %w", s.token, strings.TrimPrefix(filter, l.prefix), err)
 		}
@@ -264,4 +283,20 @@ func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 		return len(keys), err
 	}
 	return len(keys), nil
+}
+
+// retentionToken is the lane-like token whose lease is the retention
+// pass's: the worker holding it runs the fleet's pass, the others do not.
+// "=" starts an encoded session token (events.KeyToken), and "retention"
+// is no base64url encoding (nine characters leave one over), so no session
+// has this token; the pass reads its lease as no lane's data.
+const retentionToken = "=retention"
+
+// ClaimRetention takes the retention pass's lease for the worker info
+// names; ErrHeld means another worker runs the pass. Its holder renews it
+// before each pass (ErrLeaseLost: it lapsed and another may have taken it)
+// and releases it when it stops; a holder that died leaves it to lapse
+// after LeaseTTL.
+func (l *Lanes) ClaimRetention(ctx context.Context, info LeaseInfo) (*Lease, error) {
+	return l.Acquire(ctx, retentionToken, info)
 }

@@ -82,7 +82,7 @@
 //	deadletter.go      dead letters (poison, invalid, bad lane)
 //	sweep.go           the sweep: idle lanes with messages or owed finals
 //	pause.go           paused sessions (Config.Paused), Wake, the tenant of a start event
-//	expire.go          the retention pass (Worker.ExpireIdle)
+//	expire.go          the retention pass (Worker.ExpireIdle) and its loop
 //	transcripts.go     the worker's transcript cache
 //	gate.go            the set-up gate
 //	setup.go           the streams (EnsureStreams, StreamConfig)
@@ -342,9 +342,12 @@
 //
 // # Retention
 //
-// With Config.SessionTTL the sweep also runs the retention pass
-// (Worker.ExpireIdle, policy in package retention): a session whose
-// transcript and settings were last written longer ago than the TTL is
-// forgotten under its lease, never while it is held or a message waits for
-// it, and a message that reaches it meanwhile is taken over at once.
+// With Config.SessionTTL the worker also runs the retention pass
+// (Worker.ExpireIdle, policy in package retention) every second while it
+// holds the pass's lease (one worker of the fleet at a time), within a
+// budget of Config.RetentionRate sessions and half its time: a
+// session whose transcript and settings were last written longer ago than
+// the TTL is forgotten under its lease, never while it is held or a
+// message waits for it, and a message that reaches it meanwhile is taken
+// over at once.
 package lanes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,124 +22,273 @@ type ExpireStats struct {
 	Expired int // sessions forgotten
 	Keys    int // transcript records and settings removed
 	Skipped int // idle sessions left as they were: held, or a message waiting
+	// Lag is how far behind the cutoff the pass stopped (retention.Lag):
+	// 0 when it reached the cutoff.
+	Lag time.Duration
 }
 
-// maxExpirePerPass bounds the sessions one pass of the sweep forgets; the
-// next pass goes on where it stopped.
-const maxExpirePerPass = 10_000
+// retainer is the worker's side of the retention pass.
+type retainer struct {
+	// pass is held by a pass: one at a time on a worker.
+	pass sync.Mutex
+	// later remembers lanes a pass kept because they wrote after its
+	// cutoff, with that write's time: until the cutoff passes it, their
+	// older records need no look (at most maxLater lanes).
+	later map[string]time.Time
+	// forgotten counts the sessions forgotten; lag is the last pass's
+	// ExpireStats.Lag (ns).
+	forgotten, lag atomic.Int64
+	// behindSince is when the pass last warned that it was behind (zero
+	// while it keeps up).
+	behindSince time.Time
+}
 
-// expire runs the retention pass of the sweep (Config.SessionTTL), within
-// the sweep's period.
-func (w *Worker) expire(ctx context.Context) {
-	p := retention.Policy{SessionTTL: w.cfg.SessionTTL}
-	if !p.Enabled() {
-		return
+// maxLater bounds retainer.later.
+const maxLater = 100_000
+
+// Retention reports how many sessions this worker's retention passes have
+// forgotten, and how far behind the session TTL its last pass stopped (0:
+// it reached the cutoff, or this worker does not run the pass).
+func (w *Worker) Retention() (forgotten int64, lag time.Duration) {
+	return w.ret.forgotten.Load(), time.Duration(w.ret.lag.Load())
+}
+
+// retain runs the retention pass (Config.SessionTTL) every
+// retention.PassEvery while this worker holds the pass's lease, so that
+// one worker of the fleet forgets a given session; it returns when ctx
+// ends, giving the lease up.
+func (w *Worker) retain(ctx context.Context) {
+	p := retention.Policy{SessionTTL: w.cfg.SessionTTL, Rate: w.cfg.RetentionRate}
+	t := time.NewTicker(retention.PassEvery)
+	defer t.Stop()
+	var (
+		claim   *kvstore.Lease
+		renewed time.Time
+	)
+	defer func() {
+		if claim != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := claim.Release(rctx); err != nil {
+				w.log.Warn().Err(err).Msg("retention: give the pass up")
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		claim, renewed = w.claimRetention(ctx, claim, renewed)
+		if claim != nil {
+			w.expire(ctx, p)
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.sweepPassTime())
-	defer cancel()
-	st, err := w.ExpireIdle(ctx, p.Cutoff(w.now()), maxExpirePerPass)
+}
+
+// claimRetention returns the pass's lease, renewed when a third of its TTL
+// has passed since renewed, or taken when nobody holds it; nil while
+// another worker holds it.
+func (w *Worker) claimRetention(ctx context.Context, claim *kvstore.Lease, renewed time.Time) (*kvstore.Lease, time.Time) {
+	if claim != nil {
+		if time.Since(renewed) < w.lanes.LeaseTTL()/3 {
+			return claim, renewed
+		}
+		err := claim.Renew(ctx)
+		if err == nil {
+			return claim, time.Now()
+		}
+		if !errors.Is(err, kvstore.ErrLeaseLost) {
+			w.log.Warn().Err(err).Msg("retention: renew the pass's lease")
+			return claim, renewed // tried again next pass; it lasts a lease TTL
+		}
+	}
+	claim, err := w.lanes.ClaimRetention(ctx, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
+	if err != nil {
+		if !errors.Is(err, kvstore.ErrHeld) && ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("retention: take the pass's lease")
+		}
+		w.ret.lag.Store(0)
+		return nil, time.Time{}
+	}
+	return claim, time.Now()
+}
+
+// expire runs one retention pass (until its budget or the cutoff) and
+// notes how it went: a warning while it stays more than retention.LagWarn
+// behind the cutoff (sessions expire faster than the rate forgets them),
+// at most one a minute.
+func (w *Worker) expire(ctx context.Context, p retention.Policy) {
+	st, err := w.ExpireIdle(ctx, p.Cutoff(w.now()), p.Budget())
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn().Err(err).Msg("retention pass")
 	}
+	w.ret.lag.Store(int64(st.Lag))
 	if st.Expired > 0 || st.Skipped > 0 {
-		w.log.Info().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Msg("retention: idle sessions forgotten")
+		w.log.Debug().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
+	}
+	now := time.Now()
+	switch {
+	case st.Lag > retention.LagWarn && now.Sub(w.ret.behindSince) >= time.Minute:
+		w.ret.behindSince = now
+		w.log.Warn().Dur("lag_ms", st.Lag).Int("rate", p.Budget()).Msg("retention: behind: sessions expire faster than the pass forgets them (--retention-rate sessions a second); it goes on from where it stopped")
+	case st.Lag == 0 && !w.ret.behindSince.IsZero():
+		w.ret.behindSince = time.Time{}
+		w.log.Info().Msg("retention: caught up with the session TTL")
 	}
 }
 
 // ExpireIdle runs one retention pass (see package retention): it walks the
 // lanes bucket from the stored scan position up to cutoff and forgets every
-// session whose last write is older than cutoff, stopping after the batch
-// in which it reached limit, then stores the position it reached. It
-// rests between batches as long as the last one took (restExpire), and
-// stops at a batch's end when ctx ends while it rests. A
-// session is forgotten under its lease, so never while someone runs it,
-// and never while a message waits for it. An error leaves the position at the session it happened on, so
-// the next pass tries that one again; passes of several workers at once
-// are safe (each session is forgotten under its lease) and the position
-// only moves forward.
+// session whose last write is older than cutoff, at most limit of them,
+// then stores the position it reached. It looks at up to expireParallel
+// lanes at once (a step) and paces itself (retention.Rest): it rests as
+// long as each step took, and spreads the sessions it forgets over
+// retention.PassEvery.
+// A lane found to have written
+// after the cutoff is not looked at again until a cutoff passes that
+// write. A session is forgotten under its lease, so never while someone
+// runs it, and never while a message waits for it. An error leaves the
+// position at the lane it happened on, so the next pass tries that one
+// again. When ctx ends the pass stops before its next step (a lane it
+// began is finished within forgetTimeout). Passes of several workers at
+// once are safe (each session is
+// forgotten under its lease: the worker's loop runs one, under the pass's
+// lease) and the position only moves forward.
 func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (ExpireStats, error) {
+	w.ret.pass.Lock()
+	defer w.ret.pass.Unlock()
+	if w.ret.later == nil {
+		w.ret.later = map[string]time.Time{}
+	}
 	var st ExpireStats
 	pos, rev, err := w.lanes.RetentionPos(ctx)
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 		return st, err
 	}
-	seq, scanned := pos, false
 	var (
-		passErr   error
-		ahead     []kvstore.Stored // read from the bucket, not looked at yet
-		batchTook time.Duration    // how long the last batch took
+		passErr error
+		ahead   []kvstore.Stored // read from the bucket, not looked at yet
+		seen    = map[string]bool{}
+		next    time.Time // the time of the first message the pass left
+		reached bool      // the pass reached the cutoff or the end
+		rest    time.Duration
 	)
-	for !scanned && st.Expired < limit && passErr == nil {
-		if batchTook > 0 && !restExpire(ctx, batchTook) {
-			break // the pass's time is up: the next goes on from here
+	seq, scan := pos, expireScanFirst
+	pause := func() bool {
+		if rest <= 0 {
+			return ctx.Err() == nil
 		}
-		began := time.Now()
-		// A batch of lanes with data written before the cutoff, each
-		// once, in stream order; then each is looked at concurrently.
-		var batch []kvstore.Stored
-		seen := map[string]bool{}
-		next := seq
-		for len(batch) < expireBatch {
+		return restExpire(ctx, rest)
+	}
+	for st.Expired < limit && !reached && passErr == nil {
+		// A step: the next lanes to look at, each once a pass, at most
+		// expireParallel and the budget left.
+		var step []kvstore.Stored
+		stepSeq := seq // the position past the messages the step read
+		for len(step) < min(expireParallel, limit-st.Expired) {
 			if len(ahead) == 0 {
-				ahead, err = w.lanes.ScanBatch(ctx, next, expireScan)
+				if len(step) > 0 {
+					break // look at these first
+				}
+				if !pause() {
+					break
+				}
+				began := time.Now()
+				ahead, err = w.lanes.ScanBatch(ctx, stepSeq, scan)
+				rest = retention.Rest(time.Since(began), 0, limit)
+				// A pass that keeps up finds the cutoff in its first
+				// messages: it reads a few, and more while it finds none.
+				scan = min(2*scan, expireScan)
 				if err != nil {
 					passErr = err
 					break
 				}
 				if len(ahead) == 0 {
-					scanned = true // the end of the bucket
+					reached = true // the end of the bucket
 					break
 				}
 			}
 			m := ahead[0]
-			ahead = ahead[1:]
 			if !m.Time.Before(cutoff) {
-				scanned = true // every lane written before the cutoff
+				reached = true // every lane written before the cutoff
 				break
 			}
+			next = m.Time
+			ahead = ahead[1:]
 			st.Scanned++
-			next = m.Seq + 1
-			if m.Data && !seen[m.Token] {
-				seen[m.Token] = true
-				batch = append(batch, m)
+			stepSeq = m.Seq + 1
+			if !m.Data || seen[m.Token] || !w.ret.later[m.Token].IsZero() && !w.ret.later[m.Token].Before(cutoff) {
+				continue
 			}
+			seen[m.Token] = true
+			step = append(step, m)
 		}
-		type result struct {
-			forgot bool
-			keys   int
-			err    error
+		if len(step) == 0 {
+			if passErr == nil && ctx.Err() == nil {
+				seq = stepSeq
+			}
+			break
 		}
-		results := make([]result, len(batch))
+		if !pause() {
+			break // the pass's time is up: the next reads this step again
+		}
+		began := time.Now()
+		outs := make([]forgotten, len(step))
+		errs := make([]error, len(step))
 		var wg sync.WaitGroup
-		sem := make(chan struct{}, expireParallel)
-		for i, m := range batch {
-			sem <- struct{}{}
+		for i, m := range step {
 			wg.Go(func() {
-				defer func() { <-sem }()
-				r := &results[i]
-				r.forgot, r.keys, r.err = w.forgetIdle(ctx, m.Token, cutoff)
+				// A lane begun is finished: ctx's end stops the pass
+				// between steps, never mid-purge.
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+				defer cancel()
+				outs[i], errs[i] = w.forgetIdle(lctx, m.Token, cutoff)
 			})
 		}
 		wg.Wait()
-		// The position passes the batch unless a lane failed: then it
+		n := 0
+		// The position passes the step unless a lane failed: then it
 		// stays at the first that did, which the next pass retries.
-		moved := next
-		for i, r := range results {
+		moved := stepSeq
+		for i, out := range outs {
+			m := step[i]
+			delete(w.ret.later, m.Token)
 			switch {
-			case r.err != nil:
-				if batch[i].Seq < moved {
-					moved = batch[i].Seq
-				}
-				passErr = errors.Join(passErr, r.err)
-			case r.forgot:
+			case errs[i] != nil:
+				moved = min(moved, m.Seq)
+				passErr = errors.Join(passErr, errs[i])
+			case out.forgot:
+				n++
 				st.Expired++
-				st.Keys += r.keys
-			case r.keys < 0:
+				st.Keys += out.keys
+				w.ret.forgotten.Add(1)
+			case out.busy:
 				st.Skipped++
+			case !out.later.IsZero() && len(w.ret.later) < maxLater:
+				w.ret.later[m.Token] = out.later
 			}
 		}
 		seq = moved
-		batchTook = max(time.Since(began), time.Millisecond)
+		rest = retention.Rest(time.Since(began), n, limit)
+	}
+	if reached {
+		next = time.Time{}
+	}
+	if len(ahead) > 0 && !reached {
+		next = ahead[0].Time
+	}
+	st.Lag = retention.Lag(cutoff, next, reached)
+	// Lanes remembered with a write the cutoff has passed are looked at
+	// when the scan reaches them; those it never reaches again (forgotten
+	// meanwhile by an operator) go here.
+	if len(w.ret.later) >= maxLater {
+		for tok, at := range w.ret.later {
+			if at.Before(cutoff) {
+				delete(w.ret.later, tok)
+			}
+		}
 	}
 	if seq != pos {
 		if err := w.lanes.SetRetentionPos(context.WithoutCancel(ctx), seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
@@ -148,22 +298,20 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	return st, passErr
 }
 
-// Retention pass sizes: lanes read ahead, looked at at once, and the
-// bucket's messages read in one request.
+// expireScan is how many of the bucket's messages the pass reads in one
+// request, expireScanFirst in its first; expireParallel how many lanes it
+// looks at at once; forgetTimeout bounds the pass's work on one lane.
 const (
-	expireBatch    = 256
-	expireParallel = 4
-	expireScan     = 1024
+	expireParallel  = 4
+	expireScanFirst = 64
+	expireScan      = 1024
+	forgetTimeout   = 30 * time.Second
 )
 
-// restExpire waits, between two batches of a retention pass, as long as
-// the last batch took, so that the pass works at most half the time and
-// the lanes' own writes meet at most expireParallel of its requests at
-// once: a pass that forgot its sessions all at once (16 at a time, back to
-// back) slowed the fleet's turns while it ran. It reports false when ctx
-// (the pass's time) ends first.
-func restExpire(ctx context.Context, took time.Duration) bool {
-	t := time.NewTimer(took)
+// restExpire waits d between two steps of a retention pass. It reports
+// false when ctx (the pass's time) ends first.
+func restExpire(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -173,28 +321,37 @@ func restExpire(ctx context.Context, took time.Duration) bool {
 	}
 }
 
+// forgotten is what forgetIdle did with a lane.
+type forgotten struct {
+	forgot bool
+	keys   int       // keys removed
+	busy   bool      // idle, but held or a message waiting: left as it was
+	later  time.Time // it was kept for a write after the cutoff, at this time
+}
+
 // forgetIdle forgets the lane if it is idle: its last write before cutoff,
-// nobody holding it, no message waiting. keys is how many keys it removed,
-// or -1 when an idle lane was left because it was held or had a message
-// waiting.
-func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time) (forgot bool, keys int, err error) {
+// nobody holding it, no message waiting.
+func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time) (forgotten, error) {
 	d, err := w.lanes.Data(ctx, token)
 	if err != nil {
-		return false, 0, err
+		return forgotten{}, err
 	}
 	if retention.Decide(retention.Lane{LastWrite: d.LastWrite}, cutoff) == retention.Keep {
-		return false, 0, nil
+		return forgotten{later: d.LastWrite}, nil
 	}
 	key, err := events.TokenKey(token)
 	if err != nil {
-		return false, 0, nil // not a lane of ours
+		return forgotten{}, nil // not a lane of ours
+	}
+	if w.testHookIdle != nil {
+		w.testHookIdle(token)
 	}
 	lease, err := w.lanes.Acquire(ctx, token, kvstore.LeaseInfo{Worker: w.cfg.ID, Acquired: w.now().UnixMilli()})
 	if errors.Is(err, kvstore.ErrHeld) {
-		return false, -1, nil
+		return forgotten{busy: true}, nil
 	}
 	if err != nil {
-		return false, 0, err
+		return forgotten{}, err
 	}
 	// The lane is ours now: no owner can start on it, and no write of an
 	// earlier one can land. A turn that committed between the read above
@@ -203,6 +360,7 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	subj := events.InboundPrefix + token
 	d, lane, err := w.idleState(ctx, token, subj)
 	idle := err == nil && retention.Decide(lane, cutoff) == retention.Forget
+	var keys int
 	if idle {
 		keys, err = lease.Forget(ctx, d.Keys)
 	}
@@ -210,17 +368,22 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 		w.log.Warn().Err(rerr).Str("lane", token).Msg("retention: release lease")
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("lanes: forget %s: %w", token, err)
+		return forgotten{}, fmt.Errorf("lanes: forget %s: %w", token, err)
 	}
 	// A message stored while the lane was held was acked by the worker it
 	// was delivered to, for the holder to drain: take the lane over now.
 	if _, gerr := w.streams.Inbound.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj)); gerr == nil {
 		w.sweepLane(ctx, token, key, subj, zerolog.WarnLevel, "retention: a message arrived while the session was checked")
 	}
-	if !idle {
-		return false, -1, nil
+	switch {
+	case idle:
+		return forgotten{forgot: true, keys: keys}, nil
+	case lane.Pending:
+		return forgotten{busy: true}, nil
+	case lane.LastWrite.IsZero():
+		return forgotten{}, nil // forgotten meanwhile
 	}
-	return true, keys, nil
+	return forgotten{later: lane.LastWrite}, nil
 }
 
 // idleState reads, holding the lane's lease, what it keeps and whether an
@@ -285,14 +448,14 @@ func (w *Worker) Forget(ctx context.Context, key string) (int, error) {
 	}
 	// Every write is before a cutoff after it: only a holder or a waiting
 	// message keeps the session.
-	forgot, keys, err := w.forgetIdle(ctx, token, d.LastWrite.Add(time.Hour*24*365*100))
+	out, err := w.forgetIdle(ctx, token, d.LastWrite.Add(time.Hour*24*365*100))
 	switch {
 	case err != nil:
 		return 0, err
-	case !forgot && keys < 0:
+	case out.busy:
 		return 0, ErrBusy
-	case !forgot:
+	case !out.forgot:
 		return 0, nil // gone meanwhile
 	}
-	return keys, nil
+	return out.keys, nil
 }

@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,4 +300,129 @@ func TestExpireWritesPerSessionFixed(t *testing.T) {
 		t.Fatalf("writes to forget a session of 1 turn: %d, of 40 turns: %d; want a few, whatever its length", writes["short"], writes["long"])
 	}
 	t.Logf("writes per forgotten session: %d", writes["long"])
+}
+
+// idleSessions runs one turn each of n sessions named prefix0… and waits
+// until their lanes are let go, so that a pass finds them idle.
+func (f *fleet) idleSessions(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	var keys []string
+	for i := range n {
+		key := prefix + strconv.Itoa(i)
+		f.waitFinal(t, key, f.publish(t, key, "one"))
+		keys = append(keys, key)
+	}
+	for _, key := range keys {
+		waitFor(t, key+"'s lane released", func() bool {
+			_, held, err := f.lanes.Holder(t.Context(), key)
+			return err == nil && !held
+		})
+	}
+	return keys
+}
+
+// TestExpireIdleBudget: a pass forgets at most its budget and says how far
+// behind the cutoff it stopped; the passes after it go on from there until
+// every idle session is forgotten, the last reaching the cutoff. (Before,
+// a pass went on to the end of the batch in which it reached its limit:
+// up to 256 sessions over.)
+func TestExpireIdleBudget(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1})
+	const sessions, budget = 7, 3
+	keys := f.idleSessions(t, "s", sessions)
+	cutoff := time.Now()
+	var passes []int
+	for total := 0; total < sessions; {
+		if len(passes) == sessions {
+			t.Fatalf("passes %v: %d of %d sessions forgotten", passes, total, sessions)
+		}
+		st, err := w.ExpireIdle(t.Context(), cutoff, budget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += st.Expired
+		passes = append(passes, st.Expired)
+		switch {
+		case st.Expired > budget:
+			t.Fatalf("pass %d forgot %d sessions, budget %d", len(passes), st.Expired, budget)
+		case total < sessions && st.Lag <= 0:
+			t.Fatalf("pass %d stopped on its budget with %d sessions left, lag %v", len(passes), sessions-total, st.Lag)
+		case total == sessions && st.Expired < budget && st.Lag != 0:
+			t.Fatalf("the last pass reached the cutoff, lag %v", st.Lag)
+		}
+	}
+	if !slices.Equal(passes, []int{3, 3, 1}) {
+		t.Fatalf("sessions forgotten per pass: %v, want [3 3 1]", passes)
+	}
+	for _, key := range keys {
+		if n := f.records(t, key); n != 0 {
+			t.Fatalf("%s still has %d records", key, n)
+		}
+	}
+	if n, _ := w.Retention(); n != sessions {
+		t.Fatalf("Retention counts %d forgotten, want %d", n, sessions)
+	}
+}
+
+// TestExpireKeepsSessionActiveMidPass: a session that speaks after the
+// pass found it idle, before the pass takes its lane, is kept with its
+// new turn; the pass forgets the others.
+func TestExpireKeepsSessionActiveMidPass(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1})
+	f.idleSessions(t, "s", 3)
+	cutoff := time.Now()
+	var spoke atomic.Bool
+	w.testHookIdle = func(token string) {
+		if token == "s1" && !spoke.Swap(true) {
+			f.waitFinal(t, "s1", f.publish(t, "s1", "back"))
+			waitFor(t, "s1's lane released", func() bool {
+				_, held, err := f.lanes.Holder(t.Context(), "s1")
+				return err == nil && !held
+			})
+		}
+	}
+	st, err := w.ExpireIdle(t.Context(), cutoff, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spoke.Load() {
+		t.Fatal("the pass never found s1 idle")
+	}
+	if st.Expired != 2 {
+		t.Fatalf("pass: %+v, want s0 and s2 forgotten", st)
+	}
+	for key, want := range map[string]int{"s0": 0, "s1": 2, "s2": 0} {
+		if n := f.records(t, key); n != want {
+			t.Fatalf("%s: %d records, want %d", key, n, want)
+		}
+	}
+}
+
+// TestRetentionOneWorker: one worker of a fleet runs the retention pass
+// (it holds the pass's lease); another takes it over when it gives it up.
+func TestRetentionOneWorker(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w1 := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1, ID: "w1"})
+	w2 := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1, ID: "w2"})
+	c1, _ := w1.claimRetention(t.Context(), nil, time.Time{})
+	if c1 == nil {
+		t.Fatal("w1 could not take the free pass")
+	}
+	if c2, _ := w2.claimRetention(t.Context(), nil, time.Time{}); c2 != nil {
+		t.Fatal("w2 took the pass w1 holds")
+	}
+	if again, _ := w1.claimRetention(t.Context(), c1, time.Time{}); again != c1 {
+		t.Fatal("w1 lost the pass it holds on renewal")
+	}
+	if err := c1.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if c2, _ := w2.claimRetention(t.Context(), nil, time.Time{}); c2 == nil {
+		t.Fatal("w2 could not take the pass w1 gave up")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/retention"
 )
 
 // sweep is the safety net under lease-and-drain: every so often it lists the
@@ -24,8 +26,13 @@ import (
 // owner publishes them; other processed leftovers are deleted. It first
 // lowers the inbound stream's per-lane cap to the configured one if a lane
 // held more when it was set (Streams.TightenLaneCap). With a session TTL it
-// then runs the retention pass (expire.go).
+// also runs the retention pass, every retention.PassEvery (expire.go).
 func (w *Worker) sweep(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if (retention.Policy{SessionTTL: w.cfg.SessionTTL}).Enabled() {
+		wg.Go(func() { w.retain(ctx) })
+	}
 	every := w.cfg.SweepEvery
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -39,12 +46,11 @@ func (w *Worker) sweep(ctx context.Context) {
 			return
 		}
 		w.sweepOnce(ctx, w.streams.cfg.AckWait)
-		w.expire(ctx)
 	}
 }
 
 // sweepPassTime is how long one part of a sweep (the stranded-lane pass,
-// the retention pass) may take: the sweep's period, but never less than
+// a liveness pass) may take: the sweep's period, but never less than
 // minSweepPass.
 func (w *Worker) sweepPassTime() time.Duration {
 	return max(w.cfg.SweepEvery, minSweepPass)

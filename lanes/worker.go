@@ -50,6 +50,10 @@ type Config struct {
 	// SessionTTL forgets sessions untouched that long (package
 	// retention), checked by the sweep; 0 keeps them forever.
 	SessionTTL time.Duration
+	// RetentionRate is the most sessions the retention pass forgets a
+	// second (retention.Policy.Rate; one worker of the fleet runs the
+	// pass at a time); 0 = retention.DefaultRate.
+	RetentionRate int
 	// LaneTurnBudget is how many turns a lane runs before it yields its
 	// slot to a lane that waits for one (fair scheduling; see the package
 	// doc): 0 = DefaultLaneTurnBudget; negative turns fairness off (a lane
@@ -242,6 +246,10 @@ type Worker struct {
 	alive *liveness
 
 	stats Stats
+	// ret is the retention pass's state (expire.go); testHookIdle, when
+	// set, is called when a pass found a lane idle, before it takes it.
+	ret          retainer
+	testHookIdle func(token string)
 	// transcripts keeps the lanes' transcripts between their owners.
 	transcripts *transcripts
 }
@@ -315,7 +323,7 @@ func NewWorker(js jetstream.JetStream, streams *Streams, lanes *kvstore.Lanes, h
 		return nil, errors.New("lanes: NewWorker needs a JetStream, streams, lanes and a handler")
 	}
 	cfg = cfg.withDefaults()
-	if err := (retention.Policy{SessionTTL: cfg.SessionTTL}).Validate(); err != nil {
+	if err := (retention.Policy{SessionTTL: cfg.SessionTTL, Rate: cfg.RetentionRate}).Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.SweepEvery == 0 {

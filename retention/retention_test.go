@@ -60,3 +60,55 @@ func TestPolicy(t *testing.T) {
 		t.Errorf("Cutoff = %v", got)
 	}
 }
+
+// TestPace: the pass's budget, its rests and its lag.
+func TestPace(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		policy Policy
+		want   int
+	}{
+		{"default rate", Policy{}, DefaultRate},
+		{"set rate", Policy{Rate: 7}, 7},
+	} {
+		if got := c.policy.Budget(); got != c.want {
+			t.Errorf("%s: budget %d, want %d", c.name, got, c.want)
+		}
+	}
+	if err := (Policy{Rate: -1}).Validate(); !errors.Is(err, ErrBadPolicy) {
+		t.Errorf("rate -1: %v, want ErrBadPolicy", err)
+	}
+	for _, c := range []struct {
+		name   string
+		took   time.Duration
+		forgot int
+		budget int
+		want   time.Duration
+	}{
+		{"a step rests as long as it took", 10 * time.Millisecond, 0, 100, 10 * time.Millisecond},
+		{"sessions forgotten fast wait for their share of the second", time.Millisecond, 4, 100, 39 * time.Millisecond},
+		{"a slow step rests as long as it took", 50 * time.Millisecond, 4, 100, 50 * time.Millisecond},
+		{"a zero budget is one a pass", 0, 1, 0, PassEvery},
+	} {
+		if got := Rest(c.took, c.forgot, c.budget); got != c.want {
+			t.Errorf("%s: rest %v, want %v", c.name, got, c.want)
+		}
+	}
+	cutoff := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name    string
+		next    time.Time
+		reached bool
+		want    time.Duration
+	}{
+		{"reached the cutoff", cutoff.Add(-time.Hour), true, 0},
+		{"stopped an hour before it", cutoff.Add(-time.Hour), false, time.Hour},
+		{"left nothing", time.Time{}, false, 0},
+		{"left only later messages", cutoff.Add(time.Second), false, 0},
+	} {
+		if got := Lag(cutoff, c.next, c.reached); got != c.want {
+			t.Errorf("%s: lag %v, want %v", c.name, got, c.want)
+		}
+	}
+}

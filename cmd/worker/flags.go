@@ -68,6 +68,7 @@ var (
 		{"ack-wait", positive, "a positive duration"},
 		{"lease-ttl", positive, "a positive duration"},
 		{"shutdown-grace", positive, "a positive duration"},
+		{"retention-rate", positive, "a positive count of sessions a second"},
 		{"session-ttl", nonNegative, "a positive duration, or 0 to keep sessions forever"},
 		{"event-max-age", positive, "a positive duration"},
 		{"openai-compatible-wait", nonNegative, "a positive duration, or 0 to fail at once"},

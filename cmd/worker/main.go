@@ -45,6 +45,7 @@ import (
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/mcpbridge"
 	"github.com/lanefleet/lanefleet/redact"
+	"github.com/lanefleet/lanefleet/retention"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/tools"
@@ -177,6 +178,7 @@ is set: spans go over OTLP/HTTP.`,
 	fs.Int64Var(&cfg.Limits.LaneMessages, "lane-max-messages", 0, "messages one session's lane may hold in AGENT_IN (waiting, running, or answered and not yet deleted); at the limit its sender's next message is refused, nobody else's (default 1000, -1 = none)")
 	fs.Var((*byteSize)(&cfg.Limits.LaneBytes), "lane-max-bytes", "bytes one session's lane may hold in AGENT_IN, kept as messages of the largest size (--max-payload + 64K): at most this / that many (default an eighth of --max-inbound-bytes, -1 = none)")
 	// Retention (package retention): the same on every worker.
+	fs.IntVar(&cfg.RetentionRate, "retention-rate", retention.DefaultRate, "with --session-ttl: the most idle sessions the fleet's retention pass forgets a second (one worker runs it at a time, four sessions at a time, working at most half the time); it logs a warning while it falls more than a minute behind")
 	fs.DurationVar(&cfg.SessionTTL, "session-ttl", 0, "forget a session untouched this long: its transcript and stored settings are removed (never while it is running or a message waits), and it starts over if it speaks again; 0 = keep sessions forever")
 	fs.DurationVar(&cfg.EventMaxAge, "event-max-age", 24*time.Hour, "how long run events stay replayable (stream AGENT_EV: two subjects per run stay in its index this long)")
 	fs.StringVar(&cfg.DefaultModel, "model", env("LANEFLEET_MODEL"), "default model provider/model-id (env LANEFLEET_MODEL; default by the API keys present, scripted/echo with --scripted)")

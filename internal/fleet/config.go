@@ -79,9 +79,12 @@ type Config struct {
 	SetupConcurrency int
 	// Retention (package retention): SessionTTL forgets sessions untouched
 	// that long (0 = never); EventMaxAge is how long run events stay
-	// replayable (0 = 24 h). Every worker of a fleet should use the same.
-	SessionTTL  time.Duration
-	EventMaxAge time.Duration
+	// replayable (0 = 24 h); RetentionRate is the most sessions the
+	// fleet's retention pass forgets a second (0 = retention.DefaultRate).
+	// Every worker of a fleet should use the same.
+	SessionTTL    time.Duration
+	EventMaxAge   time.Duration
+	RetentionRate int
 	// IdleRelease is how long the member runs no turn before it returns
 	// the memory it no longer uses to the operating system, once per idle
 	// spell (0 = IdleReleaseDefault, negative = never).

@@ -253,7 +253,7 @@ func (m *Member) build(ctx context.Context) error {
 	lcfg := lanes.Config{
 		ID: cfg.WorkerID, Concurrency: cfg.Concurrency, MaxPayload: cfg.MaxPayload, MaxInflightBytes: cfg.MaxInflightBytes,
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
-		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
+		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, RetentionRate: cfg.RetentionRate, CheckSettings: m.checkSettings,
 		ChatCommands: !cfg.NoChatCommands, ChatDefaults: m.chatDefaults(),
 		Liveness: m.liveness, LivenessEvery: cfg.LivenessEvery,
 	}

@@ -60,6 +60,10 @@ type soakSample struct {
 	// cache is what the worker's transcript and context caches charge
 	// their entries.
 	cache int
+	// forgotten counts the sessions the worker's retention pass forgot
+	// so far; lag is how far behind the session TTL its last pass stopped.
+	forgotten int64
+	lag       time.Duration
 }
 
 // soakBench runs one worker with its embedded server (the worker's
@@ -114,9 +118,9 @@ func soakBench(o options) error {
 	fmt.Printf("sampled between turns (every turn answered, the next ones held back): CPU ms the process's CPU time per turn; RSS the process's VmRSS; heap the live Go heap after a collection;\n"+
 		"held what the Go runtime keeps of the heap (live, garbage and free, not returned to the OS); KB/turn the RSS the round added per turn;\n"+
 		"ev subj/lanes keys: subjects stored in AGENT_EV and in the lanes bucket (the server keeps ~190 B of index per subject); whole%%: turns that read their whole transcript;\n"+
-		"cache MB: what the worker's transcript and context caches charge their entries (of %.0f MB)\n\n", mb(int64(soakCacheMax(m))))
-	fmt.Printf("  %5s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s %8s\n", "round", "turns", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
-		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%", "cache MB")
+		"cache MB: what the worker's transcript and context caches charge their entries (of %.0f MB); forgot: sessions the retention pass forgot in the round, lag s: how far behind the session TTL its last pass stopped\n\n", mb(int64(soakCacheMax(m))))
+	fmt.Printf("  %5s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s %8s %6s %5s\n", "round", "turns", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
+		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%", "cache MB", "forgot", "lag s")
 
 	var total atomic.Int64
 	turn := func(session string) error {
@@ -257,6 +261,7 @@ func soakTake(ctx context.Context, js jetstream.JetStream, m *fleet.Member, turn
 	tc, _ := m.Worker.TranscriptCache()
 	cc, _ := m.Runner.ContextCache()
 	s.cache = tc + cc
+	s.forgotten, s.lag = m.Worker.Retention()
 	return s
 }
 
@@ -282,8 +287,8 @@ func soakPrint(name string, s, prev soakSample) {
 		per = strconv.FormatFloat(float64(s.rss-prev.rss)/1024/float64(s.turns), 'f', 2, 64)
 		whole = strconv.FormatFloat(100*float64(s.whole-prev.whole)/float64(s.turns), 'f', 1, 64)
 	}
-	fmt.Printf("  %5s %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s %8.1f\n", name, s.turns, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
-		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole, mb(int64(s.cache)))
+	fmt.Printf("  %5s %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s %8.1f %6d %5.1f\n", name, s.turns, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
+		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole, mb(int64(s.cache)), s.forgotten-prev.forgotten, s.lag.Seconds())
 }
 
 // soakProfiles writes round r's heap profile and goroutines when
