@@ -194,6 +194,9 @@ func (s *Service) list(ctx context.Context, q SessionsRequest) (SessionsReply, e
 	case q.After != "" && q.Offset != 0:
 		return SessionsReply{}, badRequest("after and offset exclude each other")
 	}
+	if s.cfg.Index != nil {
+		return s.listIndexed(ctx, q, n)
+	}
 	list, err := s.lanesIn(ctx, q.Scope, strings.ToLower(q.Query))
 	if err != nil {
 		return SessionsReply{}, err
@@ -212,18 +215,28 @@ func (s *Service) list(ctx context.Context, q SessionsRequest) (SessionsReply, e
 		})
 	}
 	page := list[start:min(start+n, len(list))]
-	rep := SessionsReply{Total: len(list), Sessions: make([]Session, len(page))}
+	rep := SessionsReply{Total: len(list)}
 	if start+len(page) < len(list) && len(page) > 0 {
 		rep.Next = pageCursor(page[len(page)-1])
 	}
-	var scheduled map[string]int
-	if q.State && s.cfg.Scheduled != nil {
+	return s.describePage(ctx, rep, page, q.State)
+}
+
+// describePage fills rep with what the listing says of each session of
+// page, reading their details (and, with state, the schedules once).
+func (s *Service) describePage(ctx context.Context, rep SessionsReply, page []*lane, state bool) (SessionsReply, error) {
+	rep.Sessions = make([]Session, len(page))
+	var (
+		scheduled map[string]int
+		err       error
+	)
+	if state && s.cfg.Scheduled != nil {
 		if scheduled, err = s.cfg.Scheduled(ctx); err != nil {
 			return SessionsReply{}, err
 		}
 	}
 	err = each(ctx, len(page), func(ctx context.Context, i int) error {
-		sess, err := s.describe(ctx, page[i], q.State)
+		sess, err := s.describe(ctx, page[i], state)
 		sess.Schedules = scheduled[sess.Key]
 		rep.Sessions[i] = sess
 		return err
@@ -306,11 +319,10 @@ func (s *Service) approvals(ctx context.Context, data []byte) (any, error) {
 	if s.cfg.Lanes == nil {
 		return nil, &sessionsvc.Error{Code: sessionsvc.CodeUnavailable, Description: "this worker reads no lanes"}
 	}
-	list, err := s.lanesIn(ctx, q.Scope, "")
+	list, err := s.recent(ctx, q.Scope, ApprovalScanMax)
 	if err != nil {
 		return nil, err
 	}
-	list = list[:min(len(list), ApprovalScanMax)]
 	found := make([][]Approval, len(list))
 	err = each(ctx, len(list), func(ctx context.Context, i int) error {
 		rec, at, ok, err := s.cfg.Lanes.Newest(ctx, list[i].token)

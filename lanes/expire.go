@@ -220,6 +220,9 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	if !idle {
 		return false, -1, nil
 	}
+	if w.cfg.Index != nil {
+		w.cfg.Index.Forgotten(ctx, key)
+	}
 	return true, keys, nil
 }
 

@@ -410,6 +410,9 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 	}
 	o.tried(a.seq).attempt = a.attempt
 	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
+	if o.w.cfg.Index != nil {
+		o.w.cfg.Index.Touch(o.key, a.em.RunID())
+	}
 	return nil
 }
 

@@ -21,6 +21,16 @@ import (
 	"github.com/lanefleet/lanefleet/retention"
 )
 
+// Index is told of sessions' activity and of their end.
+type Index interface {
+	// Touch says that session key's run started or committed now. It
+	// runs on the turn's path: it must not wait on the network.
+	Touch(key, run string)
+	// Forgotten says that session key was forgotten (its transcript,
+	// settings and lane records are gone).
+	Forgotten(ctx context.Context, key string)
+}
+
 // ErrShutdown is the cause of contexts cancelled because the worker shuts down.
 var ErrShutdown = errors.New("lanes: worker shutting down")
 
@@ -134,6 +144,9 @@ type Config struct {
 	// may be (half of it more) before the others ask whether its
 	// connection is gone; default kvstore.DefaultLivenessEvery.
 	LivenessEvery time.Duration
+	// Index, when set, hears of each session's activity and of its end:
+	// the session index (package sessionindex) the listings page through.
+	Index Index
 	// setupKeep replaces gateKeep (tests).
 	setupKeep time.Duration
 	// deadRetry replaces deadRetryDelay (tests).

@@ -18,7 +18,7 @@ import (
 var allowed = map[string][]string{
 	// Each row as the tree stands: a change to the layering changes a row.
 	"":                       {"admin", "agents", "agentstore", "budgetstore", "events", "governance", "internal/backoff", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "permission", "schedstore", "schedule", "sessionfile", "tracing"},
-	"admin":                  {"events", "internal/microsvc", "kvstore", "lanes/sessionsvc"},
+	"admin":                  {"events", "internal/microsvc", "kvstore", "lanes/sessionsvc", "sessionindex"},
 	"agentprompt":            {"ecmatext", "message"},
 	"agents":                 {"events"},
 	"agentstore":             {"agents"},
@@ -46,7 +46,7 @@ var allowed = map[string][]string{
 	"internal/conformance":   {"message", "provider", "provider/failover"},
 	"internal/deptest":       {},
 	"internal/embedded":      {},
-	"internal/fleet":         {"admin", "agentprompt", "agents", "agentstore", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/failover", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "schedstore", "schedule", "sessionfile", "subagent", "tools", "tools/remote", "tools/sessions", "tools/webfetch", "tools/websearch", "tracing"},
+	"internal/fleet":         {"admin", "agentprompt", "agents", "agentstore", "authprofile", "authstore", "blockchunk", "budgetstore", "chatcmd", "compaction", "events", "governance", "hooks", "internal/backoff", "internal/embedded", "internal/version", "kvstore", "lanes", "lanes/sessionsvc", "message", "metrics", "netguard", "permission", "provider", "provider/catalog", "provider/failover", "provider/local", "provider/registry", "provider/scripted", "redact", "runner", "sandbox", "schedstore", "schedule", "sessionfile", "sessionindex", "subagent", "tools", "tools/remote", "tools/sessions", "tools/webfetch", "tools/websearch", "tracing"},
 	"internal/inflight":      {},
 	"internal/microsvc":      {"internal/inflight", "internal/reply"},
 	"internal/mustrun":       {},
@@ -99,6 +99,7 @@ var allowed = map[string][]string{
 	"sanitize":                    {"ecmatext", "message"},
 	"sanitize/sanitizecmd":        {"message", "sanitize", "sessionfile"},
 	"sessionfile":                 {"ecmatext", "message"},
+	"sessionindex":                {"events"},
 	"tools":                       {"message", "provider", "sandbox", "tools/internal/toolargs", "tools/memsearch", "tools/patch"},
 	"tools/internal/toolargs":     {},
 	"tools/memsearch":             {},
