@@ -201,9 +201,9 @@ func TestMalformedSkipped(t *testing.T) {
 	b := setup(t)
 	b.put(t, "good:1", "1")
 	for _, m := range []struct{ subj, data string }{
-		{sessionindex.Prefix + "-.=bad", `{"run":"2"}`},         // not a token's encoding
-		{sessionindex.Prefix + "-.=Z29vZDoy", `{"run":"2"}`},    // good:2 in the wrong group
-		{sessionindex.Prefix + "-.alice", `{"run":`},            // not JSON
+		{sessionindex.Prefix + "-.=bad", `{"run":"2"}`},          // not a token's encoding
+		{sessionindex.Prefix + "-.=Z29vZDoy", `{"run":"2"}`},     // good:2 in the wrong group
+		{sessionindex.Prefix + "-.alice", `{"run":`},             // not JSON
 		{sessionindex.Prefix + "-.bob", `{"run":"2; rm -rf /"}`}, // not a sequence
 	} {
 		if _, err := b.js.Publish(b.ctx, m.subj, []byte(m.data)); err != nil {
