@@ -153,7 +153,7 @@ func (s *Service) listIndexed(ctx context.Context, q SessionsRequest, n int) (Se
 // stored events, its stored messages, and its running run (each a read of
 // that session's subjects or keys only).
 func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, error) {
-	l := &lane{token: e.Token, key: e.Key}
+	l := &lane{token: e.Token, key: e.Key, entry: &e.Record}
 	if seq, err := strconv.ParseUint(e.Run, 10, 64); err == nil {
 		l.lastRun = seq
 	}

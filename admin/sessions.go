@@ -15,6 +15,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
+	"github.com/lanefleet/lanefleet/sessionindex"
 )
 
 // lane is what the listing learns about one lane token.
@@ -28,6 +29,8 @@ type lane struct {
 	running  string
 	worker   string
 	activity int64
+	// entry is the session's index entry, when listed from the index.
+	entry *sessionindex.Record
 }
 
 // order is the lane's place in a listing: its newest run or message
@@ -279,28 +282,30 @@ func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, e
 	if last := l.order(); last > 0 {
 		sess.LastRun = strconv.FormatUint(last, 10)
 	}
-	if state && s.cfg.Lanes != nil {
-		cur, err := s.cfg.Lanes.Cursor(ctx, l.token)
-		if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
-			return Session{}, err
+	if state && (s.cfg.Lanes != nil || l.entry != nil) {
+		// The index's entry of a committed turn, with nothing running
+		// or waiting since, says what the lane's cursor says.
+		sum := l.entry
+		if sum == nil || !sum.Committed || l.running != "" || l.newest > sum.Through {
+			if s.cfg.Lanes == nil {
+				return sess, nil
+			}
+			cur, err := s.cfg.Lanes.Cursor(ctx, l.token)
+			if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+				return Session{}, err
+			}
+			rec := sessionindex.Summarize("", true, cur.Seq, cur.State)
+			sum = &rec
 		}
 		switch {
 		case l.running != "":
 			sess.State = StateRunning
-		case l.newest > cur.Seq:
+		case l.newest > sum.Through:
 			sess.State = StateQueued
 		default:
 			sess.State = StateIdle
 		}
-		if st := cur.State; st != nil {
-			sess.Turns, sess.Approvals, sess.Children = st.Turns, len(st.Approvals), len(st.Children)
-			if st.Parent != nil {
-				sess.Parent = st.Parent.Session
-			}
-			if st.Usage != nil && st.Usage.Cost != nil {
-				sess.CostUSD = st.Usage.Cost.Total
-			}
-		}
+		sess.Turns, sess.Approvals, sess.Children, sess.Parent, sess.CostUSD = sum.Turns, sum.Approvals, sum.Children, sum.Parent, sum.CostUSD
 	}
 	return sess, nil
 }

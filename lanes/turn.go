@@ -411,7 +411,7 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 	o.tried(a.seq).attempt = a.attempt
 	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
 	if o.w.cfg.Index != nil {
-		o.w.cfg.Index.Touch(o.key, a.em.RunID())
+		o.w.cfg.Index.Touch(Activity{Key: o.key, Run: a.em.RunID(), Through: o.lane.cursor.Seq, State: o.lane.cursor.State})
 	}
 	return nil
 }

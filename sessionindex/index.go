@@ -50,8 +50,9 @@ const (
 	// index drops its oldest entries: the sessions idle the longest leave
 	// the listing first.
 	DefaultMaxBytes = 256 << 20
-	// maxRecordBytes bounds a record the reads decode.
-	maxRecordBytes = 256
+	// maxRecordBytes bounds a record (its parent's key, escaped, is the
+	// most of it).
+	maxRecordBytes = 2048
 )
 
 // Config configures Ensure.
@@ -75,10 +76,38 @@ type Index struct {
 	failed   atomic.Int64
 }
 
-// Record is an entry's data.
+// Record is an entry's data: the session's newest run, and the summary
+// a listing shows of its state as of that run's start or commit.
 type Record struct {
 	// Run is the session's newest run (its message's inbound sequence).
 	Run string `json:"run,omitempty"`
+	// Committed says Run's turn committed and the fields below are the
+	// session's state after it; else they are its state before it.
+	Committed bool `json:"committed,omitempty"`
+	// Through is the lane's cursor: the last inbound sequence processed.
+	Through   uint64  `json:"through,omitempty"`
+	Turns     int64   `json:"turns,omitempty"`
+	CostUSD   float64 `json:"cost,omitempty"`
+	Approvals int     `json:"approvals,omitempty"`
+	Children  int     `json:"children,omitempty"`
+	Parent    string  `json:"parent,omitempty"`
+}
+
+// Summarize is the record of a session whose run started (committed
+// false: st is the state before it) or committed (st after it), its lane's
+// cursor at through: the summary a listing shows of its state.
+func Summarize(run string, committed bool, through uint64, st *events.SessionState) Record {
+	rec := Record{Run: run, Committed: committed, Through: through}
+	if st != nil {
+		rec.Turns, rec.Approvals, rec.Children = st.Turns, len(st.Approvals), len(st.Children)
+		if st.Parent != nil {
+			rec.Parent = st.Parent.Session
+		}
+		if st.Usage != nil && st.Usage.Cost != nil {
+			rec.CostUSD = st.Usage.Cost.Total
+		}
+	}
+	return rec
 }
 
 // Ensure creates the index's stream when missing (or updates its limits)
@@ -175,12 +204,12 @@ func Filter(prefix string) (filter string, exact bool) {
 // connection's next flush and its ack, when it says the write failed, is
 // logged. Publishes of one connection reach the server in order, so an
 // entry touched before a turn's commit is stored with it.
-func (x *Index) Touch(key, run string) {
+func (x *Index) Touch(key string, rec Record) {
 	subj, err := Subject(key)
 	if err != nil {
 		return
 	}
-	data, _ := json.Marshal(Record{Run: run})
+	data, _ := json.Marshal(rec)
 	if err := x.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: x.ackInbox, Data: data}); err != nil {
 		x.noteFailure(err)
 	}

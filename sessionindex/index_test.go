@@ -270,15 +270,15 @@ func TestTouchAndRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.x.Touch("acme:one", "7")
-	b.x.Touch("two", "8")
+	b.x.Touch("acme:one", sessionindex.Record{Run: "7"})
+	b.x.Touch("two", sessionindex.Record{Run: "8", Committed: true, Through: 8, Turns: 3, Parent: "acme:one"})
 	for range 2 {
 		if _, err := cons.Next(jetstream.FetchContext(b.ctx)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	got, err := b.x.Lookup(b.ctx, []string{"acme:one", "two", "three"})
-	if err != nil || len(got) != 2 || got[0].Key != "two" || got[0].Run != "8" || got[1].Key != "acme:one" {
+	if err != nil || len(got) != 2 || got[0].Key != "two" || got[0].Run != "8" || got[0].Turns != 3 || got[0].Parent != "acme:one" || got[1].Key != "acme:one" {
 		t.Fatalf("lookup: %+v, %v", got, err)
 	}
 	b.x.Forgotten(b.ctx, "two")

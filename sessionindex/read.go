@@ -23,8 +23,8 @@ type Entry struct {
 	Seq   uint64
 	Key   string
 	Token string
-	Run   string    // the session's newest run, as its last writer knew it
 	At    time.Time // when it was written
+	Record
 }
 
 // Query asks Newest for a page.
@@ -256,7 +256,7 @@ func decode(m stored) (Entry, error) {
 			return Entry{}, fmt.Errorf("%w: run %.40q", errMalformed, rec.Run)
 		}
 	}
-	return Entry{Seq: m.seq, Key: key, Token: tok, Run: rec.Run, At: m.at}, nil
+	return Entry{Seq: m.seq, Key: key, Token: tok, At: m.at, Record: rec}, nil
 }
 
 // Lookup returns the entries of the sessions keys names (those it has),

@@ -259,7 +259,7 @@ func (m *Member) build(ctx context.Context) error {
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, CheckSettings: m.checkSettings,
 		ChatCommands: !cfg.NoChatCommands, ChatDefaults: m.chatDefaults(),
-		Liveness: m.liveness, LivenessEvery: cfg.LivenessEvery, Index: m.index,
+		Liveness: m.liveness, LivenessEvery: cfg.LivenessEvery, Index: laneIndex{m.index},
 	}
 	if m.agents != nil {
 		lcfg.CommandsOff = m.commandsOff
