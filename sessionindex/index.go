@@ -5,8 +5,9 @@
 //
 //	agent.idx.<group>.<lane token>
 //
-// which a worker publishes when a turn starts and when it commits (Touch,
-// fire-and-forget: the turn never waits for it). A newer message of a
+// which a worker publishes when a turn commits and when a session's first
+// turn starts (Touch, fire-and-forget: the turn never waits for it), with
+// the state summary the listing shows (Record). A newer message of a
 // session replaces its older one, so the stream read backwards from its
 // last sequence is the sessions newest first (Newest: batched direct gets
 // of windows below a cursor), and a session's entry leaves with it
@@ -203,7 +204,7 @@ func Filter(prefix string) (filter string, exact bool) {
 // does not wait for the server: the publish goes out with the
 // connection's next flush and its ack, when it says the write failed, is
 // logged. Publishes of one connection reach the server in order, so an
-// entry touched before a turn's commit is stored with it.
+// entry touched before a turn's commit reaches the server before it.
 func (x *Index) Touch(key string, rec Record) {
 	subj, err := Subject(key)
 	if err != nil {
