@@ -112,8 +112,8 @@ type SessionsReply struct {
 	Sessions []Session `json:"sessions" msgpack:"sessions"`
 	// Total counts the sessions found (in the scope, matching the query),
 	// before the page; -1 when the listing reads the session index and
-	// counting them would read every one (a query, a scope that is not
-	// whole tenants' prefixes).
+	// counting them would read every one: a query or a scope other than
+	// single keys (the whole index counts at no cost).
 	Total int `json:"total" msgpack:"total"`
 	// Next continues the listing (SessionsRequest.After); "" on the last
 	// page.

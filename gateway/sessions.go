@@ -709,7 +709,7 @@ func scopeOf(p *auth.Principal) *admin.Scope { return admin.ScopeOf(p.Prefixes, 
 // that contain it, case-insensitively. The fleet filters and pages, and
 // reads the state of the page's sessions only. total is left out when the
 // fleet would have to read every session to count (a query, or a scope
-// that is not whole tenants' prefixes), and partial says a page of a
+// other than single keys), and partial says a page of a
 // query stopped after reading admin.IndexScanMax sessions: next goes on.
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())

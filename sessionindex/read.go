@@ -67,7 +67,17 @@ const (
 	batchMax = 1024
 	// requestWait bounds the wait for a batch's next message.
 	requestWait = 5 * time.Second
+	// clientFilterMax is the largest window read whole and filtered here
+	// rather than by the server.
+	clientFilterMax = 4096
 )
+
+// matches reports whether e's subject matches filter (Filter's: the
+// whole index or one group).
+func matches(filter string, e Entry) bool {
+	group, ok := strings.CutSuffix(strings.TrimPrefix(filter, Prefix), ".*")
+	return filter == "" || !ok || group == "*" || Group(e.Key) == group
+}
 
 // Newest returns the newest entries below q.Before, newest first. It reads
 // windows of the stream backwards from the cursor, each forwards in
@@ -105,9 +115,20 @@ func (x *Index) Newest(ctx context.Context, q Query) (Page, error) {
 		if hi-first > w {
 			lo = hi - w
 		}
-		got, err := x.readRange(ctx, lo, hi, q.Filter, &p)
+		// A small window is read whole and filtered here: the server
+		// counts what a filter matches from the window on before every
+		// filtered batch (its subject index, each matching session), so
+		// a tenant of 100,000 sessions cost 0.2 s a page that way.
+		filter := q.Filter
+		if hi-lo <= clientFilterMax {
+			filter = ""
+		}
+		got, err := x.readRange(ctx, lo, hi, filter, &p)
 		if err != nil {
 			return p, err
+		}
+		if filter != q.Filter {
+			got = slices.DeleteFunc(got, func(e Entry) bool { return !matches(q.Filter, e) })
 		}
 		scanned += hi - lo
 		for i := len(got) - 1; i >= 0; i-- {
@@ -164,11 +185,10 @@ func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter string, p *
 
 // stored is one message of a direct get.
 type stored struct {
-	seq     uint64
-	pending uint64 // matching messages after it (a batch's first: exact)
-	subj    string
-	at      time.Time
-	data    []byte
+	seq  uint64
+	subj string
+	at   time.Time
+	data []byte
 }
 
 // batch asks the server for up to n messages from seq on that match
@@ -220,8 +240,7 @@ func (x *Index) batch(ctx context.Context, seq uint64, n int, filter string) ([]
 			return nil, fmt.Errorf("sessionindex: read from %d: a message without its sequence", seq)
 		}
 		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-		out = append(out, stored{seq: s, pending: pending, subj: m.Header.Get(jetstream.SubjectHeader), at: at, data: m.Data})
+		out = append(out, stored{seq: s, subj: m.Header.Get(jetstream.SubjectHeader), at: at, data: m.Data})
 		if len(out) > n {
 			return nil, fmt.Errorf("sessionindex: read from %d: more than %d messages", seq, n)
 		}
@@ -289,18 +308,4 @@ func (x *Index) Lookup(ctx context.Context, keys []string) ([]Entry, error) {
 // sortNewest orders entries newest first.
 func sortNewest(es []Entry) {
 	slices.SortFunc(es, func(a, b Entry) int { return cmp.Compare(b.Seq, a.Seq) })
-}
-
-// CountMatching counts the entries filter matches ("" or the whole
-// index: Count): the server counts them from its subject index, without
-// reading them.
-func (x *Index) CountMatching(ctx context.Context, filter string) (int, error) {
-	if filter == "" || filter == Prefix+"*.*" {
-		return x.Count(ctx)
-	}
-	msgs, err := x.batch(ctx, 1, 1, filter)
-	if err != nil || len(msgs) == 0 {
-		return 0, err
-	}
-	return int(msgs[0].pending) + 1, nil
 }

@@ -211,11 +211,6 @@ func listingBench(o options) error {
 			_, err := x.Newest(ctx, sessionindex.Query{Limit: 100, Filter: f})
 			return err
 		}},
-		{"counting one tenant's sessions (t3:)", func() error {
-			f, _ := sessionindex.Filter("t3:")
-			_, err := x.CountMatching(ctx, f)
-			return err
-		}},
 		{"first page, admin code in process", inProcess(newCfg, first)},
 		{"first page, admin service over NATS", overNATS(first)},
 		{"first page, gateway GET /api/sessions", httpGet("/api/sessions?limit=100")},
