@@ -27,7 +27,7 @@ var allowed = map[string][]string{
 	"blockchunk":             {"ecmatext"},
 	"budgetstore":            {"events", "governance", "internal/backoff"},
 	"chatcmd":                {"events"},
-	"internal/cmd/lanebench": {"", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider", "provider/scripted", "tools", "tools/remote"},
+	"internal/cmd/lanebench": {"", "admin", "events", "gateway", "gateway/auth", "gateway/openai", "internal/embedded", "internal/fleet", "kvstore", "lanes", "provider", "provider/scripted", "sessionindex", "tools", "tools/remote"},
 	"cmd/publisher":          {"", "admin", "agents", "events", "gateway/auth", "gateway/mcpserver", "governance", "internal/version", "kvstore", "lanes/queue", "lanes/sessionsvc", "message", "schedule"},
 	"cmd/gateway":            {"", "gateway", "gateway/auth", "gateway/openai", "governance", "internal/version"},
 	"cmd/worker":             {"", "gateway", "gateway/openai", "governance", "guard", "hooks", "internal/cgroup", "internal/fleet", "internal/version", "kvstore", "lanes", "mcpbridge", "permission", "redact", "runner", "sandbox", "sanitize/sanitizecmd", "tools", "tracing/otlp"},
