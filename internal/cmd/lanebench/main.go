@@ -94,6 +94,13 @@ func main() {
 	flag.IntVar(&o.listingTurns, "listing-turns", 200, "listing: turns per round of the turn overhead with and without the index")
 	flag.IntVar(&o.listingTurnRounds, "listing-turn-rounds", 3, "listing: rounds of each (0: none)")
 	flag.Parse()
+	if *gwMockProc {
+		if err := gatewayMock(); err != nil {
+			fmt.Fprintln(os.Stderr, "lanebench mock model:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *gwDriver {
 		if err := gatewayDriver(); err != nil {
 			fmt.Fprintln(os.Stderr, "lanebench driver:", err)
