@@ -43,10 +43,12 @@ lint: ## gofmt, vet, staticcheck and deadcode -test (tools pinned in go.mod; see
 	$(GO) vet $(PKGS)
 	GO=$(GO) ./.ci/lint
 
-bench: build ## fleet benchmark against an embedded server, real turns against a local model over HTTP (256 sessions with a 1 s model sending independently, and 1,000 with a 5 s model), fair lanes (256 sessions, 64 slots, 1 s model; before/after), the HTTP gateway against the Go client (distinct sessions, 64 in flight, 64 paced; clients in a child process), then Go benchmarks
+bench: build ## fleet benchmark against an embedded server, real turns against a local model over HTTP (256 sessions with a 1 s model sending independently, and 1,000 with a 5 s model), fair lanes (256 sessions, 64 slots, 1 s model; before/after), the HTTP gateway against the Go client (distinct sessions, 64 in flight, 64 paced; the clients and the mock model in child processes of their own, CPU per turn of fleet + clients), then Go benchmarks
 	$(GO) run ./internal/cmd/lanebench
 	$(GO) run ./internal/cmd/lanebench -scenario turns
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only interleaved -turns-seq 1000 -turns-delays 0 -turns-sync default
+	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only interleaved -turns-seq 1000 -turns-delays 0 -turns-sync default -turns-api anthropic-messages
+	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only interleaved -turns-seq 1000 -turns-delays 0 -turns-sync default -turns-api google-generative-ai
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only conc256 -turns-delays 1s -turns-stagger
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only conc1000 -turns-delays 5s -turns-sync always -turns-stagger

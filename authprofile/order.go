@@ -48,7 +48,7 @@ func (c Config) Valid(p Profile, prov string, now time.Time) bool {
 		}
 		return !(p.Expires > 0 && ms(now) >= p.Expires)
 	case TypeOAuth:
-		return strings.TrimSpace(p.Access.Reveal()) != "" || strings.TrimSpace(p.Refresh.Reveal()) != ""
+		return strings.TrimSpace(p.Access.Reveal()) != "" || strings.TrimSpace(p.Refresh.Reveal()) != "" || strings.TrimSpace(p.RefreshRef) != ""
 	}
 	return false
 }

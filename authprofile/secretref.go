@@ -19,6 +19,15 @@ const (
 	RefFile = "file" // a file's content, trimmed
 )
 
+// refExec is OpenClaw's command reference, which is refused: a worker
+// runs no program a profiles file names (the file would be a way to run
+// any command on every worker, with its environment and credentials).
+const refExec = "exec"
+
+// execRefused says what to use instead of a command reference. It quotes
+// nothing of the reference: a command line may hold a secret.
+const execRefused = "command references are refused (a worker runs no program a profiles file names): have the command write the secret to a file and name it with file:/path, or put it in the worker's environment and use env:NAME"
+
 // MaxSecretFileBytes bounds a secret file read for a reference.
 const MaxSecretFileBytes = 64 << 10
 
@@ -53,7 +62,11 @@ func ParseSecretRef(s string) (SecretRef, error) {
 		if err := json.Unmarshal([]byte(s), &o); err != nil {
 			return SecretRef{}, fmt.Errorf("%w: not a reference object: %v", ErrSecretRef, err)
 		}
-		if o.Source != RefEnv {
+		switch o.Source {
+		case RefEnv:
+		case refExec:
+			return SecretRef{}, fmt.Errorf("%w: source %q: %s", ErrSecretRef, o.Source, execRefused)
+		default:
 			return SecretRef{}, fmt.Errorf("%w: source %q: this worker reads env and file references (\"env:NAME\", \"file:/path\")", ErrSecretRef, o.Source)
 		}
 		s = o.Source + ":" + o.ID
@@ -71,6 +84,8 @@ func ParseSecretRef(s string) (SecretRef, error) {
 			return SecretRef{}, fmt.Errorf("%w %q: want an absolute path", ErrSecretRef, s)
 		}
 		name = filepath.Clean(name)
+	case src == refExec:
+		return SecretRef{}, fmt.Errorf("%w: source %q: %s", ErrSecretRef, src, execRefused)
 	default:
 		return SecretRef{}, fmt.Errorf("%w %q: source %q: want env:NAME or file:/path", ErrSecretRef, s, src)
 	}
@@ -154,6 +169,25 @@ func (p Profile) Secret(env func(string) string) (provider.Secret, error) {
 	s, err := r.Resolve(env)
 	if err != nil {
 		return "", fmt.Errorf("auth profile %q: %w", p.ID, err)
+	}
+	return s, nil
+}
+
+// RefreshSecret returns an OAuth profile's refresh token: its "refresh"
+// as the file gives it, else the value its refreshRef names, read now
+// ("" and nil when it has neither). The error names the profile and the
+// reference, never a value.
+func (p Profile) RefreshSecret(env func(string) string) (provider.Secret, error) {
+	if p.Refresh != "" || p.RefreshRef == "" {
+		return p.Refresh, nil
+	}
+	r, err := ParseSecretRef(p.RefreshRef)
+	if err != nil {
+		return "", fmt.Errorf("auth profile %q: refreshRef: %w", p.ID, err)
+	}
+	s, err := r.Resolve(env)
+	if err != nil {
+		return "", fmt.Errorf("auth profile %q: refreshRef: %w", p.ID, err)
 	}
 	return s, nil
 }

@@ -48,7 +48,8 @@ func TestSecretRefs(t *testing.T) {
 		{"oversized file", authprofile.Profile{ID: "a", KeyRef: "file:" + big}, "larger than", true},
 		{"relative path", authprofile.Profile{ID: "a", KeyRef: "file:key"}, "absolute path", true},
 		{"unknown source", authprofile.Profile{ID: "a", KeyRef: "vault:x"}, `source "vault"`, true},
-		{"exec is not run", authprofile.Profile{ID: "a", KeyRef: `{"source":"exec","id":"cat /etc/passwd"}`}, `source "exec"`, true},
+		{"exec is not run", authprofile.Profile{ID: "a", KeyRef: `{"source":"exec","id":"cat /etc/passwd"}`}, `source "exec": command references are refused (a worker runs no program a profiles file names): have the command write the secret to a file and name it with file:/path, or put it in the worker's environment and use env:NAME`, true},
+		{"exec, string form, says what instead", authprofile.Profile{ID: "a", KeyRef: "exec:op read op://vault/key"}, `source "exec": command references are refused (a worker runs no program a profiles file names): have the command write the secret to a file and name it with file:/path`, true},
 		{"not a name", authprofile.Profile{ID: "a", KeyRef: "env:A B"}, "not a variable name", true},
 		{"no secret at all", authprofile.Profile{ID: "a"}, "no secret", true},
 	} {
@@ -56,7 +57,7 @@ func TestSecretRefs(t *testing.T) {
 		switch {
 		case tc.err && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.want)
-		case tc.err && strings.Contains(err.Error(), "sk-"):
+		case tc.err && (strings.Contains(err.Error(), "sk-") || strings.Contains(err.Error(), "op://") || strings.Contains(err.Error(), "passwd")):
 			t.Errorf("%s: error %v holds a secret", tc.name, err)
 		case tc.err && tc.p.KeyRef != "" && !errors.Is(err, authprofile.ErrSecretRef):
 			t.Errorf("%s: error %v is not an ErrSecretRef", tc.name, err)
@@ -91,6 +92,31 @@ func TestDecodeStoreKeepsRefs(t *testing.T) {
 	}
 	if _, err := authprofile.ParseSecretRef(b.TokenRef); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRefreshRef: an OAuth profile's refreshRef is kept as a reference,
+// makes the profile valid, and is read at use like the other references.
+func TestRefreshRef(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "refresh")
+	if err := os.WriteFile(file, []byte("sk-ant-ort01-x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := authprofile.DecodeStore([]byte(`{"profiles": {"anthropic:sub": {"type": "oauth", "provider": "anthropic", "refreshRef": "file:` + file + `"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := s.Profile("anthropic:sub")
+	if p.RefreshRef != "file:"+file || p.Refresh != "" || !(authprofile.Config{}).Valid(p, "anthropic", time.Now()) {
+		t.Fatalf("profile %+v", p)
+	}
+	if r, err := p.RefreshSecret(nil); err != nil || r.Reveal() != "sk-ant-ort01-x" {
+		t.Errorf("refresh %v", err)
+	}
+	p.RefreshRef = "env:NOPE"
+	if _, err := p.RefreshSecret(nil); err == nil || !strings.Contains(err.Error(), `auth profile "anthropic:sub": refreshRef: secret reference env:NOPE: the variable is not set`) {
+		t.Errorf("unset: %v", err)
 	}
 }
 

@@ -48,9 +48,10 @@ type Profile struct {
 	Token    provider.Secret // token
 	TokenRef string          // token
 
-	Access   provider.Secret // oauth
-	Refresh  provider.Secret // oauth
-	ClientID string          // oauth
+	Access     provider.Secret // oauth
+	Refresh    provider.Secret // oauth
+	RefreshRef string          // oauth: reference to the refresh token held elsewhere
+	ClientID   string          // oauth
 
 	// Expires is when a token or an OAuth access token expires, in Unix
 	// milliseconds; 0 = never.
@@ -163,6 +164,9 @@ func decodeProfile(id string, m map[string]any) (Profile, bool) {
 		KeyRef:   refString(m["keyRef"]),
 		TokenRef: refString(m["tokenRef"]),
 		ClientID: str("clientId"),
+	}
+	if p.Type == TypeOAuth {
+		p.RefreshRef = refString(m["refreshRef"])
 	}
 	switch p.Type {
 	case TypeAPIKey:

@@ -29,8 +29,8 @@ const EnvProfileSuffix = ":env"
 // Path "" means environment keys only. A file that is missing, cannot be
 // read or cannot be parsed is an error naming the file (and never quoting
 // its content): a worker told to rotate keys must not start without them,
-// nor with a profile whose keyRef or tokenRef ("env:NAME", "file:/path")
-// names nothing readable. The file's usageStats and lastGood are dropped: that state
+// nor with a profile whose keyRef, tokenRef or refreshRef ("env:NAME",
+// "file:/path") names nothing readable. The file's usageStats and lastGood are dropped: that state
 // lives in the bucket.
 func LoadCredentials(path string, env func(string) string) (*authprofile.Store, error) {
 	creds := &authprofile.Store{Version: 1}
@@ -51,10 +51,15 @@ func LoadCredentials(path string, env func(string) string) (*authprofile.Store, 
 			for _, p := range creds.Profiles {
 				// A secret held by reference is read at each use; one
 				// that cannot be read now stops the worker here.
-				if p.Key == "" && p.Token == "" && p.Access == "" {
-					if _, err := p.Secret(env); err != nil {
-						return nil, fmt.Errorf("authstore: credentials file %s: %w", path, err)
-					}
+				var err error
+				switch {
+				case p.Type == authprofile.TypeOAuth && (p.Refresh != "" || p.RefreshRef != ""):
+					_, err = p.RefreshSecret(env)
+				case p.Key == "" && p.Token == "" && p.Access == "":
+					_, err = p.Secret(env)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("authstore: credentials file %s: %w", path, err)
 				}
 			}
 		}

@@ -31,4 +31,12 @@ func TestLoadCredentialsChecksRefs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `auth profile "openai:team": secret reference env:TEAM_KEY: the variable is not set`) || strings.Contains(err.Error(), "sk-") {
 		t.Errorf("unset variable: %v", err)
 	}
+	oauth := writeFile(t, `{"profiles": {"anthropic:sub": {"type": "oauth", "provider": "anthropic", "refreshRef": "env:CLAUDE_REFRESH"}}}`)
+	if _, err := LoadCredentials(oauth, func(string) string { return "sk-ant-ort01-x" }); err != nil {
+		t.Errorf("oauth refreshRef: %v", err)
+	}
+	_, err = LoadCredentials(oauth, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), `auth profile "anthropic:sub": refreshRef: secret reference env:CLAUDE_REFRESH: the variable is not set`) {
+		t.Errorf("unset refreshRef: %v", err)
+	}
 }

@@ -6,12 +6,17 @@
 //
 //	p.<token>     one profile's authprofile.State as JSON
 //	good.<token>  the last good profile id of one provider, as a JSON string
+//	oauth.<token> one OAuth profile's tokens, the fleet's copy (oauth.go:
+//	              LoadOAuth and SwapOAuth, for anthropic.OAuth, whose
+//	              record it is)
 //
 // where <token> is events.KeyToken of the profile id or provider name
 // (profile ids such as "anthropic:default" contain ':', which KV keys
-// forbid). Credentials never enter the bucket: they come from an
-// auth-profiles.json file and the environment ([LoadCredentials]) and are
-// combined with the bucket's states only in memory ([Store.Snapshot]).
+// forbid). Credentials come from an auth-profiles.json file and the
+// environment ([LoadCredentials]) and are combined with the bucket's
+// states only in memory ([Store.Snapshot]); the one exception is an
+// Anthropic OAuth profile's tokens, which rotate at each refresh and so
+// are fleet state: seeded from the file, then kept under oauth.<token>.
 //
 // Every [Store] watches the bucket and keeps all states in memory, so
 // ordering and availability checks never wait on the network. A change goes

@@ -286,6 +286,9 @@ func (s *Store) observe(e jetstream.KeyValueEntry) {
 			}
 		}
 		s.cache.setGood(key, prov, id, rev)
+	case strings.HasPrefix(key, oauthPrefix):
+		// OAuth tokens (LoadOAuth) are read from the bucket when used,
+		// never kept or logged here.
 	default:
 		s.log.Warn().Str("key", key).Uint64("revision", rev).Msg("authstore: skipping unknown key in bucket")
 	}

@@ -116,9 +116,13 @@ func setup(t testing.TB, o setupOpts) *bundle {
 }
 
 // startWorker runs an in-process fleet member on url until the test ends.
+// Its lane leases last 30 s: no test here waits for one to lapse, and
+// under -race at a load of 20 a 5 s lease ran out mid-turn and the run
+// restarted (TestStreamLimits saw no active run, TestSlowReader's run
+// never ended in time).
 func startWorker(t testing.TB, url string, tune func(*fleet.Config)) {
 	t.Helper()
-	cfg := fleet.Config{NATSURL: url, Scripted: true, AckWait: 5 * time.Second, LeaseTTL: 5 * time.Second, IdleRelease: -1,
+	cfg := fleet.Config{NATSURL: url, Scripted: true, AckWait: 5 * time.Second, LeaseTTL: 30 * time.Second, IdleRelease: -1,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), DefaultModel: "scripted/echo"}
 	if tune != nil {
 		tune(&cfg)

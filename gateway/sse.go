@@ -38,8 +38,10 @@ type stream struct {
 	event  time.Time // last event
 	cancel context.CancelCauseFunc
 	done   bool
-	// held is the stream's head, held back to go out with the first
-	// events (hold); release writes it on its own if none comes first.
+	// held is what the stream holds back to go out with its next write
+	// (hold): its head, until the first events; the run's lifecycle start,
+	// until its first output; its end, until its final. release writes it
+	// on its own if nothing comes first.
 	held    []byte
 	release *time.Timer
 }
@@ -51,12 +53,41 @@ type stream struct {
 // runs, or no worker) gets its head on its own then.
 const headHold = time.Second
 
-// hold keeps b, the stream's head, to go out with the next write, or
-// after d on its own, within timeout.
+// leadsIn reports whether ev announces what follows it, to be held for it
+// (lifecycleHold): the run's lifecycle start, an attempt's start (its
+// model), the run's lifecycle end.
+func leadsIn(ev *events.Event) bool {
+	switch ev.Stream {
+	case events.StreamAttempt:
+		return true
+	case events.StreamLifecycle:
+		return ev.Data.Phase == events.PhaseStart || ev.Data.Phase == events.PhaseEnd
+	}
+	return false
+}
+
+// lifecycleHold is how long a run's lifecycle start event (and the
+// attempt event after it) waits for the run's first output (the model's
+// first delta, a tool's start), and its
+// end event for the run's final (which follows once the turn is stored,
+// moments later), to go out in one write with it instead of two. Nothing
+// that comes after them waits: the first token goes out as it comes, and
+// so does the final. A client that reads the start or the end gets it
+// with what follows, or after this at the latest.
+const lifecycleHold = 100 * time.Millisecond
+
+// hold keeps b to go out with the next write, after what it holds
+// already, or after d on its own, within timeout.
 func (st *stream) hold(b []byte, d, timeout time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.held, st.last = b, time.Now()
+	if st.done {
+		return
+	}
+	if st.release != nil {
+		st.release.Stop()
+	}
+	st.held, st.last = append(st.held, b...), time.Now()
 	st.release = time.AfterFunc(d, func() {
 		if err := st.send(nil, timeout, true); err != nil && !errors.Is(err, errShutdown) {
 			st.cancel(err)
@@ -301,35 +332,84 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, run *laneflee
 // (a catch-up's page of a long run, a burst of deltas).
 const sseBatchMax = 32 << 10
 
+// sseBuf is a stream's buffer of events not written yet and the encoder
+// that writes into it, pooled: a turn's stream reuses one another
+// stream grew instead of growing its own.
+type sseBuf struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var sseBufs = sync.Pool{New: func() any {
+	b := &sseBuf{}
+	b.enc = json.NewEncoder(&b.buf)
+	return b
+}}
+
+// appendEvent encodes ev into buf as a server-sent event: "id:" its
+// seq, "event:" its stream, "data:" its JSON (as json.Marshal writes it;
+// Encode's newline ends the data line). On an error buf is as it was.
+func appendEvent(buf *bytes.Buffer, enc *json.Encoder, ev *events.Event) error {
+	var num [20]byte
+	mark := buf.Len()
+	buf.WriteString("id: ")
+	buf.Write(strconv.AppendUint(num[:0], ev.Seq, 10))
+	buf.WriteString("\nevent: ")
+	buf.WriteString(ev.Stream)
+	buf.WriteString("\ndata: ")
+	if err := enc.Encode(ev); err != nil {
+		buf.Truncate(mark)
+		return err
+	}
+	buf.WriteByte('\n')
+	return nil
+}
+
 // follow writes the run's events after seq after to st until the final
 // one, an error, or st's end. Events that come together go out together:
 // they are encoded into the stream's buffer and written, with one flush,
 // once following has none left at hand (Run.OnCaughtUp), so a burst costs
-// the connection one write instead of one per event, and no event waits.
+// the connection one write instead of one per event, and no event waits,
+// but two: the run's lifecycle start is held for its first output, and
+// its end for its final (lifecycleHold), so each pair costs one write.
 func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, after uint64) {
 	s.hub.add(st)
 	defer s.hub.remove(st)
-	var (
-		buf bytes.Buffer // events not written yet
-		num [20]byte
-	)
+	sb := sseBufs.Get().(*sseBuf)
+	defer func() {
+		if sb.buf.Cap() <= sseBatchMax*2 { // a long run's page is not kept
+			sb.buf.Reset()
+			sseBufs.Put(sb)
+		}
+	}()
+	buf := &sb.buf   // events not written yet
+	pending := false // the last event in buf leads in what follows (leadsIn)
+	held := false    // the stream holds events back (see lifecycleHold)
 	// put writes what buf holds, flushing it when flush is set. A write
 	// that fails ends the stream (the client went or reads too slowly);
 	// the run goes on.
 	put := func(flush bool) bool {
-		if buf.Len() == 0 {
+		if buf.Len() == 0 && !held {
 			return true
 		}
 		err := st.send(buf.Bytes(), s.cfg.WriteTimeout, flush)
 		buf.Reset()
+		held = false
 		if err != nil {
 			st.cancel(err)
 			return false
 		}
 		return true
 	}
-	run.OnCaughtUp(func() { put(true) })
-	enc := json.NewEncoder(&buf)
+	run.OnCaughtUp(func() {
+		if pending && buf.Len() > 0 {
+			st.hold(buf.Bytes(), lifecycleHold, s.cfg.WriteTimeout)
+			buf.Reset()
+			held = true
+			return
+		}
+		put(true)
+	})
 	for ev, err := range run.Events(ctx) {
 		if err != nil {
 			var de *events.DecodeError
@@ -359,19 +439,10 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 		if ev.Seq <= after {
 			continue // the client has it
 		}
-		// The JSON is encoded in place (as json.Marshal would, and
-		// Encode's newline ends the data line).
-		mark := buf.Len()
-		buf.WriteString("id: ")
-		buf.Write(strconv.AppendUint(num[:0], ev.Seq, 10))
-		buf.WriteString("\nevent: ")
-		buf.WriteString(ev.Stream)
-		buf.WriteString("\ndata: ")
-		if err := enc.Encode(ev); err != nil {
-			buf.Truncate(mark)
+		if appendEvent(buf, sb.enc, ev) != nil {
 			continue
 		}
-		buf.WriteByte('\n')
+		pending = leadsIn(ev)
 		if ev.Terminal() {
 			// The final event is the stream's last: on net/http it goes
 			// out with the response's end, in one write to the

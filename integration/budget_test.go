@@ -51,7 +51,7 @@ func TestBudgetPausesAndResumes(t *testing.T) {
 	}
 	// Every worker's watch has the budget before the first message.
 	for _, m := range members {
-		waitUntil(t, 10*time.Second, "the budget to reach "+m.m.Worker.ID(), func(context.Context) bool { return m.m.Budgeted(acme) })
+		waitUntil(t, time.Minute, "the budget to reach "+m.m.Worker.ID(), func(context.Context) bool { return m.m.Budgeted(acme) })
 	}
 	const s = "acme:support:1"
 	var runs []*lanefleet.Run
@@ -80,14 +80,14 @@ func TestBudgetPausesAndResumes(t *testing.T) {
 		}
 		return n
 	}
-	waitUntil(t, 10*time.Second, "an owner to let the paused lane go", func(context.Context) bool { return paused() > 0 })
+	waitUntil(t, time.Minute, "an owner to let the paused lane go", func(context.Context) bool { return paused() > 0 })
 	before := paused()
 	r7, err := c.Send(ctx, s, "m7")
 	if err != nil {
 		t.Fatal(err)
 	}
 	runs = append(runs, r7)
-	waitUntil(t, 10*time.Second, "the message sent while paused to be let go", func(context.Context) bool { return paused() > before })
+	waitUntil(t, time.Minute, "the message sent while paused to be let go", func(context.Context) bool { return paused() > before })
 	st, _, err := c.Budget(ctx, acme)
 	if err != nil || !st.Paused(time.Now()) || st.Used.Turns != 3 {
 		t.Fatalf("budget %+v (%v), want 3 turns used and paused", st, err)
@@ -199,8 +199,12 @@ func TestBudgetRaceAcrossWorkers(t *testing.T) {
 	srv := natstest.Start(t)
 	var members []*member
 	for i := range 3 {
+		// No worker dies here, so no lease needs to lapse: 30 s (the
+		// default), not the harness's 5 s, which a busy machine outlasted
+		// (a budget lease expired while its call's use waited to be
+		// written, and the check below read the bucket without it).
 		members = append(members, startMember(t, srv.URL, fleet.Config{WorkerID: fmt.Sprintf("w%d", i+1), ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
-			NoBuiltinTools: true, Env: env, Concurrency: 32}))
+			NoBuiltinTools: true, Env: env, Concurrency: 32, LeaseTTL: 30 * time.Second}))
 	}
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
@@ -211,7 +215,7 @@ func TestBudgetRaceAcrossWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range members {
-		waitUntil(t, 10*time.Second, "the budget to reach "+m.m.Worker.ID(), func(context.Context) bool { return m.m.Budgeted(acme) })
+		waitUntil(t, time.Minute, "the budget to reach "+m.m.Worker.ID(), func(context.Context) bool { return m.m.Budgeted(acme) })
 	}
 	const sessions = 64
 	type outcome struct {
@@ -333,7 +337,7 @@ func TestKilledWorkersReservationExpires(t *testing.T) {
 	if exp := time.UnixMilli(held.Expires); exp.After(killed.Add(2 * time.Second)) {
 		t.Fatalf("the dead worker's reservation lives until %v, past its lease (killed at %v)", exp, killed)
 	}
-	waitUntil(t, 10*time.Second, "the dead worker's reservation to expire", func(context.Context) bool {
+	waitUntil(t, time.Minute, "the dead worker's reservation to expire", func(context.Context) bool {
 		st, _, err = c.Budget(ctx, acme)
 		return err == nil && st.ReservedNow(time.Now()).IsZero()
 	})
@@ -362,7 +366,7 @@ func TestQuotaAcrossWorkers(t *testing.T) {
 	if _, _, err := c.SetQuota(ctx, "acme", governance.Quota{Turns: 1}, "ops"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the quota to reach the workers", func(context.Context) bool {
+	waitUntil(t, time.Minute, "the quota to reach the workers", func(context.Context) bool {
 		for _, m := range members {
 			if !m.m.QuotaSet("acme") {
 				return false
@@ -439,7 +443,7 @@ func TestAgentBudgetPausesItsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range members {
-		waitUntil(t, 10*time.Second, "the budget to reach "+m.m.Worker.ID(), func(context.Context) bool { return m.m.Budgeted(support) })
+		waitUntil(t, time.Minute, "the budget to reach "+m.m.Worker.ID(), func(context.Context) bool { return m.m.Budgeted(support) })
 	}
 	wait := func(r *lanefleet.Run, want string) {
 		t.Helper()
@@ -464,7 +468,7 @@ func TestAgentBudgetPausesItsSessions(t *testing.T) {
 	}
 	queued := send("agent:support:c", "c1")
 	wait(send("beta:1", "hello"), "echo: hello") // no agent: not paused
-	waitUntil(t, 10*time.Second, "the agent's third session to wait in its queue", func(ctx context.Context) bool {
+	waitUntil(t, time.Minute, "the agent's third session to wait in its queue", func(ctx context.Context) bool {
 		b, err := c.Backlog(ctx, "agent:support:c")
 		return err == nil && b.Waiting == 1
 	})
@@ -495,7 +499,7 @@ func TestQuotaStoreFailsTheAttempt(t *testing.T) {
 	if _, _, err := c.SetQuota(ctx, "acme", governance.Quota{Turns: 5}, "ops"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the quota to reach the worker", func(context.Context) bool { return m.m.QuotaSet("acme") })
+	waitUntil(t, time.Minute, "the quota to reach the worker", func(context.Context) bool { return m.m.QuotaSet("acme") })
 	js, err := jetstream.New(natstest.Connect(t, srv.URL))
 	if err != nil {
 		t.Fatal(err)

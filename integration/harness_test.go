@@ -7,6 +7,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -273,29 +274,40 @@ var (
 	buildErr  error
 )
 
-// workerBinary builds cmd/worker once per test binary.
+// workerBinary returns cmd/worker, built once per test binary.
 func workerBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lanefleet-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		workerBin = filepath.Join(dir, "worker")
-		out, err := exec.Command("go", "build", "-o", workerBin, "../cmd/worker").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
+	buildOnce.Do(buildWorker)
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return workerBin
 }
 
+// buildWorker builds cmd/worker into a temporary directory.
+func buildWorker() {
+	dir, err := os.MkdirTemp("", "lanefleet-bin")
+	if err != nil {
+		buildErr = err
+		return
+	}
+	workerBin = filepath.Join(dir, "worker")
+	out, err := exec.Command("go", "build", "-o", workerBin, "../cmd/worker").CombinedOutput()
+	if err != nil {
+		buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+	}
+}
+
 func TestMain(m *testing.M) {
 	sandbox.Main() // in-process members confine exec's commands with this binary
+	flag.Parse()
+	if !testing.Short() && flag.Lookup("test.list").Value.String() == "" {
+		// Built before any test starts, so no test's deadline pays for
+		// it: under -race at a load of 25 the build and the worker's
+		// start outlasted TestKilledWorkersReservationExpires's 90 s
+		// context, created before its first worker process.
+		buildOnce.Do(buildWorker)
+	}
 	code := m.Run()
 	if workerBin != "" {
 		os.RemoveAll(filepath.Dir(workerBin))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 )
@@ -61,7 +62,13 @@ func TestViewersJoiningMidRun(t *testing.T) {
 					return
 				}
 				want++
-				if ev.Stream == "assistant" {
+				switch {
+				case ev.Stream == events.StreamLifecycle && ev.Data.Phase == events.PhaseRestart:
+					// The aborted attempt's text is superseded: under
+					// load the worker's lease ran out mid-turn and the
+					// run started again.
+					text = ""
+				case ev.Stream == "assistant":
 					text += ev.Data.Delta
 				}
 				if ev.Terminal() && ev.Data.Result.Payloads[0].Text != strings.TrimSpace(text) {

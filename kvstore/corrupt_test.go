@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -32,7 +31,7 @@ func turn(seq uint64, text string) Record {
 // as held.
 func TestCorruptValues(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 5*time.Second)
+	b := setup(t, leaseOutlivesTest)
 	ctx := t.Context()
 	l, err := b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "a"})
 	if err != nil {

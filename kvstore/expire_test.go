@@ -4,7 +4,6 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -15,7 +14,7 @@ import (
 // markers, and the retention position is compare-and-swap.
 func TestForgetIsFenced(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 5*time.Second)
+	b := setup(t, leaseOutlivesTest)
 	ctx := t.Context()
 	stale, err := b.lanes.Acquire(ctx, "bob", LeaseInfo{Worker: "a"})
 	if err != nil {

@@ -17,6 +17,10 @@ type bundle struct {
 	js    jetstream.JetStream
 }
 
+// leaseOutlivesTest is the lease TTL of tests that never wait for a lease
+// to expire: a short one ran out under load while a test still wrote.
+const leaseOutlivesTest = 10 * time.Minute
+
 func setup(t *testing.T, ttl time.Duration) *bundle {
 	t.Helper()
 	srv := natstest.Start(t)
@@ -161,7 +165,9 @@ func TestLeaseExclusiveAndFenced(t *testing.T) {
 
 func TestRecordsOrderAndEmpty(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 5*time.Second)
+	// The lease outlives the test: it is never renewed while 300 writes
+	// go by, which took over 5 s under -race at a load of 25.
+	b := setup(t, leaseOutlivesTest)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // 300 writes on a busy box
 	defer cancel()
 	recs, err := b.lanes.Records(ctx, "nobody")

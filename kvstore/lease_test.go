@@ -144,7 +144,7 @@ func TestLeaseConflictsOnReplicatedBucket(t *testing.T) {
 // value and adopts the new revision instead of giving the lane up.
 func TestRenewWhoseAnswerWasLost(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 5*time.Second)
+	b := setup(t, leaseOutlivesTest)
 	ctx := t.Context()
 	l, err := b.lanes.Acquire(ctx, "alice", LeaseInfo{Worker: "a", Acquired: 1})
 	if err != nil {
@@ -152,7 +152,7 @@ func TestRenewWhoseAnswerWasLost(t *testing.T) {
 	}
 	// The renewal as the server stored it, without l learning its revision.
 	if _, err := b.js.Publish(ctx, b.lanes.prefix+leaseKey("alice"), l.value,
-		jetstream.WithExpectLastSequencePerSubject(l.Revision()), jetstream.WithMsgTTL(5*time.Second)); err != nil {
+		jetstream.WithExpectLastSequencePerSubject(l.Revision()), jetstream.WithMsgTTL(leaseOutlivesTest)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.PutRecord(ctx, Record{InboundSeq: 1}); err != nil {

@@ -2,7 +2,6 @@ package kvstore
 
 import (
 	"testing"
-	"time"
 
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -12,7 +11,7 @@ import (
 // and the records after it name where the transcript starts.
 func TestResetRecordStartsTheTranscript(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 5*time.Second)
+	b := setup(t, leaseOutlivesTest)
 	ctx := t.Context()
 	lease, err := b.lanes.Acquire(ctx, "bob", LeaseInfo{Worker: "a"})
 	if err != nil {

@@ -43,12 +43,41 @@ type SecretNoter interface {
 	NoteSecret(profile string, s provider.Secret)
 }
 
-// profileKey returns the secret a profile authenticates with: its key,
-// token or access token, or the value its keyRef or tokenRef names
-// ("env:NAME", "file:/path"), read now from a's environment (a SecretEnv's,
-// else the process's) or the file, so a rotated secret is used from the
-// next call.
-func profileKey(a Auth, p authprofile.Profile) (provider.Secret, error) {
+// OAuthTokens is an Auth that holds OAuth profiles' access tokens as
+// fleet state (the fleet's Anthropic OAuth profiles, whose refresh token
+// rotates at each refresh): it refreshes them, and is told when the API
+// refuses one.
+type OAuthTokens interface {
+	// AccessToken returns p's access token; ok is false when p's tokens
+	// are not held here (its own access token is used as given). The
+	// error is a *provider.Error when p cannot be used now: auth_permanent
+	// when its refresh token was refused.
+	AccessToken(ctx context.Context, p authprofile.Profile) (tok provider.Secret, ok bool, err error)
+	// Rejected tells that the API refused tok, p's access token, as
+	// unauthorized before its expiry; it reports whether the next
+	// AccessToken gets a new one.
+	Rejected(p authprofile.Profile, tok provider.Secret) bool
+}
+
+// profileKey returns the secret a profile authenticates with: an OAuth
+// access token the Auth holds (OAuthTokens), else its key, token or
+// access token, or the value its keyRef or tokenRef names ("env:NAME",
+// "file:/path"), read now from a's environment (a SecretEnv's, else the
+// process's) or the file, so a rotated secret is used from the next call.
+// A secret that is not the configuration's own is noted (SecretNoter).
+func profileKey(ctx context.Context, a Auth, p authprofile.Profile) (provider.Secret, error) {
+	if o, ok := a.(OAuthTokens); ok && p.Type == authprofile.TypeOAuth {
+		k, held, err := o.AccessToken(ctx, p)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", errNoKey, err)
+		}
+		if held {
+			if n, ok := a.(SecretNoter); ok {
+				n.NoteSecret(p.ID, k)
+			}
+			return k, nil
+		}
+	}
 	env := os.Getenv
 	if e, ok := a.(SecretEnv); ok {
 		env = e.SecretEnv

@@ -21,29 +21,29 @@ func TestProfileKeyReadsRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := authprofile.Profile{ID: "anthropic:sub", Type: authprofile.TypeToken, Provider: "anthropic", TokenRef: "file:" + path}
-	if k, err := profileKey(nil, p); err != nil || k.Reveal() != "sk-ant-oat01-first" {
+	if k, err := profileKey(t.Context(), nil, p); err != nil || k.Reveal() != "sk-ant-oat01-first" {
 		t.Fatalf("key: %v", err)
 	}
 	if err := os.WriteFile(path, []byte("sk-ant-oat01-second"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if k, err := profileKey(nil, p); err != nil || k.Reveal() != "sk-ant-oat01-second" {
+	if k, err := profileKey(t.Context(), nil, p); err != nil || k.Reveal() != "sk-ant-oat01-second" {
 		t.Fatalf("rotated key: %v", err)
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := profileKey(nil, p); !errors.Is(err, errNoKey) || !errors.Is(err, authprofile.ErrSecretRef) {
+	if _, err := profileKey(t.Context(), nil, p); !errors.Is(err, errNoKey) || !errors.Is(err, authprofile.ErrSecretRef) {
 		t.Errorf("missing file: %v", err)
 	}
 	// An Auth with an environment of its own is where env: references look.
 	p = authprofile.Profile{ID: "openai:team", Type: authprofile.TypeAPIKey, Provider: "openai", KeyRef: "env:LANEFLEET_TEST_TEAM_KEY"}
-	if k, err := profileKey(envAuth{"LANEFLEET_TEST_TEAM_KEY": "sk-team"}, p); err != nil || k.Reveal() != "sk-team" {
+	if k, err := profileKey(t.Context(), envAuth{"LANEFLEET_TEST_TEAM_KEY": "sk-team"}, p); err != nil || k.Reveal() != "sk-team" {
 		t.Errorf("env reference: %v", err)
 	}
 	// An Auth that masks secrets is told of each one a reference read.
 	n := &noter{}
-	if _, err := profileKey(n, p); err != nil || n.noted != "openai:team=sk-noted" {
+	if _, err := profileKey(t.Context(), n, p); err != nil || n.noted != "openai:team=sk-noted" {
 		t.Errorf("noted %q, %v", n.noted, err)
 	}
 }

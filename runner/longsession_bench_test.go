@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime/metrics"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +16,8 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/anthropic"
+	"github.com/lanefleet/lanefleet/provider/google"
 	"github.com/lanefleet/lanefleet/provider/openai"
 )
 
@@ -21,27 +25,65 @@ import (
 const pongSSE = `data: {"choices":[{"index":0,"delta":{"content":"pong"},"finish_reason":null}]}` + "\n\n" +
 	`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}}` + "\n\ndata: [DONE]\n\n"
 
-// pongServer is an OpenAI-compatible endpoint answering every request with
-// "pong" over real HTTP.
+// anthropicPongSSE is an Anthropic Messages stream answering "pong".
+const anthropicPongSSE = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":2,\"output_tokens\":1}}}\n\n" +
+	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"pong\"}}\n\n" +
+	"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n" +
+	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+
+// geminiPongSSE is a Gemini streamGenerateContent stream answering "pong".
+const geminiPongSSE = `data: {"candidates":[{"content":{"parts":[{"text":"pong"}],"role":"model"},"index":0,"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":1,"totalTokenCount":3}}` + "\n\n"
+
+// pongServer is an endpoint answering every request with "pong" over real
+// HTTP, in the stream of the API its path names: Chat Completions,
+// Anthropic Messages or Gemini.
 func pongServer(tb testing.TB) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body) // a body left unread past 256 KB closes the connection
 		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = w.Write([]byte(pongSSE))
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/messages"):
+			_, _ = w.Write([]byte(anthropicPongSSE))
+		case strings.HasSuffix(r.URL.Path, ":streamGenerateContent"):
+			_, _ = w.Write([]byte(geminiPongSSE))
+		default:
+			_, _ = w.Write([]byte(pongSSE))
+		}
 	}))
 	tb.Cleanup(srv.Close)
 	return srv
 }
 
-// urlResolver resolves every reference to one OpenAI-compatible model at
-// a base URL.
+// urlResolver resolves every reference to one model of api (default:
+// OpenAI-compatible) at a base URL.
 type urlResolver struct {
 	url  string
 	prov provider.Provider
+	api  string
 }
 
 func (r urlResolver) Resolve(string) (provider.Model, provider.Provider, error) {
-	return provider.Model{Provider: "acme", ID: "m1", API: "openai-completions", BaseURL: r.url + "/v1", ContextWindow: 1_000_000}, r.prov, nil
+	m := provider.Model{Provider: "acme", ID: "m1", API: "openai-completions", BaseURL: r.url + "/v1", ContextWindow: 1_000_000}
+	switch r.api {
+	case "anthropic-messages":
+		m.API, m.BaseURL = r.api, r.url
+	case "google-generative-ai":
+		m.API, m.ID = r.api, "gemini-2.5-flash"
+	}
+	return m, r.prov, nil
+}
+
+// sessionAPIs are the wire APIs BenchmarkSessionTurns runs a session
+// through, each its adapter against pongServer.
+var sessionAPIs = []struct {
+	api  string
+	prov func() provider.Provider
+}{
+	{"openai-completions", func() provider.Provider { return openai.NewCompletions(openai.Config{}) }},
+	{"anthropic-messages", func() provider.Provider { return anthropic.New(anthropic.Config{}) }},
+	{"google-generative-ai", func() provider.Provider { return google.New(google.Config{}) }},
 }
 
 // pingPongHistory is a chat session of n messages as the fleet stores it:
@@ -100,21 +142,35 @@ func BenchmarkRunLongSession(b *testing.B) {
 // durable writes, so the ratio is the stricter one), and the
 // microseconds the last quarter adds to a fresh turn.
 func BenchmarkSessionTurns(b *testing.B) {
-	const turns = 1000
 	srv := pongServer(b)
-	r, err := New(Config{DefaultModel: "acme/m1", Resolver: urlResolver{url: srv.URL, prov: openai.NewCompletions(openai.Config{})}})
-	if err != nil {
-		b.Fatal(err)
+	for _, a := range sessionAPIs {
+		b.Run("api="+a.api, func(b *testing.B) {
+			r, err := New(Config{DefaultModel: "acme/m1", Resolver: urlResolver{url: srv.URL, prov: a.prov(), api: a.api}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			sessionTurns(b, r)
+		})
 	}
+}
+
+// sessionTurns is BenchmarkSessionTurns through r.
+func sessionTurns(b *testing.B, r *Runner) {
+	const turns = 1000
+	b.ReportAllocs()
 	var fresh, first, last []time.Duration
 	// The process's CPU time over the fresh turns and over the last
 	// quarter's (the mock endpoint's included): on a shared machine it
 	// moves less than the time a turn takes.
 	var freshCPU, lastCPU time.Duration
+	// The process's allocations (objects, bytes) over the same turns.
+	var freshAllocs, lastAllocs [2]uint64
 	run := 0
+	var allocs0 [2]uint64
 	turn := func(key string, hist []message.Entry) (*Output, time.Duration, time.Duration) {
 		run++
 		in := Input{SessionKey: key, SessionID: key, RunID: fmt.Sprint("r", run), Inbound: &events.Inbound{Text: fmt.Sprint("ping ", run)}, History: hist}
+		allocs0 = heapAllocs()
 		c0, t0 := cpuTime(), time.Now()
 		out, err := r.Run(context.Background(), in, nopSink{})
 		d, c := time.Since(t0), cpuTime()-c0
@@ -123,13 +179,24 @@ func BenchmarkSessionTurns(b *testing.B) {
 		}
 		return out, d, c
 	}
+	since := func(sum *[2]uint64) {
+		a := heapAllocs()
+		sum[0] += a[0] - allocs0[0]
+		sum[1] += a[1] - allocs0[1]
+	}
 	session := 0
 	for b.Loop() {
 		session++
 		var hist []message.Entry
 		for t := range turns {
 			_, df, cf := turn(fmt.Sprint("fresh-", session, "-", t), nil)
+			if t >= turns*3/4 {
+				since(&freshAllocs)
+			}
 			out, d, c := turn(fmt.Sprint("long-", session), hist)
+			if t >= turns*3/4 {
+				since(&lastAllocs)
+			}
 			hist = append(hist, out.Entries...)
 			switch {
 			case t < turns/4:
@@ -160,6 +227,19 @@ func BenchmarkSessionTurns(b *testing.B) {
 	b.ReportMetric(fc, "fresh-cpu-µs")
 	b.ReportMetric(lc, "last-quarter-cpu-µs")
 	b.ReportMetric(lc/fc, "last-quarter/fresh-cpu")
+	n := float64(len(last))
+	b.ReportMetric(float64(freshAllocs[0])/n, "fresh-allocs")
+	b.ReportMetric(float64(lastAllocs[0])/n, "last-quarter-allocs")
+	b.ReportMetric(float64(freshAllocs[1])/n/1024, "fresh-KiB")
+	b.ReportMetric(float64(lastAllocs[1])/n/1024, "last-quarter-KiB")
+}
+
+// heapAllocs is the objects and bytes the process allocated so far
+// (runtime/metrics: no stop of the world).
+func heapAllocs() [2]uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return [2]uint64{s[0].Value.Uint64(), s[1].Value.Uint64()}
 }
 
 // cpuTime is the process's user and system time so far.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -210,7 +211,10 @@ type modelLoop struct {
 	// why is the failover reason class of the last attempt that was
 	// retried: the next attempt's attemptReq.after.
 	why provider.Reason
-	out loopOut
+	// reauthed holds the profiles whose refused OAuth access token was
+	// renewed in this run (once each).
+	reauthed map[string]bool
+	out      loopOut
 }
 
 // next is what a step of an iteration decided.
@@ -269,7 +273,7 @@ func (l *modelLoop) run(ctx context.Context) error {
 // reply is the run's.
 func (l *modelLoop) decide(ctx context.Context, a *outcome) (next, error) {
 	steps := []func(context.Context, *outcome) (next, error){
-		l.moved, l.refused, l.toolLoopLimit, l.toolLoop, l.contextOverflow, l.promptError, l.thinkingFallback, l.rotation,
+		l.moved, l.refused, l.toolLoopLimit, l.toolLoop, l.contextOverflow, l.reauth, l.promptError, l.thinkingFallback, l.rotation,
 	}
 	for _, step := range steps {
 		if n, err := step(ctx, a); err != nil || n != goOn {
@@ -468,6 +472,37 @@ func overflowText(a *outcome) string {
 		return a.lastErrText
 	}
 	return ""
+}
+
+// reauth retries, once per profile and run, an attempt whose OAuth access
+// token the API refused as unauthorized (HTTP 401) before its expiry, with
+// a new one (OAuthTokens.Rejected): a token revoked early is renewed
+// instead of cooling its profile. A second refusal, or a renewal that
+// fails, cools the profile as any other failure.
+func (l *modelLoop) reauth(_ context.Context, a *outcome) (next, error) {
+	err := a.promptErr
+	if err == nil && a.lastErrText != "" {
+		err = a.lastErr
+	}
+	var pe *provider.Error
+	if a.aborted || !errors.As(err, &pe) || pe.Status != http.StatusUnauthorized {
+		return goOn, nil
+	}
+	o, ok := l.req.auth.(OAuthTokens)
+	id := l.current()
+	if !ok || id == "" || l.reauthed[id] {
+		return goOn, nil
+	}
+	s, _ := l.req.auth.Snapshot()
+	p, found := s.Profile(id)
+	if !found || p.Type != authprofile.TypeOAuth || !o.Rejected(p, a.req.key) {
+		return goOn, nil
+	}
+	if l.reauthed == nil {
+		l.reauthed = map[string]bool{}
+	}
+	l.reauthed[id] = true
+	return retry, nil
 }
 
 // promptError handles a failure outside the model's reply (§3.2 step 6):
@@ -758,12 +793,25 @@ func (l *modelLoop) key(ctx context.Context) (provider.Secret, error) {
 		}
 		s, c := l.req.auth.Snapshot()
 		p, _ := s.Profile(id)
-		k, err := profileKey(l.req.auth, p)
+		k, err := profileKey(ctx, l.req.auth, p)
 		if err == nil {
 			return k, nil
 		}
+		if ctx.Err() != nil {
+			return "", context.Cause(ctx)
+		}
+		// A secret that exists but cannot be used now (an OAuth refresh
+		// token the endpoint refused) cools its profile like a failed
+		// call, and its message is what the run says.
+		msg := err.Error()
+		var pe *provider.Error
+		if errors.As(err, &pe) {
+			l.markFailed(ctx, failoverReason(pe, pe.Message), pe.RetryAfter)
+			s, c = l.req.auth.Snapshot()
+			msg = pe.Message
+		}
 		if id == l.req.locked || !l.advance(ctx, s, c, l.req.now()) {
-			return "", l.profileFailover(s, c, l.req.now(), err.Error())
+			return "", l.profileFailover(s, c, l.req.now(), msg)
 		}
 	}
 }

@@ -491,13 +491,18 @@ func (c *Cmd) Kill() {
 	if c.cmd == nil || c.cmd.Process == nil {
 		return
 	}
+	// The first process dies first (with a PID namespace it takes every
+	// other one with it; else its whole group at once): a shell that
+	// outlived a child the cgroup's one-by-one kill reached first reported
+	// it ("Killed") and exited 137 on its own, which a loaded machine gave
+	// it time to do.
 	if !c.tree {
 		killProcessGroup(c.cmd.Process.Pid)
 	}
+	c.cmd.Process.Kill() //nolint:errcheck // it may have exited
 	if c.cg != nil {
 		c.cg.kill()
 	}
-	c.cmd.Process.Kill() //nolint:errcheck // it may have exited
 }
 
 // ProcessState is the state of the exited command (nil before Wait).

@@ -280,7 +280,7 @@ func zombie(pid int) bool {
 // waitGone waits until no process carries marker.
 func waitGone(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		pids := marked(marker)
 		if len(pids) == 0 {
@@ -299,7 +299,7 @@ func waitGone(t *testing.T, marker string) {
 // waitStarted waits until n processes carry marker.
 func waitStarted(t *testing.T, marker string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for len(marked(marker)) < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d of %d processes started", len(marked(marker)), n)

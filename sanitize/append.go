@@ -26,17 +26,22 @@ func PrepareFinal(req Request) []message.Message {
 //
 // It is used only where that gives PrepareFinal's very result, which its
 // tests check against PrepareFinal for random histories and appends:
-// every stage of Prepare then works message by message. So it declines
-// (Extend and With report false, and the caller prepares the whole
-// history) for
-//   - a policy that rewrites tool-call ids (their new ids depend on every
-//     id of the transcript: Anthropic, Google, Mistral), turns Gemini
-//     turns, or puts a bootstrap turn first; a history limit; an allowlist
-//     of tools; another model or limit than the kept one (it starts over);
+// every stage of Prepare then works message by message. A policy that
+// rewrites tool-call ids (Anthropic, Mistral) is served: an id's new id
+// depends only on the ids before it (first come, first served), so the
+// mapper is kept with the history. So it declines (Extend and With
+// report false, and the caller prepares the whole history) for
+//   - a policy that turns Gemini turns or puts a bootstrap turn first
+//     (Google); a history limit; an allowlist of tools; another model or
+//     limit than the kept one (it starts over);
 //   - a history whose tool calls are not each followed at once by their
 //     results, in order (what the pairing repair would change), a call a
 //     provider would refuse (noted with its result), a prepared message
 //     that would merge with the one before the new ones;
+//   - where ids are rewritten, a call with an earlier call's id (the
+//     rename uniqueCallIDs gives it avoids every id of the transcript,
+//     later ones too) or an id whose rewriting took the time-stamped last
+//     resort;
 //   - a compaction summary after the first messages it kept, or a reply
 //     the kept summary makes stale.
 //
@@ -64,6 +69,12 @@ type appendState struct {
 	// (summaryTS, when hasTS).
 	summary, hasTS bool
 	summaryTS      int64
+	// ids maps the history's tool-call ids as a policy that rewrites
+	// them did (nil: none), and calls are the call ids of its messages
+	// as prepared; newIDs and newCalls are what the messages prepared
+	// last added over them, added to them when they are kept (Extend).
+	ids, newIDs     *idMapper
+	calls, newCalls map[string]struct{}
 }
 
 // Len is the number of history messages a holds the preparation of.
@@ -72,7 +83,17 @@ func (a *Appender) Len() int { return a.n }
 // Bytes estimates the memory a holds besides the strings and blocks it
 // shares with the history: its array of prepared messages.
 func (a *Appender) Bytes() int {
-	return cap(a.out)*int(unsafe.Sizeof(message.Message{})) + cap(a.st.pending)*int(unsafe.Sizeof(""))
+	n := cap(a.out)*int(unsafe.Sizeof(message.Message{})) + cap(a.st.pending)*int(unsafe.Sizeof(""))
+	if ids := a.st.ids; ids != nil {
+		for k, v := range ids.m {
+			n += len(k) + len(v) + 64
+		}
+		n += len(ids.used) * 32
+	}
+	for k := range a.st.calls {
+		n += len(k) + 32
+	}
+	return n
 }
 
 // Kept is how many final messages a keeps for its history: the results
@@ -101,6 +122,20 @@ func (a *Appender) Extend(req Request) bool {
 		a.Reset()
 		return false
 	}
+	if st.newIDs != nil {
+		if st.ids == nil {
+			st.ids = st.newIDs
+		} else {
+			st.ids.merge(st.newIDs)
+		}
+	}
+	if st.calls == nil {
+		st.calls = map[string]struct{}{}
+	}
+	for id := range st.newCalls {
+		st.calls[id] = struct{}{}
+	}
+	st.newIDs, st.newCalls = nil, nil
 	a.out, a.st, a.n = out, st, len(req.Messages)
 	return true
 }
@@ -135,9 +170,14 @@ func appendKey(req Request) string {
 // appendable reports whether pol and req prepare a history message by
 // message (see Appender).
 func appendable(pol Policy, req Request) bool {
-	rewritesIDs := pol.SanitizeMode == ModeFull && pol.SanitizeToolCallIDs && pol.ToolCallIDMode != ""
-	return !rewritesIDs && !pol.ValidateGeminiTurns && !pol.ApplyGoogleTurnOrdering &&
+	return !pol.ValidateGeminiTurns && !pol.ApplyGoogleTurnOrdering &&
 		req.HistoryLimit <= 0 && len(newAllowSet(req.AllowedToolNames)) == 0 && req.Policy == nil
+}
+
+// rewritesIDs reports whether pol rewrites tool-call ids (and renames
+// duplicate calls: uniqueCallIDs).
+func rewritesIDs(pol Policy) bool {
+	return pol.SanitizeMode == ModeFull && pol.SanitizeToolCallIDs && pol.ToolCallIDMode != ""
 }
 
 // prepare prepares req.Messages[a.n:] after a's, appending them to a's
@@ -163,6 +203,16 @@ func (a *Appender) prepare(req Request) ([]message.Message, appendState, bool) {
 	// Prepare's sanitising stages, in its order; those left out change
 	// nothing of an appendable policy's history, or are checked below.
 	msgs = annotateInterSession(msgs, false)
+	if rewritesIDs(pol) {
+		// An id's new id depends only on the ids before it: the kept
+		// mapper's, and the new ones' in a mapper of their own over it.
+		st.newIDs = newIDMapper(pol.ToolCallIDMode, 0, a.st.ids)
+		msgs, _ = mapToolCallIDs(msgs, st.newIDs, false)
+		if st.newIDs.lastResort {
+			return nil, st, false // a new id that depends on the time
+		}
+		pol.SanitizeToolCallIDs = false // done
+	}
 	msgs = sanitizeContent(msgs, pol, req.Images, 0, false)
 	if pol.DropThinkingBlocks {
 		msgs, _ = dropThinkingBlocks(msgs, false)
@@ -178,6 +228,37 @@ func (a *Appender) prepare(req Request) ([]message.Message, appendState, bool) {
 	}
 	if pol.RepairToolUseResultPairing && len(st.pending) > 0 {
 		return nil, st, false // the repair would add results the next messages may bring
+	}
+	if rewritesIDs(PolicyFor(req.Provider, req.API, req.ModelID)) {
+		// uniqueCallIDs renames a call whose id an earlier message's
+		// call has, to an id unused in the whole transcript (later
+		// messages' too): such a history is prepared whole.
+		st.newCalls = map[string]struct{}{}
+		for i := range msgs {
+			m := &msgs[i]
+			if m.Role != message.RoleAssistant {
+				continue
+			}
+			var mine []string
+			for j := range m.Content.Blocks {
+				b := &m.Content.Blocks[j]
+				if !IsToolCall(b) {
+					continue
+				}
+				id, ok := callID(b)
+				if !ok || id == "" {
+					continue
+				}
+				_, seen := a.st.calls[id]
+				if _, again := st.newCalls[id]; seen || again {
+					return nil, st, false
+				}
+				mine = append(mine, id)
+			}
+			for _, id := range mine {
+				st.newCalls[id] = struct{}{}
+			}
+		}
 	}
 	msgs = stripToolResultDetails(msgs, false)
 	// Usage before the last compaction summary is zeroed: a summary is

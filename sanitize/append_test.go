@@ -88,6 +88,10 @@ func (g *sessionGen) next() message.Message {
 					if c > 0 {
 						id = fmt.Sprintf("call_%d_%d", g.n, 0) // twice in a message
 					}
+				case 2, 3, 4:
+					// Ids that one rewriting makes the same ("c1"), and
+					// an id an earlier message's call had.
+					id = []string{"c-1", "c_1", "c1", "c.1", "c|1"}[r.IntN(5)]
 				}
 				name := "read"
 				if r.IntN(30) == 0 {
@@ -251,5 +255,47 @@ func TestAppenderChatSession(t *testing.T) {
 	}
 	if a.Declined != 0 {
 		t.Fatalf("declined %d times", a.Declined)
+	}
+}
+
+// TestAppenderRewritesIDs: for the policies that rewrite tool-call ids
+// (Anthropic's, Mistral's), a session whose later turns call with ids that
+// the rewriting makes the same as earlier ones' ("call_7", "call7"), or
+// with an earlier call's very id (renamed by uniqueCallIDs to an id unused
+// in the whole transcript: prepared whole), is prepared as PrepareFinal
+// prepares it, turn after turn, and the turns without either are
+// appended.
+func TestAppenderRewritesIDs(t *testing.T) {
+	t.Parallel()
+	ids := []string{"call_1", "call1", "toolu_01|fc", "call-1", "toolu01fc", "x", "call_1", "y", "call.1", "z"}
+	for _, tg := range [][3]string{{"anthropic", "anthropic-messages", "claude-opus-4-6"}, {"mistral", "openai-completions", "mistral-large"}} {
+		var a Appender
+		var hist []message.Message
+		appended := 0
+		req := func(msgs []message.Message) Request {
+			return Request{Provider: tg[0], API: tg[1], ModelID: tg[2], Messages: msgs, Now: 1 << 40}
+		}
+		for i, id := range ids {
+			turn := append(hist[:len(hist):len(hist)], message.User(fmt.Sprint("ping ", i), int64(i)),
+				message.Message{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: tg[0], API: tg[1], Model: tg[2],
+					Content: message.BlocksOf(message.ToolCall(id, "read", map[string]any{"p": "x"})), Timestamp: int64(i)},
+				message.Message{Role: message.RoleToolResult, ToolCallID: id, ToolName: "read", Content: message.BlocksOf(message.Text("ok")), Timestamp: int64(i)})
+			if got, ok := a.With(req(turn)); ok {
+				appended++
+				if want := PrepareFinal(req(turn)); !reflect.DeepEqual(got, want) {
+					t.Fatalf("%v turn %d (%q): With:\n got %+v\nwant %+v", tg, i, id, got, want)
+				}
+			}
+			hist = append(turn, message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Provider: tg[0], API: tg[1], Model: tg[2],
+				Content: message.BlocksOf(message.Text("done")), Timestamp: int64(i)})
+			if a.Extend(req(hist)) {
+				if want := PrepareFinal(req(hist)); !reflect.DeepEqual(a.out, want) {
+					t.Fatalf("%v turn %d (%q): Extend:\n got %+v\nwant %+v", tg, i, id, a.out, want)
+				}
+			}
+		}
+		if appended < 4 {
+			t.Errorf("%v: %d turns appended", tg, appended)
+		}
 	}
 }

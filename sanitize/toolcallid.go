@@ -90,17 +90,30 @@ func ValidID(id string, mode IDMode) bool {
 }
 
 // idMapper assigns each original id a unique sanitised id, first come first
-// served, the same original always mapping to the same result.
+// served, the same original always mapping to the same result: an id's
+// result depends only on the ids before it (an Appender keeps a mapper
+// across turns).
 type idMapper struct {
 	mode IDMode
 	now  int64
 	m    map[string]string
 	used map[string]struct{}
+	// base, when set, holds the ids mapped before m's (read, never
+	// written: an Appender's kept mapper under a turn's messages).
+	base *idMapper
+	// lastResort is set once an id took the time-stamped last resort,
+	// whose result depends on now.
+	lastResort bool
 }
 
 func (im *idMapper) resolve(id string) string {
 	if v, ok := im.m[id]; ok {
 		return v
+	}
+	if im.base != nil {
+		if v, ok := im.base.m[id]; ok {
+			return v
+		}
 	}
 	v := im.unique(id)
 	im.m[id] = v
@@ -108,7 +121,23 @@ func (im *idMapper) resolve(id string) string {
 	return v
 }
 
-func (im *idMapper) isUsed(s string) bool { _, ok := im.used[s]; return ok }
+func (im *idMapper) isUsed(s string) bool {
+	if _, ok := im.used[s]; ok {
+		return true
+	}
+	return im.base != nil && im.base.isUsed(s)
+}
+
+// merge adds what over mapped above im to im.
+func (im *idMapper) merge(over *idMapper) {
+	for k, v := range over.m {
+		im.m[k] = v
+	}
+	for k := range over.used {
+		im.used[k] = struct{}{}
+	}
+	im.lastResort = im.lastResort || over.lastResort
+}
 
 func (im *idMapper) unique(id string) string {
 	if im.mode == IDStrict9 {
@@ -120,6 +149,7 @@ func (im *idMapper) unique(id string) string {
 				return c
 			}
 		}
+		im.lastResort = true
 		return hashHex(id+":"+strconv.FormatInt(im.now, 10), strict9Len)
 	}
 	base := SanitizeID(id, im.mode)
@@ -144,6 +174,7 @@ func (im *idMapper) unique(id string) string {
 			return c
 		}
 	}
+	im.lastResort = true
 	ts := "t" + strconv.FormatInt(im.now, 10)
 	return cand[:min(len(cand), strictMaxLen-len(ts))] + ts
 }
@@ -158,7 +189,16 @@ func SanitizeToolCallIDs(msgs []message.Message, mode IDMode, now int64) ([]mess
 }
 
 func sanitizeToolCallIDs(msgs []message.Message, mode IDMode, now int64, inPlace bool) ([]message.Message, bool) {
-	im := &idMapper{mode: mode, now: now, m: map[string]string{}, used: map[string]struct{}{}}
+	return mapToolCallIDs(msgs, newIDMapper(mode, now, nil), inPlace)
+}
+
+// newIDMapper returns an empty mapper over base (nil: none).
+func newIDMapper(mode IDMode, now int64, base *idMapper) *idMapper {
+	return &idMapper{mode: mode, now: now, m: map[string]string{}, used: map[string]struct{}{}, base: base}
+}
+
+// mapToolCallIDs is sanitizeToolCallIDs through im.
+func mapToolCallIDs(msgs []message.Message, im *idMapper, inPlace bool) ([]message.Message, bool) {
 	rw := rewriter{src: msgs, inPlace: inPlace}
 	for i := range msgs {
 		m := &msgs[i]

@@ -118,7 +118,7 @@ func pidAlive(pid int) bool {
 // waitGone waits until no live process carries marker.
 func waitGone(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		pids := marked(marker)
 		if len(pids) == 0 {
@@ -134,10 +134,10 @@ func waitGone(t *testing.T, marker string) {
 	}
 }
 
-// waitMarked waits until n processes carry marker, up to 10 s; it reports
+// waitMarked waits until n processes carry marker, up to a minute; it reports
 // whether they did.
 func waitMarked(marker string, n int) bool {
-	for deadline := time.Now().Add(10 * time.Second); len(marked(marker)) < n; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); len(marked(marker)) < n; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false
 		}

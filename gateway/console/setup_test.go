@@ -76,7 +76,7 @@ func startFleet(t *testing.T) *bundle {
 	b := &bundle{natsURL: ns.URL, tokens: map[string]string{}, root: t.TempDir()}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	models, profiles := acmeFiles(t, acmeServer(t).URL)
-	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: ns.URL, Scripted: true, AckWait: 5 * time.Second, LeaseTTL: 5 * time.Second,
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: ns.URL, Scripted: true, AckWait: 5 * time.Second, LeaseTTL: 30 * time.Second,
 		IdleRelease: -1, Logger: log, DefaultModel: "scripted/echo", WorkspaceRoot: b.root, ToolPolicy: tools.Policy{Approve: []string{"write"}},
 		ModelsFile: models, AuthProfiles: profiles, Env: func(string) string { return "" }})
 	if err != nil {

@@ -54,7 +54,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	ns := natstest.Start(t)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: ns.URL, Scripted: true, AckWait: 5 * time.Second, LeaseTTL: 5 * time.Second,
+	m, err := fleet.Start(t.Context(), fleet.Config{NATSURL: ns.URL, Scripted: true, AckWait: 5 * time.Second, LeaseTTL: 30 * time.Second,
 		IdleRelease: -1, Logger: log, DefaultModel: "scripted/echo"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -216,6 +217,7 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	s := newSSE(w, a.opt.WriteTimeout)
 	defer s.end()
 	c.includeUsage = includeUsage
+	c.frames()
 	empty := ""
 	first, _ := json.Marshal(c.chunk(chatDelta{Role: "assistant", Content: &empty}, nil))
 	_ = s.pre("", first)
@@ -223,7 +225,7 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	var werr error
 	err = pump(r.Context(), run, a.opt.KeepAlive, s.flush, s.comment, func(ev *events.Event) bool {
 		for _, pt := range n.feed(ev) {
-			if werr = s.chunk(c.chunk(c.add(pt), nil)); werr != nil {
+			if werr = s.delta(&c, pt); werr != nil {
 				return false
 			}
 		}
@@ -312,6 +314,27 @@ func (s *sse) chunk(v any) error {
 	return s.event("", b)
 }
 
+// delta writes the chunk of a text or reasoning part from c's frames,
+// with the bytes json.Marshal gives c.chunk(c.add(pt), nil), in the
+// stream's scratch buffer: a delta costs no encoding of the chunk's
+// envelope and no allocation.
+func (s *sse) delta(c *chatOut, pt part) error {
+	d := c.addDelta(pt)
+	b := append(s.scratch[:0], c.head...)
+	if pt.kind == kindReasoning {
+		b = append(b, `"reasoning_content":`...)
+	} else {
+		b = append(b, `"content":`...)
+	}
+	b = appendJSONString(b, d)
+	b = append(b, c.tail...)
+	s.scratch = b
+	if err := s.open(); err != nil {
+		return err
+	}
+	return s.write(b)
+}
+
 // chatOut collects a chat completion's output.
 type chatOut struct {
 	id, model    string
@@ -319,6 +342,23 @@ type chatOut struct {
 	created      int64
 	content      strings.Builder
 	reasoning    strings.Builder
+	// head and tail frame a delta's chunk (see frames): "data: " and the
+	// chunk up to the delta's members, and the rest of the chunk after
+	// them with the event's end.
+	head, tail []byte
+}
+
+// frames encodes, once a stream, the chunk a delta goes out in, around
+// its delta's members: json.Marshal of a chunk with an empty delta, cut
+// at the delta's braces, so a delta's chunk has the same bytes as one
+// marshalled whole (TestDeltaChunkBytes). Nothing after the delta is a
+// caller's string, so the last "delta":{} is the delta's.
+func (c *chatOut) frames() {
+	b, _ := json.Marshal(c.chunk(chatDelta{}, nil))
+	const mark = `"delta":{`
+	i := bytes.LastIndex(b, []byte(mark+"}")) + len(mark)
+	c.head = append([]byte("data: "), b[:i]...)
+	c.tail = append(b[i:len(b):len(b)], "\n\n"...)
 }
 
 // The chat completion's wire types, fields in OpenAI's order.
@@ -384,6 +424,15 @@ func (nullUsage) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
 
 // add takes a part and returns the chunk delta that sends it.
 func (c *chatOut) add(pt part) chatDelta {
+	d := c.addDelta(pt)
+	if pt.kind == kindReasoning {
+		return chatDelta{ReasoningContent: &d}
+	}
+	return chatDelta{Content: &d}
+}
+
+// addDelta takes a part and returns the text its chunk's delta sends.
+func (c *chatOut) addDelta(pt part) string {
 	b := &c.content
 	if pt.kind == kindReasoning {
 		b = &c.reasoning
@@ -393,10 +442,7 @@ func (c *chatOut) add(pt part) chatDelta {
 		d = "\n\n" + d // the next model call's text, after a tool round
 	}
 	b.WriteString(d)
-	if pt.kind == kindReasoning {
-		return chatDelta{ReasoningContent: &d}
-	}
-	return chatDelta{Content: &d}
+	return d
 }
 
 func (c *chatOut) chunk(delta chatDelta, finish *string) chatChunk {

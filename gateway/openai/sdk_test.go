@@ -152,7 +152,7 @@ func setup(t *testing.T, keepAlive time.Duration) *bundle {
 	srv := natstest.Start(t)
 	cfg := fleet.Config{
 		NATSURL: srv.URL, WorkerID: "w1", Scripted: true, NoBuiltinTools: true, NoRemoteTools: true,
-		WorkspaceRoot: t.TempDir(), AckWait: 5 * time.Second, LeaseTTL: 5 * time.Second,
+		WorkspaceRoot: t.TempDir(), AckWait: 5 * time.Second, LeaseTTL: 30 * time.Second,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	}
 	m, err := fleet.Start(t.Context(), cfg)

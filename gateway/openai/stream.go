@@ -104,6 +104,7 @@ type sse struct {
 	held    bool
 	dirty   bool   // written since the last flush
 	buf     []byte // preamble events written while held
+	scratch []byte // the event being written (see delta): kept for the next
 }
 
 func newSSE(w http.ResponseWriter, timeout time.Duration) *sse {
@@ -117,9 +118,15 @@ func (s *sse) end() {
 	_ = s.f.SetWriteDeadline(time.Time{})
 }
 
-// write writes b, within the write timeout; a flush sends it.
+// write writes b, within the write timeout; a flush sends it. The
+// deadline is set by the first write after a flush, for the writes and
+// the flush that follow it: they are the events at hand, written
+// together a moment later (pump), so one deadline bounds them all
+// without resetting the connection's timer for every event.
 func (s *sse) write(b []byte) error {
-	_ = s.f.SetWriteDeadline(time.Now().Add(s.timeout)) // a writer without deadlines writes without
+	if !s.dirty {
+		_ = s.f.SetWriteDeadline(time.Now().Add(s.timeout)) // a writer without deadlines writes without
+	}
 	if _, err := s.w.Write(b); err != nil {
 		return err
 	}
@@ -128,7 +135,8 @@ func (s *sse) write(b []byte) error {
 }
 
 // flush sends what was written since the last flush, within the write
-// timeout the last write set (a moment ago: a flush follows its writes).
+// timeout the first of those writes set (a moment ago: a flush follows
+// its writes).
 func (s *sse) flush() error {
 	if !s.dirty {
 		return nil

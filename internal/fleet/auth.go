@@ -8,6 +8,7 @@ import (
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/anthropic"
 	"github.com/lanefleet/lanefleet/redact"
 )
 
@@ -19,6 +20,8 @@ type fleetAuth struct {
 	env   func(string) string // where profiles' env: secret references look
 	// seen masks what profiles' secret references resolve to (nil: none).
 	seen *seenSecrets
+	// oauth holds the Anthropic OAuth profiles' tokens (nil: none).
+	oauth *anthropic.OAuth
 }
 
 // seenSecrets adds to the redactor each value a profile's secret

@@ -49,6 +49,7 @@ import (
 	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
 	"github.com/lanefleet/lanefleet/metrics"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/anthropic"
 	"github.com/lanefleet/lanefleet/provider/local"
 	"github.com/lanefleet/lanefleet/provider/registry"
 	"github.com/lanefleet/lanefleet/provider/scripted"
@@ -82,6 +83,7 @@ type Member struct {
 	Worker    *lanes.Worker
 	Runner    *runner.Runner
 	Auth      *authstore.Store
+	oauth     *anthropic.OAuth // the Anthropic OAuth profiles' tokens (nil: none)
 	Runs      *kvstore.Runs
 	// budgets is tenant governance (nil with NoBudgets).
 	budgets *budgets
@@ -383,8 +385,13 @@ func (m *Member) runnerConfig(ctx context.Context, res *registry.Resolver) (runn
 	// Model output is masked before the observer sees it (a span's status
 	// holds the provider's error).
 	resolver := observedResolver{Resolver: maskingResolver{Resolver: res, red: cfg.Redactor}, obs: &m.obs}
+	if m.oauth == nil && m.Auth != nil {
+		if m.oauth, err = openOAuth(cfg, m.creds, m.Auth); err != nil {
+			return runner.Config{}, fmt.Errorf("fleet: %w", err)
+		}
+	}
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
-		Auth: fleetAuth{s: m.Auth, creds: m.creds, env: cfg.Env, seen: &seenSecrets{red: cfg.Redactor}}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
+		Auth: fleetAuth{s: m.Auth, creds: m.creds, env: cfg.Env, seen: &seenSecrets{red: cfg.Redactor}, oauth: m.oauth}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, MaxToolRepeats: cfg.MaxToolRepeats, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy,
 		MemoryFlush: cfg.MemoryTools && !cfg.NoMemoryFlush}
 	if m.budgets != nil {
@@ -598,6 +605,9 @@ func (m *Member) close() {
 			m.Auth.Closing()
 		}
 		m.Conn.Close()
+	}
+	if m.oauth != nil {
+		m.oauth.Close() // a refresh in flight stores its tokens first
 	}
 	if m.Auth != nil {
 		_ = m.Auth.Close()

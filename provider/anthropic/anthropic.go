@@ -8,6 +8,11 @@
 // *provider.Error. Thinking signatures and redacted thinking round-trip byte
 // for byte; the system prompt and the last user message carry prompt-cache
 // breakpoints.
+//
+// anthropic.go holds the adapter and the stream's parser; request.go
+// builds the body; wirecache.go keeps sessions' encoded messages;
+// oauth.go holds OAuth, the access tokens of Claude subscription profiles
+// refreshed through Anthropic's token endpoint as fleet state.
 package anthropic
 
 import (

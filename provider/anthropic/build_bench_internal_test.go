@@ -4,3 +4,6 @@ import "testing"
 
 // BenchmarkBuildRequest: see wiretest.Wire.BenchBuild.
 func BenchmarkBuildRequest(b *testing.B) { wire.BenchBuild(b) }
+
+// BenchmarkTurns: see wiretest.Wire.BenchTurns.
+func BenchmarkTurns(b *testing.B) { wire.BenchTurns(b) }

@@ -171,8 +171,7 @@ func buildRequest(req *provider.Request, cache *wireCache, version string) ([]by
 		b.CacheControl = &apiCache{Type: "ephemeral"}
 		body.System = []apiBlock{b}
 	}
-	msgs := transform.Messages(req.Messages, m, normalizeID)
-	f := cache.FormsOf(req, m, images, msgs, len(msgs))
+	msgs, f := cache.Prepare(req, m, images, normalizeID, 0)
 	messages(&f, msgs, images)
 	// Cache the whole prefix: a breakpoint on the last block of the last
 	// user message (blocks of its own: the ones it had may be shared).

@@ -131,3 +131,9 @@ func TestAPIMessageEqualCoversFields(t *testing.T) {
 		}
 	}
 }
+
+// TestWireCacheAppends: see wiretest.Wire.Appends.
+func TestWireCacheAppends(t *testing.T) {
+	t.Parallel()
+	wire.Appends(t, wire.Model, provider.Model{ID: "claude-haiku-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text"}})
+}

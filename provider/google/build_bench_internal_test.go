@@ -60,3 +60,6 @@ func benchNameless(b *testing.B, n int, gone, cached bool) {
 		}
 	})
 }
+
+// BenchmarkTurns: see wiretest.Wire.BenchTurns.
+func BenchmarkTurns(b *testing.B) { wire.BenchTurns(b) }

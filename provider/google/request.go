@@ -177,8 +177,7 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	if sendsCallIDs(m.ID) {
 		idFix = normalizeID
 	}
-	msgs := transform.Messages(req.Messages, m, idFix)
-	f := cache.FormsOf(req, m, images, msgs, len(msgs))
+	msgs, f := cache.Prepare(req, m, images, idFix, 0)
 	contents(&f, msgs, m, images)
 	if len(req.Tools) > 0 {
 		decls := make([]apiFunctionDecl, 0, len(req.Tools))

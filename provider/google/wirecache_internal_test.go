@@ -136,3 +136,9 @@ func TestAPIContentEqualCoversFields(t *testing.T) {
 		t.Error("null and empty parts are equal")
 	}
 }
+
+// TestWireCacheAppends: see wiretest.Wire.Appends.
+func TestWireCacheAppends(t *testing.T) {
+	t.Parallel()
+	wire.Appends(t, flash, gem3, claude)
+}

@@ -127,12 +127,10 @@ func maxTokens(req *provider.Request) int {
 func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 	m := req.Model
 	c := detectCompat(m)
-	msgs := transform.Messages(req.Messages, m, c.normalizeID)
 	images := hasImageInput(m)
-
 	// Each message's wire form is taken from the session's last request
-	// when the message is the same (see wirecache.Forms).
-	f := cache.FormsOf(req, m, images, msgs, len(msgs)+1)
+	// when the message is the same (see wirecache.Cache.Prepare).
+	msgs, f := cache.Prepare(req, m, images, c.normalizeID, 1)
 	body := chatOptions(req, c)
 	if sp := transform.SanitizeSurrogates(req.SystemPrompt); sp != "" {
 		f.Add(-1, systemMessage(m, c, sp), -1)

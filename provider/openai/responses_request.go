@@ -120,10 +120,9 @@ func respEffort(m provider.Model, level provider.ThinkingLevel) string {
 func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte, error) {
 	m := req.Model
 	images := hasImageInput(m)
-	msgs := transform.Messages(req.Messages, m, respNormalizeID)
 	// Each message's items are taken from the session's last request when
-	// the message is the same (see wirecache.Forms).
-	f := cache.FormsOf(req, m, images, msgs, len(msgs)+1)
+	// the message is the same (see wirecache.Cache.Prepare).
+	msgs, f := cache.Prepare(req, m, images, respNormalizeID, 1)
 	body := respRequest{Model: m.ID, Stream: true, MaxOutputTokens: maxTokens(req), Temperature: req.Temperature, PromptCacheKey: req.SessionID}
 	if e := respEffort(m, req.Thinking); e != "" {
 		body.Reasoning = &respReasoning{Effort: e, Summary: "auto"}

@@ -192,3 +192,11 @@ func TestRespInputEqualCoversFields(t *testing.T) {
 		}
 	}
 }
+
+// TestRespWireCacheAppends: see wiretest.Wire.Appends.
+func TestRespWireCacheAppends(t *testing.T) {
+	t.Parallel()
+	respWire.Appends(t,
+		provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text", "image"}},
+		provider.Model{ID: "gpt-5-nano", Provider: "openai", API: "openai-responses", Input: []string{"text"}})
+}

@@ -146,3 +146,11 @@ func TestWireCacheEmptySessionsBounded(t *testing.T) {
 		t.Errorf("%d empty sessions kept in 16 KiB", kept)
 	}
 }
+
+// TestWireCacheAppends: see wiretest.Wire.Appends.
+func TestWireCacheAppends(t *testing.T) {
+	t.Parallel()
+	chatWire.Appends(t, chatWire.Model,
+		provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}},
+		provider.Model{ID: "mistral-large", Provider: "mistral", API: "openai-completions", BaseURL: "https://api.mistral.ai/v1"})
+}

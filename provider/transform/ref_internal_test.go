@@ -232,3 +232,10 @@ func TestMessagesUnchangedShared(t *testing.T) {
 		t.Error("a changed conversation was not copied")
 	}
 }
+
+func lastTimestamp(ms []message.Message) int64 {
+	if len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Timestamp
+}

@@ -4,6 +4,12 @@
 // can read, rewrites tool call ids the target API would reject (consistently
 // in calls and results), drops failed assistant turns and inserts synthetic
 // results for tool calls that never got one.
+//
+// transform.go holds Messages, one pass over the messages whose state
+// between two messages is all the later ones depend on; append.go holds
+// Appender, which keeps that pass's result and state for the messages a
+// caller never writes again, so that a long session's request prepares
+// only its new messages.
 package transform
 
 import (
@@ -39,95 +45,167 @@ func SameModel(m *message.Message, target provider.Model) bool {
 // tool call with no result before the next assistant or user message gets a
 // synthetic error result ("No result provided"); calls at the very end of
 // the list are left for the caller.
+//
+// Each message's result depends only on it and on the messages before it
+// (one pass, see pass): the result for a list followed by more messages is
+// the result for the list followed by theirs, which Appender builds on.
 func Messages(msgs []message.Message, target provider.Model, normalizeID func(string) string) []message.Message {
-	// One pass: a tool result always follows its call, so the id map is
-	// complete for it. Nothing is copied while nothing changes: a long
-	// session of one model is returned as it is, and a changed one shares
-	// the blocks of every message that needs no change.
-	var idMap map[string]string
-	var out []message.Message // nil while the result is msgs[:i]
-	i := 0
-	own := func() {
-		if out == nil {
-			out = make([]message.Message, i, len(msgs)+1)
-			copy(out, msgs[:i])
-		}
+	// Nothing is copied while nothing changes: a long session of one
+	// model is returned as it is, and a changed one shares the blocks of
+	// every message that needs no change.
+	var p pass
+	l := list{src: msgs}
+	for i := range msgs {
+		p.step(&l, i, target, normalizeID)
 	}
-	type call struct{ id, name string }
-	var pending []call // tool calls of the last assistant still waiting
-	var answered map[string]bool
-	flush := func() {
-		for _, c := range pending {
-			if !answered[c.id] {
-				own()
-				out = append(out, message.Message{
-					Role: message.RoleToolResult, ToolCallID: c.id, ToolName: c.name,
-					Content: message.BlocksOf(message.Text(NoResultText)), IsError: true,
-					Timestamp: lastTimestamp(out),
-				})
-			}
-		}
-		pending = pending[:0]
-		if len(answered) > 0 {
-			clear(answered)
-		}
-	}
-	for ; i < len(msgs); i++ {
-		m := &msgs[i]
-		changed := false
-		var blocks []message.Block
-		switch m.Role {
-		case message.RoleAssistant:
-			blocks = assistantBlocks(m, target, normalizeID, &idMap)
-			// The result's content is a block list (never plain), with
-			// m's own blocks when none changed.
-			changed = m.Content.IsPlain() || len(blocks) != len(m.Content.Blocks) ||
-				(len(blocks) > 0 && &blocks[0] != &m.Content.Blocks[0]) || (blocks != nil) != (m.Content.Blocks != nil)
-			if m.StopReason == message.StopError || m.StopReason == message.StopAborted {
-				own()
-				continue
-			}
-			flush()
-			for j := range blocks {
-				if b := &blocks[j]; b.Type == message.BlockToolCall {
-					pending = append(pending, call{b.ID, b.Name})
-				}
-			}
-		case message.RoleToolResult:
-			id := m.ToolCallID
-			if n, ok := idMap[id]; ok {
-				id, changed = n, true
-			}
-			if answered == nil {
-				answered = map[string]bool{}
-			}
-			answered[id] = true
-		case message.RoleUser:
-			flush()
-		}
-		if !changed {
-			if out != nil {
-				out = append(out, *m)
-			}
-			continue
-		}
-		own()
-		c := *m
-		switch c.Role {
-		case message.RoleAssistant:
-			c.Content = message.BlocksOf(blocks...)
-		case message.RoleToolResult:
-			c.ToolCallID = idMap[c.ToolCallID]
-		}
-		out = append(out, c)
-	}
-	if out == nil {
+	if !l.owned {
 		if msgs == nil {
 			return []message.Message{}
 		}
 		return msgs
 	}
-	return out
+	return l.out
+}
+
+// call is a tool call waiting for its result.
+type call struct{ id, name string }
+
+// pass is Messages' state between two messages: what preparing the
+// messages after them depends on besides themselves.
+type pass struct {
+	// idMap maps the tool call ids rewritten so far to their new ids;
+	// base, when set, holds those rewritten before (it is read, never
+	// written: an Appender's kept pass under the messages it does not
+	// keep).
+	idMap, base map[string]string
+	// pending are the tool calls of the last assistant message kept, and
+	// answered the ids of the results seen since.
+	pending  []call
+	answered map[string]bool
+}
+
+// newID returns the id a tool result of call id follows, ok when it was
+// rewritten.
+func (p *pass) newID(id string) (string, bool) {
+	if n, ok := p.idMap[id]; ok {
+		return n, true
+	}
+	n, ok := p.base[id]
+	return n, ok
+}
+
+// list is the result of a pass in the making: while it is not owned, it
+// is the source messages consumed so far, as they are (src[:n]).
+type list struct {
+	src   []message.Message
+	n     int // source messages consumed while not owned
+	out   []message.Message
+	owned bool
+}
+
+// own makes l's result its own array: a copy of the source messages it
+// had consumed.
+func (l *list) own() {
+	if !l.owned {
+		l.out = append(make([]message.Message, 0, len(l.src)+1), l.src[:l.n]...)
+		l.owned = true
+	}
+}
+
+// keep adds src[i] as it is.
+func (l *list) keep(i int) {
+	if l.owned {
+		l.out = append(l.out, l.src[i])
+	} else {
+		l.n = i + 1
+	}
+}
+
+// add adds a message that is no source message as it is.
+func (l *list) add(m message.Message) {
+	l.own()
+	l.out = append(l.out, m)
+}
+
+// last is the result's last message, nil if none.
+func (l *list) last() *message.Message {
+	switch {
+	case l.owned && len(l.out) > 0:
+		return &l.out[len(l.out)-1]
+	case !l.owned && l.n > 0:
+		return &l.src[l.n-1]
+	}
+	return nil
+}
+
+// step prepares src[i], the message after those p has seen, into l.
+func (p *pass) step(l *list, i int, target provider.Model, normalizeID func(string) string) {
+	m := &l.src[i]
+	changed := false
+	var blocks []message.Block
+	switch m.Role {
+	case message.RoleAssistant:
+		blocks = assistantBlocks(m, target, normalizeID, &p.idMap)
+		// The result's content is a block list (never plain), with
+		// m's own blocks when none changed.
+		changed = m.Content.IsPlain() || len(blocks) != len(m.Content.Blocks) ||
+			(len(blocks) > 0 && &blocks[0] != &m.Content.Blocks[0]) || (blocks != nil) != (m.Content.Blocks != nil)
+		if m.StopReason == message.StopError || m.StopReason == message.StopAborted {
+			l.own()
+			return
+		}
+		p.flush(l)
+		for j := range blocks {
+			if b := &blocks[j]; b.Type == message.BlockToolCall {
+				p.pending = append(p.pending, call{b.ID, b.Name})
+			}
+		}
+	case message.RoleToolResult:
+		id := m.ToolCallID
+		if n, ok := p.newID(id); ok {
+			id, changed = n, true
+		}
+		if p.answered == nil {
+			p.answered = map[string]bool{}
+		}
+		p.answered[id] = true
+		if changed {
+			c := *m
+			c.ToolCallID = id
+			l.add(c)
+			return
+		}
+	case message.RoleUser:
+		p.flush(l)
+	}
+	if !changed {
+		l.keep(i)
+		return
+	}
+	c := *m
+	c.Content = message.BlocksOf(blocks...)
+	l.add(c)
+}
+
+// flush adds a synthetic result for each pending call that got none.
+func (p *pass) flush(l *list) {
+	for _, c := range p.pending {
+		if !p.answered[c.id] {
+			var ts int64
+			if last := l.last(); last != nil {
+				ts = last.Timestamp
+			}
+			l.add(message.Message{
+				Role: message.RoleToolResult, ToolCallID: c.id, ToolName: c.name,
+				Content: message.BlocksOf(message.Text(NoResultText)), IsError: true,
+				Timestamp: ts,
+			})
+		}
+	}
+	p.pending = p.pending[:0]
+	if len(p.answered) > 0 {
+		clear(p.answered)
+	}
 }
 
 // assistantBlocks returns the blocks of assistant message m prepared for
@@ -191,13 +269,6 @@ func assistantBlocks(m *message.Message, target provider.Model, normalizeID func
 		return src
 	}
 	return blocks
-}
-
-func lastTimestamp(ms []message.Message) int64 {
-	if len(ms) == 0 {
-		return 0
-	}
-	return ms[len(ms)-1].Timestamp
 }
 
 // SanitizeID replaces characters outside [A-Za-z0-9_-] with "_" and cuts the

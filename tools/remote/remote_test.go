@@ -78,9 +78,12 @@ func (b *bundle) serve(t *testing.T, nc *nats.Conn, cfg remote.ServiceConfig, ts
 	return svc
 }
 
-// discoverUntil discovers from the client connection with a short window
-// until done accepts the list: on a loaded machine an instance's reply can
-// miss a window, as it can in production, where the next refresh finds it.
+// discoverUntil discovers from the client connection until done accepts
+// the list, for up to a minute. Each try's window is twice the last one's
+// (from cfg.Window, 100 ms when 0, up to 5 s): on a loaded machine an
+// instance's reply can miss a short window, as it can in production, where
+// the next refresh finds it; under the race detector on a busy CI machine
+// replies missed thirty windows of 100 ms in a row.
 func (b *bundle) discoverUntil(t *testing.T, cfg remote.DiscoverConfig, done func(tools.List) bool) tools.List {
 	t.Helper()
 	if cfg.Window == 0 {
@@ -88,7 +91,7 @@ func (b *bundle) discoverUntil(t *testing.T, cfg remote.DiscoverConfig, done fun
 	}
 	cfg.Logger = b.log
 	var list tools.List
-	for range 30 {
+	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); cfg.Window = min(2*cfg.Window, 5*time.Second) {
 		var err error
 		if list, err = remote.Discover(t.Context(), b.client, cfg); err != nil {
 			t.Fatal(err)
@@ -196,7 +199,9 @@ func TestIsErrorResultIsAResult(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	reg, err := remote.NewRegistry(b.client, remote.DiscoverConfig{Window: 100 * time.Millisecond, Logger: b.log})
+	// A window of a second: a refresh with a service waits it out, and
+	// a busy machine's reply can miss a shorter one.
+	reg, err := remote.NewRegistry(b.client, remote.DiscoverConfig{Window: time.Second, Logger: b.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,14 +210,14 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("a new registry has tools")
 	}
 	svc := b.serve(t, b.server, remote.ServiceConfig{}, newTool("echo", echo))
-	for attempt := 0; ; attempt++ {
+	for deadline := time.Now().Add(waitLimit); ; {
 		if err := reg.Refresh(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := set.Lookup("echo"); ok {
 			break
 		}
-		if attempt == 30 {
+		if time.Now().After(deadline) {
 			t.Fatal("echo not found after Refresh")
 		}
 	}

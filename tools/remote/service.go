@@ -345,11 +345,18 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 	if upd != nil {
 		upd.close()
 	}
-	if beats != nil {
-		beats.stop() // no beat follows the reply
+	// The beats go on until the reply is ready, not only while the tool
+	// runs: encoding a result of megabytes of images can outlast the
+	// caller's silence on a busy machine. None follows the reply.
+	stopBeats := func() {
+		if beats != nil {
+			beats.stop()
+		}
 	}
+	defer stopBeats() // also when encoding panics; stop is idempotent
 
 	if err != nil {
+		stopBeats()
 		st.errors.Add(1)
 		switch cause := context.Cause(ctx); {
 		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
@@ -370,6 +377,7 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 		return
 	}
 	data, err := encodeResult(res, s.cfg.MaxResultChars, s.maxPayload())
+	stopBeats()
 	if err != nil {
 		st.errors.Add(1)
 		s.respondError(in, CodeTooLarge, fmt.Sprintf("tool %s produced a result too large to send (over %d bytes even with its text cut); ask for less, e.g. fewer images", name, s.maxPayload()))

@@ -45,6 +45,8 @@ var (
 	gwNoToken  = flag.Bool("gateway-no-token", false, "gateway: serve loopback clients without a token file (by default the HTTP client sends a bearer token, as a deployment's would)")
 	gwConn     = flag.String("gateway-conn", "inprocess", "gateway: the gateway's NATS connection: inprocess (one of its own, in process, as worker --http has with the embedded server), worker (the worker's own connection, shared) or tcp (one of its own over the socket, as bin/gateway has)")
 	gwDriver   = flag.Bool("gateway-driver", false, "gateway: run as the load-generating child process (internal)")
+	gwLoads    = flag.String("gateway-loads", "distinct,conc,paced", "gateway: the loads to run, of distinct, conc (the sessions in flight) and paced (also off with -gateway-rate 0)")
+	gwMockProc = flag.Bool("gateway-mock", false, "gateway: run as the mock model's child process (internal)")
 	gwMemProf  = flag.String("gateway-memprofile", "", "gateway: write the fleet process's allocation profile before and after each block to <this>.<via>.<load>.<round>.<block>.{0,1} (compare a block's with pprof -base)")
 )
 
@@ -76,8 +78,8 @@ type gwLoad struct {
 }
 
 // gwResult is the driver's answer to a load: every turn's latency as the
-// client saw it, and the driver's own CPU (the load generator's and the
-// mock model's).
+// client saw it, and the driver's own CPU: the clients' (the Go client's
+// or the HTTP client's), the mock model being in a process of its own.
 type gwResult struct {
 	Lat []time.Duration `json:"lat"`
 	El  time.Duration   `json:"el"`
@@ -86,7 +88,7 @@ type gwResult struct {
 }
 
 // gwFigures are one load's figures: the fleet process's (CPU) and the
-// driver's (latencies, its own CPU).
+// driver's (latencies, its own CPU: the clients').
 type gwFigures struct {
 	turnsFigures
 	driverCPU time.Duration
@@ -156,7 +158,7 @@ func (f gwFigures) allocsPer() (float64, float64) {
 	return float64(f.allocs) / float64(f.n), float64(f.allocBytes) / 1024 / float64(f.n)
 }
 
-// driverPer is the driver's CPU per turn, ms.
+// driverPer is the driver's CPU per turn, ms: the clients'.
 func (f gwFigures) driverPer() float64 {
 	if f.n == 0 {
 		return 0
@@ -164,12 +166,24 @@ func (f gwFigures) driverPer() float64 {
 	return float64(f.driverCPU.Microseconds()) / 1000 / float64(f.n)
 }
 
+// bothPer is the CPU per turn, ms, of the fleet process and the clients
+// together: the measure that counts the same processes on both paths.
+// The Go client's path spends its client's work (publish, subscribe,
+// decode the events) in the driver; the HTTP path spends the same work
+// in the gateway, in the fleet process, and an HTTP client's in the
+// driver. The fleet process alone charges the gateway for a Go client's
+// turn the other path does not count.
+func (f gwFigures) bothPer() float64 { return f.cpuPer() + f.driverPer() }
+
 // gatewayBench runs the fleet process of -scenario gateway: one worker with
-// its embedded server and the HTTP gateway serving through the worker's
-// connection (as worker --http does). The mock model and the load
-// generator run in a child process (this binary with -gateway-driver), so
-// the fleet process's CPU is the server's, the worker's and the gateway's
-// alone, and the clients' cost is excluded from both paths alike. Each
+// its embedded server and the HTTP gateway serving through a connection
+// of its own (as worker --http does). The mock model runs in a child
+// process (this binary with -gateway-mock) and the load generator in
+// another (-gateway-driver), so the fleet process's CPU is the server's,
+// the worker's and the gateway's alone, the driver's is the clients'
+// alone, and the model's is counted on neither path. Both processes'
+// CPU is reported; the gateway's cost is their sum on the HTTP path over
+// their sum on the Go client's (see gwFigures.bothPer). Each
 // load runs in short blocks, the two paths' blocks alternating, so that
 // what the machine's other work does meanwhile falls on both; the figures
 // are pooled per round, and each http block is also set against the
@@ -194,6 +208,27 @@ func gatewayBench(o options) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
+	// The mock model's process: it says its URL and serves until its
+	// standard input closes.
+	mockCmd := exec.CommandContext(ctx, exe, "-gateway-mock")
+	mockCmd.Stderr = os.Stderr
+	toMock, err := mockCmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	fromMock, err := mockCmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := mockCmd.Start(); err != nil {
+		return fmt.Errorf("gateway: start the mock model: %w", err)
+	}
+	defer func() { _ = toMock.Close(); _ = mockCmd.Wait() }()
+	var mockURL string
+	if err := gwReceive(bufio.NewScanner(fromMock), &mockURL); err != nil {
+		return fmt.Errorf("gateway: the mock model's URL: %w", err)
+	}
+
 	cmd := exec.CommandContext(ctx, exe, "-gateway-driver")
 	cmd.Stderr = os.Stderr
 	toDriver, err := cmd.StdinPipe()
@@ -210,10 +245,6 @@ func gatewayBench(o options) error {
 	defer func() { _ = toDriver.Close(); _ = cmd.Wait() }()
 	answers := bufio.NewScanner(fromDriver)
 	answers.Buffer(make([]byte, 64<<10), 64<<20)
-	var mockURL string
-	if err := gwReceive(answers, &mockURL); err != nil {
-		return fmt.Errorf("gateway: the driver's mock model: %w", err)
-	}
 
 	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("part", "fleet")))
 	m, err := fleet.Start(ctx, fleet.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "gwbench",
@@ -320,6 +351,11 @@ func gatewayBench(o options) error {
 	if *gwRate > 0 {
 		loads = append(loads, load{fmt.Sprintf("paced%d", *gwSessions), gwLoad{Sessions: *gwSessions, Per: *gwPer, Rate: *gwRate}})
 	}
+	want := strings.Split(*gwLoads, ",")
+	loads = slices.DeleteFunc(loads, func(l load) bool { return !slices.Contains(want, strings.TrimRight(l.name, "0123456789")) })
+	if len(loads) == 0 {
+		return fmt.Errorf("-gateway-loads %q: name one or more of distinct, conc and paced", *gwLoads)
+	}
 	// Warm up: both paths, both loads, briefly (connections, the
 	// worker's caches, the gateway's keep-alive connections).
 	for _, via := range []string{"client", "http"} {
@@ -339,9 +375,9 @@ func gatewayBench(o options) error {
 	time.Sleep(time.Second)
 	idleRate := float64(cpuTime()-cpuIdle0) / float64(time.Since(idleT0))
 
-	fmt.Printf("lanebench gateway: one fleet process (embedded server, worker, and the HTTP gateway on the worker's connection, as worker --http runs it), sync_interval %s, GOMAXPROCS %d;\n",
+	fmt.Printf("lanebench gateway: one fleet process (embedded server, worker, and the HTTP gateway, as worker --http runs it), sync_interval %s, GOMAXPROCS %d;\n",
 		map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
-	fmt.Printf("the load generator and the instant mock model run in a child process, so neither path's client is charged to the fleet.\n")
+	fmt.Printf("the load generator (the clients) runs in one child process, the instant mock model in another.\n")
 	fmt.Printf("the gateway's NATS connection: %s\n", *gwConn)
 	fmt.Printf("client: the Go client (publish, follow to the final event) over NATS; http: POST /api/sessions/{key}/messages with \"stream\": true, read to the final event (keep-alive, %s).\n",
 		map[bool]string{true: "no token, loopback", false: "bearer token"}[*gwNoToken])
@@ -351,10 +387,11 @@ func gatewayBench(o options) error {
 	if *gwRate > 0 {
 		fmt.Printf("paced%d, the same sessions sending on a schedule, %g turns/s in all through either path (latency without queueing, CPU at the same rate).\n", *gwSessions, *gwRate)
 	}
-	fmt.Printf("fleet CPU ms/t: the fleet process's user+system time per turn, less what it spends idle (%.1f%%); driver: the child's (load generator and mock model), for reference.\n", 100*idleRate)
+	fmt.Printf("fleet CPU ms/t: the fleet process's user+system time per turn, less what it spends idle (%.1f%%); client: the load generator's (the Go client's work on the client path, the HTTP client's on the http path);\n", 100*idleRate)
+	fmt.Printf("both: fleet + client, the same processes counted on both paths (the target's measure: the gateway does the Go client's work in the fleet process, which the client path does in the load generator). The mock model's CPU is in neither.\n")
 	fmt.Printf("allocs/t, KB/t: the fleet process's heap allocations per turn (objects, and their size); rd/t, wr/t: its read and write system calls per turn (sockets and files).\n")
 	fmt.Printf("load average at start: %s\n\n", loadAvg())
-	fmt.Printf("  %5s %-8s %-6s %6s | %8s %8s %8s %10s %10s %9s %7s %6s %6s\n", "round", "load", "via", "turns", "p50 ms", "p99 ms", "turns/s", "fleet CPU", "driver CPU", "allocs/t", "KB/t", "rd/t", "wr/t")
+	fmt.Printf("  %5s %-8s %-6s %6s | %8s %8s %8s %10s %10s %10s %9s %7s %6s %6s\n", "round", "load", "via", "turns", "p50 ms", "p99 ms", "turns/s", "fleet CPU", "client CPU", "both CPU", "allocs/t", "KB/t", "rd/t", "wr/t")
 
 	type pair struct{ client, http gwFigures }
 	results := map[string][]pair{}
@@ -362,7 +399,8 @@ func gatewayBench(o options) error {
 	// medians of these are steadier on a busy machine than the pooled
 	// figures (a burst of other work skews one block, not the median).
 	blockP50 := map[string][]float64{}
-	blockCPU := map[string][]float64{}
+	blockCPU := map[string][]float64{}      // fleet + client
+	blockFleetCPU := map[string][]float64{} // the fleet process alone
 	for r := 1; r <= *gwRounds; r++ {
 		for _, l := range loads {
 			var p pair
@@ -391,7 +429,8 @@ func gatewayBench(o options) error {
 					}
 				}
 				blockP50[l.name] = append(blockP50[l.name], ms(bp.http.lat, 50)-ms(bp.client.lat, 50))
-				blockCPU[l.name] = append(blockCPU[l.name], bp.http.cpuPer()/bp.client.cpuPer())
+				blockCPU[l.name] = append(blockCPU[l.name], bp.http.bothPer()/bp.client.bothPer())
+				blockFleetCPU[l.name] = append(blockFleetCPU[l.name], bp.http.cpuPer()/bp.client.cpuPer())
 			}
 			for _, v := range []struct {
 				name string
@@ -399,24 +438,26 @@ func gatewayBench(o options) error {
 			}{{"client", p.client}, {"http", p.http}} {
 				objs, kb := v.f.allocsPer()
 				rd, wr := v.f.syscallsPer()
-				fmt.Printf("  %5d %-8s %-6s %6d | %8.2f %8.2f %8.0f %10.3f %10.3f %9.0f %7.1f %6.1f %6.1f\n", r, l.name, v.name, v.f.n, ms(v.f.lat, 50), ms(v.f.lat, 99), v.f.rate(), v.f.cpuPer(), v.f.driverPer(), objs, kb, rd, wr)
+				fmt.Printf("  %5d %-8s %-6s %6d | %8.2f %8.2f %8.0f %10.3f %10.3f %10.3f %9.0f %7.1f %6.1f %6.1f\n", r, l.name, v.name, v.f.n, ms(v.f.lat, 50), ms(v.f.lat, 99), v.f.rate(), v.f.cpuPer(), v.f.driverPer(), v.f.bothPer(), objs, kb, rd, wr)
 			}
 			results[l.name] = append(results[l.name], p)
 		}
 	}
-	fmt.Printf("\nthe gateway's cost, http against client in the same round (target: p50 +≤ 0.5 ms, fleet CPU per turn ≤ 1.10×)\n")
+	fmt.Printf("\nthe gateway's cost, http against client in the same round (target: p50 +≤ 0.5 ms, CPU per turn ≤ 1.10×, counting fleet + client on both paths;\n" +
+		"\"fleet alone\" also charges the gateway for the Go client's work, which the client path spends in the uncounted load generator)\n")
 	for _, l := range loads {
 		for r, p := range results[l.name] {
 			co, _ := p.client.allocsPer()
 			ho, _ := p.http.allocsPer()
-			fmt.Printf("  %-8s round %d: p50 %+.2f ms (%.2f → %.2f), p99 %+.2f ms, fleet CPU per turn %.2f× (%.3f → %.3f ms), turns/s %.2f×, allocs per turn %+.0f (%.0f → %.0f)\n", l.name, r+1,
+			fmt.Printf("  %-8s round %d: p50 %+.2f ms (%.2f → %.2f), p99 %+.2f ms, CPU per turn %.2f× (fleet + client %.3f → %.3f ms; fleet alone %.2f×, %.3f → %.3f ms), turns/s %.2f×, fleet allocs per turn %+.0f (%.0f → %.0f)\n", l.name, r+1,
 				ms(p.http.lat, 50)-ms(p.client.lat, 50), ms(p.client.lat, 50), ms(p.http.lat, 50), ms(p.http.lat, 99)-ms(p.client.lat, 99),
+				p.http.bothPer()/p.client.bothPer(), p.client.bothPer(), p.http.bothPer(),
 				p.http.cpuPer()/p.client.cpuPer(), p.client.cpuPer(), p.http.cpuPer(), p.http.rate()/p.client.rate(), ho-co, co, ho)
 		}
 	}
 	fmt.Printf("\nmedians over the %d pairs of neighbouring blocks (http against the client's block next to it)\n", *gwRounds**gwBlocks)
 	for _, l := range loads {
-		fmt.Printf("  %-8s p50 %+.2f ms, fleet CPU per turn %.2f×\n", l.name, median(blockP50[l.name]), median(blockCPU[l.name]))
+		fmt.Printf("  %-8s p50 %+.2f ms, CPU per turn (fleet + client) %.2f×, fleet alone %.2f×\n", l.name, median(blockP50[l.name]), median(blockCPU[l.name]), median(blockFleetCPU[l.name]))
 	}
 	fmt.Printf("load average at end: %s\n", loadAvg())
 	return nil
@@ -528,25 +569,33 @@ func gwReceive(sc *bufio.Scanner, v any) error {
 	return json.Unmarshal(sc.Bytes(), v)
 }
 
-// gatewayDriver is the child process of -scenario gateway: it serves the
-// mock model, tells the fleet process its URL, and runs the loads it is
-// sent, through the Go client or over HTTP, answering each with its
-// turns' latencies.
-func gatewayDriver() error {
+// gatewayMock is the mock model's child process of -scenario gateway: it
+// serves the model, tells the fleet process its URL and serves until its
+// standard input closes. Apart from the driver, so the driver's CPU is
+// the clients' alone.
+func gatewayMock() error {
 	mock, err := startMockModel()
 	if err != nil {
 		return err
 	}
 	defer mock.close()
+	if err := gwSend(os.Stdout, mock.url); err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, os.Stdin)
+	return err
+}
+
+// gatewayDriver is the load-generating child process of -scenario
+// gateway: it runs the loads it is sent, through the Go client or over
+// HTTP, answering each with its turns' latencies and its CPU.
+func gatewayDriver() error {
 	out := bufio.NewWriter(os.Stdout)
 	send := func(v any) error {
 		if err := gwSend(out, v); err != nil {
 			return err
 		}
 		return out.Flush()
-	}
-	if err := send(mock.url); err != nil {
-		return err
 	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 64<<10), 1<<20)

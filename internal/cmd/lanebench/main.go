@@ -85,6 +85,13 @@ func main() {
 	flag.IntVar(&o.events.latencyDeltas, "event-latency-n", 2000, "events: deltas in the latency run")
 	flag.DurationVar(&o.events.pace, "event-pace", 2*time.Millisecond, "events: time between two deltas in the latency run")
 	flag.Parse()
+	if *gwMockProc {
+		if err := gatewayMock(); err != nil {
+			fmt.Fprintln(os.Stderr, "lanebench mock model:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *gwDriver {
 		if err := gatewayDriver(); err != nil {
 			fmt.Fprintln(os.Stderr, "lanebench driver:", err)

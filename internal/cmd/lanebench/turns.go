@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -48,8 +49,33 @@ var (
 	turnsSetup     = flag.Int("turns-setup", 0, "turns: the worker's set-up gate width (lanes.Config.SetupConcurrency; 0 = its default, -1 = no gate), to compare widths")
 	turnsStagger   = flag.Bool("turns-stagger", false, "turns: start the concN scenarios' sessions spread over one model delay (sessions sending independently, a steady state) instead of all in the same instant (a burst); the rate is then each session's turns over its own time, summed")
 	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file; soak: of round N to <this>.N")
+	turnsAPI       = flag.String("turns-api", "openai-completions", "turns: the wire API the worker speaks to the mock model (openai-completions, anthropic-messages, google-generative-ai; the direct baseline is always Chat Completions)")
 	turnsReplyText = "pong"
 )
+
+// anthropicReply and geminiReply are the mock's "pong" in the Anthropic
+// Messages and Gemini streams (-turns-api).
+var (
+	anthropicReply = []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" + turnsReplyText + "\"}}\n\n" +
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	geminiReply = []byte(`data: {"candidates":[{"content":{"parts":[{"text":"` + turnsReplyText + `"}],"role":"model"},"index":0,"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":12,"candidatesTokenCount":1,"totalTokenCount":13}}` + "\n\n")
+)
+
+// turnsModelsFile writes a models file serving the mock as model
+// mock/mock-pong over api, and returns its path and the model.
+func turnsModelsFile(dir, url, api string) (path, model string, err error) {
+	base := strings.TrimSuffix(url, "/v1")
+	if api == "google-generative-ai" {
+		base = url
+	}
+	data := fmt.Sprintf(`{"providers":{"mock":{"baseUrl":%q,"api":%q,"models":[{"id":%q,"name":"mock","contextWindow":1000000,"maxTokens":1024,"input":["text"]}]}}}`, base, api, turnsModel)
+	path = filepath.Join(dir, "models.json")
+	return path, "mock/" + turnsModel, os.WriteFile(path, []byte(data), 0o600)
+}
 
 // turnsModel is the model id the mock serves.
 const turnsModel = "mock-pong"
@@ -104,33 +130,41 @@ func startMockModel() (*mockModel, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"`+turnsModel+`","object":"model","created":1,"owned_by":"lanebench"}]}`)
 	})
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		m.calls.Add(1)
-		at := time.Now()
-		// Read the request as a server would before answering.
-		body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-		if err != nil {
-			return
-		}
-		if tag := tagOf(body); tag != "" {
-			m.arrived.Store(tag, at)
-		}
-		if d := time.Duration(m.delay.Load()); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-r.Context().Done():
-				t.Stop()
-				return
-			}
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache")
-		_, _ = w.Write(sseReply)
-	})
+	serve := func(reply []byte) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, reply) }
+	}
+	mux.HandleFunc("POST /v1/chat/completions", serve(sseReply))
+	mux.HandleFunc("POST /v1/messages", serve(anthropicReply))
+	mux.HandleFunc("POST /v1/models/{model}", serve(geminiReply))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = m.srv.Serve(l) }()
 	return m, nil
+}
+
+// serve answers one model request with reply after the first-byte delay.
+func (m *mockModel) serve(w http.ResponseWriter, r *http.Request, reply []byte) {
+	m.calls.Add(1)
+	at := time.Now()
+	// Read the request as a server would before answering.
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		return
+	}
+	if tag := tagOf(body); tag != "" {
+		m.arrived.Store(tag, at)
+	}
+	if d := time.Duration(m.delay.Load()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(reply)
 }
 
 func (m *mockModel) close() { _ = m.srv.Close() }
@@ -545,8 +579,19 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	t0 := time.Now()
-	bm, err := startMember(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: syncAlways, WorkerID: "turns",
-		OpenAICompatible: mock.url, Concurrency: concurrency, SetupConcurrency: *turnsSetup, NoBuiltinTools: true, Logger: zerolog.Nop()})
+	cfg := fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: syncAlways, WorkerID: "turns",
+		OpenAICompatible: mock.url, Concurrency: concurrency, SetupConcurrency: *turnsSetup, NoBuiltinTools: true, Logger: zerolog.Nop()}
+	switch *turnsAPI {
+	case "openai-completions":
+	case "anthropic-messages", "google-generative-ai":
+		cfg.OpenAICompatible = ""
+		if cfg.ModelsFile, cfg.DefaultModel, err = turnsModelsFile(dir, mock.url, *turnsAPI); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("-turns-api: %q (openai-completions, anthropic-messages, google-generative-ai)", *turnsAPI)
+	}
+	bm, err := startMember(ctx, cfg)
 	if err != nil {
 		return err
 	}

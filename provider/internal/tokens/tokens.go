@@ -1,7 +1,8 @@
 // Package tokens hands out one OAuth credential's access tokens to
 // concurrent model calls (Vertex AI's Google credentials, Azure's Entra ID
-// client credentials): cached, shared, refreshed in the background before
-// they expire, off every call's path.
+// client credentials, Anthropic's OAuth tokens held by the fleet): cached,
+// shared, refreshed in the background before they expire, off every call's
+// path.
 package tokens
 
 import (
@@ -43,11 +44,12 @@ var errExpiredToken = errors.New("the token source gave an expired token")
 // one fetch. Fetches go through an oauth2.ReuseTokenSource, whose early
 // expiry is the window, over the credential's own source.
 type Cache struct {
-	src    oauth2.TokenSource
+	inner  oauth2.TokenSource // the credential's own source
 	before time.Duration
 	wg     *sync.WaitGroup // the owner's: it waits for the refreshes in flight
 
 	mu      sync.Mutex
+	src     oauth2.TokenSource // inner behind a reuse wrapper; replaced by Forget
 	tok     *oauth2.Token
 	asked   bool          // a refresh of tok was started
 	retry   time.Time     // no background refresh before this (one failed)
@@ -65,7 +67,22 @@ func New(src oauth2.TokenSource, before time.Duration, wg *sync.WaitGroup) *Cach
 	if before <= 0 {
 		before = RefreshBeforeDefault
 	}
-	return &Cache{src: oauth2.ReuseTokenSourceWithExpiry(&oauth2.Token{}, src, before), before: before, wg: wg}
+	return &Cache{inner: src, src: oauth2.ReuseTokenSourceWithExpiry(&oauth2.Token{}, src, before), before: before, wg: wg}
+}
+
+// Forget drops the token held when it is tok (one the API refused before
+// its expiry), so that the next Token waits for a fetch from the
+// credential's own source instead of handing it out again. A fetch in
+// flight is not cut short: what it brings replaces tok.
+func (t *Cache) Forget(tok string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tok == nil || t.tok.AccessToken != tok {
+		return
+	}
+	t.tok = nil
+	t.retry = time.Time{}
+	t.src = oauth2.ReuseTokenSourceWithExpiry(&oauth2.Token{}, t.inner, t.before)
 }
 
 // good reports whether tok is good for more than d after now.
@@ -113,10 +130,11 @@ func (t *Cache) fetchLocked() <-chan struct{} {
 	}
 	done := make(chan struct{})
 	t.running = done
+	src := t.src
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		tok, err := t.src.Token()
+		tok, err := src.Token()
 		t.mu.Lock()
 		if err == nil && tok != nil {
 			t.tok, t.err = tok, nil

@@ -5,7 +5,11 @@
 // that policy for the adapters that send the whole history every turn
 // (Chat Completions, Responses, Anthropic Messages, Gemini); each adapter brings its wire
 // message type M, the comparison that proves two of them encode the same,
-// and what it keeps per history message (C).
+// and what it keeps per history message (C). Cache.Prepare is where a
+// request starts: the session's transform.Appender prepares its messages
+// for the model (only those after the ones the caller promised never to
+// write again, provider.Request.Immutable), and the session's JSON is kept
+// joined, so a body copies what it repeats of it in one piece.
 //
 // Nothing is assumed about what changed. A message of the history that is
 // the same as one of the last request's (message.Snapshot: its fields,
@@ -35,6 +39,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
 // BytesDefault is the default budget of an adapter's cache.
@@ -74,8 +79,14 @@ type Session[M, C any] struct {
 	// new ones per request).
 	spareMsgs []M
 	spareEnc  [][]byte
-	convs     *convs[C]
-	size      int // what the cache counts it for, besides its id and bytelru.EntryOverhead
+	// joined is the JSON of msgs joined by commas, jend[i] where that of
+	// msgs[i] ends in it: the next request's body copies the part of it
+	// that it repeats whole (one copy, not one per message), and appends
+	// what follows in place.
+	joined []byte
+	jend   []int
+	convs  *convs[C]
+	size   int // what the cache counts it for, besides its id and bytelru.EntryOverhead
 }
 
 // Charged returns what the cache charges s for (besides its id and a
@@ -110,6 +121,9 @@ type convs[C any] struct {
 	// (an array collected since cannot be the next request's).
 	first     weak.Pointer[message.Message]
 	immutable int
+	// tr is the request's messages as the model gets them
+	// (transform.Messages), kept for the next request of the session.
+	tr transform.Appender
 }
 
 // key names what a message's wire form depends on besides the message: the
@@ -141,25 +155,30 @@ func (s *Session[M, C]) messages(n int) []M {
 	return slices.Grow(s.spareMsgs[:0], n)
 }
 
-// takeConvs returns the wire forms s keeps for msgs, lined up with them:
-// the first same of conv are those of msgs[:same] (unchanged since the
-// last request, for the same key, which had off messages before them),
-// the rest to be added in order. Forms kept for another key are dropped
-// (nil s: new ones). The request then owns them.
-func (s *Session[M, C]) takeConvs(key string, msgs []message.Message, immutable int) (w *convs[C], off, same int) {
+// takeConvs removes and returns the wire forms s keeps, new ones when it
+// keeps none (nil s: none). The request then owns them.
+func (s *Session[M, C]) takeConvs() *convs[C] {
 	if s == nil || s.convs == nil {
-		w = &convs[C]{key: key}
-	} else {
-		w = s.convs
-		s.convs = nil
-		if w.key != key {
-			w.key = key
-			w.src.Reset()
-			clear(w.conv)
-			w.conv, w.at = w.conv[:0], w.at[:0]
-		}
-		w.hint = w.hint[:0]
+		return &convs[C]{}
 	}
+	w := s.convs
+	s.convs = nil
+	return w
+}
+
+// lineUp lines w's forms up with msgs, the messages of a request for key
+// (of which the first immutable are never written again): the first same
+// of conv are those of msgs[:same] (unchanged since the last request, for
+// the same key, which had off messages before them), the rest to be
+// added in order. Forms kept for another key are dropped.
+func (w *convs[C]) lineUp(key string, msgs []message.Message, immutable int) (off, same int) {
+	if w.key != key {
+		w.key = key
+		w.src.Reset()
+		clear(w.conv)
+		w.conv, w.at = w.conv[:0], w.at[:0]
+	}
+	w.hint = w.hint[:0]
 	known := 0
 	if len(msgs) > 0 && w.first.Value() == &msgs[0] {
 		known = min(immutable, w.immutable)
@@ -175,14 +194,14 @@ func (s *Session[M, C]) takeConvs(key string, msgs []message.Message, immutable 
 	}
 	clear(w.conv[same:])
 	w.conv, w.at = w.conv[:same], w.at[:same]
-	return w, off, same
+	return off, same
 }
 
 // bytes estimates the memory w holds besides the strings it shares with
 // the messages.
 func (w *convs[C]) bytes() int {
 	var c C
-	return w.src.Bytes() + cap(w.conv)*int(unsafe.Sizeof(c)) + (cap(w.at)+cap(w.hint))*int(unsafe.Sizeof(0))
+	return w.src.Bytes() + cap(w.conv)*int(unsafe.Sizeof(c)) + (cap(w.at)+cap(w.hint))*int(unsafe.Sizeof(0)) + w.tr.Bytes()
 }
 
 // Forms is one request's wire messages in the making (Out), lined up with
@@ -204,35 +223,38 @@ type Forms[M, C any] struct {
 	scratch C              // the form built last when nothing is kept
 }
 
-// Forms starts the wire messages of session id's request of msgs (the
-// history as the model gets them, before they become wire messages) to
-// model m (images: m takes images), with room for n. It takes the
-// session's entry (Take): the wire forms of the messages that are the last
-// request's, for the same model, are reused. A nil c or no id keeps
-// nothing.
-func (c *Cache[M, C]) Forms(id string, m provider.Model, images bool, msgs []message.Message, n int) Forms[M, C] {
-	return c.FormsOf(&provider.Request{SessionID: id}, m, images, msgs, n)
+// Prepare prepares req's messages for model m (images: m takes images)
+// as transform.Messages does with normalizeID (the adapter's, a function
+// of m), and starts their wire messages, with room for extra more. It
+// takes the session's entry (Take): the session's transform.Appender
+// prepares only the messages after those req and the session's last
+// request promised never to write again (provider.Request.Immutable),
+// and the wire forms of the messages that are the last request's, for
+// the same model, are reused (those of the prepared messages that are
+// never written again, over the same array, without comparing them). A
+// nil c or no session id keeps nothing.
+func (c *Cache[M, C]) Prepare(req *provider.Request, m provider.Model, images bool, normalizeID func(string) string, extra int) ([]message.Message, Forms[M, C]) {
+	if c == nil || req.SessionID == "" {
+		msgs := transform.Messages(req.Messages, m, normalizeID)
+		return msgs, Forms[M, C]{Out: make([]M, 0, len(msgs)+extra)}
+	}
+	prev := c.Take(req.SessionID)
+	w := prev.takeConvs()
+	k := key(m, images)
+	msgs, immutable := w.tr.Messages(req.Messages, req.Immutable, k, m, normalizeID)
+	return msgs, c.forms(req.SessionID, prev, w, k, msgs, immutable, len(msgs)+extra)
 }
 
-// FormsOf is Forms for request req's messages as the adapter made them
-// for the model (msgs): when they are req.Messages themselves, the first
-// ones req promises never to write again (provider.Request.Immutable) and
-// the session's last request had over the same array are taken as its,
-// unchanged, without comparing them again.
-func (c *Cache[M, C]) FormsOf(req *provider.Request, m provider.Model, images bool, msgs []message.Message, n int) Forms[M, C] {
-	id := req.SessionID
-	immutable := 0
-	if len(msgs) > 0 && len(req.Messages) > 0 && &msgs[0] == &req.Messages[0] {
-		immutable = min(req.Immutable, len(msgs), len(req.Messages))
-	}
-	if c == nil || id == "" {
-		return Forms[M, C]{Out: make([]M, 0, n)}
-	}
-	f := Forms[M, C]{c: c, id: id, prev: c.Take(id)}
-	f.Out = f.prev.messages(n)
-	var off int
-	f.w, off, f.same = f.prev.takeConvs(key(m, images), msgs, immutable)
-	f.dropped = off > 0
+// forms starts the wire messages of session id's request of msgs (the
+// history as the model gets them, before they become wire messages; the
+// first immutable never written again) for key, with room for n, from
+// the session's last request prev (nil: none) and its forms w.
+func (c *Cache[M, C]) forms(id string, prev *Session[M, C], w *convs[C], key string, msgs []message.Message, immutable, n int) Forms[M, C] {
+	immutable = min(immutable, len(msgs))
+	f := Forms[M, C]{c: c, id: id, prev: prev, w: w}
+	f.Out = prev.messages(n)
+	off, same := w.lineUp(key, msgs, immutable)
+	f.same, f.dropped = same, off > 0
 	return f
 }
 
@@ -378,25 +400,33 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 		overhead = 2 * (int(unsafe.Sizeof(zero)) + 24) // two wire messages and a slice header
 	}
 	reused := 0
+	p := 0 // msgs[:p] are the last request's first p, the JSON in its joined
 	var err error
 	for i := range msgs {
-		if h := hint(i); h >= 0 {
-			next.enc[i] = prev.enc[h]
+		h := hint(i)
+		if h >= 0 {
 			m.next = h + 1
+		} else {
+			h = m.find(&msgs[i])
+		}
+		if h >= 0 {
+			next.enc[i] = prev.enc[h]
 			reused++
-		} else if b := m.find(&msgs[i]); b != nil {
-			next.enc[i] = b
-			reused++
+			if h == i && p == i && i < len(prev.jend) {
+				p++
+			}
 		} else if next.enc[i], err = json.Marshal(&msgs[i]); err != nil {
 			return nil, err
 		}
-		// The JSON, and about as much again for the strings the wire
-		// forms hold of their own (an image's data URL is a copy): an
-		// estimate, on the safe side for text.
-		next.size += 2*len(next.enc[i]) + overhead
+		// About as much as the JSON for the strings the wire forms hold
+		// of their own (an image's data URL is a copy): an estimate, on
+		// the safe side for text; the JSON itself is joined's.
+		next.size += len(next.enc[i]) + overhead
 	}
 	c.Reused.Add(int64(reused))
-	out := splice(head, at, next.enc)
+	next.joined, next.jend = join(prev, p, next.enc)
+	next.size += cap(next.joined) + cap(next.jend)*int(unsafe.Sizeof(0))
+	out := splice(head, at, next.joined)
 	if prev != nil {
 		// The last request's arrays become the spares of the next one:
 		// they must not keep its messages and JSON alive uncharged (after
@@ -408,22 +438,73 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 	return out, nil
 }
 
-// splice writes head with the 4 bytes "null" at index at replaced by the
-// JSON array of enc.
-func splice(head []byte, at int, enc [][]byte) []byte {
-	n := len(head) + len(enc)
-	for _, b := range enc {
-		n += len(b)
+// join returns enc joined by commas and where each ends in that, and
+// makes enc[i] the part of it that is msgs[i]'s (the JSON is kept once).
+// It builds on the last request prev's joined JSON, whose first p
+// messages are enc's: those are taken as they are, and the array is
+// written only past them (the JSON of prev's later messages that enc
+// reuses is copied out first).
+func join[M, C any](prev *Session[M, C], p int, enc [][]byte) ([]byte, []int) {
+	var joined []byte
+	var jend []int
+	if prev != nil {
+		joined, jend = prev.joined, prev.jend[:p]
+		prev.joined, prev.jend = nil, nil
+		cut := 0
+		if p > 0 {
+			cut = jend[p-1]
+		}
+		free := joined[cut:cap(joined)]
+		for i := p; i < len(enc); i++ {
+			if overlaps(enc[i], free) {
+				enc[i] = bytes.Clone(enc[i])
+			}
+		}
+		joined = joined[:cut]
 	}
-	out := make([]byte, 0, n)
+	n := len(joined)
+	for _, b := range enc[p:] {
+		n += len(b) + 1
+	}
+	switch {
+	case cap(joined) < n && len(joined) > 0:
+		// A growing session: room for its next turns too.
+		joined = slices.Grow(joined, n-len(joined)+n/4)
+	case cap(joined) < n || cap(joined) > 4*n+4096:
+		// A new session, or one that shrank (a compaction, a rollback):
+		// an array of its size.
+		joined = append(make([]byte, 0, n), joined...)
+	}
+	jend = slices.Grow(jend, len(enc)-len(jend))
+	for i := p; i < len(enc); i++ {
+		if i > 0 {
+			joined = append(joined, ',')
+		}
+		joined = append(joined, enc[i]...)
+		jend = append(jend, len(joined))
+	}
+	for i := p; i < len(enc); i++ {
+		enc[i] = joined[jend[i]-len(enc[i]) : jend[i] : jend[i]]
+	}
+	return joined, jend
+}
+
+// overlaps reports whether a's bytes are in b's.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
+}
+
+// splice writes head with the 4 bytes "null" at index at replaced by the
+// JSON array whose elements joined holds.
+func splice(head []byte, at int, joined []byte) []byte {
+	out := make([]byte, 0, len(head)+len(joined)+2-len("null"))
 	out = append(out, head[:at]...)
 	out = append(out, '[')
-	for i, b := range enc {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, b...)
-	}
+	out = append(out, joined...)
 	out = append(out, ']')
 	return append(out, head[at+len("null"):]...)
 }
@@ -445,27 +526,28 @@ type matcher[M, C any] struct {
 // that changed everywhere costs a few passes, not one per message.
 const maxSearches = 4
 
-// find returns the cached JSON of a message equal to cm, nil if none.
-func (m *matcher[M, C]) find(cm *M) []byte {
+// find returns the index of the last request's message equal to cm, -1
+// if none.
+func (m *matcher[M, C]) find(cm *M) int {
 	p := m.prev
 	if p == nil || m.next >= len(p.msgs) {
-		return nil // nothing cached, or past its end: a new message
+		return -1 // nothing cached, or past its end: a new message
 	}
 	if m.equal(&p.msgs[m.next], cm) {
 		m.next++
-		return p.enc[m.next-1]
+		return m.next - 1
 	}
 	if m.searches < maxSearches {
 		m.searches++
 		for j := range p.msgs {
 			if j != m.next && m.equal(&p.msgs[j], cm) {
 				m.next = j + 1
-				return p.enc[j]
+				return j
 			}
 		}
 	}
 	m.next++
-	return nil
+	return -1
 }
 
 // ContentEqual reports whether two wire contents of the form nil, a

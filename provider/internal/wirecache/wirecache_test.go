@@ -23,11 +23,20 @@ type testBody struct {
 
 func equalMsg(a, b *testMsg) bool { return *a == *b }
 
+// formsOf starts the forms of req's messages as they are, for model "m".
+func formsOf[M, C any](c *Cache[M, C], req *provider.Request, n int) Forms[M, C] {
+	if c == nil || req.SessionID == "" {
+		return Forms[M, C]{Out: make([]M, 0, n)}
+	}
+	prev := c.Take(req.SessionID)
+	return c.forms(req.SessionID, prev, prev.takeConvs(), key(provider.Model{ID: "m"}, false), req.Messages, req.Immutable, n)
+}
+
 // request builds one request of session id through the cache and checks
 // its body is json.Marshal's.
 func request(t *testing.T, c *Cache[testMsg, struct{}], id string, texts []string) {
 	t.Helper()
-	f := c.Forms(id, provider.Model{ID: "m"}, false, nil, len(texts))
+	f := formsOf(c, &provider.Request{SessionID: id}, len(texts))
 	for _, s := range texts {
 		f.Add(-1, testMsg{Text: s}, -1)
 	}
@@ -122,7 +131,7 @@ func TestImmutableNotComparedAgain(t *testing.T) {
 	t.Parallel()
 	c := New[testMsg, struct{}](1<<20, equalMsg)
 	run := func(req *provider.Request) (same int) {
-		f := c.FormsOf(req, provider.Model{ID: "m"}, false, req.Messages, len(req.Messages))
+		f := formsOf(c, req, len(req.Messages))
 		same = f.same
 		for i := range req.Messages {
 			_, h := f.Form(i, func() struct{} { return struct{}{} })

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -306,4 +307,134 @@ func (w Wire[M, C]) BenchBuild(b *testing.B) {
 			})
 		}
 	}
+}
+
+// foreign is an assistant turn of another model (its calls' ids in the
+// Responses API's "call|item" form, its text signed, a thought signature
+// on its call), optionally without its result or failed: what
+// transform.Messages rewrites, drops or answers with a synthetic result.
+func foreign(step int, kind int) []message.Message {
+	id := fmt.Sprintf("call_%d|fc_%d", step, step)
+	call := message.ToolCall(id, "read", map[string]any{"path": "x.go"})
+	call.ThoughtSignature = "sig"
+	reply := message.Message{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: "other", Model: "o1", API: "openai-responses",
+		Content: message.BlocksOf(message.Thinking("hmm", ""), message.Block{Type: message.BlockText, Text: "Looking.", TextSignature: "ts"}, call)}
+	result := message.Message{Role: message.RoleToolResult, ToolCallID: id, ToolName: "read", Content: message.BlocksOf(message.Text("ok"))}
+	switch kind {
+	case 0:
+		return []message.Message{reply, result}
+	case 1: // no result: a synthetic one before the next message
+		return []message.Message{reply}
+	default: // failed: dropped
+		reply.StopReason, reply.ErrorMessage = message.StopError, "boom"
+		return []message.Message{reply}
+	}
+}
+
+// Appends builds the requests of sessions held as a caller that keeps
+// its history in one array does (the runner): each turn's messages go
+// after the history in the array's spare capacity, and the history is
+// promised never to be written again (provider.Request.Immutable); turns
+// mix the adapter's replies, another model's (rewritten ids, dropped
+// failures, calls left without results) and users' messages, and the
+// session switches models, starts another array (a compaction, a
+// rollback) or promises less. With one cache and without it the bodies
+// are the same, byte for byte.
+func (w Wire[M, C]) Appends(t *testing.T, models ...provider.Model) {
+	t.Helper()
+	cache := w.New(wirecache.BytesDefault)
+	seed := uint64(7)
+	rnd := func(n int) int {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return int((seed >> 33) % uint64(n))
+	}
+	hist := make([]message.Message, 0, 8)
+	turn := 0
+	m := models[0]
+	for step := range 600 {
+		var add []message.Message
+		switch rnd(12) {
+		case 0, 1, 2:
+			add = w.History(2 + rnd(4))
+		case 3:
+			add = w.Turn(fmt.Sprint(step), fmt.Sprint("t", step))
+		case 4, 5:
+			add = foreign(step, rnd(3))
+		case 6:
+			add = []message.Message{message.User(fmt.Sprint("question ", step), int64(step))}
+		case 7, 8: // the turn is over
+			hist, turn = hist[:len(hist)+turn], 0
+		case 9:
+			m = models[rnd(len(models))]
+		case 10: // another array: a compaction or a rollback
+			k := rnd(len(hist) + 1)
+			next := append(make([]message.Message, 0, k+8), message.User("summary", 1))
+			hist, turn = append(next, hist[:k]...), 0
+		case 11: // a turn that failed: its messages dropped
+			turn = 0
+		}
+		if len(add) > 0 {
+			all := append(hist[:len(hist)+turn], add...)
+			hist = all[:len(hist)]
+			turn += len(add)
+		}
+		immutable := len(hist)
+		if rnd(20) == 0 {
+			immutable = rnd(immutable + 1)
+		}
+		req := &provider.Request{Model: m, SystemPrompt: "sys", Messages: hist[:len(hist)+turn], SessionID: "s1", Immutable: immutable,
+			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
+		w.same(t, fmt.Sprint("step ", step), req, cache)
+	}
+}
+
+// BenchTurns builds the requests of a session's turns as the runner
+// makes them (the history in one array, promised never to be written
+// again, and the turn's message after it) up to 2,000 history messages,
+// and before each the first turn of a fresh session, so that both see
+// the same machine; it reports the median of each over the last quarter
+// (the long session's at 1,500–2,000 messages) and their ratio.
+func (w Wire[M, C]) BenchTurns(b *testing.B) {
+	const turns = 500 // of four messages each
+	cache := w.New(wirecache.BytesDefault)
+	m := w.Model
+	m.MaxTokens, m.Input = 16384, []string{"text"}
+	tools := []provider.Tool{{Name: "read", Description: "Read a file", Parameters: map[string]any{"type": "object"}}}
+	var fresh, last []time.Duration
+	b.ReportAllocs()
+	session := 0
+	for b.Loop() {
+		session++
+		hist := make([]message.Message, 0, 16)
+		for t := range turns {
+			q := message.User(fmt.Sprintf("and now %d?", t), 2)
+			f := &provider.Request{Model: m, SystemPrompt: "You are a helpful assistant.", Messages: []message.Message{q}, SessionID: fmt.Sprint("f", session, "-", t), Tools: tools}
+			t0 := time.Now()
+			if _, err := w.Build(f, cache); err != nil {
+				b.Fatal(err)
+			}
+			df := time.Since(t0)
+			msgs := append(hist, q)
+			req := &provider.Request{Model: m, SystemPrompt: "You are a helpful assistant.", Messages: msgs, SessionID: fmt.Sprint("long", session), Tools: tools, Immutable: len(hist)}
+			t0 = time.Now()
+			if _, err := w.Build(req, cache); err != nil {
+				b.Fatal(err)
+			}
+			d := time.Since(t0)
+			if t >= turns*3/4 {
+				fresh, last = append(fresh, df), append(last, d)
+			}
+			h := w.History(4)
+			h[0] = q
+			hist = append(hist, h...)
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(med(fresh), "fresh-µs")
+	b.ReportMetric(med(last), "last-quarter-µs")
+	b.ReportMetric(med(last)/med(fresh), "last-quarter/fresh")
 }
