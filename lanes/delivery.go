@@ -46,8 +46,29 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 }
 
 // busyNakDelay is how soon a delivery a busy worker could not take comes
-// back (to any worker).
+// back (to any worker) the first time; each time it comes back and finds
+// no room again it stays away twice as long, up to busyNakMax (see
+// busyDelay).
 const busyNakDelay = 250 * time.Millisecond
+
+// busyNakMax bounds how long a delivery a busy worker could not take stays
+// away.
+const busyNakMax = 4 * time.Second
+
+// busyDelay is how soon a delivery that found no room here comes back:
+// busyNakDelay, doubled for each earlier delivery of it, up to busyNakMax
+// and half the AckWait. A flood of lanes that the slots and the line
+// cannot hold thus comes back a few times a second rather than four times
+// a second each: every such return is a delivery, a hand-back and, ahead of
+// it in the dispatch consumer, a new session's message kept waiting (the
+// server sends redeliveries before new messages).
+func (w *Worker) busyDelay(msg jetstream.Msg) time.Duration {
+	md, err := msg.Metadata()
+	if err != nil || md.NumDelivered <= 1 {
+		return busyNakDelay
+	}
+	return min(busyNakDelay<<min(md.NumDelivered-1, 8), busyNakMax, max(w.streams.cfg.AckWait/2, busyNakDelay))
+}
 
 // busyDelivery deals with a delivery that arrived while every slot was
 // busy, or the byte budget could not take its payload: a message of a lane
@@ -66,6 +87,11 @@ func (w *Worker) busyDelivery(msg jetstream.Msg) (int64, bool) {
 	token, _, err := events.LaneOf(msg.Subject())
 	if err != nil {
 		w.settleDelivery(msg, settleBusy) // dead-lettered by a worker with room
+		return 0, false
+	}
+	if w.fair() && !w.sched.Admits(token, len(msg.Data()), w.now()) {
+		// The line is full: no need to ask who holds the lane.
+		w.settleDelivery(msg, settleBusy)
 		return 0, false
 	}
 	if !w.fair() || !w.sched.Known(token, w.now()) {
@@ -108,7 +134,7 @@ const (
 	// settleFollower: the lane has an owner (or a delivery waiting here)
 	// that drains the message: ack it.
 	settleFollower deliveryEnd = iota
-	// settleBusy: no slot here: hand it back after busyNakDelay, to any
+	// settleBusy: no slot here: hand it back after busyDelay, to any
 	// worker.
 	settleBusy
 	// settleHandBack: hand it back at once (the worker shuts down, or it has
@@ -135,7 +161,7 @@ func (w *Worker) settleDelivery(msg jetstream.Msg, end deliveryEnd) {
 		w.stats.FollowerAcks.Add(1)
 		w.ack(ctx, msg)
 	case settleBusy:
-		w.nak(msg, busyNakDelay)
+		w.nak(msg, w.busyDelay(msg))
 	case settleHandBack:
 		w.nak(msg, 0)
 	case settleRetry:

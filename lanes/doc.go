@@ -104,14 +104,19 @@
 // goes to the lane that has waited longest, of the waiting tenant
 // (Config.Tenant) with the fewest slots in use for its weight
 // (Config.TenantWeight; equal by default), so a tenant with hundreds of
-// waiting sessions does not take every slot from a quiet one; while a
-// tenant under its share was seen in the last 5 s, up to a sixteenth of
-// the slots that free stay free for it. A waiting
+// waiting sessions does not take every slot from a quiet one; a tenant
+// under its share keeps as many slots as it used at once in the last 5 s
+// (up to its share; such tenants together at most half the slots): the
+// ones it does not use now stay free for its next messages rather than go
+// to a tenant at or over its share. A waiting
 // delivery is handed back (Nak) after a second, so a worker with room can
 // take its lane; when it comes back here it takes its old place. Past four
 // times the slots in line a delivery is handed back at once, unless its
 // tenant has fewer in line than its weight's share (then up to eight
-// times).
+// times); it comes back after 250 ms, twice as late each time it finds no
+// room again, up to 4 s (busyDelay), so a flood of lanes the line cannot
+// hold does not keep the dispatch consumer busy with redeliveries (the
+// server sends them before any new message).
 //
 // A slot is also charged its trigger's payload bytes against the worker's
 // in-flight byte budget (Config.MaxInflightBytes): a delivery whose payload
@@ -133,7 +138,10 @@
 // default 1, or Config.LaneTimeBudget) and the lane first in line has
 // waited at least as long as its last turn took (a lane that waits a moment
 // while slots turn over makes nobody yield; one that keeps waiting gets a
-// slot within two turns of each owner). If so it yields: it deletes what it
+// slot within two turns of each owner), or at once when its tenant is at
+// or over its share and a tenant under its share waits. An owner whose
+// tenant is under its share, with only tenants at or over theirs in line,
+// neither yields nor stops lingering: its slot would stay its tenant's. If so it yields: it deletes what it
 // processed except its trigger's message, releases the lease, and hands its
 // trigger back at once, taking the last place in line. The trigger's
 // redelivery brings the lane back, here or on a worker with room, and its

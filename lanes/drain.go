@@ -66,7 +66,7 @@ func (o *owner) drain(ctx context.Context) bool {
 			o.slot.overBudget = need
 			return false
 		}
-		if o.w.shouldYield(o.slot.turns, o.slot.since, o.slot.lastTurn, o.lease.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
+		if o.w.shouldYield(o.token, o.slot.turns, o.slot.since, o.slot.lastTurn, o.lease.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
 			o.slot.yielded = true
 			return false
 		}

@@ -31,21 +31,31 @@ func (w *Worker) lineWait() time.Duration {
 // fair reports whether lanes yield their slots (Config.LaneTurnBudget ≥ 0).
 func (w *Worker) fair() bool { return w.cfg.LaneTurnBudget >= 0 }
 
-// shouldYield reports whether an owner that has run turns since it took its
-// slot at since, the last of them taking last, yields the slot before its
-// next turn: it has used its turn or time budget, and the lane first in
-// line has waited at least as long as that last turn took (so a lane that
-// waits a moment while slots turn over does not make every owner yield,
-// and one that keeps waiting gets the slot within two turns). Only an
-// owner with a trigger can yield (the trigger, handed back, brings the
-// lane back); a lane the sweep took drains on. Every owner runs at least
-// one turn.
-func (w *Worker) shouldYield(turns int, since time.Time, last time.Duration, trigger jetstream.Msg) bool {
+// shouldYield reports whether an owner of the lane token that has run
+// turns since it took its slot at since, the last of them taking last,
+// yields the slot before its next turn: it has used its turn or time
+// budget, and its slot would go to a lane in line (slots.Scheduler.Yield):
+// at once when its tenant is at or over its share and one under its share
+// waits, else once the lane first in line has waited at least as long as
+// that last turn took (so a lane that waits a moment while slots turn over
+// does not make every owner yield, and one that keeps waiting gets the
+// slot within two turns). An owner whose tenant is under its share, with
+// only tenants at or over theirs in line, keeps its slot (it would stay
+// its tenant's). Only an owner with a trigger can yield (the trigger,
+// handed back, brings the lane back); a lane the sweep took drains on.
+// Every owner runs at least one turn.
+func (w *Worker) shouldYield(token string, turns int, since time.Time, last time.Duration, trigger jetstream.Msg) bool {
 	if !w.fair() || trigger == nil || turns == 0 || w.sched.Waiting() == 0 {
 		return false
 	}
 	if turns < w.cfg.LaneTurnBudget && (w.cfg.LaneTimeBudget <= 0 || w.now().Sub(since) < w.cfg.LaneTimeBudget) {
 		return false
+	}
+	switch w.sched.Yield(token) {
+	case slots.YieldNone:
+		return false
+	case slots.YieldNow:
+		return true
 	}
 	first, ok := w.sched.First()
 	return ok && w.now().Sub(first) >= last

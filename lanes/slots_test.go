@@ -253,7 +253,8 @@ func TestYieldedLaneSurvivesItsWorker(t *testing.T) {
 
 // TestShouldYield: an owner yields only with a trigger, after at least one
 // turn, when a lane has waited at least as long as the owner's last turn
-// took, and once its turn or time budget is used.
+// took or is of a tenant under its share while the owner's is not, and
+// once its turn or time budget is used.
 func TestShouldYield(t *testing.T) {
 	trigger := jetstream.Msg(nil)
 	var msg jetstream.Msg = &fakeMsg{}
@@ -266,32 +267,42 @@ func TestShouldYield(t *testing.T) {
 		held    time.Duration
 		want    bool
 		late    bool // the waiting lane has waited less than the last turn took
+		tenants bool // the owner's lane is tenant noisy's, the waiting one tenant quiet's
 	}{
-		{"budget used, a lane waits", Config{}, true, msg, 1, 0, true, false},
-		{"nobody waits", Config{}, false, msg, 5, time.Hour, false, false},
-		{"no turn yet", Config{LaneTimeBudget: time.Millisecond}, true, msg, 0, time.Hour, false, false},
-		{"no trigger (swept lane)", Config{}, true, trigger, 3, 0, false, false},
-		{"turn budget not used", Config{LaneTurnBudget: 3}, true, msg, 2, 0, false, false},
-		{"time budget used first", Config{LaneTurnBudget: 3, LaneTimeBudget: time.Second}, true, msg, 1, 2 * time.Second, true, false},
-		{"fairness off", Config{LaneTurnBudget: -1}, true, msg, 9, time.Hour, false, false},
-		{"the waiting lane came during the last turn", Config{}, true, msg, 1, time.Second, false, true},
+		{"budget used, a lane waits", Config{}, true, msg, 1, 0, true, false, false},
+		{"nobody waits", Config{}, false, msg, 5, time.Hour, false, false, false},
+		{"no turn yet", Config{LaneTimeBudget: time.Millisecond}, true, msg, 0, time.Hour, false, false, false},
+		{"no trigger (swept lane)", Config{}, true, trigger, 3, 0, false, false, false},
+		{"turn budget not used", Config{LaneTurnBudget: 3}, true, msg, 2, 0, false, false, false},
+		{"time budget used first", Config{LaneTurnBudget: 3, LaneTimeBudget: time.Second}, true, msg, 1, 2 * time.Second, true, false, false},
+		{"fairness off", Config{LaneTurnBudget: -1}, true, msg, 9, time.Hour, false, false, false},
+		{"the waiting lane came during the last turn", Config{}, true, msg, 1, time.Second, false, true, false},
+		// Before, it waited for the owner's turn to pass: a quiet
+		// tenant's message waited a whole turn of the noisy one's.
+		{"a tenant under its share waits, the owner's is over", Config{}, true, msg, 1, 0, true, true, true},
+		{"under its share, but the turn budget not used", Config{LaneTurnBudget: 3}, true, msg, 1, 0, false, true, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			c.cfg.Now = func() time.Time { return now }
+			owner, other := "owner", "other"
+			if c.tenants {
+				c.cfg.Tenant = func(key string) string { t, _, _ := strings.Cut(key, ":"); return t }
+				owner, other = keyToken(t, "noisy:1"), keyToken(t, "quiet:1")
+			}
 			cfg := c.cfg.withDefaults()
-			w := &Worker{cfg: cfg, sched: slots.New(1, cfg.MaxInflightBytes, slots.Shares{})}
+			w := &Worker{cfg: cfg, sched: slots.New(1, cfg.MaxInflightBytes, cfg.shares())}
 			last := 10 * time.Second // the owner's last turn
 			if c.waiting {
-				w.sched.Take("", 0, time.Time{})
+				w.sched.Take(owner, 0, now)
 				began := now.Add(-last - time.Second)
 				if c.late {
 					began = now.Add(-last / 2)
 				}
-				w.sched.Wait("other", 0, began, false)
+				w.sched.Wait(other, 0, began, false)
 			}
-			if got := w.shouldYield(c.turns, now.Add(-c.held), last, c.trigger); got != c.want {
+			if got := w.shouldYield(owner, c.turns, now.Add(-c.held), last, c.trigger); got != c.want {
 				t.Fatalf("shouldYield = %v, want %v", got, c.want)
 			}
 		})
@@ -446,5 +457,132 @@ func TestByteBudgetChargesFollowUps(t *testing.T) {
 	want := []string{"holder:xxxxx", "follow:small", "follow:xxxxx"}
 	if !slices.Equal(order, want) {
 		t.Fatalf("turns ran %q, want %q", order, want)
+	}
+}
+
+// keyToken is a session key's lane token.
+func keyToken(t *testing.T, key string) string {
+	t.Helper()
+	tok, err := events.KeyToken(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestQuietTenantStartsBeforeTheFlood: a quiet tenant ran two sessions a
+// moment ago; a noisy tenant's six sessions, two messages each, arrive
+// and their turns hold the slots they get, the rest of its backlog in
+// line. The quiet sessions' next messages start at once, in the slots kept
+// free for their tenant, while every noisy turn is still held and its
+// backlog waits; then the backlog drains, each message once and in order.
+// (Before, the noisy lanes took every free slot as they arrived, and the
+// quiet messages waited for a noisy turn to end.)
+func TestQuietTenantStartsBeforeTheFlood(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Minute, 5*time.Second)
+	// The scheduler's clock stands still: what the quiet tenant used a
+	// moment ago does not grow stale however slow the machine is.
+	frozen := time.Now()
+	release := make(chan struct{})
+	var noisyStarted atomic.Int32
+	quietRan := make(chan string, 4)
+	h := newOrderHandler(func(t *Turn) error {
+		if strings.HasPrefix(t.SessionKey, "noisy:") {
+			noisyStarted.Add(1)
+			<-release
+			return nil
+		}
+		quietRan <- t.Inbound.Text
+		return nil
+	})
+	tenant := func(key string) string { t, _, _ := strings.Cut(key, ":"); return t }
+	w, _, _ := f.fairWorker(t, h, Config{Concurrency: 4, Tenant: tenant, Now: func() time.Time { return frozen }})
+	open := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(open) // before the worker's stop: a failed test's held turns end
+	quiet := []string{"quiet:a", "quiet:b"}
+	awaitQuiet := func(n int) {
+		t.Helper()
+		for i := range n {
+			select {
+			case <-quietRan:
+			case <-time.After(time.Minute):
+				t.Fatalf("%d of the quiet tenant's %d messages started; noisy turns running %d, lanes in line %d", i, n, noisyStarted.Load(), w.Waiting())
+			}
+		}
+	}
+	for _, k := range quiet {
+		f.publish(t, k, k+" 1")
+	}
+	awaitQuiet(2)
+	waitFor(t, "the quiet lanes let go", func() bool { return w.Active() == 0 && w.Held() == 0 })
+
+	last := map[string]uint64{}
+	for i := range 6 {
+		k := fmt.Sprint("noisy:", i)
+		f.publish(t, k, k+" 1")
+		last[k] = f.publish(t, k, k+" 2")
+	}
+	waitFor(t, "noisy turns holding slots and noisy lanes in line", func() bool { return noisyStarted.Load() >= 2 && w.Waiting() > 0 })
+	for _, k := range quiet {
+		last[k] = f.publish(t, k, k+" 2")
+	}
+	awaitQuiet(2)
+	if n := noisyStarted.Load(); n != 2 {
+		t.Fatalf("%d noisy turns started; want 2, its share of the four slots (the quiet tenant's are kept for it)", n)
+	}
+	open()
+	for k, seq := range last {
+		f.waitFinal(t, k, seq)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range 6 {
+		k := fmt.Sprint("noisy:", i)
+		if a, b := slices.Index(h.order, k+" 1"), slices.Index(h.order, k+" 2"); a < 0 || b < a {
+			t.Errorf("%s ran %v", k, h.order)
+		}
+	}
+	for text, n := range h.runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", text, n)
+		}
+	}
+}
+
+// metaMsg is a delivery whose only part that matters is its metadata.
+type metaMsg struct {
+	jetstream.Msg
+	md jetstream.MsgMetadata
+}
+
+func (m *metaMsg) Metadata() (*jetstream.MsgMetadata, error) { return &m.md, nil }
+
+// TestBusyDelay: a delivery that finds no room comes back after 250 ms
+// the first time, twice as late each time after, up to 4 s and half the
+// AckWait. (Before, every one came back after 250 ms: a thousand lanes
+// the slots and the line could not hold came back four thousand times a
+// second, ahead of every new session's message.)
+func TestBusyDelay(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		delivered uint64
+		ackWait   time.Duration
+		want      time.Duration
+	}{
+		{1, time.Minute, 250 * time.Millisecond},
+		{2, time.Minute, 500 * time.Millisecond},
+		{4, time.Minute, 2 * time.Second},
+		{5, time.Minute, 4 * time.Second},
+		{1000, time.Minute, 4 * time.Second}, // no overflow
+		{5, 3 * time.Second, 1500 * time.Millisecond},
+		{5, 100 * time.Millisecond, 250 * time.Millisecond},
+	}
+	for _, c := range cases {
+		w := &Worker{streams: &Streams{cfg: StreamConfig{AckWait: c.ackWait}}}
+		msg := &metaMsg{md: jetstream.MsgMetadata{NumDelivered: c.delivered}}
+		if got := w.busyDelay(msg); got != c.want {
+			t.Errorf("delivery %d, AckWait %v: back after %v, want %v", c.delivered, c.ackWait, got, c.want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/lanes/internal/slots"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
@@ -222,10 +223,12 @@ func (q *quietWatch) empty(seq, reconnects uint64) bool {
 // for the session's next message on the last turn's watch: a session whose
 // client answers at once goes on without releasing and taking the lane
 // again. It reports whether a message arrived. An owner never lingers
-// while a lane waits for a slot, or when the worker shuts down.
+// while its slot would go to a lane waiting for one (slots.YieldNone: a
+// tenant under its share lingers while only tenants at or over theirs
+// wait), or when the worker shuts down.
 func (o *owner) linger(ctx context.Context) bool {
 	d := o.w.cfg.Linger
-	if d <= 0 || o.quiet == nil || o.w.shuttingDown.Load() || o.w.sched.Waiting() > 0 {
+	if d <= 0 || o.quiet == nil || o.w.shuttingDown.Load() || o.w.sched.Yield(o.token) != slots.YieldNone {
 		return false
 	}
 	// The lane was found empty with the watch at count arrivals: a token

@@ -89,7 +89,9 @@ type Config struct {
 	// empty, waiting for the session's next message: a client that
 	// answers at once saves releasing and taking the lane again (two
 	// lease writes and a read). The slot stays taken meanwhile, so no
-	// owner lingers while a lane waits for one. 0 = DefaultLinger,
+	// owner lingers while its slot would go to a lane waiting for one
+	// (a tenant under its share lingers while only tenants at or over
+	// theirs wait). 0 = DefaultLinger,
 	// negative = none.
 	Linger time.Duration
 	// SetupConcurrency bounds how many lanes set up a turn at once

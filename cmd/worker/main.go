@@ -154,7 +154,7 @@ is set: spans go over OTLP/HTTP.`,
 	fs.Int64Var(&cfg.MaxInflightBytes, "max-inflight-bytes", lanes.DefaultMaxInflightBytes, "payload bytes the lanes running at once may hold (a turn in flight holds ~5 copies of its payload): a lane whose message does not fit waits for a slot; -1 = no bound")
 	fs.IntVar(&cfg.LaneTurnBudget, "lane-turn-budget", lanes.DefaultLaneTurnBudget, "while other lanes wait for a slot, the turns a lane runs before it yields its slot to the one that has waited longest (-1 = never: a lane keeps its slot while it has messages)")
 	fs.IntVar(&cfg.SetupConcurrency, "setup-concurrency", 0, "how many lanes set up a turn at once (lease, reads, start event), in arrival order, so a burst of sessions gets its first model calls out early; 0 = four per core, -1 = no bound")
-	fs.DurationVar(&cfg.Linger, "linger", lanes.DefaultLinger, "how long a lane's owner keeps an empty lane after a turn, waiting for the session's next message (saves releasing and re-taking it; never while a lane waits for a slot; -1ms = off)")
+	fs.DurationVar(&cfg.Linger, "linger", lanes.DefaultLinger, "how long a lane's owner keeps an empty lane after a turn, waiting for the session's next message (saves releasing and re-taking it; never while its slot would go to a lane waiting for one; -1ms = off)")
 	fs.DurationVar(&cfg.LaneTimeBudget, "lane-time-budget", 0, "while other lanes wait for a slot, also yield at the first turn boundary after a lane has held its slot this long (0 = turns only)")
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 30*time.Second, "dispatch AckWait: how long a dead worker's lanes wait before another takes them")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 30*time.Second, "lane lease TTL (renewed every third of it)")

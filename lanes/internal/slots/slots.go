@@ -30,15 +30,15 @@ type Scheduler struct {
 	size     int
 	shares   Shares
 	inUse    int
-	running  map[string]int       // slots in use by tenant
-	waitingT map[string]int       // deliveries in line by tenant
-	recent   map[string]time.Time // tenants that took or waited for a slot lately (shareKept)
-	held     int                  // the most free slots kept for tenants under their share (Shares)
-	maxBytes int64                // the byte budget; ≤ 0: none
-	bytes    int64                // charged to the slots in use
-	waitB    int64                // charged to the deliveries in line (at most maxBytes)
-	queue    []*Waiter            // oldest place first
-	lanes    map[string]*place    // lanes that wait, or were handed back a moment ago
+	running  map[string]int    // slots in use by tenant
+	waitingT map[string]int    // deliveries in line by tenant
+	recent   map[string]*seen  // tenants that took or waited for a slot lately (shareKept)
+	recentW  int               // their weights, summed
+	maxBytes int64             // the byte budget; ≤ 0: none
+	bytes    int64             // charged to the slots in use
+	waitB    int64             // charged to the deliveries in line (at most maxBytes)
+	queue    []*Waiter         // oldest place first
+	lanes    map[string]*place // lanes that wait, or were handed back a moment ago
 	maxWait  int
 	pruned   time.Time
 
@@ -67,11 +67,16 @@ type place struct {
 // weight (running / weight, ties to the lane that has waited longest),
 // then to that tenant's lane that has waited longest; and a tenant with
 // fewer deliveries in line than its weight's share of the line joins it
-// even when the line is full (up to twice its bound); and while a tenant
-// under its share was seen lately, a few slots that free stay free for it
-// (heldShare), so a tenant with hundreds of waiting sessions neither takes
-// every slot that frees nor fills the line against a quiet one. With no Tenant every lane is one
-// tenant's: the line is first come, first served.
+// even when the line is full (up to twice its bound); and a tenant under
+// its share seen lately keeps as many slots as it used at once lately
+// (up to its share; all such tenants together at most half the slots):
+// while it uses fewer, the rest stay free for its next messages rather
+// than go to a tenant at or over its share (see reserved). So a tenant
+// with hundreds of waiting sessions neither takes every slot that frees
+// nor fills the line against a quiet one, and the quiet one's next
+// message takes a slot at once instead of waiting for a turn to end.
+// With no Tenant every lane is one tenant's: the line is first come,
+// first served.
 type Shares struct {
 	// Tenant names a lane's tenant by its token ("" = none, itself a
 	// tenant).
@@ -111,60 +116,101 @@ type Waiter struct {
 // none).
 func New(size int, maxBytes int64, shares Shares) *Scheduler {
 	return &Scheduler{size: size, maxBytes: maxBytes, maxWait: waitFactor * size, lanes: map[string]*place{}, shares: shares,
-		running: map[string]int{}, waitingT: map[string]int{}, recent: map[string]time.Time{}, held: max(size/heldShare, 1)}
+		running: map[string]int{}, waitingT: map[string]int{}, recent: map[string]*seen{}}
 }
 
-// heldShare: while a tenant under its share of the slots was seen lately,
-// up to a sixteenth of the slots (at least one) that free are kept free
-// for it rather than handed to a tenant at or over its share, so its next
-// message takes one at once instead of waiting for one to free.
-const heldShare = 16
-
 // shareKept is how long a tenant counts in the shares after it last took
-// or waited for a slot.
+// or waited for a slot, and how long the most slots it used at once
+// count toward what is kept free for it (reserved).
 const shareKept = 5 * time.Second
+
+// seen is what the scheduler knows of a tenant seen lately (Shares).
+type seen struct {
+	at     time.Time // when it last took or waited for a slot
+	weight int       // its weight when it was first seen (recentW counts it)
+	// peak is the most slots it used and waited for at once, last
+	// reached at peakAt.
+	peak   int
+	peakAt time.Time
+}
 
 // touch records that tenant took or waited for a slot at now (under s.mu).
 func (s *Scheduler) touch(tenant string, now time.Time) {
-	if s.shares.Tenant != nil {
-		s.recent[tenant] = now
+	if s.shares.Tenant == nil {
+		return
+	}
+	r := s.recent[tenant]
+	if r == nil {
+		r = &seen{weight: s.weight(tenant)}
+		s.recent[tenant] = r
+		s.recentW += r.weight
+	}
+	r.at = now
+}
+
+// demand records what tenant uses and waits for now, after it took or
+// joined the line for a slot (under s.mu; after touch).
+func (s *Scheduler) demand(tenant string, now time.Time) {
+	r := s.recent[tenant]
+	if r == nil {
+		return
+	}
+	if n := s.running[tenant] + s.waitingT[tenant]; n >= r.peak || now.Sub(r.peakAt) > shareKept {
+		r.peak, r.peakAt = n, now
 	}
 }
 
-// share reports whether tenant has fewer slots in use than its weight's
-// share of the slots among the tenants seen lately (under s.mu).
-func (s *Scheduler) underSlots(tenant string, now time.Time) bool {
-	total := s.weight(tenant)
-	for t, at := range s.recent {
-		if t != tenant && now.Sub(at) <= shareKept {
-			total += s.weight(t)
+// totalWeight is the weights of the tenants seen lately and tenant's, summed
+// (under s.mu).
+func (s *Scheduler) totalWeight(tenant string) int {
+	if _, ok := s.recent[tenant]; ok {
+		return s.recentW
+	}
+	return s.recentW + s.weight(tenant)
+}
+
+// underSlots reports whether tenant has fewer slots in use than its
+// weight's share of the slots among the tenants seen lately (under s.mu).
+func (s *Scheduler) underSlots(tenant string) bool {
+	return s.running[tenant]*s.totalWeight(tenant) < s.size*s.weight(tenant)
+}
+
+// reserved is how many free slots are kept for the tenants other than
+// except that are under their share: for each, the most slots it used and
+// waited for at once in the last shareKept, up to its share (at least
+// one), less what it uses and waits for now; all together at most half
+// the slots, so kept slots never idle more than half the worker (under
+// s.mu).
+func (s *Scheduler) reserved(except string, now time.Time) int {
+	n := 0
+	for t, r := range s.recent {
+		if t == except || now.Sub(r.peakAt) > shareKept || !s.underSlots(t) {
+			continue
 		}
+		share := max(s.size*s.weight(t)/s.totalWeight(t), 1)
+		n += max(min(r.peak, share)-s.running[t]-s.waitingT[t], 0)
 	}
-	return s.running[tenant]*total < s.size*s.weight(tenant)
+	return min(n, s.size/2)
 }
 
-// keep reports whether the slot that just freed stays free for a tenant
-// under its share seen lately rather than go to tenant, which is at or
+// keep reports whether the free slots stay free for the tenants under
+// their share (reserved) rather than one more go to tenant, which is at or
 // over its own (under s.mu).
 func (s *Scheduler) keep(tenant string, now time.Time) bool {
-	if s.shares.Tenant == nil || s.size-s.inUse > s.held || s.underSlots(tenant, now) {
+	if s.shares.Tenant == nil || s.underSlots(tenant) {
 		return false
 	}
-	for t, at := range s.recent {
-		if t != tenant && now.Sub(at) <= shareKept && s.waitingT[t] == 0 && s.underSlots(t, now) {
-			return true
-		}
-	}
-	return false
+	return s.size-s.inUse <= s.reserved(tenant, now)
 }
 
-// mayTake reports whether a delivery of tenant may take a free slot while
-// lanes wait: it has none in line, and is under its share (under s.mu).
+// mayTake reports whether a delivery of tenant may take a free slot: no
+// lane waits, or it has none in line and is under its share; and the
+// slot is not kept for a tenant under its share (under s.mu).
 func (s *Scheduler) mayTake(tenant string, now time.Time) bool {
-	if len(s.queue) == 0 {
-		return true
+	if len(s.queue) > 0 && (s.shares.Tenant == nil || s.waitingT[tenant] > 0 || !s.underSlots(tenant)) {
+		return false
 	}
-	return s.shares.Tenant != nil && s.waitingT[tenant] == 0 && s.underSlots(tenant, now)
+	return !s.keep(tenant, now)
 }
 
 // Charge is what a payload of n bytes is charged of the byte budget: n, at most
@@ -205,13 +251,14 @@ func (s *Scheduler) place(token string, now time.Time) *place {
 	return p
 }
 
-// occupy takes a free slot for the lane token, charged b bytes, when no
-// lane waits: the lane's place (kept for this delivery, with what it
-// needs) has served (under s.mu).
-func (s *Scheduler) occupy(token string, b int64) {
+// occupy takes a free slot for the lane token of tenant, charged b
+// bytes, when no lane waits: the lane's place (kept for this delivery,
+// with what it needs) has served (under s.mu).
+func (s *Scheduler) occupy(token, tenant string, b int64, now time.Time) {
 	s.inUse++
 	s.bytes += b
-	s.running[s.tenant(token)]++
+	s.running[tenant]++
+	s.demand(tenant, now)
 	delete(s.lanes, token)
 }
 
@@ -225,7 +272,7 @@ func (s *Scheduler) Take(token string, n int, now time.Time) (int64, bool) {
 	t := s.tenant(token)
 	s.touch(t, now)
 	if s.fits(b) && s.mayTake(t, now) {
-		s.occupy(token, b)
+		s.occupy(token, t, b, now)
 		return b, true
 	}
 	return 0, false
@@ -234,13 +281,19 @@ func (s *Scheduler) Take(token string, n int, now time.Time) (int64, bool) {
 // Put gives back the slot of the lane token and the bytes charged to it:
 // to the waiting lanes their tenants' shares put first (see Shares), in
 // order, as long as they fit and the slot is not kept for a tenant under
-// its share (heldShare); else they are free.
+// its share (reserved); else they are free.
 func (s *Scheduler) Put(token string, b int64, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.prune(now)
+	// The slot counts in its tenant's use up to now: a tenant whose
+	// turns outlast shareKept is seen at each one's end.
+	t := s.tenant(token)
+	s.touch(t, now)
+	s.demand(t, now)
 	s.inUse--
 	s.bytes -= b
-	if t := s.tenant(token); s.running[t] <= 1 {
+	if s.running[t] <= 1 {
 		delete(s.running, t)
 	} else {
 		s.running[t]--
@@ -327,6 +380,56 @@ func (s *Scheduler) Grow(b int64) bool {
 	return true
 }
 
+// Yield says whether a running lane gives its slot to the lanes in line
+// at its next turn boundary (see Scheduler.Yield).
+type Yield uint8
+
+const (
+	// YieldNone: nobody waits; or its tenant is under its share and no
+	// tenant in line is: the slot would stay its tenant's (reserved), so
+	// it keeps it (and may linger on it).
+	YieldNone Yield = iota
+	// YieldByWait: lanes wait, and its slot may go to one: it yields by
+	// its turn budget once the first in line has waited long enough
+	// (lanes.shouldYield).
+	YieldByWait
+	// YieldNow: its tenant is at or over its share and a tenant under its
+	// share waits: the slot would go to that one, so it yields at once
+	// (by its turn budget).
+	YieldNow
+)
+
+// Yield says whether a running lane of token gives its slot to the lanes
+// in line at its next turn boundary.
+func (s *Scheduler) Yield(token string) Yield {
+	if s.Waiting() == 0 {
+		return YieldNone
+	}
+	if s.shares.Tenant == nil {
+		return YieldByWait
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return YieldNone
+	}
+	t := s.tenant(token)
+	under, otherUnder := s.underSlots(t), false
+	for waiting := range s.waitingT {
+		if waiting != t && s.underSlots(waiting) {
+			otherUnder = true
+			break
+		}
+	}
+	switch {
+	case !under && otherUnder:
+		return YieldNow
+	case under && !otherUnder && s.waitingT[t] == 0:
+		return YieldNone
+	}
+	return YieldByWait
+}
+
 // UsedBytes returns the payload bytes charged to the slots in use.
 func (s *Scheduler) UsedBytes() int64 {
 	s.mu.Lock()
@@ -377,9 +480,10 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, pay := s.charged(token, n, now), s.Charge(n)
-	s.touch(s.tenant(token), now)
-	if s.fits(b) && s.mayTake(s.tenant(token), now) {
-		s.occupy(token, b)
+	tenant := s.tenant(token)
+	s.touch(tenant, now)
+	if s.fits(b) && s.mayTake(tenant, now) {
+		s.occupy(token, tenant, b, now)
 		return nil, b, JoinSlot
 	}
 	p := s.place(token, now)
@@ -387,20 +491,16 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	case p != nil && p.w != nil:
 		p.w.deps++
 		return nil, 0, JoinSame
-	case len(s.queue) >= s.maxWait && !rejoin && (len(s.queue) >= 2*s.maxWait || !s.underShare(s.tenant(token))):
-		return nil, 0, JoinFull
-	case s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes && !rejoin:
-		// A waiting delivery is charged its payload too: the line is charged at
-		// most the budget's worth (of payloads: what a lane needs for its
-		// next message is not charged while it waits).
+	case !rejoin && s.full(tenant, pay):
 		return nil, 0, JoinFull
 	case p == nil:
 		p = &place{since: now}
 		s.lanes[token] = p
 	}
-	w := &Waiter{token: token, tenant: s.tenant(token), since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
+	w := &Waiter{token: token, tenant: tenant, since: p.since, bytes: b, pay: pay, grant: make(chan struct{})}
 	p.w = w
 	s.waitingT[w.tenant]++
+	s.demand(w.tenant, now)
 	i, _ := slices.BinarySearchFunc(s.queue, w.since, func(q *Waiter, t time.Time) int {
 		if q.since.After(t) {
 			return 1
@@ -411,6 +511,35 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	s.waitB += pay
 	s.waiting.Store(int32(len(s.queue)))
 	return w, b, JoinQueued
+}
+
+// full reports whether the line refuses a delivery of tenant whose payload
+// is charged pay: it holds waitFactor times the slots (twice that for a
+// tenant under its share of the line), or the budget's worth of payloads
+// (a waiting delivery is charged its payload too; what a lane needs for
+// its next message is not charged while it waits) (under s.mu).
+func (s *Scheduler) full(tenant string, pay int64) bool {
+	if len(s.queue) >= s.maxWait && (len(s.queue) >= 2*s.maxWait || !s.underShare(tenant)) {
+		return true
+	}
+	return s.maxBytes > 0 && pay > 0 && s.waitB+pay > s.maxBytes
+}
+
+// Admits reports whether Wait would take a delivery of the lane token
+// with a payload of n bytes now (a slot, a place in line, or as the
+// dependent of its lane's waiter) rather than refuse it (JoinFull): one
+// it would refuse is handed back without asking anything more.
+func (s *Scheduler) Admits(token string, n int, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tenant := s.tenant(token)
+	if s.fits(s.charged(token, n, now)) && s.mayTake(tenant, now) {
+		return true
+	}
+	if p := s.place(token, now); p != nil && p.w != nil {
+		return true
+	}
+	return !s.full(tenant, s.Charge(n))
 }
 
 // Leave takes a waiting delivery out of line, keeping its lane's place for
@@ -483,9 +612,10 @@ func (s *Scheduler) prune(now time.Time) {
 		return
 	}
 	s.pruned = now
-	for t, at := range s.recent {
-		if now.Sub(at) > shareKept {
+	for t, r := range s.recent {
+		if now.Sub(r.at) > shareKept {
 			delete(s.recent, t)
+			s.recentW -= r.weight
 		}
 	}
 	for token, p := range s.lanes {

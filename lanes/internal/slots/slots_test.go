@@ -352,3 +352,67 @@ func TestSharesWeights(t *testing.T) {
 		t.Fatalf("slots by tenant %v; want a 6, b 2", got)
 	}
 }
+
+// A quiet tenant under its share keeps as many slots as it used at once
+// lately: when its turns end, their slots stay free for its next messages
+// though the noisy tenant's lanes wait, and its next messages take them at
+// once; once its use is older than shareKept, the slots go to the noisy
+// lanes again. (Before, one slot in sixteen, at least one, stayed free:
+// three quiet sessions sending together found one.)
+func TestSharesKeepRecentDemand(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := New(8, -1, shares(nil))
+	for i := range 3 {
+		if _, ok := s.Take(fmt.Sprintf("quiet:%d", i), 0, now); !ok {
+			t.Fatal("no free slot")
+		}
+	}
+	for i := range 5 {
+		if _, ok := s.Take(fmt.Sprintf("noisy:%d", i), 0, now); !ok {
+			t.Fatal("no free slot")
+		}
+	}
+	var noisy []*Waiter
+	for i := 5; i < 20; i++ {
+		w, _, res := s.Wait(fmt.Sprintf("noisy:%d", i), 0, now, false)
+		if res != JoinQueued {
+			t.Fatalf("noisy lane %d: %v", i, res)
+		}
+		noisy = append(noisy, w)
+	}
+	granted := func() int {
+		n := 0
+		for _, w := range noisy {
+			select {
+			case <-w.Granted():
+				n++
+			default:
+			}
+		}
+		return n
+	}
+	// The quiet turns end; then a noisy one: its slot goes to a noisy lane
+	// in line, the quiet ones' stay free.
+	for i := range 3 {
+		s.Put(fmt.Sprintf("quiet:%d", i), 0, now.Add(time.Second))
+	}
+	s.Put("noisy:0", 0, now.Add(time.Second))
+	if g := granted(); g != 1 {
+		t.Fatalf("%d noisy lanes got a slot; want 1 (the noisy one's), the quiet tenant's 3 kept", g)
+	}
+	for i := range 3 {
+		if _, ok := s.Take(fmt.Sprintf("quiet:%d", i+10), 0, now.Add(1100*time.Millisecond)); !ok {
+			t.Fatalf("the quiet tenant's message %d found no slot kept", i)
+		}
+	}
+	// Its use grows stale: its slots, once free, go to the noisy lanes.
+	later := now.Add(2*time.Second + shareKept + time.Second)
+	for i := range 3 {
+		s.Put(fmt.Sprintf("quiet:%d", i+10), 0, now.Add(2*time.Second))
+	}
+	s.Put("noisy:1", 0, later)
+	if g := granted(); g != 5 {
+		t.Fatalf("%d noisy lanes got a slot after the quiet tenant's use went stale; want 5", g)
+	}
+}
