@@ -487,6 +487,11 @@ func TestQuietTenantStartsBeforeTheFlood(t *testing.T) {
 	release := make(chan struct{})
 	var noisyStarted atomic.Int32
 	quietRan := make(chan string, 4)
+	// The quiet tenant's first two turns hold their slots until both
+	// run, so that it used two at once however the machine schedules
+	// their deliveries (one lane let go before the other arrived would
+	// leave it one slot kept).
+	bothQuiet := make(chan struct{})
 	h := newOrderHandler(func(t *Turn) error {
 		if strings.HasPrefix(t.SessionKey, "noisy:") {
 			noisyStarted.Add(1)
@@ -494,12 +499,15 @@ func TestQuietTenantStartsBeforeTheFlood(t *testing.T) {
 			return nil
 		}
 		quietRan <- t.Inbound.Text
+		<-bothQuiet
 		return nil
 	})
 	tenant := func(key string) string { t, _, _ := strings.Cut(key, ":"); return t }
 	w, _, _ := f.fairWorker(t, h, Config{Concurrency: 4, Tenant: tenant, Now: func() time.Time { return frozen }})
 	open := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(open) // before the worker's stop: a failed test's held turns end
+	openQuiet := sync.OnceFunc(func() { close(bothQuiet) })
+	t.Cleanup(openQuiet)
 	quiet := []string{"quiet:a", "quiet:b"}
 	awaitQuiet := func(n int) {
 		t.Helper()
@@ -515,6 +523,7 @@ func TestQuietTenantStartsBeforeTheFlood(t *testing.T) {
 		f.publish(t, k, k+" 1")
 	}
 	awaitQuiet(2)
+	openQuiet()
 	waitFor(t, "the quiet lanes let go", func() bool { return w.Active() == 0 && w.Held() == 0 })
 
 	last := map[string]uint64{}
