@@ -82,7 +82,13 @@ func (w *Worker) retain(ctx context.Context) {
 		}
 		claim, renewed = w.claimRetention(ctx, claim, renewed)
 		if claim != nil {
-			w.expire(ctx, p)
+			// The lease is renewed between passes only: a pass longer
+			// than it (a loaded box) would let it lapse mid-pass and a
+			// second worker start one. It stops after a third of the
+			// lease (it goes on from there next time).
+			pctx, cancel := context.WithTimeout(ctx, w.lanes.LeaseTTL()/3)
+			w.expire(pctx, p)
+			cancel()
 		}
 	}
 }
