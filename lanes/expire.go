@@ -64,6 +64,7 @@ func (w *Worker) retain(ctx context.Context) {
 	var (
 		claim   *kvstore.Lease
 		renewed time.Time
+		tried   time.Time // when a worker without the lease last tried to take it
 	)
 	defer func() {
 		if claim != nil {
@@ -80,6 +81,13 @@ func (w *Worker) retain(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if claim == nil && time.Since(tried) < w.lanes.LeaseTTL()/3 {
+			// Another worker held it a moment ago, and renews it every
+			// third of its TTL: trying every second would cost each
+			// other worker two requests a second for nothing.
+			continue
+		}
+		tried = time.Now()
 		claim, renewed = w.claimRetention(ctx, claim, renewed)
 		if claim != nil {
 			// The lease is renewed between passes only: a pass longer
