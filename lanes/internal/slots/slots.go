@@ -298,6 +298,13 @@ func (s *Scheduler) Put(token string, b int64, now time.Time) {
 	} else {
 		s.running[t]--
 	}
+	s.grant(now)
+}
+
+// grant hands the free slots to the waiting lanes their tenants' shares
+// put first, in order, as long as they fit and the slots are not kept for
+// a tenant under its share (under s.mu).
+func (s *Scheduler) grant(now time.Time) {
 	for len(s.queue) > 0 {
 		i := s.next()
 		w := s.queue[i]
@@ -509,7 +516,11 @@ func (s *Scheduler) Wait(token string, n int, now time.Time, rejoin bool) (*Wait
 	})
 	s.queue = slices.Insert(s.queue, i, w)
 	s.waitB += pay
-	s.waiting.Store(int32(len(s.queue)))
+	// Slots kept for a tenant under its share stay free only while its
+	// use is recent (reserved): once it is not, they go to the line now,
+	// not at the next Put (a long turn's end). The waiter may be granted
+	// here; the caller sees it on Granted.
+	s.grant(now)
 	return w, b, JoinQueued
 }
 

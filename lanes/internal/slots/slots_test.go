@@ -416,3 +416,60 @@ func TestSharesKeepRecentDemand(t *testing.T) {
 		t.Fatalf("%d noisy lanes got a slot after the quiet tenant's use went stale; want 5", g)
 	}
 }
+
+// Once a quiet tenant's use is stale, the slots kept for it go to the line
+// at the next delivery that joins it, not at the next Put: with the noisy
+// tenant's turns long, nothing else frees a slot. (Before, they idled
+// until one of those turns ended.)
+func TestKeptSlotsGoWhenStaleWithoutPut(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := New(8, -1, shares(nil))
+	for i := range 3 {
+		if _, ok := s.Take(fmt.Sprintf("quiet:%d", i), 0, now); !ok {
+			t.Fatal("no free slot")
+		}
+	}
+	for i := range 5 {
+		if _, ok := s.Take(fmt.Sprintf("noisy:%d", i), 0, now); !ok {
+			t.Fatal("no free slot")
+		}
+	}
+	var noisy []*Waiter
+	for i := 5; i < 10; i++ {
+		w, _, res := s.Wait(fmt.Sprintf("noisy:%d", i), 0, now, false)
+		if res != JoinQueued {
+			t.Fatalf("noisy lane %d: %v", i, res)
+		}
+		noisy = append(noisy, w)
+	}
+	for i := range 3 {
+		s.Put(fmt.Sprintf("quiet:%d", i), 0, now.Add(time.Second))
+	}
+	granted := func() int {
+		n := 0
+		for _, w := range noisy {
+			select {
+			case <-w.Granted():
+				n++
+			default:
+			}
+		}
+		return n
+	}
+	if g := granted(); g != 0 {
+		t.Fatalf("%d noisy lanes got a slot kept for the quiet tenant", g)
+	}
+	later := now.Add(time.Second + shareKept + time.Second)
+	w, _, res := s.Wait("noisy:10", 0, later, false)
+	if res != JoinQueued {
+		t.Fatalf("noisy lane 10: %v", res)
+	}
+	noisy = append(noisy, w)
+	if g := granted(); g != 3 {
+		t.Fatalf("%d noisy lanes got a slot once the quiet tenant's use was stale; want 3", g)
+	}
+	if s.Waiting() != 3 {
+		t.Fatalf("%d lanes in line, want 3", s.Waiting())
+	}
+}
