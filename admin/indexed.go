@@ -158,14 +158,11 @@ func (s *Service) listIndexed(ctx context.Context, q SessionsRequest, n int) (Se
 // that session's subjects or keys only).
 func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, error) {
 	l := &lane{token: e.Token, key: e.Key, entry: &e.Record}
-	if seq, err := strconv.ParseUint(e.Run, 10, 64); err == nil {
-		l.lastRun = seq
-	}
 	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+e.Token+".*"))
 	if err != nil {
 		return nil, err
 	}
-	l.lastRun = 0 // the stored runs say which is newest
+	// The stored runs say which is newest.
 	for subj := range evInfo.State.Subjects {
 		seq, err := strconv.ParseUint(strings.TrimPrefix(subj, events.EventPrefix+e.Token+"."), 10, 64)
 		if err != nil {
