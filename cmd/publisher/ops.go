@@ -140,11 +140,8 @@ func printSessions(rep admin.SessionsReply, asJSON bool, now time.Time, w io.Wri
 		fmt.Fprintf(w, "%-28s %-10s last %s ago (run %s), %d stored, %s%s\n", display(s.Key), s.Fingerprint,
 			ago(now, s.LastActivity), s.LastRun, s.Stored, running, lineageText(s.Children, s.Parent, s.Schedules))
 	}
-	switch {
-	case rep.Total > len(rep.Sessions):
+	if rep.Total > len(rep.Sessions) {
 		fmt.Fprintf(w, "… %d sessions in all (--limit)\n", rep.Total)
-	case rep.Total < 0 && rep.Next != "":
-		fmt.Fprintln(w, "… more sessions (--limit)")
 	}
 	return nil
 }
