@@ -143,6 +143,9 @@ type Server struct {
 	mcp      http.Handler    // /mcp: the fleet as an MCP server (gateway/mcpserver)
 
 	headHold time.Duration // how long a stream's head waits for its first events (headHold)
+	// lifeHold is how long a run's lifecycle start waits for its first
+	// output, and its end for its final (lifecycleHold).
+	lifeHold time.Duration
 	streams  atomic.Int64
 	streamWG sync.WaitGroup // the goroutines of hijacked streams
 	hub      hub
@@ -156,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("gateway: no client")
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: *cfg.Logger, metrics: newMetrics(), limiters: map[string]*limiter{}, stopping: make(chan struct{}), headHold: headHold}
+	s := &Server{cfg: cfg, log: *cfg.Logger, metrics: newMetrics(), limiters: map[string]*limiter{}, stopping: make(chan struct{}), headHold: headHold, lifeHold: lifecycleHold}
 	s.hub.s = s
 	if cfg.Tokens != nil {
 		for _, e := range cfg.Tokens.entries {

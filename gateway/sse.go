@@ -403,7 +403,7 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 	}
 	run.OnCaughtUp(func() {
 		if pending && buf.Len() > 0 {
-			st.hold(buf.Bytes(), lifecycleHold, s.cfg.WriteTimeout)
+			st.hold(buf.Bytes(), s.lifeHold, s.cfg.WriteTimeout)
 			buf.Reset()
 			held = true
 			return

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lanefleet/lanefleet/events"
 )
@@ -19,6 +20,9 @@ import (
 func TestStreamLifecycleGoesWithNext(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
+	// Held until what they wait for comes, however slow the machine: a
+	// release by the timer would split the write this test looks for.
+	b.srv.lifeHold = time.Minute
 	var mu sync.Mutex
 	var writes [][]byte
 	ts := httptest.NewUnstartedServer(b.srv)
