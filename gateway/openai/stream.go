@@ -105,6 +105,7 @@ type sse struct {
 	dirty   bool   // written since the last flush
 	buf     []byte // preamble events written while held
 	scratch []byte // the event being written (see delta): kept for the next
+	unbound int    // bytes written under the current write deadline
 }
 
 func newSSE(w http.ResponseWriter, timeout time.Duration) *sse {
@@ -122,17 +123,25 @@ func (s *sse) end() {
 // deadline is set by the first write after a flush, for the writes and
 // the flush that follow it: they are the events at hand, written
 // together a moment later (pump), so one deadline bounds them all
-// without resetting the connection's timer for every event.
+// without resetting the connection's timer for every event. A long
+// catch-up (a resumed stream of a long run) writes more before its flush
+// than a slow client reads within one timeout: each deadlineBytes
+// written get a deadline of their own.
 func (s *sse) write(b []byte) error {
-	if !s.dirty {
+	if !s.dirty || s.unbound > deadlineBytes {
 		_ = s.f.SetWriteDeadline(time.Now().Add(s.timeout)) // a writer without deadlines writes without
+		s.unbound = 0
 	}
+	s.unbound += len(b)
 	if _, err := s.w.Write(b); err != nil {
 		return err
 	}
 	s.dirty = true
 	return nil
 }
+
+// deadlineBytes is the most a stream writes under one write deadline.
+const deadlineBytes = 64 << 10
 
 // flush sends what was written since the last flush, within the write
 // timeout the first of those writes set (a moment ago: a flush follows
