@@ -125,6 +125,9 @@ func (s *Store) Reserve(ctx context.Context, scopes []governance.Scope, need gov
 		if r.Exceeded.Free > 0 {
 			d, known = min(d, max(time.UnixMilli(r.Exceeded.Free).Sub(now), time.Millisecond)), true
 		}
+		// The timer starts before onWait hears of the wait: the wait is
+		// measured from now, whatever onWait does meanwhile.
+		timer := s.after(d)
 		if onWait != nil && (!now.Before(told) || known && !toldKnown) {
 			w := Wait{Scope: r.Scope, Limits: r.Limits, Exceeded: r.Exceeded}
 			if known {
@@ -135,7 +138,7 @@ func (s *Store) Reserve(ctx context.Context, scopes []governance.Scope, need gov
 		}
 		select {
 		case <-changed:
-		case <-s.after(d):
+		case <-timer:
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
