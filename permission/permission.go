@@ -337,7 +337,8 @@ func workerPermissions(inbox string) Permissions {
 		"$JS.ACK."+SchedulesStream+".>",
 		"$JS.FC.>",
 		// KV writes: leases, transcript records, cursors, settings and
-		// the retention pass's position (key "retention") and the
+		// the retention pass's position (key "retention") and lease (the
+		// lane token "=retention", which no session key encodes to), the
 		// fleet's seal key (key "seal", create-only); auth-profile
 		// state; the active-run registry (entries and their TTL'd purge
 		// markers); the budgets' reservations and use.
