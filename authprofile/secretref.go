@@ -74,7 +74,9 @@ func ParseSecretRef(s string) (SecretRef, error) {
 	src, name, ok := strings.Cut(s, ":")
 	switch {
 	case !ok:
-		return SecretRef{}, fmt.Errorf("%w %q: want env:NAME or file:/path", ErrSecretRef, s)
+		// Not quoted: a reference without a source is most often the
+		// secret itself, pasted where its reference goes.
+		return SecretRef{}, fmt.Errorf("%w: want env:NAME or file:/path (a secret itself goes in key, token or refresh)", ErrSecretRef)
 	case src == RefEnv:
 		if !envName(name) {
 			return SecretRef{}, fmt.Errorf("%w %q: not a variable name", ErrSecretRef, s)
@@ -87,7 +89,7 @@ func ParseSecretRef(s string) (SecretRef, error) {
 	case src == refExec:
 		return SecretRef{}, fmt.Errorf("%w: source %q: %s", ErrSecretRef, src, execRefused)
 	default:
-		return SecretRef{}, fmt.Errorf("%w %q: source %q: want env:NAME or file:/path", ErrSecretRef, s, src)
+		return SecretRef{}, fmt.Errorf("%w: source %q: want env:NAME or file:/path", ErrSecretRef, src)
 	}
 	return SecretRef{Source: src, Name: name}, nil
 }

@@ -50,6 +50,7 @@ func TestSecretRefs(t *testing.T) {
 		{"unknown source", authprofile.Profile{ID: "a", KeyRef: "vault:x"}, `source "vault"`, true},
 		{"exec is not run", authprofile.Profile{ID: "a", KeyRef: `{"source":"exec","id":"cat /etc/passwd"}`}, `source "exec": command references are refused (a worker runs no program a profiles file names): have the command write the secret to a file and name it with file:/path, or put it in the worker's environment and use env:NAME`, true},
 		{"exec, string form, says what instead", authprofile.Profile{ID: "a", KeyRef: "exec:op read op://vault/key"}, `source "exec": command references are refused (a worker runs no program a profiles file names): have the command write the secret to a file and name it with file:/path`, true},
+		{"a secret pasted as its reference", authprofile.Profile{ID: "a", KeyRef: "sk-ant-api03-pasted"}, "want env:NAME or file:/path", true},
 		{"not a name", authprofile.Profile{ID: "a", KeyRef: "env:A B"}, "not a variable name", true},
 		{"no secret at all", authprofile.Profile{ID: "a"}, "no secret", true},
 	} {

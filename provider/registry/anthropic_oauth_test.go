@@ -3,8 +3,6 @@ package registry_test
 import (
 	"testing"
 
-	"github.com/lanefleet/lanefleet/message"
-	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/registry"
 )
 
@@ -21,21 +19,7 @@ func TestAnthropicOAuthToken(t *testing.T) {
 		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n"+
 		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
 	res := registry.NewResolver(registry.ResolverConfig{Env: envOf(map[string]string{"ANTHROPIC_OAUTH_TOKEN": "sk-ant-oat01-abc", "ANTHROPIC_BASE_URL": srv.URL})})
-	ref := res.DefaultModel()
-	if ref != "anthropic/claude-sonnet-4-6" {
-		t.Fatalf("default model %q", ref)
-	}
-	if _, err := res.Policy(ref, nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	m, p, err := res.Resolve(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := p.Stream(t.Context(), &provider.Request{Model: m, Messages: []message.Message{message.User("q", 1)}}, nil)
-	if err != nil || msg.Content.Text() != "hi" {
-		t.Fatal(err)
-	}
+	streamsDefault(t, res, "anthropic/claude-sonnet-4-6", "")
 	got.mu.Lock()
 	defer got.mu.Unlock()
 	if got.header.Get("Authorization") != "Bearer sk-ant-oat01-abc" || got.header.Get("X-Api-Key") != "" || got.header.Get("Anthropic-Beta") == "" {

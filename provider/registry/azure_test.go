@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lanefleet/lanefleet/message"
-	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/registry"
 )
 
@@ -18,21 +16,7 @@ func TestAzureFromEnvironment(t *testing.T) {
 	t.Parallel()
 	srv, got := speaking(t, `data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
 	res := registry.NewResolver(registry.ResolverConfig{Env: envOf(map[string]string{"AZURE_OPENAI_API_KEY": "azkey", "AZURE_OPENAI_ENDPOINT": srv.URL + "/"})})
-	ref := res.DefaultModel()
-	if ref != registry.AzureDefault {
-		t.Fatalf("default model %q", ref)
-	}
-	if _, err := res.Policy(ref, nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	m, p, err := res.Resolve("azure-openai/gpt-5-mini") // the alias
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := p.Stream(t.Context(), &provider.Request{Model: m, Messages: []message.Message{message.User("q", 1)}}, nil)
-	if err != nil || msg.Content.Text() != "hi" {
-		t.Fatal(err)
-	}
+	streamsDefault(t, res, registry.AzureDefault, "azure-openai/gpt-5-mini")
 	got.mu.Lock()
 	if got.path != "/openai/deployments/gpt-5-mini/chat/completions" || got.header.Get("api-key") != "azkey" {
 		t.Errorf("call %s api-key %q", got.path, got.header.Get("api-key"))

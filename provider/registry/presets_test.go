@@ -40,6 +40,30 @@ func speaking(t *testing.T, sse string) (*httptest.Server, *captured) {
 	return srv, c
 }
 
+// streamsDefault checks that res's default model is want, that the
+// worker may run it, and that a call of ref (its default model when "")
+// streams "hi".
+func streamsDefault(t *testing.T, res *registry.Resolver, want, ref string) {
+	t.Helper()
+	if d := res.DefaultModel(); d != want {
+		t.Fatalf("default model %q", d)
+	}
+	if _, err := res.Policy(want, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ref == "" {
+		ref = want
+	}
+	m, p, err := res.Resolve(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := p.Stream(t.Context(), &provider.Request{Model: m, Messages: []message.Message{message.User("q", 1)}}, nil)
+	if err != nil || msg.Content.Text() != "hi" {
+		t.Fatal(err)
+	}
+}
+
 // TestPresets: each OpenAI-compatible preset works with only its key
 // variable set (its base URL variable points at a local server speaking
 // that provider's quirk): --model <provider>/<id> is the worker's default

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lanefleet/lanefleet/message"
-	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/registry"
 )
 
@@ -50,30 +48,13 @@ func keyFile(t *testing.T) string {
 // reaches VERTEX_BASE_URL on the project's path with the key file's token.
 func TestVertexFromEnvironment(t *testing.T) {
 	t.Parallel()
-	var path, auth string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		path, auth = r.URL.Path, r.Header.Get("Authorization")
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = w.Write([]byte("data: {\"candidates\": [{\"content\": {\"role\": \"model\",\"parts\": [{\"text\": \"hi\"}]},\"finishReason\": \"STOP\"}]}\r\n\r\n"))
-	}))
-	t.Cleanup(srv.Close)
+	srv, got := speaking(t, "data: {\"candidates\": [{\"content\": {\"role\": \"model\",\"parts\": [{\"text\": \"hi\"}]},\"finishReason\": \"STOP\"}]}\r\n\r\n")
 	env := envOf(map[string]string{"GOOGLE_APPLICATION_CREDENTIALS": keyFile(t), "GOOGLE_CLOUD_PROJECT": "proj-env", "VERTEX_BASE_URL": srv.URL})
 	res := registry.NewResolver(registry.ResolverConfig{Env: env})
-	ref := res.DefaultModel()
-	if ref != "vertex/gemini-2.5-flash" {
-		t.Fatalf("default model %q", ref)
-	}
-	if _, err := res.Policy(ref, nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	m, p, err := res.Resolve(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := p.Stream(t.Context(), &provider.Request{Model: m, Messages: []message.Message{message.User("q", 1)}}, nil)
-	if err != nil || msg.Content.Text() != "hi" {
-		t.Fatal(err)
-	}
+	streamsDefault(t, res, "vertex/gemini-2.5-flash", "")
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	path, auth := got.path, got.header.Get("Authorization")
 	if want := "/v1/projects/proj-env/locations/global/publishers/google/models/gemini-2.5-flash:streamGenerateContent"; path != want || auth != "Bearer ya29.test" {
 		t.Errorf("call %s %q, want %s with the token", path, auth, want)
 	}
