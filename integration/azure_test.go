@@ -61,7 +61,7 @@ func TestAzureThrottleRotatesProfile(t *testing.T) {
 	}
 	env := map[string]string{"AZURE_OPENAI_ENDPOINT": srv.URL, "TEAM_AZURE_KEY": keyB}
 	nats := natstest.Start(t)
-	startMember(t, nats.URL, fleet.Config{WorkerID: "w1", AuthProfiles: profiles, DefaultModel: "azure/gpt-5-mini", Env: func(k string) string { return env[k] }})
+	startMember(t, nats.URL, fleet.Config{WorkerID: "w1", AuthProfiles: profiles, DefaultModel: "azure/gpt-5-mini", Env: envMap(env)})
 	c, _ := lanefleet.New(natstest.Connect(t, nats.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -99,7 +99,7 @@ func TestAnthropicOAuthProfile(t *testing.T) {
 	env := map[string]string{"ANTHROPIC_BASE_URL": cs.URL, "ANTHROPIC_OAUTH_TOKEN_URL": cs.URL + "/v1/oauth/token"}
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", AuthProfiles: profiles, DefaultModel: "anthropic/claude-sonnet-4-6",
-		Env: func(k string) string { return env[k] }})
+		Env: envMap(env)})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -122,11 +122,13 @@ func (ru *run) admit(ctx context.Context, profile string, req *provider.Request)
 	first := !ru.admitted
 	ru.admitted = true
 	adm, err := admitCall(ctx, ru.r.cfg, ru.sink, AdmitCall{SessionKey: ru.in.SessionKey, Lineage: ru.in.Lineage, Request: req, FirstCall: first, AuthProfile: profile, Alternates: ru.alternates})
-	if mv := moved(err); mv != nil && !slices.Contains(ru.alternates, mv.Profile) {
-		return nil, fmt.Errorf("runner: admission moved the call to auth profile %q, not one of the run's alternates", mv.Profile)
-	}
-	if err != nil && first && moved(err) != nil {
-		ru.admitted = false // the call was not made: the next one is the run's first
+	if mv := moved(err); mv != nil {
+		if !slices.Contains(ru.alternates, mv.Profile) {
+			return nil, fmt.Errorf("runner: admission moved the call to auth profile %q, not one of the run's alternates", mv.Profile)
+		}
+		if first {
+			ru.admitted = false // the call was not made: the next one is the run's first
+		}
 	}
 	return adm, err
 }

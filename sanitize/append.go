@@ -203,7 +203,8 @@ func (a *Appender) prepare(req Request) ([]message.Message, appendState, bool) {
 	// Prepare's sanitising stages, in its order; those left out change
 	// nothing of an appendable policy's history, or are checked below.
 	msgs = annotateInterSession(msgs, false)
-	if rewritesIDs(pol) {
+	rewrite := rewritesIDs(pol)
+	if rewrite {
 		// An id's new id depends only on the ids before it: the kept
 		// mapper's, and the new ones' in a mapper of their own over it.
 		st.newIDs = newIDMapper(pol.ToolCallIDMode, 0, a.st.ids)
@@ -229,7 +230,7 @@ func (a *Appender) prepare(req Request) ([]message.Message, appendState, bool) {
 	if pol.RepairToolUseResultPairing && len(st.pending) > 0 {
 		return nil, st, false // the repair would add results the next messages may bring
 	}
-	if rewritesIDs(PolicyFor(req.Provider, req.API, req.ModelID)) {
+	if rewrite {
 		// uniqueCallIDs renames a call whose id an earlier message's
 		// call has, to an id unused in the whole transcript (later
 		// messages' too): such a history is prepared whole.
