@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"strings"
 	"sync"
 
 	"github.com/lanefleet/lanefleet/authprofile"
@@ -43,10 +42,7 @@ func (a fleetAuth) NoteSecret(profile string, s provider.Secret) {
 	if old, ok := a.seen.last.Load(profile); ok && old.(string) == v {
 		return
 	}
-	a.seen.red.Add(v)
-	if parts := strings.Split(v, ":"); len(parts) > 1 {
-		a.seen.red.Add(parts...) // an AWS key pair: each half is a secret
-	}
+	a.seen.red.Add(secretForms(v)...)
 	a.seen.last.Store(profile, v)
 }
 

@@ -35,9 +35,7 @@ func budgetsSetup(t *testing.T) (*budgets, *natstest.Server, jetstream.KeyValue)
 	if _, _, err := s.Bucket().Set(t.Context(), acme, governance.Limits{Max: governance.Amount{Turns: 100}}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	for !s.Limited(acme) {
-		time.Sleep(time.Millisecond)
-	}
+	waitLimited(t, s, acme)
 	kv, err := js.KeyValue(t.Context(), budgetstore.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -136,9 +134,7 @@ func TestAdmitChargesTheLineage(t *testing.T) {
 	if _, _, err := b.store.Bucket().Set(t.Context(), lead, governance.Limits{Max: governance.Amount{Turns: 1}}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	for !b.store.Limited(lead) {
-		time.Sleep(time.Millisecond)
-	}
+	waitLimited(t, b.store, lead)
 	child := runner.AdmitCall{SessionKey: "acme:lead:subagent:x", Lineage: []string{"acme:lead"}, FirstCall: true,
 		Request: &provider.Request{Model: provider.Model{MaxTokens: 1000}}}
 	adm, err := b.Admit(t.Context(), child)
@@ -167,9 +163,7 @@ func TestAdmitChargesTheLineage(t *testing.T) {
 func TestAdmitMovesToAnotherProfile(t *testing.T) {
 	t.Parallel()
 	b, s, _, rule := rateBudgets(t, "profile:openai:a=rpm:1")
-	for !s.Limited(rule.Scope()) {
-		time.Sleep(time.Millisecond)
-	}
+	waitLimited(t, s, rule.Scope())
 	mk := func(profile string, alternates ...string) runner.AdmitCall {
 		c := call()
 		c.Request.Model.Provider, c.Request.Model.ID = "openai", "gpt-5"
@@ -212,9 +206,7 @@ func TestAdmitMovesToAnotherProfile(t *testing.T) {
 		if _, _, err := s.Bucket().Set(t.Context(), sc, governance.Limits{Max: governance.Amount{Tokens: 10}}, "test"); err != nil {
 			t.Fatal(err)
 		}
-		for !s.Limited(sc) {
-			time.Sleep(time.Millisecond)
-		}
+		waitLimited(t, s, sc)
 	}
 	bc := call()
 	bc.AuthProfile, bc.Alternates = "openai:a", []string{"openai:b"}
@@ -244,6 +236,19 @@ func TestAdmitMovesToAnotherProfile(t *testing.T) {
 
 // rateBudgets opens a worker's budgets on a fresh server with the rate
 // limit rule set.
+// waitLimited waits until s has read a limit of sc's, failing the test
+// after a minute rather than hanging it.
+func waitLimited(t *testing.T, s *budgetstore.Store, sc governance.Scope) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !s.Limited(sc) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the budget store never read a limit of %v", sc)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func rateBudgets(t *testing.T, text string) (*budgets, *budgetstore.Store, *natstest.Server, governance.RateRule) {
 	t.Helper()
 	srv := natstest.Start(t)

@@ -39,20 +39,13 @@ func secrets(cfg Config, creds *authprofile.Store) []string {
 	}
 	if creds != nil {
 		for _, p := range creds.Profiles {
-			out = append(out, p.Key.Reveal(), p.Token.Reveal(), p.Access.Reveal(), p.Refresh.Reveal())
+			out = append(out, p.Token.Reveal(), p.Access.Reveal(), p.Refresh.Reveal())
+			out = append(out, secretForms(p.Key.Reveal())...)
 			if p.KeyRef != "" || p.TokenRef != "" {
 				// A secret held by reference, as it reads at start.
 				if k, err := p.Secret(cfg.Env); err == nil {
-					out = append(out, k.Reveal())
-					if parts := strings.Split(k.Reveal(), ":"); len(parts) > 1 {
-						out = append(out, parts...)
-					}
+					out = append(out, secretForms(k.Reveal())...)
 				}
-			}
-			if parts := strings.Split(p.Key.Reveal(), ":"); len(parts) > 1 {
-				// An AWS access key pair (a Bedrock profile's "AKID:SECRET"):
-				// each half is a secret of its own.
-				out = append(out, parts...)
 			}
 		}
 	}
@@ -82,6 +75,15 @@ func secrets(cfg Config, creds *authprofile.Store) []string {
 		out = append(out, sc.APIKey)
 	}
 	return out
+}
+
+// secretForms is the secret v and, for an AWS access key pair (a Bedrock
+// profile's "AKID:SECRET"), each half: a secret of its own.
+func secretForms(v string) []string {
+	if parts := strings.Split(v, ":"); len(parts) > 1 {
+		return append([]string{v}, parts...)
+	}
+	return []string{v}
 }
 
 // Masking follows package redact's rule: what the worker produces is

@@ -353,15 +353,10 @@ func TestSharesWeights(t *testing.T) {
 	}
 }
 
-// A quiet tenant under its share keeps as many slots as it used at once
-// lately: when its turns end, their slots stay free for its next messages
-// though the noisy tenant's lanes wait, and its next messages take them at
-// once; once its use is older than shareKept, the slots go to the noisy
-// lanes again. (Before, one slot in sixteen, at least one, stayed free:
-// three quiet sessions sending together found one.)
-func TestSharesKeepRecentDemand(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+// quietAndNoisy fills an 8-slot scheduler with 3 quiet and 5 noisy turns
+// at now and queues n more noisy lanes behind them.
+func quietAndNoisy(t *testing.T, now time.Time, n int) (*Scheduler, []*Waiter) {
+	t.Helper()
 	s := New(8, -1, shares(nil))
 	for i := range 3 {
 		if _, ok := s.Take(fmt.Sprintf("quiet:%d", i), 0, now); !ok {
@@ -374,24 +369,40 @@ func TestSharesKeepRecentDemand(t *testing.T) {
 		}
 	}
 	var noisy []*Waiter
-	for i := 5; i < 20; i++ {
+	for i := 5; i < 5+n; i++ {
 		w, _, res := s.Wait(fmt.Sprintf("noisy:%d", i), 0, now, false)
 		if res != JoinQueued {
 			t.Fatalf("noisy lane %d: %v", i, res)
 		}
 		noisy = append(noisy, w)
 	}
-	granted := func() int {
-		n := 0
-		for _, w := range noisy {
-			select {
-			case <-w.Granted():
-				n++
-			default:
-			}
+	return s, noisy
+}
+
+// countGranted counts the waiters in ws already granted a slot.
+func countGranted(ws []*Waiter) int {
+	n := 0
+	for _, w := range ws {
+		select {
+		case <-w.Granted():
+			n++
+		default:
 		}
-		return n
 	}
+	return n
+}
+
+// A quiet tenant under its share keeps as many slots as it used at once
+// lately: when its turns end, their slots stay free for its next messages
+// though the noisy tenant's lanes wait, and its next messages take them at
+// once; once its use is older than shareKept, the slots go to the noisy
+// lanes again. (Before, one slot in sixteen, at least one, stayed free:
+// three quiet sessions sending together found one.)
+func TestSharesKeepRecentDemand(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s, noisy := quietAndNoisy(t, now, 15)
+	granted := func() int { return countGranted(noisy) }
 	// The quiet turns end; then a noisy one: its slot goes to a noisy lane
 	// in line, the quiet ones' stay free.
 	for i := range 3 {
@@ -424,39 +435,11 @@ func TestSharesKeepRecentDemand(t *testing.T) {
 func TestKeptSlotsGoWhenStaleWithoutPut(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	s := New(8, -1, shares(nil))
-	for i := range 3 {
-		if _, ok := s.Take(fmt.Sprintf("quiet:%d", i), 0, now); !ok {
-			t.Fatal("no free slot")
-		}
-	}
-	for i := range 5 {
-		if _, ok := s.Take(fmt.Sprintf("noisy:%d", i), 0, now); !ok {
-			t.Fatal("no free slot")
-		}
-	}
-	var noisy []*Waiter
-	for i := 5; i < 10; i++ {
-		w, _, res := s.Wait(fmt.Sprintf("noisy:%d", i), 0, now, false)
-		if res != JoinQueued {
-			t.Fatalf("noisy lane %d: %v", i, res)
-		}
-		noisy = append(noisy, w)
-	}
+	s, noisy := quietAndNoisy(t, now, 5)
 	for i := range 3 {
 		s.Put(fmt.Sprintf("quiet:%d", i), 0, now.Add(time.Second))
 	}
-	granted := func() int {
-		n := 0
-		for _, w := range noisy {
-			select {
-			case <-w.Granted():
-				n++
-			default:
-			}
-		}
-		return n
-	}
+	granted := func() int { return countGranted(noisy) }
 	if g := granted(); g != 0 {
 		t.Fatalf("%d noisy lanes got a slot kept for the quiet tenant", g)
 	}
