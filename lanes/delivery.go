@@ -71,7 +71,10 @@ func (w *Worker) busyDelay(msg jetstream.Msg) time.Duration {
 }
 
 // busyDelivery deals with a delivery that arrived while every slot was
-// busy, or the byte budget could not take its payload: a message of a lane
+// busy, or the byte budget could not take its payload. When the line for
+// slots is full it is handed back with a growing delay (busyNakDelay) at
+// once, without asking who holds its lane (it comes back until the lane's
+// owner has drained it, or a slot frees). Otherwise a message of a lane
 // someone owns is acked (the owner drains it); any other waits in line for
 // a slot (fair scheduling: see waitForSlot) or, without fairness, is handed
 // back, so a worker with room takes the lane. It reports whether the
