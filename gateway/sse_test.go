@@ -57,7 +57,7 @@ func BenchmarkEventFrame(b *testing.B) {
 	ev := &events.Event{V: 1, SessionKey: "acme:bench", RunID: "42", Seq: 7, Stream: events.StreamAssistant, TS: 1700000000000,
 		Data: events.EventData{Delta: "a token or two", Text: "so far, a token or two"}}
 	sb := sseBufs.Get().(*sseBuf)
-	defer sseBufs.Put(sb)
+	defer func() { sb.buf.Reset(); sseBufs.Put(sb) }() // follow takes pooled buffers empty
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if err := appendEvent(&sb.buf, sb.enc, ev); err != nil {
@@ -79,7 +79,7 @@ func TestAppendEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := sseBufs.Get().(*sseBuf)
-	defer sseBufs.Put(sb)
+	defer func() { sb.buf.Reset(); sseBufs.Put(sb) }() // follow takes pooled buffers empty
 	sb.buf.Reset()
 	if err := appendEvent(&sb.buf, sb.enc, ev); err != nil {
 		t.Fatal(err)
