@@ -171,26 +171,14 @@ func TestStreamHeadGoesWithFirstEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.srv.headHold = time.Minute // the first events come long before
-	var mu sync.Mutex
-	var writes [][]byte
-	ts := httptest.NewUnstartedServer(b.srv)
-	ts.Listener = recordingListener{Listener: ts.Listener, record: func(p []byte) {
-		mu.Lock()
-		writes = append(writes, slices.Clone(p))
-		mu.Unlock()
-	}}
-	ts.Config = b.srv.HTTPServer()
-	ts.Start()
-	t.Cleanup(ts.Close)
-	b.ts = ts
+	written := recordWrites(t, b)
 	resp := b.do(t, "acme", "POST", "/api/sessions/acme:h/messages", `{"text":"hello","stream":true}`)
 	evs, err := readSSE(resp.Body, nil)
 	resp.Body.Close()
 	if err != nil || replyOf(t, evs) != "echo: hello" || resp.Header.Get("Lanefleet-Run") == "" {
 		t.Fatalf("stream: %v, %d events", err, len(evs))
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	writes := written()
 	if len(writes) == 0 {
 		t.Fatal("no writes")
 	}
@@ -235,6 +223,32 @@ func TestStreamHeadWithoutEvents(t *testing.T) {
 		t.Fatalf("the queued run's stream: %v, %d events", err, len(evs))
 	}
 	<-firstDone
+}
+
+// recordWrites serves b's server, as b.ts, on a listener that records
+// every write to a client; the function it returns takes what was
+// written since its last call.
+func recordWrites(t *testing.T, b *bundle) func() [][]byte {
+	t.Helper()
+	var mu sync.Mutex
+	var writes [][]byte
+	ts := httptest.NewUnstartedServer(b.srv)
+	ts.Listener = recordingListener{Listener: ts.Listener, record: func(p []byte) {
+		mu.Lock()
+		writes = append(writes, slices.Clone(p))
+		mu.Unlock()
+	}}
+	ts.Config = b.srv.HTTPServer()
+	ts.Start()
+	t.Cleanup(ts.Close)
+	b.ts = ts
+	return func() [][]byte {
+		mu.Lock()
+		defer mu.Unlock()
+		w := writes
+		writes = nil
+		return w
+	}
 }
 
 // recordingListener hands every write to its connections to record.

@@ -3,10 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,22 +20,9 @@ func TestStreamLifecycleGoesWithNext(t *testing.T) {
 	// Held until what they wait for comes, however slow the machine: a
 	// release by the timer would split the write this test looks for.
 	b.srv.lifeHold = time.Minute
-	var mu sync.Mutex
-	var writes [][]byte
-	ts := httptest.NewUnstartedServer(b.srv)
-	ts.Listener = recordingListener{Listener: ts.Listener, record: func(p []byte) {
-		mu.Lock()
-		writes = append(writes, slices.Clone(p))
-		mu.Unlock()
-	}}
-	ts.Config = b.srv.HTTPServer()
-	ts.Start()
-	t.Cleanup(ts.Close)
-	b.ts = ts
+	written := recordWrites(t, b)
 	for i := range 3 {
-		mu.Lock()
-		writes = nil
-		mu.Unlock()
+		written() // the last turn's
 		resp := b.do(t, "acme", "POST", "/api/sessions/acme:e/messages", `{"text":"hello","stream":true}`)
 		evs, err := readSSE(resp.Body, nil)
 		resp.Body.Close()
@@ -48,9 +32,8 @@ func TestStreamLifecycleGoesWithNext(t *testing.T) {
 		if n := len(evs); n < 2 || evs[n-1].event != "final" || evs[n-2].event != events.StreamLifecycle || !strings.Contains(evs[n-2].data, `"phase":"end"`) {
 			t.Fatalf("turn %d: the stream does not end with the lifecycle end and the final: %+v", i, evs)
 		}
-		mu.Lock()
 		var first, final []byte
-		for _, w := range writes {
+		for _, w := range written() {
 			if first == nil && bytes.Contains(w, []byte("event: assistant\n")) {
 				first = w
 			}
@@ -58,7 +41,6 @@ func TestStreamLifecycleGoesWithNext(t *testing.T) {
 				final = w
 			}
 		}
-		mu.Unlock()
 		if !bytes.Contains(first, []byte(`"phase":"start"`)) {
 			t.Fatalf("turn %d: the first output went out without the lifecycle start before it:\n%s", i, first)
 		}
@@ -75,7 +57,7 @@ func BenchmarkEventFrame(b *testing.B) {
 	ev := &events.Event{V: 1, SessionKey: "acme:bench", RunID: "42", Seq: 7, Stream: events.StreamAssistant, TS: 1700000000000,
 		Data: events.EventData{Delta: "a token or two", Text: "so far, a token or two"}}
 	sb := sseBufs.Get().(*sseBuf)
-	defer sseBufs.Put(sb)
+	defer func() { sb.buf.Reset(); sseBufs.Put(sb) }() // follow takes pooled buffers empty
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if err := appendEvent(&sb.buf, sb.enc, ev); err != nil {
@@ -97,7 +79,7 @@ func TestAppendEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := sseBufs.Get().(*sseBuf)
-	defer sseBufs.Put(sb)
+	defer func() { sb.buf.Reset(); sseBufs.Put(sb) }() // follow takes pooled buffers empty
 	sb.buf.Reset()
 	if err := appendEvent(&sb.buf, sb.enc, ev); err != nil {
 		t.Fatal(err)

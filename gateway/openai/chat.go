@@ -194,7 +194,7 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 		var n normalizer
 		err := pump(r.Context(), run, a.opt.KeepAlive, nil, nil, func(ev *events.Event) bool {
 			for _, pt := range n.feed(ev) {
-				c.add(pt)
+				c.addDelta(pt)
 			}
 			if ev.Terminal() {
 				final = ev
@@ -315,8 +315,8 @@ func (s *sse) chunk(v any) error {
 }
 
 // delta writes the chunk of a text or reasoning part from c's frames,
-// with the bytes json.Marshal gives c.chunk(c.add(pt), nil), in the
-// stream's scratch buffer: a delta costs no encoding of the chunk's
+// with the bytes of the chunk marshalled whole (TestDeltaChunkBytes), in
+// the stream's scratch buffer: a delta costs no encoding of the chunk's
 // envelope and no allocation.
 func (s *sse) delta(c *chatOut, pt part) error {
 	d := c.addDelta(pt)
@@ -421,15 +421,6 @@ type (
 type nullUsage struct{}
 
 func (nullUsage) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
-
-// add takes a part and returns the chunk delta that sends it.
-func (c *chatOut) add(pt part) chatDelta {
-	d := c.addDelta(pt)
-	if pt.kind == kindReasoning {
-		return chatDelta{ReasoningContent: &d}
-	}
-	return chatDelta{Content: &d}
-}
 
 // addDelta takes a part and returns the text its chunk's delta sends.
 func (c *chatOut) addDelta(pt part) string {

@@ -118,3 +118,13 @@ func BenchmarkChatDelta(b *testing.B) {
 		})
 	}
 }
+
+// add takes a part and returns the chunk delta that sends it: the chunk
+// marshalled whole that delta's bytes are checked against.
+func (c *chatOut) add(pt part) chatDelta {
+	d := c.addDelta(pt)
+	if pt.kind == kindReasoning {
+		return chatDelta{ReasoningContent: &d}
+	}
+	return chatDelta{Content: &d}
+}
