@@ -281,13 +281,12 @@ func TestSlowReader(t *testing.T) {
 }
 
 // TestStreamLimits: an open stream counts against its token's concurrency
-// until it ends; a stream without an event for StreamIdle ends (the run
-// goes on); a gateway that shuts down ends its streams.
+// until it ends; a gateway that shuts down ends its streams.
 func TestStreamLimits(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{
 		tokens: []TokenEntry{{Name: "one", Role: auth.Sender, Prefixes: []string{"s:"}, Concurrency: 1}},
-		cfg:    func(c *Config) { c.StreamIdle = 500 * time.Millisecond; c.KeepAlive = 100 * time.Millisecond },
+		cfg:    func(c *Config) { c.KeepAlive = 100 * time.Millisecond },
 	})
 	run, err := b.client.Send(b.ctx, "s:quiet", `#script {"replies":[{"text":"late","chunks":1,"delayMs":600000}]}`, withModel("scripted/script"))
 	if err != nil {
@@ -300,10 +299,7 @@ func TestStreamLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantProblem(t, b.do(t, "one", "GET", "/api/sessions/s:quiet/settings", ""), 429, CodeRateLimited)
-	// No event for StreamIdle: the gateway ends the stream.
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		t.Fatalf("the idle stream did not end cleanly: %v", err)
-	}
+	// The client goes away: the stream ends and gives its place back.
 	resp.Body.Close()
 	waitFor(t, "the stream to end", func() bool { return b.srv.streams.Load() == 0 })
 	resp = b.do(t, "one", "GET", "/api/sessions/s:quiet/settings", "")
@@ -332,6 +328,43 @@ func TestStreamLimits(t *testing.T) {
 		t.Fatalf("the run did not go on: %+v %v", ar, err)
 	}
 	if _, err := b.client.Stop(b.ctx, "s:quiet"); err != nil { // the worker's stop need not wait for it
+		t.Fatal(err)
+	}
+}
+
+// TestStreamIdle: a stream without an event for StreamIdle ends cleanly
+// (keep-alives do not count) and gives its place back; the run goes on.
+// Its own gateway: a short idle would race the concurrency checks above
+// on a busy machine.
+func TestStreamIdle(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{
+		tokens: []TokenEntry{{Name: "one", Role: auth.Sender, Prefixes: []string{"s:"}, Concurrency: 1}},
+		cfg:    func(c *Config) { c.StreamIdle = 500 * time.Millisecond; c.KeepAlive = 100 * time.Millisecond },
+	})
+	run, err := b.client.Send(b.ctx, "s:idle", `#script {"replies":[{"text":"late","chunks":1,"delayMs":600000}]}`, withModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := b.do(t, "one", "GET", "/api/sessions/s:idle/runs/"+run.ID+"/events", "")
+	if _, err := readSSE(resp.Body, func(e sseEvent) bool { return e.event == "lifecycle" }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("the idle stream did not end cleanly: %v", err)
+	}
+	resp.Body.Close()
+	waitFor(t, "the stream to end", func() bool { return b.srv.streams.Load() == 0 })
+	resp = b.do(t, "one", "GET", "/api/sessions/s:idle/settings", "")
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the stream ended: %d", resp.StatusCode)
+	}
+	ar, err := b.client.ActiveRuns(b.ctx)
+	if err != nil || len(ar) != 1 || ar[0].RunID != run.ID {
+		t.Fatalf("the run did not go on: %+v %v", ar, err)
+	}
+	if _, err := b.client.Stop(b.ctx, "s:idle"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -309,8 +309,7 @@ func TestConsole(t *testing.T) {
 		if got := tb.text(t, "#forget"); got != "Confirm: forget it" {
 			t.Fatalf("the first click: %q", got)
 		}
-		tb.click(t, "#forget")
-		tb.wait(t, `location.hash === '#/sessions' && document.getElementById('main').hasAttribute('data-ready')`)
+		tb.clickTo(t, "#forget", `location.hash === '#/sessions'`)
 		var hist struct{ Entries []any }
 		if st := b.api(t, "acme", "GET", sessionPath(gone, "history"), nil, &hist); st != 200 || len(hist.Entries) != 0 {
 			t.Fatalf("after forgetting: %d, %d entries", st, len(hist.Entries))
@@ -350,8 +349,7 @@ func TestConsole(t *testing.T) {
 		tb.noScriptRan(t)
 		for _, k := range keys {
 			tb.goTo(t, "#/sessions")
-			tb.click(t, fmt.Sprintf(`#sessions a[href=%s]`, jsString(route("s", k))))
-			tb.wait(t, `document.getElementById('main').hasAttribute('data-ready') && document.querySelector('#session-key')`)
+			tb.clickTo(t, fmt.Sprintf(`#sessions a[href=%s]`, jsString(route("s", k))), `document.querySelector('#session-key')`)
 			if got := tb.text(t, "#session-key"); got != k {
 				t.Fatalf("key shown as %q", got)
 			}
@@ -395,8 +393,7 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("%d rows", n)
 		}
 		tb.shot(t, "sessions-10000")
-		tb.click(t, "#next-page")
-		tb.wait(t, `document.getElementById('main').hasAttribute('data-ready') && location.hash.includes('cursor=')`)
+		tb.clickTo(t, "#next-page", `location.hash.includes('cursor=')`)
 		if got := tb.text(t, "#sessions tbody tr:first-child th"); got != "bulk:user-09949" {
 			t.Fatalf("the second page starts at %q", got)
 		}

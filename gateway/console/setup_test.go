@@ -345,6 +345,17 @@ func (tb *tab) click(t *testing.T, sel string) {
 	tb.run(t, chromedp.Click(chromedp.CSS(sel)))
 }
 
+// clickTo clicks a link or button that leads to another page and waits
+// until that page is drawn and cond holds. The page mark is cleared
+// first: between the click and the hashchange event the old page's mark
+// is still up, and a wait on it alone would read the old page.
+func (tb *tab) clickTo(t *testing.T, sel, cond string) {
+	t.Helper()
+	eval[any](t, tb, `document.getElementById('main').removeAttribute('data-ready'); null`)
+	tb.click(t, sel)
+	tb.wait(t, `document.getElementById('main').hasAttribute('data-ready') && (`+cond+`)`)
+}
+
 // shot saves a screenshot of the whole page as name.png and logs its path.
 func (tb *tab) shot(t *testing.T, name string) {
 	t.Helper()
