@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule rate-soak coldbuild
+.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-listing bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule rate-soak coldbuild
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -55,11 +55,15 @@ bench: build ## fleet benchmark against an embedded server, real turns against a
 	$(GO) run ./internal/cmd/lanebench -scenario fair -fair-duration 15s
 	$(GO) run ./internal/cmd/lanebench -scenario gateway
 	$(GO) run ./internal/cmd/lanebench -scenario takeover
+	$(GO) run ./internal/cmd/lanebench -scenario listing -sync default
 	$(GO) test -count=1 -run '^TestIdleStreams$$' -v ./gateway -args -gateway.streams=10000 | grep -E 'idle streams|heap per stream|^(ok|FAIL|---)'
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 takeover-bench: ## 100 SIGKILLs of worker processes mid-turn: death → resumed turn start p50/p99, repeated side effects and lost messages (both must be 0), next to the AckWait baseline
 	$(GO) run ./internal/cmd/lanebench -scenario takeover
+
+bench-listing: ## the sessions listing at 1,000,000 sessions through the session index (build time, store and heap; first and later pages through the admin code, the admin service and the gateway, p50/p99 of 50), next to the listing without an index at 100,000, interleaved
+	$(GO) run ./internal/cmd/lanebench -scenario listing -sync default
 
 bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)
 	$(GO) run ./internal/cmd/lanebench -scenario sessions -sessions $${LANEFLEET_SESSIONS:-100000}

@@ -45,6 +45,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/microsvc"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
+	"github.com/lanefleet/lanefleet/sessionindex"
 )
 
 // Defaults.
@@ -75,8 +76,12 @@ type Config struct {
 	Dead    jetstream.Stream    // AGENT_DLQ (required)
 	Runs    *kvstore.Runs       // the active-run registry; nil = no running runs listed
 	Lanes   *kvstore.Lanes      // the lanes' leases, to tell a running run's worker gone; nil = not told
-	Auth    AuthBook            // nil = auth ops answer 503
-	Worker  string              // the serving worker, in the service metadata
+	// Index is the session index the sessions listing pages through
+	// (a page reads its own sessions only); nil = every listing reads
+	// every session's subjects, as a fleet without an index must.
+	Index  *sessionindex.Index
+	Auth   AuthBook // nil = auth ops answer 503
+	Worker string   // the serving worker, in the service metadata
 	// Stats says how the worker is doing, for micro's STATS (the data of
 	// StatsEndpoint); nil = none. It runs under micro's lock: keep it
 	// to counter reads.

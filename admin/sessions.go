@@ -15,6 +15,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes/sessionsvc"
+	"github.com/lanefleet/lanefleet/sessionindex"
 )
 
 // lane is what the listing learns about one lane token.
@@ -28,6 +29,8 @@ type lane struct {
 	running  string
 	worker   string
 	activity int64
+	// entry is the session's index entry, when listed from the index.
+	entry *sessionindex.Record
 }
 
 // order is the lane's place in a listing: its newest run or message
@@ -194,6 +197,9 @@ func (s *Service) list(ctx context.Context, q SessionsRequest) (SessionsReply, e
 	case q.After != "" && q.Offset != 0:
 		return SessionsReply{}, badRequest("after and offset exclude each other")
 	}
+	if s.cfg.Index != nil {
+		return s.listIndexed(ctx, q, n)
+	}
 	list, err := s.lanesIn(ctx, q.Scope, strings.ToLower(q.Query))
 	if err != nil {
 		return SessionsReply{}, err
@@ -212,18 +218,28 @@ func (s *Service) list(ctx context.Context, q SessionsRequest) (SessionsReply, e
 		})
 	}
 	page := list[start:min(start+n, len(list))]
-	rep := SessionsReply{Total: len(list), Sessions: make([]Session, len(page))}
+	rep := SessionsReply{Total: len(list)}
 	if start+len(page) < len(list) && len(page) > 0 {
 		rep.Next = pageCursor(page[len(page)-1])
 	}
-	var scheduled map[string]int
-	if q.State && s.cfg.Scheduled != nil {
+	return s.describePage(ctx, rep, page, q.State)
+}
+
+// describePage fills rep with what the listing says of each session of
+// page, reading their details (and, with state, the schedules once).
+func (s *Service) describePage(ctx context.Context, rep SessionsReply, page []*lane, state bool) (SessionsReply, error) {
+	rep.Sessions = make([]Session, len(page))
+	var (
+		scheduled map[string]int
+		err       error
+	)
+	if state && s.cfg.Scheduled != nil {
 		if scheduled, err = s.cfg.Scheduled(ctx); err != nil {
 			return SessionsReply{}, err
 		}
 	}
 	err = each(ctx, len(page), func(ctx context.Context, i int) error {
-		sess, err := s.describe(ctx, page[i], q.State)
+		sess, err := s.describe(ctx, page[i], state)
 		sess.Schedules = scheduled[sess.Key]
 		rep.Sessions[i] = sess
 		return err
@@ -266,28 +282,30 @@ func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, e
 	if last := l.order(); last > 0 {
 		sess.LastRun = strconv.FormatUint(last, 10)
 	}
-	if state && s.cfg.Lanes != nil {
-		cur, err := s.cfg.Lanes.Cursor(ctx, l.token)
-		if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
-			return Session{}, err
+	if state && (s.cfg.Lanes != nil || l.entry != nil) {
+		// The index's entry of a committed turn, with nothing running
+		// or waiting since, says what the lane's cursor says.
+		sum := l.entry
+		if sum == nil || !sum.Committed || l.running != "" || l.newest > sum.Through {
+			if s.cfg.Lanes == nil {
+				return sess, nil
+			}
+			cur, err := s.cfg.Lanes.Cursor(ctx, l.token)
+			if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+				return Session{}, err
+			}
+			rec := sessionindex.Summarize("", true, cur.Seq, cur.State)
+			sum = &rec
 		}
 		switch {
 		case l.running != "":
 			sess.State = StateRunning
-		case l.newest > cur.Seq:
+		case l.newest > sum.Through:
 			sess.State = StateQueued
 		default:
 			sess.State = StateIdle
 		}
-		if st := cur.State; st != nil {
-			sess.Turns, sess.Approvals, sess.Children = st.Turns, len(st.Approvals), len(st.Children)
-			if st.Parent != nil {
-				sess.Parent = st.Parent.Session
-			}
-			if st.Usage != nil && st.Usage.Cost != nil {
-				sess.CostUSD = st.Usage.Cost.Total
-			}
-		}
+		sess.Turns, sess.Approvals, sess.Children, sess.Parent, sess.CostUSD = sum.Turns, sum.Approvals, sum.Children, sum.Parent, sum.CostUSD
 	}
 	return sess, nil
 }
@@ -306,11 +324,10 @@ func (s *Service) approvals(ctx context.Context, data []byte) (any, error) {
 	if s.cfg.Lanes == nil {
 		return nil, &sessionsvc.Error{Code: sessionsvc.CodeUnavailable, Description: "this worker reads no lanes"}
 	}
-	list, err := s.lanesIn(ctx, q.Scope, "")
+	list, err := s.recent(ctx, q.Scope, ApprovalScanMax)
 	if err != nil {
 		return nil, err
 	}
-	list = list[:min(len(list), ApprovalScanMax)]
 	found := make([][]Approval, len(list))
 	err = each(ctx, len(list), func(ctx context.Context, i int) error {
 		rec, at, ok, err := s.cfg.Lanes.Newest(ctx, list[i].token)

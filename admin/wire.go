@@ -111,11 +111,17 @@ const MaxScopedRequestBytes = 64 << 10
 type SessionsReply struct {
 	Sessions []Session `json:"sessions" msgpack:"sessions"`
 	// Total counts the sessions found (in the scope, matching the query),
-	// before the page.
+	// before the page; -1 when the listing reads the session index and
+	// counting them would read every one: a query or a scope other than
+	// single keys (the whole index counts at no cost).
 	Total int `json:"total" msgpack:"total"`
 	// Next continues the listing (SessionsRequest.After); "" on the last
 	// page.
 	Next string `json:"next,omitempty" msgpack:"next,omitempty"`
+	// Partial reports a page that stopped after reading IndexScanMax
+	// index entries without filling (a query or scope matching few
+	// sessions): Next goes on from there.
+	Partial bool `json:"partial,omitempty" msgpack:"partial,omitempty"`
 }
 
 // Session states (Session.State, when the request asked for them).

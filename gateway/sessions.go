@@ -707,7 +707,10 @@ func scopeOf(p *auth.Principal) *admin.Scope { return admin.ScopeOf(p.Prefixes, 
 // next, an opaque string; "" on the last page) or offset (next is then
 // the next page's offset, a number, as before cursors); q keeps the keys
 // that contain it, case-insensitively. The fleet filters and pages, and
-// reads the state of the page's sessions only.
+// reads the state of the page's sessions only. total is left out when the
+// fleet would have to read every session to count (a query, or a scope
+// other than single keys), and partial says a page of a
+// query stopped after reading admin.IndexScanMax sessions: next goes on.
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())
 	qv := r.URL.Query()
@@ -759,7 +762,13 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 		it.Session = ss
 		items = append(items, it)
 	}
-	out := map[string]any{"sessions": items, "total": rep.Total}
+	out := map[string]any{"sessions": items}
+	if rep.Total >= 0 {
+		out["total"] = rep.Total // not counted when counting would read every session
+	}
+	if rep.Partial {
+		out["partial"] = true
+	}
 	switch {
 	case byOffset && rep.Next != "":
 		out["next"] = offset + len(rep.Sessions)

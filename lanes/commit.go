@@ -116,6 +116,9 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 		return err
 	}
 	o.inFlight = nil // the turn is committed: its attempts no longer matter
+	if o.w.cfg.Index != nil {
+		o.w.cfg.Index.Touch(Activity{Key: o.key, Run: em.RunID(), Committed: true, Through: p.through, State: state})
+	}
 	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State, o.lane.cursor.SessionID = p.through, written.Seq, state, session
 	if out.Reset {
 		o.lane.cursor.Start = written.Seq

@@ -391,6 +391,9 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	}
 	switch {
 	case idle:
+		if w.cfg.Index != nil {
+			w.cfg.Index.Forgotten(ctx, key)
+		}
 		return forgotten{forgot: true, keys: keys}, nil
 	case lane.Pending:
 		return forgotten{busy: true}, nil

@@ -410,6 +410,12 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 	}
 	o.tried(a.seq).attempt = a.attempt
 	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
+	if o.w.cfg.Index != nil && o.lane.cursor.Seq == 0 {
+		// A session's first turn is listed while it runs, and stays
+		// listed if its worker dies before the commit's entry; later
+		// turns' commits move it (one write a turn).
+		o.w.cfg.Index.Touch(Activity{Key: o.key, Run: a.em.RunID()})
+	}
 	return nil
 }
 

@@ -21,6 +21,28 @@ import (
 	"github.com/lanefleet/lanefleet/retention"
 )
 
+// Index is told of sessions' activity and of their end.
+type Index interface {
+	// Touch says that a session's run started or committed now. It
+	// runs on the turn's path: it must not wait on the network.
+	Touch(a Activity)
+	// Forgotten says that session key was forgotten (its transcript,
+	// settings and lane records are gone).
+	Forgotten(ctx context.Context, key string)
+}
+
+// Activity is what Index.Touch hears of a session: its run that started
+// or committed, and its state as of then.
+type Activity struct {
+	Key string
+	Run string
+	// Committed says the run's turn committed; Through and State are
+	// then the lane's cursor and state after it (before it when not).
+	Committed bool
+	Through   uint64
+	State     *events.SessionState
+}
+
 // ErrShutdown is the cause of contexts cancelled because the worker shuts down.
 var ErrShutdown = errors.New("lanes: worker shutting down")
 
@@ -140,6 +162,9 @@ type Config struct {
 	// may be (half of it more) before the others ask whether its
 	// connection is gone; default kvstore.DefaultLivenessEvery.
 	LivenessEvery time.Duration
+	// Index, when set, hears of each session's activity and of its end:
+	// the session index (package sessionindex) the listings page through.
+	Index Index
 	// setupKeep replaces gateKeep (tests).
 	setupKeep time.Duration
 	// deadRetry replaces deadRetryDelay (tests).

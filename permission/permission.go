@@ -126,6 +126,13 @@ const (
 	// on subjects StepsPrefix<lane>.<inbound seq>.<step>.
 	StepsStream = "AGENT_STEPS"
 	StepsPrefix = "agent.steps."
+
+	// IndexStream is the session index (sessionindex.Stream): one entry
+	// per session on IndexPrefix<group>.<lane>, which workers write as
+	// turns start and commit and read for the admin service's listings.
+	// Workers only: an entry names a session's key.
+	IndexStream = "AGENT_SESSIONS"
+	IndexPrefix = "agent.idx."
 )
 
 // ReadOps are the lane service operations that only read a session: what
@@ -362,6 +369,8 @@ func workerPermissions(inbox string) Permissions {
 		"$O."+AgentFilesBucket+".>",
 		// The runs' step journals (steps and re-runs' barriers).
 		StepsPrefix+">",
+		// The session index's entries (a turn's start and commit).
+		IndexPrefix+">",
 		// Run events and dead letters.
 		events.EventPrefix+">",
 		events.DeadPrefix+">",
@@ -394,10 +403,10 @@ func workerPermissions(inbox string) Permissions {
 	return Permissions{Publish: pub, Subscribe: sub, Responses: &Responses{Max: 1}}
 }
 
-// FleetStreams are the JetStream streams of a fleet: its five streams and
+// FleetStreams are the JetStream streams of a fleet: its six streams and
 // the streams of its seven buckets and its object store.
 func FleetStreams() []string {
-	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream, SchedulesStream,
+	return []string{events.InboundStream, events.EventStream, events.DeadStream, StepsStream, SchedulesStream, IndexStream,
 		"KV_" + LanesBucket, "KV_" + AuthBucket, "KV_" + RunsBucket, "KV_" + WorkersBucket, "KV_" + BudgetsBucket, "KV_" + SchedulesBucket, "KV_" + AgentsBucket, "OBJ_" + AgentFilesBucket}
 }
 

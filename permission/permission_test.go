@@ -20,6 +20,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/deptest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/schedstore"
+	"github.com/lanefleet/lanefleet/sessionindex"
 	"github.com/lanefleet/lanefleet/tools/remote"
 )
 
@@ -56,6 +57,8 @@ func TestNamesMatchTheAdapters(t *testing.T) {
 		{AgentFilesBucket, agentstore.DefaultFilesBucket},
 		{StepsStream, kvstore.StepsStream},
 		{StepsPrefix, kvstore.StepsPrefix},
+		{IndexStream, sessionindex.Stream},
+		{IndexPrefix, sessionindex.Prefix},
 	} {
 		if c.here != c.there {
 			t.Errorf("%q here, %q in the adapter", c.here, c.there)

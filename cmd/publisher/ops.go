@@ -140,8 +140,11 @@ func printSessions(rep admin.SessionsReply, asJSON bool, now time.Time, w io.Wri
 		fmt.Fprintf(w, "%-28s %-10s last %s ago (run %s), %d stored, %s%s\n", display(s.Key), s.Fingerprint,
 			ago(now, s.LastActivity), s.LastRun, s.Stored, running, lineageText(s.Children, s.Parent, s.Schedules))
 	}
-	if rep.Total > len(rep.Sessions) {
+	switch {
+	case rep.Total > len(rep.Sessions):
 		fmt.Fprintf(w, "… %d sessions in all (--limit)\n", rep.Total)
+	case rep.Total < 0 && rep.Next != "":
+		fmt.Fprintln(w, "… more sessions (--limit)")
 	}
 	return nil
 }

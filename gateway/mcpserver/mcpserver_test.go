@@ -288,7 +288,7 @@ func TestListSessions(t *testing.T) {
 	}
 	// Two pages of one.
 	first, page := keys("acme", map[string]any{"limit": 1})
-	if len(first) != 1 || page.Next == "" || page.Total != 2 {
+	if len(first) != 1 || page.Next == "" || page.Total != -1 { // a tenant's sessions are not counted
 		t.Fatalf("first page: %q %+v", first, page)
 	}
 	second, page := keys("acme", map[string]any{"limit": 1, "cursor": page.Next})

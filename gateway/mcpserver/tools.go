@@ -155,7 +155,9 @@ type SessionsArgs struct {
 // SessionsPage lists sessions with recent activity, newest first.
 type SessionsPage struct {
 	Sessions []SessionItem `json:"sessions"`
-	// Total counts the sessions found, before the page.
+	// Total counts the sessions found, before the page; -1 when the
+	// fleet did not count them (a query, or a scope other than single
+	// keys: counting would read every session).
 	Total int `json:"total"`
 	// Next continues the listing (cursor); "" on the last page.
 	Next string `json:"next"`

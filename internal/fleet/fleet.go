@@ -57,6 +57,7 @@ import (
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/schedstore"
+	"github.com/lanefleet/lanefleet/sessionindex"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
 	"github.com/lanefleet/lanefleet/tools/sessions"
@@ -85,6 +86,11 @@ type Member struct {
 	Auth      *authstore.Store
 	oauth     *anthropic.OAuth // the Anthropic OAuth profiles' tokens (nil: none)
 	Runs      *kvstore.Runs
+	// index is the session index the listings page through; indexNew
+	// says it was made at this start, so Run fills it from what the
+	// fleet stores.
+	index    *sessionindex.Index
+	indexNew bool
 	// budgets is tenant governance (nil with NoBudgets).
 	budgets *budgets
 	// schedules holds the fleet's schedules (nil with NoSchedules).
@@ -255,7 +261,7 @@ func (m *Member) build(ctx context.Context) error {
 		LaneTurnBudget: cfg.LaneTurnBudget, LaneTimeBudget: cfg.LaneTimeBudget, Linger: cfg.Linger, SetupConcurrency: cfg.SetupConcurrency,
 		ShutdownGrace: cfg.ShutdownGrace, Logger: cfg.Logger, SessionTTL: cfg.SessionTTL, RetentionRate: cfg.RetentionRate, CheckSettings: m.checkSettings,
 		ChatCommands: !cfg.NoChatCommands, ChatDefaults: m.chatDefaults(),
-		Liveness: m.liveness, LivenessEvery: cfg.LivenessEvery,
+		Liveness: m.liveness, LivenessEvery: cfg.LivenessEvery, Index: laneIndex{m.index},
 	}
 	if m.agents != nil {
 		lcfg.CommandsOff = m.commandsOff
@@ -472,6 +478,11 @@ func (m *Member) openState(ctx context.Context) error {
 			return err
 		}
 	}
+	if m.index == nil {
+		if m.index, m.indexNew, err = sessionindex.Ensure(ctx, m.JS, sessionindex.Config{Replicas: cfg.Replicas, Logger: cfg.Logger}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -512,8 +523,20 @@ func (m *Member) Run(ctx context.Context) error {
 	sampled, stopSampling := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sampled); m.sampleTurns(stopSampling) }()
 	defer func() { close(stopSampling); <-sampled }()
+	if m.indexNew {
+		// A fleet that ran without an index lists its sessions again
+		// once they are in it.
+		m.bg.Go(func() {
+			n, err := admin.SeedIndex(ctx, admin.Config{Inbound: m.Streams.Inbound, Events: m.Streams.Events, Runs: m.Runs, Index: m.index, Logger: m.log})
+			if err != nil && ctx.Err() == nil {
+				m.log.Warn().Err(err).Int("sessions", n).Msg("session index: filling it from the stored sessions stopped")
+			} else if n > 0 {
+				m.log.Info().Int("sessions", n).Msg("session index: filled from the stored sessions")
+			}
+		})
+	}
 	adm, err := admin.Serve(m.Conn, admin.Config{JS: m.JS, Inbound: m.Streams.Inbound, Events: m.Streams.Events, Dead: m.Streams.Dead,
-		Runs: m.Runs, Lanes: m.Lanes, Auth: m.authBook(), Worker: m.Worker.ID(), Stats: m.workerStats, Forget: m.forget, Scheduled: m.scheduled, Logger: m.log})
+		Runs: m.Runs, Lanes: m.Lanes, Index: m.index, Auth: m.authBook(), Worker: m.Worker.ID(), Stats: m.workerStats, Forget: m.forget, Scheduled: m.scheduled, Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("fleet: admin service: %w", err)
 	}
@@ -614,6 +637,9 @@ func (m *Member) close() {
 	}
 	if m.budgets != nil {
 		_ = m.budgets.store.Close()
+	}
+	if m.index != nil {
+		_ = m.index.Close()
 	}
 	if m.agents != nil {
 		_ = m.agents.Close()

@@ -38,7 +38,7 @@ type SendFunc func(ctx context.Context, key, text, id string) (runID string, err
 func (b *sessionBackend) List(ctx context.Context, prefixes, keys []string, limit int) ([]sessions.Info, error) {
 	m := b.m
 	rep, err := admin.ListSessions(ctx, admin.Config{JS: m.JS, Inbound: m.Streams.Inbound, Events: m.Streams.Events, Dead: m.Streams.Dead,
-		Runs: m.Runs, Lanes: m.Lanes, Logger: m.log},
+		Runs: m.Runs, Lanes: m.Lanes, Index: m.index, Logger: m.log},
 		admin.SessionsRequest{Limit: limit, Scope: &admin.Scope{Prefixes: prefixes, Keys: keys}})
 	if err != nil {
 		return nil, err

@@ -56,6 +56,10 @@ type options struct {
 	concurrency     int
 	events          eventOptions
 	fair            fairOptions
+	// listing: sessions in the index, sessions of the baseline (no
+	// index), requests timed per figure and the baseline's.
+	listingSessions, listingBaseline, listingProbes, listingBaselineProbes int
+	listingTurns, listingTurnRounds                                        int
 }
 
 func main() {
@@ -67,7 +71,7 @@ func main() {
 	flag.IntVar(&o.latencyN, "latency-n", 1500, "messages in the latency run")
 	flag.IntVar(&o.latencyRate, "latency-rate", 100, "offered load of the latency run, turns/s")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "lanes per worker")
-	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency), sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all), turns (real turns against a local OpenAI-compatible model over HTTP through the Go client, next to calling the model directly; not part of all), fair (many continuously-sending sessions over few slots, with and without fair scheduling; not part of all) inflight (memory per turn in flight; not part of all) soak (a long-running worker: RSS, heap and turns/s after each of -soak-rounds rounds; not part of all) or gateway (the same loads through the Go client and through the HTTP gateway, each client in a child process, the fleet process's latency and CPU per turn compared; not part of all) or schedules (an idle worker's CPU and RSS holding no schedule and holding -schedules of them; not part of all) or takeover (-takeover-kills SIGKILLs of worker processes mid-turn: death → resumed turn start p50/p99, repeated side effects, lost messages, next to the AckWait baseline; not part of all)")
+	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency), sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all), turns (real turns against a local OpenAI-compatible model over HTTP through the Go client, next to calling the model directly; not part of all), fair (many continuously-sending sessions over few slots, with and without fair scheduling; not part of all) inflight (memory per turn in flight; not part of all) soak (a long-running worker: RSS, heap and turns/s after each of -soak-rounds rounds; not part of all) or gateway (the same loads through the Go client and through the HTTP gateway, each client in a child process, the fleet process's latency and CPU per turn compared; not part of all) or schedules (an idle worker's CPU and RSS holding no schedule and holding -schedules of them; not part of all) or takeover (-takeover-kills SIGKILLs of worker processes mid-turn: death → resumed turn start p50/p99, repeated side effects, lost messages, next to the AckWait baseline; not part of all) or listing (the sessions listing's pages at -listing-sessions sessions through the session index, next to the listing without one at -listing-baseline; not part of all)")
 	flag.IntVar(&o.fair.sessions, "fair-sessions", 256, "fair: sessions sending continuously")
 	flag.IntVar(&o.fair.slots, "fair-slots", 64, "fair: the worker's concurrency")
 	flag.IntVar(&o.fair.queued, "fair-queued", 2, "fair: messages each session keeps queued")
@@ -84,6 +88,12 @@ func main() {
 	flag.IntVar(&o.events.deltas, "event-deltas", 5000, "events: deltas per turn")
 	flag.IntVar(&o.events.latencyDeltas, "event-latency-n", 2000, "events: deltas in the latency run")
 	flag.DurationVar(&o.events.pace, "event-pace", 2*time.Millisecond, "events: time between two deltas in the latency run")
+	flag.IntVar(&o.listingSessions, "listing-sessions", 1_000_000, "listing: sessions in the session index")
+	flag.IntVar(&o.listingBaseline, "listing-baseline", 100_000, "listing: sessions of the listing without an index (the baseline), measured first")
+	flag.IntVar(&o.listingProbes, "listing-requests", 50, "listing: requests timed per figure")
+	flag.IntVar(&o.listingBaselineProbes, "listing-baseline-requests", 10, "listing: requests of the baseline (each followed by five from the index)")
+	flag.IntVar(&o.listingTurns, "listing-turns", 200, "listing: turns per round of the turn overhead with and without the index")
+	flag.IntVar(&o.listingTurnRounds, "listing-turn-rounds", 3, "listing: rounds of each (0: none)")
 	flag.Parse()
 	if *gwMockProc {
 		if err := gatewayMock(); err != nil {
@@ -137,12 +147,14 @@ func run(o options) error {
 		return schedBench(o)
 	case "takeover":
 		return takeoverBench(o)
+	case "listing":
+		return listingBench(o)
 	case "events":
 		fmt.Printf("lanebench: sync_interval %s, R1 file store, GOMAXPROCS %d\n",
 			map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
 		return eventsBench(o)
 	}
-	return fmt.Errorf("unknown -scenario %q (all, lanes, events, sessions, turns, fair, inflight, soak, gateway, schedules, takeover)", o.scenario)
+	return fmt.Errorf("unknown -scenario %q (all, lanes, events, sessions, turns, fair, inflight, soak, gateway, schedules, takeover, listing)", o.scenario)
 }
 
 func lanesBench(o options) error {

@@ -1,0 +1,264 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/sessionindex"
+)
+
+// Bounds of a listing read from the session index.
+const (
+	// IndexScanMax bounds the index entries one request reads when it
+	// must look at each (a query, a scope that is not one group's
+	// prefix): a page that did not fill within them says Partial, and
+	// Next goes on from where it stopped.
+	IndexScanMax = 20_000
+	// IndexOffsetMax is the largest offset a listing from the index
+	// takes (an offset reads the entries it skips): beyond it, page with
+	// After.
+	IndexOffsetMax = 10_000
+	// lookupKeysMax is the most single keys a scope without prefixes has
+	// read one by one; a larger scope is looked at entry by entry.
+	lookupKeysMax = 64
+)
+
+// indexCursor is the cursor of a listing from the index: "i<sequence>".
+func indexCursor(seq uint64) string { return "i" + strconv.FormatUint(seq, 10) }
+
+// parseIndexCursor reads an indexCursor.
+func parseIndexCursor(c string) (uint64, bool) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(c, "i"), 10, 64)
+	return n, err == nil && strings.HasPrefix(c, "i") && n > 0
+}
+
+// indexPlan is how a listing reads the index: the subject filter the
+// server applies, what is looked at entry by entry, and whether the
+// sessions found can be counted without reading them.
+type indexPlan struct {
+	filter string
+	keep   func(sessionindex.Entry) bool
+	keys   []string // a scope of single keys: read one by one
+	exact  bool     // filter is the scope, no query: countable
+}
+
+// planIndex chooses how a request with scope and query (lower case) reads
+// the index.
+func planIndex(scope *Scope, query string) indexPlan {
+	p := indexPlan{filter: sessionindex.Prefix + "*.*", exact: true}
+	if scope != nil {
+		switch {
+		case len(scope.Prefixes) == 0 && len(scope.Keys) <= lookupKeysMax:
+			p.keys = scope.Keys
+		case len(scope.Keys) == 0:
+			// One group's prefixes narrow the read to the group.
+			filter, exact := sessionindex.Filter(scope.Prefixes[0])
+			for _, pre := range scope.Prefixes[1:] {
+				f, e := sessionindex.Filter(pre)
+				if f != filter {
+					filter, exact = sessionindex.Prefix+"*.*", false
+					break
+				}
+				exact = exact && e
+			}
+			p.filter, p.exact = filter, exact
+		default:
+			p.exact = false
+		}
+	}
+	if query != "" {
+		p.exact = false
+	}
+	if !p.exact {
+		p.keep = func(e sessionindex.Entry) bool {
+			return scope.Allows(e.Key) && (query == "" || strings.Contains(strings.ToLower(e.Key), query))
+		}
+	}
+	return p
+}
+
+// listIndexed answers a sessions request from the session index: the
+// page's entries, newest activity first, then each listed session's
+// details read as the listing without an index reads them.
+func (s *Service) listIndexed(ctx context.Context, q SessionsRequest, n int) (SessionsReply, error) {
+	var before uint64
+	if q.After != "" {
+		var ok bool
+		if before, ok = parseIndexCursor(q.After); !ok {
+			return SessionsReply{}, badRequest("after is not a listing's next")
+		}
+	}
+	if q.Offset > IndexOffsetMax {
+		return SessionsReply{}, badRequest("offset %d is over %d: page with after (a listing's next)", q.Offset, IndexOffsetMax)
+	}
+	plan := planIndex(q.Scope, strings.ToLower(q.Query))
+	var (
+		entries []sessionindex.Entry
+		rep     = SessionsReply{Total: -1}
+	)
+	if plan.keys != nil {
+		found, err := s.cfg.Index.Lookup(ctx, plan.keys)
+		if err != nil {
+			return SessionsReply{}, err
+		}
+		var kept []sessionindex.Entry
+		for _, e := range found {
+			if (before == 0 || e.Seq < before) && (plan.keep == nil || plan.keep(e)) {
+				kept = append(kept, e)
+			}
+		}
+		if q.After == "" {
+			rep.Total = len(kept)
+		}
+		kept = kept[min(q.Offset, len(kept)):]
+		entries = kept[:min(n, len(kept))]
+		if len(kept) > n {
+			rep.Next = indexCursor(entries[len(entries)-1].Seq)
+		}
+	} else {
+		page, err := s.cfg.Index.Newest(ctx, sessionindex.Query{Before: before, Filter: plan.filter, Limit: q.Offset + n,
+			Keep: plan.keep, MaxScan: IndexScanMax})
+		if err != nil {
+			return SessionsReply{}, err
+		}
+		entries = page.Entries[min(q.Offset, len(page.Entries)):]
+		if page.Next > 0 {
+			rep.Next = indexCursor(page.Next)
+		}
+		rep.Partial = page.Partial
+		if plan.exact && plan.filter == sessionindex.Prefix+"*.*" {
+			// The whole index counts at no cost (its stream's state); a
+			// tenant's count cost the server a walk of its sessions.
+			if rep.Total, err = s.cfg.Index.Count(ctx); err != nil {
+				return SessionsReply{}, err
+			}
+		}
+	}
+	list := make([]*lane, len(entries))
+	err := each(ctx, len(entries), func(ctx context.Context, i int) error {
+		l, err := s.laneOf(ctx, entries[i])
+		list[i] = l
+		return err
+	})
+	if err != nil {
+		return SessionsReply{}, err
+	}
+	return s.describePage(ctx, rep, list, q.State)
+}
+
+// laneOf reads what the listing says of an indexed session: its runs with
+// stored events, its stored messages, and its running run (each a read of
+// that session's subjects or keys only).
+func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, error) {
+	l := &lane{token: e.Token, key: e.Key, entry: &e.Record}
+	if seq, err := strconv.ParseUint(e.Run, 10, 64); err == nil {
+		l.lastRun = seq
+	}
+	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+e.Token+".*"))
+	if err != nil {
+		return nil, err
+	}
+	l.lastRun = 0 // the stored runs say which is newest
+	for subj := range evInfo.State.Subjects {
+		seq, err := strconv.ParseUint(strings.TrimPrefix(subj, events.EventPrefix+e.Token+"."), 10, 64)
+		if err != nil {
+			continue
+		}
+		l.runs++
+		l.lastRun = max(l.lastRun, seq)
+	}
+	inInfo, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(events.InboundPrefix+e.Token))
+	if err != nil {
+		return nil, err
+	}
+	l.stored = int(inInfo.State.Subjects[events.InboundPrefix+e.Token])
+	if l.stored > 0 {
+		m, err := s.cfg.Inbound.GetLastMsgForSubject(ctx, events.InboundPrefix+e.Token)
+		if err == nil {
+			l.newest, l.activity = m.Sequence, m.Time.UnixMilli()
+		} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, err
+		}
+	}
+	if s.cfg.Runs != nil {
+		r, ok, err := s.cfg.Runs.Get(ctx, e.Token)
+		if err != nil {
+			s.log.Warn().Err(err).Msg("admin: sessions: run registry")
+		} else if ok {
+			l.running, l.worker = r.RunID, r.Worker
+			if seq, err := strconv.ParseUint(r.RunID, 10, 64); err == nil {
+				l.lastRun = max(l.lastRun, seq)
+			}
+		}
+	}
+	if l.order() == 0 {
+		// Its events expired and nothing waits: the index says when it
+		// last ran.
+		if seq, err := strconv.ParseUint(e.Run, 10, 64); err == nil {
+			l.lastRun = seq
+		}
+		l.activity = e.At.UnixMilli()
+	}
+	return l, nil
+}
+
+// recent returns the scope's n most recently active sessions (their
+// token and key), newest first: from the index when there is one.
+func (s *Service) recent(ctx context.Context, scope *Scope, n int) ([]*lane, error) {
+	if s.cfg.Index == nil {
+		list, err := s.lanesIn(ctx, scope, "")
+		return list[:min(len(list), n)], err
+	}
+	plan := planIndex(scope, "")
+	var entries []sessionindex.Entry
+	if plan.keys != nil {
+		found, err := s.cfg.Index.Lookup(ctx, plan.keys)
+		if err != nil {
+			return nil, err
+		}
+		entries = found[:min(len(found), n)]
+	} else {
+		page, err := s.cfg.Index.Newest(ctx, sessionindex.Query{Filter: plan.filter, Limit: n, Keep: plan.keep, MaxScan: max(IndexScanMax, n)})
+		if err != nil {
+			return nil, err
+		}
+		entries = page.Entries
+	}
+	list := make([]*lane, len(entries))
+	for i, e := range entries {
+		list[i] = &lane{token: e.Token, key: e.Key}
+	}
+	return list, nil
+}
+
+// SeedIndex fills a session index made now (cfg.Index) with the sessions
+// the fleet stores, as a listing without an index finds them (run events
+// still stored, messages on their lane, runs running), oldest first so
+// that the index orders them as that listing did; a session a turn
+// touched meanwhile keeps its entry. It reads every session's subjects
+// once: run it in the background when the index is created.
+func SeedIndex(ctx context.Context, cfg Config) (int, error) {
+	if cfg.Inbound == nil || cfg.Events == nil || cfg.Index == nil {
+		return 0, errors.New("admin: Inbound, Events and Index are required")
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger}
+	list, err := s.lanesIn(ctx, nil, "")
+	if err != nil {
+		return 0, err
+	}
+	for i := len(list) - 1; i >= 0; i-- {
+		run := ""
+		if o := list[i].order(); o > 0 {
+			run = strconv.FormatUint(o, 10)
+		}
+		if err := cfg.Index.Seed(ctx, list[i].key, run); err != nil {
+			return len(list) - 1 - i, err
+		}
+	}
+	return len(list), nil
+}

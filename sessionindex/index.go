@@ -1,0 +1,306 @@
+// Package sessionindex is the fleet's index of sessions by their last
+// activity, so that a listing's page costs what the page holds, not what
+// the fleet holds: the stream AGENT_SESSIONS keeps one message per session
+// (MaxMsgsPerSubject 1) on
+//
+//	agent.idx.<group>.<lane token>
+//
+// which a worker publishes when a turn commits and when a session's first
+// turn starts (Touch, fire-and-forget: the turn never waits for it), with
+// the state summary the listing shows (Record). A newer message of a
+// session replaces its older one, so the stream read backwards from its
+// last sequence is the sessions newest first (Newest: batched direct gets
+// of windows below a cursor), and a session's entry leaves with it
+// (Remove, called when the session is forgotten).
+//
+// <group> is the key's text up to its first ':' ("acme:" of
+// "acme:support:42"), encoded as a lane token, or "-" for a key without
+// one: a scope of the usual shape (one tenant's prefix "acme:") is a
+// subject filter the server applies (Filter), so a tenant's page does not
+// read other tenants' sessions.
+//
+// index.go holds the stream, its subjects and the writes; read.go the
+// newest-first reads.
+package sessionindex
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// The stream and its subjects.
+const (
+	// Stream is the index's stream.
+	Stream = "AGENT_SESSIONS"
+	// Prefix opens every subject: agent.idx.<group>.<lane token>.
+	Prefix = "agent.idx."
+	// NoGroup is the group of a key without ':'.
+	NoGroup = "-"
+	// DefaultMaxBytes caps the stream: about 2.5 million sessions' entries
+	// (a subject of up to 350 bytes and a record of about 20). A full
+	// index drops its oldest entries: the sessions idle the longest leave
+	// the listing first.
+	DefaultMaxBytes = 256 << 20
+	// maxRecordBytes bounds a record (its parent's key, escaped, is the
+	// most of it).
+	maxRecordBytes = 2048
+)
+
+// Config configures Ensure.
+type Config struct {
+	Replicas int   // default 1
+	MaxBytes int64 // default DefaultMaxBytes, -1 = none
+	// Logger gets the failures of the writes nobody waits for.
+	Logger zerolog.Logger
+}
+
+// Index is the session index of one fleet.
+type Index struct {
+	js     jetstream.JetStream
+	nc     *nats.Conn
+	stream jetstream.Stream
+	log    zerolog.Logger
+	api    string // the direct get subject of the stream
+
+	ackSub   *nats.Subscription // the acks of Touch's publishes
+	ackInbox string
+	failed   atomic.Int64
+}
+
+// Record is an entry's data: the session's newest run, and the summary
+// a listing shows of its state as of that run's start or commit.
+type Record struct {
+	// Run is the session's newest run (its message's inbound sequence).
+	Run string `json:"run,omitempty"`
+	// Committed says Run's turn committed and the fields below are the
+	// session's state after it; else they are its state before it.
+	Committed bool `json:"committed,omitempty"`
+	// Through is the lane's cursor: the last inbound sequence processed.
+	Through   uint64  `json:"through,omitempty"`
+	Turns     int64   `json:"turns,omitempty"`
+	CostUSD   float64 `json:"cost,omitempty"`
+	Approvals int     `json:"approvals,omitempty"`
+	Children  int     `json:"children,omitempty"`
+	Parent    string  `json:"parent,omitempty"`
+}
+
+// Summarize is the record of a session whose run started (committed
+// false: st is the state before it) or committed (st after it), its lane's
+// cursor at through: the summary a listing shows of its state.
+func Summarize(run string, committed bool, through uint64, st *events.SessionState) Record {
+	rec := Record{Run: run, Committed: committed, Through: through}
+	if st != nil {
+		rec.Turns, rec.Approvals, rec.Children = st.Turns, len(st.Approvals), len(st.Children)
+		if st.Parent != nil {
+			rec.Parent = st.Parent.Session
+		}
+		if st.Usage != nil && st.Usage.Cost != nil {
+			rec.CostUSD = st.Usage.Cost.Total
+		}
+	}
+	return rec
+}
+
+// Ensure creates the index's stream when missing (or updates its limits)
+// and binds to it. created reports a stream made now: the fleet fills it
+// from what it stores already (Seed).
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (x *Index, created bool, err error) {
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	switch {
+	case cfg.MaxBytes == 0:
+		cfg.MaxBytes = DefaultMaxBytes
+	case cfg.MaxBytes < 0:
+		cfg.MaxBytes = -1
+	}
+	sc := jetstream.StreamConfig{
+		Name:              Stream,
+		Description:       "Lanefleet session index: one entry per session, newest activity last",
+		Subjects:          []string{Prefix + "*.*"},
+		Storage:           jetstream.FileStorage,
+		Replicas:          cfg.Replicas,
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          cfg.MaxBytes,
+		MaxMsgSize:        maxRecordBytes,
+		Discard:           jetstream.DiscardOld,
+		AllowDirect:       true,
+	}
+	s, err := js.Stream(ctx, Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		s, err = js.CreateStream(ctx, sc)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(ctx, Stream) // another worker made it meanwhile
+		} else {
+			created = err == nil
+		}
+	case err == nil:
+		if cur := s.CachedInfo().Config; cur.MaxBytes != sc.MaxBytes || !cur.AllowDirect {
+			s, err = js.UpdateStream(ctx, sc)
+		}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("sessionindex: stream %s: %w", Stream, err)
+	}
+	api := js.Options().APIPrefix
+	if api == "" {
+		api = jetstream.DefaultAPIPrefix
+	}
+	x = &Index{js: js, nc: js.Conn(), stream: s, log: cfg.Logger, api: api + "DIRECT.GET." + Stream}
+	if err := x.listen(); err != nil {
+		return nil, false, err
+	}
+	return x, created, nil
+}
+
+// Group is the group token of a key: its text up to and including the
+// first ':', as a lane token, or NoGroup.
+func Group(key string) string {
+	i := strings.IndexByte(key, ':')
+	if i < 0 {
+		return NoGroup
+	}
+	tok, err := events.KeyToken(key[:i+1])
+	if err != nil {
+		return NoGroup // unreachable for a valid key
+	}
+	return tok
+}
+
+// Subject is the subject of a session's entry.
+func Subject(key string) (string, error) {
+	tok, err := events.KeyToken(key)
+	if err != nil {
+		return "", fmt.Errorf("sessionindex: %w", err)
+	}
+	return Prefix + Group(key) + "." + tok, nil
+}
+
+// Filter returns the subject filter of the entries a scope prefix can
+// match, and whether every entry it matches has the prefix (exact: the
+// prefix is a whole group, "acme:"). A prefix with text after its first
+// ':' narrows to that group but is not exact; a prefix without ':' can
+// match any group: the whole index.
+func Filter(prefix string) (filter string, exact bool) {
+	i := strings.IndexByte(prefix, ':')
+	if i < 0 {
+		return Prefix + "*.*", prefix == ""
+	}
+	return Prefix + Group(prefix) + ".*", i == len(prefix)-1
+}
+
+// Touch publishes a session's entry: it is now its newest activity. It
+// does not wait for the server: the publish goes out with the
+// connection's next flush and its ack, when it says the write failed, is
+// logged. Publishes of one connection reach the server in order, so an
+// entry touched before a turn's commit reaches the server before it.
+func (x *Index) Touch(key string, rec Record) {
+	subj, err := Subject(key)
+	if err != nil {
+		return
+	}
+	data, _ := json.Marshal(rec)
+	if err := x.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: x.ackInbox, Data: data}); err != nil {
+		x.noteFailure(err)
+	}
+}
+
+// listen reads the acks of Touch's publishes, all on one subscription, so
+// a publish keeps no state while its ack is on the way; an ack that says
+// the write failed is logged.
+func (x *Index) listen() error {
+	inbox := x.nc.NewRespInbox()
+	sub, err := x.nc.Subscribe(inbox, func(m *nats.Msg) {
+		var ack struct {
+			Error *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(m.Data, &ack); err != nil {
+			x.noteFailure(fmt.Errorf("ack: %w", err))
+			return
+		}
+		if ack.Error != nil {
+			x.noteFailure(errors.New(ack.Error.Description))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("sessionindex: acks: %w", err)
+	}
+	x.ackInbox, x.ackSub = inbox, sub
+	return nil
+}
+
+// Close stops reading acks.
+func (x *Index) Close() error { return x.ackSub.Unsubscribe() }
+
+// Failures counts the writes whose ack said they failed.
+func (x *Index) Failures() int64 { return x.failed.Load() }
+
+// noteFailure logs a failed write: the session is listed again at its next
+// turn.
+func (x *Index) noteFailure(err error) {
+	x.failed.Add(1)
+	x.log.Warn().Err(err).Msg("sessionindex: an entry was not written: the session is listed again at its next turn")
+}
+
+// Seed writes a session's entry unless it has one: for filling a new
+// index from what the fleet already stores, without moving a session that
+// a turn touched meanwhile.
+func (x *Index) Seed(ctx context.Context, key, run string) error {
+	subj, err := Subject(key)
+	if err != nil {
+		return err
+	}
+	data, _ := json.Marshal(Record{Run: run})
+	_, err = x.js.Publish(ctx, subj, data, jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return nil // touched meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("sessionindex: seed: %w", err)
+	}
+	return nil
+}
+
+// Remove deletes a session's entry (it was forgotten).
+func (x *Index) Remove(ctx context.Context, key string) error {
+	subj, err := Subject(key)
+	if err != nil {
+		return err
+	}
+	if err := x.stream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		return fmt.Errorf("sessionindex: remove: %w", err)
+	}
+	return nil
+}
+
+// Forgotten removes a forgotten session's entry; a failure is logged
+// (the listing then shows the session, with nothing stored, until its
+// entry is written again or dropped as the oldest).
+func (x *Index) Forgotten(ctx context.Context, key string) {
+	if err := x.Remove(ctx, key); err != nil {
+		x.log.Warn().Err(err).Str("session", events.Fingerprint(key)).Msg("sessionindex: a forgotten session's entry stays")
+	}
+}
+
+// Count is the number of entries.
+func (x *Index) Count(ctx context.Context) (int, error) {
+	info, err := x.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sessionindex: count: %w", err)
+	}
+	return int(info.State.Msgs), nil
+}

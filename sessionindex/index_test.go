@@ -1,0 +1,291 @@
+package sessionindex_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/sessionindex"
+)
+
+type bundle struct {
+	ctx context.Context
+	js  jetstream.JetStream
+	x   *sessionindex.Index
+	log *syncBuffer
+}
+
+// syncBuffer is a log the test reads while the index writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	log := &syncBuffer{}
+	x, created, err := sessionindex.Ensure(ctx, js, sessionindex.Config{Logger: zerolog.New(log)})
+	if err != nil || !created {
+		t.Fatalf("ensure: created %v, %v", created, err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	return &bundle{ctx: ctx, js: js, x: x, log: log}
+}
+
+// put writes key's entry and waits for it to be stored.
+func (b *bundle) put(t *testing.T, key, run string) {
+	t.Helper()
+	subj, err := sessionindex.Subject(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(b.ctx, subj, []byte(`{"run":"`+run+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pages follows Newest's pages from q and returns the keys, page by page.
+func (b *bundle) pages(t *testing.T, q sessionindex.Query, between func()) [][]string {
+	t.Helper()
+	var out [][]string
+	for {
+		p, err := b.x.Newest(b.ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, e := range p.Entries {
+			keys = append(keys, e.Key)
+		}
+		out = append(out, keys)
+		if p.Next == 0 {
+			return out
+		}
+		if len(out) > 1000 {
+			t.Fatal("pages do not end")
+		}
+		q.Before = p.Next
+		if between != nil {
+			between()
+		}
+	}
+}
+
+// TestNewestPages: entries list newest first, a newer entry of a session
+// replacing its older one; pages followed by Next list each session once;
+// a group's filter lists that group only (read whole and filtered here in
+// small windows, by the server in large ones); Count counts.
+func TestNewestPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var want []string // newest first
+	for i := range 300 {
+		key := fmt.Sprintf("acme:s%03d", i)
+		if i%3 == 0 {
+			key = fmt.Sprintf("beta:s%03d", i)
+		}
+		b.put(t, key, fmt.Sprint(i+1))
+		want = append([]string{key}, want...)
+	}
+	// Older sessions active again move to the top.
+	for _, key := range []string{"acme:s001", "beta:s000", "acme:s299"} {
+		b.put(t, key, "1000")
+		want = append([]string{key}, slices.DeleteFunc(want, func(k string) bool { return k == key })...)
+	}
+	cases := []struct {
+		name   string
+		filter string
+		limit  int
+		keep   func(string) bool
+	}{
+		{"all, pages of 7", "", 7, nil},
+		{"all, one page", "", 1000, nil},
+		{"a group", "acme:", 10, func(k string) bool { return strings.HasPrefix(k, "acme:") }},
+		{"another", "beta:", 100, func(k string) bool { return strings.HasPrefix(k, "beta:") }},
+	}
+	for _, tc := range cases {
+		filter, exact := sessionindex.Filter(tc.filter)
+		if !exact {
+			t.Fatalf("%q: not exact", tc.filter)
+		}
+		pages := b.pages(t, sessionindex.Query{Filter: filter, Limit: tc.limit}, nil)
+		var got []string
+		for _, p := range pages {
+			if len(p) > tc.limit {
+				t.Fatalf("%s: a page of %d", tc.name, len(p))
+			}
+			got = append(got, p...)
+		}
+		w := want
+		if tc.keep != nil {
+			w = slices.DeleteFunc(slices.Clone(want), func(k string) bool { return !tc.keep(k) })
+		}
+		if !slices.Equal(got, w) {
+			t.Errorf("%s:\n got %v\nwant %v", tc.name, got, w)
+		}
+		if n, err := b.x.Count(b.ctx); err != nil || n != len(want) {
+			t.Errorf("%s: counted %d, %v; want %d", tc.name, n, err, len(want))
+		}
+	}
+}
+
+// TestPagingWhileActive: while a listing is paged through, sessions turn
+// active again (from pages read and pages not read yet): no session is
+// listed twice, and every session that stayed idle is listed once.
+func TestPagingWhileActive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 200
+	for i := range n {
+		b.put(t, fmt.Sprintf("s%03d", i), fmt.Sprint(i+1))
+	}
+	touched := map[string]bool{}
+	next := 0
+	pages := b.pages(t, sessionindex.Query{Limit: 9}, func() {
+		// One session of a page read, one not read yet.
+		for _, key := range []string{fmt.Sprintf("s%03d", n-1-next), fmt.Sprintf("s%03d", next)} {
+			b.put(t, key, "9999")
+			touched[key] = true
+		}
+		next += 7
+	})
+	seen := map[string]int{}
+	for _, p := range pages {
+		for _, k := range p {
+			seen[k]++
+		}
+	}
+	for i := range n {
+		key := fmt.Sprintf("s%03d", i)
+		switch c := seen[key]; {
+		case c > 1:
+			t.Errorf("%s listed %d times", key, c)
+		case c == 0 && !touched[key]:
+			t.Errorf("%s, idle all along, is not listed", key)
+		}
+	}
+}
+
+// TestMalformedSkipped: a message on the index's subjects that is not an
+// entry (a token that is no lane's, a group that is not its key's, data
+// that is not a record, a run that is not a sequence) is skipped with a
+// log line; the entries around it are listed.
+func TestMalformedSkipped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.put(t, "good:1", "1")
+	for _, m := range []struct{ subj, data string }{
+		{sessionindex.Prefix + "-.=bad", `{"run":"2"}`},          // not a token's encoding
+		{sessionindex.Prefix + "-.=Z29vZDoy", `{"run":"2"}`},     // good:2 in the wrong group
+		{sessionindex.Prefix + "-.alice", `{"run":`},             // not JSON
+		{sessionindex.Prefix + "-.bob", `{"run":"2; rm -rf /"}`}, // not a sequence
+	} {
+		if _, err := b.js.Publish(b.ctx, m.subj, []byte(m.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.put(t, "good:2", "3")
+	p, err := b.x.Newest(b.ctx, sessionindex.Query{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, e := range p.Entries {
+		keys = append(keys, e.Key)
+	}
+	if !slices.Equal(keys, []string{"good:2", "good:1"}) || p.Malformed != 4 {
+		t.Fatalf("listed %v, %d malformed", keys, p.Malformed)
+	}
+	if n := strings.Count(b.log.String(), "not one of ours is skipped"); n != 4 {
+		t.Fatalf("%d log lines:\n%s", n, b.log.String())
+	}
+}
+
+// TestScanBound: a page whose entries are looked at one by one stops
+// after MaxScan sequences, says Partial, and its Next goes on from there
+// to the entries further down.
+func TestScanBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.put(t, "needle", "1")
+	for i := range 500 {
+		b.put(t, fmt.Sprintf("hay%03d", i), fmt.Sprint(i+2))
+	}
+	q := sessionindex.Query{Limit: 5, MaxScan: 200, Keep: func(e sessionindex.Entry) bool { return e.Key == "needle" }}
+	p, err := b.x.Newest(b.ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Partial || len(p.Entries) != 0 || p.Next == 0 || p.Read > 200 {
+		t.Fatalf("first page: %+v", p)
+	}
+	found := false
+	for range 10 {
+		q.Before = p.Next
+		if p, err = b.x.Newest(b.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Entries) == 1 && p.Entries[0].Key == "needle" {
+			found = true
+			break
+		}
+	}
+	if !found {
+		t.Fatalf("the needle is never found: %+v", p)
+	}
+}
+
+// TestTouchAndRemove: Touch writes without waiting (the entry is stored
+// in its time); Remove deletes it; Lookup reads single keys.
+func TestTouchAndRemove(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cons, err := b.js.OrderedConsumer(b.ctx, sessionindex.Stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.x.Touch("acme:one", sessionindex.Record{Run: "7"})
+	b.x.Touch("two", sessionindex.Record{Run: "8", Committed: true, Through: 8, Turns: 3, Parent: "acme:one"})
+	for range 2 {
+		if _, err := cons.Next(jetstream.FetchContext(b.ctx)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.x.Lookup(b.ctx, []string{"acme:one", "two", "three"})
+	if err != nil || len(got) != 2 || got[0].Key != "two" || got[0].Run != "8" || got[0].Turns != 3 || got[0].Parent != "acme:one" || got[1].Key != "acme:one" {
+		t.Fatalf("lookup: %+v, %v", got, err)
+	}
+	b.x.Forgotten(b.ctx, "two")
+	if n, err := b.x.Count(b.ctx); err != nil || n != 1 {
+		t.Fatalf("after a forget: %d entries, %v", n, err)
+	}
+	if b.x.Failures() != 0 {
+		t.Fatalf("%d failed writes: %s", b.x.Failures(), b.log.String())
+	}
+}

@@ -1,0 +1,311 @@
+package sessionindex
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+)
+
+// Entry is one session's entry.
+type Entry struct {
+	// Seq is its stream sequence: its place in the listing (a later
+	// entry is a later activity).
+	Seq   uint64
+	Key   string
+	Token string
+	At    time.Time // when it was written
+	Record
+}
+
+// Query asks Newest for a page.
+type Query struct {
+	// Before lists the entries below this sequence (a page's Next); 0
+	// from the newest.
+	Before uint64
+	// Filter is a subject filter (Filter); "" every entry.
+	Filter string
+	// Limit is how many entries the page holds at most (at least 1).
+	Limit int
+	// Keep, when set, keeps only the entries it accepts (a scope the
+	// filter does not say exactly, a query); then at most MaxScan
+	// sequences are read, and a page that did not fill within them is
+	// Partial.
+	Keep    func(Entry) bool
+	MaxScan int
+}
+
+// Page is what Newest found.
+type Page struct {
+	Entries []Entry // newest first
+	// Next continues below the page (Query.Before); 0 when nothing older
+	// is left.
+	Next uint64
+	// Partial reports a page cut short by MaxScan: Next goes on from
+	// where it stopped.
+	Partial bool
+	// Read counts the entries read; Malformed those skipped as not an
+	// entry of ours (logged).
+	Read, Malformed int
+}
+
+// Reads' sizes.
+const (
+	// firstWindow is the fewest sequences a read looks at below its
+	// cursor; each further window doubles.
+	firstWindow = 64
+	// batchMax is the most messages one direct get request returns.
+	batchMax = 1024
+	// requestWait bounds the wait for a batch's next message.
+	requestWait = 5 * time.Second
+	// clientFilterMax is the largest window read whole and filtered here
+	// rather than by the server.
+	clientFilterMax = 4096
+)
+
+// matches reports whether e's subject matches filter (Filter's: the
+// whole index or one group).
+func matches(filter string, e Entry) bool {
+	group, ok := strings.CutSuffix(strings.TrimPrefix(filter, Prefix), ".*")
+	return filter == "" || !ok || group == "*" || Group(e.Key) == group
+}
+
+// Newest returns the newest entries below q.Before, newest first. It reads
+// windows of the stream backwards from the cursor, each forwards in
+// batched direct gets that the server filters by q.Filter and that skip
+// the entries a newer one of the same session replaced: a page costs the
+// entries it reads, about q.Limit when the filter says what is kept.
+func (x *Index) Newest(ctx context.Context, q Query) (Page, error) {
+	var p Page
+	if q.Limit < 1 {
+		q.Limit = 1
+	}
+	info, err := x.stream.Info(ctx)
+	if err != nil {
+		return p, fmt.Errorf("sessionindex: read: %w", err)
+	}
+	first, hi := info.State.FirstSeq, info.State.LastSeq+1
+	if q.Before > 0 && q.Before < hi {
+		hi = q.Before
+	}
+	if info.State.Msgs == 0 {
+		return p, nil
+	}
+	window := uint64(max(firstWindow, 2*q.Limit))
+	scanned, left := uint64(0), false
+	for hi > first && len(p.Entries) < q.Limit {
+		w := window
+		if q.Keep != nil {
+			if scanned >= uint64(q.MaxScan) {
+				p.Partial, p.Next = true, hi
+				return p, nil
+			}
+			w = min(w, uint64(q.MaxScan)-scanned)
+		}
+		lo := first
+		if hi-first > w {
+			lo = hi - w
+		}
+		// A small window is read whole and filtered here: the server
+		// counts what a filter matches from the window on before every
+		// filtered batch (its subject index, each matching session), so
+		// a tenant of 100,000 sessions cost 0.2 s a page that way.
+		filter := q.Filter
+		if hi-lo <= clientFilterMax {
+			filter = ""
+		}
+		got, err := x.readRange(ctx, lo, hi, filter, &p)
+		if err != nil {
+			return p, err
+		}
+		if filter != q.Filter {
+			got = slices.DeleteFunc(got, func(e Entry) bool { return !matches(q.Filter, e) })
+		}
+		scanned += hi - lo
+		for i := len(got) - 1; i >= 0; i-- {
+			if len(p.Entries) == q.Limit {
+				left = true // older entries of the window are not looked at
+				break
+			}
+			if q.Keep == nil || q.Keep(got[i]) {
+				p.Entries = append(p.Entries, got[i])
+			}
+		}
+		hi = lo
+		window *= 2
+	}
+	if len(p.Entries) == q.Limit && (hi > first || left) {
+		p.Next = p.Entries[len(p.Entries)-1].Seq
+	}
+	return p, nil
+}
+
+// readRange reads the entries with sequences in [lo, hi) that match
+// filter, in stream order.
+func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter string, p *Page) ([]Entry, error) {
+	var out []Entry
+	for seq := lo; seq < hi; {
+		batch := int(min(hi-seq, batchMax))
+		msgs, err := x.batch(ctx, seq, batch, filter)
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) == 0 {
+			return out, nil
+		}
+		for _, m := range msgs {
+			if m.seq >= hi {
+				return out, nil
+			}
+			p.Read++
+			e, err := decode(m)
+			if err != nil {
+				p.Malformed++
+				x.log.Warn().Err(err).Uint64("seq", m.seq).Msg("sessionindex: an entry that is not one of ours is skipped")
+				continue
+			}
+			out = append(out, e)
+		}
+		if len(msgs) < batch {
+			return out, nil // the end of the stream
+		}
+		seq = msgs[len(msgs)-1].seq + 1
+	}
+	return out, nil
+}
+
+// stored is one message of a direct get.
+type stored struct {
+	seq  uint64
+	subj string
+	at   time.Time
+	data []byte
+}
+
+// batch asks the server for up to n messages from seq on that match
+// filter ("" any): a direct get batch, answered with the messages and an
+// end-of-batch status.
+func (x *Index) batch(ctx context.Context, seq uint64, n int, filter string) ([]stored, error) {
+	req := struct {
+		Seq     uint64 `json:"seq"`
+		Batch   int    `json:"batch"`
+		NextFor string `json:"next_by_subj,omitempty"`
+	}{seq, n, filter}
+	if filter == Prefix+"*.*" {
+		req.NextFor = ""
+	}
+	body, _ := json.Marshal(req)
+	inbox := x.nc.NewRespInbox()
+	sub, err := x.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("sessionindex: read: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := x.nc.PublishRequest(x.api, inbox, body); err != nil {
+		return nil, fmt.Errorf("sessionindex: read: %w", err)
+	}
+	out := make([]stored, 0, min(n, 128))
+	for {
+		wait := requestWait
+		if d, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(d))
+		}
+		m, err := sub.NextMsg(wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("sessionindex: read: %w", ctx.Err())
+			}
+			return nil, fmt.Errorf("sessionindex: read from %d: %w", seq, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204": // end of batch
+			return out, nil
+		case "404": // nothing at or after seq
+			return out, nil
+		default:
+			return nil, fmt.Errorf("sessionindex: read from %d: status %s %s", seq, status, m.Header.Get("Description"))
+		}
+		s, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("sessionindex: read from %d: a message without its sequence", seq)
+		}
+		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		out = append(out, stored{seq: s, subj: m.Header.Get(jetstream.SubjectHeader), at: at, data: m.Data})
+		if len(out) > n {
+			return nil, fmt.Errorf("sessionindex: read from %d: more than %d messages", seq, n)
+		}
+	}
+}
+
+// errMalformed is what decode says of a message that is no entry of ours.
+var errMalformed = errors.New("sessionindex: malformed entry")
+
+// decode reads a stored message as an entry: its subject names a session
+// in its own group, its data is a record of at most maxRecordBytes whose
+// run, if any, is a sequence.
+func decode(m stored) (Entry, error) {
+	rest, ok := strings.CutPrefix(m.subj, Prefix)
+	group, tok, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return Entry{}, fmt.Errorf("%w: subject %.80q", errMalformed, m.subj)
+	}
+	key, err := events.TokenKey(tok)
+	if err != nil || Group(key) != group {
+		return Entry{}, fmt.Errorf("%w: subject %.80q", errMalformed, m.subj)
+	}
+	var rec Record
+	if len(m.data) > maxRecordBytes {
+		return Entry{}, fmt.Errorf("%w: %d bytes", errMalformed, len(m.data))
+	}
+	if err := json.Unmarshal(m.data, &rec); err != nil {
+		return Entry{}, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if rec.Run != "" {
+		if _, err := strconv.ParseUint(rec.Run, 10, 64); err != nil {
+			return Entry{}, fmt.Errorf("%w: run %.40q", errMalformed, rec.Run)
+		}
+	}
+	return Entry{Seq: m.seq, Key: key, Token: tok, At: m.at, Record: rec}, nil
+}
+
+// Lookup returns the entries of the sessions keys names (those it has),
+// newest first: a scope of single keys reads them, not the index.
+func (x *Index) Lookup(ctx context.Context, keys []string) ([]Entry, error) {
+	var out []Entry
+	for _, key := range keys {
+		subj, err := Subject(key)
+		if err != nil {
+			continue
+		}
+		raw, err := x.stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sessionindex: lookup: %w", err)
+		}
+		e, err := decode(stored{seq: raw.Sequence, subj: raw.Subject, at: raw.Time, data: raw.Data})
+		if err != nil {
+			x.log.Warn().Err(err).Uint64("seq", raw.Sequence).Msg("sessionindex: an entry that is not one of ours is skipped")
+			continue
+		}
+		out = append(out, e)
+	}
+	sortNewest(out)
+	return out, nil
+}
+
+// sortNewest orders entries newest first.
+func sortNewest(es []Entry) {
+	slices.SortFunc(es, func(a, b Entry) int { return cmp.Compare(b.Seq, a.Seq) })
+}
