@@ -43,7 +43,8 @@ func parseIndexCursor(c string) (uint64, bool) {
 type indexPlan struct {
 	filter string
 	keep   func(sessionindex.Entry) bool
-	keys   []string // a scope of single keys: read one by one
+	keys   []string // a scope of single keys: read one by one (lookup)
+	lookup bool     // the scope is keys only: keys are read, not the index
 	exact  bool     // filter is the scope, no query: countable
 }
 
@@ -54,7 +55,8 @@ func planIndex(scope *Scope, query string) indexPlan {
 	if scope != nil {
 		switch {
 		case len(scope.Prefixes) == 0 && len(scope.Keys) <= lookupKeysMax:
-			p.keys = scope.Keys
+			// No keys (a scope that reaches nothing) reads none.
+			p.keys, p.lookup = scope.Keys, true
 		case len(scope.Keys) == 0:
 			// One group's prefixes narrow the read to the group.
 			filter, exact := sessionindex.Filter(scope.Prefixes[0])
@@ -101,7 +103,7 @@ func (s *Service) listIndexed(ctx context.Context, q SessionsRequest, n int) (Se
 		entries []sessionindex.Entry
 		rep     = SessionsReply{Total: -1}
 	)
-	if plan.keys != nil {
+	if plan.lookup {
 		found, err := s.cfg.Index.Lookup(ctx, plan.keys)
 		if err != nil {
 			return SessionsReply{}, err
@@ -156,14 +158,11 @@ func (s *Service) listIndexed(ctx context.Context, q SessionsRequest, n int) (Se
 // that session's subjects or keys only).
 func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, error) {
 	l := &lane{token: e.Token, key: e.Key, entry: &e.Record}
-	if seq, err := strconv.ParseUint(e.Run, 10, 64); err == nil {
-		l.lastRun = seq
-	}
 	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+e.Token+".*"))
 	if err != nil {
 		return nil, err
 	}
-	l.lastRun = 0 // the stored runs say which is newest
+	// The stored runs say which is newest.
 	for subj := range evInfo.State.Subjects {
 		seq, err := strconv.ParseUint(strings.TrimPrefix(subj, events.EventPrefix+e.Token+"."), 10, 64)
 		if err != nil {
@@ -216,7 +215,7 @@ func (s *Service) recent(ctx context.Context, scope *Scope, n int) ([]*lane, err
 	}
 	plan := planIndex(scope, "")
 	var entries []sessionindex.Entry
-	if plan.keys != nil {
+	if plan.lookup {
 		found, err := s.cfg.Index.Lookup(ctx, plan.keys)
 		if err != nil {
 			return nil, err

@@ -289,3 +289,20 @@ func TestTouchAndRemove(t *testing.T) {
 		t.Fatalf("%d failed writes: %s", b.x.Failures(), b.log.String())
 	}
 }
+
+// TestSeed: Seed writes the entry of a session without one, and leaves
+// the entry of a session a turn touched meanwhile where it is.
+func TestSeed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.put(t, "acme:touched", "9")
+	for _, key := range []string{"acme:old", "acme:touched"} {
+		if err := b.x.Seed(b.ctx, key, "1"); err != nil {
+			t.Fatalf("seed %s: %v", key, err)
+		}
+	}
+	got, err := b.x.Lookup(b.ctx, []string{"acme:old", "acme:touched"})
+	if err != nil || len(got) != 2 || got[0].Key != "acme:old" || got[0].Run != "1" || got[1].Key != "acme:touched" || got[1].Run != "9" {
+		t.Fatalf("after seeding: %+v, %v", got, err)
+	}
+}

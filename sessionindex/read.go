@@ -38,8 +38,8 @@ type Query struct {
 	Limit int
 	// Keep, when set, keeps only the entries it accepts (a scope the
 	// filter does not say exactly, a query); then at most MaxScan
-	// sequences are read, and a page that did not fill within them is
-	// Partial.
+	// sequences are read (firstWindow when not set), and a page that
+	// did not fill within them is Partial.
 	Keep    func(Entry) bool
 	MaxScan int
 }
@@ -88,6 +88,9 @@ func (x *Index) Newest(ctx context.Context, q Query) (Page, error) {
 	var p Page
 	if q.Limit < 1 {
 		q.Limit = 1
+	}
+	if q.MaxScan < 1 {
+		q.MaxScan = firstWindow // else a page would read nothing and its Next go nowhere
 	}
 	info, err := x.stream.Info(ctx)
 	if err != nil {
