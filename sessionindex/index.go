@@ -7,7 +7,9 @@
 //
 // which a worker publishes when a turn commits and when a session's first
 // turn starts (Touch, fire-and-forget: the turn never waits for it), with
-// the state summary the listing shows (Record). A newer message of a
+// the state summary the listing shows (Record), and, for a session not
+// listed yet, when its message is first delivered (Queued: a session is
+// listed while its first message waits). A newer message of a
 // session replaces its older one, so the stream read backwards from its
 // last sequence is the sessions newest first (Newest: batched direct gets
 // of windows below a cursor), and a session's entry leaves with it
@@ -46,11 +48,18 @@ const (
 	Prefix = "agent.idx."
 	// NoGroup is the group of a key without ':'.
 	NoGroup = "-"
-	// DefaultMaxBytes caps the stream: about 2.5 million sessions' entries
-	// (a subject of up to 350 bytes and a record of about 20). A full
-	// index drops its oldest entries: the sessions idle the longest leave
-	// the listing first.
+	// DefaultMaxBytes caps the stream when neither its limit nor the
+	// lanes bucket's is given: about 2.5 million sessions' entries (a
+	// subject of up to 350 bytes and a record of about 20). A full index
+	// drops its oldest entries: the sessions idle the longest leave the
+	// listing first.
 	DefaultMaxBytes = 256 << 20
+	// lanesShare is the index's default share of the lanes bucket's
+	// limit: 256 MiB of its default 4 GiB. Every listed session has its
+	// lease and cursor there (and its transcript), so an index of a
+	// sixteenth holds about as many sessions as the bucket, and in an
+	// account whose operator sized the bucket to fit it fits too.
+	lanesShare = 16
 	// maxRecordBytes bounds a record (its parent's key, escaped, is the
 	// most of it).
 	maxRecordBytes = 2048
@@ -58,8 +67,14 @@ const (
 
 // Config configures Ensure.
 type Config struct {
-	Replicas int   // default 1
-	MaxBytes int64 // default DefaultMaxBytes, -1 = none
+	Replicas int // default 1
+	// MaxBytes caps the stream; 0 = a sixteenth of LanesMaxBytes
+	// (MaxBytes), -1 = none. MaxMsgsPerSubject 1 bounds it by the number
+	// of sessions besides.
+	MaxBytes int64
+	// LanesMaxBytes is the lanes bucket's limit (kvstore.Config.MaxBytes:
+	// 0 its default, -1 none), the default's measure.
+	LanesMaxBytes int64
 	// Logger gets the failures of the writes nobody waits for.
 	Logger zerolog.Logger
 }
@@ -111,6 +126,19 @@ func Summarize(run string, committed bool, through uint64, st *events.SessionSta
 	return rec
 }
 
+// maxBytes is the stream's byte limit the config says, -1 none.
+func (c Config) maxBytes() int64 {
+	switch {
+	case c.MaxBytes > 0:
+		return c.MaxBytes
+	case c.MaxBytes < 0, c.MaxBytes == 0 && c.LanesMaxBytes < 0:
+		return -1
+	case c.LanesMaxBytes == 0:
+		return DefaultMaxBytes
+	}
+	return max(c.LanesMaxBytes/lanesShare, 64<<10) // room for entries of the largest size
+}
+
 // Ensure creates the index's stream when missing (or updates its limits)
 // and binds to it. created reports a stream made now: the fleet fills it
 // from what it stores already (Seed).
@@ -118,12 +146,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (x *Index, 
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	switch {
-	case cfg.MaxBytes == 0:
-		cfg.MaxBytes = DefaultMaxBytes
-	case cfg.MaxBytes < 0:
-		cfg.MaxBytes = -1
-	}
+	cfg.MaxBytes = cfg.maxBytes()
 	sc := jetstream.StreamConfig{
 		Name:              Stream,
 		Description:       "Lanefleet session index: one entry per session, newest activity last",
@@ -216,22 +239,46 @@ func (x *Index) Touch(key string, rec Record) {
 	}
 }
 
-// listen reads the acks of Touch's publishes, all on one subscription, so
-// a publish keeps no state while its ack is on the way; an ack that says
-// the write failed is logged.
+// Queued lists a session whose message waits for its turn, unless it is
+// listed already: its entry (the message's run, no state) is written only
+// where the session has none (an expected last sequence of 0), so a
+// listed session keeps its place and summary until a turn moves it. Like
+// Touch it does not wait; the refusal a listed session gets is the usual
+// answer and is not logged.
+func (x *Index) Queued(key, run string) {
+	subj, err := Subject(key)
+	if err != nil {
+		return
+	}
+	data, _ := json.Marshal(Record{Run: run})
+	m := nats.NewMsg(subj)
+	m.Reply, m.Data = x.ackInbox, data
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	if err := x.nc.PublishMsg(m); err != nil {
+		x.noteFailure(err)
+	}
+}
+
+// listen reads the acks of Touch's and Queued's publishes, all on one
+// subscription, so a publish keeps no state while its ack is on the way;
+// an ack that says the write failed is logged, but not Queued's refusal
+// of a session that has an entry.
 func (x *Index) listen() error {
 	inbox := x.nc.NewRespInbox()
 	sub, err := x.nc.Subscribe(inbox, func(m *nats.Msg) {
 		var ack struct {
 			Error *struct {
-				Description string `json:"description"`
+				Code        jetstream.ErrorCode `json:"err_code"`
+				Description string              `json:"description"`
 			} `json:"error"`
 		}
 		if err := json.Unmarshal(m.Data, &ack); err != nil {
 			x.noteFailure(fmt.Errorf("ack: %w", err))
 			return
 		}
-		if ack.Error != nil {
+		switch {
+		case ack.Error == nil, wrongLast(ack.Error.Code): // Queued: the session has its entry
+		default:
 			x.noteFailure(errors.New(ack.Error.Description))
 		}
 	})
@@ -240,6 +287,14 @@ func (x *Index) listen() error {
 	}
 	x.ackInbox, x.ackSub = inbox, sub
 	return nil
+}
+
+// wrongLast reports the refusal of a write that expected a subject's last
+// sequence: 10071 (the subject has another), or 10164 on a replicated
+// stream (another write with an expectation on the subject was in flight:
+// the session is being listed by it).
+func wrongLast(code jetstream.ErrorCode) bool {
+	return code == jetstream.JSErrCodeStreamWrongLastSequence || code == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
 // Close stops reading acks.
@@ -257,7 +312,8 @@ func (x *Index) noteFailure(err error) {
 
 // Seed writes a session's entry unless it has one: for filling a new
 // index from what the fleet already stores, without moving a session that
-// a turn touched meanwhile.
+// a turn touched meanwhile. A lost race (the session got an entry, or
+// another conditional write of it was in flight) is no error.
 func (x *Index) Seed(ctx context.Context, key, run string) error {
 	subj, err := Subject(key)
 	if err != nil {
@@ -266,8 +322,8 @@ func (x *Index) Seed(ctx context.Context, key, run string) error {
 	data, _ := json.Marshal(Record{Run: run})
 	_, err = x.js.Publish(ctx, subj, data, jetstream.WithExpectLastSequencePerSubject(0))
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return nil // touched meanwhile
+	if errors.As(err, &apiErr) && wrongLast(apiErr.ErrorCode) {
+		return nil // touched meanwhile, or being listed by another write
 	}
 	if err != nil {
 		return fmt.Errorf("sessionindex: seed: %w", err)

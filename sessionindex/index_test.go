@@ -306,3 +306,110 @@ func TestSeed(t *testing.T) {
 		t.Fatalf("after seeding: %+v, %v", got, err)
 	}
 }
+
+// TestQueued: Queued lists a session without an entry, and leaves a
+// listed session's entry (its place and summary) as it was; the refusal
+// that a listed session's write gets is not a failure.
+func TestQueued(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cons, err := b.js.OrderedConsumer(b.ctx, sessionindex.Stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.x.Touch("acme:listed", sessionindex.Record{Run: "3", Committed: true, Turns: 2})
+	b.x.Queued("acme:listed", "9")
+	b.x.Queued("acme:new", "10")
+	// Publishes of one connection are stored in order: the new session's
+	// entry follows the refusal.
+	var stored []string
+	for len(stored) < 2 {
+		m, err := cons.Next(jetstream.FetchContext(b.ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, m.Subject())
+	}
+	got, err := b.x.Lookup(b.ctx, []string{"acme:listed", "acme:new"})
+	if err != nil || len(got) != 2 || got[0].Key != "acme:new" || got[0].Run != "10" || got[0].Committed ||
+		got[1].Key != "acme:listed" || got[1].Run != "3" || got[1].Turns != 2 {
+		t.Fatalf("entries %+v, %v", got, err)
+	}
+	if b.x.Failures() != 0 {
+		t.Fatalf("%d failed writes: %s", b.x.Failures(), b.log.String())
+	}
+}
+
+// TestSeedRaceReplicated: Seeds of one session racing on a replicated
+// index, where a conditional write meeting another in flight is refused
+// with 10164 rather than 10071, all succeed and leave one entry. They
+// failed with "wrong last sequence" (10164), which the fleet logged as a
+// warning (integration TestFaultLeaseRaceOnR3).
+func TestSeedRaceReplicated(t *testing.T) {
+	t.Parallel()
+	cl := natstest.StartCluster(t, 3)
+	nc := natstest.Connect(t, cl.URL())
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var x *sessionindex.Index
+	natstest.Settle(t, func(ctx context.Context) error {
+		var err error
+		x, _, err = sessionindex.Ensure(ctx, js, sessionindex.Config{Replicas: 3})
+		return err
+	})
+	defer x.Close()
+	const keys, racers = 8, 8
+	var wg sync.WaitGroup
+	errs := make(chan error, keys*racers)
+	for k := range keys {
+		for r := range racers {
+			wg.Go(func() { errs <- x.Seed(ctx, fmt.Sprintf("acme:%d", k), fmt.Sprint(r+1)) })
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a seed that lost its race: %v", err)
+		}
+	}
+	if n, err := x.Count(ctx); err != nil || n != keys {
+		t.Fatalf("%d entries, %v", n, err)
+	}
+}
+
+// TestMaxBytes: the index's byte limit is its own when given, else a
+// sixteenth of the lanes bucket's (so it fits an account sized for the
+// bucket), else the default; -1 (either) is none; a new limit is applied
+// to the stream at the next Ensure.
+func TestMaxBytes(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	for _, c := range []struct {
+		name string
+		cfg  sessionindex.Config
+		want int64
+	}{
+		{"defaults", sessionindex.Config{}, sessionindex.DefaultMaxBytes},
+		{"a share of the lanes", sessionindex.Config{LanesMaxBytes: 64 << 20}, 4 << 20},
+		{"the default lanes' share is the default", sessionindex.Config{LanesMaxBytes: 4 << 30}, sessionindex.DefaultMaxBytes},
+		{"lanes without a limit", sessionindex.Config{LanesMaxBytes: -1}, -1},
+		{"its own", sessionindex.Config{MaxBytes: 8 << 20, LanesMaxBytes: 64 << 20}, 8 << 20},
+		{"none", sessionindex.Config{MaxBytes: -1, LanesMaxBytes: 64 << 20}, -1},
+	} {
+		x, _, err := sessionindex.Ensure(t.Context(), js, c.cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		_ = x.Close()
+		s, err := js.Stream(t.Context(), sessionindex.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.MaxBytes; got != c.want {
+			t.Errorf("%s: MaxBytes %d, want %d", c.name, got, c.want)
+		}
+	}
+}
