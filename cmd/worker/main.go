@@ -174,6 +174,7 @@ is set: spans go over OTLP/HTTP.`,
 	fs.Var((*byteSize)(&cfg.Limits.Schedules), "max-schedules-bytes", "byte limit of the schedules (bucket schedules; default 64M)")
 	fs.Var((*byteSize)(&cfg.Limits.Agents), "max-agents-bytes", "byte limit of the named agents' definitions (bucket agents; default 16M)")
 	fs.Var((*byteSize)(&cfg.Limits.AgentFiles), "max-agent-files-bytes", "byte limit of the agents' workspace files (object store agent-files; default 64M)")
+	fs.Var((*byteSize)(&cfg.Limits.Sessions), "max-sessions-bytes", "byte limit of the session index the listings page through (stream AGENT_SESSIONS, one entry of about 100 bytes per session; when full, the entries of the sessions idle the longest are dropped; default a sixteenth of --max-lanes-bytes, 256M; -1 = none)")
 	fs.Var((*byteSize)(&cfg.Limits.Runs), "max-runs-bytes", "byte limit of the active-run registry (bucket runs, in memory; default 64M)")
 	fs.Int64Var(&cfg.Limits.LaneMessages, "lane-max-messages", 0, "messages one session's lane may hold in AGENT_IN (waiting, running, or answered and not yet deleted); at the limit its sender's next message is refused, nobody else's (default 1000, -1 = none)")
 	fs.Var((*byteSize)(&cfg.Limits.LaneBytes), "lane-max-bytes", "bytes one session's lane may hold in AGENT_IN, kept as messages of the largest size (--max-payload + 64K): at most this / that many (default an eighth of --max-inbound-bytes, -1 = none)")

@@ -348,6 +348,10 @@ type Limits struct {
 	// agent-files object store of their workspaces (default 64 MiB).
 	Agents     int64
 	AgentFiles int64
+	// Sessions bounds the session index AGENT_SESSIONS (package
+	// sessionindex; full = the entries of the sessions idle the longest
+	// dropped): default a sixteenth of Lanes (256 MiB), -1 = none.
+	Sessions int64
 	// One session's share of AGENT_IN (lanes.StreamConfig): the messages
 	// and bytes its lane may hold; at the limit the session's sender is
 	// refused and nobody else.

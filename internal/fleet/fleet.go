@@ -479,7 +479,7 @@ func (m *Member) openState(ctx context.Context) error {
 		}
 	}
 	if m.index == nil {
-		if m.index, m.indexNew, err = sessionindex.Ensure(ctx, m.JS, sessionindex.Config{Replicas: cfg.Replicas, Logger: cfg.Logger}); err != nil {
+		if m.index, m.indexNew, err = sessionindex.Ensure(ctx, m.JS, sessionindex.Config{Replicas: cfg.Replicas, MaxBytes: cfg.Limits.Sessions, LanesMaxBytes: cfg.Limits.Lanes, Logger: cfg.Logger}); err != nil {
 			return err
 		}
 	}
