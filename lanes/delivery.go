@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 	)
 	token, _ := strings.CutPrefix(msg.Subject(), events.InboundPrefix) // checked by the lane's owner
 	if !follower {
+		w.queued(msg, token)
 		charged, got = w.sched.Take(token, len(msg.Data()), w.now())
 	}
 	w.wg.Add(1)
@@ -43,6 +45,25 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		}
 		w.sched.Put(token, w.handleDelivery(msg, charged), w.now())
 	}()
+}
+
+// queued tells the index of a message's first delivery, so that a new
+// session is listed while its first message waits for a slot or a lease
+// (Index.Queued). A follower's lane is owned here, so its session is
+// listed already; a redelivery was told of at its first.
+func (w *Worker) queued(msg jetstream.Msg, token string) {
+	if w.cfg.Index == nil {
+		return
+	}
+	md, err := msg.Metadata()
+	if err != nil || md.NumDelivered != 1 {
+		return
+	}
+	key, err := events.TokenKey(token)
+	if err != nil {
+		return // not a lane of ours: its owner dead-letters it
+	}
+	w.cfg.Index.Queued(key, strconv.FormatUint(md.Sequence.Stream, 10))
 }
 
 // busyNakDelay is how soon a delivery a busy worker could not take comes

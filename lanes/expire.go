@@ -377,6 +377,11 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	var keys int
 	if idle {
 		keys, err = lease.Forget(ctx, d.Keys)
+		if err == nil && w.cfg.Index != nil {
+			// Before the lease goes: a session that speaks again once it
+			// is released is listed anew, not removed after its entry.
+			w.cfg.Index.Forgotten(ctx, key)
+		}
 	}
 	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil {
 		w.log.Warn().Err(rerr).Str("lane", token).Msg("retention: release lease")
@@ -391,9 +396,6 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	}
 	switch {
 	case idle:
-		if w.cfg.Index != nil {
-			w.cfg.Index.Forgotten(ctx, key)
-		}
 		return forgotten{forgot: true, keys: keys}, nil
 	case lane.Pending:
 		return forgotten{busy: true}, nil
@@ -460,6 +462,10 @@ func (w *Worker) Forget(ctx context.Context, key string) (int, error) {
 			return 0, ErrBusy
 		case !errors.Is(gerr, jetstream.ErrMsgNotFound):
 			return 0, gerr
+		}
+		if w.cfg.Index != nil {
+			// Listed by a message that never got a turn (Index.Queued).
+			w.cfg.Index.Forgotten(ctx, key)
 		}
 		return 0, nil
 	}

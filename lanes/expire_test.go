@@ -426,3 +426,79 @@ func TestRetentionOneWorker(t *testing.T) {
 		t.Fatal("w2 could not take the pass w1 gave up")
 	}
 }
+
+// leaseIndex is an Index that records what it hears and, at Forgotten,
+// whether the session's lane was still held (the forget's lease).
+type leaseIndex struct {
+	f      *fleet
+	mu     sync.Mutex
+	queued []string // key run
+	forgot []string // key held|free
+}
+
+func (x *leaseIndex) Touch(Activity) {}
+
+func (x *leaseIndex) Queued(key, run string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.queued = append(x.queued, key+" "+run)
+}
+
+func (x *leaseIndex) Forgotten(ctx context.Context, key string) {
+	tok, _ := events.KeyToken(key)
+	_, held, err := x.f.lanes.Holder(ctx, tok)
+	state := "free"
+	if err != nil || held {
+		state = "held"
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.forgot = append(x.forgot, key+" "+state)
+}
+
+// TestForgottenBeforeRelease: the index hears of a forgotten session while
+// the forget still holds its lane, so a session that speaks again once the
+// lane is free is listed anew and never loses that entry to the forget's
+// removal. It failed when Forgotten ran after the lease's release ("s0
+// free").
+func TestForgottenBeforeRelease(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	x := &leaseIndex{f: f}
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1, Index: x})
+	f.idleSessions(t, "s", 2)
+	st, err := w.ExpireIdle(t.Context(), time.Now(), 100)
+	if err != nil || st.Expired != 2 {
+		t.Fatalf("pass: %+v %v", st, err)
+	}
+	if _, err := w.Forget(t.Context(), "s1"); err != nil { // forgotten already: nothing stored
+		t.Fatal(err)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	slices.Sort(x.forgot)
+	if want := []string{"s0 held", "s1 free", "s1 held"}; !slices.Equal(x.forgot, want) {
+		t.Fatalf("forgotten %q, want %q", x.forgot, want)
+	}
+}
+
+// TestQueuedOnFirstDelivery: a new session's first message, at its first
+// delivery, tells the index its session and run, so a session whose first
+// message waits is listed.
+func TestQueuedOnFirstDelivery(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	x := &leaseIndex{f: f}
+	f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1, Index: x})
+	var want []string
+	for _, key := range []string{"a", "b"} {
+		seq := f.publish(t, key, "hi")
+		f.waitFinal(t, key, seq)
+		want = append(want, key+" "+strconv.FormatUint(seq, 10))
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !slices.Equal(x.queued, want) {
+		t.Fatalf("queued %q, want %q", x.queued, want)
+	}
+}

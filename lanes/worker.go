@@ -26,6 +26,11 @@ type Index interface {
 	// Touch says that a session's run started or committed now. It
 	// runs on the turn's path: it must not wait on the network.
 	Touch(a Activity)
+	// Queued says that a message of session key, run, was delivered for
+	// the first time: the session is to be listed (if it is not yet)
+	// while the message waits for its turn. It runs on the delivery
+	// path: it must not wait on the network.
+	Queued(key, run string)
 	// Forgotten says that session key was forgotten (its transcript,
 	// settings and lane records are gone).
 	Forgotten(ctx context.Context, key string)

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/provider/scripted"
 	"github.com/lanefleet/lanefleet/sessionindex"
 )
 
@@ -140,5 +144,44 @@ func waitIndexed(ctx context.Context, t *testing.T, m *Member, latest map[string
 				seen[key] = true
 			}
 		}
+	}
+}
+
+// TestListingQueued: a new session whose first message waits for a slot
+// (the worker's one slot runs another session's long turn) is listed,
+// queued, before its turn starts. It was not listed until its turn
+// started before Queued.
+func TestListingQueued(t *testing.T) {
+	t.Parallel()
+	// The long turn is cancelled when the test ends.
+	m, c, ctx := runMember(t, Config{DataDir: t.TempDir(), Concurrency: 1, ShutdownGrace: time.Millisecond})
+	busy, err := c.Send(ctx, "acme:busy", scriptText(t, scripted.Reply{Text: "slow", DelayMs: 60_000}), lanefleet.WithModel("scripted/script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := range busy.Events(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Stream == events.StreamLifecycle && ev.Data.Phase == events.PhaseStart {
+			break // its turn runs: the slot is taken
+		}
+	}
+	waiting, err := c.Send(ctx, "acme:waiting", "hello", lanefleet.WithoutFollow())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitIndexed(ctx, t, m, map[string]string{"acme:waiting": waiting.ID})
+	rep, err := c.SessionsPage(ctx, admin.SessionsRequest{State: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, s := range rep.Sessions {
+		keys = append(keys, s.Key+" "+s.State)
+	}
+	slices.Sort(keys)
+	if want := []string{"acme:busy " + admin.StateRunning, "acme:waiting " + admin.StateQueued}; !slices.Equal(keys, want) {
+		t.Fatalf("listed %q, want %q", keys, want)
 	}
 }

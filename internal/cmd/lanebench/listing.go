@@ -364,4 +364,6 @@ func (b benchIndex) Touch(a lanes.Activity) {
 	b.x.Touch(a.Key, sessionindex.Summarize(a.Run, a.Committed, a.Through, a.State))
 }
 
+func (b benchIndex) Queued(key, run string) { b.x.Queued(key, run) }
+
 func (b benchIndex) Forgotten(ctx context.Context, key string) { b.x.Forgotten(ctx, key) }
