@@ -29,10 +29,18 @@ export async function sessionsPage({ main, params, signal }) {
     next ? h('a', { href: '#/sessions' + query({ q, cursor: next }), rel: 'next', id: 'next-page' }, 'Next page »') : null);
   fill(main,
     h('div', { class: 'head' }, h('h1', null, 'Sessions'),
-      h('p', { class: 'muted', id: 'sessions-count' }, total === null ? rows.length + ' on this page' : num(total) + (q ? ' matching' : '') + (total === 1 ? ' session' : ' sessions'))),
+      h('p', { class: 'muted', id: 'sessions-count' }, count(total, rows.length, q, next))),
     form,
     rows.length ? h('div', { class: 'scroll' }, table) : h('p', { class: 'empty' }, q ? 'No session matches.' : 'No sessions yet.'),
     pager);
+}
+
+// count says how many sessions there are: the total when the fleet counted
+// it (every session, or single keys), else what this page shows (a
+// tenant's sessions or a search are not counted: that would read each).
+function count(total, shown, q, next) {
+  if (total !== null) return num(total) + (q ? ' matching' : '') + (total === 1 ? ' session' : ' sessions');
+  return num(shown) + (q ? ' matching' : '') + ' on this page' + (next ? ', more on the next' : '');
 }
 
 function row(s) {
