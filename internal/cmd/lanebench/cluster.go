@@ -389,16 +389,16 @@ func driveCluster(c *lanefleet.Client, prefix, text string, spec clusterSpec, sn
 			}()
 			for {
 				mu.Lock()
-				from, to := winStart, stop
+				stopped := !stop.IsZero()
 				mu.Unlock()
-				if !to.IsZero() {
+				if stopped {
 					return
 				}
 				sent := time.Now()
 				err := clusterTurn(ctx, c, session, text)
 				end := time.Now()
 				mu.Lock()
-				from, to = winStart, stop
+				from, to := winStart, stop
 				if counted := !from.IsZero() && end.After(from) && (to.IsZero() || end.Before(to)); counted && err != nil {
 					row.failed++
 				} else if counted {
@@ -413,8 +413,10 @@ func driveCluster(c *lanefleet.Client, prefix, text string, spec clusterSpec, sn
 					}
 				}
 				mu.Unlock()
-				if err != nil && from.IsZero() {
-					time.Sleep(100 * time.Millisecond) // a warm-up failure (a stream still electing): try again
+				if err != nil {
+					// A stream still electing in the warm-up, or a failure
+					// counted: try again, without spinning on a fast error.
+					time.Sleep(100 * time.Millisecond)
 				}
 			}
 		})
@@ -598,7 +600,6 @@ func startNodes(dir, bin string, n int, syncAlways bool) ([]*benchNode, error) {
 
 // clusterSnap is the state of a run at one instant.
 type clusterSnap struct {
-	at                                time.Time
 	cpuServers, cpuWorkers, cpuClient time.Duration
 	in, inClient, outClient           int64 // messages, summed over the nodes (/varz)
 	inBytes, inClientBytes            int64
