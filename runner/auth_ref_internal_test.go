@@ -51,7 +51,9 @@ func TestProfileKeyReadsRefs(t *testing.T) {
 // envAuth is an Auth with only an environment.
 type envAuth map[string]string
 
-func (e envAuth) SecretEnv(name string) string { return e[name] }
+func (e envAuth) SecretSources() authprofile.SecretSources {
+	return authprofile.SecretSources{Env: func(name string) string { return e[name] }}
+}
 func (envAuth) Snapshot() (authprofile.Store, authprofile.Config) {
 	return authprofile.Store{}, authprofile.Config{}
 }
@@ -65,6 +67,8 @@ type noter struct {
 	noted string
 }
 
-func (n *noter) SecretEnv(string) string { return "sk-noted" }
+func (n *noter) SecretSources() authprofile.SecretSources {
+	return authprofile.SecretSources{Env: func(string) string { return "sk-noted" }}
+}
 
 func (n *noter) NoteSecret(profile string, s provider.Secret) { n.noted = profile + "=" + s.Reveal() }
