@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/lanefleet/lanefleet/provider"
@@ -95,7 +97,8 @@ func parseRefObject(s string) (SecretRef, error) {
 		return SecretRef{}, fmt.Errorf("%w: not a reference object: %v", ErrSecretRef, err)
 	}
 	var src, prov, id string
-	for k, v := range o {
+	for _, k := range slices.Sorted(maps.Keys(o)) {
+		v := o[k]
 		var dst *string
 		switch k {
 		case "source":
