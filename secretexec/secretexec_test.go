@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/secretexec"
 )
 
@@ -146,9 +148,9 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
-// TestRefresh: Run reads the values again at each refresh; a failed
-// read keeps the last values and is reported, naming the provider and
-// not the output.
+// TestRefresh: Run reads the values again at each refresh, telling of
+// each new value before it is used; a failed read keeps the last values
+// and is reported, naming the provider and not the output.
 func TestRefresh(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -174,11 +176,16 @@ printf '{"protocolVersion":1,"values":{"k":"%s"}}' "$v"`)
 		t.Fatal(err)
 	}
 	reports := make(chan error, 1)
+	var seen sync.Map // every value read, told before it is used
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		v.Run(ctx, func(err error) {
+		v.Run(ctx, func(vals []provider.Secret) {
+			for _, s := range vals {
+				seen.Store(s.Reveal(), true)
+			}
+		}, func(err error) {
 			select {
 			case reports <- err:
 			default: // one is enough
@@ -199,6 +206,9 @@ printf '{"protocolVersion":1,"values":{"k":"%s"}}' "$v"`)
 	}
 	set("sk-second")
 	waitFor("sk-second")
+	if _, ok := seen.Load("sk-second"); !ok {
+		t.Error("a refreshed value was used before it was told (to be masked)")
+	}
 	set("fail")
 	select {
 	case err := <-reports:

@@ -53,18 +53,22 @@ func New(declared map[string]Provider, want map[string][]string, env func(string
 // failure (a worker does not start without its secrets).
 func (v *Values) Load(ctx context.Context) error {
 	for _, u := range v.used {
-		if err := v.read(ctx, u); err != nil {
+		if err := v.read(ctx, u, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// read runs u's provider and keeps its values; a failure keeps the old.
-func (v *Values) read(ctx context.Context, u *used) error {
+// read runs u's provider and keeps its values, after telling seen of
+// them (nil: no one); a failure keeps the old.
+func (v *Values) read(ctx context.Context, u *used, seen func([]provider.Secret)) error {
 	vals, err := fetch(ctx, u.p, v.env, u.ids)
 	if err != nil {
 		return err
+	}
+	if seen != nil {
+		seen(slices.Collect(maps.Values(vals)))
 	}
 	u.vals.Store(&vals)
 	return nil
@@ -87,10 +91,11 @@ func (v *Values) Secret(prov, id string) (provider.Secret, error) {
 	return "", fmt.Errorf("%w %q is not declared", ErrProvider, prov)
 }
 
-// Run reads each provider again every its Refresh until ctx is done; a
-// failed read keeps the last values and is told to report (which must
-// not block: it names the provider, never a value).
-func (v *Values) Run(ctx context.Context, report func(error)) {
+// Run reads each provider again every its Refresh until ctx is done. A
+// read's new values are given to seen before any Secret returns them (to
+// mask them); a failed read keeps the last values and is given to report.
+// Neither may block; what report gets names the provider, never a value.
+func (v *Values) Run(ctx context.Context, seen func([]provider.Secret), report func(error)) {
 	var wg sync.WaitGroup
 	for _, u := range v.used {
 		wg.Go(func() {
@@ -102,7 +107,7 @@ func (v *Values) Run(ctx context.Context, report func(error)) {
 					return
 				case <-t.C:
 				}
-				if err := v.read(ctx, u); err != nil && ctx.Err() == nil && report != nil {
+				if err := v.read(ctx, u, seen); err != nil && ctx.Err() == nil && report != nil {
 					report(err)
 				}
 			}

@@ -583,7 +583,11 @@ func (m *Member) Run(ctx context.Context) error {
 			defer close(done)
 			// A failed refresh keeps the last values; what it says
 			// names the provider, never what the command printed.
-			m.secretExec.Run(ectx, func(err error) {
+			m.secretExec.Run(ectx, func(vals []provider.Secret) {
+				for _, v := range vals {
+					m.cfg.Redactor.Add(secretForms(v.Reveal())...) // before any call uses it
+				}
+			}, func(err error) {
 				m.log.Warn().Err(err).Msg("exec secret provider refresh failed; the last values stay in use")
 			})
 		}()

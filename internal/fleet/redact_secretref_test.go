@@ -17,7 +17,8 @@ import (
 
 // TestSecretsResolveRefs: a profile whose key is held by reference (an
 // environment variable, a file, an exec provider's value) is masked with
-// the value the reference reads at start.
+// the value the reference reads at start; an OAuth profile's refreshRef
+// too (before, a refresh token held by reference was not masked).
 func TestSecretsResolveRefs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -28,11 +29,11 @@ func TestSecretsResolveRefs(t *testing.T) {
 	// A real exec provider: /bin/sh running a script that prints the
 	// protocol's answer.
 	script := filepath.Join(dir, "vault.sh")
-	if err := os.WriteFile(script, []byte(`printf '{"protocolVersion":1,"values":{"openai/team":"sk-from-exec-0123456789abcdef"}}'`), 0o600); err != nil {
+	if err := os.WriteFile(script, []byte(`printf '{"protocolVersion":1,"values":{"openai/team":"sk-from-exec-0123456789abcdef","claude/refresh":"sk-ant-ort01-from-exec-0123456789"}}'`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	vals, err := secretexec.New(map[string]secretexec.Provider{"vault": {Name: "vault", Command: "/bin/sh", Args: []string{script},
-		Timeout: time.Minute, MaxOutputBytes: 1024, JSONOnly: true, Refresh: time.Hour}}, map[string][]string{"vault": {"openai/team"}}, nil)
+		Timeout: time.Minute, MaxOutputBytes: 1024, JSONOnly: true, Refresh: time.Hour}}, map[string][]string{"vault": {"openai/team", "claude/refresh"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +50,9 @@ func TestSecretsResolveRefs(t *testing.T) {
 		{ID: "openai:a", Provider: "openai", Type: authprofile.TypeAPIKey, KeyRef: "env:TEAM_OPENAI_KEY"},
 		{ID: "anthropic:b", Provider: "anthropic", Type: authprofile.TypeToken, TokenRef: "file:" + path},
 		{ID: "openai:c", Provider: "openai", Type: authprofile.TypeAPIKey, KeyRef: "exec:vault:openai/team"},
+		{ID: "anthropic:d", Provider: "anthropic", Type: authprofile.TypeOAuth, RefreshRef: "exec:vault:claude/refresh"},
 	}}, fleetAuth{env: env, exec: vals}.SecretSources())
-	for _, want := range []string{"sk-from-env-0123456789abcdef", "sk-from-file-0123456789abcdef", "sk-from-exec-0123456789abcdef"} {
+	for _, want := range []string{"sk-from-env-0123456789abcdef", "sk-from-file-0123456789abcdef", "sk-from-exec-0123456789abcdef", "sk-ant-ort01-from-exec-0123456789"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("%q not masked", want)
 		}
