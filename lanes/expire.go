@@ -1,9 +1,12 @@
 package lanes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +25,11 @@ type ExpireStats struct {
 	Expired int // sessions forgotten
 	Keys    int // transcript records and settings removed
 	Skipped int // idle sessions left as they were: held, or a message waiting
+	// Failed counts the lanes whose forget failed: each is tried again,
+	// by the next pass or, once skipped, after a wait.
+	Failed int
+	// Retrying is how many lanes wait on the retry list after the pass.
+	Retrying int
 	// Lag is how far behind the cutoff the pass stopped (retention.Lag):
 	// 0 when it reached the cutoff.
 	Lag time.Duration
@@ -35,6 +43,9 @@ type retainer struct {
 	// cutoff, with that write's time: until the cutoff passes it, their
 	// older records need no look (at most maxLater lanes).
 	later map[string]time.Time
+	// fails counts the failed forgets in a row of lanes the pass stays at
+	// (retention.Skip); at most maxFails.
+	fails map[string]int
 	// forgotten counts the sessions forgotten; lag is the last pass's
 	// ExpireStats.Lag (ns).
 	forgotten, lag atomic.Int64
@@ -159,26 +170,35 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 // then stores the position it reached. It looks at up to expireParallel
 // lanes at once (a step) and paces itself (retention.Rest): it rests as
 // long as each step took, and spreads the sessions it forgets over
-// retention.PassEvery.
-// A lane found to have written
-// after the cutoff is not looked at again until a cutoff passes that
-// write. A session is forgotten under its lease, so never while someone
-// runs it, and never while a message waits for it. An error leaves the
-// position at the lane it happened on, so the next pass tries that one
-// again. When ctx ends the pass stops before its next step (a lane it
-// began is finished within forgetTimeout). Passes of several workers at
-// once are safe (each session is
-// forgotten under its lease: the worker's loop runs one, under the pass's
-// lease) and the position only moves forward.
+// retention.PassEvery. A lane found to have written after the cutoff is
+// not looked at again until a cutoff passes that write. A session is
+// forgotten under its lease, so never while someone runs it, and never
+// while a message waits for it.
+//
+// An error leaves the position at the lane it happened on, so the next
+// pass tries that one again; after retention.SkipAfter failures in a row
+// the pass moves past the lane and puts it on the retry list (stored in
+// the bucket, so another worker taking the pass over keeps it), logging
+// it once. Each pass first tries the listed lanes whose wait
+// (retention.RetryAfter) is over, as many as a step. When ctx ends the
+// pass stops before its next step (a lane it began is finished within
+// forgetTimeout). Passes of several workers at once are safe (each
+// session is forgotten under its lease: the worker's loop runs one, under
+// the pass's lease) and the position only moves forward.
 func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (ExpireStats, error) {
 	w.ret.pass.Lock()
 	defer w.ret.pass.Unlock()
 	if w.ret.later == nil {
 		w.ret.later = map[string]time.Time{}
+		w.ret.fails = map[string]int{}
 	}
 	var st ExpireStats
 	pos, rev, err := w.lanes.RetentionPos(ctx)
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return st, err
+	}
+	retries, err := w.loadRetries(ctx)
+	if err != nil {
 		return st, err
 	}
 	var (
@@ -189,6 +209,26 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		reached bool      // the pass reached the cutoff or the end
 		rest    time.Duration
 	)
+	if due := retries.due(w.now(), min(expireParallel, limit)); len(due) > 0 {
+		began := time.Now()
+		outs, errs := w.forgetStep(ctx, due, cutoff)
+		n := 0
+		for i, tok := range due {
+			seen[tok] = true
+			if errs[i] != nil {
+				st.Failed++
+				retries.failed(tok, w.now())
+				w.log.Debug().Err(errs[i]).Str("lane", tok).Msg("retention: a session skipped after failing failed again")
+				continue
+			}
+			if w.count(&st, tok, outs[i]) {
+				n++
+				w.log.Info().Str("lane", tok).Msg("retention: a session skipped after failing is forgotten")
+			}
+			retries.done(tok, outs[i], cutoff, w.now())
+		}
+		rest = retention.Rest(time.Since(began), n, limit)
+	}
 	seq, scan := pos, expireScanFirst
 	pause := func() bool {
 		if rest <= 0 {
@@ -249,40 +289,44 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 			break // the pass's time is up: the next reads this step again
 		}
 		began := time.Now()
-		outs := make([]forgotten, len(step))
-		errs := make([]error, len(step))
-		var wg sync.WaitGroup
+		tokens := make([]string, len(step))
 		for i, m := range step {
-			wg.Go(func() {
-				// A lane begun is finished: ctx's end stops the pass
-				// between steps, never mid-purge.
-				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
-				defer cancel()
-				outs[i], errs[i] = w.forgetIdle(lctx, m.Token, cutoff)
-			})
+			tokens[i] = m.Token
 		}
-		wg.Wait()
+		outs, errs := w.forgetStep(ctx, tokens, cutoff)
 		n := 0
 		// The position passes the step unless a lane failed: then it
-		// stays at the first that did, which the next pass retries.
+		// stays at the first that did, which the next pass retries, until
+		// the lane is skipped.
 		moved := stepSeq
 		for i, out := range outs {
 			m := step[i]
-			delete(w.ret.later, m.Token)
-			switch {
-			case errs[i] != nil:
+			if errs[i] == nil {
+				delete(w.ret.fails, m.Token)
+				if w.count(&st, m.Token, out) {
+					n++
+				}
+				retries.done(m.Token, out, cutoff, w.now())
+				continue
+			}
+			st.Failed++
+			if retries.failed(m.Token, w.now()) {
+				continue // skipped before: it waits for its retry
+			}
+			w.ret.fails[m.Token]++
+			tries := w.ret.fails[m.Token]
+			if !retention.Skip(tries, retries.len()) {
 				moved = min(moved, m.Seq)
 				passErr = errors.Join(passErr, errs[i])
-			case out.forgot:
-				n++
-				st.Expired++
-				st.Keys += out.keys
-				w.ret.forgotten.Add(1)
-			case out.busy:
-				st.Skipped++
-			case !out.later.IsZero() && len(w.ret.later) < maxLater:
-				w.ret.later[m.Token] = out.later
+				continue
 			}
+			delete(w.ret.fails, m.Token)
+			retries.skip(m.Token, m.Seq, tries, w.now())
+			w.log.Warn().Err(errs[i]).Str("lane", m.Token).Int("tries", tries).Dur("retry_in", retention.RetryAfter(tries)).
+				Msg("retention: forgetting this session keeps failing; the pass moves past it and tries it again later")
+		}
+		if len(w.ret.fails) > maxFails {
+			clear(w.ret.fails) // lanes another worker's passes moved past
 		}
 		seq = moved
 		rest = retention.Rest(time.Since(began), n, limit)
@@ -304,12 +348,160 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 			}
 		}
 	}
+	wctx := context.WithoutCancel(ctx)
+	if err := retries.store(wctx, w.lanes); err != nil {
+		// The position does not pass a lane skipped but not listed.
+		seq = min(seq, retries.firstSkipped(seq))
+		passErr = errors.Join(passErr, err)
+	}
+	st.Retrying = retries.len()
 	if seq != pos {
-		if err := w.lanes.SetRetentionPos(context.WithoutCancel(ctx), seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
+		if err := w.lanes.SetRetentionPos(wctx, seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
 			passErr = errors.Join(passErr, err)
 		}
 	}
 	return st, passErr
+}
+
+// forgetStep runs forgetIdle on the lanes at once.
+func (w *Worker) forgetStep(ctx context.Context, tokens []string, cutoff time.Time) ([]forgotten, []error) {
+	outs := make([]forgotten, len(tokens))
+	errs := make([]error, len(tokens))
+	var wg sync.WaitGroup
+	for i, tok := range tokens {
+		wg.Go(func() {
+			// A lane begun is finished: ctx's end stops the pass between
+			// steps, never mid-purge.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+			defer cancel()
+			outs[i], errs[i] = w.forgetIdle(lctx, tok, cutoff)
+		})
+	}
+	wg.Wait()
+	return outs, errs
+}
+
+// count adds what forgetIdle did with a lane to st and the worker's
+// counts, and reports whether it forgot the session.
+func (w *Worker) count(st *ExpireStats, token string, out forgotten) bool {
+	delete(w.ret.later, token)
+	switch {
+	case out.forgot:
+		st.Expired++
+		st.Keys += out.keys
+		w.ret.forgotten.Add(1)
+		return true
+	case out.busy:
+		st.Skipped++
+	case !out.later.IsZero() && len(w.ret.later) < maxLater:
+		w.ret.later[token] = out.later
+	}
+	return false
+}
+
+// maxFails bounds retainer.fails.
+const maxFails = 64
+
+// retryList is the retention pass's retry list (kvstore.Retry) as one pass
+// reads and changes it.
+type retryList struct {
+	by      map[string]kvstore.Retry
+	rev     uint64
+	changed bool
+	// skipped are the stream sequences of the lanes this pass put on the
+	// list: the position passes them only once the list is stored.
+	skipped []uint64
+}
+
+// loadRetries reads the retry list; one that does not decode (written by
+// something other than a worker) is started anew.
+func (w *Worker) loadRetries(ctx context.Context) (*retryList, error) {
+	rs, rev, err := w.lanes.RetentionRetries(ctx)
+	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return nil, err
+	}
+	l := &retryList{by: make(map[string]kvstore.Retry, len(rs)), rev: rev, changed: err != nil}
+	for _, r := range rs {
+		l.by[r.Token] = r
+	}
+	return l, nil
+}
+
+func (l *retryList) len() int { return len(l.by) }
+
+// due returns up to n listed lanes whose wait is over at now, those waiting
+// longest first.
+func (l *retryList) due(now time.Time, n int) []string {
+	var rs []kvstore.Retry
+	for _, r := range l.by {
+		if r.Next <= now.UnixMilli() {
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b kvstore.Retry) int {
+		return cmp.Or(cmp.Compare(a.Next, b.Next), cmp.Compare(a.Token, b.Token))
+	})
+	out := make([]string, 0, min(n, len(rs)))
+	for _, r := range rs[:min(n, len(rs))] {
+		out = append(out, r.Token)
+	}
+	return out
+}
+
+// failed notes another failed forget of a listed lane, which waits longer
+// for its next try, and reports whether the lane is listed.
+func (l *retryList) failed(token string, now time.Time) bool {
+	r, ok := l.by[token]
+	if !ok {
+		return false
+	}
+	r.Tries++
+	r.Next = now.Add(retention.RetryAfter(r.Tries)).UnixMilli()
+	l.by[token], l.changed = r, true
+	return true
+}
+
+// skip lists a lane the pass moves past (at stream sequence seq) after
+// tries failed forgets.
+func (l *retryList) skip(token string, seq uint64, tries int, now time.Time) {
+	l.by[token] = kvstore.Retry{Token: token, Tries: tries, Next: now.Add(retention.RetryAfter(tries)).UnixMilli()}
+	l.changed = true
+	l.skipped = append(l.skipped, seq)
+}
+
+// done takes a lane whose forget went through off the list; one kept for
+// a write after the cutoff waits until the cutoff passes that write, as
+// the pass may already have moved past it.
+func (l *retryList) done(token string, out forgotten, cutoff, now time.Time) {
+	r, ok := l.by[token]
+	if !ok {
+		return
+	}
+	if !out.later.IsZero() {
+		r.Next = now.Add(out.later.Sub(cutoff)).UnixMilli() + 1
+		l.by[token] = r
+	} else {
+		delete(l.by, token)
+	}
+	l.changed = true
+}
+
+// firstSkipped is the lowest sequence of a lane this pass listed, or seq
+// when it listed none.
+func (l *retryList) firstSkipped(seq uint64) uint64 {
+	for _, s := range l.skipped {
+		seq = min(seq, s)
+	}
+	return seq
+}
+
+// store writes the list if the pass changed it.
+func (l *retryList) store(ctx context.Context, lanes *kvstore.Lanes) error {
+	if !l.changed {
+		return nil
+	}
+	rs := slices.SortedFunc(maps.Values(l.by), func(a, b kvstore.Retry) int { return cmp.Compare(a.Token, b.Token) })
+	return lanes.SetRetentionRetries(ctx, rs, l.rev)
 }
 
 // expireScan is how many of the bucket's messages the pass reads in one
