@@ -207,28 +207,8 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		seen    = map[string]bool{}
 		next    time.Time // the time of the first message the pass left
 		reached bool      // the pass reached the cutoff or the end
-		rest    time.Duration
 	)
-	if due := retries.due(w.now(), min(expireParallel, limit)); len(due) > 0 {
-		began := time.Now()
-		outs, errs := w.forgetStep(ctx, due, cutoff)
-		n := 0
-		for i, tok := range due {
-			seen[tok] = true
-			if errs[i] != nil {
-				st.Failed++
-				retries.failed(tok, w.now())
-				w.log.Debug().Err(errs[i]).Str("lane", tok).Msg("retention: a session skipped after failing failed again")
-				continue
-			}
-			if w.count(&st, tok, outs[i]) {
-				n++
-				w.log.Info().Str("lane", tok).Msg("retention: a session skipped after failing is forgotten")
-			}
-			retries.done(tok, outs[i], cutoff, w.now())
-		}
-		rest = retention.Rest(time.Since(began), n, limit)
-	}
+	rest := w.retryStep(ctx, retries, cutoff, limit, &st, seen)
 	seq, scan := pos, expireScanFirst
 	pause := func() bool {
 		if rest <= 0 {
@@ -299,31 +279,15 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		// stays at the first that did, which the next pass retries, until
 		// the lane is skipped.
 		moved := stepSeq
-		for i, out := range outs {
-			m := step[i]
-			if errs[i] == nil {
-				delete(w.ret.fails, m.Token)
-				if w.count(&st, m.Token, out) {
-					n++
-				}
-				retries.done(m.Token, out, cutoff, w.now())
-				continue
+		for i, m := range step {
+			forgot, hold := w.settle(&st, retries, m, outs[i], errs[i], cutoff)
+			if forgot {
+				n++
 			}
-			st.Failed++
-			if retries.failed(m.Token, w.now()) {
-				continue // skipped before: it waits for its retry
-			}
-			w.ret.fails[m.Token]++
-			tries := w.ret.fails[m.Token]
-			if !retention.Skip(tries, retries.len()) {
+			if hold != nil {
 				moved = min(moved, m.Seq)
-				passErr = errors.Join(passErr, errs[i])
-				continue
+				passErr = errors.Join(passErr, hold)
 			}
-			delete(w.ret.fails, m.Token)
-			retries.skip(m.Token, m.Seq, tries, w.now())
-			w.log.Warn().Err(errs[i]).Str("lane", m.Token).Int("tries", tries).Dur("retry_in", retention.RetryAfter(tries)).
-				Msg("retention: forgetting this session keeps failing; the pass moves past it and tries it again later")
 		}
 		if len(w.ret.fails) > maxFails {
 			clear(w.ret.fails) // lanes another worker's passes moved past
@@ -361,6 +325,61 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		}
 	}
 	return st, passErr
+}
+
+// retryStep tries the lanes of the retry list whose wait is over, as many
+// as a step (each marked seen, so that the pass does not look at it
+// again), and returns how long the pass rests after it.
+func (w *Worker) retryStep(ctx context.Context, retries *retryList, cutoff time.Time, limit int, st *ExpireStats, seen map[string]bool) time.Duration {
+	due := retries.due(w.now(), min(expireParallel, limit))
+	if len(due) == 0 {
+		return 0
+	}
+	began := time.Now()
+	outs, errs := w.forgetStep(ctx, due, cutoff)
+	n := 0
+	for i, tok := range due {
+		seen[tok] = true
+		if errs[i] != nil {
+			st.Failed++
+			retries.failed(tok, w.now())
+			w.log.Debug().Err(errs[i]).Str("lane", tok).Msg("retention: a session skipped after failing failed again")
+			continue
+		}
+		if w.count(st, tok, outs[i]) {
+			n++
+			w.log.Info().Str("lane", tok).Msg("retention: a session skipped after failing is forgotten")
+		}
+		retries.done(tok, outs[i], cutoff, w.now())
+	}
+	return retention.Rest(time.Since(began), n, limit)
+}
+
+// settle notes what forgetIdle did with a lane the scan reached (m), and
+// reports whether it forgot the session, or the error that keeps the
+// pass's position at the lane (nil when the lane failed but is skipped:
+// it failed retention.SkipAfter times in a row, or is on the retry list).
+func (w *Worker) settle(st *ExpireStats, retries *retryList, m kvstore.Stored, out forgotten, err error, cutoff time.Time) (forgot bool, hold error) {
+	if err == nil {
+		delete(w.ret.fails, m.Token)
+		forgot = w.count(st, m.Token, out)
+		retries.done(m.Token, out, cutoff, w.now())
+		return forgot, nil
+	}
+	st.Failed++
+	if retries.failed(m.Token, w.now()) {
+		return false, nil // skipped before: it waits for its retry
+	}
+	w.ret.fails[m.Token]++
+	tries := w.ret.fails[m.Token]
+	if !retention.Skip(tries, retries.len()) {
+		return false, err
+	}
+	delete(w.ret.fails, m.Token)
+	retries.skip(m.Token, m.Seq, tries, w.now())
+	w.log.Warn().Err(err).Str("lane", m.Token).Int("tries", tries).Dur("retry_in", retention.RetryAfter(tries)).
+		Msg("retention: forgetting this session keeps failing; the pass moves past it and tries it again later")
+	return false, nil
 }
 
 // forgetStep runs forgetIdle on the lanes at once.
