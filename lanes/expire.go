@@ -147,8 +147,9 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 		w.log.Warn().Err(err).Msg("retention pass")
 	}
 	w.ret.lag.Store(int64(st.Lag))
-	if st.Expired > 0 || st.Skipped > 0 {
-		w.log.Debug().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
+	if st.Expired > 0 || st.Skipped > 0 || st.Failed > 0 {
+		w.log.Debug().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Int("failed", st.Failed).Int("retrying", st.Retrying).
+			Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
 	}
 	now := time.Now()
 	switch {
