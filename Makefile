@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-listing bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule rate-soak coldbuild
+.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-cluster bench-listing bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule rate-soak coldbuild
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -43,7 +43,7 @@ lint: ## gofmt, vet, staticcheck and deadcode -test (tools pinned in go.mod; see
 	$(GO) vet $(PKGS)
 	GO=$(GO) ./.ci/lint
 
-bench: build ## fleet benchmark against an embedded server, real turns against a local model over HTTP (256 sessions with a 1 s model sending independently, and 1,000 with a 5 s model), fair lanes (256 sessions, 64 slots, 1 s model; before/after), the HTTP gateway against the Go client (distinct sessions, 64 in flight, 64 paced; the clients and the mock model in child processes of their own, CPU per turn of fleet + clients), then Go benchmarks
+bench: build ## fleet benchmark against an embedded server, real turns against a local model over HTTP (256 sessions with a 1 s model sending independently, and 1,000 with a 5 s model), fair lanes (256 sessions, 64 slots, 1 s model; before/after), the HTTP gateway against the Go client (distinct sessions, 64 in flight, 64 paced; the clients and the mock model in child processes of their own, CPU per turn of fleet + clients), worker takeover after SIGKILLs, a 3-node R3 cluster next to one R1 node (1-3 worker processes), then Go benchmarks
 	$(GO) run ./internal/cmd/lanebench
 	$(GO) run ./internal/cmd/lanebench -scenario turns
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only interleaved -turns-seq 1000 -turns-delays 0 -turns-sync default
@@ -56,6 +56,7 @@ bench: build ## fleet benchmark against an embedded server, real turns against a
 	$(GO) run ./internal/cmd/lanebench -scenario gateway
 	$(GO) run ./internal/cmd/lanebench -scenario takeover
 	$(GO) run ./internal/cmd/lanebench -scenario listing -sync default
+	$(GO) run ./internal/cmd/lanebench -scenario cluster
 	$(GO) test -count=1 -run '^TestIdleStreams$$' -v ./gateway -args -gateway.streams=10000 | grep -E 'idle streams|heap per stream|^(ok|FAIL|---)'
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
@@ -64,6 +65,9 @@ takeover-bench: ## 100 SIGKILLs of worker processes mid-turn: death → resumed 
 
 bench-listing: ## the sessions listing at 1,000,000 sessions through the session index (build time, store and heap; first and later pages through the admin code, the admin service and the gateway, p50/p99 of 50), next to the listing without an index at 100,000, interleaved
 	$(GO) run ./internal/cmd/lanebench -scenario listing -sync default
+
+bench-cluster: ## a 3-node cluster of nats-server processes (R3) next to one node (R1), each with 1, 2 and 3 worker processes, an instant and a 1 s model: turns/s, latency above the model, CPU per turn of every process, and what a turn asks of the servers (LANEFLEET_CLUSTER_DURATION=15s a run)
+	$(GO) run ./internal/cmd/lanebench -scenario cluster -cluster-duration $${LANEFLEET_CLUSTER_DURATION:-15s}
 
 bench-sessions: ## many sessions × 2 turns through one worker: memory, store and times per session (LANEFLEET_SESSIONS=100000)
 	$(GO) run ./internal/cmd/lanebench -scenario sessions -sessions $${LANEFLEET_SESSIONS:-100000}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/provider"
 )
 
 // TestSecretRefs: a profile's keyRef or tokenRef is read when the secret
@@ -48,13 +49,18 @@ func TestSecretRefs(t *testing.T) {
 		{"oversized file", authprofile.Profile{ID: "a", KeyRef: "file:" + big}, "larger than", true},
 		{"relative path", authprofile.Profile{ID: "a", KeyRef: "file:key"}, "absolute path", true},
 		{"unknown source", authprofile.Profile{ID: "a", KeyRef: "vault:x"}, `source "vault"`, true},
-		{"exec is not run", authprofile.Profile{ID: "a", KeyRef: `{"source":"exec","id":"cat /etc/passwd"}`}, `source "exec": command references are refused (a worker runs no program a profiles file names): have the command write the secret to a file and name it with file:/path, or put it in the worker's environment and use env:NAME`, true},
-		{"exec, string form, says what instead", authprofile.Profile{ID: "a", KeyRef: "exec:op read op://vault/key"}, `source "exec": command references are refused (a worker runs no program a profiles file names): have the command write the secret to a file and name it with file:/path`, true},
-		{"a secret pasted as its reference", authprofile.Profile{ID: "a", KeyRef: "sk-ant-api03-pasted"}, "want env:NAME or file:/path", true},
+		{"exec without providers is not run", authprofile.Profile{ID: "a", KeyRef: "exec:vault:openai/key"}, `auth profile "a": secret reference exec:vault:openai/key: exec secret providers are off`, true},
+		{"exec, a command in the id", authprofile.Profile{ID: "a", KeyRef: `{"source":"exec","id":"cat /etc/passwd"}`}, `exec references are exec:PROVIDER:ID (or {"source": "exec", "provider": PROVIDER, "id": ID}), naming a secret provider declared under "secrets": {"providers": …} in the worker's profiles file; a reference never holds a command`, true},
+		{"exec, a command in the string form", authprofile.Profile{ID: "a", KeyRef: "exec:op read op://vault/key"}, `a reference never holds a command`, true},
+		{"exec, a command in the object", authprofile.Profile{ID: "a", KeyRef: `{"source":"exec","provider":"vault","id":"k","command":"/bin/sh","args":["-c","cat /etc/passwd"]}`}, `a reference object has only source, provider and id`, true},
+		{"exec, a path as the provider", authprofile.Profile{ID: "a", KeyRef: "exec:/bin/sh:k"}, `a reference never holds a command`, true},
+		{"exec, a dot-dot id", authprofile.Profile{ID: "a", KeyRef: "exec:vault:a/../b"}, `exec provider "vault": the id is`, true},
+		{"a named file provider", authprofile.Profile{ID: "a", KeyRef: `{"source":"file","provider":"filemain","id":"/x"}`}, `provider "filemain"`, true},
+		{"a secret pasted as its reference", authprofile.Profile{ID: "a", KeyRef: "sk-ant-api03-pasted"}, "want env:NAME, file:/path or exec:PROVIDER:ID", true},
 		{"not a name", authprofile.Profile{ID: "a", KeyRef: "env:A B"}, "not a variable name", true},
 		{"no secret at all", authprofile.Profile{ID: "a"}, "no secret", true},
 	} {
-		got, err := tc.p.Secret(env)
+		got, err := tc.p.Secret(authprofile.SecretSources{Env: env})
 		switch {
 		case tc.err && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.want)
@@ -71,7 +77,7 @@ func TestSecretRefs(t *testing.T) {
 	if err := os.WriteFile(file, []byte("sk-rotated"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := p.Secret(nil); err != nil || got.Reveal() != "sk-rotated" {
+	if got, err := p.Secret(authprofile.SecretSources{}); err != nil || got.Reveal() != "sk-rotated" {
 		t.Errorf("rotated file: %v", err)
 	}
 }
@@ -112,11 +118,11 @@ func TestRefreshRef(t *testing.T) {
 	if p.RefreshRef != "file:"+file || p.Refresh != "" || !(authprofile.Config{}).Valid(p, "anthropic", time.Now()) {
 		t.Fatalf("profile %+v", p)
 	}
-	if r, err := p.RefreshSecret(nil); err != nil || r.Reveal() != "sk-ant-ort01-x" {
+	if r, err := p.RefreshSecret(authprofile.SecretSources{}); err != nil || r.Reveal() != "sk-ant-ort01-x" {
 		t.Errorf("refresh %v", err)
 	}
 	p.RefreshRef = "env:NOPE"
-	if _, err := p.RefreshSecret(nil); err == nil || !strings.Contains(err.Error(), `auth profile "anthropic:sub": refreshRef: secret reference env:NOPE: the variable is not set`) {
+	if _, err := p.RefreshSecret(authprofile.SecretSources{}); err == nil || !strings.Contains(err.Error(), `auth profile "anthropic:sub": refreshRef: secret reference env:NOPE: the variable is not set`) {
 		t.Errorf("unset: %v", err)
 	}
 }
@@ -139,4 +145,63 @@ func TestRefsMakeProfilesValid(t *testing.T) {
 	if (authprofile.Config{}).Valid(expired, "azure", now) {
 		t.Error("an expired token reference is valid")
 	}
+}
+
+// TestExecRefs: an exec reference, in either form, names a provider and
+// an id; its value is what the sources' Exec returns, and a failure
+// names the reference and wraps the cause.
+func TestExecRefs(t *testing.T) {
+	t.Parallel()
+	errMissing := errors.New("no value")
+	src := authprofile.SecretSources{Exec: func(prov, id string) (provider.Secret, error) {
+		if prov == "vault" && id == "providers/openai:key" {
+			return "sk-exec-secret", nil
+		}
+		return "", errMissing
+	}}
+	for _, ref := range []string{"exec:vault:providers/openai:key", `{"source": "exec", "provider": "vault", "id": "providers/openai:key"}`} {
+		r, err := authprofile.ParseSecretRef(ref)
+		if err != nil || r != (authprofile.SecretRef{Source: authprofile.RefExec, Provider: "vault", Name: "providers/openai:key"}) {
+			t.Fatalf("%s: %+v, %v", ref, r, err)
+		}
+		if got, err := (authprofile.Profile{ID: "openai:v", KeyRef: ref}).Secret(src); err != nil || got.Reveal() != "sk-exec-secret" {
+			t.Errorf("%s: %v", ref, err)
+		}
+	}
+	_, err := (authprofile.Profile{ID: "openai:v", KeyRef: "exec:vault:other"}).Secret(src)
+	if !errors.Is(err, errMissing) || !errors.Is(err, authprofile.ErrSecretRef) || !strings.Contains(err.Error(), `auth profile "openai:v": secret reference exec:vault:other: no value`) {
+		t.Errorf("missing value: %v", err)
+	}
+	_, err = (authprofile.Profile{ID: "openai:v", KeyRef: "exec:vault:other"}).Secret(authprofile.SecretSources{})
+	if !errors.Is(err, authprofile.ErrExecOff) {
+		t.Errorf("no providers: %v", err)
+	}
+}
+
+// FuzzParseSecretRef: the parser never panics, a reference it accepts
+// reads back the same from its String, and a refused exec reference never
+// quotes what followed its provider (a command line may hold a secret).
+func FuzzParseSecretRef(f *testing.F) {
+	for _, s := range []string{"env:TEAM_KEY", "file:/run/secrets/k", "exec:vault:providers/openai/apiKey",
+		`{"source":"exec","provider":"vault","id":"a:b"}`, `{"source":"env","provider":"default","id":"X"}`,
+		"exec:op read op://SECRETVALUE", `{"source":"exec","provider":"v","id":"SECRETVALUE x"}`, "exec:vault:../SECRETVALUE",
+		`{"source":"exec","provider":"v","id":"k","command":"SECRETVALUE"}`, "sk-SECRETVALUE", "exec:", "{", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := authprofile.ParseSecretRef(s)
+		if err != nil {
+			if !errors.Is(err, authprofile.ErrSecretRef) {
+				t.Fatalf("%q: %v is not an ErrSecretRef", s, err)
+			}
+			if strings.Contains(s, "exec") && strings.Contains(s, "SECRETVALUE") && strings.Contains(err.Error(), "SECRETVALUE") {
+				t.Fatalf("%q: the error quotes it: %v", s, err)
+			}
+			return
+		}
+		again, err := authprofile.ParseSecretRef(r.String())
+		if err != nil || again != r {
+			t.Fatalf("%q: %+v reads back as %+v, %v", s, r, again, err)
+		}
+	})
 }

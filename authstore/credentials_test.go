@@ -55,7 +55,7 @@ func TestLoadCredentials(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			creds, err := LoadCredentials(tt.path, tt.env)
+			creds, err := loadCreds(t, tt.path, tt.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +77,7 @@ func TestLoadCredentials(t *testing.T) {
 		})
 	}
 
-	creds, err := LoadCredentials(writeFile(t, file), env)
+	creds, err := loadCreds(t, writeFile(t, file), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestLoadCredentialsMalformed(t *testing.T) {
 		`sk-secret-123`,
 	} {
 		path := writeFile(t, content)
-		_, err := LoadCredentials(path, nil)
+		_, err := loadCreds(t, path, nil)
 		if err == nil {
 			t.Errorf("%s: no error", content)
 			continue
@@ -118,10 +118,10 @@ func TestLoadCredentialsMalformed(t *testing.T) {
 		}
 	}
 	// A path that is a directory cannot be read.
-	if _, err := LoadCredentials(filepath.Join(t.TempDir(), "absent.json"), nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := loadCreds(t, filepath.Join(t.TempDir(), "absent.json"), nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("a missing file: %v, want an error saying so", err)
 	}
-	if _, err := LoadCredentials(t.TempDir(), nil); err == nil {
+	if _, err := loadCreds(t, t.TempDir(), nil); err == nil {
 		t.Error("directory: no error")
 	}
 }

@@ -151,3 +151,14 @@ func apiKeys(prov string, n int) *authprofile.Store {
 	}
 	return creds
 }
+
+// loadCreds is LoadCredentials of the file at path and env, without exec
+// secret providers.
+func loadCreds(t *testing.T, path string, env func(string) string) (*authprofile.Store, error) {
+	t.Helper()
+	creds, exec, err := LoadCredentials(t.Context(), CredentialsConfig{Path: path, Env: env})
+	if exec != nil {
+		t.Fatal("exec secret providers ran without SecretExec")
+	}
+	return creds, err
+}

@@ -302,7 +302,7 @@ func TestSecretsNeverStored(t *testing.T) {
 		"anthropic:tok":{"type":"token","provider":"anthropic","token":"tok-file-secret"},
 		"anthropic:oauth":{"type":"oauth","provider":"anthropic","access":"oauth-access-secret","refresh":"oauth-refresh-secret","expires":1}
 	},"usageStats":{"anthropic:work":{"errorCount":9}}}`)
-	creds, err := LoadCredentials(path, envOf(map[string]string{"ANTHROPIC_API_KEY": "sk-ant-env-secret", "OPENAI_API_KEY": "sk-openai-env-secret"}))
+	creds, err := loadCreds(t, path, envOf(map[string]string{"ANTHROPIC_API_KEY": "sk-ant-env-secret", "OPENAI_API_KEY": "sk-openai-env-secret"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestSecretsNeverStored(t *testing.T) {
 	// Errors that name profiles.
 	_, err = s.Apply(ctx, "", authprofile.Event{Kind: authprofile.EventUsed})
 	errTexts = append(errTexts, fmt.Sprint(err))
-	_, err = LoadCredentials(writeFile(t, `{"profiles":{"x":{"type":"api_key","provider":"p","key":"sk-ant-file-secret"}`), nil)
+	_, err = loadCreds(t, writeFile(t, `{"profiles":{"x":{"type":"api_key","provider":"p","key":"sk-ant-file-secret"}`), nil)
 	errTexts = append(errTexts, fmt.Sprint(err))
 
 	kv := b.kv(t)

@@ -32,6 +32,7 @@ import (
 	"github.com/lanefleet/lanefleet/permission"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/catalog"
+	"github.com/lanefleet/lanefleet/secretexec"
 )
 
 var update = flag.Bool("update", false, "rewrite the pages' example blocks from example_test.go")
@@ -297,13 +298,14 @@ func TestJSON(t *testing.T) {
 				return err
 			}
 			for _, pr := range s.Profiles {
-				for _, ref := range []string{pr.KeyRef, pr.TokenRef} {
-					if _, err := authprofile.ParseSecretRef(ref); ref != "" && err != nil {
+				for _, ref := range pr.Refs() {
+					if _, err := authprofile.ParseSecretRef(ref); err != nil {
 						return err
 					}
 				}
 			}
-			return nil
+			_, err = secretexec.Decode(b)
+			return err
 		},
 		"gateway-tokens": func(b []byte) error {
 			_, err := gateway.ParseTokens(bytes.NewReader(b))

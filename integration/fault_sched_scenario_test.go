@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet"
@@ -120,9 +122,22 @@ func TestScheduleCatchUpScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// AddSchedule needs the schedules' bucket and stream, which the
+	// workers make at start: wait for their creation.
+	created := map[string]*nats.Subscription{}
+	for _, name := range []string{"KV_" + schedstore.DefaultBucket, schedstore.Stream} {
+		if created[name], err = nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED." + name); err != nil {
+			t.Fatal(err)
+		}
+	}
 	w1 := startWorkerProc(t, srv.URL, "c1")
 	w2 := startWorkerProc(t, srv.URL, "c2")
 	waitForFleet(t, js)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for name, sub := range created {
+		waitForStream(t, ctx, js, name, sub)
+	}
 	c, err := lanefleet.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -130,17 +145,10 @@ func TestScheduleCatchUpScenario(t *testing.T) {
 	policies := []schedule.CatchUp{schedule.CatchUpAll, schedule.CatchUpOne, schedule.CatchUpNone}
 	ids := map[schedule.CatchUp]string{}
 	for _, p := range policies {
-		var sc *schedule.Schedule
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			sc, err = c.AddSchedule(t.Context(), lanefleet.NewSchedule{Session: "catchup:" + string(p), Every: catchUpEvery,
-				Overlap: schedule.OverlapAllow, CatchUp: p, Message: events.Inbound{Text: "tick"}})
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond) // the workers make the bucket at start
+		sc, err := c.AddSchedule(t.Context(), lanefleet.NewSchedule{Session: "catchup:" + string(p), Every: catchUpEvery,
+			Overlap: schedule.OverlapAllow, CatchUp: p, Message: events.Inbound{Text: "tick"}})
+		if err != nil {
+			t.Fatal(err)
 		}
 		ids[p] = sc.ID
 	}

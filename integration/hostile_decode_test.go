@@ -41,7 +41,7 @@ func TestHostileDecode(t *testing.T) {
 	worker, _ := startProcess(t, srv.URL, "target") // builds the binary first: no deadline before
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	waitForStream(t, ctx, js, created)
+	waitForStream(t, ctx, js, events.InboundStream, created)
 
 	const session = "hostile"
 	bomb := []byte{0x81, 0xa6, 'i', 'm', 'a', 'g', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}
@@ -136,13 +136,13 @@ func TestHostileDecode(t *testing.T) {
 
 // waitForStream returns once the stream whose creation advisories created
 // receives exists (created first, or while waiting).
-func waitForStream(t *testing.T, ctx context.Context, js jetstream.JetStream, created *nats.Subscription) {
+func waitForStream(t *testing.T, ctx context.Context, js jetstream.JetStream, name string, created *nats.Subscription) {
 	t.Helper()
-	if _, err := js.Stream(ctx, events.InboundStream); err == nil {
+	if _, err := js.Stream(ctx, name); err == nil {
 		return
 	}
 	if _, err := created.NextMsgWithContext(ctx); err != nil {
-		t.Fatalf("the worker process never created %s: %v", events.InboundStream, err)
+		t.Fatalf("the worker process never created %s: %v", name, err)
 	}
 }
 

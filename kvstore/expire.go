@@ -27,7 +27,8 @@ import (
 //
 // The retention pass walks the bucket's stream in sequence (= time) order
 // from a position stored under the key retentionKey, which no lane key can
-// be (every lane key has a dot).
+// be (every lane key has a dot), and keeps the lanes it moved past after
+// their forget kept failing under retryKey.
 
 // retentionKey holds the retention pass's scan position.
 const retentionKey = "retention"
@@ -195,26 +196,70 @@ func (l *Lanes) RetentionPos(ctx context.Context) (pos, rev uint64, err error) {
 	return pos, e.Revision(), nil
 }
 
-// ErrPosMoved means another worker stored a newer retention position.
+// ErrPosMoved means another worker stored a newer retention position (or
+// retry list).
 var ErrPosMoved = errors.New("kvstore: the retention position moved")
+
+// retryKey holds the retention pass's retry list (RetentionRetries); like
+// retentionKey, no lane key can be it.
+const retryKey = "retention-retry"
+
+// Retry is a lane the retention pass moved past after its forget kept
+// failing (retention.Skip): the pass tries it again at Next.
+type Retry struct {
+	Token string `msgpack:"t"`
+	Tries int    `msgpack:"n"`  // its failed forgets so far
+	Next  int64  `msgpack:"at"` // when the pass tries it again (Unix ms)
+}
+
+// RetentionRetries returns the retention pass's retry list and the key's
+// revision (nil, 0 when none is stored). A list that does not decode
+// (ErrCorrupt) comes with its revision, for the pass to write anew.
+func (l *Lanes) RetentionRetries(ctx context.Context) ([]Retry, uint64, error) {
+	e, err := l.kv.Get(ctx, retryKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("kvstore: retention retries: %w", err)
+	}
+	var rs []Retry
+	if err := decode(e.Key(), e.Revision(), e.Value(), &rs); err != nil {
+		return nil, e.Revision(), err
+	}
+	return rs, e.Revision(), nil
+}
+
+// SetRetentionRetries stores the retry list if the key is still at
+// revision rev (0: not stored yet); ErrPosMoved if another worker changed
+// it first.
+func (l *Lanes) SetRetentionRetries(ctx context.Context, rs []Retry, rev uint64) error {
+	return l.putRetention(ctx, retryKey, "retries", rs, rev)
+}
 
 // SetRetentionPos stores the scan position if the key is still at revision
 // rev (0: not stored yet); ErrPosMoved if another worker moved it first.
 func (l *Lanes) SetRetentionPos(ctx context.Context, pos, rev uint64) error {
-	data, err := msgpack.Marshal(pos)
+	return l.putRetention(ctx, retentionKey, "position", pos, rev)
+}
+
+// putRetention stores v under key if the key is still at revision rev (0:
+// not stored yet); ErrPosMoved if another worker changed it first.
+func (l *Lanes) putRetention(ctx context.Context, key, what string, v any, rev uint64) error {
+	data, err := msgpack.Marshal(v)
 	if err != nil {
 		return err
 	}
 	if rev == 0 {
-		_, err = l.kv.Create(ctx, retentionKey, data)
+		_, err = l.kv.Create(ctx, key, data)
 	} else {
-		_, err = l.kv.Update(ctx, retentionKey, data, rev)
+		_, err = l.kv.Update(ctx, key, data, rev)
 	}
 	if isWrongLastSeq(err) {
 		return ErrPosMoved
 	}
 	if err != nil {
-		return fmt.Errorf("kvstore: store retention position: %w", err)
+		return fmt.Errorf("kvstore: store retention %s: %w", what, err)
 	}
 	return nil
 }

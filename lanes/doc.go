@@ -83,6 +83,7 @@
 //	sweep.go           the sweep: idle lanes with messages or owed finals
 //	pause.go           paused sessions (Config.Paused), Wake, the tenant of a start event
 //	expire.go          the retention pass (Worker.ExpireIdle) and its loop
+//	retries.go         the retention pass's retry list (lanes whose forget kept failing)
 //	transcripts.go     the worker's transcript cache
 //	gate.go            the set-up gate
 //	setup.go           the streams (EnsureStreams, StreamConfig)

@@ -22,6 +22,11 @@ type ExpireStats struct {
 	Expired int // sessions forgotten
 	Keys    int // transcript records and settings removed
 	Skipped int // idle sessions left as they were: held, or a message waiting
+	// Failed counts the lanes whose forget failed: each is tried again,
+	// by the next pass or, once skipped, after a wait.
+	Failed int
+	// Retrying is how many lanes wait on the retry list after the pass.
+	Retrying int
 	// Lag is how far behind the cutoff the pass stopped (retention.Lag):
 	// 0 when it reached the cutoff.
 	Lag time.Duration
@@ -35,6 +40,9 @@ type retainer struct {
 	// cutoff, with that write's time: until the cutoff passes it, their
 	// older records need no look (at most maxLater lanes).
 	later map[string]time.Time
+	// fails counts the failed forgets in a row of lanes the pass stays at
+	// (retention.Skip); at most maxFails.
+	fails map[string]int
 	// forgotten counts the sessions forgotten; lag is the last pass's
 	// ExpireStats.Lag (ns).
 	forgotten, lag atomic.Int64
@@ -139,8 +147,9 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 		w.log.Warn().Err(err).Msg("retention pass")
 	}
 	w.ret.lag.Store(int64(st.Lag))
-	if st.Expired > 0 || st.Skipped > 0 {
-		w.log.Debug().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
+	if st.Expired > 0 || st.Skipped > 0 || st.Failed > 0 {
+		w.log.Debug().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Int("failed", st.Failed).Int("retrying", st.Retrying).
+			Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
 	}
 	now := time.Now()
 	switch {
@@ -159,26 +168,35 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 // then stores the position it reached. It looks at up to expireParallel
 // lanes at once (a step) and paces itself (retention.Rest): it rests as
 // long as each step took, and spreads the sessions it forgets over
-// retention.PassEvery.
-// A lane found to have written
-// after the cutoff is not looked at again until a cutoff passes that
-// write. A session is forgotten under its lease, so never while someone
-// runs it, and never while a message waits for it. An error leaves the
-// position at the lane it happened on, so the next pass tries that one
-// again. When ctx ends the pass stops before its next step (a lane it
-// began is finished within forgetTimeout). Passes of several workers at
-// once are safe (each session is
-// forgotten under its lease: the worker's loop runs one, under the pass's
-// lease) and the position only moves forward.
+// retention.PassEvery. A lane found to have written after the cutoff is
+// not looked at again until a cutoff passes that write. A session is
+// forgotten under its lease, so never while someone runs it, and never
+// while a message waits for it.
+//
+// An error leaves the position at the lane it happened on, so the next
+// pass tries that one again; after retention.SkipAfter failures in a row
+// the pass moves past the lane and puts it on the retry list (stored in
+// the bucket, so another worker taking the pass over keeps it), logging
+// it once. Each pass first tries the listed lanes whose wait
+// (retention.RetryAfter) is over, as many as a step. When ctx ends the
+// pass stops before its next step (a lane it began is finished within
+// forgetTimeout). Passes of several workers at once are safe (each
+// session is forgotten under its lease: the worker's loop runs one, under
+// the pass's lease) and the position only moves forward.
 func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (ExpireStats, error) {
 	w.ret.pass.Lock()
 	defer w.ret.pass.Unlock()
 	if w.ret.later == nil {
 		w.ret.later = map[string]time.Time{}
+		w.ret.fails = map[string]int{}
 	}
 	var st ExpireStats
 	pos, rev, err := w.lanes.RetentionPos(ctx)
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
+		return st, err
+	}
+	retries, err := w.loadRetries(ctx)
+	if err != nil {
 		return st, err
 	}
 	var (
@@ -187,8 +205,8 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		seen    = map[string]bool{}
 		next    time.Time // the time of the first message the pass left
 		reached bool      // the pass reached the cutoff or the end
-		rest    time.Duration
 	)
+	rest := w.retryStep(ctx, retries, cutoff, limit, &st, seen)
 	seq, scan := pos, expireScanFirst
 	pause := func() bool {
 		if rest <= 0 {
@@ -249,40 +267,28 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 			break // the pass's time is up: the next reads this step again
 		}
 		began := time.Now()
-		outs := make([]forgotten, len(step))
-		errs := make([]error, len(step))
-		var wg sync.WaitGroup
+		tokens := make([]string, len(step))
 		for i, m := range step {
-			wg.Go(func() {
-				// A lane begun is finished: ctx's end stops the pass
-				// between steps, never mid-purge.
-				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
-				defer cancel()
-				outs[i], errs[i] = w.forgetIdle(lctx, m.Token, cutoff)
-			})
+			tokens[i] = m.Token
 		}
-		wg.Wait()
+		outs, errs := w.forgetStep(ctx, tokens, cutoff)
 		n := 0
 		// The position passes the step unless a lane failed: then it
-		// stays at the first that did, which the next pass retries.
+		// stays at the first that did, which the next pass retries, until
+		// the lane is skipped.
 		moved := stepSeq
-		for i, out := range outs {
-			m := step[i]
-			delete(w.ret.later, m.Token)
-			switch {
-			case errs[i] != nil:
-				moved = min(moved, m.Seq)
-				passErr = errors.Join(passErr, errs[i])
-			case out.forgot:
+		for i, m := range step {
+			forgot, hold := w.settle(&st, retries, m, outs[i], errs[i], cutoff)
+			if forgot {
 				n++
-				st.Expired++
-				st.Keys += out.keys
-				w.ret.forgotten.Add(1)
-			case out.busy:
-				st.Skipped++
-			case !out.later.IsZero() && len(w.ret.later) < maxLater:
-				w.ret.later[m.Token] = out.later
 			}
+			if hold != nil {
+				moved = min(moved, m.Seq)
+				passErr = errors.Join(passErr, hold)
+			}
+		}
+		if len(w.ret.fails) > maxFails {
+			clear(w.ret.fails) // lanes another worker's passes moved past
 		}
 		seq = moved
 		rest = retention.Rest(time.Since(began), n, limit)
@@ -304,13 +310,114 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 			}
 		}
 	}
+	wctx := context.WithoutCancel(ctx)
+	if err := retries.store(wctx, w.lanes); err != nil {
+		// The position does not pass a lane skipped but not listed.
+		seq = min(seq, retries.firstSkipped(seq))
+		passErr = errors.Join(passErr, err)
+	}
+	st.Retrying = retries.len()
 	if seq != pos {
-		if err := w.lanes.SetRetentionPos(context.WithoutCancel(ctx), seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
+		if err := w.lanes.SetRetentionPos(wctx, seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
 			passErr = errors.Join(passErr, err)
 		}
 	}
 	return st, passErr
 }
+
+// retryStep tries the lanes of the retry list whose wait is over, as many
+// as a step (each marked seen, so that the pass does not look at it
+// again), and returns how long the pass rests after it.
+func (w *Worker) retryStep(ctx context.Context, retries *retryList, cutoff time.Time, limit int, st *ExpireStats, seen map[string]bool) time.Duration {
+	due := retries.due(w.now(), min(expireParallel, limit))
+	if len(due) == 0 {
+		return 0
+	}
+	began := time.Now()
+	outs, errs := w.forgetStep(ctx, due, cutoff)
+	n := 0
+	for i, tok := range due {
+		seen[tok] = true
+		if errs[i] != nil {
+			st.Failed++
+			retries.failed(tok, w.now())
+			w.log.Debug().Err(errs[i]).Str("lane", tok).Msg("retention: a session skipped after failing failed again")
+			continue
+		}
+		if w.count(st, tok, outs[i]) {
+			n++
+			w.log.Info().Str("lane", tok).Msg("retention: a session skipped after failing is forgotten")
+		}
+		retries.done(tok, outs[i], cutoff, w.now())
+	}
+	return retention.Rest(time.Since(began), n, limit)
+}
+
+// settle notes what forgetIdle did with a lane the scan reached (m), and
+// reports whether it forgot the session, or the error that keeps the
+// pass's position at the lane (nil when the lane failed but is skipped:
+// it failed retention.SkipAfter times in a row, or is on the retry list).
+func (w *Worker) settle(st *ExpireStats, retries *retryList, m kvstore.Stored, out forgotten, err error, cutoff time.Time) (forgot bool, hold error) {
+	if err == nil {
+		delete(w.ret.fails, m.Token)
+		forgot = w.count(st, m.Token, out)
+		retries.done(m.Token, out, cutoff, w.now())
+		return forgot, nil
+	}
+	st.Failed++
+	if retries.failed(m.Token, w.now()) {
+		return false, nil // skipped before: it waits for its retry
+	}
+	w.ret.fails[m.Token]++
+	tries := w.ret.fails[m.Token]
+	if !retention.Skip(tries, retries.len()) {
+		return false, err
+	}
+	delete(w.ret.fails, m.Token)
+	retries.skip(m.Token, m.Seq, tries, w.now())
+	w.log.Warn().Err(err).Str("lane", m.Token).Int("tries", tries).Dur("retry_in", retention.RetryAfter(tries)).
+		Msg("retention: forgetting this session keeps failing; the pass moves past it and tries it again later")
+	return false, nil
+}
+
+// forgetStep runs forgetIdle on the lanes at once.
+func (w *Worker) forgetStep(ctx context.Context, tokens []string, cutoff time.Time) ([]forgotten, []error) {
+	outs := make([]forgotten, len(tokens))
+	errs := make([]error, len(tokens))
+	var wg sync.WaitGroup
+	for i, tok := range tokens {
+		wg.Go(func() {
+			// A lane begun is finished: ctx's end stops the pass between
+			// steps, never mid-purge.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+			defer cancel()
+			outs[i], errs[i] = w.forgetIdle(lctx, tok, cutoff)
+		})
+	}
+	wg.Wait()
+	return outs, errs
+}
+
+// count adds what forgetIdle did with a lane to st and the worker's
+// counts, and reports whether it forgot the session.
+func (w *Worker) count(st *ExpireStats, token string, out forgotten) bool {
+	delete(w.ret.later, token)
+	switch {
+	case out.forgot:
+		st.Expired++
+		st.Keys += out.keys
+		w.ret.forgotten.Add(1)
+		return true
+	case out.busy:
+		st.Skipped++
+	case !out.later.IsZero() && len(w.ret.later) < maxLater:
+		w.ret.later[token] = out.later
+	}
+	return false
+}
+
+// maxFails bounds retainer.fails.
+const maxFails = 64
 
 // expireScan is how many of the bucket's messages the pass reads in one
 // request, expireScanFirst in its first; expireParallel how many lanes it

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/retention"
 )
 
 // runWorker runs a worker on its own connection until the test ends and
@@ -500,5 +502,109 @@ func TestQueuedOnFirstDelivery(t *testing.T) {
 	defer x.mu.Unlock()
 	if !slices.Equal(x.queued, want) {
 		t.Fatalf("queued %q, want %q", x.queued, want)
+	}
+}
+
+// TestExpireSkipsAFailingLane: a lane whose forget keeps failing holds the
+// pass's position retention.SkipAfter-1 times; then the pass moves past it
+// (logging it once), forgets the sessions after it, and tries it again
+// once its wait is over, forgetting it when the fault is gone. The fault
+// is real: the inbound stream denies deletes (DenyDelete, which cannot be
+// undone), so the processed message a lane left behind cannot go, and the
+// operator's fix is a purge of that lane's subject. Before, every pass
+// stopped at that lane with an error, forgetting at most one step's
+// worth of other sessions: a pass never reached the cutoff again.
+func TestExpireSkipsAFailingLane(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	var skew atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	var skips atomic.Int64
+	f.logHook = zerolog.HookFunc(func(_ *zerolog.Event, level zerolog.Level, msg string) {
+		if level == zerolog.WarnLevel && strings.HasPrefix(msg, "retention: forgetting this session keeps failing") {
+			skips.Add(1)
+		}
+	})
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1, Now: clock})
+	cfg, err := f.streams.Inbound.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := cfg.Config
+	sc.DenyDelete = true
+	if _, err := f.js.UpdateStream(t.Context(), sc); err != nil {
+		t.Fatal(err)
+	}
+	// Every lane now keeps its processed message; all but "stuck" have it
+	// purged, as an operator would.
+	keys := f.idleSessions(t, "a", 1)
+	keys = append(keys, f.idleSessions(t, "stuck", 1)...)
+	keys = append(keys, f.idleSessions(t, "b", 7)...)
+	purge := func(key string) {
+		t.Helper()
+		if err := f.streams.Inbound.Purge(t.Context(), jetstream.WithPurgeSubject(events.InboundPrefix+key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range keys {
+		if key != "stuck0" {
+			purge(key)
+		}
+	}
+	cutoff := time.Now()
+	for pass := 1; pass <= retention.SkipAfter; pass++ {
+		st, err := w.ExpireIdle(t.Context(), cutoff, 100)
+		if st.Failed != 1 {
+			t.Fatalf("pass %d: %+v (%v), want stuck0's forget failed", pass, st, err)
+		}
+		if pass < retention.SkipAfter {
+			if err == nil || st.Lag == 0 || st.Retrying != 0 {
+				t.Fatalf("pass %d: %+v, %v; want it held at stuck0 with its error", pass, st, err)
+			}
+			continue
+		}
+		if err != nil || st.Lag != 0 || st.Retrying != 1 {
+			t.Fatalf("pass %d: %+v, %v; want it past stuck0 to the cutoff, stuck0 on the retry list", pass, st, err)
+		}
+	}
+	if n := skips.Load(); n != 1 {
+		t.Fatalf("%d skip warnings, want 1", n)
+	}
+	for _, key := range keys {
+		want := 0
+		if key == "stuck0" {
+			want = 1
+		}
+		if n := f.records(t, key); n != want {
+			t.Fatalf("%s: %d records, want %d", key, n, want)
+		}
+	}
+	// Sessions idle after it go in one pass.
+	later := f.idleSessions(t, "c", 6)
+	for _, key := range later {
+		purge(key)
+	}
+	st, err := w.ExpireIdle(t.Context(), time.Now(), 100)
+	if err != nil || st.Expired != len(later) || st.Failed != 0 || st.Retrying != 1 {
+		t.Fatalf("pass after the skip: %+v, %v; want %d forgotten, stuck0 not tried before its wait", st, err, len(later))
+	}
+	// Still failing when its wait is over: it waits longer.
+	skew.Add(int64(retention.RetryAfter(retention.SkipAfter)))
+	st, err = w.ExpireIdle(t.Context(), time.Now(), 100)
+	if err != nil || st.Failed != 1 || st.Retrying != 1 {
+		t.Fatalf("retry: %+v, %v; want stuck0 tried, failing, still listed", st, err)
+	}
+	if st, err = w.ExpireIdle(t.Context(), time.Now(), 100); err != nil || st.Failed != 0 {
+		t.Fatalf("pass before the longer wait: %+v, %v; want stuck0 not tried", st, err)
+	}
+	// Mended: the next retry forgets it.
+	purge("stuck0")
+	skew.Add(int64(retention.RetryAfter(retention.SkipAfter + 1)))
+	st, err = w.ExpireIdle(t.Context(), time.Now(), 100)
+	if err != nil || st.Expired != 1 || st.Retrying != 0 {
+		t.Fatalf("retry after the fix: %+v, %v; want stuck0 forgotten, the list empty", st, err)
+	}
+	if n := f.records(t, "stuck0"); n != 0 {
+		t.Fatalf("stuck0: %d records after its retry", n)
 	}
 }

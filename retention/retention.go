@@ -47,6 +47,12 @@
 // that ends on its budget or its time before the cutoff is behind (Lag):
 // the next goes on from there, and the worker warns while it stays behind
 // by more than LagWarn.
+//
+// A lane whose forget fails is tried again by the next pass, which starts
+// from that lane (a passing fault costs a second); after SkipAfter
+// failures in a row the pass moves past it and puts it on a retry list of
+// at most MaxRetries lanes, tried again after RetryAfter, so that one lane
+// the pass cannot forget does not hold back every session after it.
 package retention
 
 import (
@@ -126,6 +132,28 @@ func Lag(cutoff, next time.Time, reached bool) time.Duration {
 		return 0
 	}
 	return cutoff.Sub(next)
+}
+
+// SkipAfter is how many forgets of one lane in a row fail before the pass
+// moves past it; MaxRetries how many lanes the retry list holds (a pass
+// that would skip one more stays at it, as before SkipAfter).
+const (
+	SkipAfter  = 3
+	MaxRetries = 256
+)
+
+// Skip reports whether the pass moves past a lane whose forget failed for
+// the tries-th time in a row, with waiting lanes on the retry list
+// already: from the SkipAfter-th failure on, while the list has room.
+func Skip(tries, waiting int) bool {
+	return tries >= SkipAfter && waiting < MaxRetries
+}
+
+// RetryAfter is how long a lane on the retry list waits before the pass
+// tries it again, after tries failures in all: a minute after it was
+// skipped, doubling each failed retry up to an hour.
+func RetryAfter(tries int) time.Duration {
+	return min(time.Minute<<min(max(tries-SkipAfter, 0), 6), time.Hour)
 }
 
 // Enabled reports whether sessions expire at all.

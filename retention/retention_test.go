@@ -112,3 +112,38 @@ func TestPace(t *testing.T) {
 		}
 	}
 }
+
+// TestSkip: a failing lane holds the pass SkipAfter-1 times, then is
+// skipped while the retry list has room, and waits longer each retry.
+func TestSkip(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name           string
+		tries, waiting int
+		want           bool
+	}{
+		{"a first failure holds the pass", 1, 0, false},
+		{"one short of SkipAfter holds it", SkipAfter - 1, 0, false},
+		{"SkipAfter failures move past it", SkipAfter, 0, true},
+		{"more failures too", SkipAfter + 5, MaxRetries - 1, true},
+		{"a full retry list holds it", SkipAfter, MaxRetries, false},
+	} {
+		if got := Skip(c.tries, c.waiting); got != c.want {
+			t.Errorf("%s: Skip(%d, %d) = %v, want %v", c.name, c.tries, c.waiting, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		tries int
+		want  time.Duration
+	}{
+		{SkipAfter, time.Minute},
+		{SkipAfter + 1, 2 * time.Minute},
+		{SkipAfter + 5, 32 * time.Minute},
+		{SkipAfter + 6, time.Hour},
+		{1 << 30, time.Hour},
+	} {
+		if got := RetryAfter(c.tries); got != c.want {
+			t.Errorf("RetryAfter(%d) = %v, want %v", c.tries, got, c.want)
+		}
+	}
+}

@@ -29,11 +29,12 @@ type Auth interface {
 // errNoKey is returned for a profile whose secret is not held here.
 var errNoKey = errors.New("no usable secret")
 
-// SecretEnv is an Auth whose profiles' "env:NAME" secret references read
-// an environment of its own (the fleet's configured one) instead of the
-// process's.
-type SecretEnv interface {
-	SecretEnv(name string) string
+// SecretSources is an Auth whose profiles' secret references read
+// sources of its own: the fleet's configured environment instead of the
+// process's for "env:NAME", and the values of the operator's exec secret
+// providers for "exec:PROVIDER:ID".
+type SecretSources interface {
+	SecretSources() authprofile.SecretSources
 }
 
 // SecretNoter is an Auth told of each secret a profile's keyRef or
@@ -62,8 +63,9 @@ type OAuthTokens interface {
 // profileKey returns the secret a profile authenticates with: an OAuth
 // access token the Auth holds (OAuthTokens), else its key, token or
 // access token, or the value its keyRef or tokenRef names ("env:NAME",
-// "file:/path"), read now from a's environment (a SecretEnv's, else the
-// process's) or the file, so a rotated secret is used from the next call.
+// "file:/path", "exec:PROVIDER:ID"), read now from a's sources (a
+// SecretSources', else the process's environment and no exec provider)
+// or the file, so a rotated secret is used from the next call.
 // A secret that is not the configuration's own is noted (SecretNoter).
 func profileKey(ctx context.Context, a Auth, p authprofile.Profile) (provider.Secret, error) {
 	if o, ok := a.(OAuthTokens); ok && p.Type == authprofile.TypeOAuth {
@@ -78,11 +80,11 @@ func profileKey(ctx context.Context, a Auth, p authprofile.Profile) (provider.Se
 			return k, nil
 		}
 	}
-	env := os.Getenv
-	if e, ok := a.(SecretEnv); ok {
-		env = e.SecretEnv
+	src := authprofile.SecretSources{Env: os.Getenv}
+	if e, ok := a.(SecretSources); ok {
+		src = e.SecretSources()
 	}
-	k, err := p.Secret(env)
+	k, err := p.Secret(src)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", errNoKey, err)
 	}

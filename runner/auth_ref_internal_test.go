@@ -41,7 +41,17 @@ func TestProfileKeyReadsRefs(t *testing.T) {
 	if k, err := profileKey(t.Context(), envAuth{"LANEFLEET_TEST_TEAM_KEY": "sk-team"}, p); err != nil || k.Reveal() != "sk-team" {
 		t.Errorf("env reference: %v", err)
 	}
+	// An Auth with exec secret providers reads exec references from them.
+	x := &execAuth{}
+	p = authprofile.Profile{ID: "openai:vault", Type: authprofile.TypeAPIKey, Provider: "openai", KeyRef: "exec:vault:openai/team"}
+	if k, err := profileKey(t.Context(), x, p); err != nil || k.Reveal() != "sk-vault:openai/team" || x.noted != "openai:vault=sk-vault:openai/team" {
+		t.Errorf("exec reference: %v, noted %q", err, x.noted)
+	}
+	if _, err := profileKey(t.Context(), nil, p); !errors.Is(err, errNoKey) || !errors.Is(err, authprofile.ErrExecOff) {
+		t.Errorf("exec reference without providers: %v", err)
+	}
 	// An Auth that masks secrets is told of each one a reference read.
+	p = authprofile.Profile{ID: "openai:team", Type: authprofile.TypeAPIKey, Provider: "openai", KeyRef: "env:LANEFLEET_TEST_TEAM_KEY"}
 	n := &noter{}
 	if _, err := profileKey(t.Context(), n, p); err != nil || n.noted != "openai:team=sk-noted" {
 		t.Errorf("noted %q, %v", n.noted, err)
@@ -51,7 +61,9 @@ func TestProfileKeyReadsRefs(t *testing.T) {
 // envAuth is an Auth with only an environment.
 type envAuth map[string]string
 
-func (e envAuth) SecretEnv(name string) string { return e[name] }
+func (e envAuth) SecretSources() authprofile.SecretSources {
+	return authprofile.SecretSources{Env: func(name string) string { return e[name] }}
+}
 func (envAuth) Snapshot() (authprofile.Store, authprofile.Config) {
 	return authprofile.Store{}, authprofile.Config{}
 }
@@ -65,6 +77,21 @@ type noter struct {
 	noted string
 }
 
-func (n *noter) SecretEnv(string) string { return "sk-noted" }
+func (n *noter) SecretSources() authprofile.SecretSources {
+	return authprofile.SecretSources{Env: func(string) string { return "sk-noted" }}
+}
 
 func (n *noter) NoteSecret(profile string, s provider.Secret) { n.noted = profile + "=" + s.Reveal() }
+
+// execAuth is an Auth whose exec provider "vault" answers "sk-vault:ID",
+// and that records the secrets it is told of.
+type execAuth struct{ noter }
+
+func (x *execAuth) SecretSources() authprofile.SecretSources {
+	return authprofile.SecretSources{Exec: func(prov, id string) (provider.Secret, error) {
+		if prov != "vault" {
+			return "", errors.New("no such provider")
+		}
+		return provider.Secret("sk-" + prov + ":" + id), nil
+	}}
+}

@@ -75,6 +75,9 @@ type appendState struct {
 	// last added over them, added to them when they are kept (Extend).
 	ids, newIDs     *idMapper
 	calls, newCalls map[string]struct{}
+	// idBytes is what ids and calls hold, by Bytes's estimate: counted
+	// as they grow (keep), not walked at each read.
+	idBytes int
 }
 
 // Len is the number of history messages a holds the preparation of.
@@ -83,17 +86,52 @@ func (a *Appender) Len() int { return a.n }
 // Bytes estimates the memory a holds besides the strings and blocks it
 // shares with the history: its array of prepared messages.
 func (a *Appender) Bytes() int {
-	n := cap(a.out)*int(unsafe.Sizeof(message.Message{})) + cap(a.st.pending)*int(unsafe.Sizeof(""))
-	if ids := a.st.ids; ids != nil {
-		for k, v := range ids.m {
-			n += len(k) + len(v) + 64
+	return cap(a.out)*int(unsafe.Sizeof(message.Message{})) + cap(a.st.pending)*int(unsafe.Sizeof("")) + a.st.idBytes
+}
+
+// Estimated bytes of an entry of the id maps: a mapped id (besides its
+// two strings' bytes), a rewritten id in use, a call id (besides its
+// bytes).
+const (
+	mappedIDBytes = 64
+	usedIDBytes   = 32
+	callIDBytes   = 32
+)
+
+// keep adds the ids and calls the messages prepared last added (newIDs,
+// newCalls) to st's, counting what they hold (idBytes).
+func (st *appendState) keep() {
+	if over := st.newIDs; over != nil {
+		kept := st.ids
+		if kept == nil {
+			kept = &idMapper{} // nothing kept: over becomes the kept mapper
 		}
-		n += len(ids.used) * 32
+		for k, v := range over.m {
+			if _, ok := kept.m[k]; !ok {
+				st.idBytes += len(k) + len(v) + mappedIDBytes
+			}
+		}
+		for k := range over.used {
+			if _, ok := kept.used[k]; !ok {
+				st.idBytes += usedIDBytes
+			}
+		}
+		if st.ids == nil {
+			st.ids = over
+		} else {
+			st.ids.merge(over)
+		}
 	}
-	for k := range a.st.calls {
-		n += len(k) + 32
+	if st.calls == nil {
+		st.calls = map[string]struct{}{}
 	}
-	return n
+	for id := range st.newCalls {
+		if _, ok := st.calls[id]; !ok {
+			st.idBytes += len(id) + callIDBytes
+			st.calls[id] = struct{}{}
+		}
+	}
+	st.newIDs, st.newCalls = nil, nil
 }
 
 // Kept is how many final messages a keeps for its history: the results
@@ -122,20 +160,7 @@ func (a *Appender) Extend(req Request) bool {
 		a.Reset()
 		return false
 	}
-	if st.newIDs != nil {
-		if st.ids == nil {
-			st.ids = st.newIDs
-		} else {
-			st.ids.merge(st.newIDs)
-		}
-	}
-	if st.calls == nil {
-		st.calls = map[string]struct{}{}
-	}
-	for id := range st.newCalls {
-		st.calls[id] = struct{}{}
-	}
-	st.newIDs, st.newCalls = nil, nil
+	st.keep()
 	a.out, a.st, a.n = out, st, len(req.Messages)
 	return true
 }

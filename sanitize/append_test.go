@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -180,6 +181,7 @@ func checkAppender(t *testing.T, seed uint64, steps int) (checked, appended int)
 				if len(a.out) > 0 && !reflect.DeepEqual(got, want) {
 					t.Fatalf("seed %d step %d %v: Extend of %d messages:\n got %+v\nwant %+v", seed, step, tg, len(hist), got, want)
 				}
+				checkBytes(t, &a, fmt.Sprintf("seed %d step %d %v", seed, step, tg))
 			}
 		}
 		// A request of the history and a turn in progress.
@@ -199,6 +201,31 @@ func checkAppender(t *testing.T, seed uint64, steps int) (checked, appended int)
 		g.pending = nil
 	}
 	return checked, appended
+}
+
+// walkBytes is Bytes as it was computed before the Appender kept a count:
+// a walk over its id maps.
+func walkBytes(a *Appender) int {
+	n := cap(a.out)*int(unsafe.Sizeof(message.Message{})) + cap(a.st.pending)*int(unsafe.Sizeof(""))
+	if ids := a.st.ids; ids != nil {
+		for k, v := range ids.m {
+			n += len(k) + len(v) + mappedIDBytes
+		}
+		n += len(ids.used) * usedIDBytes
+	}
+	for k := range a.st.calls {
+		n += len(k) + callIDBytes
+	}
+	return n
+}
+
+// checkBytes fails when a's counted Bytes is not what a walk of its maps
+// finds.
+func checkBytes(t *testing.T, a *Appender, where string) {
+	t.Helper()
+	if got, want := a.Bytes(), walkBytes(a); got != want {
+		t.Fatalf("%s: Bytes %d, a walk of its maps %d", where, got, want)
+	}
 }
 
 // TestAppenderMatchesPrepare: for random sessions and random sequences of
@@ -292,6 +319,7 @@ func TestAppenderRewritesIDs(t *testing.T) {
 				if want := PrepareFinal(req(hist)); !reflect.DeepEqual(a.out, want) {
 					t.Fatalf("%v turn %d (%q): Extend:\n got %+v\nwant %+v", tg, i, id, a.out, want)
 				}
+				checkBytes(t, &a, fmt.Sprintf("%v turn %d (%q)", tg, i, id))
 			}
 		}
 		if appended < 4 {

@@ -9,6 +9,7 @@ import (
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/anthropic"
 	"github.com/lanefleet/lanefleet/redact"
+	"github.com/lanefleet/lanefleet/secretexec"
 )
 
 // fleetAuth is runner.Auth over the fleet's auth bucket and the member's
@@ -17,6 +18,9 @@ type fleetAuth struct {
 	s     *authstore.Store
 	creds *authprofile.Store
 	env   func(string) string // where profiles' env: secret references look
+	// exec holds the operator's exec secret providers' values (nil:
+	// none runs).
+	exec *secretexec.Values
 	// seen masks what profiles' secret references resolve to (nil: none).
 	seen *seenSecrets
 	// oauth holds the Anthropic OAuth profiles' tokens (nil: none).
@@ -46,13 +50,15 @@ func (a fleetAuth) NoteSecret(profile string, s provider.Secret) {
 	a.seen.last.Store(profile, v)
 }
 
-// SecretEnv reads the fleet's environment for env: secret references
-// (runner.SecretEnv), as LoadCredentials checked them at start.
-func (a fleetAuth) SecretEnv(name string) string {
-	if a.env == nil {
-		return ""
+// SecretSources are where profiles' secret references are read
+// (runner.SecretSources), as LoadCredentials checked them at start: the
+// fleet's environment, and the exec providers' values in memory.
+func (a fleetAuth) SecretSources() authprofile.SecretSources {
+	src := authprofile.SecretSources{Env: a.env}
+	if a.exec != nil {
+		src.Exec = a.exec.Secret
 	}
-	return a.env(name)
+	return src
 }
 
 func (a fleetAuth) Snapshot() (authprofile.Store, authprofile.Config) {

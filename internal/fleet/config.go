@@ -127,6 +127,10 @@ type Config struct {
 	// AuthProfiles is an auth-profiles.json file of API keys and tokens;
 	// keys in the environment (ANTHROPIC_API_KEY, ...) are profiles too.
 	AuthProfiles string
+	// SecretExec runs the exec secret providers AuthProfiles declares
+	// for its profiles' exec:PROVIDER:ID references (package
+	// secretexec); without it such a reference stops the worker at start.
+	SecretExec bool
 	// AllowAuthPins are the auth profiles a message or a session's
 	// settings may pin its turns to: profile ids or glob patterns
 	// (authprofile.Pins). Empty: none. A turn pinned to another, to a

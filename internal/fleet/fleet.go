@@ -57,6 +57,7 @@ import (
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/sandbox"
 	"github.com/lanefleet/lanefleet/schedstore"
+	"github.com/lanefleet/lanefleet/secretexec"
 	"github.com/lanefleet/lanefleet/sessionindex"
 	"github.com/lanefleet/lanefleet/tools"
 	"github.com/lanefleet/lanefleet/tools/remote"
@@ -106,6 +107,9 @@ type Member struct {
 	log          zerolog.Logger
 	obs          observer
 	creds        *authprofile.Store // the member's auth profiles
+	// secretExec holds the exec secret providers' values (nil: none
+	// runs); Run refreshes them.
+	secretExec *secretexec.Values
 	// metricsSrv serves /metrics, /healthz and /readyz; nil when off.
 	metricsSrv *metrics.Server
 	// storeLock keeps a second embedded server off the data directory.
@@ -315,11 +319,11 @@ func (m *Member) buildModels(ctx context.Context) (*registry.Resolver, error) {
 	if m.pins, err = authprofile.NewPins(cfg.AllowAuthPins...); err != nil {
 		return nil, fmt.Errorf("fleet: --allow-auth-pins: %w", err)
 	}
-	creds, err := authstore.LoadCredentials(cfg.AuthProfiles, cfg.Env)
+	creds, exec, err := authstore.LoadCredentials(ctx, authstore.CredentialsConfig{Path: cfg.AuthProfiles, Env: cfg.Env, SecretExec: cfg.SecretExec})
 	if err != nil {
 		return nil, err
 	}
-	m.creds = creds
+	m.creds, m.secretExec = creds, exec
 	if m.models, err = res.Policy(m.defaultModel, cfg.Fallbacks, cfg.AllowModels, creds); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
@@ -328,7 +332,7 @@ func (m *Member) buildModels(ctx context.Context) (*registry.Resolver, error) {
 	for _, ref := range append([]string{m.defaultModel}, cfg.Fallbacks...) {
 		m.obs.metrics.Expect(res.Canonical(ref))
 	}
-	if short := cfg.Redactor.Add(secrets(cfg, creds)...); len(short) > 0 {
+	if short := cfg.Redactor.Add(secrets(cfg, creds, fleetAuth{env: cfg.Env, exec: exec}.SecretSources())...); len(short) > 0 {
 		m.log.Warn().Int("count", len(short)).Int("min_bytes", redact.MinLen).Msg("configured secrets too short to be masked in events, transcripts and logs")
 	}
 	return res, nil
@@ -397,7 +401,7 @@ func (m *Member) runnerConfig(ctx context.Context, res *registry.Resolver) (runn
 		}
 	}
 	rcfg := runner.Config{DefaultModel: m.defaultModel, Fallbacks: cfg.Fallbacks, Resolver: resolver, Logger: cfg.Logger,
-		Auth: fleetAuth{s: m.Auth, creds: m.creds, env: cfg.Env, seen: &seenSecrets{red: cfg.Redactor}, oauth: m.oauth}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
+		Auth: fleetAuth{s: m.Auth, creds: m.creds, env: cfg.Env, exec: m.secretExec, seen: &seenSecrets{red: cfg.Redactor}, oauth: m.oauth}, Tools: ts, Compactor: compactor, AttemptTimeout: cfg.AttemptTimeout,
 		MaxToolIterations: cfg.MaxToolIterations, MaxToolRepeats: cfg.MaxToolRepeats, Retry: cfg.Retry, ToolPolicy: cfg.ToolPolicy,
 		MemoryFlush: cfg.MemoryTools && !cfg.NoMemoryFlush}
 	if m.budgets != nil {
@@ -592,6 +596,23 @@ func (m *Member) Run(ctx context.Context) error {
 		go func() {
 			defer close(done)
 			m.runSchedules(sctx)
+		}()
+		defer func() { cancel(); <-done }()
+	}
+	if m.secretExec != nil {
+		ectx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			// A failed refresh keeps the last values; what it says
+			// names the provider, never what the command printed.
+			m.secretExec.Run(ectx, func(vals []provider.Secret) {
+				for _, v := range vals {
+					m.cfg.Redactor.Add(secretForms(v.Reveal())...) // before any call uses it
+				}
+			}, func(err error) {
+				m.log.Warn().Err(err).Msg("exec secret provider refresh failed; the last values stay in use")
+			})
 		}()
 		defer func() { cancel(); <-done }()
 	}

@@ -64,7 +64,7 @@ func (a fleetAuth) AccessToken(ctx context.Context, p authprofile.Profile) (prov
 	if a.oauth == nil || !fleetOAuth(p) {
 		return "", false, nil
 	}
-	refresh, err := p.RefreshSecret(a.SecretEnv)
+	refresh, err := p.RefreshSecret(a.SecretSources())
 	if err != nil {
 		return "", true, err
 	}
@@ -77,7 +77,7 @@ func (a fleetAuth) Rejected(p authprofile.Profile, tok provider.Secret) bool {
 	if a.oauth == nil || !fleetOAuth(p) {
 		return false
 	}
-	refresh, err := p.RefreshSecret(a.SecretEnv)
+	refresh, err := p.RefreshSecret(a.SecretSources())
 	if err != nil {
 		return false
 	}

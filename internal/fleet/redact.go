@@ -27,10 +27,11 @@ import (
 // logs (see the masking below): provider keys in the environment or given
 // for the --openai-compatible server, every auth profile's key (and each
 // half of an AWS access key pair) and tokens (a keyRef's or tokenRef's
-// value as it reads at start),
+// value, and a refreshRef's, as they read at start from src, an exec
+// provider's included),
 // the NATS password (given or in the URL) or token, the NKey seed and
 // credentials files, and the skills' API keys.
-func secrets(cfg Config, creds *authprofile.Store) []string {
+func secrets(cfg Config, creds *authprofile.Store, src authprofile.SecretSources) []string {
 	out := []string{cfg.Password, cfg.OpenAICompatibleKey, cfg.Env(BraveKeyEnv)}
 	for _, p := range catalog.Providers() {
 		for _, name := range p.KeyEnv {
@@ -43,8 +44,13 @@ func secrets(cfg Config, creds *authprofile.Store) []string {
 			out = append(out, secretForms(p.Key.Reveal())...)
 			if p.KeyRef != "" || p.TokenRef != "" {
 				// A secret held by reference, as it reads at start.
-				if k, err := p.Secret(cfg.Env); err == nil {
+				if k, err := p.Secret(src); err == nil {
 					out = append(out, secretForms(k.Reveal())...)
+				}
+			}
+			if p.RefreshRef != "" {
+				if r, err := p.RefreshSecret(src); err == nil {
+					out = append(out, r.Reveal())
 				}
 			}
 		}

@@ -12,7 +12,7 @@ import (
 func TestSecretsSplitAccessKeyPairs(t *testing.T) {
 	t.Parallel()
 	const pair = "AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-	got := secrets(Config{Env: func(string) string { return "" }}, &authprofile.Store{Profiles: []authprofile.Profile{{ID: "bedrock:a", Provider: "bedrock", Key: pair}}})
+	got := secrets(Config{Env: func(string) string { return "" }}, &authprofile.Store{Profiles: []authprofile.Profile{{ID: "bedrock:a", Provider: "bedrock", Key: pair}}}, authprofile.SecretSources{})
 	for _, want := range []string{pair, "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("%q not masked", want)

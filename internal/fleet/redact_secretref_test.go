@@ -6,20 +6,38 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
+	"github.com/lanefleet/lanefleet/secretexec"
 )
 
 // TestSecretsResolveRefs: a profile whose key is held by reference (an
-// environment variable, a file) is masked with the value the reference
-// reads at start.
+// environment variable, a file, an exec provider's value) is masked with
+// the value the reference reads at start; an OAuth profile's refreshRef
+// too (before, a refresh token held by reference was not masked).
 func TestSecretsResolveRefs(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "key")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "key")
 	if err := os.WriteFile(path, []byte("sk-from-file-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A real exec provider: /bin/sh running a script that prints the
+	// protocol's answer.
+	script := filepath.Join(dir, "vault.sh")
+	if err := os.WriteFile(script, []byte(`printf '{"protocolVersion":1,"values":{"openai/team":"sk-from-exec-0123456789abcdef","claude/refresh":"sk-ant-ort01-from-exec-0123456789"}}'`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vals, err := secretexec.New(map[string]secretexec.Provider{"vault": {Name: "vault", Command: "/bin/sh", Args: []string{script},
+		Timeout: time.Minute, MaxOutputBytes: 1024, JSONOnly: true, Refresh: time.Hour}}, map[string][]string{"vault": {"openai/team", "claude/refresh"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vals.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	env := func(k string) string {
@@ -31,8 +49,10 @@ func TestSecretsResolveRefs(t *testing.T) {
 	got := secrets(Config{Env: env}, &authprofile.Store{Profiles: []authprofile.Profile{
 		{ID: "openai:a", Provider: "openai", Type: authprofile.TypeAPIKey, KeyRef: "env:TEAM_OPENAI_KEY"},
 		{ID: "anthropic:b", Provider: "anthropic", Type: authprofile.TypeToken, TokenRef: "file:" + path},
-	}})
-	for _, want := range []string{"sk-from-env-0123456789abcdef", "sk-from-file-0123456789abcdef"} {
+		{ID: "openai:c", Provider: "openai", Type: authprofile.TypeAPIKey, KeyRef: "exec:vault:openai/team"},
+		{ID: "anthropic:d", Provider: "anthropic", Type: authprofile.TypeOAuth, RefreshRef: "exec:vault:claude/refresh"},
+	}}, fleetAuth{env: env, exec: vals}.SecretSources())
+	for _, want := range []string{"sk-from-env-0123456789abcdef", "sk-from-file-0123456789abcdef", "sk-from-exec-0123456789abcdef", "sk-ant-ort01-from-exec-0123456789"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("%q not masked", want)
 		}

@@ -348,15 +348,10 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 	// The beats go on until the reply is ready, not only while the tool
 	// runs: encoding a result of megabytes of images can outlast the
 	// caller's silence on a busy machine. None follows the reply.
-	stopBeats := func() {
-		if beats != nil {
-			beats.stop()
-		}
-	}
-	defer stopBeats() // also when encoding panics; stop is idempotent
+	defer beats.stop() // also when encoding panics; stop is idempotent
 
 	if err != nil {
-		stopBeats()
+		beats.stop()
 		st.errors.Add(1)
 		switch cause := context.Cause(ctx); {
 		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
@@ -377,7 +372,7 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 		return
 	}
 	data, err := encodeResult(res, s.cfg.MaxResultChars, s.maxPayload())
-	stopBeats()
+	beats.stop()
 	if err != nil {
 		st.errors.Add(1)
 		s.respondError(in, CodeTooLarge, fmt.Sprintf("tool %s produced a result too large to send (over %d bytes even with its text cut); ask for less, e.g. fewer images", name, s.maxPayload()))
@@ -514,8 +509,12 @@ func (s *Service) beat(to answer.To, name string, every time.Duration) *heartbea
 	return h
 }
 
-// stop ends the beats; none is sent once it returns.
+// stop ends the beats; none is sent once it returns. A nil heartbeat
+// (a call that asked for none) has nothing to stop.
 func (h *heartbeat) stop() {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.stopped = true

@@ -71,7 +71,7 @@ func main() {
 	flag.IntVar(&o.latencyN, "latency-n", 1500, "messages in the latency run")
 	flag.IntVar(&o.latencyRate, "latency-rate", 100, "offered load of the latency run, turns/s")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "lanes per worker")
-	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency), sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all), turns (real turns against a local OpenAI-compatible model over HTTP through the Go client, next to calling the model directly; not part of all), fair (many continuously-sending sessions over few slots, with and without fair scheduling; not part of all) inflight (memory per turn in flight; not part of all) soak (a long-running worker: RSS, heap and turns/s after each of -soak-rounds rounds; not part of all) or gateway (the same loads through the Go client and through the HTTP gateway, each client in a child process, the fleet process's latency and CPU per turn compared; not part of all) or schedules (an idle worker's CPU and RSS holding no schedule and holding -schedules of them; not part of all) or takeover (-takeover-kills SIGKILLs of worker processes mid-turn: death → resumed turn start p50/p99, repeated side effects, lost messages, next to the AckWait baseline; not part of all) or listing (the sessions listing's pages at -listing-sessions sessions through the session index, next to the listing without one at -listing-baseline; not part of all)")
+	flag.StringVar(&o.scenario, "scenario", "all", "what to run: all, lanes (throughput and turn latency), events (delta throughput and latency), sessions (100,000 sessions × 2 turns: memory, store and times per session; not part of all), turns (real turns against a local OpenAI-compatible model over HTTP through the Go client, next to calling the model directly; not part of all), fair (many continuously-sending sessions over few slots, with and without fair scheduling; not part of all) inflight (memory per turn in flight; not part of all) soak (a long-running worker: RSS, heap and turns/s after each of -soak-rounds rounds; not part of all) or gateway (the same loads through the Go client and through the HTTP gateway, each client in a child process, the fleet process's latency and CPU per turn compared; not part of all) or schedules (an idle worker's CPU and RSS holding no schedule and holding -schedules of them; not part of all) or takeover (-takeover-kills SIGKILLs of worker processes mid-turn: death → resumed turn start p50/p99, repeated side effects, lost messages, next to the AckWait baseline; not part of all) or cluster (a 3-node cluster of nats-server processes, R3, against one node, R1, each with 1, 2 and 3 worker processes and an instant and a 1 s model: turns/s, latency, CPU per turn and what a turn asks of the servers; not part of all) or listing (the sessions listing's pages at -listing-sessions sessions through the session index, next to the listing without one at -listing-baseline; not part of all)")
 	flag.IntVar(&o.fair.sessions, "fair-sessions", 256, "fair: sessions sending continuously")
 	flag.IntVar(&o.fair.slots, "fair-slots", 64, "fair: the worker's concurrency")
 	flag.IntVar(&o.fair.queued, "fair-queued", 2, "fair: messages each session keeps queued")
@@ -149,12 +149,14 @@ func run(o options) error {
 		return takeoverBench(o)
 	case "listing":
 		return listingBench(o)
+	case "cluster":
+		return clusterBench(o)
 	case "events":
 		fmt.Printf("lanebench: sync_interval %s, R1 file store, GOMAXPROCS %d\n",
 			map[bool]string{true: "always", false: "default (2m)"}[o.sync], runtime.GOMAXPROCS(0))
 		return eventsBench(o)
 	}
-	return fmt.Errorf("unknown -scenario %q (all, lanes, events, sessions, turns, fair, inflight, soak, gateway, schedules, takeover, listing)", o.scenario)
+	return fmt.Errorf("unknown -scenario %q (all, lanes, events, sessions, turns, fair, inflight, soak, gateway, schedules, takeover, listing, cluster)", o.scenario)
 }
 
 func lanesBench(o options) error {
