@@ -78,6 +78,9 @@ type laneState struct {
 	// ids are the lane's message ids for de-duplication: the newest
 	// record's, then those of every message this drain read.
 	ids *queue.IDs
+	// first is the lane's first message, read with its cursor when the
+	// drain began (firstLook); the drain's first look takes it. nil = none.
+	first *jetstream.RawStreamMsg
 	// tx is the lane's transcript as this drain knows it; nil = not read
 	// yet (see readHistory).
 	tx *transcript
