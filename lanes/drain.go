@@ -23,7 +23,8 @@ var errShuttingDown = errors.New("lanes: worker stopping")
 func (o *owner) drain(ctx context.Context) bool {
 	// The lane's first message is read while the cursor is: one round
 	// trip less before the first turn (see firstLook).
-	first := o.firstLook(ctx)
+	from := max(o.lane.cursor.Seq, o.w.transcripts.inboundOf(o.token))
+	first := o.firstLook(ctx, from)
 	c, err := o.readCursor(ctx)
 	if err != nil {
 		<-first
@@ -31,7 +32,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		return false
 	}
 	o.lane.first = nil
-	if f := <-first; f.err == nil && f.raw.Sequence > c.Seq {
+	if f := <-first; f.err == nil && from <= c.Seq && f.raw.Sequence > c.Seq {
 		o.lane.first = f.raw
 	}
 	o.lane.cursor = c
@@ -147,18 +148,18 @@ type looked struct {
 	err error
 }
 
-// firstLook reads the lane's first stored message, in the background,
-// once the lease is held. Read after the lease was taken, it is the first
-// message after the cursor whenever its sequence is past the cursor's:
-// only the lease's holder deletes the lane's messages, and new ones come
-// after it. So a drain whose cursor it passes (a new lane, or one whose
-// processed messages are all deleted, as every release leaves it) starts
-// with it instead of asking for the message after the cursor once the
-// cursor is read; otherwise it is dropped and look reads as usual.
-func (o *owner) firstLook(ctx context.Context) <-chan looked {
+// firstLook reads the lane's first message after from (a guess at the
+// cursor: the one this owner last knew, or the newest record this worker
+// committed), in the background, once the lease is held. Read after the
+// lease was taken, it is the first message after the cursor whenever from
+// is at or before the cursor and the message past it: only the lease's
+// holder deletes the lane's messages, and new ones come after it. So a
+// drain starts with it instead of asking for the message after the cursor
+// once the cursor is read; otherwise it is dropped and look reads as usual.
+func (o *owner) firstLook(ctx context.Context, from uint64) <-chan looked {
 	out := make(chan looked, 1)
 	go func() {
-		raw, err := o.next(ctx, 0)
+		raw, err := o.next(ctx, from)
 		out <- looked{raw, err}
 	}()
 	return out
