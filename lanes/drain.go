@@ -25,6 +25,8 @@ func (o *owner) drain(ctx context.Context) bool {
 	// trip less before the first turn (see firstLook).
 	from := max(o.lane.cursor.Seq, o.w.transcripts.inboundOf(o.token))
 	first := o.firstLook(ctx, from)
+	o.openAhead(ctx, from)
+	defer o.takeAhead(0) // a run opened ahead and not run is retired
 	c, err := o.readCursor(ctx)
 	if err != nil {
 		<-first

@@ -67,6 +67,10 @@ type ownerLease struct {
 	// triggerGone: the trigger's message was deleted (an earlier owner
 	// processed it), so the trigger cannot be handed back: no yield.
 	triggerGone, triggerChecked bool
+	// ahead is the trigger's run, opened while the drain began (see
+	// openAhead); nil once taken or dropped. aheadTried: it was started.
+	ahead      *aheadOpen
+	aheadTried bool
 }
 
 // laneState is what the owner's drain knows of its lane: where its cursor
