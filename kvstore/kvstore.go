@@ -100,6 +100,9 @@ type Lanes struct {
 	steps  jetstream.Stream // the step journals (nil for a reader bound to a fleet without one)
 	cfg    Config
 	prefix string // "$KV.<bucket>."
+	// released: the lanes this process released, and their markers (see
+	// Release); nil for a reader (Bind), which takes no lease.
+	released *releasedRevs
 }
 
 // Open creates the bucket when missing, makes sure its stream serves reads
@@ -138,7 +141,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Lanes, erro
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Lanes{js: js, kv: kv, stream: stream, steps: steps, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
+	return &Lanes{js: js, kv: kv, stream: stream, steps: steps, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".", released: &releasedRevs{}}, nil
 }
 
 // DirectGet says whether a stream or bucket of this many replicas serves

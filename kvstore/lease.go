@@ -74,6 +74,20 @@ func (l *Lanes) Acquire(ctx context.Context, token string, info LeaseInfo) (*Lea
 		return nil, err
 	}
 	key := leaseKey(token)
+	if marker := l.released.take(token); marker != 0 {
+		// This process released the lane last: if its marker is still the
+		// key's last message, nobody took the lane since, and one write
+		// takes it (kv.Create would first fail on the marker, then read it).
+		ack, err := l.js.Publish(ctx, l.prefix+key, val,
+			jetstream.WithExpectLastSequencePerSubject(marker), jetstream.WithMsgTTL(l.cfg.LeaseTTL))
+		if err == nil {
+			return &Lease{lanes: l, token: token, value: val, rev: ack.Sequence}, nil
+		}
+		if busy, mismatch := WriteConflict(err); !busy && !mismatch {
+			return nil, fmt.Errorf("kvstore: acquire %s: %w", token, err)
+		}
+		// The key moved on since the release: decide as for any lane.
+	}
 	for attempt := 0; ; attempt++ {
 		rev, err := l.kv.Create(ctx, key, val, jetstream.KeyTTL(l.cfg.LeaseTTL))
 		if err == nil {
@@ -219,18 +233,81 @@ func (s *Lease) Renew(ctx context.Context) error {
 	})
 }
 
-// Release gives the lease up. Releasing a lease that is already lost is not
-// an error.
+// Release gives the lease up: a purge marker (as kv.Purge writes it, with
+// the marker TTL) expecting the lease's revision. Releasing a lease that is
+// already lost is not an error. The marker's revision is remembered, so
+// this process's next Acquire of the lane takes it in one write.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var marker uint64
 	err := s.fenced(ctx, "release", func(rev uint64) error {
-		return s.lanes.kv.Purge(ctx, leaseKey(s.token), jetstream.LastRevision(rev), jetstream.PurgeTTL(s.lanes.cfg.MarkerTTL))
+		m := nats.NewMsg(s.lanes.prefix + leaseKey(s.token))
+		m.Header.Set(kvOperation, kvPurge)
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+		ack, err := s.lanes.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(s.lanes.cfg.MarkerTTL))
+		if err == nil {
+			marker = ack.Sequence
+		}
+		return err
 	})
 	if errors.Is(err, ErrLeaseLost) {
 		return nil
 	}
+	if err == nil {
+		s.lanes.released.put(s.token, marker)
+	}
 	return err
+}
+
+// The KV operation header of a purge marker (nats.go's kv.Purge).
+const (
+	kvOperation = "KV-Operation"
+	kvPurge     = "PURGE"
+)
+
+// releasedMax bounds the lanes whose release marker a process remembers.
+const releasedMax = 4096
+
+// releasedRevs remembers, per lane, the revision of the purge marker this
+// process's last Release of it wrote, for at most releasedMax lanes (a full
+// table forgets one lane for each new one). Acquire takes the lane's out
+// and expects it: a remembered revision that is no longer the lease key's
+// last message only costs that one refused write.
+type releasedRevs struct {
+	mu  sync.Mutex
+	rev map[string]uint64
+}
+
+func (r *releasedRevs) put(token string, rev uint64) {
+	if r == nil || rev == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rev == nil {
+		r.rev = make(map[string]uint64)
+	}
+	if _, ok := r.rev[token]; !ok && len(r.rev) >= releasedMax {
+		for t := range r.rev {
+			delete(r.rev, t)
+			break
+		}
+	}
+	r.rev[token] = rev
+}
+
+// take returns the lane's remembered marker revision (0: none) and forgets it.
+func (r *releasedRevs) take(token string) uint64 {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rev := r.rev[token]
+	delete(r.rev, token)
+	return rev
 }
 
 // put writes key under the fence: the server stores it only while the lease

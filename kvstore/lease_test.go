@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/internal/natstest"
@@ -281,5 +282,71 @@ func TestLeaseState(t *testing.T) {
 	}
 	if st := state(); st.Held || st.Lapsed.IsZero() || st.HeldBy("w2", time.Now()) != HoldingLapsed {
 		t.Fatalf("a lapsed lease: %+v", st)
+	}
+}
+
+// TestReacquireAfterRelease: a process that released a lane takes it again
+// in one write (it expects its own release marker) instead of kv.Create's
+// refused write, read and write; a marker someone else moved past since
+// (another owner took the lane, and held or released it) is found out, and
+// the lane is then decided as any other: held (ErrHeld) or taken.
+func TestReacquireAfterRelease(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	open := func() (*Lanes, *nats.Conn) {
+		nc := natstest.Connect(t, srv.URL)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(t.Context(), js, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, nc
+	}
+	a, anc := open()
+	b, _ := open()
+	ctx := t.Context()
+	take := func(l *Lanes, who string) *Lease {
+		t.Helper()
+		lease, err := l.Acquire(ctx, "carol", LeaseInfo{Worker: who})
+		if err != nil {
+			t.Fatalf("%s acquire: %v", who, err)
+		}
+		return lease
+	}
+	release := func(l *Lease) {
+		t.Helper()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release(take(a, "a"))
+
+	sent := anc.Stats().OutMsgs
+	again := take(a, "a")
+	if n := anc.Stats().OutMsgs - sent; n != 1 {
+		t.Errorf("taking back a lane this process released sent %d messages, want 1 write", n)
+	}
+	if _, err := again.PutRecord(ctx, Record{InboundSeq: 1}); err != nil {
+		t.Fatalf("write through the lease taken back: %v", err)
+	}
+	release(again)
+
+	// b takes the lane after a's release: a's marker is stale, and a finds
+	// the lane held.
+	held := take(b, "b")
+	if _, err := a.Acquire(ctx, "carol", LeaseInfo{Worker: "a"}); !errors.Is(err, ErrHeld) {
+		t.Fatalf("acquire of a lane another process took since: %v, want ErrHeld", err)
+	}
+	if _, err := again.PutRecord(ctx, Record{InboundSeq: 2}); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("write through a released lease: %v, want ErrLeaseLost", err)
+	}
+	release(held)
+	release(take(a, "a")) // b's marker: a's own is forgotten, the lane is free
+	release(take(b, "b"))
+	if l := take(a, "a"); l == nil {
+		t.Fatal("no lease")
 	}
 }

@@ -341,6 +341,9 @@
 // claimed the run, the stream refuses every event of the older one (a
 // worker paused past its lease, say), which halts at the first refusal and
 // ends its work on the lane; a run's final event is published at most once.
+// A new owner claims its trigger's run while it reads the lane's cursor
+// (the run it nearly always runs first), and retires that claim unused if
+// another message runs first.
 // Each attempt claims the run anew (the marker names its claim, too): an
 // owner that retries a failed attempt under the same lease fences the
 // failed attempt's emitter the same way, and retires it before the retry

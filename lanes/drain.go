@@ -21,10 +21,21 @@ var errShuttingDown = errors.New("lanes: worker stopping")
 // worker shuts down, or the lease is lost. It reports true when a fenced write
 // found the lease lost.
 func (o *owner) drain(ctx context.Context) bool {
+	// The lane's first message is read while the cursor is: one round
+	// trip less before the first turn (see firstLook).
+	from := max(o.lane.cursor.Seq, o.w.transcripts.inboundOf(o.token))
+	first := o.firstLook(ctx, from)
+	o.openAhead(ctx, from)
+	defer o.takeAhead(0) // a run opened ahead and not run is retired
 	c, err := o.readCursor(ctx)
 	if err != nil {
+		<-first
 		o.log.Warn().Err(err).Msg("read cursor and settings")
 		return false
+	}
+	o.lane.first = nil
+	if f := <-first; f.err == nil && from <= c.Seq && f.raw.Sequence > c.Seq {
+		o.lane.first = f.raw
 	}
 	o.lane.cursor = c
 	o.lane.ids = queue.NewIDs(o.w.streams.cfg.DedupeWindow, c.IDs)
@@ -104,6 +115,12 @@ func (o *owner) drain(ctx context.Context) bool {
 // is known to be empty: no read (the release reads it again anyway), unless
 // a message arrives while the owner lingers.
 func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+	if raw := o.lane.first; raw != nil {
+		o.lane.first = nil
+		if raw.Sequence > o.lane.cursor.Seq {
+			return raw, nil
+		}
+	}
 	if !o.quiet.empty(o.lane.cursor.Seq, o.w.nc.Stats().Reconnects) {
 		return o.next(ctx, o.lane.cursor.Seq)
 	}
@@ -125,6 +142,29 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 		o.w.stats.LingerHits.Add(1)
 	}
 	return raw, err
+}
+
+// looked is a read of the lane's next message.
+type looked struct {
+	raw *jetstream.RawStreamMsg
+	err error
+}
+
+// firstLook reads the lane's first message after from (a guess at the
+// cursor: the one this owner last knew, or the newest record this worker
+// committed), in the background, once the lease is held. Read after the
+// lease was taken, it is the first message after the cursor whenever from
+// is at or before the cursor and the message past it: only the lease's
+// holder deletes the lane's messages, and new ones come after it. So a
+// drain starts with it instead of asking for the message after the cursor
+// once the cursor is read; otherwise it is dropped and look reads as usual.
+func (o *owner) firstLook(ctx context.Context, from uint64) <-chan looked {
+	out := make(chan looked, 1)
+	go func() {
+		raw, err := o.next(ctx, from)
+		out <- looked{raw, err}
+	}()
+	return out
 }
 
 // fits charges the owner's slot for the message it is about to run, when

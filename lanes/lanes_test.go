@@ -573,3 +573,32 @@ func cutHalfway(started, cutSeen chan struct{}) Handler {
 			{Type: message.EntryMessage, ID: "a-long", Message: &half}}}, context.Cause(ctx)
 	})
 }
+
+// TestDrainStartsAfterTheCursor: a drain reads the lane's first message
+// while it reads the cursor, and starts with it only when it lies past the
+// cursor; a processed message still on the lane (its turn committed
+// elsewhere, the message not deleted) is never run again, and the message
+// after it is.
+func TestDrainStartsAfterTheCursor(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 5*time.Second, 5*time.Second)
+	const key = "left"
+	tok, _ := events.KeyToken(key)
+	one := f.publish(t, key, "one")
+	lease := f.takeLane(t, tok)
+	if _, err := lease.PutRecord(t.Context(), kvstore.Record{InboundSeq: one, RunID: "elsewhere", SessionID: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h := &echoHandler{}
+	f.startWorker(t, h, Config{})
+	two := f.publish(t, key, "two")
+	f.waitFinal(t, key, two)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if got := h.seen[key]; len(got) != 1 || got[0] != "two" {
+		t.Fatalf("the lane ran %q, want only [two] (one was processed)", got)
+	}
+}

@@ -67,6 +67,10 @@ type ownerLease struct {
 	// triggerGone: the trigger's message was deleted (an earlier owner
 	// processed it), so the trigger cannot be handed back: no yield.
 	triggerGone, triggerChecked bool
+	// ahead is the trigger's run, opened while the drain began (see
+	// openAhead); nil once taken or dropped. aheadTried: it was started.
+	ahead      *aheadOpen
+	aheadTried bool
 }
 
 // laneState is what the owner's drain knows of its lane: where its cursor
@@ -78,6 +82,9 @@ type laneState struct {
 	// ids are the lane's message ids for de-duplication: the newest
 	// record's, then those of every message this drain read.
 	ids *queue.IDs
+	// first is the lane's first message, read with its cursor when the
+	// drain began (firstLook); the drain's first look takes it. nil = none.
+	first *jetstream.RawStreamMsg
 	// tx is the lane's transcript as this drain knows it; nil = not read
 	// yet (see readHistory).
 	tx *transcript

@@ -252,6 +252,17 @@ func (c *transcripts) settingsOf(token string) (*events.Settings, uint64) {
 	return t.settings, t.settingsAt
 }
 
+// inboundOf returns the inbound sequence of the lane's newest record this
+// worker knows (0: none): a guess at the lane's cursor, for firstLook.
+func (c *transcripts) inboundOf(token string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.lanes.Peek(token); ok {
+		return t.inbound
+	}
+	return 0
+}
+
 // finalsStored reports whether the lane's newest transcript message is still
 // the record at stream sequence stored whose final events this worker
 // stored, and the connection has not reconnected since: then a new owner

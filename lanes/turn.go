@@ -329,11 +329,20 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	seq := p.run.raw.Sequence
 	run := strconv.FormatUint(seq, 10)
 	log := o.log.With().Str("run_id", run).Logger()
-	em := o.newEmitter(ctx, run, log, isJSON(p.run.raw))
 	if o.lane.cursor.SessionID == "" {
 		o.lane.cursor.SessionID = sessionfile.NewSessionID()
 	}
-	st, err := em.Open(ctx, o.lease.Revision())
+	var (
+		em  *fenced.Emitter
+		st  fenced.RunState
+		err error
+	)
+	if a := o.takeAhead(seq); a != nil {
+		em, st, err = a.em, a.st, a.err
+	} else {
+		em = o.newEmitter(ctx, run, log, isJSON(p.run.raw))
+		st, err = em.Open(ctx, o.lease.Revision())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -364,6 +373,63 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 		return a, o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", a.attempt)
 	}
 	return a, nil
+}
+
+// aheadOpen is the trigger's run opened ahead (see openAhead).
+type aheadOpen struct {
+	seq  uint64
+	em   *fenced.Emitter
+	done chan struct{} // closed when st and err are set
+	st   fenced.RunState
+	err  error
+}
+
+// openAhead opens the trigger's run (claims its events: fenced.Emitter.Open)
+// in the background while the owner's first drain reads the lane's cursor
+// and first message: the message a new owner runs first is nearly always
+// its trigger's, so its claim is then made by the time the turn opens (one
+// round trip less before the turn starts). The lease is held, so the claim
+// is this owner's to make, whichever message runs first: a run opened
+// ahead and not run (the cursor is past it, or an earlier message runs
+// first) is retired unused, and whoever opens it later claims it again over
+// this marker, as over any earlier claim. A lane the sweep took has no
+// trigger, and an owner that drains again (its lease taken anew) opens
+// nothing ahead, nor does one whose trigger's message is at or before done
+// (its guess at the cursor: the trigger of a yielded lane, say, which the
+// worker ran already).
+func (o *owner) openAhead(ctx context.Context, done uint64) {
+	if o.lease.trigger == nil || o.lease.aheadTried || o.lease.triggerSeq <= done {
+		return
+	}
+	o.lease.aheadTried = true
+	seq, trigger := o.lease.triggerSeq, o.lease.trigger
+	run := strconv.FormatUint(seq, 10)
+	a := &aheadOpen{seq: seq, done: make(chan struct{})}
+	a.em = o.newEmitter(ctx, run, o.log.With().Str("run_id", run).Logger(),
+		events.IsJSON(trigger.Headers().Get(events.HeaderContentType), trigger.Data()))
+	rev := o.lease.Revision()
+	go func() {
+		defer close(a.done)
+		a.st, a.err = a.em.Open(ctx, rev)
+	}()
+	o.lease.ahead = a
+}
+
+// takeAhead returns the run opened ahead when it is seq's, once its open
+// ended (nil: none, or another run's); a run opened ahead that is not seq's
+// is retired. Either way the owner holds none after.
+func (o *owner) takeAhead(seq uint64) *aheadOpen {
+	a := o.lease.ahead
+	if a == nil {
+		return nil
+	}
+	o.lease.ahead = nil
+	<-a.done
+	if a.seq != seq {
+		a.em.Retire()
+		return nil
+	}
+	return a
 }
 
 // loadHistory gets the transcript once per drain, before the turn counts as
