@@ -42,6 +42,7 @@ var (
 // soakSample is the process after one round, taken between turns.
 type soakSample struct {
 	turns      int64
+	total      int64 // turns since the start (warm-up included)
 	el         time.Duration
 	cpu        time.Duration // the process's CPU time over the round
 	rss        int64         // VmRSS
@@ -119,7 +120,7 @@ func soakBench(o options) error {
 		"held what the Go runtime keeps of the heap (live, garbage and free, not returned to the OS); KB/turn the RSS the round added per turn;\n"+
 		"ev subj/lanes keys: subjects stored in AGENT_EV and in the lanes bucket (the server keeps ~190 B of index per subject); whole%%: turns that read their whole transcript;\n"+
 		"cache MB: what the worker's transcript and context caches charge their entries (of %.0f MB); forgot: sessions the retention pass forgot in the round, lag s: how far behind the session TTL its last pass stopped\n\n", mb(int64(soakCacheMax(m))))
-	fmt.Printf("  %5s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s %8s %6s %5s\n", "round", "turns", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
+	fmt.Printf("  %5s %7s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s %8s %6s %5s\n", "round", "turns", "total", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
 		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%", "cache MB", "forgot", "lag s")
 
 	var total atomic.Int64
@@ -187,7 +188,7 @@ func soakBench(o options) error {
 		pause.Lock()
 		n, el, cpu := total.Load()-n0, time.Since(t0), cpuTime()-cpu0
 		s := soakTake(ctx, js, m, n)
-		s.el, s.cpu = el, cpu
+		s.el, s.cpu, s.total = el, cpu, total.Load()
 		soakPrint(strconv.Itoa(r), s, prev)
 		if r > 0 {
 			rounds = append(rounds, s)
@@ -287,7 +288,7 @@ func soakPrint(name string, s, prev soakSample) {
 		per = strconv.FormatFloat(float64(s.rss-prev.rss)/1024/float64(s.turns), 'f', 2, 64)
 		whole = strconv.FormatFloat(100*float64(s.whole-prev.whole)/float64(s.turns), 'f', 1, 64)
 	}
-	fmt.Printf("  %5s %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s %8.1f %6d %5.1f\n", name, s.turns, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
+	fmt.Printf("  %5s %7d %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s %8.1f %6d %5.1f\n", name, s.turns, s.total, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
 		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole, mb(int64(s.cache)), s.forgotten-prev.forgotten, s.lag.Seconds())
 }
 
