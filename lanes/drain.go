@@ -37,6 +37,12 @@ func (o *owner) drain(ctx context.Context) bool {
 	if f := <-first; f.err == nil && from <= c.Seq && f.raw.Sequence > c.Seq {
 		o.lane.first = f.raw
 	}
+	if a := o.lease.ahead; a != nil && a.seq <= c.Seq {
+		// The trigger's message ran already: its claim is over before
+		// publishOwed claims the same run's events (the two claims are
+		// under one lease, and the later one retires the other's writes).
+		o.takeAhead(0)
+	}
 	o.lane.cursor = c
 	o.lane.ids = queue.NewIDs(o.w.streams.cfg.DedupeWindow, c.IDs)
 	o.lane.tx = nil // another owner may have added to it since the last drain
