@@ -74,7 +74,7 @@ func (l *Lanes) Acquire(ctx context.Context, token string, info LeaseInfo) (*Lea
 		return nil, err
 	}
 	key := leaseKey(token)
-	if marker := l.released.take(token); marker != 0 {
+	if marker := l.released.take(token, time.Now(), l.cfg.MarkerTTL); marker != 0 {
 		// This process released the lane last: if its marker is still the
 		// key's last message, nobody took the lane since, and one write
 		// takes it (kv.Create would first fail on the marker, then read it).
@@ -256,7 +256,7 @@ func (s *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	if err == nil {
-		s.lanes.released.put(s.token, marker)
+		s.lanes.released.put(s.token, marker, time.Now())
 	}
 	return err
 }
@@ -271,23 +271,29 @@ const (
 const releasedMax = 4096
 
 // releasedRevs remembers, per lane, the revision of the purge marker this
-// process's last Release of it wrote, for at most releasedMax lanes (a full
-// table forgets one lane for each new one). Acquire takes the lane's out
-// and expects it: a remembered revision that is no longer the lease key's
-// last message only costs that one refused write.
+// process's last Release of it wrote, and when, for at most releasedMax
+// lanes (a full table forgets one lane for each new one). Acquire takes the
+// lane's out and expects it while the marker may still live (MarkerTTL): a
+// remembered revision that is no longer the lease key's last message only
+// costs that one refused write, which an expired marker would make certain.
 type releasedRevs struct {
 	mu  sync.Mutex
-	rev map[string]uint64
+	rev map[string]releasedRev
 }
 
-func (r *releasedRevs) put(token string, rev uint64) {
+type releasedRev struct {
+	rev uint64
+	at  time.Time
+}
+
+func (r *releasedRevs) put(token string, rev uint64, now time.Time) {
 	if r == nil || rev == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.rev == nil {
-		r.rev = make(map[string]uint64)
+		r.rev = make(map[string]releasedRev)
 	}
 	if _, ok := r.rev[token]; !ok && len(r.rev) >= releasedMax {
 		for t := range r.rev {
@@ -295,19 +301,26 @@ func (r *releasedRevs) put(token string, rev uint64) {
 			break
 		}
 	}
-	r.rev[token] = rev
+	r.rev[token] = releasedRev{rev, now}
 }
 
-// take returns the lane's remembered marker revision (0: none) and forgets it.
-func (r *releasedRevs) take(token string) uint64 {
+// take returns the lane's remembered marker revision (0: none, or one
+// written ttl or longer before now: the marker is gone) and forgets it.
+func (r *releasedRevs) take(token string, now time.Time, ttl time.Duration) uint64 {
 	if r == nil {
 		return 0
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rev := r.rev[token]
+	m, ok := r.rev[token]
+	if !ok {
+		return 0
+	}
 	delete(r.rev, token)
-	return rev
+	if now.Sub(m.at) >= ttl {
+		return 0
+	}
+	return m.rev
 }
 
 // put writes key under the fence: the server stores it only while the lease

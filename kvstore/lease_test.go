@@ -350,3 +350,23 @@ func TestReacquireAfterRelease(t *testing.T) {
 		t.Fatal("no lease")
 	}
 }
+
+// TestReleasedRevsForgetExpiredMarkers: a release marker remembered for
+// MarkerTTL or longer is not expected (the server removed it, so the write
+// would be refused and cost an extra round trip); a fresh one is, once.
+func TestReleasedRevsForgetExpiredMarkers(t *testing.T) {
+	t.Parallel()
+	var r releasedRevs
+	at := time.Unix(1000, 0)
+	r.put("carol", 7, at)
+	r.put("dave", 9, at)
+	if got := r.take("carol", at.Add(time.Minute-time.Millisecond), time.Minute); got != 7 {
+		t.Errorf("a marker younger than its TTL: %d, want 7", got)
+	}
+	if got := r.take("carol", at, time.Minute); got != 0 {
+		t.Errorf("a marker taken already: %d, want 0", got)
+	}
+	if got := r.take("dave", at.Add(time.Minute), time.Minute); got != 0 {
+		t.Errorf("a marker as old as its TTL: %d, want 0", got)
+	}
+}
