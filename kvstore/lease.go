@@ -237,7 +237,15 @@ func (s *Lease) Renew(ctx context.Context) error {
 // the marker TTL) expecting the lease's revision. Releasing a lease that is
 // already lost is not an error. The marker's revision is remembered, so
 // this process's next Acquire of the lane takes it in one write.
-func (s *Lease) Release(ctx context.Context) error {
+func (s *Lease) Release(ctx context.Context) error { return s.release(ctx, true) }
+
+// GiveUp is Release for a lease whose worker's life ended (declared
+// dead): its marker is not remembered, so this process takes the lane
+// again no faster than any other. The survivors, told of the death at
+// once, are the ones meant to take its lanes.
+func (s *Lease) GiveUp(ctx context.Context) error { return s.release(ctx, false) }
+
+func (s *Lease) release(ctx context.Context, remember bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var marker uint64
@@ -255,7 +263,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	if errors.Is(err, ErrLeaseLost) {
 		return nil
 	}
-	if err == nil {
+	if err == nil && remember {
 		s.lanes.released.put(s.token, marker, time.Now())
 	}
 	return err

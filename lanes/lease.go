@@ -32,12 +32,14 @@ func (o *owner) letGo(ctx context.Context, why string) {
 // life's leases, or nobody took the lanes over (no other worker, none
 // with a free slot, or this worker's own watch saw the end before its
 // beat did). Left held, the lane would wait out the lease TTL. The
-// release is fenced: a lease taken over already stays the survivor's.
+// release is fenced: a lease taken over already stays the survivor's; and
+// it is given up (kvstore.Lease.GiveUp), so this worker, under its new
+// life, retakes the lane no faster than the survivors do.
 func (o *owner) releaseDeadLease() {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	o.markHeld(false) // before the release: see markHeld
-	if err := o.lease.Release(ctx); err != nil {
+	if err := o.lease.GiveUp(ctx); err != nil {
 		o.log.Debug().Err(err).Msg("release the lease of a life that ended")
 	}
 }

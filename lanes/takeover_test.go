@@ -131,8 +131,13 @@ func TestDeclaredDeadWorkerFencedOut(t *testing.T) {
 	}
 	survivor, _ := f.livenessWorker(t, h, "survivor")
 	old := f.declareDead(t, victim)
-	if w := h.next(t); w != "survivor" {
-		t.Fatalf("second attempt ran on %s", w)
+	// The survivor, told of the death at once, nearly always re-runs the
+	// turn; on a starved machine the victim's next beat can come first,
+	// give the lease up, and its new life take the lane back. Either is
+	// right: what counts is that the old life's turn is fenced out.
+	second := h.next(t)
+	if second != "survivor" && second != "victim" {
+		t.Fatalf("second attempt ran on %s", second)
 	}
 	// The victim's held turn is told its lease is gone.
 	select {
@@ -145,8 +150,10 @@ func TestDeclaredDeadWorkerFencedOut(t *testing.T) {
 	}
 	f.waitFinal(t, "fenced", seq)
 	waitFor(t, "the victim under a new life", func() bool { cur := victim.life.Load(); return cur != nil && cur.key != old.key })
-	if n := survivor.Stats().TakenOver.Load(); n != 1 {
-		t.Fatalf("survivor took over %d lanes, want 1", n)
+	// (Taking the lease over, rather than sweeping the lane after the
+	// victim gave it up, is TestTakeoverAfterConnectionLoss's to show.)
+	if n := survivor.Stats().TakenOver.Load(); n > 1 {
+		t.Fatalf("survivor took over %d lanes, want at most 1", n)
 	}
 	// The victim's turn returned after its lane was taken: nothing of it
 	// is stored. Wait until the victim's owner is gone before counting.
