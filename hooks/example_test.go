@@ -56,10 +56,16 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	ctx := context.Background()
-	if err := reg.Refresh(ctx); err != nil {
-		fmt.Println(err)
-		return
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Discovery listens for one window; a busy machine can answer after
+	// it, and the next refresh finds the hook (a worker refreshes on its
+	// own, every RefreshInterval).
+	for !reg.Serves("guard", hooks.BeforeToolCall) {
+		if err := reg.Refresh(ctx); err != nil {
+			fmt.Println(err)
+			return
+		}
 	}
 	prepend, _ := agentprompt.RunHooks(ctx, reg.StartHooks(), agentprompt.HookInput{Prompt: "Anything new?"}, nil)
 	fmt.Println(agentprompt.JoinPrompt(prepend, "Anything new?"))

@@ -3,6 +3,7 @@ package hooks_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,7 +37,10 @@ func serve(t *testing.T, nc *nats.Conn, name string, h hooks.Hook) *hooks.Servic
 	return svc
 }
 
-func registry(t *testing.T, nc *nats.Conn, cfg hooks.Config) *hooks.Registry {
+// registry discovers cfg's hooks; it refreshes until each hook named in
+// wait is found serving kind (a busy machine can answer after a window,
+// which a worker's Run rides out the same way), for a minute at most.
+func registry(t *testing.T, nc *nats.Conn, cfg hooks.Config, kind hooks.Kind, wait ...string) *hooks.Registry {
 	t.Helper()
 	if cfg.Window == 0 {
 		cfg.Window = 200 * time.Millisecond
@@ -45,10 +49,19 @@ func registry(t *testing.T, nc *nats.Conn, cfg hooks.Config) *hooks.Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := r.Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		missing := slices.DeleteFunc(slices.Clone(wait), func(n string) bool { return r.Serves(n, kind) })
+		if len(missing) == 0 {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hooks %q not found serving %s", missing, kind)
+		}
 	}
-	return r
 }
 
 // TestStartHooks: listed hooks contribute in listed order (contexts joined,
@@ -77,7 +90,8 @@ func TestStartHooks(t *testing.T) {
 	serve(t, hc, "slow", start("slow", "", "", nil))
 	serve(t, hc, "unlisted", start("unlisted", "never", "never", nil))
 
-	r := registry(t, wc, hooks.Config{Names: []string{"second", "failing", "slow", "first", "missing"}, Timeout: time.Second})
+	r := registry(t, wc, hooks.Config{Names: []string{"second", "failing", "slow", "first", "missing"}, Timeout: time.Second},
+		hooks.BeforeAgentStart, "second", "failing", "slow", "first")
 	var warns []string
 	prepend, sys := agentprompt.RunHooks(t.Context(), r.StartHooks(), agentprompt.HookInput{Prompt: "hi", SessionKey: "s1"},
 		func(err error) { warns = append(warns, err.Error()) })
@@ -116,7 +130,7 @@ func TestBeforeToolCall(t *testing.T) {
 		}
 		return hooks.ToolCallResult{}, nil
 	}})
-	r := registry(t, wc, hooks.Config{Names: []string{"rewrite", "deny"}})
+	r := registry(t, wc, hooks.Config{Names: []string{"rewrite", "deny"}}, hooks.BeforeToolCall, "rewrite", "deny")
 	for _, tc := range []struct {
 		tool   string
 		block  bool
@@ -248,7 +262,7 @@ func TestDiscoveryRefuses(t *testing.T) {
 	nop := micro.HandlerFunc(func(req micro.Request) { _ = req.Respond([]byte(`{}`)) })
 	_ = svc.AddEndpoint(string(hooks.BeforeToolCall), nop, micro.WithEndpointSubject("agent.tool.exec"), micro.WithEndpointMetadata(map[string]string{hooks.MetaHook: "guard", hooks.MetaKind: string(hooks.BeforeToolCall)}))
 	_ = svc.AddEndpoint("after_everything", nop, micro.WithEndpointSubject("agent.hook.guard.after_everything"), micro.WithEndpointMetadata(map[string]string{hooks.MetaHook: "guard", hooks.MetaKind: "after_everything"}))
-	r := registry(t, wc, hooks.Config{Names: []string{"guard"}})
+	r := registry(t, wc, hooks.Config{Names: []string{"guard"}}, hooks.BeforeToolCall)
 	for _, k := range hooks.Kinds() {
 		if r.Serves("guard", k) {
 			t.Fatalf("guard serves %s", k)
@@ -272,7 +286,7 @@ func TestAgentEnd(t *testing.T) {
 	hc, wc := setup(t)
 	got := make(chan hooks.EndEvent, 4)
 	serve(t, hc, "audit", hooks.Hook{AgentEnd: func(_ context.Context, ev hooks.EndEvent) { got <- ev }})
-	r := registry(t, wc, hooks.Config{Names: []string{"audit"}})
+	r := registry(t, wc, hooks.Config{Names: []string{"audit"}}, hooks.AgentEnd, "audit")
 	r.AgentEnd(hooks.RunEnd{SessionKey: "s", RunID: "9", Attempt: 2, Result: &events.Result{Payloads: []events.Payload{{Text: "done"}}}})
 	ev := <-got
 	if ev.Hook != "audit" || ev.RunID != "9" || ev.Attempt != 2 || ev.Truncated || ev.Result.Payloads[0].Text != "done" {
