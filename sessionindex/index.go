@@ -255,13 +255,18 @@ func Subject(key string) (string, error) {
 // match, and whether every entry it matches has the prefix (exact: the
 // prefix is a whole group, "acme:"). A prefix with text after its first
 // ':' narrows to that group but is not exact; a prefix without ':' can
-// match any group: the whole index.
+// match any group: the whole index. So does a prefix whose group no key
+// has (not a key's text): Group would say NoGroup, the keys without ':'.
 func Filter(prefix string) (filter string, exact bool) {
 	i := strings.IndexByte(prefix, ':')
 	if i < 0 {
 		return Prefix + "*.*", prefix == ""
 	}
-	return Prefix + Group(prefix) + ".*", i == len(prefix)-1
+	tok, err := events.KeyToken(prefix[:i+1])
+	if err != nil {
+		return Prefix + "*.*", false
+	}
+	return Prefix + tok + ".*", i == len(prefix)-1
 }
 
 // Touch publishes a session's entry: it is now its newest activity. It

@@ -448,3 +448,18 @@ func TestMaxBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestFilterNoKeysGroup: a scope prefix whose group no key can have (not
+// valid UTF-8) reads the whole index entry by entry, not the sessions
+// without a group as if the prefix were theirs.
+func TestFilterNoKeysGroup(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"\xff:", "\xff:x", strings.Repeat("a", 1000) + ":"} {
+		if f, exact := sessionindex.Filter(prefix); f != sessionindex.Prefix+"*.*" || exact {
+			t.Errorf("%.20q: filter %q exact %v, want the whole index, not exact", prefix, f, exact)
+		}
+	}
+	if f, exact := sessionindex.Filter("acme:"); f == sessionindex.Prefix+"*.*" || !exact {
+		t.Errorf("acme: filter %q exact %v, want its group's, exact", f, exact)
+	}
+}
