@@ -31,7 +31,7 @@ export async function sessionsPage({ main, params, signal }) {
     h('div', { class: 'head' }, h('h1', null, 'Sessions'),
       h('p', { class: 'muted', id: 'sessions-count' }, count(total, rows.length, q, next))),
     form,
-    rows.length ? h('div', { class: 'scroll' }, table) : h('p', { class: 'empty' }, q ? 'No session matches.' : 'No sessions yet.'),
+    rows.length ? h('div', { class: 'scroll' }, table) : h('p', { class: 'empty' }, empty(q, next)),
     pager);
 }
 
@@ -41,6 +41,13 @@ export async function sessionsPage({ main, params, signal }) {
 function count(total, shown, q, next) {
   if (total !== null) return num(total) + (q ? ' matching' : '') + (total === 1 ? ' session' : ' sessions');
   return num(shown) + (q ? ' matching' : '') + ' on this page' + (next ? ', more on the next' : '');
+}
+
+// empty says why a page lists none: a search that stopped after the
+// sessions it may read on one page (next goes on) has not found none.
+function empty(q, next) {
+  if (next) return q ? 'No match among the sessions searched so far: see the next page.' : 'None on this page: see the next page.';
+  return q ? 'No session matches.' : 'No sessions yet.';
 }
 
 function row(s) {
