@@ -453,16 +453,18 @@ type forgotten struct {
 // forgetIdle forgets the lane if it is idle: its last write before cutoff,
 // nobody holding it, no message waiting.
 func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time) (forgotten, error) {
+	// Checked first: the token goes into a subject filter, and one read
+	// back from the retry list may hold a wildcard.
+	key, err := events.TokenKey(token)
+	if err != nil {
+		return forgotten{}, nil // not a lane of ours
+	}
 	d, err := w.lanes.Data(ctx, token)
 	if err != nil {
 		return forgotten{}, err
 	}
 	if retention.Decide(retention.Lane{LastWrite: d.LastWrite}, cutoff) == retention.Keep {
 		return forgotten{later: d.LastWrite}, nil
-	}
-	key, err := events.TokenKey(token)
-	if err != nil {
-		return forgotten{}, nil // not a lane of ours
 	}
 	if w.testHookIdle != nil {
 		w.testHookIdle(token)

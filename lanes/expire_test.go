@@ -608,3 +608,24 @@ func TestExpireSkipsAFailingLane(t *testing.T) {
 		t.Fatalf("stuck0: %d records after its retry", n)
 	}
 }
+
+// TestExpireRetryListCraftedTokens: tokens read back from a retry list
+// that no worker wrote (a wildcard, a subject with dots) are not lanes of
+// ours: the pass drops them without error instead of using them in a
+// subject filter.
+func TestExpireRetryListCraftedTokens(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1})
+	crafted := []kvstore.Retry{{Token: "*", Tries: retention.SkipAfter}, {Token: "a.>", Tries: retention.SkipAfter}}
+	if err := f.lanes.SetRetentionRetries(t.Context(), crafted, 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.ExpireIdle(t.Context(), time.Now(), 100)
+	if err != nil || st.Failed != 0 || st.Retrying != 0 {
+		t.Fatalf("pass: %+v, %v; want the crafted entries dropped", st, err)
+	}
+	if rs, _, err := f.lanes.RetentionRetries(t.Context()); err != nil || len(rs) != 0 {
+		t.Fatalf("retry list %+v, %v; want it empty", rs, err)
+	}
+}

@@ -395,7 +395,7 @@ func driveCluster(c *lanefleet.Client, prefix, text string, spec clusterSpec, sn
 					return
 				}
 				sent := time.Now()
-				err := clusterTurn(ctx, c, session, text)
+				err := clientTurn(ctx, c, session, text)
 				end := time.Now()
 				mu.Lock()
 				from, to := winStart, stop
@@ -438,24 +438,6 @@ func driveCluster(c *lanefleet.Client, prefix, text string, spec clusterSpec, sn
 	row.cpuWorkers = after.cpuWorkers - before.cpuWorkers
 	row.cpuClient = after.cpuClient - before.cpuClient
 	return row, errors.Join(errBefore, errAfter)
-}
-
-// clusterTurn sends text to session and waits for its run's result.
-func clusterTurn(ctx context.Context, c *lanefleet.Client, session, text string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	run, err := c.Send(ctx, session, text)
-	if err != nil {
-		return err
-	}
-	res, err := run.Wait(ctx)
-	if err != nil {
-		return fmt.Errorf("session %s: %w", session, err)
-	}
-	if len(res.Payloads) == 0 || res.Payloads[0].Text != "pong" {
-		return fmt.Errorf("session %s: reply %+v, want pong", session, res.Payloads)
-	}
-	return nil
 }
 
 // waitJetStream waits until JetStream answers (on a cluster: a meta

@@ -103,7 +103,7 @@ func tenantBench(o options) error {
 		f.quiet, f.noisy, f.queued, f.slots, f.model)
 	fmt.Printf("queue wait: publish (just before the client's publish call) → the client receives the run's start event\n\n")
 	fmt.Printf("  %-36s %-6s %6s %9s %9s %10s %10s\n", "run", "tenant", "runs", "p50", "p99", "p50/alone", "p99/alone")
-	alone := map[string][2]time.Duration{}
+	alone := map[string][2]float64{}
 	for _, c := range []struct {
 		name         string
 		quiet, noisy int
@@ -133,20 +133,13 @@ func tenantBench(o options) error {
 			for _, ws := range r.waitsOf[t.from:t.to] {
 				w = append(w, ws...)
 			}
-			slices.Sort(w)
-			pct := func(p int) time.Duration {
-				if len(w) == 0 {
-					return 0
-				}
-				return w[min(len(w)-1, len(w)*p/100)]
-			}
-			p50, p99 := pct(50), pct(99)
+			p50, p99 := ms(w, 50), ms(w, 99)
 			if c.quiet == 0 || c.noisy == 0 {
-				alone[t.name] = [2]time.Duration{p50, p99}
+				alone[t.name] = [2]float64{p50, p99}
 			}
 			base := alone[t.name]
-			fmt.Printf("  %-36s %-6s %6d %7.1fms %7.1fms %9.2f× %9.2f×\n", c.name, t.name, len(w), p50.Seconds()*1000, p99.Seconds()*1000,
-				p50.Seconds()/max(base[0].Seconds(), 1e-9), p99.Seconds()/max(base[1].Seconds(), 1e-9))
+			fmt.Printf("  %-36s %-6s %6d %7.1fms %7.1fms %9.2f× %9.2f×\n", c.name, t.name, len(w), p50, p99,
+				p50/max(base[0], 1e-6), p99/max(base[1], 1e-6))
 		}
 		fmt.Printf("  %-36s %s\n", "", r.note)
 	}
