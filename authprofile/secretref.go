@@ -128,16 +128,17 @@ func parseRefObject(s string) (SecretRef, error) {
 	return SecretRef{}, fmt.Errorf("%w: source %q: want env, file or exec", ErrSecretRef, src)
 }
 
-// pathRef is an env or file reference.
+// pathRef is an env or file reference. A name refused is not quoted: it
+// may be the secret itself, pasted after "env:" or "file:".
 func pathRef(src, name string) (SecretRef, error) {
 	switch src {
 	case RefEnv:
 		if !EnvName(name) {
-			return SecretRef{}, fmt.Errorf("%w %q: not a variable name", ErrSecretRef, src+":"+name)
+			return SecretRef{}, fmt.Errorf("%w env:…: not a variable name (letters, digits and _, not starting with a digit)", ErrSecretRef)
 		}
 	case RefFile:
 		if !filepath.IsAbs(name) || strings.ContainsRune(name, 0) {
-			return SecretRef{}, fmt.Errorf("%w %q: want an absolute path", ErrSecretRef, src+":"+name)
+			return SecretRef{}, fmt.Errorf("%w file:…: want an absolute path", ErrSecretRef)
 		}
 		name = filepath.Clean(name)
 	default:

@@ -58,6 +58,8 @@ func TestSecretRefs(t *testing.T) {
 		{"a named file provider", authprofile.Profile{ID: "a", KeyRef: `{"source":"file","provider":"filemain","id":"/x"}`}, `provider "filemain"`, true},
 		{"a secret pasted as its reference", authprofile.Profile{ID: "a", KeyRef: "sk-ant-api03-pasted"}, "want env:NAME, file:/path or exec:PROVIDER:ID", true},
 		{"not a name", authprofile.Profile{ID: "a", KeyRef: "env:A B"}, "not a variable name", true},
+		{"a secret pasted after env:", authprofile.Profile{ID: "a", KeyRef: "env:sk-ant-api03-pasted"}, "not a variable name", true},
+		{"a secret pasted after file:", authprofile.Profile{ID: "a", KeyRef: "file:sk-ant-api03-pasted"}, "absolute path", true},
 		{"no secret at all", authprofile.Profile{ID: "a"}, "no secret", true},
 	} {
 		got, err := tc.p.Secret(authprofile.SecretSources{Env: env})

@@ -95,3 +95,46 @@ func (x *execAuth) SecretSources() authprofile.SecretSources {
 		return provider.Secret("sk-" + prov + ":" + id), nil
 	}}
 }
+
+// TestProfileKeyOAuthTokens: an OAuth profile whose tokens the Auth holds
+// (OAuthTokens) authenticates with the Auth's access token, which is
+// noted to be masked; one it does not hold uses its own access token;
+// a failure to get one is the profile's errNoKey, keeping its cause.
+func TestProfileKeyOAuthTokens(t *testing.T) {
+	t.Parallel()
+	refused := &provider.Error{Reason: provider.ReasonAuthPermanent, Message: "refresh token refused"}
+	p := authprofile.Profile{ID: "anthropic:sub", Type: authprofile.TypeOAuth, Provider: "anthropic", Access: "sk-ant-oat01-given", RefreshRef: "env:X"}
+	a := &oauthAuth{tok: "sk-ant-oat01-fleet", held: true}
+	if k, err := profileKey(t.Context(), a, p); err != nil || k.Reveal() != "sk-ant-oat01-fleet" || a.noted != "anthropic:sub=sk-ant-oat01-fleet" {
+		t.Errorf("held: %q %v, noted %q", k.Reveal(), err, a.noted)
+	}
+	a = &oauthAuth{}
+	if k, err := profileKey(t.Context(), a, p); err != nil || k.Reveal() != "sk-ant-oat01-given" || a.noted != "" {
+		t.Errorf("not held: %q %v, noted %q", k.Reveal(), err, a.noted)
+	}
+	a = &oauthAuth{held: true, err: refused}
+	var pe *provider.Error
+	if _, err := profileKey(t.Context(), a, p); !errors.Is(err, errNoKey) || !errors.As(err, &pe) || pe != refused {
+		t.Errorf("refused: %v", err)
+	}
+	// An api_key profile is not asked of OAuthTokens.
+	a = &oauthAuth{tok: "sk-ant-oat01-fleet", held: true}
+	if k, err := profileKey(t.Context(), a, authprofile.Profile{ID: "anthropic:key", Type: authprofile.TypeAPIKey, Provider: "anthropic", Key: "sk-ant-api03-key"}); err != nil || k.Reveal() != "sk-ant-api03-key" {
+		t.Errorf("api_key: %q %v", k.Reveal(), err)
+	}
+}
+
+// oauthAuth is an Auth holding OAuth access tokens (OAuthTokens) that
+// records the secrets it is told of.
+type oauthAuth struct {
+	noter
+	tok  provider.Secret
+	held bool
+	err  error
+}
+
+func (o *oauthAuth) AccessToken(context.Context, authprofile.Profile) (provider.Secret, bool, error) {
+	return o.tok, o.held, o.err
+}
+
+func (o *oauthAuth) Rejected(authprofile.Profile, provider.Secret) bool { return o.held }

@@ -607,9 +607,11 @@ func (m *Member) Run(ctx context.Context) error {
 			// A failed refresh keeps the last values; what it says
 			// names the provider, never what the command printed.
 			m.secretExec.Run(ectx, func(vals []provider.Secret) {
+				var forms []string
 				for _, v := range vals {
-					m.cfg.Redactor.Add(secretForms(v.Reveal())...) // before any call uses it
+					forms = append(forms, secretForms(v.Reveal())...)
 				}
+				m.cfg.Redactor.Add(forms...) // before any call uses them; one Add rebuilds the set once
 			}, func(err error) {
 				m.log.Warn().Err(err).Msg("exec secret provider refresh failed; the last values stay in use")
 			})
