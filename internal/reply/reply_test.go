@@ -113,6 +113,12 @@ func TestGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The endpoint's subscription is on the server before any request:
+	// the spy below also listens on svc.echo, so a request sent too soon
+	// gets no "no responders" answer, only a timeout.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	// A watcher of every subject but the inbox of its own connection.
 	spy := natstest.Connect(t, srv.URL)
 	seen := make(chan *nats.Msg, 64)
