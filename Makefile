@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-cluster bench-listing bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule rate-soak coldbuild
+.PHONY: help build demo demo-http test test-short lint bench takeover-bench bench-cluster bench-listing bench-sessions soak fuzz tidy chaos chaos-subagents chaos-schedule rate-soak coldbuild coldbuild-attr
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -78,6 +78,9 @@ soak: ## a long-running worker: 64 sessions of 50 turns back to back through one
 
 coldbuild: ## cold-build CPU of the tree (go build ./...) against its floor (nats-server, jetstream, msgpack, zerolog only), each with an empty GOCACHE, in one run (REV=HEAD; issue 29's target: 1.5x)
 	GO=$(GO) ./scripts/coldbuild.sh $${REV:-HEAD}
+
+coldbuild-attr: ## where the tree's cold-build CPU goes: one cold build timed per compile and link, summed by floor, required SDKs, own packages, links and each other module (REV=HEAD)
+	ATTR=1 GO=$(GO) ./scripts/coldbuild.sh $${REV:-HEAD}
 
 fuzz: ## run each fuzz target briefly
 	./scripts/fuzz.sh 20s
