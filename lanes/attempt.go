@@ -74,28 +74,28 @@ func (o *owner) counted(ctx context.Context, seq uint64, n int, silent bool) (in
 			mine++
 		}
 	}
-	if n-1-mine < o.w.cfg.MaxAttempts {
+	if n-1-mine < o.cfg.MaxAttempts {
 		return n - 1 - mine, nil
 	}
-	deadline := o.now().Add(o.w.noteGrace())
+	deadline := o.now().Add(o.noteGrace())
 	for {
 		excused, err := o.uncounted(ctx, seq, n)
 		if err != nil {
 			return 0, err
 		}
 		counted := n - 1 - len(excused)
-		if counted < o.w.cfg.MaxAttempts || !silent || !o.now().Before(deadline) {
-			if counted >= o.w.cfg.MaxAttempts {
+		if counted < o.cfg.MaxAttempts || !silent || !o.now().Before(deadline) {
+			if counted >= o.cfg.MaxAttempts {
 				o.log.Warn().Str("run_id", strconv.FormatUint(seq, 10)).Int("attempts", n-1).Int("counted", counted).
 					Ints("uncounted", slices.Sorted(maps.Keys(excused))).Msg("the message's attempts are spent: dead-lettering it as poison")
 			}
 			return counted, nil
 		}
 		select {
-		case <-time.After(max(o.w.lanes.LeaseTTL()/8, 50*time.Millisecond)):
+		case <-time.After(max(o.store.LeaseTTL()/8, 50*time.Millisecond)):
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-o.w.shutdown:
+		case <-o.shutdown:
 			return 0, errShuttingDown
 		}
 	}
@@ -131,13 +131,13 @@ func (e *storeFailure) Unwrap() error { return e.err }
 // published by the next attempt (closeAttempt).
 func (o *owner) endAttempt(ctx context.Context, a *attempt, err error, store bool) {
 	o.inFlight = nil
-	why := attemptFailed(a.attempt, o.w.cfg.MaxAttempts, err)
+	why := attemptFailed(a.attempt, o.cfg.MaxAttempts, err)
 	if store {
 		why = attemptStoreError(a.attempt, err)
 		o.noteUncounted(a.seq, a.attempt, why)
 	}
 	o.tried(a.seq).ended(a.attempt, why, store)
-	o.w.stats.Aborted.Add(1)
+	o.stats.Aborted.Add(1)
 	if aerr := a.em.Abort(ctx, why); aerr != nil {
 		a.log.Warn().Err(aerr).Msg("aborted event")
 	}
@@ -153,7 +153,7 @@ func (o *owner) closeAttempt(ctx context.Context, em *fenced.Emitter, st fenced.
 		return "", false, nil
 	}
 	mine := o.tried(seq)
-	o.w.stats.Aborted.Add(1)
+	o.stats.Aborted.Add(1)
 	why, silent = fmt.Sprintf("attempt %d did not finish: the worker running it stopped or lost the session's lane", st.Attempt), true
 	if mine.end == st.Attempt {
 		why, silent = mine.endWhy, false

@@ -19,7 +19,7 @@ import (
 // returns that run's result).
 func (o *owner) duplicate(ctx context.Context, em *fenced.Emitter, p *plan) error {
 	into := strconv.FormatUint(p.run.dupOf, 10)
-	o.w.stats.Duplicates.Add(1)
+	o.stats.Duplicates.Add(1)
 	o.log.Info().Uint64("seq", p.run.raw.Sequence).Str("duplicates", into).Msg("a message reused the id of an earlier message of its session: not run")
 	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseMerged, Text: into})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Meta: events.Meta{MergedInto: into}}})
@@ -45,13 +45,13 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	var res *events.Result
 	switch c.Kind {
 	case "":
-		o.w.stats.Merged.Add(1)
+		o.stats.Merged.Add(1)
 		res = &events.Result{Meta: events.Meta{MergedInto: into}}
 	case kindSettings:
 		res = &events.Result{Payloads: []events.Payload{{Text: c.Reason}}}
 		why = runEnding(res, c.Reason)
 	default:
-		o.w.stats.Dropped.Add(1)
+		o.stats.Dropped.Add(1)
 		res = &events.Result{Payloads: []events.Payload{{Text: c.Reason, IsError: true}},
 			Meta: events.Meta{Aborted: c.Kind == events.KindInterrupted, Error: &events.RunError{Kind: c.Kind, Message: c.Reason}}}
 		why = runEnding(res, "")
@@ -107,7 +107,7 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 			return err
 		}
 	}
-	reconnects := o.w.nc.Stats().Reconnects // before the finals: a reconnect after them may have lost them
+	reconnects := o.nc.Stats().Reconnects // before the finals: a reconnect after them may have lost them
 	written, err := o.lease.PutRecord(ctx, rec)
 	if err != nil {
 		if kvstore.Transient(err) {
@@ -116,8 +116,8 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 		return err
 	}
 	o.inFlight = nil // the turn is committed: its attempts no longer matter
-	if o.w.cfg.Index != nil {
-		o.w.cfg.Index.Touch(Activity{Key: o.key, Run: em.RunID(), Committed: true, Through: p.through, State: state})
+	if o.cfg.Index != nil {
+		o.cfg.Index.Touch(Activity{Key: o.key, Run: em.RunID(), Committed: true, Through: p.through, State: state})
 	}
 	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State, o.lane.cursor.SessionID = p.through, written.Seq, state, session
 	if out.Reset {
@@ -132,8 +132,8 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 	}
 	clear(o.failures)
 	if o.lane.tx != nil {
-		o.lane.tx = o.w.transcripts.committed(o.lane.tx, rec, written)
-		o.w.transcripts.noteSettings(o.token, written.Seq, o.lane.settings)
+		o.lane.tx = o.transcripts.committed(o.lane.tx, rec, written)
+		o.transcripts.noteSettings(o.token, written.Seq, o.lane.settings)
 	}
 	if out.Result != nil {
 		o.lane.owed = p.through
@@ -150,12 +150,12 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 		}
 		o.lane.owed = 0
 	}
-	o.w.transcripts.markFinalsStored(o.token, written.Seq, reconnects)
+	o.transcripts.markFinalsStored(o.token, written.Seq, reconnects)
 	o.lane.checked = rec.InboundSeq // its finals are stored: a later drain need not look
 	for _, c := range p.backlog {
 		o.announceSteered(ctx, c, em.RunID())
 	}
-	if len(o.lane.processed) >= o.w.deleteEvery() {
+	if len(o.lane.processed) >= o.deleteEvery() {
 		// Processed messages count against the lane's cap: a long drain
 		// must not leave its sender refused by messages already answered.
 		o.deleteProcessed(ctx, true)
@@ -166,8 +166,8 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 // deleteEvery is how many processed messages an owner keeps while it
 // drains before it deletes them together: an eighth of the lane's cap,
 // from 1 to 16.
-func (w *Worker) deleteEvery() int {
-	c := w.streams.LaneCap()
+func (o *owner) deleteEvery() int {
+	c := o.streams.LaneCap()
 	if c <= 0 {
 		return 16
 	}
@@ -259,7 +259,7 @@ func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) e
 		case <-time.After(delay):
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-o.w.shutdown:
+		case <-o.shutdown:
 			return errShuttingDown
 		}
 	}
@@ -304,7 +304,7 @@ func (o *owner) endRun(em *fenced.Emitter, attempt int, data events.EventData) {
 
 // publishOwed publishes the final events the lane's record of seq owes.
 func (o *owner) publishOwed(ctx context.Context, seq uint64) error {
-	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
+	rec, ok, err := o.store.Record(ctx, o.token, seq)
 	if err != nil || !ok {
 		return err
 	}

@@ -23,7 +23,7 @@ var errShuttingDown = errors.New("lanes: worker stopping")
 func (o *owner) drain(ctx context.Context) bool {
 	// The lane's first message is read while the cursor is: one round
 	// trip less before the first turn (see firstLook).
-	from := max(o.lane.cursor.Seq, o.w.transcripts.inboundOf(o.token))
+	from := max(o.lane.cursor.Seq, o.transcripts.inboundOf(o.token))
 	first := o.firstLook(ctx, from)
 	o.openAhead(ctx, from)
 	defer o.takeAhead(0) // a run opened ahead and not run is retired
@@ -44,9 +44,9 @@ func (o *owner) drain(ctx context.Context) bool {
 		o.takeAhead(0)
 	}
 	o.lane.cursor = c
-	o.lane.ids = queue.NewIDs(o.w.streams.cfg.DedupeWindow, c.IDs)
+	o.lane.ids = queue.NewIDs(o.streams.cfg.DedupeWindow, c.IDs)
 	o.lane.tx = nil // another owner may have added to it since the last drain
-	if c.Seq > 0 && c.Seq != o.lane.checked && o.w.transcripts.finalsStored(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
+	if c.Seq > 0 && c.Seq != o.lane.checked && o.transcripts.finalsStored(o.token, c.Stored, o.nc.Stats().Reconnects) {
 		o.lane.checked = c.Seq // this worker stored the newest record's finals itself
 	}
 	if c.Seq > 0 && c.Seq != o.lane.checked {
@@ -62,7 +62,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		o.lane.owed, o.lane.checked = 0, c.Seq
 	}
 	defer o.endWatch()
-	for !o.w.shuttingDown.Load() && ctx.Err() == nil {
+	for !o.shuttingDown.Load() && ctx.Err() == nil {
 		raw, err := o.look(ctx)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false
@@ -73,7 +73,7 @@ func (o *owner) drain(ctx context.Context) bool {
 			}
 			return false
 		}
-		if o.w.paused(o.key) {
+		if o.cfg.paused(o.key) {
 			// The message stays: the lane waits, unconsumed, until Wake.
 			o.slot.paused = true
 			o.noticePaused(ctx, raw)
@@ -106,7 +106,7 @@ func (o *owner) drain(ctx context.Context) bool {
 		}
 		n := o.tried(raw.Sequence).attempt
 		o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
-		delay := backoff.Policy{Base: o.w.cfg.RetryDelay, Max: 30 * time.Second, Linear: true}.Delay(n)
+		delay := backoff.Policy{Base: o.cfg.RetryDelay, Max: 30 * time.Second, Linear: true}.Delay(n)
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():
@@ -127,14 +127,14 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 			return raw, nil
 		}
 	}
-	if !o.quiet.empty(o.lane.cursor.Seq, o.w.nc.Stats().Reconnects) {
+	if !o.quiet.empty(o.lane.cursor.Seq, o.nc.Stats().Reconnects) {
 		return o.next(ctx, o.lane.cursor.Seq)
 	}
 	if !o.linger(ctx) {
-		o.w.stats.QuietSkips.Add(1)
+		o.stats.QuietSkips.Add(1)
 		return nil, jetstream.ErrMsgNotFound
 	}
-	o.w.stats.Lingered.Add(1)
+	o.stats.Lingered.Add(1)
 	raw, err := o.next(ctx, o.lane.cursor.Seq)
 	for try := 0; try < 3 && errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil; try++ {
 		// The watch can see a message before the stream stores it.
@@ -145,7 +145,7 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 		raw, err = o.next(ctx, o.lane.cursor.Seq)
 	}
 	if err == nil {
-		o.w.stats.LingerHits.Add(1)
+		o.stats.LingerHits.Add(1)
 	}
 	return raw, err
 }
@@ -179,11 +179,11 @@ func (o *owner) firstLook(ctx context.Context, from uint64) <-chan looked {
 // sender cannot pass large messages behind a small one. It returns the
 // message's charge.
 func (o *owner) fits(raw *jetstream.RawStreamMsg) (int64, bool) {
-	need := o.w.sched.Charge(len(raw.Data))
+	need := o.sched.Charge(len(raw.Data))
 	if need <= o.slot.charged {
 		return need, true
 	}
-	if !o.w.sched.Grow(need - o.slot.charged) {
+	if !o.sched.Grow(need - o.slot.charged) {
 		return need, false
 	}
 	o.slot.charged = need
@@ -198,7 +198,7 @@ func (o *owner) fits(raw *jetstream.RawStreamMsg) (int64, bool) {
 // of the newest record are still these (see transcript.settings): only
 // otherwise are they read.
 func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
-	c, err := o.w.lanes.Cursor(ctx, o.token)
+	c, err := o.store.Cursor(ctx, o.token)
 	if errors.Is(err, kvstore.ErrCorrupt) {
 		// c still holds the lane's position (kvstore.ErrCorrupt says why).
 		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
@@ -211,11 +211,11 @@ func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
 		o.lane.settings = nil
 		return c, nil
 	}
-	if known, at := o.w.transcripts.settingsOf(o.token); at != 0 && c.Stored == at {
+	if known, at := o.transcripts.settingsOf(o.token); at != 0 && c.Stored == at {
 		o.lane.settings = known
 		return c, nil
 	}
-	settings, err := o.w.lanes.Settings(ctx, o.token)
+	settings, err := o.store.Settings(ctx, o.token)
 	if err != nil {
 		return c, err
 	}
@@ -235,12 +235,12 @@ const readTimeout = 5 * time.Second
 func (o *owner) next(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	return o.w.streams.Inbound.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(o.subject))
+	return o.streams.Inbound.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(o.subject))
 }
 
 // decode decodes and checks an inbound message of the lane.
 func (o *owner) decode(raw *jetstream.RawStreamMsg) (*events.Inbound, error) {
-	in, err := events.DecodeInbound(raw.Header.Get(events.HeaderContentType), raw.Data, o.w.cfg.MaxPayload)
+	in, err := events.DecodeInbound(raw.Header.Get(events.HeaderContentType), raw.Data, o.cfg.MaxPayload)
 	if err == nil && in.Session != "" && in.Session != o.key {
 		err = &events.DecodeError{Field: "session", Reason: fmt.Sprintf("%q does not match the lane's session", in.Session)}
 	}
@@ -276,7 +276,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// Dead-lettered before its start event: a dead letter that cannot
 		// be stored leaves the message and the run's attempts as they were.
 		_, decErr := o.decode(p.run.raw)
-		if err := o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr); err != nil {
+		if err := o.deadLetter(ctx, "invalid", p.run.raw, decErr); err != nil {
 			return err
 		}
 	}

@@ -258,7 +258,7 @@ func (o *owner) steerer(p *plan) func(ctx context.Context) []*events.Inbound {
 	return func(ctx context.Context) []*events.Inbound {
 		mu.Lock()
 		defer mu.Unlock()
-		count, reconnects := q.before(), o.w.nc.Stats().Reconnects
+		count, reconnects := q.before(), o.nc.Stats().Reconnects
 		batch, end, err := o.pendingSteers(ctx, scan)
 		if err != nil && ctx.Err() == nil {
 			o.log.Debug().Err(err).Msg("read steered messages")
@@ -357,7 +357,7 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if counted >= o.w.cfg.MaxAttempts {
+	if counted >= o.cfg.MaxAttempts {
 		// The dead letter and the sender's error name what ended the
 		// last attempt: its error, or its worker's end.
 		cause := fmt.Errorf("turn started %d times without finishing", counted)
@@ -365,7 +365,7 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 			cause = fmt.Errorf("%w; %s", cause, last)
 		}
 		for _, c := range append([]collected{p.run}, p.merged...) {
-			if err := o.w.deadLetter(ctx, events.DeadPoison, o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause); err != nil {
+			if err := o.deadLetter(ctx, events.DeadPoison, c.raw, cause); err != nil {
 				return nil, err
 			}
 		}
@@ -453,7 +453,7 @@ func (o *owner) loadHistory(ctx context.Context) error {
 // start stores the attempt's first event before the turn starts, so a
 // message that kills its worker is counted and dead-lettered at last.
 func (o *owner) start(ctx context.Context, a *attempt) error {
-	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq, Tenant: o.w.tenant(o.key)}
+	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.now().UnixMilli(), Worker: o.cfg.ID, InboundSeq: a.seq, Tenant: o.cfg.tenant(o.key)}
 	if a.restart {
 		data.Phase = events.PhaseRestart
 	}
@@ -476,11 +476,11 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 	}
 	o.tried(a.seq).attempt = a.attempt
 	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
-	if o.w.cfg.Index != nil && o.lane.cursor.Seq == 0 {
+	if o.cfg.Index != nil && o.lane.cursor.Seq == 0 {
 		// A session's first turn is listed while it runs, and stays
 		// listed if its worker dies before the commit's entry; later
 		// turns' commits move it (one write a turn).
-		o.w.cfg.Index.Touch(Activity{Key: o.key, Run: a.em.RunID()})
+		o.cfg.Index.Touch(Activity{Key: o.key, Run: a.em.RunID()})
 	}
 	return nil
 }
@@ -489,7 +489,7 @@ func (o *owner) start(ctx context.Context, a *attempt) error {
 // interrupt, rollback or stop: see watchCuts), and commits what it returns.
 func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan) error {
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.lane.cursor.SessionID, RunID: a.em.RunID(), Seq: a.seq,
-		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
+		Attempt: a.attempt, Worker: o.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
 		Settings: o.lane.settings.RunSettings(), Queue: o.lane.settings.Queue()}
 	if p.in == p.run.in {
 		turn.Command = p.run.cmd
@@ -498,7 +498,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 		turn.State = *o.lane.cursor.State
 	}
 	turn.steer = o.steerer(p)
-	turn.steps = &StepLog{j: o.w.lanes.Journal(o.token, a.seq), first: a.attempt == 1, life: o.lease.life}
+	turn.steps = &StepLog{j: o.store.Journal(o.token, a.seq), first: a.attempt == 1, life: o.lease.life}
 	out, err := o.callHandler(turnCtx, turn, a.log)
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	endCutWatch()
@@ -530,7 +530,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 	if err := o.commit(ctx, a.em, p, out); err != nil {
 		return err
 	}
-	o.w.stats.Turns.Add(1)
+	o.stats.Turns.Add(1)
 	o.w.dropSteps(turn.steps.j)
 	return nil
 }
@@ -540,12 +540,12 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 // events ends the drain with ErrLeaseLost.
 func (o *owner) newEmitter(ctx context.Context, run string, log zerolog.Logger, asJSON bool) *fenced.Emitter {
 	window := fenced.WideWindow
-	if o.w.streams.cfg.Replicas > 1 {
+	if o.streams.cfg.Replicas > 1 {
 		window = 1
 	}
 	lose := o.lease.cancel
-	return fenced.New(fenced.Config{JS: o.w.js, Events: o.w.streams.Events, Key: o.key, Run: run, Log: log, JSON: asJSON,
-		Subject: events.EventPrefix + o.token + "." + run, Window: window, Quit: ctx.Done(), Now: o.w.now,
+	return fenced.New(fenced.Config{JS: o.js, Events: o.streams.Events, Key: o.key, Run: run, Log: log, JSON: asJSON,
+		Subject: events.EventPrefix + o.token + "." + run, Window: window, Quit: ctx.Done(), Now: o.now,
 		Lost: func(err error) {
 			if lose != nil {
 				lose(err)
@@ -572,7 +572,7 @@ func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (o
 		}
 	}()
 	o.setUpDone()
-	out, err = o.w.handler.HandleTurn(log.WithContext(ctx), t)
+	out, err = o.handler.HandleTurn(log.WithContext(ctx), t)
 	if err == nil && out == nil {
 		err = errors.New("lanes: handler returned no outcome")
 	}

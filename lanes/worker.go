@@ -236,8 +236,8 @@ func (w *Worker) now() time.Time { return w.cfg.Now() }
 
 // chatCommands reports whether a session's messages are read as chat
 // commands.
-func (w *Worker) chatCommands(key string) bool {
-	return w.cfg.ChatCommands && (w.cfg.CommandsOff == nil || !w.cfg.CommandsOff(key))
+func (c *Config) chatCommands(key string) bool {
+	return c.ChatCommands && (c.CommandsOff == nil || !c.CommandsOff(key))
 }
 
 func randomHex(n int) string {
