@@ -27,6 +27,42 @@ func (o *owner) drain(ctx context.Context) bool {
 	first := o.firstLook(ctx, from)
 	o.openAhead(ctx, from)
 	defer o.takeAhead(0) // a run opened ahead and not run is retired
+	if !o.readLane(ctx, from, first) {
+		return false
+	}
+	if lost, ok := o.keepOwed(ctx); !ok {
+		return lost
+	}
+	defer o.endWatch()
+	for !o.shuttingDown.Load() && ctx.Err() == nil {
+		raw, err := o.look(ctx)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
+				o.log.Warn().Err(err).Msg("read lane")
+			}
+			return false
+		}
+		if o.leavesBefore(ctx, raw) {
+			return false
+		}
+		began := o.now()
+		o.quiet.reset() // only this turn's steer poll can say the lane is empty
+		err = o.process(ctx, raw)
+		if err == nil {
+			o.slot.turns, o.slot.lastTurn = o.slot.turns+1, o.now().Sub(began)
+			continue
+		}
+		if lost, again := o.retryAfter(ctx, raw, err); !again {
+			return lost
+		}
+	}
+	return false
+}
+
+// readLane begins a drain: it reads the lane's cursor and settings, and
+// keeps the first look's message (first, read after from) when it is the
+// one after the cursor. It reports whether the cursor could be read.
+func (o *owner) readLane(ctx context.Context, from uint64, first <-chan looked) bool {
 	c, err := o.readCursor(ctx)
 	if err != nil {
 		<-first
@@ -46,74 +82,78 @@ func (o *owner) drain(ctx context.Context) bool {
 	o.lane.cursor = c
 	o.lane.ids = queue.NewIDs(o.streams.cfg.DedupeWindow, c.IDs)
 	o.lane.tx = nil // another owner may have added to it since the last drain
+	return true
+}
+
+// keepOwed publishes the final events the lane's newest record owes, if
+// they are not known to be stored, before the drain takes any message. It
+// reports whether the drain goes on, and if not whether the lease was lost.
+func (o *owner) keepOwed(ctx context.Context) (lost, ok bool) {
+	c := o.lane.cursor
 	if c.Seq > 0 && c.Seq != o.lane.checked && o.transcripts.finalsStored(o.token, c.Stored, o.nc.Stats().Reconnects) {
 		o.lane.checked = c.Seq // this worker stored the newest record's finals itself
 	}
-	if c.Seq > 0 && c.Seq != o.lane.checked {
-		// The last committed turn may have died between its record and its
-		// final events: publish them from the record before anything else.
-		// (Owners never move past a turn whose finals are missing, so only
-		// the newest record can owe any.)
-		o.lane.owed = c.Seq
-		err := o.keepPromise(ctx, func(ctx context.Context) error { return o.publishOwed(ctx, c.Seq) })
-		if err != nil {
-			return errors.Is(err, kvstore.ErrLeaseLost)
-		}
-		o.lane.owed, o.lane.checked = 0, c.Seq
+	if c.Seq == 0 || c.Seq == o.lane.checked {
+		return false, true
 	}
-	defer o.endWatch()
-	for !o.shuttingDown.Load() && ctx.Err() == nil {
-		raw, err := o.look(ctx)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return false
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				o.log.Warn().Err(err).Msg("read lane")
-			}
-			return false
-		}
-		if o.cfg.paused(o.key) {
-			// The message stays: the lane waits, unconsumed, until Wake.
-			o.slot.paused = true
-			o.noticePaused(ctx, raw)
-			return false
-		}
-		if need, ok := o.fits(raw); !ok {
-			o.slot.overBudget = need
-			return false
-		}
-		if o.w.shouldYield(o.token, o.slot.turns, o.slot.since, o.slot.lastTurn, o.lease.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
-			o.slot.yielded = true
-			return false
-		}
-		began := o.now()
-		o.quiet.reset() // only this turn's steer poll can say the lane is empty
-		err = o.process(ctx, raw)
-		switch {
-		case err == nil:
-			o.slot.turns, o.slot.lastTurn = o.slot.turns+1, o.now().Sub(began)
-			continue
-		case errors.Is(err, kvstore.ErrLeaseLost):
-			return true
-		case ctx.Err() != nil || errors.Is(err, errShuttingDown):
-			return false
-		case errors.Is(err, errNotDeadLettered):
-			// The message stays; the lane goes back and is tried again
-			// later, leaving the slot to lanes that can run.
-			o.notDead = true
-			return false
-		}
-		n := o.tried(raw.Sequence).attempt
-		o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
-		delay := backoff.Policy{Base: o.cfg.RetryDelay, Max: 30 * time.Second, Linear: true}.Delay(n)
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return false
-		}
+	// The last committed turn may have died between its record and its
+	// final events: publish them from the record before anything else.
+	// (Owners never move past a turn whose finals are missing, so only
+	// the newest record can owe any.)
+	o.lane.owed = c.Seq
+	err := o.keepPromise(ctx, func(ctx context.Context) error { return o.publishOwed(ctx, c.Seq) })
+	if err != nil {
+		return errors.Is(err, kvstore.ErrLeaseLost), false
+	}
+	o.lane.owed, o.lane.checked = 0, c.Seq
+	return false, true
+}
+
+// leavesBefore reports whether the drain ends before the lane's next
+// message raw, and notes why for settleTrigger: its session is paused,
+// it does not fit the byte budget, or the owner yields its slot.
+func (o *owner) leavesBefore(ctx context.Context, raw *jetstream.RawStreamMsg) bool {
+	if o.cfg.paused(o.key) {
+		// The message stays: the lane waits, unconsumed, until Wake.
+		o.slot.paused = true
+		o.noticePaused(ctx, raw)
+		return true
+	}
+	if need, ok := o.fits(raw); !ok {
+		o.slot.overBudget = need
+		return true
+	}
+	if o.w.shouldYield(o.token, o.slot.turns, o.slot.since, o.slot.lastTurn, o.lease.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
+		o.slot.yielded = true
+		return true
 	}
 	return false
+}
+
+// retryAfter decides what follows a turn of raw that failed with err: the
+// drain ends (lost: the lease was lost), or it tries the message again
+// after a delay growing with its failures (again).
+func (o *owner) retryAfter(ctx context.Context, raw *jetstream.RawStreamMsg, err error) (lost, again bool) {
+	switch {
+	case errors.Is(err, kvstore.ErrLeaseLost):
+		return true, false
+	case ctx.Err() != nil || errors.Is(err, errShuttingDown):
+		return false, false
+	case errors.Is(err, errNotDeadLettered):
+		// The message stays; the lane goes back and is tried again
+		// later, leaving the slot to lanes that can run.
+		o.notDead = true
+		return false, false
+	}
+	n := o.tried(raw.Sequence).attempt
+	o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
+	delay := backoff.Policy{Base: o.cfg.RetryDelay, Max: 30 * time.Second, Linear: true}.Delay(n)
+	select {
+	case <-time.After(delay):
+		return false, true
+	case <-ctx.Done():
+		return false, false
+	}
 }
 
 // look reads the lane's next message. After a turn whose last look found
