@@ -47,21 +47,14 @@ func (o *owner) releaseDeadLease() {
 // heartbeat renews the lease and keeps the trigger delivery alive.
 func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease *kvstore.Lease, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(o.store.RenewEvery())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, o.store.RenewEvery(), func() bool {
 		rctx, rcancel := context.WithTimeout(ctx, o.store.RenewEvery())
 		err := lease.Renew(rctx)
 		rcancel()
 		if errors.Is(err, kvstore.ErrLeaseLost) {
 			o.log.Warn().Err(err).Msg("lease lost: stopping the lane's work")
 			cancel(err)
-			return
+			return false
 		}
 		if err != nil && ctx.Err() == nil {
 			o.log.Warn().Err(err).Msg("renew lease")
@@ -71,7 +64,8 @@ func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l
 				o.log.Debug().Err(err).Msg("trigger in progress")
 			}
 		}
-	}
+		return true
+	})
 }
 
 // deleteProcessed deletes the inbound messages of the turns this owner

@@ -33,20 +33,13 @@ func (w *Worker) sweep(ctx context.Context) {
 	if (retention.Policy{SessionTTL: w.cfg.SessionTTL}).Enabled() {
 		wg.Go(func() { w.retain(ctx) })
 	}
-	every := w.cfg.SweepEvery
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, w.cfg.SweepEvery, func() bool {
 		if w.shuttingDown.Load() {
-			return
+			return false
 		}
 		w.sweepOnce(ctx, w.streams.cfg.AckWait)
-	}
+		return true
+	})
 }
 
 // sweepPassTime is how long one part of a sweep (the stranded-lane pass,

@@ -484,6 +484,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// everyTick calls f every period until ctx is done or f returns false.
+func everyTick(ctx context.Context, period time.Duration, f func() bool) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !f() {
+			return
+		}
+	}
+}
+
 // shares divide the slots among the sessions' tenants (Tenant,
 // TenantWeight).
 func (c Config) shares() slots.Shares {
