@@ -75,8 +75,9 @@
 //	drain.go           the drain loop: cursor and settings (readLane), owed finals (keepOwed), look at the lane,
 //	                   charge the slot, leave before a message (leavesBefore), process a turn, retry a failed one
 //	plan.go            read messages off the lane and name the planner's plan (collect debounce, merges, drops)
-//	turn.go            Turn, Handler, Outcome, StepLog; open and start an attempt, run the handler, steering
-//	attempt.go         an owner's attempts: counting them toward MaxAttempts, ending and closing them
+//	turn.go            Turn, Handler, Outcome, StepLog; run the handler, steering, a run's emitter
+//	attempt.go         an owner's attempts: opening (the run's claim, opened ahead for the trigger) and starting
+//	                   them, counting them toward MaxAttempts, ending and closing them
 //	uncounted.go       the notes of attempts that do not count (UncountedToken)
 //	commit.go          commit (the record, advancing past it), the finals promise, the runs a turn consumed, duplicates
 //	watch.go           the debounce wait, the drain's watch (cuts, quiet), linger
@@ -93,7 +94,7 @@
 //	pause.go           paused sessions (Config.Paused), their notices, Wake, the tenant of a start event
 //	expire.go          the retention pass (Worker.ExpireIdle) and its loop
 //	retries.go         the retention pass's retry list (lanes whose forget kept failing)
-//	transcripts.go     the worker's transcript cache
+//	transcripts.go     the worker's transcript cache, and an owner's read of its lane's transcript
 //	gate.go            the set-up gate
 //	setup.go           the streams and the dispatch consumer (EnsureStreams, StreamConfig)
 //	queue/             the pure queue planner

@@ -103,6 +103,24 @@ func (c *transcripts) drop(token string) {
 	c.lanes.Remove(token)
 }
 
+// loadHistory gets the transcript once per drain, before the turn counts as
+// an attempt: a store that is briefly unavailable delays the lane but never
+// dead-letters a message. The worker's copy from an earlier turn is used
+// as far as it goes (readHistory).
+func (o *owner) loadHistory(ctx context.Context) error {
+	if o.lane.tx != nil {
+		return nil
+	}
+	tx, err := o.readHistory(ctx, o.lane.cursor)
+	if errors.Is(err, kvstore.ErrCorrupt) {
+		o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
+	} else if err != nil {
+		return err
+	}
+	o.lane.tx = tx
+	return nil
+}
+
 // readHistory returns the lane's transcript as its owner (holding the
 // lease, having read cursor c) must see it, reading from the store only
 // what the cache lacks:
