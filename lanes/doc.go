@@ -85,13 +85,14 @@
 //	settings.go        settings messages: refuse, store, apply
 //	commands.go        chat commands read as stop, settings or handler commands (chatcmd)
 //	slots.go           yields, and a delivery waiting in line for a slot
-//	worker.go          Config, Worker, Stats, Run
+//	config.go          Config, its defaults, a session's tenant and chat commands, the tenants' shares of the slots
+//	worker.go          Worker, Stats, Index, Run
 //	delivery.go        the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
 //	deadletter.go      dead letters (poison, invalid, bad lane)
 //	subagent.go        sub-agent lineage: completions owed to a parent, stops passed on, their delivery
 //	liveness.go        the worker's life (Config.Liveness) and taking over the lanes of dead workers
 //	sweep.go           the sweep: idle lanes with messages or owed finals
-//	pause.go           paused sessions (Config.Paused), their notices, Wake, the tenant of a start event
+//	pause.go           paused sessions (Config.Paused), their notices, Wake
 //	expire.go          the retention pass (Worker.ExpireIdle) and its loop
 //	retries.go         the retention pass's retry list (lanes whose forget kept failing)
 //	transcripts.go     the worker's transcript cache, and an owner's read of its lane's transcript

@@ -84,14 +84,6 @@ func (o *owner) noticePaused(ctx context.Context, head *jetstream.RawStreamMsg) 
 	}
 }
 
-// tenant is the session's tenant (Config.Tenant), "" without one.
-func (c *Config) tenant(key string) string {
-	if c.Tenant == nil {
-		return ""
-	}
-	return c.Tenant(key)
-}
-
 // Wake takes up the lanes with messages whose session match accepts and
 // that are no longer paused, nobody holding their lease: called when a
 // pause ends (a budget raised or reset), so their queued messages run
