@@ -19,7 +19,7 @@ import (
 // returns that run's result).
 func (o *owner) duplicate(ctx context.Context, em *fenced.Emitter, p *plan) error {
 	into := strconv.FormatUint(p.run.dupOf, 10)
-	o.w.stats.Duplicates.Add(1)
+	o.stats.Duplicates.Add(1)
 	o.log.Info().Uint64("seq", p.run.raw.Sequence).Str("duplicates", into).Msg("a message reused the id of an earlier message of its session: not run")
 	em.Emit(events.StreamLifecycle, events.EventData{Phase: events.PhaseMerged, Text: into})
 	return o.commit(ctx, em, p, &Outcome{Result: &events.Result{Meta: events.Meta{MergedInto: into}}})
@@ -45,13 +45,13 @@ func (o *owner) endConsumed(ctx context.Context, c events.ConsumedRun, into stri
 	var res *events.Result
 	switch c.Kind {
 	case "":
-		o.w.stats.Merged.Add(1)
+		o.stats.Merged.Add(1)
 		res = &events.Result{Meta: events.Meta{MergedInto: into}}
 	case kindSettings:
 		res = &events.Result{Payloads: []events.Payload{{Text: c.Reason}}}
 		why = runEnding(res, c.Reason)
 	default:
-		o.w.stats.Dropped.Add(1)
+		o.stats.Dropped.Add(1)
 		res = &events.Result{Payloads: []events.Payload{{Text: c.Reason, IsError: true}},
 			Meta: events.Meta{Aborted: c.Kind == events.KindInterrupted, Error: &events.RunError{Kind: c.Kind, Message: c.Reason}}}
 		why = runEnding(res, "")
@@ -81,14 +81,52 @@ func (o *owner) announceSteered(ctx context.Context, c collected, into string) {
 // without running them get theirs, and the owner retries until they are
 // stored before it takes the next message or releases the lane.
 func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Outcome) error {
+	rec, err := o.record(em, p, out)
+	if err != nil {
+		return err
+	}
+	reconnects := o.nc.Stats().Reconnects // before the finals: a reconnect after them may have lost them
+	written, err := o.lease.PutRecord(ctx, rec)
+	if err != nil {
+		if kvstore.Transient(err) {
+			return &storeFailure{err}
+		}
+		return err
+	}
+	o.inFlight = nil // the turn is committed: its attempts no longer matter
+	if o.cfg.Index != nil {
+		o.cfg.Index.Touch(Activity{Key: o.key, Run: em.RunID(), Committed: true, Through: p.through, State: rec.State})
+	}
+	o.advance(p, rec, written)
+	if out.Result != nil {
+		if err := o.publishCommitted(ctx, em, p, rec, out.Result); err != nil {
+			return err
+		}
+	}
+	o.transcripts.markFinalsStored(o.token, written.Seq, reconnects)
+	o.lane.checked = rec.InboundSeq // its finals are stored: a later drain need not look
+	for _, c := range p.backlog {
+		o.announceSteered(ctx, c, em.RunID())
+	}
+	if len(o.lane.processed) >= o.deleteEvery() {
+		// Processed messages count against the lane's cap: a long drain
+		// must not leave its sender refused by messages already answered.
+		o.deleteProcessed(ctx, true)
+	}
+	return nil
+}
+
+// record is the turn's record: what the turn adds to the transcript, the
+// session's state after it, the completion it owes a parent (lineage), and
+// its final event. The session's state rides on every record: the newest
+// one's is the session's, whatever kind of turn wrote it.
+func (o *owner) record(em *fenced.Emitter, p *plan, out *Outcome) (kvstore.Record, error) {
 	if out.Result != nil {
 		out.Result.Meta.Consumed = p.consumed()
 	}
-	// The session's state rides on every record: the newest one's is the
-	// session's, whatever kind of turn wrote it.
 	state, outbox, err := o.lineage(nextState(o.lane.cursor.State, out), p, out)
 	if err != nil {
-		return err
+		return kvstore.Record{}, err
 	}
 	session := o.lane.cursor.SessionID
 	if out.Reset {
@@ -104,23 +142,18 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 			out.Result.Meta.Session = state
 		}
 		if rec.Final, _, err = events.EncodeEvent(&events.Event{Stream: events.StreamFinal, Data: events.EventData{Result: out.Result}}, false); err != nil {
-			return err
+			return kvstore.Record{}, err
 		}
 	}
-	reconnects := o.w.nc.Stats().Reconnects // before the finals: a reconnect after them may have lost them
-	written, err := o.lease.PutRecord(ctx, rec)
-	if err != nil {
-		if kvstore.Transient(err) {
-			return &storeFailure{err}
-		}
-		return err
-	}
-	o.inFlight = nil // the turn is committed: its attempts no longer matter
-	if o.w.cfg.Index != nil {
-		o.w.cfg.Index.Touch(Activity{Key: o.key, Run: em.RunID(), Committed: true, Through: p.through, State: state})
-	}
-	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State, o.lane.cursor.SessionID = p.through, written.Seq, state, session
-	if out.Reset {
+	return rec, nil
+}
+
+// advance moves what the owner knows of the lane past the turn committed
+// as rec (stored as written): the cursor, the messages it processed, its
+// attempts (forgotten), and the transcript.
+func (o *owner) advance(p *plan, rec kvstore.Record, written kvstore.Written) {
+	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State, o.lane.cursor.SessionID = p.through, written.Seq, rec.State, rec.SessionID
+	if rec.Reset {
 		o.lane.cursor.Start = written.Seq
 	}
 	o.lane.processed = append(o.lane.processed, p.run.raw.Sequence)
@@ -132,42 +165,37 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 	}
 	clear(o.failures)
 	if o.lane.tx != nil {
-		o.lane.tx = o.w.transcripts.committed(o.lane.tx, rec, written)
-		o.w.transcripts.noteSettings(o.token, written.Seq, o.lane.settings)
+		o.lane.tx = o.transcripts.committed(o.lane.tx, rec, written)
+		o.transcripts.noteSettings(o.token, written.Seq, o.lane.settings)
 	}
-	if out.Result != nil {
-		o.lane.owed = p.through
-		err := o.w.deliver(ctx, rec.Outbox)
-		if err == nil {
-			err = o.publishFinals(ctx, em, p, out.Result)
-		}
-		if err != nil && !errors.Is(err, kvstore.ErrLeaseLost) && ctx.Err() == nil {
-			o.log.Warn().Err(err).Msg("final events of a committed turn; retrying")
-			err = o.keepPromise(ctx, func(ctx context.Context) error { return o.publishRecordFinals(ctx, rec) })
-		}
-		if err != nil {
-			return err
-		}
-		o.lane.owed = 0
+}
+
+// publishCommitted keeps the promise of the committed turn rec, whose
+// result is res: the completion it owes a parent, then its final events
+// (publishFinals), retried (keepPromise) until they are stored. The turn is
+// owed until then (laneState.owed).
+func (o *owner) publishCommitted(ctx context.Context, em *fenced.Emitter, p *plan, rec kvstore.Record, res *events.Result) error {
+	o.lane.owed = p.through
+	err := o.w.deliver(ctx, rec.Outbox)
+	if err == nil {
+		err = o.publishFinals(ctx, em, p, res)
 	}
-	o.w.transcripts.markFinalsStored(o.token, written.Seq, reconnects)
-	o.lane.checked = rec.InboundSeq // its finals are stored: a later drain need not look
-	for _, c := range p.backlog {
-		o.announceSteered(ctx, c, em.RunID())
+	if err != nil && !errors.Is(err, kvstore.ErrLeaseLost) && ctx.Err() == nil {
+		o.log.Warn().Err(err).Msg("final events of a committed turn; retrying")
+		err = o.keepPromise(ctx, func(ctx context.Context) error { return o.publishRecordFinals(ctx, rec) })
 	}
-	if len(o.lane.processed) >= o.w.deleteEvery() {
-		// Processed messages count against the lane's cap: a long drain
-		// must not leave its sender refused by messages already answered.
-		o.deleteProcessed(ctx, true)
+	if err != nil {
+		return err
 	}
+	o.lane.owed = 0
 	return nil
 }
 
 // deleteEvery is how many processed messages an owner keeps while it
 // drains before it deletes them together: an eighth of the lane's cap,
 // from 1 to 16.
-func (w *Worker) deleteEvery() int {
-	c := w.streams.LaneCap()
+func (o *owner) deleteEvery() int {
+	c := o.streams.LaneCap()
 	if c <= 0 {
 		return 16
 	}
@@ -259,7 +287,7 @@ func (o *owner) keepPromise(ctx context.Context, publish func(context.Context) e
 		case <-time.After(delay):
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-o.w.shutdown:
+		case <-o.shutdown:
 			return errShuttingDown
 		}
 	}
@@ -304,7 +332,7 @@ func (o *owner) endRun(em *fenced.Emitter, attempt int, data events.EventData) {
 
 // publishOwed publishes the final events the lane's record of seq owes.
 func (o *owner) publishOwed(ctx context.Context, seq uint64) error {
-	rec, ok, err := o.w.lanes.Record(ctx, o.token, seq)
+	rec, ok, err := o.store.Record(ctx, o.token, seq)
 	if err != nil || !ok {
 		return err
 	}

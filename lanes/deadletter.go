@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
 )
@@ -54,4 +55,10 @@ func (w *Worker) deadLetter(ctx context.Context, reason, subject string, seq uin
 	w.stats.addDeadLetter(reason)
 	w.log.Warn().Str("reason", reason).Str("subject", subject).Uint64("seq", seq).Err(cause).Msg("dead-lettered")
 	return nil
+}
+
+// deadLetter stores the lane's message raw as a dead letter (see
+// Worker.deadLetter).
+func (o *owner) deadLetter(ctx context.Context, reason string, raw *jetstream.RawStreamMsg, cause error) error {
+	return o.w.deadLetter(ctx, reason, o.subject, raw.Sequence, raw.Header, raw.Data, cause)
 }

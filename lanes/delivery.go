@@ -280,9 +280,8 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
 		return charged
 	}
 	w.stats.Acquired.Add(1)
-	o := &owner{w: w, token: token, key: key, subject: msg.Subject(), log: log, setUp: leave,
-		lease: ownerLease{Lease: lease, life: lf, trigger: msg, triggerSeq: md.Sequence.Stream},
-		slot:  slotUse{since: w.now(), charged: charged}}
+	o := w.newOwner(token, key, msg.Subject(), ownerLease{Lease: lease, life: lf, trigger: msg, triggerSeq: md.Sequence.Stream}, charged)
+	o.setUp = leave
 	o.markHeld(true)
 	defer o.markHeld(false)
 	o.run()

@@ -13,7 +13,11 @@
 //     stream order; token is its subject token, key its session key.
 //   - owner: what drains one lane on a worker while it holds the lane's
 //     lease (owner.go). Its state has three parts: the lease, the lane
-//     and the slot.
+//     and the slot. What it uses of its worker (the configuration, the
+//     lanes bucket, the streams, the counters, the slots, the transcript
+//     cache) it is given when it is made (ownerDeps, newOwner); it asks the
+//     worker itself only for the worker's own acts (settling its trigger,
+//     the held-here mark, dead letters, completions).
 //   - lease: the lanes bucket's record that gives one owner the lane
 //     (kvstore.Lease); the heartbeat renews it. Held: a lane's lease is
 //     taken. Held here: by an owner on this worker (markHeld, heldHere),
@@ -25,7 +29,8 @@
 //     (kvstore.Liveness); its leases name it. A life ends when its worker
 //     is found dead (liveness.go), and the others take over its leases.
 //   - settle: decide a delivery's fate, ack or hand back (Nak):
-//     settleDelivery for a delivery, settleTrigger for an owner's trigger.
+//     settleDelivery for a delivery, settleTrigger for an owner's trigger
+//     (handBack, ackTrigger).
 //     Nothing else is settled.
 //   - drain: take the lane's messages in order until none is left.
 //   - plan: what one turn takes off the lane (queue.PlanTurn's plan and
@@ -64,35 +69,41 @@
 //
 // # Files
 //
-//	owner.go           the owner, its parts (lease, lane, slot), its run loop and endings (settleTrigger)
+//	owner.go           the owner, its parts (lease, lane, slot), what it uses of its worker (ownerDeps),
+//	                   its run loop and endings (settleTrigger)
 //	lease.go           heartbeat, release and re-acquire, letGo, the held-here mark, deleting processed messages
-//	drain.go           the drain loop: cursor and settings, look at the lane, charge the slot, process a turn
+//	drain.go           the drain loop: cursor and settings (readLane), owed finals (keepOwed), look at the lane,
+//	                   charge the slot, leave before a message (leavesBefore), process a turn, retry a failed one
 //	plan.go            read messages off the lane and name the planner's plan (collect debounce, merges, drops)
-//	turn.go            Turn, Handler, Outcome, StepLog; open and start an attempt, run the handler, steering
-//	attempt.go         an owner's attempts: counting them toward MaxAttempts, ending and closing them
+//	turn.go            Turn, Handler, Outcome, StepLog; run the handler, steering, a run's emitter
+//	attempt.go         an owner's attempts: opening (the run's claim, opened ahead for the trigger) and starting
+//	                   them, counting them toward MaxAttempts, ending and closing them
 //	uncounted.go       the notes of attempts that do not count (UncountedToken)
-//	commit.go          commit (the record), the finals promise, the runs a turn consumed, duplicates
+//	commit.go          commit (the record, advancing past it), the finals promise, the runs a turn consumed, duplicates
 //	watch.go           the debounce wait, the drain's watch (cuts, quiet), linger
 //	cut.go             a cut turn (interrupted) and a stop command's run
 //	settings.go        settings messages: refuse, store, apply
 //	commands.go        chat commands read as stop, settings or handler commands (chatcmd)
 //	slots.go           yields, and a delivery waiting in line for a slot
-//	worker.go          Config, Worker, Stats, Run
+//	config.go          Config, its defaults, a session's tenant and chat commands, the tenants' shares of the slots
+//	worker.go          Worker, Stats, Index, Run
 //	delivery.go        the delivery path: take a slot, acquire the lease, run the owner; settleDelivery
 //	deadletter.go      dead letters (poison, invalid, bad lane)
+//	subagent.go        sub-agent lineage: completions owed to a parent, stops passed on, their delivery
+//	liveness.go        the worker's life (Config.Liveness) and taking over the lanes of dead workers
 //	sweep.go           the sweep: idle lanes with messages or owed finals
-//	pause.go           paused sessions (Config.Paused), Wake, the tenant of a start event
+//	pause.go           paused sessions (Config.Paused), their notices, Wake
 //	expire.go          the retention pass (Worker.ExpireIdle) and its loop
 //	retries.go         the retention pass's retry list (lanes whose forget kept failing)
-//	transcripts.go     the worker's transcript cache
+//	transcripts.go     the worker's transcript cache, and an owner's read of its lane's transcript
 //	gate.go            the set-up gate
-//	setup.go           the streams (EnsureStreams, StreamConfig)
+//	setup.go           the streams and the dispatch consumer (EnsureStreams, StreamConfig)
 //	queue/             the pure queue planner
 //	internal/slots     the scheduler: slots, the byte budget's charges, the line (pure: no NATS)
 //	internal/lanestest the waits the lane's tests share (WaitFor, WaitClosed)
 //	internal/fenced    the fenced event emitter of one run (see Fenced events): fence.go claims,
 //	                   emitter.go coalesces and pipelines, publish.go the synchronous events
-//	service/           the per-lane read service
+//	sessionsvc/        the per-lane read service
 //
 // # Scheduling
 //

@@ -23,10 +23,46 @@ var errShuttingDown = errors.New("lanes: worker stopping")
 func (o *owner) drain(ctx context.Context) bool {
 	// The lane's first message is read while the cursor is: one round
 	// trip less before the first turn (see firstLook).
-	from := max(o.lane.cursor.Seq, o.w.transcripts.inboundOf(o.token))
+	from := max(o.lane.cursor.Seq, o.transcripts.inboundOf(o.token))
 	first := o.firstLook(ctx, from)
 	o.openAhead(ctx, from)
 	defer o.takeAhead(0) // a run opened ahead and not run is retired
+	if !o.readLane(ctx, from, first) {
+		return false
+	}
+	if lost, ok := o.keepOwed(ctx); !ok {
+		return lost
+	}
+	defer o.endWatch()
+	for !o.shuttingDown.Load() && ctx.Err() == nil {
+		raw, err := o.look(ctx)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
+				o.log.Warn().Err(err).Msg("read lane")
+			}
+			return false
+		}
+		if o.leavesBefore(ctx, raw) {
+			return false
+		}
+		began := o.now()
+		o.quiet.reset() // only this turn's steer poll can say the lane is empty
+		err = o.process(ctx, raw)
+		if err == nil {
+			o.slot.turns, o.slot.lastTurn = o.slot.turns+1, o.now().Sub(began)
+			continue
+		}
+		if lost, again := o.retryAfter(ctx, raw, err); !again {
+			return lost
+		}
+	}
+	return false
+}
+
+// readLane begins a drain: it reads the lane's cursor and settings, and
+// keeps the first look's message (first, read after from) when it is the
+// one after the cursor. It reports whether the cursor could be read.
+func (o *owner) readLane(ctx context.Context, from uint64, first <-chan looked) bool {
 	c, err := o.readCursor(ctx)
 	if err != nil {
 		<-first
@@ -44,76 +80,80 @@ func (o *owner) drain(ctx context.Context) bool {
 		o.takeAhead(0)
 	}
 	o.lane.cursor = c
-	o.lane.ids = queue.NewIDs(o.w.streams.cfg.DedupeWindow, c.IDs)
+	o.lane.ids = queue.NewIDs(o.streams.cfg.DedupeWindow, c.IDs)
 	o.lane.tx = nil // another owner may have added to it since the last drain
-	if c.Seq > 0 && c.Seq != o.lane.checked && o.w.transcripts.finalsStored(o.token, c.Stored, o.w.nc.Stats().Reconnects) {
+	return true
+}
+
+// keepOwed publishes the final events the lane's newest record owes, if
+// they are not known to be stored, before the drain takes any message. It
+// reports whether the drain goes on, and if not whether the lease was lost.
+func (o *owner) keepOwed(ctx context.Context) (lost, ok bool) {
+	c := o.lane.cursor
+	if c.Seq > 0 && c.Seq != o.lane.checked && o.transcripts.finalsStored(o.token, c.Stored, o.nc.Stats().Reconnects) {
 		o.lane.checked = c.Seq // this worker stored the newest record's finals itself
 	}
-	if c.Seq > 0 && c.Seq != o.lane.checked {
-		// The last committed turn may have died between its record and its
-		// final events: publish them from the record before anything else.
-		// (Owners never move past a turn whose finals are missing, so only
-		// the newest record can owe any.)
-		o.lane.owed = c.Seq
-		err := o.keepPromise(ctx, func(ctx context.Context) error { return o.publishOwed(ctx, c.Seq) })
-		if err != nil {
-			return errors.Is(err, kvstore.ErrLeaseLost)
-		}
-		o.lane.owed, o.lane.checked = 0, c.Seq
+	if c.Seq == 0 || c.Seq == o.lane.checked {
+		return false, true
 	}
-	defer o.endWatch()
-	for !o.w.shuttingDown.Load() && ctx.Err() == nil {
-		raw, err := o.look(ctx)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return false
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				o.log.Warn().Err(err).Msg("read lane")
-			}
-			return false
-		}
-		if o.w.paused(o.key) {
-			// The message stays: the lane waits, unconsumed, until Wake.
-			o.slot.paused = true
-			o.noticePaused(ctx, raw)
-			return false
-		}
-		if need, ok := o.fits(raw); !ok {
-			o.slot.overBudget = need
-			return false
-		}
-		if o.w.shouldYield(o.token, o.slot.turns, o.slot.since, o.slot.lastTurn, o.lease.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
-			o.slot.yielded = true
-			return false
-		}
-		began := o.now()
-		o.quiet.reset() // only this turn's steer poll can say the lane is empty
-		err = o.process(ctx, raw)
-		switch {
-		case err == nil:
-			o.slot.turns, o.slot.lastTurn = o.slot.turns+1, o.now().Sub(began)
-			continue
-		case errors.Is(err, kvstore.ErrLeaseLost):
-			return true
-		case ctx.Err() != nil || errors.Is(err, errShuttingDown):
-			return false
-		case errors.Is(err, errNotDeadLettered):
-			// The message stays; the lane goes back and is tried again
-			// later, leaving the slot to lanes that can run.
-			o.notDead = true
-			return false
-		}
-		n := o.tried(raw.Sequence).attempt
-		o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
-		delay := backoff.Policy{Base: o.w.cfg.RetryDelay, Max: 30 * time.Second, Linear: true}.Delay(n)
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return false
-		}
+	// The last committed turn may have died between its record and its
+	// final events: publish them from the record before anything else.
+	// (Owners never move past a turn whose finals are missing, so only
+	// the newest record can owe any.)
+	o.lane.owed = c.Seq
+	err := o.keepPromise(ctx, func(ctx context.Context) error { return o.publishOwed(ctx, c.Seq) })
+	if err != nil {
+		return errors.Is(err, kvstore.ErrLeaseLost), false
+	}
+	o.lane.owed, o.lane.checked = 0, c.Seq
+	return false, true
+}
+
+// leavesBefore reports whether the drain ends before the lane's next
+// message raw, and notes why for settleTrigger: its session is paused,
+// it does not fit the byte budget, or the owner yields its slot.
+func (o *owner) leavesBefore(ctx context.Context, raw *jetstream.RawStreamMsg) bool {
+	if o.cfg.paused(o.key) {
+		// The message stays: the lane waits, unconsumed, until Wake.
+		o.slot.paused = true
+		o.noticePaused(ctx, raw)
+		return true
+	}
+	if need, ok := o.fits(raw); !ok {
+		o.slot.overBudget = need
+		return true
+	}
+	if o.w.shouldYield(o.token, o.slot.turns, o.slot.since, o.slot.lastTurn, o.lease.trigger) && o.yieldsBefore(raw) && o.triggerKept(ctx) {
+		o.slot.yielded = true
+		return true
 	}
 	return false
+}
+
+// retryAfter decides what follows a turn of raw that failed with err: the
+// drain ends (lost: the lease was lost), or it tries the message again
+// after a delay growing with its failures (again).
+func (o *owner) retryAfter(ctx context.Context, raw *jetstream.RawStreamMsg, err error) (lost, again bool) {
+	switch {
+	case errors.Is(err, kvstore.ErrLeaseLost):
+		return true, false
+	case ctx.Err() != nil || errors.Is(err, errShuttingDown):
+		return false, false
+	case errors.Is(err, errNotDeadLettered):
+		// The message stays; the lane goes back and is tried again
+		// later, leaving the slot to lanes that can run.
+		o.notDead = true
+		return false, false
+	}
+	n := o.tried(raw.Sequence).attempt
+	o.log.Warn().Err(err).Uint64("seq", raw.Sequence).Int("failures", n).Msg("turn failed; retrying")
+	delay := backoff.Policy{Base: o.cfg.RetryDelay, Max: 30 * time.Second, Linear: true}.Delay(n)
+	select {
+	case <-time.After(delay):
+		return false, true
+	case <-ctx.Done():
+		return false, false
+	}
 }
 
 // look reads the lane's next message. After a turn whose last look found
@@ -127,14 +167,14 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 			return raw, nil
 		}
 	}
-	if !o.quiet.empty(o.lane.cursor.Seq, o.w.nc.Stats().Reconnects) {
+	if !o.quiet.empty(o.lane.cursor.Seq, o.nc.Stats().Reconnects) {
 		return o.next(ctx, o.lane.cursor.Seq)
 	}
 	if !o.linger(ctx) {
-		o.w.stats.QuietSkips.Add(1)
+		o.stats.QuietSkips.Add(1)
 		return nil, jetstream.ErrMsgNotFound
 	}
-	o.w.stats.Lingered.Add(1)
+	o.stats.Lingered.Add(1)
 	raw, err := o.next(ctx, o.lane.cursor.Seq)
 	for try := 0; try < 3 && errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil; try++ {
 		// The watch can see a message before the stream stores it.
@@ -145,7 +185,7 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 		raw, err = o.next(ctx, o.lane.cursor.Seq)
 	}
 	if err == nil {
-		o.w.stats.LingerHits.Add(1)
+		o.stats.LingerHits.Add(1)
 	}
 	return raw, err
 }
@@ -179,11 +219,11 @@ func (o *owner) firstLook(ctx context.Context, from uint64) <-chan looked {
 // sender cannot pass large messages behind a small one. It returns the
 // message's charge.
 func (o *owner) fits(raw *jetstream.RawStreamMsg) (int64, bool) {
-	need := o.w.sched.Charge(len(raw.Data))
+	need := o.sched.Charge(len(raw.Data))
 	if need <= o.slot.charged {
 		return need, true
 	}
-	if !o.w.sched.Grow(need - o.slot.charged) {
+	if !o.sched.Grow(need - o.slot.charged) {
 		return need, false
 	}
 	o.slot.charged = need
@@ -198,7 +238,7 @@ func (o *owner) fits(raw *jetstream.RawStreamMsg) (int64, bool) {
 // of the newest record are still these (see transcript.settings): only
 // otherwise are they read.
 func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
-	c, err := o.w.lanes.Cursor(ctx, o.token)
+	c, err := o.store.Cursor(ctx, o.token)
 	if errors.Is(err, kvstore.ErrCorrupt) {
 		// c still holds the lane's position (kvstore.ErrCorrupt says why).
 		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")
@@ -211,11 +251,11 @@ func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
 		o.lane.settings = nil
 		return c, nil
 	}
-	if known, at := o.w.transcripts.settingsOf(o.token); at != 0 && c.Stored == at {
+	if known, at := o.transcripts.settingsOf(o.token); at != 0 && c.Stored == at {
 		o.lane.settings = known
 		return c, nil
 	}
-	settings, err := o.w.lanes.Settings(ctx, o.token)
+	settings, err := o.store.Settings(ctx, o.token)
 	if err != nil {
 		return c, err
 	}
@@ -235,12 +275,12 @@ const readTimeout = 5 * time.Second
 func (o *owner) next(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	return o.w.streams.Inbound.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(o.subject))
+	return o.streams.Inbound.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(o.subject))
 }
 
 // decode decodes and checks an inbound message of the lane.
 func (o *owner) decode(raw *jetstream.RawStreamMsg) (*events.Inbound, error) {
-	in, err := events.DecodeInbound(raw.Header.Get(events.HeaderContentType), raw.Data, o.w.cfg.MaxPayload)
+	in, err := events.DecodeInbound(raw.Header.Get(events.HeaderContentType), raw.Data, o.cfg.MaxPayload)
 	if err == nil && in.Session != "" && in.Session != o.key {
 		err = &events.DecodeError{Field: "session", Reason: fmt.Sprintf("%q does not match the lane's session", in.Session)}
 	}
@@ -276,7 +316,7 @@ func (o *owner) process(ctx context.Context, raw *jetstream.RawStreamMsg) error 
 		// Dead-lettered before its start event: a dead letter that cannot
 		// be stored leaves the message and the run's attempts as they were.
 		_, decErr := o.decode(p.run.raw)
-		if err := o.w.deadLetter(ctx, "invalid", o.subject, a.seq, p.run.raw.Header, p.run.raw.Data, decErr); err != nil {
+		if err := o.deadLetter(ctx, "invalid", p.run.raw, decErr); err != nil {
 			return err
 		}
 	}

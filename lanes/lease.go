@@ -23,7 +23,7 @@ func (o *owner) letGo(ctx context.Context, why string) {
 	if err := o.lease.Release(ctx); err != nil {
 		o.log.Warn().Err(err).Msg("release lease " + why)
 	}
-	o.w.stats.Released.Add(1)
+	o.stats.Released.Add(1)
 }
 
 // releaseDeadLease gives up the lease of an owner stopped because its
@@ -47,21 +47,14 @@ func (o *owner) releaseDeadLease() {
 // heartbeat renews the lease and keeps the trigger delivery alive.
 func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease *kvstore.Lease, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(o.w.lanes.RenewEvery())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, rcancel := context.WithTimeout(ctx, o.w.lanes.RenewEvery())
+	everyTick(ctx, o.store.RenewEvery(), func() bool {
+		rctx, rcancel := context.WithTimeout(ctx, o.store.RenewEvery())
 		err := lease.Renew(rctx)
 		rcancel()
 		if errors.Is(err, kvstore.ErrLeaseLost) {
 			o.log.Warn().Err(err).Msg("lease lost: stopping the lane's work")
 			cancel(err)
-			return
+			return false
 		}
 		if err != nil && ctx.Err() == nil {
 			o.log.Warn().Err(err).Msg("renew lease")
@@ -71,7 +64,8 @@ func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l
 				o.log.Debug().Err(err).Msg("trigger in progress")
 			}
 		}
-	}
+		return true
+	})
 }
 
 // deleteProcessed deletes the inbound messages of the turns this owner
@@ -123,7 +117,7 @@ func (o *owner) release() ending {
 		o.log.Warn().Err(err).Msg("release lease")
 		return endRetry
 	}
-	o.w.stats.Released.Add(1)
+	o.stats.Released.Add(1)
 	// Re-check on the leader after releasing: a message stored before a
 	// follower saw our lease is found here or by the next owner.
 	_, err := o.next(ctx, o.lane.cursor.Seq)
@@ -134,15 +128,15 @@ func (o *owner) release() ending {
 		o.log.Warn().Err(err).Msg("re-check lane")
 		return endRetry
 	}
-	if o.w.shuttingDown.Load() {
+	if o.shuttingDown.Load() {
 		return endShutdown
 	}
 	info, lf := o.w.leaseInfo(o.lease.triggerSeq)
-	lease, err := o.w.lanes.Acquire(ctx, o.token, info)
+	lease, err := o.store.Acquire(ctx, o.token, info)
 	switch {
 	case err == nil:
 		o.lease.Lease, o.lease.life = lease, lf
-		o.w.stats.Acquired.Add(1)
+		o.stats.Acquired.Add(1)
 		o.markHeld(true)
 		return endAgain
 	case errors.Is(err, kvstore.ErrHeld):
@@ -159,19 +153,25 @@ func (o *owner) release() ending {
 // its lane held only while it holds the lease, and unmarks it before it
 // releases the lease.
 
-// hold marks the owner's lane held (or no longer held) by this worker.
+// markHeld marks the owner's lane held (or no longer held) by this worker.
 func (o *owner) markHeld(held bool) {
 	if o.lease.marked == held {
 		return
 	}
 	o.lease.marked = held
-	w := o.w
+	o.w.hold(o.token, o.lease.triggerSeq, held)
+}
+
+// hold marks lane token held by an owner here whose trigger is trigger's
+// delivery, or unmarks it (unless an owner with another trigger marked it
+// since).
+func (w *Worker) hold(token string, trigger uint64, held bool) {
 	w.heldMu.Lock()
 	defer w.heldMu.Unlock()
 	if held {
-		w.held[o.token] = o.lease.triggerSeq
-	} else if seq, ok := w.held[o.token]; ok && seq == o.lease.triggerSeq {
-		delete(w.held, o.token)
+		w.held[token] = trigger
+	} else if seq, ok := w.held[token]; ok && seq == trigger {
+		delete(w.held, token)
 	}
 }
 
@@ -206,7 +206,7 @@ func (o *owner) triggerKept(ctx context.Context) bool {
 	if o.lease.triggerSeq > o.lane.cursor.Seq || slices.Contains(o.lane.processed, o.lease.triggerSeq) || o.lease.triggerChecked {
 		return true
 	}
-	_, err := o.w.streams.Inbound.GetMsg(ctx, o.lease.triggerSeq)
+	_, err := o.streams.Inbound.GetMsg(ctx, o.lease.triggerSeq)
 	switch {
 	case err == nil:
 		o.lease.triggerChecked = true

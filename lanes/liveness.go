@@ -321,14 +321,7 @@ func (w *Worker) onLife(ev kvstore.LifeEvent) {
 // declares dead those whose connection is gone.
 func (w *Worker) probeLate(ctx context.Context) {
 	every := w.cfg.LivenessEvery
-	t := time.NewTicker(max(every/4, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, max(every/4, 10*time.Millisecond), func() bool {
 		a := w.alive
 		now := time.Now()
 		reconnects := w.nc.Stats().Reconnects
@@ -354,7 +347,8 @@ func (w *Worker) probeLate(ctx context.Context) {
 			}
 		}
 		a.mu.Unlock()
-	}
+		return true
+	})
 }
 
 // probe asks a late life's worker whether it is connected; no responder

@@ -40,8 +40,8 @@ func TestDrainPublishesWhatARecordItDidNotCheckOwes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The owner had checked the record before (seq 5).
-	o := &owner{w: w, token: tok, key: key, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", tok).Logger(),
-		slot: slotUse{since: time.Now()}, lane: laneState{checked: 5}}
+	o := w.newOwner(tok, key, subj, ownerLease{Lease: lease}, 0)
+	o.lane.checked = 5
 	if lost := o.drain(ctx); lost {
 		t.Fatal("the drain found its lease lost")
 	}

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/lanes/internal/slots"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 )
 
@@ -20,6 +23,13 @@ import (
 // the lane's stream and record), and the slot (what this owner has used of
 // the worker's slot it runs in).
 type owner struct {
+	ownerDeps
+	// w is asked only for what is the worker's to do or decide: settle
+	// the trigger (handBack, ackTrigger), mark the lane held here (hold),
+	// store dead letters, deliver completions, delete inbound messages and
+	// drop step journals (on its goroutines), a new lease's terms
+	// (leaseInfo), whether to yield (shouldYield), and the context turns
+	// run under (turnCtx).
 	w          *Worker
 	token, key string
 	subject    string
@@ -46,8 +56,39 @@ type owner struct {
 	setUp func()
 }
 
+// ownerDeps are the parts of its worker an owner uses, set once when it is
+// made (newOwner) and shared with the worker's other owners.
+type ownerDeps struct {
+	cfg     *Config // the worker's configuration; read only once Run began
+	store   *kvstore.Lanes
+	streams *Streams
+	js      jetstream.JetStream
+	nc      *nats.Conn
+	handler Handler
+	stats   *Stats
+	sched   *slots.Scheduler
+	// transcripts is the worker's transcript cache; notices its paused
+	// lanes' noticed messages.
+	transcripts *transcripts
+	notices     *pauseNotices
+	// shutdown is closed, and shuttingDown set just before, when the
+	// worker starts to shut down.
+	shutdown     <-chan struct{}
+	shuttingDown *atomic.Bool
+	lingering    *atomic.Int64 // owners lingering now (Worker.lingering)
+}
+
+// newOwner returns the owner of lane token (session key, inbound subject)
+// under lease, in a slot charged charged bytes and taken now.
+func (w *Worker) newOwner(token, key, subject string, lease ownerLease, charged int64) *owner {
+	deps := ownerDeps{cfg: &w.cfg, store: w.lanes, streams: w.streams, js: w.js, nc: w.nc, handler: w.handler, stats: &w.stats,
+		sched: w.sched, transcripts: w.transcripts, notices: &w.notices, shutdown: w.shutdown, shuttingDown: &w.shuttingDown, lingering: &w.lingering}
+	return &owner{ownerDeps: deps, w: w, token: token, key: key, subject: subject, log: w.log.With().Str("lane", token).Logger(),
+		lease: lease, slot: slotUse{since: w.now(), charged: charged}}
+}
+
 // now reads the worker's clock (Config.Now).
-func (o *owner) now() time.Time { return o.w.cfg.Now() }
+func (o *owner) now() time.Time { return o.cfg.Now() }
 
 // ownerLease is the owner's claim on its lane: the lease (renewed by the
 // heartbeat, see lease.go), the trigger delivery that brought the lane
@@ -231,6 +272,13 @@ const (
 	endPaused
 )
 
+// handBack hands the trigger back (Nak), to come again after delay (0: at
+// once); ackTrigger acks it. Neither does anything for a lane the sweep
+// took (no trigger).
+func (o *owner) handBack(delay time.Duration) { o.w.nak(o.lease.trigger, delay) }
+
+func (o *owner) ackTrigger(ctx context.Context) { o.w.ack(ctx, o.lease.trigger) }
+
 // settleTrigger is the one place that acks or naks the trigger delivery, and
 // deletes the messages of committed turns, for how the owner's work ended.
 // The trigger's own message stays whenever the trigger is handed back (a
@@ -241,11 +289,11 @@ func (o *owner) settleTrigger(end ending) {
 	defer cancel()
 	switch end {
 	case endReleased:
-		if o.w.shuttingDown.Load() && o.lease.trigger != nil && o.lease.triggerSeq > o.lane.cursor.Seq {
-			o.w.nak(o.lease.trigger, 0)
+		if o.shuttingDown.Load() && o.lease.trigger != nil && o.lease.triggerSeq > o.lane.cursor.Seq {
+			o.handBack(0)
 			return
 		}
-		o.w.ack(ctx, o.lease.trigger)
+		o.ackTrigger(ctx)
 		if o.lease.trigger != nil && o.lease.triggerSeq <= o.lane.cursor.Seq && !slices.Contains(o.lane.processed, o.lease.triggerSeq) {
 			// A trigger an earlier owner handed back after processing
 			// its message (a yield): that message goes too.
@@ -254,41 +302,41 @@ func (o *owner) settleTrigger(end ending) {
 		o.deleteProcessed(ctx, false)
 	case endHandOver:
 		o.letGo(ctx, "on stop")
-		o.w.nak(o.lease.trigger, 0)
+		o.handBack(0)
 	case endLost:
 		// Nothing is deleted: another owner may hold the lane, with the
 		// delivery of one of these messages as its trigger. The sweep
 		// deletes them once the lane is idle.
-		o.w.nak(o.lease.trigger, 0)
+		o.handBack(0)
 	case endShutdown:
-		o.w.nak(o.lease.trigger, 0)
+		o.handBack(0)
 		o.deleteProcessed(ctx, true)
 	case endRetry:
-		o.w.nak(o.lease.trigger, time.Second)
+		o.handBack(time.Second)
 	case endOverBudget:
 		o.letGo(ctx, "over the byte budget")
-		o.w.stats.OverBudget.Add(1)
+		o.stats.OverBudget.Add(1)
 		// Before the trigger goes back: its redelivery is charged what
 		// the lane needs.
-		o.w.sched.OverBudget(o.token, o.slot.overBudget, o.now())
-		o.w.nak(o.lease.trigger, busyNakDelay)
+		o.sched.OverBudget(o.token, o.slot.overBudget, o.now())
+		o.handBack(busyNakDelay)
 	case endPaused:
 		o.letGo(ctx, "while its session is paused")
-		o.w.stats.Paused.Add(1)
-		if o.w.paused(o.key) {
-			o.w.ack(ctx, o.lease.trigger)
+		o.stats.Paused.Add(1)
+		if o.cfg.paused(o.key) {
+			o.ackTrigger(ctx)
 		} else {
-			o.w.nak(o.lease.trigger, 0)
+			o.handBack(0)
 		}
 	case endNotDead:
 		o.letGo(ctx, "while a dead letter cannot be stored")
-		o.w.nak(o.lease.trigger, o.w.cfg.deadRetry)
+		o.handBack(o.cfg.deadRetry)
 	case endYield:
 		// Released before the trigger goes back, so its redelivery can
 		// take the lane.
 		o.letGo(ctx, "to yield")
-		o.w.stats.Yields.Add(1)
-		o.w.sched.Requeue(o.token, o.now())
-		o.w.nak(o.lease.trigger, 0)
+		o.stats.Yields.Add(1)
+		o.sched.Requeue(o.token, o.now())
+		o.handBack(0)
 	}
 }

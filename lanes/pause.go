@@ -13,7 +13,7 @@ import (
 )
 
 // paused reports whether the session of key is paused (Config.Paused).
-func (w *Worker) paused(key string) bool { return w.cfg.Paused != nil && w.cfg.Paused(key) }
+func (c *Config) paused(key string) bool { return c.Paused != nil && c.Paused(key) }
 
 // maxPauseNotices bounds the waiting messages one owner notices at a
 // time, and maxNoticedLanes the lanes whose noticed messages a worker
@@ -53,14 +53,14 @@ func (p *pauseNotices) noted(token string, seq uint64) {
 // event on each message's run, once (not when its run's last event is
 // one already, or it finished).
 func (o *owner) noticePaused(ctx context.Context, head *jetstream.RawStreamMsg) {
-	if o.w.cfg.PauseNotice == nil {
+	if o.cfg.PauseNotice == nil {
 		return
 	}
-	text := o.w.cfg.PauseNotice(o.key)
+	text := o.cfg.PauseNotice(o.key)
 	if text == "" {
 		return
 	}
-	from := o.w.notices.since(o.token)
+	from := o.notices.since(o.token)
 	raw := head
 	for n := 0; raw != nil && n < maxPauseNotices && ctx.Err() == nil; n++ {
 		if raw.Sequence > from {
@@ -74,7 +74,7 @@ func (o *owner) noticePaused(ctx context.Context, head *jetstream.RawStreamMsg) 
 				o.log.Debug().Err(err).Str("run_id", run).Msg("paused notice")
 				return
 			}
-			o.w.notices.noted(o.token, raw.Sequence)
+			o.notices.noted(o.token, raw.Sequence)
 		}
 		next, err := o.next(ctx, raw.Sequence)
 		if err != nil {
@@ -82,14 +82,6 @@ func (o *owner) noticePaused(ctx context.Context, head *jetstream.RawStreamMsg) 
 		}
 		raw = next
 	}
-}
-
-// tenant is the session's tenant (Config.Tenant), "" without one.
-func (w *Worker) tenant(key string) string {
-	if w.cfg.Tenant == nil {
-		return ""
-	}
-	return w.cfg.Tenant(key)
 }
 
 // Wake takes up the lanes with messages whose session match accepts and
@@ -114,7 +106,7 @@ func (w *Worker) Wake(ctx context.Context, match func(key string) bool) int {
 		}
 		token := strings.TrimPrefix(subj, events.InboundPrefix)
 		key, err := events.TokenKey(token)
-		if err != nil || !match(key) || w.paused(key) {
+		if err != nil || !match(key) || w.cfg.paused(key) {
 			continue
 		}
 		if _, held, err := w.lanes.Holder(ctx, token); err != nil || held {

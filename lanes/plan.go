@@ -99,7 +99,7 @@ func (o *owner) read(raw *jetstream.RawStreamMsg) collected {
 	if err != nil {
 		in = nil
 	} else {
-		in, cmd = chatCommand(in, o.w.chatCommands(o.key))
+		in, cmd = chatCommand(in, o.cfg.chatCommands(o.key))
 	}
 	c := collected{raw: raw, in: in, cmd: cmd, msg: msgOf(raw, in, cmd, o.storedMode(), o.now())}
 	if c.dupOf = o.lane.ids.Note(raw.Header.Get(events.HeaderLaneMsgID), raw.Sequence, raw.Time); c.dupOf != 0 {
@@ -194,7 +194,7 @@ func (o *owner) planTurn(ctx context.Context, head collected) (*plan, error) {
 					return nil, err
 				}
 			}
-			if err := w.wait(ctx, qp.Until.Sub(o.now()), o.w.shutdown); err != nil {
+			if err := w.wait(ctx, qp.Until.Sub(o.now()), o.shutdown); err != nil {
 				return nil, err
 			}
 			complete = false

@@ -272,7 +272,8 @@ func TestDeletingProcessedKeepsRedeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An owner deletes the message of the turn it committed ...
-	o := &owner{w: w, subject: "agent.in.finished", lane: laneState{processed: []uint64{finished}}}
+	o := w.newOwner("finished", "", "agent.in.finished", ownerLease{}, 0)
+	o.lane.processed = []uint64{finished}
 	o.deleteProcessed(ctx, false)
 	// ... and the sweep the processed leftovers of an idle lane.
 	w.deleteLeftovers(ctx, "agent.in.leftover", leftover)

@@ -35,7 +35,7 @@ func (o *owner) applySettings(ctx context.Context, em *fenced.Emitter, p *plan) 
 	}
 	text := o.lane.settings.String()
 	if c := p.run.cmd; c != nil {
-		text = c.Reply(o.lane.settings, o.w.cfg.ChatDefaults)
+		text = c.Reply(o.lane.settings, o.cfg.ChatDefaults)
 	}
 	res := &events.Result{Payloads: []events.Payload{{Text: text}}}
 	o.endRun(em, 0, runEnding(res, text))
@@ -45,7 +45,7 @@ func (o *owner) applySettings(ctx context.Context, em *fenced.Emitter, p *plan) 
 // refuseSettings says why the worker's CheckSettings refuses the run
 // settings of settings message in ("" when it stores them).
 func (o *owner) refuseSettings(in *events.Inbound) string {
-	if check := o.w.cfg.CheckSettings; check != nil && in.RunSettings != nil {
+	if check := o.cfg.CheckSettings; check != nil && in.RunSettings != nil {
 		if err := check(in.RunSettings); err != nil {
 			return err.Error()
 		}

@@ -193,7 +193,29 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	in, laneCap, err := ensureInbound(ctx, js, jetstream.StreamConfig{
+	in, laneCap, err := ensureInbound(ctx, js, cfg.inboundStream(), cfg.LaneCap())
+	if err != nil {
+		return nil, err
+	}
+	ev, err := ensureStream(ctx, js, cfg.eventStream())
+	if err != nil {
+		return nil, err
+	}
+	dead, err := ensureStream(ctx, js, cfg.deadStream())
+	if err != nil {
+		return nil, err
+	}
+	cons, err := in.CreateOrUpdateConsumer(ctx, cfg.dispatchConsumer())
+	if err != nil {
+		return nil, fmt.Errorf("lanes: dispatch consumer: %w", err)
+	}
+	return &Streams{Inbound: in, Events: ev, Dead: dead, Dispatch: cons, cfg: cfg, laneCap: laneCap}, nil
+}
+
+// inboundStream is the inbound stream's configuration, but for its
+// per-lane cap (set by ensureInbound).
+func (c StreamConfig) inboundStream() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
 		Name:        events.InboundStream,
 		Description: "Lanefleet inbound messages, one subject per session lane",
 		// agent.in.> and not agent.in.*: a message on a subject that
@@ -202,72 +224,71 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		Subjects:   []string{events.InboundPrefix + ">"},
 		Retention:  jetstream.LimitsPolicy, // not WorkQueue: the dispatch ack must not delete
 		Storage:    jetstream.FileStorage,
-		Replicas:   cfg.Replicas,
-		MaxAge:     cfg.InboundMaxAge,
-		MaxBytes:   cfg.InboundMaxBytes,
-		Duplicates: cfg.DedupeWindow,
+		Replicas:   c.Replicas,
+		MaxAge:     c.InboundMaxAge,
+		MaxBytes:   c.InboundMaxBytes,
+		Duplicates: c.DedupeWindow,
 		// GetMsg decides ownership: leader reads only. At R1 the leader
 		// is the only copy, and Direct Get reads it without queueing
 		// behind every other JetStream API request (kvstore.DirectGet).
-		AllowDirect: kvstore.DirectGet(cfg.Replicas),
+		AllowDirect: kvstore.DirectGet(c.Replicas),
 		// Full: refuse what is new, keep what was accepted. So does a
 		// full lane (its cap is set by ensureInbound).
 		Discard:    jetstream.DiscardNew,
-		MaxMsgSize: cfg.maxMsgSize(),
-	}, cfg.LaneCap())
-	if err != nil {
-		return nil, err
+		MaxMsgSize: c.maxMsgSize(),
 	}
+}
+
+// eventStream is the event stream's configuration.
+func (c StreamConfig) eventStream() jetstream.StreamConfig {
 	evCfg := jetstream.StreamConfig{
 		Name:        events.EventStream,
 		Description: "Lanefleet run events, agent.ev.<lane>.<run>",
 		Subjects:    []string{events.EventPrefix + ">"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		MaxAge:      cfg.EventMaxAge,
-		MaxBytes:    cfg.EventMaxBytes,
+		Replicas:    c.Replicas,
+		MaxAge:      c.EventMaxAge,
+		MaxBytes:    c.EventMaxBytes,
 		Discard:     jetstream.DiscardOld,
-		AllowDirect: kvstore.DirectGet(cfg.Replicas), // a run's last event decides its fence
+		AllowDirect: kvstore.DirectGet(c.Replicas), // a run's last event decides its fence
 	}
-	if cfg.Replicas == 1 {
+	if c.Replicas == 1 {
 		// Events are replayable and losable: acknowledge before the write
 		// reaches disk (R1 only), so deltas never wait on fsync.
 		evCfg.PersistMode = jetstream.AsyncPersistMode
 	}
-	ev, err := ensureStream(ctx, js, evCfg)
-	if err != nil {
-		return nil, err
-	}
-	dead, err := ensureStream(ctx, js, jetstream.StreamConfig{
+	return evCfg
+}
+
+// deadStream is the dead-letter stream's configuration.
+func (c StreamConfig) deadStream() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
 		Name:        events.DeadStream,
 		Description: "Lanefleet dead letters: inbound messages that could not be processed",
 		Subjects:    []string{events.DeadPrefix + ">"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		MaxAge:      cfg.DeadMaxAge,
-		MaxBytes:    cfg.DeadMaxBytes,
+		Replicas:    c.Replicas,
+		MaxAge:      c.DeadMaxAge,
+		MaxBytes:    c.DeadMaxBytes,
 		Discard:     jetstream.DiscardNew,
-	})
-	if err != nil {
-		return nil, err
 	}
-	cons, err := in.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       cfg.DispatchName,
+}
+
+// dispatchConsumer is the dispatch consumer's configuration.
+func (c StreamConfig) dispatchConsumer() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       c.DispatchName,
 		Description:   "wakes workers for lanes with pending messages",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
+		AckWait:       c.AckWait,
 		MaxDeliver:    -1,
 		FilterSubject: events.InboundPrefix + ">",
-		MaxAckPending: cfg.MaxAckPending,
-		Replicas:      cfg.Replicas,
+		MaxAckPending: c.MaxAckPending,
+		Replicas:      c.Replicas,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lanes: dispatch consumer: %w", err)
 	}
-	return &Streams{Inbound: in, Events: ev, Dead: dead, Dispatch: cons, cfg: cfg, laneCap: laneCap}, nil
 }
 
 // laneCapMargin is how far above the fullest lane a cap is set while that

@@ -77,16 +77,9 @@ func (w *Worker) shouldYield(token string, turns int, since time.Time, last time
 // the lane after the dependents' messages were stored, and drains them.
 func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 	n := len(msg.Data())
-	wt, b, res := w.sched.Wait(token, n, w.now(), false)
-	switch res {
-	case slots.JoinSlot:
-		return b, true
-	case slots.JoinSame:
-		w.settleDelivery(msg, settleFollower)
-		return 0, false
-	case slots.JoinFull:
-		w.settleDelivery(msg, settleBusy)
-		return 0, false
+	wt, b, got := w.joinLine(msg, token, n, false)
+	if wt == nil {
+		return b, got
 	}
 	w.stats.Waited.Add(1)
 	t := time.NewTimer(w.lineWait())
@@ -113,18 +106,31 @@ func (w *Worker) waitForSlot(msg jetstream.Msg, token string) (int64, bool) {
 		if err := msg.InProgress(); err != nil {
 			w.log.Debug().Err(err).Msg("waiting delivery in progress")
 		}
-		var again slots.JoinResult
-		wt, b, again = w.sched.Wait(token, n, w.now(), true)
-		switch again {
-		case slots.JoinSlot:
-			return b, true
-		case slots.JoinSame:
-			// A newer delivery of the lane waits now and drains it.
-			w.settleDelivery(msg, settleFollower)
-			return 0, false
+		if wt, b, got = w.joinLine(msg, token, n, true); wt == nil {
+			return b, got
 		}
 		t.Reset(w.lineWait())
 	}
+}
+
+// joinLine puts a delivery of lane token, n payload bytes, in line (again,
+// with rejoin: see slots.Scheduler.Wait) and returns its place in line. It
+// returns none when the delivery got a slot at once (got, charged b bytes)
+// or was settled: acked when a delivery of its lane waits already (it
+// drains this one), handed back when the line is full.
+func (w *Worker) joinLine(msg jetstream.Msg, token string, n int, rejoin bool) (wt *slots.Waiter, b int64, got bool) {
+	wt, b, res := w.sched.Wait(token, n, w.now(), rejoin)
+	switch res {
+	case slots.JoinSlot:
+		return nil, b, true
+	case slots.JoinSame:
+		w.settleDelivery(msg, settleFollower)
+		return nil, 0, false
+	case slots.JoinFull:
+		w.settleDelivery(msg, settleBusy)
+		return nil, 0, false
+	}
+	return wt, 0, false
 }
 
 // messageExists reports whether a delivery's message is still in the

@@ -98,7 +98,7 @@ func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events
 			changed = true
 		}
 	}
-	if parent, id, msg, ok := subagent.Completion(o.w.cfg.SealKey, o.key, p.run.runID(), &next, out.Result, stopped); ok && ob == nil {
+	if parent, id, msg, ok := subagent.Completion(o.cfg.SealKey, o.key, p.run.runID(), &next, out.Result, stopped); ok && ob == nil {
 		data, _, err := events.EncodeInbound(msg, false)
 		if err != nil {
 			return nil, nil, fmt.Errorf("lanes: encode a completion: %w", err)
@@ -121,7 +121,7 @@ func (o *owner) lineage(st *events.SessionState, p *plan, out *Outcome) (*events
 func (o *owner) stopsOutbox(run string, children []events.Child) (*kvstore.Outbox, error) {
 	stops := make([]kvstore.Outbox, 0, len(children))
 	for _, c := range children {
-		id := subagent.StopID(o.w.cfg.SealKey, o.key, run, c.Session)
+		id := subagent.StopID(o.cfg.SealKey, o.key, run, c.Session)
 		data, _, err := events.EncodeInbound(&events.Inbound{ID: id, Stop: true}, false)
 		if err != nil {
 			return nil, fmt.Errorf("lanes: encode a sub-agent's stop: %w", err)
@@ -147,7 +147,7 @@ func (o *owner) received(p *plan) *events.SubagentResult {
 // completion is in's sub-agent completion if the fleet sealed it for this
 // session (nil = none: not a completion, or one a sender forged).
 func (o *owner) completion(in *events.Inbound) *events.SubagentResult {
-	if in == nil || in.Subagent == nil || !subagent.CompletionSealed(o.w.cfg.SealKey, o.key, in) {
+	if in == nil || in.Subagent == nil || !subagent.CompletionSealed(o.cfg.SealKey, o.key, in) {
 		return nil
 	}
 	return in.Subagent
@@ -156,8 +156,8 @@ func (o *owner) completion(in *events.Inbound) *events.SubagentResult {
 // spawnedBy is the parent in names if it is a spawn message the fleet
 // sealed for this session and the lineage is allowed (nil = none).
 func (o *owner) spawnedBy(in *events.Inbound) *events.Parent {
-	if in == nil || in.Parent == nil || in.Parent.Session == o.key || o.w.cfg.Lineage == nil ||
-		!o.w.cfg.Lineage(o.key, in.Parent.Session) || !subagent.SpawnSealed(o.w.cfg.SealKey, o.key, in.Parent) {
+	if in == nil || in.Parent == nil || in.Parent.Session == o.key || o.cfg.Lineage == nil ||
+		!o.cfg.Lineage(o.key, in.Parent.Session) || !subagent.SpawnSealed(o.cfg.SealKey, o.key, in.Parent) {
 		return nil
 	}
 	return in.Parent
@@ -172,7 +172,7 @@ func (o *owner) unsealedLineage(p *plan) string {
 		return ""
 	case p.in.Subagent != nil && o.completion(p.in) == nil:
 		return "a sub-agent completion the fleet did not deliver (only workers deliver completions; it lacks the fleet's seal): it was not run"
-	case p.in.Parent != nil && !subagent.SpawnSealed(o.w.cfg.SealKey, o.key, p.in.Parent):
+	case p.in.Parent != nil && !subagent.SpawnSealed(o.cfg.SealKey, o.key, p.in.Parent):
 		return "a sub-agent spawn the fleet did not make (only a worker's sessions_spawn names a parent; it lacks the fleet's seal): it was not run"
 	}
 	return ""

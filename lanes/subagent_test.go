@@ -176,8 +176,7 @@ func TestSubagentCompletionOwedAcrossOwners(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 { // a new owner, then another one after it
-			o := &owner{w: w, token: tok, key: child, subject: subj, lease: ownerLease{Lease: lease}, log: w.log.With().Str("lane", tok).Logger(),
-				slot: slotUse{since: time.Now()}}
+			o := w.newOwner(tok, child, subj, ownerLease{Lease: lease}, 0)
 			if lost := o.drain(ctx); lost {
 				t.Fatal("the drain found its lease lost")
 			}

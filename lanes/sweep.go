@@ -33,20 +33,13 @@ func (w *Worker) sweep(ctx context.Context) {
 	if (retention.Policy{SessionTTL: w.cfg.SessionTTL}).Enabled() {
 		wg.Go(func() { w.retain(ctx) })
 	}
-	every := w.cfg.SweepEvery
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, w.cfg.SweepEvery, func() bool {
 		if w.shuttingDown.Load() {
-			return
+			return false
 		}
 		w.sweepOnce(ctx, w.streams.cfg.AckWait)
-	}
+		return true
+	})
 }
 
 // sweepPassTime is how long one part of a sweep (the stranded-lane pass,
@@ -106,7 +99,7 @@ func (w *Worker) sweepOnce(ctx context.Context, age time.Duration) {
 			w.deleteLeftovers(ctx, subj, cur.Seq)
 			continue
 		}
-		if err != nil || w.now().Sub(next.Time) < age || w.paused(key) {
+		if err != nil || w.now().Sub(next.Time) < age || w.cfg.paused(key) {
 			continue
 		}
 		if !w.sweepLane(ctx, token, key, subj, zerolog.WarnLevel, "sweep: draining a lane no delivery woke") {
@@ -161,8 +154,7 @@ func (w *Worker) sweepLane(ctx context.Context, token, key, subj string, level z
 func (w *Worker) runTaken(token, key, subj string, lease *kvstore.Lease, lf *life, charged int64) {
 	w.wg.Add(1)
 	go func() {
-		o := &owner{w: w, token: token, key: key, subject: subj, lease: ownerLease{Lease: lease, life: lf}, log: w.log.With().Str("lane", token).Logger(),
-			slot: slotUse{since: w.now(), charged: charged}}
+		o := w.newOwner(token, key, subj, ownerLease{Lease: lease, life: lf}, charged)
 		defer func() { w.sched.Put(token, o.slot.charged, w.now()); w.wg.Done() }()
 		o.markHeld(true)
 		defer o.markHeld(false)

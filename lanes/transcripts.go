@@ -103,6 +103,24 @@ func (c *transcripts) drop(token string) {
 	c.lanes.Remove(token)
 }
 
+// loadHistory gets the transcript once per drain, before the turn counts as
+// an attempt: a store that is briefly unavailable delays the lane but never
+// dead-letters a message. The worker's copy from an earlier turn is used
+// as far as it goes (readHistory).
+func (o *owner) loadHistory(ctx context.Context) error {
+	if o.lane.tx != nil {
+		return nil
+	}
+	tx, err := o.readHistory(ctx, o.lane.cursor)
+	if errors.Is(err, kvstore.ErrCorrupt) {
+		o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
+	} else if err != nil {
+		return err
+	}
+	o.lane.tx = tx
+	return nil
+}
+
 // readHistory returns the lane's transcript as its owner (holding the
 // lease, having read cursor c) must see it, reading from the store only
 // what the cache lacks:
@@ -115,7 +133,7 @@ func (c *transcripts) drop(token string) {
 //
 // A record that does not decode is left out, with the *CorruptError.
 func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript, error) {
-	cache := o.w.transcripts
+	cache := o.transcripts
 	if c.Stored == 0 {
 		cache.drop(o.token)
 		return &transcript{token: o.token}, nil
@@ -126,7 +144,7 @@ func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript,
 			cache.hits.Add(1)
 			return t, nil
 		case t.last < c.Stored:
-			tail, err := o.w.lanes.ReadTranscript(ctx, o.token, t.last+1)
+			tail, err := o.store.ReadTranscript(ctx, o.token, t.last+1)
 			if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 				return nil, err
 			}
@@ -137,7 +155,7 @@ func (o *owner) readHistory(ctx context.Context, c kvstore.Cursor) (*transcript,
 		}
 	}
 	cache.reads.Add(1)
-	all, err := o.w.lanes.ReadTranscript(ctx, o.token, 1)
+	all, err := o.store.ReadTranscript(ctx, o.token, 1)
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
 		cache.drop(o.token)
 		return nil, err
@@ -175,7 +193,7 @@ func appends(t *transcript, tail kvstore.Transcript) bool {
 // pass forgot the session, and the markers saying so expired) make a
 // cached copy wrong even when the newest records only append.
 func (o *owner) stillStored(ctx context.Context, first uint64) bool {
-	seq, err := o.w.lanes.FirstStored(ctx, o.token)
+	seq, err := o.store.FirstStored(ctx, o.token)
 	return err == nil && seq == first
 }
 

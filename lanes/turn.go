@@ -1,13 +1,11 @@
 package lanes
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 	"github.com/lanefleet/lanefleet/lanes/internal/fenced"
 	"github.com/lanefleet/lanefleet/lanes/queue"
 	"github.com/lanefleet/lanefleet/message"
-	"github.com/lanefleet/lanefleet/sessionfile"
 )
 
 // Turn is one inbound message being processed by its lane's owner. The
@@ -258,7 +255,7 @@ func (o *owner) steerer(p *plan) func(ctx context.Context) []*events.Inbound {
 	return func(ctx context.Context) []*events.Inbound {
 		mu.Lock()
 		defer mu.Unlock()
-		count, reconnects := q.before(), o.w.nc.Stats().Reconnects
+		count, reconnects := q.before(), o.nc.Stats().Reconnects
 		batch, end, err := o.pendingSteers(ctx, scan)
 		if err != nil && ctx.Err() == nil {
 			o.log.Debug().Err(err).Msg("read steered messages")
@@ -307,189 +304,11 @@ func (o *owner) pendingSteers(ctx context.Context, seq uint64) (batch []collecte
 	}
 }
 
-// attempt is one attempt at a turn: its run's emitter, fenced for this
-// owner, and its number.
-type attempt struct {
-	em       *fenced.Emitter
-	seq      uint64 // the inbound sequence whose run carries the turn
-	attempt  int
-	restart  bool // an earlier attempt started
-	log      zerolog.Logger
-	poisoned bool // the turn ended before it started (dead-lettered as poison)
-	// parent is the session's parent (a sub-agent's), named on its start
-	// event; nil = none.
-	parent *events.Parent
-}
-
-// open fences the run's events, so an earlier owner still running it can no
-// longer publish; then continues what earlier attempts (a crash, a lost
-// lease, a failed try) left: their sequence, an attempt that never ended,
-// their count. A turn started too often is dead-lettered as poison.
-func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
-	seq := p.run.raw.Sequence
-	run := strconv.FormatUint(seq, 10)
-	log := o.log.With().Str("run_id", run).Logger()
-	if o.lane.cursor.SessionID == "" {
-		o.lane.cursor.SessionID = sessionfile.NewSessionID()
-	}
-	var (
-		em  *fenced.Emitter
-		st  fenced.RunState
-		err error
-	)
-	if a := o.takeAhead(seq); a != nil {
-		em, st, err = a.em, a.st, a.err
-	} else {
-		em = o.newEmitter(ctx, run, log, isJSON(p.run.raw))
-		st, err = em.Open(ctx, o.lease.Revision())
-	}
-	if err != nil {
-		return nil, err
-	}
-	mine := o.tried(seq)
-	why, silent, err := o.closeAttempt(ctx, em, st, seq)
-	if err != nil {
-		return nil, err
-	}
-	a := &attempt{em: em, seq: seq, attempt: max(st.Attempt, mine.attempt) + 1, restart: st.Attempt > 0, log: log}
-	em.SetAttempt(a.attempt)
-	counted, err := o.counted(ctx, seq, a.attempt, silent)
-	if err != nil {
-		return nil, err
-	}
-	if counted >= o.w.cfg.MaxAttempts {
-		// The dead letter and the sender's error name what ended the
-		// last attempt: its error, or its worker's end.
-		cause := fmt.Errorf("turn started %d times without finishing", counted)
-		if last := cmp.Or(why, st.LastError); last != "" {
-			cause = fmt.Errorf("%w; %s", cause, last)
-		}
-		for _, c := range append([]collected{p.run}, p.merged...) {
-			if err := o.w.deadLetter(ctx, events.DeadPoison, o.subject, c.raw.Sequence, c.raw.Header, c.raw.Data, cause); err != nil {
-				return nil, err
-			}
-		}
-		a.poisoned = true
-		return a, o.failTurn(ctx, em, p, "poison_message", cause.Error()+"; the message was dead-lettered", a.attempt)
-	}
-	return a, nil
-}
-
-// aheadOpen is the trigger's run opened ahead (see openAhead).
-type aheadOpen struct {
-	seq  uint64
-	em   *fenced.Emitter
-	done chan struct{} // closed when st and err are set
-	st   fenced.RunState
-	err  error
-}
-
-// openAhead opens the trigger's run (claims its events: fenced.Emitter.Open)
-// in the background while the owner's first drain reads the lane's cursor
-// and first message: the message a new owner runs first is nearly always
-// its trigger's, so its claim is then made by the time the turn opens (one
-// round trip less before the turn starts). The lease is held, so the claim
-// is this owner's to make, whichever message runs first: a run opened
-// ahead and not run (the cursor is past it, or an earlier message runs
-// first) is retired unused, and whoever opens it later claims it again over
-// this marker, as over any earlier claim. A lane the sweep took has no
-// trigger, and an owner that drains again (its lease taken anew) opens
-// nothing ahead, nor does one whose trigger's message is at or before done
-// (its guess at the cursor: the trigger of a yielded lane, say, which the
-// worker ran already).
-func (o *owner) openAhead(ctx context.Context, done uint64) {
-	if o.lease.trigger == nil || o.lease.aheadTried || o.lease.triggerSeq <= done {
-		return
-	}
-	o.lease.aheadTried = true
-	seq, trigger := o.lease.triggerSeq, o.lease.trigger
-	run := strconv.FormatUint(seq, 10)
-	a := &aheadOpen{seq: seq, done: make(chan struct{})}
-	a.em = o.newEmitter(ctx, run, o.log.With().Str("run_id", run).Logger(),
-		events.IsJSON(trigger.Headers().Get(events.HeaderContentType), trigger.Data()))
-	rev := o.lease.Revision()
-	go func() {
-		defer close(a.done)
-		a.st, a.err = a.em.Open(ctx, rev)
-	}()
-	o.lease.ahead = a
-}
-
-// takeAhead returns the run opened ahead when it is seq's, once its open
-// ended (nil: none, or another run's); a run opened ahead that is not seq's
-// is retired. Either way the owner holds none after.
-func (o *owner) takeAhead(seq uint64) *aheadOpen {
-	a := o.lease.ahead
-	if a == nil {
-		return nil
-	}
-	o.lease.ahead = nil
-	<-a.done
-	if a.seq != seq {
-		a.em.Retire()
-		return nil
-	}
-	return a
-}
-
-// loadHistory gets the transcript once per drain, before the turn counts as
-// an attempt: a store that is briefly unavailable delays the lane but never
-// dead-letters a message. The worker's copy from an earlier turn is used
-// as far as it goes (readHistory).
-func (o *owner) loadHistory(ctx context.Context) error {
-	if o.lane.tx != nil {
-		return nil
-	}
-	tx, err := o.readHistory(ctx, o.lane.cursor)
-	if errors.Is(err, kvstore.ErrCorrupt) {
-		o.log.Error().Err(err).Msg("transcript records unreadable: the turn runs without them")
-	} else if err != nil {
-		return err
-	}
-	o.lane.tx = tx
-	return nil
-}
-
-// start stores the attempt's first event before the turn starts, so a
-// message that kills its worker is counted and dead-lettered at last.
-func (o *owner) start(ctx context.Context, a *attempt) error {
-	data := events.EventData{Phase: events.PhaseStart, StartedAt: o.now().UnixMilli(), Worker: o.w.cfg.ID, InboundSeq: a.seq, Tenant: o.w.tenant(o.key)}
-	if a.restart {
-		data.Phase = events.PhaseRestart
-	}
-	if a.parent != nil {
-		data.ParentSession, data.ParentRun = a.parent.Session, a.parent.Run
-	}
-	if err := a.em.Start(ctx, data, a.attempt); err != nil {
-		if kvstore.Transient(err) {
-			// The start event may be stored all the same: then the
-			// attempt ended on a store error. Its number is spent either
-			// way (the next attempt has the next one), so its note
-			// excuses nothing else.
-			why := attemptStoreError(a.attempt, err)
-			t := o.tried(a.seq)
-			t.attempt = a.attempt
-			t.ended(a.attempt, why, true)
-			o.noteUncounted(a.seq, a.attempt, why)
-		}
-		return err
-	}
-	o.tried(a.seq).attempt = a.attempt
-	o.inFlight = &flight{seq: a.seq, attempt: a.attempt}
-	if o.w.cfg.Index != nil && o.lane.cursor.Seq == 0 {
-		// A session's first turn is listed while it runs, and stays
-		// listed if its worker dies before the commit's entry; later
-		// turns' commits move it (one write a turn).
-		o.w.cfg.Index.Touch(Activity{Key: o.key, Run: a.em.RunID()})
-	}
-	return nil
-}
-
 // runTurn runs the handler on the turn, under turnCtx (cut by an
 // interrupt, rollback or stop: see watchCuts), and commits what it returns.
 func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan) error {
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.lane.cursor.SessionID, RunID: a.em.RunID(), Seq: a.seq,
-		Attempt: a.attempt, Worker: o.w.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
+		Attempt: a.attempt, Worker: o.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
 		Settings: o.lane.settings.RunSettings(), Queue: o.lane.settings.Queue()}
 	if p.in == p.run.in {
 		turn.Command = p.run.cmd
@@ -498,7 +317,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 		turn.State = *o.lane.cursor.State
 	}
 	turn.steer = o.steerer(p)
-	turn.steps = &StepLog{j: o.w.lanes.Journal(o.token, a.seq), first: a.attempt == 1, life: o.lease.life}
+	turn.steps = &StepLog{j: o.store.Journal(o.token, a.seq), first: a.attempt == 1, life: o.lease.life}
 	out, err := o.callHandler(turnCtx, turn, a.log)
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	endCutWatch()
@@ -530,7 +349,7 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 	if err := o.commit(ctx, a.em, p, out); err != nil {
 		return err
 	}
-	o.w.stats.Turns.Add(1)
+	o.stats.Turns.Add(1)
 	o.w.dropSteps(turn.steps.j)
 	return nil
 }
@@ -540,12 +359,12 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 // events ends the drain with ErrLeaseLost.
 func (o *owner) newEmitter(ctx context.Context, run string, log zerolog.Logger, asJSON bool) *fenced.Emitter {
 	window := fenced.WideWindow
-	if o.w.streams.cfg.Replicas > 1 {
+	if o.streams.cfg.Replicas > 1 {
 		window = 1
 	}
 	lose := o.lease.cancel
-	return fenced.New(fenced.Config{JS: o.w.js, Events: o.w.streams.Events, Key: o.key, Run: run, Log: log, JSON: asJSON,
-		Subject: events.EventPrefix + o.token + "." + run, Window: window, Quit: ctx.Done(), Now: o.w.now,
+	return fenced.New(fenced.Config{JS: o.js, Events: o.streams.Events, Key: o.key, Run: run, Log: log, JSON: asJSON,
+		Subject: events.EventPrefix + o.token + "." + run, Window: window, Quit: ctx.Done(), Now: o.now,
 		Lost: func(err error) {
 			if lose != nil {
 				lose(err)
@@ -572,7 +391,7 @@ func (o *owner) callHandler(ctx context.Context, t *Turn, log zerolog.Logger) (o
 		}
 	}()
 	o.setUpDone()
-	out, err = o.w.handler.HandleTurn(log.WithContext(ctx), t)
+	out, err = o.handler.HandleTurn(log.WithContext(ctx), t)
 	if err == nil && out == nil {
 		err = errors.New("lanes: handler returned no outcome")
 	}

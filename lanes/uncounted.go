@@ -59,8 +59,8 @@ func uncountedSubject(token, run string) string {
 // note it before it dead-letters the message: the worker finds its lease
 // lost within a third of the lease TTL of reaching the store again, then
 // stores the note (noteUncounted's tries).
-func (w *Worker) noteGrace() time.Duration {
-	return max(2*w.lanes.LeaseTTL(), 15*time.Second)
+func (o *owner) noteGrace() time.Duration {
+	return max(2*o.store.LeaseTTL(), 15*time.Second)
 }
 
 // noteUncounted notes that attempt of the run of inbound seq ended for no
@@ -84,7 +84,7 @@ func (o *owner) noteUncounted(seq uint64, attempt int, why string) {
 	// context.
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-		_, err := o.w.js.PublishMsg(ctx, m)
+		_, err := o.js.PublishMsg(ctx, m)
 		cancel()
 		if err == nil {
 			e.noted = true
@@ -97,7 +97,7 @@ func (o *owner) noteUncounted(seq uint64, attempt int, why string) {
 		}
 		select {
 		case <-time.After(backoff.Policy{Base: 200 * time.Millisecond, Linear: true}.Delay(try + 1)):
-		case <-o.w.shutdown:
+		case <-o.shutdown:
 			return
 		}
 	}
@@ -129,7 +129,7 @@ func (o *owner) uncounted(ctx context.Context, seq uint64, below int) (map[int]b
 	subj := uncountedSubject(o.token, strconv.FormatUint(seq, 10))
 	for from, reads := uint64(1), 0; reads < maxUncountedReads; reads++ {
 		rctx, cancel := context.WithTimeout(ctx, readTimeout)
-		raw, err := o.w.streams.Events.GetMsg(rctx, from, jetstream.WithGetMsgSubject(subj))
+		raw, err := o.streams.Events.GetMsg(rctx, from, jetstream.WithGetMsgSubject(subj))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break

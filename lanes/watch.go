@@ -31,12 +31,12 @@ type laneWatch struct {
 
 func (o *owner) watchLane() (*laneWatch, error) {
 	w := &laneWatch{notify: make(chan *nats.Msg, 64)}
-	sub, err := o.w.nc.ChanSubscribe(o.subject, w.notify)
+	sub, err := o.nc.ChanSubscribe(o.subject, w.notify)
 	if err != nil {
 		return nil, fmt.Errorf("lanes: watch lane: %w", err)
 	}
 	w.sub = sub
-	_ = o.w.nc.FlushTimeout(time.Second)
+	_ = o.nc.FlushTimeout(time.Second)
 	return w, nil
 }
 
@@ -88,7 +88,7 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	q := o.quiet
 	if q == nil {
 		q = &quietWatch{notify: make(chan struct{}, 1)}
-		sub, err := o.w.nc.Subscribe(o.subject, q.arrived(o.w.cfg.MaxPayload, o.w.chatCommands(o.key), o.w.now))
+		sub, err := o.nc.Subscribe(o.subject, q.arrived(o.cfg.MaxPayload, o.cfg.chatCommands(o.key), o.now))
 		if err != nil {
 			o.log.Debug().Err(err).Msg("watch for interrupts")
 			return turnCtx, func() { cancel(nil) }
@@ -227,8 +227,8 @@ func (q *quietWatch) empty(seq, reconnects uint64) bool {
 // tenant under its share lingers while only tenants at or over theirs
 // wait), or when the worker shuts down.
 func (o *owner) linger(ctx context.Context) bool {
-	d := o.w.cfg.Linger
-	if d <= 0 || o.quiet == nil || o.w.shuttingDown.Load() || o.w.sched.Yield(o.token) != slots.YieldNone {
+	d := o.cfg.Linger
+	if d <= 0 || o.quiet == nil || o.shuttingDown.Load() || o.sched.Yield(o.token) != slots.YieldNone {
 		return false
 	}
 	// The lane was found empty with the watch at count arrivals: a token
@@ -246,14 +246,14 @@ func (o *owner) linger(ctx context.Context) bool {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	o.w.lingering.Add(1)
-	defer o.w.lingering.Add(-1)
+	o.lingering.Add(1)
+	defer o.lingering.Add(-1)
 	select {
 	case <-q.notify:
 		return true
 	case <-t.C:
 	case <-ctx.Done():
-	case <-o.w.shutdown:
+	case <-o.shutdown:
 	}
 	return false
 }

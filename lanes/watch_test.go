@@ -102,7 +102,8 @@ func TestLingerEnds(t *testing.T) {
 				if c.earlier {
 					q.arrivals.Add(1)
 				}
-				o := &owner{w: w, quiet: q}
+				o := w.newOwner("", "", "", ownerLease{}, 0)
+				o.quiet = q
 				if c.waiting {
 					w.sched.Take("mine", 0, time.Now())
 					w.sched.Wait("other", 0, time.Now(), false)

@@ -166,81 +166,108 @@ func (s *Service) runEvents(ctx context.Context, r request, q EventsRequest) (*E
 			return reply, err
 		}
 	}
-	reply := &EventsReply{Events: []StoredEvent{}, State: StateRunning}
-	budget, size := s.budget(), eventsFraming
-	cursor := max(q.After, 1)
-	seen := q.From > 1 // the caller saw events of the run before
-	var last *events.Event
+	w := &eventWalk{reply: &EventsReply{Events: []StoredEvent{}, State: StateRunning}, budget: s.budget(), size: eventsFraming,
+		cursor: max(q.After, 1), seen: q.From > 1} // the caller saw events of the run before
+	if err := s.walkEvents(ctx, subj, from, w); err != nil {
+		return nil, err
+	}
+	if w.reply.State == StateDone || w.reply.More {
+		return w.reply, nil
+	}
+	return s.unfinished(ctx, r, q, runSeq, from, w)
+}
+
+// eventWalk is an events request's walk of a run's stored events: the
+// reply so far and the bytes it holds (size, of budget), the stream
+// sequence to read from next (cursor), whether the run has events (seen:
+// read, or the caller's), and the newest event read (last).
+type eventWalk struct {
+	reply        *EventsReply
+	budget, size int
+	cursor       uint64
+	seen         bool
+	last         *events.Event
+}
+
+// walkEvents reads the run's stored events (subject subj) into the walk's
+// reply, those from event from on, until the stream has no more, the run's
+// final event (the reply's State is then StateDone), or the reply's bounds
+// (More). The reply's Next is the stream sequence to go on from.
+func (s *Service) walkEvents(ctx context.Context, subj string, from uint64, w *eventWalk) error {
+	reply := w.reply
 	deadline := time.Now().Add(walkBudget)
 	for {
-		raw, err := s.cfg.Events.GetMsg(ctx, cursor, jetstream.WithGetMsgSubject(subj))
+		raw, err := s.cfg.Events.GetMsg(ctx, w.cursor, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		ct := raw.Header.Get(events.HeaderContentType)
 		ev, err := events.DecodeEvent(ct, raw.Data)
 		if err != nil {
 			// Not an event a worker wrote: nothing a viewer can use.
 			s.log.Debug().Err(err).Str("subject", subj).Uint64("stream_seq", raw.Sequence).Msg("lane service: skip undecodable event")
-			cursor = raw.Sequence + 1
+			w.cursor = raw.Sequence + 1
 			continue
 		}
-		seen = true
-		if last == nil || ev.Seq >= last.Seq {
-			last = ev
+		w.seen = true
+		if w.last == nil || ev.Seq >= w.last.Seq {
+			w.last = ev
 		}
 		if ev.Seq >= from || ev.Terminal() {
 			add := len(raw.Data) + eventFraming
-			if len(reply.Events) > 0 && (size+add > budget || len(reply.Events) >= maxEventsPerReply) {
+			if len(reply.Events) > 0 && (w.size+add > w.budget || len(reply.Events) >= maxEventsPerReply) {
 				reply.More = true
 				break
 			}
-			if size+add > budget {
+			if w.size+add > w.budget {
 				s.log.Warn().Str("subject", subj).Uint64("stream_seq", raw.Sequence).Int("bytes", len(raw.Data)).Msg("lane service: event too large to replay")
 			} else {
 				reply.Events = append(reply.Events, StoredEvent{JSON: events.IsJSON(ct, raw.Data), Data: raw.Data})
-				size += add
+				w.size += add
 			}
 		}
-		cursor = raw.Sequence + 1
+		w.cursor = raw.Sequence + 1
 		if ev.Terminal() {
-			reply.State, reply.Next = StateDone, cursor
-			return reply, nil
+			reply.State = StateDone
+			break
 		}
 		if time.Now().After(deadline) {
 			reply.More = true
 			break
 		}
 	}
-	reply.Next = cursor
-	if reply.More {
-		return reply, nil
-	}
-	// No final event in the stream. A message that waits on the lane has
-	// not run; a run whose last event ended its attempt (or whose events
-	// are gone) may have its final only in its committed turn's record:
-	// the final's publish failed, or the run's events expired.
+	reply.Next = w.cursor
+	return nil
+}
+
+// unfinished completes the reply of a walk that found no final event in
+// the stream. A message that waits on the lane has not run; a run whose
+// last event ended its attempt (or whose events are gone) may have its
+// final only in its committed turn's record: the final's publish failed,
+// or the run's events expired.
+func (s *Service) unfinished(ctx context.Context, r request, q EventsRequest, runSeq, from uint64, w *eventWalk) (*EventsReply, error) {
+	reply := w.reply
 	switch {
-	case !seen:
+	case !w.seen:
 		state, err := s.waiting(ctx, r.token, runSeq)
 		if err != nil || state == StateQueued {
 			reply.State = state
 			return reply, err
 		}
 		reply.State = StateUnknown
-	case last != nil && Open(last), last == nil && q.Open && q.From > 1:
+	case w.last != nil && Open(w.last), w.last == nil && q.Open && q.From > 1:
 		// Running: the last event (the one read, or else the caller's
 		// own) leaves the run running.
 		return reply, nil
 	}
-	final, err := s.recordFinal(ctx, r, runSeq, q.Run, from, last)
+	final, err := s.recordFinal(ctx, r, runSeq, q.Run, from, w.last)
 	switch {
 	case err != nil:
 		return nil, err
-	case final != nil && size+len(final)+eventFraming <= budget:
+	case final != nil && w.size+len(final)+eventFraming <= w.budget:
 		reply.Events = append(reply.Events, StoredEvent{Data: final})
 		reply.State = StateDone
 	case final != nil:
