@@ -37,14 +37,8 @@ func TestToolRules(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.cfg
 			err := c.f.toolRules(&cfg)
-			if c.refused {
-				if !errors.As(err, new(usageError)) {
-					t.Fatalf("err = %v, want a usage error", err)
-				}
+			if refusedAsWanted(t, err, c.refused) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !slices.Equal(cfg.ToolPolicy.Approve, c.approve) {
 				t.Errorf("approve = %q, want %q", cfg.ToolPolicy.Approve, c.approve)
@@ -86,18 +80,25 @@ func TestGovernanceFlags(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.cfg
 			aliases, err := c.f.governance(&cfg)
-			if c.refused {
-				if !errors.As(err, new(usageError)) {
-					t.Fatalf("err = %v, want a usage error", err)
-				}
+			if refusedAsWanted(t, err, c.refused) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if len(cfg.RateLimits) != c.rules || len(aliases) != c.aliases {
 				t.Errorf("rules %d, aliases %d; want %d, %d", len(cfg.RateLimits), len(aliases), c.rules, c.aliases)
 			}
 		})
 	}
+}
+
+// refusedAsWanted fails the test unless err is a usage error where one is
+// wanted and nil where none is; it says whether the case ends there.
+func refusedAsWanted(t *testing.T, err error, refused bool) bool {
+	t.Helper()
+	switch {
+	case refused && !errors.As(err, new(usageError)):
+		t.Fatalf("err = %v, want a usage error", err)
+	case !refused && err != nil:
+		t.Fatal(err)
+	}
+	return refused
 }
