@@ -375,17 +375,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 			// A duplicate ack is our own earlier attempt: our message.
 			r := &Run{Session: session, ID: strconv.FormatUint(ack.Sequence, 10), Seq: ack.Sequence, c: c}
 			if lane != nil {
-				// The publish's flush came after the subscription: a
-				// refused one is reported by now.
-				if c.denied(before, "Subscription to", lane.prefix+"*") != nil {
-					lane.refuse()
-				} else if !lane.refused.Load() {
-					// Every attempt came after the subscription: it
-					// holds the run's events from the start.
-					f := lane.open(r.ID, unclaimedBuffer, true)
-					r.live.Store(f)
-					f.expireUnclaimed(r)
-				}
+				c.followFromLane(r, lane, before)
 			}
 			return r, nil
 		}
@@ -410,21 +400,7 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 			// publish, is de-duplicated.
 		case transientPubAck(err):
 		default:
-			if se := (*sentError)(nil); errors.As(err, &se) {
-				return nil, fmt.Errorf("%w: the message to %q (message id %s) may be stored and run: %w; do not send it as a new message: "+
-					"sent again with the same id once the inbox is fixed (WithMessageID, publisher send --id %s) within 2 minutes, it is not stored twice and its run id comes back",
-					ErrUnacknowledged, session, in.ID, se.err, in.ID)
-			}
-			if errors.Is(err, ErrPermission) {
-				return nil, fmt.Errorf("%w (send to session %q)", err, session)
-			}
-			if errors.Is(err, nats.ErrMaxPayload) || refusedAs(err, "message size exceeds maximum allowed") {
-				return nil, fmt.Errorf("%w: the message to %q is %d bytes", ErrTooLarge, session, len(data))
-			}
-			if refusedAs(err, "maximum messages per subject exceeded") {
-				return nil, c.laneFull(ctx, session)
-			}
-			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
+			return nil, c.sendFailed(ctx, err, session, in.ID, len(data))
 		}
 		if time.Since(start) > sendRetryBudget {
 			return nil, fmt.Errorf("lanefleet: send to %q: still failing after %v: %w", session, sendRetryBudget, err)
@@ -433,6 +409,44 @@ func (c *Client) publish(ctx context.Context, session string, in *events.Inbound
 			return nil, fmt.Errorf("lanefleet: send to %q: %w", session, err)
 		}
 	}
+}
+
+// followFromLane has r follow its events from the lane subscription held
+// before the publish, unless the server refused that subscription.
+func (c *Client) followFromLane(r *Run, lane *laneSub, before error) {
+	// The publish's flush came after the subscription: a refused one is
+	// reported by now.
+	if c.denied(before, "Subscription to", lane.prefix+"*") != nil {
+		lane.refuse()
+	} else if !lane.refused.Load() {
+		// Every attempt came after the subscription: it holds the run's
+		// events from the start.
+		f := lane.open(r.ID, unclaimedBuffer, true)
+		r.live.Store(f)
+		f.expireUnclaimed(r)
+	}
+}
+
+// sendFailed is the error of a publish that retrying does not mend: one
+// that may have been stored (ErrUnacknowledged, with how to send it again
+// safely), a permission, a message too large, a full lane, or else the
+// error as it came.
+func (c *Client) sendFailed(ctx context.Context, err error, session, msgID string, size int) error {
+	if se := (*sentError)(nil); errors.As(err, &se) {
+		return fmt.Errorf("%w: the message to %q (message id %s) may be stored and run: %w; do not send it as a new message: "+
+			"sent again with the same id once the inbox is fixed (WithMessageID, publisher send --id %s) within 2 minutes, it is not stored twice and its run id comes back",
+			ErrUnacknowledged, session, msgID, se.err, msgID)
+	}
+	if errors.Is(err, ErrPermission) {
+		return fmt.Errorf("%w (send to session %q)", err, session)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) || refusedAs(err, "message size exceeds maximum allowed") {
+		return fmt.Errorf("%w: the message to %q is %d bytes", ErrTooLarge, session, size)
+	}
+	if refusedAs(err, "maximum messages per subject exceeded") {
+		return c.laneFull(ctx, session)
+	}
+	return fmt.Errorf("lanefleet: send to %q: %w", session, err)
 }
 
 // pubAckError is the error of a refused JetStream publish.

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/agents"
+	"github.com/lanefleet/lanefleet/internal/kvbucket"
 )
 
 // Defaults.
@@ -64,21 +65,15 @@ type Bucket struct {
 // to it. It returns the KV error, wrapped.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (*Bucket, error) {
 	cfg = cfg.withDefaults()
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:       cfg.Bucket,
-			Description:  "Lanefleet named agents: one definition per agent id",
-			History:      5,
-			Storage:      jetstream.FileStorage,
-			Replicas:     cfg.Replicas,
-			MaxBytes:     cfg.MaxBytes,
-			MaxValueSize: agents.MaxRecordBytes,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
+	kv, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
+		Bucket:       cfg.Bucket,
+		Description:  "Lanefleet named agents: one definition per agent id",
+		History:      5,
+		Storage:      jetstream.FileStorage,
+		Replicas:     cfg.Replicas,
+		MaxBytes:     cfg.MaxBytes,
+		MaxValueSize: agents.MaxRecordBytes,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("agentstore: open bucket %s: %w", cfg.Bucket, err)
 	}

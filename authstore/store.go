@@ -16,6 +16,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/kvbucket"
 )
 
 // Defaults.
@@ -133,20 +134,14 @@ type Store struct {
 // cannot be created, bound or watched, and ctx's cause when ctx ends first.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      cfg.Bucket,
-			Description: "Lanefleet auth-profile state: cooldowns, disables, counters, last good",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    cfg.Replicas,
-			MaxBytes:    cfg.MaxBytes,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket) // another worker created it first
-		}
-	}
+	kv, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "Lanefleet auth-profile state: cooldowns, disables, counters, last good",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxBytes:    cfg.MaxBytes,
+	})
 	if err == nil {
 		err = limitBucket(ctx, js, "KV_"+cfg.Bucket, cfg.MaxBytes)
 	}

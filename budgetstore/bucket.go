@@ -13,6 +13,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/governance"
 	"github.com/lanefleet/lanefleet/internal/backoff"
+	"github.com/lanefleet/lanefleet/internal/kvbucket"
 )
 
 // Defaults.
@@ -75,20 +76,14 @@ type Bucket struct {
 // returns the KV error, wrapped.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (*Bucket, error) {
 	cfg = cfg.withDefaults()
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      cfg.Bucket,
-			Description: "Lanefleet budgets: limits, use, reservations in flight",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    cfg.Replicas,
-			MaxBytes:    cfg.MaxBytes,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
+	kv, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "Lanefleet budgets: limits, use, reservations in flight",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxBytes:    cfg.MaxBytes,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("budgetstore: open bucket %s: %w", cfg.Bucket, err)
 	}

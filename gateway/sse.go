@@ -417,16 +417,7 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 				continue // not an event of the run: a forged or garbled message
 			}
 			if ctx.Err() == nil {
-				// Say why the stream ends, as an event the client can read,
-				// after the events it has not been sent yet.
-				p := problemOf(err)
-				b, _ := json.Marshal(p)
-				buf.WriteString("event: error\ndata: ")
-				buf.Write(b)
-				buf.WriteString("\n\n")
-				if p.Code == CodeFleetError {
-					s.log.Warn().Err(err).Str("run", run.ID).Msg("gateway: following a run failed")
-				}
+				s.errorEvent(buf, err, run.ID)
 			}
 			// Events yielded before the end was seen (a shutdown, say) go
 			// out as they did one by one.
@@ -455,6 +446,20 @@ func (s *Server) follow(ctx context.Context, st *stream, run *lanefleet.Run, aft
 		}
 	}
 	put(false)
+}
+
+// errorEvent says why a followed run's stream ends, as an event the client
+// can read after the events it has not been sent yet; a fleet error is
+// logged too.
+func (s *Server) errorEvent(buf *bytes.Buffer, err error, runID string) {
+	p := problemOf(err)
+	b, _ := json.Marshal(p)
+	buf.WriteString("event: error\ndata: ")
+	buf.Write(b)
+	buf.WriteString("\n\n")
+	if p.Code == CodeFleetError {
+		s.log.Warn().Err(err).Str("run", runID).Msg("gateway: following a run failed")
+	}
 }
 
 // corsLines are the CORS headers set on w, as header lines of a hijacked

@@ -83,85 +83,73 @@ func (m *Masker) Value(v any) any {
 }
 
 func (m *Masker) value(v any) (any, bool) {
+	var (
+		out     any
+		changed bool
+	)
 	switch x := v.(type) {
 	case string:
 		s := m.String(x)
 		return s, s != x
 	case map[string]any:
-		var out map[string]any
-		for k, e := range x {
-			mk := m.String(k)
-			me, changed := m.value(e)
-			if (changed || mk != k) && out == nil {
-				out = make(map[string]any, len(x))
-				for k2, e2 := range x {
-					out[k2] = e2
-				}
-			}
-			if out != nil {
-				if mk != k {
-					delete(out, k)
-				}
-				out[mk] = me
-			}
-		}
-		if out == nil {
-			return v, false
-		}
-		return out, true
+		out, changed = maskMap(x, m.String, m.value)
 	case []any:
-		var out []any
-		for i, e := range x {
-			me, changed := m.value(e)
-			if changed && out == nil {
-				out = append([]any(nil), x...)
-			}
-			if out != nil {
-				out[i] = me
-			}
-		}
-		if out == nil {
-			return v, false
-		}
-		return out, true
+		out, changed = maskSlice(x, m.value)
 	case []string:
-		var out []string
-		for i, e := range x {
-			me := m.String(e)
-			if me != e && out == nil {
-				out = append([]string(nil), x...)
-			}
-			if out != nil {
-				out[i] = me
-			}
-		}
-		if out == nil {
-			return v, false
-		}
-		return out, true
+		out, changed = maskSlice(x, m.changedString)
 	case map[string]string:
-		var out map[string]string
-		for k, e := range x {
-			mk, me := m.String(k), m.String(e)
-			if (mk != k || me != e) && out == nil {
-				out = make(map[string]string, len(x))
-				for k2, e2 := range x {
-					out[k2] = e2
-				}
-			}
-			if out != nil {
-				if mk != k {
-					delete(out, k)
-				}
-				out[mk] = me
-			}
-		}
-		if out == nil {
-			return v, false
-		}
-		return out, true
+		out, changed = maskMap(x, m.String, m.changedString)
 	}
-	return v, false
+	if !changed {
+		return v, false
+	}
+	return out, true
+}
+
+// changedString is String, and whether it changed s.
+func (m *Masker) changedString(s string) (string, bool) {
+	out := m.String(s)
+	return out, out != s
+}
+
+// maskMap masks a map's keys with key and its values with val (key
+// first): the map itself while nothing changes, a copy from the first
+// change on.
+func maskMap[V any](x map[string]V, key func(string) string, val func(V) (V, bool)) (map[string]V, bool) {
+	var out map[string]V
+	for k, e := range x {
+		mk := key(k)
+		me, changed := val(e)
+		if (changed || mk != k) && out == nil {
+			out = make(map[string]V, len(x))
+			for k2, e2 := range x {
+				out[k2] = e2
+			}
+		}
+		if out != nil {
+			if mk != k {
+				delete(out, k)
+			}
+			out[mk] = me
+		}
+	}
+	return out, out != nil
+}
+
+// maskSlice masks a slice's elements with val: the slice itself while
+// nothing changes, a copy from the first change on.
+func maskSlice[V any](x []V, val func(V) (V, bool)) ([]V, bool) {
+	var out []V
+	for i, e := range x {
+		me, changed := val(e)
+		if changed && out == nil {
+			out = append([]V(nil), x...)
+		}
+		if out != nil {
+			out[i] = me
+		}
+	}
+	return out, out != nil
 }
 
 // Stream returns a Stream masking one text that arrives in pieces.

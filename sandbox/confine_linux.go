@@ -134,104 +134,23 @@ func Main() {
 // helper prepares the confinement and execs the command; it returns only
 // with an error or after a probe.
 func helper() (*report, error) {
-	f := os.NewFile(specFD, "sandbox-spec")
-	if f == nil {
-		return nil, errors.New("sandbox helper: no spec on fd 3")
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSpec+1))
-	f.Close()
+	sp, err := readSpec()
 	if err != nil {
-		return nil, fmt.Errorf("sandbox helper: read spec: %w", err)
-	}
-	if len(b) > maxSpec {
-		return nil, errors.New("sandbox helper: spec too large")
-	}
-	var sp spec
-	if err := json.Unmarshal(b, &sp); err != nil {
-		return nil, fmt.Errorf("sandbox helper: spec: %w", err)
+		return nil, err
 	}
 	rep := &report{}
-	// step runs one part of the setup: a failure ends the helper, or, in a
-	// probe, is noted.
-	step := func(what string, ok *bool, fn func() error) error {
-		err := fn()
-		if err == nil {
-			if ok != nil {
-				*ok = true
-			}
-			return nil
-		}
-		err = fmt.Errorf("%s: %w", what, err)
-		if sp.Probe {
-			rep.Problems = append(rep.Problems, err.Error())
-			return nil
-		}
-		return err
-	}
+	step := stepper(sp.Probe, rep)
 	grants := sp.Grants
 	if sp.Namespaces {
-		// Failures here are fatal even in a probe: no namespaces then.
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			return nil, fmt.Errorf("make mounts private: %w", err)
-		}
-		if err := privateRoot(&sp, rep, step); err != nil {
-			return nil, fmt.Errorf("private root: %w", err)
-		}
-		if rep.Proc {
-			grants = append(grants, grant{Path: "/proc", Dir: true})
-		}
-		if sp.PIDMax > 0 && rep.Proc {
-			err := step("set pid_max", &rep.PIDMax, func() error {
-				return os.WriteFile("/proc/sys/kernel/pid_max", []byte(strconv.Itoa(sp.PIDMax)), 0)
-			})
-			if err != nil {
-				return nil, err
-			}
-		}
-		if rep.Tmp {
-			grants = append(grants, grant{Path: "/tmp", Dir: true, Write: true})
-		}
-		if sp.Dir != "" {
-			if err := unix.Chdir(sp.Dir); err != nil {
-				return nil, fmt.Errorf("chdir: %w", err)
-			}
-		}
-		if sp.Loopback {
-			if err := step("bring up lo", &rep.Loopback, loopbackUp); err != nil {
-				return nil, err
-			}
+		if grants, err = enterNamespaces(&sp, rep, step, grants); err != nil {
+			return nil, err
 		}
 	}
 	if err := restrict(grants, sp.RestrictNet); err != nil {
 		return nil, err
 	}
 	if sp.SetIDs {
-		// syscall's, not unix's: they change every thread of the helper.
-		err := step("become uid 1", nil, func() error {
-			// Output pipes are the worker's (0600): opened again as
-			// /dev/stdout or /dev/stderr (/proc/self/fd/1, 2), they must
-			// be open to HostID too.
-			for fd := 1; fd <= 2; fd++ {
-				var st unix.Stat_t
-				if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
-					if err := unix.Fchmod(fd, 0o666); err != nil {
-						return fmt.Errorf("output pipe: %w", err)
-					}
-				}
-			}
-			if err := syscall.Setgroups(nil); err != nil {
-				return err
-			}
-			if err := syscall.Setresgid(1, 1, 1); err != nil {
-				return err
-			}
-			if err := syscall.Setresuid(1, 1, 1); err != nil {
-				return err
-			}
-			// A change of uid clears the parent-death signal: the
-			// command must still die with the worker.
-			return unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
-		})
+		err := step("become uid 1", nil, becomeUID1)
 		if err != nil {
 			return nil, err
 		}
@@ -275,23 +194,7 @@ func helper() (*report, error) {
 	}
 	// Last: from here on the helper itself may not make a UNIX socket.
 	if filter != nil {
-		err := step("seccomp", &rep.Seccomp, func() error {
-			if err := installSeccomp(filter); err != nil {
-				return err
-			}
-			if !sp.Probe {
-				return nil
-			}
-			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err == nil {
-				unix.Close(fd)
-				return errors.New("the filter let an AF_UNIX socket be made")
-			}
-			if !errors.Is(err, unix.EACCES) {
-				return fmt.Errorf("an AF_UNIX socket failed with %w, not EACCES", err)
-			}
-			return nil
-		})
+		err := step("seccomp", &rep.Seccomp, func() error { return installSeccompChecked(filter, sp.Probe) })
 		if err != nil {
 			return nil, err
 		}
@@ -303,6 +206,134 @@ func helper() (*report, error) {
 	runtime.KeepAlive(argv)
 	runtime.KeepAlive(envv)
 	return nil, &os.PathError{Op: "exec", Path: sp.Path, Err: errno}
+}
+
+// readSpec reads the helper's spec from fd 3.
+func readSpec() (spec, error) {
+	f := os.NewFile(specFD, "sandbox-spec")
+	if f == nil {
+		return spec{}, errors.New("sandbox helper: no spec on fd 3")
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSpec+1))
+	f.Close()
+	if err != nil {
+		return spec{}, fmt.Errorf("sandbox helper: read spec: %w", err)
+	}
+	if len(b) > maxSpec {
+		return spec{}, errors.New("sandbox helper: spec too large")
+	}
+	var sp spec
+	if err := json.Unmarshal(b, &sp); err != nil {
+		return spec{}, fmt.Errorf("sandbox helper: spec: %w", err)
+	}
+	return sp, nil
+}
+
+// stepper returns the step that runs one part of the setup: a failure
+// ends the helper, or, in a probe, is noted in rep.
+func stepper(probe bool, rep *report) func(what string, ok *bool, fn func() error) error {
+	return func(what string, ok *bool, fn func() error) error {
+		err := fn()
+		if err == nil {
+			if ok != nil {
+				*ok = true
+			}
+			return nil
+		}
+		err = fmt.Errorf("%s: %w", what, err)
+		if probe {
+			rep.Problems = append(rep.Problems, err.Error())
+			return nil
+		}
+		return err
+	}
+}
+
+// enterNamespaces sets up the command's namespaces: private mounts and
+// root, pid_max, the working directory and the loopback interface. It
+// returns the grants with /proc and /tmp when the private root has them.
+func enterNamespaces(sp *spec, rep *report, step func(string, *bool, func() error) error, grants []grant) ([]grant, error) {
+	// Failures here are fatal even in a probe: no namespaces then.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return grants, fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := privateRoot(sp, rep, step); err != nil {
+		return grants, fmt.Errorf("private root: %w", err)
+	}
+	if rep.Proc {
+		grants = append(grants, grant{Path: "/proc", Dir: true})
+	}
+	if sp.PIDMax > 0 && rep.Proc {
+		err := step("set pid_max", &rep.PIDMax, func() error {
+			return os.WriteFile("/proc/sys/kernel/pid_max", []byte(strconv.Itoa(sp.PIDMax)), 0)
+		})
+		if err != nil {
+			return grants, err
+		}
+	}
+	if rep.Tmp {
+		grants = append(grants, grant{Path: "/tmp", Dir: true, Write: true})
+	}
+	if sp.Dir != "" {
+		if err := unix.Chdir(sp.Dir); err != nil {
+			return grants, fmt.Errorf("chdir: %w", err)
+		}
+	}
+	if sp.Loopback {
+		if err := step("bring up lo", &rep.Loopback, loopbackUp); err != nil {
+			return grants, err
+		}
+	}
+	return grants, nil
+}
+
+// becomeUID1 makes the helper uid and gid 1 with no supplementary groups,
+// keeping its parent-death signal. syscall's calls, not unix's: they
+// change every thread of the helper.
+func becomeUID1() error {
+	// Output pipes are the worker's (0600): opened again as
+	// /dev/stdout or /dev/stderr (/proc/self/fd/1, 2), they must
+	// be open to HostID too.
+	for fd := 1; fd <= 2; fd++ {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+			if err := unix.Fchmod(fd, 0o666); err != nil {
+				return fmt.Errorf("output pipe: %w", err)
+			}
+		}
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return err
+	}
+	if err := syscall.Setresgid(1, 1, 1); err != nil {
+		return err
+	}
+	if err := syscall.Setresuid(1, 1, 1); err != nil {
+		return err
+	}
+	// A change of uid clears the parent-death signal: the
+	// command must still die with the worker.
+	return unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+}
+
+// installSeccompChecked installs the filter; in a probe it checks that the
+// filter refuses an AF_UNIX socket with EACCES.
+func installSeccompChecked(filter []unix.SockFilter, probe bool) error {
+	if err := installSeccomp(filter); err != nil {
+		return err
+	}
+	if !probe {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+		return errors.New("the filter let an AF_UNIX socket be made")
+	}
+	if !errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("an AF_UNIX socket failed with %w, not EACCES", err)
+	}
+	return nil
 }
 
 // restrict applies Landlock: the grants, and TCP connect and bind

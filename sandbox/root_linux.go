@@ -37,36 +37,14 @@ const rootBase = "/tmp"
 // sp.IDMapped (the workspace) comes from fd 5, idmapped by the worker. It
 // notes whether /proc and /tmp could be mounted in rep.
 func privateRoot(sp *spec, rep *report, step func(string, *bool, func() error) error) error {
-	type source struct {
-		g  grant
-		fd int
-	}
-	var sources []source
+	var sources []bindSource
 	defer func() {
 		for _, s := range sources {
 			unix.Close(s.fd)
 		}
 	}()
-	for _, g := range sp.Binds {
-		if sp.IDMapped != "" && g.Path == sp.IDMapped {
-			sources = append(sources, source{g, workspaceFD})
-			continue
-		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, g.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-		if errors.Is(err, unix.ENOENT) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("clone %s: %w", g.Path, err)
-		}
-		sources = append(sources, source{g, fd})
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
-		if !g.Write {
-			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-		}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-			return fmt.Errorf("bind %s: %w", g.Path, err)
-		}
+	if err := cloneBinds(sp, &sources); err != nil {
+		return err
 	}
 	if err := unix.Mount("tmpfs", rootBase, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"); err != nil {
 		return fmt.Errorf("mount the root: %w", err)
@@ -101,25 +79,7 @@ func privateRoot(sp *spec, rep *report, step func(string, *bool, func() error) e
 	}
 	for _, s := range sources {
 		ops = append(ops, op{s.g.Path, func() error {
-			dst := at(s.g.Path)
-			if s.g.Dir {
-				if err := os.MkdirAll(dst, 0o755); err != nil {
-					return err
-				}
-			} else {
-				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-					return err
-				}
-				f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644)
-				if err != nil {
-					return err
-				}
-				f.Close()
-			}
-			if err := unix.MoveMount(s.fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-				return fmt.Errorf("bind %s: %w", s.g.Path, err)
-			}
-			return nil
+			return s.bindAt(at(s.g.Path))
 		}})
 	}
 	slices.SortStableFunc(ops, func(a, b op) int { return strings.Compare(a.path, b.path) })
@@ -128,12 +88,77 @@ func privateRoot(sp *spec, rep *report, step func(string, *bool, func() error) e
 			return err
 		}
 	}
-	// The links last, so that no directory made above went through one
-	// (an absolute target would lead out of the new root). A link inside
-	// a bind is there already.
+	if err := makeLinks(sp, sources, at); err != nil {
+		return err
+	}
+	return pivotInto(rootBase)
+}
+
+// bindSource is a bind of the private root: its grant and the detached
+// clone of its tree (or the idmapped workspace's fd).
+type bindSource struct {
+	g  grant
+	fd int
+}
+
+// cloneBinds clones the trees of sp.Binds, detached and read-only unless
+// granted write, into *sources (which the caller closes, on an error too);
+// a bind whose path does not exist is left out.
+func cloneBinds(sp *spec, sources *[]bindSource) error {
+	for _, g := range sp.Binds {
+		if sp.IDMapped != "" && g.Path == sp.IDMapped {
+			*sources = append(*sources, bindSource{g, workspaceFD})
+			continue
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, g.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("clone %s: %w", g.Path, err)
+		}
+		*sources = append(*sources, bindSource{g, fd})
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+		if !g.Write {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("bind %s: %w", g.Path, err)
+		}
+	}
+	return nil
+}
+
+// bindAt moves the clone to dst in the new root, making the directory, or
+// the file a bind of one needs, first.
+func (s bindSource) bindAt(dst string) error {
+	if s.g.Dir {
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return err
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	if err := unix.MoveMount(s.fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("bind %s: %w", s.g.Path, err)
+	}
+	return nil
+}
+
+// makeLinks makes the symbolic links of the new root last, so that no
+// directory made before went through one (an absolute target would lead
+// out of the new root). A link inside a bind is there already.
+func makeLinks(sp *spec, sources []bindSource, at func(string) string) error {
 	var made []string
 	for _, l := range append(slices.Clone(procLinks), sp.Links...) {
-		if slices.ContainsFunc(sources, func(s source) bool { return below(l.Path, s.g.Path) }) ||
+		if slices.ContainsFunc(sources, func(s bindSource) bool { return below(l.Path, s.g.Path) }) ||
 			slices.ContainsFunc(made, func(m string) bool { return below(l.Path, m) }) {
 			continue
 		}
@@ -145,7 +170,13 @@ func privateRoot(sp *spec, rep *report, step func(string, *bool, func() error) e
 		}
 		made = append(made, l.Path)
 	}
-	if err := unix.Chdir(rootBase); err != nil {
+	return nil
+}
+
+// pivotInto makes dir the root, detaches the old one and remounts the new
+// one read-only.
+func pivotInto(dir string) error {
+	if err := unix.Chdir(dir); err != nil {
 		return err
 	}
 	// The old root ends up stacked on the new one, then detached.

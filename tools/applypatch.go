@@ -279,43 +279,69 @@ func (p *plan) commit() (err error) {
 		return fmt.Errorf("apply_patch: %w; nothing was changed", err)
 	}
 	tag := ".patch-" + hex.EncodeToString(suffix[:])
-	var (
-		temps   []string // staged files not yet renamed into place
-		dirs    []string // directories made, outermost first
-		undo    []func() error
-		backups []string
-	)
+	var tx patchTxn
 	defer func() {
 		if err == nil {
-			for _, b := range backups {
-				p.root.Remove(b) //nolint:errcheck // a leftover backup is harmless
-			}
+			tx.keep(p.root)
 			return
 		}
-		var failed []string
-		for i := len(undo) - 1; i >= 0; i-- {
-			if e := undo[i](); e != nil {
-				failed = append(failed, e.Error())
-			}
-		}
-		for _, tmp := range temps {
-			p.root.Remove(tmp) //nolint:errcheck // best effort
-		}
-		for i := len(dirs) - 1; i >= 0; i-- {
-			p.root.Remove(dirs[i]) //nolint:errcheck // only empty ones go
-		}
-		if len(failed) > 0 {
-			err = fmt.Errorf("%w; putting the files back failed too (%s): check the workspace", err, strings.Join(failed, "; "))
-		} else {
-			err = fmt.Errorf("%w; nothing was changed", err)
-		}
+		err = tx.rollback(p.root, err)
 	}()
-
-	type swap struct {
-		f   *planned
-		tmp string // "" = remove
+	swaps, err := p.stageAll(&tx, tag)
+	if err != nil {
+		return err
 	}
-	var swaps []swap
+	return p.swapAll(&tx, swaps, tag)
+}
+
+// patchTxn is what a commit did so far, to keep or to undo.
+type patchTxn struct {
+	temps   []string // staged files not yet renamed into place
+	dirs    []string // directories made, outermost first
+	undo    []func() error
+	backups []string
+}
+
+// keep removes the backups of a commit that succeeded.
+func (tx *patchTxn) keep(root *os.Root) {
+	for _, b := range tx.backups {
+		root.Remove(b) //nolint:errcheck // a leftover backup is harmless
+	}
+}
+
+// rollback undoes a commit that failed with err, newest step first, and
+// removes its staged files and the directories it made; the error says
+// whether the files are back.
+func (tx *patchTxn) rollback(root *os.Root, err error) error {
+	var failed []string
+	for i := len(tx.undo) - 1; i >= 0; i-- {
+		if e := tx.undo[i](); e != nil {
+			failed = append(failed, e.Error())
+		}
+	}
+	for _, tmp := range tx.temps {
+		root.Remove(tmp) //nolint:errcheck // best effort
+	}
+	for i := len(tx.dirs) - 1; i >= 0; i-- {
+		root.Remove(tx.dirs[i]) //nolint:errcheck // only empty ones go
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w; putting the files back failed too (%s): check the workspace", err, strings.Join(failed, "; "))
+	}
+	return fmt.Errorf("%w; nothing was changed", err)
+}
+
+// patchSwap is one file's change: its staged copy to rename into place,
+// or its removal (tmp "").
+type patchSwap struct {
+	f   *planned
+	tmp string
+}
+
+// stageAll writes the new content of every changed file to a staged copy
+// beside it, making parent directories as needed, in the plan's order.
+func (p *plan) stageAll(tx *patchTxn, tag string) ([]patchSwap, error) {
+	var swaps []patchSwap
 	for _, rel := range p.order {
 		f := p.files[rel]
 		switch {
@@ -325,21 +351,27 @@ func (p *plan) commit() (err error) {
 			continue
 		}
 		if !f.present {
-			swaps = append(swaps, swap{f: f})
+			swaps = append(swaps, patchSwap{f: f})
 			continue
 		}
 		made, err := p.mkdirs(filepath.Dir(rel))
-		dirs = append(dirs, made...)
+		tx.dirs = append(tx.dirs, made...)
 		if err != nil {
-			return fmt.Errorf("cannot create the parent directories of %q: %v", f.name, err)
+			return nil, fmt.Errorf("cannot create the parent directories of %q: %v", f.name, err)
 		}
 		tmp := filepath.Join(filepath.Dir(rel), "."+filepath.Base(rel)+tag+".tmp")
 		if err := p.stage(tmp, f); err != nil {
-			return err
+			return nil, err
 		}
-		temps = append(temps, tmp)
-		swaps = append(swaps, swap{f: f, tmp: tmp})
+		tx.temps = append(tx.temps, tmp)
+		swaps = append(swaps, patchSwap{f: f, tmp: tmp})
 	}
+	return swaps, nil
+}
+
+// swapAll moves each existing file aside as a backup and renames its
+// staged copy into place, noting how to undo each step.
+func (p *plan) swapAll(tx *patchTxn, swaps []patchSwap, tag string) error {
 	for _, s := range swaps {
 		rel := s.f.rel
 		if s.f.existed {
@@ -347,8 +379,8 @@ func (p *plan) commit() (err error) {
 			if err := p.t.rename(p.root, rel, bak); err != nil {
 				return fmt.Errorf("cannot replace %q: %v", s.f.name, fsError(s.f.name, err))
 			}
-			backups = append(backups, bak)
-			undo = append(undo, func() error { return p.t.rename(p.root, bak, rel) })
+			tx.backups = append(tx.backups, bak)
+			tx.undo = append(tx.undo, func() error { return p.t.rename(p.root, bak, rel) })
 		}
 		if s.tmp == "" {
 			continue
@@ -356,8 +388,8 @@ func (p *plan) commit() (err error) {
 		if err := p.t.rename(p.root, s.tmp, rel); err != nil {
 			return fmt.Errorf("cannot write %q: %v", s.f.name, fsError(s.f.name, err))
 		}
-		temps = slices.DeleteFunc(temps, func(t string) bool { return t == s.tmp })
-		undo = append(undo, func() error { return p.root.Remove(rel) })
+		tx.temps = slices.DeleteFunc(tx.temps, func(t string) bool { return t == s.tmp })
+		tx.undo = append(tx.undo, func() error { return p.root.Remove(rel) })
 	}
 	return nil
 }

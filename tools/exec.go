@@ -148,6 +148,14 @@ func (t *execTool) Call(ctx context.Context, call Call) (Result, error) {
 // workspace's default, or the timeout argument in seconds, capped at the
 // maximum with a note saying so) and the notes for the result.
 func (t *execTool) args(args map[string]any) (command string, timeout time.Duration, notes []string, err error) {
+	return commandArgs(args, t.w.ExecTimeout, t.w.MaxExecTimeout)
+}
+
+// commandArgs reads a shell command call's arguments (exec's, process
+// start's): the command, not blank and without a NUL, and its timeout,
+// def without the argument, else the argument in seconds (at least 1 ms),
+// capped at maxTimeout with a note saying so.
+func commandArgs(args map[string]any, def, maxTimeout time.Duration) (command string, timeout time.Duration, notes []string, err error) {
 	command, _, err = stringArg(args, "command", true)
 	if err != nil {
 		return "", 0, nil, err
@@ -158,17 +166,17 @@ func (t *execTool) args(args map[string]any) (command string, timeout time.Durat
 	if strings.IndexByte(command, 0) >= 0 {
 		return "", 0, nil, errors.New("command contains a NUL byte, which a shell command cannot hold")
 	}
-	timeout = t.w.ExecTimeout
+	timeout = def
 	secsArg, ok, err := numberArg(args, "timeout")
 	switch {
 	case err != nil:
 		return "", 0, nil, err
 	case !ok:
 	case secsArg <= 0:
-		return "", 0, nil, fmt.Errorf("timeout must be a positive number of seconds (at most %s), got %v", secs(t.w.MaxExecTimeout), secsArg)
-	case secsArg > t.w.MaxExecTimeout.Seconds():
-		notes = append(notes, fmt.Sprintf("[timeout %vs capped at the maximum of %s]", secsArg, secs(t.w.MaxExecTimeout)))
-		timeout = t.w.MaxExecTimeout
+		return "", 0, nil, fmt.Errorf("timeout must be a positive number of seconds (at most %s), got %v", secs(maxTimeout), secsArg)
+	case secsArg > maxTimeout.Seconds():
+		notes = append(notes, fmt.Sprintf("[timeout %vs capped at the maximum of %s]", secsArg, secs(maxTimeout)))
+		timeout = maxTimeout
 	default:
 		timeout = time.Duration(math.Round(secsArg * float64(time.Second)))
 		timeout = max(timeout, time.Millisecond)

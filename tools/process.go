@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -321,62 +320,16 @@ func (t *processTool) Call(ctx context.Context, call Call) (Result, error) {
 var ErrProcessLimit = errors.New("too many background processes")
 
 func (t *processTool) start(ctx context.Context, args map[string]any) (Result, error) {
-	command, _, err := stringArg(args, "command", true)
+	c := t.ps.cfg
+	command, timeout, notes, err := commandArgs(args, c.Timeout, c.MaxTimeout)
 	if err != nil {
 		return Result{}, err
 	}
-	if strings.TrimSpace(command) == "" {
-		return Result{}, errors.New("command is empty")
-	}
-	if strings.IndexByte(command, 0) >= 0 {
-		return Result{}, errors.New("command contains a NUL byte, which a shell command cannot hold")
-	}
-	c := t.ps.cfg
-	timeout := c.Timeout
-	var notes []string
-	switch s, ok, err := numberArg(args, "timeout"); {
-	case err != nil:
-		return Result{}, err
-	case !ok:
-	case s <= 0:
-		return Result{}, fmt.Errorf("timeout must be a positive number of seconds (at most %s), got %v", secs(c.MaxTimeout), s)
-	case s > c.MaxTimeout.Seconds():
-		notes = append(notes, fmt.Sprintf("[timeout %vs capped at the maximum of %s]", s, secs(c.MaxTimeout)))
-		timeout = c.MaxTimeout
-	default:
-		timeout = max(time.Duration(math.Round(s*float64(time.Second))), time.Millisecond)
-	}
 	ps := t.ps
-	ps.mu.Lock()
-	if ps.closed {
-		ps.mu.Unlock()
-		return Result{}, errors.New("this worker is stopping: no process can start")
+	id, err := ps.reserve(t.session)
+	if err != nil {
+		return Result{}, err
 	}
-	mine := 0
-	for _, p := range ps.sessions[t.session] {
-		if p.running() {
-			mine++
-		}
-	}
-	if mine >= c.PerSession {
-		ps.mu.Unlock()
-		return Result{}, fmt.Errorf("%w: this session runs %d, the most allowed; kill or wait for one first", ErrProcessLimit, mine)
-	}
-	if n := ps.running; n >= c.PerWorker {
-		ps.mu.Unlock()
-		return Result{}, fmt.Errorf("%w: this worker runs %d for all sessions, the most allowed; try again later", ErrProcessLimit, n)
-	}
-	ps.next++
-	id := "p" + strconv.Itoa(ps.next)
-	if c.Worker != "" {
-		id += "@" + c.Worker
-	}
-	// Reserved, and given back if the start fails: a slot, and the
-	// waiter's place in wg (added under mu before Close can wait).
-	ps.running++
-	ps.wg.Add(1)
-	ps.mu.Unlock()
-
 	p, err := t.spawn(ctx, id, command, timeout)
 	if err != nil {
 		ps.mu.Lock()
@@ -400,6 +353,43 @@ func (t *processTool) start(ctx context.Context, args map[string]any) (Result, e
 	}
 	return Result{Content: []message.Block{message.Text(text)},
 		Details: map[string]any{"status": "running", "sessionId": id, "timeoutMs": timeout.Milliseconds()}}, nil
+}
+
+// reserve takes a slot for a new process of session, within the session's
+// and the worker's limits, and names it; the caller gives the slot back
+// (running and wg) when the start fails.
+func (ps *Processes) reserve(session string) (string, error) {
+	c := ps.cfg
+	ps.mu.Lock()
+	if ps.closed {
+		ps.mu.Unlock()
+		return "", errors.New("this worker is stopping: no process can start")
+	}
+	mine := 0
+	for _, p := range ps.sessions[session] {
+		if p.running() {
+			mine++
+		}
+	}
+	if mine >= c.PerSession {
+		ps.mu.Unlock()
+		return "", fmt.Errorf("%w: this session runs %d, the most allowed; kill or wait for one first", ErrProcessLimit, mine)
+	}
+	if n := ps.running; n >= c.PerWorker {
+		ps.mu.Unlock()
+		return "", fmt.Errorf("%w: this worker runs %d for all sessions, the most allowed; try again later", ErrProcessLimit, n)
+	}
+	ps.next++
+	id := "p" + strconv.Itoa(ps.next)
+	if c.Worker != "" {
+		id += "@" + c.Worker
+	}
+	// Reserved, and given back if the start fails: a slot, and the
+	// waiter's place in wg (added under mu before Close can wait).
+	ps.running++
+	ps.wg.Add(1)
+	ps.mu.Unlock()
+	return id, nil
 }
 
 // spawn starts command and its waiter.

@@ -51,25 +51,11 @@ func (t *readTool) Spec() provider.Tool {
 }
 
 func (t *readTool) Call(ctx context.Context, call Call) (Result, error) {
-	p, _, err := stringArg(call.Args, "path", true)
+	a, err := parseReadArgs(call.Args)
 	if err != nil {
 		return Result{}, err
 	}
-	offset, _, err := intArg(call.Args, "offset")
-	if err != nil {
-		return Result{}, err
-	}
-	if offset < 0 {
-		return Result{}, fmt.Errorf("offset must be a line number of 1 or more, got %d", offset)
-	}
-	offset = max(offset, 1)
-	limit, hasLimit, err := intArg(call.Args, "limit")
-	if err != nil {
-		return Result{}, err
-	}
-	if hasLimit && limit < 1 {
-		return Result{}, fmt.Errorf("limit must be 1 or more, got %d", limit)
-	}
+	p, offset, limit, hasLimit := a.path, a.offset, a.limit, a.hasLimit
 	rel, err := t.w.resolve(p)
 	if err != nil {
 		return Result{}, err
@@ -130,8 +116,47 @@ func (t *readTool) Call(ctx context.Context, call Call) (Result, error) {
 		return Result{}, fmt.Errorf("offset %d is beyond the end of %q (%d lines total)", offset, p, win.total)
 	}
 
-	first := offset
-	last := offset + win.lines - 1
+	text, details := t.w.present(a, rel, win)
+	return Result{Content: []message.Block{message.Text(text)}, Details: details}, nil
+}
+
+// readArgs are a read call's arguments: offset is 1-based, at least 1.
+type readArgs struct {
+	path          string
+	offset, limit int64
+	hasLimit      bool
+}
+
+// parseReadArgs reads and checks a read call's arguments.
+func parseReadArgs(args map[string]any) (readArgs, error) {
+	var a readArgs
+	var err error
+	if a.path, _, err = stringArg(args, "path", true); err != nil {
+		return readArgs{}, err
+	}
+	if a.offset, _, err = intArg(args, "offset"); err != nil {
+		return readArgs{}, err
+	}
+	if a.offset < 0 {
+		return readArgs{}, fmt.Errorf("offset must be a line number of 1 or more, got %d", a.offset)
+	}
+	a.offset = max(a.offset, 1)
+	if a.limit, a.hasLimit, err = intArg(args, "limit"); err != nil {
+		return readArgs{}, err
+	}
+	if a.hasLimit && a.limit < 1 {
+		return readArgs{}, fmt.Errorf("limit must be 1 or more, got %d", a.limit)
+	}
+	return a, nil
+}
+
+// present is the text the model gets for a window of the file a.path
+// (rel in the workspace) and the result's details: the lines, or a note
+// for an empty file or a first line over the byte limit, followed by how
+// to read on when the window stopped short of the end.
+func (w *ws) present(a readArgs, rel string, win window) (string, map[string]any) {
+	first := a.offset
+	last := a.offset + win.lines - 1
 	details := map[string]any{"path": rel, "totalLines": win.total, "startLine": first, "endLine": last, "truncated": win.stop != ""}
 	var text string
 	switch {
@@ -140,12 +165,12 @@ func (t *readTool) Call(ctx context.Context, call Call) (Result, error) {
 	case win.firstTooLong:
 		details["truncatedBy"] = "bytes"
 		text = fmt.Sprintf("[Line %d is %s, over the %s read limit. Use exec to see part of it, e.g. sed -n '%dp' %s | head -c %d]",
-			first, formatSize(win.firstLen), formatSize(int64(t.w.MaxReadBytes)), first, shellQuote(p), t.w.MaxReadBytes)
+			first, formatSize(win.firstLen), formatSize(int64(w.MaxReadBytes)), first, shellQuote(a.path), w.MaxReadBytes)
 	case win.stop == "bytes":
 		details["truncatedBy"] = "bytes"
 		text = fmt.Sprintf("%s\n\n[Showing lines %d-%d of %d (%s limit). Use offset=%d to continue.]",
-			win.text, first, last, win.total, formatSize(int64(t.w.MaxReadBytes)), last+1)
-	case win.stop == "lines" && hasLimit && limit <= int64(t.w.MaxReadLines):
+			win.text, first, last, win.total, formatSize(int64(w.MaxReadBytes)), last+1)
+	case win.stop == "lines" && a.hasLimit && a.limit <= int64(w.MaxReadLines):
 		details["truncated"] = false
 		text = fmt.Sprintf("%s\n\n[%d more lines in file. Use offset=%d to continue.]", win.text, win.total-last, last+1)
 	case win.stop == "lines":
@@ -154,7 +179,7 @@ func (t *readTool) Call(ctx context.Context, call Call) (Result, error) {
 	default:
 		text = win.text
 	}
-	return Result{Content: []message.Block{message.Text(text)}, Details: details}, nil
+	return text, details
 }
 
 // image returns an image file as a text note and an image block.
@@ -258,30 +283,41 @@ func readWindow(ctx context.Context, r io.Reader, start, want, maxBytes int64) (
 	}
 	// The window is complete and we are at a line boundary: count the
 	// remaining lines without keeping them.
+	rest, err := countLines(ctx, br)
+	if err != nil {
+		return w, err
+	}
+	w.total = idx + rest
+	w.text = strings.ToValidUTF8(string(out), "\uFFFD")
+	return w, nil
+}
+
+// countLines counts the lines left in br, a last one without a newline
+// included.
+func countLines(ctx context.Context, br *bufio.Reader) (int64, error) {
 	buf := make([]byte, 64<<10)
+	var n int64
 	var last byte = '\n'
 	for {
 		if err := ctx.Err(); err != nil {
-			return w, err
+			return n, err
 		}
-		n, err := br.Read(buf)
-		if n > 0 {
-			idx += int64(bytes.Count(buf[:n], []byte{'\n'}))
-			last = buf[n-1]
+		k, err := br.Read(buf)
+		if k > 0 {
+			n += int64(bytes.Count(buf[:k], []byte{'\n'}))
+			last = buf[k-1]
 		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return w, err
+			return n, err
 		}
 	}
 	if last != '\n' {
-		idx++
+		n++
 	}
-	w.total = idx
-	w.text = strings.ToValidUTF8(string(out), "\uFFFD")
-	return w, nil
+	return n, nil
 }
 
 // imageType recognises the image formats models accept by their magic

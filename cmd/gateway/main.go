@@ -70,15 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 }
 
 func rootCommand(stdout, stderr io.Writer, env func(string) string) *cobra.Command {
-	var (
-		opts    gateway.Options
-		natsURL string
-		creds   lanefleet.Credentials
-		level   string
-		aliases []string
-		models  []string
-		tenants governance.TenantRule
-	)
+	var f gatewayFlags
 	root := &cobra.Command{
 		Use:   "gateway [flags]",
 		Short: "Serve Lanefleet's HTTP API in front of a fleet",
@@ -103,52 +95,9 @@ only, unauthenticated, and refuses a non-loopback --http address.`,
 	})
 	fs := root.Flags()
 	fs.SortFlags = false
-	registerHTTP(fs, &opts, env)
-	fs.StringVar(&natsURL, "nats-url", "", "NATS server URLs (env NATS_URL; default "+nats.DefaultURL+")")
-	fs.StringVar(&creds.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
-	fs.StringVar(&creds.NKey, "nkey", "", "NATS nkey seed file (env NATS_NKEY)")
-	fs.StringVar(&creds.User, "user", "", "NATS user, or a token without --password (env NATS_USER)")
-	fs.StringVar(&creds.TLSCert, "tlscert", "", "NATS TLS client certificate file (env NATS_CERT)")
-	fs.StringVar(&creds.TLSKey, "tlskey", "", "NATS TLS client key file (env NATS_KEY)")
-	fs.StringVar(&creds.TLSCA, "tlsca", "", "CA certificates of the NATS server (env NATS_CA)")
-	fs.StringVar(&creds.InboxPrefix, "inbox-prefix", "", "prefix of reply subjects, e.g. _INBOX_gateway (env NATS_INBOX_PREFIX)")
-	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringArrayVar(&aliases, "model-alias", nil, "NAME=REF: a model name the OpenAI-compatible routes take for the fleet model REF (NAME= the fleet's default model); repeatable")
-	fs.StringVar(&tenants.Separator, "tenant-separator", "", `the fleet's --tenant-separator (default ":"): a caller whose token prefix is a whole tenant prefix ("acme:") reads that tenant's budgets`)
-	fs.StringSliceVar(&models, "model", nil, "fleet model refs GET /v1/models lists besides the aliases; repeatable or comma-separated")
+	f.register(fs, env)
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
-		lvl, err := zerolog.ParseLevel(level)
-		if err != nil || level == "" {
-			return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", level)}
-		}
-		log := zerolog.New(stderr).Level(lvl).With().Timestamp().Logger()
-		// Refused before anything connects: no token file, no public
-		// address.
-		if err := gateway.CheckListen(opts.Addr, opts.TokensFile != ""); err != nil {
-			return usageError{err}
-		}
-		alias, err := openai.ParseAliases(aliases)
-		if err != nil {
-			return usageError{err}
-		}
-		copts, err := creds.Or(lanefleet.CredentialsFromEnv(env)).Options()
-		if err != nil {
-			return usageError{err}
-		}
-		quiet := nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
-		url := cmp.Or(natsURL, env("NATS_URL"), nats.DefaultURL)
-		cl, err := lanefleet.Connect(url, append(copts, nats.MaxReconnects(-1), quiet)...)
-		if err != nil {
-			return fmt.Errorf("cannot reach NATS at %s: %w", url, err)
-		}
-		defer cl.Close()
-		v1 := openai.New(cl, openai.Options{Aliases: alias, Models: models, Logger: log})
-		ln, err := gateway.Listen(opts, gateway.Config{Client: cl, Logger: &log, Routes: v1.Routes(), Tenants: tenants})
-		if err != nil {
-			return usageError{err}
-		}
-		log.Info().Str("url", ln.URL()).Bool("tokens", ln.Authenticates()).Str("version", version.Get().String()).Msg("gateway ready")
-		return ln.Serve(cmd.Context())
+		return f.serve(cmd.Context(), stderr, env)
 	}
 	root.AddCommand(tokenCommand(stdout), &cobra.Command{
 		Use:   "version",
@@ -160,6 +109,71 @@ only, unauthenticated, and refuses a non-loopback --http address.`,
 		},
 	})
 	return root
+}
+
+// gatewayFlags are the gateway's flags.
+type gatewayFlags struct {
+	opts    gateway.Options
+	natsURL string
+	creds   lanefleet.Credentials
+	level   string
+	aliases []string
+	models  []string
+	tenants governance.TenantRule
+}
+
+// register declares the flags on fs, the HTTP ones first.
+func (f *gatewayFlags) register(fs *pflag.FlagSet, env func(string) string) {
+	registerHTTP(fs, &f.opts, env)
+	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URLs (env NATS_URL; default "+nats.DefaultURL+")")
+	fs.StringVar(&f.creds.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&f.creds.NKey, "nkey", "", "NATS nkey seed file (env NATS_NKEY)")
+	fs.StringVar(&f.creds.User, "user", "", "NATS user, or a token without --password (env NATS_USER)")
+	fs.StringVar(&f.creds.TLSCert, "tlscert", "", "NATS TLS client certificate file (env NATS_CERT)")
+	fs.StringVar(&f.creds.TLSKey, "tlskey", "", "NATS TLS client key file (env NATS_KEY)")
+	fs.StringVar(&f.creds.TLSCA, "tlsca", "", "CA certificates of the NATS server (env NATS_CA)")
+	fs.StringVar(&f.creds.InboxPrefix, "inbox-prefix", "", "prefix of reply subjects, e.g. _INBOX_gateway (env NATS_INBOX_PREFIX)")
+	fs.StringVar(&f.level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringArrayVar(&f.aliases, "model-alias", nil, "NAME=REF: a model name the OpenAI-compatible routes take for the fleet model REF (NAME= the fleet's default model); repeatable")
+	fs.StringVar(&f.tenants.Separator, "tenant-separator", "", `the fleet's --tenant-separator (default ":"): a caller whose token prefix is a whole tenant prefix ("acme:") reads that tenant's budgets`)
+	fs.StringSliceVar(&f.models, "model", nil, "fleet model refs GET /v1/models lists besides the aliases; repeatable or comma-separated")
+}
+
+// serve checks the flags, connects to NATS and serves the HTTP API until
+// ctx is done.
+func (f *gatewayFlags) serve(ctx context.Context, stderr io.Writer, env func(string) string) error {
+	lvl, err := zerolog.ParseLevel(f.level)
+	if err != nil || f.level == "" {
+		return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", f.level)}
+	}
+	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Logger()
+	// Refused before anything connects: no token file, no public
+	// address.
+	if err := gateway.CheckListen(f.opts.Addr, f.opts.TokensFile != ""); err != nil {
+		return usageError{err}
+	}
+	alias, err := openai.ParseAliases(f.aliases)
+	if err != nil {
+		return usageError{err}
+	}
+	copts, err := f.creds.Or(lanefleet.CredentialsFromEnv(env)).Options()
+	if err != nil {
+		return usageError{err}
+	}
+	quiet := nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
+	url := cmp.Or(f.natsURL, env("NATS_URL"), nats.DefaultURL)
+	cl, err := lanefleet.Connect(url, append(copts, nats.MaxReconnects(-1), quiet)...)
+	if err != nil {
+		return fmt.Errorf("cannot reach NATS at %s: %w", url, err)
+	}
+	defer cl.Close()
+	v1 := openai.New(cl, openai.Options{Aliases: alias, Models: f.models, Logger: log})
+	ln, err := gateway.Listen(f.opts, gateway.Config{Client: cl, Logger: &log, Routes: v1.Routes(), Tenants: f.tenants})
+	if err != nil {
+		return usageError{err}
+	}
+	log.Info().Str("url", ln.URL()).Bool("tokens", ln.Authenticates()).Str("version", version.Get().String()).Msg("gateway ready")
+	return ln.Serve(ctx)
 }
 
 // registerHTTP adds the gateway's own flags.

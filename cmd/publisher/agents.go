@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/agents"
@@ -31,6 +32,12 @@ files (AGENTS.md, SOUL.md, USER.md, MEMORY.md, HEARTBEAT.md, skills/<name>/SKILL
 shared by its sessions on every worker. Workers apply a change from their next turn on.`,
 		Args: noArgs,
 	}
+	cmd.AddCommand(agentsListCommand(c), agentsShowCommand(c), agentsPutCommand(c), agentsRmCommand(c), agentFilesCommand(c))
+	return cmd
+}
+
+// agentsListCommand is `agents list`.
+func agentsListCommand(c *common) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the agents",
@@ -58,6 +65,11 @@ shared by its sessions on every worker. Workers apply a change from their next t
 		},
 	}
 	c.jsonFlag(list, "print JSON")
+	return list
+}
+
+// agentsShowCommand is `agents show ID`: the definition as indented JSON.
+func agentsShowCommand(c *common) *cobra.Command {
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show an agent's definition (JSON)",
@@ -74,13 +86,21 @@ shared by its sessions on every worker. Workers apply a change from their next t
 			})
 		},
 	}
-	var (
-		file                         string
-		def                          agents.Agent
-		promptFile, profile          string
-		allow, deny, approve, skills []string
-		noCommands                   bool
-	)
+	return show
+}
+
+// agentPutFlags are agents put's flags.
+type agentPutFlags struct {
+	file                         string
+	def                          agents.Agent
+	promptFile, profile          string
+	allow, deny, approve, skills []string
+	noCommands                   bool
+}
+
+// agentsPutCommand is `agents put`: a definition from a JSON file or from flags.
+func agentsPutCommand(c *common) *cobra.Command {
+	var f agentPutFlags
 	put := &cobra.Command{
 		Use:   "put (--file FILE.json|- | --id ID [flags])",
 		Short: "Define an agent, or replace its definition",
@@ -89,40 +109,9 @@ of the definition in camelCase, e.g. {"id":"ops","systemPrompt":"…","model":"a
 "tools":{"profile":"coding","deny":["exec"]}}) or from flags. It replaces the whole definition.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a := def
-			if file != "" {
-				for _, n := range defFlags {
-					if cmd.Flags().Changed(n) {
-						return usagef("agents put: --file takes the whole definition; --%s cannot go with it", n)
-					}
-				}
-				b, err := readLimited(c, file, agents.MaxRecordBytes)
-				if err != nil {
-					return usagef("agents put: %v", err)
-				}
-				p, err := agents.ParseJSON(b)
-				if err != nil {
-					return usagef("agents put: %s: %v", file, err)
-				}
-				a = *p
-			} else {
-				if promptFile != "" {
-					b, err := readLimited(c, promptFile, agents.MaxSystemPromptBytes)
-					if err != nil {
-						return usagef("agents put: --system-prompt-file: %v", err)
-					}
-					a.SystemPrompt = string(b)
-				}
-				if profile != "" || len(allow)+len(deny)+len(approve) > 0 {
-					a.Tools = &agents.ToolPolicy{Profile: profile, ToolPolicy: events.ToolPolicy{Allow: allow, Deny: deny, Approve: approve}}
-				}
-				if cmd.Flags().Changed("skill") {
-					a.Skills = append([]string{}, skills...)
-				}
-				if noCommands {
-					off := false
-					a.ChatCommands = &off
-				}
+			a, err := f.definition(c, cmd.Flags())
+			if err != nil {
+				return err
 			}
 			if err := a.Validate(); err != nil {
 				return usagef("agents put: %v", err)
@@ -140,23 +129,71 @@ of the definition in camelCase, e.g. {"id":"ops","systemPrompt":"…","model":"a
 			})
 		},
 	}
-	fs := put.Flags()
-	fs.StringVar(&file, "file", "", `the definition as JSON ("-" = standard input)`)
-	fs.StringVar(&def.ID, "id", "", "the agent's id (a-z 0-9 _ -): sessions agent:<id>:… run as it")
-	fs.StringVar(&def.Name, "name", "", "display name")
-	fs.StringVar(&promptFile, "system-prompt-file", "", `file holding the system prompt that replaces the workers' base prompt ("-" = standard input)`)
-	fs.StringVar(&def.Model, "model", "", "default model, provider/model-id (a session's or a message's own model still wins)")
-	fs.StringArrayVar(&def.Fallbacks, "fallback", nil, "a fallback model, provider/model-id (repeat, in order; replaces the workers' fallbacks)")
-	fs.StringVar(&def.Thinking, "thinking", "", "default thinking level: off, minimal, low, medium, high, xhigh")
-	fs.StringVar(&profile, "tool-profile", "", "tool profile: full (default), coding, messaging, minimal")
-	fs.StringArrayVar(&allow, "tool-allow", nil, "allow only these tools (pattern; repeat): within the workers' policy")
-	fs.StringArrayVar(&deny, "tool-deny", nil, "deny this tool (pattern; repeat)")
-	fs.StringArrayVar(&approve, "tool-approve", nil, "ask approval for every call of this tool (pattern; repeat)")
-	fs.StringArrayVar(&skills, "skill", nil, "offer only these skills (repeat; none given = every skill)")
-	fs.StringVar(&def.Workspace, "workspace", "", "the workspace whose files the agent's sessions share (default the agent's id)")
-	fs.BoolVar(&noCommands, "no-chat-commands", false, "send /new, /status, … to the model as text in this agent's sessions")
+	f.register(put.Flags())
 	c.jsonFlag(put, "print the id and revision as JSON")
+	return put
+}
 
+// register declares the flags on fs.
+func (f *agentPutFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.file, "file", "", `the definition as JSON ("-" = standard input)`)
+	fs.StringVar(&f.def.ID, "id", "", "the agent's id (a-z 0-9 _ -): sessions agent:<id>:… run as it")
+	fs.StringVar(&f.def.Name, "name", "", "display name")
+	fs.StringVar(&f.promptFile, "system-prompt-file", "", `file holding the system prompt that replaces the workers' base prompt ("-" = standard input)`)
+	fs.StringVar(&f.def.Model, "model", "", "default model, provider/model-id (a session's or a message's own model still wins)")
+	fs.StringArrayVar(&f.def.Fallbacks, "fallback", nil, "a fallback model, provider/model-id (repeat, in order; replaces the workers' fallbacks)")
+	fs.StringVar(&f.def.Thinking, "thinking", "", "default thinking level: off, minimal, low, medium, high, xhigh")
+	fs.StringVar(&f.profile, "tool-profile", "", "tool profile: full (default), coding, messaging, minimal")
+	fs.StringArrayVar(&f.allow, "tool-allow", nil, "allow only these tools (pattern; repeat): within the workers' policy")
+	fs.StringArrayVar(&f.deny, "tool-deny", nil, "deny this tool (pattern; repeat)")
+	fs.StringArrayVar(&f.approve, "tool-approve", nil, "ask approval for every call of this tool (pattern; repeat)")
+	fs.StringArrayVar(&f.skills, "skill", nil, "offer only these skills (repeat; none given = every skill)")
+	fs.StringVar(&f.def.Workspace, "workspace", "", "the workspace whose files the agent's sessions share (default the agent's id)")
+	fs.BoolVar(&f.noCommands, "no-chat-commands", false, "send /new, /status, … to the model as text in this agent's sessions")
+}
+
+// definition is the definition agents put stores, unvalidated: the --file
+// one, which no definition flag may go with, or the flags'.
+func (f *agentPutFlags) definition(c *common, flags *pflag.FlagSet) (agents.Agent, error) {
+	a := f.def
+	if f.file != "" {
+		for _, n := range defFlags {
+			if flags.Changed(n) {
+				return a, usagef("agents put: --file takes the whole definition; --%s cannot go with it", n)
+			}
+		}
+		b, err := readLimited(c, f.file, agents.MaxRecordBytes)
+		if err != nil {
+			return a, usagef("agents put: %v", err)
+		}
+		p, err := agents.ParseJSON(b)
+		if err != nil {
+			return a, usagef("agents put: %s: %v", f.file, err)
+		}
+		return *p, nil
+	}
+	if f.promptFile != "" {
+		b, err := readLimited(c, f.promptFile, agents.MaxSystemPromptBytes)
+		if err != nil {
+			return a, usagef("agents put: --system-prompt-file: %v", err)
+		}
+		a.SystemPrompt = string(b)
+	}
+	if f.profile != "" || len(f.allow)+len(f.deny)+len(f.approve) > 0 {
+		a.Tools = &agents.ToolPolicy{Profile: f.profile, ToolPolicy: events.ToolPolicy{Allow: f.allow, Deny: f.deny, Approve: f.approve}}
+	}
+	if flags.Changed("skill") {
+		a.Skills = append([]string{}, f.skills...)
+	}
+	if f.noCommands {
+		off := false
+		a.ChatCommands = &off
+	}
+	return a, nil
+}
+
+// agentsRmCommand is `agents rm ID`.
+func agentsRmCommand(c *common) *cobra.Command {
 	rm := &cobra.Command{
 		Use:   "rm ID",
 		Short: "Remove an agent's definition (its sessions' next turns end with an invalid_input error; its workspace's files stay)",
@@ -171,8 +208,7 @@ of the definition in camelCase, e.g. {"id":"ops","systemPrompt":"…","model":"a
 			})
 		},
 	}
-	cmd.AddCommand(list, show, put, rm, agentFilesCommand(c))
-	return cmd
+	return rm
 }
 
 // agentFilesCommand manages a workspace's files.

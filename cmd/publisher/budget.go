@@ -32,6 +32,12 @@ auth profiles with room, and the turn ends with budget_reached only when none ha
 Every change is audited in the AGENT_AUDIT stream.`,
 		Args: noArgs,
 	}
+	cmd.AddCommand(budgetSetCommand(c), budgetShowCommand(c), budgetResetCommand(c), budgetListCommand(c))
+	return cmd
+}
+
+// budgetSetCommand is `budget set`: a budget's limits, window and soft limit.
+func budgetSetCommand(c *common) *cobra.Command {
 	var scope scopeFlags
 	var usd float64
 	var tokens, turns int64
@@ -74,7 +80,11 @@ Every change is audited in the AGENT_AUDIT stream.`,
 	set.Flags().IntVar(&soft, "soft", 0, "soft limit, percent of each limit (1-99): a budget_warning event and metric when reached")
 	set.Flags().StringVar(&who, "who", "", "who makes the change, for the audit (default $USER@host and the NATS user)")
 	c.jsonFlag(set, "print the budget before and after as JSON")
+	return set
+}
 
+// budgetShowCommand is `budget show`.
+func budgetShowCommand(c *common) *cobra.Command {
 	var showScope scopeFlags
 	show := &cobra.Command{
 		Use:   "show (--tenant T | --agent ID | --auth-profile ID | --session KEY)",
@@ -104,7 +114,11 @@ Every change is audited in the AGENT_AUDIT stream.`,
 	}
 	showScope.register(show)
 	c.jsonFlag(show, "print JSON")
+	return show
+}
 
+// budgetResetCommand is `budget reset`: it forgets what a budget's window used.
+func budgetResetCommand(c *common) *cobra.Command {
 	var resetScope scopeFlags
 	var resetWho string
 	reset := &cobra.Command{
@@ -128,6 +142,11 @@ Every change is audited in the AGENT_AUDIT stream.`,
 	resetScope.register(reset)
 	reset.Flags().StringVar(&resetWho, "who", "", "who makes the change, for the audit (default $USER@host and the NATS user)")
 	c.jsonFlag(reset, "print the budget before and after as JSON")
+	return reset
+}
+
+// budgetListCommand is `budget list`.
+func budgetListCommand(c *common) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the budgets: tenants', agents', auth profiles' and sessions' (at most 1000)",
@@ -165,8 +184,7 @@ Every change is audited in the AGENT_AUDIT stream.`,
 		},
 	}
 	c.jsonFlag(list, "print JSON")
-	cmd.AddCommand(set, show, reset, list)
-	return cmd
+	return list
 }
 
 // withClient opens the fleet's client for one budget command and runs fn;

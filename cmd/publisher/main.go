@@ -281,14 +281,17 @@ func versionCommand(c *common) *cobra.Command {
 	}
 }
 
+// sendFlags are send's message flags.
+type sendFlags struct {
+	noFollow, heartbeat   bool
+	mode, model, thinking string
+	msgID, authProfile    string
+	images, tools         []string
+	results, failures     []string
+}
+
 func sendCommand(c *common) *cobra.Command {
-	var (
-		noFollow, heartbeat   bool
-		mode, model, thinking string
-		msgID, authProfile    string
-		images, tools         []string
-		results, failures     []string
-	)
+	var f sendFlags
 	cmd := &cobra.Command{
 		Use:   "send --session KEY [flags] TEXT|-",
 		Short: "Send a message and follow its reply (TEXT - reads the message from stdin)",
@@ -300,46 +303,9 @@ func sendCommand(c *common) *cobra.Command {
 			if err := c.checkSession("send"); err != nil {
 				return err
 			}
-			opts := []lanefleet.SendOption{lanefleet.WithMode(mode), lanefleet.WithModel(model), lanefleet.WithThinking(thinking), lanefleet.WithMessageID(msgID),
-				lanefleet.WithAuthProfile(authProfile)}
-			if c.asJSON {
-				opts = append(opts, lanefleet.WithJSON())
-			}
-			if heartbeat {
-				opts = append(opts, lanefleet.WithHeartbeat())
-			}
-			for _, path := range images {
-				mt, data, err := readImage("send", path)
-				if err != nil {
-					return err
-				}
-				opts = append(opts, lanefleet.WithImage(mt, data))
-			}
-			var toolDefs []events.ClientTool
-			for _, path := range tools {
-				defs, err := readTools(path)
-				if err != nil {
-					return fmt.Errorf("send: --tool-file: %w", err)
-				}
-				toolDefs = append(toolDefs, defs...)
-			}
-			answers, err := toolResults(results, failures)
+			opts, err := f.options(text, c.asJSON)
 			if err != nil {
-				return usagef("send: %w", err)
-			}
-			if len(toolDefs) > 0 {
-				opts = append(opts, lanefleet.WithTools(toolDefs...))
-			}
-			if len(answers) > 0 {
-				opts = append(opts, lanefleet.WithToolResults(answers...))
-			}
-			// Say what is wrong with the message before touching the network.
-			check := events.Inbound{Text: text, Mode: mode, Model: model, Thinking: thinking, AuthProfile: authProfile, Tools: toolDefs, ToolResults: answers}
-			if len(images) > 0 {
-				check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
-			}
-			if err := check.Validate(); err != nil {
-				return usagef("send: %w", err)
+				return err
 			}
 			cl, ctx, done, err := c.open(cmd.Context())
 			if err != nil {
@@ -353,7 +319,7 @@ func sendCommand(c *common) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if noFollow {
+			if f.noFollow {
 				if c.asJSON {
 					return json.NewEncoder(c.stdout).Encode(map[string]any{"session": r.Session, "run": r.ID})
 				}
@@ -366,18 +332,66 @@ func sendCommand(c *common) *cobra.Command {
 	c.sessionFlag(cmd)
 	c.jsonFlag(cmd, "print the run's events, one JSON object per line")
 	fs := cmd.Flags()
-	fs.BoolVar(&noFollow, "no-follow", false, "publish and print the run id without following the reply")
-	fs.BoolVar(&heartbeat, "heartbeat", false, "send a heartbeat: it runs if the session is idle and is dropped if it is busy")
-	fs.StringVar(&mode, "mode", "", "queue mode: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
-	fs.StringVar(&model, "model", "", "model provider/model-id")
-	fs.StringVar(&thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
-	fs.StringVar(&authProfile, "auth-profile", "", "run this turn on this auth profile only")
-	fs.StringVar(&msgID, "id", "", "message id for de-duplication on the session's lane: the same id sent again within 2 minutes is not run again (default random)")
-	fs.StringArrayVar(&images, "image", nil, "attach an image file (repeatable)")
-	fs.StringArrayVar(&tools, "tool-file", nil, "offer the client tools defined in a JSON file (repeatable): an array of {name, description, parameters}")
-	fs.StringArrayVar(&results, "tool-result", nil, "answer a pending tool call: ID=TEXT, or ID=@FILE (repeatable)")
-	fs.StringArrayVar(&failures, "tool-error", nil, "answer a pending tool call with an error: ID=TEXT (repeatable)")
+	fs.BoolVar(&f.noFollow, "no-follow", false, "publish and print the run id without following the reply")
+	fs.BoolVar(&f.heartbeat, "heartbeat", false, "send a heartbeat: it runs if the session is idle and is dropped if it is busy")
+	fs.StringVar(&f.mode, "mode", "", "queue mode: followup, collect, steer, steer-backlog, interrupt, reject, rollback")
+	fs.StringVar(&f.model, "model", "", "model provider/model-id")
+	fs.StringVar(&f.thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
+	fs.StringVar(&f.authProfile, "auth-profile", "", "run this turn on this auth profile only")
+	fs.StringVar(&f.msgID, "id", "", "message id for de-duplication on the session's lane: the same id sent again within 2 minutes is not run again (default random)")
+	fs.StringArrayVar(&f.images, "image", nil, "attach an image file (repeatable)")
+	fs.StringArrayVar(&f.tools, "tool-file", nil, "offer the client tools defined in a JSON file (repeatable): an array of {name, description, parameters}")
+	fs.StringArrayVar(&f.results, "tool-result", nil, "answer a pending tool call: ID=TEXT, or ID=@FILE (repeatable)")
+	fs.StringArrayVar(&f.failures, "tool-error", nil, "answer a pending tool call with an error: ID=TEXT (repeatable)")
 	return cmd
+}
+
+// options are the send options of the message text and the flags, checked
+// before the network is touched: a message the fleet would refuse is a
+// usage error here.
+func (f *sendFlags) options(text string, asJSON bool) ([]lanefleet.SendOption, error) {
+	opts := []lanefleet.SendOption{lanefleet.WithMode(f.mode), lanefleet.WithModel(f.model), lanefleet.WithThinking(f.thinking), lanefleet.WithMessageID(f.msgID),
+		lanefleet.WithAuthProfile(f.authProfile)}
+	if asJSON {
+		opts = append(opts, lanefleet.WithJSON())
+	}
+	if f.heartbeat {
+		opts = append(opts, lanefleet.WithHeartbeat())
+	}
+	for _, path := range f.images {
+		mt, data, err := readImage("send", path)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, lanefleet.WithImage(mt, data))
+	}
+	var toolDefs []events.ClientTool
+	for _, path := range f.tools {
+		defs, err := readTools(path)
+		if err != nil {
+			return nil, fmt.Errorf("send: --tool-file: %w", err)
+		}
+		toolDefs = append(toolDefs, defs...)
+	}
+	answers, err := toolResults(f.results, f.failures)
+	if err != nil {
+		return nil, usagef("send: %w", err)
+	}
+	if len(toolDefs) > 0 {
+		opts = append(opts, lanefleet.WithTools(toolDefs...))
+	}
+	if len(answers) > 0 {
+		opts = append(opts, lanefleet.WithToolResults(answers...))
+	}
+	// Say what is wrong with the message before touching the network.
+	check := events.Inbound{Text: text, Mode: f.mode, Model: f.model, Thinking: f.thinking, AuthProfile: f.authProfile, Tools: toolDefs, ToolResults: answers}
+	if len(f.images) > 0 {
+		check.Images = []events.Image{{MimeType: "image/png", Data: "AA=="}}
+	}
+	if err := check.Validate(); err != nil {
+		return nil, usagef("send: %w", err)
+	}
+	return opts, nil
 }
 
 // messageText is send's text: its arguments joined by spaces, or stdin

@@ -30,6 +30,14 @@ policy what happens to times missed while no worker ran (one, all, none). Every 
 recorded in the schedule's history: fired (with its run id), skipped, missed or failed.`,
 		Args: noArgs,
 	}
+	cmd.AddCommand(scheduleAddCommand(c), scheduleListCommand(c))
+	cmd.AddCommand(scheduleIDCommands(c)...)
+	return cmd
+}
+
+// scheduleAddCommand is `schedule add`: it stores a new schedule and
+// prints its id.
+func scheduleAddCommand(c *common) *cobra.Command {
 	var (
 		agent, cron, zone, at string
 		every                 time.Duration
@@ -98,6 +106,11 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 	fs.StringArrayVar(&images, "image", nil, "attach an image file (repeatable)")
 	c.jsonFlag(add, "print the stored schedule as JSON")
 
+	return add
+}
+
+// scheduleListCommand is `schedule list`.
+func scheduleListCommand(c *common) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the schedules: id, target, timing, policies, state, next due time",
@@ -131,6 +144,12 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 	}
 	c.jsonFlag(list, "print JSON")
 
+	return list
+}
+
+// scheduleIDCommands are the commands on one schedule by its id: show,
+// pause, resume, rm and history.
+func scheduleIDCommands(c *common) []*cobra.Command {
 	byID := func(use, short string, op func(ctx context.Context, cl *lanefleet.Client, id string) error) *cobra.Command {
 		cmd := &cobra.Command{
 			Use:   use + " ID",
@@ -196,8 +215,7 @@ recorded in the schedule's history: fired (with its run id), skipped, missed or 
 		return nil
 	})
 	c.jsonFlag(history, "print JSON")
-	cmd.AddCommand(add, list, show, pause, resume, rm, history)
-	return cmd
+	return []*cobra.Command{show, pause, resume, rm, history}
 }
 
 // withSchedules opens the client for one schedule command and runs fn; a

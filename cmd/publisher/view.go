@@ -129,27 +129,9 @@ func (v *view) event(ev *events.Event) {
 	case events.StreamThinking:
 		v.reasoning(d.Delta)
 	case events.StreamTool:
-		switch d.Phase {
-		case events.PhaseStart:
-			v.note("%s", v.style(bold, "⚙ "+d.Name+"("+clipArgs(d.Args, 80)+")"))
-		case events.PhaseResult:
-			mark, code := "✓", green
-			if d.IsError {
-				mark, code = "✗", red
-			}
-			v.note("  %s %s", v.style(code, mark), v.style(dim, firstLine(toolText(d.Payload), 120)))
-		}
+		v.tool(&d)
 	case events.StreamCompaction:
-		switch d.Phase {
-		case events.PhaseStart:
-			v.note("%s", v.style(dim, "⟳ compacting the conversation…"))
-		case events.PhaseEnd:
-			msg := "⟳ compacted"
-			if d.WillRetry {
-				msg += "; retrying the request"
-			}
-			v.note("%s", v.style(dim, msg))
-		}
+		v.compaction(&d)
 	case events.StreamAttempt:
 		// The run's first attempt is what was asked for; a later one
 		// says where the run went and why (never the provider's text:
@@ -163,38 +145,72 @@ func (v *view) event(ev *events.Event) {
 		}
 		v.note("%s", v.style(dim, "↻ retrying with "+with+" after "+d.Reason))
 	case events.StreamLifecycle:
-		switch d.Phase {
-		case events.PhaseAborted:
-			// The lanes word it "attempt N failed: <why>; it is retried"
-			// or "attempt N did not finish: …".
-			msg := d.Error
-			if !strings.HasPrefix(msg, fmt.Sprintf("attempt %d ", d.Attempt)) {
-				msg = fmt.Sprintf("attempt %d aborted: %s", d.Attempt, msg)
-			}
-			v.note("%s", v.style(red, "✗ "+msg))
-		case events.PhaseRestart:
-			v.note("%s", v.style(dim, fmt.Sprintf("↻ restarted on worker %s (attempt %d)", d.Worker, d.Attempt)))
-			v.printed = ""
-		case events.PhaseSteered:
-			v.note("%s", v.style(dim, "↪ run "+d.Text+" saw this message while it ran; it runs on its own now"))
-		case events.PhaseRetrying:
-			wait := waitText(time.Duration(d.DelayMs) * time.Millisecond)
-			why := firstLine(d.Error, 300)
-			if d.Attempt == 0 {
-				// A cooling auth profile's wait: the event says why.
-				v.note("%s", v.style(dim, "⏳ "+why+"; calling the model in "+wait))
-				break
-			}
-			v.note("%s", v.style(dim, fmt.Sprintf("⏳ the model call failed: %s; %s in %s", why, retryOf(d), wait)))
-		case events.PhaseWaiting:
-			v.note("%s", v.style(dim, "⏳ "+firstLine(d.Text, 300)))
-		case events.PhaseRetry:
-			if d.Attempt == 0 {
-				v.note("%s", v.style(dim, "↻ calling the model now"))
-				break
-			}
-			v.note("%s", v.style(dim, "↻ "+retryOf(d)+": calling the model again"))
+		v.lifecycle(&d)
+	}
+}
+
+// tool shows a tool call's start, and its result's first line.
+func (v *view) tool(d *events.EventData) {
+	switch d.Phase {
+	case events.PhaseStart:
+		v.note("%s", v.style(bold, "⚙ "+d.Name+"("+clipArgs(d.Args, 80)+")"))
+	case events.PhaseResult:
+		mark, code := "✓", green
+		if d.IsError {
+			mark, code = "✗", red
 		}
+		v.note("  %s %s", v.style(code, mark), v.style(dim, firstLine(toolText(d.Payload), 120)))
+	}
+}
+
+// compaction shows a compaction's start and end.
+func (v *view) compaction(d *events.EventData) {
+	switch d.Phase {
+	case events.PhaseStart:
+		v.note("%s", v.style(dim, "⟳ compacting the conversation…"))
+	case events.PhaseEnd:
+		msg := "⟳ compacted"
+		if d.WillRetry {
+			msg += "; retrying the request"
+		}
+		v.note("%s", v.style(dim, msg))
+	}
+}
+
+// lifecycle shows what happened to the run: an aborted attempt, a restart
+// on another worker, a steered message, a retry and its wait.
+func (v *view) lifecycle(d *events.EventData) {
+	switch d.Phase {
+	case events.PhaseAborted:
+		// The lanes word it "attempt N failed: <why>; it is retried"
+		// or "attempt N did not finish: …".
+		msg := d.Error
+		if !strings.HasPrefix(msg, fmt.Sprintf("attempt %d ", d.Attempt)) {
+			msg = fmt.Sprintf("attempt %d aborted: %s", d.Attempt, msg)
+		}
+		v.note("%s", v.style(red, "✗ "+msg))
+	case events.PhaseRestart:
+		v.note("%s", v.style(dim, fmt.Sprintf("↻ restarted on worker %s (attempt %d)", d.Worker, d.Attempt)))
+		v.printed = ""
+	case events.PhaseSteered:
+		v.note("%s", v.style(dim, "↪ run "+d.Text+" saw this message while it ran; it runs on its own now"))
+	case events.PhaseRetrying:
+		wait := waitText(time.Duration(d.DelayMs) * time.Millisecond)
+		why := firstLine(d.Error, 300)
+		if d.Attempt == 0 {
+			// A cooling auth profile's wait: the event says why.
+			v.note("%s", v.style(dim, "⏳ "+why+"; calling the model in "+wait))
+			break
+		}
+		v.note("%s", v.style(dim, fmt.Sprintf("⏳ the model call failed: %s; %s in %s", why, retryOf(*d), wait)))
+	case events.PhaseWaiting:
+		v.note("%s", v.style(dim, "⏳ "+firstLine(d.Text, 300)))
+	case events.PhaseRetry:
+		if d.Attempt == 0 {
+			v.note("%s", v.style(dim, "↻ calling the model now"))
+			break
+		}
+		v.note("%s", v.style(dim, "↻ "+retryOf(*d)+": calling the model again"))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/gateway/auth"
 )
@@ -190,30 +191,42 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	w.Header().Set(HeaderSession, t.session)
 	c := chatOut{id: id, created: created, model: t.model}
 	if !req.Stream {
-		var final *events.Event
-		var n normalizer
-		err := pump(r.Context(), run, a.opt.KeepAlive, nil, nil, func(ev *events.Event) bool {
-			for _, pt := range n.feed(ev) {
-				c.addDelta(pt)
-			}
-			if ev.Terminal() {
-				final = ev
-			}
-			return true
-		})
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		res := resultOf(final)
-		if e := res.Meta.Error; e != nil {
-			writeError(w, runError(e.Kind, e.Message))
-			return
-		}
-		writeJSON(w, http.StatusOK, c.completion(res))
+		a.chatWhole(w, r, run, &c)
 		return
 	}
-	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	a.chatStream(w, r, run, &c, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+}
+
+// chatWhole answers a chat completion that does not stream: the run's
+// reply in one completion object once it ends.
+func (a *API) chatWhole(w http.ResponseWriter, r *http.Request, run *lanefleet.Run, c *chatOut) {
+	var final *events.Event
+	var n normalizer
+	err := pump(r.Context(), run, a.opt.KeepAlive, nil, nil, func(ev *events.Event) bool {
+		for _, pt := range n.feed(ev) {
+			c.addDelta(pt)
+		}
+		if ev.Terminal() {
+			final = ev
+		}
+		return true
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	res := resultOf(final)
+	if e := res.Meta.Error; e != nil {
+		writeError(w, runError(e.Kind, e.Message))
+		return
+	}
+	writeJSON(w, http.StatusOK, c.completion(res))
+}
+
+// chatStream streams a chat completion's chunks as the run's events come,
+// ending with its client tool calls, its finish reason, its usage when
+// asked for, and [DONE].
+func (a *API) chatStream(w http.ResponseWriter, r *http.Request, run *lanefleet.Run, c *chatOut, includeUsage bool) {
 	s := newSSE(w, a.opt.WriteTimeout)
 	defer s.end()
 	c.includeUsage = includeUsage
@@ -223,9 +236,9 @@ func (a *API) chat(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	_ = s.pre("", first)
 	var n normalizer
 	var werr error
-	err = pump(r.Context(), run, a.opt.KeepAlive, s.flush, s.comment, func(ev *events.Event) bool {
+	err := pump(r.Context(), run, a.opt.KeepAlive, s.flush, s.comment, func(ev *events.Event) bool {
 		for _, pt := range n.feed(ev) {
-			if werr = s.delta(&c, pt); werr != nil {
+			if werr = s.delta(c, pt); werr != nil {
 				return false
 			}
 		}

@@ -164,41 +164,14 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, errors.New("fleet: --nats-monitor serves the embedded server's monitoring, but NATS_URL/--nats-url joins another server: enable monitoring on that server (http_port) instead")
 	}
 	if url == "" {
-		srv, sopts, lock, err := startEmbedded(cfg)
-		if err != nil {
+		if url, opts, err = m.embed(cfg, opts); err != nil {
 			return nil, err
 		}
-		m.Server, m.storeLock, m.storeDir = srv, lock, sopts.StoreDir
-		m.inProcess = sopts.TLSConfig == nil
-		url = embedded.ConnectURL(srv)
-		if sopts.TLSConfig != nil && cfg.TLSCA == "" {
-			pin, err := pinServerCert(sopts)
-			if err != nil {
-				m.close()
-				return nil, err
-			}
-			opts = append(opts, pin)
-		}
-		m.log.Info().Str("url", srv.ClientURL()).Str("data_dir", sopts.StoreDir).Bool("sync_always", sopts.SyncAlways).
-			Bool("auth", embedded.Authenticates(sopts)).Bool("tls", sopts.TLSConfig != nil).Str("monitor", m.NATSMonitorAddr()).Msg("embedded NATS server started")
 	}
-	m.connURL, m.connOpts = url, opts
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
+	if err := m.connect(url, opts); err != nil {
 		m.close()
-		err = fmt.Errorf("fleet: connect to NATS at %s: %w", redactURL(url), err)
-		if errors.Is(err, nats.ErrAuthorization) {
-			err = fmt.Errorf("%w (the server requires the worker's identity: --nats-user and NATS_PASSWORD, --creds or --nkey; `worker permissions --role worker` prints what it may do)", err)
-		}
 		return nil, err
 	}
-	m.Conn = nc
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
-	if err != nil {
-		m.close()
-		return nil, fmt.Errorf("fleet: %w", err)
-	}
-	m.JS = js
 	var reg *metrics.Metrics
 	if cfg.MetricsListen != "" {
 		reg = metrics.New()
@@ -209,15 +182,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	if reg != nil {
-		if err := reg.Watch(m.metricsState()); err != nil {
+		if err := m.listenMetrics(reg); err != nil {
 			m.close()
-			return nil, fmt.Errorf("fleet: metrics: %w", err)
+			return nil, err
 		}
-		if m.metricsSrv, err = metrics.Listen(cfg.MetricsListen, metrics.Handler(reg, m.ready, m.log)); err != nil {
-			m.close()
-			return nil, fmt.Errorf("fleet: %w (give --metrics another address)", err)
-		}
-		m.log.Info().Str("addr", m.metricsSrv.Addr()).Msg("serving /metrics, /healthz and /readyz")
 	}
 	if m.storeLock != nil {
 		if err := m.storeLock.SetHolder(holder(m.Worker.ID(), m.Server.ClientURL())); err != nil {
@@ -225,6 +193,66 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		}
 	}
 	return m, nil
+}
+
+// embed starts the embedded server for a member that joins none: it
+// returns the URL to connect to and the connect options, with the server's
+// certificate pinned when it serves TLS without a CA to check it by. On an
+// error the member is closed.
+func (m *Member) embed(cfg Config, opts []nats.Option) (string, []nats.Option, error) {
+	srv, sopts, lock, err := startEmbedded(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	m.Server, m.storeLock, m.storeDir = srv, lock, sopts.StoreDir
+	m.inProcess = sopts.TLSConfig == nil
+	url := embedded.ConnectURL(srv)
+	if sopts.TLSConfig != nil && cfg.TLSCA == "" {
+		pin, err := pinServerCert(sopts)
+		if err != nil {
+			m.close()
+			return "", nil, err
+		}
+		opts = append(opts, pin)
+	}
+	m.log.Info().Str("url", srv.ClientURL()).Str("data_dir", sopts.StoreDir).Bool("sync_always", sopts.SyncAlways).
+		Bool("auth", embedded.Authenticates(sopts)).Bool("tls", sopts.TLSConfig != nil).Str("monitor", m.NATSMonitorAddr()).Msg("embedded NATS server started")
+	return url, opts, nil
+}
+
+// connect connects the member to NATS at url and opens its JetStream
+// context; an authorization error says which identity the server wants.
+func (m *Member) connect(url string, opts []nats.Option) error {
+	m.connURL, m.connOpts = url, opts
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		err = fmt.Errorf("fleet: connect to NATS at %s: %w", redactURL(url), err)
+		if errors.Is(err, nats.ErrAuthorization) {
+			err = fmt.Errorf("%w (the server requires the worker's identity: --nats-user and NATS_PASSWORD, --creds or --nkey; `worker permissions --role worker` prints what it may do)", err)
+		}
+		return err
+	}
+	m.Conn = nc
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	m.JS = js
+	return nil
+}
+
+// listenMetrics watches the member's state in reg and opens the /metrics
+// listener; Run serves it.
+func (m *Member) listenMetrics(reg *metrics.Metrics) error {
+	if err := reg.Watch(m.metricsState()); err != nil {
+		return fmt.Errorf("fleet: metrics: %w", err)
+	}
+	var err error
+	if m.metricsSrv, err = metrics.Listen(m.cfg.MetricsListen, metrics.Handler(reg, m.ready, m.log)); err != nil {
+		return fmt.Errorf("fleet: %w (give --metrics another address)", err)
+	}
+	m.log.Info().Str("addr", m.metricsSrv.Addr()).Msg("serving /metrics, /healthz and /readyz")
+	return nil
 }
 
 // holder describes this process in the data directory's lock.
@@ -528,16 +556,7 @@ func (m *Member) Run(ctx context.Context) error {
 	go func() { defer close(sampled); m.sampleTurns(stopSampling) }()
 	defer func() { close(stopSampling); <-sampled }()
 	if m.indexNew {
-		// A fleet that ran without an index lists its sessions again
-		// once they are in it.
-		m.bg.Go(func() {
-			n, err := admin.SeedIndex(ctx, admin.Config{Inbound: m.Streams.Inbound, Events: m.Streams.Events, Runs: m.Runs, Index: m.index, Logger: m.log})
-			if err != nil && ctx.Err() == nil {
-				m.log.Warn().Err(err).Int("sessions", n).Msg("session index: filling it from the stored sessions stopped")
-			} else if n > 0 {
-				m.log.Info().Int("sessions", n).Msg("session index: filled from the stored sessions")
-			}
-		})
+		m.seedIndex(ctx)
 	}
 	adm, err := admin.Serve(m.Conn, admin.Config{JS: m.JS, Inbound: m.Streams.Inbound, Events: m.Streams.Events, Dead: m.Streams.Dead,
 		Runs: m.Runs, Lanes: m.Lanes, Index: m.index, Auth: m.authBook(), Worker: m.Worker.ID(), Stats: m.workerStats, Forget: m.forget, Scheduled: m.scheduled, Logger: m.log})
@@ -546,88 +565,108 @@ func (m *Member) Run(ctx context.Context) error {
 	}
 	defer func() { _ = adm.Stop() }()
 	if m.metricsSrv != nil {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := m.metricsSrv.Serve(); err != nil {
-				m.log.Error().Err(err).Msg("metrics listener stopped")
-			}
-		}()
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-			defer cancel()
-			_ = m.metricsSrv.Close(ctx)
-			<-done
-		}()
+		defer m.serveMetrics()()
 	}
+	// Jobs of their own until the worker stops, stopped in reverse order.
+	for _, job := range m.backgroundJobs() {
+		defer background(ctx, job)()
+	}
+	return m.Worker.Run(ctx)
+}
+
+// seedIndex fills the session index of a fleet that ran without one from
+// the stored sessions, in the background: their listings come back once
+// they are in it.
+func (m *Member) seedIndex(ctx context.Context) {
+	m.bg.Go(func() {
+		n, err := admin.SeedIndex(ctx, admin.Config{Inbound: m.Streams.Inbound, Events: m.Streams.Events, Runs: m.Runs, Index: m.index, Logger: m.log})
+		if err != nil && ctx.Err() == nil {
+			m.log.Warn().Err(err).Int("sessions", n).Msg("session index: filling it from the stored sessions stopped")
+		} else if n > 0 {
+			m.log.Info().Int("sessions", n).Msg("session index: filled from the stored sessions")
+		}
+	})
+}
+
+// serveMetrics serves /metrics until stop closes the listener (within
+// closeTimeout) and waits for it.
+func (m *Member) serveMetrics() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := m.metricsSrv.Serve(); err != nil {
+			m.log.Error().Err(err).Msg("metrics listener stopped")
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		_ = m.metricsSrv.Close(ctx)
+		<-done
+	}
+}
+
+// backgroundJobs are the member's jobs that run while its worker runs, in
+// the order they start, each where it is configured: the remote tools'
+// refresh, the idle release, the budgets' resumes, the schedules, the exec
+// secret providers' refresh and the hooks' refresh.
+func (m *Member) backgroundJobs() []func(context.Context) {
+	var jobs []func(context.Context)
 	if m.Tools != nil {
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = m.Tools.Run(rctx) // refreshes the remote tools until cancelled
-		}()
-		defer func() { cancel(); <-done }()
+		jobs = append(jobs, func(ctx context.Context) {
+			_ = m.Tools.Run(ctx) // refreshes the remote tools until cancelled
+		})
 	}
 	if after := m.cfg.IdleRelease; after >= 0 {
 		if after == 0 {
 			after = IdleReleaseDefault
 		}
-		ictx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			m.releaseWhenIdle(ictx, after, m.Worker.Stats().Turns.Load)
-		}()
-		defer func() { cancel(); <-done }()
+		jobs = append(jobs, func(ctx context.Context) {
+			m.releaseWhenIdle(ctx, after, m.Worker.Stats().Turns.Load)
+		})
 	}
 	if m.budgets != nil {
-		bctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			m.budgets.run(bctx, m.Worker.Wake)
-		}()
-		defer func() { cancel(); <-done }()
+		jobs = append(jobs, func(ctx context.Context) { m.budgets.run(ctx, m.Worker.Wake) })
 	}
 	if m.schedules != nil {
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			m.runSchedules(sctx)
-		}()
-		defer func() { cancel(); <-done }()
+		jobs = append(jobs, m.runSchedules)
 	}
 	if m.secretExec != nil {
-		ectx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			// A failed refresh keeps the last values; what it says
-			// names the provider, never what the command printed.
-			m.secretExec.Run(ectx, func(vals []provider.Secret) {
-				var forms []string
-				for _, v := range vals {
-					forms = append(forms, secretForms(v.Reveal())...)
-				}
-				m.cfg.Redactor.Add(forms...) // before any call uses them; one Add rebuilds the set once
-			}, func(err error) {
-				m.log.Warn().Err(err).Msg("exec secret provider refresh failed; the last values stay in use")
-			})
-		}()
-		defer func() { cancel(); <-done }()
+		jobs = append(jobs, m.refreshSecrets)
 	}
 	if m.Hooks != nil {
-		hctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = m.Hooks.Run(hctx) // refreshes the hooks until cancelled
-		}()
-		defer func() { cancel(); <-done }()
+		jobs = append(jobs, func(ctx context.Context) {
+			_ = m.Hooks.Run(ctx) // refreshes the hooks until cancelled
+		})
 	}
-	return m.Worker.Run(ctx)
+	return jobs
+}
+
+// refreshSecrets runs the exec secret providers' refreshes until ctx is
+// done. A failed refresh keeps the last values; what it says names the
+// provider, never what the command printed.
+func (m *Member) refreshSecrets(ctx context.Context) {
+	m.secretExec.Run(ctx, func(vals []provider.Secret) {
+		var forms []string
+		for _, v := range vals {
+			forms = append(forms, secretForms(v.Reveal())...)
+		}
+		m.cfg.Redactor.Add(forms...) // before any call uses them; one Add rebuilds the set once
+	}, func(err error) {
+		m.log.Warn().Err(err).Msg("exec secret provider refresh failed; the last values stay in use")
+	})
+}
+
+// background runs fn in a goroutine of its own; stop cancels the context
+// fn was given and waits for fn to return.
+func background(ctx context.Context, fn func(context.Context)) (stop func()) {
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(bctx)
+	}()
+	return func() { cancel(); <-done }
 }
 
 // MetricsAddr returns the address /metrics is served on, or "" when off.

@@ -277,52 +277,9 @@ func (p *parser) Event(ev sse.Event) *provider.Error {
 			p.setUsage(e.Message.Usage)
 		}
 	case "content_block_start":
-		cb := e.ContentBlock
-		if cb == nil {
-			return stream.Protocol("anthropic: content_block_start without content_block")
-		}
-		var i int
-		switch cb.Type {
-		case "text":
-			i = p.b.BeginText()
-			p.b.Append(i, cb.Text)
-		case "thinking":
-			i = p.b.BeginThinking()
-			p.b.Append(i, cb.Thinking)
-			p.b.Block(i).ThinkingSignature = cb.Signature
-		case "redacted_thinking":
-			i = p.b.BeginThinking()
-			blk := p.b.Block(i)
-			blk.Redacted = true
-			blk.ThinkingSignature = cb.Data
-			p.b.Append(i, "[Reasoning redacted]")
-		case "tool_use", "server_tool_use":
-			i = p.b.BeginToolCall(cb.ID, cb.Name)
-			if in := bytes.TrimSpace(cb.Input); len(in) > 0 && !bytes.Equal(in, []byte("{}")) && !bytes.Equal(in, []byte("null")) {
-				p.b.SetArgs(i, string(in))
-			}
-		default:
-			return stream.Protocol("anthropic: unknown content block type %q", cb.Type)
-		}
-		p.blocks[e.Index] = i
+		return p.blockStart(&e)
 	case "content_block_delta":
-		i, ok := p.blocks[e.Index]
-		if !ok || e.Delta == nil {
-			return stream.Protocol("anthropic: delta for unknown block %d", e.Index)
-		}
-		switch e.Delta.Type {
-		case "text_delta":
-			p.b.Append(i, e.Delta.Text)
-		case "thinking_delta":
-			p.b.Append(i, e.Delta.Thinking)
-		case "signature_delta":
-			p.b.Block(i).ThinkingSignature += e.Delta.Signature
-		case "input_json_delta":
-			p.b.Append(i, e.Delta.PartialJSON)
-		case "citations_delta":
-		default:
-			return stream.Protocol("anthropic: unknown delta type %q", e.Delta.Type)
-		}
+		return p.blockDelta(&e)
 	case "content_block_stop":
 		if i, ok := p.blocks[e.Index]; ok {
 			p.b.End(i)
@@ -339,6 +296,63 @@ func (p *parser) Event(ev sse.Event) *provider.Error {
 		}
 	default:
 		return stream.Protocol("anthropic: unknown event type %q", name)
+	}
+	return nil
+}
+
+// blockStart opens a content block: text, thinking (redacted too) or a
+// tool call with the input it comes with.
+func (p *parser) blockStart(e *event) *provider.Error {
+	cb := e.ContentBlock
+	if cb == nil {
+		return stream.Protocol("anthropic: content_block_start without content_block")
+	}
+	var i int
+	switch cb.Type {
+	case "text":
+		i = p.b.BeginText()
+		p.b.Append(i, cb.Text)
+	case "thinking":
+		i = p.b.BeginThinking()
+		p.b.Append(i, cb.Thinking)
+		p.b.Block(i).ThinkingSignature = cb.Signature
+	case "redacted_thinking":
+		i = p.b.BeginThinking()
+		blk := p.b.Block(i)
+		blk.Redacted = true
+		blk.ThinkingSignature = cb.Data
+		p.b.Append(i, "[Reasoning redacted]")
+	case "tool_use", "server_tool_use":
+		i = p.b.BeginToolCall(cb.ID, cb.Name)
+		if in := bytes.TrimSpace(cb.Input); len(in) > 0 && !bytes.Equal(in, []byte("{}")) && !bytes.Equal(in, []byte("null")) {
+			p.b.SetArgs(i, string(in))
+		}
+	default:
+		return stream.Protocol("anthropic: unknown content block type %q", cb.Type)
+	}
+	p.blocks[e.Index] = i
+	return nil
+}
+
+// blockDelta appends a delta to its open block; a signature delta extends
+// the thinking block's signature.
+func (p *parser) blockDelta(e *event) *provider.Error {
+	i, ok := p.blocks[e.Index]
+	if !ok || e.Delta == nil {
+		return stream.Protocol("anthropic: delta for unknown block %d", e.Index)
+	}
+	switch e.Delta.Type {
+	case "text_delta":
+		p.b.Append(i, e.Delta.Text)
+	case "thinking_delta":
+		p.b.Append(i, e.Delta.Thinking)
+	case "signature_delta":
+		p.b.Block(i).ThinkingSignature += e.Delta.Signature
+	case "input_json_delta":
+		p.b.Append(i, e.Delta.PartialJSON)
+	case "citations_delta":
+	default:
+		return stream.Protocol("anthropic: unknown delta type %q", e.Delta.Type)
 	}
 	return nil
 }

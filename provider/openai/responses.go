@@ -143,17 +143,8 @@ func (p *respParser) Event(ev sse.Event) *provider.Error {
 		return nil
 	}
 	name := string(ev.Name)
-	if name == "response.output_text.delta" || name == "response.reasoning_summary_text.delta" {
-		if idx, ok := jsonfast.Int(data, "output_index"); ok {
-			if d, ok := jsonfast.Str(data, "delta"); ok {
-				kind := message.BlockText
-				if name != "response.output_text.delta" {
-					kind = message.BlockThinking
-				}
-				p.b.Append(p.block(idx, kind), d)
-				return nil
-			}
-		}
+	if p.fastDelta(name, data) {
+		return nil
 	}
 	var e respEvent
 	if err := json.Unmarshal(data, &e); err != nil {
@@ -166,22 +157,7 @@ func (p *respParser) Event(ev sse.Event) *provider.Error {
 	case "error":
 		return failover.FromStream(data, errors.New("openai: error event"))
 	case "response.output_item.added":
-		var it respItem
-		if err := json.Unmarshal(e.Item, &it); err != nil {
-			return stream.Protocol("openai: malformed output item: %v", err)
-		}
-		switch it.Type {
-		case "reasoning":
-			p.items[e.OutputIndex] = p.b.BeginThinking()
-		case "message":
-			p.items[e.OutputIndex] = p.b.BeginText()
-		case "function_call":
-			i := p.b.BeginToolCall(it.CallID+"|"+it.ID, it.Name)
-			p.items[e.OutputIndex] = i
-			if it.Arguments != nil && *it.Arguments != "" {
-				p.b.Append(i, *it.Arguments)
-			}
-		}
+		return p.itemAdded(&e)
 	case "response.reasoning_summary_part.added":
 		i := p.block(e.OutputIndex, message.BlockThinking)
 		if p.parts[e.OutputIndex] > 0 {
@@ -201,27 +177,7 @@ func (p *respParser) Event(ev sse.Event) *provider.Error {
 			p.b.SetArgs(i, *e.Arguments)
 		}
 	case "response.output_item.done":
-		var it respItem
-		if err := json.Unmarshal(e.Item, &it); err != nil {
-			return stream.Protocol("openai: malformed output item: %v", err)
-		}
-		i, ok := p.items[e.OutputIndex]
-		if !ok {
-			return nil
-		}
-		blk := p.b.Block(i)
-		switch it.Type {
-		case "reasoning":
-			blk.ThinkingSignature = string(e.Item)
-		case "message":
-			sig, _ := json.Marshal(textSig{V: 1, ID: it.ID, Phase: it.Phase})
-			blk.TextSignature = string(sig)
-		case "function_call":
-			if it.Arguments != nil && p.b.IsOpen(i) {
-				p.b.SetArgs(i, *it.Arguments)
-			}
-		}
-		p.b.End(i)
+		return p.itemDone(&e)
 	case "response.completed":
 		p.usage(e.Response)
 		p.stop = message.StopStop
@@ -245,6 +201,79 @@ func (p *respParser) Event(ev sse.Event) *provider.Error {
 			return stream.Protocol("openai: unknown event type %q", name)
 		}
 	}
+	return nil
+}
+
+// fastDelta appends a text or reasoning summary delta without decoding
+// the whole event, the most frequent kind by far; false leaves the event
+// to the full decoding.
+func (p *respParser) fastDelta(name string, data []byte) bool {
+	if name != "response.output_text.delta" && name != "response.reasoning_summary_text.delta" {
+		return false
+	}
+	idx, ok := jsonfast.Int(data, "output_index")
+	if !ok {
+		return false
+	}
+	d, ok := jsonfast.Str(data, "delta")
+	if !ok {
+		return false
+	}
+	kind := message.BlockText
+	if name != "response.output_text.delta" {
+		kind = message.BlockThinking
+	}
+	p.b.Append(p.block(idx, kind), d)
+	return true
+}
+
+// itemAdded opens the block of an output item: reasoning, a message or a
+// function call (with the arguments it comes with).
+func (p *respParser) itemAdded(e *respEvent) *provider.Error {
+	var it respItem
+	if err := json.Unmarshal(e.Item, &it); err != nil {
+		return stream.Protocol("openai: malformed output item: %v", err)
+	}
+	switch it.Type {
+	case "reasoning":
+		p.items[e.OutputIndex] = p.b.BeginThinking()
+	case "message":
+		p.items[e.OutputIndex] = p.b.BeginText()
+	case "function_call":
+		i := p.b.BeginToolCall(it.CallID+"|"+it.ID, it.Name)
+		p.items[e.OutputIndex] = i
+		if it.Arguments != nil && *it.Arguments != "" {
+			p.b.Append(i, *it.Arguments)
+		}
+	}
+	return nil
+}
+
+// itemDone ends an output item's block with what the provider needs back
+// next time: the reasoning item, the message's id and phase, or the
+// function call's final arguments.
+func (p *respParser) itemDone(e *respEvent) *provider.Error {
+	var it respItem
+	if err := json.Unmarshal(e.Item, &it); err != nil {
+		return stream.Protocol("openai: malformed output item: %v", err)
+	}
+	i, ok := p.items[e.OutputIndex]
+	if !ok {
+		return nil
+	}
+	blk := p.b.Block(i)
+	switch it.Type {
+	case "reasoning":
+		blk.ThinkingSignature = string(e.Item)
+	case "message":
+		sig, _ := json.Marshal(textSig{V: 1, ID: it.ID, Phase: it.Phase})
+		blk.TextSignature = string(sig)
+	case "function_call":
+		if it.Arguments != nil && p.b.IsOpen(i) {
+			p.b.SetArgs(i, *it.Arguments)
+		}
+	}
+	p.b.End(i)
 	return nil
 }
 

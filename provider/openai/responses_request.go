@@ -169,81 +169,103 @@ func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte,
 func respItems(items []respInput, msg *message.Message, m provider.Model, images bool) []respInput {
 	switch msg.Role {
 	case message.RoleUser:
-		var parts []respPart
-		for _, b := range msg.Content.Blocks {
-			switch b.Type {
-			case message.BlockText:
-				if strings.TrimSpace(b.Text) != "" {
-					parts = append(parts, respPart{Type: "input_text", Text: transform.SanitizeSurrogates(b.Text)})
-				}
-			case message.BlockImage:
-				if images {
-					parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
-				}
-			}
-		}
-		if len(parts) > 0 {
-			items = append(items, respInputMessage{Role: "user", Content: parts})
-		}
+		items = respUserItems(items, msg, images)
 	case message.RoleAssistant:
-		same := transform.SameModel(msg, m)
-		for _, b := range msg.Content.Blocks {
-			switch b.Type {
-			case message.BlockThinking:
-				if same && b.ThinkingSignature != "" && json.Valid([]byte(b.ThinkingSignature)) {
-					items = append(items, json.RawMessage(b.ThinkingSignature))
-				}
-			case message.BlockText:
-				if strings.TrimSpace(b.Text) == "" {
-					continue
-				}
-				text := transform.SanitizeSurrogates(b.Text)
-				var sig textSig
-				if same && b.TextSignature != "" {
-					if json.Unmarshal([]byte(b.TextSignature), &sig) != nil {
-						sig = textSig{ID: b.TextSignature} // older sessions store a bare id
-					}
-				}
-				if sig.ID != "" && len(sig.ID) <= 64 {
-					items = append(items, respOutputMessage{Type: "message", ID: sig.ID, Role: "assistant", Status: "completed",
-						Content: []respOutputText{{Type: "output_text", Text: text, Annotations: []any{}}}, Phase: sig.Phase})
-				} else {
-					items = append(items, respInputMessage{Role: "assistant", Content: text})
-				}
-			case message.BlockToolCall:
-				callID, itemID := splitCallID(b.ID)
-				args, err := json.Marshal(b.Arguments)
-				if err != nil || b.Arguments == nil {
-					args = []byte("{}")
-				}
-				fc := respFunctionCall{Type: "function_call", CallID: callID, Name: b.Name, Arguments: string(args)}
-				if same {
-					fc.ID = itemID
-				}
-				items = append(items, fc)
-			}
-		}
+		items = respAssistantItems(items, msg, m)
 	case message.RoleToolResult:
-		callID, _ := splitCallID(msg.ToolCallID)
-		var texts []string
-		var parts []respPart
-		for _, b := range msg.Content.Blocks {
-			switch b.Type {
-			case message.BlockText:
-				t := transform.SanitizeSurrogates(b.Text)
-				texts = append(texts, t)
-				parts = append(parts, respPart{Type: "input_text", Text: t})
-			case message.BlockImage:
-				if images {
-					parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
-				}
+		items = respToolResultItems(items, msg, images)
+	}
+	return items
+}
+
+// respUserItems appends a user message: its non-blank texts and, when the
+// model takes them, its images.
+func respUserItems(items []respInput, msg *message.Message, images bool) []respInput {
+	var parts []respPart
+	for _, b := range msg.Content.Blocks {
+		switch b.Type {
+		case message.BlockText:
+			if strings.TrimSpace(b.Text) != "" {
+				parts = append(parts, respPart{Type: "input_text", Text: transform.SanitizeSurrogates(b.Text)})
+			}
+		case message.BlockImage:
+			if images {
+				parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
 			}
 		}
-		out := respFunctionOutput{Type: "function_call_output", CallID: callID, Output: strings.Join(texts, "\n")}
-		if len(parts) > len(texts) {
-			out.Output = parts
-		}
-		items = append(items, out)
 	}
+	if len(parts) > 0 {
+		items = append(items, respInputMessage{Role: "user", Content: parts})
+	}
+	return items
+}
+
+// respAssistantItems appends an assistant message's blocks: reasoning
+// items and message ids replayed only to the model that made them, texts,
+// and function calls.
+func respAssistantItems(items []respInput, msg *message.Message, m provider.Model) []respInput {
+	same := transform.SameModel(msg, m)
+	for _, b := range msg.Content.Blocks {
+		switch b.Type {
+		case message.BlockThinking:
+			if same && b.ThinkingSignature != "" && json.Valid([]byte(b.ThinkingSignature)) {
+				items = append(items, json.RawMessage(b.ThinkingSignature))
+			}
+		case message.BlockText:
+			if strings.TrimSpace(b.Text) == "" {
+				continue
+			}
+			text := transform.SanitizeSurrogates(b.Text)
+			var sig textSig
+			if same && b.TextSignature != "" {
+				if json.Unmarshal([]byte(b.TextSignature), &sig) != nil {
+					sig = textSig{ID: b.TextSignature} // older sessions store a bare id
+				}
+			}
+			if sig.ID != "" && len(sig.ID) <= 64 {
+				items = append(items, respOutputMessage{Type: "message", ID: sig.ID, Role: "assistant", Status: "completed",
+					Content: []respOutputText{{Type: "output_text", Text: text, Annotations: []any{}}}, Phase: sig.Phase})
+			} else {
+				items = append(items, respInputMessage{Role: "assistant", Content: text})
+			}
+		case message.BlockToolCall:
+			callID, itemID := splitCallID(b.ID)
+			args, err := json.Marshal(b.Arguments)
+			if err != nil || b.Arguments == nil {
+				args = []byte("{}")
+			}
+			fc := respFunctionCall{Type: "function_call", CallID: callID, Name: b.Name, Arguments: string(args)}
+			if same {
+				fc.ID = itemID
+			}
+			items = append(items, fc)
+		}
+	}
+	return items
+}
+
+// respToolResultItems appends a tool result as a function call output: its
+// texts, or its parts when it has images the model takes.
+func respToolResultItems(items []respInput, msg *message.Message, images bool) []respInput {
+	callID, _ := splitCallID(msg.ToolCallID)
+	var texts []string
+	var parts []respPart
+	for _, b := range msg.Content.Blocks {
+		switch b.Type {
+		case message.BlockText:
+			t := transform.SanitizeSurrogates(b.Text)
+			texts = append(texts, t)
+			parts = append(parts, respPart{Type: "input_text", Text: t})
+		case message.BlockImage:
+			if images {
+				parts = append(parts, respPart{Type: "input_image", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Detail: "auto"})
+			}
+		}
+	}
+	out := respFunctionOutput{Type: "function_call_output", CallID: callID, Output: strings.Join(texts, "\n")}
+	if len(parts) > len(texts) {
+		out.Output = parts
+	}
+	items = append(items, out)
 	return items
 }

@@ -303,29 +303,21 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 		s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a request for tool %q", name, req.Name))
 		return
 	}
-	var timeout time.Duration
-	if v := in.hdr.Get(HeaderTimeout); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 {
-			st.errors.Add(1)
-			s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderTimeout, v))
-			return
-		}
-		timeout = time.Duration(ms) * time.Millisecond
+	lim, bad := parseCallLimits(name, in.hdr)
+	if bad != "" {
+		st.errors.Add(1)
+		s.respondError(in, CodeBadRequest, bad)
+		return
+	}
+	timeout := lim.timeout
+	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errCallerTimeout)
 		defer cancel()
 	}
 	var beats *heartbeat
-	if v := in.hdr.Get(HeaderHeartbeat); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 {
-			st.errors.Add(1)
-			s.respondError(in, CodeBadRequest, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderHeartbeat, v))
-			return
-		}
-		every := min(max(time.Duration(min(ms, heartbeatMax.Milliseconds()))*time.Millisecond, HeartbeatMin), heartbeatMax)
-		beats = s.beat(in.reply, name, every)
+	if lim.beatEvery > 0 {
+		beats = s.beat(in.reply, name, lim.beatEvery)
 	}
 	if tok := in.hdr.Get(HeaderCallToken); tok != "" && len(tok) <= 64 {
 		var cancel context.CancelCauseFunc
@@ -353,22 +345,8 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 	if err != nil {
 		beats.stop()
 		st.errors.Add(1)
-		switch cause := context.Cause(ctx); {
-		case ctx.Err() != nil && errors.Is(cause, ErrStopped):
-			// Not CodeUnavailable: the tool ran in part, so the caller
-			// must not resend the call on its own.
-			msg := fmt.Sprintf("tool %s was stopped before it finished: the process serving it is shutting down", name)
-			if call.Key != "" {
-				msg += fmt.Sprintf("; it may have taken effect in part (idempotency key %s)", call.Key)
-			}
-			s.respondError(in, CodeToolFailed, msg)
-		case ctx.Err() != nil && errors.Is(cause, errCallerCancelled):
-			s.respondError(in, CodeToolFailed, fmt.Sprintf("tool %s was cancelled by its caller", name))
-		case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
-			s.respondError(in, CodeTimeout, fmt.Sprintf("tool %s timed out after %s", name, timeout))
-		default:
-			s.respondError(in, CodeToolFailed, err.Error())
-		}
+		code, msg := callFailure(ctx, name, call.Key, timeout, err)
+		s.respondError(in, code, msg)
 		return
 	}
 	data, err := encodeResult(res, s.cfg.MaxResultChars, s.maxPayload())
@@ -381,6 +359,53 @@ func (s *Service) serve(ctx context.Context, in *inbound, t tools.Tool, st *tool
 	if err := s.guard.Send(in.reply, &nats.Msg{Data: data}); err != nil {
 		s.log.Warn().Err(err).Str("tool", name).Msg("remote tools: reply not sent")
 	}
+}
+
+// callLimits are what a call's headers ask for: a timeout and a heartbeat
+// period, 0 for none.
+type callLimits struct{ timeout, beatEvery time.Duration }
+
+// parseCallLimits reads a call's timeout and heartbeat headers, in
+// milliseconds; the heartbeat period is kept within [HeartbeatMin,
+// heartbeatMax]. A malformed header gives the bad request's message.
+func parseCallLimits(name string, hdr nats.Header) (callLimits, string) {
+	var lim callLimits
+	if v := hdr.Get(HeaderTimeout); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			return callLimits{}, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderTimeout, v)
+		}
+		lim.timeout = time.Duration(ms) * time.Millisecond
+	}
+	if v := hdr.Get(HeaderHeartbeat); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			return callLimits{}, fmt.Sprintf("tool %s got a malformed %s header %q", name, HeaderHeartbeat, v)
+		}
+		lim.beatEvery = min(max(time.Duration(min(ms, heartbeatMax.Milliseconds()))*time.Millisecond, HeartbeatMin), heartbeatMax)
+	}
+	return lim, ""
+}
+
+// callFailure is the code and message of a call that failed with err: the
+// serving process stopped it, its caller cancelled it or its timeout
+// passed (ctx says which), or the tool's own error.
+func callFailure(ctx context.Context, name, key string, timeout time.Duration, err error) (code, msg string) {
+	switch cause := context.Cause(ctx); {
+	case ctx.Err() != nil && errors.Is(cause, ErrStopped):
+		// Not CodeUnavailable: the tool ran in part, so the caller must
+		// not resend the call on its own.
+		msg := fmt.Sprintf("tool %s was stopped before it finished: the process serving it is shutting down", name)
+		if key != "" {
+			msg += fmt.Sprintf("; it may have taken effect in part (idempotency key %s)", key)
+		}
+		return CodeToolFailed, msg
+	case ctx.Err() != nil && errors.Is(cause, errCallerCancelled):
+		return CodeToolFailed, fmt.Sprintf("tool %s was cancelled by its caller", name)
+	case ctx.Err() != nil && errors.Is(cause, errCallerTimeout):
+		return CodeTimeout, fmt.Sprintf("tool %s timed out after %s", name, timeout)
+	}
+	return CodeToolFailed, err.Error()
 }
 
 // call runs the tool, turning a panic into an error.

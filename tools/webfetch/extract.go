@@ -200,26 +200,7 @@ func (x *extractor) start(selfClosing bool) {
 		return
 	}
 	if n, ok := blocks[a]; ok {
-		x.block(n)
-		switch a {
-		case atom.Main:
-			if x.mainStart < 0 {
-				x.mainStart, x.mainDepth = len(x.out), 1
-			} else if x.mainDepth > 0 {
-				x.mainDepth++
-			}
-		case atom.Article:
-			x.articles++
-			if x.artStart < 0 {
-				x.artStart, x.artDepth = len(x.out), 1
-			} else if x.artDepth > 0 {
-				x.artDepth++
-			}
-		case atom.Blockquote:
-			if x.md {
-				x.out = append(x.out, "> "...)
-			}
-		}
+		x.startBlock(a, n)
 		return
 	}
 	switch a {
@@ -241,19 +222,7 @@ func (x *extractor) start(selfClosing bool) {
 		x.block(1)
 		x.lists = append(x.lists, listFrame{ordered: a == atom.Ol})
 	case atom.Li:
-		x.block(1)
-		depth := len(x.lists)
-		for i := 1; i < min(depth, maxListDepth); i++ {
-			x.out = append(x.out, "  "...)
-		}
-		if depth > 0 && x.lists[depth-1].ordered {
-			f := &x.lists[depth-1]
-			f.n++
-			x.out = appendInt(x.out, f.n)
-			x.out = append(x.out, ". "...)
-		} else {
-			x.out = append(x.out, "- "...)
-		}
+		x.startItem()
 	case atom.Pre:
 		x.block(2)
 		if x.md {
@@ -267,19 +236,7 @@ func (x *extractor) start(selfClosing bool) {
 			x.inline("`")
 		}
 	case atom.A:
-		if selfClosing || len(x.links) >= maxLinkDepth {
-			return
-		}
-		var href string
-		if hasAttr {
-			href = x.href()
-		}
-		if x.md {
-			x.inline("[")
-		} else if x.space {
-			x.inline("")
-		}
-		x.links = append(x.links, linkFrame{start: len(x.out), href: href})
+		x.startLink(selfClosing, hasAttr)
 	case atom.Tr:
 		x.block(1)
 		x.cells = 0
@@ -306,23 +263,7 @@ func (x *extractor) end() {
 		return
 	}
 	if n, ok := blocks[a]; ok {
-		switch a {
-		case atom.Main:
-			if x.mainDepth > 0 {
-				if x.mainDepth--; x.mainDepth == 0 {
-					x.block(n)
-					x.mainEnd = len(x.out)
-				}
-			}
-		case atom.Article:
-			if x.artDepth > 0 {
-				if x.artDepth--; x.artDepth == 0 {
-					x.block(n)
-					x.artEnd = len(x.out)
-				}
-			}
-		}
-		x.block(n)
+		x.endBlock(a, n)
 		return
 	}
 	switch a {
@@ -351,29 +292,117 @@ func (x *extractor) end() {
 			x.out = append(x.out, '`')
 		}
 	case atom.A:
-		if len(x.links) == 0 {
-			return
+		x.endLink()
+	}
+}
+
+// startBlock opens a block element; main and article mark where the
+// page's main text starts, a blockquote is quoted in markdown.
+func (x *extractor) startBlock(a atom.Atom, n int) {
+	x.block(n)
+	switch a {
+	case atom.Main:
+		if x.mainStart < 0 {
+			x.mainStart, x.mainDepth = len(x.out), 1
+		} else if x.mainDepth > 0 {
+			x.mainDepth++
 		}
-		l := x.links[len(x.links)-1]
-		x.links = x.links[:len(x.links)-1]
-		if !x.md {
-			return
+	case atom.Article:
+		x.articles++
+		if x.artStart < 0 {
+			x.artStart, x.artDepth = len(x.out), 1
+		} else if x.artDepth > 0 {
+			x.artDepth++
 		}
-		text := bytes.TrimSpace(x.out[l.start:])
-		switch {
-		case len(text) == 0:
-			x.out = x.out[:l.start-1] // drop the "[" of an empty link
-		case l.href == "":
-			copy(x.out[l.start-1:], x.out[l.start:])
-			x.out = x.out[:len(x.out)-1]
-		default:
-			for len(x.out) > 0 && x.out[len(x.out)-1] == ' ' {
-				x.out = x.out[:len(x.out)-1]
+	case atom.Blockquote:
+		if x.md {
+			x.out = append(x.out, "> "...)
+		}
+	}
+}
+
+// startItem starts a list item: indented by its list's depth, numbered in
+// an ordered list.
+func (x *extractor) startItem() {
+	x.block(1)
+	depth := len(x.lists)
+	for i := 1; i < min(depth, maxListDepth); i++ {
+		x.out = append(x.out, "  "...)
+	}
+	if depth > 0 && x.lists[depth-1].ordered {
+		f := &x.lists[depth-1]
+		f.n++
+		x.out = appendInt(x.out, f.n)
+		x.out = append(x.out, ". "...)
+	} else {
+		x.out = append(x.out, "- "...)
+	}
+}
+
+// startLink opens a link (up to maxLinkDepth nested): "[" in markdown.
+func (x *extractor) startLink(selfClosing, hasAttr bool) {
+	if selfClosing || len(x.links) >= maxLinkDepth {
+		return
+	}
+	var href string
+	if hasAttr {
+		href = x.href()
+	}
+	if x.md {
+		x.inline("[")
+	} else if x.space {
+		x.inline("")
+	}
+	x.links = append(x.links, linkFrame{start: len(x.out), href: href})
+}
+
+// endBlock closes a block element; the outermost main or article marks
+// where the page's main text ends.
+func (x *extractor) endBlock(a atom.Atom, n int) {
+	switch a {
+	case atom.Main:
+		if x.mainDepth > 0 {
+			if x.mainDepth--; x.mainDepth == 0 {
+				x.block(n)
+				x.mainEnd = len(x.out)
 			}
-			x.out = append(x.out, "]("...)
-			x.out = append(x.out, l.href...)
-			x.out = append(x.out, ')')
 		}
+	case atom.Article:
+		if x.artDepth > 0 {
+			if x.artDepth--; x.artDepth == 0 {
+				x.block(n)
+				x.artEnd = len(x.out)
+			}
+		}
+	}
+	x.block(n)
+}
+
+// endLink closes a link: in markdown "](href)", or nothing around an
+// empty link or one without an href.
+func (x *extractor) endLink() {
+	if len(x.links) == 0 {
+		return
+	}
+	l := x.links[len(x.links)-1]
+	x.links = x.links[:len(x.links)-1]
+	if !x.md {
+		return
+	}
+	text := bytes.TrimSpace(x.out[l.start:])
+	switch {
+	case len(text) == 0:
+		x.out = x.out[:l.start-1] // drop the "[" of an empty link
+	case l.href == "":
+		copy(x.out[l.start-1:], x.out[l.start:])
+		x.out = x.out[:len(x.out)-1]
+	default:
+		for len(x.out) > 0 && x.out[len(x.out)-1] == ' ' {
+			x.out = x.out[:len(x.out)-1]
+		}
+		x.out = append(x.out, "]("...)
+		x.out = append(x.out, l.href...)
+		x.out = append(x.out, ')')
 	}
 }
 

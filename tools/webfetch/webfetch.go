@@ -175,27 +175,7 @@ func (t *Tool) Idempotent() bool { return true }
 
 // Call implements tools.Tool.
 func (t *Tool) Call(ctx context.Context, call tools.Call) (tools.Result, error) {
-	raw, _, err := toolargs.String(call.Args, "url", true)
-	if err != nil {
-		return tools.Result{}, err
-	}
-	mode, _, err := toolargs.String(call.Args, "extractMode", false)
-	if err != nil {
-		return tools.Result{}, err
-	}
-	markdown := true
-	switch strings.ToLower(strings.TrimSpace(mode)) {
-	case "", "markdown":
-	case "text":
-		markdown = false
-	default:
-		return tools.Result{}, fmt.Errorf("extractMode must be \"markdown\" or \"text\", not %q", mode)
-	}
-	limit, err := t.maxChars(call.Args)
-	if err != nil {
-		return tools.Result{}, err
-	}
-	u, err := t.checkURL(raw)
+	u, markdown, limit, err := t.args(call.Args)
 	if err != nil {
 		return tools.Result{}, err
 	}
@@ -242,34 +222,77 @@ func (t *Tool) Call(ctx context.Context, call tools.Call) (tools.Result, error) 
 		text, cut = cutRunes(text, limit), true
 	}
 
-	var b strings.Builder
-	fmt.Fprintf(&b, "URL: %s\nContent-Type: %s\n", final.Redacted(), ctype)
-	if title != "" {
-		fmt.Fprintf(&b, "Title: %s\n", title)
-	}
-	b.WriteString("\n")
-	b.WriteString(text)
-	if cut || truncated {
-		b.WriteString("\n\n[")
-		if truncated {
-			fmt.Fprintf(&b, "the response was cut at %s", sizeText(t.cfg.MaxResponseBytes))
-		}
-		if cut {
-			if truncated {
-				b.WriteString("; ")
-			}
-			fmt.Fprintf(&b, "the text was cut at %d of %d characters", limit, chars)
-		}
-		b.WriteString("]")
-	}
 	return tools.Result{
-		Content: []message.Block{message.Text(b.String())},
+		Content: []message.Block{message.Text(page{url: final.Redacted(), ctype: ctype, title: title, text: text,
+			truncated: truncated, maxBytes: t.cfg.MaxResponseBytes, cut: cut, limit: limit, chars: chars}.String())},
 		Details: map[string]any{
 			"url": u.Redacted(), "finalUrl": final.Redacted(), "status": int64(resp.StatusCode),
 			"contentType": ctype, "title": title, "bytes": int64(len(body)),
 			"truncated": truncated || cut, "chars": int64(min(chars, limit)),
 		},
 	}, nil
+}
+
+// args reads and checks a call's arguments: the URL, whether the page
+// comes as markdown (the default) or text, and the most characters of it.
+func (t *Tool) args(args map[string]any) (u *url.URL, markdown bool, limit int, err error) {
+	raw, _, err := toolargs.String(args, "url", true)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	mode, _, err := toolargs.String(args, "extractMode", false)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	markdown = true
+	switch strings.ToLower(strings.TrimSpace(mode)) {
+	case "", "markdown":
+	case "text":
+		markdown = false
+	default:
+		return nil, false, 0, fmt.Errorf("extractMode must be \"markdown\" or \"text\", not %q", mode)
+	}
+	if limit, err = t.maxChars(args); err != nil {
+		return nil, false, 0, err
+	}
+	if u, err = t.checkURL(raw); err != nil {
+		return nil, false, 0, err
+	}
+	return u, markdown, limit, nil
+}
+
+// page is what web_fetch answers: a header of the page's URL, content type
+// and title, its text, and a note when the response or the text was cut.
+type page struct {
+	url, ctype, title, text string
+	truncated               bool  // the response was cut at maxBytes
+	maxBytes                int64 // the most bytes of a response read
+	cut                     bool  // the text was cut at limit characters
+	limit, chars            int   // the most characters, and those of the whole text
+}
+
+func (p page) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "URL: %s\nContent-Type: %s\n", p.url, p.ctype)
+	if p.title != "" {
+		fmt.Fprintf(&b, "Title: %s\n", p.title)
+	}
+	b.WriteString("\n")
+	b.WriteString(p.text)
+	if p.cut || p.truncated {
+		b.WriteString("\n\n[")
+		if p.truncated {
+			fmt.Fprintf(&b, "the response was cut at %s", sizeText(p.maxBytes))
+		}
+		if p.cut {
+			if p.truncated {
+				b.WriteString("; ")
+			}
+			fmt.Fprintf(&b, "the text was cut at %d of %d characters", p.limit, p.chars)
+		}
+		b.WriteString("]")
+	}
+	return b.String()
 }
 
 // maxChars reads the optional maxChars argument, clamped to the tool's
