@@ -156,11 +156,11 @@ func (a *Adapter) clientFor(ctx context.Context) (*bedrockruntime.Client, string
 	if a.cfg.HTTPClient != nil {
 		hc = a.cfg.HTTPClient
 	}
-	a.client = bedrockruntime.NewFromConfig(ac, func(o *bedrockruntime.Options) {
-		o.Retryer = aws.NopRetryer{}
-		o.HTTPClient = ownBody{hc}
-		o.APIOptions = append(o.APIOptions, swapStream)
-	})
+	var skew *clockSkew
+	if !ac.DisableClockSkewCorrection {
+		skew = &clockSkew{}
+	}
+	a.client = bedrockruntime.NewFromConfig(ac, clientOptions(hc, skew))
 	return a.client, a.region, nil
 }
 
@@ -170,27 +170,57 @@ func (a *Adapter) clientFor(ctx context.Context) (*bedrockruntime.Client, string
 // and close of the body): that close made the transport drop the
 // connection under the stream being read ("use of closed network
 // connection" mid-reply, on a reused connection).
-type ownBody struct{ next bedrockruntime.HTTPClient }
+type ownBody struct {
+	next bedrockruntime.HTTPClient
+	skew *clockSkew // learns from every response; nil = not
+}
 
 // maxRequestBytes bounds a request body copied (Bedrock's own limit on a
 // request is far below).
 const maxRequestBytes = 64 << 20
 
-// Do sends r with its body copied.
+// Do sends r with its body copied and the adapter's User-Agent (not
+// signed: SigV4 leaves User-Agent out).
 func (c ownBody) Do(r *http.Request) (*http.Response, error) {
+	r.Header.Set("User-Agent", userAgent)
 	if r.Body != nil && r.Body != http.NoBody {
-		data, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+		data, err := readBody(r)
 		_ = r.Body.Close()
 		if err != nil {
-			return nil, fmt.Errorf("bedrock: read request body: %w", err)
-		}
-		if len(data) > maxRequestBytes {
-			return nil, fmt.Errorf("bedrock: request body larger than %d bytes", maxRequestBytes)
+			return nil, err
 		}
 		r.Body = io.NopCloser(bytes.NewReader(data))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 	}
-	return c.next.Do(r)
+	if c.skew == nil {
+		return c.next.Do(r)
+	}
+	at := time.Now()
+	resp, err := c.next.Do(r)
+	if err == nil {
+		c.skew.observe(resp.Header, at, time.Now())
+	}
+	return resp, err
+}
+
+// readBody reads r's body whole: into a buffer of its length when it
+// declares one, as the SDK's requests do.
+func readBody(r *http.Request) ([]byte, error) {
+	if n := r.ContentLength; n > 0 && n <= maxRequestBytes {
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, data); err != nil {
+			return nil, fmt.Errorf("bedrock: read request body: %w", err)
+		}
+		return data, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("bedrock: read request body: %w", err)
+	}
+	if len(data) > maxRequestBytes {
+		return nil, fmt.Errorf("bedrock: request body larger than %d bytes", maxRequestBytes)
+	}
+	return data, nil
 }
 
 // accessKey is an auth profile's key that is an AWS access key pair:
@@ -405,13 +435,8 @@ func (p *parser) frame(hs, payload []byte) *provider.Error {
 		return stream.Protocol("bedrock: frame of message type %q", mt)
 	}
 	name := header(hs, ":event-type")
-	if string(name) == "contentBlockDelta" && bytes.Contains(payload, textDelta) {
-		if idx, ok := jsonfast.Int(payload, "contentBlockIndex"); ok {
-			if s, ok := jsonfast.Str(payload, "text"); ok {
-				p.b.Append(p.open(idx, false), s)
-				return nil
-			}
-		}
+	if p.fast(name, payload) {
+		return nil
 	}
 	var e apiEvent
 	if err := json.Unmarshal(payload, &e); err != nil {
@@ -466,6 +491,85 @@ func (p *parser) frame(hs, payload []byte) *provider.Error {
 		}
 	}
 	return nil
+}
+
+// fast applies the events every reply has (a text delta, the start and
+// stop of a message and a block, the usage) without reflection, reporting
+// false for anything it is not sure of (frame then decodes the event).
+func (p *parser) fast(name, payload []byte) bool {
+	switch string(name) {
+	case "messageStart": // its role is always the assistant's
+		return true
+	case "contentBlockDelta":
+		if !bytes.Contains(payload, textDelta) {
+			return false
+		}
+		idx, ok := jsonfast.Int(payload, "contentBlockIndex")
+		if !ok {
+			return false
+		}
+		s, ok := jsonfast.Str(payload, "text")
+		if ok {
+			p.b.Append(p.open(idx, false), s)
+		}
+		return ok
+	case "contentBlockStop":
+		idx, ok := jsonfast.Int(payload, "contentBlockIndex")
+		if ok {
+			if i, open := p.blocks[idx]; open {
+				p.b.End(i)
+			}
+		}
+		return ok
+	case "messageStop":
+		if bytes.Contains(payload, additionalFields) {
+			return false
+		}
+		stop, ok := jsonfast.Str(payload, "stopReason")
+		if ok {
+			p.stop, p.stopped = stop, true
+		}
+		return ok
+	case "metadata":
+		return !bytes.Contains(payload, traceField) && p.fastUsage(payload)
+	}
+	return false
+}
+
+// additionalFields and traceField mark events with nested objects of the
+// model's or a guardrail's, which may repeat the keys fast reads.
+var (
+	additionalFields = []byte(`"additionalModelResponseFields"`)
+	traceField       = []byte(`"trace"`)
+)
+
+// fastUsage sets the usage of a metadata event.
+func (p *parser) fastUsage(payload []byte) bool {
+	in, ok := jsonfast.Int(payload, "inputTokens")
+	if !ok {
+		return false
+	}
+	out, ok := jsonfast.Int(payload, "outputTokens")
+	if !ok {
+		return false
+	}
+	total, ok1 := optInt(payload, "totalTokens")
+	read, ok2 := optInt(payload, "cacheReadInputTokens")
+	write, ok3 := optInt(payload, "cacheWriteInputTokens")
+	if !ok1 || !ok2 || !ok3 {
+		return false
+	}
+	p.b.SetUsage(message.Usage{Input: int64(in), Output: int64(out), CacheRead: int64(read), CacheWrite: int64(write), TotalTokens: int64(total)})
+	return true
+}
+
+// optInt returns the integer value of key, 0 when key is absent; false
+// when key is there but not read.
+func optInt(payload []byte, key string) (int, bool) {
+	if !bytes.Contains(payload, []byte(`"`+key+`"`)) {
+		return 0, true
+	}
+	return jsonfast.Int(payload, key)
 }
 
 // upperFirst spells an in-stream exception type ("throttlingException")
