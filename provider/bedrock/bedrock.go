@@ -8,8 +8,9 @@
 //
 // Credentials come from the AWS default chain (environment, shared config
 // and profile, web identity, SSO, container and instance roles), loaded
-// once and kept in the SDK's credential cache, which refreshes them before
-// they expire, one refresh shared by concurrent calls. A request's key
+// once and kept in the SDK's credential cache; a call that finds them
+// near expiry starts one refresh in the background and signs with them
+// (creds.go), so that no call waits for the chain but the first. A request's key
 // (an auth profile's) overrides the chain: an access key pair
 // "AKID:SECRET[:SESSION-TOKEN]" is signed with SigV4, any other key is an
 // Amazon Bedrock API key sent as a bearer token. The SDK's retries are
@@ -21,7 +22,10 @@
 //
 // bedrock.go holds the adapter, its auth and the stream's events;
 // request.go maps a request to a ConverseStream input; frames.go takes
-// the response from the SDK and splits its event-stream frames.
+// the response from the SDK and splits its event-stream frames;
+// client.go sets the SDK client up once (the stack's steps a call runs,
+// cached endpoints and auth options, clock skew); creds.go refreshes
+// credentials ahead of their expiry.
 package bedrock
 
 import (
@@ -152,6 +156,7 @@ func (a *Adapter) clientFor(ctx context.Context) (*bedrockruntime.Client, string
 		return nil, "", err
 	}
 	a.region = ac.Region
+	ac.Credentials = aheadOf(ac.Credentials)
 	var hc bedrockruntime.HTTPClient = awshttp.NewBuildableClient()
 	if a.cfg.HTTPClient != nil {
 		hc = a.cfg.HTTPClient
