@@ -59,27 +59,20 @@ var unusedSteps = struct{ initialize, build, finalize, deserialize []string }{
 // trimStack takes unusedSteps out of an operation's stack (an id the SDK
 // no longer adds is skipped) and installs takeStream (swapStream).
 func trimStack(s *middleware.Stack) error {
-	for _, id := range unusedSteps.initialize {
-		if _, ok := s.Initialize.Get(id); ok {
-			_, _ = s.Initialize.Remove(id)
-		}
-	}
-	for _, id := range unusedSteps.build {
-		if _, ok := s.Build.Get(id); ok {
-			_, _ = s.Build.Remove(id)
-		}
-	}
-	for _, id := range unusedSteps.finalize {
-		if _, ok := s.Finalize.Get(id); ok {
-			_, _ = s.Finalize.Remove(id)
-		}
-	}
-	for _, id := range unusedSteps.deserialize {
-		if _, ok := s.Deserialize.Get(id); ok {
-			_, _ = s.Deserialize.Remove(id)
-		}
-	}
+	drop(unusedSteps.initialize, s.Initialize.Get, s.Initialize.Remove)
+	drop(unusedSteps.build, s.Build.Get, s.Build.Remove)
+	drop(unusedSteps.finalize, s.Finalize.Get, s.Finalize.Remove)
+	drop(unusedSteps.deserialize, s.Deserialize.Get, s.Deserialize.Remove)
 	return swapStream(s)
+}
+
+// drop removes the middlewares ids of one step that it has.
+func drop[M any](ids []string, get func(string) (M, bool), remove func(string) (M, error)) {
+	for _, id := range ids {
+		if _, ok := get(id); ok {
+			_, _ = remove(id)
+		}
+	}
 }
 
 // userAgent is the User-Agent of every request, in the form the SDK's
