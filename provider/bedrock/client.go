@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +83,7 @@ func drop[M any](ids []string, get func(string) (M, bool), remove func(string) (
 
 // userAgent is the User-Agent of every request, in the form the SDK's
 // own middleware writes it (without its per-call feature list).
-var userAgent = "aws-sdk-go-v2/" + aws.SDKVersion + " os/" + runtime.GOOS + " lang/go#" + runtime.Version() +
+var userAgent = "aws-sdk-go-v2/" + aws.SDKVersion + " os/" + runtime.GOOS + " lang/go#" + strings.TrimPrefix(runtime.Version(), "go") +
 	" md/GOOS#" + runtime.GOOS + " md/GOARCH#" + runtime.GOARCH + " api/bedrockruntime lanefleet"
 
 // clientOptions sets up a client once for the adapter's calls: no SDK
