@@ -56,7 +56,7 @@ func TestCredentialsRefreshedAhead(t *testing.T) {
 		}
 	}
 	close(keys.gate)
-	a.client.Options().Credentials.(*aheadCredentials).wg.Wait()
+	a.client.opts.Credentials.(*aheadCredentials).wg.Wait()
 	if _, err := a.Stream(t.Context(), req, func(provider.Event) {}); err != nil {
 		t.Fatal(err)
 	}
