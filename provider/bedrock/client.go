@@ -303,11 +303,14 @@ type endpointCache struct {
 
 // resolve returns the endpoint of the SDK's rules (rules) for a call to
 // region at base (nil: AWS's) with the client's FIPS and dual-stack
-// options, with the parameters the SDK's endpoint step binds.
+// options, with the parameters the SDK's operation and endpoint step
+// bind.
 func (c *endpointCache) resolve(ctx context.Context, rules bedrockruntime.EndpointResolverV2, region string, base *string,
 	eo bedrockruntime.EndpointResolverOptions) (endpoint, error) {
-	k := endpointKey{region: region, base: aws.ToString(base), fips: eo.UseFIPSEndpoint == aws.FIPSEndpointStateEnabled,
-		dualStack: eo.UseDualStackEndpoint == aws.DualStackEndpointStateEnabled}
+	// A FIPS region name ("fips-us-east-1") asks for FIPS, as the SDK's
+	// finalizeClientEndpointResolverOptions has it for every operation.
+	fips := eo.UseFIPSEndpoint == aws.FIPSEndpointStateEnabled || eo.ResolvedRegion == "" && mapFIPSRegion(region) != region
+	k := endpointKey{region: region, base: aws.ToString(base), fips: fips, dualStack: eo.UseDualStackEndpoint == aws.DualStackEndpointStateEnabled}
 	c.mu.RLock()
 	e, ok := c.byKey[k]
 	c.mu.RUnlock()
