@@ -385,3 +385,19 @@ func corrupt(body []byte) []byte {
 	out[first+30] ^= 0xff
 	return out
 }
+
+// TestEnvBearerToken: AWS_BEARER_TOKEN_BEDROCK, which the SDK's client
+// options turn into a bearer token preferred over the chain's keys, signs
+// a call that has no key of its own.
+func TestEnvBearerToken(t *testing.T) {
+	t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKZW52LXRva2Vu")
+	srv := bedrocktest.NewTLS(t, map[string]string{akid: secret}, func(int, bedrocktest.Seen) bedrocktest.Reply {
+		return bedrocktest.NewFrames().Start().Text(0, "ok").Stop("end_turn", map[string]any{"inputTokens": 1, "outputTokens": 1, "totalTokens": 2})
+	})
+	if _, _, err := call(t, adapterWith(srv.Client()), &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Requests(t); len(got) != 1 || got[0].Signer != "bearer:ABSKZW52LXRva2Vu" {
+		t.Errorf("requests %+v", got)
+	}
+}
