@@ -171,7 +171,8 @@ func contains(s []string, v string) bool {
 // errIdentity is a failure to get the call's credentials or token.
 var errIdentity = errors.New("get identity")
 
-// request builds cl's signed ConverseStream request for in.
+// request builds cl's signed ConverseStream request for in, sent under
+// ctx.
 func (c *client) request(ctx context.Context, cl call, in *bedrockruntime.ConverseStreamInput) (*http.Request, error) {
 	ep, err := c.endpoints.resolve(ctx, c.opts.EndpointResolverV2, cl.region, cl.base, c.opts.EndpointOptions)
 	if err != nil {
@@ -185,7 +186,7 @@ func (c *client) request(ctx context.Context, cl call, in *bedrockruntime.Conver
 	if err != nil {
 		return nil, err
 	}
-	r := sreq.Request
+	r := sreq.Request.WithContext(ctx)
 	// As the SDK's endpoint step: the endpoint's scheme, host and path
 	// before the operation's.
 	u := ep.uri
