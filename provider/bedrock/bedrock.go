@@ -28,9 +28,9 @@
 // adapter needs: the stack rebuilt for every call (about 13 us), the
 // auth, identity, endpoint and deserialize steps (about 6 us) and the
 // context and handler chain (about 4 us) stood above the request
-// itself. Driven directly, the call costs 1.1-1.3x the CPU and 1.35x the
-// allocations of Chat Completions (205 against 152; what remains above
-// it is the SigV4 signature, about 45 allocations, and the SDK's
+// itself. Driven directly, the call costs 1.2-1.3x the CPU and 1.4x the
+// allocations of Chat Completions (209 against 152; what remains above
+// it is mostly the SigV4 signature, about 45 allocations, and the SDK's
 // serializer, about 28). The SDK's own retries are not
 // used either way: the run loop retries and fails over on the classified
 // error.
