@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -384,4 +386,43 @@ func corrupt(body []byte) []byte {
 	first := int(binary.BigEndian.Uint32(out))
 	out[first+30] ^= 0xff
 	return out
+}
+
+// TestEnvBearerToken: AWS_BEARER_TOKEN_BEDROCK, which the SDK's client
+// options turn into a bearer token preferred over the chain's keys, signs
+// a call that has no key of its own.
+func TestEnvBearerToken(t *testing.T) {
+	t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKZW52LXRva2Vu")
+	srv := bedrocktest.NewTLS(t, map[string]string{akid: secret}, func(int, bedrocktest.Seen) bedrocktest.Reply {
+		return bedrocktest.NewFrames().Start().Text(0, "ok").Stop("end_turn", map[string]any{"inputTokens": 1, "outputTokens": 1, "totalTokens": 2})
+	})
+	if _, _, err := call(t, adapterWith(srv.Client()), &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Requests(t); len(got) != 1 || got[0].Signer != "bearer:ABSKZW52LXRva2Vu" {
+		t.Errorf("requests %+v", got)
+	}
+}
+
+// TestCancelBeforeHeaders: a call whose context ends while Bedrock has
+// not answered yet ends at once, aborted (the request is sent under the
+// call's context).
+func TestCancelBeforeHeaders(t *testing.T) {
+	t.Parallel()
+	got := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // then the server sees the client go
+		close(got)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-got
+		cancel()
+	}()
+	_, err := adapter().Stream(ctx, &provider.Request{Model: model(srv.URL, sonnet), Messages: []message.Message{message.User("hi", 1)}}, nil)
+	if provider.ReasonOf(err) != provider.ReasonAborted {
+		t.Fatalf("error %v (%s)", err, provider.ReasonOf(err))
+	}
 }

@@ -2,74 +2,24 @@ package bedrock
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"net/http"
 	"sync"
-
-	"github.com/aws/smithy-go/middleware"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // The SDK reads a ConverseStream reply in two goroutines, handing each
 // event over two channels and decoding its JSON through the schema
 // serde: about 50 allocations and 70 µs an event, eleven times the cost
-// of reading the same reply from Chat Completions. The adapter keeps the
-// SDK for everything up to the response's headers (the request, its
-// signature, credentials, the endpoint, error responses) and reads the
-// event stream itself: takeStream hands it the body, frameReader checks
-// and splits the frames (application/vnd.amazon.eventstream: a prelude of
+// of reading the same reply from Chat Completions. The adapter uses the
+// SDK's parts for everything up to the response's headers (the request,
+// its signature, credentials, the endpoint, error responses: client.go)
+// and reads the event stream itself: frameReader checks and splits the
+// frames (application/vnd.amazon.eventstream: a prelude of
 // lengths with its CRC-32, headers, a JSON payload, the message's CRC-32)
 // with one buffer for the whole stream.
-
-// eventStreamID is the SDK's middleware that starts its event reader.
-const eventStreamID = "OperationEventStreamDeserializer"
-
-// streamKey is the context key of a call's streamHolder.
-type streamKey struct{}
-
-// streamHolder receives the response of a successful ConverseStream call.
-type streamHolder struct{ resp *http.Response }
-
-// takeStream stands in for the SDK's event-stream deserializer: a
-// successful response's body goes to the call's streamHolder, unread.
-type takeStream struct{}
-
-// ID names the middleware it replaces.
-func (takeStream) ID() string { return eventStreamID }
-
-// HandleDeserialize passes the response to the call's holder.
-func (takeStream) HandleDeserialize(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
-	out, md, err := next.HandleDeserialize(ctx, in)
-	if err != nil {
-		return out, md, err
-	}
-	resp, ok := out.RawResponse.(*smithyhttp.Response)
-	if !ok {
-		return out, md, fmt.Errorf("bedrock: unknown transport type %T", out.RawResponse)
-	}
-	h, _ := ctx.Value(streamKey{}).(*streamHolder)
-	if h == nil {
-		_ = resp.Body.Close()
-		return out, md, errors.New("bedrock: a stream without a holder")
-	}
-	h.resp = resp.Response
-	return out, md, nil
-}
-
-// swapStream installs takeStream in an operation's stack that has the
-// SDK's event-stream deserializer (ConverseStream's).
-func swapStream(s *middleware.Stack) error {
-	if _, ok := s.Deserialize.Get(eventStreamID); !ok {
-		return nil
-	}
-	_, err := s.Deserialize.Swap(eventStreamID, takeStream{})
-	return err
-}
 
 // Frame bounds: a prelude and a message CRC around headers and payload;
 // AWS caps a message at 16 MiB.
