@@ -124,6 +124,28 @@ func Rest(took time.Duration, forgot, budget int) time.Duration {
 	return max(took*(Share-1), time.Duration(forgot)*PassEvery/time.Duration(max(budget, 1))-took)
 }
 
+// A step looks at StepLanes lanes at once while the pass is within
+// StepBehind of the cutoff, and twice as many for each StepBehind more it
+// is behind, up to MaxStepLanes.
+const (
+	StepLanes    = 4
+	MaxStepLanes = 32
+	StepBehind   = 5 * time.Second
+)
+
+// Step is how many lanes a step of the pass looks at at once when the
+// lanes it reaches were written behind before the cutoff. A pass that
+// keeps up looks at few at a time; one that falls behind (sessions expire
+// faster than steps of StepLanes forget them, resting as long as each
+// step took) looks at more in a step of about the same time, since most of
+// a lane's time is its requests' round trips, and catches up.
+func Step(behind time.Duration) int {
+	if behind <= 0 {
+		return StepLanes
+	}
+	return min(MaxStepLanes, StepLanes<<min(behind/StepBehind, 8))
+}
+
 // Lag is how far a pass that stopped before the cutoff is behind: from
 // the time of the first message it left to the cutoff; 0 when it reached
 // the cutoff (reached) or left nothing older.
