@@ -30,6 +30,9 @@ type ExpireStats struct {
 	// Lag is how far behind the cutoff the pass stopped (retention.Lag):
 	// 0 when it reached the cutoff.
 	Lag time.Duration
+	// Step is the most lanes one step of the pass looked at at once
+	// (retention.Step).
+	Step int
 }
 
 // retainer is the worker's side of the retention pass.
@@ -149,7 +152,7 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 	w.ret.lag.Store(int64(st.Lag))
 	if st.Expired > 0 || st.Skipped > 0 || st.Failed > 0 {
 		w.log.Debug().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Int("failed", st.Failed).Int("retrying", st.Retrying).
-			Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
+			Int("step", st.Step).Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
 	}
 	now := time.Now()
 	switch {
@@ -272,6 +275,7 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		if !pause() {
 			break // the pass's time is up: the next reads this step again
 		}
+		st.Step = max(st.Step, len(step))
 		began := time.Now()
 		tokens := make([]string, len(step))
 		for i, m := range step {

@@ -630,3 +630,89 @@ func TestExpireRetryListCraftedTokens(t *testing.T) {
 		t.Fatalf("retry list %+v, %v; want it empty", rs, err)
 	}
 }
+
+// TestExpireStepGrowsBehind: a pass far behind the cutoff looks at more
+// lanes at once than one that keeps up (retention.Step), and still
+// forgets each idle session once. Four at a time whatever the lag kept the
+// soak's pass behind for good on a loaded box (lag 49 s → 102 s over five
+// rounds): a step's time is mostly its lanes' round trips.
+func TestExpireStepGrowsBehind(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1})
+	const sessions = 2 * retention.MaxStepLanes
+	keys := f.idleSessions(t, "s", sessions)
+	// Every session expired more than the whole ladder of steps ago.
+	cutoff := time.Now().Add(4 * retention.StepBehind)
+	st, err := w.ExpireIdle(t.Context(), cutoff, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Expired != sessions || st.Step != retention.MaxStepLanes {
+		t.Fatalf("pass: %+v, want %d sessions forgotten, %d lanes a step once behind", st, sessions, retention.MaxStepLanes)
+	}
+	for _, key := range keys {
+		if n := f.records(t, key); n != 0 {
+			t.Fatalf("%s still has %d records", key, n)
+		}
+	}
+}
+
+// TestExpireRequestsPerSession: forgetting an idle session takes at most
+// 11 requests of the store, the scan's shared among the sessions (the
+// fleet's session index adds one). A lane the pass takes is checked by one
+// read of its next message since it was looked at (Lease.Untouched)
+// instead of reading its keys and newest record again: 11.45 requests a
+// session here before, 10.45 after.
+func TestExpireRequestsPerSession(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1})
+	const sessions = 20
+	f.idleSessions(t, "s", sessions)
+	cutoff := time.Now()
+	// Every request the worker's connection sends (what the server sends
+	// back, and what it delivers to the scan's consumer, has no inbox to
+	// answer).
+	nc := natstest.Connect(t, f.url)
+	var (
+		mu   sync.Mutex
+		reqs = map[string]int{}
+	)
+	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "_INBOX.") && !strings.HasPrefix(m.Subject, "_INBOX.") {
+			mu.Lock()
+			reqs[m.Subject]++
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.ExpireIdle(t.Context(), cutoff, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if st.Expired != sessions {
+		t.Fatalf("pass: %+v, want %d sessions forgotten", st, sessions)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, c := range reqs {
+		n += c
+	}
+	if per := float64(n) / sessions; per > 11 {
+		t.Fatalf("%.2f requests per forgotten session, want at most 11: %v", per, reqs)
+	}
+	t.Logf("%.2f requests per forgotten session", float64(n)/sessions)
+}
