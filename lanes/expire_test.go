@@ -648,8 +648,9 @@ func TestExpireStepGrowsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Expired != sessions || st.Step != retention.MaxStepLanes {
-		t.Fatalf("pass: %+v, want %d sessions forgotten, %d lanes a step once behind", st, sessions, retention.MaxStepLanes)
+	// (A step also ends where a read of the bucket does.)
+	if st.Expired != sessions || st.Step <= retention.StepLanes || st.Step > retention.MaxStepLanes {
+		t.Fatalf("pass: %+v, want %d sessions forgotten, more than %d lanes a step once behind, at most %d", st, sessions, retention.StepLanes, retention.MaxStepLanes)
 	}
 	for _, key := range keys {
 		if n := f.records(t, key); n != 0 {
