@@ -35,15 +35,20 @@
 // finds every idle session, remembers only its position, and reads each
 // stored message once.
 //
-// The pass's cost is bounded and spread (Budget, Rest): one worker of the
-// fleet runs it at a time (it holds the pass's lease), a pass a second
-// (PassEvery), each forgetting at most Rate sessions, four at a time and
-// evenly over the second, and resting Share-1 times as long as each of its
-// steps took, so it works at most half the time. (One at a time and a
+// The pass's cost is bounded and spread (Budget, Rest, Step): one worker
+// of the fleet runs it at a time (it holds the pass's lease), a pass a
+// second (PassEvery), each forgetting at most Rate sessions, evenly over
+// the second, and resting Share-1 times as long as each of its steps
+// took, so it works at most half the time. A step looks at StepLanes
+// lanes at once while the pass keeps up, and at more the further behind
+// the cutoff the lanes it reaches are: a step's time is mostly its lanes'
+// round trips, so a bigger one takes about as long. (One at a time and a
 // quarter of the time fell behind on a loaded box: 0.5 sessions forgotten
-// a second where 2 expired.) (Forgetting sessions as fast as it
-// could, four at a time and resting as long as each batch took, cut a
-// busy lane's writes to 0.29× while it ran: BenchmarkExpireIdle.) A pass
+// a second where 2 expired; four at a time whatever the lag fell behind in
+// the soak on a loaded box, its lag 49 s → 102 s over five rounds.)
+// (Forgetting sessions as fast as it could, four at a time and resting as
+// long as each batch took, cut a busy lane's writes to 0.29× while it ran:
+// BenchmarkExpireIdle.) A pass
 // that ends on its budget or its time before the cutoff is behind (Lag):
 // the next goes on from there, and the worker warns while it stays behind
 // by more than LagWarn.
