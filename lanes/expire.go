@@ -49,6 +49,9 @@ type retainer struct {
 	// forgotten counts the sessions forgotten; lag is the last pass's
 	// ExpireStats.Lag (ns).
 	forgotten, lag atomic.Int64
+	// steps counts the steps that looked at lanes, lanes those lanes and
+	// busy the time the steps took (ns), rests not included.
+	steps, lanes, busy atomic.Int64
 	// behindSince is when the pass last warned that it was behind (zero
 	// while it keeps up).
 	behindSince time.Time
@@ -62,6 +65,13 @@ const maxLater = 100_000
 // it reached the cutoff, or this worker does not run the pass).
 func (w *Worker) Retention() (forgotten int64, lag time.Duration) {
 	return w.ret.forgotten.Load(), time.Duration(w.ret.lag.Load())
+}
+
+// RetentionSteps reports the steps of this worker's retention passes that
+// looked at lanes, how many lanes they looked at and the time they took
+// (their rests not included): under load, where a forget's time goes.
+func (w *Worker) RetentionSteps() (steps, lanes int64, busy time.Duration) {
+	return w.ret.steps.Load(), w.ret.lanes.Load(), time.Duration(w.ret.busy.Load())
 }
 
 // retain runs the retention pass (Config.SessionTTL) every
@@ -301,7 +311,11 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 			clear(w.ret.fails) // lanes another worker's passes moved past
 		}
 		seq = moved
-		rest = retention.Rest(time.Since(began), n, limit)
+		took := time.Since(began)
+		w.ret.steps.Add(1)
+		w.ret.lanes.Add(int64(len(step)))
+		w.ret.busy.Add(int64(took))
+		rest = retention.Rest(took, n, limit)
 	}
 	if reached {
 		next = time.Time{}

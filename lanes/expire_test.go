@@ -652,6 +652,9 @@ func TestExpireStepGrowsBehind(t *testing.T) {
 	if st.Expired != sessions || st.Step <= retention.StepLanes || st.Step > retention.MaxStepLanes {
 		t.Fatalf("pass: %+v, want %d sessions forgotten, more than %d lanes a step once behind, at most %d", st, sessions, retention.StepLanes, retention.MaxStepLanes)
 	}
+	if steps, lanes, busy := w.RetentionSteps(); steps < 2 || lanes != sessions || busy <= 0 {
+		t.Fatalf("RetentionSteps: %d steps, %d lanes, %v; want %d lanes in a few steps", steps, lanes, busy, sessions)
+	}
 	for _, key := range keys {
 		if n := f.records(t, key); n != 0 {
 			t.Fatalf("%s still has %d records", key, n)
