@@ -139,7 +139,7 @@ const (
 )
 
 // Step is how many lanes a step of the pass looks at at once when the
-// lanes it reaches were written behind before the cutoff. A pass that
+// last message it reached was stored behind before the cutoff. A pass that
 // keeps up looks at few at a time; one that falls behind (sessions expire
 // faster than steps of StepLanes forget them, resting as long as each
 // step took) looks at more in a step of about the same time, since most of
