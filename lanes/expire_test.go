@@ -188,33 +188,19 @@ func TestExpireScansInBatches(t *testing.T) {
 	// Every request of the JetStream API that reads the bucket's stream
 	// by message or creates a consumer on it (but a lane's own next
 	// message, one read per lane the pass takes: Lease.Untouched).
-	nc := natstest.Connect(t, f.url)
-	var reads atomic.Int64
+	var reads int
 	stream := "KV_" + kvstore.DefaultBucket
-	sub, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
+	st := f.spyPass(t, w, "$JS.API.>", cutoff, func(m *nats.Msg) {
 		switch {
 		case (m.Subject == "$JS.API.DIRECT.GET."+stream || m.Subject == "$JS.API.STREAM.MSG.GET."+stream) && !strings.Contains(string(m.Data), `"next_by_subj"`),
 			strings.HasPrefix(m.Subject, "$JS.API.CONSUMER.CREATE."+stream+"."):
-			reads.Add(1)
+			reads++
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := w.ExpireIdle(t.Context(), cutoff, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Unsubscribe(); err != nil {
-		t.Fatal(err)
-	}
 	if st.Expired != sessions || st.Scanned < sessions {
 		t.Fatalf("pass: %+v, want %d sessions forgotten, at least as many messages scanned", st, sessions)
 	}
-	if n := reads.Load(); n > 4 {
+	if n := reads; n > 4 {
 		t.Fatalf("the pass read %d stored messages in %d requests, want a few batches", st.Scanned, n)
 	}
 	// Its consumers are gone.
@@ -678,18 +664,35 @@ func TestExpireRequestsPerSession(t *testing.T) {
 	// Every request the worker's connection sends (what the server sends
 	// back, and what it delivers to the scan's consumer, has no inbox to
 	// answer).
-	nc := natstest.Connect(t, f.url)
-	var (
-		mu   sync.Mutex
-		reqs = map[string]int{}
-	)
-	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+	reqs := map[string]int{}
+	st := f.spyPass(t, w, ">", cutoff, func(m *nats.Msg) {
 		if strings.HasPrefix(m.Reply, "_INBOX.") && !strings.HasPrefix(m.Subject, "_INBOX.") {
-			mu.Lock()
 			reqs[m.Subject]++
-			mu.Unlock()
 		}
 	})
+	if st.Expired != sessions {
+		t.Fatalf("pass: %+v, want %d sessions forgotten", st, sessions)
+	}
+	n := 0
+	for _, c := range reqs {
+		n += c
+	}
+	if per := float64(n) / sessions; per > 11 {
+		t.Fatalf("%.2f requests per forgotten session, want at most 11: %v", per, reqs)
+	}
+	t.Logf("%.2f requests per forgotten session", float64(n)/sessions)
+}
+
+// spyPass runs a retention pass of w up to cutoff while a connection of
+// its own sees every message on subject, and hands each to seen once the
+// pass is over. The pass's requests were answered, so the server routed
+// them before the flush's answer, and the client put them in the channel
+// before reading that.
+func (f *fleet) spyPass(t *testing.T, w *Worker, subject string, cutoff time.Time, seen func(*nats.Msg)) ExpireStats {
+	t.Helper()
+	nc := natstest.Connect(t, f.url)
+	ch := make(chan *nats.Msg, 100_000)
+	sub, err := nc.ChanSubscribe(subject, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -706,17 +709,8 @@ func TestExpireRequestsPerSession(t *testing.T) {
 	if err := sub.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	if st.Expired != sessions {
-		t.Fatalf("pass: %+v, want %d sessions forgotten", st, sessions)
+	for len(ch) > 0 {
+		seen(<-ch)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	n := 0
-	for _, c := range reqs {
-		n += c
-	}
-	if per := float64(n) / sessions; per > 11 {
-		t.Fatalf("%.2f requests per forgotten session, want at most 11: %v", per, reqs)
-	}
-	t.Logf("%.2f requests per forgotten session", float64(n)/sessions)
+	return st
 }
