@@ -120,9 +120,11 @@ type LaneData struct {
 	Keys      []string  // its transcript records and settings (a removed one's marker may be among them: removing it again is harmless)
 	LastWrite time.Time // when the newest of them was written; zero when there is none
 	Cursor    uint64    // the inbound sequence of its newest record (its cursor)
-	// Seen is the stream's last sequence when the keys were read (the
-	// server reads it before the subjects): every write to the lane up to
-	// it is among Keys. Lease.Untouched checks nothing came after it.
+	// Seen is the stream sequence of the newest record read (0 when
+	// none): a record or settings written to the lane since comes after
+	// it, whichever order the server lists subjects and reads its last
+	// sequence in (the bucket keeps one message a key). Lease.Untouched
+	// checks nothing but the lease came after it.
 	Seen uint64
 }
 
@@ -137,7 +139,6 @@ func (l *Lanes) Data(ctx context.Context, token string) (LaneData, error) {
 	if err != nil {
 		return d, fmt.Errorf("kvstore: keys of %s: %w", token, err)
 	}
-	d.Seen = info.State.LastSeq
 	type record struct {
 		key string
 		seq uint64
@@ -168,7 +169,7 @@ func (l *Lanes) Data(ctx context.Context, token string) (LaneData, error) {
 		if err != nil {
 			return d, fmt.Errorf("kvstore: %s: %w", r.key, err)
 		}
-		d.LastWrite, d.Cursor = e.Created(), r.seq
+		d.LastWrite, d.Cursor, d.Seen = e.Created(), r.seq, e.Revision()
 		break
 	}
 	if !settings {
