@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -119,6 +120,12 @@ type LaneData struct {
 	Keys      []string  // its transcript records and settings (a removed one's marker may be among them: removing it again is harmless)
 	LastWrite time.Time // when the newest of them was written; zero when there is none
 	Cursor    uint64    // the inbound sequence of its newest record (its cursor)
+	// Seen is the stream sequence of the newest record read (0 when
+	// none): a record or settings written to the lane since comes after
+	// it, whichever order the server lists subjects and reads its last
+	// sequence in (the bucket keeps one message a key). Lease.Untouched
+	// checks nothing but the lease came after it.
+	Seen uint64
 }
 
 // Data reads what the lane keeps (leader reads). Its keys come from the
@@ -162,7 +169,7 @@ func (l *Lanes) Data(ctx context.Context, token string) (LaneData, error) {
 		if err != nil {
 			return d, fmt.Errorf("kvstore: %s: %w", r.key, err)
 		}
-		d.LastWrite, d.Cursor = e.Created(), r.seq
+		d.LastWrite, d.Cursor, d.Seen = e.Created(), r.seq, e.Revision()
 		break
 	}
 	if !settings {
@@ -264,22 +271,46 @@ func (l *Lanes) putRetention(ctx context.Context, key, what string, v any, rev u
 	return nil
 }
 
+// Untouched reports whether nothing was written to the lane between
+// since (the LaneData.Seen of a Data read before this lease was taken)
+// and the lease: the lane's first message after since is the lease's own
+// acquisition. Then that read is what the lane keeps under the lease (no
+// write can land while it is held), and one read by sequence from near the
+// stream's end replaces a second Data. False, not an error, when anything
+// came first (the lane's own release marker too): read the lane again.
+func (s *Lease) Untouched(ctx context.Context, since uint64) (bool, error) {
+	s.mu.RLock()
+	rev := s.rev
+	s.mu.RUnlock()
+	if since == 0 || since >= rev {
+		return false, nil
+	}
+	m, err := s.lanes.stream.GetMsg(ctx, since+1, jetstream.WithGetMsgSubject(s.lanes.prefix+s.token+".>"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil // a follower behind the lease's write
+	}
+	if err != nil {
+		return false, fmt.Errorf("kvstore: writes to %s since %d: %w", s.token, since, err)
+	}
+	return m.Sequence == rev, nil
+}
+
 // Forget removes the lane's transcript records and stored settings (keys,
 // from Data: it checks and counts them) and its step journals, and reports
 // how many keys it removed. It takes a fixed number of requests however
 // long the session ran: a renewal of the lease, fenced (ErrLeaseLost means
-// a newer owner took the lane, and nothing is removed), then a purge of
-// the lane's records and one of its settings (each only when keys has
-// some), bounded to what the stream stored before that renewal, then one
-// of its journals. (A single purge of the lane's every key would reach its
-// lease too, whose newest message is the renewal in the stream's last
-// block: the server would walk every block from the lane's first record to
-// the end of the stream.) What a later
-// owner writes comes after the renewal, so no purge reaches it; and no
-// other worker can take the lane until the renewed lease has run out
-// (LeaseTTL), so the purges are sent only while less than a third of it has
-// passed. (A purge marker per key, fenced, cost a publish per turn of the
-// session and a marker for the server to expire after MarkerTTL: a
+// a newer owner took the lane, and nothing is removed), then, sent at
+// once, a purge of the lane's records and one of its settings (each only
+// when keys has some), bounded to what the stream stored before that
+// renewal, and one of its journals. (A single purge of the lane's every
+// key would reach its lease too, whose newest message is the renewal in
+// the stream's last block: the server would walk every block from the
+// lane's first record to the end of the stream.) What a later owner
+// writes comes after the renewal, so no purge reaches it; and no other
+// worker can take the lane until the renewed lease has run out
+// (LeaseTTL), so the purges are sent only while less than a third of it
+// has passed. (A purge marker per key, fenced, cost a publish per turn of
+// the session and a marker for the server to expire after MarkerTTL: a
 // retention pass made as many writes as the turns it forgot, and the
 // fleet's turns slowed while it ran.) A purge leaves no marker: a removed
 // key reads as never written.
@@ -319,12 +350,21 @@ func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 	if slices.Contains(keys, settingsKey(s.token)) {
 		filters = append(filters, l.prefix+settingsKey(s.token))
 	}
-	for _, filter := range filters {
-		if err := l.stream.Purge(pctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(s.rev)); err != nil {
-			return 0, fmt.Errorf("kvstore: forget %s: purge %s: %w", s.token, strings.TrimPrefix(filter, l.prefix), err)
-		}
+	errs := make([]error, len(filters)+1)
+	var wg sync.WaitGroup
+	for i, filter := range filters {
+		wg.Go(func() {
+			if err := l.stream.Purge(pctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(s.rev)); err != nil {
+				errs[i] = fmt.Errorf("kvstore: forget %s: purge %s: %w", s.token, strings.TrimPrefix(filter, l.prefix), err)
+			}
+		})
 	}
-	if err := l.dropLane(ctx, s.token); err != nil {
+	wg.Go(func() { errs[len(filters)] = l.dropLane(ctx, s.token) })
+	wg.Wait()
+	if err := errors.Join(errs[:len(filters)]...); err != nil {
+		return 0, err
+	}
+	if err := errs[len(filters)]; err != nil {
 		return len(keys), err
 	}
 	return len(keys), nil

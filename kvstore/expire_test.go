@@ -1,9 +1,13 @@
 package kvstore
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -121,5 +125,85 @@ func TestForgetIsFenced(t *testing.T) {
 	}
 	if pos, _, err := b.lanes.RetentionPos(ctx); err != nil || pos != 7 {
 		t.Fatalf("position %d, %v; want 7", pos, err)
+	}
+}
+
+// TestUntouched: a lease taken after a Data read confirms that read only
+// while nothing was written to the lane in between: a record or settings
+// stored by an owner that came and went (its lease written and released)
+// since the read, or before the read's sequence but not seen by it, make
+// it false; another lane's writes do not.
+func TestUntouched(t *testing.T) {
+	t.Parallel()
+	b := setup(t, leaseOutlivesTest)
+	ctx := t.Context()
+	put := func(token string, seq uint64, settings bool) {
+		t.Helper()
+		l, err := b.lanes.Acquire(ctx, token, LeaseInfo{Worker: "owner"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := Record{InboundSeq: seq, RunID: "r", Entries: []message.Entry{{Type: message.EntryMessage, ID: "e",
+			Message: &message.Message{Role: message.RoleUser, Content: message.PlainText("hi")}}}}
+		if settings {
+			err = l.PutSettings(ctx, []byte("s"))
+		} else {
+			_, err = l.PutRecord(ctx, rec)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The release marker goes, as it has when a pass comes a TTL
+		// later.
+		if err := b.lanes.stream.Purge(ctx, jetstream.WithPurgeSubject(b.lanes.prefix+leaseKey(token))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := func(token string) *Lease {
+		t.Helper()
+		l, err := b.lanes.Acquire(ctx, token, LeaseInfo{Worker: "pass"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Release(context.WithoutCancel(ctx)) })
+		return l
+	}
+	for _, c := range []struct {
+		name    string
+		between func(token string)
+		want    bool
+	}{
+		{"nothing between", func(string) {}, true},
+		{"another lane written between", func(string) { put("other", 9, false) }, true},
+		{"a record between", func(token string) { put(token, 2, false) }, false},
+		{"settings between", func(token string) { put(token, 0, true) }, false},
+	} {
+		token := strings.ReplaceAll(c.name, " ", "-")
+		put(token, 1, false)
+		d, err := b.lanes.Data(ctx, token)
+		if err != nil || d.Seen == 0 || len(d.Keys) != 1 {
+			t.Fatalf("%s: Data %+v, %v", c.name, d, err)
+		}
+		c.between(token)
+		l := take(token)
+		if got, err := l.Untouched(ctx, d.Seen); err != nil || got != c.want {
+			t.Errorf("%s: Untouched %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	// A read that saw less than the lane holds (a sequence before its
+	// last record) is not confirmed: the record comes first.
+	put("behind", 1, false)
+	e, err := b.lanes.kv.Get(ctx, recordKey("behind", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := take("behind").Untouched(ctx, e.Revision()-1); err != nil || got {
+		t.Errorf("a read behind the lane's last write: Untouched %v, %v; want false", got, err)
+	}
+	if got, err := take("unread").Untouched(ctx, 0); err != nil || got {
+		t.Errorf("no read: Untouched %v, %v; want false", got, err)
 	}
 }

@@ -30,6 +30,9 @@ type ExpireStats struct {
 	// Lag is how far behind the cutoff the pass stopped (retention.Lag):
 	// 0 when it reached the cutoff.
 	Lag time.Duration
+	// Step is the most lanes one step of the pass looked at at once
+	// (retention.Step).
+	Step int
 }
 
 // retainer is the worker's side of the retention pass.
@@ -46,6 +49,9 @@ type retainer struct {
 	// forgotten counts the sessions forgotten; lag is the last pass's
 	// ExpireStats.Lag (ns).
 	forgotten, lag atomic.Int64
+	// steps counts the steps that looked at lanes, lanes those lanes and
+	// busy the time the steps took (ns), rests not included.
+	steps, lanes, busy atomic.Int64
 	// behindSince is when the pass last warned that it was behind (zero
 	// while it keeps up).
 	behindSince time.Time
@@ -59,6 +65,13 @@ const maxLater = 100_000
 // it reached the cutoff, or this worker does not run the pass).
 func (w *Worker) Retention() (forgotten int64, lag time.Duration) {
 	return w.ret.forgotten.Load(), time.Duration(w.ret.lag.Load())
+}
+
+// RetentionSteps reports the steps of this worker's retention passes that
+// looked at lanes, how many lanes they looked at and the time they took
+// (their rests not included): under load, where a forget's time goes.
+func (w *Worker) RetentionSteps() (steps, lanes int64, busy time.Duration) {
+	return w.ret.steps.Load(), w.ret.lanes.Load(), time.Duration(w.ret.busy.Load())
 }
 
 // retain runs the retention pass (Config.SessionTTL) every
@@ -149,7 +162,7 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 	w.ret.lag.Store(int64(st.Lag))
 	if st.Expired > 0 || st.Skipped > 0 || st.Failed > 0 {
 		w.log.Debug().Int("expired", st.Expired).Int("keys", st.Keys).Int("skipped", st.Skipped).Int("failed", st.Failed).Int("retrying", st.Retrying).
-			Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
+			Int("step", st.Step).Dur("lag_ms", st.Lag).Msg("retention: idle sessions forgotten")
 	}
 	now := time.Now()
 	switch {
@@ -165,8 +178,9 @@ func (w *Worker) expire(ctx context.Context, p retention.Policy) {
 // ExpireIdle runs one retention pass (see package retention): it walks the
 // lanes bucket from the stored scan position up to cutoff and forgets every
 // session whose last write is older than cutoff, at most limit of them,
-// then stores the position it reached. It looks at up to expireParallel
-// lanes at once (a step) and paces itself (retention.Rest): it rests as
+// then stores the position it reached. It looks at several lanes at once
+// (a step: more the further behind the cutoff the lanes it reaches are,
+// retention.Step) and paces itself (retention.Rest): it rests as
 // long as each step took, and spreads the sessions it forgets over
 // retention.PassEvery. A lane found to have written after the cutoff is
 // not looked at again until a cutoff passes that write. A session is
@@ -216,10 +230,15 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	}
 	for st.Expired < limit && !reached && passErr == nil {
 		// A step: the next lanes to look at, each once a pass, at most
-		// expireParallel and the budget left.
+		// as many as retention.Step says for how far behind the pass is,
+		// and the budget left.
 		var step []kvstore.Stored
 		stepSeq := seq // the position past the messages the step read
-		for len(step) < min(expireParallel, limit-st.Expired) {
+		size := retention.StepLanes
+		if !next.IsZero() {
+			size = retention.Step(cutoff.Sub(next))
+		}
+		for len(step) < min(size, limit-st.Expired) {
 			if len(ahead) == 0 {
 				if len(step) > 0 {
 					break // look at these first
@@ -266,6 +285,7 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 		if !pause() {
 			break // the pass's time is up: the next reads this step again
 		}
+		st.Step = max(st.Step, len(step))
 		began := time.Now()
 		tokens := make([]string, len(step))
 		for i, m := range step {
@@ -291,7 +311,11 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 			clear(w.ret.fails) // lanes another worker's passes moved past
 		}
 		seq = moved
-		rest = retention.Rest(time.Since(began), n, limit)
+		took := time.Since(began)
+		w.ret.steps.Add(1)
+		w.ret.lanes.Add(int64(len(step)))
+		w.ret.busy.Add(int64(took))
+		rest = retention.Rest(took, n, limit)
 	}
 	if reached {
 		next = time.Time{}
@@ -329,7 +353,7 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 // as a step (each marked seen, so that the pass does not look at it
 // again), and returns how long the pass rests after it.
 func (w *Worker) retryStep(ctx context.Context, retries *retryList, cutoff time.Time, limit int, st *ExpireStats, seen map[string]bool) time.Duration {
-	due := retries.due(w.now(), min(expireParallel, limit))
+	due := retries.due(w.now(), min(retention.StepLanes, limit))
 	if len(due) == 0 {
 		return 0
 	}
@@ -420,10 +444,9 @@ func (w *Worker) count(st *ExpireStats, token string, out forgotten) bool {
 const maxFails = 64
 
 // expireScan is how many of the bucket's messages the pass reads in one
-// request, expireScanFirst in its first; expireParallel how many lanes it
-// looks at at once; forgetTimeout bounds the pass's work on one lane.
+// request, expireScanFirst in its first; forgetTimeout bounds the pass's
+// work on one lane.
 const (
-	expireParallel  = 4
 	expireScanFirst = 64
 	expireScan      = 1024
 	forgetTimeout   = 30 * time.Second
@@ -481,7 +504,7 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	// and the acquire wrote a record after the cutoff; a message that
 	// waits is a session about to speak.
 	subj := events.InboundPrefix + token
-	d, lane, err := w.idleState(ctx, token, subj)
+	d, lane, err := w.idleState(ctx, lease, token, d)
 	idle := err == nil && retention.Decide(lane, cutoff) == retention.Forget
 	var keys int
 	if idle {
@@ -515,11 +538,16 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 }
 
 // idleState reads, holding the lane's lease, what it keeps and whether an
-// unprocessed message waits for it. Processed messages left behind are
-// deleted on the way, since the cursor that marks them processed goes with
-// the transcript.
-func (w *Worker) idleState(ctx context.Context, token, subj string) (kvstore.LaneData, retention.Lane, error) {
-	d, err := w.lanes.Data(ctx, token)
+// unprocessed message waits for it: what it kept when read before the lease
+// (before) while nothing was written to it since, else read again.
+// Processed messages left behind are deleted on the way, since the cursor
+// that marks them processed goes with the transcript.
+func (w *Worker) idleState(ctx context.Context, lease *kvstore.Lease, token string, before kvstore.LaneData) (kvstore.LaneData, retention.Lane, error) {
+	d, subj := before, events.InboundPrefix+token
+	same, err := lease.Untouched(ctx, before.Seen)
+	if err == nil && !same {
+		d, err = w.lanes.Data(ctx, token)
+	}
 	lane := retention.Lane{LastWrite: d.LastWrite}
 	if err != nil {
 		return d, lane, err

@@ -186,34 +186,21 @@ func TestExpireScansInBatches(t *testing.T) {
 	}
 	cutoff := time.Now()
 	// Every request of the JetStream API that reads the bucket's stream
-	// by message or creates a consumer on it.
-	nc := natstest.Connect(t, f.url)
-	var reads atomic.Int64
+	// by message or creates a consumer on it (but a lane's own next
+	// message, one read per lane the pass takes: Lease.Untouched).
+	var reads int
 	stream := "KV_" + kvstore.DefaultBucket
-	sub, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
+	st := f.spyPass(t, w, "$JS.API.>", cutoff, func(m *nats.Msg) {
 		switch {
-		case m.Subject == "$JS.API.DIRECT.GET."+stream, m.Subject == "$JS.API.STREAM.MSG.GET."+stream,
+		case (m.Subject == "$JS.API.DIRECT.GET."+stream || m.Subject == "$JS.API.STREAM.MSG.GET."+stream) && !strings.Contains(string(m.Data), `"next_by_subj"`),
 			strings.HasPrefix(m.Subject, "$JS.API.CONSUMER.CREATE."+stream+"."):
-			reads.Add(1)
+			reads++
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := w.ExpireIdle(t.Context(), cutoff, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Unsubscribe(); err != nil {
-		t.Fatal(err)
-	}
 	if st.Expired != sessions || st.Scanned < sessions {
 		t.Fatalf("pass: %+v, want %d sessions forgotten, at least as many messages scanned", st, sessions)
 	}
-	if n := reads.Load(); n > 4 {
+	if n := reads; n > 4 {
 		t.Fatalf("the pass read %d stored messages in %d requests, want a few batches", st.Scanned, n)
 	}
 	// Its consumers are gone.
@@ -628,4 +615,102 @@ func TestExpireRetryListCraftedTokens(t *testing.T) {
 	if rs, _, err := f.lanes.RetentionRetries(t.Context()); err != nil || len(rs) != 0 {
 		t.Fatalf("retry list %+v, %v; want it empty", rs, err)
 	}
+}
+
+// TestExpireStepGrowsBehind: a pass far behind the cutoff looks at more
+// lanes at once than one that keeps up (retention.Step), and still
+// forgets each idle session once. Four at a time whatever the lag kept the
+// soak's pass behind for good on a loaded box (lag 49 s → 102 s over five
+// rounds): a step's time is mostly its lanes' round trips.
+func TestExpireStepGrowsBehind(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1})
+	const sessions = 2 * retention.MaxStepLanes
+	keys := f.idleSessions(t, "s", sessions)
+	// Every session expired more than the whole ladder of steps ago.
+	cutoff := time.Now().Add(4 * retention.StepBehind)
+	st, err := w.ExpireIdle(t.Context(), cutoff, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (A step also ends where a read of the bucket does.)
+	if st.Expired != sessions || st.Step <= retention.StepLanes || st.Step > retention.MaxStepLanes {
+		t.Fatalf("pass: %+v, want %d sessions forgotten, more than %d lanes a step once behind, at most %d", st, sessions, retention.StepLanes, retention.MaxStepLanes)
+	}
+	if steps, lanes, busy := w.RetentionSteps(); steps < 2 || lanes != sessions || busy <= 0 {
+		t.Fatalf("RetentionSteps: %d steps, %d lanes, %v; want %d lanes in a few steps", steps, lanes, busy, sessions)
+	}
+	for _, key := range keys {
+		if n := f.records(t, key); n != 0 {
+			t.Fatalf("%s still has %d records", key, n)
+		}
+	}
+}
+
+// TestExpireRequestsPerSession: forgetting an idle session takes at most
+// 11 requests of the store, the scan's shared among the sessions (the
+// fleet's session index adds one). A lane the pass takes is checked by one
+// read of its next message since it was looked at (Lease.Untouched)
+// instead of reading its keys and newest record again: 11.45 requests a
+// session here before, 10.45 after.
+func TestExpireRequestsPerSession(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, 2*time.Second)
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1})
+	const sessions = 20
+	f.idleSessions(t, "s", sessions)
+	cutoff := time.Now()
+	// Every request the worker's connection sends (what the server sends
+	// back, and what it delivers to the scan's consumer, has no inbox to
+	// answer).
+	reqs := map[string]int{}
+	st := f.spyPass(t, w, ">", cutoff, func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "_INBOX.") && !strings.HasPrefix(m.Subject, "_INBOX.") {
+			reqs[m.Subject]++
+		}
+	})
+	if st.Expired != sessions {
+		t.Fatalf("pass: %+v, want %d sessions forgotten", st, sessions)
+	}
+	n := 0
+	for _, c := range reqs {
+		n += c
+	}
+	if per := float64(n) / sessions; per > 11 {
+		t.Fatalf("%.2f requests per forgotten session, want at most 11: %v", per, reqs)
+	}
+	t.Logf("%.2f requests per forgotten session", float64(n)/sessions)
+}
+
+// spyPass runs a retention pass of w up to cutoff while a connection of
+// its own sees every message on subject, and hands each to seen once the
+// pass is over. The pass's requests were answered, so the server routed
+// them before the flush's answer, and the client put them in the channel
+// before reading that.
+func (f *fleet) spyPass(t *testing.T, w *Worker, subject string, cutoff time.Time, seen func(*nats.Msg)) ExpireStats {
+	t.Helper()
+	nc := natstest.Connect(t, f.url)
+	ch := make(chan *nats.Msg, 100_000)
+	sub, err := nc.ChanSubscribe(subject, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.ExpireIdle(t.Context(), cutoff, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	for len(ch) > 0 {
+		seen(<-ch)
+	}
+	return st
 }

@@ -35,15 +35,20 @@
 // finds every idle session, remembers only its position, and reads each
 // stored message once.
 //
-// The pass's cost is bounded and spread (Budget, Rest): one worker of the
-// fleet runs it at a time (it holds the pass's lease), a pass a second
-// (PassEvery), each forgetting at most Rate sessions, four at a time and
-// evenly over the second, and resting Share-1 times as long as each of its
-// steps took, so it works at most half the time. (One at a time and a
+// The pass's cost is bounded and spread (Budget, Rest, Step): one worker
+// of the fleet runs it at a time (it holds the pass's lease), a pass a
+// second (PassEvery), each forgetting at most Rate sessions, evenly over
+// the second, and resting Share-1 times as long as each of its steps
+// took, so it works at most half the time. A step looks at StepLanes
+// lanes at once while the pass keeps up, and at more the further behind
+// the cutoff the lanes it reaches are: a step's time is mostly its lanes'
+// round trips, so a bigger one takes about as long. (One at a time and a
 // quarter of the time fell behind on a loaded box: 0.5 sessions forgotten
-// a second where 2 expired.) (Forgetting sessions as fast as it
-// could, four at a time and resting as long as each batch took, cut a
-// busy lane's writes to 0.29× while it ran: BenchmarkExpireIdle.) A pass
+// a second where 2 expired; four at a time whatever the lag fell behind in
+// the soak on a loaded box, its lag 49 s → 102 s over five rounds.)
+// (Forgetting sessions as fast as it could, four at a time and resting as
+// long as each batch took, cut a busy lane's writes to 0.29× while it ran:
+// BenchmarkExpireIdle.) A pass
 // that ends on its budget or its time before the cutoff is behind (Lag):
 // the next goes on from there, and the worker warns while it stays behind
 // by more than LagWarn.
@@ -122,6 +127,28 @@ func (p Policy) Budget() int {
 // sessions are spread over the pass.
 func Rest(took time.Duration, forgot, budget int) time.Duration {
 	return max(took*(Share-1), time.Duration(forgot)*PassEvery/time.Duration(max(budget, 1))-took)
+}
+
+// A step looks at StepLanes lanes at once while the pass is within
+// StepBehind of the cutoff, and twice as many for each StepBehind more it
+// is behind, up to MaxStepLanes.
+const (
+	StepLanes    = 4
+	MaxStepLanes = 32
+	StepBehind   = 5 * time.Second
+)
+
+// Step is how many lanes a step of the pass looks at at once when the
+// last message it reached was stored behind before the cutoff. A pass that
+// keeps up looks at few at a time; one that falls behind (sessions expire
+// faster than steps of StepLanes forget them, resting as long as each
+// step took) looks at more in a step of about the same time, since most of
+// a lane's time is its requests' round trips, and catches up.
+func Step(behind time.Duration) int {
+	if behind <= 0 {
+		return StepLanes
+	}
+	return min(MaxStepLanes, StepLanes<<min(behind/StepBehind, 8))
 }
 
 // Lag is how far a pass that stopped before the cutoff is behind: from

@@ -147,3 +147,28 @@ func TestSkip(t *testing.T) {
 		}
 	}
 }
+
+// TestStep: a pass that keeps up looks at StepLanes lanes at once; one
+// behind looks at twice as many for each StepBehind, up to MaxStepLanes.
+// (Four at a time whatever the lag fell behind for good in the soak on a
+// loaded box: ~2 sessions forgotten a second where ~2 began, lag 49 s →
+// 102 s over five rounds.)
+func TestStep(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		behind time.Duration
+		want   int
+	}{
+		{0, StepLanes},
+		{-time.Second, StepLanes},
+		{StepBehind - time.Millisecond, StepLanes},
+		{StepBehind, 2 * StepLanes},
+		{3 * StepBehind, 8 * StepLanes},
+		{time.Hour, MaxStepLanes},
+		{1<<63 - 1, MaxStepLanes},
+	} {
+		if got := Step(c.behind); got != c.want {
+			t.Errorf("Step(%v) = %d, want %d", c.behind, got, c.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,13 @@ type soakSample struct {
 	// so far; lag is how far behind the session TTL its last pass stopped.
 	forgotten int64
 	lag       time.Duration
+	// started counts the sessions the loops began so far (with
+	// -soak-session-turns: what the retention pass must keep up with).
+	started int64
+	// steps, stepLanes and stepBusy are the retention pass's steps so
+	// far, the lanes they looked at and the time they took.
+	steps, stepLanes int64
+	stepBusy         time.Duration
 }
 
 // soakBench runs one worker with its embedded server (the worker's
@@ -119,11 +127,12 @@ func soakBench(o options) error {
 	fmt.Printf("sampled between turns (every turn answered, the next ones held back): CPU ms the process's CPU time per turn; RSS the process's VmRSS; heap the live Go heap after a collection;\n"+
 		"held what the Go runtime keeps of the heap (live, garbage and free, not returned to the OS); KB/turn the RSS the round added per turn;\n"+
 		"ev subj/lanes keys: subjects stored in AGENT_EV and in the lanes bucket (the server keeps ~190 B of index per subject); whole%%: turns that read their whole transcript;\n"+
-		"cache MB: what the worker's transcript and context caches charge their entries (of %.0f MB); forgot: sessions the retention pass forgot in the round, lag s: how far behind the session TTL its last pass stopped\n\n", mb(int64(soakCacheMax(m))))
-	fmt.Printf("  %5s %7s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s %8s %6s %5s\n", "round", "turns", "total", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
-		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%", "cache MB", "forgot", "lag s")
+		"cache MB: what the worker's transcript and context caches charge their entries (of %.0f MB); new: sessions begun in the round; forgot: sessions the retention pass forgot in the round, lag s: how far behind the session TTL its last pass stopped;\n"+
+		"lanes/st, st ms: lanes a step of the pass looked at at once, and the time a step took, on average over the round\n\n", mb(int64(soakCacheMax(m))))
+	fmt.Printf("  %5s %7s %7s %7s %6s %7s %7s %7s %7s %6s %8s %8s %8s %7s %5s %4s %6s %8s %6s %6s %5s %8s %6s\n", "round", "turns", "total", "turns/s", "CPU ms", "RSS MB", "heap MB", "held MB", "KB/turn",
+		"gorout", "ev subj", "ev MB", "lanes k", "lanes MB", "runs", "subs", "whole%", "cache MB", "new", "forgot", "lag s", "lanes/st", "st ms")
 
-	var total atomic.Int64
+	var total, started atomic.Int64
 	turn := func(session string) error {
 		return clientTurn(ctx, c, session, "ping")
 	}
@@ -148,6 +157,9 @@ func soakBench(o options) error {
 				session := "soak-" + strconv.Itoa(s)
 				if *soakPer > 0 {
 					session += "-" + strconv.Itoa(i / *soakPer)
+					if i%*soakPer == 0 {
+						started.Add(1)
+					}
 				}
 				pause.RLock()
 				err := turn(session)
@@ -165,6 +177,7 @@ func soakBench(o options) error {
 	}
 	var rounds []soakSample
 	prev := base
+	pre := base // the sample before the first measured round
 	first := 1
 	if *soakWarmup > 0 {
 		first = 0
@@ -188,9 +201,12 @@ func soakBench(o options) error {
 		pause.Lock()
 		n, el, cpu := total.Load()-n0, time.Since(t0), cpuTime()-cpu0
 		s := soakTake(ctx, js, m, n)
-		s.el, s.cpu, s.total = el, cpu, total.Load()
+		s.el, s.cpu, s.total, s.started = el, cpu, total.Load(), started.Load()
 		soakPrint(strconv.Itoa(r), s, prev)
 		if r > 0 {
+			if len(rounds) == 0 {
+				pre = prev
+			}
 			rounds = append(rounds, s)
 		}
 		prev = s
@@ -209,12 +225,34 @@ func soakBench(o options) error {
 	last := rounds[len(rounds)-1]
 	fmt.Printf("\nround %d / round 1: RSS %.2f×, heap %.2f×, turns/s %.2f×, CPU per turn %.2f×   (a worker that holds steady: each within 10%%)\n",
 		len(rounds), float64(last.rss)/float64(rounds[0].rss), float64(last.heap)/float64(rounds[0].heap), soakRate(last)/soakRate(rounds[0]), soakCPU(last)/soakCPU(rounds[0]))
+	if *soakTTL > 0 {
+		soakRetention(pre, rounds)
+	}
 	if *soakIdle > 0 {
 		time.Sleep(*soakIdle)
 		s := soakTake(ctx, js, m, 0)
 		fmt.Printf("idle %v later: RSS %.1f MB (%.2f× round %d), heap %.1f MB, held %.1f MB\n", *soakIdle, mb(s.rss), float64(s.rss)/float64(last.rss), len(rounds), mb(s.heap), mb(s.held))
 	}
 	return nil
+}
+
+// soakRetention prints whether the retention pass kept up over the
+// measured rounds (pre is the sample before the first): the sessions it
+// forgot a second against those begun, its lag after each round, and the
+// lanes bucket's subjects from the first round to the last. One that keeps
+// up forgets about as many as begin, and neither its lag nor the subjects
+// grow round over round.
+func soakRetention(pre soakSample, rounds []soakSample) {
+	last := rounds[len(rounds)-1]
+	var el time.Duration
+	lags := make([]string, len(rounds))
+	for i, r := range rounds {
+		el += r.el
+		lags[i] = strconv.FormatFloat(r.lag.Seconds(), 'f', 1, 64)
+	}
+	fmt.Printf("retention: forgot %.1f sessions/s while %.1f/s began; lag after each round %s s; lanes bucket subjects round %d / round 1 %.2f×\n",
+		float64(last.forgotten-pre.forgotten)/el.Seconds(), float64(last.started-pre.started)/el.Seconds(), strings.Join(lags, ", "),
+		len(rounds), float64(last.lanesKeys)/float64(max(rounds[0].lanesKeys, 1)))
 }
 
 // soakCPU is the process's CPU time per turn, ms: on a shared machine a
@@ -263,6 +301,7 @@ func soakTake(ctx context.Context, js jetstream.JetStream, m *fleet.Member, turn
 	cc, _ := m.Runner.ContextCache()
 	s.cache = tc + cc
 	s.forgotten, s.lag = m.Worker.Retention()
+	s.steps, s.stepLanes, s.stepBusy = m.Worker.RetentionSteps()
 	return s
 }
 
@@ -283,13 +322,17 @@ func soakCachesFull(m *fleet.Member) bool {
 
 // soakPrint prints one round.
 func soakPrint(name string, s, prev soakSample) {
-	per, whole := "-", "-"
+	per, whole, lanes, stepMS := "-", "-", "-", "-"
+	if n := s.steps - prev.steps; n > 0 {
+		lanes = strconv.FormatFloat(float64(s.stepLanes-prev.stepLanes)/float64(n), 'f', 1, 64)
+		stepMS = strconv.FormatFloat(float64((s.stepBusy-prev.stepBusy).Microseconds())/1000/float64(n), 'f', 0, 64)
+	}
 	if s.turns > 0 {
 		per = strconv.FormatFloat(float64(s.rss-prev.rss)/1024/float64(s.turns), 'f', 2, 64)
 		whole = strconv.FormatFloat(100*float64(s.whole-prev.whole)/float64(s.turns), 'f', 1, 64)
 	}
-	fmt.Printf("  %5s %7d %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s %8.1f %6d %5.1f\n", name, s.turns, s.total, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
-		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole, mb(int64(s.cache)), s.forgotten-prev.forgotten, s.lag.Seconds())
+	fmt.Printf("  %5s %7d %7d %7.0f %6.2f %7.1f %7.1f %7.1f %7s %6d %8d %8.1f %8d %7.1f %5d %4d %6s %8.1f %6d %6d %5.1f %8s %6s\n", name, s.turns, s.total, soakRate(s), soakCPU(s), mb(s.rss), mb(s.heap), mb(s.held), per,
+		s.goroutines, s.evSubjects, s.evMB, s.lanesKeys, s.lanesMB, s.runsKeys, s.subs, whole, mb(int64(s.cache)), s.started-prev.started, s.forgotten-prev.forgotten, s.lag.Seconds(), lanes, stepMS)
 }
 
 // soakProfiles writes round r's heap profile and goroutines when
