@@ -669,6 +669,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				kinds0 = kinds.snapshot()
 			}
 			c0 := counts(ctx, m.Conn, m.JS)
+			l0, load0 := laneCountsOf(m.Worker.Stats()), loadAvg()
 			// The process's CPU time over each turn (the interleaved
 			// scenario's turns run one at a time).
 			var turnCPU []time.Duration
@@ -694,6 +695,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				before, after := split.take()
 				fmt.Printf("             send → model request p50 %.2f ms, p99 %.2f ms; model reply → result p50 %.2f ms, p99 %.2f ms\n",
 					ms(before, 50), ms(before, 99), ms(after, 50), ms(after, 99))
+				fmt.Printf("             per turn: %s; load average %s before, %s after\n", laneCountsOf(m.Worker.Stats()).sub(l0).perTurn(f.n), load0, loadAvg())
 				fmt.Printf("             writes/turn by stream:")
 				for name, last := range c1.byStream {
 					if d := last - c0.byStream[name]; d > 0 {
@@ -743,6 +745,31 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 		return errors.New("the mock model saw no calls")
 	}
 	return nil
+}
+
+// laneCounts are the worker's lane figures that say how its turns were
+// started (-turns-detail): a turn whose lane was taken for it went through
+// the set-up gate and took the lane's lease; one a lingering owner found
+// did neither. Under load the second kind turns into the first, and
+// deliveries handed back or waiting for a slot show a worker out of room.
+type laneCounts struct {
+	acquired, lingerHits, followers, naks, waited, handedBack int64
+}
+
+func laneCountsOf(st *lanes.Stats) laneCounts {
+	return laneCounts{acquired: st.Acquired.Load(), lingerHits: st.LingerHits.Load(), followers: st.FollowerAcks.Load(),
+		naks: st.Naks.Load(), waited: st.Waited.Load(), handedBack: st.HandedBack.Load()}
+}
+
+func (c laneCounts) sub(o laneCounts) laneCounts {
+	return laneCounts{acquired: c.acquired - o.acquired, lingerHits: c.lingerHits - o.lingerHits, followers: c.followers - o.followers,
+		naks: c.naks - o.naks, waited: c.waited - o.waited, handedBack: c.handedBack - o.handedBack}
+}
+
+func (c laneCounts) perTurn(n int) string {
+	d := float64(max(n, 1))
+	return fmt.Sprintf("lanes taken %.2f, linger hits %.2f, follower acks %.2f, naks %.2f, waited for a slot %.2f, handed back %.2f",
+		float64(c.acquired)/d, float64(c.lingerHits)/d, float64(c.followers)/d, float64(c.naks)/d, float64(c.waited)/d, float64(c.handedBack)/d)
 }
 
 // turnSplit splits the turns' times, for -turns-detail, into send →
