@@ -181,12 +181,24 @@ func TestRolesRunATurn(t *testing.T) {
 	if vs := v.list(); len(vs) > 0 {
 		t.Fatalf("the server logged permission violations:\n%s", strings.Join(vs, "\n"))
 	}
-	// A sender may not add one.
+	// A sender may not add one. The client finds the bucket refused only
+	// when its request gives up (the server answers a denied request with
+	// nothing): the request is cancelled once the server has told the
+	// connection of the violation, not left to wait out ctx's 30 s.
 	sender, err := lanefleet.New(alice.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sender.AddSchedule(ctx, lanefleet.NewSchedule{Session: session, Every: time.Second, Message: events.Inbound{Text: "x"}}); !errors.Is(err, lanefleet.ErrPermission) {
+	refused, stopAdd := context.WithCancel(ctx)
+	defer stopAdd()
+	added := make(chan error, 1)
+	go func() {
+		_, err := sender.AddSchedule(refused, lanefleet.NewSchedule{Session: session, Every: time.Second, Message: events.Inbound{Text: "x"}})
+		added <- err
+	}()
+	alice.denied(t, "a sender adding a schedule", "$JS.API.STREAM.INFO.KV_"+permission.SchedulesBucket)
+	stopAdd()
+	if err := <-added; !errors.Is(err, lanefleet.ErrPermission) {
 		t.Fatalf("a sender added a schedule: %v", err)
 	}
 }

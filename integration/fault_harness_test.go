@@ -467,16 +467,12 @@ func (s *staleSeen) worst() (most, total int) {
 // and returns them.
 func heldBy(t *testing.T, js jetstream.JetStream, id string, sessions []string, least int, timeout time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if held := holders(t, js, id, sessions); len(held) >= least {
-			return held
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker %s never held %d lanes", id, least)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var held []string
+	waitUntil(t, timeout, fmt.Sprintf("worker %s holding %d lanes", id, least), func(context.Context) bool {
+		held = holders(t, js, id, sessions)
+		return len(held) >= least
+	})
+	return held
 }
 
 // holders returns the sessions whose lane worker id holds.

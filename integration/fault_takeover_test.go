@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"syscall"
 	"testing"
 	"time"
@@ -71,13 +72,9 @@ func TestFaultPausedWorkerFencedOut(t *testing.T) {
 	t.Logf("SIGSTOPped the worker holding %d lanes mid-run", len(held))
 	fin.waitAll(t, js, runs, 30*time.Second)
 	victim.signal(syscall.SIGCONT)
-	deadline := time.Now().Add(time.Minute)
-	for len(victim.logLines("this worker was declared dead")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the woken worker never found itself declared dead")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, time.Minute, "the woken worker finding itself declared dead", func(context.Context) bool {
+		return len(victim.logLines("this worker was declared dead")) > 0
+	})
 	audit(t, js, runs)
 	c, _ := lanefleet.New(nc)
 	checkTranscripts(t, c, want)

@@ -5,6 +5,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -213,30 +214,66 @@ func checkTranscripts(t *testing.T, c *lanefleet.Client, want map[string][]strin
 }
 
 // transcriptDefects checks every session's transcript as checkTranscripts
-// does and says what is wrong with each that is (one line per session).
+// does and says what is wrong with each that is (one line per session). It
+// reads historyReaders transcripts at a time: one by one, the 500 of
+// TestThreeWorkers500Sessions took 108 s of a loaded run.
 func transcriptDefects(t *testing.T, c *lanefleet.Client, want map[string][]string) []string {
 	t.Helper()
-	var defects []string
-	for session, texts := range want {
-		var entries []message.Entry
-		var err error
-		for range 5 {
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			entries, err = c.History(ctx, session)
-			cancel()
-			if err == nil {
-				break
+	var (
+		mu      sync.Mutex
+		defects []string
+		failed  error
+		wg      sync.WaitGroup
+		next    = make(chan string)
+	)
+	for range historyReaders {
+		wg.Go(func() {
+			for session := range next {
+				entries, err := historyRetried(t, c, session)
+				mu.Lock()
+				switch {
+				case err != nil:
+					failed = cmp.Or(failed, fmt.Errorf("history of %q: %w", session, err))
+				default:
+					if why := transcriptDefect(entries, want[session]); why != "" {
+						defects = append(defects, fmt.Sprintf("session %q %s", session, why))
+					}
+				}
+				mu.Unlock()
 			}
-		}
-		if err != nil {
-			t.Fatalf("history of %q: %v", session, err)
-		}
-		if why := transcriptDefect(entries, texts); why != "" {
-			defects = append(defects, fmt.Sprintf("session %q %s", session, why))
-		}
+		})
+	}
+	for session := range want {
+		next <- session
+	}
+	close(next)
+	wg.Wait()
+	if failed != nil {
+		t.Fatal(failed)
 	}
 	slices.Sort(defects)
 	return defects
+}
+
+// historyReaders is how many transcripts transcriptDefects reads at once.
+const historyReaders = 8
+
+// historyRetried reads a session's history, trying up to five times (each
+// try bounded by 20 s).
+func historyRetried(t *testing.T, c *lanefleet.Client, session string) ([]message.Entry, error) {
+	var (
+		entries []message.Entry
+		err     error
+	)
+	for range 5 {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		entries, err = c.History(ctx, session)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	return entries, err
 }
 
 // transcriptDefect says what is wrong with a transcript that should hold

@@ -20,20 +20,13 @@ import (
 // lanes bucket.
 func waitForFleet(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := js.Stream(t.Context(), events.InboundStream)
+	waitUntil(t, 30*time.Second, "a worker process creating the streams", func(ctx context.Context) bool {
+		_, err := js.Stream(ctx, events.InboundStream)
 		if err == nil {
-			_, err = kvstore.Bind(t.Context(), js, "")
+			_, err = kvstore.Bind(ctx, js, "")
 		}
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker process never created the streams")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // runEventsOf reads every stored event of a run, however many finals it has.

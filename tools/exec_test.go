@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,7 +86,11 @@ func TestExecSignal(t *testing.T) {
 }
 
 // marked returns the host pids of the live processes whose command line
-// contains marker.
+// has marker as a word (an argument, or a word of a shell's script). A
+// substring would do not: the 6-digit marker turned up inside other
+// processes' arguments (go-build1502445333 directories of compiles running
+// beside the test), so TestExecAbortKillsTree saw "its sleeps" before its
+// command started, aborted it, and failed with "command not started".
 func marked(marker string) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
@@ -95,11 +100,22 @@ func marked(marker string) []int {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), marker) && pidAlive(pid) {
+		if err == nil && hasWord(b, marker) && pidAlive(pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// hasWord reports whether the NUL-separated command line cmdline has word
+// as one of its arguments' space-separated words.
+func hasWord(cmdline []byte, word string) bool {
+	for arg := range strings.SplitSeq(string(cmdline), "\x00") {
+		if slices.Contains(strings.Fields(arg), word) {
+			return true
+		}
+	}
+	return false
 }
 
 // pidAlive reports whether pid still runs (and is not a zombie).
