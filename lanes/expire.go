@@ -213,140 +213,184 @@ func (w *Worker) ExpireIdle(ctx context.Context, cutoff time.Time, limit int) (E
 	if err != nil {
 		return st, err
 	}
-	var (
-		passErr error
-		ahead   []kvstore.Stored // read from the bucket, not looked at yet
-		seen    = map[string]bool{}
-		next    time.Time // the time of the first message the pass left
-		reached bool      // the pass reached the cutoff or the end
-	)
-	rest := w.retryStep(ctx, retries, cutoff, limit, &st, seen)
-	seq, scan := pos, expireScanFirst
-	pause := func() bool {
-		if rest <= 0 {
-			return ctx.Err() == nil
-		}
-		return restExpire(ctx, rest)
-	}
-	for st.Expired < limit && !reached && passErr == nil {
-		// A step: the next lanes to look at, each once a pass, at most
-		// as many as retention.Step says for how far behind the pass is,
-		// and the budget left.
-		var step []kvstore.Stored
-		stepSeq := seq // the position past the messages the step read
-		size := retention.StepLanes
-		if !next.IsZero() {
-			size = retention.Step(cutoff.Sub(next))
-		}
-		for len(step) < min(size, limit-st.Expired) {
-			if len(ahead) == 0 {
-				if len(step) > 0 {
-					break // look at these first
-				}
-				if !pause() {
-					break
-				}
-				began := time.Now()
-				ahead, err = w.lanes.ScanBatch(ctx, stepSeq, scan)
-				rest = retention.Rest(time.Since(began), 0, limit)
-				// A pass that keeps up finds the cutoff in its first
-				// messages: it reads a few, and more while it finds none.
-				scan = min(2*scan, expireScan)
-				if err != nil {
-					passErr = err
-					break
-				}
-				if len(ahead) == 0 {
-					reached = true // the end of the bucket
-					break
-				}
-			}
-			m := ahead[0]
-			if !m.Time.Before(cutoff) {
-				reached = true // every lane written before the cutoff
-				break
-			}
-			next = m.Time
-			ahead = ahead[1:]
-			st.Scanned++
-			stepSeq = m.Seq + 1
-			if !m.Data || seen[m.Token] || !w.ret.later[m.Token].IsZero() && !w.ret.later[m.Token].Before(cutoff) {
-				continue
-			}
-			seen[m.Token] = true
-			step = append(step, m)
-		}
+	p := &expirePass{w: w, cutoff: cutoff, limit: limit, retries: retries, st: &st, seen: map[string]bool{}, seq: pos, scan: expireScanFirst}
+	p.rest = w.retryStep(ctx, retries, cutoff, limit, &st, p.seen)
+	for st.Expired < limit && !p.reached && p.err == nil {
+		step, stepSeq := p.gather(ctx)
 		if len(step) == 0 {
-			if passErr == nil && ctx.Err() == nil {
-				seq = stepSeq
+			if p.err == nil && ctx.Err() == nil {
+				p.seq = stepSeq
 			}
 			break
 		}
-		if !pause() {
+		if !p.pause(ctx) {
 			break // the pass's time is up: the next reads this step again
 		}
-		st.Step = max(st.Step, len(step))
-		began := time.Now()
-		tokens := make([]string, len(step))
-		for i, m := range step {
-			tokens[i] = m.Token
-		}
-		outs, errs := w.forgetStep(ctx, tokens, cutoff)
-		n := 0
-		// The position passes the step unless a lane failed: then it
-		// stays at the first that did, which the next pass retries, until
-		// the lane is skipped.
-		moved := stepSeq
-		for i, m := range step {
-			forgot, hold := w.settle(&st, retries, m, outs[i], errs[i], cutoff)
-			if forgot {
-				n++
-			}
-			if hold != nil {
-				moved = min(moved, m.Seq)
-				passErr = errors.Join(passErr, hold)
-			}
-		}
-		if len(w.ret.fails) > maxFails {
-			clear(w.ret.fails) // lanes another worker's passes moved past
-		}
-		seq = moved
-		took := time.Since(began)
-		w.ret.steps.Add(1)
-		w.ret.lanes.Add(int64(len(step)))
-		w.ret.busy.Add(int64(took))
-		rest = retention.Rest(took, n, limit)
+		p.forget(ctx, step, stepSeq)
 	}
-	if reached {
+	err = p.finish(ctx, pos, rev) // sets st's lag and retry count
+	return st, err
+}
+
+// expirePass is one retention pass's walk of the lanes bucket (ExpireIdle):
+// where it is, what it read ahead, and how it went.
+type expirePass struct {
+	w       *Worker
+	cutoff  time.Time
+	limit   int
+	retries *retryList
+	st      *ExpireStats
+
+	seq     uint64           // the position the pass stores: past every lane it is done with
+	scan    int              // how many messages the next read of the bucket asks for
+	ahead   []kvstore.Stored // read from the bucket, not looked at yet
+	seen    map[string]bool  // lanes looked at this pass
+	next    time.Time        // the time of the first message the pass left
+	reached bool             // the pass reached the cutoff or the end
+	rest    time.Duration    // how long to rest before the next request
+	err     error
+}
+
+// pause rests as long as the pass's pace says (retention.Rest), reporting
+// false when ctx ends first.
+func (p *expirePass) pause(ctx context.Context) bool {
+	if p.rest <= 0 {
+		return ctx.Err() == nil
+	}
+	return restExpire(ctx, p.rest)
+}
+
+// gather reads the next lanes to look at, each once a pass, at most as
+// many as retention.Step says for how far behind the pass is and the
+// budget left, and the position past the messages it read (stepSeq).
+func (p *expirePass) gather(ctx context.Context) (step []kvstore.Stored, stepSeq uint64) {
+	stepSeq = p.seq
+	size := retention.StepLanes
+	if !p.next.IsZero() {
+		size = retention.Step(p.cutoff.Sub(p.next))
+	}
+	for len(step) < min(size, p.limit-p.st.Expired) {
+		if len(p.ahead) == 0 {
+			if len(step) > 0 || !p.readAhead(ctx, stepSeq) {
+				break // look at these first; or nothing more to read
+			}
+		}
+		m := p.ahead[0]
+		if !m.Time.Before(p.cutoff) {
+			p.reached = true // every lane written before the cutoff
+			break
+		}
+		p.next = m.Time
+		p.ahead = p.ahead[1:]
+		p.st.Scanned++
+		stepSeq = m.Seq + 1
+		later := p.w.ret.later[m.Token]
+		if !m.Data || p.seen[m.Token] || !later.IsZero() && !later.Before(p.cutoff) {
+			continue
+		}
+		p.seen[m.Token] = true
+		step = append(step, m)
+	}
+	return step, stepSeq
+}
+
+// readAhead reads the bucket's next messages from seq into ahead,
+// reporting false when there are none (the end: reached), on an error
+// (err), or when ctx ends during the pause before it.
+func (p *expirePass) readAhead(ctx context.Context, seq uint64) bool {
+	if !p.pause(ctx) {
+		return false
+	}
+	began := time.Now()
+	ahead, err := p.w.lanes.ScanBatch(ctx, seq, p.scan)
+	p.rest = retention.Rest(time.Since(began), 0, p.limit)
+	// A pass that keeps up finds the cutoff in its first messages: it
+	// reads a few, and more while it finds none.
+	p.scan = min(2*p.scan, expireScan)
+	switch {
+	case err != nil:
+		p.err = err
+		return false
+	case len(ahead) == 0:
+		p.reached = true // the end of the bucket
+		return false
+	}
+	p.ahead = ahead
+	return true
+}
+
+// forget forgets the step's idle lanes at once and moves the position past
+// the step (stepSeq) unless a lane failed: then it stays at the first that
+// did, which the next pass retries, until the lane is skipped.
+func (p *expirePass) forget(ctx context.Context, step []kvstore.Stored, stepSeq uint64) {
+	w := p.w
+	p.st.Step = max(p.st.Step, len(step))
+	began := time.Now()
+	tokens := make([]string, len(step))
+	for i, m := range step {
+		tokens[i] = m.Token
+	}
+	outs, errs := w.forgetStep(ctx, tokens, p.cutoff)
+	n := 0
+	moved := stepSeq
+	for i, m := range step {
+		forgot, hold := w.settle(p.st, p.retries, m, outs[i], errs[i], p.cutoff)
+		if forgot {
+			n++
+		}
+		if hold != nil {
+			moved = min(moved, m.Seq)
+			p.err = errors.Join(p.err, hold)
+		}
+	}
+	if len(w.ret.fails) > maxFails {
+		clear(w.ret.fails) // lanes another worker's passes moved past
+	}
+	p.seq = moved
+	took := time.Since(began)
+	w.ret.steps.Add(1)
+	w.ret.lanes.Add(int64(len(step)))
+	w.ret.busy.Add(int64(took))
+	p.rest = retention.Rest(took, n, p.limit)
+}
+
+// finish works out the pass's lag, trims the lanes remembered for later,
+// stores the retry list and the position the pass reached (pos and rev:
+// where it started), and returns the pass's error.
+func (p *expirePass) finish(ctx context.Context, pos, rev uint64) error {
+	w, st := p.w, p.st
+	next := p.next
+	if p.reached {
 		next = time.Time{}
 	}
-	if len(ahead) > 0 && !reached {
-		next = ahead[0].Time
+	if len(p.ahead) > 0 && !p.reached {
+		next = p.ahead[0].Time
 	}
-	st.Lag = retention.Lag(cutoff, next, reached)
+	st.Lag = retention.Lag(p.cutoff, next, p.reached)
 	// Lanes remembered with a write the cutoff has passed are looked at
 	// when the scan reaches them; those it never reaches again (forgotten
 	// meanwhile by an operator) go here.
 	if len(w.ret.later) >= maxLater {
 		for tok, at := range w.ret.later {
-			if at.Before(cutoff) {
+			if at.Before(p.cutoff) {
 				delete(w.ret.later, tok)
 			}
 		}
 	}
 	wctx := context.WithoutCancel(ctx)
-	if err := retries.store(wctx, w.lanes); err != nil {
+	seq, err := p.seq, p.err
+	if serr := p.retries.store(wctx, w.lanes); serr != nil {
 		// The position does not pass a lane skipped but not listed.
-		seq = min(seq, retries.firstSkipped(seq))
-		passErr = errors.Join(passErr, err)
+		seq = min(seq, p.retries.firstSkipped(seq))
+		err = errors.Join(err, serr)
 	}
-	st.Retrying = retries.len()
+	st.Retrying = p.retries.len()
 	if seq != pos {
-		if err := w.lanes.SetRetentionPos(wctx, seq, rev); err != nil && !errors.Is(err, kvstore.ErrPosMoved) {
-			passErr = errors.Join(passErr, err)
+		if perr := w.lanes.SetRetentionPos(wctx, seq, rev); perr != nil && !errors.Is(perr, kvstore.ErrPosMoved) {
+			err = errors.Join(err, perr)
 		}
 	}
-	return st, passErr
+	return err
 }
 
 // retryStep tries the lanes of the retry list whose wait is over, as many
