@@ -94,6 +94,7 @@
 //	sweep.go           the sweep: idle lanes with messages or owed finals
 //	pause.go           paused sessions (Config.Paused), their notices, Wake
 //	expire.go          the retention pass (Worker.ExpireIdle) and its loop
+//	forget.go          forgetting one idle session under its lease (the pass's and Worker.Forget)
 //	retries.go         the retention pass's retry list (lanes whose forget kept failing)
 //	transcripts.go     the worker's transcript cache, and an owner's read of its lane's transcript
 //	gate.go            the set-up gate
