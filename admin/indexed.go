@@ -84,6 +84,49 @@ func planIndex(scope *Scope, query string) indexPlan {
 	return p
 }
 
+// indexRead is what readIndex found: entries newest first, how many the
+// plan matches (-1: not counted), the cursor of the next page (0: none),
+// and whether the scan stopped before the page filled.
+type indexRead struct {
+	entries []sessionindex.Entry
+	total   int
+	next    uint64
+	partial bool
+}
+
+// readIndex reads up to limit of plan's entries below sequence before (0:
+// from the newest), newest first: its keys one by one when the plan is a
+// lookup (counted when read from the newest), else the index through its
+// filter, looking at up to IndexScanMax entries (limit when more).
+func (s *Service) readIndex(ctx context.Context, plan indexPlan, before uint64, limit int) (indexRead, error) {
+	if !plan.lookup {
+		page, err := s.cfg.Index.Newest(ctx, sessionindex.Query{Before: before, Filter: plan.filter, Limit: limit,
+			Keep: plan.keep, MaxScan: max(IndexScanMax, limit)})
+		if err != nil {
+			return indexRead{}, err
+		}
+		return indexRead{entries: page.Entries, total: -1, next: page.Next, partial: page.Partial}, nil
+	}
+	found, err := s.cfg.Index.Lookup(ctx, plan.keys)
+	if err != nil {
+		return indexRead{}, err
+	}
+	var kept []sessionindex.Entry
+	for _, e := range found {
+		if (before == 0 || e.Seq < before) && (plan.keep == nil || plan.keep(e)) {
+			kept = append(kept, e)
+		}
+	}
+	r := indexRead{entries: kept[:min(limit, len(kept))], total: -1}
+	if before == 0 {
+		r.total = len(kept)
+	}
+	if len(kept) > limit && limit > 0 {
+		r.next = kept[limit-1].Seq
+	}
+	return r, nil
+}
+
 // listIndexed answers a sessions request from the session index: the
 // page's entries, newest activity first, then each listed session's
 // details read as the listing without an index reads them.
@@ -99,50 +142,24 @@ func (s *Service) listIndexed(ctx context.Context, q SessionsRequest, n int) (Se
 		return SessionsReply{}, badRequest("offset %d is over %d: page with after (a listing's next)", q.Offset, IndexOffsetMax)
 	}
 	plan := planIndex(q.Scope, strings.ToLower(q.Query))
-	var (
-		entries []sessionindex.Entry
-		rep     = SessionsReply{Total: -1}
-	)
-	if plan.lookup {
-		found, err := s.cfg.Index.Lookup(ctx, plan.keys)
-		if err != nil {
+	read, err := s.readIndex(ctx, plan, before, q.Offset+n)
+	if err != nil {
+		return SessionsReply{}, err
+	}
+	rep := SessionsReply{Total: read.total, Partial: read.partial}
+	if read.next > 0 {
+		rep.Next = indexCursor(read.next)
+	}
+	if !plan.lookup && plan.exact && plan.filter == sessionindex.Prefix+"*.*" {
+		// The whole index counts at no cost (its stream's state); a
+		// tenant's count cost the server a walk of its sessions.
+		if rep.Total, err = s.cfg.Index.Count(ctx); err != nil {
 			return SessionsReply{}, err
-		}
-		var kept []sessionindex.Entry
-		for _, e := range found {
-			if (before == 0 || e.Seq < before) && (plan.keep == nil || plan.keep(e)) {
-				kept = append(kept, e)
-			}
-		}
-		if q.After == "" {
-			rep.Total = len(kept)
-		}
-		kept = kept[min(q.Offset, len(kept)):]
-		entries = kept[:min(n, len(kept))]
-		if len(kept) > n {
-			rep.Next = indexCursor(entries[len(entries)-1].Seq)
-		}
-	} else {
-		page, err := s.cfg.Index.Newest(ctx, sessionindex.Query{Before: before, Filter: plan.filter, Limit: q.Offset + n,
-			Keep: plan.keep, MaxScan: IndexScanMax})
-		if err != nil {
-			return SessionsReply{}, err
-		}
-		entries = page.Entries[min(q.Offset, len(page.Entries)):]
-		if page.Next > 0 {
-			rep.Next = indexCursor(page.Next)
-		}
-		rep.Partial = page.Partial
-		if plan.exact && plan.filter == sessionindex.Prefix+"*.*" {
-			// The whole index counts at no cost (its stream's state); a
-			// tenant's count cost the server a walk of its sessions.
-			if rep.Total, err = s.cfg.Index.Count(ctx); err != nil {
-				return SessionsReply{}, err
-			}
 		}
 	}
+	entries := read.entries[min(q.Offset, len(read.entries)):]
 	list := make([]*lane, len(entries))
-	err := each(ctx, len(entries), func(ctx context.Context, i int) error {
+	err = each(ctx, len(entries), func(ctx context.Context, i int) error {
 		l, err := s.laneOf(ctx, entries[i])
 		list[i] = l
 		return err
@@ -213,23 +230,12 @@ func (s *Service) recent(ctx context.Context, scope *Scope, n int) ([]*lane, err
 		list, err := s.lanesIn(ctx, scope, "")
 		return list[:min(len(list), n)], err
 	}
-	plan := planIndex(scope, "")
-	var entries []sessionindex.Entry
-	if plan.lookup {
-		found, err := s.cfg.Index.Lookup(ctx, plan.keys)
-		if err != nil {
-			return nil, err
-		}
-		entries = found[:min(len(found), n)]
-	} else {
-		page, err := s.cfg.Index.Newest(ctx, sessionindex.Query{Filter: plan.filter, Limit: n, Keep: plan.keep, MaxScan: max(IndexScanMax, n)})
-		if err != nil {
-			return nil, err
-		}
-		entries = page.Entries
+	read, err := s.readIndex(ctx, planIndex(scope, ""), 0, n)
+	if err != nil {
+		return nil, err
 	}
-	list := make([]*lane, len(entries))
-	for i, e := range entries {
+	list := make([]*lane, len(read.entries))
+	for i, e := range read.entries {
 		list[i] = &lane{token: e.Token, key: e.Key}
 	}
 	return list, nil

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lanefleet/lanefleet/ecmatext"
+	"github.com/lanefleet/lanefleet/internal/pathless"
 )
 
 // The workspace files OpenClaw injects into the system prompt, in its order.
@@ -131,7 +132,7 @@ func LoadContextFiles(workspace string, opts ContextOptions) ([]ContextFile, []W
 	workspace = filepath.Clean(workspace)
 	root, err := os.OpenRoot(workspace)
 	if err != nil {
-		return nil, []Warning{{workspace, fmt.Sprintf("workspace unreadable; no context files loaded: %v", unwrapPath(err))}}
+		return nil, []Warning{{workspace, fmt.Sprintf("workspace unreadable; no context files loaded: %v", pathless.Err(err))}}
 	}
 	defer root.Close()
 

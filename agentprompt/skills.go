@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/lanefleet/lanefleet/ecmatext"
+	"github.com/lanefleet/lanefleet/internal/pathless"
 )
 
 // Limits of the Agent Skills specification (agentskills.io), as pi checks
@@ -115,12 +116,12 @@ func loadSkillDir(dir string) ([]Skill, []Warning) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, []Warning{{dir, fmt.Sprintf("skills directory unreadable: %v", unwrapPath(err))}}
+		return nil, []Warning{{dir, fmt.Sprintf("skills directory unreadable: %v", pathless.Err(err))}}
 	}
 	defer root.Close()
 	entries, err := readRootDir(root)
 	if err != nil {
-		return nil, []Warning{{dir, fmt.Sprintf("skills directory unreadable: %v", unwrapPath(err))}}
+		return nil, []Warning{{dir, fmt.Sprintf("skills directory unreadable: %v", pathless.Err(err))}}
 	}
 	var (
 		skills []Skill
@@ -138,7 +139,7 @@ func loadSkillDir(dir string) ([]Skill, []Warning) {
 				continue // a dangling link
 			}
 			if err != nil {
-				warns = append(warns, Warning{filepath.Join(dir, name), fmt.Sprintf("skill directory refused: %v", unwrapPath(err))})
+				warns = append(warns, Warning{filepath.Join(dir, name), fmt.Sprintf("skill directory refused: %v", pathless.Err(err))})
 				continue
 			}
 			isDir = fi.IsDir()
@@ -331,12 +332,12 @@ func xmlEscape(b *strings.Builder, s string) {
 func readRootFile(root *os.Root, rel string, limit int64, whole bool) (string, fs.FileInfo, error) {
 	f, err := root.OpenFile(rel, os.O_RDONLY|oNonblock, 0)
 	if err != nil {
-		return "", nil, unwrapPath(err)
+		return "", nil, pathless.Err(err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return "", nil, unwrapPath(err)
+		return "", nil, pathless.Err(err)
 	}
 	if !fi.Mode().IsRegular() {
 		return "", nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
@@ -346,7 +347,7 @@ func readRootFile(root *os.Root, rel string, limit int64, whole bool) (string, f
 	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return "", nil, unwrapPath(err)
+		return "", nil, pathless.Err(err)
 	}
 	if int64(len(data)) > limit {
 		if whole {
@@ -355,14 +356,4 @@ func readRootFile(root *os.Root, rel string, limit int64, whole bool) (string, f
 		data = data[:limit]
 	}
 	return strings.ToValidUTF8(string(data), "\uFFFD"), fi, nil
-}
-
-// unwrapPath drops the *fs.PathError wrapper (whose path is relative to a
-// root and would repeat the warning's path), keeping the operation's cause
-// so that errors.Is still sees fs.ErrNotExist.
-func unwrapPath(err error) error {
-	if pe, ok := errors.AsType[*fs.PathError](err); ok {
-		return pe.Err
-	}
-	return err
 }

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/pathless"
 	"github.com/lanefleet/lanefleet/provider"
 )
 
@@ -244,13 +244,13 @@ func (r SecretRef) Resolve(src SecretSources) (provider.Secret, error) {
 	case RefFile:
 		f, err := os.Open(r.Name)
 		if err != nil {
-			return "", fmt.Errorf("%w %s: %w", ErrSecretRef, r, pathless(err))
+			return "", fmt.Errorf("%w %s: %w", ErrSecretRef, r, pathless.Err(err))
 		}
 		defer f.Close()
 		b, err := io.ReadAll(io.LimitReader(f, MaxSecretFileBytes+1))
 		switch {
 		case err != nil:
-			return "", fmt.Errorf("%w %s: read: %w", ErrSecretRef, r, pathless(err))
+			return "", fmt.Errorf("%w %s: read: %w", ErrSecretRef, r, pathless.Err(err))
 		case len(b) > MaxSecretFileBytes:
 			return "", fmt.Errorf("%w %s: larger than %d bytes", ErrSecretRef, r, MaxSecretFileBytes)
 		}
@@ -332,14 +332,4 @@ func (p Profile) RefreshSecret(src SecretSources) (provider.Secret, error) {
 		return "", fmt.Errorf("auth profile %q: refreshRef: %w", p.ID, err)
 	}
 	return s, nil
-}
-
-// pathless is err without the path an *fs.PathError repeats (the
-// reference names it).
-func pathless(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

@@ -5,9 +5,12 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/gateway/auth"
 	"github.com/lanefleet/lanefleet/gateway/openai"
 	"github.com/lanefleet/lanefleet/gateway/route"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -65,6 +68,22 @@ func fillPattern(pattern string) string {
 	return strings.NewReplacer("{seq}", "1", "{id}", "x", "{path...}", "AGENTS.md", "{model...}", "scripted/echo", "{key}", "globex:secret", "{tenant}", "globex").Replace(pattern)
 }
 
+// isolationTokens are setup's tokens and those of scopes the session
+// index reads in other ways (admin's planIndex): a scope of nothing (no
+// prefixes, no sessions: a lookup of no keys), a prefix inside the other
+// tenant's group (read through that group's filter, entry by entry), and
+// a prefix whose group cannot be a key (too long: the whole index, entry
+// by entry).
+var isolationTokens = append(slices.Clone(testTokens),
+	TokenEntry{Name: "nobody", Role: auth.Sender},
+	TokenEntry{Name: "globex-pub", Role: auth.Sender, Prefixes: []string{"globex:pub"}},
+	TokenEntry{Name: "unkeyable", Role: auth.Sender, Prefixes: []string{strings.Repeat("g", events.MaxKeyBytes) + ":"}},
+)
+
+// outsiders are the tokens that must not reach the other tenant's
+// sessions.
+var outsiders = []string{"acme", "acme-viewer", "nobody", "globex-pub", "unkeyable"}
+
 // TestTenantIsolation walks every route the server mounts (its own and
 // the mounted packages') with two tenants' tokens: a session route named
 // with the other tenant's session answers 404 as for a session nobody
@@ -74,7 +93,7 @@ func fillPattern(pattern string) string {
 // as it was: no message reached it, no setting changed.
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{openai: true, member: func(c *fleet.Config) {
+	b := setup(t, setupOpts{openai: true, tokens: isolationTokens, member: func(c *fleet.Config) {
 		c.WorkspaceRoot = t.TempDir()
 		c.ToolPolicy = tools.Policy{Approve: []string{"write"}}
 	}})
@@ -115,7 +134,7 @@ func TestTenantIsolation(t *testing.T) {
 				}
 				return
 			case route.Fleet:
-				for _, who := range []string{"acme", "acme-viewer", "globex"} {
+				for _, who := range append([]string{"globex"}, outsiders...) {
 					resp := b.do(t, who, rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
 					resp.Body.Close()
 					if resp.StatusCode != 403 {
@@ -130,7 +149,7 @@ func TestTenantIsolation(t *testing.T) {
 				if strings.HasPrefix(rt.Pattern, "/api/agents/{id}") {
 					// An agent none of whose sessions the caller
 					// reaches: as for no such agent.
-					for _, who := range []string{"acme", "acme-viewer"} {
+					for _, who := range outsiders {
 						resp := b.do(t, who, rt.Method, fillPattern(rt.Pattern), "")
 						resp.Body.Close()
 						if resp.StatusCode != 404 {
@@ -139,11 +158,14 @@ func TestTenantIsolation(t *testing.T) {
 					}
 					break
 				}
-				for _, who := range []string{"acme", "acme-viewer"} {
+				for _, who := range outsiders {
 					resp := b.do(t, who, rt.Method, fillPattern(rt.Pattern), bodyFor(rt))
 					body, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
-					if resp.StatusCode != 200 || strings.Contains(string(body), "globex") {
+					// globex-pub's own name and prefix (GET /api/me) are
+					// no leak.
+					own := strings.NewReplacer("globex-pub", "", "globex:pub", "")
+					if resp.StatusCode != 200 || strings.Contains(own.Replace(string(body)), "globex") {
 						t.Fatalf("%s sees: %d %.300s", who, resp.StatusCode, body)
 					}
 				}
@@ -160,7 +182,7 @@ func TestTenantIsolation(t *testing.T) {
 					t.Fatalf("route %s names a session, but sessionRequests does not say how: add it", id)
 				}
 				path, body, hdr := req(theirs)
-				for _, who := range []string{"acme", "acme-viewer"} {
+				for _, who := range outsiders {
 					if who == "acme-viewer" && rt.Reach == route.SessionWrite {
 						resp := b.do(t, who, rt.Method, path, body, hdr...)
 						resp.Body.Close()
@@ -218,7 +240,7 @@ func mcpIsolation(t *testing.T, b *bundle, theirs string) {
 		resp.Body.Close()
 		return resp.StatusCode, string(got)
 	}
-	for _, who := range []string{"acme", "acme-viewer"} {
+	for _, who := range outsiders {
 		if code, got := call(who, "list_sessions", nil); code != 200 || strings.Contains(got, "globex") || strings.Contains(got, `"isError":true`) {
 			t.Fatalf("%s: list_sessions: %d %.300s", who, code, got)
 		}

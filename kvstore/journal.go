@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,11 +78,21 @@ func ensureSteps(ctx context.Context, js jetstream.JetStream, cfg Config) (jetst
 	return s, nil
 }
 
-// EnsureStream updates the stream to cfg, or creates it when there is
-// none. The update comes first because JetStream checks a create's byte
-// reservation before it finds the stream exists: a worker joining a fleet
-// whose store is reserved in full would be refused a stream that is there.
+// EnsureStream makes the stream cfg describes: it leaves it alone when
+// it already has cfg (sameStream), updates it to cfg otherwise, and
+// creates it when there is none. An update is not sent for nothing: a
+// worker that restarts re-ensures every stream, and an update rewrites
+// the stream's store configuration under its consumers (nats-server
+// v2.15.2 raced fileStore.UpdateConfig against a consumer's store being
+// made, seen under -race in integration TestScheduleAcrossWorkerFaults).
+// The update comes before any create because JetStream checks a create's
+// byte reservation before it finds the stream exists: a worker joining a
+// fleet whose store is reserved in full would be refused a stream that is
+// there.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if s, err := js.Stream(ctx, cfg.Name); err == nil && sameStream(cfg, s.CachedInfo().Config) {
+		return s, nil
+	}
 	s, err := js.UpdateStream(ctx, cfg)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, cfg)
@@ -90,6 +101,55 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		}
 	}
 	return s, err
+}
+
+// sameStream reports whether a stream configured as have already has
+// cfg: have equals cfg with the defaults the server fills in for the
+// limits cfg leaves zero, the server's own metadata ("_nats.*") aside.
+// Any other difference, a field set elsewhere (by hand, by an older
+// version) included, says no, and EnsureStream updates: a needless
+// update costs a request, a missed one a stream not as configured.
+func sameStream(cfg, have jetstream.StreamConfig) bool {
+	want := cfg
+	for _, lim := range []*int64{&want.MaxMsgs, &want.MaxBytes, &want.MaxMsgsPerSubject} {
+		if *lim == 0 {
+			*lim = -1
+		}
+	}
+	if want.MaxConsumers == 0 {
+		want.MaxConsumers = -1
+	}
+	if want.MaxMsgSize == 0 {
+		want.MaxMsgSize = -1
+	}
+	if want.Replicas == 0 {
+		want.Replicas = 1
+	}
+	if want.Duplicates == 0 && want.Mirror == nil {
+		// The server's default window, or MaxAge when that is shorter
+		// (an account's own limit differs: then this updates).
+		want.Duplicates = 2 * time.Minute
+		if want.MaxAge > 0 && want.MaxAge < want.Duplicates {
+			want.Duplicates = want.MaxAge
+		}
+	}
+	want.Metadata, have.Metadata = ownMetadata(want.Metadata), ownMetadata(have.Metadata)
+	return reflect.DeepEqual(want, have)
+}
+
+// ownMetadata is a stream's metadata without the server's ("_nats.*"),
+// nil when none is left.
+func ownMetadata(m map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if !strings.HasPrefix(k, "_nats.") {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // RacedCreate reports whether a failed create (err) lost a race with

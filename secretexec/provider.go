@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lanefleet/lanefleet/authprofile"
+	"github.com/lanefleet/lanefleet/internal/pathless"
 )
 
 // Bounds and defaults of a declaration.
@@ -164,12 +164,12 @@ func decode(name string, raw json.RawMessage) (Provider, error) {
 func (p Provider) Check() (Provider, error) {
 	path, err := filepath.EvalSymlinks(p.Command)
 	if err != nil {
-		return p, fmt.Errorf("%w %q: command %s: %w", ErrProvider, p.Name, p.Command, pathless(err))
+		return p, fmt.Errorf("%w %q: command %s: %w", ErrProvider, p.Name, p.Command, pathless.Err(err))
 	}
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
-		return p, fmt.Errorf("%w %q: command %s: %w", ErrProvider, p.Name, p.Command, pathless(err))
+		return p, fmt.Errorf("%w %q: command %s: %w", ErrProvider, p.Name, p.Command, pathless.Err(err))
 	case !fi.Mode().IsRegular():
 		return p, fmt.Errorf("%w %q: command %s is not a regular file", ErrProvider, p.Name, path)
 	case fi.Mode().Perm()&0o111 == 0:
@@ -179,13 +179,4 @@ func (p Provider) Check() (Provider, error) {
 	}
 	p.Command = path
 	return p, nil
-}
-
-// pathless is err without the path an *fs.PathError repeats.
-func pathless(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,7 +100,10 @@ type Index struct {
 const listedSetMax = 1 << 16
 
 // listedSet remembers, by a hash of their subjects, the sessions this
-// index wrote an entry of (Touch, Queued), so that Queued skips them:
+// index wrote an entry of (Touch, Queued), so that Queued skips them. A
+// session is marked when its write goes out and unmarked when the write
+// fails (its ack names the hash), so a failed write does not keep it
+// unlisted until its turn starts:
 // most messages are of listed sessions, and a conditional write that the
 // server refuses cost each turn about a quarter of a millisecond
 // (lanebench listing). It is cleared when full, and forgets a session
@@ -111,8 +115,9 @@ type listedSet struct {
 	m    map[uint64]struct{}
 }
 
-// add notes subj as listed and reports whether it was not.
-func (l *listedSet) add(subj string) bool {
+// add notes subj as listed; it returns subj's hash and whether subj
+// was not listed.
+func (l *listedSet) add(subj string) (uint64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil || len(l.m) >= listedSetMax {
@@ -120,10 +125,10 @@ func (l *listedSet) add(subj string) bool {
 	}
 	h := maphash.String(l.seed, subj)
 	if _, ok := l.m[h]; ok {
-		return false
+		return h, false
 	}
 	l.m[h] = struct{}{}
-	return true
+	return h, true
 }
 
 // remove forgets subj.
@@ -131,6 +136,15 @@ func (l *listedSet) remove(subj string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.m, maphash.String(l.seed, subj))
+}
+
+// forget forgets the session of hash h, whose write failed. Were the set
+// cleared since, h might be another session's under the new seed: that
+// session's next Queued writes again, and the server refuses it.
+func (l *listedSet) forget(h uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, h)
 }
 
 // Record is an entry's data: the session's newest run, and the summary
@@ -280,10 +294,11 @@ func (x *Index) Touch(key string, rec Record) {
 		return
 	}
 	data, _ := json.Marshal(rec)
-	if err := x.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: x.ackInbox, Data: data}); err != nil {
+	h, _ := x.listed.add(subj)
+	if err := x.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: x.ackReply(h), Data: data}); err != nil {
+		x.listed.forget(h)
 		x.noteFailure(err)
 	}
-	x.listed.add(subj)
 }
 
 // Queued lists a session whose message waits for its turn, unless it is
@@ -295,25 +310,38 @@ func (x *Index) Touch(key string, rec Record) {
 // lately is not written again (listedSet).
 func (x *Index) Queued(key, run string) {
 	subj, err := Subject(key)
-	if err != nil || !x.listed.add(subj) {
+	if err != nil {
+		return
+	}
+	h, added := x.listed.add(subj)
+	if !added {
 		return
 	}
 	data, _ := json.Marshal(Record{Run: run})
 	m := nats.NewMsg(subj)
-	m.Reply, m.Data = x.ackInbox, data
+	m.Reply, m.Data = x.ackReply(h), data
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	if err := x.nc.PublishMsg(m); err != nil {
+		x.listed.forget(h)
 		x.noteFailure(err)
 	}
 }
 
+// ackReply is the reply subject of the write of the session whose
+// listedSet hash is h: the acks' inbox, then h, which a failure's ack
+// gives back to unmark the session.
+func (x *Index) ackReply(h uint64) string {
+	return x.ackInbox + "." + strconv.FormatUint(h, 36)
+}
+
 // listen reads the acks of Touch's and Queued's publishes, all on one
-// subscription, so a publish keeps no state while its ack is on the way;
-// an ack that says the write failed is logged, but not Queued's refusal
-// of a session that has an entry.
+// subscription, so a publish keeps no state while its ack is on the way
+// (its reply subject carries its session's hash, ackReply); an ack that
+// says the write failed unmarks the session and is logged, but not
+// Queued's refusal of a session that has an entry.
 func (x *Index) listen() error {
 	inbox := x.nc.NewRespInbox()
-	sub, err := x.nc.Subscribe(inbox, func(m *nats.Msg) {
+	sub, err := x.nc.Subscribe(inbox+".*", func(m *nats.Msg) {
 		var ack struct {
 			Error *struct {
 				Code        jetstream.ErrorCode `json:"err_code"`
@@ -321,12 +349,14 @@ func (x *Index) listen() error {
 			} `json:"error"`
 		}
 		if err := json.Unmarshal(m.Data, &ack); err != nil {
+			x.unmark(m.Subject)
 			x.noteFailure(fmt.Errorf("ack: %w", err))
 			return
 		}
 		switch {
 		case ack.Error == nil, wrongLast(ack.Error.Code): // Queued: the session has its entry
 		default:
+			x.unmark(m.Subject)
 			x.noteFailure(errors.New(ack.Error.Description))
 		}
 	})
@@ -335,6 +365,14 @@ func (x *Index) listen() error {
 	}
 	x.ackInbox, x.ackSub = inbox, sub
 	return nil
+}
+
+// unmark forgets the session whose write's ack came on reply (ackReply).
+func (x *Index) unmark(reply string) {
+	_, tail, _ := strings.Cut(reply[len(x.ackInbox):], ".")
+	if h, err := strconv.ParseUint(tail, 36, 64); err == nil {
+		x.listed.forget(h)
+	}
 }
 
 // wrongLast reports the refusal of a write that expected a subject's last

@@ -361,6 +361,68 @@ func TestQueued(t *testing.T) {
 	}
 }
 
+// lines is a log that hands each line written to it to the test.
+type lines chan string
+
+func (l lines) Write(p []byte) (int, error) {
+	l <- string(p)
+	return len(p), nil
+}
+
+// TestQueuedAfterFailedWrite: a Queued whose write the server does not
+// store (here the stream is gone) leaves the session unlisted, so the
+// next Queued, once the stream is back, writes its entry again. It was
+// marked listed as the write went out and stayed so: the session was not
+// listed until its turn started.
+func TestQueuedAfterFailedWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logged := make(lines, 16)
+	x, _, err := sessionindex.Ensure(b.ctx, b.js, sessionindex.Config{Logger: zerolog.New(logged)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	st, err := b.js.Stream(b.ctx, sessionindex.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	if err := b.js.DeleteStream(b.ctx, sessionindex.Stream); err != nil {
+		t.Fatal(err)
+	}
+	x.Queued("acme:waiting", "1")
+	select { // the failed write's ack, handled
+	case line := <-logged:
+		if !strings.Contains(line, "an entry was not written") {
+			t.Fatalf("logged %s", line)
+		}
+	case <-b.ctx.Done():
+		t.Fatal("the failed write was not noticed")
+	}
+	if _, err := b.js.CreateStream(b.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := b.js.OrderedConsumer(b.ctx, sessionindex.Stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Queued("acme:waiting", "2")
+	x.Queued("acme:other", "3")
+	// Publishes of one connection are stored in order: acme:waiting's
+	// entry comes first unless it was not sent.
+	m, err := cons.Next(jetstream.FetchContext(b.ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := sessionindex.Subject("acme:waiting"); m.Subject() != want {
+		t.Fatalf("stored %s first, want acme:waiting's entry", m.Subject())
+	}
+	if n := x.Failures(); n != 1 {
+		t.Errorf("%d failures, want 1", n)
+	}
+}
+
 // TestSeedRaceReplicated: Seeds of one session racing on a replicated
 // index, where a conditional write meeting another in flight is refused
 // with 10164 rather than 10071, all succeed and leave one entry. They

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/pathless"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/tools/patch"
@@ -432,7 +433,7 @@ func (p *plan) stage(tmp string, f *planned) error {
 	cerr := fh.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		p.root.Remove(tmp) //nolint:errcheck // best effort
-		return fmt.Errorf("writing %q failed: %v", f.name, unwrapPathErr(err))
+		return fmt.Errorf("writing %q failed: %v", f.name, pathless.Err(err))
 	}
 	if err := p.root.Chmod(tmp, f.mode); err != nil {
 		p.root.Remove(tmp) //nolint:errcheck // best effort

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanefleet/lanefleet/internal/pathless"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/sandbox"
@@ -213,7 +214,7 @@ func (t *execTool) start(ctx context.Context, command string) (*execRun, error) 
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("command not started: the run was aborted (%v)", ctx.Err())
 		}
-		return nil, fmt.Errorf("cannot start the command: %v", unwrapPathErr(err))
+		return nil, fmt.Errorf("cannot start the command: %v", pathless.Err(err))
 	}
 	r.pr = pr
 	go func() {

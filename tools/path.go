@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/lanefleet/lanefleet/internal/pathless"
 )
 
 // resolve maps a path the model gave to a name relative to the workspace
@@ -81,21 +83,11 @@ func fsError(p string, err error) error {
 	case errors.Is(err, syscall.ENXIO):
 		return fmt.Errorf("%q is not a regular file", p)
 	}
-	return fmt.Errorf("%q: %v", p, unwrapPathErr(err))
+	return fmt.Errorf("%q: %v", p, pathless.Err(err))
 }
 
 // isEscape recognises os.Root's refusal of a name that leads out of the
 // root; the error value is not exported, so its text is matched.
 func isEscape(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
-}
-
-// unwrapPathErr drops the operation and path of a *fs.PathError, whose path
-// may be an internal absolute path.
-func unwrapPathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanefleet/lanefleet/internal/pathless"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/sandbox"
@@ -417,7 +418,7 @@ func (t *processTool) spawn(ctx context.Context, id, command string, timeout tim
 	if err != nil {
 		inW.Close()
 		outR.Close()
-		return nil, fmt.Errorf("cannot start the process: %v", unwrapPathErr(err))
+		return nil, fmt.Errorf("cannot start the process: %v", pathless.Err(err))
 	}
 	copied := make(chan struct{})
 	go func() {
@@ -729,7 +730,7 @@ func (t *processTool) write(p *bgProc, args map[string]any) (Result, error) {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return Result{}, fmt.Errorf("process %s does not read its stdin: part of the data was not written within %s", p.id, writeTimeout)
 			}
-			return Result{}, fmt.Errorf("process %s: write to stdin: %v", p.id, unwrapPathErr(err))
+			return Result{}, fmt.Errorf("process %s: write to stdin: %v", p.id, pathless.Err(err))
 		}
 	}
 	text := fmt.Sprintf("Wrote %d bytes to %s.", len(data), p.id)

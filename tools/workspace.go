@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/lanefleet/lanefleet/internal/pathless"
 )
 
 // Defaults of the Workspace limits, used for every limit left zero.
@@ -213,7 +215,7 @@ func (w Workspace) validate() (*ws, error) {
 func (w *ws) openRoot() (*os.Root, error) {
 	r, err := os.OpenRoot(w.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("workspace directory %s is not available: %v", w.Dir, unwrapPathErr(err))
+		return nil, fmt.Errorf("workspace directory %s is not available: %v", w.Dir, pathless.Err(err))
 	}
 	return r, nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/lanefleet/lanefleet/internal/pathless"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 )
@@ -112,10 +113,10 @@ func writeFile(root *os.Root, p, rel string, data []byte, create bool) (int, err
 	}
 	n, err := f.Write(data)
 	if err != nil {
-		return n, fmt.Errorf("writing %q failed after %d bytes: %v", p, n, unwrapPathErr(err))
+		return n, fmt.Errorf("writing %q failed after %d bytes: %v", p, n, pathless.Err(err))
 	}
 	if err := f.Close(); err != nil {
-		return n, fmt.Errorf("writing %q failed: %v", p, unwrapPathErr(err))
+		return n, fmt.Errorf("writing %q failed: %v", p, pathless.Err(err))
 	}
 	return n, nil
 }

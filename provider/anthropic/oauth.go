@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -416,7 +417,13 @@ func (o *OAuth) refresh(ctx context.Context, p OAuthProfile, rec *record, rev ui
 		clientID = o.cfg.ClientID
 	}
 	conf := oauth2.Config{ClientID: clientID, Endpoint: oauth2.Endpoint{TokenURL: o.cfg.TokenURL, AuthStyle: oauth2.AuthStyleInParams}}
-	xctx, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, o.client), o.cfg.Timeout)
+	seen := &answerSeen{next: o.client.Transport}
+	if seen.next == nil {
+		seen.next = http.DefaultTransport
+	}
+	client := *o.client
+	client.Transport = seen
+	xctx, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, &client), o.cfg.Timeout)
 	tok, err := conf.TokenSource(xctx, &oauth2.Token{RefreshToken: rec.Refresh}).Token()
 	cancel()
 	// What follows is written whatever becomes of ctx: a new pair must
@@ -424,10 +431,10 @@ func (o *OAuth) refresh(ctx context.Context, p OAuthProfile, rec *record, rev ui
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.Timeout)
 	defer scancel()
 	if err != nil {
-		return nil, o.failed(sctx, p, rec, rev, err)
+		return nil, o.failed(sctx, p, rec, rev, err, seen.status())
 	}
 	if tok.AccessToken == "" {
-		return nil, o.failed(sctx, p, rec, rev, errors.New("the token endpoint answered without an access token"))
+		return nil, o.failed(sctx, p, rec, rev, errors.New("the token endpoint answered without an access token"), seen.status())
 	}
 	next := record{Access: tok.AccessToken, Refresh: tok.RefreshToken, Seeds: rec.Seeds}
 	if next.Refresh == "" {
@@ -467,13 +474,34 @@ func (o *OAuth) refresh(ctx context.Context, p OAuthProfile, rec *record, rev ui
 	}
 }
 
+// answerSeen is the token request's transport: it remembers the status
+// of the answer, which tells a reply that came but could not be read
+// (oauth2 reports it as a plain error) from one that never came.
+type answerSeen struct {
+	next http.RoundTripper
+	code atomic.Int32
+}
+
+// RoundTrip sends r and notes the answer's status.
+func (a *answerSeen) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := a.next.RoundTrip(r)
+	if err == nil {
+		a.code.Store(int32(resp.StatusCode))
+	}
+	return resp, err
+}
+
+// status is the status of the last answer; 0 = none came.
+func (a *answerSeen) status() int { return int(a.code.Load()) }
+
 // failed records a refresh that got no new pair and returns its error:
 // a refusal of the refresh token (invalid_grant) is kept (nobody asks
-// with it again), an answer that never came is kept as cut (its refresh
-// token may be used up), and any other answer (another 4xx: the
-// configuration's; a rate limit; a server error) only releases the
-// claim.
-func (o *OAuth) failed(ctx context.Context, p OAuthProfile, rec *record, rev uint64, err error) error {
+// with it again), an answer that never came, or a successful one that
+// could not be read, is kept as cut (its refresh token may be used up),
+// and any other answer (another 4xx: the configuration's; a rate limit;
+// a server error) only releases the claim. answered is the status of
+// the endpoint's answer, 0 if none came.
+func (o *OAuth) failed(ctx context.Context, p OAuthProfile, rec *record, rev uint64, err error, answered int) error {
 	next := *rec
 	next.Claim = nil
 	var re *oauth2.RetrieveError
@@ -489,13 +517,20 @@ func (o *OAuth) failed(ctx context.Context, p OAuthProfile, rec *record, rev uin
 	case status >= 400 && status < 500 && status != http.StatusTooManyRequests:
 		// Not a verdict on the refresh token (a wrong client id or URL,
 		// a proxy's refusal): it is kept for the next try.
-		out = &provider.Error{Reason: provider.ReasonAuthPermanent, Status: status, Message: fmt.Sprintf("Anthropic OAuth refresh failed: the token endpoint %s answered %s — check ANTHROPIC_OAUTH_TOKEN_URL and the OAuth client id (ANTHROPIC_OAUTH_CLIENT_ID, the profile's clientId)", o.cfg.TokenURL, refusal(re)), Err: err}
+		out = &provider.Error{Reason: provider.ReasonAuthPermanent, Status: status, Message: fmt.Sprintf("Anthropic OAuth refresh failed: auth profile %q: the token endpoint %s answered %s — check ANTHROPIC_OAUTH_TOKEN_URL and the OAuth client id (ANTHROPIC_OAUTH_CLIENT_ID, the profile's clientId)", p.ID, o.cfg.TokenURL, refusal(re)), Err: err}
 	case status != 0:
 		reason := provider.ReasonTimeout
 		if status == http.StatusTooManyRequests {
 			reason = provider.ReasonRateLimit
 		}
 		out = &provider.Error{Reason: reason, Status: status, Message: fmt.Sprintf("Anthropic OAuth: auth profile %q: the token endpoint answered %s", p.ID, refusal(re)), Err: err}
+	case answered >= 200 && answered < 300:
+		// A success that could not be read (not the grant's JSON, cut
+		// off mid-body, no access token): the endpoint has likely
+		// rotated the refresh token. Its text may hold tokens, so none
+		// of it is quoted.
+		next.Cut = &claim{By: o.cfg.Owner, At: o.cfg.Now().UnixMilli()}
+		out = &provider.Error{Reason: provider.ReasonTimeout, Message: fmt.Sprintf("Anthropic OAuth: auth profile %q: the token endpoint answered %d %s but its reply could not be read; the refresh token may have been used up", p.ID, answered, http.StatusText(answered))}
 	default:
 		// No answer: the endpoint may have rotated the refresh token.
 		next.Cut = &claim{By: o.cfg.Owner, At: o.cfg.Now().UnixMilli()}

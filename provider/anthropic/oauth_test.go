@@ -329,7 +329,8 @@ func TestOAuthMisconfigured(t *testing.T) {
 	t.Cleanup(wrong.Close)
 	_, err = wrong.Token(t.Context(), sub)
 	var pe *provider.Error
-	if !errors.As(err, &pe) || pe.Reason != provider.ReasonAuthPermanent || !strings.Contains(pe.Message, "answered 404 Not Found — check ANTHROPIC_OAUTH_TOKEN_URL") {
+	if !errors.As(err, &pe) || pe.Reason != provider.ReasonAuthPermanent || !strings.Contains(pe.Message, "answered 404 Not Found — check ANTHROPIC_OAUTH_TOKEN_URL") ||
+		!strings.Contains(pe.Message, `auth profile "anthropic:sub"`) {
 		t.Fatalf("err %v", err)
 	}
 	if tok, err := f.worker("worker-b").Token(t.Context(), sub); err != nil || tok.Reveal() != "sk-ant-oat01-access-1" {
@@ -385,6 +386,44 @@ func TestOAuthCutOff(t *testing.T) {
 			t.Errorf("err %v", err)
 		}
 	})
+}
+
+// TestOAuthUnreadableReply: a 200 from the token endpoint whose body is
+// not the grant's JSON (here cut short mid-token) is reported as a reply
+// that could not be read, not as one that never came, and quotes none of
+// it; the refresh is recorded as cut, since the endpoint has likely
+// rotated the refresh token.
+func TestOAuthUnreadableReply(t *testing.T) {
+	t.Parallel()
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"access_token":"sk-ant-oat01-leaked","refresh_token":"sk-ant-ort01-lea`))
+	}))
+	t.Cleanup(bad.Close)
+	f := newOAuthFleet(t, "sk-ant-ort01-seed")
+	o, err := anthropic.NewOAuth(anthropic.OAuthConfig{Store: f.store(), TokenURL: bad.URL, ClientID: f.ts.clientID, Owner: "worker-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	_, err = o.Token(t.Context(), sub)
+	var pe *provider.Error
+	if !errors.As(err, &pe) || !strings.Contains(pe.Message, `auth profile "anthropic:sub": the token endpoint answered 200 OK but its reply could not be read`) {
+		t.Fatalf("err %v", err)
+	}
+	if strings.Contains(pe.Message, "cut off before an answer") || strings.Contains(fmt.Sprint(err), "sk-ant-") {
+		t.Errorf("message %q", pe.Message)
+	}
+	// The next worker, at the real endpoint, which no longer takes the
+	// seed, is told whose refresh may have used it up.
+	f.ts.mu.Lock()
+	f.ts.refresh = "sk-ant-ort01-rotated"
+	f.ts.mu.Unlock()
+	held := sub
+	held.Refresh = ""
+	if _, err := f.worker("worker-b").Token(t.Context(), held); err == nil || !strings.Contains(err.Error(), "a refresh by worker-a at ") {
+		t.Errorf("next worker: %v", err)
+	}
 }
 
 // TestOAuthRejected: an access token the API refuses before its expiry
