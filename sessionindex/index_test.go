@@ -400,9 +400,12 @@ func TestQueuedAfterFailedWrite(t *testing.T) {
 	case <-b.ctx.Done():
 		t.Fatal("the failed write was not noticed")
 	}
-	if _, err := b.js.CreateStream(b.ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	// A create right after the delete can find the old stream's store
+	// still being removed ("error creating store for stream"): retried.
+	natstest.Settle(t, func(ctx context.Context) error {
+		_, err := b.js.CreateStream(ctx, cfg)
+		return err
+	})
 	cons, err := b.js.OrderedConsumer(b.ctx, sessionindex.Stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
