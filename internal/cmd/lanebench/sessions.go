@@ -21,6 +21,7 @@ import (
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/kvstore"
 )
@@ -425,22 +426,71 @@ func (b *sessionsRun) restart(dir string, o options, n int, emptyReady time.Dura
 	b.stop()
 	b.nc = nil
 	runtime.GC()
-	t0 := time.Now()
-	nb, err := startSessionsMember(dir, o)
+	// The embedded server alone on the store first (what recovering it
+	// costs), then the worker with its server: the difference is ours.
+	var (
+		serverReady, ready time.Duration
+		t0                 time.Time
+		nb                 *sessionsRun
+		err                error
+	)
+	if err := sessionsProfile("server", func() { serverReady, err = sessionsServerStart(dir, o) }); err != nil {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("restart: the server alone: %w", err)
+	}
+	runtime.GC()
+	if err := sessionsProfile("worker", func() {
+		t0 = time.Now()
+		nb, err = startSessionsMember(dir, o)
+		ready = time.Since(t0)
+	}); err != nil {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}
 	*b = *nb
-	ready := time.Since(t0)
 	d, err := b.probe("s", n, n)
 	if err != nil {
 		return fmt.Errorf("turn after restart: %w", err)
 	}
 	s := b.sample(n)
 	fmt.Printf("\nfresh worker on the full store (embedded server restarted on it)\n")
+	fmt.Printf("  the embedded server alone on the store, start to ready for connections (its JetStream recovered) %v, stopped cleanly before the worker's start\n", serverReady.Round(time.Millisecond))
 	fmt.Printf("  start to ready %v (%v on the empty store at the start of this run; target < 1 s); first turn on session %d answered %v after start (that turn %.2f ms); heap %.1f MB, RSS %.1f MB\n",
 		ready.Round(time.Millisecond), emptyReady.Round(time.Millisecond), n, time.Since(t0).Round(time.Millisecond), ms(d, 50), mb(int64(s.heap)), mb(s.rss))
 	return nil
+}
+
+// sessionsServerStart starts the embedded server alone on the worker's
+// store under dir, as the worker would, and returns the time to ready for
+// connections (JetStream's streams recovered), then shuts it down cleanly.
+func sessionsServerStart(dir string, o options) (time.Duration, error) {
+	opts, err := embedded.Options(embedded.Config{Name: "lanefleet", DataDir: filepath.Join(dir, "jetstream"), Host: "127.0.0.1", SyncAlways: &o.sync})
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	s, err := embedded.StartOptions(opts)
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(t0)
+	s.Shutdown()
+	s.WaitForShutdown()
+	return d, nil
+}
+
+// sessionsProfile runs fn, writing a CPU profile of it to
+// <-cpuprofile>.restart-<what> when that is set.
+func sessionsProfile(what string, fn func()) error {
+	if *turnsCPUProf == "" {
+		fn()
+		return nil
+	}
+	return cpuProfile(*turnsCPUProf+".restart-"+what, fn)
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }

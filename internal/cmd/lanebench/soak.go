@@ -37,6 +37,7 @@ var (
 	soakTTL      = flag.Duration("soak-session-ttl", 0, "soak: the worker's --session-ttl (0: keep sessions forever, the default; the lanes bucket then keeps a subject per turn)")
 	soakEvAge    = flag.Duration("soak-event-max-age", 0, "soak: the worker's --event-max-age (0: its default, 24h; AGENT_EV keeps two subjects per run that long)")
 	soakLimit    = flag.Int("soak-memory-limit-mb", 0, "soak: the process's soft memory limit in MiB (the worker's --memory-limit; 0: none)")
+	soakAt       = flag.String("soak-at", "", "soak: end each round when the turns since the start reach the next of these counts (e.g. 10000,20000,40000: RSS after 10, 20 and 40 thousand turns in one run) instead of after -soak-round; -soak-rounds is then their number")
 	soakHeap     = flag.String("soak-heap-profile", "", "soak: after each round write a heap profile to <this>.<round>.pb.gz and the goroutines to <this>.<round>.goroutines.txt (go tool pprof -base <this>.1.pb.gz <this>.5.pb.gz shows what grew)")
 )
 
@@ -86,6 +87,13 @@ func soakBench(o options) error {
 	if *soakRounds < 1 || *soakRound <= 0 || *soakSessions < 1 || *soakPer < 0 {
 		return errors.New("soak: -soak-rounds, -soak-round and -soak-sessions must be positive, -soak-session-turns not negative")
 	}
+	at, err := soakCheckpoints(*soakAt)
+	if err != nil {
+		return err
+	}
+	if len(at) > 0 {
+		*soakRounds = len(at)
+	}
 	if *soakLimit > 0 {
 		debug.SetMemoryLimit(int64(*soakLimit) << 20)
 	}
@@ -115,6 +123,9 @@ func soakBench(o options) error {
 		map[bool]string{true: "always", false: "default (2m)"}[o.sync], *soakSessions, *soakRounds, *soakRound, runtime.GOMAXPROCS(0))
 	if *soakLimit > 0 {
 		fmt.Printf("soft memory limit %d MiB\n", *soakLimit)
+	}
+	if len(at) > 0 {
+		fmt.Printf("rounds end at %s turns since the start\n", *soakAt)
 	}
 	if *soakTTL > 0 || *soakEvAge > 0 {
 		fmt.Printf("retention: --session-ttl %v, --event-max-age %v (0: the worker's default)\n", *soakTTL, *soakEvAge)
@@ -189,6 +200,12 @@ func soakBench(o options) error {
 		}
 		t0, n0, cpu0 := time.Now(), total.Load(), cpuTime()
 		wait := func() {
+			if r > 0 && len(at) > 0 {
+				for total.Load() < at[r-1] && !stop.Load() {
+					time.Sleep(20 * time.Millisecond)
+				}
+				return
+			}
 			time.Sleep(d)
 			for r == 0 && *soakFill && !soakCachesFull(m) && time.Since(t0) < d+10*time.Minute && !stop.Load() {
 				time.Sleep(time.Second)
@@ -253,6 +270,22 @@ func soakRetention(pre soakSample, rounds []soakSample) {
 	fmt.Printf("retention: forgot %.1f sessions/s while %.1f/s began; lag after each round %s s; lanes bucket subjects round %d / round 1 %.2f×\n",
 		float64(last.forgotten-pre.forgotten)/el.Seconds(), float64(last.started-pre.started)/el.Seconds(), strings.Join(lags, ", "),
 		len(rounds), float64(last.lanesKeys)/float64(max(rounds[0].lanesKeys, 1)))
+}
+
+// soakCheckpoints parses -soak-at: ascending positive turn counts.
+func soakCheckpoints(s string) ([]int64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var at []int64
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || n <= 0 || (len(at) > 0 && n <= at[len(at)-1]) {
+			return nil, fmt.Errorf("soak: -soak-at %q: want ascending positive turn counts, e.g. 10000,20000,40000", s)
+		}
+		at = append(at, n)
+	}
+	return at, nil
 }
 
 // soakCPU is the process's CPU time per turn, ms: on a shared machine a
