@@ -303,7 +303,8 @@ func codeReason(code string) provider.Reason {
 // a connection cut mid-response) and for a timeout-like error
 // (IsTimeoutError); otherwise the ClassifyMessage of its text
 // (ReasonUnknown when nothing matches: a refused connection, for one,
-// which the adapters' transport classification treats as transient). A
+// which the adapters' transport classification treats as transient); a
+// *net.OpError by its cause alone, never by the addresses in its text. A
 // nil error has no reason ("").
 func ClassifyError(err error) provider.Reason {
 	if err == nil {
@@ -319,6 +320,13 @@ func ClassifyError(err error) provider.Reason {
 	if errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || IsTimeoutError(err) {
 		return provider.ReasonTimeout
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		// A transport failure: its text names addresses and the request's
+		// URL, whose digits say nothing (a refused port 42909 holds
+		// "429"), so its cause alone is classified.
+		return ClassifyError(oe.Err)
 	}
 	return ClassifyMessage(err.Error())
 }

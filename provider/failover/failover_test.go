@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -187,6 +189,11 @@ func TestClassifyError(t *testing.T) {
 		{fmt.Errorf("dial: %w", syscall.ETIMEDOUT), provider.ReasonTimeout},
 		{fmt.Errorf("connect ECONNREFUSED: %w", syscall.ECONNREFUSED), provider.ReasonUnknown},
 		{fmt.Errorf("write: %w", syscall.EPIPE), provider.ReasonUnknown},
+		// A transport failure is classified by its cause, not by the
+		// digits of its addresses: a refused port 42909 is no 429 (the
+		// anthropic adapter's refused-connection test once got one).
+		{refusedAt(42909), provider.ReasonUnknown},
+		{refusedAt(50301), provider.ReasonUnknown},
 		// A timeout-like message wins over what else it says.
 		{errors.New("rate limit check timed out"), provider.ReasonTimeout},
 		{timeoutErr{}, provider.ReasonTimeout},
@@ -201,6 +208,14 @@ func TestClassifyError(t *testing.T) {
 			t.Errorf("%v: got %s, want %s", tc.err, got, tc.want)
 		}
 	}
+}
+
+// refusedAt is the error of a request refused at port on the loopback,
+// as net/http returns it.
+func refusedAt(port int) error {
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
+	return &url.Error{Op: "Post", URL: "http://" + addr.String() + "/v1/messages",
+		Err: &net.OpError{Op: "dial", Net: "tcp", Addr: addr, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
 }
 
 // TestLabel: what a person reads for a failed call names a provider's 5xx
