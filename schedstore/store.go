@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/schedule"
 )
 
@@ -105,7 +106,7 @@ type Store struct {
 // from every worker and client.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := ensureBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:       cfg.Bucket,
 		Description:  "Lanefleet schedules: one record per schedule",
 		History:      1,
@@ -117,7 +118,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("schedstore: bucket %s: %w", cfg.Bucket, err)
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	// Not updated when it already has this configuration (EnsureStream):
+	// every worker opens the store at start.
+	st, err := kvstore.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name:        Stream,
 		Description: "Lanefleet schedule timers (server message schedules) and their firings",
 		Subjects:    []string{SubjectPrefix + ">"},
@@ -141,6 +144,37 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		return nil, ErrUnsupported // an older server dropped the field
 	}
 	return &Store{js: js, kv: kv, stream: st, now: cfg.Now}, nil
+}
+
+// ensureBucket opens the bucket cfg describes, creating it, or updating
+// it when its configuration differs in what cfg sets. An update is not
+// sent for nothing: every worker opens the store at start, and an update
+// rewrites the bucket stream's store configuration under the consumers
+// other workers are making (nats-server v2.15.2 raced
+// fileStore.UpdateConfig against a consumer's store being made, seen
+// under -race in this package's two-worker tests).
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
+		if st, err := kv.Status(ctx); err == nil && sameBucket(cfg, st.Config()) {
+			return kv, nil
+		}
+	}
+	return js.CreateOrUpdateKeyValue(ctx, cfg)
+}
+
+// sameBucket reports whether a bucket configured as have already has
+// what cfg sets (the server's defaults for what cfg leaves zero).
+func sameBucket(cfg, have jetstream.KeyValueConfig) bool {
+	orDefault := func(v, def int64) int64 {
+		if v == 0 {
+			return def
+		}
+		return v
+	}
+	return have.Description == cfg.Description && have.History == max(cfg.History, 1) &&
+		have.Replicas == max(cfg.Replicas, 1) && have.Storage == cfg.Storage &&
+		have.MaxBytes == orDefault(cfg.MaxBytes, -1) && int64(have.MaxValueSize) == orDefault(int64(cfg.MaxValueSize), -1) &&
+		have.TTL == cfg.TTL
 }
 
 // Bind opens the bucket and stream the workers made (a client's way in:
