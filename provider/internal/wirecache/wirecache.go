@@ -245,6 +245,9 @@ type Forms[M, C any] struct {
 	tail    []M
 	tailEnc [][]byte
 	clean   int // the last request's clean
+	// changed are the wire messages Skip took that the caller changed
+	// since (Unmark).
+	changed []int
 }
 
 // Prepare prepares req's messages for model m (images: m takes images)
@@ -274,14 +277,15 @@ func (c *Cache[M, C]) Prepare(req *provider.Request, m provider.Model, images bo
 // it returns i, and the caller goes on with msgs[i:] (Form is asked for
 // those only). Out then holds the wire messages of msgs[:i] as the last
 // request had them, after the ones Add put there before Skip (the
-// request's own, as i < 0), which must be the last request's first
-// ones (else i is 0). i is the largest below the count of msgs that are
-// the last request's first ones, for the same model (never written
-// again, provider.Request.Immutable, or compared: Prepare), for which ok(i) holds, ok(i) saying that what msgs[i:]
-// become does not depend on msgs[:i] beyond Out (0: nothing skipped, the
-// caller makes every form). The caller must not change Out[:i]'s wire
-// messages (Unmark) after Skip. Note records what the caller needs to
-// know of the skipped messages' forms (Noted).
+// request's own, as i < 0), which must be the last request's first ones
+// (else i is 0). i is the largest below the count of msgs that are the
+// last request's first ones, for the same model (never written again,
+// provider.Request.Immutable, or compared: Prepare), for which ok(i)
+// holds, ok(i) saying that what msgs[i:] become does not depend on
+// msgs[:i] beyond Out (0: nothing skipped, the caller makes every form).
+// A wire message of Out[:i] the caller changes after is Unmark'ed as any
+// other. Note records what the caller needs to know of the skipped
+// messages' forms (Noted).
 func (f *Forms[M, C]) Skip(ok func(i int) bool) int {
 	w, prev := f.w, f.prev
 	if w == nil || prev == nil || f.dropped || f.base > 0 {
@@ -414,11 +418,13 @@ func (f *Forms[M, C]) Unmark(j int) {
 	if w == nil {
 		return
 	}
-	if j < f.base {
-		panic("wirecache: Unmark of a message Skip took")
-	}
-	w.hint[j-f.base] = -1
 	w.clean = min(w.clean, j)
+	if j < f.base {
+		// One of those Skip took: its JSON is made anew (Marshal).
+		f.changed = append(f.changed, j)
+	} else {
+		w.hint[j-f.base] = -1
+	}
 	for i := len(w.at) - 1; i >= 0; i-- {
 		if w.at[i] == j {
 			w.at[i] = -1
@@ -494,7 +500,7 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 		}
 		return -1
 	}
-	m := matcher[M]{prev: last, next: base, equal: c.equal}
+	m := matcher[M]{prev: last, next: base, lo: base, equal: c.equal}
 	if slices.ContainsFunc(w.hint, func(h int) bool { return h >= 0 }) {
 		// The messages lined up with the last request's: the others are
 		// new or changed, not moved (no whole-request searches).
@@ -504,6 +510,21 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 	reused := base
 	p := base // msgs[:p] are the last request's first p, the JSON in its joined
 	var err error
+	if len(f.changed) > 0 {
+		// Wire messages Skip took and the caller changed since: their
+		// JSON anew, the last request's joined kept only before them.
+		p = slices.Min(f.changed)
+		for _, j := range f.changed {
+			if next.enc[j], err = json.Marshal(&msgs[j]); err != nil {
+				return nil, err
+			}
+			reused--
+		}
+		// What the size above does not count.
+		for j := p; j < base; j++ {
+			next.size += len(next.enc[j])
+		}
+	}
 	for i := base; i < len(msgs); i++ {
 		h := hint(i)
 		if h >= 0 {
@@ -672,6 +693,7 @@ type matcher[M any] struct {
 	prev     view[M]
 	equal    func(a, b *M) bool
 	next     int // the previous request's message the next one lines up with
+	lo       int // the first the searches look at (Skip took those before)
 	searches int
 }
 
@@ -693,7 +715,9 @@ func (m *matcher[M]) find(cm *M) int {
 	}
 	if m.searches < maxSearches {
 		m.searches++
-		for j := range n {
+		// Not among those Skip took: the request has them where they
+		// were (and one the caller changed since keeps its old JSON).
+		for j := m.lo; j < n; j++ {
 			if j != m.next && m.equal(p.at(j), cm) {
 				m.next = j + 1
 				return j
