@@ -343,8 +343,14 @@ func foreign(step int, kind int) []message.Message {
 // bodies are the same, byte for byte. It returns the cache.
 func (w Wire[M, C]) Appends(t *testing.T, models ...provider.Model) *wirecache.Cache[M, C] {
 	t.Helper()
+	return w.AppendsFrom(t, 7, 600, models...)
+}
+
+// AppendsFrom is Appends of steps requests, the session's changes drawn
+// from seed (a fuzz target's input).
+func (w Wire[M, C]) AppendsFrom(t *testing.T, seed uint64, steps int, models ...provider.Model) *wirecache.Cache[M, C] {
+	t.Helper()
 	cache := w.New(wirecache.BytesDefault)
-	seed := uint64(7)
 	rnd := func(n int) int {
 		seed = seed*6364136223846793005 + 1442695040888963407
 		return int((seed >> 33) % uint64(n))
@@ -353,7 +359,7 @@ func (w Wire[M, C]) Appends(t *testing.T, models ...provider.Model) *wirecache.C
 	turn := 0
 	m := models[0]
 	sys := "sys"
-	for step := range 600 {
+	for step := range steps {
 		if rnd(15) == 0 { // the request's own messages before the history change
 			sys = []string{"sys", "", "other sys"}[rnd(3)]
 		}
