@@ -143,14 +143,7 @@ func TestWireCacheAppends(t *testing.T) {
 	}
 }
 
-// FuzzWireCacheAppends runs wiretest.Wire.AppendsFrom's sessions (appends,
-// compactions, model switches, changed system prompts, promises of less)
-// from the fuzzer's seeds: every cached body is the whole conversion's.
+// FuzzWireCacheAppends: see wiretest.Wire.FuzzAppends.
 func FuzzWireCacheAppends(f *testing.F) {
-	for _, seed := range []uint64{1, 7, 42} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, seed uint64) {
-		wire.AppendsFrom(t, seed, 120, wire.Model, provider.Model{ID: "claude-haiku-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text"}})
-	})
+	wire.FuzzAppends(f, wire.Model, provider.Model{ID: "claude-haiku-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text"}})
 }

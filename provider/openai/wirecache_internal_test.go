@@ -201,15 +201,8 @@ func TestWireCacheSkipToolRun(t *testing.T) {
 	}
 }
 
-// FuzzWireCacheAppends runs wiretest.Wire.AppendsFrom's sessions (appends,
-// compactions, model switches, changed system prompts, promises of less)
-// from the fuzzer's seeds: every cached body is the whole conversion's.
+// FuzzWireCacheAppends: see wiretest.Wire.FuzzAppends.
 func FuzzWireCacheAppends(f *testing.F) {
-	for _, seed := range []uint64{1, 7, 42} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, seed uint64) {
-		chatWire.AppendsFrom(t, seed, 120, chatWire.Model,
-			provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}})
-	})
+	chatWire.FuzzAppends(f, chatWire.Model,
+		provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}})
 }

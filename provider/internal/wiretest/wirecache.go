@@ -346,6 +346,19 @@ func (w Wire[M, C]) Appends(t *testing.T, models ...provider.Model) *wirecache.C
 	return w.AppendsFrom(t, 7, 600, models...)
 }
 
+// FuzzAppends is a fuzz target of AppendsFrom's sessions of 120 requests
+// (appends, compactions, model switches, changed system prompts, promises
+// of less) from the fuzzer's seeds: every cached body is the whole
+// conversion's.
+func (w Wire[M, C]) FuzzAppends(f *testing.F, models ...provider.Model) {
+	for _, seed := range []uint64{1, 7, 42} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		w.AppendsFrom(t, seed, 120, models...)
+	})
+}
+
 // AppendsFrom is Appends of steps requests, the session's changes drawn
 // from seed (a fuzz target's input).
 func (w Wire[M, C]) AppendsFrom(t *testing.T, seed uint64, steps int, models ...provider.Model) *wirecache.Cache[M, C] {
