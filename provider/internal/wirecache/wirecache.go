@@ -9,7 +9,10 @@
 // request starts: the session's transform.Appender prepares its messages
 // for the model (only those after the ones the caller promised never to
 // write again, provider.Request.Immutable), and the session's JSON is kept
-// joined, so a body copies what it repeats of it in one piece.
+// joined, so a body copies what it repeats of it in one piece. A request
+// that repeats the last request's first messages takes their wire
+// messages and JSON whole (Forms.Skip): it walks, converts and encodes only
+// the messages after them.
 //
 // Nothing is assumed about what changed. A message of the history that is
 // the same as one of the last request's (message.Snapshot: its fields,
