@@ -198,7 +198,11 @@ func buildRequest(req *provider.Request, cache *wireCache, version string) ([]by
 // messages maps the history to wire messages, added to f: a message's
 // form is the last request's when the message is (see wirecache.Forms).
 func messages(f *wireForms, msgs []message.Message, images bool) {
-	for i := 0; i < len(msgs); i++ {
+	// The wire messages of the session's last request that this one
+	// repeats are taken whole, up to a message that does not follow a
+	// tool result (a run of results is one message).
+	i := f.Skip(func(i int) bool { return msgs[i-1].Role != message.RoleToolResult })
+	for ; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:

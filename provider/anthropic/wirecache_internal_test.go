@@ -132,8 +132,18 @@ func TestAPIMessageEqualCoversFields(t *testing.T) {
 	}
 }
 
-// TestWireCacheAppends: see wiretest.Wire.Appends.
+// TestWireCacheAppends: see wiretest.Wire.Appends; the requests that
+// repeat the last one's messages take their wire messages whole
+// (wirecache.Forms.Skip), and the bodies are still the whole conversion's.
 func TestWireCacheAppends(t *testing.T) {
 	t.Parallel()
-	wire.Appends(t, wire.Model, provider.Model{ID: "claude-haiku-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text"}})
+	cache := wire.Appends(t, wire.Model, provider.Model{ID: "claude-haiku-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text"}})
+	if cache.Skipped.Load() == 0 {
+		t.Error("no request took the last one's wire messages whole")
+	}
+}
+
+// FuzzWireCacheAppends: see wiretest.Wire.FuzzAppends.
+func FuzzWireCacheAppends(f *testing.F) {
+	wire.FuzzAppends(f, wire.Model, provider.Model{ID: "claude-haiku-4-5", Provider: "anthropic", API: "anthropic-messages", Input: []string{"text"}})
 }

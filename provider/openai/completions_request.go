@@ -198,7 +198,15 @@ func systemMessage(m provider.Model, c compat, sp string) chatMessage {
 // is followed by one user message with their images; servers that want
 // an assistant turn between a tool result and a user message get one.
 func chatMessages(f *wirecache.Forms[chatMessage, wireConv], msgs []message.Message, c compat, images bool) (hadToolCalls bool) {
-	for i := 0; i < len(msgs); i++ {
+	i := 0
+	if !c.anthropicCache { // addCacheControl may change any message
+		// The wire messages of the session's last request that this one
+		// repeats are taken whole, up to a message that does not follow a
+		// tool result (a run of results sends its images after it).
+		i = f.Skip(func(i int) bool { return msgs[i-1].Role != message.RoleToolResult })
+		hadToolCalls = f.Noted()
+	}
+	for ; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:
@@ -212,7 +220,10 @@ func chatMessages(f *wirecache.Forms[chatMessage, wireConv], msgs []message.Mess
 		case message.RoleAssistant:
 			cv, h := f.Form(i, func() wireConv { cm, ok := assistantMessage(msg); return wireConv{cm: cm, ok: ok} })
 			if cv.ok {
-				hadToolCalls = hadToolCalls || len(cv.cm.ToolCalls) > 0
+				if len(cv.cm.ToolCalls) > 0 {
+					hadToolCalls = true
+					f.Note(i)
+				}
 				f.Add(i, cv.cm, h)
 			}
 		case message.RoleToolResult:

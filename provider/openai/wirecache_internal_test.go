@@ -147,10 +147,62 @@ func TestWireCacheEmptySessionsBounded(t *testing.T) {
 	}
 }
 
-// TestWireCacheAppends: see wiretest.Wire.Appends.
+// TestWireCacheAppends: see wiretest.Wire.Appends; the requests that
+// repeat the last one's messages take their wire messages whole
+// (wirecache.Forms.Skip), and the bodies are still the whole conversion's.
 func TestWireCacheAppends(t *testing.T) {
 	t.Parallel()
-	chatWire.Appends(t, chatWire.Model,
+	cache := chatWire.Appends(t, chatWire.Model,
 		provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}},
 		provider.Model{ID: "mistral-large", Provider: "mistral", API: "openai-completions", BaseURL: "https://api.mistral.ai/v1"})
+	if cache.Skipped.Load() == 0 {
+		t.Error("no request took the last one's wire messages whole")
+	}
+}
+
+// TestWireCacheSkipToolRun: a run of tool results with images goes on in
+// the next request (the turn's next result appended to it): the images'
+// user message goes after the whole run, so the request takes the last
+// one's wire messages whole only up to the run's start, and every body is
+// the whole conversion's. It fails when Skip may stop inside a run.
+func TestWireCacheSkipToolRun(t *testing.T) {
+	t.Parallel()
+	cache := newWireCache(0)
+	hist := make([]message.Message, 0, 16)
+	result := func(id string) message.Message {
+		return message.Message{Role: message.RoleToolResult, ToolCallID: id, ToolName: "shot",
+			Content: message.BlocksOf(message.Text("screenshot "+id), message.Image("image/png", "aGVsbG8="))}
+	}
+	call := message.Message{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: "openai", API: "openai-completions", Model: "gpt-4o-mini",
+		Content: message.BlocksOf(message.Block{Type: message.BlockToolCall, ID: "c1", Name: "shot", Arguments: map[string]any{}},
+			message.Block{Type: message.BlockToolCall, ID: "c2", Name: "shot", Arguments: map[string]any{}})}
+	for _, add := range [][]message.Message{
+		{message.User("hello", 1), {Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "openai", API: "openai-completions", Model: "gpt-4o-mini", Content: message.BlocksOf(message.Text("hi"))}},
+		{message.User("take two", 2), call, result("c1")},
+		{result("c2")},
+		{message.User("thanks", 3)},
+	} {
+		hist = append(hist, add...)
+		req := &provider.Request{Model: chatWire.Model, SystemPrompt: "sys", Messages: hist, SessionID: "s", Immutable: len(hist) - len(add)}
+		got, err := buildChatRequest(req, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := buildChatRequest(req, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("after %d messages: cached body differs:\n got %s\nwant %s", len(hist), got, want)
+		}
+	}
+	if cache.Skipped.Load() == 0 {
+		t.Error("no request took the last one's wire messages whole")
+	}
+}
+
+// FuzzWireCacheAppends: see wiretest.Wire.FuzzAppends.
+func FuzzWireCacheAppends(f *testing.F) {
+	chatWire.FuzzAppends(f, chatWire.Model,
+		provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}})
 }

@@ -9,7 +9,10 @@
 // request starts: the session's transform.Appender prepares its messages
 // for the model (only those after the ones the caller promised never to
 // write again, provider.Request.Immutable), and the session's JSON is kept
-// joined, so a body copies what it repeats of it in one piece.
+// joined, so a body copies what it repeats of it in one piece. A request
+// that repeats the last request's first messages takes their wire
+// messages and JSON whole (Forms.Skip): it walks, converts and encodes only
+// the messages after them.
 //
 // Nothing is assumed about what changed. A message of the history that is
 // the same as one of the last request's (message.Snapshot: its fields,
@@ -28,6 +31,7 @@ package wirecache
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -53,6 +57,8 @@ type Cache[M, C any] struct {
 	equal    func(a, b *M) bool
 	// Reused counts the messages whose JSON was reused (tests).
 	Reused atomic.Int64
+	// Skipped counts the wire messages Skip took whole (tests).
+	Skipped atomic.Int64
 }
 
 // New returns a cache of at most maxBytes, the adapters' setting: 0 means
@@ -110,6 +116,15 @@ type convs[C any] struct {
 	// wire message it became (its first), -1: none.
 	conv []C
 	at   []int
+	// start[i] is how many wire messages came before the i-th message's
+	// (when Form was asked for it): a request that repeats the first i
+	// messages starts with the last request's first start[i] (Skip).
+	start []int
+	// noted is the first message whose form was noted (Note), -1: none.
+	noted int
+	// clean is how many of the request's first wire messages are the
+	// forms Add was given (none changed after: Unmark).
+	clean int
 	// hint[j] is the message of the last request that the request's j-th
 	// wire message repeats, -1 when not known.
 	hint []int
@@ -176,7 +191,7 @@ func (w *convs[C]) lineUp(key string, msgs []message.Message, immutable int) (of
 		w.key = key
 		w.src.Reset()
 		clear(w.conv)
-		w.conv, w.at = w.conv[:0], w.at[:0]
+		w.conv, w.at, w.start, w.noted = w.conv[:0], w.at[:0], w.start[:0], -1
 	}
 	w.hint = w.hint[:0]
 	known := 0
@@ -191,9 +206,13 @@ func (w *convs[C]) lineUp(key string, msgs []message.Message, immutable int) (of
 	if off > 0 {
 		copy(w.conv, w.conv[off:off+same])
 		copy(w.at, w.at[off:off+same])
+		copy(w.start, w.start[off:off+same])
 	}
 	clear(w.conv[same:])
-	w.conv, w.at = w.conv[:same], w.at[:same]
+	w.conv, w.at, w.start = w.conv[:same], w.at[:same], w.start[:same]
+	if w.noted -= off; w.noted < 0 || w.noted >= same {
+		w.noted = -1
+	}
 	return off, same
 }
 
@@ -201,7 +220,7 @@ func (w *convs[C]) lineUp(key string, msgs []message.Message, immutable int) (of
 // the messages.
 func (w *convs[C]) bytes() int {
 	var c C
-	return w.src.Bytes() + cap(w.conv)*int(unsafe.Sizeof(c)) + (cap(w.at)+cap(w.hint))*int(unsafe.Sizeof(0)) + w.tr.Bytes()
+	return w.src.Bytes() + cap(w.conv)*int(unsafe.Sizeof(c)) + (cap(w.at)+cap(w.hint)+cap(w.start))*int(unsafe.Sizeof(0)) + w.tr.Bytes()
 }
 
 // Forms is one request's wire messages in the making (Out), lined up with
@@ -221,6 +240,17 @@ type Forms[M, C any] struct {
 	same    int            // msgs[:same] are the last request's messages
 	dropped bool           // the last request had messages before them
 	scratch C              // the form built last when nothing is kept
+	// base is how many wire messages Skip took whole from the last
+	// request (Out[:base] is its array, their JSON its JSON); tail and
+	// tailEnc are copies of the last request's wire messages after those
+	// and their JSON, which Out overwrites.
+	base    int
+	tail    []M
+	tailEnc [][]byte
+	clean   int // the last request's clean
+	// changed are the wire messages Skip took that the caller changed
+	// since (Unmark).
+	changed []int
 }
 
 // Prepare prepares req's messages for model m (images: m takes images)
@@ -245,6 +275,70 @@ func (c *Cache[M, C]) Prepare(req *provider.Request, m provider.Model, images bo
 	return msgs, c.forms(req.SessionID, prev, w, k, msgs, immutable, len(msgs)+extra)
 }
 
+// Skip lets a request that repeats the last request's first messages
+// take their wire messages and JSON whole instead of making them again:
+// it returns i, and the caller goes on with msgs[i:] (Form is asked for
+// those only). Out then holds the wire messages of msgs[:i] as the last
+// request had them, after the ones Add put there before Skip (the
+// request's own, as i < 0), which must be the last request's first ones
+// (else i is 0). i is the largest below the count of msgs that are the
+// last request's first ones, for the same model (never written again,
+// provider.Request.Immutable, or compared: Prepare), for which ok(i)
+// holds, ok(i) saying that what msgs[i:] become does not depend on
+// msgs[:i] beyond Out (0: nothing skipped, the caller makes every form).
+// A wire message of Out[:i] the caller changes after is Unmark'ed as any
+// other. Note records what the caller needs to know of the skipped
+// messages' forms (Noted).
+func (f *Forms[M, C]) Skip(ok func(i int) bool) int {
+	w, prev := f.w, f.prev
+	if w == nil || prev == nil || f.dropped || f.base > 0 {
+		return 0
+	}
+	// msgs[:same] are the last request's first messages, for the same
+	// model (their forms are the last request's); msgs[i] must have been
+	// asked for by the last request (its start is known): at most same-1.
+	i := min(f.same-1, len(w.start)-1)
+	for i > 0 && !ok(i) {
+		i--
+	}
+	if i <= 0 {
+		return 0
+	}
+	j := w.start[i]
+	// The last request's had as many of the request's own messages
+	// before msgs[0]'s as this one (start[0]), the same ones (below).
+	if w.start[0] != len(f.Out) || j > f.clean || j > len(prev.msgs) || j > len(prev.jend) {
+		return 0
+	}
+	for k := range f.Out {
+		if !f.c.equal(&f.Out[k], &prev.msgs[k]) {
+			return 0
+		}
+	}
+	// Out's array (the spare one) takes the copies of the last request's
+	// messages after j; the last request's array holds the rest.
+	f.tail = append(f.Out[:0], prev.msgs[j:]...)
+	f.tailEnc = append(prev.spareEnc[:0], prev.enc[j:]...)
+	f.Out = prev.msgs[:j]
+	f.base = j
+	w.hint = w.hint[:0]
+	f.c.Skipped.Add(int64(j))
+	return i
+}
+
+// Note records that msgs[i]'s form has what the caller notes (Noted).
+func (f *Forms[M, C]) Note(i int) {
+	if w := f.w; w != nil && (w.noted < 0 || i < w.noted) {
+		w.noted = i
+	}
+}
+
+// Noted reports whether Note was called for a message Skip skipped (in
+// this request or, for the same message, an earlier one).
+func (f *Forms[M, C]) Noted() bool {
+	return f.w != nil && f.base > 0 && f.w.noted >= 0
+}
+
 // forms starts the wire messages of session id's request of msgs (the
 // history as the model gets them, before they become wire messages; the
 // first immutable never written again) for key, with room for n, from
@@ -255,6 +349,7 @@ func (c *Cache[M, C]) forms(id string, prev *Session[M, C], w *convs[C], key str
 	f.Out = prev.messages(n)
 	off, same := w.lineUp(key, msgs, immutable)
 	f.same, f.dropped = same, off > 0
+	f.clean, w.clean = w.clean, math.MaxInt
 	return f
 }
 
@@ -278,11 +373,13 @@ func (f *Forms[M, C]) Form(i int, build func() C) (cv *C, h int) {
 	w := f.w
 	if i < f.same {
 		h, w.at[i] = w.at[i], -1
+		w.start[i] = len(f.Out)
 		return &w.conv[i], h
 	}
 	var zero C
 	w.conv = append(w.conv, zero)
 	w.at = append(w.at, -1)
+	w.start = append(w.start, len(f.Out))
 	if build != nil {
 		w.conv[i] = build()
 	}
@@ -324,7 +421,13 @@ func (f *Forms[M, C]) Unmark(j int) {
 	if w == nil {
 		return
 	}
-	w.hint[j] = -1
+	w.clean = min(w.clean, j)
+	if j < f.base {
+		// One of those Skip took: its JSON is made anew (Marshal).
+		f.changed = append(f.changed, j)
+	} else {
+		w.hint[j-f.base] = -1
+	}
 	for i := len(w.at) - 1; i >= 0; i-- {
 		if w.at[i] == j {
 			w.at[i] = -1
@@ -365,44 +468,67 @@ func (f *Forms[M, C]) Marshal(body any, msgs *[]M, field string) ([]byte, error)
 	if at < 0 {
 		return json.Marshal(body)
 	}
-	return f.c.encode(f.id, f.prev, head, at+len(field)+3, list, f.w)
+	return f.c.encode(f, head, at+len(field)+3, list)
 }
 
 // encode is Marshal's body: head with its null at index at replaced by
 // the JSON array of msgs.
-func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int, msgs []M, w *convs[C]) ([]byte, error) {
-	next := &Session[M, C]{id: id, msgs: msgs, convs: w, size: w.bytes()}
-	if prev != nil {
+func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]byte, error) {
+	prev, w, base := f.prev, f.w, f.base
+	next := &Session[M, C]{id: f.id, msgs: msgs, convs: w, size: w.bytes()}
+	last := view[M]{msgs: prev.wire(), enc: prev.json()}
+	switch {
+	case base > 0:
+		// Skip: msgs[:base] are the last request's, in its array, and so
+		// is their JSON; the copies of its later ones are the spares.
+		last = view[M]{msgs: prev.msgs[:base], enc: prev.enc[:base], tail: f.tail, tailEnc: f.tailEnc}
+		next.enc = slices.Grow(prev.enc[:base], len(msgs)-base)[:len(msgs)]
+		clear(next.enc[len(msgs):cap(next.enc)])
+		clear(msgs[len(msgs):cap(msgs)])
+		// Their JSON, with the commas between: on the safe side.
+		next.size += prev.jend[base-1] + base*overhead[M]()
+	case prev != nil:
 		// This request's JSON goes in the spare array; the last request's
 		// arrays are the next one's spares.
 		next.enc = slices.Grow(prev.spareEnc[:0], len(msgs))[:len(msgs)]
 		clear(next.enc[len(msgs):cap(next.enc)])
 		clear(msgs[len(msgs):cap(msgs)])
 		next.spareMsgs, next.spareEnc = prev.msgs, prev.enc
-	} else {
+	default:
 		next.enc = make([][]byte, len(msgs))
 	}
 	hint := func(j int) int {
-		if j < len(w.hint) {
-			return w.hint[j]
+		if j-base < len(w.hint) {
+			return w.hint[j-base]
 		}
 		return -1
 	}
-	m := matcher[M, C]{prev: prev, equal: c.equal}
+	m := matcher[M]{prev: last, next: base, lo: base, equal: c.equal}
 	if slices.ContainsFunc(w.hint, func(h int) bool { return h >= 0 }) {
 		// The messages lined up with the last request's: the others are
 		// new or changed, not moved (no whole-request searches).
 		m.searches = maxSearches
 	}
-	var overhead int
-	{
-		var zero M
-		overhead = 2 * (int(unsafe.Sizeof(zero)) + 24) // two wire messages and a slice header
-	}
-	reused := 0
-	p := 0 // msgs[:p] are the last request's first p, the JSON in its joined
+	overhead := overhead[M]()
+	reused := base
+	p := base // msgs[:p] are the last request's first p, the JSON in its joined
 	var err error
-	for i := range msgs {
+	if len(f.changed) > 0 {
+		// Wire messages Skip took and the caller changed since: their
+		// JSON anew, the last request's joined kept only before them.
+		p = slices.Min(f.changed)
+		for _, j := range f.changed {
+			if next.enc[j], err = json.Marshal(&msgs[j]); err != nil {
+				return nil, err
+			}
+			reused--
+		}
+		// What the size above does not count.
+		for j := p; j < base; j++ {
+			next.size += len(next.enc[j])
+		}
+	}
+	for i := base; i < len(msgs); i++ {
 		h := hint(i)
 		if h >= 0 {
 			m.next = h + 1
@@ -410,7 +536,7 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 			h = m.find(&msgs[i])
 		}
 		if h >= 0 {
-			next.enc[i] = prev.enc[h]
+			next.enc[i] = last.json(h)
 			reused++
 			if h == i && p == i && i < len(prev.jend) {
 				p++
@@ -427,7 +553,11 @@ func (c *Cache[M, C]) encode(id string, prev *Session[M, C], head []byte, at int
 	next.joined, next.jend = join(prev, p, next.enc)
 	next.size += cap(next.joined) + cap(next.jend)*int(unsafe.Sizeof(0))
 	out := splice(head, at, next.joined)
-	if prev != nil {
+	if base > 0 {
+		clear(f.tail)
+		clear(f.tailEnc)
+		next.spareMsgs, next.spareEnc = f.tail[:0], f.tailEnc[:0]
+	} else if prev != nil {
 		// The last request's arrays become the spares of the next one:
 		// they must not keep its messages and JSON alive uncharged (after
 		// a compaction or a rollback, most of a session's bytes).
@@ -509,16 +639,64 @@ func splice(head []byte, at int, joined []byte) []byte {
 	return append(out, head[at+len("null"):]...)
 }
 
+// view is the last request's wire messages and their JSON as a request
+// that Skip'ed some sees them: the first len(msgs) in the last request's
+// arrays, the rest copied out (tail, tailEnc).
+type view[M any] struct {
+	msgs, tail   []M
+	enc, tailEnc [][]byte
+}
+
+func (v *view[M]) len() int { return len(v.msgs) + len(v.tail) }
+
+func (v *view[M]) at(j int) *M {
+	if j < len(v.msgs) {
+		return &v.msgs[j]
+	}
+	return &v.tail[j-len(v.msgs)]
+}
+
+func (v *view[M]) json(j int) []byte {
+	if j < len(v.enc) {
+		return v.enc[j]
+	}
+	return v.tailEnc[j-len(v.enc)]
+}
+
+// wire returns s's wire messages (nil s: none).
+func (s *Session[M, C]) wire() []M {
+	if s == nil {
+		return nil
+	}
+	return s.msgs
+}
+
+// json returns the JSON of s's wire messages (nil s: none).
+func (s *Session[M, C]) json() [][]byte {
+	if s == nil {
+		return nil
+	}
+	return s.enc
+}
+
+// overhead is what the cache counts per wire message besides its JSON:
+// two wire messages and a slice header.
+func overhead[M any]() int {
+	var zero M
+	return 2 * (int(unsafe.Sizeof(zero)) + 24)
+}
+
 // matcher lines the messages of a request up with the previous request's.
 // Each message is first compared with the one after the last match; on a
 // miss, while that is not past the previous request's end, it is looked
 // for through the whole previous request (the history limit dropped turns
 // at the front, a compaction replaced them) at most maxSearches times,
 // and, not found, taken to replace the one it was compared with.
-type matcher[M, C any] struct {
-	prev     *Session[M, C]
+type matcher[M any] struct {
+	prev     view[M]
 	equal    func(a, b *M) bool
 	next     int // the previous request's message the next one lines up with
+	lo       int // the first the searches look at (Skip took those before)
 	searches int
 }
 
@@ -528,19 +706,22 @@ const maxSearches = 4
 
 // find returns the index of the last request's message equal to cm, -1
 // if none.
-func (m *matcher[M, C]) find(cm *M) int {
-	p := m.prev
-	if p == nil || m.next >= len(p.msgs) {
+func (m *matcher[M]) find(cm *M) int {
+	p := &m.prev
+	n := p.len()
+	if m.next >= n {
 		return -1 // nothing cached, or past its end: a new message
 	}
-	if m.equal(&p.msgs[m.next], cm) {
+	if m.equal(p.at(m.next), cm) {
 		m.next++
 		return m.next - 1
 	}
 	if m.searches < maxSearches {
 		m.searches++
-		for j := range p.msgs {
-			if j != m.next && m.equal(&p.msgs[j], cm) {
+		// Not among those Skip took: the request has them where they
+		// were (and one the caller changed since keeps its old JSON).
+		for j := m.lo; j < n; j++ {
+			if j != m.next && m.equal(p.at(j), cm) {
 				m.next = j + 1
 				return j
 			}

@@ -338,12 +338,32 @@ func foreign(step int, kind int) []message.Message {
 // mix the adapter's replies, another model's (rewritten ids, dropped
 // failures, calls left without results) and users' messages, and the
 // session switches models, starts another array (a compaction, a
-// rollback) or promises less. With one cache and without it the bodies
-// are the same, byte for byte.
-func (w Wire[M, C]) Appends(t *testing.T, models ...provider.Model) {
+// rollback) or promises less, and the request's own messages before the
+// history (a system prompt) change. With one cache and without it the
+// bodies are the same, byte for byte. It returns the cache.
+func (w Wire[M, C]) Appends(t *testing.T, models ...provider.Model) *wirecache.Cache[M, C] {
+	t.Helper()
+	return w.AppendsFrom(t, 7, 600, models...)
+}
+
+// FuzzAppends is a fuzz target of AppendsFrom's sessions of 120 requests
+// (appends, compactions, model switches, changed system prompts, promises
+// of less) from the fuzzer's seeds: every cached body is the whole
+// conversion's.
+func (w Wire[M, C]) FuzzAppends(f *testing.F, models ...provider.Model) {
+	for _, seed := range []uint64{1, 7, 42} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		w.AppendsFrom(t, seed, 120, models...)
+	})
+}
+
+// AppendsFrom is Appends of steps requests, the session's changes drawn
+// from seed (a fuzz target's input).
+func (w Wire[M, C]) AppendsFrom(t *testing.T, seed uint64, steps int, models ...provider.Model) *wirecache.Cache[M, C] {
 	t.Helper()
 	cache := w.New(wirecache.BytesDefault)
-	seed := uint64(7)
 	rnd := func(n int) int {
 		seed = seed*6364136223846793005 + 1442695040888963407
 		return int((seed >> 33) % uint64(n))
@@ -351,7 +371,11 @@ func (w Wire[M, C]) Appends(t *testing.T, models ...provider.Model) {
 	hist := make([]message.Message, 0, 8)
 	turn := 0
 	m := models[0]
-	for step := range 600 {
+	sys := "sys"
+	for step := range steps {
+		if rnd(15) == 0 { // the request's own messages before the history change
+			sys = []string{"sys", "", "other sys"}[rnd(3)]
+		}
 		var add []message.Message
 		switch rnd(12) {
 		case 0, 1, 2:
@@ -382,10 +406,11 @@ func (w Wire[M, C]) Appends(t *testing.T, models ...provider.Model) {
 		if rnd(20) == 0 {
 			immutable = rnd(immutable + 1)
 		}
-		req := &provider.Request{Model: m, SystemPrompt: "sys", Messages: hist[:len(hist)+turn], SessionID: "s1", Immutable: immutable,
+		req := &provider.Request{Model: m, SystemPrompt: sys, Messages: hist[:len(hist)+turn], SessionID: "s1", Immutable: immutable,
 			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
 		w.same(t, fmt.Sprint("step ", step), req, cache)
 	}
+	return cache
 }
 
 // BenchTurns builds the requests of a session's turns as the runner
