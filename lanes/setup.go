@@ -329,7 +329,10 @@ func ensureInbound(ctx context.Context, js jetstream.JetStream, want jetstream.S
 	if err != nil {
 		return nil, 0, err
 	}
-	if s, err = js.UpdateStream(ctx, withLaneCap(want, n)); err != nil {
+	// Not updated when it already has this configuration: every worker
+	// ensures it at start, under the consumers the others are making
+	// (kvstore.EnsureStream says why).
+	if s, err = kvstore.EnsureStream(ctx, js, withLaneCap(want, n)); err != nil {
 		return nil, 0, fmt.Errorf("lanes: stream %s: %w", want.Name, err)
 	}
 	return s, n, nil

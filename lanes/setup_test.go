@@ -350,3 +350,50 @@ func TestLoserOfACreateRaceFindsTheStream(t *testing.T) {
 		t.Fatal("RacedCreate found a stream that does not exist")
 	}
 }
+
+// TestEnsureStreamsTwiceSendsNoUpdate: a second worker ensuring the
+// fleet's streams (every worker does at start) sends no stream update when
+// they already have their configuration: an update rewrites a stream's
+// store under the consumers other workers are making, which nats-server
+// v2.15.2 races. A spy counts the $JS.API.STREAM.UPDATE requests up to a
+// mark published after EnsureStreams on the same connection.
+func TestEnsureStreamsTwiceSendsNoUpdate(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	first, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	if _, err := EnsureStreams(t.Context(), first, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	spy := natstest.Connect(t, srv.URL)
+	seen := make(chan *nats.Msg, 64)
+	for _, subj := range []string{"$JS.API.STREAM.UPDATE.>", "spy.mark"} {
+		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	if _, err := EnsureStreams(t.Context(), js, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish("spy.mark", nil); err != nil {
+		t.Fatal(err)
+	}
+	var updates []string
+	for done := false; !done; {
+		select {
+		case m := <-seen:
+			if done = m.Subject == "spy.mark"; !done {
+				updates = append(updates, m.Subject)
+			}
+		case <-t.Context().Done():
+			t.Fatal("the mark never came")
+		}
+	}
+	if len(updates) != 0 {
+		t.Errorf("a second EnsureStreams sent updates %v, want none", updates)
+	}
+}
