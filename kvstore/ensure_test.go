@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/internal/natstest"
@@ -23,37 +22,9 @@ func TestEnsureStreamUpdatesOnlyChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spy := natstest.Connect(t, srv.URL)
-	seen := make(chan *nats.Msg, 64)
-	for _, subj := range []string{"$JS.API.STREAM.UPDATE.>", "spy.mark"} {
-		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	// updates counts the update requests js sent since it was last
-	// called: its mark, published after them on the same connection,
-	// reaches the spy after them.
-	updates := func() int {
-		t.Helper()
-		if err := nc.Publish("spy.mark", nil); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for {
-			select {
-			case m := <-seen:
-				if m.Subject == "spy.mark" {
-					return n
-				}
-				n++
-			case <-t.Context().Done():
-				t.Fatal("the mark never came")
-			}
-		}
-	}
+	spied := natstest.Spy(t, srv.URL, "$JS.API.STREAM.UPDATE.>")
+	// updates counts the update requests js sent since it was last called.
+	updates := func() int { t.Helper(); return len(spied(nc)) }
 	steps := jetstream.StreamConfig{ // as ensureSteps makes it
 		Name: StepsStream, Description: "steps", Subjects: []string{StepsPrefix + ">"}, Retention: jetstream.LimitsPolicy,
 		Storage: jetstream.FileStorage, Replicas: 1, MaxAge: StepTTL, MaxBytes: DefaultStepsMaxBytes, Discard: jetstream.DiscardOld,

@@ -364,35 +364,13 @@ func TestEnsureStreamsTwiceSendsNoUpdate(t *testing.T) {
 	if _, err := EnsureStreams(t.Context(), first, StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	spy := natstest.Connect(t, srv.URL)
-	seen := make(chan *nats.Msg, 64)
-	for _, subj := range []string{"$JS.API.STREAM.UPDATE.>", "spy.mark"} {
-		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	updatesBy := natstest.Spy(t, srv.URL, "$JS.API.STREAM.UPDATE.>")
 	nc := natstest.Connect(t, srv.URL)
 	js, _ := jetstream.New(nc)
 	if _, err := EnsureStreams(t.Context(), js, StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Publish("spy.mark", nil); err != nil {
-		t.Fatal(err)
-	}
-	var updates []string
-	for done := false; !done; {
-		select {
-		case m := <-seen:
-			if done = m.Subject == "spy.mark"; !done {
-				updates = append(updates, m.Subject)
-			}
-		case <-t.Context().Done():
-			t.Fatal("the mark never came")
-		}
-	}
+	updates := updatesBy(nc)
 	if len(updates) != 0 {
 		t.Errorf("a second EnsureStreams sent updates %v, want none", updates)
 	}

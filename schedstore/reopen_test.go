@@ -3,7 +3,6 @@ package schedstore
 import (
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/internal/natstest"
@@ -18,39 +17,13 @@ import (
 func TestReopenSendsNoUpdate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	spy := natstest.Connect(t, b.url)
-	seen := make(chan *nats.Msg, 64)
-	for _, subj := range []string{"$JS.API.STREAM.UPDATE.>", "spy.mark"} {
-		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	updatesBy := natstest.Spy(t, b.url, "$JS.API.STREAM.UPDATE.>")
 	nc := natstest.Connect(t, b.url)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	updates := func() []string {
-		t.Helper()
-		if err := nc.Publish("spy.mark", nil); err != nil {
-			t.Fatal(err)
-		}
-		var subjects []string
-		for {
-			select {
-			case m := <-seen:
-				if m.Subject == "spy.mark" {
-					return subjects
-				}
-				subjects = append(subjects, m.Subject)
-			case <-t.Context().Done():
-				t.Fatal("the mark never came")
-			}
-		}
-	}
+	updates := func() []string { t.Helper(); return updatesBy(nc) }
 	if _, err := Open(t.Context(), js, Config{}); err != nil {
 		t.Fatal(err)
 	}
