@@ -81,6 +81,9 @@ func Int(data []byte, key string) (int, bool) {
 	for k < len(data) && (data[k] >= '0' && data[k] <= '9' || data[k] == '-') {
 		k++
 	}
+	if k < len(data) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(data[k])) {
+		return 0, false // a fraction, an exponent: not an integer
+	}
 	n, err := strconv.Atoi(string(data[j:k]))
 	return n, err == nil
 }

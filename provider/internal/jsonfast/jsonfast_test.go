@@ -29,6 +29,16 @@ func TestStr(t *testing.T) {
 	if n, ok := jsonfast.Int([]byte(`{"index": 12,"x":1}`), "index"); n != 12 || !ok {
 		t.Errorf("int %d %v", n, ok)
 	}
+	// encoding/json refuses these for an integer field: Int must not
+	// read them as their leading digits.
+	for _, data := range []string{`{"index":12.5}`, `{"index":1e3}`, `{"index":2E1,"x":1}`, `{"index":7x}`} {
+		if n, ok := jsonfast.Int([]byte(data), "index"); ok {
+			t.Errorf("%s: int %d", data, n)
+		}
+	}
+	if n, ok := jsonfast.Int([]byte(`{"x":{"index":3}}`), "index"); n != 3 || !ok {
+		t.Errorf("int %d %v", n, ok)
+	}
 }
 
 // FuzzStr checks Str never disagrees with encoding/json when it answers.
