@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -81,7 +82,7 @@ func Int(data []byte, key string) (int, bool) {
 	for k < len(data) && (data[k] >= '0' && data[k] <= '9' || data[k] == '-') {
 		k++
 	}
-	if k < len(data) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(data[k])) {
+	if k < len(data) && strings.IndexByte(",}] \t\r\n", data[k]) < 0 {
 		return 0, false // a fraction, an exponent: not an integer
 	}
 	n, err := strconv.Atoi(string(data[j:k]))
