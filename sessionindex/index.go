@@ -349,14 +349,14 @@ func (x *Index) listen() error {
 			} `json:"error"`
 		}
 		if err := json.Unmarshal(m.Data, &ack); err != nil {
-			x.unmark(m.Subject)
+			x.unmark(inbox, m.Subject)
 			x.noteFailure(fmt.Errorf("ack: %w", err))
 			return
 		}
 		switch {
 		case ack.Error == nil, wrongLast(ack.Error.Code): // Queued: the session has its entry
 		default:
-			x.unmark(m.Subject)
+			x.unmark(inbox, m.Subject)
 			x.noteFailure(errors.New(ack.Error.Description))
 		}
 	})
@@ -367,9 +367,11 @@ func (x *Index) listen() error {
 	return nil
 }
 
-// unmark forgets the session whose write's ack came on reply (ackReply).
-func (x *Index) unmark(reply string) {
-	_, tail, _ := strings.Cut(reply[len(x.ackInbox):], ".")
+// unmark forgets the session whose write's ack came on reply (ackReply)
+// under inbox: the handler's own copy, since x.ackInbox is set only after
+// the subscription, which may already deliver (a stray message).
+func (x *Index) unmark(inbox, reply string) {
+	_, tail, _ := strings.Cut(strings.TrimPrefix(reply, inbox), ".")
 	if h, err := strconv.ParseUint(tail, 36, 64); err == nil {
 		x.listed.forget(h)
 	}

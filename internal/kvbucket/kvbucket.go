@@ -19,8 +19,14 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueCon
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket) // another worker created it first
+		if err != nil {
+			// Another worker may have created it first. JetStream tells
+			// the loser "already exists", or "insufficient storage
+			// resources" when the store is reserved in full, so the error
+			// alone does not tell (kvstore.RacedCreate): bind to see.
+			if bound, berr := js.KeyValue(ctx, cfg.Bucket); berr == nil {
+				return bound, nil
+			}
 		}
 	}
 	return kv, err
