@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,8 +251,10 @@ func TestPrivateTmp(t *testing.T) {
 	}
 }
 
-// marked returns the host pids of processes whose command line contains
-// marker.
+// marked returns the host pids of processes whose command line has marker
+// as a word (an argument, or a word of a shell's script): a substring also
+// matched other processes' arguments (go-build1502445333 directories of
+// compiles running beside the test), as tools' marked found.
 func marked(marker string) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
@@ -261,11 +264,22 @@ func marked(marker string) []int {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(marker)) && !zombie(pid) {
+		if err == nil && hasWord(b, marker) && !zombie(pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// hasWord reports whether the NUL-separated command line cmdline has word
+// as one of its arguments' space-separated words.
+func hasWord(cmdline []byte, word string) bool {
+	for arg := range strings.SplitSeq(string(cmdline), "\x00") {
+		if slices.Contains(strings.Fields(arg), word) {
+			return true
+		}
+	}
+	return false
 }
 
 func zombie(pid int) bool {

@@ -48,7 +48,7 @@ var (
 	turnsTrace     = flag.Bool("turns-trace", false, "turns: print every message of one distinct-session turn, in order, and stop")
 	turnsSetup     = flag.Int("turns-setup", 0, "turns: the worker's set-up gate width (lanes.Config.SetupConcurrency; 0 = its default, -1 = no gate), to compare widths")
 	turnsStagger   = flag.Bool("turns-stagger", false, "turns: start the concN scenarios' sessions spread over one model delay (sessions sending independently, a steady state) instead of all in the same instant (a burst); the rate is then each session's turns over its own time, summed")
-	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file; soak: of round N to <this>.N")
+	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file; soak: of round N to <this>.N; sessions: of the restart's server-alone and worker starts to <this>.restart-server and <this>.restart-worker")
 	turnsMemProf   = flag.String("memprofile", "", "turns: write the allocations of the whole run (every scenario, set-up included) to this file, as go tool pprof -sample_index=alloc_objects reads them")
 	turnsAPI       = flag.String("turns-api", "openai-completions", "turns: the wire API the worker speaks to the mock model (openai-completions, anthropic-messages, google-generative-ai; the direct baseline is always Chat Completions)")
 	turnsReplyText = "pong"
