@@ -277,7 +277,12 @@ func (l *Lanes) putRetention(ctx context.Context, key, what string, v any, rev u
 // acquisition. Then that read is what the lane keeps under the lease (no
 // write can land while it is held), and one read by sequence from near the
 // stream's end replaces a second Data. False, not an error, when anything
-// came first (the lane's own release marker too): read the lane again.
+// came first: read the lane again. What it cannot see is a purge between
+// since and the lease (another forget of the lane, which leaves no
+// marker; the lease key keeps one message, so the earlier holder's
+// release is replaced by this lease): the records Data read are gone
+// then, and the lane is forgotten, and counted, a second time. No message
+// or write is lost by it: a message or a turn in between is seen.
 func (s *Lease) Untouched(ctx context.Context, since uint64) (bool, error) {
 	s.mu.RLock()
 	rev := s.rev

@@ -126,7 +126,9 @@ func (m *Member) refreshSecrets(ctx context.Context) {
 		for _, v := range vals {
 			forms = append(forms, secretForms(v.Reveal())...)
 		}
-		m.cfg.Redactor.Add(forms...) // before any call uses them; one Add rebuilds the set once
+		if len(forms) > 0 {
+			m.cfg.Redactor.Add(forms...) // before any call uses them; one Add rebuilds the set once
+		}
 	}, func(err error) {
 		m.log.Warn().Err(err).Msg("exec secret provider refresh failed; the last values stay in use")
 	})
