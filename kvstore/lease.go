@@ -55,6 +55,12 @@ type Lease struct {
 	token string
 	value []byte
 
+	// left is the lane's cursor as this process's last release of it
+	// left it, when Acquire took the lane back over that release's marker
+	// (nothing wrote the lease key since, so nothing wrote the lane's
+	// records either: see Left); nil = not known.
+	left *Cursor
+
 	mu  sync.RWMutex
 	rev uint64
 }
@@ -74,14 +80,16 @@ func (l *Lanes) Acquire(ctx context.Context, token string, info LeaseInfo) (*Lea
 		return nil, err
 	}
 	key := leaseKey(token)
-	if marker := l.released.take(token, time.Now(), l.cfg.MarkerTTL); marker != 0 {
+	if marker, left := l.released.take(token, time.Now(), l.cfg.MarkerTTL); marker != 0 {
 		// This process released the lane last: if its marker is still the
 		// key's last message, nobody took the lane since, and one write
 		// takes it (kv.Create would first fail on the marker, then read it).
 		ack, err := l.js.Publish(ctx, l.prefix+key, val,
 			jetstream.WithExpectLastSequencePerSubject(marker), jetstream.WithMsgTTL(l.cfg.LeaseTTL))
 		if err == nil {
-			return &Lease{lanes: l, token: token, value: val, rev: ack.Sequence}, nil
+			// Only this expectation met proves the lane untouched since
+			// the release: left is handed on (Left) on this path alone.
+			return &Lease{lanes: l, token: token, value: val, rev: ack.Sequence, left: left}, nil
 		}
 		if busy, mismatch := WriteConflict(err); !busy && !mismatch {
 			return nil, fmt.Errorf("kvstore: acquire %s: %w", token, err)
@@ -237,15 +245,43 @@ func (s *Lease) Renew(ctx context.Context) error {
 // the marker TTL) expecting the lease's revision. Releasing a lease that is
 // already lost is not an error. The marker's revision is remembered, so
 // this process's next Acquire of the lane takes it in one write.
-func (s *Lease) Release(ctx context.Context) error { return s.release(ctx, true) }
+func (s *Lease) Release(ctx context.Context) error { return s.release(ctx, true, nil) }
+
+// ReleaseAt is Release by an owner that knows the lane's cursor as it
+// leaves it: left must be what Cursor would read now (the newest record
+// the owner committed or read, with no fenced write of its own whose
+// outcome it does not know). This process's next Acquire that takes the
+// lane back over this release's marker hands left on (Left).
+func (s *Lease) ReleaseAt(ctx context.Context, left Cursor) error {
+	return s.release(ctx, true, &left)
+}
+
+// Left returns the lane's cursor as this process's last release of it
+// (ReleaseAt) left it, when Acquire took the lane back over that
+// release's marker: ok is true only then. The write that took it expected
+// the marker as the lease key's last message, so nobody held the lane in
+// between, and the lane's records, written only under the lease (fenced on
+// the lease key's revision, which no lease holds at a marker), are as the
+// release left them: the cursor need not be read again. A lease taken any
+// other way (created, the marker gone or written over, a release that
+// named no cursor) has ok false, and its owner reads the cursor.
+func (s *Lease) Left() (Cursor, bool) {
+	if s.left == nil {
+		return Cursor{}, false
+	}
+	return *s.left, true
+}
 
 // GiveUp is Release for a lease whose worker's life ended (declared
 // dead): its marker is not remembered, so this process takes the lane
 // again no faster than any other. The survivors, told of the death at
 // once, are the ones meant to take its lanes.
-func (s *Lease) GiveUp(ctx context.Context) error { return s.release(ctx, false) }
+func (s *Lease) GiveUp(ctx context.Context) error { return s.release(ctx, false, nil) }
 
-func (s *Lease) release(ctx context.Context, remember bool) error {
+// release writes the purge marker; with remember, its revision (and left,
+// the cursor the owner leaves, nil: not known) is kept for this process's
+// next Acquire of the lane.
+func (s *Lease) release(ctx context.Context, remember bool, left *Cursor) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var marker uint64
@@ -264,7 +300,7 @@ func (s *Lease) release(ctx context.Context, remember bool) error {
 		return nil
 	}
 	if err == nil && remember {
-		s.lanes.released.put(s.token, marker, time.Now())
+		s.lanes.released.put(s.token, marker, time.Now(), left)
 	}
 	return err
 }
@@ -279,7 +315,8 @@ const (
 const releasedMax = 4096
 
 // releasedRevs remembers, per lane, the revision of the purge marker this
-// process's last Release of it wrote, and when, for at most releasedMax
+// process's last Release of it wrote, when, and the cursor that release
+// named (ReleaseAt), for at most releasedMax
 // lanes (a full table forgets one lane for each new one). Acquire takes the
 // lane's out and expects it while the marker may still live (MarkerTTL): a
 // remembered revision that is no longer the lease key's last message only
@@ -290,11 +327,12 @@ type releasedRevs struct {
 }
 
 type releasedRev struct {
-	rev uint64
-	at  time.Time
+	rev  uint64
+	at   time.Time
+	left *Cursor // nil: the release named no cursor
 }
 
-func (r *releasedRevs) put(token string, rev uint64, now time.Time) {
+func (r *releasedRevs) put(token string, rev uint64, now time.Time, left *Cursor) {
 	if r == nil || rev == 0 {
 		return
 	}
@@ -309,26 +347,27 @@ func (r *releasedRevs) put(token string, rev uint64, now time.Time) {
 			break
 		}
 	}
-	r.rev[token] = releasedRev{rev, now}
+	r.rev[token] = releasedRev{rev, now, left}
 }
 
 // take returns the lane's remembered marker revision (0: none, or one
-// written ttl or longer before now: the marker is gone) and forgets it.
-func (r *releasedRevs) take(token string, now time.Time, ttl time.Duration) uint64 {
+// written ttl or longer before now: the marker is gone) and the cursor its
+// release named (nil: none), and forgets them.
+func (r *releasedRevs) take(token string, now time.Time, ttl time.Duration) (uint64, *Cursor) {
 	if r == nil {
-		return 0
+		return 0, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m, ok := r.rev[token]
 	if !ok {
-		return 0
+		return 0, nil
 	}
 	delete(r.rev, token)
 	if now.Sub(m.at) >= ttl {
-		return 0
+		return 0, nil
 	}
-	return m.rev
+	return m.rev, m.left
 }
 
 // put writes key under the fence: the server stores it only while the lease

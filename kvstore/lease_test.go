@@ -366,15 +366,102 @@ func TestReleasedRevsForgetExpiredMarkers(t *testing.T) {
 	t.Parallel()
 	var r releasedRevs
 	at := time.Unix(1000, 0)
-	r.put("carol", 7, at)
-	r.put("dave", 9, at)
-	if got := r.take("carol", at.Add(time.Minute-time.Millisecond), time.Minute); got != 7 {
-		t.Errorf("a marker younger than its TTL: %d, want 7", got)
+	r.put("carol", 7, at, &Cursor{Seq: 3})
+	r.put("dave", 9, at, &Cursor{Seq: 4})
+	if got, left := r.take("carol", at.Add(time.Minute-time.Millisecond), time.Minute); got != 7 || left == nil || left.Seq != 3 {
+		t.Errorf("a marker younger than its TTL: %d %v, want 7 and its cursor", got, left)
 	}
-	if got := r.take("carol", at, time.Minute); got != 0 {
-		t.Errorf("a marker taken already: %d, want 0", got)
+	if got, left := r.take("carol", at, time.Minute); got != 0 || left != nil {
+		t.Errorf("a marker taken already: %d %v, want 0 and no cursor", got, left)
 	}
-	if got := r.take("dave", at.Add(time.Minute), time.Minute); got != 0 {
-		t.Errorf("a marker as old as its TTL: %d, want 0", got)
+	if got, left := r.take("dave", at.Add(time.Minute), time.Minute); got != 0 || left != nil {
+		t.Errorf("a marker as old as its TTL: %d %v, want 0 and no cursor", got, left)
+	}
+}
+
+// TestLeftOnlyWhenUntouched: a lane taken back over this process's own
+// release hands on the cursor that release named (Lease.Left), and only
+// then: a lease created anew, a release that named no cursor, and above
+// all another owner's lease in between (it may have written records, and
+// here does) leave Left unknown, so the owner reads the cursor.
+func TestLeftOnlyWhenUntouched(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	open := func() *Lanes {
+		js, err := jetstream.New(natstest.Connect(t, srv.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(t.Context(), js, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, b := open(), open()
+	ctx := t.Context()
+	take := func(l *Lanes, who string) *Lease {
+		t.Helper()
+		lease, err := l.Acquire(ctx, "erin", LeaseInfo{Worker: who})
+		if err != nil {
+			t.Fatalf("%s acquire: %v", who, err)
+		}
+		return lease
+	}
+	lease := take(a, "a")
+	if _, ok := lease.Left(); ok {
+		t.Fatal("a lease created anew knows a cursor")
+	}
+	w, err := lease.PutRecord(ctx, Record{InboundSeq: 5, SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.ReleaseAt(ctx, Cursor{Seq: 5, SessionID: "s", Stored: w.Seq}); err != nil {
+		t.Fatal(err)
+	}
+	lease = take(a, "a")
+	if c, ok := lease.Left(); !ok || c.Seq != 5 || c.Stored != w.Seq {
+		t.Fatalf("taken back over its own release: Left %+v %v, want inbound 5 at %d", c, ok, w.Seq)
+	}
+
+	// Another owner in between, which moves the lane on: a's marker is
+	// written over, and a must read what b left.
+	if err := lease.ReleaseAt(ctx, Cursor{Seq: 5, SessionID: "s", Stored: w.Seq}); err != nil {
+		t.Fatal(err)
+	}
+	other := take(b, "b")
+	if _, err := other.PutRecord(ctx, Record{InboundSeq: 6, SessionID: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease = take(a, "a")
+	if c, ok := lease.Left(); ok {
+		t.Fatalf("taken after another owner's lease: Left %+v, want unknown (another owner wrote inbound 6)", c)
+	}
+	if c, err := a.Cursor(ctx, "erin"); err != nil || c.Seq != 6 {
+		t.Fatalf("cursor read: %+v %v, want inbound 6", c, err)
+	}
+
+	// Another owner that wrote nothing: the marker is still written over,
+	// which is all a can know.
+	if err := lease.ReleaseAt(ctx, Cursor{Seq: 6, SessionID: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := take(b, "b").Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease = take(a, "a")
+	if _, ok := lease.Left(); ok {
+		t.Fatal("taken after another owner's lease that wrote nothing: Left known, want unknown")
+	}
+
+	// A release that names no cursor.
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := take(a, "a").Left(); ok {
+		t.Fatal("taken back over a release that named no cursor: Left known")
 	}
 }

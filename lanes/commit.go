@@ -88,6 +88,9 @@ func (o *owner) commit(ctx context.Context, em *fenced.Emitter, p *plan, out *Ou
 	reconnects := o.nc.Stats().Reconnects // before the finals: a reconnect after them may have lost them
 	written, err := o.lease.PutRecord(ctx, rec)
 	if err != nil {
+		// The record may be stored all the same (its answer lost): the
+		// lane's cursor is not known for certain until it is read again.
+		o.lane.left = nil
 		if kvstore.Transient(err) {
 			return &storeFailure{err}
 		}
@@ -155,6 +158,12 @@ func (o *owner) advance(p *plan, rec kvstore.Record, written kvstore.Written) {
 	o.lane.cursor.Seq, o.lane.cursor.Stored, o.lane.cursor.State, o.lane.cursor.SessionID = p.through, written.Seq, rec.State, rec.SessionID
 	if rec.Reset {
 		o.lane.cursor.Start = written.Seq
+	}
+	if o.lane.left != nil {
+		// What Cursor reads back from rec (kvstore.Lanes.Cursor).
+		o.lane.cursor.IDs = rec.IDs
+		c := o.lane.cursor
+		o.lane.left = &c
 	}
 	o.lane.processed = append(o.lane.processed, p.run.raw.Sequence)
 	for _, c := range p.merged {

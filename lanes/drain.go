@@ -63,6 +63,7 @@ func (o *owner) drain(ctx context.Context) bool {
 // keeps the first look's message (first, read after from) when it is the
 // one after the cursor. It reports whether the cursor could be read.
 func (o *owner) readLane(ctx context.Context, from uint64, first <-chan looked) bool {
+	o.lane.left = nil // known again once read
 	c, err := o.readCursor(ctx)
 	if err != nil {
 		<-first
@@ -80,6 +81,8 @@ func (o *owner) readLane(ctx context.Context, from uint64, first <-chan looked) 
 		o.takeAhead(0)
 	}
 	o.lane.cursor = c
+	left := c
+	o.lane.left = &left
 	o.lane.ids = queue.NewIDs(o.streams.cfg.DedupeWindow, c.IDs)
 	o.lane.tx = nil // another owner may have added to it since the last drain
 	return true
@@ -238,7 +241,15 @@ func (o *owner) fits(raw *jetstream.RawStreamMsg) (int64, bool) {
 // of the newest record are still these (see transcript.settings): only
 // otherwise are they read.
 func (o *owner) readCursor(ctx context.Context) (kvstore.Cursor, error) {
-	c, err := o.store.Cursor(ctx, o.token)
+	c, known := o.lease.Left()
+	var err error
+	if known {
+		// Taken back over this worker's own release, which named the
+		// cursor it left: nobody wrote the lane since (kvstore.Lease.Left).
+		o.stats.CursorsKnown.Add(1)
+	} else {
+		c, err = o.store.Cursor(ctx, o.token)
+	}
 	if errors.Is(err, kvstore.ErrCorrupt) {
 		// c still holds the lane's position (kvstore.ErrCorrupt says why).
 		o.log.Error().Err(err).Msg("newest transcript record unreadable: the lane goes on after it")

@@ -20,7 +20,7 @@ import (
 func (o *owner) letGo(ctx context.Context, why string) {
 	o.deleteProcessed(ctx, true)
 	o.markHeld(false)
-	if err := o.lease.Release(ctx); err != nil {
+	if err := o.releaseLease(ctx); err != nil {
 		o.log.Warn().Err(err).Msg("release lease " + why)
 	}
 	o.stats.Released.Add(1)
@@ -111,7 +111,7 @@ func (o *owner) release() ending {
 	// of them as its trigger, and needs that message to hand it back.
 	o.deleteProcessed(ctx, true)
 	o.markHeld(false) // before the release: see markHeld
-	if err := o.lease.Release(ctx); err != nil {
+	if err := o.releaseLease(ctx); err != nil {
 		// The trigger comes back soon; whoever gets it takes the lane once
 		// the lease is free (released after all, or expired).
 		o.log.Warn().Err(err).Msg("release lease")
@@ -144,6 +144,16 @@ func (o *owner) release() ending {
 	}
 	o.log.Warn().Err(err).Msg("re-acquire lease")
 	return endRetry
+}
+
+// releaseLease releases the lease, naming the lane's cursor when the owner
+// knows it for certain (laneState.left): this worker then takes the lane
+// back without reading it, if nobody took the lane in between.
+func (o *owner) releaseLease(ctx context.Context) error {
+	if c := o.lane.left; c != nil {
+		return o.lease.ReleaseAt(ctx, *c)
+	}
+	return o.lease.Release(ctx)
 }
 
 // Lanes this worker holds: a delivery of one of them, other than its

@@ -118,7 +118,14 @@ type ownerLease struct {
 // stands, its stored settings, its recent message ids and transcript, and
 // what this owner processed and still owes.
 type laneState struct {
-	cursor   kvstore.Cursor
+	cursor kvstore.Cursor
+	// left is the lane's cursor as the store has it, while this owner
+	// knows it for certain: as read when the drain began, then as its own
+	// records moved it. A record write that failed (its outcome unknown:
+	// the record may be stored all the same) makes it nil until the next
+	// read. The release names it (kvstore.Lease.ReleaseAt), so that this
+	// worker, taking the lane back over that release, need not read it.
+	left     *kvstore.Cursor
 	settings *events.Settings // the lane's stored queue and run settings; nil = none
 	// ids are the lane's message ids for de-duplication: the newest
 	// record's, then those of every message this drain read.

@@ -128,6 +128,10 @@ type Stats struct {
 	// TakenOver counts lanes taken over from workers found dead
 	// (Config.Liveness).
 	TakenOver atomic.Int64
+	// CursorsKnown counts drains that began without reading the lane's
+	// cursor: this worker took the lane back over its own release, which
+	// named the cursor it left (kvstore.Lease.Left).
+	CursorsKnown atomic.Int64
 
 	deadMu sync.Mutex
 	deadBy map[string]int64 // dead letters stored, by reason
