@@ -754,22 +754,23 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 // deliveries handed back or waiting for a slot show a worker out of room.
 type laneCounts struct {
 	acquired, lingerHits, followers, naks, waited, handedBack int64
+	cursorsKnown                                              int64 // drains begun from the cursor their release left (no read)
 }
 
 func laneCountsOf(st *lanes.Stats) laneCounts {
 	return laneCounts{acquired: st.Acquired.Load(), lingerHits: st.LingerHits.Load(), followers: st.FollowerAcks.Load(),
-		naks: st.Naks.Load(), waited: st.Waited.Load(), handedBack: st.HandedBack.Load()}
+		naks: st.Naks.Load(), waited: st.Waited.Load(), handedBack: st.HandedBack.Load(), cursorsKnown: st.CursorsKnown.Load()}
 }
 
 func (c laneCounts) sub(o laneCounts) laneCounts {
 	return laneCounts{acquired: c.acquired - o.acquired, lingerHits: c.lingerHits - o.lingerHits, followers: c.followers - o.followers,
-		naks: c.naks - o.naks, waited: c.waited - o.waited, handedBack: c.handedBack - o.handedBack}
+		naks: c.naks - o.naks, waited: c.waited - o.waited, handedBack: c.handedBack - o.handedBack, cursorsKnown: c.cursorsKnown - o.cursorsKnown}
 }
 
 func (c laneCounts) perTurn(n int) string {
 	d := float64(max(n, 1))
-	return fmt.Sprintf("lanes taken %.2f, linger hits %.2f, follower acks %.2f, naks %.2f, waited for a slot %.2f, handed back %.2f",
-		float64(c.acquired)/d, float64(c.lingerHits)/d, float64(c.followers)/d, float64(c.naks)/d, float64(c.waited)/d, float64(c.handedBack)/d)
+	return fmt.Sprintf("lanes taken %.2f (cursor known %.2f), linger hits %.2f, follower acks %.2f, naks %.2f, waited for a slot %.2f, handed back %.2f",
+		float64(c.acquired)/d, float64(c.cursorsKnown)/d, float64(c.lingerHits)/d, float64(c.followers)/d, float64(c.naks)/d, float64(c.waited)/d, float64(c.handedBack)/d)
 }
 
 // turnSplit splits the turns' times, for -turns-detail, into send →
