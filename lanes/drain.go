@@ -180,11 +180,17 @@ func (o *owner) look(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 	o.stats.Lingered.Add(1)
 	raw, err := o.next(ctx, o.lane.cursor.Seq)
 	for try := 0; try < 3 && errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil; try++ {
-		// The watch can see a message before the stream stores it.
+		// The watch can see a message before the stream stores it: the
+		// owner reads again once its delivery reaches this worker (the
+		// stream stored it then), or after a millisecond (in a fleet the
+		// delivery may go to another worker).
+		t := time.NewTimer(time.Millisecond)
 		select {
-		case <-time.After(time.Millisecond):
+		case <-o.quiet.stored:
+		case <-t.C:
 		case <-ctx.Done():
 		}
+		t.Stop()
 		raw, err = o.next(ctx, o.lane.cursor.Seq)
 	}
 	if err == nil {

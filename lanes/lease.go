@@ -194,12 +194,45 @@ func (w *Worker) heldHere(msg jetstream.Msg) bool {
 	}
 	w.heldMu.Lock()
 	trigger, held := w.held[token]
+	wake := w.storedWake[token]
 	w.heldMu.Unlock()
 	if !held {
 		return false
 	}
 	md, err := msg.Metadata()
-	return err == nil && md.Sequence.Stream != trigger
+	if err != nil || md.Sequence.Stream == trigger {
+		return false
+	}
+	if wake != nil {
+		// The dispatch consumer delivers a message once the stream
+		// stored it: the owner looking for it can read it now.
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// watchStored makes the deliveries of lane token's messages to this worker
+// wake ch (an owner's quietWatch.stored) until unwatchStored.
+func (w *Worker) watchStored(token string, ch chan struct{}) {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	if w.storedWake == nil {
+		w.storedWake = map[string]chan struct{}{}
+	}
+	w.storedWake[token] = ch
+}
+
+// unwatchStored ends watchStored's wake-ups of ch (unless another owner's
+// channel replaced it since).
+func (w *Worker) unwatchStored(token string, ch chan struct{}) {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	if w.storedWake[token] == ch {
+		delete(w.storedWake, token)
+	}
 }
 
 // triggerKept reports whether the owner's trigger can be handed back: its

@@ -26,6 +26,7 @@ type owner struct {
 	ownerDeps
 	// w is asked only for what is the worker's to do or decide: settle
 	// the trigger (handBack, ackTrigger), mark the lane held here (hold),
+	// wake it when its lane's messages reach the worker (watchStored),
 	// store dead letters, deliver completions, delete inbound messages and
 	// drop step journals (on its goroutines), a new lease's terms
 	// (leaseInfo), whether to yield (shouldYield), and the context turns

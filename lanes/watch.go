@@ -87,12 +87,13 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	turnCtx, cancel := context.WithCancelCause(ctx)
 	q := o.quiet
 	if q == nil {
-		q = &quietWatch{notify: make(chan struct{}, 1)}
+		q = &quietWatch{notify: make(chan struct{}, 1), stored: make(chan struct{}, 1)}
 		sub, err := o.nc.Subscribe(o.subject, q.arrived(o.cfg.MaxPayload, o.cfg.chatCommands(o.key), o.now))
 		if err != nil {
 			o.log.Debug().Err(err).Msg("watch for interrupts")
 			return turnCtx, func() { cancel(nil) }
 		}
+		o.w.watchStored(o.token, q.stored)
 		// No flush: the subscription goes out on the connection before
 		// the turn's start event does, and a server takes a connection's
 		// protocol in order, so it has the subscription before anyone
@@ -159,8 +160,13 @@ func (q *quietWatch) arrived(maxPayload int, chat bool, now func() time.Time) na
 type quietWatch struct {
 	sub      *nats.Subscription
 	arrivals atomic.Uint64
-	notify   chan struct{}             // a message arrived (one token at most)
-	target   atomic.Pointer[cutTarget] // the running turn; nil between turns
+	notify   chan struct{} // a message arrived (one token at most)
+	// stored: a message of the lane was delivered to this worker, so the
+	// stream has stored it (one token at most; see Worker.watchStored).
+	// The watch sees a message as it is published, before the stream
+	// stores it; a lingering owner that finds nothing yet waits for this.
+	stored chan struct{}
+	target atomic.Pointer[cutTarget] // the running turn; nil between turns
 	// mu guards what the last steer poll found: nothing after seq, with
 	// arrivals at count and the connection at reconnects; ok false when
 	// the last poll found something or failed.
@@ -238,6 +244,10 @@ func (o *owner) linger(ctx context.Context) bool {
 	case <-q.notify:
 	default:
 	}
+	select {
+	case <-q.stored: // a message the last look accounted for
+	default:
+	}
 	q.mu.Lock()
 	since := q.arrivals.Load() != q.count
 	q.mu.Unlock()
@@ -262,6 +272,7 @@ func (o *owner) linger(ctx context.Context) bool {
 func (o *owner) endWatch() {
 	if o.quiet != nil {
 		_ = o.quiet.sub.Unsubscribe()
+		o.w.unwatchStored(o.token, o.quiet.stored)
 		o.quiet = nil
 	}
 }

@@ -65,11 +65,15 @@ type Worker struct {
 	handler Handler
 	log     zerolog.Logger
 
-	sched        *slots.Scheduler
-	gate         *setupGate
-	heldMu       sync.Mutex
-	held         map[string]uint64 // lanes owners here hold → their trigger's sequence (lease.go)
-	consuming    atomic.Bool       // Run consumes dispatch deliveries
+	sched  *slots.Scheduler
+	gate   *setupGate
+	heldMu sync.Mutex
+	held   map[string]uint64 // lanes owners here hold → their trigger's sequence (lease.go)
+	// storedWake are the lanes whose owner here watches them (the drain's
+	// quietWatch) → its stored channel: a delivery of the lane's message
+	// wakes it, the message being stored (lease.go, watchStored).
+	storedWake   map[string]chan struct{}
+	consuming    atomic.Bool // Run consumes dispatch deliveries
 	shuttingDown atomic.Bool
 	shutdown     chan struct{}   // closed when the worker starts to shut down
 	lingering    atomic.Int64    // owners lingering now (tests wait on it)
