@@ -285,6 +285,36 @@ func TestLeaseState(t *testing.T) {
 	}
 }
 
+// openProcess opens the lanes bucket on a connection of its own to url, as
+// a worker process would (its own remembered release markers), with a
+// lease that outlives the test and a minute's markers.
+func openProcess(t *testing.T, url string) (*Lanes, *nats.Conn) {
+	t.Helper()
+	nc := natstest.Connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(t.Context(), js, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, nc
+}
+
+// taker returns a function that acquires lane token through l as worker
+// who, failing the test if it cannot.
+func taker(t *testing.T, token string) func(l *Lanes, who string) *Lease {
+	return func(l *Lanes, who string) *Lease {
+		t.Helper()
+		lease, err := l.Acquire(t.Context(), token, LeaseInfo{Worker: who})
+		if err != nil {
+			t.Fatalf("%s acquire: %v", who, err)
+		}
+		return lease
+	}
+}
+
 // TestReacquireAfterRelease: a process that released a lane takes it again
 // in one write (it expects its own release marker) instead of kv.Create's
 // refused write, read and write; a marker someone else moved past since
@@ -293,29 +323,10 @@ func TestLeaseState(t *testing.T) {
 func TestReacquireAfterRelease(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	open := func() (*Lanes, *nats.Conn) {
-		nc := natstest.Connect(t, srv.URL)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := Open(t.Context(), js, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l, nc
-	}
-	a, anc := open()
-	b, _ := open()
+	a, anc := openProcess(t, srv.URL)
+	b, _ := openProcess(t, srv.URL)
 	ctx := t.Context()
-	take := func(l *Lanes, who string) *Lease {
-		t.Helper()
-		lease, err := l.Acquire(ctx, "carol", LeaseInfo{Worker: who})
-		if err != nil {
-			t.Fatalf("%s acquire: %v", who, err)
-		}
-		return lease
-	}
+	take := taker(t, "carol")
 	release := func(l *Lease) {
 		t.Helper()
 		if err := l.Release(ctx); err != nil {
@@ -387,27 +398,10 @@ func TestReleasedRevsForgetExpiredMarkers(t *testing.T) {
 func TestLeftOnlyWhenUntouched(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	open := func() *Lanes {
-		js, err := jetstream.New(natstest.Connect(t, srv.URL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := Open(t.Context(), js, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	a, b := open(), open()
+	a, _ := openProcess(t, srv.URL)
+	b, _ := openProcess(t, srv.URL)
 	ctx := t.Context()
-	take := func(l *Lanes, who string) *Lease {
-		t.Helper()
-		lease, err := l.Acquire(ctx, "erin", LeaseInfo{Worker: who})
-		if err != nil {
-			t.Fatalf("%s acquire: %v", who, err)
-		}
-		return lease
-	}
+	take := taker(t, "erin")
 	lease := take(a, "a")
 	if _, ok := lease.Left(); ok {
 		t.Fatal("a lease created anew knows a cursor")
