@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -292,7 +293,9 @@ func TestExpireWritesPerSessionFixed(t *testing.T) {
 }
 
 // idleSessions runs one turn each of n sessions named prefix0… and waits
-// until their lanes are let go, so that a pass finds them idle.
+// until their lanes are let go and their owners are done (the last step,
+// after the release, deletes the processed message), so that a pass finds
+// them idle and an owner's last requests do not fall in a pass's count.
 func (f *fleet) idleSessions(t *testing.T, prefix string, n int) []string {
 	t.Helper()
 	var keys []string
@@ -306,8 +309,26 @@ func (f *fleet) idleSessions(t *testing.T, prefix string, n int) []string {
 			_, held, err := f.lanes.Holder(t.Context(), key)
 			return err == nil && !held
 		})
+		subj, err := events.InboundSubject(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, key+"'s processed message deleted", func() bool {
+			_, err := f.streams.Inbound.GetLastMsgForSubject(t.Context(), subj)
+			return errors.Is(err, jetstream.ErrMsgNotFound) || f.deleteDenied(t)
+		})
 	}
 	return keys
+}
+
+// deleteDenied reports whether the inbound stream refuses deletes (a test's
+// fault), so that no processed message is ever deleted.
+func (f *fleet) deleteDenied(t *testing.T) bool {
+	info, err := f.streams.Inbound.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Config.DenyDelete
 }
 
 // TestExpireIdleBudget: a pass forgets at most its budget and says how far
