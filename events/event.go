@@ -362,6 +362,20 @@ func eventSize(e *Event) int {
 	return n
 }
 
+// decodeEventMsgpack is UnmarshalMsgpack for an event: after the walk,
+// readEvent reads the events workers write; what it leaves (args, a
+// payload, fields it does not know) the library decodes.
+func decodeEventMsgpack(data []byte, e *Event) error {
+	if err := checkMsgpack(data, 0); err != nil {
+		return err
+	}
+	if readEvent(data, e) {
+		return nil
+	}
+	*e = Event{}
+	return decodeChecked(data, e, false)
+}
+
 // DecodeEvent decodes an event. Unknown fields are ignored, so old clients
 // read events of newer workers.
 func DecodeEvent(contentType string, data []byte) (*Event, error) {
@@ -370,7 +384,7 @@ func DecodeEvent(contentType string, data []byte) (*Event, error) {
 		if err := json.Unmarshal(data, &e); err != nil {
 			return nil, &DecodeError{Reason: "malformed JSON event: " + jsonReason(err), Err: err}
 		}
-	} else if err := UnmarshalMsgpack(data, &e); err != nil {
+	} else if err := decodeEventMsgpack(data, &e); err != nil {
 		return nil, &DecodeError{Reason: "malformed msgpack event: " + err.Error(), Err: err}
 	}
 	if e.Stream == "" {
