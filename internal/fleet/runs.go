@@ -43,10 +43,8 @@ func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
 	r := &registration{done: make(chan struct{}), ended: make(chan struct{}), soon: make(chan struct{}),
 		phased: make(chan struct{}, 1), bg: &m.bg}
 	info := kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(), Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()}
+	log := m.log.With().Str("run_id", t.RunID).Logger()
 	wctx := context.WithoutCancel(ctx) // the entry outlives the turn's cancellation until clear
-	// The two warnings below name the run themselves: a logger of the run
-	// (zerolog's With) would allocate its context on every turn, logged
-	// or not.
 	m.bg.Go(func() {
 		defer close(r.done)
 		after := registerAfter
@@ -66,7 +64,7 @@ func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
 		h, err := m.Runs.Register(rctx, tok, info)
 		cancel()
 		if err != nil {
-			m.log.Warn().Str("run_id", t.RunID).Err(err).Msg("run registry")
+			log.Warn().Err(err).Msg("run registry")
 			return
 		}
 		r.h = h
@@ -89,7 +87,7 @@ func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
 			cancel()
 			if err != nil && !failed {
 				failed = true
-				m.log.Warn().Str("run_id", t.RunID).Err(err).Str("phase", phase).Msg("run registry: phase not written (later failures of this run are not logged)")
+				log.Warn().Err(err).Str("phase", phase).Msg("run registry: phase not written (later failures of this run are not logged)")
 			}
 		}
 	})
