@@ -1,8 +1,12 @@
 package events
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // A turn publishes half a dozen events and writes its final event into its
@@ -396,4 +400,55 @@ func appendInt64(b []byte, n int64) []byte {
 // appendUint64 is the library's EncodeUint64: nine bytes.
 func appendUint64(b []byte, n uint64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, 0xcf), n)
+}
+
+// AppendInbound appends in's msgpack encoding to b: byte for byte what
+// msgpack.Marshal writes for it (EncodeInbound's bytes, without setting
+// V), so hashes of it stay what they were. The usual message (text,
+// images, the per-message choices) is written by hand; a message with
+// tools, tool results, settings or sub-agent fields goes through the
+// library.
+func AppendInbound(b []byte, in *Inbound) ([]byte, error) {
+	if out, ok := appendInbound(b, in); ok {
+		return out, nil
+	}
+	var buf bytes.Buffer
+	if err := msgpack.NewEncoder(&buf).Encode(in); err != nil {
+		return b, fmt.Errorf("events: encode inbound: %w", err)
+	}
+	return append(b, buf.Bytes()...), nil
+}
+
+// appendInbound is AppendInbound's hand-written path; ok is false, b
+// unchanged, for a message it leaves to the library.
+func appendInbound(b []byte, in *Inbound) (_ []byte, ok bool) {
+	if len(in.Tools) > 0 || len(in.ToolResults) > 0 || in.QueueSettings != nil || in.RunSettings != nil || in.Parent != nil || in.Subagent != nil {
+		return b, false
+	}
+	m := beginMap(b)
+	b = m.optInt(b, "v", in.V)
+	b = m.optStr(b, "id", in.ID)
+	b = m.optStr(b, "session", in.Session)
+	b = m.optStr(b, "text", in.Text)
+	if len(in.Images) > 0 {
+		b = m.str(b, "images")
+		b = appendArrayLen(b, len(in.Images))
+		for i := range in.Images {
+			im := &in.Images[i]
+			mm := beginMap(b)
+			b = mm.str(b, "mimeType")
+			b = appendStr(b, im.MimeType)
+			b = mm.str(b, "data")
+			b = appendStr(b, im.Data)
+			b = mm.end(b)
+		}
+	}
+	b = m.optStr(b, "mode", in.Mode)
+	b = m.optStr(b, "model", in.Model)
+	b = m.optStr(b, "thinking", in.Thinking)
+	b = m.optInt64(b, "sent", in.Sent)
+	b = m.optStr(b, "authProfile", in.AuthProfile)
+	b = m.optBool(b, "stop", in.Stop)
+	b = m.optBool(b, "heartbeat", in.Heartbeat)
+	return m.end(b), true
 }

@@ -125,16 +125,20 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 }
 
 // inputFingerprint names the turn's input: the message (with any merged
-// ones folded in) and the history it continues.
+// ones folded in) and the history it continues. The hash is over the message's msgpack bytes, its run id, a zero byte
+// and the id of the history's last entry: a journal an older worker wrote
+// must still match (TestInputFingerprintStable).
 func inputFingerprint(in Input) string {
-	h := sha256.New()
+	last := lastID(in.History)
+	b := make([]byte, 0, 128+len(in.RunID)+len(last))
 	if in.Inbound != nil {
-		_ = msgpack.NewEncoder(h).Encode(in.Inbound)
+		b, _ = events.AppendInbound(b, in.Inbound)
 	}
-	h.Write([]byte(in.RunID))
-	h.Write([]byte{0})
-	h.Write([]byte(lastID(in.History)))
-	return hex.EncodeToString(h.Sum(nil)[:12])
+	b = append(b, in.RunID...)
+	b = append(b, 0)
+	b = append(b, last...)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
 }
 
 // callKey names the call id of the n-th model reply: models reuse call
