@@ -169,6 +169,11 @@ func appendMeta(b []byte, x *Meta) []byte {
 	return m.End(b)
 }
 
+// AppendSessionState appends s's msgpack encoding, the library's bytes
+// exactly, to b (for encoders of the structs that hold a session's state:
+// kvstore's turn records).
+func AppendSessionState(b []byte, s *SessionState) []byte { return appendSessionState(b, s) }
+
 func appendSessionState(b []byte, s *SessionState) []byte {
 	m := mpw.Begin(b)
 	b = m.OptStr(b, "authProfile", s.AuthProfile)

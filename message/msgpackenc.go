@@ -1,6 +1,8 @@
 package message
 
 import (
+	"bytes"
+	"fmt"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -167,4 +169,22 @@ func writeBy(enc *msgpack.Encoder, appendTo func([]byte) ([]byte, bool)) (ok boo
 		bufs.Put(p)
 	}
 	return ok, err
+}
+
+// AppendEntry appends e's msgpack encoding to b: what EncodeMsgpack writes
+// (a raw line, the hand-written form, or the generic one), for encoders of
+// the structs that hold entries (kvstore's turn records).
+func AppendEntry(b []byte, e *Entry) ([]byte, error) {
+	if e.RawFaithful() {
+		b = mpw.Str(append(b, 0x81), rawKey)
+		return mpw.Bin(b, e.Raw), nil
+	}
+	if out, ok := appendEntry(b, e); ok {
+		return out, nil
+	}
+	var buf bytes.Buffer
+	if err := encodeMsgpackObj(msgpack.NewEncoder(&buf), e.toObj()); err != nil {
+		return b, fmt.Errorf("message: entry: %w", err)
+	}
+	return append(b, buf.Bytes()...), nil
 }

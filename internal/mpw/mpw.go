@@ -179,3 +179,16 @@ func Bool(b []byte, v bool) []byte {
 
 // Nil is the library's EncodeNil.
 func Nil(b []byte) []byte { return append(b, 0xc0) }
+
+// Bin is the library's EncodeBytes of a non-nil slice.
+func Bin(b []byte, v []byte) []byte {
+	switch n := len(v); {
+	case n < 256:
+		b = append(b, 0xc4, byte(n))
+	case n <= math.MaxUint16:
+		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
+	}
+	return append(b, v...)
+}
