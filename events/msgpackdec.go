@@ -15,172 +15,125 @@ import (
 // checkMsgpack.
 func readEvent(data []byte, e *Event) bool {
 	r := mpReader{b: data}
-	n, ok := r.mapLen()
-	if !ok {
-		return false
-	}
-	var seen uint64
-	for range n {
-		k, ok := r.key()
-		if !ok {
-			return false
-		}
-		var bit uint64
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
 		switch string(k) {
 		case "v":
-			bit = 1 << 0
 			e.V, ok = r.int()
+			return 1 << 0, ok
 		case "runId":
-			bit = 1 << 1
 			e.RunID, ok = r.str()
+			return 1 << 1, ok
 		case "sessionKey":
-			bit = 1 << 2
 			e.SessionKey, ok = r.str()
+			return 1 << 2, ok
 		case "seq":
-			bit = 1 << 3
 			e.Seq, ok = r.uint64()
+			return 1 << 3, ok
 		case "attempt":
-			bit = 1 << 4
 			e.Attempt, ok = r.int()
+			return 1 << 4, ok
 		case "stream":
-			bit = 1 << 5
 			e.Stream, ok = r.str()
+			return 1 << 5, ok
 		case "ts":
-			bit = 1 << 6
 			e.TS, ok = r.int64()
+			return 1 << 6, ok
 		case "data":
-			bit = 1 << 7
-			ok = r.eventData(&e.Data)
-		default:
-			return false
+			return 1 << 7, r.eventData(&e.Data)
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-	return r.i == len(r.b)
+		return 0, false
+	}) && r.i == len(r.b)
 }
 
 func (r *mpReader) eventData(d *EventData) bool {
-	n, ok := r.mapLen()
-	if !ok {
-		return false
-	}
-	var seen uint64
-	for range n {
-		k, ok := r.key()
-		if !ok {
-			return false
-		}
-		var bit uint64
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
 		switch string(k) {
 		case "phase":
-			bit = 1 << 0
 			d.Phase, ok = r.str()
+			return 1 << 0, ok
 		case "text":
-			bit = 1 << 1
 			d.Text, ok = r.str()
+			return 1 << 1, ok
 		case "delta":
-			bit = 1 << 2
 			d.Delta, ok = r.str()
+			return 1 << 2, ok
 		case "startedAt":
-			bit = 1 << 3
 			d.StartedAt, ok = r.int64()
+			return 1 << 3, ok
 		case "endedAt":
-			bit = 1 << 4
 			d.EndedAt, ok = r.int64()
+			return 1 << 4, ok
 		case "error":
-			bit = 1 << 5
 			d.Error, ok = r.str()
+			return 1 << 5, ok
 		case "worker":
-			bit = 1 << 6
 			d.Worker, ok = r.str()
+			return 1 << 6, ok
 		case "tenant":
-			bit = 1 << 7
 			d.Tenant, ok = r.str()
+			return 1 << 7, ok
 		case "parentSession":
-			bit = 1 << 8
 			d.ParentSession, ok = r.str()
+			return 1 << 8, ok
 		case "parentRun":
-			bit = 1 << 9
 			d.ParentRun, ok = r.str()
+			return 1 << 9, ok
 		case "attempt":
-			bit = 1 << 10
 			d.Attempt, ok = r.int()
+			return 1 << 10, ok
 		case "steps":
-			bit = 1 << 11
 			d.Steps, ok = r.int()
+			return 1 << 11, ok
 		case "inboundSeq":
-			bit = 1 << 12
 			d.InboundSeq, ok = r.uint64()
+			return 1 << 12, ok
 		case "name":
-			bit = 1 << 13
 			d.Name, ok = r.str()
+			return 1 << 13, ok
 		case "toolCallId":
-			bit = 1 << 14
 			d.ToolCallID, ok = r.str()
+			return 1 << 14, ok
 		case "result":
-			bit = 1 << 15
-			if r.null() {
-				d.Result = nil
-				break
-			}
-			d.Result = new(Result)
-			ok = r.result(d.Result)
+			return 1 << 15, readPtr(r, &d.Result, (*mpReader).result)
 		case "willRetry":
-			bit = 1 << 16
 			d.WillRetry, ok = r.bool()
+			return 1 << 16, ok
 		case "isError":
-			bit = 1 << 17
 			d.IsError, ok = r.bool()
+			return 1 << 17, ok
 		case "delayMs":
-			bit = 1 << 18
 			d.DelayMs, ok = r.int64()
+			return 1 << 18, ok
 		case "maxAttempts":
-			bit = 1 << 19
 			d.MaxAttempts, ok = r.int()
+			return 1 << 19, ok
 		case "provider":
-			bit = 1 << 20
 			d.Provider, ok = r.str()
+			return 1 << 20, ok
 		case "model":
-			bit = 1 << 21
 			d.Model, ok = r.str()
+			return 1 << 21, ok
 		case "authProfile":
-			bit = 1 << 22
 			d.AuthProfile, ok = r.str()
+			return 1 << 22, ok
 		case "hop":
-			bit = 1 << 23
 			d.Hop, ok = r.int()
+			return 1 << 23, ok
 		case "reason":
-			bit = 1 << 24
 			d.Reason, ok = r.str()
-		default: // args, payload (values of their own type), or unknown
-			return false
+			return 1 << 24, ok
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-	return true
+		return 0, false // args, payload (values of their own type), or unknown
+	})
 }
 
 func (r *mpReader) result(x *Result) bool {
-	n, ok := r.mapLen()
-	if !ok {
-		return false
-	}
-	var seen uint64
-	for range n {
-		k, ok := r.key()
-		if !ok {
-			return false
-		}
-		var bit uint64
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
 		switch string(k) {
 		case "payloads":
-			bit = 1 << 0
 			x.Payloads, ok = readSlice(r, func(r *mpReader, p *Payload) bool {
 				return r.fields(func(k []byte) (uint64, bool) {
 					switch string(k) {
@@ -196,18 +149,12 @@ func (r *mpReader) result(x *Result) bool {
 					return 0, false
 				})
 			})
+			return 1 << 0, ok
 		case "meta":
-			bit = 1 << 1
-			ok = r.meta(&x.Meta)
-		default:
-			return false
+			return 1 << 1, r.meta(&x.Meta)
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-	return true
+		return 0, false
+	})
 }
 
 func (r *mpReader) meta(x *Meta) bool {
