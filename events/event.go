@@ -337,6 +337,9 @@ func EncodeEvent(e *Event, asJSON bool) ([]byte, string, error) {
 		b, err := json.Marshal(e)
 		return b, ContentJSON, err
 	}
+	if b, ok := appendEvent(make([]byte, 0, eventSize(e)), e); ok {
+		return b, ContentMsgpack, nil
+	}
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.SetSortMapKeys(true)
@@ -344,6 +347,33 @@ func EncodeEvent(e *Event, asJSON bool) ([]byte, string, error) {
 		return nil, "", err
 	}
 	return buf.Bytes(), ContentMsgpack, nil
+}
+
+// eventSize guesses e's msgpack size: its fixed part and its longest
+// strings, so that most events are encoded with one allocation.
+func eventSize(e *Event) int {
+	n := 160 + len(e.RunID) + len(e.SessionKey) + len(e.Data.Text) + len(e.Data.Delta) + len(e.Data.Error)
+	if r := e.Data.Result; r != nil {
+		n += 448 // meta with usage of the run, the last call and the session
+		for _, p := range r.Payloads {
+			n += 16 + len(p.Text)
+		}
+	}
+	return n
+}
+
+// decodeEventMsgpack is UnmarshalMsgpack for an event: after the walk,
+// readEvent reads the events workers write; what it leaves (args, a
+// payload, fields it does not know) the library decodes.
+func decodeEventMsgpack(data []byte, e *Event) error {
+	if err := checkMsgpack(data, 0); err != nil {
+		return err
+	}
+	if readEvent(data, e) {
+		return nil
+	}
+	*e = Event{}
+	return decodeChecked(data, e, false)
 }
 
 // DecodeEvent decodes an event. Unknown fields are ignored, so old clients
@@ -354,7 +384,7 @@ func DecodeEvent(contentType string, data []byte) (*Event, error) {
 		if err := json.Unmarshal(data, &e); err != nil {
 			return nil, &DecodeError{Reason: "malformed JSON event: " + jsonReason(err), Err: err}
 		}
-	} else if err := UnmarshalMsgpack(data, &e); err != nil {
+	} else if err := decodeEventMsgpack(data, &e); err != nil {
 		return nil, &DecodeError{Reason: "malformed msgpack event: " + err.Error(), Err: err}
 	}
 	if e.Stream == "" {

@@ -567,6 +567,6 @@ func EncodeInbound(in *Inbound, asJSON bool) ([]byte, string, error) {
 		b, err := json.Marshal(in)
 		return b, ContentJSON, err
 	}
-	b, err := msgpack.Marshal(in)
+	b, err := AppendInbound(make([]byte, 0, 64+len(in.Text)+len(in.ID)+len(in.Session)), in)
 	return b, ContentMsgpack, err
 }

@@ -207,6 +207,12 @@ func unmarshalMsgpack(data []byte, v any, strict bool, maxValues int) error {
 	if err := checkMsgpack(data, maxValues); err != nil {
 		return err
 	}
+	return decodeChecked(data, v, strict)
+}
+
+// decodeChecked decodes data, which checkMsgpack has accepted, into v with
+// the library.
+func decodeChecked(data []byte, v any, strict bool) error {
 	dec := msgpack.GetDecoder()
 	defer msgpack.PutDecoder(dec)
 	dec.Reset(bytes.NewReader(data))

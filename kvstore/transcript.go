@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes/queue"
@@ -159,7 +158,7 @@ type Written struct {
 
 // PutRecord writes a turn record under the fence.
 func (s *Lease) PutRecord(ctx context.Context, r Record) (Written, error) {
-	data, err := msgpack.Marshal(&r)
+	data, err := encodeRecord(&r)
 	if err != nil {
 		return Written{}, fmt.Errorf("kvstore: encode record: %w", err)
 	}

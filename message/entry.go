@@ -182,6 +182,9 @@ func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
 		}
 		return enc.EncodeBytes(e.Raw)
 	}
+	if ok, err := writeBy(enc, func(b []byte) ([]byte, bool) { return appendEntry(b, &e) }); ok {
+		return err
+	}
 	return encodeMsgpackObj(enc, e.toObj())
 }
 

@@ -302,7 +302,12 @@ func (m *Message) UnmarshalJSON(data []byte) error {
 }
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
-func (m Message) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeMsgpackObj(enc, m.toObj()) }
+func (m Message) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if ok, err := writeBy(enc, func(b []byte) ([]byte, bool) { return appendMessage(b, &m) }); ok {
+		return err
+	}
+	return encodeMsgpackObj(enc, m.toObj())
+}
 
 // DecodeMsgpack implements msgpack.CustomDecoder.
 func (m *Message) DecodeMsgpack(dec *msgpack.Decoder) error {

@@ -65,7 +65,8 @@ type journal struct {
 }
 
 // journalSteps are the recorded steps of one sequence of model calls
-// (the turn's or the memory flush's).
+// (the turn's or the memory flush's). Its maps are made on their first
+// write: most runs replay nothing and write none.
 type journalSteps struct {
 	// replies are the recorded model replies by step number.
 	replies map[int]message.Message
@@ -80,10 +81,6 @@ type journalSteps struct {
 	replayed map[string]bool
 }
 
-func newJournalSteps() journalSteps {
-	return journalSteps{replies: map[int]message.Message{}, results: map[string]message.Message{}, replayed: map[string]bool{}}
-}
-
 // errJournal wraps a failed step write: the attempt cannot go on, since a
 // step that is not recorded would be repeated by a re-run.
 type errJournal struct{ err error }
@@ -96,7 +93,7 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 	if store == nil {
 		return nil, nil
 	}
-	j := &journal{store: store, input: inputFingerprint(in), turn: newJournalSteps(), flush: newJournalSteps()}
+	j := &journal{store: store, input: inputFingerprint(in)}
 	raw, err := store.Steps(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("runner: read steps: %w", err)
@@ -115,8 +112,14 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 		seq := j.steps(s.Flush)
 		switch s.Message.Role {
 		case message.RoleAssistant:
+			if seq.replies == nil {
+				seq.replies = map[int]message.Message{}
+			}
 			seq.replies[s.Step] = s.Message
 		case message.RoleToolResult:
+			if seq.results == nil {
+				seq.results = map[string]message.Message{}
+			}
 			seq.results[callKey(s.Step, s.Message.ToolCallID)] = s.Message
 		}
 	}
@@ -125,16 +128,20 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 }
 
 // inputFingerprint names the turn's input: the message (with any merged
-// ones folded in) and the history it continues.
+// ones folded in) and the history it continues. The hash is over the message's msgpack bytes, its run id, a zero byte
+// and the id of the history's last entry: a journal an older worker wrote
+// must still match (TestInputFingerprintStable).
 func inputFingerprint(in Input) string {
-	h := sha256.New()
+	last := lastID(in.History)
+	b := make([]byte, 0, 128+len(in.RunID)+len(last))
 	if in.Inbound != nil {
-		_ = msgpack.NewEncoder(h).Encode(in.Inbound)
+		b, _ = events.AppendInbound(b, in.Inbound)
 	}
-	h.Write([]byte(in.RunID))
-	h.Write([]byte{0})
-	h.Write([]byte(lastID(in.History)))
-	return hex.EncodeToString(h.Sum(nil)[:12])
+	b = append(b, in.RunID...)
+	b = append(b, 0)
+	b = append(b, last...)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
 }
 
 // callKey names the call id of the n-th model reply: models reuse call
@@ -175,6 +182,9 @@ func (s *journalSteps) nextReply(n int) (message.Message, bool) {
 		return message.Message{}, false
 	}
 	for _, c := range m.ToolCalls() {
+		if s.replayed == nil {
+			s.replayed = map[string]bool{}
+		}
 		s.replayed[callKey(n, c.ID)] = true
 	}
 	return m, true
@@ -182,13 +192,18 @@ func (s *journalSteps) nextReply(n int) (message.Message, bool) {
 
 // result returns the recorded result of call id of model step n.
 func (s *journalSteps) result(n int, id string) (message.Message, bool) {
+	if len(s.results) == 0 {
+		return message.Message{}, false
+	}
 	m, ok := s.results[callKey(n, id)]
 	return m, ok
 }
 
 // mayHaveRun reports whether call id of model step n belongs to a replayed
 // reply: it may have run before the worker died.
-func (s *journalSteps) mayHaveRun(n int, id string) bool { return s.replayed[callKey(n, id)] }
+func (s *journalSteps) mayHaveRun(n int, id string) bool {
+	return len(s.replayed) > 0 && s.replayed[callKey(n, id)]
+}
 
 // stream is one model call through the journal: a recorded reply is
 // replayed (its text streamed to the run's events again, as one delta),

@@ -21,9 +21,12 @@ const (
 	// lastMinute is how close to expiring credentials are still used
 	// while a refresh runs.
 	lastMinute = time.Minute
-	// retryAhead spaces background refreshes that bring no newer
-	// credentials (a provider that rotates late) or fail.
-	retryAhead = 30 * time.Second
+	// retryAhead spaces background refreshes; each refresh that brings
+	// no newer credentials (a provider that rotates late) or fails
+	// doubles the space, up to maxRetryAhead, so unchanged credentials
+	// are fetched a handful of times in the window, not every 30 s.
+	retryAhead    = 30 * time.Second
+	maxRetryAhead = 4 * time.Minute
 )
 
 // aheadCredentials serves the chain's credentials from memory and
@@ -34,6 +37,7 @@ type aheadCredentials struct {
 	cur     atomic.Pointer[aws.Credentials]
 	running atomic.Bool
 	last    atomic.Int64 // unix ns of the last background refresh's start
+	gap     atomic.Int64 // ns from last to the next allowed refresh; 0 is retryAhead
 	wg      sync.WaitGroup
 }
 
@@ -74,7 +78,7 @@ func (a *aheadCredentials) Retrieve(ctx context.Context) (aws.Credentials, error
 // refreshAhead starts a background refresh unless one runs or one
 // started within retryAhead.
 func (a *aheadCredentials) refreshAhead(now time.Time) {
-	if now.UnixNano()-a.last.Load() < int64(retryAhead) || !a.running.CompareAndSwap(false, true) {
+	if now.UnixNano()-a.last.Load() < a.retryGap() || !a.running.CompareAndSwap(false, true) {
 		return
 	}
 	a.last.Store(now.UnixNano())
@@ -89,10 +93,26 @@ func (a *aheadCredentials) refreshAhead(now time.Time) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if c, err := a.src.Retrieve(ctx); err == nil {
-			a.cur.Store(&c)
+		c, err := a.src.Retrieve(ctx)
+		if err != nil {
+			a.gap.Store(min(2*a.retryGap(), int64(maxRetryAhead)))
+			return
 		}
+		if old := a.cur.Load(); old != nil && old.AccessKeyID == c.AccessKeyID && old.Expires.Equal(c.Expires) {
+			a.gap.Store(min(2*a.retryGap(), int64(maxRetryAhead)))
+		} else {
+			a.gap.Store(0)
+		}
+		a.cur.Store(&c)
 	}()
+}
+
+// retryGap is the space between background refreshes, in ns.
+func (a *aheadCredentials) retryGap() int64 {
+	if g := a.gap.Load(); g > 0 {
+		return g
+	}
+	return int64(retryAhead)
 }
 
 // IsCredentialsProvider reports whether the chain's provider is of

@@ -68,3 +68,42 @@ func TestCredentialsRefreshedAhead(t *testing.T) {
 		t.Errorf("signed by %v", signers)
 	}
 }
+
+// sameKeys hands out the same key, expiring at one time, on every call:
+// a provider that rotates late.
+type sameKeys struct {
+	n       int
+	expires time.Time
+}
+
+func (s *sameKeys) Retrieve(context.Context) (aws.Credentials, error) {
+	s.n++
+	return aws.Credentials{AccessKeyID: "AKIAAAAAAAAAAAAAAAAA", SecretAccessKey: "secretAsecretAsecretA", CanExpire: true, Expires: s.expires}, nil
+}
+
+// TestUnchangedCredentialsBackOff: when background refreshes keep bringing
+// the same credentials, each doubles the space before the next (1 m,
+// 2 m, 4 m, 4 m …), so nine minutes inside the window fetch them 4
+// times (at 0, 1, 3 and 7 minutes), not 18; new credentials reset the
+// space to 30 s.
+func TestUnchangedCredentialsBackOff(t *testing.T) {
+	start := time.Now()
+	src := &sameKeys{expires: start.Add(AheadWindow)}
+	a := &aheadCredentials{src: src}
+	if _, err := a.Retrieve(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for s := time.Duration(0); s < 9*time.Minute; s += time.Second {
+		a.refreshAhead(start.Add(s))
+		a.wg.Wait()
+	}
+	if got := src.n - 1; got != 4 {
+		t.Errorf("background refreshes of unchanged credentials in 9 minutes = %d, want 4", got)
+	}
+	src.expires = start.Add(time.Hour)
+	a.refreshAhead(start.Add(20 * time.Minute))
+	a.wg.Wait()
+	if g := a.retryGap(); g != int64(retryAhead) {
+		t.Errorf("space after new credentials = %v, want %v", time.Duration(g), retryAhead)
+	}
+}

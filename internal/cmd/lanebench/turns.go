@@ -673,6 +673,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 			// The process's CPU time over each turn (the interleaved
 			// scenario's turns run one at a time).
 			var turnCPU []time.Duration
+			a0 := allocsNow()
 			f, err := closedLoop(sc.sessions, sc.per, stagger(delay), func(loop, i int) error {
 				c0 := cpuTime()
 				err := turn(prefix + sc.session(loop, i))
@@ -684,6 +685,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
+			a1 := allocsNow()
 			c1 := counts(ctx, m.Conn, m.JS)
 			f.net(idleRate)
 			base.net(idleRate)
@@ -691,6 +693,7 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 			fmt.Printf("  %-9s %6s %6d | %8.2f %8.2f %8.0f %8.2f %6.0f %5.1f %5.1f | %8.2f %8.0f %8.2f | %7.2f %5.0f%%\n", sc.name, delay, f.n,
 				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, float64(c1.sent-c0.sent)/float64(f.n), float64(c1.stored-c0.stored)/float64(f.n),
 				ms(base.lat, 50), base.rate(), base.cpuPer(), p50-ms(base.lat, 50), 100*f.rate()/base.rate())
+			printAllocsPerTurn(a0, a1, f.n)
 			if *turnsDetail {
 				before, after := split.take()
 				fmt.Printf("             send → model request p50 %.2f ms, p99 %.2f ms; model reply → result p50 %.2f ms, p99 %.2f ms\n",

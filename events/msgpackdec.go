@@ -1,0 +1,574 @@
+package events
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// readEvent is DecodeEvent's fast path, the decoder's counterpart of
+// appendEvent: it reads an event of the shape workers write (maps with the
+// known keys, each once, in the types appendEvent writes them) without the
+// library's reflection. On anything else (an unknown or repeated key, a
+// value of another msgpack type, args or a payload) it returns false and
+// DecodeEvent decodes data with the library, as before; so readEvent only
+// ever agrees with it (FuzzReadEventAsLibrary). data has passed
+// checkMsgpack.
+func readEvent(data []byte, e *Event) bool {
+	r := mpReader{b: data}
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
+		switch string(k) {
+		case "v":
+			e.V, ok = r.int()
+			return 1 << 0, ok
+		case "runId":
+			e.RunID, ok = r.str()
+			return 1 << 1, ok
+		case "sessionKey":
+			e.SessionKey, ok = r.str()
+			return 1 << 2, ok
+		case "seq":
+			e.Seq, ok = r.uint64()
+			return 1 << 3, ok
+		case "attempt":
+			e.Attempt, ok = r.int()
+			return 1 << 4, ok
+		case "stream":
+			e.Stream, ok = r.str()
+			return 1 << 5, ok
+		case "ts":
+			e.TS, ok = r.int64()
+			return 1 << 6, ok
+		case "data":
+			return 1 << 7, r.eventData(&e.Data)
+		}
+		return 0, false
+	}) && r.i == len(r.b)
+}
+
+func (r *mpReader) eventData(d *EventData) bool {
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
+		switch string(k) {
+		case "phase":
+			d.Phase, ok = r.str()
+			return 1 << 0, ok
+		case "text":
+			d.Text, ok = r.str()
+			return 1 << 1, ok
+		case "delta":
+			d.Delta, ok = r.str()
+			return 1 << 2, ok
+		case "startedAt":
+			d.StartedAt, ok = r.int64()
+			return 1 << 3, ok
+		case "endedAt":
+			d.EndedAt, ok = r.int64()
+			return 1 << 4, ok
+		case "error":
+			d.Error, ok = r.str()
+			return 1 << 5, ok
+		case "worker":
+			d.Worker, ok = r.str()
+			return 1 << 6, ok
+		case "tenant":
+			d.Tenant, ok = r.str()
+			return 1 << 7, ok
+		case "parentSession":
+			d.ParentSession, ok = r.str()
+			return 1 << 8, ok
+		case "parentRun":
+			d.ParentRun, ok = r.str()
+			return 1 << 9, ok
+		case "attempt":
+			d.Attempt, ok = r.int()
+			return 1 << 10, ok
+		case "steps":
+			d.Steps, ok = r.int()
+			return 1 << 11, ok
+		case "inboundSeq":
+			d.InboundSeq, ok = r.uint64()
+			return 1 << 12, ok
+		case "name":
+			d.Name, ok = r.str()
+			return 1 << 13, ok
+		case "toolCallId":
+			d.ToolCallID, ok = r.str()
+			return 1 << 14, ok
+		case "result":
+			return 1 << 15, readPtr(r, &d.Result, (*mpReader).result)
+		case "willRetry":
+			d.WillRetry, ok = r.bool()
+			return 1 << 16, ok
+		case "isError":
+			d.IsError, ok = r.bool()
+			return 1 << 17, ok
+		case "delayMs":
+			d.DelayMs, ok = r.int64()
+			return 1 << 18, ok
+		case "maxAttempts":
+			d.MaxAttempts, ok = r.int()
+			return 1 << 19, ok
+		case "provider":
+			d.Provider, ok = r.str()
+			return 1 << 20, ok
+		case "model":
+			d.Model, ok = r.str()
+			return 1 << 21, ok
+		case "authProfile":
+			d.AuthProfile, ok = r.str()
+			return 1 << 22, ok
+		case "hop":
+			d.Hop, ok = r.int()
+			return 1 << 23, ok
+		case "reason":
+			d.Reason, ok = r.str()
+			return 1 << 24, ok
+		}
+		return 0, false // args, payload (values of their own type), or unknown
+	})
+}
+
+func (r *mpReader) result(x *Result) bool {
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
+		switch string(k) {
+		case "payloads":
+			x.Payloads, ok = readSlice(r, func(r *mpReader, p *Payload) bool {
+				return r.fields(func(k []byte) (uint64, bool) {
+					switch string(k) {
+					case "text":
+						var ok bool
+						p.Text, ok = r.str()
+						return 1 << 0, ok
+					case "isError":
+						var ok bool
+						p.IsError, ok = r.bool()
+						return 1 << 1, ok
+					}
+					return 0, false
+				})
+			})
+			return 1 << 0, ok
+		case "meta":
+			return 1 << 1, r.meta(&x.Meta)
+		}
+		return 0, false
+	})
+}
+
+func (r *mpReader) meta(x *Meta) bool {
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
+		switch string(k) {
+		case "durationMs":
+			x.DurationMs, ok = r.int64()
+			return 1 << 0, ok
+		case "aborted":
+			x.Aborted, ok = r.bool()
+			return 1 << 1, ok
+		case "agentMeta":
+			ok = readPtr(r, &x.AgentMeta, (*mpReader).agentMeta)
+			return 1 << 2, ok
+		case "error":
+			ok = readPtr(r, &x.Error, func(r *mpReader, e *RunError) bool {
+				return r.fields(func(k []byte) (uint64, bool) {
+					var ok bool
+					switch string(k) {
+					case "kind":
+						e.Kind, ok = r.str()
+						return 1 << 0, ok
+					case "message":
+						e.Message, ok = r.str()
+						return 1 << 1, ok
+					}
+					return 0, false
+				})
+			})
+			return 1 << 3, ok
+		case "stopReason":
+			x.StopReason, ok = r.str()
+			return 1 << 4, ok
+		case "pendingToolCalls":
+			x.PendingToolCalls, ok = readSlice(r, func(r *mpReader, c *PendingCall) bool {
+				return r.fields(func(k []byte) (uint64, bool) {
+					var ok bool
+					switch string(k) {
+					case "id":
+						c.ID, ok = r.str()
+						return 1 << 0, ok
+					case "name":
+						c.Name, ok = r.str()
+						return 1 << 1, ok
+					case "arguments":
+						c.Arguments, ok = r.str()
+						return 1 << 2, ok
+					case "approval":
+						c.Approval, ok = r.bool()
+						return 1 << 3, ok
+					}
+					return 0, false
+				})
+			})
+			return 1 << 5, ok
+		case "mergedInto":
+			x.MergedInto, ok = r.str()
+			return 1 << 6, ok
+		case "consumed":
+			x.Consumed, ok = readSlice(r, func(r *mpReader, c *ConsumedRun) bool {
+				return r.fields(func(k []byte) (uint64, bool) {
+					var ok bool
+					switch string(k) {
+					case "runId":
+						c.RunID, ok = r.str()
+						return 1 << 0, ok
+					case "kind":
+						c.Kind, ok = r.str()
+						return 1 << 1, ok
+					case "reason":
+						c.Reason, ok = r.str()
+						return 1 << 2, ok
+					}
+					return 0, false
+				})
+			})
+			return 1 << 7, ok
+		case "heartbeatOk":
+			x.HeartbeatOK, ok = r.bool()
+			return 1 << 8, ok
+		case "session":
+			ok = readPtr(r, &x.Session, (*mpReader).sessionState)
+			return 1 << 9, ok
+		case "waiting":
+			x.Waiting, ok = r.int()
+			return 1 << 10, ok
+		}
+		return 0, false
+	})
+}
+
+func (r *mpReader) agentMeta(a *AgentMeta) bool {
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
+		switch string(k) {
+		case "sessionId":
+			a.SessionID, ok = r.str()
+			return 1 << 0, ok
+		case "provider":
+			a.Provider, ok = r.str()
+			return 1 << 1, ok
+		case "model":
+			a.Model, ok = r.str()
+			return 1 << 2, ok
+		case "compactionCount":
+			a.CompactionCount, ok = r.int()
+			return 1 << 3, ok
+		case "promptTokens":
+			a.PromptTokens, ok = r.int64()
+			return 1 << 4, ok
+		case "usage":
+			return 1 << 5, readPtr(r, &a.Usage, (*mpReader).usage)
+		case "lastCallUsage":
+			return 1 << 6, readPtr(r, &a.LastCallUsage, (*mpReader).usage)
+		}
+		return 0, false
+	})
+}
+
+func (r *mpReader) usage(u *UsageMeta) bool {
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
+		switch string(k) {
+		case "input":
+			u.Input, ok = r.int64()
+			return 1 << 0, ok
+		case "output":
+			u.Output, ok = r.int64()
+			return 1 << 1, ok
+		case "cacheRead":
+			u.CacheRead, ok = r.int64()
+			return 1 << 2, ok
+		case "cacheWrite":
+			u.CacheWrite, ok = r.int64()
+			return 1 << 3, ok
+		case "total":
+			u.Total, ok = r.int64()
+			return 1 << 4, ok
+		case "cost":
+			return 1 << 5, readPtr(r, &u.Cost, func(r *mpReader, c *CostMeta) bool {
+				return r.fields(func(k []byte) (uint64, bool) {
+					var ok bool
+					switch string(k) {
+					case "input":
+						c.Input, ok = r.float64()
+						return 1 << 0, ok
+					case "output":
+						c.Output, ok = r.float64()
+						return 1 << 1, ok
+					case "cacheRead":
+						c.CacheRead, ok = r.float64()
+						return 1 << 2, ok
+					case "cacheWrite":
+						c.CacheWrite, ok = r.float64()
+						return 1 << 3, ok
+					case "total":
+						c.Total, ok = r.float64()
+						return 1 << 4, ok
+					}
+					return 0, false
+				})
+			})
+		}
+		return 0, false
+	})
+}
+
+// sessionState reads the session's state of a final event. Its sub-agent
+// fields (parent, children, approvals) are rare in events: those are left
+// to the library.
+func (r *mpReader) sessionState(s *SessionState) bool {
+	return r.fields(func(k []byte) (uint64, bool) {
+		var ok bool
+		switch string(k) {
+		case "authProfile":
+			s.AuthProfile, ok = r.str()
+			return 1 << 0, ok
+		case "usage":
+			return 1 << 1, readPtr(r, &s.Usage, (*mpReader).usage)
+		case "turns":
+			s.Turns, ok = r.int64()
+			return 1 << 2, ok
+		case "childUsage":
+			return 1 << 3, readPtr(r, &s.ChildUsage, (*mpReader).usage)
+		}
+		return 0, false
+	})
+}
+
+// fields reads a map into a struct: field reads the value of key k and
+// returns its bit (a distinct one per key) and whether it read it; an
+// unknown key returns false. A key seen twice fails the read.
+func (r *mpReader) fields(field func(k []byte) (uint64, bool)) bool {
+	n, ok := r.mapLen()
+	if !ok {
+		return false
+	}
+	var seen uint64
+	for range n {
+		k, ok := r.key()
+		if !ok {
+			return false
+		}
+		bit, ok := field(k)
+		if !ok || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+	}
+	return true
+}
+
+// readPtr reads a pointer field: nil, or a new value read by read, as the
+// library sets a nil pointer.
+func readPtr[T any](r *mpReader, p **T, read func(*mpReader, *T) bool) bool {
+	if r.null() {
+		*p = nil
+		return true
+	}
+	*p = new(T)
+	return read(r, *p)
+}
+
+// readSlice reads a slice field as the library does: nil for nil, an
+// empty slice (not nil) for an empty array.
+func readSlice[T any](r *mpReader, read func(*mpReader, *T) bool) ([]T, bool) {
+	if r.null() {
+		return nil, true
+	}
+	n, ok := r.arrayLen()
+	if !ok {
+		return nil, false
+	}
+	s := make([]T, n)
+	for i := range s {
+		if !read(r, &s[i]) {
+			return nil, false
+		}
+	}
+	return s, true
+}
+
+// mpReader reads msgpack values off b from i; each read returns false on
+// a value of another type, leaving the rest to the library.
+type mpReader struct {
+	b []byte
+	i int
+}
+
+// need reports whether n more bytes follow i.
+func (r *mpReader) need(n int) bool { return n >= 0 && len(r.b)-r.i >= n }
+
+// null consumes a nil, if one is next.
+func (r *mpReader) null() bool {
+	if r.i < len(r.b) && r.b[r.i] == 0xc0 {
+		r.i++
+		return true
+	}
+	return false
+}
+
+// length reads a map, array or string header: fixed codes below fix (its
+// low bits the length), or the 8/16/32-bit codes c8, c16, c32 (0 = none).
+func (r *mpReader) length(fix, mask, c8, c16, c32 byte) (int, bool) {
+	if !r.need(1) {
+		return 0, false
+	}
+	c := r.b[r.i]
+	r.i++
+	switch {
+	case c&^mask == fix:
+		return int(c & mask), true
+	case c == c8 && c8 != 0 && r.need(1):
+		r.i++
+		return int(r.b[r.i-1]), true
+	case c == c16 && r.need(2):
+		r.i += 2
+		return int(binary.BigEndian.Uint16(r.b[r.i-2:])), true
+	case c == c32 && r.need(4):
+		r.i += 4
+		return int(binary.BigEndian.Uint32(r.b[r.i-4:])), true
+	}
+	return 0, false
+}
+
+func (r *mpReader) mapLen() (int, bool)   { return r.length(0x80, 0x0f, 0, 0xde, 0xdf) }
+func (r *mpReader) arrayLen() (int, bool) { return r.length(0x90, 0x0f, 0, 0xdc, 0xdd) }
+
+// key reads a map key (a str) without copying it.
+func (r *mpReader) key() ([]byte, bool) {
+	n, ok := r.length(0xa0, 0x1f, 0xd9, 0xda, 0xdb)
+	if !ok || !r.need(n) {
+		return nil, false
+	}
+	r.i += n
+	return r.b[r.i-n : r.i], true
+}
+
+// str reads a str (nil is ""). The values every event repeats (streams,
+// phases) are the package's constants, not copies.
+func (r *mpReader) str() (string, bool) {
+	if r.null() {
+		return "", true
+	}
+	b, ok := r.key()
+	if !ok {
+		return "", false
+	}
+	switch string(b) {
+	case "":
+		return "", true
+	case StreamLifecycle:
+		return StreamLifecycle, true
+	case StreamAssistant:
+		return StreamAssistant, true
+	case StreamFinal:
+		return StreamFinal, true
+	case StreamAttempt:
+		return StreamAttempt, true
+	case StreamTool:
+		return StreamTool, true
+	case PhaseStart:
+		return PhaseStart, true
+	case PhaseEnd:
+		return PhaseEnd, true
+	}
+	return string(b), true
+}
+
+func (r *mpReader) bool() (bool, bool) {
+	if !r.need(1) {
+		return false, false
+	}
+	switch r.b[r.i] {
+	case 0xc2, 0xc0:
+		r.i++
+		return false, true
+	case 0xc3:
+		r.i++
+		return true, true
+	}
+	return false, false
+}
+
+// int64 reads an integer of any msgpack width as the library's DecodeInt64
+// does (nil is 0).
+func (r *mpReader) int64() (int64, bool) {
+	if !r.need(1) {
+		return 0, false
+	}
+	c := r.b[r.i]
+	r.i++
+	if c <= 0x7f || c >= 0xe0 {
+		return int64(int8(c)), true
+	}
+	var size int
+	switch c {
+	case 0xc0:
+		return 0, true
+	case 0xcc, 0xd0:
+		size = 1
+	case 0xcd, 0xd1:
+		size = 2
+	case 0xce, 0xd2:
+		size = 4
+	case 0xcf, 0xd3:
+		size = 8
+	default:
+		return 0, false
+	}
+	if !r.need(size) {
+		return 0, false
+	}
+	b := r.b[r.i : r.i+size]
+	r.i += size
+	switch c {
+	case 0xcc:
+		return int64(b[0]), true
+	case 0xd0:
+		return int64(int8(b[0])), true
+	case 0xcd:
+		return int64(binary.BigEndian.Uint16(b)), true
+	case 0xd1:
+		return int64(int16(binary.BigEndian.Uint16(b))), true
+	case 0xce:
+		return int64(binary.BigEndian.Uint32(b)), true
+	case 0xd2:
+		return int64(int32(binary.BigEndian.Uint32(b))), true
+	default:
+		return int64(binary.BigEndian.Uint64(b)), true
+	}
+}
+
+func (r *mpReader) int() (int, bool) {
+	n, ok := r.int64()
+	return int(n), ok
+}
+
+func (r *mpReader) uint64() (uint64, bool) {
+	n, ok := r.int64()
+	return uint64(n), ok
+}
+
+// float64 reads a float64 or float32 (what the library reads into a
+// float64 besides integers, which are left to it).
+func (r *mpReader) float64() (float64, bool) {
+	switch {
+	case r.need(9) && r.b[r.i] == 0xcb:
+		r.i += 9
+		return math.Float64frombits(binary.BigEndian.Uint64(r.b[r.i-8:])), true
+	case r.need(5) && r.b[r.i] == 0xca:
+		r.i += 5
+		return float64(math.Float32frombits(binary.BigEndian.Uint32(r.b[r.i-4:]))), true
+	}
+	return 0, false
+}
