@@ -91,6 +91,7 @@ func readEvents(ctx context.Context, js jetstream.JetStream, from uint64, fn fun
 		}
 		n, ended, err := drainEvents(ctx, cons, it, next, fn, done)
 		it.Stop()
+		dropConsumer(js, cons)
 		if n > next {
 			fails = -1 // progress: count failures in a row only
 		}
@@ -101,6 +102,19 @@ func readEvents(ctx context.Context, js jetstream.JetStream, from uint64, fn fun
 		last = err
 	}
 	return next, fmt.Errorf("read %s from %d: %w", events.EventStream, next, last)
+}
+
+// dropConsumer deletes an ordered consumer's server side once read from,
+// as far as it can: an ephemeral consumer left over would otherwise stay
+// until its inactivity threshold.
+func dropConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
+	ci := cons.CachedInfo()
+	if ci == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, events.EventStream, ci.Name)
 }
 
 // drainEvents is readEvents' loop over one consumer. ended says the pass
