@@ -28,7 +28,9 @@ import (
 // (every message is healthy: any poison final or dead letter is one) and
 // transcript defects, and audits an @every 2s schedule that fires through
 // it all (fault_sched_test.go), and prints them on one line ("chaos
-// summary"). It
+// summary") after one saying how long the audit took. The run audit reads
+// the event stream in order, once to wait for the finals and once to
+// count (fault_audit_test.go). It
 // runs only with LANEFLEET_CHAOS set to a duration
 // (LANEFLEET_CHAOS_SESSIONS: sessions, default 200).
 func TestChaosSoak(t *testing.T) {
