@@ -52,56 +52,120 @@ func (a *runAudit) add(ev *events.Event) {
 }
 
 // eventPassIdle is how long a pass waits for the next event before it
-// asks the server whether it has read everything.
+// asks the servers where it stands.
 const eventPassIdle = time.Second
 
-// readEvents reads AGENT_EV in stream order from sequence from with an
-// ordered consumer, handing each stored message to fn, and returns the
-// sequence after the last one handed on. done is asked after every message
-// and whenever nothing came for eventPassIdle, with whether everything the
-// stream held at that point has been read (caughtUp); the pass ends when
-// it says so. A consumer that fails is made again from where it stopped,
-// up to five times in a row; an error of fn ends the pass.
-func readEvents(ctx context.Context, js jetstream.JetStream, from uint64, fn func(jetstream.Msg) error, done func(caughtUp bool) bool) (uint64, error) {
-	next := max(from, 1)
+// eventPass is one ordered read of AGENT_EV: an ordered consumer hands
+// every stored message over in stream order, in flow-controlled batches.
+// The end is the stream's last sequence as its leader reports it when the
+// pass begins: an R1 consumer of an R3 stream is placed on any replica,
+// and one still catching up reports nothing pending while it lacks
+// messages, so its word alone is no end.
+type eventPass struct {
+	js   jetstream.JetStream
+	logf func(format string, args ...any)
+	// next is the first sequence not read yet; end the last to read.
+	next, end uint64
+	read      int // messages handed on
+	consumers int // consumers made
+}
+
+// newEventPass begins a pass at sequence from (1: the stream's start).
+func newEventPass(ctx context.Context, js jetstream.JetStream, from uint64, logf func(string, ...any)) (*eventPass, error) {
+	p := &eventPass{js: js, logf: logf, next: max(from, 1)}
+	info, err := p.streamInfo(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	p.end = info.State.LastSeq
+	return p, nil
+}
+
+// streamInfo asks the stream's leader for its info.
+func (p *eventPass) streamInfo(ctx context.Context, deleted bool) (*jetstream.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	s, err := p.js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return nil, err
+	}
+	return s.Info(ctx, jetstream.WithDeletedDetails(deleted))
+}
+
+// run hands the messages from p.next on to fn until done says to stop.
+// done is asked after every message and whenever nothing came for
+// eventPassIdle, with whether the pass has read through its end. A
+// consumer that fails is made again from where it stopped, up to five
+// times in a row; an error of fn ends the pass.
+func (p *eventPass) run(ctx context.Context, fn func(jetstream.Msg) error, done func(atEnd bool) bool) error {
 	var last error
 	for fails := 0; fails < 5; fails++ {
 		if fails > 0 {
+			p.logf("event pass: consumer failed at %d: %v", p.next, last)
 			select {
 			case <-ctx.Done():
-				return next, fmt.Errorf("read %s from %d: %w (after %w)", events.EventStream, next, ctx.Err(), last)
+				return fmt.Errorf("read %s from %d: %w (after %w)", events.EventStream, p.next, ctx.Err(), last)
 			case <-time.After(time.Second):
 			}
 		}
-		cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
-		if next > 1 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, next
-		}
-		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		cons, err := js.OrderedConsumer(cctx, events.EventStream, cfg)
-		cancel()
+		cons, err := p.open(ctx)
 		if err != nil {
 			last = err
 			continue
 		}
 		it, err := cons.Messages(jetstream.PullMaxMessages(1000))
 		if err != nil {
+			dropConsumer(p.js, cons)
 			last = err
 			continue
 		}
-		n, ended, err := drainEvents(ctx, cons, it, next, fn, done)
+		from := p.next
+		ended, err := p.drain(ctx, cons, it, fn, done)
 		it.Stop()
-		dropConsumer(js, cons)
-		if n > next {
+		dropConsumer(p.js, cons)
+		if p.next > from {
 			fails = -1 // progress: count failures in a row only
 		}
-		next = n
 		if ended || err == nil {
-			return next, err
+			return err
 		}
 		last = err
 	}
-	return next, fmt.Errorf("read %s from %d: %w", events.EventStream, next, last)
+	return fmt.Errorf("read %s from %d: %w", events.EventStream, p.next, last)
+}
+
+// open makes an ordered consumer from p.next, on the stream's leader or a
+// replica that is current, if a few tries give one.
+func (p *eventPass) open(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: p.next,
+		MaxResetAttempts: 5}
+	for try := 0; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		cons, err := p.js.OrderedConsumer(cctx, events.EventStream, cfg)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		p.consumers++
+		if try >= 4 {
+			return cons, nil
+		}
+		info, err := p.streamInfo(ctx, false)
+		if err != nil {
+			return cons, nil // placement is a preference only
+		}
+		ci := cons.CachedInfo()
+		if ci == nil || ci.Cluster == nil || info.Cluster == nil || ci.Cluster.Leader == info.Cluster.Leader {
+			return cons, nil
+		}
+		for _, r := range info.Cluster.Replicas {
+			if r.Name == ci.Cluster.Leader && r.Current && r.Lag == 0 {
+				return cons, nil
+			}
+		}
+		p.logf("event pass: consumer placed on %s, a replica behind the leader %s: placing it again", ci.Cluster.Leader, info.Cluster.Leader)
+		dropConsumer(p.js, cons)
+	}
 }
 
 // dropConsumer deletes an ordered consumer's server side once read from,
@@ -117,60 +181,89 @@ func dropConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
 	_ = js.DeleteConsumer(ctx, events.EventStream, ci.Name)
 }
 
-// drainEvents is readEvents' loop over one consumer. ended says the pass
-// is over (done, or fn or ctx failed); otherwise err is the consumer's
-// failure, for readEvents to make it again.
-func drainEvents(ctx context.Context, cons jetstream.Consumer, it jetstream.MessagesContext, next uint64,
-	fn func(jetstream.Msg) error, done func(bool) bool) (uint64, bool, error) {
+// drain is run's loop over one consumer. ended says the pass is over
+// (done, or fn or ctx failed); otherwise err is the consumer's failure,
+// or its replica stayed behind, for run to make another.
+func (p *eventPass) drain(ctx context.Context, cons jetstream.Consumer, it jetstream.MessagesContext,
+	fn func(jetstream.Msg) error, done func(bool) bool) (bool, error) {
+	behind := 0
 	for {
 		if ctx.Err() != nil {
-			return next, true, fmt.Errorf("read %s at %d: %w", events.EventStream, next, ctx.Err())
+			return true, fmt.Errorf("read %s at %d: %w", events.EventStream, p.next, ctx.Err())
 		}
 		m, err := it.Next(jetstream.NextMaxWait(eventPassIdle))
 		if errors.Is(err, nats.ErrTimeout) {
-			caught, err := caughtUp(ctx, cons, next)
+			atEnd, lagging, err := p.idle(ctx, cons)
 			if err != nil {
-				return next, false, err
+				return false, err
 			}
-			if done(caught) {
-				return next, true, nil
+			if done(atEnd) {
+				return true, nil
+			}
+			behind++
+			if !lagging {
+				behind = 0
+			}
+			if behind >= 5 {
+				return false, fmt.Errorf("the consumer's replica has no message from %d on; the leader's stream ends at %d", p.next, p.end)
 			}
 			continue
 		}
 		if err != nil {
-			return next, false, err
+			return false, err
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return next, false, err
+			return false, err
 		}
 		if err := fn(m); err != nil {
-			return next, true, err
+			return true, err
 		}
-		next = meta.Sequence.Stream + 1
-		if done(meta.NumPending == 0) {
-			return next, true, nil
+		p.next = meta.Sequence.Stream + 1
+		p.read++
+		if done(p.next > p.end) {
+			return true, nil
 		}
 	}
 }
 
-// caughtUp reports whether cons has nothing left to deliver and the server
-// has delivered nothing past next-1 (nothing still on its way).
-func caughtUp(ctx context.Context, cons jetstream.Consumer, next uint64) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		return false, err
+// idle says, when nothing came for a while, whether the pass has read
+// through its end (the messages left to its end deleted) and whether the
+// consumer's replica lags: it has nothing left to deliver short of the end.
+func (p *eventPass) idle(ctx context.Context, cons jetstream.Consumer) (atEnd, lagging bool, err error) {
+	if p.next > p.end {
+		return true, false, nil
 	}
-	return ci.NumPending == 0 && ci.Delivered.Stream < next, nil
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	ci, err := cons.Info(cctx)
+	cancel()
+	if err != nil {
+		return false, false, err
+	}
+	if ci.NumPending > 0 || ci.Delivered.Stream >= p.next {
+		return false, false, nil // more to come, or on its way
+	}
+	info, err := p.streamInfo(ctx, true)
+	if err != nil {
+		return false, false, err
+	}
+	gone := make(map[uint64]bool, len(info.State.Deleted))
+	for _, seq := range info.State.Deleted {
+		gone[seq] = true
+	}
+	for seq := max(p.next, info.State.FirstSeq); seq <= p.end; seq++ {
+		if !gone[seq] {
+			return false, true, nil
+		}
+	}
+	return true, false, nil
 }
 
 // auditEvents reads AGENT_EV once, in stream order, through the end it has
 // when read, and returns what each of runs' stored events say, by event
 // subject. Only the runs' own subjects are decoded; memory is one runAudit
 // per run, whatever its events.
-func auditEvents(ctx context.Context, js jetstream.JetStream, runs []runRef) (map[string]*runAudit, error) {
+func auditEvents(ctx context.Context, js jetstream.JetStream, runs []runRef, logf func(string, ...any)) (map[string]*runAudit, error) {
 	byRun := make(map[string]*runAudit, len(runs))
 	for _, r := range runs {
 		subj, err := events.EventSubject(r.session, r.run)
@@ -179,7 +272,12 @@ func auditEvents(ctx context.Context, js jetstream.JetStream, runs []runRef) (ma
 		}
 		byRun[subj] = &runAudit{}
 	}
-	_, err := readEvents(ctx, js, 1, func(m jetstream.Msg) error {
+	p, err := newEventPass(ctx, js, 1, logf)
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	err = p.run(ctx, func(m jetstream.Msg) error {
 		a := byRun[m.Subject()]
 		if a == nil {
 			return nil
@@ -190,10 +288,11 @@ func auditEvents(ctx context.Context, js jetstream.JetStream, runs []runRef) (ma
 		}
 		a.add(ev)
 		return nil
-	}, func(caughtUp bool) bool { return caughtUp })
+	}, func(atEnd bool) bool { return atEnd })
 	if err != nil {
 		return nil, err
 	}
+	logf("event pass: %d events through sequence %d read in %v (%d consumers)", p.read, p.end, time.Since(began).Round(time.Millisecond), p.consumers)
 	return byRun, nil
 }
 
@@ -313,13 +412,31 @@ func TestAuditFindsDefects(t *testing.T) {
 	if _, err := js.Publish(t.Context(), events.DeadPrefix+"poison", []byte("a dead letter")); err != nil {
 		t.Fatal(err)
 	}
+	// The stream's last message deleted: a pass ends at the leader's last
+	// sequence, or at a deleted run of messages up to it.
+	if err := publish(runRef{"audit:gone", "20", ""}, start(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := js.Stream(t.Context(), events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := evs.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := evs.DeleteMsg(t.Context(), info.State.LastSeq); err != nil {
+		t.Fatal(err)
+	}
 
 	var refs, all []runRef
 	for _, c := range runs {
 		all = append(all, c.run)
 	}
 	refs = all[:len(audited)]
-	byRun, err := auditEvents(t.Context(), js, all)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	byRun, err := auditEvents(ctx, js, all, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -213,10 +213,18 @@ func (f *finalWatch) waitAll(t *testing.T, js jetstream.JetStream, runs []runRef
 		return nil
 	}
 	done := func(bool) bool { return len(owed) == 0 }
-	for next := uint64(1); len(owed) > 0; {
-		// readEvents gives up after consumer failures in a row (a
-		// cluster still electing): go on from where it stopped.
-		next, _ = readEvents(ctx, js, next, tick, done)
+	began := time.Now()
+	var p *eventPass
+	for len(owed) > 0 {
+		var err error
+		if p == nil {
+			p, err = newEventPass(ctx, js, 1, t.Logf)
+		}
+		if err == nil {
+			// A pass gives up after consumer failures in a row (a
+			// cluster still electing): go on from where it stopped.
+			err = p.run(ctx, tick, done)
+		}
 		if ctx.Err() != nil && len(owed) > 0 {
 			var example runRef
 			for _, example = range owed {
@@ -225,6 +233,16 @@ func (f *finalWatch) waitAll(t *testing.T, js jetstream.JetStream, runs []runRef
 			t.Errorf("%d of %d runs have no stored final event after %v, e.g. %+v", len(owed), len(runs), timeout, example)
 			return
 		}
+		if err != nil {
+			t.Logf("waiting for finals: %v", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	if p != nil {
+		t.Logf("finals stored: %d events read in %v (%d consumers)", p.read, time.Since(began).Round(time.Millisecond), p.consumers)
 	}
 }
 
@@ -301,7 +319,7 @@ func auditAll(t *testing.T, js jetstream.JetStream, runs []runRef) auditCounts {
 	)
 	for try := 0; try < 3; try++ {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-		byRun, err = auditEvents(ctx, js, runs)
+		byRun, err = auditEvents(ctx, js, runs, t.Logf)
 		cancel()
 		if err == nil {
 			break
