@@ -181,37 +181,43 @@ func dropConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
 	_ = js.DeleteConsumer(ctx, events.EventStream, ci.Name)
 }
 
+// eventPassStall is how many idle waits in a row a consumer may spend
+// neither delivering nor caught up (messages pending but none coming, or a
+// replica short of the end) before the pass makes another.
+const eventPassStall = 5
+
 // drain is run's loop over one consumer. ended says the pass is over
 // (done, or fn or ctx failed); otherwise err is the consumer's failure,
-// or its replica stayed behind, for run to make another.
+// or its stall, for run to make another.
 func (p *eventPass) drain(ctx context.Context, cons jetstream.Consumer, it jetstream.MessagesContext,
 	fn func(jetstream.Msg) error, done func(bool) bool) (bool, error) {
-	behind := 0
+	stalled := 0
 	for {
 		if ctx.Err() != nil {
 			return true, fmt.Errorf("read %s at %d: %w", events.EventStream, p.next, ctx.Err())
 		}
 		m, err := it.Next(jetstream.NextMaxWait(eventPassIdle))
 		if errors.Is(err, nats.ErrTimeout) {
-			atEnd, lagging, err := p.idle(ctx, cons)
+			atEnd, waiting, err := p.idle(ctx, cons)
 			if err != nil {
 				return false, err
 			}
 			if done(atEnd) {
 				return true, nil
 			}
-			behind++
-			if !lagging {
-				behind = 0
+			if waiting {
+				stalled = 0
+				continue
 			}
-			if behind >= 5 {
-				return false, fmt.Errorf("the consumer's replica has no message from %d on; the leader's stream ends at %d", p.next, p.end)
+			if stalled++; stalled >= eventPassStall {
+				return false, fmt.Errorf("nothing delivered from %d for %v, short of the end (%d) or with messages pending", p.next, eventPassStall*eventPassIdle, p.end)
 			}
 			continue
 		}
 		if err != nil {
 			return false, err
 		}
+		stalled = 0
 		meta, err := m.Metadata()
 		if err != nil {
 			return false, err
@@ -228,20 +234,19 @@ func (p *eventPass) drain(ctx context.Context, cons jetstream.Consumer, it jetst
 }
 
 // idle says, when nothing came for a while, whether the pass has read
-// through its end (the messages left to its end deleted) and whether the
-// consumer's replica lags: it has nothing left to deliver short of the end.
-func (p *eventPass) idle(ctx context.Context, cons jetstream.Consumer) (atEnd, lagging bool, err error) {
-	if p.next > p.end {
-		return true, false, nil
-	}
+// through its end (what is left up to it deleted), and whether the
+// consumer is rightly waiting: it has delivered all it has, and its
+// replica is not short of the end.
+func (p *eventPass) idle(ctx context.Context, cons jetstream.Consumer) (atEnd, waiting bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	ci, err := cons.Info(cctx)
 	cancel()
 	if err != nil {
 		return false, false, err
 	}
-	if ci.NumPending > 0 || ci.Delivered.Stream >= p.next {
-		return false, false, nil // more to come, or on its way
+	drained := ci.NumPending == 0 && ci.Delivered.Stream < p.next // nothing left, nothing on its way
+	if p.next > p.end || !drained {
+		return p.next > p.end, drained, nil
 	}
 	info, err := p.streamInfo(ctx, true)
 	if err != nil {
@@ -253,10 +258,10 @@ func (p *eventPass) idle(ctx context.Context, cons jetstream.Consumer) (atEnd, l
 	}
 	for seq := max(p.next, info.State.FirstSeq); seq <= p.end; seq++ {
 		if !gone[seq] {
-			return false, true, nil
+			return false, false, nil // the replica lags
 		}
 	}
-	return true, false, nil
+	return true, true, nil
 }
 
 // auditEvents reads AGENT_EV once, in stream order, through the end it has
