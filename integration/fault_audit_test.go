@@ -546,3 +546,48 @@ func auditRunDirect(t *testing.T, js jetstream.JetStream, subj string) runAudit 
 		a.add(ev)
 	}
 }
+
+// TestEventPassStall reads a stream whose end the pass believes lies past
+// what its consumer can deliver, as a consumer on a replica still
+// catching up would: the pass gives that consumer up after eventPassStall
+// idle waits, makes another, and ends once the missing message is stored.
+func TestEventPassStall(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lanes.EnsureStreams(t.Context(), js, lanes.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := js.Publish(t.Context(), fmt.Sprintf("%saudit.%d", events.EventPrefix, i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := make(chan string, 10)
+	p, err := newEventPass(t.Context(), js, 1, func(format string, args ...any) {
+		if line := fmt.Sprintf(format, args...); strings.Contains(line, "consumer failed") {
+			failed <- line
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.end++ // the leader's word: one more than this consumer will find
+	ended := make(chan error, 1)
+	go func() {
+		ended <- p.run(t.Context(), func(jetstream.Msg) error { return nil }, func(atEnd bool) bool { return atEnd })
+	}()
+	t.Log(<-failed)
+	if _, err := js.Publish(t.Context(), events.EventPrefix+"audit.3", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ended; err != nil {
+		t.Fatal(err)
+	}
+	if p.read != 4 || p.next != 5 || p.consumers < 2 {
+		t.Errorf("read %d, next %d, consumers %d; want 4, 5 and at least 2", p.read, p.next, p.consumers)
+	}
+}
