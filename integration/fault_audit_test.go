@@ -301,6 +301,20 @@ func auditEvents(ctx context.Context, js jetstream.JetStream, runs []runRef, log
 	return byRun, nil
 }
 
+// auditServer starts an embedded server with the fleet's streams.
+func auditServer(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lanes.EnsureStreams(t.Context(), js, lanes.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	return srv.URL, js
+}
+
 // auditEvent is one event of a crafted run for TestAuditFindsDefects.
 type auditEvent struct {
 	seq     uint64
@@ -319,15 +333,7 @@ type auditEvent struct {
 // reads the audit did before), and waitAll follows finals stored while it
 // waits.
 func TestAuditFindsDefects(t *testing.T) {
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lanes.EnsureStreams(t.Context(), js, lanes.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	url, js := auditServer(t)
 	start := func(seq uint64, att int) auditEvent {
 		return auditEvent{seq: seq, attempt: att, stream: events.StreamLifecycle, phase: events.PhaseStart}
 	}
@@ -469,7 +475,7 @@ func TestAuditFindsDefects(t *testing.T) {
 
 	// waitAll returns once every run has a stored final, one stored while
 	// it waits included.
-	fin := watchRunFinals(t, srv.URL)
+	fin := watchRunFinals(t, url)
 	waiting := append(slices.Clone(refs[:1]), refs[2:]...) // all but the lost run
 	fin.waitAll(t, js, waiting, time.Minute)
 	late := runRef{"audit:late", "19", ""}
@@ -552,15 +558,7 @@ func auditRunDirect(t *testing.T, js jetstream.JetStream, subj string) runAudit 
 // catching up would: the pass gives that consumer up after eventPassStall
 // idle waits, makes another, and ends once the missing message is stored.
 func TestEventPassStall(t *testing.T) {
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lanes.EnsureStreams(t.Context(), js, lanes.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	_, js := auditServer(t)
 	for i := range 3 {
 		if _, err := js.Publish(t.Context(), fmt.Sprintf("%saudit.%d", events.EventPrefix, i), nil); err != nil {
 			t.Fatal(err)
