@@ -187,7 +187,7 @@ func (f *finalWatch) count(session string, seq uint64) int {
 
 // waitAll waits until every run's final event is stored, failing the test
 // (not stopping it: the audit counts what is missing) after timeout. It
-// follows the event stream in order from its start (readEvents) and ticks
+// follows the event stream in order from its start (eventPass) and ticks
 // off each run whose stored event is a final; a core subscription's finals
 // are no proof (it also sees publishes the stream refused).
 func (f *finalWatch) waitAll(t *testing.T, js jetstream.JetStream, runs []runRef, timeout time.Duration) {
