@@ -28,7 +28,9 @@ import (
 // (every message is healthy: any poison final or dead letter is one) and
 // transcript defects, and audits an @every 2s schedule that fires through
 // it all (fault_sched_test.go), and prints them on one line ("chaos
-// summary"). It
+// summary") after one saying how long the audit took. The run audit reads
+// the event stream in order, once to wait for the finals and once to
+// count (fault_audit_test.go). It
 // runs only with LANEFLEET_CHAOS set to a duration
 // (LANEFLEET_CHAOS_SESSIONS: sessions, default 200).
 func TestChaosSoak(t *testing.T) {
@@ -142,11 +144,17 @@ func TestChaosSoak(t *testing.T) {
 	schedRuns, schedCounts := sched.finish(t, js, windows)
 	runs = append(runs, schedRuns...)
 	t.Logf("%d runs sent; waiting for every final event", len(runs))
+	began := time.Now()
 	fin.waitAll(t, js, runs, 10*time.Minute)
+	stored := time.Now()
 	counts := auditAll(t, js, runs)
+	audited := time.Now()
 	most, total := seen.worst()
 	t.Logf("a core subscriber saw %d refused events of older attempts (at most %d in one run)", total, most)
 	defects := transcriptDefects(t, c, want)
+	t.Logf("audit took %v: finals stored %v, events audited %v, transcripts read %v",
+		time.Since(began).Round(time.Millisecond), stored.Sub(began).Round(time.Millisecond),
+		audited.Sub(stored).Round(time.Millisecond), time.Since(audited).Round(time.Millisecond))
 	t.Logf("chaos summary: %v soak, %d sessions, %d faults %v; %v; transcript defects %d of %d sessions; %v",
 		dur, sessions, sumFaults(faults), faults, counts, len(defects), len(want), schedCounts)
 	if counts.bad() || len(defects) > 0 || schedCounts.bad() {

@@ -8,7 +8,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -145,11 +144,10 @@ func sendOrdered(t *testing.T, js jetstream.JetStream, msgs []outMsg) []runRef {
 }
 
 // finalWatch counts, per run subject, the final events a core subscriber
-// sees, and tells when a count of runs have one.
+// sees (publishes the stream refused included).
 type finalWatch struct {
 	mu     sync.Mutex
 	finals map[string]int
-	notify chan struct{}
 }
 
 func watchRunFinals(t *testing.T, url string) *finalWatch {
@@ -159,7 +157,7 @@ func watchRunFinals(t *testing.T, url string) *finalWatch {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	f := &finalWatch{finals: map[string]int{}, notify: make(chan struct{}, 1)}
+	f := &finalWatch{finals: map[string]int{}}
 	sub, err := nc.Subscribe(events.EventPrefix+">", func(m *nats.Msg) {
 		if m.Header.Get(events.HeaderStream) != events.StreamFinal {
 			return
@@ -167,10 +165,6 @@ func watchRunFinals(t *testing.T, url string) *finalWatch {
 		f.mu.Lock()
 		f.finals[m.Subject]++
 		f.mu.Unlock()
-		select {
-		case f.notify <- struct{}{}:
-		default:
-		}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -192,60 +186,68 @@ func (f *finalWatch) count(session string, seq uint64) int {
 }
 
 // waitAll waits until every run's final event is stored, failing the test
-// (not stopping it: the audit counts what is missing) after timeout. Finals
-// seen by the core subscription say when to look (a core subscriber also
-// sees publishes the stream refused, so it is no proof).
+// (not stopping it: the audit counts what is missing) after timeout. It
+// follows the event stream in order from its start (eventPass) and ticks
+// off each run whose stored event is a final; a core subscription's finals
+// are no proof (it also sees publishes the stream refused).
 func (f *finalWatch) waitAll(t *testing.T, js jetstream.JetStream, runs []runRef, timeout time.Duration) {
 	t.Helper()
-	deadline := time.After(timeout)
-	poll := time.NewTicker(time.Second)
-	defer poll.Stop()
-	stored := map[runRef]bool{}
-	for {
-		f.mu.Lock()
-		var check []runRef
-		for _, r := range runs {
-			subj, _ := events.EventSubject(r.session, r.run)
-			if !stored[r] && f.finals[subj] > 0 {
-				check = append(check, r)
-			}
+	owed := make(map[string]runRef, len(runs)) // by event subject
+	for _, r := range runs {
+		subj, err := events.EventSubject(r.session, r.run)
+		if err != nil {
+			t.Fatal(err)
 		}
-		f.mu.Unlock()
-		for _, r := range check {
-			if a := auditRun(t.Context(), js, r); a.err == nil && a.finals > 0 {
-				stored[r] = true
-			}
+		owed[subj] = r
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	tick := func(m jetstream.Msg) error {
+		if _, ok := owed[m.Subject()]; !ok {
+			return nil
 		}
-		if len(stored) == len(runs) {
+		// An event that does not decode is left for the audit to fail on.
+		if ev, err := events.DecodeEvent(m.Headers().Get(events.HeaderContentType), m.Data()); err == nil && ev.Terminal() {
+			delete(owed, m.Subject())
+		}
+		return nil
+	}
+	done := func(bool) bool { return len(owed) == 0 }
+	began := time.Now()
+	var p *eventPass
+	for len(owed) > 0 {
+		var err error
+		if p == nil {
+			p, err = newEventPass(ctx, js, 1, t.Logf)
+		}
+		if err == nil {
+			// A pass gives up after consumer failures in a row (a
+			// cluster still electing): go on from where it stopped.
+			err = p.run(ctx, tick, done)
+		}
+		if ctx.Err() != nil && len(owed) > 0 {
+			var example runRef
+			for _, example = range owed {
+				break
+			}
+			t.Errorf("%d of %d runs have no stored final event after %v, e.g. %+v", len(owed), len(runs), timeout, example)
 			return
 		}
-		select {
-		case <-f.notify:
-		case <-poll.C:
-			// A final published while the watcher was cut off is only in
-			// the stream: look for every run.
-			for _, r := range runs {
-				if !stored[r] {
-					if a := auditRun(t.Context(), js, r); a.err == nil && a.finals > 0 {
-						stored[r] = true
-					}
-				}
-			}
-			if len(stored) == len(runs) {
-				return
-			}
-		case <-deadline:
-			for _, r := range runs {
-				if !stored[r] {
-					t.Errorf("%d of %d runs have no stored final event after %v, e.g. %+v", len(runs)-len(stored), len(runs), timeout, r)
-					return
-				}
+		if err != nil {
+			t.Logf("waiting for finals: %v", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
 			}
 		}
 	}
+	if p != nil {
+		t.Logf("finals stored: %d events read in %v (%d consumers)", p.read, time.Since(began).Round(time.Millisecond), p.consumers)
+	}
 }
 
-// runAudit is what one run's stored events say.
+// runAudit is what one run's stored events say (runAudit.add folds them
+// in, in stream order).
 type runAudit struct {
 	finals int
 	// stale counts events of an older attempt stored after a newer
@@ -256,58 +258,10 @@ type runAudit struct {
 	// carries one: every message the fault suite sends is healthy, so a
 	// "poison_message" is a healthy message dead-lettered.
 	errKind string
-	err     error
-}
-
-// auditRun reads a run's stored events in stream order.
-func auditRun(ctx context.Context, js jetstream.JetStream, r runRef) runAudit {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	subj, err := events.EventSubject(r.session, r.run)
-	if err != nil {
-		return runAudit{err: err}
-	}
-	s, err := js.Stream(ctx, events.EventStream)
-	if err != nil {
-		return runAudit{err: err}
-	}
-	var a runAudit
-	var lastSeq uint64
-	newest := 0
-	for seq := uint64(1); ; {
-		raw, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return a
-		}
-		if err != nil {
-			return runAudit{err: err}
-		}
-		seq = raw.Sequence + 1
-		ev, err := events.DecodeEvent(raw.Header.Get(events.HeaderContentType), raw.Data)
-		if err != nil {
-			return runAudit{err: err}
-		}
-		if ev.Terminal() {
-			a.finals++
-			if e := ev.Data.Result; a.finals == 1 && e != nil && e.Meta.Error != nil {
-				a.errKind = e.Meta.Error.Kind
-			}
-		}
-		if ev.Seq <= lastSeq {
-			a.backwards++
-		}
-		lastSeq = ev.Seq
-		// An aborted event names the attempt it closes: it belongs to the
-		// newer owner that published it.
-		att := ev.Attempt
-		if ev.Data.Phase == events.PhaseAborted {
-			att = max(att, newest)
-		}
-		if att < newest && !ev.Terminal() {
-			a.stale++
-		}
-		newest = max(newest, att)
-	}
+	// lastSeq and newest are the seq and the newest attempt of the events
+	// folded in so far.
+	lastSeq uint64
+	newest  int
 }
 
 // auditCounts is what audit found, run by run, and in the dead-letter
@@ -354,20 +308,29 @@ func audit(t *testing.T, js jetstream.JetStream, runs []runRef) {
 	}
 }
 
-// auditAll counts what audit checks.
+// auditAll counts what audit checks, from one ordered read of the event
+// stream (auditEvents).
 func auditAll(t *testing.T, js jetstream.JetStream, runs []runRef) auditCounts {
 	t.Helper()
 	c := auditCounts{runs: len(runs), failed: map[string]int{}}
+	var (
+		byRun map[string]*runAudit
+		err   error
+	)
+	for try := 0; try < 3; try++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		byRun, err = auditEvents(ctx, js, runs, t.Logf)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
 	for _, r := range runs {
-		var a runAudit
-		for try := 0; try < 5; try++ {
-			if a = auditRun(t.Context(), js, r); a.err == nil {
-				break
-			}
-		}
-		if a.err != nil {
-			t.Fatalf("audit of %s/%s: %v", r.session, r.run, a.err)
-		}
+		subj, _ := events.EventSubject(r.session, r.run) // auditEvents checked it
+		a := byRun[subj]
 		switch {
 		case a.finals == 0:
 			c.lost++
