@@ -356,6 +356,9 @@ func subj(prefix, token string, seq uint64) string {
 func inflightBench(o options) error {
 	f := o.fair
 	n := f.inflight
+	if *inflightProfile != "" {
+		runtime.MemProfileRate = 512 // every turn's sites, not a 512 KB sample
+	}
 	dir, err := os.MkdirTemp("", "lanebench-inflight")
 	if err != nil {
 		return err
@@ -415,7 +418,7 @@ func inflightBench(o options) error {
 	case <-time.After(time.Minute):
 		return fmt.Errorf("warm-up turn did not finish")
 	}
-	idle := sampleMem()
+	idle, idleParts := sampleMem(), sampleParts()
 	t0 := time.Now()
 	for i := range n {
 		if err := send("inflight"+strconv.Itoa(i), i); err != nil {
@@ -441,7 +444,10 @@ func inflightBench(o options) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	inFlight, held := m.Worker.Active(), m.Worker.InflightBytes()
-	busy := sampleMem()
+	busy, busyParts := sampleMem(), sampleParts()
+	if err := writeInflightProfile(*inflightProfile); err != nil {
+		return err
+	}
 	for range n {
 		select {
 		case <-finals:
@@ -458,6 +464,7 @@ func inflightBench(o options) error {
 		mb(int64(busy.heap)), mb(busy.rss), busy.goroutines, inFlight, n-inFlight, mb(held))
 	fmt.Printf("  %-22s %10.1f %10.1f %11.1f   (KB, KB, goroutines per turn in flight)\n", "per turn in flight",
 		float64(int64(busy.heap)-int64(idle.heap))/1024/float64(inFlight), float64(busy.rss-idle.rss)/1024/float64(inFlight), float64(busy.goroutines-idle.goroutines)/float64(inFlight))
+	printParts(idleParts, busyParts, idle.rss, busy.rss, inFlight)
 	fmt.Printf("  all %d turns answered in %v (%.0f turns/s)\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds())
 	return nil
 }
