@@ -366,9 +366,15 @@ func inflightBench(o options) error {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "inflight",
+	cfg := fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "inflight",
 		Scripted: true, Scripts: slowModel(f.inflightD), DefaultModel: "scripted/slow", Concurrency: n,
-		ShutdownGrace: 100 * time.Millisecond, NoBuiltinTools: true, NoRemoteTools: true, Logger: zerolog.Nop()})
+		ShutdownGrace: 100 * time.Millisecond, NoBuiltinTools: true, NoRemoteTools: true, Logger: zerolog.Nop()}
+	stopModel, err := inflightHTTPModel(ctx, &cfg, f.inflightD)
+	if err != nil {
+		return err
+	}
+	defer stopModel()
+	m, err := fleet.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -456,8 +462,8 @@ func inflightBench(o options) error {
 		}
 	}
 	el := time.Since(t0)
-	fmt.Printf("lanebench inflight: %d turns in flight at once on one worker (concurrency %d) with its embedded server (one process), a %v model, messages of %d bytes, sync_interval %s\n\n",
-		n, n, f.inflightD, len(payload(0))+f.inflightP, map[bool]string{true: "always", false: "default (2m)"}[o.sync])
+	fmt.Printf("lanebench inflight: %d turns in flight at once on one worker (concurrency %d) with its embedded server (one process), a %v %s model, messages of %d bytes, sync_interval %s\n\n",
+		n, n, f.inflightD, inflightModelKind(), len(payload(0))+f.inflightP, map[bool]string{true: "always", false: "default (2m)"}[o.sync])
 	fmt.Printf("  %-22s %10s %10s %11s\n", "", "heap MB", "RSS MB", "goroutines")
 	fmt.Printf("  %-22s %10.1f %10.1f %11d\n", "idle (after warm-up)", mb(int64(idle.heap)), mb(idle.rss), idle.goroutines)
 	fmt.Printf("  %-22s %10.1f %10.1f %11d   (%d turns in flight, %d waiting for the byte budget, %.1f MB of payloads held)\n", "turns in flight",

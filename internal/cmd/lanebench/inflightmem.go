@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"time"
+
+	"github.com/lanefleet/lanefleet/internal/fleet"
 )
 
 var inflightProfile = flag.String("inflight-profile", "", "inflight: write a heap profile (PREFIX.heap) and the goroutines grouped by stack (PREFIX.goroutines) while every turn is in flight")
@@ -82,4 +88,59 @@ func writeInflightProfile(prefix string) error {
 		return fmt.Errorf("goroutine profile: %w", err)
 	}
 	return f.Close()
+}
+
+var (
+	inflightHTTP   = flag.Bool("inflight-http", false, "inflight: the model is the OpenAI-compatible mock over HTTP in a child process (its memory not counted), not the scripted model in the worker: a turn in flight then also holds its HTTP connection")
+	inflightStream = flag.Bool("inflight-stream", false, "inflight: with -inflight-http, the mock model sends its first event at once and the rest after -inflight-model (a model streaming slowly), instead of waiting that long before its first byte")
+	mockDelay      = flag.Duration("mock-delay", 0, "the mock model's child process (-gateway-mock): its first-byte delay (internal)")
+	mockStall      = flag.Duration("mock-stall", 0, "the mock model's child process (-gateway-mock): the time between its first event and the rest (internal)")
+)
+
+// inflightModelKind names the inflight scenario's model.
+func inflightModelKind() string {
+	if *inflightHTTP && *inflightStream {
+		return "OpenAI-compatible HTTP (child process; its first event at once, the rest after that)"
+	}
+	if *inflightHTTP {
+		return "OpenAI-compatible HTTP (child process)"
+	}
+	return "scripted (in process)"
+}
+
+// inflightHTTPModel points cfg at the mock model in a child process that
+// answers after d, when -inflight-http asks for it; stop ends the child.
+func inflightHTTPModel(ctx context.Context, cfg *fleet.Config, d time.Duration) (stop func(), err error) {
+	if !*inflightHTTP {
+		return func() {}, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("inflight: %w", err)
+	}
+	wait := "-mock-delay"
+	if *inflightStream {
+		wait = "-mock-stall"
+	}
+	cmd := exec.CommandContext(ctx, exe, "-gateway-mock", wait, d.String())
+	cmd.Stderr = os.Stderr
+	toMock, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("inflight: %w", err)
+	}
+	fromMock, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("inflight: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("inflight: start the mock model: %w", err)
+	}
+	stop = func() { _ = toMock.Close(); _ = cmd.Wait() }
+	var url string
+	if err := gwReceive(bufio.NewScanner(fromMock), &url); err != nil {
+		stop()
+		return nil, fmt.Errorf("inflight: the mock model's URL: %w", err)
+	}
+	cfg.Scripted, cfg.Scripts, cfg.DefaultModel, cfg.OpenAICompatible = false, nil, "", url
+	return stop, nil
 }
