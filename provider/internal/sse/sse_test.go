@@ -102,15 +102,21 @@ func TestReaderBufferReused(t *testing.T) {
 // 64 KiB (which was most of what a streaming turn in flight held); a line
 // longer than it still arrives whole (TestReaderLongLine).
 func TestReaderBufferSmall(t *testing.T) {
-	runtime.GC() // twice: the pool's buffers are dropped
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	rd := sse.NewReader(strings.NewReader("data: pong\n\n"))
-	runtime.ReadMemStats(&after)
-	defer rd.Close()
-	if held := after.TotalAlloc - before.TotalAlloc; held > 8<<10 {
-		t.Fatalf("a new reader allocated %d bytes; want a buffer of a few KiB", held)
+	// The least of a few tries: the runtime and the test framework may
+	// allocate in between too.
+	least := uint64(1 << 62)
+	for range 5 {
+		runtime.GC() // twice: the pool's buffers are dropped
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		rd := sse.NewReader(strings.NewReader("data: pong\n\n"))
+		runtime.ReadMemStats(&after)
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
+		rd.Close()
+	}
+	if least > 8<<10 {
+		t.Fatalf("a new reader allocated %d bytes; want a buffer of a few KiB", least)
 	}
 }
 
