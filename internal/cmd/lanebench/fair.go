@@ -449,6 +449,9 @@ func inflightBench(o options) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// A turn counts as active from its start: give the last ones time to
+	// reach the model (half its time) before sampling.
+	time.Sleep(time.Until(t0.Add(f.inflightD / 2)))
 	inFlight, held := m.Worker.Active(), m.Worker.InflightBytes()
 	busy, busyParts := sampleMem(), sampleParts()
 	if err := writeInflightProfile(*inflightProfile); err != nil {
