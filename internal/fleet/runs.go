@@ -34,7 +34,7 @@ type registration struct {
 
 	mu      sync.Mutex
 	started bool               // the writer was started (the entry is being or was written)
-	writing bool               // the writer runs; it takes phase and, once ended, clears
+	writing bool               // the writer runs; it takes phase until none is left or the run ends
 	ended   bool               // the run ended: nothing more to write
 	h       *kvstore.RunHandle // nil when not written
 	phase   string             // the run's latest phase not written yet ("" = none)
@@ -89,8 +89,8 @@ func (r *registration) log() *zerolog.Logger {
 }
 
 // write is the writer: the entry when it was never written, then each
-// phase handed to it, and once the run has ended, it wakes clear. It ends
-// when nothing is left to write; setPhase starts it again.
+// phase handed to it. It ends when nothing is left to write (setPhase
+// starts it again) or the run has ended, and then wakes clear.
 func (r *registration) write() {
 	r.mu.Lock()
 	if r.h == nil && !r.ended {
@@ -194,8 +194,8 @@ func (r *registration) clear(ctx context.Context) {
 }
 
 // phaseSink shows a run's compactions in the active-run registry. Emit
-// runs on the runner's goroutine: it hands the phase to the registry
-// goroutine and returns.
+// runs on the runner's goroutine: it hands the phase to the registry's
+// writer and returns.
 type phaseSink struct {
 	runner.Sink
 	reg *registration
