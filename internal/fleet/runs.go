@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -12,119 +14,188 @@ import (
 )
 
 // registration is a run's entry in the active-run registry. The registry is
-// informational, so its writes stay off the turn's path: one goroutine a
-// run (the registry goroutine) makes them all, and the run only hands it
-// what to write. A run shorter than registerAfter never writes it: the
-// entry is written once the run has gone on that long (or at once when it
-// starts compacting), and removed after the turn is committed. Most turns
-// end before anyone could list them, and each entry costs two writes.
+// informational, so its writes stay off the turn's path: a writer
+// goroutine makes them, and the run only hands it what to write. A run
+// shorter than registerAfter never writes it: the entry is written once the
+// run has gone on that long (or at once when it starts compacting), and
+// removed after the turn is committed. Most turns end before anyone could
+// list them, and each entry costs two writes.
+//
+// No goroutine waits with the run: a timer starts the writer when the
+// entry is due, and the writer ends once it has written what it was
+// handed. A long turn in flight (a slow model) holds only the timer and
+// this struct, not a goroutine's stack for the whole of its wait.
 type registration struct {
-	done  chan struct{} // closed when the registry goroutine has ended
-	ended chan struct{} // closed when the run ends: nothing more to write
-	soon  chan struct{} // closed to register now
-	once  sync.Once
-	h     *kvstore.RunHandle // nil when not written; set before done closes
-	bg    *sync.WaitGroup    // the member's background writes
+	m     *Member
+	tok   string
+	info  kvstore.RunInfo
+	wctx  context.Context // the turn's values, never cancelled: the entry outlives the turn's cancellation until clear
+	timer *time.Timer     // starts the writer when the entry is due
 
-	// phase is the run's latest phase not written yet ("" = none); a
-	// value in phased says there is one. Only the latest is written.
-	mu     sync.Mutex
-	phase  string
-	phased chan struct{} // capacity 1
+	mu      sync.Mutex
+	started bool               // the writer was started (the entry is being or was written)
+	writing bool               // the writer runs; it takes phase until none is left or the run ends
+	ended   bool               // the run ended: nothing more to write
+	h       *kvstore.RunHandle // nil when not written
+	phase   string             // the run's latest phase not written yet ("" = none)
+	failed  bool               // a failed phase write was logged (once a run)
+	idle    chan struct{}      // closed when the writer stops after the run ended (nil: not waited for)
 }
 
 // registerAfter is how long a run goes on before it is listed as active
 // (Config.registerAfter overrides it in tests).
 const registerAfter = 100 * time.Millisecond
 
-// register starts a turn's registry goroutine: it writes the entry once
-// the run is due, then the phases the run hands it, until the run ends.
+// register arms a turn's registry entry: written once the run is due,
+// then the phases the run hands it, until the run ends.
 func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
-	r := &registration{done: make(chan struct{}), ended: make(chan struct{}), soon: make(chan struct{}),
-		phased: make(chan struct{}, 1), bg: &m.bg}
-	info := kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(), Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()}
-	log := m.log.With().Str("run_id", t.RunID).Logger()
-	wctx := context.WithoutCancel(ctx) // the entry outlives the turn's cancellation until clear
-	m.bg.Go(func() {
-		defer close(r.done)
-		after := registerAfter
-		if m.cfg.registerAfter > 0 {
-			after = m.cfg.registerAfter
-		}
-		wait := time.NewTimer(after)
-		defer wait.Stop()
-		select {
-		case <-wait.C:
-		case <-r.soon:
-		case <-r.ended:
-			return
-		}
-		tok, _ := events.KeyToken(t.SessionKey)
-		rctx, cancel := context.WithTimeout(wctx, stateTimeout)
-		h, err := m.Runs.Register(rctx, tok, info)
-		cancel()
-		if err != nil {
-			log.Warn().Err(err).Msg("run registry")
-			return
-		}
-		r.h = h
-		failed := false // a failed phase write is logged once a run
-		for {
-			select {
-			case <-r.ended:
-				return
-			case <-r.phased:
-			}
-			r.mu.Lock()
-			phase := r.phase
-			r.phase = ""
-			r.mu.Unlock()
-			if phase == "" {
-				continue
-			}
-			pctx, cancel := context.WithTimeout(wctx, stateTimeout)
-			err := h.SetPhase(pctx, phase)
-			cancel()
-			if err != nil && !failed {
-				failed = true
-				log.Warn().Err(err).Str("phase", phase).Msg("run registry: phase not written (later failures of this run are not logged)")
-			}
-		}
-	})
+	tok, _ := events.KeyToken(t.SessionKey)
+	r := &registration{m: m, tok: tok, wctx: context.WithoutCancel(ctx),
+		info: kvstore.RunInfo{Session: t.SessionKey, RunID: t.RunID, Worker: m.Worker.ID(), Attempt: t.Attempt, StartedAt: time.Now().UnixMilli()}}
+	after := registerAfter
+	if m.cfg.registerAfter > 0 {
+		after = m.cfg.registerAfter
+	}
+	m.bg.Add(1) // done by clear once the writes have ended: a stopping member waits for them
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timer = time.AfterFunc(after, r.due)
 	return r
 }
 
-// setPhase hands the registry goroutine the run's phase, and has the
-// entry written now if it is not yet; it never waits for a write.
-func (r *registration) setPhase(phase string) {
+// due starts the writer when the entry's time has come (the timer's
+// goroutine), unless it was started already or the run has ended.
+func (r *registration) due() {
 	r.mu.Lock()
-	r.phase = phase
-	r.mu.Unlock()
-	select {
-	case r.phased <- struct{}{}:
-	default: // one is pending already: it writes the latest
-	}
-	r.once.Do(func() { close(r.soon) })
+	defer r.mu.Unlock()
+	r.startLocked()
 }
 
-// clear ends the registry goroutine and removes the entry once it is
-// written (in the background); a run that ended before its entry was due
-// never writes one.
+// startLocked starts the writer once: it writes the entry, then the
+// phases handed to it. The caller holds r.mu.
+func (r *registration) startLocked() {
+	if r.started || r.ended {
+		return
+	}
+	r.started, r.writing = true, true
+	r.timer.Stop()
+	go r.write() // counted in m.bg by the registration, until clear
+}
+
+// log is the registry's logger for this run.
+func (r *registration) log() *zerolog.Logger {
+	l := r.m.log.With().Str("run_id", r.info.RunID).Logger()
+	return &l
+}
+
+// write is the writer: the entry when it was never written, then each
+// phase handed to it. It ends when nothing is left to write (setPhase
+// starts it again) or the run has ended, and then wakes clear.
+func (r *registration) write() {
+	r.mu.Lock()
+	if r.h == nil && !r.ended {
+		r.mu.Unlock()
+		rctx, cancel := context.WithTimeout(r.wctx, stateTimeout)
+		h, err := r.m.Runs.Register(rctx, r.tok, r.info)
+		cancel()
+		if err != nil {
+			r.log().Warn().Err(err).Msg("run registry")
+		}
+		r.mu.Lock()
+		if err != nil {
+			// No entry: nothing more is written for this run.
+			r.phase, r.writing = "", false
+			r.stopLocked()
+			r.mu.Unlock()
+			return
+		}
+		r.h = h
+	}
+	for r.phase != "" && !r.ended {
+		phase := r.phase
+		r.phase = ""
+		r.mu.Unlock()
+		pctx, cancel := context.WithTimeout(r.wctx, stateTimeout)
+		err := r.h.SetPhase(pctx, phase)
+		cancel()
+		r.mu.Lock()
+		if err != nil && !r.failed {
+			r.failed = true
+			r.log().Warn().Err(err).Str("phase", phase).Msg("run registry: phase not written (later failures of this run are not logged)")
+		}
+	}
+	r.writing = false
+	r.stopLocked()
+	r.mu.Unlock()
+}
+
+// stopLocked wakes clear's wait when the run has ended and the writer
+// has stopped. The caller holds r.mu.
+func (r *registration) stopLocked() {
+	if r.ended && r.idle != nil {
+		close(r.idle)
+		r.idle = nil
+	}
+}
+
+// setPhase hands the writer the run's phase, and has the entry written
+// now if it is not yet; it never waits for a write.
+func (r *registration) setPhase(phase string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended || (r.started && r.h == nil && !r.writing) {
+		return // over, or the entry's write failed: no phase without it
+	}
+	r.phase = phase
+	if !r.started {
+		r.startLocked()
+		return
+	}
+	if !r.writing {
+		r.writing = true
+		go r.write()
+	}
+}
+
+// clear ends the registration and removes the entry once it is written
+// (in the background, after the writer has stopped); a run that ended
+// before its entry was due never writes one.
 func (r *registration) clear(ctx context.Context) {
-	close(r.ended)
-	r.bg.Go(func() {
-		<-r.done
-		if h := r.h; h != nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	r.ended = true
+	r.timer.Stop()
+	if !r.started || (r.h == nil && !r.writing) {
+		r.m.bg.Done()
+		return
+	}
+	var idle chan struct{}
+	if r.writing {
+		idle = make(chan struct{})
+		r.idle = idle
+	}
+	go func() {
+		defer r.m.bg.Done()
+		if idle != nil {
+			<-idle
+		}
+		r.mu.Lock()
+		h := r.h
+		r.mu.Unlock()
+		if h != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
 			defer cancel()
 			_ = h.Clear(cctx)
 		}
-	})
+	}()
 }
 
 // phaseSink shows a run's compactions in the active-run registry. Emit
-// runs on the runner's goroutine: it hands the phase to the registry
-// goroutine and returns.
+// runs on the runner's goroutine: it hands the phase to the registry's
+// writer and returns.
 type phaseSink struct {
 	runner.Sink
 	reg *registration

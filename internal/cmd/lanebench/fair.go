@@ -356,6 +356,9 @@ func subj(prefix, token string, seq uint64) string {
 func inflightBench(o options) error {
 	f := o.fair
 	n := f.inflight
+	if *inflightProfile != "" {
+		runtime.MemProfileRate = 512 // every turn's sites, not a 512 KB sample
+	}
 	dir, err := os.MkdirTemp("", "lanebench-inflight")
 	if err != nil {
 		return err
@@ -363,9 +366,15 @@ func inflightBench(o options) error {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m, err := fleet.Start(ctx, fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "inflight",
+	cfg := fleet.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncAlways: o.sync, WorkerID: "inflight",
 		Scripted: true, Scripts: slowModel(f.inflightD), DefaultModel: "scripted/slow", Concurrency: n,
-		ShutdownGrace: 100 * time.Millisecond, NoBuiltinTools: true, NoRemoteTools: true, Logger: zerolog.Nop()})
+		ShutdownGrace: 100 * time.Millisecond, NoBuiltinTools: true, NoRemoteTools: true, Logger: zerolog.Nop()}
+	stopModel, err := inflightHTTPModel(ctx, &cfg, f.inflightD)
+	if err != nil {
+		return err
+	}
+	defer stopModel()
+	m, err := fleet.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -415,7 +424,7 @@ func inflightBench(o options) error {
 	case <-time.After(time.Minute):
 		return fmt.Errorf("warm-up turn did not finish")
 	}
-	idle := sampleMem()
+	idle, idleParts := sampleMem(), sampleParts()
 	t0 := time.Now()
 	for i := range n {
 		if err := send("inflight"+strconv.Itoa(i), i); err != nil {
@@ -440,8 +449,14 @@ func inflightBench(o options) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// A turn counts as active from its start: give the last ones time to
+	// reach the model (half its time) before sampling.
+	time.Sleep(time.Until(t0.Add(f.inflightD / 2)))
 	inFlight, held := m.Worker.Active(), m.Worker.InflightBytes()
-	busy := sampleMem()
+	busy, busyParts := sampleMem(), sampleParts()
+	if err := writeInflightProfile(*inflightProfile); err != nil {
+		return err
+	}
 	for range n {
 		select {
 		case <-finals:
@@ -450,14 +465,15 @@ func inflightBench(o options) error {
 		}
 	}
 	el := time.Since(t0)
-	fmt.Printf("lanebench inflight: %d turns in flight at once on one worker (concurrency %d) with its embedded server (one process), a %v model, messages of %d bytes, sync_interval %s\n\n",
-		n, n, f.inflightD, len(payload(0))+f.inflightP, map[bool]string{true: "always", false: "default (2m)"}[o.sync])
+	fmt.Printf("lanebench inflight: %d turns in flight at once on one worker (concurrency %d) with its embedded server (one process), a %v %s model, messages of %d bytes, sync_interval %s\n\n",
+		n, n, f.inflightD, inflightModelKind(), len(payload(0))+f.inflightP, map[bool]string{true: "always", false: "default (2m)"}[o.sync])
 	fmt.Printf("  %-22s %10s %10s %11s\n", "", "heap MB", "RSS MB", "goroutines")
 	fmt.Printf("  %-22s %10.1f %10.1f %11d\n", "idle (after warm-up)", mb(int64(idle.heap)), mb(idle.rss), idle.goroutines)
 	fmt.Printf("  %-22s %10.1f %10.1f %11d   (%d turns in flight, %d waiting for the byte budget, %.1f MB of payloads held)\n", "turns in flight",
 		mb(int64(busy.heap)), mb(busy.rss), busy.goroutines, inFlight, n-inFlight, mb(held))
 	fmt.Printf("  %-22s %10.1f %10.1f %11.1f   (KB, KB, goroutines per turn in flight)\n", "per turn in flight",
 		float64(int64(busy.heap)-int64(idle.heap))/1024/float64(inFlight), float64(busy.rss-idle.rss)/1024/float64(inFlight), float64(busy.goroutines-idle.goroutines)/float64(inFlight))
+	printParts(idleParts, busyParts, idle.rss, busy.rss, inFlight)
 	fmt.Printf("  all %d turns answered in %v (%.0f turns/s)\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds())
 	return nil
 }

@@ -579,6 +579,8 @@ func gatewayMock() error {
 		return err
 	}
 	defer mock.close()
+	mock.delay.Store(int64(*mockDelay))
+	mock.stall.Store(int64(*mockStall))
 	if err := gwSend(os.Stdout, mock.url); err != nil {
 		return err
 	}

@@ -88,6 +88,9 @@ type mockModel struct {
 	srv   *http.Server
 	url   string
 	delay atomic.Int64 // first-byte delay, ns
+	// stall, ns: the answer's first event is sent at once and the rest
+	// after stall (a model streaming slowly; -inflight-stream)
+	stall atomic.Int64
 	calls atomic.Int64
 	// arrived maps a turn's tag (the text after "ping " in its request)
 	// to when its request arrived, for -turns-detail's split of a turn's
@@ -154,18 +157,37 @@ func (m *mockModel) serve(w http.ResponseWriter, r *http.Request, reply []byte) 
 	if tag := tagOf(body); tag != "" {
 		m.arrived.Store(tag, at)
 	}
-	if d := time.Duration(m.delay.Load()); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+	if !waitFor(r, time.Duration(m.delay.Load())) {
+		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
+	if d := time.Duration(m.stall.Load()); d > 0 {
+		first, rest, _ := bytes.Cut(reply, []byte("\n\n"))
+		_, _ = w.Write(append(first, "\n\n"...))
+		http.NewResponseController(w).Flush() //nolint:errcheck // a failed flush shows as the turn's error
+		if !waitFor(r, d) {
+			return
+		}
+		reply = rest
+	}
 	_, _ = w.Write(reply)
+}
+
+// waitFor waits d (none when d <= 0) and reports whether r's client is
+// still there.
+func waitFor(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
 }
 
 func (m *mockModel) close() { _ = m.srv.Close() }

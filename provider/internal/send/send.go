@@ -41,6 +41,13 @@ const (
 	// new requests that would wait out the stream's idle timeout.
 	PingAfter   = 30 * time.Second
 	PingTimeout = 15 * time.Second
+	// ConnBufferSize is the read and the write buffer of an HTTP/1.1
+	// connection (net/http's default is 4 KiB each). A connection holds
+	// both for as long as its turn waits on the model, and every idle one
+	// kept for the next turn holds them too. A request's header fits in
+	// it, a larger body goes past it to the socket, and a stream's reads
+	// (sse's 4 KiB) go past it as well.
+	ConnBufferSize = 1 << 10
 )
 
 // UserAgent is the User-Agent of every request (an adapter.Config's
@@ -107,14 +114,15 @@ func NewPool(fixed *http.Client) *Pool {
 
 // NewTransport returns the transport of one pooled client: net/http's
 // default (proxy from the environment, dial and TLS handshake timeouts,
-// HTTP/2 by ALPN) with idle limits sized by MaxIdleConnsPerOrigin and
-// HTTP/2 health pings. It sets no overall or header timeout: a stream is
+// HTTP/2 by ALPN) with idle limits sized by MaxIdleConnsPerOrigin,
+// HTTP/2 health pings and ConnBufferSize buffers. It sets no overall or header timeout: a stream is
 // bounded by the caller's context and stream.Watch.
 func NewTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = MaxIdleConnsPerOrigin
 	t.MaxIdleConnsPerHost = MaxIdleConnsPerOrigin
 	t.IdleConnTimeout = IdleConnTimeout
+	t.ReadBufferSize, t.WriteBufferSize = ConnBufferSize, ConnBufferSize
 	t.ForceAttemptHTTP2 = true
 	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: PingAfter, PingTimeout: PingTimeout}
 	return t

@@ -119,6 +119,39 @@ func TestPostSends(t *testing.T) {
 	}
 }
 
+// TestPostPastBuffers: request and response headers and body lines
+// longer than a connection's buffers (ConnBufferSize) go through whole,
+// the body chunked and flushed in pieces as a model streams it.
+func TestPostPastBuffers(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", 3*send.ConnBufferSize)
+	line := "data: " + strings.Repeat("d", 8*send.ConnBufferSize) + "\n\n"
+	sent := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent <- r.Header.Get("x-api-key")
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("X-Long", long)
+		for i := 0; i < len(line); i += 1000 {
+			_, _ = io.WriteString(w, line[i:min(i+1000, len(line))])
+			http.NewResponseController(w).Flush() //nolint:errcheck // the client's read shows a failure
+		}
+	}))
+	t.Cleanup(srv.Close)
+	h := http.Header{}
+	h.Set("x-api-key", long)
+	resp, perr := post(t, send.NewPool(nil), srv.URL, h)
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	defer resp.Body.Close()
+	if b := string(must(io.ReadAll(resp.Body))); b != line {
+		t.Errorf("body of %d bytes, want %d", len(b), len(line))
+	}
+	if got := <-sent; got != long || resp.Header.Get("X-Long") != long {
+		t.Errorf("headers of %d and %d bytes, want %d", len(got), len(resp.Header.Get("X-Long")), len(long))
+	}
+}
+
 func TestPostDefaultUserAgent(t *testing.T) {
 	t.Parallel()
 	ua := make(chan string, 1)

@@ -38,11 +38,17 @@ type Reader struct {
 }
 
 // bufSize is the read buffer of a Reader; longer lines are gathered
-// apart (up to MaxLine).
-const bufSize = 64 << 10
+// apart (up to MaxLine). A model's events are mostly deltas of a few
+// hundred bytes, and a stream holds its buffer for as long as the model
+// takes: 64 KiB (before) was the largest part of what a streaming turn
+// in flight held (lanebench -scenario inflight -inflight-http
+// -inflight-stream). A long line (a whole response in one event) now
+// costs a copy into the gathered line, not a larger buffer for every
+// stream.
+const bufSize = 4 << 10
 
 // buffers keeps the read buffers of closed Readers for the next streams:
-// a turn's stream would otherwise leave 64 KiB of garbage behind.
+// a turn's stream would otherwise leave its buffer behind as garbage.
 var buffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufSize) }}
 
 // NewReader returns a Reader over r. Close gives its buffer back.
