@@ -36,9 +36,15 @@ const anthropicPongSSE = "event: message_start\ndata: {\"type\":\"message_start\
 // geminiPongSSE is a Gemini streamGenerateContent stream answering "pong".
 const geminiPongSSE = `data: {"candidates":[{"content":{"parts":[{"text":"pong"}],"role":"model"},"index":0,"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":1,"totalTokenCount":3}}` + "\n\n"
 
+// responsesPongSSE is a Responses stream answering "pong".
+const responsesPongSSE = "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"in_progress\",\"content\":[],\"role\":\"assistant\"},\"output_index\":0,\"sequence_number\":1}\n\n" +
+	"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"content_index\":0,\"delta\":\"pong\",\"item_id\":\"msg_1\",\"output_index\":0,\"sequence_number\":2}\n\n" +
+	"event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"pong\",\"annotations\":[]}],\"role\":\"assistant\"},\"output_index\":0,\"sequence_number\":3}\n\n" +
+	"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":2,\"output_tokens\":1,\"total_tokens\":3}}}\n\n"
+
 // pongServer is an endpoint answering every request with "pong" over real
 // HTTP, in the stream of the API its path names: Chat Completions,
-// Anthropic Messages or Gemini.
+// Responses, Anthropic Messages or Gemini.
 func pongServer(tb testing.TB) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body) // a body left unread past 256 KB closes the connection
@@ -48,6 +54,8 @@ func pongServer(tb testing.TB) *httptest.Server {
 			_, _ = w.Write([]byte(anthropicPongSSE))
 		case strings.HasSuffix(r.URL.Path, ":streamGenerateContent"):
 			_, _ = w.Write([]byte(geminiPongSSE))
+		case strings.HasSuffix(r.URL.Path, "/responses"):
+			_, _ = w.Write([]byte(responsesPongSSE))
 		default:
 			_, _ = w.Write([]byte(pongSSE))
 		}
@@ -71,6 +79,8 @@ func (r urlResolver) Resolve(string) (provider.Model, provider.Provider, error) 
 		m.API, m.BaseURL = r.api, r.url
 	case "google-generative-ai":
 		m.API, m.ID = r.api, "gemini-2.5-flash"
+	case "openai-responses":
+		m.API = r.api
 	}
 	return m, r.prov, nil
 }
@@ -82,6 +92,7 @@ var sessionAPIs = []struct {
 	prov func() provider.Provider
 }{
 	{"openai-completions", func() provider.Provider { return openai.NewCompletions(openai.Config{}) }},
+	{"openai-responses", func() provider.Provider { return openai.NewResponses(openai.Config{}) }},
 	{"anthropic-messages", func() provider.Provider { return anthropic.New(anthropic.Config{}) }},
 	{"google-generative-ai", func() provider.Provider { return google.New(google.Config{}) }},
 }
