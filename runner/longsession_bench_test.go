@@ -145,7 +145,7 @@ func BenchmarkRunLongSession(b *testing.B) {
 // the run path the fleet runs (history → context → sanitising → guard →
 // Chat Completions body → HTTP → SSE), each turn's history the last one's
 // with the turn's entries appended (as the lane's transcript cache hands
-// it on), and before each of them a turn of a fresh session, so that both
+// it on: over the same array, promised append-only), and before each of them a turn of a fresh session, so that both
 // see the same machine. It reports the median turn of the fresh sessions
 // run in the last quarter's minutes, of the long session's first and last
 // quarter, and the last quarter's ratio to the fresh turn (issue 36 item 3: ≤ 1.2× at the fleet's turn
@@ -180,7 +180,7 @@ func sessionTurns(b *testing.B, r *Runner) {
 	var allocs0 [2]uint64
 	turn := func(key string, hist []message.Entry) (*Output, time.Duration, time.Duration) {
 		run++
-		in := Input{SessionKey: key, SessionID: key, RunID: fmt.Sprint("r", run), Inbound: &events.Inbound{Text: fmt.Sprint("ping ", run)}, History: hist}
+		in := Input{SessionKey: key, SessionID: key, RunID: fmt.Sprint("r", run), Inbound: &events.Inbound{Text: fmt.Sprint("ping ", run)}, History: hist, HistoryAppendOnly: true}
 		allocs0 = heapAllocs()
 		c0, t0 := cpuTime(), time.Now()
 		out, err := r.Run(context.Background(), in, nopSink{})
