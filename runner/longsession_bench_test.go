@@ -46,8 +46,19 @@ const responsesPongSSE = "event: response.output_item.added\ndata: {\"type\":\"r
 // HTTP, in the stream of the API its path names: Chat Completions,
 // Responses, Anthropic Messages or Gemini.
 func pongServer(tb testing.TB) *httptest.Server {
+	return recordingPongServer(tb, nil)
+}
+
+// recordingPongServer is pongServer giving every request's path and body
+// to record first (nil: none).
+func recordingPongServer(tb testing.TB, record func(path string, body []byte)) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // a body left unread past 256 KB closes the connection
+		if record == nil {
+			_, _ = io.Copy(io.Discard, r.Body) // a body left unread past 256 KB closes the connection
+		} else {
+			body, _ := io.ReadAll(r.Body)
+			record(r.URL.Path, body)
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/messages"):
@@ -86,15 +97,16 @@ func (r urlResolver) Resolve(string) (provider.Model, provider.Provider, error) 
 }
 
 // sessionAPIs are the wire APIs BenchmarkSessionTurns runs a session
-// through, each its adapter against pongServer.
+// through, each its adapter against pongServer (prov(wireCacheBytes):
+// the adapter with that wire cache setting, 0 its default).
 var sessionAPIs = []struct {
 	api  string
-	prov func() provider.Provider
+	prov func(wireCacheBytes int) provider.Provider
 }{
-	{"openai-completions", func() provider.Provider { return openai.NewCompletions(openai.Config{}) }},
-	{"openai-responses", func() provider.Provider { return openai.NewResponses(openai.Config{}) }},
-	{"anthropic-messages", func() provider.Provider { return anthropic.New(anthropic.Config{}) }},
-	{"google-generative-ai", func() provider.Provider { return google.New(google.Config{}) }},
+	{"openai-completions", func(n int) provider.Provider { return openai.NewCompletions(openai.Config{WireCacheBytes: n}) }},
+	{"openai-responses", func(n int) provider.Provider { return openai.NewResponses(openai.Config{WireCacheBytes: n}) }},
+	{"anthropic-messages", func(n int) provider.Provider { return anthropic.New(anthropic.Config{WireCacheBytes: n}) }},
+	{"google-generative-ai", func(n int) provider.Provider { return google.New(google.Config{WireCacheBytes: n}) }},
 }
 
 // pingPongHistory is a chat session of n messages as the fleet stores it:
@@ -156,7 +168,7 @@ func BenchmarkSessionTurns(b *testing.B) {
 	srv := pongServer(b)
 	for _, a := range sessionAPIs {
 		b.Run("api="+a.api, func(b *testing.B) {
-			r, err := New(Config{DefaultModel: "acme/m1", Resolver: urlResolver{url: srv.URL, prov: a.prov(), api: a.api}})
+			r, err := New(Config{DefaultModel: "acme/m1", Resolver: urlResolver{url: srv.URL, prov: a.prov(0), api: a.api}})
 			if err != nil {
 				b.Fatal(err)
 			}
