@@ -63,8 +63,8 @@ type sessionContext struct {
 	// cannot be the next history's).
 	first weak.Pointer[message.Entry]
 	base  []message.Message
-	text int // bytes of the history's ids and texts
-	size int // what the cache counts it for, besides its key and bytelru.EntryOverhead
+	text  int // bytes of the history's ids and texts
+	size  int // what the cache counts it for, besides its key and bytelru.EntryOverhead
 	// sizes are the guard's estimates of the session's last request.
 	sizes guard.Sizes
 	// prepared is base (a prefix of it) prepared for the model of the
