@@ -43,6 +43,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/bodybuf"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -629,9 +630,11 @@ func overlaps(a, b []byte) bool {
 }
 
 // splice writes head with the 4 bytes "null" at index at replaced by the
-// JSON array whose elements joined holds.
+// JSON array whose elements joined holds, in a buffer a long session's
+// earlier body may have released (bodybuf: the adapter gives it back once
+// the request is sent).
 func splice(head []byte, at int, joined []byte) []byte {
-	out := make([]byte, 0, len(head)+len(joined)+2-len("null"))
+	out := bodybuf.Get(len(head) + len(joined) + 2 - len("null"))
 	out = append(out, head[:at]...)
 	out = append(out, '[')
 	out = append(out, joined...)
