@@ -132,7 +132,7 @@ func build(ctx context.Context, req *provider.Request, cache *wireCache, route R
 	}
 	// The body buildRequest made for the call, which nothing else holds:
 	// its buffer is given back once nothing reads it.
-	call.Body, call.Done = body, func() { bodybuf.Put(body) }
+	call.Body, call.Done = body, bodybuf.Release(body)
 	return call, nil
 }
 

@@ -53,11 +53,6 @@ func call(req *provider.Request, path string, body []byte) adapter.Call {
 	return adapter.Call{Base: base, Path: path, Header: h, Body: body}
 }
 
-// release returns what gives body's buffer back once nothing reads it
-// (adapter.Call.Done): the body build made for the call, which nothing
-// else holds.
-func release(body []byte) func() { return func() { bodybuf.Put(body) } }
-
 // routed builds the body of req with build and sends it where route says.
 func routed[C any](ctx context.Context, req *provider.Request, route Route, path string, build func(*provider.Request, C) ([]byte, error), cache C) (adapter.Call, error) {
 	body, err := build(req, cache)
@@ -68,6 +63,8 @@ func routed[C any](ctx context.Context, req *provider.Request, route Route, path
 	if err != nil {
 		return adapter.Call{}, err
 	}
-	c.Body, c.Done = body, release(body)
+	// The body build made for the call, which nothing else holds: its
+	// buffer is given back once nothing reads it.
+	c.Body, c.Done = body, bodybuf.Release(body)
 	return c, nil
 }

@@ -43,6 +43,18 @@ func Get(n int) []byte {
 	return make([]byte, 0, 1<<k)
 }
 
+// Release returns what gives b back (Put) once nothing reads it, for
+// adapter.Call.Done; nil when b is too small or too large to be kept: a
+// body sent with a Done is not one net/http knows to be in memory (it
+// flushes the headers on their own first), which only a body worth
+// keeping pays for.
+func Release(b []byte) func() {
+	if c := cap(b); c < MinPooled || c >= 2<<maxClass {
+		return nil
+	}
+	return func() { Put(b) }
+}
+
 // Put releases b for a later Get. Nothing may read or write b after: the
 // caller must be its only user. Buffers too small or too large to pool are
 // dropped.

@@ -13,6 +13,9 @@ func TestGetPut(t *testing.T) {
 		}
 		Put(append(b, 'x'))
 	}
+	if Release(make([]byte, MinPooled-1)) != nil || Release(make([]byte, 0, MinPooled)) == nil {
+		t.Error("Release: a body too small to keep is kept, or one to keep is not")
+	}
 	// Whatever a pool hands back fits: a buffer of an odd capacity goes
 	// to the class below it.
 	Put(make([]byte, 10, 3*MinPooled))

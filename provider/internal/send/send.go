@@ -226,7 +226,8 @@ type Request struct {
 	// request's, and any it took again for a retry or a redirect), each
 	// of which reads nothing once closed. Body's buffer may then be
 	// reused (bodybuf.Put). A transport that never closes a reader
-	// leaves Done uncalled.
+	// leaves Done uncalled. A body with a Done is not one net/http knows
+	// to be in memory: it flushes the headers on their own before it.
 	Done func()
 	// Key is scrubbed from transport errors, should one echo it.
 	Key provider.Secret
