@@ -422,10 +422,8 @@ func TestPreparedMatchesWhole(t *testing.T) {
 		r.contexts.mu.Lock()
 		sc, _ := r.contexts.sessions.Peek("k\x00s")
 		r.contexts.mu.Unlock()
-		// Gemini's turn validation and bootstrap turn decline
-		// (sanitize.Appender): its histories are prepared whole.
-		if sc == nil || (sc.prepared.Len() == 0) != (a.api == "google-generative-ai") {
-			t.Fatalf("%s: the session's preparation kept: %v", a.api, sc != nil && sc.prepared.Len() > 0)
+		if sc == nil || sc.prepared.Len() == 0 {
+			t.Fatalf("%s: the session's preparation was not kept", a.api)
 		}
 	}
 }
