@@ -63,6 +63,9 @@ type sessionContext struct {
 	// cannot be the next history's).
 	first weak.Pointer[message.Entry]
 	base  []message.Message
+	// answered is the index of base's last reply (0: none): the user
+	// messages before it have had their images pruned.
+	answered int
 	text  int // bytes of the history's ids and texts
 	size  int // what the cache counts it for, besides its key and bytelru.EntryOverhead
 	// sizes are the guard's estimates of the session's last request.
@@ -134,6 +137,7 @@ func (c *contextCache) acquire(key string, history []message.Entry, appendOnly b
 		}
 		sc.add(history)
 		sc.promised(history, appendOnly)
+		sc.answered = lastReply(sc.base, 0)
 		return sc
 	}
 	if c.extended.Add(1); len(history) > len(sc.ids) {
@@ -144,16 +148,33 @@ func (c *contextCache) acquire(key string, history []message.Entry, appendOnly b
 		}
 		// Appending overwrites what the last run appended past the
 		// cached length: that run is over.
-		var pruned bool
-		sc.base, pruned = sanitize.PruneHistoryImages(append(sc.base, compaction.ConvertToLLM(msgs)...))
-		if pruned {
+		base := append(sc.base, compaction.ConvertToLLM(msgs)...)
+		// The user messages before the base's last reply had their
+		// images pruned already: only those after it are looked at,
+		// and the base is pruned whole (a new array) only when one of
+		// them has an image its model has now answered.
+		if _, pruned := sanitize.PruneHistoryImages(base[sc.answered:]); pruned {
+			base, _ = sanitize.PruneHistoryImages(base)
 			// Messages the preparation was made of changed.
 			sc.prepared.Reset()
 		}
+		sc.base = base
 		sc.add(tail)
 	}
+	sc.answered = lastReply(sc.base, sc.answered)
 	sc.promised(history, appendOnly)
 	return sc
+}
+
+// lastReply returns the index of the last assistant message of msgs at
+// or after from, from when there is none.
+func lastReply(msgs []message.Message, from int) int {
+	for i := len(msgs) - 1; i > from; i-- {
+		if msgs[i].Role == message.RoleAssistant {
+			return i
+		}
+	}
+	return from
 }
 
 // promised records history as the array sc was built from when its caller
