@@ -66,8 +66,8 @@ type sessionContext struct {
 	// answered is the index of base's last reply (0: none): the user
 	// messages before it have had their images pruned.
 	answered int
-	text  int // bytes of the history's ids and texts
-	size  int // what the cache counts it for, besides its key and bytelru.EntryOverhead
+	text     int // bytes of the history's ids and texts
+	size     int // what the cache counts it for, besides its key and bytelru.EntryOverhead
 	// sizes are the guard's estimates of the session's last request.
 	sizes guard.Sizes
 	// prepared is base (a prefix of it) prepared for the model of the
