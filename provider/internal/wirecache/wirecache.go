@@ -106,6 +106,24 @@ func (s *Session[M, C]) Charged() (charged, json int) {
 	return s.size, json
 }
 
+// Past returns how many entries past the request's length the arrays of
+// its wire messages and their JSON still hold (tests): what no request
+// reads, which the cache must not keep alive.
+func (s *Session[M, C]) Past() int {
+	n := 0
+	for i := len(s.msgs); i < cap(s.msgs); i++ {
+		if !reflect.ValueOf(&s.msgs[:cap(s.msgs)][i]).Elem().IsZero() {
+			n++
+		}
+	}
+	for _, b := range s.enc[len(s.enc):cap(s.enc)] {
+		if b != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // convs are what the messages of a request (as the model gets them,
 // before they become wire messages) became on the wire, kept to take a
 // message's wire form and JSON from the last request when it is the same
@@ -484,8 +502,12 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 		// is their JSON; the copies of its later ones are the spares.
 		last = view[M]{msgs: prev.msgs[:base], enc: prev.enc[:base], tail: f.tail, tailEnc: f.tailEnc}
 		next.enc = slices.Grow(prev.enc[:base], len(msgs)-base)[:len(msgs)]
-		clear(next.enc[len(msgs):cap(next.enc)])
-		clear(msgs[len(msgs):cap(msgs)])
+		// Past the last request's length these arrays hold nothing (it
+		// cleared them, or they are new): only what it had past this
+		// one's is cleared, not the whole spare room each turn (a
+		// quarter of a long session's array).
+		clear(next.enc[len(msgs):max(len(msgs), min(len(prev.enc), cap(next.enc)))])
+		clear(msgs[len(msgs):max(len(msgs), min(len(prev.msgs), cap(msgs)))])
 		// Their JSON, with the commas between: on the safe side.
 		next.size += prev.jend[base-1] + base*overhead[M]()
 	case prev != nil:
