@@ -183,18 +183,7 @@ func TestWireCacheSkipToolRun(t *testing.T) {
 		{message.User("thanks", 3)},
 	} {
 		hist = append(hist, add...)
-		req := &provider.Request{Model: chatWire.Model, SystemPrompt: "sys", Messages: hist, SessionID: "s", Immutable: len(hist) - len(add)}
-		got, err := buildChatRequest(req, cache)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := buildChatRequest(req, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != string(want) {
-			t.Fatalf("after %d messages: cached body differs:\n got %s\nwant %s", len(hist), got, want)
-		}
+		chatWire.Same(t, fmt.Sprintf("after %d messages", len(hist)), &provider.Request{Model: chatWire.Model, SystemPrompt: "sys", Messages: hist, SessionID: "s", Immutable: len(hist) - len(add)}, cache)
 	}
 	if cache.Skipped.Load() == 0 {
 		t.Error("no request took the last one's wire messages whole")
@@ -212,18 +201,7 @@ func TestWireCacheSkipClearsPast(t *testing.T) {
 	hist := slices.Grow(h[:100], 200)
 	build := func(msgs []message.Message, immutable int) {
 		t.Helper()
-		req := &provider.Request{Model: chatWire.Model, Messages: msgs, SessionID: "s", Immutable: immutable}
-		got, err := buildChatRequest(req, cache)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := buildChatRequest(req, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != string(want) {
-			t.Fatalf("cached body differs:\n got %s\nwant %s", got, want)
-		}
+		chatWire.Same(t, fmt.Sprintf("after %d messages", len(msgs)), &provider.Request{Model: chatWire.Model, Messages: msgs, SessionID: "s", Immutable: immutable}, cache)
 	}
 	for i := range 20 {
 		// A turn of a call and its result after a question, then the
