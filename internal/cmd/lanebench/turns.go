@@ -143,15 +143,25 @@ func startMockModel() (*mockModel, error) {
 	return m, nil
 }
 
+// mockBodies are the buffers the mock reads requests into.
+var mockBodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // serve answers one model request with reply after the first-byte delay.
 func (m *mockModel) serve(w http.ResponseWriter, r *http.Request, reply []byte) {
 	m.calls.Add(1)
 	at := time.Now()
-	// Read the request as a server would before answering.
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
+	// Read the request as a server would before answering, into a
+	// buffer an earlier request read into: the mock stands for a model
+	// on another machine, and io.ReadAll's growing copies of a long
+	// session's body (several hundred kilobytes a turn) would count its
+	// reading many times over in the worker's process.
+	buf := mockBodies.Get().(*bytes.Buffer)
+	defer mockBodies.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, 64<<20)); err != nil {
 		return
 	}
+	body := buf.Bytes()
 	if tag := tagOf(body); tag != "" {
 		m.arrived.Store(tag, at)
 	}
