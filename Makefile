@@ -47,6 +47,7 @@ bench: build ## fleet benchmark against an embedded server, real turns against a
 	$(GO) run ./internal/cmd/lanebench
 	$(GO) run ./internal/cmd/lanebench -scenario turns
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only interleaved -turns-seq 1000 -turns-delays 0 -turns-sync default
+	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only interleaved -turns-seq 1000 -turns-delays 0 -turns-sync default -turns-api openai-responses
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only interleaved -turns-seq 1000 -turns-delays 0 -turns-sync default -turns-api anthropic-messages
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only interleaved -turns-seq 1000 -turns-delays 0 -turns-sync default -turns-api google-generative-ai
 	$(GO) run ./internal/cmd/lanebench -scenario turns -turns-only conc256 -turns-delays 1s -turns-stagger

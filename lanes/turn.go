@@ -35,8 +35,12 @@ type Turn struct {
 	Attempt    int    // 1 on the first try; more after a crash or retry
 	Worker     string
 	Inbound    *events.Inbound
-	History    []message.Entry // the session so far; do not modify
-	Received   time.Time
+	// History is the session so far; do not modify. Its array is never
+	// written below its length: the lane's transcript grows in place,
+	// and any other change to it (a reset, a re-read) is a new array
+	// (transcripts.extend), as runner.Input.HistoryAppendOnly asks.
+	History  []message.Entry
+	Received time.Time
 	// Header is the inbound message's headers (its trace context); do not
 	// modify.
 	Header nats.Header

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+	"weak"
 
 	"github.com/lanefleet/lanefleet/compaction"
 	"github.com/lanefleet/lanefleet/ecmatext"
@@ -29,7 +30,12 @@ const ContextCacheBytesDefault = 16 << 20
 // the lane's transcript cache hands them on) and goes on with message
 // entries chained one to the next; anything else — a compaction, a
 // rollback, a rewritten or re-read transcript, a branch — is converted
-// whole. Sessions are dropped least recently used first when the kept
+// whole. Those entries are compared one by one, unless the history is
+// over the same array as the one the context was built from and its
+// caller promised (Input.HistoryAppendOnly) never to write that array
+// below its length: then only the last entry the context was built from
+// is compared, and the entries added after it checked (a turn's cost
+// does not grow with the session's length there either). Sessions are dropped least recently used first when the kept
 // bytes exceed max; an entry is in use by one run at a time (a concurrent
 // run of the same session converts its history whole).
 type contextCache struct {
@@ -38,6 +44,9 @@ type contextCache struct {
 	// extended counts the runs that converted only their history's new
 	// entries.
 	extended atomic.Int64
+	// compared counts the entries of the histories compared with the
+	// ones their cached context was built from (tests).
+	compared atomic.Int64
 }
 
 // sessionContext is one session's cached context.
@@ -47,9 +56,18 @@ type sessionContext struct {
 	// entry's id and message pointer (nil for other entries).
 	ids  []string
 	msgs []*message.Message
-	base []message.Message
-	text int // bytes of the history's ids and texts
-	size int // what the cache counts it for, besides its key and bytelru.EntryOverhead
+	// first is the first entry of the history's array when its caller
+	// promised never to write that array below len(ids) again
+	// (Input.HistoryAppendOnly), else nil. The pointer is weak: the cache
+	// does not keep the caller's array alive (an array collected since
+	// cannot be the next history's).
+	first weak.Pointer[message.Entry]
+	base  []message.Message
+	// answered is the index of base's last reply (0: none): the user
+	// messages before it have had their images pruned.
+	answered int
+	text     int // bytes of the history's ids and texts
+	size     int // what the cache counts it for, besides its key and bytelru.EntryOverhead
 	// sizes are the guard's estimates of the session's last request.
 	sizes guard.Sizes
 	// prepared is base (a prefix of it) prepared for the model of the
@@ -93,7 +111,9 @@ func contextOf(history []message.Entry) []message.Message {
 // its spare capacity), and no other run gets it meanwhile (a concurrent
 // run of the same session converts its history whole). Nothing may
 // modify base[:len(base)].
-func (c *contextCache) acquire(key string, history []message.Entry) *sessionContext {
+// appendOnly is the caller's promise about history's array
+// (Input.HistoryAppendOnly).
+func (c *contextCache) acquire(key string, history []message.Entry, appendOnly bool) *sessionContext {
 	var sc *sessionContext
 	if c != nil && key != "" {
 		sc = c.take(key)
@@ -101,7 +121,7 @@ func (c *contextCache) acquire(key string, history []message.Entry) *sessionCont
 	if c == nil || key == "" {
 		return &sessionContext{base: contextOf(history)}
 	}
-	if sc == nil || !sc.extends(history) {
+	if sc == nil || !sc.extends(history, c.compare) {
 		// Room for the turn's messages (a reply, a tool round) and
 		// then some (appended in place until it is full, then grown as
 		// append grows). A fresh session's context had room for 16 more
@@ -116,6 +136,8 @@ func (c *contextCache) acquire(key string, history []message.Entry) *sessionCont
 			sc.sizes = old.sizes
 		}
 		sc.add(history)
+		sc.promised(history, appendOnly)
+		sc.answered = lastReply(sc.base, 0)
 		return sc
 	}
 	if c.extended.Add(1); len(history) > len(sc.ids) {
@@ -126,15 +148,44 @@ func (c *contextCache) acquire(key string, history []message.Entry) *sessionCont
 		}
 		// Appending overwrites what the last run appended past the
 		// cached length: that run is over.
-		var pruned bool
-		sc.base, pruned = sanitize.PruneHistoryImages(append(sc.base, compaction.ConvertToLLM(msgs)...))
-		if pruned {
+		base := append(sc.base, compaction.ConvertToLLM(msgs)...)
+		// The user messages before the base's last reply had their
+		// images pruned already: only those after it are looked at,
+		// and the base is pruned whole (a new array) only when one of
+		// them has an image its model has now answered.
+		if _, pruned := sanitize.PruneHistoryImages(base[sc.answered:]); pruned {
+			base, _ = sanitize.PruneHistoryImages(base)
 			// Messages the preparation was made of changed.
 			sc.prepared.Reset()
 		}
+		sc.base = base
 		sc.add(tail)
 	}
+	sc.answered = lastReply(sc.base, sc.answered)
+	sc.promised(history, appendOnly)
 	return sc
+}
+
+// lastReply returns the index of the last assistant message of msgs at
+// or after from, from when there is none.
+func lastReply(msgs []message.Message, from int) int {
+	for i := len(msgs) - 1; i > from; i-- {
+		if msgs[i].Role == message.RoleAssistant {
+			return i
+		}
+	}
+	return from
+}
+
+// promised records history as the array sc was built from when its caller
+// promised never to write it again below its length (appendOnly).
+func (sc *sessionContext) promised(history []message.Entry, appendOnly bool) {
+	switch {
+	case !appendOnly || len(history) == 0:
+		sc.first = weak.Pointer[message.Entry]{}
+	case sc.first.Value() != &history[0]:
+		sc.first = weak.Make(&history[0])
+	}
 }
 
 // release keeps sc for the session's next run, dropping the least
@@ -153,14 +204,25 @@ func (c *contextCache) release(sc *sessionContext) {
 
 // extends reports whether history is the history sc was built from
 // followed by message entries, each the child of the entry before it.
-func (sc *sessionContext) extends(history []message.Entry) bool {
+// The last entry sc was built from is always compared (a history rolled
+// back and grown again, whatever was promised, has another entry there);
+// the entries before it only when history is not over the array sc was
+// built from under the promise never to write it again (sc.first), each
+// counted by compare.
+func (sc *sessionContext) extends(history []message.Entry, compare func(n int)) bool {
 	n := len(sc.ids)
 	if n == 0 || len(history) < n {
 		return false
 	}
-	for i := range n {
-		if history[i].ID != sc.ids[i] || history[i].Message != sc.msgs[i] {
-			return false
+	if history[n-1].ID != sc.ids[n-1] || history[n-1].Message != sc.msgs[n-1] {
+		return false
+	}
+	if sc.first.Value() != &history[0] {
+		compare(n - 1)
+		for i := range n - 1 {
+			if history[i].ID != sc.ids[i] || history[i].Message != sc.msgs[i] {
+				return false
+			}
 		}
 	}
 	for i := n; i < len(history); i++ {
@@ -200,6 +262,9 @@ func (sc *sessionContext) add(entries []message.Entry) {
 // contextEntryOverhead is what a kept entry costs besides its text and
 // its message in the context: the id and pointer that identify it.
 const contextEntryOverhead = 48
+
+// compare counts n entries compared (contextCache.compared).
+func (c *contextCache) compare(n int) { c.compared.Add(int64(n)) }
 
 // take removes and returns the session's entry, nil if none.
 func (c *contextCache) take(key string) *sessionContext {

@@ -76,24 +76,108 @@ func TestContextCacheMatchesFresh(t *testing.T) {
 		{"rollback", rewritten[:8], false},
 		{"a branch off an earlier entry", branched, false},
 	}
+	// None of these writes an array below a length it was handed at
+	// before: the same whether the caller promises so or not.
+	for _, appendOnly := range []bool{false, true} {
+		c := newContextCache(ContextCacheBytesDefault)
+		for _, st := range steps {
+			before := c.extended.Load()
+			sc := c.acquire("k", st.history, appendOnly)
+			got := sc.base
+			c.release(sc)
+			if want := contextOf(st.history); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s (append only %v): cached context differs:\n got %+v\nwant %+v", st.name, appendOnly, got, want)
+			}
+			if ext := c.extended.Load() > before; ext != st.extended {
+				t.Errorf("%s (append only %v): extended %v, want %v", st.name, appendOnly, ext, st.extended)
+			}
+		}
+		sc := c.acquire("k", answered, appendOnly)
+		if sc.base[len(h)].Content.Blocks[1].Type != message.BlockText {
+			t.Error("the answered image was sent again")
+		}
+		c.release(sc)
+	}
+}
+
+// TestContextCacheAppendOnly: a history over the array the cached context
+// was built from, whose caller promised never to write it below its
+// length (Input.HistoryAppendOnly), is checked by its new entries alone
+// (none of the 1,000 before compared), and what the checks left still
+// catch gives the fresh context every time: an entry rewritten in a new
+// array (fails without the array check), a rollback grown again in the
+// same array, breaking the promise (fails without the check of the last
+// entry the context was built from), a compaction and a branch appended
+// in place.
+func TestContextCacheAppendOnly(t *testing.T) {
+	t.Parallel()
+	h := slices.Grow(pingPongHistory(1000), 100)
+	turn := func(hist []message.Entry, i int) []message.Entry {
+		return chain(hist, message.User(fmt.Sprint("ping again ", i), int64(2000+i)), message.Message{Role: message.RoleAssistant,
+			StopReason: message.StopStop, Provider: "acme", Model: "m1", API: "openai-completions", Content: message.BlocksOf(message.Text("pong"))})
+	}
+	// Each history is made when its step comes (some are written over
+	// the array of the one before).
+	var grown, rewritten, rolledBack, compacted, afterCompaction []message.Entry
+	steps := []struct {
+		name     string
+		history  func() []message.Entry
+		extended bool
+		compared bool // the entries before the new ones compared
+	}{
+		{"first run", func() []message.Entry { return h }, false, false},
+		{"a turn later, same array", func() []message.Entry { grown = turn(h, 0); return grown }, true, false},
+		{"the same history again", func() []message.Entry { return grown }, true, false},
+		{"an entry rewritten, in a new array", func() []message.Entry {
+			rewritten = slices.Grow(slices.Clone(grown), 100)
+			changed := rewritten[3].Message.Clone()
+			changed.Content = message.BlocksOf(message.Text("pong, rewritten"))
+			rewritten[3].Message = &changed
+			return rewritten
+		}, false, true},
+		{"a turn later, the new array", func() []message.Entry { rewritten = turn(rewritten, 1); return rewritten }, true, false},
+		{"a rollback grown again in place", func() []message.Entry {
+			// Six entries back and eight on, over the same array.
+			rolledBack = turn(turn(turn(turn(rewritten[:len(rewritten)-6], 2), 3), 4), 5)
+			return rolledBack
+		}, false, false},
+		{"a compaction appended in place", func() []message.Entry {
+			parent := rolledBack[len(rolledBack)-1].ID
+			compacted = append(rolledBack, message.Entry{Type: message.EntryCompaction, ID: "c0mpac71", ParentID: &parent,
+				Timestamp: "2026-03-15T10:20:12.500Z", Fields: map[string]any{"summary": "ping-pong so far", "firstKeptEntryId": rolledBack[900].ID, "tokensBefore": int64(99)}})
+			return compacted
+		}, false, false},
+		{"a turn after it", func() []message.Entry { afterCompaction = turn(compacted, 6); return afterCompaction }, true, false},
+		{"a branch appended in place", func() []message.Entry {
+			b := &builder{now: time.Now, parent: afterCompaction[len(afterCompaction)-9].ID}
+			b.add(message.User("another branch", 3000))
+			return append(afterCompaction, b.entries...)
+		}, false, false},
+	}
 	c := newContextCache(ContextCacheBytesDefault)
 	for _, st := range steps {
-		before := c.extended.Load()
-		sc := c.acquire("k", st.history)
+		hist := st.history()
+		ext0, cmp0 := c.extended.Load(), c.compared.Load()
+		sc := c.acquire("k", hist, true)
 		got := sc.base
 		c.release(sc)
-		if want := contextOf(st.history); !reflect.DeepEqual(got, want) {
-			t.Fatalf("%s: cached context differs:\n got %+v\nwant %+v", st.name, got, want)
+		if want := contextOf(hist); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: cached context differs from a fresh one", st.name)
 		}
-		if ext := c.extended.Load() > before; ext != st.extended {
+		if ext := c.extended.Load() > ext0; ext != st.extended {
 			t.Errorf("%s: extended %v, want %v", st.name, ext, st.extended)
 		}
+		if cmp := c.compared.Load() > cmp0; cmp != st.compared {
+			t.Errorf("%s: compared %d entries, want them compared: %v", st.name, c.compared.Load()-cmp0, st.compared)
+		}
 	}
-	sc := c.acquire("k", answered)
-	if sc.base[len(h)].Content.Blocks[1].Type != message.BlockText {
-		t.Error("the answered image was sent again")
+	// Without the promise every turn compares the whole history.
+	c = newContextCache(ContextCacheBytesDefault)
+	c.release(c.acquire("k", h, false))
+	c.release(c.acquire("k", grown, false))
+	if n := c.compared.Load(); n != int64(len(h)-1) {
+		t.Errorf("without the promise: %d entries compared, want %d", n, len(h)-1)
 	}
-	c.release(sc)
 }
 
 // TestContextCacheBounded keeps sessions within the byte budget, least
@@ -103,7 +187,7 @@ func TestContextCacheBounded(t *testing.T) {
 	c := newContextCache(64 << 10)
 	h := pingPongHistory(40)
 	for i := range 50 {
-		c.release(c.acquire(fmt.Sprint("s", i), h))
+		c.release(c.acquire(fmt.Sprint("s", i), h, false))
 	}
 	if c.take("s0") != nil {
 		t.Error("the least recently used session is still kept")
@@ -111,7 +195,7 @@ func TestContextCacheBounded(t *testing.T) {
 	if c.take("s49") == nil {
 		t.Error("the latest session is not kept")
 	}
-	c.release(c.acquire("big", pingPongHistory(2000)))
+	c.release(c.acquire("big", pingPongHistory(2000), false))
 	if c.take("big") != nil {
 		t.Error("a session over half the budget is kept")
 	}
@@ -128,7 +212,7 @@ func TestContextCacheConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 40 {
 				hist := h[:(i*3+g)%80]
-				sc := c.acquire(fmt.Sprint("s", g%3), hist)
+				sc := c.acquire(fmt.Sprint("s", g%3), hist, false)
 				// What a run appends in the spare capacity.
 				out := append(sc.base, message.User("the turn's", 1))
 				ok := reflect.DeepEqual(out[:len(sc.base)], contextOf(hist))
@@ -252,12 +336,12 @@ func TestContextCacheCountsToolArguments(t *testing.T) {
 		Content: message.BlocksOf(message.Block{Type: message.BlockToolCall, ID: "c1", Name: "write", Arguments: map[string]any{"content": strings.Repeat("x", 1<<20)}})}
 	b.add(call)
 	small := newContextCache(64 << 10)
-	small.release(small.acquire("s", b.entries))
+	small.release(small.acquire("s", b.entries, false))
 	if small.take("s") != nil {
 		t.Fatal("a session holding 1 MiB of tool arguments was kept in a 64 KiB cache")
 	}
 	big := newContextCache(16 << 20)
-	big.release(big.acquire("s", b.entries))
+	big.release(big.acquire("s", b.entries, false))
 	if sc := big.take("s"); sc == nil || sc.size < 1<<20 {
 		t.Fatalf("a session holding 1 MiB of tool arguments: %+v", sc)
 	}
@@ -266,23 +350,20 @@ func TestContextCacheCountsToolArguments(t *testing.T) {
 // TestPreparedMatchesWhole runs a session through the histories it goes
 // through (turns, another worker's turns, an image pruned once answered,
 // a compaction, a re-read, a rewritten entry, a rollback, a branch) on a
-// runner that keeps its sessions' preparations and on one that keeps
-// nothing: every request body must be the same, and the first must have
-// prepared only the new messages of most turns.
+// runner that keeps its sessions' preparations and wire forms and on one
+// that keeps nothing, through each wire API's adapter: every request body
+// must be the same, and the first must have prepared only the new
+// messages of most turns.
 func TestPreparedMatchesWhole(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	bodies := map[string][]string{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+	srv := recordingPongServer(t, func(path string, body []byte) {
 		mu.Lock()
-		name, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		defer mu.Unlock()
+		name, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
 		bodies[name] = append(bodies[name], string(body))
-		mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = w.Write([]byte(pongSSE))
-	}))
-	t.Cleanup(srv.Close)
+	})
 	h := slices.Grow(pingPongHistory(20), 100)
 	withImage := chain(h, message.Message{Role: message.RoleUser, Timestamp: 30,
 		Content: message.BlocksOf(message.Text("look"), message.Image("image/png", "iVBORw0KGgo="))})
@@ -300,43 +381,49 @@ func TestPreparedMatchesWhole(t *testing.T) {
 	branched := chain(slices.Clone(h[:10]), message.User("another branch", 50))
 	histories := [][]message.Entry{nil, h[:10], h[:12], h[:12], h[:20], withImage, answered, compacted, afterCompaction,
 		rewritten, rewritten[:8], rewritten[:10], branched}
-	runners := map[string]*Runner{}
-	for _, name := range []string{"kept", "none"} {
-		cacheBytes := 0
-		if name == "none" {
-			cacheBytes = -1
+	for _, a := range sessionAPIs {
+		runners := map[string]*Runner{}
+		for _, kind := range []string{"kept", "none"} {
+			cacheBytes := 0
+			if kind == "none" {
+				cacheBytes = -1
+			}
+			r, err := New(Config{DefaultModel: "acme/m1", ContextCacheBytes: cacheBytes,
+				Resolver: urlResolver{url: srv.URL + "/" + kind + "-" + a.api, prov: a.prov(cacheBytes), api: a.api}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runners[kind] = r
 		}
-		r, err := New(Config{DefaultModel: "acme/m1", ContextCacheBytes: cacheBytes,
-			Resolver: urlResolver{url: srv.URL + "/" + name, prov: openai.NewCompletions(openai.Config{})}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		runners[name] = r
-	}
-	for i, hist := range histories {
-		for name, r := range runners {
-			in := Input{SessionKey: "k", SessionID: "s", RunID: fmt.Sprint("r", i), Inbound: &events.Inbound{Text: fmt.Sprint("turn ", i)}, History: hist}
-			if _, err := r.Run(context.Background(), in, nopSink{}); err != nil {
-				t.Fatalf("%s, history %d: %v", name, i, err)
+		for i, hist := range histories {
+			for kind, r := range runners {
+				// Only the kept runner's caller promises its arrays
+				// append-only (none of these writes one below a length
+				// it handed over).
+				in := Input{SessionKey: "k", SessionID: "s", RunID: fmt.Sprint("r", i), Inbound: &events.Inbound{Text: fmt.Sprint("turn ", i)},
+					History: hist, HistoryAppendOnly: kind == "kept"}
+				if _, err := r.Run(context.Background(), in, nopSink{}); err != nil {
+					t.Fatalf("%s %s, history %d: %v", a.api, kind, i, err)
+				}
 			}
 		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	kept, none := bodies["kept"], bodies["none"]
-	if len(kept) != len(histories) || len(none) != len(histories) {
-		t.Fatalf("%d and %d requests, want %d each", len(kept), len(none), len(histories))
-	}
-	for i := range kept {
-		if kept[i] != none[i] {
-			t.Fatalf("history %d: the request differs from the whole preparation's:\n got %s\nwant %s", i, kept[i], none[i])
+		mu.Lock()
+		kept, none := bodies["kept-"+a.api], bodies["none-"+a.api]
+		mu.Unlock()
+		if len(kept) != len(histories) || len(none) != len(histories) {
+			t.Fatalf("%s: %d and %d requests, want %d each", a.api, len(kept), len(none), len(histories))
 		}
-	}
-	r := runners["kept"]
-	r.contexts.mu.Lock()
-	sc, _ := r.contexts.sessions.Peek("k\x00s")
-	r.contexts.mu.Unlock()
-	if sc == nil || sc.prepared.Len() == 0 {
-		t.Fatal("the session's preparation was not kept")
+		for i := range kept {
+			if kept[i] != none[i] {
+				t.Fatalf("%s, history %d: the request differs from the whole preparation's:\n got %s\nwant %s", a.api, i, kept[i], none[i])
+			}
+		}
+		r := runners["kept"]
+		r.contexts.mu.Lock()
+		sc, _ := r.contexts.sessions.Peek("k\x00s")
+		r.contexts.mu.Unlock()
+		if sc == nil || sc.prepared.Len() == 0 {
+			t.Fatalf("%s: the session's preparation was not kept", a.api)
+		}
 	}
 }

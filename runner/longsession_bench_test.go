@@ -36,18 +36,37 @@ const anthropicPongSSE = "event: message_start\ndata: {\"type\":\"message_start\
 // geminiPongSSE is a Gemini streamGenerateContent stream answering "pong".
 const geminiPongSSE = `data: {"candidates":[{"content":{"parts":[{"text":"pong"}],"role":"model"},"index":0,"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":1,"totalTokenCount":3}}` + "\n\n"
 
+// responsesPongSSE is a Responses stream answering "pong".
+const responsesPongSSE = "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"in_progress\",\"content\":[],\"role\":\"assistant\"},\"output_index\":0,\"sequence_number\":1}\n\n" +
+	"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"content_index\":0,\"delta\":\"pong\",\"item_id\":\"msg_1\",\"output_index\":0,\"sequence_number\":2}\n\n" +
+	"event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"pong\",\"annotations\":[]}],\"role\":\"assistant\"},\"output_index\":0,\"sequence_number\":3}\n\n" +
+	"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":2,\"output_tokens\":1,\"total_tokens\":3}}}\n\n"
+
 // pongServer is an endpoint answering every request with "pong" over real
 // HTTP, in the stream of the API its path names: Chat Completions,
-// Anthropic Messages or Gemini.
+// Responses, Anthropic Messages or Gemini.
 func pongServer(tb testing.TB) *httptest.Server {
+	return recordingPongServer(tb, nil)
+}
+
+// recordingPongServer is pongServer giving every request's path and body
+// to record first (nil: none).
+func recordingPongServer(tb testing.TB, record func(path string, body []byte)) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // a body left unread past 256 KB closes the connection
+		if record == nil {
+			_, _ = io.Copy(io.Discard, r.Body) // a body left unread past 256 KB closes the connection
+		} else {
+			body, _ := io.ReadAll(r.Body)
+			record(r.URL.Path, body)
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/messages"):
 			_, _ = w.Write([]byte(anthropicPongSSE))
 		case strings.HasSuffix(r.URL.Path, ":streamGenerateContent"):
 			_, _ = w.Write([]byte(geminiPongSSE))
+		case strings.HasSuffix(r.URL.Path, "/responses"):
+			_, _ = w.Write([]byte(responsesPongSSE))
 		default:
 			_, _ = w.Write([]byte(pongSSE))
 		}
@@ -71,19 +90,23 @@ func (r urlResolver) Resolve(string) (provider.Model, provider.Provider, error) 
 		m.API, m.BaseURL = r.api, r.url
 	case "google-generative-ai":
 		m.API, m.ID = r.api, "gemini-2.5-flash"
+	case "openai-responses":
+		m.API = r.api
 	}
 	return m, r.prov, nil
 }
 
 // sessionAPIs are the wire APIs BenchmarkSessionTurns runs a session
-// through, each its adapter against pongServer.
+// through, each its adapter against pongServer (prov(wireCacheBytes):
+// the adapter with that wire cache setting, 0 its default).
 var sessionAPIs = []struct {
 	api  string
-	prov func() provider.Provider
+	prov func(wireCacheBytes int) provider.Provider
 }{
-	{"openai-completions", func() provider.Provider { return openai.NewCompletions(openai.Config{}) }},
-	{"anthropic-messages", func() provider.Provider { return anthropic.New(anthropic.Config{}) }},
-	{"google-generative-ai", func() provider.Provider { return google.New(google.Config{}) }},
+	{"openai-completions", func(n int) provider.Provider { return openai.NewCompletions(openai.Config{WireCacheBytes: n}) }},
+	{"openai-responses", func(n int) provider.Provider { return openai.NewResponses(openai.Config{WireCacheBytes: n}) }},
+	{"anthropic-messages", func(n int) provider.Provider { return anthropic.New(anthropic.Config{WireCacheBytes: n}) }},
+	{"google-generative-ai", func(n int) provider.Provider { return google.New(google.Config{WireCacheBytes: n}) }},
 }
 
 // pingPongHistory is a chat session of n messages as the fleet stores it:
@@ -134,7 +157,7 @@ func BenchmarkRunLongSession(b *testing.B) {
 // the run path the fleet runs (history → context → sanitising → guard →
 // Chat Completions body → HTTP → SSE), each turn's history the last one's
 // with the turn's entries appended (as the lane's transcript cache hands
-// it on), and before each of them a turn of a fresh session, so that both
+// it on: over the same array, promised append-only), and before each of them a turn of a fresh session, so that both
 // see the same machine. It reports the median turn of the fresh sessions
 // run in the last quarter's minutes, of the long session's first and last
 // quarter, and the last quarter's ratio to the fresh turn (issue 36 item 3: ≤ 1.2× at the fleet's turn
@@ -145,7 +168,7 @@ func BenchmarkSessionTurns(b *testing.B) {
 	srv := pongServer(b)
 	for _, a := range sessionAPIs {
 		b.Run("api="+a.api, func(b *testing.B) {
-			r, err := New(Config{DefaultModel: "acme/m1", Resolver: urlResolver{url: srv.URL, prov: a.prov(), api: a.api}})
+			r, err := New(Config{DefaultModel: "acme/m1", Resolver: urlResolver{url: srv.URL, prov: a.prov(0), api: a.api}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -169,7 +192,7 @@ func sessionTurns(b *testing.B, r *Runner) {
 	var allocs0 [2]uint64
 	turn := func(key string, hist []message.Entry) (*Output, time.Duration, time.Duration) {
 		run++
-		in := Input{SessionKey: key, SessionID: key, RunID: fmt.Sprint("r", run), Inbound: &events.Inbound{Text: fmt.Sprint("ping ", run)}, History: hist}
+		in := Input{SessionKey: key, SessionID: key, RunID: fmt.Sprint("r", run), Inbound: &events.Inbound{Text: fmt.Sprint("ping ", run)}, History: hist, HistoryAppendOnly: true}
 		allocs0 = heapAllocs()
 		c0, t0 := cpuTime(), time.Now()
 		out, err := r.Run(context.Background(), in, nopSink{})

@@ -87,7 +87,7 @@ func (ru *run) contextMessages() []message.Message {
 	}
 	if ru.base == nil {
 		if ru.lease == nil {
-			ru.lease = ru.r.contexts.acquire(ru.contextKey(), ru.history)
+			ru.lease = ru.r.contexts.acquire(ru.contextKey(), ru.history, ru.in.HistoryAppendOnly)
 		}
 		ru.base = ru.lease.base
 	}

@@ -65,6 +65,15 @@ type Input struct {
 	Attempt    int
 	Inbound    *events.Inbound
 	History    []message.Entry
+	// HistoryAppendOnly promises that History's array is never written
+	// again below len(History): a later turn's history over the same
+	// array (the same first entry in memory) repeats these entries
+	// unchanged and may only add entries after them, and any other
+	// change to the session comes in another array (a lane's transcript
+	// grows so). The runner then checks only the entries a later history
+	// adds to the one its cached context was built from, not the whole
+	// history (see contextCache).
+	HistoryAppendOnly bool
 	// Steer, when set, returns the steer-mode messages that arrived since
 	// the last call; the runner polls it at every model-call boundary.
 	Steer func(ctx context.Context) []*events.Inbound

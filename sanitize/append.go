@@ -29,11 +29,15 @@ func PrepareFinal(req Request) []message.Message {
 // every stage of Prepare then works message by message. A policy that
 // rewrites tool-call ids (Anthropic, Mistral) is served: an id's new id
 // depends only on the ids before it (first come, first served), so the
-// mapper is kept with the history. So it declines (Extend and With
-// report false, and the caller prepares the whole history) for
-//   - a policy that turns Gemini turns or puts a bootstrap turn first
-//     (Google); a history limit; an allowlist of tools; another model or
-//     limit than the kept one (it starts over);
+// mapper is kept with the history. Gemini's turn rules are served where
+// they change nothing: no two replies in a row (with only roleless
+// messages between them) to merge, and no reply first, which the
+// bootstrap turn would precede. So it declines (Extend and With report
+// false, and the caller prepares the whole history) for
+//   - a history limit; an allowlist of tools; another model or limit
+//     than the kept one (it starts over);
+//   - for Google, a history that starts with a reply (the bootstrap turn
+//     put before it carries the time) or has replies to merge;
 //   - a history whose tool calls are not each followed at once by their
 //     results, in order (what the pairing repair would change), a call a
 //     provider would refuse (noted with its result), a prepared message
@@ -195,8 +199,7 @@ func appendKey(req Request) string {
 // appendable reports whether pol and req prepare a history message by
 // message (see Appender).
 func appendable(pol Policy, req Request) bool {
-	return !pol.ValidateGeminiTurns && !pol.ApplyGoogleTurnOrdering &&
-		req.HistoryLimit <= 0 && len(newAllowSet(req.AllowedToolNames)) == 0 && req.Policy == nil
+	return req.HistoryLimit <= 0 && len(newAllowSet(req.AllowedToolNames)) == 0 && req.Policy == nil
 }
 
 // rewritesIDs reports whether pol rewrites tool-call ids (and renames
@@ -322,6 +325,20 @@ func (a *Appender) prepare(req Request) ([]message.Message, appendState, bool) {
 				first = r
 			}
 			st.lastRole = r
+		}
+	}
+	if pol.ApplyGoogleTurnOrdering && IsGoogleAPI(req.API) && len(a.out) == 0 && len(msgs) > 0 && msgs[0].Role == message.RoleAssistant {
+		return nil, st, false // a bootstrap turn in front, stamped with the time
+	}
+	if pol.ValidateGeminiTurns {
+		// A reply merged into the message before it (a roleless one
+		// too, which then holds its calls: the pairing repair after the
+		// merge drops their results) is prepared whole: no merge at all.
+		if first == message.RoleAssistant && a.st.lastRole == message.RoleAssistant {
+			return nil, st, false
+		}
+		if len(ValidateGeminiTurns(msgs)) != len(msgs) {
+			return nil, st, false
 		}
 	}
 	if pol.ValidateAnthropicTurns {

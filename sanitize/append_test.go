@@ -256,13 +256,21 @@ func FuzzAppender(f *testing.F) {
 }
 
 // TestAppenderChatSession: a plain chat session to an OpenAI-compatible
-// model is prepared message by message at every turn after the first.
+// model and to Gemini (whose turn rules change nothing of it) is prepared
+// message by message at every turn after the first.
 func TestAppenderChatSession(t *testing.T) {
 	t.Parallel()
+	for _, tg := range [][3]string{{"acme", "openai-completions", "m1"}, {"google", "google-generative-ai", "gemini-2.5-pro"}} {
+		chatSession(t, tg)
+	}
+}
+
+// chatSession is TestAppenderChatSession for the model tg.
+func chatSession(t *testing.T, tg [3]string) {
 	var a Appender
 	var hist []message.Message
 	for i := range 50 {
-		r := Request{Provider: "acme", API: "openai-completions", ModelID: "m1", Messages: hist}
+		r := Request{Provider: tg[0], API: tg[1], ModelID: tg[2], Messages: hist}
 		if i > 0 {
 			turn := append(hist[:len(hist):len(hist)], message.User(fmt.Sprint("ping ", i), int64(i)))
 			got, ok := a.With(Request{Provider: r.Provider, API: r.API, ModelID: r.ModelID, Messages: turn})
@@ -281,7 +289,28 @@ func TestAppenderChatSession(t *testing.T) {
 		}
 	}
 	if a.Declined != 0 {
-		t.Fatalf("declined %d times", a.Declined)
+		t.Fatalf("%v: declined %d times", tg, a.Declined)
+	}
+}
+
+// TestAppenderGeminiDeclines: for Gemini, a history that starts with a
+// reply (a bootstrap turn goes before it, stamped with the time of the
+// preparation) and one whose replies would merge are prepared whole: the
+// Appender declines them.
+func TestAppenderGeminiDeclines(t *testing.T) {
+	t.Parallel()
+	reply := func(text string) message.Message {
+		return message.Message{Role: message.RoleAssistant, StopReason: message.StopStop, Content: message.BlocksOf(message.Text(text)), Timestamp: 2}
+	}
+	for name, hist := range map[string][]message.Message{
+		"a reply first":                   {reply("hello"), message.User("hi", 3)},
+		"two replies":                     {message.User("hi", 1), reply("one"), reply("two")},
+		"two replies, a roleless between": {message.User("hi", 1), reply("one"), {Content: message.PlainText("roleless"), Timestamp: 2}, reply("two")},
+	} {
+		var a Appender
+		if a.Extend(Request{Provider: "google", API: "google-generative-ai", ModelID: "gemini-2.5-pro", Messages: hist}) {
+			t.Errorf("%s: extended", name)
+		}
 	}
 }
 

@@ -73,7 +73,10 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	ctx = withMasker(ctx, mk)
 	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
 		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals,
-		Lineage: subagent.Lineage(parentOf(t))}
+		Lineage: subagent.Lineage(parentOf(t)),
+		// The lane's transcript only grows in place; any other change
+		// to it is a new array (lanes.Turn.History).
+		HistoryAppendOnly: true}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
 		in.Steps = steps
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/failover"
 	"github.com/lanefleet/lanefleet/provider/internal/adapter"
+	"github.com/lanefleet/lanefleet/provider/internal/bodybuf"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
@@ -97,7 +98,9 @@ func build(ctx context.Context, req *provider.Request, cache *wireCache, r Route
 	if err != nil {
 		return adapter.Call{}, err
 	}
-	call.Body = body
+	// The body buildRequest made for the call, which nothing else holds:
+	// its buffer is given back once nothing reads it.
+	call.Body, call.Done = body, bodybuf.Release(body)
 	return call, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/internal/adapter"
+	"github.com/lanefleet/lanefleet/provider/internal/bodybuf"
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
 	"github.com/lanefleet/lanefleet/provider/internal/sse"
 	"github.com/lanefleet/lanefleet/provider/internal/stream"
@@ -125,9 +126,13 @@ func build(ctx context.Context, req *provider.Request, cache *wireCache, route R
 	if err != nil {
 		return adapter.Call{}, err
 	}
-	if call.Body, err = buildRequest(req, cache); err != nil {
+	body, err := buildRequest(req, cache)
+	if err != nil {
 		return adapter.Call{}, err
 	}
+	// The body buildRequest made for the call, which nothing else holds:
+	// its buffer is given back once nothing reads it.
+	call.Body, call.Done = body, bodybuf.Release(body)
 	return call, nil
 }
 

@@ -197,7 +197,13 @@ func buildRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 // form is the last request's when the message is (see wirecache.Forms).
 func contents(f *wireForms, msgs []message.Message, m provider.Model, images bool) {
 	var names callNames
-	for i := 0; i < len(msgs); i++ {
+	// The contents of the session's last request that this one repeats
+	// are taken whole, up to a message that does not follow a tool
+	// result (a run of results is one content, its images one after
+	// it). A result without a name reads its call's in msgs, which Skip
+	// leaves whole.
+	i := f.Skip(func(i int) bool { return msgs[i-1].Role != message.RoleToolResult })
+	for ; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {
 		case message.RoleUser:

@@ -1,6 +1,7 @@
 package google
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -137,8 +138,50 @@ func TestAPIContentEqualCoversFields(t *testing.T) {
 	}
 }
 
-// TestWireCacheAppends: see wiretest.Wire.Appends.
+// TestWireCacheAppends: see wiretest.Wire.Appends; the requests that
+// repeat the last one's messages take their contents whole
+// (wirecache.Forms.Skip), and the bodies are still the whole conversion's.
 func TestWireCacheAppends(t *testing.T) {
 	t.Parallel()
-	wire.Appends(t, flash, gem3, claude)
+	cache := wire.Appends(t, flash, gem3, claude)
+	if cache.Skipped.Load() == 0 {
+		t.Error("no request took the last one's contents whole")
+	}
+}
+
+// FuzzWireCacheAppends: see wiretest.Wire.FuzzAppends.
+func FuzzWireCacheAppends(f *testing.F) {
+	wire.FuzzAppends(f, flash, gem3, claude)
+}
+
+// TestWireCacheSkipToolRun: a run of tool results with images goes on in
+// the next request (the turn's next result appended to it): the run is
+// one content and its images one after it, so the request takes the last
+// one's contents whole only up to the run's start, and every body is the
+// whole conversion's. A result without a tool name takes it from its
+// call, among the messages taken whole. It fails when Skip may stop
+// inside a run.
+func TestWireCacheSkipToolRun(t *testing.T) {
+	t.Parallel()
+	cache := newWireCache(0)
+	hist := make([]message.Message, 0, 16)
+	result := func(id string) message.Message {
+		return message.Message{Role: message.RoleToolResult, ToolCallID: id,
+			Content: message.BlocksOf(message.Text("screenshot "+id), message.Image("image/png", "aGVsbG8="))}
+	}
+	call := message.Message{Role: message.RoleAssistant, StopReason: message.StopToolUse, Provider: "google", API: "google-generative-ai", Model: flash.ID,
+		Content: message.BlocksOf(message.Block{Type: message.BlockToolCall, ID: "c1", Name: "shot", Arguments: map[string]any{}},
+			message.Block{Type: message.BlockToolCall, ID: "c2", Name: "shot", Arguments: map[string]any{}})}
+	for _, add := range [][]message.Message{
+		{message.User("hello", 1), {Role: message.RoleAssistant, StopReason: message.StopStop, Provider: "google", API: "google-generative-ai", Model: flash.ID, Content: message.BlocksOf(message.Text("hi"))}},
+		{message.User("take two", 2), call, result("c1")},
+		{result("c2")},
+		{message.User("thanks", 3)},
+	} {
+		hist = append(hist, add...)
+		wire.Same(t, fmt.Sprintf("after %d messages", len(hist)), &provider.Request{Model: flash, SystemPrompt: "sys", Messages: hist, SessionID: "s", Immutable: len(hist) - len(add)}, cache)
+	}
+	if cache.Skipped.Load() == 0 {
+		t.Error("no request took the last one's contents whole")
+	}
 }

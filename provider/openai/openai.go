@@ -16,6 +16,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/internal/adapter"
+	"github.com/lanefleet/lanefleet/provider/internal/bodybuf"
 )
 
 // DefaultBaseURL is the OpenAI API base URL used when a model has none.
@@ -62,6 +63,8 @@ func routed[C any](ctx context.Context, req *provider.Request, route Route, path
 	if err != nil {
 		return adapter.Call{}, err
 	}
-	c.Body = body
+	// The body build made for the call, which nothing else holds: its
+	// buffer is given back once nothing reads it.
+	c.Body, c.Done = body, bodybuf.Release(body)
 	return c, nil
 }

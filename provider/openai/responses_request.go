@@ -138,7 +138,11 @@ func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte,
 		f.Add(-1, respInputMessage{Role: role, Content: sp}, -1)
 	}
 	var spare []respInput // the items of the message before, when not kept (their array is reused)
-	for i := range msgs {
+	// The input items of the session's last request that this one
+	// repeats are taken whole: a message's items depend on the message
+	// and the model alone, never on the messages before it.
+	i := f.Skip(func(int) bool { return true })
+	for ; i < len(msgs); i++ {
 		cv, h := f.Form(i, func() respConv {
 			if f.Keeping() {
 				return respConv{items: respItems(nil, &msgs[i], m, images)}

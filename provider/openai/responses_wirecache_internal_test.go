@@ -193,10 +193,25 @@ func TestRespInputEqualCoversFields(t *testing.T) {
 	}
 }
 
-// TestRespWireCacheAppends: see wiretest.Wire.Appends.
+// TestRespWireCacheAppends: see wiretest.Wire.Appends; the requests that
+// repeat the last one's messages take their input items whole
+// (wirecache.Forms.Skip), and the bodies are still the whole conversion's.
 func TestRespWireCacheAppends(t *testing.T) {
 	t.Parallel()
-	respWire.Appends(t,
-		provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text", "image"}},
-		provider.Model{ID: "gpt-5-nano", Provider: "openai", API: "openai-responses", Input: []string{"text"}})
+	cache := respWire.Appends(t, respAppendModels...)
+	if cache.Skipped.Load() == 0 {
+		t.Error("no request took the last one's input items whole")
+	}
+}
+
+// respAppendModels are the models a session of the Appends tests
+// switches between.
+var respAppendModels = []provider.Model{
+	{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text", "image"}},
+	{ID: "gpt-5-nano", Provider: "openai", API: "openai-responses", Input: []string{"text"}},
+}
+
+// FuzzRespWireCacheAppends: see wiretest.Wire.FuzzAppends.
+func FuzzRespWireCacheAppends(f *testing.F) {
+	respWire.FuzzAppends(f, respAppendModels...)
 }

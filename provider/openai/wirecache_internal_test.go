@@ -183,18 +183,37 @@ func TestWireCacheSkipToolRun(t *testing.T) {
 		{message.User("thanks", 3)},
 	} {
 		hist = append(hist, add...)
-		req := &provider.Request{Model: chatWire.Model, SystemPrompt: "sys", Messages: hist, SessionID: "s", Immutable: len(hist) - len(add)}
-		got, err := buildChatRequest(req, cache)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := buildChatRequest(req, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != string(want) {
-			t.Fatalf("after %d messages: cached body differs:\n got %s\nwant %s", len(hist), got, want)
-		}
+		chatWire.Same(t, fmt.Sprintf("after %d messages", len(hist)), &provider.Request{Model: chatWire.Model, SystemPrompt: "sys", Messages: hist, SessionID: "s", Immutable: len(hist) - len(add)}, cache)
+	}
+	if cache.Skipped.Load() == 0 {
+		t.Error("no request took the last one's wire messages whole")
+	}
+}
+
+// TestWireCacheSkipClearsPast: a request that takes the last one's wire
+// messages whole (Skip) and is shorter than it (the turn's tool round
+// left out) leaves nothing of the last one's past its own length in the
+// arrays the session keeps.
+func TestWireCacheSkipClearsPast(t *testing.T) {
+	t.Parallel()
+	cache := newWireCache(0)
+	h := chatWire.History(200)
+	hist := slices.Grow(h[:100], 200)
+	build := func(msgs []message.Message, immutable int) {
+		t.Helper()
+		chatWire.Same(t, fmt.Sprintf("after %d messages", len(msgs)), &provider.Request{Model: chatWire.Model, Messages: msgs, SessionID: "s", Immutable: immutable}, cache)
+	}
+	for i := range 20 {
+		// A turn of a call and its result after a question, then the
+		// next turn's request without them.
+		turn := append(hist[:len(hist):len(hist)], message.User(fmt.Sprint("q", i), int64(i)))
+		turn = append(turn, chatWire.Turn(fmt.Sprint(i), fmt.Sprint("c", i))...)
+		build(turn, len(hist))
+		hist = append(hist, h[100+2*i:102+2*i]...)
+		build(hist, len(hist)-2)
+	}
+	if n := cache.Take("s").Past(); n != 0 {
+		t.Fatalf("%d entries past the request's length still held", n)
 	}
 	if cache.Skipped.Load() == 0 {
 		t.Error("no request took the last one's wire messages whole")

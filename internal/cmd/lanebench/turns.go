@@ -50,7 +50,7 @@ var (
 	turnsStagger   = flag.Bool("turns-stagger", false, "turns: start the concN scenarios' sessions spread over one model delay (sessions sending independently, a steady state) instead of all in the same instant (a burst); the rate is then each session's turns over its own time, summed")
 	turnsCPUProf   = flag.String("cpuprofile", "", "turns: write a CPU profile of the measured turns (not the set-up) to this file; soak: of round N to <this>.N; sessions: of the restart's server-alone and worker starts to <this>.restart-server and <this>.restart-worker")
 	turnsMemProf   = flag.String("memprofile", "", "turns: write the allocations of the whole run (every scenario, set-up included) to this file, as go tool pprof -sample_index=alloc_objects reads them")
-	turnsAPI       = flag.String("turns-api", "openai-completions", "turns: the wire API the worker speaks to the mock model (openai-completions, anthropic-messages, google-generative-ai; the direct baseline is always Chat Completions)")
+	turnsAPI       = flag.String("turns-api", "openai-completions", "turns: the wire API the worker speaks to the mock model (openai-completions, openai-responses, anthropic-messages, google-generative-ai; the direct baseline is always Chat Completions)")
 	turnsReplyText = "pong"
 )
 
@@ -70,7 +70,7 @@ var (
 // mock/mock-pong over api, and returns its path and the model.
 func turnsModelsFile(dir, url, api string) (path, model string, err error) {
 	base := strings.TrimSuffix(url, "/v1")
-	if api == "google-generative-ai" {
+	if api == "google-generative-ai" || api == "openai-responses" {
 		base = url
 	}
 	data := fmt.Sprintf(`{"providers":{"mock":{"baseUrl":%q,"api":%q,"models":[{"id":%q,"name":"mock","contextWindow":1000000,"maxTokens":1024,"input":["text"]}]}}}`, base, api, turnsModel)
@@ -139,21 +139,32 @@ func startMockModel() (*mockModel, error) {
 	}
 	mux.HandleFunc("POST /v1/chat/completions", serve(sseReply))
 	mux.HandleFunc("POST /v1/messages", serve(anthropicReply))
+	mux.HandleFunc("POST /v1/responses", serve(responsesReply))
 	mux.HandleFunc("POST /v1/models/{model}", serve(geminiReply))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = m.srv.Serve(l) }()
 	return m, nil
 }
 
+// mockBodies are the buffers the mock reads requests into.
+var mockBodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // serve answers one model request with reply after the first-byte delay.
 func (m *mockModel) serve(w http.ResponseWriter, r *http.Request, reply []byte) {
 	m.calls.Add(1)
 	at := time.Now()
-	// Read the request as a server would before answering.
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
+	// Read the request as a server would before answering, into a
+	// buffer an earlier request read into: the mock stands for a model
+	// on another machine, and io.ReadAll's growing copies of a long
+	// session's body (several hundred kilobytes a turn) would count its
+	// reading many times over in the worker's process.
+	buf := mockBodies.Get().(*bytes.Buffer)
+	defer mockBodies.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, 64<<20)); err != nil {
 		return
 	}
+	body := buf.Bytes()
 	if tag := tagOf(body); tag != "" {
 		m.arrived.Store(tag, at)
 	}
@@ -619,13 +630,13 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 		OpenAICompatible: mock.url, Concurrency: concurrency, SetupConcurrency: *turnsSetup, NoBuiltinTools: true, Logger: zerolog.Nop()}
 	switch *turnsAPI {
 	case "openai-completions":
-	case "anthropic-messages", "google-generative-ai":
+	case "openai-responses", "anthropic-messages", "google-generative-ai":
 		cfg.OpenAICompatible = ""
 		if cfg.ModelsFile, cfg.DefaultModel, err = turnsModelsFile(dir, mock.url, *turnsAPI); err != nil {
 			return err
 		}
 	default:
-		return fmt.Errorf("-turns-api: %q (openai-completions, anthropic-messages, google-generative-ai)", *turnsAPI)
+		return fmt.Errorf("-turns-api: %q (openai-completions, openai-responses, anthropic-messages, google-generative-ai)", *turnsAPI)
 	}
 	bm, err := startMember(ctx, cfg)
 	if err != nil {

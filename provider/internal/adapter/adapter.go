@@ -45,6 +45,9 @@ type Call struct {
 	Header http.Header
 	// Body is the JSON request body.
 	Body []byte
+	// Done, when set, is called once nothing reads Body any more (see
+	// send.Request.Done): the adapter may then reuse its buffer.
+	Done func()
 }
 
 // Parser folds one wire API's events into a stream.Builder. Run makes one
@@ -131,5 +134,5 @@ func (c Client) post(ctx context.Context, w *stream.Watch, key provider.Secret, 
 	for k, v := range c.cfg.Headers {
 		h.Set(k, v)
 	}
-	return c.pool.Post(ctx, w, send.Request{Name: name, URL: u, Header: h, Body: call.Body, Key: key, Now: c.cfg.Now})
+	return c.pool.Post(ctx, w, send.Request{Name: name, URL: u, Header: h, Body: call.Body, Done: call.Done, Key: key, Now: c.cfg.Now})
 }

@@ -13,10 +13,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lanefleet/lanefleet/provider"
@@ -160,6 +162,61 @@ func sameOrigin(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
+// bodyUse counts what may still read a request body: Post, until the
+// client returned (it takes no new reader after), and each reader not
+// closed yet; done is called when none is left.
+type bodyUse struct {
+	b    []byte
+	refs atomic.Int32
+	done func()
+}
+
+// open returns a new reader of the body.
+func (u *bodyUse) open() *bodyReader {
+	u.refs.Add(1)
+	return &bodyReader{u: u, r: bytes.NewReader(u.b)}
+}
+
+func (u *bodyUse) release() {
+	if u.refs.Add(-1) == 0 {
+		u.done()
+	}
+}
+
+// bodyReader reads a request body until it is closed. Read and Close hold
+// its lock: a transport closing it from another goroutine during a read
+// waits for that read, and nothing is read from the body once Close has
+// returned.
+type bodyReader struct {
+	mu     sync.Mutex
+	u      *bodyUse
+	r      *bytes.Reader
+	closed bool
+}
+
+// errBodyClosed is what a read of a closed request body returns.
+var errBodyClosed = errors.New("send: request body read after it was closed")
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, errBodyClosed
+	}
+	return b.r.Read(p)
+}
+
+func (b *bodyReader) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		b.r = nil
+		b.u.release()
+	}
+	return nil
+}
+
 // Request is one streaming POST.
 type Request struct {
 	// Name prefixes error messages ("anthropic").
@@ -172,6 +229,14 @@ type Request struct {
 	Header http.Header
 	// Body is the JSON request body.
 	Body []byte
+	// Done, when set, is called once nothing reads Body any more: Post
+	// has returned and the transport closed every reader of it (the
+	// request's, and any it took again for a retry or a redirect), each
+	// of which reads nothing once closed. Body's buffer may then be
+	// reused (bodybuf.Put). A transport that never closes a reader
+	// leaves Done uncalled. A body with a Done is not one net/http knows
+	// to be in memory: it flushes the headers on their own before it.
+	Done func()
 	// Key is scrubbed from transport errors, should one echo it.
 	Key provider.Secret
 	// Now is the clock for Retry-After dates.
@@ -188,9 +253,25 @@ type Request struct {
 // stream.NotAStream. The response's status and headers go to ctx's
 // provider.Trace first, when it has one.
 func (p *Pool) Post(ctx context.Context, w *stream.Watch, r Request) (*http.Response, *provider.Error) {
-	hr, err := http.NewRequestWithContext(w.Context(), http.MethodPost, r.URL.String(), bytes.NewReader(r.Body))
+	var body io.Reader = bytes.NewReader(r.Body)
+	if r.Done != nil {
+		u := &bodyUse{b: r.Body, done: r.Done}
+		u.refs.Store(1) // Post's own, until the client can take no new reader
+		defer u.release()
+		body = u.open()
+	}
+	hr, err := http.NewRequestWithContext(w.Context(), http.MethodPost, r.URL.String(), body)
 	if err != nil {
+		if c, ok := body.(io.Closer); ok {
+			_ = c.Close()
+		}
 		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: r.Name + ": build request: " + err.Error(), Err: err}
+	}
+	if br, ok := body.(*bodyReader); ok {
+		// What http.NewRequest sets for a bytes.Reader.
+		use := br.u
+		hr.ContentLength = int64(len(r.Body))
+		hr.GetBody = func() (io.ReadCloser, error) { return use.open(), nil }
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Accept", "text/event-stream")

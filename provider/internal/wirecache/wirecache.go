@@ -43,6 +43,7 @@ import (
 	"github.com/lanefleet/lanefleet/internal/bytelru"
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/bodybuf"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -103,6 +104,24 @@ func (s *Session[M, C]) Charged() (charged, json int) {
 		json += len(b)
 	}
 	return s.size, json
+}
+
+// Past returns how many entries past the request's length the arrays of
+// its wire messages and their JSON still hold (tests): what no request
+// reads, which the cache must not keep alive.
+func (s *Session[M, C]) Past() int {
+	n := 0
+	for i := len(s.msgs); i < cap(s.msgs); i++ {
+		if !reflect.ValueOf(&s.msgs[:cap(s.msgs)][i]).Elem().IsZero() {
+			n++
+		}
+	}
+	for _, b := range s.enc[len(s.enc):cap(s.enc)] {
+		if b != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // convs are what the messages of a request (as the model gets them,
@@ -483,8 +502,12 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 		// is their JSON; the copies of its later ones are the spares.
 		last = view[M]{msgs: prev.msgs[:base], enc: prev.enc[:base], tail: f.tail, tailEnc: f.tailEnc}
 		next.enc = slices.Grow(prev.enc[:base], len(msgs)-base)[:len(msgs)]
-		clear(next.enc[len(msgs):cap(next.enc)])
-		clear(msgs[len(msgs):cap(msgs)])
+		// Past the last request's length these arrays hold nothing (it
+		// cleared them, or they are new): only what it had past this
+		// one's is cleared, not the whole spare room each turn (a
+		// quarter of a long session's array).
+		clear(next.enc[len(msgs):max(len(msgs), min(len(prev.enc), cap(next.enc)))])
+		clear(msgs[len(msgs):max(len(msgs), min(len(prev.msgs), cap(msgs)))])
 		// Their JSON, with the commas between: on the safe side.
 		next.size += prev.jend[base-1] + base*overhead[M]()
 	case prev != nil:
@@ -629,9 +652,11 @@ func overlaps(a, b []byte) bool {
 }
 
 // splice writes head with the 4 bytes "null" at index at replaced by the
-// JSON array whose elements joined holds.
+// JSON array whose elements joined holds, in a buffer a long session's
+// earlier body may have released (bodybuf: the adapter gives it back once
+// the request is sent).
 func splice(head []byte, at int, joined []byte) []byte {
-	out := make([]byte, 0, len(head)+len(joined)+2-len("null"))
+	out := bodybuf.Get(len(head) + len(joined) + 2 - len("null"))
 	out = append(out, head[:at]...)
 	out = append(out, '[')
 	out = append(out, joined...)

@@ -55,9 +55,9 @@ func (w Wire[M, C]) Turn(step string, ids ...string) []message.Message {
 	return out
 }
 
-// same builds req with cache and without it and fails t unless both
+// Same builds req with cache and without it and fails t unless both
 // succeed with the same bytes.
-func (w Wire[M, C]) same(t testing.TB, what string, req *provider.Request, cache *wirecache.Cache[M, C]) {
+func (w Wire[M, C]) Same(t testing.TB, what string, req *provider.Request, cache *wirecache.Cache[M, C]) {
 	t.Helper()
 	got, err := w.Build(req, cache)
 	if err != nil {
@@ -131,7 +131,7 @@ func (w Wire[M, C]) Steps(t *testing.T, m provider.Model, own func(h []message.M
 		req := &provider.Request{Model: st.Model, SystemPrompt: st.System, Messages: st.Msgs, SessionID: "s1", Thinking: w.Thinking,
 			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
 		before := cache.Reused.Load()
-		w.same(t, st.Name, req, cache)
+		w.Same(t, st.Name, req, cache)
 		if reused := cache.Reused.Load() - before; (reused > 0) != st.Reusing {
 			t.Errorf("%s: %d messages reused, want reuse %v", st.Name, reused, st.Reusing)
 		}
@@ -211,7 +211,7 @@ func (w Wire[M, C]) RandomEdits(t *testing.T, models ...provider.Model) {
 				}
 			}
 		}
-		w.same(t, fmt.Sprint("step ", step), &provider.Request{Model: m, SystemPrompt: "sys", Messages: hist, SessionID: "s1"}, cache)
+		w.Same(t, fmt.Sprint("step ", step), &provider.Request{Model: m, SystemPrompt: "sys", Messages: hist, SessionID: "s1"}, cache)
 	}
 	if n := cache.Reused.Load(); n < 1000 {
 		t.Errorf("only %d messages reused", n)
@@ -408,7 +408,7 @@ func (w Wire[M, C]) AppendsFrom(t *testing.T, seed uint64, steps int, models ...
 		}
 		req := &provider.Request{Model: m, SystemPrompt: sys, Messages: hist[:len(hist)+turn], SessionID: "s1", Immutable: immutable,
 			Tools: []provider.Tool{{Name: "read", Parameters: map[string]any{"type": "object"}}}}
-		w.same(t, fmt.Sprint("step ", step), req, cache)
+		w.Same(t, fmt.Sprint("step ", step), req, cache)
 	}
 	return cache
 }
