@@ -31,6 +31,60 @@ type lane struct {
 	activity int64
 	// entry is the session's index entry, when listed from the index.
 	entry *sessionindex.Record
+	// evTop and evNext are the two newest runs with stored events.
+	evTop, evNext uint64
+	// runAt is, when the page's events were read together (lanesOf),
+	// when each run with stored events last published one (Unix ms).
+	runAt map[uint64]int64
+}
+
+// addRun counts a run with stored events.
+func (l *lane) addRun(seq uint64) {
+	l.runs++
+	l.lastRun = max(l.lastRun, seq)
+	switch {
+	case seq > l.evTop:
+		l.evTop, l.evNext = seq, l.evTop
+	case seq > l.evNext && seq != l.evTop:
+		l.evNext = seq
+	}
+}
+
+// setRunning notes the run the registry says runs the lane now.
+func (l *lane) setRunning(r kvstore.RunInfo) {
+	l.running, l.worker = r.RunID, r.Worker
+	if seq, err := strconv.ParseUint(r.RunID, 10, 64); err == nil {
+		l.lastRun = max(l.lastRun, seq)
+	}
+}
+
+// fromEntry completes an indexed session's lane: with its events expired
+// and nothing waiting or running, the index says when it last ran.
+func (l *lane) fromEntry(e sessionindex.Entry) {
+	if l.order() > 0 {
+		return
+	}
+	if seq, err := strconv.ParseUint(e.Run, 10, 64); err == nil {
+		l.lastRun = seq
+	}
+	l.activity = e.At.UnixMilli()
+}
+
+// summarized reports whether the lane's index entry says its state now,
+// as its cursor would: the entry was written at a commit, and every run
+// with stored events but the running one is one that commit (or an
+// earlier one) consumed, so no commit came after it. A newer run's
+// commit whose entry is on its way, or was never written, leaves its run
+// past the entry's cursor: its cursor is read (describe).
+func (l *lane) summarized() bool {
+	if l.entry == nil || !l.entry.Committed {
+		return false
+	}
+	done := l.evTop
+	if l.running != "" && strconv.FormatUint(done, 10) == l.running {
+		done = l.evNext
+	}
+	return done <= l.entry.Through
 }
 
 // order is the lane's place in a listing: its newest run or message
@@ -82,9 +136,7 @@ func (s *Service) lanesIn(ctx context.Context, scope *Scope, query string) ([]*l
 		if !ok || err != nil || strings.Contains(run, ".") {
 			continue
 		}
-		l := get(tok)
-		l.runs++
-		l.lastRun = max(l.lastRun, seq)
+		get(tok).addRun(seq)
 	}
 	// Messages stored on lanes.
 	inInfo, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(events.InboundPrefix+">"))
@@ -109,11 +161,7 @@ func (s *Service) lanesIn(ctx context.Context, scope *Scope, query string) ([]*l
 			if err != nil {
 				continue
 			}
-			l := get(tok)
-			l.running, l.worker = r.RunID, r.Worker
-			if seq, err := strconv.ParseUint(r.RunID, 10, 64); err == nil {
-				l.lastRun = max(l.lastRun, seq)
-			}
+			get(tok).setRunning(r)
 		}
 	}
 	list := make([]*lane, 0, len(lanes))
@@ -254,7 +302,13 @@ func (s *Service) describePage(ctx context.Context, rep SessionsReply, page []*l
 // how its running run's worker holds the lane, and with state its
 // state, turns, cost, pending sub-agents and parent.
 func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, error) {
-	if l.lastRun > 0 && l.lastRun >= l.newest {
+	switch {
+	case l.lastRun == 0 || l.lastRun < l.newest:
+	case l.runAt != nil: // the page's events were read together
+		if at, ok := l.runAt[l.lastRun]; ok {
+			l.activity = max(l.activity, at)
+		}
+	default:
 		m, err := s.cfg.Events.GetLastMsgForSubject(ctx, events.EventPrefix+l.token+"."+strconv.FormatUint(l.lastRun, 10))
 		if err == nil {
 			l.activity = max(l.activity, m.Time.UnixMilli())
@@ -283,10 +337,10 @@ func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, e
 		sess.LastRun = strconv.FormatUint(last, 10)
 	}
 	if state && (s.cfg.Lanes != nil || l.entry != nil) {
-		// The index's entry of a committed turn, with nothing running
-		// or waiting since, says what the lane's cursor says.
+		// The index's entry of a committed turn that no run since
+		// committed after says what the lane's cursor says.
 		sum := l.entry
-		if sum == nil || !sum.Committed || l.running != "" || l.newest > sum.Through {
+		if !l.summarized() {
 			if s.cfg.Lanes == nil {
 				return sess, nil
 			}
