@@ -33,6 +33,8 @@ type lane struct {
 	entry *sessionindex.Record
 	// evTop and evNext are the two newest runs with stored events.
 	evTop, evNext uint64
+	// lease is, for a running run, its lane's lease (readLeases).
+	lease *kvstore.LeaseRead
 	// runAt is, when the page's events were read together (lanesOf),
 	// when each run with stored events last published one (Unix ms).
 	runAt map[uint64]int64
@@ -286,6 +288,9 @@ func (s *Service) describePage(ctx context.Context, rep SessionsReply, page []*l
 			return SessionsReply{}, err
 		}
 	}
+	if err := s.readLeases(ctx, page); err != nil {
+		return SessionsReply{}, err
+	}
 	err = each(ctx, len(page), func(ctx context.Context, i int) error {
 		sess, err := s.describe(ctx, page[i], state)
 		sess.Schedules = scheduled[sess.Key]
@@ -298,8 +303,36 @@ func (s *Service) describePage(ctx context.Context, rep SessionsReply, page []*l
 	return rep, nil
 }
 
+// readLeases reads the leases of the page's running sessions' lanes, all
+// in one request where the bucket allows (kvstore.Lanes.Leases).
+func (s *Service) readLeases(ctx context.Context, page []*lane) error {
+	if s.cfg.Lanes == nil {
+		return nil
+	}
+	var running []*lane
+	var tokens []string
+	for _, l := range page {
+		if l.running != "" {
+			running = append(running, l)
+			tokens = append(tokens, l.token)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil
+	}
+	leases, err := s.cfg.Lanes.Leases(ctx, tokens)
+	if err != nil {
+		return err
+	}
+	for i, l := range running {
+		l.lease = &leases[i]
+	}
+	return nil
+}
+
 // describe reads what a listing says of one session: its last activity,
-// how its running run's worker holds the lane, and with state its
+// how its running run's worker holds the lane (its lease read for the
+// page: readLeases), and with state its
 // state, turns, cost, pending sub-agents and parent.
 func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, error) {
 	switch {
@@ -318,19 +351,14 @@ func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, e
 	}
 	sess := Session{Key: l.key, Fingerprint: events.Fingerprint(l.key), LastActivity: l.activity, Runs: l.runs, Stored: l.stored,
 		Running: l.running, Worker: l.worker}
-	if l.running != "" && s.cfg.Lanes != nil {
+	if l.lease != nil && l.lease.Err == nil {
 		// The registry keeps a dead worker's entry for its TTL; the
 		// lane's lease says whether the worker still runs it.
-		lease, err := s.cfg.Lanes.Lease(ctx, l.token)
-		if err == nil {
-			now := s.cfg.Now()
-			h := lease.HeldBy(l.worker, now)
-			sess.Holding = string(h)
-			if h == kvstore.HoldingUnresponsive {
-				sess.LapsesInMs = max(lease.Expires().Sub(now), 0).Milliseconds()
-			}
-		} else if !errors.Is(err, kvstore.ErrCorrupt) {
-			return Session{}, err
+		now := s.cfg.Now()
+		h := l.lease.State.HeldBy(l.worker, now)
+		sess.Holding = string(h)
+		if h == kvstore.HoldingUnresponsive {
+			sess.LapsesInMs = max(l.lease.State.Expires().Sub(now), 0).Milliseconds()
 		}
 	}
 	if last := l.order(); last > 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -110,7 +111,7 @@ func listingBench(o options) error {
 		t0 := time.Now()
 		for i := from; i < to; i++ {
 			subj, _ := sessionindex.Subject(key(i))
-			if _, err := js.PublishAsync(subj, []byte(`{"run":"`+strconv.Itoa(i+1)+`"}`), jetstream.WithStallWait(time.Minute)); err != nil {
+			if _, err := js.PublishAsync(subj, listingEntry(i), jetstream.WithStallWait(time.Minute)); err != nil {
 				return 0, err
 			}
 		}
@@ -163,6 +164,10 @@ func listingBench(o options) error {
 		sessionindex.Stream, mb(int64(st.State.Bytes)), float64(st.State.Bytes)/float64(st.State.Msgs), mb(dirSize(s.JetStreamConfig().StoreDir)),
 		mb(int64(liveHeap()-heap0)), float64(liveHeap()-heap0)/float64(st.State.Msgs))
 
+	if err := listingBusy(ctx, js, runs, lns, o.listingSessions, key); err != nil {
+		return err
+	}
+
 	// A later page: the cursor after ten pages.
 	q := first
 	for range 10 {
@@ -214,7 +219,9 @@ func listingBench(o options) error {
 		{"first page, admin code in process", inProcess(newCfg, first)},
 		{"first page, admin service over NATS", overNATS(first)},
 		{"first page, gateway GET /api/sessions", httpGet("/api/sessions?limit=100")},
+		{"11th page (cursor), admin code in process", inProcess(newCfg, later)},
 		{"11th page (cursor), admin service", overNATS(later)},
+		{"11th page (cursor), gateway", httpGet("/api/sessions?limit=100&cursor=" + base64.RawURLEncoding.EncodeToString([]byte(later.After)))},
 		{"first page of one tenant (t3:), admin service", overNATS(tenant)},
 		{"query (substring, scans ≤20,000), admin service", overNATS(query)},
 		{"first page without state, admin service", overNATS(admin.SessionsRequest{Limit: 100})},
