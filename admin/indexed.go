@@ -169,17 +169,8 @@ func (s *Service) listIndexed(ctx context.Context, q SessionsRequest, n int) (Se
 // (each a read of that session's subjects or keys only).
 func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, error) {
 	l := &lane{token: e.Token, key: e.Key, entry: &e.Record}
-	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+e.Token+".*"))
-	if err != nil {
+	if err := s.runsOf(ctx, l); err != nil {
 		return nil, err
-	}
-	// The stored runs say which is newest.
-	for subj := range evInfo.State.Subjects {
-		seq, err := strconv.ParseUint(strings.TrimPrefix(subj, events.EventPrefix+e.Token+"."), 10, 64)
-		if err != nil {
-			continue
-		}
-		l.addRun(seq)
 	}
 	inInfo, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(events.InboundPrefix+e.Token))
 	if err != nil {
@@ -204,6 +195,23 @@ func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, erro
 	}
 	l.fromEntry(e)
 	return l, nil
+}
+
+// runsOf counts the lane's runs with stored events (their subjects), which
+// say which is newest.
+func (s *Service) runsOf(ctx context.Context, l *lane) error {
+	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+l.token+".*"))
+	if err != nil {
+		return err
+	}
+	for subj := range evInfo.State.Subjects {
+		seq, err := strconv.ParseUint(strings.TrimPrefix(subj, events.EventPrefix+l.token+"."), 10, 64)
+		if err != nil {
+			continue
+		}
+		l.addRun(seq)
+	}
+	return nil
 }
 
 // recent returns the scope's n most recently active sessions (their

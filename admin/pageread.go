@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -27,12 +28,16 @@ func (s *Service) batched() bool {
 // laneOf reads one, in a few requests whatever the page or the fleet
 // holds: one multi-last get of the page's runs' events (the last event of
 // each run: which runs have events, the newest, and when it last
-// published), one of their lanes' newest messages, one of their run
-// registry entries; then, for the lanes with messages stored only, their
-// count (a Direct Get each). Falls back to laneOf per session when the
-// streams answer no Direct Get (batched).
+// published; session by session when that is too much, pageEvents), one
+// of their lanes' newest messages, one of their run registry entries;
+// then, for the lanes with messages stored only, their count (a Direct
+// Get each). Falls back to laneOf per session when the streams answer no
+// Direct Get (batched).
 func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]*lane, error) {
 	list := make([]*lane, len(entries))
+	if len(entries) == 0 {
+		return list, nil // a page of nothing asks nothing
+	}
 	if !s.batched() {
 		err := each(ctx, len(entries), func(ctx context.Context, i int) error {
 			l, err := s.laneOf(ctx, entries[i])
@@ -55,7 +60,7 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 		var err error
 		switch i {
 		case 0:
-			evs, err = s.lastOf(ctx, events.EventStream, evFilters)
+			evs, err = s.pageEvents(ctx, evFilters)
 		case 1:
 			ins, err = s.lastOf(ctx, events.InboundStream, inFilters)
 		case 2:
@@ -76,6 +81,17 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 	})
 	if err != nil {
 		return nil, err
+	}
+	if evs == nil {
+		// Too much to read together: each session's runs are counted
+		// by itself.
+		err := each(ctx, len(list), func(ctx context.Context, i int) error {
+			list[i].runAt = nil // describe reads the newest run's last event
+			return s.runsOf(ctx, list[i])
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	// A subject's newest message only: a part of an answer read after
 	// a newer message was stored may name it again.
@@ -123,6 +139,30 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 		l.fromEntry(entries[i])
 	}
 	return list, nil
+}
+
+// pageEventsMax bounds what a page's events read returns: the last event
+// of each of its sessions' runs whose events are stored (a run's final
+// event, a kilobyte or a few), so about a thousand runs.
+const pageEventsMax = 2 << 20
+
+// pageEvents reads the last event of each run the filters (a page's
+// sessions' agent.ev.<token>.*) match, in one request; nil (and no error)
+// when they match more than directget.MultiLastMax runs or their events
+// more than pageEventsMax bytes: then each session's are counted by
+// itself (runsOf), as the listing did before.
+func (s *Service) pageEvents(ctx context.Context, filters []string) ([]directget.Msg, error) {
+	rep, err := directget.Get(ctx, s.cfg.JS.Conn(), directget.Subject(s.cfg.JS, events.EventStream),
+		directget.Request{MultiLast: filters, MaxBytes: pageEventsMax}, directget.MultiLastMax)
+	switch {
+	case errors.Is(err, directget.ErrTooMany), err == nil && rep.Pending > 0:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case rep.Msgs == nil:
+		return []directget.Msg{}, nil
+	}
+	return rep.Msgs, nil
 }
 
 // lastOf reads the last message of every subject of stream that filters

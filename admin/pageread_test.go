@@ -15,6 +15,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/directget"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
@@ -209,6 +210,29 @@ func TestPageRequestsBounded(t *testing.T) {
 				t.Errorf("%s: an idle session: %+v", name, s)
 			}
 		}
+	}
+	// A page of none asks nothing of the page's sessions.
+	if rep, err := admin.ListSessions(ctx, cfg, admin.SessionsRequest{Limit: 10, State: true, Query: "no such key"}); err != nil || len(rep.Sessions) != 0 {
+		t.Fatalf("a page of none: %+v, %v", rep, err)
+	}
+	// A session with more runs' events than one answer holds: the
+	// page's runs are counted session by session, and the page says
+	// the same.
+	tok, _ = events.KeyToken("acme:quiet")
+	for i := range directget.MultiLastMax + 10 {
+		if _, err := js.PublishAsync(events.EventPrefix+tok+"."+strconv.Itoa(1_000_000+i), []byte("final"), jetstream.WithStallWait(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	q := admin.SessionsRequest{Limit: 10, State: true}
+	rep, _ := page(q)
+	want, err := admin.ListSessions(ctx, single, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rep, want) || len(rep.Sessions) != 10 || rep.Sessions[5].Key != "acme:quiet" || rep.Sessions[5].Runs != directget.MultiLastMax+12 {
+		t.Errorf("over %d runs: batched\n%+v\nsession by session\n%+v", directget.MultiLastMax, rep.Sessions[:6], want.Sessions[:min(6, len(want.Sessions))])
 	}
 	for _, n := range counts {
 		if n != counts["100 sessions, a page of 10"] {
