@@ -27,8 +27,10 @@ import (
 
 // listingBench measures the sessions listing at scale: it writes the
 // session index's entries of -listing-sessions sessions straight into
-// its stream (the build's time, the store's bytes on disk and the
-// process's heap with the server in it), and times pages of the listing
+// its stream, as workers write them at a commit (the build's time, the
+// store's bytes on disk and the process's heap with the server in it),
+// makes the newest sessions look like a live fleet's (listingBusy), and
+// times pages of the listing
 // through the admin code in process, the admin service over NATS and the
 // gateway's GET /api/sessions, next to the listing that reads every
 // session's subjects (no index) at -listing-baseline sessions, the two
