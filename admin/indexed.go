@@ -92,6 +92,7 @@ type indexRead struct {
 	total   int
 	next    uint64
 	partial bool
+	indexed int // the whole index's entries (not a lookup's)
 }
 
 // readIndex reads up to limit of plan's entries below sequence before (0:
@@ -105,7 +106,7 @@ func (s *Service) readIndex(ctx context.Context, plan indexPlan, before uint64, 
 		if err != nil {
 			return indexRead{}, err
 		}
-		return indexRead{entries: page.Entries, total: -1, next: page.Next, partial: page.Partial}, nil
+		return indexRead{entries: page.Entries, total: -1, next: page.Next, partial: page.Partial, indexed: page.Indexed}, nil
 	}
 	found, err := s.cfg.Index.Lookup(ctx, plan.keys)
 	if err != nil {
@@ -151,42 +152,25 @@ func (s *Service) listIndexed(ctx context.Context, q SessionsRequest, n int) (Se
 		rep.Next = indexCursor(read.next)
 	}
 	if !plan.lookup && plan.exact && plan.filter == sessionindex.Prefix+"*.*" {
-		// The whole index counts at no cost (its stream's state); a
-		// tenant's count cost the server a walk of its sessions.
-		if rep.Total, err = s.cfg.Index.Count(ctx); err != nil {
-			return SessionsReply{}, err
-		}
+		// The whole index counts at no cost (its stream's state, read
+		// for the page); a tenant's count cost the server a walk of its
+		// sessions.
+		rep.Total = read.indexed
 	}
-	entries := read.entries[min(q.Offset, len(read.entries)):]
-	list := make([]*lane, len(entries))
-	err = each(ctx, len(entries), func(ctx context.Context, i int) error {
-		l, err := s.laneOf(ctx, entries[i])
-		list[i] = l
-		return err
-	})
+	list, err := s.lanesOf(ctx, read.entries[min(q.Offset, len(read.entries)):])
 	if err != nil {
 		return SessionsReply{}, err
 	}
 	return s.describePage(ctx, rep, list, q.State)
 }
 
-// laneOf reads what the listing says of an indexed session: its runs with
-// stored events, its stored messages, and its running run (each a read of
-// that session's subjects or keys only).
+// laneOf reads what the listing says of an indexed session by itself:
+// its runs with stored events, its stored messages, and its running run
+// (each a read of that session's subjects or keys only).
 func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, error) {
 	l := &lane{token: e.Token, key: e.Key, entry: &e.Record}
-	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+e.Token+".*"))
-	if err != nil {
+	if err := s.runsOf(ctx, l); err != nil {
 		return nil, err
-	}
-	// The stored runs say which is newest.
-	for subj := range evInfo.State.Subjects {
-		seq, err := strconv.ParseUint(strings.TrimPrefix(subj, events.EventPrefix+e.Token+"."), 10, 64)
-		if err != nil {
-			continue
-		}
-		l.runs++
-		l.lastRun = max(l.lastRun, seq)
 	}
 	inInfo, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(events.InboundPrefix+e.Token))
 	if err != nil {
@@ -206,21 +190,28 @@ func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, erro
 		if err != nil {
 			s.log.Warn().Err(err).Msg("admin: sessions: run registry")
 		} else if ok {
-			l.running, l.worker = r.RunID, r.Worker
-			if seq, err := strconv.ParseUint(r.RunID, 10, 64); err == nil {
-				l.lastRun = max(l.lastRun, seq)
-			}
+			l.setRunning(r)
 		}
 	}
-	if l.order() == 0 {
-		// Its events expired and nothing waits: the index says when it
-		// last ran.
-		if seq, err := strconv.ParseUint(e.Run, 10, 64); err == nil {
-			l.lastRun = seq
-		}
-		l.activity = e.At.UnixMilli()
-	}
+	l.fromEntry(e)
 	return l, nil
+}
+
+// runsOf counts the lane's runs with stored events (their subjects), which
+// say which is newest.
+func (s *Service) runsOf(ctx context.Context, l *lane) error {
+	evInfo, err := s.cfg.Events.Info(ctx, jetstream.WithSubjectFilter(events.EventPrefix+l.token+".*"))
+	if err != nil {
+		return err
+	}
+	for subj := range evInfo.State.Subjects {
+		seq, err := strconv.ParseUint(strings.TrimPrefix(subj, events.EventPrefix+l.token+"."), 10, 64)
+		if err != nil {
+			continue
+		}
+		l.addRun(seq)
+	}
+	return nil
 }
 
 // recent returns the scope's n most recently active sessions (their

@@ -48,3 +48,36 @@ func TestPlanIndexScope(t *testing.T) {
 		}
 	}
 }
+
+// TestSummarized: an index entry stands for the lane's cursor only when it
+// was written at a commit that no later run's commit can have passed: a
+// run with stored events past the entry's cursor (its commit's entry on
+// its way, or never written) other than the running run sends the
+// listing to the cursor; so does an entry written before any commit.
+func TestSummarized(t *testing.T) {
+	committed := &sessionindex.Record{Run: "7", Committed: true, Through: 8}
+	for _, c := range []struct {
+		name    string
+		entry   *sessionindex.Record
+		runs    []uint64
+		running string
+		want    bool
+	}{
+		{"no entry", nil, nil, "", false},
+		{"listed while queued", &sessionindex.Record{Run: "7"}, []uint64{7}, "", false},
+		{"committed, idle", committed, []uint64{3, 7}, "", true},
+		{"committed, its steered backlog's events", committed, []uint64{7, 8}, "", true},
+		{"committed, events expired", committed, nil, "", true},
+		{"committed, the next run running", committed, []uint64{7, 9}, "9", true},
+		{"a later run's commit not indexed yet", committed, []uint64{7, 9}, "", false},
+		{"a later run, and another running", committed, []uint64{7, 9, 10}, "10", false},
+	} {
+		l := &lane{entry: c.entry, running: c.running}
+		for _, r := range c.runs {
+			l.addRun(r)
+		}
+		if got := l.summarized(); got != c.want {
+			t.Errorf("%s: summarized %v, want %v", c.name, got, c.want)
+		}
+	}
+}

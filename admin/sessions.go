@@ -31,6 +31,62 @@ type lane struct {
 	activity int64
 	// entry is the session's index entry, when listed from the index.
 	entry *sessionindex.Record
+	// evTop and evNext are the two newest runs with stored events.
+	evTop, evNext uint64
+	// lease is, for a running run, its lane's lease (readLeases).
+	lease *kvstore.LeaseRead
+	// runAt is, when the page's events were read together (lanesOf),
+	// when each run with stored events last published one (Unix ms).
+	runAt map[uint64]int64
+}
+
+// addRun counts a run with stored events.
+func (l *lane) addRun(seq uint64) {
+	l.runs++
+	l.lastRun = max(l.lastRun, seq)
+	switch {
+	case seq > l.evTop:
+		l.evTop, l.evNext = seq, l.evTop
+	case seq > l.evNext && seq != l.evTop:
+		l.evNext = seq
+	}
+}
+
+// setRunning notes the run the registry says runs the lane now.
+func (l *lane) setRunning(r kvstore.RunInfo) {
+	l.running, l.worker = r.RunID, r.Worker
+	if seq, err := strconv.ParseUint(r.RunID, 10, 64); err == nil {
+		l.lastRun = max(l.lastRun, seq)
+	}
+}
+
+// fromEntry completes an indexed session's lane: with its events expired
+// and nothing waiting or running, the index says when it last ran.
+func (l *lane) fromEntry(e sessionindex.Entry) {
+	if l.order() > 0 {
+		return
+	}
+	if seq, err := strconv.ParseUint(e.Run, 10, 64); err == nil {
+		l.lastRun = seq
+	}
+	l.activity = e.At.UnixMilli()
+}
+
+// summarized reports whether the lane's index entry says its state now,
+// as its cursor would: the entry was written at a commit, and every run
+// with stored events but the running one is one that commit (or an
+// earlier one) consumed, so no commit came after it. A newer run's
+// commit whose entry is on its way, or was never written, leaves its run
+// past the entry's cursor: its cursor is read (describe).
+func (l *lane) summarized() bool {
+	if l.entry == nil || !l.entry.Committed {
+		return false
+	}
+	done := l.evTop
+	if l.running != "" && strconv.FormatUint(done, 10) == l.running {
+		done = l.evNext
+	}
+	return done <= l.entry.Through
 }
 
 // order is the lane's place in a listing: its newest run or message
@@ -82,9 +138,7 @@ func (s *Service) lanesIn(ctx context.Context, scope *Scope, query string) ([]*l
 		if !ok || err != nil || strings.Contains(run, ".") {
 			continue
 		}
-		l := get(tok)
-		l.runs++
-		l.lastRun = max(l.lastRun, seq)
+		get(tok).addRun(seq)
 	}
 	// Messages stored on lanes.
 	inInfo, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(events.InboundPrefix+">"))
@@ -109,11 +163,7 @@ func (s *Service) lanesIn(ctx context.Context, scope *Scope, query string) ([]*l
 			if err != nil {
 				continue
 			}
-			l := get(tok)
-			l.running, l.worker = r.RunID, r.Worker
-			if seq, err := strconv.ParseUint(r.RunID, 10, 64); err == nil {
-				l.lastRun = max(l.lastRun, seq)
-			}
+			get(tok).setRunning(r)
 		}
 	}
 	list := make([]*lane, 0, len(lanes))
@@ -238,6 +288,9 @@ func (s *Service) describePage(ctx context.Context, rep SessionsReply, page []*l
 			return SessionsReply{}, err
 		}
 	}
+	if err := s.readLeases(ctx, page); err != nil {
+		return SessionsReply{}, err
+	}
 	err = each(ctx, len(page), func(ctx context.Context, i int) error {
 		sess, err := s.describe(ctx, page[i], state)
 		sess.Schedules = scheduled[sess.Key]
@@ -250,11 +303,45 @@ func (s *Service) describePage(ctx context.Context, rep SessionsReply, page []*l
 	return rep, nil
 }
 
+// readLeases reads the leases of the page's running sessions' lanes, all
+// in one request where the bucket allows (kvstore.Lanes.Leases).
+func (s *Service) readLeases(ctx context.Context, page []*lane) error {
+	if s.cfg.Lanes == nil {
+		return nil
+	}
+	var running []*lane
+	var tokens []string
+	for _, l := range page {
+		if l.running != "" {
+			running = append(running, l)
+			tokens = append(tokens, l.token)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil
+	}
+	leases, err := s.cfg.Lanes.Leases(ctx, tokens)
+	if err != nil {
+		return err
+	}
+	for i, l := range running {
+		l.lease = &leases[i]
+	}
+	return nil
+}
+
 // describe reads what a listing says of one session: its last activity,
-// how its running run's worker holds the lane, and with state its
+// how its running run's worker holds the lane (its lease read for the
+// page: readLeases), and with state its
 // state, turns, cost, pending sub-agents and parent.
 func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, error) {
-	if l.lastRun > 0 && l.lastRun >= l.newest {
+	switch {
+	case l.lastRun == 0 || l.lastRun < l.newest:
+	case l.runAt != nil: // the page's events were read together
+		if at, ok := l.runAt[l.lastRun]; ok {
+			l.activity = max(l.activity, at)
+		}
+	default:
 		m, err := s.cfg.Events.GetLastMsgForSubject(ctx, events.EventPrefix+l.token+"."+strconv.FormatUint(l.lastRun, 10))
 		if err == nil {
 			l.activity = max(l.activity, m.Time.UnixMilli())
@@ -264,29 +351,24 @@ func (s *Service) describe(ctx context.Context, l *lane, state bool) (Session, e
 	}
 	sess := Session{Key: l.key, Fingerprint: events.Fingerprint(l.key), LastActivity: l.activity, Runs: l.runs, Stored: l.stored,
 		Running: l.running, Worker: l.worker}
-	if l.running != "" && s.cfg.Lanes != nil {
+	if l.lease != nil && l.lease.Err == nil {
 		// The registry keeps a dead worker's entry for its TTL; the
 		// lane's lease says whether the worker still runs it.
-		lease, err := s.cfg.Lanes.Lease(ctx, l.token)
-		if err == nil {
-			now := s.cfg.Now()
-			h := lease.HeldBy(l.worker, now)
-			sess.Holding = string(h)
-			if h == kvstore.HoldingUnresponsive {
-				sess.LapsesInMs = max(lease.Expires().Sub(now), 0).Milliseconds()
-			}
-		} else if !errors.Is(err, kvstore.ErrCorrupt) {
-			return Session{}, err
+		now := s.cfg.Now()
+		h := l.lease.State.HeldBy(l.worker, now)
+		sess.Holding = string(h)
+		if h == kvstore.HoldingUnresponsive {
+			sess.LapsesInMs = max(l.lease.State.Expires().Sub(now), 0).Milliseconds()
 		}
 	}
 	if last := l.order(); last > 0 {
 		sess.LastRun = strconv.FormatUint(last, 10)
 	}
 	if state && (s.cfg.Lanes != nil || l.entry != nil) {
-		// The index's entry of a committed turn, with nothing running
-		// or waiting since, says what the lane's cursor says.
+		// The index's entry of a committed turn that no run since
+		// committed after says what the lane's cursor says.
 		sum := l.entry
-		if sum == nil || !sum.Committed || l.running != "" || l.newest > sum.Through {
+		if !l.summarized() {
 			if s.cfg.Lanes == nil {
 				return sess, nil
 			}

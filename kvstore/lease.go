@@ -505,19 +505,25 @@ func (l *Lanes) Lease(ctx context.Context, token string) (LeaseState, error) {
 	if err != nil {
 		return LeaseState{}, fmt.Errorf("kvstore: lease %s: %w", token, err)
 	}
+	return l.leaseState(raw.Subject, raw.Sequence, raw.Time, raw.Header, raw.Data)
+}
+
+// leaseState reads the last message of a lease key (its subject,
+// sequence, time, headers and data).
+func (l *Lanes) leaseState(subject string, seq uint64, at time.Time, h nats.Header, data []byte) (LeaseState, error) {
 	switch {
-	case raw.Header.Get("KV-Operation") != "":
+	case h.Get("KV-Operation") != "":
 		return LeaseState{}, nil // released (a purge) or deleted
-	case raw.Header.Get(jetstream.MarkerReasonHeader) == "MaxAge":
-		return LeaseState{Lapsed: raw.Time}, nil
-	case raw.Header.Get(jetstream.MarkerReasonHeader) != "":
+	case h.Get(jetstream.MarkerReasonHeader) == "MaxAge":
+		return LeaseState{Lapsed: at}, nil
+	case h.Get(jetstream.MarkerReasonHeader) != "":
 		return LeaseState{}, nil
 	}
-	st := LeaseState{Held: true, Renewed: raw.Time, TTL: l.cfg.LeaseTTL}
-	if ttl, ok := parseTTL(raw.Header.Get(jetstream.MsgTTLHeader)); ok {
+	st := LeaseState{Held: true, Renewed: at, TTL: l.cfg.LeaseTTL}
+	if ttl, ok := parseTTL(h.Get(jetstream.MsgTTLHeader)); ok {
 		st.TTL = ttl // the writer's: this reader's configuration may differ
 	}
-	if err := decode(raw.Subject, raw.Sequence, raw.Data, &st.Holder); err != nil {
+	if err := decode(subject, seq, data, &st.Holder); err != nil {
 		return st, err
 	}
 	return st, nil

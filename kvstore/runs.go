@@ -169,6 +169,10 @@ func (h *RunHandle) Clear(ctx context.Context) error {
 	return nil
 }
 
+// Bucket is the registry's bucket: its entry of a lane token is the
+// subject "$KV.<bucket>.<token>" of the bucket's stream "KV_<bucket>".
+func (r *Runs) Bucket() string { return r.kv.Bucket() }
+
 // Get returns the active run of a lane token.
 func (r *Runs) Get(ctx context.Context, token string) (RunInfo, bool, error) {
 	e, err := r.kv.Get(ctx, token)

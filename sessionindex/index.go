@@ -41,6 +41,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/directget"
 )
 
 // The stream and its subjects.
@@ -231,11 +232,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (x *Index, 
 	if err != nil {
 		return nil, false, fmt.Errorf("sessionindex: stream %s: %w", Stream, err)
 	}
-	api := js.Options().APIPrefix
-	if api == "" {
-		api = jetstream.DefaultAPIPrefix
-	}
-	x = &Index{js: js, nc: js.Conn(), stream: s, log: cfg.Logger, api: api + "DIRECT.GET." + Stream}
+	x = &Index{js: js, nc: js.Conn(), stream: s, log: cfg.Logger, api: directget.Subject(js, Stream)}
 	if err := x.listen(); err != nil {
 		return nil, false, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/directget"
 )
 
 // Entry is one session's entry.
@@ -56,6 +57,10 @@ type Page struct {
 	// Read counts the entries read; Malformed those skipped as not an
 	// entry of ours (logged).
 	Read, Malformed int
+	// Indexed is how many entries the whole index held when the page was
+	// read (its stream's state, read for the page anyway): an admin's
+	// total at no further cost.
+	Indexed int
 }
 
 // Reads' sizes.
@@ -65,18 +70,19 @@ const (
 	firstWindow = 64
 	// batchMax is the most messages one direct get request returns.
 	batchMax = 1024
-	// requestWait bounds the wait for a batch's next message.
-	requestWait = 5 * time.Second
 	// clientFilterMax is the largest window read whole and filtered here
 	// rather than by the server.
 	clientFilterMax = 4096
 )
 
-// matches reports whether e's subject matches filter (Filter's: the
-// whole index or one group).
-func matches(filter string, e Entry) bool {
+// subjectPrefix is what the subject of every entry filter (Filter's: the
+// whole index or one group) matches begins with: "" for every entry.
+func subjectPrefix(filter string) string {
 	group, ok := strings.CutSuffix(strings.TrimPrefix(filter, Prefix), ".*")
-	return filter == "" || !ok || group == "*" || Group(e.Key) == group
+	if filter == "" || !ok || group == "*" {
+		return ""
+	}
+	return Prefix + group + "."
 }
 
 // Newest returns the newest entries below q.Before, newest first. It reads
@@ -96,6 +102,7 @@ func (x *Index) Newest(ctx context.Context, q Query) (Page, error) {
 	if err != nil {
 		return p, fmt.Errorf("sessionindex: read: %w", err)
 	}
+	p.Indexed = int(info.State.Msgs)
 	first, hi := info.State.FirstSeq, info.State.LastSeq+1
 	if q.Before > 0 && q.Before < hi {
 		hi = q.Before
@@ -122,16 +129,15 @@ func (x *Index) Newest(ctx context.Context, q Query) (Page, error) {
 		// counts what a filter matches from the window on before every
 		// filtered batch (its subject index, each matching session), so
 		// a tenant of 100,000 sessions cost 0.2 s a page that way.
-		filter := q.Filter
+		// Here, the entries of other groups are skipped by their
+		// subject, before they are decoded.
+		filter, prefix := q.Filter, ""
 		if hi-lo <= clientFilterMax {
-			filter = ""
+			filter, prefix = "", subjectPrefix(q.Filter)
 		}
-		got, err := x.readRange(ctx, lo, hi, filter, &p)
+		got, err := x.readRange(ctx, lo, hi, filter, prefix, &p)
 		if err != nil {
 			return p, err
-		}
-		if filter != q.Filter {
-			got = slices.DeleteFunc(got, func(e Entry) bool { return !matches(q.Filter, e) })
 		}
 		scanned += hi - lo
 		for i := len(got) - 1; i >= 0; i-- {
@@ -153,8 +159,9 @@ func (x *Index) Newest(ctx context.Context, q Query) (Page, error) {
 }
 
 // readRange reads the entries with sequences in [lo, hi) that match
-// filter, in stream order.
-func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter string, p *Page) ([]Entry, error) {
+// filter (the server's) and whose subject begins with prefix, in stream
+// order.
+func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter, prefix string, p *Page) ([]Entry, error) {
 	var out []Entry
 	for seq := lo; seq < hi; {
 		batch := int(min(hi-seq, batchMax))
@@ -166,14 +173,17 @@ func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter string, p *
 			return out, nil
 		}
 		for _, m := range msgs {
-			if m.seq >= hi {
+			if m.Seq >= hi {
 				return out, nil
 			}
 			p.Read++
+			if !strings.HasPrefix(m.Subject, prefix) {
+				continue
+			}
 			e, err := decode(m)
 			if err != nil {
 				p.Malformed++
-				x.log.Warn().Err(err).Uint64("seq", m.seq).Msg("sessionindex: an entry that is not one of ours is skipped")
+				x.log.Warn().Err(err).Uint64("seq", m.Seq).Msg("sessionindex: an entry that is not one of ours is skipped")
 				continue
 			}
 			out = append(out, e)
@@ -181,73 +191,23 @@ func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter string, p *
 		if len(msgs) < batch {
 			return out, nil // the end of the stream
 		}
-		seq = msgs[len(msgs)-1].seq + 1
+		seq = msgs[len(msgs)-1].Seq + 1
 	}
 	return out, nil
 }
 
-// stored is one message of a direct get.
-type stored struct {
-	seq  uint64
-	subj string
-	at   time.Time
-	data []byte
-}
-
 // batch asks the server for up to n messages from seq on that match
-// filter ("" any): a direct get batch, answered with the messages and an
-// end-of-batch status.
-func (x *Index) batch(ctx context.Context, seq uint64, n int, filter string) ([]stored, error) {
-	req := struct {
-		Seq     uint64 `json:"seq"`
-		Batch   int    `json:"batch"`
-		NextFor string `json:"next_by_subj,omitempty"`
-	}{seq, n, filter}
+// filter ("" any): a Direct Get batch.
+func (x *Index) batch(ctx context.Context, seq uint64, n int, filter string) ([]directget.Msg, error) {
+	req := directget.Request{Seq: seq, Batch: n, NextFor: filter}
 	if filter == Prefix+"*.*" {
 		req.NextFor = ""
 	}
-	body, _ := json.Marshal(req)
-	inbox := x.nc.NewRespInbox()
-	sub, err := x.nc.SubscribeSync(inbox)
+	rep, err := directget.Get(ctx, x.nc, x.api, req, n)
 	if err != nil {
 		return nil, fmt.Errorf("sessionindex: read: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := x.nc.PublishRequest(x.api, inbox, body); err != nil {
-		return nil, fmt.Errorf("sessionindex: read: %w", err)
-	}
-	out := make([]stored, 0, min(n, 128))
-	for {
-		wait := requestWait
-		if d, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(d))
-		}
-		m, err := sub.NextMsg(wait)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("sessionindex: read: %w", ctx.Err())
-			}
-			return nil, fmt.Errorf("sessionindex: read from %d: %w", seq, err)
-		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "204": // end of batch
-			return out, nil
-		case "404": // nothing at or after seq
-			return out, nil
-		default:
-			return nil, fmt.Errorf("sessionindex: read from %d: status %s %s", seq, status, m.Header.Get("Description"))
-		}
-		s, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("sessionindex: read from %d: a message without its sequence", seq)
-		}
-		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		out = append(out, stored{seq: s, subj: m.Header.Get(jetstream.SubjectHeader), at: at, data: m.Data})
-		if len(out) > n {
-			return nil, fmt.Errorf("sessionindex: read from %d: more than %d messages", seq, n)
-		}
-	}
+	return rep.Msgs, nil
 }
 
 // errMalformed is what decode says of a message that is no entry of ours.
@@ -256,21 +216,21 @@ var errMalformed = errors.New("sessionindex: malformed entry")
 // decode reads a stored message as an entry: its subject names a session
 // in its own group, its data is a record of at most maxRecordBytes whose
 // run, if any, is a sequence.
-func decode(m stored) (Entry, error) {
-	rest, ok := strings.CutPrefix(m.subj, Prefix)
+func decode(m directget.Msg) (Entry, error) {
+	rest, ok := strings.CutPrefix(m.Subject, Prefix)
 	group, tok, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 {
-		return Entry{}, fmt.Errorf("%w: subject %.80q", errMalformed, m.subj)
+		return Entry{}, fmt.Errorf("%w: subject %.80q", errMalformed, m.Subject)
 	}
 	key, err := events.TokenKey(tok)
 	if err != nil || Group(key) != group {
-		return Entry{}, fmt.Errorf("%w: subject %.80q", errMalformed, m.subj)
+		return Entry{}, fmt.Errorf("%w: subject %.80q", errMalformed, m.Subject)
 	}
 	var rec Record
-	if len(m.data) > maxRecordBytes {
-		return Entry{}, fmt.Errorf("%w: %d bytes", errMalformed, len(m.data))
+	if len(m.Data) > maxRecordBytes {
+		return Entry{}, fmt.Errorf("%w: %d bytes", errMalformed, len(m.Data))
 	}
-	if err := json.Unmarshal(m.data, &rec); err != nil {
+	if err := json.Unmarshal(m.Data, &rec); err != nil {
 		return Entry{}, fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	if rec.Run != "" {
@@ -278,7 +238,7 @@ func decode(m stored) (Entry, error) {
 			return Entry{}, fmt.Errorf("%w: run %.40q", errMalformed, rec.Run)
 		}
 	}
-	return Entry{Seq: m.seq, Key: key, Token: tok, At: m.at, Record: rec}, nil
+	return Entry{Seq: m.Seq, Key: key, Token: tok, At: m.Time, Record: rec}, nil
 }
 
 // Lookup returns the entries of the sessions keys names (those it has),
@@ -297,7 +257,7 @@ func (x *Index) Lookup(ctx context.Context, keys []string) ([]Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sessionindex: lookup: %w", err)
 		}
-		e, err := decode(stored{seq: raw.Sequence, subj: raw.Subject, at: raw.Time, data: raw.Data})
+		e, err := decode(directget.Msg{Seq: raw.Sequence, Subject: raw.Subject, Time: raw.Time, Data: raw.Data})
 		if err != nil {
 			x.log.Warn().Err(err).Uint64("seq", raw.Sequence).Msg("sessionindex: an entry that is not one of ours is skipped")
 			continue

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,8 +27,10 @@ import (
 
 // listingBench measures the sessions listing at scale: it writes the
 // session index's entries of -listing-sessions sessions straight into
-// its stream (the build's time, the store's bytes on disk and the
-// process's heap with the server in it), and times pages of the listing
+// its stream, as workers write them at a commit (the build's time, the
+// store's bytes on disk and the process's heap with the server in it),
+// makes the newest sessions look like a live fleet's (listingBusy), and
+// times pages of the listing
 // through the admin code in process, the admin service over NATS and the
 // gateway's GET /api/sessions, next to the listing that reads every
 // session's subjects (no index) at -listing-baseline sessions, the two
@@ -110,7 +113,7 @@ func listingBench(o options) error {
 		t0 := time.Now()
 		for i := from; i < to; i++ {
 			subj, _ := sessionindex.Subject(key(i))
-			if _, err := js.PublishAsync(subj, []byte(`{"run":"`+strconv.Itoa(i+1)+`"}`), jetstream.WithStallWait(time.Minute)); err != nil {
+			if _, err := js.PublishAsync(subj, listingEntry(i), jetstream.WithStallWait(time.Minute)); err != nil {
 				return 0, err
 			}
 		}
@@ -163,6 +166,10 @@ func listingBench(o options) error {
 		sessionindex.Stream, mb(int64(st.State.Bytes)), float64(st.State.Bytes)/float64(st.State.Msgs), mb(dirSize(s.JetStreamConfig().StoreDir)),
 		mb(int64(liveHeap()-heap0)), float64(liveHeap()-heap0)/float64(st.State.Msgs))
 
+	if err := listingBusy(ctx, js, runs, lns, o.listingSessions, key); err != nil {
+		return err
+	}
+
 	// A later page: the cursor after ten pages.
 	q := first
 	for range 10 {
@@ -214,7 +221,9 @@ func listingBench(o options) error {
 		{"first page, admin code in process", inProcess(newCfg, first)},
 		{"first page, admin service over NATS", overNATS(first)},
 		{"first page, gateway GET /api/sessions", httpGet("/api/sessions?limit=100")},
+		{"11th page (cursor), admin code in process", inProcess(newCfg, later)},
 		{"11th page (cursor), admin service", overNATS(later)},
+		{"11th page (cursor), gateway", httpGet("/api/sessions?limit=100&cursor=" + base64.RawURLEncoding.EncodeToString([]byte(later.After)))},
 		{"first page of one tenant (t3:), admin service", overNATS(tenant)},
 		{"query (substring, scans ≤20,000), admin service", overNATS(query)},
 		{"first page without state, admin service", overNATS(admin.SessionsRequest{Limit: 100})},

@@ -1,0 +1,183 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/events"
+	"github.com/lanefleet/lanefleet/internal/directget"
+	"github.com/lanefleet/lanefleet/kvstore"
+	"github.com/lanefleet/lanefleet/sessionindex"
+)
+
+// batched reports whether a page's sessions are read together (lanesOf):
+// the event and inbound streams and the run registry answer Direct Gets
+// (at R1, kvstore.DirectGet; a registry bucket always), so one multi-last
+// get each reads what the page's sessions have stored there. Else each
+// session is read by itself (laneOf).
+func (s *Service) batched() bool {
+	return s.cfg.JS != nil && s.cfg.Events.CachedInfo().Config.AllowDirect && s.cfg.Inbound.CachedInfo().Config.AllowDirect
+}
+
+// lanesOf reads what the listing says of a page's indexed sessions, as
+// laneOf reads one, in a few requests whatever the page or the fleet
+// holds: one multi-last get of the page's runs' events (the last event of
+// each run: which runs have events, the newest, and when it last
+// published; session by session when that is too much, pageEvents), one
+// of their lanes' newest messages, one of their run registry entries;
+// then, for the lanes with messages stored only, their count (a Direct
+// Get each). Falls back to laneOf per session when the streams answer no
+// Direct Get (batched).
+func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]*lane, error) {
+	list := make([]*lane, len(entries))
+	if len(entries) == 0 {
+		return list, nil // a page of nothing asks nothing
+	}
+	if !s.batched() {
+		err := each(ctx, len(entries), func(ctx context.Context, i int) error {
+			l, err := s.laneOf(ctx, entries[i])
+			list[i] = l
+			return err
+		})
+		return list, err
+	}
+	byToken := make(map[string]*lane, len(entries))
+	evFilters := make([]string, len(entries))
+	inFilters := make([]string, len(entries))
+	for i, e := range entries {
+		list[i] = &lane{token: e.Token, key: e.Key, entry: &entries[i].Record, runAt: map[uint64]int64{}}
+		byToken[e.Token] = list[i]
+		evFilters[i] = events.EventPrefix + e.Token + ".*"
+		inFilters[i] = events.InboundPrefix + e.Token
+	}
+	var evs, ins, runs []directget.Msg
+	err := each(ctx, 3, func(ctx context.Context, i int) error {
+		var err error
+		switch i {
+		case 0:
+			evs, err = s.pageEvents(ctx, evFilters)
+		case 1:
+			ins, err = s.lastOf(ctx, events.InboundStream, inFilters)
+		case 2:
+			if s.cfg.Runs != nil {
+				prefix := "$KV." + s.cfg.Runs.Bucket() + "."
+				filters := make([]string, len(entries))
+				for i, e := range entries {
+					filters[i] = prefix + e.Token
+				}
+				runs, err = s.lastOf(ctx, "KV_"+s.cfg.Runs.Bucket(), filters)
+				if err != nil {
+					s.log.Warn().Err(err).Msg("admin: sessions: run registry")
+					runs, err = nil, nil
+				}
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if evs == nil {
+		// Too much to read together: each session's runs are counted
+		// by itself.
+		err := each(ctx, len(list), func(ctx context.Context, i int) error {
+			list[i].runAt = nil // describe reads the newest run's last event
+			return s.runsOf(ctx, list[i])
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	// A subject's newest message only: a part of an answer read after
+	// a newer message was stored may name it again.
+	for _, m := range newestOf(evs) {
+		tok, run, _ := strings.Cut(strings.TrimPrefix(m.Subject, events.EventPrefix), ".")
+		seq, err := strconv.ParseUint(run, 10, 64)
+		l := byToken[tok]
+		if l == nil || err != nil {
+			continue
+		}
+		l.addRun(seq)
+		l.runAt[seq] = m.Time.UnixMilli()
+	}
+	var waiting []*lane
+	for _, m := range newestOf(ins) {
+		if l := byToken[strings.TrimPrefix(m.Subject, events.InboundPrefix)]; l != nil {
+			l.newest, l.activity = m.Seq, m.Time.UnixMilli()
+			waiting = append(waiting, l)
+		}
+	}
+	for _, m := range newestOf(runs) {
+		l := byToken[strings.TrimPrefix(m.Subject, "$KV."+s.cfg.Runs.Bucket()+".")]
+		if l == nil || m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+			continue // cleared: a purge, a delete, or the server's marker
+		}
+		var r kvstore.RunInfo
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			s.log.Warn().Err(err).Msg("admin: sessions: run registry")
+			continue
+		}
+		l.setRunning(r)
+	}
+	// The stored counts of the lanes with messages stored.
+	inbound := directget.Subject(s.cfg.JS, events.InboundStream)
+	err = each(ctx, len(waiting), func(ctx context.Context, i int) error {
+		l := waiting[i]
+		rep, err := directget.Get(ctx, s.cfg.JS.Conn(), inbound, directget.Request{NextFor: events.InboundPrefix + l.token, Batch: 1}, 1)
+		l.stored = len(rep.Msgs) + int(rep.Pending)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range list {
+		l.fromEntry(entries[i])
+	}
+	return list, nil
+}
+
+// pageEventsMax bounds what a page's events read returns: the last event
+// of each of its sessions' runs whose events are stored (a run's final
+// event, a kilobyte or a few), so about a thousand runs.
+const pageEventsMax = 2 << 20
+
+// pageEvents reads the last event of each run the filters (a page's
+// sessions' agent.ev.<token>.*) match, in one request; nil (and no error)
+// when they match more than directget.MultiLastMax runs or their events
+// more than pageEventsMax bytes: then each session's are counted by
+// itself (runsOf), as the listing did before.
+func (s *Service) pageEvents(ctx context.Context, filters []string) ([]directget.Msg, error) {
+	rep, err := directget.Get(ctx, s.cfg.JS.Conn(), directget.Subject(s.cfg.JS, events.EventStream),
+		directget.Request{MultiLast: filters, MaxBytes: pageEventsMax}, directget.MultiLastMax)
+	switch {
+	case errors.Is(err, directget.ErrTooMany), err == nil && rep.Pending > 0:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case rep.Msgs == nil:
+		return []directget.Msg{}, nil
+	}
+	return rep.Msgs, nil
+}
+
+// lastOf reads the last message of every subject of stream that filters
+// match (directget.Last).
+func (s *Service) lastOf(ctx context.Context, stream string, filters []string) ([]directget.Msg, error) {
+	return directget.Last(ctx, s.cfg.JS.Conn(), directget.Subject(s.cfg.JS, stream), filters)
+}
+
+// newestOf keeps each subject's message of the highest sequence.
+func newestOf(msgs []directget.Msg) map[string]directget.Msg {
+	out := make(map[string]directget.Msg, len(msgs))
+	for _, m := range msgs {
+		if o, ok := out[m.Subject]; !ok || m.Seq > o.Seq {
+			out[m.Subject] = m
+		}
+	}
+	return out
+}

@@ -1,0 +1,172 @@
+// Package directget reads many stored messages of a JetStream stream in
+// one request, by Direct Get: a batch (the messages from a sequence on,
+// those of a subject filter only when one is given) or a multi-last get
+// (the last message of each subject some filters match). The server
+// answers inline, without the JetStream API's queue and JSON, with the
+// messages one by one and then an end-of-batch status. A stream answers
+// only with AllowDirect set.
+package directget
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Request is a Direct Get request (the server's JSApiMsgGetRequest).
+type Request struct {
+	// Seq is the first sequence read (a batch), or the lowest one a
+	// multi-last get returns.
+	Seq uint64 `json:"seq,omitempty"`
+	// Batch is the most messages returned.
+	Batch int `json:"batch,omitempty"`
+	// NextFor filters a batch by subject.
+	NextFor string `json:"next_by_subj,omitempty"`
+	// MultiLast asks for the last message of every subject these
+	// filters (wildcards allowed) match, in sequence order: at most
+	// MultiLastMax subjects, else ErrTooMany.
+	MultiLast []string `json:"multi_last,omitempty"`
+	// MaxBytes stops the answer after about this many bytes (0: the
+	// server's limit of what a client may have pending); Reply.Pending
+	// then says what was left.
+	MaxBytes int `json:"max_bytes,omitempty"`
+}
+
+// MultiLastMax is the most subjects a multi-last get answers for (the
+// server's limit).
+const MultiLastMax = 1024
+
+// Msg is one stored message of an answer.
+type Msg struct {
+	Seq     uint64
+	Subject string
+	Time    time.Time
+	Header  nats.Header // as stored, with the server's Nats-* headers added
+	Data    []byte
+}
+
+// Reply is an answer.
+type Reply struct {
+	Msgs []Msg
+	// Pending is what the end-of-batch status says is left: messages
+	// of a batch after its last, subjects of a multi-last get not
+	// returned (Batch or MaxBytes stopped it).
+	Pending uint64
+}
+
+// ErrTooMany is a multi-last get whose filters match more than
+// MultiLastMax subjects: nothing was returned.
+var ErrTooMany = errors.New("directget: the filters match too many subjects")
+
+// numPendingHeader says, on the end of an answer, what it left.
+const numPendingHeader = "Nats-Num-Pending"
+
+// wait bounds the wait for each next message of an answer when the
+// context has no sooner deadline.
+const wait = 5 * time.Second
+
+// Subject is the Direct Get subject of stream under js's API prefix.
+func Subject(js jetstream.JetStream, stream string) string {
+	api := js.Options().APIPrefix
+	if api == "" {
+		api = jetstream.DefaultAPIPrefix
+	}
+	return api + "DIRECT.GET." + stream
+}
+
+// Get sends req to subject (Subject) and reads its answer: the messages
+// (none when nothing matches) up to the end of the batch. An answer of
+// more than most messages (0: any number) is an error.
+func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most int) (Reply, error) {
+	var rep Reply
+	body, err := json.Marshal(req)
+	if err != nil {
+		return rep, fmt.Errorf("directget: %w", err)
+	}
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return rep, fmt.Errorf("directget: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(subject, inbox, body); err != nil {
+		return rep, fmt.Errorf("directget: %w", err)
+	}
+	for {
+		w := wait
+		if d, ok := ctx.Deadline(); ok {
+			w = min(w, time.Until(d))
+		}
+		m, err := sub.NextMsg(w)
+		if err != nil {
+			if ctx.Err() != nil {
+				return rep, fmt.Errorf("directget: %w", ctx.Err())
+			}
+			return rep, fmt.Errorf("directget: %s from %d: %w", subject, req.Seq, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204": // end of batch
+			rep.Pending, _ = strconv.ParseUint(m.Header.Get(numPendingHeader), 10, 64)
+			return rep, nil
+		case "404": // nothing matches
+			return rep, nil
+		case "413":
+			return rep, ErrTooMany
+		default:
+			return rep, fmt.Errorf("directget: %s from %d: status %s %s", subject, req.Seq, status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return rep, fmt.Errorf("directget: %s from %d: a message without its sequence", subject, req.Seq)
+		}
+		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		rep.Msgs = append(rep.Msgs, Msg{Seq: seq, Subject: m.Header.Get(jetstream.SubjectHeader), Time: at, Header: m.Header, Data: m.Data})
+		if most > 0 && len(rep.Msgs) > most {
+			return rep, fmt.Errorf("directget: %s from %d: more than %d messages", subject, req.Seq, most)
+		}
+	}
+}
+
+// Last returns the last message of every subject filters match (as
+// MultiLast), however many: filters matching more than MultiLastMax
+// subjects are asked in halves, and an answer cut short by its size goes
+// on from its last sequence. A single filter that matches more than
+// MultiLastMax subjects is ErrTooMany. A subject whose newer message was
+// stored between two parts of the answer is returned twice: keep the
+// higher sequence.
+func Last(ctx context.Context, nc *nats.Conn, subject string, filters []string) ([]Msg, error) {
+	if len(filters) == 0 {
+		return nil, nil
+	}
+	var out []Msg
+	for from := uint64(0); ; {
+		rep, err := Get(ctx, nc, subject, Request{MultiLast: filters, Seq: from}, MultiLastMax)
+		if errors.Is(err, ErrTooMany) && len(filters) > 1 {
+			half := len(filters) / 2
+			a, err := Last(ctx, nc, subject, filters[:half])
+			if err != nil {
+				return nil, err
+			}
+			b, err := Last(ctx, nc, subject, filters[half:])
+			if err != nil {
+				return nil, err
+			}
+			return append(append(out, a...), b...), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rep.Msgs...)
+		if rep.Pending == 0 || len(rep.Msgs) == 0 {
+			return out, nil
+		}
+		from = rep.Msgs[len(rep.Msgs)-1].Seq + 1
+	}
+}

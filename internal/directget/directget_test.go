@@ -1,0 +1,65 @@
+package directget_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/internal/directget"
+	"github.com/lanefleet/lanefleet/internal/natstest"
+)
+
+// TestLast: the last message of each of more subjects than one answer may
+// hold is read in parts (the filters halved), each subject once with its
+// newest message; one filter matching too many is ErrTooMany; no match is
+// none. A batch says what it left.
+func TestLast(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	js, _ := jetstream.New(nc)
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	const n = directget.MultiLastMax + 500
+	var filters []string
+	for i := range n {
+		subj := "s." + strconv.Itoa(i)
+		filters = append(filters, subj)
+		for v := range 2 {
+			if _, err := js.PublishAsync(subj, []byte(strconv.Itoa(v)), jetstream.WithStallWait(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	<-js.PublishAsyncComplete()
+	subject := directget.Subject(js, "S")
+	msgs, err := directget.Last(ctx, nc, subject, filters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if seen[m.Subject] || string(m.Data) != "1" || m.Time.IsZero() {
+			t.Fatalf("%s: seq %d %q, seen before: %v", m.Subject, m.Seq, m.Data, seen[m.Subject])
+		}
+		seen[m.Subject] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d subjects, want %d", len(seen), n)
+	}
+	if _, err := directget.Last(ctx, nc, subject, []string{"s.*"}); !errors.Is(err, directget.ErrTooMany) {
+		t.Fatalf("one filter over %d subjects: %v", directget.MultiLastMax, err)
+	}
+	if msgs, err := directget.Last(ctx, nc, subject, []string{"s.none"}); err != nil || len(msgs) != 0 {
+		t.Fatalf("no match: %v, %v", msgs, err)
+	}
+	rep, err := directget.Get(ctx, nc, subject, directget.Request{NextFor: "s.7", Batch: 1}, 1)
+	if err != nil || len(rep.Msgs) != 1 || rep.Pending != 1 {
+		t.Fatalf("a batch of one of a subject's two messages: %+v, %v", rep, err)
+	}
+}
