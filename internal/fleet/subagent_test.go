@@ -317,6 +317,29 @@ func sessionsListed(t *testing.T, ctx context.Context, c *lanefleet.Client) map[
 	return seen
 }
 
+// listedAs waits until the sessions listing shows each session of want
+// in its state (admin.StateIdle, …).
+func listedAs(t *testing.T, ctx context.Context, c *lanefleet.Client, want map[string]string) {
+	t.Helper()
+	for {
+		seen := sessionsListed(t, ctx, c)
+		ok := true
+		for key, state := range want {
+			if s, listed := seen[key]; !listed || s.State != state {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the sessions listing does not show %v: %+v", want, seen)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // runningWithChildren waits until the runs listing shows session's run
 // with its pending sub-agents counted.
 func runningWithChildren(t *testing.T, ctx context.Context, c *lanefleet.Client, session, run string, children int) {
