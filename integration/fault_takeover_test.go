@@ -26,14 +26,19 @@ func TestFaultKilledWorkerTakenOverFast(t *testing.T) {
 	}
 	t.Parallel()
 	cl := natstest.StartProcCluster(t, 1)
-	victim := startWorkerProc(t, cl.URL(), "victim", takeoverArgs...)
+	// As in TestFaultPausedWorkerFencedOut: the victim takes the lanes
+	// alone, its turns slow, and the survivor joins before the kill.
+	victim := startWorkerProc(t, cl.URL(), "victim", append(takeoverArgs, "--scripted-delay", "1s")...)
 	nc, js := connectProcs(t, cl)
 	waitForFleet(t, js)
-	survivor := startWorkerProc(t, cl.URL(), "survivor", append(takeoverArgs, "--log-level", "info")...)
+	leases := watchLeases(t, js)
 	fin := watchRunFinals(t, cl.URL())
-	msgs, keys, want := faultLoad("fast", 15, 3)
+	msgs, _, want := faultLoad("fast", 15, 3)
 	runs := sendOrdered(t, js, msgs)
-	held := heldBy(t, js, "victim", keys, 3, time.Minute)
+	leases.waitHeld(t, "victim", 3, time.Minute)
+	survivor := startWorkerProc(t, cl.URL(), "survivor", append(takeoverArgs, "--log-level", "info")...)
+	survivor.waitLog(t, "worker started", time.Minute)
+	held := leases.waitHeld(t, "victim", 3, time.Minute)
 	victim.kill()
 	killed := time.Now()
 	t.Logf("SIGKILLed the worker holding %d lanes mid-run", len(held))
