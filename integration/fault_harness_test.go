@@ -36,12 +36,45 @@ type procWorker struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	logs bytes.Buffer
+	// wrote is closed (and replaced) by every write: waitLog's wake-up.
+	wrote chan struct{}
 }
 
 func (w *procWorker) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.wrote != nil {
+		close(w.wrote)
+	}
+	w.wrote = make(chan struct{})
 	return w.logs.Write(p)
+}
+
+// waitLog waits until the process has written a line containing sub,
+// waking at each write, and fails the test after timeout.
+func (w *procWorker) waitLog(t *testing.T, sub string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		found := bytes.Contains(w.logs.Bytes(), []byte(sub))
+		if w.wrote == nil {
+			w.wrote = make(chan struct{})
+		}
+		wrote := w.wrote
+		w.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-wrote:
+		case <-deadline.C:
+			t.Fatalf("worker %s did not log %q within %v", w.id, sub, timeout)
+		case <-t.Context().Done():
+			t.Fatalf("worker %s did not log %q: %v", w.id, sub, t.Context().Err())
+		}
+	}
 }
 
 // startWorkerProc starts cmd/worker joined to url with short fault timings

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"syscall"
 	"testing"
 	"time"
@@ -27,14 +26,19 @@ func TestFaultKilledWorkerTakenOverFast(t *testing.T) {
 	}
 	t.Parallel()
 	cl := natstest.StartProcCluster(t, 1)
-	victim := startWorkerProc(t, cl.URL(), "victim", takeoverArgs...)
+	// As in TestFaultPausedWorkerFencedOut: the victim takes the lanes
+	// alone, its turns slow, and the survivor joins before the kill.
+	victim := startWorkerProc(t, cl.URL(), "victim", append(takeoverArgs, "--scripted-delay", "1s")...)
 	nc, js := connectProcs(t, cl)
 	waitForFleet(t, js)
-	survivor := startWorkerProc(t, cl.URL(), "survivor", append(takeoverArgs, "--log-level", "info")...)
+	leases := watchLeases(t, js)
 	fin := watchRunFinals(t, cl.URL())
-	msgs, keys, want := faultLoad("fast", 15, 3)
+	msgs, _, want := faultLoad("fast", 15, 3)
 	runs := sendOrdered(t, js, msgs)
-	held := heldBy(t, js, "victim", keys, 3, time.Minute)
+	leases.waitHeld(t, "victim", 3, time.Minute)
+	survivor := startWorkerProc(t, cl.URL(), "survivor", append(takeoverArgs, "--log-level", "info")...)
+	survivor.waitLog(t, "worker started", time.Minute)
+	held := leases.waitHeld(t, "victim", 3, time.Minute)
 	victim.kill()
 	killed := time.Now()
 	t.Logf("SIGKILLed the worker holding %d lanes mid-run", len(held))
@@ -60,21 +64,27 @@ func TestFaultPausedWorkerFencedOut(t *testing.T) {
 	}
 	t.Parallel()
 	cl := natstest.StartProcCluster(t, 1)
-	victim := startWorkerProc(t, cl.URL(), "paused", append(takeoverArgs, "--log-level", "info")...)
+	// The paused worker runs alone while the load is sent, so it takes the
+	// lanes however busy the machine is (with the survivor pulling too, a
+	// loaded machine once gave the survivor every lane), and its turns are
+	// slow (a second a delta, eleven a turn), so it is still mid-run when
+	// the survivor has started. The survivor's own turns keep their pace.
+	victim := startWorkerProc(t, cl.URL(), "paused", append(takeoverArgs, "--log-level", "info", "--scripted-delay", "1s")...)
 	nc, js := connectProcs(t, cl)
 	waitForFleet(t, js)
-	startWorkerProc(t, cl.URL(), "survivor", takeoverArgs...)
+	leases := watchLeases(t, js)
 	fin := watchRunFinals(t, cl.URL())
-	msgs, keys, want := faultLoad("pause", 15, 3)
+	msgs, _, want := faultLoad("pause", 15, 3)
 	runs := sendOrdered(t, js, msgs)
-	held := heldBy(t, js, "paused", keys, 3, time.Minute)
+	leases.waitHeld(t, "paused", 3, time.Minute)
+	survivor := startWorkerProc(t, cl.URL(), "survivor", append(takeoverArgs, "--log-level", "info")...)
+	survivor.waitLog(t, "worker started", time.Minute)
+	held := leases.waitHeld(t, "paused", 3, time.Minute)
 	victim.signal(syscall.SIGSTOP)
 	t.Logf("SIGSTOPped the worker holding %d lanes mid-run", len(held))
 	fin.waitAll(t, js, runs, 30*time.Second)
 	victim.signal(syscall.SIGCONT)
-	waitUntil(t, time.Minute, "the woken worker finding itself declared dead", func(context.Context) bool {
-		return len(victim.logLines("this worker was declared dead")) > 0
-	})
+	victim.waitLog(t, "this worker was declared dead", time.Minute)
 	audit(t, js, runs)
 	c, _ := lanefleet.New(nc)
 	checkTranscripts(t, c, want)

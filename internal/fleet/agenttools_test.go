@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/lanefleet/lanefleet"
+	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/provider/scripted"
 )
@@ -119,11 +120,16 @@ func TestMemoryToolsOnAFleet(t *testing.T) {
 func TestSessionToolsOnAFleet(t *testing.T) {
 	t.Parallel()
 	_, c, ctx := maskingMember(t, Config{SessionTools: "tenant", SessionSender: clientSender, NoBuiltinTools: true})
-	for session, text := range map[string]string{"acme:b": "my key is " + providerKey, "globex:z": "other tenant"} {
+	for session, text := range map[string]string{"acme:a": "hello", "acme:b": "my key is " + providerKey, "globex:z": "other tenant"} {
 		if v := watch(t, ctx, c, session, text); v.runErr != nil {
 			t.Fatal(v.runErr)
 		}
 	}
+	// The listing trails a turn's end: a session is listed once its index
+	// entry is stored, and runs as long as its run's registry entry stays,
+	// both written off the turn's path. Once the listing shows acme:a and
+	// an idle acme:b, acme:a's sessions_list below sees them too.
+	listedAs(t, ctx, c, map[string]string{"acme:a": admin.StateIdle, "acme:b": admin.StateIdle})
 	script := scriptText(t,
 		calls("l", "sessions_list", nil),
 		calls("h", "sessions_history", map[string]any{"sessionKey": "acme:b"}),
