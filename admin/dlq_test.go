@@ -90,7 +90,18 @@ func startStallProxy(t *testing.T, upstream string, marker []byte, hold time.Dur
 		host = string(u)
 	}
 	p := &stallProxy{addr: ln.Addr().String(), marker: marker, hold: hold}
-	go func() {
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -99,13 +110,15 @@ func startStallProxy(t *testing.T, upstream string, marker []byte, hold time.Dur
 			s, err := net.Dial("tcp", host)
 			if err != nil {
 				_ = c.Close()
-				return
+				continue
 			}
-			t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
-			go p.up(c, s)
-			go p.down(s, c)
+			p.mu.Lock()
+			conns = append(conns, c, s)
+			p.mu.Unlock()
+			wg.Go(func() { p.up(c, s) })
+			wg.Go(func() { p.down(s, c) })
 		}
-	}()
+	})
 	return p
 }
 
