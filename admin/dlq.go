@@ -43,9 +43,17 @@ func (s *Service) deadList(ctx context.Context, data []byte) (any, error) {
 	return rep, nil
 }
 
+// scanWait bounds one fetch of a listing's messages; a fetch that ends
+// with nothing while the consumer still counts some pending asks again
+// (the request's context, RequestTimeout, bounds the whole scan).
+const scanWait = 5 * time.Second
+
 // scanDead returns up to n dead letters after the stream sequence after,
 // of reason (all when empty), without their data: an ephemeral consumer
-// delivers headers only, so listing 4 MiB letters moves none of them.
+// delivers headers only, so listing 4 MiB letters moves none of them. The
+// consumer's pending count, not a fetch that came back empty, says when
+// the letters are all read: a no-wait fetch on a loaded server ends (after
+// the client's 1 s) with nothing, which read as the end of the list.
 func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n int) ([]DeadLetter, error) {
 	info, err := s.cfg.Dead.Info(ctx)
 	if err != nil {
@@ -59,15 +67,19 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 	if reason != "" {
 		filter = events.DeadPrefix + reason
 	}
-	cons, err := s.cfg.Dead.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter},
+	cons, err := s.cfg.Dead.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter,
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1, HeadersOnly: true,
-		InactiveThreshold: 30 * time.Second})
+		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: 30 * time.Second})
 	if err != nil {
 		return nil, err
 	}
 	defer s.deleteConsumer(cons)
-	for len(out) < n {
-		batch, err := cons.FetchNoWait(n - len(out))
+	pending := cons.CachedInfo().NumPending
+	for len(out) < n && pending > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("admin: list dead letters: %w", err)
+		}
+		batch, err := cons.Fetch(int(min(pending, uint64(n-len(out)))), jetstream.FetchMaxWait(scanWait))
 		if err != nil {
 			return nil, err
 		}
@@ -78,17 +90,21 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 			if err != nil {
 				continue
 			}
+			pending = md.NumPending
 			size, _ := strconv.Atoi(m.Headers().Get(nats.MsgSize))
 			out = append(out, letterOf(md.Sequence.Stream, m.Subject(), md.Timestamp, m.Headers(), size))
-			if md.Sequence.Stream >= info.State.LastSeq {
-				return out, nil
-			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return nil, err
 		}
 		if got == 0 {
-			break
+			// Nothing within scanWait: a loaded server, or the letters
+			// were deleted meanwhile. The consumer's count tells which.
+			ci, err := cons.Info(ctx)
+			if err != nil {
+				return nil, err
+			}
+			pending = ci.NumPending
 		}
 	}
 	return out, nil

