@@ -67,14 +67,18 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 	if reason != "" {
 		filter = events.DeadPrefix + reason
 	}
-	cons, err := s.cfg.Dead.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter,
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1, HeadersOnly: true,
-		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: 30 * time.Second})
+	// open reads the letters from start on with a new consumer.
+	open := func(start uint64) (jetstream.Consumer, error) {
+		return s.cfg.Dead.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter,
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start, HeadersOnly: true,
+			AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: 30 * time.Second})
+	}
+	cons, err := open(after + 1)
 	if err != nil {
 		return nil, err
 	}
-	defer s.deleteConsumer(cons)
-	pending := cons.CachedInfo().NumPending
+	defer func() { s.deleteConsumer(cons) }()
+	pending, last := cons.CachedInfo().NumPending, after
 	for len(out) < n && pending > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("admin: list dead letters: %w", err)
@@ -90,7 +94,7 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 			if err != nil {
 				continue
 			}
-			pending = md.NumPending
+			pending, last = md.NumPending, md.Sequence.Stream
 			size, _ := strconv.Atoi(m.Headers().Get(nats.MsgSize))
 			out = append(out, letterOf(md.Sequence.Stream, m.Subject(), md.Timestamp, m.Headers(), size))
 		}
@@ -98,13 +102,16 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 			return nil, err
 		}
 		if got == 0 {
-			// Nothing within scanWait: a loaded server, or the letters
-			// were deleted meanwhile. The consumer's count tells which.
-			ci, err := cons.Info(ctx)
-			if err != nil {
+			// Nothing within the client's wait: a loaded server, or the
+			// letters were deleted meanwhile. What the server sent after
+			// the client stopped waiting is gone from this consumer (no
+			// acks), so a new one reads on from the last letter received;
+			// its count says whether any are left.
+			s.deleteConsumer(cons)
+			if cons, err = open(last + 1); err != nil {
 				return nil, err
 			}
-			pending = ci.NumPending
+			pending = cons.CachedInfo().NumPending
 		}
 	}
 	return out, nil
