@@ -277,6 +277,26 @@ type HeldLease struct {
 // key exists only for lanes held now or let go within the bucket's
 // MarkerTTL, so the pass costs what the fleet's recent activity does.
 func (l *Lanes) LeasesOf(ctx context.Context, life string) ([]HeldLease, error) {
+	for try := 1; ; try++ {
+		out, whole, err := l.leasesOf(ctx, life)
+		if err != nil || whole {
+			return out, err
+		}
+		if try == scanTries {
+			return out, fmt.Errorf("kvstore: leases of %s: a fetch came back empty with leases pending, %d times", life, try)
+		}
+	}
+}
+
+// scanTries is how many scans LeasesOf makes when a fetch comes back
+// empty while its consumer still counted leases pending.
+const scanTries = 3
+
+// leasesOf is one scan of the lease keys; whole is false when a fetch
+// came back empty while leases were pending: the server answered after
+// the client stopped waiting (a loaded server), and with no acks what it
+// delivered then is gone from the consumer, so only a new scan sees it.
+func (l *Lanes) leasesOf(ctx context.Context, life string) (out []HeldLease, whole bool, err error) {
 	cons, err := l.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		FilterSubject:     l.prefix + "*.lease",
@@ -286,26 +306,25 @@ func (l *Lanes) LeasesOf(ctx context.Context, life string) ([]HeldLease, error) 
 		InactiveThreshold: scanConsumerIdle,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("kvstore: leases of %s: %w", life, err)
+		return nil, false, fmt.Errorf("kvstore: leases of %s: %w", life, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
-	var out []HeldLease
 	pending := cons.CachedInfo().NumPending
 	for pending > 0 {
 		batch, err := cons.Fetch(int(min(pending, 1024)), jetstream.FetchMaxWait(scanWait))
 		if err != nil {
-			return out, fmt.Errorf("kvstore: leases of %s: %w", life, err)
+			return out, false, fmt.Errorf("kvstore: leases of %s: %w", life, err)
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
 			meta, err := m.Metadata()
 			if err != nil {
-				return out, fmt.Errorf("kvstore: leases of %s: %w", life, err)
+				return out, false, fmt.Errorf("kvstore: leases of %s: %w", life, err)
 			}
 			pending = meta.NumPending
 			if h := m.Headers(); h.Get("KV-Operation") != "" || h.Get(jetstream.MarkerReasonHeader) != "" {
@@ -319,13 +338,13 @@ func (l *Lanes) LeasesOf(ctx context.Context, life string) ([]HeldLease, error) 
 			out = append(out, HeldLease{Token: tok, Rev: meta.Sequence.Stream, Info: info})
 		}
 		if err := batch.Error(); err != nil {
-			return out, fmt.Errorf("kvstore: leases of %s: %w", life, err)
+			return out, false, fmt.Errorf("kvstore: leases of %s: %w", life, err)
 		}
 		if n == 0 {
-			break
+			return out, false, nil
 		}
 	}
-	return out, nil
+	return out, true, nil
 }
 
 // TakeOver replaces a dead worker's lease (h, as LeasesOf found it) with

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -150,5 +151,47 @@ func TestLifeDeclaredDead(t *testing.T) {
 	}
 	if cfg := st.CachedInfo().Config; cfg.Storage != jetstream.FileStorage || !cfg.AllowDirect {
 		t.Fatalf("workers bucket: storage %v, direct %v", cfg.Storage, cfg.AllowDirect)
+	}
+}
+
+// TestLeasesOfOnASlowServer: a survivor's scan for a dead life's leases
+// whose fetch comes back empty because the server answered late (a
+// loaded server) goes on while its consumer still counts leases pending.
+// It used to take the empty fetch for the end and find none, leaving the
+// dead worker's lanes to AckWait. The scan's connection goes through a
+// proxy that holds what the server sends for longer than the fetch waits.
+func TestLeasesOfOnASlowServer(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	direct, err := Open(ctx, js, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lane := range []string{"alice", "bob", "carol"} {
+		if _, err := direct.Acquire(ctx, lane, LeaseInfo{Worker: "dead", Life: "deadbeef00"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := natstest.StartStallProxy(t, srv.URL, []byte("CONSUMER.MSG.NEXT"), scanWait+2*time.Second)
+	pjs, err := jetstream.New(natstest.Connect(t, "nats://"+p.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := Open(ctx, pjs, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Arm()
+	held, err := slow.LeasesOf(ctx, "deadbeef00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 3 || !p.Stalled() {
+		t.Fatalf("leases of the dead life on a slow server: %+v (stalled %v), want 3", held, p.Stalled())
 	}
 }
