@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -201,7 +202,7 @@ func messages(f *wireForms, msgs []message.Message, images bool) {
 	// The wire messages of the session's last request that this one
 	// repeats are taken whole, up to a message that does not follow a
 	// tool result (a run of results is one message).
-	i := f.Skip(func(i int) bool { return msgs[i-1].Role != message.RoleToolResult })
+	i := f.Skip(wirecache.AfterNoToolResult(msgs))
 	for ; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -202,7 +203,7 @@ func contents(f *wireForms, msgs []message.Message, m provider.Model, images boo
 	// result (a run of results is one content, its images one after
 	// it). A result without a name reads its call's in msgs, which Skip
 	// leaves whole.
-	i := f.Skip(func(i int) bool { return msgs[i-1].Role != message.RoleToolResult })
+	i := f.Skip(wirecache.AfterNoToolResult(msgs))
 	for ; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {

@@ -203,7 +203,7 @@ func chatMessages(f *wirecache.Forms[chatMessage, wireConv], msgs []message.Mess
 		// The wire messages of the session's last request that this one
 		// repeats are taken whole, up to a message that does not follow a
 		// tool result (a run of results sends its images after it).
-		i = f.Skip(func(i int) bool { return msgs[i-1].Role != message.RoleToolResult })
+		i = f.Skip(wirecache.AfterNoToolResult(msgs))
 		hadToolCalls = f.Noted()
 	}
 	for ; i < len(msgs); i++ {

@@ -345,6 +345,14 @@ func (f *Forms[M, C]) Skip(ok func(i int) bool) int {
 	return i
 }
 
+// AfterNoToolResult is Skip's ok for an adapter whose wire messages of a
+// run of tool results depend on the whole run (one message for the run,
+// or its images sent after it): msgs[i:] become the same whatever came
+// before unless msgs[i-1] is a tool result.
+func AfterNoToolResult(msgs []message.Message) func(i int) bool {
+	return func(i int) bool { return msgs[i-1].Role != message.RoleToolResult }
+}
+
 // Note records that msgs[i]'s form has what the caller notes (Noted).
 func (f *Forms[M, C]) Note(i int) {
 	if w := f.w; w != nil && (w.noted < 0 || i < w.noted) {
