@@ -253,25 +253,25 @@ type Request struct {
 // stream.NotAStream. The response's status and headers go to ctx's
 // provider.Trace first, when it has one.
 func (p *Pool) Post(ctx context.Context, w *stream.Watch, r Request) (*http.Response, *provider.Error) {
-	var body io.Reader = bytes.NewReader(r.Body)
+	var body io.Reader // with a Done, the readers counted below
+	if r.Done == nil {
+		body = bytes.NewReader(r.Body)
+	}
+	hr, err := http.NewRequestWithContext(w.Context(), http.MethodPost, r.URL.String(), body)
+	if err != nil {
+		if r.Done != nil {
+			r.Done() // nothing read the body
+		}
+		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: r.Name + ": build request: " + err.Error(), Err: err}
+	}
 	if r.Done != nil {
 		u := &bodyUse{b: r.Body, done: r.Done}
 		u.refs.Store(1) // Post's own, until the client can take no new reader
 		defer u.release()
-		body = u.open()
-	}
-	hr, err := http.NewRequestWithContext(w.Context(), http.MethodPost, r.URL.String(), body)
-	if err != nil {
-		if c, ok := body.(io.Closer); ok {
-			_ = c.Close()
-		}
-		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: r.Name + ": build request: " + err.Error(), Err: err}
-	}
-	if br, ok := body.(*bodyReader); ok {
-		// What http.NewRequest sets for a bytes.Reader.
-		use := br.u
-		hr.ContentLength = int64(len(r.Body))
-		hr.GetBody = func() (io.ReadCloser, error) { return use.open(), nil }
+		// What http.NewRequest sets for a bytes.Reader, over counted
+		// readers.
+		hr.Body, hr.ContentLength = u.open(), int64(len(r.Body))
+		hr.GetBody = func() (io.ReadCloser, error) { return u.open(), nil }
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Accept", "text/event-stream")
