@@ -198,14 +198,13 @@ func systemMessage(m provider.Model, c compat, sp string) chatMessage {
 // is followed by one user message with their images; servers that want
 // an assistant turn between a tool result and a user message get one.
 func chatMessages(f *wirecache.Forms[chatMessage, wireConv], msgs []message.Message, c compat, images bool) (hadToolCalls bool) {
-	i := 0
-	if !c.anthropicCache { // addCacheControl may change any message
-		// The wire messages of the session's last request that this one
-		// repeats are taken whole, up to a message that does not follow a
-		// tool result (a run of results sends its images after it).
-		i = f.Skip(wirecache.AfterNoToolResult(msgs))
-		hadToolCalls = f.Noted()
-	}
+	// The wire messages of the session's last request that this one
+	// repeats are taken whole, up to a message that does not follow a
+	// tool result (a run of results sends its images after it). The one
+	// addCacheControl marked is not among them: it was Unmark'ed, and
+	// Skip stops before it.
+	i := f.Skip(wirecache.AfterNoToolResult(msgs))
+	hadToolCalls = f.Noted()
 	for ; i < len(msgs); i++ {
 		msg := &msgs[i]
 		switch msg.Role {

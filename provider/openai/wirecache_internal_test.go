@@ -160,6 +160,21 @@ func TestWireCacheAppends(t *testing.T) {
 	}
 }
 
+// TestWireCacheSkipCacheControl: a session on a server that takes
+// prompt-cache breakpoints (OpenRouter with an Anthropic model) takes the
+// last request's wire messages whole too, short of the one the last
+// request marked (addCacheControl Unmarks it), and every body is still
+// the whole conversion's. Before, such a session converted every
+// message of every request (nothing skipped).
+func TestWireCacheSkipCacheControl(t *testing.T) {
+	t.Parallel()
+	cache := chatWire.AppendsFrom(t, 7, 300,
+		provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}})
+	if cache.Skipped.Load() == 0 {
+		t.Error("no request took the last one's wire messages whole")
+	}
+}
+
 // TestWireCacheSkipToolRun: a run of tool results with images goes on in
 // the next request (the turn's next result appended to it): the images'
 // user message goes after the whole run, so the request takes the last
