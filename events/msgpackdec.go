@@ -380,13 +380,14 @@ func readPtr[T any](r *mpReader, p **T, read func(*mpReader, *T) bool) bool {
 }
 
 // readSlice reads a slice field as the library does: nil for nil, an
-// empty slice (not nil) for an empty array.
+// empty slice (not nil) for an empty array. It allocates no more elements
+// than bytes remain (each takes at least one), with or without the walk.
 func readSlice[T any](r *mpReader, read func(*mpReader, *T) bool) ([]T, bool) {
 	if r.null() {
 		return nil, true
 	}
 	n, ok := r.arrayLen()
-	if !ok {
+	if !ok || !r.need(n) {
 		return nil, false
 	}
 	s := make([]T, n)
