@@ -18,19 +18,19 @@ func readEvent(data []byte, e *Event) bool {
 	return r.fields(func(k []byte) (uint64, bool) {
 		switch string(k) {
 		case "v":
-			return r.setInt(&e.V, 1<<0)
+			return setInt(&r, &e.V, 1<<0)
 		case "runId":
 			return r.setStr(&e.RunID, 1<<1)
 		case "sessionKey":
 			return r.setStr(&e.SessionKey, 1<<2)
 		case "seq":
-			return r.setUint64(&e.Seq, 1<<3)
+			return setInt(&r, &e.Seq, 1<<3)
 		case "attempt":
-			return r.setInt(&e.Attempt, 1<<4)
+			return setInt(&r, &e.Attempt, 1<<4)
 		case "stream":
 			return r.setStr(&e.Stream, 1<<5)
 		case "ts":
-			return r.setInt64(&e.TS, 1<<6)
+			return setInt(&r, &e.TS, 1<<6)
 		case "data":
 			return 1 << 7, r.eventData(&e.Data)
 		}
@@ -48,9 +48,9 @@ func (r *mpReader) eventData(d *EventData) bool {
 		case "delta":
 			return r.setStr(&d.Delta, 1<<2)
 		case "startedAt":
-			return r.setInt64(&d.StartedAt, 1<<3)
+			return setInt(r, &d.StartedAt, 1<<3)
 		case "endedAt":
-			return r.setInt64(&d.EndedAt, 1<<4)
+			return setInt(r, &d.EndedAt, 1<<4)
 		case "error":
 			return r.setStr(&d.Error, 1<<5)
 		case "worker":
@@ -62,11 +62,11 @@ func (r *mpReader) eventData(d *EventData) bool {
 		case "parentRun":
 			return r.setStr(&d.ParentRun, 1<<9)
 		case "attempt":
-			return r.setInt(&d.Attempt, 1<<10)
+			return setInt(r, &d.Attempt, 1<<10)
 		case "steps":
-			return r.setInt(&d.Steps, 1<<11)
+			return setInt(r, &d.Steps, 1<<11)
 		case "inboundSeq":
-			return r.setUint64(&d.InboundSeq, 1<<12)
+			return setInt(r, &d.InboundSeq, 1<<12)
 		case "name":
 			return r.setStr(&d.Name, 1<<13)
 		case "toolCallId":
@@ -78,9 +78,9 @@ func (r *mpReader) eventData(d *EventData) bool {
 		case "isError":
 			return r.setBool(&d.IsError, 1<<17)
 		case "delayMs":
-			return r.setInt64(&d.DelayMs, 1<<18)
+			return setInt(r, &d.DelayMs, 1<<18)
 		case "maxAttempts":
-			return r.setInt(&d.MaxAttempts, 1<<19)
+			return setInt(r, &d.MaxAttempts, 1<<19)
 		case "provider":
 			return r.setStr(&d.Provider, 1<<20)
 		case "model":
@@ -88,7 +88,7 @@ func (r *mpReader) eventData(d *EventData) bool {
 		case "authProfile":
 			return r.setStr(&d.AuthProfile, 1<<22)
 		case "hop":
-			return r.setInt(&d.Hop, 1<<23)
+			return setInt(r, &d.Hop, 1<<23)
 		case "reason":
 			return r.setStr(&d.Reason, 1<<24)
 		}
@@ -125,7 +125,7 @@ func (r *mpReader) meta(x *Meta) bool {
 		var ok bool
 		switch string(k) {
 		case "durationMs":
-			return r.setInt64(&x.DurationMs, 1<<0)
+			return setInt(r, &x.DurationMs, 1<<0)
 		case "aborted":
 			return r.setBool(&x.Aborted, 1<<1)
 		case "agentMeta":
@@ -186,7 +186,7 @@ func (r *mpReader) meta(x *Meta) bool {
 			ok = readPtr(r, &x.Session, (*mpReader).sessionState)
 			return 1 << 9, ok
 		case "waiting":
-			return r.setInt(&x.Waiting, 1<<10)
+			return setInt(r, &x.Waiting, 1<<10)
 		}
 		return 0, false
 	})
@@ -202,9 +202,9 @@ func (r *mpReader) agentMeta(a *AgentMeta) bool {
 		case "model":
 			return r.setStr(&a.Model, 1<<2)
 		case "compactionCount":
-			return r.setInt(&a.CompactionCount, 1<<3)
+			return setInt(r, &a.CompactionCount, 1<<3)
 		case "promptTokens":
-			return r.setInt64(&a.PromptTokens, 1<<4)
+			return setInt(r, &a.PromptTokens, 1<<4)
 		case "usage":
 			return 1 << 5, readPtr(r, &a.Usage, (*mpReader).usage)
 		case "lastCallUsage":
@@ -218,15 +218,15 @@ func (r *mpReader) usage(u *UsageMeta) bool {
 	return r.fields(func(k []byte) (uint64, bool) {
 		switch string(k) {
 		case "input":
-			return r.setInt64(&u.Input, 1<<0)
+			return setInt(r, &u.Input, 1<<0)
 		case "output":
-			return r.setInt64(&u.Output, 1<<1)
+			return setInt(r, &u.Output, 1<<1)
 		case "cacheRead":
-			return r.setInt64(&u.CacheRead, 1<<2)
+			return setInt(r, &u.CacheRead, 1<<2)
 		case "cacheWrite":
-			return r.setInt64(&u.CacheWrite, 1<<3)
+			return setInt(r, &u.CacheWrite, 1<<3)
 		case "total":
-			return r.setInt64(&u.Total, 1<<4)
+			return setInt(r, &u.Total, 1<<4)
 		case "cost":
 			return 1 << 5, readPtr(r, &u.Cost, func(r *mpReader, c *CostMeta) bool {
 				return r.fields(func(k []byte) (uint64, bool) {
@@ -261,7 +261,7 @@ func (r *mpReader) sessionState(s *SessionState) bool {
 		case "usage":
 			return 1 << 1, readPtr(r, &s.Usage, (*mpReader).usage)
 		case "turns":
-			return r.setInt64(&s.Turns, 1<<2)
+			return setInt(r, &s.Turns, 1<<2)
 		case "childUsage":
 			return 1 << 3, readPtr(r, &s.ChildUsage, (*mpReader).usage)
 		}
@@ -488,8 +488,8 @@ func (r *mpReader) float64() (float64, bool) {
 	return 0, false
 }
 
-// The set methods read a field's value into *p for a fields callback and
-// return bit with whether they read it.
+// The set methods (and setInt) read a field's value into *p for a fields
+// callback and return bit with whether they read it.
 
 func (r *mpReader) setStr(p *string, bit uint64) (uint64, bool) {
 	v, ok := r.str()
@@ -503,21 +503,11 @@ func (r *mpReader) setBool(p *bool, bit uint64) (uint64, bool) {
 	return bit, ok
 }
 
-func (r *mpReader) setInt(p *int, bit uint64) (uint64, bool) {
+// setInt reads an integer of any width into a Go int, int64 or uint64,
+// converted as the library converts it.
+func setInt[T int | int64 | uint64](r *mpReader, p *T, bit uint64) (uint64, bool) {
 	v, ok := r.int64()
-	*p = int(v)
-	return bit, ok
-}
-
-func (r *mpReader) setInt64(p *int64, bit uint64) (uint64, bool) {
-	v, ok := r.int64()
-	*p = v
-	return bit, ok
-}
-
-func (r *mpReader) setUint64(p *uint64, bit uint64) (uint64, bool) {
-	v, ok := r.int64()
-	*p = uint64(v)
+	*p = T(v)
 	return bit, ok
 }
 
