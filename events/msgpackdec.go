@@ -16,29 +16,21 @@ import (
 func readEvent(data []byte, e *Event) bool {
 	r := mpReader{b: data}
 	return r.fields(func(k []byte) (uint64, bool) {
-		var ok bool
 		switch string(k) {
 		case "v":
-			e.V, ok = r.int()
-			return 1 << 0, ok
+			return setInt(&r, &e.V, 1<<0)
 		case "runId":
-			e.RunID, ok = r.str()
-			return 1 << 1, ok
+			return r.setStr(&e.RunID, 1<<1)
 		case "sessionKey":
-			e.SessionKey, ok = r.str()
-			return 1 << 2, ok
+			return r.setStr(&e.SessionKey, 1<<2)
 		case "seq":
-			e.Seq, ok = r.uint64()
-			return 1 << 3, ok
+			return setInt(&r, &e.Seq, 1<<3)
 		case "attempt":
-			e.Attempt, ok = r.int()
-			return 1 << 4, ok
+			return setInt(&r, &e.Attempt, 1<<4)
 		case "stream":
-			e.Stream, ok = r.str()
-			return 1 << 5, ok
+			return r.setStr(&e.Stream, 1<<5)
 		case "ts":
-			e.TS, ok = r.int64()
-			return 1 << 6, ok
+			return setInt(&r, &e.TS, 1<<6)
 		case "data":
 			return 1 << 7, r.eventData(&e.Data)
 		}
@@ -48,82 +40,57 @@ func readEvent(data []byte, e *Event) bool {
 
 func (r *mpReader) eventData(d *EventData) bool {
 	return r.fields(func(k []byte) (uint64, bool) {
-		var ok bool
 		switch string(k) {
 		case "phase":
-			d.Phase, ok = r.str()
-			return 1 << 0, ok
+			return r.setStr(&d.Phase, 1<<0)
 		case "text":
-			d.Text, ok = r.str()
-			return 1 << 1, ok
+			return r.setStr(&d.Text, 1<<1)
 		case "delta":
-			d.Delta, ok = r.str()
-			return 1 << 2, ok
+			return r.setStr(&d.Delta, 1<<2)
 		case "startedAt":
-			d.StartedAt, ok = r.int64()
-			return 1 << 3, ok
+			return setInt(r, &d.StartedAt, 1<<3)
 		case "endedAt":
-			d.EndedAt, ok = r.int64()
-			return 1 << 4, ok
+			return setInt(r, &d.EndedAt, 1<<4)
 		case "error":
-			d.Error, ok = r.str()
-			return 1 << 5, ok
+			return r.setStr(&d.Error, 1<<5)
 		case "worker":
-			d.Worker, ok = r.str()
-			return 1 << 6, ok
+			return r.setStr(&d.Worker, 1<<6)
 		case "tenant":
-			d.Tenant, ok = r.str()
-			return 1 << 7, ok
+			return r.setStr(&d.Tenant, 1<<7)
 		case "parentSession":
-			d.ParentSession, ok = r.str()
-			return 1 << 8, ok
+			return r.setStr(&d.ParentSession, 1<<8)
 		case "parentRun":
-			d.ParentRun, ok = r.str()
-			return 1 << 9, ok
+			return r.setStr(&d.ParentRun, 1<<9)
 		case "attempt":
-			d.Attempt, ok = r.int()
-			return 1 << 10, ok
+			return setInt(r, &d.Attempt, 1<<10)
 		case "steps":
-			d.Steps, ok = r.int()
-			return 1 << 11, ok
+			return setInt(r, &d.Steps, 1<<11)
 		case "inboundSeq":
-			d.InboundSeq, ok = r.uint64()
-			return 1 << 12, ok
+			return setInt(r, &d.InboundSeq, 1<<12)
 		case "name":
-			d.Name, ok = r.str()
-			return 1 << 13, ok
+			return r.setStr(&d.Name, 1<<13)
 		case "toolCallId":
-			d.ToolCallID, ok = r.str()
-			return 1 << 14, ok
+			return r.setStr(&d.ToolCallID, 1<<14)
 		case "result":
 			return 1 << 15, readPtr(r, &d.Result, (*mpReader).result)
 		case "willRetry":
-			d.WillRetry, ok = r.bool()
-			return 1 << 16, ok
+			return r.setBool(&d.WillRetry, 1<<16)
 		case "isError":
-			d.IsError, ok = r.bool()
-			return 1 << 17, ok
+			return r.setBool(&d.IsError, 1<<17)
 		case "delayMs":
-			d.DelayMs, ok = r.int64()
-			return 1 << 18, ok
+			return setInt(r, &d.DelayMs, 1<<18)
 		case "maxAttempts":
-			d.MaxAttempts, ok = r.int()
-			return 1 << 19, ok
+			return setInt(r, &d.MaxAttempts, 1<<19)
 		case "provider":
-			d.Provider, ok = r.str()
-			return 1 << 20, ok
+			return r.setStr(&d.Provider, 1<<20)
 		case "model":
-			d.Model, ok = r.str()
-			return 1 << 21, ok
+			return r.setStr(&d.Model, 1<<21)
 		case "authProfile":
-			d.AuthProfile, ok = r.str()
-			return 1 << 22, ok
+			return r.setStr(&d.AuthProfile, 1<<22)
 		case "hop":
-			d.Hop, ok = r.int()
-			return 1 << 23, ok
+			return setInt(r, &d.Hop, 1<<23)
 		case "reason":
-			d.Reason, ok = r.str()
-			return 1 << 24, ok
+			return r.setStr(&d.Reason, 1<<24)
 		}
 		return 0, false // args, payload (values of their own type), or unknown
 	})
@@ -138,13 +105,9 @@ func (r *mpReader) result(x *Result) bool {
 				return r.fields(func(k []byte) (uint64, bool) {
 					switch string(k) {
 					case "text":
-						var ok bool
-						p.Text, ok = r.str()
-						return 1 << 0, ok
+						return r.setStr(&p.Text, 1<<0)
 					case "isError":
-						var ok bool
-						p.IsError, ok = r.bool()
-						return 1 << 1, ok
+						return r.setBool(&p.IsError, 1<<1)
 					}
 					return 0, false
 				})
@@ -162,86 +125,68 @@ func (r *mpReader) meta(x *Meta) bool {
 		var ok bool
 		switch string(k) {
 		case "durationMs":
-			x.DurationMs, ok = r.int64()
-			return 1 << 0, ok
+			return setInt(r, &x.DurationMs, 1<<0)
 		case "aborted":
-			x.Aborted, ok = r.bool()
-			return 1 << 1, ok
+			return r.setBool(&x.Aborted, 1<<1)
 		case "agentMeta":
 			ok = readPtr(r, &x.AgentMeta, (*mpReader).agentMeta)
 			return 1 << 2, ok
 		case "error":
 			ok = readPtr(r, &x.Error, func(r *mpReader, e *RunError) bool {
 				return r.fields(func(k []byte) (uint64, bool) {
-					var ok bool
 					switch string(k) {
 					case "kind":
-						e.Kind, ok = r.str()
-						return 1 << 0, ok
+						return r.setStr(&e.Kind, 1<<0)
 					case "message":
-						e.Message, ok = r.str()
-						return 1 << 1, ok
+						return r.setStr(&e.Message, 1<<1)
 					}
 					return 0, false
 				})
 			})
 			return 1 << 3, ok
 		case "stopReason":
-			x.StopReason, ok = r.str()
-			return 1 << 4, ok
+			return r.setStr(&x.StopReason, 1<<4)
 		case "pendingToolCalls":
 			x.PendingToolCalls, ok = readSlice(r, func(r *mpReader, c *PendingCall) bool {
 				return r.fields(func(k []byte) (uint64, bool) {
-					var ok bool
 					switch string(k) {
 					case "id":
-						c.ID, ok = r.str()
-						return 1 << 0, ok
+						return r.setStr(&c.ID, 1<<0)
 					case "name":
-						c.Name, ok = r.str()
-						return 1 << 1, ok
+						return r.setStr(&c.Name, 1<<1)
 					case "arguments":
-						c.Arguments, ok = r.str()
-						return 1 << 2, ok
+						return r.setStr(&c.Arguments, 1<<2)
 					case "approval":
-						c.Approval, ok = r.bool()
-						return 1 << 3, ok
+						return r.setBool(&c.Approval, 1<<3)
 					}
 					return 0, false
 				})
 			})
 			return 1 << 5, ok
 		case "mergedInto":
-			x.MergedInto, ok = r.str()
-			return 1 << 6, ok
+			return r.setStr(&x.MergedInto, 1<<6)
 		case "consumed":
 			x.Consumed, ok = readSlice(r, func(r *mpReader, c *ConsumedRun) bool {
 				return r.fields(func(k []byte) (uint64, bool) {
-					var ok bool
 					switch string(k) {
 					case "runId":
-						c.RunID, ok = r.str()
-						return 1 << 0, ok
+						return r.setStr(&c.RunID, 1<<0)
 					case "kind":
-						c.Kind, ok = r.str()
-						return 1 << 1, ok
+						return r.setStr(&c.Kind, 1<<1)
 					case "reason":
-						c.Reason, ok = r.str()
-						return 1 << 2, ok
+						return r.setStr(&c.Reason, 1<<2)
 					}
 					return 0, false
 				})
 			})
 			return 1 << 7, ok
 		case "heartbeatOk":
-			x.HeartbeatOK, ok = r.bool()
-			return 1 << 8, ok
+			return r.setBool(&x.HeartbeatOK, 1<<8)
 		case "session":
 			ok = readPtr(r, &x.Session, (*mpReader).sessionState)
 			return 1 << 9, ok
 		case "waiting":
-			x.Waiting, ok = r.int()
-			return 1 << 10, ok
+			return setInt(r, &x.Waiting, 1<<10)
 		}
 		return 0, false
 	})
@@ -249,23 +194,17 @@ func (r *mpReader) meta(x *Meta) bool {
 
 func (r *mpReader) agentMeta(a *AgentMeta) bool {
 	return r.fields(func(k []byte) (uint64, bool) {
-		var ok bool
 		switch string(k) {
 		case "sessionId":
-			a.SessionID, ok = r.str()
-			return 1 << 0, ok
+			return r.setStr(&a.SessionID, 1<<0)
 		case "provider":
-			a.Provider, ok = r.str()
-			return 1 << 1, ok
+			return r.setStr(&a.Provider, 1<<1)
 		case "model":
-			a.Model, ok = r.str()
-			return 1 << 2, ok
+			return r.setStr(&a.Model, 1<<2)
 		case "compactionCount":
-			a.CompactionCount, ok = r.int()
-			return 1 << 3, ok
+			return setInt(r, &a.CompactionCount, 1<<3)
 		case "promptTokens":
-			a.PromptTokens, ok = r.int64()
-			return 1 << 4, ok
+			return setInt(r, &a.PromptTokens, 1<<4)
 		case "usage":
 			return 1 << 5, readPtr(r, &a.Usage, (*mpReader).usage)
 		case "lastCallUsage":
@@ -277,43 +216,31 @@ func (r *mpReader) agentMeta(a *AgentMeta) bool {
 
 func (r *mpReader) usage(u *UsageMeta) bool {
 	return r.fields(func(k []byte) (uint64, bool) {
-		var ok bool
 		switch string(k) {
 		case "input":
-			u.Input, ok = r.int64()
-			return 1 << 0, ok
+			return setInt(r, &u.Input, 1<<0)
 		case "output":
-			u.Output, ok = r.int64()
-			return 1 << 1, ok
+			return setInt(r, &u.Output, 1<<1)
 		case "cacheRead":
-			u.CacheRead, ok = r.int64()
-			return 1 << 2, ok
+			return setInt(r, &u.CacheRead, 1<<2)
 		case "cacheWrite":
-			u.CacheWrite, ok = r.int64()
-			return 1 << 3, ok
+			return setInt(r, &u.CacheWrite, 1<<3)
 		case "total":
-			u.Total, ok = r.int64()
-			return 1 << 4, ok
+			return setInt(r, &u.Total, 1<<4)
 		case "cost":
 			return 1 << 5, readPtr(r, &u.Cost, func(r *mpReader, c *CostMeta) bool {
 				return r.fields(func(k []byte) (uint64, bool) {
-					var ok bool
 					switch string(k) {
 					case "input":
-						c.Input, ok = r.float64()
-						return 1 << 0, ok
+						return r.setFloat64(&c.Input, 1<<0)
 					case "output":
-						c.Output, ok = r.float64()
-						return 1 << 1, ok
+						return r.setFloat64(&c.Output, 1<<1)
 					case "cacheRead":
-						c.CacheRead, ok = r.float64()
-						return 1 << 2, ok
+						return r.setFloat64(&c.CacheRead, 1<<2)
 					case "cacheWrite":
-						c.CacheWrite, ok = r.float64()
-						return 1 << 3, ok
+						return r.setFloat64(&c.CacheWrite, 1<<3)
 					case "total":
-						c.Total, ok = r.float64()
-						return 1 << 4, ok
+						return r.setFloat64(&c.Total, 1<<4)
 					}
 					return 0, false
 				})
@@ -328,16 +255,13 @@ func (r *mpReader) usage(u *UsageMeta) bool {
 // to the library.
 func (r *mpReader) sessionState(s *SessionState) bool {
 	return r.fields(func(k []byte) (uint64, bool) {
-		var ok bool
 		switch string(k) {
 		case "authProfile":
-			s.AuthProfile, ok = r.str()
-			return 1 << 0, ok
+			return r.setStr(&s.AuthProfile, 1<<0)
 		case "usage":
 			return 1 << 1, readPtr(r, &s.Usage, (*mpReader).usage)
 		case "turns":
-			s.Turns, ok = r.int64()
-			return 1 << 2, ok
+			return setInt(r, &s.Turns, 1<<2)
 		case "childUsage":
 			return 1 << 3, readPtr(r, &s.ChildUsage, (*mpReader).usage)
 		}
@@ -380,13 +304,14 @@ func readPtr[T any](r *mpReader, p **T, read func(*mpReader, *T) bool) bool {
 }
 
 // readSlice reads a slice field as the library does: nil for nil, an
-// empty slice (not nil) for an empty array.
+// empty slice (not nil) for an empty array. It allocates no more elements
+// than bytes remain (each takes at least one), with or without the walk.
 func readSlice[T any](r *mpReader, read func(*mpReader, *T) bool) ([]T, bool) {
 	if r.null() {
 		return nil, true
 	}
 	n, ok := r.arrayLen()
-	if !ok {
+	if !ok || !r.need(n) {
 		return nil, false
 	}
 	s := make([]T, n)
@@ -549,16 +474,6 @@ func (r *mpReader) int64() (int64, bool) {
 	}
 }
 
-func (r *mpReader) int() (int, bool) {
-	n, ok := r.int64()
-	return int(n), ok
-}
-
-func (r *mpReader) uint64() (uint64, bool) {
-	n, ok := r.int64()
-	return uint64(n), ok
-}
-
 // float64 reads a float64 or float32 (what the library reads into a
 // float64 besides integers, which are left to it).
 func (r *mpReader) float64() (float64, bool) {
@@ -571,4 +486,33 @@ func (r *mpReader) float64() (float64, bool) {
 		return float64(math.Float32frombits(binary.BigEndian.Uint32(r.b[r.i-4:]))), true
 	}
 	return 0, false
+}
+
+// The set methods (and setInt) read a field's value into *p for a fields
+// callback and return bit with whether they read it.
+
+func (r *mpReader) setStr(p *string, bit uint64) (uint64, bool) {
+	v, ok := r.str()
+	*p = v
+	return bit, ok
+}
+
+func (r *mpReader) setBool(p *bool, bit uint64) (uint64, bool) {
+	v, ok := r.bool()
+	*p = v
+	return bit, ok
+}
+
+// setInt reads an integer of any width into a Go int, int64 or uint64,
+// converted as the library converts it.
+func setInt[T int | int64 | uint64](r *mpReader, p *T, bit uint64) (uint64, bool) {
+	v, ok := r.int64()
+	*p = T(v)
+	return bit, ok
+}
+
+func (r *mpReader) setFloat64(p *float64, bit uint64) (uint64, bool) {
+	v, ok := r.float64()
+	*p = v
+	return bit, ok
 }

@@ -5,9 +5,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lanefleet/lanefleet/internal/mpw"
 )
 
 // libraryDecode is data decoded by the library alone, as DecodeEvent did
@@ -160,4 +163,40 @@ func FuzzReadEventAsLibrary(f *testing.F) {
 			t.Fatalf("%x:\n got  %+v\n want %+v", data, got, want)
 		}
 	})
+}
+
+// TestReadEventCraftedBytes: readEvent, handed bytes the walk would
+// refuse, neither panics nor takes them: every cut of a final event, and
+// an array that declares millions of payloads it does not hold, which it
+// refuses before allocating them.
+func TestReadEventCraftedBytes(t *testing.T) {
+	full, ok := appendEvent(nil, &Event{RunID: "r", SessionKey: "s", Seq: 9, Stream: StreamFinal, TS: 5, Data: EventData{Result: &Result{
+		Payloads: []Payload{{Text: "pong"}},
+		Meta: Meta{DurationMs: 3, PendingToolCalls: []PendingCall{{ID: "c", Name: "n", Arguments: "{}"}}, Consumed: []ConsumedRun{{RunID: "r0"}},
+			AgentMeta: &AgentMeta{Usage: &UsageMeta{Input: 1, Cost: &CostMeta{Total: 0.5}}}, Session: &SessionState{Turns: 2}},
+	}}})
+	if !ok {
+		t.Fatal("appendEvent left the event to the library")
+	}
+	for n := range len(full) {
+		var e Event
+		if readEvent(full[:n], &e) {
+			t.Fatalf("readEvent took the first %d of %d bytes", n, len(full))
+		}
+	}
+
+	b := mpw.Str([]byte{0x81}, "data")
+	b = mpw.Str(append(b, 0x81), "result")
+	b = mpw.Str(append(b, 0x81), "payloads")
+	b = append(b, 0xdd, 0x00, 0x40, 0x00, 0x00) // an array of 1<<22 elements, then nothing
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var e Event
+	if readEvent(b, &e) {
+		t.Fatal("readEvent took an array longer than its bytes")
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Fatalf("readEvent allocated %d bytes for an array its %d bytes cannot hold", grew, len(b))
+	}
 }

@@ -26,24 +26,16 @@ func appendEvent(b []byte, e *Event) (_ []byte, ok bool) {
 		return b, false
 	}
 	m := mpw.Begin(b)
-	b = m.Key(b, "v")
-	b = mpw.Int(b, int64(e.V))
-	b = m.Key(b, "runId")
-	b = mpw.Str(b, e.RunID)
-	b = m.Key(b, "sessionKey")
-	b = mpw.Str(b, e.SessionKey)
-	b = m.Key(b, "seq")
-	b = mpw.Uint64(b, e.Seq)
+	b = mpw.Int(m.Key(b, "v"), int64(e.V))
+	b = mpw.Str(m.Key(b, "runId"), e.RunID)
+	b = mpw.Str(m.Key(b, "sessionKey"), e.SessionKey)
+	b = mpw.Uint64(m.Key(b, "seq"), e.Seq)
 	if e.Attempt != 0 {
-		b = m.Key(b, "attempt")
-		b = mpw.Int(b, int64(e.Attempt))
+		b = mpw.Int(m.Key(b, "attempt"), int64(e.Attempt))
 	}
-	b = m.Key(b, "stream")
-	b = mpw.Str(b, e.Stream)
-	b = m.Key(b, "ts")
-	b = mpw.Int64(b, e.TS)
-	b = m.Key(b, "data")
-	b = appendEventData(b, &e.Data)
+	b = mpw.Str(m.Key(b, "stream"), e.Stream)
+	b = mpw.Int64(m.Key(b, "ts"), e.TS)
+	b = appendEventData(m.Key(b, "data"), &e.Data)
 	return m.End(b), true
 }
 
@@ -66,8 +58,7 @@ func appendEventData(b []byte, d *EventData) []byte {
 	b = m.OptStr(b, "toolCallId", d.ToolCallID)
 	// args: nil here (appendEvent leaves events with args to the library).
 	if d.Result != nil {
-		b = m.Key(b, "result")
-		b = appendResult(b, d.Result)
+		b = appendResult(m.Key(b, "result"), d.Result)
 	}
 	b = m.OptBool(b, "willRetry", d.WillRetry)
 	b = m.OptBool(b, "isError", d.IsError)
@@ -85,8 +76,7 @@ func appendEventData(b []byte, d *EventData) []byte {
 func appendResult(b []byte, r *Result) []byte {
 	m := mpw.Begin(b)
 	if len(r.Payloads) > 0 {
-		b = m.Key(b, "payloads")
-		b = mpw.ArrayLen(b, len(r.Payloads))
+		b = mpw.ArrayLen(m.Key(b, "payloads"), len(r.Payloads))
 		for i := range r.Payloads {
 			p := &r.Payloads[i]
 			pm := mpw.Begin(b)
@@ -95,25 +85,20 @@ func appendResult(b []byte, r *Result) []byte {
 			b = pm.End(b)
 		}
 	}
-	b = m.Key(b, "meta")
-	b = appendMeta(b, &r.Meta)
+	b = appendMeta(m.Key(b, "meta"), &r.Meta)
 	return m.End(b)
 }
 
 func appendMeta(b []byte, x *Meta) []byte {
 	m := mpw.Begin(b)
-	b = m.Key(b, "durationMs")
-	b = mpw.Int64(b, x.DurationMs)
+	b = mpw.Int64(m.Key(b, "durationMs"), x.DurationMs)
 	b = m.OptBool(b, "aborted", x.Aborted)
 	if a := x.AgentMeta; a != nil {
 		b = m.Key(b, "agentMeta")
 		am := mpw.Begin(b)
-		b = am.Key(b, "sessionId")
-		b = mpw.Str(b, a.SessionID)
-		b = am.Key(b, "provider")
-		b = mpw.Str(b, a.Provider)
-		b = am.Key(b, "model")
-		b = mpw.Str(b, a.Model)
+		b = mpw.Str(am.Key(b, "sessionId"), a.SessionID)
+		b = mpw.Str(am.Key(b, "provider"), a.Provider)
+		b = mpw.Str(am.Key(b, "model"), a.Model)
 		b = am.OptInt(b, "compactionCount", a.CompactionCount)
 		b = am.OptInt64(b, "promptTokens", a.PromptTokens)
 		b = optUsage(&am, b, "usage", a.Usage)
@@ -123,38 +108,30 @@ func appendMeta(b []byte, x *Meta) []byte {
 	if x.Error != nil {
 		b = m.Key(b, "error")
 		em := mpw.Begin(b)
-		b = em.Key(b, "kind")
-		b = mpw.Str(b, x.Error.Kind)
-		b = em.Key(b, "message")
-		b = mpw.Str(b, x.Error.Message)
+		b = mpw.Str(em.Key(b, "kind"), x.Error.Kind)
+		b = mpw.Str(em.Key(b, "message"), x.Error.Message)
 		b = em.End(b)
 	}
 	b = m.OptStr(b, "stopReason", x.StopReason)
 	if len(x.PendingToolCalls) > 0 {
-		b = m.Key(b, "pendingToolCalls")
-		b = mpw.ArrayLen(b, len(x.PendingToolCalls))
+		b = mpw.ArrayLen(m.Key(b, "pendingToolCalls"), len(x.PendingToolCalls))
 		for i := range x.PendingToolCalls {
 			c := &x.PendingToolCalls[i]
 			cm := mpw.Begin(b)
-			b = cm.Key(b, "id")
-			b = mpw.Str(b, c.ID)
-			b = cm.Key(b, "name")
-			b = mpw.Str(b, c.Name)
-			b = cm.Key(b, "arguments")
-			b = mpw.Str(b, c.Arguments)
+			b = mpw.Str(cm.Key(b, "id"), c.ID)
+			b = mpw.Str(cm.Key(b, "name"), c.Name)
+			b = mpw.Str(cm.Key(b, "arguments"), c.Arguments)
 			b = cm.OptBool(b, "approval", c.Approval)
 			b = cm.End(b)
 		}
 	}
 	b = m.OptStr(b, "mergedInto", x.MergedInto)
 	if len(x.Consumed) > 0 {
-		b = m.Key(b, "consumed")
-		b = mpw.ArrayLen(b, len(x.Consumed))
+		b = mpw.ArrayLen(m.Key(b, "consumed"), len(x.Consumed))
 		for i := range x.Consumed {
 			c := &x.Consumed[i]
 			cm := mpw.Begin(b)
-			b = cm.Key(b, "runId")
-			b = mpw.Str(b, c.RunID)
+			b = mpw.Str(cm.Key(b, "runId"), c.RunID)
 			b = cm.OptStr(b, "kind", c.Kind)
 			b = cm.OptStr(b, "reason", c.Reason)
 			b = cm.End(b)
@@ -162,8 +139,7 @@ func appendMeta(b []byte, x *Meta) []byte {
 	}
 	b = m.OptBool(b, "heartbeatOk", x.HeartbeatOK)
 	if x.Session != nil {
-		b = m.Key(b, "session")
-		b = appendSessionState(b, x.Session)
+		b = appendSessionState(m.Key(b, "session"), x.Session)
 	}
 	b = m.OptInt(b, "waiting", x.Waiting)
 	return m.End(b)
@@ -180,30 +156,24 @@ func appendSessionState(b []byte, s *SessionState) []byte {
 	b = optUsage(&m, b, "usage", s.Usage)
 	b = m.OptInt64(b, "turns", s.Turns)
 	if len(s.Approvals) > 0 {
-		b = m.Key(b, "approvals")
-		b = mpw.ArrayLen(b, len(s.Approvals))
+		b = mpw.ArrayLen(m.Key(b, "approvals"), len(s.Approvals))
 		for i := range s.Approvals {
 			a := &s.Approvals[i]
 			am := mpw.Begin(b)
-			b = am.Key(b, "id")
-			b = mpw.Str(b, a.ID)
-			b = am.Key(b, "name")
-			b = mpw.Str(b, a.Name)
+			b = mpw.Str(am.Key(b, "id"), a.ID)
+			b = mpw.Str(am.Key(b, "name"), a.Name)
 			b = am.End(b)
 		}
 	}
 	if p := s.Parent; p != nil {
 		b = m.Key(b, "parent")
 		pm := mpw.Begin(b)
-		b = pm.Key(b, "session")
-		b = mpw.Str(b, p.Session)
-		b = pm.Key(b, "run")
-		b = mpw.Str(b, p.Run)
+		b = mpw.Str(pm.Key(b, "session"), p.Session)
+		b = mpw.Str(pm.Key(b, "run"), p.Run)
 		b = pm.OptStr(b, "label", p.Label)
 		b = pm.OptStr(b, "nonce", p.Nonce)
 		if len(p.Ancestors) > 0 {
-			b = pm.Key(b, "ancestors")
-			b = mpw.ArrayLen(b, len(p.Ancestors))
+			b = mpw.ArrayLen(pm.Key(b, "ancestors"), len(p.Ancestors))
 			for _, a := range p.Ancestors {
 				b = mpw.Str(b, a)
 			}
@@ -213,17 +183,13 @@ func appendSessionState(b []byte, s *SessionState) []byte {
 		b = pm.End(b)
 	}
 	if len(s.Children) > 0 {
-		b = m.Key(b, "children")
-		b = mpw.ArrayLen(b, len(s.Children))
+		b = mpw.ArrayLen(m.Key(b, "children"), len(s.Children))
 		for i := range s.Children {
 			c := &s.Children[i]
 			cm := mpw.Begin(b)
-			b = cm.Key(b, "session")
-			b = mpw.Str(b, c.Session)
-			b = cm.Key(b, "run")
-			b = mpw.Str(b, c.Run)
-			b = cm.Key(b, "parentRun")
-			b = mpw.Str(b, c.ParentRun)
+			b = mpw.Str(cm.Key(b, "session"), c.Session)
+			b = mpw.Str(cm.Key(b, "run"), c.Run)
+			b = mpw.Str(cm.Key(b, "parentRun"), c.ParentRun)
 			b = cm.OptStr(b, "label", c.Label)
 			b = cm.OptInt64(b, "spawned", c.Spawned)
 			b = cm.OptBool(b, "stopped", c.Stopped)
@@ -291,15 +257,12 @@ func appendInbound(b []byte, in *Inbound) (_ []byte, ok bool) {
 	b = m.OptStr(b, "session", in.Session)
 	b = m.OptStr(b, "text", in.Text)
 	if len(in.Images) > 0 {
-		b = m.Key(b, "images")
-		b = mpw.ArrayLen(b, len(in.Images))
+		b = mpw.ArrayLen(m.Key(b, "images"), len(in.Images))
 		for i := range in.Images {
 			im := &in.Images[i]
 			mm := mpw.Begin(b)
-			b = mm.Key(b, "mimeType")
-			b = mpw.Str(b, im.MimeType)
-			b = mm.Key(b, "data")
-			b = mpw.Str(b, im.Data)
+			b = mpw.Str(mm.Key(b, "mimeType"), im.MimeType)
+			b = mpw.Str(mm.Key(b, "data"), im.Data)
 			b = mm.End(b)
 		}
 	}
