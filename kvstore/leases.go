@@ -37,7 +37,7 @@ func (l *Lanes) Leases(ctx context.Context, tokens []string) ([]LeaseRead, error
 		subjects[i] = l.prefix + leaseKey(tok)
 		at[subjects[i]] = append(at[subjects[i]], i)
 	}
-	msgs, err := directget.Last(ctx, l.js.Conn(), directget.Subject(l.js, l.stream.CachedInfo().Config.Name), subjects)
+	msgs, err := directget.Last(ctx, l.js.Conn(), directget.Subject(l.js, l.stream.CachedInfo().Config.Name), directget.Request{MultiLast: subjects})
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: leases: %w", err)
 	}
