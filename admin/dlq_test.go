@@ -32,7 +32,7 @@ func TestDeadListOnASlowServer(t *testing.T) {
 }
 
 func deadListHeld(t *testing.T, hold time.Duration) {
-	b := setupBare(t)
+	b := stores(t, 60*time.Second)
 	var want []uint64
 	for i := range 3 {
 		want = append(want, b.deadLetter(t, "poison", "agent.in.alice", uint64(i+1), `{"text":"boom"}`))
@@ -62,14 +62,4 @@ func deadListHeld(t *testing.T, hold time.Duration) {
 	if !slices.Equal(got, want) || page.More || !p.Stalled() {
 		t.Fatalf("listed %v (more %v, stalled %v), want %v", got, page.More, p.Stalled(), want)
 	}
-}
-
-// setupBare is setup without an admin service: the test serves its own.
-func setupBare(t *testing.T) *bundle {
-	t.Helper()
-	b := setup(t, nil)
-	if err := b.svc.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
