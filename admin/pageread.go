@@ -93,9 +93,7 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 			return nil, err
 		}
 	}
-	// A subject's newest message only: a part of an answer read after
-	// a newer message was stored may name it again.
-	for _, m := range newestOf(evs) {
+	for _, m := range evs {
 		tok, run, _ := strings.Cut(strings.TrimPrefix(m.Subject, events.EventPrefix), ".")
 		seq, err := strconv.ParseUint(run, 10, 64)
 		l := byToken[tok]
@@ -106,13 +104,13 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 		l.runAt[seq] = m.Time.UnixMilli()
 	}
 	var waiting []*lane
-	for _, m := range newestOf(ins) {
+	for _, m := range ins {
 		if l := byToken[strings.TrimPrefix(m.Subject, events.InboundPrefix)]; l != nil {
 			l.newest, l.activity = m.Seq, m.Time.UnixMilli()
 			waiting = append(waiting, l)
 		}
 	}
-	for _, m := range newestOf(runs) {
+	for _, m := range runs {
 		l := byToken[strings.TrimPrefix(m.Subject, "$KV."+s.cfg.Runs.Bucket()+".")]
 		if l == nil || m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
 			continue // cleared: a purge, a delete, or the server's marker
@@ -169,15 +167,4 @@ func (s *Service) pageEvents(ctx context.Context, filters []string) ([]directget
 // req.MultiLast's filters match (directget.Last).
 func (s *Service) lastOf(ctx context.Context, stream string, req directget.Request) ([]directget.Msg, error) {
 	return directget.Last(ctx, s.cfg.JS.Conn(), directget.Subject(s.cfg.JS, stream), req)
-}
-
-// newestOf keeps each subject's message of the highest sequence.
-func newestOf(msgs []directget.Msg) map[string]directget.Msg {
-	out := make(map[string]directget.Msg, len(msgs))
-	for _, m := range msgs {
-		if o, ok := out[m.Subject]; !ok || m.Seq > o.Seq {
-			out[m.Subject] = m
-		}
-	}
-	return out
 }

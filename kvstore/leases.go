@@ -41,12 +41,7 @@ func (l *Lanes) Leases(ctx context.Context, tokens []string) ([]LeaseRead, error
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: leases: %w", err)
 	}
-	seen := make(map[string]uint64, len(msgs))
-	for _, m := range msgs {
-		if m.Seq < seen[m.Subject] {
-			continue // an older message than one read already
-		}
-		seen[m.Subject] = m.Seq
+	for _, m := range msgs { // each subject once (Last)
 		st, err := l.leaseState(m.Subject, m.Seq, m.Time, m.Header, m.Data)
 		for _, i := range at[m.Subject] {
 			out[i] = LeaseRead{State: st, Err: err}

@@ -144,14 +144,41 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 }
 
 // Last returns the last message of every subject req.MultiLast's filters
-// match, however many: filters matching more than MultiLastMax subjects
-// are asked in halves, and an answer cut short by its size goes on from
-// its last sequence (req's Seq and Batch are not used; its MaxBytes and
-// Meta are each part's). A single filter that matches more than
-// MultiLastMax subjects is ErrTooMany. A subject whose newer message was
-// stored between two parts of the answer is returned twice: keep the
-// higher sequence.
+// match, however many, each subject once: filters matching more than
+// MultiLastMax subjects are asked in halves, and an answer cut short by
+// its size goes on from its last sequence (req's Seq and Batch are not
+// used; its MaxBytes and Meta are each part's). A single filter that
+// matches more than MultiLastMax subjects is ErrTooMany. A subject that
+// two parts name (a newer message stored between them, or filters of two
+// halves that both match it) is returned with the higher sequence.
 func Last(ctx context.Context, nc *nats.Conn, subject string, req Request) ([]Msg, error) {
+	msgs, err := last(ctx, nc, subject, req)
+	if err != nil {
+		return nil, err
+	}
+	return newest(msgs), nil
+}
+
+// newest keeps each subject's message of the highest sequence, in the
+// order the subjects first came (in place).
+func newest(msgs []Msg) []Msg {
+	at := make(map[string]int, len(msgs))
+	out := msgs[:0]
+	for _, m := range msgs {
+		if i, ok := at[m.Subject]; ok {
+			if m.Seq > out[i].Seq {
+				out[i] = m
+			}
+			continue
+		}
+		at[m.Subject] = len(out)
+		out = append(out, m)
+	}
+	return out
+}
+
+// last is Last without its subjects made unique.
+func last(ctx context.Context, nc *nats.Conn, subject string, req Request) ([]Msg, error) {
 	filters := req.MultiLast
 	if len(filters) == 0 {
 		return nil, nil
@@ -162,11 +189,11 @@ func Last(ctx context.Context, nc *nats.Conn, subject string, req Request) ([]Ms
 		rep, err := Get(ctx, nc, subject, req, MultiLastMax)
 		if errors.Is(err, ErrTooMany) && len(filters) > 1 {
 			half := len(filters) / 2
-			a, err := Last(ctx, nc, subject, with(req, filters[:half]))
+			a, err := last(ctx, nc, subject, with(req, filters[:half]))
 			if err != nil {
 				return nil, err
 			}
-			b, err := Last(ctx, nc, subject, with(req, filters[half:]))
+			b, err := last(ctx, nc, subject, with(req, filters[half:]))
 			if err != nil {
 				return nil, err
 			}

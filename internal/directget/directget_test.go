@@ -26,7 +26,7 @@ func msgSeq(t *testing.T, msgs []directget.Msg, subj string) uint64 {
 
 // TestLast: the last message of each of more subjects than one answer may
 // hold is read in parts (the filters halved), each subject once with its
-// newest message; one filter matching too many is ErrTooMany; no match is
+// newest message, a subject the filters of both halves match too; one filter matching too many is ErrTooMany; no match is
 // none. Meta drops each message's data and headers. A batch says what it
 // left.
 func TestLast(t *testing.T) {
@@ -51,7 +51,8 @@ func TestLast(t *testing.T) {
 	}
 	<-js.PublishAsyncComplete()
 	subject := directget.Subject(js, "S")
-	msgs, err := directget.Last(ctx, nc, subject, directget.Request{MultiLast: filters})
+	// s.5 asked again: in the other half.
+	msgs, err := directget.Last(ctx, nc, subject, directget.Request{MultiLast: append(filters, "s.5")})
 	if err != nil {
 		t.Fatal(err)
 	}
