@@ -39,10 +39,27 @@ type bundle struct {
 
 func setup(t *testing.T, auth admin.AuthBook) *bundle {
 	t.Helper()
+	b := stores(t, 60*time.Second)
+	cfg := b.config(t)
+	cfg.Auth = auth
+	svc, err := admin.Serve(b.nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	b.svc = svc
+	return b
+}
+
+// stores is setup without an admin service (a test serves its own): a
+// server, the fleet's streams and its run registry, and a context of
+// timeout for the test.
+func stores(t *testing.T, timeout time.Duration) *bundle {
+	t.Helper()
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
 	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	t.Cleanup(cancel)
 	streams, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{})
 	if err != nil {
@@ -52,13 +69,14 @@ func setup(t *testing.T, auth admin.AuthBook) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := admin.Serve(nc, admin.Config{JS: js, Inbound: streams.Inbound, Events: streams.Events, Dead: streams.Dead, Runs: runs,
-		Auth: auth, Worker: "w-1", Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Stop() })
-	return &bundle{nc: nc, js: js, streams: streams, runs: runs, ctx: ctx, svc: svc}
+	return &bundle{nc: nc, js: js, streams: streams, runs: runs, ctx: ctx}
+}
+
+// config is the configuration of an admin service on the bundle's
+// connection, streams and registry.
+func (b *bundle) config(t *testing.T) admin.Config {
+	return admin.Config{JS: b.js, Inbound: b.streams.Inbound, Events: b.streams.Events, Dead: b.streams.Dead, Runs: b.runs,
+		Worker: "w-1", Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
 }
 
 // request asks op with body (a JSON-encodable value or raw bytes) and

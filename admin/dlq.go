@@ -107,11 +107,12 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 			// the client stopped waiting is gone from this consumer (no
 			// acks), so a new one reads on from the last letter received;
 			// its count says whether any are left.
-			s.deleteConsumer(cons)
-			if cons, err = open(last + 1); err != nil {
-				return nil, err
+			next, err := open(last + 1)
+			if err != nil {
+				return nil, err // the deferred delete removes cons
 			}
-			pending = cons.CachedInfo().NumPending
+			s.deleteConsumer(cons)
+			cons, pending = next, next.CachedInfo().NumPending
 		}
 	}
 	return out, nil

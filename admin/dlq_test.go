@@ -1,14 +1,19 @@
 package admin_test
 
 import (
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/admin"
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/lanes"
 )
@@ -32,7 +37,7 @@ func TestDeadListOnASlowServer(t *testing.T) {
 }
 
 func deadListHeld(t *testing.T, hold time.Duration) {
-	b := setupBare(t)
+	b := stores(t, 60*time.Second)
 	var want []uint64
 	for i := range 3 {
 		want = append(want, b.deadLetter(t, "poison", "agent.in.alice", uint64(i+1), `{"text":"boom"}`))
@@ -64,12 +69,49 @@ func deadListHeld(t *testing.T, hold time.Duration) {
 	}
 }
 
-// setupBare is setup without an admin service: the test serves its own.
-func setupBare(t *testing.T) *bundle {
-	t.Helper()
-	b := setup(t, nil)
-	if err := b.svc.Stop(); err != nil {
+// TestDeadListStreamGoneWhileStalled: a listing whose fetch outwaits a
+// slow server and whose new consumer cannot be made (here the dead-letter
+// stream was deleted meanwhile) answers the cause. The deferred delete of
+// the listing's consumer called a method of the failed open's nil
+// consumer: the handler panicked, and the request had no answer.
+func TestDeadListStreamGoneWhileStalled(t *testing.T) {
+	t.Parallel()
+	b := stores(t, 60*time.Second)
+	b.deadLetter(t, "poison", "agent.in.alice", 1, `{"text":"boom"}`)
+	p := natstest.StartStallProxy(t, b.nc.ConnectedUrl(), []byte("CONSUMER.MSG.NEXT"), 7*time.Second)
+	nc := natstest.Connect(t, "nats://"+p.Addr)
+	js, _ := jetstream.New(nc)
+	streams, err := lanes.EnsureStreams(b.ctx, js, lanes.StreamConfig{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	cfg := b.config(t)
+	cfg.JS, cfg.Inbound, cfg.Events, cfg.Dead = js, streams.Inbound, streams.Events, streams.Dead
+	svc, err := admin.Serve(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	p.Arm()
+	answered := make(chan error, 1)
+	go func() {
+		msg, err := b.nc.RequestWithContext(b.ctx, admin.Subject(admin.OpDeadList), []byte("{}"))
+		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
+			err = fmt.Errorf("listed %q", msg.Data)
+		} else if err == nil {
+			err = errors.New(msg.Header.Get(micro.ErrorHeader))
+		}
+		answered <- err
+	}()
+	select {
+	case <-p.Began():
+	case <-b.ctx.Done():
+		t.Fatal("the listing did not fetch")
+	}
+	if err := b.js.DeleteStream(b.ctx, events.DeadStream); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answered; err == nil || !strings.Contains(err.Error(), "stream not found") {
+		t.Fatalf("answered %v, want the cause: stream not found", err)
+	}
 }

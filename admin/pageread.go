@@ -62,7 +62,7 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 		case 0:
 			evs, err = s.pageEvents(ctx, evFilters)
 		case 1:
-			ins, err = s.lastOf(ctx, events.InboundStream, inFilters)
+			ins, err = s.lastOf(ctx, events.InboundStream, directget.Request{MultiLast: inFilters, Meta: true})
 		case 2:
 			if s.cfg.Runs != nil {
 				prefix := "$KV." + s.cfg.Runs.Bucket() + "."
@@ -70,7 +70,7 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 				for i, e := range entries {
 					filters[i] = prefix + e.Token
 				}
-				runs, err = s.lastOf(ctx, "KV_"+s.cfg.Runs.Bucket(), filters)
+				runs, err = s.lastOf(ctx, "KV_"+s.cfg.Runs.Bucket(), directget.Request{MultiLast: filters})
 				if err != nil {
 					s.log.Warn().Err(err).Msg("admin: sessions: run registry")
 					runs, err = nil, nil
@@ -93,9 +93,7 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 			return nil, err
 		}
 	}
-	// A subject's newest message only: a part of an answer read after
-	// a newer message was stored may name it again.
-	for _, m := range newestOf(evs) {
+	for _, m := range evs {
 		tok, run, _ := strings.Cut(strings.TrimPrefix(m.Subject, events.EventPrefix), ".")
 		seq, err := strconv.ParseUint(run, 10, 64)
 		l := byToken[tok]
@@ -106,13 +104,13 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 		l.runAt[seq] = m.Time.UnixMilli()
 	}
 	var waiting []*lane
-	for _, m := range newestOf(ins) {
+	for _, m := range ins {
 		if l := byToken[strings.TrimPrefix(m.Subject, events.InboundPrefix)]; l != nil {
 			l.newest, l.activity = m.Seq, m.Time.UnixMilli()
 			waiting = append(waiting, l)
 		}
 	}
-	for _, m := range newestOf(runs) {
+	for _, m := range runs {
 		l := byToken[strings.TrimPrefix(m.Subject, "$KV."+s.cfg.Runs.Bucket()+".")]
 		if l == nil || m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
 			continue // cleared: a purge, a delete, or the server's marker
@@ -128,7 +126,7 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 	inbound := directget.Subject(s.cfg.JS, events.InboundStream)
 	err = each(ctx, len(waiting), func(ctx context.Context, i int) error {
 		l := waiting[i]
-		rep, err := directget.Get(ctx, s.cfg.JS.Conn(), inbound, directget.Request{NextFor: events.InboundPrefix + l.token, Batch: 1}, 1)
+		rep, err := directget.Get(ctx, s.cfg.JS.Conn(), inbound, directget.Request{NextFor: events.InboundPrefix + l.token, Batch: 1, Meta: true}, 1)
 		l.stored = len(rep.Msgs) + int(rep.Pending)
 		return err
 	})
@@ -153,7 +151,7 @@ const pageEventsMax = 2 << 20
 // itself (runsOf), as the listing did before.
 func (s *Service) pageEvents(ctx context.Context, filters []string) ([]directget.Msg, error) {
 	rep, err := directget.Get(ctx, s.cfg.JS.Conn(), directget.Subject(s.cfg.JS, events.EventStream),
-		directget.Request{MultiLast: filters, MaxBytes: pageEventsMax}, directget.MultiLastMax)
+		directget.Request{MultiLast: filters, MaxBytes: pageEventsMax, Meta: true}, directget.MultiLastMax)
 	switch {
 	case errors.Is(err, directget.ErrTooMany), err == nil && rep.Pending > 0:
 		return nil, nil
@@ -165,19 +163,8 @@ func (s *Service) pageEvents(ctx context.Context, filters []string) ([]directget
 	return rep.Msgs, nil
 }
 
-// lastOf reads the last message of every subject of stream that filters
-// match (directget.Last).
-func (s *Service) lastOf(ctx context.Context, stream string, filters []string) ([]directget.Msg, error) {
-	return directget.Last(ctx, s.cfg.JS.Conn(), directget.Subject(s.cfg.JS, stream), filters)
-}
-
-// newestOf keeps each subject's message of the highest sequence.
-func newestOf(msgs []directget.Msg) map[string]directget.Msg {
-	out := make(map[string]directget.Msg, len(msgs))
-	for _, m := range msgs {
-		if o, ok := out[m.Subject]; !ok || m.Seq > o.Seq {
-			out[m.Subject] = m
-		}
-	}
-	return out
+// lastOf reads the last message of every subject of stream that
+// req.MultiLast's filters match (directget.Last).
+func (s *Service) lastOf(ctx context.Context, stream string, req directget.Request) ([]directget.Msg, error) {
+	return directget.Last(ctx, s.cfg.JS.Conn(), directget.Subject(s.cfg.JS, stream), req)
 }

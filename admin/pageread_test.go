@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lanefleet/lanefleet/admin"
@@ -18,7 +16,6 @@ import (
 	"github.com/lanefleet/lanefleet/internal/directget"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
-	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/sessionindex"
 )
 
@@ -34,19 +31,8 @@ import (
 // the batched reads change how, not what.
 func TestPageRequestsBounded(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	streams, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs, err := kvstore.OpenRuns(ctx, js, kvstore.RunsConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := stores(t, 2*time.Minute)
+	nc, js, ctx, streams, runs := b.nc, b.js, b.ctx, b.streams, b.runs
 	lns, err := kvstore.Open(ctx, js, kvstore.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +42,8 @@ func TestPageRequestsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = x.Close() })
-	cfg := admin.Config{JS: js, Inbound: streams.Inbound, Events: streams.Events, Dead: streams.Dead, Runs: runs, Lanes: lns, Index: x,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+	cfg := b.config(t)
+	cfg.Lanes, cfg.Index = lns, x
 
 	publish := func(subj string, data []byte) uint64 {
 		t.Helper()
@@ -146,7 +132,7 @@ func TestPageRequestsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
-	client := natstest.Connect(t, srv.URL)
+	client := natstest.Connect(t, nc.ConnectedUrl())
 	page := func(q admin.SessionsRequest) (admin.SessionsReply, int) {
 		t.Helper()
 		sent := nc.Stats().OutMsgs

@@ -16,13 +16,9 @@ import (
 // hand, is updated.
 func TestEnsureStreamUpdatesOnlyChanges(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spied := natstest.Spy(t, srv.URL, "$JS.API.STREAM.UPDATE.>")
+	js := connect(t)
+	nc := js.Conn()
+	spied := natstest.Spy(t, nc.ConnectedUrl(), "$JS.API.STREAM.UPDATE.>")
 	// updates counts the update requests js sent since it was last called.
 	updates := func() int { t.Helper(); return len(spied(nc)) }
 	steps := jetstream.StreamConfig{ // as ensureSteps makes it

@@ -23,17 +23,30 @@ const leaseOutlivesTest = 10 * time.Minute
 
 func setup(t *testing.T, ttl time.Duration) *bundle {
 	t.Helper()
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lanes, err := Open(t.Context(), js, Config{LeaseTTL: ttl, MarkerTTL: time.Second})
+	return setupWith(t, Config{LeaseTTL: ttl, MarkerTTL: time.Second})
+}
+
+// setupWith opens lanes of cfg on a server of their own.
+func setupWith(t *testing.T, cfg Config) *bundle {
+	t.Helper()
+	js := connect(t)
+	lanes, err := Open(t.Context(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &bundle{lanes: lanes, js: js}
+}
+
+// connect starts a server and returns a JetStream client on a connection
+// to it (js.Conn(); its ConnectedUrl is the server's).
+func connect(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // TestOpenSetsDirectGet: reads must come from the stream leader. A

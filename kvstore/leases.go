@@ -37,16 +37,11 @@ func (l *Lanes) Leases(ctx context.Context, tokens []string) ([]LeaseRead, error
 		subjects[i] = l.prefix + leaseKey(tok)
 		at[subjects[i]] = append(at[subjects[i]], i)
 	}
-	msgs, err := directget.Last(ctx, l.js.Conn(), directget.Subject(l.js, l.stream.CachedInfo().Config.Name), subjects)
+	msgs, err := directget.Last(ctx, l.js.Conn(), directget.Subject(l.js, l.stream.CachedInfo().Config.Name), directget.Request{MultiLast: subjects})
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: leases: %w", err)
 	}
-	seen := make(map[string]uint64, len(msgs))
-	for _, m := range msgs {
-		if m.Seq < seen[m.Subject] {
-			continue // an older message than one read already
-		}
-		seen[m.Subject] = m.Seq
+	for _, m := range msgs { // each subject once (Last)
 		st, err := l.leaseState(m.Subject, m.Seq, m.Time, m.Header, m.Data)
 		for _, i := range at[m.Subject] {
 			out[i] = LeaseRead{State: st, Err: err}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet/internal/natstest"
 )
 
@@ -16,17 +14,8 @@ import (
 // token asked twice), in one Direct Get where the bucket allows one.
 func TestLeases(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	lanes, err := Open(ctx, js, Config{LeaseTTL: time.Second, MarkerTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := setupWith(t, Config{LeaseTTL: time.Second, MarkerTTL: time.Minute})
+	ctx, lanes, nc := t.Context(), b.lanes, b.js.Conn()
 	if _, err := lanes.Acquire(ctx, "held", LeaseInfo{Worker: "w1", Acquired: 7}); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +29,7 @@ func TestLeases(t *testing.T) {
 	if _, err := lanes.kv.Put(ctx, leaseKey("garbled"), []byte{0xc1}); err != nil {
 		t.Fatal(err)
 	}
-	spy := natstest.Spy(t, srv.URL, "$JS.API.>")
+	spy := natstest.Spy(t, nc.ConnectedUrl(), "$JS.API.>")
 	tokens := []string{"held", "released", "never", "garbled", "held"}
 	spy(nc)
 	got, err := lanes.Leases(ctx, tokens)

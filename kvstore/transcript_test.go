@@ -24,17 +24,8 @@ import (
 // was added since.
 func TestReadTranscriptBatched(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	lanes, err := Open(ctx, js, Config{LeaseTTL: 5 * time.Minute}) // no renewals: outlives the writes on a busy box
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := setupWith(t, Config{LeaseTTL: 5 * time.Minute}) // no renewals: outlives the writes on a busy box
+	ctx, lanes, nc := t.Context(), b.lanes, b.js.Conn()
 	mine, err := lanes.Acquire(ctx, "long", LeaseInfo{Worker: "a"})
 	if err != nil {
 		t.Fatal(err)

@@ -36,6 +36,11 @@ type Request struct {
 	// server's limit of what a client may have pending); Reply.Pending
 	// then says what was left.
 	MaxBytes int `json:"max_bytes,omitempty"`
+	// Meta keeps of each message its sequence, subject and time only:
+	// its headers and data are dropped as it is read, so an answer of
+	// many large messages (a lane's newest message may be a MiB) is not
+	// held whole by a reader that only wants to know where they are.
+	Meta bool `json:"-"`
 }
 
 // MultiLastMax is the most subjects a multi-last get answers for (the
@@ -127,34 +132,68 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 			return rep, fmt.Errorf("directget: %s from %d: a message without its sequence", subject, req.Seq)
 		}
 		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		rep.Msgs = append(rep.Msgs, Msg{Seq: seq, Subject: m.Header.Get(jetstream.SubjectHeader), Time: at, Header: m.Header, Data: m.Data})
+		msg := Msg{Seq: seq, Subject: m.Header.Get(jetstream.SubjectHeader), Time: at}
+		if !req.Meta {
+			msg.Header, msg.Data = m.Header, m.Data
+		}
+		rep.Msgs = append(rep.Msgs, msg)
 		if most > 0 && len(rep.Msgs) > most {
 			return rep, fmt.Errorf("directget: %s from %d: more than %d messages", subject, req.Seq, most)
 		}
 	}
 }
 
-// Last returns the last message of every subject filters match (as
-// MultiLast), however many: filters matching more than MultiLastMax
-// subjects are asked in halves, and an answer cut short by its size goes
-// on from its last sequence. A single filter that matches more than
-// MultiLastMax subjects is ErrTooMany. A subject whose newer message was
-// stored between two parts of the answer is returned twice: keep the
-// higher sequence.
-func Last(ctx context.Context, nc *nats.Conn, subject string, filters []string) ([]Msg, error) {
+// Last returns the last message of every subject req.MultiLast's filters
+// match, however many, each subject once: filters matching more than
+// MultiLastMax subjects are asked in halves, and an answer cut short by
+// its size goes on from its last sequence (req's Seq and Batch are not
+// used; its MaxBytes and Meta are each part's). A single filter that
+// matches more than MultiLastMax subjects is ErrTooMany. A subject that
+// two parts name (a newer message stored between them, or filters of two
+// halves that both match it) is returned with the higher sequence.
+func Last(ctx context.Context, nc *nats.Conn, subject string, req Request) ([]Msg, error) {
+	msgs, err := last(ctx, nc, subject, req)
+	if err != nil {
+		return nil, err
+	}
+	return newest(msgs), nil
+}
+
+// newest keeps each subject's message of the highest sequence, in the
+// order the subjects first came (in place).
+func newest(msgs []Msg) []Msg {
+	at := make(map[string]int, len(msgs))
+	out := msgs[:0]
+	for _, m := range msgs {
+		if i, ok := at[m.Subject]; ok {
+			if m.Seq > out[i].Seq {
+				out[i] = m
+			}
+			continue
+		}
+		at[m.Subject] = len(out)
+		out = append(out, m)
+	}
+	return out
+}
+
+// last is Last without its subjects made unique.
+func last(ctx context.Context, nc *nats.Conn, subject string, req Request) ([]Msg, error) {
+	filters := req.MultiLast
 	if len(filters) == 0 {
 		return nil, nil
 	}
+	req.Batch = 0
 	var out []Msg
-	for from := uint64(0); ; {
-		rep, err := Get(ctx, nc, subject, Request{MultiLast: filters, Seq: from}, MultiLastMax)
+	for req.Seq = 0; ; {
+		rep, err := Get(ctx, nc, subject, req, MultiLastMax)
 		if errors.Is(err, ErrTooMany) && len(filters) > 1 {
 			half := len(filters) / 2
-			a, err := Last(ctx, nc, subject, filters[:half])
+			a, err := last(ctx, nc, subject, with(req, filters[:half]))
 			if err != nil {
 				return nil, err
 			}
-			b, err := Last(ctx, nc, subject, filters[half:])
+			b, err := last(ctx, nc, subject, with(req, filters[half:]))
 			if err != nil {
 				return nil, err
 			}
@@ -167,6 +206,12 @@ func Last(ctx context.Context, nc *nats.Conn, subject string, filters []string) 
 		if rep.Pending == 0 || len(rep.Msgs) == 0 {
 			return out, nil
 		}
-		from = rep.Msgs[len(rep.Msgs)-1].Seq + 1
+		req.Seq = rep.Msgs[len(rep.Msgs)-1].Seq + 1
 	}
+}
+
+// with is req asking for the last messages of filters.
+func with(req Request, filters []string) Request {
+	req.MultiLast = filters
+	return req
 }

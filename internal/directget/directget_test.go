@@ -12,10 +12,23 @@ import (
 	"github.com/lanefleet/lanefleet/internal/natstest"
 )
 
+// msgSeq is the sequence of subj's message in msgs.
+func msgSeq(t *testing.T, msgs []directget.Msg, subj string) uint64 {
+	t.Helper()
+	for _, m := range msgs {
+		if m.Subject == subj {
+			return m.Seq
+		}
+	}
+	t.Fatalf("no message of %s", subj)
+	return 0
+}
+
 // TestLast: the last message of each of more subjects than one answer may
 // hold is read in parts (the filters halved), each subject once with its
-// newest message; one filter matching too many is ErrTooMany; no match is
-// none. A batch says what it left.
+// newest message, a subject the filters of both halves match too; one filter matching too many is ErrTooMany; no match is
+// none. Meta drops each message's data and headers. A batch says what it
+// left.
 func TestLast(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -38,7 +51,8 @@ func TestLast(t *testing.T) {
 	}
 	<-js.PublishAsyncComplete()
 	subject := directget.Subject(js, "S")
-	msgs, err := directget.Last(ctx, nc, subject, filters)
+	// s.5 asked again: in the other half.
+	msgs, err := directget.Last(ctx, nc, subject, directget.Request{MultiLast: append(filters, "s.5")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,11 +66,17 @@ func TestLast(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("%d subjects, want %d", len(seen), n)
 	}
-	if _, err := directget.Last(ctx, nc, subject, []string{"s.*"}); !errors.Is(err, directget.ErrTooMany) {
+	if _, err := directget.Last(ctx, nc, subject, directget.Request{MultiLast: []string{"s.*"}}); !errors.Is(err, directget.ErrTooMany) {
 		t.Fatalf("one filter over %d subjects: %v", directget.MultiLastMax, err)
 	}
-	if msgs, err := directget.Last(ctx, nc, subject, []string{"s.none"}); err != nil || len(msgs) != 0 {
+	if msgs, err := directget.Last(ctx, nc, subject, directget.Request{MultiLast: []string{"s.none"}}); err != nil || len(msgs) != 0 {
 		t.Fatalf("no match: %v, %v", msgs, err)
+	}
+	// Meta: where the last message is, not what it holds.
+	meta, err := directget.Last(ctx, nc, subject, directget.Request{MultiLast: []string{"s.3"}, Meta: true})
+	if err != nil || len(meta) != 1 || meta[0].Subject != "s.3" || meta[0].Seq != msgSeq(t, msgs, "s.3") || meta[0].Time.IsZero() ||
+		meta[0].Data != nil || meta[0].Header != nil {
+		t.Fatalf("the last message of s.3, its data and headers dropped: %+v, %v", meta, err)
 	}
 	rep, err := directget.Get(ctx, nc, subject, directget.Request{NextFor: "s.7", Batch: 1}, 1)
 	if err != nil || len(rep.Msgs) != 1 || rep.Pending != 1 {

@@ -17,6 +17,8 @@ type StallProxy struct {
 	marker []byte
 	hold   time.Duration
 
+	began chan struct{} // closed when the stall begins
+
 	mu    sync.Mutex
 	armed bool
 	until time.Time // zero until the stall began
@@ -35,7 +37,7 @@ func StartStallProxy(t testing.TB, upstream string, marker []byte, hold time.Dur
 	if u, ok := bytes.CutPrefix([]byte(upstream), []byte("nats://")); ok {
 		host = string(u)
 	}
-	p := &StallProxy{Addr: ln.Addr().String(), marker: marker, hold: hold}
+	p := &StallProxy{Addr: ln.Addr().String(), marker: marker, hold: hold, began: make(chan struct{})}
 	var wg sync.WaitGroup
 	var conns []net.Conn
 	t.Cleanup(func() {
@@ -82,6 +84,9 @@ func (p *StallProxy) Stalled() bool {
 	return !p.until.IsZero()
 }
 
+// Began is closed when the stall begins (the client sent the marker).
+func (p *StallProxy) Began() <-chan struct{} { return p.began }
+
 // up copies client to server, starting the stall at the marker (before
 // the server can see it, so all it answers is held).
 func (p *StallProxy) up(c, s net.Conn) {
@@ -94,6 +99,7 @@ func (p *StallProxy) up(c, s net.Conn) {
 			p.mu.Lock()
 			if p.armed && p.until.IsZero() && bytes.Contains(seen, p.marker) {
 				p.until = time.Now().Add(p.hold)
+				close(p.began)
 			}
 			p.mu.Unlock()
 			tail = append([]byte(nil), seen[max(0, len(seen)-len(p.marker)):]...)
