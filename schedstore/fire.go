@@ -51,7 +51,7 @@ type Firer struct {
 }
 
 // handleTimeout bounds one firing's handling (its sends and record
-// write), well within ackWait.
+// write); settle renews the firing with the server meanwhile.
 const handleTimeout = 20 * time.Second
 
 // NewFirer binds the inbound stream (which must exist: the lanes make it)
@@ -113,10 +113,28 @@ func (f *Firer) Run(ctx context.Context) error {
 }
 
 // settle handles one firing message and acks it, or asks for it again.
+// While it handles, it tells the server the message is in progress every
+// third of ackWait: a live handler keeps its firing however long its
+// writes take (up to handleTimeout), and a dead one's firing goes to
+// another worker within ackWait.
 func (f *Firer) settle(ctx context.Context, m jetstream.Msg) {
 	id := strings.TrimPrefix(m.Subject(), FirePrefix)
 	hctx, cancel := context.WithTimeout(ctx, handleTimeout)
+	handled := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(ackWait / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-handled:
+				return
+			case <-tick.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
 	err := f.Handle(hctx, id)
+	close(handled)
 	cancel()
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound):
@@ -206,6 +224,13 @@ func (f *Firer) handleOnce(ctx context.Context, id string) (bool, error) {
 	if more {
 		sc.NextMs = nextDue.UnixMilli()
 	}
+	if more && len(sc.Pending) == 0 {
+		// Armed before the write, as complete does: a death between
+		// them leaves the next firing armed, not the schedule timerless.
+		if err := f.st.arm(ctx, id, nextDue); err != nil {
+			return true, err
+		}
+	}
 	rev, err = f.write(ctx, sc, rev)
 	if rev == 0 || err != nil {
 		return err != nil, err
@@ -216,10 +241,7 @@ func (f *Firer) handleOnce(ctx context.Context, id string) (bool, error) {
 	if len(sc.Pending) > 0 {
 		return f.complete(ctx, sc, rev)
 	}
-	if !more {
-		return true, nil
-	}
-	return true, f.st.arm(ctx, id, nextDue)
+	return true, nil
 }
 
 // complete sends the firings of the record's plan (sc.Pending, revision
@@ -253,6 +275,22 @@ func (f *Firer) complete(ctx context.Context, sc *schedule.Schedule, rev uint64)
 		sent = append(sent, sentFiring{d, f.st.now().Sub(d), err == nil})
 	}
 	sc.Pending, sc.PlannedMs = nil, 0
+	// The next due time is armed before the write that completes the
+	// plan: a worker that dies between the two leaves the next firing
+	// armed, and its handler finds the plan pending and completes it
+	// (the sends again are duplicates). Armed after it, a death there
+	// left the schedule without a timer until the firing message came
+	// back (TestScheduleAcrossWorkerFaults: 29 due times missed).
+	again := false
+	if !sc.Paused && sc.NextMs != 0 {
+		if next := time.UnixMilli(sc.NextMs); f.st.now().Before(next) {
+			if err := f.st.arm(ctx, sc.ID, next); err != nil {
+				return true, err // the plan stays pending: the retry sends it
+			}
+		} else {
+			again = true // the next due time passed meanwhile: plan it now
+		}
+	}
 	rev, err := f.write(ctx, sc, rev)
 	if rev == 0 || err != nil {
 		return err != nil, err // another handler completed it: plan again
@@ -264,13 +302,7 @@ func (f *Firer) complete(ctx context.Context, sc *schedule.Schedule, rev uint64)
 		}
 		f.count(o, 1, s.late)
 	}
-	if sc.Paused || sc.NextMs == 0 {
-		return true, nil
-	}
-	if next := time.UnixMilli(sc.NextMs); !f.st.now().Before(next) {
-		return false, nil // the next due time passed meanwhile: plan it now
-	}
-	return true, f.st.arm(ctx, sc.ID, time.UnixMilli(sc.NextMs))
+	return !again, nil
 }
 
 // write stores the schedule with compare-and-set and returns its new

@@ -45,10 +45,13 @@ const (
 	// schedule. Message schedules require DiscardOld, so the bound must
 	// never be reached: it fits MaxSchedules of each with room to spare.
 	streamMaxBytes = 4 * MaxSchedules * maxStreamMsg
-	// ackWait is how long a firing's handler may take before another
-	// worker gets it; far below the inbound stream's de-duplication
-	// window, so a firing sent again after a crash is still a duplicate.
-	ackWait = 30 * time.Second
+	// ackWait is how long a firing waits on a worker that took it and
+	// went silent before another worker gets it: a live handler renews it
+	// (InProgress) while it works. Far below the inbound stream's
+	// de-duplication window, so a firing sent again after a crash is
+	// still a duplicate. It was 30 s without renewal, so a SIGKILLed
+	// worker's firing came back 30 s late.
+	ackWait = 5 * time.Second
 	// historyRoom is what Add keeps free in a new record for a full
 	// history (HistoryLen firings, each well under 2 KiB: a session key
 	// and an error), so recording a firing never outgrows the record.

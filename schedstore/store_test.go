@@ -20,6 +20,7 @@ import (
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/embedded"
 	"github.com/lanefleet/lanefleet/internal/natstest"
+	"github.com/lanefleet/lanefleet/kvstore"
 	"github.com/lanefleet/lanefleet/lanes"
 	"github.com/lanefleet/lanefleet/schedule"
 )
@@ -558,4 +559,151 @@ func TestAddLeavesRoomForHistory(t *testing.T) {
 	if _, err := b.store.Add(t.Context(), big); !errors.Is(err, schedule.ErrBadRecord) {
 		t.Fatalf("a record with no room for its history: %v, want ErrBadRecord", err)
 	}
+}
+
+// TestDeadHoldersFiringComesBack: a worker that took a firing message and
+// died without settling it (SIGKILL) holds it only until ackWait, not the
+// 30 s it used to: the worker that was running all along fires the due
+// time then (no start-up re-arming covers it).
+func TestDeadHoldersFiringComesBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, stop := b.firer(t) // makes the consumer
+	nc := natstest.Connect(t, b.url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cons jetstream.Consumer
+	for cons == nil {
+		if cons, err = js.Consumer(t.Context(), Stream, ConsumerName); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			time.Sleep(10 * time.Millisecond) // the firer makes it after re-arming
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	// The dead worker's pull request waits first in the server's queue,
+	// the live worker's after it: the first firing goes to the dead one.
+	taken := make(chan jetstream.Msg, 1)
+	go func() {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
+		if err != nil {
+			t.Error(err)
+			taken <- nil
+			return
+		}
+		var got jetstream.Msg
+		for m := range batch.Messages() {
+			got = m
+		}
+		taken <- got
+	}()
+	waiting := func(n int) {
+		t.Helper()
+		for {
+			info, err := cons.Info(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.NumWaiting >= n {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waiting(1)
+	b.firer(t)
+	waiting(2)
+	sc, err := b.store.Add(t.Context(), every(time.Second, "tick"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := <-taken
+	if m == nil {
+		t.Fatal("the dead worker took no firing")
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close() // dies without settling it
+	got := b.waitHistory(t, sc.ID, "the taken firing", func(h []schedule.Firing) bool { return len(h) > 0 })
+	if late := time.Since(md.Timestamp); late >= 30*time.Second {
+		t.Fatalf("the dead worker's firing came back %v after it was taken (history %+v)", late, got.History)
+	}
+}
+
+// blockingRuns is a RunLookup whose first lookup blocks until release is
+// closed.
+type blockingRuns struct {
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (r *blockingRuns) Get(ctx context.Context, _ string) (kvstore.RunInfo, bool, error) {
+	if r.calls.Add(1) == 1 {
+		close(r.entered)
+		select {
+		case <-r.release:
+		case <-ctx.Done():
+		}
+	}
+	return kvstore.RunInfo{}, false, nil
+}
+
+// TestSlowHandlerKeepsItsFiring: a handler busy for longer than ackWait
+// (a slow server) renews its firing, so no other worker handles the same
+// firing meanwhile.
+func TestSlowHandlerKeepsItsFiring(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Two workers share one lookup: the first call blocks, and any other
+	// (a redelivered firing) is counted.
+	runs := &blockingRuns{entered: make(chan struct{}), release: make(chan struct{})}
+	for range 2 {
+		js, err := jetstream.New(natstest.Connect(t, b.url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := Open(t.Context(), js, Config{Now: b.clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := NewFirer(t.Context(), FirerConfig{Store: st, Runs: runs, Log: zerolog.New(zerolog.NewTestWriter(t))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	sc, err := b.store.Add(t.Context(), every(time.Second, "tick"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second firing looks its predecessor up (its message waits on
+	// the lane: no worker runs turns here), and blocks.
+	select {
+	case <-runs.entered:
+	case <-t.Context().Done():
+		t.Fatal("no lookup")
+	}
+	<-time.After(2*ackWait + ackWait/2) // past the server's redelivery, were the firing not renewed
+	cons, err := b.js.Consumer(t.Context(), Stream, ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := runs.calls.Load()
+	close(runs.release)
+	if info.NumRedelivered != 0 || calls != 1 {
+		t.Fatalf("the busy handler's firing was redelivered %d times; %d lookups", info.NumRedelivered, calls)
+	}
+	b.waitHistory(t, sc.ID, "two firings", func(h []schedule.Firing) bool { return len(fired(h)) >= 2 })
 }
