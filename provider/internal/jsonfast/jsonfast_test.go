@@ -59,3 +59,127 @@ func FuzzStr(f *testing.F) {
 		}
 	})
 }
+
+func TestAt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		data string
+		path []string
+		want string
+		ok   bool
+	}{
+		{`{"contentBlockIndex":0,"delta":{"text":"hi"}}`, []string{"delta", "text"}, "hi", true},
+		{` { "delta" : { "x" : [1, {"text":"no"}], "text" : "a\"b" } } `, []string{"delta", "text"}, `a"b`, true},
+		{`{"x":{"delta":{"text":"nested"}},"delta":{"text":"top"}}`, []string{"delta", "text"}, "top", true},
+		{`{"delta":{"text":"a"},"delta":{"text":"b"}}`, []string{"delta", "text"}, "", false},
+		{`{"delta":{"text":"a","Text":"b"}}`, []string{"delta", "text"}, "", false},
+		{`{"delta":{"Text":"b"}}`, []string{"delta", "text"}, "", false},
+		{`{"delta":{"te\u0078t":"b"}}`, []string{"delta", "text"}, "", false},
+		{`{"delta":"text"}`, []string{"delta", "text"}, "", false},
+		{`{"delta":{}}`, []string{"delta", "text"}, "", false},
+		{`{"s":"}\"delta\":{","delta":{"text":"ok"}}`, []string{"delta", "text"}, "ok", true},
+		{`[{"delta":{"text":"a"}}]`, []string{"delta", "text"}, "", false},
+	} {
+		got, ok := jsonfast.StrAt([]byte(tc.data), tc.path...)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s %v: got %q %v", tc.data, tc.path, got, ok)
+		}
+	}
+	if n, ok := jsonfast.IntAt([]byte(`{"x":{"index":3},"index":4}`), "index"); n != 4 || !ok {
+		t.Errorf("int %d %v", n, ok)
+	}
+	if _, ok := jsonfast.IntAt([]byte(`{"x":{"index":3}}`), "index"); ok {
+		t.Error("a nested index read as the top one")
+	}
+}
+
+// FuzzAt checks StrAt and IntAt never disagree with encoding/json when
+// they answer, on valid JSON.
+func FuzzAt(f *testing.F) {
+	f.Add(`{"delta":{"text":"a\"b"},"index":1}`)
+	f.Add(`{"x":[{"delta":{"text":"n"}}],"delta":{"text":"t","index":-2},"index":0}`)
+	f.Fuzz(func(t *testing.T, data string) {
+		var m map[string]any
+		if !json.Valid([]byte(data)) || json.Unmarshal([]byte(data), &m) != nil {
+			return
+		}
+		inner, _ := m["delta"].(map[string]any)
+		if got, ok := jsonfast.StrAt([]byte(data), "delta", "text"); ok {
+			if s, isStr := inner["text"].(string); !isStr || s != got {
+				t.Errorf("%q: fast %q, json %v", data, got, inner["text"])
+			}
+		}
+		if got, ok := jsonfast.IntAt([]byte(data), "index"); ok {
+			if n, isNum := m["index"].(float64); !isNum || n != float64(got) {
+				t.Errorf("%q: fast %d, json %v", data, got, m["index"])
+			}
+		}
+	})
+}
+
+// FuzzValid holds Valid to encoding/json's (Valid may say false where
+// the nesting is deeper than it tracks).
+func FuzzValid(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, `{"a":[1,-2.5e+3,true,false,null,"x\u00e9\n"],"b":{}}`, ` [ {"a" : 0 } ] `,
+		`{"a":01}`, `{"a":1.}`, `{"a":-}`, `{"a" 1}`, `{"a":1,}`, `[1,]`, `"\x"`, `nul`, `{"a":1}}`, `{"a":"\ud800"}`, "\"\x01\""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		fast, std := jsonfast.Valid([]byte(data)), json.Valid([]byte(data))
+		if fast && !std {
+			t.Fatalf("%q: Valid says valid, encoding/json not", data)
+		}
+		if !fast && std && !deep([]byte(data)) {
+			t.Fatalf("%q: Valid says not valid, encoding/json valid", data)
+		}
+	})
+}
+
+// deep reports whether data nests more than 32 containers (outside strings, roughly).
+func deep(data []byte) bool {
+	n, max := 0, 0
+	for _, c := range data {
+		switch c {
+		case '{', '[':
+			n++
+		case '}', ']':
+			n--
+		}
+		if n > max {
+			max = n
+		}
+	}
+	return max > 32
+}
+
+// BenchmarkDelta reads a Bedrock text delta's two fields (with its
+// padding) each way: Str and Int find a key anywhere; Valid with StrAt
+// and IntAt read them at their place, on JSON checked first.
+func BenchmarkDelta(b *testing.B) {
+	data := []byte(`{"contentBlockIndex":0,"delta":{"text":"word123 "},"p":"abcdefghijklmnopqrstuvwxy"}`)
+	b.Run("anywhere", func(b *testing.B) {
+		for b.Loop() {
+			_, ok1 := jsonfast.Int(data, "contentBlockIndex")
+			_, ok2 := jsonfast.Str(data, "text")
+			if !ok1 || !ok2 {
+				b.Fatal("not read")
+			}
+		}
+	})
+	b.Run("at", func(b *testing.B) {
+		for b.Loop() {
+			_, ok1 := jsonfast.IntAt(data, "contentBlockIndex")
+			_, ok2 := jsonfast.StrAt(data, "delta", "text")
+			if !jsonfast.Valid(data) || !ok1 || !ok2 {
+				b.Fatal("not read")
+			}
+		}
+	})
+	b.Run("json.Valid", func(b *testing.B) {
+		for b.Loop() {
+			if !json.Valid(data) {
+				b.Fatal("not valid")
+			}
+		}
+	})
+}
