@@ -215,16 +215,27 @@ func (p *parser) setUsage(u *apiUsage) {
 	p.b.SetUsage(u2)
 }
 
-var (
-	textDelta     = []byte(`"type":"text_delta"`)
-	thinkingDelta = []byte(`"type":"thinking_delta"`)
-	inputDelta    = []byte(`"type":"input_json_delta"`)
-)
+// fastKeys pair each common delta's type, as its JSON string, with the
+// field that carries its text.
+var fastKeys = [...]struct {
+	typ []byte
+	key string
+}{
+	{[]byte(`"text_delta"`), "text"},
+	{[]byte(`"thinking_delta"`), "thinking"},
+	{[]byte(`"input_json_delta"`), "partial_json"},
+}
 
 // fastDelta applies the common delta events without reflection; false means
-// the event needs the full decoder.
+// the event needs the full decoder. It reads each field at its place in
+// valid JSON (jsonfast.At), so a key repeated in a nested object, a twin
+// or an escaped spelling sends the event to the decoder, and
+// FuzzFastMatchesEvent holds it to what the decoder applies.
 func (p *parser) fastDelta(data []byte) bool {
-	idx, ok := jsonfast.Int(data, "index")
+	if !jsonfast.Valid(data) {
+		return false
+	}
+	idx, ok := jsonfast.IntAt(data, "index")
 	if !ok {
 		return false
 	}
@@ -232,18 +243,20 @@ func (p *parser) fastDelta(data []byte) bool {
 	if !ok {
 		return false
 	}
-	var key string
-	switch {
-	case bytes.Contains(data, textDelta):
-		key = "text"
-	case bytes.Contains(data, thinkingDelta):
-		key = "thinking"
-	case bytes.Contains(data, inputDelta):
-		key = "partial_json"
-	default:
+	t := jsonfast.At(data, "delta", "type")
+	if t < 0 {
 		return false
 	}
-	s, ok := jsonfast.Str(data, key)
+	key := ""
+	for _, k := range fastKeys {
+		if bytes.HasPrefix(data[t:], k.typ) { // the whole string: its closing quote is no escape
+			key = k.key
+		}
+	}
+	if key == "" {
+		return false
+	}
+	s, ok := jsonfast.StrAt(data, "delta", key)
 	if !ok {
 		return false
 	}
