@@ -420,7 +420,7 @@ func (p *parser) event(name, payload []byte) *provider.Error {
 // fast applies the events every reply has (a text delta, the start and
 // stop of a message and a block, the usage) without reflection, reporting
 // false for anything it is not sure of (frame then decodes the event).
-// It reads each field at its place in the event (jsonfast.At), so a key
+// It reads each field at its place in the event (jsonfast.Members), so a key
 // repeated in a nested object, a twin or an escaped spelling makes it
 // step aside; FuzzFastMatchesEvent holds it to what event applies.
 func (p *parser) fast(name, payload []byte) bool {
@@ -441,17 +441,25 @@ func (p *parser) fast(name, payload []byte) bool {
 		if !bytes.Contains(payload, textDelta) {
 			return false
 		}
-		idx, ok := jsonfast.IntAt(payload, "contentBlockIndex")
+		var top, delta [2]int
+		if !jsonfast.Members(payload, 0, deltaKeys[:], top[:]) || !jsonfast.Members(payload, top[1], textKey[:], delta[:1]) {
+			return false
+		}
+		idx, ok := jsonfast.IntIn(payload, top[0])
 		if !ok {
 			return false
 		}
-		s, ok := jsonfast.StrAt(payload, "delta", "text")
+		s, ok := jsonfast.StrIn(payload, delta[0])
 		if ok {
 			p.b.Append(p.open(idx, false), s)
 		}
 		return ok
 	case "contentBlockStop":
-		idx, ok := jsonfast.IntAt(payload, "contentBlockIndex")
+		var top [1]int
+		if !jsonfast.Members(payload, 0, deltaKeys[:1], top[:]) {
+			return false
+		}
+		idx, ok := jsonfast.IntIn(payload, top[0])
 		if ok {
 			if i, open := p.blocks[idx]; open {
 				p.b.End(i)
@@ -459,7 +467,11 @@ func (p *parser) fast(name, payload []byte) bool {
 		}
 		return ok
 	case "messageStop":
-		stop, ok := jsonfast.StrAt(payload, "stopReason")
+		var top [1]int
+		if !jsonfast.Members(payload, 0, stopKey[:], top[:]) {
+			return false
+		}
+		stop, ok := jsonfast.StrIn(payload, top[0])
 		if ok {
 			p.stop, p.stopped = stop, true
 		}
@@ -469,23 +481,30 @@ func (p *parser) fast(name, payload []byte) bool {
 	}
 }
 
+// The keys fast reads at each level of an event.
+var (
+	deltaKeys = [...]string{"contentBlockIndex", "delta"}
+	textKey   = [...]string{"text"}
+	stopKey   = [...]string{"stopReason"}
+	usageKey  = [...]string{"usage"}
+	usageKeys = [...]string{"inputTokens", "outputTokens", "totalTokens", "cacheReadInputTokens", "cacheWriteInputTokens"}
+)
+
 // fastUsage sets the usage of a metadata event.
 func (p *parser) fastUsage(payload []byte) bool {
-	in, ok := jsonfast.IntAt(payload, "usage", "inputTokens")
-	if !ok {
-		return false
+	var top [1]int
+	var pos [len(usageKeys)]int
+	if !jsonfast.Members(payload, 0, usageKey[:], top[:]) || !jsonfast.Members(payload, top[0], usageKeys[:], pos[:]) {
+		return false // no usage (then decoding sets none), or not sure
 	}
-	out, ok := jsonfast.IntAt(payload, "usage", "outputTokens")
-	if !ok {
-		return false
+	var n [len(usageKeys)]int
+	for i, j := range pos {
+		var ok bool
+		if n[i], ok = jsonfast.IntIn(payload, j); !ok {
+			return false
+		}
 	}
-	total, ok1 := jsonfast.OptIntAt(payload, "usage", "totalTokens")
-	read, ok2 := jsonfast.OptIntAt(payload, "usage", "cacheReadInputTokens")
-	write, ok3 := jsonfast.OptIntAt(payload, "usage", "cacheWriteInputTokens")
-	if !ok1 || !ok2 || !ok3 {
-		return false
-	}
-	p.b.SetUsage(message.Usage{Input: int64(in), Output: int64(out), CacheRead: int64(read), CacheWrite: int64(write), TotalTokens: int64(total)})
+	p.b.SetUsage(message.Usage{Input: int64(n[0]), Output: int64(n[1]), TotalTokens: int64(n[2]), CacheRead: int64(n[3]), CacheWrite: int64(n[4])})
 	return true
 }
 

@@ -102,96 +102,52 @@ func integer(data []byte, j int) (int, bool) {
 	return n, err == nil
 }
 
-// StrAt returns the string at path in data, which must be valid JSON
-// (see At).
-func StrAt(data []byte, path ...string) (string, bool) {
-	j := At(data, path...)
-	if j < 0 {
-		return "", false
-	}
-	return str(data, j)
-}
-
-// IntAt returns the integer at path in data, which must be valid JSON
-// (see At).
-func IntAt(data []byte, path ...string) (int, bool) {
-	j := At(data, path...)
-	if j < 0 {
-		return 0, false
-	}
-	return integer(data, j)
-}
-
-// At returns where the value at path starts in data, a JSON object whose
-// path[0] member is an object whose path[1] member …, or -1 when it is not
-// sure: a level is no object, the key is absent, or a key at a level read
-// is spelled with escapes or appears twice there, in any case
-// (encoding/json takes the last of twins). Unlike Str and Int it finds a key only where the path
-// says, never in a nested object or a string. data must be valid JSON
-// (json.Valid): At skips the values it passes without checking them.
-func At(data []byte, path ...string) int {
-	j := 0
-	for i, key := range path {
-		j = member(data, skipSpace(data, j), key)
-		if j == Missing && i == len(path)-1 {
-			return Missing
-		}
-		if j < 0 {
-			return -1
-		}
-	}
-	return j
-}
-
-// Missing is what At returns when the object holding the path's last key
-// has no member of that name in any case (where encoding/json leaves the
-// field as it was).
+// Missing is the position Members gives a key the object does not have
+// in any case (where encoding/json leaves the field as it was), and
+// Element an element past the array's end.
 const Missing = -2
 
-// OptIntAt is IntAt with a missing last key read as 0.
-func OptIntAt(data []byte, path ...string) (int, bool) {
-	switch j := At(data, path...); {
-	case j == Missing:
-		return 0, true
-	case j < 0:
-		return 0, false
-	default:
-		return integer(data, j)
+// Members finds keys in the object at data[j] (valid JSON) in one pass:
+// pos[i] is where the value of keys[i] starts, or Missing. It reports
+// false when it is not sure: data[j] is no object (or j is no position),
+// a key is spelled with
+// escapes (it may spell one of keys), or one of keys appears twice, in
+// any case (encoding/json matches field names without case and takes
+// the last).
+func Members(data []byte, j int, keys []string, pos []int) bool {
+	if j < 0 {
+		return false
 	}
-}
-
-// member returns where the value of key starts in the object at data[j],
-// Missing, or -1 (see At).
-func member(data []byte, j int, key string) int {
-	if j >= len(data) || data[j] != '{' {
-		return -1
+	if j = skipSpace(data, j); j >= len(data) || data[j] != '{' {
+		return false
 	}
-	found := -1
+	for i := range pos {
+		pos[i] = Missing
+	}
 	j = skipSpace(data, j+1)
 	for j < len(data) && data[j] == '"' {
 		end := j + 1 + bytes.IndexByte(data[j+1:], '"')
 		if end <= j {
-			return -1
+			return false
 		}
 		name := data[j+1 : end]
 		if bytes.IndexByte(name, '\\') >= 0 {
-			return -1 // an escaped key: it may spell key
+			return false // an escaped key: it may spell one of keys
 		}
 		j = skipSpace(data, end+1)
 		if j >= len(data) || data[j] != ':' {
-			return -1
+			return false
 		}
 		j = skipSpace(data, j+1)
-		if string(name) == key {
-			if found >= 0 {
-				return -1 // twins: encoding/json takes the last
+		for i, key := range keys {
+			if string(name) == key {
+				if pos[i] != Missing {
+					return false // twins: encoding/json takes the last
+				}
+				pos[i] = j
+			} else if foldEqual(name, key) {
+				return false // a twin in another case
 			}
-			found = j
-		} else if foldEqual(name, key) {
-			// encoding/json matches a struct's field names without
-			// case, the last one winning: a twin in another case is a
-			// twin too.
-			return -1
 		}
 		j = skipSpace(data, skipValue(data, j))
 		if j >= len(data) || data[j] != ',' {
@@ -199,10 +155,55 @@ func member(data []byte, j int, key string) int {
 		}
 		j = skipSpace(data, j+1)
 	}
-	if found < 0 && j < len(data) && data[j] == '}' {
+	return j < len(data) && data[j] == '}'
+}
+
+// StrIn returns the string whose value starts at data[j] (a position
+// Members or Element returned).
+func StrIn(data []byte, j int) (string, bool) {
+	if j < 0 {
+		return "", false
+	}
+	return str(data, j)
+}
+
+// IntIn returns the integer whose value starts at data[j] (a position
+// Members or Element returned); Missing reads as 0.
+func IntIn(data []byte, j int) (int, bool) {
+	switch {
+	case j == Missing:
+		return 0, true
+	case j < 0:
+		return 0, false
+	}
+	return integer(data, j)
+}
+
+// Element returns where the nth element (from 0) of the array at data[j]
+// starts, Missing when it has fewer, or -1 when data[j] is no array (or
+// j is no position: a Missing or -1 passed on).
+func Element(data []byte, j, n int) int {
+	if j < 0 {
+		return -1
+	}
+	if j = skipSpace(data, j); j >= len(data) || data[j] != '[' {
+		return -1
+	}
+	j = skipSpace(data, j+1)
+	if j < len(data) && data[j] == ']' {
 		return Missing
 	}
-	return found
+	for i := 0; j < len(data); i++ {
+		if i == n {
+			return j
+		}
+		j = skipSpace(data, skipValue(data, j))
+		if j >= len(data) || data[j] != ',' {
+			return Missing
+		}
+		j = skipSpace(data, j+1)
+	}
+	return -1
 }
 
 // foldEqual reports whether name equals key under Unicode case folding

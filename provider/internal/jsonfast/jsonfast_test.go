@@ -2,6 +2,8 @@ package jsonfast_test
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
@@ -60,7 +62,25 @@ func FuzzStr(f *testing.F) {
 	})
 }
 
-func TestAt(t *testing.T) {
+// at follows path through data with Members and Element ("[n]" is an
+// array's nth element), returning the last position.
+func at(data []byte, path ...string) int {
+	j := 0
+	for _, k := range path {
+		if n, err := strconv.Atoi(strings.Trim(k, "[]")); err == nil && strings.HasPrefix(k, "[") {
+			j = jsonfast.Element(data, j, n)
+			continue
+		}
+		var pos [1]int
+		if !jsonfast.Members(data, j, []string{k}, pos[:]) {
+			return -1
+		}
+		j = pos[0]
+	}
+	return j
+}
+
+func TestMembers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		data string
@@ -79,40 +99,76 @@ func TestAt(t *testing.T) {
 		{`{"delta":{}}`, []string{"delta", "text"}, "", false},
 		{`{"s":"}\"delta\":{","delta":{"text":"ok"}}`, []string{"delta", "text"}, "ok", true},
 		{`[{"delta":{"text":"a"}}]`, []string{"delta", "text"}, "", false},
+		{`{"c":[{"p":[{"text":"a"}]},{"x":1}]}`, []string{"c", "[0]", "p", "[0]", "text"}, "a", true},
+		{`{"c":[ {"x":[1,{"text":"n"}]} , {"text":"b"} ]}`, []string{"c", "[1]", "text"}, "b", true},
+		{`{"c":[]}`, []string{"c", "[0]", "text"}, "", false},
+		{`{"c":{"text":"a"}}`, []string{"c", "[0]", "text"}, "", false},
 	} {
-		got, ok := jsonfast.StrAt([]byte(tc.data), tc.path...)
+		got, ok := jsonfast.StrIn([]byte(tc.data), at([]byte(tc.data), tc.path...))
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("%s %v: got %q %v", tc.data, tc.path, got, ok)
 		}
 	}
-	if n, ok := jsonfast.IntAt([]byte(`{"x":{"index":3},"index":4}`), "index"); n != 4 || !ok {
-		t.Errorf("int %d %v", n, ok)
+	for _, tc := range []struct {
+		data string
+		path []string
+		want int
+	}{
+		{`{"c":[1]}`, []string{"c", "[1]"}, jsonfast.Missing},
+		{`{"c":[]}`, []string{"c", "[0]"}, jsonfast.Missing},
+		{`{"a":{}}`, []string{"a", "b"}, jsonfast.Missing},
+		{`{"a":{"B":1}}`, []string{"a", "b"}, -1},
+		{`{"a":1}`, []string{"a", "b"}, -1},
+		{`{}`, []string{"a", "b"}, -1},
+		{`{"x":{"index":3},"index":4}`, []string{"index"}, 25},
+	} {
+		if got := at([]byte(tc.data), tc.path...); got != tc.want {
+			t.Errorf("%s %v: position %d, want %d", tc.data, tc.path, got, tc.want)
+		}
 	}
-	if _, ok := jsonfast.IntAt([]byte(`{"x":{"index":3}}`), "index"); ok {
-		t.Error("a nested index read as the top one")
+	if n, ok := jsonfast.IntIn([]byte(`{}`), jsonfast.Missing); n != 0 || !ok {
+		t.Errorf("a missing integer: %d %v", n, ok)
+	}
+	if _, ok := jsonfast.IntIn([]byte(`{"index":1.5}`), 9); ok {
+		t.Error("a fraction read as an integer")
 	}
 }
 
-// FuzzAt checks StrAt and IntAt never disagree with encoding/json when
-// they answer, on valid JSON.
-func FuzzAt(f *testing.F) {
+// FuzzMembers checks what Members and Element find never disagrees with
+// encoding/json, on valid JSON.
+func FuzzMembers(f *testing.F) {
 	f.Add(`{"delta":{"text":"a\"b"},"index":1}`)
 	f.Add(`{"x":[{"delta":{"text":"n"}}],"delta":{"text":"t","index":-2},"index":0}`)
+	f.Add(`{"c":[{"text":"a","x":[{"text":"b"}]},2],"index":1}`)
 	f.Fuzz(func(t *testing.T, data string) {
 		var m map[string]any
 		if !json.Valid([]byte(data)) || json.Unmarshal([]byte(data), &m) != nil {
 			return
 		}
+		b := []byte(data)
+		if arr, isArr := m["c"].([]any); isArr && len(arr) > 0 {
+			first, _ := arr[0].(map[string]any)
+			if got, ok := jsonfast.StrIn(b, at(b, "c", "[0]", "text")); ok {
+				if s, isStr := first["text"].(string); !isStr || s != got {
+					t.Errorf("%q: fast %q, json %v", data, got, first["text"])
+				}
+			}
+		} else if at(b, "c", "[0]") >= 0 {
+			t.Errorf("%q: an element of no array, or of an empty one", data)
+		}
 		inner, _ := m["delta"].(map[string]any)
-		if got, ok := jsonfast.StrAt([]byte(data), "delta", "text"); ok {
+		if got, ok := jsonfast.StrIn(b, at(b, "delta", "text")); ok {
 			if s, isStr := inner["text"].(string); !isStr || s != got {
 				t.Errorf("%q: fast %q, json %v", data, got, inner["text"])
 			}
 		}
-		if got, ok := jsonfast.IntAt([]byte(data), "index"); ok {
-			if n, isNum := m["index"].(float64); !isNum || n != float64(got) {
+		if j := at(b, "index"); j >= 0 {
+			got, ok := jsonfast.IntIn(b, j)
+			if n, isNum := m["index"].(float64); ok && (!isNum || n != float64(got)) {
 				t.Errorf("%q: fast %d, json %v", data, got, m["index"])
 			}
+		} else if _, has := m["index"]; j == jsonfast.Missing && has {
+			t.Errorf("%q: index missing, json has it", data)
 		}
 	})
 }
@@ -153,8 +209,8 @@ func deep(data []byte) bool {
 }
 
 // BenchmarkDelta reads a Bedrock text delta's two fields (with its
-// padding) each way: Str and Int find a key anywhere; Valid with StrAt
-// and IntAt read them at their place, on JSON checked first.
+// padding) each way: Str and Int find a key anywhere; Valid with Members
+// reads them at their place, on JSON checked first.
 func BenchmarkDelta(b *testing.B) {
 	data := []byte(`{"contentBlockIndex":0,"delta":{"text":"word123 "},"p":"abcdefghijklmnopqrstuvwxy"}`)
 	b.Run("anywhere", func(b *testing.B) {
@@ -166,11 +222,17 @@ func BenchmarkDelta(b *testing.B) {
 			}
 		}
 	})
-	b.Run("at", func(b *testing.B) {
+	b.Run("members", func(b *testing.B) {
+		top, delta := []string{"contentBlockIndex", "delta"}, []string{"text"}
 		for b.Loop() {
-			_, ok1 := jsonfast.IntAt(data, "contentBlockIndex")
-			_, ok2 := jsonfast.StrAt(data, "delta", "text")
-			if !jsonfast.Valid(data) || !ok1 || !ok2 {
+			var tp [2]int
+			var dp [1]int
+			if !jsonfast.Valid(data) || !jsonfast.Members(data, 0, top, tp[:]) || !jsonfast.Members(data, tp[1], delta, dp[:]) {
+				b.Fatal("not read")
+			}
+			_, ok1 := jsonfast.IntIn(data, tp[0])
+			_, ok2 := jsonfast.StrIn(data, dp[0])
+			if !ok1 || !ok2 {
 				b.Fatal("not read")
 			}
 		}
