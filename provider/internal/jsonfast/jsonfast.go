@@ -2,6 +2,13 @@
 // without reflection, for the hot path of streaming decoders. Every function
 // reports ok=false when it is not sure; callers then fall back to
 // encoding/json, so a surprise costs speed, never correctness.
+//
+// Two ways to find a field: Str and Int find a key spelled once anywhere
+// in the event (cheapest; the caller rules out nested twins with needles),
+// while Valid, Members and Element read a key at its place (one pass a
+// level, twins in any case and escaped keys not sure), which is what
+// encoding/json decodes into a struct: the fast paths that use them are
+// fuzzed against their decoders.
 package jsonfast
 
 import (
