@@ -600,7 +600,8 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 }
 
 // join returns enc joined by commas and where each ends in that, and
-// makes enc[i] the part of it that is msgs[i]'s (the JSON is kept once).
+// makes every enc[i] the part of it that is msgs[i]'s (the JSON is kept
+// once: no enc[i] keeps an array of an earlier request alive).
 // It builds on the last request prev's joined JSON, whose first p
 // messages are enc's: those are taken as they are, and the array is
 // written only past them (the JSON of prev's later messages that enc
@@ -623,6 +624,7 @@ func join[M, C any](prev *Session[M, C], p int, enc [][]byte) ([]byte, []int) {
 		}
 		joined = joined[:cut]
 	}
+	was := unsafe.SliceData(joined)
 	n := len(joined)
 	for _, b := range enc[p:] {
 		n += len(b) + 1
@@ -644,7 +646,13 @@ func join[M, C any](prev *Session[M, C], p int, enc [][]byte) ([]byte, []int) {
 		joined = append(joined, enc[i]...)
 		jend = append(jend, len(joined))
 	}
-	for i := p; i < len(enc); i++ {
+	from := p
+	if was == nil || unsafe.SliceData(joined) != was {
+		// A new array (once per growth of a quarter, or a change): the
+		// first p move to it too.
+		from = 0
+	}
+	for i := from; i < len(enc); i++ {
 		enc[i] = joined[jend[i]-len(enc[i]) : jend[i] : jend[i]]
 	}
 	return joined, jend
