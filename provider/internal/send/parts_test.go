@@ -25,20 +25,26 @@ func TestPostBodyInParts(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	var lengths []int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(r.Body)
-		if err != nil {
-			t.Error(err)
-		}
-		mu.Lock()
-		got, lengths = append(got, string(b)), append(lengths, r.ContentLength)
-		mu.Unlock()
-		if r.URL.Path == "/v1/x" {
-			http.Redirect(w, r, "/v2/x", http.StatusTemporaryRedirect)
-			return
-		}
+	// Every request's body is recorded, then /v1/x is redirected to
+	// /v2/x, which answers.
+	recorded := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			got, lengths = append(got, string(b)), append(lengths, r.ContentLength)
+			mu.Unlock()
+			h.ServeHTTP(w, r)
+		})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/x", recorded(http.RedirectHandler("/v2/x", http.StatusTemporaryRedirect)))
+	mux.Handle("/v2/x", recorded(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-	}))
+	})))
+	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	u, err := send.JoinURL(srv.URL, "v1/x")
 	if err != nil {
