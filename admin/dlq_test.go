@@ -73,7 +73,8 @@ func deadListHeld(t *testing.T, hold time.Duration) {
 // slow server and whose new consumer cannot be made (here the dead-letter
 // stream was deleted meanwhile) answers the cause. The deferred delete of
 // the listing's consumer called a method of the failed open's nil
-// consumer: the handler panicked, and the request had no answer.
+// consumer: the handler panicked, and the request had no answer. The
+// answer says where the scan met the cause.
 func TestDeadListStreamGoneWhileStalled(t *testing.T) {
 	t.Parallel()
 	b := stores(t, 60*time.Second)
@@ -111,7 +112,11 @@ func TestDeadListStreamGoneWhileStalled(t *testing.T) {
 	if err := b.js.DeleteStream(b.ctx, events.DeadStream); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-answered; err == nil || !strings.Contains(err.Error(), "stream not found") {
-		t.Fatalf("answered %v, want the cause: stream not found", err)
+	// The cause, and where the scan met it: the consumer that reads on
+	// from the first letter, none received (it answered the cause
+	// alone).
+	want := "admin: scan dead letters: a consumer of " + events.DeadPrefix + "> from 1: "
+	if err := <-answered; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "stream not found") {
+		t.Fatalf("answered %v, want %q and the cause: stream not found", err, want)
 	}
 }
