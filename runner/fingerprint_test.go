@@ -82,7 +82,8 @@ func TestInputFingerprintAllocs(t *testing.T) {
 	small, smallBytes := per(turn(4 << 10))
 	for _, n := range []int{64 << 10, 1 << 20, 8 << 20} {
 		allocs, bytes := per(turn(n))
-		if allocs != small || bytes > smallBytes+(16<<10) {
+		// Slack for what another goroutine may allocate meanwhile.
+		if allocs > small+2 || bytes > smallBytes+(16<<10) {
 			t.Errorf("an image of %d bytes: %v allocations of %d bytes a fingerprint; of 4 KiB: %v of %d", n, allocs, bytes, small, smallBytes)
 		}
 	}
