@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
@@ -43,8 +42,8 @@ func deadListHeld(t *testing.T, hold time.Duration) {
 		want = append(want, b.deadLetter(t, "poison", "agent.in.alice", uint64(i+1), `{"text":"boom"}`))
 	}
 	p := natstest.StartStallProxy(t, b.nc.ConnectedUrl(), []byte("CONSUMER.MSG.NEXT"), hold)
-	nc := natstest.Connect(t, "nats://"+p.Addr)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, "nats://"+p.Addr)
+	nc := js.Conn()
 	streams, err := lanes.EnsureStreams(b.ctx, js, lanes.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -80,8 +79,8 @@ func TestDeadListStreamGoneWhileStalled(t *testing.T) {
 	b := stores(t, 60*time.Second)
 	b.deadLetter(t, "poison", "agent.in.alice", 1, `{"text":"boom"}`)
 	p := natstest.StartStallProxy(t, b.nc.ConnectedUrl(), []byte("CONSUMER.MSG.NEXT"), 7*time.Second)
-	nc := natstest.Connect(t, "nats://"+p.Addr)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, "nats://"+p.Addr)
+	nc := js.Conn()
 	streams, err := lanes.EnsureStreams(b.ctx, js, lanes.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

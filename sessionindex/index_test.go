@@ -46,8 +46,7 @@ func (s *syncBuffer) String() string {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, srv.URL)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	log := &syncBuffer{}
@@ -434,8 +433,7 @@ func TestQueuedAfterFailedWrite(t *testing.T) {
 func TestSeedRaceReplicated(t *testing.T) {
 	t.Parallel()
 	cl := natstest.StartCluster(t, 3)
-	nc := natstest.Connect(t, cl.URL())
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, cl.URL())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var x *sessionindex.Index
@@ -486,7 +484,7 @@ func TestSeedRaceReplicated(t *testing.T) {
 func TestMaxBytes(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	js := natstest.JetStream(t, srv.URL)
 	for _, c := range []struct {
 		name string
 		cfg  sessionindex.Config

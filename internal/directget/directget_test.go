@@ -34,8 +34,8 @@ func msgSeq(t *testing.T, msgs []directget.Msg, subj string) uint64 {
 func TestLast(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, srv.URL)
+	nc := js.Conn()
 	ctx := t.Context()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
@@ -93,8 +93,8 @@ func TestLast(t *testing.T) {
 func TestErrorsSayWhat(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, srv.URL)
+	nc := js.Conn()
 	subject := directget.Subject(js, "MISSING")
 	for _, c := range []struct {
 		req  directget.Request
