@@ -368,6 +368,19 @@ func (l lines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// logging opens another index of b's stream, whose log lines go to the
+// test.
+func (b *bundle) logging(t *testing.T) (*sessionindex.Index, lines) {
+	t.Helper()
+	logged := make(lines, 16)
+	x, _, err := sessionindex.Ensure(b.ctx, b.js, sessionindex.Config{Logger: zerolog.New(logged)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	return x, logged
+}
+
 // TestQueuedAfterFailedWrite: a Queued whose write the server does not
 // store (here the stream is gone) leaves the session unlisted, so the
 // next Queued, once the stream is back, writes its entry again. It was
@@ -376,12 +389,7 @@ func (l lines) Write(p []byte) (int, error) {
 func TestQueuedAfterFailedWrite(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	logged := make(lines, 16)
-	x, _, err := sessionindex.Ensure(b.ctx, b.js, sessionindex.Config{Logger: zerolog.New(logged)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x, logged := b.logging(t)
 	st, err := b.js.Stream(b.ctx, sessionindex.Stream)
 	if err != nil {
 		t.Fatal(err)
@@ -538,12 +546,7 @@ func TestFilterNoKeysGroup(t *testing.T) {
 func TestForgedAckWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	logged := make(lines, 16)
-	x, _, err := sessionindex.Ensure(b.ctx, b.js, sessionindex.Config{Logger: zerolog.New(logged)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x, logged := b.logging(t)
 	nc := b.js.Conn()
 	// The forger sees every write on the index's subjects, as a client
 	// allowed to subscribe to them does.
