@@ -175,10 +175,6 @@ func (h *RunHandle) Clear(ctx context.Context) error {
 	return nil
 }
 
-// Bucket is the registry's bucket: its entry of a lane token is the
-// subject "$KV.<bucket>.<token>" of the bucket's stream "KV_<bucket>".
-func (r *Runs) Bucket() string { return r.kv.Bucket() }
-
 // Get returns the active run of a lane token.
 func (r *Runs) Get(ctx context.Context, token string) (RunInfo, bool, error) {
 	e, err := r.kv.Get(ctx, token)
@@ -218,6 +214,8 @@ func (r *Runs) Active(ctx context.Context, tokens []string) ([]RunRead, error) {
 	if len(tokens) == 0 {
 		return out, nil
 	}
+	// The entry of a lane token is the subject $KV.<bucket>.<token> of
+	// the bucket's stream KV_<bucket>.
 	prefix := "$KV." + r.kv.Bucket() + "."
 	subjects := make([]string, len(tokens))
 	at := make(map[string][]int, len(tokens))
