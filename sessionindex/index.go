@@ -348,7 +348,10 @@ func (x *Index) Queued(key, run string) {
 // listedSet hash is h: the acks' inbox, then h and tag, which the ack
 // gives back to settle the write (listedSet.settle).
 func (x *Index) ackReply(h, tag uint64) string {
-	return x.ackInbox + "." + strconv.FormatUint(h, 36) + "." + strconv.FormatUint(tag, 36)
+	var buf [128]byte // the usual inbox, and two numbers of up to 13 digits
+	b := append(append(buf[:0], x.ackInbox...), '.')
+	b = append(strconv.AppendUint(b, h, 36), '.')
+	return string(strconv.AppendUint(b, tag, 36))
 }
 
 // listen reads the acks of Touch's and Queued's publishes, all on one
