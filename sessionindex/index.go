@@ -116,17 +116,20 @@ const listedSetMax = 1 << 16
 // of its newest write until that write's ack comes (0 after), and only an
 // ack naming that tag counts (settle). An ack anyone else publishes to
 // the acks' inbox (forged: a guess, or the reply subject of a write seen
-// on the index's subjects, sent again) names no write awaiting its ack,
-// so it unmarks nothing and makes no session be written again.
+// on the index's subjects, sent again once the server's ack came) names
+// no write awaiting its ack, so it unmarks nothing and makes no session
+// be written again. Only a client that sees the index's writes and
+// answers one before the server does could still unmark its session
+// (under the permission model, the admin role alone sees them).
 type listedSet struct {
 	mu   sync.Mutex
 	seed maphash.Seed
 	m    map[uint64]uint64 // subject hash → the tag of its write awaiting its ack, 0 when none
 }
 
-// mark notes subj as listed by a write that goes out now, unless only
-// when it is not listed (Queued); it returns subj's hash and the write's
-// tag, 0 (no write) when ifNew and subj is listed.
+// mark notes subj as listed by a write that goes out now, and returns
+// subj's hash and the write's tag; with ifNew (Queued) a listed subj is
+// left as it is and the tag is 0: no write.
 func (l *listedSet) mark(subj string, ifNew bool) (h, tag uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
