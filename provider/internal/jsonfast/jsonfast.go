@@ -3,12 +3,11 @@
 // reports ok=false when it is not sure; callers then fall back to
 // encoding/json, so a surprise costs speed, never correctness.
 //
-// Two ways to find a field: Str and Int find a key spelled once anywhere
-// in the event (cheapest; the caller rules out nested twins with needles),
-// while Valid, Members and Element read a key at its place (one pass a
-// level, twins in any case and escaped keys not sure), which is what
-// encoding/json decodes into a struct: the fast paths that use them are
-// fuzzed against their decoders.
+// A caller checks the event with Valid, then finds the fields it reads at
+// their place with Members and Element (one pass a level; twins in any
+// case and escaped keys are not sure), as encoding/json decodes them into
+// a struct, and reads them with StrIn and IntIn: each provider's fast
+// path is fuzzed against its decoder.
 package jsonfast
 
 import (
@@ -18,44 +17,6 @@ import (
 	"strings"
 	"unicode/utf8"
 )
-
-// find returns the position just after `"key":` and any spaces, or -1. It
-// relies on the caller knowing key occurs once in the event: a key inside a
-// string value is always escaped (\"key\") and so never matches.
-func find(data []byte, key string) int {
-	var pat [64]byte
-	if len(key)+3 > len(pat) {
-		return -1
-	}
-	p := append(pat[:0], '"')
-	p = append(p, key...)
-	p = append(p, '"')
-	i := bytes.Index(data, p)
-	if i < 0 || bytes.Contains(data[i+len(p):], p) {
-		return -1 // absent or ambiguous
-	}
-	j := i + len(p)
-	for j < len(data) && (data[j] == ' ' || data[j] == '\t') {
-		j++
-	}
-	if j >= len(data) || data[j] != ':' {
-		return -1
-	}
-	j++
-	for j < len(data) && (data[j] == ' ' || data[j] == '\t') {
-		j++
-	}
-	return j
-}
-
-// Str returns the string value of key.
-func Str(data []byte, key string) (string, bool) {
-	j := find(data, key)
-	if j < 0 {
-		return "", false
-	}
-	return str(data, j)
-}
 
 // str reads the string value starting at data[j].
 func str(data []byte, j int) (string, bool) {
@@ -85,15 +46,6 @@ func str(data []byte, j int) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// Int returns the integer value of key.
-func Int(data []byte, key string) (int, bool) {
-	j := find(data, key)
-	if j < 0 {
-		return 0, false
-	}
-	return integer(data, j)
 }
 
 // integer reads the integer value starting at data[j].

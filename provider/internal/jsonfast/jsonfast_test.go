@@ -9,59 +9,6 @@ import (
 	"github.com/lanefleet/lanefleet/provider/internal/jsonfast"
 )
 
-func TestStr(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		data, key, want string
-		ok              bool
-	}{
-		{`{"type":"x","delta":{"type":"text_delta","text":"hi"}}`, "text", "hi", true},
-		{`{"delta":{"text": "a\"b\\n\u00e9"}   }`, "text", "a\"b\\n\u00e9", true},
-		{`{"text":"say \"text\":\"no\""}`, "text", `say "text":"no"`, true},
-		{`{"text":"a","x":{"text":"b"}}`, "text", "", false},
-		{`{"text":null}`, "text", "", false},
-		{`{"text":"unterminated`, "text", "", false},
-		{`{"other":"x"}`, "text", "", false},
-	} {
-		got, ok := jsonfast.Str([]byte(tc.data), tc.key)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("%s: got %q %v", tc.data, got, ok)
-		}
-	}
-	if n, ok := jsonfast.Int([]byte(`{"index": 12,"x":1}`), "index"); n != 12 || !ok {
-		t.Errorf("int %d %v", n, ok)
-	}
-	// encoding/json refuses these for an integer field: Int must not
-	// read them as their leading digits.
-	for _, data := range []string{`{"index":12.5}`, `{"index":1e3}`, `{"index":2E1,"x":1}`, `{"index":7x}`} {
-		if n, ok := jsonfast.Int([]byte(data), "index"); ok {
-			t.Errorf("%s: int %d", data, n)
-		}
-	}
-	if n, ok := jsonfast.Int([]byte(`{"x":{"index":3}}`), "index"); n != 3 || !ok {
-		t.Errorf("int %d %v", n, ok)
-	}
-}
-
-// FuzzStr checks Str never disagrees with encoding/json when it answers.
-func FuzzStr(f *testing.F) {
-	f.Add(`{"text":"a\"b"}`)
-	f.Add(`{"text":"\ud83d\ude00"}`)
-	f.Fuzz(func(t *testing.T, data string) {
-		got, ok := jsonfast.Str([]byte(data), "text")
-		if !ok {
-			return
-		}
-		var m map[string]any
-		if json.Unmarshal([]byte(data), &m) != nil {
-			return
-		}
-		if s, isStr := m["text"].(string); isStr && s != got {
-			t.Errorf("%q: fast %q, json %q", data, got, s)
-		}
-	})
-}
-
 // at follows path through data with Members and Element ("[n]" is an
 // array's nth element), returning the last position.
 func at(data []byte, path ...string) int {
@@ -131,6 +78,37 @@ func TestMembers(t *testing.T) {
 	}
 	if _, ok := jsonfast.IntIn([]byte(`{"index":1.5}`), 9); ok {
 		t.Error("a fraction read as an integer")
+	}
+}
+
+// TestValues: StrIn and IntIn read what encoding/json would, or say they
+// are not sure.
+func TestValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value, want string
+		ok          bool
+	}{
+		{`"hi"`, "hi", true},
+		{`"a\"b\\n\u00e9"`, "a\"b\\n\u00e9", true},
+		{`"say \"text\":\"no\""`, `say "text":"no"`, true},
+		{`null`, "", false},
+		{`12`, "", false},
+	} {
+		got, ok := jsonfast.StrIn([]byte(tc.value), 0)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: got %q %v", tc.value, got, ok)
+		}
+	}
+	// encoding/json refuses these for an integer field: IntIn must not
+	// read them as their leading digits.
+	for _, v := range []string{`12.5`, `1e3`, `2E1,`, `"3"`, `null`} {
+		if n, ok := jsonfast.IntIn([]byte(v), 0); ok {
+			t.Errorf("%s: int %d", v, n)
+		}
+	}
+	if n, ok := jsonfast.IntIn([]byte(`-12}`), 0); n != -12 || !ok {
+		t.Errorf("int %d %v", n, ok)
 	}
 }
 
@@ -209,19 +187,9 @@ func deep(data []byte) bool {
 }
 
 // BenchmarkDelta reads a Bedrock text delta's two fields (with its
-// padding) each way: Str and Int find a key anywhere; Valid with Members
-// reads them at their place, on JSON checked first.
+// padding) as the fast paths do, against encoding/json's Valid alone.
 func BenchmarkDelta(b *testing.B) {
 	data := []byte(`{"contentBlockIndex":0,"delta":{"text":"word123 "},"p":"abcdefghijklmnopqrstuvwxy"}`)
-	b.Run("anywhere", func(b *testing.B) {
-		for b.Loop() {
-			_, ok1 := jsonfast.Int(data, "contentBlockIndex")
-			_, ok2 := jsonfast.Str(data, "text")
-			if !ok1 || !ok2 {
-				b.Fatal("not read")
-			}
-		}
-	})
 	b.Run("members", func(b *testing.B) {
 		top, delta := []string{"contentBlockIndex", "delta"}, []string{"text"}
 		for b.Loop() {
