@@ -120,7 +120,7 @@ type toolLoopStop struct {
 
 // attempter runs attempts and the overflow recovery for the loop.
 type attempter interface {
-	attempt(ctx context.Context, req attemptReq) attemptOut
+	attempt(ctx context.Context, req *attemptReq, out *attemptOut)
 	// compact compacts the session (trigger "overflow"); false = it failed.
 	compact(ctx context.Context, req attemptReq, trigger string) bool
 	// truncate shortens oversized tool results in the session; it returns
@@ -231,7 +231,17 @@ const (
 // 4-5: a locked profile not configured for the provider, every profile
 // unavailable).
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
-	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}, why: req.after}
+	return runLoop(ctx, newModelLoop(req, at))
+}
+
+// newModelLoop returns the loop of one model, before its auth profiles
+// are resolved.
+func newModelLoop(req loopReq, at attempter) *modelLoop {
+	return &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}, why: req.after}
+}
+
+// runLoop is runModel on a new loop.
+func runLoop(ctx context.Context, l *modelLoop) (*loopOut, error) {
 	l.resetThinking()
 	if err := l.resolveProfiles(ctx); err != nil {
 		return nil, err
@@ -303,7 +313,7 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 	l.out.thinkLevels = append(l.out.thinkLevels, l.thinkLevel)
 	a := &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
 		canRotate: l.canRotate(), alternates: l.alternates(), hop: l.req.hop, after: l.why}}
-	a.attemptOut = l.at.attempt(ctx, a.req)
+	l.at.attempt(ctx, &a.req, &a.attemptOut)
 	l.out.compactions += a.compactions
 	l.out.last, l.out.pending, l.out.finalProfile = a.last, a.pending, a.req.profile
 	var lastUsage message.Usage
