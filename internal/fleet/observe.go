@@ -311,7 +311,7 @@ type observedResolver struct {
 func (r observedResolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
 	m, p, err := r.Resolver.Resolve(ref)
 	if p != nil {
-		p = observedProvider{p: p, obs: r.obs}
+		p = &observedProvider{p: p, obs: r.obs} // a pointer: the value's method wrapper would copy the reply once more on the turn's stack
 	}
 	return m, p, err
 }
@@ -325,7 +325,7 @@ type observedProvider struct {
 // Stream calls the model between startCall and endCall, which are not
 // inlined here: this frame stays on the turn's stack while the model
 // answers (see docs/scaling.md, "What a turn in flight holds").
-func (o observedProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (am message.Message, err error) {
+func (o *observedProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (am message.Message, err error) {
 	ctx, span := o.startCall(ctx, req)
 	start := time.Now()
 	am, err = o.p.Stream(ctx, req, emit)
@@ -336,7 +336,7 @@ func (o observedProvider) Stream(ctx context.Context, req *provider.Request, emi
 // startCall starts a model call's span.
 //
 //go:noinline
-func (o observedProvider) startCall(ctx context.Context, req *provider.Request) (context.Context, *tracing.Span) {
+func (o *observedProvider) startCall(ctx context.Context, req *provider.Request) (context.Context, *tracing.Span) {
 	return o.obs.tracer.Start(ctx, tracing.OpChat+" "+req.Model.ID, tracing.WithSpanKind(tracing.SpanKindClient),
 		tracing.WithAttributes(tracing.String(tracing.AttrOperation, tracing.OpChat), tracing.String(tracing.AttrSystem, req.Model.Provider),
 			tracing.String(tracing.AttrProvider, req.Model.Provider), tracing.String(tracing.AttrRequestModel, req.Model.ID)))
@@ -346,7 +346,7 @@ func (o observedProvider) startCall(ctx context.Context, req *provider.Request) 
 // metrics and the end of its span.
 //
 //go:noinline
-func (o observedProvider) endCall(span *tracing.Span, req *provider.Request, d time.Duration, am *message.Message, err error) {
+func (o *observedProvider) endCall(span *tracing.Span, req *provider.Request, d time.Duration, am *message.Message, err error) {
 	outcome := "ok"
 	switch {
 	case err != nil:

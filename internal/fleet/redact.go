@@ -230,7 +230,7 @@ type maskingResolver struct {
 func (r maskingResolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
 	m, p, err := r.Resolver.Resolve(ref)
 	if p != nil {
-		p = maskingProvider{p: p, red: r.red}
+		p = &maskingProvider{p: p, red: r.red} // a pointer: the value's method wrapper would copy the reply once more on the turn's stack
 	}
 	return m, p, err
 }
@@ -244,7 +244,7 @@ type maskingProvider struct {
 	red *redact.Redactor
 }
 
-func (p maskingProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (am message.Message, err error) {
+func (p *maskingProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (am message.Message, err error) {
 	ms := &modelStream{mk: maskerOf(ctx, p.red), emit: emit}
 	am, err = p.p.Stream(ctx, req, ms.event)
 	err = ms.end(&am, err)
