@@ -309,11 +309,28 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	a := l.newOutcome(key)
+	l.at.attempt(ctx, &a.req, &a.attemptOut)
+	return l.attemptEnded(ctx, a)
+}
+
+// newOutcome starts an attempt with key at the current thinking level.
+// It and attemptEnded are not inlined in attempt: that frame stays on the
+// turn's stack while the model answers (see docs/scaling.md, "What a turn
+// in flight holds").
+//
+//go:noinline
+func (l *modelLoop) newOutcome(key provider.Secret) *outcome {
 	l.attempted[l.thinkLevel] = true
 	l.out.thinkLevels = append(l.out.thinkLevels, l.thinkLevel)
-	a := &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
+	return &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
 		canRotate: l.canRotate(), alternates: l.alternates(), hop: l.req.hop, after: l.why}}
-	l.at.attempt(ctx, &a.req, &a.attemptOut)
+}
+
+// attemptEnded merges an attempt's outcome into the run's.
+//
+//go:noinline
+func (l *modelLoop) attemptEnded(ctx context.Context, a *outcome) (*outcome, error) {
 	l.out.compactions += a.compactions
 	l.out.last, l.out.pending, l.out.finalProfile = a.last, a.pending, a.req.profile
 	var lastUsage message.Usage

@@ -393,26 +393,33 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	start := r.cfg.Now()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ru := &run{r: r, in: in, sink: sink, history: in.History, cancel: cancel,
-		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
+	ru := r.newRun(&in, sink, cancel)
 	defer ru.logStateErrors()
 	defer func() { r.contexts.release(ru.lease) }()
 	req, early, err := ru.setUp(ctx, start)
 	if req == nil {
 		return early, err
 	}
-	var model provider.Model
+	model := new(provider.Model) // not in this frame: see above
 	var out *loopOut
 	var after provider.Reason // why the last model failed over
 	_, err = fallback.Run(ctx, *req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
 		var err error
-		out, err = ru.tryModel(ctx, step, after, &model)
+		out, err = ru.tryModel(ctx, step, after, model)
 		if err != nil {
 			after = cmp.Or(failover.ClassifyError(err), provider.ReasonUnknown)
 		}
 		return err
 	})
-	return ru.conclude(ctx, start, &model, out, err)
+	return ru.conclude(ctx, start, model, out, err)
+}
+
+// newRun is a new run of in.
+//
+//go:noinline
+func (r *Runner) newRun(in *Input, sink Sink, cancel context.CancelCauseFunc) *run {
+	return &run{r: r, in: *in, sink: sink, history: in.History, cancel: cancel,
+		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
 }
 
 // setUp sets the run up up to its model chain: its journal, tools and

@@ -224,7 +224,7 @@ func observeSink(ctx context.Context, s runner.Sink) runner.Sink {
 	if !ok {
 		return s
 	}
-	return obsSink{Sink: s, obs: obs}
+	return &obsSink{Sink: s, obs: obs}
 }
 
 // obsSink sees a turn's events on their way out.
@@ -233,7 +233,8 @@ type obsSink struct {
 	obs *turnObs
 }
 
-func (s obsSink) Emit(stream string, data events.EventData) {
+// Emit has a pointer receiver, as phaseSink's has.
+func (s *obsSink) Emit(stream string, data events.EventData) {
 	s.Sink.Emit(stream, data)
 	s.obs.event(stream, data)
 }

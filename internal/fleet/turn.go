@@ -32,7 +32,7 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 	}
 	defer pr.reg.clear(pr.ctx)
 	ctx, mk := pr.ctx, pr.mk
-	out, err := m.Runner.Run(ctx, pr.in, observeSink(ctx, phaseSink{Sink: shown(t), reg: pr.reg}))
+	out, err := m.Runner.Run(ctx, pr.in, observeSink(ctx, &phaseSink{Sink: shown(t), reg: pr.reg}))
 	return runOutcome(t, mk, out, err)
 }
 
