@@ -39,7 +39,6 @@ type attempt struct {
 func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 	seq := p.run.raw.Sequence
 	run := strconv.FormatUint(seq, 10)
-	log := o.log.With().Str("run_id", run).Logger()
 	if o.lane.cursor.SessionID == "" {
 		o.lane.cursor.SessionID = sessionfile.NewSessionID()
 	}
@@ -47,10 +46,14 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 		em  *fenced.Emitter
 		st  fenced.RunState
 		err error
+		log zerolog.Logger
 	)
 	if a := o.takeAhead(seq); a != nil {
-		em, st, err = a.em, a.st, a.err
+		// The run's logger is the one opened ahead: each With holds a
+		// buffer of 500 bytes for the turn's life.
+		em, st, err, log = a.em, a.st, a.err, a.log
 	} else {
+		log = o.log.With().Str("run_id", run).Logger()
 		em = o.newEmitter(ctx, run, log, isJSON(p.run.raw))
 		st, err = em.Open(ctx, o.lease.Revision())
 	}
@@ -89,6 +92,7 @@ func (o *owner) open(ctx context.Context, p *plan) (*attempt, error) {
 // aheadOpen is the trigger's run opened ahead (see openAhead).
 type aheadOpen struct {
 	seq  uint64
+	log  zerolog.Logger // the run's, its emitter's too
 	em   *fenced.Emitter
 	done chan struct{} // closed when st and err are set
 	st   fenced.RunState
@@ -115,9 +119,8 @@ func (o *owner) openAhead(ctx context.Context, done uint64) {
 	o.lease.aheadTried = true
 	seq, trigger := o.lease.triggerSeq, o.lease.trigger
 	run := strconv.FormatUint(seq, 10)
-	a := &aheadOpen{seq: seq, done: make(chan struct{})}
-	a.em = o.newEmitter(ctx, run, o.log.With().Str("run_id", run).Logger(),
-		events.IsJSON(trigger.Headers().Get(events.HeaderContentType), trigger.Data()))
+	a := &aheadOpen{seq: seq, log: o.log.With().Str("run_id", run).Logger(), done: make(chan struct{})}
+	a.em = o.newEmitter(ctx, run, a.log, events.IsJSON(trigger.Headers().Get(events.HeaderContentType), trigger.Data()))
 	rev := o.lease.Revision()
 	go func() {
 		defer close(a.done)

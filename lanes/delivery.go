@@ -230,23 +230,55 @@ func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) {
 // charged bytes of the byte budget; it returns what the slot is charged
 // when the lane is let go (more when its owner ran larger messages).
 func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
+	// Taking the lane is in takeLane, not inlined here: this frame stays
+	// on the turn's stack while its model answers (see docs/scaling.md,
+	// "What a turn in flight holds").
+	o, leave := w.takeLane(msg, charged)
+	if o == nil {
+		return charged
+	}
+	defer leave()
+	defer o.markHeld(false)
+	o.run()
+	return o.slot.charged
+}
+
+// takeLane takes the lease of a delivery's lane and returns the lane's new
+// owner, held, with the function that gives back its place in the set-up
+// gate; a nil owner when the delivery was settled instead (the worker
+// shutting down, a message with no lane, a lease held elsewhere or that
+// could not be taken).
+//
+//go:noinline
+func (w *Worker) takeLane(msg jetstream.Msg, charged int64) (*owner, func()) {
 	if w.shuttingDown.Load() {
 		w.settleDelivery(msg, settleHandBack) // it got a slot as the worker began to shut down
-		return charged
+		return nil, nil
 	}
 	leave, ok := w.gate.enter(w.shutdown)
 	if !ok {
 		w.settleDelivery(msg, settleHandBack) // the worker began to shut down while it waited to set up
-		return charged
+		return nil, nil
 	}
-	defer leave()
+	o := w.newLaneOwner(msg, charged)
+	if o == nil {
+		leave()
+		return nil, nil
+	}
+	o.setUp = leave
+	o.markHeld(true)
+	return o, leave
+}
+
+// newLaneOwner is takeLane once the worker let the delivery set up.
+func (w *Worker) newLaneOwner(msg jetstream.Msg, charged int64) *owner {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	defer cancel() // only the lease's acquisition and a dead letter use it
 	md, err := msg.Metadata()
 	if err != nil {
 		w.log.Error().Err(err).Msg("delivery without metadata")
 		w.settleDelivery(msg, settleRetry)
-		return charged
+		return nil
 	}
 	token, key, err := events.LaneOf(msg.Subject())
 	if err != nil {
@@ -257,7 +289,7 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
 			end = settleNotDead
 		}
 		w.settleDelivery(msg, end)
-		return charged
+		return nil
 	}
 	log := w.log.With().Str("lane", token).Logger()
 	info, lf := w.leaseInfo(md.Sequence.Stream)
@@ -268,24 +300,19 @@ func (w *Worker) handleDelivery(msg jetstream.Msg, charged int64) int64 {
 		// The trigger of an owner that stopped keeping it alive: retry
 		// until its lease lapses.
 		w.settleDelivery(msg, settleRetry)
-		return charged
+		return nil
 	case errors.Is(err, kvstore.ErrHeld):
 		// The owner drains this message; if it dies, its own trigger
 		// wakes the lane.
 		w.settleDelivery(msg, settleFollower)
-		return charged
+		return nil
 	case err != nil:
 		log.Warn().Err(err).Msg("acquire lease")
 		w.settleDelivery(msg, settleRetry)
-		return charged
+		return nil
 	}
 	w.stats.Acquired.Add(1)
-	o := w.newOwner(token, key, msg.Subject(), ownerLease{Lease: lease, life: lf, trigger: msg, triggerSeq: md.Sequence.Stream}, charged)
-	o.setUp = leave
-	o.markHeld(true)
-	defer o.markHeld(false)
-	o.run()
-	return o.slot.charged
+	return w.newOwner(token, key, msg.Subject(), ownerLease{Lease: lease, life: lf, trigger: msg, triggerSeq: md.Sequence.Stream}, charged)
 }
 
 func (w *Worker) deleteInbound(ctx context.Context, seq uint64) {

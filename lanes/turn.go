@@ -310,7 +310,20 @@ func (o *owner) pendingSteers(ctx context.Context, seq uint64) (batch []collecte
 
 // runTurn runs the handler on the turn, under turnCtx (cut by an
 // interrupt, rollback or stop: see watchCuts), and commits what it returns.
+//
+// The turn's set-up and its end are in newTurn and turnEnded, not inlined
+// here: this frame stays on the turn's stack while its model answers (see
+// docs/scaling.md, "What a turn in flight holds").
 func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan) error {
+	turn := o.newTurn(a, p)
+	out, err := o.callHandler(turnCtx, turn, a.log)
+	return o.turnEnded(ctx, turnCtx, endCutWatch, a, p, turn, out, err)
+}
+
+// newTurn is the handler's view of an attempt's turn.
+//
+//go:noinline
+func (o *owner) newTurn(a *attempt, p *plan) *Turn {
 	turn := &Turn{SessionKey: o.key, Token: o.token, SessionID: o.lane.cursor.SessionID, RunID: a.em.RunID(), Seq: a.seq,
 		Attempt: a.attempt, Worker: o.cfg.ID, Inbound: p.in, History: slices.Clip(o.lane.tx.entries), Received: p.run.raw.Time, Header: p.run.raw.Header, em: a.em,
 		Settings: o.lane.settings.RunSettings(), Queue: o.lane.settings.Queue()}
@@ -322,7 +335,14 @@ func (o *owner) runTurn(ctx, turnCtx context.Context, endCutWatch func(), a *att
 	}
 	turn.steer = o.steerer(p)
 	turn.steps = &StepLog{j: o.store.Journal(o.token, a.seq), first: a.attempt == 1, life: o.lease.life}
-	out, err := o.callHandler(turnCtx, turn, a.log)
+	return turn
+}
+
+// turnEnded commits what the handler returned for a turn (out, or err),
+// or ends a cut turn as interrupted.
+//
+//go:noinline
+func (o *owner) turnEnded(ctx, turnCtx context.Context, endCutWatch func(), a *attempt, p *plan, turn *Turn, out *Outcome, err error) error {
 	cut := errors.Is(context.Cause(turnCtx), errInterrupted) || errors.Is(context.Cause(turnCtx), errStopped)
 	endCutWatch()
 	if cut && err != nil && ctx.Err() == nil {

@@ -159,9 +159,11 @@ func admitCall(ctx context.Context, cfg Config, sink Sink, call AdmitCall) (Admi
 // callAdmitted makes the admitted call and settles it, also when the provider
 // panics (lanes recovers the turn): an unsettled call stays in its lease's
 // flight, renewed for ever, and holds that much of the budget.
-func (ru *run) callAdmitted(ctx context.Context, prov provider.Provider, req *provider.Request, adm Admitted) (am message.Message, err error) {
-	defer func() { ru.settle(adm, &am) }()
-	return prov.Stream(observed(ctx, adm), req, ru.sub.event)
+// The reply is written to am.
+func (ru *run) callAdmitted(ctx context.Context, prov provider.Provider, req *provider.Request, adm Admitted, am *message.Message) (err error) {
+	defer ru.settle(adm, am)
+	*am, err = prov.Stream(observed(ctx, adm), req, ru.sub.event)
+	return err
 }
 
 // observed is ctx carrying adm's ResponseObserver, if it is one, to the

@@ -18,20 +18,20 @@ var errAttemptTimeout = errors.New("request timed out")
 // Each model reply is retried on the same key while the retry policy
 // allows, kept, and its tool calls run; the loop goes on while the model
 // calls tools or steering messages arrive, up to the tool loop's limit.
-// The attempt's context ends after AttemptTimeout; ctx is the run's.
-func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
-	ru.attempts++
-	ru.alternates = req.alternates
-	ru.sink.Emit(events.StreamAttempt, events.EventData{Attempt: ru.attempts, Provider: req.model.Provider, Model: req.model.ID,
-		AuthProfile: req.profile, Hop: req.hop, Reason: string(req.after)})
-	var out attemptOut
-	actx, cancel := context.WithTimeoutCause(ctx, ru.r.cfg.AttemptTimeout, errAttemptTimeout)
+// The attempt's context ends after AttemptTimeout; ctx is the run's. What
+// it reports is written to out.
+//
+// The attempt's start and what follows each call are in beginAttempt and
+// afterCall, not inlined here: this frame stays on the turn's stack while
+// the model answers (see docs/scaling.md, "What a turn in flight holds").
+func (ru *run) attempt(ctx context.Context, req *attemptReq, out *attemptOut) {
+	actx, cancel := ru.beginAttempt(ctx, req)
 	defer cancel()
 	timedOut := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) }
 
-	ctxMsgs, ok := ru.compactFirst(actx, req, &out, timedOut)
+	ctxMsgs, ok := ru.compactFirst(actx, req, out, timedOut)
 	if !ok {
-		return out
+		return
 	}
 	limit := ru.toolLoopLimit()
 	// calls counts the model calls that answered (the tool loop's
@@ -39,59 +39,98 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 	for calls, retries := 0, 0; ; {
 		if calls >= limit {
 			out.toolLoopLimit = calls
-			return out
+			return
 		}
-		am, err := ru.call(actx, req, ctxMsgs, &out)
+		var am message.Message
+		err := ru.call(actx, req, ctxMsgs, out, &am)
 		ctxMsgs = nil
-		if ctx.Err() != nil {
-			out.aborted = true
-			return out
-		}
-		if timedOut() {
-			ru.keepTimedOut(&out, &am)
-			return out
-		}
-		if r := refusal(err); r != nil {
-			// The call was not made: the turn ends here, whole.
-			out.refused = r
-			out.texts = ru.sub.texts
-			return out
-		}
-		if mv := moved(err); mv != nil {
-			// The call was not made: the next attempt makes it with
-			// another auth profile.
-			out.moved = mv
-			out.texts = ru.sub.texts
-			return out
-		}
-		markFailed(&am, err)
-		if d, ok := ru.retryWait(actx, req, &am, err, retries+1); ok {
+		switch ru.afterCall(ctx, actx, req, out, &am, err, retries, timedOut) {
+		case attemptEnds:
+			return
+		case callRetried:
 			retries++
-			if ru.pause(actx, d, retries, retryWhy(err, am.ErrorMessage)) == nil {
-				// The failed reply is not stored (a model never sees an
-				// errored reply again, and the retrying event told why);
-				// its usage counts.
-				ru.addUsage(&out, am.Usage)
-				continue
-			}
-			// The run was cancelled or the attempt timed out while
-			// waiting: the loop sees the failed reply as it is.
-			out.timedOut = timedOut()
-			out.aborted = out.timedOut || ctx.Err() != nil
-		}
-		if ru.keep(&out, &am, err) {
-			return out
-		}
-		calls, retries = calls+1, 0
-		toolCalls := am.ToolCalls()
-		usesTools := am.StopReason == message.StopToolUse && len(toolCalls) > 0
-		if usesTools && ru.runCalls(ctx, actx, toolCalls, &out, timedOut) {
-			return out
-		}
-		if ru.steer(actx) == 0 && !usesTools {
-			return out
+		case callAnswered:
+			calls, retries = calls+1, 0
 		}
 	}
+}
+
+// beginAttempt counts and announces an attempt and returns its context,
+// which ends after AttemptTimeout.
+//
+//go:noinline
+func (ru *run) beginAttempt(ctx context.Context, req *attemptReq) (context.Context, context.CancelFunc) {
+	ru.attempts++
+	ru.alternates = req.alternates
+	ru.sink.Emit(events.StreamAttempt, events.EventData{Attempt: ru.attempts, Provider: req.model.Provider, Model: req.model.ID,
+		AuthProfile: req.profile, Hop: req.hop, Reason: string(req.after)})
+	return context.WithTimeoutCause(ctx, ru.r.cfg.AttemptTimeout, errAttemptTimeout)
+}
+
+// afterCallNext is what follows a model call in an attempt.
+type afterCallNext int
+
+const (
+	attemptEnds  afterCallNext = iota // the attempt ends (out says how)
+	callRetried                       // the failed call is retried on the same key
+	callAnswered                      // the model answered: the loop goes on with its next call
+)
+
+// afterCall handles the end of an attempt's model call, the reply am or
+// err, the retries-th retry since the last answered call: it times the
+// attempt out, passes on the Admission's refusal or move, retries a
+// failed reply, or keeps the reply and runs its tool calls and the
+// steering messages that arrived.
+//
+//go:noinline
+func (ru *run) afterCall(ctx, actx context.Context, req *attemptReq, out *attemptOut, am *message.Message, err error, retries int, timedOut func() bool) afterCallNext {
+	if ctx.Err() != nil {
+		out.aborted = true
+		return attemptEnds
+	}
+	if timedOut() {
+		ru.keepTimedOut(out, am)
+		return attemptEnds
+	}
+	if r := refusal(err); r != nil {
+		// The call was not made: the turn ends here, whole.
+		out.refused = r
+		out.texts = ru.sub.texts
+		return attemptEnds
+	}
+	if mv := moved(err); mv != nil {
+		// The call was not made: the next attempt makes it with
+		// another auth profile.
+		out.moved = mv
+		out.texts = ru.sub.texts
+		return attemptEnds
+	}
+	markFailed(am, err)
+	if d, ok := ru.retryWait(actx, *req, am, err, retries+1); ok {
+		if ru.pause(actx, d, retries+1, retryWhy(err, am.ErrorMessage)) == nil {
+			// The failed reply is not stored (a model never sees an
+			// errored reply again, and the retrying event told why);
+			// its usage counts.
+			ru.addUsage(out, am.Usage)
+			return callRetried
+		}
+		// The run was cancelled or the attempt timed out while
+		// waiting: the loop sees the failed reply as it is.
+		out.timedOut = timedOut()
+		out.aborted = out.timedOut || ctx.Err() != nil
+	}
+	if ru.keep(out, am, err) {
+		return attemptEnds
+	}
+	toolCalls := am.ToolCalls()
+	usesTools := am.StopReason == message.StopToolUse && len(toolCalls) > 0
+	if usesTools && ru.runCalls(ctx, actx, toolCalls, out, timedOut) {
+		return attemptEnds
+	}
+	if ru.steer(actx) == 0 && !usesTools {
+		return attemptEnds
+	}
+	return callAnswered
 }
 
 // compactFirst compacts before the attempt's first call when the
@@ -100,13 +139,13 @@ func (ru *run) attempt(ctx context.Context, req attemptReq) attemptOut {
 // (flush.go). The context it is judged on is the first
 // call's, which it returns, or nil when a compaction re-shaped it; false
 // when the attempt timed out compacting (out says so).
-func (ru *run) compactFirst(actx context.Context, req attemptReq, out *attemptOut, timedOut func() bool) ([]message.Message, bool) {
+func (ru *run) compactFirst(actx context.Context, req *attemptReq, out *attemptOut, timedOut func() bool) ([]message.Message, bool) {
 	ctxMsgs := ru.contextMessages()
 	if c := ru.r.cfg.Compactor; c != nil && c.Due(ctxMsgs, ru.window) {
 		if ru.flushDue() {
-			ru.memoryFlush(actx, req, ctxMsgs, out)
+			ru.memoryFlush(actx, *req, ctxMsgs, out)
 		}
-		if ru.compactWith(actx, req, "threshold") {
+		if ru.compactWith(actx, *req, "threshold") {
 			out.compactions++
 			ctxMsgs = nil
 		}
@@ -119,19 +158,29 @@ func (ru *run) compactFirst(actx context.Context, req attemptReq, out *attemptOu
 }
 
 // call makes one model call on ctxMsgs (nil: the run's context as it
-// stands) and returns the reply as it streamed.
-func (ru *run) call(actx context.Context, req attemptReq, ctxMsgs []message.Message, out *attemptOut) (message.Message, error) {
+// stands) and writes the reply, as it streamed, to am.
+func (ru *run) call(actx context.Context, req *attemptReq, ctxMsgs []message.Message, out *attemptOut, am *message.Message) error {
+	preq := ru.request(req, ctxMsgs, out)
+	ru.sub.reset()
+	err := ru.stream(actx, req.prov, req.profile, preq, am)
+	ru.sub.flushBlocks(true)
+	return err
+}
+
+// request is the provider request of a call on ctxMsgs (nil: the run's
+// context as it stands); out keeps the messages it sends. Not inlined in
+// call: that frame stays on the turn's stack while the model answers (see
+// docs/scaling.md, "What a turn in flight holds").
+//
+//go:noinline
+func (ru *run) request(req *attemptReq, ctxMsgs []message.Message, out *attemptOut) *provider.Request {
 	if ctxMsgs == nil {
 		ctxMsgs = ru.contextMessages()
 	}
 	msgs := ru.prepare(req.model, ctxMsgs)
 	out.snapshot = msgs
-	preq := &provider.Request{Model: req.model, SystemPrompt: ru.system, Messages: msgs, Tools: ru.specs,
+	return &provider.Request{Model: req.model, SystemPrompt: ru.system, Messages: msgs, Tools: ru.specs,
 		Thinking: req.thinking, APIKey: req.key, SessionID: ru.in.SessionID, Immutable: ru.immutable}
-	ru.sub.reset()
-	am, err := ru.stream(actx, req.prov, req.profile, preq)
-	ru.sub.flushBlocks(true)
-	return am, err
 }
 
 // keepTimedOut ends an attempt whose time ran out during a call: what the

@@ -129,7 +129,12 @@ func (s *scriptedLoop) rotated() bool {
 	return false
 }
 
-func (s *scriptedLoop) attempt(_ context.Context, req attemptReq) attemptOut {
+func (s *scriptedLoop) attempt(_ context.Context, req *attemptReq, out *attemptOut) {
+	*out = s.play(req)
+}
+
+// play plays the next scripted attempt.
+func (s *scriptedLoop) play(req *attemptReq) attemptOut {
 	a := scenarioAttempt{OK: true}
 	if s.n < len(s.attempts) {
 		a = s.attempts[s.n]

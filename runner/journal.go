@@ -258,48 +258,76 @@ func (s *journalSteps) mayHaveRun(n int, id string) bool {
 // stream is one model call through the journal: a recorded reply is
 // replayed (its text streamed to the run's events again, as one delta),
 // otherwise the provider is called and a completed reply is recorded
-// before the run goes on.
-func (ru *run) stream(ctx context.Context, prov provider.Provider, profile string, req *provider.Request) (message.Message, error) {
-	j := ru.journal
-	if j != nil {
+// before the run goes on. The reply is written to am.
+//
+// What comes before and after the provider's call is in admitStream and
+// streamed, not inlined here: this frame stays on the turn's stack while
+// the model answers (see docs/scaling.md, "What a turn in flight holds").
+func (ru *run) stream(ctx context.Context, prov provider.Provider, profile string, req *provider.Request, am *message.Message) error {
+	adm, replayed, err := ru.admitStream(ctx, profile, req, am)
+	if replayed || err != nil {
+		return err
+	}
+	err = ru.callAdmitted(ctx, prov, req, adm, am)
+	ru.streamed(ctx, am, err)
+	return err
+}
+
+// admitStream replays the recorded reply of the run's next step into am
+// (replayed), or asks the Admission about the call (an error then ends
+// the reply am).
+//
+//go:noinline
+func (ru *run) admitStream(ctx context.Context, profile string, req *provider.Request, am *message.Message) (adm Admitted, replayed bool, err error) {
+	if j := ru.journal; j != nil {
 		if m, ok := j.turn.nextReply(ru.steps + 1); ok {
 			ru.steps++
 			replay(m, ru.sub.event)
-			return m, nil
+			*am = m
+			return nil, true, nil
 		}
 	}
-	adm, err := ru.admit(ctx, profile, req)
+	adm, err = ru.admit(ctx, profile, req)
 	if err != nil {
 		if refusal(err) == nil && moved(err) == nil && ctx.Err() == nil {
 			// The budgets could not be asked: the turn is not run
 			// without them; the lane tries it again.
 			ru.halt(fmt.Errorf("runner: admission: %w", err))
 		}
-		return message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: err.Error()}, err
+		*am = message.Message{Role: message.RoleAssistant, StopReason: message.StopError, ErrorMessage: err.Error()}
+		return nil, false, err
 	}
-	am, err := ru.callAdmitted(ctx, prov, req, adm)
+	return adm, false, nil
+}
+
+// streamed settles a provider's reply am (or err): its calls' names
+// trimmed, and a completed reply counted as a step and, when it calls
+// tools, recorded in the journal.
+//
+//go:noinline
+func (ru *run) streamed(ctx context.Context, am *message.Message, err error) {
 	// Calls dispatch by exact name: " read" is read.
-	sanitize.TrimCallNames(&am)
+	sanitize.TrimCallNames(am)
 	if err != nil || am.StopReason == message.StopError || am.StopReason == message.StopAborted || ctx.Err() != nil {
-		return am, err
+		return
 	}
 	// Only completed replies count as steps: a failed call is not
 	// recorded, so a re-run numbers its steps the same way.
 	ru.steps++
+	j := ru.journal
 	if j == nil {
-		return am, nil
+		return
 	}
 	if am.StopReason != message.StopToolUse || len(am.ToolCalls()) == 0 {
 		// A reply that calls no tool is not recorded: the turn's record
 		// follows it at once, and a re-run that lost it only asks again.
-		return am, nil
+		return
 	}
-	stamped := am
+	stamped := *am
 	stamped.Timestamp = max(stamped.Timestamp, 1) // as addAssistant stores it
 	if rerr := j.record(ctx, false, ru.steps, stamped); rerr != nil {
 		ru.halt(rerr)
 	}
-	return am, nil
 }
 
 // replay emits a recorded reply as a provider stream would: its thinking,

@@ -120,7 +120,7 @@ type toolLoopStop struct {
 
 // attempter runs attempts and the overflow recovery for the loop.
 type attempter interface {
-	attempt(ctx context.Context, req attemptReq) attemptOut
+	attempt(ctx context.Context, req *attemptReq, out *attemptOut)
 	// compact compacts the session (trigger "overflow"); false = it failed.
 	compact(ctx context.Context, req attemptReq, trigger string) bool
 	// truncate shortens oversized tool results in the session; it returns
@@ -231,7 +231,17 @@ const (
 // 4-5: a locked profile not configured for the provider, every profile
 // unavailable).
 func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) {
-	l := &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}, why: req.after}
+	return runLoop(ctx, newModelLoop(req, at))
+}
+
+// newModelLoop returns the loop of one model, before its auth profiles
+// are resolved.
+func newModelLoop(req loopReq, at attempter) *modelLoop {
+	return &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}, why: req.after}
+}
+
+// runLoop is runModel on a new loop.
+func runLoop(ctx context.Context, l *modelLoop) (*loopOut, error) {
 	l.resetThinking()
 	if err := l.resolveProfiles(ctx); err != nil {
 		return nil, err
@@ -299,11 +309,28 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	a := l.newOutcome(key)
+	l.at.attempt(ctx, &a.req, &a.attemptOut)
+	return l.attemptEnded(ctx, a)
+}
+
+// newOutcome starts an attempt with key at the current thinking level.
+// It and attemptEnded are not inlined in attempt: that frame stays on the
+// turn's stack while the model answers (see docs/scaling.md, "What a turn
+// in flight holds").
+//
+//go:noinline
+func (l *modelLoop) newOutcome(key provider.Secret) *outcome {
 	l.attempted[l.thinkLevel] = true
 	l.out.thinkLevels = append(l.out.thinkLevels, l.thinkLevel)
-	a := &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
+	return &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
 		canRotate: l.canRotate(), alternates: l.alternates(), hop: l.req.hop, after: l.why}}
-	a.attemptOut = l.at.attempt(ctx, a.req)
+}
+
+// attemptEnded merges an attempt's outcome into the run's.
+//
+//go:noinline
+func (l *modelLoop) attemptEnded(ctx context.Context, a *outcome) (*outcome, error) {
 	l.out.compactions += a.compactions
 	l.out.last, l.out.pending, l.out.finalProfile = a.last, a.pending, a.req.profile
 	var lastUsage message.Usage

@@ -386,17 +386,54 @@ func New(cfg Config) (*Runner, error) {
 func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) {
 	// The lane publishes the run's lifecycle start event before calling
 	// the runner, and its end or error event from the Output.
+	//
+	// The run's set-up and its end are in setUp and conclude, not inlined
+	// here: this frame stays on the turn's stack while the model answers
+	// (see docs/scaling.md, "What a turn in flight holds").
 	start := r.cfg.Now()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ru := &run{r: r, in: in, sink: sink, history: in.History, cancel: cancel,
-		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
-	ru.repeats = guard.NewRepeats(ru.toolRepeats())
+	ru := r.newRun(&in, sink, cancel)
 	defer ru.logStateErrors()
 	defer func() { r.contexts.release(ru.lease) }()
+	req, early, err := ru.setUp(ctx, start)
+	if req == nil {
+		return early, err
+	}
+	model := new(provider.Model) // not in this frame: see above
+	var out *loopOut
+	var after provider.Reason // why the last model failed over
+	_, err = fallback.Run(ctx, *req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
+		var err error
+		out, err = ru.tryModel(ctx, step, after, model)
+		if err != nil {
+			after = cmp.Or(failover.ClassifyError(err), provider.ReasonUnknown)
+		}
+		return err
+	})
+	return ru.conclude(ctx, start, model, out, err)
+}
+
+// newRun is a new run of in.
+//
+//go:noinline
+func (r *Runner) newRun(in *Input, sink Sink, cancel context.CancelCauseFunc) *run {
+	return &run{r: r, in: *in, sink: sink, history: in.History, cancel: cancel,
+		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
+}
+
+// setUp sets the run up up to its model chain: its journal, tools and
+// prompt. It returns the chain's request, or with a nil request the run's
+// output or error (a refused tool result, a model that cannot be named, a
+// set-up that failed).
+//
+//go:noinline
+func (ru *run) setUp(ctx context.Context, start time.Time) (*fallback.Request, *Output, error) {
+	r, in, sink := ru.r, ru.in, ru.sink
+	ru.repeats = guard.NewRepeats(ru.toolRepeats())
 	j, err := openJournal(ctx, in.Steps, in)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ru.journal = j
 	if j != nil && j.resumed > 0 {
@@ -404,11 +441,11 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	}
 	raw, err := ru.setupTools(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	answers, refusal := ru.matchToolResults(in.Inbound.ToolResults)
 	if refusal != "" {
-		return ru.ended(ru.refuse(start, refusal)), nil
+		return nil, ru.ended(ru.refuse(start, refusal)), nil
 	}
 	ru.addToolResults(ctx, answers)
 	ru.system = r.cfg.SystemPrompt
@@ -433,31 +470,27 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if !ok || requested.Provider == "" {
 		// A model that cannot even be named is never answered by another
 		// one: the run fails before any attempt (runtime spec §3.1 step 2).
-		return ru.ended(ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref}, nil)), nil
+		return nil, ru.ended(ru.fail(start, provider.Model{}, &provider.Error{Reason: provider.ReasonModelNotFound, Status: 404, Message: "Unknown model: " + ref}, nil)), nil
 	}
-	req := fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
+	return &fallback.Request{Config: fcfg, Provider: requested.Provider, Model: requested.Model,
 		Classifier: fallback.ProviderClassifier, Availability: availability(r.cfg.Auth, r.cfg.Now), Probes: r.probes,
-		LastResort: lastResortOn(r.cfg.Auth)}
-	var model provider.Model
-	var out *loopOut
-	var after provider.Reason // why the last model failed over
-	_, err = fallback.Run(ctx, req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
-		var err error
-		out, err = ru.tryModel(ctx, step, after, &model)
-		if err != nil {
-			after = cmp.Or(failover.ClassifyError(err), provider.ReasonUnknown)
-		}
-		return err
-	})
+		LastResort: lastResortOn(r.cfg.Auth)}, nil, nil
+}
+
+// conclude ends a run whose model chain ended with err: its output, or
+// the error of a run that could not be run.
+//
+//go:noinline
+func (ru *run) conclude(ctx context.Context, start time.Time, model *provider.Model, out *loopOut, err error) (*Output, error) {
 	switch {
 	case ru.fatal != nil:
 		return nil, ru.fatal
 	case err == nil:
-		return ru.ended(ru.finish(start, model, out)), nil
+		return ru.ended(ru.finish(start, *model, out)), nil
 	case ctx.Err() != nil:
 		return ru.partial(), context.Cause(ctx)
 	}
-	return ru.ended(ru.fail(start, model, err, out)), nil
+	return ru.ended(ru.fail(start, *model, err, out)), nil
 }
 
 // ended tells the EndHook about a finished run and returns out.
@@ -517,6 +550,19 @@ func (ru *run) addPrompt(ctx context.Context, start time.Time) {
 // failover errors to the chain only when fallbacks are configured;
 // otherwise a failed model ends the run with its error reply.
 func (ru *run) tryModel(ctx context.Context, step fallback.Step, after provider.Reason, model *provider.Model) (*loopOut, error) {
+	l, err := ru.loopOf(step, after, model)
+	if err != nil {
+		return nil, err
+	}
+	return runLoop(ctx, l)
+}
+
+// loopOf sets up tryModel's candidate and returns its loop. It is not
+// inlined in tryModel: that frame stays on the turn's stack while the
+// model answers (see docs/scaling.md, "What a turn in flight holds").
+//
+//go:noinline
+func (ru *run) loopOf(step fallback.Step, after provider.Reason, model *provider.Model) (*modelLoop, error) {
 	cfg := ru.r.cfg
 	m, prov, w, err := setupModel(cfg.Resolver, step.Candidate.String(), cfg.Window)
 	if m.ID != "" {
@@ -529,11 +575,11 @@ func (ru *run) tryModel(ctx context.Context, step fallback.Step, after provider.
 		cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
 	}
 	ru.window = w.Tokens
-	return runModel(ctx, loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
+	return newModelLoop(loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
 		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
 		fallbackConfigured: len(ru.r.fallbacks(ru.in.Settings)) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,
-		hop: step.Index, after: after, now: cfg.Now, stateErr: ru.stateErr}, ru)
+		hop: step.Index, after: after, now: cfg.Now, stateErr: ru.stateErr}, ru), nil
 }
 
 // setupModel makes the decisions the reference makes before any attempt

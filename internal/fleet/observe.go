@@ -75,6 +75,12 @@ type turnObs struct {
 	received time.Time
 	ctx      context.Context // the attempt span's
 
+	// The turn's start, session fingerprint and spans, for its end
+	// (Member.endTurn).
+	start                 time.Time
+	fp                    string
+	turnSpan, attemptSpan *tracing.Span
+
 	mu        sync.Mutex
 	firstSeen bool
 	tools     map[string]toolCall // open tool spans by call id
@@ -91,7 +97,28 @@ type turnObsKey struct{}
 // sender's trace (from the message's headers, started when the message
 // arrived) with an attempt span under it, the turn's metrics, and one log
 // line when it ends.
+//
+// The observation's start and end are in beginTurn and endTurn, not
+// inlined here: this frame stays on the turn's stack while its model
+// answers (see docs/scaling.md, "What a turn in flight holds").
 func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
+	obs, release, err := m.beginTurn(ctx, t)
+	var out *lanes.Outcome
+	if err == nil {
+		func() {
+			defer release() // a panicking handler (recovered by lanes) must not keep the hold, renewed for ever
+			out, err = m.handle(context.WithValue(obs.ctx, turnObsKey{}, obs), t)
+		}()
+	}
+	m.endTurn(obs, t, out, err)
+	return out, err
+}
+
+// beginTurn starts a turn's observation (its spans and queue wait) and
+// takes the tenant's quota of turns at once; release gives that back.
+//
+//go:noinline
+func (m *Member) beginTurn(ctx context.Context, t *lanes.Turn) (obs *turnObs, release func(), err error) {
 	start := time.Now()
 	fp := events.Fingerprint(t.SessionKey)
 	if t.Attempt <= 1 {
@@ -107,15 +134,17 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 		tracing.WithAttributes(append(common, tracing.String(tracing.AttrOperation, tracing.OpInvokeAgent), tracing.String(tracing.AttrAgentName, "lanefleet"),
 			tracing.String(tracing.AttrConversationID, t.SessionID), tracing.Int64(tracing.AttrQueueWaitMs, start.Sub(t.Received).Milliseconds()))...))
 	ctx, attemptSpan := m.obs.tracer.Start(ctx, fmt.Sprintf("attempt %d", t.Attempt), tracing.WithAttributes(common...))
-	obs := &turnObs{o: &m.obs, received: t.Received, ctx: ctx, tools: map[string]toolCall{}}
-	release, err := m.budgets.takeTurn(ctx, t.SessionKey) // the tenant's quota of turns at once
-	var out *lanes.Outcome
-	if err == nil {
-		func() {
-			defer release() // a panicking handler (recovered by lanes) must not keep the hold, renewed for ever
-			out, err = m.handle(context.WithValue(ctx, turnObsKey{}, obs), t)
-		}()
-	}
+	obs = &turnObs{o: &m.obs, received: t.Received, ctx: ctx, tools: map[string]toolCall{},
+		start: start, fp: fp, turnSpan: turnSpan, attemptSpan: attemptSpan}
+	release, err = m.budgets.takeTurn(ctx, t.SessionKey) // the tenant's quota of turns at once
+	return obs, release, err
+}
+
+// endTurn ends a turn's observation: its metrics, spans and log line.
+//
+//go:noinline
+func (m *Member) endTurn(obs *turnObs, t *lanes.Turn, out *lanes.Outcome, err error) {
+	start, fp, ctx, attemptSpan, turnSpan := obs.start, obs.fp, obs.ctx, obs.attemptSpan, obs.turnSpan
 	d := time.Since(start)
 	obs.close()
 
@@ -167,7 +196,6 @@ func (m *Member) observe(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, er
 	} else {
 		log.Msg("run ended")
 	}
-	return out, err
 }
 
 // outcomeOf classifies a turn's end for the metrics and the log line.
@@ -196,7 +224,7 @@ func observeSink(ctx context.Context, s runner.Sink) runner.Sink {
 	if !ok {
 		return s
 	}
-	return obsSink{Sink: s, obs: obs}
+	return &obsSink{Sink: s, obs: obs}
 }
 
 // obsSink sees a turn's events on their way out.
@@ -205,7 +233,8 @@ type obsSink struct {
 	obs *turnObs
 }
 
-func (s obsSink) Emit(stream string, data events.EventData) {
+// Emit has a pointer receiver, as phaseSink's has.
+func (s *obsSink) Emit(stream string, data events.EventData) {
 	s.Sink.Emit(stream, data)
 	s.obs.event(stream, data)
 }
@@ -283,7 +312,7 @@ type observedResolver struct {
 func (r observedResolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
 	m, p, err := r.Resolver.Resolve(ref)
 	if p != nil {
-		p = observedProvider{p: p, obs: r.obs}
+		p = &observedProvider{p: p, obs: r.obs} // a pointer: the value's method wrapper would copy the reply once more on the turn's stack
 	}
 	return m, p, err
 }
@@ -294,13 +323,31 @@ type observedProvider struct {
 	obs *observer
 }
 
-func (o observedProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
-	ctx, span := o.obs.tracer.Start(ctx, tracing.OpChat+" "+req.Model.ID, tracing.WithSpanKind(tracing.SpanKindClient),
+// Stream calls the model between startCall and endCall, which are not
+// inlined here: this frame stays on the turn's stack while the model
+// answers (see docs/scaling.md, "What a turn in flight holds").
+func (o *observedProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (am message.Message, err error) {
+	ctx, span := o.startCall(ctx, req)
+	start := time.Now()
+	am, err = o.p.Stream(ctx, req, emit)
+	o.endCall(span, req, time.Since(start), &am, err)
+	return am, err
+}
+
+// startCall starts a model call's span.
+//
+//go:noinline
+func (o *observedProvider) startCall(ctx context.Context, req *provider.Request) (context.Context, *tracing.Span) {
+	return o.obs.tracer.Start(ctx, tracing.OpChat+" "+req.Model.ID, tracing.WithSpanKind(tracing.SpanKindClient),
 		tracing.WithAttributes(tracing.String(tracing.AttrOperation, tracing.OpChat), tracing.String(tracing.AttrSystem, req.Model.Provider),
 			tracing.String(tracing.AttrProvider, req.Model.Provider), tracing.String(tracing.AttrRequestModel, req.Model.ID)))
-	start := time.Now()
-	am, err := o.p.Stream(ctx, req, emit)
-	d := time.Since(start)
+}
+
+// endCall records a model call that took d and answered am or err: its
+// metrics and the end of its span.
+//
+//go:noinline
+func (o *observedProvider) endCall(span *tracing.Span, req *provider.Request, d time.Duration, am *message.Message, err error) {
 	outcome := "ok"
 	switch {
 	case err != nil:
@@ -333,7 +380,6 @@ func (o observedProvider) Stream(ctx context.Context, req *provider.Request, emi
 		span.SetStatus(tracing.StatusError, msg)
 	}
 	span.End()
-	return am, err
 }
 
 // metricsState is what the member's metrics read at scrape time.

@@ -230,7 +230,7 @@ type maskingResolver struct {
 func (r maskingResolver) Resolve(ref string) (provider.Model, provider.Provider, error) {
 	m, p, err := r.Resolver.Resolve(ref)
 	if p != nil {
-		p = maskingProvider{p: p, red: r.red}
+		p = &maskingProvider{p: p, red: r.red} // a pointer: the value's method wrapper would copy the reply once more on the turn's stack
 	}
 	return m, p, err
 }
@@ -244,12 +244,23 @@ type maskingProvider struct {
 	red *redact.Redactor
 }
 
-func (p maskingProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
-	mk := maskerOf(ctx, p.red)
-	ms := &modelStream{mk: mk, emit: emit}
-	am, err := p.p.Stream(ctx, req, ms.event)
+func (p *maskingProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (am message.Message, err error) {
+	ms := &modelStream{mk: maskerOf(ctx, p.red), emit: emit}
+	am, err = p.p.Stream(ctx, req, ms.event)
+	err = ms.end(&am, err)
+	return am, err
+}
+
+// end flushes what the stream held back, then masks the reply in place and
+// the error. Not inlined in Stream: that frame stays on the turn's stack
+// while the model answers (see docs/scaling.md, "What a turn in flight
+// holds").
+//
+//go:noinline
+func (ms *modelStream) end(am *message.Message, err error) error {
 	ms.flushAll()
-	return maskMessage(mk, am), maskError(mk, err)
+	*am = maskMessage(ms.mk, *am)
+	return maskError(ms.mk, err)
 }
 
 // modelStream masks one model call's events on their way to emit.

@@ -380,7 +380,7 @@ func TestModelStreamMasked(t *testing.T) {
 		return am, &provider.Error{Reason: provider.ReasonAuth, Status: 401, Message: "Incorrect API key provided: " + providerKey}
 	})
 	var got []string
-	am, err := maskingProvider{p: model, red: red}.Stream(t.Context(), &provider.Request{}, func(ev provider.Event) {
+	am, err := (&maskingProvider{p: model, red: red}).Stream(t.Context(), &provider.Request{}, func(ev provider.Event) {
 		s := fmt.Sprintf("%s %d %q %q", ev.Type, ev.ContentIndex, ev.Delta, ev.Content)
 		if ev.ToolCall != nil {
 			s += fmt.Sprint(" ", ev.ToolCall.Arguments)

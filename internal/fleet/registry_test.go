@@ -120,7 +120,7 @@ func TestPhaseSinkDoesNotWait(t *testing.T) {
 	emitted := make(chan struct{})
 	go func() {
 		defer close(emitted)
-		phaseSink{Sink: nopSink{}, reg: r}.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseStart})
+		(&phaseSink{Sink: nopSink{}, reg: r}).Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseStart})
 	}()
 	<-emitted
 	r.mu.Lock()
@@ -156,7 +156,7 @@ func TestPhaseWriteFailureLoggedOnce(t *testing.T) {
 	}
 	defer func() { _ = w.Stop() }()
 	r := m.register(ctx, &lanes.Turn{SessionKey: "phase-log", RunID: "1", Attempt: 1})
-	sink := phaseSink{Sink: nopSink{}, reg: r}
+	sink := &phaseSink{Sink: nopSink{}, reg: r}
 	sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseStart})
 	// The entry is written (at once: it compacts), then its phase.
 	for e := range w.Updates() {

@@ -10,6 +10,7 @@ import (
 	"github.com/lanefleet/lanefleet/authprofile"
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes"
+	"github.com/lanefleet/lanefleet/redact"
 	"github.com/lanefleet/lanefleet/runner"
 	"github.com/lanefleet/lanefleet/subagent"
 	"github.com/lanefleet/lanefleet/tools"
@@ -17,15 +18,51 @@ import (
 
 // handle adapts a lane turn to the runner, registering the run in the
 // active-run registry while it runs.
+//
+// Its set-up and its outcome are in prepareRun and runOutcome, not
+// inlined here: this frame stays on the turn's stack while the model
+// answers (see docs/scaling.md, "What a turn in flight holds").
 func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, error) {
+	pr, refused, err := m.prepareRun(ctx, t)
+	if pr == nil {
+		return refused, err
+	}
+	if pr.writeBack != nil {
+		defer pr.writeBack()
+	}
+	defer pr.reg.clear(pr.ctx)
+	ctx, mk := pr.ctx, pr.mk
+	out, err := m.Runner.Run(ctx, pr.in, observeSink(ctx, &phaseSink{Sink: shown(t), reg: pr.reg}))
+	return runOutcome(t, mk, out, err)
+}
+
+// preparedRun is a turn set up for the runner: its input, its context
+// (with the agent's workspace and the turn's masker), the masker, its
+// registration in the active-run registry and the agent's workspace
+// write-back (nil without an agent).
+type preparedRun struct {
+	ctx       context.Context
+	in        runner.Input
+	mk        *redact.Masker
+	reg       *registration
+	writeBack func()
+}
+
+// prepareRun sets a turn up for the runner; a nil run comes with the
+// turn's outcome or error instead (a command, a refusal, a workspace that
+// could not be seeded).
+//
+//go:noinline
+func (m *Member) prepareRun(ctx context.Context, t *lanes.Turn) (*preparedRun, *lanes.Outcome, error) {
 	if t.Command != nil {
-		return m.command(ctx, t)
+		out, err := m.command(ctx, t)
+		return nil, out, err
 	}
 	if c, ok := subagent.StoppedChild(&t.State, t.Inbound); ok {
 		// The completion of a child this session's stop was passed on
 		// to: the session was stopped, so no model answers it; the lane
 		// takes the child off and counts its use.
-		return &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: subagent.StoppedText(c)}}}}, nil
+		return nil, &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: subagent.StoppedText(c)}}}}, nil
 	}
 	inbound, settings, from := runSettings(t)
 	ag, why := m.agentOf(t.SessionKey)
@@ -34,20 +71,20 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 		// told at once, and the message is not kept (re-running it
 		// cannot succeed until an operator defines the agent; the
 		// sender who was told resends).
-		return refuse(events.KindInvalidInput, why), nil
+		return nil, refuse(events.KindInvalidInput, why), nil
 	}
 	if ag != nil {
 		if inbound, why = m.applyAgent(ag, inbound, &settings, &from); why != "" {
-			return refuse(events.KindInvalidInput, why), nil
+			return nil, refuse(events.KindInvalidInput, why), nil
 		}
 	}
 	if ref := inbound.Model; ref != "" {
 		if why := m.models.Refuse(ref, from); why != "" {
-			return refuse(events.KindInvalidInput, why), nil
+			return nil, refuse(events.KindInvalidInput, why), nil
 		}
 	}
 	if why := m.clientToolClash(inbound.Tools); why != "" {
-		return refuse(events.KindInvalidInput, why), nil
+		return nil, refuse(events.KindInvalidInput, why), nil
 	}
 	if settings.AuthProfileLocked {
 		store, _ := fleetAuth{s: m.Auth, creds: m.creds}.Snapshot()
@@ -56,31 +93,37 @@ func (m *Member) handle(ctx context.Context, t *lanes.Turn) (*lanes.Outcome, err
 			if t.Inbound.AuthProfile == "" {
 				where = " (the session's setting)"
 			}
-			return refuse(events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
+			return nil, refuse(events.KindInvalidInput, fmt.Sprintf("auth profile %q%s %s", pe.ID, where, pe.Reason)), nil
 		}
 	}
+	pr := &preparedRun{}
 	if ag != nil {
 		ta, writeBack, err := m.seedAgent(ctx, t, ag)
 		if err != nil {
-			return nil, fmt.Errorf("fleet: agent %s: workspace: %w", ag.ID, err)
+			return nil, nil, fmt.Errorf("fleet: agent %s: workspace: %w", ag.ID, err)
 		}
-		defer writeBack()
+		pr.writeBack = writeBack
 		ctx = withAgent(ctx, ta)
 	}
-	reg := m.register(ctx, t)
-	defer reg.clear(ctx)
+	pr.reg = m.register(ctx, t)
 	mk, steer := turnMasker(m.cfg.Redactor, t, inbound)
-	ctx = withMasker(ctx, mk)
-	in := runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
+	pr.ctx, pr.mk = withMasker(ctx, mk), mk
+	pr.in = runner.Input{SessionKey: t.SessionKey, SessionID: t.SessionID, RunID: t.RunID,
 		Attempt: t.Attempt, Inbound: inbound, History: t.History, Steer: steer, Settings: settings, Approvals: t.State.Approvals,
 		Lineage: subagent.Lineage(parentOf(t)),
 		// The lane's transcript only grows in place; any other change
 		// to it is a new array (lanes.Turn.History).
 		HistoryAppendOnly: true}
 	if steps := t.Steps(); steps != nil && !m.cfg.NoStepJournal {
-		in.Steps = steps
+		pr.in.Steps = steps
 	}
-	out, err := m.Runner.Run(ctx, in, observeSink(ctx, phaseSink{Sink: shown(t), reg: reg}))
+	return pr, nil, nil
+}
+
+// runOutcome is the lane's outcome of a turn the runner ran.
+//
+//go:noinline
+func runOutcome(t *lanes.Turn, mk *redact.Masker, out *runner.Output, err error) (*lanes.Outcome, error) {
 	if err != nil {
 		// The lane shows a failed attempt's error to the sender and in
 		// the dead letter: masked like everything else the turn produces.

@@ -227,26 +227,43 @@ type keyed struct {
 }
 
 // Stream fills the API key from the environment and calls the adapter.
-func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+// The failure without a key is in noKey, not inlined here: this frame
+// stays on the turn's stack while the model answers.
+func (k *keyed) Stream(ctx context.Context, req *provider.Request, emit func(provider.Event)) (am message.Message, err error) {
 	if req.APIKey == "" {
 		key, ok := k.r.APIKey(req.Model.Provider)
 		if !ok && NeedsKey(req.Model) && !ambient(req.Model.Provider) {
-			err := &provider.Error{Reason: provider.ReasonAuth, Message: fmt.Sprintf("No API key found for provider %q.", req.Model.Provider)}
-			msg := message.Message{Role: message.RoleAssistant, API: req.Model.API, Provider: req.Model.Provider, Model: req.Model.ID,
-				StopReason: message.StopError, ErrorMessage: err.Message, Usage: &message.Usage{}}
-			if emit != nil {
-				out := msg.Clone()
-				emit(provider.Event{Type: provider.EventError, Reason: message.StopError, Message: &out})
-			}
-			return msg, err
+			return noKey(req, emit)
 		}
 		if ok {
-			r := *req
-			r.APIKey = key
-			req = &r
+			req = withKey(req, key)
 		}
 	}
-	return k.next.Stream(ctx, req, emit)
+	am, err = k.next.Stream(ctx, req, emit)
+	return am, err
+}
+
+// noKey fails a call of a provider with no API key.
+//
+//go:noinline
+func noKey(req *provider.Request, emit func(provider.Event)) (message.Message, error) {
+	err := &provider.Error{Reason: provider.ReasonAuth, Message: fmt.Sprintf("No API key found for provider %q.", req.Model.Provider)}
+	msg := message.Message{Role: message.RoleAssistant, API: req.Model.API, Provider: req.Model.Provider, Model: req.Model.ID,
+		StopReason: message.StopError, ErrorMessage: err.Message, Usage: &message.Usage{}}
+	if emit != nil {
+		out := msg.Clone()
+		emit(provider.Event{Type: provider.EventError, Reason: message.StopError, Message: &out})
+	}
+	return msg, err
+}
+
+// withKey is a copy of req with key.
+//
+//go:noinline
+func withKey(req *provider.Request, key provider.Secret) *provider.Request {
+	r := *req
+	r.APIKey = key
+	return &r
 }
 
 // NeedsKey reports whether a call of m needs an API key: m's provider is a
