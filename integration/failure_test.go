@@ -111,10 +111,14 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	// Kill the victim once it has finished some turns and runs turns: a
 	// lane held is not enough (its owner may be waiting out the collect
 	// debounce), so the active-run registry must list a run of the victim.
-	lanes, err := kvstore.Bind(t.Context(), js, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Bound through waitUntil: a loaded server may let one bind's
+	// requests outwait the client's default 5 s (it failed the test so).
+	var lanes *kvstore.Lanes
+	waitUntil(t, time.Minute, "bind the lanes bucket", func(ctx context.Context) bool {
+		var err error
+		lanes, err = kvstore.Bind(ctx, js, "")
+		return err == nil
+	})
 	var runs *kvstore.Runs
 	var held, committed, running int
 	deadline := time.Now().Add(time.Minute) // detects a hang only
