@@ -130,6 +130,12 @@ func waitStreaming(ctx context.Context, t *testing.T, r *lanefleet.Run, marker s
 	}
 }
 
+// victimDelay is the scripted delay per delta of a worker process that a
+// test kills mid-stream: long enough that a message sent, or a kill made,
+// on seeing a turn stream still lands while it streams on a loaded machine
+// (the survivors run at 1 ms a delta).
+const victimDelay = "250ms"
+
 // TestOwnerKilledDuringQueueModes: the worker process owning a lane is
 // SIGKILLed while the lane runs a collect batch, or a turn that a steered
 // message joined; a survivor takes the lane over. Every message ends
@@ -147,7 +153,12 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 		srv := natstest.Start(t)
 		nc := natstest.Connect(t, srv.URL)
 		js, _ := jetstream.New(nc)
-		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", "40ms")
+		// The victim's turns are slow (a quarter second a delta): the four
+		// messages must all be queued while "first" streams, and the kill
+		// must land while the batch streams. At 40 ms a delta those
+		// windows were 640 ms, which a loaded machine's four sends or one
+		// look at the stream can outlast.
+		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", victimDelay)
 		waitForFleet(t, js)
 		c, _ := lanefleet.New(nc)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -222,7 +233,9 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 		srv := natstest.Start(t)
 		nc := natstest.Connect(t, srv.URL)
 		js, _ := jetstream.New(nc)
-		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", "40ms")
+		// Slow, as above: the steer must arrive while "walk" streams (440 ms
+		// at 40 ms a delta), and the kill while "turnleft" does.
+		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", victimDelay)
 		waitForFleet(t, js)
 		c, _ := lanefleet.New(nc)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
