@@ -74,9 +74,28 @@ func runEventsOf(t *testing.T, js jetstream.JetStream, session, run string) []*e
 // checkRun asserts a run's stored events are seq 1..n without gap or repeat,
 // with exactly one final event, the last; it returns that final's result
 // and the lifecycle phases seen, as "phase@attempt".
+//
+// It first waits, a minute at most, for the stored events to end with a
+// final: a client's Wait, or a drained lane, can come before the stream
+// has stored it (under -race on a loaded machine the steered run's final
+// was missing from a read right after both).
 func checkRun(t *testing.T, js jetstream.JetStream, session, run string) (*events.Result, []string) {
 	t.Helper()
-	evs := runEventsOf(t, js, session, run)
+	var evs []*events.Event
+	start := time.Now()
+	for reads := 1; ; reads++ {
+		evs = runEventsOf(t, js, session, run)
+		if len(evs) > 0 && evs[len(evs)-1].Terminal() {
+			if reads > 1 {
+				t.Logf("run %s: its final was stored %v after the first read", run, time.Since(start).Round(time.Millisecond))
+			}
+			break
+		}
+		if time.Since(start) > time.Minute {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the stored events: polled, nothing to wait on
+	}
 	var phases []string
 	finals := 0
 	for i, ev := range evs {
