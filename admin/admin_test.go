@@ -57,8 +57,8 @@ func setup(t *testing.T, auth admin.AuthBook) *bundle {
 func stores(t *testing.T, timeout time.Duration) *bundle {
 	t.Helper()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, srv.URL)
+	nc := js.Conn()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	t.Cleanup(cancel)
 	streams, err := lanes.EnsureStreams(ctx, js, lanes.StreamConfig{})

@@ -57,7 +57,7 @@ const scanWait = 5 * time.Second
 func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n int) ([]DeadLetter, error) {
 	info, err := s.cfg.Dead.Info(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("admin: scan dead letters: stream info: %w", err)
 	}
 	out := []DeadLetter{}
 	if info.State.Msgs == 0 || info.State.LastSeq <= after {
@@ -69,9 +69,13 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 	}
 	// open reads the letters from start on with a new consumer.
 	open := func(start uint64) (jetstream.Consumer, error) {
-		return s.cfg.Dead.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter,
+		c, err := s.cfg.Dead.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter,
 			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start, HeadersOnly: true,
 			AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: 30 * time.Second})
+		if err != nil {
+			return nil, fmt.Errorf("admin: scan dead letters: a consumer of %s from %d: %w", filter, start, err)
+		}
+		return c, nil
 	}
 	cons, err := open(after + 1)
 	if err != nil {
@@ -81,11 +85,11 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 	pending, last := cons.CachedInfo().NumPending, after
 	for len(out) < n && pending > 0 {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("admin: list dead letters: %w", err)
+			return nil, fmt.Errorf("admin: scan dead letters: %w", err)
 		}
 		batch, err := cons.Fetch(int(min(pending, uint64(n-len(out)))), jetstream.FetchMaxWait(scanWait))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("admin: scan dead letters: fetch after %d: %w", last, err)
 		}
 		got := 0
 		for m := range batch.Messages() {
@@ -99,7 +103,7 @@ func (s *Service) scanDead(ctx context.Context, reason string, after uint64, n i
 			out = append(out, letterOf(md.Sequence.Stream, m.Subject(), md.Timestamp, m.Headers(), size))
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, err
+			return nil, fmt.Errorf("admin: scan dead letters: fetch after %d: %w", last, err)
 		}
 		if got == 0 {
 			// Nothing within the client's wait: a loaded server, or the

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
@@ -43,8 +42,8 @@ func deadListHeld(t *testing.T, hold time.Duration) {
 		want = append(want, b.deadLetter(t, "poison", "agent.in.alice", uint64(i+1), `{"text":"boom"}`))
 	}
 	p := natstest.StartStallProxy(t, b.nc.ConnectedUrl(), []byte("CONSUMER.MSG.NEXT"), hold)
-	nc := natstest.Connect(t, "nats://"+p.Addr)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, "nats://"+p.Addr)
+	nc := js.Conn()
 	streams, err := lanes.EnsureStreams(b.ctx, js, lanes.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -73,14 +72,15 @@ func deadListHeld(t *testing.T, hold time.Duration) {
 // slow server and whose new consumer cannot be made (here the dead-letter
 // stream was deleted meanwhile) answers the cause. The deferred delete of
 // the listing's consumer called a method of the failed open's nil
-// consumer: the handler panicked, and the request had no answer.
+// consumer: the handler panicked, and the request had no answer. The
+// answer says where the scan met the cause.
 func TestDeadListStreamGoneWhileStalled(t *testing.T) {
 	t.Parallel()
 	b := stores(t, 60*time.Second)
 	b.deadLetter(t, "poison", "agent.in.alice", 1, `{"text":"boom"}`)
 	p := natstest.StartStallProxy(t, b.nc.ConnectedUrl(), []byte("CONSUMER.MSG.NEXT"), 7*time.Second)
-	nc := natstest.Connect(t, "nats://"+p.Addr)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, "nats://"+p.Addr)
+	nc := js.Conn()
 	streams, err := lanes.EnsureStreams(b.ctx, js, lanes.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,11 @@ func TestDeadListStreamGoneWhileStalled(t *testing.T) {
 	if err := b.js.DeleteStream(b.ctx, events.DeadStream); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-answered; err == nil || !strings.Contains(err.Error(), "stream not found") {
-		t.Fatalf("answered %v, want the cause: stream not found", err)
+	// The cause, and where the scan met it: the consumer that reads on
+	// from the first letter, none received (it answered the cause
+	// alone).
+	want := "admin: scan dead letters: a consumer of " + events.DeadPrefix + "> from 1: "
+	if err := <-answered; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "stream not found") {
+		t.Fatalf("answered %v, want %q and the cause: stream not found", err, want)
 	}
 }

@@ -2,12 +2,9 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/directget"
@@ -55,7 +52,8 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 		evFilters[i] = events.EventPrefix + e.Token + ".*"
 		inFilters[i] = events.InboundPrefix + e.Token
 	}
-	var evs, ins, runs []directget.Msg
+	var evs, ins []directget.Msg
+	var runs []kvstore.RunRead
 	err := each(ctx, 3, func(ctx context.Context, i int) error {
 		var err error
 		switch i {
@@ -65,12 +63,11 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 			ins, err = s.lastOf(ctx, events.InboundStream, directget.Request{MultiLast: inFilters, Meta: true})
 		case 2:
 			if s.cfg.Runs != nil {
-				prefix := "$KV." + s.cfg.Runs.Bucket() + "."
-				filters := make([]string, len(entries))
+				tokens := make([]string, len(entries))
 				for i, e := range entries {
-					filters[i] = prefix + e.Token
+					tokens[i] = e.Token
 				}
-				runs, err = s.lastOf(ctx, "KV_"+s.cfg.Runs.Bucket(), directget.Request{MultiLast: filters})
+				runs, err = s.cfg.Runs.Active(ctx, tokens)
 				if err != nil {
 					s.log.Warn().Err(err).Msg("admin: sessions: run registry")
 					runs, err = nil, nil
@@ -110,17 +107,13 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 			waiting = append(waiting, l)
 		}
 	}
-	for _, m := range runs {
-		l := byToken[strings.TrimPrefix(m.Subject, "$KV."+s.cfg.Runs.Bucket()+".")]
-		if l == nil || m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
-			continue // cleared: a purge, a delete, or the server's marker
+	for i, r := range runs { // in entries' order
+		switch {
+		case r.Err != nil:
+			s.log.Warn().Err(r.Err).Msg("admin: sessions: run registry")
+		case r.Running:
+			list[i].setRunning(r.Info)
 		}
-		var r kvstore.RunInfo
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			s.log.Warn().Err(err).Msg("admin: sessions: run registry")
-			continue
-		}
-		l.setRunning(r)
 	}
 	// The stored counts of the lanes with messages stored.
 	inbound := directget.Subject(s.cfg.JS, events.InboundStream)

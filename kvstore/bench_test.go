@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet/internal/natstest"
 )
 
@@ -17,10 +15,7 @@ import (
 // the same server and transcript.
 func BenchmarkTranscriptRead(b *testing.B) {
 	srv := natstest.Start(b)
-	js, err := jetstream.New(natstest.Connect(b, srv.URL))
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := natstest.JetStream(b, srv.URL)
 	ctx := b.Context()
 	lanes, err := Open(ctx, js, Config{LeaseTTL: time.Minute})
 	if err != nil {
@@ -70,10 +65,7 @@ func BenchmarkTranscriptRead(b *testing.B) {
 // the server spends removing it counts.
 func BenchmarkForget(b *testing.B) {
 	srv := natstest.Start(b)
-	js, err := jetstream.New(natstest.Connect(b, srv.URL))
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := natstest.JetStream(b, srv.URL)
 	ctx := b.Context()
 	lanes, err := Open(ctx, js, Config{LeaseTTL: time.Minute})
 	if err != nil {

@@ -42,10 +42,7 @@ func setupWith(t *testing.T, cfg Config) *bundle {
 func connect(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, srv.URL)
 	return js
 }
 
@@ -59,10 +56,7 @@ func TestOpenSetsDirectGet(t *testing.T) {
 	t.Run("one replica", func(t *testing.T) {
 		t.Parallel()
 		srv := natstest.Start(t)
-		js, err := jetstream.New(natstest.Connect(t, srv.URL))
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := natstest.JetStream(t, srv.URL)
 		// As a worker from before this change left it: no Direct Get.
 		if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: DefaultBucket, History: 1,
 			LimitMarkerTTL: time.Second}); err != nil {

@@ -25,11 +25,7 @@ func TestLeaseConflictsOnReplicatedBucket(t *testing.T) {
 	}
 	t.Parallel()
 	cl := natstest.StartCluster(t, 3)
-	nc := natstest.Connect(t, cl.URL())
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, cl.URL(), jetstream.WithDefaultTimeout(30*time.Second))
 	lanes := openReplicated(t, js, Config{Replicas: 3, LeaseTTL: 30 * time.Second, MarkerTTL: time.Minute})
 	for _, name := range []string{"KV_" + DefaultBucket, StepsStream} {
 		st, err := js.Stream(t.Context(), name)
@@ -200,10 +196,7 @@ func openReplicated(t *testing.T, js jetstream.JetStream, cfg Config) *Lanes {
 func TestLeaseState(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, srv.URL)
 	ctx := t.Context()
 	lanes, err := Open(ctx, js, Config{LeaseTTL: time.Second, MarkerTTL: time.Minute})
 	if err != nil {
@@ -290,11 +283,8 @@ func TestLeaseState(t *testing.T) {
 // lease that outlives the test and a minute's markers.
 func openProcess(t *testing.T, url string) (*Lanes, *nats.Conn) {
 	t.Helper()
-	nc := natstest.Connect(t, url)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, url)
+	nc := js.Conn()
 	l, err := Open(t.Context(), js, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 func TestBucketLimits(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	js := natstest.JetStream(t, srv.URL)
 	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: DefaultBucket})
 	if err != nil {
 		t.Fatal(err)

@@ -163,10 +163,7 @@ func TestLifeDeclaredDead(t *testing.T) {
 func TestLeasesOfOnASlowServer(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, srv.URL)
 	ctx := t.Context()
 	direct, err := Open(ctx, js, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Second})
 	if err != nil {
@@ -178,10 +175,7 @@ func TestLeasesOfOnASlowServer(t *testing.T) {
 		}
 	}
 	p := natstest.StartStallProxy(t, srv.URL, []byte("CONSUMER.MSG.NEXT"), scanWait+2*time.Second)
-	pjs, err := jetstream.New(natstest.Connect(t, "nats://"+p.Addr))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pjs := natstest.JetStream(t, "nats://"+p.Addr)
 	slow, err := Open(ctx, pjs, Config{LeaseTTL: leaseOutlivesTest, MarkerTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)

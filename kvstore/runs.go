@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/internal/directget"
 )
 
 // DefaultRunsBucket is the bucket of the active-run registry.
@@ -47,7 +50,10 @@ const (
 // session (the lane token). A run's entry is removed when it ends, leaving
 // a marker that lives runsMarkerTTL; entries expire after the bucket's
 // MaxAge, so a run whose worker died vanishes even if no one clears it.
-type Runs struct{ kv jetstream.KeyValue }
+type Runs struct {
+	js jetstream.JetStream
+	kv jetstream.KeyValue
+}
 
 // runsMarkerTTL is how long the marker of a cleared entry, or of one the
 // bucket's MaxAge removed, stays: the shortest per-message TTL.
@@ -89,7 +95,7 @@ func OpenRuns(ctx context.Context, js jetstream.JetStream, cfg RunsConfig) (*Run
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Runs{kv: kv}, nil
+	return &Runs{js: js, kv: kv}, nil
 }
 
 // BindRuns binds to an existing registry bucket without creating it, for
@@ -102,7 +108,7 @@ func BindRuns(ctx context.Context, js jetstream.JetStream, bucket string) (*Runs
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", bucket, err)
 	}
-	return &Runs{kv: kv}, nil
+	return &Runs{js: js, kv: kv}, nil
 }
 
 // RunHandle is one registration.
@@ -169,10 +175,6 @@ func (h *RunHandle) Clear(ctx context.Context) error {
 	return nil
 }
 
-// Bucket is the registry's bucket: its entry of a lane token is the
-// subject "$KV.<bucket>.<token>" of the bucket's stream "KV_<bucket>".
-func (r *Runs) Bucket() string { return r.kv.Bucket() }
-
 // Get returns the active run of a lane token.
 func (r *Runs) Get(ctx context.Context, token string) (RunInfo, bool, error) {
 	e, err := r.kv.Get(ctx, token)
@@ -182,11 +184,60 @@ func (r *Runs) Get(ctx context.Context, token string) (RunInfo, bool, error) {
 	if err != nil {
 		return RunInfo{}, false, fmt.Errorf("kvstore: get run %s: %w", token, err)
 	}
+	return decodeRun(token, e.Value())
+}
+
+// decodeRun reads the registry entry of token.
+func decodeRun(token string, data []byte) (RunInfo, bool, error) {
 	var info RunInfo
-	if err := json.Unmarshal(e.Value(), &info); err != nil {
+	if err := json.Unmarshal(data, &info); err != nil {
 		return RunInfo{}, false, fmt.Errorf("kvstore: run entry %s: %w", token, err)
 	}
 	return info, true, nil
+}
+
+// RunRead is one lane's registry entry as Active reads it: its run
+// (Running), none, or Err when the entry does not read.
+type RunRead struct {
+	Info    RunInfo
+	Running bool
+	Err     error
+}
+
+// Active returns the active runs of tokens' lanes (in tokens' order) as
+// Get reads each, in one multi-last Direct Get: a listing's page of
+// sessions asks the registry once, not once a session. A registry
+// bucket answers Direct Gets (the client library makes every bucket so,
+// and Get reads it so too).
+func (r *Runs) Active(ctx context.Context, tokens []string) ([]RunRead, error) {
+	out := make([]RunRead, len(tokens))
+	if len(tokens) == 0 {
+		return out, nil
+	}
+	// The entry of a lane token is the subject $KV.<bucket>.<token> of
+	// the bucket's stream KV_<bucket>.
+	prefix := "$KV." + r.kv.Bucket() + "."
+	subjects := make([]string, len(tokens))
+	at := make(map[string][]int, len(tokens))
+	for i, tok := range tokens {
+		subjects[i] = prefix + tok
+		at[subjects[i]] = append(at[subjects[i]], i)
+	}
+	msgs, err := directget.Last(ctx, r.js.Conn(), directget.Subject(r.js, "KV_"+r.kv.Bucket()), directget.Request{MultiLast: subjects})
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: runs: %w", err)
+	}
+	for _, m := range msgs { // each subject once (Last)
+		if m.Header.Get(kvOperation) != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+			continue // cleared: a purge, a delete, or the server's marker
+		}
+		var rd RunRead
+		rd.Info, rd.Running, rd.Err = decodeRun(strings.TrimPrefix(m.Subject, prefix), m.Data)
+		for _, i := range at[m.Subject] {
+			out[i] = rd
+		}
+	}
+	return out, nil
 }
 
 // List returns every active run.

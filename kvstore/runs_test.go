@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanefleet/lanefleet/internal/natstest"
 )
 
 // TestRunsRegistryHandles: a stale run never clears or updates the entry of
@@ -118,5 +120,54 @@ func TestRunsLeaveNothing(t *testing.T) {
 			t.Fatal("a dead run's entry outlived the registry's MaxAge")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRunsActive: Active reads many lanes' registry entries as Get reads
+// each (a running lane, one whose run cleared its entry, one never
+// registered, one whose entry does not read, a token asked twice), in
+// one request.
+func TestRunsActive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Second)
+	ctx, nc := t.Context(), b.js.Conn()
+	runs, err := OpenRuns(ctx, b.js, RunsConfig{MaxAge: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Register(ctx, "running", RunInfo{Session: "s1", RunID: "7", Worker: "w1", Phase: RunPhaseCompacting}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := runs.Register(ctx, "cleared", RunInfo{Session: "s2", RunID: "8", Worker: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.kv.Put(ctx, "garbled", []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := runs.Active(ctx, nil); err != nil || len(got) != 0 {
+		t.Fatalf("no tokens: %+v, %v", got, err)
+	}
+	spy := natstest.Spy(t, nc.ConnectedUrl(), "$JS.API.>")
+	tokens := []string{"running", "cleared", "never", "garbled", "running"}
+	spy(nc)
+	got, err := runs.Active(ctx, tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqs := spy(nc); len(reqs) != 1 {
+		t.Errorf("Active of %d lanes sent %v, want one request", len(tokens), reqs)
+	}
+	for i, tok := range tokens {
+		info, ok, err := runs.Get(ctx, tok)
+		if got[i].Info != info || got[i].Running != ok || (got[i].Err == nil) != (err == nil) {
+			t.Errorf("%s: Active %+v, Get %+v %v (%v)", tok, got[i], info, ok, err)
+		}
+	}
+	if !got[0].Running || got[0].Info.Worker != "w1" || got[0].Info.Phase != RunPhaseCompacting || got[1].Running || got[2].Running || got[3].Err == nil {
+		t.Fatalf("runs: %+v", got)
 	}
 }

@@ -134,11 +134,8 @@ func TestReadTranscriptReplicated(t *testing.T) {
 	var lanes []*Lanes
 	var conns []*nats.Conn
 	for _, url := range cl.URLs {
-		nc := natstest.Connect(t, url)
-		js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := natstest.JetStream(t, url, jetstream.WithDefaultTimeout(30*time.Second))
+		nc := js.Conn()
 		l := openReplicated(t, js, Config{Replicas: 3, LeaseTTL: 30 * time.Second})
 		lanes, conns = append(lanes, l), append(conns, nc)
 	}

@@ -59,7 +59,7 @@ func TestTransient(t *testing.T) {
 func TestTransientWriteToAStreamWithoutResponders(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	js := natstest.JetStream(t, srv.URL)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	_, err := js.Publish(ctx, "nobody.stores.this", nil)

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
+	"io"
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -131,17 +133,65 @@ func openJournal(ctx context.Context, store StepStore, in Input) (*journal, erro
 // ones folded in) and the history it continues. The hash is over the message's msgpack bytes, its run id, a zero byte
 // and the id of the history's last entry: a journal an older worker wrote
 // must still match (TestInputFingerprintStable).
+//
+// A message of a few kilobytes of text is encoded in memory (one
+// allocation of its size, events.AppendInbound) and hashed; a larger one,
+// or one with images, tools or tool results, is encoded straight into
+// the hash by the msgpack library (the same bytes), so an image turn
+// allocates nothing of its payload's size.
 func inputFingerprint(in Input) string {
 	last := lastID(in.History)
-	b := make([]byte, 0, 128+len(in.RunID)+len(last))
-	if in.Inbound != nil {
-		b, _ = events.AppendInbound(b, in.Inbound)
+	m := in.Inbound
+	if m == nil || len(m.Images) == 0 && len(m.Tools) == 0 && len(m.ToolResults) == 0 && len(m.Text) <= fingerprintInline {
+		b := make([]byte, 0, inboundFraming+len(in.RunID)+len(last)+inlineSize(m))
+		if m != nil {
+			b, _ = events.AppendInbound(b, m)
+		}
+		b = append(b, in.RunID...)
+		b = append(b, 0)
+		b = append(b, last...)
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:12])
 	}
-	b = append(b, in.RunID...)
-	b = append(b, 0)
-	b = append(b, last...)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:12])
+	w := &hashWriter{Hash: sha256.New()}
+	enc := msgpack.GetEncoder()
+	enc.Reset(w)
+	_ = enc.Encode(m) // a hash's writes do not fail
+	msgpack.PutEncoder(enc)
+	_, _ = io.WriteString(w, in.RunID)
+	_ = w.WriteByte(0)
+	_, _ = io.WriteString(w, last)
+	return hex.EncodeToString(w.Sum(nil)[:12])
+}
+
+// fingerprintInline is the longest text of a message inputFingerprint
+// encodes in memory.
+const fingerprintInline = 4 << 10
+
+// inboundFraming bounds what a message's encoding adds to its strings:
+// its keys, and each value's header.
+const inboundFraming = 128
+
+// inlineSize is the length of the strings of m's encoding, nil's 0.
+func inlineSize(m *events.Inbound) int {
+	if m == nil {
+		return 0
+	}
+	return len(m.ID) + len(m.Session) + len(m.Text) + len(m.Mode) + len(m.Model) + len(m.Thinking) + len(m.AuthProfile)
+}
+
+// hashWriter is a hash the msgpack library writes to byte by byte too
+// (without a WriteByte it allocates a byte slice for each).
+type hashWriter struct {
+	hash.Hash
+	one [1]byte
+}
+
+// WriteByte writes c.
+func (w *hashWriter) WriteByte(c byte) error {
+	w.one[0] = c
+	_, err := w.Write(w.one[:])
+	return err
 }
 
 // callKey names the call id of the n-th model reply: models reuse call

@@ -3,8 +3,6 @@ package schedstore
 import (
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet/internal/natstest"
 )
 
@@ -18,11 +16,8 @@ func TestReopenSendsNoUpdate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	updatesBy := natstest.Spy(t, b.url, "$JS.API.STREAM.UPDATE.>")
-	nc := natstest.Connect(t, b.url)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, b.url)
+	nc := js.Conn()
 	updates := func() []string { t.Helper(); return updatesBy(nc) }
 	if _, err := Open(t.Context(), js, Config{}); err != nil {
 		t.Fatal(err)

@@ -48,10 +48,7 @@ func setup(t *testing.T) bundle {
 
 func open(t *testing.T, url string) bundle {
 	t.Helper()
-	js, err := jetstream.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, url)
 	if _, err := lanes.EnsureStreams(t.Context(), js, lanes.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +64,7 @@ func open(t *testing.T, url string) bundle {
 // when the test ends or stop is called.
 func (b bundle) firer(t *testing.T) (f *Firer, stop func()) {
 	t.Helper()
-	js, err := jetstream.New(natstest.Connect(t, b.url))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, b.url)
 	st, err := Open(t.Context(), js, Config{Now: b.clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -569,12 +563,10 @@ func TestDeadHoldersFiringComesBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, stop := b.firer(t) // makes the consumer
-	nc := natstest.Connect(t, b.url)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, b.url)
+	nc := js.Conn()
 	var cons jetstream.Consumer
+	var err error
 	for cons == nil {
 		if cons, err = js.Consumer(t.Context(), Stream, ConsumerName); errors.Is(err, jetstream.ErrConsumerNotFound) {
 			time.Sleep(10 * time.Millisecond) // the firer makes it after re-arming
@@ -663,10 +655,7 @@ func TestSlowHandlerKeepsItsFiring(t *testing.T) {
 	// (a redelivered firing) is counted.
 	runs := &blockingRuns{entered: make(chan struct{}), release: make(chan struct{})}
 	for range 2 {
-		js, err := jetstream.New(natstest.Connect(t, b.url))
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := natstest.JetStream(t, b.url)
 		st, err := Open(t.Context(), js, Config{Now: b.clock.Now})
 		if err != nil {
 			t.Fatal(err)

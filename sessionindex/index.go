@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,26 +111,38 @@ const listedSetMax = 1 << 16
 // (lanebench listing). It is cleared when full, and forgets a session
 // this index removes; a session another worker forgot is listed again at
 // its turn's start rather than while its message waits.
+//
+// Each write's ack settles it once: a session's mark holds the random tag
+// of its newest write until that write's ack comes (0 after), and only an
+// ack naming that tag counts (settle). An ack anyone else publishes to
+// the acks' inbox (forged: a guess, or the reply subject of a write seen
+// on the index's subjects, sent again once the server's ack came) names
+// no write awaiting its ack, so it unmarks nothing and makes no session
+// be written again. Only a client that sees the index's writes and
+// answers one before the server does could still unmark its session
+// (under the permission model, the admin role alone sees them).
 type listedSet struct {
 	mu   sync.Mutex
 	seed maphash.Seed
-	m    map[uint64]struct{}
+	m    map[uint64]uint64 // subject hash → the tag of its write awaiting its ack, 0 when none
 }
 
-// add notes subj as listed; it returns subj's hash and whether subj
-// was not listed.
-func (l *listedSet) add(subj string) (uint64, bool) {
+// mark notes subj as listed by a write that goes out now, and returns
+// subj's hash and the write's tag; with ifNew (Queued) a listed subj is
+// left as it is and the tag is 0: no write.
+func (l *listedSet) mark(subj string, ifNew bool) (h, tag uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil || len(l.m) >= listedSetMax {
-		l.m, l.seed = make(map[uint64]struct{}), maphash.MakeSeed()
+		l.m, l.seed = make(map[uint64]uint64), maphash.MakeSeed()
 	}
-	h := maphash.String(l.seed, subj)
-	if _, ok := l.m[h]; ok {
-		return h, false
+	h = maphash.String(l.seed, subj)
+	if _, ok := l.m[h]; ok && ifNew {
+		return h, 0
 	}
-	l.m[h] = struct{}{}
-	return h, true
+	tag = rand.Uint64() | 1 // never 0
+	l.m[h] = tag
+	return h, tag
 }
 
 // remove forgets subj.
@@ -139,13 +152,23 @@ func (l *listedSet) remove(subj string) {
 	delete(l.m, maphash.String(l.seed, subj))
 }
 
-// forget forgets the session of hash h, whose write failed. Were the set
-// cleared since, h might be another session's under the new seed: that
-// session's next Queued writes again, and the server refuses it.
-func (l *listedSet) forget(h uint64) {
+// settle ends the wait for the ack of the write tag of the session of
+// hash h: a failed write unmarks the session. It reports whether that
+// write was awaiting its ack; else (an ack already settled, of a write a
+// newer one overtook, made before the set was cleared, or forged) it
+// changes nothing.
+func (l *listedSet) settle(h, tag uint64, failed bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.m, h)
+	if cur, ok := l.m[h]; !ok || cur != tag || tag == 0 {
+		return false
+	}
+	if failed {
+		delete(l.m, h)
+	} else {
+		l.m[h] = 0
+	}
+	return true
 }
 
 // Record is an entry's data: the session's newest run, and the summary
@@ -291,9 +314,9 @@ func (x *Index) Touch(key string, rec Record) {
 		return
 	}
 	data, _ := json.Marshal(rec)
-	h, _ := x.listed.add(subj)
-	if err := x.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: x.ackReply(h), Data: data}); err != nil {
-		x.listed.forget(h)
+	h, tag := x.listed.mark(subj, false)
+	if err := x.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: x.ackReply(h, tag), Data: data}); err != nil {
+		x.listed.settle(h, tag, true)
 		x.noteFailure(err)
 	}
 }
@@ -310,51 +333,54 @@ func (x *Index) Queued(key, run string) {
 	if err != nil {
 		return
 	}
-	h, added := x.listed.add(subj)
-	if !added {
+	h, tag := x.listed.mark(subj, true)
+	if tag == 0 {
 		return
 	}
 	data, _ := json.Marshal(Record{Run: run})
 	m := nats.NewMsg(subj)
-	m.Reply, m.Data = x.ackReply(h), data
+	m.Reply, m.Data = x.ackReply(h, tag), data
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	if err := x.nc.PublishMsg(m); err != nil {
-		x.listed.forget(h)
+		x.listed.settle(h, tag, true)
 		x.noteFailure(err)
 	}
 }
 
-// ackReply is the reply subject of the write of the session whose
-// listedSet hash is h: the acks' inbox, then h, which a failure's ack
-// gives back to unmark the session.
-func (x *Index) ackReply(h uint64) string {
-	return x.ackInbox + "." + strconv.FormatUint(h, 36)
+// ackReply is the reply subject of the write tag of the session whose
+// listedSet hash is h: the acks' inbox, then h and tag, which the ack
+// gives back to settle the write (listedSet.settle).
+func (x *Index) ackReply(h, tag uint64) string {
+	var buf [128]byte // the usual inbox, and two numbers of up to 13 digits
+	b := append(append(buf[:0], x.ackInbox...), '.')
+	b = append(strconv.AppendUint(b, h, 36), '.')
+	return string(strconv.AppendUint(b, tag, 36))
 }
 
 // listen reads the acks of Touch's and Queued's publishes, all on one
-// subscription, so a publish keeps no state while its ack is on the way
-// (its reply subject carries its session's hash, ackReply); an ack that
-// says the write failed unmarks the session and is logged, but not
-// Queued's refusal of a session that has an entry.
+// subscription, so a publish keeps no state of its own while its ack is
+// on the way (its reply subject carries its session's hash and its
+// write's tag, ackReply); an ack that says the write failed unmarks the
+// session and is logged, but not Queued's refusal of a session that has
+// an entry. Only the ack of a write awaiting it counts: any other
+// message on the inbox (forged) changes nothing and is not logged.
 func (x *Index) listen() error {
 	inbox := x.nc.NewRespInbox()
-	sub, err := x.nc.Subscribe(inbox+".*", func(m *nats.Msg) {
+	sub, err := x.nc.Subscribe(inbox+".*.*", func(m *nats.Msg) {
 		var ack struct {
 			Error *struct {
 				Code        jetstream.ErrorCode `json:"err_code"`
 				Description string              `json:"description"`
 			} `json:"error"`
 		}
+		var failure error
 		if err := json.Unmarshal(m.Data, &ack); err != nil {
-			x.unmark(inbox, m.Subject)
-			x.noteFailure(fmt.Errorf("ack: %w", err))
-			return
+			failure = fmt.Errorf("ack: %w", err)
+		} else if ack.Error != nil && !wrongLast(ack.Error.Code) { // Queued's refusal: the session has its entry
+			failure = errors.New(ack.Error.Description)
 		}
-		switch {
-		case ack.Error == nil, wrongLast(ack.Error.Code): // Queued: the session has its entry
-		default:
-			x.unmark(inbox, m.Subject)
-			x.noteFailure(errors.New(ack.Error.Description))
+		if x.settle(inbox, m.Subject, failure != nil) && failure != nil {
+			x.noteFailure(failure)
 		}
 	})
 	if err != nil {
@@ -364,14 +390,15 @@ func (x *Index) listen() error {
 	return nil
 }
 
-// unmark forgets the session whose write's ack came on reply (ackReply)
-// under inbox: the handler's own copy, since x.ackInbox is set only after
-// the subscription, which may already deliver (a stray message).
-func (x *Index) unmark(inbox, reply string) {
-	_, tail, _ := strings.Cut(strings.TrimPrefix(reply, inbox), ".")
-	if h, err := strconv.ParseUint(tail, 36, 64); err == nil {
-		x.listed.forget(h)
-	}
+// settle settles the write whose ack came on reply (ackReply) under
+// inbox (the handler's own copy, since x.ackInbox is set only after the
+// subscription, which may already deliver), reporting whether it was a
+// write awaiting its ack (listedSet.settle).
+func (x *Index) settle(inbox, reply string, failed bool) bool {
+	hs, tags, ok := strings.Cut(strings.TrimPrefix(reply, inbox+"."), ".")
+	h, err1 := strconv.ParseUint(hs, 36, 64)
+	tag, err2 := strconv.ParseUint(tags, 36, 64)
+	return ok && err1 == nil && err2 == nil && x.listed.settle(h, tag, failed)
 }
 
 // wrongLast reports the refusal of a write that expected a subject's last
@@ -385,7 +412,9 @@ func wrongLast(code jetstream.ErrorCode) bool {
 // Close stops reading acks.
 func (x *Index) Close() error { return x.ackSub.Unsubscribe() }
 
-// Failures counts the writes whose ack said they failed.
+// Failures counts the writes whose ack said they failed (a session's
+// newest: the ack of a write a newer one of the session overtook is not
+// told from a forged one, and is not counted).
 func (x *Index) Failures() int64 { return x.failed.Load() }
 
 // noteFailure logs a failed write: the session is listed again at its next

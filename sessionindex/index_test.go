@@ -46,8 +46,7 @@ func (s *syncBuffer) String() string {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, srv.URL)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	log := &syncBuffer{}
@@ -369,6 +368,19 @@ func (l lines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// logging opens another index of b's stream, whose log lines go to the
+// test.
+func (b *bundle) logging(t *testing.T) (*sessionindex.Index, lines) {
+	t.Helper()
+	logged := make(lines, 16)
+	x, _, err := sessionindex.Ensure(b.ctx, b.js, sessionindex.Config{Logger: zerolog.New(logged)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	return x, logged
+}
+
 // TestQueuedAfterFailedWrite: a Queued whose write the server does not
 // store (here the stream is gone) leaves the session unlisted, so the
 // next Queued, once the stream is back, writes its entry again. It was
@@ -377,12 +389,7 @@ func (l lines) Write(p []byte) (int, error) {
 func TestQueuedAfterFailedWrite(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	logged := make(lines, 16)
-	x, _, err := sessionindex.Ensure(b.ctx, b.js, sessionindex.Config{Logger: zerolog.New(logged)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x, logged := b.logging(t)
 	st, err := b.js.Stream(b.ctx, sessionindex.Stream)
 	if err != nil {
 		t.Fatal(err)
@@ -434,8 +441,7 @@ func TestQueuedAfterFailedWrite(t *testing.T) {
 func TestSeedRaceReplicated(t *testing.T) {
 	t.Parallel()
 	cl := natstest.StartCluster(t, 3)
-	nc := natstest.Connect(t, cl.URL())
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, cl.URL())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var x *sessionindex.Index
@@ -486,7 +492,7 @@ func TestSeedRaceReplicated(t *testing.T) {
 func TestMaxBytes(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	js := natstest.JetStream(t, srv.URL)
 	for _, c := range []struct {
 		name string
 		cfg  sessionindex.Config
@@ -526,5 +532,93 @@ func TestFilterNoKeysGroup(t *testing.T) {
 	}
 	if f, exact := sessionindex.Filter("acme:"); f == sessionindex.Prefix+"*.*" || !exact {
 		t.Errorf("acme: filter %q exact %v, want its group's, exact", f, exact)
+	}
+}
+
+// TestForgedAckWritesNothing: an ack that another client publishes to the
+// index's acks inbox makes no session be written again, nor counts as a
+// failure: the reply subject of a write seen on the index's subjects sent
+// again with an error, or with what is no ack at all, after the write's
+// own ack came, and a guess of another write's tag. Such an ack unmarked
+// the session (its hash was all the reply named), so its next Queued
+// wrote again, refused by the server (or wrote a session's entry that a
+// listing had dropped).
+func TestForgedAckWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	x, logged := b.logging(t)
+	nc := b.js.Conn()
+	// The forger sees every write on the index's subjects, as a client
+	// allowed to subscribe to them does.
+	forger := natstest.Connect(t, nc.ConnectedUrl())
+	seen, err := forger.SubscribeSync(sessionindex.Prefix + ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := forger.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	spy := natstest.Spy(t, nc.ConnectedUrl(), sessionindex.Prefix+">")
+	// fence makes a write the server refuses (a record over the
+	// stream's largest message) and waits for its failure to be
+	// logged: the acks before it, of one connection's writes to one
+	// stream, and the forger's messages sent before it (flushed), have
+	// been handled by then.
+	fences := 0
+	fence := func() (before []string) {
+		t.Helper()
+		fences++
+		x.Touch("acme:fence", sessionindex.Record{Parent: strings.Repeat("p", 4096)})
+		for {
+			select {
+			case line := <-logged:
+				if strings.Contains(line, "maximum") {
+					return before
+				}
+				before = append(before, line)
+			case <-b.ctx.Done():
+				t.Fatal("the fence's failure was not logged")
+			}
+		}
+	}
+	x.Queued("acme:waiting", "1")
+	m, err := seen.NextMsg(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := sessionindex.Subject("acme:waiting")
+	if m.Subject != want || m.Reply == "" {
+		t.Fatalf("saw %s (reply %q), want acme:waiting's write", m.Subject, m.Reply)
+	}
+	if logged := fence(); len(logged) != 0 { // acme:waiting's ack came: it is listed
+		t.Fatalf("logged %q", logged)
+	}
+	spy(nc)
+	i := strings.LastIndexByte(m.Reply, '.')
+	for _, forged := range []struct{ reply, data string }{
+		{m.Reply, `{"error":{"code":503,"err_code":10077,"description":"forged"}}`},
+		{m.Reply, "forged: no ack"},
+		{m.Reply[:i+1] + "1", `{"error":{"code":503,"err_code":10077,"description":"forged"}}`},
+	} {
+		if err := forger.Publish(forged.reply, []byte(forged.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := forger.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if logged := fence(); len(logged) != 0 {
+		t.Errorf("the forged acks were logged: %q", logged)
+	}
+	fenceSubj, _ := sessionindex.Subject("acme:fence")
+	if got := spy(nc); !slices.Equal(got, []string{fenceSubj}) {
+		t.Fatalf("wrote %v, want the fence's entry", got)
+	}
+	x.Queued("acme:waiting", "2")
+	if got := spy(nc); len(got) != 0 {
+		t.Errorf("the forged acks made acme:waiting's entry be written again: %v", got)
+	}
+	if n := x.Failures(); n != int64(fences) {
+		t.Errorf("%d failures, want %d (the fences')", n, fences)
 	}
 }

@@ -43,6 +43,26 @@ type Request struct {
 	Meta bool `json:"-"`
 }
 
+// what names what req asks, for its errors: the last messages of its
+// filters (the first, and how many more), or a batch (of a subject) from
+// its sequence.
+func (req *Request) what() string {
+	switch {
+	case len(req.MultiLast) > 0:
+		s := "the last of " + req.MultiLast[0]
+		if n := len(req.MultiLast) - 1; n > 0 {
+			s += fmt.Sprintf(" and %d more filters", n)
+		}
+		if req.Seq > 0 {
+			s += fmt.Sprintf(" from %d", req.Seq)
+		}
+		return s
+	case req.NextFor != "":
+		return fmt.Sprintf("%s from %d", req.NextFor, req.Seq)
+	}
+	return fmt.Sprintf("from %d", req.Seq)
+}
+
 // MultiLastMax is the most subjects a multi-last get answers for (the
 // server's limit).
 const MultiLastMax = 1024
@@ -113,7 +133,7 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 			if ctx.Err() != nil {
 				return rep, fmt.Errorf("directget: %w", ctx.Err())
 			}
-			return rep, fmt.Errorf("directget: %s from %d: %w", subject, req.Seq, err)
+			return rep, fmt.Errorf("directget: %s %s: %w", subject, req.what(), err)
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
@@ -125,11 +145,11 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 		case "413":
 			return rep, ErrTooMany
 		default:
-			return rep, fmt.Errorf("directget: %s from %d: status %s %s", subject, req.Seq, status, m.Header.Get("Description"))
+			return rep, fmt.Errorf("directget: %s %s: status %s %s", subject, req.what(), status, m.Header.Get("Description"))
 		}
 		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		if err != nil {
-			return rep, fmt.Errorf("directget: %s from %d: a message without its sequence", subject, req.Seq)
+			return rep, fmt.Errorf("directget: %s %s: a message without its sequence", subject, req.what())
 		}
 		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
 		msg := Msg{Seq: seq, Subject: m.Header.Get(jetstream.SubjectHeader), Time: at}
@@ -138,7 +158,7 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 		}
 		rep.Msgs = append(rep.Msgs, msg)
 		if most > 0 && len(rep.Msgs) > most {
-			return rep, fmt.Errorf("directget: %s from %d: more than %d messages", subject, req.Seq, most)
+			return rep, fmt.Errorf("directget: %s %s: more than %d messages", subject, req.what(), most)
 		}
 	}
 }

@@ -3,9 +3,11 @@ package directget_test
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/internal/directget"
@@ -32,8 +34,8 @@ func msgSeq(t *testing.T, msgs []directget.Msg, subj string) uint64 {
 func TestLast(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, srv.URL)
+	nc := js.Conn()
 	ctx := t.Context()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
@@ -81,5 +83,31 @@ func TestLast(t *testing.T) {
 	rep, err := directget.Get(ctx, nc, subject, directget.Request{NextFor: "s.7", Batch: 1}, 1)
 	if err != nil || len(rep.Msgs) != 1 || rep.Pending != 1 {
 		t.Fatalf("a batch of one of a subject's two messages: %+v, %v", rep, err)
+	}
+}
+
+// TestErrorsSayWhat: an error names what the request asked: a multi-last
+// get its filters (it said "from 0", a batch's start, which it has none
+// of), a batch its subject and start. Here the stream is missing: no
+// responders.
+func TestErrorsSayWhat(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := natstest.JetStream(t, srv.URL)
+	nc := js.Conn()
+	subject := directget.Subject(js, "MISSING")
+	for _, c := range []struct {
+		req  directget.Request
+		want string
+	}{
+		{directget.Request{MultiLast: []string{"s.1", "s.2", "s.3"}}, "the last of s.1 and 2 more filters: "},
+		{directget.Request{MultiLast: []string{"s.1"}, Seq: 9}, "the last of s.1 from 9: "},
+		{directget.Request{NextFor: "s.7", Seq: 4, Batch: 1}, "s.7 from 4: "},
+		{directget.Request{Seq: 5, Batch: 1}, "from 5: "},
+	} {
+		_, err := directget.Get(t.Context(), nc, subject, c.req, 0)
+		if !errors.Is(err, nats.ErrNoResponders) || !strings.Contains(err.Error(), "DIRECT.GET.MISSING "+c.want) {
+			t.Errorf("%+v: %v, want %q", c.req, err, c.want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet/internal/embedded"
 )
@@ -145,4 +146,16 @@ func (c *Cluster) ready(n int) bool {
 func (c *Cluster) Stop(i int) {
 	c.Servers[i].Shutdown()
 	c.Servers[i].WaitForShutdown()
+}
+
+// JetStream connects to url (Connect: closed when the test ends) and
+// returns a JetStream client of the connection (js.Conn()) made with
+// opts.
+func JetStream(t testing.TB, url string, opts ...jetstream.JetStreamOpt) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(Connect(t, url), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

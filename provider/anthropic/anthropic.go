@@ -215,35 +215,46 @@ func (p *parser) setUsage(u *apiUsage) {
 	p.b.SetUsage(u2)
 }
 
+// The keys fastDelta reads: the event's, and its delta's (the type, then
+// the field carrying each of fastTypes' text, in order).
 var (
-	textDelta     = []byte(`"type":"text_delta"`)
-	thinkingDelta = []byte(`"type":"thinking_delta"`)
-	inputDelta    = []byte(`"type":"input_json_delta"`)
+	topKeys   = [...]string{"index", "delta"}
+	deltaKeys = [...]string{"type", "text", "thinking", "partial_json"}
+	fastTypes = [...][]byte{[]byte(`"text_delta"`), []byte(`"thinking_delta"`), []byte(`"input_json_delta"`)}
 )
 
 // fastDelta applies the common delta events without reflection; false means
-// the event needs the full decoder.
+// the event needs the full decoder. It reads each field at its place in
+// valid JSON (jsonfast.Members), so a key repeated in a nested object, a twin
+// or an escaped spelling sends the event to the decoder, and
+// FuzzFastMatchesEvent holds it to what the decoder applies.
 func (p *parser) fastDelta(data []byte) bool {
-	idx, ok := jsonfast.Int(data, "index")
+	if !jsonfast.Valid(data) {
+		return false
+	}
+	var top [2]int
+	var delta [len(deltaKeys)]int
+	if !jsonfast.Members(data, 0, topKeys[:], top[:]) || !jsonfast.Members(data, top[1], deltaKeys[:], delta[:]) {
+		return false
+	}
+	idx, ok := jsonfast.IntIn(data, top[0])
 	if !ok {
 		return false
 	}
 	i, ok := p.blocks[idx]
-	if !ok {
+	if !ok || delta[0] < 0 {
 		return false
 	}
-	var key string
-	switch {
-	case bytes.Contains(data, textDelta):
-		key = "text"
-	case bytes.Contains(data, thinkingDelta):
-		key = "thinking"
-	case bytes.Contains(data, inputDelta):
-		key = "partial_json"
-	default:
+	key := -1
+	for k, typ := range fastTypes {
+		if bytes.HasPrefix(data[delta[0]:], typ) { // the whole string: its closing quote is no escape
+			key = k + 1
+		}
+	}
+	if key < 0 {
 		return false
 	}
-	s, ok := jsonfast.Str(data, key)
+	s, ok := jsonfast.StrIn(data, delta[key])
 	if !ok {
 		return false
 	}

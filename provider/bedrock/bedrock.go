@@ -356,6 +356,12 @@ func (p *parser) frame(hs, payload []byte) *provider.Error {
 	if p.fast(name, payload) {
 		return nil
 	}
+	return p.event(name, payload)
+}
+
+// event applies an event by decoding its payload whole: what fast is not
+// sure of (FuzzFastMatchesEvent holds the two to the same result).
+func (p *parser) event(name, payload []byte) *provider.Error {
 	var e apiEvent
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return stream.Protocol("bedrock: malformed %s event: %v", name, err)
@@ -414,25 +420,46 @@ func (p *parser) frame(hs, payload []byte) *provider.Error {
 // fast applies the events every reply has (a text delta, the start and
 // stop of a message and a block, the usage) without reflection, reporting
 // false for anything it is not sure of (frame then decodes the event).
+// It reads each field at its place in the event (jsonfast.Members), so a key
+// repeated in a nested object, a twin or an escaped spelling makes it
+// step aside; FuzzFastMatchesEvent holds it to what event applies.
 func (p *parser) fast(name, payload []byte) bool {
 	switch string(name) {
 	case "messageStart": // its role is always the assistant's
 		return true
+	case "contentBlockDelta", "contentBlockStop", "messageStop", "metadata":
+		// At reads valid JSON only (a payload that was no object at all
+		// passed as a block stop before this check).
+		if !jsonfast.Valid(payload) {
+			return false
+		}
+	default:
+		return false
+	}
+	switch string(name) {
 	case "contentBlockDelta":
 		if !bytes.Contains(payload, textDelta) {
 			return false
 		}
-		idx, ok := jsonfast.Int(payload, "contentBlockIndex")
+		var top, delta [2]int
+		if !jsonfast.Members(payload, 0, deltaKeys[:], top[:]) || !jsonfast.Members(payload, top[1], textKey[:], delta[:1]) {
+			return false
+		}
+		idx, ok := jsonfast.IntIn(payload, top[0])
 		if !ok {
 			return false
 		}
-		s, ok := jsonfast.Str(payload, "text")
+		s, ok := jsonfast.StrIn(payload, delta[0])
 		if ok {
 			p.b.Append(p.open(idx, false), s)
 		}
 		return ok
 	case "contentBlockStop":
-		idx, ok := jsonfast.Int(payload, "contentBlockIndex")
+		var top [1]int
+		if !jsonfast.Members(payload, 0, deltaKeys[:1], top[:]) {
+			return false
+		}
+		idx, ok := jsonfast.IntIn(payload, top[0])
 		if ok {
 			if i, open := p.blocks[idx]; open {
 				p.b.End(i)
@@ -440,54 +467,45 @@ func (p *parser) fast(name, payload []byte) bool {
 		}
 		return ok
 	case "messageStop":
-		if bytes.Contains(payload, additionalFields) {
+		var top [1]int
+		if !jsonfast.Members(payload, 0, stopKey[:], top[:]) {
 			return false
 		}
-		stop, ok := jsonfast.Str(payload, "stopReason")
+		stop, ok := jsonfast.StrIn(payload, top[0])
 		if ok {
 			p.stop, p.stopped = stop, true
 		}
 		return ok
-	case "metadata":
-		return !bytes.Contains(payload, traceField) && p.fastUsage(payload)
+	default: // metadata
+		return p.fastUsage(payload)
 	}
-	return false
 }
 
-// additionalFields and traceField mark events with nested objects of the
-// model's or a guardrail's, which may repeat the keys fast reads.
+// The keys fast reads at each level of an event.
 var (
-	additionalFields = []byte(`"additionalModelResponseFields"`)
-	traceField       = []byte(`"trace"`)
+	deltaKeys = [...]string{"contentBlockIndex", "delta"}
+	textKey   = [...]string{"text"}
+	stopKey   = [...]string{"stopReason"}
+	usageKey  = [...]string{"usage"}
+	usageKeys = [...]string{"inputTokens", "outputTokens", "totalTokens", "cacheReadInputTokens", "cacheWriteInputTokens"}
 )
 
 // fastUsage sets the usage of a metadata event.
 func (p *parser) fastUsage(payload []byte) bool {
-	in, ok := jsonfast.Int(payload, "inputTokens")
-	if !ok {
-		return false
+	var top [1]int
+	var pos [len(usageKeys)]int
+	if !jsonfast.Members(payload, 0, usageKey[:], top[:]) || !jsonfast.Members(payload, top[0], usageKeys[:], pos[:]) {
+		return false // no usage (then decoding sets none), or not sure
 	}
-	out, ok := jsonfast.Int(payload, "outputTokens")
-	if !ok {
-		return false
+	var n [len(usageKeys)]int
+	for i, j := range pos {
+		var ok bool
+		if n[i], ok = jsonfast.IntIn(payload, j); !ok {
+			return false
+		}
 	}
-	total, ok1 := optInt(payload, "totalTokens")
-	read, ok2 := optInt(payload, "cacheReadInputTokens")
-	write, ok3 := optInt(payload, "cacheWriteInputTokens")
-	if !ok1 || !ok2 || !ok3 {
-		return false
-	}
-	p.b.SetUsage(message.Usage{Input: int64(in), Output: int64(out), CacheRead: int64(read), CacheWrite: int64(write), TotalTokens: int64(total)})
+	p.b.SetUsage(message.Usage{Input: int64(n[0]), Output: int64(n[1]), TotalTokens: int64(n[2]), CacheRead: int64(n[3]), CacheWrite: int64(n[4])})
 	return true
-}
-
-// optInt returns the integer value of key, 0 when key is absent; false
-// when key is there but not read.
-func optInt(payload []byte, key string) (int, bool) {
-	if !bytes.Contains(payload, []byte(`"`+key+`"`)) {
-		return 0, true
-	}
-	return jsonfast.Int(payload, key)
 }
 
 // upperFirst spells an in-stream exception type ("throttlingException")

@@ -207,6 +207,12 @@ func (p *parser) Event(ev sse.Event) *provider.Error {
 	if p.fastText(data) {
 		return nil
 	}
+	return p.decode(data)
+}
+
+// decode applies a chunk by decoding it whole: what fastText is not sure
+// of.
+func (p *parser) decode(data []byte) *provider.Error {
 	var c chunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		return stream.Protocol("google: malformed chunk: %v", err)
@@ -275,52 +281,64 @@ func (p *parser) Event(ev sse.Event) *provider.Error {
 	return nil
 }
 
+// The keys fastText reads (or must not find) at each level of a chunk, in
+// the order it reads them.
 var (
-	textKey      = []byte(`"text"`)
-	usageKey     = []byte(`"usageMetadata"`)
-	slowNeedles  = [][]byte{[]byte(`"thought`), []byte(`"functionCall"`), []byte(`"finishReason"`), []byte(`"error"`), []byte(`"promptFeedback"`), []byte(`"candidates": []`), []byte(`"candidates":[]`)}
-	usageFields  = []string{"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "cachedContentTokenCount", "totalTokenCount"}
-	quotedFields = func() [][]byte {
-		out := make([][]byte, len(usageFields))
-		for i, f := range usageFields {
-			out[i] = []byte(`"` + f + `"`)
-		}
-		return out
-	}()
+	chunkKeys   = []string{"candidates", "usageMetadata", "error"}
+	candKeys    = []string{"content", "finishReason"}
+	contentKeys = []string{"parts"}
+	partKeys    = []string{"text", "thought", "thoughtSignature", "functionCall"}
+	usageKeys   = []string{"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "cachedContentTokenCount", "totalTokenCount"}
 )
 
 // fastText applies a chunk that carries one plain text part (and maybe
 // usage) without reflection; false means the chunk needs the full decoder.
+// It reads each field at its place in valid JSON (jsonfast.Members, one
+// pass a level), and steps aside when the chunk or its part has anything
+// the decoder would act on besides (an error, a finish reason, a thought,
+// a function call, a second part) in any spelling the decoder matches:
+// FuzzFastMatchesChunk holds it to what the decoder applies.
 func (p *parser) fastText(data []byte) bool {
-	if bytes.Count(data, textKey) != 1 {
+	if !jsonfast.Valid(data) {
 		return false
 	}
-	for _, n := range slowNeedles {
-		if bytes.Contains(data, n) {
-			return false
-		}
+	var top [3]int
+	if !jsonfast.Members(data, 0, chunkKeys, top[:]) || top[2] != jsonfast.Missing {
+		return false
 	}
-	var counts [5]int64
-	hasUsage := bytes.Contains(data, usageKey)
-	if hasUsage {
-		for i, f := range usageFields {
-			if !bytes.Contains(data, quotedFields[i]) {
-				continue
-			}
-			n, ok := jsonfast.Int(data, f)
-			if !ok {
-				return false
-			}
-			counts[i] = int64(n)
-		}
+	cand := jsonfast.Element(data, top[0], 0)
+	var c [2]int
+	if cand < 0 || !jsonfast.Members(data, cand, candKeys, c[:]) || c[1] != jsonfast.Missing {
+		return false
 	}
-	text, ok := jsonfast.Str(data, "text")
+	var parts [1]int
+	if c[0] < 0 || !jsonfast.Members(data, c[0], contentKeys, parts[:]) || parts[0] < 0 {
+		return false
+	}
+	part := jsonfast.Element(data, parts[0], 0)
+	if part < 0 || jsonfast.Element(data, parts[0], 1) != jsonfast.Missing {
+		return false
+	}
+	var pk [4]int
+	if !jsonfast.Members(data, part, partKeys, pk[:]) || pk[1] != jsonfast.Missing || pk[2] != jsonfast.Missing || pk[3] != jsonfast.Missing {
+		return false
+	}
+	text, ok := jsonfast.StrIn(data, pk[0])
 	if !ok {
 		return false
 	}
-	if hasUsage {
+	if top[1] != jsonfast.Missing {
+		var u, counts [5]int
+		if !jsonfast.Members(data, top[1], usageKeys, u[:]) {
+			return false
+		}
+		for i, j := range u {
+			if counts[i], ok = jsonfast.IntIn(data, j); !ok {
+				return false
+			}
+		}
 		p.b.SetUsage(message.Usage{
-			Input: max(counts[0]-counts[3], 0), Output: counts[1] + counts[2], CacheRead: counts[3], TotalTokens: counts[4],
+			Input: int64(max(counts[0]-counts[3], 0)), Output: int64(counts[1] + counts[2]), CacheRead: int64(counts[3]), TotalTokens: int64(counts[4]),
 		})
 	}
 	if text != "" {

@@ -133,6 +133,12 @@ func (p *chatParser) Event(ev sse.Event) *provider.Error {
 	if p.fastContent(data) {
 		return nil
 	}
+	return p.decode(data)
+}
+
+// decode applies a chunk by decoding it whole: what fastContent is not
+// sure of.
+func (p *chatParser) decode(data []byte) *provider.Error {
 	var ch chatChunk
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return stream.Protocol("openai: malformed chunk: %v", err)
@@ -153,28 +159,61 @@ func (p *chatParser) Event(ev sse.Event) *provider.Error {
 	return nil
 }
 
+// The keys fastContent reads (or must find absent or null) at each level
+// of a chunk, in the order it reads them.
 var (
-	fastNeedles = [][]byte{[]byte(`"tool_calls"`), []byte(`"reasoning`), []byte(`"refusal":"`), []byte(`"error"`), []byte(`"usage":{`), []byte(`"choices":[]`)}
-	deltaKey    = []byte(`"delta"`)
-	finishKey   = []byte(`"finish_reason"`)
-	finishNull  = []byte(`"finish_reason":null`)
+	chunkKeys  = [...]string{"choices", "usage", "error", "x_groq"}
+	groqKeys   = [...]string{"usage"}
+	choiceKeys = [...]string{"delta", "finish_reason", "usage"}
+	deltaKeys  = [...]string{"content", "refusal", "reasoning_content", "reasoning", "reasoning_text", "tool_calls", "reasoning_details"}
+	nullValue  = []byte("null")
 )
 
+// absent reports whether a member Members found is missing or null
+// (which the decoder takes as missing for every field fastContent checks).
+func absent(data []byte, j int) bool {
+	return j == jsonfast.Missing || j >= 0 && bytes.HasPrefix(data[j:], nullValue)
+}
+
 // fastContent applies a chunk that carries only a text delta without
-// reflection; false means the chunk needs the full decoder.
+// reflection; false means the chunk needs the full decoder. It reads each
+// field at its place in valid JSON (jsonfast.Members, one pass a level)
+// and steps aside when the chunk has anything else the decoder acts on (a
+// second choice, usage, an error, a finish reason, a refusal, reasoning,
+// tool calls) in any spelling the decoder matches: FuzzFastMatchesChunk
+// holds it to what the decoder applies.
 func (p *chatParser) fastContent(data []byte) bool {
-	if bytes.Count(data, deltaKey) != 1 {
+	if !jsonfast.Valid(data) {
 		return false
 	}
-	if bytes.Contains(data, finishKey) && !bytes.Contains(data, finishNull) {
+	var top [len(chunkKeys)]int
+	if !jsonfast.Members(data, 0, chunkKeys[:], top[:]) || !absent(data, top[1]) || !absent(data, top[2]) {
 		return false
 	}
-	for _, n := range fastNeedles {
-		if bytes.Contains(data, n) {
+	if !absent(data, top[3]) {
+		var g [len(groqKeys)]int
+		if !jsonfast.Members(data, top[3], groqKeys[:], g[:]) || !absent(data, g[0]) {
 			return false
 		}
 	}
-	s, ok := jsonfast.Str(data, "content")
+	choice := jsonfast.Element(data, top[0], 0)
+	if choice < 0 || jsonfast.Element(data, top[0], 1) != jsonfast.Missing {
+		return false
+	}
+	var c [len(choiceKeys)]int
+	if !jsonfast.Members(data, choice, choiceKeys[:], c[:]) || !absent(data, c[1]) || !absent(data, c[2]) {
+		return false
+	}
+	var d [len(deltaKeys)]int
+	if !jsonfast.Members(data, c[0], deltaKeys[:], d[:]) {
+		return false
+	}
+	for _, j := range d[1:] {
+		if !absent(data, j) {
+			return false
+		}
+	}
+	s, ok := jsonfast.StrIn(data, d[0])
 	if !ok {
 		return false
 	}

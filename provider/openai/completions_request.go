@@ -124,7 +124,7 @@ func maxTokens(req *provider.Request) int {
 
 // buildChatRequest maps a request to a Chat Completions body, reusing the
 // JSON of the messages the session's last request had (cache nil: none).
-func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
+func buildChatRequest(req *provider.Request, cache *wireCache) (wirecache.Parts, error) {
 	m := req.Model
 	c := detectCompat(m)
 	images := hasImageInput(m)
@@ -142,7 +142,7 @@ func buildChatRequest(req *provider.Request, cache *wireCache) ([]byte, error) {
 			f.Unmark(j) // its JSON is not that of the message it was made of
 		}
 	}
-	return f.Marshal(&body, &body.Messages, "messages")
+	return f.MarshalParts(&body, &body.Messages, "messages")
 }
 
 // chatOptions is the request's body without its messages and tools: the

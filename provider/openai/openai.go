@@ -16,7 +16,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/provider"
 	"github.com/lanefleet/lanefleet/provider/internal/adapter"
-	"github.com/lanefleet/lanefleet/provider/internal/bodybuf"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 )
 
 // DefaultBaseURL is the OpenAI API base URL used when a model has none.
@@ -54,17 +54,21 @@ func call(req *provider.Request, path string, body []byte) adapter.Call {
 }
 
 // routed builds the body of req with build and sends it where route says.
-func routed[C any](ctx context.Context, req *provider.Request, route Route, path string, build func(*provider.Request, C) ([]byte, error), cache C) (adapter.Call, error) {
+func routed[C any](ctx context.Context, req *provider.Request, route Route, path string, build func(*provider.Request, C) (wirecache.Parts, error), cache C) (adapter.Call, error) {
 	body, err := build(req, cache)
 	if err != nil {
 		return adapter.Call{}, err
 	}
 	c, err := route(ctx, req, path)
 	if err != nil {
+		if body.Done != nil {
+			body.Done() // nothing reads it
+		}
 		return adapter.Call{}, err
 	}
-	// The body build made for the call, which nothing else holds: its
-	// buffer is given back once nothing reads it.
-	c.Body, c.Done = body, bodybuf.Release(body)
+	// The body build made for the call: its buffer is given back, or
+	// the wire cache's JSON it sends in place freed, once nothing reads
+	// it.
+	c.Body, c.More, c.Done = body.Body, body.More, body.Done
 	return c, nil
 }

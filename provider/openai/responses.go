@@ -146,6 +146,12 @@ func (p *respParser) Event(ev sse.Event) *provider.Error {
 	if p.fastDelta(name, data) {
 		return nil
 	}
+	return p.decode(name, data)
+}
+
+// decode applies an event by decoding it whole: what fastDelta is not
+// sure of.
+func (p *respParser) decode(name string, data []byte) *provider.Error {
 	var e respEvent
 	if err := json.Unmarshal(data, &e); err != nil {
 		return stream.Protocol("openai: malformed %s event: %v", name, err)
@@ -204,18 +210,26 @@ func (p *respParser) Event(ev sse.Event) *provider.Error {
 	return nil
 }
 
+// respDeltaKeys are the fields fastDelta reads.
+var respDeltaKeys = [...]string{"output_index", "delta"}
+
 // fastDelta appends a text or reasoning summary delta without decoding
 // the whole event, the most frequent kind by far; false leaves the event
-// to the full decoding.
+// to the full decoding. It reads the two fields at their place in valid
+// JSON (jsonfast.Members): FuzzFastMatchesEvent holds it to decode.
 func (p *respParser) fastDelta(name string, data []byte) bool {
 	if name != "response.output_text.delta" && name != "response.reasoning_summary_text.delta" {
 		return false
 	}
-	idx, ok := jsonfast.Int(data, "output_index")
+	var pos [len(respDeltaKeys)]int
+	if !jsonfast.Valid(data) || !jsonfast.Members(data, 0, respDeltaKeys[:], pos[:]) {
+		return false
+	}
+	idx, ok := jsonfast.IntIn(data, pos[0])
 	if !ok {
 		return false
 	}
-	d, ok := jsonfast.Str(data, "delta")
+	d, ok := jsonfast.StrIn(data, pos[1])
 	if !ok {
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/transform"
 )
 
@@ -117,7 +118,7 @@ func respEffort(m provider.Model, level provider.ThinkingLevel) string {
 // buildResponsesRequest maps a request to a Responses body, reusing the
 // JSON of the input items the session's last request had (cache nil:
 // none).
-func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte, error) {
+func buildResponsesRequest(req *provider.Request, cache *respWireCache) (wirecache.Parts, error) {
 	m := req.Model
 	images := hasImageInput(m)
 	// Each message's items are taken from the session's last request when
@@ -165,7 +166,7 @@ func buildResponsesRequest(req *provider.Request, cache *respWireCache) ([]byte,
 		}
 		body.Tools = append(body.Tools, respTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: p})
 	}
-	return f.Marshal(&body, &body.Input, "input")
+	return f.MarshalParts(&body, &body.Input, "input")
 }
 
 // respItems appends the input items msg becomes for model m (images: m

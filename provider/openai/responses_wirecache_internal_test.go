@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
+	"github.com/lanefleet/lanefleet/provider/internal/wirecache"
 	"github.com/lanefleet/lanefleet/provider/internal/wiretest"
 )
 
@@ -35,7 +36,7 @@ func respTurn(step string, ids ...string) []message.Message {
 // respWire is the Responses adapter for the wire cache tests every
 // adapter passes.
 var respWire = wiretest.Wire[respInput, respConv]{
-	Build:    buildResponsesRequest,
+	Build:    wiretest.Whole(buildResponsesRequest),
 	New:      newRespWireCache,
 	Model:    provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses"},
 	Reply:    respTurn,
@@ -214,4 +215,37 @@ var respAppendModels = []provider.Model{
 // FuzzRespWireCacheAppends: see wiretest.Wire.FuzzAppends.
 func FuzzRespWireCacheAppends(f *testing.F) {
 	respWire.FuzzAppends(f, respAppendModels...)
+}
+
+// inFlight is w building every body in parts (of any size) and keeping
+// each in flight until its session's next request is built (see
+// wiretest.InFlight).
+func inFlight[M, C any](w wiretest.Wire[M, C], build func(*provider.Request, *wirecache.Cache[M, C]) (wirecache.Parts, error)) wiretest.Wire[M, C] {
+	newCache := w.New
+	w.New = func(n int) *wirecache.Cache[M, C] {
+		c := newCache(n)
+		if c != nil {
+			c.PartsFrom = 0
+		}
+		return c
+	}
+	w.Build = wiretest.InFlight(build)
+	return w
+}
+
+// TestRespWireCacheInFlight: a body is sent from the JSON the cache keeps
+// (wirecache.Forms.MarshalParts), and the session's next request, built
+// while that body is still being sent, writes none of it, whatever it
+// changed (wiretest.Wire.Steps', RandomEdits' and Appends' sessions: in
+// place, rolled back, compacted, cut at the front), and from any
+// goroutine (Concurrent); every body is still the uncached one.
+func TestRespWireCacheInFlight(t *testing.T) {
+	t.Parallel()
+	w := inFlight(respWire, buildResponsesRequest)
+	mini := provider.Model{ID: "gpt-5-mini", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text", "image"}}
+	nano := provider.Model{ID: "gpt-5-nano", Provider: "openai", API: "openai-responses", Reasoning: true, Input: []string{"text"}}
+	w.Steps(t, mini, func([]message.Message) []wiretest.Step { return nil })
+	w.RandomEdits(t, mini, nano)
+	w.Appends(t, mini, nano)
+	w.Concurrent(t, mini, append(w.History(40), respTurn("x", "c1", "c2")...))
 }

@@ -16,7 +16,7 @@ import (
 // chatWire is the Chat Completions adapter for the wire cache tests every
 // adapter passes.
 var chatWire = wiretest.Wire[chatMessage, wireConv]{
-	Build: buildChatRequest,
+	Build: wiretest.Whole(buildChatRequest),
 	New:   newWireCache,
 	Model: provider.Model{ID: "gpt-4o-mini", Provider: "openai", API: "openai-completions", Input: []string{"text", "image"}},
 }
@@ -239,4 +239,15 @@ func TestWireCacheSkipClearsPast(t *testing.T) {
 func FuzzWireCacheAppends(f *testing.F) {
 	chatWire.FuzzAppends(f, chatWire.Model,
 		provider.Model{ID: "anthropic/claude-sonnet-4", Provider: "openrouter", API: "openai-completions", BaseURL: "https://openrouter.ai/api/v1", Input: []string{"text", "image"}})
+}
+
+// TestWireCacheInFlight: TestRespWireCacheInFlight for Chat Completions.
+func TestWireCacheInFlight(t *testing.T) {
+	t.Parallel()
+	w := inFlight(chatWire, buildChatRequest)
+	mistral := provider.Model{ID: "mistral-large", Provider: "mistral", API: "openai-completions", BaseURL: "https://api.mistral.ai/v1"}
+	w.Steps(t, w.Model, func([]message.Message) []wiretest.Step { return nil })
+	w.RandomEdits(t, w.Model, mistral)
+	w.Appends(t, w.Model, mistral)
+	w.Concurrent(t, w.Model, w.History(60))
 }

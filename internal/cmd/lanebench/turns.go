@@ -164,9 +164,14 @@ func (m *mockModel) serve(w http.ResponseWriter, r *http.Request, reply []byte) 
 	if _, err := buf.ReadFrom(io.LimitReader(r.Body, 64<<20)); err != nil {
 		return
 	}
-	body := buf.Bytes()
-	if tag := tagOf(body); tag != "" {
-		m.arrived.Store(tag, at)
+	// Only -turns-detail's turns carry a tag: without one, looking for
+	// it would scan the whole body (a long session's, hundreds of
+	// kilobytes) in the worker's process every turn, a cost of the mock
+	// that grows with the session and would count as the fleet's.
+	if *turnsDetail {
+		if tag := tagOf(buf.Bytes()); tag != "" {
+			m.arrived.Store(tag, at)
+		}
 	}
 	if !waitFor(r, time.Duration(m.delay.Load())) {
 		return

@@ -43,10 +43,13 @@ type Call struct {
 	// Header holds the adapter's headers (credentials, versions); the
 	// Config's Headers are set over them.
 	Header http.Header
-	// Body is the JSON request body.
+	// Body is the JSON request body, followed by each of More (a body
+	// in parts: see send.Request.More).
 	Body []byte
-	// Done, when set, is called once nothing reads Body any more (see
-	// send.Request.Done): the adapter may then reuse its buffer.
+	More [][]byte
+	// Done, when set, is called once nothing reads Body and More any
+	// more (see send.Request.Done): the adapter may then reuse their
+	// buffers.
 	Done func()
 }
 
@@ -125,6 +128,9 @@ func (c Client) post(ctx context.Context, w *stream.Watch, key provider.Secret, 
 	name := c.name
 	u, err := send.JoinURL(call.Base, call.Path)
 	if err != nil {
+		if call.Done != nil {
+			call.Done() // nothing read the body
+		}
 		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: name + ": " + err.Error(), Err: err}
 	}
 	h := call.Header
@@ -134,5 +140,5 @@ func (c Client) post(ctx context.Context, w *stream.Watch, key provider.Secret, 
 	for k, v := range c.cfg.Headers {
 		h.Set(k, v)
 	}
-	return c.pool.Post(ctx, w, send.Request{Name: name, URL: u, Header: h, Body: call.Body, Done: call.Done, Key: key, Now: c.cfg.Now})
+	return c.pool.Post(ctx, w, send.Request{Name: name, URL: u, Header: h, Body: call.Body, More: call.More, Done: call.Done, Key: key, Now: c.cfg.Now})
 }

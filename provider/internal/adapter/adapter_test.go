@@ -100,12 +100,15 @@ func TestRun(t *testing.T) {
 				Headers: map[string]string{"x-api-key": "from-config", "x-extra": "1"},
 				Now:     func() time.Time { return time.UnixMilli(7) },
 			})
+			// Done comes once nothing reads the body: at once when it was
+			// never sent (a bad base URL), else once the transport closed it.
+			done := make(chan struct{}, 2)
 			var types []string
 			msg, err := c.Run(t.Context(), &provider.Request{Model: provider.Model{ID: "m"}}, func(e provider.Event) { types = append(types, string(e.Type)) }, adapter.Spec{
 				Build: func() (adapter.Call, error) {
 					h := http.Header{}
 					h.Set("x-api-key", "from-adapter")
-					return adapter.Call{Base: base, Path: "x", Header: h, Body: []byte(`{"q":1}`)}, tc.buildErr
+					return adapter.Call{Base: base, Path: "x", Header: h, Body: []byte(`{"q":1}`), Done: func() { done <- struct{}{} }}, tc.buildErr
 				},
 				Parse: func(b *stream.Builder) adapter.Parser { return &textParser{b: b, text: b.BeginText(), fail: tc.fail} },
 			})
@@ -127,6 +130,26 @@ func TestRun(t *testing.T) {
 			}
 			if len(types) < 2 || types[0] != "start" || types[len(types)-1] != string(last) {
 				t.Errorf("events %v", types)
+			}
+			if tc.buildErr == nil {
+				if tc.wantSent {
+					select {
+					case <-done:
+					case <-time.After(time.Minute):
+						t.Error("Done not called after the body was sent")
+					}
+				} else {
+					select {
+					case <-done:
+					default:
+						t.Error("Done not called when Run returned, for a body never sent")
+					}
+				}
+				select {
+				case <-done:
+					t.Error("Done called twice")
+				default:
+				}
 			}
 			reqs := srv.Requests()
 			if !tc.wantSent {

@@ -166,7 +166,7 @@ func sameOrigin(req *http.Request, via []*http.Request) error {
 // client returned (it takes no new reader after), and each reader not
 // closed yet; done is called when none is left.
 type bodyUse struct {
-	b    []byte
+	b    [][]byte // the body's parts, in order
 	refs atomic.Int32
 	done func()
 }
@@ -174,7 +174,7 @@ type bodyUse struct {
 // open returns a new reader of the body.
 func (u *bodyUse) open() *bodyReader {
 	u.refs.Add(1)
-	return &bodyReader{u: u, r: bytes.NewReader(u.b)}
+	return &bodyReader{u: u, parts: u.b}
 }
 
 func (u *bodyUse) release() {
@@ -190,7 +190,8 @@ func (u *bodyUse) release() {
 type bodyReader struct {
 	mu     sync.Mutex
 	u      *bodyUse
-	r      *bytes.Reader
+	parts  [][]byte // what is left to read: parts[0][off:], then the rest
+	off    int
 	closed bool
 }
 
@@ -203,7 +204,18 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	if b.closed {
 		return 0, errBodyClosed
 	}
-	return b.r.Read(p)
+	n := 0
+	for n < len(p) && len(b.parts) > 0 {
+		c := copy(p[n:], b.parts[0][b.off:])
+		n += c
+		if b.off += c; b.off == len(b.parts[0]) {
+			b.parts, b.off = b.parts[1:], 0
+		}
+	}
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 func (b *bodyReader) Close() error {
@@ -211,7 +223,7 @@ func (b *bodyReader) Close() error {
 	defer b.mu.Unlock()
 	if !b.closed {
 		b.closed = true
-		b.r = nil
+		b.parts = nil
 		b.u.release()
 	}
 	return nil
@@ -227,8 +239,12 @@ type Request struct {
 	// application/json, Accept text/event-stream, User-Agent UserAgent),
 	// replacing any it names.
 	Header http.Header
-	// Body is the JSON request body.
+	// Body is the JSON request body, followed by each of More: a body
+	// in parts (a long session's messages sent from where they are kept,
+	// not copied into one buffer with the rest first) is sent as one, of
+	// their summed length. A body with More is read as one with a Done.
 	Body []byte
+	More [][]byte
 	// Done, when set, is called once nothing reads Body any more: Post
 	// has returned and the transport closed every reader of it (the
 	// request's, and any it took again for a retry or a redirect), each
@@ -253,8 +269,9 @@ type Request struct {
 // stream.NotAStream. The response's status and headers go to ctx's
 // provider.Trace first, when it has one.
 func (p *Pool) Post(ctx context.Context, w *stream.Watch, r Request) (*http.Response, *provider.Error) {
-	var body io.Reader // with a Done, the readers counted below
-	if r.Done == nil {
+	counted := r.Done != nil || len(r.More) > 0
+	var body io.Reader // counted, the readers counted below
+	if !counted {
 		body = bytes.NewReader(r.Body)
 	}
 	hr, err := http.NewRequestWithContext(w.Context(), http.MethodPost, r.URL.String(), body)
@@ -264,13 +281,21 @@ func (p *Pool) Post(ctx context.Context, w *stream.Watch, r Request) (*http.Resp
 		}
 		return nil, &provider.Error{Reason: provider.ReasonFormat, Message: r.Name + ": build request: " + err.Error(), Err: err}
 	}
-	if r.Done != nil {
-		u := &bodyUse{b: r.Body, done: r.Done}
+	if counted {
+		done := r.Done
+		if done == nil {
+			done = func() {}
+		}
+		u := &bodyUse{b: append([][]byte{r.Body}, r.More...), done: done}
 		u.refs.Store(1) // Post's own, until the client can take no new reader
 		defer u.release()
+		size := 0
+		for _, p := range u.b {
+			size += len(p)
+		}
 		// What http.NewRequest sets for a bytes.Reader, over counted
 		// readers.
-		hr.Body, hr.ContentLength = u.open(), int64(len(r.Body))
+		hr.Body, hr.ContentLength = u.open(), int64(size)
 		hr.GetBody = func() (io.ReadCloser, error) { return u.open(), nil }
 	}
 	hr.Header.Set("Content-Type", "application/json")

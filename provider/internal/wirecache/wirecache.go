@@ -9,7 +9,8 @@
 // request starts: the session's transform.Appender prepares its messages
 // for the model (only those after the ones the caller promised never to
 // write again, provider.Request.Immutable), and the session's JSON is kept
-// joined, so a body copies what it repeats of it in one piece. A request
+// joined, so a body copies what it repeats of it in one piece, or sends it
+// from where it is kept (Forms.MarshalParts). A request
 // that repeats the last request's first messages takes their wire
 // messages and JSON whole (Forms.Skip): it walks, converts and encodes only
 // the messages after them.
@@ -60,6 +61,9 @@ type Cache[M, C any] struct {
 	Reused atomic.Int64
 	// Skipped counts the wire messages Skip took whole (tests).
 	Skipped atomic.Int64
+	// PartsFrom is the size from which MarshalParts sends a body in parts
+	// (New: bodybuf.MinPooled; tests lower it). Set it before any use.
+	PartsFrom int
 }
 
 // New returns a cache of at most maxBytes, the adapters' setting: 0 means
@@ -73,7 +77,7 @@ func New[M, C any](maxBytes int, equal func(a, b *M) bool) *Cache[M, C] {
 	case maxBytes == 0:
 		maxBytes = BytesDefault
 	}
-	return &Cache[M, C]{sessions: bytelru.New[*Session[M, C]](maxBytes), equal: equal}
+	return &Cache[M, C]{sessions: bytelru.New[*Session[M, C]](maxBytes), equal: equal, PartsFrom: bodybuf.MinPooled}
 }
 
 // Session is one session's last request.
@@ -92,8 +96,12 @@ type Session[M, C any] struct {
 	// what follows in place.
 	joined []byte
 	jend   []int
-	convs  *convs[C]
-	size   int // what the cache counts it for, besides its id and bytelru.EntryOverhead
+	// pins counts the bodies in flight that read joined's array in place
+	// (MarshalParts; nil: none yet): while one does, the next request
+	// writes no byte of the array below its length (join).
+	pins  *atomic.Int32
+	convs *convs[C]
+	size  int // what the cache counts it for, besides its id and bytelru.EntryOverhead
 }
 
 // Charged returns what the cache charges s for (besides its id and a
@@ -480,27 +488,68 @@ func (c *Cache[M, C]) put(s *Session[M, C]) {
 // repeats, else it is looked for (equal). When f keeps, the cache keeps
 // Out and the forms afterwards: the caller must not modify them.
 func (f *Forms[M, C]) Marshal(body any, msgs *[]M, field string) ([]byte, error) {
+	p, err := f.marshal(body, msgs, field, false)
+	return p.Body, err
+}
+
+// Parts is a request body in parts: Body, then each of More, in order.
+// Done, when set, must be called once nothing reads them any more
+// (send.Request.Done); until then the cache writes none of their bytes.
+type Parts struct {
+	Body []byte
+	More [][]byte
+	Done func()
+}
+
+// Bytes returns the body whole (in a new array when it has more than one
+// part).
+func (p Parts) Bytes() []byte {
+	if len(p.More) == 0 {
+		return p.Body
+	}
+	return bytes.Join(append([][]byte{p.Body}, p.More...), nil)
+}
+
+// MarshalParts is Marshal, but a body of Cache.PartsFrom bytes or more
+// comes in parts: the session's kept JSON of its messages is sent where
+// it is, not copied into one buffer with the rest (a long session's
+// body, hundreds of kilobytes, is not written again each turn). A
+// smaller body, or one the cache does not keep, is one part in a buffer
+// Done gives back (bodybuf.Release).
+func (f *Forms[M, C]) MarshalParts(body any, msgs *[]M, field string) (Parts, error) {
+	return f.marshal(body, msgs, field, true)
+}
+
+// marshal is Marshal (parts false) and MarshalParts.
+func (f *Forms[M, C]) marshal(body any, msgs *[]M, field string, parts bool) (Parts, error) {
 	*msgs = f.Out
+	whole := func() (Parts, error) {
+		b, err := json.Marshal(body)
+		if err != nil || !parts {
+			return Parts{Body: b}, err
+		}
+		return Parts{Body: b, Done: bodybuf.Release(b)}, nil
+	}
 	if f.w == nil {
-		return json.Marshal(body)
+		return whole()
 	}
 	list := *msgs
 	*msgs = nil
 	head, err := json.Marshal(body)
 	*msgs = list
 	if err != nil {
-		return nil, err
+		return Parts{}, err
 	}
 	at := bytes.Index(head, []byte(`"`+field+`":null`))
 	if at < 0 {
-		return json.Marshal(body)
+		return whole()
 	}
-	return f.c.encode(f, head, at+len(field)+3, list)
+	return f.c.encode(f, head, at+len(field)+3, list, parts)
 }
 
 // encode is Marshal's body: head with its null at index at replaced by
-// the JSON array of msgs.
-func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]byte, error) {
+// the JSON array of msgs; in parts (MarshalParts) when parts is set.
+func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M, parts bool) (Parts, error) {
 	prev, w, base := f.prev, f.w, f.base
 	next := &Session[M, C]{id: f.id, msgs: msgs, convs: w, size: w.bytes()}
 	last := view[M]{msgs: prev.wire(), enc: prev.json()}
@@ -550,7 +599,7 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 		p = slices.Min(f.changed)
 		for _, j := range f.changed {
 			if next.enc[j], err = json.Marshal(&msgs[j]); err != nil {
-				return nil, err
+				return Parts{}, err
 			}
 			reused--
 		}
@@ -573,7 +622,7 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 				p++
 			}
 		} else if next.enc[i], err = json.Marshal(&msgs[i]); err != nil {
-			return nil, err
+			return Parts{}, err
 		}
 		// About as much as the JSON for the strings the wire forms hold
 		// of their own (an image's data URL is a copy): an estimate, on
@@ -581,9 +630,29 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 		next.size += len(next.enc[i]) + overhead
 	}
 	c.Reused.Add(int64(reused))
-	next.joined, next.jend = join(prev, p, next.enc)
+	var same bool
+	next.joined, next.jend, same = join(prev, p, next.enc)
+	if same {
+		next.pins = prev.pins // the bodies in flight read this array still
+	}
 	next.size += cap(next.joined) + cap(next.jend)*int(unsafe.Sizeof(0))
-	out := splice(head, at, next.joined)
+	var out Parts
+	if n := len(head) + len(next.joined) + 2 - len("null"); parts && n >= c.PartsFrom {
+		// The kept JSON as it is: pinned (before the session is kept
+		// again, for its next request to see) until the body is sent.
+		if next.pins == nil {
+			next.pins = new(atomic.Int32)
+		}
+		pins := next.pins
+		pins.Add(1)
+		out = Parts{Body: head[:at], More: [][]byte{openBracket, next.joined, closeBracket, head[at+len("null"):]},
+			Done: sync.OnceFunc(func() { pins.Add(-1) })}
+	} else {
+		out.Body = splice(head, at, next.joined)
+		if parts {
+			out.Done = bodybuf.Release(out.Body)
+		}
+	}
 	if base > 0 {
 		clear(f.tail)
 		clear(f.tailEnc)
@@ -599,15 +668,20 @@ func (c *Cache[M, C]) encode(f *Forms[M, C], head []byte, at int, msgs []M) ([]b
 	return out, nil
 }
 
+// openBracket and closeBracket enclose a body's message list (Parts).
+var openBracket, closeBracket = []byte("["), []byte("]")
+
 // join returns enc joined by commas and where each ends in that, and
-// makes enc[i] the part of it that is msgs[i]'s (the JSON is kept once).
-// It builds on the last request prev's joined JSON, whose first p
-// messages are enc's: those are taken as they are, and the array is
-// written only past them (the JSON of prev's later messages that enc
-// reuses is copied out first).
-func join[M, C any](prev *Session[M, C], p int, enc [][]byte) ([]byte, []int) {
-	var joined []byte
-	var jend []int
+// makes every enc[i] the part of it that is msgs[i]'s (the JSON is kept
+// once: no enc[i] keeps an array of an earlier request alive). It builds
+// on the last request prev's joined JSON, whose first p messages are
+// enc's: those are taken as they are, and the array is written only past
+// them (the JSON of prev's later messages that enc reuses is copied out
+// first), unless a body in flight still reads the array (prev.pins) and
+// that would write below its length: then the JSON goes into a new array.
+// same reports whether joined is in prev's array.
+func join[M, C any](prev *Session[M, C], p int, enc [][]byte) (joined []byte, jend []int, same bool) {
+	pinned := false
 	if prev != nil {
 		joined, jend = prev.joined, prev.jend[:p]
 		prev.joined, prev.jend = nil, nil
@@ -615,19 +689,27 @@ func join[M, C any](prev *Session[M, C], p int, enc [][]byte) ([]byte, []int) {
 		if p > 0 {
 			cut = jend[p-1]
 		}
-		free := joined[cut:cap(joined)]
-		for i := p; i < len(enc); i++ {
-			if overlaps(enc[i], free) {
-				enc[i] = bytes.Clone(enc[i])
+		// A body in flight reads joined[:len(joined)]: nothing below
+		// that may change while it does.
+		pinned = cut < len(joined) && prev.pins != nil && prev.pins.Load() > 0
+		if !pinned {
+			free := joined[cut:cap(joined)]
+			for i := p; i < len(enc); i++ {
+				if overlaps(enc[i], free) {
+					enc[i] = bytes.Clone(enc[i])
+				}
 			}
 		}
 		joined = joined[:cut]
 	}
+	was := unsafe.SliceData(joined)
 	n := len(joined)
 	for _, b := range enc[p:] {
 		n += len(b) + 1
 	}
 	switch {
+	case pinned:
+		joined = append(make([]byte, 0, n+n/4), joined...)
 	case cap(joined) < n && len(joined) > 0:
 		// A growing session: room for its next turns too.
 		joined = slices.Grow(joined, n-len(joined)+n/4)
@@ -644,10 +726,17 @@ func join[M, C any](prev *Session[M, C], p int, enc [][]byte) ([]byte, []int) {
 		joined = append(joined, enc[i]...)
 		jend = append(jend, len(joined))
 	}
-	for i := p; i < len(enc); i++ {
+	same = was != nil && unsafe.SliceData(joined) == was
+	from := p
+	if !same {
+		// A new array (once per growth of a quarter, or a change): the
+		// first p move to it too.
+		from = 0
+	}
+	for i := from; i < len(enc); i++ {
 		enc[i] = joined[jend[i]-len(enc[i]) : jend[i] : jend[i]]
 	}
-	return joined, jend
+	return joined, jend, same
 }
 
 // overlaps reports whether a's bytes are in b's.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/lanefleet/lanefleet/message"
 	"github.com/lanefleet/lanefleet/provider"
@@ -161,5 +162,35 @@ func TestImmutableNotComparedAgain(t *testing.T) {
 	other[0] = message.User("another array", 0)
 	if same := run(&provider.Request{SessionID: "s", Messages: other, Immutable: 6}); same != 0 {
 		t.Fatalf("another array: %d messages the same, want 0 (compared)", same)
+	}
+}
+
+// TestKeptJSONInOneArray: a growing session's kept JSON is its joined
+// array alone: when that array grows into a new one, the JSON of every
+// message moves with it, so no message's JSON keeps an earlier request's
+// array alive (memory the budget does not charge: a session's arrays
+// grow by a quarter, so the earlier ones came to four times its charge).
+func TestKeptJSONInOneArray(t *testing.T) {
+	t.Parallel()
+	c := New[testMsg, struct{}](64<<20, equalMsg)
+	var texts []string
+	for i := range 300 {
+		texts = append(texts, fmt.Sprint("message number ", i))
+		request(t, c, "s", texts)
+	}
+	s := c.Take("s")
+	if s == nil {
+		t.Fatal("the session was not kept")
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(s.joined)))
+	hi := lo + uintptr(cap(s.joined))
+	outside := 0
+	for _, b := range s.enc {
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(b))); p < lo || p >= hi {
+			outside++
+		}
+	}
+	if outside > 0 {
+		t.Fatalf("%d of %d messages' JSON outside the session's joined array", outside, len(s.enc))
 	}
 }

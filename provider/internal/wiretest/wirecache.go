@@ -463,3 +463,60 @@ func (w Wire[M, C]) BenchTurns(b *testing.B) {
 	b.ReportMetric(med(last), "last-quarter-µs")
 	b.ReportMetric(med(last)/med(fresh), "last-quarter/fresh")
 }
+
+// Whole adapts a builder of bodies in parts (wirecache.Forms.MarshalParts)
+// to Wire.Build: the body whole, its parts freed (Done) at once.
+func Whole[M, C any](build func(*provider.Request, *wirecache.Cache[M, C]) (wirecache.Parts, error)) func(*provider.Request, *wirecache.Cache[M, C]) ([]byte, error) {
+	return func(req *provider.Request, cache *wirecache.Cache[M, C]) ([]byte, error) {
+		p, err := build(req, cache)
+		if err != nil {
+			return nil, err
+		}
+		b := bytes.Clone(p.Bytes())
+		if p.Done != nil {
+			p.Done()
+		}
+		return b, nil
+	}
+}
+
+// InFlight is Whole, but each session's body stays in flight (its Done
+// not called, as while the transport sends it) until the session's next
+// request has been built, and that build fails if the body changed
+// meanwhile: the cache must write nothing a body being sent reads, in
+// whatever way the next request differs (a rollback, a compaction, a
+// message changed in place).
+func InFlight[M, C any](build func(*provider.Request, *wirecache.Cache[M, C]) (wirecache.Parts, error)) func(*provider.Request, *wirecache.Cache[M, C]) ([]byte, error) {
+	type flight struct {
+		p    wirecache.Parts
+		sent []byte // its bytes when it was built
+	}
+	var mu sync.Mutex
+	flying := map[string]flight{}
+	return func(req *provider.Request, cache *wirecache.Cache[M, C]) ([]byte, error) {
+		p, err := build(req, cache)
+		if err != nil {
+			return nil, err
+		}
+		b := bytes.Clone(p.Bytes())
+		if cache == nil || req.SessionID == "" {
+			if p.Done != nil {
+				p.Done()
+			}
+			return b, nil
+		}
+		mu.Lock()
+		prev, ok := flying[req.SessionID]
+		flying[req.SessionID] = flight{p: p, sent: b}
+		mu.Unlock()
+		if ok {
+			if now := prev.p.Bytes(); !bytes.Equal(now, prev.sent) {
+				return nil, fmt.Errorf("session %s: a body in flight changed while the next request was built:\n was %s\n now %s", req.SessionID, prev.sent, now)
+			}
+			if prev.p.Done != nil {
+				prev.p.Done()
+			}
+		}
+		return b, nil
+	}
+}
