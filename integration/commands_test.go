@@ -232,7 +232,10 @@ func TestChatCommandNewWorkerKilled(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
 	js, _ := jetstream.New(nc)
-	victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", "40ms")
+	// Slow turns: the kill must land while /new's first message streams
+	// (640 ms at 40 ms a delta, which a loaded machine's look at the
+	// stream can outlast).
+	victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", victimDelay)
 	waitForFleet(t, js)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -85,7 +85,10 @@ func TestHooksThroughTheFleet(t *testing.T) {
 	root := t.TempDir()
 	startMember(t, a.url(), fleet.Config{WorkerID: "w1", User: "worker", Password: a.passwords["worker"],
 		ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1", WorkspaceRoot: root, Env: func(string) string { return "" },
-		Hooks: fleet.HooksConfig{Names: []string{"slow", "context", "guard", "unserved"}, Timeout: time.Second}})
+		// 5 s: the hooks that must answer (context, guard) are handlers in
+		// this process, and a loaded machine can keep one from answering
+		// within a second; the slow hook's run waits it out once.
+		Hooks: fleet.HooksConfig{Names: []string{"slow", "context", "guard", "unserved"}, Timeout: 5 * time.Second}})
 
 	alice := a.connectAs(t, "alice")
 	live := subscribeEvents(t, alice, session)

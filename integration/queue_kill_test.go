@@ -74,9 +74,28 @@ func runEventsOf(t *testing.T, js jetstream.JetStream, session, run string) []*e
 // checkRun asserts a run's stored events are seq 1..n without gap or repeat,
 // with exactly one final event, the last; it returns that final's result
 // and the lifecycle phases seen, as "phase@attempt".
+//
+// It first waits, a minute at most, for the stored events to end with a
+// final: a client's Wait, or a drained lane, can come before the stream
+// has stored it (under -race on a loaded machine the steered run's final
+// was missing from a read right after both).
 func checkRun(t *testing.T, js jetstream.JetStream, session, run string) (*events.Result, []string) {
 	t.Helper()
-	evs := runEventsOf(t, js, session, run)
+	var evs []*events.Event
+	start := time.Now()
+	for reads := 1; ; reads++ {
+		evs = runEventsOf(t, js, session, run)
+		if len(evs) > 0 && evs[len(evs)-1].Terminal() {
+			if reads > 1 {
+				t.Logf("run %s: its final was stored %v after the first read", run, time.Since(start).Round(time.Millisecond))
+			}
+			break
+		}
+		if time.Since(start) > time.Minute {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the stored events: polled, nothing to wait on
+	}
 	var phases []string
 	finals := 0
 	for i, ev := range evs {
@@ -130,6 +149,12 @@ func waitStreaming(ctx context.Context, t *testing.T, r *lanefleet.Run, marker s
 	}
 }
 
+// victimDelay is the scripted delay per delta of a worker process that a
+// test kills mid-stream: long enough that a message sent, or a kill made,
+// on seeing a turn stream still lands while it streams on a loaded machine
+// (the survivors run at 1 ms a delta).
+const victimDelay = "250ms"
+
 // TestOwnerKilledDuringQueueModes: the worker process owning a lane is
 // SIGKILLed while the lane runs a collect batch, or a turn that a steered
 // message joined; a survivor takes the lane over. Every message ends
@@ -147,7 +172,12 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 		srv := natstest.Start(t)
 		nc := natstest.Connect(t, srv.URL)
 		js, _ := jetstream.New(nc)
-		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", "40ms")
+		// The victim's turns are slow (a quarter second a delta): the four
+		// messages must all be queued while "first" streams, and the kill
+		// must land while the batch streams. At 40 ms a delta those
+		// windows were 640 ms, which a loaded machine's four sends or one
+		// look at the stream can outlast.
+		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", victimDelay)
 		waitForFleet(t, js)
 		c, _ := lanefleet.New(nc)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -222,7 +252,9 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 		srv := natstest.Start(t)
 		nc := natstest.Connect(t, srv.URL)
 		js, _ := jetstream.New(nc)
-		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", "40ms")
+		// Slow, as above: the steer must arrive while "walk" streams (440 ms
+		// at 40 ms a delta), and the kill while "turnleft" does.
+		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", victimDelay)
 		waitForFleet(t, js)
 		c, _ := lanefleet.New(nc)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -684,10 +684,13 @@ func TestSteerChangesATurnsCourse(t *testing.T) {
 		Exec: true, ExecUnconfined: execUnconfined(t),
 		Env: envMap(map[string]string{"PATH": "/usr/bin:/bin"})})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	// The steer must be stored before the first tool ends: 5 s of it, as
+	// one second is a window a loaded machine's look at the run's events
+	// and one send can outlast.
 	plan := `#script {"replies":[` +
-		`{"toolCalls":[{"id":"t1","name":"exec","arguments":{"command":"sleep 1; echo first step"}}]},` +
+		`{"toolCalls":[{"id":"t1","name":"exec","arguments":{"command":"sleep 5; echo first step"}}]},` +
 		`{"toolCalls":[{"id":"t2","name":"write","arguments":{"path":"second-step.txt","content":"should not happen"}}]},` +
 		`{"text":"finished the original plan"}]}`
 	first, err := c.Send(ctx, "course", plan, lanefleet.WithModel("scripted/script"))

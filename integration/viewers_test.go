@@ -102,7 +102,10 @@ func TestSteerJoinsTheRunningTurn(t *testing.T) {
 	}
 	t.Parallel()
 	srv := natstest.Start(t)
-	startMember(t, srv.URL, fleet.Config{WorkerID: "steered", ScriptedDelay: 30 * time.Millisecond})
+	// 200 ms a delta: the steer must arrive while the first answer
+	// streams (30 words; at 30 ms a delta that window was 900 ms, which a
+	// loaded machine's look at the events and one send can outlast).
+	startMember(t, srv.URL, fleet.Config{WorkerID: "steered", ScriptedDelay: 200 * time.Millisecond})
 	nc := natstest.Connect(t, srv.URL)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

@@ -68,7 +68,7 @@ func NewFirer(ctx context.Context, cfg FirerConfig) (*Firer, error) {
 }
 
 // Run re-arms what needs it (Reconcile), then handles firings until ctx
-// ends; it returns nil then.
+// ends; it returns nil then, also when ctx ends while it starts.
 func (f *Firer) Run(ctx context.Context) error {
 	if err := f.Reconcile(ctx); err != nil {
 		f.cfg.Log.Warn().Err(err).Msg("schedules: re-arming at start")
@@ -84,6 +84,9 @@ func (f *Firer) Run(ctx context.Context) error {
 		Replicas:      0,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not a failure
+		}
 		return fmt.Errorf("schedstore: consumer: %w", err)
 	}
 	var handling sync.WaitGroup // the callbacks, which nats.go runs
@@ -99,6 +102,9 @@ func (f *Firer) Run(ctx context.Context) error {
 		}
 	}))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("schedstore: consume: %w", err)
 	}
 	<-ctx.Done()

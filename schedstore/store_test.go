@@ -696,3 +696,22 @@ func TestSlowHandlerKeepsItsFiring(t *testing.T) {
 	}
 	b.waitHistory(t, sc.ID, "two firings", func(h []schedule.Firing) bool { return len(fired(h)) >= 2 })
 }
+
+// TestRunStoppedWhileStarting: a Firer stopped while it starts returns nil,
+// as one stopped later does. It returned the consumer request's "context
+// canceled": under -race on a loaded machine TestDeadHoldersFiringComesBack
+// stopped its first firer once the consumer existed on the server, before
+// the firer had the server's answer, and failed on that error.
+func TestRunStoppedWhileStarting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f, err := NewFirer(t.Context(), FirerConfig{Store: b.store, Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := f.Run(ctx); err != nil {
+		t.Fatalf("Run stopped while starting: %v", err)
+	}
+}
