@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"encoding/json"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -171,17 +170,21 @@ func TestPhaseWriteFailureLoggedOnce(t *testing.T) {
 	if _, err := kv.Put(ctx, tok, []byte(`{"run_id":"other"}`)); err != nil {
 		t.Fatal(err)
 	}
-	// Three phases, each taken by the writer only once the write
-	// before it has ended: two failed writes at least.
+	// Each phase write is a publish on the entry's subject, which a
+	// plain subscriber sees even when the bucket refuses it.
+	writes, err := m.JS.Conn().SubscribeSync("$KV." + kvstore.DefaultRunsBucket + "." + tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.JS.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Three phases, each emitted once the writer has written the one
+	// before it: two failed writes at least.
 	for _, phase := range []string{"end", "start", "end"} {
 		sink.Emit(events.StreamCompaction, events.EventData{Phase: phase})
-		for taken := false; !taken; {
-			r.mu.Lock()
-			taken = r.phase == ""
-			r.mu.Unlock()
-			if !taken {
-				runtime.Gosched()
-			}
+		if _, err := writes.NextMsg(time.Minute); err != nil {
+			t.Fatalf("the %s phase was not written: %v", phase, err)
 		}
 	}
 	r.clear(ctx)
