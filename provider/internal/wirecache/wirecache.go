@@ -501,15 +501,6 @@ type Parts struct {
 	Done func()
 }
 
-// Bytes returns the body whole (in a new array when it has more than one
-// part).
-func (p Parts) Bytes() []byte {
-	if len(p.More) == 0 {
-		return p.Body
-	}
-	return bytes.Join(append([][]byte{p.Body}, p.More...), nil)
-}
-
 // MarshalParts is Marshal, but a body of Cache.PartsFrom bytes or more
 // comes in parts: the session's kept JSON of its messages is sent where
 // it is, not copied into one buffer with the rest (a long session's

@@ -464,6 +464,11 @@ func (w Wire[M, C]) BenchTurns(b *testing.B) {
 	b.ReportMetric(med(last)/med(fresh), "last-quarter/fresh")
 }
 
+// whole returns a body in parts joined, in a new array.
+func whole(p wirecache.Parts) []byte {
+	return bytes.Join(append([][]byte{p.Body}, p.More...), nil)
+}
+
 // Whole adapts a builder of bodies in parts (wirecache.Forms.MarshalParts)
 // to Wire.Build: the body whole, its parts freed (Done) at once.
 func Whole[M, C any](build func(*provider.Request, *wirecache.Cache[M, C]) (wirecache.Parts, error)) func(*provider.Request, *wirecache.Cache[M, C]) ([]byte, error) {
@@ -472,7 +477,7 @@ func Whole[M, C any](build func(*provider.Request, *wirecache.Cache[M, C]) (wire
 		if err != nil {
 			return nil, err
 		}
-		b := bytes.Clone(p.Bytes())
+		b := whole(p)
 		if p.Done != nil {
 			p.Done()
 		}
@@ -498,7 +503,7 @@ func InFlight[M, C any](build func(*provider.Request, *wirecache.Cache[M, C]) (w
 		if err != nil {
 			return nil, err
 		}
-		b := bytes.Clone(p.Bytes())
+		b := whole(p)
 		if cache == nil || req.SessionID == "" {
 			if p.Done != nil {
 				p.Done()
@@ -510,7 +515,7 @@ func InFlight[M, C any](build func(*provider.Request, *wirecache.Cache[M, C]) (w
 		flying[req.SessionID] = flight{p: p, sent: b}
 		mu.Unlock()
 		if ok {
-			if now := prev.p.Bytes(); !bytes.Equal(now, prev.sent) {
+			if now := whole(prev.p); !bytes.Equal(now, prev.sent) {
 				return nil, fmt.Errorf("session %s: a body in flight changed while the next request was built:\n was %s\n now %s", req.SessionID, prev.sent, now)
 			}
 			if prev.p.Done != nil {
