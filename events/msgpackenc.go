@@ -75,15 +75,13 @@ func appendEventData(b []byte, d *EventData) []byte {
 
 func appendResult(b []byte, r *Result) []byte {
 	m := mpw.Begin(b)
-	if len(r.Payloads) > 0 {
-		b = mpw.ArrayLen(m.Key(b, "payloads"), len(r.Payloads))
-		for i := range r.Payloads {
-			p := &r.Payloads[i]
-			pm := mpw.Begin(b)
-			b = pm.OptStr(b, "text", p.Text)
-			b = pm.OptBool(b, "isError", p.IsError)
-			b = pm.End(b)
-		}
+	b = m.OptArrayLen(b, "payloads", len(r.Payloads))
+	for i := range r.Payloads {
+		p := &r.Payloads[i]
+		pm := mpw.Begin(b)
+		b = pm.OptStr(b, "text", p.Text)
+		b = pm.OptBool(b, "isError", p.IsError)
+		b = pm.End(b)
 	}
 	b = appendMeta(m.Key(b, "meta"), &r.Meta)
 	return m.End(b)
@@ -113,29 +111,25 @@ func appendMeta(b []byte, x *Meta) []byte {
 		b = em.End(b)
 	}
 	b = m.OptStr(b, "stopReason", x.StopReason)
-	if len(x.PendingToolCalls) > 0 {
-		b = mpw.ArrayLen(m.Key(b, "pendingToolCalls"), len(x.PendingToolCalls))
-		for i := range x.PendingToolCalls {
-			c := &x.PendingToolCalls[i]
-			cm := mpw.Begin(b)
-			b = mpw.Str(cm.Key(b, "id"), c.ID)
-			b = mpw.Str(cm.Key(b, "name"), c.Name)
-			b = mpw.Str(cm.Key(b, "arguments"), c.Arguments)
-			b = cm.OptBool(b, "approval", c.Approval)
-			b = cm.End(b)
-		}
+	b = m.OptArrayLen(b, "pendingToolCalls", len(x.PendingToolCalls))
+	for i := range x.PendingToolCalls {
+		c := &x.PendingToolCalls[i]
+		cm := mpw.Begin(b)
+		b = mpw.Str(cm.Key(b, "id"), c.ID)
+		b = mpw.Str(cm.Key(b, "name"), c.Name)
+		b = mpw.Str(cm.Key(b, "arguments"), c.Arguments)
+		b = cm.OptBool(b, "approval", c.Approval)
+		b = cm.End(b)
 	}
 	b = m.OptStr(b, "mergedInto", x.MergedInto)
-	if len(x.Consumed) > 0 {
-		b = mpw.ArrayLen(m.Key(b, "consumed"), len(x.Consumed))
-		for i := range x.Consumed {
-			c := &x.Consumed[i]
-			cm := mpw.Begin(b)
-			b = mpw.Str(cm.Key(b, "runId"), c.RunID)
-			b = cm.OptStr(b, "kind", c.Kind)
-			b = cm.OptStr(b, "reason", c.Reason)
-			b = cm.End(b)
-		}
+	b = m.OptArrayLen(b, "consumed", len(x.Consumed))
+	for i := range x.Consumed {
+		c := &x.Consumed[i]
+		cm := mpw.Begin(b)
+		b = mpw.Str(cm.Key(b, "runId"), c.RunID)
+		b = cm.OptStr(b, "kind", c.Kind)
+		b = cm.OptStr(b, "reason", c.Reason)
+		b = cm.End(b)
 	}
 	b = m.OptBool(b, "heartbeatOk", x.HeartbeatOK)
 	if x.Session != nil {
@@ -155,15 +149,13 @@ func appendSessionState(b []byte, s *SessionState) []byte {
 	b = m.OptStr(b, "authProfile", s.AuthProfile)
 	b = optUsage(&m, b, "usage", s.Usage)
 	b = m.OptInt64(b, "turns", s.Turns)
-	if len(s.Approvals) > 0 {
-		b = mpw.ArrayLen(m.Key(b, "approvals"), len(s.Approvals))
-		for i := range s.Approvals {
-			a := &s.Approvals[i]
-			am := mpw.Begin(b)
-			b = mpw.Str(am.Key(b, "id"), a.ID)
-			b = mpw.Str(am.Key(b, "name"), a.Name)
-			b = am.End(b)
-		}
+	b = m.OptArrayLen(b, "approvals", len(s.Approvals))
+	for i := range s.Approvals {
+		a := &s.Approvals[i]
+		am := mpw.Begin(b)
+		b = mpw.Str(am.Key(b, "id"), a.ID)
+		b = mpw.Str(am.Key(b, "name"), a.Name)
+		b = am.End(b)
 	}
 	if p := s.Parent; p != nil {
 		b = m.Key(b, "parent")
@@ -172,29 +164,25 @@ func appendSessionState(b []byte, s *SessionState) []byte {
 		b = mpw.Str(pm.Key(b, "run"), p.Run)
 		b = pm.OptStr(b, "label", p.Label)
 		b = pm.OptStr(b, "nonce", p.Nonce)
-		if len(p.Ancestors) > 0 {
-			b = mpw.ArrayLen(pm.Key(b, "ancestors"), len(p.Ancestors))
-			for _, a := range p.Ancestors {
-				b = mpw.Str(b, a)
-			}
+		b = pm.OptArrayLen(b, "ancestors", len(p.Ancestors))
+		for _, a := range p.Ancestors {
+			b = mpw.Str(b, a)
 		}
 		b = pm.OptBool(b, "delivered", p.Delivered)
 		b = pm.OptStr(b, "seal", p.Seal)
 		b = pm.End(b)
 	}
-	if len(s.Children) > 0 {
-		b = mpw.ArrayLen(m.Key(b, "children"), len(s.Children))
-		for i := range s.Children {
-			c := &s.Children[i]
-			cm := mpw.Begin(b)
-			b = mpw.Str(cm.Key(b, "session"), c.Session)
-			b = mpw.Str(cm.Key(b, "run"), c.Run)
-			b = mpw.Str(cm.Key(b, "parentRun"), c.ParentRun)
-			b = cm.OptStr(b, "label", c.Label)
-			b = cm.OptInt64(b, "spawned", c.Spawned)
-			b = cm.OptBool(b, "stopped", c.Stopped)
-			b = cm.End(b)
-		}
+	b = m.OptArrayLen(b, "children", len(s.Children))
+	for i := range s.Children {
+		c := &s.Children[i]
+		cm := mpw.Begin(b)
+		b = mpw.Str(cm.Key(b, "session"), c.Session)
+		b = mpw.Str(cm.Key(b, "run"), c.Run)
+		b = mpw.Str(cm.Key(b, "parentRun"), c.ParentRun)
+		b = cm.OptStr(b, "label", c.Label)
+		b = cm.OptInt64(b, "spawned", c.Spawned)
+		b = cm.OptBool(b, "stopped", c.Stopped)
+		b = cm.End(b)
 	}
 	b = optUsage(&m, b, "childUsage", s.ChildUsage)
 	return m.End(b)
@@ -256,15 +244,13 @@ func appendInbound(b []byte, in *Inbound) (_ []byte, ok bool) {
 	b = m.OptStr(b, "id", in.ID)
 	b = m.OptStr(b, "session", in.Session)
 	b = m.OptStr(b, "text", in.Text)
-	if len(in.Images) > 0 {
-		b = mpw.ArrayLen(m.Key(b, "images"), len(in.Images))
-		for i := range in.Images {
-			im := &in.Images[i]
-			mm := mpw.Begin(b)
-			b = mpw.Str(mm.Key(b, "mimeType"), im.MimeType)
-			b = mpw.Str(mm.Key(b, "data"), im.Data)
-			b = mm.End(b)
-		}
+	b = m.OptArrayLen(b, "images", len(in.Images))
+	for i := range in.Images {
+		im := &in.Images[i]
+		mm := mpw.Begin(b)
+		b = mpw.Str(mm.Key(b, "mimeType"), im.MimeType)
+		b = mpw.Str(mm.Key(b, "data"), im.Data)
+		b = mm.End(b)
 	}
 	b = m.OptStr(b, "mode", in.Mode)
 	b = m.OptStr(b, "model", in.Model)

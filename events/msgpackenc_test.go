@@ -12,9 +12,10 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// libraryEvent is e as the msgpack library encodes it (map keys sorted):
-// what EncodeEvent wrote before appendEvent.
-func libraryEvent(t testing.TB, e *Event) []byte {
+// libraryEvent is e (an *Event, or a map standing for one) as the msgpack
+// library encodes it (map keys sorted): what EncodeEvent wrote before
+// appendEvent.
+func libraryEvent(t testing.TB, e any) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)

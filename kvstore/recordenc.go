@@ -43,15 +43,13 @@ func encodeRecord(r *Record) ([]byte, error) {
 	if r.State != nil {
 		b = events.AppendSessionState(m.Key(b, "state"), r.State)
 	}
-	if len(r.IDs) > 0 {
-		b = mpw.ArrayLen(m.Key(b, "ids"), len(r.IDs))
-		for _, id := range r.IDs {
-			im := mpw.Begin(b)
-			b = mpw.Uint64(im.Key(b, "h"), id.Hash)
-			b = mpw.Uint64(im.Key(b, "s"), id.Seq)
-			b = mpw.Int64(im.Key(b, "t"), id.At)
-			b = im.End(b)
-		}
+	b = m.OptArrayLen(b, "ids", len(r.IDs))
+	for _, id := range r.IDs {
+		im := mpw.Begin(b)
+		b = mpw.Uint64(im.Key(b, "h"), id.Hash)
+		b = mpw.Uint64(im.Key(b, "s"), id.Seq)
+		b = mpw.Int64(im.Key(b, "t"), id.At)
+		b = im.End(b)
 	}
 	return m.End(b), nil
 }

@@ -95,6 +95,16 @@ func (m *Map) OptFloat64(b []byte, key string, v float64) []byte {
 	return Float64(m.Key(b, key), v)
 }
 
+// OptArrayLen appends key and the header of an array of n elements unless
+// n is 0 (an empty or nil slice, which omitempty drops); the caller
+// appends the n elements.
+func (m *Map) OptArrayLen(b []byte, key string, n int) []byte {
+	if n == 0 {
+		return b
+	}
+	return ArrayLen(m.Key(b, key), n)
+}
+
 // Str is the library's EncodeString.
 func Str(b []byte, s string) []byte {
 	switch n := len(s); {

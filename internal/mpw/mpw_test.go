@@ -97,6 +97,7 @@ func TestOptOmitsEmpty(t *testing.T) {
 	b = m.OptInt64(b, "i64", 0)
 	b = m.OptUint64(b, "u64", 0)
 	b = m.OptFloat64(b, "f", 0)
+	b = m.OptArrayLen(b, "a", 0)
 	b = m.OptStr(b, "x", "y")
 	b = m.End(b)
 	want := lib(t, func(e *msgpack.Encoder) error { return e.Encode(map[string]string{"x": "y"}) })
