@@ -165,8 +165,14 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 			// forever.
 			return rep, fmt.Errorf("directget: %s %s: message %d out of order", subject, req.what(), seq)
 		}
-		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		msg := Msg{Seq: seq, Subject: m.Header.Get(jetstream.SubjectHeader), Time: at}
+		at, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		subj := m.Header.Get(jetstream.SubjectHeader)
+		if err != nil || subj == "" {
+			// Read as the zero time or no subject, it would list a
+			// year-1 activity, or a subject's message as none.
+			return rep, fmt.Errorf("directget: %s %s: message %d without its subject or time", subject, req.what(), seq)
+		}
+		msg := Msg{Seq: seq, Subject: subj, Time: at}
 		if !req.Meta {
 			msg.Header, msg.Data = m.Header, m.Data
 		}

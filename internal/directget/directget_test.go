@@ -114,7 +114,8 @@ func TestErrorsSayWhat(t *testing.T) {
 }
 
 // TestCraftedReplies: an answer is bytes from the network. One whose
-// messages do not rise in sequence from the request's, or whose end of
+// messages do not rise in sequence from the request's, or lack their
+// subject or time (a listing's activity read as year 1), or whose end of
 // batch says messages are pending after none were sent, or says what is
 // pending in no number, is an error: read as it came, a listing ended
 // early on it, or Last asked again from where it stood, forever.
@@ -135,6 +136,9 @@ func TestCraftedReplies(t *testing.T) {
 		m.Header.Set("Nats-Num-Pending", pending)
 		return m
 	}
+	notime, nosubj := msg("5"), msg("5")
+	notime.Header.Set(jetstream.TimeStampHeaer, "yesterday")
+	nosubj.Header.Del(jetstream.SubjectHeader)
 	for i, c := range []struct {
 		name  string
 		reply []*nats.Msg
@@ -146,6 +150,8 @@ func TestCraftedReplies(t *testing.T) {
 		{"pending after nothing", []*nats.Msg{eob("7")}, directget.Request{Seq: 1, Batch: 5}},
 		{"pending in no number", []*nats.Msg{msg("5"), eob("many")}, directget.Request{Seq: 1, Batch: 5}},
 		{"no pending count", []*nats.Msg{msg("5"), eob("")}, directget.Request{Seq: 1, Batch: 5}},
+		{"no time", []*nats.Msg{notime, eob("0")}, directget.Request{Seq: 1, Batch: 5}},
+		{"no subject", []*nats.Msg{nosubj, eob("0")}, directget.Request{Seq: 1, Batch: 5}},
 	} {
 		subject := "crafted." + strconv.Itoa(i)
 		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
