@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/lanefleet/lanefleet/internal/directget"
 )
 
@@ -32,20 +34,38 @@ func (l *Lanes) Leases(ctx context.Context, tokens []string) ([]LeaseRead, error
 		return out, nil
 	}
 	subjects := make([]string, len(tokens))
-	at := make(map[string][]int, len(tokens))
 	for i, tok := range tokens {
 		subjects[i] = l.prefix + leaseKey(tok)
-		at[subjects[i]] = append(at[subjects[i]], i)
 	}
-	msgs, err := directget.Last(ctx, l.js.Conn(), directget.Subject(l.js, l.stream.CachedInfo().Config.Name), directget.Request{MultiLast: subjects})
+	err := lastOfEach(ctx, l.js, l.stream.CachedInfo().Config.Name, subjects, func(m directget.Msg, at []int) {
+		st, err := l.leaseState(m.Subject, m.Seq, m.Time, m.Header, m.Data)
+		for _, i := range at {
+			out[i] = LeaseRead{State: st, Err: err}
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: leases: %w", err)
 	}
+	return out, nil
+}
+
+// lastOfEach reads the last message of each of subjects of stream in one
+// multi-last Direct Get (directget.Last) and hands each message found on,
+// once, with the indexes of subjects that name its subject (a subject
+// asked twice has two).
+func lastOfEach(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, found func(m directget.Msg, at []int)) error {
+	at := make(map[string][]int, len(subjects))
+	for i, subj := range subjects {
+		at[subj] = append(at[subj], i)
+	}
+	msgs, err := directget.Last(ctx, js.Conn(), directget.Subject(js, stream), directget.Request{MultiLast: subjects})
+	if err != nil {
+		return err
+	}
 	for _, m := range msgs { // each subject once (Last)
-		st, err := l.leaseState(m.Subject, m.Seq, m.Time, m.Header, m.Data)
-		for _, i := range at[m.Subject] {
-			out[i] = LeaseRead{State: st, Err: err}
+		if is, ok := at[m.Subject]; ok {
+			found(m, is)
 		}
 	}
-	return out, nil
+	return nil
 }

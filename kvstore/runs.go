@@ -218,24 +218,21 @@ func (r *Runs) Active(ctx context.Context, tokens []string) ([]RunRead, error) {
 	// the bucket's stream KV_<bucket>.
 	prefix := "$KV." + r.kv.Bucket() + "."
 	subjects := make([]string, len(tokens))
-	at := make(map[string][]int, len(tokens))
 	for i, tok := range tokens {
 		subjects[i] = prefix + tok
-		at[subjects[i]] = append(at[subjects[i]], i)
 	}
-	msgs, err := directget.Last(ctx, r.js.Conn(), directget.Subject(r.js, "KV_"+r.kv.Bucket()), directget.Request{MultiLast: subjects})
-	if err != nil {
-		return nil, fmt.Errorf("kvstore: runs: %w", err)
-	}
-	for _, m := range msgs { // each subject once (Last)
+	err := lastOfEach(ctx, r.js, "KV_"+r.kv.Bucket(), subjects, func(m directget.Msg, at []int) {
 		if m.Header.Get(kvOperation) != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
-			continue // cleared: a purge, a delete, or the server's marker
+			return // cleared: a purge, a delete, or the server's marker
 		}
 		var rd RunRead
 		rd.Info, rd.Running, rd.Err = decodeRun(strings.TrimPrefix(m.Subject, prefix), m.Data)
-		for _, i := range at[m.Subject] {
+		for _, i := range at {
 			out[i] = rd
 		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: runs: %w", err)
 	}
 	return out, nil
 }

@@ -165,10 +165,11 @@ func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter, prefix str
 	var out []Entry
 	for seq := lo; seq < hi; {
 		batch := int(min(hi-seq, batchMax))
-		msgs, err := x.batch(ctx, seq, batch, filter)
+		rep, err := x.batch(ctx, seq, batch, filter)
 		if err != nil {
 			return nil, err
 		}
+		msgs := rep.Msgs
 		if len(msgs) == 0 {
 			return out, nil
 		}
@@ -188,9 +189,11 @@ func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter, prefix str
 			}
 			out = append(out, e)
 		}
-		if len(msgs) < batch {
-			return out, nil // the end of the stream
+		if rep.Pending == 0 {
+			return out, nil // the end of the stream (of filter's entries)
 		}
+		// Else the batch was full, or the server cut it short at its
+		// bytes' limit: the rest follows the last message read.
 		seq = msgs[len(msgs)-1].Seq + 1
 	}
 	return out, nil
@@ -198,16 +201,16 @@ func (x *Index) readRange(ctx context.Context, lo, hi uint64, filter, prefix str
 
 // batch asks the server for up to n messages from seq on that match
 // filter ("" any): a Direct Get batch.
-func (x *Index) batch(ctx context.Context, seq uint64, n int, filter string) ([]directget.Msg, error) {
+func (x *Index) batch(ctx context.Context, seq uint64, n int, filter string) (directget.Reply, error) {
 	req := directget.Request{Seq: seq, Batch: n, NextFor: filter}
 	if filter == Prefix+"*.*" {
 		req.NextFor = ""
 	}
 	rep, err := directget.Get(ctx, x.nc, x.api, req, n)
 	if err != nil {
-		return nil, fmt.Errorf("sessionindex: read: %w", err)
+		return rep, fmt.Errorf("sessionindex: read: %w", err)
 	}
-	return rep.Msgs, nil
+	return rep, nil
 }
 
 // errMalformed is what decode says of a message that is no entry of ours.

@@ -138,7 +138,14 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 		switch status := m.Header.Get("Status"); status {
 		case "":
 		case "204": // end of batch
-			rep.Pending, _ = strconv.ParseUint(m.Header.Get(numPendingHeader), 10, 64)
+			pending, err := strconv.ParseUint(m.Header.Get(numPendingHeader), 10, 64)
+			if err != nil || (pending > 0 && len(rep.Msgs) == 0) {
+				// Read as nothing left, it would end a listing early;
+				// with nothing sent, a reader going on from the last
+				// message would ask again from where it stood.
+				return rep, fmt.Errorf("directget: %s %s: an end of batch of %d messages with %q pending", subject, req.what(), len(rep.Msgs), m.Header.Get(numPendingHeader))
+			}
+			rep.Pending = pending
 			return rep, nil
 		case "404": // nothing matches
 			return rep, nil
@@ -151,8 +158,21 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 		if err != nil {
 			return rep, fmt.Errorf("directget: %s %s: a message without its sequence", subject, req.what())
 		}
-		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		msg := Msg{Seq: seq, Subject: m.Header.Get(jetstream.SubjectHeader), Time: at}
+		if seq < req.Seq || (len(rep.Msgs) > 0 && seq <= rep.Msgs[len(rep.Msgs)-1].Seq) {
+			// The server answers in rising sequence order from req.Seq:
+			// a reader going on from the last message (Last, a batch's
+			// next) would otherwise read the same messages again, or
+			// forever.
+			return rep, fmt.Errorf("directget: %s %s: message %d out of order", subject, req.what(), seq)
+		}
+		at, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		subj := m.Header.Get(jetstream.SubjectHeader)
+		if err != nil || subj == "" {
+			// Read as the zero time or no subject, it would list a
+			// year-1 activity, or a subject's message as none.
+			return rep, fmt.Errorf("directget: %s %s: message %d without its subject or time", subject, req.what(), seq)
+		}
+		msg := Msg{Seq: seq, Subject: subj, Time: at}
 		if !req.Meta {
 			msg.Header, msg.Data = m.Header, m.Data
 		}

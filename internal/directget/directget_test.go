@@ -1,6 +1,7 @@
 package directget_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -109,5 +110,79 @@ func TestErrorsSayWhat(t *testing.T) {
 		if !errors.Is(err, nats.ErrNoResponders) || !strings.Contains(err.Error(), "DIRECT.GET.MISSING "+c.want) {
 			t.Errorf("%+v: %v, want %q", c.req, err, c.want)
 		}
+	}
+}
+
+// TestCraftedReplies: an answer is bytes from the network. One whose
+// messages do not rise in sequence from the request's, or lack their
+// subject or time (a listing's activity read as year 1), or whose end of
+// batch says messages are pending after none were sent, or says what is
+// pending in no number, is an error: read as it came, a listing ended
+// early on it, or Last asked again from where it stood, forever.
+func TestCraftedReplies(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	msg := func(seq string) *nats.Msg {
+		m := nats.NewMsg("")
+		m.Header.Set(jetstream.SequenceHeader, seq)
+		m.Header.Set(jetstream.SubjectHeader, "s.1")
+		m.Header.Set(jetstream.TimeStampHeaer, time.Now().UTC().Format(time.RFC3339Nano))
+		return m
+	}
+	eob := func(pending string) *nats.Msg {
+		m := nats.NewMsg("")
+		m.Header.Set("Status", "204")
+		m.Header.Set("Nats-Num-Pending", pending)
+		return m
+	}
+	notime, nosubj := msg("5"), msg("5")
+	notime.Header.Set(jetstream.TimeStampHeaer, "yesterday")
+	nosubj.Header.Del(jetstream.SubjectHeader)
+	for i, c := range []struct {
+		name  string
+		reply []*nats.Msg
+		req   directget.Request
+	}{
+		{"falling sequences", []*nats.Msg{msg("5"), msg("3"), eob("0")}, directget.Request{Seq: 1, Batch: 5}},
+		{"a sequence twice", []*nats.Msg{msg("5"), msg("5"), eob("0")}, directget.Request{Seq: 1, Batch: 5}},
+		{"below the request's", []*nats.Msg{msg("3"), eob("0")}, directget.Request{Seq: 4, Batch: 5}},
+		{"pending after nothing", []*nats.Msg{eob("7")}, directget.Request{Seq: 1, Batch: 5}},
+		{"pending in no number", []*nats.Msg{msg("5"), eob("many")}, directget.Request{Seq: 1, Batch: 5}},
+		{"no pending count", []*nats.Msg{msg("5"), eob("")}, directget.Request{Seq: 1, Batch: 5}},
+		{"no time", []*nats.Msg{notime, eob("0")}, directget.Request{Seq: 1, Batch: 5}},
+		{"no subject", []*nats.Msg{nosubj, eob("0")}, directget.Request{Seq: 1, Batch: 5}},
+	} {
+		subject := "crafted." + strconv.Itoa(i)
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			for _, r := range c.reply {
+				r.Subject = m.Reply
+				_ = nc.PublishMsg(r)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := directget.Get(t.Context(), nc, subject, c.req, 0); err == nil {
+			t.Errorf("%s: no error", c.name)
+		}
+		_ = sub.Unsubscribe()
+	}
+	// Last, whose crafted parts each say one more is pending past a
+	// message below where it asked from, stops with an error.
+	sub, err := nc.Subscribe("crafted.last", func(m *nats.Msg) {
+		for _, r := range []*nats.Msg{msg("5"), eob("1")} {
+			r.Subject = m.Reply
+			_ = nc.PublishMsg(r)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := directget.Last(ctx, nc, "crafted.last", directget.Request{MultiLast: []string{"s.*"}}); err == nil || ctx.Err() != nil {
+		t.Fatalf("Last of an answer that never moves on: %v (context: %v)", err, ctx.Err())
 	}
 }
