@@ -691,6 +691,15 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 	idleRate := float64(cpuTime()-cpuIdle0) / float64(time.Since(idleT0))
 	fmt.Printf("\nsync_interval %s: worker ready and first turn in %v; RSS %.0f MB before start, %.0f MB idle after one turn (model %s); idle CPU %.1f%%\n",
 		map[bool]string{true: "always", false: "default (2m)"}[syncAlways], ready.Round(time.Millisecond), rss0, idle, m.DefaultModel(), 100*idleRate)
+	var disk fsyncProbe
+	if syncAlways {
+		// Measured before the turns, on the store's disk, while the
+		// worker idles: the fsyncs the turns below wait on.
+		if disk, err = probeFsync(dir, 200, 4096); err != nil {
+			return err
+		}
+		disk.print(dir)
+	}
 	fmt.Printf("  %-9s %6s %6s | %8s %8s %8s %8s %6s %5s %5s | %8s %8s %8s | %7s %6s\n", "scenario", "delay", "turns",
 		"p50 ms", "p99 ms", "turns/s", "CPU ms/t", "RSS MB", "out/t", "wr/t", "direct p50", "calls/s", "CPU ms/c", "p50 +ms", "rate")
 	var distinctP50, oneP50, oneTail, oneHead float64
@@ -732,6 +741,10 @@ func turnsOneSync(syncAlways bool, concurrency int, mock *mockModel, direct *dir
 				p50, ms(f.lat, 99), f.rate(), f.cpuPer(), f.rssMB, float64(c1.sent-c0.sent)/float64(f.n), float64(c1.stored-c0.stored)/float64(f.n),
 				ms(base.lat, 50), base.rate(), base.cpuPer(), p50-ms(base.lat, 50), 100*f.rate()/base.rate())
 			printAllocsPerTurn(a0, a1, f.n)
+			if syncAlways && delay == 0 && sc.name == "distinct" {
+				fmt.Printf("             p50 above the model less the disk's %d fsyncs at p50: %.2f ms (what the turn costs besides its fsyncs)\n",
+					freshTurnFsyncs, p50-ms(base.lat, 50)-freshTurnFsyncs*ms(disk.lat, 50))
+			}
 			if *turnsDetail {
 				before, after := split.take()
 				fmt.Printf("             send → model request p50 %.2f ms, p99 %.2f ms; model reply → result p50 %.2f ms, p99 %.2f ms\n",
