@@ -113,3 +113,55 @@ func FuzzFastMatchesEvent(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastMatchesOther: fastOther against decoding the event whole, for
+// response.completed (usage, service tier, the stop) and an ignored
+// event, as FuzzFastMatchesChunk; the first seeds are the real events'
+// shape, the rest ones it must step aside for.
+func FuzzFastMatchesOther(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"hi"}]}],"service_tier":"default","usage":{"input_tokens":1200,"input_tokens_details":{"cached_tokens":1024},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1205}}}`,
+		`{"type":"response.completed","response":{"status":"completed","service_tier":"flex","usage":{"input_tokens":1000000,"output_tokens":0,"total_tokens":1000000}}}`,
+		`{"type":"response.created","response":{"id":"resp_1","status":"in_progress","usage":null,"tools":[{"type":"function","name":"f","parameters":{}}]}}`,
+		`{"response":{"usage":{"input_tokens":3},"Usage":{"input_tokens":4}}}`,
+		`{"response":{"usage":{"input_tokens":3}},"Response":null}`,
+		`{"response":null}`,
+		`{"response":{"service_tier":null,"usage":{"input_tokens":"3"}}}`,
+		`{"response":{"service_tier":"fl\u0065x","usage":{"input_tokens":2}}}`,
+		`{"response":{"\u0075sage":{"input_tokens":2}}}`,
+		`[]`,
+		`{}`,
+	} {
+		f.Add(false, s)
+		f.Add(true, s)
+	}
+	f.Fuzz(func(t *testing.T, ignored bool, data string) {
+		name := "response.completed"
+		if ignored {
+			name = "response.created"
+		}
+		mk := func() *respParser {
+			p := &respParser{b: stream.NewBuilder(provider.Model{Cost: provider.ModelCost{Input: 1.25, Output: 10, CacheRead: 0.125}}, time.Unix(0, 0), nil), items: map[int]int{}, parts: map[int]int{}}
+			p.b.Append(p.block(0, message.BlockText), "x")
+			return p
+		}
+		fast, whole := mk(), mk()
+		if !fast.fastOther(name, []byte(data)) {
+			return
+		}
+		if err := whole.decode(name, []byte(data)); err != nil {
+			var typeErr *json.UnmarshalTypeError
+			if errors.As(json.Unmarshal([]byte(data), new(respEvent)), &typeErr) {
+				return
+			}
+			t.Fatalf("%s: the fast path applied what decoding refuses: %v", data, err)
+		}
+		if fast.stop != whole.stop {
+			t.Fatalf("%s: stop %q, decoded %q", data, fast.stop, whole.stop)
+		}
+		a, b := fast.b.Done(message.StopReason("stop")), whole.b.Done(message.StopReason("stop"))
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s:\nfast    %+v\ndecoded %+v", data, a, b)
+		}
+	})
+}

@@ -143,10 +143,61 @@ func (p *respParser) Event(ev sse.Event) *provider.Error {
 		return nil
 	}
 	name := string(ev.Name)
-	if p.fastDelta(name, data) {
+	if p.fastDelta(name, data) || p.fastOther(name, data) {
 		return nil
 	}
 	return p.decode(name, data)
+}
+
+// respEventKeys and respResponseKeys are the fields of
+// response.completed, and of its response, that fastOther reads.
+var (
+	respEventKeys    = [...]string{"response"}
+	respResponseKeys = [...]string{"usage", "service_tier"}
+)
+
+// fastOther applies, without decoding them whole, the events that echo
+// the whole response (its instructions, tools and, at the end, every
+// output item again), which decoding spent most of a short reply's time
+// on: an ignored event is only checked, and response.completed's usage
+// and service tier are read at their place and decoded alone. False
+// leaves the event to decode; FuzzFastMatchesOther holds it to decode.
+func (p *respParser) fastOther(name string, data []byte) bool {
+	if name == "" || name != "response.completed" && !ignoredEvents[name] {
+		return false
+	}
+	if !jsonfast.Valid(data) {
+		return false
+	}
+	if name != "response.completed" {
+		return true // decode would only check it (and its fields' types)
+	}
+	var top [1]int
+	if !jsonfast.Members(data, 0, respEventKeys[:], top[:]) {
+		return false
+	}
+	var r respResponse
+	if top[0] != jsonfast.Missing {
+		var pos [len(respResponseKeys)]int
+		if !jsonfast.Members(data, top[0], respResponseKeys[:], pos[:]) {
+			return false // null, or not sure: decode says
+		}
+		if pos[0] != jsonfast.Missing {
+			if err := json.Unmarshal(data[pos[0]:jsonfast.End(data, pos[0])], &r.Usage); err != nil {
+				return false
+			}
+		}
+		if pos[1] != jsonfast.Missing {
+			tier, ok := jsonfast.StrIn(data, pos[1])
+			if !ok {
+				return false
+			}
+			r.ServiceTier = tier
+		}
+	}
+	p.usage(&r)
+	p.stop = message.StopStop
+	return true
 }
 
 // decode applies an event by decoding it whole: what fastDelta is not

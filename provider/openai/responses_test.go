@@ -231,3 +231,14 @@ func TestResponsesConnections(t *testing.T) {
 	t.Run("reuse", func(t *testing.T) { t.Parallel(); wiretest.Reuse(t, body, call) })
 	t.Run("held", func(t *testing.T) { t.Parallel(); wiretest.Held(t, body, call) })
 }
+
+// BenchmarkResponsesShortReply reads a real short Responses reply (the
+// cached-input fixture: response.created and response.completed echo the
+// whole response) from a local server: the fixed cost of a call, as
+// BenchmarkCompletionsShortReply.
+func BenchmarkResponsesShortReply(b *testing.B) {
+	body := wiretest.Body(b, "openai-responses-cached-input.sse")
+	wiretest.Bench(b, body, func(url string) (provider.Provider, *provider.Request) {
+		return openai.NewResponses(openai.Config{}), &provider.Request{Model: respModel(url, "gpt-5"), Messages: []message.Message{message.User("hi", 1)}}
+	})
+}

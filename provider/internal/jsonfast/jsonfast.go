@@ -165,6 +165,16 @@ func Element(data []byte, j, n int) int {
 	return -1
 }
 
+// End returns where the value starting at data[j] (a position Members or
+// Element returned, in valid JSON) ends: data[j:End(data, j)] is the
+// value; -1 for no position.
+func End(data []byte, j int) int {
+	if j < 0 {
+		return -1
+	}
+	return skipValue(data, j)
+}
+
 // foldEqual reports whether name equals key under Unicode case folding
 // (as encoding/json matches field names); an ASCII name of another
 // length never does.
