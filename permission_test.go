@@ -273,6 +273,20 @@ func TestWorkersIsAdminOnly(t *testing.T) {
 		case <-time.After(50 * time.Millisecond): // the worker's admin service starts
 		}
 	}
+	// Each answer comes once. The connection's request mux (made by its
+	// first request) subscribes to a wildcard under the response inbox
+	// prefix: an inbox of Workers' own under it got every answer twice.
+	_, _ = admin.nc.RequestWithContext(ctx, "lanefleet.test.nobody", nil)
+	in0 := admin.nc.Stats().InMsgs
+	if ws, err := admin.Workers(ctx, WorkersQuery{Expect: 1}); err != nil || len(ws) != 1 {
+		t.Fatalf("workers %+v %v", ws, err)
+	}
+	if err := admin.nc.FlushWithContext(ctx); err != nil { // a copy would come before the pong
+		t.Fatal(err)
+	}
+	if in := admin.nc.Stats().InMsgs - in0; in != 1 {
+		t.Fatalf("one worker's answer came in %d messages", in)
+	}
 	alice, err := Connect(url, nats.UserInfo("alice", "alice"))
 	if err != nil {
 		t.Fatal(err)

@@ -55,7 +55,9 @@ func (c *Client) Workers(ctx context.Context, q WorkersQuery) ([]admin.WorkerSta
 	ctx, cancel := context.WithTimeout(ctx, q.Wait)
 	defer cancel()
 	before := c.nc.LastError()
-	inbox := c.nc.NewRespInbox()
+	// An inbox of its own, not one under the request mux's prefix (whose
+	// wildcard subscription would take a second copy of every answer).
+	inbox := c.nc.NewInbox()
 	ch := make(chan *nats.Msg, 64)
 	sub, err := c.nc.ChanSubscribe(inbox, ch)
 	if err != nil {
