@@ -1,0 +1,151 @@
+package kvstore
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/lanefleet/lanefleet/message"
+)
+
+// TestNewestRecords: a long transcript is read newest first and only as
+// far as asked: the records handed over and the listing of keys are all
+// the bytes that come from the server, not the transcript's megabytes;
+// a read goes on from where the last stopped (Next); a deleted record is
+// skipped, a corrupt one counted and reported, another lane's never
+// read; the read stops at a reset record, which it hands over, and a
+// byte limit stops it after the record that crosses it.
+func TestNewestRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t, leaseOutlivesTest)
+	ctx, lanes, nc := t.Context(), b.lanes, b.js.Conn()
+	mine, err := lanes.Acquire(ctx, "long", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := lanes.Acquire(ctx, "longer", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 300, 16 << 10
+	pad := strings.Repeat("x", size)
+	for i := uint64(1); i <= n; i++ {
+		if _, err := mine.PutRecord(ctx, padded(i, strconv.FormatUint(i, 10)+" "+pad)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.PutRecord(ctx, padded(n+i, "other "+pad)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lanes.kv.Delete(ctx, "long.tx.299"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lanes.kv.Put(ctx, "long.tx.297", []byte("not msgpack")); err != nil {
+		t.Fatal(err)
+	}
+	text := func(r Record) string { return strings.Fields(r.Entries[0].Message.Content.Text())[0] }
+
+	var got []string
+	in := nc.Stats().InBytes
+	read, err := lanes.NewestRecords(ctx, "long", 0, NewestLimits{Records: 4, Bytes: 1 << 20}, func(r Record) bool {
+		got = append(got, text(r))
+		return true
+	})
+	loaded := nc.Stats().InBytes - in
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Key != "long.tx.297" {
+		t.Fatalf("err = %v, want the corrupt record 297", err)
+	}
+	if strings.Join(got, ",") != "300,298,296" || read.Records != 4 || !read.More || read.Next != 296 {
+		t.Fatalf("read %v %+v; want 300,298,296 (299 deleted, 297 corrupt) and more below 296", got, read)
+	}
+	// The transcript is 300 × 16 KiB (and its neighbour as much): the
+	// read loads its 3 records and the key listing.
+	if loaded > 4*size+32<<10 {
+		t.Errorf("the read of 4 records loaded %d bytes from the server", loaded)
+	}
+
+	// Going on below 296, stopped by the caller after two.
+	got = got[:0]
+	read, err = lanes.NewestRecords(ctx, "long", read.Next, NewestLimits{Records: 100, Bytes: 1 << 20}, func(r Record) bool {
+		got = append(got, text(r))
+		return len(got) < 2
+	})
+	if err != nil || strings.Join(got, ",") != "295,294" || !read.More || read.Next != 294 {
+		t.Fatalf("next read %v %+v %v; want 295,294 and more below 294", got, read, err)
+	}
+	// A byte limit: the record that crosses it is the last.
+	got = got[:0]
+	read, err = lanes.NewestRecords(ctx, "long", 10, NewestLimits{Records: 100, Bytes: size * 5 / 4}, func(r Record) bool {
+		got = append(got, text(r))
+		return true
+	})
+	if err != nil || strings.Join(got, ",") != "9,8" || !read.More || read.Next != 8 || read.Bytes <= size {
+		t.Fatalf("byte-limited read %v %+v %v; want 9,8 and more below 8", got, read, err)
+	}
+	// To the lane's first record: nothing more.
+	got = got[:0]
+	read, err = lanes.NewestRecords(ctx, "long", 3, NewestLimits{Records: 100, Bytes: 1 << 20}, func(r Record) bool {
+		got = append(got, text(r))
+		return true
+	})
+	if err != nil || strings.Join(got, ",") != "2,1" || read.More {
+		t.Fatalf("read to the start %v %+v %v; want 2,1 and no more", got, read, err)
+	}
+
+	// A reset: the read hands it over and stops there, also when a record
+	// from before it is older in the stream but newer by key.
+	w, err := mine.PutRecord(ctx, Record{InboundSeq: n + 1, RunID: "r", Reset: true, Entries: turn(n+1, "reset").Entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mine.PutRecord(ctx, Record{InboundSeq: n + 2, RunID: "r", Start: w.Seq, Entries: turn(n+2, "after").Entries}); err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	read, err = lanes.NewestRecords(ctx, "long", 0, NewestLimits{Records: 100, Bytes: 1 << 20}, func(r Record) bool {
+		got = append(got, text(r))
+		return true
+	})
+	if err != nil || strings.Join(got, ",") != "after,reset" || read.More {
+		t.Fatalf("read across a reset %v %+v %v; want after,reset and no more", got, read, err)
+	}
+	if _, err := lanes.NewestRecords(ctx, "none", 0, NewestLimits{Records: 1}, func(Record) bool {
+		t.Error("a record of a lane without any")
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// padded is a turn record whose text is text, under a short entry id.
+func padded(seq uint64, text string) Record {
+	r := turn(seq, "")
+	u := message.User(text, 1)
+	r.Entries[0].Message = &u
+	return r
+}
+
+// TestNewestRecordsEntries: what the read hands over is the record as
+// stored.
+func TestNewestRecordsEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t, leaseOutlivesTest)
+	ctx := t.Context()
+	lease, err := b.lanes.Acquire(ctx, "e", LeaseInfo{Worker: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := message.User("hello", 1)
+	if _, err := lease.PutRecord(ctx, Record{InboundSeq: 7, RunID: "run7", SessionID: "s", Entries: []message.Entry{{Type: message.EntryMessage, ID: "x", Message: &u}}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []Record
+	if _, err := b.lanes.NewestRecords(ctx, "e", 0, NewestLimits{Records: 1, Bytes: 1}, func(r Record) bool { got = append(got, r); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].RunID != "run7" || got[0].InboundSeq != 7 || got[0].Entries[0].Message.Content.Text() != "hello" {
+		t.Fatalf("got %+v", got)
+	}
+}
