@@ -96,6 +96,9 @@ const numPendingHeader = "Nats-Num-Pending"
 // context has no sooner deadline.
 const wait = 5 * time.Second
 
+// errIdle ends a wait for the next message of an answer after wait.
+var errIdle = errors.New("directget: no message within the wait")
+
 // Subject is the Direct Get subject of stream under js's API prefix.
 func Subject(js jetstream.JetStream, stream string) string {
 	api := js.Options().APIPrefix
@@ -110,6 +113,9 @@ func Subject(js jetstream.JetStream, stream string) string {
 // more than most messages (0: any number) is an error.
 func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most int) (Reply, error) {
 	var rep Reply
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("directget: %w", err)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return rep, fmt.Errorf("directget: %w", err)
@@ -123,17 +129,40 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 	if err := nc.PublishRequest(subject, inbox, body); err != nil {
 		return rep, fmt.Errorf("directget: %w", err)
 	}
+	// The wait for each next message ends with ctx, or after wait
+	// without one: the idle timer, started anew on each message.
+	var (
+		wctx   context.Context
+		cancel context.CancelCauseFunc
+		idle   *time.Timer
+	)
+	start := func() {
+		wctx, cancel = context.WithCancelCause(ctx)
+		c := cancel
+		idle = time.AfterFunc(wait, func() { c(errIdle) })
+	}
+	start()
+	defer func() {
+		idle.Stop()
+		cancel(nil)
+	}()
 	for {
-		w := wait
-		if d, ok := ctx.Deadline(); ok {
-			w = min(w, time.Until(d))
-		}
-		m, err := sub.NextMsg(w)
+		m, err := sub.NextMsgWithContext(wctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return rep, fmt.Errorf("directget: %w", ctx.Err())
 			}
+			if errors.Is(context.Cause(wctx), errIdle) {
+				err = nats.ErrTimeout
+			}
 			return rep, fmt.Errorf("directget: %s %s: %w", subject, req.what(), err)
+		}
+		if idle.Stop() {
+			idle.Reset(wait)
+		} else {
+			// It ran out as this message came: a fresh wait.
+			cancel(nil)
+			start()
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":

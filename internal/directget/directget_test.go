@@ -186,3 +186,71 @@ func TestCraftedReplies(t *testing.T) {
 		t.Fatalf("Last of an answer that never moves on: %v (context: %v)", err, ctx.Err())
 	}
 }
+
+// TestGetEndsWithItsContext: a cancelled context ends the wait for an
+// answer at once, whatever the server does: one that never answers, one
+// that keeps sending (the old per-message wait read its messages on past
+// the cancel to the end, 20,000 of them, and returned no error), and a
+// context cancelled before the request.
+func TestGetEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	server := natstest.Connect(t, srv.URL)
+	asked := make(chan string, 3)
+	if _, err := server.Subscribe("silent", func(m *nats.Msg) { asked <- m.Reply }); err != nil {
+		t.Fatal(err)
+	}
+	const many = 20000
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	if _, err := server.Subscribe("endless", func(m *nats.Msg) {
+		go func() {
+			for seq := 1; seq <= many; seq++ {
+				r := nats.NewMsg(m.Reply)
+				r.Header.Set(jetstream.SequenceHeader, strconv.Itoa(seq))
+				r.Header.Set(jetstream.SubjectHeader, "s.1")
+				r.Header.Set(jetstream.TimeStampHeaer, time.Now().UTC().Format(time.RFC3339Nano))
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = server.PublishMsg(r)
+				if seq == 1 {
+					asked <- m.Reply
+				}
+			}
+			eob := nats.NewMsg(m.Reply)
+			eob.Header.Set("Status", "204")
+			eob.Header.Set("Nats-Num-Pending", "0")
+			_ = server.PublishMsg(eob)
+		}()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"silent", "endless"} {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			rep, err := directget.Get(ctx, nc, subject, directget.Request{Seq: 1, Batch: many}, 0)
+			if err == nil {
+				err = errors.New("no error, " + strconv.Itoa(len(rep.Msgs)) + " messages")
+			}
+			done <- err
+		}()
+		<-asked // the request is at the server, which answers as it does
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v, want the context's cancel", subject, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := directget.Get(ctx, nc, "silent", directget.Request{Seq: 1}, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("a context cancelled before: %v", err)
+	}
+}
