@@ -89,6 +89,12 @@ type Reply struct {
 // MultiLastMax subjects: nothing was returned.
 var ErrTooMany = errors.New("directget: the filters match too many subjects")
 
+// ErrNotServed is a request no server answered: the stream does not
+// allow Direct Get (AllowDirect off: a replicated stream of ours, or one
+// an operator or an older version made) or does not exist. Nothing was
+// read; a reader falls back to reads through the JetStream API.
+var ErrNotServed = errors.New("the stream answers no Direct Get (AllowDirect off, or no such stream)")
+
 // numPendingHeader says, on the end of an answer, what it left.
 const numPendingHeader = "Nats-Num-Pending"
 
@@ -152,7 +158,10 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 			if ctx.Err() != nil {
 				return rep, fmt.Errorf("directget: %w", ctx.Err())
 			}
-			if errors.Is(context.Cause(wctx), errIdle) {
+			switch {
+			case errors.Is(err, nats.ErrNoResponders):
+				return rep, fmt.Errorf("directget: %s %s: %w: %w", subject, req.what(), ErrNotServed, err)
+			case errors.Is(context.Cause(wctx), errIdle):
 				err = nats.ErrTimeout
 			}
 			return rep, fmt.Errorf("directget: %s %s: %w", subject, req.what(), err)
@@ -180,6 +189,8 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 			return rep, nil
 		case "413":
 			return rep, ErrTooMany
+		case "503": // no responders
+			return rep, fmt.Errorf("directget: %s %s: %w: %w", subject, req.what(), ErrNotServed, nats.ErrNoResponders)
 		default:
 			return rep, fmt.Errorf("directget: %s %s: status %s %s", subject, req.what(), status, m.Header.Get("Description"))
 		}

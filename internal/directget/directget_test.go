@@ -254,3 +254,24 @@ func TestGetEndsWithItsContext(t *testing.T) {
 		t.Errorf("a context cancelled before: %v", err)
 	}
 }
+
+// TestNotServed: a stream that does not allow Direct Get answers nothing,
+// at once: ErrNotServed, which a reader falls back on.
+func TestNotServed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := natstest.JetStream(t, srv.URL)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(t.Context(), "s.1", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := directget.Get(t.Context(), js.Conn(), directget.Subject(js, "S"), directget.Request{Seq: 1, Batch: 1}, 0)
+	if !errors.Is(err, directget.ErrNotServed) {
+		t.Fatalf("Get: %v", err)
+	}
+	if _, err := directget.Last(t.Context(), js.Conn(), directget.Subject(js, "S"), directget.Request{MultiLast: []string{"s.1"}}); !errors.Is(err, directget.ErrNotServed) {
+		t.Fatalf("Last: %v", err)
+	}
+}
