@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/directget"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -27,8 +29,8 @@ func (s *Service) batched() bool {
 // each run: which runs have events, the newest, and when it last
 // published; session by session when that is too much, pageEvents), one
 // of their lanes' newest messages, one of their run registry entries;
-// then, for the lanes with messages stored only, their count (a Direct
-// Get each). Falls back to laneOf per session when the streams answer no
+// then, for the lanes with messages stored only, their count (a stream
+// info request each, which carries no message). Falls back to laneOf per session when the streams answer no
 // Direct Get (batched).
 func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]*lane, error) {
 	list := make([]*lane, len(entries))
@@ -115,13 +117,19 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 			list[i].setRunning(r.Info)
 		}
 	}
-	// The stored counts of the lanes with messages stored.
-	inbound := directget.Subject(s.cfg.JS, events.InboundStream)
+	// The stored counts of the lanes with messages stored, from the
+	// stream's subject counts (as laneOf): a Direct Get would carry a
+	// message whole (up to the server's MaxPayload) to count those after
+	// it.
 	err = each(ctx, len(waiting), func(ctx context.Context, i int) error {
 		l := waiting[i]
-		rep, err := directget.Get(ctx, s.cfg.JS.Conn(), inbound, directget.Request{NextFor: events.InboundPrefix + l.token, Batch: 1, Meta: true}, 1)
-		l.stored = len(rep.Msgs) + int(rep.Pending)
-		return err
+		subject := events.InboundPrefix + l.token
+		info, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			return err
+		}
+		l.stored = int(info.State.Subjects[subject])
+		return nil
 	})
 	if err != nil {
 		return nil, err

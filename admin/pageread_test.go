@@ -227,3 +227,48 @@ func TestPageRequestsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestPageCountCarriesNoMessage: a page counts a waiting lane's stored
+// messages without reading any of them: the old count, a Direct Get of a
+// batch of one, carried the lane's oldest message whole (here 800 KB)
+// to learn how many follow it.
+func TestPageCountCarriesNoMessage(t *testing.T) {
+	t.Parallel()
+	b := stores(t, 2*time.Minute)
+	js, ctx := b.js, b.ctx
+	lns, err := kvstore.Open(ctx, js, kvstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _, err := sessionindex.Ensure(ctx, js, sessionindex.Config{MaxBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	cfg := b.config(t)
+	cfg.Lanes, cfg.Index = lns, x
+	const key, big = "acme:waits", 800 << 10
+	tok, _ := events.KeyToken(key)
+	for _, data := range [][]byte{make([]byte, big), []byte(`{"text":"again"}`), []byte(`{"text":"and again"}`)} {
+		if _, err := js.Publish(ctx, events.InboundPrefix+tok, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subj, _ := sessionindex.Subject(key)
+	rec, _ := json.Marshal(sessionindex.Record{Run: "1", Committed: true, Through: 1, Turns: 1})
+	if _, err := js.Publish(ctx, subj, rec); err != nil {
+		t.Fatal(err)
+	}
+	in := b.nc.Stats().InBytes
+	rep, err := admin.ListSessions(ctx, cfg, admin.SessionsRequest{Limit: 10, State: true})
+	loaded := b.nc.Stats().InBytes - in
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Sessions) != 1 || rep.Sessions[0].Stored != 3 || rep.Sessions[0].State != admin.StateQueued {
+		t.Fatalf("page: %+v", rep.Sessions)
+	}
+	if loaded > big/4 {
+		t.Errorf("the page read %d bytes, with an %d-byte message waiting", loaded, big)
+	}
+}
