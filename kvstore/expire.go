@@ -3,6 +3,7 @@ package kvstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -281,8 +282,9 @@ func (l *Lanes) putRetention(ctx context.Context, key, what string, v any, rev u
 // since and the lease (another forget of the lane, which leaves no
 // marker; the lease key keeps one message, so the earlier holder's
 // release is replaced by this lease): the records Data read are gone
-// then, and the lane is forgotten, and counted, a second time. No message
-// or write is lost by it: a message or a turn in between is seen.
+// then, and Forget, which counts what its purges remove, says so (0).
+// No message or write is lost by it: a message or a turn in between is
+// seen.
 func (s *Lease) Untouched(ctx context.Context, since uint64) (bool, error) {
 	s.mu.RLock()
 	rev := s.rev
@@ -301,8 +303,9 @@ func (s *Lease) Untouched(ctx context.Context, since uint64) (bool, error) {
 }
 
 // Forget removes the lane's transcript records and stored settings (keys,
-// from Data: it checks and counts them) and its step journals, and reports
-// how many keys it removed. It takes a fixed number of requests however
+// from Data: it checks them) and its step journals, and reports how many
+// keys it removed, as the purges count them: 0 when another forget removed
+// them after Data read them (which Untouched cannot see). It takes a fixed number of requests however
 // long the session ran: a renewal of the lease, fenced (ErrLeaseLost means
 // a newer owner took the lane, and nothing is removed), then, sent at
 // once, a purge of the lane's records and one of its settings (each only
@@ -356,10 +359,12 @@ func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 		filters = append(filters, l.prefix+settingsKey(s.token))
 	}
 	errs := make([]error, len(filters)+1)
+	purged := make([]uint64, len(filters))
 	var wg sync.WaitGroup
 	for i, filter := range filters {
 		wg.Go(func() {
-			if err := l.stream.Purge(pctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(s.rev)); err != nil {
+			var err error
+			if purged[i], err = l.purge(pctx, filter, s.rev); err != nil {
 				errs[i] = fmt.Errorf("kvstore: forget %s: purge %s: %w", s.token, strings.TrimPrefix(filter, l.prefix), err)
 			}
 		})
@@ -369,10 +374,46 @@ func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 	if err := errors.Join(errs[:len(filters)]...); err != nil {
 		return 0, err
 	}
-	if err := errs[len(filters)]; err != nil {
-		return len(keys), err
+	var n int
+	for _, p := range purged {
+		n += int(p)
 	}
-	return len(keys), nil
+	return n, errs[len(filters)]
+}
+
+// purge removes the bucket's messages of filter below stream sequence
+// before, as Stream.Purge does, and returns how many it removed (which
+// the client library's Purge drops): a forget counts what it removed, not
+// what a read before its lease found, which another forget may have
+// removed since (Untouched cannot see a purge).
+func (l *Lanes) purge(ctx context.Context, filter string, before uint64) (uint64, error) {
+	body, err := json.Marshal(jetstream.StreamPurgeRequest{Subject: filter, Sequence: before})
+	if err != nil {
+		return 0, err
+	}
+	api := l.js.Options().APIPrefix
+	if api == "" {
+		api = jetstream.DefaultAPIPrefix
+	}
+	msg, err := l.js.Conn().RequestWithContext(ctx, api+"STREAM.PURGE."+l.stream.CachedInfo().Config.Name, body)
+	if err != nil {
+		return 0, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error,omitempty"`
+		Success bool                `json:"success"`
+		Purged  uint64              `json:"purged"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("a purge reply that does not decode: %w", err)
+	}
+	if resp.Error != nil {
+		return 0, resp.Error
+	}
+	if !resp.Success {
+		return 0, errors.New("the purge did not succeed")
+	}
+	return resp.Purged, nil
 }
 
 // retentionToken is the lane-like token whose lease is the retention

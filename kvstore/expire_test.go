@@ -207,3 +207,60 @@ func TestUntouched(t *testing.T) {
 		t.Errorf("no read: Untouched %v, %v; want false", got, err)
 	}
 }
+
+// TestForgetAfterAnotherForget: a forget that read the lane (Data) before
+// another forget emptied it, and took the lease after that one released
+// it, is not told so by Untouched (a purge leaves no marker), but its
+// Forget counts what its purges removed: none. The old Forget reported
+// the keys its earlier read found, so the lane was counted forgotten
+// twice.
+func TestForgetAfterAnotherForget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, leaseOutlivesTest)
+	ctx := t.Context()
+	owner, err := b.lanes.Acquire(ctx, "gone", LeaseInfo{Worker: "owner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		if _, err := owner.PutRecord(ctx, turn(seq, "hi")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := owner.PutSettings(ctx, []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.lanes.Data(ctx, "gone") // the pass's read
+	if err != nil || len(d.Keys) != 4 {
+		t.Fatalf("Data %+v, %v", d, err)
+	}
+	// An operator's forget of the lane, start to end, in between.
+	op, err := b.lanes.Acquire(ctx, "gone", LeaseInfo{Worker: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	od, err := b.lanes.Data(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := op.Forget(ctx, od.Keys); err != nil || n != 4 {
+		t.Fatalf("the operator's forget: %d, %v; want 4 keys", n, err)
+	}
+	if err := op.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pass, err := b.lanes.Acquire(ctx, "gone", LeaseInfo{Worker: "pass"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pass.Release(context.WithoutCancel(ctx)) }()
+	if same, err := pass.Untouched(ctx, d.Seen); err != nil || !same {
+		t.Logf("Untouched %v, %v: it saw the other forget after all", same, err)
+	}
+	if n, err := pass.Forget(ctx, d.Keys); err != nil || n != 0 {
+		t.Fatalf("the pass's forget after it: %d, %v; want 0 keys", n, err)
+	}
+}
