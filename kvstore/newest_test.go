@@ -5,7 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -147,5 +149,47 @@ func TestNewestRecordsEntries(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].RunID != "run7" || got[0].InboundSeq != 7 || got[0].Entries[0].Message.Content.Text() != "hello" {
 		t.Fatalf("got %+v", got)
+	}
+}
+
+// BenchmarkNewestTen reads a session's newest ten turns as sessions_history
+// does (NewestRecords), next to the whole read it replaced
+// (ReadTranscript), on sessions of 10 and 1,000 turns of about 2 KB each.
+func BenchmarkNewestTen(b *testing.B) {
+	b.ReportAllocs()
+	srv := natstest.Start(b)
+	js := natstest.JetStream(b, srv.URL)
+	ctx := b.Context()
+	lanes, err := Open(ctx, js, Config{LeaseTTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pad := strings.Repeat("x", 2<<10)
+	for _, n := range []uint64{10, 1000} {
+		token := "s" + strconv.FormatUint(n, 10)
+		lease, err := lanes.Acquire(ctx, token, LeaseInfo{Worker: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := uint64(1); i <= n; i++ {
+			if _, err := lease.PutRecord(ctx, padded(i, pad)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(token+"/newest", func(b *testing.B) {
+			for b.Loop() {
+				got := 0
+				if _, err := lanes.NewestRecords(ctx, token, 0, NewestLimits{Records: 10, Bytes: 4 << 20}, func(Record) bool { got++; return true }); err != nil || got != 10 {
+					b.Fatalf("%d records, %v", got, err)
+				}
+			}
+		})
+		b.Run(token+"/whole", func(b *testing.B) {
+			for b.Loop() {
+				if t, err := lanes.ReadTranscript(ctx, token, 1); err != nil || uint64(len(t.Records)) != n {
+					b.Fatalf("%d records, %v", len(t.Records), err)
+				}
+			}
+		})
 	}
 }
