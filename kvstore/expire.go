@@ -75,14 +75,48 @@ func (l *Lanes) ScanBatch(ctx context.Context, seq uint64, n int) ([]Stored, err
 		defer cancel()
 		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
-	// The consumer counted the messages from seq on when it was made:
-	// wait for that many (up to n), not for what a no-wait request finds
-	// delivered so far, which could end the pass early.
+	// The consumer counted the messages from seq on when it was made.
+	// A no-wait request brings them (up to n) and ends at the stream's
+	// end: a message removed since it was counted (a purge, a key
+	// written again, a TTL) leaves a short batch, where a request that
+	// waited for the count waited out scanWait for it. Only when the
+	// no-wait request brings none while the consumer still counts some (a
+	// consumer on a replica behind the leader) is the count waited for,
+	// so the pass does not take that for the end of the bucket.
 	pending := cons.CachedInfo().NumPending
 	if pending == 0 {
 		return nil, nil
 	}
-	batch, err := cons.Fetch(int(min(uint64(n), pending)), jetstream.FetchMaxWait(scanWait))
+	if l.testHookScan != nil {
+		l.testHookScan()
+	}
+	want := int(min(uint64(n), pending))
+	out, err := l.scanFetch(cons, seq, want, true)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
+	}
+	if info.NumPending == 0 {
+		return nil, nil // every message it counted went
+	}
+	return l.scanFetch(cons, seq, want, false)
+}
+
+// scanFetch fetches up to n messages of a scan's consumer (ScanBatch), by
+// a no-wait request or one that waits up to scanWait for them.
+func (l *Lanes) scanFetch(cons jetstream.Consumer, seq uint64, n int, noWait bool) ([]Stored, error) {
+	var (
+		batch jetstream.MessageBatch
+		err   error
+	)
+	if noWait {
+		batch, err = cons.FetchNoWait(n)
+	} else {
+		batch, err = cons.Fetch(n, jetstream.FetchMaxWait(scanWait))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
 	}
