@@ -39,8 +39,9 @@ type NewestRead struct {
 // record, which fn gets, or the lane's first record), or a limit of lim.
 // It reads only the records it hands over, one leader read each, after
 // one request that lists the lane's record keys (about 40 bytes a
-// record, none of their data), so what it loads is bounded by lim
-// however long the transcript is. Records that do not decode are
+// record, none of their data) and, below a turn, one read of the newest
+// record (where the transcript starts now), so what it loads is bounded
+// by lim however long the transcript is. Records that do not decode are
 // counted and skipped, with a *CorruptError each (joined) next to the
 // result; a record deleted while it reads is skipped.
 func (l *Lanes) NewestRecords(ctx context.Context, token string, before uint64, lim NewestLimits, fn func(Record) bool) (NewestRead, error) {
@@ -53,6 +54,16 @@ func (l *Lanes) NewestRecords(ctx context.Context, token string, before uint64, 
 		corrupt []error
 		start   uint64 // stream sequence of the reset the transcript starts at
 	)
+	if before > 0 && len(keys) > 0 {
+		// A read that goes on below a turn learns where the transcript
+		// starts from its newest record: a reset since the read it goes
+		// on from hides what lies below it.
+		cur, err := l.Cursor(ctx, token)
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return NewestRead{}, err
+		}
+		start = cur.Start
+	}
 	for i, seq := range keys {
 		if read.Records >= max(lim.Records, 1) || read.Records > 0 && read.Bytes >= lim.Bytes {
 			read.More, read.Next = true, seq+1

@@ -113,6 +113,15 @@ func TestNewestRecords(t *testing.T) {
 	if err != nil || strings.Join(got, ",") != "after,reset" || read.More {
 		t.Fatalf("read across a reset %v %+v %v; want after,reset and no more", got, read, err)
 	}
+	// A read that goes on from before the reset finds nothing there.
+	got = got[:0]
+	read, err = lanes.NewestRecords(ctx, "long", 10, NewestLimits{Records: 100, Bytes: 1 << 20}, func(r Record) bool {
+		got = append(got, text(r))
+		return true
+	})
+	if err != nil || len(got) != 0 || read.More {
+		t.Fatalf("read below the reset %v %+v %v; want nothing", got, read, err)
+	}
 	if _, err := lanes.NewestRecords(ctx, "none", 0, NewestLimits{Records: 1}, func(Record) bool {
 		t.Error("a record of a lane without any")
 		return true
