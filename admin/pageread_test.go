@@ -19,6 +19,24 @@ import (
 	"github.com/lanefleet/lanefleet/sessionindex"
 )
 
+// indexed is the bundle's admin configuration with a lanes bucket and a
+// session index.
+func (b *bundle) indexed(t *testing.T) admin.Config {
+	t.Helper()
+	lns, err := kvstore.Open(b.ctx, b.js, kvstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _, err := sessionindex.Ensure(b.ctx, b.js, sessionindex.Config{MaxBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	cfg := b.config(t)
+	cfg.Lanes, cfg.Index = lns, x
+	return cfg
+}
+
 // TestPageRequestsBounded: a page of the sessions listing from the index
 // costs the same few JetStream requests whether the fleet holds 100
 // sessions or 10,000 and whether the page shows 10 sessions or 100:
@@ -33,17 +51,8 @@ func TestPageRequestsBounded(t *testing.T) {
 	t.Parallel()
 	b := stores(t, 2*time.Minute)
 	nc, js, ctx, streams, runs := b.nc, b.js, b.ctx, b.streams, b.runs
-	lns, err := kvstore.Open(ctx, js, kvstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, _, err := sessionindex.Ensure(ctx, js, sessionindex.Config{MaxBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = x.Close() })
-	cfg := b.config(t)
-	cfg.Lanes, cfg.Index = lns, x
+	cfg := b.indexed(t)
+	lns := cfg.Lanes
 
 	publish := func(subj string, data []byte) uint64 {
 		t.Helper()
@@ -236,17 +245,7 @@ func TestPageCountCarriesNoMessage(t *testing.T) {
 	t.Parallel()
 	b := stores(t, 2*time.Minute)
 	js, ctx := b.js, b.ctx
-	lns, err := kvstore.Open(ctx, js, kvstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, _, err := sessionindex.Ensure(ctx, js, sessionindex.Config{MaxBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = x.Close() })
-	cfg := b.config(t)
-	cfg.Lanes, cfg.Index = lns, x
+	cfg := b.indexed(t)
 	const key, big = "acme:waits", 800 << 10
 	tok, _ := events.KeyToken(key)
 	for _, data := range [][]byte{make([]byte, big), []byte(`{"text":"again"}`), []byte(`{"text":"and again"}`)} {

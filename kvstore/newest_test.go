@@ -47,19 +47,25 @@ func TestNewestRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := func(r Record) string { return strings.Fields(r.Entries[0].Message.Content.Text())[0] }
+	// newest reads below before with lim, up to stop records (0: all),
+	// and returns their texts joined.
+	newest := func(before uint64, lim NewestLimits, stop int) (string, NewestRead, error) {
+		var got []string
+		read, err := lanes.NewestRecords(ctx, "long", before, lim, func(r Record) bool {
+			got = append(got, text(r))
+			return stop == 0 || len(got) < stop
+		})
+		return strings.Join(got, ","), read, err
+	}
 
-	var got []string
 	in := nc.Stats().InBytes
-	read, err := lanes.NewestRecords(ctx, "long", 0, NewestLimits{Records: 4, Bytes: 1 << 20}, func(r Record) bool {
-		got = append(got, text(r))
-		return true
-	})
+	got, read, err := newest(0, NewestLimits{Records: 4, Bytes: 1 << 20}, 0)
 	loaded := nc.Stats().InBytes - in
 	var ce *CorruptError
 	if !errors.As(err, &ce) || ce.Key != "long.tx.297" {
 		t.Fatalf("err = %v, want the corrupt record 297", err)
 	}
-	if strings.Join(got, ",") != "300,298,296" || read.Records != 4 || !read.More || read.Next != 296 {
+	if got != "300,298,296" || read.Records != 4 || !read.More || read.Next != 296 {
 		t.Fatalf("read %v %+v; want 300,298,296 (299 deleted, 297 corrupt) and more below 296", got, read)
 	}
 	// The transcript is 300 × 16 KiB (and its neighbour as much): the
@@ -69,35 +75,22 @@ func TestNewestRecords(t *testing.T) {
 	}
 
 	// Going on below 296, stopped by the caller after two.
-	got = got[:0]
-	read, err = lanes.NewestRecords(ctx, "long", read.Next, NewestLimits{Records: 100, Bytes: 1 << 20}, func(r Record) bool {
-		got = append(got, text(r))
-		return len(got) < 2
-	})
-	if err != nil || strings.Join(got, ",") != "295,294" || !read.More || read.Next != 294 {
+	got, read, err = newest(read.Next, NewestLimits{Records: 100, Bytes: 1 << 20}, 2)
+	if err != nil || got != "295,294" || !read.More || read.Next != 294 {
 		t.Fatalf("next read %v %+v %v; want 295,294 and more below 294", got, read, err)
 	}
 	// A byte limit: the record that crosses it is the last.
-	got = got[:0]
-	read, err = lanes.NewestRecords(ctx, "long", 10, NewestLimits{Records: 100, Bytes: size * 5 / 4}, func(r Record) bool {
-		got = append(got, text(r))
-		return true
-	})
-	if err != nil || strings.Join(got, ",") != "9,8" || !read.More || read.Next != 8 || read.Bytes <= size {
+	got, read, err = newest(10, NewestLimits{Records: 100, Bytes: size * 5 / 4}, 0)
+	if err != nil || got != "9,8" || !read.More || read.Next != 8 || read.Bytes <= size {
 		t.Fatalf("byte-limited read %v %+v %v; want 9,8 and more below 8", got, read, err)
 	}
 	// To the lane's first record: nothing more.
-	got = got[:0]
-	read, err = lanes.NewestRecords(ctx, "long", 3, NewestLimits{Records: 100, Bytes: 1 << 20}, func(r Record) bool {
-		got = append(got, text(r))
-		return true
-	})
-	if err != nil || strings.Join(got, ",") != "2,1" || read.More {
+	got, read, err = newest(3, NewestLimits{Records: 100, Bytes: 1 << 20}, 0)
+	if err != nil || got != "2,1" || read.More {
 		t.Fatalf("read to the start %v %+v %v; want 2,1 and no more", got, read, err)
 	}
 
-	// A reset: the read hands it over and stops there, also when a record
-	// from before it is older in the stream but newer by key.
+	// A reset: the read hands it over and stops there.
 	w, err := mine.PutRecord(ctx, Record{InboundSeq: n + 1, RunID: "r", Reset: true, Entries: turn(n+1, "reset").Entries})
 	if err != nil {
 		t.Fatal(err)
@@ -105,21 +98,13 @@ func TestNewestRecords(t *testing.T) {
 	if _, err := mine.PutRecord(ctx, Record{InboundSeq: n + 2, RunID: "r", Start: w.Seq, Entries: turn(n+2, "after").Entries}); err != nil {
 		t.Fatal(err)
 	}
-	got = got[:0]
-	read, err = lanes.NewestRecords(ctx, "long", 0, NewestLimits{Records: 100, Bytes: 1 << 20}, func(r Record) bool {
-		got = append(got, text(r))
-		return true
-	})
-	if err != nil || strings.Join(got, ",") != "after,reset" || read.More {
+	got, read, err = newest(0, NewestLimits{Records: 100, Bytes: 1 << 20}, 0)
+	if err != nil || got != "after,reset" || read.More {
 		t.Fatalf("read across a reset %v %+v %v; want after,reset and no more", got, read, err)
 	}
 	// A read that goes on from before the reset finds nothing there.
-	got = got[:0]
-	read, err = lanes.NewestRecords(ctx, "long", 10, NewestLimits{Records: 100, Bytes: 1 << 20}, func(r Record) bool {
-		got = append(got, text(r))
-		return true
-	})
-	if err != nil || len(got) != 0 || read.More {
+	got, read, err = newest(10, NewestLimits{Records: 100, Bytes: 1 << 20}, 0)
+	if err != nil || got != "" || read.More {
 		t.Fatalf("read below the reset %v %+v %v; want nothing", got, read, err)
 	}
 	if _, err := lanes.NewestRecords(ctx, "none", 0, NewestLimits{Records: 1}, func(Record) bool {
