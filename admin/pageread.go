@@ -15,9 +15,10 @@ import (
 )
 
 // batched reports whether a page's sessions are read together (lanesOf):
-// the event and inbound streams and the run registry answer Direct Gets
-// (at R1, kvstore.DirectGet; a registry bucket always), so one multi-last
-// get each reads what the page's sessions have stored there. Else each
+// the event and inbound streams answer Direct Gets (at R1,
+// kvstore.DirectGet), so one multi-last get each reads what the page's
+// sessions have stored there (and one the run registry's entries, or a
+// read each where its stream answers none: Runs.Active). Else each
 // session is read by itself (laneOf).
 func (s *Service) batched() bool {
 	return s.cfg.JS != nil && s.cfg.Events.CachedInfo().Config.AllowDirect && s.cfg.Inbound.CachedInfo().Config.AllowDirect
