@@ -92,6 +92,14 @@ func (l *Lanes) ScanBatch(ctx context.Context, seq uint64, n int) ([]Stored, err
 	}
 	want := int(min(uint64(n), pending))
 	out, err := l.scanFetch(cons, seq, want, true)
+	for attempt := 0; errors.Is(err, nats.ErrNoResponders) && attempt < scanNotReady; attempt++ {
+		// On a replicated bucket the consumer may not serve yet on its
+		// node, moments after it was made: it delivered nothing.
+		if perr := pause(ctx, attempt); perr != nil {
+			return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, perr)
+		}
+		out, err = l.scanFetch(cons, seq, want, true)
+	}
 	if err != nil || len(out) > 0 {
 		return out, err
 	}
@@ -144,10 +152,14 @@ func (l *Lanes) scanFetch(cons jetstream.Consumer, seq uint64, n int, noWait boo
 
 // scanConsumerIdle is how long the server keeps a scan's consumer whose
 // delete did not reach it; scanWait how long a batch waits for the
-// messages its consumer counted (fewer come when some expired meanwhile).
+// messages its consumer counted when a no-wait fetch brought none.
 const (
 	scanConsumerIdle = time.Minute
 	scanWait         = 5 * time.Second
+	// scanNotReady bounds the fetches of a scan whose new consumer does
+	// not answer yet (no responders: a replicated bucket's consumer
+	// moments after it was made), about a second in all (pause).
+	scanNotReady = 24
 )
 
 // LaneData is what a lane keeps in the bucket, as the retention pass sees it.
