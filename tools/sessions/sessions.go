@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -413,7 +414,7 @@ func (t historyTool) Call(ctx context.Context, c tools.Call) (tools.Result, erro
 	q := HistoryQuery{MaxTurns: historyReadTurns, MaxBytes: historyReadBytes}
 	if paged {
 		q.Before = from.turn
-		if from.entry > 0 {
+		if from.entry > 0 && from.turn < math.MaxUint64 {
 			q.Before++ // the turn itself, up to the entry
 		}
 		if q.Before == 0 {

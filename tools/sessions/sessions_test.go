@@ -334,3 +334,32 @@ func TestHistoryBounds(t *testing.T) {
 		}
 	}
 }
+
+// FuzzHistoryBefore: any before argument is refused or read without a
+// panic, and the before an answer gives reads back.
+func FuzzHistoryBefore(f *testing.F) {
+	for _, s := range []string{"", "2", "2:1", "0", "0:0", "18446744073709551615:3", "3:-1", ":", "x:1", " 4 "} {
+		f.Add(s, int64(2))
+	}
+	b := &memBackend{history: map[string][][]message.Entry{"acme:b": {
+		{entry(message.User("one", 1)), entry(message.User("two", 1))},
+		{entry(message.User("three", 1))},
+		{entry(message.User("four", 1)), entry(message.User("five", 1)), entry(message.User("six", 1))},
+	}}}
+	l, err := Tools(b, Policy{}, "acme:a", "7", nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	tool, _ := l.Lookup("sessions_history")
+	f.Fuzz(func(t *testing.T, before string, limit int64) {
+		res, err := tool.Call(context.Background(), tools.Call{Name: "sessions_history", Args: map[string]any{"sessionKey": "acme:b", "before": before, "limit": limit}})
+		if err != nil {
+			return
+		}
+		if next, ok := res.Details["before"].(string); ok {
+			if _, _, err := parseCursor(next); err != nil {
+				t.Fatalf("before %q gave %q, which does not parse: %v", before, next, err)
+			}
+		}
+	})
+}
