@@ -186,6 +186,13 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 			rep.Pending = pending
 			return rep, nil
 		case "404": // nothing matches
+			if len(req.MultiLast) > 0 && m.Header.Get("Description") != "No Results" {
+				// A multi-last get says "No Results" for none; its other
+				// 404 is a message it found and failed to load, which,
+				// read as none, would show a lane without its lease or
+				// run.
+				return rep, fmt.Errorf("directget: %s %s: status 404 %s", subject, req.what(), m.Header.Get("Description"))
+			}
 			return rep, nil
 		case "413":
 			return rep, ErrTooMany

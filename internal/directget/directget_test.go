@@ -187,6 +187,51 @@ func TestCraftedReplies(t *testing.T) {
 	}
 }
 
+// TestMultiLastNotFound: a multi-last get's 404 is none only when it says
+// "No Results" (what the server says when nothing matches); the 404 it
+// sends when a message it found failed to load is an error (it read as
+// none).
+func TestMultiLastNotFound(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	for _, c := range []struct {
+		description string
+		fails       bool
+	}{{"No Results", false}, {"Message Not Found", true}} {
+		subject := "notfound." + strings.ReplaceAll(c.description, " ", "")
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set("Status", "404")
+			r.Header.Set("Description", c.description)
+			_ = nc.PublishMsg(r)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := directget.Get(t.Context(), nc, subject, directget.Request{MultiLast: []string{"s.1"}}, 0)
+		if (err != nil) != c.fails || len(rep.Msgs) != 0 {
+			t.Errorf("404 %s: %+v, %v", c.description, rep, err)
+		}
+		// A batch's 404 is none, whatever it says.
+		if rep, err := directget.Get(t.Context(), nc, subject, directget.Request{Seq: 1, Batch: 2}, 0); err != nil || len(rep.Msgs) != 0 {
+			t.Errorf("a batch's 404 %s: %+v, %v", c.description, rep, err)
+		}
+		_ = sub.Unsubscribe()
+	}
+	// The server's own answer to a multi-last get of nothing is none.
+	js := natstest.JetStream(t, srv.URL)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(t.Context(), "s.1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := directget.Last(t.Context(), nc, directget.Subject(js, "S"), directget.Request{MultiLast: []string{"s.2"}}); err != nil || len(msgs) != 0 {
+		t.Errorf("the last of nothing: %+v, %v", msgs, err)
+	}
+}
+
 // TestGetEndsWithItsContext: a cancelled context ends the wait for an
 // answer at once, whatever the server does: one that never answers, one
 // that keeps sending (the old per-message wait read its messages on past
