@@ -271,3 +271,48 @@ func TestPageCountCarriesNoMessage(t *testing.T) {
 		t.Errorf("the page read %d bytes, with an %d-byte message waiting", loaded, big)
 	}
 }
+
+// TestPageEventsOverTheirBytes: a page whose runs' last events are more
+// than one events read holds (pageEventsMax) counts each session's runs
+// by itself, and says what the listing that reads each session by itself
+// says.
+func TestPageEventsOverTheirBytes(t *testing.T) {
+	t.Parallel()
+	b := stores(t, 2*time.Minute)
+	js, ctx := b.js, b.ctx
+	cfg := b.indexed(t)
+	final := make([]byte, 900<<10) // three runs' finals: over 2 MiB
+	for i := range 3 {
+		key := "acme:big-" + strconv.Itoa(i)
+		tok, _ := events.KeyToken(key)
+		for run := range 2 {
+			if _, err := js.Publish(ctx, events.EventPrefix+tok+"."+strconv.Itoa(10*i+run+1), final); err != nil {
+				t.Fatal(err)
+			}
+		}
+		subj, _ := sessionindex.Subject(key)
+		rec, _ := json.Marshal(sessionindex.Record{Run: strconv.Itoa(10*i + 2), Committed: true, Through: uint64(10*i + 2), Turns: 2})
+		if _, err := js.Publish(ctx, subj, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := admin.SessionsRequest{Limit: 10, State: true}
+	rep, err := admin.ListSessions(ctx, cfg, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := cfg
+	single.JS = nil
+	want, err := admin.ListSessions(ctx, single, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rep, want) || len(rep.Sessions) != 3 {
+		t.Fatalf("batched\n%+v\nsession by session\n%+v", rep, want)
+	}
+	for _, s := range rep.Sessions {
+		if s.Runs != 2 || s.LastActivity == 0 {
+			t.Errorf("%s: %d runs, last activity %d", s.Key, s.Runs, s.LastActivity)
+		}
+	}
+}
