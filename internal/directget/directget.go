@@ -126,7 +126,10 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 	if err != nil {
 		return rep, fmt.Errorf("directget: %w", err)
 	}
-	inbox := nc.NewRespInbox()
+	// An inbox of its own: one under the connection's request mux
+	// (NewRespInbox) matches the mux's wildcard subscription too, and the
+	// server sends a subscriber's every match: each answer came twice.
+	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return rep, fmt.Errorf("directget: %w", err)

@@ -187,6 +187,38 @@ func TestCraftedReplies(t *testing.T) {
 	}
 }
 
+// TestAnswerComesOnce: an answer crosses the wire once, also on a
+// connection that has made requests (whose request mux subscribes to
+// every inbox under its own): the old inbox, under the mux's, had every
+// message of an answer sent twice, a lane's 800 KB message 1.6 MB.
+func TestAnswerComesOnce(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := natstest.JetStream(t, srv.URL)
+	nc := js.Conn()
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	const size = 800 << 10
+	for _, data := range [][]byte{make([]byte, size), []byte("x")} {
+		if _, err := js.Publish(t.Context(), "s.1", data); err != nil { // requests: the mux is there
+			t.Fatal(err)
+		}
+	}
+	msgs, bytes := nc.Stats().InMsgs, nc.Stats().InBytes
+	rep, err := directget.Get(t.Context(), nc, directget.Subject(js, "S"), directget.Request{NextFor: "s.1", Batch: 1}, 0)
+	if err != nil || len(rep.Msgs) != 1 || rep.Pending != 1 {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	// What the server sent is on the connection before the flush's pong.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, b := nc.Stats().InMsgs-msgs, nc.Stats().InBytes-bytes; n != 2 || b >= 2*size {
+		t.Errorf("a batch of one %d-byte message came as %d messages, %d bytes; want it and its end, once", size, n, b)
+	}
+}
+
 // TestMultiLastNotFound: a multi-last get's 404 is none only when it says
 // "No Results" (what the server says when nothing matches); the 404 it
 // sends when a message it found failed to load is an error (it read as
