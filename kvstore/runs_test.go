@@ -135,19 +135,7 @@ func TestRunsActive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.Register(ctx, "running", RunInfo{Session: "s1", RunID: "7", Worker: "w1", Phase: RunPhaseCompacting}); err != nil {
-		t.Fatal(err)
-	}
-	h, err := runs.Register(ctx, "cleared", RunInfo{Session: "s2", RunID: "8", Worker: "w2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Clear(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runs.kv.Put(ctx, "garbled", []byte("{")); err != nil {
-		t.Fatal(err)
-	}
+	fillRuns(t, runs)
 	if got, err := runs.Active(ctx, nil); err != nil || len(got) != 0 {
 		t.Fatalf("no tokens: %+v, %v", got, err)
 	}
@@ -172,6 +160,26 @@ func TestRunsActive(t *testing.T) {
 	}
 }
 
+// fillRuns registers a running run of lane "running", one of "cleared"
+// that it clears, and an entry of "garbled" that does not read.
+func fillRuns(t *testing.T, runs *Runs) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := runs.Register(ctx, "running", RunInfo{Session: "s1", RunID: "7", Worker: "w1", Phase: RunPhaseCompacting}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := runs.Register(ctx, "cleared", RunInfo{Session: "s2", RunID: "8", Worker: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.kv.Put(ctx, "garbled", []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRunsActiveWithoutDirect: a registry stream that answers no Direct
 // Get (AllowDirect off: one an operator or an older version made, or
 // turned off after a worker bound it) is read one entry at a time, with
@@ -184,19 +192,7 @@ func TestRunsActiveWithoutDirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := opened.Register(ctx, "running", RunInfo{Session: "s1", RunID: "7", Worker: "w1", Phase: RunPhaseCompacting}); err != nil {
-		t.Fatal(err)
-	}
-	h, err := opened.Register(ctx, "cleared", RunInfo{Session: "s2", RunID: "8", Worker: "w2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Clear(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := opened.kv.Put(ctx, "garbled", []byte("{")); err != nil {
-		t.Fatal(err)
-	}
+	fillRuns(t, opened)
 	tokens := []string{"running", "cleared", "never", "garbled", "running"}
 	check := func(what string, runs *Runs) {
 		t.Helper()
