@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/directget"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -13,9 +15,10 @@ import (
 )
 
 // batched reports whether a page's sessions are read together (lanesOf):
-// the event and inbound streams and the run registry answer Direct Gets
-// (at R1, kvstore.DirectGet; a registry bucket always), so one multi-last
-// get each reads what the page's sessions have stored there. Else each
+// the event and inbound streams answer Direct Gets (at R1,
+// kvstore.DirectGet), so one multi-last get each reads what the page's
+// sessions have stored there (and one the run registry's entries, or a
+// read each where its stream answers none: Runs.Active). Else each
 // session is read by itself (laneOf).
 func (s *Service) batched() bool {
 	return s.cfg.JS != nil && s.cfg.Events.CachedInfo().Config.AllowDirect && s.cfg.Inbound.CachedInfo().Config.AllowDirect
@@ -27,8 +30,8 @@ func (s *Service) batched() bool {
 // each run: which runs have events, the newest, and when it last
 // published; session by session when that is too much, pageEvents), one
 // of their lanes' newest messages, one of their run registry entries;
-// then, for the lanes with messages stored only, their count (a Direct
-// Get each). Falls back to laneOf per session when the streams answer no
+// then, for the lanes with messages stored only, their count (a stream
+// info request each, which carries no message). Falls back to laneOf per session when the streams answer no
 // Direct Get (batched).
 func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]*lane, error) {
 	list := make([]*lane, len(entries))
@@ -115,13 +118,19 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 			list[i].setRunning(r.Info)
 		}
 	}
-	// The stored counts of the lanes with messages stored.
-	inbound := directget.Subject(s.cfg.JS, events.InboundStream)
+	// The stored counts of the lanes with messages stored, from the
+	// stream's subject counts (as laneOf): a Direct Get would carry a
+	// message whole (up to the server's MaxPayload) to count those after
+	// it.
 	err = each(ctx, len(waiting), func(ctx context.Context, i int) error {
 		l := waiting[i]
-		rep, err := directget.Get(ctx, s.cfg.JS.Conn(), inbound, directget.Request{NextFor: events.InboundPrefix + l.token, Batch: 1, Meta: true}, 1)
-		l.stored = len(rep.Msgs) + int(rep.Pending)
-		return err
+		subject := events.InboundPrefix + l.token
+		info, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			return err
+		}
+		l.stored = int(info.State.Subjects[subject])
+		return nil
 	})
 	if err != nil {
 		return nil, err

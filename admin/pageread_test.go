@@ -19,6 +19,24 @@ import (
 	"github.com/lanefleet/lanefleet/sessionindex"
 )
 
+// indexed is the bundle's admin configuration with a lanes bucket and a
+// session index.
+func (b *bundle) indexed(t *testing.T) admin.Config {
+	t.Helper()
+	lns, err := kvstore.Open(b.ctx, b.js, kvstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _, err := sessionindex.Ensure(b.ctx, b.js, sessionindex.Config{MaxBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	cfg := b.config(t)
+	cfg.Lanes, cfg.Index = lns, x
+	return cfg
+}
+
 // TestPageRequestsBounded: a page of the sessions listing from the index
 // costs the same few JetStream requests whether the fleet holds 100
 // sessions or 10,000 and whether the page shows 10 sessions or 100:
@@ -33,17 +51,8 @@ func TestPageRequestsBounded(t *testing.T) {
 	t.Parallel()
 	b := stores(t, 2*time.Minute)
 	nc, js, ctx, streams, runs := b.nc, b.js, b.ctx, b.streams, b.runs
-	lns, err := kvstore.Open(ctx, js, kvstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, _, err := sessionindex.Ensure(ctx, js, sessionindex.Config{MaxBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = x.Close() })
-	cfg := b.config(t)
-	cfg.Lanes, cfg.Index = lns, x
+	cfg := b.indexed(t)
+	lns := cfg.Lanes
 
 	publish := func(subj string, data []byte) uint64 {
 		t.Helper()
@@ -224,6 +233,86 @@ func TestPageRequestsBounded(t *testing.T) {
 		if n != counts["100 sessions, a page of 10"] {
 			t.Errorf("JetStream requests a page: %v, want the same for each", counts)
 			break
+		}
+	}
+}
+
+// TestPageCountCarriesNoMessage: a page counts a waiting lane's stored
+// messages without reading any of them: the old count, a Direct Get of a
+// batch of one, carried the lane's oldest message whole (here 800 KB)
+// to learn how many follow it.
+func TestPageCountCarriesNoMessage(t *testing.T) {
+	t.Parallel()
+	b := stores(t, 2*time.Minute)
+	js, ctx := b.js, b.ctx
+	cfg := b.indexed(t)
+	const key, big = "acme:waits", 800 << 10
+	tok, _ := events.KeyToken(key)
+	for _, data := range [][]byte{make([]byte, big), []byte(`{"text":"again"}`), []byte(`{"text":"and again"}`)} {
+		if _, err := js.Publish(ctx, events.InboundPrefix+tok, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subj, _ := sessionindex.Subject(key)
+	rec, _ := json.Marshal(sessionindex.Record{Run: "1", Committed: true, Through: 1, Turns: 1})
+	if _, err := js.Publish(ctx, subj, rec); err != nil {
+		t.Fatal(err)
+	}
+	in := b.nc.Stats().InBytes
+	rep, err := admin.ListSessions(ctx, cfg, admin.SessionsRequest{Limit: 10, State: true})
+	loaded := b.nc.Stats().InBytes - in
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Sessions) != 1 || rep.Sessions[0].Stored != 3 || rep.Sessions[0].State != admin.StateQueued {
+		t.Fatalf("page: %+v", rep.Sessions)
+	}
+	if loaded > big/4 {
+		t.Errorf("the page read %d bytes, with an %d-byte message waiting", loaded, big)
+	}
+}
+
+// TestPageEventsOverTheirBytes: a page whose runs' last events are more
+// than one events read holds (pageEventsMax) counts each session's runs
+// by itself, and says what the listing that reads each session by itself
+// says.
+func TestPageEventsOverTheirBytes(t *testing.T) {
+	t.Parallel()
+	b := stores(t, 2*time.Minute)
+	js, ctx := b.js, b.ctx
+	cfg := b.indexed(t)
+	final := make([]byte, 900<<10) // three runs' finals: over 2 MiB
+	for i := range 3 {
+		key := "acme:big-" + strconv.Itoa(i)
+		tok, _ := events.KeyToken(key)
+		for run := range 2 {
+			if _, err := js.Publish(ctx, events.EventPrefix+tok+"."+strconv.Itoa(10*i+run+1), final); err != nil {
+				t.Fatal(err)
+			}
+		}
+		subj, _ := sessionindex.Subject(key)
+		rec, _ := json.Marshal(sessionindex.Record{Run: strconv.Itoa(10*i + 2), Committed: true, Through: uint64(10*i + 2), Turns: 2})
+		if _, err := js.Publish(ctx, subj, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := admin.SessionsRequest{Limit: 10, State: true}
+	rep, err := admin.ListSessions(ctx, cfg, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := cfg
+	single.JS = nil
+	want, err := admin.ListSessions(ctx, single, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rep, want) || len(rep.Sessions) != 3 {
+		t.Fatalf("batched\n%+v\nsession by session\n%+v", rep, want)
+	}
+	for _, s := range rep.Sessions {
+		if s.Runs != 2 || s.LastActivity == 0 {
+			t.Errorf("%s: %d runs, last activity %d", s.Key, s.Runs, s.LastActivity)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package kvstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -74,14 +75,56 @@ func (l *Lanes) ScanBatch(ctx context.Context, seq uint64, n int) ([]Stored, err
 		defer cancel()
 		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
-	// The consumer counted the messages from seq on when it was made:
-	// wait for that many (up to n), not for what a no-wait request finds
-	// delivered so far, which could end the pass early.
+	// The consumer counted the messages from seq on when it was made.
+	// A no-wait request brings them (up to n) and ends at the stream's
+	// end: a message removed since it was counted (a purge, a key
+	// written again, a TTL) leaves a short batch, where a request that
+	// waited for the count waited out scanWait for it. Only when the
+	// no-wait request brings none while the consumer still counts some (a
+	// consumer on a replica behind the leader) is the count waited for,
+	// so the pass does not take that for the end of the bucket.
 	pending := cons.CachedInfo().NumPending
 	if pending == 0 {
 		return nil, nil
 	}
-	batch, err := cons.Fetch(int(min(uint64(n), pending)), jetstream.FetchMaxWait(scanWait))
+	if l.testHookScan != nil {
+		l.testHookScan()
+	}
+	want := int(min(uint64(n), pending))
+	out, err := l.scanFetch(cons, seq, want, true)
+	for attempt := 0; errors.Is(err, nats.ErrNoResponders) && attempt < scanNotReady; attempt++ {
+		// On a replicated bucket the consumer may not serve yet on its
+		// node, moments after it was made: it delivered nothing.
+		if perr := pause(ctx, attempt); perr != nil {
+			return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, perr)
+		}
+		out, err = l.scanFetch(cons, seq, want, true)
+	}
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
+	}
+	if info.NumPending == 0 {
+		return nil, nil // every message it counted went
+	}
+	return l.scanFetch(cons, seq, want, false)
+}
+
+// scanFetch fetches up to n messages of a scan's consumer (ScanBatch), by
+// a no-wait request or one that waits up to scanWait for them.
+func (l *Lanes) scanFetch(cons jetstream.Consumer, seq uint64, n int, noWait bool) ([]Stored, error) {
+	var (
+		batch jetstream.MessageBatch
+		err   error
+	)
+	if noWait {
+		batch, err = cons.FetchNoWait(n)
+	} else {
+		batch, err = cons.Fetch(n, jetstream.FetchMaxWait(scanWait))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: scan from %d: %w", seq, err)
 	}
@@ -109,10 +152,14 @@ func (l *Lanes) ScanBatch(ctx context.Context, seq uint64, n int) ([]Stored, err
 
 // scanConsumerIdle is how long the server keeps a scan's consumer whose
 // delete did not reach it; scanWait how long a batch waits for the
-// messages its consumer counted (fewer come when some expired meanwhile).
+// messages its consumer counted when a no-wait fetch brought none.
 const (
 	scanConsumerIdle = time.Minute
 	scanWait         = 5 * time.Second
+	// scanNotReady bounds the fetches of a scan whose new consumer does
+	// not answer yet (no responders: a replicated bucket's consumer
+	// moments after it was made), about a second in all (pause).
+	scanNotReady = 24
 )
 
 // LaneData is what a lane keeps in the bucket, as the retention pass sees it.
@@ -281,8 +328,9 @@ func (l *Lanes) putRetention(ctx context.Context, key, what string, v any, rev u
 // since and the lease (another forget of the lane, which leaves no
 // marker; the lease key keeps one message, so the earlier holder's
 // release is replaced by this lease): the records Data read are gone
-// then, and the lane is forgotten, and counted, a second time. No message
-// or write is lost by it: a message or a turn in between is seen.
+// then, and Forget, which counts what its purges remove, says so (0).
+// No message or write is lost by it: a message or a turn in between is
+// seen.
 func (s *Lease) Untouched(ctx context.Context, since uint64) (bool, error) {
 	s.mu.RLock()
 	rev := s.rev
@@ -301,8 +349,9 @@ func (s *Lease) Untouched(ctx context.Context, since uint64) (bool, error) {
 }
 
 // Forget removes the lane's transcript records and stored settings (keys,
-// from Data: it checks and counts them) and its step journals, and reports
-// how many keys it removed. It takes a fixed number of requests however
+// from Data: it checks them) and its step journals, and reports how many
+// keys it removed, as the purges count them: 0 when another forget removed
+// them after Data read them (which Untouched cannot see). It takes a fixed number of requests however
 // long the session ran: a renewal of the lease, fenced (ErrLeaseLost means
 // a newer owner took the lane, and nothing is removed), then, sent at
 // once, a purge of the lane's records and one of its settings (each only
@@ -356,10 +405,12 @@ func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 		filters = append(filters, l.prefix+settingsKey(s.token))
 	}
 	errs := make([]error, len(filters)+1)
+	purged := make([]uint64, len(filters))
 	var wg sync.WaitGroup
 	for i, filter := range filters {
 		wg.Go(func() {
-			if err := l.stream.Purge(pctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(s.rev)); err != nil {
+			var err error
+			if purged[i], err = l.purge(pctx, filter, s.rev); err != nil {
 				errs[i] = fmt.Errorf("kvstore: forget %s: purge %s: %w", s.token, strings.TrimPrefix(filter, l.prefix), err)
 			}
 		})
@@ -369,10 +420,46 @@ func (s *Lease) Forget(ctx context.Context, keys []string) (int, error) {
 	if err := errors.Join(errs[:len(filters)]...); err != nil {
 		return 0, err
 	}
-	if err := errs[len(filters)]; err != nil {
-		return len(keys), err
+	var n int
+	for _, p := range purged {
+		n += int(p)
 	}
-	return len(keys), nil
+	return n, errs[len(filters)]
+}
+
+// purge removes the bucket's messages of filter below stream sequence
+// before, as Stream.Purge does, and returns how many it removed (which
+// the client library's Purge drops): a forget counts what it removed, not
+// what a read before its lease found, which another forget may have
+// removed since (Untouched cannot see a purge).
+func (l *Lanes) purge(ctx context.Context, filter string, before uint64) (uint64, error) {
+	body, err := json.Marshal(jetstream.StreamPurgeRequest{Subject: filter, Sequence: before})
+	if err != nil {
+		return 0, err
+	}
+	api := l.js.Options().APIPrefix
+	if api == "" {
+		api = jetstream.DefaultAPIPrefix
+	}
+	msg, err := l.js.Conn().RequestWithContext(ctx, api+"STREAM.PURGE."+l.stream.CachedInfo().Config.Name, body)
+	if err != nil {
+		return 0, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error,omitempty"`
+		Success bool                `json:"success"`
+		Purged  uint64              `json:"purged"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("a purge reply that does not decode: %w", err)
+	}
+	if resp.Error != nil {
+		return 0, resp.Error
+	}
+	if !resp.Success {
+		return 0, errors.New("the purge did not succeed")
+	}
+	return resp.Purged, nil
 }
 
 // retentionToken is the lane-like token whose lease is the retention

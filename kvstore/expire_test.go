@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/message"
 )
 
@@ -205,5 +208,141 @@ func TestUntouched(t *testing.T) {
 	}
 	if got, err := take("unread").Untouched(ctx, 0); err != nil || got {
 		t.Errorf("no read: Untouched %v, %v; want false", got, err)
+	}
+}
+
+// TestForgetAfterAnotherForget: a forget that read the lane (Data) before
+// another forget emptied it, and took the lease after that one released
+// it, is not told so by Untouched (a purge leaves no marker), but its
+// Forget counts what its purges removed: none. The old Forget reported
+// the keys its earlier read found, so the lane was counted forgotten
+// twice.
+func TestForgetAfterAnotherForget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, leaseOutlivesTest)
+	ctx := t.Context()
+	owner, err := b.lanes.Acquire(ctx, "gone", LeaseInfo{Worker: "owner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		if _, err := owner.PutRecord(ctx, turn(seq, "hi")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := owner.PutSettings(ctx, []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.lanes.Data(ctx, "gone") // the pass's read
+	if err != nil || len(d.Keys) != 4 {
+		t.Fatalf("Data %+v, %v", d, err)
+	}
+	// An operator's forget of the lane, start to end, in between.
+	op, err := b.lanes.Acquire(ctx, "gone", LeaseInfo{Worker: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	od, err := b.lanes.Data(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := op.Forget(ctx, od.Keys); err != nil || n != 4 {
+		t.Fatalf("the operator's forget: %d, %v; want 4 keys", n, err)
+	}
+	if err := op.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pass, err := b.lanes.Acquire(ctx, "gone", LeaseInfo{Worker: "pass"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pass.Release(context.WithoutCancel(ctx)) }()
+	if same, err := pass.Untouched(ctx, d.Seen); err != nil || !same {
+		t.Logf("Untouched %v, %v: it saw the other forget after all", same, err)
+	}
+	if n, err := pass.Forget(ctx, d.Keys); err != nil || n != 0 {
+		t.Fatalf("the pass's forget after it: %d, %v; want 0 keys", n, err)
+	}
+}
+
+// TestScanBatchShort: a message the scan's consumer counted that is gone
+// before the fetch (a purge, a key written again) leaves a short batch of
+// the others, in order; a scan whose every counted message went is none.
+// (BenchmarkScanBatchShort times it: the old fetch waited scanWait for
+// the message that was gone.)
+func TestScanBatchShort(t *testing.T) {
+	t.Parallel()
+	b := setup(t, leaseOutlivesTest)
+	ctx := t.Context()
+	var seqs []uint64
+	for i := range 5 {
+		rev, err := b.lanes.kv.Put(ctx, "lane.tx."+strconv.Itoa(i+1), []byte("r"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, rev)
+	}
+	b.lanes.testHookScan = func() {
+		if err := b.lanes.stream.Purge(ctx, jetstream.WithPurgeSubject(b.lanes.prefix+"lane.tx.3")); err != nil {
+			t.Error(err)
+		}
+	}
+	sts, err := b.lanes.ScanBatch(ctx, seqs[0], 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, st := range sts {
+		got = append(got, st.Seq)
+	}
+	if want := []uint64{seqs[0], seqs[1], seqs[3], seqs[4]}; !slices.Equal(got, want) {
+		t.Fatalf("scan: %v, want %v", got, want)
+	}
+	b.lanes.testHookScan = func() {
+		if err := b.lanes.stream.Purge(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	if sts, err := b.lanes.ScanBatch(ctx, seqs[0], 10); err != nil || len(sts) != 0 {
+		t.Fatalf("scan of what went: %+v, %v", sts, err)
+	}
+}
+
+// BenchmarkScanBatchShort: a scan of 100 messages the newest of which is
+// removed between the consumer's count and its fetch.
+func BenchmarkScanBatchShort(b *testing.B) {
+	srv := natstest.Start(b)
+	js := natstest.JetStream(b, srv.URL)
+	ctx := b.Context()
+	lanes, err := Open(ctx, js, Config{LeaseTTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	put := func() uint64 {
+		n++
+		rev, err := lanes.kv.Put(ctx, "lane.tx."+strconv.Itoa(n), []byte("r"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rev
+	}
+	for range 100 {
+		put()
+	}
+	var victim uint64
+	lanes.testHookScan = func() {
+		if err := lanes.stream.Purge(ctx, jetstream.WithPurgeSubject(lanes.prefix+"lane.tx."+strconv.Itoa(n))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		victim = put()
+		if _, err := lanes.ScanBatch(ctx, victim-99, 100); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -103,6 +103,9 @@ type Lanes struct {
 	// released: the lanes this process released, and their markers (see
 	// Release); nil for a reader (Bind), which takes no lease.
 	released *releasedRevs
+	// testHookScan, when set (tests), runs in ScanBatch between its
+	// consumer's count and its fetch.
+	testHookScan func()
 }
 
 // Open creates the bucket when missing, makes sure its stream serves reads

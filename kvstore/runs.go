@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,6 +54,11 @@ const (
 type Runs struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
+	// api is the bucket's stream, bound (its info read) when it did not
+	// answer a Direct Get (AllowDirect off): Active then reads each entry
+	// through the JetStream API. nil until then.
+	mu  sync.Mutex
+	api jetstream.Stream
 }
 
 // runsMarkerTTL is how long the marker of a cleared entry, or of one the
@@ -206,13 +212,21 @@ type RunRead struct {
 
 // Active returns the active runs of tokens' lanes (in tokens' order) as
 // Get reads each, in one multi-last Direct Get: a listing's page of
-// sessions asks the registry once, not once a session. A registry
-// bucket answers Direct Gets (the client library makes every bucket so,
-// and Get reads it so too).
+// sessions asks the registry once, not once a session. The client
+// library makes and updates every bucket to answer Direct Gets; a
+// registry stream that does not (one an operator or an older version
+// made, or changed) is read one entry at a time instead, from its first
+// refused Direct Get on.
 func (r *Runs) Active(ctx context.Context, tokens []string) ([]RunRead, error) {
 	out := make([]RunRead, len(tokens))
 	if len(tokens) == 0 {
 		return out, nil
+	}
+	r.mu.Lock()
+	api := r.api
+	r.mu.Unlock()
+	if api != nil {
+		return r.activeEach(ctx, api, tokens, out)
 	}
 	// The entry of a lane token is the subject $KV.<bucket>.<token> of
 	// the bucket's stream KV_<bucket>.
@@ -231,8 +245,40 @@ func (r *Runs) Active(ctx context.Context, tokens []string) ([]RunRead, error) {
 			out[i] = rd
 		}
 	})
+	if errors.Is(err, directget.ErrNotServed) {
+		// Bound anew: a stream bound before its AllowDirect went off
+		// would still read by Direct Get.
+		api, err := r.js.Stream(ctx, "KV_"+r.kv.Bucket())
+		if err != nil {
+			return nil, fmt.Errorf("kvstore: runs: the registry's stream answers no Direct Get: %w", err)
+		}
+		r.mu.Lock()
+		r.api = api
+		r.mu.Unlock()
+		return r.activeEach(ctx, api, tokens, out)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: runs: %w", err)
+	}
+	return out, nil
+}
+
+// activeEach is Active with one read of each entry through the
+// JetStream API of the registry's stream st, into out.
+func (r *Runs) activeEach(ctx context.Context, st jetstream.Stream, tokens []string, out []RunRead) ([]RunRead, error) {
+	prefix := "$KV." + r.kv.Bucket() + "."
+	for i, tok := range tokens {
+		m, err := st.GetLastMsgForSubject(ctx, prefix+tok)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kvstore: runs: run %s: %w", tok, err)
+		}
+		if m.Header.Get(kvOperation) != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+			continue // cleared
+		}
+		out[i].Info, out[i].Running, out[i].Err = decodeRun(tok, m.Data)
 	}
 	return out, nil
 }

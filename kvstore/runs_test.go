@@ -135,19 +135,7 @@ func TestRunsActive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.Register(ctx, "running", RunInfo{Session: "s1", RunID: "7", Worker: "w1", Phase: RunPhaseCompacting}); err != nil {
-		t.Fatal(err)
-	}
-	h, err := runs.Register(ctx, "cleared", RunInfo{Session: "s2", RunID: "8", Worker: "w2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Clear(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runs.kv.Put(ctx, "garbled", []byte("{")); err != nil {
-		t.Fatal(err)
-	}
+	fillRuns(t, runs)
 	if got, err := runs.Active(ctx, nil); err != nil || len(got) != 0 {
 		t.Fatalf("no tokens: %+v, %v", got, err)
 	}
@@ -170,4 +158,70 @@ func TestRunsActive(t *testing.T) {
 	if !got[0].Running || got[0].Info.Worker != "w1" || got[0].Info.Phase != RunPhaseCompacting || got[1].Running || got[2].Running || got[3].Err == nil {
 		t.Fatalf("runs: %+v", got)
 	}
+}
+
+// fillRuns registers a running run of lane "running", one of "cleared"
+// that it clears, and an entry of "garbled" that does not read.
+func fillRuns(t *testing.T, runs *Runs) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := runs.Register(ctx, "running", RunInfo{Session: "s1", RunID: "7", Worker: "w1", Phase: RunPhaseCompacting}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := runs.Register(ctx, "cleared", RunInfo{Session: "s2", RunID: "8", Worker: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.kv.Put(ctx, "garbled", []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunsActiveWithoutDirect: a registry stream that answers no Direct
+// Get (AllowDirect off: one an operator or an older version made, or
+// turned off after a worker bound it) is read one entry at a time, with
+// the same answer; the old Active failed on it ("status 503").
+func TestRunsActiveWithoutDirect(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Second)
+	ctx, js := t.Context(), b.js
+	opened, err := OpenRuns(ctx, js, RunsConfig{MaxAge: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillRuns(t, opened)
+	tokens := []string{"running", "cleared", "never", "garbled", "running"}
+	check := func(what string, runs *Runs) {
+		t.Helper()
+		for range 2 { // the first finds the Direct Get refused, the second knows
+			got, err := runs.Active(ctx, tokens)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if !got[0].Running || got[0].Info.Worker != "w1" || got[0].Info.Phase != RunPhaseCompacting || got[4] != got[0] ||
+				got[1].Running || got[2].Running || got[3].Err == nil || got[3].Running {
+				t.Fatalf("%s: %+v", what, got)
+			}
+		}
+	}
+	check("with Direct Get", opened)
+
+	st, err := js.Stream(ctx, "KV_"+DefaultRunsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	check("turned off after the bind", opened)
+	bound, err := BindRuns(ctx, js, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("bound without", bound)
 }

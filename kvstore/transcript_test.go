@@ -175,8 +175,42 @@ func TestReadTranscriptReplicated(t *testing.T) {
 			t.Errorf("node %d: %v requests for %d records in three reads", i+1, counts, n)
 		}
 	}
-	// The batch consumers are deleted; in a cluster the stream's count
-	// learns it through the meta layer, a moment later.
+	// Through every node, the retention pass's scan finds every record,
+	// in order, and a read of the newest turns the newest five.
+	for i, l := range lanes {
+		var data int
+		var last uint64
+		for seq := uint64(1); ; {
+			sts, err := l.ScanBatch(ctx, seq, 16)
+			if err != nil {
+				t.Fatalf("node %d: scan from %d: %v", i+1, seq, err)
+			}
+			if len(sts) == 0 {
+				break
+			}
+			for _, st := range sts {
+				if st.Seq <= last {
+					t.Fatalf("node %d: scan went back to %d after %d", i+1, st.Seq, last)
+				}
+				last, seq = st.Seq, st.Seq+1
+				if st.Data {
+					data++
+				}
+			}
+		}
+		if data != n {
+			t.Errorf("node %d: the scan found %d records, want %d", i+1, data, n)
+		}
+		var newest []uint64
+		if _, err := l.NewestRecords(ctx, "r3", 0, NewestLimits{Records: 5, Bytes: 1 << 20}, func(r Record) bool {
+			newest = append(newest, r.InboundSeq)
+			return true
+		}); err != nil || !slices.Equal(newest, []uint64{n, n - 1, n - 2, n - 3, n - 4}) {
+			t.Errorf("node %d: newest %v, %v", i+1, newest, err)
+		}
+	}
+	// The batch and scan consumers are deleted; in a cluster the stream's
+	// count learns it through the meta layer, a moment later.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {

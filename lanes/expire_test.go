@@ -759,3 +759,47 @@ func (f *fleet) spyPass(t *testing.T, w *Worker, subject string, cutoff time.Tim
 	}
 	return st
 }
+
+// TestExpireAfterAnOperatorsForget: an operator's forget of a session
+// between the pass's read of it and its lease (which Untouched cannot
+// see: a purge leaves no marker) is the operator's: the pass counts the
+// others only, and takes the session off the index once. The old pass
+// counted it forgotten twice.
+func TestExpireAfterAnOperatorsForget(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, time.Second, expireLeaseTTL)
+	x := &leaseIndex{f: f}
+	w := f.runWorker(t, &echoHandler{}, Config{SweepEvery: -1, Index: x})
+	f.idleSessions(t, "s", 3)
+	cutoff := time.Now()
+	var forgot atomic.Bool
+	var n int
+	w.testHookIdle = func(token string) {
+		if token == "s1" && !forgot.Swap(true) {
+			var err error
+			if n, err = w.Forget(t.Context(), "s1"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	st, err := w.ExpireIdle(t.Context(), cutoff, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !forgot.Load() || n == 0 {
+		t.Fatalf("the operator's forget: %d keys (ran: %v)", n, forgot.Load())
+	}
+	if st.Expired != 2 {
+		t.Fatalf("pass: %+v, want s0 and s2 forgotten by it", st)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if got := strings.Join(x.forgot, ","); strings.Count(got, "s1") != 1 {
+		t.Fatalf("index told of forgets %q, want s1 once", got)
+	}
+	for _, key := range []string{"s0", "s1", "s2"} {
+		if n := f.records(t, key); n != 0 {
+			t.Fatalf("%s: %d records", key, n)
+		}
+	}
+}

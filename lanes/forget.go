@@ -58,7 +58,13 @@ func (w *Worker) forgetIdle(ctx context.Context, token string, cutoff time.Time)
 	var keys int
 	if idle {
 		keys, err = lease.Forget(ctx, d.Keys)
-		if err == nil && w.cfg.Index != nil {
+		if err == nil && keys == 0 && len(d.Keys) > 0 {
+			// Another forget removed what d found, after d was read and
+			// before the lease (Untouched cannot see a purge): not this
+			// one's to count or to take off the index.
+			idle, lane.LastWrite = false, time.Time{}
+		}
+		if idle && err == nil && w.cfg.Index != nil {
 			// Before the lease goes: a session that speaks again once it
 			// is released is listed anew, not removed after its entry.
 			w.cfg.Index.Forgotten(ctx, key)

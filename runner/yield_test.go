@@ -23,7 +23,9 @@ func (*spawnLog) List(context.Context, []string, []string, int) ([]sessions.Info
 	return nil, nil
 }
 
-func (*spawnLog) History(context.Context, string) ([]message.Entry, error) { return nil, nil }
+func (*spawnLog) History(context.Context, string, sessions.HistoryQuery, func(uint64, []message.Entry) bool) (sessions.HistoryRead, error) {
+	return sessions.HistoryRead{}, nil
+}
 
 func (*spawnLog) Send(context.Context, string, string, string) (string, error) { return "1", nil }
 

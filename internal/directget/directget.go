@@ -89,12 +89,21 @@ type Reply struct {
 // MultiLastMax subjects: nothing was returned.
 var ErrTooMany = errors.New("directget: the filters match too many subjects")
 
+// ErrNotServed is a request no server answered: the stream does not
+// allow Direct Get (AllowDirect off: a replicated stream of ours, or one
+// an operator or an older version made) or does not exist. Nothing was
+// read; a reader falls back to reads through the JetStream API.
+var ErrNotServed = errors.New("the stream answers no Direct Get (AllowDirect off, or no such stream)")
+
 // numPendingHeader says, on the end of an answer, what it left.
 const numPendingHeader = "Nats-Num-Pending"
 
 // wait bounds the wait for each next message of an answer when the
 // context has no sooner deadline.
 const wait = 5 * time.Second
+
+// errIdle ends a wait for the next message of an answer after wait.
+var errIdle = errors.New("directget: no message within the wait")
 
 // Subject is the Direct Get subject of stream under js's API prefix.
 func Subject(js jetstream.JetStream, stream string) string {
@@ -110,11 +119,17 @@ func Subject(js jetstream.JetStream, stream string) string {
 // more than most messages (0: any number) is an error.
 func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most int) (Reply, error) {
 	var rep Reply
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("directget: %w", err)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return rep, fmt.Errorf("directget: %w", err)
 	}
-	inbox := nc.NewRespInbox()
+	// An inbox of its own: one under the connection's request mux
+	// (NewRespInbox) matches the mux's wildcard subscription too, and the
+	// server sends a subscriber's every match: each answer came twice.
+	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return rep, fmt.Errorf("directget: %w", err)
@@ -123,17 +138,43 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 	if err := nc.PublishRequest(subject, inbox, body); err != nil {
 		return rep, fmt.Errorf("directget: %w", err)
 	}
+	// The wait for each next message ends with ctx, or after wait
+	// without one: the idle timer, started anew on each message.
+	var (
+		wctx   context.Context
+		cancel context.CancelCauseFunc
+		idle   *time.Timer
+	)
+	start := func() {
+		wctx, cancel = context.WithCancelCause(ctx)
+		c := cancel
+		idle = time.AfterFunc(wait, func() { c(errIdle) })
+	}
+	start()
+	defer func() {
+		idle.Stop()
+		cancel(nil)
+	}()
 	for {
-		w := wait
-		if d, ok := ctx.Deadline(); ok {
-			w = min(w, time.Until(d))
-		}
-		m, err := sub.NextMsg(w)
+		m, err := sub.NextMsgWithContext(wctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return rep, fmt.Errorf("directget: %w", ctx.Err())
 			}
+			switch {
+			case errors.Is(err, nats.ErrNoResponders):
+				return rep, fmt.Errorf("directget: %s %s: %w: %w", subject, req.what(), ErrNotServed, err)
+			case errors.Is(context.Cause(wctx), errIdle):
+				err = nats.ErrTimeout
+			}
 			return rep, fmt.Errorf("directget: %s %s: %w", subject, req.what(), err)
+		}
+		if idle.Stop() {
+			idle.Reset(wait)
+		} else {
+			// It ran out as this message came: a fresh wait.
+			cancel(nil)
+			start()
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
@@ -148,9 +189,18 @@ func Get(ctx context.Context, nc *nats.Conn, subject string, req Request, most i
 			rep.Pending = pending
 			return rep, nil
 		case "404": // nothing matches
+			if len(req.MultiLast) > 0 && m.Header.Get("Description") != "No Results" {
+				// A multi-last get says "No Results" for none; its other
+				// 404 is a message it found and failed to load, which,
+				// read as none, would show a lane without its lease or
+				// run.
+				return rep, fmt.Errorf("directget: %s %s: status 404 %s", subject, req.what(), m.Header.Get("Description"))
+			}
 			return rep, nil
 		case "413":
 			return rep, ErrTooMany
+		case "503": // no responders
+			return rep, fmt.Errorf("directget: %s %s: %w: %w", subject, req.what(), ErrNotServed, nats.ErrNoResponders)
 		default:
 			return rep, fmt.Errorf("directget: %s %s: status %s %s", subject, req.what(), status, m.Header.Get("Description"))
 		}

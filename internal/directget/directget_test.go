@@ -186,3 +186,169 @@ func TestCraftedReplies(t *testing.T) {
 		t.Fatalf("Last of an answer that never moves on: %v (context: %v)", err, ctx.Err())
 	}
 }
+
+// TestAnswerComesOnce: an answer crosses the wire once, also on a
+// connection that has made requests (whose request mux subscribes to
+// every inbox under its own): the old inbox, under the mux's, had every
+// message of an answer sent twice, a lane's 800 KB message 1.6 MB.
+func TestAnswerComesOnce(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := natstest.JetStream(t, srv.URL)
+	nc := js.Conn()
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	const size = 800 << 10
+	for _, data := range [][]byte{make([]byte, size), []byte("x")} {
+		if _, err := js.Publish(t.Context(), "s.1", data); err != nil { // requests: the mux is there
+			t.Fatal(err)
+		}
+	}
+	msgs, bytes := nc.Stats().InMsgs, nc.Stats().InBytes
+	rep, err := directget.Get(t.Context(), nc, directget.Subject(js, "S"), directget.Request{NextFor: "s.1", Batch: 1}, 0)
+	if err != nil || len(rep.Msgs) != 1 || rep.Pending != 1 {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	// What the server sent is on the connection before the flush's pong.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, b := nc.Stats().InMsgs-msgs, nc.Stats().InBytes-bytes; n != 2 || b >= 2*size {
+		t.Errorf("a batch of one %d-byte message came as %d messages, %d bytes; want it and its end, once", size, n, b)
+	}
+}
+
+// TestMultiLastNotFound: a multi-last get's 404 is none only when it says
+// "No Results" (what the server says when nothing matches); the 404 it
+// sends when a message it found failed to load is an error (it read as
+// none).
+func TestMultiLastNotFound(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	for _, c := range []struct {
+		description string
+		fails       bool
+	}{{"No Results", false}, {"Message Not Found", true}} {
+		subject := "notfound." + strings.ReplaceAll(c.description, " ", "")
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set("Status", "404")
+			r.Header.Set("Description", c.description)
+			_ = nc.PublishMsg(r)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := directget.Get(t.Context(), nc, subject, directget.Request{MultiLast: []string{"s.1"}}, 0)
+		if (err != nil) != c.fails || len(rep.Msgs) != 0 {
+			t.Errorf("404 %s: %+v, %v", c.description, rep, err)
+		}
+		// A batch's 404 is none, whatever it says.
+		if rep, err := directget.Get(t.Context(), nc, subject, directget.Request{Seq: 1, Batch: 2}, 0); err != nil || len(rep.Msgs) != 0 {
+			t.Errorf("a batch's 404 %s: %+v, %v", c.description, rep, err)
+		}
+		_ = sub.Unsubscribe()
+	}
+	// The server's own answer to a multi-last get of nothing is none.
+	js := natstest.JetStream(t, srv.URL)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(t.Context(), "s.1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := directget.Last(t.Context(), nc, directget.Subject(js, "S"), directget.Request{MultiLast: []string{"s.2"}}); err != nil || len(msgs) != 0 {
+		t.Errorf("the last of nothing: %+v, %v", msgs, err)
+	}
+}
+
+// TestGetEndsWithItsContext: a cancelled context ends the wait for an
+// answer at once, whatever the server does: one that never answers, one
+// that keeps sending (the old per-message wait read its messages on past
+// the cancel to the end, 20,000 of them, and returned no error), and a
+// context cancelled before the request.
+func TestGetEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	server := natstest.Connect(t, srv.URL)
+	asked := make(chan string, 3)
+	if _, err := server.Subscribe("silent", func(m *nats.Msg) { asked <- m.Reply }); err != nil {
+		t.Fatal(err)
+	}
+	const many = 20000
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	if _, err := server.Subscribe("endless", func(m *nats.Msg) {
+		go func() {
+			for seq := 1; seq <= many; seq++ {
+				r := nats.NewMsg(m.Reply)
+				r.Header.Set(jetstream.SequenceHeader, strconv.Itoa(seq))
+				r.Header.Set(jetstream.SubjectHeader, "s.1")
+				r.Header.Set(jetstream.TimeStampHeaer, time.Now().UTC().Format(time.RFC3339Nano))
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = server.PublishMsg(r)
+				if seq == 1 {
+					asked <- m.Reply
+				}
+			}
+			eob := nats.NewMsg(m.Reply)
+			eob.Header.Set("Status", "204")
+			eob.Header.Set("Nats-Num-Pending", "0")
+			_ = server.PublishMsg(eob)
+		}()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"silent", "endless"} {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			rep, err := directget.Get(ctx, nc, subject, directget.Request{Seq: 1, Batch: many}, 0)
+			if err == nil {
+				err = errors.New("no error, " + strconv.Itoa(len(rep.Msgs)) + " messages")
+			}
+			done <- err
+		}()
+		<-asked // the request is at the server, which answers as it does
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v, want the context's cancel", subject, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := directget.Get(ctx, nc, "silent", directget.Request{Seq: 1}, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("a context cancelled before: %v", err)
+	}
+}
+
+// TestNotServed: a stream that does not allow Direct Get answers nothing,
+// at once: ErrNotServed, which a reader falls back on.
+func TestNotServed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := natstest.JetStream(t, srv.URL)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(t.Context(), "s.1", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := directget.Get(t.Context(), js.Conn(), directget.Subject(js, "S"), directget.Request{Seq: 1, Batch: 1}, 0)
+	if !errors.Is(err, directget.ErrNotServed) {
+		t.Fatalf("Get: %v", err)
+	}
+	if _, err := directget.Last(t.Context(), js.Conn(), directget.Subject(js, "S"), directget.Request{MultiLast: []string{"s.1"}}); !errors.Is(err, directget.ErrNotServed) {
+		t.Fatalf("Last: %v", err)
+	}
+}

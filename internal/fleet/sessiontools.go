@@ -54,16 +54,18 @@ func (b *sessionBackend) List(ctx context.Context, prefixes, keys []string, limi
 	return out, nil
 }
 
-func (b *sessionBackend) History(ctx context.Context, key string) ([]message.Entry, error) {
+func (b *sessionBackend) History(ctx context.Context, key string, q sessions.HistoryQuery, fn func(turn uint64, entries []message.Entry) bool) (sessions.HistoryRead, error) {
 	tok, err := events.KeyToken(key)
 	if err != nil {
-		return nil, err
+		return sessions.HistoryRead{}, err
 	}
-	t, err := b.m.Lanes.ReadTranscript(ctx, tok, 1)
+	read, err := b.m.Lanes.NewestRecords(ctx, tok, q.Before, kvstore.NewestLimits{Records: q.MaxTurns, Bytes: q.MaxBytes}, func(r kvstore.Record) bool {
+		return fn(r.InboundSeq, r.Entries)
+	})
 	if err != nil && !errors.Is(err, kvstore.ErrCorrupt) {
-		return nil, err
+		return sessions.HistoryRead{}, err
 	}
-	return kvstore.Entries(t.Records), nil
+	return sessions.HistoryRead{Turns: read.Records, Bytes: read.Bytes, More: read.More, Next: read.Next}, nil
 }
 
 func (b *sessionBackend) Send(ctx context.Context, key, text, id string) (string, error) {

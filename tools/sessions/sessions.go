@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -118,9 +120,14 @@ type Backend interface {
 	// with one of prefixes or is one of keys, newest first, at most
 	// limit.
 	List(ctx context.Context, prefixes, keys []string, limit int) ([]Info, error)
-	// History returns the session's current transcript (after its last
-	// reset), oldest first.
-	History(ctx context.Context, key string) ([]message.Entry, error)
+	// History hands the session's current transcript (after its last
+	// reset) to fn a turn at a time, newest first: the turn's position
+	// (higher for a later turn) and its entries, oldest first. It stops
+	// when fn returns false, at the transcript's start, or at a bound of
+	// q, and reads from the store only the turns it hands over (and what
+	// finds them), so what one call loads is bounded by q however long
+	// the transcript is.
+	History(ctx context.Context, key string, q HistoryQuery, fn func(turn uint64, entries []message.Entry) bool) (HistoryRead, error)
 	// Send publishes text onto the session's lane as a new message, with
 	// message id id (the lane drops a second message of the same id), and
 	// returns its run id.
@@ -130,6 +137,27 @@ type Backend interface {
 	// and in.ID as the lane's (a spawn made again after a crash is
 	// dropped by the child's lane), and returns its run id.
 	Spawn(ctx context.Context, key string, in *events.Inbound, publishID string) (runID string, err error)
+}
+
+// HistoryQuery is what one Backend.History call reads.
+type HistoryQuery struct {
+	// Before reads the turns before this position (exclusive; 0 = from
+	// the newest turn).
+	Before uint64
+	// MaxTurns bounds the turns read (at least 1 is), MaxBytes their
+	// stored bytes (the turn that crosses it is the last).
+	MaxTurns, MaxBytes int
+}
+
+// HistoryRead is what one Backend.History call read.
+type HistoryRead struct {
+	Turns int // turns read
+	Bytes int // their stored bytes
+	// More says older turns are left that the call did not hand over (a
+	// bound of the query, or fn, stopped it); Next is the Before of a
+	// call that goes on with them.
+	More bool
+	Next uint64
 }
 
 // Bounds.
@@ -142,6 +170,11 @@ const (
 	messageChars = 4000
 	// historyBytes caps a history's text.
 	historyBytes = 48 << 10
+	// historyReadTurns and historyReadBytes bound what one sessions_history
+	// call reads from the store: a transcript's turns with large tool
+	// results or images may hold megabytes for a few messages of text.
+	historyReadTurns = 2 * maxHistoryLimit
+	historyReadBytes = 4 << 20
 	// maxSendBytes caps a sessions_send message.
 	maxSendBytes = 32 << 10
 	// SendsPerRun caps the messages one run may send, so two sessions
@@ -302,17 +335,59 @@ func (t historyTool) Spec() provider.Tool {
 	return provider.Tool{
 		Name: "sessions_history",
 		Description: fmt.Sprintf("Read the last messages of a session you may reach (see sessions_list): user and assistant text, oldest first; tool calls and results only with includeTools. "+
-			"At most %d messages, each cut at %d characters; thinking is left out.", maxHistoryLimit, messageChars),
+			"At most %d messages, each cut at %d characters; thinking is left out. "+
+			"When a bound leaves older messages out, the answer starts with a note giving a before value: pass it to read the messages before those.", maxHistoryLimit, messageChars),
 		Parameters: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
 				"sessionKey":   map[string]any{"type": "string", "description": "The session's key"},
 				"limit":        map[string]any{"type": "number", "description": fmt.Sprintf("Last messages (default %d, max %d)", defaultHistoryLimit, maxHistoryLimit)},
 				"includeTools": map[string]any{"type": "boolean", "description": "Include tool calls and results"},
+				"before":       map[string]any{"type": "string", "description": "Read the messages before this point: the before value an earlier answer's note gave"},
 			},
 			"required": []any{"sessionKey"},
 		},
 	}
+}
+
+// cursor is a point in a transcript a history reads back from: the
+// entries of turn before entry (none when entry is 0), then the turns
+// before it. Written "<turn>" or "<turn>:<entry>".
+type cursor struct {
+	turn  uint64
+	entry int
+}
+
+func (c cursor) String() string {
+	if c.entry == 0 {
+		return strconv.FormatUint(c.turn, 10)
+	}
+	return fmt.Sprintf("%d:%d", c.turn, c.entry)
+}
+
+// parseCursor reads a before argument ("" = none).
+func parseCursor(s string) (c cursor, ok bool, err error) {
+	if s = strings.TrimSpace(s); s == "" {
+		return cursor{}, false, nil
+	}
+	turn, entry, cut := strings.Cut(s, ":")
+	c.turn, err = strconv.ParseUint(turn, 10, 64)
+	if err == nil && cut {
+		c.entry, err = strconv.Atoi(entry)
+		if err == nil && c.entry < 0 {
+			err = errors.New("negative entry")
+		}
+	}
+	if err != nil {
+		return cursor{}, false, fmt.Errorf("before %.40q is not a before value an earlier answer gave (want <turn> or <turn>:<entry>)", s)
+	}
+	return c, true, nil
+}
+
+// shown is a message of a history and where it stands.
+type shown struct {
+	text string
+	at   cursor // its turn and its entry's index
 }
 
 func (t historyTool) Call(ctx context.Context, c tools.Call) (tools.Result, error) {
@@ -328,41 +403,104 @@ func (t historyTool) Call(ctx context.Context, c tools.Call) (tools.Result, erro
 	if err != nil {
 		return tools.Result{}, err
 	}
-	entries, err := t.r.b.History(ctx, key)
+	beforeArg, _, err := toolargs.String(c.Args, "before", false)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	from, paged, err := parseCursor(beforeArg)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	q := HistoryQuery{MaxTurns: historyReadTurns, MaxBytes: historyReadBytes}
+	if paged {
+		q.Before = from.turn
+		if from.entry > 0 && from.turn < math.MaxUint64 {
+			q.Before++ // the turn itself, up to the entry
+		}
+		if q.Before == 0 {
+			return tools.Result{Content: []message.Block{message.Text(fmt.Sprintf("Session %s has no messages before %s.", key, from))},
+				Details: map[string]any{"sessionKey": key, "messages": int64(0), "droppedMessages": int64(0)}}, nil
+		}
+	}
+	var (
+		msgs    []shown // newest first
+		stopped bool    // by the limit, not a bound of the read
+	)
+	read, err := t.r.b.History(ctx, key, q, func(turn uint64, entries []message.Entry) bool {
+		end := len(entries)
+		if paged && turn == from.turn && from.entry > 0 {
+			end = min(end, from.entry)
+		}
+		for i := end - 1; i >= 0; i-- {
+			if int64(len(msgs)) >= limit {
+				stopped = true
+				return false
+			}
+			if s := render(entries[i].Message, withTools); s != "" {
+				msgs = append(msgs, shown{s, cursor{turn, i}})
+			}
+		}
+		stopped = int64(len(msgs)) >= limit
+		return !stopped
+	})
 	if err != nil {
 		return tools.Result{}, fmt.Errorf("the history of %.100q cannot be read now: %v", key, err)
 	}
-	var msgs []string
-	for i := len(entries) - 1; i >= 0 && int64(len(msgs)) < limit; i-- {
-		if s := render(entries[i].Message, withTools); s != "" {
-			msgs = append(msgs, s)
-		}
-	}
-	// Newest first so far; keep within historyBytes from the newest.
+	// Keep within historyBytes from the newest.
 	size, kept := 0, 0
 	for _, m := range msgs {
-		if size+len(m) > historyBytes && kept > 0 {
+		if size+len(m.text) > historyBytes && kept > 0 {
 			break
 		}
-		size += len(m) + 2
+		size += len(m.text) + 2
 		kept++
 	}
 	dropped := len(msgs) - kept
 	msgs = msgs[:kept]
-	for i, j := 0, len(msgs)-1; i < j; i, j = i+1, j-1 {
-		msgs[i], msgs[j] = msgs[j], msgs[i]
+	texts := make([]string, len(msgs))
+	for i, m := range msgs {
+		texts[len(msgs)-1-i] = m.text
 	}
-	text := strings.Join(msgs, "\n\n")
-	if text == "" {
+	text := strings.Join(texts, "\n\n")
+	switch {
+	case text != "":
+	case read.More:
+		text = fmt.Sprintf("Session %s has no messages in the turns read.", key)
+	case paged:
+		text = fmt.Sprintf("Session %s has no messages before %s.", key, from)
+	default:
 		text = fmt.Sprintf("Session %s has no messages yet.", key)
 	}
-	if dropped > 0 {
-		text = fmt.Sprintf("[%d older messages left out: the history is capped at %s]\n\n", dropped, sizeText(historyBytes)) + text
+	details := map[string]any{"sessionKey": key, "messages": int64(len(msgs)), "droppedMessages": int64(dropped)}
+	// Where older messages go on: before the oldest shown when the limit
+	// or the text's cap stopped the history, else where the read stopped.
+	var next cursor
+	switch {
+	case dropped > 0 || stopped:
+		next = msgs[len(msgs)-1].at
+	case read.More:
+		next = cursor{turn: read.Next}
 	}
-	return tools.Result{Content: []message.Block{message.Text(text)}, Details: map[string]any{"sessionKey": key, "messages": int64(len(msgs)), "droppedMessages": int64(dropped)}}, nil
+	more := read.More || dropped > 0 || stopped && next.entry > 0
+	if more {
+		details["before"] = next.String()
+	}
+	switch {
+	case !more:
+	case dropped > 0:
+		text = fmt.Sprintf("[%d older messages left out: the history is capped at %s. For older messages call again with before %q.]\n\n", dropped, sizeText(historyBytes), next.String()) + text
+	case !stopped:
+		text = fmt.Sprintf("[Older messages were not read: one call reads at most %d turns or %s of the stored transcript. For older messages call again with before %q.]\n\n", historyReadTurns, sizeText(historyReadBytes), next.String()) + text
+	}
+	return tools.Result{Content: []message.Block{message.Text(text)}, Details: details}, nil
 }
 
-func sizeText(n int) string { return fmt.Sprintf("%d KB", n>>10) }
+func sizeText(n int) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MB", n>>20)
+	}
+	return fmt.Sprintf("%d KB", n>>10)
+}
 
 // render is one message as history text: "role: text", or "" for one
 // that shows nothing (a tool result without includeTools, thinking only).

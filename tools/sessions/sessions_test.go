@@ -71,9 +71,11 @@ func TestPolicy(t *testing.T) {
 // what was sent.
 type memBackend struct {
 	sessions []Info
-	history  map[string][]message.Entry
-	sent     []string
-	spawned  []spawnCall
+	history  map[string][][]message.Entry // turns, oldest first
+	// reads counts the turns History handed over.
+	reads   int
+	sent    []string
+	spawned []spawnCall
 }
 
 type spawnCall struct {
@@ -98,8 +100,31 @@ func (b *memBackend) List(_ context.Context, prefixes, keys []string, limit int)
 	return out, nil
 }
 
-func (b *memBackend) History(_ context.Context, key string) ([]message.Entry, error) {
-	return b.history[key], nil
+// History hands over turns newest first as the fleet's does (turn i+1 is
+// history[key][i]; a message's text is its bytes).
+func (b *memBackend) History(_ context.Context, key string, q HistoryQuery, fn func(uint64, []message.Entry) bool) (HistoryRead, error) {
+	var read HistoryRead
+	turns := b.history[key]
+	for i := len(turns) - 1; i >= 0; i-- {
+		turn := uint64(i + 1)
+		if q.Before > 0 && turn >= q.Before {
+			continue
+		}
+		if read.Turns >= max(q.MaxTurns, 1) || read.Turns > 0 && read.Bytes >= q.MaxBytes {
+			read.More, read.Next = true, turn+1
+			return read, nil
+		}
+		read.Turns++
+		b.reads++
+		for _, e := range turns[i] {
+			read.Bytes += len(e.Message.Content.Text())
+		}
+		if !fn(turn, turns[i]) {
+			read.More, read.Next = i > 0, turn
+			return read, nil
+		}
+	}
+	return read, nil
 }
 
 func (b *memBackend) Send(_ context.Context, key, text, id string) (string, error) {
@@ -114,11 +139,13 @@ func setup(t *testing.T, caller string) (*memBackend, tools.List) {
 	now := time.Now()
 	b := &memBackend{
 		sessions: []Info{{Key: "acme:a", LastActivity: now}, {Key: "acme:b", LastActivity: now.Add(-time.Hour), Running: true}, {Key: "globex:z", LastActivity: now}},
-		history: map[string][]message.Entry{"acme:b": {
-			entry(message.User("what is the plan?", 1)),
-			entry(message.Message{Role: message.RoleAssistant, Content: message.Content{Blocks: []message.Block{{Type: message.BlockThinking, Thinking: "secret thoughts"}, message.Text("ship friday"), message.ToolCall("c1", "exec", nil)}}}),
-			entry(message.Message{Role: message.RoleToolResult, ToolName: "exec", Content: message.PlainText("ok")}),
-			entry(message.User(strings.Repeat("é", messageChars+10), 2)),
+		history: map[string][][]message.Entry{"acme:b": {
+			{
+				entry(message.User("what is the plan?", 1)),
+				entry(message.Message{Role: message.RoleAssistant, Content: message.Content{Blocks: []message.Block{{Type: message.BlockThinking, Thinking: "secret thoughts"}, message.Text("ship friday"), message.ToolCall("c1", "exec", nil)}}}),
+				entry(message.Message{Role: message.RoleToolResult, ToolName: "exec", Content: message.PlainText("ok")}),
+			},
+			{entry(message.User(strings.Repeat("é", messageChars+10), 2))},
 		}},
 	}
 	l, err := Tools(b, Policy{}, caller, "7", nil)
@@ -254,4 +281,85 @@ func FuzzSessionKey(f *testing.F) {
 func (b *memBackend) Spawn(_ context.Context, key string, in *events.Inbound, publishID string) (string, error) {
 	b.spawned = append(b.spawned, spawnCall{key: key, in: in, publishID: publishID})
 	return fmt.Sprint(len(b.spawned)), nil
+}
+
+// TestHistoryBounds: a history cut by its text's cap, or by the turns one
+// call reads, says so with a before value that goes on where it stopped;
+// a history stopped by its limit gives one in its details; the read
+// hands over only the turns it needs.
+func TestHistoryBounds(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("w", messageChars-20)
+	var turns [][]message.Entry
+	for i := range 30 { // 30 turns of one long message each
+		turns = append(turns, []message.Entry{entry(message.User(fmt.Sprintf("%d %s", i+1, long), 1))})
+	}
+	for range historyReadTurns + 5 { // then turns that show nothing without tools
+		turns = append(turns, []message.Entry{entry(message.Message{Role: message.RoleToolResult, ToolName: "exec", Content: message.PlainText("ok")})})
+	}
+	b := &memBackend{history: map[string][][]message.Entry{"acme:b": turns}}
+	l, err := Tools(b, Policy{}, "acme:a", "7", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := call(t, l, "sessions_history", map[string]any{"sessionKey": "acme:b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`[Older messages were not read: one call reads at most %d turns or 4 MB of the stored transcript. For older messages call again with before "%d".]`, historyReadTurns, len(turns)-historyReadTurns+1)
+	if text := res.Content[0].Text; !strings.HasPrefix(text, want) || !strings.HasSuffix(text, "no messages in the turns read.") || b.reads != historyReadTurns {
+		t.Fatalf("history of turns without text: %q after %d turns read", text, b.reads)
+	}
+	b.reads = 0
+	res, err = call(t, l, "sessions_history", map[string]any{"sessionKey": "acme:b", "before": res.Details["before"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := res.Content[0].Text
+	if !strings.HasPrefix(text, `[8 older messages left out: the history is capped at 48 KB. For older messages call again with before "19".]`) ||
+		!strings.Contains(text, "\n\nuser: 19 w") || !strings.HasSuffix(text, "user: 30 "+long) || b.reads != 25 {
+		t.Fatalf("history cut by its text's cap: %.300q after %d turns read", text, b.reads)
+	}
+	res, err = call(t, l, "sessions_history", map[string]any{"sessionKey": "acme:b", "before": res.Details["before"], "limit": 3})
+	if err != nil || !strings.HasPrefix(res.Content[0].Text, "user: 16 w") || res.Details["before"] != "16" {
+		t.Fatalf("the page before: %v %v", res, err)
+	}
+	res, err = call(t, l, "sessions_history", map[string]any{"sessionKey": "acme:b", "before": "1"})
+	if err != nil || res.Content[0].Text != "Session acme:b has no messages before 1." || res.Details["before"] != nil {
+		t.Fatalf("before the first turn: %v %v", res, err)
+	}
+	for _, bad := range []any{"x", "3:-1", "3:", 4} {
+		if _, err := call(t, l, "sessions_history", map[string]any{"sessionKey": "acme:b", "before": bad}); err == nil {
+			t.Errorf("before %v accepted", bad)
+		}
+	}
+}
+
+// FuzzHistoryBefore: any before argument is refused or read without a
+// panic, and the before an answer gives reads back.
+func FuzzHistoryBefore(f *testing.F) {
+	for _, s := range []string{"", "2", "2:1", "0", "0:0", "18446744073709551615:3", "3:-1", ":", "x:1", " 4 "} {
+		f.Add(s, int64(2))
+	}
+	b := &memBackend{history: map[string][][]message.Entry{"acme:b": {
+		{entry(message.User("one", 1)), entry(message.User("two", 1))},
+		{entry(message.User("three", 1))},
+		{entry(message.User("four", 1)), entry(message.User("five", 1)), entry(message.User("six", 1))},
+	}}}
+	l, err := Tools(b, Policy{}, "acme:a", "7", nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	tool, _ := l.Lookup("sessions_history")
+	f.Fuzz(func(t *testing.T, before string, limit int64) {
+		res, err := tool.Call(context.Background(), tools.Call{Name: "sessions_history", Args: map[string]any{"sessionKey": "acme:b", "before": before, "limit": limit}})
+		if err != nil {
+			return
+		}
+		if next, ok := res.Details["before"].(string); ok {
+			if _, _, err := parseCursor(next); err != nil {
+				t.Fatalf("before %q gave %q, which does not parse: %v", before, next, err)
+			}
+		}
+	})
 }
