@@ -213,14 +213,19 @@ func (ws *laneWatches) dispatch(ch <-chan *nats.Msg, stop <-chan struct{}, done 
 	for {
 		select {
 		case m := <-ch:
-			ws.mu.Lock()
-			if q := ws.by[m.Sub]; q != nil {
-				q.arrived(m)
-			}
-			ws.mu.Unlock()
+			ws.hand(m)
 		case <-stop:
 			return
 		}
+	}
+}
+
+// hand hands m to its subscription's watch, if that watch has not ended.
+func (ws *laneWatches) hand(m *nats.Msg) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if q := ws.by[m.Sub]; q != nil {
+		q.arrived(m)
 	}
 }
 
