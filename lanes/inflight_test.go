@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/natstest"
 	"github.com/lanefleet/lanefleet/kvstore"
 )
@@ -233,5 +234,60 @@ func TestWatchRoutesBySubscription(t *testing.T) {
 	}
 	if dropped := ws.remove(q2); dropped != 1 {
 		t.Fatalf("%d dropped, want 1", dropped)
+	}
+}
+
+// TestWatchJudgesInOrder: a lane's messages that arrive while a turn runs
+// are judged in the order they were published, through the worker's one
+// channel and the watch's line: of an interrupt and a stop behind a run of
+// prompts that cut nothing, the first to arrive names the cut.
+func TestWatchJudgesInOrder(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv.URL)
+	for _, c := range []struct {
+		name   string
+		cuts   []*events.Inbound
+		target error
+	}{
+		{name: "interrupt first", cuts: []*events.Inbound{{Text: "now", Mode: "interrupt"}, {Stop: true}}, target: errInterrupted},
+		{name: "stop first", cuts: []*events.Inbound{{Stop: true}, {Text: "now", Mode: "interrupt"}}, target: errStopped},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			subj := "agent.in.order-" + strings.ReplaceAll(c.name, " ", "-")
+			nop := zerolog.Nop()
+			ws := &laneWatches{}
+			t.Cleanup(ws.close)
+			q := &quietWatch{notify: make(chan struct{}, 1), stored: make(chan struct{}, 1),
+				maxPayload: events.DefaultMaxPayload, now: time.Now, log: &nop, stats: &Stats{}}
+			if err := ws.add(nc, subj, q); err != nil {
+				t.Fatal(err)
+			}
+			defer ws.remove(q)
+			ctx, cancel := context.WithCancelCause(t.Context())
+			q.target.Store(&cutTarget{cancel: cancel})
+			const prompts = 100
+			msgs := make([]*events.Inbound, 0, prompts+len(c.cuts))
+			for i := range prompts {
+				msgs = append(msgs, &events.Inbound{Text: fmt.Sprint("queued ", i)})
+			}
+			for _, in := range append(msgs, c.cuts...) {
+				data, ct, err := events.EncodeInbound(in, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := nats.NewMsg(subj)
+				m.Data = data
+				m.Header.Set(events.HeaderContentType, ct)
+				if err := nc.PublishMsg(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			<-ctx.Done()
+			if got := context.Cause(ctx); got != c.target {
+				t.Fatalf("cut by %v, want %v (the first cutting message published)", got, c.target)
+			}
+			waitFor(t, "every message seen", func() bool { return q.arrivals.Load() == uint64(prompts+len(c.cuts)) })
+		})
 	}
 }
