@@ -272,14 +272,7 @@ func TestWatchJudgesInOrder(t *testing.T) {
 				msgs = append(msgs, &events.Inbound{Text: fmt.Sprint("queued ", i)})
 			}
 			for _, in := range append(msgs, c.cuts...) {
-				data, ct, err := events.EncodeInbound(in, false)
-				if err != nil {
-					t.Fatal(err)
-				}
-				m := nats.NewMsg(subj)
-				m.Data = data
-				m.Header.Set(events.HeaderContentType, ct)
-				if err := nc.PublishMsg(m); err != nil {
+				if err := nc.PublishMsg(inboundMsg(t, subj, in)); err != nil {
 					t.Fatal(err)
 				}
 			}
