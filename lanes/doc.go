@@ -54,6 +54,8 @@
 //   - watch: a core subscription on the lane. The debounce's (laneWatch)
 //     ends a collect wait; the drain's (quietWatch) cuts a running turn,
 //     wakes a lingering owner and tells the drain the lane is still empty.
+//     Both are channel subscriptions: the drains' share the worker's one
+//     channel and dispatcher (laneWatches), so a watch holds no goroutine.
 //   - cut: end the running turn early, because an interrupt, rollback or
 //     stop arrived.
 //   - stop: the stop command (events.Inbound.Stop), and nothing else.

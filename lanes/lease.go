@@ -44,28 +44,101 @@ func (o *owner) releaseDeadLease() {
 	}
 }
 
-// heartbeat renews the lease and keeps the trigger delivery alive.
-func (o *owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease *kvstore.Lease, done chan<- struct{}) {
-	defer close(done)
-	everyTick(ctx, o.store.RenewEvery(), func() bool {
-		rctx, rcancel := context.WithTimeout(ctx, o.store.RenewEvery())
-		err := lease.Renew(rctx)
-		rcancel()
-		if errors.Is(err, kvstore.ErrLeaseLost) {
-			o.log.Warn().Err(err).Msg("lease lost: stopping the lane's work")
-			cancel(err)
-			return false
+// heartbeat renews an owner's lease every RenewEvery and keeps its trigger
+// delivery alive (InProgress), until stop. It holds no goroutine while it
+// waits: each renewal runs on the goroutine its timer starts, and re-arms
+// the timer when it is done (an owner waits on its model for minutes, and
+// a goroutine parked between renewals cost it a stack the whole time).
+// Renewals keep to the grid RenewEvery apart from the start, like a
+// ticker's: one that ran past the next is followed at once by one more.
+type heartbeat struct {
+	o      *owner
+	ctx    context.Context // the drain's: a renewal never outlives it
+	cancel context.CancelCauseFunc
+	lease  *kvstore.Lease
+	every  time.Duration
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	due     time.Time // the renewal the timer is armed for
+	stopped bool
+	// busy counts the renewal in progress (0 or 1): stop waits for it.
+	busy sync.WaitGroup
+}
+
+// startHeartbeat renews lease, held under the drain's ctx, until stop;
+// a lost lease cancels ctx with kvstore.ErrLeaseLost as its cause.
+func (o *owner) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease *kvstore.Lease) *heartbeat {
+	h := &heartbeat{o: o, ctx: ctx, cancel: cancel, lease: lease, every: o.store.RenewEvery()}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.due = time.Now().Add(h.every)
+	h.timer = time.AfterFunc(h.every, h.beat)
+	return h
+}
+
+// stop ends the renewals and returns once none is in progress: after it
+// no renewal runs, so the lease can be released without one racing the
+// release. Cancel the drain's context first, to cut a renewal in progress
+// short.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	h.timer.Stop()
+	h.mu.Unlock()
+	h.busy.Wait()
+}
+
+// beat is one renewal, on the timer's goroutine: it renews the lease, and
+// unless the lease was lost, the drain ended or stop was called, arms the
+// timer for the next one.
+func (h *heartbeat) beat() {
+	h.mu.Lock()
+	if h.stopped || h.ctx.Err() != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.busy.Add(1) // under mu while not stopped: stop's Wait sees it
+	h.mu.Unlock()
+	defer h.busy.Done()
+	if !h.renew() {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	now := time.Now()
+	h.due = h.due.Add(h.every)
+	if h.due.Before(now) {
+		h.due = now // a renewal ran late: the next one now (a ticker drops the ticks missed)
+	}
+	h.timer.Reset(h.due.Sub(now))
+}
+
+// renew renews the lease once and keeps the trigger delivery alive; false
+// when the lease was lost (the drain's context is cancelled with that
+// cause) and no renewal is to follow.
+func (h *heartbeat) renew() bool {
+	o := h.o
+	rctx, rcancel := context.WithTimeout(h.ctx, h.every)
+	err := h.lease.Renew(rctx)
+	rcancel()
+	if errors.Is(err, kvstore.ErrLeaseLost) {
+		o.log.Warn().Err(err).Msg("lease lost: stopping the lane's work")
+		h.cancel(err)
+		return false
+	}
+	if err != nil && h.ctx.Err() == nil {
+		o.log.Warn().Err(err).Msg("renew lease")
+	}
+	if o.lease.trigger != nil {
+		if err := o.lease.trigger.InProgress(); err != nil {
+			o.log.Debug().Err(err).Msg("trigger in progress")
 		}
-		if err != nil && ctx.Err() == nil {
-			o.log.Warn().Err(err).Msg("renew lease")
-		}
-		if o.lease.trigger != nil {
-			if err := o.lease.trigger.InProgress(); err != nil {
-				o.log.Debug().Err(err).Msg("trigger in progress")
-			}
-		}
-		return true
-	})
+	}
+	return true
 }
 
 // deleteProcessed deletes the inbound messages of the turns this owner

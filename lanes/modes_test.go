@@ -19,6 +19,16 @@ import (
 func (f *fleet) publishIn(t *testing.T, key string, in *events.Inbound) uint64 {
 	t.Helper()
 	subj, _ := events.InboundSubject(key)
+	ack, err := f.js.PublishMsg(t.Context(), inboundMsg(t, subj, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// inboundMsg is in encoded as a message to subj.
+func inboundMsg(t *testing.T, subj string, in *events.Inbound) *nats.Msg {
+	t.Helper()
 	data, ct, err := events.EncodeInbound(in, false)
 	if err != nil {
 		t.Fatal(err)
@@ -26,11 +36,7 @@ func (f *fleet) publishIn(t *testing.T, key string, in *events.Inbound) uint64 {
 	m := nats.NewMsg(subj)
 	m.Data = data
 	m.Header.Set(events.HeaderContentType, ct)
-	ack, err := f.js.PublishMsg(t.Context(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ack.Sequence
+	return m
 }
 
 func (f *fleet) setQueue(t *testing.T, key string, q events.QueueSettings) uint64 {

@@ -185,14 +185,13 @@ func (o *owner) run() {
 		ctx, cancel := context.WithCancelCause(o.w.turnCtx)
 		o.lease.cancel = cancel
 		stopLife := o.lease.life.bind(cancel)
-		hbExited := make(chan struct{})
-		go o.heartbeat(ctx, cancel, o.lease.Lease, hbExited)
+		hb := o.startHeartbeat(ctx, cancel, o.lease.Lease)
 		lostInDrain := o.drain(ctx)
 		lost := lostInDrain || errors.Is(context.Cause(ctx), kvstore.ErrLeaseLost)
 		cancelled := ctx.Err() != nil
 		stopLife()
 		cancel(nil)
-		<-hbExited
+		hb.stop()
 		if f := o.inFlight; lost && f != nil {
 			// This worker is alive: the turn it was running did not kill
 			// it, so the attempt does not count against the message.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/lanes/internal/slots"
@@ -79,17 +80,18 @@ func (w *laneWatch) wait(ctx context.Context, d time.Duration, shutdown <-chan s
 // published to the lane. It subscribes before the turn's start event is
 // published (on the same connection), so a cut sent by a client that saw
 // that event is never missed. A core subscription sees every message the
-// stream stores; if it misses one (a reconnect), that message still runs in
-// order after the turn. The returned function ends the cutting. The
-// subscription is the drain's: made by its first turn, kept for the next
-// ones and the drain's looks at the lane (o.quiet), ended with the drain.
+// stream stores; if it misses one (a reconnect, or a slow consumer: see
+// laneWatches), that message still runs in order after the turn. The
+// returned function ends the cutting. The subscription is the drain's:
+// made by its first turn, kept for the next ones and the drain's looks at
+// the lane (o.quiet), ended with the drain.
 func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 	turnCtx, cancel := context.WithCancelCause(ctx)
 	q := o.quiet
 	if q == nil {
-		q = &quietWatch{notify: make(chan struct{}, 1), stored: make(chan struct{}, 1)}
-		sub, err := o.nc.Subscribe(o.subject, q.arrived(o.cfg.MaxPayload, o.cfg.chatCommands(o.key), o.now))
-		if err != nil {
+		q = &quietWatch{notify: make(chan struct{}, 1), stored: make(chan struct{}, 1),
+			maxPayload: o.cfg.MaxPayload, chat: o.cfg.chatCommands(o.key), now: o.now, log: &o.log, stats: o.stats}
+		if err := o.w.watches.add(o.nc, o.subject, q); err != nil {
 			o.log.Debug().Err(err).Msg("watch for interrupts")
 			return turnCtx, func() { cancel(nil) }
 		}
@@ -100,10 +102,10 @@ func (o *owner) watchCuts(ctx context.Context) (context.Context, func()) {
 		// can see that event and answer it with a cut. (A flush would
 		// prove no more in a cluster, where the interest reaches the
 		// other servers on its own, and it cost every turn a round trip.)
-		q.sub, o.quiet = sub, q
+		o.quiet = q
 	}
-	// The callback must not read the owner's state: the turn's stored
-	// mode and the ids seen so far go with its target.
+	// What judges a message must not read the owner's state: the turn's
+	// stored mode and the ids seen so far go with its target.
 	t := &cutTarget{cancel: cancel, stored: o.storedMode(), seen: o.lane.ids.Clone()}
 	q.target.Store(t)
 	return turnCtx, func() {
@@ -122,35 +124,210 @@ type cutTarget struct {
 	seen *queue.IDs
 }
 
-// arrived is the watch's callback: it counts the message, wakes a lingering
-// owner, and cuts the running turn if the message says so.
-func (q *quietWatch) arrived(maxPayload int, chat bool, now func() time.Time) nats.MsgHandler {
-	return func(m *nats.Msg) {
-		q.arrivals.Add(1)
+// The lanes' watches share one channel and one goroutine per worker.
+// nats.go runs a goroutine for every async subscription (and a turn in
+// flight holds its lane's watch), so each lane's subscription is a
+// channel subscription into the worker's one channel instead, read by
+// one dispatcher that hands each message to its lane's quietWatch,
+// found by the message's subscription: a message left in the channel
+// for a watch that ended finds no watch and is dropped, never handed to
+// the lane's next watch (a new subscription). One reader of a FIFO
+// channel sees each lane's messages in the order the connection got them.
+//
+// The dispatcher does only the cheap part inline (count the arrival,
+// wake a lingering owner). A message that arrives while a turn runs must
+// be decoded to tell whether it cuts the turn, which can take
+// milliseconds for a large one: those wait in the watch's own line,
+// judged in order by a goroutine started while the line is not empty,
+// so one lane's large messages delay neither the dispatcher nor another
+// lane's cut. A watch's line holds what nats.go's pending limits let an
+// async subscription hold (nats.DefaultSubPendingMsgsLimit messages,
+// DefaultSubPendingBytesLimit bytes); past them a message is not judged,
+// as nats.go would drop it: it runs in order after the turn instead of
+// cutting it.
+//
+// When the channel is full (the dispatcher not scheduled while watchBuffer
+// messages arrived), nats.go drops the message for its subscription and
+// counts it there (Subscription.Dropped), and reports a slow consumer to
+// the connection's error handler. A lost message costs what a lost
+// message of an async subscription cost: quietWatch.empty sees the drop,
+// so the drain reads the lane again rather than take it for empty; a
+// lingering owner it would have woken waits out Config.Linger, then its
+// release reads the lane again and takes it back (endAgain); a cut it
+// carried is not made, and the message runs in order after the turn. The
+// drops are counted in Stats.WatchDropped when the watch ends.
+const watchBuffer = 8192
+
+// laneWatches are a worker's lane watches and their dispatcher.
+type laneWatches struct {
+	// mu is held while a watch subscribes and is added, while one is
+	// removed, and while the dispatcher hands a message over: a message
+	// is never looked up before its watch is added, and once remove
+	// returns the dispatcher hands its watch nothing more.
+	mu   sync.Mutex
+	ch   chan *nats.Msg
+	by   map[*nats.Subscription]*quietWatch
+	stop chan struct{} // closed to end the dispatcher; nil while none runs
+	done chan struct{} // closed when the dispatcher ended
+}
+
+// add subscribes q to subject on nc, starting the dispatcher if none runs.
+func (ws *laneWatches) add(nc *nats.Conn, subject string, q *quietWatch) error {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.ch == nil {
+		ws.ch = make(chan *nats.Msg, watchBuffer)
+		ws.by = map[*nats.Subscription]*quietWatch{}
+	}
+	sub, err := nc.ChanSubscribe(subject, ws.ch)
+	if err != nil {
+		return fmt.Errorf("lanes: watch lane: %w", err)
+	}
+	q.sub = sub
+	ws.by[sub] = q
+	if ws.stop == nil {
+		ws.stop, ws.done = make(chan struct{}), make(chan struct{})
+		go ws.dispatch(ws.ch, ws.stop, ws.done)
+	}
+	return nil
+}
+
+// remove ends q's subscription; the dispatcher hands it nothing more. It
+// returns the messages nats.go dropped for it.
+func (ws *laneWatches) remove(q *quietWatch) int {
+	ws.mu.Lock()
+	delete(ws.by, q.sub)
+	ws.mu.Unlock()
+	dropped, err := q.sub.Dropped()
+	if err != nil {
+		dropped = 0
+	}
+	_ = q.sub.Unsubscribe()
+	q.closeLine()
+	return dropped
+}
+
+// dispatch hands each message of ch to its watch until stop is closed.
+func (ws *laneWatches) dispatch(ch <-chan *nats.Msg, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for {
 		select {
-		case q.notify <- struct{}{}:
-		default:
-		}
-		t := q.target.Load()
-		if t == nil {
-			return // between turns: the message runs in order
-		}
-		if t.seen.Known(m.Header.Get(events.HeaderLaneMsgID), now()) {
-			return // a duplicate: it ends pointing at its first, in order
-		}
-		in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, maxPayload)
-		if err != nil {
+		case m := <-ch:
+			ws.hand(m)
+		case <-stop:
 			return
 		}
-		in, cmd := chatCommand(in, chat)
-		msg := msgOf(&jetstream.RawStreamMsg{}, in, cmd, t.stored, now())
-		if queue.OnArrival(msg, true) == queue.ArriveCut {
-			cause := errInterrupted
-			if msg.Kind == queue.KindStop {
-				cause = errStopped
-			}
-			t.cancel(cause)
+	}
+}
+
+// hand hands m to its subscription's watch, if that watch has not ended.
+func (ws *laneWatches) hand(m *nats.Msg) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if q := ws.by[m.Sub]; q != nil {
+		q.arrived(m)
+	}
+}
+
+// close ends the dispatcher (the worker stopped: no owner watches a lane).
+// A watch added later starts another.
+func (ws *laneWatches) close() {
+	ws.mu.Lock()
+	stop, done := ws.stop, ws.done
+	ws.stop, ws.done = nil, nil
+	ws.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}
+
+// arrived is the dispatcher's part of a watched message: it counts the
+// message and wakes a lingering owner; while a turn runs, the message
+// joins the watch's line to be judged (judgeLine).
+func (q *quietWatch) arrived(m *nats.Msg) {
+	q.arrivals.Add(1)
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+	if q.target.Load() == nil {
+		return // between turns: the message runs in order
+	}
+	size := len(m.Subject) + len(m.Reply) + len(m.Data)
+	q.lineMu.Lock()
+	if q.lineClosed {
+		q.lineMu.Unlock()
+		return
+	}
+	if len(q.line) >= nats.DefaultSubPendingMsgsLimit || q.lineBytes+size > nats.DefaultSubPendingBytesLimit {
+		first := q.unjudged == 0
+		q.unjudged++
+		q.lineMu.Unlock()
+		q.stats.WatchDropped.Add(1)
+		if first {
+			q.log.Warn().Int("pending", len(q.line)).Msg("lane watch: too many messages waiting to be judged; those past the limit run in order instead of cutting the turn")
 		}
+		return
+	}
+	q.line = append(q.line, m)
+	q.lineBytes += size
+	start := !q.judging
+	q.judging = true
+	q.lineMu.Unlock()
+	if start {
+		go q.judgeLine()
+	}
+}
+
+// judgeLine judges the watch's line in order until it is empty.
+func (q *quietWatch) judgeLine() {
+	for {
+		q.lineMu.Lock()
+		if len(q.line) == 0 || q.lineClosed {
+			q.line, q.lineBytes, q.judging = nil, 0, false
+			q.lineMu.Unlock()
+			return
+		}
+		m := q.line[0]
+		q.line[0] = nil
+		q.line = q.line[1:]
+		q.lineBytes -= len(m.Subject) + len(m.Reply) + len(m.Data)
+		q.lineMu.Unlock()
+		q.judge(m)
+	}
+}
+
+// closeLine drops what waits to be judged: the watch ended.
+func (q *quietWatch) closeLine() {
+	q.lineMu.Lock()
+	defer q.lineMu.Unlock()
+	q.lineClosed = true
+	q.line, q.lineBytes = nil, 0
+}
+
+// judge cuts the running turn if the message says so.
+func (q *quietWatch) judge(m *nats.Msg) {
+	t := q.target.Load()
+	if t == nil {
+		return // the turn ended: the message runs in order
+	}
+	now := q.now()
+	if t.seen.Known(m.Header.Get(events.HeaderLaneMsgID), now) {
+		return // a duplicate: it ends pointing at its first, in order
+	}
+	in, err := events.DecodeInbound(m.Header.Get(events.HeaderContentType), m.Data, q.maxPayload)
+	if err != nil {
+		return
+	}
+	in, cmd := chatCommand(in, q.chat)
+	msg := msgOf(&jetstream.RawStreamMsg{}, in, cmd, t.stored, now)
+	if queue.OnArrival(msg, true) == queue.ArriveCut {
+		cause := errInterrupted
+		if msg.Kind == queue.KindStop {
+			cause = errStopped
+		}
+		t.cancel(cause)
 	}
 }
 
@@ -158,7 +335,7 @@ func (q *quietWatch) arrived(maxPayload int, chat bool, now func() time.Time) na
 // that the drain can tell the lane is still as empty as a steer poll found
 // it, without reading it again.
 type quietWatch struct {
-	sub      *nats.Subscription
+	sub      *nats.Subscription // a channel subscription (laneWatches)
 	arrivals atomic.Uint64
 	notify   chan struct{} // a message arrived (one token at most)
 	// stored: a message of the lane was delivered to this worker, so the
@@ -167,6 +344,22 @@ type quietWatch struct {
 	// stores it; a lingering owner that finds nothing yet waits for this.
 	stored chan struct{}
 	target atomic.Pointer[cutTarget] // the running turn; nil between turns
+	// What judging a message needs (the owner's configuration, clock,
+	// log and counters): the judging goroutine reads no owner state.
+	maxPayload int
+	chat       bool
+	now        func() time.Time
+	log        *zerolog.Logger
+	stats      *Stats
+	// lineMu guards the messages waiting to be judged while a turn runs
+	// (see laneWatches), their bytes, whether a goroutine judges them,
+	// whether the watch ended, and how many were not judged.
+	lineMu     sync.Mutex
+	line       []*nats.Msg
+	lineBytes  int
+	judging    bool
+	lineClosed bool
+	unjudged   int
 	// mu guards what the last steer poll found: nothing after seq, with
 	// arrivals at count and the connection at reconnects; ok false when
 	// the last poll found something or failed.
@@ -268,11 +461,15 @@ func (o *owner) linger(ctx context.Context) bool {
 	return false
 }
 
-// endWatch unsubscribes the running turn's watch, if any.
+// endWatch unsubscribes the running turn's watch, if any, counting the
+// messages it lost to a full channel (see laneWatches).
 func (o *owner) endWatch() {
-	if o.quiet != nil {
-		_ = o.quiet.sub.Unsubscribe()
-		o.w.unwatchStored(o.token, o.quiet.stored)
+	if q := o.quiet; q != nil {
+		if dropped := o.w.watches.remove(q); dropped > 0 {
+			o.stats.WatchDropped.Add(int64(dropped))
+			o.log.Warn().Int("dropped", dropped).Msg("lane watch: messages dropped (a slow consumer); they ran in order")
+		}
+		o.w.unwatchStored(o.token, q.stored)
 		o.quiet = nil
 	}
 }

@@ -72,7 +72,9 @@ type Worker struct {
 	// storedWake are the lanes whose owner here watches them (the drain's
 	// quietWatch) → its stored channel: a delivery of the lane's message
 	// wakes it, the message being stored (lease.go, watchStored).
-	storedWake   map[string]chan struct{}
+	storedWake map[string]chan struct{}
+	// watches are the owners' lane watches (watch.go).
+	watches      laneWatches
 	consuming    atomic.Bool // Run consumes dispatch deliveries
 	shuttingDown atomic.Bool
 	shutdown     chan struct{}   // closed when the worker starts to shut down
@@ -136,6 +138,11 @@ type Stats struct {
 	// cursor: this worker took the lane back over its own release, which
 	// named the cursor it left (kvstore.Lease.Left).
 	CursorsKnown atomic.Int64
+	// WatchDropped counts messages a lane's watch did not see, or saw and
+	// did not judge, because too many waited (see laneWatches): each ran
+	// in order after the turn instead of cutting it or waking its lingering
+	// owner at once.
+	WatchDropped atomic.Int64
 
 	deadMu sync.Mutex
 	deadBy map[string]int64 // dead letters stored, by reason
@@ -293,6 +300,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.cancelTurns(ErrShutdown)
 	endLife()
+	w.watches.close() // every owner ended, and its watch with it
 	w.log.Info().Int64("turns", w.stats.Turns.Load()).Msg("worker stopped")
 	return nil
 }
