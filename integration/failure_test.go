@@ -46,7 +46,7 @@ func startProcess(t *testing.T, url, id string, extra ...string) (*exec.Cmd, *by
 // restarts counts lifecycle restart events in the event stream.
 func restarts(t *testing.T, js jetstream.JetStream) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	s, err := js.Stream(ctx, events.EventStream)
 	if err != nil {
@@ -89,7 +89,7 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	a, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", "40ms", "--concurrency", "64")
 
 	waitForFleet(t, js) // the victim has prepared the streams and the lanes bucket
@@ -192,7 +192,7 @@ func TestGracefulStopHandsLanesOver(t *testing.T) {
 	cfg.WorkerID = "staying"
 	startMember(t, srv.URL, cfg)
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	want := map[string][]string{}
 	var msgs []outMsg
 	for i := range 10 {

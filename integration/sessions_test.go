@@ -33,7 +33,7 @@ func TestNothingOutlivesItsTurn(t *testing.T) {
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "ttl", Concurrency: 8, NoRemoteTools: true, SessionTTL: time.Second})
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
