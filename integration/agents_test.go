@@ -191,6 +191,9 @@ func TestAgentWorkspaceAcrossWorkers(t *testing.T) {
 			t.Fatalf("s2 after the change: %+v, %v", res, err)
 		}
 		if got = as.last(t, text); strings.HasPrefix(got.system, "You are agent X2.") && got.model == "m2" {
+			if try > 0 {
+				t.Logf("the change applied from turn %d after the put", try+1)
+			}
 			break
 		}
 		if !strings.HasPrefix(got.system, "You are agent X.") || got.model != "m1" {
@@ -201,10 +204,13 @@ func TestAgentWorkspaceAcrossWorkers(t *testing.T) {
 	if err := c.DeleteAgent(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	for try := 0; ; try++ {
 		res, err := waitResult(t, ctx, c, "agent:x:s3", "anyone?")
 		if err == nil && res.Payloads[0].Text == "ok" {
 			continue // the watch has not delivered the removal yet
+		}
+		if try > 0 {
+			t.Logf("the removal applied from turn %d after it", try+1)
 		}
 		var re *lanefleet.RunError
 		if !errors.As(err, &re) || re.Kind != events.KindInvalidInput || !strings.Contains(re.Message, `agent "x" is not defined on this fleet`) {
