@@ -265,7 +265,7 @@ func (c *Cache) Lookup(id string) (*agents.Agent, bool) {
 // the definition: the watcher delivers a put some time after the put was
 // stored, so a session's first message, sent right after its agent was
 // defined, can reach the worker first (3 of 200 such turns were refused
-// on an idle machine). Only a miss reads the bucket, so the turns of a
+// in an in-process fleet under -race, at a load of about 3). Only a miss reads the bucket, so the turns of a
 // defined agent cost no request. A stored record that does not decode is
 // no agent, as the watcher has it; the bucket's other errors are returned.
 // What the read finds is not recorded: the watcher, which delivers every
