@@ -261,6 +261,29 @@ func (c *Cache) Lookup(id string) (*agents.Agent, bool) {
 	return a, ok
 }
 
+// Resolve is Lookup that reads the bucket when the worker has not seen
+// the definition: the watcher delivers a put some time after the put was
+// stored, so a session's first message, sent right after its agent was
+// defined, can reach the worker first (3 of 200 such turns were refused
+// in an in-process fleet under -race, at a load of about 3). Only a miss reads the bucket, so the turns of a
+// defined agent cost no request. A stored record that does not decode is
+// no agent, as the watcher has it; the bucket's other errors are returned.
+// What the read finds is not recorded: the watcher, which delivers every
+// change in order, stays the cache's only writer.
+func (c *Cache) Resolve(ctx context.Context, id string) (*agents.Agent, bool, error) {
+	if a, ok := c.Lookup(id); ok {
+		return a, true, nil
+	}
+	a, _, err := c.b.Get(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound), errors.Is(err, agents.ErrInvalid):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return a, true, nil
+}
+
 // Dir is the worker's copy of a workspace, brought up to date with the
 // object store as the worker last saw it: identity files for a run that
 // has no session directory.

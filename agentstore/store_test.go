@@ -292,3 +292,33 @@ func TestLinkIsNoFile(t *testing.T) {
 		t.Fatalf("LINK.md in the copy: %v", err)
 	}
 }
+
+// TestResolveReadsWhatTheWatcherHasNotDelivered: a definition stored
+// after the worker's watcher last delivered (here: a watcher stopped, the
+// longest a delivery can lag) is missing from Lookup, and Resolve finds
+// it in the bucket. An id with no definition, an id that is none, and a
+// record that does not decode resolve to no agent, without an error.
+func TestResolveReadsWhatTheWatcherHasNotDelivered(t *testing.T) {
+	t.Parallel()
+	bu := setup(t)
+	ctx := t.Context()
+	c, _ := bu.open(t)
+	must(t, c.Close()) // no further deliveries
+	if _, err := bu.b.Put(ctx, &agents.Agent{ID: "x", SystemPrompt: "I am x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Lookup("x"); ok {
+		t.Fatal("a stopped watcher delivered a put")
+	}
+	a, ok, err := c.Resolve(ctx, "x")
+	if err != nil || !ok || a.SystemPrompt != "I am x" {
+		t.Fatalf("Resolve(x) = %+v, %v, %v; want the stored definition", a, ok, err)
+	}
+	_, err = bu.b.kv.Put(ctx, "bad", []byte("not a definition"))
+	must(t, err)
+	for _, id := range []string{"y", "Not-an-id", "bad"} {
+		if a, ok, err := c.Resolve(ctx, id); a != nil || ok || err != nil {
+			t.Errorf("Resolve(%q) = %+v, %v, %v; want no agent", id, a, ok, err)
+		}
+	}
+}

@@ -110,14 +110,14 @@ func (a *authFleet) connectAs(t *testing.T, user string, opts ...nats.Option) *c
 	}
 	t.Cleanup(nc.Close)
 	c.nc = nc
-	c.js, _ = jetstream.New(nc)
+	c.js = newJS(t, nc)
 	return c
 }
 
 // denied waits for the server's permission violation naming subject.
 func (c *client) denied(t *testing.T, what, subject string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // detects a hang only
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // detects a hang only
 	defer cancel()
 	for {
 		select {
@@ -172,7 +172,7 @@ func sendRaw(t *testing.T, c *client, session string, in events.Inbound) string 
 	m := nats.NewMsg(subj)
 	m.Data = data
 	m.Header.Set(events.HeaderContentType, ct)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	ack, err := c.js.PublishMsg(ctx, m)
 	if err != nil {

@@ -134,7 +134,7 @@ func TestRolesRunATurn(t *testing.T) {
 	live.run(t, bad)
 
 	root := a.connectAs(t, "root")
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	for _, bucket := range []string{permission.LanesBucket, permission.AuthBucket, permission.RunsBucket} {
 		if _, err := root.js.KeyValue(ctx, bucket); err != nil {

@@ -145,7 +145,7 @@ func TestSenderIsolation(t *testing.T) {
 	}
 
 	bobTok, _ := events.KeyToken("bob")
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	pub := func(what, subject string) {
 		t.Helper()

@@ -37,7 +37,7 @@ func TestFullInboundStoreRefusesAndLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	js := newJS(t, natstest.Connect(t, srv.URL))
 	padding := strings.Repeat("x", 900)
 	var accepted []string
 	var refusal error
@@ -72,8 +72,8 @@ func TestFullInboundStoreRefusesAndLosesNothing(t *testing.T) {
 			t.Errorf("member: %v", err)
 		}
 	}()
-	f.waitFor(t, len(accepted), time.Minute)
-	waitDrained(t, js, time.Minute)
+	f.waitFor(t, len(accepted), 3*time.Minute)
+	waitDrained(t, js, 3*time.Minute)
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
 	checkTranscripts(t, c, map[string][]string{"full": accepted})
 	f.mu.Lock()

@@ -31,7 +31,7 @@ func TestBadInput(t *testing.T) {
 	srv := natstest.Start(t)
 	w := startMember(t, srv.URL, fleet.Config{WorkerID: "edge", MaxPayload: 2048})
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -109,7 +109,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil || res.Payloads[0].Text != "echo: are you still there?" {
 		t.Fatalf("good message after bad ones: %+v, %v", res, err)
 	}
-	waitDrained(t, js, time.Minute)
+	waitDrained(t, js, 3*time.Minute)
 
 	dlq, err := js.Stream(ctx, events.DeadStream)
 	if err != nil {

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/admin"
 	"github.com/lanefleet/lanefleet/agents"
@@ -500,10 +498,7 @@ func TestQuotaStoreFailsTheAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, time.Minute, "the quota to reach the worker", func(context.Context) bool { return m.m.QuotaSet("acme") })
-	js, err := jetstream.New(natstest.Connect(t, srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := newJS(t, natstest.Connect(t, srv.URL))
 	if err := js.DeleteKeyValue(ctx, "budgets"); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
@@ -182,7 +180,7 @@ func TestChatCommandsOff(t *testing.T) {
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", DefaultModel: "scripted/echo", NoBuiltinTools: true, NoChatCommands: true})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	res, err := waitResult(t, ctx, c, "cc:off", "/status")
 	if err != nil || res.Payloads[0].Text != "echo: /status" {
@@ -231,7 +229,7 @@ func TestChatCommandNewWorkerKilled(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	// Slow turns: the kill must land while /new's first message streams
 	// (640 ms at 40 ms a delta, which a loaded machine's look at the
 	// stream can outlast).

@@ -286,7 +286,7 @@ func TestExecOffByDefault(t *testing.T) {
 	root := t.TempDir()
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: root, NoRemoteTools: true})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	script := `#script {"replies":[{"toolCalls":[{"id":"r1","name":"read","arguments":{"path":"x"}},{"id":"x1","name":"exec","arguments":{"command":"touch pwned"}}]},{"text":"done"}]}`
 	run, err := c.Send(ctx, "eve", script, lanefleet.WithModel("scripted/script"))

@@ -305,10 +305,7 @@ func auditEvents(ctx context.Context, js jetstream.JetStream, runs []runRef, log
 func auditServer(t *testing.T) (string, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := newJS(t, natstest.Connect(t, srv.URL))
 	if _, err := lanes.EnsureStreams(t.Context(), js, lanes.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +474,7 @@ func TestAuditFindsDefects(t *testing.T) {
 	// it waits included.
 	fin := watchRunFinals(t, url)
 	waiting := append(slices.Clone(refs[:1]), refs[2:]...) // all but the lost run
-	fin.waitAll(t, js, waiting, time.Minute)
+	fin.waitAll(t, js, waiting, 3*time.Minute)
 	late := runRef{"audit:late", "19", ""}
 	if err := publish(late, start(1, 1)); err != nil {
 		t.Fatal(err)
@@ -491,7 +488,7 @@ func TestAuditFindsDefects(t *testing.T) {
 		}
 		published <- err
 	}()
-	fin.waitAll(t, js, append(waiting, late), time.Minute)
+	fin.waitAll(t, js, append(waiting, late), 3*time.Minute)
 	if err := <-published; err != nil {
 		t.Fatal(err)
 	}

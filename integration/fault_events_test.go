@@ -128,7 +128,7 @@ func TestFaultPausedWorker(t *testing.T) {
 		owedFinals[s] = fin.count(s, c)
 	}
 	taken := map[string]bool{}
-	waitUntil(t, 25*time.Second, "the stopped worker's lanes taken over", func(context.Context) bool {
+	waitUntil(t, time.Minute, "the stopped worker's lanes taken over", func(context.Context) bool {
 		for _, s := range holders(t, js, "alive", held) {
 			taken[s] = true
 		}
@@ -142,11 +142,11 @@ func TestFaultPausedWorker(t *testing.T) {
 	t.Logf("its %d lanes resumed on the other worker %v after SIGSTOP (AckWait 2s)", len(held), time.Since(stopped).Round(time.Millisecond))
 	victim.signal(syscall.SIGCONT)
 
-	fin.waitAll(t, js, runs, time.Minute)
+	fin.waitAll(t, js, runs, 3*time.Minute)
 	// A second round runs on both workers.
 	more, _, want := faultLoad("pause", 20, 6)
 	runs2 := sendOrdered(t, js, more[len(msgs):])
-	fin.waitAll(t, js, runs2, time.Minute)
+	fin.waitAll(t, js, runs2, 3*time.Minute)
 	t.Logf("the woken worker logged %d lost leases or fenced runs", len(victim.logLines("lease lost", "fenced")))
 	audit(t, js, append(runs, runs2...))
 	most, total := seen.worst()

@@ -118,14 +118,12 @@ func TestScheduleCatchUpScenario(t *testing.T) {
 	scenarioOn(t)
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := newJS(t, nc)
 	// AddSchedule needs the schedules' bucket and stream, which the
 	// workers make at start: wait for their creation.
 	created := map[string]*nats.Subscription{}
 	for _, name := range []string{"KV_" + schedstore.DefaultBucket, schedstore.Stream} {
+		var err error
 		if created[name], err = nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED." + name); err != nil {
 			t.Fatal(err)
 		}

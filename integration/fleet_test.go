@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/internal/fleet"
 	"github.com/lanefleet/lanefleet/internal/natstest"
@@ -27,7 +25,7 @@ func TestThreeWorkers500Sessions(t *testing.T) {
 	}
 	nc := natstest.Connect(t, srv.URL)
 	fin := watchFinals(t, nc)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 
 	const sessions, perSession = 500, 10
 	want := map[string][]string{}

@@ -22,7 +22,7 @@ import (
 // must leave none.
 func eventConsumers(t *testing.T, js jetstream.JetStream) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	info, err := js.Stream(ctx, events.EventStream)
 	if err != nil {
@@ -44,7 +44,7 @@ func TestThousandsOfWaits(t *testing.T) {
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "waited", Concurrency: 32, NoRemoteTools: true})
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
@@ -150,7 +150,7 @@ func TestFollowThroughAHandOver(t *testing.T) {
 	if strings.Join(replay, " ") != joined {
 		t.Fatalf("replay differs from the live view:\nlive   %s\nreplay %s", joined, strings.Join(replay, " "))
 	}
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	if n := eventConsumers(t, js); n != 0 {
 		t.Fatalf("%d consumers left on %s", n, events.EventStream)
 	}

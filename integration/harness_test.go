@@ -34,6 +34,33 @@ import (
 	"github.com/lanefleet/lanefleet/sandbox"
 )
 
+// callTimeout bounds one call to JetStream or the fleet that a test makes
+// without a deadline of its own. It only detects a hang: nats.go's
+// default is 5 s, which single requests outlasted on a loaded machine,
+// and CI's machine is slower than a developer's.
+const callTimeout = time.Minute
+
+// callCtx is a context of callTimeout for a test's calls, cancelled when
+// the test ends.
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newJS is a JetStream client of nc whose calls without a deadline of
+// their own wait up to callTimeout, for a server the test does not
+// stop: a request lost to a killed node is better retried after a few
+// seconds (see connectProcs).
+func newJS(t *testing.T, nc *nats.Conn, opts ...jetstream.JetStreamOpt) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc, append([]jetstream.JetStreamOpt{jetstream.WithDefaultTimeout(callTimeout)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // member starts an in-process fleet member on its own connection and stops it
 // (gracefully) when the test ends or stop is called.
 type member struct {

@@ -138,7 +138,7 @@ func TestHooksThroughTheFleet(t *testing.T) {
 		if ev.RunID != run || ev.SessionKey != session || ev.Result == nil || ev.Result.Payloads[0].Text != "All done." {
 			t.Fatalf("agent_end %+v", ev)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(callTimeout):
 		t.Fatal("no agent_end")
 	}
 	// A hook that does not answer in time only warns: the run goes on

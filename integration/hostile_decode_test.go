@@ -32,7 +32,7 @@ func TestHostileDecode(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	c, _ := lanefleet.New(nc)
 	created, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED." + events.InboundStream)
 	if err != nil {

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/authstore"
 	"github.com/lanefleet/lanefleet/internal/fleet"
@@ -142,7 +140,7 @@ func TestAnthropicOAuthProfile(t *testing.T) {
 		t.Errorf("%d token requests, want 2: the first turn's, and one after the 401", n)
 	}
 	// The refused profile cools down across the fleet.
-	js, _ := jetstream.New(natstest.Connect(t, srv.URL))
+	js := newJS(t, natstest.Connect(t, srv.URL))
 	st, err := authstore.Open(ctx, js, authstore.Config{})
 	if err != nil {
 		t.Fatal(err)

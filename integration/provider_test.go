@@ -73,7 +73,7 @@ func TestRealProviderThroughTheFleet(t *testing.T) {
 	startMember(t, nats.URL, fleet.Config{WorkerID: "real", Env: envMap(env)})
 	nc := natstest.Connect(t, nats.URL)
 	c, _ := lanefleet.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
 	run, err := c.Send(ctx, "real:1", "say hello in Portuguese", lanefleet.WithModel("openrouter/openai/gpt-5"))

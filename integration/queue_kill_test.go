@@ -20,7 +20,9 @@ import (
 // lanes bucket.
 func waitForFleet(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	waitUntil(t, 30*time.Second, "a worker process creating the streams", func(ctx context.Context) bool {
+	// The bound only detects a hang: a worker process starts late on a
+	// loaded machine.
+	waitUntil(t, 2*time.Minute, "a worker process creating the streams", func(ctx context.Context) bool {
 		_, err := js.Stream(ctx, events.InboundStream)
 		if err == nil {
 			_, err = kvstore.Bind(ctx, js, "")
@@ -32,7 +34,7 @@ func waitForFleet(t *testing.T, js jetstream.JetStream) {
 // runEventsOf reads every stored event of a run, however many finals it has.
 func runEventsOf(t *testing.T, js jetstream.JetStream, session, run string) []*events.Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	subj, err := events.EventSubject(session, run)
 	if err != nil {
@@ -118,7 +120,7 @@ func checkRun(t *testing.T, js jetstream.JetStream, session, run string) (*event
 // userTexts returns the texts of a session's user entries.
 func userTexts(t *testing.T, c *lanefleet.Client, session string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	hist, err := c.History(ctx, session)
 	if err != nil {
@@ -171,7 +173,7 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 		t.Parallel()
 		srv := natstest.Start(t)
 		nc := natstest.Connect(t, srv.URL)
-		js, _ := jetstream.New(nc)
+		js := newJS(t, nc)
 		// The victim's turns are slow (a quarter second a delta): the four
 		// messages must all be queued while "first" streams, and the kill
 		// must land while the batch streams. At 40 ms a delta those
@@ -224,7 +226,7 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 				t.Fatalf("the batch's reply lacks %q: %q", text, res.Payloads[0].Text)
 			}
 		}
-		waitDrained(t, js, time.Minute)
+		waitDrained(t, js, 3*time.Minute)
 		if _, phases := checkRun(t, js, session, runs[0].ID); strings.Join(phases, " ") != "start@1 aborted@1 restart@2 end@2" {
 			t.Fatalf("batch run lifecycle = %v, want the killed attempt aborted, then a restart", phases)
 		}
@@ -251,7 +253,7 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 		t.Parallel()
 		srv := natstest.Start(t)
 		nc := natstest.Connect(t, srv.URL)
-		js, _ := jetstream.New(nc)
+		js := newJS(t, nc)
 		// Slow, as above: the steer must arrive while "walk" streams (440 ms
 		// at 40 ms a delta), and the kill while "turnleft" does.
 		victim, _ := startProcess(t, srv.URL, "victim", "--scripted-delay", victimDelay)
@@ -286,7 +288,7 @@ func TestOwnerKilledDuringQueueModes(t *testing.T) {
 		if !strings.HasPrefix(res.Payloads[len(res.Payloads)-1].Text, "echo: turnleft") {
 			t.Fatalf("the restarted turn's reply = %+v, want the answer to the steered message", res.Payloads)
 		}
-		waitDrained(t, js, time.Minute)
+		waitDrained(t, js, 3*time.Minute)
 		if _, phases := checkRun(t, js, session, long.ID); strings.Join(phases, " ") != "start@1 aborted@1 restart@2 end@2" {
 			t.Fatalf("steered run lifecycle = %v", phases)
 		}

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/agentprompt"
 	"github.com/lanefleet/lanefleet/authprofile"
@@ -111,7 +109,7 @@ func TestRateLimitedProfileRotatesFleetWide(t *testing.T) {
 	w1 := startMember(t, srv.URL, cfg)
 	nc := natstest.Connect(t, srv.URL)
 	c, _ := lanefleet.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
 	run, err := c.Send(ctx, "rot:1", "hello")
@@ -126,7 +124,7 @@ func TestRateLimitedProfileRotatesFleetWide(t *testing.T) {
 		t.Fatalf("keys used %q, want a then b", got)
 	}
 	// The cooldown is fleet state: read it from the bucket.
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	st, err := authstore.Open(ctx, js, authstore.Config{Auth: authprofile.Config{Fleet: authprofile.FleetDefaults()}})
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +331,7 @@ func TestRemoteToolThroughTheFleet(t *testing.T) {
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", NoBuiltinTools: true, RemoteTools: []string{"weather"}})
 	nc := natstest.Connect(t, srv.URL)
 	c, _ := lanefleet.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	script := `#script {"replies":[{"toolCalls":[{"id":"w1","name":"weather","arguments":{"city":"Lisbon"}}]},{"text":"It is nice out."}]}`
 	run, err := c.Send(ctx, "remote:1", script, lanefleet.WithModel("scripted/script"))
@@ -389,7 +387,7 @@ func TestSystemPromptFromTheWorkspace(t *testing.T) {
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", ModelsFile: models, AuthProfiles: profiles, DefaultModel: "acme/m1",
 		WorkspaceRoot: root, SkillsDir: skills, SystemPrompt: "You are the Lanefleet test agent.", NoRemoteTools: true})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	run, err := c.Send(ctx, "prompt-1", "hello")
 	if err != nil {
@@ -423,9 +421,9 @@ func TestClientToolRoundTrip(t *testing.T) {
 	// again for its call to stay in the history.
 	startMember(t, srv.URL, fleet.Config{WorkerID: "w1", WorkspaceRoot: t.TempDir(), NoRemoteTools: true})
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	c, _ := lanefleet.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	send := func(in map[string]any) *lanefleet.Run {
 		t.Helper()
@@ -632,7 +630,7 @@ func TestSkillEnvironmentReachesExec(t *testing.T) {
 		},
 		Env: envMap(map[string]string{"PATH": "/usr/bin:/bin"})})
 	c, _ := lanefleet.New(natstest.Connect(t, srv.URL))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	outputs := func(session string, commands ...string) []string {
 		t.Helper()

@@ -1,12 +1,11 @@
 package integration
 
 import (
+	"context"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanefleet/lanefleet"
 	"github.com/lanefleet/lanefleet/events"
@@ -31,10 +30,7 @@ func TestScheduleAcrossWorkerFaults(t *testing.T) {
 	mark := func(what string) { t.Logf("%6.1fs %s", time.Since(start).Seconds(), what) }
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := newJS(t, nc)
 	w1 := startWorkerProc(t, srv.URL, "s1")
 	w2 := startWorkerProc(t, srv.URL, "s2")
 	waitForFleet(t, js)
@@ -43,8 +39,8 @@ func TestScheduleAcrossWorkerFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sc *schedule.Schedule
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		sc, err = c.AddSchedule(t.Context(), lanefleet.NewSchedule{Session: "sched", Every: time.Second, Overlap: schedule.OverlapAllow,
+	for deadline := time.Now().Add(time.Minute); ; {
+		sc, err = c.AddSchedule(callCtx(t), lanefleet.NewSchedule{Session: "sched", Every: time.Second, Overlap: schedule.OverlapAllow,
 			Message: events.Inbound{Text: "tick"}})
 		if err == nil {
 			break
@@ -65,7 +61,9 @@ func TestScheduleAcrossWorkerFaults(t *testing.T) {
 	}
 	defer func() { _ = watch.Stop() }()
 	latest := func() *schedule.Schedule {
-		s, err := c.Schedule(t.Context(), sc.ID)
+		ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+		defer cancel()
+		s, err := c.Schedule(ctx, sc.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +71,7 @@ func TestScheduleAcrossWorkerFaults(t *testing.T) {
 	}
 	waitFired := func(n int) *schedule.Schedule {
 		t.Helper()
-		deadline := time.After(30 * time.Second)
+		deadline := time.After(2 * time.Minute) // detects a hang only: a firing a second comes in any case
 		for {
 			s := latest()
 			got := 0
@@ -160,7 +158,7 @@ func TestScheduleAcrossWorkerFaults(t *testing.T) {
 		t.Fatalf("a run id recorded twice: %v", runs)
 	}
 	// Stop the schedule, let the lanes finish, and count the session's turns.
-	if _, err := c.PauseSchedule(t.Context(), sc.ID); err != nil {
+	if _, err := c.PauseSchedule(callCtx(t), sc.ID); err != nil {
 		t.Fatal(err)
 	}
 	s = latest()
@@ -170,7 +168,7 @@ func TestScheduleAcrossWorkerFaults(t *testing.T) {
 			fired++
 		}
 	}
-	waitDrained(t, js, 60*time.Second)
+	waitDrained(t, js, 2*time.Minute)
 	mark("drained")
 	for _, r := range runs {
 		checkRun(t, js, "sched", r)

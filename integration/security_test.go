@@ -91,7 +91,7 @@ func TestSenderCannotPickTheTestModel(t *testing.T) {
 	startPlainProcess(t, srv.URL, nil, "--id", "plain", "--models-file", models, "--auth-profiles", profiles,
 		"--model", "acme/m1", "--allow-models", "acme/*", "--no-builtin-tools")
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -175,7 +175,7 @@ func TestSecretsNeverLeaveTheWorker(t *testing.T) {
 	_, logs := startPlainProcess(t, url, []string{"ACME_TOKEN=" + key}, "--id", "leaky", "--models-file", models, "--auth-profiles", profiles,
 		"--model", "acme/m1", "--no-builtin-tools")
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	c, _ := lanefleet.New(nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()

@@ -33,9 +33,9 @@ func TestNothingOutlivesItsTurn(t *testing.T) {
 	srv := natstest.Start(t)
 	startMember(t, srv.URL, fleet.Config{WorkerID: "ttl", Concurrency: 8, NoRemoteTools: true, SessionTTL: time.Second})
 	nc := natstest.Connect(t, srv.URL)
-	js, _ := jetstream.New(nc)
+	js := newJS(t, nc)
 	c, _ := lanefleet.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute) // detects a hang only
 	defer cancel()
 	turn := func(session, text string) {
 		t.Helper()
@@ -136,7 +136,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // eventuallyExplained is eventually whose failure adds explain's text.
 func eventuallyExplained(t *testing.T, what string, cond func() bool, explain func() string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s %s", what, explain())

@@ -57,10 +57,7 @@ func runSubagentFaults(t *testing.T, parents, kills int, seed uint64) {
 	mark := func(what string) { t.Logf("%6.1fs %s", time.Since(start).Seconds(), what) }
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := newJS(t, nc)
 	args := []string{"--session-tools", "tenant", "--scripted-delay", "40ms", "--concurrency", "16"}
 	workers := []*procWorker{startWorkerProc(t, srv.URL, "sa1", args...), startWorkerProc(t, srv.URL, "sa2", args...)}
 	waitForFleet(t, js)

@@ -60,7 +60,8 @@ func (m *Member) openAgents(ctx context.Context) error {
 // ("agent:<id>:…"), else the default agent. nil with agents off, and
 // when the default agent is not defined for a key that names it or none
 // (the worker's own configuration applies). A key naming an agent that is not
-// defined gives the refusal to end its turns with.
+// defined gives the refusal to end its turns with; the bucket is read
+// before it is given (agentstore.Cache.Resolve).
 func (m *Member) agentOf(key string) (*agents.Agent, string) {
 	if m.agents == nil {
 		return nil, ""
@@ -73,6 +74,17 @@ func (m *Member) agentOf(key string) (*agents.Agent, string) {
 		// The default agent, by name ("agent:main:…", OpenClaw's keys)
 		// or not, undefined: the worker as configured.
 		return nil, ""
+	}
+	// Before refusing, the bucket: an agent defined just before its
+	// session's first message may not have reached the watcher yet.
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	a, ok, err := m.agents.Resolve(ctx, id)
+	if ok {
+		return a, ""
+	}
+	if err != nil {
+		m.log.Warn().Err(err).Str("agent", id).Msg("agent definition not read; the session's turn is refused as if none")
 	}
 	return nil, fmt.Sprintf("agent %.80q is not defined on this fleet (the session key names it: agent:<id>:…); an operator defines it with `publisher agents put`", id)
 }

@@ -112,14 +112,17 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			}
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	// The bound only detects a hang: a slow or loaded machine (CI's)
+	// elects a meta leader later.
+	const readyWithin = 2 * time.Minute
+	deadline := time.Now().Add(readyWithin)
 	for time.Now().Before(deadline) {
 		if c.ready(n) {
 			return c
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("natstest: cluster of %d not ready after 30s", n)
+	t.Fatalf("natstest: cluster of %d not ready after %v", n, readyWithin)
 	return nil
 }
 

@@ -147,7 +147,7 @@ func (c *ProcCluster) WaitReady(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // detects a hang only: processes start late on a loaded machine
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := js.AccountInfo(ctx)

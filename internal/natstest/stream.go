@@ -10,14 +10,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// waitFor polls cond every 20 ms for up to a minute (an in-process
-// cluster on a busy box can take many seconds to settle), failing t with
-// what with the last error when it never holds. Each try has 5 s: a
-// request that gets no answer (what is waited out here) would otherwise
-// use up the minute on one try.
+// waitFor polls cond every 20 ms for up to two minutes (an in-process
+// cluster on a busy box can take many seconds to settle, and CI's is
+// slower), failing t with what with the last error when it never holds.
+// Each try has 5 s: a request that gets no answer (what is waited out
+// here) would otherwise use up the wait on one try.
 func waitFor(t testing.TB, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
