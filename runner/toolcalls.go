@@ -176,7 +176,7 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 	}
 	pending := map[string]message.Block{}
 	var order []message.Block // the waiting calls, in call order
-	msgs := sessionfile.Messages(ru.history)
+	msgs := sessionfile.Messages(ru.in.History)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == message.RoleAssistant {
 			for _, c := range msgs[i].ToolCalls() {
