@@ -359,6 +359,9 @@ func inflightBench(o options) error {
 	if *inflightProfile != "" {
 		runtime.MemProfileRate = 512 // every turn's sites, not a 512 KB sample
 	}
+	if *inflightHeapDump != "" {
+		runtime.MemProfileRate = 1 // every object's site, in the dump
+	}
 	dir, err := os.MkdirTemp("", "lanebench-inflight")
 	if err != nil {
 		return err

@@ -73,6 +73,9 @@ func printParts(idle, busy memParts, rssIdle, rssBusy int64, turns int) {
 // writeInflightProfile writes the heap profile and the goroutines
 // grouped by stack to prefix.heap and prefix.goroutines.
 func writeInflightProfile(prefix string) error {
+	if err := writeInflightHeapDump(); err != nil {
+		return err
+	}
 	if prefix == "" {
 		return nil
 	}
