@@ -131,7 +131,7 @@ func (c *contextCache) acquire(key string, history []message.Entry, appendOnly b
 		base := contextOf(history)
 		old := sc
 		sc = &sessionContext{key: key, ids: make([]string, 0, len(history)), msgs: make([]*message.Message, 0, len(history)),
-			base: slices.Grow(base[:len(base):len(base)], 2+len(base)/4)}
+			base: slices.Grow(base[:len(base):len(base)], 3+len(base)/4)}
 		if old != nil {
 			// The guard's estimates are checked message by message: they
 			// hold whatever the history became.

@@ -52,6 +52,9 @@ type run struct {
 	// cancels the run's context with it.
 	fatal  error
 	cancel context.CancelCauseFunc
+	// model is the model the run's chain is on (the last candidate that
+	// resolved).
+	model provider.Model
 	// alternates are the auth profiles the current attempt's calls may
 	// move to (AdmitCall.Alternates).
 	alternates []string

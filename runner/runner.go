@@ -340,6 +340,9 @@ type Runner struct {
 	cfg      Config
 	probes   *probeLog
 	contexts *contextCache // nil = none
+	// policy is the worker's tool policy alone, the policies of every
+	// run whose session adds none (shared: never written).
+	policy tools.Policies
 }
 
 // New returns a Runner.
@@ -372,7 +375,7 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.ContextCacheBytes == 0 {
 		cfg.ContextCacheBytes = ContextCacheBytesDefault
 	}
-	r := &Runner{cfg: cfg, probes: &probeLog{m: map[string]time.Time{}}}
+	r := &Runner{cfg: cfg, probes: &probeLog{m: map[string]time.Time{}}, policy: tools.Policies{cfg.ToolPolicy}}
 	if cfg.ContextCacheBytes > 0 {
 		r.contexts = newContextCache(cfg.ContextCacheBytes)
 	}
@@ -400,7 +403,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if req == nil {
 		return early, err
 	}
-	model := new(provider.Model) // not in this frame: see above
+	model := &ru.model // not in this frame: see above
 	var out *loopOut
 	var after provider.Reason // why the last model failed over
 	_, err = fallback.Run(ctx, *req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
