@@ -27,11 +27,11 @@ import (
 // holds only this struct and its place in the line, not a goroutine's
 // stack for the whole of its wait, nor a timer of its own.
 type registration struct {
-	m     *Member
-	tok   string
-	info  kvstore.RunInfo
-	wctx  context.Context // the turn's values, never cancelled: the entry outlives the turn's cancellation until clear
-	at    time.Time       // when the entry is due
+	m    *Member
+	tok  string
+	info kvstore.RunInfo
+	wctx context.Context // the turn's values, never cancelled: the entry outlives the turn's cancellation until clear
+	at   time.Time       // when the entry is due
 
 	mu      sync.Mutex
 	started bool               // the writer was started (the entry is being or was written)
