@@ -76,13 +76,20 @@ func (r *registration) due() {
 // A timer each was 112 bytes and a span's worth of slack a turn held
 // while its model answered (docs/scaling.md, "What a turn in flight
 // holds"). A registration that ended stays in line until it is due, and
-// is passed over then.
+// is passed over then. The timer is set dueGrain after the first one's
+// time, so that it goes off once for the registrations that fall due
+// within that time (a busy worker's short turns would have it go off
+// once a turn), not once for each.
 type dueLine struct {
 	mu    sync.Mutex
 	line  []*registration // in the order they fall due; line[head:] wait
 	head  int
 	timer *time.Timer // set to the first waiting one's time while any wait
 }
+
+// dueGrain is how late the due line may start a writer: its timer goes
+// off at most once in that time.
+const dueGrain = 10 * time.Millisecond
 
 // add puts r, due after that long, at the end of the line.
 func (d *dueLine) add(r *registration, after time.Duration) {
@@ -94,9 +101,9 @@ func (d *dueLine) add(r *registration, after time.Duration) {
 		return // the timer is set for one before it
 	}
 	if d.timer == nil {
-		d.timer = time.AfterFunc(time.Until(r.at), d.fire)
+		d.timer = time.AfterFunc(time.Until(r.at)+dueGrain, d.fire)
 	} else {
-		d.timer.Reset(time.Until(r.at))
+		d.timer.Reset(time.Until(r.at) + dueGrain)
 	}
 }
 
@@ -120,7 +127,7 @@ func (d *dueLine) fire() {
 			clear(d.line[n:])
 			d.line, d.head = d.line[:n], 0
 		}
-		d.timer.Reset(time.Until(d.line[d.head].at))
+		d.timer.Reset(time.Until(d.line[d.head].at) + dueGrain)
 	}
 	d.mu.Unlock()
 	for _, r := range due {
