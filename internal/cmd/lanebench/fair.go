@@ -457,7 +457,7 @@ func inflightBench(o options) error {
 	time.Sleep(time.Until(t0.Add(f.inflightD / 2)))
 	inFlight, held := m.Worker.Active(), m.Worker.InflightBytes()
 	busy, busyParts := sampleMem(), sampleParts()
-	if err := writeInflightProfile(*inflightProfile); err != nil {
+	if err := writeInflightProfile(*inflightProfile, inFlight); err != nil {
 		return err
 	}
 	for range n {
