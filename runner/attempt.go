@@ -179,7 +179,7 @@ func (ru *run) request(req *attemptReq, ctxMsgs []message.Message, out *attemptO
 	}
 	msgs := ru.prepare(req.model, ctxMsgs)
 	out.snapshot = msgs
-	return &provider.Request{Model: req.model, SystemPrompt: ru.system, Messages: msgs, Tools: ru.specs,
+	return &provider.Request{Model: *req.model, SystemPrompt: ru.system, Messages: msgs, Tools: ru.specs,
 		Thinking: req.thinking, APIKey: req.key, SessionID: ru.in.SessionID, Immutable: ru.immutable}
 }
 

@@ -49,7 +49,7 @@ func (ru *run) compactWith(ctx context.Context, req attemptReq, trigger string) 
 	ru.sink.Emit(events.StreamCompaction, events.EventData{Phase: events.PhaseStart})
 	cctx, cancel := context.WithTimeout(ctx, ru.r.cfg.CompactionTimeout)
 	defer cancel()
-	e, err := ru.r.cfg.Compactor.Compact(cctx, CompactRequest{Model: req.model, Provider: admitted(ru.r.cfg, ru.sink, ru.in, req.profile, req.prov), APIKey: req.key,
+	e, err := ru.r.cfg.Compactor.Compact(cctx, CompactRequest{Model: *req.model, Provider: admitted(ru.r.cfg, ru.sink, ru.in, req.profile, req.prov), APIKey: req.key,
 		Entries: ru.entries(), Trigger: trigger})
 	if err != nil {
 		ru.r.cfg.Logger.Warn().Err(err).Str("trigger", trigger).Msg("compaction failed")
@@ -190,7 +190,7 @@ func (r *Runner) Compact(ctx context.Context, in Input, focus string, sink Sink)
 	if err != nil {
 		return fail(err.Error()), nil
 	}
-	l := &modelLoop{req: loopReq{model: m, prov: prov, auth: r.cfg.Auth, preferred: in.Settings.AuthProfile, locked: locked(in.Settings), now: r.cfg.Now}}
+	l := &modelLoop{req: loopReq{model: &m, prov: prov, auth: r.cfg.Auth, preferred: in.Settings.AuthProfile, locked: locked(in.Settings), now: r.cfg.Now}}
 	if err := l.resolveProfiles(ctx); err != nil {
 		return fail(err.Error()), nil
 	}

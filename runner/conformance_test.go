@@ -355,7 +355,7 @@ func playScenario(t *testing.T, c conformance.Case) {
 	m, _, w, err := setupModel(res, ref, guard.WindowConfig{AgentContextTokens: in.ContextWindowTokens})
 	if err == nil {
 		sl.window = w.Tokens
-		out, err = runModel(t.Context(), loopReq{runID: "run-1", model: m, contextWindow: w.Tokens,
+		out, err = runModel(t.Context(), loopReq{runID: "run-1", model: &m, contextWindow: w.Tokens,
 			thinking: provider.ThinkingLevel(in.ThinkLevel), auth: auth, locked: in.LockedProfile,
 			fallbackConfigured: in.FallbackConfigured, now: func() time.Time { return now }}, sl)
 	}

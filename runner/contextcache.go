@@ -122,14 +122,16 @@ func (c *contextCache) acquire(key string, history []message.Entry, appendOnly b
 		return &sessionContext{base: contextOf(history)}
 	}
 	if sc == nil || !sc.extends(history, c.compare) {
-		// Room for the turn's messages (a reply, a tool round) and
-		// then some (appended in place until it is full, then grown as
-		// append grows). A fresh session's context had room for 16 more
-		// Messages (~3 KB, 10% of a turn's heap with 1,000 in flight).
+		// Room for the turn's messages (its prompt and reply) and then
+		// some (appended in place until it is full, then grown as
+		// append grows: a tool round's messages move to a new array
+		// once). A fresh session's context had room for 16 more
+		// Messages (~3 KB, 10% of a turn's heap with 1,000 in flight),
+		// then 4 (896 bytes held while the model answered).
 		base := contextOf(history)
 		old := sc
 		sc = &sessionContext{key: key, ids: make([]string, 0, len(history)), msgs: make([]*message.Message, 0, len(history)),
-			base: slices.Grow(base[:len(base):len(base)], 4+len(base)/4)}
+			base: slices.Grow(base[:len(base):len(base)], 3+len(base)/4)}
 		if old != nil {
 			// The guard's estimates are checked message by message: they
 			// hold whatever the history became.

@@ -133,7 +133,7 @@ func (ru *run) memoryFlush(ctx context.Context, req attemptReq, ctxMsgs []messag
 	prov := admitted(ru.r.cfg, ru.sink, ru.in, req.profile, req.prov)
 	calls, errText := 0, ""
 	for step := 1; step <= MemoryFlushRounds; step++ {
-		preq := &provider.Request{Model: req.model, SystemPrompt: ru.system + "\n\n" + memoryFlushSystem, Messages: ru.prepare(req.model, msgs),
+		preq := &provider.Request{Model: *req.model, SystemPrompt: ru.system + "\n\n" + memoryFlushSystem, Messages: ru.prepare(req.model, msgs),
 			Tools: specs, Thinking: req.thinking, APIKey: req.key, SessionID: ru.in.SessionID}
 		am, err := ru.flushStream(ctx, prov, preq, step, out)
 		if err != nil || am.StopReason == message.StopError || am.StopReason == message.StopAborted || ctx.Err() != nil {

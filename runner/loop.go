@@ -59,7 +59,9 @@ func IterationCap(profiles int) int {
 
 // attemptReq is what one attempt runs with.
 type attemptReq struct {
-	model    provider.Model
+	// model is the loop's (loopReq.model): not a copy, which made an
+	// outcome 128 bytes larger for the whole wait.
+	model    *provider.Model
 	prov     provider.Provider
 	profile  string // "" = the provider's environment or config key
 	key      provider.Secret
@@ -134,8 +136,10 @@ type attempter interface {
 
 // loopReq configures one model's run loop.
 type loopReq struct {
-	runID         string
-	model         provider.Model
+	runID string
+	// model is the candidate's, held by the run (Runner.Run's model),
+	// not a copy: a loop is held for as long as its model answers.
+	model         *provider.Model
 	prov          provider.Provider
 	contextWindow int
 	thinking      provider.ThinkingLevel
@@ -200,9 +204,11 @@ type modelLoop struct {
 	// maxIter is the iteration cap (IterationCap of the candidates).
 	maxIter int
 	// thinkLevel is the level the next attempt asks for; attempted holds
-	// the levels tried since the profile was activated.
+	// the levels tried since the profile was activated, each once (a
+	// slice, not a map: a run tries one or two, and a map's table was
+	// 256 bytes a turn held while the model answered).
 	thinkLevel provider.ThinkingLevel
-	attempted  map[provider.ThinkingLevel]bool
+	attempted  []provider.ThinkingLevel
 	// overflowTries counts overflow recoveries (at most
 	// MaxOverflowCompactions); truncated is set once tool results were
 	// truncated (once per run).
@@ -237,7 +243,7 @@ func runModel(ctx context.Context, req loopReq, at attempter) (*loopOut, error) 
 // newModelLoop returns the loop of one model, before its auth profiles
 // are resolved.
 func newModelLoop(req loopReq, at attempter) *modelLoop {
-	return &modelLoop{req: req, at: at, attempted: map[provider.ThinkingLevel]bool{}, why: req.after}
+	return &modelLoop{req: req, at: at, why: req.after}
 }
 
 // runLoop is runModel on a new loop.
@@ -321,7 +327,9 @@ func (l *modelLoop) attempt(ctx context.Context) (*outcome, error) {
 //
 //go:noinline
 func (l *modelLoop) newOutcome(key provider.Secret) *outcome {
-	l.attempted[l.thinkLevel] = true
+	if !slices.Contains(l.attempted, l.thinkLevel) {
+		l.attempted = append(l.attempted, l.thinkLevel)
+	}
 	l.out.thinkLevels = append(l.out.thinkLevels, l.thinkLevel)
 	return &outcome{req: attemptReq{model: l.req.model, prov: l.req.prov, profile: l.current(), key: key, thinking: l.thinkLevel,
 		canRotate: l.canRotate(), alternates: l.alternates(), hop: l.req.hop, after: l.why}}
@@ -777,7 +785,7 @@ func (l *modelLoop) resetThinking() {
 	if l.thinkLevel == "" {
 		l.thinkLevel = provider.ThinkingOff
 	}
-	clear(l.attempted)
+	l.attempted = l.attempted[:0]
 }
 
 // profileFailover is the reference's auth-profile failover: every profile is
@@ -880,11 +888,7 @@ func (l *modelLoop) rotate(ctx context.Context) bool {
 }
 
 func (l *modelLoop) attemptedList() []provider.ThinkingLevel {
-	out := make([]provider.ThinkingLevel, 0, len(l.attempted))
-	for lvl := range l.attempted {
-		out = append(out, lvl)
-	}
-	return out
+	return slices.Clone(l.attempted)
 }
 
 // reasonClass is the failover reason class of an attempt that is

@@ -16,30 +16,29 @@ import (
 const steerPollTimeout = 5 * time.Second
 
 // run is one turn in progress: the transcript so far and what every attempt
-// shares.
+// shares. Its builder and subscriber are in it, not beside it: a run is
+// held for as long as its model answers, and one allocation of those
+// holds less heap than three (docs/scaling.md, "What a turn in flight
+// holds"); its flags are together for the same reason.
 type run struct {
-	r       *Runner
-	in      Input
-	sink    Sink
-	b       *builder
-	history []message.Entry // the session before this turn, as stored
-	tools   tools.Set
-	specs   []provider.Tool
-	client  map[string]bool // client tool names
-	policy  tools.Policies  // the worker's and the session's tool policies
+	r      *Runner
+	in     Input // in.History is the session before this turn, as stored
+	sink   Sink
+	b      builder
+	tools  tools.Set
+	specs  []provider.Tool
+	client map[string]bool // client tool names
+	policy tools.Policies  // the worker's and the session's tool policies
 	// usage sums the usage of every model call of the run, cost
 	// included (Output.Usage).
 	usage  message.Usage
 	window int
-	sub    *subscriber
+	sub    subscriber
 	base   []message.Message // the history's context (ru.lease.base)
 	// lease is the session's context the run holds from the Runner's
 	// cache until it ends.
-	lease *sessionContext
-	// branched is set once overflow truncation re-appended part of the
-	// history on a new branch (the context is then built from the branch).
-	branched bool
-	system   string // the run's system prompt
+	lease  *sessionContext
+	system string // the run's system prompt
 	// repeats stops the turn when its model makes the same failing call
 	// again and again.
 	repeats *guard.Repeats
@@ -53,8 +52,9 @@ type run struct {
 	// cancels the run's context with it.
 	fatal  error
 	cancel context.CancelCauseFunc
-	// admitted is set once the run asked its Admission about a call.
-	admitted bool
+	// model is the model the run's chain is on (the last candidate that
+	// resolved).
+	model provider.Model
 	// alternates are the auth profiles the current attempt's calls may
 	// move to (AdmitCall.Alternates).
 	alternates []string
@@ -63,6 +63,11 @@ type run struct {
 	// immutable is how many of the messages the last prepare returned
 	// are never written again (provider.Request.Immutable).
 	immutable int
+	// branched is set once overflow truncation re-appended part of the
+	// history on a new branch (the context is then built from the branch).
+	branched bool
+	// admitted is set once the run asked its Admission about a call.
+	admitted bool
 	// flushed is set once the run flushed memory before a compaction:
 	// one flush per run, whatever the attempts (and one per compaction
 	// cycle of the session, flush.go).
@@ -71,8 +76,8 @@ type run struct {
 
 // entries returns the session as it stands: the history and this turn.
 func (ru *run) entries() []message.Entry {
-	all := make([]message.Entry, 0, len(ru.history)+len(ru.b.entries))
-	return append(append(all, ru.history...), ru.b.entries...)
+	all := make([]message.Entry, 0, len(ru.in.History)+len(ru.b.entries))
+	return append(append(all, ru.in.History...), ru.b.entries...)
 }
 
 // contextMessages is what the model sees: the branch's messages (after the
@@ -87,7 +92,7 @@ func (ru *run) contextMessages() []message.Message {
 	}
 	if ru.base == nil {
 		if ru.lease == nil {
-			ru.lease = ru.r.contexts.acquire(ru.contextKey(), ru.history, ru.in.HistoryAppendOnly)
+			ru.lease = ru.r.contexts.acquire(ru.contextKey(), ru.in.History, ru.in.HistoryAppendOnly)
 		}
 		ru.base = ru.lease.base
 	}
@@ -164,7 +169,7 @@ func (ru *run) historyLimit() int {
 // the history (sanitize.Appender): only the messages added since are
 // prepared, where that gives the same messages; anything else is
 // prepared whole.
-func (ru *run) prepare(m provider.Model, msgs []message.Message) []message.Message {
+func (ru *run) prepare(m *provider.Model, msgs []message.Message) []message.Message {
 	req := sanitize.Request{Provider: m.Provider, API: m.API, ModelID: m.ID, Messages: msgs, HistoryLimit: ru.historyLimit()}
 	if ru.lease == nil {
 		return sanitize.PrepareFinal(req)

@@ -609,7 +609,7 @@ func TestDecisionsBeforeTheFirstAttempt(t *testing.T) {
 			m, _, w, err := setupModel(scenarioResolver{unresolvable: tt.unknown, window: tt.window}, "anthropic/claude-opus-4-6",
 				guard.WindowConfig{HardMinTokens: float64(tt.hardMin)})
 			if err == nil {
-				req := loopReq{runID: "r", model: m, contextWindow: w.Tokens,
+				req := loopReq{runID: "r", model: &m, contextWindow: w.Tokens,
 					auth: NewMemoryAuth(store, authprofile.Config{}, func() time.Time { return now }), fallbackConfigured: tt.fallback,
 					now: func() time.Time { return now }}
 				_, err = runModel(t.Context(), req, sl)

@@ -340,6 +340,9 @@ type Runner struct {
 	cfg      Config
 	probes   *probeLog
 	contexts *contextCache // nil = none
+	// policy is the worker's tool policy alone, the policies of every
+	// run whose session adds none (shared: never written).
+	policy tools.Policies
 }
 
 // New returns a Runner.
@@ -372,7 +375,7 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.ContextCacheBytes == 0 {
 		cfg.ContextCacheBytes = ContextCacheBytesDefault
 	}
-	r := &Runner{cfg: cfg, probes: &probeLog{m: map[string]time.Time{}}}
+	r := &Runner{cfg: cfg, probes: &probeLog{m: map[string]time.Time{}}, policy: tools.Policies{cfg.ToolPolicy}}
 	if cfg.ContextCacheBytes > 0 {
 		r.contexts = newContextCache(cfg.ContextCacheBytes)
 	}
@@ -400,7 +403,7 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 	if req == nil {
 		return early, err
 	}
-	model := new(provider.Model) // not in this frame: see above
+	model := &ru.model // not in this frame: see above
 	var out *loopOut
 	var after provider.Reason // why the last model failed over
 	_, err = fallback.Run(ctx, *req, r.cfg.Now, func(ctx context.Context, step fallback.Step) error {
@@ -418,8 +421,9 @@ func (r *Runner) Run(ctx context.Context, in Input, sink Sink) (*Output, error) 
 //
 //go:noinline
 func (r *Runner) newRun(in *Input, sink Sink, cancel context.CancelCauseFunc) *run {
-	return &run{r: r, in: *in, sink: sink, history: in.History, cancel: cancel,
-		b: &builder{now: r.cfg.Now, parent: lastID(in.History)}, sub: newSubscriber(sink, r.cfg.BlockReplies)}
+	ru := &run{r: r, in: *in, sink: sink, cancel: cancel, b: builder{now: r.cfg.Now, parent: lastID(in.History)}}
+	ru.sub.init(sink, r.cfg.BlockReplies)
+	return ru
 }
 
 // setUp sets the run up up to its model chain: its journal, tools and
@@ -565,7 +569,8 @@ func (ru *run) tryModel(ctx context.Context, step fallback.Step, after provider.
 func (ru *run) loopOf(step fallback.Step, after provider.Reason, model *provider.Model) (*modelLoop, error) {
 	cfg := ru.r.cfg
 	m, prov, w, err := setupModel(cfg.Resolver, step.Candidate.String(), cfg.Window)
-	if m.ID != "" {
+	if m.ID != "" || err == nil {
+		// The loop runs the run's model: *model, not a copy of m.
 		*model = m
 	}
 	if err != nil {
@@ -575,7 +580,7 @@ func (ru *run) loopOf(step fallback.Step, after provider.Reason, model *provider
 		cfg.Logger.Warn().Str("model", m.Ref()).Int("context_window", w.Tokens).Msg("small context window")
 	}
 	ru.window = w.Tokens
-	return newModelLoop(loopReq{runID: ru.in.RunID, model: m, prov: prov, contextWindow: w.Tokens,
+	return newModelLoop(loopReq{runID: ru.in.RunID, model: model, prov: prov, contextWindow: w.Tokens,
 		thinking: provider.ThinkingLevel(strings.ToLower(ru.in.Inbound.Thinking)), auth: cfg.Auth,
 		preferred: ru.in.Settings.AuthProfile, locked: locked(ru.in.Settings),
 		fallbackConfigured: len(ru.r.fallbacks(ru.in.Settings)) > 0, lastResort: step.Last, maxWait: cfg.AttemptTimeout,

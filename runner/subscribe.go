@@ -21,12 +21,12 @@ type subscriber struct {
 	texts    []string // cleaned final text of each assistant message
 }
 
-func newSubscriber(sink Sink, blocks *blockchunk.Config) *subscriber {
-	s := &subscriber{sink: sink}
+// init sets a zero subscriber up to emit to sink.
+func (s *subscriber) init(sink Sink, blocks *blockchunk.Config) {
+	s.sink = sink
 	if blocks != nil {
 		s.chunker = blockchunk.New(*blocks)
 	}
-	return s
 }
 
 // reset starts a new assistant message.

@@ -135,7 +135,14 @@ func (ru *run) setupTools(ctx context.Context) (raw tools.Set, err error) {
 			return nil, fmt.Errorf("runner: tools: %w", err)
 		}
 	}
-	ru.policy = append(append(tools.Policies{ru.r.cfg.ToolPolicy}, ru.in.Settings.AgentTools...), ru.in.Settings.Tools)
+	if st := ru.in.Settings.Tools; len(ru.in.Settings.AgentTools) == 0 && len(st.Allow) == 0 && len(st.Deny) == 0 && len(st.Approve) == 0 {
+		// The session adds no policy (an empty one allows every tool and
+		// asks approval of none): the worker's alone, not a slice of
+		// the run's own held while its model answers.
+		ru.policy = ru.r.policy
+	} else {
+		ru.policy = append(append(tools.Policies{ru.r.cfg.ToolPolicy}, ru.in.Settings.AgentTools...), ru.in.Settings.Tools)
+	}
 	ru.tools = ru.policy.Filter(raw)
 	if ru.tools != nil {
 		ru.specs = ru.tools.Specs()
@@ -176,7 +183,7 @@ func (ru *run) matchToolResults(results []events.ToolResult) ([]answer, string) 
 	}
 	pending := map[string]message.Block{}
 	var order []message.Block // the waiting calls, in call order
-	msgs := sessionfile.Messages(ru.history)
+	msgs := sessionfile.Messages(ru.in.History)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == message.RoleAssistant {
 			for _, c := range msgs[i].ToolCalls() {

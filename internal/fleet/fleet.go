@@ -127,6 +127,8 @@ type Member struct {
 	// bg owns the run registry's background writes: Run waits for them
 	// before it closes the connection.
 	bg sync.WaitGroup
+	// due starts the registry's writers as their runs' entries fall due.
+	due dueLine
 	// released counts the times the idle member returned its free memory
 	// to the operating system (releaseWhenIdle).
 	released atomic.Int64

@@ -83,7 +83,7 @@ type turnObs struct {
 
 	mu        sync.Mutex
 	firstSeen bool
-	tools     map[string]toolCall // open tool spans by call id
+	tools     map[string]toolCall // open tool spans by call id (nil until a tool runs)
 }
 
 type toolCall struct {
@@ -134,7 +134,7 @@ func (m *Member) beginTurn(ctx context.Context, t *lanes.Turn) (obs *turnObs, re
 		tracing.WithAttributes(append(common, tracing.String(tracing.AttrOperation, tracing.OpInvokeAgent), tracing.String(tracing.AttrAgentName, "lanefleet"),
 			tracing.String(tracing.AttrConversationID, t.SessionID), tracing.Int64(tracing.AttrQueueWaitMs, start.Sub(t.Received).Milliseconds()))...))
 	ctx, attemptSpan := m.obs.tracer.Start(ctx, fmt.Sprintf("attempt %d", t.Attempt), tracing.WithAttributes(common...))
-	obs = &turnObs{o: &m.obs, received: t.Received, ctx: ctx, tools: map[string]toolCall{},
+	obs = &turnObs{o: &m.obs, received: t.Received, ctx: ctx,
 		start: start, fp: fp, turnSpan: turnSpan, attemptSpan: attemptSpan}
 	release, err = m.budgets.takeTurn(ctx, t.SessionKey) // the tenant's quota of turns at once
 	return obs, release, err
@@ -259,6 +259,9 @@ func (t *turnObs) event(stream string, data events.EventData) {
 				tracing.WithAttributes(tracing.String(tracing.AttrOperation, tracing.OpExecuteTool), tracing.String(tracing.AttrToolName, data.Name),
 					tracing.String(tracing.AttrToolCallID, data.ToolCallID)))
 			t.mu.Lock()
+			if t.tools == nil {
+				t.tools = map[string]toolCall{}
+			}
 			t.tools[data.ToolCallID] = toolCall{name: data.Name, span: span}
 			t.mu.Unlock()
 		case events.PhaseResult:

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +198,44 @@ func TestPhaseWriteFailureLoggedOnce(t *testing.T) {
 	}
 	if len(logged) != 1 || !strings.Contains(logged[0], "phase not written") {
 		t.Fatalf("logged %q; want one line saying the phase was not written", logged)
+	}
+}
+
+// TestRegistrationHoldsNoTimer: a turn's registry entry waiting to fall
+// due holds its registration and its place in the member's due line,
+// not a timer of its own (112 bytes, and a closure: docs/scaling.md,
+// "What a turn in flight holds"). Not parallel: the heap is the whole
+// process's.
+func TestRegistrationHoldsNoTimer(t *testing.T) {
+	m, err := startMember(t, Config{DataDir: t.TempDir(), registerAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	turns := make([]lanes.Turn, n)
+	for i := range turns {
+		turns[i] = lanes.Turn{SessionKey: fmt.Sprintf("due-%d", i), RunID: "1", Attempt: 1}
+	}
+	regs := make([]*registration, 0, n)
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	for i := range turns {
+		regs = append(regs, m.register(t.Context(), &turns[i]))
+	}
+	per := (float64(heap()) - float64(before)) / n
+	runtime.KeepAlive(turns)
+	for _, r := range regs {
+		r.clear(t.Context())
+	}
+	m.bg.Wait()
+	t.Logf("a registration waiting to fall due holds %.0f bytes", per)
+	if per > 300 {
+		t.Fatalf("a registration waiting to fall due holds %.0f bytes; want at most 300 (its timer was 112 more)", per)
 	}
 }

@@ -21,16 +21,17 @@ import (
 // removed after the turn is committed. Most turns end before anyone could
 // list them, and each entry costs two writes.
 //
-// No goroutine waits with the run: a timer starts the writer when the
-// entry is due, and the writer ends once it has written what it was
-// handed. A long turn in flight (a slow model) holds only the timer and
-// this struct, not a goroutine's stack for the whole of its wait.
+// No goroutine waits with the run: the member's due line (dueLine)
+// starts the writer when the entry is due, and the writer ends once it
+// has written what it was handed. A long turn in flight (a slow model)
+// holds only this struct and its place in the line, not a goroutine's
+// stack for the whole of its wait, nor a timer of its own.
 type registration struct {
-	m     *Member
-	tok   string
-	info  kvstore.RunInfo
-	wctx  context.Context // the turn's values, never cancelled: the entry outlives the turn's cancellation until clear
-	timer *time.Timer     // starts the writer when the entry is due
+	m    *Member
+	tok  string
+	info kvstore.RunInfo
+	wctx context.Context // the turn's values, never cancelled: the entry outlives the turn's cancellation until clear
+	at   time.Time       // when the entry is due
 
 	mu      sync.Mutex
 	started bool               // the writer was started (the entry is being or was written)
@@ -57,18 +58,81 @@ func (m *Member) register(ctx context.Context, t *lanes.Turn) *registration {
 		after = m.cfg.registerAfter
 	}
 	m.bg.Add(1) // done by clear once the writes have ended: a stopping member waits for them
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.timer = time.AfterFunc(after, r.due)
+	m.due.add(r, after)
 	return r
 }
 
-// due starts the writer when the entry's time has come (the timer's
-// goroutine), unless it was started already or the run has ended.
+// due starts the writer when the entry's time has come (the due line's
+// timer), unless it was started already or the run has ended.
 func (r *registration) due() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.startLocked()
+}
+
+// dueLine starts the writers of a member's registrations as they fall
+// due, with one timer for them all: every registration is due the same
+// time after it was made, so they fall due in the order they were made.
+// A timer each was 112 bytes and a span's worth of slack a turn held
+// while its model answered (docs/scaling.md, "What a turn in flight
+// holds"). A registration that ended stays in line until it is due, and
+// is passed over then. The timer is set dueGrain after the first one's
+// time, so that it goes off once for the registrations that fall due
+// within that time (a busy worker's short turns would have it go off
+// once a turn), not once for each.
+type dueLine struct {
+	mu    sync.Mutex
+	line  []*registration // in the order they fall due; line[head:] wait
+	head  int
+	timer *time.Timer // set to the first waiting one's time while any wait
+}
+
+// dueGrain is how late the due line may start a writer: its timer goes
+// off at most once in that time.
+const dueGrain = 10 * time.Millisecond
+
+// add puts r, due after that long, at the end of the line.
+func (d *dueLine) add(r *registration, after time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r.at = time.Now().Add(after) // under d.mu: the line stays in the order of r.at
+	d.line = append(d.line, r)
+	if len(d.line)-d.head > 1 {
+		return // the timer is set for one before it
+	}
+	if d.timer == nil {
+		d.timer = time.AfterFunc(time.Until(r.at)+dueGrain, d.fire)
+	} else {
+		d.timer.Reset(time.Until(r.at) + dueGrain)
+	}
+}
+
+// fire starts the writers of the registrations that are due, and sets
+// the timer for the next one.
+func (d *dueLine) fire() {
+	now := time.Now()
+	d.mu.Lock()
+	var due []*registration
+	for d.head < len(d.line) && !d.line[d.head].at.After(now) {
+		due = append(due, d.line[d.head])
+		d.line[d.head] = nil
+		d.head++
+	}
+	if d.head == len(d.line) {
+		d.line, d.head = d.line[:0], 0
+	} else {
+		if d.head > len(d.line)/2 {
+			// Keep the array from growing: the waiting ones to its front.
+			n := copy(d.line, d.line[d.head:])
+			clear(d.line[n:])
+			d.line, d.head = d.line[:n], 0
+		}
+		d.timer.Reset(time.Until(d.line[d.head].at) + dueGrain)
+	}
+	d.mu.Unlock()
+	for _, r := range due {
+		r.due()
+	}
 }
 
 // startLocked starts the writer once: it writes the entry, then the
@@ -78,7 +142,6 @@ func (r *registration) startLocked() {
 		return
 	}
 	r.started, r.writing = true, true
-	r.timer.Stop()
 	go r.write() // counted in m.bg by the registration, until clear
 }
 
@@ -167,7 +230,6 @@ func (r *registration) clear(ctx context.Context) {
 		return
 	}
 	r.ended = true
-	r.timer.Stop()
 	if !r.started || (r.h == nil && !r.writing) {
 		r.m.bg.Done()
 		return

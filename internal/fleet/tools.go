@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -53,6 +54,10 @@ type toolSource struct {
 	log       zerolog.Logger
 	now       func() time.Time
 	red       *redact.Redactor // masks every tool's results
+	// prompt is the last system prompt built: a run whose prompt is the
+	// same text holds this one, not its own copy, while its model
+	// answers (runs without a workspace of their own, within a minute).
+	prompt atomic.Pointer[string]
 }
 
 // newToolSource configures the runs' tools and system prompt: the
@@ -350,7 +355,17 @@ func (s *toolSource) SystemPrompt(ctx context.Context, in runner.Input, set tool
 		}
 		pin.ContextFiles = files
 	}
-	return agentprompt.Build(pin)
+	return s.shared(agentprompt.Build(pin))
+}
+
+// shared returns the last system prompt built when p is the same text,
+// else p, which it keeps as the last.
+func (s *toolSource) shared(p string) string {
+	if last := s.prompt.Load(); last != nil && *last == p {
+		return *last
+	}
+	s.prompt.Store(&p)
+	return p
 }
 
 // runTools is one run's tool set with the workspace and skills it was

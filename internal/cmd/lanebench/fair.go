@@ -359,6 +359,9 @@ func inflightBench(o options) error {
 	if *inflightProfile != "" {
 		runtime.MemProfileRate = 512 // every turn's sites, not a 512 KB sample
 	}
+	if *inflightHeapDump != "" {
+		runtime.MemProfileRate = 1 // every object's site, in the dump
+	}
 	dir, err := os.MkdirTemp("", "lanebench-inflight")
 	if err != nil {
 		return err
@@ -454,7 +457,7 @@ func inflightBench(o options) error {
 	time.Sleep(time.Until(t0.Add(f.inflightD / 2)))
 	inFlight, held := m.Worker.Active(), m.Worker.InflightBytes()
 	busy, busyParts := sampleMem(), sampleParts()
-	if err := writeInflightProfile(*inflightProfile); err != nil {
+	if err := writeInflightProfile(*inflightProfile, inFlight); err != nil {
 		return err
 	}
 	for range n {

@@ -71,8 +71,12 @@ func printParts(idle, busy memParts, rssIdle, rssBusy int64, turns int) {
 }
 
 // writeInflightProfile writes the heap profile and the goroutines
-// grouped by stack to prefix.heap and prefix.goroutines.
-func writeInflightProfile(prefix string) error {
+// grouped by stack to prefix.heap and prefix.goroutines, and the heap
+// dump -inflight-heapdump asks for (turns: the turns in flight).
+func writeInflightProfile(prefix string, turns int) error {
+	if err := writeInflightHeapDump(turns); err != nil {
+		return err
+	}
 	if prefix == "" {
 		return nil
 	}
