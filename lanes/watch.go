@@ -254,7 +254,7 @@ func (q *quietWatch) arrived(m *nats.Msg) {
 	if q.target.Load() == nil {
 		return // between turns: the message runs in order
 	}
-	size := len(m.Subject) + len(m.Reply) + len(m.Data)
+	size := lineSize(m)
 	q.lineMu.Lock()
 	if q.lineClosed {
 		q.lineMu.Unlock()
@@ -280,6 +280,11 @@ func (q *quietWatch) arrived(m *nats.Msg) {
 	}
 }
 
+// lineSize is what a message counts against a watch's line's byte limit:
+// its subject and payload (its reply subject, which the fleet never
+// reads outside internal/reply, is bounded by the server's control line).
+func lineSize(m *nats.Msg) int { return len(m.Subject) + len(m.Data) }
+
 // judgeLine judges the watch's line in order until it is empty.
 func (q *quietWatch) judgeLine() {
 	for {
@@ -292,7 +297,7 @@ func (q *quietWatch) judgeLine() {
 		m := q.line[0]
 		q.line[0] = nil
 		q.line = q.line[1:]
-		q.lineBytes -= len(m.Subject) + len(m.Reply) + len(m.Data)
+		q.lineBytes -= lineSize(m)
 		q.lineMu.Unlock()
 		q.judge(m)
 	}
