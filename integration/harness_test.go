@@ -388,43 +388,22 @@ func waitDrained(t *testing.T, js jetstream.JetStream, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
-	var last string
+	var state string // the last state seen: what was stuck
+	var lookErr error
 	for {
-		s, err := js.Stream(ctx, events.InboundStream)
-		if err == nil {
-			var cons jetstream.Consumer
-			var ci *jetstream.ConsumerInfo
-			cons, err = js.Consumer(ctx, events.InboundStream, "dispatch")
-			if err == nil {
-				ci, err = cons.Info(ctx)
-			}
-			if err == nil {
-				st := s.CachedInfo().State
-				if info, ierr := s.Info(ctx); ierr == nil {
-					st = info.State
-				}
-				last = fmt.Sprintf("inbound msgs=%d, dispatch pending=%d ack-pending=%d", st.Msgs, ci.NumPending, ci.NumAckPending)
-				if st.Msgs == 0 && ci.NumPending == 0 && ci.NumAckPending == 0 {
-					return
-				}
-				if ci.NumPending == 0 && ci.NumAckPending == 0 {
-					// Messages left with nothing pending: they must all be
-					// processed ones whose purge failed (e.g. during a
-					// failover); an unprocessed one is stranded.
-					stranded, err := unprocessed(ctx, js, s, st)
-					if err == nil && len(stranded) == 0 {
-						t.Logf("drained; %d processed messages left unpurged", st.Msgs)
-						return
-					}
-					if err == nil {
-						last = fmt.Sprintf("%s; stranded: %v", last, stranded)
-					}
-				}
-			}
+		// Each look has a deadline of its own: one request lost to a
+		// failover must not take the whole wait, nor its deadline's
+		// error hide the last state seen.
+		lctx, lcancel := context.WithTimeout(ctx, 15*time.Second)
+		seen, drained, err := lookDrained(t, lctx, js)
+		lcancel()
+		if drained {
+			return
 		}
-		if err != nil {
-			last = err.Error()
+		if seen != "" {
+			state = seen
 		}
+		lookErr = err
 		select {
 		case <-ctx.Done():
 			if f, err := os.CreateTemp("", "lanefleet-goroutines-*.txt"); err == nil {
@@ -432,10 +411,51 @@ func waitDrained(t *testing.T, js jetstream.JetStream, timeout time.Duration) {
 				f.Close()
 				t.Logf("goroutines written to %s", f.Name())
 			}
-			t.Fatalf("fleet not drained within %v: %s", timeout, last)
+			t.Fatalf("fleet not drained within %v: last seen %q; last look's error: %v", timeout, state, lookErr)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// lookDrained looks once whether the fleet is drained; when not, it says
+// what it saw (empty when the look failed before it saw anything).
+func lookDrained(t *testing.T, ctx context.Context, js jetstream.JetStream) (seen string, drained bool, err error) {
+	t.Helper()
+	s, err := js.Stream(ctx, events.InboundStream)
+	if err != nil {
+		return "", false, err
+	}
+	cons, err := js.Consumer(ctx, events.InboundStream, "dispatch")
+	if err != nil {
+		return "", false, err
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	st := s.CachedInfo().State
+	if info, ierr := s.Info(ctx); ierr == nil {
+		st = info.State
+	}
+	seen = fmt.Sprintf("inbound msgs=%d, dispatch pending=%d ack-pending=%d", st.Msgs, ci.NumPending, ci.NumAckPending)
+	if st.Msgs == 0 && ci.NumPending == 0 && ci.NumAckPending == 0 {
+		return seen, true, nil
+	}
+	if ci.NumPending != 0 || ci.NumAckPending != 0 {
+		return seen, false, nil
+	}
+	// Messages left with nothing pending: they must all be processed
+	// ones whose purge failed (e.g. during a failover); an unprocessed
+	// one is stranded.
+	stranded, err := unprocessed(ctx, js, s, st)
+	if err != nil {
+		return seen, false, err
+	}
+	if len(stranded) == 0 {
+		t.Logf("drained; %d processed messages left unpurged", st.Msgs)
+		return seen, true, nil
+	}
+	return fmt.Sprintf("%s; stranded: %v", seen, stranded), false, nil
 }
 
 // publishOrdered publishes msgs one at a time, each retried with its message
