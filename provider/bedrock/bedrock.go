@@ -428,7 +428,7 @@ func (p *parser) fast(name, payload []byte) bool {
 	case "messageStart": // its role is always the assistant's
 		return true
 	case "contentBlockDelta", "contentBlockStop", "messageStop", "metadata":
-		// At reads valid JSON only (a payload that was no object at all
+		// Members reads valid JSON only (a payload that was no object at all
 		// passed as a block stop before this check).
 		if !jsonfast.Valid(payload) {
 			return false

@@ -3,7 +3,7 @@ package jsonfast
 // Valid reports whether data is one JSON value, as encoding/json's Valid
 // does (FuzzValid holds the two together), in a single loop without its
 // per-byte state functions: a small event checks in a fraction of the
-// time, which lets the fast paths read only valid JSON (At's premise).
+// time, which lets the fast paths read only valid JSON (Members' premise).
 func Valid(data []byte) bool {
 	// stack holds the open containers, '{' or '['; deeper nesting than
 	// it holds is left to encoding/json (reported not valid: the caller
