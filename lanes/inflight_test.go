@@ -284,3 +284,26 @@ func TestWatchJudgesInOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchLineFullWhileJudging: a message past the line's limit, arriving
+// while the line is being judged, is counted and logged without reading
+// the line unguarded (under -race this failed: the warning read the
+// line's length after its lock was let go, as judgeLine took from it).
+func TestWatchLineFullWhileJudging(t *testing.T) {
+	t.Parallel()
+	nop := zerolog.Nop()
+	stats := &Stats{}
+	huge := &nats.Msg{Subject: "agent.in.full", Data: make([]byte, nats.DefaultSubPendingBytesLimit)}
+	const rounds = 20000
+	for range rounds {
+		q := &quietWatch{notify: make(chan struct{}, 1), stored: make(chan struct{}, 1),
+			maxPayload: events.DefaultMaxPayload, now: time.Now, log: &nop, stats: stats}
+		q.target.Store(&cutTarget{cancel: func(error) {}})
+		q.arrived(&nats.Msg{Subject: "agent.in.full", Data: []byte("{}"), Header: nats.Header{}})
+		q.arrived(huge) // past the byte limit: not judged
+		q.closeLine()
+	}
+	if n := stats.WatchDropped.Load(); n != rounds {
+		t.Fatalf("%d counted not judged, want %d", n, rounds)
+	}
+}

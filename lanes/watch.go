@@ -261,12 +261,12 @@ func (q *quietWatch) arrived(m *nats.Msg) {
 		return
 	}
 	if len(q.line) >= nats.DefaultSubPendingMsgsLimit || q.lineBytes+size > nats.DefaultSubPendingBytesLimit {
-		first := q.unjudged == 0
+		first, pending := q.unjudged == 0, len(q.line)
 		q.unjudged++
 		q.lineMu.Unlock()
 		q.stats.WatchDropped.Add(1)
 		if first {
-			q.log.Warn().Int("pending", len(q.line)).Msg("lane watch: too many messages waiting to be judged; those past the limit run in order instead of cutting the turn")
+			q.log.Warn().Int("pending", pending).Msg("lane watch: too many messages waiting to be judged; those past the limit run in order instead of cutting the turn")
 		}
 		return
 	}
