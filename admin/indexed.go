@@ -172,11 +172,11 @@ func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, erro
 	if err := s.runsOf(ctx, l); err != nil {
 		return nil, err
 	}
-	inInfo, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(events.InboundPrefix+e.Token))
+	stored, err := s.storedOf(ctx, e.Token)
 	if err != nil {
 		return nil, err
 	}
-	l.stored = int(inInfo.State.Subjects[events.InboundPrefix+e.Token])
+	l.stored = stored
 	if l.stored > 0 {
 		m, err := s.cfg.Inbound.GetLastMsgForSubject(ctx, events.InboundPrefix+e.Token)
 		if err == nil {
@@ -195,6 +195,18 @@ func (s *Service) laneOf(ctx context.Context, e sessionindex.Entry) (*lane, erro
 	}
 	l.fromEntry(e)
 	return l, nil
+}
+
+// storedOf counts a lane's stored messages from the inbound stream's
+// subject counts: no message is read (a Direct Get would carry one whole,
+// up to the server's MaxPayload, to count those after it).
+func (s *Service) storedOf(ctx context.Context, token string) (int, error) {
+	subject := events.InboundPrefix + token
+	info, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, err
+	}
+	return int(info.State.Subjects[subject]), nil
 }
 
 // runsOf counts the lane's runs with stored events (their subjects), which

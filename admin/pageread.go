@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lanefleet/lanefleet/events"
 	"github.com/lanefleet/lanefleet/internal/directget"
 	"github.com/lanefleet/lanefleet/kvstore"
@@ -118,19 +116,12 @@ func (s *Service) lanesOf(ctx context.Context, entries []sessionindex.Entry) ([]
 			list[i].setRunning(r.Info)
 		}
 	}
-	// The stored counts of the lanes with messages stored, from the
-	// stream's subject counts (as laneOf): a Direct Get would carry a
-	// message whole (up to the server's MaxPayload) to count those after
-	// it.
+	// The stored counts of the lanes with messages stored (storedOf, as
+	// laneOf).
 	err = each(ctx, len(waiting), func(ctx context.Context, i int) error {
-		l := waiting[i]
-		subject := events.InboundPrefix + l.token
-		info, err := s.cfg.Inbound.Info(ctx, jetstream.WithSubjectFilter(subject))
-		if err != nil {
-			return err
-		}
-		l.stored = int(info.State.Subjects[subject])
-		return nil
+		var err error
+		waiting[i].stored, err = s.storedOf(ctx, waiting[i].token)
+		return err
 	})
 	if err != nil {
 		return nil, err

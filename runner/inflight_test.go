@@ -62,7 +62,16 @@ func heldRuns(t *testing.T, n int, newRunner func(provider.Provider) *Runner) (l
 			errs <- err
 		}()
 	}
-	waiting.Wait()
+	// Every run waits on the model, or one ended before it reached it
+	// (it would never call Done: the test failed by hanging).
+	allWait := make(chan struct{})
+	go func() { waiting.Wait(); close(allWait) }()
+	select {
+	case <-allWait:
+	case err := <-errs:
+		close(release)
+		t.Fatalf("a run ended before its model answered: %v", err)
+	}
 	held := heapNow()
 	if f := os.Getenv("HELD_PROFILE"); f != "" {
 		w, _ := os.Create(f)

@@ -239,3 +239,20 @@ func TestRegistrationHoldsNoTimer(t *testing.T) {
 		t.Fatalf("a registration waiting to fall due holds %.0f bytes; want at most 300 (its timer was 112 more)", per)
 	}
 }
+
+// TestDueLineStoppedWithMember: a member that stopped holds no armed
+// timer for the registrations that ended in its due line; the timer held
+// the member, and them, until it went off.
+func TestDueLineStoppedWithMember(t *testing.T) {
+	t.Parallel()
+	var m *Member
+	t.Cleanup(func() { // after the member's Run returned (cleanups run last first)
+		m.due.mu.Lock()
+		defer m.due.mu.Unlock()
+		if n := len(m.due.line) - m.due.head; n != 0 || m.due.timer == nil || m.due.timer.Stop() {
+			t.Errorf("the stopped member's due line holds %d registrations, its timer armed", n)
+		}
+	})
+	m, _, ctx := runMember(t, Config{DataDir: t.TempDir(), registerAfter: time.Hour})
+	m.register(ctx, &lanes.Turn{SessionKey: "due-stop", RunID: "1", Attempt: 1}).clear(ctx)
+}

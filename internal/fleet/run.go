@@ -155,6 +155,7 @@ func (m *Member) MetricsAddr() string {
 }
 
 func (m *Member) close() {
+	m.due.stop()
 	if m.procs != nil {
 		m.procs.Close() // before the workspaces' filesystem goes
 	}

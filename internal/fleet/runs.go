@@ -107,6 +107,19 @@ func (d *dueLine) add(r *registration, after time.Duration) {
 	}
 }
 
+// stop stops the timer and lets go of the line, once every registration
+// of the member has ended (Member.close, after Run waited for them): an
+// armed timer held the stopped member, and the registrations that had
+// ended in line, until it went off (a test's registerAfter of an hour).
+func (d *dueLine) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.line, d.head = nil, 0
+}
+
 // fire starts the writers of the registrations that are due, and sets
 // the timer for the next one.
 func (d *dueLine) fire() {
