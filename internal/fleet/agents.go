@@ -56,12 +56,14 @@ func (m *Member) openAgents(ctx context.Context) error {
 	return nil
 }
 
-// agentOf is the agent a session's turns run as: the one its key names
-// ("agent:<id>:…"), else the default agent. nil with agents off, and
-// when the default agent is not defined for a key that names it or none
-// (the worker's own configuration applies). A key naming an agent that is not
-// defined gives the refusal to end its turns with; the bucket is read
-// before it is given (agentstore.Cache.Resolve).
+// agentOf is the agent a session's turns run as, as this worker's copy
+// of the agents bucket has it: the one its key names ("agent:<id>:…"),
+// else the default agent. nil with agents off, and when the default agent
+// is not defined for a key that names it or none (the worker's own
+// configuration applies). A key naming an agent the copy does not hold
+// gives the refusal to end its turns with; a turn reads the bucket before
+// it is refused (turnAgent), the other callers (commands, budgets, wakes)
+// take the copy as it is.
 func (m *Member) agentOf(key string) (*agents.Agent, string) {
 	if m.agents == nil {
 		return nil, ""
@@ -75,18 +77,29 @@ func (m *Member) agentOf(key string) (*agents.Agent, string) {
 		// or not, undefined: the worker as configured.
 		return nil, ""
 	}
-	// Before refusing, the bucket: an agent defined just before its
-	// session's first message may not have reached the watcher yet.
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	return nil, fmt.Sprintf("agent %.80q is not defined on this fleet (the session key names it: agent:<id>:…); an operator defines it with `publisher agents put`", id)
+}
+
+// turnAgent is agentOf for a turn about to run: before it refuses a
+// named agent its copy does not hold, it reads the bucket (bounded by
+// settleTimeout and ctx), since an agent defined just before its
+// session's first message may not have reached the watcher yet.
+func (m *Member) turnAgent(ctx context.Context, key string) (*agents.Agent, string) {
+	a, why := m.agentOf(key)
+	if why == "" {
+		return a, ""
+	}
+	id, _ := agents.Of(key, m.defaultAgent)
+	rctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
-	a, ok, err := m.agents.Resolve(ctx, id)
+	a, ok, err := m.agents.Resolve(rctx, id)
 	if ok {
 		return a, ""
 	}
 	if err != nil {
 		m.log.Warn().Err(err).Str("agent", id).Msg("agent definition not read; the session's turn is refused as if none")
 	}
-	return nil, fmt.Sprintf("agent %.80q is not defined on this fleet (the session key names it: agent:<id>:…); an operator defines it with `publisher agents put`", id)
+	return nil, why
 }
 
 // commandsOff reports whether a session's agent turned the chat commands

@@ -65,7 +65,7 @@ func (m *Member) prepareRun(ctx context.Context, t *lanes.Turn) (*preparedRun, *
 		return nil, &lanes.Outcome{Result: &events.Result{Payloads: []events.Payload{{Text: subagent.StoppedText(c)}}}}, nil
 	}
 	inbound, settings, from := runSettings(t)
-	ag, why := m.agentOf(t.SessionKey)
+	ag, why := m.turnAgent(ctx, t.SessionKey)
 	if why != "" {
 		// Refused like a model the fleet does not run: the sender is
 		// told at once, and the message is not kept (re-running it
